@@ -1,0 +1,56 @@
+# shardc — thin wrapper over CMake. The two commands that matter:
+#   make demo   run the main job on the built-in default (CPU, in-process)
+#   make test   install/check dependencies, build, run the whole suite (ctest)
+BUILD      ?= build
+BUILD_ASAN ?= build-asan
+JOBS       ?= $(shell nproc)
+CMAKE_FLAGS ?=
+ifeq ($(CI),true)
+CMAKE_FLAGS += -DSHARDC_WERROR=ON
+endif
+
+.PHONY: all deps build test test-asan demo fuzz bench samples clean
+
+all: build
+
+deps: .venv/.deps-ok
+.venv/.deps-ok: scripts/install-deps.sh
+	bash scripts/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: deps
+	bash scripts/install-deps.sh >/dev/null
+	$(MAKE) build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+test-asan: deps
+	cmake -S . -B $(BUILD_ASAN) -DCMAKE_BUILD_TYPE=Debug -DSHARDC_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(BUILD_ASAN) -j $(JOBS)
+	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) -E '^fuzz\.'
+
+demo: deps build
+	./$(BUILD)/shardc inspect samples/gpt2.onnx
+
+# Long fuzzing run (the suite runs a ~60 s smoke run of the same target).
+FUZZ_SECONDS ?= 3600
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) bash tests/fuzz/run.sh
+
+bench: deps build
+	.venv/bin/python bench/bench_inspect.py --shardc $(BUILD)/shardc
+
+samples:
+	bash samples/install-torch.sh
+	.venv-samples/bin/python samples/make_samples.py
+	.venv/bin/python samples/check_samples.py
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN) build-fuzz

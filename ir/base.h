@@ -1,0 +1,105 @@
+/* base.h — status codes, diagnostics, checked arithmetic, the arena.
+ *
+ * Everything in shardc builds on these few objects. A library function never
+ * exits the process: it returns an sc_status and, for problems in the user's
+ * input, records where and what in an sc_diag. SC_ASSERT is for bugs only and
+ * stays on in release builds.
+ *
+ * The arena is a chunked bump allocator: allocations live until the arena is
+ * freed, never move, and are zero-initialised. It is not thread-safe. */
+#ifndef SC_BASE_H
+#define SC_BASE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum sc_status {
+  SC_OK = 0,
+  SC_ERR_IO,          /* a file could not be opened, mapped or read */
+  SC_ERR_PARSE,       /* malformed bytes or text */
+  SC_ERR_INVALID,     /* well-formed but wrong: bad shapes, types, graph */
+  SC_ERR_UNSUPPORTED, /* valid ONNX that shardc does not handle (yet) */
+  SC_ERR_LIMIT,       /* a size or count beyond what shardc accepts */
+  SC_ERR_NOMEM,       /* allocation failed */
+  SC_ERR_USAGE,       /* wrong use of a command or API */
+  SC_STATUS_COUNT
+} sc_status;
+
+const char *sc_status_name(sc_status s);
+
+/* Where and what went wrong. The CLI prints
+ *   shardc: error: FILE: node 'NAME' (OpType): MSG
+ * leaving out the parts that are empty. */
+typedef struct sc_diag {
+  sc_status status;
+  char file[512]; /* model or IR file the problem is in, or "" */
+  char node[256]; /* node name, or "" when not about a node */
+  char op[64];    /* node op_type, or "" */
+  char msg[1024];
+} sc_diag;
+
+void sc_diag_clear(sc_diag *d);
+/* Records a problem (the first one wins; later calls are ignored while
+ * d->status != SC_OK) and returns status. node and op may be NULL. */
+sc_status sc_diag_set(sc_diag *d, sc_status status, const char *node,
+                      const char *op, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+sc_status sc_diag_vset(sc_diag *d, sc_status status, const char *node,
+                       const char *op, const char *fmt, va_list ap);
+void sc_diag_set_file(sc_diag *d, const char *file);
+/* "FILE: node 'N' (Op): msg" into buf. */
+void sc_diag_format(const sc_diag *d, char *buf, size_t n);
+
+#define SC_ASSERT(c)                                                          \
+  do {                                                                        \
+    if (!(c)) sc_assert_fail(__FILE__, __LINE__, #c);                         \
+  } while (0)
+_Noreturn void sc_assert_fail(const char *file, int line, const char *what);
+
+/* Checked arithmetic on sizes that come from the model: false on overflow. */
+static inline bool sc_mul_i64(int64_t a, int64_t b, int64_t *out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool sc_add_i64(int64_t a, int64_t b, int64_t *out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+static inline bool sc_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
+static inline bool sc_add_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  return !__builtin_add_overflow(a, b, out);
+}
+
+/* Allocator hook: tests can inject failures. Defaults to malloc/realloc/free. */
+typedef struct sc_allocator {
+  void *(*alloc)(void *ud, size_t n);
+  void *(*realloc)(void *ud, void *p, size_t n);
+  void (*free)(void *ud, void *p);
+  void *ud;
+} sc_allocator;
+void sc_set_allocator(const sc_allocator *a); /* NULL restores the default */
+void *sc_malloc(size_t n);
+void *sc_calloc(size_t count, size_t size); /* overflow-checked */
+void *sc_realloc(void *p, size_t n);
+void sc_free(void *p);
+char *sc_strdup(const char *s);
+
+typedef struct sc_arena_chunk sc_arena_chunk;
+typedef struct sc_arena {
+  sc_arena_chunk *head;
+  size_t used_bytes; /* total handed out, for statistics */
+} sc_arena;
+
+void sc_arena_init(sc_arena *a);
+void sc_arena_free(sc_arena *a);
+/* Zeroed, 16-byte aligned; NULL on overflow or allocation failure. */
+void *sc_arena_alloc(sc_arena *a, size_t n);
+void *sc_arena_array(sc_arena *a, size_t count, size_t size);
+char *sc_arena_strdup(sc_arena *a, const char *s);
+char *sc_arena_strndup(sc_arena *a, const char *s, size_t n);
+char *sc_arena_printf(sc_arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,61 @@
+/* op_util.h — helpers shared by the op implementations (op_*.c).
+ *
+ * Internal to ir/: shape rules, attribute/input decoding and the output
+ * allocation used by the eval functions of constant folding. All functions
+ * that can fail record a diagnostic on node n and return a status. */
+#ifndef SC_OP_UTIL_H
+#define SC_OP_UTIL_H
+
+#include "ir.h"
+
+/* Prototypes of every function ops.def names (defined in op_*.c). */
+#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval) \
+  sc_status sc_op_##infer(sc_graph *g, sc_node *n);                                   \
+  void sc_op_##cost(sc_graph *g, const sc_node *n, sc_cost *c);                       \
+  sc_status sc_op_##eval(sc_graph *g, sc_node *n);
+#include "ops.def"
+#undef OP
+
+/* Constant folding evaluates a node only when each output has at most this
+ * many elements (keeps folding from materialising big tensors). */
+#define SC_FOLD_MAX_ELEMENTS ((int64_t)1 << 20)
+
+/* Every non-optional input present with known dtype and shape; checks arity
+ * against the ops table. Call first in each infer function. */
+sc_status sc_check_inputs(sc_graph *g, const sc_node *n);
+
+/* Multidirectional (numpy) broadcast of shapes a and b into out. */
+sc_status sc_broadcast(sc_graph *g, const sc_node *n, int32_t ra,
+                       const int64_t *da, int32_t rb, const int64_t *db,
+                       int32_t *rout, int64_t *dout);
+
+/* Normalises axis in [-rank, rank) to [0, rank); error when out of range. */
+sc_status sc_norm_axis(sc_graph *g, const sc_node *n, int64_t axis, int32_t rank,
+                       int32_t *out);
+
+/* Reads input idx (a constant integer tensor of rank 0 or 1, any int dtype)
+ * into buf (at most cap elements). Error when it is not constant, its data is
+ * absent, or it is too long. */
+sc_status sc_input_ints(sc_graph *g, const sc_node *n, int32_t idx, int64_t *buf,
+                        int64_t cap, int64_t *count);
+
+/* Sets output idx's dtype and shape (checked for negative dims, overflow). */
+sc_status sc_set_output(sc_graph *g, const sc_node *n, int32_t idx, sc_dtype dtype,
+                        int32_t rank, const int64_t *dims);
+/* Output idx takes input in's dtype and shape. */
+sc_status sc_same_as_input(sc_graph *g, const sc_node *n, int32_t out, int32_t in);
+
+/* For eval: allocates zeroed data for output idx (shape already inferred)
+ * in the graph arena and marks it constant. */
+void *sc_eval_output(sc_graph *g, const sc_node *n, int32_t idx);
+
+/* Row-major strides of a shape (in elements). */
+void sc_strides(int32_t rank, const int64_t *dims, int64_t *strides);
+/* Offset into an input of shape (rin, din), broadcast against the output
+ * shape (rout, dout), of output element with multi-index idx. */
+int64_t sc_bcast_offset(int32_t rout, const int64_t *idx, int32_t rin,
+                        const int64_t *din);
+/* Advances a multi-index over dims; false after the last element. */
+bool sc_next_index(int32_t rank, const int64_t *dims, int64_t *idx);
+
+#endif

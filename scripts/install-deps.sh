@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what shardc needs to build and test: Debian packages for the C
+# libraries and tools, and a project-local Python virtual environment (.venv)
+# with the test tooling (onnx, onnxruntime, numpy, lit).
+#
+# Idempotent: when everything is present it only checks, and returns quickly.
+# torch/transformers are NOT installed here; `make samples` installs them into
+# .venv-samples on demand (they are needed only to regenerate samples).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEB_PKGS=(
+  cmake make gcc g++ pkg-config
+  protobuf-c-compiler libprotobuf-c-dev libonnx-dev
+  llvm-14-dev llvm-14-tools clang-14 libclang-rt-14-dev
+  libopenblas-dev
+  openmpi-bin libopenmpi-dev
+  libcmocka-dev
+  graphviz
+  libjansson-dev
+  zlib1g-dev libzstd-dev libtinfo-dev libxml2-dev libedit-dev libffi-dev
+  python3-venv
+)
+
+missing=()
+for p in "${DEB_PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+PY_PKGS=(numpy onnx onnxruntime lit)
+VENV=.venv
+PYTHON=${PYTHON:-python3}
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "install-deps: creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import numpy, onnx, onnxruntime, lit" 2>/dev/null; then
+  echo "install-deps: installing Python packages into $VENV: ${PY_PKGS[*]}"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q "${PY_PKGS[@]}"
+fi
+touch "$VENV/.deps-ok"
+echo "install-deps: ok"
