@@ -19,7 +19,7 @@ DEB_PKGS=(
   graphviz
   libjansson-dev
   zlib1g-dev libzstd-dev libtinfo-dev libxml2-dev libedit-dev libffi-dev
-  python3-venv
+  python3-venv strace
 )
 
 missing=()
@@ -33,8 +33,9 @@ if ((${#missing[@]})); then
   echo "install-deps: installing Debian packages: ${missing[*]}"
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    > /tmp/shardc-apt.log 2>&1 || { tail -30 /tmp/shardc-apt.log; exit 1; }
 fi
 
 PY_PKGS=(numpy onnx onnxruntime lit)
