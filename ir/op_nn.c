@@ -1,94 +1,766 @@
-/* op_nn.c — neural-network ops (MatMul, Gemm, Conv, pooling, normalisations, softmax): shape rules, cost and constant evaluation.
+/* op_nn.c — neural-network ops: MatMul, Gemm, Conv, pooling, the
+ * normalisations and (Log)Softmax. Shape rules, cost and constant evaluation.
  *
- * STUB: generated placeholders, to be replaced. */
+ * Shape rules follow the ONNX specification (opsets 13..21) and, where ONNX
+ * shape inference and onnxruntime disagree, onnxruntime: a ceil_mode pooling
+ * window that would start in the end padding is dropped, as onnxruntime and
+ * PyTorch do. Every size read from the model goes through checked
+ * arithmetic; attributes of the wrong kind or length are errors, not
+ * defaults.
+ *
+ * Cost rule (docs/ops.md copies this):
+ *   bytes  = bytes of every present input + bytes of every present output.
+ *   flops:
+ *     MatMul       2 * batch * M * K * N  (a multiply-add counts 2)
+ *     Gemm         2 * M * K * N, plus M * N for adding C when C is present
+ *                  (alpha and beta scaling are not counted)
+ *     Conv         2 * N * M * out_spatial * (C / group) * prod(kernel),
+ *                  plus N * M * out_spatial bias adds when B is present
+ *     MaxPool, AveragePool   prod(kernel_shape) * output elements
+ *     GlobalAveragePool, GlobalMaxPool   input elements
+ *     BatchNormalization     2 per element (scale and shift folded)
+ *     InstanceNormalization, LayerNormalization, GroupNormalization
+ *                  5 per element (mean, variance, normalise, scale, shift)
+ *     Softmax, LogSoftmax   5 per element (max, subtract, exp, sum, divide
+ *                  or log-subtract)
+ *
+ * Constant evaluation: MatMul (any float or integer dtype; floats are
+ * accumulated in double and rounded once on store, integers wrap modulo
+ * 2^64 before the store's conversion), Gemm (double arithmetic), Softmax and
+ * LogSoftmax (double, max-subtracted). An eval returns SC_ERR_LIMIT, without
+ * recording a diagnostic, when an output has more than SC_FOLD_MAX_ELEMENTS
+ * elements or the product needs more than FOLD_MAX_MACS multiply-adds: the
+ * node is then simply left unfolded. Conv, pools and norms are never
+ * folded. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "op_util.h"
 
-/* MatMul */
+/* Largest number of multiply-adds a MatMul/Gemm fold may take (~0.3 s). */
+#define FOLD_MAX_MACS ((int64_t)1 << 28)
+
+/* ---- small helpers ---- */
+
+/* "[8,64]" into buf. */
+static const char *fmt_shape(char *buf, size_t cap, int32_t rank, const int64_t *dims) {
+  size_t k = 0;
+  k += (size_t)snprintf(buf + k, cap - k, "[");
+  for (int32_t i = 0; i < rank && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? "," : "", (long long)dims[i]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+  return buf;
+}
+
+static sc_status attr_int(sc_graph *g, const sc_node *n, const char *name, int64_t dflt,
+                          int64_t *out) {
+  const sc_attr *a = sc_node_attr(n, name);
+  *out = dflt;
+  if (!a) return SC_OK;
+  if (a->kind != SC_ATTR_INT)
+    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be an int", name);
+  *out = a->i;
+  return SC_OK;
+}
+
+static sc_status attr_float(sc_graph *g, const sc_node *n, const char *name, double dflt,
+                            double *out) {
+  const sc_attr *a = sc_node_attr(n, name);
+  *out = dflt;
+  if (!a) return SC_OK;
+  if (a->kind != SC_ATTR_FLOAT)
+    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be a float", name);
+  *out = a->f;
+  return SC_OK;
+}
+
+static sc_status attr_str(sc_graph *g, const sc_node *n, const char *name,
+                          const char *dflt, const char **out) {
+  const sc_attr *a = sc_node_attr(n, name);
+  *out = dflt;
+  if (!a) return SC_OK;
+  if (a->kind != SC_ATTR_STRING)
+    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be a string", name);
+  *out = a->s;
+  return SC_OK;
+}
+
+/* An INTS attribute of exactly `want` entries each >= min, or absent (then
+ * every entry is dflt and *present is false). */
+static sc_status attr_ints_n(sc_graph *g, const sc_node *n, const char *name,
+                             int64_t want, int64_t dflt, int64_t min, int64_t *out,
+                             bool *present) {
+  const sc_attr *a = sc_node_attr(n, name);
+  if (present) *present = a != NULL;
+  if (!a) {
+    for (int64_t i = 0; i < want; i++) out[i] = dflt;
+    return SC_OK;
+  }
+  if (a->kind != SC_ATTR_INTS)
+    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be a list of ints",
+                         name);
+  if (a->n != want)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "attribute '%s' has %lld values (expects %lld)", name,
+                         (long long)a->n, (long long)want);
+  for (int64_t i = 0; i < want; i++) {
+    if (a->ints[i] < min)
+      return sc_node_error(g, n, SC_ERR_INVALID,
+                           "attribute '%s'[%lld] is %lld (must be >= %lld)", name,
+                           (long long)i, (long long)a->ints[i], (long long)min);
+    out[i] = a->ints[i];
+  }
+  return SC_OK;
+}
+
+static bool is_float_or_int(sc_dtype t) { return sc_dtype_is_float(t) || sc_dtype_is_int(t); }
+
+static sc_status need_float(sc_graph *g, const sc_node *n, const sc_value *v) {
+  if (!sc_dtype_is_float(v->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' has dtype %s (expects a float type)",
+                         v->name, sc_dtype_name(v->dtype));
+  return SC_OK;
+}
+
+/* Input v has rank 1 and `want` elements. */
+static sc_status need_vector(sc_graph *g, const sc_node *n, const sc_value *v,
+                             const char *what, int64_t want) {
+  char b[160];
+  if (v->rank != 1 || v->dims[0] != want)
+    return sc_node_error(g, n, SC_ERR_INVALID, "%s '%s' has shape %s (expects [%lld])",
+                         what, v->name, fmt_shape(b, sizeof b, v->rank, v->dims),
+                         (long long)want);
+  return SC_OK;
+}
+
+/* v is unidirectionally broadcastable to (rank, dims). */
+static sc_status need_bcast_to(sc_graph *g, const sc_node *n, const sc_value *v,
+                               const char *what, int32_t rank, const int64_t *dims) {
+  char b1[160], b2[160];
+  bool ok = v->rank <= rank;
+  for (int32_t i = 0; ok && i < v->rank; i++) {
+    int64_t d = v->dims[i], t = dims[rank - v->rank + i];
+    ok = d == 1 || d == t;
+  }
+  if (!ok)
+    return sc_node_error(g, n, SC_ERR_INVALID, "%s '%s' of shape %s does not broadcast to %s",
+                         what, v->name, fmt_shape(b1, sizeof b1, v->rank, v->dims),
+                         fmt_shape(b2, sizeof b2, rank, dims));
+  return SC_OK;
+}
+
+static double numel0(const sc_value *v) {
+  int64_t k = v ? sc_value_numel(v) : -1;
+  return k > 0 ? (double)k : 0.0;
+}
+
+/* Bytes of every present input and output. */
+static double io_bytes(sc_graph *g, const sc_node *n) {
+  double b = 0;
+  for (int32_t i = 0; i < n->n_inputs; i++) {
+    const sc_value *v = sc_node_input(g, n, i);
+    int64_t k = v ? sc_value_bytes(v) : -1;
+    if (k > 0) b += (double)k;
+  }
+  for (int32_t i = 0; i < n->n_outputs; i++) {
+    const sc_value *v = sc_node_output(g, n, i);
+    int64_t k = v ? sc_value_bytes(v) : -1;
+    if (k > 0) b += (double)k;
+  }
+  return b;
+}
+
+/* ---- MatMul ---- */
+
+/* numpy matmul: a 1-D A is [1,K] and a 1-D B is [K,1], the added dim
+ * dropped from the result; the batch dims (all but the last two)
+ * broadcast. */
+typedef struct mm_dims {
+  int64_t m, k, n;
+  int32_t ra, rb;         /* batch ranks of A and B */
+  const int64_t *da, *db; /* their batch dims */
+  int32_t rbatch;         /* batch rank of the result */
+  int64_t batch[SC_MAX_RANK];
+  int32_t rout;
+  int64_t out[SC_MAX_RANK];
+} mm_dims;
+
+static sc_status matmul_dims(sc_graph *g, const sc_node *n, const sc_value *a,
+                             const sc_value *b, mm_dims *s) {
+  char b1[160], b2[160];
+  if (a->rank < 1 || b->rank < 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' is a scalar (needs rank >= 1)",
+                         a->rank < 1 ? a->name : b->name);
+  int64_t ka;
+  if (a->rank == 1) {
+    s->m = 1, ka = a->dims[0], s->ra = 0;
+  } else {
+    s->m = a->dims[a->rank - 2], ka = a->dims[a->rank - 1], s->ra = a->rank - 2;
+  }
+  if (b->rank == 1) {
+    s->k = b->dims[0], s->n = 1, s->rb = 0;
+  } else {
+    s->k = b->dims[b->rank - 2], s->n = b->dims[b->rank - 1], s->rb = b->rank - 2;
+  }
+  if (ka != s->k)
+    return sc_node_error(g, n, SC_ERR_INVALID, "inner dims %lld and %lld differ (%s x %s)",
+                         (long long)ka, (long long)s->k,
+                         fmt_shape(b1, sizeof b1, a->rank, a->dims),
+                         fmt_shape(b2, sizeof b2, b->rank, b->dims));
+  s->da = a->dims, s->db = b->dims;
+  sc_status st = sc_broadcast(g, n, s->ra, s->da, s->rb, s->db, &s->rbatch, s->batch);
+  if (st != SC_OK) return st;
+  s->rout = 0;
+  for (int32_t i = 0; i < s->rbatch; i++) s->out[s->rout++] = s->batch[i];
+  if (a->rank > 1) s->out[s->rout++] = s->m;
+  if (b->rank > 1) s->out[s->rout++] = s->n;
+  return SC_OK;
+}
+
 sc_status sc_op_infer_matmul(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *a = sc_node_input(g, n, 0), *b = sc_node_input(g, n, 1);
+  if (a->dtype != b->dtype)
+    return sc_node_error(g, n, SC_ERR_INVALID, "input dtypes %s and %s differ",
+                         sc_dtype_name(a->dtype), sc_dtype_name(b->dtype));
+  if (!is_float_or_int(a->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID, "dtype %s is not supported (float or integer)",
+                         sc_dtype_name(a->dtype));
+  mm_dims s;
+  st = matmul_dims(g, n, a, b, &s);
+  if (st != SC_OK) return st;
+  return sc_set_output(g, n, 0, a->dtype, s.rout, s.out);
 }
 
-/* MatMul */
 void sc_op_cost_matmul(sc_graph *g, const sc_node *n, sc_cost *c) {
-  (void)g; (void)n; c->flops = 0; c->bytes = 0;
+  const sc_value *a = sc_node_input(g, n, 0);
+  const sc_value *y = sc_node_output(g, n, 0);
+  double k = a && a->rank >= 1 ? (double)a->dims[a->rank - 1] : 0;
+  c->flops = 2.0 * numel0(y) * k; /* numel(Y) = batch * M * N */
+  c->bytes = io_bytes(g, n);
 }
 
-/* MatMul */
 sc_status sc_op_eval_matmul(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  const sc_value *a = sc_node_input(g, n, 0), *b = sc_node_input(g, n, 1);
+  mm_dims s;
+  sc_status st = matmul_dims(g, n, a, b, &s);
+  if (st != SC_OK) return st;
+  int64_t total = sc_value_numel(sc_node_output(g, n, 0)), macs;
+  if (total < 0 || total > SC_FOLD_MAX_ELEMENTS || !sc_mul_i64(total, s.k, &macs) ||
+      macs > FOLD_MAX_MACS)
+    return SC_ERR_LIMIT;
+  sc_dtype t = a->dtype;
+  void *y = sc_eval_output(g, n, 0);
+  if (!y) return SC_ERR_NOMEM;
+  if (total == 0) return SC_OK;
+  SC_ASSERT(a->data && b->data);
+  int64_t idx[SC_MAX_RANK] = {0};
+  int64_t mk = s.m * s.k, kn = s.k * s.n, mn = s.m * s.n, yoff = 0;
+  bool fl = sc_dtype_is_float(t);
+  do {
+    int64_t ao = sc_bcast_offset(s.rbatch, idx, s.ra, s.da) * mk;
+    int64_t bo = sc_bcast_offset(s.rbatch, idx, s.rb, s.db) * kn;
+    for (int64_t i = 0; i < s.m; i++)
+      for (int64_t j = 0; j < s.n; j++) {
+        if (fl) {
+          double acc = 0;
+          for (int64_t p = 0; p < s.k; p++)
+            acc += sc_load_f64(t, a->data, ao + i * s.k + p) *
+                   sc_load_f64(t, b->data, bo + p * s.n + j);
+          sc_store_f64(t, y, yoff + i * s.n + j, acc);
+        } else {
+          uint64_t acc = 0; /* wraps, as fixed-width integer hardware does */
+          for (int64_t p = 0; p < s.k; p++)
+            acc += (uint64_t)sc_load_i64(t, a->data, ao + i * s.k + p) *
+                   (uint64_t)sc_load_i64(t, b->data, bo + p * s.n + j);
+          sc_store_i64(t, y, yoff + i * s.n + j, (int64_t)acc);
+        }
+      }
+    yoff += mn;
+  } while (sc_next_index(s.rbatch, s.batch, idx));
+  return SC_OK;
 }
 
-/* Gemm */
+/* ---- Gemm: Y = alpha * A' B' + beta * C ---- */
+
+typedef struct gemm_attrs {
+  int64_t trans_a, trans_b;
+  double alpha, beta;
+  int64_t m, k, n;
+} gemm_attrs;
+
+static sc_status gemm_parse(sc_graph *g, const sc_node *n, gemm_attrs *ga) {
+  sc_status st;
+  if ((st = attr_int(g, n, "transA", 0, &ga->trans_a)) != SC_OK ||
+      (st = attr_int(g, n, "transB", 0, &ga->trans_b)) != SC_OK ||
+      (st = attr_float(g, n, "alpha", 1.0, &ga->alpha)) != SC_OK ||
+      (st = attr_float(g, n, "beta", 1.0, &ga->beta)) != SC_OK)
+    return st;
+  if ((ga->trans_a != 0 && ga->trans_a != 1) || (ga->trans_b != 0 && ga->trans_b != 1))
+    return sc_node_error(g, n, SC_ERR_INVALID, "transA %lld / transB %lld must be 0 or 1",
+                         (long long)ga->trans_a, (long long)ga->trans_b);
+  const sc_value *a = sc_node_input(g, n, 0), *b = sc_node_input(g, n, 1);
+  if (a->rank != 2 || b->rank != 2)
+    return sc_node_error(g, n, SC_ERR_INVALID, "A and B must have rank 2 (got %d and %d)",
+                         a->rank, b->rank);
+  ga->m = a->dims[ga->trans_a ? 1 : 0];
+  ga->k = a->dims[ga->trans_a ? 0 : 1];
+  int64_t kb = b->dims[ga->trans_b ? 1 : 0];
+  ga->n = b->dims[ga->trans_b ? 0 : 1];
+  if (ga->k != kb)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "inner dims %lld and %lld differ (transA=%lld, transB=%lld)",
+                         (long long)ga->k, (long long)kb, (long long)ga->trans_a,
+                         (long long)ga->trans_b);
+  return SC_OK;
+}
+
 sc_status sc_op_infer_gemm(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *a = sc_node_input(g, n, 0), *b = sc_node_input(g, n, 1);
+  const sc_value *cv = sc_node_input(g, n, 2);
+  if (a->dtype != b->dtype || (cv && cv->dtype != a->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID, "input dtypes %s, %s%s%s differ",
+                         sc_dtype_name(a->dtype), sc_dtype_name(b->dtype), cv ? ", " : "",
+                         cv ? sc_dtype_name(cv->dtype) : "");
+  if (!is_float_or_int(a->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID, "dtype %s is not supported (float or integer)",
+                         sc_dtype_name(a->dtype));
+  gemm_attrs ga;
+  if ((st = gemm_parse(g, n, &ga)) != SC_OK) return st;
+  int64_t out[2] = {ga.m, ga.n};
+  if (cv && (st = need_bcast_to(g, n, cv, "C", 2, out)) != SC_OK) return st;
+  return sc_set_output(g, n, 0, a->dtype, 2, out);
 }
 
-/* Gemm */
 void sc_op_cost_gemm(sc_graph *g, const sc_node *n, sc_cost *c) {
-  (void)g; (void)n; c->flops = 0; c->bytes = 0;
+  const sc_value *a = sc_node_input(g, n, 0);
+  const sc_value *y = sc_node_output(g, n, 0);
+  const sc_attr *ta = sc_node_attr(n, "transA");
+  bool trans_a = ta && ta->kind == SC_ATTR_INT && ta->i;
+  double k = a && a->rank == 2 ? (double)a->dims[trans_a ? 0 : 1] : 0;
+  double mn = numel0(y);
+  c->flops = 2.0 * mn * k + (sc_node_input(g, n, 2) ? mn : 0.0);
+  c->bytes = io_bytes(g, n);
 }
 
-/* Gemm */
 sc_status sc_op_eval_gemm(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  gemm_attrs ga;
+  sc_status st = gemm_parse(g, n, &ga);
+  if (st != SC_OK) return st;
+  const sc_value *a = sc_node_input(g, n, 0), *b = sc_node_input(g, n, 1);
+  const sc_value *cv = sc_node_input(g, n, 2);
+  int64_t total, macs;
+  if (!sc_mul_i64(ga.m, ga.n, &total) || total > SC_FOLD_MAX_ELEMENTS ||
+      !sc_mul_i64(total, ga.k, &macs) || macs > FOLD_MAX_MACS)
+    return SC_ERR_LIMIT;
+  sc_dtype t = a->dtype;
+  void *y = sc_eval_output(g, n, 0);
+  if (!y) return SC_ERR_NOMEM;
+  if (total == 0) return SC_OK;
+  SC_ASSERT((a->data || ga.k == 0) && (b->data || ga.k == 0) && (!cv || cv->data));
+  for (int64_t i = 0; i < ga.m; i++)
+    for (int64_t j = 0; j < ga.n; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < ga.k; p++) {
+        int64_t ai = ga.trans_a ? p * ga.m + i : i * ga.k + p;
+        int64_t bi = ga.trans_b ? j * ga.k + p : p * ga.n + j;
+        acc += sc_load_f64(t, a->data, ai) * sc_load_f64(t, b->data, bi);
+      }
+      double v = ga.alpha * acc;
+      if (cv) {
+        int64_t idx[2] = {i, j};
+        v += ga.beta * sc_load_f64(t, cv->data, sc_bcast_offset(2, idx, cv->rank, cv->dims));
+      }
+      sc_store_f64(t, y, i * ga.n + j, v);
+    }
+  return SC_OK;
 }
 
-/* Conv */
+/* ---- sliding windows: Conv and the pools ---- */
+
+enum { PAD_NOTSET, PAD_SAME_UPPER, PAD_SAME_LOWER, PAD_VALID };
+
+typedef struct window {
+  int32_t nsp;                     /* spatial dims */
+  int64_t kernel[SC_MAX_RANK];
+  int64_t strides[SC_MAX_RANK];
+  int64_t dilations[SC_MAX_RANK];
+  int64_t pads[2 * SC_MAX_RANK];   /* begins, then ends (ONNX order) */
+  int auto_pad;
+  bool ceil_mode;
+} window;
+
+/* Reads kernel_shape (required when w_kernel is NULL; else checked against
+ * it), strides, dilations, pads and auto_pad. */
+static sc_status window_parse(sc_graph *g, const sc_node *n, int32_t nsp,
+                              const int64_t *w_kernel, window *w) {
+  sc_status st;
+  bool have_k, have_pads;
+  w->nsp = nsp;
+  if ((st = attr_ints_n(g, n, "kernel_shape", nsp, 1, 1, w->kernel, &have_k)) != SC_OK)
+    return st;
+  if (!w_kernel && !have_k)
+    return sc_node_error(g, n, SC_ERR_INVALID, "attribute 'kernel_shape' is required");
+  if (w_kernel)
+    for (int32_t i = 0; i < nsp; i++) {
+      if (have_k && w->kernel[i] != w_kernel[i])
+        return sc_node_error(g, n, SC_ERR_INVALID,
+                             "kernel_shape[%d] is %lld but W has %lld", i,
+                             (long long)w->kernel[i], (long long)w_kernel[i]);
+      w->kernel[i] = w_kernel[i];
+    }
+  if ((st = attr_ints_n(g, n, "strides", nsp, 1, 1, w->strides, NULL)) != SC_OK ||
+      (st = attr_ints_n(g, n, "dilations", nsp, 1, 1, w->dilations, NULL)) != SC_OK ||
+      (st = attr_ints_n(g, n, "pads", 2 * nsp, 0, 0, w->pads, &have_pads)) != SC_OK)
+    return st;
+  const char *ap;
+  if ((st = attr_str(g, n, "auto_pad", "NOTSET", &ap)) != SC_OK) return st;
+  if (!strcmp(ap, "NOTSET") || !ap[0])
+    w->auto_pad = PAD_NOTSET;
+  else if (!strcmp(ap, "SAME_UPPER"))
+    w->auto_pad = PAD_SAME_UPPER;
+  else if (!strcmp(ap, "SAME_LOWER"))
+    w->auto_pad = PAD_SAME_LOWER;
+  else if (!strcmp(ap, "VALID"))
+    w->auto_pad = PAD_VALID;
+  else
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "auto_pad '%s' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID", ap);
+  if (w->auto_pad != PAD_NOTSET && have_pads)
+    for (int32_t i = 0; i < 2 * nsp; i++)
+      if (w->pads[i] != 0)
+        return sc_node_error(g, n, SC_ERR_INVALID,
+                             "explicit pads cannot be combined with auto_pad %s", ap);
+  w->ceil_mode = false;
+  return SC_OK;
+}
+
+/* Output spatial dims of a window over input spatial dims in. */
+static sc_status window_out(sc_graph *g, const sc_node *n, const window *w,
+                            const int64_t *in, int64_t *out) {
+  for (int32_t i = 0; i < w->nsp; i++) {
+    int64_t s = w->strides[i], eff, padded, pb, pe;
+    if (!sc_mul_i64(w->dilations[i], w->kernel[i] - 1, &eff) || !sc_add_i64(eff, 1, &eff))
+      return sc_node_error(g, n, SC_ERR_LIMIT, "dilated kernel size overflows in spatial dim %d", i);
+    if (w->auto_pad == PAD_SAME_UPPER || w->auto_pad == PAD_SAME_LOWER) {
+      out[i] = in[i] / s + (in[i] % s != 0); /* ceil(in / stride) */
+      continue;
+    }
+    pb = w->auto_pad == PAD_VALID ? 0 : w->pads[i];
+    pe = w->auto_pad == PAD_VALID ? 0 : w->pads[w->nsp + i];
+    if (!sc_add_i64(in[i], pb, &padded) || !sc_add_i64(padded, pe, &padded))
+      return sc_node_error(g, n, SC_ERR_LIMIT, "padded size overflows in spatial dim %d", i);
+    if (padded < eff)
+      return sc_node_error(g, n, SC_ERR_INVALID,
+                           "spatial dim %d: padded input %lld is smaller than the "
+                           "(dilated) kernel %lld", i, (long long)padded, (long long)eff);
+    int64_t span = padded - eff;
+    int64_t o = (w->ceil_mode ? span / s + (span % s != 0) : span / s) + 1;
+    /* a ceil_mode window must start inside the input or the begin padding */
+    int64_t start;
+    if (w->ceil_mode && (!sc_mul_i64(o - 1, s, &start) || start >= in[i] + pb)) o--;
+    out[i] = o;
+  }
+  return SC_OK;
+}
+
 sc_status sc_op_infer_conv(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0), *wt = sc_node_input(g, n, 1);
+  const sc_value *bias = sc_node_input(g, n, 2);
+  char b1[160], b2[160];
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  if (wt->dtype != x->dtype || (bias && bias->dtype != x->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID, "X, W%s dtypes differ (%s, %s%s%s)",
+                         bias ? ", B" : "", sc_dtype_name(x->dtype), sc_dtype_name(wt->dtype),
+                         bias ? ", " : "", bias ? sc_dtype_name(bias->dtype) : "");
+  if (x->rank < 3 || x->rank > 5)
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                         "X has rank %d (1-D, 2-D and 3-D convolutions: rank 3..5)", x->rank);
+  if (wt->rank != x->rank)
+    return sc_node_error(g, n, SC_ERR_INVALID, "W %s and X %s differ in rank",
+                         fmt_shape(b1, sizeof b1, wt->rank, wt->dims),
+                         fmt_shape(b2, sizeof b2, x->rank, x->dims));
+  int64_t group;
+  if ((st = attr_int(g, n, "group", 1, &group)) != SC_OK) return st;
+  int64_t c = x->dims[1], m = wt->dims[0];
+  if (group < 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "group %lld must be >= 1", (long long)group);
+  if (c % group != 0 || m % group != 0)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "group %lld does not divide input channels %lld and output "
+                         "channels %lld", (long long)group, (long long)c, (long long)m);
+  if (wt->dims[1] != c / group)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "W %s has %lld input channels per group; X has %lld channels "
+                         "in %lld groups (expects %lld)",
+                         fmt_shape(b1, sizeof b1, wt->rank, wt->dims),
+                         (long long)wt->dims[1], (long long)c, (long long)group,
+                         (long long)(c / group));
+  if (bias && (st = need_vector(g, n, bias, "bias", m)) != SC_OK) return st;
+  window w;
+  if ((st = window_parse(g, n, x->rank - 2, wt->dims + 2, &w)) != SC_OK) return st;
+  int64_t out[SC_MAX_RANK];
+  out[0] = x->dims[0];
+  out[1] = m;
+  if ((st = window_out(g, n, &w, x->dims + 2, out + 2)) != SC_OK) return st;
+  return sc_set_output(g, n, 0, x->dtype, x->rank, out);
 }
 
-/* Conv */
 void sc_op_cost_conv(sc_graph *g, const sc_node *n, sc_cost *c) {
-  (void)g; (void)n; c->flops = 0; c->bytes = 0;
+  const sc_value *x = sc_node_input(g, n, 0), *wt = sc_node_input(g, n, 1);
+  const sc_value *y = sc_node_output(g, n, 0);
+  /* W is (M, C/group, k...): one output element takes prod(W dims 1..) MACs */
+  double per = 0;
+  if (x && wt && wt->rank >= 3) {
+    per = 1;
+    for (int32_t i = 1; i < wt->rank; i++) per *= (double)wt->dims[i];
+  }
+  double ny = numel0(y);
+  c->flops = 2.0 * ny * per + (sc_node_input(g, n, 2) ? ny : 0.0);
+  c->bytes = io_bytes(g, n);
 }
 
-/* MaxPool, AveragePool */
 sc_status sc_op_infer_pool(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  if (x->rank < 3)
+    return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C and >= 1 spatial dim)",
+                         x->rank);
+  window w;
+  if ((st = window_parse(g, n, x->rank - 2, NULL, &w)) != SC_OK) return st;
+  int64_t ceil_mode, extra;
+  if ((st = attr_int(g, n, "ceil_mode", 0, &ceil_mode)) != SC_OK) return st;
+  if (ceil_mode != 0 && ceil_mode != 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "ceil_mode %lld must be 0 or 1",
+                         (long long)ceil_mode);
+  w.ceil_mode = ceil_mode == 1;
+  const char *flag = n->op == SC_OP_MAX_POOL ? "storage_order" : "count_include_pad";
+  if ((st = attr_int(g, n, flag, 0, &extra)) != SC_OK) return st;
+  if (extra != 0 && extra != 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "%s %lld must be 0 or 1", flag,
+                         (long long)extra);
+  int64_t out[SC_MAX_RANK];
+  out[0] = x->dims[0];
+  out[1] = x->dims[1];
+  if ((st = window_out(g, n, &w, x->dims + 2, out + 2)) != SC_OK) return st;
+  if ((st = sc_set_output(g, n, 0, x->dtype, x->rank, out)) != SC_OK) return st;
+  /* MaxPool's optional Indices: flat positions into X, int64 */
+  return sc_set_output(g, n, 1, SC_DTYPE_I64, x->rank, out);
 }
 
-/* MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool */
 void sc_op_cost_pool(sc_graph *g, const sc_node *n, sc_cost *c) {
-  (void)g; (void)n; c->flops = 0; c->bytes = 0;
+  if (n->op == SC_OP_GLOBAL_AVERAGE_POOL || n->op == SC_OP_GLOBAL_MAX_POOL) {
+    c->flops = numel0(sc_node_input(g, n, 0));
+  } else {
+    const sc_attr *k = sc_node_attr(n, "kernel_shape");
+    double ks = 1;
+    if (k && k->kind == SC_ATTR_INTS)
+      for (int64_t i = 0; i < k->n; i++) ks *= (double)k->ints[i];
+    c->flops = ks * numel0(sc_node_output(g, n, 0));
+  }
+  c->bytes = io_bytes(g, n);
 }
 
-/* GlobalAveragePool, GlobalMaxPool */
 sc_status sc_op_infer_global_pool(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  if (x->rank < 3)
+    return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C and >= 1 spatial dim)",
+                         x->rank);
+  int64_t out[SC_MAX_RANK];
+  for (int32_t i = 0; i < x->rank; i++) out[i] = i < 2 ? x->dims[i] : 1;
+  return sc_set_output(g, n, 0, x->dtype, x->rank, out);
 }
 
-/* BatchNormalization */
+/* ---- normalisations ---- */
+
 sc_status sc_op_infer_batchnorm(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  if (x->rank < 2)
+    return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C, ...)", x->rank);
+  double eps, momentum;
+  int64_t training;
+  if ((st = attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = attr_float(g, n, "momentum", 0.9, &momentum)) != SC_OK ||
+      (st = attr_int(g, n, "training_mode", 0, &training)) != SC_OK)
+    return st;
+  if (training != 0 && training != 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "training_mode %lld must be 0 or 1",
+                         (long long)training);
+  static const char *const names[] = {"X", "scale", "B", "input_mean", "input_var"};
+  int64_t ch = x->dims[1];
+  for (int32_t i = 1; i < 5; i++) {
+    const sc_value *p = sc_node_input(g, n, i);
+    if ((st = need_float(g, n, p)) != SC_OK ||
+        (st = need_vector(g, n, p, names[i], ch)) != SC_OK)
+      return st;
+  }
+  if ((st = sc_same_as_input(g, n, 0, 0)) != SC_OK) return st;
+  /* running_mean / running_var (training mode): shape (C) */
+  const sc_value *mean = sc_node_input(g, n, 3);
+  if ((st = sc_set_output(g, n, 1, mean->dtype, 1, &ch)) != SC_OK) return st;
+  return sc_set_output(g, n, 2, mean->dtype, 1, &ch);
 }
 
-/* BatchNormalization, InstanceNormalization, LayerNormalization, GroupNormalization, Softmax, LogSoftmax */
 void sc_op_cost_norm(sc_graph *g, const sc_node *n, sc_cost *c) {
-  (void)g; (void)n; c->flops = 0; c->bytes = 0;
+  double per = n->op == SC_OP_BATCH_NORM ? 2.0 : 5.0;
+  c->flops = per * numel0(sc_node_input(g, n, 0));
+  c->bytes = io_bytes(g, n);
 }
 
-/* InstanceNormalization */
 sc_status sc_op_infer_instancenorm(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  if (x->rank < 3)
+    return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C and >= 1 spatial dim)",
+                         x->rank);
+  double eps;
+  if ((st = attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK) return st;
+  const sc_value *scale = sc_node_input(g, n, 1), *bias = sc_node_input(g, n, 2);
+  if ((st = need_float(g, n, scale)) != SC_OK || (st = need_float(g, n, bias)) != SC_OK ||
+      (st = need_vector(g, n, scale, "scale", x->dims[1])) != SC_OK ||
+      (st = need_vector(g, n, bias, "B", x->dims[1])) != SC_OK)
+    return st;
+  return sc_same_as_input(g, n, 0, 0);
 }
 
-/* LayerNormalization */
 sc_status sc_op_infer_layernorm(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  int64_t axis_attr, stash;
+  double eps;
+  if ((st = attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
+      (st = attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
+    return st;
+  int32_t axis;
+  if ((st = sc_norm_axis(g, n, axis_attr, x->rank, &axis)) != SC_OK) return st;
+  sc_dtype stash_t = stash >= INT32_MIN && stash <= INT32_MAX
+                         ? sc_dtype_from_onnx((int32_t)stash) : SC_DTYPE_COUNT;
+  if (stash_t == SC_DTYPE_COUNT || !sc_dtype_is_float(stash_t))
+    return sc_node_error(g, n, SC_ERR_INVALID, "stash_type %lld is not a float type",
+                         (long long)stash);
+  const sc_value *scale = sc_node_input(g, n, 1), *bias = sc_node_input(g, n, 2);
+  if ((st = need_float(g, n, scale)) != SC_OK ||
+      (st = need_bcast_to(g, n, scale, "Scale", x->rank, x->dims)) != SC_OK)
+    return st;
+  if (bias && ((st = need_float(g, n, bias)) != SC_OK ||
+               (st = need_bcast_to(g, n, bias, "B", x->rank, x->dims)) != SC_OK))
+    return st;
+  if ((st = sc_same_as_input(g, n, 0, 0)) != SC_OK) return st;
+  /* Mean, InvStdDev: X's shape with the normalised dims set to 1 */
+  int64_t red[SC_MAX_RANK];
+  for (int32_t i = 0; i < x->rank; i++) red[i] = i < axis ? x->dims[i] : 1;
+  if ((st = sc_set_output(g, n, 1, stash_t, x->rank, red)) != SC_OK) return st;
+  return sc_set_output(g, n, 2, stash_t, x->rank, red);
 }
 
-/* GroupNormalization */
 sc_status sc_op_infer_groupnorm(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  if (x->rank < 2)
+    return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C, ...)", x->rank);
+  if (!sc_node_attr(n, "num_groups"))
+    return sc_node_error(g, n, SC_ERR_INVALID, "attribute 'num_groups' is required");
+  int64_t groups, stash;
+  double eps;
+  if ((st = attr_int(g, n, "num_groups", 0, &groups)) != SC_OK ||
+      (st = attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
+    return st;
+  int64_t ch = x->dims[1];
+  if (groups < 1 || ch % groups != 0)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "num_groups %lld does not divide the %lld channels",
+                         (long long)groups, (long long)ch);
+  /* opset 21: scale and bias per channel (C); opset 18: per group */
+  static const char *const names[] = {"X", "scale", "bias"};
+  for (int32_t i = 1; i < 3; i++) {
+    const sc_value *p = sc_node_input(g, n, i);
+    char b[160];
+    if ((st = need_float(g, n, p)) != SC_OK) return st;
+    if (p->rank != 1 || (p->dims[0] != ch && p->dims[0] != groups))
+      return sc_node_error(g, n, SC_ERR_INVALID,
+                           "%s '%s' has shape %s (expects [%lld] channels or [%lld] groups)",
+                           names[i], p->name, fmt_shape(b, sizeof b, p->rank, p->dims),
+                           (long long)ch, (long long)groups);
+  }
+  return sc_same_as_input(g, n, 0, 0);
 }
 
-/* Softmax, LogSoftmax */
+/* ---- Softmax, LogSoftmax ---- */
+
+static sc_status softmax_axis(sc_graph *g, const sc_node *n, int32_t *axis) {
+  const sc_value *x = sc_node_input(g, n, 0);
+  int64_t a;
+  sc_status st = attr_int(g, n, "axis", -1, &a);
+  if (st != SC_OK) return st;
+  if (x->rank < 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' is a scalar (needs rank >= 1)",
+                         x->name);
+  return sc_norm_axis(g, n, a, x->rank, axis);
+}
+
 sc_status sc_op_infer_softmax(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  int32_t axis;
+  if ((st = need_float(g, n, sc_node_input(g, n, 0))) != SC_OK ||
+      (st = softmax_axis(g, n, &axis)) != SC_OK)
+    return st;
+  return sc_same_as_input(g, n, 0, 0);
 }
 
-/* Softmax, LogSoftmax */
 sc_status sc_op_eval_softmax(sc_graph *g, sc_node *n) {
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "not implemented yet");
+  const sc_value *x = sc_node_input(g, n, 0);
+  int32_t axis;
+  sc_status st = softmax_axis(g, n, &axis);
+  if (st != SC_OK) return st;
+  int64_t total = sc_value_numel(x);
+  if (total < 0 || total > SC_FOLD_MAX_ELEMENTS) return SC_ERR_LIMIT;
+  void *y = sc_eval_output(g, n, 0);
+  if (!y) return SC_ERR_NOMEM;
+  if (total == 0) return SC_OK;
+  SC_ASSERT(x->data);
+  int64_t len = x->dims[axis], inner = 1;
+  for (int32_t i = axis + 1; i < x->rank; i++) inner *= x->dims[i];
+  int64_t outer = total / (len * inner);
+  bool log_out = n->op == SC_OP_LOG_SOFTMAX;
+  sc_dtype t = x->dtype;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t in = 0; in < inner; in++) {
+      int64_t base = o * len * inner + in;
+      double mx = -INFINITY, sum = 0;
+      for (int64_t k = 0; k < len; k++) {
+        double v = sc_load_f64(t, x->data, base + k * inner);
+        if (v > mx || isnan(v)) mx = v;
+      }
+      for (int64_t k = 0; k < len; k++)
+        sum += exp(sc_load_f64(t, x->data, base + k * inner) - mx);
+      double lsum = log(sum);
+      for (int64_t k = 0; k < len; k++) {
+        double d = sc_load_f64(t, x->data, base + k * inner) - mx;
+        sc_store_f64(t, y, base + k * inner, log_out ? d - lsum : exp(d) / sum);
+      }
+    }
+  return SC_OK;
 }
