@@ -1,0 +1,629 @@
+/* op_move.c — data movement by index: Gather, GatherElements, GatherND,
+ * ScatterND, ScatterElements, and Trilu, Pad, OneHot (ONNX opsets 13–21).
+ * Their cost function, cost_move, is in op_shape.c with the rest of the "S"
+ * family.
+ *
+ * Every index read from data is bounds-checked in eval: a negative index
+ * counts from the end (as ONNX says), and one outside [-dim, dim) is an
+ * SC_ERR_INVALID diagnostic, never an out-of-bounds read or write. (OneHot is
+ * the exception ONNX defines: an index out of range gives an all-off row.)
+ * Scatter reductions (add, mul, max, min) compute in double for float types
+ * (exact for one operation on f32/f16/bf16) and in 64-bit integers for
+ * integer types, wrapping like the hardware would. */
+#include <string.h>
+
+#include "op_move.h"
+
+/* Element i of an index tensor, normalised against dim; false when out of
+ * range. */
+static bool load_index(sc_dtype t, const void *p, int64_t i, int64_t dim,
+                       int64_t *out) {
+  int64_t v;
+  *out = 0;
+  if (t == SC_DTYPE_U64) {
+    uint64_t u = ((const uint64_t *)p)[i];
+    if (u > (uint64_t)INT64_MAX) return false;
+    v = (int64_t)u;
+  } else {
+    v = sc_load_i64(t, p, i);
+  }
+  if (v < 0) v += dim;
+  *out = v;
+  return v >= 0 && v < dim;
+}
+
+static sc_status bad_index(sc_graph *g, const sc_node *n, sc_dtype t, const void *p,
+                           int64_t i, int64_t dim) {
+  if (t == SC_DTYPE_U64)
+    return sc_node_error(g, n, SC_ERR_INVALID, "index %llu out of range [%lld, %lld)",
+                         (unsigned long long)((const uint64_t *)p)[i],
+                         -(long long)dim, (long long)dim);
+  return sc_node_error(g, n, SC_ERR_INVALID, "index %lld out of range [%lld, %lld)",
+                       (long long)sc_load_i64(t, p, i), -(long long)dim, (long long)dim);
+}
+
+static sc_status need_int(sc_graph *g, const sc_node *n, int32_t i) {
+  const sc_value *v = sc_node_input(g, n, i);
+  if (!sc_dtype_is_int(v->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID, "indices '%s' must be integers, not %s",
+                         v->name, sc_dtype_name(v->dtype));
+  return SC_OK;
+}
+
+static sc_status need_same_dtype(sc_graph *g, const sc_node *n, int32_t a, int32_t b) {
+  const sc_value *x = sc_node_input(g, n, a), *y = sc_node_input(g, n, b);
+  if (x->dtype != y->dtype)
+    return sc_node_error(g, n, SC_ERR_INVALID, "'%s' is %s but '%s' is %s", x->name,
+                         sc_dtype_name(x->dtype), y->name, sc_dtype_name(y->dtype));
+  return SC_OK;
+}
+
+/* ---- Gather ---- */
+
+sc_status sc_op_infer_gather(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK || (st = need_int(g, n, 1)) != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
+  int64_t ax = sc_attr_int(g, n, "axis", 0);
+  if (g->diag.status != SC_OK) return g->diag.status;
+  int32_t axis;
+  if ((st = sc_norm_axis(g, n, ax, x->rank, &axis)) != SC_OK) return st;
+  int32_t r = x->rank - 1 + ind->rank;
+  if (r > SC_MAX_RANK)
+    return sc_node_error(g, n, SC_ERR_LIMIT, "output rank %d (at most %d supported)", r,
+                         SC_MAX_RANK);
+  int64_t d[SC_MAX_RANK];
+  int32_t k = 0;
+  for (int32_t i = 0; i < axis; i++) d[k++] = x->dims[i];
+  for (int32_t i = 0; i < ind->rank; i++) d[k++] = ind->dims[i];
+  for (int32_t i = axis + 1; i < x->rank; i++) d[k++] = x->dims[i];
+  return sc_set_output(g, n, 0, x->dtype, r, d);
+}
+
+sc_status sc_op_eval_gather(sc_graph *g, sc_node *n) {
+  sc_status st = sc_move_check_fold(g, n);
+  const uint8_t *in, *ip;
+  uint8_t *out;
+  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 1, &ip)) != SC_OK)
+    return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
+  int32_t axis;
+  if ((st = sc_norm_axis(g, n, sc_attr_int(g, n, "axis", 0), x->rank, &axis)) != SC_OK)
+    return st;
+  int64_t outer = sc_move_prod(x->dims, 0, axis), dim = x->dims[axis];
+  int64_t inner = sc_move_prod(x->dims, axis + 1, x->rank) * sc_dtype_size(x->dtype);
+  int64_t m = sc_value_numel(ind);
+  for (int64_t j = 0; j < m; j++) { /* check all before writing */
+    int64_t v;
+    if (!load_index(ind->dtype, ip, j, dim, &v))
+      return bad_index(g, n, ind->dtype, ip, j, dim);
+  }
+  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < m; j++) {
+      int64_t v = 0;
+      load_index(ind->dtype, ip, j, dim, &v);
+      sc_move_copy(out, in + (o * dim + v) * inner, inner);
+      out += inner;
+    }
+  return SC_OK;
+}
+
+/* ---- GatherElements, ScatterElements ---- */
+
+/* Shared checks: indices (input 1) have data's rank, and each non-axis dim
+ * no larger than data's. */
+static sc_status elements_check(sc_graph *g, const sc_node *n, int32_t *axis) {
+  sc_status st = need_int(g, n, 1);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
+  int64_t ax = sc_attr_int(g, n, "axis", 0);
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if ((st = sc_norm_axis(g, n, ax, x->rank, axis)) != SC_OK) return st;
+  if (ind->rank != x->rank)
+    return sc_node_error(g, n, SC_ERR_INVALID, "indices have rank %d, data %d",
+                         ind->rank, x->rank);
+  for (int32_t i = 0; i < x->rank; i++)
+    if (i != *axis && ind->dims[i] > x->dims[i])
+      return sc_node_error(g, n, SC_ERR_INVALID,
+                           "indices dim %d is %lld, larger than data's %lld", i,
+                           (long long)ind->dims[i], (long long)x->dims[i]);
+  return SC_OK;
+}
+
+sc_status sc_op_infer_gather_elements(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  int32_t axis;
+  if (st != SC_OK || (st = elements_check(g, n, &axis)) != SC_OK) return st;
+  const sc_value *ind = sc_node_input(g, n, 1);
+  return sc_set_output(g, n, 0, sc_node_input(g, n, 0)->dtype, ind->rank, ind->dims);
+}
+
+sc_status sc_op_eval_gather_elements(sc_graph *g, sc_node *n) {
+  sc_status st = sc_move_check_fold(g, n);
+  const uint8_t *in, *ip;
+  uint8_t *out;
+  int32_t axis;
+  if (st != SC_OK || (st = elements_check(g, n, &axis)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 0, &in)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 1, &ip)) != SC_OK)
+    return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
+  int64_t m = sc_value_numel(ind), xs[SC_MAX_RANK], idx[SC_MAX_RANK] = {0};
+  for (int64_t j = 0; j < m; j++) {
+    int64_t v;
+    if (!load_index(ind->dtype, ip, j, x->dims[axis], &v))
+      return bad_index(g, n, ind->dtype, ip, j, x->dims[axis]);
+  }
+  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
+  size_t es = sc_dtype_size(x->dtype);
+  sc_strides(x->rank, x->dims, xs);
+  for (int64_t j = 0; j < m; j++) {
+    int64_t v = 0, off = 0;
+    load_index(ind->dtype, ip, j, x->dims[axis], &v);
+    for (int32_t i = 0; i < x->rank; i++) off += (i == axis ? v : idx[i]) * xs[i];
+    memcpy(out + (size_t)j * es, in + (size_t)off * es, es);
+    sc_next_index(ind->rank, ind->dims, idx);
+  }
+  return SC_OK;
+}
+
+typedef enum { RED_NONE, RED_ADD, RED_MUL, RED_MAX, RED_MIN } red_kind;
+
+static sc_status reduction_attr(sc_graph *g, const sc_node *n, red_kind *r) {
+  const char *s = sc_attr_string(g, n, "reduction", "none");
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if (strcmp(s, "none") == 0) *r = RED_NONE;
+  else if (strcmp(s, "add") == 0) *r = RED_ADD;
+  else if (strcmp(s, "mul") == 0) *r = RED_MUL;
+  else if (strcmp(s, "max") == 0) *r = RED_MAX;
+  else if (strcmp(s, "min") == 0) *r = RED_MIN;
+  else return sc_node_error(g, n, SC_ERR_INVALID, "unknown reduction '%s'", s);
+  return SC_OK;
+}
+
+/* dst[di] = dst[di] (r) src[si]. */
+static void combine(sc_dtype t, uint8_t *dst, int64_t di, const uint8_t *src,
+                    int64_t si, red_kind r) {
+  size_t es = sc_dtype_size(t);
+  if (r == RED_NONE) {
+    memcpy(dst + (size_t)di * es, src + (size_t)si * es, es);
+  } else if (sc_dtype_is_float(t)) {
+    double a = sc_load_f64(t, dst, di), b = sc_load_f64(t, src, si);
+    double v = r == RED_ADD ? a + b : r == RED_MUL ? a * b : r == RED_MAX ? (a > b ? a : b)
+                                                                         : (a < b ? a : b);
+    sc_store_f64(t, dst, di, v);
+  } else if (t == SC_DTYPE_U64) {
+    uint64_t a = ((uint64_t *)dst)[di], b = ((const uint64_t *)src)[si];
+    ((uint64_t *)dst)[di] = r == RED_ADD   ? a + b
+                            : r == RED_MUL ? a * b
+                            : r == RED_MAX ? (a > b ? a : b)
+                                           : (a < b ? a : b);
+  } else {
+    int64_t a = sc_load_i64(t, dst, di), b = sc_load_i64(t, src, si);
+    int64_t v = r == RED_ADD   ? (int64_t)((uint64_t)a + (uint64_t)b)
+                : r == RED_MUL ? (int64_t)((uint64_t)a * (uint64_t)b)
+                : r == RED_MAX ? (a > b ? a : b)
+                               : (a < b ? a : b);
+    sc_store_i64(t, dst, di, v);
+  }
+}
+
+sc_status sc_op_infer_scatter_elements(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  int32_t axis;
+  red_kind r;
+  if (st != SC_OK || (st = elements_check(g, n, &axis)) != SC_OK ||
+      (st = need_same_dtype(g, n, 0, 2)) != SC_OK || (st = reduction_attr(g, n, &r)) != SC_OK)
+    return st;
+  const sc_value *ind = sc_node_input(g, n, 1), *upd = sc_node_input(g, n, 2);
+  bool same = ind->rank == upd->rank;
+  for (int32_t i = 0; same && i < ind->rank; i++) same = ind->dims[i] == upd->dims[i];
+  if (!same)
+    return sc_node_error(g, n, SC_ERR_INVALID, "updates' shape differs from indices'");
+  return sc_same_as_input(g, n, 0, 0);
+}
+
+sc_status sc_op_eval_scatter_elements(sc_graph *g, sc_node *n) {
+  sc_status st = sc_move_check_fold(g, n);
+  const uint8_t *in, *ip, *up;
+  uint8_t *out;
+  int32_t axis;
+  red_kind r;
+  if (st != SC_OK || (st = elements_check(g, n, &axis)) != SC_OK ||
+      (st = reduction_attr(g, n, &r)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 0, &in)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 1, &ip)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 2, &up)) != SC_OK)
+    return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
+  int64_t m = sc_value_numel(ind), xs[SC_MAX_RANK], idx[SC_MAX_RANK] = {0};
+  for (int64_t j = 0; j < m; j++) {
+    int64_t v;
+    if (!load_index(ind->dtype, ip, j, x->dims[axis], &v))
+      return bad_index(g, n, ind->dtype, ip, j, x->dims[axis]);
+  }
+  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
+  sc_move_copy(out, in, sc_value_bytes(x));
+  sc_strides(x->rank, x->dims, xs);
+  for (int64_t j = 0; j < m; j++) {
+    int64_t v = 0, off = 0;
+    load_index(ind->dtype, ip, j, x->dims[axis], &v);
+    for (int32_t i = 0; i < x->rank; i++) off += (i == axis ? v : idx[i]) * xs[i];
+    combine(x->dtype, out, off, up, j, r);
+    sc_next_index(ind->rank, ind->dims, idx);
+  }
+  return SC_OK;
+}
+
+/* ---- GatherND, ScatterND ---- */
+
+sc_status sc_op_infer_gather_nd(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK || (st = need_int(g, n, 1)) != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
+  int64_t b = sc_attr_int(g, n, "batch_dims", 0);
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if (x->rank < 1 || ind->rank < 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "data and indices need rank >= 1");
+  if (b < 0 || b >= x->rank || b >= ind->rank)
+    return sc_node_error(g, n, SC_ERR_INVALID, "batch_dims %lld out of range",
+                         (long long)b);
+  int64_t m = ind->dims[ind->rank - 1];
+  if (m < 1 || m > x->rank - b)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "indices' last dim is %lld, must be in [1, %lld]", (long long)m,
+                         (long long)(x->rank - b));
+  for (int32_t i = 0; i < b; i++)
+    if (x->dims[i] != ind->dims[i])
+      return sc_node_error(g, n, SC_ERR_INVALID, "batch dim %d differs (%lld, %lld)", i,
+                           (long long)x->dims[i], (long long)ind->dims[i]);
+  int64_t d[2 * SC_MAX_RANK];
+  int32_t r = 0;
+  for (int32_t i = 0; i < ind->rank - 1; i++) d[r++] = ind->dims[i];
+  for (int32_t i = (int32_t)(b + m); i < x->rank; i++) d[r++] = x->dims[i];
+  if (r > SC_MAX_RANK)
+    return sc_node_error(g, n, SC_ERR_LIMIT, "output rank %d (at most %d supported)", r,
+                         SC_MAX_RANK);
+  return sc_set_output(g, n, 0, x->dtype, r, d);
+}
+
+/* Offsets (in elements of data) of the slices that the index tuples of
+ * ind select; data has batch dims [0, b) shared with ind. NULL on error. */
+static int64_t *nd_offsets(sc_graph *g, const sc_node *n, const sc_value *x,
+                           const sc_value *ind, const uint8_t *ip, int32_t b,
+                           int64_t *n_tuples, int64_t *slice) {
+  int32_t m = (int32_t)ind->dims[ind->rank - 1];
+  int64_t batches = sc_move_prod(x->dims, 0, b);
+  int64_t per_batch = sc_move_prod(ind->dims, b, ind->rank - 1);
+  int64_t batch_elems = sc_move_prod(x->dims, b, x->rank);
+  int64_t xs[SC_MAX_RANK];
+  sc_strides(x->rank, x->dims, xs);
+  *n_tuples = batches * per_batch;
+  *slice = sc_move_prod(x->dims, b + m, x->rank);
+  int64_t *offs = sc_calloc((size_t)(*n_tuples ? *n_tuples : 1), sizeof *offs);
+  if (!offs) {
+    sc_node_error(g, n, SC_ERR_NOMEM, "out of memory");
+    return NULL;
+  }
+  for (int64_t t = 0; t < *n_tuples; t++) {
+    int64_t off = (t / (per_batch ? per_batch : 1)) * batch_elems;
+    for (int32_t k = 0; k < m; k++) {
+      int64_t v, dim = x->dims[b + k];
+      if (!load_index(ind->dtype, ip, t * m + k, dim, &v)) {
+        bad_index(g, n, ind->dtype, ip, t * m + k, dim);
+        sc_free(offs);
+        return NULL;
+      }
+      off += v * xs[b + k];
+    }
+    offs[t] = off;
+  }
+  return offs;
+}
+
+sc_status sc_op_eval_gather_nd(sc_graph *g, sc_node *n) {
+  sc_status st = sc_move_check_fold(g, n);
+  const uint8_t *in, *ip;
+  uint8_t *out;
+  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 1, &ip)) != SC_OK)
+    return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
+  int32_t b = (int32_t)sc_attr_int(g, n, "batch_dims", 0);
+  int64_t nt, slice;
+  int64_t *offs = nd_offsets(g, n, x, ind, ip, b, &nt, &slice);
+  if (!offs) return g->diag.status;
+  if ((st = sc_move_output(g, n, 0, &out)) == SC_OK && out) {
+    int64_t es = sc_dtype_size(x->dtype);
+    for (int64_t t = 0; t < nt; t++)
+      sc_move_copy(out + t * slice * es, in + offs[t] * es, slice * es);
+  }
+  sc_free(offs);
+  return st;
+}
+
+sc_status sc_op_infer_scatter_nd(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  red_kind r;
+  if (st != SC_OK || (st = need_int(g, n, 1)) != SC_OK ||
+      (st = need_same_dtype(g, n, 0, 2)) != SC_OK || (st = reduction_attr(g, n, &r)) != SC_OK)
+    return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1),
+                 *upd = sc_node_input(g, n, 2);
+  if (x->rank < 1 || ind->rank < 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "data and indices need rank >= 1");
+  int64_t m = ind->dims[ind->rank - 1];
+  if (m < 1 || m > x->rank)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "indices' last dim is %lld, must be in [1, %d]", (long long)m,
+                         x->rank);
+  int64_t d[2 * SC_MAX_RANK];
+  int32_t k = 0;
+  for (int32_t i = 0; i < ind->rank - 1; i++) d[k++] = ind->dims[i];
+  for (int32_t i = (int32_t)m; i < x->rank; i++) d[k++] = x->dims[i];
+  bool same = upd->rank == k;
+  for (int32_t i = 0; same && i < k; i++) same = upd->dims[i] == d[i];
+  if (!same)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "updates' shape must be indices.shape[:-1] + data.shape[%lld:]",
+                         (long long)m);
+  return sc_same_as_input(g, n, 0, 0);
+}
+
+sc_status sc_op_eval_scatter_nd(sc_graph *g, sc_node *n) {
+  sc_status st = sc_move_check_fold(g, n);
+  const uint8_t *in, *ip, *up;
+  uint8_t *out;
+  red_kind r;
+  if (st != SC_OK || (st = reduction_attr(g, n, &r)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 0, &in)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 1, &ip)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 2, &up)) != SC_OK)
+    return st;
+  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
+  int64_t nt, slice;
+  int64_t *offs = nd_offsets(g, n, x, ind, ip, 0, &nt, &slice);
+  if (!offs) return g->diag.status;
+  if ((st = sc_move_output(g, n, 0, &out)) == SC_OK && out) {
+    sc_move_copy(out, in, sc_value_bytes(x));
+    for (int64_t t = 0; t < nt; t++)
+      for (int64_t e = 0; e < slice; e++)
+        combine(x->dtype, out, offs[t] + e, up, t * slice + e, r);
+  }
+  sc_free(offs);
+  return st;
+}
+
+/* ---- Trilu ---- */
+
+sc_status sc_op_infer_trilu(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0), *k = sc_node_input(g, n, 1);
+  sc_attr_int(g, n, "upper", 1);
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if (x->rank < 2)
+    return sc_node_error(g, n, SC_ERR_INVALID, "input has rank %d, needs >= 2", x->rank);
+  if (k && (!sc_dtype_is_int(k->dtype) || sc_value_numel(k) != 1))
+    return sc_node_error(g, n, SC_ERR_INVALID, "k must be one integer");
+  return sc_same_as_input(g, n, 0, 0);
+}
+
+sc_status sc_op_eval_trilu(sc_graph *g, sc_node *n) {
+  sc_status st = sc_move_check_fold(g, n);
+  const uint8_t *in;
+  uint8_t *out;
+  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK) return st;
+  int64_t k = 0, cnt;
+  if (sc_node_input(g, n, 1) && (st = sc_input_ints(g, n, 1, &k, 1, &cnt)) != SC_OK)
+    return st;
+  bool upper = sc_attr_int(g, n, "upper", 1) != 0;
+  int64_t lim = (int64_t)1 << 52; /* beyond any dim: keeps j - i vs k exact */
+  k = k < -lim ? -lim : k > lim ? lim : k;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
+  int64_t rows = x->dims[x->rank - 2], cols = x->dims[x->rank - 1];
+  int64_t mats = sc_move_prod(x->dims, 0, x->rank - 2);
+  size_t es = sc_dtype_size(x->dtype);
+  for (int64_t b = 0; b < mats; b++)
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < cols; j++) {
+        bool keep = upper ? j - i >= k : j - i <= k;
+        if (keep) {
+          size_t off = (size_t)((b * rows + i) * cols + j) * es;
+          memcpy(out + off, in + off, es);
+        }
+      }
+  return SC_OK;
+}
+
+/* ---- Pad ---- */
+
+typedef enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP } pad_mode;
+
+typedef struct pad_params {
+  pad_mode mode;
+  int64_t begin[SC_MAX_RANK], end[SC_MAX_RANK]; /* per dim, may be negative */
+  int64_t dout[SC_MAX_RANK];
+} pad_params;
+
+static sc_status pad_parse(sc_graph *g, const sc_node *n, pad_params *p) {
+  const sc_value *x = sc_node_input(g, n, 0), *cv = sc_node_input(g, n, 2);
+  const char *mode = sc_attr_string(g, n, "mode", "constant");
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if (strcmp(mode, "constant") == 0) p->mode = PAD_CONSTANT;
+  else if (strcmp(mode, "reflect") == 0) p->mode = PAD_REFLECT;
+  else if (strcmp(mode, "edge") == 0) p->mode = PAD_EDGE;
+  else if (strcmp(mode, "wrap") == 0) p->mode = PAD_WRAP;
+  else return sc_node_error(g, n, SC_ERR_INVALID, "unknown mode '%s'", mode);
+  if (cv && (cv->dtype != x->dtype || sc_value_numel(cv) > 1))
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "constant_value must be one %s (or empty)",
+                         sc_dtype_name(x->dtype));
+  int64_t pads[2 * SC_MAX_RANK], np, axes[SC_MAX_RANK], na = x->rank;
+  sc_status st = sc_input_ints(g, n, 1, pads, 2 * SC_MAX_RANK, &np);
+  if (st != SC_OK) return st;
+  bool has_axes = sc_node_input(g, n, 3) != NULL;
+  if (has_axes && (st = sc_input_ints(g, n, 3, axes, SC_MAX_RANK, &na)) != SC_OK)
+    return st;
+  if (np != 2 * na)
+    return sc_node_error(g, n, SC_ERR_INVALID, "pads has %lld entries for %lld axes",
+                         (long long)np, (long long)na);
+  bool seen[SC_MAX_RANK] = {false};
+  for (int32_t i = 0; i < x->rank; i++) {
+    p->begin[i] = p->end[i] = 0;
+    p->dout[i] = x->dims[i];
+  }
+  for (int64_t i = 0; i < na; i++) {
+    int32_t a;
+    if ((st = sc_norm_axis(g, n, has_axes ? axes[i] : i, x->rank, &a)) != SC_OK) return st;
+    if (seen[a]) return sc_node_error(g, n, SC_ERR_INVALID, "axis %d is repeated", a);
+    seen[a] = true;
+    int64_t dim = x->dims[a], b = pads[i], e = pads[i + na], d;
+    if (!sc_add_i64(dim, b, &d) || !sc_add_i64(d, e, &d) || d < 0)
+      return sc_node_error(g, n, SC_ERR_INVALID, "pads %lld, %lld on axis %d of %lld",
+                           (long long)b, (long long)e, a, (long long)dim);
+    if (p->mode != PAD_CONSTANT && (b > 0 || e > 0)) {
+      if (dim == 0)
+        return sc_node_error(g, n, SC_ERR_INVALID, "cannot pad empty axis %d in mode %s",
+                             a, mode);
+      if (p->mode == PAD_REFLECT && (b > dim - 1 || e > dim - 1))
+        return sc_node_error(g, n, SC_ERR_INVALID,
+                             "reflect pads %lld, %lld exceed axis %d of %lld minus 1",
+                             (long long)b, (long long)e, a, (long long)dim);
+    }
+    p->begin[a] = b;
+    p->end[a] = e;
+    p->dout[a] = d;
+  }
+  return SC_OK;
+}
+
+sc_status sc_op_infer_pad(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  pad_params p;
+  if (st != SC_OK || (st = pad_parse(g, n, &p)) != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  return sc_set_output(g, n, 0, x->dtype, x->rank, p.dout);
+}
+
+static int64_t pos_mod(int64_t a, int64_t m) {
+  int64_t r = a % m;
+  return r < 0 ? r + m : r;
+}
+
+sc_status sc_op_eval_pad(sc_graph *g, sc_node *n) {
+  sc_status st = sc_move_check_fold(g, n);
+  const uint8_t *in, *cv = NULL;
+  uint8_t *out;
+  pad_params p;
+  if (st != SC_OK || (st = pad_parse(g, n, &p)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 0, &in)) != SC_OK)
+    return st;
+  const sc_value *x = sc_node_input(g, n, 0), *cval = sc_node_input(g, n, 2);
+  if (cval && sc_value_numel(cval) == 1 &&
+      (st = sc_move_input_data(g, n, 2, &cv)) != SC_OK)
+    return st;
+  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
+  if (sc_move_prod(p.dout, 0, x->rank) == 0) return SC_OK;
+  size_t es = sc_dtype_size(x->dtype);
+  int64_t xs[SC_MAX_RANK], idx[SC_MAX_RANK] = {0}, o = 0;
+  sc_strides(x->rank, x->dims, xs);
+  do {
+    int64_t off = 0;
+    bool outside = false;
+    for (int32_t a = 0; a < x->rank && !outside; a++) {
+      int64_t i = idx[a] - p.begin[a], dim = x->dims[a];
+      if (i < 0 || i >= dim) {
+        switch (p.mode) {
+        case PAD_CONSTANT: outside = true; break;
+        case PAD_EDGE: i = i < 0 ? 0 : dim - 1; break;
+        case PAD_WRAP: i = pos_mod(i, dim); break;
+        case PAD_REFLECT:
+          if (dim == 1) {
+            i = 0;
+          } else {
+            i = pos_mod(i, 2 * (dim - 1));
+            if (i >= dim) i = 2 * (dim - 1) - i;
+          }
+          break;
+        }
+      }
+      off += i * xs[a];
+    }
+    if (!outside) memcpy(out + (size_t)o * es, in + (size_t)off * es, es);
+    else if (cv) memcpy(out + (size_t)o * es, cv, es);
+    o++; /* else stays zero */
+  } while (sc_next_index(x->rank, p.dout, idx));
+  return SC_OK;
+}
+
+/* ---- OneHot ---- */
+
+static sc_status onehot_parse(sc_graph *g, const sc_node *n, int64_t *depth,
+                              int32_t *axis) {
+  const sc_value *ind = sc_node_input(g, n, 0), *dv = sc_node_input(g, n, 1),
+                 *vals = sc_node_input(g, n, 2);
+  int64_t ax = sc_attr_int(g, n, "axis", -1);
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if (!sc_dtype_is_numeric(ind->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID, "indices must be numeric");
+  if (sc_value_numel(vals) != 2)
+    return sc_node_error(g, n, SC_ERR_INVALID, "values must have 2 elements (off, on)");
+  if (sc_value_numel(dv) != 1 || !sc_dtype_is_numeric(dv->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID, "depth must be one number");
+  if (!sc_value_has_data(dv))
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                         "input '%s' must be a constant (data-dependent shapes are "
+                         "not supported)", dv->name);
+  double d = sc_load_f64(dv->dtype, dv->data, 0);
+  if (!(d >= 1) || d > (double)SC_MAX_ELEMENTS)
+    return sc_node_error(g, n, SC_ERR_INVALID, "depth %g is out of range", d);
+  *depth = (int64_t)d;
+  sc_status st = sc_norm_axis(g, n, ax, ind->rank + 1, axis);
+  if (st == SC_OK && ind->rank + 1 > SC_MAX_RANK)
+    st = sc_node_error(g, n, SC_ERR_LIMIT, "output rank %d (at most %d supported)",
+                       ind->rank + 1, SC_MAX_RANK);
+  return st;
+}
+
+sc_status sc_op_infer_onehot(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  int64_t depth;
+  int32_t axis;
+  if (st != SC_OK || (st = onehot_parse(g, n, &depth, &axis)) != SC_OK) return st;
+  const sc_value *ind = sc_node_input(g, n, 0);
+  int64_t d[SC_MAX_RANK];
+  for (int32_t i = 0, j = 0; i <= ind->rank; i++) d[i] = i == axis ? depth : ind->dims[j++];
+  return sc_set_output(g, n, 0, sc_node_input(g, n, 2)->dtype, ind->rank + 1, d);
+}
+
+sc_status sc_op_eval_onehot(sc_graph *g, sc_node *n) {
+  sc_status st = sc_move_check_fold(g, n);
+  int64_t depth;
+  int32_t axis;
+  const uint8_t *ip, *vp;
+  uint8_t *out;
+  if (st != SC_OK || (st = onehot_parse(g, n, &depth, &axis)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 0, &ip)) != SC_OK ||
+      (st = sc_move_input_data(g, n, 2, &vp)) != SC_OK)
+    return st;
+  const sc_value *ind = sc_node_input(g, n, 0), *vals = sc_node_input(g, n, 2);
+  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
+  size_t es = sc_dtype_size(vals->dtype);
+  int64_t outer = sc_move_prod(ind->dims, 0, axis);
+  int64_t inner = sc_move_prod(ind->dims, axis, ind->rank);
+  int64_t total = outer * depth * inner;
+  for (int64_t i = 0; i < total; i++) memcpy(out + (size_t)i * es, vp, es);
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t i = 0; i < inner; i++) {
+      int64_t v = sc_load_i64(ind->dtype, ip, o * inner + i);
+      if (ind->dtype == SC_DTYPE_U64 && v < 0) continue;
+      if (v < 0) v += depth;
+      if (v < 0 || v >= depth) continue; /* all off */
+      memcpy(out + (size_t)((o * depth + v) * inner + i) * es, vp + es, es);
+    }
+  return SC_OK;
+}
