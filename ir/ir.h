@@ -63,6 +63,7 @@ typedef struct sc_value {
   uint64_t data_bytes;       /* == elements * dtype size when data != NULL */
   sc_data_kind data_kind;
   const char *ext_location;  /* external-data file name, for inspect/export */
+  uint64_t ext_offset;       /* byte offset of the data in ext_location */
 } sc_value;
 
 typedef enum sc_attr_kind {

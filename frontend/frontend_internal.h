@@ -1,0 +1,68 @@
+/* frontend_internal.h — shared between the ONNX importer, external-data
+ * mapping and the exporter. Not for use outside frontend/.
+ *
+ * The import context carries the graph being built, where errors go, and the
+ * external-data files mapped so far (one mapping per distinct file, shared by
+ * all tensors that live in it; each mapping is owned by a graph cleanup). */
+#ifndef SC_FRONTEND_INTERNAL_H
+#define SC_FRONTEND_INTERNAL_H
+
+#include "frontend/onnx.h"
+#include "onnx.pb-c.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "shardc's ONNX frontend assumes a little-endian host (raw_data is LE)"
+#endif
+
+/* Nesting depth of protobuf messages accepted before unpacking (protobuf-c
+ * recurses once per level; a hostile file could otherwise exhaust the stack). */
+enum { SC_ONNX_MAX_DEPTH = 64 };
+
+typedef struct sc_onnx_map {
+  char *real_path;     /* realpath() of the file (malloc'd) */
+  const uint8_t *addr; /* NULL for an empty file */
+  uint64_t size;
+} sc_onnx_map;
+
+typedef struct sc_onnx_ctx {
+  sc_graph *g;
+  sc_diag *diag;
+  const char *cur_node; /* node the current work is about, or NULL */
+  const char *cur_op;
+  bool no_weights;
+  const char *base_dir; /* model folder, or NULL (bytes without a folder) */
+  char *base_real;      /* realpath(base_dir), malloc'd on first use */
+  sc_onnx_map *maps;
+  int32_t n_maps, cap_maps;
+} sc_onnx_ctx;
+
+/* A decoded TensorProto. */
+typedef struct sc_onnx_tensor {
+  sc_dtype dtype;
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK];
+  const void *data;          /* NULL when empty or absent (no_weights) */
+  uint64_t data_bytes;       /* bytes the shape needs */
+  sc_data_kind kind;
+  const char *ext_location;  /* arena copy, or NULL */
+  uint64_t ext_offset;
+} sc_onnx_tensor;
+
+/* Records an error in ctx->diag about the current node (if any). */
+sc_status sc_onnx_error(sc_onnx_ctx *c, sc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* External data of tensor t (data_location == EXTERNAL): checks the
+ * reference, maps the file (unless no_weights) and fills out->data,
+ * out->kind, out->ext_location and out->ext_offset. out->dtype, rank, dims
+ * and data_bytes must already be set. what names the tensor in errors. */
+sc_status sc_onnx_read_external(sc_onnx_ctx *c, const Onnx__TensorProto *t,
+                                const char *what, sc_onnx_tensor *out);
+/* Releases the context's bookkeeping (not the mappings: the graph owns them). */
+void sc_onnx_ctx_free(sc_onnx_ctx *c);
+
+/* True when the serialized message nests at most SC_ONNX_MAX_DEPTH deep
+ * (malformed bytes count as "fine": unpacking rejects them). */
+bool sc_onnx_depth_ok(const uint8_t *data, size_t size);
+
+#endif

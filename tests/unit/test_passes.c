@@ -1,0 +1,392 @@
+/* test_passes.c — the pass manager and the canonical passes (bind-dims,
+ * infer-shapes, fold, dce) and the IR verifier.
+ *
+ * Graphs are written as textual IR (parsed by ir/parse.c) or built through
+ * the graph API when the test needs a graph the parser would refuse (a broken
+ * one for the verifier). Expected shapes and values are worked out by hand
+ * from the inputs the tests choose. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "ir/text.h"
+#include "passes/pass.h"
+
+static sc_graph *parse(const char *text) {
+  sc_graph *g = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  if (sc_ir_parse(text, strlen(text), "t.ir", &g, &d) != SC_OK) {
+    char buf[2048];
+    sc_diag_format(&d, buf, sizeof buf);
+    fail_msg("parse: %s", buf);
+  }
+  return g;
+}
+
+static void run_ok(sc_graph *g, const char *passes, const sc_pass_opts *po) {
+  if (sc_run_passes(g, passes, po) != SC_OK) {
+    char buf[2048];
+    sc_diag_format(&g->diag, buf, sizeof buf);
+    fail_msg("passes %s: %s", passes, buf);
+  }
+}
+
+static void quiet_opts(sc_pass_opts *po) {
+  sc_pass_opts_init(po);
+  po->quiet = true;
+  po->verify = true;
+}
+
+static int count_op(sc_graph *g, sc_op op) {
+  int k = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) k += g->nodes[i].op == op;
+  return k;
+}
+
+/* x.view(x.size(0), -1): Shape -> Gather -> Unsqueeze -> Concat -> Reshape.
+ * With batch bound to 3 and x f32[3,4,5] the shape folds to [3, -1] and
+ * only the Reshape is left, with output f32[3,20]. */
+static const char *const SHAPE_CHAIN =
+    "shardc.ir 1\n"
+    "graph \"main\" opset 17 {\n"
+    "  input %x : f32[batch=?,4,5]\n"
+    "  const %zero : i64[] = [0]\n"
+    "  const %axes : i64[1] = [0]\n"
+    "  const %minus1 : i64[1] = [-1]\n"
+    "  %s = Shape(%x) \"shape\"\n"
+    "  %b = Gather(%s, %zero) {axis = 0} \"gather\"\n"
+    "  %bu = Unsqueeze(%b, %axes) \"unsqueeze\"\n"
+    "  %shape = Concat(%bu, %minus1) {axis = 0} \"concat\"\n"
+    "  %y = Reshape(%x, %shape) \"reshape\"\n"
+    "  output %y\n"
+    "}\n";
+
+static void test_fold_shape_chain(void **state) {
+  (void)state;
+  sc_graph *g = parse(SHAPE_CHAIN);
+  assert_int_equal(sc_graph_bind_dim(g, "batch", 3), 1);
+  sc_pass_opts po;
+  quiet_opts(&po);
+  run_ok(g, SC_CANONICAL_PASSES, &po);
+  assert_int_equal(g->n_nodes, 1);
+  const sc_node *n = sc_nod(g, 0);
+  assert_int_equal(n->op, SC_OP_RESHAPE);
+  const sc_value *shape = sc_node_input(g, n, 1);
+  assert_true(sc_value_has_data(shape));
+  assert_int_equal(shape->producer, -1);
+  assert_int_equal(sc_value_numel(shape), 2);
+  assert_int_equal(((const int64_t *)shape->data)[0], 3);
+  assert_int_equal(((const int64_t *)shape->data)[1], -1);
+  const sc_value *y = sc_node_output(g, n, 0);
+  assert_int_equal(y->rank, 2);
+  assert_int_equal(y->dims[0], 3);
+  assert_int_equal(y->dims[1], 20);
+  /* the index constants were read only by folded nodes: dce dropped them */
+  assert_int_equal(sc_graph_find_value(g, "zero"), -1);
+  assert_int_equal(sc_graph_find_value(g, "minus1"), -1);
+  assert_int_equal(g->n_values, 3); /* x, shape, y */
+  assert_int_equal(sc_graph_verify(g, true), SC_OK);
+  sc_graph_destroy(g);
+}
+
+/* infer-shapes alone evaluates but keeps the nodes; fold then removes them. */
+static void test_infer_then_fold(void **state) {
+  (void)state;
+  sc_graph *g = parse(SHAPE_CHAIN);
+  sc_graph_bind_dim(g, "batch", 7);
+  sc_pass_opts po;
+  quiet_opts(&po);
+  run_ok(g, "bind-dims,infer-shapes", &po);
+  assert_int_equal(g->n_nodes, 5);
+  const sc_value *shape = sc_val(g, sc_graph_find_value(g, "shape"));
+  assert_true(sc_value_has_data(shape));
+  assert_true(shape->producer >= 0); /* still produced by Concat */
+  assert_int_equal(((const int64_t *)shape->data)[0], 7);
+  run_ok(g, "fold", &po);
+  assert_int_equal(g->n_nodes, 1);
+  assert_int_equal(count_op(g, SC_OP_CONCAT), 0);
+  /* fold keeps the now-unused constants; dce removes them */
+  assert_true(sc_graph_find_value(g, "zero") >= 0);
+  run_ok(g, "dce", &po);
+  assert_int_equal(sc_graph_find_value(g, "zero"), -1);
+  sc_graph_destroy(g);
+}
+
+/* fold alone (no infer-shapes first) evaluates nodes whose output shapes are
+ * known; a graph output that becomes constant stays a graph output. Values:
+ * (1.5 + 2.5) * 2 = 8, (2 + 4) * 2 = 12. */
+static void test_fold_output_becomes_const(void **state) {
+  (void)state;
+  sc_graph *g = parse("shardc.ir 1\ngraph \"g\" opset 17 {\n"
+                      "  input %x : f32[2]\n"
+                      "  const %a : f32[2] = [1.5, 2.0]\n"
+                      "  const %b : f32[2] = [2.5, 4.0]\n"
+                      "  const %two : f32[] = [2.0]\n"
+                      "  %c : f32[2] = Add(%a, %b) \"add\"\n"
+                      "  %d : f32[2] = Mul(%c, %two) \"mul\"\n"
+                      "  %e : f32[2] = Relu(%x) \"relu\"\n"
+                      "  output %d\n"
+                      "  output %e\n"
+                      "}\n");
+  sc_pass_opts po;
+  quiet_opts(&po);
+  run_ok(g, "fold,dce", &po);
+  assert_int_equal(g->n_nodes, 1);
+  assert_int_equal(sc_nod(g, 0)->op, SC_OP_RELU);
+  assert_int_equal(g->n_outputs, 2);
+  const sc_value *d = sc_val(g, g->outputs[0]);
+  assert_string_equal(d->name, "d");
+  assert_true(d->flags & SC_VALUE_OUTPUT);
+  assert_true(sc_value_has_data(d));
+  assert_true(((const float *)d->data)[0] == 8.0f);
+  assert_true(((const float *)d->data)[1] == 12.0f);
+  assert_int_equal(sc_graph_find_value(g, "a"), -1);
+  char *text = sc_ir_print_string(g);
+  assert_non_null(strstr(text, "const %d : f32[2] = [8.0, 12.0]"));
+  assert_non_null(strstr(text, "output %d\n"));
+  sc_free(text);
+  sc_graph_destroy(g);
+}
+
+/* dce: unused branches and constants go, unused graph inputs stay, every
+ * output of a live node stays. Built through the API. */
+static void test_dce(void **state) {
+  (void)state;
+  sc_graph *g = sc_graph_create("dce");
+  int32_t x = sc_graph_add_value(g, "x"), unused_in = sc_graph_add_value(g, "unused_in");
+  int32_t w = sc_graph_add_value(g, "w"), c = sc_graph_add_value(g, "c");
+  int32_t h = sc_graph_add_value(g, "h"), t = sc_graph_add_value(g, "t");
+  int32_t a = sc_graph_add_value(g, "a"), b = sc_graph_add_value(g, "b");
+  sc_value_set_shape(g, x, SC_DTYPE_F32, 2, (int64_t[]){2, 8});
+  sc_value_set_shape(g, unused_in, SC_DTYPE_F32, 1, (int64_t[]){3});
+  sc_value_set_data(g, w, SC_DTYPE_F32, 2, (int64_t[]){8, 8}, NULL, 0, false);
+  float cdata[2] = {0.25f, -3.0f};
+  sc_value_set_data(g, c, SC_DTYPE_F32, 1, (int64_t[]){2}, cdata, sizeof cdata, true);
+  sc_graph_add_input(g, x);
+  sc_graph_add_input(g, unused_in);
+  sc_graph_add_node(g, SC_OP_MATMUL, "mm", (int32_t[]){x, w}, 2, &h, 1);
+  sc_graph_add_node(g, SC_OP_TANH, "dead_tanh", &h, 1, &t, 1);
+  sc_graph_add_node(g, SC_OP_SPLIT, "split", &h, 1, (int32_t[]){a, b}, 2);
+  sc_graph_add_output(g, a);
+  sc_pass_opts po;
+  quiet_opts(&po);
+  run_ok(g, "dce", &po);
+  assert_int_equal(g->n_nodes, 2);
+  assert_int_equal(count_op(g, SC_OP_TANH), 0);
+  assert_int_equal(g->n_inputs, 2);
+  assert_true(sc_graph_find_value(g, "unused_in") >= 0);
+  assert_int_equal(sc_graph_find_value(g, "c"), -1);
+  assert_int_equal(sc_graph_find_value(g, "t"), -1);
+  assert_true(sc_graph_find_value(g, "b") >= 0); /* Split keeps its arity */
+  assert_int_equal(sc_nod(g, 1)->n_outputs, 2);
+  assert_int_equal(sc_graph_verify(g, false), SC_OK);
+  sc_graph_destroy(g);
+}
+
+/* A small valid graph: x -> Relu -> r -> Neg -> y. */
+static sc_graph *small_graph(int32_t *r_out) {
+  sc_graph *g = sc_graph_create("v");
+  int32_t x = sc_graph_add_value(g, "x"), r = sc_graph_add_value(g, "r");
+  int32_t y = sc_graph_add_value(g, "y");
+  sc_value_set_shape(g, x, SC_DTYPE_F32, 1, (int64_t[]){4});
+  sc_graph_add_input(g, x);
+  sc_graph_add_node(g, SC_OP_RELU, "relu", &x, 1, &r, 1);
+  sc_graph_add_node(g, SC_OP_NEG, "neg", &r, 1, &y, 1);
+  sc_graph_add_output(g, y);
+  if (r_out) *r_out = r;
+  return g;
+}
+
+static void expect_invalid(sc_graph *g, bool shapes, const char *node, const char *what) {
+  sc_diag_clear(&g->diag);
+  assert_int_equal(sc_graph_verify(g, shapes), SC_ERR_INVALID);
+  if (node) assert_string_equal(g->diag.node, node);
+  if (!strstr(g->diag.msg, what)) fail_msg("'%s' lacks '%s'", g->diag.msg, what);
+}
+
+static void test_verifier(void **state) {
+  (void)state;
+  int32_t r;
+  sc_graph *g = small_graph(&r);
+  assert_int_equal(sc_graph_verify(g, false), SC_OK);
+  /* shapes not inferred yet */
+  expect_invalid(g, true, "relu", "output 'r' has no dtype");
+
+  /* wrong order: swap the two nodes */
+  sc_node tmp = g->nodes[0];
+  g->nodes[0] = g->nodes[1];
+  g->nodes[1] = tmp;
+  g->values[r].producer = 1;
+  g->values[sc_graph_find_value(g, "y")].producer = 0;
+  expect_invalid(g, false, "neg", "not in topological order");
+  sc_graph_destroy(g);
+
+  /* duplicate producer: a second node writes r */
+  g = small_graph(&r);
+  int32_t x = sc_graph_find_value(g, "x");
+  sc_graph_add_node(g, SC_OP_ABS, "abs", &x, 1, &r, 1);
+  expect_invalid(g, false, "relu", "also produced by node 'abs'");
+  sc_graph_destroy(g);
+
+  /* dead flag left behind */
+  g = small_graph(NULL);
+  g->nodes[1].flags |= SC_NODE_DEAD;
+  expect_invalid(g, false, "neg", "not compacted");
+  sc_graph_destroy(g);
+
+  /* data size disagreeing with the shape */
+  g = small_graph(NULL);
+  int32_t c = sc_graph_add_value(g, "c");
+  int64_t cd[3] = {1, 2, 3};
+  sc_value_set_data(g, c, SC_DTYPE_I64, 1, (int64_t[]){3}, cd, sizeof cd, true);
+  g->values[c].dims[0] = 2;
+  expect_invalid(g, false, NULL, "constant 'c' has 24 data bytes; its shape needs 16");
+  sc_graph_destroy(g);
+
+  /* arity beyond the ops table */
+  g = small_graph(NULL);
+  g->nodes[0].n_inputs = 0;
+  expect_invalid(g, false, "relu", "0 inputs");
+  sc_graph_destroy(g);
+
+  /* duplicate node names */
+  g = small_graph(NULL);
+  g->nodes[1].name = "relu";
+  expect_invalid(g, false, "relu", "node name used by nodes 0 and 1");
+  sc_graph_destroy(g);
+
+  /* an input nobody defines */
+  g = small_graph(NULL);
+  int32_t ghost = sc_graph_add_value(g, "ghost");
+  g->nodes[1].inputs[0] = ghost;
+  expect_invalid(g, false, "neg", "'ghost' is not produced by any node");
+  sc_graph_destroy(g);
+}
+
+static void test_unknown_pass(void **state) {
+  (void)state;
+  sc_graph *g = small_graph(NULL);
+  sc_pass_opts po;
+  quiet_opts(&po);
+  assert_int_equal(sc_run_passes(g, "dce, frobnicate", &po), SC_ERR_USAGE);
+  assert_non_null(strstr(g->diag.msg, "unknown pass 'frobnicate'"));
+  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, dce"));
+  assert_int_equal(g->n_nodes, 2); /* nothing ran */
+  sc_diag_clear(&g->diag);
+  po.print_after = "nosuch";
+  assert_int_equal(sc_run_passes(g, "dce", &po), SC_ERR_USAGE);
+  assert_non_null(sc_pass_find("fold"));
+  assert_null(sc_pass_find("folds"));
+  const sc_pass_info *reg = sc_pass_registry();
+  assert_string_equal(reg[0].name, "bind-dims");
+  assert_null(reg[4].name);
+  sc_graph_destroy(g);
+}
+
+static char *capture(sc_graph *g, const char *passes, const char *print_after,
+                     bool time, sc_status want) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  sc_pass_opts po;
+  quiet_opts(&po);
+  po.print_after = print_after;
+  po.print_out = f;
+  po.time_passes = time;
+  po.time_out = f;
+  assert_int_equal(sc_run_passes(g, passes, &po), want);
+  fclose(f);
+  return buf;
+}
+
+static void test_print_after_and_time(void **state) {
+  (void)state;
+  sc_graph *g = small_graph(NULL);
+  char *out = capture(g, "infer-shapes,dce", "dce", false, SC_OK);
+  assert_null(strstr(out, "IR after infer-shapes"));
+  const char *m = strstr(out, "// ----- IR after dce -----\nshardc.ir 1\n");
+  assert_non_null(m);
+  assert_non_null(strstr(m, "%y : f32[4] = Neg(%r) \"neg\""));
+  free(out);
+  out = capture(g, "infer-shapes,fold,dce", "all", true, SC_OK);
+  assert_non_null(strstr(out, "IR after infer-shapes"));
+  assert_non_null(strstr(out, "IR after fold"));
+  assert_non_null(strstr(out, "IR after dce"));
+  assert_non_null(strstr(out, "Pass execution timing report"));
+  assert_non_null(strstr(out, "%)  infer-shapes\n"));
+  assert_non_null(strstr(out, "(100.0%)  Total\n"));
+  free(out);
+  sc_graph_destroy(g);
+}
+
+/* bind-dims: the default fills unbound dims, named bindings are kept. */
+static void test_bind_dims(void **state) {
+  (void)state;
+  sc_graph *g = parse("shardc.ir 1\ngraph \"g\" opset 17 {\n"
+                      "  input %x : f32[batch=?,seq=?,16]\n"
+                      "  input %m : i64[batch=?,?]\n"
+                      "  %y = Relu(%x) \"relu\"\n"
+                      "  output %y\n}\n");
+  assert_int_equal(sc_graph_bind_dim(g, "seq", 5), 1);
+  sc_pass_opts po;
+  quiet_opts(&po);
+  po.default_dim = 2;
+  run_ok(g, "bind-dims,infer-shapes", &po);
+  const sc_value *x = sc_val(g, sc_graph_find_value(g, "x"));
+  assert_int_equal(x->dims[0], 2);
+  assert_int_equal(x->dims[1], 5);
+  const sc_value *m = sc_val(g, sc_graph_find_value(g, "m"));
+  assert_int_equal(m->dims[0], 2);
+  assert_int_equal(m->dims[1], 2);
+  const sc_value *y = sc_val(g, sc_graph_find_value(g, "y"));
+  assert_int_equal(y->dims[1], 5);
+  assert_int_equal(y->dims[2], 16);
+  sc_graph_destroy(g);
+}
+
+/* infer-shapes: an op newer than the graph's opset is an error naming the
+ * node; a shape error stops the pass with the op's diagnostic. */
+static void test_infer_errors(void **state) {
+  (void)state;
+  sc_graph *g = parse("shardc.ir 1\ngraph \"g\" opset 17 {\n"
+                      "  input %x : f32[4]\n"
+                      "  %y = Gelu(%x) \"gelu0\"\n"
+                      "  output %y\n}\n");
+  sc_pass_opts po;
+  quiet_opts(&po);
+  assert_int_not_equal(sc_run_passes(g, "infer-shapes", &po), SC_OK);
+  assert_string_equal(g->diag.node, "gelu0");
+  assert_non_null(strstr(g->diag.msg, "opset 20"));
+  sc_graph_destroy(g);
+  g = parse("shardc.ir 1\ngraph \"g\" opset 17 {\n"
+            "  input %x : f32[2,3]\n  input %w : f32[4,5]\n"
+            "  %y = MatMul(%x, %w) \"mm\"\n"
+            "  %z = Relu(%y) \"relu\"\n"
+            "  output %z\n}\n");
+  assert_int_not_equal(sc_run_passes(g, "infer-shapes", &po), SC_OK);
+  assert_string_equal(g->diag.node, "mm");
+  assert_int_equal(sc_val(g, sc_graph_find_value(g, "z"))->rank, -1); /* stopped */
+  sc_graph_destroy(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fold_shape_chain),
+      cmocka_unit_test(test_infer_then_fold),
+      cmocka_unit_test(test_fold_output_becomes_const),
+      cmocka_unit_test(test_dce),
+      cmocka_unit_test(test_verifier),
+      cmocka_unit_test(test_unknown_pass),
+      cmocka_unit_test(test_print_after_and_time),
+      cmocka_unit_test(test_bind_dims),
+      cmocka_unit_test(test_infer_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

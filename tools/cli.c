@@ -1,0 +1,183 @@
+/* cli.c — option parsing and error printing shared by the subcommands.
+ *
+ * A small hand-written parser (no getopt: options may come before or after
+ * the file, and "--opt=value" and "--opt value" are both accepted). It never
+ * exits; it returns the exit status for the caller to return. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sc_cli_usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("shardc: error: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  return 2;
+}
+
+int sc_cli_report(const sc_diag *d, const char *file) {
+  sc_diag copy = *d;
+  if (!copy.file[0] && file) sc_diag_set_file(&copy, file);
+  char buf[2048];
+  sc_diag_format(&copy, buf, sizeof buf);
+  fprintf(stderr, "shardc: error: %s\n", buf);
+  return copy.status == SC_ERR_USAGE ? 2 : 1;
+}
+
+/* "--name=value" or "--name value": the value, advancing *i; NULL if this
+ * argument is not the option. *missing is set when the value is absent. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name,
+                             bool *missing) {
+  const char *a = argv[*i];
+  size_t len = strlen(name);
+  if (strncmp(a, name, len) != 0) return NULL;
+  if (a[len] == '=') return a + len + 1;
+  if (a[len] != 0) return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return NULL;
+  }
+  (*i)++;
+  return argv[*i];
+}
+
+static int parse_dim(const char *s, sc_cli_opts *o) {
+  const char *eq = strchr(s, '=');
+  if (!eq || eq == s || !eq[1])
+    return sc_cli_usage_error("--dim expects NAME=VALUE, got '%s'", s);
+  if (o->n_dims == SC_CLI_MAX_DIMS)
+    return sc_cli_usage_error("at most %d --dim options", SC_CLI_MAX_DIMS);
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(eq + 1, &end, 10);
+  if (errno || *end || v <= 0 || v > ((long long)1 << 40))
+    return sc_cli_usage_error("--dim %s: the value must be a positive integer", s);
+  size_t len = (size_t)(eq - s);
+  if (len >= sizeof o->dims[0].name)
+    return sc_cli_usage_error("--dim %s: name too long", s);
+  memcpy(o->dims[o->n_dims].name, s, len);
+  o->dims[o->n_dims].name[len] = 0;
+  o->dims[o->n_dims].value = (int64_t)v;
+  o->n_dims++;
+  return 0;
+}
+
+int sc_cli_parse(int argc, char **argv, unsigned allowed, const char *usage,
+                 sc_cli_opts *o) {
+  memset(o, 0, sizeof *o);
+  bool only_files = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    bool missing = false;
+    const char *v;
+    if (only_files || a[0] != '-' || a[1] == 0) {
+      if (o->file)
+        return sc_cli_usage_error("unexpected argument '%s' (one input file)\nusage: %s",
+                                  a, usage);
+      o->file = a;
+      continue;
+    }
+    if (strcmp(a, "--") == 0) {
+      only_files = true;
+    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      o->help = true;
+    } else if ((allowed & SC_CLI_DIM) && (v = opt_value(argc, argv, &i, "--dim", &missing))) {
+      int rc = parse_dim(v, o);
+      if (rc) return rc;
+    } else if ((allowed & SC_CLI_NO_WEIGHTS) && strcmp(a, "--no-weights") == 0) {
+      o->no_weights = true;
+    } else if ((allowed & SC_CLI_PRINT_AFTER) &&
+               (v = opt_value(argc, argv, &i, "--print-after", &missing))) {
+      o->print_after = v;
+    } else if ((allowed & SC_CLI_TIME_PASSES) && strcmp(a, "--time-passes") == 0) {
+      o->time_passes = true;
+    } else if ((allowed & SC_CLI_JSON) && strcmp(a, "--json") == 0) {
+      o->json = true;
+    } else if ((allowed & SC_CLI_DOT) && (v = opt_value(argc, argv, &i, "--dot", &missing))) {
+      o->dot = v;
+    } else if ((allowed & SC_CLI_PASSES) &&
+               (v = opt_value(argc, argv, &i, "--passes", &missing))) {
+      o->passes = v;
+    } else if (missing) {
+      return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, usage);
+    } else {
+      return sc_cli_usage_error("unknown option '%s'\nusage: %s", a, usage);
+    }
+    if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, usage);
+  }
+  if (!o->help && !o->file)
+    return sc_cli_usage_error("no input file\nusage: %s", usage);
+  return 0;
+}
+
+int sc_cli_bind_dims(sc_graph *g, const sc_cli_opts *o) {
+  for (int i = 0; i < o->n_dims; i++) {
+    if (sc_graph_bind_dim(g, o->dims[i].name, o->dims[i].value) > 0) continue;
+    /* List the names that do exist. */
+    char names[512] = "";
+    size_t pos = 0;
+    for (int32_t k = 0; k < g->n_inputs; k++) {
+      const sc_value *v = &g->values[g->inputs[k]];
+      if (!v->dim_param) continue;
+      for (int32_t d = 0; d < v->rank; d++) {
+        const char *p = v->dim_param[d];
+        if (!p || strstr(names, p)) continue;
+        int w = snprintf(names + pos, sizeof names - pos, "%s%s", pos ? ", " : "", p);
+        if (w < 0 || (size_t)w >= sizeof names - pos) break;
+        pos += (size_t)w;
+      }
+    }
+    return sc_cli_usage_error("%s: --dim %s: no input has a dim named '%s' (%s%s)",
+                              o->file, o->dims[i].name, o->dims[i].name,
+                              pos ? "symbolic dims: " : "the model has no symbolic dims",
+                              names);
+  }
+  return 0;
+}
+
+/* Whether some graph input has a dim named p. */
+static bool is_input_dim_name(const sc_graph *g, const char *p) {
+  for (int32_t k = 0; k < g->n_inputs; k++) {
+    const sc_value *v = &g->values[g->inputs[k]];
+    if (!v->dim_param) continue;
+    for (int32_t d = 0; d < v->rank; d++)
+      if (v->dim_param[d] && strcmp(v->dim_param[d], p) == 0) return true;
+  }
+  return false;
+}
+
+void sc_cli_format_shape(const sc_graph *g, const sc_value *v, char *buf, size_t n) {
+  size_t pos = 0;
+  if (n == 0) return;
+  buf[0] = 0;
+#define PUT(...)                                                    \
+  do {                                                              \
+    int w_ = snprintf(buf + pos, n - pos, __VA_ARGS__);             \
+    if (w_ < 0 || (size_t)w_ >= n - pos) return;                    \
+    pos += (size_t)w_;                                              \
+  } while (0)
+  if (v->rank < 0) {
+    PUT("[?]");
+    return;
+  }
+  PUT("[");
+  for (int32_t d = 0; d < v->rank; d++) {
+    const char *p = v->dim_param ? v->dim_param[d] : NULL;
+    if (d) PUT(",");
+    if (p && is_input_dim_name(g, p)) {
+      if (v->dims[d] >= 0) PUT("%s=%lld", p, (long long)v->dims[d]);
+      else PUT("%s", p);
+    } else if (v->dims[d] >= 0) {
+      PUT("%lld", (long long)v->dims[d]);
+    } else {
+      PUT("?");
+    }
+  }
+  PUT("]");
+#undef PUT
+}

@@ -1,0 +1,66 @@
+/* cli.h — option parsing and error printing shared by the subcommands.
+ *
+ * Every subcommand takes one input FILE plus some of the options below; it
+ * names the ones it accepts with a mask, and sc_cli_parse rejects the rest.
+ * Exit statuses: 0 success, 1 a problem in the input (printed from an sc_diag
+ * as "shardc: error: FILE: node 'N' (Op): msg"), 2 wrong usage. */
+#ifndef SC_TOOLS_CLI_H
+#define SC_TOOLS_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir/ir.h"
+
+enum { SC_CLI_MAX_DIMS = 32 };
+
+enum sc_cli_flags {
+  SC_CLI_DIM = 1u << 0,         /* --dim NAME=V (repeatable) */
+  SC_CLI_NO_WEIGHTS = 1u << 1,  /* --no-weights */
+  SC_CLI_PRINT_AFTER = 1u << 2, /* --print-after=PASS */
+  SC_CLI_TIME_PASSES = 1u << 3, /* --time-passes */
+  SC_CLI_JSON = 1u << 4,        /* --json */
+  SC_CLI_DOT = 1u << 5,         /* --dot FILE */
+  SC_CLI_PASSES = 1u << 6,      /* --passes P1,P2 */
+};
+
+typedef struct sc_cli_dim {
+  char name[128];
+  int64_t value;
+} sc_cli_dim;
+
+typedef struct sc_cli_opts {
+  const char *file;            /* the positional argument */
+  sc_cli_dim dims[SC_CLI_MAX_DIMS];
+  int n_dims;
+  bool no_weights;
+  const char *print_after;     /* pass name, "all", or NULL */
+  bool time_passes;
+  bool json;
+  const char *dot;             /* output path, or NULL */
+  const char *passes;          /* comma-separated, or NULL */
+  bool help;                   /* -h/--help was given */
+} sc_cli_opts;
+
+/* Parses argv[1..argc) (argv[0] is the subcommand name). Accepts only the
+ * options in `allowed`. On a usage error prints it with the usage line and
+ * returns 2; returns 0 otherwise (check opts->help). */
+int sc_cli_parse(int argc, char **argv, unsigned allowed, const char *usage,
+                 sc_cli_opts *opts);
+
+/* Prints "shardc: error: FILE: node 'N' (Op): msg" to stderr; file is put in
+ * when the diagnostic has none. Returns 1, or 2 for SC_ERR_USAGE. */
+int sc_cli_report(const sc_diag *d, const char *file);
+/* Prints "shardc: error: msg" to stderr and returns 2. */
+int sc_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Binds each --dim on g's inputs; a name that matches no input dim is a
+ * usage error (printed, returns 2). Returns 0 on success. */
+int sc_cli_bind_dims(sc_graph *g, const sc_cli_opts *opts);
+
+/* One shape as "[batch=8,16]" (symbolic names shown for dims whose
+ * dim_param names a dim of some graph input) into buf. */
+void sc_cli_format_shape(const sc_graph *g, const sc_value *v, char *buf, size_t n);
+
+#endif
