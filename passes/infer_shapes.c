@@ -10,9 +10,9 @@
  * resolve. The node itself stays; the fold pass removes it.
  *
  * The first error stops the pass; the op's rule has set g->diag. An eval
- * that reports SC_ERR_UNSUPPORTED (e.g. a dtype its kernel does not handle)
- * is not an error: the node is left unevaluated. */
-#include <string.h>
+ * that reports SC_ERR_UNSUPPORTED or SC_ERR_LIMIT (a dtype or size its kernel
+ * does not handle) is not an error: the node is left unevaluated. Shape and
+ * Size are evaluated from their input's static shape alone. */
 
 #include "ir/op_util.h"
 #include "passes/pass.h"

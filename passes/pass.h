@@ -66,10 +66,11 @@ sc_status sc_pass_fold(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_dce(sc_graph *g, const sc_pass_opts *opts);
 
 /* Shared by infer-shapes and fold: evaluates node n when its op has an eval
- * function, every present input is a constant with data and every output has
- * a known shape of at most SC_FOLD_MAX_ELEMENTS elements. *evaluated says
- * whether it was. An eval reporting SC_ERR_UNSUPPORTED leaves the node
- * unevaluated (not an error; also SC_ERR_LIMIT); other failures are returned with g->diag set. */
+ * function, every present input is a constant with data (Shape and Size: has
+ * a static shape) and every output has a known shape of at most
+ * SC_FOLD_MAX_ELEMENTS elements. *evaluated says whether it was. An eval
+ * reporting SC_ERR_UNSUPPORTED or SC_ERR_LIMIT leaves the node unevaluated
+ * (not an error); other failures are returned with g->diag set. */
 sc_status sc_pass_try_eval(sc_graph *g, sc_node *n, bool *evaluated);
 
 #endif

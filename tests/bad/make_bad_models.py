@@ -355,6 +355,69 @@ def build_cases(out):
     add(Case("chain_200k", "ok", what="200,000-node chain (must be fast)"),
         _model(chain, [_vi("x", [2, 3])], [_vi("y", [2, 3])]))
 
+    # -- op attributes and inputs from hostile models (node-level errors; "either" where
+    # the model is valid ONNX and a clean refusal is as good as an answer)
+    def one(label, expect, node, op, inputs, in_vis, out_dims, inits=(), what="", **attrs):
+        n = helper.make_node(op, inputs, ["y"], name=node, **attrs)
+        add(Case(label, expect, nodes=[[node, op]] if expect == "error" else None, what=what),
+            _model([n], in_vis, [_vi("y", out_dims)], list(inits)))
+
+    def i64(name, vals):
+        return numpy_helper.from_array(np.array(vals, np.int64), name)
+
+    one("empty_required_input", "error", "a", "Add", ["x", ""], [_vi("x", [2, 3])], [2, 3],
+        what="Add with input 2 omitted ('')")
+    n = helper.make_node("Relu", ["x"], [""], name="r")
+    add(Case("empty_required_output", "error", nodes=[["r", "Relu"]],
+             what="Relu whose only output is ''"),
+        _model([n, helper.make_node("Neg", ["x"], ["y"], name="n")],
+               [_vi("x", [2, 3])], [_vi("y", [2, 3])]))
+    one("matmul_scalar", "error", "mm", "MatMul", ["a", "b"],
+        [_vi("a", []), _vi("b", [])], [], what="MatMul of two scalars")
+    one("concat_axis_oob", "error", "cc", "Concat", ["x", "x"], [_vi("x", [2, 3])], [2, 6],
+        axis=5, what="Concat axis 5 on rank 2")
+    one("gather_axis_oob", "error", "g", "Gather", ["x", "i"], [_vi("x", [2, 3])], [2, 3],
+        [i64("i", [0])], axis=3, what="Gather axis 3 on rank 2")
+    one("transpose_perm_dup", "error", "tr", "Transpose", ["x"], [_vi("x", [2, 3])], [2, 2],
+        perm=[0, 0], what="perm [0, 0]")
+    one("reshape_two_minus_one", "error", "rs", "Reshape", ["x", "s"], [_vi("x", [2, 3])],
+        [2, 3], [i64("s", [-1, -1])], what="shape [-1, -1]")
+    one("reshape_minus_one_zero_size", "either", "rs", "Reshape", ["x", "s"],
+        [_vi("x", [2, 0])], [0, 0], [i64("s", [-1, 0])],
+        what="[2,0] to [-1, 0] (-1 would divide by 0)")
+    one("split_sizes_mismatch", "error", "sp", "Split", ["x", "s"], [_vi("x", [2, 3])],
+        [2, 1], [i64("s", [1, 1])], what="split [1,1] of a dim of 3")
+    one("unsqueeze_axis_int64_min", "error", "u", "Unsqueeze", ["x", "a"], [_vi("x", [2, 3])],
+        [1, 2, 3], [i64("a", [-(1 << 63)])], what="axes [INT64_MIN]")
+    one("slice_extreme_steps", "either", "sl", "Slice", ["x", "st", "en", "ax", "sp"],
+        [_vi("x", [10])], [1],
+        [i64("st", [(1 << 63) - 1]), i64("en", [-(1 << 63)]), i64("ax", [0]),
+         i64("sp", [-(1 << 63)])], what="starts INT64_MAX, ends/steps INT64_MIN")
+    one("cast_to_999", "error", "c", "Cast", ["x"], [_vi("x", [2, 3])], [2, 3], to=999,
+        what="Cast to=999")
+    one("conv_zero_stride", "error", "cv", "Conv", ["x", "w"], [_vi("x", [1, 1, 4, 4])],
+        [1, 1, 4, 4],
+        [numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "w")],
+        strides=[0, 0], what="Conv strides [0, 0]")
+    one("pool_kernel_huge", "error", "mp", "MaxPool", ["x"], [_vi("x", [1, 1, 4, 4])],
+        [1, 1, 1, 1], kernel_shape=[1 << 62, 1 << 62], what="MaxPool kernel 2^62")
+    one("pad_huge", "either", "pd", "Pad", ["x", "p"], [_vi("x", [2, 3])], [2, 3],
+        [i64("p", [1 << 62, 1 << 62, 1 << 62, 1 << 62])], what="pads 2^62")
+    one("fold_huge_constant_of_shape", "either", "cos", "ConstantOfShape", ["s"], [], [],
+        [i64("s", [1 << 20, 1 << 20])], what="a 2^40-element constant (4 TiB)")
+    add(Case("fold_huge_range", "either", what="Range(0, 2^45, 1)"),
+        _model([helper.make_node("Range", ["a", "b", "c"], ["y"], name="rg")], [],
+               [_vi("y", [1 << 45], TensorProto.INT64)],
+               [numpy_helper.from_array(np.array(v, np.int64), k)
+                for k, v in (("a", 0), ("b", 1 << 45), ("c", 1))]))
+    one("fold_huge_expand", "either", "ex", "Expand", ["v", "s"], [], [1 << 22, 1 << 22],
+        [numpy_helper.from_array(np.array([1.5], np.float32), "v"),
+         i64("s", [1 << 22, 1 << 22])], what="Expand a scalar to 2^44 elements")
+    add(Case("duplicate_node_names", "ok", what="two nodes named 'n' (renamed, not an error)"),
+        _model([helper.make_node("Relu", ["x"], ["h"], name="n"),
+                helper.make_node("Neg", ["h"], ["y"], name="n")],
+               [_vi("x", [2, 3])], [_vi("y", [2, 3])]))
+
     # -- external data
     wbytes = _rng().standard_normal((3, 4)).astype(np.float32).tobytes()
     assert len(wbytes) == len(SECRET_BYTES)
