@@ -58,32 +58,9 @@ static sc_status check_type(sc_graph *g, const sc_node *n, const sc_value *v,
   return SC_OK;
 }
 
-/* Typed attribute readers that fail (with a diagnostic) on a wrong kind. */
-static sc_status attr_int(sc_graph *g, const sc_node *n, const char *name,
-                          int64_t dflt, int64_t *out) {
-  const sc_attr *a = sc_node_attr(n, name);
-  *out = dflt;
-  if (!a) return SC_OK;
-  if (a->kind != SC_ATTR_INT)
-    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be an int", name);
-  *out = a->i;
-  return SC_OK;
-}
-
-static sc_status attr_float(sc_graph *g, const sc_node *n, const char *name,
-                            double dflt, double *out) {
-  const sc_attr *a = sc_node_attr(n, name);
-  *out = dflt;
-  if (!a) return SC_OK;
-  if (a->kind != SC_ATTR_FLOAT)
-    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be a float", name);
-  *out = a->f;
-  return SC_OK;
-}
-
 static sc_status attr_bool01(sc_graph *g, const sc_node *n, const char *name,
                              int64_t dflt, int64_t *out) {
-  sc_status st = attr_int(g, n, name, dflt, out);
+  sc_status st = sc_read_attr_int(g, n, name, dflt, out);
   if (st != SC_OK) return st;
   if (*out != 0 && *out != 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be 0 or 1, not %lld",
@@ -190,14 +167,14 @@ static sc_status check_unary_attrs(sc_graph *g, const sc_node *n) {
   sc_status st = SC_OK;
   switch (n->op) {
   case SC_OP_HARD_SIGMOID:
-    st = attr_float(g, n, "alpha", 0.2, &f);
-    if (st == SC_OK) st = attr_float(g, n, "beta", 0.5, &f);
+    st = sc_read_attr_float(g, n, "alpha", 0.2, &f);
+    if (st == SC_OK) st = sc_read_attr_float(g, n, "beta", 0.5, &f);
     break;
-  case SC_OP_LEAKY_RELU: st = attr_float(g, n, "alpha", 0.01, &f); break;
-  case SC_OP_ELU: st = attr_float(g, n, "alpha", 1.0, &f); break;
+  case SC_OP_LEAKY_RELU: st = sc_read_attr_float(g, n, "alpha", 0.01, &f); break;
+  case SC_OP_ELU: st = sc_read_attr_float(g, n, "alpha", 1.0, &f); break;
   case SC_OP_SELU:
-    st = attr_float(g, n, "alpha", 1.67326319217681884765625, &f);
-    if (st == SC_OK) st = attr_float(g, n, "gamma", 1.05070102214813232421875, &f);
+    st = sc_read_attr_float(g, n, "alpha", 1.67326319217681884765625, &f);
+    if (st == SC_OK) st = sc_read_attr_float(g, n, "gamma", 1.05070102214813232421875, &f);
     break;
   case SC_OP_IS_INF:
     st = attr_bool01(g, n, "detect_negative", 1, &i);
@@ -318,18 +295,18 @@ sc_status sc_op_eval_unary(sc_graph *g, sc_node *n) {
   int64_t dn = 1, dp = 1;
   switch (n->op) {
   case SC_OP_HARD_SIGMOID:
-    attr_float(g, n, "alpha", 0.2, &p.alpha);
-    attr_float(g, n, "beta", 0.5, &p.beta);
+    sc_read_attr_float(g, n, "alpha", 0.2, &p.alpha);
+    sc_read_attr_float(g, n, "beta", 0.5, &p.beta);
     break;
-  case SC_OP_LEAKY_RELU: attr_float(g, n, "alpha", 0.01, &p.alpha); break;
-  case SC_OP_ELU: attr_float(g, n, "alpha", 1.0, &p.alpha); break;
+  case SC_OP_LEAKY_RELU: sc_read_attr_float(g, n, "alpha", 0.01, &p.alpha); break;
+  case SC_OP_ELU: sc_read_attr_float(g, n, "alpha", 1.0, &p.alpha); break;
   case SC_OP_SELU:
-    attr_float(g, n, "alpha", 1.67326319217681884765625, &p.alpha);
-    attr_float(g, n, "gamma", 1.05070102214813232421875, &p.gamma);
+    sc_read_attr_float(g, n, "alpha", 1.67326319217681884765625, &p.alpha);
+    sc_read_attr_float(g, n, "gamma", 1.05070102214813232421875, &p.gamma);
     break;
   case SC_OP_IS_INF:
-    attr_int(g, n, "detect_negative", 1, &dn);
-    attr_int(g, n, "detect_positive", 1, &dp);
+    sc_read_attr_int(g, n, "detect_negative", 1, &dn);
+    sc_read_attr_int(g, n, "detect_positive", 1, &dp);
     break;
   case SC_OP_GELU: {
     const sc_attr *a = sc_node_attr(n, "approximate");
@@ -388,7 +365,7 @@ sc_status sc_op_infer_cast(sc_graph *g, sc_node *n) {
     return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "cannot cast from dtype %s",
                          sc_dtype_name(x->dtype));
   int64_t sat;
-  if ((st = attr_int(g, n, "saturate", 1, &sat)) != SC_OK) return st;
+  if ((st = sc_read_attr_int(g, n, "saturate", 1, &sat)) != SC_OK) return st;
   sc_dtype to;
   if ((st = cast_target(g, n, &to)) != SC_OK) return st;
   return sc_set_output(g, n, 0, to, x->rank, x->dims);
@@ -522,7 +499,7 @@ sc_status sc_op_infer_dropout(sc_graph *g, sc_node *n) {
     return sc_node_error(g, n, SC_ERR_INVALID, "training_mode '%s' must be a bool scalar",
                          train->name);
   int64_t seed;
-  if ((st = attr_int(g, n, "seed", 0, &seed)) != SC_OK) return st;
+  if ((st = sc_read_attr_int(g, n, "seed", 0, &seed)) != SC_OK) return st;
   if ((st = sc_same_as_input(g, n, 0, 0)) != SC_OK) return st;
   return sc_set_output(g, n, 1, SC_DTYPE_BOOL, x->rank, x->dims);
 }
@@ -711,7 +688,7 @@ sc_status sc_op_eval_binary(sc_graph *g, sc_node *n) {
   const sc_value *o = sc_node_output(g, n, 0);
   if (!a || !b || !o) return sc_node_error(g, n, SC_ERR_INVALID, "missing input or output");
   int64_t fm = 0;
-  if (n->op == SC_OP_MOD && (st = attr_int(g, n, "fmod", 0, &fm)) != SC_OK) return st;
+  if (n->op == SC_OP_MOD && (st = sc_read_attr_int(g, n, "fmod", 0, &fm)) != SC_OK) return st;
   void *out = alloc_output(g, n, 0, &st);
   if (!out) return st;
   /* integer path when the operands are integers or bools: for Pow, both */

@@ -58,14 +58,25 @@ static sc_status need_same_dtype(sc_graph *g, const sc_node *n, int32_t a, int32
   return SC_OK;
 }
 
+/* Checks the inputs of a gather-like node: data x (input 0), integer
+ * indices ind (input 1), and the int attribute attr (default 0). */
+static sc_status data_indices(sc_graph *g, const sc_node *n, const char *attr,
+                              const sc_value **x, const sc_value **ind, int64_t *val) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK || (st = need_int(g, n, 1)) != SC_OK) return st;
+  *x = sc_node_input(g, n, 0);
+  *ind = sc_node_input(g, n, 1);
+  *val = sc_attr_int(g, n, attr, 0);
+  return g->diag.status;
+}
+
 /* ---- Gather ---- */
 
 sc_status sc_op_infer_gather(sc_graph *g, sc_node *n) {
-  sc_status st = sc_check_inputs(g, n);
-  if (st != SC_OK || (st = need_int(g, n, 1)) != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
-  int64_t ax = sc_attr_int(g, n, "axis", 0);
-  if (g->diag.status != SC_OK) return g->diag.status;
+  const sc_value *x, *ind;
+  int64_t ax;
+  sc_status st = data_indices(g, n, "axis", &x, &ind, &ax);
+  if (st != SC_OK) return st;
   int32_t axis;
   if ((st = sc_norm_axis(g, n, ax, x->rank, &axis)) != SC_OK) return st;
   int32_t r = x->rank - 1 + ind->rank;
@@ -260,11 +271,10 @@ sc_status sc_op_eval_scatter_elements(sc_graph *g, sc_node *n) {
 /* ---- GatherND, ScatterND ---- */
 
 sc_status sc_op_infer_gather_nd(sc_graph *g, sc_node *n) {
-  sc_status st = sc_check_inputs(g, n);
-  if (st != SC_OK || (st = need_int(g, n, 1)) != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
-  int64_t b = sc_attr_int(g, n, "batch_dims", 0);
-  if (g->diag.status != SC_OK) return g->diag.status;
+  const sc_value *x, *ind;
+  int64_t b;
+  sc_status st = data_indices(g, n, "batch_dims", &x, &ind, &b);
+  if (st != SC_OK) return st;
   if (x->rank < 1 || ind->rank < 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "data and indices need rank >= 1");
   if (b < 0 || b >= x->rank || b >= ind->rank)

@@ -53,39 +53,6 @@ static const char *fmt_shape(char *buf, size_t cap, int32_t rank, const int64_t 
   return buf;
 }
 
-static sc_status attr_int(sc_graph *g, const sc_node *n, const char *name, int64_t dflt,
-                          int64_t *out) {
-  const sc_attr *a = sc_node_attr(n, name);
-  *out = dflt;
-  if (!a) return SC_OK;
-  if (a->kind != SC_ATTR_INT)
-    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be an int", name);
-  *out = a->i;
-  return SC_OK;
-}
-
-static sc_status attr_float(sc_graph *g, const sc_node *n, const char *name, double dflt,
-                            double *out) {
-  const sc_attr *a = sc_node_attr(n, name);
-  *out = dflt;
-  if (!a) return SC_OK;
-  if (a->kind != SC_ATTR_FLOAT)
-    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be a float", name);
-  *out = a->f;
-  return SC_OK;
-}
-
-static sc_status attr_str(sc_graph *g, const sc_node *n, const char *name,
-                          const char *dflt, const char **out) {
-  const sc_attr *a = sc_node_attr(n, name);
-  *out = dflt;
-  if (!a) return SC_OK;
-  if (a->kind != SC_ATTR_STRING)
-    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be a string", name);
-  *out = a->s;
-  return SC_OK;
-}
-
 /* An INTS attribute of exactly `want` entries each >= min, or absent (then
  * every entry is dflt and *present is false). */
 static sc_status attr_ints_n(sc_graph *g, const sc_node *n, const char *name,
@@ -293,10 +260,10 @@ typedef struct gemm_attrs {
 
 static sc_status gemm_parse(sc_graph *g, const sc_node *n, gemm_attrs *ga) {
   sc_status st;
-  if ((st = attr_int(g, n, "transA", 0, &ga->trans_a)) != SC_OK ||
-      (st = attr_int(g, n, "transB", 0, &ga->trans_b)) != SC_OK ||
-      (st = attr_float(g, n, "alpha", 1.0, &ga->alpha)) != SC_OK ||
-      (st = attr_float(g, n, "beta", 1.0, &ga->beta)) != SC_OK)
+  if ((st = sc_read_attr_int(g, n, "transA", 0, &ga->trans_a)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "transB", 0, &ga->trans_b)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "alpha", 1.0, &ga->alpha)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "beta", 1.0, &ga->beta)) != SC_OK)
     return st;
   if ((ga->trans_a != 0 && ga->trans_a != 1) || (ga->trans_b != 0 && ga->trans_b != 1))
     return sc_node_error(g, n, SC_ERR_INVALID, "transA %lld / transB %lld must be 0 or 1",
@@ -418,7 +385,7 @@ static sc_status window_parse(sc_graph *g, const sc_node *n, int32_t nsp,
       (st = attr_ints_n(g, n, "pads", 2 * nsp, 0, 0, w->pads, &have_pads)) != SC_OK)
     return st;
   const char *ap;
-  if ((st = attr_str(g, n, "auto_pad", "NOTSET", &ap)) != SC_OK) return st;
+  if ((st = sc_read_attr_string(g, n, "auto_pad", "NOTSET", &ap)) != SC_OK) return st;
   if (!strcmp(ap, "NOTSET") || !ap[0])
     w->auto_pad = PAD_NOTSET;
   else if (!strcmp(ap, "SAME_UPPER"))
@@ -487,7 +454,7 @@ sc_status sc_op_infer_conv(sc_graph *g, sc_node *n) {
                          fmt_shape(b1, sizeof b1, wt->rank, wt->dims),
                          fmt_shape(b2, sizeof b2, x->rank, x->dims));
   int64_t group;
-  if ((st = attr_int(g, n, "group", 1, &group)) != SC_OK) return st;
+  if ((st = sc_read_attr_int(g, n, "group", 1, &group)) != SC_OK) return st;
   int64_t c = x->dims[1], m = wt->dims[0];
   if (group < 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "group %lld must be >= 1", (long long)group);
@@ -526,24 +493,33 @@ void sc_op_cost_conv(sc_graph *g, const sc_node *n, sc_cost *c) {
   c->bytes = io_bytes(g, n);
 }
 
-sc_status sc_op_infer_pool(sc_graph *g, sc_node *n) {
+/* Checks the inputs; X (input 0) is a float tensor (N, C, spatial...) with
+ * at least one spatial dim. */
+static sc_status spatial_input(sc_graph *g, const sc_node *n, const sc_value **x) {
   sc_status st = sc_check_inputs(g, n);
   if (st != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0);
-  if ((st = need_float(g, n, x)) != SC_OK) return st;
-  if (x->rank < 3)
+  *x = sc_node_input(g, n, 0);
+  if ((st = need_float(g, n, *x)) != SC_OK) return st;
+  if ((*x)->rank < 3)
     return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C and >= 1 spatial dim)",
-                         x->rank);
+                         (*x)->rank);
+  return SC_OK;
+}
+
+sc_status sc_op_infer_pool(sc_graph *g, sc_node *n) {
+  const sc_value *x;
+  sc_status st = spatial_input(g, n, &x);
+  if (st != SC_OK) return st;
   window w;
   if ((st = window_parse(g, n, x->rank - 2, NULL, &w)) != SC_OK) return st;
   int64_t ceil_mode, extra;
-  if ((st = attr_int(g, n, "ceil_mode", 0, &ceil_mode)) != SC_OK) return st;
+  if ((st = sc_read_attr_int(g, n, "ceil_mode", 0, &ceil_mode)) != SC_OK) return st;
   if (ceil_mode != 0 && ceil_mode != 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "ceil_mode %lld must be 0 or 1",
                          (long long)ceil_mode);
   w.ceil_mode = ceil_mode == 1;
   const char *flag = n->op == SC_OP_MAX_POOL ? "storage_order" : "count_include_pad";
-  if ((st = attr_int(g, n, flag, 0, &extra)) != SC_OK) return st;
+  if ((st = sc_read_attr_int(g, n, flag, 0, &extra)) != SC_OK) return st;
   if (extra != 0 && extra != 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "%s %lld must be 0 or 1", flag,
                          (long long)extra);
@@ -570,13 +546,9 @@ void sc_op_cost_pool(sc_graph *g, const sc_node *n, sc_cost *c) {
 }
 
 sc_status sc_op_infer_global_pool(sc_graph *g, sc_node *n) {
-  sc_status st = sc_check_inputs(g, n);
+  const sc_value *x;
+  sc_status st = spatial_input(g, n, &x);
   if (st != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0);
-  if ((st = need_float(g, n, x)) != SC_OK) return st;
-  if (x->rank < 3)
-    return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C and >= 1 spatial dim)",
-                         x->rank);
   int64_t out[SC_MAX_RANK];
   for (int32_t i = 0; i < x->rank; i++) out[i] = i < 2 ? x->dims[i] : 1;
   return sc_set_output(g, n, 0, x->dtype, x->rank, out);
@@ -593,9 +565,9 @@ sc_status sc_op_infer_batchnorm(sc_graph *g, sc_node *n) {
     return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C, ...)", x->rank);
   double eps, momentum;
   int64_t training;
-  if ((st = attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
-      (st = attr_float(g, n, "momentum", 0.9, &momentum)) != SC_OK ||
-      (st = attr_int(g, n, "training_mode", 0, &training)) != SC_OK)
+  if ((st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "momentum", 0.9, &momentum)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "training_mode", 0, &training)) != SC_OK)
     return st;
   if (training != 0 && training != 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "training_mode %lld must be 0 or 1",
@@ -622,15 +594,11 @@ void sc_op_cost_norm(sc_graph *g, const sc_node *n, sc_cost *c) {
 }
 
 sc_status sc_op_infer_instancenorm(sc_graph *g, sc_node *n) {
-  sc_status st = sc_check_inputs(g, n);
+  const sc_value *x;
+  sc_status st = spatial_input(g, n, &x);
   if (st != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0);
-  if ((st = need_float(g, n, x)) != SC_OK) return st;
-  if (x->rank < 3)
-    return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C and >= 1 spatial dim)",
-                         x->rank);
   double eps;
-  if ((st = attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK) return st;
+  if ((st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK) return st;
   const sc_value *scale = sc_node_input(g, n, 1), *bias = sc_node_input(g, n, 2);
   if ((st = need_float(g, n, scale)) != SC_OK || (st = need_float(g, n, bias)) != SC_OK ||
       (st = need_vector(g, n, scale, "scale", x->dims[1])) != SC_OK ||
@@ -646,9 +614,9 @@ sc_status sc_op_infer_layernorm(sc_graph *g, sc_node *n) {
   if ((st = need_float(g, n, x)) != SC_OK) return st;
   int64_t axis_attr, stash;
   double eps;
-  if ((st = attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
-      (st = attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
-      (st = attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
+  if ((st = sc_read_attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
     return st;
   int32_t axis;
   if ((st = sc_norm_axis(g, n, axis_attr, x->rank, &axis)) != SC_OK) return st;
@@ -683,9 +651,9 @@ sc_status sc_op_infer_groupnorm(sc_graph *g, sc_node *n) {
     return sc_node_error(g, n, SC_ERR_INVALID, "attribute 'num_groups' is required");
   int64_t groups, stash;
   double eps;
-  if ((st = attr_int(g, n, "num_groups", 0, &groups)) != SC_OK ||
-      (st = attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
-      (st = attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
+  if ((st = sc_read_attr_int(g, n, "num_groups", 0, &groups)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
     return st;
   int64_t ch = x->dims[1];
   if (groups < 1 || ch % groups != 0)
@@ -712,7 +680,7 @@ sc_status sc_op_infer_groupnorm(sc_graph *g, sc_node *n) {
 static sc_status softmax_axis(sc_graph *g, const sc_node *n, int32_t *axis) {
   const sc_value *x = sc_node_input(g, n, 0);
   int64_t a;
-  sc_status st = attr_int(g, n, "axis", -1, &a);
+  sc_status st = sc_read_attr_int(g, n, "axis", -1, &a);
   if (st != SC_OK) return st;
   if (x->rank < 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' is a scalar (needs rank >= 1)",

@@ -33,15 +33,14 @@ enum { MAX_AXES = 64 };
 
 static sc_status attr_int(sc_graph *g, const sc_node *n, const char *name,
                           int64_t dflt, bool is_bool, int64_t *out) {
-  const sc_attr *a = sc_node_attr(n, name);
+  int64_t v;
+  sc_status st = sc_read_attr_int(g, n, name, dflt, &v);
   *out = dflt;
-  if (!a) return SC_OK;
-  if (a->kind != SC_ATTR_INT)
-    return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be an int", name);
-  if (is_bool && a->i != 0 && a->i != 1)
+  if (st != SC_OK) return st;
+  if (is_bool && v != 0 && v != 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be 0 or 1, not %lld",
-                         name, (long long)a->i);
-  *out = a->i;
+                         name, (long long)v);
+  *out = v;
   return SC_OK;
 }
 
@@ -52,6 +51,14 @@ static sc_status check_arith(sc_graph *g, const sc_node *n, const sc_value *x) {
     return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' has dtype %s; expects a numeric type",
                          x->name, sc_dtype_name(x->dtype));
   return SC_OK;
+}
+
+/* Checks the inputs; input 0 (returned in *x) has an arithmetic dtype. */
+static sc_status arith_input(sc_graph *g, const sc_node *n, const sc_value **x) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  *x = sc_node_input(g, n, 0);
+  return check_arith(g, n, *x);
 }
 
 static sc_status eval_check(sc_graph *g, const sc_node *n) {
@@ -154,10 +161,9 @@ static sc_status reduce_axes(sc_graph *g, const sc_node *n, bool *mask, bool *no
 }
 
 sc_status sc_op_infer_reduce(sc_graph *g, sc_node *n) {
-  sc_status st = sc_check_inputs(g, n);
+  const sc_value *x;
+  sc_status st = arith_input(g, n, &x);
   if (st != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0);
-  if ((st = check_arith(g, n, x)) != SC_OK) return st;
   bool mask[SC_MAX_RANK], noop, keep;
   if ((st = reduce_axes(g, n, mask, &noop, &keep)) != SC_OK) return st;
   if (noop) return sc_same_as_input(g, n, 0, 0);
@@ -314,10 +320,9 @@ static sc_status argminmax_attrs(sc_graph *g, const sc_node *n, int32_t *axis, b
 }
 
 sc_status sc_op_infer_argminmax(sc_graph *g, sc_node *n) {
-  sc_status st = sc_check_inputs(g, n);
+  const sc_value *x;
+  sc_status st = arith_input(g, n, &x);
   if (st != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0);
-  if ((st = check_arith(g, n, x)) != SC_OK) return st;
   int32_t axis;
   bool keep, last;
   if ((st = argminmax_attrs(g, n, &axis, &keep, &last)) != SC_OK) return st;
@@ -403,11 +408,10 @@ static sc_status cumsum_axis(sc_graph *g, const sc_node *n, int32_t *axis) {
 }
 
 sc_status sc_op_infer_cumsum(sc_graph *g, sc_node *n) {
-  sc_status st = sc_check_inputs(g, n);
+  const sc_value *x;
+  sc_status st = arith_input(g, n, &x);
   if (st != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0);
   const sc_value *ax = sc_node_input(g, n, 1);
-  if ((st = check_arith(g, n, x)) != SC_OK) return st;
   if (ax->dtype != SC_DTYPE_I32 && ax->dtype != SC_DTYPE_I64)
     return sc_node_error(g, n, SC_ERR_INVALID, "axis '%s' must be int32 or int64", ax->name);
   if (sc_value_numel(ax) != 1 || ax->rank > 1)

@@ -148,6 +148,13 @@ sc_status sc_op_infer_shape(sc_graph *g, sc_node *n) {
   return sc_set_output(g, n, 0, SC_DTYPE_I64, 1, &k);
 }
 
+/* For eval: the node can be folded and input 0's data is at *in. */
+static sc_status fold_input0(sc_graph *g, const sc_node *n, const uint8_t **in) {
+  sc_status st = sc_move_check_fold(g, n);
+  if (st != SC_OK) return st;
+  return sc_move_input_data(g, n, 0, in);
+}
+
 sc_status sc_op_eval_shape(sc_graph *g, sc_node *n) {
   sc_status st = sc_move_check_fold(g, n);
   if (st != SC_OK) return st;
@@ -375,10 +382,10 @@ sc_status sc_op_infer_unsqueeze(sc_graph *g, sc_node *n) {
 }
 
 sc_status sc_op_eval_reshape(sc_graph *g, sc_node *n) {
-  sc_status st = sc_move_check_fold(g, n);
   const uint8_t *in;
   uint8_t *out;
-  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK) return st;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
   int64_t bytes = sc_value_bytes(sc_node_input(g, n, 0));
   if (bytes != sc_value_bytes(sc_node_output(g, n, 0)))
     return sc_node_error(g, n, SC_ERR_INVALID, "output size differs from the input's");
@@ -424,10 +431,10 @@ sc_status sc_op_infer_transpose(sc_graph *g, sc_node *n) {
 }
 
 sc_status sc_op_eval_transpose(sc_graph *g, sc_node *n) {
-  sc_status st = sc_move_check_fold(g, n);
   const uint8_t *in;
   uint8_t *out;
-  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK) return st;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0), *y = sc_node_output(g, n, 0);
   int32_t perm[SC_MAX_RANK];
   if ((st = transpose_perm(g, n, x->rank, perm)) != SC_OK) return st;
@@ -605,9 +612,9 @@ sc_status sc_op_infer_split(sc_graph *g, sc_node *n) {
 }
 
 sc_status sc_op_eval_split(sc_graph *g, sc_node *n) {
-  sc_status st = sc_move_check_fold(g, n);
   const uint8_t *in;
-  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK) return st;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0);
   int32_t axis;
   int64_t *sizes;
@@ -689,9 +696,9 @@ sc_status sc_op_infer_slice(sc_graph *g, sc_node *n) {
 }
 
 sc_status sc_op_eval_slice(sc_graph *g, sc_node *n) {
-  sc_status st = sc_move_check_fold(g, n);
   const uint8_t *in;
-  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK) return st;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0);
   int64_t start[SC_MAX_RANK], step[SC_MAX_RANK], d[SC_MAX_RANK], xs[SC_MAX_RANK];
   if ((st = slice_params(g, n, start, step, d)) != SC_OK) return st;
@@ -733,10 +740,10 @@ sc_status sc_op_infer_expand(sc_graph *g, sc_node *n) {
 }
 
 sc_status sc_op_eval_expand(sc_graph *g, sc_node *n) {
-  sc_status st = sc_move_check_fold(g, n);
   const uint8_t *in;
   uint8_t *out;
-  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK) return st;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0), *y = sc_node_output(g, n, 0);
   if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
   if (sc_value_numel(y) == 0) return SC_OK;
@@ -769,10 +776,10 @@ sc_status sc_op_infer_tile(sc_graph *g, sc_node *n) {
 }
 
 sc_status sc_op_eval_tile(sc_graph *g, sc_node *n) {
-  sc_status st = sc_move_check_fold(g, n);
   const uint8_t *in;
   uint8_t *out;
-  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK) return st;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0), *y = sc_node_output(g, n, 0);
   if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
   if (sc_value_numel(y) == 0) return SC_OK;
@@ -943,9 +950,9 @@ sc_status sc_op_infer_nonzero(sc_graph *g, sc_node *n) {
 }
 
 sc_status sc_op_eval_nonzero(sc_graph *g, sc_node *n) {
-  sc_status st = sc_move_check_fold(g, n);
   const uint8_t *in;
-  if (st != SC_OK || (st = sc_move_input_data(g, n, 0, &in)) != SC_OK) return st;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0), *y = sc_node_output(g, n, 0);
   int64_t numel = sc_value_numel(x), cnt = y->dims[1];
   uint8_t *out;

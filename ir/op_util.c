@@ -149,3 +149,19 @@ bool sc_next_index(int32_t rank, const int64_t *dims, int64_t *idx) {
   }
   return false;
 }
+
+/* One reader per attribute kind, all of the same form. */
+#define READ_ATTR(fn, type, want, field, what)                                        \
+  sc_status fn(sc_graph *g, const sc_node *n, const char *name, type dflt, type *out) { \
+    const sc_attr *a = sc_node_attr(n, name);                                         \
+    *out = dflt;                                                                      \
+    if (!a) return SC_OK;                                                             \
+    if (a->kind != want)                                                              \
+      return sc_node_error(g, n, SC_ERR_INVALID, "attribute '%s' must be " what, name); \
+    *out = a->field;                                                                  \
+    return SC_OK;                                                                     \
+  }
+READ_ATTR(sc_read_attr_int, int64_t, SC_ATTR_INT, i, "an int")
+READ_ATTR(sc_read_attr_float, double, SC_ATTR_FLOAT, f, "a float")
+READ_ATTR(sc_read_attr_string, const char *, SC_ATTR_STRING, s, "a string")
+#undef READ_ATTR

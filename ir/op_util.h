@@ -39,6 +39,15 @@ sc_status sc_norm_axis(sc_graph *g, const sc_node *n, int64_t axis, int32_t rank
 sc_status sc_input_ints(sc_graph *g, const sc_node *n, int32_t idx, int64_t *buf,
                         int64_t cap, int64_t *count);
 
+/* Typed attribute readers: *out is dflt when the attribute is absent; a
+ * present attribute of another kind is an error. */
+sc_status sc_read_attr_int(sc_graph *g, const sc_node *n, const char *name,
+                           int64_t dflt, int64_t *out);
+sc_status sc_read_attr_float(sc_graph *g, const sc_node *n, const char *name,
+                             double dflt, double *out);
+sc_status sc_read_attr_string(sc_graph *g, const sc_node *n, const char *name,
+                              const char *dflt, const char **out);
+
 /* Sets output idx's dtype and shape (checked for negative dims, overflow). */
 sc_status sc_set_output(sc_graph *g, const sc_node *n, int32_t idx, sc_dtype dtype,
                         int32_t rank, const int64_t *dims);

@@ -181,3 +181,26 @@ void sc_cli_format_shape(const sc_graph *g, const sc_value *v, char *buf, size_t
   PUT("]");
 #undef PUT
 }
+
+int sc_cli_load_finish(sc_status st, sc_graph **g, const sc_diag *d,
+                       const sc_cli_opts *o) {
+  if (st != SC_OK) {
+    if (*g) sc_graph_destroy(*g);
+    *g = NULL;
+    return sc_cli_report(d, o->file);
+  }
+  int rc = sc_cli_bind_dims(*g, o);
+  if (rc) {
+    sc_graph_destroy(*g);
+    *g = NULL;
+  }
+  return rc;
+}
+
+void sc_cli_pass_opts(const sc_cli_opts *o, sc_pass_opts *po) {
+  sc_pass_opts_init(po);
+  po->print_after = o->print_after;
+  po->print_out = stderr;
+  po->time_passes = o->time_passes;
+  po->time_out = stderr;
+}

@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "ir/ir.h"
+#include "passes/pass.h"
 
 enum { SC_CLI_MAX_DIMS = 32 };
 
@@ -58,6 +59,17 @@ int sc_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 /* Binds each --dim on g's inputs; a name that matches no input dim is a
  * usage error (printed, returns 2). Returns 0 on success. */
 int sc_cli_bind_dims(sc_graph *g, const sc_cli_opts *opts);
+
+/* Finishes loading FILE: when st (the loader's status) failed, destroys *g
+ * (if any), sets it to NULL and reports d; otherwise binds the --dim options
+ * (destroying *g on failure). Returns 0 when *g is ready, else the exit
+ * status. */
+int sc_cli_load_finish(sc_status st, sc_graph **g, const sc_diag *d,
+                       const sc_cli_opts *opts);
+
+/* Pass options from the command line: --print-after and --time-passes,
+ * both printing to stderr. */
+void sc_cli_pass_opts(const sc_cli_opts *opts, sc_pass_opts *po);
 
 /* One shape as "[batch=8,16]" (symbolic names shown for dims whose
  * dim_param names a dim of some graph input) into buf. */

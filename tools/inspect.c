@@ -234,25 +234,14 @@ int sc_cmd_inspect(int argc, char **argv) {
   sc_graph *g = NULL;
   sc_diag d;
   sc_diag_clear(&d);
-  if (sc_onnx_import(o.file, &io, &g, &d) != SC_OK) {
-    if (g) sc_graph_destroy(g);
-    return sc_cli_report(&d, o.file);
-  }
-  rc = sc_cli_bind_dims(g, &o);
-  if (rc) {
-    sc_graph_destroy(g);
-    return rc;
-  }
+  rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &g, &d), &g, &d, &o);
+  if (rc) return rc;
 
   sc_stats s;
   sc_status st = sc_stats_begin(g, &s);
   if (st == SC_OK) {
     sc_pass_opts po;
-    sc_pass_opts_init(&po);
-    po.print_after = o.print_after;
-    po.print_out = stderr;
-    po.time_passes = o.time_passes;
-    po.time_out = stderr;
+    sc_cli_pass_opts(&o, &po);
     st = sc_run_passes(g, SC_CANONICAL_PASSES, &po);
   }
   if (st == SC_OK) st = sc_stats_finish(g, &s);

@@ -31,21 +31,10 @@ int sc_cmd_opt(int argc, char **argv) {
   sc_graph *g = NULL;
   sc_diag d;
   sc_diag_clear(&d);
-  if (sc_ir_parse_file(o.file, &g, &d) != SC_OK) {
-    if (g) sc_graph_destroy(g);
-    return sc_cli_report(&d, o.file);
-  }
-  rc = sc_cli_bind_dims(g, &o);
-  if (rc) {
-    sc_graph_destroy(g);
-    return rc;
-  }
+  rc = sc_cli_load_finish(sc_ir_parse_file(o.file, &g, &d), &g, &d, &o);
+  if (rc) return rc;
   sc_pass_opts po;
-  sc_pass_opts_init(&po);
-  po.print_after = o.print_after;
-  po.print_out = stderr;
-  po.time_passes = o.time_passes;
-  po.time_out = stderr;
+  sc_cli_pass_opts(&o, &po);
   if (sc_run_passes(g, o.passes, &po) != SC_OK) {
     rc = sc_cli_report(&g->diag, o.file);
     sc_graph_destroy(g);

@@ -5,133 +5,10 @@
  * 1e-12 relative (the same double formulas, in a different order); f32
  * results 1e-6 relative (one float rounding); NaN always fails unless a NaN
  * is the expected value. */
-#include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
-#include <cmocka.h>
-
-#include "ir/ir.h"
 #include "ir/op_util.h"
-
-/* ---- helpers ---- */
-
-static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 6364136223846793005ull + 1442695040888963407ull; }
-static double rnd(double lo, double hi) { /* LCG, never exactly 0 for lo>0 */
-  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-  double u = (double)(rng_state >> 11) / 9007199254740992.0;
-  return lo + (hi - lo) * u;
-}
-/* in [lo,hi] but bounded away from 0 */
-static double rnd_nz(double lo, double hi) {
-  double v;
-  do v = rnd(lo, hi); while (fabs(v) < 0.05);
-  return v;
-}
-
-static int32_t cst(sc_graph *g, sc_dtype t, int32_t rank, const int64_t *dims,
-                   const void *data) {
-  int32_t id = sc_graph_add_value(g, NULL);
-  assert_true(id >= 0);
-  int64_t numel = 1;
-  for (int32_t i = 0; i < rank; i++) numel *= dims[i];
-  assert_int_equal(sc_value_set_data(g, id, t, rank, dims, data,
-                                     (uint64_t)numel * sc_dtype_size(t), true),
-                   SC_OK);
-  return id;
-}
-static int32_t inp(sc_graph *g, sc_dtype t, int32_t rank, const int64_t *dims) {
-  int32_t id = sc_graph_add_value(g, NULL);
-  assert_true(id >= 0);
-  assert_int_equal(sc_value_set_shape(g, id, t, rank, dims), SC_OK);
-  assert_int_equal(sc_graph_add_input(g, id), SC_OK);
-  return id;
-}
-static int32_t outv(sc_graph *g) {
-  int32_t id = sc_graph_add_value(g, NULL);
-  assert_true(id >= 0);
-  g->values[id].rank = -1;
-  return id;
-}
-/* node with one output (returned through *out) */
-static int32_t node1(sc_graph *g, sc_op op, const char *name, const int32_t *ins,
-                     int32_t nin, int32_t *out) {
-  *out = outv(g);
-  int32_t id = sc_graph_add_node(g, op, name, ins, nin, out, 1);
-  assert_true(id >= 0);
-  return id;
-}
-static sc_status infer(sc_graph *g, int32_t nid) {
-  return sc_ops[g->nodes[nid].op].infer(g, &g->nodes[nid]);
-}
-static sc_status eval(sc_graph *g, int32_t nid) {
-  return sc_ops[g->nodes[nid].op].eval(g, &g->nodes[nid]);
-}
-static void run_ok(sc_graph *g, int32_t nid) {
-  sc_status st = infer(g, nid);
-  if (st != SC_OK) print_error("infer: %s\n", g->diag.msg);
-  assert_int_equal(st, SC_OK);
-  st = eval(g, nid);
-  if (st != SC_OK) print_error("eval: %s\n", g->diag.msg);
-  assert_int_equal(st, SC_OK);
-}
-static void set_int(sc_graph *g, int32_t nid, const char *name, int64_t v) {
-  sc_attr *a = sc_node_add_attr(g, nid, name, SC_ATTR_INT);
-  assert_non_null(a);
-  a->i = v;
-}
-static void set_float(sc_graph *g, int32_t nid, const char *name, double v) {
-  sc_attr *a = sc_node_add_attr(g, nid, name, SC_ATTR_FLOAT);
-  assert_non_null(a);
-  a->f = v;
-}
-static void set_string(sc_graph *g, int32_t nid, const char *name, const char *s) {
-  sc_attr *a = sc_node_add_attr(g, nid, name, SC_ATTR_STRING);
-  assert_non_null(a);
-  a->s = sc_arena_strdup(&g->arena, s);
-}
-static void check_shape(sc_graph *g, int32_t v, sc_dtype t, int32_t rank,
-                        const int64_t *dims) {
-  const sc_value *x = &g->values[v];
-  assert_int_equal(x->dtype, t);
-  assert_int_equal(x->rank, rank);
-  for (int32_t i = 0; i < rank; i++) assert_int_equal(x->dims[i], dims[i]);
-}
-static void near(double got, double want, double rel) {
-  if (isnan(want)) {
-    assert_true(isnan(got));
-    return;
-  }
-  assert_false(isnan(got));
-  double tol = rel * fmax(1.0, fabs(want));
-  if (!(fabs(got - want) <= tol))
-    fail_msg("got %.17g, want %.17g (tol %g)", got, want, tol);
-}
-static void expect_error(sc_graph *g, sc_status got, sc_status want, const char *node,
-                         const char *needle) {
-  assert_int_equal(got, want);
-  assert_int_equal(g->diag.status, want);
-  assert_string_equal(g->diag.node, node);
-  if (needle && !strstr(g->diag.msg, needle))
-    fail_msg("message '%s' lacks '%s'", g->diag.msg, needle);
-}
-
-static int setup(void **state) {
-  sc_graph *g = sc_graph_create("t");
-  assert_non_null(g);
-  g->opset = 21;
-  *state = g;
-  return 0;
-}
-static int teardown(void **state) {
-  sc_graph_destroy(*state);
-  return 0;
-}
+#include "test_util.h"
 
 /* ---- broadcasting and dtype errors ---- */
 
@@ -671,25 +548,25 @@ static void test_fold_limit(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_broadcast_shapes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dtype_mismatch, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_pow_mixed_dtype_ok, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_logical_needs_bool, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unary_eval, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unary_attrs_and_special, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_round_half_even, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_int_unary_and_not, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_isnan_isinf, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_int64_exact, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_int_div_mod_signs, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cast, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_where_broadcast, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_clip, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dropout, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_compare_and_logical, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_variadic, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_cost_binary_and_identity, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fold_limit, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_broadcast_shapes, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_dtype_mismatch, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_pow_mixed_dtype_ok, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_logical_needs_bool, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_unary_eval, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_unary_attrs_and_special, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_round_half_even, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_int_unary_and_not, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_isnan_isinf, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_int64_exact, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_int_div_mod_signs, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_cast, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_where_broadcast, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_clip, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_dropout, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_compare_and_logical, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_variadic, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_cost_binary_and_identity, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_fold_limit, setup_graph, teardown_graph),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

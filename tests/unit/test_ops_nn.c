@@ -9,40 +9,12 @@
  * differ by at most half an f32 ulp of the result, and we allow
  * 1e-6 * (sum of |terms| + 1), a bound that absorbs that rounding and
  * nothing more. NaN fails every comparison. */
-#include <math.h>
-#include <setjmp.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
-#include <cmocka.h>
-
-#include "ir/ir.h"
 #include "ir/op_util.h"
+#include "test_util.h"
 
 /* ---- helpers ---- */
-
-static uint64_t rng_state;
-static void rng_seed(uint64_t s) { rng_state = s * 2654435761u + 1; }
-static double rng_unit(void) { /* [0,1) */
-  rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-  return (double)(rng_state >> 11) / 9007199254740992.0;
-}
-/* Never zero: magnitude in [0.1, 1], random sign. */
-static float rng_val(void) {
-  double m = 0.1 + 0.9 * rng_unit();
-  return (float)(rng_unit() < 0.5 ? -m : m);
-}
-
-static int32_t input(sc_graph *g, const char *name, sc_dtype t, int32_t rank,
-                     const int64_t *dims) {
-  int32_t id = sc_graph_add_value(g, name);
-  assert_true(id >= 0);
-  assert_int_equal(sc_value_set_shape(g, id, t, rank, dims), SC_OK);
-  return id;
-}
 
 /* A constant f32 tensor filled with seeded random values; returns the id and
  * the data through *out (arena-owned). */
@@ -76,22 +48,8 @@ static int32_t node(sc_graph *g, sc_op op, const char *name, const int32_t *ins,
   return id;
 }
 
-static void set_int(sc_graph *g, int32_t nid, const char *name, int64_t v) {
-  sc_attr *a = sc_node_add_attr(g, nid, name, SC_ATTR_INT);
-  assert_non_null(a);
-  a->i = v;
-}
-static void set_float(sc_graph *g, int32_t nid, const char *name, double v) {
-  sc_attr *a = sc_node_add_attr(g, nid, name, SC_ATTR_FLOAT);
-  assert_non_null(a);
-  a->f = v;
-}
-static void set_string(sc_graph *g, int32_t nid, const char *name, const char *v) {
-  sc_attr *a = sc_node_add_attr(g, nid, name, SC_ATTR_STRING);
-  assert_non_null(a);
-  a->s = sc_arena_strdup(&g->arena, v);
-}
-static void set_ints(sc_graph *g, int32_t nid, const char *name, int64_t count, ...) {
+/* An INTS attribute from `count` int64_t arguments. */
+static void set_ints_va(sc_graph *g, int32_t nid, const char *name, int64_t count, ...) {
   sc_attr *a = sc_node_add_attr(g, nid, name, SC_ATTR_INTS);
   assert_non_null(a);
   a->n = count;
@@ -103,15 +61,6 @@ static void set_ints(sc_graph *g, int32_t nid, const char *name, int64_t count, 
 }
 #define I64(x) ((int64_t)(x))
 
-static sc_status infer(sc_graph *g, int32_t nid) {
-  sc_node *n = sc_nod(g, nid);
-  return sc_ops[n->op].infer(g, n);
-}
-static sc_status eval(sc_graph *g, int32_t nid) {
-  sc_node *n = sc_nod(g, nid);
-  SC_ASSERT(sc_ops[n->op].eval);
-  return sc_ops[n->op].eval(g, n);
-}
 static sc_cost cost(sc_graph *g, int32_t nid) {
   sc_cost c = {-1, -1};
   sc_node *n = sc_nod(g, nid);
@@ -154,8 +103,8 @@ static void test_matmul_shapes(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("t");
   /* [8,64] x [64,128] -> [8,128] */
-  int32_t a = input(g, "a", SC_DTYPE_F32, 2, (int64_t[]){8, 64});
-  int32_t b = input(g, "b", SC_DTYPE_F32, 2, (int64_t[]){64, 128});
+  int32_t a = shaped(g, "a", SC_DTYPE_F32, 2, (int64_t[]){8, 64});
+  int32_t b = shaped(g, "b", SC_DTYPE_F32, 2, (int64_t[]){64, 128});
   int32_t mm = node(g, SC_OP_MATMUL, "mm", (int32_t[]){a, b}, 2, 1);
   assert_int_equal(infer(g, mm), SC_OK);
   check_out(g, mm, 0, SC_DTYPE_F32, 2, I64(8), I64(128));
@@ -164,8 +113,8 @@ static void test_matmul_shapes(void **state) {
   assert_true(c.bytes == 4.0 * (8 * 64 + 64 * 128 + 8 * 128));
 
   /* batch broadcast: [2,1,3,4] x [5,4,6] -> [2,5,3,6] */
-  int32_t a2 = input(g, "a2", SC_DTYPE_F32, 4, (int64_t[]){2, 1, 3, 4});
-  int32_t b2 = input(g, "b2", SC_DTYPE_F32, 3, (int64_t[]){5, 4, 6});
+  int32_t a2 = shaped(g, "a2", SC_DTYPE_F32, 4, (int64_t[]){2, 1, 3, 4});
+  int32_t b2 = shaped(g, "b2", SC_DTYPE_F32, 3, (int64_t[]){5, 4, 6});
   int32_t mm2 = node(g, SC_OP_MATMUL, "mm2", (int32_t[]){a2, b2}, 2, 1);
   assert_int_equal(infer(g, mm2), SC_OK);
   check_out(g, mm2, 0, SC_DTYPE_F32, 4, I64(2), I64(5), I64(3), I64(6));
@@ -173,14 +122,14 @@ static void test_matmul_shapes(void **state) {
   assert_true(cost(g, mm2).flops == 2.0 * 10 * 3 * 4 * 6);
 
   /* 1-D x 2-D: [4] x [2,4,6] -> [2,6] */
-  int32_t v4 = input(g, "v4", SC_DTYPE_I64, 1, (int64_t[]){4});
-  int32_t b3 = input(g, "b3", SC_DTYPE_I64, 3, (int64_t[]){2, 4, 6});
+  int32_t v4 = shaped(g, "v4", SC_DTYPE_I64, 1, (int64_t[]){4});
+  int32_t b3 = shaped(g, "b3", SC_DTYPE_I64, 3, (int64_t[]){2, 4, 6});
   int32_t mm3 = node(g, SC_OP_MATMUL, "mm3", (int32_t[]){v4, b3}, 2, 1);
   assert_int_equal(infer(g, mm3), SC_OK);
   check_out(g, mm3, 0, SC_DTYPE_I64, 2, I64(2), I64(6));
 
   /* 2-D x 1-D: [3,4] x [4] -> [3] */
-  int32_t a4 = input(g, "a4", SC_DTYPE_I64, 2, (int64_t[]){3, 4});
+  int32_t a4 = shaped(g, "a4", SC_DTYPE_I64, 2, (int64_t[]){3, 4});
   int32_t mm4 = node(g, SC_OP_MATMUL, "mm4", (int32_t[]){a4, v4}, 2, 1);
   assert_int_equal(infer(g, mm4), SC_OK);
   check_out(g, mm4, 0, SC_DTYPE_I64, 1, I64(3));
@@ -195,26 +144,26 @@ static void test_matmul_shapes(void **state) {
 static void test_matmul_errors(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("t");
-  int32_t a = input(g, "a", SC_DTYPE_F32, 2, (int64_t[]){8, 64});
-  int32_t b = input(g, "b", SC_DTYPE_F32, 2, (int64_t[]){32, 16});
+  int32_t a = shaped(g, "a", SC_DTYPE_F32, 2, (int64_t[]){8, 64});
+  int32_t b = shaped(g, "b", SC_DTYPE_F32, 2, (int64_t[]){32, 16});
   int32_t mm = node(g, SC_OP_MATMUL, "MatMul_12", (int32_t[]){a, b}, 2, 1);
   check_error(g, mm, SC_ERR_INVALID, "inner dims 64 and 32 differ", NULL);
   assert_string_equal(g->diag.node, "MatMul_12");
   assert_string_equal(g->diag.op, "MatMul");
 
   /* batch dims 3 and 4 do not broadcast */
-  int32_t a2 = input(g, "a2", SC_DTYPE_F32, 3, (int64_t[]){3, 2, 5});
-  int32_t b2 = input(g, "b2", SC_DTYPE_F32, 3, (int64_t[]){4, 5, 2});
+  int32_t a2 = shaped(g, "a2", SC_DTYPE_F32, 3, (int64_t[]){3, 2, 5});
+  int32_t b2 = shaped(g, "b2", SC_DTYPE_F32, 3, (int64_t[]){4, 5, 2});
   int32_t mm2 = node(g, SC_OP_MATMUL, "mm2", (int32_t[]){a2, b2}, 2, 1);
   check_error(g, mm2, SC_ERR_INVALID, "3", "4");
 
   /* dtypes differ */
-  int32_t c = input(g, "c", SC_DTYPE_F16, 2, (int64_t[]){64, 16});
+  int32_t c = shaped(g, "c", SC_DTYPE_F16, 2, (int64_t[]){64, 16});
   int32_t mm3 = node(g, SC_OP_MATMUL, "mm3", (int32_t[]){a, c}, 2, 1);
   check_error(g, mm3, SC_ERR_INVALID, "f32", "f16");
 
   /* scalar operand */
-  int32_t s = input(g, "s", SC_DTYPE_F32, 0, NULL);
+  int32_t s = shaped(g, "s", SC_DTYPE_F32, 0, NULL);
   int32_t mm4 = node(g, SC_OP_MATMUL, "mm4", (int32_t[]){s, a}, 2, 1);
   check_error(g, mm4, SC_ERR_INVALID, "scalar", NULL);
   sc_graph_destroy(g);
@@ -318,11 +267,11 @@ static void test_gemm_shapes(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("t");
   /* A^T: A is [K=5, M=3]; B^T: B is [N=4, K=5] -> Y [3,4] */
-  int32_t a = input(g, "a", SC_DTYPE_F32, 2, (int64_t[]){5, 3});
-  int32_t b = input(g, "b", SC_DTYPE_F32, 2, (int64_t[]){4, 5});
-  int32_t c4 = input(g, "c4", SC_DTYPE_F32, 1, (int64_t[]){4});
-  int32_t c31 = input(g, "c31", SC_DTYPE_F32, 2, (int64_t[]){3, 1});
-  int32_t c3 = input(g, "c3", SC_DTYPE_F32, 1, (int64_t[]){3});
+  int32_t a = shaped(g, "a", SC_DTYPE_F32, 2, (int64_t[]){5, 3});
+  int32_t b = shaped(g, "b", SC_DTYPE_F32, 2, (int64_t[]){4, 5});
+  int32_t c4 = shaped(g, "c4", SC_DTYPE_F32, 1, (int64_t[]){4});
+  int32_t c31 = shaped(g, "c31", SC_DTYPE_F32, 2, (int64_t[]){3, 1});
+  int32_t c3 = shaped(g, "c3", SC_DTYPE_F32, 1, (int64_t[]){3});
   int32_t ge = node(g, SC_OP_GEMM, "ge", (int32_t[]){a, b, c4}, 3, 1);
   set_int(g, ge, "transA", 1);
   set_int(g, ge, "transB", 1);
@@ -355,7 +304,7 @@ static void test_gemm_shapes(void **state) {
   assert_true(cost(g, ge5).flops == 2.0 * 3 * 5 * 4);
 
   /* rank-3 A */
-  int32_t a3 = input(g, "a3", SC_DTYPE_F32, 3, (int64_t[]){1, 5, 3});
+  int32_t a3 = shaped(g, "a3", SC_DTYPE_F32, 3, (int64_t[]){1, 5, 3});
   int32_t ge6 = node(g, SC_OP_GEMM, "ge6", (int32_t[]){a3, b}, 2, 1);
   check_error(g, ge6, SC_ERR_INVALID, "rank 2", NULL);
   sc_graph_destroy(g);
@@ -419,13 +368,13 @@ static int32_t conv(sc_graph *g, const char *name, int32_t rank, const int64_t *
                     const int64_t *wd, bool bias) {
   char nb[80];
   snprintf(nb, sizeof nb, "%s_x", name);
-  int32_t x = input(g, nb, SC_DTYPE_F32, rank, xd);
+  int32_t x = shaped(g, nb, SC_DTYPE_F32, rank, xd);
   snprintf(nb, sizeof nb, "%s_w", name);
-  int32_t w = input(g, nb, SC_DTYPE_F32, rank, wd);
+  int32_t w = shaped(g, nb, SC_DTYPE_F32, rank, wd);
   int32_t b = -1;
   if (bias) {
     snprintf(nb, sizeof nb, "%s_b", name);
-    b = input(g, nb, SC_DTYPE_F32, 1, (int64_t[]){wd[0]});
+    b = shaped(g, nb, SC_DTYPE_F32, 1, (int64_t[]){wd[0]});
   }
   return node(g, SC_OP_CONV, name, (int32_t[]){x, w, b}, bias ? 3 : 2, 1);
 }
@@ -435,21 +384,21 @@ static void test_conv_shapes(void **state) {
   sc_graph *g = sc_graph_create("t");
   /* 3x3 pad 1 stride 1 keeps 32x32 */
   int32_t c1 = conv(g, "c1", 4, (int64_t[]){1, 3, 32, 32}, (int64_t[]){16, 3, 3, 3}, true);
-  set_ints(g, c1, "pads", 4, I64(1), I64(1), I64(1), I64(1));
+  set_ints_va(g, c1, "pads", 4, I64(1), I64(1), I64(1), I64(1));
   assert_int_equal(infer(g, c1), SC_OK);
   check_out(g, c1, 0, SC_DTYPE_F32, 4, I64(1), I64(16), I64(32), I64(32));
 
   /* stride 2, no pad: floor((32-3)/2)+1 = 15 */
   int32_t c2 = conv(g, "c2", 4, (int64_t[]){1, 3, 32, 32}, (int64_t[]){16, 3, 3, 3}, false);
-  set_ints(g, c2, "strides", 2, I64(2), I64(2));
+  set_ints_va(g, c2, "strides", 2, I64(2), I64(2));
   assert_int_equal(infer(g, c2), SC_OK);
   check_out(g, c2, 0, SC_DTYPE_F32, 4, I64(1), I64(16), I64(15), I64(15));
 
   /* dilation 2 (effective kernel 5), pad 2: 32+4-5+1 = 32; W side dilation 1,
    * pad 0: 20-3+1 = 18 */
   int32_t c3 = conv(g, "c3", 4, (int64_t[]){2, 3, 32, 20}, (int64_t[]){4, 3, 3, 3}, false);
-  set_ints(g, c3, "dilations", 2, I64(2), I64(1));
-  set_ints(g, c3, "pads", 4, I64(2), I64(0), I64(2), I64(0));
+  set_ints_va(g, c3, "dilations", 2, I64(2), I64(1));
+  set_ints_va(g, c3, "pads", 4, I64(2), I64(0), I64(2), I64(0));
   assert_int_equal(infer(g, c3), SC_OK);
   check_out(g, c3, 0, SC_DTYPE_F32, 4, I64(2), I64(4), I64(32), I64(18));
 
@@ -462,21 +411,21 @@ static void test_conv_shapes(void **state) {
   /* SAME_UPPER, strides [2,3]: ceil(7/2)=4, ceil(9/3)=3 */
   int32_t c5 = conv(g, "c5", 4, (int64_t[]){1, 1, 7, 9}, (int64_t[]){2, 1, 3, 3}, false);
   set_string(g, c5, "auto_pad", "SAME_UPPER");
-  set_ints(g, c5, "strides", 2, I64(2), I64(3));
+  set_ints_va(g, c5, "strides", 2, I64(2), I64(3));
   assert_int_equal(infer(g, c5), SC_OK);
   check_out(g, c5, 0, SC_DTYPE_F32, 4, I64(1), I64(2), I64(4), I64(3));
 
   /* VALID, stride 2: floor((7-3)/2)+1 = 3 */
   int32_t c5v = conv(g, "c5v", 4, (int64_t[]){1, 1, 7, 9}, (int64_t[]){2, 1, 3, 3}, false);
   set_string(g, c5v, "auto_pad", "VALID");
-  set_ints(g, c5v, "strides", 2, I64(2), I64(2));
+  set_ints_va(g, c5v, "strides", 2, I64(2), I64(2));
   assert_int_equal(infer(g, c5v), SC_OK);
   check_out(g, c5v, 0, SC_DTYPE_F32, 4, I64(1), I64(2), I64(3), I64(4));
 
   /* 1-D: (20 + 2 + 1 - 5) / 3 + 1 = 7 */
   int32_t c6 = conv(g, "c6", 3, (int64_t[]){1, 4, 20}, (int64_t[]){6, 4, 5}, false);
-  set_ints(g, c6, "strides", 1, I64(3));
-  set_ints(g, c6, "pads", 2, I64(2), I64(1));
+  set_ints_va(g, c6, "strides", 1, I64(3));
+  set_ints_va(g, c6, "pads", 2, I64(2), I64(1));
   assert_int_equal(infer(g, c6), SC_OK);
   check_out(g, c6, 0, SC_DTYPE_F32, 3, I64(1), I64(6), I64(7));
 
@@ -488,14 +437,14 @@ static void test_conv_shapes(void **state) {
   /* asymmetric pads [h_begin, w_begin, h_end, w_end] = [1,0,2,1]:
    * H 10+1+2-3+1 = 11, W 10+0+1-3+1 = 9 */
   int32_t c8 = conv(g, "c8", 4, (int64_t[]){1, 1, 10, 10}, (int64_t[]){1, 1, 3, 3}, false);
-  set_ints(g, c8, "pads", 4, I64(1), I64(0), I64(2), I64(1));
+  set_ints_va(g, c8, "pads", 4, I64(1), I64(0), I64(2), I64(1));
   assert_int_equal(infer(g, c8), SC_OK);
   check_out(g, c8, 0, SC_DTYPE_F32, 4, I64(1), I64(1), I64(11), I64(9));
 
   /* cost: X [1,3,8,8], W [4,3,3,3], B, pad 1 -> Y [1,4,8,8] (256 elements):
    * 2 * 256 * 3 * 9 MAC flops + 256 bias adds */
   int32_t c9 = conv(g, "c9", 4, (int64_t[]){1, 3, 8, 8}, (int64_t[]){4, 3, 3, 3}, true);
-  set_ints(g, c9, "pads", 4, I64(1), I64(1), I64(1), I64(1));
+  set_ints_va(g, c9, "pads", 4, I64(1), I64(1), I64(1), I64(1));
   assert_int_equal(infer(g, c9), SC_OK);
   sc_cost c = cost(g, c9);
   assert_true(c.flops == 2.0 * 256 * 3 * 9 + 256);
@@ -515,9 +464,9 @@ static void test_conv_errors(void **state) {
   set_int(g, c2, "group", 4);
   check_error(g, c2, SC_ERR_INVALID, "group 4", "6");
   /* bias of the wrong size */
-  int32_t x = input(g, "x", SC_DTYPE_F32, 4, (int64_t[]){1, 3, 8, 8});
-  int32_t w = input(g, "w", SC_DTYPE_F32, 4, (int64_t[]){4, 3, 3, 3});
-  int32_t b = input(g, "b5", SC_DTYPE_F32, 1, (int64_t[]){5});
+  int32_t x = shaped(g, "x", SC_DTYPE_F32, 4, (int64_t[]){1, 3, 8, 8});
+  int32_t w = shaped(g, "w", SC_DTYPE_F32, 4, (int64_t[]){4, 3, 3, 3});
+  int32_t b = shaped(g, "b5", SC_DTYPE_F32, 1, (int64_t[]){5});
   int32_t c3 = node(g, SC_OP_CONV, "c3", (int32_t[]){x, w, b}, 3, 1);
   check_error(g, c3, SC_ERR_INVALID, "[5]", "[4]");
   /* kernel larger than the input */
@@ -525,11 +474,11 @@ static void test_conv_errors(void **state) {
   check_error(g, c4, SC_ERR_INVALID, "padded input 2", "kernel 3");
   /* kernel_shape disagreeing with W */
   int32_t c5 = conv(g, "c5", 4, (int64_t[]){1, 1, 8, 8}, (int64_t[]){1, 1, 3, 3}, false);
-  set_ints(g, c5, "kernel_shape", 2, I64(3), I64(5));
+  set_ints_va(g, c5, "kernel_shape", 2, I64(3), I64(5));
   check_error(g, c5, SC_ERR_INVALID, "kernel_shape[1] is 5", NULL);
   /* strides of the wrong length */
   int32_t c6 = conv(g, "c6", 4, (int64_t[]){1, 1, 8, 8}, (int64_t[]){1, 1, 3, 3}, false);
-  set_ints(g, c6, "strides", 1, I64(2));
+  set_ints_va(g, c6, "strides", 1, I64(2));
   check_error(g, c6, SC_ERR_INVALID, "strides", "1 values");
   /* unknown auto_pad */
   int32_t c7 = conv(g, "c7", 4, (int64_t[]){1, 1, 8, 8}, (int64_t[]){1, 1, 3, 3}, false);
@@ -548,7 +497,7 @@ static int32_t pool(sc_graph *g, sc_op op, const char *name, int32_t rank,
                     const int64_t *xd, int32_t n_out) {
   char nb[80];
   snprintf(nb, sizeof nb, "%s_x", name);
-  int32_t x = input(g, nb, SC_DTYPE_F32, rank, xd);
+  int32_t x = shaped(g, nb, SC_DTYPE_F32, rank, xd);
   return node(g, op, name, (int32_t[]){x}, 1, n_out);
 }
 
@@ -557,8 +506,8 @@ static void test_pool_shapes(void **state) {
   sc_graph *g = sc_graph_create("t");
   /* k3 s2 on 32: floor(29/2)+1 = 15; with Indices output */
   int32_t p1 = pool(g, SC_OP_MAX_POOL, "p1", 4, (int64_t[]){2, 3, 32, 32}, 2);
-  set_ints(g, p1, "kernel_shape", 2, I64(3), I64(3));
-  set_ints(g, p1, "strides", 2, I64(2), I64(2));
+  set_ints_va(g, p1, "kernel_shape", 2, I64(3), I64(3));
+  set_ints_va(g, p1, "strides", 2, I64(2), I64(2));
   assert_int_equal(infer(g, p1), SC_OK);
   check_out(g, p1, 0, SC_DTYPE_F32, 4, I64(2), I64(3), I64(15), I64(15));
   check_out(g, p1, 1, SC_DTYPE_I64, 4, I64(2), I64(3), I64(15), I64(15));
@@ -568,8 +517,8 @@ static void test_pool_shapes(void **state) {
 
   /* ceil_mode: ceil(29/2)+1 = 16 (last window starts at 30 < 32) */
   int32_t p2 = pool(g, SC_OP_MAX_POOL, "p2", 4, (int64_t[]){1, 1, 32, 32}, 1);
-  set_ints(g, p2, "kernel_shape", 2, I64(3), I64(3));
-  set_ints(g, p2, "strides", 2, I64(2), I64(2));
+  set_ints_va(g, p2, "kernel_shape", 2, I64(3), I64(3));
+  set_ints_va(g, p2, "strides", 2, I64(2), I64(2));
   set_int(g, p2, "ceil_mode", 1);
   assert_int_equal(infer(g, p2), SC_OK);
   check_out(g, p2, 0, SC_DTYPE_F32, 4, I64(1), I64(1), I64(16), I64(16));
@@ -578,17 +527,17 @@ static void test_pool_shapes(void **state) {
    * window would start at 6 >= 5+1, inside the end padding: dropped -> 3
    * (onnxruntime and PyTorch agree) */
   int32_t p3 = pool(g, SC_OP_MAX_POOL, "p3", 3, (int64_t[]){1, 1, 5}, 1);
-  set_ints(g, p3, "kernel_shape", 1, I64(2));
-  set_ints(g, p3, "strides", 1, I64(2));
-  set_ints(g, p3, "pads", 2, I64(1), I64(1));
+  set_ints_va(g, p3, "kernel_shape", 1, I64(2));
+  set_ints_va(g, p3, "strides", 1, I64(2));
+  set_ints_va(g, p3, "pads", 2, I64(1), I64(1));
   set_int(g, p3, "ceil_mode", 1);
   assert_int_equal(infer(g, p3), SC_OK);
   check_out(g, p3, 0, SC_DTYPE_F32, 3, I64(1), I64(1), I64(3));
 
   /* AveragePool SAME_LOWER k [3,2] s [2,3] on 7x10: ceil(7/2)=4, ceil(10/3)=4 */
   int32_t p4 = pool(g, SC_OP_AVERAGE_POOL, "p4", 4, (int64_t[]){1, 2, 7, 10}, 1);
-  set_ints(g, p4, "kernel_shape", 2, I64(3), I64(2));
-  set_ints(g, p4, "strides", 2, I64(2), I64(3));
+  set_ints_va(g, p4, "kernel_shape", 2, I64(3), I64(2));
+  set_ints_va(g, p4, "strides", 2, I64(2), I64(3));
   set_string(g, p4, "auto_pad", "SAME_LOWER");
   set_int(g, p4, "count_include_pad", 1);
   assert_int_equal(infer(g, p4), SC_OK);
@@ -597,8 +546,8 @@ static void test_pool_shapes(void **state) {
 
   /* AveragePool with pads: (8+1+1-3)/1+1 = 8 */
   int32_t p5 = pool(g, SC_OP_AVERAGE_POOL, "p5", 4, (int64_t[]){1, 2, 8, 8}, 1);
-  set_ints(g, p5, "kernel_shape", 2, I64(3), I64(3));
-  set_ints(g, p5, "pads", 4, I64(1), I64(1), I64(1), I64(1));
+  set_ints_va(g, p5, "kernel_shape", 2, I64(3), I64(3));
+  set_ints_va(g, p5, "pads", 4, I64(1), I64(1), I64(1), I64(1));
   assert_int_equal(infer(g, p5), SC_OK);
   check_out(g, p5, 0, SC_DTYPE_F32, 4, I64(1), I64(2), I64(8), I64(8));
 
@@ -606,15 +555,15 @@ static void test_pool_shapes(void **state) {
   int32_t e1 = pool(g, SC_OP_MAX_POOL, "e1", 4, (int64_t[]){1, 1, 8, 8}, 1);
   check_error(g, e1, SC_ERR_INVALID, "kernel_shape", "required");
   int32_t e2 = pool(g, SC_OP_MAX_POOL, "e2", 4, (int64_t[]){1, 1, 8, 8}, 1);
-  set_ints(g, e2, "kernel_shape", 2, I64(2), I64(2));
+  set_ints_va(g, e2, "kernel_shape", 2, I64(2), I64(2));
   set_int(g, e2, "ceil_mode", 2);
   check_error(g, e2, SC_ERR_INVALID, "ceil_mode 2", NULL);
   int32_t e3 = pool(g, SC_OP_AVERAGE_POOL, "e3", 4, (int64_t[]){1, 1, 8, 8}, 1);
-  set_ints(g, e3, "kernel_shape", 2, I64(2), I64(2));
-  set_ints(g, e3, "pads", 2, I64(1), I64(1));
+  set_ints_va(g, e3, "kernel_shape", 2, I64(2), I64(2));
+  set_ints_va(g, e3, "pads", 2, I64(1), I64(1));
   check_error(g, e3, SC_ERR_INVALID, "'pads' has 2 values", "expects 4");
   int32_t e4 = pool(g, SC_OP_MAX_POOL, "e4", 4, (int64_t[]){1, 1, 8, 8}, 1);
-  set_ints(g, e4, "kernel_shape", 2, I64(0), I64(2));
+  set_ints_va(g, e4, "kernel_shape", 2, I64(0), I64(2));
   check_error(g, e4, SC_ERR_INVALID, "kernel_shape", ">= 1");
 
   /* global pools: spatial dims become 1; cost = input elements */
@@ -635,11 +584,11 @@ static void test_pool_shapes(void **state) {
 static void test_batchnorm(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("t");
-  int32_t x = input(g, "x", SC_DTYPE_F32, 4, (int64_t[]){2, 3, 4, 4});
+  int32_t x = shaped(g, "x", SC_DTYPE_F32, 4, (int64_t[]){2, 3, 4, 4});
   int32_t p[4], q;
   const char *names[] = {"s", "b", "m", "v"};
-  for (int i = 0; i < 4; i++) p[i] = input(g, names[i], SC_DTYPE_F32, 1, (int64_t[]){3});
-  q = input(g, "q", SC_DTYPE_F32, 1, (int64_t[]){4});
+  for (int i = 0; i < 4; i++) p[i] = shaped(g, names[i], SC_DTYPE_F32, 1, (int64_t[]){3});
+  q = shaped(g, "q", SC_DTYPE_F32, 1, (int64_t[]){4});
   int32_t bn = node(g, SC_OP_BATCH_NORM, "bn", (int32_t[]){x, p[0], p[1], p[2], p[3]}, 5, 1);
   set_float(g, bn, "epsilon", 1e-3);
   assert_int_equal(infer(g, bn), SC_OK);
@@ -664,10 +613,10 @@ static void test_batchnorm(void **state) {
 static void test_instancenorm(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("t");
-  int32_t x = input(g, "x", SC_DTYPE_F16, 3, (int64_t[]){2, 5, 9});
-  int32_t s = input(g, "s", SC_DTYPE_F16, 1, (int64_t[]){5});
-  int32_t b = input(g, "b", SC_DTYPE_F16, 1, (int64_t[]){5});
-  int32_t s6 = input(g, "s6", SC_DTYPE_F16, 1, (int64_t[]){6});
+  int32_t x = shaped(g, "x", SC_DTYPE_F16, 3, (int64_t[]){2, 5, 9});
+  int32_t s = shaped(g, "s", SC_DTYPE_F16, 1, (int64_t[]){5});
+  int32_t b = shaped(g, "b", SC_DTYPE_F16, 1, (int64_t[]){5});
+  int32_t s6 = shaped(g, "s6", SC_DTYPE_F16, 1, (int64_t[]){6});
   int32_t in = node(g, SC_OP_INSTANCE_NORM, "in", (int32_t[]){x, s, b}, 3, 1);
   assert_int_equal(infer(g, in), SC_OK);
   check_out(g, in, 0, SC_DTYPE_F16, 3, I64(2), I64(5), I64(9));
@@ -680,9 +629,9 @@ static void test_instancenorm(void **state) {
 static void test_layernorm(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("t");
-  int32_t x = input(g, "x", SC_DTYPE_F16, 3, (int64_t[]){2, 5, 8});
-  int32_t s = input(g, "s", SC_DTYPE_F16, 1, (int64_t[]){8});
-  int32_t b = input(g, "b", SC_DTYPE_F16, 1, (int64_t[]){8});
+  int32_t x = shaped(g, "x", SC_DTYPE_F16, 3, (int64_t[]){2, 5, 8});
+  int32_t s = shaped(g, "s", SC_DTYPE_F16, 1, (int64_t[]){8});
+  int32_t b = shaped(g, "b", SC_DTYPE_F16, 1, (int64_t[]){8});
   /* axis -1 with Mean and InvStdDev: [2,5,1], f32 (stash_type default 1) */
   int32_t ln = node(g, SC_OP_LAYER_NORM, "ln", (int32_t[]){x, s, b}, 3, 3);
   assert_int_equal(infer(g, ln), SC_OK);
@@ -692,7 +641,7 @@ static void test_layernorm(void **state) {
   assert_true(cost(g, ln).flops == 5.0 * 80);
 
   /* axis 1, scale [5,8], no B, stash_type f64 (11): stats [2,1,1] f64 */
-  int32_t s58 = input(g, "s58", SC_DTYPE_F16, 2, (int64_t[]){5, 8});
+  int32_t s58 = shaped(g, "s58", SC_DTYPE_F16, 2, (int64_t[]){5, 8});
   int32_t ln2 = node(g, SC_OP_LAYER_NORM, "ln2", (int32_t[]){x, s58}, 2, 3);
   set_int(g, ln2, "axis", 1);
   set_int(g, ln2, "stash_type", 11);
@@ -709,7 +658,7 @@ static void test_layernorm(void **state) {
   check_out(g, ln3, 2, SC_DTYPE_F32, 3, I64(2), I64(5), I64(1));
 
   /* errors: scale [7]; axis 3 out of range; integer stash_type */
-  int32_t s7 = input(g, "s7", SC_DTYPE_F16, 1, (int64_t[]){7});
+  int32_t s7 = shaped(g, "s7", SC_DTYPE_F16, 1, (int64_t[]){7});
   int32_t e1 = node(g, SC_OP_LAYER_NORM, "e1", (int32_t[]){x, s7}, 2, 1);
   check_error(g, e1, SC_ERR_INVALID, "[7]", "[2,5,8]");
   int32_t e2 = node(g, SC_OP_LAYER_NORM, "e2", (int32_t[]){x, s}, 2, 1);
@@ -724,10 +673,10 @@ static void test_layernorm(void **state) {
 static void test_groupnorm(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("t");
-  int32_t x = input(g, "x", SC_DTYPE_F32, 4, (int64_t[]){2, 6, 4, 4});
-  int32_t s6 = input(g, "s6", SC_DTYPE_F32, 1, (int64_t[]){6});
-  int32_t s3 = input(g, "s3", SC_DTYPE_F32, 1, (int64_t[]){3});
-  int32_t s4 = input(g, "s4", SC_DTYPE_F32, 1, (int64_t[]){4});
+  int32_t x = shaped(g, "x", SC_DTYPE_F32, 4, (int64_t[]){2, 6, 4, 4});
+  int32_t s6 = shaped(g, "s6", SC_DTYPE_F32, 1, (int64_t[]){6});
+  int32_t s3 = shaped(g, "s3", SC_DTYPE_F32, 1, (int64_t[]){3});
+  int32_t s4 = shaped(g, "s4", SC_DTYPE_F32, 1, (int64_t[]){4});
   /* opset 21: per channel */
   int32_t g1 = node(g, SC_OP_GROUP_NORM, "g1", (int32_t[]){x, s6, s6}, 3, 1);
   set_int(g, g1, "num_groups", 3);
@@ -810,11 +759,11 @@ static void test_softmax(void **state) {
   check_softmax(g, SC_OP_LOG_SOFTMAX, -1, false);
   check_softmax(g, SC_OP_LOG_SOFTMAX, -2, true);
   /* axis out of range; integer input */
-  int32_t x = input(g, "x", SC_DTYPE_F32, 2, (int64_t[]){2, 3});
+  int32_t x = shaped(g, "x", SC_DTYPE_F32, 2, (int64_t[]){2, 3});
   int32_t e1 = node(g, SC_OP_SOFTMAX, "e1", (int32_t[]){x}, 1, 1);
   set_int(g, e1, "axis", 2);
   check_error(g, e1, SC_ERR_INVALID, "axis 2", NULL);
-  int32_t xi = input(g, "xi", SC_DTYPE_I32, 2, (int64_t[]){2, 3});
+  int32_t xi = shaped(g, "xi", SC_DTYPE_I32, 2, (int64_t[]){2, 3});
   int32_t e2 = node(g, SC_OP_SOFTMAX, "e2", (int32_t[]){xi}, 1, 1);
   check_error(g, e2, SC_ERR_INVALID, "i32", NULL);
   sc_graph_destroy(g);

@@ -15,22 +15,10 @@
 
 #include <cmocka.h>
 
-#include "ir/text.h"
 #include "passes/pass.h"
+#include "test_util.h"
 
-static sc_graph *parse(const char *text) {
-  sc_graph *g = NULL;
-  sc_diag d;
-  sc_diag_clear(&d);
-  if (sc_ir_parse(text, strlen(text), "t.ir", &g, &d) != SC_OK) {
-    char buf[2048];
-    sc_diag_format(&d, buf, sizeof buf);
-    fail_msg("parse: %s", buf);
-  }
-  return g;
-}
-
-static void run_ok(sc_graph *g, const char *passes, const sc_pass_opts *po) {
+static void run_passes_ok(sc_graph *g, const char *passes, const sc_pass_opts *po) {
   if (sc_run_passes(g, passes, po) != SC_OK) {
     char buf[2048];
     sc_diag_format(&g->diag, buf, sizeof buf);
@@ -70,11 +58,11 @@ static const char *const SHAPE_CHAIN =
 
 static void test_fold_shape_chain(void **state) {
   (void)state;
-  sc_graph *g = parse(SHAPE_CHAIN);
+  sc_graph *g = parse_ok(SHAPE_CHAIN);
   assert_int_equal(sc_graph_bind_dim(g, "batch", 3), 1);
   sc_pass_opts po;
   quiet_opts(&po);
-  run_ok(g, SC_CANONICAL_PASSES, &po);
+  run_passes_ok(g, SC_CANONICAL_PASSES, &po);
   assert_int_equal(g->n_nodes, 1);
   const sc_node *n = sc_nod(g, 0);
   assert_int_equal(n->op, SC_OP_RESHAPE);
@@ -99,22 +87,22 @@ static void test_fold_shape_chain(void **state) {
 /* infer-shapes alone evaluates but keeps the nodes; fold then removes them. */
 static void test_infer_then_fold(void **state) {
   (void)state;
-  sc_graph *g = parse(SHAPE_CHAIN);
+  sc_graph *g = parse_ok(SHAPE_CHAIN);
   sc_graph_bind_dim(g, "batch", 7);
   sc_pass_opts po;
   quiet_opts(&po);
-  run_ok(g, "bind-dims,infer-shapes", &po);
+  run_passes_ok(g, "bind-dims,infer-shapes", &po);
   assert_int_equal(g->n_nodes, 5);
   const sc_value *shape = sc_val(g, sc_graph_find_value(g, "shape"));
   assert_true(sc_value_has_data(shape));
   assert_true(shape->producer >= 0); /* still produced by Concat */
   assert_int_equal(((const int64_t *)shape->data)[0], 7);
-  run_ok(g, "fold", &po);
+  run_passes_ok(g, "fold", &po);
   assert_int_equal(g->n_nodes, 1);
   assert_int_equal(count_op(g, SC_OP_CONCAT), 0);
   /* fold keeps the now-unused constants; dce removes them */
   assert_true(sc_graph_find_value(g, "zero") >= 0);
-  run_ok(g, "dce", &po);
+  run_passes_ok(g, "dce", &po);
   assert_int_equal(sc_graph_find_value(g, "zero"), -1);
   sc_graph_destroy(g);
 }
@@ -124,7 +112,7 @@ static void test_infer_then_fold(void **state) {
  * (1.5 + 2.5) * 2 = 8, (2 + 4) * 2 = 12. */
 static void test_fold_output_becomes_const(void **state) {
   (void)state;
-  sc_graph *g = parse("shardc.ir 1\ngraph \"g\" opset 17 {\n"
+  sc_graph *g = parse_ok("shardc.ir 1\ngraph \"g\" opset 17 {\n"
                       "  input %x : f32[2]\n"
                       "  const %a : f32[2] = [1.5, 2.0]\n"
                       "  const %b : f32[2] = [2.5, 4.0]\n"
@@ -137,7 +125,7 @@ static void test_fold_output_becomes_const(void **state) {
                       "}\n");
   sc_pass_opts po;
   quiet_opts(&po);
-  run_ok(g, "fold,dce", &po);
+  run_passes_ok(g, "fold,dce", &po);
   assert_int_equal(g->n_nodes, 1);
   assert_int_equal(sc_nod(g, 0)->op, SC_OP_RELU);
   assert_int_equal(g->n_outputs, 2);
@@ -177,7 +165,7 @@ static void test_dce(void **state) {
   sc_graph_add_output(g, a);
   sc_pass_opts po;
   quiet_opts(&po);
-  run_ok(g, "dce", &po);
+  run_passes_ok(g, "dce", &po);
   assert_int_equal(g->n_nodes, 2);
   assert_int_equal(count_op(g, SC_OP_TANH), 0);
   assert_int_equal(g->n_inputs, 2);
@@ -329,7 +317,7 @@ static void test_print_after_and_time(void **state) {
 /* bind-dims: the default fills unbound dims, named bindings are kept. */
 static void test_bind_dims(void **state) {
   (void)state;
-  sc_graph *g = parse("shardc.ir 1\ngraph \"g\" opset 17 {\n"
+  sc_graph *g = parse_ok("shardc.ir 1\ngraph \"g\" opset 17 {\n"
                       "  input %x : f32[batch=?,seq=?,16]\n"
                       "  input %m : i64[batch=?,?]\n"
                       "  %y = Relu(%x) \"relu\"\n"
@@ -338,7 +326,7 @@ static void test_bind_dims(void **state) {
   sc_pass_opts po;
   quiet_opts(&po);
   po.default_dim = 2;
-  run_ok(g, "bind-dims,infer-shapes", &po);
+  run_passes_ok(g, "bind-dims,infer-shapes", &po);
   const sc_value *x = sc_val(g, sc_graph_find_value(g, "x"));
   assert_int_equal(x->dims[0], 2);
   assert_int_equal(x->dims[1], 5);
@@ -355,7 +343,7 @@ static void test_bind_dims(void **state) {
  * node; a shape error stops the pass with the op's diagnostic. */
 static void test_infer_errors(void **state) {
   (void)state;
-  sc_graph *g = parse("shardc.ir 1\ngraph \"g\" opset 17 {\n"
+  sc_graph *g = parse_ok("shardc.ir 1\ngraph \"g\" opset 17 {\n"
                       "  input %x : f32[4]\n"
                       "  %y = Gelu(%x) \"gelu0\"\n"
                       "  output %y\n}\n");
@@ -365,7 +353,7 @@ static void test_infer_errors(void **state) {
   assert_string_equal(g->diag.node, "gelu0");
   assert_non_null(strstr(g->diag.msg, "opset 20"));
   sc_graph_destroy(g);
-  g = parse("shardc.ir 1\ngraph \"g\" opset 17 {\n"
+  g = parse_ok("shardc.ir 1\ngraph \"g\" opset 17 {\n"
             "  input %x : f32[2,3]\n  input %w : f32[4,5]\n"
             "  %y = MatMul(%x, %w) \"mm\"\n"
             "  %z = Relu(%y) \"relu\"\n"

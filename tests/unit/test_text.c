@@ -16,22 +16,8 @@
 #include <cmocka.h>
 
 #include "frontend/onnx.h"
-#include "ir/text.h"
 #include "passes/pass.h"
-
-static sc_graph *parse_ok(const char *text) {
-  sc_graph *g = NULL;
-  sc_diag d;
-  sc_diag_clear(&d);
-  sc_status st = sc_ir_parse(text, strlen(text), "t.ir", &g, &d);
-  if (st != SC_OK) {
-    char buf[2048];
-    sc_diag_format(&d, buf, sizeof buf);
-    fail_msg("parse failed: %s\n--- text ---\n%s", buf, text);
-  }
-  assert_non_null(g);
-  return g;
-}
+#include "test_util.h"
 
 /* Prints g, parses the text, prints again: both texts equal. Returns the
  * first text (caller frees). */
@@ -267,7 +253,7 @@ static void test_large_const_elided(void **state) {
 }
 
 /* Expects parsing to fail with diag "line N: ..." containing `what`. */
-static void expect_error(const char *text, size_t len, int line, const char *what) {
+static void expect_parse_error(const char *text, size_t len, int line, const char *what) {
   sc_graph *g = NULL;
   sc_diag d;
   sc_diag_clear(&d);
@@ -280,7 +266,7 @@ static void expect_error(const char *text, size_t len, int line, const char *wha
   if (strncmp(d.msg, want, strlen(want)) != 0 || !strstr(d.msg, what))
     fail_msg("error '%s' does not start with '%s' or lacks '%s'", d.msg, want, what);
 }
-#define EXPECT_ERROR(text, line, what) expect_error(text, strlen(text), line, what)
+#define EXPECT_ERROR(text, line, what) expect_parse_error(text, strlen(text), line, what)
 
 #define HDR "shardc.ir 1\ngraph \"g\" opset 17 {\n"
 static void test_parse_errors(void **state) {
@@ -320,7 +306,7 @@ static void test_parse_errors(void **state) {
   EXPECT_ERROR("shardc.ir 1\ngraph \"g\" opset 99 {\n}\n", 2, "opset 99");
   /* a NUL byte in the middle of the text */
   static const char nul[] = HDR "  input %x\0 : f32[2]\n}\n";
-  expect_error(nul, sizeof nul - 1, 3, "expected");
+  expect_parse_error(nul, sizeof nul - 1, 3, "expected");
 }
 
 static void test_hostile_text(void **state) {
