@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "<!-- BEGIN GENERATED OP TABLE (scripts/gen-ops-doc.py) -->"
 END = "<!-- END GENERATED OP TABLE -->"
 ROW = re.compile(r'^OP\((\w+),\s*"(\w+)",\s*(\d+),\s*(-?\d+),\s*(-?\d+),\s*(-?\d+),'
-                 r'\s*(-?\d+),\s*([\w|]+),\s*(\w+),\s*(\w+),\s*(\w+)\)', re.M)
+                 r'\s*(-?\d+),\s*([\w|]+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+)\)', re.M)
 FAMILY = {"E": "elementwise", "R": "reduction", "N": "neural network", "S": "shape / data movement"}
 
 
@@ -26,8 +26,8 @@ def opset_bounds():
 def table():
     lo, hi = opset_bounds()
     family = None
-    lines = ["| op | family | opsets | inputs | outputs | folded | shape rule |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| op | family | opsets | inputs | outputs | folded | shape rule | lowering |",
+             "|---|---|---|---|---|---|---|---|"]
     for line in (ROOT / "ir/ops.def").read_text().splitlines():
         m = re.search(r"\((E|R|N|S)\) ----", line)
         if m:
@@ -35,11 +35,11 @@ def table():
         r = ROW.match(line)
         if not r:
             continue
-        _, name, since, mi, ma, mo, xo, _, infer, _, ev = r.groups()
+        _, name, since, mi, ma, mo, xo, _, infer, _, ev, lower = r.groups()
         arity = lambda a, b: a if a == b else (f"{a}+" if b == "-1" else f"{a}–{b}")
         first = max(int(since), lo)
         lines.append(f"| {name} | {family} | {first}–{hi} | {arity(mi, ma)} | "
-                     f"{arity(mo, xo)} | {'yes' if ev != 'NOEVAL' else 'no'} | `{infer}` |")
+                     f"{arity(mo, xo)} | {'yes' if ev != 'NOEVAL' else 'no'} | `{infer}` | `{lower}` |")
     return "\n".join(lines)
 
 

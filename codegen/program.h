@@ -1,0 +1,100 @@
+/* program.h — a compiled program for one device: buffers, kernels and an
+ * ordered list of steps.
+ *
+ * The program is what codegen produces from a graph (after the canonical
+ * passes and fusion) and what the runtime executes. It is backend-neutral:
+ * kernels are kir (codegen/kir.h), emitted to LLVM IR for the CPU or CUDA C
+ * for NVRTC; matrix products are library-call steps (BLAS / cuBLASLt).
+ *
+ * Buffers:
+ *   INPUT   fed by the caller (graph input), copied into its arena slot
+ *   OUTPUT  a graph output; lives in the arena, copied out after the run
+ *   CONST   weights / folded constants: data borrowed from the graph
+ *   TEMP    intermediate; lives in the arena at `offset` (memory plan)
+ *   VIEW    the same storage as buffer `alias_of` at element offset 0 with
+ *           another shape (Reshape, Flatten, Squeeze, Unsqueeze, Identity):
+ *           no copy, no kernel
+ * INPUT and OUTPUT also get arena slots, so the runtime allocates exactly
+ * `arena_bytes` per run (planned == allocated is a test). The memory plan
+ * (passes/memplan.c) fills `offset` from buffer lifetimes over the step list
+ * and verifies that no two live buffers overlap.
+ *
+ * Steps run in order; each reads and writes buffers only. */
+#ifndef SC_CODEGEN_PROGRAM_H
+#define SC_CODEGEN_PROGRAM_H
+
+#include "codegen/kir.h"
+
+typedef enum sc_buf_kind {
+  SC_BUF_INPUT, SC_BUF_OUTPUT, SC_BUF_CONST, SC_BUF_TEMP, SC_BUF_VIEW
+} sc_buf_kind;
+
+typedef struct sc_buffer {
+  const char *name;     /* graph value name */
+  sc_buf_kind kind;
+  sc_dtype dtype;
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK];
+  int64_t bytes;
+  int64_t offset;       /* arena offset (INPUT, OUTPUT, TEMP); -1 before memplan */
+  const void *data;     /* CONST: the constant's bytes (borrowed) */
+  int32_t alias_of;     /* VIEW: the buffer whose storage this is; else -1 */
+  int32_t value;        /* graph value id it came from, or -1 */
+} sc_buffer;
+
+/* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, batched with
+ * element strides between batches (0 = broadcast the same matrix). */
+typedef struct sc_gemm {
+  int32_t a, b, c;            /* buffer ids */
+  bool trans_a, trans_b;
+  int64_t batch, m, n, k;
+  int64_t lda, ldb, ldc;      /* leading dimensions (elements) */
+  int64_t stride_a, stride_b, stride_c; /* between batches (elements) */
+  float alpha, beta;
+  int32_t bias;               /* buffer added to C before the epilogue, or -1:
+                                 broadcast over rows (shape [n]) or full [m,n] */
+  bool bias_full;             /* bias has shape [batch?,m,n], else [n] */
+} sc_gemm;
+
+typedef enum sc_step_kind {
+  SC_STEP_KERNEL, /* run kernels[kernel] */
+  SC_STEP_GEMM,   /* library matrix product, then optional epilogue kernel */
+  SC_STEP_KIND_COUNT
+} sc_step_kind;
+
+typedef struct sc_step {
+  sc_step_kind kind;
+  int32_t kernel;     /* KERNEL: kernel id; GEMM: epilogue kernel id or -1 */
+  sc_gemm gemm;       /* GEMM */
+  const char *origin; /* graph node name(s), for --print and errors */
+} sc_step;
+
+typedef struct sc_program {
+  sc_arena arena;               /* owns everything below */
+  int32_t n_buffers, cap_buffers;
+  sc_buffer *buffers;
+  int32_t n_kernels, cap_kernels;
+  kir_kernel **kernels;
+  int32_t n_steps, cap_steps;
+  sc_step *steps;
+  int32_t n_inputs, n_outputs;
+  int32_t *inputs, *outputs;    /* buffer ids, in graph order */
+  int64_t arena_bytes;          /* peak from the memory plan */
+  int64_t arena_align;          /* alignment of every arena offset (64) */
+} sc_program;
+
+sc_program *sc_program_create(void);
+void sc_program_destroy(sc_program *p);
+int32_t sc_program_add_buffer(sc_program *p, const sc_buffer *b);
+int32_t sc_program_add_kernel(sc_program *p, kir_kernel *k);
+int32_t sc_program_add_step(sc_program *p, const sc_step *s);
+/* Storage root of a buffer (follows VIEW aliases). */
+int32_t sc_program_root(const sc_program *p, int32_t buffer);
+void sc_program_print(const sc_program *p, FILE *out);
+
+/* Lowers a graph that went through the canonical passes (static shapes,
+ * folded) into a program: one kernel per node (before fusion) or per fused
+ * group, GEMM steps for MatMul/Gemm/Conv. Errors name the node. */
+sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag);
+
+#endif
