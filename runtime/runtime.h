@@ -1,0 +1,62 @@
+/* runtime.h — running a compiled program on a device.
+ *
+ * A session binds a program (codegen/program.h) to a device and owns one
+ * arena of exactly program->arena_bytes (the memory plan's peak; "planned ==
+ * allocated" is a test). Each run copies the inputs into their arena slots,
+ * executes the steps in order (kernels through the device's compiled code,
+ * GEMM steps through BLAS), and exposes the outputs.
+ *
+ * Devices are a table of functions plus a context (runtime/device.h), like
+ * ggml's backends: `cpu` today (LLVM-compiled kernels on a thread pool,
+ * OpenBLAS GEMMs); `cuda` in the GPU-runtime issue.
+ *
+ * Threading: a session is used by one thread at a time; the CPU device runs
+ * each step on its own thread pool (--threads, default all cores). */
+#ifndef SC_RUNTIME_H
+#define SC_RUNTIME_H
+
+#include "codegen/program.h"
+
+/* A tensor handed in or out: dtype, shape and a pointer to packed row-major
+ * data (not owned). */
+typedef struct sc_tensor_view {
+  const char *name;
+  sc_dtype dtype;
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK];
+  void *data;
+} sc_tensor_view;
+
+typedef struct sc_session_opts {
+  const char *device; /* "cpu" (default) */
+  int threads;        /* 0 = all cores */
+} sc_session_opts;
+void sc_session_opts_init(sc_session_opts *o);
+
+typedef struct sc_session sc_session;
+
+/* The program must outlive the session. Compiles the program's kernels for
+ * the device (CPU: LLVM JIT) unless they were loaded from a bundle. */
+sc_status sc_session_create(const sc_program *p, const sc_session_opts *o,
+                            sc_session **out, sc_diag *diag);
+/* inputs: one per program input, in order, matching dtype and shape (a
+ * mismatch is an error naming the input). After success outputs[i] point
+ * into the session's arena, valid until the next run or destroy. */
+sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
+                         sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag);
+int64_t sc_session_arena_bytes(const sc_session *s); /* bytes allocated */
+double sc_session_compile_seconds(const sc_session *s);
+void sc_session_destroy(sc_session *s);
+
+/* Whole pipeline for a graph already imported and bound: canonical passes,
+ * fuse, lowering, memory plan (verified). */
+typedef struct sc_compile_opts {
+  bool fuse;               /* default true */
+  const char *print_after; /* pass name or NULL */
+  bool time_passes;
+} sc_compile_opts;
+void sc_compile_opts_init(sc_compile_opts *o);
+sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **out,
+                           sc_diag *diag);
+
+#endif
