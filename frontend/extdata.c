@@ -119,7 +119,7 @@ static sc_status map_file(sc_onnx_ctx *c, const char *what, const char *loc,
   sc_status st = SC_OK;
   void *addr = NULL;
   struct stat sb;
-  int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     st = sc_onnx_error(c, SC_ERR_IO, "tensor '%s': external data file '%s': %s",
                        what, loc, strerror(errno));

@@ -720,8 +720,13 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
     int32_t *outs = sc_arena_array(&g->arena, np->n_output, sizeof(int32_t));
     if (!ins || !outs) goto nomem;
     for (size_t j = 0; j < np->n_input; j++) ins[j] = -1;
+    for (size_t j = 0; j < np->n_input && (int64_t)j < info->min_in; j++)
+      if (!np->input[j][0])
+        return sc_onnx_error(c, SC_ERR_INVALID, "required input %zu has no name", j);
     for (size_t j = 0; j < np->n_output; j++) {
       outs[j] = -1;
+      if (!np->output[j][0] && (int64_t)j < info->min_out)
+        return sc_onnx_error(c, SC_ERR_INVALID, "required output %zu has no name", j);
       if (np->output[j][0] && (st = define_output(c, np->output[j], &outs[j])) != SC_OK)
         return st;
     }
@@ -833,7 +838,7 @@ sc_status sc_onnx_import(const char *path, const sc_import_opts *opts, sc_graph 
   memset(diag, 0, sizeof *diag);
   sc_diag_set_file(diag, path);
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cannot open: %s", strerror(errno));
   struct stat sb;

@@ -389,7 +389,7 @@ sc_status sc_op_eval_argminmax(sc_graph *g, sc_node *n) {
 /* ---- CumSum ---- */
 
 static sc_status cumsum_attrs(sc_graph *g, const sc_node *n, bool *excl, bool *rev) {
-  int64_t e, r;
+  int64_t e = 0, r = 0;
   sc_status st = attr_int(g, n, "exclusive", 0, true, &e);
   if (st == SC_OK) st = attr_int(g, n, "reverse", 0, true, &r);
   *excl = e != 0;

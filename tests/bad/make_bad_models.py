@@ -18,7 +18,6 @@ Usage: make_bad_models.py OUTDIR   (writes the cases and OUTDIR/manifest.json)
 import json
 import os
 import random
-import struct
 import sys
 
 import numpy as np
@@ -457,6 +456,39 @@ def build_cases(out):
         _w_model(_ext_tensor("weights.bin", "12abc", 48)), files=ok)
     add(Case("ext_missing_file", "error", what="location nothere.bin"),
         _w_model(_ext_tensor("nothere.bin", 0, 48)), files=ok)
+    add(Case("ext_empty_location", "error", what="location ''"),
+        _w_model(_ext_tensor("", 0, 48)), files=ok)
+    d = add(Case("ext_directory", "error", what="location names a folder"),
+            _w_model(_ext_tensor("sub", 0, 48)))
+    os.mkdir(os.path.join(d, "sub"))
+    # Opening a FIFO for reading blocks until a writer comes: a tool that opens
+    # before checking the file type hangs (the 10 s timeout catches it).
+    d = add(Case("ext_fifo", "error", what="weights.bin is a named pipe"),
+            _w_model(_ext_tensor("weights.bin", 0, 48)))
+    os.mkfifo(os.path.join(d, "weights.bin"))
+    d = add(Case("ext_symlink_loop", "error", what="weights.bin -> a -> weights.bin"),
+            _w_model(_ext_tensor("weights.bin", 0, 48)))
+    os.symlink("a", os.path.join(d, "weights.bin"))
+    os.symlink("weights.bin", os.path.join(d, "a"))
+    d = add(Case("ext_symlink_inside", "ok", what="weights.bin -> data/w.bin (inside)"),
+            _w_model(_ext_tensor("weights.bin", 0, 48)))
+    os.mkdir(os.path.join(d, "data"))
+    with open(os.path.join(d, "data", "w.bin"), "wb") as f:
+        f.write(wbytes)
+    os.symlink(os.path.join("data", "w.bin"), os.path.join(d, "weights.bin"))
+
+    # -- the model path itself
+    c = Case("model_is_directory", "error", what="the model path is a folder")
+    add(c, data=b"")
+    os.remove(c.path)
+    os.mkdir(c.path)
+    c = Case("model_fifo", "error", what="the model path is a named pipe")
+    add(c, data=b"")
+    os.remove(c.path)
+    os.mkfifo(c.path)
+    c = Case("model_missing", "error", what="the model file does not exist")
+    add(c, data=b"")
+    os.remove(c.path)
     return cases
 
 

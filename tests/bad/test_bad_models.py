@@ -16,6 +16,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,14 +29,18 @@ ERR_PREFIX = "shardc: error: "
 
 
 def _run(cmd, env=None, cwd=None):
-    """(returncode or None on timeout, stdout, stderr)."""
+    """(returncode or None on timeout, stdout, stderr). The command runs in its own
+    process group, killed whole on timeout (strace's tracee included)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                         cwd=cwd, start_new_session=True)
     try:
-        p = subprocess.run(cmd, capture_output=True, timeout=TIMEOUT_S, env=env, cwd=cwd)
-        return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or b"").decode("utf-8", "replace")
-        err = (e.stderr or b"").decode("utf-8", "replace")
-        return None, out, err
+        out, err = p.communicate(timeout=TIMEOUT_S)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        rc = None
+    return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
 
 
 def _cwd(case):
@@ -83,7 +88,9 @@ def check_case(shardc, case, secret_bytes):
     return probs
 
 
-_OPEN_RE = re.compile(r'^(?:\[pid\s+\d+\]\s+|\d+\s+)?(open|openat|openat2)\((.*)\)\s+=\s+(-?\d+)(<([^>]*)>)?')
+# "PID openat(DIRFD<path>, "name", FLAGS) = FD<resolved path>" (strace -f -y)
+_OPEN_RE = re.compile(r'^(?:\[pid\s+\d+\]\s+|\d+\s+)?(open|openat|openat2)\((.*)\)'
+                      r'\s+=\s+(-?\d+)(<([^>]*)>)?')
 
 
 def strace_escapes(shardc, case, forbidden):

@@ -41,6 +41,8 @@ cmake -S "$ROOT" -B "$FUZZ_BUILD" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Re
   || { cat "$FUZZ_BUILD.configure.log"; exit 1; }
 cmake --build "$FUZZ_BUILD" --target fuzzers -j "$FUZZ_JOBS" >"$FUZZ_BUILD.build.log" 2>&1 \
   || { tail -50 "$FUZZ_BUILD.build.log"; exit 1; }
+# clang sees warnings gcc does not; show them (the fuzz build is not -Werror).
+grep -E 'warning:' "$FUZZ_BUILD.build.log" | sort -u | sed 's/^/fuzz: clang: /' || true
 rm -f "$FUZZ_BUILD.configure.log" "$FUZZ_BUILD.build.log"
 
 # Seeds (read-only inputs) and corpora (where new coverage is written).
@@ -52,7 +54,7 @@ cp "$ROOT"/samples/*.onnx "$SEEDS/import/"
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 if [ -x "$PY" ] && "$PY" "$ROOT/tests/bad/make_bad_models.py" "$probe_dir/bad" >/dev/null 2>&1; then
   # Small hostile models only (chain_200k and deep_nesting exceed what helps).
-  find "$probe_dir/bad/m" -name model.onnx -size -256k | while read -r f; do
+  find "$probe_dir/bad/m" -name model.onnx -type f -size -256k | while read -r f; do
     cp "$f" "$SEEDS/import/bad-$(basename "$(dirname "$f")").onnx"
   done
 fi
@@ -60,6 +62,29 @@ find "$ROOT/tests/lit" -name '*.ir' -type f 2>/dev/null | while read -r f; do
   cp "$f" "$SEEDS/text/$(echo "${f#"$ROOT"/tests/lit/}" | tr / _)"
 done
 echo "fuzz: seeds: $(ls "$SEEDS/import" | wc -l) models, $(ls "$SEEDS/text" | wc -l) IR files"
+
+# Dictionaries: op names from ir/ops.def (both targets), the IR grammar's
+# tokens (docs/ir.md) for the text parser, ONNX attribute and field names for
+# the importer.
+DICT=$FUZZ_BUILD/dict
+mkdir -p "$DICT"
+sed -n 's/^OP([A-Z_0-9]*, *"\([A-Za-z]*\)".*/"\1"/p' "$ROOT/ir/ops.def" | sort -u >"$DICT/ops.dict"
+{
+  cat "$DICT/ops.dict"
+  for t in 'shardc.ir 1' graph opset input const param output '%' ':' '=' ',' '_' '?' \
+           '[*]' '{' '}' '(' ')' '[' ']' '\"' '//' f32 f16 bf16 f64 i8 i16 i32 i64 \
+           u8 u16 u32 u64 bool string c64 c128 undef axis perm nan inf -1 \
+           9223372036854775807 -9223372036854775808 1e308; do
+    printf '"%s"\n' "$t"
+  done
+} >"$DICT/text.dict"
+{
+  cat "$DICT/ops.dict"
+  for t in com.microsoft ai.onnx.ml location offset length axis axes perm shape to \
+           kernel_shape strides pads dilations group keepdims value then_branch; do
+    printf '"%s"\n' "$t"
+  done
+} >"$DICT/import.dict"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
@@ -75,6 +100,7 @@ run_target() { # name seconds
   echo "fuzz: $name for ${secs}s"
   "$FUZZ_BUILD/tests/fuzz/$name" -max_total_time="$secs" -max_len=4000000 \
     -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -close_fd_mask=1 \
+    -dict="$DICT/${name#fuzz_}.dict" \
     -artifact_prefix="$ART/$name-" "$FUZZ_BUILD/corpus/${name#fuzz_}" \
     "$SEEDS/${name#fuzz_}" >"$log" 2>&1 || rc=$?
   local execs speed rss
