@@ -125,6 +125,10 @@ typedef struct kir_kernel {
   int32_t n_phases, cap_phases;
   kir_phase *phases;
   const char *origin; /* the graph node(s) it came from, for comments */
+  int32_t *hash_slots; /* builders' hash-consing table (kir.c): open
+                          addressing, a slot holds expr id + 1, 0 = empty;
+                          rebuilt from exprs when NULL or too small */
+  int32_t cap_hash;    /* slots in hash_slots (a power of two) */
 } kir_kernel;
 
 /* ---- building (allocations in `arena`; the kernel owns nothing else) ---- */
@@ -156,5 +160,13 @@ void kir_print(const kir_kernel *k, FILE *out);
 /* Reference interpreter (slow, exact semantics): runs k over buffers
  * bufs[param] — the oracle for backend tests. */
 sc_status kir_interpret(const kir_kernel *k, void *const *bufs, sc_diag *diag);
+
+/* True when in-place reuse of param `param`'s storage by `out_param` is
+ * legal: both have the same numel and element size, out_param is stored by
+ * exactly one STORE phase whose index is provably injective (affine in the
+ * loop variables with non-overlapping strides), every LOAD of `param` uses
+ * that very index expression, and no load of `param` comes in a phase after
+ * that store. Conservative: false when unsure. Used by passes/memplan.c. */
+bool kir_reads_aligned(const kir_kernel *k, int32_t param, int32_t out_param);
 
 #endif

@@ -23,7 +23,18 @@ struct sc_lower_ctx {
   sc_diag *diag;
   /* epilogue: set by lower.c while a KERNEL lowering runs in a fused group */
   void *epilogue;
+  /* private to lower.c / from_graph.c (lowerings do not touch these) */
+  int32_t cap_param_of_buffer; /* entries allocated in param_of_buffer */
+  struct sc_lower_group *grp;  /* the group being lowered: name, epilogue */
 };
+
+/* Every sc_lw_<name> named in ops.def's `lower` column (defined in
+ * codegen/lower_*.c). */
+#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, \
+           lower)                                                                     \
+  extern const sc_lowering sc_##lower;
+#include "ir/ops.def"
+#undef OP
 
 /* --- reading inputs / writing outputs inside a kernel --- */
 /* Value of input `in` of node n at multi-index idx (input's rank entries).
@@ -54,26 +65,64 @@ void sc_lower_outer_index(sc_lower_ctx *cx, int32_t *idx);
 
 /* Starts the kernel for a KERNEL lowering with the given outer domain and
  * inner extent (cx->k must then get phases through kir_add_reduce and
- * sc_lower_store). */
+ * sc_lower_store). Adds the kernel to the program and a KERNEL step running
+ * it (so a lowering that needs two kernels calls this twice, in order). */
 sc_status sc_lower_begin_kernel(sc_lower_ctx *cx, const sc_node *n, int32_t outer_rank,
                                 const int64_t *outer_dims, int64_t inner);
 
-/* For STEP lowerings: the buffer holding graph value v (creating a TEMP for
- * it if needed), and adding a step. */
+/* For STEP lowerings: the buffer holding graph value v (creating a CONST
+ * buffer for a constant, a TEMP for anything else that has none yet), and
+ * adding a step. A STEP writes its outputs' buffers itself; POINT consumers
+ * fused after it run as the GEMM step's epilogue kernel, reading them. */
 int32_t sc_lower_buffer_of(sc_lower_ctx *cx, int32_t value);
 /* A scratch TEMP buffer (e.g. im2col) of the given dtype and shape. */
 int32_t sc_lower_scratch(sc_lower_ctx *cx, const char *name, sc_dtype dtype,
                          int32_t rank, const int64_t *dims);
 sc_status sc_lower_add_step(sc_lower_ctx *cx, const sc_step *s);
-/* Lowers a standalone pointwise kernel computing value `out` of buffer
- * shape from a POINT-style callback — used by STEP lowerings that need
- * helper kernels (im2col, bias/epilogue). */
+/* Lowers a standalone pointwise kernel writing every element of `buffer`
+ * (outer domain = the buffer's shape, inner 1) from a POINT-style callback,
+ * and appends a KERNEL step running it — used by STEP lowerings that need
+ * helper kernels (im2col before a GEMM, ...). The kernel is named
+ * <group kernel name>_<name>. May be called while no kernel is being built
+ * (cx->k == NULL) or inside one (cx->k is restored afterwards). */
 typedef int32_t (*sc_lower_index_fn)(sc_lower_ctx *cx, void *ud, const int32_t *idx);
 sc_status sc_lower_pointwise_kernel(sc_lower_ctx *cx, const char *name, int32_t buffer,
                                     sc_lower_index_fn fn, void *ud);
 
+/* --- expression shorthands: -1 in, -1 out (so errors propagate) --- */
+int32_t sc_lower_un(sc_lower_ctx *cx, kir_op op, int32_t a);
+int32_t sc_lower_bin(sc_lower_ctx *cx, kir_op op, int32_t a, int32_t b);
+int32_t sc_lower_sel(sc_lower_ctx *cx, int32_t c, int32_t a, int32_t b);
+int32_t sc_lower_cast(sc_lower_ctx *cx, sc_dtype to, int32_t a); /* no-op if same */
+/* Constant v in dtype t (float or integer/bool, converted as Cast does). */
+int32_t sc_lower_const(sc_lower_ctx *cx, sc_dtype t, double v);
+sc_dtype sc_lower_dtype(sc_lower_ctx *cx, int32_t expr); /* dtype of an expr */
+
 /* Errors about node n (sets cx->diag with node name and op). */
 sc_status sc_lower_error(sc_lower_ctx *cx, const sc_node *n, sc_status st,
                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* --- private to lower.c and from_graph.c: the group being lowered --- */
+typedef struct sc_lower_group {
+  const char *kname;       /* base kernel name, e.g. "k3_add_relu" */
+  const char *origin;      /* member node names, for kernels and steps */
+  int32_t n_kernels;       /* kernels begun for this group so far */
+  /* epilogue of a KERNEL anchor: when it stores `fused_value` at idx, the
+   * values `stored` (POINT members downstream of it, same shape) are
+   * computed at idx with fused_value substituted, and stored instead */
+  int32_t anchor;          /* node id, -1 when there is no epilogue */
+  int32_t fused_value;
+  int32_t n_stored;
+  const int32_t *stored;
+  int32_t n_epilogue_stores;
+  int32_t sub_value, sub_expr, sub_rank; /* active substitution (-1: none) */
+  int32_t sub_idx[SC_MAX_RANK];
+} sc_lower_group;
+
+/* Resets the per-kernel param map (buffer -> param) for a new kernel. */
+sc_status sc_lower_reset_params(sc_lower_ctx *cx);
+/* Stores expr e as graph value v at idx (no epilogue; skips values without
+ * a buffer). */
+sc_status sc_lower_store_value(sc_lower_ctx *cx, int32_t v, const int32_t *idx, int32_t e);
 
 #endif

@@ -91,6 +91,18 @@ int32_t sc_program_add_step(sc_program *p, const sc_step *s);
 /* Storage root of a buffer (follows VIEW aliases). */
 int32_t sc_program_root(const sc_program *p, int32_t buffer);
 void sc_program_print(const sc_program *p, FILE *out);
+/* Appends a buffer id to p->inputs / p->outputs (graph order).
+ * SC_ERR_USAGE for an id out of range, SC_ERR_NOMEM. */
+sc_status sc_program_add_input(sc_program *p, int32_t buffer);
+sc_status sc_program_add_output(sc_program *p, int32_t buffer);
+
+/* The buffers step s reads and writes, each reported through fn (buffer ids
+ * as the step names them, not their roots; a buffer may be reported more
+ * than once). KERNEL steps: the kernel's params (written flag). GEMM steps:
+ * a, b and bias read, c read too when beta != 0, c written, then the
+ * epilogue kernel's params. Shared by the memory plan and the runtime. */
+typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
+void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud);
 
 /* Lowers a graph that went through the canonical passes (static shapes,
  * folded) into a program: one kernel per node (before fusion) or per fused

@@ -637,9 +637,10 @@ sc_status sc_op_eval_split(sc_graph *g, sc_node *n) {
 
 /* ---- Slice ---- */
 
-/* Per-dim start and step of the slice, and the output dims. */
-static sc_status slice_params(sc_graph *g, const sc_node *n, int64_t *start,
-                              int64_t *step, int64_t *dout) {
+/* Per-dim start and step of the slice, and the output dims (declared in
+ * op_util.h: codegen's Slice lowering uses the same clamping). */
+sc_status sc_op_slice_params(sc_graph *g, const sc_node *n, int64_t *start,
+                             int64_t *step, int64_t *dout) {
   const sc_value *x = sc_node_input(g, n, 0);
   int32_t r = x->rank;
   int64_t starts[SC_MAX_RANK], ends[SC_MAX_RANK], axes[SC_MAX_RANK], steps[SC_MAX_RANK];
@@ -691,7 +692,7 @@ sc_status sc_op_infer_slice(sc_graph *g, sc_node *n) {
   if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0);
   int64_t start[SC_MAX_RANK], step[SC_MAX_RANK], d[SC_MAX_RANK];
-  if ((st = slice_params(g, n, start, step, d)) != SC_OK) return st;
+  if ((st = sc_op_slice_params(g, n, start, step, d)) != SC_OK) return st;
   return sc_set_output(g, n, 0, x->dtype, x->rank, d);
 }
 
@@ -701,7 +702,7 @@ sc_status sc_op_eval_slice(sc_graph *g, sc_node *n) {
   if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0);
   int64_t start[SC_MAX_RANK], step[SC_MAX_RANK], d[SC_MAX_RANK], xs[SC_MAX_RANK];
-  if ((st = slice_params(g, n, start, step, d)) != SC_OK) return st;
+  if ((st = sc_op_slice_params(g, n, start, step, d)) != SC_OK) return st;
   uint8_t *out;
   if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
   if (sc_move_prod(d, 0, x->rank) == 0) return SC_OK;

@@ -64,6 +64,11 @@ void sc_strides(int32_t rank, const int64_t *dims, int64_t *strides);
  * shape (rout, dout), of output element with multi-index idx. */
 int64_t sc_bcast_offset(int32_t rout, const int64_t *idx, int32_t rin,
                         const int64_t *din);
+/* Slice (op_shape.c): effective per-dim start and step, after ONNX's
+ * clamping of starts/ends/axes/steps, and the output dims (rank of input 0).
+ * Used by eval and by codegen's Slice lowering. */
+sc_status sc_op_slice_params(sc_graph *g, const sc_node *n, int64_t *start,
+                             int64_t *step, int64_t *dout);
 /* Advances a multi-index over dims; false after the last element. */
 bool sc_next_index(int32_t rank, const int64_t *dims, int64_t *idx);
 

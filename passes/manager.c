@@ -29,6 +29,7 @@ static const sc_pass_info registry[] = {
     {"dce", sc_pass_dce,
      "nothing",
      "every node and constant feeds a graph output; graph inputs kept", false},
+    {"fuse", sc_pass_fuse, "static shapes (infer-shapes), folded", "every node carries its fusion group in attribute __group (codegen lowers each group to one kernel)", false},
     {NULL, NULL, NULL, NULL, false},
 };
 

@@ -64,6 +64,8 @@ sc_status sc_pass_bind_dims(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fold(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_dce(sc_graph *g, const sc_pass_opts *opts);
+/* passes/fuse.c: fusion groups for codegen (attribute __group per node). */
+sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts);
 
 /* Shared by infer-shapes and fold: evaluates node n when its op has an eval
  * function, every present input is a constant with data (Shape and Size: has

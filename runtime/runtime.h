@@ -15,6 +15,8 @@
 #ifndef SC_RUNTIME_H
 #define SC_RUNTIME_H
 
+#include <stdio.h>
+
 #include "codegen/program.h"
 
 /* A tensor handed in or out: dtype, shape and a pointer to packed row-major
@@ -46,14 +48,19 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
                          sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag);
 int64_t sc_session_arena_bytes(const sc_session *s); /* bytes allocated */
 double sc_session_compile_seconds(const sc_session *s);
+int sc_session_threads(const sc_session *s); /* threads the device uses */
 void sc_session_destroy(sc_session *s);
 
 /* Whole pipeline for a graph already imported and bound: canonical passes,
  * fuse, lowering, memory plan (verified). */
 typedef struct sc_compile_opts {
   bool fuse;               /* default true */
-  const char *print_after; /* pass name or NULL */
+  const char *print_after; /* graph pass name, "all", or "program" (the
+                              final program after memplan), or NULL */
   bool time_passes;
+  FILE *print_out;         /* --print-after output; NULL = stderr */
+  FILE *time_out;          /* --time-passes output; NULL = stderr */
+  bool quiet;              /* no notes (e.g. dims bound to 1) on stderr */
 } sc_compile_opts;
 void sc_compile_opts_init(sc_compile_opts *o);
 sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **out,

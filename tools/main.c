@@ -20,6 +20,8 @@ static const command COMMANDS[] = {
     {"inspect", sc_cmd_inspect,
      "import a model, fold it, report ops, parameters, FLOPs and blocks"},
     {"opt", sc_cmd_opt, "run chosen passes on textual IR and print the result"},
+    {"run", sc_cmd_run, "compile a model for the CPU, run it, write its outputs as .npy"},
+    {"compile", sc_cmd_compile, "compile a model into a bundle directory, or print its code (--emit)"},
 };
 enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
 

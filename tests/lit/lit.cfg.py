@@ -40,3 +40,15 @@ config.environment["PATH"] = os.pathsep.join(
 for var in ("HOME", "TMPDIR"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
+
+# `REQUIRES: shardc-cuda`: the binary was built with the CUDA emitter (NVRTC):
+# SHARDC_CUDA on in its build directory's CMake cache and nvrtc.h present
+# (CMakeLists.txt turns the emitter off without it).
+_cache = os.path.join(os.path.dirname(shardc), "CMakeCache.txt")
+if os.path.exists(_cache):
+    _vars = dict(l.split("=", 1) for l in open(_cache).read().splitlines()
+                 if "=" in l and not l.startswith(("#", "//")))
+    _home = _vars.get("SHARDC_CUDA_HOME:PATH", "/usr/local/cuda")
+    if _vars.get("SHARDC_CUDA:BOOL") == "ON" and os.path.exists(
+            os.path.join(_home, "include", "nvrtc.h")):
+        config.available_features.add("shardc-cuda")

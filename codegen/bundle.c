@@ -1,0 +1,391 @@
+/* bundle.c — SHA-256 and the bundle writer (`shardc compile -o DIR`).
+ *
+ * The writer lays the CONST buffers out in weights.bin (each 64-byte
+ * aligned, zero padding between), writes program.json with their offsets,
+ * the target's code (cpu: kernels.o through sc_cpu_emit_object; cuda:
+ * kernels.cu and one kernels.<arch>.ptx per architecture through NVRTC),
+ * hashes every file as it is written, and writes manifest.json last. Layout
+ * and schemas: docs/bundle.md. The loader is runtime/bundle_load.c.
+ *
+ * SHA-256 is the FIPS 180-4 algorithm in a compact portable form (tested
+ * against the NIST vectors in tests/unit/test_bundle.c). */
+#include "codegen/bundle.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#if SHARDC_HAVE_CUDA
+#include "codegen/cuda/cuda.h"
+#endif
+
+#ifndef SHARDC_VERSION
+#define SHARDC_VERSION "0.1.0"
+#endif
+
+/* ------------------------------------------------------------- SHA-256 */
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+    0xc67178f2};
+
+static inline uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
+
+static void sha_block(uint32_t h[8], const uint8_t *p) {
+  uint32_t w[64];
+  for (int i = 0; i < 16; i++)
+    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+           (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
+  for (int i = 16; i < 64; i++) {
+    uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
+    uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
+  for (int i = 0; i < 64; i++) {
+    uint32_t t1 = hh + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K256[i] +
+                  w[i];
+    uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+    hh = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  h[0] += a;
+  h[1] += b;
+  h[2] += c;
+  h[3] += d;
+  h[4] += e;
+  h[5] += f;
+  h[6] += g;
+  h[7] += hh;
+}
+
+void sc_sha256_init(sc_sha256 *s) {
+  static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  memcpy(s->h, H0, sizeof H0);
+  s->n_bytes = 0;
+  s->n_buf = 0;
+}
+
+void sc_sha256_update(sc_sha256 *s, const void *data, size_t n) {
+  const uint8_t *p = data;
+  s->n_bytes += n;
+  if (s->n_buf) {
+    size_t take = 64 - s->n_buf < n ? 64 - s->n_buf : n;
+    memcpy(s->buf + s->n_buf, p, take);
+    s->n_buf += take;
+    p += take;
+    n -= take;
+    if (s->n_buf < 64) return;
+    sha_block(s->h, s->buf);
+    s->n_buf = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64) sha_block(s->h, p);
+  memcpy(s->buf, p, n);
+  s->n_buf = n;
+}
+
+void sc_sha256_final(sc_sha256 *s, uint8_t digest[32]) {
+  uint64_t bits = s->n_bytes * 8;
+  uint8_t pad[72] = {0x80};
+  size_t padlen = (s->n_buf < 56 ? 56 : 120) - s->n_buf;
+  for (int i = 0; i < 8; i++) pad[padlen + (size_t)i] = (uint8_t)(bits >> (56 - 8 * i));
+  uint64_t keep = s->n_bytes;
+  sc_sha256_update(s, pad, padlen + 8);
+  s->n_bytes = keep;
+  SC_ASSERT(s->n_buf == 0);
+  for (int i = 0; i < 8; i++) {
+    digest[4 * i] = (uint8_t)(s->h[i] >> 24);
+    digest[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+    digest[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
+    digest[4 * i + 3] = (uint8_t)s->h[i];
+  }
+}
+
+static void to_hex(const uint8_t digest[32], char hex[65]) {
+  static const char D[] = "0123456789abcdef";
+  for (int i = 0; i < 32; i++) {
+    hex[2 * i] = D[digest[i] >> 4];
+    hex[2 * i + 1] = D[digest[i] & 15];
+  }
+  hex[64] = 0;
+}
+
+void sc_sha256_hex(const void *data, size_t n, char hex[65]) {
+  sc_sha256 s;
+  uint8_t d[32];
+  sc_sha256_init(&s);
+  sc_sha256_update(&s, data, n);
+  sc_sha256_final(&s, d);
+  to_hex(d, hex);
+}
+
+/* -------------------------------------------------------------- writer */
+
+void sc_bundle_opts_init(sc_bundle_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->target = SC_BUNDLE_CPU;
+  sc_cpu_opts_init(&o->cpu);
+}
+
+const char *sc_bundle_target_name(sc_bundle_target t) {
+  return t == SC_BUNDLE_CUDA ? "cuda" : "cpu";
+}
+
+typedef struct writer {
+  const char *dir;
+  sc_diag *diag;
+  json_t *files; /* manifest "files" */
+} writer;
+
+static char *path_join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *s = sc_malloc(n);
+  if (s) snprintf(s, n, "%s/%s", dir, name);
+  return s;
+}
+
+static void add_file(writer *w, const char *name, int64_t bytes, const char hex[65]) {
+  json_t *f = json_object();
+  json_object_set_new(f, "name", json_string(name));
+  json_object_set_new(f, "bytes", json_integer(bytes));
+  json_object_set_new(f, "sha256", json_string(hex));
+  json_array_append_new(w->files, f);
+}
+
+/* Writes bytes to DIR/name and records it in the manifest. */
+static sc_status write_file(writer *w, const char *name, const void *data, size_t n,
+                            bool listed) {
+  char *path = path_join(w->dir, name);
+  if (!path) return sc_diag_set(w->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  FILE *f = fopen(path, "wb");
+  bool ok = f && (n == 0 || fwrite(data, 1, n, f) == n);
+  if (f && fclose(f) != 0) ok = false;
+  sc_status st = SC_OK;
+  if (!ok) st = sc_diag_set(w->diag, SC_ERR_IO, NULL, NULL, "%s: cannot write: %s", path,
+                            strerror(errno));
+  sc_free(path);
+  if (st == SC_OK && listed) {
+    char hex[65];
+    sc_sha256_hex(data, n, hex);
+    add_file(w, name, (int64_t)n, hex);
+  }
+  return st;
+}
+
+/* weights.bin, streamed (a big model's weights are not copied in memory). */
+static sc_status write_weights(writer *w, const sc_program *p, const int64_t *offsets,
+                               int64_t total) {
+  char *path = path_join(w->dir, "weights.bin");
+  if (!path) return sc_diag_set(w->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    sc_status st = sc_diag_set(w->diag, SC_ERR_IO, NULL, NULL, "%s: cannot create: %s", path,
+                               strerror(errno));
+    sc_free(path);
+    return st;
+  }
+  sc_sha256 sh;
+  sc_sha256_init(&sh);
+  static const uint8_t zeros[SC_BUNDLE_WEIGHT_ALIGN];
+  int64_t pos = 0;
+  bool ok = true;
+  for (int32_t i = 0; i < p->n_buffers && ok; i++) {
+    if (offsets[i] < 0) continue;
+    const sc_buffer *b = &p->buffers[i];
+    SC_ASSERT(offsets[i] >= pos && offsets[i] - pos < SC_BUNDLE_WEIGHT_ALIGN);
+    size_t padn = (size_t)(offsets[i] - pos);
+    ok = padn == 0 || fwrite(zeros, 1, padn, f) == padn;
+    sc_sha256_update(&sh, zeros, padn);
+    if (ok && b->bytes > 0) {
+      ok = fwrite(b->data, 1, (size_t)b->bytes, f) == (size_t)b->bytes;
+      sc_sha256_update(&sh, b->data, (size_t)b->bytes);
+    }
+    pos = offsets[i] + b->bytes;
+  }
+  SC_ASSERT(!ok || pos == total);
+  if (fclose(f) != 0) ok = false;
+  sc_status st = SC_OK;
+  if (!ok) {
+    st = sc_diag_set(w->diag, SC_ERR_IO, NULL, NULL, "%s: cannot write: %s", path,
+                     strerror(errno));
+  } else {
+    uint8_t d[32];
+    char hex[65];
+    sc_sha256_final(&sh, d);
+    to_hex(d, hex);
+    add_file(w, "weights.bin", total, hex);
+  }
+  sc_free(path);
+  return st;
+}
+
+/* A file someone else wrote (kernels.o): hash it and record it. */
+static sc_status record_file(writer *w, const char *name) {
+  char *path = path_join(w->dir, name);
+  if (!path) return sc_diag_set(w->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  FILE *f = fopen(path, "rb");
+  sc_status st = SC_OK;
+  if (!f) {
+    st = sc_diag_set(w->diag, SC_ERR_IO, NULL, NULL, "%s: cannot open: %s", path,
+                     strerror(errno));
+    sc_free(path);
+    return st;
+  }
+  sc_sha256 sh;
+  sc_sha256_init(&sh);
+  uint8_t buf[1 << 16];
+  size_t n;
+  int64_t total = 0;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
+    sc_sha256_update(&sh, buf, n);
+    total += (int64_t)n;
+  }
+  if (ferror(f))
+    st = sc_diag_set(w->diag, SC_ERR_IO, NULL, NULL, "%s: read error", path);
+  fclose(f);
+  sc_free(path);
+  if (st) return st;
+  uint8_t d[32];
+  char hex[65];
+  sc_sha256_final(&sh, d);
+  to_hex(d, hex);
+  add_file(w, name, total, hex);
+  return SC_OK;
+}
+
+static json_t *json_tensors(const sc_program *p, const int32_t *ids, int32_t n) {
+  json_t *a = json_array();
+  for (int32_t i = 0; i < n; i++) {
+    const sc_buffer *b = &p->buffers[ids[i]];
+    json_t *o = json_object();
+    json_object_set_new(o, "name", json_string(b->name ? b->name : ""));
+    json_object_set_new(o, "dtype", json_string(sc_dtype_name(b->dtype)));
+    json_t *shape = json_array();
+    for (int32_t d = 0; d < b->rank; d++) json_array_append_new(shape, json_integer(b->dims[d]));
+    json_object_set_new(o, "shape", shape);
+    json_array_append_new(a, o);
+  }
+  return a;
+}
+
+static sc_status write_target_code(writer *w, const sc_program *p, const sc_bundle_opts *o,
+                                   json_t *archs) {
+  if (o->target == SC_BUNDLE_CPU) {
+    char *path = path_join(w->dir, "kernels.o");
+    if (!path) return sc_diag_set(w->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    sc_status st = sc_cpu_emit_object(p, &o->cpu, path, w->diag);
+    sc_free(path);
+    return st ? st : record_file(w, "kernels.o");
+  }
+#if SHARDC_HAVE_CUDA
+  sc_cuda_build *b = NULL;
+  sc_status st = sc_cuda_build_program(p, o->archs, &b, w->diag);
+  if (st) return st;
+  st = write_file(w, "kernels.cu", b->source, strlen(b->source), true);
+  for (int32_t i = 0; st == SC_OK && i < b->n_archs; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "kernels.%s.ptx", b->archs[i].arch);
+    /* The PTX without its terminating NUL. */
+    size_t n = b->archs[i].ptx_len ? b->archs[i].ptx_len - 1 : 0;
+    st = write_file(w, name, b->archs[i].ptx, n, true);
+    json_array_append_new(archs, json_string(b->archs[i].arch));
+  }
+  sc_cuda_build_destroy(b);
+  return st;
+#else
+  (void)p;
+  (void)archs;
+  return sc_diag_set(w->diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "--target cuda: this shardc was built without NVRTC");
+#endif
+}
+
+sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const char *dir,
+                          sc_diag *diag) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: cannot create the directory: %s", dir,
+                       strerror(errno));
+  struct stat sb;
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: not a directory", dir);
+  for (int32_t i = 0; i < p->n_buffers; i++)
+    if (p->buffers[i].kind == SC_BUF_CONST && p->buffers[i].bytes > 0 && !p->buffers[i].data)
+      return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                         "constant '%s' has no data (weights not loaded)",
+                         p->buffers[i].name ? p->buffers[i].name : "?");
+
+  /* An old manifest would describe files about to be replaced. */
+  char *mpath = path_join(dir, "manifest.json");
+  if (!mpath) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  remove(mpath);
+
+  writer w = {.dir = dir, .diag = diag, .files = json_array()};
+  json_t *archs = json_array();
+  int64_t *offsets = sc_calloc((size_t)p->n_buffers + 1, sizeof *offsets);
+  char *text = NULL;
+  sc_status st = SC_OK;
+  int64_t total = offsets ? sc_program_weights_layout(p, offsets) : -1;
+  if (!offsets) st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  else if (total < 0) st = sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "weights exceed 2^63 bytes");
+  if (!st) st = sc_program_write_json(p, offsets, &text, diag);
+  if (!st) st = write_file(&w, "program.json", text, strlen(text), true);
+  if (!st) st = write_weights(&w, p, offsets, total);
+  if (!st) st = write_target_code(&w, p, o, archs);
+
+  if (!st) {
+    json_t *m = json_object();
+    json_object_set_new(m, "format", json_string("shardc-bundle"));
+    json_object_set_new(m, "format_version", json_integer(SC_BUNDLE_FORMAT_VERSION));
+    json_object_set_new(m, "shardc_version", json_string(SHARDC_VERSION));
+    json_object_set_new(m, "target", json_string(sc_bundle_target_name(o->target)));
+    json_object_set_new(m, "archs", json_incref(archs));
+    json_object_set_new(m, "model", o->model ? json_string(o->model) : json_null());
+    json_object_set_new(m, "arena_bytes", json_integer(p->arena_bytes));
+    json_object_set_new(m, "weights_bytes", json_integer(total));
+    json_object_set_new(m, "inputs", json_tensors(p, p->inputs, p->n_inputs));
+    json_object_set_new(m, "outputs", json_tensors(p, p->outputs, p->n_outputs));
+    json_object_set_new(m, "files", json_incref(w.files));
+    char *ms = json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    if (!ms) {
+      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    } else {
+      size_t n = strlen(ms);
+      char *withnl = sc_malloc(n + 2);
+      if (!withnl) {
+        st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      } else {
+        memcpy(withnl, ms, n);
+        withnl[n] = '\n';
+        withnl[n + 1] = 0;
+        st = write_file(&w, "manifest.json", withnl, n + 1, false);
+        sc_free(withnl);
+      }
+      free(ms);
+    }
+  }
+  json_decref(archs);
+  json_decref(w.files);
+  sc_free(text);
+  sc_free(offsets);
+  sc_free(mpath);
+  return st;
+}

@@ -1,0 +1,94 @@
+/* bundle.h — the compiled artifact ("bundle") and its pieces: SHA-256, the
+ * program's JSON form, and the bundle writer.
+ *
+ * A bundle is a directory (layout and schemas in docs/bundle.md):
+ *   manifest.json  format version, shardc version, target, GPU archs, the
+ *                  model's inputs/outputs, arena_bytes, and every other file
+ *                  with its size and SHA-256 (written last: a directory
+ *                  without a manifest is not a bundle)
+ *   program.json   the program (buffers, kir kernels, steps), exactly
+ *   weights.bin    the data of every CONST buffer, each at a 64-byte aligned
+ *                  offset recorded in program.json ("weights_offset")
+ *   kernels.o      cpu: ELF object, one function per kernel (cpu.h ABI)
+ *   kernels.cu     cuda: the CUDA C translation unit (cuda.h ABI)
+ *   kernels.<arch>.ptx  cuda: PTX per architecture
+ *
+ * The JSON form of a program round-trips exactly: write → read → write gives
+ * identical text, and the read kernels are the written ones field for field
+ * (expression ids, constants bit-exact, NaN/±inf spelled as strings). Reading
+ * treats the text as untrusted: every id is bounds-checked, every size
+ * re-derived with checked arithmetic, every kernel passes kir_verify, GEMM
+ * operands are checked to lie inside their buffers, CONST data inside the
+ * weights. The loader (runtime/bundle.h) adds the manifest's hashes.
+ *
+ * Ownership: strings returned through char ** are sc_malloc'd; the caller
+ * frees them with sc_free. A program read from JSON owns its names and
+ * kernels (its arena) but borrows CONST data from `weights`, which must
+ * outlive it. Errors: SC_ERR_PARSE (malformed JSON or a missing field),
+ * SC_ERR_INVALID (well-formed but inconsistent), SC_ERR_IO, SC_ERR_NOMEM,
+ * SC_ERR_USAGE (bad target/arch options), SC_ERR_UNSUPPORTED (cuda target in
+ * a build without NVRTC). */
+#ifndef SC_CODEGEN_BUNDLE_H
+#define SC_CODEGEN_BUNDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codegen/cpu/cpu.h"
+#include "codegen/program.h"
+
+enum {
+  SC_BUNDLE_FORMAT_VERSION = 1, /* manifest.json "format_version" */
+  SC_PROGRAM_JSON_VERSION = 1,  /* program.json "version" */
+  SC_BUNDLE_WEIGHT_ALIGN = 64,  /* alignment of each CONST in weights.bin */
+};
+
+/* ---- SHA-256 (FIPS 180-4) ---- */
+typedef struct sc_sha256 {
+  uint32_t h[8];
+  uint64_t n_bytes; /* message bytes so far */
+  uint8_t buf[64];
+  size_t n_buf;
+} sc_sha256;
+void sc_sha256_init(sc_sha256 *s);
+void sc_sha256_update(sc_sha256 *s, const void *data, size_t n);
+void sc_sha256_final(sc_sha256 *s, uint8_t digest[32]);
+/* One-shot digest as 64 lowercase hex digits plus NUL. */
+void sc_sha256_hex(const void *data, size_t n, char hex[65]);
+
+/* ---- program.json ---- */
+
+/* The weights.bin layout: offsets[b] for every CONST buffer b (others -1),
+ * in buffer order, each SC_BUNDLE_WEIGHT_ALIGN aligned. Returns the total
+ * size, or -1 on overflow. offsets has p->n_buffers entries. */
+int64_t sc_program_weights_layout(const sc_program *p, int64_t *offsets);
+
+/* The program as JSON text (2-space indented, keys in a fixed order).
+ * weight_offsets: from sc_program_weights_layout, or NULL to write none (the
+ * text is then not readable back when the program has CONST buffers). */
+sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
+                                char **text, sc_diag *diag);
+/* Parses and validates program JSON. CONST buffers point into weights
+ * (weights_bytes long; may be NULL/0 when there are no CONST buffers). */
+sc_status sc_program_read_json(const char *text, size_t len, const void *weights,
+                               int64_t weights_bytes, sc_program **out, sc_diag *diag);
+
+/* ---- the writer ---- */
+typedef enum sc_bundle_target { SC_BUNDLE_CPU, SC_BUNDLE_CUDA } sc_bundle_target;
+
+typedef struct sc_bundle_opts {
+  sc_bundle_target target;
+  const char *archs;   /* cuda: comma-separated ("sm_80,sm_90"); NULL = default */
+  sc_cpu_opts cpu;     /* cpu: options of the object file */
+  const char *model;   /* the model file name recorded in the manifest, or NULL */
+} sc_bundle_opts;
+void sc_bundle_opts_init(sc_bundle_opts *o);
+const char *sc_bundle_target_name(sc_bundle_target t); /* "cpu", "cuda" */
+
+/* Writes the bundle of p into dir (created if missing; files of an earlier
+ * bundle there are replaced). Every CONST buffer must have data. The manifest
+ * is written last. */
+sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const char *dir,
+                          sc_diag *diag);
+
+#endif

@@ -1,0 +1,875 @@
+/* emit.c — one kir kernel → one LLVM function
+ *     void NAME(void *const *bufs, int64_t begin, int64_t end)
+ * computing the outer points with row-major linear index in [begin, end).
+ *
+ * Code shape (R = outer rank, D = the last outer extent):
+ *
+ *   entry:   if (begin >= end) return; param pointers; level-0 values
+ *            o[0..R-2], j0 = multi-index of `begin` (the only div/mod)
+ *   row:     while (lin < end):          level-1 values (need o[0..R-2])
+ *              jend = min(D, j0 + end - lin)
+ *   point:     for j in [j0, jend):      level-2 values (need j or a REG)
+ *                phases (inner == 1: straight-line; else counted r-loops
+ *                with level-3 values, those that need r)
+ *              lin += jend - j0; j0 = 0; o odometer += 1 (carry, no div)
+ *
+ * Every expression is emitted once, at the outermost level its operands
+ * allow (a "level" is the loop it must live in), so loop-invariant loads,
+ * index arithmetic and broadcast values are hoisted by construction.
+ * Level-3 values are re-emitted in each phase loop that uses them. For
+ * elementwise kernels the j loop is a simple counted loop over affine
+ * indices: LLVM's loop vectoriser handles it, inserting run-time overlap
+ * checks between the buffers (the memory plan may run a kernel in place, so
+ * nothing is declared noalias). Float SUM/PROD reductions carry
+ * llvm.loop.vectorize.enable, which licenses reassociation (kir leaves
+ * reduction order unspecified); MAX/MIN/ARG* loops stay in order.
+ *
+ * Loop state lives in allocas that SROA/mem2reg promote; f16 is handled as
+ * LLVM `half` (fpext/fptrunc: round to nearest even), bf16 by integer bit
+ * operations (widen: shift; narrow: round to nearest even, NaN kept quiet),
+ * bool as i8 0/1 in memory and i1 in registers. Integer DIV/MOD never trap:
+ * x/0 = x%0 = 0 and MIN/-1 wraps, as kir_interpret defines. */
+#include <math.h>
+#include <string.h>
+
+#include <llvm-c/DebugInfo.h>
+
+#include "codegen/cpu/cpu_internal.h"
+
+enum { L_ENTRY, L_ROW, L_POINT, L_INNER, L_COUNT };
+
+typedef struct emitter {
+  LLVMContextRef ctx;
+  LLVMModuleRef m;
+  const kir_kernel *k;
+  sc_diag *diag;
+  LLVMValueRef fn;
+  LLVMTypeRef i1, i8, i16, i32, i64, f16, f32, f64, vd;
+  LLVMBuilderRef b[L_COUNT]; /* insertion point of each level */
+  LLVMBuilderRef ab;         /* allocas, at the top of the entry block */
+  LLVMValueRef *ptr;         /* per param: typed pointer to its elements */
+  LLVMValueRef *val;         /* per expr: emitted value or NULL */
+  uint8_t *lvl;              /* per expr: level */
+  uint8_t *mark;             /* scratch: exprs a root needs */
+  LLVMValueRef *reg;         /* per phase: its register (REDUCE) */
+  LLVMValueRef outer[SC_MAX_RANK];
+  LLVMValueRef inner;        /* the r index (i64) */
+  int32_t rank;              /* outer rank, >= 1 (rank 0 runs as [1]) */
+  int64_t dims[SC_MAX_RANK];
+} emitter;
+
+/* ---- types ---- */
+
+static bool is_f(sc_dtype t) { return sc_dtype_is_float(t); }
+static bool is_signed(sc_dtype t) { return sc_dtype_is_signed(t); }
+
+/* The type a value of dtype t has in registers. */
+static LLVMTypeRef vty(emitter *e, sc_dtype t) {
+  switch (t) {
+  case SC_DTYPE_F32: case SC_DTYPE_F16: case SC_DTYPE_BF16: return e->f32;
+  case SC_DTYPE_F64: return e->f64;
+  case SC_DTYPE_BOOL: return e->i1;
+  case SC_DTYPE_I8: case SC_DTYPE_U8: return e->i8;
+  case SC_DTYPE_I16: case SC_DTYPE_U16: return e->i16;
+  case SC_DTYPE_I32: case SC_DTYPE_U32: return e->i32;
+  case SC_DTYPE_I64: case SC_DTYPE_U64: return e->i64;
+  default: return NULL;
+  }
+}
+
+/* The type of an element in memory. */
+static LLVMTypeRef sty(emitter *e, sc_dtype t) {
+  switch (t) {
+  case SC_DTYPE_F16: return e->f16;
+  case SC_DTYPE_BF16: return e->i16;
+  case SC_DTYPE_BOOL: return e->i8;
+  default: return vty(e, t);
+  }
+}
+
+static LLVMValueRef ci(LLVMTypeRef t, int64_t v) {
+  return LLVMConstInt(t, (unsigned long long)v, 1);
+}
+
+/* ---- intrinsics and libm ---- */
+
+static LLVMValueRef call_intr(emitter *e, LLVMBuilderRef b, const char *name,
+                              LLVMTypeRef *tys, unsigned n_tys, LLVMValueRef *args,
+                              unsigned n_args) {
+  unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+  SC_ASSERT(id != 0);
+  LLVMValueRef f = LLVMGetIntrinsicDeclaration(e->m, id, tys, n_tys);
+  LLVMTypeRef ft = LLVMIntrinsicGetType(e->ctx, id, tys, n_tys);
+  return LLVMBuildCall2(b, ft, f, args, n_args, "");
+}
+
+static LLVMValueRef intr1(emitter *e, LLVMBuilderRef b, const char *name,
+                          LLVMValueRef x) {
+  LLVMTypeRef t = LLVMTypeOf(x);
+  return call_intr(e, b, name, &t, 1, &x, 1);
+}
+
+/* A pure libm function of one argument (tanhf, erff, ...). */
+static LLVMValueRef libm1(emitter *e, LLVMBuilderRef b, const char *name,
+                          LLVMValueRef x) {
+  LLVMTypeRef t = LLVMTypeOf(x);
+  LLVMTypeRef ft = LLVMFunctionType(t, &t, 1, 0);
+  LLVMValueRef f = LLVMGetNamedFunction(e->m, name);
+  if (!f) {
+    f = LLVMAddFunction(e->m, name, ft);
+    const char *attrs[] = {"nounwind", "readnone", "willreturn"};
+    for (size_t i = 0; i < sizeof attrs / sizeof *attrs; i++) {
+      unsigned kind = LLVMGetEnumAttributeKindForName(attrs[i], strlen(attrs[i]));
+      LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                                 LLVMCreateEnumAttribute(e->ctx, kind, 0));
+    }
+  }
+  return LLVMBuildCall2(b, ft, f, &x, 1, "");
+}
+
+/* ---- f16 / bf16 ---- */
+
+/* f32 → nearest bf16 (ties to even) as i16 bits; NaN stays a quiet NaN —
+ * the same function as sc_f32_to_bf16. */
+static LLVMValueRef f32_to_bf16_bits(emitter *e, LLVMBuilderRef b, LLVMValueRef x) {
+  LLVMValueRef u = LLVMBuildBitCast(b, x, e->i32, "");
+  LLVMValueRef hi = LLVMBuildLShr(b, u, ci(e->i32, 16), "");
+  LLVMValueRef lsb = LLVMBuildAnd(b, hi, ci(e->i32, 1), "");
+  LLVMValueRef bias = LLVMBuildAdd(b, lsb, ci(e->i32, 0x7fff), "");
+  LLVMValueRef rounded = LLVMBuildLShr(b, LLVMBuildAdd(b, u, bias, ""), ci(e->i32, 16), "");
+  LLVMValueRef quiet = LLVMBuildOr(b, hi, ci(e->i32, 0x40), "");
+  LLVMValueRef mag = LLVMBuildAnd(b, u, ci(e->i32, 0x7fffffff), "");
+  LLVMValueRef nan = LLVMBuildICmp(b, LLVMIntUGT, mag, ci(e->i32, 0x7f800000), "");
+  LLVMValueRef r = LLVMBuildSelect(b, nan, quiet, rounded, "");
+  return LLVMBuildTrunc(b, r, e->i16, "");
+}
+
+static LLVMValueRef bf16_bits_to_f32(emitter *e, LLVMBuilderRef b, LLVMValueRef h) {
+  LLVMValueRef u = LLVMBuildShl(b, LLVMBuildZExt(b, h, e->i32, ""), ci(e->i32, 16), "");
+  return LLVMBuildBitCast(b, u, e->f32, "");
+}
+
+/* Rounds an f32 register value to the precision of t (f16/bf16), keeping
+ * it in f32. */
+static LLVMValueRef round_to(emitter *e, LLVMBuilderRef b, LLVMValueRef x, sc_dtype t) {
+  if (t == SC_DTYPE_F16)
+    return LLVMBuildFPExt(b, LLVMBuildFPTrunc(b, x, e->f16, ""), e->f32, "");
+  if (t == SC_DTYPE_BF16) return bf16_bits_to_f32(e, b, f32_to_bf16_bits(e, b, x));
+  return x;
+}
+
+/* Memory element → register value. */
+static LLVMValueRef widen(emitter *e, LLVMBuilderRef b, LLVMValueRef x, sc_dtype t) {
+  switch (t) {
+  case SC_DTYPE_F16: return LLVMBuildFPExt(b, x, e->f32, "");
+  case SC_DTYPE_BF16: return bf16_bits_to_f32(e, b, x);
+  case SC_DTYPE_BOOL: return LLVMBuildICmp(b, LLVMIntNE, x, ci(e->i8, 0), "");
+  default: return x;
+  }
+}
+
+/* Register value → memory element. */
+static LLVMValueRef narrow(emitter *e, LLVMBuilderRef b, LLVMValueRef x, sc_dtype t) {
+  switch (t) {
+  case SC_DTYPE_F16: return LLVMBuildFPTrunc(b, x, e->f16, "");
+  case SC_DTYPE_BF16: return f32_to_bf16_bits(e, b, x);
+  case SC_DTYPE_BOOL: return LLVMBuildZExt(b, x, e->i8, "");
+  default: return x;
+  }
+}
+
+/* ---- conversions (ONNX Cast) ---- */
+
+/* An i64 truncated to integer type tt. */
+static LLVMValueRef tw_convert(LLVMBuilderRef b, LLVMValueRef y, LLVMTypeRef tt) {
+  return LLVMGetIntTypeWidth(tt) < 64 ? LLVMBuildTrunc(b, y, tt, "") : y;
+}
+
+static LLVMValueRef convert(emitter *e, LLVMBuilderRef b, LLVMValueRef x,
+                            sc_dtype from, sc_dtype to) {
+  if (from == to) return x;
+  LLVMTypeRef tt = vty(e, to);
+  if (to == SC_DTYPE_BOOL) {
+    if (is_f(from))
+      return LLVMBuildFCmp(b, LLVMRealUNE, x, LLVMConstReal(LLVMTypeOf(x), 0.0), "");
+    return LLVMBuildICmp(b, LLVMIntNE, x, ci(LLVMTypeOf(x), 0), "");
+  }
+  if (from == SC_DTYPE_BOOL) {
+    if (is_f(to)) return LLVMBuildUIToFP(b, x, tt, "");
+    return LLVMBuildZExt(b, x, tt, "");
+  }
+  if (is_f(from) && is_f(to)) {
+    LLVMValueRef y = x;
+    if (from == SC_DTYPE_F64) y = LLVMBuildFPTrunc(b, y, e->f32, "");
+    if (to == SC_DTYPE_F64) return LLVMBuildFPExt(b, y, e->f64, "");
+    return round_to(e, b, y, to);
+  }
+  if (is_f(from)) {
+    /* As sc_store_f64: saturate to the i64 range (NaN → 0), then wrap to
+     * the target's width (U64 keeps the bits). */
+    LLVMTypeRef tys[2] = {e->i64, LLVMTypeOf(x)};
+    LLVMValueRef y = call_intr(e, b, "llvm.fptosi.sat", tys, 2, &x, 1);
+    return tw_convert(b, y, tt);
+  }
+  if (is_f(to)) {
+    /* through f64, as the interpreter converts (one rounding for i32, the
+     * same double rounding for large i64) */
+    LLVMValueRef y = is_signed(from) ? LLVMBuildSIToFP(b, x, e->f64, "")
+                                     : LLVMBuildUIToFP(b, x, e->f64, "");
+    return convert(e, b, y, SC_DTYPE_F64, to);
+  }
+  unsigned fw = LLVMGetIntTypeWidth(LLVMTypeOf(x)), tw = LLVMGetIntTypeWidth(tt);
+  if (fw == tw) return x;
+  if (fw > tw) return LLVMBuildTrunc(b, x, tt, "");
+  return is_signed(from) ? LLVMBuildSExt(b, x, tt, "") : LLVMBuildZExt(b, x, tt, "");
+}
+
+/* ---- arithmetic ---- */
+
+static LLVMValueRef fconst(LLVMValueRef like, double v) {
+  return LLVMConstReal(LLVMTypeOf(like), v);
+}
+
+/* NaN-propagating float max/min: a NaN operand wins, else the larger
+ * (smaller), else b — see kir_interpret. */
+static LLVMValueRef fminmax(LLVMBuilderRef b, LLVMValueRef x, LLVMValueRef y, bool max) {
+  LLVMValueRef xnan = LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
+  LLVMValueRef better = LLVMBuildFCmp(b, max ? LLVMRealOGT : LLVMRealOLT, x, y, "");
+  LLVMValueRef pick = LLVMBuildOr(b, xnan, better, "");
+  return LLVMBuildSelect(b, pick, x, y, "");
+}
+
+static LLVMValueRef int_divmod(emitter *e, LLVMBuilderRef b, LLVMValueRef x,
+                               LLVMValueRef y, bool sgn, bool mod) {
+  LLVMTypeRef t = LLVMTypeOf(x);
+  LLVMValueRef zero = ci(t, 0);
+  LLVMValueRef y0 = LLVMBuildICmp(b, LLVMIntEQ, y, zero, "");
+  if (!sgn) {
+    LLVMValueRef safe = LLVMBuildSelect(b, y0, ci(t, 1), y, "");
+    LLVMValueRef q = mod ? LLVMBuildURem(b, x, safe, "") : LLVMBuildUDiv(b, x, safe, "");
+    return LLVMBuildSelect(b, y0, zero, q, "");
+  }
+  LLVMValueRef ym1 = LLVMBuildICmp(b, LLVMIntEQ, y, ci(t, -1), "");
+  LLVMValueRef odd = LLVMBuildOr(b, y0, ym1, "");
+  LLVMValueRef safe = LLVMBuildSelect(b, odd, ci(t, 1), y, "");
+  LLVMValueRef q = mod ? LLVMBuildSRem(b, x, safe, "") : LLVMBuildSDiv(b, x, safe, "");
+  /* y == -1: x / -1 = -x (wrapping: MIN stays MIN), x % -1 = 0. */
+  LLVMValueRef alt = mod ? zero : LLVMBuildSub(b, zero, x, "");
+  q = LLVMBuildSelect(b, ym1, alt, q, "");
+  return LLVMBuildSelect(b, y0, zero, q, "");
+}
+
+/* Integer power as kir.c's ipow: square-and-multiply over the exponent's
+ * bits (wrapping); a negative exponent gives 1 for base 1, ±1 for base -1
+ * and 0 otherwise. Straight-line: no branches in vectorisable loops. */
+static LLVMValueRef int_pow(LLVMBuilderRef b, LLVMValueRef x, LLVMValueRef y, bool sgn) {
+  LLVMTypeRef t = LLVMTypeOf(x);
+  unsigned w = LLVMGetIntTypeWidth(t);
+  LLVMValueRef r = ci(t, 1), base = x, ex = y;
+  for (unsigned i = 0; i < w; i++) {
+    LLVMValueRef bit = LLVMBuildTrunc(b, ex, LLVMInt1TypeInContext(LLVMGetTypeContext(t)), "");
+    r = LLVMBuildSelect(b, bit, LLVMBuildMul(b, r, base, ""), r, "");
+    base = LLVMBuildMul(b, base, base, "");
+    ex = LLVMBuildLShr(b, ex, ci(t, 1), "");
+  }
+  if (!sgn) return r;
+  LLVMValueRef neg = LLVMBuildICmp(b, LLVMIntSLT, y, ci(t, 0), "");
+  LLVMValueRef one = LLVMBuildICmp(b, LLVMIntEQ, x, ci(t, 1), "");
+  LLVMValueRef m1 = LLVMBuildICmp(b, LLVMIntEQ, x, ci(t, -1), "");
+  LLVMValueRef odd = LLVMBuildTrunc(b, y, LLVMInt1TypeInContext(LLVMGetTypeContext(t)), "");
+  LLVMValueRef nr = LLVMBuildSelect(b, one, ci(t, 1),
+                                    LLVMBuildSelect(b, m1, LLVMBuildSelect(b, odd, ci(t, -1), ci(t, 1), ""),
+                                                    ci(t, 0), ""), "");
+  return LLVMBuildSelect(b, neg, nr, r, "");
+}
+
+static LLVMValueRef emit_binary(emitter *e, LLVMBuilderRef b, kir_op op, sc_dtype t,
+                                LLVMValueRef x, LLVMValueRef y) {
+  bool f = is_f(t), s = is_signed(t);
+  if (t == SC_DTYPE_BOOL) {
+    /* bool arithmetic: as 0/1 integers, result != 0 */
+    switch (op) {
+    case KIR_ADD: case KIR_MAX: case KIR_OR: return LLVMBuildOr(b, x, y, "");
+    case KIR_MUL: case KIR_MIN: case KIR_AND: return LLVMBuildAnd(b, x, y, "");
+    case KIR_SUB: case KIR_XOR: return LLVMBuildXor(b, x, y, "");
+    default: break;
+    }
+  }
+  switch (op) {
+  case KIR_ADD: return f ? LLVMBuildFAdd(b, x, y, "") : LLVMBuildAdd(b, x, y, "");
+  case KIR_SUB: return f ? LLVMBuildFSub(b, x, y, "") : LLVMBuildSub(b, x, y, "");
+  case KIR_MUL: return f ? LLVMBuildFMul(b, x, y, "") : LLVMBuildMul(b, x, y, "");
+  case KIR_DIV:
+    return f ? LLVMBuildFDiv(b, x, y, "") : int_divmod(e, b, x, y, s, false);
+  case KIR_MOD:
+    return f ? LLVMBuildFRem(b, x, y, "") : int_divmod(e, b, x, y, s, true);
+  case KIR_MIN: case KIR_MAX: {
+    bool max = op == KIR_MAX;
+    if (f) return fminmax(b, x, y, max);
+    LLVMIntPredicate p = max ? (s ? LLVMIntSGT : LLVMIntUGT) : (s ? LLVMIntSLT : LLVMIntULT);
+    return LLVMBuildSelect(b, LLVMBuildICmp(b, p, x, y, ""), x, y, "");
+  }
+  case KIR_POW: {
+    if (f) {
+      LLVMValueRef args[2] = {x, y};
+      LLVMTypeRef ty = LLVMTypeOf(x);
+      return call_intr(e, b, "llvm.pow", &ty, 1, args, 2);
+    }
+    return int_pow(b, x, y, s);
+  }
+  case KIR_AND: return LLVMBuildAnd(b, x, y, "");
+  case KIR_OR: return LLVMBuildOr(b, x, y, "");
+  case KIR_XOR: return LLVMBuildXor(b, x, y, "");
+  default: break;
+  }
+  SC_ASSERT(!"emit_binary: not a binary arithmetic op");
+  return NULL;
+}
+
+static LLVMValueRef emit_compare(LLVMBuilderRef b, kir_op op, sc_dtype t,
+                                 LLVMValueRef x, LLVMValueRef y) {
+  if (is_f(t)) {
+    LLVMRealPredicate p = op == KIR_EQ   ? LLVMRealOEQ
+                          : op == KIR_NE ? LLVMRealUNE
+                          : op == KIR_LT ? LLVMRealOLT
+                          : op == KIR_LE ? LLVMRealOLE
+                          : op == KIR_GT ? LLVMRealOGT
+                                         : LLVMRealOGE;
+    return LLVMBuildFCmp(b, p, x, y, "");
+  }
+  bool s = is_signed(t);
+  LLVMIntPredicate p = op == KIR_EQ   ? LLVMIntEQ
+                       : op == KIR_NE ? LLVMIntNE
+                       : op == KIR_LT ? (s ? LLVMIntSLT : LLVMIntULT)
+                       : op == KIR_LE ? (s ? LLVMIntSLE : LLVMIntULE)
+                       : op == KIR_GT ? (s ? LLVMIntSGT : LLVMIntUGT)
+                                      : (s ? LLVMIntSGE : LLVMIntUGE);
+  return LLVMBuildICmp(b, p, x, y, "");
+}
+
+static LLVMValueRef emit_unary(emitter *e, LLVMBuilderRef b, kir_op op, sc_dtype t,
+                               LLVMValueRef x) {
+  bool f = is_f(t);
+  bool f64 = t == SC_DTYPE_F64;
+  if (!f) {
+    LLVMTypeRef ty = LLVMTypeOf(x);
+    switch (op) {
+    case KIR_NEG: return LLVMBuildSub(b, ci(ty, 0), x, "");
+    case KIR_ABS:
+      if (!is_signed(t)) return x;
+      return LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, x, ci(ty, 0), ""),
+                             LLVMBuildSub(b, ci(ty, 0), x, ""), x, "");
+    case KIR_NOT:
+      return t == SC_DTYPE_BOOL ? LLVMBuildXor(b, x, LLVMConstInt(e->i1, 1, 0), "")
+                                : LLVMBuildNot(b, x, "");
+    case KIR_ISNAN: case KIR_ISINF: return LLVMConstInt(e->i1, 0, 0);
+    case KIR_FLOOR: case KIR_CEIL: case KIR_ROUND: return x;
+    default: return ci(ty, 0); /* float math on ints: kir_verify rejects it */
+    }
+  }
+  LLVMValueRef one = fconst(x, 1.0);
+  switch (op) {
+  case KIR_NEG: return LLVMBuildFNeg(b, x, "");
+  case KIR_ABS: return intr1(e, b, "llvm.fabs", x);
+  case KIR_EXP: return intr1(e, b, "llvm.exp", x);
+  case KIR_LOG: return intr1(e, b, "llvm.log", x);
+  case KIR_SQRT: return intr1(e, b, "llvm.sqrt", x);
+  case KIR_RSQRT: return LLVMBuildFDiv(b, one, intr1(e, b, "llvm.sqrt", x), "");
+  case KIR_TANH: return libm1(e, b, f64 ? "tanh" : "tanhf", x);
+  case KIR_ERF: return libm1(e, b, f64 ? "erf" : "erff", x);
+  case KIR_SIN: return intr1(e, b, "llvm.sin", x);
+  case KIR_COS: return intr1(e, b, "llvm.cos", x);
+  case KIR_FLOOR: return intr1(e, b, "llvm.floor", x);
+  case KIR_CEIL: return intr1(e, b, "llvm.ceil", x);
+  case KIR_ROUND: return intr1(e, b, "llvm.roundeven", x);
+  case KIR_RECIP: return LLVMBuildFDiv(b, one, x, "");
+  case KIR_SIGMOID: {
+    LLVMValueRef ex = intr1(e, b, "llvm.exp", LLVMBuildFNeg(b, x, ""));
+    return LLVMBuildFDiv(b, one, LLVMBuildFAdd(b, one, ex, ""), "");
+  }
+  case KIR_ISNAN: return LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
+  case KIR_ISINF:
+    return LLVMBuildFCmp(b, LLVMRealOEQ, intr1(e, b, "llvm.fabs", x),
+                         fconst(x, INFINITY), "");
+  case KIR_NOT:
+    return LLVMBuildFCmp(b, LLVMRealOEQ, x, fconst(x, 0.0), "");
+  default: break;
+  }
+  SC_ASSERT(!"emit_unary: not a unary op");
+  return NULL;
+}
+
+/* ---- expressions ---- */
+
+static LLVMValueRef emit_one(emitter *e, int32_t id) {
+  const kir_expr *x = &e->k->exprs[id];
+  LLVMBuilderRef b = e->b[e->lvl[id]];
+  LLVMValueRef a = x->a >= 0 ? e->val[x->a] : NULL;
+  LLVMValueRef bb = x->b >= 0 ? e->val[x->b] : NULL;
+  LLVMValueRef c = x->c >= 0 ? e->val[x->c] : NULL;
+  switch (x->op) {
+  case KIR_CONST:
+    if (is_f(x->dtype)) /* f16/bf16 constants hold f32 values (kir.c) */
+      return LLVMConstReal(vty(e, x->dtype),
+                           x->dtype == SC_DTYPE_F64 ? x->f : (double)(float)x->f);
+    if (x->dtype == SC_DTYPE_BOOL) return LLVMConstInt(e->i1, x->i != 0, 0);
+    return ci(vty(e, x->dtype), x->i);
+  case KIR_VAR:
+    if (x->var == KIR_INNER) return e->inner ? e->inner : ci(e->i64, 0);
+    return e->outer[x->var];
+  case KIR_REG: return e->reg[x->var];
+  case KIR_LOAD: {
+    const kir_param *p = &e->k->params[x->var];
+    LLVMTypeRef st = sty(e, p->dtype);
+    LLVMValueRef gep = LLVMBuildInBoundsGEP2(b, st, e->ptr[x->var], &a, 1, "");
+    LLVMValueRef ld = LLVMBuildLoad2(b, st, gep, "");
+    LLVMSetAlignment(ld, sc_dtype_size(p->dtype));
+    return widen(e, b, ld, p->dtype);
+  }
+  case KIR_CAST: return convert(e, b, a, e->k->exprs[x->a].dtype, x->dtype);
+  case KIR_EQ: case KIR_NE: case KIR_LT: case KIR_LE: case KIR_GT: case KIR_GE:
+    return emit_compare(b, x->op, e->k->exprs[x->a].dtype, a, bb);
+  case KIR_SELECT: return LLVMBuildSelect(b, a, bb, c, "");
+  default: break;
+  }
+  if (kir_op_arity(x->op) == 2) return emit_binary(e, b, x->op, x->dtype, a, bb);
+  if (x->op == KIR_ISNAN || x->op == KIR_ISINF) /* typed by their operand */
+    return emit_unary(e, b, x->op, e->k->exprs[x->a].dtype, a);
+  return emit_unary(e, b, x->op, x->dtype, a);
+}
+
+/* Emits `root` and everything it needs that is not emitted yet. Operands
+ * always have smaller ids, so one downward sweep marks and one upward sweep
+ * emits: no recursion on deep DAGs. */
+static LLVMValueRef emit_expr(emitter *e, int32_t root) {
+  SC_ASSERT(root >= 0 && root < e->k->n_exprs);
+  if (e->val[root]) return e->val[root];
+  memset(e->mark, 0, (size_t)root + 1);
+  e->mark[root] = 1;
+  for (int32_t i = root; i >= 0; i--) {
+    if (!e->mark[i] || e->val[i]) continue;
+    const kir_expr *x = &e->k->exprs[i];
+    if (x->a >= 0) e->mark[x->a] = 1;
+    if (x->b >= 0) e->mark[x->b] = 1;
+    if (x->c >= 0) e->mark[x->c] = 1;
+  }
+  for (int32_t i = 0; i <= root; i++)
+    if (e->mark[i] && !e->val[i]) e->val[i] = emit_one(e, i);
+  return e->val[root];
+}
+
+/* Level of each expr: the innermost loop it must live in. */
+static void compute_levels(emitter *e) {
+  const kir_kernel *k = e->k;
+  for (int32_t i = 0; i < k->n_exprs; i++) {
+    const kir_expr *x = &k->exprs[i];
+    uint8_t l = L_ENTRY;
+    if (x->op == KIR_VAR) {
+      if (x->var == KIR_INNER) l = k->inner > 1 ? L_INNER : L_ENTRY;
+      else l = x->var < e->rank - 1 ? L_ROW : L_POINT;
+    } else if (x->op == KIR_REG) {
+      l = L_POINT;
+    }
+    int32_t ops[3] = {x->a, x->b, x->c};
+    for (int j = 0; j < 3; j++)
+      if (ops[j] >= 0 && e->lvl[ops[j]] > l) l = e->lvl[ops[j]];
+    e->lvl[i] = l;
+  }
+}
+
+/* ---- loop metadata ---- */
+
+/* !llvm.loop !{self, !{"llvm.loop.vectorize.enable", i1 true}}: lets the
+ * vectoriser reassociate a float reduction (clang's vectorize(enable)). */
+static void mark_vectorize(emitter *e, LLVMValueRef latch_br) {
+  LLVMMetadataRef md[2];
+  md[0] = LLVMMDStringInContext2(e->ctx, "llvm.loop.vectorize.enable", 26);
+  md[1] = LLVMValueAsMetadata(LLVMConstInt(e->i1, 1, 0));
+  LLVMMetadataRef hint = LLVMMDNodeInContext2(e->ctx, md, 2);
+  LLVMMetadataRef tmp = LLVMTemporaryMDNode(e->ctx, NULL, 0);
+  LLVMMetadataRef ops[2] = {tmp, hint};
+  LLVMMetadataRef id = LLVMMDNodeInContext2(e->ctx, ops, 2);
+  LLVMMetadataReplaceAllUsesWith(tmp, id); /* also frees tmp */
+  unsigned kind = LLVMGetMDKindIDInContext(e->ctx, "llvm.loop", 9);
+  LLVMSetMetadata(latch_br, kind, LLVMMetadataAsValue(e->ctx, id));
+}
+
+/* ---- phases ---- */
+
+static LLVMValueRef alloca_of(emitter *e, LLVMTypeRef t, const char *name) {
+  return LLVMBuildAlloca(e->ab, t, name);
+}
+
+static LLVMValueRef reduce_init(emitter *e, kir_reduce_op rop, sc_dtype t) {
+  LLVMTypeRef ty = vty(e, t);
+  bool f = is_f(t), s = is_signed(t);
+  unsigned w = f || t == SC_DTYPE_BOOL ? 1 : LLVMGetIntTypeWidth(ty);
+  switch (rop) {
+  case KIR_RED_SUM: return f ? LLVMConstReal(ty, 0.0) : ci(ty, 0);
+  case KIR_RED_PROD: return f ? LLVMConstReal(ty, 1.0) : ci(ty, 1);
+  case KIR_RED_MAX: case KIR_RED_ARGMAX:
+    if (f) return LLVMConstReal(ty, -INFINITY);
+    if (t == SC_DTYPE_BOOL) return LLVMConstInt(ty, 0, 0);
+    return s ? LLVMConstInt(ty, 1ull << (w - 1), 0) : ci(ty, 0);
+  case KIR_RED_MIN: case KIR_RED_ARGMIN:
+    if (f) return LLVMConstReal(ty, INFINITY);
+    if (t == SC_DTYPE_BOOL) return LLVMConstInt(ty, 1, 0);
+    return s ? LLVMConstInt(ty, (1ull << (w - 1)) - 1, 0) : LLVMConstAllOnes(ty);
+  default: break;
+  }
+  SC_ASSERT(!"bad reduce op");
+  return NULL;
+}
+
+typedef struct reduce_state {
+  LLVMValueRef acc;  /* alloca: accumulator (ARG*: the best value) */
+  LLVMValueRef idx;  /* alloca: ARG*: index of the best value */
+  sc_dtype vt;       /* dtype the fold happens in */
+} reduce_state;
+
+static void reduce_begin(emitter *e, const kir_phase *ph, reduce_state *rs) {
+  bool arg = ph->rop == KIR_RED_ARGMAX || ph->rop == KIR_RED_ARGMIN;
+  rs->vt = ph->acc_dtype; /* ARG*: values compared in acc_dtype, reg is i64 */
+  rs->acc = alloca_of(e, vty(e, rs->vt), "acc");
+  LLVMBuildStore(e->b[L_POINT], reduce_init(e, ph->rop, rs->vt), rs->acc);
+  rs->idx = NULL;
+  if (arg) {
+    rs->idx = alloca_of(e, e->i64, "argidx");
+    LLVMBuildStore(e->b[L_POINT], ci(e->i64, 0), rs->idx);
+  }
+}
+
+/* One step of the fold, with the builder b at the loop body. */
+static void reduce_step(emitter *e, LLVMBuilderRef b, const kir_phase *ph,
+                        reduce_state *rs, LLVMValueRef r) {
+  sc_dtype from = e->k->exprs[ph->value].dtype;
+  LLVMValueRef v = e->val[ph->value];
+  LLVMValueRef x = convert(e, b, v, from, rs->vt);
+  LLVMTypeRef ty = vty(e, rs->vt);
+  LLVMValueRef acc = LLVMBuildLoad2(b, ty, rs->acc, "");
+  bool f = is_f(rs->vt);
+  LLVMValueRef nacc;
+  switch (ph->rop) {
+  case KIR_RED_SUM: nacc = emit_binary(e, b, KIR_ADD, rs->vt, acc, x); break;
+  case KIR_RED_PROD: nacc = emit_binary(e, b, KIR_MUL, rs->vt, acc, x); break;
+  /* max(acc, x): a tie keeps x, as the interpreter (signed zeros) */
+  case KIR_RED_MAX: nacc = emit_binary(e, b, KIR_MAX, rs->vt, acc, x); break;
+  case KIR_RED_MIN: nacc = emit_binary(e, b, KIR_MIN, rs->vt, acc, x); break;
+  default: { /* ARGMAX / ARGMIN: first extreme; a NaN is the extreme (first) */
+    bool max = ph->rop == KIR_RED_ARGMAX;
+    LLVMValueRef better;
+    if (f) {
+      LLVMValueRef xnan = LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
+      LLVMValueRef anan = LLVMBuildFCmp(b, LLVMRealUNO, acc, acc, "");
+      LLVMValueRef gt = LLVMBuildFCmp(b, max ? LLVMRealOGT : LLVMRealOLT, x, acc, "");
+      LLVMValueRef newnan = LLVMBuildAnd(b, xnan, LLVMBuildNot(b, anan, ""), "");
+      better = LLVMBuildOr(b, gt, newnan, "");
+    } else {
+      better = emit_compare(b, max ? KIR_GT : KIR_LT, rs->vt, x, acc);
+    }
+    /* the first element always wins (the init is only a placeholder) */
+    LLVMValueRef first = LLVMBuildICmp(b, LLVMIntEQ, r, ci(e->i64, 0), "");
+    better = LLVMBuildOr(b, better, first, "");
+    LLVMValueRef oi = LLVMBuildLoad2(b, e->i64, rs->idx, "");
+    LLVMBuildStore(b, LLVMBuildSelect(b, better, r, oi, ""), rs->idx);
+    nacc = LLVMBuildSelect(b, better, x, acc, "");
+  }
+  }
+  LLVMBuildStore(b, nacc, rs->acc);
+}
+
+static LLVMValueRef reduce_end(emitter *e, LLVMBuilderRef b, const kir_phase *ph,
+                               reduce_state *rs) {
+  if (rs->idx) return LLVMBuildLoad2(b, e->i64, rs->idx, "");
+  return LLVMBuildLoad2(b, vty(e, rs->vt), rs->acc, "");
+}
+
+static void emit_store(emitter *e, LLVMBuilderRef b, const kir_phase *ph) {
+  const kir_param *p = &e->k->params[ph->out_param];
+  LLVMValueRef idx = emit_expr(e, ph->out_index);
+  LLVMValueRef v = emit_expr(e, ph->value);
+  v = convert(e, b, v, e->k->exprs[ph->value].dtype, p->dtype);
+  LLVMTypeRef st = sty(e, p->dtype);
+  LLVMValueRef gep = LLVMBuildInBoundsGEP2(b, st, e->ptr[ph->out_param], &idx, 1, "");
+  LLVMValueRef s = LLVMBuildStore(b, narrow(e, b, v, p->dtype), gep);
+  LLVMSetAlignment(s, sc_dtype_size(p->dtype));
+}
+
+/* Emits all phases for one outer point; the point builder is at the end
+ * of an unterminated block `*cursor`, and is left at the end of the new
+ * cursor block. */
+static void emit_phases(emitter *e, LLVMBasicBlockRef *cursor) {
+  const kir_kernel *k = e->k;
+  for (int32_t p = 0; p < k->n_phases; p++) {
+    const kir_phase *ph = &k->phases[p];
+    bool loop = k->inner > 1;
+    if (ph->kind == KIR_PHASE_STORE && loop && e->lvl[ph->value] < L_INNER &&
+        e->lvl[ph->out_index] < L_INNER)
+      loop = false; /* the same element written `inner` times: once */
+    if (!loop) {
+      LLVMBuilderRef b = e->b[L_POINT];
+      if (ph->kind == KIR_PHASE_STORE) {
+        emit_store(e, b, ph);
+      } else {
+        reduce_state rs;
+        reduce_begin(e, ph, &rs);
+        emit_expr(e, ph->value);
+        reduce_step(e, b, ph, &rs, ci(e->i64, 0));
+        e->reg[p] = reduce_end(e, b, ph, &rs);
+      }
+      continue;
+    }
+    /* counted loop over r in [0, inner) */
+    LLVMValueRef ra = alloca_of(e, e->i64, "r");
+    reduce_state rs = {0};
+    if (ph->kind == KIR_PHASE_REDUCE) reduce_begin(e, ph, &rs);
+    LLVMBuilderRef pb = e->b[L_POINT];
+    LLVMBuildStore(pb, ci(e->i64, 0), ra);
+    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.head");
+    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.body");
+    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.exit");
+    LLVMValueRef br = LLVMBuildBr(pb, head);
+    LLVMPositionBuilderBefore(pb, br); /* later level-2 values go before it */
+    LLVMBuilderRef lb = LLVMCreateBuilderInContext(e->ctx);
+    LLVMPositionBuilderAtEnd(lb, head);
+    LLVMValueRef r = LLVMBuildLoad2(lb, e->i64, ra, "r");
+    LLVMBuildCondBr(lb, LLVMBuildICmp(lb, LLVMIntSLT, r, ci(e->i64, k->inner), ""),
+                    body, exit);
+    LLVMPositionBuilderAtEnd(lb, body);
+    e->inner = r;
+    e->b[L_INNER] = lb;
+    for (int32_t i = 0; i < k->n_exprs; i++)
+      if (e->lvl[i] == L_INNER) e->val[i] = NULL;
+    if (ph->kind == KIR_PHASE_STORE) {
+      emit_store(e, lb, ph);
+    } else {
+      emit_expr(e, ph->value);
+      reduce_step(e, lb, ph, &rs, r);
+    }
+    LLVMBuildStore(lb, LLVMBuildAdd(lb, r, ci(e->i64, 1), ""), ra);
+    LLVMValueRef latch = LLVMBuildBr(lb, head);
+    if (ph->kind == KIR_PHASE_REDUCE && is_f(rs.vt) &&
+        (ph->rop == KIR_RED_SUM || ph->rop == KIR_RED_PROD))
+      mark_vectorize(e, latch);
+    LLVMDisposeBuilder(lb);
+    e->b[L_INNER] = NULL;
+    e->inner = NULL;
+    LLVMPositionBuilderAtEnd(pb, exit);
+    *cursor = exit;
+    if (ph->kind == KIR_PHASE_REDUCE) e->reg[p] = reduce_end(e, pb, ph, &rs);
+  }
+}
+
+/* ---- the function ---- */
+
+static sc_status emit_body(emitter *e) {
+  const kir_kernel *k = e->k;
+  LLVMValueRef bufs = LLVMGetParam(e->fn, 0);
+  LLVMValueRef begin = LLVMGetParam(e->fn, 1);
+  LLVMValueRef end = LLVMGetParam(e->fn, 2);
+  LLVMTypeRef i8p = LLVMPointerType(e->i8, 0);
+
+  LLVMBasicBlockRef entry = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "entry");
+  LLVMBasicBlockRef setup = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "setup");
+  LLVMBasicBlockRef ret = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "ret");
+  LLVMBasicBlockRef rowh = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "row.head");
+  LLVMBasicBlockRef rowb = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "row.body");
+  LLVMBasicBlockRef jh = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "j.head");
+  LLVMBasicBlockRef jb = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "j.body");
+  LLVMBasicBlockRef jx = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "j.exit");
+
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(e->ctx);
+  LLVMPositionBuilderAtEnd(b, ret);
+  LLVMBuildRetVoid(b);
+
+  bool empty = false;
+  for (int32_t d = 0; d < e->rank; d++) empty |= e->dims[d] <= 0;
+
+  /* entry: allocas (through e->ab, before the branch), empty-range test */
+  LLVMPositionBuilderAtEnd(b, entry);
+  LLVMValueRef go = LLVMBuildICmp(b, LLVMIntSLT, begin, end, "");
+  LLVMValueRef ebr = empty ? LLVMBuildBr(b, ret) : LLVMBuildCondBr(b, go, setup, ret);
+  LLVMPositionBuilderBefore(e->ab, ebr);
+
+  /* setup: param pointers, start multi-index */
+  LLVMPositionBuilderAtEnd(b, setup);
+  for (int32_t i = 0; i < k->n_params; i++) {
+    LLVMValueRef idx = ci(e->i64, i);
+    LLVMValueRef slot = LLVMBuildInBoundsGEP2(b, i8p, bufs, &idx, 1, "");
+    LLVMValueRef raw = LLVMBuildLoad2(b, i8p, slot, "");
+    e->ptr[i] = LLVMBuildBitCast(b, raw, LLVMPointerType(sty(e, k->params[i].dtype), 0),
+                                 k->params[i].written ? "out" : "in");
+  }
+  int32_t R = e->rank;
+  int64_t D = e->dims[R - 1];
+  LLVMValueRef lin_a = alloca_of(e, e->i64, "lin");
+  LLVMValueRef j0_a = alloca_of(e, e->i64, "j0");
+  LLVMValueRef j_a = alloca_of(e, e->i64, "j");
+  LLVMValueRef o_a[SC_MAX_RANK];
+  if (!empty) {
+    LLVMValueRef rowlin = LLVMBuildSDiv(b, begin, ci(e->i64, D), "");
+    LLVMBuildStore(b, LLVMBuildSRem(b, begin, ci(e->i64, D), ""), j0_a);
+    for (int32_t d = R - 2; d >= 0; d--) {
+      o_a[d] = alloca_of(e, e->i64, "o");
+      LLVMBuildStore(b, LLVMBuildSRem(b, rowlin, ci(e->i64, e->dims[d]), ""), o_a[d]);
+      if (d > 0) rowlin = LLVMBuildSDiv(b, rowlin, ci(e->i64, e->dims[d]), "");
+    }
+  } else {
+    LLVMBuildStore(b, ci(e->i64, 0), j0_a);
+  }
+  LLVMBuildStore(b, begin, lin_a);
+  LLVMValueRef sbr = LLVMBuildBr(b, rowh);
+  LLVMPositionBuilderBefore(e->b[L_ENTRY], sbr);
+
+  /* row.head: while (lin < end) */
+  LLVMPositionBuilderAtEnd(b, rowh);
+  LLVMValueRef lin = LLVMBuildLoad2(b, e->i64, lin_a, "lin");
+  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, lin, end, ""), rowb, ret);
+
+  /* row.body: outer vars but the last, jend */
+  LLVMPositionBuilderAtEnd(b, rowb);
+  for (int32_t d = 0; d < R - 1; d++)
+    e->outer[d] = empty ? ci(e->i64, 0) : LLVMBuildLoad2(b, e->i64, o_a[d], "o");
+  LLVMValueRef j0 = LLVMBuildLoad2(b, e->i64, j0_a, "j0");
+  LLVMValueRef left = LLVMBuildAdd(b, j0, LLVMBuildSub(b, end, lin, ""), "");
+  LLVMValueRef Dv = ci(e->i64, D);
+  LLVMValueRef jend =
+      LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, left, Dv, ""), left, Dv, "jend");
+  LLVMBuildStore(b, j0, j_a);
+  LLVMValueRef rbr = LLVMBuildBr(b, jh);
+  LLVMPositionBuilderBefore(e->b[L_ROW], rbr);
+
+  /* j.head: for (j = j0; j < jend; j++) */
+  LLVMPositionBuilderAtEnd(b, jh);
+  LLVMValueRef j = LLVMBuildLoad2(b, e->i64, j_a, "j");
+  LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, j, jend, ""), jb, jx);
+  e->outer[R - 1] = j;
+
+  /* j.body: the phases */
+  LLVMPositionBuilderAtEnd(e->b[L_POINT], jb);
+  LLVMBasicBlockRef cursor = jb;
+  emit_phases(e, &cursor);
+  LLVMBuilderRef pb = e->b[L_POINT];
+  LLVMBuildStore(pb, LLVMBuildAdd(pb, j, ci(e->i64, 1), ""), j_a);
+  LLVMBuildBr(pb, jh);
+
+  /* j.exit: advance the row odometer */
+  LLVMPositionBuilderAtEnd(b, jx);
+  LLVMBuildStore(b, LLVMBuildAdd(b, lin, LLVMBuildSub(b, jend, j0, ""), ""), lin_a);
+  LLVMBuildStore(b, ci(e->i64, 0), j0_a);
+  if (!empty) {
+    LLVMValueRef carry = LLVMConstInt(e->i1, 1, 0);
+    for (int32_t d = R - 2; d >= 0; d--) {
+      LLVMValueRef o = LLVMBuildLoad2(b, e->i64, o_a[d], "");
+      LLVMValueRef t = LLVMBuildAdd(b, o, LLVMBuildZExt(b, carry, e->i64, ""), "");
+      LLVMValueRef wrap = LLVMBuildICmp(b, LLVMIntEQ, t, ci(e->i64, e->dims[d]), "");
+      LLVMBuildStore(b, LLVMBuildSelect(b, wrap, ci(e->i64, 0), t, ""), o_a[d]);
+      carry = wrap;
+    }
+  }
+  LLVMBuildBr(b, rowh);
+  LLVMDisposeBuilder(b);
+  return SC_OK;
+}
+
+sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
+                             const kir_kernel *k, sc_diag *diag) {
+  sc_status st = kir_verify(k, diag);
+  if (st != SC_OK) return st;
+  static const char *const reserved[] = {"tanhf", "erff", "tanh", "erf"};
+  for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
+    if (!strcmp(k->name, reserved[i]))
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "CPU backend: kernel name '%s' is a libm function", k->name);
+  if (LLVMGetNamedFunction(m, k->name))
+    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "CPU backend: two kernels are named '%s'", k->name);
+  for (int32_t i = 0; i < k->n_params; i++) {
+    sc_dtype t = k->params[i].dtype;
+    if (t == SC_DTYPE_STRING || t == SC_DTYPE_C64 || t == SC_DTYPE_C128 ||
+        t == SC_DTYPE_UNDEF)
+      return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                         "CPU backend: kernel '%s': param %d has dtype %s", k->name,
+                         (int)i, sc_dtype_name(t));
+  }
+  for (int32_t i = 0; i < k->n_exprs; i++) {
+    sc_dtype t = k->exprs[i].dtype;
+    if (t == SC_DTYPE_STRING || t == SC_DTYPE_C64 || t == SC_DTYPE_C128 ||
+        t == SC_DTYPE_UNDEF)
+      return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                         "CPU backend: kernel '%s': expression %d has dtype %s",
+                         k->name, (int)i, sc_dtype_name(t));
+  }
+
+  emitter e;
+  memset(&e, 0, sizeof e);
+  e.ctx = LLVMGetModuleContext(m);
+  e.m = m;
+  e.k = k;
+  e.diag = diag;
+  e.i1 = LLVMInt1TypeInContext(e.ctx);
+  e.i8 = LLVMInt8TypeInContext(e.ctx);
+  e.i16 = LLVMInt16TypeInContext(e.ctx);
+  e.i32 = LLVMInt32TypeInContext(e.ctx);
+  e.i64 = LLVMInt64TypeInContext(e.ctx);
+  e.f16 = LLVMHalfTypeInContext(e.ctx);
+  e.f32 = LLVMFloatTypeInContext(e.ctx);
+  e.f64 = LLVMDoubleTypeInContext(e.ctx);
+  e.vd = LLVMVoidTypeInContext(e.ctx);
+  e.rank = k->outer_rank > 0 ? k->outer_rank : 1;
+  for (int32_t d = 0; d < e.rank; d++) e.dims[d] = k->outer_rank > 0 ? k->outer_dims[d] : 1;
+
+  size_t n = (size_t)k->n_exprs;
+  e.val = sc_calloc(n ? n : 1, sizeof *e.val);
+  e.lvl = sc_calloc(n ? n : 1, 1);
+  e.mark = sc_calloc(n ? n : 1, 1);
+  e.ptr = sc_calloc(k->n_params ? (size_t)k->n_params : 1, sizeof *e.ptr);
+  e.reg = sc_calloc(k->n_phases ? (size_t)k->n_phases : 1, sizeof *e.reg);
+  if (!e.val || !e.lvl || !e.mark || !e.ptr || !e.reg) {
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "CPU backend: out of memory");
+    goto done;
+  }
+  compute_levels(&e);
+
+  LLVMTypeRef i8pp = LLVMPointerType(LLVMPointerType(e.i8, 0), 0);
+  LLVMTypeRef args[3] = {i8pp, e.i64, e.i64};
+  LLVMTypeRef fty = LLVMFunctionType(e.vd, args, 3, 0);
+  e.fn = LLVMAddFunction(m, k->name, fty);
+  LLVMSetLinkage(e.fn, LLVMExternalLinkage);
+  {
+    const char *fattrs[] = {"nounwind", "nofree", "nosync"};
+    for (size_t i = 0; i < sizeof fattrs / sizeof *fattrs; i++) {
+      unsigned kind = LLVMGetEnumAttributeKindForName(fattrs[i], strlen(fattrs[i]));
+      LLVMAddAttributeAtIndex(e.fn, LLVMAttributeFunctionIndex,
+                                 LLVMCreateEnumAttribute(e.ctx, kind, 0));
+    }
+    const char *pattrs[] = {"nocapture", "readonly", "noalias"};
+    for (size_t i = 0; i < sizeof pattrs / sizeof *pattrs; i++) {
+      unsigned kind = LLVMGetEnumAttributeKindForName(pattrs[i], strlen(pattrs[i]));
+      LLVMAddAttributeAtIndex(e.fn, 1, LLVMCreateEnumAttribute(e.ctx, kind, 0));
+    }
+    char *cpu = LLVMGetTargetMachineCPU(tm);
+    char *feat = LLVMGetTargetMachineFeatureString(tm);
+    LLVMAddAttributeAtIndex(
+        e.fn, LLVMAttributeFunctionIndex,
+        LLVMCreateStringAttribute(e.ctx, "target-cpu", 10, cpu, (unsigned)strlen(cpu)));
+    if (feat[0])
+      LLVMAddAttributeAtIndex(e.fn, LLVMAttributeFunctionIndex,
+                                 LLVMCreateStringAttribute(e.ctx, "target-features", 15,
+                                                           feat, (unsigned)strlen(feat)));
+    LLVMDisposeMessage(cpu);
+    LLVMDisposeMessage(feat);
+  }
+  for (int l = 0; l < L_INNER; l++) e.b[l] = LLVMCreateBuilderInContext(e.ctx);
+  e.ab = LLVMCreateBuilderInContext(e.ctx);
+  st = emit_body(&e);
+  for (int l = 0; l < L_INNER; l++) LLVMDisposeBuilder(e.b[l]);
+  LLVMDisposeBuilder(e.ab);
+done:
+  sc_free(e.val);
+  sc_free(e.lvl);
+  sc_free(e.mark);
+  sc_free(e.ptr);
+  sc_free(e.reg);
+  return st;
+}

@@ -1,0 +1,122 @@
+/* cuda.h — the CUDA backend: kernel IR → CUDA C, compiled to PTX by NVRTC.
+ *
+ * Every kir kernel of a program becomes one `extern "C" __global__` function
+ * (named as the kernel) in a single translation unit that needs no header
+ * (f16/bf16 are carried as 16-bit integers and converted by a small prelude,
+ * so a GPU machine without the CUDA toolkit headers compiles it too). NVRTC
+ * compiles that unit once per target architecture. This module needs no GPU;
+ * the GPU runtime (a later issue) loads the PTX with cuModuleLoadData and
+ * launches the kernels as described here.
+ *
+ * Kernel ABI:
+ *   extern "C" __global__ void NAME(T0 *p0, T1 *p1, ..., long long begin,
+ *                                   long long end);
+ * pi points to the data of the kernel's param i (const for read-only params;
+ * __restrict__ unless another param shares its storage and one of the two is
+ * written). Storage types: f32 float, f64 double, f16/bf16 unsigned short
+ * (IEEE half / bfloat16 bits), bool unsigned char (0/1), integers the C type
+ * of their width. The kernel computes the outer points with row-major linear
+ * index in [begin, end), exactly like the CPU ABI (cpu.h), so the runtime may
+ * split a kernel's range across launches or streams. Every buffer pointer must
+ * be 16-byte aligned (the runtime aligns buffers to 64 bytes): vectorised
+ * kernels use float4 loads and stores.
+ *
+ * Launch configuration (sc_cuda_launch_config fills it; grid-stride loops make
+ * any grid size correct, `grid` is the size that covers the range once):
+ *   SC_CUDA_THREAD_PER_POINT  kernels with inner <= SC_CUDA_SERIAL_INNER_MAX:
+ *       each thread computes points_per_thread consecutive outer points, the
+ *       inner loop (if any) serially. points_per_thread is 4 when the kernel
+ *       is vectorised (every float load/store contiguous in the last outer
+ *       dim, which is a multiple of 4): then begin and end must be multiples
+ *       of 4. block = 256.
+ *   SC_CUDA_BLOCK_PER_POINT   kernels with a longer inner loop (reductions,
+ *       row kernels): one block per outer point (grid-stride over points),
+ *       block = the power of two in [32, 256] nearest above inner. A REDUCE
+ *       phase is a per-thread strided fold, a warp reduction with
+ *       __shfl_down_sync, a cross-warp step in shared memory and a broadcast
+ *       of the result through shared memory; a STORE phase has the threads
+ *       stride over the inner index. Shared memory is static (no dynamic
+ *       shared bytes).
+ *
+ * Numerics follow kir.h exactly (the GPU test compares with kir_interpret):
+ * f16/bf16 computed in f32 with round-to-nearest-even stores, integer DIV/MOD
+ * guarded as the interpreter defines them, NaN-propagating float MIN/MAX,
+ * saturating float→int CAST (NaN → 0), ROUND half to even. NVRTC runs without
+ * -use_fast_math (accurate expf/erff/tanhf...), FMA contraction on.
+ *
+ * Ownership: strings returned through char ** are allocated with sc_malloc
+ * and freed by the caller with sc_free. Functions are thread-safe (NVRTC is).
+ * Errors: SC_ERR_USAGE for a bad architecture string, SC_ERR_UNSUPPORTED for a
+ * kir construct or dtype the emitter cannot express, SC_ERR_INVALID when
+ * NVRTC rejects the source (diag carries NVRTC's message and the start of its
+ * log), SC_ERR_NOMEM. */
+#ifndef SC_CODEGEN_CUDA_H
+#define SC_CODEGEN_CUDA_H
+
+#include <stddef.h>
+
+#include "codegen/program.h"
+
+enum { SC_CUDA_SERIAL_INNER_MAX = 16 };
+
+typedef enum sc_cuda_mode {
+  SC_CUDA_THREAD_PER_POINT,
+  SC_CUDA_BLOCK_PER_POINT
+} sc_cuda_mode;
+
+typedef struct sc_cuda_launch {
+  sc_cuda_mode mode;
+  int block;             /* blockDim.x */
+  int points_per_thread; /* THREAD_PER_POINT: 1, or 4 when vectorised */
+  int64_t points;        /* prod(outer_dims) */
+  int64_t grid;          /* gridDim.x covering [0, points) once (>= 1) */
+} sc_cuda_launch;
+
+/* How to launch kernel k (as emitted by this module). */
+void sc_cuda_launch_config(const kir_kernel *k, sc_cuda_launch *out);
+
+/* CUDA C for the given kernels, one translation unit. p (may be NULL) is
+ * the program the kernels belong to: it decides which params share storage
+ * (VIEW aliases); without it, params alias when their buffer ids are equal. */
+sc_status sc_cuda_emit_kernels(kir_kernel *const *kernels, int32_t n_kernels,
+                               const sc_program *p, char **src, sc_diag *diag);
+/* CUDA C for every kernel of p (--emit=cuda, the bundle's source). */
+sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag);
+
+/* One NVRTC compile of src for arch ("sm_80", "sm_90", "compute_90").
+ * On success *ptx holds the NUL-terminated PTX (*ptx_len bytes with the NUL).
+ * log (may be NULL) receives NVRTC's log, also on failure (possibly empty). */
+sc_status sc_cuda_compile_ptx(const char *src, const char *arch, char **ptx,
+                              size_t *ptx_len, char **log, sc_diag *diag);
+
+/* The result of compiling a program for several architectures. */
+typedef struct sc_cuda_arch_ptx {
+  char arch[32];        /* "sm_80" */
+  char *ptx;            /* NUL-terminated */
+  size_t ptx_len;       /* bytes including the NUL */
+} sc_cuda_arch_ptx;
+
+typedef struct sc_cuda_build {
+  char *source;         /* the CUDA C translation unit */
+  int32_t n_archs;
+  sc_cuda_arch_ptx *archs;
+  int32_t n_kernels;
+  sc_cuda_launch *launch; /* per kernel id of the program */
+  double compile_seconds; /* NVRTC time, all archs */
+} sc_cuda_build;
+
+/* Emits p and compiles it for each architecture of the comma-separated list
+ * archs (NULL: SC_CUDA_DEFAULT_ARCHS). Errors name the architecture. */
+#define SC_CUDA_DEFAULT_ARCHS "sm_80,sm_90"
+sc_status sc_cuda_build_program(const sc_program *p, const char *archs,
+                                sc_cuda_build **out, sc_diag *diag);
+/* The same for a list of kernels without a program (tests). */
+sc_status sc_cuda_build_kernels(kir_kernel *const *kernels, int32_t n_kernels,
+                                const char *archs, sc_cuda_build **out,
+                                sc_diag *diag);
+void sc_cuda_build_destroy(sc_cuda_build *b);
+
+/* NVRTC's version, e.g. 13.0 → 13000 (0 if unavailable). */
+int sc_cuda_nvrtc_version(void);
+
+#endif

@@ -1,0 +1,174 @@
+/* cuda_nvrtc.c — compiling the emitted CUDA C to PTX with NVRTC.
+ *
+ * Every NVRTC call goes through NVRTC_CHECK, which turns an nvrtcResult into
+ * an sc_status carrying the call's text and nvrtcGetErrorString's message.
+ * A compile error returns SC_ERR_INVALID with the first lines of NVRTC's log
+ * in the diagnostic and the whole log through `log`. No GPU is needed.
+ *
+ * Options: --gpu-architecture=ARCH, -default-device (every function is
+ * __device__ unless marked), --std=c++17; no -use_fast_math (accuracy). The
+ * emitted source includes no header, so no include path is passed. */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <nvrtc.h>
+
+#include "codegen/cuda/cuda.h"
+
+#define NVRTC_CHECK(call, diag)                                                   \
+  do {                                                                            \
+    nvrtcResult rc_ = (call);                                                     \
+    if (rc_ != NVRTC_SUCCESS) {                                                   \
+      st = sc_diag_set((diag), rc_ == NVRTC_ERROR_OUT_OF_MEMORY ? SC_ERR_NOMEM    \
+                                                               : SC_ERR_INVALID, \
+                       NULL, NULL, "nvrtc: %s: %s", #call,                        \
+                       nvrtcGetErrorString(rc_));                                 \
+      goto done;                                                                  \
+    }                                                                             \
+  } while (0)
+
+int sc_cuda_nvrtc_version(void) {
+  int major = 0, minor = 0;
+  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
+  return major * 1000 + minor * 10;
+}
+
+/* "sm_80", "sm_90a", "compute_90" */
+static bool arch_valid(const char *arch) {
+  const char *d;
+  if (!strncmp(arch, "sm_", 3)) d = arch + 3;
+  else if (!strncmp(arch, "compute_", 8)) d = arch + 8;
+  else return false;
+  if (!isdigit((unsigned char)d[0]) || !isdigit((unsigned char)d[1])) return false;
+  size_t n = strspn(d, "0123456789");
+  if (n > 3) return false;
+  return d[n] == 0 || ((d[n] == 'a' || d[n] == 'f') && d[n + 1] == 0);
+}
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+sc_status sc_cuda_compile_ptx(const char *src, const char *arch, char **ptx,
+                              size_t *ptx_len, char **log, sc_diag *diag) {
+  sc_status st = SC_OK;
+  nvrtcProgram prog = NULL;
+  bool created = false;
+  char *lg = NULL, *out = NULL;
+  *ptx = NULL;
+  *ptx_len = 0;
+  if (log) *log = NULL;
+  if (!src || !arch || !arch_valid(arch))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "cuda: bad GPU architecture '%s' (expected sm_NN or compute_NN)",
+                       arch ? arch : "(null)");
+  char arch_opt[64];
+  snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
+  const char *opts[] = {arch_opt, "-default-device", "--std=c++17"};
+
+  NVRTC_CHECK(nvrtcCreateProgram(&prog, src, "shardc_kernels.cu", 0, NULL, NULL), diag);
+  created = true;
+  nvrtcResult crc = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+  size_t log_n = 0;
+  NVRTC_CHECK(nvrtcGetProgramLogSize(prog, &log_n), diag);
+  lg = sc_malloc(log_n + 1);
+  if (!lg) { st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory"); goto done; }
+  lg[0] = 0;
+  if (log_n > 0) NVRTC_CHECK(nvrtcGetProgramLog(prog, lg), diag);
+  lg[log_n] = 0;
+  if (crc != NVRTC_SUCCESS) {
+    /* the first ~600 bytes of the log, on one line per message */
+    char head[600];
+    snprintf(head, sizeof head, "%s", lg);
+    st = sc_diag_set(diag, crc == NVRTC_ERROR_OUT_OF_MEMORY ? SC_ERR_NOMEM : SC_ERR_INVALID,
+                     NULL, NULL, "nvrtc: compiling for %s failed (%s): %s", arch,
+                     nvrtcGetErrorString(crc), head);
+    goto done;
+  }
+  size_t n = 0;
+  NVRTC_CHECK(nvrtcGetPTXSize(prog, &n), diag);
+  out = sc_malloc(n + 1);
+  if (!out) { st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory"); goto done; }
+  NVRTC_CHECK(nvrtcGetPTX(prog, out), diag);
+  out[n] = 0;
+  *ptx = out;
+  *ptx_len = strlen(out) + 1;
+  out = NULL;
+
+done:
+  if (created) nvrtcDestroyProgram(&prog);
+  sc_free(out);
+  if (log) *log = lg;
+  else sc_free(lg);
+  return st;
+}
+
+void sc_cuda_build_destroy(sc_cuda_build *b) {
+  if (!b) return;
+  sc_free(b->source);
+  for (int32_t i = 0; i < b->n_archs; i++) sc_free(b->archs[i].ptx);
+  sc_free(b->archs);
+  sc_free(b->launch);
+  sc_free(b);
+}
+
+static sc_status build(kir_kernel *const *kernels, int32_t n_kernels,
+                       const sc_program *p, const char *archs,
+                       sc_cuda_build **out, sc_diag *diag) {
+  *out = NULL;
+  if (!archs) archs = SC_CUDA_DEFAULT_ARCHS;
+  sc_cuda_build *b = sc_calloc(1, sizeof *b);
+  if (!b) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
+  sc_status st = sc_cuda_emit_kernels(kernels, n_kernels, p, &b->source, diag);
+  if (st != SC_OK) goto fail;
+  b->n_kernels = n_kernels;
+  b->launch = sc_calloc((size_t)(n_kernels > 0 ? n_kernels : 1), sizeof *b->launch);
+  if (!b->launch) { st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory"); goto fail; }
+  for (int32_t i = 0; i < n_kernels; i++) sc_cuda_launch_config(kernels[i], &b->launch[i]);
+
+  int32_t n_archs = 1;
+  for (const char *s = archs; *s; s++) n_archs += *s == ',';
+  b->archs = sc_calloc((size_t)n_archs, sizeof *b->archs);
+  if (!b->archs) { st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory"); goto fail; }
+  double t0 = now_seconds();
+  for (const char *s = archs; *s;) {
+    size_t len = strcspn(s, ",");
+    if (len == 0 || len >= sizeof b->archs[0].arch) {
+      st = sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "cuda: bad GPU architecture list '%s'", archs);
+      goto fail;
+    }
+    sc_cuda_arch_ptx *a = &b->archs[b->n_archs];
+    memcpy(a->arch, s, len);
+    a->arch[len] = 0;
+    st = sc_cuda_compile_ptx(b->source, a->arch, &a->ptx, &a->ptx_len, NULL, diag);
+    if (st != SC_OK) goto fail;
+    b->n_archs++;
+    s += len;
+    if (*s == ',') s++;
+  }
+  if (b->n_archs == 0) {
+    st = sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "cuda: empty GPU architecture list");
+    goto fail;
+  }
+  b->compile_seconds = now_seconds() - t0;
+  *out = b;
+  return SC_OK;
+fail:
+  sc_cuda_build_destroy(b);
+  return st;
+}
+
+sc_status sc_cuda_build_program(const sc_program *p, const char *archs,
+                                sc_cuda_build **out, sc_diag *diag) {
+  return build(p->kernels, p->n_kernels, p, archs, out, diag);
+}
+
+sc_status sc_cuda_build_kernels(kir_kernel *const *kernels, int32_t n_kernels,
+                                const char *archs, sc_cuda_build **out,
+                                sc_diag *diag) {
+  return build(kernels, n_kernels, NULL, archs, out, diag);
+}

@@ -1,0 +1,674 @@
+/* from_graph.c — sc_program_from_graph: a graph (after the canonical passes
+ * and, optionally, `fuse`) becomes a program of buffers, kernels and steps.
+ *
+ * Groups: the fuse pass writes each node's group into its internal
+ * attribute `__group` (passes/fuse.c); without it every node is its own
+ * group. A group holds at most one KERNEL or STEP node (its anchor); the
+ * other members are POINT ops (and VIEW ops, lowered as index arithmetic
+ * inside a group). Groups are lowered in a topological order of the group
+ * graph (an error if the grouping has a cycle):
+ *   POINT group   one kernel per distinct output shape (normally one: the
+ *                 root's), inner 1, storing every member output that has a
+ *                 buffer; members inline into each other
+ *   KERNEL group  the anchor's build function; POINT producers inline as its
+ *                 prologue, POINT consumers run as its epilogue (lower.c)
+ *   STEP group    the anchor's build function (library steps), then the
+ *                 POINT members as one kernel attached to the last GEMM step
+ *                 as its epilogue (or as a KERNEL step after it)
+ *   VIEW alone    no code: the output buffer is a VIEW of the input's; when
+ *                 the output is a graph output, a copy kernel instead
+ * Buffers: INPUT for graph inputs, OUTPUT for graph outputs (a graph output
+ * that is an input or a constant gets its own OUTPUT buffer and a copy
+ * kernel), CONST for constants that kernels load (created on first read;
+ * data borrowed; scalars are inlined as kir constants instead), TEMP for
+ * values read by another group, and for every output of a STEP node.
+ * Kernel names are C identifiers made of the root node's index and the
+ * members' op names: k3_add_relu. Every kernel is checked with kir_verify. */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/lower_internal.h"
+
+typedef struct fg {
+  sc_graph *g;
+  sc_program *p;
+  sc_diag *diag;
+  int32_t n_groups;
+  int32_t *node_group; /* node -> dense group id, -1 for dead nodes */
+  int32_t *goff, *gmem; /* members of each group (CSR, ascending node ids) */
+  int32_t *anchor;      /* per group: KERNEL/STEP node or -1 */
+  int32_t *uoff, *users; /* graph users (CSR over values) */
+  bool *is_gout;        /* per value: a graph output */
+} fg;
+
+static bool node_live(const sc_node *n) { return !(n->flags & SC_NODE_DEAD); }
+
+static sc_lower_kind kind_of(const sc_node *n) {
+  const sc_lowering *lw = sc_lowering_of(n->op);
+  return lw ? lw->kind : SC_LOWER_NONE;
+}
+
+static sc_status node_err(fg *f, const sc_node *n, sc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static sc_status node_err(fg *f, const sc_node *n, sc_status st, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  sc_diag_vset(f->diag, st, n ? n->name : NULL, n ? sc_op_name(n->op) : NULL, fmt, ap);
+  va_end(ap);
+  return st;
+}
+
+static sc_status nomem(fg *f) {
+  return sc_diag_set(f->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory lowering the graph");
+}
+
+/* ---- checks and groups ---- */
+
+static sc_status check_values(fg *f) {
+  sc_graph *g = f->g;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (!node_live(n)) continue;
+    for (int32_t s = 0; s < n->n_inputs + n->n_outputs; s++) {
+      int32_t v = s < n->n_inputs ? n->inputs[s] : n->outputs[s - n->n_inputs];
+      if (v < 0) continue;
+      const sc_value *val = &g->values[v];
+      if (val->rank < 0 || sc_value_numel(val) < 0)
+        return node_err(f, n, SC_ERR_INVALID,
+                        "value '%s' has no static shape (run infer-shapes first)", val->name);
+      if (!sc_dtype_is_numeric(val->dtype))
+        return node_err(f, n, SC_ERR_UNSUPPORTED, "value '%s' has dtype %s, which codegen "
+                        "does not handle", val->name, sc_dtype_name(val->dtype));
+    }
+  }
+  return SC_OK;
+}
+
+static sc_status assign_groups(fg *f) {
+  sc_graph *g = f->g;
+  int32_t nn = g->n_nodes;
+  int64_t cap = (int64_t)nn * 2 + 16;
+  int32_t *label_map = sc_calloc((size_t)cap, sizeof *label_map);
+  if (!label_map) return nomem(f);
+  for (int64_t i = 0; i < cap; i++) label_map[i] = -1;
+  sc_status st = SC_OK;
+  f->n_groups = 0;
+  for (int32_t i = 0; i < nn && st == SC_OK; i++) {
+    const sc_node *n = &g->nodes[i];
+    f->node_group[i] = -1;
+    if (!node_live(n)) continue;
+    const sc_attr *a = sc_node_attr(n, "__group");
+    if (!a) {
+      f->node_group[i] = f->n_groups++;
+      continue;
+    }
+    if (a->kind != SC_ATTR_INT || a->i < 0 || a->i >= cap) {
+      st = node_err(f, n, SC_ERR_INVALID, "bad fusion group attribute __group");
+      break;
+    }
+    if (label_map[a->i] < 0) label_map[a->i] = f->n_groups++;
+    f->node_group[i] = label_map[a->i];
+  }
+  sc_free(label_map);
+  if (st != SC_OK) return st;
+  /* members (CSR) and anchors */
+  f->goff = sc_calloc((size_t)f->n_groups + 1, sizeof *f->goff);
+  f->gmem = sc_calloc((size_t)nn + 1, sizeof *f->gmem);
+  f->anchor = sc_calloc((size_t)f->n_groups + 1, sizeof *f->anchor);
+  if (!f->goff || !f->gmem || !f->anchor) return nomem(f);
+  for (int32_t i = 0; i < nn; i++)
+    if (f->node_group[i] >= 0) f->goff[f->node_group[i] + 1]++;
+  for (int32_t k = 0; k < f->n_groups; k++) f->goff[k + 1] += f->goff[k];
+  int32_t *fill = sc_calloc((size_t)f->n_groups + 1, sizeof *fill);
+  if (!fill) return nomem(f);
+  for (int32_t i = 0; i < nn; i++) {
+    int32_t k = f->node_group[i];
+    if (k >= 0) f->gmem[f->goff[k] + fill[k]++] = i;
+  }
+  sc_free(fill);
+  for (int32_t k = 0; k < f->n_groups; k++) {
+    f->anchor[k] = -1;
+    for (int32_t j = f->goff[k]; j < f->goff[k + 1]; j++) {
+      const sc_node *n = &g->nodes[f->gmem[j]];
+      const sc_lowering *lw = sc_lowering_of(n->op);
+      sc_lower_kind kd = kind_of(n);
+      if (kd == SC_LOWER_NONE) {
+        if (lw == &sc_lw_none)
+          return node_err(f, n, SC_ERR_UNSUPPORTED, "op %s should have been folded",
+                          sc_op_name(n->op));
+        return node_err(f, n, SC_ERR_UNSUPPORTED, "op %s has no lowering yet",
+                        sc_op_name(n->op));
+      }
+      if (kd == SC_LOWER_KERNEL || kd == SC_LOWER_STEP) {
+        if (f->anchor[k] >= 0)
+          return node_err(f, n, SC_ERR_INVALID,
+                          "fusion group holds two kernel ops ('%s' and this one)",
+                          g->nodes[f->anchor[k]].name);
+        f->anchor[k] = f->gmem[j];
+      }
+    }
+    int32_t a = f->anchor[k];
+    if (a >= 0 && kind_of(&g->nodes[a]) == SC_LOWER_STEP) {
+      const sc_node *an = &g->nodes[a];
+      for (int32_t i = 0; i < an->n_inputs; i++) {
+        int32_t v = an->inputs[i];
+        int32_t pn = v >= 0 ? g->values[v].producer : -1;
+        if (pn >= 0 && f->node_group[pn] == k)
+          return node_err(f, an, SC_ERR_INVALID,
+                          "a producer of this library call is fused into its group");
+      }
+    }
+  }
+  return SC_OK;
+}
+
+/* ---- buffers ---- */
+
+static bool crosses_group(fg *f, int32_t v, int32_t grp) {
+  for (int32_t u = f->uoff[v]; u < f->uoff[v + 1]; u++) {
+    int32_t un = f->users[u];
+    if (node_live(&f->g->nodes[un]) && f->node_group[un] != grp) return true;
+  }
+  return false;
+}
+
+static bool has_users(fg *f, int32_t v) {
+  for (int32_t u = f->uoff[v]; u < f->uoff[v + 1]; u++)
+    if (node_live(&f->g->nodes[f->users[u]])) return true;
+  return false;
+}
+
+static int32_t group_size(fg *f, int32_t k) { return f->goff[k + 1] - f->goff[k]; }
+
+static int32_t new_buffer(fg *f, sc_lower_ctx *cx, int32_t v, sc_buf_kind kind,
+                          int32_t alias_of) {
+  const sc_value *val = &f->g->values[v];
+  sc_buffer b;
+  memset(&b, 0, sizeof b);
+  b.name = val->name;
+  b.kind = kind;
+  b.dtype = val->dtype;
+  b.rank = val->rank;
+  memcpy(b.dims, val->dims, sizeof(int64_t) * (size_t)val->rank);
+  b.bytes = sc_value_bytes(val);
+  b.offset = -1;
+  b.data = kind == SC_BUF_CONST ? val->data : NULL;
+  b.alias_of = alias_of;
+  b.value = v;
+  if (b.bytes < 0) {
+    sc_diag_set(f->diag, SC_ERR_LIMIT, NULL, NULL, "value '%s' is too large", val->name);
+    return -1;
+  }
+  int32_t id = sc_program_add_buffer(f->p, &b);
+  if (id < 0) {
+    nomem(f);
+    return -1;
+  }
+  cx->value_buffer[v] = id;
+  return id;
+}
+
+static sc_status assign_buffers(fg *f, sc_lower_ctx *cx) {
+  sc_graph *g = f->g;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    int32_t v = g->inputs[i];
+    if (v < 0 || (g->values[v].flags & SC_VALUE_DEAD)) continue;
+    if (g->values[v].rank < 0)
+      return sc_diag_set(f->diag, SC_ERR_INVALID, NULL, NULL,
+                         "graph input '%s' has no static shape", g->values[v].name);
+    int32_t b = cx->value_buffer[v] >= 0 ? cx->value_buffer[v]
+                                         : new_buffer(f, cx, v, SC_BUF_INPUT, -1);
+    if (b < 0 || sc_program_add_input(f->p, b) != SC_OK) return nomem(f);
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (!node_live(n)) continue;
+    int32_t k = f->node_group[i];
+    sc_lower_kind kd = kind_of(n);
+    bool view_alone = kd == SC_LOWER_VIEW && group_size(f, k) == 1;
+    for (int32_t o = 0; o < n->n_outputs; o++) {
+      int32_t v = n->outputs[o];
+      if (v < 0 || cx->value_buffer[v] >= 0) continue;
+      bool gout = f->is_gout[v];
+      bool need = gout || crosses_group(f, v, k) ||
+                  (kd == SC_LOWER_STEP && has_users(f, v));
+      if (!need) continue;
+      int32_t b;
+      if (gout) {
+        b = new_buffer(f, cx, v, SC_BUF_OUTPUT, -1);
+      } else if (view_alone) {
+        int32_t src = sc_lower_buffer_of(cx, n->inputs[0]);
+        if (src < 0) return f->diag->status != SC_OK ? f->diag->status : nomem(f);
+        b = new_buffer(f, cx, v, SC_BUF_VIEW, src);
+      } else {
+        b = new_buffer(f, cx, v, SC_BUF_TEMP, -1);
+      }
+      if (b < 0) return f->diag->status != SC_OK ? f->diag->status : nomem(f);
+    }
+  }
+  return SC_OK;
+}
+
+/* ---- group order ---- */
+
+static sc_status group_order(fg *f, int32_t *order) {
+  sc_graph *g = f->g;
+  int32_t G = f->n_groups;
+  /* edges producer group -> consumer group, one per (member input) */
+  int64_t ne = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (f->node_group[i] >= 0) ne += g->nodes[i].n_inputs;
+  int32_t *eoff = sc_calloc((size_t)G + 1, sizeof *eoff);
+  int32_t *edst = sc_calloc((size_t)ne + 1, sizeof *edst);
+  int32_t *indeg = sc_calloc((size_t)G + 1, sizeof *indeg);
+  int32_t *fill = sc_calloc((size_t)G + 1, sizeof *fill);
+  sc_status st = SC_OK;
+  if (!eoff || !edst || !indeg || !fill) {
+    st = nomem(f);
+    goto done;
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      int32_t k = f->node_group[i];
+      if (k < 0) continue;
+      const sc_node *n = &g->nodes[i];
+      for (int32_t j = 0; j < n->n_inputs; j++) {
+        int32_t v = n->inputs[j];
+        int32_t pn = v >= 0 ? g->values[v].producer : -1;
+        int32_t h = pn >= 0 ? f->node_group[pn] : -1;
+        if (h < 0 || h == k) continue;
+        if (pass == 0) {
+          eoff[h + 1]++;
+          indeg[k]++;
+        } else {
+          edst[eoff[h] + fill[h]++] = k;
+        }
+      }
+    }
+    if (pass == 0)
+      for (int32_t k = 0; k < G; k++) eoff[k + 1] += eoff[k];
+  }
+  /* Kahn, FIFO seeded in group order (= order of first members) */
+  int32_t head = 0, tail = 0;
+  for (int32_t k = 0; k < G; k++)
+    if (indeg[k] == 0) order[tail++] = k;
+  while (head < tail) {
+    int32_t h = order[head++];
+    for (int32_t e = eoff[h]; e < eoff[h + 1]; e++)
+      if (--indeg[edst[e]] == 0) order[tail++] = edst[e];
+  }
+  if (tail != G) {
+    int32_t k = 0;
+    while (k < G && indeg[k] == 0) k++;
+    st = node_err(f, k < G ? &g->nodes[f->gmem[f->goff[k]]] : NULL, SC_ERR_INVALID,
+                  "the fusion groups form a cycle (a group both feeds and reads another)");
+  }
+done:
+  sc_free(eoff);
+  sc_free(edst);
+  sc_free(indeg);
+  sc_free(fill);
+  return st;
+}
+
+/* ---- names ---- */
+
+/* "LayerNormalization" -> "layer_normalization", appended to buf. */
+static void append_snake(char *buf, size_t cap, const char *s) {
+  size_t len = strlen(buf);
+  for (size_t i = 0; s[i] && len + 2 < cap; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (isupper(c) && i > 0 && (islower((unsigned char)s[i - 1]) ||
+                                (s[i + 1] && islower((unsigned char)s[i + 1]) &&
+                                 isupper((unsigned char)s[i - 1]))))
+      buf[len++] = '_';
+    buf[len++] = isalnum(c) ? (char)tolower(c) : '_';
+  }
+  buf[len] = 0;
+}
+
+static void name_group(fg *f, sc_lower_ctx *cx, int32_t k, sc_lower_group *grp) {
+  sc_graph *g = f->g;
+  int32_t root = f->gmem[f->goff[k + 1] - 1];
+  char name[64];
+  snprintf(name, sizeof name, "k%d", (int)root);
+  for (int32_t j = f->goff[k]; j < f->goff[k + 1]; j++) {
+    if (strlen(name) + 2 >= 48) break;
+    strcat(name, "_");
+    append_snake(name, 48, sc_op_name(g->nodes[f->gmem[j]].op));
+  }
+  grp->kname = sc_arena_strdup(cx->arena, name);
+  size_t olen = 0;
+  for (int32_t j = f->goff[k]; j < f->goff[k + 1]; j++) {
+    const char *nm = g->nodes[f->gmem[j]].name;
+    olen += strlen(nm ? nm : "?") + 1;
+  }
+  char *origin = sc_arena_alloc(cx->arena, olen + 1);
+  if (origin) {
+    origin[0] = 0;
+    for (int32_t j = f->goff[k]; j < f->goff[k + 1]; j++) {
+      const char *nm = g->nodes[f->gmem[j]].name;
+      if (j > f->goff[k]) strcat(origin, ",");
+      strcat(origin, nm ? nm : "?");
+    }
+  }
+  grp->origin = origin;
+}
+
+/* ---- lowering groups ---- */
+
+static bool same_shape(const sc_value *a, const sc_value *b) {
+  if (a->rank != b->rank) return false;
+  for (int32_t d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+/* Kernels computing every output (with a buffer) of the given POINT
+ * members: one kernel per distinct shape. *n_kernels counts them. */
+static sc_status lower_points(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t n_mem,
+                              int32_t *n_kernels) {
+  sc_graph *g = f->g;
+  int32_t cap = 0;
+  for (int32_t j = 0; j < n_mem; j++) cap += g->nodes[mem[j]].n_outputs;
+  int32_t *vals = sc_calloc((size_t)cap + 1, sizeof *vals);
+  bool *done = sc_calloc((size_t)cap + 1, sizeof *done);
+  sc_status st = SC_OK;
+  if (!vals || !done) {
+    st = nomem(f);
+    goto out;
+  }
+  int32_t nv = 0;
+  for (int32_t j = 0; j < n_mem; j++) {
+    const sc_node *n = &g->nodes[mem[j]];
+    for (int32_t o = 0; o < n->n_outputs; o++) {
+      int32_t v = n->outputs[o];
+      if (v >= 0 && cx->value_buffer[v] >= 0 &&
+          f->p->buffers[cx->value_buffer[v]].kind != SC_BUF_VIEW)
+        vals[nv++] = v;
+    }
+  }
+  *n_kernels = 0;
+  for (int32_t i = 0; i < nv && st == SC_OK; i++) {
+    if (done[i]) continue;
+    const sc_value *shape = &g->values[vals[i]];
+    const sc_node *pn = &g->nodes[shape->producer];
+    st = sc_lower_begin_kernel(cx, pn, shape->rank, shape->dims, 1);
+    if (st != SC_OK) break;
+    (*n_kernels)++;
+    int32_t idx[SC_MAX_RANK];
+    sc_lower_outer_index(cx, idx);
+    for (int32_t j = i; j < nv && st == SC_OK; j++) {
+      if (done[j] || !same_shape(&g->values[vals[j]], shape)) continue;
+      done[j] = true;
+      int32_t e = sc_lower_value_at(cx, vals[j], idx);
+      st = sc_lower_store_value(cx, vals[j], idx, e);
+    }
+  }
+out:
+  sc_free(vals);
+  sc_free(done);
+  return st;
+}
+
+/* A KERNEL anchor's epilogue: the members downstream of it. */
+static sc_status setup_epilogue(fg *f, sc_lower_ctx *cx, int32_t k, int32_t a,
+                                sc_lower_group *grp, int32_t *down) {
+  sc_graph *g = f->g;
+  const sc_node *an = &g->nodes[a];
+  int32_t nd = 0, fused = -1;
+  /* members in ascending order: a member is downstream when one of its
+   * inputs comes from the anchor or from a downstream member */
+  for (int32_t j = f->goff[k]; j < f->goff[k + 1]; j++) {
+    int32_t m = f->gmem[j];
+    if (m <= a) continue;
+    const sc_node *mn = &g->nodes[m];
+    bool is_down = false;
+    for (int32_t i = 0; i < mn->n_inputs; i++) {
+      int32_t v = mn->inputs[i];
+      int32_t pn = v >= 0 ? g->values[v].producer : -1;
+      if (pn == a) {
+        if (fused >= 0 && fused != v)
+          return node_err(f, an, SC_ERR_INVALID,
+                          "two outputs of this op feed its fused epilogue");
+        fused = v;
+        is_down = true;
+      }
+      for (int32_t q = 0; q < nd && !is_down; q++)
+        if (pn == down[q]) is_down = true;
+    }
+    if (is_down) down[nd++] = m;
+  }
+  if (nd == 0) return SC_OK;
+  const sc_value *fv = &g->values[fused];
+  int32_t cap = 0;
+  for (int32_t q = 0; q < nd; q++) cap += g->nodes[down[q]].n_outputs;
+  int32_t *stored = sc_arena_array(cx->arena, (size_t)cap + 1, sizeof *stored);
+  if (!stored) return nomem(f);
+  int32_t ns = 0;
+  for (int32_t q = 0; q < nd; q++) {
+    const sc_node *mn = &g->nodes[down[q]];
+    if (kind_of(mn) != SC_LOWER_POINT || !(sc_ops[mn->op].flags & SC_OPF_ELEMENTWISE))
+      return node_err(f, mn, SC_ERR_INVALID,
+                      "only elementwise ops can be fused after '%s'", an->name);
+    for (int32_t o = 0; o < mn->n_outputs; o++) {
+      int32_t v = mn->outputs[o];
+      if (v < 0) continue;
+      if (!same_shape(&g->values[v], fv))
+        return node_err(f, mn, SC_ERR_INVALID,
+                        "fused after '%s' but its output shape differs", an->name);
+      if (cx->value_buffer[v] >= 0) stored[ns++] = v;
+    }
+  }
+  /* members not downstream must not be needed outside the group */
+  for (int32_t j = f->goff[k]; j < f->goff[k + 1]; j++) {
+    int32_t m = f->gmem[j];
+    bool is_down = m == a;
+    for (int32_t q = 0; q < nd && !is_down; q++) is_down = down[q] == m;
+    if (is_down) continue;
+    const sc_node *mn = &g->nodes[m];
+    for (int32_t o = 0; o < mn->n_outputs; o++)
+      if (mn->outputs[o] >= 0 && cx->value_buffer[mn->outputs[o]] >= 0)
+        return node_err(f, mn, SC_ERR_INVALID,
+                        "fused as a prologue but its output is needed outside the group");
+  }
+  grp->anchor = a;
+  grp->fused_value = fused;
+  grp->stored = stored;
+  grp->n_stored = ns;
+  return SC_OK;
+}
+
+static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
+  sc_graph *g = f->g;
+  sc_lower_group grp;
+  memset(&grp, 0, sizeof grp);
+  grp.anchor = -1;
+  grp.fused_value = -1;
+  grp.sub_value = -1;
+  name_group(f, cx, k, &grp);
+  if (!grp.kname) return nomem(f);
+  cx->grp = &grp;
+  cx->group = k;
+  cx->k = NULL;
+  const int32_t *mem = f->gmem + f->goff[k];
+  int32_t n_mem = group_size(f, k);
+  int32_t a = f->anchor[k];
+  sc_status st = SC_OK;
+  int32_t nk = 0;
+  if (a < 0) {
+    st = lower_points(f, cx, mem, n_mem, &nk);
+  } else if (kind_of(&g->nodes[a]) == SC_LOWER_STEP) {
+    const sc_node *an = &g->nodes[a];
+    st = sc_lowering_of(an->op)->build(cx, an);
+    cx->k = NULL;
+    if (st == SC_OK && n_mem > 1) {
+      int32_t *rest = sc_calloc((size_t)n_mem, sizeof *rest);
+      if (!rest) return nomem(f);
+      int32_t nr = 0;
+      for (int32_t j = 0; j < n_mem; j++)
+        if (mem[j] != a) rest[nr++] = mem[j];
+      int32_t first_step = f->p->n_steps;
+      st = lower_points(f, cx, rest, nr, &nk);
+      sc_free(rest);
+      /* one epilogue kernel right after a GEMM step: attach it there */
+      sc_program *p = f->p;
+      if (st == SC_OK && nk == 1 && first_step >= 1 && p->n_steps == first_step + 1 &&
+          p->steps[first_step - 1].kind == SC_STEP_GEMM && p->steps[first_step - 1].kernel < 0) {
+        p->steps[first_step - 1].kernel = p->steps[first_step].kernel;
+        p->n_steps--;
+      }
+    }
+  } else {
+    const sc_node *an = &g->nodes[a];
+    int32_t *down = sc_calloc((size_t)n_mem + 1, sizeof *down);
+    if (!down) return nomem(f);
+    st = setup_epilogue(f, cx, k, a, &grp, down);
+    sc_free(down);
+    if (st == SC_OK) st = sc_lowering_of(an->op)->build(cx, an);
+    if (st == SC_OK && grp.anchor >= 0 && grp.n_stored > 0 && grp.n_epilogue_stores == 0)
+      st = node_err(f, an, SC_ERR_INVALID,
+                    "the lowering never stored the output its fused epilogue reads");
+  }
+  if (st != SC_OK && f->diag->status == SC_OK)
+    st = node_err(f, &g->nodes[mem[n_mem - 1]], st, "lowering failed");
+  cx->grp = NULL;
+  cx->k = NULL;
+  return st;
+}
+
+/* Copies a graph output that is an input or constant into its own OUTPUT
+ * buffer. */
+typedef struct copy_ud {
+  int32_t value;
+} copy_ud;
+
+static int32_t copy_value(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  return sc_lower_value_at(cx, ((copy_ud *)ud)->value, idx);
+}
+
+static sc_status output_copy(fg *f, sc_lower_ctx *cx, int32_t v, int32_t *out_buf) {
+  const sc_value *val = &f->g->values[v];
+  sc_lower_group grp;
+  memset(&grp, 0, sizeof grp);
+  grp.anchor = -1;
+  grp.fused_value = -1;
+  grp.sub_value = -1;
+  char name[64] = "copy_";
+  append_snake(name, 40, val->name ? val->name : "out");
+  grp.kname = sc_arena_strdup(cx->arena, name);
+  grp.origin = val->name;
+  cx->grp = &grp;
+  cx->group = -1;
+  int32_t src = cx->value_buffer[v];
+  sc_buffer b;
+  memset(&b, 0, sizeof b);
+  b.name = val->name;
+  b.kind = SC_BUF_OUTPUT;
+  b.dtype = val->dtype;
+  b.rank = val->rank;
+  memcpy(b.dims, val->dims, sizeof(int64_t) * (size_t)val->rank);
+  b.bytes = sc_value_bytes(val);
+  b.offset = -1;
+  b.alias_of = -1;
+  b.value = v;
+  int32_t id = sc_program_add_buffer(f->p, &b);
+  if (id < 0 || !grp.kname) return nomem(f);
+  copy_ud ud = {v};
+  sc_status st = sc_lower_pointwise_kernel(cx, NULL, id, copy_value, &ud);
+  cx->value_buffer[v] = src; /* readers keep using the source */
+  cx->grp = NULL;
+  *out_buf = id;
+  return st;
+}
+
+sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag) {
+  *out = NULL;
+  fg f;
+  memset(&f, 0, sizeof f);
+  f.g = g;
+  f.diag = diag;
+  sc_lower_ctx cx;
+  memset(&cx, 0, sizeof cx);
+  sc_program *p = sc_program_create();
+  int32_t *order = NULL;
+  sc_status st = SC_OK;
+  if (!p) return nomem(&f);
+  f.p = p;
+  f.node_group = sc_calloc((size_t)g->n_nodes + 1, sizeof *f.node_group);
+  f.is_gout = sc_calloc((size_t)g->n_values + 1, sizeof *f.is_gout);
+  cx.value_buffer = sc_calloc((size_t)g->n_values + 1, sizeof *cx.value_buffer);
+  if (!f.node_group || !f.is_gout || !cx.value_buffer) {
+    st = nomem(&f);
+    goto done;
+  }
+  for (int32_t v = 0; v < g->n_values; v++) cx.value_buffer[v] = -1;
+  for (int32_t i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i] >= 0) f.is_gout[g->outputs[i]] = true;
+  cx.g = g;
+  cx.p = p;
+  cx.arena = &p->arena;
+  cx.node_group = f.node_group;
+  cx.group = -1;
+  cx.diag = diag;
+  if ((st = check_values(&f)) != SC_OK) goto done;
+  if ((st = assign_groups(&f)) != SC_OK) goto done;
+  if ((st = sc_graph_users(g, &f.uoff, &f.users)) != SC_OK) {
+    st = nomem(&f);
+    goto done;
+  }
+  if ((st = assign_buffers(&f, &cx)) != SC_OK) goto done;
+  order = sc_calloc((size_t)f.n_groups + 1, sizeof *order);
+  if (!order) {
+    st = nomem(&f);
+    goto done;
+  }
+  if ((st = group_order(&f, order)) != SC_OK) goto done;
+  for (int32_t i = 0; i < f.n_groups && st == SC_OK; i++) {
+    int32_t k = order[i];
+    const sc_node *first = &g->nodes[f.gmem[f.goff[k]]];
+    /* a VIEW alone whose output aliases its input: nothing to run */
+    if (group_size(&f, k) == 1 && kind_of(first) == SC_LOWER_VIEW) {
+      int32_t v = first->outputs[0];
+      if (v < 0 || cx.value_buffer[v] < 0 ||
+          p->buffers[cx.value_buffer[v]].kind == SC_BUF_VIEW)
+        continue;
+    }
+    st = lower_group(&f, &cx, k);
+  }
+  for (int32_t i = 0; i < g->n_outputs && st == SC_OK; i++) {
+    int32_t v = g->outputs[i];
+    if (v < 0) continue;
+    int32_t b = cx.value_buffer[v];
+    if (g->values[v].producer < 0 || b < 0) {
+      if (b < 0 && sc_value_is_const(&g->values[v])) b = sc_lower_buffer_of(&cx, v);
+      if (b < 0) {
+        st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "graph output '%s' is never computed", g->values[v].name);
+        break;
+      }
+      if ((st = output_copy(&f, &cx, v, &b)) != SC_OK) break;
+    }
+    if (sc_program_add_output(p, b) != SC_OK) st = nomem(&f);
+  }
+  for (int32_t i = 0; i < p->n_kernels && st == SC_OK; i++)
+    st = kir_verify(p->kernels[i], diag);
+done:
+  sc_free(order);
+  sc_free(f.node_group);
+  sc_free(f.is_gout);
+  sc_free(f.goff);
+  sc_free(f.gmem);
+  sc_free(f.anchor);
+  sc_free(f.uoff);
+  sc_free(f.users);
+  sc_free(cx.value_buffer);
+  sc_free(cx.param_of_buffer);
+  if (st != SC_OK) {
+    sc_program_destroy(p);
+    return st;
+  }
+  *out = p;
+  return SC_OK;
+}

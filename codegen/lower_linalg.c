@@ -1,0 +1,533 @@
+/* lower_linalg.c — lowerings of the linear-algebra ops: MatMul, Gemm, Conv
+ * (STEP: library GEMM steps and helper kernels) and MaxPool, AveragePool,
+ * GlobalAveragePool, GlobalMaxPool (KERNEL).
+ *
+ * MatMul and Gemm on f32 with at least GEMM_MIN_MACS multiply-adds become one
+ * sc_gemm step (batched, stride 0 for an operand broadcast over the batch;
+ * an operand broadcast in a way one stride cannot express is first copied
+ * into a scratch buffer by a broadcast kernel). Other dtypes and small
+ * products become one kir kernel: outer = output elements, a REDUCE SUM over
+ * K in the accumulator dtype (f32 for f16/bf16, i64/u64 for integers, which
+ * then wrap like the fold does), then a STORE.
+ *
+ * Conv is a direct kir kernel for now (outer = output elements, REDUCE SUM
+ * over C/group x kernel window, out-of-range taps contribute 0, bias added
+ * on store); im2col + GEMM for large convolutions is not done yet.
+ *
+ * The kir kernels of these STEP lowerings are begun with
+ * sc_lower_begin_kernel and read and store through sc_lower_input_at /
+ * sc_lower_store like KERNEL lowerings (so a fused epilogue applies); the
+ * broadcast copies before a GEMM are sc_lower_pointwise_kernel helpers.
+ *
+ * Window ops (Conv, pools) take their effective pads from the attributes
+ * and, for auto_pad SAME_*, from the output shape infer computed: total =
+ * max(0, (out-1)*stride + (k-1)*dilation + 1 - in), the odd pixel at the end
+ * (SAME_UPPER) or the beginning (SAME_LOWER). AveragePool divides by the
+ * number of taps inside the input (count_include_pad=0) or inside the padded
+ * input (count_include_pad=1, as onnxruntime clips the window to it); the
+ * count is a second REDUCE phase. MaxPool's Indices output is not
+ * supported. */
+#include <string.h>
+
+#include "codegen/lower_internal.h"
+
+/* Products below this many multiply-adds are a kir kernel, not a GEMM. */
+#define GEMM_MIN_MACS 4096
+
+/* ---- expression helpers ---- */
+
+static int32_t C(sc_lower_ctx *cx, int64_t v) { return sc_lower_i64(cx, v); }
+static int32_t bin(sc_lower_ctx *cx, kir_op op, int32_t a, int32_t b) {
+  return kir_binary(cx->arena, cx->k, op, a, b);
+}
+static int32_t sel(sc_lower_ctx *cx, int32_t c, int32_t a, int32_t b) {
+  return kir_select(cx->arena, cx->k, c, a, b);
+}
+static int32_t cast_to(sc_lower_ctx *cx, sc_dtype t, int32_t e) {
+  if (e < 0 || cx->k->exprs[e].dtype == t) return e;
+  return kir_cast(cx->arena, cx->k, t, e);
+}
+static int32_t fconst(sc_lower_ctx *cx, sc_dtype t, double v) {
+  if (sc_dtype_is_float(t)) return kir_const_f(cx->arena, cx->k, t, v);
+  return kir_const_i(cx->arena, cx->k, t, (int64_t)v);
+}
+static int32_t clamp(sc_lower_ctx *cx, int32_t e, int64_t lo, int64_t hi) {
+  if (hi < lo) hi = lo;
+  return bin(cx, KIR_MAX, bin(cx, KIR_MIN, e, C(cx, hi)), C(cx, lo));
+}
+static int32_t in_range(sc_lower_ctx *cx, int32_t e, int64_t lo, int64_t hi) {
+  return bin(cx, KIR_AND, bin(cx, KIR_GE, e, C(cx, lo)), bin(cx, KIR_LT, e, C(cx, hi)));
+}
+static int32_t and2(sc_lower_ctx *cx, int32_t acc, int32_t c) {
+  return acc < 0 ? c : bin(cx, KIR_AND, acc, c);
+}
+/* Accumulator dtype of a sum of products in t. */
+static sc_dtype acc_dtype(sc_dtype t) {
+  if (t == SC_DTYPE_F16 || t == SC_DTYPE_BF16) return SC_DTYPE_F32;
+  if (sc_dtype_is_float(t)) return t;
+  if (t == SC_DTYPE_U64 || t == SC_DTYPE_U32 || t == SC_DTYPE_U16 || t == SC_DTYPE_U8)
+    return SC_DTYPE_U64;
+  return SC_DTYPE_I64;
+}
+
+static sc_status failed(sc_lower_ctx *cx) {
+  return cx->diag->status != SC_OK ? cx->diag->status : SC_ERR_INVALID;
+}
+
+/* ---- MatMul ---- */
+
+typedef struct mm {
+  int64_t m, k, n;
+  int32_t rbatch;            /* batch rank of the output */
+  int64_t batch[SC_MAX_RANK];
+  int64_t nbatch;
+  int32_t ra, rb;            /* batch ranks of A and B */
+} mm;
+
+static void mm_dims(const sc_value *a, const sc_value *b, const sc_value *y, mm *s) {
+  s->m = a->rank == 1 ? 1 : a->dims[a->rank - 2];
+  s->k = a->dims[a->rank - 1];
+  s->n = b->rank == 1 ? 1 : b->dims[b->rank - 1];
+  s->ra = a->rank > 2 ? a->rank - 2 : 0;
+  s->rb = b->rank > 2 ? b->rank - 2 : 0;
+  s->rbatch = y->rank - (a->rank > 1) - (b->rank > 1);
+  s->nbatch = 1;
+  for (int32_t i = 0; i < s->rbatch; i++) {
+    s->batch[i] = y->dims[i];
+    s->nbatch *= y->dims[i];
+  }
+}
+
+/* Index into operand (rank r, dims d; batch rank rbo) from output batch index
+ * bidx and the two matrix indices (either may be absent for a 1-D operand). */
+static void mm_operand_index(sc_lower_ctx *cx, int32_t rbatch, const int32_t *bidx,
+                             int32_t r, const int64_t *d, int32_t row, int32_t col,
+                             int32_t *out) {
+  if (r == 1) {
+    out[0] = row >= 0 ? row : col;
+    return;
+  }
+  sc_lower_bcast_index(cx, rbatch, bidx, r - 2, d, out);
+  out[r - 2] = row;
+  out[r - 1] = col;
+}
+
+static sc_status matmul_kernel(sc_lower_ctx *cx, const sc_node *n, const mm *s) {
+  const sc_value *a = sc_node_input(cx->g, n, 0), *b = sc_node_input(cx->g, n, 1);
+  const sc_value *y = sc_node_output(cx->g, n, 0);
+  sc_status st = sc_lower_begin_kernel(cx, n, y->rank, y->dims, s->k > 0 ? s->k : 1);
+  if (st != SC_OK) return st;
+  int32_t idx[SC_MAX_RANK], ai[SC_MAX_RANK], bi[SC_MAX_RANK];
+  sc_lower_outer_index(cx, idx);
+  int32_t r = kir_var(cx->arena, cx->k, KIR_INNER);
+  int32_t row = a->rank > 1 ? idx[s->rbatch] : -1;
+  int32_t col = b->rank > 1 ? idx[y->rank - 1] : -1;
+  mm_operand_index(cx, s->rbatch, idx, a->rank, a->dims, row, r, ai);
+  if (a->rank == 1) ai[0] = r;
+  mm_operand_index(cx, s->rbatch, idx, b->rank, b->dims, r, col, bi);
+  if (b->rank == 1) bi[0] = r;
+  sc_dtype acc = acc_dtype(y->dtype);
+  int32_t v;
+  if (s->k > 0) {
+    int32_t va = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, ai));
+    int32_t vb = cast_to(cx, acc, sc_lower_input_at(cx, n, 1, bi));
+    if (va < 0 || vb < 0) return failed(cx);
+    int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc, bin(cx, KIR_MUL, va, vb));
+    if (ph < 0) return failed(cx);
+    v = kir_reg(cx->arena, cx->k, ph);
+  } else {
+    v = fconst(cx, acc, 0);
+  }
+  return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, v));
+}
+
+/* Broadcast copy of MatMul operand `in` to [batch..., rows, cols]. */
+typedef struct mm_copy {
+  const sc_node *n;
+  int32_t in;
+  const mm *s;
+} mm_copy;
+
+static int32_t mm_copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const mm_copy *c = ud;
+  const sc_value *v = sc_node_input(cx->g, c->n, c->in);
+  int32_t r = c->s->rbatch + 2, vi[SC_MAX_RANK];
+  mm_operand_index(cx, c->s->rbatch, idx, v->rank, v->dims, idx[r - 2], idx[r - 1], vi);
+  return sc_lower_input_at(cx, c->n, c->in, vi);
+}
+
+/* Copies operand v (an A or B of MatMul, rank >= 2) broadcast to
+ * [batch..., rows, cols] into a scratch buffer; returns its id. */
+static int32_t matmul_materialise(sc_lower_ctx *cx, const sc_node *n, int32_t in,
+                                  const mm *s) {
+  const sc_value *v = sc_node_input(cx->g, n, in);
+  int64_t d[SC_MAX_RANK];
+  int32_t r = s->rbatch + 2;
+  for (int32_t i = 0; i < s->rbatch; i++) d[i] = s->batch[i];
+  d[r - 2] = v->dims[v->rank - 2];
+  d[r - 1] = v->dims[v->rank - 1];
+  int32_t dst = sc_lower_scratch(cx, in == 0 ? "matmul_a" : "matmul_b", v->dtype, r, d);
+  if (dst < 0) return -1;
+  mm_copy c = {n, in, s};
+  if (sc_lower_pointwise_kernel(cx, in == 0 ? "bcast_a" : "bcast_b", dst, mm_copy_at, &c) !=
+      SC_OK)
+    return -1;
+  return dst;
+}
+
+/* Batch stride of an operand of batch rank r (dims d) against the output
+ * batch: 0 when it has one matrix, `mat` when its batch dims are exactly the
+ * output's, -1 when neither. */
+static int64_t batch_stride(const mm *s, int32_t r, const int64_t *d, int64_t mat) {
+  int64_t cnt = 1;
+  for (int32_t i = 0; i < r; i++) cnt *= d[i];
+  if (cnt == 1) return 0;
+  /* equal when right-aligned dims match and leading output dims are 1 */
+  for (int32_t i = 0; i < s->rbatch; i++) {
+    int32_t j = i - (s->rbatch - r);
+    int64_t dv = j >= 0 ? d[j] : 1;
+    if (dv != s->batch[i]) return -1;
+  }
+  return mat;
+}
+
+static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *a = sc_node_input(cx->g, n, 0), *b = sc_node_input(cx->g, n, 1);
+  const sc_value *y = sc_node_output(cx->g, n, 0);
+  mm s;
+  mm_dims(a, b, y, &s);
+  int64_t macs = 0;
+  bool big = sc_mul_i64(s.m, s.n, &macs) && sc_mul_i64(macs, s.k, &macs) &&
+             sc_mul_i64(macs, s.nbatch, &macs) && macs >= GEMM_MIN_MACS;
+  if (y->dtype != SC_DTYPE_F32 || !big || s.k == 0) return matmul_kernel(cx, n, &s);
+  int32_t ba = sc_lower_buffer_of(cx, n->inputs[0]), bb = sc_lower_buffer_of(cx, n->inputs[1]);
+  int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
+  if (ba < 0 || bb < 0 || by < 0) return failed(cx);
+  int64_t sa = batch_stride(&s, s.ra, a->dims, s.m * s.k);
+  int64_t sb = batch_stride(&s, s.rb, b->dims, s.k * s.n);
+  if (sa < 0) {
+    if ((ba = matmul_materialise(cx, n, 0, &s)) < 0) return failed(cx);
+    sa = s.m * s.k;
+  }
+  if (sb < 0) {
+    if ((bb = matmul_materialise(cx, n, 1, &s)) < 0) return failed(cx);
+    sb = s.k * s.n;
+  }
+  sc_step st;
+  memset(&st, 0, sizeof st);
+  st.kind = SC_STEP_GEMM;
+  st.kernel = -1;
+  st.origin = n->name;
+  sc_gemm *gm = &st.gemm;
+  gm->a = ba, gm->b = bb, gm->c = by, gm->bias = -1;
+  gm->m = s.m, gm->n = s.n, gm->k = s.k, gm->batch = s.nbatch;
+  gm->lda = s.k, gm->ldb = s.n, gm->ldc = s.n;
+  gm->stride_a = sa, gm->stride_b = sb, gm->stride_c = s.m * s.n;
+  gm->alpha = 1.0f, gm->beta = 0.0f;
+  if (sb == 0 && sa != 0 && s.nbatch > 1) { /* B shared: one tall product */
+    gm->m = s.m * s.nbatch;
+    gm->batch = 1;
+    gm->stride_a = gm->stride_c = 0;
+  }
+  if (s.nbatch == 1) gm->stride_a = gm->stride_b = gm->stride_c = 0;
+  return sc_lower_add_step(cx, &st);
+}
+const sc_lowering sc_lw_matmul = {SC_LOWER_STEP, NULL, matmul_build};
+
+/* ---- Gemm ---- */
+
+typedef struct gemm_p {
+  bool ta, tb;
+  double alpha, beta;
+  int64_t m, n, k;
+} gemm_p;
+
+static void gemm_params(sc_lower_ctx *cx, const sc_node *n, gemm_p *p) {
+  const sc_value *a = sc_node_input(cx->g, n, 0);
+  p->ta = sc_attr_int(cx->g, n, "transA", 0) != 0;
+  p->tb = sc_attr_int(cx->g, n, "transB", 0) != 0;
+  p->alpha = sc_attr_float(cx->g, n, "alpha", 1.0);
+  p->beta = sc_attr_float(cx->g, n, "beta", 1.0);
+  const sc_value *y = sc_node_output(cx->g, n, 0);
+  p->m = y->dims[0];
+  p->n = y->dims[1];
+  p->k = a->dims[p->ta ? 0 : 1];
+}
+
+static sc_status gemm_kernel(sc_lower_ctx *cx, const sc_node *n, const gemm_p *p) {
+  const sc_value *cv = sc_node_input(cx->g, n, 2), *y = sc_node_output(cx->g, n, 0);
+  sc_status st = sc_lower_begin_kernel(cx, n, 2, y->dims, p->k > 0 ? p->k : 1);
+  if (st != SC_OK) return st;
+  int32_t idx[2], ai[2], bi[2];
+  sc_lower_outer_index(cx, idx);
+  int32_t r = kir_var(cx->arena, cx->k, KIR_INNER);
+  ai[0] = p->ta ? r : idx[0], ai[1] = p->ta ? idx[0] : r;
+  bi[0] = p->tb ? idx[1] : r, bi[1] = p->tb ? r : idx[1];
+  /* floats in their accumulator dtype; integers like the fold: in f64 */
+  sc_dtype acc = sc_dtype_is_float(y->dtype) ? acc_dtype(y->dtype) : SC_DTYPE_F64;
+  int32_t v = fconst(cx, acc, 0);
+  if (p->k > 0) {
+    int32_t va = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, ai));
+    int32_t vb = cast_to(cx, acc, sc_lower_input_at(cx, n, 1, bi));
+    if (va < 0 || vb < 0) return failed(cx);
+    int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc, bin(cx, KIR_MUL, va, vb));
+    if (ph < 0) return failed(cx);
+    v = kir_reg(cx->arena, cx->k, ph);
+  }
+  if (p->alpha != 1.0) v = bin(cx, KIR_MUL, v, fconst(cx, acc, p->alpha));
+  if (cv) {
+    int32_t ci[2];
+    sc_lower_bcast_index(cx, 2, idx, cv->rank, cv->dims, ci);
+    int32_t c = cast_to(cx, acc, sc_lower_input_at(cx, n, 2, ci));
+    if (c < 0) return failed(cx);
+    if (p->beta != 1.0) c = bin(cx, KIR_MUL, c, fconst(cx, acc, p->beta));
+    v = bin(cx, KIR_ADD, v, c);
+  }
+  return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, v));
+}
+
+/* beta * C broadcast to [M, N]. */
+typedef struct gemm_c {
+  const sc_node *n;
+  double beta;
+} gemm_c;
+
+static int32_t gemm_c_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const gemm_c *c = ud;
+  const sc_value *cv = sc_node_input(cx->g, c->n, 2);
+  int32_t ci[2];
+  sc_lower_bcast_index(cx, 2, idx, cv->rank, cv->dims, ci);
+  int32_t e = sc_lower_input_at(cx, c->n, 2, ci);
+  if (e < 0 || c->beta == 1.0) return e;
+  return bin(cx, KIR_MUL, e, fconst(cx, cv->dtype, c->beta));
+}
+
+static sc_status gemm_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *a = sc_node_input(cx->g, n, 0), *b = sc_node_input(cx->g, n, 1);
+  const sc_value *cv = sc_node_input(cx->g, n, 2), *y = sc_node_output(cx->g, n, 0);
+  gemm_p p;
+  gemm_params(cx, n, &p);
+  if (cx->g->diag.status != SC_OK)
+    return sc_lower_error(cx, n, cx->g->diag.status, "%s", cx->g->diag.msg);
+  int64_t macs = 0;
+  bool big = sc_mul_i64(p.m, p.n, &macs) && sc_mul_i64(macs, p.k, &macs) &&
+             macs >= GEMM_MIN_MACS;
+  if (y->dtype != SC_DTYPE_F32 || !big) return gemm_kernel(cx, n, &p);
+  int32_t ba = sc_lower_buffer_of(cx, n->inputs[0]), bb = sc_lower_buffer_of(cx, n->inputs[1]);
+  int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
+  if (ba < 0 || bb < 0 || by < 0) return failed(cx);
+  sc_step st;
+  memset(&st, 0, sizeof st);
+  st.kind = SC_STEP_GEMM;
+  st.kernel = -1;
+  st.origin = n->name;
+  sc_gemm *gm = &st.gemm;
+  gm->a = ba, gm->b = bb, gm->c = by, gm->bias = -1;
+  gm->trans_a = p.ta, gm->trans_b = p.tb;
+  gm->batch = 1, gm->m = p.m, gm->n = p.n, gm->k = p.k;
+  gm->lda = a->dims[1], gm->ldb = b->dims[1], gm->ldc = p.n;
+  gm->alpha = (float)p.alpha, gm->beta = 0.0f;
+  if (cv && p.beta != 0.0) {
+    int64_t cn = sc_value_numel(cv);
+    bool full = cv->rank == 2 && cv->dims[0] == p.m && cv->dims[1] == p.n;
+    bool row = (cv->rank == 1 || (cv->rank == 2 && cv->dims[0] == 1)) && cn == p.n &&
+               cv->dims[cv->rank - 1] == p.n;
+    int32_t bc = sc_lower_buffer_of(cx, n->inputs[2]);
+    if (bc < 0) return failed(cx);
+    if (p.beta == 1.0 && (full || row)) {
+      gm->bias = bc;
+      gm->bias_full = full;
+    } else { /* beta * C broadcast to [M, N] in scratch */
+      int32_t sb = sc_lower_scratch(cx, "gemm_c", y->dtype, 2, y->dims);
+      if (sb < 0) return failed(cx);
+      gemm_c c = {n, p.beta};
+      sc_status s2 = sc_lower_pointwise_kernel(cx, "gemm_c", sb, gemm_c_at, &c);
+      if (s2 != SC_OK) return s2;
+      gm->bias = sb;
+      gm->bias_full = true;
+    }
+  }
+  return sc_lower_add_step(cx, &st);
+}
+const sc_lowering sc_lw_gemm = {SC_LOWER_STEP, NULL, gemm_build};
+
+/* ---- sliding windows ---- */
+
+typedef struct win {
+  int32_t nsp;
+  int64_t kernel[SC_MAX_RANK], strides[SC_MAX_RANK], dilations[SC_MAX_RANK];
+  int64_t begin[SC_MAX_RANK], end[SC_MAX_RANK];
+} win;
+
+/* Effective window of node n over x (N, C, spatial...) giving y; kernel from
+ * wkernel (Conv: W's dims) or the kernel_shape attribute. */
+static sc_status win_params(sc_lower_ctx *cx, const sc_node *n, const sc_value *x,
+                            const sc_value *y, const int64_t *wkernel, win *w) {
+  sc_graph *g = cx->g;
+  w->nsp = x->rank - 2;
+  const int64_t *ks = NULL, *st = NULL, *dl = NULL, *pd = NULL;
+  int64_t nk = sc_attr_ints(g, n, "kernel_shape", &ks);
+  int64_t ns = sc_attr_ints(g, n, "strides", &st);
+  int64_t nd = sc_attr_ints(g, n, "dilations", &dl);
+  int64_t np = sc_attr_ints(g, n, "pads", &pd);
+  const char *ap = sc_attr_string(g, n, "auto_pad", "NOTSET");
+  if (g->diag.status != SC_OK) return sc_lower_error(cx, n, g->diag.status, "%s", g->diag.msg);
+  for (int32_t i = 0; i < w->nsp; i++) {
+    w->kernel[i] = wkernel ? wkernel[i] : nk == w->nsp ? ks[i] : 1;
+    w->strides[i] = ns == w->nsp ? st[i] : 1;
+    w->dilations[i] = nd == w->nsp ? dl[i] : 1;
+    w->begin[i] = np == 2 * w->nsp ? pd[i] : 0;
+    w->end[i] = np == 2 * w->nsp ? pd[w->nsp + i] : 0;
+    bool upper = !strcmp(ap, "SAME_UPPER"), lower = !strcmp(ap, "SAME_LOWER");
+    if (!strcmp(ap, "VALID")) w->begin[i] = w->end[i] = 0;
+    if (upper || lower) {
+      int64_t in = x->dims[2 + i], out = y->dims[2 + i];
+      int64_t total = (out - 1) * w->strides[i] + (w->kernel[i] - 1) * w->dilations[i] + 1 - in;
+      if (total < 0) total = 0;
+      w->begin[i] = upper ? total / 2 : total - total / 2;
+      w->end[i] = total - w->begin[i];
+    }
+  }
+  return SC_OK;
+}
+
+/* Input positions of the window taps: pos[d] = o[d]*s - pad + kk[d]*dil for
+ * output spatial index o (idx + 2) and tap index kk; *inside: all in the
+ * input; *inside_padded: all in the padded input. */
+static void win_taps(sc_lower_ctx *cx, const win *w, const sc_value *x, const int32_t *o,
+                     const int32_t *kk, int32_t *pos, int32_t *inside, int32_t *inside_padded) {
+  int32_t in = -1, inp = -1;
+  for (int32_t d = 0; d < w->nsp; d++) {
+    int32_t p = bin(cx, KIR_ADD, bin(cx, KIR_MUL, o[d], C(cx, w->strides[d])),
+                    bin(cx, KIR_SUB, bin(cx, KIR_MUL, kk[d], C(cx, w->dilations[d])),
+                        C(cx, w->begin[d])));
+    int64_t dim = x->dims[2 + d];
+    in = and2(cx, in, in_range(cx, p, 0, dim));
+    if (inside_padded) inp = and2(cx, inp, in_range(cx, p, -w->begin[d], dim + w->end[d]));
+    pos[d] = clamp(cx, p, 0, dim - 1);
+  }
+  *inside = in;
+  if (inside_padded) *inside_padded = inp;
+}
+
+/* ---- Conv (direct kernel) ---- */
+
+static sc_status conv_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *x = sc_node_input(cx->g, n, 0), *wt = sc_node_input(cx->g, n, 1);
+  const sc_value *bias = sc_node_input(cx->g, n, 2), *y = sc_node_output(cx->g, n, 0);
+  win w;
+  sc_status st = win_params(cx, n, x, y, wt->dims + 2, &w);
+  if (st != SC_OK) return st;
+  int64_t group = sc_attr_int(cx->g, n, "group", 1);
+  int64_t cpg = wt->dims[1], mpg = wt->dims[0] / (group > 0 ? group : 1);
+  /* inner loop over [C/group, kernel...] */
+  int64_t red[SC_MAX_RANK], inner = cpg;
+  red[0] = cpg;
+  for (int32_t d = 0; d < w.nsp; d++) {
+    red[1 + d] = w.kernel[d];
+    inner *= w.kernel[d];
+  }
+  if ((st = sc_lower_begin_kernel(cx, n, y->rank, y->dims, inner)) != SC_OK) return st;
+  int32_t idx[SC_MAX_RANK], ri[SC_MAX_RANK], pos[SC_MAX_RANK], xi[SC_MAX_RANK],
+      wi[SC_MAX_RANK], inside;
+  sc_lower_outer_index(cx, idx);
+  sc_lower_unflatten(cx, kir_var(cx->arena, cx->k, KIR_INNER), w.nsp + 1, red, ri);
+  win_taps(cx, &w, x, idx + 2, ri + 1, pos, &inside, NULL);
+  int32_t grp = bin(cx, KIR_DIV, idx[1], C(cx, mpg));
+  xi[0] = idx[0];
+  xi[1] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, grp, C(cx, cpg)), ri[0]);
+  wi[0] = idx[1];
+  wi[1] = ri[0];
+  for (int32_t d = 0; d < w.nsp; d++) {
+    xi[2 + d] = pos[d];
+    wi[2 + d] = ri[1 + d];
+  }
+  sc_dtype acc = acc_dtype(y->dtype);
+  int32_t vx = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, xi));
+  int32_t vw = cast_to(cx, acc, sc_lower_input_at(cx, n, 1, wi));
+  if (vx < 0 || vw < 0) return failed(cx);
+  int32_t prod = bin(cx, KIR_MUL, vx, vw);
+  if (inside >= 0) prod = sel(cx, inside, prod, fconst(cx, acc, 0));
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc, prod);
+  if (ph < 0) return failed(cx);
+  int32_t v = kir_reg(cx->arena, cx->k, ph);
+  if (bias) {
+    int32_t bi[1] = {idx[1]};
+    int32_t b = cast_to(cx, acc, sc_lower_input_at(cx, n, 2, bi));
+    if (b < 0) return failed(cx);
+    v = bin(cx, KIR_ADD, v, b);
+  }
+  return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, v));
+}
+const sc_lowering sc_lw_conv = {SC_LOWER_STEP, NULL, conv_build};
+
+/* ---- MaxPool, AveragePool ---- */
+
+static sc_status pool_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
+  bool is_max = n->op == SC_OP_MAX_POOL;
+  if (is_max && sc_node_output(cx->g, n, 1))
+    return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED,
+                         "MaxPool's Indices output is not supported by code generation");
+  win w;
+  sc_status st = win_params(cx, n, x, y, NULL, &w);
+  if (st != SC_OK) return st;
+  bool include_pad = !is_max && sc_attr_int(cx->g, n, "count_include_pad", 0) != 0;
+  int64_t inner = 1;
+  for (int32_t d = 0; d < w.nsp; d++) inner *= w.kernel[d];
+  if ((st = sc_lower_begin_kernel(cx, n, y->rank, y->dims, inner)) != SC_OK) return st;
+  int32_t idx[SC_MAX_RANK], kk[SC_MAX_RANK], pos[SC_MAX_RANK], xi[SC_MAX_RANK], inside,
+      inside_p;
+  sc_lower_outer_index(cx, idx);
+  sc_lower_unflatten(cx, kir_var(cx->arena, cx->k, KIR_INNER), w.nsp, w.kernel, kk);
+  win_taps(cx, &w, x, idx + 2, kk, pos, &inside, &inside_p);
+  xi[0] = idx[0];
+  xi[1] = idx[1];
+  for (int32_t d = 0; d < w.nsp; d++) xi[2 + d] = pos[d];
+  sc_dtype acc = acc_dtype(y->dtype);
+  int32_t v = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, xi));
+  if (v < 0) return failed(cx);
+  int32_t r;
+  if (is_max) {
+    int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_MAX, acc,
+                                sel(cx, inside, v, fconst(cx, acc, -__builtin_inf())));
+    if (ph < 0) return failed(cx);
+    r = kir_reg(cx->arena, cx->k, ph);
+  } else {
+    int32_t p0 = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc,
+                                sel(cx, inside, v, fconst(cx, acc, 0)));
+    int32_t p1 = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc,
+                                sel(cx, include_pad ? inside_p : inside, fconst(cx, acc, 1),
+                                    fconst(cx, acc, 0)));
+    if (p0 < 0 || p1 < 0) return failed(cx);
+    r = bin(cx, KIR_DIV, kir_reg(cx->arena, cx->k, p0), kir_reg(cx->arena, cx->k, p1));
+  }
+  return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, r));
+}
+const sc_lowering sc_lw_pool = {SC_LOWER_KERNEL, NULL, pool_build};
+
+/* ---- GlobalAveragePool, GlobalMaxPool ---- */
+
+static sc_status global_pool_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
+  int64_t inner = 1;
+  for (int32_t d = 2; d < x->rank; d++) inner *= x->dims[d];
+  sc_status st = sc_lower_begin_kernel(cx, n, y->rank, y->dims, inner);
+  if (st != SC_OK) return st;
+  int32_t idx[SC_MAX_RANK], xi[SC_MAX_RANK];
+  sc_lower_outer_index(cx, idx);
+  xi[0] = idx[0];
+  xi[1] = idx[1];
+  sc_lower_unflatten(cx, kir_var(cx->arena, cx->k, KIR_INNER), x->rank - 2, x->dims + 2,
+                     xi + 2);
+  sc_dtype acc = acc_dtype(y->dtype);
+  int32_t v = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, xi));
+  if (v < 0) return failed(cx);
+  bool is_max = n->op == SC_OP_GLOBAL_MAX_POOL;
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, is_max ? KIR_RED_MAX : KIR_RED_SUM, acc, v);
+  if (ph < 0) return failed(cx);
+  int32_t r = kir_reg(cx->arena, cx->k, ph);
+  if (!is_max) r = bin(cx, KIR_DIV, r, fconst(cx, acc, (double)inner));
+  return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, r));
+}
+const sc_lowering sc_lw_global_pool = {SC_LOWER_KERNEL, NULL, global_pool_build};

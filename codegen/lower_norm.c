@@ -1,0 +1,218 @@
+/* lower_norm.c — row kernels: Softmax, LogSoftmax, LayerNormalization,
+ * InstanceNormalization, GroupNormalization (KERNEL), and inference
+ * BatchNormalization (POINT).
+ *
+ * A row kernel's outer domain enumerates rows, its inner loop runs over one
+ * row, and it is a few REDUCE phases followed by STOREs that read their
+ * registers:
+ *   Softmax     outer = every dim but `axis`, inner = the axis;
+ *               m = max x; s = sum exp(x - m); y = exp(x - m) / s
+ *               (LogSoftmax: y = (x - m) - log s)
+ *   LayerNorm   outer = dims before `axis`, inner = the trailing dims;
+ *               mean = sum x / N; var = sum (x - mean)^2 / N;
+ *               y = (x - mean) * rsqrt(var + eps) * scale + bias; the
+ *               optional Mean and InvStdDev outputs are stored too
+ *   InstanceNorm  the same over (N, C) rows of the spatial dims, with
+ *               per-channel scale and bias
+ *   GroupNorm   the same over (N, group) rows of C/G channels × spatial,
+ *               scale and bias per channel (opset 21) or per group (18)
+ * Statistics are computed in f32 (f64 for f64 inputs), as stash_type=1 asks;
+ * the variance is the two-pass one (numerically stable), not E[x²]-E[x]².
+ * BatchNormalization in inference mode is elementwise per channel:
+ * (x - mean) / sqrt(var + eps) * scale + B; training mode is unsupported. */
+#include <math.h>
+#include <string.h>
+
+#include "codegen/lower_internal.h"
+
+#define UN(op, a) sc_lower_un(cx, KIR_##op, (a))
+#define BIN(op, a, b) sc_lower_bin(cx, KIR_##op, (a), (b))
+#define C(t, v) sc_lower_const(cx, (t), (v))
+
+static sc_dtype compute_of(sc_dtype t) { return t == SC_DTYPE_F64 ? SC_DTYPE_F64 : SC_DTYPE_F32; }
+
+static sc_status fail(sc_lower_ctx *cx) {
+  return cx->diag->status != SC_OK
+             ? cx->diag->status
+             : sc_diag_set(cx->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+static int32_t reduce(sc_lower_ctx *cx, kir_reduce_op rop, sc_dtype at, int32_t v) {
+  if (v < 0) return -1;
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, rop, at, v);
+  return ph < 0 ? -1 : kir_reg(cx->arena, cx->k, ph);
+}
+
+/* Input i of n (a per-row parameter such as scale) broadcast against x's
+ * index xi (rank xr). */
+static int32_t param_at(sc_lower_ctx *cx, const sc_node *n, int32_t i, int32_t xr,
+                        const int32_t *xi, sc_dtype ct) {
+  const sc_value *p = sc_node_input(cx->g, n, i);
+  int32_t j[SC_MAX_RANK];
+  sc_lower_bcast_index(cx, xr, xi, p->rank, p->dims, j);
+  return sc_lower_cast(cx, ct, sc_lower_value_at(cx, n->inputs[i], j));
+}
+
+/* ---- Softmax, LogSoftmax ---- */
+
+static sc_status softmax_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *x = sc_node_input(cx->g, n, 0);
+  int64_t a = sc_attr_int(cx->g, n, "axis", -1);
+  if (a < 0) a += x->rank;
+  if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
+  int64_t od[SC_MAX_RANK];
+  int32_t orank = 0;
+  for (int32_t d = 0; d < x->rank; d++)
+    if (d != a) od[orank++] = x->dims[d];
+  sc_status st = sc_lower_begin_kernel(cx, n, orank, od, x->dims[a]);
+  if (st != SC_OK) return st;
+  int32_t xi[SC_MAX_RANK];
+  for (int32_t d = 0, o = 0; d < x->rank; d++)
+    xi[d] = d == a ? kir_var(cx->arena, cx->k, KIR_INNER) : kir_var(cx->arena, cx->k, o++);
+  sc_dtype ct = compute_of(x->dtype);
+  int32_t v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
+  int32_t m = reduce(cx, KIR_RED_MAX, ct, v);
+  int32_t d = BIN(SUB, v, m);
+  int32_t s = reduce(cx, KIR_RED_SUM, ct, UN(EXP, d));
+  int32_t y = n->op == SC_OP_LOG_SOFTMAX ? BIN(SUB, d, UN(LOG, s)) : BIN(DIV, UN(EXP, d), s);
+  if (y < 0) return fail(cx);
+  return sc_lower_store(cx, n, 0, xi, sc_lower_cast(cx, x->dtype, y));
+}
+
+const sc_lowering sc_lw_softmax = {SC_LOWER_KERNEL, NULL, softmax_build};
+
+/* ---- shared: mean and inverse standard deviation of a row ---- */
+
+typedef struct row_stats {
+  int32_t v;    /* x at the row's inner index, in the compute dtype */
+  int32_t mean; /* registers (compute dtype) */
+  int32_t inv;  /* rsqrt(var + eps) */
+} row_stats;
+
+static sc_status stats(sc_lower_ctx *cx, const sc_node *n, const int32_t *xi, int64_t count,
+                       double eps, sc_dtype ct, row_stats *rs) {
+  rs->v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
+  int32_t nn = C(ct, (double)count);
+  rs->mean = BIN(DIV, reduce(cx, KIR_RED_SUM, ct, rs->v), nn);
+  int32_t c = BIN(SUB, rs->v, rs->mean);
+  int32_t var = BIN(DIV, reduce(cx, KIR_RED_SUM, ct, BIN(MUL, c, c)), nn);
+  rs->inv = UN(RSQRT, BIN(ADD, var, C(ct, eps)));
+  return rs->inv < 0 ? fail(cx) : SC_OK;
+}
+
+/* ---- LayerNormalization ---- */
+
+static sc_status layernorm_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *x = sc_node_input(cx->g, n, 0);
+  int64_t a = sc_attr_int(cx->g, n, "axis", -1);
+  if (a < 0) a += x->rank;
+  if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
+  double eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
+  int64_t inner = 1;
+  for (int32_t d = (int32_t)a; d < x->rank; d++)
+    if (!sc_mul_i64(inner, x->dims[d], &inner))
+      return sc_lower_error(cx, n, SC_ERR_LIMIT, "row too large");
+  if (inner == 0) return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "normalising empty rows");
+  sc_status st = sc_lower_begin_kernel(cx, n, (int32_t)a, x->dims, inner);
+  if (st != SC_OK) return st;
+  int32_t xi[SC_MAX_RANK], si[SC_MAX_RANK];
+  sc_lower_outer_index(cx, xi);
+  sc_lower_unflatten(cx, kir_var(cx->arena, cx->k, KIR_INNER), x->rank - (int32_t)a,
+                     x->dims + a, xi + a);
+  sc_dtype ct = compute_of(x->dtype);
+  row_stats rs;
+  if ((st = stats(cx, n, xi, inner, eps, ct, &rs)) != SC_OK) return st;
+  int32_t y = BIN(MUL, BIN(MUL, BIN(SUB, rs.v, rs.mean), rs.inv),
+                  param_at(cx, n, 1, x->rank, xi, ct));
+  if (sc_node_input(cx->g, n, 2)) y = BIN(ADD, y, param_at(cx, n, 2, x->rank, xi, ct));
+  if (y < 0) return fail(cx);
+  if ((st = sc_lower_store(cx, n, 0, xi, sc_lower_cast(cx, x->dtype, y))) != SC_OK) return st;
+  /* Mean and InvStdDev: one value per row (stored at each inner step) */
+  for (int32_t d = (int32_t)a; d < x->rank; d++) si[d] = sc_lower_i64(cx, 0);
+  for (int32_t d = 0; d < a; d++) si[d] = xi[d];
+  for (int32_t out = 1; out <= 2; out++) {
+    const sc_value *o = sc_node_output(cx->g, n, out);
+    if (!o) continue;
+    int32_t e = sc_lower_cast(cx, o->dtype, out == 1 ? rs.mean : rs.inv);
+    if ((st = sc_lower_store(cx, n, out, si, e)) != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
+const sc_lowering sc_lw_layernorm = {SC_LOWER_KERNEL, NULL, layernorm_build};
+
+/* ---- InstanceNormalization, GroupNormalization ---- */
+
+/* Rows of `groups` per sample: outer (N, groups), inner = C/groups × spatial.
+ * per_group: scale/bias indexed by group instead of channel. */
+static sc_status grouped_norm(sc_lower_ctx *cx, const sc_node *n, int64_t groups) {
+  const sc_value *x = sc_node_input(cx->g, n, 0);
+  double eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
+  int64_t ch = x->dims[1], spatial = 1;
+  for (int32_t d = 2; d < x->rank; d++)
+    if (!sc_mul_i64(spatial, x->dims[d], &spatial))
+      return sc_lower_error(cx, n, SC_ERR_LIMIT, "row too large");
+  if (groups < 1 || ch % groups != 0)
+    return sc_lower_error(cx, n, SC_ERR_INVALID, "%lld groups do not divide %lld channels",
+                          (long long)groups, (long long)ch);
+  int64_t inner;
+  if (!sc_mul_i64(ch / groups, spatial, &inner))
+    return sc_lower_error(cx, n, SC_ERR_LIMIT, "row too large");
+  if (inner == 0) return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "normalising empty rows");
+  int64_t od[2] = {x->dims[0], groups};
+  sc_status st = sc_lower_begin_kernel(cx, n, 2, od, inner);
+  if (st != SC_OK) return st;
+  /* x's linear offset is (n * groups + g) * inner + r */
+  int32_t o0 = kir_var(cx->arena, cx->k, 0), o1 = kir_var(cx->arena, cx->k, 1);
+  int32_t row = BIN(ADD, BIN(MUL, o0, sc_lower_i64(cx, groups)), o1);
+  int32_t lin = BIN(ADD, BIN(MUL, row, sc_lower_i64(cx, inner)),
+                    kir_var(cx->arena, cx->k, KIR_INNER));
+  int32_t xi[SC_MAX_RANK];
+  sc_lower_unflatten(cx, lin, x->rank, x->dims, xi);
+  sc_dtype ct = compute_of(x->dtype);
+  row_stats rs;
+  if ((st = stats(cx, n, xi, inner, eps, ct, &rs)) != SC_OK) return st;
+  int32_t y = BIN(MUL, BIN(SUB, rs.v, rs.mean), rs.inv);
+  for (int32_t i = 1; i <= 2; i++) {
+    const sc_value *p = sc_node_input(cx->g, n, i);
+    int32_t pi = p->dims[0] == ch ? xi[1] : o1;
+    int32_t pv = sc_lower_cast(cx, ct, sc_lower_value_at(cx, n->inputs[i], &pi));
+    y = i == 1 ? BIN(MUL, y, pv) : BIN(ADD, y, pv);
+  }
+  if (y < 0) return fail(cx);
+  return sc_lower_store(cx, n, 0, xi, sc_lower_cast(cx, x->dtype, y));
+}
+
+static sc_status instancenorm_build(sc_lower_ctx *cx, const sc_node *n) {
+  return grouped_norm(cx, n, sc_node_input(cx->g, n, 0)->dims[1]);
+}
+
+static sc_status groupnorm_build(sc_lower_ctx *cx, const sc_node *n) {
+  return grouped_norm(cx, n, sc_attr_int(cx->g, n, "num_groups", 0));
+}
+
+const sc_lowering sc_lw_instancenorm = {SC_LOWER_KERNEL, NULL, instancenorm_build};
+const sc_lowering sc_lw_groupnorm = {SC_LOWER_KERNEL, NULL, groupnorm_build};
+
+/* ---- BatchNormalization (inference) ---- */
+
+static int32_t batchnorm_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                               const int32_t *idx) {
+  if (out != 0 || sc_attr_int(cx->g, n, "training_mode", 0) != 0) {
+    sc_lower_error(cx, n, SC_ERR_UNSUPPORTED,
+                   "training-mode BatchNormalization (running statistics) is not supported");
+    return -1;
+  }
+  const sc_value *x = sc_node_input(cx->g, n, 0);
+  sc_dtype t = x->dtype;
+  int32_t c = idx[1];
+  int32_t p[5];
+  p[0] = sc_lower_input_at(cx, n, 0, idx);
+  for (int32_t i = 1; i < 5; i++)
+    p[i] = sc_lower_cast(cx, t, sc_lower_input_at(cx, n, i, &c));
+  double eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
+  int32_t den = UN(SQRT, BIN(ADD, p[4], C(t, eps)));
+  return BIN(ADD, BIN(MUL, BIN(DIV, BIN(SUB, p[0], p[3]), den), p[1]), p[2]);
+}
+
+const sc_lowering sc_lw_batchnorm = {SC_LOWER_POINT, batchnorm_point, NULL};

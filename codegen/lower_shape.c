@@ -1,0 +1,533 @@
+/* lower_shape.c — lowerings of the shape and data-movement ops: Transpose,
+ * Concat, Split, Slice, Gather, GatherElements, GatherND, Expand, Tile,
+ * Range, ConstantOfShape, Trilu, Pad, OneHot (POINT: an index function), the
+ * scatters ScatterND and ScatterElements (KERNEL), and sc_lw_none for ops
+ * that never reach codegen (Shape, Size, Constant, NonZero are folded).
+ *
+ * The reference semantics are the eval functions of ir/op_shape.c and
+ * ir/op_move.c; a lowering computes the same element for every dtype.
+ * Invariants and deliberate differences:
+ *   - every load is in bounds, even on the arm of a SELECT that is not
+ *     taken (backends may evaluate both arms): indices feeding such loads
+ *     are clamped into the input's range;
+ *   - a data index read at run time (Gather*, Scatter*, OneHot) counts from
+ *     the end when negative, as ONNX says. An index still out of range
+ *     cannot be reported from inside a kernel: Gather* then read the
+ *     clamped element, Scatter* ignore that update, OneHot gives an all-off
+ *     row (as ONNX defines). Constant indices were checked at compile time
+ *     by constant folding;
+ *   - Range computes start + i * delta in the output dtype; ONNX defines it
+ *     by accumulation, which can differ in the last bits for floats;
+ *   - the scatters are one kernel over the output: for each output element,
+ *     a REDUCE phase finds the LAST update that targets it (as eval applies
+ *     them in order, the last one wins), then STORE takes that update or the
+ *     data. Work is numel(data) x (updates per candidate position): small for
+ *     ScatterElements (the indices' extent on the axis), and the number of
+ *     index tuples for ScatterND. Only reduction "none" is supported. */
+#include <string.h>
+
+#include "codegen/lower_internal.h"
+#include "ir/op_util.h"
+
+/* ---- small expression helpers ---- */
+
+static int32_t C(sc_lower_ctx *cx, int64_t v) { return sc_lower_i64(cx, v); }
+static int32_t bin(sc_lower_ctx *cx, kir_op op, int32_t a, int32_t b) {
+  return kir_binary(cx->arena, cx->k, op, a, b);
+}
+static int32_t sel(sc_lower_ctx *cx, int32_t c, int32_t a, int32_t b) {
+  return kir_select(cx->arena, cx->k, c, a, b);
+}
+static sc_dtype dtype_of(sc_lower_ctx *cx, int32_t e) { return cx->k->exprs[e].dtype; }
+static int32_t as_i64(sc_lower_ctx *cx, int32_t e) {
+  if (e < 0 || dtype_of(cx, e) == SC_DTYPE_I64) return e;
+  return kir_cast(cx->arena, cx->k, SC_DTYPE_I64, e);
+}
+/* e clamped into [lo, hi] (hi >= lo). */
+static int32_t clamp(sc_lower_ctx *cx, int32_t e, int64_t lo, int64_t hi) {
+  if (hi < lo) hi = lo;
+  return bin(cx, KIR_MAX, bin(cx, KIR_MIN, e, C(cx, hi)), C(cx, lo));
+}
+/* A constant of dtype t. */
+static int32_t const_of(sc_lower_ctx *cx, sc_dtype t, double f, int64_t i) {
+  if (sc_dtype_is_float(t)) return kir_const_f(cx->arena, cx->k, t, f);
+  return kir_const_i(cx->arena, cx->k, t, i);
+}
+/* A run-time index e (any integer or float dtype) counted from the end when
+ * negative: e < 0 ? e + dim : e, as i64. */
+static int32_t wrap_index(sc_lower_ctx *cx, int32_t e, int64_t dim) {
+  e = as_i64(cx, e);
+  if (e < 0) return -1;
+  return sel(cx, bin(cx, KIR_LT, e, C(cx, 0)), bin(cx, KIR_ADD, e, C(cx, dim)), e);
+}
+/* Wrapped and clamped into [0, dim): the element a Gather reads. */
+static int32_t gather_index(sc_lower_ctx *cx, int32_t e, int64_t dim) {
+  e = wrap_index(cx, e, dim);
+  return e < 0 ? -1 : clamp(cx, e, 0, dim - 1);
+}
+/* lo <= e < hi as a bool expr. */
+static int32_t in_range(sc_lower_ctx *cx, int32_t e, int64_t lo, int64_t hi) {
+  return bin(cx, KIR_AND, bin(cx, KIR_GE, e, C(cx, lo)), bin(cx, KIR_LT, e, C(cx, hi)));
+}
+static int32_t and_or_true(sc_lower_ctx *cx, int32_t acc, int32_t c) {
+  return acc < 0 ? c : bin(cx, KIR_AND, acc, c);
+}
+
+static sc_value *in_val(sc_lower_ctx *cx, const sc_node *n, int32_t i) {
+  return sc_node_input(cx->g, n, i);
+}
+static sc_value *out_val(sc_lower_ctx *cx, const sc_node *n, int32_t i) {
+  return sc_node_output(cx->g, n, i);
+}
+
+/* Turns a graph diagnostic (from reading attributes or constant inputs)
+ * into a lowering error; returns -1 for point functions. */
+static int32_t graph_failed(sc_lower_ctx *cx, const sc_node *n) {
+  sc_status st = cx->g->diag.status != SC_OK ? cx->g->diag.status : SC_ERR_INVALID;
+  sc_lower_error(cx, n, st, "%s", cx->g->diag.msg[0] ? cx->g->diag.msg : "bad attributes");
+  return -1;
+}
+
+/* Reads an int attribute (checked by infer already). */
+static int64_t attr_int(sc_lower_ctx *cx, const sc_node *n, const char *name, int64_t d) {
+  return sc_attr_int(cx->g, n, name, d);
+}
+
+/* Axis attribute normalised against rank. */
+static int32_t norm_axis(sc_lower_ctx *cx, const sc_node *n, int64_t axis, int32_t rank) {
+  int32_t a;
+  if (sc_norm_axis(cx->g, n, axis, rank, &a) != SC_OK) return graph_failed(cx, n);
+  return a;
+}
+
+/* ---- Transpose ---- */
+
+static int32_t transpose_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                               const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0);
+  int32_t r = x->rank, xi[SC_MAX_RANK];
+  const int64_t *perm;
+  int64_t m = sc_attr_ints(cx->g, n, "perm", &perm);
+  if (cx->g->diag.status != SC_OK) return graph_failed(cx, n);
+  for (int32_t i = 0; i < r; i++) {
+    int64_t p = m < 0 ? r - 1 - i : perm[i];
+    SC_ASSERT(p >= 0 && p < r); /* checked by infer */
+    xi[p] = idx[i];
+  }
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_transpose = {SC_LOWER_POINT, transpose_point, NULL};
+
+/* ---- Concat ---- */
+
+static int32_t concat_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                            const int32_t *idx) {
+  (void)out;
+  const sc_value *x0 = in_val(cx, n, 0);
+  int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", 0), x0->rank);
+  if (axis < 0) return -1;
+  int32_t xi[SC_MAX_RANK];
+  memcpy(xi, idx, sizeof(int32_t) * (size_t)x0->rank);
+  /* value = idx[axis] < end0 ? in0 : idx[axis] < end1 ? in1 : ... : in_last,
+   * built from the last input backwards. */
+  int64_t starts[256];
+  int32_t ni = n->n_inputs;
+  if (ni > 256)
+    return sc_lower_error(cx, n, SC_ERR_LIMIT, "Concat of %d inputs (at most 256)", ni), -1;
+  int64_t at = 0;
+  for (int32_t i = 0; i < ni; i++) {
+    starts[i] = at;
+    at += in_val(cx, n, i)->dims[axis];
+  }
+  int32_t v = -1;
+  for (int32_t i = ni - 1; i >= 0; i--) {
+    int64_t dim = in_val(cx, n, i)->dims[axis];
+    if (dim == 0) continue;
+    xi[axis] = clamp(cx, bin(cx, KIR_SUB, idx[axis], C(cx, starts[i])), 0, dim - 1);
+    int32_t e = sc_lower_input_at(cx, n, i, xi);
+    if (e < 0) return -1;
+    v = v < 0 ? e : sel(cx, bin(cx, KIR_LT, idx[axis], C(cx, starts[i] + dim)), e, v);
+  }
+  if (v < 0) sc_lower_error(cx, n, SC_ERR_INVALID, "Concat of empty inputs has no elements");
+  return v;
+}
+const sc_lowering sc_lw_concat = {SC_LOWER_POINT, concat_point, NULL};
+
+/* ---- Split ---- */
+
+static int32_t split_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                           const int32_t *idx) {
+  const sc_value *x = in_val(cx, n, 0);
+  int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", 0), x->rank);
+  if (axis < 0) return -1;
+  int64_t off = 0;
+  for (int32_t i = 0; i < out; i++) {
+    const sc_value *y = out_val(cx, n, i);
+    if (!y)
+      return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED,
+                            "Split with omitted output %d before output %d", i, out),
+             -1;
+    off += y->dims[axis];
+  }
+  int32_t xi[SC_MAX_RANK];
+  memcpy(xi, idx, sizeof(int32_t) * (size_t)x->rank);
+  xi[axis] = bin(cx, KIR_ADD, idx[axis], C(cx, off));
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_split = {SC_LOWER_POINT, split_point, NULL};
+
+/* ---- Slice ---- */
+
+static int32_t slice_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                           const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0);
+  int64_t start[SC_MAX_RANK], step[SC_MAX_RANK], d[SC_MAX_RANK];
+  if (sc_op_slice_params(cx->g, n, start, step, d) != SC_OK) return graph_failed(cx, n);
+  int32_t xi[SC_MAX_RANK];
+  for (int32_t i = 0; i < x->rank; i++)
+    xi[i] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[i], C(cx, step[i])), C(cx, start[i]));
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_slice = {SC_LOWER_POINT, slice_point, NULL};
+
+/* ---- Gather, GatherElements, GatherND ---- */
+
+static int32_t gather_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                            const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0), *ind = in_val(cx, n, 1);
+  int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", 0), x->rank);
+  if (axis < 0) return -1;
+  int32_t q = ind->rank, xi[SC_MAX_RANK];
+  int32_t e = sc_lower_input_at(cx, n, 1, idx + axis);
+  if (e < 0) return -1;
+  for (int32_t i = 0; i < axis; i++) xi[i] = idx[i];
+  xi[axis] = gather_index(cx, e, x->dims[axis]);
+  for (int32_t i = axis + 1; i < x->rank; i++) xi[i] = idx[i - 1 + q];
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_gather = {SC_LOWER_POINT, gather_point, NULL};
+
+static int32_t gather_elements_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                                     const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0);
+  int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", 0), x->rank);
+  if (axis < 0) return -1;
+  int32_t e = sc_lower_input_at(cx, n, 1, idx), xi[SC_MAX_RANK];
+  if (e < 0) return -1;
+  memcpy(xi, idx, sizeof(int32_t) * (size_t)x->rank);
+  xi[axis] = gather_index(cx, e, x->dims[axis]);
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_gather_elements = {SC_LOWER_POINT, gather_elements_point, NULL};
+
+static int32_t gather_nd_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                               const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0), *ind = in_val(cx, n, 1);
+  int32_t b = (int32_t)attr_int(cx, n, "batch_dims", 0);
+  int32_t ri = ind->rank, m = (int32_t)ind->dims[ri - 1];
+  int32_t ii[SC_MAX_RANK], xi[SC_MAX_RANK];
+  /* output dims: ind dims [0, ri-1) (the first b are batch), then x dims
+   * [b+m, rank) */
+  for (int32_t i = 0; i < ri - 1; i++) ii[i] = idx[i];
+  for (int32_t i = 0; i < b; i++) xi[i] = idx[i];
+  for (int32_t k = 0; k < m; k++) {
+    ii[ri - 1] = C(cx, k);
+    int32_t e = sc_lower_input_at(cx, n, 1, ii);
+    if (e < 0) return -1;
+    xi[b + k] = gather_index(cx, e, x->dims[b + k]);
+  }
+  for (int32_t i = b + m; i < x->rank; i++) xi[i] = idx[ri - 1 + i - (b + m)];
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_gather_nd = {SC_LOWER_POINT, gather_nd_point, NULL};
+
+/* ---- ScatterND, ScatterElements ---- */
+
+static sc_status need_reduction_none(sc_lower_ctx *cx, const sc_node *n) {
+  const char *s = sc_attr_string(cx->g, n, "reduction", "none");
+  if (cx->g->diag.status != SC_OK) return (void)graph_failed(cx, n), cx->diag->status;
+  if (strcmp(s, "none") != 0)
+    return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED,
+                          "reduction '%s' is not supported by code generation (only "
+                          "'none')", s);
+  return SC_OK;
+}
+
+/* Common tail: r = REDUCE MAX over the inner loop of (match ? inner : -1);
+ * stores (r >= 0 ? update at upd_idx(r) : data at idx). */
+static sc_status scatter_finish(sc_lower_ctx *cx, const sc_node *n, const int32_t *idx,
+                                int32_t match, int32_t *ui, int32_t r_slot,
+                                int64_t r_dim) {
+  int32_t inner = kir_var(cx->arena, cx->k, KIR_INNER);
+  int32_t cand = sel(cx, match, inner, C(cx, -1));
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_MAX, SC_DTYPE_I64, cand);
+  if (ph < 0) return sc_lower_error(cx, n, SC_ERR_NOMEM, "out of memory");
+  int32_t r = kir_reg(cx->arena, cx->k, ph);
+  ui[r_slot] = clamp(cx, r, 0, r_dim - 1);
+  int32_t u = sc_lower_input_at(cx, n, 2, ui);
+  int32_t d = sc_lower_input_at(cx, n, 0, idx);
+  if (u < 0 || d < 0) return cx->diag->status != SC_OK ? cx->diag->status : SC_ERR_INVALID;
+  int32_t v = sel(cx, bin(cx, KIR_GE, r, C(cx, 0)), u, d);
+  return sc_lower_store(cx, n, 0, idx, v);
+}
+
+/* ScatterElements: output element idx takes updates[j] for the last j with
+ * j[d] == idx[d] (d != axis) and wrap(indices[j]) == idx[axis]; the inner
+ * loop runs over j[axis]. */
+static sc_status scatter_elements_build(sc_lower_ctx *cx, const sc_node *n) {
+  sc_status st = need_reduction_none(cx, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = in_val(cx, n, 0), *ind = in_val(cx, n, 1);
+  int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", 0), x->rank);
+  if (axis < 0) return cx->diag->status;
+  int64_t extent = ind->dims[axis];
+  if ((st = sc_lower_begin_kernel(cx, n, x->rank, x->dims, extent > 0 ? extent : 1)) != SC_OK)
+    return st;
+  int32_t idx[SC_MAX_RANK], ii[SC_MAX_RANK];
+  sc_lower_outer_index(cx, idx);
+  int32_t inner = kir_var(cx->arena, cx->k, KIR_INNER), ok = -1;
+  for (int32_t d = 0; d < x->rank; d++) {
+    if (d == axis) {
+      ii[d] = inner;
+      continue;
+    }
+    /* positions beyond the indices' extent have no update */
+    if (ind->dims[d] < x->dims[d]) ok = and_or_true(cx, ok, bin(cx, KIR_LT, idx[d], C(cx, ind->dims[d])));
+    ii[d] = clamp(cx, idx[d], 0, ind->dims[d] - 1);
+  }
+  int32_t match;
+  if (extent == 0 || sc_value_numel(ind) == 0) {
+    match = kir_const_i(cx->arena, cx->k, SC_DTYPE_BOOL, 0);
+  } else {
+    int32_t e = sc_lower_input_at(cx, n, 1, ii);
+    if (e < 0) return cx->diag->status;
+    match = bin(cx, KIR_EQ, wrap_index(cx, e, x->dims[axis]), idx[axis]);
+    if (ok >= 0) match = bin(cx, KIR_AND, ok, match);
+  }
+  return scatter_finish(cx, n, idx, match, ii, axis, extent > 0 ? extent : 1);
+}
+const sc_lowering sc_lw_scatter_elements = {SC_LOWER_KERNEL, NULL, scatter_elements_build};
+
+/* ScatterND: data [d_0 .. d_{m-1}, rest], indices [T..., m], updates
+ * [T..., rest]; output element idx takes the last tuple t (flattened over
+ * T...) whose wrapped index equals idx[0..m), at rest = idx[m..]. */
+static sc_status scatter_nd_build(sc_lower_ctx *cx, const sc_node *n) {
+  sc_status st = need_reduction_none(cx, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = in_val(cx, n, 0), *ind = in_val(cx, n, 1);
+  int32_t ri = ind->rank, m = (int32_t)ind->dims[ri - 1];
+  int64_t tuples = 1;
+  for (int32_t i = 0; i < ri - 1; i++) tuples *= ind->dims[i]; /* <= numel(ind) */
+  if ((st = sc_lower_begin_kernel(cx, n, x->rank, x->dims, tuples > 0 ? tuples : 1)) != SC_OK)
+    return st;
+  int32_t idx[SC_MAX_RANK], ii[SC_MAX_RANK], ui[SC_MAX_RANK];
+  sc_lower_outer_index(cx, idx);
+  int32_t inner = kir_var(cx->arena, cx->k, KIR_INNER);
+  sc_lower_unflatten(cx, inner, ri - 1, ind->dims, ii);
+  int32_t match = -1;
+  if (tuples == 0) {
+    match = kir_const_i(cx->arena, cx->k, SC_DTYPE_BOOL, 0);
+  } else {
+    for (int32_t k = 0; k < m; k++) {
+      ii[ri - 1] = C(cx, k);
+      int32_t e = sc_lower_input_at(cx, n, 1, ii);
+      if (e < 0) return cx->diag->status;
+      match = and_or_true(cx, match, bin(cx, KIR_EQ, wrap_index(cx, e, x->dims[k]), idx[k]));
+    }
+  }
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_MAX, SC_DTYPE_I64,
+                              sel(cx, match, inner, C(cx, -1)));
+  if (ph < 0) return sc_lower_error(cx, n, SC_ERR_NOMEM, "out of memory");
+  int32_t r = kir_reg(cx->arena, cx->k, ph);
+  int32_t rc = clamp(cx, r, 0, (tuples > 0 ? tuples : 1) - 1);
+  sc_lower_unflatten(cx, rc, ri - 1, ind->dims, ui);
+  for (int32_t i = m; i < x->rank; i++) ui[ri - 1 + i - m] = idx[i];
+  int32_t u = sc_lower_input_at(cx, n, 2, ui);
+  int32_t d = sc_lower_input_at(cx, n, 0, idx);
+  if (u < 0 || d < 0) return cx->diag->status != SC_OK ? cx->diag->status : SC_ERR_INVALID;
+  return sc_lower_store(cx, n, 0, idx, sel(cx, bin(cx, KIR_GE, r, C(cx, 0)), u, d));
+}
+const sc_lowering sc_lw_scatter_nd = {SC_LOWER_KERNEL, NULL, scatter_nd_build};
+
+/* ---- Expand, Tile ---- */
+
+static int32_t expand_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                            const int32_t *idx) {
+  const sc_value *x = in_val(cx, n, 0), *y = out_val(cx, n, out);
+  int32_t xi[SC_MAX_RANK];
+  sc_lower_bcast_index(cx, y->rank, idx, x->rank, x->dims, xi);
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_expand = {SC_LOWER_POINT, expand_point, NULL};
+
+static int32_t tile_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                          const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0), *y = out_val(cx, n, 0);
+  int32_t xi[SC_MAX_RANK];
+  for (int32_t i = 0; i < x->rank; i++)
+    xi[i] = y->dims[i] == x->dims[i] ? idx[i] : bin(cx, KIR_MOD, idx[i], C(cx, x->dims[i]));
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_tile = {SC_LOWER_POINT, tile_point, NULL};
+
+/* ---- Range, ConstantOfShape ---- */
+
+static int32_t range_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                           const int32_t *idx) {
+  (void)out;
+  sc_dtype t = out_val(cx, n, 0)->dtype;
+  int32_t zero[1] = {C(cx, 0)};
+  int32_t s = sc_lower_input_at(cx, n, 0, in_val(cx, n, 0)->rank ? zero : NULL);
+  int32_t d = sc_lower_input_at(cx, n, 2, in_val(cx, n, 2)->rank ? zero : NULL);
+  if (s < 0 || d < 0) return -1;
+  int32_t i = kir_cast(cx->arena, cx->k, t, idx[0]);
+  return bin(cx, KIR_ADD, s, bin(cx, KIR_MUL, i, d));
+}
+const sc_lowering sc_lw_range = {SC_LOWER_POINT, range_point, NULL};
+
+static int32_t constant_of_shape_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                                       const int32_t *idx) {
+  (void)out;
+  (void)idx;
+  const sc_value *y = out_val(cx, n, 0);
+  const sc_attr *a = sc_node_attr(n, "value");
+  if (!a) return const_of(cx, y->dtype, 0, 0);
+  const sc_tensor *t = sc_attr_tensor(cx->g, n, "value");
+  if (!t || !t->data || t->data_bytes != sc_dtype_size(t->dtype))
+    return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "ConstantOfShape value has no data"), -1;
+  if (sc_dtype_is_float(t->dtype))
+    return kir_const_f(cx->arena, cx->k, t->dtype, sc_load_f64(t->dtype, t->data, 0));
+  if (t->dtype == SC_DTYPE_U64)
+    return kir_const_i(cx->arena, cx->k, t->dtype, (int64_t) * (const uint64_t *)t->data);
+  return kir_const_i(cx->arena, cx->k, t->dtype, sc_load_i64(t->dtype, t->data, 0));
+}
+const sc_lowering sc_lw_constant_of_shape = {SC_LOWER_POINT, constant_of_shape_point, NULL};
+
+/* ---- Trilu ---- */
+
+static int32_t trilu_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                           const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0), *kv = in_val(cx, n, 1);
+  bool upper = attr_int(cx, n, "upper", 1) != 0;
+  int32_t k = C(cx, 0);
+  if (kv) {
+    int32_t zero[1] = {C(cx, 0)};
+    k = as_i64(cx, sc_lower_input_at(cx, n, 1, kv->rank ? zero : NULL));
+    if (k < 0) return -1;
+  }
+  int32_t diff = bin(cx, KIR_SUB, idx[x->rank - 1], idx[x->rank - 2]);
+  int32_t keep = bin(cx, upper ? KIR_GE : KIR_LE, diff, k);
+  int32_t v = sc_lower_input_at(cx, n, 0, idx);
+  if (v < 0) return -1;
+  return sel(cx, keep, v, const_of(cx, x->dtype, 0, 0));
+}
+const sc_lowering sc_lw_trilu = {SC_LOWER_POINT, trilu_point, NULL};
+
+/* ---- Pad ---- */
+
+typedef enum { PAD_CONSTANT, PAD_REFLECT, PAD_EDGE, PAD_WRAP } pad_mode;
+
+/* ((a % m) + m) % m for m > 0. */
+static int32_t pos_mod(sc_lower_ctx *cx, int32_t a, int64_t m) {
+  return bin(cx, KIR_MOD, bin(cx, KIR_ADD, bin(cx, KIR_MOD, a, C(cx, m)), C(cx, m)), C(cx, m));
+}
+
+static int32_t pad_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                         const int32_t *idx) {
+  (void)out;
+  sc_graph *g = cx->g;
+  const sc_value *x = in_val(cx, n, 0), *cv = in_val(cx, n, 2);
+  const char *ms = sc_attr_string(g, n, "mode", "constant");
+  if (g->diag.status != SC_OK) return graph_failed(cx, n);
+  pad_mode mode = !strcmp(ms, "reflect") ? PAD_REFLECT
+                  : !strcmp(ms, "edge")  ? PAD_EDGE
+                  : !strcmp(ms, "wrap")  ? PAD_WRAP
+                                         : PAD_CONSTANT;
+  int64_t pads[2 * SC_MAX_RANK], np, axes[SC_MAX_RANK], na = x->rank;
+  if (sc_input_ints(g, n, 1, pads, 2 * SC_MAX_RANK, &np) != SC_OK) return graph_failed(cx, n);
+  bool has_axes = sc_node_input(g, n, 3) != NULL;
+  if (has_axes && sc_input_ints(g, n, 3, axes, SC_MAX_RANK, &na) != SC_OK)
+    return graph_failed(cx, n);
+  int64_t begin[SC_MAX_RANK] = {0}, end[SC_MAX_RANK] = {0};
+  for (int64_t i = 0; i < na && 2 * na == np; i++) {
+    int32_t a = norm_axis(cx, n, has_axes ? axes[i] : i, x->rank);
+    if (a < 0) return -1;
+    begin[a] = pads[i];
+    end[a] = pads[i + na];
+  }
+  int32_t xi[SC_MAX_RANK], inside = -1;
+  for (int32_t a = 0; a < x->rank; a++) {
+    int64_t dim = x->dims[a];
+    if (begin[a] == 0 && end[a] == 0) {
+      xi[a] = idx[a];
+      continue;
+    }
+    int32_t i = bin(cx, KIR_SUB, idx[a], C(cx, begin[a]));
+    switch (mode) {
+    case PAD_CONSTANT:
+      if (begin[a] > 0 || end[a] > 0) inside = and_or_true(cx, inside, in_range(cx, i, 0, dim));
+      i = clamp(cx, i, 0, dim - 1);
+      break;
+    case PAD_EDGE: i = clamp(cx, i, 0, dim - 1); break;
+    case PAD_WRAP: i = pos_mod(cx, i, dim); break;
+    case PAD_REFLECT:
+      if (dim == 1) {
+        i = C(cx, 0);
+      } else {
+        int32_t t = pos_mod(cx, i, 2 * (dim - 1));
+        i = sel(cx, bin(cx, KIR_GE, t, C(cx, dim)), bin(cx, KIR_SUB, C(cx, 2 * (dim - 1)), t), t);
+      }
+      break;
+    }
+    xi[a] = i;
+  }
+  int32_t v = sc_value_numel(x) > 0 ? sc_lower_input_at(cx, n, 0, xi) : -2;
+  if (v == -1) return -1;
+  if (inside < 0 && v >= 0) return v;
+  int32_t c;
+  if (cv && sc_value_numel(cv) == 1) {
+    int32_t zero[SC_MAX_RANK];
+    for (int32_t i = 0; i < cv->rank; i++) zero[i] = C(cx, 0);
+    c = sc_lower_input_at(cx, n, 2, zero);
+    if (c < 0) return -1;
+  } else {
+    c = const_of(cx, x->dtype, 0, 0);
+  }
+  return v < 0 ? c : sel(cx, inside, v, c);
+}
+const sc_lowering sc_lw_pad = {SC_LOWER_POINT, pad_point, NULL};
+
+/* ---- OneHot ---- */
+
+static int32_t onehot_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                            const int32_t *idx) {
+  (void)out;
+  const sc_value *ind = in_val(cx, n, 0), *y = out_val(cx, n, 0);
+  int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", -1), ind->rank + 1);
+  if (axis < 0) return -1;
+  int64_t depth = y->dims[axis];
+  int32_t ii[SC_MAX_RANK];
+  for (int32_t i = 0, j = 0; i <= ind->rank; i++)
+    if (i != axis) ii[j++] = idx[i];
+  int32_t e = sc_lower_input_at(cx, n, 0, ii);
+  if (e < 0) return -1;
+  e = wrap_index(cx, e, depth);
+  int32_t c0[1] = {C(cx, 0)}, c1[1] = {C(cx, 1)};
+  const sc_value *vals = in_val(cx, n, 2);
+  int32_t off = sc_lower_input_at(cx, n, 2, vals->rank ? c0 : NULL);
+  int32_t on = sc_lower_input_at(cx, n, 2, vals->rank ? c1 : NULL);
+  if (off < 0 || on < 0) return -1;
+  return sel(cx, bin(cx, KIR_EQ, e, idx[axis]), on, off);
+}
+const sc_lowering sc_lw_onehot = {SC_LOWER_POINT, onehot_point, NULL};
+
+/* ---- ops that never reach code generation ---- */
+
+const sc_lowering sc_lw_none = {SC_LOWER_NONE, NULL, NULL};

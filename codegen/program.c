@@ -1,0 +1,174 @@
+/* program.c — the program container: buffers, kernels and steps, with a
+ * stable text dump for golden tests (see codegen/program.h).
+ *
+ * Everything a program holds lives in its own arena: names and origins are
+ * copied in, the arrays grow by copying into a bigger arena block. CONST data
+ * stays borrowed. Building a program (sc_program_from_graph) is in
+ * codegen/lower.c, its memory plan in passes/memplan.c and its JSON form in
+ * codegen/program_json.c; this file only holds and prints it, and says which
+ * buffers each step touches (sc_step_buffers), the one definition the memory
+ * plan and the runtime share. */
+#include "codegen/program.h"
+
+#include <string.h>
+
+sc_program *sc_program_create(void) {
+  sc_program *p = sc_calloc(1, sizeof *p);
+  if (!p) return NULL;
+  sc_arena_init(&p->arena);
+  p->arena_align = 64;
+  return p;
+}
+
+void sc_program_destroy(sc_program *p) {
+  if (!p) return;
+  sc_arena_free(&p->arena);
+  sc_free(p);
+}
+
+/* Grows *arr (n used, *cap allocated, elements of size sz) to hold one more. */
+static bool grow(sc_arena *a, void **arr, int32_t n, int32_t *cap, size_t sz) {
+  if (n < *cap) return true;
+  if (*cap > INT32_MAX / 2) return false;
+  int32_t nc = *cap < 8 ? 8 : *cap * 2;
+  void *na = sc_arena_array(a, (size_t)nc, sz);
+  if (!na) return false;
+  if (n) memcpy(na, *arr, (size_t)n * sz);
+  *arr = na;
+  *cap = nc;
+  return true;
+}
+
+int32_t sc_program_add_buffer(sc_program *p, const sc_buffer *b) {
+  if (!grow(&p->arena, (void **)&p->buffers, p->n_buffers, &p->cap_buffers, sizeof *p->buffers))
+    return -1;
+  sc_buffer nb = *b;
+  if (nb.name && !(nb.name = sc_arena_strdup(&p->arena, nb.name))) return -1;
+  if (nb.kind != SC_BUF_VIEW) nb.alias_of = -1;
+  if (nb.bytes == 0) { /* derive from the shape */
+    int64_t n = sc_dtype_size(nb.dtype);
+    for (int32_t d = 0; d < nb.rank && d < SC_MAX_RANK; d++)
+      if (!sc_mul_i64(n, nb.dims[d], &n)) return -1;
+    nb.bytes = n;
+  }
+  p->buffers[p->n_buffers] = nb;
+  return p->n_buffers++;
+}
+
+int32_t sc_program_add_kernel(sc_program *p, kir_kernel *k) {
+  if (!grow(&p->arena, (void **)&p->kernels, p->n_kernels, &p->cap_kernels, sizeof *p->kernels))
+    return -1;
+  p->kernels[p->n_kernels] = k;
+  return p->n_kernels++;
+}
+
+int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
+  if (!grow(&p->arena, (void **)&p->steps, p->n_steps, &p->cap_steps, sizeof *p->steps))
+    return -1;
+  sc_step ns = *s;
+  if (ns.origin && !(ns.origin = sc_arena_strdup(&p->arena, ns.origin))) return -1;
+  p->steps[p->n_steps] = ns;
+  return p->n_steps++;
+}
+
+static sc_status add_id(sc_program *p, int32_t **arr, int32_t *n, int32_t buffer) {
+  if (buffer < 0 || buffer >= p->n_buffers) return SC_ERR_USAGE;
+  int32_t *na = sc_arena_array(&p->arena, (size_t)*n + 1, sizeof *na);
+  if (!na) return SC_ERR_NOMEM;
+  if (*n) memcpy(na, *arr, (size_t)*n * sizeof *na);
+  na[(*n)++] = buffer;
+  *arr = na;
+  return SC_OK;
+}
+
+sc_status sc_program_add_input(sc_program *p, int32_t buffer) {
+  return add_id(p, &p->inputs, &p->n_inputs, buffer);
+}
+sc_status sc_program_add_output(sc_program *p, int32_t buffer) {
+  return add_id(p, &p->outputs, &p->n_outputs, buffer);
+}
+
+int32_t sc_program_root(const sc_program *p, int32_t buffer) {
+  int32_t b = buffer;
+  for (int32_t hops = 0; b >= 0 && b < p->n_buffers && p->buffers[b].kind == SC_BUF_VIEW;
+       hops++) {
+    SC_ASSERT(hops <= p->n_buffers); /* a cycle of views is a bug */
+    b = p->buffers[b].alias_of;
+  }
+  return b;
+}
+
+void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud) {
+  if (s->kind == SC_STEP_GEMM) {
+    const sc_gemm *g = &s->gemm;
+    fn(ud, g->a, false);
+    fn(ud, g->b, false);
+    if (g->bias >= 0) fn(ud, g->bias, false);
+    if (g->beta != 0.0f) fn(ud, g->c, false);
+    fn(ud, g->c, true);
+  }
+  if (s->kernel >= 0 && s->kernel < p->n_kernels) {
+    const kir_kernel *k = p->kernels[s->kernel];
+    for (int32_t i = 0; i < k->n_params; i++) fn(ud, k->params[i].buffer, k->params[i].written);
+  }
+}
+
+static const char *const kind_names[] = {"input", "output", "const", "temp", "view"};
+
+static void print_dims(FILE *out, int32_t rank, const int64_t *dims) {
+  fputc('[', out);
+  for (int32_t d = 0; d < rank; d++) fprintf(out, "%s%lld", d ? "," : "", (long long)dims[d]);
+  fputc(']', out);
+}
+
+void sc_program_print(const sc_program *p, FILE *out) {
+  fprintf(out, "program buffers %d kernels %d steps %d arena %lld align %lld\n",
+          (int)p->n_buffers, (int)p->n_kernels, (int)p->n_steps, (long long)p->arena_bytes,
+          (long long)p->arena_align);
+  fputs("inputs", out);
+  for (int32_t i = 0; i < p->n_inputs; i++) fprintf(out, " b%d", (int)p->inputs[i]);
+  fputs("\noutputs", out);
+  for (int32_t i = 0; i < p->n_outputs; i++) fprintf(out, " b%d", (int)p->outputs[i]);
+  fputc('\n', out);
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    const sc_buffer *b = &p->buffers[i];
+    fprintf(out, "b%d %s %s ", (int)i,
+            (unsigned)b->kind <= SC_BUF_VIEW ? kind_names[b->kind] : "?",
+            sc_dtype_name(b->dtype));
+    print_dims(out, b->rank, b->dims);
+    fprintf(out, " bytes %lld", (long long)b->bytes);
+    if (b->kind == SC_BUF_VIEW) fprintf(out, " view-of b%d", (int)b->alias_of);
+    else if (b->kind != SC_BUF_CONST) {
+      if (b->offset >= 0) fprintf(out, " @%lld", (long long)b->offset);
+      else fputs(" @?", out);
+    }
+    if (b->name) fprintf(out, " \"%s\"", b->name);
+    fputc('\n', out);
+  }
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    fprintf(out, "s%d ", (int)i);
+    if (s->kind == SC_STEP_GEMM) {
+      const sc_gemm *g = &s->gemm;
+      fprintf(out, "gemm c=b%d a=b%d%s b=b%d%s batch %lld m %lld n %lld k %lld lda %lld ldb %lld "
+                   "ldc %lld strides %lld,%lld,%lld alpha %.9g beta %.9g",
+              (int)g->c, (int)g->a, g->trans_a ? "^T" : "", (int)g->b, g->trans_b ? "^T" : "",
+              (long long)g->batch, (long long)g->m, (long long)g->n, (long long)g->k,
+              (long long)g->lda, (long long)g->ldb, (long long)g->ldc, (long long)g->stride_a,
+              (long long)g->stride_b, (long long)g->stride_c, (double)g->alpha, (double)g->beta);
+      if (g->bias >= 0) fprintf(out, " bias=b%d%s", (int)g->bias, g->bias_full ? " full" : "");
+      if (s->kernel >= 0)
+        fprintf(out, " epilogue k%d %s", (int)s->kernel,
+                s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");
+    } else {
+      fprintf(out, "kernel k%d %s", (int)s->kernel,
+              s->kernel >= 0 && s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");
+    }
+    if (s->origin) fprintf(out, " (%s)", s->origin);
+    fputc('\n', out);
+  }
+  for (int32_t i = 0; i < p->n_kernels; i++) {
+    fprintf(out, "k%d ", (int)i);
+    kir_print(p->kernels[i], out);
+  }
+}

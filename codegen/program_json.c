@@ -1,0 +1,768 @@
+/* program_json.c — an sc_program as JSON (program.json in a bundle) and back.
+ *
+ * The writer emits every field that defines the program — buffers, the kir
+ * of every kernel (params, outer dims, inner extent, the expression array in
+ * its exact order, phases) and the steps — so that reading the text gives a
+ * program equal field for field, and writing it again gives identical text.
+ * Expression fields equal to their defaults (operands -1, var 0, constants
+ * 0) are left out; float constants are written with 17 significant digits
+ * (exact) and NaN/±inf as the strings "nan", "inf", "-inf".
+ *
+ * The reader assumes nothing about the text: it is the part of a bundle an
+ * attacker edits. Every id is bounds-checked before use, every size is
+ * re-derived (bytes = numel × element size, checked), arena slots must lie in
+ * the arena, CONST data in the weights, GEMM operands in their buffers, VIEW
+ * chains must end, kernel names must be unique C identifiers, and every kernel
+ * must pass kir_verify. It does not prove that index expressions stay inside
+ * their params (kir has data-dependent indices, e.g. Gather); see
+ * docs/bundle.md. Schema: docs/bundle.md. */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/bundle.h"
+
+/* ---------------------------------------------------------------- names */
+
+static const char *const KIR_NAMES[] = {
+#define X(e, s, n) s,
+    KIR_OPS(X)
+#undef X
+};
+static const int KIR_ARITY[] = {
+#define X(e, s, n) n,
+    KIR_OPS(X)
+#undef X
+};
+_Static_assert(sizeof KIR_NAMES / sizeof KIR_NAMES[0] == KIR_OP_COUNT, "kir op names");
+
+static const char *const BUF_KINDS[] = {"input", "output", "const", "temp", "view"};
+enum { N_BUF_KINDS = 5 };
+static const char *const STEP_KINDS[] = {"kernel", "gemm"};
+_Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
+static const char *const PHASE_KINDS[] = {"reduce", "store"};
+static const char *const RED_OPS[] = {"sum", "prod", "max", "min", "argmax", "argmin"};
+_Static_assert(sizeof RED_OPS / sizeof RED_OPS[0] == KIR_RED_COUNT, "reduce ops");
+
+static int find_name(const char *const *names, int n, const char *s) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(names[i], s) == 0) return i;
+  return -1;
+}
+
+/* --------------------------------------------------------------- writing */
+
+static json_t *jdims(const int64_t *dims, int32_t rank) {
+  json_t *a = json_array();
+  for (int32_t i = 0; i < rank; i++) json_array_append_new(a, json_integer(dims[i]));
+  return a;
+}
+
+static json_t *jstr(const char *s) { return s ? json_string(s) : json_null(); }
+
+static json_t *jreal(double f) {
+  if (isnan(f)) return json_string("nan");
+  if (isinf(f)) return json_string(f > 0 ? "inf" : "-inf");
+  return json_real(f);
+}
+
+static json_t *write_buffer(const sc_buffer *b, int64_t weight_offset) {
+  json_t *o = json_object();
+  json_object_set_new(o, "name", jstr(b->name));
+  json_object_set_new(o, "kind", json_string(BUF_KINDS[b->kind]));
+  json_object_set_new(o, "dtype", json_string(sc_dtype_name(b->dtype)));
+  json_object_set_new(o, "shape", jdims(b->dims, b->rank));
+  json_object_set_new(o, "bytes", json_integer(b->bytes));
+  json_object_set_new(o, "offset", json_integer(b->offset));
+  json_object_set_new(o, "alias_of", json_integer(b->alias_of));
+  json_object_set_new(o, "value", json_integer(b->value));
+  if (b->kind == SC_BUF_CONST && weight_offset >= 0)
+    json_object_set_new(o, "weights_offset", json_integer(weight_offset));
+  return o;
+}
+
+static json_t *write_expr(const kir_expr *e) {
+  json_t *o = json_object();
+  json_object_set_new(o, "op", json_string(KIR_NAMES[e->op]));
+  json_object_set_new(o, "t", json_string(sc_dtype_name(e->dtype)));
+  if (e->a != -1) json_object_set_new(o, "a", json_integer(e->a));
+  if (e->b != -1) json_object_set_new(o, "b", json_integer(e->b));
+  if (e->c != -1) json_object_set_new(o, "c", json_integer(e->c));
+  if (e->var != 0) json_object_set_new(o, "var", json_integer(e->var));
+  if (e->f != 0 || signbit(e->f) || isnan(e->f)) json_object_set_new(o, "f", jreal(e->f));
+  if (e->i != 0) json_object_set_new(o, "i", json_integer(e->i));
+  return o;
+}
+
+static json_t *write_kernel(const kir_kernel *k) {
+  json_t *o = json_object();
+  json_object_set_new(o, "name", jstr(k->name));
+  json_object_set_new(o, "origin", jstr(k->origin));
+  json_t *params = json_array();
+  for (int32_t i = 0; i < k->n_params; i++) {
+    const kir_param *pa = &k->params[i];
+    json_t *po = json_object();
+    json_object_set_new(po, "buffer", json_integer(pa->buffer));
+    json_object_set_new(po, "dtype", json_string(sc_dtype_name(pa->dtype)));
+    json_object_set_new(po, "numel", json_integer(pa->numel));
+    json_object_set_new(po, "written", json_boolean(pa->written));
+    json_array_append_new(params, po);
+  }
+  json_object_set_new(o, "params", params);
+  json_object_set_new(o, "outer", jdims(k->outer_dims, k->outer_rank));
+  json_object_set_new(o, "inner", json_integer(k->inner));
+  json_t *exprs = json_array();
+  for (int32_t i = 0; i < k->n_exprs; i++) json_array_append_new(exprs, write_expr(&k->exprs[i]));
+  json_object_set_new(o, "exprs", exprs);
+  json_t *phases = json_array();
+  for (int32_t i = 0; i < k->n_phases; i++) {
+    const kir_phase *ph = &k->phases[i];
+    json_t *po = json_object();
+    json_object_set_new(po, "kind", json_string(PHASE_KINDS[ph->kind]));
+    if (ph->kind == KIR_PHASE_REDUCE) {
+      json_object_set_new(po, "rop", json_string(RED_OPS[ph->rop]));
+      json_object_set_new(po, "acc", json_string(sc_dtype_name(ph->acc_dtype)));
+      json_object_set_new(po, "value", json_integer(ph->value));
+    } else {
+      json_object_set_new(po, "value", json_integer(ph->value));
+      json_object_set_new(po, "param", json_integer(ph->out_param));
+      json_object_set_new(po, "index", json_integer(ph->out_index));
+    }
+    json_array_append_new(phases, po);
+  }
+  json_object_set_new(o, "phases", phases);
+  return o;
+}
+
+static json_t *write_step(const sc_step *s) {
+  json_t *o = json_object();
+  json_object_set_new(o, "kind", json_string(STEP_KINDS[s->kind]));
+  json_object_set_new(o, "kernel", json_integer(s->kernel));
+  json_object_set_new(o, "origin", jstr(s->origin));
+  if (s->kind == SC_STEP_GEMM) {
+    const sc_gemm *g = &s->gemm;
+    json_t *go = json_object();
+    json_object_set_new(go, "a", json_integer(g->a));
+    json_object_set_new(go, "b", json_integer(g->b));
+    json_object_set_new(go, "c", json_integer(g->c));
+    json_object_set_new(go, "trans_a", json_boolean(g->trans_a));
+    json_object_set_new(go, "trans_b", json_boolean(g->trans_b));
+    json_object_set_new(go, "batch", json_integer(g->batch));
+    json_object_set_new(go, "m", json_integer(g->m));
+    json_object_set_new(go, "n", json_integer(g->n));
+    json_object_set_new(go, "k", json_integer(g->k));
+    json_object_set_new(go, "lda", json_integer(g->lda));
+    json_object_set_new(go, "ldb", json_integer(g->ldb));
+    json_object_set_new(go, "ldc", json_integer(g->ldc));
+    json_object_set_new(go, "stride_a", json_integer(g->stride_a));
+    json_object_set_new(go, "stride_b", json_integer(g->stride_b));
+    json_object_set_new(go, "stride_c", json_integer(g->stride_c));
+    json_object_set_new(go, "alpha", jreal(g->alpha));
+    json_object_set_new(go, "beta", jreal(g->beta));
+    json_object_set_new(go, "bias", json_integer(g->bias));
+    json_object_set_new(go, "bias_full", json_boolean(g->bias_full));
+    json_object_set_new(o, "gemm", go);
+  }
+  return o;
+}
+
+static json_t *jids(const int32_t *ids, int32_t n) {
+  json_t *a = json_array();
+  for (int32_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+  return a;
+}
+
+sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
+                                char **text, sc_diag *diag) {
+  *text = NULL;
+  json_t *root = json_object();
+  if (!root) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "program JSON: out of memory");
+  json_object_set_new(root, "format", json_string("shardc-program"));
+  json_object_set_new(root, "version", json_integer(SC_PROGRAM_JSON_VERSION));
+  json_object_set_new(root, "arena_bytes", json_integer(p->arena_bytes));
+  json_object_set_new(root, "arena_align", json_integer(p->arena_align));
+  json_t *bufs = json_array();
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    SC_ASSERT((int)p->buffers[i].kind >= 0 && (int)p->buffers[i].kind < N_BUF_KINDS);
+    json_array_append_new(bufs, write_buffer(&p->buffers[i],
+                                             weight_offsets ? weight_offsets[i] : -1));
+  }
+  json_object_set_new(root, "buffers", bufs);
+  json_object_set_new(root, "inputs", jids(p->inputs, p->n_inputs));
+  json_object_set_new(root, "outputs", jids(p->outputs, p->n_outputs));
+  json_t *kernels = json_array();
+  for (int32_t i = 0; i < p->n_kernels; i++)
+    json_array_append_new(kernels, write_kernel(p->kernels[i]));
+  json_object_set_new(root, "kernels", kernels);
+  json_t *steps = json_array();
+  for (int32_t i = 0; i < p->n_steps; i++) json_array_append_new(steps, write_step(&p->steps[i]));
+  json_object_set_new(root, "steps", steps);
+
+  char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "program JSON: out of memory");
+  size_t n = strlen(s);
+  *text = sc_malloc(n + 2);
+  if (!*text) {
+    free(s);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "program JSON: out of memory");
+  }
+  memcpy(*text, s, n);
+  (*text)[n] = '\n';
+  (*text)[n + 1] = 0;
+  free(s);
+  return SC_OK;
+}
+
+int64_t sc_program_weights_layout(const sc_program *p, int64_t *offsets) {
+  int64_t pos = 0;
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    offsets[i] = -1;
+    if (p->buffers[i].kind != SC_BUF_CONST) continue;
+    int64_t aligned;
+    if (!sc_add_i64(pos, SC_BUNDLE_WEIGHT_ALIGN - 1, &aligned)) return -1;
+    aligned -= aligned % SC_BUNDLE_WEIGHT_ALIGN;
+    offsets[i] = aligned;
+    if (!sc_add_i64(aligned, p->buffers[i].bytes, &pos)) return -1;
+  }
+  return pos;
+}
+
+/* --------------------------------------------------------------- reading */
+
+typedef struct reader {
+  sc_diag *diag;
+  sc_program *p;
+  char where[160]; /* "kernels[3].exprs[12]" */
+  const void *weights;
+  int64_t weights_bytes;
+} reader;
+
+static sc_status fail(reader *r, sc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static sc_status fail(reader *r, sc_status st, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return sc_diag_set(r->diag, st, NULL, NULL, "program.json: %s%s%s", r->where,
+                     r->where[0] ? ": " : "", msg);
+}
+
+static void at(reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void at(reader *r, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->where, sizeof r->where, fmt, ap);
+  va_end(ap);
+}
+
+/* Integer field; when absent: dflt if optional, else an error. */
+static sc_status get_int(reader *r, json_t *o, const char *key, bool required, int64_t dflt,
+                         int64_t *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v) {
+    if (required) return fail(r, SC_ERR_PARSE, "missing '%s'", key);
+    *out = dflt;
+    return SC_OK;
+  }
+  if (!json_is_integer(v)) return fail(r, SC_ERR_PARSE, "'%s' must be an integer", key);
+  *out = (int64_t)json_integer_value(v);
+  return SC_OK;
+}
+
+static sc_status get_range(reader *r, json_t *o, const char *key, bool required, int64_t dflt,
+                           int64_t lo, int64_t hi, int32_t *out) {
+  int64_t v = 0;
+  sc_status st = get_int(r, o, key, required, dflt, &v);
+  if (st) return st;
+  if (v < lo || v > hi)
+    return fail(r, SC_ERR_INVALID, "'%s' = %lld out of range [%lld, %lld]", key, (long long)v,
+                (long long)lo, (long long)hi);
+  *out = (int32_t)v;
+  return SC_OK;
+}
+
+static sc_status get_bool(reader *r, json_t *o, const char *key, bool *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v || !json_is_boolean(v)) return fail(r, SC_ERR_PARSE, "'%s' must be true or false", key);
+  *out = json_is_true(v);
+  return SC_OK;
+}
+
+static sc_status get_real(reader *r, json_t *o, const char *key, bool required, double *out) {
+  json_t *v = json_object_get(o, key);
+  if (!v) {
+    if (required) return fail(r, SC_ERR_PARSE, "missing '%s'", key);
+    *out = 0;
+    return SC_OK;
+  }
+  if (json_is_number(v)) {
+    *out = json_number_value(v);
+    return SC_OK;
+  }
+  const char *s = json_string_value(v);
+  if (s && strcmp(s, "nan") == 0) *out = NAN;
+  else if (s && strcmp(s, "inf") == 0) *out = INFINITY;
+  else if (s && strcmp(s, "-inf") == 0) *out = -INFINITY;
+  else return fail(r, SC_ERR_PARSE, "'%s' must be a number, \"nan\", \"inf\" or \"-inf\"", key);
+  return SC_OK;
+}
+
+/* A string field copied into the program's arena (NULL when JSON null and
+ * nullable). */
+static sc_status get_str(reader *r, json_t *o, const char *key, bool nullable, const char **out) {
+  json_t *v = json_object_get(o, key);
+  if (v && json_is_null(v) && nullable) {
+    *out = NULL;
+    return SC_OK;
+  }
+  if (!v || !json_is_string(v)) return fail(r, SC_ERR_PARSE, "'%s' must be a string", key);
+  *out = sc_arena_strdup(&r->p->arena, json_string_value(v));
+  if (!*out) return fail(r, SC_ERR_NOMEM, "out of memory");
+  return SC_OK;
+}
+
+static sc_status get_enum(reader *r, json_t *o, const char *key, const char *const *names, int n,
+                          int *out) {
+  const char *s = json_string_value(json_object_get(o, key));
+  if (!s) return fail(r, SC_ERR_PARSE, "'%s' must be a string", key);
+  *out = find_name(names, n, s);
+  if (*out < 0) return fail(r, SC_ERR_INVALID, "unknown %s '%s'", key, s);
+  return SC_OK;
+}
+
+static sc_status get_dtype(reader *r, json_t *o, const char *key, sc_dtype *out) {
+  const char *s = json_string_value(json_object_get(o, key));
+  if (!s) return fail(r, SC_ERR_PARSE, "'%s' must be a dtype name", key);
+  sc_dtype t = sc_dtype_parse(s);
+  if (t == SC_DTYPE_COUNT || !sc_dtype_is_numeric(t))
+    return fail(r, SC_ERR_INVALID, "'%s': unsupported dtype '%s'", key, s);
+  *out = t;
+  return SC_OK;
+}
+
+static sc_status get_array(reader *r, json_t *o, const char *key, size_t max, json_t **out) {
+  json_t *v = json_object_get(o, key);
+  if (!v || !json_is_array(v)) return fail(r, SC_ERR_PARSE, "'%s' must be an array", key);
+  if (json_array_size(v) > max)
+    return fail(r, SC_ERR_LIMIT, "'%s' has %zu entries (at most %zu)", key, json_array_size(v),
+                max);
+  *out = v;
+  return SC_OK;
+}
+
+/* dims (each >= 0, product and × elem fitting in int64); numel out. */
+static sc_status get_dims(reader *r, json_t *o, const char *key, int64_t *dims, int32_t *rank,
+                          int64_t *numel) {
+  json_t *a;
+  sc_status st = get_array(r, o, key, SC_MAX_RANK, &a);
+  if (st) return st;
+  *rank = (int32_t)json_array_size(a);
+  int64_t n = 1;
+  for (int32_t i = 0; i < *rank; i++) {
+    json_t *d = json_array_get(a, (size_t)i);
+    if (!json_is_integer(d) || json_integer_value(d) < 0)
+      return fail(r, SC_ERR_INVALID, "'%s'[%d] must be a non-negative integer", key, i);
+    dims[i] = (int64_t)json_integer_value(d);
+    if (!sc_mul_i64(n, dims[i], &n)) return fail(r, SC_ERR_LIMIT, "'%s': size overflows", key);
+  }
+  *numel = n;
+  return SC_OK;
+}
+
+static bool is_identifier(const char *s) {
+  if (!s || !s[0] || strlen(s) > 255) return false;
+  if (!((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_'))
+    return false;
+  for (const char *c = s; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '_'))
+      return false;
+  return true;
+}
+
+static sc_status read_buffer(reader *r, json_t *o, int32_t id, int32_t n_buffers, sc_buffer *b) {
+  at(r, "buffers[%d]", id);
+  if (!json_is_object(o)) return fail(r, SC_ERR_PARSE, "must be an object");
+  int kind;
+  int64_t numel = 0, v = 0;
+  sc_status st;
+  memset(b, 0, sizeof *b);
+  if ((st = get_str(r, o, "name", true, &b->name))) return st;
+  if ((st = get_enum(r, o, "kind", BUF_KINDS, N_BUF_KINDS, &kind))) return st;
+  b->kind = (sc_buf_kind)kind;
+  if ((st = get_dtype(r, o, "dtype", &b->dtype))) return st;
+  if ((st = get_dims(r, o, "shape", b->dims, &b->rank, &numel))) return st;
+  if ((st = get_int(r, o, "bytes", true, 0, &b->bytes))) return st;
+  int64_t want;
+  if (!sc_mul_i64(numel, (int64_t)sc_dtype_size(b->dtype), &want))
+    return fail(r, SC_ERR_LIMIT, "size overflows");
+  if (b->bytes != want)
+    return fail(r, SC_ERR_INVALID, "bytes %lld, but shape and dtype give %lld",
+                (long long)b->bytes, (long long)want);
+  if ((st = get_int(r, o, "offset", true, 0, &b->offset))) return st;
+  if ((st = get_range(r, o, "alias_of", true, 0, -1, n_buffers - 1, &b->alias_of))) return st;
+  if ((st = get_int(r, o, "value", true, 0, &v))) return st;
+  if (v < -1 || v > INT32_MAX) return fail(r, SC_ERR_INVALID, "'value' out of range");
+  b->value = (int32_t)v;
+
+  const sc_program *p = r->p;
+  bool in_arena = b->kind == SC_BUF_INPUT || b->kind == SC_BUF_OUTPUT || b->kind == SC_BUF_TEMP;
+  if (in_arena) {
+    int64_t end;
+    if (b->offset < 0 || (p->arena_align > 0 && b->offset % p->arena_align != 0) ||
+        !sc_add_i64(b->offset, b->bytes, &end) || end > p->arena_bytes)
+      return fail(r, SC_ERR_INVALID, "arena slot [%lld, +%lld) outside the arena (%lld bytes)",
+                  (long long)b->offset, (long long)b->bytes, (long long)p->arena_bytes);
+  } else if (b->offset != -1) {
+    return fail(r, SC_ERR_INVALID, "a %s buffer has no arena offset", BUF_KINDS[b->kind]);
+  }
+  if ((b->kind == SC_BUF_VIEW) != (b->alias_of >= 0))
+    return fail(r, SC_ERR_INVALID, "alias_of must be set exactly for view buffers");
+  if (b->alias_of == id) return fail(r, SC_ERR_INVALID, "a view of itself");
+
+  json_t *wo = json_object_get(o, "weights_offset");
+  if (b->kind == SC_BUF_CONST) {
+    int64_t off, end;
+    if ((st = get_int(r, o, "weights_offset", true, 0, &off))) return st;
+    if (off < 0 || off % SC_BUNDLE_WEIGHT_ALIGN != 0 || !sc_add_i64(off, b->bytes, &end) ||
+        end > r->weights_bytes)
+      return fail(r, SC_ERR_INVALID,
+                  "weights [%lld, +%lld) outside weights.bin (%lld bytes) or unaligned",
+                  (long long)off, (long long)b->bytes, (long long)r->weights_bytes);
+    b->data = r->weights ? (const char *)r->weights + off : NULL;
+  } else if (wo) {
+    return fail(r, SC_ERR_INVALID, "weights_offset on a non-const buffer");
+  }
+  return SC_OK;
+}
+
+static sc_status read_expr(reader *r, json_t *o, const kir_kernel *k, int32_t id, kir_expr *e) {
+  if (!json_is_object(o)) return fail(r, SC_ERR_PARSE, "must be an object");
+  int op;
+  sc_status st;
+  if ((st = get_enum(r, o, "op", KIR_NAMES, KIR_OP_COUNT, &op))) return st;
+  e->op = (kir_op)op;
+  if ((st = get_dtype(r, o, "t", &e->dtype))) return st;
+  int32_t *ops[3] = {&e->a, &e->b, &e->c};
+  const char *keys[3] = {"a", "b", "c"};
+  for (int j = 0; j < 3; j++) {
+    /* Used operands name earlier exprs; unused ones stay -1. */
+    bool used = j < KIR_ARITY[op];
+    if ((st = get_range(r, o, keys[j], used, -1, used ? 0 : -1, used ? id - 1 : -1, ops[j])))
+      return st;
+  }
+  int64_t var = 0;
+  if ((st = get_int(r, o, "var", false, 0, &var))) return st;
+  int64_t lo = INT32_MIN, hi = INT32_MAX;
+  if (op == KIR_VAR) {
+    lo = KIR_INNER;
+    hi = k->outer_rank - 1;
+    if (var == KIR_INNER && k->inner < 1) hi = -2;
+  } else if (op == KIR_LOAD) {
+    lo = 0;
+    hi = k->n_params - 1;
+  } else if (op == KIR_REG) {
+    lo = 0;
+    hi = k->n_phases - 1;
+  }
+  if (var < lo || var > hi)
+    return fail(r, SC_ERR_INVALID, "'var' = %lld out of range [%lld, %lld]", (long long)var,
+                (long long)lo, (long long)hi);
+  e->var = (int32_t)var;
+  if ((st = get_real(r, o, "f", false, &e->f))) return st;
+  if ((st = get_int(r, o, "i", false, 0, &e->i))) return st;
+  return SC_OK;
+}
+
+static sc_status read_kernel(reader *r, json_t *o, int32_t kid, kir_kernel **out) {
+  sc_program *p = r->p;
+  at(r, "kernels[%d]", kid);
+  if (!json_is_object(o)) return fail(r, SC_ERR_PARSE, "must be an object");
+  const char *name, *origin;
+  sc_status st;
+  if ((st = get_str(r, o, "name", false, &name))) return st;
+  if (!is_identifier(name)) return fail(r, SC_ERR_INVALID, "name '%s' is not a C identifier", name);
+  for (int32_t i = 0; i < kid; i++)
+    if (strcmp(p->kernels[i]->name, name) == 0)
+      return fail(r, SC_ERR_INVALID, "duplicate kernel name '%s'", name);
+  if ((st = get_str(r, o, "origin", true, &origin))) return st;
+  kir_kernel *k = kir_kernel_create(&p->arena, name);
+  if (!k) return fail(r, SC_ERR_NOMEM, "out of memory");
+  k->origin = origin;
+
+  json_t *params, *exprs, *phases;
+  if ((st = get_array(r, o, "params", 1 << 16, &params))) return st;
+  if ((st = get_array(r, o, "exprs", 1 << 24, &exprs))) return st;
+  if ((st = get_array(r, o, "phases", 1 << 16, &phases))) return st;
+  int64_t points;
+  if ((st = get_dims(r, o, "outer", k->outer_dims, &k->outer_rank, &points))) return st;
+  if ((st = get_int(r, o, "inner", true, 1, &k->inner))) return st;
+  int64_t total;
+  if (k->inner < 1 || !sc_mul_i64(points, k->inner, &total))
+    return fail(r, SC_ERR_INVALID, "inner must be >= 1 and the domain must fit in int64");
+
+  k->n_params = (int32_t)json_array_size(params);
+  /* Capacity as kir_add_param would have grown it (4, 8, 16, ...). */
+  size_t cap_params = 4;
+  while (cap_params < (size_t)k->n_params) cap_params *= 2;
+  k->params = sc_arena_array(&p->arena, cap_params, sizeof *k->params);
+  k->n_exprs = k->cap_exprs = (int32_t)json_array_size(exprs);
+  k->exprs = sc_arena_array(&p->arena, (size_t)k->n_exprs + 1, sizeof *k->exprs);
+  k->n_phases = k->cap_phases = (int32_t)json_array_size(phases);
+  k->phases = sc_arena_array(&p->arena, (size_t)k->n_phases + 1, sizeof *k->phases);
+  k->hash_slots = NULL;
+  k->cap_hash = 0;
+  if (!k->params || !k->exprs || !k->phases) return fail(r, SC_ERR_NOMEM, "out of memory");
+
+  for (int32_t i = 0; i < k->n_params; i++) {
+    at(r, "kernels[%d].params[%d]", kid, i);
+    json_t *po = json_array_get(params, (size_t)i);
+    kir_param *pa = &k->params[i];
+    if (!json_is_object(po)) return fail(r, SC_ERR_PARSE, "must be an object");
+    if ((st = get_range(r, po, "buffer", true, 0, 0, p->n_buffers - 1, &pa->buffer))) return st;
+    if ((st = get_dtype(r, po, "dtype", &pa->dtype))) return st;
+    if ((st = get_int(r, po, "numel", true, 0, &pa->numel))) return st;
+    if ((st = get_bool(r, po, "written", &pa->written))) return st;
+    const sc_buffer *b = &p->buffers[pa->buffer];
+    int64_t bytes;
+    if (pa->numel < 0 || !sc_mul_i64(pa->numel, (int64_t)sc_dtype_size(pa->dtype), &bytes) ||
+        bytes > b->bytes)
+      return fail(r, SC_ERR_INVALID, "%lld elements of %s do not fit buffer %d (%lld bytes)",
+                  (long long)pa->numel, sc_dtype_name(pa->dtype), pa->buffer,
+                  (long long)b->bytes);
+    if (pa->written && (b->kind == SC_BUF_CONST || b->kind == SC_BUF_INPUT))
+      return fail(r, SC_ERR_INVALID, "writes %s buffer %d", BUF_KINDS[b->kind], pa->buffer);
+  }
+  /* Phases are read before expressions so that REG operands can be checked. */
+  for (int32_t i = 0; i < k->n_phases; i++) {
+    at(r, "kernels[%d].phases[%d]", kid, i);
+    json_t *po = json_array_get(phases, (size_t)i);
+    kir_phase *ph = &k->phases[i];
+    if (!json_is_object(po)) return fail(r, SC_ERR_PARSE, "must be an object");
+    int kind;
+    if ((st = get_enum(r, po, "kind", PHASE_KINDS, 2, &kind))) return st;
+    ph->kind = (kir_phase_kind)kind;
+    if ((st = get_range(r, po, "value", true, 0, 0, k->n_exprs - 1, &ph->value))) return st;
+    if (ph->kind == KIR_PHASE_REDUCE) {
+      int rop;
+      if ((st = get_enum(r, po, "rop", RED_OPS, KIR_RED_COUNT, &rop))) return st;
+      ph->rop = (kir_reduce_op)rop;
+      if ((st = get_dtype(r, po, "acc", &ph->acc_dtype))) return st;
+      ph->out_param = ph->out_index = -1; /* as kir_add_reduce leaves them */
+    } else {
+      if ((st = get_range(r, po, "param", true, 0, 0, k->n_params - 1, &ph->out_param)))
+        return st;
+      if ((st = get_range(r, po, "index", true, 0, 0, k->n_exprs - 1, &ph->out_index)))
+        return st;
+      if (!k->params[ph->out_param].written)
+        return fail(r, SC_ERR_INVALID, "stores to param %d, which is not written",
+                    ph->out_param);
+    }
+  }
+  for (int32_t i = 0; i < k->n_exprs; i++) {
+    at(r, "kernels[%d].exprs[%d]", kid, i);
+    if ((st = read_expr(r, json_array_get(exprs, (size_t)i), k, i, &k->exprs[i]))) return st;
+  }
+  at(r, "kernels[%d] '%s'", kid, name);
+  sc_diag kd;
+  sc_diag_clear(&kd);
+  if (kir_verify(k, &kd) != SC_OK) return fail(r, SC_ERR_INVALID, "kir_verify: %s", kd.msg);
+  *out = k;
+  return SC_OK;
+}
+
+/* The last element touched by a row-major rows×cols matrix with leading
+ * dimension ld, batched with stride, must lie inside the buffer. */
+static sc_status check_matrix(reader *r, const char *what, int32_t buf, int64_t batch,
+                              int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+  const sc_buffer *b = &r->p->buffers[buf];
+  if (ld < cols || ld < 1 || stride < 0)
+    return fail(r, SC_ERR_INVALID, "%s: leading dimension %lld < %lld columns or bad stride",
+                what, (long long)ld, (long long)cols);
+  if (b->dtype != SC_DTYPE_F32)
+    return fail(r, SC_ERR_UNSUPPORTED, "%s: GEMM on %s (f32 only)", what,
+                sc_dtype_name(b->dtype));
+  if (rows == 0 || cols == 0 || batch == 0) return SC_OK;
+  int64_t t1, t2, last;
+  if (!sc_mul_i64(batch - 1, stride, &t1) || !sc_mul_i64(rows - 1, ld, &t2) ||
+      !sc_add_i64(t1, t2, &last) || !sc_add_i64(last, cols, &last) ||
+      !sc_mul_i64(last, 4, &last) || last > b->bytes)
+    return fail(r, SC_ERR_INVALID, "%s: the matrices overrun buffer %d (%lld bytes)", what, buf,
+                (long long)b->bytes);
+  return SC_OK;
+}
+
+static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
+  const sc_program *p = r->p;
+  at(r, "steps[%d]", sid);
+  if (!json_is_object(o)) return fail(r, SC_ERR_PARSE, "must be an object");
+  int kind;
+  sc_status st;
+  memset(s, 0, sizeof *s);
+  if ((st = get_enum(r, o, "kind", STEP_KINDS, SC_STEP_KIND_COUNT, &kind))) return st;
+  s->kind = (sc_step_kind)kind;
+  if ((st = get_str(r, o, "origin", true, &s->origin))) return st;
+  if ((st = get_range(r, o, "kernel", true, 0, s->kind == SC_STEP_GEMM ? -1 : 0,
+                      p->n_kernels - 1, &s->kernel)))
+    return st;
+  if (s->kind != SC_STEP_GEMM) {
+    s->gemm.a = s->gemm.b = s->gemm.c = s->gemm.bias = 0;
+    return SC_OK;
+  }
+  json_t *g = json_object_get(o, "gemm");
+  if (!json_is_object(g)) return fail(r, SC_ERR_PARSE, "'gemm' must be an object");
+  sc_gemm *m = &s->gemm;
+  int32_t hi = p->n_buffers - 1;
+  double alpha, beta;
+  if ((st = get_range(r, g, "a", true, 0, 0, hi, &m->a)) ||
+      (st = get_range(r, g, "b", true, 0, 0, hi, &m->b)) ||
+      (st = get_range(r, g, "c", true, 0, 0, hi, &m->c)) ||
+      (st = get_range(r, g, "bias", true, 0, -1, hi, &m->bias)) ||
+      (st = get_bool(r, g, "trans_a", &m->trans_a)) ||
+      (st = get_bool(r, g, "trans_b", &m->trans_b)) ||
+      (st = get_bool(r, g, "bias_full", &m->bias_full)) ||
+      (st = get_int(r, g, "batch", true, 0, &m->batch)) ||
+      (st = get_int(r, g, "m", true, 0, &m->m)) || (st = get_int(r, g, "n", true, 0, &m->n)) ||
+      (st = get_int(r, g, "k", true, 0, &m->k)) ||
+      (st = get_int(r, g, "lda", true, 0, &m->lda)) ||
+      (st = get_int(r, g, "ldb", true, 0, &m->ldb)) ||
+      (st = get_int(r, g, "ldc", true, 0, &m->ldc)) ||
+      (st = get_int(r, g, "stride_a", true, 0, &m->stride_a)) ||
+      (st = get_int(r, g, "stride_b", true, 0, &m->stride_b)) ||
+      (st = get_int(r, g, "stride_c", true, 0, &m->stride_c)) ||
+      (st = get_real(r, g, "alpha", true, &alpha)) || (st = get_real(r, g, "beta", true, &beta)))
+    return st;
+  m->alpha = (float)alpha;
+  m->beta = (float)beta;
+  if (m->batch < 1 || m->m < 0 || m->n < 0 || m->k < 0)
+    return fail(r, SC_ERR_INVALID, "bad GEMM sizes");
+  const sc_buffer *cb = &p->buffers[m->c];
+  if (cb->kind == SC_BUF_CONST || cb->kind == SC_BUF_INPUT)
+    return fail(r, SC_ERR_INVALID, "GEMM writes %s buffer %d", BUF_KINDS[cb->kind], m->c);
+  if ((st = check_matrix(r, "A", m->a, m->batch, m->trans_a ? m->k : m->m,
+                         m->trans_a ? m->m : m->k, m->lda, m->stride_a)) ||
+      (st = check_matrix(r, "B", m->b, m->batch, m->trans_b ? m->n : m->k,
+                         m->trans_b ? m->k : m->n, m->ldb, m->stride_b)) ||
+      (st = check_matrix(r, "C", m->c, m->batch, m->m, m->n, m->ldc, m->stride_c)))
+    return st;
+  if (m->bias >= 0) {
+    int64_t need = m->n;
+    if (m->bias_full && !sc_mul_i64(m->m, m->n, &need))
+      return fail(r, SC_ERR_LIMIT, "bias size overflows");
+    int64_t bytes;
+    if (!sc_mul_i64(need, 4, &bytes) || p->buffers[m->bias].bytes < bytes)
+      return fail(r, SC_ERR_INVALID, "bias buffer %d is smaller than %lld elements", m->bias,
+                  (long long)need);
+  }
+  return SC_OK;
+}
+
+static sc_status read_ids(reader *r, json_t *root, const char *key, int32_t *n, int32_t **ids) {
+  sc_program *p = r->p;
+  json_t *a;
+  at(r, "%s", "");
+  sc_status st = get_array(r, root, key, (size_t)p->n_buffers, &a);
+  if (st) return st;
+  *n = (int32_t)json_array_size(a);
+  *ids = sc_arena_array(&p->arena, (size_t)*n + 1, sizeof **ids);
+  if (!*ids) return fail(r, SC_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; i < *n; i++) {
+    json_t *v = json_array_get(a, (size_t)i);
+    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+        json_integer_value(v) >= p->n_buffers)
+      return fail(r, SC_ERR_INVALID, "%s[%d] is not a buffer id", key, i);
+    (*ids)[i] = (int32_t)json_integer_value(v);
+    sc_buf_kind kind = p->buffers[(*ids)[i]].kind;
+    bool inputs = strcmp(key, "inputs") == 0;
+    if (inputs ? kind != SC_BUF_INPUT : (kind == SC_BUF_TEMP))
+      return fail(r, SC_ERR_INVALID, "%s[%d]: buffer %d is a %s buffer", key, i, (*ids)[i],
+                  BUF_KINDS[kind]);
+  }
+  return SC_OK;
+}
+
+static sc_status read_program(reader *r, json_t *root) {
+  sc_program *p = r->p;
+  sc_status st;
+  if (!json_is_object(root)) return fail(r, SC_ERR_PARSE, "the top level must be an object");
+  const char *fmt = json_string_value(json_object_get(root, "format"));
+  if (!fmt || strcmp(fmt, "shardc-program") != 0)
+    return fail(r, SC_ERR_PARSE, "not a shardc program (\"format\" is not \"shardc-program\")");
+  int64_t version;
+  if ((st = get_int(r, root, "version", true, 0, &version))) return st;
+  if (version != SC_PROGRAM_JSON_VERSION)
+    return fail(r, SC_ERR_UNSUPPORTED, "version %lld (this shardc reads version %d)",
+                (long long)version, SC_PROGRAM_JSON_VERSION);
+  if ((st = get_int(r, root, "arena_bytes", true, 0, &p->arena_bytes))) return st;
+  if ((st = get_int(r, root, "arena_align", true, 0, &p->arena_align))) return st;
+  if (p->arena_bytes < 0 || p->arena_align < 1 || p->arena_align > 4096 ||
+      (p->arena_align & (p->arena_align - 1)))
+    return fail(r, SC_ERR_INVALID, "bad arena_bytes or arena_align");
+
+  json_t *bufs, *kernels, *steps;
+  if ((st = get_array(r, root, "buffers", 1 << 24, &bufs))) return st;
+  if ((st = get_array(r, root, "kernels", 1 << 20, &kernels))) return st;
+  if ((st = get_array(r, root, "steps", 1 << 22, &steps))) return st;
+  int32_t nb = (int32_t)json_array_size(bufs);
+  for (int32_t i = 0; i < nb; i++) {
+    sc_buffer b;
+    if ((st = read_buffer(r, json_array_get(bufs, (size_t)i), i, nb, &b))) return st;
+    if (sc_program_add_buffer(p, &b) != i) return fail(r, SC_ERR_NOMEM, "out of memory");
+  }
+  /* VIEW chains end at a storage buffer, no bigger than it. */
+  for (int32_t i = 0; i < nb; i++) {
+    int32_t cur = i, hops = 0;
+    while (p->buffers[cur].kind == SC_BUF_VIEW) {
+      cur = p->buffers[cur].alias_of;
+      if (++hops > nb) {
+        at(r, "buffers[%d]", i);
+        return fail(r, SC_ERR_INVALID, "a cycle of views");
+      }
+    }
+    if (p->buffers[i].bytes > p->buffers[cur].bytes) {
+      at(r, "buffers[%d]", i);
+      return fail(r, SC_ERR_INVALID, "a view larger than its storage (buffer %d)", cur);
+    }
+  }
+  if ((st = read_ids(r, root, "inputs", &p->n_inputs, &p->inputs))) return st;
+  if ((st = read_ids(r, root, "outputs", &p->n_outputs, &p->outputs))) return st;
+  int32_t nk = (int32_t)json_array_size(kernels);
+  for (int32_t i = 0; i < nk; i++) {
+    kir_kernel *k = NULL;
+    if ((st = read_kernel(r, json_array_get(kernels, (size_t)i), i, &k))) return st;
+    if (sc_program_add_kernel(p, k) != i) return fail(r, SC_ERR_NOMEM, "out of memory");
+  }
+  int32_t ns = (int32_t)json_array_size(steps);
+  for (int32_t i = 0; i < ns; i++) {
+    sc_step s;
+    if ((st = read_step(r, json_array_get(steps, (size_t)i), i, &s))) return st;
+    if (sc_program_add_step(p, &s) != i) return fail(r, SC_ERR_NOMEM, "out of memory");
+  }
+  return SC_OK;
+}
+
+sc_status sc_program_read_json(const char *text, size_t len, const void *weights,
+                               int64_t weights_bytes, sc_program **out, sc_diag *diag) {
+  *out = NULL;
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    return sc_diag_set(diag, SC_ERR_PARSE, NULL, NULL, "program.json: line %d: %s", err.line,
+                       err.text);
+  reader r = {.diag = diag, .weights = weights, .weights_bytes = weights ? weights_bytes : 0};
+  r.p = sc_program_create();
+  sc_status st = r.p ? read_program(&r, root) : fail(&r, SC_ERR_NOMEM, "out of memory");
+  json_decref(root);
+  if (st != SC_OK) {
+    sc_program_destroy(r.p);
+    return st;
+  }
+  *out = r.p;
+  return SC_OK;
+}

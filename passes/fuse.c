@@ -1,0 +1,202 @@
+/* fuse.c — the fusion pass: assigns every node a fusion group, written as
+ * the internal integer attribute `__group` (so --print-after=fuse shows the
+ * groups in the textual IR, and the parser reads them back).
+ * sc_program_from_graph (codegen/from_graph.c) lowers each group to one
+ * kernel, or one library step with its epilogue kernel.
+ *
+ * Fusion needs each op's lowering kind (POINT, KERNEL, STEP, VIEW, NONE:
+ * codegen/lower.h), the one place that says how an op becomes code; this is
+ * the only pass that looks into codegen/.
+ *
+ * Nodes are visited in reverse topological order; a node either joins the
+ * group of its consumers or starts a group of its own (its root). It joins
+ * when none of its outputs is a graph output, it has consumers, and all of
+ * them are in one group G, and:
+ *   POINT   G is not a lone view and the node does not feed G's library call
+ *           (a STEP reads buffers): chains of elementwise/broadcast ops
+ *           become one group; producers of a reduction or row kernel inline
+ *           as its prologue;
+ *   VIEW    as POINT, and only inside a POINT chain (its input comes from a
+ *           POINT node): there the view becomes index arithmetic; anywhere
+ *           else it stays alone and costs nothing (an aliased buffer);
+ *   KERNEL, STEP   G has no kernel op yet, exactly one output of the node is
+ *           used, and every member of G downstream of the node is an
+ *           elementwise POINT op whose outputs have that output's shape: they
+ *           become the reduction's epilogue, or the GEMM's (bias add,
+ *           activation).
+ * Because a node joins only when ALL its consumers are in the group, every
+ * member but the root has all its users inside the group, so groups are
+ * convex and the group graph stays acyclic. Group ids are renumbered densely
+ * in order of each group's first node. */
+#include <string.h>
+
+#include "codegen/lower.h"
+#include "passes/pass.h"
+
+typedef struct ginfo {
+  int32_t anchor;    /* KERNEL/STEP member, or -1 */
+  bool alone;        /* root is a VIEW or has no lowering: accepts no one */
+} ginfo;
+
+static sc_lower_kind kind_of(const sc_node *n) {
+  const sc_lowering *lw = sc_lowering_of(n->op);
+  return lw ? lw->kind : SC_LOWER_NONE;
+}
+
+static bool live(const sc_node *n) { return !(n->flags & SC_NODE_DEAD); }
+
+static bool same_shape(const sc_value *a, const sc_value *b) {
+  if (a->rank != b->rank) return false;
+  for (int32_t d = 0; d < a->rank; d++)
+    if (a->dims[d] != b->dims[d]) return false;
+  return true;
+}
+
+/* Whether node i feeds the STEP anchor of group k. */
+static bool feeds_step(sc_graph *g, const ginfo *gi, int32_t k, int32_t i) {
+  int32_t a = gi[k].anchor;
+  if (a < 0 || kind_of(&g->nodes[a]) != SC_LOWER_STEP) return false;
+  const sc_node *an = &g->nodes[a];
+  for (int32_t j = 0; j < an->n_inputs; j++) {
+    int32_t v = an->inputs[j];
+    if (v >= 0 && g->values[v].producer == i) return true;
+  }
+  return false;
+}
+
+/* Whether kernel op i can anchor group k with the members downstream of it
+ * as its epilogue. mark is scratch (n_nodes). */
+static bool epilogue_ok(sc_graph *g, const int32_t *group, const int32_t *uoff,
+                        const int32_t *users, int32_t i, int32_t k, bool *mark) {
+  const sc_node *n = &g->nodes[i];
+  int32_t fused = -1;
+  for (int32_t o = 0; o < n->n_outputs; o++) {
+    int32_t v = n->outputs[o];
+    if (v < 0) continue;
+    bool used = false;
+    for (int32_t u = uoff[v]; u < uoff[v + 1]; u++) used |= live(&g->nodes[users[u]]);
+    if (!used) continue;
+    if (fused >= 0) return false;
+    fused = v;
+  }
+  if (fused < 0) return false;
+  const sc_value *fv = &g->values[fused];
+  bool ok = true;
+  mark[i] = true;
+  for (int32_t j = i + 1; j < g->n_nodes; j++) {
+    if (group[j] != k) continue;
+    const sc_node *m = &g->nodes[j];
+    bool down = false;
+    for (int32_t q = 0; q < m->n_inputs && !down; q++) {
+      int32_t v = m->inputs[q];
+      int32_t pn = v >= 0 ? g->values[v].producer : -1;
+      down = pn >= 0 && mark[pn];
+    }
+    if (!down) continue;
+    mark[j] = true;
+    if (kind_of(m) != SC_LOWER_POINT || !(sc_ops[m->op].flags & SC_OPF_ELEMENTWISE))
+      ok = false;
+    for (int32_t o = 0; o < m->n_outputs && ok; o++)
+      if (m->outputs[o] >= 0 && !same_shape(&g->values[m->outputs[o]], fv)) ok = false;
+  }
+  for (int32_t j = i; j < g->n_nodes; j++) mark[j] = false;
+  return ok;
+}
+
+static sc_status set_group(sc_graph *g, int32_t i, int64_t id) {
+  sc_node *n = &g->nodes[i];
+  for (int32_t a = 0; a < n->n_attrs; a++)
+    if (n->attrs[a].name && strcmp(n->attrs[a].name, "__group") == 0) {
+      n->attrs[a].kind = SC_ATTR_INT;
+      n->attrs[a].i = id;
+      return SC_OK;
+    }
+  sc_attr *a = sc_node_add_attr(g, i, "__group", SC_ATTR_INT);
+  if (!a) return g->diag.status != SC_OK ? g->diag.status
+                                         : sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+  a->i = id;
+  return SC_OK;
+}
+
+sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
+  (void)opts;
+  int32_t nn = g->n_nodes;
+  int32_t *uoff = NULL, *users = NULL;
+  int32_t *group = sc_calloc((size_t)nn + 1, sizeof *group);
+  int32_t *renum = sc_calloc((size_t)nn + 1, sizeof *renum);
+  ginfo *gi = sc_calloc((size_t)nn + 1, sizeof *gi);
+  bool *mark = sc_calloc((size_t)nn + 1, sizeof *mark);
+  bool *gout = sc_calloc((size_t)g->n_values + 1, sizeof *gout);
+  sc_status st = SC_OK;
+  if (!group || !renum || !gi || !mark || !gout ||
+      sc_graph_users(g, &uoff, &users) != SC_OK) {
+    st = sc_graph_error(g, SC_ERR_NOMEM, "fuse: out of memory");
+    goto done;
+  }
+  for (int32_t i = 0; i < g->n_outputs; i++)
+    if (g->outputs[i] >= 0) gout[g->outputs[i]] = true;
+  int32_t n_groups = 0;
+  for (int32_t i = nn - 1; i >= 0; i--) {
+    const sc_node *n = &g->nodes[i];
+    group[i] = -1;
+    if (!live(n)) continue;
+    sc_lower_kind kd = kind_of(n);
+    int32_t cg = -1;
+    bool any = false, same = true, is_out = false;
+    for (int32_t o = 0; o < n->n_outputs; o++) {
+      int32_t v = n->outputs[o];
+      if (v < 0) continue;
+      if (gout[v]) is_out = true;
+      for (int32_t u = uoff[v]; u < uoff[v + 1]; u++) {
+        int32_t un = users[u];
+        if (!live(&g->nodes[un])) continue;
+        if (!any) cg = group[un];
+        else if (group[un] != cg) same = false;
+        any = true;
+      }
+    }
+    bool join = false;
+    if (any && same && !is_out && cg >= 0 && !gi[cg].alone) {
+      switch (kd) {
+      case SC_LOWER_POINT: join = !feeds_step(g, gi, cg, i); break;
+      case SC_LOWER_VIEW: {
+        int32_t src = n->n_inputs > 0 ? n->inputs[0] : -1;
+        int32_t pn = src >= 0 ? g->values[src].producer : -1;
+        join = pn >= 0 && kind_of(&g->nodes[pn]) == SC_LOWER_POINT &&
+               !feeds_step(g, gi, cg, i);
+        break;
+      }
+      case SC_LOWER_KERNEL: case SC_LOWER_STEP:
+        join = gi[cg].anchor < 0 && epilogue_ok(g, group, uoff, users, i, cg, mark);
+        break;
+      default: break;
+      }
+    }
+    if (join) {
+      group[i] = cg;
+      if (kd == SC_LOWER_KERNEL || kd == SC_LOWER_STEP) gi[cg].anchor = i;
+    } else {
+      int32_t k = n_groups++;
+      group[i] = k;
+      gi[k].anchor = (kd == SC_LOWER_KERNEL || kd == SC_LOWER_STEP) ? i : -1;
+      gi[k].alone = kd == SC_LOWER_VIEW || kd == SC_LOWER_NONE;
+    }
+  }
+  /* dense ids in order of first member */
+  for (int32_t k = 0; k < n_groups; k++) renum[k] = -1;
+  int32_t next = 0;
+  for (int32_t i = 0; i < nn && st == SC_OK; i++) {
+    if (group[i] < 0) continue;
+    if (renum[group[i]] < 0) renum[group[i]] = next++;
+    st = set_group(g, i, renum[group[i]]);
+  }
+done:
+  sc_free(group);
+  sc_free(renum);
+  sc_free(gi);
+  sc_free(mark);
+  sc_free(gout);
+  sc_free(uoff);
+  sc_free(users);
+  return st;
+}

@@ -1,0 +1,376 @@
+/* memplan.c — arena offsets for a program's buffers from their lifetimes,
+ * and the check of a plan (see passes/memplan.h; docs/kir.md has the
+ * algorithm and its invariants).
+ *
+ * 1. Lifetimes: for every storage root (a non-VIEW INPUT, OUTPUT or TEMP
+ *    buffer) the interval [first, last] of step indices touching it or any of
+ *    its views; INPUTs start at 0, OUTPUTs and roots of graph outputs end at
+ *    n_steps (after the last step), unused TEMPs get [0, 0].
+ * 2. In-place: walking the steps in order, a KERNEL step's written root O
+ *    born there takes the slot of a TEMP root I read there and dying there,
+ *    of the same byte size, when every param of I is aligned to O's param
+ *    (kir_reads_aligned) and no other param touches O. Slots are unions of
+ *    such chains; their intervals touch but never overlap.
+ * 3. Placement: slots in order of decreasing size (then first use, then id);
+ *    each goes into the smallest gap, between already placed slots whose
+ *    lifetimes overlap its own, that holds it, else after the highest one.
+ * The verifier recomputes the lifetimes and checks every pair of roots. */
+#include "passes/memplan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct life {
+  int32_t n;          /* buffers */
+  int32_t *root;      /* buffer -> storage root, -1 for none (CONST) */
+  int32_t *first;     /* per root: first step, INT32_MAX if unused */
+  int32_t *last;      /* per root: last step (n_steps = to the end), -1 */
+} life;
+
+static void life_free(life *l) {
+  sc_free(l->root);
+  sc_free(l->first);
+  sc_free(l->last);
+}
+
+static bool in_arena(const sc_buffer *b) {
+  return b->kind == SC_BUF_INPUT || b->kind == SC_BUF_OUTPUT || b->kind == SC_BUF_TEMP;
+}
+
+typedef struct touch_ctx {
+  const sc_program *p;
+  life *l;
+  int32_t step;
+  bool bad;
+  int32_t bad_id;
+} touch_ctx;
+
+static void touch(void *ud, int32_t buffer, bool written) {
+  (void)written;
+  touch_ctx *t = ud;
+  if (buffer < 0 || buffer >= t->p->n_buffers) {
+    if (!t->bad) t->bad_id = buffer;
+    t->bad = true;
+    return;
+  }
+  int32_t r = t->l->root[buffer];
+  if (r < 0) return;
+  if (t->step < t->l->first[r]) t->l->first[r] = t->step;
+  if (t->step > t->l->last[r]) t->l->last[r] = t->step;
+}
+
+/* Roots (checking VIEW chains without trusting them) and lifetimes. */
+static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
+  memset(l, 0, sizeof *l);
+  size_t n = (size_t)(p->n_buffers ? p->n_buffers : 1);
+  l->n = p->n_buffers;
+  l->root = sc_calloc(n, sizeof *l->root);
+  l->first = sc_calloc(n, sizeof *l->first);
+  l->last = sc_calloc(n, sizeof *l->last);
+  if (!l->root || !l->first || !l->last) {
+    life_free(l);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "memory plan: out of memory");
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    int32_t b = i, hops = 0;
+    while (b >= 0 && b < p->n_buffers && p->buffers[b].kind == SC_BUF_VIEW && hops <= p->n_buffers) {
+      b = p->buffers[b].alias_of;
+      hops++;
+    }
+    if (b < 0 || b >= p->n_buffers || hops > p->n_buffers) {
+      life_free(l);
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "memory plan: view buffer %d ('%s') has no storage (bad alias or cycle)",
+                         (int)i, p->buffers[i].name ? p->buffers[i].name : "");
+    }
+    l->root[i] = in_arena(&p->buffers[b]) ? b : -1;
+    l->first[i] = INT32_MAX;
+    l->last[i] = -1;
+  }
+  touch_ctx t = {p, l, 0, false, 0};
+  for (int32_t s = 0; s < p->n_steps; s++) {
+    t.step = s;
+    const sc_step *st = &p->steps[s];
+    if (st->kind == SC_STEP_KERNEL && (st->kernel < 0 || st->kernel >= p->n_kernels)) {
+      life_free(l);
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "memory plan: step %d runs kernel %d that does not exist", (int)s,
+                         (int)st->kernel);
+    }
+    sc_step_buffers(p, st, touch, &t);
+    if (t.bad) {
+      life_free(l);
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "memory plan: step %d uses buffer %d that does not exist", (int)s,
+                         (int)t.bad_id);
+    }
+  }
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    int32_t b = p->inputs[i];
+    if (b >= 0 && b < p->n_buffers && l->root[b] >= 0) l->first[l->root[b]] = 0;
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    if (l->root[i] != i) continue;
+    if (p->buffers[i].kind == SC_BUF_INPUT) l->first[i] = 0;
+    if (p->buffers[i].kind == SC_BUF_OUTPUT) l->last[i] = p->n_steps;
+  }
+  for (int32_t i = 0; i < p->n_outputs; i++) {
+    int32_t b = p->outputs[i];
+    if (b >= 0 && b < p->n_buffers && l->root[b] >= 0) l->last[l->root[b]] = p->n_steps;
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    if (l->root[i] != i) continue;
+    if (l->first[i] == INT32_MAX) l->first[i] = 0; /* unused: [0, 0] */
+    if (l->last[i] < l->first[i]) l->last[i] = l->first[i];
+  }
+  return SC_OK;
+}
+
+/* Can root `to` take root `from`'s storage at kernel step s? Requires `from`
+ * to die and `to` to be born at s (checked by the callers). */
+static bool inplace_ok(const sc_program *p, const life *l, int32_t s, int32_t from, int32_t to) {
+  const sc_step *st = &p->steps[s];
+  if (st->kind != SC_STEP_KERNEL || st->kernel < 0 || st->kernel >= p->n_kernels) return false;
+  const sc_buffer *bf = &p->buffers[from], *bt = &p->buffers[to];
+  if (bf->kind != SC_BUF_TEMP || (bt->kind != SC_BUF_TEMP && bt->kind != SC_BUF_OUTPUT))
+    return false;
+  if (bf->bytes != bt->bytes || bf->bytes <= 0) return false;
+  const kir_kernel *k = p->kernels[st->kernel];
+  int32_t w = -1;
+  for (int32_t i = 0; i < k->n_params; i++) {
+    int32_t b = k->params[i].buffer;
+    if (b < 0 || b >= p->n_buffers || l->root[b] != to) continue;
+    if (w >= 0 || !k->params[i].written) return false; /* one param, a written one */
+    w = i;
+  }
+  if (w < 0) return false;
+  bool any = false;
+  for (int32_t i = 0; i < k->n_params; i++) {
+    int32_t b = k->params[i].buffer;
+    if (b < 0 || b >= p->n_buffers || l->root[b] != from) continue;
+    if (!kir_reads_aligned(k, i, w)) return false;
+    any = true;
+  }
+  return any;
+}
+
+static int64_t align_up(int64_t v, int64_t a, bool *ok) {
+  int64_t r;
+  if (!sc_add_i64(v, a - 1, &r)) {
+    *ok = false;
+    return 0;
+  }
+  return r / a * a;
+}
+
+typedef struct slot {
+  int32_t id;          /* representative root */
+  int32_t first, last;
+  int64_t bytes;       /* aligned size */
+  int64_t offset;
+} slot;
+
+static const slot *sort_slots_base;
+static int cmp_slot_order(const void *x, const void *y) {
+  const slot *a = &sort_slots_base[*(const int32_t *)x], *b = &sort_slots_base[*(const int32_t *)y];
+  if (a->bytes != b->bytes) return a->bytes > b->bytes ? -1 : 1;
+  if (a->first != b->first) return a->first < b->first ? -1 : 1;
+  return a->id < b->id ? -1 : a->id > b->id;
+}
+static int cmp_slot_offset(const void *x, const void *y) {
+  const slot *a = &sort_slots_base[*(const int32_t *)x], *b = &sort_slots_base[*(const int32_t *)y];
+  if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
+  return a->id < b->id ? -1 : a->id > b->id;
+}
+
+static int32_t find(int32_t *parent, int32_t x) {
+  while (parent[x] != x) x = parent[x] = parent[parent[x]];
+  return x;
+}
+
+sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
+  if (p->arena_align <= 0) p->arena_align = 64;
+  int64_t align = p->arena_align;
+  life l;
+  sc_status st = compute_life(p, &l, diag);
+  if (st != SC_OK) return st;
+  size_t n = (size_t)(p->n_buffers ? p->n_buffers : 1);
+  int32_t *parent = sc_calloc(n, sizeof *parent);
+  bool *donated = sc_calloc(n, sizeof *donated);
+  slot *slots = sc_calloc(n, sizeof *slots);
+  int32_t *slot_of = sc_calloc(n, sizeof *slot_of);
+  int32_t *order = sc_calloc(n, sizeof *order);
+  int32_t *placed = sc_calloc(2 * n, sizeof *placed); /* placed, then conflicts */
+  if (!parent || !donated || !slots || !slot_of || !order || !placed) {
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "memory plan: out of memory");
+    goto done;
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) parent[i] = i;
+
+  /* in-place reuse, step by step */
+  for (int32_t s = 0; s < p->n_steps; s++) {
+    const sc_step *sp = &p->steps[s];
+    if (sp->kind != SC_STEP_KERNEL) continue;
+    const kir_kernel *k = p->kernels[sp->kernel];
+    for (int32_t w = 0; w < k->n_params; w++) {
+      if (!k->params[w].written) continue;
+      int32_t bw = k->params[w].buffer, to = l.root[bw];
+      if (to < 0 || l.first[to] != s || find(parent, to) != to) continue;
+      for (int32_t r = 0; r < k->n_params; r++) {
+        int32_t from = l.root[k->params[r].buffer];
+        if (k->params[r].written || from < 0 || from == to || donated[from]) continue;
+        if (l.last[from] != s || !inplace_ok(p, &l, s, from, to)) continue;
+        donated[from] = true;
+        parent[to] = find(parent, from);
+        break;
+      }
+    }
+  }
+
+  /* slots: one per in-place chain */
+  int32_t n_slots = 0;
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    if (l.root[i] != i || find(parent, i) != i) continue;
+    slot *sl = &slots[n_slots];
+    bool ok = true;
+    sl->id = i;
+    sl->first = l.first[i];
+    sl->last = l.last[i];
+    sl->bytes = align_up(p->buffers[i].bytes, align, &ok);
+    sl->offset = -1;
+    if (!ok || p->buffers[i].bytes < 0) {
+      st = sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "memory plan: buffer '%s' size overflows",
+                       p->buffers[i].name ? p->buffers[i].name : "");
+      goto done;
+    }
+    slot_of[i] = n_slots++;
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    if (l.root[i] != i) continue;
+    int32_t rep = find(parent, i);
+    slot *sl = &slots[slot_of[rep]];
+    slot_of[i] = slot_of[rep];
+    if (l.first[i] < sl->first) sl->first = l.first[i];
+    if (l.last[i] > sl->last) sl->last = l.last[i];
+  }
+
+  /* greedy by size, best fit */
+  for (int32_t i = 0; i < n_slots; i++) order[i] = i;
+  sort_slots_base = slots;
+  qsort(order, (size_t)n_slots, sizeof *order, cmp_slot_order);
+  int64_t peak = 0;
+  int32_t n_placed = 0;
+  for (int32_t oi = 0; oi < n_slots; oi++) {
+    slot *sl = &slots[order[oi]];
+    if (sl->bytes == 0) {
+      sl->offset = 0;
+      continue;
+    }
+    int32_t nc = 0;
+    for (int32_t j = 0; j < n_placed; j++) {
+      const slot *o = &slots[placed[j]];
+      if (o->first <= sl->last && sl->first <= o->last) placed[n_placed + nc++] = placed[j];
+    }
+    /* conflicting slots sit in placed[n_placed .. n_placed+nc) */
+    int32_t *conf = placed + n_placed;
+    sort_slots_base = slots;
+    qsort(conf, (size_t)nc, sizeof *conf, cmp_slot_offset);
+    int64_t cur = 0, best = -1, best_gap = INT64_MAX;
+    for (int32_t j = 0; j < nc; j++) {
+      const slot *o = &slots[conf[j]];
+      if (o->offset > cur) {
+        int64_t gap = o->offset - cur;
+        if (gap >= sl->bytes && gap < best_gap) {
+          best = cur;
+          best_gap = gap;
+        }
+      }
+      int64_t end;
+      if (!sc_add_i64(o->offset, o->bytes, &end)) end = INT64_MAX;
+      if (end > cur) cur = end;
+    }
+    sl->offset = best >= 0 ? best : cur;
+    int64_t end;
+    if (!sc_add_i64(sl->offset, sl->bytes, &end)) {
+      st = sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "memory plan: arena size overflows");
+      goto done;
+    }
+    if (end > peak) peak = end;
+    placed[n_placed++] = order[oi];
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    if (p->buffers[i].kind == SC_BUF_VIEW) continue;
+    p->buffers[i].offset = l.root[i] == i ? slots[slot_of[i]].offset : -1;
+  }
+  p->arena_bytes = peak;
+done:
+  life_free(&l);
+  sc_free(parent);
+  sc_free(donated);
+  sc_free(slots);
+  sc_free(slot_of);
+  sc_free(order);
+  sc_free(placed);
+  return st;
+}
+
+static const char *bname(const sc_program *p, int32_t b) {
+  return p->buffers[b].name ? p->buffers[b].name : "";
+}
+
+sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
+  if (p->arena_align <= 0)
+    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "memory plan: alignment %lld",
+                       (long long)p->arena_align);
+  if (p->arena_bytes < 0)
+    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "memory plan: arena of %lld bytes",
+                       (long long)p->arena_bytes);
+  life l;
+  sc_status st = compute_life(p, &l, diag);
+  if (st != SC_OK) return st;
+  for (int32_t i = 0; i < p->n_buffers && st == SC_OK; i++) {
+    const sc_buffer *b = &p->buffers[i];
+    if (l.root[i] < 0) continue;
+    if (l.root[i] != i) {
+      if (b->bytes > p->buffers[l.root[i]].bytes)
+        st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "memory plan: view '%s' (b%d, %lld bytes) larger than its storage '%s' "
+                         "(b%d, %lld bytes)",
+                         bname(p, i), (int)i, (long long)b->bytes, bname(p, l.root[i]),
+                         (int)l.root[i], (long long)p->buffers[l.root[i]].bytes);
+      continue;
+    }
+    int64_t end;
+    if (b->offset < 0 || b->offset % p->arena_align != 0 || b->bytes < 0 ||
+        !sc_add_i64(b->offset, b->bytes, &end) || end > p->arena_bytes)
+      st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "memory plan: buffer '%s' (b%d) at [%lld, +%lld) is not an aligned slot "
+                       "inside the arena of %lld bytes",
+                       bname(p, i), (int)i, (long long)b->offset, (long long)b->bytes,
+                       (long long)p->arena_bytes);
+  }
+  for (int32_t i = 0; i < p->n_buffers && st == SC_OK; i++) {
+    if (l.root[i] != i || p->buffers[i].bytes == 0) continue;
+    const sc_buffer *a = &p->buffers[i];
+    for (int32_t j = i + 1; j < p->n_buffers && st == SC_OK; j++) {
+      if (l.root[j] != j || p->buffers[j].bytes == 0) continue;
+      const sc_buffer *b = &p->buffers[j];
+      bool time = l.first[i] <= l.last[j] && l.first[j] <= l.last[i];
+      bool space = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+      if (!time || !space) continue;
+      /* a legal in-place pair: one dies at the kernel step the other is born */
+      if (a->offset == b->offset && a->bytes == b->bytes) {
+        if (l.last[i] == l.first[j] && inplace_ok(p, &l, l.last[i], i, j)) continue;
+        if (l.last[j] == l.first[i] && inplace_ok(p, &l, l.last[j], j, i)) continue;
+      }
+      st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "memory plan: '%s' (b%d, steps %d..%d, bytes [%lld, %lld)) and '%s' (b%d, "
+                       "steps %d..%d, bytes [%lld, %lld)) are live together and overlap",
+                       bname(p, i), (int)i, (int)l.first[i], (int)l.last[i], (long long)a->offset,
+                       (long long)(a->offset + a->bytes), bname(p, j), (int)j, (int)l.first[j],
+                       (int)l.last[j], (long long)b->offset, (long long)(b->offset + b->bytes));
+    }
+  }
+  life_free(&l);
+  return st;
+}

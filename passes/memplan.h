@@ -1,0 +1,33 @@
+/* memplan.h — the static memory plan of a program: one arena, offsets from
+ * buffer lifetimes, verified.
+ *
+ * sc_memplan_run gives every arena buffer (INPUT, OUTPUT, TEMP; a VIEW uses
+ * its root's storage and keeps offset -1) an offset that is a multiple of
+ * p->arena_align, such that no two buffers live at the same step overlap in
+ * memory, and sets p->arena_bytes to the peak (rounded up to the alignment):
+ * the runtime allocates exactly that. Lifetimes are step intervals: from the
+ * first step that touches a buffer (or any view of it) to the last; INPUTs
+ * are live from step 0, OUTPUTs (and storage any graph output views) to the
+ * end. Offsets are assigned greedily by size with best fit (the "greedy by
+ * size" planner of TFLite and onnx2c). A kernel's output may take over the
+ * storage of a TEMP input that dies at that step when both have the same byte
+ * size and the kernel reads that input only at the elements it writes
+ * (kir_reads_aligned) — in-place reuse.
+ *
+ * sc_memplan_verify checks a plan however it was made: offsets aligned and
+ * inside [0, arena_bytes), and any two buffers whose lifetimes overlap are
+ * disjoint in memory unless they are a legal in-place pair (same slot; one
+ * dies at the very kernel step the other is born in, as above).
+ *
+ * Errors: SC_ERR_INVALID (a step names a buffer that does not exist, a view
+ * cycle, a broken plan: the message names both buffers), SC_ERR_LIMIT (sizes
+ * overflow), SC_ERR_NOMEM. Not thread-safe on the same program. */
+#ifndef SC_PASSES_MEMPLAN_H
+#define SC_PASSES_MEMPLAN_H
+
+#include "codegen/program.h"
+
+sc_status sc_memplan_run(sc_program *p, sc_diag *diag);
+sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag);
+
+#endif

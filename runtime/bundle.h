@@ -1,0 +1,40 @@
+/* bundle.h — loading a compiled artifact (a bundle written by `shardc
+ * compile`, codegen/bundle.h; layout in docs/bundle.md).
+ *
+ * sc_bundle_load reads DIR/manifest.json, checks the format version and
+ * that every file the target needs is listed, checks each listed file's size
+ * and SHA-256 before anything uses it, maps weights.bin read-only, parses and
+ * validates program.json against it (codegen/bundle.h: every id, size and
+ * kernel checked) and cross-checks the manifest's inputs, outputs and
+ * arena_bytes with the program. A corrupted or edited bundle is an error
+ * naming the file, never a crash.
+ *
+ * The program's CONST buffers point into the mapped weights: the bundle owns
+ * the program and the mapping, and must outlive any session created on the
+ * program. For a cpu bundle, sc_session_create JIT-compiles the kernels again
+ * from the kir in program.json (kernels.o is verified but not loaded: the CPU
+ * backend has no object loader yet). Errors: SC_ERR_IO (missing or unreadable
+ * file), SC_ERR_PARSE (malformed JSON), SC_ERR_INVALID (hash/size mismatch,
+ * inconsistent content), SC_ERR_UNSUPPORTED (another format version),
+ * SC_ERR_NOMEM. Not thread-safe; distinct bundles are independent. */
+#ifndef SC_RUNTIME_BUNDLE_H
+#define SC_RUNTIME_BUNDLE_H
+
+#include "codegen/program.h"
+
+typedef struct sc_bundle {
+  char *dir;               /* the bundle directory */
+  char target[16];         /* "cpu" or "cuda" */
+  int32_t n_archs;         /* cuda: architectures with PTX */
+  char (*archs)[32];       /* "sm_80", ... */
+  sc_program *program;     /* owned */
+  void *weights;           /* weights.bin, mapped read-only (NULL if empty) */
+  size_t weights_bytes;
+} sc_bundle;
+
+/* True when path is a directory holding a manifest.json. */
+bool sc_bundle_is_dir(const char *path);
+sc_status sc_bundle_load(const char *dir, sc_bundle **out, sc_diag *diag);
+void sc_bundle_destroy(sc_bundle *b);
+
+#endif

@@ -1,0 +1,519 @@
+/* cpu_device.c — the CPU device: LLVM-compiled kernels on a thread pool,
+ * OpenBLAS for matrix products.
+ *
+ * The thread pool is created once per session (threads - 1 pthreads; the
+ * calling thread works too). A kernel step runs the kernel's function over
+ * its outer points [0, prod(outer_dims)) cut into chunks spread over the
+ * pool; a kernel with little work (outer points x inner extent x phases
+ * below SPLIT_MIN_WORK) runs on the calling thread alone. Every outer point
+ * is computed independently by the same code, so results do not depend on
+ * the thread count or the split.
+ *
+ * A GEMM step is cut into fixed tiles (see cpu_run_gemm) run on the pool,
+ * each a single-threaded cblas_sgemm plus its bias add in C, then the
+ * epilogue kernel runs if there is one. GEMMs are f32 only: lowering turns
+ * other dtypes into kir.
+ *
+ * prepare() JIT-compiles every kernel and checks every GEMM against its
+ * buffers (dtypes, extents, int range of BLAS arguments); bind() fixes every
+ * buffer's address and builds each kernel's argument array, so a run does
+ * no allocation and no lookups. */
+#include <cblas.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codegen/cpu/cpu.h"
+#include "device.h"
+
+/* ------------------------------------------------------------------ */
+/* thread pool                                                          */
+/* ------------------------------------------------------------------ */
+
+struct sc_thread_pool {
+  int threads;          /* including the caller */
+  int n_workers;        /* pthreads started */
+  pthread_t *workers;
+  pthread_mutex_t mu;
+  pthread_cond_t wake, done;
+  uint64_t gen;         /* bumped for every job */
+  bool quit;
+  int busy;             /* workers not finished with the current job */
+  /* the current job */
+  sc_pool_fn fn;
+  void *ud;
+  int64_t total, chunk, n_chunks;
+  atomic_llong next;    /* next chunk to take */
+};
+
+static void take_chunks(sc_thread_pool *tp) {
+  for (;;) {
+    int64_t c = (int64_t)atomic_fetch_add(&tp->next, 1);
+    if (c >= tp->n_chunks) return;
+    int64_t b = c * tp->chunk;
+    if (b >= tp->total) return;
+    int64_t e = b + tp->chunk < tp->total ? b + tp->chunk : tp->total;
+    tp->fn(tp->ud, b, e);
+  }
+}
+
+static void *worker_main(void *arg) {
+  sc_thread_pool *tp = arg;
+  uint64_t seen = 0;
+  pthread_mutex_lock(&tp->mu);
+  for (;;) {
+    while (tp->gen == seen && !tp->quit) pthread_cond_wait(&tp->wake, &tp->mu);
+    if (tp->quit) break;
+    seen = tp->gen;
+    pthread_mutex_unlock(&tp->mu);
+    take_chunks(tp);
+    pthread_mutex_lock(&tp->mu);
+    if (--tp->busy == 0) pthread_cond_signal(&tp->done);
+  }
+  pthread_mutex_unlock(&tp->mu);
+  return NULL;
+}
+
+sc_status sc_thread_pool_create(int threads, sc_thread_pool **out, sc_diag *diag) {
+  *out = NULL;
+  if (threads < 1 || threads > 4096)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "thread count %d out of range [1, 4096]", threads);
+  sc_thread_pool *tp = sc_calloc(1, sizeof *tp);
+  if (!tp) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  tp->threads = threads;
+  pthread_mutex_init(&tp->mu, NULL);
+  pthread_cond_init(&tp->wake, NULL);
+  pthread_cond_init(&tp->done, NULL);
+  atomic_init(&tp->next, 0);
+  if (threads > 1) {
+    tp->workers = sc_calloc((size_t)threads - 1, sizeof *tp->workers);
+    if (!tp->workers) {
+      sc_thread_pool_destroy(tp);
+      return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    }
+    for (int i = 0; i < threads - 1; i++) {
+      if (pthread_create(&tp->workers[i], NULL, worker_main, tp) != 0) {
+        sc_thread_pool_destroy(tp);
+        return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
+                           "cannot start thread %d of %d", i + 2, threads);
+      }
+      tp->n_workers++;
+    }
+  }
+  *out = tp;
+  return SC_OK;
+}
+
+void sc_thread_pool_destroy(sc_thread_pool *tp) {
+  if (!tp) return;
+  pthread_mutex_lock(&tp->mu);
+  tp->quit = true;
+  pthread_cond_broadcast(&tp->wake);
+  pthread_mutex_unlock(&tp->mu);
+  for (int i = 0; i < tp->n_workers; i++) pthread_join(tp->workers[i], NULL);
+  pthread_cond_destroy(&tp->wake);
+  pthread_cond_destroy(&tp->done);
+  pthread_mutex_destroy(&tp->mu);
+  sc_free(tp->workers);
+  sc_free(tp);
+}
+
+int sc_thread_pool_threads(const sc_thread_pool *tp) { return tp->threads; }
+
+void sc_thread_pool_run(sc_thread_pool *tp, sc_pool_fn fn, void *ud, int64_t total,
+                        int64_t n_chunks) {
+  if (total <= 0) return;
+  if (n_chunks <= 1 || tp->n_workers == 0) {
+    fn(ud, 0, total);
+    return;
+  }
+  if (n_chunks > total) n_chunks = total;
+  pthread_mutex_lock(&tp->mu);
+  tp->fn = fn;
+  tp->ud = ud;
+  tp->total = total;
+  tp->chunk = (total + n_chunks - 1) / n_chunks;
+  tp->n_chunks = n_chunks;
+  atomic_store(&tp->next, 0);
+  tp->busy = tp->n_workers;
+  tp->gen++;
+  pthread_cond_broadcast(&tp->wake);
+  pthread_mutex_unlock(&tp->mu);
+  take_chunks(tp);
+  pthread_mutex_lock(&tp->mu);
+  while (tp->busy > 0) pthread_cond_wait(&tp->done, &tp->mu);
+  pthread_mutex_unlock(&tp->mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* the device                                                           */
+/* ------------------------------------------------------------------ */
+
+/* Kernels whose work (outer points x inner x phases) is below this run on
+ * one thread: waking the pool costs more than it saves. */
+enum { SPLIT_MIN_WORK = 16384, CHUNK_MIN_WORK = 4096, CHUNKS_PER_THREAD = 4 };
+
+typedef struct cpu_ctx {
+  int threads;
+  sc_thread_pool *pool;
+  const sc_program *p;
+  sc_cpu_module *mod;
+  sc_cpu_kernel_fn *fns;  /* per kernel */
+  int64_t *points;        /* per kernel: prod(outer_dims) */
+  int64_t *work;          /* per kernel: points x inner x phases (saturated) */
+  void ***args;           /* per kernel: param pointers (after bind) */
+  void **ptrs;            /* per buffer (after bind) */
+  double compile_s;
+} cpu_ctx;
+
+static int online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n >= 1 && n <= 4096 ? (int)n : 1;
+}
+
+static sc_status cpu_create(const sc_device_opts *o, void **out, sc_diag *diag) {
+  *out = NULL;
+  cpu_ctx *c = sc_calloc(1, sizeof *c);
+  if (!c) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  c->threads = o && o->threads > 0 ? o->threads : online_cores();
+  sc_status st = sc_thread_pool_create(c->threads, &c->pool, diag);
+  if (st != SC_OK) {
+    sc_free(c);
+    return st;
+  }
+  /* tiles run on our pool, one single-threaded BLAS call each */
+  openblas_set_num_threads(1);
+  *out = c;
+  return SC_OK;
+}
+
+static void cpu_destroy(void *ctx) {
+  cpu_ctx *c = ctx;
+  if (!c) return;
+  sc_thread_pool_destroy(c->pool);
+  if (c->mod) sc_cpu_module_destroy(c->mod);
+  if (c->args && c->p)
+    for (int32_t k = 0; k < c->p->n_kernels; k++) sc_free(c->args[k]);
+  sc_free(c->args);
+  sc_free(c->fns);
+  sc_free(c->points);
+  sc_free(c->work);
+  sc_free(c->ptrs);
+  sc_free(c);
+}
+
+static int64_t buf_numel(const sc_program *p, int32_t b) {
+  unsigned es = sc_dtype_size(p->buffers[b].dtype);
+  return es ? p->buffers[b].bytes / es : 0;
+}
+
+/* Elements a strided batched matrix operand spans: the last element of the
+ * last batch entry + 1. false on overflow. */
+static bool operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t cols,
+                         int64_t ld, int64_t *span) {
+  if (rows == 0 || cols == 0 || batch == 0) {
+    *span = 0;
+    return true;
+  }
+  int64_t a, b, s;
+  if (!sc_mul_i64(batch - 1, stride, &a) || !sc_mul_i64(rows - 1, ld, &b) ||
+      !sc_add_i64(a, b, &s) || !sc_add_i64(s, cols, &s))
+    return false;
+  *span = s;
+  return true;
+}
+
+static bool valid_buffer(const sc_program *p, int32_t b) { return b >= 0 && b < p->n_buffers; }
+
+/* Why GEMM step s cannot run here, or NULL. */
+static const char *gemm_problem(const sc_program *p, const sc_step *s) {
+  const sc_gemm *g = &s->gemm;
+  if (!valid_buffer(p, g->a) || !valid_buffer(p, g->b) || !valid_buffer(p, g->c) ||
+      (g->bias >= 0 && !valid_buffer(p, g->bias)))
+    return "buffer id out of range";
+  if (p->buffers[g->a].dtype != SC_DTYPE_F32 || p->buffers[g->b].dtype != SC_DTYPE_F32 ||
+      p->buffers[g->c].dtype != SC_DTYPE_F32 ||
+      (g->bias >= 0 && p->buffers[g->bias].dtype != SC_DTYPE_F32))
+    return "only f32 matrix products run through BLAS";
+  if (g->batch < 0 || g->m < 0 || g->n < 0 || g->k < 0 || g->m > INT_MAX || g->n > INT_MAX ||
+      g->k > INT_MAX || g->lda > INT_MAX || g->ldb > INT_MAX || g->ldc > INT_MAX)
+    return "extents outside BLAS's int range";
+  int64_t ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k;
+  int64_t br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
+  if ((ar > 0 && g->lda < (ac > 1 ? ac : 1)) || (br > 0 && g->ldb < (bc > 1 ? bc : 1)) ||
+      (g->m > 0 && g->ldc < (g->n > 1 ? g->n : 1)))
+    return "leading dimension smaller than a row";
+  int64_t sa, sb, sc;
+  if (!operand_span(g->batch, g->stride_a, ar, ac, g->lda, &sa) ||
+      !operand_span(g->batch, g->stride_b, br, bc, g->ldb, &sb) ||
+      !operand_span(g->batch, g->stride_c, g->m, g->n, g->ldc, &sc))
+    return "extents overflow";
+  if (sa > buf_numel(p, g->a) || sb > buf_numel(p, g->b) || sc > buf_numel(p, g->c))
+    return "matrix extents exceed their buffers";
+  if (g->bias >= 0) {
+    int64_t bn = buf_numel(p, g->bias), mn;
+    if (!sc_mul_i64(g->m, g->n, &mn)) return "extents overflow";
+    if (g->bias_full ? (bn != mn && bn != mn * g->batch) : bn != g->n)
+      return "bias shape does not match the product";
+  }
+  if (s->kernel >= p->n_kernels) return "epilogue kernel id out of range";
+  return NULL;
+}
+
+static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) {
+  (void)ctx;
+  switch (s->kind) {
+  case SC_STEP_KERNEL: return s->kernel >= 0 && s->kernel < p->n_kernels;
+  case SC_STEP_GEMM: return gemm_problem(p, s) == NULL;
+  default: return false;
+  }
+}
+
+static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
+  cpu_ctx *c = ctx;
+  c->p = p;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (cpu_supports_step(c, p, s)) continue;
+    const char *why = s->kind == SC_STEP_GEMM ? gemm_problem(p, s) : "bad step";
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, s->origin, NULL,
+                       "cpu device: step %d (%s): %s", (int)i,
+                       s->kind == SC_STEP_GEMM ? "gemm" : "kernel", why ? why : "unsupported");
+  }
+  int32_t nk = p->n_kernels;
+  size_t nk1 = nk > 0 ? (size_t)nk : 1;
+  c->fns = sc_calloc(nk1, sizeof *c->fns);
+  c->points = sc_calloc(nk1, sizeof *c->points);
+  c->work = sc_calloc(nk1, sizeof *c->work);
+  c->args = sc_calloc(nk1, sizeof *c->args);
+  c->ptrs = sc_calloc(p->n_buffers > 0 ? (size_t)p->n_buffers : 1, sizeof *c->ptrs);
+  if (!c->fns || !c->points || !c->work || !c->args || !c->ptrs)
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t k = 0; k < nk; k++) {
+    const kir_kernel *kk = p->kernels[k];
+    int64_t pts = 1, w;
+    for (int32_t d = 0; d < kk->outer_rank; d++)
+      if (!sc_mul_i64(pts, kk->outer_dims[d], &pts))
+        return sc_diag_set(diag, SC_ERR_LIMIT, kk->origin, NULL,
+                           "kernel %s: outer domain too large", kk->name);
+    c->points[k] = pts;
+    int64_t phases = kk->n_phases > 0 ? kk->n_phases : 1;
+    if (!sc_mul_i64(pts, kk->inner, &w) || !sc_mul_i64(w, phases, &w)) w = INT64_MAX;
+    c->work[k] = w;
+    c->args[k] = sc_calloc(kk->n_params > 0 ? (size_t)kk->n_params : 1, sizeof(void *));
+    if (!c->args[k]) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  if (nk > 0) {
+    sc_cpu_opts co;
+    sc_cpu_opts_init(&co);
+    sc_status st = sc_cpu_jit(p, &co, &c->mod, diag);
+    if (st != SC_OK) return st;
+    c->compile_s = sc_cpu_compile_seconds(c->mod);
+    for (int32_t k = 0; k < nk; k++) {
+      c->fns[k] = sc_cpu_kernel(c->mod, k);
+      if (!c->fns[k])
+        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                           "cpu device: kernel %s was not compiled", p->kernels[k]->name);
+    }
+  }
+  return SC_OK;
+}
+
+static void *cpu_alloc_arena(void *ctx, int64_t bytes) {
+  (void)ctx;
+  if (bytes < 0) return NULL;
+  /* round up to the alignment; never 0 so that a pointer comes back */
+  int64_t n = (bytes + 63) / 64 * 64;
+  if (n == 0) n = 64;
+  void *p = NULL;
+  if (posix_memalign(&p, 64, (size_t)n) != 0) return NULL;
+  return p;
+}
+
+static void cpu_free_arena(void *ctx, void *arena) {
+  (void)ctx;
+  free(arena);
+}
+
+static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
+  cpu_ctx *c = ctx;
+  const sc_program *p = c->p;
+  char *base = arena;
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    int32_t r = sc_program_root(p, b);
+    const sc_buffer *rb = &p->buffers[r];
+    switch (rb->kind) {
+    case SC_BUF_INPUT:
+    case SC_BUF_OUTPUT:
+    case SC_BUF_TEMP:
+      if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->arena_bytes ||
+          rb->bytes > p->arena_bytes - rb->offset)
+        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                           "buffer '%s' [%lld, +%lld) lies outside the %lld-byte arena",
+                           rb->name ? rb->name : "?", (long long)rb->offset,
+                           (long long)rb->bytes, (long long)p->arena_bytes);
+      c->ptrs[b] = base + rb->offset;
+      break;
+    case SC_BUF_CONST:
+      if (!rb->data && rb->bytes > 0)
+        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                           "constant '%s' has no data (loaded with --no-weights?)",
+                           rb->name ? rb->name : "?");
+      c->ptrs[b] = (void *)rb->data;
+      break;
+    default:
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "buffer '%s': view without a storage root", rb->name ? rb->name : "?");
+    }
+  }
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    const kir_kernel *kk = p->kernels[k];
+    for (int32_t i = 0; i < kk->n_params; i++) {
+      int32_t b = kk->params[i].buffer;
+      if (b < 0 || b >= p->n_buffers)
+        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                           "kernel %s: param %d has no buffer", kk->name, (int)i);
+      c->args[k][i] = c->ptrs[b];
+    }
+  }
+  return SC_OK;
+}
+
+static void *cpu_buffer_ptr(void *ctx, int32_t b) { return ((cpu_ctx *)ctx)->ptrs[b]; }
+
+static void cpu_copy(void *ctx, void *dst, const void *src, int64_t bytes) {
+  (void)ctx;
+  if (bytes > 0 && dst != src) memcpy(dst, src, (size_t)bytes);
+}
+
+typedef struct kernel_job {
+  sc_cpu_kernel_fn fn;
+  void *const *args;
+} kernel_job;
+
+static void kernel_chunk(void *ud, int64_t begin, int64_t end) {
+  const kernel_job *j = ud;
+  j->fn(j->args, begin, end);
+}
+
+static void run_kernel_id(cpu_ctx *c, int32_t k) {
+  int64_t pts = c->points[k];
+  if (pts <= 0) return;
+  int64_t w = c->work[k];
+  if (c->threads == 1 || pts < 2 || w < SPLIT_MIN_WORK) {
+    c->fns[k](c->args[k], 0, pts);
+    return;
+  }
+  int64_t chunks = (int64_t)c->threads * CHUNKS_PER_THREAD;
+  if (chunks > w / CHUNK_MIN_WORK) chunks = w / CHUNK_MIN_WORK;
+  if (chunks > pts) chunks = pts;
+  kernel_job j = {c->fns[k], c->args[k]};
+  sc_thread_pool_run(c->pool, kernel_chunk, &j, pts, chunks);
+}
+
+static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->kernel); }
+
+/* GEMMs are cut into tiles (batch entry x TILE_M rows x TILE_N columns)
+ * whose boundaries depend only on the problem's shape, never on the thread
+ * count; each tile is one single-threaded cblas_sgemm call (plus its bias),
+ * and the pool runs the tiles. So every element is computed by the same
+ * BLAS call whatever the thread count: results are bit-identical with 1 or
+ * N threads (OpenBLAS's own threading and its small-matrix paths are not). */
+enum { TILE_M = 64, TILE_N = 256 };
+
+typedef struct gemm_job {
+  const cpu_ctx *c;
+  const sc_gemm *g;
+  const float *A, *B, *bias;
+  float *C;
+  int64_t tiles_m, tiles_n;
+  bool bias_per_batch;
+} gemm_job;
+
+static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
+  const gemm_job *j = ud;
+  const sc_gemm *g = j->g;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t b = t / (j->tiles_m * j->tiles_n), r = t % (j->tiles_m * j->tiles_n);
+    int64_t m0 = (r / j->tiles_n) * TILE_M, n0 = (r % j->tiles_n) * TILE_N;
+    int m = (int)(g->m - m0 < TILE_M ? g->m - m0 : TILE_M);
+    int n = (int)(g->n - n0 < TILE_N ? g->n - n0 : TILE_N);
+    /* rows m0.. of op(A): A + m0 * lda, or columns m0.. when transposed */
+    const float *A = j->A + b * g->stride_a + (g->trans_a ? m0 : m0 * g->lda);
+    /* columns n0.. of op(B): B + n0, or rows n0.. when transposed */
+    const float *B = j->B + b * g->stride_b + (g->trans_b ? n0 * g->ldb : n0);
+    float *C = j->C + b * g->stride_c + m0 * g->ldc + n0;
+    if (g->k == 0) { /* BLAS need not touch C when k == 0: C = beta * C */
+      for (int i = 0; i < m; i++)
+        for (int jj = 0; jj < n; jj++) {
+          float *e = &C[(int64_t)i * g->ldc + jj];
+          *e = g->beta == 0.0f ? 0.0f : g->beta * *e;
+        }
+    } else {
+      cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
+                  g->trans_b ? CblasTrans : CblasNoTrans, m, n, (int)g->k, g->alpha, A,
+                  (int)g->lda, B, (int)g->ldb, g->beta, C, (int)g->ldc);
+    }
+    if (!j->bias) continue;
+    const float *bb = j->bias_per_batch ? j->bias + b * g->m * g->n : j->bias;
+    for (int i = 0; i < m; i++) {
+      float *row = C + (int64_t)i * g->ldc;
+      const float *brow = g->bias_full ? bb + (m0 + i) * g->n + n0 : bb + n0;
+      for (int jj = 0; jj < n; jj++) row[jj] += brow[jj];
+    }
+  }
+}
+
+static void cpu_run_gemm(void *ctx, const sc_step *s) {
+  cpu_ctx *c = ctx;
+  const sc_gemm *g = &s->gemm;
+  if (g->batch > 0 && g->m > 0 && g->n > 0) {
+    gemm_job j = {.c = c, .g = g, .A = c->ptrs[g->a], .B = c->ptrs[g->b], .C = c->ptrs[g->c],
+                  .bias = g->bias >= 0 ? c->ptrs[g->bias] : NULL,
+                  .tiles_m = (g->m + TILE_M - 1) / TILE_M,
+                  .tiles_n = (g->n + TILE_N - 1) / TILE_N};
+    j.bias_per_batch = g->bias >= 0 && g->bias_full && buf_numel(c->p, g->bias) != g->m * g->n;
+    int64_t tiles = g->batch * j.tiles_m * j.tiles_n;
+    /* multiply-adds per tile, roughly; small products stay on one thread */
+    double flops = (double)g->batch * (double)g->m * (double)g->n * (double)(g->k + 1);
+    int64_t chunks = flops < 65536.0 ? 1 : (int64_t)c->threads * CHUNKS_PER_THREAD;
+    sc_thread_pool_run(c->pool, gemm_tiles, &j, tiles, chunks);
+  }
+  if (s->kernel >= 0) run_kernel_id(c, s->kernel);
+}
+
+static int cpu_threads(void *ctx) { return ((cpu_ctx *)ctx)->threads; }
+static double cpu_compile_seconds(void *ctx) { return ((cpu_ctx *)ctx)->compile_s; }
+
+const sc_device_iface sc_device_cpu = {
+    .name = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .prepare = cpu_prepare,
+    .supports_step = cpu_supports_step,
+    .alloc_arena = cpu_alloc_arena,
+    .free_arena = cpu_free_arena,
+    .bind = cpu_bind,
+    .buffer_ptr = cpu_buffer_ptr,
+    .copy_in = cpu_copy,
+    .copy_out = cpu_copy,
+    .run_kernel = cpu_run_kernel,
+    .run_gemm = cpu_run_gemm,
+    .threads = cpu_threads,
+    .compile_seconds = cpu_compile_seconds,
+};
+
+static const sc_device_iface *const DEVICES[] = {&sc_device_cpu};
+
+const sc_device_iface *sc_device_find(const char *name) {
+  for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
+    if (strcmp(DEVICES[i]->name, name) == 0) return DEVICES[i];
+  return NULL;
+}
+
+const char *sc_device_names(void) { return "cpu"; }

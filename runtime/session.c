@@ -1,0 +1,152 @@
+/* session.c — binds a program to a device and runs it (runtime.h).
+ *
+ * Creating a session creates the device context, lets it compile the
+ * program (CPU: JIT of every kernel), allocates ONE arena of exactly
+ * program->arena_bytes and binds every buffer to its address. A run then
+ * validates the inputs (count, dtype, shape), copies them into their arena
+ * slots, executes the steps in order and points the output views at their
+ * buffers. A run allocates nothing: everything it touches was set up by
+ * sc_session_create. */
+#include <stdio.h>
+#include <string.h>
+
+#include "device.h"
+#include "runtime.h"
+
+struct sc_session {
+  const sc_device_iface *dev;
+  void *ctx;
+  const sc_program *p;
+  void *arena;
+  int64_t arena_bytes; /* what was asked of the device */
+};
+
+void sc_session_opts_init(sc_session_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->device = "cpu";
+}
+
+void sc_session_destroy(sc_session *s) {
+  if (!s) return;
+  if (s->arena) s->dev->free_arena(s->ctx, s->arena);
+  if (s->ctx) s->dev->destroy(s->ctx);
+  sc_free(s);
+}
+
+sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_session **out,
+                            sc_diag *diag) {
+  *out = NULL;
+  sc_session_opts defaults;
+  if (!o) {
+    sc_session_opts_init(&defaults);
+    o = &defaults;
+  }
+  const char *name = o->device ? o->device : "cpu";
+  const sc_device_iface *dev = sc_device_find(name);
+  if (!dev)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "unknown device '%s' (known: %s)",
+                       name, sc_device_names());
+  if (o->threads < 0)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "thread count must be positive");
+  if (p->arena_bytes < 0)
+    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "the program has no memory plan (arena_bytes < 0)");
+  sc_session *s = sc_calloc(1, sizeof *s);
+  if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  s->dev = dev;
+  s->p = p;
+  sc_device_opts dopts = {.threads = o->threads};
+  sc_status st = dev->create(&dopts, &s->ctx, diag);
+  if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
+  if (st == SC_OK) {
+    s->arena = dev->alloc_arena(s->ctx, p->arena_bytes);
+    s->arena_bytes = p->arena_bytes;
+    if (!s->arena)
+      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
+                       "cannot allocate the %lld-byte arena", (long long)p->arena_bytes);
+  }
+  if (st == SC_OK) st = dev->bind(s->ctx, s->arena, diag);
+  if (st != SC_OK) {
+    sc_session_destroy(s);
+    return st;
+  }
+  *out = s;
+  return SC_OK;
+}
+
+static void format_shape(sc_dtype t, int32_t rank, const int64_t *dims, char *buf, size_t n) {
+  size_t pos = 0;
+  int w = snprintf(buf, n, "%s[", sc_dtype_name(t));
+  if (w < 0 || (size_t)w >= n) return;
+  pos = (size_t)w;
+  for (int32_t d = 0; d < rank && d < SC_MAX_RANK; d++) {
+    w = snprintf(buf + pos, n - pos, "%s%lld", d ? "," : "", (long long)dims[d]);
+    if (w < 0 || (size_t)w >= n - pos) return;
+    pos += (size_t)w;
+  }
+  snprintf(buf + pos, n - pos, "]");
+}
+
+static sc_status check_input(const sc_buffer *b, int32_t i, const sc_tensor_view *v,
+                             sc_diag *diag) {
+  const char *name = b->name ? b->name : "?";
+  if (v->name && b->name && strcmp(v->name, b->name) != 0)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "input %d is '%s', but a tensor named '%s' was given", (int)i, name,
+                       v->name);
+  bool same = v->dtype == b->dtype && v->rank == b->rank;
+  for (int32_t d = 0; same && d < b->rank; d++) same = v->dims[d] == b->dims[d];
+  if (!same || v->rank < 0 || v->rank > SC_MAX_RANK) {
+    char want[256], got[256];
+    format_shape(b->dtype, b->rank, b->dims, want, sizeof want);
+    format_shape(v->dtype, v->rank, v->dims, got, sizeof got);
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "input '%s': expected %s, got %s",
+                       name, want, got);
+  }
+  if (!v->data && b->bytes > 0)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "input '%s': no data", name);
+  return SC_OK;
+}
+
+sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
+                         sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag) {
+  const sc_program *p = s->p;
+  if (n_inputs != p->n_inputs)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "the program takes %d inputs, %d given",
+                       (int)p->n_inputs, (int)n_inputs);
+  if (n_outputs != p->n_outputs)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "the program has %d outputs, room for %d given", (int)p->n_outputs,
+                       (int)n_outputs);
+  for (int32_t i = 0; i < n_inputs; i++) {
+    sc_status st = check_input(&p->buffers[p->inputs[i]], i, &inputs[i], diag);
+    if (st != SC_OK) return st;
+  }
+  for (int32_t i = 0; i < n_inputs; i++) {
+    const sc_buffer *b = &p->buffers[p->inputs[i]];
+    s->dev->copy_in(s->ctx, s->dev->buffer_ptr(s->ctx, p->inputs[i]), inputs[i].data, b->bytes);
+  }
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *st = &p->steps[i];
+    if (st->kind == SC_STEP_GEMM) s->dev->run_gemm(s->ctx, st);
+    else s->dev->run_kernel(s->ctx, st);
+  }
+  for (int32_t i = 0; i < n_outputs; i++) {
+    const sc_buffer *b = &p->buffers[p->outputs[i]];
+    sc_tensor_view *v = &outputs[i];
+    v->name = b->name;
+    v->dtype = b->dtype;
+    v->rank = b->rank;
+    memcpy(v->dims, b->dims, sizeof v->dims);
+    v->data = s->dev->buffer_ptr(s->ctx, p->outputs[i]);
+  }
+  return SC_OK;
+}
+
+int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }
+
+double sc_session_compile_seconds(const sc_session *s) {
+  return s->dev->compile_seconds(s->ctx);
+}
+
+int sc_session_threads(const sc_session *s) { return s->dev->threads(s->ctx); }

@@ -1,0 +1,525 @@
+"""test_node_tests.py — the ONNX backend node tests, run through `shardc run`.
+
+Which tests count. A node test is one small model (usually one node) with
+its inputs and expected outputs (node_data.py finds or generates them). It
+counts toward conformance when every op in it is in shardc's ops table
+(ir/ops.def, default ONNX domain) and its default-domain opset is one shardc
+reads (13..21, SC_OPSET_MIN..SC_OPSET_MAX in ir/ops.h). Others are listed in
+the summary but not run: 'unsupported' (an op shardc does not have), 'opset'
+(supported ops, opset outside 13..21), 'io' (sequence/map/optional inputs or
+outputs: not tensors).
+
+How one test runs. The inputs (TensorProto .pb) become .npy files; then
+  shardc run model.onnx --threads 1 --input NAME=FILE.npy ... --output-dir DIR
+(with --dim NAME=V for symbolic dims, bound from the stored inputs' shapes),
+20 s timeout, and DIR/<output name>.npy (characters outside [A-Za-z0-9_.-]
+replaced by '_', see safe_name) is compared with the stored output.
+
+Comparison. Shape and dtype must match exactly. Integers, bool and strings:
+exactly equal. Floats: |got - want| <= atol + rtol * |want| elementwise, with
+  float32/float64: rtol 1e-4, atol 1e-5 (the issue's tolerance: float32
+                   kernels that reorder sums or use other libm
+                   approximations stay well inside it)
+  float16:         rtol 1e-3, atol 1e-3 (fp16 has 11 significant bits: one
+                   rounding of an fp32-computed result is up to ~4.9e-4
+                   relative)
+  bfloat16:        rtol 1e-2, atol 1e-2 (8 significant bits)
+Infinities must match exactly. NaN is accepted only where the expected
+output is NaN at the same place, and an expected NaN must be produced.
+
+Status of each test: pass; fail (wrong numbers, shape or dtype); error
+(shardc exited non-zero: its message is the reason); crash (killed by a
+signal); timeout.
+
+The manifest (manifest.txt, `test_name status reason`) records the expected
+status of every counted test: `pass`, or `xfail` with the reason. This
+program exits 1 (the ctest fails) when a test marked pass does not pass, a
+test marked xfail passes (update the manifest: --update-manifest), a counted
+test is missing from the manifest, or any test crashes or times out. The pass
+percentage over counted tests is printed (target >= 95%); it is not itself a
+failure. Exits 77 (skipped) when the shardc binary has no `run` command yet.
+
+--backend ort runs the same harness with onnxruntime in place of shardc (to
+check the harness itself; the manifest is not checked then).
+
+usage: test_node_tests.py [--shardc PATH] [--jobs 2] [-k SUBSTR]...
+                          [--update-manifest] [--backend shardc|ort] [-v]
+"""
+import argparse
+import collections
+import concurrent.futures as cf
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.environ.get("SC_SOURCE_DIR") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import node_data  # noqa: E402
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+from onnx import numpy_helper  # noqa: E402
+
+OPSET_MIN, OPSET_MAX = 13, 21
+DEFAULT_MANIFEST = os.path.join(HERE, "manifest.txt")
+TOL = {  # dtype name -> (rtol, atol); see the file comment
+    "float32": (1e-4, 1e-5), "float64": (1e-4, 1e-5),
+    "float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2),
+}
+
+
+def read_opset_bounds():
+    """SC_OPSET_MIN/MAX from ir/ops.h, so the window follows the frontend."""
+    global OPSET_MIN, OPSET_MAX
+    try:
+        text = open(os.path.join(SRC, "ir", "ops.h")).read()
+    except OSError:
+        return
+    m = re.search(r"SC_OPSET_MIN\s*=\s*(\d+)\s*,\s*SC_OPSET_MAX\s*=\s*(\d+)", text)
+    if m:
+        OPSET_MIN, OPSET_MAX = int(m.group(1)), int(m.group(2))
+
+
+def supported_ops():
+    """ONNX op names of the ops table (ir/ops.def, second column)."""
+    text = open(os.path.join(SRC, "ir", "ops.def")).read()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return set(re.findall(r'^\s*OP\(\s*\w+\s*,\s*"(\w+)"', text, flags=re.M))
+
+
+def graph_ops(g):
+    """(domain, op_type) of every node, subgraphs included."""
+    for n in g.node:
+        yield (n.domain, n.op_type)
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH:
+                yield from graph_ops(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for sg in a.graphs:
+                    yield from graph_ops(sg)
+
+
+def classify(test_dir, ops):
+    """'run', or the reason the test is not counted: 'io', 'unsupported',
+    'opset'. Also returns the op list (for the summary)."""
+    m = onnx.load(os.path.join(test_dir, "model.onnx"), load_external_data=False)
+    used = sorted({t for d, t in graph_ops(m.graph)})
+    if os.path.exists(os.path.join(test_dir, "NOT_TENSOR")):
+        return "io", used
+    if any(d not in ("", "ai.onnx") or t not in ops for d, t in graph_ops(m.graph)):
+        return "unsupported", used
+    ver = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
+    if not ver or not OPSET_MIN <= ver[0] <= OPSET_MAX:
+        return "opset", used
+    return "run", used
+
+
+def safe_name(name):
+    """The file name `shardc run` gives an output (tools/run.c): characters
+    outside [A-Za-z0-9._-] become '_'; an empty name or one starting with '.'
+    gets a leading '_'."""
+    s = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    return "_" + s if not s or s.startswith(".") else s
+
+
+def load_case(test_dir):
+    """(model, [(input name, array)], [(output name, array)]) of data set 0."""
+    m = onnx.load(os.path.join(test_dir, "model.onnx"), load_external_data=False)
+    ds = os.path.join(test_dir, "test_data_set_0")
+    init = {i.name for i in m.graph.initializer}
+    in_names = [v.name for v in m.graph.input if v.name not in init]
+    ins, outs = [], []
+    for j, name in enumerate(in_names):
+        p = os.path.join(ds, f"input_{j}.pb")
+        if os.path.exists(p):
+            ins.append((name, numpy_helper.to_array(onnx.load_tensor(p))))
+    for j, v in enumerate(m.graph.output):
+        p = os.path.join(ds, f"output_{j}.pb")
+        outs.append((v.name, numpy_helper.to_array(onnx.load_tensor(p))))
+    return m, ins, outs
+
+
+def to_npy(arr):
+    """NumPy has no bfloat16 in .npy: shardc reads bf16 inputs as '<u2' raw
+    bits (runtime/npy.h)."""
+    if str(arr.dtype) == "bfloat16":
+        return arr.view(np.uint16)
+    return arr
+
+
+def dim_bindings(m, ins):
+    """--dim NAME=V for symbolic input dims, from the stored inputs' shapes."""
+    dims = {}
+    arrays = dict(ins)
+    for v in m.graph.input:
+        if v.name not in arrays or not v.type.HasField("tensor_type"):
+            continue
+        shape = v.type.tensor_type.shape
+        for k, d in enumerate(shape.dim):
+            if d.HasField("dim_param") and d.dim_param and k < arrays[v.name].ndim:
+                dims.setdefault(d.dim_param, arrays[v.name].shape[k])
+    return dims
+
+
+def short_error(text, model_path):
+    """One line from shardc's stderr: the first 'error:' line, without the
+    program name and model path, at most 200 characters."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    pick = next((ln for ln in lines if "error" in ln), lines[0] if lines else "no message")
+    pick = pick.replace(model_path + ": ", "").replace(model_path, "MODEL")
+    pick = re.sub(r"^shardc:\s*(error:\s*)?", "", pick)
+    pick = re.sub(r"\s+", " ", pick)
+    return pick[:200] if pick else "no message"
+
+
+def compare(name, got, want):
+    """None if got matches want, else the reason (one line)."""
+    if got.shape != want.shape:
+        return f"{name}: shape {list(got.shape)} != expected {list(want.shape)}"
+    if str(got.dtype) != str(want.dtype):
+        return f"{name}: dtype {got.dtype} != expected {want.dtype}"
+    if str(want.dtype) in TOL:
+        rtol, atol = TOL[str(want.dtype)]
+        g = got.astype(np.float64)
+        w = want.astype(np.float64)
+        gn, wn = np.isnan(g), np.isnan(w)
+        if (gn & ~wn).any():
+            return f"{name}: NaN at {int((gn & ~wn).sum())} places where a number is expected"
+        if (wn & ~gn).any():
+            return f"{name}: a number at {int((wn & ~gn).sum())} places where NaN is expected"
+        gi, wi = np.isinf(g), np.isinf(w)
+        if (gi != wi).any() or (g[wi] != w[wi]).any():
+            return f"{name}: infinities differ"
+        fin = ~(wn | wi)
+        err = np.abs(g[fin] - w[fin])
+        bad = err > atol + rtol * np.abs(w[fin])
+        if bad.any():
+            return (f"{name}: {int(bad.sum())}/{bad.size} values off, max abs err "
+                    f"{err.max():.3g} (rtol {rtol:g}, atol {atol:g})")
+        return None
+    if got.dtype.kind in "fc":  # other float kinds (float8...): exact
+        ok = np.array_equal(got.astype(np.float64), want.astype(np.float64), equal_nan=True)
+    else:
+        ok = np.array_equal(got, want)
+    if not ok:
+        return f"{name}: {int((got != want).sum())}/{want.size} values differ (exact compare)"
+    return None
+
+
+class Result:
+    __slots__ = ("name", "status", "reason", "seconds")
+
+    def __init__(self, name, status, reason="", seconds=0.0):
+        self.name, self.status, self.reason, self.seconds = name, status, reason, seconds
+
+
+NOT_CONST = re.compile(r"input '([^']+)' must be a constant")
+
+
+def run_shardc(shardc, test_dir, name, timeout, threads, freeze=False):
+    """One test through `shardc run`. With freeze, an error naming a graph
+    input that "must be a constant" (axes, shapes, pads given as graph
+    inputs: data-dependent shapes) is retried with that input turned into an
+    initializer holding the test's value — an experiment that measures how
+    many tests fail only for that reason; never used for the manifest."""
+    r = run_shardc_once(shardc, test_dir, name, timeout, threads)
+    frozen = []
+    while freeze and r.status == "error" and len(frozen) < 4:
+        mt = NOT_CONST.search(r.reason)
+        if not mt or mt.group(1) in frozen:
+            break
+        frozen.append(mt.group(1))
+        r = run_shardc_once(shardc, test_dir, name, timeout, threads, frozen)
+    if frozen:
+        r.reason = f"[frozen {', '.join(frozen)}] {r.reason}"
+    return r
+
+
+def freeze_inputs(m, ins, names):
+    """The model with the graph inputs in names made initializers."""
+    arrays = dict(ins)
+    m = onnx.ModelProto.FromString(m.SerializeToString())
+    keep = [v for v in m.graph.input if v.name not in names]
+    missing = [n for n in names if n not in arrays]
+    if missing:
+        raise ValueError(f"cannot freeze {missing}: not graph inputs with data")
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    for n in names:
+        m.graph.initializer.append(numpy_helper.from_array(arrays[n], n))
+    return m, [(k, v) for k, v in ins if k not in names]
+
+
+def run_shardc_once(shardc, test_dir, name, timeout, threads, frozen=()):
+    model_path = os.path.join(test_dir, "model.onnx")
+    m, ins, outs = load_case(test_dir)
+    work = tempfile.mkdtemp(prefix="sc-conf-")
+    try:
+        if frozen:
+            try:
+                m, ins = freeze_inputs(m, ins, frozen)
+            except ValueError as e:
+                return Result(name, "error", str(e))
+            model_path = os.path.join(work, "model.onnx")
+            onnx.save(m, model_path)
+        cmd = [shardc, "run", model_path, "--threads", str(threads),
+               "--output-dir", os.path.join(work, "out")]
+        for d, v in dim_bindings(m, ins).items():
+            cmd += ["--dim", f"{d}={v}"]
+        for j, (iname, arr) in enumerate(ins):
+            p = os.path.join(work, f"input_{j}.npy")
+            np.save(p, to_npy(arr))
+            cmd += ["--input", f"{iname}={p}"]
+        t0 = time.perf_counter()
+        try:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return Result(name, "timeout", f"no result after {timeout} s", timeout)
+        dt = time.perf_counter() - t0
+        err = p.stderr.decode(errors="replace")
+        if p.returncode < 0:
+            sig = -p.returncode
+            try:
+                signame = signal.Signals(sig).name
+            except ValueError:
+                signame = f"signal {sig}"
+            msg = short_error(err, model_path) if err.strip() else ""
+            return Result(name, "crash", f"{signame}" + (f": {msg}" if msg else ""), dt)
+        if p.returncode != 0:
+            return Result(name, "error", short_error(err, model_path), dt)
+        for oname, want in outs:
+            f = os.path.join(work, "out", safe_name(oname) + ".npy")
+            if not os.path.exists(f):
+                return Result(name, "fail", f"{oname}: no output file {os.path.basename(f)}", dt)
+            try:
+                got = np.load(f, allow_pickle=False)
+            except Exception as e:  # a malformed .npy is a failure of shardc
+                return Result(name, "fail", f"{oname}: unreadable .npy ({e})", dt)
+            if str(want.dtype) == "bfloat16" and got.dtype == np.uint16:
+                got = got.view(want.dtype)  # shardc writes bf16 as its raw bits
+            why = compare(oname, got, want)
+            if why:
+                return Result(name, "fail", why, dt)
+        return Result(name, "pass", "", dt)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_ort(test_dir, name, threads):
+    """The same test through onnxruntime: checks the harness, not shardc."""
+    import onnxruntime as ort
+    m, ins, outs = load_case(test_dir)
+    t0 = time.perf_counter()
+    try:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(os.path.join(test_dir, "model.onnx"), so,
+                                    providers=["CPUExecutionProvider"])
+        res = sess.run([o for o, _ in outs], dict(ins))
+    except Exception as e:
+        return Result(name, "error", re.sub(r"\s+", " ", str(e))[:120],
+                      time.perf_counter() - t0)
+    dt = time.perf_counter() - t0
+    for (oname, want), got in zip(outs, res):
+        why = compare(oname, np.asarray(got), want)
+        if why:
+            return Result(name, "fail", why, dt)
+    return Result(name, "pass", "", dt)
+
+
+def read_manifest(path):
+    entries = {}
+    if not os.path.exists(path):
+        return entries
+    for ln in open(path):
+        ln = ln.strip()
+        if not ln or ln.startswith("#"):
+            continue
+        parts = ln.split(None, 2)
+        entries[parts[0]] = (parts[1], parts[2] if len(parts) > 2 else "")
+    return entries
+
+
+MANIFEST_HEADER = """\
+# ONNX backend node tests run through `shardc run` (tests/conformance/README.md).
+# One line per test whose ops are all in ir/ops.def: `name status reason`.
+#   pass   must pass
+#   xfail  known not to pass (reason: shardc's error, or how the numbers differ)
+#   opset  supported ops, but an opset shardc does not read: not run
+# Regenerate with: tests/conformance/test_node_tests.py --update-manifest
+# (review the diff: a pass turned xfail is a regression).
+"""
+
+
+def write_manifest(path, entries):
+    with open(path, "w") as f:
+        f.write(MANIFEST_HEADER)
+        for name in sorted(entries):
+            st, why = entries[name]
+            f.write(f"{name} {st} {why}".rstrip() + "\n")
+
+
+def cause_of(r):
+    """A coarse cause for grouping failures: the reason with names and numbers
+    taken out."""
+    s = r.reason
+    s = re.sub(r"'[^']*'", "'…'", s)
+    s = re.sub(r"\[[^\]]*\]", "[…]", s)
+    s = re.sub(r"\b\d+(\.\d+)?(e[-+]?\d+)?\b", "N", s)
+    s = re.sub(r"^[\w.:/-]*: ", "", s) if r.status == "fail" else s
+    return f"{r.status}: {s}"
+
+
+def shardc_has_run(shardc):
+    try:
+        p = subprocess.run([shardc, "run", "--help"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return p.returncode == 0 and b"--output-dir" in p.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shardc", default=os.environ.get("SHARDC"))
+    ap.add_argument("--backend", choices=["shardc", "ort"], default="shardc")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1, help="--threads for each shardc run")
+    ap.add_argument("--timeout", type=float, default=20.0)
+    ap.add_argument("-k", dest="filters", action="append", default=[],
+                    help="run only tests whose name contains this (repeatable)")
+    ap.add_argument("--manifest", default=DEFAULT_MANIFEST)
+    ap.add_argument("--update-manifest", action="store_true")
+    ap.add_argument("--cache-dir", default=None,
+                    help="where generated node tests go (default $SC_BINARY_DIR or /tmp)")
+    ap.add_argument("--freeze-shape-inputs", action="store_true",
+                    help="experiment: retry tests whose error is an input that must be a "
+                         "constant with that input made an initializer (no manifest check)")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+
+    if args.backend == "shardc":
+        if not args.shardc:
+            sys.exit("test_node_tests.py: no shardc binary (--shardc or $SHARDC)")
+        if not shardc_has_run(args.shardc):
+            print(f"SKIP: {args.shardc} has no `run` command yet")
+            return 77
+
+    read_opset_bounds()
+    ops = supported_ops()
+    cache = args.cache_dir or os.environ.get("SC_BINARY_DIR") or tempfile.gettempdir()
+    root = node_data.node_dir(os.path.join(cache, "conformance"))
+    names = sorted(n for n in os.listdir(root)
+                   if os.path.isfile(os.path.join(root, n, "model.onnx")))
+    if args.filters:
+        names = [n for n in names if any(f in n for f in args.filters)]
+
+    kinds = {}
+    for n in names:
+        kinds[n], _ = classify(os.path.join(root, n), ops)
+    todo = [n for n in names if kinds[n] == "run"]
+    count = collections.Counter(kinds.values())
+    print(f"{len(names)} node tests in {root}: {len(todo)} to run "
+          f"(supported ops, opset {OPSET_MIN}..{OPSET_MAX}); not counted: "
+          f"{count['opset']} opset, {count['unsupported']} unsupported op, {count['io']} non-tensor io",
+          flush=True)
+
+    t0 = time.perf_counter()
+    results = {}
+
+    def one(n):
+        d = os.path.join(root, n)
+        try:
+            if args.backend == "ort":
+                return run_ort(d, n, args.threads)
+            return run_shardc(args.shardc, d, n, args.timeout, args.threads,
+                              args.freeze_shape_inputs)
+        except Exception as e:  # a harness problem with this test's data
+            return Result(n, "error", f"harness: {type(e).__name__}: {e}"[:120])
+
+    with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for r in pool.map(one, todo):
+            results[r.name] = r
+            if args.verbose or r.status in ("crash", "timeout"):
+                print(f"  {r.status:7s} {r.name} ({r.seconds:.2f} s) {r.reason}", flush=True)
+    wall = time.perf_counter() - t0
+
+    by = collections.Counter(r.status for r in results.values())
+    n_run = len(results)
+    pct = 100.0 * by["pass"] / n_run if n_run else 0.0
+    secs = sorted(r.seconds for r in results.values())
+    med = secs[len(secs) // 2] if secs else 0.0
+    print(f"\n{n_run} run in {wall:.1f} s with {args.jobs} workers (median {med:.2f} s "
+          f"per test, slowest {secs[-1] if secs else 0:.2f} s)")
+    print("  " + ", ".join(f"{by[s]} {s}" for s in ("pass", "fail", "error", "crash", "timeout")))
+    print(f"  pass rate over tests of supported ops: {pct:.1f}% (target >= 95%: "
+          f"{'met' if pct >= 95.0 else 'NOT met'})")
+
+    groups = collections.defaultdict(list)
+    for r in results.values():
+        if r.status != "pass":
+            groups[cause_of(r)].append(r.name)
+    if groups:
+        print("\nnot passing, grouped by cause:")
+        for cause, tests in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            shown = ", ".join(sorted(tests)[:6]) + (" …" if len(tests) > 6 else "")
+            print(f"  {len(tests):4d}  {cause}\n        {shown}")
+
+    if args.backend != "shardc" or args.freeze_shape_inputs:
+        if args.freeze_shape_inputs:
+            nf = sum(1 for r in results.values() if r.status == "pass" and "[frozen" in r.reason)
+            print(f"\nexperiment: {nf} tests pass only with shape inputs frozen as constants "
+                  f"(manifest not checked)")
+        return 0 if not (by["crash"] or by["timeout"]) else 1
+
+    manifest = read_manifest(args.manifest)
+    if args.update_manifest:
+        for n in names:  # entries of the tests not selected are kept
+            manifest.pop(n, None)
+            if kinds[n] == "opset":
+                manifest[n] = ("opset", "")
+            elif n in results:
+                r = results[n]
+                manifest[n] = ("pass", "") if r.status == "pass" else \
+                    ("xfail", f"{r.status}: {r.reason}")
+        write_manifest(args.manifest, manifest)
+        print(f"\nwrote {args.manifest}")
+
+    problems = []
+    for n, r in sorted(results.items()):
+        want = manifest.get(n, (None, ""))[0]
+        if r.status in ("crash", "timeout"):
+            problems.append(f"{n}: {r.status} ({r.reason})")
+        elif want is None:
+            problems.append(f"{n}: not in the manifest (got {r.status})")
+        elif want == "pass" and r.status != "pass":
+            problems.append(f"{n}: marked pass, got {r.status}: {r.reason}")
+        elif want == "xfail" and r.status == "pass":
+            problems.append(f"{n}: marked xfail, now passes")
+    for n in names:
+        if kinds[n] != "run" and manifest.get(n, ("",))[0] in ("pass", "xfail"):
+            problems.append(f"{n}: in the manifest as {manifest[n][0]}, now not counted ({kinds[n]})")
+    if problems:
+        print(f"\n{len(problems)} manifest mismatches, crashes or timeouts:")
+        for p in problems[:60]:
+            print("  " + p)
+        if len(problems) > 60:
+            print(f"  … {len(problems) - 60} more")
+        print("If the changes are intended, update the manifest:\n"
+              "  $PYTHON tests/conformance/test_node_tests.py --shardc $SHARDC --update-manifest\n"
+              "(crashes and timeouts fail whatever the manifest says)")
+        return 1
+    print("\nmanifest: all statuses as expected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

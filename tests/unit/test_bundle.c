@@ -1,0 +1,553 @@
+/* test_bundle.c — the compiled artifact: SHA-256 against the FIPS 180-4
+ * vectors, the program's JSON form (write → read → write is identical text,
+ * the read kernels equal the written ones and interpret to the same bytes),
+ * hostile program.json (bad ids, sizes, ops, truncation → errors, never
+ * crashes), and a written bundle loaded back, then corrupted file by file. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#include "codegen/bundle.h"
+#include "runtime/bundle.h"
+
+/* ---------------------------------------------------------------- SHA-256 */
+
+static void check_hex(const char *msg, size_t n, const char *want) {
+  char hex[65];
+  sc_sha256_hex(msg, n, hex);
+  assert_string_equal(hex, want);
+}
+
+static void test_sha256_vectors(void **state) {
+  (void)state;
+  check_hex("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  check_hex("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  check_hex(two, strlen(two),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const char *four = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmno"
+                     "ijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
+  check_hex(four, strlen(four),
+            "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+  /* One million 'a', fed in uneven pieces (exercises the block buffer). */
+  char *a = malloc(1000000);
+  assert_non_null(a);
+  memset(a, 'a', 1000000);
+  sc_sha256 s;
+  sc_sha256_init(&s);
+  size_t pos = 0, step = 1;
+  while (pos < 1000000) {
+    size_t n = step < 1000000 - pos ? step : 1000000 - pos;
+    sc_sha256_update(&s, a + pos, n);
+    pos += n;
+    step = step * 3 % 197 + 1;
+  }
+  uint8_t d[32];
+  sc_sha256_final(&s, d);
+  char hex[65];
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+  assert_string_equal(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  check_hex(a, 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  /* Lengths around the padding boundary (55, 56, 63, 64 bytes) agree
+   * between one-shot and byte-at-a-time hashing. */
+  for (size_t n = 54; n <= 66; n++) {
+    char one[65], inc[65];
+    sc_sha256_hex(a, n, one);
+    sc_sha256_init(&s);
+    for (size_t i = 0; i < n; i++) sc_sha256_update(&s, a + i, 1);
+    sc_sha256_final(&s, d);
+    for (int i = 0; i < 32; i++) snprintf(inc + 2 * i, 3, "%02x", d[i]);
+    assert_string_equal(one, inc);
+  }
+  free(a);
+}
+
+/* --------------------------------------------------------- a hand program */
+
+typedef struct fixture {
+  sc_program *p;
+  float w[12]; /* CONST [3,4] */
+  int64_t *offsets;
+  uint8_t *weights;
+  int64_t weights_bytes;
+  char *json;
+} fixture;
+
+static int32_t add_buf(sc_program *p, const char *name, sc_buf_kind kind, sc_dtype t,
+                       int32_t rank, const int64_t *dims, int64_t offset, const void *data,
+                       int32_t alias) {
+  sc_buffer b;
+  memset(&b, 0, sizeof b);
+  b.name = name;
+  b.kind = kind;
+  b.dtype = t;
+  b.rank = rank;
+  int64_t n = 1;
+  for (int32_t i = 0; i < rank; i++) n *= (b.dims[i] = dims[i]);
+  b.bytes = n * sc_dtype_size(t);
+  b.offset = offset;
+  b.data = data;
+  b.alias_of = alias;
+  b.value = -1;
+  int32_t id = sc_program_add_buffer(p, &b);
+  assert_true(id >= 0);
+  return id;
+}
+
+/* x[2,3] @ w[3,4] -> y[2,4] (GEMM); z = softmax(y) over rows (a row kernel
+ * with two REDUCE phases and constants -inf and -0.0); q = (i64)(y*100) % 7
+ * (integer ops) through a view of y. */
+static sc_program *build_program(const float *w) {
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  sc_arena *A = &p->arena;
+  p->arena_bytes = 4 * 64;
+  p->arena_align = 64;
+  const int64_t dx[2] = {2, 3}, dw[2] = {3, 4}, dy[2] = {2, 4}, dv[1] = {8};
+  int32_t x = add_buf(p, "x", SC_BUF_INPUT, SC_DTYPE_F32, 2, dx, 0, NULL, -1);
+  int32_t wb = add_buf(p, "w", SC_BUF_CONST, SC_DTYPE_F32, 2, dw, -1, w, -1);
+  int32_t y = add_buf(p, "y", SC_BUF_TEMP, SC_DTYPE_F32, 2, dy, 64, NULL, -1);
+  int32_t z = add_buf(p, "z", SC_BUF_OUTPUT, SC_DTYPE_F32, 2, dy, 128, NULL, -1);
+  int32_t q = add_buf(p, "q", SC_BUF_OUTPUT, SC_DTYPE_I64, 2, dy, 192, NULL, -1);
+  int32_t yv = add_buf(p, "y_flat", SC_BUF_VIEW, SC_DTYPE_F32, 1, dv, -1, NULL, y);
+  assert_int_equal(sc_program_add_input(p, x), SC_OK);
+  assert_int_equal(sc_program_add_output(p, z), SC_OK);
+  assert_int_equal(sc_program_add_output(p, q), SC_OK);
+
+  /* softmax over rows */
+  kir_kernel *k = kir_kernel_create(A, "softmax_rows");
+  k->origin = "Softmax_0";
+  k->outer_rank = 1;
+  k->outer_dims[0] = 2;
+  k->inner = 4;
+  int32_t pin = kir_add_param(A, k, y, SC_DTYPE_F32, 8, false);
+  int32_t pout = kir_add_param(A, k, z, SC_DTYPE_F32, 8, true);
+  int32_t o = kir_var(A, k, 0), r = kir_var(A, k, KIR_INNER);
+  int32_t idx = kir_binary(A, k, KIR_ADD, kir_binary(A, k, KIR_MUL, o, kir_const_i(A, k, SC_DTYPE_I64, 4)), r);
+  int32_t v = kir_load(A, k, pin, idx);
+  int32_t vm = kir_binary(A, k, KIR_MAX, v, kir_const_f(A, k, SC_DTYPE_F32, -INFINITY));
+  int32_t ph0 = kir_add_reduce(A, k, KIR_RED_MAX, SC_DTYPE_F32, vm);
+  int32_t e = kir_unary(A, k, KIR_EXP, kir_binary(A, k, KIR_SUB, v, kir_reg(A, k, ph0)));
+  int32_t ph1 = kir_add_reduce(A, k, KIR_RED_SUM, SC_DTYPE_F32, e);
+  int32_t outv = kir_binary(A, k, KIR_DIV, e, kir_reg(A, k, ph1));
+  outv = kir_binary(A, k, KIR_ADD, outv, kir_const_f(A, k, SC_DTYPE_F32, -0.0));
+  assert_true(kir_add_store(A, k, pout, idx, outv) >= 0);
+  assert_int_equal(sc_program_add_kernel(p, k), 0);
+
+  /* q = (i64)(y * 100) % 7, y read through the flat view */
+  kir_kernel *k2 = kir_kernel_create(A, "int_mod");
+  k2->origin = "Mod_1";
+  k2->outer_rank = 2;
+  k2->outer_dims[0] = 2;
+  k2->outer_dims[1] = 4;
+  int32_t p2in = kir_add_param(A, k2, yv, SC_DTYPE_F32, 8, false);
+  int32_t p2out = kir_add_param(A, k2, q, SC_DTYPE_I64, 8, true);
+  int32_t i0 = kir_var(A, k2, 0), i1 = kir_var(A, k2, 1);
+  int32_t lin = kir_binary(A, k2, KIR_ADD, kir_binary(A, k2, KIR_MUL, i0, kir_const_i(A, k2, SC_DTYPE_I64, 4)), i1);
+  int32_t yy = kir_load(A, k2, p2in, lin);
+  int32_t sc = kir_binary(A, k2, KIR_MUL, yy, kir_const_f(A, k2, SC_DTYPE_F32, 100.0));
+  int32_t ci = kir_cast(A, k2, SC_DTYPE_I64, sc);
+  int32_t md = kir_binary(A, k2, KIR_MOD, ci, kir_const_i(A, k2, SC_DTYPE_I64, 7));
+  int32_t sel = kir_select(A, k2, kir_binary(A, k2, KIR_LT, md, kir_const_i(A, k2, SC_DTYPE_I64, 0)),
+                           kir_binary(A, k2, KIR_ADD, md, kir_const_i(A, k2, SC_DTYPE_I64, 7)), md);
+  assert_true(kir_add_store(A, k2, p2out, lin, sel) >= 0);
+  assert_int_equal(sc_program_add_kernel(p, k2), 1);
+
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(kir_verify(k, &d), SC_OK);
+  assert_int_equal(kir_verify(k2, &d), SC_OK);
+
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_GEMM;
+  s.kernel = -1;
+  s.origin = "MatMul_0";
+  s.gemm = (sc_gemm){.a = x, .b = wb, .c = y, .batch = 1, .m = 2, .n = 4, .k = 3, .lda = 3,
+                     .ldb = 4, .ldc = 4, .alpha = 1.0f, .beta = 0.0f, .bias = -1};
+  assert_int_equal(sc_program_add_step(p, &s), 0);
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_KERNEL;
+  s.kernel = 0;
+  s.origin = "Softmax_0";
+  assert_int_equal(sc_program_add_step(p, &s), 1);
+  s.kernel = 1;
+  s.origin = "Mod_1";
+  assert_int_equal(sc_program_add_step(p, &s), 2);
+  return p;
+}
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  rng_seed(7);
+  for (int i = 0; i < 12; i++) f->w[i] = rng_val();
+  f->p = build_program(f->w);
+  f->offsets = calloc((size_t)f->p->n_buffers, sizeof *f->offsets);
+  f->weights_bytes = sc_program_weights_layout(f->p, f->offsets);
+  assert_int_equal(f->weights_bytes, 48);
+  f->weights = calloc(1, (size_t)f->weights_bytes);
+  for (int32_t i = 0; i < f->p->n_buffers; i++)
+    if (f->offsets[i] >= 0)
+      memcpy(f->weights + f->offsets[i], f->p->buffers[i].data, (size_t)f->p->buffers[i].bytes);
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_program_write_json(f->p, f->offsets, &f->json, &d), SC_OK);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  sc_program_destroy(f->p);
+  free(f->offsets);
+  free(f->weights);
+  sc_free(f->json);
+  free(f);
+  return 0;
+}
+
+static void assert_kernels_equal(const kir_kernel *a, const kir_kernel *b) {
+  assert_string_equal(a->name, b->name);
+  assert_string_equal(a->origin, b->origin);
+  assert_int_equal(a->n_params, b->n_params);
+  for (int32_t i = 0; i < a->n_params; i++) {
+    assert_int_equal(a->params[i].buffer, b->params[i].buffer);
+    assert_int_equal(a->params[i].dtype, b->params[i].dtype);
+    assert_int_equal(a->params[i].numel, b->params[i].numel);
+    assert_int_equal(a->params[i].written, b->params[i].written);
+  }
+  assert_int_equal(a->outer_rank, b->outer_rank);
+  for (int32_t i = 0; i < a->outer_rank; i++) assert_int_equal(a->outer_dims[i], b->outer_dims[i]);
+  assert_int_equal(a->inner, b->inner);
+  assert_int_equal(a->n_exprs, b->n_exprs);
+  for (int32_t i = 0; i < a->n_exprs; i++) {
+    const kir_expr *x = &a->exprs[i], *y = &b->exprs[i];
+    assert_int_equal(x->op, y->op);
+    assert_int_equal(x->dtype, y->dtype);
+    assert_int_equal(x->a, y->a);
+    assert_int_equal(x->b, y->b);
+    assert_int_equal(x->c, y->c);
+    assert_int_equal(x->var, y->var);
+    assert_int_equal(x->i, y->i);
+    assert_memory_equal(&x->f, &y->f, sizeof x->f); /* bit-exact, -0.0 and -inf too */
+  }
+  assert_int_equal(a->n_phases, b->n_phases);
+  for (int32_t i = 0; i < a->n_phases; i++) {
+    const kir_phase *x = &a->phases[i], *y = &b->phases[i];
+    assert_int_equal(x->kind, y->kind);
+    assert_int_equal(x->rop, y->rop);
+    assert_int_equal(x->acc_dtype, y->acc_dtype);
+    assert_int_equal(x->value, y->value);
+    assert_int_equal(x->out_param, y->out_param);
+    assert_int_equal(x->out_index, y->out_index);
+  }
+}
+
+/* Runs kernel k of p over random inputs; returns the written params' bytes
+ * concatenated (caller frees). */
+static uint8_t *interpret(const kir_kernel *k, uint64_t seed, size_t *n_out) {
+  void *bufs[8] = {0};
+  size_t total = 0;
+  rng_seed(seed);
+  for (int32_t i = 0; i < k->n_params; i++) {
+    size_t bytes = (size_t)k->params[i].numel * sc_dtype_size(k->params[i].dtype);
+    bufs[i] = calloc(1, bytes);
+    if (!k->params[i].written) {
+      for (int64_t j = 0; j < k->params[i].numel; j++)
+        sc_store_f64(k->params[i].dtype, bufs[i], j, rnd(-3, 3));
+    } else {
+      total += bytes;
+    }
+  }
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(kir_interpret(k, bufs, &d), SC_OK);
+  uint8_t *out = malloc(total), *w = out;
+  for (int32_t i = 0; i < k->n_params; i++) {
+    size_t bytes = (size_t)k->params[i].numel * sc_dtype_size(k->params[i].dtype);
+    if (k->params[i].written) {
+      if (k->params[i].dtype == SC_DTYPE_F32)
+        for (int64_t j = 0; j < k->params[i].numel; j++)
+          assert_false(isnan(sc_load_f64(SC_DTYPE_F32, bufs[i], j)));
+      memcpy(w, bufs[i], bytes);
+      w += bytes;
+    }
+    free(bufs[i]);
+  }
+  *n_out = total;
+  return out;
+}
+
+static void test_json_round_trip(void **state) {
+  fixture *f = *state;
+  /* Non-finite and negative-zero constants are spelled out. */
+  assert_non_null(strstr(f->json, "\"-inf\""));
+  assert_non_null(strstr(f->json, "-0.0"));
+  sc_program *r = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status st = sc_program_read_json(f->json, strlen(f->json), f->weights, f->weights_bytes, &r, &d);
+  if (st) fail_msg("%s", d.msg);
+  char *again = NULL;
+  assert_int_equal(sc_program_write_json(r, f->offsets, &again, &d), SC_OK);
+  assert_string_equal(again, f->json);
+  sc_free(again);
+
+  assert_int_equal(r->n_buffers, f->p->n_buffers);
+  for (int32_t i = 0; i < r->n_buffers; i++) {
+    const sc_buffer *a = &f->p->buffers[i], *b = &r->buffers[i];
+    assert_string_equal(a->name, b->name);
+    assert_int_equal(a->kind, b->kind);
+    assert_int_equal(a->bytes, b->bytes);
+    assert_int_equal(a->offset, b->offset);
+    assert_int_equal(a->alias_of, b->alias_of);
+    if (a->kind == SC_BUF_CONST) {
+      assert_ptr_equal(b->data, f->weights + f->offsets[i]);
+      assert_memory_equal(a->data, b->data, (size_t)a->bytes);
+    }
+  }
+  assert_int_equal(r->n_inputs, 1);
+  assert_int_equal(r->n_outputs, 2);
+  assert_int_equal(r->outputs[1], f->p->outputs[1]);
+  assert_int_equal(r->n_steps, 3);
+  assert_memory_equal(&r->steps[0].gemm, &f->p->steps[0].gemm, sizeof(sc_gemm));
+  assert_int_equal(r->n_kernels, 2);
+  for (int32_t i = 0; i < r->n_kernels; i++) {
+    assert_kernels_equal(f->p->kernels[i], r->kernels[i]);
+    size_t na, nb;
+    uint8_t *oa = interpret(f->p->kernels[i], 100 + (uint64_t)i, &na);
+    uint8_t *ob = interpret(r->kernels[i], 100 + (uint64_t)i, &nb);
+    assert_int_equal(na, nb);
+    assert_memory_equal(oa, ob, na);
+    free(oa);
+    free(ob);
+  }
+  /* The read kernels still build: hash-consing is rebuilt from exprs. */
+  kir_kernel *k = r->kernels[1];
+  int32_t n = k->n_exprs;
+  assert_int_equal(kir_const_i(&r->arena, k, SC_DTYPE_I64, 7), kir_const_i(&r->arena, k, SC_DTYPE_I64, 7));
+  assert_true(k->n_exprs <= n + 1);
+  sc_program_destroy(r);
+}
+
+/* Replaces the first occurrence of `from` (which must exist) in text. */
+static char *replace(const char *text, const char *from, const char *to) {
+  const char *at = strstr(text, from);
+  if (!at) {
+    fail_msg("fixture text lacks '%s'", from);
+  }
+  size_t n = strlen(text) - strlen(from) + strlen(to);
+  char *s = malloc(n + 1);
+  size_t pre = (size_t)(at - text);
+  memcpy(s, text, pre);
+  strcpy(s + pre, to);
+  strcat(s, at + strlen(from));
+  return s;
+}
+
+static void expect_bad(fixture *f, const char *text, size_t len, sc_status want,
+                       const char *needle) {
+  sc_program *r = (sc_program *)1;
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status st = sc_program_read_json(text, len, f->weights, f->weights_bytes, &r, &d);
+  if (st == SC_OK) fail_msg("accepted a bad program (%s)", needle);
+  assert_null(r);
+  if (want != SC_STATUS_COUNT) assert_int_equal(st, want);
+  if (!strstr(d.msg, needle)) fail_msg("message '%s' lacks '%s'", d.msg, needle);
+}
+
+static void test_json_hostile(void **state) {
+  fixture *f = *state;
+  static const struct {
+    const char *from, *to;
+    sc_status st;
+    const char *needle;
+  } cases[] = {
+      {"\"buffer\": 2", "\"buffer\": 99", SC_ERR_INVALID, "'buffer' = 99"},
+      {"\"buffer\": 2", "\"buffer\": -1", SC_ERR_INVALID, "'buffer'"},
+      {"\"op\": \"exp\"", "\"op\": \"frobnicate\"", SC_ERR_INVALID, "unknown op"},
+      {"\"op\": \"exp\"", "\"op\": 3", SC_ERR_PARSE, "'op'"},
+      {"\"t\": \"f32\"", "\"t\": \"string\"", SC_ERR_INVALID, "unsupported dtype"},
+      {"\"bytes\": 24", "\"bytes\": 2400", SC_ERR_INVALID, "shape and dtype"},
+      {"\"weights_offset\": 0", "\"weights_offset\": 64", SC_ERR_INVALID, "weights.bin"},
+      {"\"offset\": 192", "\"offset\": 256", SC_ERR_INVALID, "outside the arena"},
+      {"\"alias_of\": 2", "\"alias_of\": 5", SC_ERR_INVALID, "view of itself"},
+      {"\"kernel\": 1", "\"kernel\": 7", SC_ERR_INVALID, "'kernel' = 7"},
+      {"\"m\": 2", "\"m\": 3", SC_ERR_INVALID, "overrun"},
+      {"\"ldb\": 4", "\"ldb\": 2", SC_ERR_INVALID, "leading dimension"},
+      {"\"inner\": 4", "\"inner\": 0", SC_ERR_INVALID, "inner"},
+      {"\"name\": \"int_mod\"", "\"name\": \"softmax_rows\"", SC_ERR_INVALID, "duplicate"},
+      {"\"name\": \"int_mod\"", "\"name\": \"a b\"", SC_ERR_INVALID, "C identifier"},
+      {"\"numel\": 8", "\"numel\": 9999", SC_ERR_INVALID, "do not fit"},
+      {"\"version\": 1", "\"version\": 2", SC_ERR_UNSUPPORTED, "version"},
+      {"\"rop\": \"sum\"", "\"rop\": \"mean\"", SC_ERR_INVALID, "unknown rop"},
+      {"\"written\": true", "\"written\": false", SC_ERR_INVALID, "not written"},
+      {"\"inputs\": [\n  0\n ]", "\"inputs\": [\n  2\n ]", SC_ERR_INVALID, "inputs[0]"},
+      {"\"shape\": [\n    2,\n    3\n   ]", "\"shape\": [\n    4611686018427387904,\n    3\n   ]",
+       SC_ERR_LIMIT, "overflow"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *t = replace(f->json, cases[i].from, cases[i].to);
+    expect_bad(f, t, strlen(t), cases[i].st, cases[i].needle);
+    free(t);
+  }
+  /* An operand naming a later expression (not topological). */
+  {
+    char *t = replace(f->json, "\"a\": 0", "\"a\": 40");
+    expect_bad(f, t, strlen(t), SC_ERR_INVALID, "'a' = 40");
+    free(t);
+  }
+  /* exp of an integer: well-formed, caught by kir_verify. */
+  {
+    char *t = replace(f->json, "\"op\": \"exp\",\n     \"t\": \"f32\"",
+                      "\"op\": \"exp\",\n     \"t\": \"i64\"");
+    expect_bad(f, t, strlen(t), SC_ERR_INVALID, "kir_verify");
+    free(t);
+  }
+  /* Every truncation of the text is rejected cleanly. */
+  size_t n = strlen(f->json);
+  for (size_t cut = 0; cut < n - 2; cut += 1 + cut / 8)
+    expect_bad(f, f->json, cut, SC_ERR_PARSE, "program.json");
+  /* CONST data outside a smaller weights file. */
+  sc_program *r = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_not_equal(sc_program_read_json(f->json, n, f->weights, 16, &r, &d), SC_OK);
+  assert_null(r);
+}
+
+/* ------------------------------------------------------------ the bundle */
+
+static char *read_all(const char *path, size_t *n) {
+  FILE *fp = fopen(path, "rb");
+  assert_non_null(fp);
+  fseek(fp, 0, SEEK_END);
+  long len = ftell(fp);
+  fseek(fp, 0, SEEK_SET);
+  char *s = malloc((size_t)len + 1);
+  assert_int_equal(fread(s, 1, (size_t)len, fp), (size_t)len);
+  s[len] = 0;
+  fclose(fp);
+  *n = (size_t)len;
+  return s;
+}
+
+static void write_all(const char *path, const void *data, size_t n) {
+  FILE *fp = fopen(path, "wb");
+  assert_non_null(fp);
+  assert_int_equal(fwrite(data, 1, n, fp), n);
+  fclose(fp);
+}
+
+static void expect_load_error(const char *dir, const char *needle) {
+  sc_bundle *b = (sc_bundle *)1;
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status st = sc_bundle_load(dir, &b, &d);
+  if (st == SC_OK) fail_msg("loaded a corrupted bundle (%s)", needle);
+  assert_null(b);
+  if (!strstr(d.msg, needle)) fail_msg("message '%s' lacks '%s'", d.msg, needle);
+}
+
+/* Writes the bundle (cpu target: needs the CPU backend's object writer) and
+ * loads it back; then corrupts one file at a time. */
+static void test_bundle_write_load(void **state) {
+  fixture *f = *state;
+  char dir[512], path[600];
+  snprintf(dir, sizeof dir, "%s/tests/tmp_bundle_%d", SC_BINARY_DIR, (int)getpid());
+  mkdir(SC_BINARY_DIR "/tests", 0777);
+  sc_bundle_opts o;
+  sc_bundle_opts_init(&o);
+  o.model = "hand.onnx";
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status st = sc_bundle_write(f->p, &o, dir, &d);
+  if (st) fail_msg("sc_bundle_write: %s", d.msg);
+  assert_true(sc_bundle_is_dir(dir));
+  assert_false(sc_bundle_is_dir(SC_SOURCE_DIR "/samples"));
+
+  sc_bundle *b = NULL;
+  st = sc_bundle_load(dir, &b, &d);
+  if (st) fail_msg("sc_bundle_load: %s", d.msg);
+  assert_string_equal(b->target, "cpu");
+  char *json = NULL;
+  assert_int_equal(sc_program_write_json(b->program, f->offsets, &json, &d), SC_OK);
+  assert_string_equal(json, f->json);
+  sc_free(json);
+  assert_memory_equal(b->program->buffers[1].data, f->w, sizeof f->w);
+  sc_bundle_destroy(b);
+
+  /* Each file: one flipped byte → a hash error naming it; restored after. */
+  const char *files[] = {"weights.bin", "program.json", "kernels.o"};
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    size_t n;
+    char *orig = read_all(path, &n);
+    char *bad = malloc(n + 1);
+    memcpy(bad, orig, n);
+    bad[n / 2] ^= 0x20;
+    write_all(path, bad, n);
+    expect_load_error(dir, files[i]);
+    write_all(path, orig, n - 1); /* truncated: a size error */
+    expect_load_error(dir, "bytes");
+    write_all(path, orig, n);
+    free(bad);
+    free(orig);
+  }
+  /* The manifest itself: malformed, wrong version, hostile file names,
+   * a missing required file. */
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  size_t mn;
+  char *man = read_all(path, &mn);
+  write_all(path, man, mn / 2);
+  expect_load_error(dir, "manifest.json");
+  char *t = replace(man, "\"format_version\": 1", "\"format_version\": 9");
+  write_all(path, t, strlen(t));
+  expect_load_error(dir, "format_version");
+  free(t);
+  t = replace(man, "\"name\": \"kernels.o\"", "\"name\": \"../kernels.o\"");
+  write_all(path, t, strlen(t));
+  expect_load_error(dir, "malformed");
+  free(t);
+  t = replace(man, "\"name\": \"weights.bin\"", "\"name\": \"weights.bim\"");
+  write_all(path, t, strlen(t));
+  expect_load_error(dir, "weights.bin");
+  free(t);
+  t = replace(man, "\"arena_bytes\": 256", "\"arena_bytes\": 512");
+  write_all(path, t, strlen(t));
+  expect_load_error(dir, "arena_bytes");
+  free(t);
+  t = replace(man, "\"name\": \"q\"", "\"name\": \"Q\"");
+  write_all(path, t, strlen(t));
+  expect_load_error(dir, "outputs[1]");
+  free(t);
+  write_all(path, man, mn);
+  st = sc_bundle_load(dir, &b, &d);
+  assert_int_equal(st, SC_OK);
+  sc_bundle_destroy(b);
+  free(man);
+
+  const char *all[] = {"manifest.json", "program.json", "weights.bin", "kernels.o"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, all[i]);
+    remove(path);
+  }
+  rmdir(dir);
+  expect_load_error(dir, "manifest.json");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_sha256_vectors),
+      cmocka_unit_test_setup_teardown(test_json_round_trip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_json_hostile, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bundle_write_load, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,410 @@
+/* test_lower_linalg.c — the lowerings of MatMul, Gemm, Conv and the pools
+ * (codegen/lower_linalg.c). Each test builds one node on seeded random
+ * constant inputs, lowers it alone, runs the program (kernels through
+ * kir_interpret, GEMM steps through a naive loop written here) and compares
+ * with the op's constant evaluation (MatMul, Gemm) or with a direct
+ * implementation written here (Conv, pools, which have no eval). Tolerance:
+ * rtol 1e-5 — f32 sums of at most a few hundred products of values in
+ * [-1, 1], accumulated in another order than the reference's double. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "codegen/lower_internal.h"
+#include "test_util.h"
+
+/* ---- a tiny executor: lowers one node and runs its program ---- */
+
+typedef struct lowered {
+  sc_program *p;
+  int32_t *vb;  /* value id -> buffer id */
+  void **bufs;  /* buffer id -> storage */
+  sc_diag diag;
+} lowered;
+
+typedef struct pt_ud {
+  const sc_node *n;
+  int32_t out;
+} pt_ud;
+
+static int32_t point_cb(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const pt_ud *u = ud;
+  return sc_lowering_of(u->n->op)->point(cx, u->n, u->out, idx);
+}
+
+/* Lowers node nid alone (inputs are constants with data). */
+static sc_status lower_node(sc_graph *g, int32_t nid, lowered *L) {
+  memset(L, 0, sizeof *L);
+  L->p = sc_program_create();
+  assert_non_null(L->p);
+  L->vb = calloc((size_t)g->n_values, sizeof(int32_t));
+  int32_t *ng = calloc((size_t)g->n_nodes, sizeof(int32_t));
+  assert_true(L->vb && ng);
+  for (int32_t i = 0; i < g->n_values; i++) L->vb[i] = -1;
+  for (int32_t i = 0; i < g->n_nodes; i++) ng[i] = i;
+  sc_lower_ctx cx;
+  memset(&cx, 0, sizeof cx);
+  cx.g = g, cx.p = L->p, cx.arena = &L->p->arena, cx.value_buffer = L->vb;
+  cx.node_group = ng, cx.group = nid, cx.diag = &L->diag;
+  const sc_node *n = sc_nod(g, nid);
+  for (int32_t i = 0; i < n->n_outputs; i++)
+    if (n->outputs[i] >= 0) assert_true(sc_lower_buffer_of(&cx, n->outputs[i]) >= 0);
+  const sc_lowering *lw = sc_lowering_of(n->op);
+  sc_status st = SC_OK;
+  if (lw->kind == SC_LOWER_POINT) {
+    for (int32_t i = 0; i < n->n_outputs && st == SC_OK; i++) {
+      pt_ud u = {n, i};
+      st = sc_lower_pointwise_kernel(&cx, "pt", L->vb[n->outputs[i]], point_cb, &u);
+    }
+  } else if (lw->kind == SC_LOWER_KERNEL || lw->kind == SC_LOWER_STEP) {
+    st = lw->build(&cx, n);
+  } else {
+    st = SC_ERR_UNSUPPORTED;
+  }
+  sc_free(cx.param_of_buffer);
+  free(ng);
+  return st;
+}
+
+static void run_gemm(const sc_gemm *m, void **bufs) {
+  const float *A = bufs[m->a], *B = bufs[m->b];
+  float *Cm = bufs[m->c];
+  const float *bias = m->bias >= 0 ? bufs[m->bias] : NULL;
+  for (int64_t b = 0; b < m->batch; b++)
+    for (int64_t i = 0; i < m->m; i++)
+      for (int64_t j = 0; j < m->n; j++) {
+        double acc = 0;
+        for (int64_t p = 0; p < m->k; p++) {
+          double av = m->trans_a ? A[b * m->stride_a + p * m->lda + i]
+                                 : A[b * m->stride_a + i * m->lda + p];
+          double bv = m->trans_b ? B[b * m->stride_b + j * m->ldb + p]
+                                 : B[b * m->stride_b + p * m->ldb + j];
+          acc += av * bv;
+        }
+        float *c = &Cm[b * m->stride_c + i * m->ldc + j];
+        double v = m->alpha * acc + (m->beta != 0 ? m->beta * *c : 0.0);
+        if (bias) v += m->bias_full ? bias[i * m->n + j] : bias[j];
+        *c = (float)v;
+      }
+}
+
+/* Runs every step; TEMP/OUTPUT storage starts as all-ones bytes (NaN for
+ * floats) so an element nobody writes fails the comparison. */
+static void execute(lowered *L) {
+  sc_program *p = L->p;
+  L->bufs = calloc((size_t)p->n_buffers + 1, sizeof(void *));
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    const sc_buffer *bf = &p->buffers[b];
+    if (bf->kind == SC_BUF_CONST) {
+      L->bufs[b] = (void *)bf->data;
+    } else if (bf->kind != SC_BUF_VIEW) {
+      L->bufs[b] = malloc((size_t)(bf->bytes ? bf->bytes : 1));
+      memset(L->bufs[b], 0xff, (size_t)bf->bytes);
+    }
+  }
+  for (int32_t b = 0; b < p->n_buffers; b++)
+    if (p->buffers[b].kind == SC_BUF_VIEW) L->bufs[b] = L->bufs[sc_program_root(p, b)];
+  for (int32_t s = 0; s < p->n_steps; s++) {
+    const sc_step *st = &p->steps[s];
+    if (st->kind == SC_STEP_GEMM) {
+      run_gemm(&st->gemm, L->bufs);
+      continue;
+    }
+    const kir_kernel *k = p->kernels[st->kernel];
+    void *pb[64];
+    assert_true(k->n_params <= 64);
+    for (int32_t i = 0; i < k->n_params; i++) pb[i] = L->bufs[k->params[i].buffer];
+    sc_status rc = kir_interpret(k, pb, &L->diag);
+    if (rc != SC_OK) fail_msg("kir_interpret: %s", L->diag.msg);
+  }
+}
+
+static void lowered_free(lowered *L) {
+  if (L->bufs)
+    for (int32_t b = 0; b < L->p->n_buffers; b++) {
+      sc_buf_kind kd = L->p->buffers[b].kind;
+      if (kd != SC_BUF_CONST && kd != SC_BUF_VIEW) free(L->bufs[b]);
+    }
+  free(L->bufs);
+  free(L->vb);
+  sc_program_destroy(L->p);
+}
+
+/* Count of steps of a kind in the program. */
+static int count_steps(const lowered *L, sc_step_kind kind) {
+  int c = 0;
+  for (int32_t s = 0; s < L->p->n_steps; s++) c += L->p->steps[s].kind == kind;
+  return c;
+}
+
+/* Compares value v's computed elements with want (of v's dtype): exact
+ * when rtol == 0. */
+static void compare(const sc_value *v, const void *got, const void *want, double rtol) {
+  int64_t numel = sc_value_numel(v);
+  for (int64_t i = 0; i < numel; i++) {
+    if (sc_dtype_is_float(v->dtype)) {
+      double g = sc_load_f64(v->dtype, got, i), w = sc_load_f64(v->dtype, want, i);
+      if (rtol == 0) {
+        if (!(g == w || (isnan(g) && isnan(w))))
+          fail_msg("'%s'[%lld]: got %.9g, want %.9g", v->name, (long long)i, g, w);
+      } else {
+        near(g, w, rtol);
+      }
+    } else {
+      int64_t g = sc_load_i64(v->dtype, got, i), w = sc_load_i64(v->dtype, want, i);
+      if (g != w)
+        fail_msg("'%s'[%lld]: got %lld, want %lld", v->name, (long long)i, (long long)g,
+                 (long long)w);
+    }
+  }
+}
+
+/* infer, lower, run, then eval as the oracle; compare every output. */
+static lowered check_vs_eval(sc_graph *g, int32_t nid, double rtol) {
+  if (infer(g, nid) != SC_OK) fail_msg("infer: %s", g->diag.msg);
+  lowered L;
+  if (lower_node(g, nid, &L) != SC_OK) fail_msg("lower: %s", L.diag.msg);
+  execute(&L);
+  if (eval(g, nid) != SC_OK) fail_msg("eval: %s", g->diag.msg);
+  const sc_node *n = sc_nod(g, nid);
+  for (int32_t i = 0; i < n->n_outputs; i++) {
+    const sc_value *v = sc_node_output(g, n, i);
+    if (!v) continue;
+    assert_non_null(v->data);
+    compare(v, L.bufs[L.vb[n->outputs[i]]], v->data, rtol);
+  }
+  return L;
+}
+
+static int32_t rand_t(sc_graph *g, sc_dtype t, int32_t rank, const int64_t *dims) {
+  int64_t numel = 1;
+  for (int32_t i = 0; i < rank; i++) numel *= dims[i];
+  void *d = malloc(8 * (size_t)(numel ? numel : 1));
+  for (int64_t i = 0; i < numel; i++) {
+    if (sc_dtype_is_float(t)) sc_store_f64(t, d, i, rng_val());
+    else sc_store_i64(t, d, i, (int64_t)(rng_val() * 20) | 1);
+  }
+  int32_t v = cst(g, t, rank, dims, d);
+  free(d);
+  return v;
+}
+static int32_t rand_f32(sc_graph *g, int32_t rank, const int64_t *dims) {
+  return rand_t(g, SC_DTYPE_F32, rank, dims);
+}
+
+/* MatMul of A, B: checked against eval; returns the GEMM step count. */
+static int matmul_case(sc_graph *g, sc_dtype t, int32_t ra, const int64_t *da, int32_t rb,
+                       const int64_t *db) {
+  int32_t y, ins[2] = {rand_t(g, t, ra, da), rand_t(g, t, rb, db)};
+  lowered L = check_vs_eval(g, node1(g, SC_OP_MATMUL, "mm", ins, 2, &y),
+                            sc_dtype_is_float(t) ? 1e-5 : 0);
+  int c = count_steps(&L, SC_STEP_GEMM);
+  lowered_free(&L);
+  return c;
+}
+
+static void test_matmul(void **state) {
+  sc_graph *g = *state;
+  rng_seed(11);
+  int64_t a[2] = {20, 24}, b[2] = {24, 18};
+  assert_int_equal(matmul_case(g, SC_DTYPE_F32, 2, a, 2, b), 1); /* 2-D: a GEMM */
+  int64_t a4[4] = {2, 1, 16, 12}, b4[4] = {1, 3, 12, 10};    /* both broadcast */
+  assert_int_equal(matmul_case(g, SC_DTYPE_F32, 4, a4, 4, b4), 1);
+  int64_t a3[3] = {3, 16, 12}, b2[2] = {12, 24};             /* B shared */
+  assert_int_equal(matmul_case(g, SC_DTYPE_F32, 3, a3, 2, b2), 1);
+  int64_t b3[3] = {3, 12, 24}, a2[2] = {16, 12};             /* A shared */
+  assert_int_equal(matmul_case(g, SC_DTYPE_F32, 2, a2, 3, b3), 1);
+  int64_t v1[1] = {64}, m1[2] = {64, 70};                    /* 1-D x 2-D, 2-D x 1-D */
+  assert_int_equal(matmul_case(g, SC_DTYPE_F32, 1, v1, 2, m1), 1);
+  int64_t m2[3] = {2, 70, 64};
+  assert_int_equal(matmul_case(g, SC_DTYPE_F32, 3, m2, 1, v1), 1);
+  int64_t s1[2] = {3, 4}, s2[2] = {4, 5};                    /* tiny: kir kernel */
+  assert_int_equal(matmul_case(g, SC_DTYPE_F32, 2, s1, 2, s2), 0);
+  assert_int_equal(matmul_case(g, SC_DTYPE_F32, 1, s2, 1, s2), 0);
+  int64_t i1[3] = {2, 3, 5}, i2[2] = {5, 4};                 /* ints, f64: kir */
+  assert_int_equal(matmul_case(g, SC_DTYPE_I32, 3, i1, 2, i2), 0);
+  assert_int_equal(matmul_case(g, SC_DTYPE_I64, 3, i1, 2, i2), 0);
+  assert_int_equal(matmul_case(g, SC_DTYPE_F64, 3, i1, 2, i2), 0);
+}
+
+static void gemm_case(sc_graph *g, int ta, int tb, int32_t rc, const int64_t *dc,
+                      double alpha, double beta, int64_t m, int64_t k, int64_t n,
+                      int want_gemm) {
+  int64_t da[2] = {ta ? k : m, ta ? m : k}, db[2] = {tb ? n : k, tb ? k : n};
+  int32_t y, ins[3] = {rand_f32(g, 2, da), rand_f32(g, 2, db), rc >= 0 ? rand_f32(g, rc, dc) : -1};
+  int32_t nid = node1(g, SC_OP_GEMM, "gemm", ins, rc >= 0 ? 3 : 2, &y);
+  set_int(g, nid, "transA", ta);
+  set_int(g, nid, "transB", tb);
+  set_float(g, nid, "alpha", alpha);
+  set_float(g, nid, "beta", beta);
+  lowered L = check_vs_eval(g, nid, 1e-5);
+  assert_int_equal(count_steps(&L, SC_STEP_GEMM), want_gemm);
+  lowered_free(&L);
+}
+
+static void test_gemm(void **state) {
+  sc_graph *g = *state;
+  rng_seed(12);
+  int64_t m = 17, k = 24, n = 19;
+  int64_t cn[1] = {19}, cmn[2] = {17, 19}, cm1[2] = {17, 1}, c11[1] = {1};
+  gemm_case(g, 0, 0, -1, NULL, 1.0, 1.0, m, k, n, 1);
+  gemm_case(g, 1, 0, 1, cn, 0.5, 1.0, m, k, n, 1);   /* C [N]: row bias */
+  gemm_case(g, 0, 1, 2, cmn, 1.0, 1.0, m, k, n, 1);  /* C [M,N]: full bias */
+  gemm_case(g, 1, 1, 2, cm1, 1.5, -0.75, m, k, n, 1); /* C [M,1], beta: copied */
+  gemm_case(g, 0, 0, 1, c11, 2.0, 0.5, m, k, n, 1);
+  int64_t c31[2] = {3, 1};
+  gemm_case(g, 1, 1, 2, c31, 1.5, -0.75, 3, 4, 5, 0); /* tiny: kir */
+  gemm_case(g, 0, 1, 1, cn, 1.0, 1.0, 3, 4, 19, 0);
+}
+
+/* ---- Conv and pools against direct loops (2-D, NCHW) ---- */
+
+typedef struct win2 {
+  int64_t kh, kw, sh, sw, dh, dw, ph0, pw0, ph1, pw1;
+} win2;
+
+static void set_win(sc_graph *g, int32_t nid, const win2 *w, bool kernel_attr) {
+  int64_t k[2] = {w->kh, w->kw}, s[2] = {w->sh, w->sw}, d[2] = {w->dh, w->dw},
+          p[4] = {w->ph0, w->pw0, w->ph1, w->pw1};
+  if (kernel_attr) set_ints(g, nid, "kernel_shape", 2, k);
+  set_ints(g, nid, "strides", 2, s);
+  if (w->dh != 1 || w->dw != 1) set_ints(g, nid, "dilations", 2, d);
+  set_ints(g, nid, "pads", 4, p);
+}
+
+static const float *fdata(sc_graph *g, int32_t v) { return g->values[v].data; }
+
+static void conv_case(sc_graph *g, int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t M,
+                      int64_t group, const win2 *w, bool bias) {
+  int64_t dx[4] = {N, Cin, H, W}, dw[4] = {M, Cin / group, w->kh, w->kw}, db[1] = {M};
+  int32_t y, ins[3] = {rand_f32(g, 4, dx), rand_f32(g, 4, dw), bias ? rand_f32(g, 1, db) : -1};
+  int32_t nid = node1(g, SC_OP_CONV, "conv", ins, bias ? 3 : 2, &y);
+  set_win(g, nid, w, false);
+  set_int(g, nid, "group", group);
+  if (infer(g, nid) != SC_OK) fail_msg("infer: %s", g->diag.msg);
+  lowered L;
+  if (lower_node(g, nid, &L) != SC_OK) fail_msg("lower: %s", L.diag.msg);
+  execute(&L);
+  const sc_value *yv = &g->values[y];
+  const float *X = fdata(g, ins[0]), *Wt = fdata(g, ins[1]), *B = bias ? fdata(g, ins[2]) : NULL;
+  const float *got = L.bufs[L.vb[y]];
+  int64_t OH = yv->dims[2], OW = yv->dims[3], cpg = Cin / group, mpg = M / group;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) {
+          double acc = B ? B[m] : 0;
+          for (int64_t c = 0; c < cpg; c++)
+            for (int64_t i = 0; i < w->kh; i++)
+              for (int64_t j = 0; j < w->kw; j++) {
+                int64_t ih = oh * w->sh - w->ph0 + i * w->dh, iw = ow * w->sw - w->pw0 + j * w->dw;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                int64_t ci = (m / mpg) * cpg + c;
+                acc += (double)X[((n * Cin + ci) * H + ih) * W + iw] *
+                       Wt[((m * cpg + c) * w->kh + i) * w->kw + j];
+              }
+          near(got[((n * M + m) * OH + oh) * OW + ow], acc, 1e-5);
+        }
+  lowered_free(&L);
+}
+
+static void test_conv(void **state) {
+  sc_graph *g = *state;
+  rng_seed(13);
+  win2 plain = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  conv_case(g, 2, 3, 6, 7, 4, 1, &plain, true);
+  win2 strided = {3, 2, 2, 3, 2, 1, 2, 0, 1, 2}; /* stride, dilation, asymmetric pads */
+  conv_case(g, 1, 4, 9, 8, 6, 2, &strided, true);
+  win2 dw = {3, 3, 1, 2, 1, 1, 0, 1, 0, 1}; /* depthwise, no bias */
+  conv_case(g, 1, 4, 5, 6, 4, 4, &dw, false);
+}
+
+static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad) {
+  int64_t N = 2, C = 3, H = 7, W = 6, dx[4] = {N, C, H, W};
+  int32_t y, x = rand_f32(g, 4, dx);
+  int32_t nid = node1(g, op, "pool", &x, 1, &y);
+  set_win(g, nid, w, true);
+  if (op == SC_OP_AVERAGE_POOL) set_int(g, nid, "count_include_pad", include_pad);
+  if (infer(g, nid) != SC_OK) fail_msg("infer: %s", g->diag.msg);
+  lowered L;
+  if (lower_node(g, nid, &L) != SC_OK) fail_msg("lower: %s", L.diag.msg);
+  execute(&L);
+  const sc_value *yv = &g->values[y];
+  const float *X = fdata(g, x), *got = L.bufs[L.vb[y]];
+  int64_t OH = yv->dims[2], OW = yv->dims[3];
+  for (int64_t nc = 0; nc < N * C; nc++)
+    for (int64_t oh = 0; oh < OH; oh++)
+      for (int64_t ow = 0; ow < OW; ow++) {
+        double sum = 0, mx = -INFINITY, cnt = 0, cnt_pad = 0;
+        for (int64_t i = 0; i < w->kh; i++)
+          for (int64_t j = 0; j < w->kw; j++) {
+            int64_t ih = oh * w->sh - w->ph0 + i * w->dh, iw = ow * w->sw - w->pw0 + j * w->dw;
+            if (ih >= -w->ph0 && ih < H + w->ph1 && iw >= -w->pw0 && iw < W + w->pw1) cnt_pad++;
+            if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+            double v = X[(nc * H + ih) * W + iw];
+            sum += v;
+            cnt++;
+            if (v > mx) mx = v;
+          }
+        double want = op == SC_OP_MAX_POOL ? mx : sum / (include_pad ? cnt_pad : cnt);
+        near(got[(nc * OH + oh) * OW + ow], want, 1e-5);
+      }
+  lowered_free(&L);
+}
+
+static void test_pools(void **state) {
+  sc_graph *g = *state;
+  rng_seed(14);
+  win2 w = {3, 2, 2, 1, 1, 1, 1, 0, 1, 1};
+  pool_case(g, SC_OP_MAX_POOL, &w, 0);
+  pool_case(g, SC_OP_AVERAGE_POOL, &w, 0);
+  pool_case(g, SC_OP_AVERAGE_POOL, &w, 1);
+  win2 dil = {2, 2, 1, 2, 2, 1, 1, 1, 0, 1};
+  pool_case(g, SC_OP_MAX_POOL, &dil, 0);
+  /* MaxPool's Indices output is refused */
+  int64_t dx[4] = {1, 1, 4, 4};
+  int32_t x = rand_f32(g, 4, dx), outs[2] = {outv(g), outv(g)};
+  int32_t nid = sc_graph_add_node(g, SC_OP_MAX_POOL, "mp_idx", &x, 1, outs, 2);
+  int64_t k[2] = {2, 2};
+  set_ints(g, nid, "kernel_shape", 2, k);
+  assert_int_equal(infer(g, nid), SC_OK);
+  lowered L;
+  assert_int_equal(lower_node(g, nid, &L), SC_ERR_UNSUPPORTED);
+  assert_non_null(strstr(L.diag.msg, "Indices"));
+  lowered_free(&L);
+}
+
+static void test_global_pools(void **state) {
+  sc_graph *g = *state;
+  rng_seed(15);
+  int64_t dx[4] = {2, 3, 5, 4};
+  int32_t x = rand_f32(g, 4, dx);
+  for (int op = 0; op < 2; op++) {
+    int32_t y, nid = node1(g, op ? SC_OP_GLOBAL_MAX_POOL : SC_OP_GLOBAL_AVERAGE_POOL, "gp",
+                           &x, 1, &y);
+    assert_int_equal(infer(g, nid), SC_OK);
+    lowered L;
+    if (lower_node(g, nid, &L) != SC_OK) fail_msg("lower: %s", L.diag.msg);
+    execute(&L);
+    const float *X = fdata(g, x), *got = L.bufs[L.vb[y]];
+    for (int64_t nc = 0; nc < 6; nc++) {
+      double sum = 0, mx = -INFINITY;
+      for (int64_t i = 0; i < 20; i++) {
+        sum += X[nc * 20 + i];
+        if (X[nc * 20 + i] > mx) mx = X[nc * 20 + i];
+      }
+      near(got[nc], op ? mx : sum / 20, 1e-6);
+    }
+    lowered_free(&L);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_matmul, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_gemm, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_conv, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_pools, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_global_pools, setup_graph, teardown_graph),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

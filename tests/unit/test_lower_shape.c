@@ -1,0 +1,446 @@
+/* test_lower_shape.c — the lowerings of the shape and data-movement ops
+ * (codegen/lower_shape.c). Each test builds one node on seeded random
+ * constant inputs, lowers it alone (a lowering context set up here, POINT
+ * ops through sc_lower_pointwise_kernel), runs the program with
+ * kir_interpret, and compares with the op's constant evaluation
+ * (sc_ops[op].eval) on the same inputs: exact, as data movement copies
+ * elements. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "codegen/lower_internal.h"
+#include "test_util.h"
+
+/* ---- a tiny executor: lowers one node and runs its program ---- */
+
+typedef struct lowered {
+  sc_program *p;
+  int32_t *vb;  /* value id -> buffer id */
+  void **bufs;  /* buffer id -> storage */
+  sc_diag diag;
+} lowered;
+
+typedef struct pt_ud {
+  const sc_node *n;
+  int32_t out;
+} pt_ud;
+
+static int32_t point_cb(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const pt_ud *u = ud;
+  return sc_lowering_of(u->n->op)->point(cx, u->n, u->out, idx);
+}
+
+/* Lowers node nid alone (inputs are constants with data). */
+static sc_status lower_node(sc_graph *g, int32_t nid, lowered *L) {
+  memset(L, 0, sizeof *L);
+  L->p = sc_program_create();
+  assert_non_null(L->p);
+  L->vb = calloc((size_t)g->n_values, sizeof(int32_t));
+  int32_t *ng = calloc((size_t)g->n_nodes, sizeof(int32_t));
+  assert_true(L->vb && ng);
+  for (int32_t i = 0; i < g->n_values; i++) L->vb[i] = -1;
+  for (int32_t i = 0; i < g->n_nodes; i++) ng[i] = i;
+  sc_lower_ctx cx;
+  memset(&cx, 0, sizeof cx);
+  cx.g = g, cx.p = L->p, cx.arena = &L->p->arena, cx.value_buffer = L->vb;
+  cx.node_group = ng, cx.group = nid, cx.diag = &L->diag;
+  const sc_node *n = sc_nod(g, nid);
+  for (int32_t i = 0; i < n->n_outputs; i++)
+    if (n->outputs[i] >= 0) assert_true(sc_lower_buffer_of(&cx, n->outputs[i]) >= 0);
+  const sc_lowering *lw = sc_lowering_of(n->op);
+  sc_status st = SC_OK;
+  if (lw->kind == SC_LOWER_POINT) {
+    for (int32_t i = 0; i < n->n_outputs && st == SC_OK; i++) {
+      pt_ud u = {n, i};
+      st = sc_lower_pointwise_kernel(&cx, "pt", L->vb[n->outputs[i]], point_cb, &u);
+    }
+  } else if (lw->kind == SC_LOWER_KERNEL || lw->kind == SC_LOWER_STEP) {
+    st = lw->build(&cx, n);
+  } else {
+    st = SC_ERR_UNSUPPORTED;
+  }
+  sc_free(cx.param_of_buffer);
+  free(ng);
+  return st;
+}
+
+static void run_gemm(const sc_gemm *m, void **bufs) {
+  const float *A = bufs[m->a], *B = bufs[m->b];
+  float *Cm = bufs[m->c];
+  const float *bias = m->bias >= 0 ? bufs[m->bias] : NULL;
+  for (int64_t b = 0; b < m->batch; b++)
+    for (int64_t i = 0; i < m->m; i++)
+      for (int64_t j = 0; j < m->n; j++) {
+        double acc = 0;
+        for (int64_t p = 0; p < m->k; p++) {
+          double av = m->trans_a ? A[b * m->stride_a + p * m->lda + i]
+                                 : A[b * m->stride_a + i * m->lda + p];
+          double bv = m->trans_b ? B[b * m->stride_b + j * m->ldb + p]
+                                 : B[b * m->stride_b + p * m->ldb + j];
+          acc += av * bv;
+        }
+        float *c = &Cm[b * m->stride_c + i * m->ldc + j];
+        double v = m->alpha * acc + (m->beta != 0 ? m->beta * *c : 0.0);
+        if (bias) v += m->bias_full ? bias[i * m->n + j] : bias[j];
+        *c = (float)v;
+      }
+}
+
+/* Runs every step; TEMP/OUTPUT storage starts as all-ones bytes (NaN for
+ * floats) so an element nobody writes fails the comparison. */
+static void execute(lowered *L) {
+  sc_program *p = L->p;
+  L->bufs = calloc((size_t)p->n_buffers + 1, sizeof(void *));
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    const sc_buffer *bf = &p->buffers[b];
+    if (bf->kind == SC_BUF_CONST) {
+      L->bufs[b] = (void *)bf->data;
+    } else if (bf->kind != SC_BUF_VIEW) {
+      L->bufs[b] = malloc((size_t)(bf->bytes ? bf->bytes : 1));
+      memset(L->bufs[b], 0xff, (size_t)bf->bytes);
+    }
+  }
+  for (int32_t b = 0; b < p->n_buffers; b++)
+    if (p->buffers[b].kind == SC_BUF_VIEW) L->bufs[b] = L->bufs[sc_program_root(p, b)];
+  for (int32_t s = 0; s < p->n_steps; s++) {
+    const sc_step *st = &p->steps[s];
+    if (st->kind == SC_STEP_GEMM) {
+      run_gemm(&st->gemm, L->bufs);
+      continue;
+    }
+    const kir_kernel *k = p->kernels[st->kernel];
+    void *pb[64];
+    assert_true(k->n_params <= 64);
+    for (int32_t i = 0; i < k->n_params; i++) pb[i] = L->bufs[k->params[i].buffer];
+    sc_status rc = kir_interpret(k, pb, &L->diag);
+    if (rc != SC_OK) fail_msg("kir_interpret: %s", L->diag.msg);
+  }
+}
+
+static void lowered_free(lowered *L) {
+  if (L->bufs)
+    for (int32_t b = 0; b < L->p->n_buffers; b++) {
+      sc_buf_kind kd = L->p->buffers[b].kind;
+      if (kd != SC_BUF_CONST && kd != SC_BUF_VIEW) free(L->bufs[b]);
+    }
+  free(L->bufs);
+  free(L->vb);
+  sc_program_destroy(L->p);
+}
+
+/* Count of steps of a kind in the program. */
+static int count_steps(const lowered *L, sc_step_kind kind) {
+  int c = 0;
+  for (int32_t s = 0; s < L->p->n_steps; s++) c += L->p->steps[s].kind == kind;
+  return c;
+}
+
+/* Compares value v's computed elements with want (of v's dtype): exact
+ * when rtol == 0. */
+static void compare(const sc_value *v, const void *got, const void *want, double rtol) {
+  int64_t numel = sc_value_numel(v);
+  for (int64_t i = 0; i < numel; i++) {
+    if (sc_dtype_is_float(v->dtype)) {
+      double g = sc_load_f64(v->dtype, got, i), w = sc_load_f64(v->dtype, want, i);
+      if (rtol == 0) {
+        if (!(g == w || (isnan(g) && isnan(w))))
+          fail_msg("'%s'[%lld]: got %.9g, want %.9g", v->name, (long long)i, g, w);
+      } else {
+        near(g, w, rtol);
+      }
+    } else {
+      int64_t g = sc_load_i64(v->dtype, got, i), w = sc_load_i64(v->dtype, want, i);
+      if (g != w)
+        fail_msg("'%s'[%lld]: got %lld, want %lld", v->name, (long long)i, (long long)g,
+                 (long long)w);
+    }
+  }
+}
+
+/* infer, lower, run, then eval as the oracle; compare every output. */
+static lowered check_vs_eval(sc_graph *g, int32_t nid, double rtol) {
+  if (infer(g, nid) != SC_OK) fail_msg("infer: %s", g->diag.msg);
+  lowered L;
+  if (lower_node(g, nid, &L) != SC_OK) fail_msg("lower: %s", L.diag.msg);
+  execute(&L);
+  if (eval(g, nid) != SC_OK) fail_msg("eval: %s", g->diag.msg);
+  const sc_node *n = sc_nod(g, nid);
+  for (int32_t i = 0; i < n->n_outputs; i++) {
+    const sc_value *v = sc_node_output(g, n, i);
+    if (!v) continue;
+    assert_non_null(v->data);
+    compare(v, L.bufs[L.vb[n->outputs[i]]], v->data, rtol);
+  }
+  return L;
+}
+
+/* ---- inputs ---- */
+
+static int32_t rand_f32(sc_graph *g, int32_t rank, const int64_t *dims) {
+  int64_t numel = 1;
+  for (int32_t i = 0; i < rank; i++) numel *= dims[i];
+  float *d = malloc(sizeof(float) * (size_t)(numel ? numel : 1));
+  for (int64_t i = 0; i < numel; i++) d[i] = rng_val();
+  int32_t v = cst(g, SC_DTYPE_F32, rank, dims, d);
+  free(d);
+  return v;
+}
+static int32_t ints(sc_graph *g, sc_dtype t, int64_t n, const int64_t *xs) {
+  int64_t buf[64];
+  assert_true(n <= 64);
+  for (int64_t i = 0; i < n; i++) sc_store_i64(t, buf, i, xs[i]);
+  return cst(g, t, 1, &n, buf);
+}
+static int32_t ints_shaped(sc_graph *g, sc_dtype t, int32_t rank, const int64_t *dims,
+                           const int64_t *xs) {
+  int64_t buf[64], numel = 1;
+  for (int32_t i = 0; i < rank; i++) numel *= dims[i];
+  assert_true(numel <= 64);
+  for (int64_t i = 0; i < numel; i++) sc_store_i64(t, buf, i, xs[i]);
+  return cst(g, t, rank, dims, buf);
+}
+static void run(sc_graph *g, int32_t nid) {
+  lowered L = check_vs_eval(g, nid, 0);
+  lowered_free(&L);
+}
+
+/* ---- tests ---- */
+
+static void test_transpose(void **state) {
+  sc_graph *g = *state;
+  rng_seed(1);
+  int64_t d[3] = {2, 3, 4}, perm[3] = {2, 0, 1}, d2[2] = {3, 5};
+  int32_t y, x = rand_f32(g, 3, d);
+  int32_t n = node1(g, SC_OP_TRANSPOSE, "t", &x, 1, &y);
+  set_ints(g, n, "perm", 3, perm);
+  run(g, n);
+  int64_t xs[15];
+  for (int i = 0; i < 15; i++) xs[i] = i * 7 - 50;
+  int32_t x2 = ints_shaped(g, SC_DTYPE_I64, 2, d2, xs); /* default perm */
+  run(g, node1(g, SC_OP_TRANSPOSE, "t2", &x2, 1, &y));
+}
+
+static void test_concat_three(void **state) {
+  sc_graph *g = *state;
+  rng_seed(2);
+  int64_t a[3] = {2, 1, 3}, b[3] = {2, 4, 3}, c[3] = {2, 2, 3};
+  int32_t y, ins[3] = {rand_f32(g, 3, a), rand_f32(g, 3, b), rand_f32(g, 3, c)};
+  int32_t n = node1(g, SC_OP_CONCAT, "cat", ins, 3, &y);
+  set_int(g, n, "axis", -2);
+  run(g, n);
+}
+
+static void test_split_uneven(void **state) {
+  sc_graph *g = *state;
+  rng_seed(3);
+  int64_t d[2] = {7, 3}, sizes[3] = {2, 4, 1};
+  int32_t ins[2] = {rand_f32(g, 2, d), ints(g, SC_DTYPE_I64, 3, sizes)};
+  int32_t outs[3] = {outv(g), outv(g), outv(g)};
+  int32_t n = sc_graph_add_node(g, SC_OP_SPLIT, "split", ins, 2, outs, 3);
+  run(g, n);
+  /* num_outputs with a short last chunk, on axis 1 */
+  int64_t d2[2] = {2, 5};
+  int32_t x2 = rand_f32(g, 2, d2), o2[2] = {outv(g), outv(g)};
+  int32_t n2 = sc_graph_add_node(g, SC_OP_SPLIT, "split2", &x2, 1, o2, 2);
+  set_int(g, n2, "axis", 1);
+  set_int(g, n2, "num_outputs", 2);
+  run(g, n2);
+}
+
+static void test_slice_negative_steps(void **state) {
+  sc_graph *g = *state;
+  rng_seed(4);
+  int64_t d[3] = {6, 5, 4}, st[2] = {-1, 100}, en[2] = {-100, 0}, ax[2] = {0, -2},
+          sp[2] = {-2, -1};
+  int32_t y, ins[5] = {rand_f32(g, 3, d), ints(g, SC_DTYPE_I64, 2, st),
+                       ints(g, SC_DTYPE_I64, 2, en), ints(g, SC_DTYPE_I64, 2, ax),
+                       ints(g, SC_DTYPE_I32, 2, sp)};
+  run(g, node1(g, SC_OP_SLICE, "slice", ins, 5, &y));
+  int64_t st2[1] = {1}, en2[1] = {4};
+  int32_t ins2[3] = {ins[0], ints(g, SC_DTYPE_I64, 1, st2), ints(g, SC_DTYPE_I64, 1, en2)};
+  run(g, node1(g, SC_OP_SLICE, "slice2", ins2, 3, &y));
+}
+
+static void test_gather_negative(void **state) {
+  sc_graph *g = *state;
+  rng_seed(5);
+  int64_t d[3] = {5, 4, 3}, di[2] = {2, 3}, iv[6] = {0, -1, 4, -5, 2, -3};
+  int32_t y, ins[2] = {rand_f32(g, 3, d), ints_shaped(g, SC_DTYPE_I64, 2, di, iv)};
+  run(g, node1(g, SC_OP_GATHER, "g0", ins, 2, &y));
+  int64_t iv1[3] = {-1, 0, 2};
+  int32_t ins1[2] = {ins[0], ints(g, SC_DTYPE_I32, 3, iv1)};
+  int32_t n = node1(g, SC_OP_GATHER, "g1", ins1, 2, &y);
+  set_int(g, n, "axis", 1);
+  run(g, n);
+  /* scalar index */
+  int64_t s = -2;
+  int32_t ins2[2] = {ins[0], cst(g, SC_DTYPE_I64, 0, NULL, &s)};
+  int32_t n2 = node1(g, SC_OP_GATHER, "g2", ins2, 2, &y);
+  set_int(g, n2, "axis", 2);
+  run(g, n2);
+}
+
+static void test_gather_elements_nd(void **state) {
+  sc_graph *g = *state;
+  rng_seed(6);
+  int64_t d[2] = {3, 4}, di[2] = {2, 4}, iv[8] = {0, -1, 2, 1, -3, 1, 0, 2};
+  int32_t y, x = rand_f32(g, 2, d);
+  int32_t ins[2] = {x, ints_shaped(g, SC_DTYPE_I64, 2, di, iv)};
+  run(g, node1(g, SC_OP_GATHER_ELEMENTS, "ge", ins, 2, &y));
+  /* GatherND with batch_dims 1: data [2,3,4], indices [2,2,1] */
+  int64_t d3[3] = {2, 3, 4}, dn[3] = {2, 2, 1}, nv[4] = {2, -3, 0, -1};
+  int32_t ins2[2] = {rand_f32(g, 3, d3), ints_shaped(g, SC_DTYPE_I64, 3, dn, nv)};
+  int32_t n = node1(g, SC_OP_GATHER_ND, "gnd", ins2, 2, &y);
+  set_int(g, n, "batch_dims", 1);
+  run(g, n);
+  /* GatherND full tuples: indices [3,2] into [3,4] */
+  int64_t dn2[2] = {3, 2}, nv2[6] = {0, 3, -1, -4, 1, 1};
+  int32_t ins3[2] = {x, ints_shaped(g, SC_DTYPE_I64, 2, dn2, nv2)};
+  run(g, node1(g, SC_OP_GATHER_ND, "gnd2", ins3, 2, &y));
+}
+
+static void test_scatter(void **state) {
+  sc_graph *g = *state;
+  rng_seed(7);
+  /* ScatterND: data [4,3,2], indices [2,1] (rows 3 and 0, one negative),
+   * updates [2,3,2] */
+  int64_t d[3] = {4, 3, 2}, di[2] = {2, 1}, iv[2] = {-1, 0}, du[3] = {2, 3, 2};
+  int32_t y, ins[3] = {rand_f32(g, 3, d), ints_shaped(g, SC_DTYPE_I64, 2, di, iv),
+                       rand_f32(g, 3, du)};
+  lowered L = check_vs_eval(g, node1(g, SC_OP_SCATTER_ND, "snd", ins, 3, &y), 0);
+  assert_int_equal(count_steps(&L, SC_STEP_KERNEL), 1); /* one kernel, no copy */
+  lowered_free(&L);
+  /* element tuples: indices [3,2] into [4,3] */
+  int64_t d2[2] = {4, 3}, di2[2] = {3, 2}, iv2[6] = {0, 1, -1, -1, 2, 0}, du2[1] = {3};
+  int32_t ins2[3] = {rand_f32(g, 2, d2), ints_shaped(g, SC_DTYPE_I64, 2, di2, iv2),
+                     rand_f32(g, 1, du2)};
+  run(g, node1(g, SC_OP_SCATTER_ND, "snd2", ins2, 3, &y));
+  /* ScatterElements on axis 1: indices [2,2] into [3,4] */
+  int64_t di3[2] = {2, 2}, iv3[4] = {3, -4, 1, 2};
+  int32_t ins3[3] = {rand_f32(g, 2, (int64_t[]){3, 4}), ints_shaped(g, SC_DTYPE_I64, 2, di3, iv3),
+                     rand_f32(g, 2, di3)};
+  int32_t n = node1(g, SC_OP_SCATTER_ELEMENTS, "se", ins3, 3, &y);
+  set_int(g, n, "axis", 1);
+  run(g, n);
+  /* a reduction is refused with a clear message */
+  int32_t n4 = node1(g, SC_OP_SCATTER_ELEMENTS, "se_add", ins3, 3, &y);
+  set_string(g, n4, "reduction", "add");
+  assert_int_equal(infer(g, n4), SC_OK);
+  lowered L4;
+  assert_int_equal(lower_node(g, n4, &L4), SC_ERR_UNSUPPORTED);
+  assert_non_null(strstr(L4.diag.msg, "reduction 'add'"));
+  lowered_free(&L4);
+}
+
+static void test_expand_tile(void **state) {
+  sc_graph *g = *state;
+  rng_seed(8);
+  int64_t d[2] = {3, 1}, shape[3] = {2, 3, 4};
+  int32_t y, x = rand_f32(g, 2, d);
+  int32_t ins[2] = {x, ints(g, SC_DTYPE_I64, 3, shape)};
+  run(g, node1(g, SC_OP_EXPAND, "expand", ins, 2, &y));
+  int64_t d2[2] = {2, 3}, rep[2] = {2, 3};
+  int32_t ins2[2] = {rand_f32(g, 2, d2), ints(g, SC_DTYPE_I64, 2, rep)};
+  run(g, node1(g, SC_OP_TILE, "tile", ins2, 2, &y));
+}
+
+static void test_range(void **state) {
+  sc_graph *g = *state;
+  float s = 1.5f, l = 6.1f, dl = 0.25f; /* dyadic: accumulation is exact */
+  int32_t y, ins[3] = {cst(g, SC_DTYPE_F32, 0, NULL, &s), cst(g, SC_DTYPE_F32, 0, NULL, &l),
+                       cst(g, SC_DTYPE_F32, 0, NULL, &dl)};
+  run(g, node1(g, SC_OP_RANGE, "rf", ins, 3, &y));
+  int32_t a = 10, b = -7, c = -3;
+  int32_t ins2[3] = {cst(g, SC_DTYPE_I32, 0, NULL, &a), cst(g, SC_DTYPE_I32, 0, NULL, &b),
+                     cst(g, SC_DTYPE_I32, 0, NULL, &c)};
+  run(g, node1(g, SC_OP_RANGE, "ri", ins2, 3, &y));
+}
+
+static void test_constant_of_shape(void **state) {
+  sc_graph *g = *state;
+  int64_t shape[2] = {2, 3};
+  int32_t y, in = ints(g, SC_DTYPE_I64, 2, shape);
+  int32_t n = node1(g, SC_OP_CONSTANT_OF_SHAPE, "cos", &in, 1, &y);
+  sc_attr *a = sc_node_add_attr(g, n, "value", SC_ATTR_TENSOR);
+  a->t = sc_arena_alloc(&g->arena, sizeof *a->t);
+  a->t->dtype = SC_DTYPE_I32;
+  a->t->rank = 1;
+  a->t->dims[0] = 1;
+  int32_t *v = sc_arena_alloc(&g->arena, 4);
+  *v = -17;
+  a->t->data = v;
+  a->t->data_bytes = 4;
+  run(g, n);
+  run(g, node1(g, SC_OP_CONSTANT_OF_SHAPE, "cos0", &in, 1, &y)); /* f32 zeros */
+}
+
+static void test_trilu(void **state) {
+  sc_graph *g = *state;
+  rng_seed(9);
+  int64_t d[3] = {2, 4, 5}, k1 = 1, k2 = -1;
+  int32_t y, x = rand_f32(g, 3, d);
+  int32_t ins[2] = {x, cst(g, SC_DTYPE_I64, 0, NULL, &k1)};
+  run(g, node1(g, SC_OP_TRILU, "upper", ins, 2, &y));
+  int32_t ins2[2] = {x, cst(g, SC_DTYPE_I64, 0, NULL, &k2)};
+  int32_t n = node1(g, SC_OP_TRILU, "lower", ins2, 2, &y);
+  set_int(g, n, "upper", 0);
+  run(g, n);
+  run(g, node1(g, SC_OP_TRILU, "upper0", &x, 1, &y));
+}
+
+static void test_pad_modes(void **state) {
+  sc_graph *g = *state;
+  rng_seed(10);
+  int64_t d[2] = {3, 4}, pads[4] = {1, 2, 2, -1};
+  float cv = 2.5f;
+  int32_t x = rand_f32(g, 2, d), p = ints(g, SC_DTYPE_I64, 4, pads), y;
+  int32_t ins[3] = {x, p, cst(g, SC_DTYPE_F32, 0, NULL, &cv)};
+  run(g, node1(g, SC_OP_PAD, "pad_c", ins, 3, &y));
+  run(g, node1(g, SC_OP_PAD, "pad_0", ins, 2, &y));
+  int64_t pads2[4] = {2, 3, 1, 3};
+  int32_t ins2[2] = {x, ints(g, SC_DTYPE_I64, 4, pads2)};
+  const char *modes[3] = {"reflect", "edge", "wrap"};
+  for (int i = 0; i < 3; i++) {
+    int32_t n = node1(g, SC_OP_PAD, modes[i], ins2, 2, &y);
+    set_string(g, n, "mode", modes[i]);
+    run(g, n);
+  }
+  /* axes input: pad only axis -1 */
+  int64_t pads3[2] = {1, 2}, axes[1] = {-1};
+  int32_t ins3[4] = {x, ints(g, SC_DTYPE_I64, 2, pads3), -1, ints(g, SC_DTYPE_I64, 1, axes)};
+  int32_t n = node1(g, SC_OP_PAD, "pad_axes", ins3, 4, &y);
+  set_string(g, n, "mode", "reflect");
+  run(g, n);
+}
+
+static void test_onehot(void **state) {
+  sc_graph *g = *state;
+  int64_t di[2] = {2, 3}, iv[6] = {0, -1, 4, 7, -6, 2}, depth = 5;
+  float vals[2] = {-0.5f, 3.25f};
+  int64_t two = 2;
+  int32_t y, ins[3] = {ints_shaped(g, SC_DTYPE_I64, 2, di, iv),
+                       cst(g, SC_DTYPE_I64, 0, NULL, &depth), cst(g, SC_DTYPE_F32, 1, &two, vals)};
+  int32_t n = node1(g, SC_OP_ONE_HOT, "oh", ins, 3, &y);
+  set_int(g, n, "axis", 1);
+  run(g, n);
+  run(g, node1(g, SC_OP_ONE_HOT, "oh_last", ins, 3, &y));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_transpose, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_concat_three, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_split_uneven, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_slice_negative_steps, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_gather_negative, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_gather_elements_nd, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_scatter, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_expand_tile, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_range, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_constant_of_shape, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_trilu, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_pad_modes, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_onehot, setup_graph, teardown_graph),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,412 @@
+/* test_runtime.c — the runtime on hand-built programs (runtime/).
+ *
+ * Program 1: Y = X @ W + bias (GEMM step, bias row) with an epilogue kernel
+ * Z = max(Y, 0) * 0.5, then a reduction kernel R[m] = sum_n Z[m,n], and R
+ * also exposed through a VIEW output of shape [M,1]. Program 2: a batched
+ * GEMM with both operands transposed, B broadcast over the batch (stride 0),
+ * alpha 0.5, beta 0 and a full [m,n] bias. Both are compared with naive
+ * loops in double precision (tolerance 1e-4 relative + 1e-5 absolute: f32
+ * sums of at most 512 products of values in [-1,1)).
+ *
+ * Also: planned == allocated (the session's arena is the program's
+ * arena_bytes); a run allocates nothing (counted through the allocator
+ * hook); 1 and 3 threads give bit-identical results; input validation
+ * names the input; the thread pool covers every index exactly once. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+
+#include "codegen/program.h"
+#include "passes/memplan.h"
+#include "runtime/device.h"
+#include "runtime/runtime.h"
+
+enum { M = 64, K = 32, N = 512 };
+
+typedef struct prog1 {
+  sc_program *p;
+  float *w, *bias; /* constant data (owned by the test) */
+} prog1;
+
+static int32_t add_buf(sc_program *p, const char *name, sc_buf_kind kind, int32_t rank,
+                       const int64_t *dims, int64_t offset, const void *data, int32_t alias) {
+  sc_buffer b;
+  memset(&b, 0, sizeof b);
+  b.name = name;
+  b.kind = kind;
+  b.dtype = SC_DTYPE_F32;
+  b.rank = rank;
+  memcpy(b.dims, dims, (size_t)rank * sizeof *dims);
+  b.offset = offset;
+  b.data = data;
+  b.alias_of = alias;
+  b.value = -1;
+  int32_t id = sc_program_add_buffer(p, &b);
+  assert_true(id >= 0);
+  return id;
+}
+
+static void build_prog1(prog1 *t) {
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  t->p = p;
+  t->w = malloc(sizeof(float) * K * N);
+  t->bias = malloc(sizeof(float) * N);
+  for (int i = 0; i < K * N; i++) t->w[i] = (float)rnd(-1, 1);
+  for (int i = 0; i < N; i++) t->bias[i] = (float)rnd(-1, 1);
+
+  int64_t dx[] = {M, K}, dw[] = {K, N}, db[] = {N}, dy[] = {M, N}, dr[] = {M}, drv[] = {M, 1};
+  int64_t off_y = M * K * 4, off_z = off_y + M * N * 4, off_r = off_z + M * N * 4;
+  int32_t bx = add_buf(p, "x", SC_BUF_INPUT, 2, dx, 0, NULL, -1);
+  int32_t bw = add_buf(p, "w", SC_BUF_CONST, 2, dw, -1, t->w, -1);
+  int32_t bb = add_buf(p, "bias", SC_BUF_CONST, 1, db, -1, t->bias, -1);
+  int32_t by = add_buf(p, "y", SC_BUF_TEMP, 2, dy, off_y, NULL, -1);
+  int32_t bz = add_buf(p, "z", SC_BUF_OUTPUT, 2, dy, off_z, NULL, -1);
+  int32_t br = add_buf(p, "r", SC_BUF_OUTPUT, 1, dr, off_r, NULL, -1);
+  int32_t brv = add_buf(p, "r_view", SC_BUF_VIEW, 2, drv, -1, NULL, br);
+  p->arena_bytes = off_r + 256; /* 256 = M * 4, a multiple of 64 */
+
+  /* kernel 0: z = max(y, 0) * 0.5 over [M, N] */
+  sc_arena *a = &p->arena;
+  kir_kernel *k0 = kir_kernel_create(a, "relu_half");
+  k0->outer_rank = 2;
+  k0->outer_dims[0] = M;
+  k0->outer_dims[1] = N;
+  int32_t py = kir_add_param(a, k0, by, SC_DTYPE_F32, M * N, false);
+  int32_t pz = kir_add_param(a, k0, bz, SC_DTYPE_F32, M * N, true);
+  int32_t idx = kir_binary(a, k0, KIR_ADD,
+                           kir_binary(a, k0, KIR_MUL, kir_var(a, k0, 0),
+                                      kir_const_i(a, k0, SC_DTYPE_I64, N)),
+                           kir_var(a, k0, 1));
+  int32_t v = kir_binary(a, k0, KIR_MAX, kir_load(a, k0, py, idx),
+                         kir_const_f(a, k0, SC_DTYPE_F32, 0.0));
+  v = kir_binary(a, k0, KIR_MUL, v, kir_const_f(a, k0, SC_DTYPE_F32, 0.5));
+  kir_add_store(a, k0, pz, idx, v);
+  assert_int_equal(sc_program_add_kernel(p, k0), 0);
+
+  /* kernel 1: r[m] = sum_n z[m, n] */
+  kir_kernel *k1 = kir_kernel_create(a, "rowsum");
+  k1->outer_rank = 1;
+  k1->outer_dims[0] = M;
+  k1->inner = N;
+  int32_t qz = kir_add_param(a, k1, bz, SC_DTYPE_F32, M * N, false);
+  int32_t qr = kir_add_param(a, k1, br, SC_DTYPE_F32, M, true);
+  int32_t row = kir_binary(a, k1, KIR_MUL, kir_var(a, k1, 0), kir_const_i(a, k1, SC_DTYPE_I64, N));
+  int32_t ph = kir_add_reduce(a, k1, KIR_RED_SUM, SC_DTYPE_F32,
+                              kir_load(a, k1, qz, kir_binary(a, k1, KIR_ADD, row,
+                                                             kir_var(a, k1, KIR_INNER))));
+  kir_add_store(a, k1, qr, kir_var(a, k1, 0), kir_reg(a, k1, ph));
+  assert_int_equal(sc_program_add_kernel(p, k1), 1);
+
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(kir_verify(k0, &d), SC_OK);
+  assert_int_equal(kir_verify(k1, &d), SC_OK);
+
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_GEMM;
+  s.kernel = 0;
+  s.origin = "gemm";
+  s.gemm = (sc_gemm){.a = bx, .b = bw, .c = by, .batch = 1, .m = M, .n = N, .k = K,
+                     .lda = K, .ldb = N, .ldc = N, .alpha = 1.0f, .beta = 0.0f,
+                     .bias = bb, .bias_full = false};
+  assert_true(sc_program_add_step(p, &s) >= 0);
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_KERNEL;
+  s.kernel = 1;
+  s.origin = "rowsum";
+  s.gemm.bias = -1;
+  assert_true(sc_program_add_step(p, &s) >= 0);
+  assert_int_equal(sc_program_add_input(p, bx), SC_OK);
+  assert_int_equal(sc_program_add_output(p, bz), SC_OK);
+  assert_int_equal(sc_program_add_output(p, br), SC_OK);
+  assert_int_equal(sc_program_add_output(p, brv), SC_OK);
+}
+
+static void free_prog1(prog1 *t) {
+  sc_program_destroy(t->p);
+  free(t->w);
+  free(t->bias);
+}
+
+static bool close_to(double got, double want) {
+  return !isnan(got) && fabs(got - want) <= 1e-5 + 1e-4 * fabs(want);
+}
+
+/* ---- allocation counter (the allocator hook) ---- */
+static atomic_int n_allocs;
+static void *count_alloc(void *ud, size_t n) {
+  (void)ud;
+  atomic_fetch_add(&n_allocs, 1);
+  return malloc(n);
+}
+static void *count_realloc(void *ud, void *p, size_t n) {
+  (void)ud;
+  atomic_fetch_add(&n_allocs, 1);
+  return realloc(p, n);
+}
+static void count_free(void *ud, void *p) {
+  (void)ud;
+  free(p);
+}
+
+static sc_session *make_session(const sc_program *p, int threads) {
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.threads = threads;
+  sc_session *s = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status st = sc_session_create(p, &o, &s, &d);
+  if (st != SC_OK) fail_msg("session: %s", d.msg);
+  return s;
+}
+
+static void test_gemm_kernels_view(void **state) {
+  (void)state;
+  rng_seed(42);
+  prog1 t;
+  build_prog1(&t);
+  float *x = malloc(sizeof(float) * M * K);
+  for (int i = 0; i < M * K; i++) x[i] = (float)rnd(-1, 1);
+
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_memplan_verify(t.p, &d), SC_OK); /* the hand-made plan is valid */
+  sc_session *s = make_session(t.p, 2);
+  assert_int_equal(sc_session_arena_bytes(s), t.p->arena_bytes); /* planned == allocated */
+  assert_int_equal(sc_session_threads(s), 2);
+
+  sc_tensor_view in = {.name = "x", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {M, K}, .data = x};
+  sc_tensor_view out[3];
+  sc_allocator counter = {count_alloc, count_realloc, count_free, NULL};
+  atomic_store(&n_allocs, 0);
+  sc_set_allocator(&counter);
+  sc_status st = sc_session_run(s, &in, 1, out, 3, &d);
+  sc_set_allocator(NULL);
+  assert_int_equal(st, SC_OK);
+  assert_int_equal(atomic_load(&n_allocs), 0); /* a run allocates nothing */
+
+  assert_string_equal(out[0].name, "z");
+  assert_int_equal(out[0].rank, 2);
+  assert_int_equal(out[2].rank, 2);
+  assert_int_equal(out[2].dims[1], 1);
+  assert_ptr_equal(out[2].data, out[1].data); /* the view shares r's storage */
+  const float *z = out[0].data, *r = out[1].data;
+  int bad = 0;
+  for (int m = 0; m < M; m++) {
+    double rs = 0;
+    for (int n = 0; n < N; n++) {
+      double y = t.bias[n];
+      for (int k = 0; k < K; k++) y += (double)x[m * K + k] * t.w[k * N + n];
+      double zz = (y > 0 ? y : 0) * 0.5;
+      rs += zz;
+      if (!close_to(z[m * N + n], zz) && bad++ < 5)
+        print_error("z[%d,%d] = %g, want %g\n", m, n, (double)z[m * N + n], zz);
+    }
+    if (!close_to(r[m], rs) && bad++ < 10) print_error("r[%d] = %g, want %g\n", m, (double)r[m], rs);
+  }
+  assert_int_equal(bad, 0);
+  sc_session_destroy(s);
+  free(x);
+  free_prog1(&t);
+}
+
+static void test_threads_identical(void **state) {
+  (void)state;
+  rng_seed(7);
+  prog1 t;
+  build_prog1(&t);
+  /* this time the memory planner places the buffers */
+  for (int32_t b = 0; b < t.p->n_buffers; b++)
+    if (t.p->buffers[b].kind != SC_BUF_CONST) t.p->buffers[b].offset = -1;
+  t.p->arena_bytes = -1;
+  sc_diag dp;
+  sc_diag_clear(&dp);
+  assert_int_equal(sc_memplan_run(t.p, &dp), SC_OK);
+  assert_int_equal(sc_memplan_verify(t.p, &dp), SC_OK);
+  assert_true(t.p->arena_bytes >= (int64_t)sizeof(float) * (M * K + M * N + M));
+  float *x = malloc(sizeof(float) * M * K);
+  for (int i = 0; i < M * K; i++) x[i] = (float)rnd(-1, 1);
+  sc_tensor_view in = {.name = "x", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {M, K}, .data = x};
+  float *res[2][2];
+  for (int i = 0; i < 2; i++) {
+    sc_session *s = make_session(t.p, i == 0 ? 1 : 3);
+    assert_int_equal(sc_session_arena_bytes(s), t.p->arena_bytes);
+    sc_tensor_view out[3];
+    sc_diag d;
+    sc_diag_clear(&d);
+    assert_int_equal(sc_session_run(s, &in, 1, out, 3, &d), SC_OK);
+    res[i][0] = malloc(sizeof(float) * M * N);
+    res[i][1] = malloc(sizeof(float) * M);
+    memcpy(res[i][0], out[0].data, sizeof(float) * M * N);
+    memcpy(res[i][1], out[1].data, sizeof(float) * M);
+    sc_session_destroy(s);
+  }
+  assert_memory_equal(res[0][0], res[1][0], sizeof(float) * M * N);
+  assert_memory_equal(res[0][1], res[1][1], sizeof(float) * M);
+  /* and not trivially: some values are nonzero */
+  int nz = 0;
+  for (int i = 0; i < M; i++) nz += res[0][1][i] != 0;
+  assert_true(nz > M / 2);
+  for (int i = 0; i < 2; i++) {
+    free(res[i][0]);
+    free(res[i][1]);
+  }
+  free(x);
+  free_prog1(&t);
+}
+
+static void test_batched_transposed_gemm(void **state) {
+  (void)state;
+  rng_seed(3);
+  enum { B = 3, M2 = 5, N2 = 7, K2 = 9 };
+  sc_program *p = sc_program_create();
+  float bm[N2 * K2], bias[M2 * N2];
+  for (int i = 0; i < N2 * K2; i++) bm[i] = (float)rnd(-1, 1);
+  for (int i = 0; i < M2 * N2; i++) bias[i] = (float)rnd(-1, 1);
+  int64_t da[] = {B, K2, M2}, db[] = {N2, K2}, dbias[] = {M2, N2}, dc[] = {B, M2, N2};
+  int32_t ba = add_buf(p, "a", SC_BUF_INPUT, 3, da, 0, NULL, -1);
+  int32_t bb = add_buf(p, "b", SC_BUF_CONST, 2, db, -1, bm, -1);
+  int32_t bbias = add_buf(p, "bias", SC_BUF_CONST, 2, dbias, -1, bias, -1);
+  int32_t bc = add_buf(p, "c", SC_BUF_OUTPUT, 3, dc, 576, NULL, -1); /* 540 -> 576 */
+  p->arena_bytes = 576 + 448;                                          /* 420 -> 448 */
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_GEMM;
+  s.kernel = -1;
+  s.gemm = (sc_gemm){.a = ba, .b = bb, .c = bc, .trans_a = true, .trans_b = true, .batch = B,
+                     .m = M2, .n = N2, .k = K2, .lda = M2, .ldb = K2, .ldc = N2,
+                     .stride_a = K2 * M2, .stride_b = 0, .stride_c = M2 * N2, .alpha = 0.5f,
+                     .beta = 0.0f, .bias = bbias, .bias_full = true};
+  assert_true(sc_program_add_step(p, &s) >= 0);
+  assert_int_equal(sc_program_add_input(p, ba), SC_OK);
+  assert_int_equal(sc_program_add_output(p, bc), SC_OK);
+
+  float a[B * K2 * M2];
+  for (int i = 0; i < B * K2 * M2; i++) a[i] = (float)rnd(-1, 1);
+  sc_session *ss = make_session(p, 2);
+  sc_tensor_view in = {.name = "a", .dtype = SC_DTYPE_F32, .rank = 3, .dims = {B, K2, M2},
+                       .data = a};
+  sc_tensor_view out;
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_run(ss, &in, 1, &out, 1, &d), SC_OK);
+  const float *c = out.data;
+  for (int b = 0; b < B; b++)
+    for (int m = 0; m < M2; m++)
+      for (int n = 0; n < N2; n++) {
+        double want = bias[m * N2 + n];
+        double acc = 0;
+        for (int k = 0; k < K2; k++)
+          acc += (double)a[b * K2 * M2 + k * M2 + m] * bm[n * K2 + k];
+        want += 0.5 * acc;
+        double got = c[(b * M2 + m) * N2 + n];
+        if (!close_to(got, want)) fail_msg("c[%d,%d,%d] = %g, want %g", b, m, n, got, want);
+      }
+  sc_session_destroy(ss);
+
+  /* a GEMM whose extents exceed its buffer is rejected at session creation */
+  p->steps[0].gemm.batch = B + 1;
+  sc_session *bad = NULL;
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  sc_diag_clear(&d);
+  assert_int_not_equal(sc_session_create(p, &o, &bad, &d), SC_OK);
+  assert_null(bad);
+  assert_non_null(strstr(d.msg, "exceed"));
+  sc_program_destroy(p);
+}
+
+static void test_input_validation(void **state) {
+  (void)state;
+  rng_seed(9);
+  prog1 t;
+  build_prog1(&t);
+  float *x = calloc(M * K, sizeof(float));
+  sc_session *s = make_session(t.p, 1);
+  sc_tensor_view out[3];
+  sc_diag d;
+
+  sc_tensor_view in = {.name = "x", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {M + 1, K},
+                       .data = x};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_run(s, &in, 1, out, 3, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "input 'x': expected f32[64,32], got f32[65,32]"));
+
+  in.dims[0] = M;
+  in.dtype = SC_DTYPE_F64;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_run(s, &in, 1, out, 3, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "got f64[64,32]"));
+
+  in.dtype = SC_DTYPE_F32;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_run(s, &in, 0, out, 3, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "takes 1 inputs, 0 given"));
+
+  in.name = "y";
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_run(s, &in, 1, out, 3, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "'y'"));
+  sc_session_destroy(s);
+
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.device = "tpu";
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_create(t.p, &o, &s, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "unknown device 'tpu'"));
+  free(x);
+  free_prog1(&t);
+}
+
+/* ---- thread pool ---- */
+typedef struct cover {
+  atomic_int *hits;
+  atomic_int calls;
+} cover;
+
+static void mark(void *ud, int64_t b, int64_t e) {
+  cover *c = ud;
+  atomic_fetch_add(&c->calls, 1);
+  for (int64_t i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+}
+
+static void test_thread_pool(void **state) {
+  (void)state;
+  sc_thread_pool *tp = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_thread_pool_create(3, &tp, &d), SC_OK);
+  assert_int_equal(sc_thread_pool_threads(tp), 3);
+  static const int64_t totals[] = {1, 2, 7, 100, 1001};
+  static const int64_t chunks[] = {1, 2, 3, 12, 5000};
+  for (int rep = 0; rep < 20; rep++)
+    for (size_t i = 0; i < sizeof totals / sizeof totals[0]; i++)
+      for (size_t j = 0; j < sizeof chunks / sizeof chunks[0]; j++) {
+        int64_t n = totals[i];
+        cover c = {calloc((size_t)n, sizeof(atomic_int)), 0};
+        sc_thread_pool_run(tp, mark, &c, n, chunks[j]);
+        for (int64_t k = 0; k < n; k++) assert_int_equal(atomic_load(&c.hits[k]), 1);
+        int64_t want = chunks[j] < n ? chunks[j] : n;
+        assert_true(atomic_load(&c.calls) >= 1 && atomic_load(&c.calls) <= want);
+        free(c.hits);
+      }
+  sc_thread_pool_destroy(tp);
+  assert_int_not_equal(sc_thread_pool_create(0, &tp, &d), SC_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gemm_kernels_view),
+      cmocka_unit_test(test_threads_identical),
+      cmocka_unit_test(test_batched_transposed_gemm),
+      cmocka_unit_test(test_input_validation),
+      cmocka_unit_test(test_thread_pool),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

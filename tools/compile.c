@@ -1,0 +1,177 @@
+/* compile.c — `shardc compile MODEL --target cpu|cuda -o OUT`: import, bind
+ * dims, compile (sc_compile_graph: passes, fusion, lowering, memory plan)
+ * and write the bundle (codegen/bundle.h, docs/bundle.md); or, with
+ * --emit=kir|llvm|cuda, print the generated code on stdout instead (-o then
+ * optional: when given too, the bundle is written as well).
+ *
+ * Its own options (--target, -o, --gpu-arch, --emit) are taken out of argv
+ * first; the rest go to the shared parser (cli.h). The graph stays alive
+ * until the bundle is written: CONST data is borrowed from it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "codegen/bundle.h"
+#include "codegen/cpu/cpu.h"
+#include "commands.h"
+#include "frontend/onnx.h"
+#include "runtime/runtime.h"
+#if SHARDC_HAVE_CUDA
+#include "codegen/cuda/cuda.h"
+#endif
+
+static const char *const USAGE =
+    "shardc compile MODEL.onnx [--target cpu|cuda] -o OUT [--dim NAME=V]...\n"
+    "                         [--gpu-arch sm_80,sm_90] [--emit=kir|llvm|cuda]\n"
+    "                         [--print-after=PASS] [--time-passes]";
+
+typedef struct compile_opts {
+  const char *target; /* "cpu" (default) or "cuda" */
+  const char *out;
+  const char *archs;
+  const char *emit;   /* NULL, "kir", "llvm", "cuda" */
+} compile_opts;
+
+/* "--name=value" / "--name value" (or a short alias); advances *i. Returns
+ * 1 when matched, 0 when not, 2 when the value is missing. */
+static int take(int argc, char **argv, int *i, const char *name, const char *alias,
+                const char **out) {
+  const char *a = argv[*i];
+  const char *names[2] = {name, alias};
+  for (int k = 0; k < 2; k++) {
+    if (!names[k]) continue;
+    size_t len = strlen(names[k]);
+    if (strncmp(a, names[k], len) != 0) continue;
+    if (a[len] == '=') {
+      *out = a + len + 1;
+      return 1;
+    }
+    if (a[len] != 0) continue;
+    if (*i + 1 >= argc) return 2;
+    *out = argv[++*i];
+    return 1;
+  }
+  return 0;
+}
+
+/* Removes compile's own options from argv (in place); returns the new argc,
+ * or -1 after printing a usage error. */
+static int split_args(int argc, char **argv, compile_opts *co) {
+  int n = 1;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) { /* the rest are files */
+      for (; i < argc; i++) argv[n++] = argv[i];
+      break;
+    }
+    const char *v = NULL;
+    int r = 0;
+    if ((r = take(argc, argv, &i, "--target", NULL, &v)) == 1) co->target = v;
+    else if (r == 0 && (r = take(argc, argv, &i, "--output", "-o", &v)) == 1) co->out = v;
+    else if (r == 0 && (r = take(argc, argv, &i, "--gpu-arch", NULL, &v)) == 1) co->archs = v;
+    else if (r == 0 && (r = take(argc, argv, &i, "--emit", NULL, &v)) == 1) co->emit = v;
+    if (r == 2) {
+      sc_cli_usage_error("option '%s' needs a value\nusage: %s", argv[i], USAGE);
+      return -1;
+    }
+    if (r == 0) argv[n++] = argv[i];
+  }
+  return n;
+}
+
+static int emit_code(const sc_program *p, const compile_opts *co, const char *file) {
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status st = SC_OK;
+  if (strcmp(co->emit, "kir") == 0) {
+    sc_program_print(p, stdout); /* buffers, steps, then every kernel (kir_print) */
+  } else if (strcmp(co->emit, "llvm") == 0) {
+    sc_cpu_opts o;
+    sc_cpu_opts_init(&o);
+    st = sc_cpu_emit_llvm_ir(p, &o, stdout, &d);
+  } else {
+#if SHARDC_HAVE_CUDA
+    char *src = NULL;
+    st = sc_cuda_emit_source(p, &src, &d);
+    if (st == SC_OK) fputs(src, stdout);
+    sc_free(src);
+#else
+    st = sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "--emit=cuda: this shardc was built without NVRTC");
+#endif
+  }
+  fflush(stdout);
+  return st == SC_OK ? 0 : sc_cli_report(&d, file);
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+int sc_cmd_compile(int argc, char **argv) {
+  compile_opts co = {.target = "cpu"};
+  int n = split_args(argc, argv, &co);
+  if (n < 0) return 2;
+  sc_cli_opts o;
+  int rc = sc_cli_parse(n, argv, SC_CLI_DIM | SC_CLI_PRINT_AFTER | SC_CLI_TIME_PASSES, USAGE, &o);
+  if (rc) return rc;
+  if (o.help) {
+    printf("usage: %s\n\n"
+           "Compiles an ONNX model into a bundle directory OUT (docs/bundle.md):\n"
+           "manifest.json, program.json, weights.bin and the target's code (cpu:\n"
+           "kernels.o; cuda: kernels.cu and kernels.<arch>.ptx). `shardc run OUT`\n"
+           "runs a cpu bundle.\n\n"
+           "  --target cpu|cuda   code to generate (default cpu)\n"
+           "  -o, --output OUT    the bundle directory (created if missing)\n"
+           "  --dim NAME=V        bind symbolic dim NAME (repeatable; others get 1)\n"
+           "  --gpu-arch LIST     cuda architectures (default " "sm_80,sm_90" ")\n"
+           "  --emit=kir|llvm|cuda  print the program and kernels, the LLVM IR or\n"
+           "                      the CUDA C on stdout (-o then optional)\n"
+           "  --print-after=PASS  print the IR after PASS (or 'all') to stderr\n"
+           "  --time-passes       per-pass wall time on stderr\n",
+           USAGE);
+    return 0;
+  }
+  sc_bundle_opts bo;
+  sc_bundle_opts_init(&bo);
+  if (strcmp(co.target, "cpu") == 0) bo.target = SC_BUNDLE_CPU;
+  else if (strcmp(co.target, "cuda") == 0) bo.target = SC_BUNDLE_CUDA;
+  else return sc_cli_usage_error("--target must be cpu or cuda, got '%s'", co.target);
+  if (co.archs && bo.target != SC_BUNDLE_CUDA)
+    return sc_cli_usage_error("--gpu-arch needs --target cuda");
+  if (co.emit && strcmp(co.emit, "kir") != 0 && strcmp(co.emit, "llvm") != 0 &&
+      strcmp(co.emit, "cuda") != 0)
+    return sc_cli_usage_error("--emit must be kir, llvm or cuda, got '%s'", co.emit);
+  if (!co.emit && !co.out) return sc_cli_usage_error("no output (-o OUT)\nusage: %s", USAGE);
+  bo.archs = co.archs;
+  bo.model = base_name(o.file);
+
+  sc_import_opts io = {.no_weights = false};
+  sc_graph *g = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &g, &d), &g, &d, &o);
+  if (rc) return rc;
+
+  sc_compile_opts cop;
+  sc_compile_opts_init(&cop);
+  cop.print_after = o.print_after;
+  cop.time_passes = o.time_passes;
+  sc_program *p = NULL;
+  sc_diag_clear(&d);
+  sc_status st = sc_compile_graph(g, &cop, &p, &d);
+  if (st != SC_OK) {
+    rc = sc_cli_report(&d, o.file);
+    sc_graph_destroy(g);
+    return rc;
+  }
+  if (co.emit) rc = emit_code(p, &co, o.file);
+  if (rc == 0 && co.out) {
+    sc_diag_clear(&d);
+    st = sc_bundle_write(p, &bo, co.out, &d);
+    if (st != SC_OK) rc = sc_cli_report(&d, o.file);
+  }
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+  return rc;
+}

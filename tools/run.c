@@ -1,0 +1,487 @@
+/* run.c — `shardc run MODEL`: compile a model for the CPU and run it once.
+ *
+ * Import, bind --dim, sc_compile_graph (canonical passes, fuse, lowering,
+ * memory plan), a CPU session, then one run on inputs read from .npy files
+ * (--input NAME=FILE.npy) or made up (--random-inputs SEED). Every graph
+ * output is written as DIR/<name>.npy and summarised on stdout.
+ *
+ * Random inputs (one splitmix64 stream seeded with SEED, consumed by the
+ * inputs in graph order): float inputs uniform in [-1, 1); integer inputs
+ * whose name contains "mask" all ones (attention masks); other integer
+ * inputs uniform in [0, 100) (token ids: the samples' vocabularies have
+ * 1000 entries); bool inputs 0/1 at random.
+ *
+ * Output file names: every character outside [A-Za-z0-9._-] becomes '_'
+ * ("a/b:0" -> "a_b_0.npy"); a name that is empty or starts with '.' gets a
+ * leading '_'; when two outputs map to the same name the later one gets
+ * "_<output index>" appended. BF16 outputs are written as '<u2' (raw bits:
+ * NumPy has no bfloat16), see runtime/npy.h.
+ *
+ * Exit status: 0, 1 (a problem in the model or an input file), 2 (usage,
+ * including missing inputs and --input names the model does not have). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "frontend/onnx.h"
+#include "runtime/bundle.h"
+#include "runtime/npy.h"
+#include "runtime/runtime.h"
+
+static const char *const USAGE =
+    "shardc run MODEL.onnx [--dim NAME=V]... [--input NAME=FILE.npy]...\n"
+    "                     [--random-inputs SEED] [--output-dir DIR] [--threads N]\n"
+    "                     [--no-fuse] [--quiet] [--print-after=PASS] [--time-passes]";
+
+enum { MAX_INPUT_ARGS = 256, MAX_ARGS = 1024 };
+
+typedef struct run_opts {
+  const char *in_name[MAX_INPUT_ARGS]; /* --input NAME=FILE, split */
+  const char *in_file[MAX_INPUT_ARGS];
+  char *in_buf[MAX_INPUT_ARGS];        /* owned copies holding the NAME part */
+  int n_in;
+  bool random;
+  uint64_t seed;
+  const char *out_dir;
+  int threads;
+  bool no_fuse, quiet;
+} run_opts;
+
+/* "--name=value" or "--name value" (exact name): the value, advancing *i. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing) {
+  const char *a = argv[*i];
+  size_t len = strlen(name);
+  if (strncmp(a, name, len) != 0) return NULL;
+  if (a[len] == '=') return a + len + 1;
+  if (a[len] != 0) return NULL;
+  if (*i + 1 >= argc) {
+    *missing = true;
+    return a;
+  }
+  (*i)++;
+  return argv[*i];
+}
+
+static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(s, &end, 10);
+  if (errno || !*s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+/* Takes run's own options out of argv; the rest (file, --dim, --print-after,
+ * --time-passes, --help) go to sc_cli_parse through rest/n_rest. */
+static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_rest) {
+  *n_rest = 0;
+  rest[(*n_rest)++] = argv[0];
+  bool only_files = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    bool missing = false;
+    if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
+    if (only_files || a[0] != '-') {
+      rest[(*n_rest)++] = argv[i];
+      continue;
+    }
+    if (strcmp(a, "--") == 0) {
+      only_files = true;
+      rest[(*n_rest)++] = argv[i];
+    } else if ((v = opt_value(argc, argv, &i, "--input", &missing))) {
+      if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
+      const char *eq = strchr(v, '=');
+      if (!eq || eq == v || !eq[1])
+        return sc_cli_usage_error("--input expects NAME=FILE.npy, got '%s'", v);
+      if (r->n_in == MAX_INPUT_ARGS)
+        return sc_cli_usage_error("at most %d --input options", MAX_INPUT_ARGS);
+      char *name = sc_malloc((size_t)(eq - v) + 1);
+      if (!name) return sc_cli_usage_error("out of memory");
+      memcpy(name, v, (size_t)(eq - v));
+      name[eq - v] = 0;
+      r->in_buf[r->n_in] = name;
+      r->in_name[r->n_in] = name;
+      r->in_file[r->n_in] = eq + 1;
+      r->n_in++;
+    } else if ((v = opt_value(argc, argv, &i, "--random-inputs", &missing))) {
+      if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
+      int64_t s;
+      if (!parse_i64(v, 0, INT64_MAX, &s))
+        return sc_cli_usage_error("--random-inputs expects a non-negative integer seed, got '%s'",
+                                  v);
+      r->random = true;
+      r->seed = (uint64_t)s;
+    } else if ((v = opt_value(argc, argv, &i, "--output-dir", &missing))) {
+      if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
+      r->out_dir = v;
+    } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
+      if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
+      int64_t t;
+      if (!parse_i64(v, 1, 4096, &t))
+        return sc_cli_usage_error("--threads expects an integer in [1, 4096], got '%s'", v);
+      r->threads = (int)t;
+    } else if (strcmp(a, "--no-fuse") == 0) {
+      r->no_fuse = true;
+    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+      r->quiet = true;
+    } else {
+      rest[(*n_rest)++] = argv[i];
+    }
+  }
+  rest[*n_rest] = NULL;
+  return 0;
+}
+
+/* ---- random inputs ---- */
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static void fill_random(const sc_buffer *b, void *data, int64_t numel, uint64_t *state) {
+  bool mask = b->name && strstr(b->name, "mask");
+  for (int64_t i = 0; i < numel; i++) {
+    uint64_t r = splitmix64(state);
+    if (sc_dtype_is_float(b->dtype))
+      sc_store_f64(b->dtype, data, i, (double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+    else if (b->dtype == SC_DTYPE_BOOL)
+      sc_store_i64(b->dtype, data, i, (int64_t)(r >> 63));
+    else
+      sc_store_i64(b->dtype, data, i, mask ? 1 : (int64_t)(r % 100));
+  }
+}
+
+/* ---- output files ---- */
+
+static void safe_name(const char *name, char *buf, size_t n) {
+  size_t pos = 0;
+  if (!name || !*name || name[0] == '.') buf[pos++] = '_';
+  for (const char *c = name ? name : ""; *c && pos + 1 < n; c++) {
+    bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+              (*c >= '0' && *c <= '9') || *c == '.' || *c == '_' || *c == '-';
+    buf[pos++] = ok ? *c : '_';
+  }
+  buf[pos] = 0;
+}
+
+static void format_type(sc_dtype t, int32_t rank, const int64_t *dims, char *buf, size_t n) {
+  size_t pos = 0;
+  int w = snprintf(buf, n, "%s[", sc_dtype_name(t));
+  if (w < 0 || (size_t)w >= n) return;
+  pos = (size_t)w;
+  for (int32_t d = 0; d < rank; d++) {
+    w = snprintf(buf + pos, n - pos, "%s%lld", d ? "," : "", (long long)dims[d]);
+    if (w < 0 || (size_t)w >= n - pos) return;
+    pos += (size_t)w;
+  }
+  snprintf(buf + pos, n - pos, "]");
+}
+
+static void print_summary(const sc_tensor_view *v, const char *path) {
+  char type[256];
+  format_type(v->dtype, v->rank, v->dims, type, sizeof type);
+  int64_t numel = 1;
+  for (int32_t d = 0; d < v->rank; d++) numel *= v->dims[d];
+  printf("%s %s [", v->name ? v->name : "?", type);
+  int64_t shown = numel < 5 ? numel : 5;
+  for (int64_t i = 0; i < shown; i++) {
+    if (v->dtype == SC_DTYPE_BF16 || sc_dtype_is_float(v->dtype))
+      printf("%s%.6g", i ? ", " : "", sc_load_f64(v->dtype, v->data, i));
+    else
+      printf("%s%lld", i ? ", " : "", (long long)sc_load_i64(v->dtype, v->data, i));
+  }
+  printf("%s] -> %s\n", numel > shown ? ", ..." : "", path);
+}
+
+static int make_dir(const char *dir) {
+  struct stat st;
+  if (stat(dir, &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return 0;
+    fprintf(stderr, "shardc: error: %s: not a directory\n", dir);
+    return 1;
+  }
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    fprintf(stderr, "shardc: error: %s: cannot create the output directory: %s\n", dir,
+            strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void print_help(void) {
+  printf("usage: %s\n\n"
+         "Compiles an ONNX model for the CPU (canonical passes, fusion, LLVM\n"
+         "kernels, OpenBLAS matrix products, a static memory plan), runs it once\n"
+         "and writes every graph output to DIR/<output name>.npy.\n\n"
+         "  --dim NAME=V          bind symbolic dim NAME (repeatable; others get 1)\n"
+         "  --input NAME=FILE     read input NAME from a .npy file (C order; its\n"
+         "                        dtype and shape must match the model's)\n"
+         "  --random-inputs SEED  make up the inputs not given with --input: floats\n"
+         "                        uniform in [-1,1), integer inputs named *mask* all\n"
+         "                        ones, other integers uniform in [0,100)\n"
+         "  --output-dir DIR      where the .npy files go (default '.'; created)\n"
+         "  --threads N           worker threads (default: all cores)\n"
+         "  --no-fuse             one kernel per node (no fusion)\n"
+         "  --quiet, -q           no summary on stdout\n"
+         "  --print-after=PASS    print the IR after PASS ('all'; 'program' for the\n"
+         "                        compiled program) to stderr\n"
+         "  --time-passes         per-pass wall time, JIT and run time on stderr\n",
+         USAGE);
+}
+
+typedef struct run_state {
+  sc_graph *g;
+  sc_program *p;
+  sc_bundle *bundle; /* when MODEL is a bundle directory: owns p */
+  sc_session *s;
+  sc_tensor_view *in, *out;
+  void **in_data;   /* owned input data (npy or random), per program input */
+  int32_t n_in_data;
+} run_state;
+
+static void run_state_free(run_state *st, run_opts *r) {
+  sc_session_destroy(st->s);
+  for (int32_t i = 0; i < st->n_in_data; i++) sc_free(st->in_data[i]);
+  sc_free(st->in_data);
+  sc_free(st->in);
+  sc_free(st->out);
+  if (st->bundle) {
+    st->p = NULL;
+    sc_bundle_destroy(st->bundle);
+  }
+  if (st->p) sc_program_destroy(st->p);
+  if (st->g) sc_graph_destroy(st->g);
+  for (int i = 0; i < r->n_in; i++) sc_free(r->in_buf[i]);
+}
+
+/* Reads or makes up every program input. Returns an exit status. */
+static int gather_inputs(run_state *st, run_opts *r, const char *model) {
+  const sc_program *p = st->p;
+  /* every --input must name an input */
+  for (int k = 0; k < r->n_in; k++) {
+    bool found = false;
+    for (int32_t i = 0; i < p->n_inputs && !found; i++)
+      found = strcmp(p->buffers[p->inputs[i]].name, r->in_name[k]) == 0;
+    if (!found) {
+      char names[1024] = "";
+      size_t pos = 0;
+      for (int32_t i = 0; i < p->n_inputs; i++) {
+        int w = snprintf(names + pos, sizeof names - pos, "%s%s", i ? ", " : "",
+                         p->buffers[p->inputs[i]].name);
+        if (w < 0 || (size_t)w >= sizeof names - pos) break;
+        pos += (size_t)w;
+      }
+      return sc_cli_usage_error("%s: --input %s: the model has no input named '%s' "
+                                "(inputs: %s)", model, r->in_name[k], r->in_name[k],
+                                p->n_inputs ? names : "none");
+    }
+  }
+  char missing[1024] = "";
+  size_t mpos = 0;
+  int n_missing = 0;
+  uint64_t rng = r->seed;
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    const sc_buffer *b = &p->buffers[p->inputs[i]];
+    sc_tensor_view *v = &st->in[i];
+    v->name = b->name;
+    v->dtype = b->dtype;
+    v->rank = b->rank;
+    memcpy(v->dims, b->dims, sizeof v->dims);
+    int k = r->n_in - 1; /* the last --input for a name wins */
+    while (k >= 0 && strcmp(r->in_name[k], b->name) != 0) k--;
+    if (k >= 0) {
+      sc_npy a;
+      sc_diag d;
+      sc_diag_clear(&d);
+      if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
+        fprintf(stderr, "shardc: error: input '%s': %s\n", b->name, d.msg);
+        return 1;
+      }
+      st->in_data[i] = a.data;
+      bool dtype_ok = a.dtype == b->dtype || (b->dtype == SC_DTYPE_BF16 && a.dtype == SC_DTYPE_U16);
+      bool shape_ok = a.rank == b->rank;
+      for (int32_t dd = 0; shape_ok && dd < a.rank; dd++) shape_ok = a.dims[dd] == b->dims[dd];
+      if (!dtype_ok || !shape_ok) {
+        char want[256], got[256];
+        format_type(b->dtype, b->rank, b->dims, want, sizeof want);
+        format_type(a.dtype, a.rank, a.dims, got, sizeof got);
+        fprintf(stderr,
+                "shardc: error: input '%s': %s holds %s, the model expects %s%s\n", b->name,
+                r->in_file[k], got, want,
+                shape_ok ? "" : " (bind symbolic dims with --dim NAME=V)");
+        return 1;
+      }
+      v->data = a.data;
+      continue;
+    }
+    if (!r->random) {
+      int w = snprintf(missing + mpos, sizeof missing - mpos, "%s%s", n_missing ? ", " : "",
+                       b->name);
+      if (w > 0 && (size_t)w < sizeof missing - mpos) mpos += (size_t)w;
+      n_missing++;
+      continue;
+    }
+    unsigned es = sc_dtype_size(b->dtype);
+    int64_t numel = es ? b->bytes / es : 0;
+    st->in_data[i] = sc_malloc(b->bytes > 0 ? (size_t)b->bytes : 1);
+    if (!st->in_data[i]) {
+      fprintf(stderr, "shardc: error: out of memory for input '%s'\n", b->name);
+      return 1;
+    }
+    fill_random(b, st->in_data[i], numel, &rng);
+    v->data = st->in_data[i];
+  }
+  if (n_missing)
+    return sc_cli_usage_error("%s: missing input%s: %s (give --input NAME=FILE.npy or "
+                              "--random-inputs SEED)", model, n_missing > 1 ? "s" : "",
+                              missing);
+  return 0;
+}
+
+static int write_outputs(run_state *st, const run_opts *r) {
+  const sc_program *p = st->p;
+  const char *dir = r->out_dir ? r->out_dir : ".";
+  if (make_dir(dir)) return 1;
+  char(*names)[256] = sc_calloc(p->n_outputs > 0 ? (size_t)p->n_outputs : 1, sizeof *names);
+  if (!names) return 1;
+  int rc = 0;
+  for (int32_t i = 0; i < p->n_outputs && rc == 0; i++) {
+    const sc_tensor_view *v = &st->out[i];
+    safe_name(v->name, names[i], sizeof names[i] - 16);
+    for (int32_t j = 0; j < i; j++)
+      if (strcmp(names[i], names[j]) == 0) {
+        size_t len = strlen(names[i]);
+        snprintf(names[i] + len, sizeof names[i] - len, "_%d", (int)i);
+        break;
+      }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
+    sc_diag d;
+    sc_diag_clear(&d);
+    if (sc_npy_write(path, v->dtype, v->rank, v->dims, v->data, &d) != SC_OK) {
+      fprintf(stderr, "shardc: error: %s\n", d.msg);
+      rc = 1;
+    } else if (!r->quiet) {
+      print_summary(v, path);
+    }
+  }
+  sc_free(names);
+  return rc;
+}
+
+/* MODEL is a bundle (`shardc compile -o DIR`, docs/bundle.md): its program
+ * instead of import + compile. Kernels are JIT-compiled again from its kir. */
+static sc_status load_bundle(run_state *st, const char *dir, sc_diag *d) {
+  sc_status s = sc_bundle_load(dir, &st->bundle, d);
+  if (s == SC_OK && strcmp(st->bundle->target, "cpu") != 0)
+    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "a %s bundle: shardc run runs cpu bundles", st->bundle->target);
+  if (s == SC_OK) st->p = st->bundle->program;
+  return s;
+}
+
+int sc_cmd_run(int argc, char **argv) {
+  run_opts r;
+  memset(&r, 0, sizeof r);
+  char *rest[MAX_ARGS];
+  int n_rest = 0;
+  run_state st;
+  memset(&st, 0, sizeof st);
+  int rc = split_args(argc, argv, &r, rest, &n_rest);
+  sc_cli_opts o;
+  if (!rc)
+    rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_PRINT_AFTER | SC_CLI_TIME_PASSES,
+                      USAGE, &o);
+  if (rc) {
+    run_state_free(&st, &r);
+    return rc;
+  }
+  if (o.help) {
+    print_help();
+    run_state_free(&st, &r);
+    return 0;
+  }
+
+  sc_import_opts io = {.no_weights = false};
+  sc_diag d;
+  sc_diag_clear(&d);
+  bool is_bundle = sc_bundle_is_dir(o.file);
+  if (is_bundle && o.n_dims)
+    rc = sc_cli_usage_error("%s: a bundle's dims are bound when it is compiled (no --dim)",
+                            o.file);
+  else if (!is_bundle)
+    rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &st.g, &d), &st.g, &d, &o);
+  if (rc) {
+    run_state_free(&st, &r);
+    return rc;
+  }
+
+  sc_compile_opts co;
+  sc_compile_opts_init(&co);
+  co.fuse = !r.no_fuse;
+  co.print_after = o.print_after;
+  co.time_passes = o.time_passes;
+  double t0 = now_ms();
+  sc_status s = is_bundle ? load_bundle(&st, o.file, &d) : sc_compile_graph(st.g, &co, &st.p, &d);
+  double t1 = now_ms();
+  if (s == SC_OK) {
+    int32_t ni = st.p->n_inputs > 0 ? st.p->n_inputs : 1;
+    int32_t no = st.p->n_outputs > 0 ? st.p->n_outputs : 1;
+    st.in = sc_calloc((size_t)ni, sizeof *st.in);
+    st.out = sc_calloc((size_t)no, sizeof *st.out);
+    st.in_data = sc_calloc((size_t)ni, sizeof *st.in_data);
+    st.n_in_data = st.p->n_inputs;
+    if (!st.in || !st.out || !st.in_data) {
+      st.n_in_data = 0;
+      s = sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    }
+  }
+  if (s != SC_OK) {
+    rc = sc_cli_report(&d, o.file);
+    run_state_free(&st, &r);
+    return rc;
+  }
+  rc = gather_inputs(&st, &r, o.file);
+  if (rc) {
+    run_state_free(&st, &r);
+    return rc;
+  }
+
+  sc_session_opts so;
+  sc_session_opts_init(&so);
+  so.threads = r.threads;
+  s = sc_session_create(st.p, &so, &st.s, &d);
+  double t2 = now_ms();
+  if (s == SC_OK)
+    s = sc_session_run(st.s, st.in, st.p->n_inputs, st.out, st.p->n_outputs, &d);
+  double t3 = now_ms();
+  if (s != SC_OK) {
+    rc = sc_cli_report(&d, o.file);
+    run_state_free(&st, &r);
+    return rc;
+  }
+  if (o.time_passes)
+    fprintf(stderr,
+            "compile %.3f ms (passes, lowering, memplan), session %.3f ms (JIT %.3f ms), "
+            "run %.3f ms on %d threads, arena %lld bytes\n",
+            t1 - t0, t2 - t1, sc_session_compile_seconds(st.s) * 1e3, t3 - t2,
+            sc_session_threads(st.s), (long long)sc_session_arena_bytes(st.s));
+  rc = write_outputs(&st, &r);
+  fflush(stdout);
+  run_state_free(&st, &r);
+  return rc;
+}
