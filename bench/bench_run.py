@@ -288,6 +288,10 @@ def main():
           f"median of {args.runs} runs after {args.warmup} warm-up")
     if not sc.has_run:
         print(f"NOTE: {args.shardc} has no `run` command: only onnxruntime figures are printed")
+    elif not sc.has_repeat and sc.has_time:
+        print("NOTE: `shardc run` has no --repeat: shardc latency is the one cold run per "
+              "process that --time-passes reports (median over processes; no warm-up, so "
+              "it overstates steady-state latency, most for the smallest models)")
     elif not sc.has_repeat:
         print("NOTE: `shardc run` has no --repeat: shardc latency is a process-time "
               "difference (run - compile-only), coarse for these small models")

@@ -42,8 +42,13 @@ failure. Exits 77 (skipped) when the shardc binary has no `run` command yet.
 --backend ort runs the same harness with onnxruntime in place of shardc (to
 check the harness itself; the manifest is not checked then).
 
+--freeze-shape-inputs (an experiment, never used for the manifest) retries
+a test whose error names a graph input that "must be a constant" with that
+input made an initializer, and prints how many more tests then pass.
+
 usage: test_node_tests.py [--shardc PATH] [--jobs 2] [-k SUBSTR]...
-                          [--update-manifest] [--backend shardc|ort] [-v]
+                          [--update-manifest] [--backend shardc|ort]
+                          [--freeze-shape-inputs] [-v]
 """
 import argparse
 import collections
