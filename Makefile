@@ -37,7 +37,7 @@ test-asan: deps
 	  ctest --output-on-failure -j $(JOBS) -E '^fuzz\.'
 
 demo: deps build
-	./$(BUILD)/shardc inspect samples/gpt2.onnx
+	BUILD=$(BUILD) bash scripts/demo.sh
 
 # Long fuzzing run (the suite runs a ~60 s smoke run of the same target).
 FUZZ_SECONDS ?= 3600

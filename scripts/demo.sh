@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# make demo: the main job as it stands, on the built-in default (CPU, one
+# in-process rank). Inspects the GPT-2 sample, compiles and runs it with
+# seeded inputs, prints its outputs and compares them with onnxruntime.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+SHARDC=$BUILD/shardc
+PY=.venv/bin/python
+OUT=$BUILD/demo
+MODEL=samples/gpt2.onnx
+mkdir -p "$OUT"
+
+echo "== shardc inspect $MODEL --dim batch=2"
+"$SHARDC" inspect "$MODEL" --dim batch=2
+
+echo
+echo "== seeded inputs (numpy), then shardc run"
+"$PY" - "$OUT" <<'PY'
+import sys, numpy as np
+rng = np.random.default_rng(2026)
+np.save(f"{sys.argv[1]}/input_ids.npy", rng.integers(0, 1000, size=(2, 16), dtype=np.int64))
+PY
+"$SHARDC" run "$MODEL" --dim batch=2 --input input_ids="$OUT/input_ids.npy" \
+  --output-dir "$OUT" --time-passes 2> "$OUT/time-passes.txt"
+grep -E "Total|total" "$OUT/time-passes.txt" | tail -1 || true
+
+echo
+echo "== the same inputs through onnxruntime"
+"$PY" - "$OUT" "$MODEL" <<'PY'
+import sys, numpy as np, onnxruntime as ort
+out, model = sys.argv[1], sys.argv[2]
+x = np.load(f"{out}/input_ids.npy")
+want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"input_ids": x})[0]
+got = np.load(f"{out}/logits.npy")
+diff = float(np.max(np.abs(got - want)))
+ok = got.shape == want.shape and not np.isnan(got).any() and np.allclose(got, want, rtol=1e-4, atol=1e-5)
+print(f"logits {got.shape}: max |shardc - onnxruntime| = {diff:.3g} "
+      f"({'within' if ok else 'OUTSIDE'} rtol 1e-4, atol 1e-5)")
+sys.exit(0 if ok else 1)
+PY
