@@ -357,15 +357,31 @@ sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const ch
     json_object_set_new(m, "shardc_version", json_string(SHARDC_VERSION));
     json_object_set_new(m, "target", json_string(sc_bundle_target_name(o->target)));
     json_object_set_new(m, "archs", json_incref(archs));
+    if (o->target == SC_BUNDLE_CPU) {
+      /* What kernels.o was compiled for; the loader refuses a host that
+       * lacks any of these features. */
+      char *cpu = NULL, *features = NULL;
+      st = sc_cpu_describe_target(&o->cpu, &cpu, &features, diag);
+      if (!st) {
+        json_t *c = json_object();
+        json_object_set_new(c, "name", json_string(cpu));
+        json_object_set_new(c, "features", json_string(features));
+        json_object_set_new(m, "cpu", c);
+      }
+      sc_free(cpu);
+      sc_free(features);
+    }
     json_object_set_new(m, "model", o->model ? json_string(o->model) : json_null());
     json_object_set_new(m, "arena_bytes", json_integer(p->arena_bytes));
     json_object_set_new(m, "weights_bytes", json_integer(total));
     json_object_set_new(m, "inputs", json_tensors(p, p->inputs, p->n_inputs));
     json_object_set_new(m, "outputs", json_tensors(p, p->outputs, p->n_outputs));
     json_object_set_new(m, "files", json_incref(w.files));
-    char *ms = json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    char *ms = st ? NULL : json_dumps(m, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
     json_decref(m);
-    if (!ms) {
+    if (st) {
+      /* diag set above */
+    } else if (!ms) {
       st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     } else {
       size_t n = strlen(ms);

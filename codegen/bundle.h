@@ -3,6 +3,7 @@
  *
  * A bundle is a directory (layout and schemas in docs/bundle.md):
  *   manifest.json  format version, shardc version, target, GPU archs, the
+ *                  CPU name and features kernels.o was compiled for, the
  *                  model's inputs/outputs, arena_bytes, and every other file
  *                  with its size and SHA-256 (written last: a directory
  *                  without a manifest is not a bundle)

@@ -10,9 +10,24 @@
  * K in the accumulator dtype (f32 for f16/bf16, i64/u64 for integers, which
  * then wrap like the fold does), then a STORE.
  *
- * Conv is a direct kir kernel for now (outer = output elements, REDUCE SUM
- * over C/group x kernel window, out-of-range taps contribute 0, bias added
- * on store); im2col + GEMM for large convolutions is not done yet.
+ * Conv on f32 with at least CONV_GEMM_MIN_MACS multiply-adds and at least
+ * two output channels per group is im2col + GEMM. With G groups, C/G = cpg
+ * input and M/G = mpg output channels per group, K = cpg x kernel taps and
+ * P = output pixels, an im2col kernel writes the scratch cols[N, G, K, P]
+ * (out-of-range taps 0), and ONE strided batched GEMM over b = n*G + g
+ * computes W_g[mpg, K] x cols[n, g] straight into the NCHW output (its
+ * [n, g*mpg.., P] block starts at b * mpg * P). W_g starts at g * mpg * K,
+ * which no single stride gives for N > 1 and G > 1: then W is first
+ * copied N times into a scratch [N, M, K] (weights are small). A 1x1,
+ * stride-1, unpadded conv needs no im2col: cols is the input itself
+ * (stride cpg * P). The bias is per output channel, i.e. per ROW of the
+ * GEMM, which sc_gemm's bias (per column) cannot express: a kernel first
+ * fills the output with bias[m] and the GEMM accumulates onto it (beta 1).
+ * So the GEMM is the group's last step and a fused POINT consumer (Relu,
+ * residual Add) becomes its epilogue kernel (from_graph.c). Other convs
+ * (other dtypes, tiny ones, depthwise) are a direct kir kernel (outer =
+ * output elements, REDUCE SUM over C/group x kernel window, out-of-range
+ * taps contribute 0, bias added on store).
  *
  * The kir kernels of these STEP lowerings are begun with
  * sc_lower_begin_kernel and read and store through sc_lower_input_at /
@@ -33,6 +48,8 @@
 
 /* Products below this many multiply-adds are a kir kernel, not a GEMM. */
 #define GEMM_MIN_MACS 4096
+/* Convolutions below this many multiply-adds stay a direct kir kernel. */
+#define CONV_GEMM_MIN_MACS 4096
 
 /* ---- expression helpers ---- */
 
@@ -410,7 +427,104 @@ static void win_taps(sc_lower_ctx *cx, const win *w, const sc_value *x, const in
   if (inside_padded) *inside_padded = inp;
 }
 
-/* ---- Conv (direct kernel) ---- */
+/* ---- Conv through im2col + GEMM ---- */
+
+typedef struct conv_g {
+  const sc_node *n;
+  const win *w;
+  int64_t group, cpg, mpg;
+  int64_t kdims[SC_MAX_RANK]; /* [cpg, kernel...]: the K axis unflattened */
+} conv_g;
+
+/* cols[n, g, kk, o...] = x[n, g*cpg + c, o*s - pad + k*dil] (0 outside),
+ * kk = (c, k...) flattened. */
+static int32_t conv_im2col_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const conv_g *c = ud;
+  const sc_value *x = sc_node_input(cx->g, c->n, 0);
+  int32_t nsp = c->w->nsp, ri[SC_MAX_RANK], pos[SC_MAX_RANK], xi[SC_MAX_RANK], inside;
+  sc_lower_unflatten(cx, idx[2], nsp + 1, c->kdims, ri);
+  win_taps(cx, c->w, x, idx + 3, ri + 1, pos, &inside, NULL);
+  xi[0] = idx[0];
+  xi[1] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[1], C(cx, c->cpg)), ri[0]);
+  for (int32_t d = 0; d < nsp; d++) xi[2 + d] = pos[d];
+  int32_t v = sc_lower_input_at(cx, c->n, 0, xi);
+  if (v < 0 || inside < 0) return v;
+  return sel(cx, inside, v, fconst(cx, x->dtype, 0));
+}
+
+/* wrep[n, m, kk] = W[m, kk] (W flattened to [M, K]). */
+static int32_t conv_wrep_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const conv_g *c = ud;
+  const sc_value *wt = sc_node_input(cx->g, c->n, 1);
+  int32_t wi[SC_MAX_RANK];
+  wi[0] = idx[1];
+  sc_lower_unflatten(cx, idx[2], wt->rank - 1, wt->dims + 1, wi + 1);
+  return sc_lower_input_at(cx, c->n, 1, wi);
+}
+
+/* y[n, m, o...] = bias[m] (the GEMM then adds the products). */
+static int32_t conv_bias_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const conv_g *c = ud;
+  int32_t bi[1] = {idx[1]};
+  return sc_lower_input_at(cx, c->n, 2, bi);
+}
+
+static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int64_t group,
+                           int64_t cpg, int64_t mpg, int64_t kk, int64_t pix) {
+  const sc_value *x = sc_node_input(cx->g, n, 0), *wt = sc_node_input(cx->g, n, 1);
+  const sc_value *y = sc_node_output(cx->g, n, 0);
+  int64_t N = x->dims[0], M = wt->dims[0];
+  conv_g c = {.n = n, .w = w, .group = group, .cpg = cpg, .mpg = mpg};
+  c.kdims[0] = cpg;
+  bool pointwise = true; /* 1x1, stride 1, no padding: cols = x */
+  for (int32_t d = 0; d < w->nsp; d++) {
+    c.kdims[1 + d] = w->kernel[d];
+    pointwise &= w->kernel[d] == 1 && w->strides[d] == 1 && w->begin[d] == 0 &&
+                 w->end[d] == 0 && x->dims[2 + d] == y->dims[2 + d];
+  }
+  int32_t bx = sc_lower_buffer_of(cx, n->inputs[0]), bw = sc_lower_buffer_of(cx, n->inputs[1]);
+  int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
+  if (bx < 0 || bw < 0 || by < 0) return failed(cx);
+  sc_status st;
+  int32_t cols = bx;
+  if (!pointwise) {
+    int64_t d[SC_MAX_RANK] = {N, group, kk};
+    for (int32_t i = 0; i < w->nsp; i++) d[3 + i] = y->dims[2 + i];
+    if ((cols = sc_lower_scratch(cx, "cols", x->dtype, 3 + w->nsp, d)) < 0) return failed(cx);
+    if ((st = sc_lower_pointwise_kernel(cx, "im2col", cols, conv_im2col_at, &c)) != SC_OK)
+      return st;
+  }
+  int32_t wa = bw;
+  int64_t batch = N * group, sa = mpg * kk;
+  if (group == 1) {
+    sa = 0;
+  } else if (N > 1) {
+    int64_t d[3] = {N, M, kk};
+    if ((wa = sc_lower_scratch(cx, "wrep", wt->dtype, 3, d)) < 0) return failed(cx);
+    if ((st = sc_lower_pointwise_kernel(cx, "wrep", wa, conv_wrep_at, &c)) != SC_OK)
+      return st;
+  }
+  bool has_bias = sc_node_input(cx->g, n, 2) != NULL;
+  if (has_bias && (st = sc_lower_pointwise_kernel(cx, "bias", by, conv_bias_at, &c)) != SC_OK)
+    return st;
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_GEMM;
+  s.kernel = -1;
+  s.origin = n->name;
+  sc_gemm *gm = &s.gemm;
+  gm->a = wa, gm->b = cols, gm->c = by, gm->bias = -1;
+  gm->batch = batch, gm->m = mpg, gm->n = pix, gm->k = kk;
+  gm->lda = kk, gm->ldb = pix, gm->ldc = pix;
+  gm->stride_a = batch > 1 ? sa : 0;
+  gm->stride_b = batch > 1 ? kk * pix : 0;
+  gm->stride_c = batch > 1 ? mpg * pix : 0;
+  gm->alpha = 1.0f;
+  gm->beta = has_bias ? 1.0f : 0.0f;
+  return sc_lower_add_step(cx, &s);
+}
+
+/* ---- Conv ---- */
 
 static sc_status conv_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *x = sc_node_input(cx->g, n, 0), *wt = sc_node_input(cx->g, n, 1);
@@ -420,6 +534,21 @@ static sc_status conv_build(sc_lower_ctx *cx, const sc_node *n) {
   if (st != SC_OK) return st;
   int64_t group = sc_attr_int(cx->g, n, "group", 1);
   int64_t cpg = wt->dims[1], mpg = wt->dims[0] / (group > 0 ? group : 1);
+  {
+    /* K = cpg x taps, P = output pixels; macs = N * M * K * P; the cols
+     * scratch (N * G * K * P floats) must have a representable size */
+    int64_t kk = cpg, pix = 1, cols = 0, macs = 0, bytes = 0;
+    bool ok = group > 0 && w.nsp >= 1;
+    for (int32_t d = 0; d < w.nsp && ok; d++)
+      ok = sc_mul_i64(kk, w.kernel[d], &kk) && sc_mul_i64(pix, y->dims[2 + d], &pix);
+    ok = ok && sc_mul_i64(kk, pix, &cols) && sc_mul_i64(cols, x->dims[0], &cols) &&
+         sc_mul_i64(cols, group, &cols) && sc_mul_i64(cols, mpg, &macs) &&
+         sc_mul_i64(cols, 4, &bytes);
+    if (ok && y->dtype == SC_DTYPE_F32 && x->dtype == SC_DTYPE_F32 &&
+        wt->dtype == SC_DTYPE_F32 && (!bias || bias->dtype == SC_DTYPE_F32) && mpg >= 2 &&
+        kk > 0 && macs >= CONV_GEMM_MIN_MACS)
+      return conv_gemm(cx, n, &w, group, cpg, mpg, kk, pix);
+  }
   /* inner loop over [C/group, kernel...] */
   int64_t red[SC_MAX_RANK], inner = cpg;
   red[0] = cpg;

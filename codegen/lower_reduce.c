@@ -114,6 +114,7 @@ static int32_t empty_value(sc_lower_ctx *cx, const sc_node *n, sc_dtype t) {
   int64_t imin = sgn && bits < 64 ? -((int64_t)1 << (bits - 1)) : sgn ? INT64_MIN : 0;
   int64_t imax = bits >= 64 ? (sgn ? INT64_MAX : -1)
                  : sgn      ? ((int64_t)1 << (bits - 1)) - 1
+                 : t == SC_DTYPE_BOOL ? 1 /* all of nothing: true */
                             : ((int64_t)1 << bits) - 1;
   switch (n->op) {
   case SC_OP_REDUCE_PROD: return C(t, 1);

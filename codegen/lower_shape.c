@@ -23,7 +23,11 @@
  *     them in order, the last one wins), then STORE takes that update or the
  *     data. Work is numel(data) x (updates per candidate position): small for
  *     ScatterElements (the indices' extent on the axis), and the number of
- *     index tuples for ScatterND. Only reduction "none" is supported. */
+ *     index tuples for ScatterND. With a reduction (add, mul, max, min)
+ *     the REDUCE combines every matching update instead (non-matching
+ *     candidates give the op's identity) and STORE combines that with the
+ *     data. */
+#include <math.h>
 #include <string.h>
 
 #include "codegen/lower_internal.h"
@@ -248,14 +252,54 @@ const sc_lowering sc_lw_gather_nd = {SC_LOWER_POINT, gather_nd_point, NULL};
 
 /* ---- ScatterND, ScatterElements ---- */
 
-static sc_status need_reduction_none(sc_lower_ctx *cx, const sc_node *n) {
+/* The scatter's reduction attribute: *rop is KIR_RED_COUNT for "none", else
+ * the REDUCE op combining all matching updates (add, mul, max, min). */
+static sc_status scatter_reduction(sc_lower_ctx *cx, const sc_node *n, kir_reduce_op *rop) {
   const char *s = sc_attr_string(cx->g, n, "reduction", "none");
   if (cx->g->diag.status != SC_OK) return (void)graph_failed(cx, n), cx->diag->status;
-  if (strcmp(s, "none") != 0)
-    return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED,
-                          "reduction '%s' is not supported by code generation (only "
-                          "'none')", s);
-  return SC_OK;
+  static const struct { const char *name; kir_reduce_op rop; } red[] = {
+      {"none", KIR_RED_COUNT}, {"add", KIR_RED_SUM}, {"mul", KIR_RED_PROD},
+      {"max", KIR_RED_MAX},    {"min", KIR_RED_MIN}};
+  for (size_t i = 0; i < sizeof red / sizeof red[0]; i++)
+    if (strcmp(s, red[i].name) == 0) {
+      *rop = red[i].rop;
+      return SC_OK;
+    }
+  return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "reduction '%s' is not supported", s);
+}
+
+/* With a reduction: the output element is data (op) every matching update,
+ * in the accumulator dtype (f32 for 16-bit floats, i64/u64 for integers),
+ * a non-matching candidate contributing the op's identity. The update at
+ * candidate `inner` is read at ui (which depends on the inner var). Floats:
+ * the updates are combined first, then with data (a sum may round
+ * differently from ONNX's in-order application). */
+static sc_status scatter_reduce_finish(sc_lower_ctx *cx, const sc_node *n, const int32_t *idx,
+                                       int32_t match, const int32_t *ui, kir_reduce_op rop) {
+  sc_dtype t = in_val(cx, n, 0)->dtype;
+  bool fl = sc_dtype_is_float(t);
+  sc_dtype at = fl ? (t == SC_DTYPE_F64 ? SC_DTYPE_F64 : SC_DTYPE_F32)
+                   : (t == SC_DTYPE_U64 ? SC_DTYPE_U64 : SC_DTYPE_I64);
+  bool sgn = at != SC_DTYPE_U64;
+  int32_t ident;
+  switch (rop) {
+  case KIR_RED_PROD: ident = const_of(cx, at, 1, 1); break;
+  case KIR_RED_MAX: ident = const_of(cx, at, -INFINITY, sgn ? INT64_MIN : 0); break;
+  case KIR_RED_MIN: ident = const_of(cx, at, INFINITY, sgn ? INT64_MAX : -1); break;
+  default: ident = const_of(cx, at, 0, 0); break;
+  }
+  int32_t u = sc_lower_input_at(cx, n, 2, ui);
+  int32_t d = sc_lower_input_at(cx, n, 0, idx);
+  if (u < 0 || d < 0) return cx->diag->status != SC_OK ? cx->diag->status : SC_ERR_INVALID;
+  u = kir_cast(cx->arena, cx->k, at, u);
+  d = kir_cast(cx->arena, cx->k, at, d);
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, rop, at, sel(cx, match, u, ident));
+  if (ph < 0) return sc_lower_error(cx, n, SC_ERR_NOMEM, "out of memory");
+  int32_t r = kir_reg(cx->arena, cx->k, ph);
+  kir_op op = rop == KIR_RED_SUM ? KIR_ADD : rop == KIR_RED_PROD ? KIR_MUL
+              : rop == KIR_RED_MAX ? KIR_MAX : KIR_MIN;
+  int32_t v = kir_cast(cx->arena, cx->k, t, bin(cx, op, d, r));
+  return sc_lower_store(cx, n, 0, idx, v);
 }
 
 /* Common tail: r = REDUCE MAX over the inner loop of (match ? inner : -1);
@@ -280,7 +324,8 @@ static sc_status scatter_finish(sc_lower_ctx *cx, const sc_node *n, const int32_
  * j[d] == idx[d] (d != axis) and wrap(indices[j]) == idx[axis]; the inner
  * loop runs over j[axis]. */
 static sc_status scatter_elements_build(sc_lower_ctx *cx, const sc_node *n) {
-  sc_status st = need_reduction_none(cx, n);
+  kir_reduce_op rop;
+  sc_status st = scatter_reduction(cx, n, &rop);
   if (st != SC_OK) return st;
   const sc_value *x = in_val(cx, n, 0), *ind = in_val(cx, n, 1);
   int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", 0), x->rank);
@@ -309,6 +354,7 @@ static sc_status scatter_elements_build(sc_lower_ctx *cx, const sc_node *n) {
     match = bin(cx, KIR_EQ, wrap_index(cx, e, x->dims[axis]), idx[axis]);
     if (ok >= 0) match = bin(cx, KIR_AND, ok, match);
   }
+  if (rop != KIR_RED_COUNT) return scatter_reduce_finish(cx, n, idx, match, ii, rop);
   return scatter_finish(cx, n, idx, match, ii, axis, extent > 0 ? extent : 1);
 }
 const sc_lowering sc_lw_scatter_elements = {SC_LOWER_KERNEL, NULL, scatter_elements_build};
@@ -317,7 +363,8 @@ const sc_lowering sc_lw_scatter_elements = {SC_LOWER_KERNEL, NULL, scatter_eleme
  * [T..., rest]; output element idx takes the last tuple t (flattened over
  * T...) whose wrapped index equals idx[0..m), at rest = idx[m..]. */
 static sc_status scatter_nd_build(sc_lower_ctx *cx, const sc_node *n) {
-  sc_status st = need_reduction_none(cx, n);
+  kir_reduce_op rop;
+  sc_status st = scatter_reduction(cx, n, &rop);
   if (st != SC_OK) return st;
   const sc_value *x = in_val(cx, n, 0), *ind = in_val(cx, n, 1);
   int32_t ri = ind->rank, m = (int32_t)ind->dims[ri - 1];
@@ -339,6 +386,12 @@ static sc_status scatter_nd_build(sc_lower_ctx *cx, const sc_node *n) {
       if (e < 0) return cx->diag->status;
       match = and_or_true(cx, match, bin(cx, KIR_EQ, wrap_index(cx, e, x->dims[k]), idx[k]));
     }
+  }
+  if (rop != KIR_RED_COUNT) {
+    int32_t cand = clamp(cx, inner, 0, (tuples > 0 ? tuples : 1) - 1);
+    sc_lower_unflatten(cx, cand, ri - 1, ind->dims, ui);
+    for (int32_t i = m; i < x->rank; i++) ui[ri - 1 + i - m] = idx[i];
+    return scatter_reduce_finish(cx, n, idx, match, ui, rop);
   }
   int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_MAX, SC_DTYPE_I64,
                               sel(cx, match, inner, C(cx, -1)));

@@ -32,6 +32,7 @@ sc_graph *sc_graph_create(const char *name) {
   sc_arena_init(&g->arena);
   g->name = sc_arena_strdup(&g->arena, name ? name : "main");
   g->opset = SC_OPSET_MAX;
+  g->want_const = -1;
   if (!g->name) {
     sc_free(g);
     return NULL;

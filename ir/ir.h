@@ -152,6 +152,7 @@ typedef struct sc_graph {
   int32_t n_cleanups, cap_cleanups;
 
   sc_diag diag;           /* first problem found */
+  int32_t want_const;     /* value whose contents a shape depends on, or -1 */
 } sc_graph;
 
 /* ---- lifetime ---- */

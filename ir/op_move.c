@@ -1,5 +1,5 @@
 /* op_move.c — data movement by index: Gather, GatherElements, GatherND,
- * ScatterND, ScatterElements, and Trilu, Pad, OneHot (ONNX opsets 13–21).
+ * ScatterND, ScatterElements, and Trilu, Pad, OneHot (ONNX opsets 13–25).
  * Their cost function, cost_move, is in op_shape.c with the rest of the "S"
  * family.
  *
@@ -584,10 +584,8 @@ static sc_status onehot_parse(sc_graph *g, const sc_node *n, int64_t *depth,
     return sc_node_error(g, n, SC_ERR_INVALID, "values must have 2 elements (off, on)");
   if (sc_value_numel(dv) != 1 || !sc_dtype_is_numeric(dv->dtype))
     return sc_node_error(g, n, SC_ERR_INVALID, "depth must be one number");
-  if (!sc_value_has_data(dv))
-    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
-                         "input '%s' must be a constant (data-dependent shapes are "
-                         "not supported)", dv->name);
+  sc_status cst = sc_require_const(g, n, dv);
+  if (cst != SC_OK) return cst;
   double d = sc_load_f64(dv->dtype, dv->data, 0);
   if (!(d >= 1) || d > (double)SC_MAX_ELEMENTS)
     return sc_node_error(g, n, SC_ERR_INVALID, "depth %g is out of range", d);

@@ -160,10 +160,17 @@ static sc_status reduce_axes(sc_graph *g, const sc_node *n, bool *mask, bool *no
   return SC_OK;
 }
 
+/* ReduceMax/ReduceMin take bool since opset 20 (max is any, min is all). */
+static bool reduce_bool_ok(const sc_graph *g, const sc_node *n, sc_dtype t) {
+  return t == SC_DTYPE_BOOL && g->opset >= 20 &&
+         (n->op == SC_OP_REDUCE_MAX || n->op == SC_OP_REDUCE_MIN);
+}
+
 sc_status sc_op_infer_reduce(sc_graph *g, sc_node *n) {
-  const sc_value *x;
-  sc_status st = arith_input(g, n, &x);
+  sc_status st = sc_check_inputs(g, n);
   if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if (!reduce_bool_ok(g, n, x->dtype) && (st = check_arith(g, n, x)) != SC_OK) return st;
   bool mask[SC_MAX_RANK], noop, keep;
   if ((st = reduce_axes(g, n, mask, &noop, &keep)) != SC_OK) return st;
   if (noop) return sc_same_as_input(g, n, 0, 0);
@@ -183,7 +190,7 @@ sc_status sc_op_eval_reduce(sc_graph *g, sc_node *n) {
   const sc_value *o = sc_node_output(g, n, 0);
   bool mask[SC_MAX_RANK], noop, keep;
   if ((st = reduce_axes(g, n, mask, &noop, &keep)) != SC_OK) return st;
-  if (o->dtype != x->dtype || !is_arith(x->dtype))
+  if (o->dtype != x->dtype || !(is_arith(x->dtype) || reduce_bool_ok(g, n, x->dtype)))
     return sc_node_error(g, n, SC_ERR_INVALID, "output dtype does not match the input");
   int64_t m = sc_value_numel(o), xn = sc_value_numel(x);
   void *out = alloc_output(g, n, &st);
@@ -223,6 +230,7 @@ sc_status sc_op_eval_reduce(sc_graph *g, sc_node *n) {
   int64_t imax = bits >= 64 ? (sgn ? INT64_MAX : -1 /* all ones: U64 max */)
                  : sgn      ? ((int64_t)1 << (bits - 1)) - 1
                             : ((int64_t)1 << bits) - 1;
+  if (t == SC_DTYPE_BOOL) imax = 1;
   for (int64_t j = 0; j < m; j++) {
     switch (op) {
     case SC_OP_REDUCE_PROD: af[j] = 1; ai[j] = 1; break;
@@ -420,8 +428,10 @@ sc_status sc_op_infer_cumsum(sc_graph *g, sc_node *n) {
   if ((st = cumsum_attrs(g, n, &excl, &rev)) != SC_OK) return st;
   if (x->rank == 0)
     return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' must have rank >= 1", x->name);
-  /* the output shape does not depend on the axis; check it when known */
-  if (sc_value_has_data(ax)) {
+  /* the output shape does not depend on the axis, but the lowering needs it
+   * constant: a graph input axis is reported (sc_input_ints sets want_const,
+   * so `shardc run` can specialise); a computed one is checked when known */
+  if (sc_value_has_data(ax) || (ax->flags & SC_VALUE_INPUT)) {
     int32_t axis;
     if ((st = cumsum_axis(g, n, &axis)) != SC_OK) return st;
   }

@@ -1,6 +1,6 @@
 /* op_shape.c — shape computation and views: Shape, Size, Constant, Reshape,
  * Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Expand, Tile,
- * Range, ConstantOfShape and NonZero (ONNX opsets 13–21). The gathers,
+ * Range, ConstantOfShape and NonZero (ONNX opsets 13–25). The gathers,
  * scatters, Trilu, Pad and OneHot are in op_move.c.
  *
  * infer validates attributes and sets output shapes. An input that decides an
@@ -807,10 +807,8 @@ static sc_status range_count(sc_graph *g, const sc_node *n, int64_t *count) {
                            sc_dtype_name(t), sc_dtype_name(v->dtype));
     if (sc_value_numel(v) != 1)
       return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' must be a scalar", v->name);
-    if (!sc_value_has_data(v))
-      return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
-                           "input '%s' must be a constant (data-dependent shapes are "
-                           "not supported)", v->name);
+    sc_status st = sc_require_const(g, n, v);
+    if (st != SC_OK) return st;
   }
   const void *ps = s->data, *pl = sc_node_input(g, n, 1)->data,
              *pd = sc_node_input(g, n, 2)->data;

@@ -61,6 +61,19 @@ sc_status sc_norm_axis(sc_graph *g, const sc_node *n, int64_t axis, int32_t rank
   return SC_OK;
 }
 
+sc_status sc_require_const(sc_graph *g, const sc_node *n, const sc_value *v) {
+  if (!sc_value_is_const(v)) {
+    if (v->flags & SC_VALUE_INPUT) g->want_const = (int32_t)(v - g->values);
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                         "input '%s' must be a constant (data-dependent shapes are "
+                         "not supported)", v->name);
+  }
+  if (!sc_value_has_data(v))
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                         "input '%s' is a weight whose data is absent", v->name);
+  return SC_OK;
+}
+
 sc_status sc_input_ints(sc_graph *g, const sc_node *n, int32_t idx, int64_t *buf,
                         int64_t cap, int64_t *count) {
   const sc_value *v = sc_node_input(g, n, idx);
@@ -71,13 +84,8 @@ sc_status sc_input_ints(sc_graph *g, const sc_node *n, int32_t idx, int64_t *buf
   if (v->rank > 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' must have rank 0 or 1",
                          v->name);
-  if (!sc_value_is_const(v))
-    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
-                         "input '%s' must be a constant (data-dependent shapes are "
-                         "not supported)", v->name);
-  if (!sc_value_has_data(v))
-    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
-                         "input '%s' is a weight whose data is absent", v->name);
+  sc_status st = sc_require_const(g, n, v);
+  if (st != SC_OK) return st;
   int64_t m = sc_value_numel(v);
   if (m < 0 || m > cap)
     return sc_node_error(g, n, SC_ERR_LIMIT, "input '%s' has too many elements",

@@ -72,6 +72,6 @@ static inline const char *sc_op_name(sc_op op) {
 }
 
 /* Default-domain opsets shardc accepts. */
-enum { SC_OPSET_MIN = 13, SC_OPSET_MAX = 21 };
+enum { SC_OPSET_MIN = 13, SC_OPSET_MAX = 25 };
 
 #endif

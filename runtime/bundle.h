@@ -11,15 +11,18 @@
  *
  * The program's CONST buffers point into the mapped weights: the bundle owns
  * the program and the mapping, and must outlive any session created on the
- * program. For a cpu bundle, sc_session_create JIT-compiles the kernels again
- * from the kir in program.json (kernels.o is verified but not loaded: the CPU
- * backend has no object loader yet). Errors: SC_ERR_IO (missing or unreadable
+ * program. For a cpu bundle, the loader also checks that the host CPU has
+ * every feature kernels.o was compiled for (manifest "cpu") and links
+ * kernels.o into a JIT (sc_cpu_load_object), every kernel of the program
+ * found by name: pass b->kernels as sc_session_opts.cpu_module and the
+ * session runs that code instead of compiling the kir again. Errors: SC_ERR_IO (missing or unreadable
  * file), SC_ERR_PARSE (malformed JSON), SC_ERR_INVALID (hash/size mismatch,
  * inconsistent content), SC_ERR_UNSUPPORTED (another format version),
  * SC_ERR_NOMEM. Not thread-safe; distinct bundles are independent. */
 #ifndef SC_RUNTIME_BUNDLE_H
 #define SC_RUNTIME_BUNDLE_H
 
+#include "codegen/cpu/cpu.h"
 #include "codegen/program.h"
 
 typedef struct sc_bundle {
@@ -30,6 +33,8 @@ typedef struct sc_bundle {
   sc_program *program;     /* owned */
   void *weights;           /* weights.bin, mapped read-only (NULL if empty) */
   size_t weights_bytes;
+  char *cpu, *cpu_features; /* cpu: what kernels.o was compiled for */
+  sc_cpu_module *kernels;   /* cpu: kernels.o linked into a JIT (owned) */
 } sc_bundle;
 
 /* True when path is a directory holding a manifest.json. */

@@ -9,7 +9,10 @@
  *   3. program.json parsed and validated against the weights
  *      (sc_program_read_json: ids, sizes, kir_verify);
  *   4. the manifest's inputs, outputs, arena_bytes and weights_bytes agree
- *      with the program.
+ *      with the program;
+ *   5. cpu: the host has every CPU feature kernels.o was compiled for
+ *      (manifest "cpu"), and kernels.o links with every kernel of the
+ *      program defined (sc_cpu_load_object).
  * Between the hash check and the end of the run, weights.bin must not be
  * rewritten in place (it is mapped, not copied). */
 #include "runtime/bundle.h"
@@ -102,6 +105,9 @@ bool sc_bundle_is_dir(const char *path) {
 
 void sc_bundle_destroy(sc_bundle *b) {
   if (!b) return;
+  sc_cpu_module_destroy(b->kernels);
+  sc_free(b->cpu);
+  sc_free(b->cpu_features);
   sc_program_destroy(b->program);
   if (b->weights) munmap(b->weights, b->weights_bytes);
   sc_free(b->archs);
@@ -160,7 +166,7 @@ static sc_status check_tensors(const char *dir, json_t *list, const char *what,
 }
 
 static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
-  mapped man = {0}, prog = {0}, wts = {0};
+  mapped man = {0}, prog = {0}, wts = {0}, obj = {0};
   json_t *m = NULL;
   sc_status st = map_file(dir, "manifest.json", -1, MANIFEST_MAX_BYTES, &man, d);
   if (st) return st;
@@ -195,6 +201,24 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     goto out;
   }
   snprintf(b->target, sizeof b->target, "%s", target);
+  if (strcmp(target, "cpu") == 0) {
+    json_t *cpu = json_object_get(m, "cpu");
+    const char *cname = json_string_value(json_object_get(cpu, "name"));
+    const char *cfeat = json_string_value(json_object_get(cpu, "features"));
+    if (!json_is_object(cpu) || !cname || !cfeat || strlen(cname) > 256 ||
+        strlen(cfeat) > 65536) {
+      st = bad(d, SC_ERR_PARSE, dir,
+               "manifest.json: 'cpu' (the CPU kernels.o was compiled for) missing or "
+               "malformed");
+      goto out;
+    }
+    b->cpu = sc_strdup(cname);
+    b->cpu_features = sc_strdup(cfeat);
+    if (!b->cpu || !b->cpu_features) {
+      st = bad(d, SC_ERR_NOMEM, dir, "out of memory");
+      goto out;
+    }
+  }
 
   /* Files: safe names, listed once, well-formed sizes and hashes. */
   size_t i;
@@ -261,6 +285,7 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     }
     if (strcmp(name, "program.json") == 0) prog = fm;
     else if (strcmp(name, "weights.bin") == 0) wts = fm;
+    else if (strcmp(name, "kernels.o") == 0 && strcmp(target, "cpu") == 0) obj = fm;
     else unmap(&fm);
   }
   if ((int64_t)wts.bytes != json_integer_value(wbytes)) {
@@ -287,9 +312,18 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
   if ((st = check_tensors(dir, json_object_get(m, "inputs"), "inputs", p, p->inputs,
                           p->n_inputs, d)))
     goto out;
-  st = check_tensors(dir, json_object_get(m, "outputs"), "outputs", p, p->outputs, p->n_outputs,
-                     d);
+  if ((st = check_tensors(dir, json_object_get(m, "outputs"), "outputs", p, p->outputs,
+                          p->n_outputs, d)))
+    goto out;
+  if (strcmp(target, "cpu") == 0) {
+    sc_diag cd;
+    sc_diag_clear(&cd);
+    st = sc_cpu_check_host_features(b->cpu, b->cpu_features, &cd);
+    if (!st) st = sc_cpu_load_object(p, obj.data, obj.bytes, &b->kernels, &cd);
+    if (st) bad(d, st, dir, "%s", cd.msg);
+  }
 out:
+  unmap(&obj);
   unmap(&prog);
   unmap(&wts);
   json_decref(m);

@@ -2,7 +2,10 @@
  * OpenBLAS for matrix products.
  *
  * The thread pool is created once per session (threads - 1 pthreads; the
- * calling thread works too). A kernel step runs the kernel's function over
+ * calling thread works too). It is built for back-to-back small jobs: a
+ * worker that finishes a job spins (SPIN_NS, 50 microseconds) watching for
+ * the next one before it sleeps on a condition variable, and the caller spins likewise for the workers to
+ * finish; so the steps of a run do not pay a futex wake-up each. A kernel step runs the kernel's function over
  * its outer points [0, prod(outer_dims)) cut into chunks spread over the
  * pool; a kernel with little work (outer points x inner extent x phases
  * below SPLIT_MIN_WORK) runs on the calling thread alone. Every outer point
@@ -26,6 +29,12 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 #include "codegen/cpu/cpu.h"
 #include "device.h"
@@ -34,15 +43,36 @@
 /* thread pool                                                          */
 /* ------------------------------------------------------------------ */
 
+/* How long a waiting thread spins before it sleeps: longer than the gap
+ * between two steps of a run, short enough not to steal much from other
+ * processes on a busy machine. */
+enum { SPIN_NS = 50000 };
+
+static int64_t mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins until *word != val (or quit), at most SPIN_NS. */
+static void spin_while_eq(atomic_ullong *word, unsigned long long val, atomic_bool *quit) {
+  int64_t until = mono_ns() + SPIN_NS;
+  while (atomic_load(word) == val && !atomic_load(quit)) {
+    for (int i = 0; i < 16; i++) cpu_relax();
+    if (mono_ns() > until) return;
+  }
+}
+
 struct sc_thread_pool {
   int threads;          /* including the caller */
   int n_workers;        /* pthreads started */
   pthread_t *workers;
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
-  uint64_t gen;         /* bumped for every job */
-  bool quit;
-  int busy;             /* workers not finished with the current job */
+  atomic_ullong gen;    /* bumped (under mu) for every job */
+  atomic_bool quit;
+  int sleepers;         /* workers waiting on `wake` (under mu) */
+  atomic_int busy;      /* workers not finished with the current job */
   /* the current job */
   sc_pool_fn fn;
   void *ud;
@@ -63,18 +93,27 @@ static void take_chunks(sc_thread_pool *tp) {
 
 static void *worker_main(void *arg) {
   sc_thread_pool *tp = arg;
-  uint64_t seen = 0;
-  pthread_mutex_lock(&tp->mu);
+  unsigned long long seen = 0;
   for (;;) {
-    while (tp->gen == seen && !tp->quit) pthread_cond_wait(&tp->wake, &tp->mu);
-    if (tp->quit) break;
-    seen = tp->gen;
-    pthread_mutex_unlock(&tp->mu);
+    /* spin for the next job, then sleep */
+    spin_while_eq(&tp->gen, seen, &tp->quit);
+    if (atomic_load(&tp->gen) == seen && !atomic_load(&tp->quit)) {
+      pthread_mutex_lock(&tp->mu);
+      tp->sleepers++;
+      while (atomic_load(&tp->gen) == seen && !atomic_load(&tp->quit))
+        pthread_cond_wait(&tp->wake, &tp->mu);
+      tp->sleepers--;
+      pthread_mutex_unlock(&tp->mu);
+    }
+    if (atomic_load(&tp->quit)) break;
+    seen = atomic_load(&tp->gen);
     take_chunks(tp);
-    pthread_mutex_lock(&tp->mu);
-    if (--tp->busy == 0) pthread_cond_signal(&tp->done);
+    if (atomic_fetch_sub(&tp->busy, 1) == 1) { /* the last one: the caller may sleep */
+      pthread_mutex_lock(&tp->mu);
+      pthread_cond_signal(&tp->done);
+      pthread_mutex_unlock(&tp->mu);
+    }
   }
-  pthread_mutex_unlock(&tp->mu);
   return NULL;
 }
 
@@ -90,6 +129,9 @@ sc_status sc_thread_pool_create(int threads, sc_thread_pool **out, sc_diag *diag
   pthread_cond_init(&tp->wake, NULL);
   pthread_cond_init(&tp->done, NULL);
   atomic_init(&tp->next, 0);
+  atomic_init(&tp->gen, 0);
+  atomic_init(&tp->quit, false);
+  atomic_init(&tp->busy, 0);
   if (threads > 1) {
     tp->workers = sc_calloc((size_t)threads - 1, sizeof *tp->workers);
     if (!tp->workers) {
@@ -112,7 +154,7 @@ sc_status sc_thread_pool_create(int threads, sc_thread_pool **out, sc_diag *diag
 void sc_thread_pool_destroy(sc_thread_pool *tp) {
   if (!tp) return;
   pthread_mutex_lock(&tp->mu);
-  tp->quit = true;
+  atomic_store(&tp->quit, true);
   pthread_cond_broadcast(&tp->wake);
   pthread_mutex_unlock(&tp->mu);
   for (int i = 0; i < tp->n_workers; i++) pthread_join(tp->workers[i], NULL);
@@ -133,21 +175,27 @@ void sc_thread_pool_run(sc_thread_pool *tp, sc_pool_fn fn, void *ud, int64_t tot
     return;
   }
   if (n_chunks > total) n_chunks = total;
-  pthread_mutex_lock(&tp->mu);
+  /* every worker is idle here (busy == 0): the job fields are ours until
+   * gen moves (seq_cst atomics order the plain stores before it) */
   tp->fn = fn;
   tp->ud = ud;
   tp->total = total;
   tp->chunk = (total + n_chunks - 1) / n_chunks;
   tp->n_chunks = n_chunks;
   atomic_store(&tp->next, 0);
-  tp->busy = tp->n_workers;
-  tp->gen++;
-  pthread_cond_broadcast(&tp->wake);
+  atomic_store(&tp->busy, tp->n_workers);
+  pthread_mutex_lock(&tp->mu);
+  atomic_fetch_add(&tp->gen, 1);
+  if (tp->sleepers > 0) pthread_cond_broadcast(&tp->wake);
   pthread_mutex_unlock(&tp->mu);
   take_chunks(tp);
-  pthread_mutex_lock(&tp->mu);
-  while (tp->busy > 0) pthread_cond_wait(&tp->done, &tp->mu);
-  pthread_mutex_unlock(&tp->mu);
+  for (int64_t until = mono_ns() + SPIN_NS; atomic_load(&tp->busy) > 0 && mono_ns() < until;)
+    for (int i = 0; i < 16; i++) cpu_relax();
+  if (atomic_load(&tp->busy) > 0) {
+    pthread_mutex_lock(&tp->mu);
+    while (atomic_load(&tp->busy) > 0) pthread_cond_wait(&tp->done, &tp->mu);
+    pthread_mutex_unlock(&tp->mu);
+  }
 }
 
 /* ------------------------------------------------------------------ */
@@ -163,6 +211,7 @@ typedef struct cpu_ctx {
   sc_thread_pool *pool;
   const sc_program *p;
   sc_cpu_module *mod;
+  const sc_cpu_module *given; /* precompiled kernels (borrowed) or NULL */
   sc_cpu_kernel_fn *fns;  /* per kernel */
   int64_t *points;        /* per kernel: prod(outer_dims) */
   int64_t *work;          /* per kernel: points x inner x phases (saturated) */
@@ -181,6 +230,7 @@ static sc_status cpu_create(const sc_device_opts *o, void **out, sc_diag *diag) 
   cpu_ctx *c = sc_calloc(1, sizeof *c);
   if (!c) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   c->threads = o && o->threads > 0 ? o->threads : online_cores();
+  c->given = o ? o->cpu_module : NULL;
   sc_status st = sc_thread_pool_create(c->threads, &c->pool, diag);
   if (st != SC_OK) {
     sc_free(c);
@@ -308,14 +358,22 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     c->args[k] = sc_calloc(kk->n_params > 0 ? (size_t)kk->n_params : 1, sizeof(void *));
     if (!c->args[k]) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
+  if (c->given && sc_cpu_module_n_kernels(c->given) != nk)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "cpu device: the precompiled module has %d kernels, the program %d",
+                       (int)sc_cpu_module_n_kernels(c->given), (int)nk);
   if (nk > 0) {
-    sc_cpu_opts co;
-    sc_cpu_opts_init(&co);
-    sc_status st = sc_cpu_jit(p, &co, &c->mod, diag);
-    if (st != SC_OK) return st;
-    c->compile_s = sc_cpu_compile_seconds(c->mod);
+    const sc_cpu_module *mod = c->given;
+    if (!mod) {
+      sc_cpu_opts co;
+      sc_cpu_opts_init(&co);
+      sc_status st = sc_cpu_jit(p, &co, &c->mod, diag);
+      if (st != SC_OK) return st;
+      mod = c->mod;
+    }
+    c->compile_s = sc_cpu_compile_seconds(mod);
     for (int32_t k = 0; k < nk; k++) {
-      c->fns[k] = sc_cpu_kernel(c->mod, k);
+      c->fns[k] = sc_cpu_kernel(mod, k);
       if (!c->fns[k])
         return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                            "cpu device: kernel %s was not compiled", p->kernels[k]->name);

@@ -28,6 +28,8 @@
 
 typedef struct sc_device_opts {
   int threads; /* worker threads (CPU); 0 = all online cores */
+  const struct sc_cpu_module *cpu_module; /* CPU: precompiled kernels
+                                             (borrowed) or NULL = JIT */
 } sc_device_opts;
 
 typedef struct sc_device_iface {

@@ -32,6 +32,10 @@ typedef struct sc_tensor_view {
 typedef struct sc_session_opts {
   const char *device; /* "cpu" (default) */
   int threads;        /* 0 = all cores */
+  /* cpu: kernels already compiled for this program (sc_cpu_load_object on
+   * a bundle's kernels.o, or sc_cpu_jit), borrowed: must outlive the
+   * session. NULL = JIT-compile the kir. */
+  const struct sc_cpu_module *cpu_module;
 } sc_session_opts;
 void sc_session_opts_init(sc_session_opts *o);
 

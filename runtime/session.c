@@ -6,9 +6,21 @@
  * validates the inputs (count, dtype, shape), copies them into their arena
  * slots, executes the steps in order and points the output views at their
  * buffers. A run allocates nothing: everything it touches was set up by
- * sc_session_create. */
+ * sc_session_create.
+ *
+ * Profiling: with SHARDC_PROFILE=1 in the environment (read when the
+ * session is created), every step of every run is timed; when the session
+ * is destroyed a table goes to stderr, steps sorted by total time: share,
+ * total, mean and minimum time, the step (kernel name and its outer points
+ * x inner extent, or GEMM with its shape and epilogue) and its origin. The
+ * first run is left out when there are others (it pays cold caches and
+ * page faults). The minimum is the figure to trust on a busy machine. The
+ * timing buffers are allocated at creation: a run still allocates
+ * nothing. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device.h"
 #include "runtime.h"
@@ -19,7 +31,75 @@ struct sc_session {
   const sc_program *p;
   void *arena;
   int64_t arena_bytes; /* what was asked of the device */
+  double *prof_s;      /* SHARDC_PROFILE: seconds per step, summed over runs */
+  double *prof_min;    /* per step: the fastest run */
+  double *prof_first;  /* per step: the first run, kept apart */
+  int64_t prof_runs;   /* runs, the first included */
 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static const double *prof_key; /* qsort has no context argument */
+static int cmp_prof(const void *a, const void *b) {
+  double x = prof_key[*(const int32_t *)a], y = prof_key[*(const int32_t *)b];
+  return x > y ? -1 : x < y;
+}
+
+/* The SHARDC_PROFILE table (see the file comment). */
+static void print_profile(const sc_session *s) {
+  const sc_program *p = s->p;
+  int32_t *order = sc_calloc(p->n_steps > 0 ? (size_t)p->n_steps : 1, sizeof *order);
+  if (!order || s->prof_runs == 0) {
+    sc_free(order);
+    return;
+  }
+  int64_t runs = s->prof_runs - 1;
+  if (runs == 0) { /* one run: show it */
+    memcpy(s->prof_s, s->prof_first, (size_t)p->n_steps * sizeof *s->prof_s);
+    runs = 1;
+  }
+  double total = 0, total_min = 0;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    order[i] = i;
+    total += s->prof_s[i];
+    total_min += s->prof_min[i];
+  }
+  prof_key = s->prof_s;
+  qsort(order, (size_t)p->n_steps, sizeof *order, cmp_prof);
+  fprintf(stderr,
+          "SHARDC_PROFILE: %d steps, %lld runs (the first left out), mean %.3f ms per run, "
+          "sum of step minima %.3f ms (%d threads)\n",
+          (int)p->n_steps, (long long)runs, total * 1e3 / (double)runs, total_min * 1e3,
+          s->dev->threads(s->ctx));
+  fprintf(stderr, "  %%time   total ms  mean us   min us  step\n");
+  for (int32_t r = 0; r < p->n_steps; r++) {
+    int32_t i = order[r];
+    const sc_step *st = &p->steps[i];
+    char what[256];
+    if (st->kind == SC_STEP_GEMM) {
+      const sc_gemm *g = &st->gemm;
+      snprintf(what, sizeof what, "gemm %lld x m%lld n%lld k%lld%s%s%s", (long long)g->batch,
+               (long long)g->m, (long long)g->n, (long long)g->k, g->bias >= 0 ? " +bias" : "",
+               st->kernel >= 0 ? " then " : "",
+               st->kernel >= 0 ? p->kernels[st->kernel]->name : "");
+    } else {
+      const kir_kernel *k = p->kernels[st->kernel];
+      int64_t pts = 1;
+      for (int32_t d = 0; d < k->outer_rank; d++) pts *= k->outer_dims[d];
+      snprintf(what, sizeof what, "%s (%lld x %lld)", k->name, (long long)pts,
+               (long long)k->inner);
+    }
+    fprintf(stderr, "  %5.1f%% %10.3f %8.1f %8.1f  step %d: %s  [%s]\n",
+            total > 0 ? 100.0 * s->prof_s[i] / total : 0.0, s->prof_s[i] * 1e3,
+            s->prof_s[i] * 1e6 / (double)runs, s->prof_min[i] * 1e6, (int)i, what,
+            st->origin ? st->origin : "");
+  }
+  sc_free(order);
+}
 
 void sc_session_opts_init(sc_session_opts *o) {
   memset(o, 0, sizeof *o);
@@ -28,6 +108,10 @@ void sc_session_opts_init(sc_session_opts *o) {
 
 void sc_session_destroy(sc_session *s) {
   if (!s) return;
+  if (s->prof_s) print_profile(s);
+  sc_free(s->prof_s);
+  sc_free(s->prof_min);
+  sc_free(s->prof_first);
   if (s->arena) s->dev->free_arena(s->ctx, s->arena);
   if (s->ctx) s->dev->destroy(s->ctx);
   sc_free(s);
@@ -55,7 +139,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   s->dev = dev;
   s->p = p;
-  sc_device_opts dopts = {.threads = o->threads};
+  sc_device_opts dopts = {.threads = o->threads, .cpu_module = o->cpu_module};
   sc_status st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
   if (st == SC_OK) {
@@ -66,6 +150,14 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                        "cannot allocate the %lld-byte arena", (long long)p->arena_bytes);
   }
   if (st == SC_OK) st = dev->bind(s->ctx, s->arena, diag);
+  const char *prof = getenv("SHARDC_PROFILE");
+  if (st == SC_OK && prof && *prof && strcmp(prof, "0") != 0) {
+    size_t n = p->n_steps > 0 ? (size_t)p->n_steps : 1;
+    s->prof_s = sc_calloc(n, sizeof *s->prof_s);
+    s->prof_min = sc_calloc(n, sizeof *s->prof_min);
+    s->prof_first = sc_calloc(n, sizeof *s->prof_first);
+    if (!s->prof_s || !s->prof_min || !s->prof_first) st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
   if (st != SC_OK) {
     sc_session_destroy(s);
     return st;
@@ -128,9 +220,20 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
   }
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *st = &p->steps[i];
+    double t0 = s->prof_s ? now_s() : 0.0;
     if (st->kind == SC_STEP_GEMM) s->dev->run_gemm(s->ctx, st);
     else s->dev->run_kernel(s->ctx, st);
+    if (s->prof_s) {
+      double dt = now_s() - t0;
+      if (s->prof_runs == 0) {
+        s->prof_first[i] = dt;
+      } else {
+        s->prof_s[i] += dt;
+        if (s->prof_runs == 1 || dt < s->prof_min[i]) s->prof_min[i] = dt;
+      }
+    }
   }
+  if (s->prof_s) s->prof_runs++;
   for (int32_t i = 0; i < n_outputs; i++) {
     const sc_buffer *b = &p->buffers[p->outputs[i]];
     sc_tensor_view *v = &outputs[i];

@@ -36,7 +36,8 @@
 static const char *const USAGE =
     "shardc run MODEL.onnx [--dim NAME=V]... [--input NAME=FILE.npy]...\n"
     "                     [--random-inputs SEED] [--output-dir DIR] [--threads N]\n"
-    "                     [--no-fuse] [--quiet] [--print-after=PASS] [--time-passes]";
+    "                     [--no-fuse] [--quiet] [--verbose] [--print-after=PASS]\n"
+    "                     [--time-passes] [--repeat N [--warmup W]]";
 
 enum { MAX_INPUT_ARGS = 256, MAX_ARGS = 1024 };
 
@@ -49,7 +50,11 @@ typedef struct run_opts {
   uint64_t seed;
   const char *out_dir;
   int threads;
-  bool no_fuse, quiet;
+  bool no_fuse, quiet, verbose;
+  int frozen[MAX_INPUT_ARGS];          /* --input indices made constants (specialisation) */
+  int n_frozen;
+  int64_t repeat, warmup;              /* --repeat N, --warmup W (timing mode) */
+  bool warmup_given;
 } run_opts;
 
 /* "--name=value" or "--name value" (exact name): the value, advancing *i. */
@@ -125,10 +130,22 @@ static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_re
       if (!parse_i64(v, 1, 4096, &t))
         return sc_cli_usage_error("--threads expects an integer in [1, 4096], got '%s'", v);
       r->threads = (int)t;
+    } else if ((v = opt_value(argc, argv, &i, "--repeat", &missing)) ||
+               (v = opt_value(argc, argv, &i, "--warmup", &missing))) {
+      if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
+      bool rep = strncmp(a, "--repeat", 8) == 0;
+      int64_t n;
+      if (!parse_i64(v, rep ? 1 : 0, 1000000, &n))
+        return sc_cli_usage_error("%s expects an integer in [%d, 1000000], got '%s'",
+                                  rep ? "--repeat" : "--warmup", rep ? 1 : 0, v);
+      *(rep ? &r->repeat : &r->warmup) = n;
+      r->warmup_given |= !rep;
     } else if (strcmp(a, "--no-fuse") == 0) {
       r->no_fuse = true;
     } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
       r->quiet = true;
+    } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
+      r->verbose = true;
     } else {
       rest[(*n_rest)++] = argv[i];
     }
@@ -237,9 +254,16 @@ static void print_help(void) {
          "  --threads N           worker threads (default: all cores)\n"
          "  --no-fuse             one kernel per node (no fusion)\n"
          "  --quiet, -q           no summary on stdout\n"
+         "  --verbose, -v         say on stderr where the kernels come from\n"
          "  --print-after=PASS    print the IR after PASS ('all'; 'program' for the\n"
          "                        compiled program) to stderr\n"
-         "  --time-passes         per-pass wall time, JIT and run time on stderr\n",
+         "  --time-passes         per-pass wall time, JIT and run time on stderr\n"
+         "  --repeat N            timing: after the first run, run W more times\n"
+         "                        untimed, then N times timed; print 'compile: X ms'\n"
+         "                        (model file to ready to run) and 'run: median X ms,\n"
+         "                        min Y ms over N runs' on stderr\n"
+         "  --warmup W            untimed runs before the timed ones (default 1: the\n"
+         "                        first run; 0 times the first run too)\n",
          USAGE);
 }
 
@@ -268,12 +292,83 @@ static void run_state_free(run_state *st, run_opts *r) {
   for (int i = 0; i < r->n_in; i++) sc_free(r->in_buf[i]);
 }
 
+/* ---- specialisation (docs/runtime.md) ----
+ * When a shape depends on the contents of a graph input (a Reshape shape, a
+ * Slice start, a CumSum axis given as an input), compiling fails with
+ * g->want_const naming it. If the user gave that input with --input, it
+ * becomes a constant holding the file's data and compiling is retried from a
+ * fresh import: the program is specialised to that value. The input's
+ * --input stays accepted. Random inputs are not used this way (a made-up
+ * shape is almost never a valid one). */
+
+static bool is_frozen(const run_opts *r, const char *name) {
+  for (int j = 0; j < r->n_frozen; j++)
+    if (strcmp(r->in_name[r->frozen[j]], name) == 0) return true;
+  return false;
+}
+
+/* The --input index (the last one for the name) of the graph input a failed
+ * compile wants constant, or -1. */
+static int wanted_input(const sc_graph *g, const run_opts *r) {
+  if (!g || g->want_const < 0 || g->want_const >= g->n_values) return -1;
+  const char *name = g->values[g->want_const].name;
+  if (is_frozen(r, name)) return -1;
+  for (int k = r->n_in - 1; k >= 0; k--)
+    if (strcmp(r->in_name[k], name) == 0) return k;
+  return -1;
+}
+
+/* Makes each frozen --input a constant of g (no longer a graph input).
+ * Returns an exit status. */
+static int freeze_inputs(sc_graph *g, const run_opts *r) {
+  for (int j = 0; j < r->n_frozen; j++) {
+    int k = r->frozen[j];
+    int32_t id = sc_graph_find_value(g, r->in_name[k]);
+    int32_t pos = -1;
+    for (int32_t i = 0; id >= 0 && i < g->n_inputs; i++)
+      if (g->inputs[i] == id) pos = i;
+    if (pos < 0) continue; /* not an input any more: nothing to do */
+    sc_value *v = sc_val(g, id);
+    sc_npy a;
+    sc_diag d;
+    sc_diag_clear(&d);
+    if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
+      fprintf(stderr, "shardc: error: input '%s': %s\n", v->name, d.msg);
+      return 1;
+    }
+    bool ok = a.dtype == v->dtype && a.rank == v->rank;
+    for (int32_t dd = 0; ok && dd < a.rank; dd++)
+      ok = v->dims[dd] == SC_DIM_UNKNOWN || v->dims[dd] == a.dims[dd];
+    if (!ok) {
+      char want[256], got[256];
+      format_type(v->dtype, v->rank, v->dims, want, sizeof want);
+      format_type(a.dtype, a.rank, a.dims, got, sizeof got);
+      fprintf(stderr, "shardc: error: input '%s': %s holds %s, the model expects %s\n",
+              v->name, r->in_file[k], got, want);
+      sc_npy_free(&a);
+      return 1;
+    }
+    v->flags &= ~(uint32_t)SC_VALUE_INPUT;
+    sc_status s = sc_value_set_data(g, id, a.dtype, a.rank, a.dims, a.data,
+                                    (uint64_t)a.bytes, true);
+    sc_npy_free(&a);
+    if (s != SC_OK) {
+      fprintf(stderr, "shardc: error: input '%s': %s\n", r->in_name[k], g->diag.msg);
+      return 1;
+    }
+    memmove(g->inputs + pos, g->inputs + pos + 1,
+            (size_t)(g->n_inputs - pos - 1) * sizeof *g->inputs);
+    g->n_inputs--;
+  }
+  return 0;
+}
+
 /* Reads or makes up every program input. Returns an exit status. */
 static int gather_inputs(run_state *st, run_opts *r, const char *model) {
   const sc_program *p = st->p;
   /* every --input must name an input */
   for (int k = 0; k < r->n_in; k++) {
-    bool found = false;
+    bool found = is_frozen(r, r->in_name[k]);
     for (int32_t i = 0; i < p->n_inputs && !found; i++)
       found = strcmp(p->buffers[p->inputs[i]].name, r->in_name[k]) == 0;
     if (!found) {
@@ -384,7 +479,8 @@ static int write_outputs(run_state *st, const run_opts *r) {
 }
 
 /* MODEL is a bundle (`shardc compile -o DIR`, docs/bundle.md): its program
- * instead of import + compile. Kernels are JIT-compiled again from its kir. */
+ * instead of import + compile. The kernels run from its kernels.o, which
+ * sc_bundle_load linked (st->bundle->kernels): nothing is compiled. */
 static sc_status load_bundle(run_state *st, const char *dir, sc_diag *d) {
   sc_status s = sc_bundle_load(dir, &st->bundle, d);
   if (s == SC_OK && strcmp(st->bundle->target, "cpu") != 0)
@@ -392,6 +488,38 @@ static sc_status load_bundle(run_state *st, const char *dir, sc_diag *d) {
                        "a %s bundle: shardc run runs cpu bundles", st->bundle->target);
   if (s == SC_OK) st->p = st->bundle->program;
   return s;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* --repeat N [--warmup W]: the first run (first_ms) counts as the first of
+ * W warm-up runs (W = 0: as the first timed run); then N timed runs of the
+ * same inputs. Prints the compile time (model file to session ready) and
+ * the median and minimum run time on stderr. Non-zero on a failed run. */
+static int repeat_runs(run_state *st, const run_opts *r, double compile_ms, double first_ms,
+                       sc_diag *d) {
+  int64_t warm = r->warmup_given ? r->warmup : 1, n = 0;
+  double *t = sc_calloc((size_t)r->repeat, sizeof *t);
+  if (!t) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory") != SC_OK;
+  if (warm == 0) t[n++] = first_ms;
+  for (int64_t i = 1; i < warm || n < r->repeat; i++) {
+    double a = now_ms();
+    sc_status s = sc_session_run(st->s, st->in, st->p->n_inputs, st->out, st->p->n_outputs, d);
+    if (s != SC_OK) {
+      sc_free(t);
+      return 1;
+    }
+    if (i >= warm) t[n++] = now_ms() - a;
+  }
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  double med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+  fprintf(stderr, "compile: %.3f ms\nrun: median %.3f ms, min %.3f ms over %lld runs (%d threads)\n",
+          compile_ms, med, t[0], (long long)n, sc_session_threads(st->s));
+  sc_free(t);
+  return 0;
 }
 
 int sc_cmd_run(int argc, char **argv) {
@@ -416,6 +544,7 @@ int sc_cmd_run(int argc, char **argv) {
     return 0;
   }
 
+  double t_file = now_ms(); /* --repeat: "compile" is model file to ready to run */
   sc_import_opts io = {.no_weights = false};
   sc_diag d;
   sc_diag_clear(&d);
@@ -437,6 +566,22 @@ int sc_cmd_run(int argc, char **argv) {
   co.time_passes = o.time_passes;
   double t0 = now_ms();
   sc_status s = is_bundle ? load_bundle(&st, o.file, &d) : sc_compile_graph(st.g, &co, &st.p, &d);
+  /* specialisation: at most one retry per input (each freezes a new one) */
+  for (int k; s != SC_OK && !is_bundle && (k = wanted_input(st.g, &r)) >= 0;) {
+    fprintf(stderr, "shardc: note: input '%s' determines shapes: compiled for its given value\n",
+            r.in_name[k]);
+    r.frozen[r.n_frozen++] = k;
+    sc_graph_destroy(st.g);
+    st.g = NULL;
+    sc_diag_clear(&d);
+    rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &st.g, &d), &st.g, &d, &o);
+    if (!rc) rc = freeze_inputs(st.g, &r);
+    if (rc) {
+      run_state_free(&st, &r);
+      return rc;
+    }
+    s = sc_compile_graph(st.g, &co, &st.p, &d);
+  }
   double t1 = now_ms();
   if (s == SC_OK) {
     int32_t ni = st.p->n_inputs > 0 ? st.p->n_inputs : 1;
@@ -464,6 +609,15 @@ int sc_cmd_run(int argc, char **argv) {
   sc_session_opts so;
   sc_session_opts_init(&so);
   so.threads = r.threads;
+  if (st.bundle) so.cpu_module = st.bundle->kernels;
+  if (r.verbose) {
+    if (st.bundle)
+      fprintf(stderr, "shardc: note: kernels: loaded from kernels.o (%d kernels, compiled for "
+              "CPU '%s')\n", (int)st.p->n_kernels, st.bundle->cpu ? st.bundle->cpu : "?");
+    else
+      fprintf(stderr, "shardc: note: kernels: JIT-compiled from the kernel IR (%d kernels)\n",
+              (int)st.p->n_kernels);
+  }
   s = sc_session_create(st.p, &so, &st.s, &d);
   double t2 = now_ms();
   if (s == SC_OK)
@@ -480,6 +634,10 @@ int sc_cmd_run(int argc, char **argv) {
             "run %.3f ms on %d threads, arena %lld bytes\n",
             t1 - t0, t2 - t1, sc_session_compile_seconds(st.s) * 1e3, t3 - t2,
             sc_session_threads(st.s), (long long)sc_session_arena_bytes(st.s));
+  if (r.repeat > 0 && (rc = repeat_runs(&st, &r, t2 - t_file, t3 - t2, &d)) != 0) {
+    run_state_free(&st, &r);
+    return sc_cli_report(&d, o.file);
+  }
   rc = write_outputs(&st, &r);
   fflush(stdout);
   run_state_free(&st, &r);

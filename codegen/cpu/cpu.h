@@ -42,4 +42,29 @@ sc_status sc_cpu_emit_llvm_ir(const sc_program *p, const sc_cpu_opts *o,
 sc_status sc_cpu_emit_object(const sc_program *p, const sc_cpu_opts *o,
                              const char *path, sc_diag *diag);
 
+/* ---- running from an object file (objload.c) ---- */
+
+/* Links an object written by sc_cpu_emit_object (obj, len bytes: copied,
+ * the caller may free it on return) into a JIT for the host, resolving
+ * libm symbols from the process, and looks up every kernel of p by name.
+ * The module is used like one from sc_cpu_jit (sc_cpu_kernel, destroy);
+ * sc_cpu_compile_seconds is the link time. Errors: SC_ERR_INVALID (not an
+ * object LLVM can link, or a kernel of p missing from it, named in diag),
+ * SC_ERR_NOMEM. Check sc_cpu_check_host_features first: the object's code
+ * is not checked against the host CPU here. */
+sc_status sc_cpu_load_object(const sc_program *p, const void *obj, size_t len,
+                             sc_cpu_module **out, sc_diag *diag);
+/* Kernels in m (p->n_kernels of the program it was made for). */
+int32_t sc_cpu_module_n_kernels(const sc_cpu_module *m);
+/* The CPU name and LLVM feature string ("+avx2,+fma,-avx512f,...") code
+ * compiled with o targets: the host's, or o->cpu with features "" (implied
+ * by the name). Both sc_malloc'd, freed by the caller with sc_free. */
+sc_status sc_cpu_describe_target(const sc_cpu_opts *o, char **cpu, char **features,
+                                 sc_diag *diag);
+/* SC_OK when code compiled for (cpu, features) can run here: every feature
+ * enabled in `features` ("+x") is enabled on the host, or, with no
+ * features, cpu is the host's CPU or generic. Otherwise SC_ERR_UNSUPPORTED
+ * naming the missing features and suggesting to recompile. */
+sc_status sc_cpu_check_host_features(const char *cpu, const char *features, sc_diag *diag);
+
 #endif

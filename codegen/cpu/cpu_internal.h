@@ -35,9 +35,15 @@ sc_status sc_cpu_build_module(const sc_program *p, const sc_cpu_opts *o,
                               LLVMModuleRef *out, sc_diag *diag);
 
 /* Emits kernel k as function `k->name` into m (no verification or
- * optimisation). */
+ * optimisation). p, when not NULL, is the program k belongs to, with its
+ * memory plan: a read param that the plan puts at the very address of a
+ * written param it is aligned with (an in-place pair, kir_reads_aligned)
+ * is then read through the written param's pointer, so that LLVM sees one
+ * base and vectorises without a run-time overlap check (which fails for
+ * in-place buffers and falls back to the scalar loop). The code then
+ * assumes the plan's addresses: run it only on buffers bound from p. */
 sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
-                             const kir_kernel *k, sc_diag *diag);
+                             const sc_program *p, const kir_kernel *k, sc_diag *diag);
 
 /* Turns an LLVMErrorRef (consumed) into a diagnostic "WHAT: message". */
 sc_status sc_cpu_llvm_error(sc_diag *diag, LLVMErrorRef err, const char *what);

@@ -93,7 +93,7 @@ sc_status sc_cpu_build_module(const sc_program *p, const sc_cpu_opts *o,
   LLVMDisposeTargetData(dl);
 
   for (int32_t i = 0; i < p->n_kernels; i++) {
-    sc_status st = sc_cpu_emit_kernel(m, tm, p->kernels[i], diag);
+    sc_status st = sc_cpu_emit_kernel(m, tm, p, p->kernels[i], diag);
     if (st != SC_OK) {
       LLVMDisposeModule(m);
       return st;

@@ -4,10 +4,12 @@ Which tests count. A node test is one small model (usually one node) with
 its inputs and expected outputs (node_data.py finds or generates them). It
 counts toward conformance when every op in it is in shardc's ops table
 (ir/ops.def, default ONNX domain) and its default-domain opset is one shardc
-reads (13..21, SC_OPSET_MIN..SC_OPSET_MAX in ir/ops.h). Others are listed in
+reads (13..25, SC_OPSET_MIN..SC_OPSET_MAX in ir/ops.h). Others are listed in
 the summary but not run: 'unsupported' (an op shardc does not have), 'opset'
-(supported ops, opset outside 13..21), 'io' (sequence/map/optional inputs or
-outputs: not tensors).
+(supported ops, opset outside 13..25), 'io' (sequence/map/optional inputs or
+outputs: not tensors), 'dtype' (a graph input/output/initializer or a Cast
+`to` of an element type shardc has no dtype for: float8, float4, int4, int2 —
+the test is about that type; the summary prints how many).
 
 How one test runs. The inputs (TensorProto .pb) become .npy files; then
   shardc run model.onnx --threads 1 --input NAME=FILE.npy ... --output-dir DIR
@@ -71,7 +73,7 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import numpy_helper  # noqa: E402
 
-OPSET_MIN, OPSET_MAX = 13, 21
+OPSET_MIN, OPSET_MAX = 13, 25
 DEFAULT_MANIFEST = os.path.join(HERE, "manifest.txt")
 TOL = {  # dtype name -> (rtol, atol); see the file comment
     "float32": (1e-4, 1e-5), "float64": (1e-4, 1e-5),
@@ -122,7 +124,31 @@ def classify(test_dir, ops):
     ver = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
     if not ver or not OPSET_MIN <= ver[0] <= OPSET_MAX:
         return "opset", used
+    if uses_no_dtype(m.graph):
+        return "dtype", used
     return "run", used
+
+
+# ONNX element types shardc has no dtype for (ir/dtype.h): float8 (17-20),
+# uint4/int4 (21, 22), float4e2m1 (23), float8e8m0 (24), uint2/int2 (25, 26).
+NO_DTYPE = set(range(17, 27))
+
+
+def uses_no_dtype(g):
+    """True when a graph input, output or initializer, or a Cast `to`, has
+    an element type of NO_DTYPE: the test is about that type, not the op."""
+    for v in list(g.input) + list(g.output):
+        if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type in NO_DTYPE:
+            return True
+    if any(t.data_type in NO_DTYPE for t in g.initializer):
+        return True
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i in NO_DTYPE:
+                return True
+            if a.type == onnx.AttributeProto.GRAPH and uses_no_dtype(a.g):
+                return True
+    return False
 
 
 def safe_name(name):
@@ -359,6 +385,7 @@ MANIFEST_HEADER = """\
 #   pass   must pass
 #   xfail  known not to pass (reason: shardc's error, or how the numbers differ)
 #   opset  supported ops, but an opset shardc does not read: not run
+#   dtype  supported ops, but an element type shardc has no dtype for: not run
 # Regenerate with: tests/conformance/test_node_tests.py --update-manifest
 # (review the diff: a pass turned xfail is a regression).
 """
@@ -434,7 +461,8 @@ def main():
     count = collections.Counter(kinds.values())
     print(f"{len(names)} node tests in {root}: {len(todo)} to run "
           f"(supported ops, opset {OPSET_MIN}..{OPSET_MAX}); not counted: "
-          f"{count['opset']} opset, {count['unsupported']} unsupported op, {count['io']} non-tensor io",
+          f"{count['opset']} opset, {count['unsupported']} unsupported op, {count['io']} non-tensor io, "
+          f"{count['dtype']} element types shardc has no dtype for",
           flush=True)
 
     t0 = time.perf_counter()
@@ -489,8 +517,8 @@ def main():
     if args.update_manifest:
         for n in names:  # entries of the tests not selected are kept
             manifest.pop(n, None)
-            if kinds[n] == "opset":
-                manifest[n] = ("opset", "")
+            if kinds[n] in ("opset", "dtype"):
+                manifest[n] = (kinds[n], "")
             elif n in results:
                 r = results[n]
                 manifest[n] = ("pass", "") if r.status == "pass" else \

@@ -15,7 +15,13 @@
   * corruption: one flipped byte in weights.bin (and a truncated
     program.json, an edited manifest) makes `shardc run B` exit 1 with an
     error naming the file — no crash, no output;
-  * `shardc run B --dim batch=4` is a usage error (shapes are fixed).
+  * `shardc run B --dim batch=4` is a usage error (shapes are fixed);
+  * the kernels run from kernels.o (`shardc run B --verbose` says "kernels:
+    loaded from kernels.o"; the direct run says "JIT-compiled"), the
+    manifest records the CPU and features kernels.o was compiled for, and a
+    kernels.o lacking a kernel's symbol (renamed with objcopy, manifest hash
+    updated), a feature the host lacks, or a manifest without "cpu" are
+    clear errors (exit 1).
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -234,6 +240,73 @@ def test_corruption(tmp, bundle, xp):
     check(r.returncode == 2 and "--dim" in r.stderr, "--dim on a bundle: %r" % r.stderr)
 
 
+def rewrite_manifest(bundle, edit):
+    """Applies edit(manifest dict) and re-hashes every listed file, so that
+    only the intended inconsistency remains."""
+    mp = os.path.join(bundle, "manifest.json")
+    with open(mp) as f:
+        m = json.load(f)
+    edit(m)
+    for e in m["files"]:
+        p = os.path.join(bundle, e["name"])
+        e["bytes"] = os.path.getsize(p)
+        e["sha256"] = sha256(p)
+    with open(mp, "w") as f:
+        json.dump(m, f, indent=2)
+
+
+def test_object_kernels(tmp, bundle, xp):
+    out = os.path.join(tmp, "out_obj")
+    r = run(["run", bundle, "--input", "x=" + xp, "--output-dir", out, "--verbose"])
+    check(r.returncode == 0 and "kernels: loaded from kernels.o" in r.stderr,
+          "bundle run --verbose: %r" % r.stderr)
+    r = run(["run", MLP, "--dim", "batch=2", "--input", "x=" + xp, "--output-dir", out, "-v"])
+    check(r.returncode == 0 and "JIT-compiled" in r.stderr and "kernels.o" not in r.stderr,
+          "model run --verbose: %r" % r.stderr)
+    with open(os.path.join(bundle, "manifest.json")) as f:
+        m = json.load(f)
+    cpu = m.get("cpu", {})
+    check(isinstance(cpu.get("name"), str) and cpu["name"] != "", "manifest cpu name %r" % cpu)
+    feats = cpu.get("features", "")
+    check(isinstance(feats, str) and re.search(r"(^|,)\+\w", feats) is not None,
+          "manifest cpu features %r" % feats[:80])
+    with open(os.path.join(bundle, "program.json")) as f:
+        kname = json.load(f)["kernels"][0]["name"]
+
+    bad = os.path.join(tmp, "bad_obj")
+    def fresh():
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(bundle, bad)
+        shutil.rmtree(out, ignore_errors=True)
+
+    def expect_error(what, needles):
+        r = run(["run", bad, "--input", "x=" + xp, "--output-dir", out])
+        check(r.returncode == 1 and r.stderr.startswith("shardc: error: ") and
+              all(n in r.stderr for n in needles), "%s: exit %d, %r" % (what, r.returncode, r.stderr))
+        check(not os.path.exists(os.path.join(out, "y.npy")), "%s: wrote output" % what)
+
+    objcopy = shutil.which("objcopy")
+    if objcopy:
+        fresh()
+        ko = os.path.join(bad, "kernels.o")
+        subprocess.run([objcopy, "--redefine-sym", "%s=%s_renamed" % (kname, kname), ko],
+                       check=True)
+        rewrite_manifest(bad, lambda m: None)
+        expect_error("kernels.o without %s" % kname, ["kernels.o", "'%s'" % kname, "recompile"])
+    else:
+        print("note: no objcopy, missing-symbol case skipped")
+
+    fresh()
+    def add_feature(m):
+        m["cpu"]["features"] += ",+shardc-no-such-feature"
+    rewrite_manifest(bad, add_feature)
+    expect_error("feature the host lacks", ["shardc-no-such-feature", "recompile"])
+
+    fresh()
+    rewrite_manifest(bad, lambda m: m.pop("cpu"))
+    expect_error("manifest without cpu", ["'cpu'"])
+
+
 def main():
     if not SHARDC or not os.path.exists(SHARDC):
         print("SHARDC not set")
@@ -244,6 +317,7 @@ def main():
         if bundle:
             test_cpu_bundle(tmp, bundle)
             test_corruption(tmp, bundle, os.path.join(tmp, "x0.npy"))
+            test_object_kernels(tmp, bundle, os.path.join(tmp, "x0.npy"))
         test_gpt2_bundle(tmp)
         test_cuda_bundle(tmp)
     finally:

@@ -2,7 +2,12 @@
  * vectors, the program's JSON form (write → read → write is identical text,
  * the read kernels equal the written ones and interpret to the same bytes),
  * hostile program.json (bad ids, sizes, ops, truncation → errors, never
- * crashes), and a written bundle loaded back, then corrupted file by file. */
+ * crashes), a written bundle loaded back, then corrupted file by file, and
+ * its kernels.o run: linked through sc_cpu_load_object, each kernel gives
+ * the same bytes as the JIT of the kir and agrees with kir_interpret, a
+ * session given the loaded module matches a JIT session bit for bit, and a
+ * missing kernel symbol, a non-object or a CPU feature the host lacks are
+ * errors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +19,7 @@
 
 #include "codegen/bundle.h"
 #include "runtime/bundle.h"
+#include "runtime/runtime.h"
 
 /* ---------------------------------------------------------------- SHA-256 */
 
@@ -542,12 +548,173 @@ static void test_bundle_write_load(void **state) {
   expect_load_error(dir, "manifest.json");
 }
 
+/* ------------------------------------------------- kernels from kernels.o */
+
+/* Seeded random data for every param of k (read params uniform in [-3, 3),
+ * written ones filled with a pattern that the kernel must overwrite). */
+static void **make_params(const kir_kernel *k, uint64_t seed) {
+  void **bufs = calloc((size_t)k->n_params, sizeof *bufs);
+  rng_seed(seed);
+  for (int32_t i = 0; i < k->n_params; i++) {
+    size_t bytes = (size_t)k->params[i].numel * sc_dtype_size(k->params[i].dtype);
+    bufs[i] = malloc(bytes);
+    memset(bufs[i], 0x5a, bytes);
+    if (!k->params[i].written)
+      for (int64_t j = 0; j < k->params[i].numel; j++)
+        sc_store_f64(k->params[i].dtype, bufs[i], j, rnd(-3, 3));
+  }
+  return bufs;
+}
+
+static void free_params(const kir_kernel *k, void **bufs) {
+  for (int32_t i = 0; i < k->n_params; i++) free(bufs[i]);
+  free(bufs);
+}
+
+static int64_t outer_points(const kir_kernel *k) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < k->outer_rank; d++) n *= k->outer_dims[d];
+  return n;
+}
+
+static void test_object_kernels(void **state) {
+  fixture *f = *state;
+  char dir[512], path[600];
+  snprintf(dir, sizeof dir, "%s/tests/tmp_objload_%d", SC_BINARY_DIR, (int)getpid());
+  mkdir(SC_BINARY_DIR "/tests", 0777);
+  sc_bundle_opts o;
+  sc_bundle_opts_init(&o);
+  sc_diag d;
+  sc_diag_clear(&d);
+  if (sc_bundle_write(f->p, &o, dir, &d)) fail_msg("sc_bundle_write: %s", d.msg);
+  snprintf(path, sizeof path, "%s/kernels.o", dir);
+  size_t obj_n;
+  char *obj = read_all(path, &obj_n);
+
+  sc_cpu_module *om = NULL, *jm = NULL;
+  if (sc_cpu_load_object(f->p, obj, obj_n, &om, &d)) fail_msg("sc_cpu_load_object: %s", d.msg);
+  assert_int_equal(sc_cpu_module_n_kernels(om), f->p->n_kernels);
+  assert_true(sc_cpu_compile_seconds(om) >= 0);
+  if (sc_cpu_jit(f->p, NULL, &jm, &d)) fail_msg("sc_cpu_jit: %s", d.msg);
+
+  for (int32_t ki = 0; ki < f->p->n_kernels; ki++) {
+    const kir_kernel *k = f->p->kernels[ki];
+    void **ref = make_params(k, 100 + (uint64_t)ki);
+    void **got = make_params(k, 100 + (uint64_t)ki);
+    void **jit = make_params(k, 100 + (uint64_t)ki);
+    assert_int_equal(kir_interpret(k, ref, &d), SC_OK);
+    int64_t pts = outer_points(k);
+    sc_cpu_kernel(om, ki)(got, 0, pts / 2); /* two ranges, as the pool splits */
+    sc_cpu_kernel(om, ki)(got, pts / 2, pts);
+    sc_cpu_kernel(jm, ki)(jit, 0, pts);
+    for (int32_t i = 0; i < k->n_params; i++) {
+      if (!k->params[i].written) continue;
+      size_t bytes = (size_t)k->params[i].numel * sc_dtype_size(k->params[i].dtype);
+      /* The object is the JIT's module compiled ahead of time: same bytes. */
+      assert_memory_equal(got[i], jit[i], bytes);
+      for (int64_t j = 0; j < k->params[i].numel; j++) {
+        double w = sc_load_f64(k->params[i].dtype, ref[i], j);
+        double g = sc_load_f64(k->params[i].dtype, got[i], j);
+        assert_false(isnan(g));
+        if (k->params[i].dtype == SC_DTYPE_F32) {
+          /* rtol 1e-5: exp and the reassociated row sums of softmax */
+          if (!(fabs(w - g) <= 1e-5 * fmax(fabs(w), fabs(g)) + 1e-7))
+            fail_msg("%s: element %lld: interpreter %.9g, kernels.o %.9g", k->name,
+                     (long long)j, w, g);
+        } else {
+          assert_true(w == g); /* integers: exact */
+        }
+      }
+    }
+    free_params(k, ref);
+    free_params(k, got);
+    free_params(k, jit);
+  }
+
+  /* A whole session on the loaded module equals one that JIT-compiles. */
+  {
+    float x[6];
+    rng_seed(11);
+    for (int i = 0; i < 6; i++) x[i] = (float)rnd(-1, 1);
+    sc_tensor_view in = {.name = "x", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {2, 3},
+                         .data = x};
+    sc_tensor_view out_o[2], out_j[2];
+    sc_session *so = NULL, *sj = NULL;
+    sc_session_opts opts;
+    sc_session_opts_init(&opts);
+    opts.threads = 1;
+    if (sc_session_create(f->p, &opts, &sj, &d)) fail_msg("session (JIT): %s", d.msg);
+    opts.cpu_module = om;
+    if (sc_session_create(f->p, &opts, &so, &d)) fail_msg("session (object): %s", d.msg);
+    /* The session used the module (its link time), not a JIT of its own. */
+    assert_true(sc_session_compile_seconds(so) == sc_cpu_compile_seconds(om));
+    assert_int_equal(sc_session_run(so, &in, 1, out_o, 2, &d), SC_OK);
+    assert_int_equal(sc_session_run(sj, &in, 1, out_j, 2, &d), SC_OK);
+    const float *z = out_o[0].data;
+    float rowsum = 0;
+    for (int j = 0; j < 4; j++) rowsum += z[j];
+    assert_true(fabsf(rowsum - 1.0f) < 1e-5f); /* softmax rows sum to 1 */
+    assert_memory_equal(out_o[0].data, out_j[0].data, 8 * sizeof(float));
+    assert_memory_equal(out_o[1].data, out_j[1].data, 8 * sizeof(int64_t));
+    sc_session_destroy(so);
+    sc_session_destroy(sj);
+  }
+  sc_cpu_module_destroy(jm);
+  sc_cpu_module_destroy(om);
+
+  /* A kernel of the program that the object does not define. */
+  const char *saved = f->p->kernels[1]->name;
+  f->p->kernels[1]->name = "no_such_kernel";
+  om = (sc_cpu_module *)1;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cpu_load_object(f->p, obj, obj_n, &om, &d), SC_ERR_INVALID);
+  assert_null(om);
+  if (!strstr(d.msg, "'no_such_kernel'") || !strstr(d.msg, "kernels.o"))
+    fail_msg("missing symbol: '%s'", d.msg);
+  f->p->kernels[1]->name = saved;
+  /* Not an object file at all. */
+  sc_diag_clear(&d);
+  assert_int_not_equal(sc_cpu_load_object(f->p, "not an ELF object", 17, &om, &d), SC_OK);
+  assert_null(om);
+  assert_int_not_equal(sc_cpu_load_object(f->p, obj, 0, &om, &d), SC_OK);
+  free(obj);
+
+  /* The host CPU's own description passes; an extra feature does not. */
+  char *cpu = NULL, *feat = NULL;
+  assert_int_equal(sc_cpu_describe_target(NULL, &cpu, &feat, &d), SC_OK);
+  assert_true(cpu[0] != 0 && strchr(feat, '+') != NULL);
+  assert_int_equal(sc_cpu_check_host_features(cpu, feat, &d), SC_OK);
+  size_t fl = strlen(feat);
+  char *more = malloc(fl + 64);
+  snprintf(more, fl + 64, "%s,+no-such-feature,+another-one", feat);
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cpu_check_host_features(cpu, more, &d), SC_ERR_UNSUPPORTED);
+  if (!strstr(d.msg, "no-such-feature, another-one") || !strstr(d.msg, "recompile"))
+    fail_msg("missing features: '%s'", d.msg);
+  /* "-x" entries (disabled on the compiling machine) demand nothing. */
+  assert_int_equal(sc_cpu_check_host_features(cpu, "-no-such-feature", &d), SC_OK);
+  /* A named CPU (no features recorded): only the host's own name passes. */
+  assert_int_equal(sc_cpu_check_host_features(cpu, "", &d), SC_OK);
+  assert_int_equal(sc_cpu_check_host_features("no-such-cpu", "", &d), SC_ERR_UNSUPPORTED);
+  free(more);
+  sc_free(cpu);
+  sc_free(feat);
+
+  const char *all[] = {"manifest.json", "program.json", "weights.bin", "kernels.o"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, all[i]);
+    remove(path);
+  }
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_sha256_vectors),
       cmocka_unit_test_setup_teardown(test_json_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_json_hostile, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bundle_write_load, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_object_kernels, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

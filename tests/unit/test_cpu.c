@@ -526,6 +526,60 @@ static void test_math(void **state) {
   sc_program_destroy(p);
 }
 
+/* The inline f32 approximations of emit.c (exp, tanh, erf, sigmoid, and
+ * x^2, x^3 by multiplication) over their whole range: overflow to inf,
+ * results down to the subnormals, saturation of tanh/erf, NaN, ±inf, ±0.
+ * rtol 1e-6 (about 8 ulp: the approximations are within 1 ulp for exp and
+ * tanh, 6 ulp for erf, docs/cpu-backend.md); atol 1e-44 (a few subnormal
+ * steps: exp of large negative x). Also checks that the kernel's loop is
+ * vectorised, i.e. no libm call is left in it. */
+static void test_fast_math(void **state) {
+  (void)state;
+  rng_seed(19);
+  sc_program *p = new_program();
+  kir_kernel *k = new_kernel(p, "fastmath");
+  int64_t n = 4001;
+  k->outer_rank = 1;
+  k->outer_dims[0] = n;
+  int32_t px = kir_add_param(A, k, 0, SC_DTYPE_F32, n, false);
+  kir_op ops[] = {KIR_EXP, KIR_TANH, KIR_ERF, KIR_SIGMOID};
+  int nops = (int)(sizeof ops / sizeof *ops), nout = nops + 2;
+  int32_t po = kir_add_param(A, k, 1, SC_DTYPE_F32, n * nout, true);
+  int32_t i = V(k, p, 0);
+  int32_t x = kir_load(A, k, px, i);
+  for (int j = 0; j < nout; j++) {
+    int32_t at = BIN(k, p, KIR_ADD, BIN(k, p, KIR_MUL, i, CI(k, p, nout)), CI(k, p, j));
+    int32_t v = j < nops ? kir_unary(A, k, ops[j], x)
+                         : BIN(k, p, KIR_POW, x, kir_const_f(A, k, SC_DTYPE_F32, j - nops + 2));
+    kir_add_store(A, k, po, at, v);
+  }
+  sc_cpu_module *m = jit_ok(p);
+  spec wide[2] = {{-110, 110, 0.05}};
+  check_kernel(p, m, 0, wide, 1e-6, 1e-44);
+  spec narrow[2] = {{-5, 5, 0.05}};
+  check_kernel(p, m, 0, narrow, 1e-6, 1e-44);
+  sc_cpu_module_destroy(m);
+  char *ir = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&ir, &len);
+  assert_non_null(f);
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_cpu_opts o;
+  sc_cpu_opts_init(&o);
+  sc_status st = sc_cpu_emit_llvm_ir(p, &o, f, &d);
+  fclose(f);
+  if (st != SC_OK) fail_msg("emit_llvm_ir: %s", d.msg);
+  assert_null(strstr(ir, "@tanhf"));
+  assert_null(strstr(ir, "@erff"));
+  assert_null(strstr(ir, "@expf"));
+  assert_null(strstr(ir, "@powf"));
+  assert_null(strstr(ir, "@llvm.pow"));
+  assert_non_null(strstr(ir, " x float>")); /* vector code */
+  free(ir);
+  sc_program_destroy(p);
+}
+
 /* The optimised IR: kernels are defined and the elementwise loop is
  * vectorised for the host (every x86-64 has at least SSE2: <4 x float>). */
 static void test_emit_llvm(void **state) {
@@ -675,6 +729,7 @@ int main(void) {
       cmocka_unit_test(test_int_math),       cmocka_unit_test(test_casts),
       cmocka_unit_test(test_softmax),        cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_gather_select),  cmocka_unit_test(test_math),
+      cmocka_unit_test(test_fast_math),
       cmocka_unit_test(test_emit_llvm),      cmocka_unit_test(test_duplicate_name),
       cmocka_unit_test(test_jit_many),       cmocka_unit_test(test_object_file),
   };

@@ -3,7 +3,9 @@
  * constant inputs, lowers it alone, runs the program (kernels through
  * kir_interpret, GEMM steps through a naive loop written here) and compares
  * with the op's constant evaluation (MatMul, Gemm) or with a direct
- * implementation written here (Conv, pools, which have no eval). Tolerance:
+ * implementation written here (Conv, pools, which have no eval; convs are
+ * checked on both paths, the direct kernel and im2col + GEMM, and the test
+ * asserts which one each case takes). Tolerance:
  * rtol 1e-5 — f32 sums of at most a few hundred products of values in
  * [-1, 1], accumulated in another order than the reference's double. */
 #include <stdio.h>
@@ -273,8 +275,18 @@ static void set_win(sc_graph *g, int32_t nid, const win2 *w, bool kernel_attr) {
 
 static const float *fdata(sc_graph *g, int32_t v) { return g->values[v].data; }
 
-static void conv_case(sc_graph *g, int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t M,
-                      int64_t group, const win2 *w, bool bias) {
+/* Kernels of the program whose name contains `part`. */
+static int count_kernels(const lowered *L, const char *part) {
+  int c = 0;
+  for (int32_t i = 0; i < L->p->n_kernels; i++) c += strstr(L->p->kernels[i]->name, part) != NULL;
+  return c;
+}
+
+/* Conv checked against direct loops; want_gemm / want_im2col: the GEMM
+ * steps and im2col kernels the lowering must use (-1: don't care). */
+static void conv_case_path(sc_graph *g, int64_t N, int64_t Cin, int64_t H, int64_t W,
+                           int64_t M, int64_t group, const win2 *w, bool bias, int want_gemm,
+                           int want_im2col) {
   int64_t dx[4] = {N, Cin, H, W}, dw[4] = {M, Cin / group, w->kh, w->kw}, db[1] = {M};
   int32_t y, ins[3] = {rand_f32(g, 4, dx), rand_f32(g, 4, dw), bias ? rand_f32(g, 1, db) : -1};
   int32_t nid = node1(g, SC_OP_CONV, "conv", ins, bias ? 3 : 2, &y);
@@ -304,7 +316,14 @@ static void conv_case(sc_graph *g, int64_t N, int64_t Cin, int64_t H, int64_t W,
               }
           near(got[((n * M + m) * OH + oh) * OW + ow], acc, 1e-5);
         }
+  if (want_gemm >= 0) assert_int_equal(count_steps(&L, SC_STEP_GEMM), want_gemm);
+  if (want_im2col >= 0) assert_int_equal(count_kernels(&L, "im2col"), want_im2col);
   lowered_free(&L);
+}
+
+static void conv_case(sc_graph *g, int64_t N, int64_t Cin, int64_t H, int64_t W, int64_t M,
+                      int64_t group, const win2 *w, bool bias) {
+  conv_case_path(g, N, Cin, H, W, M, group, w, bias, -1, -1);
 }
 
 static void test_conv(void **state) {
@@ -316,6 +335,29 @@ static void test_conv(void **state) {
   conv_case(g, 1, 4, 9, 8, 6, 2, &strided, true);
   win2 dw = {3, 3, 1, 2, 1, 1, 0, 1, 0, 1}; /* depthwise, no bias */
   conv_case(g, 1, 4, 5, 6, 4, 4, &dw, false);
+}
+
+/* Convs big enough for im2col + GEMM (conv_gemm in lower_linalg.c): one
+ * GEMM step each, an im2col kernel unless the conv is 1x1, stride 1,
+ * unpadded; the tiny and depthwise ones stay direct kernels. */
+static void test_conv_im2col(void **state) {
+  sc_graph *g = *state;
+  rng_seed(16);
+  win2 plain = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  conv_case_path(g, 2, 3, 8, 8, 4, 1, &plain, true, 1, 1); /* batch N, A shared */
+  win2 strided = {3, 2, 2, 3, 2, 1, 2, 0, 1, 2}; /* stride, dilation, asymmetric pads */
+  conv_case_path(g, 2, 6, 13, 13, 6, 2, &strided, true, 1, 1);  /* groups x N: W copied */
+  conv_case_path(g, 1, 6, 17, 17, 6, 2, &strided, false, 1, 1); /* groups, N = 1 */
+  win2 one = {1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+  conv_case_path(g, 2, 8, 8, 8, 8, 2, &one, true, 1, 0); /* 1x1: cols = input */
+  conv_case_path(g, 2, 8, 8, 8, 8, 1, &one, false, 1, 0);
+  win2 one_s2 = {1, 1, 2, 2, 1, 1, 0, 0, 0, 0};
+  conv_case_path(g, 2, 8, 16, 16, 8, 1, &one_s2, true, 1, 1); /* 1x1 strided: im2col */
+  win2 one_pad = {1, 1, 1, 1, 1, 1, 1, 0, 0, 1};
+  conv_case_path(g, 1, 8, 12, 12, 8, 1, &one_pad, true, 1, 1); /* 1x1 padded: im2col */
+  win2 dw = {3, 3, 1, 1, 1, 1, 1, 1, 1, 1};
+  conv_case_path(g, 1, 8, 16, 16, 8, 8, &dw, true, 0, 0); /* depthwise: direct */
+  conv_case_path(g, 1, 2, 4, 4, 2, 1, &plain, true, 0, 0); /* tiny: direct */
 }
 
 static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad) {
@@ -403,6 +445,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_matmul, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_gemm, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_conv, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_conv_im2col, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_pools, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_global_pools, setup_graph, teardown_graph),
   };
