@@ -4,7 +4,8 @@ Figures printed (never fails on a time; `make bench` runs it):
   1. Latency of every sample (mlp, resnet, gpt2, bert, llama, vit) at batch 1
      and 8: shardc and onnxruntime, each the median of --runs runs after
      --warmup runs, with the same thread count (shardc --threads T,
-     onnxruntime intra_op_num_threads=T, inter_op 1), and the ratio
+     onnxruntime intra_op_num_threads=T, inter_op 1, graph optimisation
+     level ORT_ENABLE_ALL), and the ratio
      shardc/ort. Target: <= 1.5x on gpt2 and bert.
   2. JIT compile time of each sample, and "model file to ready to run" for
      GPT-2 (import, passes, lowering, LLVM JIT). Target: < 1 s.

@@ -1,7 +1,7 @@
 /* op_nn.c — neural-network ops: MatMul, Gemm, Conv, pooling, the
  * normalisations and (Log)Softmax. Shape rules, cost and constant evaluation.
  *
- * Shape rules follow the ONNX specification (opsets 13..21) and, where ONNX
+ * Shape rules follow the ONNX specification (opsets 13..25) and, where ONNX
  * shape inference and onnxruntime disagree, onnxruntime: a ceil_mode pooling
  * window that would start in the end padding is dropped, as onnxruntime and
  * PyTorch do. Every size read from the model goes through checked

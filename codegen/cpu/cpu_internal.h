@@ -14,9 +14,22 @@
 
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
 #include <llvm-c/TargetMachine.h>
 
 #include "codegen/cpu/cpu.h"
+
+/* A JIT holding a program's kernels: built by sc_cpu_jit (jit.c) from kir,
+ * or by sc_cpu_load_object (objload.c) from object code. */
+struct sc_cpu_module {
+  LLVMOrcLLJITRef jit;
+  int32_t n_kernels;
+  sc_cpu_kernel_fn *fns; /* by kernel id */
+  double seconds;        /* compile (or link) time */
+};
+
+/* Monotonic wall clock in seconds. */
+double sc_cpu_now_seconds(void);
 
 /* Once per process: the native target, its asm printer and parser. */
 void sc_cpu_init_llvm(void);

@@ -19,14 +19,7 @@
 
 #include "codegen/cpu/cpu_internal.h"
 
-struct sc_cpu_module {
-  LLVMOrcLLJITRef jit;
-  int32_t n_kernels;
-  sc_cpu_kernel_fn *fns;
-  double seconds;
-};
-
-static double now_seconds(void) {
+double sc_cpu_now_seconds(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -52,7 +45,7 @@ void sc_cpu_module_destroy(sc_cpu_module *m) {
 sc_status sc_cpu_jit(const sc_program *p, const sc_cpu_opts *o,
                      sc_cpu_module **out, sc_diag *diag) {
   *out = NULL;
-  double t0 = now_seconds();
+  double t0 = sc_cpu_now_seconds();
   sc_cpu_opts defaults;
   if (!o) {
     sc_cpu_opts_init(&defaults);
@@ -125,7 +118,7 @@ sc_status sc_cpu_jit(const sc_program *p, const sc_cpu_opts *o,
     SC_ASSERT(addr != 0);
     m->fns[i] = (sc_cpu_kernel_fn)(uintptr_t)addr;
   }
-  m->seconds = now_seconds() - t0;
+  m->seconds = sc_cpu_now_seconds() - t0;
   *out = m;
   return SC_OK;
 

@@ -16,11 +16,7 @@
  * CPU feature the host lacks (AVX-512 on an AVX2 machine) would die on an
  * illegal instruction, so sc_cpu_check_host_features compares the feature
  * string recorded at compile time (sc_cpu_describe_target) with the host's.
- *
- * NOTE: the module struct is defined in jit.c; the definition below must
- * stay identical to it (same members, same order) until it moves into
- * cpu_internal.h. tests/unit/test_bundle.c exercises a loaded module through
- * the jit.c accessors. */
+ * The module struct is shared with jit.c through cpu_internal.h. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,20 +26,6 @@
 #include <llvm-c/Target.h>
 
 #include "codegen/cpu/cpu_internal.h"
-
-/* Identical to the definition in jit.c (see the note above). */
-struct sc_cpu_module {
-  LLVMOrcLLJITRef jit;
-  int32_t n_kernels;
-  sc_cpu_kernel_fn *fns;
-  double seconds;
-};
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int32_t sc_cpu_module_n_kernels(const sc_cpu_module *m) { return m ? m->n_kernels : 0; }
 
@@ -135,7 +117,7 @@ sc_status sc_cpu_check_host_features(const char *cpu, const char *features, sc_d
 sc_status sc_cpu_load_object(const sc_program *p, const void *obj, size_t len,
                              sc_cpu_module **out, sc_diag *diag) {
   *out = NULL;
-  double t0 = now_seconds();
+  double t0 = sc_cpu_now_seconds();
   if (!obj || len == 0)
     return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "kernels.o: empty object file");
   sc_cpu_init_llvm();
@@ -193,7 +175,7 @@ sc_status sc_cpu_load_object(const sc_program *p, const void *obj, size_t len,
     }
     m->fns[i] = (sc_cpu_kernel_fn)(uintptr_t)addr;
   }
-  m->seconds = now_seconds() - t0;
+  m->seconds = sc_cpu_now_seconds() - t0;
   *out = m;
   return SC_OK;
 
