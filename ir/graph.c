@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ir.h"
+#include "sharding.h"
 
 static uint32_t hash_str(const char *s) {
   uint32_t h = 2166136261u;
@@ -518,6 +519,7 @@ sc_status sc_graph_compact(sc_graph *g) {
   for (int32_t i = 0; i < g->n_outputs; i++)
     if (vmap[g->outputs[i]] >= 0) g->outputs[k++] = vmap[g->outputs[i]];
   g->n_outputs = k;
+  if (g->shardings) sc_shardings_remap(g->shardings, vmap, g->n_values);
   g->n_values = nv;
   g->n_nodes = nn;
   sc_free(vmap);

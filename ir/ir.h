@@ -153,6 +153,7 @@ typedef struct sc_graph {
 
   sc_diag diag;           /* first problem found */
   int32_t want_const;     /* value whose contents a shape depends on, or -1 */
+  struct sc_shardings *shardings; /* per-value sharding, NULL until a plan assigns them (ir/sharding.h) */
 } sc_graph;
 
 /* ---- lifetime ---- */

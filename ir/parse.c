@@ -7,12 +7,15 @@
  * present), and every problem is an SC_ERR_PARSE (or the graph API's status)
  * with diag->file = name and a message "line N: what". Values must be defined
  * before they are used, so a parsed graph is in topological order. Comments
- * run from '#' or '//' to the end of the line. */
+ * run from '#' or '//' to the end of the line. A `mesh` statement gives the
+ * graph a sharding table; ` shard<...>` after a value's type (which then
+ * needs that mesh declared before it) assigns the value's sharding. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sharding.h"
 #include "text.h"
 
 enum { MAX_LIST = 1 << 24 }; /* most inputs/outputs/attrs/elements in a list */
@@ -381,6 +384,79 @@ static bool apply_type(parser *p, int32_t id, const ptype *t) {
     if (!v->dim_param) return perr(p, "out of memory"), false;
     for (int32_t d = 0; d < t->rank; d++) v->dim_param[d] = t->params[d];
   }
+  return true;
+}
+
+/* Whether the input continues with the keyword kw (not followed by a word
+ * character); consumes it when it does. */
+static bool accept_keyword(parser *p, const char *kw) {
+  skip_ws(p);
+  size_t n = strlen(kw);
+  if ((size_t)(p->end - p->s) < n || memcmp(p->s, kw, n) != 0) return false;
+  if (p->s + n < p->end && is_word_char((unsigned char)p->s[n])) return false;
+  p->s += n;
+  return true;
+}
+
+/* An optional ` shard<...>` for a value of the given rank (-1: unknown).
+ * *present tells whether there was one. */
+static bool read_shard(parser *p, int32_t rank, sc_sharding *out, bool *present) {
+  *present = false;
+  skip_ws(p);
+  if ((size_t)(p->end - p->s) < 6 || memcmp(p->s, "shard<", 6) != 0) return true;
+  p->s += 6;
+  if (!p->g->shardings)
+    return perr(p, "shard<...> needs a 'mesh' statement before it"), false;
+  const char *b = p->s;
+  while (p->s < p->end && *p->s != '>' && *p->s != '\n') p->s++;
+  if (p->s >= p->end || *p->s != '>') return perr(p, "missing '>' after shard<"), false;
+  sc_diag d;
+  sc_diag_clear(&d);
+  if (sc_sharding_parse(b, (size_t)(p->s - b), &p->g->shardings->mesh, rank, out, &d) !=
+      SC_OK) {
+    perr(p, "%s", d.msg);
+    p->st = p->diag->status = d.status;
+    return false;
+  }
+  p->s++;
+  *present = true;
+  return true;
+}
+
+static bool apply_shard(parser *p, int32_t id, const sc_sharding *s) {
+  if (sc_graph_set_sharding(p->g, id, s) != SC_OK) return gerr(p), false;
+  return true;
+}
+
+/* mesh '[' [NAME '=' INT (',' NAME '=' INT)*] ']' ['ranks_per_node' INT] */
+static bool stmt_mesh(parser *p) {
+  if (p->g->shardings) return perr(p, "a second 'mesh' statement"), false;
+  sc_mesh m;
+  sc_mesh_init(&m);
+  sc_diag d;
+  sc_diag_clear(&d);
+  if (!expect(p, '[')) return false;
+  if (!accept(p, ']')) {
+    for (;;) {
+      const char *w = read_word(p);
+      if (!w) return perr(p, "expected a mesh axis name, found %s", describe(p)), false;
+      char name[SC_MESH_NAME_MAX * 2];
+      snprintf(name, sizeof name, "%s", w);
+      int64_t size;
+      if (!expect(p, '=') || !read_int(p, &size)) return false;
+      if (sc_mesh_add_axis(&m, name, size, &d) != SC_OK) return perr(p, "%s", d.msg), false;
+      if (accept(p, ']')) break;
+      if (!expect(p, ',')) return false;
+    }
+  }
+  if (accept_keyword(p, "ranks_per_node")) {
+    int64_t n;
+    if (!read_int(p, &n)) return false;
+    if (n < 1 || sc_mesh_set_ranks_per_node(&m, n, &d) != SC_OK)
+      return perr(p, "ranks_per_node %lld outside 1..%lld", (long long)n,
+                  (long long)SC_MESH_MAX_RANKS), false;
+  }
+  if (sc_graph_attach_mesh(p->g, &m) != SC_OK) return gerr(p), false;
   return true;
 }
 
@@ -763,6 +839,10 @@ static bool stmt_input(parser *p) {
   if (accept(p, ':')) {
     ptype t;
     if (!read_type(p, &t) || !apply_type(p, id, &t)) return false;
+    sc_sharding sh;
+    bool has_sh;
+    if (!read_shard(p, t.rank, &sh, &has_sh)) return false;
+    if (has_sh && !apply_shard(p, id, &sh)) return false;
   }
   if (sc_graph_add_input(p->g, id) != SC_OK) return gerr(p), false;
   return true;
@@ -780,6 +860,9 @@ static bool stmt_const(parser *p, bool param) {
   if (numel < 0) return perr(p, "a constant needs a static shape"), false;
   for (int32_t d = 0; d < t.rank; d++)
     if (t.params[d]) return perr(p, "a constant cannot have symbolic dims"), false;
+  sc_sharding sh;
+  bool has_sh;
+  if (!read_shard(p, t.rank, &sh, &has_sh)) return false;
   void *data = NULL;
   uint64_t bytes = 0;
   if (accept(p, '=') && !read_data(p, t.dtype, numel, &data, &bytes)) return false;
@@ -787,7 +870,7 @@ static bool stmt_const(parser *p, bool param) {
   sc_free(data);
   if (st != SC_OK) return gerr(p), false;
   if (param) sc_val(p->g, id)->flags |= SC_VALUE_PARAM;
-  return true;
+  return !has_sh || apply_shard(p, id, &sh);
 }
 
 static bool stmt_output(parser *p) {
@@ -802,6 +885,8 @@ static bool stmt_output(parser *p) {
 typedef struct pout {
   const char *name; /* arena copy, NULL for '_' */
   ptype type;
+  bool has_shard;
+  sc_sharding shard;
 } pout;
 
 /* [outputs '='] Op(inputs) [{attrs}] ["name"]; `word` is the op name when
@@ -839,7 +924,10 @@ static bool stmt_node(parser *p, bool has_outputs) {
           perr(p, "out of memory");
           goto done;
         }
-        if (accept(p, ':') && !read_type(p, &o->type)) goto done;
+        if (accept(p, ':') &&
+            (!read_type(p, &o->type) ||
+             !read_shard(p, o->type.rank, &o->shard, &o->has_shard)))
+          goto done;
       }
       n_out++;
       if (accept(p, '=')) break;
@@ -910,6 +998,7 @@ static bool stmt_node(parser *p, bool has_outputs) {
     if (!outs[i].name) continue;
     if ((out_ids[i] = new_value(p, outs[i].name)) < 0) goto done;
     if (outs[i].type.present && !apply_type(p, out_ids[i], &outs[i].type)) goto done;
+    if (outs[i].has_shard && !apply_shard(p, out_ids[i], &outs[i].shard)) goto done;
   }
   int32_t nid = sc_graph_add_node(p->g, op, node_name, ins, n_in, out_ids, n_out);
   if (nid < 0) {
@@ -978,6 +1067,8 @@ static bool parse_graph(parser *p) {
         ok = stmt_const(p, w[0] == 'p');
       } else if (strcmp(w, "output") == 0) {
         ok = stmt_output(p);
+      } else if (strcmp(w, "mesh") == 0) {
+        ok = stmt_mesh(p);
       } else {
         p->s = save; /* an op with no outputs */
         p->line = save_line;

@@ -8,12 +8,15 @@
  * float attributes, %.17g for f64), names that are not plain identifiers are
  * quoted with C escapes. Values flagged dead, nodes flagged dead and values
  * defined nowhere (no producer, not an input, not a constant) are not
- * printed. */
+ * printed. A graph with a sharding table (ir/sharding.h) prints a `mesh`
+ * statement first and ` shard<...>` after the type of each value that has a
+ * sharding; a graph without one prints exactly as before. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sharding.h"
 #include "text.h"
 
 static bool is_plain_char(int c) {
@@ -103,6 +106,24 @@ static void put_type(FILE *f, const sc_value *v) {
 
 static bool has_type(const sc_value *v) {
   return v->dtype != SC_DTYPE_UNDEF || v->rank >= 0;
+}
+
+/* " shard<[dp,_] partial(tp)>" when value id has a sharding. */
+static void put_sharding(FILE *f, sc_graph *g, int32_t id) {
+  const sc_sharding *s = sc_graph_sharding(g, id);
+  if (!s) return;
+  char buf[1024];
+  sc_sharding_format(s, &g->shardings->mesh, buf, sizeof buf);
+  fprintf(f, " shard<%s>", buf);
+}
+
+static void put_mesh(FILE *f, const sc_mesh *m) {
+  fputs("  mesh [", f);
+  for (int32_t i = 0; i < m->n_axes; i++)
+    fprintf(f, "%s%s=%lld", i ? ", " : "", m->axes[i].name, (long long)m->axes[i].size);
+  fputc(']', f);
+  if (m->ranks_per_node > 0) fprintf(f, " ranks_per_node %lld", (long long)m->ranks_per_node);
+  fputc('\n', f);
 }
 
 /* Whether data of this dtype and size is printed inline. */
@@ -201,6 +222,7 @@ sc_status sc_ir_print(sc_graph *g, FILE *f) {
   fprintf(f, "shardc.ir 1\ngraph ");
   put_quoted(f, g->name ? g->name : "main");
   fprintf(f, " opset %lld {\n", (long long)g->opset);
+  if (g->shardings) put_mesh(f, &g->shardings->mesh);
   for (int32_t i = 0; i < g->n_inputs; i++) {
     if (g->inputs[i] < 0 || g->inputs[i] >= g->n_values) continue;
     const sc_value *v = &g->values[g->inputs[i]];
@@ -210,6 +232,7 @@ sc_status sc_ir_print(sc_graph *g, FILE *f) {
     if (has_type(v)) {
       fputs(" : ", f);
       put_type(f, v);
+      put_sharding(f, g, g->inputs[i]);
     }
     fputc('\n', f);
   }
@@ -223,6 +246,7 @@ sc_status sc_ir_print(sc_graph *g, FILE *f) {
     if (has_type(v)) {
       fputs(" : ", f);
       put_type(f, v);
+      put_sharding(f, g, i);
     }
     int64_t numel = sc_value_numel(v);
     if (sc_value_has_data(v) && v->rank >= 0 && printable_data(v->dtype, numel)) {
@@ -242,6 +266,7 @@ sc_status sc_ir_print(sc_graph *g, FILE *f) {
       if (id >= 0 && id < g->n_values && has_type(&g->values[id])) {
         fputs(" : ", f);
         put_type(f, &g->values[id]);
+        put_sharding(f, g, id);
       }
     }
     if (n->n_outputs) fputs(" = ", f);

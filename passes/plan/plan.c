@@ -1,0 +1,267 @@
+/* plan.c — the plan object: creation, overrides, validation.
+ *
+ * Validation is where every name in a plan meets the graph: a plan read from
+ * an edited JSON file may name an initializer or node that does not exist, a
+ * mesh axis the mesh lacks, or a sharding that does not divide a weight. Each
+ * is reported with the offending name. Node names are looked up through a
+ * sorted index built once per call (O(n log n)), so a node_stages table for
+ * every node of a large model validates quickly. JSON is in plan_json.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+sc_plan *sc_plan_create(void) {
+  sc_plan *p = sc_calloc(1, sizeof *p);
+  if (!p) return NULL;
+  sc_arena_init(&p->arena);
+  p->version = SC_PLAN_FORMAT_VERSION;
+  sc_mesh_init(&p->mesh);
+  p->n_stages = 1;
+  p->microbatches = 1;
+  p->schedule = sc_arena_strdup(&p->arena, "gpipe");
+  p->precision = sc_arena_strdup(&p->arena, "f32");
+  p->tp_all_blocks = true;
+  p->vocab_parallel = true;
+  if (!p->schedule || !p->precision) {
+    sc_plan_destroy(p);
+    return NULL;
+  }
+  return p;
+}
+
+void sc_plan_destroy(sc_plan *p) {
+  if (!p) return;
+  sc_arena_free(&p->arena);
+  sc_free(p);
+}
+
+const char *sc_plan_strdup(sc_plan *p, const char *s) {
+  return s ? sc_arena_strdup(&p->arena, s) : NULL;
+}
+
+sc_status sc_plan_set_override(sc_plan *p, const char *name, const char *sharding,
+                               sc_diag *d) {
+  const char *sh = sc_arena_strdup(&p->arena, sharding);
+  if (!sh) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; i < p->n_overrides; i++)
+    if (strcmp(p->overrides[i].name, name) == 0) {
+      p->overrides[i].sharding = sh;
+      return SC_OK;
+    }
+  /* arena arrays cannot grow: copy into a larger one (overrides are few) */
+  sc_plan_override *o =
+      sc_arena_array(&p->arena, (size_t)p->n_overrides + 1, sizeof *o);
+  const char *nm = sc_arena_strdup(&p->arena, name);
+  if (!o || !nm) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (p->n_overrides) memcpy(o, p->overrides, (size_t)p->n_overrides * sizeof *o);
+  o[p->n_overrides].name = nm;
+  o[p->n_overrides].sharding = sh;
+  p->overrides = o;
+  p->n_overrides++;
+  return SC_OK;
+}
+
+/* ---- node name index ---- */
+
+typedef struct name_ix {
+  const char *name;
+  int32_t id;
+} name_ix;
+
+static int cmp_name_ix(const void *a, const void *b) {
+  return strcmp(((const name_ix *)a)->name, ((const name_ix *)b)->name);
+}
+
+static name_ix *build_node_index(const sc_graph *g, int32_t *n_out) {
+  name_ix *ix = sc_calloc((size_t)g->n_nodes + 1, sizeof *ix);
+  if (!ix) return NULL;
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *nd = &g->nodes[i];
+    if ((nd->flags & SC_NODE_DEAD) || !nd->name) continue;
+    ix[n].name = nd->name;
+    ix[n].id = i;
+    n++;
+  }
+  qsort(ix, (size_t)n, sizeof *ix, cmp_name_ix);
+  *n_out = n;
+  return ix;
+}
+
+static int32_t find_node(const name_ix *ix, int32_t n, const char *name) {
+  name_ix key = {name, -1};
+  const name_ix *hit = bsearch(&key, ix, (size_t)n, sizeof *ix, cmp_name_ix);
+  return hit ? hit->id : -1;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* First name that appears twice in names[n], or NULL. */
+static const char *find_duplicate(const char **names, int32_t n, bool *nomem) {
+  *nomem = false;
+  if (n < 2) return NULL;
+  const char **c = sc_calloc((size_t)n, sizeof *c);
+  if (!c) {
+    *nomem = true;
+    return NULL;
+  }
+  memcpy(c, names, (size_t)n * sizeof *c);
+  qsort(c, (size_t)n, sizeof *c, cmp_str);
+  const char *dup = NULL;
+  for (int32_t i = 1; i < n && !dup; i++)
+    if (strcmp(c[i - 1], c[i]) == 0) dup = c[i];
+  sc_free(c);
+  return dup;
+}
+
+static sc_status check_axis(const sc_plan *p, const char *what, const char *axis,
+                            sc_diag *d) {
+  if (!axis) return SC_OK;
+  if (sc_mesh_find_axis(&p->mesh, axis) < 0) {
+    char m[512];
+    sc_mesh_format(&p->mesh, m, sizeof m);
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: %s axis '%s' is not an axis of the mesh (%s)", what, axis,
+                       m[0] ? m : "no axes");
+  }
+  return SC_OK;
+}
+
+static bool known_schedule(const char *s) {
+  return strcmp(s, "gpipe") == 0; /* "1f1b", "interleaved-1f1b": training issue */
+}
+
+sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
+  sc_status st;
+  if (p->version != SC_PLAN_FORMAT_VERSION)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: format version %d; this shardc reads version %d", p->version,
+                       SC_PLAN_FORMAT_VERSION);
+  if ((st = check_axis(p, "data-parallel", p->dp_axis, d)) != SC_OK ||
+      (st = check_axis(p, "tensor-parallel", p->tp_axis, d)) != SC_OK ||
+      (st = check_axis(p, "pipeline", p->pp_axis, d)) != SC_OK)
+    return st;
+  const char *roles[3] = {p->dp_axis, p->tp_axis, p->pp_axis};
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 3; j++)
+      if (roles[i] && roles[j] && strcmp(roles[i], roles[j]) == 0)
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "plan: mesh axis '%s' has two roles (data, tensor, pipeline)",
+                           roles[i]);
+  int64_t pp = p->pp_axis ? sc_mesh_axis_size(&p->mesh, p->pp_axis) : 1;
+  if (p->n_stages != pp)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: %d pipeline stages but the pipeline axis %s%s%s has size %lld",
+                       p->n_stages, p->pp_axis ? "'" : "", p->pp_axis ? p->pp_axis : "(none)",
+                       p->pp_axis ? "'" : "", (long long)pp);
+  if (p->n_boundaries != 0 && p->n_boundaries != p->n_stages - 1)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: %d stage boundaries for %d stages (want %d, or \"balanced\")",
+                       p->n_boundaries, p->n_stages, p->n_stages - 1);
+  if (p->microbatches < 1)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "plan: microbatches %d; need >= 1",
+                       p->microbatches);
+  if (!p->schedule || !known_schedule(p->schedule))
+    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "plan: unknown pipeline schedule '%s' (supported: gpipe)",
+                       p->schedule ? p->schedule : "");
+  if (!p->precision || strcmp(p->precision, "f32") != 0)
+    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "plan: precision '%s' (supported: f32)",
+                       p->precision ? p->precision : "");
+  if (p->zero_stage < 0 || p->zero_stage > 3)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "plan: zero_stage %d outside 0..3",
+                       p->zero_stage);
+  int64_t dp = p->dp_axis ? sc_mesh_axis_size(&p->mesh, p->dp_axis) : 1;
+  if (p->shard_group_size < 0 || (p->shard_group_size > 0 && dp % p->shard_group_size))
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: shard_group_size %lld does not divide the data-parallel size %lld",
+                       (long long)p->shard_group_size, (long long)dp);
+  if (p->n_tp_blocks > 0 && p->tp_all_blocks)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: tensor-parallel blocks are both \"all\" and a list");
+  /* overrides: syntax against the mesh first, names against the graph below */
+  for (int32_t i = 0; i < p->n_overrides; i++) {
+    const sc_plan_override *o = &p->overrides[i];
+    sc_sharding sh;
+    sc_diag sd;
+    sc_diag_clear(&sd);
+    if (sc_sharding_parse(o->sharding, strlen(o->sharding), &p->mesh, -1, &sh, &sd) != SC_OK)
+      return sc_diag_set(d, sd.status, NULL, NULL, "plan: override of '%s': %s", o->name,
+                         sd.msg);
+    for (int32_t j = 0; j < i; j++)
+      if (strcmp(p->overrides[j].name, o->name) == 0)
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "plan: initializer '%s' has two sharding overrides", o->name);
+    if (!g) continue;
+    int32_t id = sc_graph_find_value(g, o->name);
+    const sc_value *v = id >= 0 ? &g->values[id] : NULL;
+    if (!v || (v->flags & SC_VALUE_DEAD) || !(v->flags & SC_VALUE_PARAM))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "plan: sharding override names '%s', which is not an initializer "
+                         "of the graph",
+                         o->name);
+    if (v->rank >= 0) {
+      int64_t local[SC_MAX_RANK];
+      sc_diag sd2;
+      sc_diag_clear(&sd2);
+      if (sc_sharding_local_shape(&sh, &p->mesh, v->rank, v->dims, local, v->name, &sd2) !=
+          SC_OK)
+        return sc_diag_set(d, sd2.status, NULL, NULL, "plan: override: %s", sd2.msg);
+    }
+  }
+  bool nomem;
+  const char *dup = find_duplicate(p->boundaries, p->n_boundaries, &nomem);
+  if (!dup) dup = find_duplicate(p->recompute, p->n_recompute, &nomem);
+  if (nomem) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (dup)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "plan: node '%s' is listed twice", dup);
+  for (int32_t i = 0; i < p->n_node_stages; i++)
+    if (p->node_stages[i].stage < 0 || p->node_stages[i].stage >= p->n_stages)
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "plan: node '%s' is assigned stage %d; stages are 0..%d",
+                         p->node_stages[i].node, p->node_stages[i].stage, p->n_stages - 1);
+  if (!g) return SC_OK;
+
+  int32_t n_ix = 0;
+  name_ix *ix = build_node_index(g, &n_ix);
+  if (!ix) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  st = SC_OK;
+  int32_t prev = -1;
+  for (int32_t i = 0; i < p->n_boundaries && st == SC_OK; i++) {
+    int32_t id = find_node(ix, n_ix, p->boundaries[i]);
+    if (id < 0)
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: stage boundary '%s' is not a node of the graph",
+                       p->boundaries[i]);
+    else if (id <= prev)
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: stage boundary '%s' comes before the previous one in the graph",
+                       p->boundaries[i]);
+    prev = id;
+  }
+  for (int32_t i = 0; i < p->n_recompute && st == SC_OK; i++)
+    if (find_node(ix, n_ix, p->recompute[i]) < 0)
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: recompute names '%s', which is not a node of the graph",
+                       p->recompute[i]);
+  for (int32_t i = 0; i < p->n_node_stages && st == SC_OK; i++)
+    if (find_node(ix, n_ix, p->node_stages[i].node) < 0)
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: node_stages names '%s', which is not a node of the graph",
+                       p->node_stages[i].node);
+  for (int32_t i = 0; i < p->n_tp_blocks && st == SC_OK; i++) {
+    size_t len = strlen(p->tp_blocks[i]);
+    bool hit = false;
+    for (int32_t k = 0; k < n_ix && !hit; k++) hit = strncmp(ix[k].name, p->tp_blocks[i], len) == 0;
+    if (!hit)
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: tensor-parallel block '%s' is not the prefix of any node name",
+                       p->tp_blocks[i]);
+  }
+  sc_free(ix);
+  return st;
+}

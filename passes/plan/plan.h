@@ -1,0 +1,107 @@
+/* plan.h — the plan: every partitioning decision, as data.
+ *
+ * The plan is what the partition passes read (DESIGN.md: "the plan is
+ * data"): the mesh, which mesh axis plays which role, the tensor-parallel
+ * spec, the pipeline split and schedule, per-initializer sharding overrides,
+ * and the per-node stage assignment the pipeline pass fills in. It is written
+ * and read as JSON (docs/plan-format.md) so that `shardc plan --json` can be
+ * edited and replayed with `--plan`.
+ *
+ * Names in the plan (initializers, nodes) are graph names, stable across
+ * passes; value ids are not. Overrides hold the sharding's text form, parsed
+ * against the mesh when validated, so a plan can be read before its mesh is
+ * known to be consistent and still report precise errors.
+ *
+ * Ownership: an sc_plan owns an arena holding all its strings and arrays;
+ * sc_plan_destroy frees everything. Not thread-safe. Errors: SC_ERR_PARSE
+ * (malformed JSON or a field of the wrong type), SC_ERR_INVALID (unknown
+ * key, unknown name, inconsistent values), SC_ERR_IO, with a message in the
+ * diag. Fields marked "reserved" belong to the training issue: they are read,
+ * validated and written, and nothing uses them yet. */
+#ifndef SC_PLAN_H
+#define SC_PLAN_H
+
+#include <stdio.h>
+
+#include "ir/ir.h"
+#include "ir/mesh.h"
+#include "ir/sharding.h"
+
+#define SC_PLAN_FORMAT_VERSION 1
+
+typedef struct sc_plan_override {
+  const char *name;     /* initializer (SC_VALUE_PARAM) name */
+  const char *sharding; /* text form, e.g. "[_,tp]" (ir/sharding.h) */
+} sc_plan_override;
+
+typedef struct sc_plan_node_stage {
+  const char *node; /* node name */
+  int32_t stage;    /* 0 .. n_stages-1 */
+} sc_plan_node_stage;
+
+typedef struct sc_plan {
+  sc_arena arena;
+  int32_t version;            /* SC_PLAN_FORMAT_VERSION */
+  sc_mesh mesh;
+
+  /* data parallel */
+  const char *dp_axis;        /* mesh axis splitting the batch, or NULL */
+  /* tensor parallel (Megatron-style) */
+  const char *tp_axis;        /* mesh axis of tensor parallelism, or NULL */
+  bool tp_all_blocks;         /* every transformer block found */
+  const char **tp_blocks;     /* else: these blocks (name prefixes) */
+  int32_t n_tp_blocks;
+  bool sequence_parallel;     /* reduce-scatter + all-gather, not all-reduce */
+  bool vocab_parallel;        /* split embedding and LM head over tp */
+  /* pipeline */
+  const char *pp_axis;        /* mesh axis of pipeline stages, or NULL */
+  int32_t n_stages;           /* == size of pp_axis (1 without one) */
+  const char **boundaries;    /* n_stages-1 node names starting stages 1.., or */
+  int32_t n_boundaries;       /* 0 = "balanced" (by cost) */
+  int32_t microbatches;       /* >= 1 */
+  const char *schedule;       /* "gpipe" (inference); "1f1b" ... later */
+  sc_plan_node_stage *node_stages; /* filled by the pipeline pass */
+  int32_t n_node_stages;
+
+  sc_plan_override *overrides; /* per-initializer sharding overrides */
+  int32_t n_overrides;
+
+  /* reserved for training (read, validated, written; unused) */
+  const char **recompute;     /* node names to recompute in backward */
+  int32_t n_recompute;
+  const char *precision;      /* "f32" now; "bf16-mixed" later */
+  int32_t zero_stage;         /* 0..3 */
+  int64_t shard_group_size;   /* 0 = the whole dp axis (hybrid sharding) */
+} sc_plan;
+
+/* An empty plan: trivial mesh, no axes, 1 stage, 1 microbatch, "gpipe",
+ * "balanced", "f32". NULL when out of memory. */
+sc_plan *sc_plan_create(void);
+void sc_plan_destroy(sc_plan *p);
+/* A copy of s in the plan's arena (NULL stays NULL). */
+const char *sc_plan_strdup(sc_plan *p, const char *s);
+/* Adds (or replaces) the override of initializer name. */
+sc_status sc_plan_set_override(sc_plan *p, const char *name, const char *sharding,
+                               sc_diag *d);
+
+/* Checks the plan on its own and, when g is not NULL, against the graph:
+ * axes named exist in the mesh and are distinct; n_stages equals the pp
+ * axis size; boundaries are n_stages-1 distinct nodes of g in graph order;
+ * microbatches >= 1; schedule known; overrides parse against the mesh, name
+ * an initializer of g with that rank, and divide its shape; node stages name
+ * nodes of g, each once, in range; recompute names nodes; zero_stage 0..3;
+ * shard_group_size divides the dp axis. The first problem goes to d. */
+sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d);
+
+/* JSON (docs/plan-format.md). write: deterministic, 2-space indent, ends
+ * with a newline. read: strict (unknown keys, wrong types, a wrong version
+ * are errors) and validated with sc_plan_validate(p, g, d); g may be NULL.
+ * *out is NULL on failure. */
+sc_status sc_plan_write_json(const sc_plan *p, FILE *f, sc_diag *d);
+char *sc_plan_write_json_string(const sc_plan *p, sc_diag *d); /* sc_free */
+sc_status sc_plan_read_json(const char *text, size_t len, const char *name,
+                            sc_graph *g, sc_plan **out, sc_diag *d);
+sc_status sc_plan_read_json_file(const char *path, sc_graph *g, sc_plan **out,
+                                 sc_diag *d);
+
+#endif

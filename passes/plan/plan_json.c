@@ -1,0 +1,371 @@
+/* plan_json.c — the plan as JSON (docs/plan-format.md), with jansson.
+ *
+ * Writing is deterministic: keys in a fixed order, every field present
+ * (defaults included), 2-space indent, a final newline; so write(read(write(p)))
+ * == write(p) byte for byte. Reading is strict: a key the format does not
+ * define, a value of the wrong JSON type, a duplicate key or a format
+ * version other than SC_PLAN_FORMAT_VERSION is an error naming the key's
+ * path (e.g. "pipeline.microbatches"); then sc_plan_validate checks the
+ * meaning, against the graph when one is given. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "plan.h"
+
+/* ---- writing ---- */
+
+static json_t *str_or_null(const char *s) { return s ? json_string(s) : json_null(); }
+
+static json_t *str_array(const char **a, int32_t n) {
+  json_t *arr = json_array();
+  for (int32_t i = 0; arr && i < n; i++) json_array_append_new(arr, json_string(a[i]));
+  return arr;
+}
+
+static json_t *plan_to_json(const sc_plan *p) {
+  char mesh[1024];
+  sc_mesh_format(&p->mesh, mesh, sizeof mesh);
+  json_t *root = json_object();
+  json_object_set_new(root, "version", json_integer(p->version));
+  json_object_set_new(root, "mesh",
+                      json_pack("{s:s, s:I}", "axes", mesh, "ranks_per_node",
+                                (json_int_t)p->mesh.ranks_per_node));
+  json_object_set_new(root, "data_parallel", json_pack("{s:o}", "axis", str_or_null(p->dp_axis)));
+  json_t *tp = json_object();
+  json_object_set_new(tp, "axis", str_or_null(p->tp_axis));
+  json_object_set_new(tp, "blocks", p->tp_all_blocks ? json_string("all")
+                                                     : str_array(p->tp_blocks, p->n_tp_blocks));
+  json_object_set_new(tp, "sequence_parallel", json_boolean(p->sequence_parallel));
+  json_object_set_new(tp, "vocab_parallel", json_boolean(p->vocab_parallel));
+  json_object_set_new(root, "tensor_parallel", tp);
+  json_t *pp = json_object();
+  json_object_set_new(pp, "axis", str_or_null(p->pp_axis));
+  json_object_set_new(pp, "stages", json_integer(p->n_stages));
+  json_object_set_new(pp, "boundaries", p->n_boundaries ? str_array(p->boundaries, p->n_boundaries)
+                                                        : json_string("balanced"));
+  json_object_set_new(pp, "microbatches", json_integer(p->microbatches));
+  json_object_set_new(pp, "schedule", json_string(p->schedule));
+  json_t *ns = json_object();
+  for (int32_t i = 0; ns && i < p->n_node_stages; i++)
+    json_object_set_new(ns, p->node_stages[i].node, json_integer(p->node_stages[i].stage));
+  json_object_set_new(pp, "node_stages", ns);
+  json_object_set_new(root, "pipeline", pp);
+  json_t *sh = json_object();
+  for (int32_t i = 0; sh && i < p->n_overrides; i++)
+    json_object_set_new(sh, p->overrides[i].name, json_string(p->overrides[i].sharding));
+  json_object_set_new(root, "shardings", sh);
+  json_object_set_new(root, "precision", json_string(p->precision));
+  json_t *tr = json_object();
+  json_object_set_new(tr, "zero_stage", json_integer(p->zero_stage));
+  json_object_set_new(tr, "shard_group_size", json_integer(p->shard_group_size));
+  json_object_set_new(tr, "recompute", str_array(p->recompute, p->n_recompute));
+  json_object_set_new(root, "training", tr);
+  return root;
+}
+
+char *sc_plan_write_json_string(const sc_plan *p, sc_diag *d) {
+  json_t *root = plan_to_json(p);
+  char *s = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
+  json_decref(root);
+  if (!s) {
+    sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory writing the plan");
+    return NULL;
+  }
+  size_t n = strlen(s);
+  char *out = sc_malloc(n + 2);
+  if (out) {
+    memcpy(out, s, n);
+    out[n] = '\n';
+    out[n + 1] = 0;
+  } else {
+    sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory writing the plan");
+  }
+  free(s);
+  return out;
+}
+
+sc_status sc_plan_write_json(const sc_plan *p, FILE *f, sc_diag *d) {
+  char *s = sc_plan_write_json_string(p, d);
+  if (!s) return SC_ERR_NOMEM;
+  size_t n = strlen(s);
+  bool ok = fwrite(s, 1, n, f) == n && fflush(f) == 0;
+  sc_free(s);
+  return ok ? SC_OK : sc_diag_set(d, SC_ERR_IO, NULL, NULL, "error writing the plan");
+}
+
+/* ---- reading ---- */
+
+typedef struct rd {
+  sc_plan *p;
+  sc_diag *d;
+} rd;
+
+static sc_status bad(rd *r, const char *path, const char *what) {
+  return sc_diag_set(r->d, SC_ERR_PARSE, NULL, NULL, "plan: '%s' %s", path, what);
+}
+
+/* Fails on any key of obj not in allowed (NULL-terminated). */
+static sc_status only_keys(rd *r, json_t *obj, const char *path, const char *const *allowed) {
+  const char *k;
+  json_t *v;
+  json_object_foreach(obj, k, v) {
+    bool ok = false;
+    for (int i = 0; allowed[i] && !ok; i++) ok = strcmp(k, allowed[i]) == 0;
+    if (!ok)
+      return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL, "plan: unknown key '%s%s%s'", path,
+                         path[0] ? "." : "", k);
+  }
+  return SC_OK;
+}
+
+static sc_status get_obj(rd *r, json_t *parent, const char *key, const char *path,
+                         bool required, json_t **out) {
+  *out = json_object_get(parent, key);
+  if (!*out) return required ? bad(r, path, "is missing") : SC_OK;
+  if (!json_is_object(*out)) return bad(r, path, "must be an object");
+  return SC_OK;
+}
+
+static sc_status get_str(rd *r, json_t *obj, const char *key, const char *path,
+                         bool nullable, const char **out) {
+  json_t *v = json_object_get(obj, key);
+  if (!v) return SC_OK; /* keep the default */
+  if (json_is_null(v) && nullable) {
+    *out = NULL;
+    return SC_OK;
+  }
+  if (!json_is_string(v)) return bad(r, path, nullable ? "must be a string or null" : "must be a string");
+  *out = sc_plan_strdup(r->p, json_string_value(v));
+  return *out ? SC_OK : sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+static sc_status get_int(rd *r, json_t *obj, const char *key, const char *path, int64_t lo,
+                         int64_t hi, int64_t *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!v) return SC_OK;
+  if (!json_is_integer(v)) return bad(r, path, "must be an integer");
+  json_int_t x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL, "plan: '%s' = %lld outside %lld..%lld",
+                       path, (long long)x, (long long)lo, (long long)hi);
+  *out = x;
+  return SC_OK;
+}
+
+static sc_status get_bool(rd *r, json_t *obj, const char *key, const char *path, bool *out) {
+  json_t *v = json_object_get(obj, key);
+  if (!v) return SC_OK;
+  if (!json_is_boolean(v)) return bad(r, path, "must be true or false");
+  *out = json_is_true(v);
+  return SC_OK;
+}
+
+static sc_status str_list(rd *r, json_t *arr, const char *path, const char ***out,
+                          int32_t *n_out) {
+  if (!json_is_array(arr)) return bad(r, path, "must be an array of strings");
+  size_t n = json_array_size(arr);
+  if (n > (1u << 24)) return bad(r, path, "is too long");
+  const char **a = sc_arena_array(&r->p->arena, n + 1, sizeof *a);
+  if (!a) return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(arr, i);
+    if (!json_is_string(e)) return bad(r, path, "must be an array of strings");
+    if (!(a[i] = sc_plan_strdup(r->p, json_string_value(e))))
+      return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  *out = a;
+  *n_out = (int32_t)n;
+  return SC_OK;
+}
+
+#define TRY(x)                   \
+  do {                           \
+    sc_status st_ = (x);         \
+    if (st_ != SC_OK) return st_; \
+  } while (0)
+
+static sc_status read_root(rd *r, json_t *root) {
+  sc_plan *p = r->p;
+  if (!json_is_object(root)) return bad(r, "", "must be an object");
+  static const char *const top[] = {"version", "mesh", "data_parallel", "tensor_parallel",
+                                    "pipeline", "shardings", "precision", "training", NULL};
+  TRY(only_keys(r, root, "", top));
+  json_t *v = json_object_get(root, "version");
+  if (!v) return bad(r, "version", "is missing");
+  if (!json_is_integer(v)) return bad(r, "version", "must be an integer");
+  if (json_integer_value(v) != SC_PLAN_FORMAT_VERSION)
+    return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: format version %lld; this shardc reads version %d",
+                       (long long)json_integer_value(v), SC_PLAN_FORMAT_VERSION);
+
+  json_t *o;
+  TRY(get_obj(r, root, "mesh", "mesh", true, &o));
+  static const char *const mesh_keys[] = {"axes", "ranks_per_node", NULL};
+  TRY(only_keys(r, o, "mesh", mesh_keys));
+  json_t *axes = json_object_get(o, "axes");
+  if (!axes || !json_is_string(axes)) return bad(r, "mesh.axes", "must be a string like \"pp=2,tp=2\"");
+  if (json_string_value(axes)[0] &&
+      sc_mesh_parse(json_string_value(axes), &p->mesh, r->d) != SC_OK)
+    return r->d->status;
+  int64_t rpn = 0;
+  TRY(get_int(r, o, "ranks_per_node", "mesh.ranks_per_node", 0, SC_MESH_MAX_RANKS, &rpn));
+  p->mesh.ranks_per_node = rpn;
+
+  TRY(get_obj(r, root, "data_parallel", "data_parallel", false, &o));
+  if (o) {
+    static const char *const k[] = {"axis", NULL};
+    TRY(only_keys(r, o, "data_parallel", k));
+    TRY(get_str(r, o, "axis", "data_parallel.axis", true, &p->dp_axis));
+  }
+
+  TRY(get_obj(r, root, "tensor_parallel", "tensor_parallel", false, &o));
+  if (o) {
+    static const char *const k[] = {"axis", "blocks", "sequence_parallel", "vocab_parallel",
+                                    NULL};
+    TRY(only_keys(r, o, "tensor_parallel", k));
+    TRY(get_str(r, o, "axis", "tensor_parallel.axis", true, &p->tp_axis));
+    json_t *b = json_object_get(o, "blocks");
+    if (b && json_is_string(b)) {
+      if (strcmp(json_string_value(b), "all") != 0)
+        return bad(r, "tensor_parallel.blocks", "must be \"all\" or an array of names");
+      p->tp_all_blocks = true;
+    } else if (b) {
+      TRY(str_list(r, b, "tensor_parallel.blocks", &p->tp_blocks, &p->n_tp_blocks));
+      p->tp_all_blocks = false;
+    }
+    TRY(get_bool(r, o, "sequence_parallel", "tensor_parallel.sequence_parallel",
+                 &p->sequence_parallel));
+    TRY(get_bool(r, o, "vocab_parallel", "tensor_parallel.vocab_parallel", &p->vocab_parallel));
+  }
+
+  TRY(get_obj(r, root, "pipeline", "pipeline", false, &o));
+  if (o) {
+    static const char *const k[] = {"axis", "stages", "boundaries", "microbatches",
+                                    "schedule", "node_stages", NULL};
+    TRY(only_keys(r, o, "pipeline", k));
+    TRY(get_str(r, o, "axis", "pipeline.axis", true, &p->pp_axis));
+    int64_t x = p->n_stages;
+    TRY(get_int(r, o, "stages", "pipeline.stages", 1, SC_MESH_MAX_RANKS, &x));
+    p->n_stages = (int32_t)x;
+    json_t *b = json_object_get(o, "boundaries");
+    if (b && json_is_string(b)) {
+      if (strcmp(json_string_value(b), "balanced") != 0)
+        return bad(r, "pipeline.boundaries", "must be \"balanced\" or an array of node names");
+      p->n_boundaries = 0;
+    } else if (b) {
+      TRY(str_list(r, b, "pipeline.boundaries", &p->boundaries, &p->n_boundaries));
+    }
+    x = p->microbatches;
+    TRY(get_int(r, o, "microbatches", "pipeline.microbatches", 1, 1 << 20, &x));
+    p->microbatches = (int32_t)x;
+    TRY(get_str(r, o, "schedule", "pipeline.schedule", false, &p->schedule));
+    json_t *ns = json_object_get(o, "node_stages");
+    if (ns) {
+      if (!json_is_object(ns)) return bad(r, "pipeline.node_stages", "must be an object");
+      size_t n = json_object_size(ns);
+      p->node_stages = sc_arena_array(&p->arena, n + 1, sizeof *p->node_stages);
+      if (!p->node_stages) return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      const char *key;
+      json_t *val;
+      json_object_foreach(ns, key, val) {
+        if (!json_is_integer(val) || json_integer_value(val) < 0 ||
+            json_integer_value(val) > INT32_MAX)
+          return sc_diag_set(r->d, SC_ERR_PARSE, NULL, NULL,
+                             "plan: 'pipeline.node_stages.%s' must be a stage number", key);
+        sc_plan_node_stage *e = &p->node_stages[p->n_node_stages++];
+        e->node = sc_plan_strdup(p, key);
+        e->stage = (int32_t)json_integer_value(val);
+        if (!e->node) return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      }
+    }
+  }
+
+  TRY(get_obj(r, root, "shardings", "shardings", false, &o));
+  if (o) {
+    const char *key;
+    json_t *val;
+    json_object_foreach(o, key, val) {
+      if (!json_is_string(val))
+        return sc_diag_set(r->d, SC_ERR_PARSE, NULL, NULL,
+                           "plan: 'shardings.%s' must be a sharding string like \"[tp,_]\"",
+                           key);
+      TRY(sc_plan_set_override(p, key, json_string_value(val), r->d));
+    }
+  }
+
+  TRY(get_str(r, root, "precision", "precision", false, &p->precision));
+
+  TRY(get_obj(r, root, "training", "training", false, &o));
+  if (o) {
+    static const char *const k[] = {"zero_stage", "shard_group_size", "recompute", NULL};
+    TRY(only_keys(r, o, "training", k));
+    int64_t x = p->zero_stage;
+    TRY(get_int(r, o, "zero_stage", "training.zero_stage", 0, 3, &x));
+    p->zero_stage = (int32_t)x;
+    TRY(get_int(r, o, "shard_group_size", "training.shard_group_size", 0, SC_MESH_MAX_RANKS,
+                &p->shard_group_size));
+    json_t *rc = json_object_get(o, "recompute");
+    if (rc) TRY(str_list(r, rc, "training.recompute", &p->recompute, &p->n_recompute));
+  }
+  return SC_OK;
+}
+
+sc_status sc_plan_read_json(const char *text, size_t len, const char *name, sc_graph *g,
+                            sc_plan **out, sc_diag *d) {
+  *out = NULL;
+  sc_diag_set_file(d, name ? name : "<plan>");
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  if (!root)
+    return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "plan: line %d: %s", err.line, err.text);
+  sc_plan *p = sc_plan_create();
+  if (!p) {
+    json_decref(root);
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  rd r = {p, d};
+  sc_status st = read_root(&r, root);
+  json_decref(root);
+  if (st == SC_OK) st = sc_plan_validate(p, g, d);
+  if (st != SC_OK) {
+    sc_plan_destroy(p);
+    return st;
+  }
+  *out = p;
+  return SC_OK;
+}
+
+sc_status sc_plan_read_json_file(const char *path, sc_graph *g, sc_plan **out, sc_diag *d) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    sc_diag_set_file(d, path);
+    return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "cannot open the plan");
+  }
+  char *buf = NULL;
+  size_t len = 0, cap = 0;
+  for (;;) {
+    if (len == cap) {
+      cap = cap ? cap * 2 : 65536;
+      char *b = sc_realloc(buf, cap);
+      if (!b) {
+        sc_free(buf);
+        fclose(f);
+        return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      }
+      buf = b;
+    }
+    size_t k = fread(buf + len, 1, cap - len, f);
+    len += k;
+    if (k == 0) break;
+  }
+  bool err = ferror(f);
+  fclose(f);
+  sc_status st = err ? (sc_diag_set_file(d, path),
+                        sc_diag_set(d, SC_ERR_IO, NULL, NULL, "error reading the plan"))
+                     : sc_plan_read_json(buf, len, path, g, out, d);
+  sc_free(buf);
+  return st;
+}

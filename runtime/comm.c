@@ -1,0 +1,430 @@
+/* comm.c — the communicator interface: argument checks, dispatch to the
+ * backend's table, and helpers shared by the backends (element-wise
+ * reduction over dtypes, the SHARDC_COMM_TIMEOUT setting, the TCP bootstrap
+ * that hands NCCL's unique id from rank 0 to the others).
+ *
+ * The wrappers validate once (counts, buffers, peers, tags, dtypes) so that
+ * backends can assume well-formed calls; they do not check that the ranks
+ * agree with each other (that would cost a collective). */
+#define _GNU_SOURCE
+#include "runtime/comm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+sc_comm *sc_comm_alloc(const sc_comm_iface *iface, void *ctx, int rank, int size) {
+  sc_comm *c = sc_calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->iface = iface;
+  c->ctx = ctx;
+  c->rank = rank;
+  c->size = size;
+  return c;
+}
+
+double sc_comm_timeout_s(void) {
+  const char *s = getenv("SHARDC_COMM_TIMEOUT");
+  if (!s || !*s) return SC_COMM_DEFAULT_TIMEOUT_S;
+  char *end;
+  double v = strtod(s, &end);
+  if (*end || !(v > 0) || v > 1e9) return SC_COMM_DEFAULT_TIMEOUT_S;
+  return v;
+}
+
+const char *sc_comm_backends(void) {
+#if SHARDC_HAVE_MPI && SHARDC_HAVE_NCCL
+  return "local,mpi,nccl";
+#elif SHARDC_HAVE_MPI
+  return "local,mpi";
+#elif SHARDC_HAVE_NCCL
+  return "local,nccl";
+#else
+  return "local";
+#endif
+}
+
+const char *sc_reduce_op_name(sc_reduce_op op) {
+  switch (op) {
+  case SC_REDUCE_SUM: return "sum";
+  case SC_REDUCE_MAX: return "max";
+  case SC_REDUCE_MIN: return "min";
+  default: return "?";
+  }
+}
+
+bool sc_comm_can_reduce(sc_dtype t) {
+  switch (t) {
+  case SC_DTYPE_F32: case SC_DTYPE_F64: case SC_DTYPE_F16: case SC_DTYPE_BF16:
+  case SC_DTYPE_I8: case SC_DTYPE_I16: case SC_DTYPE_I32: case SC_DTYPE_I64:
+  case SC_DTYPE_U8: case SC_DTYPE_U16: case SC_DTYPE_U32: case SC_DTYPE_U64:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/* ---- element-wise reduction ---- */
+
+/* Floats: NaN propagates through max/min as through sum (a NaN anywhere
+ * must show, never vanish). */
+#define RED_FLOAT(T, ACC, LOAD, STORE)                                           \
+  for (int64_t i = 0; i < count; i++) {                                          \
+    ACC a = LOAD(((const T *)srcs[0])[i]);                                       \
+    for (int s = 1; s < n_src; s++) {                                            \
+      ACC b = LOAD(((const T *)srcs[s])[i]);                                     \
+      if (op == SC_REDUCE_SUM) a = a + b;                                        \
+      else if (b != b || a != a) a = a + b;                                      \
+      else if (op == SC_REDUCE_MAX) a = b > a ? b : a;                           \
+      else a = b < a ? b : a;                                                    \
+    }                                                                            \
+    ((T *)dst)[i] = STORE(a);                                                    \
+  }
+/* Integers: sums wrap (done in the unsigned type U: no undefined overflow). */
+#define RED_INT(T, U)                                                            \
+  for (int64_t i = 0; i < count; i++) {                                          \
+    T a = ((const T *)srcs[0])[i];                                               \
+    for (int s = 1; s < n_src; s++) {                                            \
+      T b = ((const T *)srcs[s])[i];                                             \
+      if (op == SC_REDUCE_SUM) a = (T)((U)a + (U)b);                             \
+      else if (op == SC_REDUCE_MAX) a = b > a ? b : a;                           \
+      else a = b < a ? b : a;                                                    \
+    }                                                                            \
+    ((T *)dst)[i] = a;                                                           \
+  }
+#define ID(x) (x)
+
+void sc_comm_reduce_arrays(sc_dtype t, sc_reduce_op op, const void *const *srcs, int n_src,
+                           void *dst, int64_t count) {
+  SC_ASSERT(n_src >= 1 && sc_comm_can_reduce(t) && op < SC_REDUCE_COUNT);
+  switch (t) {
+  case SC_DTYPE_F32: RED_FLOAT(float, float, ID, ID) break;
+  case SC_DTYPE_F64: RED_FLOAT(double, double, ID, ID) break;
+  case SC_DTYPE_F16: RED_FLOAT(uint16_t, float, sc_f16_to_f32, sc_f32_to_f16) break;
+  case SC_DTYPE_BF16: RED_FLOAT(uint16_t, float, sc_bf16_to_f32, sc_f32_to_bf16) break;
+  case SC_DTYPE_I8: RED_INT(int8_t, uint8_t) break;
+  case SC_DTYPE_I16: RED_INT(int16_t, uint16_t) break;
+  case SC_DTYPE_I32: RED_INT(int32_t, uint32_t) break;
+  case SC_DTYPE_I64: RED_INT(int64_t, uint64_t) break;
+  case SC_DTYPE_U8: RED_INT(uint8_t, uint8_t) break;
+  case SC_DTYPE_U16: RED_INT(uint16_t, uint16_t) break;
+  case SC_DTYPE_U32: RED_INT(uint32_t, uint32_t) break;
+  case SC_DTYPE_U64: RED_INT(uint64_t, uint64_t) break;
+  default: SC_ASSERT(!"unreachable");
+  }
+}
+
+/* ---- argument checks and dispatch ---- */
+
+static sc_status check_common(sc_comm *c, const char *what, int64_t count, sc_dtype t,
+                              int64_t bytes_mult, sc_diag *diag) {
+  if (!c) return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "%s: NULL communicator", what);
+  if (count < 0)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "%s: negative count %lld", what,
+                       (long long)count);
+  if ((unsigned)t >= SC_DTYPE_COUNT || sc_dtype_size(t) == 0)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "%s: dtype %s cannot be sent",
+                       what, (unsigned)t < SC_DTYPE_COUNT ? sc_dtype_name(t) : "?");
+  int64_t n, bytes;
+  if (!sc_mul_i64(count, bytes_mult, &n) || !sc_mul_i64(n, sc_dtype_size(t), &bytes))
+    return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "%s: %lld elements overflow", what,
+                       (long long)count);
+  return SC_OK;
+}
+
+static sc_status check_reduce(const char *what, sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+  if ((unsigned)op >= SC_REDUCE_COUNT)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "%s: bad reduce op %d", what, (int)op);
+  if (!sc_comm_can_reduce(t))
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "%s: cannot reduce dtype %s",
+                       what, sc_dtype_name(t));
+  return SC_OK;
+}
+
+static sc_status check_bufs(const char *what, int64_t count, const void *a, const void *b,
+                            sc_diag *diag) {
+  if (count > 0 && (!a || !b))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "%s: NULL buffer", what);
+  return SC_OK;
+}
+
+static bool overlap(const void *a, int64_t a_bytes, const void *b, int64_t b_bytes) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return a_bytes > 0 && b_bytes > 0 && x < y + (uintptr_t)b_bytes &&
+         y < x + (uintptr_t)a_bytes;
+}
+
+int sc_comm_rank(const sc_comm *c) { return c->rank; }
+int sc_comm_size(const sc_comm *c) { return c->size; }
+const char *sc_comm_backend(const sc_comm *c) { return c->iface->name; }
+
+sc_status sc_comm_all_reduce(sc_comm *c, const void *send, void *recv, int64_t count,
+                             sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+  sc_status st;
+  if ((st = check_common(c, "all_reduce", count, t, 1, diag)) ||
+      (st = check_reduce("all_reduce", t, op, diag)) ||
+      (st = check_bufs("all_reduce", count, send, recv, diag)))
+    return st;
+  return c->iface->all_reduce(c, send, recv, count, t, op, diag);
+}
+
+sc_status sc_comm_all_gather(sc_comm *c, const void *send, void *recv, int64_t count,
+                             sc_dtype t, sc_diag *diag) {
+  sc_status st;
+  if ((st = check_common(c, "all_gather", count, t, c ? c->size : 1, diag)) ||
+      (st = check_bufs("all_gather", count, send, recv, diag)))
+    return st;
+  int64_t sz = sc_dtype_size(t), chunk = count * sz;
+  const char *own = (const char *)recv + (int64_t)c->rank * chunk;
+  if (send != (const void *)own && overlap(send, chunk, recv, chunk * c->size))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "all_gather: send overlaps recv other than at this rank's chunk");
+  return c->iface->all_gather(c, send, recv, count, t, diag);
+}
+
+sc_status sc_comm_reduce_scatter(sc_comm *c, const void *send, void *recv, int64_t count,
+                                 sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+  sc_status st;
+  if ((st = check_common(c, "reduce_scatter", count, t, c ? c->size : 1, diag)) ||
+      (st = check_reduce("reduce_scatter", t, op, diag)) ||
+      (st = check_bufs("reduce_scatter", count, send, recv, diag)))
+    return st;
+  int64_t chunk = count * (int64_t)sc_dtype_size(t);
+  if (overlap(send, chunk * c->size, recv, chunk))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "reduce_scatter: send overlaps recv");
+  return c->iface->reduce_scatter(c, send, recv, count, t, op, diag);
+}
+
+sc_status sc_comm_all_to_all(sc_comm *c, const void *send, void *recv, int64_t count,
+                             sc_dtype t, sc_diag *diag) {
+  sc_status st;
+  if ((st = check_common(c, "all_to_all", count, t, c ? c->size : 1, diag)) ||
+      (st = check_bufs("all_to_all", count, send, recv, diag)))
+    return st;
+  int64_t bytes = count * (int64_t)sc_dtype_size(t) * c->size;
+  if (overlap(send, bytes, recv, bytes))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "all_to_all: send overlaps recv");
+  return c->iface->all_to_all(c, send, recv, count, t, diag);
+}
+
+static sc_status check_p2p(sc_comm *c, const char *what, const void *buf, int64_t count,
+                           sc_dtype t, int peer, int tag, sc_diag *diag) {
+  sc_status st;
+  if ((st = check_common(c, what, count, t, 1, diag)) ||
+      (st = check_bufs(what, count, buf, buf, diag)))
+    return st;
+  if (peer < 0 || peer >= c->size || peer == c->rank)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "%s: peer %d is not another rank of a group of %d (this is rank %d)",
+                       what, peer, c->size, c->rank);
+  if (tag < 0 || tag > SC_COMM_TAG_MAX)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "%s: tag %d outside [0, %d]", what,
+                       tag, SC_COMM_TAG_MAX);
+  return SC_OK;
+}
+
+sc_status sc_comm_send(sc_comm *c, const void *buf, int64_t count, sc_dtype t, int peer,
+                       int tag, sc_diag *diag) {
+  sc_status st = check_p2p(c, "send", buf, count, t, peer, tag, diag);
+  return st ? st : c->iface->send(c, buf, count, t, peer, tag, diag);
+}
+
+sc_status sc_comm_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int peer, int tag,
+                       sc_diag *diag) {
+  sc_status st = check_p2p(c, "recv", buf, count, t, peer, tag, diag);
+  return st ? st : c->iface->recv(c, buf, count, t, peer, tag, diag);
+}
+
+sc_status sc_comm_barrier(sc_comm *c, sc_diag *diag) {
+  if (!c) return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "barrier: NULL communicator");
+  return c->iface->barrier(c, diag);
+}
+
+sc_status sc_comm_split(sc_comm *c, int color, int key, sc_comm **out, sc_diag *diag) {
+  if (!c || !out)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "split: NULL argument");
+  *out = NULL;
+  return c->iface->split(c, color, key, out, diag);
+}
+
+void sc_comm_abort(sc_comm *c, const char *msg) {
+  if (!c) return;
+  fprintf(stderr, "shardc: error: rank %d: %s\n", c->rank, msg ? msg : "aborted");
+  fflush(stderr);
+  c->iface->abort(c, msg ? msg : "aborted");
+}
+
+void sc_comm_destroy(sc_comm *c) {
+  if (c) c->iface->destroy(c);
+}
+
+/* ---- environment (torchrun / Slurm) ---- */
+
+static bool env_int(const char *name, long lo, long hi, int *out) {
+  const char *s = getenv(name);
+  if (!s || !*s) return false;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < lo || v > hi) return false;
+  *out = (int)v;
+  return true;
+}
+
+sc_status sc_comm_env_read(int *rank, int *size, char *addr, size_t addr_bytes, int *port,
+                           sc_diag *diag) {
+  if (!env_int("WORLD_SIZE", 1, 1 << 20, size))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "WORLD_SIZE is unset or not a positive integer");
+  if (!env_int("RANK", 0, *size - 1, rank))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "RANK is unset or not in [0, WORLD_SIZE=%d)", *size);
+  const char *a = getenv("MASTER_ADDR");
+  if (!a || !*a || strlen(a) >= addr_bytes)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "MASTER_ADDR is unset or too long");
+  snprintf(addr, addr_bytes, "%s", a);
+  if (!env_int("MASTER_PORT", 1, 65535, port))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "MASTER_PORT is unset or not a port number");
+  return SC_OK;
+}
+
+/* ---- TCP bootstrap ---- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Waits until fd is ready for events (bounded by deadline). */
+static bool wait_fd(int fd, short events, double deadline) {
+  for (;;) {
+    double left = deadline - now_s();
+    if (left <= 0) return false;
+    struct pollfd p = {.fd = fd, .events = events};
+    int r = poll(&p, 1, (int)(left * 1000) + 1);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+  }
+}
+
+static bool io_all(int fd, void *buf, size_t n, bool writing, double deadline) {
+  char *p = buf;
+  while (n > 0) {
+    if (!wait_fd(fd, writing ? POLLOUT : POLLIN, deadline)) return false;
+    ssize_t k = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+    if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (k <= 0) return false;
+    p += k;
+    n -= (size_t)k;
+  }
+  return true;
+}
+
+static const char BOOT_MAGIC[4] = {'S', 'C', 'I', 'D'};
+
+static sc_status resolve(const char *addr, int port, struct sockaddr_in *sa, sc_diag *diag) {
+  memset(sa, 0, sizeof *sa);
+  sa->sin_family = AF_INET;
+  sa->sin_port = htons((uint16_t)port);
+  if (inet_pton(AF_INET, addr, &sa->sin_addr) == 1) return SC_OK;
+  struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+  int rc = getaddrinfo(addr, NULL, &hints, &res);
+  if (rc || !res)
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "bootstrap: cannot resolve '%s': %s",
+                       addr, gai_strerror(rc));
+  sa->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+  freeaddrinfo(res);
+  return SC_OK;
+}
+
+static sc_status serve_id(const struct sockaddr_in *sa, const char *addr, int port, int size,
+                          const void *id, size_t id_bytes, double deadline, sc_diag *diag) {
+  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (ls < 0)
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "bootstrap: socket: %s", strerror(errno));
+  int one = 1;
+  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(ls, (const struct sockaddr *)sa, sizeof *sa) < 0 || listen(ls, 128) < 0) {
+    int e = errno;
+    close(ls);
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "bootstrap: rank 0 cannot listen on %s:%d: %s",
+                       addr, port, strerror(e));
+  }
+  sc_status st = SC_OK;
+  int served = 0;
+  while (served < size - 1) {
+    if (!wait_fd(ls, POLLIN, deadline)) {
+      st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
+                       "bootstrap: rank 0 at %s:%d: only %d of %d ranks connected before "
+                       "the timeout",
+                       addr, port, served + 1, size);
+      break;
+    }
+    int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    char hello[8];
+    int32_t peer;
+    if (io_all(fd, hello, sizeof hello, false, deadline) &&
+        memcmp(hello, BOOT_MAGIC, 4) == 0 && (memcpy(&peer, hello + 4, 4), true) &&
+        peer > 0 && peer < size && io_all(fd, (void *)id, id_bytes, true, deadline))
+      served++; /* a stranger (bad hello) is dropped and not counted */
+    close(fd);
+  }
+  close(ls);
+  return st;
+}
+
+static sc_status fetch_id(const struct sockaddr_in *sa, const char *addr, int port, int rank,
+                          void *id, size_t id_bytes, double deadline, sc_diag *diag) {
+  int last_err = 0;
+  while (now_s() < deadline) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+      return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "bootstrap: socket: %s", strerror(errno));
+    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0) {
+      char hello[8];
+      int32_t r = rank;
+      memcpy(hello, BOOT_MAGIC, 4);
+      memcpy(hello + 4, &r, 4);
+      bool ok = io_all(fd, hello, sizeof hello, true, deadline) &&
+                io_all(fd, id, id_bytes, false, deadline);
+      close(fd);
+      if (ok) return SC_OK;
+      return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
+                         "bootstrap: rank %d: connection to %s:%d closed before the id came",
+                         rank, addr, port);
+    }
+    last_err = errno;
+    close(fd);
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* rank 0 may not listen yet: retry */
+  }
+  return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
+                     "bootstrap: rank %d cannot reach rank 0 at %s:%d before the timeout: %s",
+                     rank, addr, port, last_err ? strerror(last_err) : "timed out");
+}
+
+sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, void *id,
+                                size_t id_bytes, double timeout_s, sc_diag *diag) {
+  if (!addr || !id || id_bytes == 0 || id_bytes > 4096 || size < 1 || rank < 0 ||
+      rank >= size || port < 1 || port > 65535)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "bootstrap: bad arguments");
+  if (size == 1) return SC_OK;
+  struct sockaddr_in sa;
+  sc_status st = resolve(addr, port, &sa, diag);
+  if (st) return st;
+  double deadline = now_s() + (timeout_s > 0 ? timeout_s : sc_comm_timeout_s());
+  if (rank == 0) return serve_id(&sa, addr, port, size, id, id_bytes, deadline, diag);
+  return fetch_id(&sa, addr, port, rank, id, id_bytes, deadline, diag);
+}

@@ -1,0 +1,263 @@
+/* comm_mpi.c — the `mpi` communicator: ranks are Open MPI processes.
+ *
+ * Each sc_comm owns an MPI communicator (a duplicate of MPI_COMM_WORLD or a
+ * split of one) whose error handler is MPI_ERRORS_RETURN, so a failing call
+ * becomes SC_ERR_IO carrying the call and MPI_Error_string's text instead of
+ * killing the process silently. Collectives map one to one onto MPI's
+ * (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall);
+ * f16 and bf16 reductions go through an f32 copy (MPI has no such types),
+ * so they are summed in f32 as on the local backend. Data movement uses
+ * MPI_BYTE; a message of more than INT_MAX elements is SC_ERR_LIMIT.
+ *
+ * sc_comm_abort prints the message (comm.c) and calls MPI_Abort: mpirun
+ * then kills every other rank and exits non-zero. A killed rank is noticed
+ * by mpirun itself, which ends the job.
+ *
+ * Only this file includes <mpi.h>; without MPI (SHARDC_HAVE_MPI=0) it
+ * compiles to a stub whose create fails with "built without MPI". */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/comm.h"
+
+#if SHARDC_HAVE_MPI
+#include <mpi.h>
+
+typedef struct mpi_ctx {
+  MPI_Comm comm;
+} mpi_ctx;
+
+static int n_live;           /* communicators made here, alive */
+static bool we_initialised; /* MPI_Init_thread was ours: finalize at the end */
+
+static const sc_comm_iface mpi_iface;
+
+static MPI_Comm MC(sc_comm *c) { return ((mpi_ctx *)c->ctx)->comm; }
+
+static sc_status mpi_check(int rc, const char *call, int rank, sc_diag *diag) {
+  if (rc == MPI_SUCCESS) return SC_OK;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
+  return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "rank %d: %s failed: %s", rank, call, text);
+}
+#define MPI_CHECK(call) mpi_check((call), #call, c->rank, diag)
+
+static sc_status as_int(int64_t n, const char *what, int *out, sc_diag *diag) {
+  if (n > INT_MAX)
+    return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL,
+                       "%s: %lld elements exceed MPI's int count", what, (long long)n);
+  *out = (int)n;
+  return SC_OK;
+}
+
+static MPI_Datatype mpi_type(sc_dtype t) {
+  switch (t) {
+  case SC_DTYPE_F32: case SC_DTYPE_F16: case SC_DTYPE_BF16: return MPI_FLOAT;
+  case SC_DTYPE_F64: return MPI_DOUBLE;
+  case SC_DTYPE_I8: return MPI_INT8_T;
+  case SC_DTYPE_I16: return MPI_INT16_T;
+  case SC_DTYPE_I32: return MPI_INT32_T;
+  case SC_DTYPE_I64: return MPI_INT64_T;
+  case SC_DTYPE_U8: return MPI_UINT8_T;
+  case SC_DTYPE_U16: return MPI_UINT16_T;
+  case SC_DTYPE_U32: return MPI_UINT32_T;
+  case SC_DTYPE_U64: return MPI_UINT64_T;
+  default: return MPI_DATATYPE_NULL;
+  }
+}
+
+static MPI_Op mpi_op(sc_reduce_op op) {
+  return op == SC_REDUCE_SUM ? MPI_SUM : op == SC_REDUCE_MAX ? MPI_MAX : MPI_MIN;
+}
+
+static bool half(sc_dtype t) { return t == SC_DTYPE_F16 || t == SC_DTYPE_BF16; }
+
+/* 16-bit floats <-> f32 copies. */
+static float *widen(sc_dtype t, const void *src, int64_t n) {
+  float *f = sc_malloc((size_t)n * sizeof *f + 1);
+  if (!f) return NULL;
+  const uint16_t *h = src;
+  for (int64_t i = 0; src && i < n; i++)
+    f[i] = t == SC_DTYPE_F16 ? sc_f16_to_f32(h[i]) : sc_bf16_to_f32(h[i]);
+  return f;
+}
+static void narrow(sc_dtype t, const float *f, void *dst, int64_t n) {
+  uint16_t *h = dst;
+  for (int64_t i = 0; i < n; i++)
+    h[i] = t == SC_DTYPE_F16 ? sc_f32_to_f16(f[i]) : sc_f32_to_bf16(f[i]);
+}
+
+static sc_status mpi_all_reduce(sc_comm *c, const void *send, void *recv, int64_t count,
+                                sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+  int n = 0;
+  sc_status st = as_int(count, "all_reduce", &n, diag);
+  if (st) return st;
+  if (half(t)) {
+    float *f = widen(t, send, count);
+    if (!f) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "all_reduce: out of memory");
+    st = MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, f, n, MPI_FLOAT, mpi_op(op), MC(c)));
+    if (!st) narrow(t, f, recv, count);
+    sc_free(f);
+    return st;
+  }
+  return MPI_CHECK(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, mpi_type(t),
+                                 mpi_op(op), MC(c)));
+}
+
+static sc_status mpi_reduce_scatter(sc_comm *c, const void *send, void *recv, int64_t count,
+                                    sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+  int n = 0, total = 0;
+  sc_status st;
+  if ((st = as_int(count, "reduce_scatter", &n, diag)) ||
+      (st = as_int(count * c->size, "reduce_scatter", &total, diag)))
+    return st;
+  if (half(t)) {
+    float *f = widen(t, send, count * c->size), *g = widen(t, NULL, count);
+    if (!f || !g) st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "reduce_scatter: no memory");
+    if (!st)
+      st = MPI_CHECK(MPI_Reduce_scatter_block(f, g, n, MPI_FLOAT, mpi_op(op), MC(c)));
+    if (!st) narrow(t, g, recv, count);
+    sc_free(f);
+    sc_free(g);
+    return st;
+  }
+  return MPI_CHECK(MPI_Reduce_scatter_block(send, recv, n, mpi_type(t), mpi_op(op), MC(c)));
+}
+
+static sc_status mpi_all_gather(sc_comm *c, const void *send, void *recv, int64_t count,
+                                sc_dtype t, sc_diag *diag) {
+  int n = 0;
+  sc_status st = as_int(count * (int64_t)sc_dtype_size(t) * c->size, "all_gather", &n, diag);
+  if (st) return st;
+  n = (int)(count * (int64_t)sc_dtype_size(t));
+  const char *own = (const char *)recv + (size_t)n * (size_t)c->rank;
+  return MPI_CHECK(MPI_Allgather(send == (const void *)own ? MPI_IN_PLACE : send, n, MPI_BYTE,
+                                 recv, n, MPI_BYTE, MC(c)));
+}
+
+static sc_status mpi_all_to_all(sc_comm *c, const void *send, void *recv, int64_t count,
+                                sc_dtype t, sc_diag *diag) {
+  int n = 0;
+  sc_status st = as_int(count * (int64_t)sc_dtype_size(t) * c->size, "all_to_all", &n, diag);
+  if (st) return st;
+  n = (int)(count * (int64_t)sc_dtype_size(t));
+  return MPI_CHECK(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MC(c)));
+}
+
+static sc_status mpi_send(sc_comm *c, const void *buf, int64_t count, sc_dtype t, int peer,
+                          int tag, sc_diag *diag) {
+  int n = 0;
+  sc_status st = as_int(count * (int64_t)sc_dtype_size(t), "send", &n, diag);
+  return st ? st : MPI_CHECK(MPI_Send(buf, n, MPI_BYTE, peer, tag, MC(c)));
+}
+
+static sc_status mpi_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int peer, int tag,
+                          sc_diag *diag) {
+  int n = 0, got = 0;
+  sc_status st = as_int(count * (int64_t)sc_dtype_size(t), "recv", &n, diag);
+  if (st) return st;
+  MPI_Status ms;
+  if ((st = MPI_CHECK(MPI_Recv(buf, n, MPI_BYTE, peer, tag, MC(c), &ms)))) return st;
+  MPI_Get_count(&ms, MPI_BYTE, &got);
+  if (got != n)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "recv: rank %d expected %d bytes from rank %d (tag %d), got %d", c->rank,
+                       n, peer, tag, got);
+  return SC_OK;
+}
+
+static sc_status mpi_barrier(sc_comm *c, sc_diag *diag) {
+  return MPI_CHECK(MPI_Barrier(MC(c)));
+}
+
+static sc_status wrap(MPI_Comm comm, sc_comm **out, sc_diag *diag) {
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  mpi_ctx *x = sc_calloc(1, sizeof *x);
+  sc_comm *c = x ? sc_comm_alloc(&mpi_iface, x, rank, size) : NULL;
+  if (!c) {
+    sc_free(x);
+    MPI_Comm_free(&comm);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "mpi communicator: out of memory");
+  }
+  x->comm = comm;
+  n_live++;
+  *out = c;
+  return SC_OK;
+}
+
+static sc_status mpi_split(sc_comm *c, int color, int key, sc_comm **out, sc_diag *diag) {
+  MPI_Comm nc = MPI_COMM_NULL;
+  sc_status st =
+      MPI_CHECK(MPI_Comm_split(MC(c), color < 0 ? MPI_UNDEFINED : color, key, &nc));
+  if (st || nc == MPI_COMM_NULL) return st;
+  MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+  return wrap(nc, out, diag);
+}
+
+static void mpi_abort(sc_comm *c, const char *msg) {
+  (void)msg; /* printed by sc_comm_abort */
+  MPI_Abort(MC(c), 1);
+}
+
+static void mpi_destroy(sc_comm *c) {
+  mpi_ctx *x = c->ctx;
+  MPI_Comm_free(&x->comm);
+  sc_free(x);
+  sc_free(c);
+  int fin = 0;
+  if (--n_live == 0 && we_initialised && MPI_Finalized(&fin) == MPI_SUCCESS && !fin)
+    MPI_Finalize();
+}
+
+static const sc_comm_iface mpi_iface = {
+    .name = "mpi",
+    .all_reduce = mpi_all_reduce,
+    .all_gather = mpi_all_gather,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_to_all = mpi_all_to_all,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .barrier = mpi_barrier,
+    .split = mpi_split,
+    .abort = mpi_abort,
+    .destroy = mpi_destroy,
+};
+
+sc_status sc_comm_mpi_create(sc_comm **out, sc_diag *diag) {
+  int init = 0, fin = 0, rank = 0;
+  MPI_Finalized(&fin);
+  if (fin)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "mpi communicator: MPI was already finalized");
+  MPI_Initialized(&init);
+  if (!init) {
+    int provided;
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "MPI_Init_thread failed");
+    we_initialised = true;
+  }
+  sc_comm tmp = {.rank = 0};
+  sc_comm *c = &tmp;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  tmp.rank = rank;
+  MPI_Comm dup = MPI_COMM_NULL;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  sc_status st = MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  if (st) return st;
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  return wrap(dup, out, diag);
+}
+
+#else /* !SHARDC_HAVE_MPI */
+
+sc_status sc_comm_mpi_create(sc_comm **out, sc_diag *diag) {
+  *out = NULL;
+  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "mpi communicator: shardc was built without MPI");
+}
+
+#endif
