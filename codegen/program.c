@@ -17,6 +17,7 @@ sc_program *sc_program_create(void) {
   if (!p) return NULL;
   sc_arena_init(&p->arena);
   p->arena_align = 64;
+  sc_mesh_init(&p->mesh);
   return p;
 }
 
@@ -107,6 +108,20 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     if (g->beta != 0.0f) fn(ud, g->c, false);
     fn(ud, g->c, true);
   }
+  if (s->kind == SC_STEP_COMM) {
+    const sc_comm_step *c = &s->comm;
+    if (c->in >= 0) fn(ud, c->in, false);
+    if (c->pack >= 0) {
+      fn(ud, c->pack, true);
+      fn(ud, c->pack, false);
+    }
+    if (c->unpack >= 0) {
+      fn(ud, c->unpack, true);
+      fn(ud, c->unpack, false);
+    }
+    if (c->out >= 0) fn(ud, c->out, true);
+    return;
+  }
   if (s->kernel >= 0 && s->kernel < p->n_kernels) {
     const kir_kernel *k = p->kernels[s->kernel];
     for (int32_t i = 0; i < k->n_params; i++) fn(ud, k->params[i].buffer, k->params[i].written);
@@ -160,6 +175,28 @@ void sc_program_print(const sc_program *p, FILE *out) {
       if (s->kernel >= 0)
         fprintf(out, " epilogue k%d %s", (int)s->kernel,
                 s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");
+    } else if (s->kind == SC_STEP_COMM) {
+      static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter",
+                                          "all_to_all", "send", "recv"};
+      static const char *const ops[] = {"sum", "max", "min"};
+      const sc_comm_step *c = &s->comm;
+      fprintf(out, "comm %s", (unsigned)c->kind < SC_COMM_KIND_COUNT ? names[c->kind] : "?");
+      if (c->kind == SC_COMM_ALL_REDUCE || c->kind == SC_COMM_REDUCE_SCATTER)
+        fprintf(out, " %s", (unsigned)c->reduce < 3 ? ops[c->reduce] : "?");
+      if (c->in >= 0) fprintf(out, " in=b%d", (int)c->in);
+      if (c->out >= 0) fprintf(out, " out=b%d", (int)c->out);
+      if (c->pack >= 0)
+        fprintf(out, " pack=b%d [%lld,n,%lld]", (int)c->pack, (long long)c->pack_outer,
+                (long long)c->pack_inner);
+      if (c->unpack >= 0)
+        fprintf(out, " unpack=b%d [%lld,n,%lld]", (int)c->unpack, (long long)c->unpack_outer,
+                (long long)c->unpack_inner);
+      fprintf(out, " count %lld group", (long long)c->count);
+      for (int32_t a = 0; a < p->mesh.n_axes; a++)
+        if (c->axes & (1u << a)) fprintf(out, " %s", p->mesh.axes[a].name);
+      fprintf(out, " (%lld)", (long long)c->group_size);
+      if (c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV)
+        fprintf(out, " peer %d tag %d", (int)c->peer, (int)c->tag);
     } else {
       fprintf(out, "kernel k%d %s", (int)s->kernel,
               s->kernel >= 0 && s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");

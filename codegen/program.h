@@ -19,11 +19,15 @@
  * (passes/memplan.c) fills `offset` from buffer lifetimes over the step list
  * and verifies that no two live buffers overlap.
  *
- * Steps run in order; each reads and writes buffers only. */
+ * Steps run in order; each reads and writes buffers only. COMM steps
+ * (collectives, send and recv, from the internal ops of ir/op_comm.h) are
+ * run by the session through a communicator for the step's mesh-axis group
+ * (runtime/runtime.h); `mesh` is the graph's mesh they refer to. */
 #ifndef SC_CODEGEN_PROGRAM_H
 #define SC_CODEGEN_PROGRAM_H
 
 #include "codegen/kir.h"
+#include "ir/mesh.h"
 
 typedef enum sc_buf_kind {
   SC_BUF_INPUT, SC_BUF_OUTPUT, SC_BUF_CONST, SC_BUF_TEMP, SC_BUF_VIEW
@@ -56,16 +60,50 @@ typedef struct sc_gemm {
   bool bias_full;             /* bias has shape [batch?,m,n], else [n] */
 } sc_gemm;
 
+typedef enum sc_comm_kind {
+  SC_COMM_ALL_REDUCE, SC_COMM_ALL_GATHER, SC_COMM_REDUCE_SCATTER, SC_COMM_ALL_TO_ALL,
+  SC_COMM_SEND, SC_COMM_RECV, SC_COMM_KIND_COUNT
+} sc_comm_kind;
+
+/* A collective or point-to-point transfer over the group of mesh axes
+ * `axes`. The communicator exchanges `count` elements per rank-chunk in its
+ * leading-dim layouts (runtime/comm.h). Gathering or scattering along a
+ * non-leading dim needs a layout change, done by the runtime with strided
+ * copies through scratch buffers of the memory plan:
+ *   pack    (ReduceScatter, AllToAll) when pack >= 0: the input viewed as
+ *           [pack_outer, n, pack_inner] is copied to `pack` as
+ *           [n, pack_outer, pack_inner], which the communicator then sends;
+ *   unpack  (AllGather, AllToAll) when unpack >= 0: the communicator
+ *           receives [n, unpack_outer, unpack_inner] into `unpack`, copied
+ *           to the output as [unpack_outer, n, unpack_inner].
+ * Without them (outer extent 1) the communicator reads the input and writes
+ * the output directly. */
+typedef struct sc_comm_step {
+  sc_comm_kind kind;
+  int32_t reduce;         /* SC_COMM_OP_* of ir/op_comm.h (sum, max, min) */
+  int32_t in, out;        /* buffer ids; SEND: out -1; RECV: in -1 */
+  int32_t pack, unpack;   /* scratch buffer ids, or -1 */
+  int64_t count;          /* elements per rank-chunk (comm.h's count) */
+  int64_t pack_outer, pack_inner;     /* elements */
+  int64_t unpack_outer, unpack_inner; /* elements */
+  uint32_t axes;          /* sc_axes of `mesh`: the group (0: one rank) */
+  int64_t group_size;
+  int32_t peer, tag;      /* SEND, RECV: peer's key in the group, tag */
+} sc_comm_step;
+
 typedef enum sc_step_kind {
   SC_STEP_KERNEL, /* run kernels[kernel] */
   SC_STEP_GEMM,   /* library matrix product, then optional epilogue kernel */
+  SC_STEP_COMM,   /* collective / send / recv, run by the session */
   SC_STEP_KIND_COUNT
 } sc_step_kind;
 
 typedef struct sc_step {
   sc_step_kind kind;
-  int32_t kernel;     /* KERNEL: kernel id; GEMM: epilogue kernel id or -1 */
+  int32_t kernel;     /* KERNEL: kernel id; GEMM: epilogue kernel id or -1;
+                         COMM: -1 */
   sc_gemm gemm;       /* GEMM */
+  sc_comm_step comm;  /* COMM */
   const char *origin; /* graph node name(s), for --print and errors */
 } sc_step;
 
@@ -81,6 +119,8 @@ typedef struct sc_program {
   int32_t *inputs, *outputs;    /* buffer ids, in graph order */
   int64_t arena_bytes;          /* peak from the memory plan */
   int64_t arena_align;          /* alignment of every arena offset (64) */
+  sc_mesh mesh;                 /* the graph's mesh when it has COMM steps,
+                                   else the one-rank mesh (n_axes 0) */
 } sc_program;
 
 sc_program *sc_program_create(void);
@@ -100,7 +140,8 @@ sc_status sc_program_add_output(sc_program *p, int32_t buffer);
  * as the step names them, not their roots; a buffer may be reported more
  * than once). KERNEL steps: the kernel's params (written flag). GEMM steps:
  * a, b and bias read, c read too when beta != 0, c written, then the
- * epilogue kernel's params. Shared by the memory plan and the runtime. */
+ * epilogue kernel's params. COMM steps: in read, pack written and read, out
+ * written, unpack written and read. Shared by the memory plan and the runtime. */
 typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud);
 

@@ -41,7 +41,7 @@ _Static_assert(sizeof KIR_NAMES / sizeof KIR_NAMES[0] == KIR_OP_COUNT, "kir op n
 
 static const char *const BUF_KINDS[] = {"input", "output", "const", "temp", "view"};
 enum { N_BUF_KINDS = 5 };
-static const char *const STEP_KINDS[] = {"kernel", "gemm"};
+static const char *const STEP_KINDS[] = {"kernel", "gemm", "comm"};
 _Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
 static const char *const PHASE_KINDS[] = {"reduce", "store"};
 static const char *const RED_OPS[] = {"sum", "prod", "max", "min", "argmax", "argmin"};
@@ -178,6 +178,10 @@ static json_t *jids(const int32_t *ids, int32_t n) {
 sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
                                 char **text, sc_diag *diag) {
   *text = NULL;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == SC_STEP_COMM) /* needs the mesh and groups in the format */
+      return sc_diag_set(diag, SC_ERR_UNSUPPORTED, p->steps[i].origin, NULL,
+                         "program JSON: comm steps are not supported in bundles yet");
   json_t *root = json_object();
   if (!root) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "program JSON: out of memory");
   json_object_set_new(root, "format", json_string("shardc-program"));
@@ -607,6 +611,8 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   memset(s, 0, sizeof *s);
   if ((st = get_enum(r, o, "kind", STEP_KINDS, SC_STEP_KIND_COUNT, &kind))) return st;
   s->kind = (sc_step_kind)kind;
+  if (s->kind == SC_STEP_COMM) /* the bundle format has no mesh yet */
+    return fail(r, SC_ERR_UNSUPPORTED, "comm steps are not supported in bundles yet");
   if ((st = get_str(r, o, "origin", true, &s->origin))) return st;
   if ((st = get_range(r, o, "kernel", true, 0, s->kind == SC_STEP_GEMM ? -1 : 0,
                       p->n_kernels - 1, &s->kernel)))

@@ -12,8 +12,8 @@
  *   eval  — computes the outputs' data from constant inputs (used by
  *           constant folding); NULL when the op is never folded.
  * Later columns (gradient, sharding rule, kir lowering) join this table.
- * Internal ops (collectives, optimizer updates) will be rows here too, with
- * SC_OPF_INTERNAL. */
+ * Internal ops are rows here too, with SC_OPF_INTERNAL: the collectives
+ * (family C, ir/op_comm.h) now, optimizer updates later. */
 #ifndef SC_OPS_H
 #define SC_OPS_H
 
@@ -41,6 +41,8 @@ enum sc_op_flags {
   SC_OPF_POOL = 1u << 5,
   SC_OPF_NORM = 1u << 6,        /* row kernels: norms, softmax */
   SC_OPF_INTERNAL = 1u << 7,    /* not an ONNX op */
+  SC_OPF_SIDE_EFFECT = 1u << 8, /* must run even when its outputs are unused
+                                   (Send, Recv): dce keeps it */
 };
 
 typedef struct sc_cost {

@@ -1,7 +1,9 @@
 /* dce.c — the dce pass: dead-code elimination by mark and sweep.
  *
  * Marks, walking nodes backwards from the graph outputs, every node one of
- * whose outputs is needed and every value such a node reads. Sweeps: unmarked
+ * whose outputs is needed, every node whose op has side effects
+ * (SC_OPF_SIDE_EFFECT: Send, Recv — the peer rank waits for them), and
+ * every value such a node reads. Sweeps: unmarked
  * nodes get SC_NODE_DEAD; values that are neither graph inputs, graph
  * outputs, read by a live node nor produced by one get SC_VALUE_DEAD (all
  * outputs of a live node stay, even unused ones: a Split keeps its arity).
@@ -16,7 +18,8 @@ sc_status sc_pass_dce(sc_graph *g, const sc_pass_opts *opts) {
   for (int32_t i = 0; i < g->n_outputs; i++) live[g->outputs[i]] = 1;
   for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
     sc_node *n = sc_nod(g, i);
-    bool needed = false;
+    bool needed = !(n->flags & SC_NODE_DEAD) && (unsigned)n->op < SC_OP_COUNT &&
+                  (sc_ops[n->op].flags & SC_OPF_SIDE_EFFECT);
     if (!(n->flags & SC_NODE_DEAD))
       for (int32_t j = 0; j < n->n_outputs; j++)
         if (n->outputs[j] >= 0 && live[n->outputs[j]]) needed = true;

@@ -36,6 +36,13 @@ typedef struct sc_session_opts {
    * a bundle's kernels.o, or sc_cpu_jit), borrowed: must outlive the
    * session. NULL = JIT-compile the kir. */
   const struct sc_cpu_module *cpu_module;
+  /* A program with COMM steps (collectives, send/recv over groups of
+   * p->mesh's axes): the communicator over all p->mesh.n_ranks ranks, this
+   * rank's mesh rank = its rank in it. Borrowed: must outlive the session.
+   * sc_session_create builds one sub-communicator per group with
+   * sc_comm_split (a collective call: every rank creates its session
+   * concurrently). NULL = none: a program with COMM steps is then refused. */
+  struct sc_comm *world;
 } sc_session_opts;
 void sc_session_opts_init(sc_session_opts *o);
 

@@ -16,14 +16,31 @@
  * first run is left out when there are others (it pays cold caches and
  * page faults). The minimum is the figure to trust on a busy machine. The
  * timing buffers are allocated at creation: a run still allocates
- * nothing. */
+ * nothing.
+ *
+ * Collectives: COMM steps are run here, not by the device, through the
+ * communicator of the step's mesh-axis group. Session creation splits
+ * opts->world once per distinct group, in step order (every rank runs the
+ * same program, so every rank makes the same sc_comm_split calls), with
+ * color and key from ir/mesh.h. The layout changes of gathers and scatters
+ * along a non-leading dim (codegen/program.h: pack, unpack) are strided
+ * host copies between arena buffers: right for the CPU device, whose
+ * buffers are host memory (a CUDA device will need a copy kernel). A
+ * failing communicator call fails the run with its status and message. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "comm.h"
 #include "device.h"
+#include "ir/op_comm.h"
 #include "runtime.h"
+
+_Static_assert((int)SC_COMM_OP_SUM == (int)SC_REDUCE_SUM &&
+                   (int)SC_COMM_OP_MAX == (int)SC_REDUCE_MAX &&
+                   (int)SC_COMM_OP_MIN == (int)SC_REDUCE_MIN,
+               "ir/op_comm.h reductions match runtime/comm.h");
 
 struct sc_session {
   const sc_device_iface *dev;
@@ -35,6 +52,11 @@ struct sc_session {
   double *prof_min;    /* per step: the fastest run */
   double *prof_first;  /* per step: the first run, kept apart */
   int64_t prof_runs;   /* runs, the first included */
+  sc_comm *world;      /* borrowed (opts->world) */
+  int32_t n_groups;
+  sc_comm **groups;    /* owned: one per distinct axes mask of COMM steps */
+  uint32_t *group_axes;
+  sc_comm **step_comm; /* per step: its group's communicator, or NULL */
 };
 
 static double now_s(void) {
@@ -80,7 +102,10 @@ static void print_profile(const sc_session *s) {
     int32_t i = order[r];
     const sc_step *st = &p->steps[i];
     char what[256];
-    if (st->kind == SC_STEP_GEMM) {
+    if (st->kind == SC_STEP_COMM) {
+      snprintf(what, sizeof what, "comm %d, %lld elements x group of %lld", (int)st->comm.kind,
+               (long long)st->comm.count, (long long)st->comm.group_size);
+    } else if (st->kind == SC_STEP_GEMM) {
       const sc_gemm *g = &st->gemm;
       snprintf(what, sizeof what, "gemm %lld x m%lld n%lld k%lld%s%s%s", (long long)g->batch,
                (long long)g->m, (long long)g->n, (long long)g->k, g->bias >= 0 ? " +bias" : "",
@@ -114,7 +139,111 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->prof_first);
   if (s->arena) s->dev->free_arena(s->ctx, s->arena);
   if (s->ctx) s->dev->destroy(s->ctx);
+  for (int32_t i = 0; i < s->n_groups; i++) sc_comm_destroy(s->groups[i]);
+  sc_free(s->groups);
+  sc_free(s->group_axes);
+  sc_free(s->step_comm);
   sc_free(s);
+}
+
+/* One sub-communicator of s->world per distinct group of the COMM steps
+ * (module comment). */
+static sc_status make_groups(sc_session *s, sc_diag *diag) {
+  const sc_program *p = s->p;
+  int32_t n_comm = 0;
+  for (int32_t i = 0; i < p->n_steps; i++) n_comm += p->steps[i].kind == SC_STEP_COMM;
+  if (n_comm == 0) return SC_OK;
+  const sc_mesh *m = &p->mesh;
+  if (!s->world)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "the program has %d collective steps over a %lld-rank mesh: the session "
+                       "needs a communicator (sc_session_opts.world)",
+                       (int)n_comm, (long long)m->n_ranks);
+  if ((int64_t)sc_comm_size(s->world) != m->n_ranks)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "the program's mesh has %lld ranks, but the communicator has %d",
+                       (long long)m->n_ranks, sc_comm_size(s->world));
+  size_t n = (size_t)p->n_steps;
+  s->step_comm = sc_calloc(n, sizeof *s->step_comm);
+  s->groups = sc_calloc((size_t)n_comm, sizeof *s->groups);
+  s->group_axes = sc_calloc((size_t)n_comm, sizeof *s->group_axes);
+  if (!s->step_comm || !s->groups || !s->group_axes)
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  int64_t rank = sc_comm_rank(s->world);
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *st = &p->steps[i];
+    if (st->kind != SC_STEP_COMM) continue;
+    uint32_t axes = st->comm.axes;
+    if (axes & ~sc_mesh_all_axes(m))
+      return sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL,
+                         "step %d: group axes 0x%x are not axes of the mesh", (int)i,
+                         (unsigned)axes);
+    int32_t gi = 0;
+    while (gi < s->n_groups && s->group_axes[gi] != axes) gi++;
+    if (gi == s->n_groups) {
+      int64_t color = sc_mesh_group_color(m, axes, rank), key = sc_mesh_group_key(m, axes, rank);
+      sc_status r = sc_comm_split(s->world, (int)color, (int)key, &s->groups[gi], diag);
+      if (r != SC_OK) return r;
+      s->group_axes[gi] = axes;
+      s->n_groups++;
+      if (sc_comm_size(s->groups[gi]) != sc_mesh_group_size(m, axes))
+        return sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL,
+                           "step %d: group of %d ranks, expected %lld", (int)i,
+                           sc_comm_size(s->groups[gi]), (long long)sc_mesh_group_size(m, axes));
+    }
+    if (st->comm.group_size != sc_comm_size(s->groups[gi]))
+      return sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL,
+                         "step %d: compiled for a group of %lld ranks, the mesh gives %d", (int)i,
+                         (long long)st->comm.group_size, sc_comm_size(s->groups[gi]));
+    s->step_comm[i] = s->groups[gi];
+  }
+  return SC_OK;
+}
+
+/* dst[q][o] = src[o][q] over [outer, n] blocks of `inner` bytes. */
+static void chunk_pack(char *dst, const char *src, int64_t outer, int64_t n, int64_t inner) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t q = 0; q < n; q++)
+      memcpy(dst + (q * outer + o) * inner, src + (o * n + q) * inner, (size_t)inner);
+}
+
+/* dst[o][q] = src[q][o] (the inverse of chunk_pack). */
+static void chunk_unpack(char *dst, const char *src, int64_t outer, int64_t n, int64_t inner) {
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t q = 0; q < n; q++)
+      memcpy(dst + (o * n + q) * inner, src + (q * outer + o) * inner, (size_t)inner);
+}
+
+static sc_status run_comm(sc_session *s, int32_t i, sc_diag *diag) {
+  const sc_program *p = s->p;
+  const sc_step *st = &p->steps[i];
+  const sc_comm_step *c = &st->comm;
+  sc_comm *comm = s->step_comm[i];
+  void *in = c->in >= 0 ? s->dev->buffer_ptr(s->ctx, c->in) : NULL;
+  void *out = c->out >= 0 ? s->dev->buffer_ptr(s->ctx, c->out) : NULL;
+  void *pack = c->pack >= 0 ? s->dev->buffer_ptr(s->ctx, c->pack) : NULL;
+  void *unpack = c->unpack >= 0 ? s->dev->buffer_ptr(s->ctx, c->unpack) : NULL;
+  sc_dtype t = p->buffers[c->in >= 0 ? c->in : c->out].dtype;
+  int64_t esz = (int64_t)sc_dtype_size(t), n = c->group_size;
+  sc_reduce_op op = (sc_reduce_op)c->reduce;
+  if (pack) chunk_pack(pack, in, c->pack_outer, n, c->pack_inner * esz);
+  const void *send = pack ? pack : in;
+  void *recv = unpack ? unpack : out;
+  sc_status r;
+  switch (c->kind) {
+  case SC_COMM_ALL_REDUCE: r = sc_comm_all_reduce(comm, send, recv, c->count, t, op, diag); break;
+  case SC_COMM_ALL_GATHER: r = sc_comm_all_gather(comm, send, recv, c->count, t, diag); break;
+  case SC_COMM_REDUCE_SCATTER:
+    r = sc_comm_reduce_scatter(comm, send, recv, c->count, t, op, diag);
+    break;
+  case SC_COMM_ALL_TO_ALL: r = sc_comm_all_to_all(comm, send, recv, c->count, t, diag); break;
+  case SC_COMM_SEND: r = sc_comm_send(comm, send, c->count, t, c->peer, c->tag, diag); break;
+  case SC_COMM_RECV: r = sc_comm_recv(comm, recv, c->count, t, c->peer, c->tag, diag); break;
+  default:
+    r = sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL, "step %d: bad comm kind", (int)i);
+  }
+  if (r == SC_OK && unpack) chunk_unpack(out, unpack, c->unpack_outer, n, c->unpack_inner * esz);
+  return r;
 }
 
 sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_session **out,
@@ -139,8 +268,10 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   s->dev = dev;
   s->p = p;
+  s->world = o->world;
   sc_device_opts dopts = {.threads = o->threads, .cpu_module = o->cpu_module};
-  sc_status st = dev->create(&dopts, &s->ctx, diag);
+  sc_status st = make_groups(s, diag);
+  if (st == SC_OK) st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
   if (st == SC_OK) {
     s->arena = dev->alloc_arena(s->ctx, p->arena_bytes);
@@ -221,8 +352,14 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *st = &p->steps[i];
     double t0 = s->prof_s ? now_s() : 0.0;
-    if (st->kind == SC_STEP_GEMM) s->dev->run_gemm(s->ctx, st);
-    else s->dev->run_kernel(s->ctx, st);
+    if (st->kind == SC_STEP_COMM) {
+      sc_status r = run_comm(s, i, diag);
+      if (r != SC_OK) return r;
+    } else if (st->kind == SC_STEP_GEMM) {
+      s->dev->run_gemm(s->ctx, st);
+    } else {
+      s->dev->run_kernel(s->ctx, st);
+    }
     if (s->prof_s) {
       double dt = now_s() - t0;
       if (s->prof_runs == 0) {

@@ -13,7 +13,8 @@ BEGIN = "<!-- BEGIN GENERATED OP TABLE (scripts/gen-ops-doc.py) -->"
 END = "<!-- END GENERATED OP TABLE -->"
 ROW = re.compile(r'^OP\((\w+),\s*"(\w+)",\s*(\d+),\s*(-?\d+),\s*(-?\d+),\s*(-?\d+),'
                  r'\s*(-?\d+),\s*([\w|]+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+)\)', re.M)
-FAMILY = {"E": "elementwise", "R": "reduction", "N": "neural network", "S": "shape / data movement"}
+FAMILY = {"E": "elementwise", "R": "reduction", "N": "neural network", "S": "shape / data movement",
+          "C": "collective (internal)"}
 
 
 def opset_bounds():
@@ -29,7 +30,7 @@ def table():
     lines = ["| op | family | opsets | inputs | outputs | folded | shape rule | lowering |",
              "|---|---|---|---|---|---|---|---|"]
     for line in (ROOT / "ir/ops.def").read_text().splitlines():
-        m = re.search(r"\((E|R|N|S)\) ----", line)
+        m = re.search(r"\((E|R|N|S|C)\) ----", line)
         if m:
             family = FAMILY[m.group(1)]
         r = ROW.match(line)
@@ -38,7 +39,8 @@ def table():
         _, name, since, mi, ma, mo, xo, _, infer, _, ev, lower = r.groups()
         arity = lambda a, b: a if a == b else (f"{a}+" if b == "-1" else f"{a}–{b}")
         first = max(int(since), lo)
-        lines.append(f"| {name} | {family} | {first}–{hi} | {arity(mi, ma)} | "
+        opsets = "internal" if family == FAMILY["C"] else f"{first}–{hi}"
+        lines.append(f"| {name} | {family} | {opsets} | {arity(mi, ma)} | "
                      f"{arity(mo, xo)} | {'yes' if ev != 'NOEVAL' else 'no'} | `{infer}` | `{lower}` |")
     return "\n".join(lines)
 

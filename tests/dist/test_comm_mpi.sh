@@ -23,6 +23,14 @@ command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found"; exit 77; }
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# Under the sanitizer build, Open MPI's own allocations (MCA components it
+# dlopens, op tables) are not freed by MPI_Finalize and LeakSanitizer would
+# report them at exit. Leak checking of our communicator code is done by
+# unit.test_comm (local backend, same shared code); here it is switched off
+# for the MPI processes only. Address and UB checks stay on.
+if [ -n "${ASAN_OPTIONS+x}" ] || ldd "$DRIVER" 2>/dev/null | grep -q libasan; then
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fails=0

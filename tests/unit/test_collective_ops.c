@@ -1,0 +1,468 @@
+/* test_collective_ops.c — the collective ops (ir/op_comm.h): shape inference
+ * under a mesh and its errors, then SPMD runs end to end: textual IR ->
+ * sc_compile_graph -> one CPU session per thread-rank of a `local`
+ * communicator group (sc_session_opts.world), on 2 and 4 ranks.
+ *
+ * Each rank feeds its shard of seeded random tensors; results are compared
+ * with references computed here in double from the unsharded tensors:
+ *   AllReduce      row-parallel MatMul (x column block, w row block)
+ *                  == the full MatMul
+ *   AllGather      column-parallel MatMul gathered on axis 1 (strided
+ *                  unpack) == the full MatMul; and a gather on axis 0
+ *   ReduceScatter  the row-parallel partial products scattered on axis 1
+ *                  (strided pack) and on axis 0 == blocks of the full MatMul
+ *   AllToAll       split 1 / concat 0 and split 0 / concat 1
+ *   Send / Recv    stage 0 sends Tanh(x), stage 1 receives it and adds 1
+ * Tolerance: |got − want| ≤ 1e-5 · Σ_k |x_ik w_kj| (+1e-6 for moves, which
+ * are exact up to f32 rounding of the input): float accumulation over K ≤ 32
+ * terms in a different order than the reference. NaN fails. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "test_util.h"
+
+#include "ir/sharding.h"
+#include "passes/pass.h"
+#include "runtime/comm.h"
+#include "runtime/runtime.h"
+
+/* ---- shape inference ---- */
+
+static sc_graph *inferred(const char *text, sc_status want) {
+  sc_graph *g = parse_ok(text);
+  sc_status st = sc_pass_infer_shapes(g, NULL);
+  if (st != want) fail_msg("infer-shapes gave %d, want %d: %s", (int)st, (int)want, g->diag.msg);
+  return g;
+}
+
+static void shape_is(sc_graph *g, const char *name, sc_dtype t, int32_t rank, const int64_t *d) {
+  int32_t v = sc_graph_find_value(g, name);
+  assert_true(v >= 0);
+  check_shape(g, v, t, rank, d);
+}
+
+static void test_infer(void **state) {
+  (void)state;
+  sc_graph *g = inferred("shardc.ir 1 graph \"t\" opset 18 {\n"
+                         " mesh [dp=3, tp=4]\n"
+                         " input %x : f32[12,8]\n"
+                         " %a = AllReduce(%x) {axes = [\"tp\"], op = \"max\"}\n"
+                         " %b = AllGather(%x) {axes = [\"tp\", \"dp\"], axis = -1}\n"
+                         " %c = ReduceScatter(%x) {axes = [\"dp\"], axis = 0}\n"
+                         " %d = AllToAll(%x) {axes = [\"tp\"], split_axis = 1, concat_axis = 0}\n"
+                         " %e = Send(%x) {axes = [\"dp\"], peer_stage = 2, tag = 9}\n"
+                         " %f = Recv() {axes = [\"dp\"], peer_stage = 0, dtype = \"i32\", shape = [3]}\n"
+                         " output %a\n output %b\n output %c\n output %d\n output %f\n}\n",
+                         SC_OK);
+  shape_is(g, "a", SC_DTYPE_F32, 2, (int64_t[]){12, 8});
+  shape_is(g, "b", SC_DTYPE_F32, 2, (int64_t[]){12, 96});
+  shape_is(g, "c", SC_DTYPE_F32, 2, (int64_t[]){4, 8});
+  shape_is(g, "d", SC_DTYPE_F32, 2, (int64_t[]){48, 2});
+  shape_is(g, "e", SC_DTYPE_F32, 1, (int64_t[]){0});
+  shape_is(g, "f", SC_DTYPE_I32, 1, (int64_t[]){3});
+  /* cost: ring formulas, n = 4 for tp */
+  sc_cost c;
+  const sc_node *ar = &g->nodes[g->values[sc_graph_find_value(g, "a")].producer];
+  sc_ops[ar->op].cost(g, ar, &c);
+  assert_true(c.flops == 0);
+  near(c.bytes, 2.0 * 3.0 / 4.0 * 12 * 8 * 4, 1e-12);
+  const sc_node *ag = &g->nodes[g->values[sc_graph_find_value(g, "b")].producer];
+  sc_ops[ag->op].cost(g, ag, &c);
+  near(c.bytes, 11.0 / 12.0 * 12 * 96 * 4, 1e-12);
+  sc_graph_destroy(g);
+
+  struct { const char *body, *node, *needle; } bad[] = {
+      {" %y = AllReduce(%x) {axes = [\"tp\"]} \"n\"\n", "n", "collective needs a mesh"},
+      {" mesh [tp=4]\n %y = ReduceScatter(%x) {axes = [\"tp\"], axis = 1} \"n\"\n", "n",
+       "not divisible by the group size 4"},
+      {" mesh [tp=4]\n %y = AllToAll(%x) {axes = [\"tp\"], split_axis = 1} \"n\"\n", "n",
+       "not divisible"},
+      {" mesh [tp=4]\n %y = AllReduce(%x) {axes = [\"pp\"]} \"n\"\n", "n", "not an axis"},
+      {" mesh [tp=4]\n %y = AllReduce(%x) {axes = [\"tp\"], op = \"avg\"} \"n\"\n", "n",
+       "not sum, max or min"},
+      {" mesh [tp=4]\n %y = AllGather(%x) \"n\"\n", "n", "'axes' is required"},
+      {" mesh [pp=2]\n %y = Send(%x) {peer_stage = 2} \"n\"\n", "n", "outside the group"},
+      {" mesh [pp=2]\n %y = Recv() {peer_stage = 1, tag = 40000, shape = [2]} \"n\"\n", "n",
+       "tag 40000"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "shardc.ir 1 graph \"t\" opset 18 {\n input %%x : f32[6,6]\n%s output %%y\n}\n",
+             bad[i].body);
+    sc_graph *b = parse_ok(text);
+    sc_status st = sc_pass_infer_shapes(b, NULL);
+    expect_error(b, st, SC_ERR_INVALID, bad[i].node, bad[i].needle);
+    sc_graph_destroy(b);
+  }
+}
+
+/* ---- SPMD runs ---- */
+
+enum { MAXR = 4, MAXIO = 3 };
+
+typedef struct rank_job {
+  const sc_program *p;
+  sc_comm *comm;
+  int n_in, n_out;
+  sc_tensor_view in[MAXIO];
+  float *out[MAXIO]; /* copies of the outputs (malloc'd by the thread) */
+  int64_t out_n[MAXIO];
+  char err[1200];
+} rank_job;
+
+static void *rank_main(void *arg) {
+  rank_job *j = arg;
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.threads = 1;
+  o.world = j->comm;
+  sc_session *s = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_tensor_view outs[MAXIO];
+  if (sc_session_create(j->p, &o, &s, &d) != SC_OK ||
+      sc_session_run(s, j->in, j->n_in, outs, j->n_out, &d) != SC_OK) {
+    snprintf(j->err, sizeof j->err, "rank %d: %s", sc_comm_rank(j->comm), d.msg);
+    sc_comm_abort(j->comm, "test rank failed");
+  } else {
+    for (int i = 0; i < j->n_out; i++) {
+      int64_t n = 1;
+      for (int32_t k = 0; k < outs[i].rank; k++) n *= outs[i].dims[k];
+      j->out_n[i] = n;
+      j->out[i] = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+      if (n > 0) memcpy(j->out[i], outs[i].data, sizeof(float) * (size_t)n);
+    }
+  }
+  sc_session_destroy(s);
+  return NULL;
+}
+
+/* Runs jobs[0..n) on a local group of n thread-ranks; fails on any error. */
+static void run_ranks(rank_job *jobs, int n) {
+  sc_comm *comms[MAXR];
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_comm_local_create_group(n, comms, &d), SC_OK);
+  pthread_t th[MAXR];
+  for (int r = 0; r < n; r++) {
+    jobs[r].comm = comms[r];
+    jobs[r].err[0] = 0;
+    assert_int_equal(pthread_create(&th[r], NULL, rank_main, &jobs[r]), 0);
+  }
+  for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < n; r++) sc_comm_destroy(comms[r]);
+  for (int r = 0; r < n; r++)
+    if (jobs[r].err[0]) fail_msg("%s", jobs[r].err);
+}
+
+static void free_jobs(rank_job *jobs, int n) {
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < MAXIO; i++) free(jobs[r].out[i]);
+}
+
+static sc_program *compile_text(const char *text, sc_graph **gout) {
+  sc_graph *g = parse_ok(text);
+  sc_compile_opts co;
+  sc_compile_opts_init(&co);
+  co.quiet = true;
+  sc_program *p = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  if (sc_compile_graph(g, &co, &p, &d) != SC_OK) fail_msg("compile: %s\n%s", d.msg, text);
+  *gout = g;
+  return p;
+}
+
+static sc_tensor_view view(float *data, int32_t rank, int64_t d0, int64_t d1) {
+  sc_tensor_view v;
+  memset(&v, 0, sizeof v);
+  v.dtype = SC_DTYPE_F32;
+  v.rank = rank;
+  v.dims[0] = d0;
+  v.dims[1] = d1;
+  v.data = data;
+  return v;
+}
+
+static float *random_f32(int64_t n) {
+  float *a = malloc(sizeof(float) * (size_t)n);
+  for (int64_t i = 0; i < n; i++) a[i] = rng_val();
+  return a;
+}
+
+/* Sub-block [r0, r0+nr) x [c0, c0+nc) of a row-major [*, ld] matrix. */
+static float *block(const float *a, int64_t ld, int64_t r0, int64_t nr, int64_t c0, int64_t nc) {
+  float *b = malloc(sizeof(float) * (size_t)(nr * nc));
+  for (int64_t i = 0; i < nr; i++)
+    for (int64_t j = 0; j < nc; j++) b[i * nc + j] = a[(r0 + i) * ld + c0 + j];
+  return b;
+}
+
+static void check_close(const float *got, double want, double scale, double tol, const char *what,
+                        int r, int64_t i) {
+  if (isnan(got[i]) || !(fabs(got[i] - want) <= tol * scale + 1e-6))
+    fail_msg("%s rank %d element %lld: got %.9g want %.9g", what, r, (long long)i,
+             (double)got[i], want);
+}
+
+enum { M = 8, K = 16, N = 8 };
+
+/* full[i][j] = Σ_k x[i][k] w[k][j] and the scale Σ_k |x w| (double). */
+static void matmul_ref(const float *x, const float *w, double *full, double *scale) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double s = 0, a = 0;
+      for (int k = 0; k < K; k++) {
+        s += (double)x[i * K + k] * w[k * N + j];
+        a += fabs((double)x[i * K + k] * w[k * N + j]);
+      }
+      full[i * N + j] = s;
+      scale[i * N + j] = a;
+    }
+}
+
+/* Row-parallel: AllReduce(MatMul(x_r, w_r)), ReduceScatter on axes 1 and 0. */
+static void row_parallel(int n) {
+  char text[1024];
+  snprintf(text, sizeof text,
+           "shardc.ir 1 graph \"row\" opset 18 {\n mesh [tp=%d]\n"
+           " input %%x : f32[%d,%d]\n input %%w : f32[%d,%d]\n"
+           " %%p = MatMul(%%x, %%w) \"mm\"\n"
+           " %%y = AllReduce(%%p) {axes = [\"tp\"], op = \"sum\"} \"ar\"\n"
+           " %%s1 = ReduceScatter(%%p) {axes = [\"tp\"], axis = 1} \"rs1\"\n"
+           " %%s0 = ReduceScatter(%%p) {axes = [\"tp\"], axis = 0, op = \"sum\"} \"rs0\"\n"
+           " output %%y\n output %%s1\n output %%s0\n}\n",
+           n, M, K / n, K / n, N);
+  sc_graph *g;
+  sc_program *p = compile_text(text, &g);
+  int comm_steps = 0;
+  for (int32_t i = 0; i < p->n_steps; i++) comm_steps += p->steps[i].kind == SC_STEP_COMM;
+  assert_int_equal(comm_steps, 3);
+  float *x = random_f32(M * K), *w = random_f32(K * N);
+  double full[M * N], scale[M * N];
+  matmul_ref(x, w, full, scale);
+  rank_job jobs[MAXR];
+  memset(jobs, 0, sizeof jobs);
+  float *shards[MAXR][2];
+  int kb = K / n;
+  for (int r = 0; r < n; r++) {
+    shards[r][0] = block(x, K, 0, M, r * kb, kb);
+    shards[r][1] = block(w, N, r * kb, kb, 0, N);
+    jobs[r] = (rank_job){.p = p, .n_in = 2, .n_out = 3};
+    jobs[r].in[0] = view(shards[r][0], 2, M, kb);
+    jobs[r].in[1] = view(shards[r][1], 2, kb, N);
+  }
+  run_ranks(jobs, n);
+  int nb = N / n, mb = M / n;
+  for (int r = 0; r < n; r++) {
+    assert_int_equal(jobs[r].out_n[0], M * N);
+    assert_int_equal(jobs[r].out_n[1], M * nb);
+    assert_int_equal(jobs[r].out_n[2], mb * N);
+    for (int64_t i = 0; i < M * N; i++)
+      check_close(jobs[r].out[0], full[i], scale[i], 1e-5, "AllReduce", r, i);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < nb; j++) {
+        int64_t f = i * N + r * nb + j;
+        check_close(jobs[r].out[1], full[f], scale[f], 1e-5, "ReduceScatter axis 1", r,
+                    i * nb + j);
+      }
+    for (int i = 0; i < mb; i++)
+      for (int j = 0; j < N; j++) {
+        int64_t f = (r * mb + i) * N + j;
+        check_close(jobs[r].out[2], full[f], scale[f], 1e-5, "ReduceScatter axis 0", r,
+                    i * N + j);
+      }
+    free(shards[r][0]);
+    free(shards[r][1]);
+  }
+  free_jobs(jobs, n);
+  free(x);
+  free(w);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+/* Column-parallel: AllGather(MatMul(x, w_r), axis 1); AllGather(w_r, axis 0). */
+static void col_parallel(int n) {
+  char text[1024];
+  int nb = N / n;
+  snprintf(text, sizeof text,
+           "shardc.ir 1 graph \"col\" opset 18 {\n mesh [tp=%d]\n"
+           " input %%x : f32[%d,%d]\n input %%w : f32[%d,%d]\n"
+           " %%p = MatMul(%%x, %%w) \"mm\"\n"
+           " %%y = AllGather(%%p) {axes = [\"tp\"], axis = 1} \"ag1\"\n"
+           " %%z = AllGather(%%w) {axes = [\"tp\"], axis = 0} \"ag0\"\n"
+           " output %%y\n output %%z\n}\n",
+           n, M, K, K, nb);
+  sc_graph *g;
+  sc_program *p = compile_text(text, &g);
+  float *x = random_f32(M * K), *w = random_f32(K * N);
+  double full[M * N], scale[M * N];
+  matmul_ref(x, w, full, scale);
+  rank_job jobs[MAXR];
+  memset(jobs, 0, sizeof jobs);
+  float *ws[MAXR];
+  for (int r = 0; r < n; r++) {
+    ws[r] = block(w, N, 0, K, r * nb, nb);
+    jobs[r] = (rank_job){.p = p, .n_in = 2, .n_out = 2};
+    jobs[r].in[0] = view(x, 2, M, K);
+    jobs[r].in[1] = view(ws[r], 2, K, nb);
+  }
+  run_ranks(jobs, n);
+  for (int r = 0; r < n; r++) {
+    assert_int_equal(jobs[r].out_n[0], M * N);
+    for (int64_t i = 0; i < M * N; i++)
+      check_close(jobs[r].out[0], full[i], scale[i], 1e-5, "AllGather axis 1", r, i);
+    assert_int_equal(jobs[r].out_n[1], n * K * nb);
+    for (int q = 0; q < n; q++)
+      for (int64_t i = 0; i < K * nb; i++)
+        check_close(jobs[r].out[1], ws[q][i], 0, 0, "AllGather axis 0", r, q * K * nb + i);
+  }
+  for (int r = 0; r < n; r++) free(ws[r]);
+  free_jobs(jobs, n);
+  free(x);
+  free(w);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+/* AllToAll of x_r [R, C]: split 1 / concat 0 and split 0 / concat 1. */
+static void all_to_all(int n) {
+  enum { R = 8, C = 8 };
+  char text[1024];
+  snprintf(text, sizeof text,
+           "shardc.ir 1 graph \"a2a\" opset 18 {\n mesh [tp=%d]\n"
+           " input %%x : f32[%d,%d]\n"
+           " %%a = AllToAll(%%x) {axes = [\"tp\"], split_axis = 1, concat_axis = 0} \"a\"\n"
+           " %%b = AllToAll(%%x) {axes = [\"tp\"], split_axis = 0, concat_axis = 1} \"b\"\n"
+           " output %%a\n output %%b\n}\n",
+           n, R, C);
+  sc_graph *g;
+  sc_program *p = compile_text(text, &g);
+  rank_job jobs[MAXR];
+  memset(jobs, 0, sizeof jobs);
+  float *xs[MAXR];
+  for (int r = 0; r < n; r++) {
+    xs[r] = random_f32(R * C);
+    jobs[r] = (rank_job){.p = p, .n_in = 1, .n_out = 2};
+    jobs[r].in[0] = view(xs[r], 2, R, C);
+  }
+  run_ranks(jobs, n);
+  int cb = C / n, rb = R / n;
+  for (int r = 0; r < n; r++) {
+    /* a: [n*R, C/n], a[q*R + i][j] = x_q[i][r*cb + j] */
+    for (int q = 0; q < n; q++)
+      for (int i = 0; i < R; i++)
+        for (int j = 0; j < cb; j++)
+          check_close(jobs[r].out[0], xs[q][i * C + r * cb + j], 0, 0, "AllToAll 1->0", r,
+                      (q * R + i) * cb + j);
+    /* b: [R/n, n*C], b[i][q*C + j] = x_q[r*rb + i][j] */
+    for (int q = 0; q < n; q++)
+      for (int i = 0; i < rb; i++)
+        for (int j = 0; j < C; j++)
+          check_close(jobs[r].out[1], xs[q][(r * rb + i) * C + j], 0, 0, "AllToAll 0->1", r,
+                      i * n * C + q * C + j);
+  }
+  for (int r = 0; r < n; r++) free(xs[r]);
+  free_jobs(jobs, n);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+static void test_spmd_2(void **state) {
+  (void)state;
+  rng_seed(2);
+  row_parallel(2);
+  col_parallel(2);
+  all_to_all(2);
+}
+
+static void test_spmd_4(void **state) {
+  (void)state;
+  rng_seed(4);
+  row_parallel(4);
+  col_parallel(4);
+  all_to_all(4);
+}
+
+/* Two pipeline stages: stage 0 sends Tanh(x) (its token is unused: dce must
+ * keep the Send), stage 1 receives it and adds 1. */
+static void test_send_recv(void **state) {
+  (void)state;
+  rng_seed(7);
+  const char *s0 = "shardc.ir 1 graph \"s0\" opset 18 {\n mesh [pp=2]\n input %x : f32[3,5]\n"
+                   " %h = Tanh(%x) \"tanh\"\n"
+                   " %tok = Send(%h) {peer_stage = 1, tag = 11} \"send\"\n"
+                   " %y = Neg(%x) \"neg\"\n output %y\n}\n";
+  const char *s1 = "shardc.ir 1 graph \"s1\" opset 18 {\n mesh [pp=2]\n input %x : f32[3,5]\n"
+                   " %r = Recv() {peer_stage = 0, tag = 11, shape = [3, 5]} \"recv\"\n"
+                   " const %one : f32[] = [1.0]\n"
+                   " %y = Add(%r, %one) \"add\"\n output %y\n}\n";
+  sc_graph *g0, *g1;
+  sc_program *p0 = compile_text(s0, &g0), *p1 = compile_text(s1, &g1);
+  float *x0 = random_f32(15), *x1 = random_f32(15);
+  rank_job jobs[2];
+  memset(jobs, 0, sizeof jobs);
+  jobs[0] = (rank_job){.p = p0, .n_in = 1, .n_out = 1};
+  jobs[0].in[0] = view(x0, 2, 3, 5);
+  jobs[1] = (rank_job){.p = p1, .n_in = 1, .n_out = 1};
+  jobs[1].in[0] = view(x1, 2, 3, 5);
+  run_ranks(jobs, 2);
+  for (int i = 0; i < 15; i++) {
+    check_close(jobs[0].out[0], -(double)x0[i], 0, 0, "stage 0", 0, i);
+    check_close(jobs[1].out[0], tanh((double)x0[i]) + 1.0, 1, 1e-6, "stage 1", 1, i);
+  }
+  free_jobs(jobs, 2);
+  free(x0);
+  free(x1);
+  sc_program_destroy(p0);
+  sc_program_destroy(p1);
+  sc_graph_destroy(g0);
+  sc_graph_destroy(g1);
+}
+
+/* A program with collectives needs a communicator of the mesh's size. */
+static void test_session_errors(void **state) {
+  (void)state;
+  sc_graph *g;
+  sc_program *p = compile_text("shardc.ir 1 graph \"e\" opset 18 {\n mesh [tp=2]\n"
+                               " input %x : f32[4]\n"
+                               " %y = AllReduce(%x) {axes = [\"tp\"]} \"ar\"\n output %y\n}\n",
+                               &g);
+  /* the step as printed (--print-after=program) */
+  char buf[8192] = {0};
+  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+  assert_non_null(f);
+  sc_program_print(p, f);
+  fclose(f);
+  if (!strstr(buf, "comm all_reduce sum in=b0 out=b1 count 4 group tp (2)"))
+    fail_msg("program print:\n%s", buf);
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  sc_session *s = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_create(p, &o, &s, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "needs a communicator"));
+  assert_null(s);
+  sc_comm *one[1];
+  assert_int_equal(sc_comm_local_create_group(1, one, &d), SC_OK);
+  o.world = one[0];
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_create(p, &o, &s, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "mesh has 2 ranks, but the communicator has 1"));
+  sc_comm_destroy(one[0]);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_infer),       cmocka_unit_test(test_spmd_2),
+      cmocka_unit_test(test_spmd_4),      cmocka_unit_test(test_send_recv),
+      cmocka_unit_test(test_session_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
