@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # run.sh — builds the libFuzzer targets with clang-14 and fuzzes them.
 #
-#   FUZZ_SECONDS  total fuzzing time (default 60): 3/4 to fuzz_import (ONNX
-#                 import + canonical passes), 1/4 to fuzz_text (IR parser)
+#   FUZZ_SECONDS  total fuzzing time (default 60), split 30:10:7:10:7 over
+#                 fuzz_import (ONNX import + canonical passes), fuzz_text (IR
+#                 parser), fuzz_npy (.npy reader), fuzz_program_json (bundle
+#                 program.json reader/writer) and fuzz_plan_json (plan JSON
+#                 reader/writer); each target gets at least 1 s
+#   FUZZ_ONLY     run only these targets (space-separated names, e.g.
+#                 "fuzz_npy"); each still gets its share of FUZZ_SECONDS
 #   FUZZ_BUILD    build folder (default build-fuzz at the repo root)
 #   FUZZ_JOBS     parallel compile jobs (default 2)
 #
@@ -10,7 +15,12 @@
 # -DSHARDC_TESTS=OFF; everything compiled with ASan + UBSan + fuzzer
 # coverage). Corpora grow in $FUZZ_BUILD/corpus/<target> across runs; seeds
 # are samples/*.onnx and the hostile models of tests/bad for the importer,
-# tests/lit/**/*.ir for the text parser. A crash, leak, timeout (10 s per
+# tests/lit/**/*.ir for the text parser, .npy files written with the venv's
+# NumPy (make_npy_seeds.py), the program.json of the samples compiled with
+# `shardc compile --target cpu` ($SHARDC, else the fuzz build's own shardc),
+# the example of docs/plan-format.md plus a few hand-written plans, and every
+# file in tests/fuzz/regressions/<target>/ (inputs that once found a bug,
+# replayed on every run). A crash, leak, timeout (10 s per
 # input), out-of-memory (2 GiB) or UB report leaves its input in
 # $FUZZ_BUILD/artifacts/ and makes this script exit non-zero.
 # Exit 77 when clang-14 or libFuzzer is missing (the ctest smoke run skips).
@@ -39,7 +49,7 @@ echo "fuzz: building in $FUZZ_BUILD"
 cmake -S "$ROOT" -B "$FUZZ_BUILD" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DSHARDC_FUZZ=ON -DSHARDC_TESTS=OFF -DSHARDC_WERROR=OFF >"$FUZZ_BUILD.configure.log" 2>&1 \
   || { cat "$FUZZ_BUILD.configure.log"; exit 1; }
-cmake --build "$FUZZ_BUILD" --target fuzzers -j "$FUZZ_JOBS" >"$FUZZ_BUILD.build.log" 2>&1 \
+cmake --build "$FUZZ_BUILD" --target fuzzers shardc -j "$FUZZ_JOBS" >"$FUZZ_BUILD.build.log" 2>&1 \
   || { tail -50 "$FUZZ_BUILD.build.log"; exit 1; }
 # clang sees warnings gcc does not; show them (the fuzz build is not -Werror).
 grep -E 'warning:' "$FUZZ_BUILD.build.log" | sort -u | sed 's/^/fuzz: clang: /' || true
@@ -48,8 +58,10 @@ rm -f "$FUZZ_BUILD.configure.log" "$FUZZ_BUILD.build.log"
 # Seeds (read-only inputs) and corpora (where new coverage is written).
 SEEDS=$FUZZ_BUILD/seeds
 ART=$FUZZ_BUILD/artifacts
+TARGETS="import text npy program_json plan_json"
 rm -rf "$SEEDS"
-mkdir -p "$SEEDS/import" "$SEEDS/text" "$FUZZ_BUILD/corpus/import" "$FUZZ_BUILD/corpus/text" "$ART"
+for t in $TARGETS; do mkdir -p "$SEEDS/$t" "$FUZZ_BUILD/corpus/$t"; done
+mkdir -p "$ART"
 cp "$ROOT"/samples/*.onnx "$SEEDS/import/"
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 if [ -x "$PY" ] && "$PY" "$ROOT/tests/bad/make_bad_models.py" "$probe_dir/bad" >/dev/null 2>&1; then
@@ -61,7 +73,39 @@ fi
 find "$ROOT/tests/lit" -name '*.ir' -type f 2>/dev/null | while read -r f; do
   cp "$f" "$SEEDS/text/$(echo "${f#"$ROOT"/tests/lit/}" | tr / _)"
 done
-echo "fuzz: seeds: $(ls "$SEEDS/import" | wc -l) models, $(ls "$SEEDS/text" | wc -l) IR files"
+if [ -x "$PY" ]; then
+  "$PY" "$ROOT/tests/fuzz/make_npy_seeds.py" "$SEEDS/npy" \
+    || echo "fuzz: warning: make_npy_seeds.py failed; fuzz_npy starts from regressions only"
+fi
+SHARDC_BIN=${SHARDC:-$FUZZ_BUILD/shardc}
+for m in mlp gpt2 resnet llama; do
+  if "$SHARDC_BIN" compile "$ROOT/samples/$m.onnx" --target cpu -o "$probe_dir/bundle-$m" \
+       >/dev/null 2>&1; then
+    cp "$probe_dir/bundle-$m/program.json" "$SEEDS/program_json/$m.json"
+  else
+    echo "fuzz: warning: $SHARDC_BIN compile $m failed; no program.json seed for it"
+  fi
+done
+sed -n '/^```json$/,/^```$/p' "$ROOT/docs/plan-format.md" | sed '1d;$d' >"$SEEDS/plan_json/doc-example.json"
+printf '{"version": 1, "mesh": {"axes": ""}}\n' >"$SEEDS/plan_json/minimal.json"
+printf '{"version": 1, "mesh": {"axes": "dp=4", "ranks_per_node": 2},
+ "data_parallel": {"axis": "dp"}, "precision": "f32",
+ "training": {"zero_stage": 3, "shard_group_size": 2, "recompute": ["a", "b"]}}\n' \
+  >"$SEEDS/plan_json/dp.json"
+printf '{"version": 1, "mesh": {"axes": "pp=3,tp=2"}, "tensor_parallel": {"axis": "tp",
+ "blocks": ["/h.0/", "/h.1/"], "sequence_parallel": true, "vocab_parallel": false},
+ "pipeline": {"axis": "pp", "stages": 3, "boundaries": ["n1", "n2"], "microbatches": 4,
+ "schedule": "gpipe", "node_stages": {"n0": 0, "n1": 1, "n2": 2}},
+ "shardings": {"w0": "[_,tp]", "w1": "[(pp,tp),_]", "w2": "[tp]partial(pp)"}}\n' \
+  >"$SEEDS/plan_json/tp-pp.json"
+for t in $TARGETS; do
+  if [ -d "$ROOT/tests/fuzz/regressions/$t" ]; then
+    find "$ROOT/tests/fuzz/regressions/$t" -type f ! -name '*.md' -exec cp {} "$SEEDS/$t/" \;
+  fi
+done
+echo "fuzz: seeds: $(ls "$SEEDS/import" | wc -l) models, $(ls "$SEEDS/text" | wc -l) IR files," \
+     "$(ls "$SEEDS/npy" | wc -l) .npy, $(ls "$SEEDS/program_json" | wc -l) program.json," \
+     "$(ls "$SEEDS/plan_json" | wc -l) plans"
 
 # Dictionaries: op names from ir/ops.def (both targets), the IR grammar's
 # tokens (docs/ir.md) for the text parser, ONNX attribute and field names for
@@ -85,18 +129,45 @@ sed -n 's/^OP([A-Z_0-9]*, *"\([A-Za-z]*\)".*/"\1"/p' "$ROOT/ir/ops.def" | sort -
     printf '"%s"\n' "$t"
   done
 } >"$DICT/import.dict"
+# The JSON targets: every key and keyword their reader knows (the string
+# literals of the reader's source) plus JSON punctuation.
+json_dict() { # source file
+  grep -o '"[A-Za-z_][A-Za-z_0-9.]*"' "$1" | sort -u
+  for t in '{' '}' '[' ']' ':' ',' true false null -1 0 64 9223372036854775807 1e999 '\"'; do
+    printf '"%s"\n' "$t"
+  done
+}
+json_dict "$ROOT/codegen/program_json.c" >"$DICT/program_json.dict"
+json_dict "$ROOT/passes/plan/plan_json.c" >"$DICT/plan_json.dict"
+{
+  printf '"\\x93NUMPY"\n"\\x01\\x00"\n"\\x02\\x00"\n"\\x03\\x00"\n'
+  for t in descr fortran_order shape True False "'<f4'" "'>f8'" "'|b1'" "'<f2'" "'|u1'" \
+           "'<i8'" "'=i4'" "'<c8'" "'O'" '{' '}' '(' ')' ':' ',' "'" '),' 0 -1 \
+           9223372036854775807; do
+    printf '"%s"\n' "$t"
+  done
+} >"$DICT/npy.dict"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
-t_import=$((FUZZ_SECONDS * 3 / 4))
+share() { # weight (of 64): that share of FUZZ_SECONDS, at least 1 s
+  local s=$((FUZZ_SECONDS * $1 / 64))
+  [ "$s" -ge 1 ] || s=1
+  echo "$s"
+}
+t_text=$(share 10)
+t_npy=$(share 7)
+t_program=$(share 10)
+t_plan=$(share 7)
+# The importer gets the rest (at FUZZ_SECONDS=60: 30, 9, 6, 9, 6).
+t_import=$((FUZZ_SECONDS - t_text - t_npy - t_program - t_plan))
 [ "$t_import" -ge 1 ] || t_import=1
-t_text=$((FUZZ_SECONDS - t_import))
-[ "$t_text" -ge 1 ] || t_text=1
 
 status=0
 run_target() { # name seconds
   local name=$1 secs=$2 log=$FUZZ_BUILD/$1.log rc=0
+  case " ${FUZZ_ONLY:-$name} " in *" $name "*) ;; *) return 0 ;; esac
   echo "fuzz: $name for ${secs}s"
   "$FUZZ_BUILD/tests/fuzz/$name" -max_total_time="$secs" -max_len=4000000 \
     -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 -close_fd_mask=1 \
@@ -118,4 +189,7 @@ run_target() { # name seconds
 }
 run_target fuzz_import "$t_import"
 run_target fuzz_text "$t_text"
+run_target fuzz_npy "$t_npy"
+run_target fuzz_program_json "$t_program"
+run_target fuzz_plan_json "$t_plan"
 exit $status
