@@ -1,5 +1,6 @@
 /* lower_norm.c — row kernels: Softmax, LogSoftmax, LayerNormalization,
- * InstanceNormalization, GroupNormalization (KERNEL), and inference
+ * RMSNormalization, InstanceNormalization, GroupNormalization (KERNEL), and
+ * inference
  * BatchNormalization (POINT).
  *
  * A row kernel's outer domain enumerates rows, its inner loop runs over one
@@ -12,6 +13,8 @@
  *               mean = sum x / N; var = sum (x - mean)^2 / N;
  *               y = (x - mean) * rsqrt(var + eps) * scale + bias; the
  *               optional Mean and InvStdDev outputs are stored too
+ *   RMSNorm     outer and inner as LayerNorm; one REDUCE phase
+ *               ss = sum x^2, then y = x * rsqrt(ss / N + eps) * scale
  *   InstanceNorm  the same over (N, C) rows of the spatial dims, with
  *               per-channel scale and bias
  *   GroupNorm   the same over (N, group) rows of C/G channels × spatial,
@@ -140,6 +143,36 @@ static sc_status layernorm_build(sc_lower_ctx *cx, const sc_node *n) {
 }
 
 const sc_lowering sc_lw_layernorm = {SC_LOWER_KERNEL, NULL, layernorm_build};
+
+/* ---- RMSNormalization ---- */
+
+static sc_status rmsnorm_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *x = sc_node_input(cx->g, n, 0);
+  int64_t a = sc_attr_int(cx->g, n, "axis", -1);
+  if (a < 0) a += x->rank;
+  if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
+  double eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
+  int64_t inner = 1;
+  for (int32_t d = (int32_t)a; d < x->rank; d++)
+    if (!sc_mul_i64(inner, x->dims[d], &inner))
+      return sc_lower_error(cx, n, SC_ERR_LIMIT, "row too large");
+  if (inner == 0) return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "normalising empty rows");
+  sc_status st = sc_lower_begin_kernel(cx, n, (int32_t)a, x->dims, inner);
+  if (st != SC_OK) return st;
+  int32_t xi[SC_MAX_RANK];
+  sc_lower_outer_index(cx, xi);
+  sc_lower_unflatten(cx, kir_var(cx->arena, cx->k, KIR_INNER), x->rank - (int32_t)a,
+                     x->dims + a, xi + a);
+  sc_dtype ct = compute_of(x->dtype);
+  int32_t v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
+  int32_t ss = reduce(cx, KIR_RED_SUM, ct, BIN(MUL, v, v));
+  int32_t inv = UN(RSQRT, BIN(ADD, BIN(DIV, ss, C(ct, (double)inner)), C(ct, eps)));
+  int32_t y = BIN(MUL, BIN(MUL, v, inv), param_at(cx, n, 1, x->rank, xi, ct));
+  if (y < 0) return fail(cx);
+  return sc_lower_store(cx, n, 0, xi, sc_lower_cast(cx, x->dtype, y));
+}
+
+const sc_lowering sc_lw_rmsnorm = {SC_LOWER_KERNEL, NULL, rmsnorm_build};
 
 /* ---- InstanceNormalization, GroupNormalization ---- */
 

@@ -21,6 +21,7 @@
  *     BatchNormalization     2 per element (scale and shift folded)
  *     InstanceNormalization, LayerNormalization, GroupNormalization
  *                  5 per element (mean, variance, normalise, scale, shift)
+ *     RMSNormalization   4 per element (square, sum, normalise, scale)
  *     Softmax, LogSoftmax   5 per element (max, subtract, exp, sum, divide
  *                  or log-subtract)
  *
@@ -588,7 +589,7 @@ sc_status sc_op_infer_batchnorm(sc_graph *g, sc_node *n) {
 }
 
 void sc_op_cost_norm(sc_graph *g, const sc_node *n, sc_cost *c) {
-  double per = n->op == SC_OP_BATCH_NORM ? 2.0 : 5.0;
+  double per = n->op == SC_OP_BATCH_NORM ? 2.0 : n->op == SC_OP_RMS_NORM ? 4.0 : 5.0;
   c->flops = per * numel0(sc_node_input(g, n, 0));
   c->bytes = io_bytes(g, n);
 }
@@ -638,6 +639,36 @@ sc_status sc_op_infer_layernorm(sc_graph *g, sc_node *n) {
   for (int32_t i = 0; i < x->rank; i++) red[i] = i < axis ? x->dims[i] : 1;
   if ((st = sc_set_output(g, n, 1, stash_t, x->rank, red)) != SC_OK) return st;
   return sc_set_output(g, n, 2, stash_t, x->rank, red);
+}
+
+/* RMSNormalization (opset 23): Y = X / sqrt(mean(X^2 over axes >= axis) + eps)
+ * * scale; scale broadcasts to the normalised shape X.shape[axis:]. */
+sc_status sc_op_infer_rmsnorm(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  int64_t axis_attr, stash;
+  double eps;
+  if ((st = sc_read_attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
+    return st;
+  if (x->rank < 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' is a scalar (needs rank >= 1)",
+                         x->name);
+  int32_t axis;
+  if ((st = sc_norm_axis(g, n, axis_attr, x->rank, &axis)) != SC_OK) return st;
+  sc_dtype stash_t = stash >= INT32_MIN && stash <= INT32_MAX
+                         ? sc_dtype_from_onnx((int32_t)stash) : SC_DTYPE_COUNT;
+  if (stash_t == SC_DTYPE_COUNT || !sc_dtype_is_float(stash_t))
+    return sc_node_error(g, n, SC_ERR_INVALID, "stash_type %lld is not a float type",
+                         (long long)stash);
+  const sc_value *scale = sc_node_input(g, n, 1);
+  if ((st = need_float(g, n, scale)) != SC_OK ||
+      (st = need_bcast_to(g, n, scale, "scale", x->rank - axis, x->dims + axis)) != SC_OK)
+    return st;
+  return sc_same_as_input(g, n, 0, 0);
 }
 
 sc_status sc_op_infer_groupnorm(sc_graph *g, sc_node *n) {

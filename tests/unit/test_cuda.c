@@ -18,7 +18,6 @@
  * reductions reassociate sums); f16 and bf16 one unit in the last place of
  * their own precision (the f32 values before rounding differ by a few f32
  * ulp, which can flip a rounding). NaN never matches. */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +28,7 @@
 
 #if SHARDC_HAVE_CUDA
 #include "codegen/cuda/cuda.h"
+#include "cuda_driver.h"
 
 /* ---------------------------------------------------------------- kernels -- */
 
@@ -388,62 +388,6 @@ static void test_golden_kernel(void **state) {
 
 /* ------------------------------------------------------ GPU (if present) -- */
 
-/* The few CUDA driver API entry points used, loaded with dlopen so that the
- * test builds and runs without libcuda. */
-typedef int CUres;
-typedef unsigned long long CUdptr;
-static struct {
-  void *lib;
-  CUres (*init)(unsigned);
-  CUres (*device_count)(int *);
-  CUres (*device_get)(int *, int);
-  CUres (*device_attr)(int *, int, int);
-  CUres (*ctx_retain)(void **, int);
-  CUres (*ctx_release)(int);
-  CUres (*ctx_set)(void *);
-  CUres (*mod_load)(void **, const void *);
-  CUres (*mod_unload)(void *);
-  CUres (*mod_fn)(void **, void *, const char *);
-  CUres (*mem_alloc)(CUdptr *, size_t);
-  CUres (*mem_free)(CUdptr);
-  CUres (*htod)(CUdptr, const void *, size_t);
-  CUres (*dtoh)(void *, CUdptr, size_t);
-  CUres (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                  unsigned, void *, void **, void **);
-  CUres (*sync)(void);
-  CUres (*err_str)(CUres, const char **);
-} cu;
-
-static bool cuda_load(char *why, size_t n) {
-  cu.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!cu.lib) { snprintf(why, n, "libcuda.so.1 not found"); return false; }
-#define SYM(f, name)                                                       \
-  *(void **)&cu.f = dlsym(cu.lib, name);                                   \
-  if (!cu.f) { snprintf(why, n, "libcuda lacks %s", name); return false; }
-  SYM(init, "cuInit") SYM(device_count, "cuDeviceGetCount") SYM(device_get, "cuDeviceGet")
-  SYM(device_attr, "cuDeviceGetAttribute") SYM(ctx_retain, "cuDevicePrimaryCtxRetain")
-  SYM(ctx_release, "cuDevicePrimaryCtxRelease_v2") SYM(ctx_set, "cuCtxSetCurrent")
-  SYM(mod_load, "cuModuleLoadData") SYM(mod_unload, "cuModuleUnload")
-  SYM(mod_fn, "cuModuleGetFunction") SYM(mem_alloc, "cuMemAlloc_v2")
-  SYM(mem_free, "cuMemFree_v2") SYM(htod, "cuMemcpyHtoD_v2") SYM(dtoh, "cuMemcpyDtoH_v2")
-  SYM(launch, "cuLaunchKernel") SYM(sync, "cuCtxSynchronize") SYM(err_str, "cuGetErrorString")
-#undef SYM
-  if (cu.init(0) != 0) { snprintf(why, n, "cuInit failed (no driver or no device)"); return false; }
-  int count = 0;
-  if (cu.device_count(&count) != 0 || count < 1) { snprintf(why, n, "no CUDA device"); return false; }
-  return true;
-}
-
-#define CU(call)                                                              \
-  do {                                                                        \
-    CUres r_ = (call);                                                        \
-    if (r_ != 0) {                                                            \
-      const char *s_ = "?";                                                   \
-      cu.err_str(r_, &s_);                                                    \
-      fail_msg("%s: %s (%d)", #call, s_, r_);                                 \
-    }                                                                         \
-  } while (0)
-
 /* Random contents for param p of kernel k (by name: integer data the kernel
  * can use as indices or divisors). */
 static void fill(const kir_kernel *k, int32_t p, void *buf) {
@@ -564,8 +508,7 @@ static void run_on_gpu(const kir_kernel *k, void *module) {
 
 static void test_gpu_matches_interpreter(void **state) {
   (void)state;
-  const char *req = getenv("SC_CUDA_REQUIRE_GPU");
-  bool require = req && !strcmp(req, "1");
+  bool require = cuda_gpu_required();
   char why[128];
   if (!cuda_load(why, sizeof why)) {
     if (require) fail_msg("SC_CUDA_REQUIRE_GPU=1 but %s", why);
@@ -574,8 +517,8 @@ static void test_gpu_matches_interpreter(void **state) {
   }
   int dev = 0, major = 0, minor = 0;
   CU(cu.device_get(&dev, 0));
-  CU(cu.device_attr(&major, 75 /* COMPUTE_CAPABILITY_MAJOR */, dev));
-  CU(cu.device_attr(&minor, 76 /* COMPUTE_CAPABILITY_MINOR */, dev));
+  CU(cu.device_attr(&major, CU_ATTR_CC_MAJOR, dev));
+  CU(cu.device_attr(&minor, CU_ATTR_CC_MINOR, dev));
   char arch[32];
   snprintf(arch, sizeof arch, "compute_%d%d", major, minor);
   void *ctx = NULL;

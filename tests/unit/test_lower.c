@@ -143,7 +143,9 @@ static void compare(const sc_value *v, const void *got, const double *want_f,
 
 static char *case_text(const tcase *c) {
   static char buf[8192];
-  snprintf(buf, sizeof buf, "shardc.ir 1\ngraph \"t\" opset 21 {\n%s}\n", c->body);
+  /* opset 21, or 23 for RMSNormalization (new in 23) */
+  int opset = strstr(c->body, "RMSNormalization") ? 23 : 21;
+  snprintf(buf, sizeof buf, "shardc.ir 1\ngraph \"t\" opset %d {\n%s}\n", opset, c->body);
   return buf;
 }
 
@@ -248,6 +250,29 @@ static void ref_layernorm(sc_graph *g, double *out) {
                  s[sc_bcast_offset(xv->rank, idx, sv->rank, sv->dims)];
       if (b) y += b[sc_bcast_offset(xv->rank, idx, bv->rank, bv->dims)];
       out[i] = y;
+      sc_next_index(xv->rank, xv->dims, idx);
+    }
+  }
+}
+
+static void ref_rmsnorm(sc_graph *g, double *out) {
+  const sc_node *n = &g->nodes[0];
+  const sc_value *xv, *sv;
+  const double *x = in_data(g, 0, 0, &xv), *s = in_data(g, 0, 1, &sv);
+  int64_t axis = sc_attr_int(g, n, "axis", -1);
+  if (axis < 0) axis += xv->rank;
+  double eps = sc_attr_float(g, n, "epsilon", 1e-5);
+  int64_t inner = 1, total = sc_value_numel(xv);
+  for (int32_t d = (int32_t)axis; d < xv->rank; d++) inner *= xv->dims[d];
+  int64_t idx[SC_MAX_RANK] = {0};
+  for (int64_t r = 0; r < total / inner; r++) {
+    double ss = 0;
+    for (int64_t k = 0; k < inner; k++) ss += x[r * inner + k] * x[r * inner + k];
+    double rms = sqrt(ss / (double)inner + eps);
+    for (int64_t k = 0; k < inner; k++) {
+      int64_t i = r * inner + k;
+      /* scale broadcasts against the trailing dims of X */
+      out[i] = x[i] / rms * s[sc_bcast_offset(xv->rank, idx, sv->rank, sv->dims)];
       sc_next_index(xv->rank, xv->dims, idx);
     }
   }
@@ -492,6 +517,13 @@ static void test_norms(void **state) {
       {"  input %x : f32[2,3,8]\n  input %s : f32[3,8]\n"
        "  %y = LayerNormalization(%x, %s) {axis = -2, epsilon = 0.001}\n  output %y\n",
        -2, 2, 0, 0, ref_layernorm},
+      {"  input %x : f32[2,3,8]\n  input %s : f32[8]\n"
+       "  %y = RMSNormalization(%x, %s)\n  output %y\n", -2, 2, 0, 0, ref_rmsnorm},
+      {"  input %x : f32[2,3,4,8]\n  input %s : f32[4,1]\n"
+       "  %y = RMSNormalization(%x, %s) {axis = -2, epsilon = 0.01}\n  output %y\n",
+       -2, 2, 0, 0, ref_rmsnorm},
+      {"  input %x : f16[3,16]\n  input %s : f16[16]\n"
+       "  %y = RMSNormalization(%x, %s) {axis = 1}\n  output %y\n", -2, 2, 0, 0, ref_rmsnorm},
       {"  input %x : f32[2,4,3,3]\n  input %s : f32[4]\n  input %b : f32[4]\n"
        "  input %m : f32[4]\n  input %v : f32[4]\n"
        "  %y = BatchNormalization(%x, %s, %b, %m, %v) {epsilon = 0.01}\n  output %y\n",
@@ -506,6 +538,45 @@ static void test_norms(void **state) {
        "  %y = InstanceNormalization(%x, %s, %b)\n  output %y\n", -2, 2, 0, 0, ref_groupnorm},
   };
   run_cases(cs, sizeof cs / sizeof cs[0], 1000);
+}
+
+/* RMSNormalization is one row kernel: a REDUCE phase (sum of x*x, f32
+ * accumulator even for f16) then one STORE phase reading its register. */
+static void test_rmsnorm_row_kernel(void **state) {
+  (void)state;
+  static const char *const types[] = {"f32", "f16"};
+  for (int t = 0; t < 2; t++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "shardc.ir 1\ngraph \"t\" opset 23 {\n  input %%x : %s[2,3,8]\n"
+             "  input %%s : %s[3,8]\n  %%y = RMSNormalization(%%x, %%s) {axis = -2}\n"
+             "  output %%y\n}\n", types[t], types[t]);
+    sc_graph *g = parse_ok(text);
+    assert_int_equal(sc_run_passes(g, "infer-shapes,fuse", NULL), SC_OK);
+    sc_program *p = NULL;
+    sc_diag d;
+    sc_diag_clear(&d);
+    assert_int_equal(sc_program_from_graph(g, &p, &d), SC_OK);
+    assert_int_equal(p->n_kernels, 1);
+    const kir_kernel *k = p->kernels[0];
+    assert_int_equal(k->outer_rank, 1);
+    assert_int_equal(k->outer_dims[0], 2);
+    assert_int_equal(k->inner, 24);
+    assert_int_equal(k->n_phases, 2);
+    assert_int_equal(k->phases[0].kind, KIR_PHASE_REDUCE);
+    assert_int_equal(k->phases[0].rop, KIR_RED_SUM);
+    assert_int_equal(k->phases[0].acc_dtype, SC_DTYPE_F32);
+    assert_int_equal(k->phases[1].kind, KIR_PHASE_STORE);
+    sc_program_destroy(p);
+    sc_graph_destroy(g);
+  }
+  /* at opset 21 the op does not exist yet */
+  sc_graph *g = parse_ok("shardc.ir 1\ngraph \"t\" opset 21 {\n  input %x : f32[2,8]\n"
+                         "  input %s : f32[8]\n  %y = RMSNormalization(%x, %s)\n"
+                         "  output %y\n}\n");
+  assert_int_equal(sc_run_passes(g, "infer-shapes", NULL), SC_ERR_UNSUPPORTED);
+  assert_non_null(strstr(g->diag.msg, "23"));
+  sc_graph_destroy(g);
 }
 
 /* ---- fusion ---- */
@@ -577,7 +648,7 @@ int main(void) {
       cmocka_unit_test(test_variadic_where_cast_clip),
       cmocka_unit_test(test_views),
       cmocka_unit_test(test_reductions),
-      cmocka_unit_test(test_norms),
+      cmocka_unit_test(test_norms), cmocka_unit_test(test_rmsnorm_row_kernel),
       cmocka_unit_test(test_fused_chain_one_kernel),
       cmocka_unit_test(test_fused_reduction_prologue_epilogue),
       cmocka_unit_test(test_errors),

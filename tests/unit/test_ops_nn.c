@@ -670,6 +670,43 @@ static void test_layernorm(void **state) {
   sc_graph_destroy(g);
 }
 
+static void test_rmsnorm(void **state) {
+  (void)state;
+  sc_graph *g = sc_graph_create("t");
+  int32_t x = shaped(g, "x", SC_DTYPE_F16, 3, (int64_t[]){2, 5, 8});
+  int32_t s = shaped(g, "s", SC_DTYPE_F16, 1, (int64_t[]){8});
+  /* axis -1, scale [8]: Y is X's shape and dtype */
+  int32_t r = node(g, SC_OP_RMS_NORM, "r", (int32_t[]){x, s}, 2, 1);
+  assert_int_equal(infer(g, r), SC_OK);
+  check_out(g, r, 0, SC_DTYPE_F16, 3, I64(2), I64(5), I64(8));
+  assert_true(cost(g, r).flops == 4.0 * 80);
+  /* axis 1: scale [5,1] and [1,8] broadcast to the normalised shape [5,8] */
+  int32_t s51 = shaped(g, "s51", SC_DTYPE_F16, 2, (int64_t[]){5, 1});
+  int32_t r2 = node(g, SC_OP_RMS_NORM, "r2", (int32_t[]){x, s51}, 2, 1);
+  set_int(g, r2, "axis", 1);
+  assert_int_equal(infer(g, r2), SC_OK);
+  check_out(g, r2, 0, SC_DTYPE_F16, 3, I64(2), I64(5), I64(8));
+
+  /* errors: scale [2,5,8] has more dims than the normalised shape [8];
+   * scale [5] against [8]; axis -4 out of range; integer X; stash_type 7 */
+  int32_t s258 = shaped(g, "s258", SC_DTYPE_F16, 3, (int64_t[]){2, 5, 8});
+  int32_t e0 = node(g, SC_OP_RMS_NORM, "e0", (int32_t[]){x, s258}, 2, 1);
+  check_error(g, e0, SC_ERR_INVALID, "[2,5,8]", "does not broadcast to [8]");
+  int32_t s5 = shaped(g, "s5", SC_DTYPE_F16, 1, (int64_t[]){5});
+  int32_t e1 = node(g, SC_OP_RMS_NORM, "e1", (int32_t[]){x, s5}, 2, 1);
+  check_error(g, e1, SC_ERR_INVALID, "[5]", "[8]");
+  int32_t e2 = node(g, SC_OP_RMS_NORM, "e2", (int32_t[]){x, s}, 2, 1);
+  set_int(g, e2, "axis", -4);
+  check_error(g, e2, SC_ERR_INVALID, "axis -4", NULL);
+  int32_t xi = shaped(g, "xi", SC_DTYPE_I32, 2, (int64_t[]){2, 8});
+  int32_t e3 = node(g, SC_OP_RMS_NORM, "e3", (int32_t[]){xi, s}, 2, 1);
+  check_error(g, e3, SC_ERR_INVALID, "'xi'", "float");
+  int32_t e4 = node(g, SC_OP_RMS_NORM, "e4", (int32_t[]){x, s}, 2, 1);
+  set_int(g, e4, "stash_type", 7);
+  check_error(g, e4, SC_ERR_INVALID, "stash_type 7", NULL);
+  sc_graph_destroy(g);
+}
+
 static void test_groupnorm(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("t");
@@ -776,7 +813,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_shapes),    cmocka_unit_test(test_gemm_eval),
       cmocka_unit_test(test_conv_shapes),    cmocka_unit_test(test_conv_errors),
       cmocka_unit_test(test_pool_shapes),    cmocka_unit_test(test_batchnorm),
-      cmocka_unit_test(test_instancenorm),   cmocka_unit_test(test_layernorm),
+      cmocka_unit_test(test_instancenorm),   cmocka_unit_test(test_layernorm), cmocka_unit_test(test_rmsnorm),
       cmocka_unit_test(test_groupnorm),      cmocka_unit_test(test_softmax),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
