@@ -321,6 +321,10 @@ def build_cases(out):
     add(Case("unknown_op", "error", nodes=[["foo", "FooBar"]], what="op 'FooBar'"),
         _model([helper.make_node("FooBar", ["x"], ["y"], name="foo")],
                [_vi("x", [2, 3])], [_vi("y", [2, 3])]))
+    # internal ops (collectives) exist in the ops table but never come from a file
+    add(Case("internal_op", "error", nodes=[["ar", "AllReduce"]], what="op 'AllReduce'"),
+        _model([helper.make_node("AllReduce", ["x"], ["y"], name="ar", axes=["tp"])],
+               [_vi("x", [2, 3])], [_vi("y", [2, 3])]))
     add(Case("unknown_domain", "error", nodes=[["ev", "Relu"]], what="Relu in 'com.evil'"),
         _model([helper.make_node("Relu", ["x"], ["y"], name="ev", domain="com.evil")],
                [_vi("x", [2, 3])], [_vi("y", [2, 3])], extra_opsets=[("com.evil", 1)]))
