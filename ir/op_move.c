@@ -42,6 +42,17 @@ static sc_status bad_index(sc_graph *g, const sc_node *n, sc_dtype t, const void
                        (long long)sc_load_i64(t, p, i), -(long long)dim, (long long)dim);
 }
 
+/* Checks the first m indices (all of them, before anything is written)
+ * against extent dim. */
+static sc_status check_indices(sc_graph *g, const sc_node *n, sc_dtype t, const void *p,
+                               int64_t m, int64_t dim) {
+  for (int64_t j = 0; j < m; j++) {
+    int64_t v;
+    if (!load_index(t, p, j, dim, &v)) return bad_index(g, n, t, p, j, dim);
+  }
+  return SC_OK;
+}
+
 static sc_status need_int(sc_graph *g, const sc_node *n, int32_t i) {
   const sc_value *v = sc_node_input(g, n, i);
   if (!sc_dtype_is_int(v->dtype))
@@ -105,11 +116,7 @@ sc_status sc_op_eval_gather(sc_graph *g, sc_node *n) {
   int64_t outer = sc_move_prod(x->dims, 0, axis), dim = x->dims[axis];
   int64_t inner = sc_move_prod(x->dims, axis + 1, x->rank) * sc_dtype_size(x->dtype);
   int64_t m = sc_value_numel(ind);
-  for (int64_t j = 0; j < m; j++) { /* check all before writing */
-    int64_t v;
-    if (!load_index(ind->dtype, ip, j, dim, &v))
-      return bad_index(g, n, ind->dtype, ip, j, dim);
-  }
+  if ((st = check_indices(g, n, ind->dtype, ip, m, dim)) != SC_OK) return st;
   if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
   for (int64_t o = 0; o < outer; o++)
     for (int64_t j = 0; j < m; j++) {
@@ -162,11 +169,7 @@ sc_status sc_op_eval_gather_elements(sc_graph *g, sc_node *n) {
     return st;
   const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
   int64_t m = sc_value_numel(ind), xs[SC_MAX_RANK], idx[SC_MAX_RANK] = {0};
-  for (int64_t j = 0; j < m; j++) {
-    int64_t v;
-    if (!load_index(ind->dtype, ip, j, x->dims[axis], &v))
-      return bad_index(g, n, ind->dtype, ip, j, x->dims[axis]);
-  }
+  if ((st = check_indices(g, n, ind->dtype, ip, m, x->dims[axis])) != SC_OK) return st;
   if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
   size_t es = sc_dtype_size(x->dtype);
   sc_strides(x->rank, x->dims, xs);
@@ -250,11 +253,7 @@ sc_status sc_op_eval_scatter_elements(sc_graph *g, sc_node *n) {
     return st;
   const sc_value *x = sc_node_input(g, n, 0), *ind = sc_node_input(g, n, 1);
   int64_t m = sc_value_numel(ind), xs[SC_MAX_RANK], idx[SC_MAX_RANK] = {0};
-  for (int64_t j = 0; j < m; j++) {
-    int64_t v;
-    if (!load_index(ind->dtype, ip, j, x->dims[axis], &v))
-      return bad_index(g, n, ind->dtype, ip, j, x->dims[axis]);
-  }
+  if ((st = check_indices(g, n, ind->dtype, ip, m, x->dims[axis])) != SC_OK) return st;
   if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
   sc_move_copy(out, in, sc_value_bytes(x));
   sc_strides(x->rank, x->dims, xs);
