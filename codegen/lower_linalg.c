@@ -117,6 +117,18 @@ static void mm_dims(const sc_value *a, const sc_value *b, const sc_value *y, mm 
 
 /* Index into operand (rank r, dims d; batch rank rbo) from output batch index
  * bidx and the two matrix indices (either may be absent for a 1-D operand). */
+/* sum over the inner loop of A[ai] * B[bi] in dtype acc (inputs 0 and 1 of
+ * n), as a REDUCE phase; the constant 0 when k == 0. -1 on failure. */
+static int32_t reduce_dot(sc_lower_ctx *cx, const sc_node *n, sc_dtype acc, int64_t k,
+                          const int32_t *ai, const int32_t *bi) {
+  if (k <= 0) return fconst(cx, acc, 0);
+  int32_t va = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, ai));
+  int32_t vb = cast_to(cx, acc, sc_lower_input_at(cx, n, 1, bi));
+  if (va < 0 || vb < 0) return -1;
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc, bin(cx, KIR_MUL, va, vb));
+  return ph < 0 ? -1 : kir_reg(cx->arena, cx->k, ph);
+}
+
 static void mm_operand_index(sc_lower_ctx *cx, int32_t rbatch, const int32_t *bidx,
                              int32_t r, const int64_t *d, int32_t row, int32_t col,
                              int32_t *out) {
@@ -144,17 +156,8 @@ static sc_status matmul_kernel(sc_lower_ctx *cx, const sc_node *n, const mm *s) 
   mm_operand_index(cx, s->rbatch, idx, b->rank, b->dims, r, col, bi);
   if (b->rank == 1) bi[0] = r;
   sc_dtype acc = acc_dtype(y->dtype);
-  int32_t v;
-  if (s->k > 0) {
-    int32_t va = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, ai));
-    int32_t vb = cast_to(cx, acc, sc_lower_input_at(cx, n, 1, bi));
-    if (va < 0 || vb < 0) return failed(cx);
-    int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc, bin(cx, KIR_MUL, va, vb));
-    if (ph < 0) return failed(cx);
-    v = kir_reg(cx->arena, cx->k, ph);
-  } else {
-    v = fconst(cx, acc, 0);
-  }
+  int32_t v = reduce_dot(cx, n, acc, s->k, ai, bi);
+  if (v < 0) return failed(cx);
   return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, v));
 }
 
@@ -282,15 +285,8 @@ static sc_status gemm_kernel(sc_lower_ctx *cx, const sc_node *n, const gemm_p *p
   bi[0] = p->tb ? idx[1] : r, bi[1] = p->tb ? r : idx[1];
   /* floats in their accumulator dtype; integers like the fold: in f64 */
   sc_dtype acc = sc_dtype_is_float(y->dtype) ? acc_dtype(y->dtype) : SC_DTYPE_F64;
-  int32_t v = fconst(cx, acc, 0);
-  if (p->k > 0) {
-    int32_t va = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, ai));
-    int32_t vb = cast_to(cx, acc, sc_lower_input_at(cx, n, 1, bi));
-    if (va < 0 || vb < 0) return failed(cx);
-    int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc, bin(cx, KIR_MUL, va, vb));
-    if (ph < 0) return failed(cx);
-    v = kir_reg(cx->arena, cx->k, ph);
-  }
+  int32_t v = reduce_dot(cx, n, acc, p->k, ai, bi);
+  if (v < 0) return failed(cx);
   if (p->alpha != 1.0) v = bin(cx, KIR_MUL, v, fconst(cx, acc, p->alpha));
   if (cv) {
     int32_t ci[2];
