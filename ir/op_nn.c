@@ -608,24 +608,35 @@ sc_status sc_op_infer_instancenorm(sc_graph *g, sc_node *n) {
   return sc_same_as_input(g, n, 0, 0);
 }
 
+/* The attributes LayerNormalization and RMSNormalization share: axis
+ * (normalised against X's rank), epsilon (validated as a float) and
+ * stash_type (must name a float type). */
+static sc_status row_norm_attrs(sc_graph *g, const sc_node *n, const sc_value *x,
+                                int32_t *axis, sc_dtype *stash_t) {
+  int64_t axis_attr, stash;
+  double eps;
+  sc_status st;
+  if ((st = sc_read_attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
+    return st;
+  if ((st = sc_norm_axis(g, n, axis_attr, x->rank, axis)) != SC_OK) return st;
+  *stash_t = stash >= INT32_MIN && stash <= INT32_MAX ? sc_dtype_from_onnx((int32_t)stash)
+                                                      : SC_DTYPE_COUNT;
+  if (*stash_t == SC_DTYPE_COUNT || !sc_dtype_is_float(*stash_t))
+    return sc_node_error(g, n, SC_ERR_INVALID, "stash_type %lld is not a float type",
+                         (long long)stash);
+  return SC_OK;
+}
+
 sc_status sc_op_infer_layernorm(sc_graph *g, sc_node *n) {
   sc_status st = sc_check_inputs(g, n);
   if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0);
   if ((st = need_float(g, n, x)) != SC_OK) return st;
-  int64_t axis_attr, stash;
-  double eps;
-  if ((st = sc_read_attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
-      (st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
-      (st = sc_read_attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
-    return st;
   int32_t axis;
-  if ((st = sc_norm_axis(g, n, axis_attr, x->rank, &axis)) != SC_OK) return st;
-  sc_dtype stash_t = stash >= INT32_MIN && stash <= INT32_MAX
-                         ? sc_dtype_from_onnx((int32_t)stash) : SC_DTYPE_COUNT;
-  if (stash_t == SC_DTYPE_COUNT || !sc_dtype_is_float(stash_t))
-    return sc_node_error(g, n, SC_ERR_INVALID, "stash_type %lld is not a float type",
-                         (long long)stash);
+  sc_dtype stash_t;
+  if ((st = row_norm_attrs(g, n, x, &axis, &stash_t)) != SC_OK) return st;
   const sc_value *scale = sc_node_input(g, n, 1), *bias = sc_node_input(g, n, 2);
   if ((st = need_float(g, n, scale)) != SC_OK ||
       (st = need_bcast_to(g, n, scale, "Scale", x->rank, x->dims)) != SC_OK)
@@ -648,22 +659,12 @@ sc_status sc_op_infer_rmsnorm(sc_graph *g, sc_node *n) {
   if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0);
   if ((st = need_float(g, n, x)) != SC_OK) return st;
-  int64_t axis_attr, stash;
-  double eps;
-  if ((st = sc_read_attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
-      (st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
-      (st = sc_read_attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
-    return st;
   if (x->rank < 1)
     return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' is a scalar (needs rank >= 1)",
                          x->name);
   int32_t axis;
-  if ((st = sc_norm_axis(g, n, axis_attr, x->rank, &axis)) != SC_OK) return st;
-  sc_dtype stash_t = stash >= INT32_MIN && stash <= INT32_MAX
-                         ? sc_dtype_from_onnx((int32_t)stash) : SC_DTYPE_COUNT;
-  if (stash_t == SC_DTYPE_COUNT || !sc_dtype_is_float(stash_t))
-    return sc_node_error(g, n, SC_ERR_INVALID, "stash_type %lld is not a float type",
-                         (long long)stash);
+  sc_dtype stash_t;
+  if ((st = row_norm_attrs(g, n, x, &axis, &stash_t)) != SC_OK) return st;
   const sc_value *scale = sc_node_input(g, n, 1);
   if ((st = need_float(g, n, scale)) != SC_OK ||
       (st = need_bcast_to(g, n, scale, "scale", x->rank - axis, x->dims + axis)) != SC_OK)
