@@ -103,25 +103,38 @@ static sc_status stats(sc_lower_ctx *cx, const sc_node *n, const int32_t *xi, in
   return rs->inv < 0 ? fail(cx) : SC_OK;
 }
 
+/* Starts the kernel of a norm over X's trailing dims from attribute axis:
+ * outer = X.shape[:axis], inner = prod(X.shape[axis:]); xi gets X's index
+ * (outer vars, then the inner var unflattened over the row). */
+static sc_status begin_row_kernel(sc_lower_ctx *cx, const sc_node *n, const sc_value *x,
+                                  int32_t *axis, int64_t *inner, double *eps, int32_t *xi) {
+  int64_t a = sc_attr_int(cx->g, n, "axis", -1);
+  if (a < 0) a += x->rank;
+  if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
+  *eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
+  *inner = 1;
+  for (int32_t d = (int32_t)a; d < x->rank; d++)
+    if (!sc_mul_i64(*inner, x->dims[d], inner))
+      return sc_lower_error(cx, n, SC_ERR_LIMIT, "row too large");
+  if (*inner == 0) return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "normalising empty rows");
+  sc_status st = sc_lower_begin_kernel(cx, n, (int32_t)a, x->dims, *inner);
+  if (st != SC_OK) return st;
+  sc_lower_outer_index(cx, xi);
+  sc_lower_unflatten(cx, kir_var(cx->arena, cx->k, KIR_INNER), x->rank - (int32_t)a,
+                     x->dims + a, xi + a);
+  *axis = (int32_t)a;
+  return SC_OK;
+}
+
 /* ---- LayerNormalization ---- */
 
 static sc_status layernorm_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *x = sc_node_input(cx->g, n, 0);
-  int64_t a = sc_attr_int(cx->g, n, "axis", -1);
-  if (a < 0) a += x->rank;
-  if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
-  double eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
-  int64_t inner = 1;
-  for (int32_t d = (int32_t)a; d < x->rank; d++)
-    if (!sc_mul_i64(inner, x->dims[d], &inner))
-      return sc_lower_error(cx, n, SC_ERR_LIMIT, "row too large");
-  if (inner == 0) return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "normalising empty rows");
-  sc_status st = sc_lower_begin_kernel(cx, n, (int32_t)a, x->dims, inner);
+  int32_t a, xi[SC_MAX_RANK], si[SC_MAX_RANK];
+  int64_t inner;
+  double eps;
+  sc_status st = begin_row_kernel(cx, n, x, &a, &inner, &eps, xi);
   if (st != SC_OK) return st;
-  int32_t xi[SC_MAX_RANK], si[SC_MAX_RANK];
-  sc_lower_outer_index(cx, xi);
-  sc_lower_unflatten(cx, kir_var(cx->arena, cx->k, KIR_INNER), x->rank - (int32_t)a,
-                     x->dims + a, xi + a);
   sc_dtype ct = compute_of(x->dtype);
   row_stats rs;
   if ((st = stats(cx, n, xi, inner, eps, ct, &rs)) != SC_OK) return st;
@@ -131,7 +144,7 @@ static sc_status layernorm_build(sc_lower_ctx *cx, const sc_node *n) {
   if (y < 0) return fail(cx);
   if ((st = sc_lower_store(cx, n, 0, xi, sc_lower_cast(cx, x->dtype, y))) != SC_OK) return st;
   /* Mean and InvStdDev: one value per row (stored at each inner step) */
-  for (int32_t d = (int32_t)a; d < x->rank; d++) si[d] = sc_lower_i64(cx, 0);
+  for (int32_t d = a; d < x->rank; d++) si[d] = sc_lower_i64(cx, 0);
   for (int32_t d = 0; d < a; d++) si[d] = xi[d];
   for (int32_t out = 1; out <= 2; out++) {
     const sc_value *o = sc_node_output(cx->g, n, out);
@@ -148,21 +161,11 @@ const sc_lowering sc_lw_layernorm = {SC_LOWER_KERNEL, NULL, layernorm_build};
 
 static sc_status rmsnorm_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *x = sc_node_input(cx->g, n, 0);
-  int64_t a = sc_attr_int(cx->g, n, "axis", -1);
-  if (a < 0) a += x->rank;
-  if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
-  double eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
-  int64_t inner = 1;
-  for (int32_t d = (int32_t)a; d < x->rank; d++)
-    if (!sc_mul_i64(inner, x->dims[d], &inner))
-      return sc_lower_error(cx, n, SC_ERR_LIMIT, "row too large");
-  if (inner == 0) return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "normalising empty rows");
-  sc_status st = sc_lower_begin_kernel(cx, n, (int32_t)a, x->dims, inner);
+  int32_t a, xi[SC_MAX_RANK];
+  int64_t inner;
+  double eps;
+  sc_status st = begin_row_kernel(cx, n, x, &a, &inner, &eps, xi);
   if (st != SC_OK) return st;
-  int32_t xi[SC_MAX_RANK];
-  sc_lower_outer_index(cx, xi);
-  sc_lower_unflatten(cx, kir_var(cx->arena, cx->k, KIR_INNER), x->rank - (int32_t)a,
-                     x->dims + a, xi + a);
   sc_dtype ct = compute_of(x->dtype);
   int32_t v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
   int32_t ss = reduce(cx, KIR_RED_SUM, ct, BIN(MUL, v, v));
