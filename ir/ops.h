@@ -25,7 +25,8 @@ struct sc_graph;
 struct sc_node;
 
 typedef enum sc_op {
-#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower) \
+#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
+           shard)                                                                             \
   SC_OP_##id,
 #include "ops.def"
 #undef OP

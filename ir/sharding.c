@@ -46,6 +46,7 @@ bool sc_sharding_equal(const sc_sharding *a, const sc_sharding *b) {
     if (a->n_dim_axes[d] != b->n_dim_axes[d]) return false;
     for (int32_t k = 0; k < a->n_dim_axes[d]; k++)
       if (a->dim_axes[d][k] != b->dim_axes[d][k]) return false;
+    if (sc_sharding_stride(a, d) != sc_sharding_stride(b, d)) return false;
   }
   return true;
 }
@@ -72,6 +73,9 @@ sc_status sc_sharding_validate(const sc_sharding *s, const sc_mesh *m, sc_diag *
                            m->axes[a].name);
       seen |= 1u << a;
     }
+    if (s->stride[i] > 1 && s->n_dim_axes[i] == 0)
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "sharding: dim %d has a stride but is not split", i);
   }
   for (int32_t a = 0; a < m->n_axes; a++)
     if ((s->partial & (1u << a)) && (seen & (1u << a)))
@@ -115,11 +119,13 @@ sc_status sc_sharding_local_shape(const sc_sharding *s, const sc_mesh *m, int32_
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "value '%s': dim %d is unknown and cannot be split over (%s)", vn,
                          i, ax);
-    if (dims[i] % parts != 0)
+    int64_t stride = sc_sharding_stride(s, i);
+    if (dims[i] % (parts * stride) != 0)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "value '%s': dim %d (%lld) is not divisible by %lld, the size of "
-                         "mesh axes (%s)",
-                         vn, i, (long long)dims[i], (long long)parts, ax);
+                         "mesh axes (%s)%s",
+                         vn, i, (long long)dims[i], (long long)(parts * stride), ax,
+                         stride > 1 ? " times the stride" : "");
     local[i] = dims[i] / parts;
   }
   return SC_OK;
@@ -138,6 +144,7 @@ size_t sc_sharding_format(const sc_sharding *s, const sc_mesh *m, char *buf, siz
     if (d) PUT(",");
     int32_t k = s->n_dim_axes[d];
     if (k == 0) PUT("_");
+    if (k > 0 && s->stride[d] > 1) PUT("%d*", (int)s->stride[d]);
     if (k > 1) PUT("(");
     for (int32_t j = 0; j < k; j++) {
       int32_t a = s->dim_axes[d][j];
@@ -226,6 +233,15 @@ sc_status sc_sharding_parse(const char *text, size_t len, const sc_mesh *m, int3
       if (s.rank >= SC_MAX_RANK) return lerr(&l, "more than 8 dims");
       int32_t dim = s.rank++;
       lws(&l);
+      if (l.s < l.end && isdigit((unsigned char)*l.s)) {
+        int64_t k = 0;
+        while (l.s < l.end && isdigit((unsigned char)*l.s) && k < 1000) k = k * 10 + (*l.s++ - '0');
+        if (k < 2 || k > 255) return lerr(&l, "stride must be 2..255");
+        if (!lacc(&l, '*')) return lerr(&l, "expected '*' after a stride");
+        s.stride[dim] = (uint8_t)k;
+        lws(&l);
+        if (l.s < l.end && *l.s == '_') return lerr(&l, "a stride needs axes");
+      }
       if (lacc(&l, '(')) {
         for (;;) {
           int32_t a = laxis(&l);
@@ -302,6 +318,10 @@ sc_status sc_graph_attach_mesh(sc_graph *g, const sc_mesh *mesh) {
   return SC_OK;
 }
 
+void sc_graph_mark_local_shapes(sc_graph *g) {
+  if (g->shardings) g->shardings->local_shapes = true;
+}
+
 const sc_mesh *sc_graph_mesh(const sc_graph *g) {
   return g->shardings ? &g->shardings->mesh : NULL;
 }
@@ -343,7 +363,7 @@ sc_status sc_graph_set_sharding(sc_graph *g, int32_t id, const sc_sharding *s) {
                           v->rank, s->rank);
   sc_status st = sc_sharding_validate(s, &t->mesh, &g->diag);
   if (st != SC_OK) return st;
-  bool known = v->rank >= 0;
+  bool known = v->rank >= 0 && !t->local_shapes;
   for (int32_t d = 0; known && d < v->rank; d++) known = v->dims[d] >= 0;
   int64_t local[SC_MAX_RANK];
   if (known && (st = sc_sharding_local_shape(s, &t->mesh, v->rank, v->dims, local, v->name,
@@ -368,4 +388,66 @@ void sc_shardings_remap(sc_shardings *t, const int32_t *vmap, int32_t n_old) {
     top = j + 1;
   }
   if (top < t->n) memset(t->set + top, 0, (size_t)(t->n - top));
+}
+
+void sc_sharding_piece(const sc_sharding *s, const sc_mesh *m, int32_t d, int64_t size,
+                       const int64_t *coords, int64_t *offset, int64_t *extent) {
+  int64_t parts = sc_sharding_dim_parts(s, m, d);
+  int64_t block = size / sc_sharding_stride(s, d);
+  int64_t idx = 0; /* mixed radix over the dim's axes, major first */
+  for (int32_t k = 0; k < s->n_dim_axes[d]; k++) {
+    int32_t a = s->dim_axes[d][k];
+    idx = idx * m->axes[a].size + coords[a];
+  }
+  *extent = block / parts;
+  *offset = idx * *extent;
+}
+
+void sc_sharding_extract(const sc_sharding *s, const sc_mesh *m, const int64_t *coords,
+                         size_t esz, const int64_t *dims, const void *src, void *dst) {
+  int32_t r = s->rank;
+  int64_t local[SC_MAX_RANK] = {0}, off[SC_MAX_RANK] = {0}, ext[SC_MAX_RANK] = {0},
+          blk[SC_MAX_RANK] = {0};
+  int64_t n = 1;
+  bool zero = false;
+  for (int32_t a = 0; a < m->n_axes; a++)
+    if ((s->partial & (1u << a)) && coords[a] != 0) zero = true;
+  for (int32_t d = 0; d < r; d++) {
+    sc_sharding_piece(s, m, d, dims[d], coords, &off[d], &ext[d]);
+    blk[d] = dims[d] / sc_sharding_stride(s, d);
+    local[d] = ext[d] * sc_sharding_stride(s, d);
+    n *= local[d];
+  }
+  if (zero || n == 0) {
+    memset(dst, 0, (size_t)n * esz);
+    return;
+  }
+  /* Copy runs of the innermost dim; walk the outer local index. */
+  int64_t inner = r ? local[r - 1] : 1;
+  int64_t idx[SC_MAX_RANK] = {0};
+  char *out = dst;
+  const char *in = src;
+  for (int64_t done = 0; done < n; done += inner) {
+    /* global offset of local index idx (last dim at 0) */
+    int64_t g = 0;
+    for (int32_t d = 0; d < r; d++) {
+      int64_t li = d == r - 1 ? 0 : idx[d];
+      int64_t b = li / ext[d], w = li % ext[d];
+      g = g * dims[d] + b * blk[d] + off[d] + w;
+    }
+    if (r == 0) {
+      memcpy(out, in, esz);
+      break;
+    }
+    /* the innermost dim's run may cross stride blocks */
+    int64_t st = sc_sharding_stride(s, r - 1);
+    int64_t base = g - off[r - 1];
+    for (int64_t b = 0; b < st; b++)
+      memcpy(out + (size_t)(done + b * ext[r - 1]) * esz,
+             in + (size_t)(base + b * blk[r - 1] + off[r - 1]) * esz, (size_t)ext[r - 1] * esz);
+    for (int32_t d = r - 2; d >= 0; d--) {
+      if (++idx[d] < local[d]) break;
+      idx[d] = 0;
+    }
+  }
 }

@@ -36,7 +36,18 @@ typedef struct sc_sharding {
   uint8_t n_dim_axes[SC_MAX_RANK];             /* axes splitting each dim */
   int8_t dim_axes[SC_MAX_RANK][SC_MESH_MAX_AXES]; /* mesh axis ids, major first */
   sc_axes partial;                             /* pending-sum axes */
+  /* stride[d] > 1: dim d is viewed as [stride, size/stride] and only the
+   * inner part is split (each rank holds its piece of every one of the
+   * stride blocks, in order): a fused QKV projection's columns split by heads
+   * are [_,3*tp] (Megatron's partition stride). 0 or 1 = none. Text: `3*tp`,
+   * `3*(dp,tp)`. Only on a split dim. */
+  uint8_t stride[SC_MAX_RANK];
 } sc_sharding;
+
+/* stride of dim d, 1 when none. */
+static inline int64_t sc_sharding_stride(const sc_sharding *s, int32_t d) {
+  return s->stride[d] > 1 ? s->stride[d] : 1;
+}
 
 /* Replicated over every axis, for a value of the given rank. */
 void sc_sharding_replicated(sc_sharding *s, int32_t rank);
@@ -59,6 +70,19 @@ sc_status sc_sharding_local_shape(const sc_sharding *s, const sc_mesh *m,
                                   int32_t rank, const int64_t *dims, int64_t *local,
                                   const char *value_name, sc_diag *d);
 
+/* The offset and extent, in the global dim d of size `size`, of the piece
+ * held by the rank with mesh coordinates coords, for each of the
+ * sc_sharding_stride(s, d) blocks: block b's piece starts at
+ * b * (size / stride) + *offset and has *extent elements. */
+void sc_sharding_piece(const sc_sharding *s, const sc_mesh *m, int32_t d, int64_t size,
+                       const int64_t *coords, int64_t *offset, int64_t *extent);
+/* Copies rank coords' local piece of the global tensor src (dtype size esz,
+ * global dims dims[s->rank]) to dst (packed, local shape). Pending-sum
+ * (partial) axes: the rank whose coordinate along every partial axis is 0
+ * gets the data, the others zeros (so the sum is the value, exactly). */
+void sc_sharding_extract(const sc_sharding *s, const sc_mesh *m, const int64_t *coords,
+                         size_t esz, const int64_t *dims, const void *src, void *dst);
+
 /* Canonical text form into buf; returns the length needed (like snprintf). */
 size_t sc_sharding_format(const sc_sharding *s, const sc_mesh *m, char *buf, size_t n);
 /* Parses text[0..len) (whitespace allowed between tokens). rank >= 0 checks
@@ -70,6 +94,8 @@ sc_status sc_sharding_parse(const char *text, size_t len, const sc_mesh *m,
 /* ---- the graph's table ---- */
 typedef struct sc_shardings {
   sc_mesh mesh;
+  bool local_shapes;  /* values carry LOCAL shapes (a partitioned graph):
+                         sc_graph_set_sharding does not check divisibility */
   int32_t n;          /* entries allocated (may be < g->n_values) */
   uint8_t *set;       /* set[id]: a sharding is assigned to value id */
   sc_sharding *of;    /* of[id], meaningful when set[id] */
@@ -78,6 +104,9 @@ typedef struct sc_shardings {
 /* Gives g a sharding table over mesh (replacing the mesh and clearing every
  * sharding when it has one). SC_ERR_NOMEM. */
 sc_status sc_graph_attach_mesh(sc_graph *g, const sc_mesh *mesh);
+/* Marks g's values as holding local shapes (passes/partition): shardings
+ * then describe how each local piece sits in its global value. Needs a mesh. */
+void sc_graph_mark_local_shapes(sc_graph *g);
 /* The mesh, or NULL when none is attached. */
 const sc_mesh *sc_graph_mesh(const sc_graph *g);
 /* Value id's sharding, or NULL when none is assigned (or no table). */

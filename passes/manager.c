@@ -133,6 +133,13 @@ static void blame_pass(sc_graph *g, const char *pass) {
   memcpy(g->diag.msg, msg, sizeof msg);
 }
 
+bool sc_pass_is_partition_point(const char *name) {
+  static const char *const points[] = {"seed", "localize", "pipeline-split"};
+  for (size_t i = 0; i < sizeof points / sizeof *points; i++)
+    if (strcmp(name, points[i]) == 0) return true;
+  return false;
+}
+
 sc_status sc_run_passes(sc_graph *g, const char *list, const sc_pass_opts *opts) {
   sc_pass_opts dflt;
   if (!opts) {
@@ -155,7 +162,7 @@ sc_status sc_run_passes(sc_graph *g, const char *list, const sc_pass_opts *opts)
                             names[i], known);
   }
   if (opts->print_after && strcmp(opts->print_after, "all") != 0 &&
-      !sc_pass_find(opts->print_after))
+      !sc_pass_find(opts->print_after) && !sc_pass_is_partition_point(opts->print_after))
     return sc_graph_error(g, SC_ERR_USAGE,
                           "--print-after: unknown pass '%s' (known passes: %s, all)",
                           opts->print_after, known);

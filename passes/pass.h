@@ -59,6 +59,11 @@ const sc_pass_info *sc_pass_find(const char *name);
  * what; an unknown pass name is SC_ERR_USAGE. */
 sc_status sc_run_passes(sc_graph *g, const char *list, const sc_pass_opts *opts);
 
+/* The partitioner's stages (passes/partition/partition.h) that
+ * --print-after also names: they are not graph passes of the registry. */
+#define SC_PARTITION_PRINT_POINTS "seed, localize, pipeline-split"
+bool sc_pass_is_partition_point(const char *name);
+
 /* The passes themselves (one file each). */
 sc_status sc_pass_bind_dims(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts);

@@ -212,6 +212,7 @@ typedef struct cpu_ctx {
   const sc_program *p;
   sc_cpu_module *mod;
   const sc_cpu_module *given; /* precompiled kernels (borrowed) or NULL */
+  const void *const *const_data; /* per buffer overrides of CONST data, or NULL */
   sc_cpu_kernel_fn *fns;  /* per kernel */
   int64_t *points;        /* per kernel: prod(outer_dims) */
   int64_t *work;          /* per kernel: points x inner x phases (saturated) */
@@ -231,6 +232,7 @@ static sc_status cpu_create(const sc_device_opts *o, void **out, sc_diag *diag) 
   if (!c) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   c->threads = o && o->threads > 0 ? o->threads : online_cores();
   c->given = o ? o->cpu_module : NULL;
+  c->const_data = o ? o->const_data : NULL;
   sc_status st = sc_thread_pool_create(c->threads, &c->pool, diag);
   if (st != SC_OK) {
     sc_free(c);
@@ -418,13 +420,15 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
                            (long long)rb->bytes, (long long)p->arena_bytes);
       c->ptrs[b] = base + rb->offset;
       break;
-    case SC_BUF_CONST:
-      if (!rb->data && rb->bytes > 0)
+    case SC_BUF_CONST: {
+      const void *data = c->const_data && c->const_data[r] ? c->const_data[r] : rb->data;
+      if (!data && rb->bytes > 0)
         return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                            "constant '%s' has no data (loaded with --no-weights?)",
                            rb->name ? rb->name : "?");
-      c->ptrs[b] = (void *)rb->data;
+      c->ptrs[b] = (void *)data;
       break;
+    }
     default:
       return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                          "buffer '%s': view without a storage root", rb->name ? rb->name : "?");

@@ -30,6 +30,8 @@ typedef struct sc_device_opts {
   int threads; /* worker threads (CPU); 0 = all online cores */
   const struct sc_cpu_module *cpu_module; /* CPU: precompiled kernels
                                              (borrowed) or NULL = JIT */
+  const void *const *const_data; /* NULL or per buffer: overrides a CONST
+                                    buffer's data in bind (borrowed) */
 } sc_device_opts;
 
 typedef struct sc_device_iface {

@@ -43,6 +43,10 @@ typedef struct sc_session_opts {
    * sc_comm_split (a collective call: every rank creates its session
    * concurrently). NULL = none: a program with COMM steps is then refused. */
   struct sc_comm *world;
+  /* NULL, or [program->n_buffers]: data for CONST buffers, overriding the
+   * program's (NULL entries: the program's). Borrowed: must outlive the
+   * session. A partitioned run's weight shards (runtime/dist.h). */
+  const void *const *const_data;
 } sc_session_opts;
 void sc_session_opts_init(sc_session_opts *o);
 

@@ -20,9 +20,11 @@
  *
  * Collectives: COMM steps are run here, not by the device, through the
  * communicator of the step's mesh-axis group. Session creation splits
- * opts->world once per distinct group, in step order (every rank runs the
- * same program, so every rank makes the same sc_comm_split calls), with
- * color and key from ir/mesh.h. The layout changes of gathers and scatters
+ * opts->world once per distinct group, with color and key from ir/mesh.h.
+ * The splits are collective, and pipeline stages run different programs:
+ * every rank splits once per non-empty set of mesh axes, in mask order,
+ * passing color -1 for the sets its program does not use (at most 255
+ * calls; 7 for pp,dp,tp). The layout changes of gathers and scatters
  * along a non-leading dim (codegen/program.h: pack, unpack) are strided
  * host copies between arena buffers: right for the CPU device, whose
  * buffers are host memory (a CUDA device will need a copy kernel). A
@@ -147,7 +149,10 @@ void sc_session_destroy(sc_session *s) {
 }
 
 /* One sub-communicator of s->world per distinct group of the COMM steps
- * (module comment). */
+ * (module comment). The splits are collective over the world, and the
+ * stages of a pipeline run different programs with different groups, so
+ * every rank makes the same calls: one per non-empty set of mesh axes, in
+ * increasing mask order, with color -1 for a set its program does not use. */
 static sc_status make_groups(sc_session *s, sc_diag *diag) {
   const sc_program *p = s->p;
   int32_t n_comm = 0;
@@ -169,28 +174,36 @@ static sc_status make_groups(sc_session *s, sc_diag *diag) {
   s->group_axes = sc_calloc((size_t)n_comm, sizeof *s->group_axes);
   if (!s->step_comm || !s->groups || !s->group_axes)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *st = &p->steps[i];
+    if (st->kind == SC_STEP_COMM && (st->comm.axes & ~sc_mesh_all_axes(m)))
+      return sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL,
+                         "step %d: group axes 0x%x are not axes of the mesh", (int)i,
+                         (unsigned)st->comm.axes);
+  }
   int64_t rank = sc_comm_rank(s->world);
+  for (uint32_t axes = 1; axes <= sc_mesh_all_axes(m); axes++) {
+    bool used = false;
+    for (int32_t i = 0; i < p->n_steps && !used; i++)
+      used = p->steps[i].kind == SC_STEP_COMM && p->steps[i].comm.axes == axes;
+    int64_t color = used ? sc_mesh_group_color(m, axes, rank) : -1;
+    int64_t key = sc_mesh_group_key(m, axes, rank);
+    sc_comm *c = NULL;
+    sc_status r = sc_comm_split(s->world, (int)color, (int)key, &c, diag);
+    if (r != SC_OK) return r;
+    if (!used) continue;
+    s->groups[s->n_groups] = c;
+    s->group_axes[s->n_groups++] = axes;
+    if (sc_comm_size(c) != sc_mesh_group_size(m, axes))
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "group over axes 0x%x: %d ranks, expected %lld", (unsigned)axes,
+                         sc_comm_size(c), (long long)sc_mesh_group_size(m, axes));
+  }
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *st = &p->steps[i];
     if (st->kind != SC_STEP_COMM) continue;
-    uint32_t axes = st->comm.axes;
-    if (axes & ~sc_mesh_all_axes(m))
-      return sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL,
-                         "step %d: group axes 0x%x are not axes of the mesh", (int)i,
-                         (unsigned)axes);
     int32_t gi = 0;
-    while (gi < s->n_groups && s->group_axes[gi] != axes) gi++;
-    if (gi == s->n_groups) {
-      int64_t color = sc_mesh_group_color(m, axes, rank), key = sc_mesh_group_key(m, axes, rank);
-      sc_status r = sc_comm_split(s->world, (int)color, (int)key, &s->groups[gi], diag);
-      if (r != SC_OK) return r;
-      s->group_axes[gi] = axes;
-      s->n_groups++;
-      if (sc_comm_size(s->groups[gi]) != sc_mesh_group_size(m, axes))
-        return sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL,
-                           "step %d: group of %d ranks, expected %lld", (int)i,
-                           sc_comm_size(s->groups[gi]), (long long)sc_mesh_group_size(m, axes));
-    }
+    while (s->group_axes[gi] != st->comm.axes) gi++; /* every used set was split */
     if (st->comm.group_size != sc_comm_size(s->groups[gi]))
       return sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL,
                          "step %d: compiled for a group of %lld ranks, the mesh gives %d", (int)i,
@@ -269,7 +282,8 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   s->dev = dev;
   s->p = p;
   s->world = o->world;
-  sc_device_opts dopts = {.threads = o->threads, .cpu_module = o->cpu_module};
+  sc_device_opts dopts = {
+      .threads = o->threads, .cpu_module = o->cpu_module, .const_data = o->const_data};
   sc_status st = make_groups(s, diag);
   if (st == SC_OK) st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);

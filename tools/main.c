@@ -22,6 +22,7 @@ static const command COMMANDS[] = {
     {"opt", sc_cmd_opt, "run chosen passes on textual IR and print the result"},
     {"run", sc_cmd_run, "compile a model for the CPU, run it, write its outputs as .npy"},
     {"compile", sc_cmd_compile, "compile a model into a bundle directory, or print its code (--emit)"},
+    {"plan", sc_cmd_plan, "partition a model over a device mesh; report stages, memory, collectives"},
 };
 enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
 

@@ -32,6 +32,8 @@
 #include "runtime/bundle.h"
 #include "runtime/npy.h"
 #include "runtime/runtime.h"
+#include "runtime/dist.h"
+#include "tools/partition_cli.h"
 
 static const char *const USAGE =
     "shardc run MODEL.onnx [--dim NAME=V]... [--input NAME=FILE.npy]...\n"
@@ -55,6 +57,7 @@ typedef struct run_opts {
   int n_frozen;
   int64_t repeat, warmup;              /* --repeat N, --warmup W (timing mode) */
   bool warmup_given;
+  sc_pcli pc;                          /* --mesh and the other partition options */
 } run_opts;
 
 /* "--name=value" or "--name value" (exact name): the value, advancing *i. */
@@ -90,6 +93,7 @@ static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_re
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     bool missing = false;
+    int taken = 0;
     if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
     if (only_files || a[0] != '-') {
       rest[(*n_rest)++] = argv[i];
@@ -142,6 +146,9 @@ static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_re
       r->warmup_given |= !rep;
     } else if (strcmp(a, "--no-fuse") == 0) {
       r->no_fuse = true;
+    } else if (a[0] == '-' && a[1] == '-' && (taken = sc_pcli_take_option(&r->pc, argc, argv, &i, true)) != 0) {
+      if (taken == 2) return 2;
+      i--; /* it moved past what it took; the loop steps once more */
     } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
       r->quiet = true;
     } else if (strcmp(a, "--verbose") == 0 || strcmp(a, "-v") == 0) {
@@ -522,9 +529,157 @@ static int repeat_runs(run_state *st, const run_opts *r, double compile_ms, doub
   return 0;
 }
 
+/* ---- partitioned runs (--mesh / --plan; docs/partitioning.md) ----
+ * The model is partitioned and each stage compiled once; the ranks run as
+ * threads (--comm local) or as the processes of an mpirun (--comm mpi),
+ * each writing the outputs it owns. Inputs are the GLOBAL ones: with
+ * microbatches, dim 0 is the full batch (the graph is bound to one
+ * microbatch). Random inputs are drawn like an unpartitioned run's, in
+ * graph input order, so both runs see the same numbers. */
+static int run_partitioned(run_opts *r, sc_cli_opts *o) {
+  sc_import_opts io = {.no_weights = false};
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_graph *g = NULL;
+  sc_status s = sc_onnx_import(o->file, &io, &g, &d);
+  int rc = 0;
+  if (s == SC_OK && (rc = sc_pcli_adjust_dims(&r->pc, g, o)) != 0) {
+    sc_graph_destroy(g);
+    return rc;
+  }
+  if ((rc = sc_cli_load_finish(s, &g, &d, o)) != 0) return rc;
+  sc_pass_opts po;
+  sc_cli_pass_opts(o, &po);
+  sc_compile_opts co;
+  sc_compile_opts_init(&co);
+  co.fuse = !r->no_fuse;
+  co.print_after = o->print_after;
+  co.time_passes = o->time_passes;
+  co.quiet = true;
+  sc_pbuild b;
+  memset(&b, 0, sizeof b);
+  double t0 = now_ms();
+  if ((rc = sc_pcli_build(&r->pc, g, o->file, &po, &co, true, &b)) != 0) {
+    sc_graph_destroy(g);
+    return rc;
+  }
+  double t1 = now_ms();
+  const sc_partition *part = b.part;
+  int64_t m = part->microbatches;
+  int32_t ni = g->n_inputs, no = g->n_outputs;
+  sc_tensor_view *in = sc_calloc((size_t)(ni ? ni : 1), sizeof *in);
+  sc_dist_output *out = sc_calloc((size_t)(no ? no : 1), sizeof *out);
+  void **data = sc_calloc((size_t)(ni ? ni : 1), sizeof *data);
+  uint64_t rng = r->seed;
+  if (!in || !out || !data) rc = 1;
+  for (int32_t i = 0; i < ni && !rc; i++) {
+    const sc_value *v = &g->values[g->inputs[i]];
+    sc_tensor_view *t = &in[i];
+    t->name = v->name;
+    t->dtype = v->dtype;
+    t->rank = v->rank;
+    memcpy(t->dims, v->dims, sizeof t->dims);
+    if (v->rank > 0) t->dims[0] *= m;
+    int64_t numel = 1;
+    for (int32_t k = 0; k < t->rank; k++) numel *= t->dims[k];
+    int64_t bytes = numel * (int64_t)sc_dtype_size(v->dtype);
+    int k = r->n_in - 1;
+    while (k >= 0 && strcmp(r->in_name[k], v->name) != 0) k--;
+    if (k >= 0) {
+      sc_npy a;
+      if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
+        fprintf(stderr, "shardc: error: input '%s': %s\n", v->name, d.msg);
+        rc = 1;
+        break;
+      }
+      data[i] = a.data;
+      bool ok = a.dtype == t->dtype && a.rank == t->rank;
+      for (int32_t dd = 0; ok && dd < a.rank; dd++) ok = a.dims[dd] == t->dims[dd];
+      if (!ok) {
+        char want[256], got[256];
+        format_type(t->dtype, t->rank, t->dims, want, sizeof want);
+        format_type(a.dtype, a.rank, a.dims, got, sizeof got);
+        fprintf(stderr, "shardc: error: input '%s': %s holds %s, the model expects %s\n",
+                v->name, r->in_file[k], got, want);
+        rc = 1;
+        break;
+      }
+      t->data = a.data;
+      continue;
+    }
+    if (!r->random) {
+      rc = sc_cli_usage_error("%s: missing input %s (give --input NAME=FILE.npy or "
+                              "--random-inputs SEED)", o->file, v->name);
+      break;
+    }
+    data[i] = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (!data[i]) {
+      rc = 1;
+      break;
+    }
+    sc_buffer fake = {.name = v->name, .dtype = v->dtype};
+    fill_random(&fake, data[i], numel, &rng);
+    t->data = data[i];
+  }
+  sc_dist_opts dop;
+  sc_dist_opts_init(&dop);
+  dop.threads = r->threads;
+  double t2 = now_ms(), t3 = t2;
+  sc_comm *world = NULL;
+  bool mpi = r->pc.comm && strcmp(r->pc.comm, "mpi") == 0;
+  if (!rc) {
+    if (mpi) {
+      s = sc_comm_mpi_create(&world, &d);
+      if (s == SC_OK && sc_comm_size(world) != part->mesh.n_ranks)
+        s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                        "--comm mpi: the mesh has %lld ranks but mpirun started %d",
+                        (long long)part->mesh.n_ranks, sc_comm_size(world));
+      if (s == SC_OK)
+        s = sc_dist_run_rank(part, b.programs, &dop, world, in, ni, out, no, NULL, &d);
+    } else {
+      s = sc_dist_run_local(part, b.programs, &dop, in, ni, out, no, NULL, &d);
+    }
+    t3 = now_ms();
+    if (s != SC_OK) rc = sc_cli_report(&d, o->file);
+  }
+  if (!rc && o->time_passes)
+    fprintf(stderr, "partition+compile %.3f ms, run %.3f ms on %lld ranks\n", t1 - t0, t3 - t2,
+            (long long)part->mesh.n_ranks);
+  if (!rc) {
+    const char *dir = r->out_dir ? r->out_dir : ".";
+    if (make_dir(dir)) rc = 1;
+    for (int32_t i = 0; i < no && !rc; i++) {
+      if (!out[i].data) continue; /* another rank owns it (mpi) */
+      char name[256], path[4096];
+      safe_name(out[i].name, name, sizeof name - 16);
+      snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+      sc_tensor_view v = {out[i].name, out[i].dtype, out[i].rank, {0}, out[i].data};
+      memcpy(v.dims, out[i].dims, sizeof v.dims);
+      if (sc_npy_write(path, v.dtype, v.rank, v.dims, v.data, &d) != SC_OK) {
+        fprintf(stderr, "shardc: error: %s\n", d.msg);
+        rc = 1;
+      } else if (!r->quiet) {
+        print_summary(&v, path);
+      }
+    }
+  }
+  fflush(stdout);
+  for (int32_t i = 0; i < no; i++) sc_free(out[i].data);
+  for (int32_t i = 0; i < ni; i++) sc_free(data[i]);
+  sc_free(in);
+  sc_free(out);
+  sc_free(data);
+  sc_comm_destroy(world);
+  sc_pbuild_free(&b);
+  sc_graph_destroy(g);
+  for (int i = 0; i < r->n_in; i++) sc_free(r->in_buf[i]);
+  return rc;
+}
+
 int sc_cmd_run(int argc, char **argv) {
   run_opts r;
   memset(&r, 0, sizeof r);
+  sc_pcli_init(&r.pc);
   char *rest[MAX_ARGS];
   int n_rest = 0;
   run_state st;
@@ -542,6 +697,13 @@ int sc_cmd_run(int argc, char **argv) {
     print_help();
     run_state_free(&st, &r);
     return 0;
+  }
+  if (sc_pcli_active(&r.pc)) {
+    if (r.repeat > 0 || sc_bundle_is_dir(o.file)) {
+      run_state_free(&st, &r);
+      return sc_cli_usage_error("--mesh: --repeat and bundles are not supported yet");
+    }
+    return run_partitioned(&r, &o);
   }
 
   double t_file = now_ms(); /* --repeat: "compile" is model file to ready to run */

@@ -1,0 +1,30 @@
+/* dp.c — data-parallel seeds: the batch (dim 0 of every graph input whose
+ * dim 0 divides) is split over the plan's dp axis. Propagation carries the
+ * split through the graph; weights stay replicated (ZeRO sharding of them is
+ * the training issue's). An input whose dim 0 does not divide stays
+ * replicated (every rank reads all of it). */
+#include "partition.h"
+
+sc_status sc_partition_seed_dp(sc_graph *g, const sc_plan *plan) {
+  const sc_mesh *m = sc_graph_mesh(g);
+  if (!plan->dp_axis || !m) return SC_OK;
+  int32_t ax = sc_mesh_find_axis(m, plan->dp_axis);
+  if (ax < 0)
+    return sc_graph_error(g, SC_ERR_INVALID, "dp axis '%s' is not an axis of the mesh",
+                          plan->dp_axis);
+  int64_t n = m->axes[ax].size;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    int32_t id = g->inputs[i];
+    const sc_value *v = &g->values[id];
+    if (v->rank < 1 || v->dims[0] <= 0 || v->dims[0] % n != 0 || n == 1) continue;
+    sc_sharding s;
+    const sc_sharding *old = sc_graph_sharding(g, id);
+    if (old) s = *old;
+    else sc_sharding_replicated(&s, v->rank);
+    if (s.n_dim_axes[0] || (sc_sharding_dim_axes(&s) & (1u << ax))) continue;
+    sc_sharding_split(&s, 0, ax);
+    sc_status st = sc_graph_set_sharding(g, id, &s);
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}

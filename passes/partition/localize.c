@@ -1,0 +1,761 @@
+/* localize.c — propagation and communication insertion: the global graph
+ * becomes one local SPMD graph.
+ *
+ * One forward walk over the global graph's nodes (topological order). Each
+ * global value has, at any time, a CURRENT sharding and the local value that
+ * holds its piece under it. At node n:
+ *   1. the op's rule (shard_rule.h) sees the inputs' current shardings and
+ *      says what it needs (want) and what it produces (out);
+ *   2. each input is resharded to its want (reshard() below), memoized per
+ *      (value, sharding) so that two readers needing the same layout share
+ *      one collective;
+ *   3. n is copied with its outputs' LOCAL shapes (global dims divided by
+ *      their sharding); inputs that encode the output shape (Reshape's and
+ *      Expand's shape, ConstantOfShape's, Split's sizes) are replaced by
+ *      constants of the local sizes;
+ *   4. a graph output is resharded to replicated at once, so the local
+ *      graph's outputs are whole values with their global names.
+ * Constants are never resharded at run time: a constant wanted under a
+ * sharding becomes a sharded constant (no data, local shape) whose source is
+ * the global data (partition.h) — each rank loads its piece. Constants
+ * wanted partial give their data to the group's first rank and zeros to the
+ * others.
+ *
+ * reshard(x: A -> B), in this order:
+ *   a. partial axes A has and B lacks: ReduceScatter onto the dim where B
+ *      adds that axis last (sequence parallelism's reduce-scatter), else
+ *      AllReduce;
+ *   b. per dim, while A's axis list is not a prefix of B's: AllGather the
+ *      innermost axis (a strided dim is gathered as [stride, piece] by
+ *      Reshape, AllGather, Reshape);
+ *   c. per dim, B's extra axes: a comm-free local slice — Gather with the
+ *      rank's indices, a sharded constant arange;
+ *   d. partial axes B has and A lacks (a replicated activation joining a
+ *      pending sum): Mul by a partial scalar 1 (1 on the group's first rank,
+ *      0 elsewhere).
+ * Every new node gets the `__stage` of the global node it serves. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "partition.h"
+#include "shard_rule.h"
+
+typedef struct memo {
+  int32_t gid;       /* global value */
+  sc_sharding s;
+  int32_t lid;       /* local value holding it */
+  int32_t next;      /* next memo of the same gid, or -1 */
+} memo;
+
+typedef struct lz {
+  sc_partition *p;
+  sc_graph *g, *L;
+  const sc_mesh *m;
+  sc_sharding *cur;  /* [g->n_values] current sharding */
+  int32_t *lid;      /* [g->n_values] local value of cur, -1 = not yet */
+  int32_t *head;     /* [g->n_values] first memo, -1 */
+  memo *memos;
+  int32_t n_memos, cap_memos;
+  sc_shard_source *src;
+  int32_t n_src, cap_src;
+  int32_t stage;     /* of the node being localized */
+  const char *origin; /* its name, for new node names */
+  sc_diag *d;
+} lz;
+
+static sc_status nomem(lz *z) {
+  return sc_diag_set(z->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+static sc_status lerr(lz *z) {
+  *z->d = z->L->diag.status != SC_OK ? z->L->diag : z->g->diag;
+  return z->d->status != SC_OK ? z->d->status : SC_ERR_INVALID;
+}
+
+static bool is_const(const sc_value *v) {
+  return (v->flags & SC_VALUE_CONST) && v->producer < 0;
+}
+
+static sc_status local_dims(lz *z, const sc_value *gv, const sc_sharding *s, int64_t *out) {
+  return sc_sharding_local_shape(s, z->m, gv->rank, gv->dims, out, gv->name, z->d);
+}
+
+static sc_status add_memo(lz *z, int32_t gid, const sc_sharding *s, int32_t lid) {
+  if (z->n_memos == z->cap_memos) {
+    int32_t cap = z->cap_memos ? z->cap_memos * 2 : 256;
+    memo *m = sc_realloc(z->memos, (size_t)cap * sizeof *m);
+    if (!m) return nomem(z);
+    z->memos = m;
+    z->cap_memos = cap;
+  }
+  memo *e = &z->memos[z->n_memos];
+  e->gid = gid;
+  e->s = *s;
+  e->lid = lid;
+  e->next = z->head[gid];
+  z->head[gid] = z->n_memos++;
+  return SC_OK;
+}
+
+static int32_t find_memo(lz *z, int32_t gid, const sc_sharding *s) {
+  for (int32_t i = z->head[gid]; i >= 0; i = z->memos[i].next)
+    if (sc_sharding_equal(&z->memos[i].s, s)) return z->memos[i].lid;
+  return -1;
+}
+
+/* A new local value named after base with dtype and local dims, its
+ * sharding recorded. */
+static int32_t new_value(lz *z, const char *base, sc_dtype t, int32_t rank,
+                         const int64_t *dims, const sc_sharding *s) {
+  int32_t id = sc_graph_new_value(z->L, base);
+  if (id < 0) return -1;
+  if (sc_value_set_shape(z->L, id, t, rank, dims) != SC_OK) return -1;
+  if (s && sc_graph_set_sharding(z->L, id, s) != SC_OK) return -1;
+  return id;
+}
+
+static sc_status add_source(lz *z, const char *name, sc_dtype t, int32_t rank,
+                            const int64_t *dims, const void *data, const sc_sharding *s) {
+  if (z->n_src == z->cap_src) {
+    int32_t cap = z->cap_src ? z->cap_src * 2 : 64;
+    sc_shard_source *n = sc_realloc(z->src, (size_t)cap * sizeof *n);
+    if (!n) return nomem(z);
+    z->src = n;
+    z->cap_src = cap;
+  }
+  sc_shard_source *e = &z->src[z->n_src++];
+  memset(e, 0, sizeof *e);
+  e->name = name;
+  e->dtype = t;
+  e->rank = rank;
+  if (rank) memcpy(e->dims, dims, (size_t)rank * sizeof *dims);
+  e->data = data;
+  e->sharding = *s;
+  return SC_OK;
+}
+
+/* A constant of the local graph under sharding s, from global contents
+ * (dtype t, dims, data — NULL for an absent weight). Replicated: a plain
+ * constant with borrowed data; else a sharded constant with a source. */
+static int32_t make_const(lz *z, const char *base, sc_dtype t, int32_t rank,
+                          const int64_t *dims, const void *data, bool param,
+                          const sc_sharding *s) {
+  int64_t loc[SC_MAX_RANK];
+  if (sc_sharding_local_shape(s, z->m, rank, dims, loc, base, z->d) != SC_OK) return -1;
+  int32_t id = new_value(z, base, t, rank, loc, s);
+  if (id < 0) return lerr(z), -1;
+  sc_value *v = sc_val(z->L, id);
+  if (sc_sharding_is_replicated(s) && data) {
+    int64_t n = sc_value_bytes(v);
+    if (sc_value_set_data(z->L, id, t, rank, loc, data, (uint64_t)n, false) != SC_OK)
+      return lerr(z), -1;
+  }
+  v->flags |= SC_VALUE_CONST | (param || !sc_sharding_is_replicated(s) ? SC_VALUE_PARAM : 0);
+  if (!sc_sharding_is_replicated(s) &&
+      add_source(z, v->name, t, rank, dims, data, s) != SC_OK)
+    return -1;
+  return id;
+}
+
+/* A replicated i64 constant of the local graph (data in its arena). */
+static int32_t const_i64(lz *z, const char *base, int32_t rank, const int64_t *dims,
+                         const int64_t *vals) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < rank; i++) n *= dims[i];
+  int32_t id = sc_graph_new_value(z->L, base);
+  if (id < 0) return lerr(z), -1;
+  if (sc_value_set_data(z->L, id, SC_DTYPE_I64, rank, dims, vals, (uint64_t)n * 8, true) !=
+      SC_OK)
+    return lerr(z), -1;
+  sc_sharding r;
+  sc_sharding_replicated(&r, rank);
+  if (sc_graph_set_sharding(z->L, id, &r) != SC_OK) return lerr(z), -1;
+  return id;
+}
+
+/* Adds a node of the current stage. */
+static int32_t emit(lz *z, sc_op op, const int32_t *in, int32_t n_in, const int32_t *out,
+                    int32_t n_out) {
+  int32_t nid = sc_graph_add_node(z->L, op, NULL, in, n_in, out, n_out);
+  if (nid < 0) return lerr(z), -1;
+  sc_attr *a = sc_node_add_attr(z->L, nid, "__stage", SC_ATTR_INT);
+  if (!a) return nomem(z), -1;
+  a->i = z->stage;
+  return nid;
+}
+
+static sc_status attr_axes(lz *z, int32_t nid, int32_t axis) {
+  sc_attr *a = sc_node_add_attr(z->L, nid, "axes", SC_ATTR_STRINGS);
+  if (!a) return nomem(z);
+  const char **s = sc_arena_array(&z->L->arena, 1, sizeof *s);
+  if (!s) return nomem(z);
+  s[0] = z->m->axes[axis].name;
+  a->strings = s;
+  a->n = 1;
+  return SC_OK;
+}
+
+static sc_status attr_int(lz *z, int32_t nid, const char *name, int64_t v) {
+  sc_attr *a = sc_node_add_attr(z->L, nid, name, SC_ATTR_INT);
+  if (!a) return nomem(z);
+  a->i = v;
+  return SC_OK;
+}
+
+/* One collective over mesh axis `axis` on local value x (global value gv),
+ * giving sharding s. op: AllReduce / AllGather / ReduceScatter; dim for the
+ * latter two. */
+static int32_t collective(lz *z, sc_op op, int32_t x, const sc_value *gv, int32_t axis,
+                          int32_t dim, const sc_sharding *s) {
+  int64_t loc[SC_MAX_RANK];
+  if (local_dims(z, gv, s, loc) != SC_OK) return -1;
+  int32_t y = new_value(z, z->L->values[x].name, gv->dtype, gv->rank, loc, s);
+  if (y < 0) return lerr(z), -1;
+  int32_t nid = emit(z, op, &x, 1, &y, 1);
+  if (nid < 0 || attr_axes(z, nid, axis) != SC_OK) return -1;
+  if (op != SC_OP_ALL_REDUCE && attr_int(z, nid, "axis", dim) != SC_OK) return -1;
+  return y;
+}
+
+/* AllGather of the innermost axis of a strided dim d: the local piece is
+ * viewed as [stride, piece] so that the gathered pieces land in each block. */
+static int32_t gather_strided(lz *z, int32_t x, const sc_value *gv, const sc_sharding *a,
+                              int32_t d, int32_t axis, const sc_sharding *after) {
+  int64_t k = sc_sharding_stride(a, d);
+  int64_t in[SC_MAX_RANK], out[SC_MAX_RANK], v1[SC_MAX_RANK], v2[SC_MAX_RANK];
+  if (local_dims(z, gv, a, in) != SC_OK || local_dims(z, gv, after, out) != SC_OK) return -1;
+  int32_t r = gv->rank;
+  for (int32_t i = 0, j = 0; i < r; i++) {
+    if (i == d) {
+      v1[j] = k;
+      v2[j++] = k;
+      v1[j] = in[i] / k;
+      v2[j++] = out[i] / k;
+    } else {
+      v1[j] = in[i];
+      v2[j++] = out[i];
+    }
+  }
+  int32_t sh1 = const_i64(z, "shape", 1, (int64_t[]){r + 1}, v1);
+  int32_t sh2 = const_i64(z, "shape", 1, (int64_t[]){r}, out);
+  if (sh1 < 0 || sh2 < 0) return -1;
+  int32_t t1 = new_value(z, z->L->values[x].name, gv->dtype, r + 1, v1, NULL);
+  int32_t t2 = new_value(z, z->L->values[x].name, gv->dtype, r + 1, v2, NULL);
+  int32_t y = new_value(z, z->L->values[x].name, gv->dtype, r, out, after);
+  if (t1 < 0 || t2 < 0 || y < 0) return lerr(z), -1;
+  if (emit(z, SC_OP_RESHAPE, (int32_t[]){x, sh1}, 2, &t1, 1) < 0) return -1;
+  int32_t ag = emit(z, SC_OP_ALL_GATHER, &t1, 1, &t2, 1);
+  if (ag < 0 || attr_axes(z, ag, axis) != SC_OK || attr_int(z, ag, "axis", d + 1) != SC_OK)
+    return -1;
+  if (emit(z, SC_OP_RESHAPE, (int32_t[]){t2, sh2}, 2, &y, 1) < 0) return -1;
+  return y;
+}
+
+/* Comm-free slice of dim d from sharding a to b (b's axes on d extend a's):
+ * Gather(x, rank's indices, axis d). */
+static int32_t local_slice(lz *z, int32_t x, const sc_value *gv, const sc_sharding *a,
+                           int32_t d, const sc_sharding *b) {
+  int64_t in[SC_MAX_RANK], out[SC_MAX_RANK];
+  if (local_dims(z, gv, a, in) != SC_OK || local_dims(z, gv, b, out) != SC_OK) return -1;
+  int64_t n = in[d];
+  int64_t *ar = sc_arena_array(&z->p->arena, (size_t)(n ? n : 1), sizeof *ar);
+  if (!ar) return nomem(z), -1;
+  for (int64_t i = 0; i < n; i++) ar[i] = i;
+  sc_sharding is;
+  sc_sharding_replicated(&is, 1);
+  for (int32_t k = a->n_dim_axes[d]; k < b->n_dim_axes[d]; k++)
+    sc_sharding_split(&is, 0, b->dim_axes[d][k]);
+  if (a->n_dim_axes[d] == 0) is.stride[0] = b->stride[d];
+  char base[256];
+  snprintf(base, sizeof base, "%s.index", gv->name);
+  int32_t idx = make_const(z, base, SC_DTYPE_I64, 1, &n, ar, false, &is);
+  sc_sharding next = *a;
+  next.n_dim_axes[d] = b->n_dim_axes[d];
+  memcpy(next.dim_axes[d], b->dim_axes[d], sizeof next.dim_axes[d]);
+  next.stride[d] = b->stride[d];
+  int64_t nd[SC_MAX_RANK];
+  if (idx < 0 || local_dims(z, gv, &next, nd) != SC_OK) return -1;
+  int32_t y = new_value(z, z->L->values[x].name, gv->dtype, gv->rank, nd, &next);
+  if (y < 0) return lerr(z), -1;
+  int32_t nid = emit(z, SC_OP_GATHER, (int32_t[]){x, idx}, 2, &y, 1);
+  if (nid < 0 || attr_int(z, nid, "axis", d) != SC_OK) return -1;
+  return y;
+}
+
+static bool is_prefix(const sc_sharding *a, const sc_sharding *b, int32_t d) {
+  if (a->n_dim_axes[d] > b->n_dim_axes[d]) return false;
+  for (int32_t k = 0; k < a->n_dim_axes[d]; k++)
+    if (a->dim_axes[d][k] != b->dim_axes[d][k]) return false;
+  if (a->n_dim_axes[d] == 0) return true;
+  return sc_sharding_stride(a, d) == sc_sharding_stride(b, d);
+}
+
+static int32_t scalar_one(lz *z, sc_dtype t, sc_axes partial) {
+  static const float f32 = 1.0f;
+  static const double f64 = 1.0;
+  const void *data = t == SC_DTYPE_F32 ? (const void *)&f32
+                     : t == SC_DTYPE_F64 ? (const void *)&f64 : NULL;
+  if (!data) {
+    sc_diag_set(z->d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                "node '%s': a %s value cannot join a pending sum", z->origin,
+                sc_dtype_name(t));
+    return -1;
+  }
+  sc_sharding s;
+  sc_sharding_replicated(&s, 0);
+  s.partial = partial;
+  return make_const(z, "one", t, 0, NULL, data, false, &s);
+}
+
+/* Local value of global value gid under sharding b. */
+static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
+  const sc_value *gv = &z->g->values[gid];
+  int32_t hit = find_memo(z, gid, b);
+  if (hit >= 0) return hit;
+  if (is_const(gv)) {
+    sc_sharding want = *b;
+    int32_t id = make_const(z, gv->name, gv->dtype, gv->rank, gv->dims, gv->data,
+                            (gv->flags & SC_VALUE_PARAM) != 0, &want);
+    if (id < 0 || add_memo(z, gid, b, id) != SC_OK) return -1;
+    return id;
+  }
+  sc_sharding a = z->cur[gid];
+  int32_t x = z->lid[gid];
+  SC_ASSERT(x >= 0);
+  /* a. pending sums B does not keep */
+  for (int32_t ax = 0; ax < z->m->n_axes; ax++) {
+    if (!(a.partial & ~b->partial & (1u << ax))) continue;
+    int32_t dim = -1;
+    for (int32_t d = 0; d < gv->rank; d++) {
+      int32_t k = b->n_dim_axes[d];
+      if (k > 0 && b->dim_axes[d][k - 1] == ax && a.n_dim_axes[d] == k - 1 &&
+          sc_sharding_stride(b, d) == 1 && is_prefix(&a, b, d))
+        dim = d;
+    }
+    sc_sharding next = a;
+    next.partial &= ~(1u << ax);
+    if (dim >= 0) {
+      sc_sharding_split(&next, dim, ax);
+      x = collective(z, SC_OP_REDUCE_SCATTER, x, gv, ax, dim, &next);
+    } else {
+      x = collective(z, SC_OP_ALL_REDUCE, x, gv, ax, 0, &next);
+    }
+    if (x < 0) return -1;
+    a = next;
+  }
+  /* b. gathers */
+  for (int32_t d = 0; d < gv->rank; d++) {
+    while (!is_prefix(&a, b, d)) {
+      sc_sharding next = a;
+      int32_t ax = a.dim_axes[d][--next.n_dim_axes[d]];
+      if (next.n_dim_axes[d] == 0) next.stride[d] = 0;
+      x = sc_sharding_stride(&a, d) > 1 ? gather_strided(z, x, gv, &a, d, ax, &next)
+                                        : collective(z, SC_OP_ALL_GATHER, x, gv, ax, d, &next);
+      if (x < 0) return -1;
+      a = next;
+    }
+  }
+  /* c. local slices */
+  for (int32_t d = 0; d < gv->rank; d++) {
+    if (a.n_dim_axes[d] == b->n_dim_axes[d]) continue;
+    x = local_slice(z, x, gv, &a, d, b);
+    if (x < 0) return -1;
+    a.n_dim_axes[d] = b->n_dim_axes[d];
+    memcpy(a.dim_axes[d], b->dim_axes[d], sizeof a.dim_axes[d]);
+    a.stride[d] = b->stride[d];
+  }
+  /* d. joining a pending sum */
+  sc_axes add = b->partial & ~a.partial;
+  if (add) {
+    int32_t one = scalar_one(z, gv->dtype, add);
+    if (one < 0) return -1;
+    sc_sharding next = a;
+    next.partial |= add;
+    int64_t loc[SC_MAX_RANK];
+    if (local_dims(z, gv, &next, loc) != SC_OK) return -1;
+    int32_t y = new_value(z, z->L->values[x].name, gv->dtype, gv->rank, loc, &next);
+    if (y < 0 || emit(z, SC_OP_MUL, (int32_t[]){x, one}, 2, &y, 1) < 0) return lerr(z), -1;
+    x = y;
+    a = next;
+  }
+  SC_ASSERT(sc_sharding_equal(&a, b));
+  if (add_memo(z, gid, b, x) != SC_OK) return -1;
+  return x;
+}
+
+/* Replaces input `in` of local node nid by an i64 constant holding vals. */
+static sc_status set_shape_input(lz *z, int32_t nid, int32_t in, int32_t n,
+                                 const int64_t *vals) {
+  char base[256];
+  snprintf(base, sizeof base, "%s.local_shape", z->origin);
+  int32_t c = const_i64(z, base, 1, (int64_t[]){n}, vals);
+  if (c < 0) return z->d->status;
+  z->L->nodes[nid].inputs[in] = c;
+  return SC_OK;
+}
+
+/* Inputs that spell the output's shape get the local sizes. */
+static sc_status fix_shape_inputs(lz *z, int32_t nid) {
+  sc_node *n = &z->L->nodes[nid];
+  const sc_value *o = &z->L->values[n->outputs[0]];
+  switch (n->op) {
+  case SC_OP_RESHAPE:
+  case SC_OP_EXPAND:
+    return set_shape_input(z, nid, 1, o->rank, o->dims);
+  case SC_OP_CONSTANT_OF_SHAPE:
+    return set_shape_input(z, nid, 0, o->rank, o->dims);
+  case SC_OP_SPLIT: {
+    if (n->n_inputs < 2 || n->inputs[1] < 0) return SC_OK; /* equal split: attribute-free */
+    int64_t axis = sc_attr_int(z->L, n, "axis", 0);
+    if (axis < 0) axis += o->rank;
+    int64_t sizes[64];
+    if (n->n_outputs > 64)
+      return sc_diag_set(z->d, SC_ERR_LIMIT, NULL, NULL, "node '%s': too many outputs",
+                         z->origin);
+    for (int32_t j = 0; j < n->n_outputs; j++)
+      sizes[j] = z->L->values[n->outputs[j]].dims[axis];
+    return set_shape_input(z, nid, 1, n->n_outputs, sizes);
+  }
+  default:
+    return SC_OK;
+  }
+}
+
+/* Vocabulary-parallel Gather(data split on dim 0, indices): each rank
+ * gathers the rows it holds and zeroes the rest; the result is partial. */
+static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want,
+                               const int32_t *lin, int32_t out_lid) {
+  const sc_value *data = &z->g->values[gn->inputs[0]];
+  const sc_value *idx = &z->g->values[gn->inputs[1]];
+  int64_t parts = sc_sharding_dim_parts(&want[0], z->m, 0);
+  int64_t rows = data->dims[0] / parts;
+  /* per-rank row offset: a [parts] arange * rows, split like dim 0 */
+  int64_t *offs = sc_arena_array(&z->p->arena, (size_t)parts, sizeof *offs);
+  if (!offs) return nomem(z);
+  for (int64_t i = 0; i < parts; i++) offs[i] = i * rows;
+  sc_sharding os;
+  sc_sharding_replicated(&os, 1);
+  os.n_dim_axes[0] = want[0].n_dim_axes[0];
+  memcpy(os.dim_axes[0], want[0].dim_axes[0], sizeof os.dim_axes[0]);
+  char base[256];
+  snprintf(base, sizeof base, "%s.row_offset", data->name);
+  int32_t off = make_const(z, base, SC_DTYPE_I64, 1, &parts, offs, false, &os);
+  int32_t zero = const_i64(z, "zero", 0, NULL, (int64_t[]){0});
+  int32_t lim = const_i64(z, "rows", 0, NULL, &rows);
+  if (off < 0 || zero < 0 || lim < 0) return z->d->status;
+  const sc_value *li = &z->L->values[lin[1]];
+  int32_t r = li->rank;
+  int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, NULL);
+  int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t lt = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t ok = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t safe = new_value(z, "safe_index", li->dtype, r, li->dims, NULL);
+  if (rel < 0 || ge < 0 || lt < 0 || ok < 0 || safe < 0) return lerr(z);
+  int32_t off_c = off, zero_c = zero, lim_c = lim;
+  if (li->dtype != SC_DTYPE_I64)
+    return sc_diag_set(z->d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "node '%s': vocabulary-parallel Gather needs int64 indices", z->origin);
+  if (emit(z, SC_OP_SUB, (int32_t[]){lin[1], off_c}, 2, &rel, 1) < 0 ||
+      emit(z, SC_OP_GREATER_EQUAL, (int32_t[]){rel, zero_c}, 2, &ge, 1) < 0 ||
+      emit(z, SC_OP_LESS, (int32_t[]){rel, lim_c}, 2, &lt, 1) < 0 ||
+      emit(z, SC_OP_AND, (int32_t[]){ge, lt}, 2, &ok, 1) < 0 ||
+      emit(z, SC_OP_WHERE, (int32_t[]){ok, rel, zero_c}, 3, &safe, 1) < 0)
+    return z->d->status;
+  const sc_value *lo = &z->L->values[out_lid];
+  int32_t gat = new_value(z, "gathered", lo->dtype, lo->rank, lo->dims, NULL);
+  int32_t mf = new_value(z, "mask", lo->dtype, r, li->dims, NULL);
+  int64_t ud[SC_MAX_RANK];
+  memcpy(ud, li->dims, (size_t)r * sizeof *ud);
+  for (int32_t i = r; i < lo->rank; i++) ud[i] = 1;
+  int32_t mu = new_value(z, "mask", lo->dtype, lo->rank, ud, NULL);
+  if (gat < 0 || mf < 0 || mu < 0) return lerr(z);
+  int64_t axes[SC_MAX_RANK];
+  for (int32_t i = r; i < lo->rank; i++) axes[i - r] = i;
+  int32_t ax = const_i64(z, "axes", 1, (int64_t[]){lo->rank - r}, axes);
+  if (ax < 0) return z->d->status;
+  int32_t g1 = emit(z, SC_OP_GATHER, (int32_t[]){lin[0], safe}, 2, &gat, 1);
+  int32_t c1 = emit(z, SC_OP_CAST, &ok, 1, &mf, 1);
+  if (g1 < 0 || c1 < 0 || attr_int(z, g1, "axis", 0) != SC_OK ||
+      attr_int(z, c1, "to", sc_dtype_to_onnx(lo->dtype)) != SC_OK)
+    return z->d->status;
+  if (emit(z, SC_OP_UNSQUEEZE, (int32_t[]){mf, ax}, 2, &mu, 1) < 0 ||
+      emit(z, SC_OP_MUL, (int32_t[]){gat, mu}, 2, &out_lid, 1) < 0)
+    return z->d->status;
+  (void)idx;
+  return SC_OK;
+}
+
+/* --sequence-parallel: a residual Add that would all-reduce a tp pending
+ * sum instead reduce-scatters it over the sequence (dim 1 of a [B,S,H]
+ * value) and splits its other operand there without communication; the
+ * region up to the next column-parallel product then runs on 1/tp of the
+ * sequence, and the Reshape before that product all-gathers it. */
+static void seq_parallel(lz *z, const sc_node *n, sc_sharding *want, sc_sharding *out) {
+  if (n->op != SC_OP_ADD || n->n_outputs != 1) return;
+  const sc_value *o = &z->g->values[n->outputs[0]];
+  int32_t ax = z->p->tp_axis;
+  sc_axes bit = 1u << ax;
+  if (o->rank < 3 || out[0].n_dim_axes[1] || (out[0].partial & bit) ||
+      (sc_sharding_dim_axes(&out[0]) & bit))
+    return;
+  int64_t tp = z->m->axes[ax].size;
+  int64_t parts = sc_sharding_dim_parts(&out[0], z->m, 1);
+  if (o->dims[1] % (tp * parts) != 0) return;
+  bool had_partial = false;
+  for (int32_t i = 0; i < n->n_inputs; i++) {
+    const sc_value *v = n->inputs[i] >= 0 ? &z->g->values[n->inputs[i]] : NULL;
+    if (!v || v->rank != o->rank || v->dims[1] != o->dims[1]) return;
+    if (z->lid[n->inputs[i]] >= 0 && (z->cur[n->inputs[i]].partial & bit)) had_partial = true;
+  }
+  if (!had_partial) return;
+  for (int32_t i = 0; i < n->n_inputs; i++) {
+    want[i].partial &= ~bit;
+    sc_sharding_split(&want[i], 1, ax);
+  }
+  sc_sharding_split(&out[0], 1, ax);
+}
+
+static sc_status localize_node(lz *z, int32_t nid) {
+  const sc_node *n = &z->g->nodes[nid];
+  z->stage = z->p->node_stage ? z->p->node_stage[nid] : 0;
+  z->origin = n->name ? n->name : sc_op_name(n->op);
+  int32_t ni = n->n_inputs, no = n->n_outputs;
+  sc_sharding *in = sc_calloc((size_t)(2 * ni + no + 1), sizeof *in);
+  int32_t *lin = sc_calloc((size_t)(ni + no + 1), sizeof *lin);
+  if (!in || !lin) {
+    sc_free(in);
+    sc_free(lin);
+    return nomem(z);
+  }
+  sc_sharding *want = in + ni, *out = in + 2 * ni;
+  int32_t *lout = lin + ni;
+  sc_status st = SC_OK;
+  for (int32_t i = 0; i < ni; i++) {
+    int32_t gid = n->inputs[i];
+    if (gid < 0) {
+      sc_sharding_replicated(&in[i], 0);
+      continue;
+    }
+    const sc_value *v = &z->g->values[gid];
+    if (z->lid[gid] >= 0 || !is_const(v)) {
+      in[i] = z->cur[gid];
+    } else {
+      const sc_sharding *seed = sc_graph_sharding(z->g, gid);
+      if (seed) in[i] = *seed;
+      else sc_sharding_replicated(&in[i], v->rank);
+    }
+    want[i] = in[i];
+  }
+  for (int32_t j = 0; j < no; j++) {
+    const sc_value *v = n->outputs[j] >= 0 ? &z->g->values[n->outputs[j]] : NULL;
+    sc_sharding_replicated(&out[j], v && v->rank > 0 ? v->rank : 0);
+  }
+  sc_shard_ctx c = {z->g, n, z->m, in, want, out, SC_SHARD_EXPAND_NONE};
+  st = sc_shard_rule(n->op)(&c);
+  if (st != SC_OK) {
+    *z->d = z->g->diag;
+    goto done;
+  }
+  if (z->p->sequence_parallel) seq_parallel(z, n, want, out);
+  /* inputs */
+  for (int32_t i = 0; i < ni && st == SC_OK; i++) {
+    int32_t gid = n->inputs[i];
+    if (gid < 0) {
+      lin[i] = -1;
+      continue;
+    }
+    lin[i] = reshard(z, gid, &want[i]);
+    if (lin[i] < 0) st = z->d->status != SC_OK ? z->d->status : SC_ERR_INVALID;
+  }
+  if (st != SC_OK) goto done;
+  /* outputs */
+  for (int32_t j = 0; j < no && st == SC_OK; j++) {
+    int32_t gid = n->outputs[j];
+    if (gid < 0) {
+      lout[j] = -1;
+      continue;
+    }
+    const sc_value *v = &z->g->values[gid];
+    int64_t loc[SC_MAX_RANK];
+    if ((st = local_dims(z, v, &out[j], loc)) != SC_OK) break;
+    bool rename = (v->flags & SC_VALUE_OUTPUT) && !sc_sharding_is_replicated(&out[j]);
+    char base[512];
+    snprintf(base, sizeof base, "%s%s", v->name, rename ? ".local" : "");
+    int32_t id = sc_graph_find_value(z->L, base) < 0 ? sc_graph_add_value(z->L, base)
+                                                       : sc_graph_new_value(z->L, base);
+    if (id < 0 || sc_value_set_shape(z->L, id, v->dtype, v->rank, loc) != SC_OK ||
+        sc_graph_set_sharding(z->L, id, &out[j]) != SC_OK) {
+      st = lerr(z);
+      break;
+    }
+    lout[j] = id;
+    z->cur[gid] = out[j];
+    z->lid[gid] = id;
+    if ((st = add_memo(z, gid, &out[j], id)) != SC_OK) break;
+  }
+  if (st != SC_OK) goto done;
+  if (c.expand == SC_SHARD_EXPAND_MASKED_GATHER) {
+    st = masked_gather(z, n, want, lin, lout[0]);
+    goto outputs;
+  }
+  {
+    int32_t lnid = sc_graph_add_node(z->L, n->op, n->name, lin, ni, lout, no);
+    if (lnid < 0) {
+      st = lerr(z);
+      goto done;
+    }
+    for (int32_t a = 0; a < n->n_attrs; a++) {
+      if (strcmp(n->attrs[a].name, "__stage") == 0) continue;
+      sc_attr *at = sc_node_add_attr(z->L, lnid, n->attrs[a].name, n->attrs[a].kind);
+      if (!at) {
+        st = nomem(z);
+        goto done;
+      }
+      *at = z->g->nodes[nid].attrs[a];
+    }
+    sc_attr *sa = sc_node_add_attr(z->L, lnid, "__stage", SC_ATTR_INT);
+    if (!sa) {
+      st = nomem(z);
+      goto done;
+    }
+    sa->i = z->stage;
+    if ((st = fix_shape_inputs(z, lnid)) != SC_OK) goto done;
+  }
+outputs:
+  if (st != SC_OK) goto done;
+  /* graph outputs leave whole, under their own names */
+  for (int32_t j = 0; j < no; j++) {
+    int32_t gid = n->outputs[j];
+    if (gid < 0 || !(z->g->values[gid].flags & SC_VALUE_OUTPUT)) continue;
+    if (sc_sharding_is_replicated(&z->cur[gid])) continue;
+    sc_sharding r;
+    sc_sharding_replicated(&r, z->g->values[gid].rank);
+    int32_t x = reshard(z, gid, &r);
+    if (x < 0) {
+      st = z->d->status != SC_OK ? z->d->status : SC_ERR_INVALID;
+      goto done;
+    }
+  }
+done:
+  sc_free(in);
+  sc_free(lin);
+  return st;
+}
+
+/* The replicated local value of each graph output takes the output's name:
+ * the value made by its reshard is renamed (names are looked up through the
+ * index, so the rename goes through a fresh value when needed). */
+static sc_status bind_outputs(lz *z) {
+  for (int32_t i = 0; i < z->g->n_outputs; i++) {
+    int32_t gid = z->g->outputs[i];
+    const sc_value *gv = &z->g->values[gid];
+    sc_sharding r;
+    sc_sharding_replicated(&r, gv->rank);
+    int32_t x = is_const(gv) ? reshard(z, gid, &r) : find_memo(z, gid, &r);
+    if (x < 0)
+      return sc_diag_set(z->d, SC_ERR_INVALID, NULL, NULL,
+                         "output '%s' has no replicated local value", gv->name);
+    if (strcmp(z->L->values[x].name, gv->name) != 0) {
+      /* an Identity gives the output its global name */
+      int32_t y = sc_graph_add_value(z->L, gv->name);
+      if (y < 0 || sc_value_set_shape(z->L, y, gv->dtype, gv->rank, gv->dims) != SC_OK ||
+          sc_graph_set_sharding(z->L, y, &r) != SC_OK)
+        return lerr(z);
+      int32_t p = z->L->values[x].producer;
+      z->stage = 0;
+      if (p >= 0) {
+        const sc_attr *sa = sc_node_attr(&z->L->nodes[p], "__stage");
+        if (sa) z->stage = (int32_t)sa->i;
+      }
+      z->origin = gv->name;
+      if (emit(z, SC_OP_IDENTITY, &x, 1, &y, 1) < 0) return z->d->status;
+      x = y;
+    }
+    if (sc_graph_add_output(z->L, x) != SC_OK) return lerr(z);
+  }
+  return SC_OK;
+}
+
+static int cmp_source(const void *a, const void *b) {
+  return strcmp(((const sc_shard_source *)a)->name, ((const sc_shard_source *)b)->name);
+}
+
+sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
+  sc_graph *g = p->global;
+  lz z;
+  memset(&z, 0, sizeof z);
+  z.p = p;
+  z.g = g;
+  z.m = &p->mesh;
+  z.d = d;
+  int32_t nv = g->n_values;
+  z.cur = sc_calloc((size_t)nv + 1, sizeof *z.cur);
+  z.lid = sc_malloc(((size_t)nv + 1) * sizeof *z.lid);
+  z.head = sc_malloc(((size_t)nv + 1) * sizeof *z.head);
+  sc_graph *L = sc_graph_create(g->name);
+  sc_status st = SC_OK;
+  if (!z.cur || !z.lid || !z.head || !L) {
+    st = nomem(&z);
+    goto fail;
+  }
+  L->opset = g->opset;
+  z.L = L;
+  for (int32_t i = 0; i < nv; i++) z.lid[i] = z.head[i] = -1;
+  if (sc_graph_attach_mesh(L, &p->mesh) != SC_OK) {
+    st = lerr(&z);
+    goto fail;
+  }
+  sc_graph_mark_local_shapes(L);
+  /* graph inputs under their seeds */
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    int32_t gid = g->inputs[i];
+    const sc_value *v = &g->values[gid];
+    const sc_sharding *seed = sc_graph_sharding(g, gid);
+    sc_sharding s;
+    if (seed) s = *seed;
+    else sc_sharding_replicated(&s, v->rank);
+    int64_t loc[SC_MAX_RANK];
+    if ((st = local_dims(&z, v, &s, loc)) != SC_OK) goto fail;
+    int32_t id = sc_graph_add_value(L, v->name);
+    if (id < 0 || sc_value_set_shape(L, id, v->dtype, v->rank, loc) != SC_OK ||
+        sc_graph_set_sharding(L, id, &s) != SC_OK || sc_graph_add_input(L, id) != SC_OK) {
+      st = lerr(&z);
+      goto fail;
+    }
+    z.cur[gid] = s;
+    z.lid[gid] = id;
+    if ((st = add_memo(&z, gid, &s, id)) != SC_OK) goto fail;
+  }
+  for (int32_t nid = 0; nid < g->n_nodes; nid++) {
+    if (g->nodes[nid].flags & SC_NODE_DEAD) continue;
+    if ((st = localize_node(&z, nid)) != SC_OK) goto fail;
+  }
+  if ((st = bind_outputs(&z)) != SC_OK) goto fail;
+  if (z.n_src) qsort(z.src, (size_t)z.n_src, sizeof *z.src, cmp_source);
+  p->local = L;
+  /* sources move into the partition's arena */
+  p->sources = sc_arena_array(&p->arena, (size_t)(z.n_src ? z.n_src : 1), sizeof *p->sources);
+  if (!p->sources) {
+    p->local = NULL;
+    st = nomem(&z);
+    goto fail;
+  }
+  if (z.n_src) memcpy(p->sources, z.src, (size_t)z.n_src * sizeof *z.src);
+  p->n_sources = z.n_src;
+  sc_free(z.cur);
+  sc_free(z.lid);
+  sc_free(z.head);
+  sc_free(z.memos);
+  sc_free(z.src);
+  return SC_OK;
+fail:
+  if (d->status == SC_OK) sc_diag_set(d, st, NULL, NULL, "localize failed");
+  sc_graph_destroy(L);
+  sc_free(z.cur);
+  sc_free(z.lid);
+  sc_free(z.head);
+  sc_free(z.memos);
+  sc_free(z.src);
+  return st;
+}

@@ -1,0 +1,141 @@
+/* partition.c — the partitioner's driver (partition.h): plan checks,
+ * seeds, stages, localize, split into stage graphs, with --print-after
+ * points "seed", "localize" and "pipeline-split". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "partition.h"
+#include "ir/text.h"
+#include "pp.h"
+
+static bool print_at(const sc_pass_opts *po, const char *name) {
+  return po && po->print_after &&
+         (strcmp(po->print_after, name) == 0 || strcmp(po->print_after, "all") == 0);
+}
+
+static sc_status print_graph(const sc_pass_opts *po, const char *what, sc_graph *g,
+                             int32_t stage) {
+  FILE *f = po->print_out ? po->print_out : stdout;
+  if (stage >= 0) fprintf(f, "// ----- IR after %s: stage %d -----\n", what, (int)stage);
+  else fprintf(f, "// ----- IR after %s -----\n", what);
+  return sc_ir_print(g, f);
+}
+
+static sc_status verify(const sc_pass_opts *po, sc_graph *g, const char *what, sc_diag *d) {
+  if (!po || !po->verify) return SC_OK;
+  sc_status st = sc_graph_verify(g, true);
+  if (st != SC_OK) {
+    *d = g->diag;
+    (void)what;
+  }
+  return st;
+}
+
+static int32_t axis_of(const sc_mesh *m, const char *name) {
+  return name ? sc_mesh_find_axis(m, name) : -1;
+}
+
+/* Each global node's stage: the plan's table (a replay), or assigned. */
+static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
+  sc_graph *g = p->global;
+  p->node_stage = sc_arena_array(&p->arena, (size_t)(g->n_nodes ? g->n_nodes : 1),
+                                 sizeof *p->node_stage);
+  if (!p->node_stage) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  memset(p->node_stage, 0, (size_t)g->n_nodes * sizeof *p->node_stage);
+  if (p->n_stages <= 1) return SC_OK;
+  if (plan->n_node_stages > 0) {
+    for (int32_t i = 0; i < g->n_nodes; i++) p->node_stage[i] = -1;
+    for (int32_t k = 0; k < plan->n_node_stages; k++) {
+      const char *name = plan->node_stages[k].node;
+      for (int32_t i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0)
+          p->node_stage[i] = plan->node_stages[k].stage;
+    }
+    int32_t last = 0;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      if (g->nodes[i].flags & SC_NODE_DEAD) continue;
+      if (p->node_stage[i] < 0)
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "plan: node '%s' has no stage", g->nodes[i].name);
+      if (p->node_stage[i] < last)
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "plan: node '%s' is in stage %d after a node of stage %d",
+                           g->nodes[i].name, (int)p->node_stage[i], (int)last);
+      last = p->node_stage[i];
+    }
+    return SC_OK;
+  }
+  return sc_pp_assign_stages(g, p->n_stages, plan->boundaries, plan->n_boundaries,
+                             p->node_stage, d);
+}
+
+sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition **out,
+                           sc_diag *d) {
+  *out = NULL;
+  const sc_plan *plan = o->plan;
+  const sc_pass_opts *po = o->pass;
+  sc_status st = sc_plan_validate(plan, g, d);
+  if (st != SC_OK) return st;
+  sc_partition *p = sc_calloc(1, sizeof *p);
+  if (!p) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_arena_init(&p->arena);
+  p->global = g;
+  p->mesh = plan->mesh;
+  p->pp_axis = axis_of(&p->mesh, plan->pp_axis);
+  p->dp_axis = axis_of(&p->mesh, plan->dp_axis);
+  p->tp_axis = axis_of(&p->mesh, plan->tp_axis);
+  p->n_stages = p->pp_axis >= 0 ? (int32_t)p->mesh.axes[p->pp_axis].size : 1;
+  p->microbatches = plan->microbatches > 0 ? plan->microbatches : 1;
+  p->sequence_parallel = plan->sequence_parallel && p->tp_axis >= 0;
+
+  if ((st = sc_graph_attach_mesh(g, &p->mesh)) != SC_OK ||
+      (st = sc_partition_seed_dp(g, plan)) != SC_OK ||
+      (st = sc_partition_seed_tp(g, plan)) != SC_OK) {
+    *d = g->diag;
+    goto fail;
+  }
+  if (print_at(po, "seed") && (st = print_graph(po, "seed", g, -1)) != SC_OK) goto fail;
+  if ((st = stages_of(p, plan, d)) != SC_OK) goto fail;
+  if ((st = sc_partition_localize(p, d)) != SC_OK) goto fail;
+  if ((st = verify(po, p->local, "localize", d)) != SC_OK) goto fail;
+  if (print_at(po, "localize") && (st = print_graph(po, "localize", p->local, -1)) != SC_OK)
+    goto fail;
+  p->stages = sc_arena_array(&p->arena, (size_t)p->n_stages, sizeof *p->stages);
+  if (!p->stages) {
+    st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    goto fail;
+  }
+  memset(p->stages, 0, (size_t)p->n_stages * sizeof *p->stages);
+  st = sc_pp_split(p->local, p->n_stages, plan->pp_axis ? plan->pp_axis : "pp", p->stages, d);
+  if (st != SC_OK) goto fail;
+  for (int32_t s = 0; s < p->n_stages; s++) {
+    sc_graph_mark_local_shapes(p->stages[s]);
+    if ((st = verify(po, p->stages[s], "pipeline-split", d)) != SC_OK) goto fail;
+    if (print_at(po, "pipeline-split") &&
+        (st = print_graph(po, "pipeline-split", p->stages[s], s)) != SC_OK)
+      goto fail;
+  }
+  *out = p;
+  return SC_OK;
+fail:
+  sc_partition_destroy(p);
+  return st;
+}
+
+void sc_partition_destroy(sc_partition *p) {
+  if (!p) return;
+  if (p->stages)
+    for (int32_t s = 0; s < p->n_stages; s++) sc_graph_destroy(p->stages[s]);
+  sc_graph_destroy(p->local);
+  sc_arena_free(&p->arena);
+  sc_free(p);
+}
+
+static int cmp_name(const void *key, const void *e) {
+  return strcmp((const char *)key, ((const sc_shard_source *)e)->name);
+}
+
+const sc_shard_source *sc_partition_source(const sc_partition *p, const char *name) {
+  if (!p->n_sources || !name) return NULL;
+  return bsearch(name, p->sources, (size_t)p->n_sources, sizeof *p->sources, cmp_name);
+}

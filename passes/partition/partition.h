@@ -1,0 +1,92 @@
+/* partition.h — from one global graph and a plan to per-stage SPMD graphs.
+ *
+ * Data flow (docs/partitioning.md):
+ *   global graph (imported, dims bound to the MICROBATCH size, canonical
+ *   passes run: static shapes, folded)
+ *     → sc_graph_attach_mesh
+ *     → seeds: data parallel (passes/partition/dp.c: graph inputs' dim 0
+ *       over the dp axis), tensor parallel (tp.c: Megatron patterns on
+ *       weights), the plan's per-initializer overrides
+ *     → stages (pp.c: each global node's stage, balanced by cost or from
+ *       the plan's boundaries)
+ *     → localize (localize.c): the op rules (shard_rule.h) in topological
+ *       order; every reshard becomes collective ops (AllReduce, AllGather,
+ *       ReduceScatter, AllToAll) or a comm-free local slice; values get
+ *       their LOCAL shapes; graph outputs end replicated. Result: one local
+ *       graph holding all stages, each node tagged with an int attribute
+ *       `__stage`, with the mesh and every value's sharding attached.
+ *     → split (pp.c): one graph per stage; values crossing stages become
+ *       Send (in the producer's stage) / Recv (in the consumer's) over the
+ *       pp axis.
+ *   Each stage graph then compiles like any graph (sc_compile_graph): one
+ *   program per stage, shared by every rank of that stage.
+ *
+ * Sharded constants. A constant whose sharding splits it (a weight's
+ * shard, a sliced constant) or is partial has, in the local and stage
+ * graphs, its LOCAL shape and NO data (SC_DATA_NONE, flags CONST|PARAM), so
+ * that folding never bakes one rank's piece into the shared program. Its
+ * global contents are its "source" (sc_partition_source): the runtime cuts
+ * each rank's piece from it with sc_sharding_extract. Replicated constants
+ * keep their data.
+ *
+ * Ownership: sc_partition owns the local and stage graphs; the global
+ * graph is borrowed (sources point into it) and must outlive it. */
+#ifndef SC_PASSES_PARTITION_H
+#define SC_PASSES_PARTITION_H
+
+#include "passes/pass.h"
+#include "passes/plan/plan.h"
+
+/* The global contents of a sharded constant. */
+typedef struct sc_shard_source {
+  const char *name;          /* value name in the local / stage graphs */
+  sc_dtype dtype;
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK]; /* global dims */
+  const void *data;          /* global data (borrowed), NULL with --no-weights */
+  sc_sharding sharding;      /* how it is cut */
+} sc_shard_source;
+
+typedef struct sc_partition {
+  sc_mesh mesh;
+  int32_t pp_axis;             /* mesh axis index of pp, or -1 */
+  int32_t dp_axis, tp_axis;    /* or -1 */
+  int32_t n_stages;            /* 1 without pp */
+  int32_t microbatches;        /* >= 1 */
+  bool sequence_parallel;      /* row-parallel sums reduce-scatter over the
+                                  sequence (dim 1), all-gathered before the
+                                  next column-parallel product */
+  sc_graph *global;            /* borrowed */
+  int32_t *node_stage;         /* [global->n_nodes] stage of each global node */
+  sc_graph *local;             /* all stages, local shapes, `__stage` attrs */
+  sc_graph **stages;           /* [n_stages] stage graphs */
+  sc_shard_source *sources;    /* [n_sources], sorted by name */
+  int32_t n_sources;
+  sc_arena arena;              /* owns node_stage, sources, stages array */
+} sc_partition;
+
+typedef struct sc_partition_opts {
+  const sc_plan *plan;         /* mesh, axes, tp spec, boundaries, overrides */
+  const sc_pass_opts *pass;    /* --print-after (pass names "seed",
+                                  "localize", "pipeline-split"), verify */
+} sc_partition_opts;
+
+/* Runs the whole chain above on g (already through the canonical passes).
+ * Errors name the node or value and leave *out NULL. */
+sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition **out,
+                           sc_diag *d);
+void sc_partition_destroy(sc_partition *p);
+/* The source of the sharded constant `name`, or NULL (a replicated value). */
+const sc_shard_source *sc_partition_source(const sc_partition *p, const char *name);
+
+/* ---- the pieces (one file each) ---- */
+/* dp.c: graph inputs of rank >= 1 whose dim 0 divides get dim 0 split over
+ * the dp axis. */
+sc_status sc_partition_seed_dp(sc_graph *g, const sc_plan *plan);
+/* tp.c: Megatron patterns on weights (column/row, fused QKV stride,
+ * vocabulary-parallel embedding and LM head), then the plan's overrides. */
+sc_status sc_partition_seed_tp(sc_graph *g, const sc_plan *plan);
+/* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
+sc_status sc_partition_localize(sc_partition *p, sc_diag *d);
+
+#endif

@@ -1,0 +1,58 @@
+/* pp.h — pipeline parallelism: stage assignment and the split into stages.
+ *
+ * Stage assignment works on the GLOBAL graph (global shapes, after the
+ * canonical passes, nodes in topological order). Stages are contiguous in
+ * the node order: stage(n) is non-decreasing along g->nodes.
+ *   balanced (no boundaries): cut the node list into n_stages runs so that
+ *     the largest run's cost is as small as possible, where a node's cost is
+ *     its FLOPs (sc_ops[op].cost) plus a memory term (bytes of its outputs
+ *     and of the weights it reads, weighted so that a weight byte counts like
+ *     one FLOP); weights are charged to the first node that reads them.
+ *     Cuts prefer points where few bytes cross (the residual stream between
+ *     transformer blocks) among cuts of near-equal balance (within 5%).
+ *     Every stage gets at least one node; fewer nodes than stages is an
+ *     error naming both counts.
+ *   boundaries: the user's n_stages-1 node names; node `boundaries[k]`
+ *     starts stage k+1. Unknown names or names out of order are errors.
+ *
+ * Split works on the LOCAL graph built by localize.c: every node carries an
+ * int attribute `__stage` (non-decreasing in node order), values have local
+ * shapes, g has a mesh and a sharding table, and sharded constants have no
+ * data. For each stage s it builds a new graph holding
+ *   - the nodes of stage s (same names, attributes copied, `__stage` too),
+ *   - every value they read or write (same names, dtypes, local shapes,
+ *     flags, data — replicated constants' data is borrowed from the local
+ *     graph, which outlives the stage graphs — and shardings),
+ *   - as inputs: the local graph's inputs that stage s reads, in the local
+ *     graph's input order; as outputs: the local graph's outputs that stage s
+ *     produces, in output order,
+ *   - for each value v produced in stage s and read by a later stage t:
+ *     `Send(v) {axes = [pp], peer_stage = t, tag = T}` in s (after v's
+ *     producer, its dummy output named "<v>.sent_to_<t>"), and in t
+ *     `v = Recv() {axes = [pp], peer_stage = s, tag = T, dtype, shape}`
+ *     (the same name v) placed before v's first reader; T is a per-(v,t)
+ *     tag unique in the whole program (0, 1, 2, ... in the order the sends
+ *     are made). Sends in s are issued in the order their values are
+ *     produced; Recvs in t in the order they are first needed, and T
+ *     ordering makes s's sends to t and t's receives from s match one to
+ *     one (both ordered by T).
+ *   A local-graph output produced in stage s that a later stage also reads is
+ *   both an output of s and sent.
+ * The stage graph gets the same mesh (sc_graph_attach_mesh) and each
+ * value's sharding from the local graph. Every stage graph passes
+ * sc_graph_verify(g, true). */
+#ifndef SC_PASSES_PP_H
+#define SC_PASSES_PP_H
+
+#include "ir/ir.h"
+
+/* node_stage[g->n_nodes]: filled. boundaries may be NULL when n_b == 0. */
+sc_status sc_pp_assign_stages(sc_graph *g, int32_t n_stages, const char *const *boundaries,
+                              int32_t n_b, int32_t *node_stage, sc_diag *d);
+/* stages_out[n_stages]: new graphs (caller destroys). pp_axis: the mesh
+ * axis name the Send/Recv ops use (any string when n_stages == 1: no
+ * Send/Recv then). */
+sc_status sc_pp_split(sc_graph *local, int32_t n_stages, const char *pp_axis,
+                      sc_graph **stages_out, sc_diag *d);
+
+#endif

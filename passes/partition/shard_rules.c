@@ -1,0 +1,703 @@
+/* shard_rules.c — every op's sharding rule (passes/partition/shard_rule.h).
+ *
+ * A rule reads the node's global shapes, attributes and constant inputs from
+ * the global graph and rewrites c->want[] / c->out[] (see the contract in
+ * shard_rule.h). Rules are written for the common case and stay simple: when
+ * something is unusual (a non-constant axes input, a rank they do not
+ * handle) they replicate everything, which is always correct.
+ *
+ * One place checks every result: the table built from ops.def's `shard`
+ * column maps each op to a wrapper (checked_<ID>) that resets want/out to the
+ * contract's entry state, runs the rule and validates what it produced —
+ * each sharding valid on the mesh and of the value's rank, every split dim
+ * dividing the global dim, want partial only ⊆ in partial (or a constant
+ * input). A result that fails falls back to sc_shard_replicate_all, so the
+ * partitioner never sees an invalid sharding from here.
+ *
+ * Shared patterns:
+ *   carry    copy one dim's split (axes + stride) onto another sharding's
+ *            dim unless an axis is already used there or it does not divide;
+ *   partial  kept only through ops linear in the partial input(s).
+ * ir/ ignores the column; this file is the only one expanding it. */
+#include <string.h>
+
+#include "ir/ir.h"
+#include "passes/partition/shard_rule.h"
+
+/* Prototypes of every rule ops.def names. */
+#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
+           shard)                                                                             \
+  sc_status sc_##shard(sc_shard_ctx *c);
+#include "ir/ops.def"
+#undef OP
+
+/* ---- helpers (exported ones are declared in shard_rule.h) ---- */
+
+static sc_value *inv(const sc_shard_ctx *c, int32_t i) {
+  return sc_node_input(c->g, c->n, i);
+}
+static sc_value *outv(const sc_shard_ctx *c, int32_t j) {
+  return sc_node_output(c->g, c->n, j);
+}
+
+static sc_axes dim_mask(const sc_sharding *s, int32_t d) {
+  sc_axes a = 0;
+  for (int32_t k = 0; k < s->n_dim_axes[d]; k++) a |= 1u << s->dim_axes[d][k];
+  return a;
+}
+
+/* Same axis list and stride on dim da of a and dim db of b. */
+static bool same_dim(const sc_sharding *a, int32_t da, const sc_sharding *b, int32_t db) {
+  if (a->n_dim_axes[da] != b->n_dim_axes[db]) return false;
+  if (sc_sharding_stride(a, da) != sc_sharding_stride(b, db)) return false;
+  for (int32_t k = 0; k < a->n_dim_axes[da]; k++)
+    if (a->dim_axes[da][k] != b->dim_axes[db][k]) return false;
+  return true;
+}
+
+sc_status sc_shard_replicate_all(sc_shard_ctx *c) {
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    const sc_value *v = inv(c, i);
+    sc_sharding_replicated(&c->want[i], v && v->rank > 0 ? v->rank : 0);
+  }
+  for (int32_t j = 0; j < c->n->n_outputs; j++) {
+    const sc_value *v = outv(c, j);
+    sc_sharding_replicated(&c->out[j], v && v->rank > 0 ? v->rank : 0);
+  }
+  c->expand = SC_SHARD_EXPAND_NONE;
+  return SC_OK;
+}
+
+bool sc_shard_divides(const sc_sharding *s, const sc_mesh *m, int32_t d, int64_t size) {
+  int64_t parts = sc_sharding_dim_parts(s, m, d) * sc_sharding_stride(s, d);
+  if (parts == 1) return true;
+  return size >= 0 && size % parts == 0;
+}
+
+void sc_shard_copy_dim(sc_sharding *to, int32_t dst_d, const sc_sharding *from,
+                       int32_t src_d) {
+  to->n_dim_axes[dst_d] = from->n_dim_axes[src_d];
+  memcpy(to->dim_axes[dst_d], from->dim_axes[src_d], sizeof to->dim_axes[dst_d]);
+  to->stride[dst_d] = from->stride[src_d];
+}
+
+void sc_shard_unsplit_dim(sc_sharding *s, int32_t d) {
+  s->n_dim_axes[d] = 0;
+  memset(s->dim_axes[d], 0, sizeof s->dim_axes[d]);
+  s->stride[d] = 0;
+}
+
+/* Copies dim src of `from` onto dim dst of `to` when it is split, uses no
+ * axis in *used and divides `size`; adds its axes to *used. */
+static bool carry(const sc_shard_ctx *c, sc_sharding *to, int32_t dst,
+                  const sc_sharding *from, int32_t src, sc_axes *used, int64_t size) {
+  sc_axes a = dim_mask(from, src);
+  if (!a || (a & *used) || !sc_shard_divides(from, c->mesh, src, size)) return false;
+  sc_shard_copy_dim(to, dst, from, src);
+  *used |= a;
+  return true;
+}
+
+/* Want input i replicated (an operand every rank needs whole). */
+static void want_whole(sc_shard_ctx *c, int32_t i) {
+  const sc_value *v = inv(c, i);
+  if (v) sc_sharding_replicated(&c->want[i], v->rank);
+}
+
+/* Ints of a constant integer tensor of rank <= 1; false when not one. */
+static bool const_ints(const sc_value *v, int64_t *buf, int64_t cap, int64_t *count) {
+  if (!v || !sc_value_has_data(v) || v->rank > 1) return false;
+  int64_t n = sc_value_numel(v);
+  if (n < 0 || n > cap) return false;
+  for (int64_t k = 0; k < n; k++) {
+    if (v->dtype == SC_DTYPE_I64) buf[k] = ((const int64_t *)v->data)[k];
+    else if (v->dtype == SC_DTYPE_I32) buf[k] = ((const int32_t *)v->data)[k];
+    else return false;
+  }
+  *count = n;
+  return true;
+}
+
+/* axis normalised into [0, rank), or -1 when out of range. */
+static int32_t norm_axis(int64_t axis, int32_t rank) {
+  if (axis < 0) axis += rank;
+  return axis >= 0 && axis < rank ? (int32_t)axis : -1;
+}
+
+/* ---- unary elementwise ---- */
+
+static bool dropout_training(const sc_shard_ctx *c) {
+  const sc_value *t = inv(c, 2);
+  if (!t) return false;
+  if (!sc_value_has_data(t) || t->dtype != SC_DTYPE_BOOL || sc_value_numel(t) != 1) return true;
+  return ((const uint8_t *)t->data)[0] != 0;
+}
+
+/* Whether the op is linear in input 0 (a pending sum passes through). */
+static bool unary_linear(const sc_shard_ctx *c) {
+  switch (c->n->op) {
+  case SC_OP_NEG:
+  case SC_OP_IDENTITY: return true;
+  case SC_OP_CAST:
+  case SC_OP_CAST_LIKE: {
+    const sc_value *x = inv(c, 0), *y = outv(c, 0);
+    return y && sc_dtype_is_float(x->dtype) && sc_dtype_is_float(y->dtype);
+  }
+  case SC_OP_DROPOUT: return !dropout_training(c);
+  default: return false;
+  }
+}
+
+/* Outputs follow input 0 (Dropout's mask: its dims, never partial). */
+sc_status sc_shard_unary(sc_shard_ctx *c) {
+  if (!unary_linear(c)) c->want[0].partial = 0;
+  for (int32_t i = 1; i < c->n->n_inputs; i++) c->want[i].partial = 0;
+  for (int32_t j = 0; j < c->n->n_outputs; j++) {
+    const sc_value *o = outv(c, j);
+    if (!o) continue;
+    c->out[j] = c->want[0];
+    if (j > 0) c->out[j].partial = 0;
+  }
+  return SC_OK;
+}
+
+/* ---- broadcasting n-ary ---- */
+
+/* Pending sums through a broadcasting op: want[i].partial and out partial. */
+static void broadcast_partial(sc_shard_ctx *c, sc_axes used) {
+  sc_axes p = 0, keep = 0;
+  int32_t n_partial = 0;
+  bool same = true, rest_const = true, add_like = false;
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    const sc_value *v = inv(c, i);
+    if (!v) continue;
+    sc_axes pi = c->in[i].partial;
+    if (pi) {
+      if (n_partial++ && pi != p) same = false;
+      p = pi;
+    } else if (!sc_value_has_data(v)) {
+      rest_const = false;
+    }
+  }
+  switch (c->n->op) {
+  case SC_OP_ADD:
+  case SC_OP_SUB:
+  case SC_OP_SUM:
+  case SC_OP_MEAN: /* linear: constants join the sum as partial constants */
+    add_like = true;
+    if (n_partial && same && rest_const) keep = p;
+    break;
+  case SC_OP_MUL:
+    if (n_partial == 1) keep = p;
+    break;
+  case SC_OP_DIV:
+    if (n_partial == 1 && c->in[0].partial) keep = p;
+    break;
+  default: break;
+  }
+  if (keep & used) keep = 0;
+  for (int32_t i = 0; i < c->n->n_inputs; i++)
+    if (inv(c, i)) c->want[i].partial = !keep ? 0 : add_like ? keep : c->in[i].partial;
+  c->out[0].partial = keep;
+}
+
+/* numpy broadcasting: each output dim takes the split of the first input
+ * that has it whole-size and split; inputs follow, broadcast dims whole. */
+sc_status sc_shard_broadcast(sc_shard_ctx *c) {
+  const sc_value *o = outv(c, 0);
+  int32_t r = o->rank;
+  sc_sharding *out = &c->out[0];
+  sc_axes used = 0;
+  for (int32_t od = 0; od < r; od++)
+    for (int32_t i = 0; i < c->n->n_inputs; i++) {
+      const sc_value *v = inv(c, i);
+      int32_t id = v ? od - (r - v->rank) : -1;
+      if (id < 0 || v->dims[id] != o->dims[od] || !c->in[i].n_dim_axes[id]) continue;
+      carry(c, out, od, &c->in[i], id, &used, o->dims[od]);
+      break;
+    }
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    const sc_value *v = inv(c, i);
+    if (!v) continue;
+    sc_sharding_replicated(&c->want[i], v->rank);
+    for (int32_t id = 0; id < v->rank; id++) {
+      int32_t od = id + r - v->rank;
+      if (v->dims[id] == o->dims[od]) sc_shard_copy_dim(&c->want[i], id, out, od);
+    }
+  }
+  broadcast_partial(c, used);
+  return SC_OK;
+}
+
+/* ---- reductions ---- */
+
+/* Output sharding of a reduction of want[0] over red[] (keepdims or not). */
+static void reduce_out(sc_shard_ctx *c, const bool *red, bool keepdims) {
+  const sc_sharding *w = &c->want[0];
+  int32_t od = 0;
+  for (int32_t d = 0; d < w->rank; d++) {
+    if (red[d] && !keepdims) continue;
+    if (!red[d]) sc_shard_copy_dim(&c->out[0], od, w, d);
+    od++;
+  }
+}
+
+sc_status sc_shard_reduce(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0);
+  bool linear = c->n->op == SC_OP_REDUCE_SUM || c->n->op == SC_OP_REDUCE_MEAN;
+  bool keepdims = sc_attr_int(c->g, c->n, "keepdims", 1) != 0;
+  bool noop = sc_attr_int(c->g, c->n, "noop_with_empty_axes", 0) != 0;
+  int64_t axes[SC_MAX_RANK], count = 0;
+  const sc_attr *a = sc_node_attr(c->n, "axes");
+  if (a) {
+    if (a->kind != SC_ATTR_INTS || a->n > SC_MAX_RANK) return sc_shard_replicate_all(c);
+    count = a->n;
+    for (int64_t k = 0; k < count; k++) axes[k] = a->ints[k];
+  } else if (inv(c, 1) && !const_ints(inv(c, 1), axes, SC_MAX_RANK, &count)) {
+    return sc_shard_replicate_all(c);
+  }
+  if (inv(c, 1)) want_whole(c, 1);
+  if (!linear) c->want[0].partial = 0;
+  bool red[SC_MAX_RANK] = {false};
+  if (count == 0 && noop) { /* identity */
+    c->out[0] = c->want[0];
+    return SC_OK;
+  }
+  for (int32_t d = 0; d < x->rank; d++) red[d] = count == 0;
+  for (int64_t k = 0; k < count; k++) {
+    int32_t d = norm_axis(axes[k], x->rank);
+    if (d < 0) return sc_shard_replicate_all(c);
+    red[d] = true;
+  }
+  for (int32_t d = 0; d < x->rank; d++)
+    if (red[d]) sc_shard_unsplit_dim(&c->want[0], d);
+  reduce_out(c, red, keepdims);
+  c->out[0].partial = c->want[0].partial;
+  return SC_OK;
+}
+
+sc_status sc_shard_argminmax(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0);
+  int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", 0), x->rank);
+  if (axis < 0) return sc_shard_replicate_all(c);
+  bool red[SC_MAX_RANK] = {false};
+  red[axis] = true;
+  c->want[0].partial = 0;
+  sc_shard_unsplit_dim(&c->want[0], axis);
+  reduce_out(c, red, sc_attr_int(c->g, c->n, "keepdims", 1) != 0);
+  return SC_OK;
+}
+
+/* CumSum is linear: the pending sum passes; the scanned dim is whole. */
+sc_status sc_shard_cumsum(sc_shard_ctx *c) {
+  int64_t axis, count;
+  if (!const_ints(inv(c, 1), &axis, 1, &count) || count != 1)
+    return sc_shard_replicate_all(c);
+  int32_t d = norm_axis(axis, inv(c, 0)->rank);
+  if (d < 0) return sc_shard_replicate_all(c);
+  want_whole(c, 1);
+  sc_shard_unsplit_dim(&c->want[0], d);
+  c->out[0] = c->want[0];
+  return SC_OK;
+}
+
+/* ---- MatMul, Gemm ---- */
+
+/* Dims of A (M, K) and B (K, N) in their own ranks. */
+typedef struct mm_dims {
+  int32_t am, ak, bk, bn;
+} mm_dims;
+
+/* Splits of a contraction out[...,M,N] = A · B (inputs 0 and 1), batch dims
+ * broadcast from the right. Sets want[0], want[1] and out[0] with partials;
+ * returns the K axes when K stays split on both sides (0 otherwise). */
+static sc_axes contract(sc_shard_ctx *c, mm_dims p) {
+  const sc_value *va = inv(c, 0), *vb = inv(c, 1), *vo = outv(c, 0);
+  const sc_sharding *a = &c->in[0], *b = &c->in[1];
+  sc_sharding *wa = &c->want[0], *wb = &c->want[1], *o = &c->out[0];
+  int32_t r = vo->rank;
+  sc_axes used = 0, kaxes = 0;
+  sc_sharding_replicated(wa, va->rank);
+  sc_sharding_replicated(wb, vb->rank);
+  if (a->n_dim_axes[p.ak] && same_dim(a, p.ak, b, p.bk)) {
+    kaxes = dim_mask(a, p.ak);
+    sc_shard_copy_dim(wa, p.ak, a, p.ak);
+    sc_shard_copy_dim(wb, p.bk, b, p.bk);
+    used = kaxes;
+  }
+  for (int32_t od = 0; od < r - 2; od++) { /* batch dims: first split wins */
+    int32_t ia = od - (r - va->rank), ib = od - (r - vb->rank);
+    if (ia >= 0 && va->dims[ia] == vo->dims[od] && a->n_dim_axes[ia])
+      carry(c, o, od, a, ia, &used, vo->dims[od]);
+    else if (ib >= 0 && vb->dims[ib] == vo->dims[od] && b->n_dim_axes[ib])
+      carry(c, o, od, b, ib, &used, vo->dims[od]);
+  }
+  for (int32_t ia = 0; ia < va->rank - 2; ia++) {
+    int32_t od = ia + r - va->rank;
+    if (va->dims[ia] == vo->dims[od]) sc_shard_copy_dim(wa, ia, o, od);
+  }
+  for (int32_t ib = 0; ib < vb->rank - 2; ib++) {
+    int32_t od = ib + r - vb->rank;
+    if (vb->dims[ib] == vo->dims[od]) sc_shard_copy_dim(wb, ib, o, od);
+  }
+  if (carry(c, o, r - 2, a, p.am, &used, vo->dims[r - 2])) sc_shard_copy_dim(wa, p.am, o, r - 2);
+  if (carry(c, o, r - 1, b, p.bn, &used, vo->dims[r - 1])) sc_shard_copy_dim(wb, p.bn, o, r - 1);
+  /* pending sums: one side's passes through (both: B is reduced first);
+   * none may share an axis with the output's splits */
+  sc_axes dims = sc_sharding_dim_axes(o), pa = a->partial, pb = b->partial;
+  if (pa && pb) pb = 0;
+  if (pa & (dims | sc_sharding_dim_axes(wa))) pa = 0;
+  if (pb & (dims | sc_sharding_dim_axes(wb))) pb = 0;
+  wa->partial = pa;
+  wb->partial = pb;
+  o->partial = pa | pb | kaxes;
+  return kaxes;
+}
+
+sc_status sc_shard_matmul(sc_shard_ctx *c) {
+  int32_t ra = inv(c, 0)->rank, rb = inv(c, 1)->rank;
+  if (ra < 2 || rb < 2) return sc_shard_replicate_all(c);
+  contract(c, (mm_dims){ra - 2, ra - 1, rb - 2, rb - 1});
+  return SC_OK;
+}
+
+/* Y = alpha·A'·B' + beta·C: C joins a pending sum as a partial constant (or
+ * when it already is one over the same axes); otherwise no pending sum. */
+sc_status sc_shard_gemm(sc_shard_ctx *c) {
+  const sc_value *va = inv(c, 0), *vb = inv(c, 1), *vc = inv(c, 2), *vo = outv(c, 0);
+  if (va->rank != 2 || vb->rank != 2 || vo->rank != 2) return sc_shard_replicate_all(c);
+  bool ta = sc_attr_int(c->g, c->n, "transA", 0) != 0;
+  bool tb = sc_attr_int(c->g, c->n, "transB", 0) != 0;
+  mm_dims p = {ta ? 1 : 0, ta ? 0 : 1, tb ? 1 : 0, tb ? 0 : 1};
+  sc_axes kaxes = contract(c, p);
+  if (!vc) return SC_OK;
+  sc_sharding *wc = &c->want[2], *o = &c->out[0];
+  sc_axes part = o->partial;
+  if (part && !sc_value_has_data(vc) && c->in[2].partial != part) {
+    /* C cannot join the pending sum: contract whole */
+    if (kaxes) {
+      sc_shard_unsplit_dim(&c->want[0], p.ak);
+      sc_shard_unsplit_dim(&c->want[1], p.bk);
+    }
+    c->want[0].partial = c->want[1].partial = 0;
+    o->partial = part = 0;
+  }
+  sc_sharding_replicated(wc, vc->rank);
+  wc->partial = part;
+  if (vc->rank == 2 && vc->dims[0] == vo->dims[0]) sc_shard_copy_dim(wc, 0, o, 0);
+  if (vc->rank >= 1 && vc->dims[vc->rank - 1] == vo->dims[1])
+    sc_shard_copy_dim(wc, vc->rank - 1, o, 1);
+  return SC_OK;
+}
+
+/* ---- row ops: softmax, norms; batch-only ops ---- */
+
+sc_status sc_shard_softmax(sc_shard_ctx *c) {
+  int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", -1), inv(c, 0)->rank);
+  if (axis < 0) return sc_shard_replicate_all(c);
+  c->want[0].partial = 0;
+  sc_shard_unsplit_dim(&c->want[0], axis);
+  c->out[0] = c->want[0];
+  return SC_OK;
+}
+
+/* LayerNormalization / RMSNormalization: dims axis.. are normalised. */
+sc_status sc_shard_layernorm(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0);
+  int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", -1), x->rank);
+  if (axis < 0) return sc_shard_replicate_all(c);
+  c->want[0].partial = 0;
+  for (int32_t d = axis; d < x->rank; d++) sc_shard_unsplit_dim(&c->want[0], d);
+  for (int32_t i = 1; i < c->n->n_inputs; i++) want_whole(c, i);
+  for (int32_t j = 0; j < c->n->n_outputs; j++) {
+    const sc_value *o = outv(c, j);
+    if (!o || o->rank != x->rank) continue;
+    for (int32_t d = 0; d < axis; d++) sc_shard_copy_dim(&c->out[j], d, &c->want[0], d);
+  }
+  return SC_OK;
+}
+
+/* Conv, pools, Batch/Instance/GroupNormalization: samples are independent,
+ * so only the batch dim (0) of input 0 may stay split. */
+sc_status sc_shard_batch(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0);
+  if (x->rank < 1) return sc_shard_replicate_all(c);
+  if (c->n->op == SC_OP_BATCH_NORM && sc_attr_int(c->g, c->n, "training_mode", 0))
+    return sc_shard_replicate_all(c); /* batch statistics */
+  if (c->n->op == SC_OP_MAX_POOL && outv(c, 1))
+    return sc_shard_replicate_all(c); /* Indices are flat over the whole input */
+  sc_sharding keep = c->in[0];
+  for (int32_t i = 0; i < c->n->n_inputs; i++) want_whole(c, i);
+  sc_shard_copy_dim(&c->want[0], 0, &keep, 0);
+  for (int32_t j = 0; j < c->n->n_outputs; j++) {
+    const sc_value *o = outv(c, j);
+    if (o && o->rank == x->rank && o->dims[0] == x->dims[0])
+      sc_shard_copy_dim(&c->out[j], 0, &keep, 0);
+  }
+  return SC_OK;
+}
+
+/* ---- shape ops ---- */
+
+sc_status sc_shard_transpose(sc_shard_ctx *c) {
+  int32_t r = inv(c, 0)->rank;
+  int32_t perm[SC_MAX_RANK];
+  const int64_t *p = NULL;
+  int64_t n = sc_attr_ints(c->g, c->n, "perm", &p);
+  bool seen[SC_MAX_RANK] = {false};
+  for (int32_t i = 0; i < r; i++) {
+    int64_t v = n < 0 ? r - 1 - i : n == r ? p[i] : -1;
+    if (v < 0 || v >= r || seen[v]) return sc_shard_replicate_all(c);
+    seen[v] = true;
+    perm[i] = (int32_t)v;
+  }
+  for (int32_t i = 0; i < r; i++) sc_shard_copy_dim(&c->out[0], i, &c->want[0], perm[i]);
+  c->out[0].partial = c->want[0].partial;
+  return SC_OK;
+}
+
+/* Reshape, Flatten, Squeeze, Unsqueeze: input and output dims (both global,
+ * size-1 dims aside) group into runs of equal products. A group's split can
+ * only be on its first input dim and lands on its first output dim (the
+ * same contiguous blocks of the group's row-major range); a stride only
+ * survives a one-dim-to-one-dim group. Other splits are unsplit. */
+sc_status sc_shard_reshape(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0), *o = outv(c, 0);
+  sc_sharding *w = &c->want[0], *out = &c->out[0];
+  for (int32_t i = 1; i < c->n->n_inputs; i++) want_whole(c, i);
+  int32_t ri = x->rank, ro = o->rank, i = 0, j = 0;
+  if (sc_value_numel(x) <= 0) {
+    for (int32_t d = 0; d < ri; d++) sc_shard_unsplit_dim(w, d);
+    out->partial = w->partial;
+    return SC_OK;
+  }
+  while (i < ri || j < ro) {
+    if (i < ri && x->dims[i] == 1) {
+      sc_shard_unsplit_dim(w, i++);
+      continue;
+    }
+    if (j < ro && o->dims[j] == 1) {
+      j++;
+      continue;
+    }
+    if (i >= ri || j >= ro) return sc_shard_replicate_all(c);
+    int32_t i0 = i, j0 = j;
+    int64_t pi = x->dims[i++], pj = o->dims[j++];
+    while (pi != pj) {
+      if (pi < pj && i < ri) pi *= x->dims[i++];
+      else if (pj < pi && j < ro) pj *= o->dims[j++];
+      else return sc_shard_replicate_all(c);
+    }
+    for (int32_t d = i0 + 1; d < i; d++) sc_shard_unsplit_dim(w, d);
+    if (!w->n_dim_axes[i0]) continue;
+    bool one = i - i0 == 1 && j - j0 == 1;
+    if (sc_shard_divides(w, c->mesh, i0, o->dims[j0]) && (one || sc_sharding_stride(w, i0) == 1))
+      sc_shard_copy_dim(out, j0, w, i0);
+    else
+      sc_shard_unsplit_dim(w, i0);
+  }
+  out->partial = w->partial;
+  return SC_OK;
+}
+
+/* Concat: the axis whole everywhere; each other dim takes the first split
+ * among the inputs. Pending sums pass when every input has the same. */
+sc_status sc_shard_concat(sc_shard_ctx *c) {
+  const sc_value *o = outv(c, 0);
+  int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", 0), o->rank);
+  if (axis < 0) return sc_shard_replicate_all(c);
+  sc_axes used = 0, p = c->in[0].partial;
+  for (int32_t d = 0; d < o->rank; d++) {
+    if (d == axis) continue;
+    for (int32_t i = 0; i < c->n->n_inputs; i++) {
+      if (!inv(c, i) || !c->in[i].n_dim_axes[d]) continue;
+      carry(c, &c->out[0], d, &c->in[i], d, &used, o->dims[d]);
+      break;
+    }
+  }
+  for (int32_t i = 0; i < c->n->n_inputs; i++)
+    if (!inv(c, i) || c->in[i].partial != p) p = 0;
+  if (p & used) p = 0;
+  c->out[0].partial = p;
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    if (!inv(c, i)) continue;
+    c->want[i] = c->out[0];
+  }
+  return SC_OK;
+}
+
+/* Split: other dims pass. The axis stays split only when it has a stride
+ * that is a multiple of the number of (equal) outputs: each output is then
+ * whole blocks of the strided view. */
+sc_status sc_shard_split(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0);
+  int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", 0), x->rank);
+  if (axis < 0) return sc_shard_replicate_all(c);
+  if (inv(c, 1)) want_whole(c, 1);
+  int32_t n_out = c->n->n_outputs;
+  const sc_value *first = outv(c, 0);
+  bool equal = first != NULL;
+  for (int32_t j = 0; j < n_out && equal; j++) {
+    const sc_value *o = outv(c, j);
+    if (!o || o->rank != x->rank || o->dims[axis] != first->dims[axis]) equal = false;
+  }
+  sc_sharding *w = &c->want[0];
+  int64_t k = sc_sharding_stride(w, axis);
+  bool strided = w->n_dim_axes[axis] && equal && k % n_out == 0;
+  if (!strided) sc_shard_unsplit_dim(w, axis);
+  for (int32_t j = 0; j < n_out; j++) {
+    if (!outv(c, j)) continue;
+    c->out[j] = *w;
+    if (strided) c->out[j].stride[axis] = (uint8_t)(k / n_out > 1 ? k / n_out : 0);
+  }
+  return SC_OK;
+}
+
+/* Slice: a sliced dim is whole unless the slice keeps it all (step 1). */
+sc_status sc_shard_slice(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0), *o = outv(c, 0);
+  int64_t starts[SC_MAX_RANK], ends[SC_MAX_RANK], axes[SC_MAX_RANK], steps[SC_MAX_RANK];
+  int64_t ns, ne, na, nt;
+  if (!const_ints(inv(c, 1), starts, SC_MAX_RANK, &ns) ||
+      !const_ints(inv(c, 2), ends, SC_MAX_RANK, &ne) || ns != ne)
+    return sc_shard_replicate_all(c);
+  if (!inv(c, 3)) {
+    na = ns;
+    for (int64_t k = 0; k < na; k++) axes[k] = k;
+  } else if (!const_ints(inv(c, 3), axes, SC_MAX_RANK, &na) || na != ns) {
+    return sc_shard_replicate_all(c);
+  }
+  if (!inv(c, 4)) {
+    for (int64_t k = 0; k < ns; k++) steps[k] = 1;
+  } else if (!const_ints(inv(c, 4), steps, SC_MAX_RANK, &nt) || nt != ns) {
+    return sc_shard_replicate_all(c);
+  }
+  for (int32_t i = 1; i < c->n->n_inputs; i++) want_whole(c, i);
+  for (int64_t k = 0; k < na; k++) {
+    int32_t d = norm_axis(axes[k], x->rank);
+    if (d < 0) return sc_shard_replicate_all(c);
+    if (steps[k] != 1 || o->dims[d] != x->dims[d]) sc_shard_unsplit_dim(&c->want[0], d);
+  }
+  c->out[0] = c->want[0];
+  return SC_OK;
+}
+
+/* Gather: out = data[:axis] + indices + data[axis+1:]. A split (stride 1)
+ * gathered dim 0 with non-partial int64 indices becomes the masked gather:
+ * out is partial over that dim's axes. Indices' splits carry when their axes are
+ * free. */
+sc_status sc_shard_gather(sc_shard_ctx *c) {
+  const sc_value *data = inv(c, 0), *idx = inv(c, 1);
+  int32_t r = data->rank, q = idx->rank;
+  int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", 0), r);
+  if (axis < 0) return sc_shard_replicate_all(c);
+  sc_sharding *wd = &c->want[0], *wi = &c->want[1], *out = &c->out[0];
+  wd->partial = wi->partial = 0;
+  sc_axes masked = 0;
+  /* the partitioner's masked form (localize.c) gathers rows: axis 0, int64 */
+  if (axis == 0 && wd->n_dim_axes[0] && sc_sharding_stride(wd, 0) == 1 && !c->in[1].partial &&
+      idx->dtype == SC_DTYPE_I64) {
+    c->expand = SC_SHARD_EXPAND_MASKED_GATHER;
+    masked = dim_mask(wd, axis);
+  } else {
+    sc_shard_unsplit_dim(wd, axis);
+  }
+  sc_axes used = sc_sharding_dim_axes(wd);
+  for (int32_t d = 0; d < r; d++)
+    if (d != axis) sc_shard_copy_dim(out, d < axis ? d : d - 1 + q, wd, d);
+  for (int32_t k = 0; k < q; k++) {
+    if (!carry(c, out, axis + k, &c->in[1], k, &used, idx->dims[k]))
+      sc_shard_unsplit_dim(wi, k);
+  }
+  out->partial = masked;
+  return SC_OK;
+}
+
+/* Expand: broadcast dims whole, the others pass (linear: partial passes). */
+sc_status sc_shard_expand_to(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0), *o = outv(c, 0);
+  want_whole(c, 1);
+  for (int32_t id = 0; id < x->rank; id++) {
+    int32_t od = id + o->rank - x->rank;
+    if (od < 0) return sc_shard_replicate_all(c);
+    if (x->dims[id] == o->dims[od]) sc_shard_copy_dim(&c->out[0], od, &c->want[0], id);
+    else sc_shard_unsplit_dim(&c->want[0], id);
+  }
+  c->out[0].partial = c->want[0].partial;
+  return SC_OK;
+}
+
+/* Trilu: the matrix (last two dims) whole; leading dims pass; linear. */
+sc_status sc_shard_trilu(sc_shard_ctx *c) {
+  int32_t r = inv(c, 0)->rank;
+  if (r < 2) return sc_shard_replicate_all(c);
+  if (inv(c, 1)) want_whole(c, 1);
+  sc_shard_unsplit_dim(&c->want[0], r - 1);
+  sc_shard_unsplit_dim(&c->want[0], r - 2);
+  c->out[0] = c->want[0];
+  return SC_OK;
+}
+
+/* ---- the table and its check ---- */
+
+/* s fits value v (NULL: an absent operand, rank-0 replicated). */
+static bool fits(const sc_sharding *s, const sc_mesh *m, const sc_value *v) {
+  if (!v) return s->rank == 0 && sc_sharding_is_replicated(s);
+  sc_diag d;
+  sc_diag_clear(&d);
+  if (s->rank != v->rank || sc_sharding_validate(s, m, &d) != SC_OK) return false;
+  for (int32_t k = 0; k < s->rank; k++)
+    if (!sc_shard_divides(s, m, k, v->dims[k])) return false;
+  return true;
+}
+
+static bool result_ok(const sc_shard_ctx *c) {
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    const sc_value *v = inv(c, i);
+    if (!fits(&c->want[i], c->mesh, v)) return false;
+    if (v && (c->want[i].partial & ~c->in[i].partial) && !sc_value_has_data(v)) return false;
+  }
+  for (int32_t j = 0; j < c->n->n_outputs; j++)
+    if (!fits(&c->out[j], c->mesh, outv(c, j))) return false;
+  return c->expand == SC_SHARD_EXPAND_NONE || c->n->op == SC_OP_GATHER;
+}
+
+/* Sets the contract's entry state, runs rule and checks its result. */
+static sc_status run_checked(sc_shard_ctx *c, sc_shard_fn rule) {
+  bool shaped = true;
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    const sc_value *v = inv(c, i);
+    if (v && (v->rank < 0 || c->in[i].rank != v->rank)) shaped = false;
+    c->want[i] = c->in[i];
+  }
+  for (int32_t j = 0; j < c->n->n_outputs; j++) {
+    const sc_value *v = outv(c, j);
+    if (v && v->rank < 0) shaped = false;
+    sc_sharding_replicated(&c->out[j], v && v->rank > 0 ? v->rank : 0);
+  }
+  c->expand = SC_SHARD_EXPAND_NONE;
+  if (!shaped || (c->n->n_inputs > 0 && !inv(c, 0))) return sc_shard_replicate_all(c);
+  sc_status st = rule(c);
+  if (st != SC_OK) return st;
+  if (!result_ok(c)) return sc_shard_replicate_all(c);
+  return SC_OK;
+}
+
+#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
+           shard)                                                                             \
+  static sc_status checked_##id(sc_shard_ctx *c) { return run_checked(c, sc_##shard); }
+#include "ir/ops.def"
+#undef OP
+
+static const sc_shard_fn table[SC_OP_COUNT] = {
+#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
+           shard)                                                                             \
+  [SC_OP_##id] = checked_##id,
+#include "ir/ops.def"
+#undef OP
+};
+_Static_assert(sizeof table / sizeof table[0] == SC_OP_COUNT, "one sharding rule per op");
+
+sc_shard_fn sc_shard_rule(sc_op op) {
+  return (unsigned)op < SC_OP_COUNT ? table[op] : NULL;
+}

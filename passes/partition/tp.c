@@ -1,0 +1,178 @@
+/* tp.c — tensor-parallel seeds, Megatron-style, from patterns in the graph.
+ *
+ * Only weights are seeded; propagation (localize.c with the ops' rules)
+ * derives every activation's layout and the collectives from them.
+ *   row-parallel     a MatMul/Gemm with a 2-D weight whose result (through
+ *                    Reshape, Identity or a constant bias Add) meets a
+ *                    residual Add (both operands computed): the attention
+ *                    output and MLP down projections. Weight split along K.
+ *                    The product is a pending sum; the all-reduce (or, with
+ *                    --sequence-parallel, reduce-scatter) follows.
+ *   column-parallel  every other MatMul/Gemm with a 2-D weight: QKV and MLP
+ *                    up projections (attention then runs by heads, since the
+ *                    head reshape carries the split), split along N. A
+ *                    result split into n equal parts (a fused QKV
+ *                    projection) gets stride n so each rank holds its heads
+ *                    of each of q, k and v.
+ *   LM head          a column weight whose result reaches a graph output:
+ *                    split only with vocabulary parallelism.
+ *   embedding        a Gather over a 2-D weight's rows (vocabulary-parallel):
+ *                    rows split, each rank looks up the ids it holds.
+ * A dim that does not divide by the tp size is left whole. The plan's
+ * tp_blocks (name prefixes) restrict the weights considered. Overrides from
+ * the plan are applied last and win. */
+#include <string.h>
+
+#include "partition.h"
+
+/* The single reader of value id, or -1 (none or several). */
+static int32_t only_reader(const int32_t *off, const int32_t *users, int32_t id) {
+  return off[id + 1] - off[id] == 1 ? users[off[id]] : -1;
+}
+
+static bool is_weight(const sc_value *v) {
+  return (v->flags & SC_VALUE_CONST) && (v->flags & SC_VALUE_PARAM) && v->producer < 0;
+}
+
+static bool computed(const sc_graph *g, int32_t id) {
+  return id >= 0 && !(g->values[id].flags & SC_VALUE_CONST);
+}
+
+/* Follows value id through Reshape / Identity / constant-bias Add; returns
+ * the first other node reading it (or -1), the value it reads in *val. */
+static int32_t follow(const sc_graph *g, const int32_t *off, const int32_t *users, int32_t id,
+                      int32_t *val) {
+  for (int hop = 0; hop < 4; hop++) {
+    int32_t r = only_reader(off, users, id);
+    if (r < 0) break;
+    const sc_node *n = &g->nodes[r];
+    bool pass = n->op == SC_OP_RESHAPE || n->op == SC_OP_IDENTITY ||
+                (n->op == SC_OP_ADD && (!computed(g, n->inputs[0]) || !computed(g, n->inputs[1])));
+    if (!pass) {
+      *val = id;
+      return r;
+    }
+    id = n->outputs[0];
+  }
+  *val = id;
+  return only_reader(off, users, id);
+}
+
+static bool reaches_output(const sc_graph *g, const int32_t *off, const int32_t *users,
+                           int32_t id) {
+  for (int hop = 0; hop < 4; hop++) {
+    if (g->values[id].flags & SC_VALUE_OUTPUT) return true;
+    int32_t r = only_reader(off, users, id);
+    if (r < 0) return false;
+    const sc_node *n = &g->nodes[r];
+    if (n->op != SC_OP_RESHAPE && n->op != SC_OP_IDENTITY && n->op != SC_OP_ADD) return false;
+    id = n->outputs[0];
+  }
+  return false;
+}
+
+static bool in_blocks(const sc_plan *plan, const char *name) {
+  if (plan->tp_all_blocks) return true;
+  for (int32_t i = 0; i < plan->n_tp_blocks; i++)
+    if (strncmp(name, plan->tp_blocks[i], strlen(plan->tp_blocks[i])) == 0) return true;
+  return false;
+}
+
+static sc_status seed(sc_graph *g, int32_t id, int32_t dim, int32_t ax, int32_t stride) {
+  const sc_value *v = &g->values[id];
+  if (sc_graph_sharding(g, id)) return SC_OK; /* first pattern wins (tied weights) */
+  sc_sharding s;
+  sc_sharding_replicated(&s, v->rank);
+  sc_sharding_split(&s, dim, ax);
+  if (stride > 1) s.stride[dim] = (uint8_t)stride;
+  const sc_mesh *m = sc_graph_mesh(g);
+  if (v->dims[dim] % (m->axes[ax].size * (stride > 1 ? stride : 1)) != 0) return SC_OK;
+  return sc_graph_set_sharding(g, id, &s);
+}
+
+static sc_status seed_patterns(sc_graph *g, const sc_plan *plan, int32_t ax,
+                               const int32_t *off, const int32_t *users) {
+  for (int32_t nid = 0; nid < g->n_nodes; nid++) {
+    const sc_node *n = &g->nodes[nid];
+    if (n->flags & SC_NODE_DEAD) continue;
+    if (n->op == SC_OP_GATHER && plan->vocab_parallel && n->n_inputs == 2) {
+      const sc_value *w = &g->values[n->inputs[0]];
+      if (is_weight(w) && w->rank == 2 && sc_attr_int(g, n, "axis", 0) == 0 &&
+          computed(g, n->inputs[1]) && in_blocks(plan, w->name)) {
+        sc_status st = seed(g, n->inputs[0], 0, ax, 1);
+        if (st != SC_OK) return st;
+      }
+      continue;
+    }
+    if (n->op != SC_OP_MATMUL && n->op != SC_OP_GEMM) continue;
+    if (n->n_inputs < 2 || !computed(g, n->inputs[0])) continue;
+    int32_t wid = n->inputs[1];
+    const sc_value *w = &g->values[wid];
+    if (!is_weight(w) || w->rank != 2 || !in_blocks(plan, w->name)) continue;
+    bool tb = n->op == SC_OP_GEMM && sc_attr_int(g, n, "transB", 0) != 0;
+    if (n->op == SC_OP_GEMM && sc_attr_int(g, n, "transA", 0) != 0) continue;
+    int32_t kdim = tb ? 1 : 0, ndim = tb ? 0 : 1;
+    int32_t val = -1;
+    int32_t next = follow(g, off, users, n->outputs[0], &val);
+    const sc_node *nx = next >= 0 ? &g->nodes[next] : NULL;
+    bool row = nx && nx->op == SC_OP_ADD && computed(g, nx->inputs[0]) &&
+               computed(g, nx->inputs[1]);
+    sc_status st;
+    if (row) {
+      st = seed(g, wid, kdim, ax, 1);
+    } else {
+      if (reaches_output(g, off, users, n->outputs[0]) && !plan->vocab_parallel) continue;
+      int32_t stride = 1;
+      if (nx && nx->op == SC_OP_SPLIT && nx->n_outputs > 1) {
+        const sc_value *x = &g->values[val];
+        int64_t axis = sc_attr_int(g, nx, "axis", 0);
+        if (axis < 0) axis += x->rank;
+        bool equal = axis == x->rank - 1;
+        for (int32_t j = 0; equal && j < nx->n_outputs; j++)
+          equal = nx->outputs[j] >= 0 &&
+                  g->values[nx->outputs[j]].dims[axis] * nx->n_outputs == x->dims[axis];
+        if (equal) stride = nx->n_outputs;
+      }
+      st = seed(g, wid, ndim, ax, stride);
+    }
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
+static sc_status apply_overrides(sc_graph *g, const sc_plan *plan) {
+  const sc_mesh *m = sc_graph_mesh(g);
+  for (int32_t i = 0; i < plan->n_overrides; i++) {
+    const sc_plan_override *o = &plan->overrides[i];
+    int32_t id = sc_graph_find_value(g, o->name);
+    if (id < 0)
+      return sc_graph_error(g, SC_ERR_INVALID, "plan override: no initializer '%s'", o->name);
+    sc_sharding s;
+    sc_status st = sc_sharding_parse(o->sharding, strlen(o->sharding), m,
+                                     g->values[id].rank, &s, &g->diag);
+    if (st != SC_OK) return st;
+    if ((st = sc_graph_set_sharding(g, id, &s)) != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
+sc_status sc_partition_seed_tp(sc_graph *g, const sc_plan *plan) {
+  const sc_mesh *m = sc_graph_mesh(g);
+  if (!m) return SC_OK;
+  if (plan->tp_axis) {
+    int32_t ax = sc_mesh_find_axis(m, plan->tp_axis);
+    if (ax < 0)
+      return sc_graph_error(g, SC_ERR_INVALID, "tp axis '%s' is not an axis of the mesh",
+                            plan->tp_axis);
+    if (m->axes[ax].size > 1) {
+      int32_t *off = NULL, *users = NULL;
+      sc_status st = sc_graph_users(g, &off, &users);
+      if (st != SC_OK) return st;
+      st = seed_patterns(g, plan, ax, off, users);
+      sc_free(off);
+      sc_free(users);
+      if (st != SC_OK) return st;
+    }
+  }
+  return apply_overrides(g, plan);
+}

@@ -1,0 +1,85 @@
+/* dist.h — running a partitioned model: one session per rank.
+ *
+ * Input: a partition (passes/partition/partition.h: mesh, stage graphs,
+ * sharded constants' sources) and one compiled program per stage
+ * (programs[s] compiled from part->stages[s] with sc_compile_graph; the
+ * program's CONST buffers of sharded constants have data NULL and the name
+ * of their source).
+ *
+ * Rank r (mesh rank, sc_mesh_rank_to_coords) runs stage
+ * coords[pp_axis] (0 without pp). Its session gets:
+ *   - its weight shards: for every CONST buffer without data whose name has
+ *     a source, a buffer of the local shape cut from the source with
+ *     sc_sharding_extract at the rank's coords (allocated once per rank,
+ *     passed through sc_session_opts.const_data);
+ *   - per microbatch m (0..M-1, M = part->microbatches): each program
+ *     input, cut from the caller's GLOBAL input: first the microbatch's
+ *     rows of dim 0 ([m*b, (m+1)*b) where b = global dim 0 / M; M == 1:
+ *     the whole tensor), then the rank's piece under the stage graph
+ *     input's sharding (sc_sharding_extract).
+ * The stages run concurrently; Send/Recv COMM steps move activations
+ * between them (GPipe fill/drain for inference: stage s runs microbatch m
+ * as soon as stage s-1 has sent it).
+ * Outputs: every graph output is replicated by construction (localize.c);
+ * the rank whose coords are 0 on every axis but pp, in the stage that
+ * produces the output, copies microbatch m's output into rows
+ * [m*b', (m+1)*b') of the global output (b' its dim 0; M == 1: whole).
+ *
+ * Failure: an error on any rank (bad input, kernel error, a peer's abort)
+ * aborts the world communicator with that rank's message
+ * ("rank R: MESSAGE"); every rank then returns within seconds, and the
+ * call reports the first failing rank's message, never hangs.
+ * SHARDC_FAIL_RANK=R (testing): rank R fails on purpose before its first
+ * microbatch with "injected failure", to test exactly that. */
+#ifndef SC_RUNTIME_DIST_H
+#define SC_RUNTIME_DIST_H
+
+#include "passes/partition/partition.h"
+#include "runtime/comm.h"
+#include "runtime/runtime.h"
+
+typedef struct sc_dist_opts {
+  int threads;          /* CPU threads per rank (0: cores / ranks, >= 1) */
+  bool quiet;
+} sc_dist_opts;
+void sc_dist_opts_init(sc_dist_opts *o);
+
+/* What one rank allocated (for "planned == allocated"). */
+typedef struct sc_dist_rank_stats {
+  int64_t arena_bytes;  /* its session's arena (activations, comm scratch) */
+  int64_t weight_bytes; /* its shards of sharded constants, as allocated */
+  int32_t stage;
+} sc_dist_rank_stats;
+
+/* A global output: dtype, global dims (dim 0 times M) and data, allocated
+ * by sc_dist_run with sc_malloc; the caller frees data with sc_free. */
+typedef struct sc_dist_output {
+  const char *name;
+  sc_dtype dtype;
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK];
+  void *data;
+} sc_dist_output;
+
+/* local backend: all part->mesh.n_ranks ranks as threads of this process.
+ * inputs: global tensors, one per global graph input, by name (extra ones
+ * are ignored; a missing one is an error naming it). outputs[n_outputs]
+ * receives the global graph outputs in part->global's output order
+ * (n_outputs must equal that count). stats: NULL or [n_ranks]. */
+sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *programs,
+                            const sc_dist_opts *o, const sc_tensor_view *inputs,
+                            int32_t n_inputs, sc_dist_output *outputs, int32_t n_outputs,
+                            sc_dist_rank_stats *stats, sc_diag *d);
+
+/* One rank of any backend: world is this rank's handle on the world
+ * communicator (size n_ranks, its rank = mesh rank). Same inputs (every
+ * rank gets the global inputs). outputs: filled for the outputs this rank
+ * owns (see above), others left with data NULL. Used by the mpi backend
+ * (one process per rank, under mpirun) and by sc_dist_run_local's threads. */
+sc_status sc_dist_run_rank(const sc_partition *part, sc_program *const *programs,
+                           const sc_dist_opts *o, sc_comm *world,
+                           const sc_tensor_view *inputs, int32_t n_inputs,
+                           sc_dist_output *outputs, int32_t n_outputs,
+                           sc_dist_rank_stats *stats, sc_diag *d);
+
+#endif

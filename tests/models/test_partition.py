@@ -1,0 +1,197 @@
+"""test_partition.py — partitioned runs equal the single-rank run.
+
+For every sample model with weights and every mesh of
+    dp=2, tp=2, pp=2, tp=2 x pp=2, dp=2 x tp=2 x pp=2, tp=4, pp=4
+(plus GPT-2 with --microbatches 2 and with --sequence-parallel):
+  * inputs are seeded random .npy files (token ids over the whole
+    vocabulary, so that vocabulary-parallel lookups hit every rank's rows;
+    batch 4 so that dp=2 and 2 microbatches divide it);
+  * `shardc run MODEL --mesh M ...` (ranks as threads, --comm local) writes
+    every output with the single-rank run's dtype and shape, no NaN, and
+    values within rtol 1e-4, atol 1e-5 of the single-rank run (the sums of
+    tensor-parallel products are reordered);
+  * a mesh the model's shapes do not allow is an error, not a wrong answer:
+    when shardc refuses a mesh, its message must say why (the test fails
+    only on a crash or a wrong answer; refusals are listed at the end).
+The same under `mpirun --oversubscribe` (--comm mpi) for a representative
+subset (GPT-2 tp=2 x pp=2, BERT dp=2 x tp=2, MLP pp=2 with microbatches),
+when mpirun is installed. Rank failures: SHARDC_FAIL_RANK=R makes rank R
+fail; the run must exit non-zero naming rank R within 30 s, on local and mpi.
+
+Environment: SHARDC, SC_SOURCE_DIR, SC_PARTITION_QUICK=1 (only GPT-2: for
+development). Exit 0 on success, 1 on any failure.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnx
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_run_samples import make_inputs, compare, safe_name, failures, check  # noqa: E402
+
+SHARDC = os.environ.get("SHARDC")
+SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+MESHES = ["dp=2", "tp=2", "pp=2", "tp=2,pp=2", "pp=2,dp=2,tp=2", "tp=4", "pp=4"]
+MODELS = ["mlp", "gpt2", "bert", "llama", "vit", "resnet"]
+BATCH = 4
+refusals = []
+
+
+def run(args, timeout=600, env=None, prefix=()):
+    e = dict(os.environ)
+    e.setdefault("SHARDC_COMM_TIMEOUT", "60")
+    if env:
+        e.update(env)
+    return subprocess.run(list(prefix) + [SHARDC] + args, capture_output=True, text=True,
+                          timeout=timeout, env=e)
+
+
+def mpirun_prefix(n):
+    if not shutil.which("mpirun"):
+        return None
+    p = ["mpirun", "--oversubscribe", "-np", str(n)]
+    if os.getuid() == 0:
+        p.append("--allow-run-as-root")
+    return p
+
+
+def outputs(model, d):
+    return {o.name: np.load(os.path.join(d, safe_name(o.name) + ".npy"))
+            for o in model.graph.output}
+
+
+def run_case(tag, path, model, feed_args, ref, d, extra, prefix=(), n_ranks=1):
+    os.makedirs(d, exist_ok=True)
+    args = ["run", path, "--dim", f"batch={BATCH}", "--output-dir", d, "--quiet"] + feed_args
+    args += extra
+    t0 = time.time()
+    r = run(args, prefix=prefix)
+    dt = time.time() - t0
+    if r.returncode != 0:
+        err = (r.stderr or "").strip().splitlines()
+        msg = err[-1] if err else f"exit {r.returncode}"
+        # a refusal must be a clean error (exit 1 with a message), never a crash
+        if r.returncode == 1 and "error" in msg and "rank" not in msg:
+            refusals.append(f"{tag}: {msg}")
+            print(f"refused: {tag}: {msg}")
+        else:
+            check(False, f"{tag}: exit {r.returncode}: {r.stderr[-2000:]}")
+        return
+    got = outputs(model, d)
+    for name, want in ref.items():
+        compare(f"{tag} output {name}", got[name], want)
+    print(f"ok: {tag} ({dt:.1f} s)")
+
+
+def test_model(name, tmp, quick):
+    path = os.path.join(SRC, "samples", name + ".onnx")
+    model = onnx.load(path, load_external_data=False)
+    feeds = make_inputs(model, BATCH, 7)
+    feed_args = []
+    for k, a in feeds.items():
+        f = os.path.join(tmp, f"{name}_{safe_name(k)}.npy")
+        np.save(f, a)
+        feed_args += ["--input", f"{k}={f}"]
+    d = os.path.join(tmp, name + "_ref")
+    os.makedirs(d, exist_ok=True)
+    r = run(["run", path, "--dim", f"batch={BATCH}", "--output-dir", d, "--quiet"] + feed_args)
+    if not check(r.returncode == 0, f"{name}: single-rank run failed: {r.stderr}"):
+        return
+    ref = outputs(model, d)
+    cases = [(m, []) for m in MESHES]
+    if name == "gpt2":
+        cases += [("pp=2", ["--microbatches", "2"]), ("tp=2,pp=2", ["--microbatches", "2"]),
+                  ("tp=2", ["--sequence-parallel"]), ("dp=2,tp=2", ["--sequence-parallel"])]
+    if quick:
+        cases = cases[:3]
+    for mesh, extra in cases:
+        tag = f"{name} --mesh {mesh} {' '.join(extra)}".strip()
+        run_case(tag, path, model, feed_args, ref,
+                 os.path.join(tmp, f"{name}_{mesh}_{len(extra)}".replace(",", "_")),
+                 ["--mesh", mesh] + extra)
+    return path, model, feed_args, ref
+
+
+def n_ranks(mesh):
+    n = 1
+    for part in mesh.split(","):
+        n *= int(part.split("=")[1])
+    return n
+
+
+def test_mpi(tmp, models):
+    subset = [("gpt2", "tp=2,pp=2", []), ("bert", "dp=2,tp=2", []),
+              ("mlp", "pp=2", ["--microbatches", "2"])]
+    for name, mesh, extra in subset:
+        if name not in models or models[name] is None:
+            continue
+        path, model, feed_args, ref = models[name]
+        prefix = mpirun_prefix(n_ranks(mesh))
+        if prefix is None:
+            print("note: mpirun not found: the mpi cases did not run")
+            return
+        tag = f"mpi {name} --mesh {mesh} {' '.join(extra)}".strip()
+        run_case(tag, path, model, feed_args, ref,
+                 os.path.join(tmp, f"mpi_{name}"), ["--mesh", mesh, "--comm", "mpi"] + extra,
+                 prefix=prefix)
+
+
+def test_failures(tmp):
+    path = os.path.join(SRC, "samples", "gpt2.onnx")
+    for comm in ["local", "mpi"]:
+        prefix = ()
+        if comm == "mpi":
+            prefix = mpirun_prefix(4)
+            if prefix is None:
+                continue
+        t0 = time.time()
+        try:
+            r = run(["run", path, "--dim", f"batch={BATCH}", "--mesh", "tp=2,pp=2",
+                     "--random-inputs", "1", "--output-dir", os.path.join(tmp, "fail"),
+                     "--quiet", "--comm", comm], timeout=60,
+                    env={"SHARDC_FAIL_RANK": "1", "SHARDC_COMM_TIMEOUT": "20"}, prefix=prefix)
+        except subprocess.TimeoutExpired:
+            check(False, f"{comm}: a failing rank made the run hang (60 s)")
+            continue
+        dt = time.time() - t0
+        check(r.returncode != 0, f"{comm}: SHARDC_FAIL_RANK=1: exit 0")
+        check("rank 1" in r.stderr and "injected failure" in r.stderr,
+              f"{comm}: the message does not name rank 1's failure: {r.stderr[-1000:]}")
+        check(dt < 30, f"{comm}: a rank failure took {dt:.1f} s to end the run")
+        print(f"ok: {comm} rank failure ends the run in {dt:.1f} s")
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC is not set")
+        return 1
+    quick = os.environ.get("SC_PARTITION_QUICK") == "1"
+    models = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in (["gpt2"] if quick else MODELS):
+            models[name] = test_model(name, tmp, quick)
+        test_mpi(tmp, models)
+        test_failures(tmp)
+    # Meshes every transformer sample must take: refusing them is a failure.
+    for r in refusals:
+        if any(r.startswith(f"{m} --mesh {mesh}") for m in ("gpt2", "bert", "llama", "mlp")
+               for mesh in ("dp=2", "tp=2", "pp=2", "tp=2,pp=2")):
+            check(False, f"refused a mesh it must take: {r}")
+    if refusals:
+        print(f"{len(refusals)} meshes refused:")
+        for r in refusals:
+            print("  " + r)
+    if failures:
+        print(f"{len(failures)} failures")
+        return 1
+    print("all partitioned runs equal the single-rank run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,648 @@
+/* plan.c — `shardc plan MODEL --mesh AXES`: partition a model and report
+ * the result, or write it as a replayable plan (--json).
+ *
+ * The model is imported, its batch dims divided by the microbatch count and
+ * bound, then sc_pcli_build runs the canonical passes, builds the plan,
+ * partitions and compiles every stage graph (lowering and memory plan only,
+ * no JIT: it works on shape-only models, --no-weights). The text report
+ * (docs/cli.md#plan) has five parts, all derived from the partition and the
+ * stage programs, in a fixed order so that golden tests can pin them:
+ *   header       model, mesh, axis roles, stages, microbatches, schedule
+ *   stages       per stage: its ranks, global nodes, blocks, parameters
+ *                (global and per rank), FLOPs per microbatch (global and per
+ *                rank), activation arena per rank
+ *   memory       per rank of each stage: weights (CONST buffers, local
+ *                shapes), comm scratch (the largest pack + unpack buffers
+ *                of one COMM step), activations (the rest of the arena),
+ *                total = weights + arena
+ *   collectives  per (stage, op, axes): count and bytes per microbatch
+ *                and per step (times the microbatches)
+ *   shardings    every initializer: global shape, sharding, local shape
+ * --json writes the plan (docs/plan-format.md) with node_stages and the
+ * chosen sharding of every split initializer filled in, so that `--plan`
+ * replays the same partition. --dot draws the local graph, coloured by
+ * stage, collectives in red. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "frontend/onnx.h"
+#include "partition_cli.h"
+#include "passes/stats.h"
+
+static const char *const USAGE =
+    "shardc plan MODEL.onnx (--mesh AXES | --plan FILE.json) [--dim NAME=V]...\n"
+    "                      [--ranks-per-node N] [--microbatches M]\n"
+    "                      [--stage-boundaries A,B] [--sequence-parallel]\n"
+    "                      [--no-vocab-parallel] [--json] [--dot FILE]\n"
+    "                      [--no-weights] [--print-after=PASS] [--time-passes]";
+
+enum { MAX_ARGS = 1024 };
+
+/* ---- formatting helpers ---- */
+
+/* 1234567 -> "1,234,567" */
+static void fmt_count(int64_t v, char *buf, size_t n) {
+  char digits[32];
+  snprintf(digits, sizeof digits, "%lld", (long long)(v < 0 ? -v : v));
+  size_t len = strlen(digits), pos = 0;
+  if (v < 0 && pos + 1 < n) buf[pos++] = '-';
+  for (size_t i = 0; i < len && pos + 2 < n; i++) {
+    if (i && (len - i) % 3 == 0) buf[pos++] = ',';
+    buf[pos++] = digits[i];
+  }
+  buf[pos] = 0;
+}
+
+static void fmt_dims(const int64_t *dims, int32_t rank, char *buf, size_t n) {
+  size_t pos = 0;
+  buf[0] = 0;
+  for (int32_t d = 0; d <= rank && pos < n; d++) {
+    int w = d == rank ? snprintf(buf + pos, n - pos, "]")
+                      : snprintf(buf + pos, n - pos, "%s%lld", d ? "," : "[", (long long)dims[d]);
+    if (w < 0) return;
+    pos += (size_t)w;
+  }
+  if (rank == 0) snprintf(buf, n, "[]");
+}
+
+/* Names of the axes in set, in mesh order: "tp", "dp,tp"; "-" when empty. */
+static void fmt_axes(const sc_mesh *m, sc_axes set, char *buf, size_t n) {
+  size_t pos = 0;
+  snprintf(buf, n, "-");
+  for (int32_t a = 0; a < m->n_axes; a++) {
+    if (!(set & (1u << a))) continue;
+    int w = snprintf(buf + pos, n - pos, "%s%s", pos ? "," : "", m->axes[a].name);
+    if (w < 0 || (size_t)w >= n - pos) return;
+    pos += (size_t)w;
+  }
+}
+
+static bool live_node(const sc_node *n) { return !(n->flags & SC_NODE_DEAD); }
+static bool live_param(const sc_value *v) {
+  return (v->flags & SC_VALUE_PARAM) && !(v->flags & SC_VALUE_DEAD);
+}
+
+/* ---- what the report shows, gathered once ---- */
+
+typedef struct stage_info {
+  char ranks[64];        /* "0..3", "0,2", "0,4,8,... (16 ranks)" */
+  int64_t n_ranks;
+  int64_t nodes;         /* live global nodes */
+  int32_t first, last;   /* global node ids, -1 when none */
+  int64_t block_lo, block_hi; /* block indices, -1 when none */
+  int64_t params, params_rank;
+  double flops, flops_rank;
+  int64_t weight_bytes, arena_bytes, comm_bytes;
+} stage_info;
+
+typedef struct coll_row {
+  int32_t stage;
+  sc_comm_kind kind;
+  sc_axes axes;
+  int64_t ops;
+  int64_t bytes; /* per microbatch */
+} coll_row;
+
+typedef struct report {
+  const sc_pbuild *b;
+  const sc_partition *part;
+  sc_graph *g;
+  const sc_stats *stats;
+  stage_info *st;
+  coll_row *coll;
+  int32_t n_coll;
+} report;
+
+static const char *const COMM_NAMES[SC_COMM_KIND_COUNT] = {
+    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv"};
+
+/* The ranks of each stage (coordinate along pp), as text. */
+static void stage_ranks(const sc_partition *part, stage_info *st) {
+  const sc_mesh *m = &part->mesh;
+  int64_t coords[SC_MESH_MAX_AXES];
+  int64_t *first = sc_calloc((size_t)part->n_stages, sizeof *first);
+  int64_t *last = sc_calloc((size_t)part->n_stages, sizeof *last);
+  if (!first || !last) goto done;
+  for (int64_t r = 0; r < m->n_ranks; r++) {
+    sc_mesh_rank_to_coords(m, r, coords);
+    int32_t s = part->pp_axis >= 0 ? (int32_t)coords[part->pp_axis] : 0;
+    if (s >= part->n_stages) continue;
+    stage_info *si = &st[s];
+    if (si->n_ranks == 0) first[s] = r;
+    last[s] = r;
+    if (si->n_ranks < 3) { /* the list form shows up to three */
+      size_t len = strlen(si->ranks);
+      snprintf(si->ranks + len, sizeof si->ranks - len, "%s%lld", len ? "," : "", (long long)r);
+    }
+    si->n_ranks++;
+  }
+  for (int32_t s = 0; s < part->n_stages; s++) {
+    stage_info *si = &st[s];
+    if (si->n_ranks > 1 && last[s] - first[s] + 1 == si->n_ranks)
+      snprintf(si->ranks, sizeof si->ranks, "%lld..%lld", (long long)first[s], (long long)last[s]);
+    else if (si->n_ranks > 3) {
+      size_t len = strlen(si->ranks);
+      snprintf(si->ranks + len, sizeof si->ranks - len, ",... (%lld)", (long long)si->n_ranks);
+    }
+  }
+done:
+  sc_free(first);
+  sc_free(last);
+}
+
+/* Elements of the value named name in graph g, or -1. */
+static int64_t numel_in(const sc_graph *g, const char *name) {
+  int32_t id = g ? sc_graph_find_value(g, name) : -1;
+  return id >= 0 && g->values[id].rank >= 0 ? sc_value_numel(&g->values[id]) : -1;
+}
+
+/* Block index of node n from its name, else from the names of the
+ * constants it reads (as sc_stats does); -1 when neither says. */
+static int64_t node_block(sc_graph *g, const sc_node *n, const char *key) {
+  if (!key) return -1;
+  int64_t b = sc_stats_block_of_name(key, n->name);
+  for (int32_t j = 0; b < 0 && j < n->n_inputs; j++) {
+    const sc_value *in = sc_node_input(g, n, j);
+    if (in && sc_value_is_const(in)) b = sc_stats_block_of_name(key, in->name);
+  }
+  return b;
+}
+
+/* Nodes, blocks, parameters and FLOPs of each stage, from the global graph
+ * (node_stage) and the stage graphs. */
+static sc_status stage_contents(report *r) {
+  const sc_partition *part = r->part;
+  sc_graph *g = r->g;
+  int32_t *seen = g->n_values ? sc_calloc((size_t)g->n_values, sizeof *seen) : NULL;
+  if (g->n_values && !seen) return SC_ERR_NOMEM;
+  for (int32_t s = 0; s < part->n_stages; s++) {
+    stage_info *si = &r->st[s];
+    si->first = si->last = -1;
+    si->block_lo = si->block_hi = -1;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      sc_node *n = &g->nodes[i];
+      if (!live_node(n) || part->node_stage[i] != s) continue;
+      si->nodes++;
+      if (si->first < 0) si->first = i;
+      si->last = i;
+      int64_t blk = node_block(g, n, r->stats->block_key);
+      if (blk >= 0 && (si->block_lo < 0 || blk < si->block_lo)) si->block_lo = blk;
+      if (blk > si->block_hi) si->block_hi = blk;
+      sc_cost c = {0, 0};
+      if ((unsigned)n->op < SC_OP_COUNT && sc_ops[n->op].cost) sc_ops[n->op].cost(g, n, &c);
+      if (c.flops > 0) si->flops += c.flops;
+      for (int32_t j = 0; j < n->n_inputs; j++) {
+        int32_t vid = n->inputs[j];
+        if (vid < 0 || !live_param(&g->values[vid]) || seen[vid] == s + 1) continue;
+        seen[vid] = s + 1;
+        const sc_value *v = &g->values[vid];
+        si->params += sc_value_numel(v);
+        int64_t local = numel_in(part->stages[s], v->name);
+        if (local < 0) local = numel_in(part->local, v->name);
+        si->params_rank += local >= 0 ? local : sc_value_numel(v);
+      }
+    }
+    sc_graph *sg = part->stages[s];
+    for (int32_t i = 0; i < sg->n_nodes; i++) {
+      sc_node *n = &sg->nodes[i];
+      if (!live_node(n)) continue;
+      sc_cost c = {0, 0};
+      if ((unsigned)n->op < SC_OP_COUNT && sc_ops[n->op].cost) sc_ops[n->op].cost(sg, n, &c);
+      if (c.flops > 0) si->flops_rank += c.flops;
+    }
+  }
+  sc_free(seen);
+  return SC_OK;
+}
+
+static int64_t buffer_bytes(const sc_program *p, int32_t id) {
+  return id >= 0 && id < p->n_buffers ? p->buffers[id].bytes : 0;
+}
+
+/* Memory per rank and collectives of each stage program. */
+static sc_status program_contents(report *r) {
+  int32_t cap = 0;
+  for (int32_t s = 0; s < r->part->n_stages; s++) {
+    const sc_program *p = r->b->programs[s];
+    stage_info *si = &r->st[s];
+    if (!p) continue;
+    si->arena_bytes = p->arena_bytes;
+    for (int32_t i = 0; i < p->n_buffers; i++)
+      if (p->buffers[i].kind == SC_BUF_CONST) si->weight_bytes += p->buffers[i].bytes;
+    /* Comm scratch: the most any one COMM step needs (pack + unpack);
+     * the memory plan reuses the space between steps. */
+    for (int32_t k = 0; k < p->n_steps; k++) {
+      const sc_step *step = &p->steps[k];
+      if (step->kind != SC_STEP_COMM) continue;
+      const sc_comm_step *c = &step->comm;
+      int64_t scratch = buffer_bytes(p, c->pack) + buffer_bytes(p, c->unpack);
+      if (scratch > si->comm_bytes) si->comm_bytes = scratch;
+      int64_t in = buffer_bytes(p, c->in), out = buffer_bytes(p, c->out);
+      int32_t j = 0;
+      while (j < r->n_coll && !(r->coll[j].stage == s && r->coll[j].kind == c->kind &&
+                                r->coll[j].axes == c->axes))
+        j++;
+      if (j == r->n_coll) {
+        if (r->n_coll == cap) {
+          int32_t ncap = cap ? 2 * cap : 16;
+          coll_row *nc = sc_realloc(r->coll, (size_t)ncap * sizeof *nc);
+          if (!nc) return SC_ERR_NOMEM;
+          r->coll = nc;
+          cap = ncap;
+        }
+        r->coll[r->n_coll++] = (coll_row){s, c->kind, c->axes, 0, 0};
+      }
+      r->coll[j].ops++;
+      r->coll[j].bytes += in > out ? in : out;
+    }
+  }
+  return SC_OK;
+}
+
+/* The sharding of initializer name in the partition: its source's, else
+ * the local graph's; NULL = replicated. */
+static const sc_sharding *param_sharding(const sc_partition *part, const char *name) {
+  const sc_shard_source *src = sc_partition_source(part, name);
+  if (src) return &src->sharding;
+  int32_t id = sc_graph_find_value(part->local, name);
+  const sc_sharding *s = id >= 0 ? sc_graph_sharding(part->local, id) : NULL;
+  return s && !sc_sharding_is_replicated(s) ? s : NULL;
+}
+
+/* ---- text report ---- */
+
+static void print_header(const report *r, const char *path) {
+  const sc_plan *pl = r->b->plan;
+  const sc_partition *part = r->part;
+  char mesh[256];
+  sc_mesh_format(&part->mesh, mesh, sizeof mesh);
+  printf("model:        %s\n", r->g->name ? r->g->name : "");
+  printf("file:         %s\n", path);
+  printf("mesh:         %s (%lld ranks", mesh[0] ? mesh : "-", (long long)part->mesh.n_ranks);
+  if (part->mesh.ranks_per_node)
+    printf(", %lld per node", (long long)part->mesh.ranks_per_node);
+  printf(")\n");
+  printf("roles:        data parallel %s, tensor parallel %s, pipeline %s\n",
+         pl->dp_axis ? pl->dp_axis : "-", pl->tp_axis ? pl->tp_axis : "-",
+         pl->pp_axis ? pl->pp_axis : "-");
+  if (pl->tp_axis)
+    printf("tensor:       sequence parallel %s, vocab parallel %s\n",
+           pl->sequence_parallel ? "on" : "off", pl->vocab_parallel ? "on" : "off");
+  printf("stages:       %d (", part->n_stages);
+  if (pl->n_boundaries == 0) printf("balanced");
+  for (int32_t i = 0; i < pl->n_boundaries; i++)
+    printf("%s'%s'", i ? ", " : "boundaries ", pl->boundaries[i]);
+  printf(")\n");
+  printf("microbatches: %d (schedule %s; programs compiled for one microbatch)\n",
+         part->microbatches, pl->schedule ? pl->schedule : "gpipe");
+}
+
+static void print_stages(const report *r) {
+  char a[64], b[64], c[64], d[64], e[64], blocks[64];
+  printf("\nstages (parameters and FLOPs: global, then per rank; FLOPs per microbatch):\n");
+  printf("  %-5s %-12s %7s %-8s %14s %14s %14s %14s %12s\n", "stage", "ranks", "nodes", "blocks",
+         "params", "params/rank", "FLOPs", "FLOPs/rank", "arena/rank");
+  for (int32_t s = 0; s < r->part->n_stages; s++) {
+    const stage_info *si = &r->st[s];
+    if (si->block_lo < 0) snprintf(blocks, sizeof blocks, "-");
+    else if (si->block_lo == si->block_hi) snprintf(blocks, sizeof blocks, "%lld", (long long)si->block_lo);
+    else snprintf(blocks, sizeof blocks, "%lld..%lld", (long long)si->block_lo, (long long)si->block_hi);
+    fmt_count(si->params, a, sizeof a);
+    fmt_count(si->params_rank, b, sizeof b);
+    sc_stats_format_si(si->flops, "FLOP", c, sizeof c);
+    sc_stats_format_si(si->flops_rank, "FLOP", d, sizeof d);
+    sc_stats_format_bytes((double)si->arena_bytes, e, sizeof e);
+    printf("  %-5d %-12s %7lld %-8s %14s %14s %14s %14s %12s\n", s, si->ranks,
+           (long long)si->nodes, blocks, a, b, c, d, e);
+  }
+  for (int32_t s = 0; s < r->part->n_stages; s++) {
+    const stage_info *si = &r->st[s];
+    if (si->first < 0) printf("  stage %d: no nodes\n", s);
+    else printf("  stage %d: '%s' .. '%s'\n", s, r->g->nodes[si->first].name,
+                r->g->nodes[si->last].name);
+  }
+}
+
+static void print_memory(const report *r) {
+  char a[64], b[64], c[64], d[64];
+  printf("\nmemory per rank (the ranks of a stage run one program):\n");
+  printf("  %-5s %-12s %12s %12s %12s %12s %14s\n", "stage", "ranks", "weights", "activations",
+         "comm", "total", "total bytes");
+  for (int32_t s = 0; s < r->part->n_stages; s++) {
+    const stage_info *si = &r->st[s];
+    int64_t act = si->arena_bytes - si->comm_bytes;
+    if (act < 0) act = 0;
+    int64_t total = si->weight_bytes + si->arena_bytes;
+    sc_stats_format_bytes((double)si->weight_bytes, a, sizeof a);
+    sc_stats_format_bytes((double)act, b, sizeof b);
+    sc_stats_format_bytes((double)si->comm_bytes, c, sizeof c);
+    sc_stats_format_bytes((double)total, d, sizeof d);
+    printf("  %-5d %-12s %12s %12s %12s %12s %14lld\n", s, si->ranks, a, b, c, d,
+           (long long)total);
+  }
+}
+
+static int cmp_coll(const void *x, const void *y) {
+  const coll_row *a = x, *b = y;
+  if (a->stage != b->stage) return a->stage < b->stage ? -1 : 1;
+  if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1;
+  return a->axes < b->axes ? -1 : a->axes > b->axes;
+}
+
+static void print_collectives(const report *r) {
+  char axes[128], a[64], b[64];
+  int32_t m = r->part->microbatches;
+  printf("\ncollectives per rank (bytes: the larger of input and output; a step runs %d "
+         "microbatch%s):\n", m, m == 1 ? "" : "es");
+  if (r->n_coll == 0) {
+    printf("  none\n");
+    return;
+  }
+  printf("  %-5s %-14s %-10s %6s %14s %14s\n", "stage", "op", "axes", "count", "bytes/mb",
+         "bytes/step");
+  for (int32_t i = 0; i < r->n_coll; i++) {
+    const coll_row *c = &r->coll[i];
+    fmt_axes(&r->part->mesh, c->axes, axes, sizeof axes);
+    sc_stats_format_bytes((double)c->bytes, a, sizeof a);
+    sc_stats_format_bytes((double)c->bytes * m, b, sizeof b);
+    printf("  %-5d %-14s %-10s %6lld %14s %14s\n", c->stage,
+           (unsigned)c->kind < SC_COMM_KIND_COUNT ? COMM_NAMES[c->kind] : "?", axes,
+           (long long)c->ops, a, b);
+  }
+}
+
+static void print_shardings(const report *r) {
+  const sc_partition *part = r->part;
+  sc_graph *g = r->g;
+  char shape[256], lshape[256], text[256];
+  printf("\nshardings of the initializers (global shape, sharding, local shape):\n");
+  for (int32_t i = 0; i < g->n_values; i++) {
+    const sc_value *v = &g->values[i];
+    if (!live_param(v) || v->rank < 0) continue;
+    fmt_dims(v->dims, v->rank, shape, sizeof shape);
+    const sc_sharding *s = param_sharding(part, v->name);
+    int64_t local[SC_MAX_RANK];
+    sc_diag d;
+    sc_diag_clear(&d);
+    if (!s) {
+      snprintf(text, sizeof text, "replicated");
+      snprintf(lshape, sizeof lshape, "%s", shape);
+    } else {
+      sc_sharding_format(s, &part->mesh, text, sizeof text);
+      if (sc_sharding_local_shape(s, &part->mesh, v->rank, v->dims, local, v->name, &d) == SC_OK)
+        fmt_dims(local, v->rank, lshape, sizeof lshape);
+      else snprintf(lshape, sizeof lshape, "?");
+    }
+    printf("  %-48s %-20s %-16s %s\n", v->name, shape, text, lshape);
+  }
+}
+
+/* ---- --json: the plan, completed so that it replays ---- */
+
+static sc_status complete_plan(sc_plan *plan, const sc_partition *part, sc_graph *g, sc_diag *d) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) n += live_node(&g->nodes[i]);
+  plan->node_stages = n ? sc_arena_array(&plan->arena, (size_t)n, sizeof *plan->node_stages) : NULL;
+  if (n && !plan->node_stages) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  plan->n_node_stages = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (!live_node(&g->nodes[i])) continue;
+    const char *name = sc_plan_strdup(plan, g->nodes[i].name);
+    if (!name) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    plan->node_stages[plan->n_node_stages++] = (sc_plan_node_stage){name, part->node_stage[i]};
+  }
+  char text[256];
+  for (int32_t i = 0; i < g->n_values; i++) {
+    const sc_value *v = &g->values[i];
+    if (!live_param(v)) continue;
+    const sc_sharding *s = param_sharding(part, v->name);
+    if (!s) continue;
+    sc_sharding_format(s, &part->mesh, text, sizeof text);
+    sc_status st = sc_plan_set_override(plan, v->name, text, d);
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
+/* ---- --dot: the local graph by stage ---- */
+
+static void put_quoted(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+    else if (*p == '\n') fputs("\\n", f);
+    else if (*p >= 0x20) fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+static void value_label(const sc_value *v, const char *name, char *buf, size_t n) {
+  char dims[192];
+  fmt_dims(v->dims, v->rank < 0 ? 0 : v->rank, dims, sizeof dims);
+  snprintf(buf, n, "%s%s%s%s", name ? name : "", name ? "\n" : "", sc_dtype_name(v->dtype), dims);
+}
+
+static bool is_comm_op(sc_op op) {
+  return op == SC_OP_ALL_REDUCE || op == SC_OP_ALL_GATHER || op == SC_OP_REDUCE_SCATTER ||
+         op == SC_OP_ALL_TO_ALL || op == SC_OP_SEND || op == SC_OP_RECV;
+}
+
+static sc_status write_dot(sc_graph *g, FILE *f) {
+  static const char *const COLORS[] = {"#fff4d0", "#e0d8ff", "#ffe0c8", "#d0f5f0",
+                                       "#f5f0c0", "#f0d8f5", "#e8e8e8", "#c8f0c8"};
+  enum { N_COLORS = sizeof COLORS / sizeof COLORS[0] };
+  char label[1024];
+  fputs("digraph ", f);
+  put_quoted(f, g->name ? g->name : "graph");
+  fputs(" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
+        "  edge [fontname=\"Helvetica\", fontsize=8];\n", f);
+  for (int32_t i = 0; i < g->n_values; i++) {
+    const sc_value *v = &g->values[i];
+    bool input = v->flags & SC_VALUE_INPUT;
+    if ((v->flags & SC_VALUE_DEAD) || !(input || (v->flags & SC_VALUE_PARAM))) continue;
+    value_label(v, v->name, label, sizeof label);
+    fprintf(f, "  v%d [shape=%s, style=filled, fillcolor=\"%s\"%s, label=", i,
+            input ? "ellipse" : "box", input ? "#d0e8ff" : "#eeeeee", input ? "" : ", fontsize=7");
+    put_quoted(f, label);
+    fputs("];\n", f);
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (!live_node(n)) continue;
+    int64_t stage = sc_attr_int(g, n, "__stage", 0);
+    const sc_value *out = n->n_outputs > 0 && n->outputs[0] >= 0 ? &g->values[n->outputs[0]] : NULL;
+    char sl[256] = "";
+    if (out) value_label(out, NULL, sl, sizeof sl);
+    snprintf(label, sizeof label, "%s\n%s", sc_op_name(n->op), sl);
+    if (is_comm_op(n->op))
+      fprintf(f, "  n%d [shape=box, style=filled, color=red, fillcolor=\"#ff9090\", label=", i);
+    else
+      fprintf(f, "  n%d [shape=box, style=\"rounded,filled\", fillcolor=\"%s\", label=", i,
+              COLORS[(stage < 0 ? 0 : stage) % N_COLORS]);
+    put_quoted(f, label);
+    fprintf(f, ", tooltip=");
+    snprintf(label, sizeof label, "%s (stage %lld)", n->name, (long long)stage);
+    put_quoted(f, label);
+    fputs("];\n", f);
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (!live_node(n)) continue;
+    for (int32_t j = 0; j < n->n_inputs; j++) {
+      int32_t vid = n->inputs[j];
+      if (vid < 0) continue;
+      const sc_value *v = &g->values[vid];
+      if (v->producer >= 0) fprintf(f, "  n%d -> n%d;\n", v->producer, i);
+      else if ((v->flags & (SC_VALUE_INPUT | SC_VALUE_PARAM)) && !(v->flags & SC_VALUE_DEAD))
+        fprintf(f, "  v%d -> n%d;\n", vid, i);
+    }
+  }
+  for (int32_t i = 0; i < g->n_outputs; i++) {
+    const sc_value *v = &g->values[g->outputs[i]];
+    value_label(v, v->name, label, sizeof label);
+    fprintf(f, "  out%d [shape=ellipse, style=filled, fillcolor=\"#d8f5d0\", label=", i);
+    put_quoted(f, label);
+    fputs("];\n", f);
+    if (v->producer >= 0) fprintf(f, "  n%d -> out%d;\n", v->producer, i);
+    else if (v->flags & SC_VALUE_INPUT) fprintf(f, "  v%d -> out%d;\n", g->outputs[i], i);
+  }
+  fputs("}\n", f);
+  return ferror(f) ? SC_ERR_IO : SC_OK;
+}
+
+/* ---- the command ---- */
+
+static int print_help(void) {
+  printf("usage: %s\n\n"
+         "Partitions a model over a device mesh (tensor, pipeline and data\n"
+         "parallel) and reports each stage, memory per rank, collectives and the\n"
+         "sharding of every initializer; or writes the plan as JSON for --plan.\n\n"
+         "  --mesh AXES             e.g. pp=2,dp=2,tp=2; axes dp, tp, pp take those roles\n"
+         "  --ranks-per-node N      ranks r, s share a node iff r/N == s/N\n"
+         "  --microbatches M        pipeline microbatches (batch dims are divided by M)\n"
+         "  --stage-boundaries A,B  node names starting stages 1, 2, ... (default: balanced)\n"
+         "  --sequence-parallel     reduce-scatter + all-gather instead of all-reduce\n"
+         "  --no-vocab-parallel     keep the embedding and LM head whole\n"
+         "  --plan FILE.json        replay a plan written by --json (no --mesh etc.)\n"
+         "  --dim NAME=V            bind symbolic dim NAME (the full batch; repeatable)\n"
+         "  --no-weights            do not open external weight files (shapes only)\n"
+         "  --json                  write the plan (docs/plan-format.md) on stdout\n"
+         "  --dot FILE              write the local graph as Graphviz, coloured by stage\n"
+         "  --print-after=PASS      print the IR after PASS (or 'all') to stderr\n"
+         "  --time-passes           per-pass wall time on stderr\n",
+         USAGE);
+  return 0;
+}
+
+/* Takes the partitioning options out of argv; the rest go to sc_cli_parse. */
+static int split_args(int argc, char **argv, sc_pcli *p, char **rest, int *n_rest) {
+  *n_rest = 0;
+  rest[(*n_rest)++] = argv[0];
+  bool only_files = false;
+  for (int i = 1; i < argc;) {
+    if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
+    if (!only_files && argv[i][0] == '-') {
+      int rc = sc_pcli_take_option(p, argc, argv, &i, false);
+      if (rc == 1) continue;
+      if (rc) return rc;
+      if (strcmp(argv[i], "--") == 0) only_files = true;
+    }
+    rest[(*n_rest)++] = argv[i++];
+  }
+  return 0;
+}
+
+static int report_all(const sc_pbuild *b, sc_graph *g, const sc_stats *stats, const char *path) {
+  report r = {.b = b, .part = b->part, .g = g, .stats = stats};
+  r.st = sc_calloc((size_t)b->part->n_stages, sizeof *r.st);
+  int rc = 1;
+  if (!r.st) goto nomem;
+  stage_ranks(b->part, r.st);
+  if (stage_contents(&r) != SC_OK || program_contents(&r) != SC_OK) goto nomem;
+  if (r.n_coll) qsort(r.coll, (size_t)r.n_coll, sizeof *r.coll, cmp_coll);
+  print_header(&r, path);
+  print_stages(&r);
+  print_memory(&r);
+  print_collectives(&r);
+  print_shardings(&r);
+  rc = 0;
+  goto done;
+nomem:
+  fprintf(stderr, "shardc: error: out of memory\n");
+done:
+  sc_free(r.coll);
+  sc_free(r.st);
+  return rc;
+}
+
+int sc_cmd_plan(int argc, char **argv) {
+  sc_pcli p;
+  sc_pcli_init(&p);
+  char *rest[MAX_ARGS];
+  int n_rest = 0;
+  int rc = split_args(argc, argv, &p, rest, &n_rest);
+  if (rc) return rc;
+  sc_cli_opts o;
+  rc = sc_cli_parse(n_rest, rest,
+                    SC_CLI_DIM | SC_CLI_NO_WEIGHTS | SC_CLI_PRINT_AFTER | SC_CLI_TIME_PASSES |
+                        SC_CLI_JSON | SC_CLI_DOT,
+                    USAGE, &o);
+  if (rc) return rc;
+  if (o.help) return print_help();
+  if (!sc_pcli_active(&p))
+    return sc_cli_usage_error("plan needs --mesh AXES or --plan FILE.json\nusage: %s", USAGE);
+
+  sc_import_opts io = {.no_weights = o.no_weights};
+  sc_graph *g = NULL;
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status st = sc_onnx_import(o.file, &io, &g, &d);
+  if (st == SC_OK && (rc = sc_pcli_adjust_dims(&p, g, &o)) != 0) {
+    sc_graph_destroy(g);
+    return rc;
+  }
+  rc = sc_cli_load_finish(st, &g, &d, &o);
+  if (rc) return rc;
+
+  sc_stats stats; /* for the block names only */
+  if (sc_stats_begin(g, &stats) != SC_OK) {
+    rc = sc_cli_report(&g->diag, o.file);
+    sc_stats_free(&stats);
+    sc_graph_destroy(g);
+    return rc;
+  }
+  sc_pass_opts po;
+  sc_cli_pass_opts(&o, &po);
+  sc_compile_opts co;
+  sc_compile_opts_init(&co);
+  co.print_after = o.print_after;
+  co.time_passes = o.time_passes;
+  co.quiet = true;
+  sc_pbuild b;
+  rc = sc_pcli_build(&p, g, o.file, &po, &co, true, &b);
+
+  if (!rc && o.dot) {
+    FILE *f = fopen(o.dot, "w");
+    bool ok = f && write_dot(b.part->local, f) == SC_OK;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok) {
+      fprintf(stderr, "shardc: error: %s: cannot write the Graphviz file\n", o.dot);
+      rc = 1;
+    }
+  }
+  if (!rc && o.json) {
+    st = complete_plan(b.plan, b.part, g, &d);
+    if (st == SC_OK) st = sc_plan_write_json(b.plan, stdout, &d);
+    if (st != SC_OK) rc = sc_cli_report(&d, o.file);
+  } else if (!rc) {
+    rc = report_all(&b, g, &stats, o.file);
+  }
+  fflush(stdout);
+  sc_pbuild_free(&b);
+  sc_stats_free(&stats);
+  sc_graph_destroy(g);
+  return rc;
+}
