@@ -42,15 +42,6 @@ enum { MAX_LOCAL_RANKS = 1024 };
 
 void sc_dist_opts_init(sc_dist_opts *o) { memset(o, 0, sizeof *o); }
 
-/* Stand-in for sc_partition_source (passes/partition/partition.c, not
- * written yet): the sources are few, a linear scan will do. */
-static const sc_shard_source *find_source(const sc_partition *part, const char *name) {
-  for (int32_t i = 0; i < part->n_sources; i++)
-    if (part->sources[i].name && strcmp(part->sources[i].name, name) == 0)
-      return &part->sources[i];
-  return NULL;
-}
-
 /* cores / ranks on a node (all ranks when ranks_per_node is not given). */
 static int default_threads(const sc_mesh *m) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -122,7 +113,7 @@ static sc_status load_shards(rank_state *r, sc_diag *d) {
   for (int32_t b = 0; b < p->n_buffers; b++) {
     const sc_buffer *buf = &p->buffers[b];
     if (buf->kind != SC_BUF_CONST || buf->data || buf->bytes <= 0 || !buf->name) continue;
-    const sc_shard_source *src = find_source(r->part, buf->name);
+    const sc_shard_source *src = sc_partition_source(r->part, buf->name);
     if (!src) continue; /* no data at all: the device's bind reports it */
     if (!src->data)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,

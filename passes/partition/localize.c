@@ -486,34 +486,45 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   return SC_OK;
 }
 
-/* --sequence-parallel: a residual Add that would all-reduce a tp pending
- * sum instead reduce-scatters it over the sequence (dim 1 of a [B,S,H]
- * value) and splits its other operand there without communication; the
- * region up to the next column-parallel product then runs on 1/tp of the
- * sequence, and the Reshape before that product all-gathers it. */
-static void seq_parallel(lz *z, const sc_node *n, sc_sharding *want, sc_sharding *out) {
-  if (n->op != SC_OP_ADD || n->n_outputs != 1) return;
-  const sc_value *o = &z->g->values[n->outputs[0]];
+/* --sequence-parallel: before all-reducing a tp pending sum for a node,
+ * try the node with that input reduce-scattered over the sequence (dim 1 of
+ * a [B,S,...] value) instead: when the op's rule accepts the split (LayerNorm,
+ * elementwise ops), the node runs on 1/tp of the sequence and the next
+ * column-parallel product's Reshape all-gathers it (Megatron's sequence
+ * parallelism: reduce-scatter + all-gather in place of all-reduce). */
+static void seq_parallel(lz *z, sc_shard_ctx *c) {
+  const sc_node *n = c->n;
   int32_t ax = z->p->tp_axis;
   sc_axes bit = 1u << ax;
-  if (o->rank < 3 || out[0].n_dim_axes[1] || (out[0].partial & bit) ||
-      (sc_sharding_dim_axes(&out[0]) & bit))
+  for (int32_t i = 0; i < n->n_inputs; i++) {
+    int32_t gid = n->inputs[i];
+    if (gid < 0 || !(c->in[i].partial & bit) || (c->want[i].partial & bit)) continue;
+    const sc_value *v = &z->g->values[gid];
+    if (v->rank < 3 || c->want[i].n_dim_axes[1] || (sc_sharding_dim_axes(&c->want[i]) & bit))
+      continue;
+    sc_sharding try = c->want[i];
+    sc_sharding_split(&try, 1, ax);
+    if (!sc_shard_divides(&try, z->m, 1, v->dims[1])) continue;
+    int32_t ni = n->n_inputs, no = n->n_outputs;
+    sc_sharding *buf = sc_calloc((size_t)(2 * ni + no), sizeof *buf);
+    if (!buf) return;
+    sc_sharding *in2 = buf, *want2 = buf + ni, *out2 = buf + 2 * ni;
+    memcpy(in2, c->in, (size_t)ni * sizeof *in2);
+    in2[i] = try;
+    memcpy(want2, in2, (size_t)ni * sizeof *want2);
+    for (int32_t j = 0; j < no; j++) {
+      const sc_value *o = n->outputs[j] >= 0 ? &z->g->values[n->outputs[j]] : NULL;
+      sc_sharding_replicated(&out2[j], o && o->rank > 0 ? o->rank : 0);
+    }
+    sc_shard_ctx c2 = {z->g, n, z->m, in2, want2, out2, SC_SHARD_EXPAND_NONE};
+    if (sc_shard_rule(n->op)(&c2) == SC_OK && c2.expand == SC_SHARD_EXPAND_NONE &&
+        sc_sharding_equal(&want2[i], &try)) {
+      memcpy(c->want, want2, (size_t)ni * sizeof *want2);
+      memcpy(c->out, out2, (size_t)no * sizeof *out2);
+    }
+    sc_free(buf);
     return;
-  int64_t tp = z->m->axes[ax].size;
-  int64_t parts = sc_sharding_dim_parts(&out[0], z->m, 1);
-  if (o->dims[1] % (tp * parts) != 0) return;
-  bool had_partial = false;
-  for (int32_t i = 0; i < n->n_inputs; i++) {
-    const sc_value *v = n->inputs[i] >= 0 ? &z->g->values[n->inputs[i]] : NULL;
-    if (!v || v->rank != o->rank || v->dims[1] != o->dims[1]) return;
-    if (z->lid[n->inputs[i]] >= 0 && (z->cur[n->inputs[i]].partial & bit)) had_partial = true;
   }
-  if (!had_partial) return;
-  for (int32_t i = 0; i < n->n_inputs; i++) {
-    want[i].partial &= ~bit;
-    sc_sharding_split(&want[i], 1, ax);
-  }
-  sc_sharding_split(&out[0], 1, ax);
 }
 
 static sc_status localize_node(lz *z, int32_t nid) {
@@ -557,7 +568,7 @@ static sc_status localize_node(lz *z, int32_t nid) {
     *z->d = z->g->diag;
     goto done;
   }
-  if (z->p->sequence_parallel) seq_parallel(z, n, want, out);
+  if (z->p->sequence_parallel) seq_parallel(z, &c);
   /* inputs */
   for (int32_t i = 0; i < ni && st == SC_OK; i++) {
     int32_t gid = n->inputs[i];
