@@ -36,6 +36,7 @@
 
 #include "dist.h"
 #include "ir/sharding.h"
+#include "codegen/cpu/cpu.h"
 
 /* Most thread-ranks sc_dist_run_local starts. */
 enum { MAX_LOCAL_RANKS = 1024 };
@@ -251,6 +252,7 @@ static sc_status run_microbatches(rank_state *r, const sc_dist_opts *o, sc_comm 
   so.threads = o && o->threads > 0 ? o->threads : default_threads(&r->part->mesh);
   so.world = world;
   so.const_data = (const void *const *)r->shards;
+  if (o && o->cpu_modules) so.cpu_module = o->cpu_modules[r->stage];
   sc_status st = sc_session_create(p, &so, &r->s, d);
   if (st != SC_OK) return st;
   if (injected_failure(r->rank))
@@ -417,6 +419,17 @@ sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *program
   sc_status st = SC_OK;
   if (!comms || !jobs || !th || !outs)
     st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  /* one JIT per stage, shared by its ranks */
+  sc_cpu_module **mods = NULL;
+  if (st == SC_OK && !opts.cpu_modules) {
+    mods = sc_calloc((size_t)part->n_stages, sizeof *mods);
+    if (!mods) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    sc_cpu_opts co;
+    sc_cpu_opts_init(&co);
+    for (int32_t s = 0; st == SC_OK && s < part->n_stages; s++)
+      st = sc_cpu_jit(programs[s], &co, &mods[s], d);
+    opts.cpu_modules = (const struct sc_cpu_module *const *)mods;
+  }
   if (st == SC_OK) st = sc_comm_local_create_group((int)n, comms, d);
   int64_t started = 0;
   for (; st == SC_OK && started < n; started++) {
@@ -433,6 +446,8 @@ sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *program
   }
   for (int64_t r = 0; r < started; r++) pthread_join(th[r], NULL);
   for (int64_t r = 0; comms && r < n; r++) sc_comm_destroy(comms[r]);
+  for (int32_t s = 0; mods && s < part->n_stages; s++) sc_cpu_module_destroy(mods[s]);
+  sc_free(mods);
   int64_t bad = st == SC_OK ? first_failure(jobs, n) : -1;
   if (bad >= 0) {
     *d = jobs[bad].d;

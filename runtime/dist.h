@@ -40,6 +40,10 @@
 
 typedef struct sc_dist_opts {
   int threads;          /* CPU threads per rank (0: cores / ranks, >= 1) */
+  /* CPU kernels compiled once per stage ([n_stages], borrowed), shared by
+   * every rank of the stage; NULL: sc_dist_run_local JIT-compiles each
+   * stage's program once itself, sc_dist_run_rank lets its session do it. */
+  const struct sc_cpu_module *const *cpu_modules;
   bool quiet;
 } sc_dist_opts;
 void sc_dist_opts_init(sc_dist_opts *o);
