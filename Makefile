@@ -47,6 +47,7 @@ fuzz: deps
 bench: deps build
 	.venv/bin/python bench/bench_inspect.py --shardc $(BUILD)/shardc
 	.venv/bin/python bench/bench_run.py --shardc $(BUILD)/shardc
+	.venv/bin/python bench/bench_partition.py --shardc $(BUILD)/shardc
 
 samples:
 	bash samples/install-torch.sh

@@ -44,6 +44,10 @@ enum { N_BUF_KINDS = 5 };
 static const char *const STEP_KINDS[] = {"kernel", "gemm", "comm"};
 _Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
 static const char *const PHASE_KINDS[] = {"reduce", "store"};
+static const char *const COMM_KINDS[] = {"all_reduce",     "all_gather", "reduce_scatter",
+                                         "all_to_all",     "send",       "recv"};
+_Static_assert(sizeof COMM_KINDS / sizeof COMM_KINDS[0] == SC_COMM_KIND_COUNT, "comm kinds");
+static const char *const COMM_REDUCE[] = {"sum", "max", "min"}; /* SC_COMM_OP_* */
 static const char *const RED_OPS[] = {"sum", "prod", "max", "min", "argmax", "argmin"};
 _Static_assert(sizeof RED_OPS / sizeof RED_OPS[0] == KIR_RED_COUNT, "reduce ops");
 
@@ -165,6 +169,27 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(go, "bias", json_integer(g->bias));
     json_object_set_new(go, "bias_full", json_boolean(g->bias_full));
     json_object_set_new(o, "gemm", go);
+  } else if (s->kind == SC_STEP_COMM) {
+    const sc_comm_step *c = &s->comm;
+    SC_ASSERT((int)c->kind >= 0 && c->kind < SC_COMM_KIND_COUNT && c->reduce >= 0 &&
+              c->reduce < 3);
+    json_t *co = json_object();
+    json_object_set_new(co, "kind", json_string(COMM_KINDS[c->kind]));
+    json_object_set_new(co, "reduce", json_string(COMM_REDUCE[c->reduce]));
+    json_object_set_new(co, "in", json_integer(c->in));
+    json_object_set_new(co, "out", json_integer(c->out));
+    json_object_set_new(co, "pack", json_integer(c->pack));
+    json_object_set_new(co, "unpack", json_integer(c->unpack));
+    json_object_set_new(co, "count", json_integer(c->count));
+    json_object_set_new(co, "pack_outer", json_integer(c->pack_outer));
+    json_object_set_new(co, "pack_inner", json_integer(c->pack_inner));
+    json_object_set_new(co, "unpack_outer", json_integer(c->unpack_outer));
+    json_object_set_new(co, "unpack_inner", json_integer(c->unpack_inner));
+    json_object_set_new(co, "axes", json_integer(c->axes));
+    json_object_set_new(co, "group_size", json_integer(c->group_size));
+    json_object_set_new(co, "peer", json_integer(c->peer));
+    json_object_set_new(co, "tag", json_integer(c->tag));
+    json_object_set_new(o, "comm", co);
   }
   return o;
 }
@@ -178,16 +203,19 @@ static json_t *jids(const int32_t *ids, int32_t n) {
 sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
                                 char **text, sc_diag *diag) {
   *text = NULL;
-  for (int32_t i = 0; i < p->n_steps; i++)
-    if (p->steps[i].kind == SC_STEP_COMM) /* needs the mesh and groups in the format */
-      return sc_diag_set(diag, SC_ERR_UNSUPPORTED, p->steps[i].origin, NULL,
-                         "program JSON: comm steps are not supported in bundles yet");
   json_t *root = json_object();
   if (!root) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "program JSON: out of memory");
   json_object_set_new(root, "format", json_string("shardc-program"));
   json_object_set_new(root, "version", json_integer(SC_PROGRAM_JSON_VERSION));
   json_object_set_new(root, "arena_bytes", json_integer(p->arena_bytes));
   json_object_set_new(root, "arena_align", json_integer(p->arena_align));
+  if (p->mesh.n_axes > 0) { /* absent: the one-rank mesh (older bundles have none) */
+    char mesh[SC_MESH_MAX_AXES * (SC_MESH_NAME_MAX + 24)];
+    sc_mesh_format(&p->mesh, mesh, sizeof mesh);
+    json_object_set_new(root, "mesh", json_string(mesh));
+    if (p->mesh.ranks_per_node)
+      json_object_set_new(root, "ranks_per_node", json_integer(p->mesh.ranks_per_node));
+  }
   json_t *bufs = json_array();
   for (int32_t i = 0; i < p->n_buffers; i++) {
     SC_ASSERT((int)p->buffers[i].kind >= 0 && (int)p->buffers[i].kind < N_BUF_KINDS);
@@ -602,6 +630,103 @@ static sc_status check_matrix(reader *r, const char *what, int32_t buf, int64_t 
   return SC_OK;
 }
 
+/* Buffer `id` (-1 allowed when optional) holds `elems` elements of dtype t
+ * and, when written, is not CONST or INPUT. */
+static sc_status check_comm_buf(reader *r, const char *what, int32_t id, bool optional,
+                                int64_t elems, sc_dtype t, bool written) {
+  const sc_program *p = r->p;
+  if (id < 0) {
+    if (optional) return SC_OK;
+    return fail(r, SC_ERR_INVALID, "'%s' is required for this comm kind", what);
+  }
+  const sc_buffer *b = &p->buffers[id];
+  int64_t bytes;
+  if (b->dtype != t)
+    return fail(r, SC_ERR_INVALID, "'%s' buffer %d is %s, the step moves %s", what, id,
+                sc_dtype_name(b->dtype), sc_dtype_name(t));
+  if (!sc_mul_i64(elems, (int64_t)sc_dtype_size(t), &bytes) || bytes > b->bytes)
+    return fail(r, SC_ERR_INVALID, "'%s': %lld elements overrun buffer %d (%lld bytes)", what,
+                (long long)elems, id, (long long)b->bytes);
+  if (written && (b->kind == SC_BUF_CONST || b->kind == SC_BUF_INPUT))
+    return fail(r, SC_ERR_INVALID, "comm writes %s buffer %d", BUF_KINDS[b->kind], id);
+  return SC_OK;
+}
+
+/* A COMM step: every id in range, the group one of the program's mesh, and
+ * every buffer the communicator or the pack/unpack copies touch big enough
+ * (the sizes runtime/session.c's run_comm uses). */
+static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
+  const sc_program *p = r->p;
+  json_t *co = json_object_get(o, "comm");
+  if (!json_is_object(co)) return fail(r, SC_ERR_PARSE, "'comm' must be an object");
+  int kind, red;
+  int64_t axes;
+  int32_t hi = p->n_buffers - 1;
+  sc_status st;
+  if ((st = get_enum(r, co, "kind", COMM_KINDS, SC_COMM_KIND_COUNT, &kind)) ||
+      (st = get_enum(r, co, "reduce", COMM_REDUCE, 3, &red)) ||
+      (st = get_range(r, co, "in", true, 0, -1, hi, &c->in)) ||
+      (st = get_range(r, co, "out", true, 0, -1, hi, &c->out)) ||
+      (st = get_range(r, co, "pack", true, 0, -1, hi, &c->pack)) ||
+      (st = get_range(r, co, "unpack", true, 0, -1, hi, &c->unpack)) ||
+      (st = get_int(r, co, "count", true, 0, &c->count)) ||
+      (st = get_int(r, co, "pack_outer", true, 0, &c->pack_outer)) ||
+      (st = get_int(r, co, "pack_inner", true, 0, &c->pack_inner)) ||
+      (st = get_int(r, co, "unpack_outer", true, 0, &c->unpack_outer)) ||
+      (st = get_int(r, co, "unpack_inner", true, 0, &c->unpack_inner)) ||
+      (st = get_int(r, co, "axes", true, 0, &axes)) ||
+      (st = get_int(r, co, "group_size", true, 0, &c->group_size)) ||
+      (st = get_range(r, co, "peer", true, 0, -1, INT32_MAX, &c->peer)) ||
+      (st = get_range(r, co, "tag", true, 0, INT32_MIN, INT32_MAX, &c->tag)))
+    return st;
+  c->kind = (sc_comm_kind)kind;
+  c->reduce = red;
+  if (axes < 0 || axes > (int64_t)sc_mesh_all_axes(&p->mesh))
+    return fail(r, SC_ERR_INVALID, "'axes' = %lld is not a set of the mesh's axes",
+                (long long)axes);
+  c->axes = (uint32_t)axes;
+  if ((c->axes & ~sc_mesh_all_axes(&p->mesh)) ||
+      c->group_size != sc_mesh_group_size(&p->mesh, c->axes))
+    return fail(r, SC_ERR_INVALID, "'group_size' = %lld, the mesh's group over axes 0x%x has %lld",
+                (long long)c->group_size, (unsigned)c->axes,
+                (long long)sc_mesh_group_size(&p->mesh, c->axes));
+  bool p2p = c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV;
+  if (p2p ? c->peer < 0 || c->peer >= c->group_size : c->peer != -1)
+    return fail(r, SC_ERR_INVALID, "'peer' = %d is not a key of the group", c->peer);
+  if (c->count < 0 || c->pack_outer < 0 || c->pack_inner < 0 || c->unpack_outer < 0 ||
+      c->unpack_inner < 0)
+    return fail(r, SC_ERR_INVALID, "negative comm sizes");
+  bool has_in = c->kind != SC_COMM_RECV, has_out = c->kind != SC_COMM_SEND;
+  if ((c->in >= 0) != has_in || (c->out >= 0) != has_out)
+    return fail(r, SC_ERR_INVALID, "'in'/'out' do not fit a %s step", COMM_KINDS[c->kind]);
+  bool may_pack = c->kind == SC_COMM_REDUCE_SCATTER || c->kind == SC_COMM_ALL_TO_ALL;
+  bool may_unpack = c->kind == SC_COMM_ALL_GATHER || c->kind == SC_COMM_ALL_TO_ALL;
+  if ((c->pack >= 0 && !may_pack) || (c->unpack >= 0 && !may_unpack))
+    return fail(r, SC_ERR_INVALID, "a %s step has no pack/unpack buffer", COMM_KINDS[c->kind]);
+  sc_dtype t = p->buffers[has_in ? c->in : c->out].dtype;
+  int64_t n = c->group_size, send = c->count, recv = c->count, packed, unpacked;
+  if (c->kind == SC_COMM_REDUCE_SCATTER || c->kind == SC_COMM_ALL_TO_ALL)
+    if (!sc_mul_i64(send, n, &send)) return fail(r, SC_ERR_LIMIT, "comm size overflows");
+  if (c->kind == SC_COMM_ALL_GATHER || c->kind == SC_COMM_ALL_TO_ALL)
+    if (!sc_mul_i64(recv, n, &recv)) return fail(r, SC_ERR_LIMIT, "comm size overflows");
+  if (!sc_mul_i64(c->pack_outer, n, &packed) || !sc_mul_i64(packed, c->pack_inner, &packed) ||
+      !sc_mul_i64(c->unpack_outer, n, &unpacked) ||
+      !sc_mul_i64(unpacked, c->unpack_inner, &unpacked))
+    return fail(r, SC_ERR_LIMIT, "comm size overflows");
+  if (c->pack >= 0 && packed < send) return fail(r, SC_ERR_INVALID, "the pack covers too little");
+  if (c->unpack >= 0 && unpacked < recv)
+    return fail(r, SC_ERR_INVALID, "the unpack covers too little");
+  /* The communicator reads send elements of pack-or-in, writes recv of
+   * unpack-or-out; the copies read all of `in` / write all of `out`. */
+  if ((st = check_comm_buf(r, "in", c->in, !has_in, c->pack >= 0 ? packed : send, t, false)) ||
+      (st = check_comm_buf(r, "pack", c->pack, true, packed, t, true)) ||
+      (st = check_comm_buf(r, "out", c->out, !has_out, c->unpack >= 0 ? unpacked : recv, t,
+                           true)) ||
+      (st = check_comm_buf(r, "unpack", c->unpack, true, unpacked, t, true)))
+    return st;
+  return SC_OK;
+}
+
 static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   const sc_program *p = r->p;
   at(r, "steps[%d]", sid);
@@ -611,9 +736,11 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   memset(s, 0, sizeof *s);
   if ((st = get_enum(r, o, "kind", STEP_KINDS, SC_STEP_KIND_COUNT, &kind))) return st;
   s->kind = (sc_step_kind)kind;
-  if (s->kind == SC_STEP_COMM) /* the bundle format has no mesh yet */
-    return fail(r, SC_ERR_UNSUPPORTED, "comm steps are not supported in bundles yet");
   if ((st = get_str(r, o, "origin", true, &s->origin))) return st;
+  if (s->kind == SC_STEP_COMM) {
+    if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
+    return read_comm(r, o, &s->comm);
+  }
   if ((st = get_range(r, o, "kernel", true, 0, s->kind == SC_STEP_GEMM ? -1 : 0,
                       p->n_kernels - 1, &s->kernel)))
     return st;
@@ -707,6 +834,20 @@ static sc_status read_program(reader *r, json_t *root) {
                 (long long)version, SC_PROGRAM_JSON_VERSION);
   if ((st = get_int(r, root, "arena_bytes", true, 0, &p->arena_bytes))) return st;
   if ((st = get_int(r, root, "arena_align", true, 0, &p->arena_align))) return st;
+  json_t *mesh = json_object_get(root, "mesh");
+  if (mesh) {
+    sc_diag md;
+    sc_diag_clear(&md);
+    int64_t rpn;
+    if (!json_is_string(mesh)) return fail(r, SC_ERR_PARSE, "'mesh' must be a string");
+    if (sc_mesh_parse(json_string_value(mesh), &p->mesh, &md) != SC_OK)
+      return fail(r, SC_ERR_INVALID, "mesh: %s", md.msg);
+    if ((st = get_int(r, root, "ranks_per_node", false, 0, &rpn))) return st;
+    if (rpn && sc_mesh_set_ranks_per_node(&p->mesh, rpn, &md) != SC_OK)
+      return fail(r, SC_ERR_INVALID, "ranks_per_node: %s", md.msg);
+  } else if (json_object_get(root, "ranks_per_node")) {
+    return fail(r, SC_ERR_PARSE, "'ranks_per_node' without 'mesh'");
+  }
   if (p->arena_bytes < 0 || p->arena_align < 1 || p->arena_align > 4096 ||
       (p->arena_align & (p->arena_align - 1)))
     return fail(r, SC_ERR_INVALID, "bad arena_bytes or arena_align");

@@ -626,6 +626,7 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   dop.threads = r->threads;
   double t2 = now_ms(), t3 = t2;
   sc_comm *world = NULL;
+  sc_dist_rank_stats *stats = NULL;
   bool mpi = r->pc.comm && strcmp(r->pc.comm, "mpi") == 0;
   if (!rc) {
     if (mpi) {
@@ -637,11 +638,28 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
       if (s == SC_OK)
         s = sc_dist_run_rank(part, b.programs, &dop, world, in, ni, out, no, NULL, &d);
     } else {
-      s = sc_dist_run_local(part, b.programs, &dop, in, ni, out, no, NULL, &d);
+      stats = sc_calloc((size_t)part->mesh.n_ranks, sizeof *stats);
+      s = stats ? sc_dist_run_local(part, b.programs, &dop, in, ni, out, no, stats, &d)
+                : sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     }
     t3 = now_ms();
     if (s != SC_OK) rc = sc_cli_report(&d, o->file);
   }
+  /* --verbose: what each rank allocated, comparable with `shardc plan`'s
+   * per-rank memory (replicated constants are mapped from the model, not
+   * copied, but the plan counts them: so they are listed) */
+  for (int64_t k = 0; !rc && stats && r->verbose && k < part->mesh.n_ranks; k++) {
+    const sc_program *sp = b.programs[stats[k].stage];
+    int64_t rep = 0;
+    for (int32_t i = 0; i < sp->n_buffers; i++)
+      if (sp->buffers[i].kind == SC_BUF_CONST && sp->buffers[i].data) rep += sp->buffers[i].bytes;
+    fprintf(stderr, "rank %lld (stage %d): arena %lld bytes, weight shards %lld bytes, "
+            "replicated constants %lld bytes, total %lld bytes\n", (long long)k,
+            (int)stats[k].stage, (long long)stats[k].arena_bytes,
+            (long long)stats[k].weight_bytes, (long long)rep,
+            (long long)(stats[k].arena_bytes + stats[k].weight_bytes + rep));
+  }
+  sc_free(stats);
   if (!rc && o->time_passes)
     fprintf(stderr, "partition+compile %.3f ms, run %.3f ms on %lld ranks\n", t1 - t0, t3 - t2,
             (long long)part->mesh.n_ranks);

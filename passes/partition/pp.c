@@ -21,10 +21,17 @@
  * later stages that read v. Each stage graph is then built in one walk over
  * its nodes: the local inputs it reads first, constants on first use, a
  * Recv before the first reader of a value from an earlier stage, the node
- * itself, then a Send per later stage reading one of its outputs. Receives
- * from one stage are issued in tag order (a Recv needed early pulls the
- * ones with smaller tags from the same stage forward with it), so the
- * sends of s to t and the receives of t from s match one to one.
+ * itself, then a Send per later stage reading one of its outputs.
+ *
+ * Order of Send and Recv. A send may block until its receive starts
+ * (runtime/comm.h), so every stage issues its Send/Recv in increasing tag
+ * order: then the smallest tag not yet done always has both ends waiting
+ * on it, and nothing deadlocks. A stage's receives have smaller tags than
+ * its sends (earlier stages' sends are numbered first), so each stage
+ * receives in tag order — a Recv needed early pulls those of smaller tags
+ * forward with it — and all before its first Send. Per pair of stages this
+ * is the match pp.h asks for (both sides by tag); it differs from "Recvs
+ * in the order first needed" where that order would not be the tag order.
  *
  * Not handled: a local output that no node produces (a pass-through input
  * or a constant) is an output of no stage. */
@@ -36,8 +43,7 @@
 #include <string.h>
 
 #include "ir/sharding.h"
-
-enum { MAX_TAG = 32767 }; /* SC_COMM_TAG_MAX, runtime/comm.h */
+#include "runtime/comm.h" /* SC_COMM_TAG_MAX */
 
 /* ---- stage assignment ---- */
 
@@ -254,7 +260,7 @@ typedef struct splitter {
   int32_t *recv;      /* values to receive, by tag */
   int32_t n_recv;
   int64_t *key;       /* [n_values] scratch: tag << 32 | value id */
-  int32_t *next;      /* [k] next index in recv[] of each source stage */
+  int32_t next_recv;  /* recv[] before it are received */
   int32_t *io;        /* scratch for one node's inputs and outputs */
 } splitter;
 
@@ -319,9 +325,9 @@ static sc_status number_tags(splitter *sp, sc_diag *d) {
         int32_t su = sp->stage[sp->users[u]];
         if (su <= last) continue;
         if (sp->first_tag[v] < 0) sp->first_tag[v] = tag;
-        if (tag > MAX_TAG)
+        if (tag > SC_COMM_TAG_MAX)
           return sc_diag_set(d, SC_ERR_LIMIT, n->name, sc_op_name(n->op),
-                             "pipeline split needs more than %d tags", MAX_TAG + 1);
+                             "pipeline split needs more than %d tags", SC_COMM_TAG_MAX + 1);
         tag++;
         last = su;
       }
@@ -391,7 +397,17 @@ static sc_status emit_recv(splitter *sp, int32_t idx) {
   return SC_OK;
 }
 
-/* Sends of local value lv (produced in this stage) to each later reader. */
+/* Receives recv[next_recv .. upto). */
+static sc_status recv_until(splitter *sp, int32_t upto) {
+  for (; sp->next_recv < upto; sp->next_recv++) {
+    sc_status st = emit_recv(sp, sp->next_recv);
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
+/* Sends of local value lv (produced in this stage) to each later reader,
+ * after every Recv of the stage (see the top). */
 static sc_status emit_sends(splitter *sp, int32_t lv) {
   sc_graph *g = sp->g;
   const sc_value *x = &sp->local->values[lv];
@@ -400,6 +416,8 @@ static sc_status emit_sends(splitter *sp, int32_t lv) {
     int32_t t = sp->stage[sp->users[u]];
     if (t <= last) continue;
     last = t;
+    sc_status st = recv_until(sp, sp->n_recv);
+    if (st != SC_OK) return st;
     char *tok = sc_arena_printf(&g->arena, "%s.sent_to_%d", x->name, (int)t);
     char *name = sc_arena_printf(&g->arena, "%s.send_to_%d", x->name, (int)t);
     if (!tok || !name) return SC_ERR_NOMEM;
@@ -457,8 +475,7 @@ static int cmp_i64(const void *a, const void *b) {
 }
 
 /* Fills recv[] with the values stage s reads from earlier stages, in tag
- * order, rpos[] with their positions, and next[] with where each source
- * stage's run in recv[] starts. */
+ * order, and rpos[] with their positions. */
 static void plan_recvs(splitter *sp) {
   sc_graph *l = sp->local;
   sp->n_recv = 0;
@@ -475,27 +492,19 @@ static void plan_recvs(splitter *sp) {
     }
   }
   qsort(sp->key, (size_t)sp->n_recv, sizeof *sp->key, cmp_i64);
-  for (int32_t t = 0; t < sp->k; t++) sp->next[t] = -1;
+  sp->next_recv = 0;
   for (int32_t i = 0; i < sp->n_recv; i++) {
-    int32_t v = (int32_t)(sp->key[i] & 0xffffffff), from = stage_of_value(sp, v);
+    int32_t v = (int32_t)(sp->key[i] & 0xffffffff);
     sp->recv[i] = v;
     sp->rpos[v] = i;
-    if (sp->next[from] < 0) sp->next[from] = i;
   }
 }
 
-/* Maps local value v for a reader in this stage: a Recv (with those of
- * smaller tag from the same stage before it), or a copy of a constant. */
+/* Maps local value v for a reader in this stage: a Recv (after those of
+ * smaller tags), or a copy of a constant. */
 static sc_status need(splitter *sp, int32_t v) {
   if (sp->vmap[v] >= 0) return SC_OK;
-  if (sp->rpos[v] >= 0) {
-    int32_t from = stage_of_value(sp, v);
-    for (; sp->next[from] <= sp->rpos[v]; sp->next[from]++) {
-      sc_status st = emit_recv(sp, sp->next[from]);
-      if (st != SC_OK) return st;
-    }
-    return SC_OK;
-  }
+  if (sp->rpos[v] >= 0) return recv_until(sp, sp->rpos[v] + 1);
   /* a constant (a value of no producer that is not a graph input) */
   return copy_value(sp, v, false) < 0 ? sp->g->diag.status : SC_OK;
 }
@@ -589,13 +598,12 @@ sc_status sc_pp_split(sc_graph *local, int32_t n_stages, const char *pp_axis,
   sp.rpos = sc_malloc(nv * sizeof *sp.rpos);
   sp.recv = sc_malloc(nv * sizeof *sp.recv);
   sp.key = sc_malloc(nv * sizeof *sp.key);
-  sp.next = sc_malloc((size_t)n_stages * sizeof *sp.next);
   size_t io = 1;
   for (int32_t i = 0; i < local->n_nodes; i++)
     if ((size_t)local->nodes[i].n_inputs + (size_t)local->nodes[i].n_outputs > io)
       io = (size_t)local->nodes[i].n_inputs + (size_t)local->nodes[i].n_outputs;
   sp.io = sc_malloc(io * sizeof *sp.io);
-  if (!sp.io || !sp.stage || !sp.first_tag || !sp.vmap || !sp.rpos || !sp.recv || !sp.key || !sp.next ||
+  if (!sp.io || !sp.stage || !sp.first_tag || !sp.vmap || !sp.rpos || !sp.recv || !sp.key ||
       sc_graph_users(local, &sp.uoff, &sp.users) != SC_OK) {
     st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     goto done;
@@ -633,7 +641,6 @@ done:
   sc_free(sp.rpos);
   sc_free(sp.recv);
   sc_free(sp.key);
-  sc_free(sp.next);
   sc_free(sp.io);
   sc_free(sp.uoff);
   sc_free(sp.users);

@@ -166,6 +166,41 @@ def test_failures(tmp):
         print(f"ok: {comm} rank failure ends the run in {dt:.1f} s")
 
 
+def test_planned_memory(tmp):
+    """Per-rank memory in `shardc plan` equals what the ranks allocated
+    (`shardc run -v` lists each rank's arena, weight shards and replicated
+    constants)."""
+    import re
+    path = os.path.join(SRC, "samples", "gpt2.onnx")
+    for mesh in ["tp=2,pp=2", "pp=2,dp=2,tp=2"]:
+        args = ["--dim", "batch=4", "--mesh", mesh]
+        p = run(["plan", path] + args)
+        if not check(p.returncode == 0, f"plan {mesh}: {p.stderr}"):
+            continue
+        planned = {}
+        section = False
+        for line in p.stdout.splitlines():
+            if line.startswith("memory per rank"):
+                section = True
+            elif section and not line.strip():
+                break
+            elif section:
+                m = re.match(r"\s+(\d+)\s.*\s(\d+)$", line)
+                if m:
+                    planned[int(m.group(1))] = int(m.group(2))
+        r = run(["run", path, "--random-inputs", "1", "-q", "-v", "--output-dir",
+                 os.path.join(tmp, "mem")] + args)
+        if not check(r.returncode == 0, f"run -v {mesh}: {r.stderr}"):
+            continue
+        ranks = re.findall(r"rank (\d+) \(stage (\d+)\):.* total (\d+) bytes", r.stderr)
+        check(len(ranks) == n_ranks(mesh), f"{mesh}: {len(ranks)} rank lines")
+        for rank, stage, total in ranks:
+            check(planned.get(int(stage)) == int(total),
+                  f"{mesh}: rank {rank} allocated {total} bytes, the plan says "
+                  f"{planned.get(int(stage))} for stage {stage}")
+        print(f"ok: {mesh}: planned == allocated on all {len(ranks)} ranks ({planned})")
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
@@ -176,6 +211,7 @@ def main():
         for name in (["gpt2"] if quick else MODELS):
             models[name] = test_model(name, tmp, quick)
         test_mpi(tmp, models)
+        test_planned_memory(tmp)
         test_failures(tmp)
     # Meshes every transformer sample must take: refusing them is a failure.
     for r in refusals:

@@ -5,17 +5,21 @@
  * in the opposite order to their production, and a local output of stage 1
  * is also read by stage 2. Checked: the nodes, inputs and outputs of each
  * stage, Send/Recv placement, peers and tags (sends of s to t and receives
- * of t from s pair one to one, both in tag order), shardings and constants
+ * of t from s pair one to one, both in tag order, and run to completion
+ * when sends block until received; a stage receives before its first
+ * Send), shardings and constants
  * (a sharded weight without data, a replicated one with its data borrowed),
  * that every stage verifies, infers shapes equal to the local ones and
  * round-trips through the IR text, and that the stages' nodes other than
- * Send/Recv are exactly the local graph's nodes. Errors: a node without
- * `__stage`, stages out of order, no mesh, a pp axis of another size.
+ * Send/Recv are exactly the local graph's nodes. One stage: the same graph
+ * without a mesh. Errors: a node without `__stage`, stages out of order or
+ * out of range, no mesh, no pp axis or one of another size, more than
+ * 32768 tags.
  *
  * Stage assignment: 8 equal MatMul+Add layers in 2, 4 and 8 stages get
- * equal layers per stage; with 3 residual layers in 2 stages the cut lands
- * between layers (one value crossing) although a cut inside layer 2 would
- * balance better by a few percent; boundaries by name; unknown and
+ * equal layers per stage, in 16 stages one node each; with 3 residual
+ * layers in 2 stages the cut lands between layers (one value crossing)
+ * although a cut inside layer 2 would balance better by a few percent; boundaries by name; unknown and
  * out-of-order boundary names and more stages than nodes are errors naming
  * them. Set PP_PRINT=1 to see the stage graphs. */
 #include <stdio.h>
@@ -121,6 +125,38 @@ static void check_pairs(sc_graph *from, int32_t fs, sc_graph *to, int32_t ts) {
   assert_int_equal(j, to->n_nodes);   /* no unmatched receive */
 }
 
+/* Runs the stages' Send/Recv in program order with rendezvous semantics (a
+ * send waits for its receive, runtime/comm.h allows that): every one must
+ * complete. */
+static void check_no_deadlock(sc_graph **st, int32_t k) {
+  int32_t at[8] = {0};
+  SC_ASSERT(k <= 8);
+  for (;;) {
+    bool progress = false, done = true;
+    for (int32_t s = 0; s < k; s++) { /* skip to the next Send/Recv */
+      while (at[s] < st[s]->n_nodes && st[s]->nodes[at[s]].op != SC_OP_SEND &&
+             st[s]->nodes[at[s]].op != SC_OP_RECV)
+        at[s]++;
+      if (at[s] < st[s]->n_nodes) done = false;
+    }
+    if (done) return;
+    for (int32_t s = 0; s < k; s++) {
+      if (at[s] == st[s]->n_nodes || st[s]->nodes[at[s]].op != SC_OP_SEND) continue;
+      const sc_node *sn = &st[s]->nodes[at[s]];
+      int32_t t = (int32_t)iattr(sn, "peer_stage");
+      if (at[t] == st[t]->n_nodes) continue;
+      const sc_node *rn = &st[t]->nodes[at[t]];
+      if (rn->op == SC_OP_RECV && iattr(rn, "peer_stage") == s &&
+          iattr(rn, "tag") == iattr(sn, "tag")) {
+        at[s]++;
+        at[t]++;
+        progress = true;
+      }
+    }
+    if (!progress) fail_msg("Send/Recv deadlock");
+  }
+}
+
 static void test_split(void **state) {
   (void)state;
   sc_graph *l = parse_ok(local_text);
@@ -132,9 +168,11 @@ static void test_split(void **state) {
                       "MatMul:n0 Send:a.send_to_2 Add:n1 Send:b.send_to_1 Send:b.send_to_2");
   assert_string_equal(listing(st[1], buf, sizeof buf),
                       "Recv:b.recv_from_0 MatMul:n2 Add:n3 Send:d.send_to_2");
-  /* d is needed first; b (tag 2) pulls a (tag 0) from stage 0 before it */
+  /* n4 needs d (tag 3) first, but receives go in tag order: a, b, then d
+   * (receiving d first would deadlock with blocking sends: see
+   * check_no_deadlock) */
   assert_string_equal(listing(st[2], buf, sizeof buf),
-                      "Recv:d.recv_from_1 Recv:a.recv_from_0 Recv:b.recv_from_0 Add:n4 Add:n5");
+                      "Recv:a.recv_from_0 Recv:b.recv_from_0 Recv:d.recv_from_1 Add:n4 Add:n5");
   /* each Send right after its producer; tags in the order they are made */
   assert_int_equal(iattr(&st[0]->nodes[1], "tag"), 0);
   assert_int_equal(iattr(&st[0]->nodes[3], "tag"), 1);
@@ -151,7 +189,7 @@ static void test_split(void **state) {
   assert_string_equal(ax->strings[0], "pp");
   assert_int_equal(iattr(snd, "peer_stage"), 2);
   /* Recv's dtype and shape */
-  const sc_node *rcv = &st[2]->nodes[0];
+  const sc_node *rcv = &st[2]->nodes[2];
   assert_int_equal(iattr(rcv, "peer_stage"), 1);
   assert_string_equal(sc_attr_string(st[2], rcv, "dtype", ""), "f32");
   const int64_t *shp;
@@ -160,6 +198,7 @@ static void test_split(void **state) {
   assert_int_equal(shp[1], 8);
   for (int32_t s = 0; s < 3; s++)
     for (int32_t t = s + 1; t < 3; t++) check_pairs(st[s], s, st[t], t);
+  check_no_deadlock(st, 3);
 
   /* inputs and outputs */
   assert_string_equal(names_of(st[0], st[0]->inputs, st[0]->n_inputs, buf, sizeof buf), "x");
@@ -229,6 +268,34 @@ static void test_split(void **state) {
   int32_t tok = sc_graph_find_value(st[1], "d.sent_to_2");
   check_shape(st[1], tok, SC_DTYPE_F32, 1, (int64_t[]){0});
   for (int32_t s = 0; s < 3; s++) sc_graph_destroy(st[s]);
+  sc_graph_destroy(l);
+}
+
+/* A stage receives everything before its first Send: m2's value is sent
+ * before m3 reads b from stage 0, so b's Recv moves up before that Send. */
+static void test_split_recv_before_send(void **state) {
+  (void)state;
+  sc_graph *l = parse_ok("shardc.ir 1 graph \"r\" opset 18 {\n mesh [pp=3]\n"
+                         " input %x : f32[4]\n"
+                         " %a : f32[4] = Relu(%x) {__stage = 0} \"m0\"\n"
+                         " %b : f32[4] = Tanh(%x) {__stage = 0} \"m1\"\n"
+                         " %c : f32[4] = Relu(%x) {__stage = 1} \"m2\"\n"
+                         " %d : f32[4] = Add(%c, %b) {__stage = 1} \"m3\"\n"
+                         " %e : f32[4] = Add(%c, %a) {__stage = 2} \"m4\"\n"
+                         " %f : f32[4] = Add(%e, %d) {__stage = 2} \"m5\"\n"
+                         " output %f\n}\n");
+  sc_graph *st[3];
+  split_ok(l, 3, st);
+  char buf[512];
+  assert_string_equal(listing(st[1], buf, sizeof buf),
+                      "Relu:m2 Recv:b.recv_from_0 Send:c.send_to_2 Add:m3 Send:d.send_to_2");
+  assert_string_equal(listing(st[2], buf, sizeof buf),
+                      "Recv:a.recv_from_0 Recv:c.recv_from_1 Add:m4 Recv:d.recv_from_1 Add:m5");
+  check_no_deadlock(st, 3);
+  for (int32_t s = 0; s < 3; s++) {
+    infer_ok(st[s]);
+    sc_graph_destroy(st[s]);
+  }
   sc_graph_destroy(l);
 }
 
@@ -304,13 +371,21 @@ static void test_split_tag_limit(void **state) {
   assert_int_equal(sc_mesh_parse("pp=2", &m, &d), SC_OK);
   assert_int_equal(sc_graph_attach_mesh(g, &m), SC_OK);
   int64_t four = 4;
-  int32_t x = inp(g, SC_DTYPE_F32, 1, &four), out;
+  int32_t prev = inp(g, SC_DTYPE_F32, 1, &four);
   enum { N = 32769 };
-  for (int32_t i = 0; i < 2 * N; i++) { /* r{i} reads x; r{N+i} reads r{i} */
-    int32_t in = i < N ? x : g->nodes[i - N].outputs[0];
+  /* a chain r0..r{N-1} in stage 0; r{N+i} = Relu(r{i}) in stage 1 (named
+   * values and few users each keep the graph cheap to build) */
+  for (int32_t i = 0; i < 2 * N; i++) {
+    int32_t in = i < N ? prev : g->nodes[i - N].outputs[0];
     char name[32];
+    snprintf(name, sizeof name, "v%d", (int)i);
+    int32_t out = sc_graph_add_value(g, name);
+    assert_true(out >= 0);
     snprintf(name, sizeof name, "r%d", (int)i);
-    set_int(g, node1(g, SC_OP_RELU, name, &in, 1, &out), "__stage", i < N ? 0 : 1);
+    int32_t nid = sc_graph_add_node(g, SC_OP_RELU, name, &in, 1, &out, 1);
+    assert_true(nid >= 0);
+    set_int(g, nid, "__stage", i < N ? 0 : 1);
+    prev = out;
   }
   sc_graph *st[2] = {NULL, NULL};
   sc_diag_clear(&d);
@@ -355,6 +430,9 @@ static void test_assign_balanced(void **state) {
     assert_int_equal(sc_pp_assign_stages(g, k, NULL, 0, stage, &d), SC_OK);
     for (int32_t i = 0; i < 16; i++) assert_int_equal(stage[i], (i / 2) / (8 / k));
   }
+  sc_diag_clear(&d); /* as many stages as nodes: one node each */
+  assert_int_equal(sc_pp_assign_stages(g, 16, NULL, 0, stage, &d), SC_OK);
+  for (int32_t i = 0; i < 16; i++) assert_int_equal(stage[i], i);
   sc_graph_destroy(g);
 
   /* 3 residual layers, 2 stages: the best balance cuts between mm2 and
@@ -405,7 +483,8 @@ static void test_assign_boundaries(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_split),           cmocka_unit_test(test_split_one_stage),
+      cmocka_unit_test(test_split),           cmocka_unit_test(test_split_recv_before_send),
+      cmocka_unit_test(test_split_one_stage),
       cmocka_unit_test(test_split_errors),    cmocka_unit_test(test_split_tag_limit),
       cmocka_unit_test(test_assign_balanced),
       cmocka_unit_test(test_assign_boundaries),
