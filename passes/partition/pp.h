@@ -33,9 +33,10 @@
  *     (the same name v) placed before v's first reader; T is a per-(v,t)
  *     tag unique in the whole program (0, 1, 2, ... in the order the sends
  *     are made). Sends in s are issued in the order their values are
- *     produced; Recvs in t in the order they are first needed, and T
- *     ordering makes s's sends to t and t's receives from s match one to
- *     one (both ordered by T).
+ *     produced. Recvs in t come in tag order, each before its first reader,
+ *     all before t's first Send: a send may block until its receive starts
+ *     (runtime/comm.h), and this order cannot deadlock; by tag, s's sends
+ *     to t and t's receives from s match one to one.
  *   A local-graph output produced in stage s that a later stage also reads is
  *   both an output of s and sent.
  * The stage graph gets the same mesh (sc_graph_attach_mesh) and each

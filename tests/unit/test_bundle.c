@@ -428,6 +428,107 @@ static void test_json_hostile(void **state) {
   assert_null(r);
 }
 
+/* ------------------------------------------------------ comm steps, mesh */
+
+/* On mesh pp=2,tp=2: y = all_reduce_tp(x); g = all_gather_tp(y) along dim 1
+ * through the unpack scratch u; send y to the pp peer 1. */
+static sc_program *build_comm_program(void) {
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_mesh_parse("pp=2,tp=2", &p->mesh, &d), SC_OK);
+  assert_int_equal(sc_mesh_set_ranks_per_node(&p->mesh, 2, &d), SC_OK);
+  p->arena_bytes = 256;
+  p->arena_align = 64;
+  const int64_t d24[2] = {2, 4}, d28[2] = {2, 8}, d16[1] = {16};
+  int32_t x = add_buf(p, "x", SC_BUF_INPUT, SC_DTYPE_F32, 2, d24, 0, NULL, -1);
+  int32_t y = add_buf(p, "y", SC_BUF_OUTPUT, SC_DTYPE_F32, 2, d24, 64, NULL, -1);
+  int32_t g = add_buf(p, "g", SC_BUF_OUTPUT, SC_DTYPE_F32, 2, d28, 128, NULL, -1);
+  int32_t u = add_buf(p, "u", SC_BUF_TEMP, SC_DTYPE_F32, 1, d16, 192, NULL, -1);
+  assert_int_equal(sc_program_add_input(p, x), SC_OK);
+  assert_int_equal(sc_program_add_output(p, y), SC_OK);
+  assert_int_equal(sc_program_add_output(p, g), SC_OK);
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_COMM;
+  s.kernel = -1;
+  s.origin = "AllReduce_0";
+  s.comm = (sc_comm_step){.kind = SC_COMM_ALL_REDUCE, .reduce = 2, .in = x, .out = y,
+                          .pack = -1, .unpack = -1, .count = 8, .axes = 2, .group_size = 2,
+                          .peer = -1};
+  assert_int_equal(sc_program_add_step(p, &s), 0);
+  s.origin = "AllGather_1";
+  s.comm = (sc_comm_step){.kind = SC_COMM_ALL_GATHER, .in = y, .out = g, .pack = -1,
+                          .unpack = u, .count = 8, .unpack_outer = 2, .unpack_inner = 4,
+                          .axes = 2, .group_size = 2, .peer = -1};
+  assert_int_equal(sc_program_add_step(p, &s), 1);
+  s.origin = "Send_2";
+  s.comm = (sc_comm_step){.kind = SC_COMM_SEND, .in = y, .out = -1, .pack = -1, .unpack = -1,
+                          .count = 8, .axes = 1, .group_size = 2, .peer = 1, .tag = 7};
+  assert_int_equal(sc_program_add_step(p, &s), 2);
+  return p;
+}
+
+static void test_json_comm(void **state) {
+  (void)state;
+  sc_program *p = build_comm_program();
+  sc_diag d;
+  sc_diag_clear(&d);
+  char *json = NULL;
+  assert_int_equal(sc_program_write_json(p, NULL, &json, &d), SC_OK);
+  assert_non_null(strstr(json, "\"mesh\": \"pp=2,tp=2\""));
+  assert_non_null(strstr(json, "\"kind\": \"all_gather\""));
+  sc_program *r = NULL;
+  sc_status st = sc_program_read_json(json, strlen(json), NULL, 0, &r, &d);
+  if (st) fail_msg("%s", d.msg);
+  char *again = NULL;
+  assert_int_equal(sc_program_write_json(r, NULL, &again, &d), SC_OK);
+  assert_string_equal(again, json);
+  sc_free(again);
+  assert_true(sc_mesh_equal(&r->mesh, &p->mesh));
+  assert_int_equal(r->mesh.ranks_per_node, 2);
+  assert_int_equal(r->n_steps, 3);
+  for (int32_t i = 0; i < 3; i++) {
+    assert_int_equal(r->steps[i].kind, SC_STEP_COMM);
+    assert_int_equal(r->steps[i].kernel, -1);
+    assert_string_equal(r->steps[i].origin, p->steps[i].origin);
+    assert_memory_equal(&r->steps[i].comm, &p->steps[i].comm, sizeof(sc_comm_step));
+  }
+  sc_program_destroy(r);
+
+  static const struct {
+    const char *from, *to, *needle;
+  } cases[] = {
+      {"\"mesh\": \"pp=2,tp=2\"", "\"mesh\": \"pp=2,pp=2\"", "mesh"},
+      {"\"mesh\": \"pp=2,tp=2\"", "\"mesh\": \"pp=2\"", "'axes' = 2"},
+      {"\"group_size\": 2", "\"group_size\": 4", "group_size"},
+      {"\"kind\": \"all_reduce\"", "\"kind\": \"broadcast\"", "unknown"},
+      {"\"reduce\": \"min\"", "\"reduce\": \"avg\"", "unknown"},
+      {"\"count\": 8", "\"count\": 9", "overrun"},
+      {"\"in\": 0", "\"in\": 7", "'in' = 7"},
+      {"\"out\": 1", "\"out\": 0", "writes input"},
+      {"\"unpack_outer\": 2", "\"unpack_outer\": 1", "unpack covers too little"},
+      {"\"unpack_outer\": 2", "\"unpack_outer\": 3", "overrun"},
+      {"\"peer\": 1", "\"peer\": 2", "'peer' = 2"},
+      {"\"out\": -1", "\"out\": 2", "do not fit"},
+      {"\"kernel\": -1", "\"kernel\": 0", "'kernel' = 0"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *t = replace(json, cases[i].from, cases[i].to);
+    sc_program *bad = (sc_program *)1;
+    sc_diag_clear(&d);
+    if (sc_program_read_json(t, strlen(t), NULL, 0, &bad, &d) == SC_OK)
+      fail_msg("accepted a bad comm program (%s)", cases[i].to);
+    assert_null(bad);
+    if (!strstr(d.msg, cases[i].needle))
+      fail_msg("message '%s' lacks '%s'", d.msg, cases[i].needle);
+    free(t);
+  }
+  sc_free(json);
+  sc_program_destroy(p);
+}
+
 /* ------------------------------------------------------------ the bundle */
 
 static char *read_all(const char *path, size_t *n) {
@@ -713,6 +814,7 @@ int main(void) {
       cmocka_unit_test(test_sha256_vectors),
       cmocka_unit_test_setup_teardown(test_json_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_json_hostile, setup, teardown),
+      cmocka_unit_test(test_json_comm),
       cmocka_unit_test_setup_teardown(test_bundle_write_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_object_kernels, setup, teardown),
   };
