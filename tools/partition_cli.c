@@ -117,7 +117,7 @@ static int check_options(const sc_pcli *p) {
   int rc = check_conflicts(p);
   if (rc || !p->mesh) return rc;
   sc_mesh m;
-  sc_diag d;
+  sc_diag d = {0}; /* sc_diag_clear keeps .file: start zeroed */
   sc_diag_clear(&d);
   if (sc_mesh_parse(p->mesh, &m, &d) != SC_OK ||
       (p->ranks_per_node && sc_mesh_set_ranks_per_node(&m, p->ranks_per_node, &d) != SC_OK))
@@ -141,7 +141,7 @@ int sc_pcli_adjust_dims(const sc_pcli *p, const sc_graph *g, sc_cli_opts *opts) 
   int64_t m = p->microbatches > 0 ? p->microbatches : 1;
   if (p->plan_file) { /* the plan decides M: read it once without the graph */
     sc_plan *plan = NULL;
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     if (sc_plan_read_json_file(p->plan_file, NULL, &plan, &d) != SC_OK)
       return sc_cli_report(&d, p->plan_file);
@@ -209,7 +209,7 @@ int sc_pcli_build(const sc_pcli *p, sc_graph *g, const char *file, const sc_pass
 
   if (sc_run_passes(g, SC_CANONICAL_PASSES, po) != SC_OK) return sc_cli_report(&g->diag, file);
 
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st;
   if (p->plan_file) {

@@ -385,7 +385,7 @@ static void print_shardings(const report *r) {
     fmt_dims(v->dims, v->rank, shape, sizeof shape);
     const sc_sharding *s = param_sharding(part, v->name);
     int64_t local[SC_MAX_RANK];
-    sc_diag d;
+    sc_diag d = {0}; /* sc_diag_clear keeps .file: start zeroed */
     sc_diag_clear(&d);
     if (!s) {
       snprintf(text, sizeof text, "replicated");
@@ -597,7 +597,7 @@ int sc_cmd_plan(int argc, char **argv) {
 
   sc_import_opts io = {.no_weights = o.no_weights};
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_onnx_import(o.file, &io, &g, &d);
   if (st == SC_OK && (rc = sc_pcli_adjust_dims(&p, g, &o)) != 0) {

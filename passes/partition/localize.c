@@ -397,8 +397,9 @@ static sc_status set_shape_input(lz *z, int32_t nid, int32_t in, int32_t n,
 
 /* Inputs that spell the output's shape get the local sizes. */
 static sc_status fix_shape_inputs(lz *z, int32_t nid) {
+  /* copies: adding constants may move the graph's value array */
   sc_node *n = &z->L->nodes[nid];
-  const sc_value *o = &z->L->values[n->outputs[0]];
+  const sc_value o_copy = z->L->values[n->outputs[0]], *o = &o_copy;
   switch (n->op) {
   case SC_OP_RESHAPE:
   case SC_OP_EXPAND:
@@ -444,7 +445,7 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   int32_t zero = const_i64(z, "zero", 0, NULL, (int64_t[]){0});
   int32_t lim = const_i64(z, "rows", 0, NULL, &rows);
   if (off < 0 || zero < 0 || lim < 0) return z->d->status;
-  const sc_value *li = &z->L->values[lin[1]];
+  const sc_value li_copy = z->L->values[lin[1]], *li = &li_copy; /* the array may move */
   int32_t r = li->rank;
   int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, NULL);
   int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
@@ -462,7 +463,7 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
       emit(z, SC_OP_AND, (int32_t[]){ge, lt}, 2, &ok, 1) < 0 ||
       emit(z, SC_OP_WHERE, (int32_t[]){ok, rel, zero_c}, 3, &safe, 1) < 0)
     return z->d->status;
-  const sc_value *lo = &z->L->values[out_lid];
+  const sc_value lo_copy = z->L->values[out_lid], *lo = &lo_copy;
   int32_t gat = new_value(z, "gathered", lo->dtype, lo->rank, lo->dims, NULL);
   int32_t mf = new_value(z, "mask", lo->dtype, r, li->dims, NULL);
   int64_t ud[SC_MAX_RANK];
