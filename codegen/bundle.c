@@ -327,7 +327,8 @@ sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const ch
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
     return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: not a directory", dir);
   for (int32_t i = 0; i < p->n_buffers; i++)
-    if (p->buffers[i].kind == SC_BUF_CONST && p->buffers[i].bytes > 0 && !p->buffers[i].data)
+    if (p->buffers[i].kind == SC_BUF_CONST && p->buffers[i].bytes > 0 && !p->buffers[i].data &&
+        !o->external_consts)
       return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
                          "constant '%s' has no data (weights not loaded)",
                          p->buffers[i].name ? p->buffers[i].name : "?");

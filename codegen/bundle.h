@@ -59,7 +59,8 @@ void sc_sha256_hex(const void *data, size_t n, char hex[65]);
 
 /* ---- program.json ---- */
 
-/* The weights.bin layout: offsets[b] for every CONST buffer b (others -1),
+/* The weights.bin layout: offsets[b] for every CONST buffer b with data or
+ * of 0 bytes (others, and external constants without data, -1),
  * in buffer order, each SC_BUNDLE_WEIGHT_ALIGN aligned. Returns the total
  * size, or -1 on overflow. offsets has p->n_buffers entries. */
 int64_t sc_program_weights_layout(const sc_program *p, int64_t *offsets);
@@ -82,12 +83,18 @@ typedef struct sc_bundle_opts {
   const char *archs;   /* cuda: comma-separated ("sm_80,sm_90"); NULL = default */
   sc_cpu_opts cpu;     /* cpu: options of the object file */
   const char *model;   /* the model file name recorded in the manifest, or NULL */
+  /* CONST buffers without data are external: left out of weights.bin and
+   * written without "weights_offset" (a partitioned model's sharded
+   * constants, whose pieces are per rank: docs/bundle.md). false: such a
+   * buffer is an error. */
+  bool external_consts;
 } sc_bundle_opts;
 void sc_bundle_opts_init(sc_bundle_opts *o);
 const char *sc_bundle_target_name(sc_bundle_target t); /* "cpu", "cuda" */
 
 /* Writes the bundle of p into dir (created if missing; files of an earlier
- * bundle there are replaced). Every CONST buffer must have data. The manifest
+ * bundle there are replaced). Every CONST buffer must have data unless
+ * o->external_consts. The manifest
  * is written last. */
 sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const char *dir,
                           sc_diag *diag);

@@ -254,6 +254,7 @@ int64_t sc_program_weights_layout(const sc_program *p, int64_t *offsets) {
   for (int32_t i = 0; i < p->n_buffers; i++) {
     offsets[i] = -1;
     if (p->buffers[i].kind != SC_BUF_CONST) continue;
+    if (!p->buffers[i].data && p->buffers[i].bytes > 0) continue; /* external */
     int64_t aligned;
     if (!sc_add_i64(pos, SC_BUNDLE_WEIGHT_ALIGN - 1, &aligned)) return -1;
     aligned -= aligned % SC_BUNDLE_WEIGHT_ALIGN;
@@ -459,7 +460,11 @@ static sc_status read_buffer(reader *r, json_t *o, int32_t id, int32_t n_buffers
   if (b->alias_of == id) return fail(r, SC_ERR_INVALID, "a view of itself");
 
   json_t *wo = json_object_get(o, "weights_offset");
-  if (b->kind == SC_BUF_CONST) {
+  if (b->kind == SC_BUF_CONST && !wo) {
+    /* external: its data is given per rank (a partitioned model's shard) */
+    if (b->bytes == 0) return fail(r, SC_ERR_PARSE, "missing 'weights_offset'");
+    b->data = NULL;
+  } else if (b->kind == SC_BUF_CONST) {
     int64_t off, end;
     if ((st = get_int(r, o, "weights_offset", true, 0, &off))) return st;
     if (off < 0 || off % SC_BUNDLE_WEIGHT_ALIGN != 0 || !sc_add_i64(off, b->bytes, &end) ||
@@ -691,7 +696,7 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
                 (long long)c->group_size, (unsigned)c->axes,
                 (long long)sc_mesh_group_size(&p->mesh, c->axes));
   bool p2p = c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV;
-  if (p2p ? c->peer < 0 || c->peer >= c->group_size : c->peer != -1)
+  if (p2p && (c->peer < 0 || c->peer >= c->group_size)) /* collectives: unused */
     return fail(r, SC_ERR_INVALID, "'peer' = %d is not a key of the group", c->peer);
   if (c->count < 0 || c->pack_outer < 0 || c->pack_inner < 0 || c->unpack_outer < 0 ||
       c->unpack_inner < 0)

@@ -85,6 +85,8 @@ typedef struct rank_state {
   int64_t rank, coords[SC_MESH_MAX_AXES];
   int32_t stage, M;
   void **shards;                       /* [p->n_buffers] owned weight shards */
+  const void *const *given;            /* opts' rank_const_data for this rank, or NULL */
+  const void **cdata;                  /* [p->n_buffers] given, else shards (owned) */
   int64_t weight_bytes;
   const sc_tensor_view **src;          /* [n_inputs] caller's global tensors */
   sc_sharding *in_sh;                  /* [n_inputs] their shardings */
@@ -100,6 +102,7 @@ static void rank_free(rank_state *r) {
   for (int32_t b = 0; r->shards && b < r->p->n_buffers; b++) sc_free(r->shards[b]);
   for (int32_t i = 0; r->in && i < r->p->n_inputs; i++) sc_free(r->in[i].data);
   sc_free(r->shards);
+  sc_free(r->cdata);
   sc_free(r->src);
   sc_free(r->in_sh);
   sc_free(r->in_mb);
@@ -114,6 +117,10 @@ static sc_status load_shards(rank_state *r, sc_diag *d) {
   for (int32_t b = 0; b < p->n_buffers; b++) {
     const sc_buffer *buf = &p->buffers[b];
     if (buf->kind != SC_BUF_CONST || buf->data || buf->bytes <= 0 || !buf->name) continue;
+    if (r->given && r->given[b]) {
+      r->weight_bytes += buf->bytes;
+      continue;
+    }
     const sc_shard_source *src = sc_partition_source(r->part, buf->name);
     if (!src) continue; /* no data at all: the device's bind reports it */
     if (!src->data)
@@ -252,6 +259,12 @@ static sc_status run_microbatches(rank_state *r, const sc_dist_opts *o, sc_comm 
   so.threads = o && o->threads > 0 ? o->threads : default_threads(&r->part->mesh);
   so.world = world;
   so.const_data = (const void *const *)r->shards;
+  if (r->given) {
+    r->cdata = sc_calloc(p->n_buffers > 0 ? (size_t)p->n_buffers : 1, sizeof *r->cdata);
+    if (!r->cdata) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    for (int32_t b = 0; b < p->n_buffers; b++) r->cdata[b] = r->given[b] ? r->given[b] : r->shards[b];
+    so.const_data = r->cdata;
+  }
   if (o && o->cpu_modules) so.cpu_module = o->cpu_modules[r->stage];
   sc_status st = sc_session_create(p, &so, &r->s, d);
   if (st != SC_OK) return st;
@@ -304,6 +317,7 @@ static sc_status run_rank(rank_state *r, sc_program *const *programs, const sc_d
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "stage %d has no program", (int)r->stage);
   r->p = programs[r->stage];
   r->g = part->stages[r->stage];
+  r->given = o && o->rank_const_data ? o->rank_const_data[r->rank] : NULL;
   for (int32_t i = 0; i < gg->n_inputs; i++) {
     const char *name = gg->values[gg->inputs[i]].name;
     if (!find_input(inputs, n_inputs, name))

@@ -44,6 +44,11 @@ typedef struct sc_dist_opts {
    * every rank of the stage; NULL: sc_dist_run_local JIT-compiles each
    * stage's program once itself, sc_dist_run_rank lets its session do it. */
   const struct sc_cpu_module *const *cpu_modules;
+  /* NULL, or per mesh rank ([n_ranks], borrowed): NULL or [n_buffers of the
+   * rank's stage program] data for its CONST buffers, used instead of a
+   * source's cut (NULL entries: as without it). A loaded partitioned
+   * bundle's weight files (runtime/pbundle.h). */
+  const void *const *const *rank_const_data;
   bool quiet;
 } sc_dist_opts;
 void sc_dist_opts_init(sc_dist_opts *o);

@@ -6,7 +6,12 @@
  *
  * Its own options (--target, -o, --gpu-arch, --emit) are taken out of argv
  * first; the rest go to the shared parser (cli.h). The graph stays alive
- * until the bundle is written: CONST data is borrowed from it. */
+ * until the bundle is written: CONST data is borrowed from it.
+ *
+ * With --mesh or --plan (partition_cli.h's options, --comm excepted) the
+ * model is partitioned and OUT becomes a partitioned bundle: partition.json,
+ * one stage bundle per stage and one weight file per rank
+ * (tools/partition_bundle.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -15,6 +20,8 @@
 #include "codegen/cpu/cpu.h"
 #include "commands.h"
 #include "frontend/onnx.h"
+#include "partition_bundle.h"
+#include "partition_cli.h"
 #include "runtime/runtime.h"
 #if SHARDC_HAVE_CUDA
 #include "codegen/cuda/cuda.h"
@@ -23,13 +30,15 @@
 static const char *const USAGE =
     "shardc compile MODEL.onnx [--target cpu|cuda] -o OUT [--dim NAME=V]...\n"
     "                         [--gpu-arch sm_80,sm_90] [--emit=kir|llvm|cuda]\n"
-    "                         [--print-after=PASS] [--time-passes]";
+    "                         [--print-after=PASS] [--time-passes]\n"
+    "                         [--mesh SPEC | --plan FILE.json] [--microbatches M] ...";
 
 typedef struct compile_opts {
   const char *target; /* "cpu" (default) or "cuda" */
   const char *out;
   const char *archs;
   const char *emit;   /* NULL, "kir", "llvm", "cuda" */
+  sc_pcli pc;         /* --mesh and the other partition options */
 } compile_opts;
 
 /* "--name=value" / "--name value" (or a short alias); advances *i. Returns
@@ -69,6 +78,15 @@ static int split_args(int argc, char **argv, compile_opts *co) {
     else if (r == 0 && (r = take(argc, argv, &i, "--output", "-o", &v)) == 1) co->out = v;
     else if (r == 0 && (r = take(argc, argv, &i, "--gpu-arch", NULL, &v)) == 1) co->archs = v;
     else if (r == 0 && (r = take(argc, argv, &i, "--emit", NULL, &v)) == 1) co->emit = v;
+    if (r == 0 && strncmp(argv[i], "--", 2) == 0) {
+      int j = i;
+      int t = sc_pcli_take_option(&co->pc, argc, argv, &j, false);
+      if (t == 2) return -1;
+      if (t == 1) {
+        i = j - 1; /* it moved past what it took; the loop steps once more */
+        continue;
+      }
+    }
     if (r == 2) {
       sc_cli_usage_error("option '%s' needs a value\nusage: %s", argv[i], USAGE);
       return -1;
@@ -108,8 +126,45 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
+/* --mesh / --plan: partition, compile every stage, write the partitioned
+ * bundle. g: imported, dims not yet bound. */
+static int compile_partitioned(compile_opts *co, sc_cli_opts *o, const sc_bundle_opts *bo) {
+  if (co->emit) return sc_cli_usage_error("--emit is not supported with --mesh / --plan");
+  if (bo->target != SC_BUNDLE_CPU)
+    return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
+  sc_import_opts io = {.no_weights = false};
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_graph *g = NULL;
+  sc_status s = sc_onnx_import(o->file, &io, &g, &d);
+  int rc = 0;
+  if (s == SC_OK && (rc = sc_pcli_adjust_dims(&co->pc, g, o)) != 0) {
+    sc_graph_destroy(g);
+    return rc;
+  }
+  if ((rc = sc_cli_load_finish(s, &g, &d, o)) != 0) return rc;
+  sc_pass_opts po;
+  sc_cli_pass_opts(o, &po);
+  sc_compile_opts cop;
+  sc_compile_opts_init(&cop);
+  cop.print_after = o->print_after;
+  cop.time_passes = o->time_passes;
+  cop.quiet = true;
+  sc_pbuild b;
+  memset(&b, 0, sizeof b);
+  if ((rc = sc_pcli_build(&co->pc, g, o->file, &po, &cop, true, &b)) == 0) {
+    sc_diag_clear(&d);
+    if (sc_pbundle_write(b.part, b.programs, bo, co->out, &d) != SC_OK)
+      rc = sc_cli_report(&d, o->file);
+    sc_pbuild_free(&b);
+  }
+  sc_graph_destroy(g);
+  return rc;
+}
+
 int sc_cmd_compile(int argc, char **argv) {
   compile_opts co = {.target = "cpu"};
+  sc_pcli_init(&co.pc);
   int n = split_args(argc, argv, &co);
   if (n < 0) return 2;
   sc_cli_opts o;
@@ -128,7 +183,12 @@ int sc_cmd_compile(int argc, char **argv) {
            "  --emit=kir|llvm|cuda  print the program and kernels, the LLVM IR or\n"
            "                      the CUDA C on stdout (-o then optional)\n"
            "  --print-after=PASS  print the IR after PASS (or 'all') to stderr\n"
-           "  --time-passes       per-pass wall time on stderr\n",
+           "  --time-passes       per-pass wall time on stderr\n"
+           "  --mesh SPEC, --plan FILE.json, --microbatches M, ...\n"
+           "                      partition the model (options of `shardc run --mesh`):\n"
+           "                      OUT gets partition.json, stage<k>/ bundles and\n"
+           "                      weights/rank<r>.bin (docs/bundle.md); `shardc run OUT`\n"
+           "                      runs it (--comm mpi under mpirun)\n",
            USAGE);
     return 0;
   }
@@ -145,6 +205,7 @@ int sc_cmd_compile(int argc, char **argv) {
   if (!co.emit && !co.out) return sc_cli_usage_error("no output (-o OUT)\nusage: %s", USAGE);
   bo.archs = co.archs;
   bo.model = base_name(o.file);
+  if (sc_pcli_active(&co.pc)) return compile_partitioned(&co, &o, &bo);
 
   sc_import_opts io = {.no_weights = false};
   sc_graph *g = NULL;

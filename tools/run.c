@@ -33,6 +33,7 @@
 #include "runtime/npy.h"
 #include "runtime/runtime.h"
 #include "runtime/dist.h"
+#include "runtime/pbundle.h"
 #include "tools/partition_cli.h"
 
 static const char *const USAGE =
@@ -694,6 +695,117 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   return rc;
 }
 
+/* A partitioned bundle (runtime/pbundle.h): its global inputs from --input
+ * or --random-inputs (the same random stream as run_partitioned, so the
+ * outputs match a run of the model with the same --mesh), run on every
+ * rank (local threads, or this process's rank under --comm mpi), and the
+ * outputs this process owns written as .npy. */
+static int run_pbundle(run_opts *r, sc_cli_opts *o) {
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_pbundle *b = NULL;
+  int rc = 0;
+  if (o->n_dims || r->repeat > 0)
+    rc = sc_cli_usage_error("%s: a partitioned bundle takes no --dim or --repeat", o->file);
+  else if (sc_pbundle_load(o->file, &b, &d) != SC_OK)
+    rc = sc_cli_report(&d, o->file);
+  const sc_graph *g = b ? b->global : NULL;
+  int32_t ni = g ? g->n_inputs : 0, no = g ? g->n_outputs : 0;
+  sc_tensor_view *in = sc_calloc((size_t)ni + 1, sizeof *in);
+  sc_dist_output *out = sc_calloc((size_t)no + 1, sizeof *out);
+  void **data = sc_calloc((size_t)ni + 1, sizeof *data);
+  uint64_t rng = r->seed;
+  if (!rc && (!in || !out || !data)) rc = 1;
+  for (int32_t i = 0; i < ni && !rc; i++) {
+    const sc_value *v = &g->values[g->inputs[i]];
+    sc_tensor_view *t = &in[i];
+    *t = (sc_tensor_view){.name = v->name, .dtype = v->dtype, .rank = v->rank};
+    memcpy(t->dims, v->dims, sizeof t->dims);
+    if (v->rank > 0) t->dims[0] *= b->part->microbatches;
+    int64_t numel = 1;
+    for (int32_t k = 0; k < t->rank; k++) numel *= t->dims[k];
+    int k = r->n_in - 1;
+    while (k >= 0 && strcmp(r->in_name[k], v->name) != 0) k--;
+    if (k >= 0) {
+      sc_npy a;
+      if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
+        fprintf(stderr, "shardc: error: input '%s': %s\n", v->name, d.msg);
+        rc = 1;
+        break;
+      }
+      data[i] = t->data = a.data;
+      bool ok = a.dtype == t->dtype && a.rank == t->rank;
+      for (int32_t dd = 0; ok && dd < a.rank; dd++) ok = a.dims[dd] == t->dims[dd];
+      if (!ok) {
+        char want[256], got[256];
+        format_type(t->dtype, t->rank, t->dims, want, sizeof want);
+        format_type(a.dtype, a.rank, a.dims, got, sizeof got);
+        fprintf(stderr, "shardc: error: input '%s': %s holds %s, the model expects %s\n",
+                v->name, r->in_file[k], got, want);
+        rc = 1;
+      }
+      continue;
+    }
+    if (!r->random) {
+      rc = sc_cli_usage_error("%s: missing input %s (give --input NAME=FILE.npy or "
+                              "--random-inputs SEED)", o->file, v->name);
+      break;
+    }
+    int64_t bytes = numel * (int64_t)sc_dtype_size(v->dtype);
+    data[i] = t->data = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (!data[i]) {
+      rc = 1;
+      break;
+    }
+    sc_buffer fake = {.name = v->name, .dtype = v->dtype};
+    fill_random(&fake, data[i], numel, &rng);
+  }
+  sc_dist_opts dop;
+  sc_dist_opts_init(&dop);
+  dop.threads = r->threads;
+  sc_comm *world = NULL;
+  if (!rc) {
+    sc_status s;
+    if (r->pc.comm && strcmp(r->pc.comm, "mpi") == 0) {
+      s = sc_comm_mpi_create(&world, &d);
+      if (s == SC_OK && sc_comm_size(world) != b->n_ranks)
+        s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                        "--comm mpi: the mesh has %lld ranks but mpirun started %d",
+                        (long long)b->n_ranks, sc_comm_size(world));
+      if (s == SC_OK) s = sc_pbundle_run_rank(b, &dop, world, in, ni, out, no, NULL, &d);
+    } else {
+      s = sc_pbundle_run_local(b, &dop, in, ni, out, no, NULL, &d);
+    }
+    if (s != SC_OK) rc = sc_cli_report(&d, o->file);
+  }
+  const char *dir = r->out_dir ? r->out_dir : ".";
+  if (!rc && make_dir(dir)) rc = 1;
+  for (int32_t i = 0; i < no && !rc; i++) {
+    if (!out[i].data) continue; /* another rank owns it (mpi) */
+    char name[256], path[4096];
+    safe_name(out[i].name, name, sizeof name - 16);
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    sc_tensor_view v = {out[i].name, out[i].dtype, out[i].rank, {0}, out[i].data};
+    memcpy(v.dims, out[i].dims, sizeof v.dims);
+    if (sc_npy_write(path, v.dtype, v.rank, v.dims, v.data, &d) != SC_OK) {
+      fprintf(stderr, "shardc: error: %s\n", d.msg);
+      rc = 1;
+    } else if (!r->quiet) {
+      print_summary(&v, path);
+    }
+  }
+  fflush(stdout);
+  for (int32_t i = 0; out && i < no; i++) sc_free(out[i].data);
+  for (int32_t i = 0; data && i < ni; i++) sc_free(data[i]);
+  sc_free(in);
+  sc_free(out);
+  sc_free(data);
+  sc_comm_destroy(world);
+  sc_pbundle_destroy(b);
+  for (int i = 0; i < r->n_in; i++) sc_free(r->in_buf[i]);
+  return rc;
+}
+
 int sc_cmd_run(int argc, char **argv) {
   run_opts r;
   memset(&r, 0, sizeof r);
@@ -715,6 +827,14 @@ int sc_cmd_run(int argc, char **argv) {
     print_help();
     run_state_free(&st, &r);
     return 0;
+  }
+  if (sc_pbundle_is_dir(o.file)) {
+    if (sc_pcli_active(&r.pc)) {
+      run_state_free(&st, &r);
+      return sc_cli_usage_error("%s: a partitioned bundle's mesh is fixed (no --mesh/--plan)",
+                                o.file);
+    }
+    return run_pbundle(&r, &o);
   }
   if (sc_pcli_active(&r.pc)) {
     if (r.repeat > 0 || sc_bundle_is_dir(o.file)) {

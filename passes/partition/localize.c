@@ -25,6 +25,8 @@
  *   a. partial axes A has and B lacks: ReduceScatter onto the dim where B
  *      adds that axis last (sequence parallelism's reduce-scatter), else
  *      AllReduce;
+ *   b'. an axis that splits dim d innermost in A and dim e innermost in B
+ *      (the rest equal): one AllToAll moves it;
  *   b. per dim, while A's axis list is not a prefix of B's: AllGather the
  *      innermost axis (a strided dim is gathered as [stride, piece] by
  *      Reshape, AllGather, Reshape);
@@ -343,6 +345,36 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
     }
     if (x < 0) return -1;
     a = next;
+  }
+  /* b'. an axis moving from one dim to another: AllToAll */
+  for (int32_t d = 0; d < gv->rank; d++) {
+    int32_t k = a.n_dim_axes[d];
+    if (k == 0 || is_prefix(&a, b, d) || sc_sharding_stride(&a, d) > 1) continue;
+    int32_t ax = a.dim_axes[d][k - 1];
+    for (int32_t e = 0; e < gv->rank; e++) {
+      int32_t ke = b->n_dim_axes[e];
+      if (e == d || ke == 0 || b->dim_axes[e][ke - 1] != ax || a.n_dim_axes[e] != ke - 1 ||
+          sc_sharding_stride(b, e) > 1 || sc_sharding_stride(&a, e) > 1)
+        continue;
+      bool prefix = true;
+      for (int32_t j = 0; j < ke - 1; j++) prefix &= a.dim_axes[e][j] == b->dim_axes[e][j];
+      if (!prefix) continue;
+      sc_sharding next = a;
+      next.n_dim_axes[d]--;
+      sc_sharding_split(&next, e, ax);
+      int64_t loc[SC_MAX_RANK];
+      if (local_dims(z, gv, &next, loc) != SC_OK) return -1;
+      int32_t y = new_value(z, z->L->values[x].name, gv->dtype, gv->rank, loc, &next);
+      if (y < 0) return lerr(z), -1;
+      int32_t nid = emit(z, SC_OP_ALL_TO_ALL, &x, 1, &y, 1);
+      if (nid < 0 || attr_axes(z, nid, ax) != SC_OK ||
+          attr_int(z, nid, "split_axis", e) != SC_OK ||
+          attr_int(z, nid, "concat_axis", d) != SC_OK)
+        return -1;
+      x = y;
+      a = next;
+      break;
+    }
   }
   /* b. gathers */
   for (int32_t d = 0; d < gv->rank; d++) {

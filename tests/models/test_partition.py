@@ -201,6 +201,39 @@ def test_planned_memory(tmp):
         print(f"ok: {mesh}: planned == allocated on all {len(ranks)} ranks ({planned})")
 
 
+def test_alltoall(tmp):
+    """A split that moves between dims is one AllToAll: Y = X + X^T with X's
+    rows split over dp gives X^T split by columns, which the Add wants split
+    by rows."""
+    from onnx import helper, TensorProto
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 6])
+    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+                           helper.make_node("Add", ["x", "t"], ["s"]),
+                           helper.make_node("Softmax", ["s"], ["y"], axis=1)],
+                          "alltoall", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = os.path.join(tmp, "alltoall.onnx")
+    onnx.save(m, path)
+    ref = os.path.join(tmp, "a2a_ref")
+    r = run(["run", path, "--random-inputs", "3", "-q", "--output-dir", ref])
+    if not check(r.returncode == 0, f"alltoall single rank: {r.stderr}"):
+        return
+    par = os.path.join(tmp, "a2a_par")
+    r = run(["run", path, "--random-inputs", "3", "-q", "--output-dir", par, "--mesh", "dp=2",
+             "--print-after=localize"])
+    if not check(r.returncode == 0, f"alltoall dp=2: {r.stderr}"):
+        return
+    check("AllToAll(" in r.stderr, "X + X^T over dp=2 did not use an AllToAll")
+    # one AllGather only: the output's, which leaves whole
+    check(r.stderr.count("AllGather(") == 1,
+          f"X + X^T over dp=2: {r.stderr.count('AllGather(')} AllGathers (want only the "
+          "output's)")
+    compare("alltoall dp=2 output y", np.load(os.path.join(par, "y.npy")),
+            np.load(os.path.join(ref, "y.npy")))
+    print("ok: X + X^T over dp=2 moves the split with one AllToAll")
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
@@ -212,6 +245,7 @@ def main():
             models[name] = test_model(name, tmp, quick)
         test_mpi(tmp, models)
         test_planned_memory(tmp)
+        test_alltoall(tmp)
         test_failures(tmp)
     # Meshes every transformer sample must take: refusing them is a failure.
     for r in refusals:
