@@ -2,8 +2,9 @@
 # make demo: the main job as it stands, on the built-in default (CPU,
 # in-process ranks). Inspects the GPT-2 sample, compiles and runs it with
 # seeded inputs, prints its outputs and compares them with onnxruntime; then
-# partitions it over 4 in-process ranks (tp=2 x pp=2), prints the plan, runs
-# it and shows that its outputs equal the single-rank ones.
+# partitions it over 4 in-process ranks (tp=2 x pp=2): prints the plan,
+# compiles one artifact (both stages' programs, each rank's weight shard),
+# runs it and shows that its outputs equal the single-rank ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -47,10 +48,13 @@ echo "== shardc plan $MODEL --dim batch=2 --mesh tp=2,pp=2"
 "$SHARDC" plan "$MODEL" --dim batch=2 --mesh tp=2,pp=2
 
 echo
-echo "== shardc run over 4 in-process ranks (tp=2, pp=2)"
+echo "== shardc compile over 4 in-process ranks (tp=2, pp=2), then shardc run of the artifact"
+rm -rf "$OUT/gpt2_tp2pp2"
+"$SHARDC" compile "$MODEL" --dim batch=2 --mesh tp=2,pp=2 -o "$OUT/gpt2_tp2pp2"
+ls "$OUT/gpt2_tp2pp2" "$OUT/gpt2_tp2pp2/weights"
 mkdir -p "$OUT/tp2pp2"
-"$SHARDC" run "$MODEL" --dim batch=2 --input input_ids="$OUT/input_ids.npy" \
-  --mesh tp=2,pp=2 --output-dir "$OUT/tp2pp2"
+"$SHARDC" run "$OUT/gpt2_tp2pp2" --input input_ids="$OUT/input_ids.npy" \
+  --output-dir "$OUT/tp2pp2"
 "$PY" - "$OUT" <<'PY'
 import sys, numpy as np
 out = sys.argv[1]
