@@ -771,9 +771,16 @@ sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
     z.lid[gid] = id;
     if ((st = add_memo(&z, gid, &s, id)) != SC_OK) goto fail;
   }
+  p->local_end = sc_arena_array(&p->arena, (size_t)(g->n_nodes ? g->n_nodes : 1),
+                                sizeof *p->local_end);
+  if (!p->local_end) {
+    st = nomem(&z);
+    goto fail;
+  }
   for (int32_t nid = 0; nid < g->n_nodes; nid++) {
-    if (g->nodes[nid].flags & SC_NODE_DEAD) continue;
-    if ((st = localize_node(&z, nid)) != SC_OK) goto fail;
+    if (!(g->nodes[nid].flags & SC_NODE_DEAD) && (st = localize_node(&z, nid)) != SC_OK)
+      goto fail;
+    p->local_end[nid] = L->n_nodes;
   }
   if ((st = bind_outputs(&z)) != SC_OK) goto fail;
   if (z.n_src) qsort(z.src, (size_t)z.n_src, sizeof *z.src, cmp_source);

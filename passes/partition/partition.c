@@ -65,8 +65,28 @@ static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
     }
     return SC_OK;
   }
-  return sc_pp_assign_stages(g, p->n_stages, plan->boundaries, plan->n_boundaries,
-                             p->node_stage, d);
+  if (plan->n_boundaries > 0)
+    return sc_pp_assign_stages(g, p->n_stages, plan->boundaries, plan->n_boundaries,
+                               p->node_stage, d);
+  /* Balanced by what each node costs one rank: localize once with every
+   * node in stage 0, measure the local graph's nodes (collectives and
+   * reshards charged to the node they serve), then cut. */
+  sc_status st = sc_partition_localize(p, d);
+  if (st != SC_OK) return st;
+  double *lc = sc_malloc(((size_t)p->local->n_nodes + 1) * sizeof *lc);
+  double *cost = sc_calloc((size_t)g->n_nodes + 1, sizeof *cost);
+  if (!lc || !cost) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (st == SC_OK && sc_pp_node_costs(p->local, lc) != SC_OK)
+    st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0, j = 0; st == SC_OK && i < g->n_nodes; i++)
+    for (; j < p->local_end[i]; j++) cost[i] += lc[j];
+  sc_graph_destroy(p->local);
+  p->local = NULL;
+  if (st == SC_OK)
+    st = sc_pp_assign_stages_costed(g, p->n_stages, NULL, 0, cost, p->node_stage, d);
+  sc_free(lc);
+  sc_free(cost);
+  return st;
 }
 
 sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition **out,

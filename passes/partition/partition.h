@@ -58,6 +58,10 @@ typedef struct sc_partition {
                                   next column-parallel product */
   sc_graph *global;            /* borrowed */
   int32_t *node_stage;         /* [global->n_nodes] stage of each global node */
+  int32_t *local_end;          /* [global->n_nodes] local graph's node count
+                                  after localizing each global node: global
+                                  node i became local nodes
+                                  [local_end[i-1], local_end[i]) */
   sc_graph *local;             /* all stages, local shapes, `__stage` attrs */
   sc_graph **stages;           /* [n_stages] stage graphs */
   sc_shard_source *sources;    /* [n_sources], sorted by name */

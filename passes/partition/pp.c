@@ -118,8 +118,17 @@ static bool fits(const double *cost, int32_t n, int32_t k, double b) {
   return true;
 }
 
-/* The DP described at the top, writing node_stage. */
-static sc_status balance(sc_graph *g, int32_t k, int32_t *node_stage) {
+sc_status sc_pp_node_costs(sc_graph *g, double *cost) {
+  double *cross = sc_malloc(((size_t)g->n_nodes + 1) * sizeof *cross);
+  if (!cross) return SC_ERR_NOMEM;
+  sc_status st = node_costs(g, cost, cross);
+  sc_free(cross);
+  return st;
+}
+
+/* The DP described at the top, writing node_stage. given: per-node costs
+ * to use instead of g's own (NULL: node_costs). */
+static sc_status balance(sc_graph *g, int32_t k, const double *given, int32_t *node_stage) {
   int32_t n = g->n_nodes;
   size_t n1 = (size_t)n + 1;
   double *cost = sc_malloc(n1 * sizeof *cost), *cross = sc_malloc(n1 * sizeof *cross);
@@ -130,6 +139,7 @@ static sc_status balance(sc_graph *g, int32_t k, int32_t *node_stage) {
   sc_status st = SC_ERR_NOMEM;
   if (!cost || !cross || !pre || !prev || !cur || !dq || !from) goto done;
   if ((st = node_costs(g, cost, cross)) != SC_OK) goto done;
+  if (given) memcpy(cost, given, (size_t)n * sizeof *cost);
   pre[0] = 0;
   for (int32_t i = 0; i < n; i++) pre[i + 1] = pre[i] + cost[i];
   double lo = 0, hi = pre[n];
@@ -222,6 +232,13 @@ static sc_status from_boundaries(sc_graph *g, int32_t k, const char *const *b, i
 
 sc_status sc_pp_assign_stages(sc_graph *g, int32_t n_stages, const char *const *boundaries,
                               int32_t n_b, int32_t *node_stage, sc_diag *d) {
+  return sc_pp_assign_stages_costed(g, n_stages, boundaries, n_b, NULL, node_stage, d);
+}
+
+sc_status sc_pp_assign_stages_costed(sc_graph *g, int32_t n_stages,
+                                     const char *const *boundaries, int32_t n_b,
+                                     const double *node_cost, int32_t *node_stage,
+                                     sc_diag *d) {
   if (n_stages < 1)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "%d pipeline stages (at least 1)",
                        (int)n_stages);
@@ -238,7 +255,7 @@ sc_status sc_pp_assign_stages(sc_graph *g, int32_t n_stages, const char *const *
     for (int32_t i = 0; i < g->n_nodes; i++) node_stage[i] = 0;
     return SC_OK;
   }
-  sc_status st = balance(g, n_stages, node_stage);
+  sc_status st = balance(g, n_stages, node_cost, node_stage);
   if (st != SC_OK) return sc_diag_set(d, st, NULL, NULL, "out of memory");
   return SC_OK;
 }

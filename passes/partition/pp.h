@@ -50,6 +50,18 @@
 /* node_stage[g->n_nodes]: filled. boundaries may be NULL when n_b == 0. */
 sc_status sc_pp_assign_stages(sc_graph *g, int32_t n_stages, const char *const *boundaries,
                               int32_t n_b, int32_t *node_stage, sc_diag *d);
+/* The same with given per-node costs (node_cost[g->n_nodes], e.g. what
+ * each node costs ONE rank once tensor and data parallelism have split
+ * it: partition.c measures them on a first localized graph); NULL: g's
+ * own. The bytes crossing each cut still come from g. */
+sc_status sc_pp_assign_stages_costed(sc_graph *g, int32_t n_stages,
+                                     const char *const *boundaries, int32_t n_b,
+                                     const double *node_cost, int32_t *node_stage,
+                                     sc_diag *d);
+/* Each node's cost as the balancer counts it (FLOPs, output bytes, bytes
+ * of the constants it is first to read, + 1) into cost[g->n_nodes]. */
+sc_status sc_pp_node_costs(sc_graph *g, double *cost);
+
 /* stages_out[n_stages]: new graphs (caller destroys). pp_axis: the mesh
  * axis name the Send/Recv ops use (any string when n_stages == 1: no
  * Send/Recv then). */
