@@ -29,6 +29,7 @@
  * one that failed first, not an echo of its abort), else the lowest failing
  * rank. */
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,13 +242,16 @@ static sc_status plan_outputs(rank_state *r, sc_dist_output *outputs, sc_diag *d
   return SC_OK;
 }
 
-/* SHARDC_FAIL_RANK=R: rank R fails on purpose (testing). */
+/* SHARDC_FAIL_RANK=R: rank R fails on purpose (testing); R:kill: its
+ * process dies at once (SIGKILL: the mpi backend's "killed process"). */
 static bool injected_failure(int64_t rank) {
   const char *e = getenv("SHARDC_FAIL_RANK");
   if (!e || !*e) return false;
   char *end;
   long long v = strtoll(e, &end, 10);
-  return *end == 0 && v == rank;
+  if (v != rank) return false;
+  if (strcmp(end, ":kill") == 0) raise(SIGKILL);
+  return *end == 0;
 }
 
 /* Steps 5 and 6. */

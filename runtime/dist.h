@@ -30,7 +30,8 @@
  * ("rank R: MESSAGE"); every rank then returns within seconds, and the
  * call reports the first failing rank's message, never hangs.
  * SHARDC_FAIL_RANK=R (testing): rank R fails on purpose before its first
- * microbatch with "injected failure", to test exactly that. */
+ * microbatch with "injected failure", to test exactly that; R:kill kills
+ * its process instead (SIGKILL), as a crashed node would. */
 #ifndef SC_RUNTIME_DIST_H
 #define SC_RUNTIME_DIST_H
 

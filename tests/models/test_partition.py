@@ -16,7 +16,10 @@ For every sample model with weights and every mesh of
 The same under `mpirun --oversubscribe` (--comm mpi) for a representative
 subset (GPT-2 tp=2 x pp=2, BERT dp=2 x tp=2, MLP pp=2 with microbatches),
 when mpirun is installed. Rank failures: SHARDC_FAIL_RANK=R makes rank R
-fail; the run must exit non-zero naming rank R within 30 s, on local and mpi.
+fail; the run must exit non-zero naming rank R within 30 s, on local and mpi;
+SHARDC_FAIL_RANK=R:kill kills rank R's process (mpi): non-zero within 30 s.
+Also: planned == allocated per rank (`shardc plan` against `shardc run -v`)
+and a split moving between dims (X + X^T over dp) taking one AllToAll.
 
 Environment: SHARDC, SC_SOURCE_DIR, SC_PARTITION_QUICK=1 (only GPT-2: for
 development). Exit 0 on success, 1 on any failure.
@@ -164,6 +167,22 @@ def test_failures(tmp):
               f"{comm}: the message does not name rank 1's failure: {r.stderr[-1000:]}")
         check(dt < 30, f"{comm}: a rank failure took {dt:.1f} s to end the run")
         print(f"ok: {comm} rank failure ends the run in {dt:.1f} s")
+    # a killed process (mpi): mpirun ends every rank, non-zero, no hang
+    prefix = mpirun_prefix(4)
+    if prefix is not None:
+        t0 = time.time()
+        try:
+            r = run(["run", path, "--dim", f"batch={BATCH}", "--mesh", "tp=2,pp=2",
+                     "--random-inputs", "1", "--output-dir", os.path.join(tmp, "kill"),
+                     "--quiet", "--comm", "mpi"], timeout=60,
+                    env={"SHARDC_FAIL_RANK": "2:kill", "SHARDC_COMM_TIMEOUT": "20"},
+                    prefix=prefix)
+            dt = time.time() - t0
+            check(r.returncode != 0, "mpi: a killed rank: exit 0")
+            check(dt < 30, f"mpi: a killed rank took {dt:.1f} s to end the run")
+            print(f"ok: mpi killed rank ends the run in {dt:.1f} s (exit {r.returncode})")
+        except subprocess.TimeoutExpired:
+            check(False, "mpi: a killed rank made the run hang (60 s)")
 
 
 def test_planned_memory(tmp):
