@@ -29,10 +29,7 @@ int sc_cli_report(const sc_diag *d, const char *file) {
   return copy.status == SC_ERR_USAGE ? 2 : 1;
 }
 
-/* "--name=value" or "--name value": the value, advancing *i; NULL if this
- * argument is not the option. *missing is set when the value is absent. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name,
-                             bool *missing) {
+const char *sc_cli_opt_value(int argc, char **argv, int *i, const char *name, bool *missing) {
   const char *a = argv[*i];
   size_t len = strlen(name);
   if (strncmp(a, name, len) != 0) return NULL;
@@ -40,10 +37,31 @@ static const char *opt_value(int argc, char **argv, int *i, const char *name,
   if (a[len] != 0) return NULL;
   if (*i + 1 >= argc) {
     *missing = true;
-    return NULL;
+    return a;
   }
   (*i)++;
   return argv[*i];
+}
+
+bool sc_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  errno = 0;
+  char *end = NULL;
+  long long v = strtoll(s, &end, 10);
+  if (errno || !*s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+void sc_cli_format_count(int64_t v, char *buf, size_t n) {
+  char digits[32];
+  snprintf(digits, sizeof digits, "%lld", (long long)(v < 0 ? -v : v));
+  size_t len = strlen(digits), pos = 0;
+  if (v < 0 && pos + 1 < n) buf[pos++] = '-';
+  for (size_t i = 0; i < len && pos + 2 < n; i++) {
+    if (i && (len - i) % 3 == 0) buf[pos++] = ',';
+    buf[pos++] = digits[i];
+  }
+  buf[pos] = 0;
 }
 
 static int parse_dim(const char *s, sc_cli_opts *o) {
@@ -52,17 +70,15 @@ static int parse_dim(const char *s, sc_cli_opts *o) {
     return sc_cli_usage_error("--dim expects NAME=VALUE, got '%s'", s);
   if (o->n_dims == SC_CLI_MAX_DIMS)
     return sc_cli_usage_error("at most %d --dim options", SC_CLI_MAX_DIMS);
-  errno = 0;
-  char *end = NULL;
-  long long v = strtoll(eq + 1, &end, 10);
-  if (errno || *end || v <= 0 || v > ((long long)1 << 40))
+  int64_t v;
+  if (!sc_cli_parse_i64(eq + 1, 1, (int64_t)1 << 40, &v))
     return sc_cli_usage_error("--dim %s: the value must be a positive integer", s);
   size_t len = (size_t)(eq - s);
   if (len >= sizeof o->dims[0].name)
     return sc_cli_usage_error("--dim %s: name too long", s);
   memcpy(o->dims[o->n_dims].name, s, len);
   o->dims[o->n_dims].name[len] = 0;
-  o->dims[o->n_dims].value = (int64_t)v;
+  o->dims[o->n_dims].value = v;
   o->n_dims++;
   return 0;
 }
@@ -86,25 +102,25 @@ int sc_cli_parse(int argc, char **argv, unsigned allowed, const char *usage,
       only_files = true;
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       o->help = true;
-    } else if ((allowed & SC_CLI_DIM) && (v = opt_value(argc, argv, &i, "--dim", &missing))) {
-      int rc = parse_dim(v, o);
+    } else if ((allowed & SC_CLI_DIM) &&
+               (v = sc_cli_opt_value(argc, argv, &i, "--dim", &missing))) {
+      int rc = missing ? 0 : parse_dim(v, o);
       if (rc) return rc;
     } else if ((allowed & SC_CLI_NO_WEIGHTS) && strcmp(a, "--no-weights") == 0) {
       o->no_weights = true;
     } else if ((allowed & SC_CLI_PRINT_AFTER) &&
-               (v = opt_value(argc, argv, &i, "--print-after", &missing))) {
+               (v = sc_cli_opt_value(argc, argv, &i, "--print-after", &missing))) {
       o->print_after = v;
     } else if ((allowed & SC_CLI_TIME_PASSES) && strcmp(a, "--time-passes") == 0) {
       o->time_passes = true;
     } else if ((allowed & SC_CLI_JSON) && strcmp(a, "--json") == 0) {
       o->json = true;
-    } else if ((allowed & SC_CLI_DOT) && (v = opt_value(argc, argv, &i, "--dot", &missing))) {
+    } else if ((allowed & SC_CLI_DOT) &&
+               (v = sc_cli_opt_value(argc, argv, &i, "--dot", &missing))) {
       o->dot = v;
     } else if ((allowed & SC_CLI_PASSES) &&
-               (v = opt_value(argc, argv, &i, "--passes", &missing))) {
+               (v = sc_cli_opt_value(argc, argv, &i, "--passes", &missing))) {
       o->passes = v;
-    } else if (missing) {
-      return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, usage);
     } else {
       return sc_cli_usage_error("unknown option '%s'\nusage: %s", a, usage);
     }

@@ -50,6 +50,17 @@ typedef struct sc_cli_opts {
 int sc_cli_parse(int argc, char **argv, unsigned allowed, const char *usage,
                  sc_cli_opts *opts);
 
+/* "--name=value" or "--name value" at argv[*i] (name matched exactly): the
+ * value, advancing *i past it in the second form; NULL when argv[*i] is not
+ * the option. When the value is absent (the option is the last argument)
+ * sets *missing and returns argv[*i] itself (*i unchanged), so the caller
+ * still knows it was this option. */
+const char *sc_cli_opt_value(int argc, char **argv, int *i, const char *name, bool *missing);
+/* Whether s is a whole decimal integer in [lo, hi]; if so stores it. */
+bool sc_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* 1234567 -> "1,234,567" into buf. */
+void sc_cli_format_count(int64_t v, char *buf, size_t n);
+
 /* Prints "shardc: error: FILE: node 'N' (Op): msg" to stderr; file is put in
  * when the diagnostic has none. Returns 1, or 2 for SC_ERR_USAGE. */
 int sc_cli_report(const sc_diag *d, const char *file);

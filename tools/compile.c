@@ -45,19 +45,13 @@ typedef struct compile_opts {
  * 1 when matched, 0 when not, 2 when the value is missing. */
 static int take(int argc, char **argv, int *i, const char *name, const char *alias,
                 const char **out) {
-  const char *a = argv[*i];
   const char *names[2] = {name, alias};
   for (int k = 0; k < 2; k++) {
-    if (!names[k]) continue;
-    size_t len = strlen(names[k]);
-    if (strncmp(a, names[k], len) != 0) continue;
-    if (a[len] == '=') {
-      *out = a + len + 1;
-      return 1;
-    }
-    if (a[len] != 0) continue;
-    if (*i + 1 >= argc) return 2;
-    *out = argv[++*i];
+    bool missing = false;
+    const char *v = names[k] ? sc_cli_opt_value(argc, argv, i, names[k], &missing) : NULL;
+    if (!v) continue;
+    if (missing) return 2;
+    *out = v;
     return 1;
   }
   return 0;
@@ -126,23 +120,15 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
-/* --mesh / --plan: partition, compile every stage, write the partitioned
- * bundle. g: imported, dims not yet bound. */
+/* --mesh / --plan: import, partition, compile every stage, write the
+ * partitioned bundle. */
 static int compile_partitioned(compile_opts *co, sc_cli_opts *o, const sc_bundle_opts *bo) {
   if (co->emit) return sc_cli_usage_error("--emit is not supported with --mesh / --plan");
   if (bo->target != SC_BUNDLE_CPU)
     return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
-  sc_import_opts io = {.no_weights = false};
-  sc_diag d;
-  sc_diag_clear(&d);
   sc_graph *g = NULL;
-  sc_status s = sc_onnx_import(o->file, &io, &g, &d);
-  int rc = 0;
-  if (s == SC_OK && (rc = sc_pcli_adjust_dims(&co->pc, g, o)) != 0) {
-    sc_graph_destroy(g);
-    return rc;
-  }
-  if ((rc = sc_cli_load_finish(s, &g, &d, o)) != 0) return rc;
+  int rc = sc_pcli_load(&co->pc, o, &g);
+  if (rc) return rc;
   sc_pass_opts po;
   sc_cli_pass_opts(o, &po);
   sc_compile_opts cop;
@@ -153,6 +139,7 @@ static int compile_partitioned(compile_opts *co, sc_cli_opts *o, const sc_bundle
   sc_pbuild b;
   memset(&b, 0, sizeof b);
   if ((rc = sc_pcli_build(&co->pc, g, o->file, &po, &cop, true, &b)) == 0) {
+    sc_diag d;
     sc_diag_clear(&d);
     if (sc_pbundle_write(b.part, b.programs, bo, co->out, &d) != SC_OK)
       rc = sc_cli_report(&d, o->file);

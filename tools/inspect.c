@@ -21,19 +21,6 @@ static const char *const USAGE =
     "shardc inspect MODEL.onnx [--dim NAME=V]... [--no-weights] [--json]\n"
     "                         [--dot FILE] [--print-after=PASS] [--time-passes]";
 
-/* 1234567 -> "1,234,567" */
-static void fmt_count(int64_t v, char *buf, size_t n) {
-  char digits[32];
-  snprintf(digits, sizeof digits, "%lld", (long long)(v < 0 ? -v : v));
-  size_t len = strlen(digits), pos = 0;
-  if (v < 0 && pos + 1 < n) buf[pos++] = '-';
-  for (size_t i = 0; i < len && pos + 2 < n; i++) {
-    if (i && (len - i) % 3 == 0) buf[pos++] = ',';
-    buf[pos++] = digits[i];
-  }
-  buf[pos] = 0;
-}
-
 typedef struct op_row {
   sc_op op;
   int64_t count;
@@ -170,12 +157,12 @@ static void print_text(sc_graph *g, const sc_stats *s, const char *path) {
   for (int i = 0; i < nr; i++)
     printf("  %-24s %lld\n", sc_op_name(rows[i].op), (long long)rows[i].count);
 
-  fmt_count(s->params, a, sizeof a);
+  sc_cli_format_count(s->params, a, sizeof a);
   sc_stats_format_bytes((double)s->param_bytes, b, sizeof b);
   printf("\nparameters: %s in %lld tensors (%s)\n", a, (long long)s->n_params, b);
   for (int i = 0; i < SC_DTYPE_COUNT; i++) {
     if (s->params_by_dtype[i] <= 0) continue;
-    fmt_count(s->params_by_dtype[i], a, sizeof a);
+    sc_cli_format_count(s->params_by_dtype[i], a, sizeof a);
     sc_stats_format_bytes((double)s->param_bytes_by_dtype[i], b, sizeof b);
     printf("  %-6s %16s elements  %12s  (%lld bytes)\n", sc_dtype_name((sc_dtype)i), a, b,
            (long long)s->param_bytes_by_dtype[i]);
@@ -199,11 +186,11 @@ static void print_text(sc_graph *g, const sc_stats *s, const char *path) {
   printf("  %-8s %8s %16s %14s\n", "block", "nodes", "params", "FLOPs");
   for (int32_t i = 0; i < s->n_blocks; i++) {
     const sc_block_stats *bs = &s->blocks[i];
-    fmt_count(bs->params, a, sizeof a);
+    sc_cli_format_count(bs->params, a, sizeof a);
     sc_stats_format_si(bs->flops, "FLOP", c, sizeof c);
     printf("  %-8lld %8lld %16s %14s\n", (long long)bs->index, (long long)bs->n_nodes, a, c);
   }
-  fmt_count(s->outside.params, a, sizeof a);
+  sc_cli_format_count(s->outside.params, a, sizeof a);
   sc_stats_format_si(s->outside.flops, "FLOP", c, sizeof c);
   printf("  %-8s %8lld %16s %14s\n", "outside", (long long)s->outside.n_nodes, a, c);
 }

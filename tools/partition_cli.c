@@ -13,9 +13,10 @@
  * back as exit statuses: 1 a problem in the model or plan, 2 usage. */
 #include "partition_cli.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "frontend/onnx.h"
 
 void sc_pcli_init(sc_pcli *p) {
   memset(p, 0, sizeof *p);
@@ -23,32 +24,6 @@ void sc_pcli_init(sc_pcli *p) {
 }
 
 bool sc_pcli_active(const sc_pcli *p) { return p->mesh || p->plan_file; }
-
-/* "--name=value" or "--name value": the value, advancing *i; NULL when
- * argv[*i] is not the option. *missing: the value is absent. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name,
-                             bool *missing) {
-  const char *a = argv[*i];
-  size_t len = strlen(name);
-  if (strncmp(a, name, len) != 0) return NULL;
-  if (a[len] == '=') return a + len + 1;
-  if (a[len] != 0) return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return a;
-  }
-  (*i)++;
-  return argv[*i];
-}
-
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  errno = 0;
-  char *end = NULL;
-  long long v = strtoll(s, &end, 10);
-  if (errno || !*s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
 
 int sc_pcli_take_option(sc_pcli *p, int argc, char **argv, int *i, bool allow_comm) {
   const char *a = argv[*i], *v;
@@ -64,22 +39,22 @@ int sc_pcli_take_option(sc_pcli *p, int argc, char **argv, int *i, bool allow_co
     (*i)++;
     return 1;
   }
-  if ((v = opt_value(argc, argv, i, "--mesh", &missing))) {
+  if ((v = sc_cli_opt_value(argc, argv, i, "--mesh", &missing))) {
     if (!missing && !*v) return sc_cli_usage_error("--mesh needs axes, e.g. pp=2,tp=2");
     if (!missing) p->mesh = v;
-  } else if ((v = opt_value(argc, argv, i, "--ranks-per-node", &missing))) {
-    if (!missing && !parse_i64(v, 1, SC_MESH_MAX_RANKS, &n))
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--ranks-per-node", &missing))) {
+    if (!missing && !sc_cli_parse_i64(v, 1, SC_MESH_MAX_RANKS, &n))
       return sc_cli_usage_error("--ranks-per-node expects a positive integer, got '%s'", v);
     if (!missing) p->ranks_per_node = n;
-  } else if ((v = opt_value(argc, argv, i, "--microbatches", &missing))) {
-    if (!missing && !parse_i64(v, 1, 1 << 20, &n))
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--microbatches", &missing))) {
+    if (!missing && !sc_cli_parse_i64(v, 1, 1 << 20, &n))
       return sc_cli_usage_error("--microbatches expects a positive integer, got '%s'", v);
     if (!missing) p->microbatches = (int32_t)n;
-  } else if ((v = opt_value(argc, argv, i, "--stage-boundaries", &missing))) {
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--stage-boundaries", &missing))) {
     if (!missing) p->boundaries = v;
-  } else if ((v = opt_value(argc, argv, i, "--plan", &missing))) {
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--plan", &missing))) {
     if (!missing) p->plan_file = v;
-  } else if (allow_comm && (v = opt_value(argc, argv, i, "--comm", &missing))) {
+  } else if (allow_comm && (v = sc_cli_opt_value(argc, argv, i, "--comm", &missing))) {
     if (!missing && strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0)
       return sc_cli_usage_error("--comm expects 'local' or 'mpi', got '%s'", v);
     if (!missing) p->comm = v;
@@ -158,6 +133,21 @@ int sc_pcli_adjust_dims(const sc_pcli *p, const sc_graph *g, sc_cli_opts *opts) 
     dim->value /= m;
   }
   return 0;
+}
+
+int sc_pcli_load(const sc_pcli *p, sc_cli_opts *opts, sc_graph **g) {
+  sc_import_opts io = {.no_weights = opts->no_weights};
+  sc_diag d;
+  sc_diag_clear(&d);
+  *g = NULL;
+  sc_status st = sc_onnx_import(opts->file, &io, g, &d);
+  int rc;
+  if (st == SC_OK && (rc = sc_pcli_adjust_dims(p, *g, opts)) != 0) {
+    sc_graph_destroy(*g);
+    *g = NULL;
+    return rc;
+  }
+  return sc_cli_load_finish(st, g, &d, opts);
 }
 
 /* Splits "a,b,c" into the plan's boundaries (copies in its arena). */

@@ -54,6 +54,11 @@ bool sc_pcli_active(const sc_pcli *p);
  * status after printing the error. */
 int sc_pcli_adjust_dims(const sc_pcli *p, const sc_graph *g, sc_cli_opts *opts);
 
+/* Imports opts->file (ONNX; weights unless opts->no_weights), adjusts the
+ * batch dims (sc_pcli_adjust_dims) and binds the --dims. Returns 0 with *g
+ * ready, or an exit status after reporting (*g NULL). */
+int sc_pcli_load(const sc_pcli *p, sc_cli_opts *opts, sc_graph **g);
+
 /* A partitioned, compiled model. */
 typedef struct sc_pbuild {
   sc_plan *plan;               /* the plan used (owned) */

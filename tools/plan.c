@@ -28,6 +28,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "dot.h"
 #include "frontend/onnx.h"
 #include "partition_cli.h"
 #include "passes/stats.h"
@@ -42,19 +43,6 @@ static const char *const USAGE =
 enum { MAX_ARGS = 1024 };
 
 /* ---- formatting helpers ---- */
-
-/* 1234567 -> "1,234,567" */
-static void fmt_count(int64_t v, char *buf, size_t n) {
-  char digits[32];
-  snprintf(digits, sizeof digits, "%lld", (long long)(v < 0 ? -v : v));
-  size_t len = strlen(digits), pos = 0;
-  if (v < 0 && pos + 1 < n) buf[pos++] = '-';
-  for (size_t i = 0; i < len && pos + 2 < n; i++) {
-    if (i && (len - i) % 3 == 0) buf[pos++] = ',';
-    buf[pos++] = digits[i];
-  }
-  buf[pos] = 0;
-}
 
 static void fmt_dims(const int64_t *dims, int32_t rank, char *buf, size_t n) {
   size_t pos = 0;
@@ -310,8 +298,8 @@ static void print_stages(const report *r) {
     if (si->block_lo < 0) snprintf(blocks, sizeof blocks, "-");
     else if (si->block_lo == si->block_hi) snprintf(blocks, sizeof blocks, "%lld", (long long)si->block_lo);
     else snprintf(blocks, sizeof blocks, "%lld..%lld", (long long)si->block_lo, (long long)si->block_hi);
-    fmt_count(si->params, a, sizeof a);
-    fmt_count(si->params_rank, b, sizeof b);
+    sc_cli_format_count(si->params, a, sizeof a);
+    sc_cli_format_count(si->params_rank, b, sizeof b);
     sc_stats_format_si(si->flops, "FLOP", c, sizeof c);
     sc_stats_format_si(si->flops_rank, "FLOP", d, sizeof d);
     sc_stats_format_bytes((double)si->arena_bytes, e, sizeof e);
@@ -429,16 +417,6 @@ static sc_status complete_plan(sc_plan *plan, const sc_partition *part, sc_graph
 
 /* ---- --dot: the local graph by stage ---- */
 
-static void put_quoted(FILE *f, const char *s) {
-  fputc('"', f);
-  for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-    else if (*p == '\n') fputs("\\n", f);
-    else if (*p >= 0x20) fputc(*p, f);
-  }
-  fputc('"', f);
-}
-
 static void value_label(const sc_value *v, const char *name, char *buf, size_t n) {
   char dims[192];
   fmt_dims(v->dims, v->rank < 0 ? 0 : v->rank, dims, sizeof dims);
@@ -456,7 +434,7 @@ static sc_status write_dot(sc_graph *g, FILE *f) {
   enum { N_COLORS = sizeof COLORS / sizeof COLORS[0] };
   char label[1024];
   fputs("digraph ", f);
-  put_quoted(f, g->name ? g->name : "graph");
+  sc_dot_put_quoted(f, g->name ? g->name : "graph");
   fputs(" {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n"
         "  edge [fontname=\"Helvetica\", fontsize=8];\n", f);
   for (int32_t i = 0; i < g->n_values; i++) {
@@ -466,7 +444,7 @@ static sc_status write_dot(sc_graph *g, FILE *f) {
     value_label(v, v->name, label, sizeof label);
     fprintf(f, "  v%d [shape=%s, style=filled, fillcolor=\"%s\"%s, label=", i,
             input ? "ellipse" : "box", input ? "#d0e8ff" : "#eeeeee", input ? "" : ", fontsize=7");
-    put_quoted(f, label);
+    sc_dot_put_quoted(f, label);
     fputs("];\n", f);
   }
   for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -482,29 +460,18 @@ static sc_status write_dot(sc_graph *g, FILE *f) {
     else
       fprintf(f, "  n%d [shape=box, style=\"rounded,filled\", fillcolor=\"%s\", label=", i,
               COLORS[(stage < 0 ? 0 : stage) % N_COLORS]);
-    put_quoted(f, label);
+    sc_dot_put_quoted(f, label);
     fprintf(f, ", tooltip=");
     snprintf(label, sizeof label, "%s (stage %lld)", n->name, (long long)stage);
-    put_quoted(f, label);
+    sc_dot_put_quoted(f, label);
     fputs("];\n", f);
   }
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    const sc_node *n = &g->nodes[i];
-    if (!live_node(n)) continue;
-    for (int32_t j = 0; j < n->n_inputs; j++) {
-      int32_t vid = n->inputs[j];
-      if (vid < 0) continue;
-      const sc_value *v = &g->values[vid];
-      if (v->producer >= 0) fprintf(f, "  n%d -> n%d;\n", v->producer, i);
-      else if ((v->flags & (SC_VALUE_INPUT | SC_VALUE_PARAM)) && !(v->flags & SC_VALUE_DEAD))
-        fprintf(f, "  v%d -> n%d;\n", vid, i);
-    }
-  }
+  sc_dot_write_edges(g, f, false);
   for (int32_t i = 0; i < g->n_outputs; i++) {
     const sc_value *v = &g->values[g->outputs[i]];
     value_label(v, v->name, label, sizeof label);
     fprintf(f, "  out%d [shape=ellipse, style=filled, fillcolor=\"#d8f5d0\", label=", i);
-    put_quoted(f, label);
+    sc_dot_put_quoted(f, label);
     fputs("];\n", f);
     if (v->producer >= 0) fprintf(f, "  n%d -> out%d;\n", v->producer, i);
     else if (v->flags & SC_VALUE_INPUT) fprintf(f, "  v%d -> out%d;\n", g->outputs[i], i);
@@ -595,16 +562,8 @@ int sc_cmd_plan(int argc, char **argv) {
   if (!sc_pcli_active(&p))
     return sc_cli_usage_error("plan needs --mesh AXES or --plan FILE.json\nusage: %s", USAGE);
 
-  sc_import_opts io = {.no_weights = o.no_weights};
   sc_graph *g = NULL;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  sc_status st = sc_onnx_import(o.file, &io, &g, &d);
-  if (st == SC_OK && (rc = sc_pcli_adjust_dims(&p, g, &o)) != 0) {
-    sc_graph_destroy(g);
-    return rc;
-  }
-  rc = sc_cli_load_finish(st, &g, &d, &o);
+  rc = sc_pcli_load(&p, &o, &g);
   if (rc) return rc;
 
   sc_stats stats; /* for the block names only */
@@ -634,7 +593,9 @@ int sc_cmd_plan(int argc, char **argv) {
     }
   }
   if (!rc && o.json) {
-    st = complete_plan(b.plan, b.part, g, &d);
+    sc_diag d;
+    sc_diag_clear(&d);
+    sc_status st = complete_plan(b.plan, b.part, g, &d);
     if (st == SC_OK) st = sc_plan_write_json(b.plan, stdout, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   } else if (!rc) {

@@ -61,30 +61,6 @@ typedef struct run_opts {
   sc_pcli pc;                          /* --mesh and the other partition options */
 } run_opts;
 
-/* "--name=value" or "--name value" (exact name): the value, advancing *i. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name, bool *missing) {
-  const char *a = argv[*i];
-  size_t len = strlen(name);
-  if (strncmp(a, name, len) != 0) return NULL;
-  if (a[len] == '=') return a + len + 1;
-  if (a[len] != 0) return NULL;
-  if (*i + 1 >= argc) {
-    *missing = true;
-    return a;
-  }
-  (*i)++;
-  return argv[*i];
-}
-
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  errno = 0;
-  char *end = NULL;
-  long long v = strtoll(s, &end, 10);
-  if (errno || !*s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 /* Takes run's own options out of argv; the rest (file, --dim, --print-after,
  * --time-passes, --help) go to sc_cli_parse through rest/n_rest. */
 static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_rest) {
@@ -103,7 +79,7 @@ static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_re
     if (strcmp(a, "--") == 0) {
       only_files = true;
       rest[(*n_rest)++] = argv[i];
-    } else if ((v = opt_value(argc, argv, &i, "--input", &missing))) {
+    } else if ((v = sc_cli_opt_value(argc, argv, &i, "--input", &missing))) {
       if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
       const char *eq = strchr(v, '=');
       if (!eq || eq == v || !eq[1])
@@ -118,29 +94,29 @@ static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_re
       r->in_name[r->n_in] = name;
       r->in_file[r->n_in] = eq + 1;
       r->n_in++;
-    } else if ((v = opt_value(argc, argv, &i, "--random-inputs", &missing))) {
+    } else if ((v = sc_cli_opt_value(argc, argv, &i, "--random-inputs", &missing))) {
       if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
       int64_t s;
-      if (!parse_i64(v, 0, INT64_MAX, &s))
+      if (!sc_cli_parse_i64(v, 0, INT64_MAX, &s))
         return sc_cli_usage_error("--random-inputs expects a non-negative integer seed, got '%s'",
                                   v);
       r->random = true;
       r->seed = (uint64_t)s;
-    } else if ((v = opt_value(argc, argv, &i, "--output-dir", &missing))) {
+    } else if ((v = sc_cli_opt_value(argc, argv, &i, "--output-dir", &missing))) {
       if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
       r->out_dir = v;
-    } else if ((v = opt_value(argc, argv, &i, "--threads", &missing))) {
+    } else if ((v = sc_cli_opt_value(argc, argv, &i, "--threads", &missing))) {
       if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
       int64_t t;
-      if (!parse_i64(v, 1, 4096, &t))
+      if (!sc_cli_parse_i64(v, 1, 4096, &t))
         return sc_cli_usage_error("--threads expects an integer in [1, 4096], got '%s'", v);
       r->threads = (int)t;
-    } else if ((v = opt_value(argc, argv, &i, "--repeat", &missing)) ||
-               (v = opt_value(argc, argv, &i, "--warmup", &missing))) {
+    } else if ((v = sc_cli_opt_value(argc, argv, &i, "--repeat", &missing)) ||
+               (v = sc_cli_opt_value(argc, argv, &i, "--warmup", &missing))) {
       if (missing) return sc_cli_usage_error("option '%s' needs a value\nusage: %s", a, USAGE);
       bool rep = strncmp(a, "--repeat", 8) == 0;
       int64_t n;
-      if (!parse_i64(v, rep ? 1 : 0, 1000000, &n))
+      if (!sc_cli_parse_i64(v, rep ? 1 : 0, 1000000, &n))
         return sc_cli_usage_error("%s expects an integer in [%d, 1000000], got '%s'",
                                   rep ? "--repeat" : "--warmup", rep ? 1 : 0, v);
       *(rep ? &r->repeat : &r->warmup) = n;
@@ -208,6 +184,18 @@ static void format_type(sc_dtype t, int32_t rank, const int64_t *dims, char *buf
     pos += (size_t)w;
   }
   snprintf(buf + pos, n - pos, "]");
+}
+
+/* "input 'NAME': FILE holds TYPE, the model expects TYPE" + hint on stderr;
+ * returns 1. */
+static int input_mismatch(const char *name, const char *file, const sc_npy *a, sc_dtype t,
+                          int32_t rank, const int64_t *dims, const char *hint) {
+  char want[256], got[256];
+  format_type(t, rank, dims, want, sizeof want);
+  format_type(a->dtype, a->rank, a->dims, got, sizeof got);
+  fprintf(stderr, "shardc: error: input '%s': %s holds %s, the model expects %s%s\n", name, file,
+          got, want, hint);
+  return 1;
 }
 
 static void print_summary(const sc_tensor_view *v, const char *path) {
@@ -348,11 +336,7 @@ static int freeze_inputs(sc_graph *g, const run_opts *r) {
     for (int32_t dd = 0; ok && dd < a.rank; dd++)
       ok = v->dims[dd] == SC_DIM_UNKNOWN || v->dims[dd] == a.dims[dd];
     if (!ok) {
-      char want[256], got[256];
-      format_type(v->dtype, v->rank, v->dims, want, sizeof want);
-      format_type(a.dtype, a.rank, a.dims, got, sizeof got);
-      fprintf(stderr, "shardc: error: input '%s': %s holds %s, the model expects %s\n",
-              v->name, r->in_file[k], got, want);
+      input_mismatch(v->name, r->in_file[k], &a, v->dtype, v->rank, v->dims, "");
       sc_npy_free(&a);
       return 1;
     }
@@ -418,16 +402,9 @@ static int gather_inputs(run_state *st, run_opts *r, const char *model) {
       bool dtype_ok = a.dtype == b->dtype || (b->dtype == SC_DTYPE_BF16 && a.dtype == SC_DTYPE_U16);
       bool shape_ok = a.rank == b->rank;
       for (int32_t dd = 0; shape_ok && dd < a.rank; dd++) shape_ok = a.dims[dd] == b->dims[dd];
-      if (!dtype_ok || !shape_ok) {
-        char want[256], got[256];
-        format_type(b->dtype, b->rank, b->dims, want, sizeof want);
-        format_type(a.dtype, a.rank, a.dims, got, sizeof got);
-        fprintf(stderr,
-                "shardc: error: input '%s': %s holds %s, the model expects %s%s\n", b->name,
-                r->in_file[k], got, want,
-                shape_ok ? "" : " (bind symbolic dims with --dim NAME=V)");
-        return 1;
-      }
+      if (!dtype_ok || !shape_ok)
+        return input_mismatch(b->name, r->in_file[k], &a, b->dtype, b->rank, b->dims,
+                              shape_ok ? "" : " (bind symbolic dims with --dim NAME=V)");
       v->data = a.data;
       continue;
     }
@@ -537,18 +514,80 @@ static int repeat_runs(run_state *st, const run_opts *r, double compile_ms, doub
  * microbatches, dim 0 is the full batch (the graph is bound to one
  * microbatch). Random inputs are drawn like an unpartitioned run's, in
  * graph input order, so both runs see the same numbers. */
-static int run_partitioned(run_opts *r, sc_cli_opts *o) {
-  sc_import_opts io = {.no_weights = false};
+/* Reads (--input) or makes up (--random-inputs) every input of g as a
+ * GLOBAL input: dim 0 times m (the microbatch count). in[i] gets the view,
+ * data[i] the owned buffer (freed by the caller, also on error). Returns an
+ * exit status after printing the error. */
+static int read_global_inputs(const run_opts *r, const sc_graph *g, int64_t m, const char *file,
+                              sc_tensor_view *in, void **data) {
+  uint64_t rng = r->seed;
   sc_diag d;
   sc_diag_clear(&d);
-  sc_graph *g = NULL;
-  sc_status s = sc_onnx_import(o->file, &io, &g, &d);
-  int rc = 0;
-  if (s == SC_OK && (rc = sc_pcli_adjust_dims(&r->pc, g, o)) != 0) {
-    sc_graph_destroy(g);
-    return rc;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const sc_value *v = &g->values[g->inputs[i]];
+    sc_tensor_view *t = &in[i];
+    *t = (sc_tensor_view){.name = v->name, .dtype = v->dtype, .rank = v->rank};
+    memcpy(t->dims, v->dims, sizeof t->dims);
+    if (v->rank > 0) t->dims[0] *= m;
+    int64_t numel = 1;
+    for (int32_t k = 0; k < t->rank; k++) numel *= t->dims[k];
+    int k = r->n_in - 1;
+    while (k >= 0 && strcmp(r->in_name[k], v->name) != 0) k--;
+    if (k >= 0) {
+      sc_npy a;
+      if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
+        fprintf(stderr, "shardc: error: input '%s': %s\n", v->name, d.msg);
+        return 1;
+      }
+      data[i] = t->data = a.data;
+      bool ok = a.dtype == t->dtype && a.rank == t->rank;
+      for (int32_t dd = 0; ok && dd < a.rank; dd++) ok = a.dims[dd] == t->dims[dd];
+      if (!ok) return input_mismatch(v->name, r->in_file[k], &a, t->dtype, t->rank, t->dims, "");
+      continue;
+    }
+    if (!r->random)
+      return sc_cli_usage_error("%s: missing input %s (give --input NAME=FILE.npy or "
+                                "--random-inputs SEED)", file, v->name);
+    int64_t bytes = numel * (int64_t)sc_dtype_size(v->dtype);
+    data[i] = t->data = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (!data[i]) return 1;
+    sc_buffer fake = {.name = v->name, .dtype = v->dtype};
+    fill_random(&fake, data[i], numel, &rng);
   }
-  if ((rc = sc_cli_load_finish(s, &g, &d, o)) != 0) return rc;
+  return 0;
+}
+
+/* Writes the outputs this process holds (an entry without data belongs to
+ * another rank under mpi) as DIR/<name>.npy, each summarised on stdout
+ * unless --quiet. Returns 0 or 1 after printing the error. */
+static int write_dist_outputs(const run_opts *r, const sc_dist_output *out, int32_t no) {
+  const char *dir = r->out_dir ? r->out_dir : ".";
+  if (make_dir(dir)) return 1;
+  sc_diag d;
+  sc_diag_clear(&d);
+  for (int32_t i = 0; i < no; i++) {
+    if (!out[i].data) continue;
+    char name[256], path[4096];
+    safe_name(out[i].name, name, sizeof name - 16);
+    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
+    sc_tensor_view v = {out[i].name, out[i].dtype, out[i].rank, {0}, out[i].data};
+    memcpy(v.dims, out[i].dims, sizeof v.dims);
+    if (sc_npy_write(path, v.dtype, v.rank, v.dims, v.data, &d) != SC_OK) {
+      fprintf(stderr, "shardc: error: %s\n", d.msg);
+      return 1;
+    }
+    if (!r->quiet) print_summary(&v, path);
+  }
+  return 0;
+}
+
+static int run_partitioned(run_opts *r, sc_cli_opts *o) {
+  sc_graph *g = NULL;
+  int rc = sc_pcli_load(&r->pc, o, &g);
+  if (rc) return rc;
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status s;
   sc_pass_opts po;
   sc_cli_pass_opts(o, &po);
   sc_compile_opts co;
@@ -566,62 +605,12 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   }
   double t1 = now_ms();
   const sc_partition *part = b.part;
-  int64_t m = part->microbatches;
   int32_t ni = g->n_inputs, no = g->n_outputs;
   sc_tensor_view *in = sc_calloc((size_t)(ni ? ni : 1), sizeof *in);
   sc_dist_output *out = sc_calloc((size_t)(no ? no : 1), sizeof *out);
   void **data = sc_calloc((size_t)(ni ? ni : 1), sizeof *data);
-  uint64_t rng = r->seed;
   if (!in || !out || !data) rc = 1;
-  for (int32_t i = 0; i < ni && !rc; i++) {
-    const sc_value *v = &g->values[g->inputs[i]];
-    sc_tensor_view *t = &in[i];
-    t->name = v->name;
-    t->dtype = v->dtype;
-    t->rank = v->rank;
-    memcpy(t->dims, v->dims, sizeof t->dims);
-    if (v->rank > 0) t->dims[0] *= m;
-    int64_t numel = 1;
-    for (int32_t k = 0; k < t->rank; k++) numel *= t->dims[k];
-    int64_t bytes = numel * (int64_t)sc_dtype_size(v->dtype);
-    int k = r->n_in - 1;
-    while (k >= 0 && strcmp(r->in_name[k], v->name) != 0) k--;
-    if (k >= 0) {
-      sc_npy a;
-      if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
-        fprintf(stderr, "shardc: error: input '%s': %s\n", v->name, d.msg);
-        rc = 1;
-        break;
-      }
-      data[i] = a.data;
-      bool ok = a.dtype == t->dtype && a.rank == t->rank;
-      for (int32_t dd = 0; ok && dd < a.rank; dd++) ok = a.dims[dd] == t->dims[dd];
-      if (!ok) {
-        char want[256], got[256];
-        format_type(t->dtype, t->rank, t->dims, want, sizeof want);
-        format_type(a.dtype, a.rank, a.dims, got, sizeof got);
-        fprintf(stderr, "shardc: error: input '%s': %s holds %s, the model expects %s\n",
-                v->name, r->in_file[k], got, want);
-        rc = 1;
-        break;
-      }
-      t->data = a.data;
-      continue;
-    }
-    if (!r->random) {
-      rc = sc_cli_usage_error("%s: missing input %s (give --input NAME=FILE.npy or "
-                              "--random-inputs SEED)", o->file, v->name);
-      break;
-    }
-    data[i] = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
-    if (!data[i]) {
-      rc = 1;
-      break;
-    }
-    sc_buffer fake = {.name = v->name, .dtype = v->dtype};
-    fill_random(&fake, data[i], numel, &rng);
-    t->data = data[i];
-  }
+  if (!rc) rc = read_global_inputs(r, g, part->microbatches, o->file, in, data);
   sc_dist_opts dop;
   sc_dist_opts_init(&dop);
   dop.threads = r->threads;
@@ -664,24 +653,7 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   if (!rc && o->time_passes)
     fprintf(stderr, "partition+compile %.3f ms, run %.3f ms on %lld ranks\n", t1 - t0, t3 - t2,
             (long long)part->mesh.n_ranks);
-  if (!rc) {
-    const char *dir = r->out_dir ? r->out_dir : ".";
-    if (make_dir(dir)) rc = 1;
-    for (int32_t i = 0; i < no && !rc; i++) {
-      if (!out[i].data) continue; /* another rank owns it (mpi) */
-      char name[256], path[4096];
-      safe_name(out[i].name, name, sizeof name - 16);
-      snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-      sc_tensor_view v = {out[i].name, out[i].dtype, out[i].rank, {0}, out[i].data};
-      memcpy(v.dims, out[i].dims, sizeof v.dims);
-      if (sc_npy_write(path, v.dtype, v.rank, v.dims, v.data, &d) != SC_OK) {
-        fprintf(stderr, "shardc: error: %s\n", d.msg);
-        rc = 1;
-      } else if (!r->quiet) {
-        print_summary(&v, path);
-      }
-    }
-  }
+  if (!rc) rc = write_dist_outputs(r, out, no);
   fflush(stdout);
   for (int32_t i = 0; i < no; i++) sc_free(out[i].data);
   for (int32_t i = 0; i < ni; i++) sc_free(data[i]);
@@ -714,52 +686,8 @@ static int run_pbundle(run_opts *r, sc_cli_opts *o) {
   sc_tensor_view *in = sc_calloc((size_t)ni + 1, sizeof *in);
   sc_dist_output *out = sc_calloc((size_t)no + 1, sizeof *out);
   void **data = sc_calloc((size_t)ni + 1, sizeof *data);
-  uint64_t rng = r->seed;
   if (!rc && (!in || !out || !data)) rc = 1;
-  for (int32_t i = 0; i < ni && !rc; i++) {
-    const sc_value *v = &g->values[g->inputs[i]];
-    sc_tensor_view *t = &in[i];
-    *t = (sc_tensor_view){.name = v->name, .dtype = v->dtype, .rank = v->rank};
-    memcpy(t->dims, v->dims, sizeof t->dims);
-    if (v->rank > 0) t->dims[0] *= b->part->microbatches;
-    int64_t numel = 1;
-    for (int32_t k = 0; k < t->rank; k++) numel *= t->dims[k];
-    int k = r->n_in - 1;
-    while (k >= 0 && strcmp(r->in_name[k], v->name) != 0) k--;
-    if (k >= 0) {
-      sc_npy a;
-      if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
-        fprintf(stderr, "shardc: error: input '%s': %s\n", v->name, d.msg);
-        rc = 1;
-        break;
-      }
-      data[i] = t->data = a.data;
-      bool ok = a.dtype == t->dtype && a.rank == t->rank;
-      for (int32_t dd = 0; ok && dd < a.rank; dd++) ok = a.dims[dd] == t->dims[dd];
-      if (!ok) {
-        char want[256], got[256];
-        format_type(t->dtype, t->rank, t->dims, want, sizeof want);
-        format_type(a.dtype, a.rank, a.dims, got, sizeof got);
-        fprintf(stderr, "shardc: error: input '%s': %s holds %s, the model expects %s\n",
-                v->name, r->in_file[k], got, want);
-        rc = 1;
-      }
-      continue;
-    }
-    if (!r->random) {
-      rc = sc_cli_usage_error("%s: missing input %s (give --input NAME=FILE.npy or "
-                              "--random-inputs SEED)", o->file, v->name);
-      break;
-    }
-    int64_t bytes = numel * (int64_t)sc_dtype_size(v->dtype);
-    data[i] = t->data = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
-    if (!data[i]) {
-      rc = 1;
-      break;
-    }
-    sc_buffer fake = {.name = v->name, .dtype = v->dtype};
-    fill_random(&fake, data[i], numel, &rng);
-  }
+  if (!rc) rc = read_global_inputs(r, g, b->part->microbatches, o->file, in, data);
   sc_dist_opts dop;
   sc_dist_opts_init(&dop);
   dop.threads = r->threads;
@@ -778,22 +706,7 @@ static int run_pbundle(run_opts *r, sc_cli_opts *o) {
     }
     if (s != SC_OK) rc = sc_cli_report(&d, o->file);
   }
-  const char *dir = r->out_dir ? r->out_dir : ".";
-  if (!rc && make_dir(dir)) rc = 1;
-  for (int32_t i = 0; i < no && !rc; i++) {
-    if (!out[i].data) continue; /* another rank owns it (mpi) */
-    char name[256], path[4096];
-    safe_name(out[i].name, name, sizeof name - 16);
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    sc_tensor_view v = {out[i].name, out[i].dtype, out[i].rank, {0}, out[i].data};
-    memcpy(v.dims, out[i].dims, sizeof v.dims);
-    if (sc_npy_write(path, v.dtype, v.rank, v.dims, v.data, &d) != SC_OK) {
-      fprintf(stderr, "shardc: error: %s\n", d.msg);
-      rc = 1;
-    } else if (!r->quiet) {
-      print_summary(&v, path);
-    }
-  }
+  if (!rc) rc = write_dist_outputs(r, out, no);
   fflush(stdout);
   for (int32_t i = 0; out && i < no; i++) sc_free(out[i].data);
   for (int32_t i = 0; data && i < ni; i++) sc_free(data[i]);
