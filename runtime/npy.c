@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const unsigned char MAGIC[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
@@ -252,6 +253,11 @@ sc_status sc_npy_read(const char *path, sc_npy *out, sc_diag *diag) {
   if (!f)
     return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: cannot open: %s", path,
                        strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: not a regular file", path);
+  }
   long size = -1;
   if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
   if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
