@@ -607,7 +607,7 @@ static sc_status read_kernel(reader *r, json_t *o, int32_t kid, kir_kernel **out
     if ((st = read_expr(r, json_array_get(exprs, (size_t)i), k, i, &k->exprs[i]))) return st;
   }
   at(r, "kernels[%d] '%s'", kid, name);
-  sc_diag kd;
+  sc_diag kd = {0};
   sc_diag_clear(&kd);
   if (kir_verify(k, &kd) != SC_OK) return fail(r, SC_ERR_INVALID, "kir_verify: %s", kd.msg);
   *out = k;
@@ -841,7 +841,7 @@ static sc_status read_program(reader *r, json_t *root) {
   if ((st = get_int(r, root, "arena_align", true, 0, &p->arena_align))) return st;
   json_t *mesh = json_object_get(root, "mesh");
   if (mesh) {
-    sc_diag md;
+    sc_diag md = {0};
     sc_diag_clear(&md);
     int64_t rpn;
     if (!json_is_string(mesh)) return fail(r, SC_ERR_PARSE, "'mesh' must be a string");

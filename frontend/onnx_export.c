@@ -307,7 +307,7 @@ static sc_status build(exporter *e, Onnx__ModelProto *m) {
 }
 
 sc_status sc_onnx_export(sc_graph *g, const char *path, sc_diag *diag) {
-  sc_diag local;
+  sc_diag local = {0};
   if (!diag) diag = &local;
   memset(diag, 0, sizeof *diag);
   sc_diag_set_file(diag, path);

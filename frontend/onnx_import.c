@@ -823,7 +823,7 @@ static sc_status import_buffer(const uint8_t *data, size_t size, const char *bas
 sc_status sc_onnx_import_bytes(const void *data, size_t size, const char *name,
                                const char *base_dir, const sc_import_opts *opts,
                                sc_graph **out, sc_diag *diag) {
-  sc_diag local;
+  sc_diag local = {0};
   if (!diag) diag = &local;
   memset(diag, 0, sizeof *diag);
   sc_diag_set_file(diag, name ? name : "");
@@ -833,7 +833,7 @@ sc_status sc_onnx_import_bytes(const void *data, size_t size, const char *name,
 
 sc_status sc_onnx_import(const char *path, const sc_import_opts *opts, sc_graph **out,
                          sc_diag *diag) {
-  sc_diag local;
+  sc_diag local = {0};
   if (!diag) diag = &local;
   memset(diag, 0, sizeof *diag);
   sc_diag_set_file(diag, path);

@@ -410,7 +410,7 @@ static bool read_shard(parser *p, int32_t rank, sc_sharding *out, bool *present)
   const char *b = p->s;
   while (p->s < p->end && *p->s != '>' && *p->s != '\n') p->s++;
   if (p->s >= p->end || *p->s != '>') return perr(p, "missing '>' after shard<"), false;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_sharding_parse(b, (size_t)(p->s - b), &p->g->shardings->mesh, rank, out, &d) !=
       SC_OK) {
@@ -433,7 +433,7 @@ static bool stmt_mesh(parser *p) {
   if (p->g->shardings) return perr(p, "a second 'mesh' statement"), false;
   sc_mesh m;
   sc_mesh_init(&m);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (!expect(p, '[')) return false;
   if (!accept(p, ']')) {
@@ -1083,7 +1083,7 @@ static bool parse_graph(parser *p) {
 
 sc_status sc_ir_parse(const char *text, size_t len, const char *name,
                       sc_graph **out, sc_diag *diag) {
-  sc_diag local;
+  sc_diag local = {0};
   if (!diag) diag = &local;
   sc_diag_clear(diag);
   sc_diag_set_file(diag, name ? name : "<text>");
@@ -1108,7 +1108,7 @@ sc_status sc_ir_parse(const char *text, size_t len, const char *name,
 }
 
 sc_status sc_ir_parse_file(const char *path, sc_graph **out, sc_diag *diag) {
-  sc_diag local;
+  sc_diag local = {0};
   if (!diag) diag = &local;
   sc_diag_clear(diag);
   sc_diag_set_file(diag, path);

@@ -293,7 +293,7 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     goto out;
   }
 
-  sc_diag pd;
+  sc_diag pd = {0};
   sc_diag_clear(&pd);
   st = sc_program_read_json(prog.data ? prog.data : "", prog.bytes, wts.data,
                             (int64_t)wts.bytes, &b->program, &pd);
@@ -316,7 +316,7 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
                           p->n_outputs, d)))
     goto out;
   if (strcmp(target, "cpu") == 0) {
-    sc_diag cd;
+    sc_diag cd = {0};
     sc_diag_clear(&cd);
     st = sc_cpu_check_host_features(b->cpu, b->cpu_features, &cd);
     if (!st) st = sc_cpu_load_object(p, obj.data, obj.bytes, &b->kernels, &cd);

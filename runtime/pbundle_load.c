@@ -165,7 +165,7 @@ static sc_status read_stage(loader *l, json_t *o, int32_t k) {
       return fail(l, SC_ERR_INVALID, "%s.inputs[%d]: not the program's input '%s'", where,
                   (int)i, buf->name ? buf->name : "?");
     sc_sharding sh;
-    sc_diag sd;
+    sc_diag sd = {0};
     sc_diag_clear(&sd);
     if (sc_sharding_parse(text, strlen(text), &part->mesh, buf->rank, &sh, &sd) != SC_OK)
       return fail(l, SC_ERR_INVALID, "%s.inputs[%d]: sharding '%s': %s", where, (int)i, text,
@@ -269,7 +269,7 @@ static sc_status read_root(loader *l, json_t *root) {
   if (version != 1)
     return fail(l, SC_ERR_UNSUPPORTED, "partition.json: version %lld (this shardc reads 1)",
                 (long long)version);
-  sc_diag md;
+  sc_diag md = {0};
   sc_diag_clear(&md);
   if (!mesh || sc_mesh_parse(mesh, &part->mesh, &md) != SC_OK)
     return fail(l, SC_ERR_INVALID, "partition.json: 'mesh': %s", mesh ? md.msg : "missing");

@@ -40,7 +40,7 @@ sc_status sc_model_load(const char *path, const sc_model_opts *opts, sc_model **
   m->path = sc_strdup(path);
   if (!m->path) return sc_diag_set(&m->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_import_opts io = {.no_weights = m->opts.no_weights};
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_onnx_import(path, &io, &m->g, &d);
   if (st != SC_OK) {

@@ -91,7 +91,7 @@ static int split_args(int argc, char **argv, compile_opts *co) {
 }
 
 static int emit_code(const sc_program *p, const compile_opts *co, const char *file) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = SC_OK;
   if (strcmp(co->emit, "kir") == 0) {
@@ -139,7 +139,7 @@ static int compile_partitioned(compile_opts *co, sc_cli_opts *o, const sc_bundle
   sc_pbuild b;
   memset(&b, 0, sizeof b);
   if ((rc = sc_pcli_build(&co->pc, g, o->file, &po, &cop, true, &b)) == 0) {
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     if (sc_pbundle_write(b.part, b.programs, bo, co->out, &d) != SC_OK)
       rc = sc_cli_report(&d, o->file);
@@ -196,7 +196,7 @@ int sc_cmd_compile(int argc, char **argv) {
 
   sc_import_opts io = {.no_weights = false};
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &g, &d), &g, &d, &o);
   if (rc) return rc;

@@ -219,7 +219,7 @@ int sc_cmd_inspect(int argc, char **argv) {
 
   sc_import_opts io = {.no_weights = o.no_weights};
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &g, &d), &g, &d, &o);
   if (rc) return rc;

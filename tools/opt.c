@@ -29,7 +29,7 @@ int sc_cmd_opt(int argc, char **argv) {
   if (!o.passes) return sc_cli_usage_error("opt: --passes is required\nusage: %s", USAGE);
 
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   rc = sc_cli_load_finish(sc_ir_parse_file(o.file, &g, &d), &g, &d, &o);
   if (rc) return rc;

@@ -137,7 +137,7 @@ int sc_pcli_adjust_dims(const sc_pcli *p, const sc_graph *g, sc_cli_opts *opts) 
 
 int sc_pcli_load(const sc_pcli *p, sc_cli_opts *opts, sc_graph **g) {
   sc_import_opts io = {.no_weights = opts->no_weights};
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   *g = NULL;
   sc_status st = sc_onnx_import(opts->file, &io, g, &d);

@@ -593,7 +593,7 @@ int sc_cmd_plan(int argc, char **argv) {
     }
   }
   if (!rc && o.json) {
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     sc_status st = complete_plan(b.plan, b.part, g, &d);
     if (st == SC_OK) st = sc_plan_write_json(b.plan, stdout, &d);

@@ -326,7 +326,7 @@ static int freeze_inputs(sc_graph *g, const run_opts *r) {
     if (pos < 0) continue; /* not an input any more: nothing to do */
     sc_value *v = sc_val(g, id);
     sc_npy a;
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
       fprintf(stderr, "shardc: error: input '%s': %s\n", v->name, d.msg);
@@ -392,7 +392,7 @@ static int gather_inputs(run_state *st, run_opts *r, const char *model) {
     while (k >= 0 && strcmp(r->in_name[k], b->name) != 0) k--;
     if (k >= 0) {
       sc_npy a;
-      sc_diag d;
+      sc_diag d = {0};
       sc_diag_clear(&d);
       if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
         fprintf(stderr, "shardc: error: input '%s': %s\n", b->name, d.msg);
@@ -450,7 +450,7 @@ static int write_outputs(run_state *st, const run_opts *r) {
       }
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     if (sc_npy_write(path, v->dtype, v->rank, v->dims, v->data, &d) != SC_OK) {
       fprintf(stderr, "shardc: error: %s\n", d.msg);
@@ -521,7 +521,7 @@ static int repeat_runs(run_state *st, const run_opts *r, double compile_ms, doub
 static int read_global_inputs(const run_opts *r, const sc_graph *g, int64_t m, const char *file,
                               sc_tensor_view *in, void **data) {
   uint64_t rng = r->seed;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   for (int32_t i = 0; i < g->n_inputs; i++) {
     const sc_value *v = &g->values[g->inputs[i]];
@@ -563,7 +563,7 @@ static int read_global_inputs(const run_opts *r, const sc_graph *g, int64_t m, c
 static int write_dist_outputs(const run_opts *r, const sc_dist_output *out, int32_t no) {
   const char *dir = r->out_dir ? r->out_dir : ".";
   if (make_dir(dir)) return 1;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   for (int32_t i = 0; i < no; i++) {
     if (!out[i].data) continue;
@@ -585,7 +585,7 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   sc_graph *g = NULL;
   int rc = sc_pcli_load(&r->pc, o, &g);
   if (rc) return rc;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status s;
   sc_pass_opts po;
@@ -673,7 +673,7 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
  * rank (local threads, or this process's rank under --comm mpi), and the
  * outputs this process owns written as .npy. */
 static int run_pbundle(run_opts *r, sc_cli_opts *o) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_pbundle *b = NULL;
   int rc = 0;
@@ -759,7 +759,7 @@ int sc_cmd_run(int argc, char **argv) {
 
   double t_file = now_ms(); /* --repeat: "compile" is model file to ready to run */
   sc_import_opts io = {.no_weights = false};
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   bool is_bundle = sc_bundle_is_dir(o.file);
   if (is_bundle && o.n_dims)

@@ -643,7 +643,7 @@ sc_status sc_shard_trilu(sc_shard_ctx *c) {
 /* s fits value v (NULL: an absent operand, rank-0 replicated). */
 static bool fits(const sc_sharding *s, const sc_mesh *m, const sc_value *v) {
   if (!v) return s->rank == 0 && sc_sharding_is_replicated(s);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (s->rank != v->rank || sc_sharding_validate(s, m, &d) != SC_OK) return false;
   for (int32_t k = 0; k < s->rank; k++)

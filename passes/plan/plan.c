@@ -187,7 +187,7 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
   for (int32_t i = 0; i < p->n_overrides; i++) {
     const sc_plan_override *o = &p->overrides[i];
     sc_sharding sh;
-    sc_diag sd;
+    sc_diag sd = {0};
     sc_diag_clear(&sd);
     if (sc_sharding_parse(o->sharding, strlen(o->sharding), &p->mesh, -1, &sh, &sd) != SC_OK)
       return sc_diag_set(d, sd.status, NULL, NULL, "plan: override of '%s': %s", o->name,

@@ -108,7 +108,7 @@ static void collectives(sc_comm *c, sc_dtype t, sc_reduce_op op, int64_t cnt) {
     fill(t, q, in[q], n * cnt, salt);
   }
   char *out = calloc((size_t)(n * cnt + 1), sz), *buf = calloc((size_t)(n * cnt + 1), sz);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   ok(sc_comm_all_reduce(c, in[r], out, cnt, t, op, &d), &d, "all_reduce");
   for (int64_t i = 0; i < cnt; i++) check("all_reduce", t, op, n, in, out, i, i);
@@ -144,7 +144,7 @@ static void collectives(sc_comm *c, sc_dtype t, sc_reduce_op op, int64_t cnt) {
 
 static void split_mesh(sc_comm *c) {
   int r = sc_comm_rank(c), row = r / 2, col = r % 2;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_comm *rows = NULL, *cols = NULL;
   ok(sc_comm_split(c, row, col, &rows, &d), &d, "split rows");
@@ -164,7 +164,7 @@ static void split_mesh(sc_comm *c) {
 
 int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "collectives";
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_comm_mpi_create(&world, &d)) {
     fprintf(stderr, "comm_driver: %s\n", d.msg);

@@ -29,7 +29,7 @@ static void bind_small_dims(sc_graph *g) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sc_import_opts opts = {.no_weights = true};
   sc_graph *g = NULL;
-  sc_diag diag;
+  sc_diag diag = {0};
   sc_diag_clear(&diag);
   if (sc_onnx_import_bytes(data, size, "fuzz.onnx", NULL, &opts, &g, &diag) != SC_OK)
     return 0;

@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sc_plan *p = NULL;
-  sc_diag diag;
+  sc_diag diag = {0};
   sc_diag_clear(&diag);
   if (sc_plan_read_json((const char *)data, size, "fuzz.json", NULL, &p, &diag) != SC_OK) {
     SC_ASSERT(p == NULL && diag.msg[0] != '\0');

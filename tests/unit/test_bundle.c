@@ -164,7 +164,7 @@ static sc_program *build_program(const float *w) {
   assert_true(kir_add_store(A, k2, p2out, lin, sel) >= 0);
   assert_int_equal(sc_program_add_kernel(p, k2), 1);
 
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(kir_verify(k, &d), SC_OK);
   assert_int_equal(kir_verify(k2, &d), SC_OK);
@@ -200,7 +200,7 @@ static int setup(void **state) {
   for (int32_t i = 0; i < f->p->n_buffers; i++)
     if (f->offsets[i] >= 0)
       memcpy(f->weights + f->offsets[i], f->p->buffers[i].data, (size_t)f->p->buffers[i].bytes);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_program_write_json(f->p, f->offsets, &f->json, &d), SC_OK);
   *state = f;
@@ -270,7 +270,7 @@ static uint8_t *interpret(const kir_kernel *k, uint64_t seed, size_t *n_out) {
       total += bytes;
     }
   }
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(kir_interpret(k, bufs, &d), SC_OK);
   uint8_t *out = malloc(total), *w = out;
@@ -295,7 +295,7 @@ static void test_json_round_trip(void **state) {
   assert_non_null(strstr(f->json, "\"-inf\""));
   assert_non_null(strstr(f->json, "-0.0"));
   sc_program *r = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_program_read_json(f->json, strlen(f->json), f->weights, f->weights_bytes, &r, &d);
   if (st) fail_msg("%s", d.msg);
@@ -359,7 +359,7 @@ static char *replace(const char *text, const char *from, const char *to) {
 static void expect_bad(fixture *f, const char *text, size_t len, sc_status want,
                        const char *needle) {
   sc_program *r = (sc_program *)1;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_program_read_json(text, len, f->weights, f->weights_bytes, &r, &d);
   if (st == SC_OK) fail_msg("accepted a bad program (%s)", needle);
@@ -422,7 +422,7 @@ static void test_json_hostile(void **state) {
     expect_bad(f, f->json, cut, SC_ERR_PARSE, "program.json");
   /* CONST data outside a smaller weights file. */
   sc_program *r = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_not_equal(sc_program_read_json(f->json, n, f->weights, 16, &r, &d), SC_OK);
   assert_null(r);
@@ -435,7 +435,7 @@ static void test_json_hostile(void **state) {
 static sc_program *build_comm_program(void) {
   sc_program *p = sc_program_create();
   assert_non_null(p);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_mesh_parse("pp=2,tp=2", &p->mesh, &d), SC_OK);
   assert_int_equal(sc_mesh_set_ranks_per_node(&p->mesh, 2, &d), SC_OK);
@@ -473,7 +473,7 @@ static sc_program *build_comm_program(void) {
 static void test_json_comm(void **state) {
   (void)state;
   sc_program *p = build_comm_program();
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   char *json = NULL;
   assert_int_equal(sc_program_write_json(p, NULL, &json, &d), SC_OK);
@@ -554,7 +554,7 @@ static void write_all(const char *path, const void *data, size_t n) {
 
 static void expect_load_error(const char *dir, const char *needle) {
   sc_bundle *b = (sc_bundle *)1;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_bundle_load(dir, &b, &d);
   if (st == SC_OK) fail_msg("loaded a corrupted bundle (%s)", needle);
@@ -572,7 +572,7 @@ static void test_bundle_write_load(void **state) {
   sc_bundle_opts o;
   sc_bundle_opts_init(&o);
   o.model = "hand.onnx";
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_bundle_write(f->p, &o, dir, &d);
   if (st) fail_msg("sc_bundle_write: %s", d.msg);
@@ -685,7 +685,7 @@ static void test_object_kernels(void **state) {
   mkdir(SC_BINARY_DIR "/tests", 0777);
   sc_bundle_opts o;
   sc_bundle_opts_init(&o);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_bundle_write(f->p, &o, dir, &d)) fail_msg("sc_bundle_write: %s", d.msg);
   snprintf(path, sizeof path, "%s/kernels.o", dir);

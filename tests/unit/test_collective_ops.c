@@ -119,7 +119,7 @@ static void *rank_main(void *arg) {
   o.threads = 1;
   o.world = j->comm;
   sc_session *s = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_tensor_view outs[MAXIO];
   if (sc_session_create(j->p, &o, &s, &d) != SC_OK ||
@@ -142,7 +142,7 @@ static void *rank_main(void *arg) {
 /* Runs jobs[0..n) on a local group of n thread-ranks; fails on any error. */
 static void run_ranks(rank_job *jobs, int n) {
   sc_comm *comms[MAXR];
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_comm_local_create_group(n, comms, &d), SC_OK);
   pthread_t th[MAXR];
@@ -168,7 +168,7 @@ static sc_program *compile_text(const char *text, sc_graph **gout) {
   sc_compile_opts_init(&co);
   co.quiet = true;
   sc_program *p = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_compile_graph(g, &co, &p, &d) != SC_OK) fail_msg("compile: %s\n%s", d.msg, text);
   *gout = g;
@@ -442,7 +442,7 @@ static void test_session_errors(void **state) {
   sc_session_opts o;
   sc_session_opts_init(&o);
   sc_session *s = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_session_create(p, &o, &s, &d), SC_ERR_USAGE);
   assert_non_null(strstr(d.msg, "needs a communicator"));

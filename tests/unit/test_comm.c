@@ -68,7 +68,7 @@ static void *thread_main(void *p) {
 }
 
 static void run_job(job *j) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_comm_local_create_group(j->size, j->comms, &d), SC_OK);
   pthread_t th[MAXR];
@@ -164,7 +164,7 @@ static void coll_rank(job *j, sc_comm *c, rank_res *res) {
   int r = sc_comm_rank(c), n = sc_comm_size(c);
   int64_t cnt = k->count;
   size_t sz = sc_dtype_size(k->t);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (r != c->rank || n != j->size) fail_rank(res, "rank/size %d/%d", r, n);
   char *buf = calloc((size_t)(n * cnt + 1), sz), *out = calloc((size_t)(n * cnt + 1), sz);
@@ -264,7 +264,7 @@ static void test_reduce_arrays(void **state) {
 
 static void split_rank(job *j, sc_comm *c, rank_res *res) {
   int r = sc_comm_rank(c), row = r / 2, col = r % 2;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_comm *rows = NULL, *cols = NULL, *none = NULL;
   /* key reverses the order within columns */
@@ -310,7 +310,7 @@ static void test_split_mesh(void **state) {
 
 static void abort_rank(job *j, sc_comm *c, rank_res *res) {
   int r = sc_comm_rank(c);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_comm *pair = NULL;
   if (sc_comm_split(c, r / 2, r, &pair, &d)) { fail_rank(res, "split: %s", d.msg); return; }
@@ -356,7 +356,7 @@ static void test_abort(void **state) {
 /* ---- timeout: rank 1 never joins ---- */
 
 static void timeout_rank(job *j, sc_comm *c, rank_res *res) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   double t0 = now_s();
   double x = 1.25;
@@ -387,7 +387,7 @@ static void test_timeout(void **state) {
 static void test_bad_args(void **state) {
   (void)state;
   sc_comm *c[2];
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_comm_local_create_group(0, c, &d), SC_ERR_USAGE);
   sc_diag_clear(&d);
@@ -450,7 +450,7 @@ typedef struct boot_arg {
 
 static void *boot_thread(void *p) {
   boot_arg *a = p;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (a->rank > 1) usleep(100 * 1000); /* late ranks: rank 0 must wait for them */
   a->st = sc_comm_bootstrap_tcp("127.0.0.1", a->port, a->rank, a->size, a->id, sizeof a->id,
@@ -480,7 +480,7 @@ static void test_bootstrap_tcp(void **state) {
     assert_memory_equal(a[r].id, want, sizeof want);
   }
   /* nobody listening: a bounded failure naming the address */
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   unsigned char id[128];
   double t0 = now_s();

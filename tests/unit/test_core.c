@@ -37,7 +37,7 @@ static void test_arena(void **state) {
 
 static void test_diag_format(void **state) {
   (void)state;
-  sc_diag d;
+  sc_diag d = {0};
   memset(&d, 0, sizeof d);
   sc_diag_set_file(&d, "model.onnx");
   sc_diag_set(&d, SC_ERR_INVALID, "mm", "MatMul", "inner dims %d and %d differ", 64, 32);

@@ -124,7 +124,7 @@ static void check_kernel(const sc_program *p, const sc_cpu_module *m, int32_t ki
     memcpy(full[i], ref[i], bytes);
     memcpy(chunk[i], ref[i], bytes);
   }
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = kir_interpret(k, ref, &d);
   if (st != SC_OK) fail_msg("kir_interpret(%s): %s", k->name, d.msg);
@@ -161,7 +161,7 @@ static sc_cpu_module *jit_ok(const sc_program *p) {
   sc_cpu_opts o;
   sc_cpu_opts_init(&o);
   sc_cpu_module *m = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_cpu_jit(p, &o, &m, &d);
   if (st != SC_OK) fail_msg("sc_cpu_jit: %s", d.msg);
@@ -563,7 +563,7 @@ static void test_fast_math(void **state) {
   size_t len = 0;
   FILE *f = open_memstream(&ir, &len);
   assert_non_null(f);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_cpu_opts o;
   sc_cpu_opts_init(&o);
@@ -593,7 +593,7 @@ static void test_emit_llvm(void **state) {
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
   assert_non_null(f);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_cpu_emit_llvm_ir(p, &o, f, &d);
   fclose(f);
@@ -612,7 +612,7 @@ static void test_duplicate_name(void **state) {
   build_broadcast(p, "same");
   build_broadcast(p, "same");
   sc_cpu_module *m = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_cpu_jit(p, NULL, &m, &d), SC_ERR_INVALID);
   assert_null(m);
@@ -657,7 +657,7 @@ static void test_object_file(void **state) {
   assert_non_null(mkdtemp(dir));
   char path[512], cmd[2048];
   snprintf(path, sizeof path, "%s/kernels.o", dir);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_cpu_emit_object(p, NULL, path, &d);
   if (st != SC_OK) fail_msg("emit_object: %s", d.msg);

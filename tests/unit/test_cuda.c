@@ -197,7 +197,7 @@ static void build_all(sc_arena *arena, kir_kernel **ks) {
   ks[6] = k_gather(arena);
   ks[7] = k_select(arena);
   ks[8] = k_cast(arena);
-  sc_diag d;
+  sc_diag d = {0};
   for (int i = 0; i < N_KERNELS; i++) {
     sc_diag_clear(&d);
     if (kir_verify(ks[i], &d) != SC_OK) fail_msg("%s: %s", ks[i]->name, d.msg);
@@ -216,7 +216,7 @@ static void test_compile_all_archs(void **state) {
   sc_arena_init(&arena);
   kir_kernel *ks[N_KERNELS];
   build_all(&arena, ks);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_cuda_build *b = NULL;
   sc_status st = sc_cuda_build_kernels(ks, N_KERNELS, "sm_80,sm_90", &b, &d);
@@ -285,7 +285,7 @@ static void test_nvrtc_error_log(void **state) {
   const char *bad = "extern \"C\" __global__ void broken(float *p) { p[0] = undefined_thing; }\n";
   char *ptx = NULL, *log = NULL;
   size_t n = 0;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_cuda_compile_ptx(bad, "sm_80", &ptx, &n, &log, &d);
   assert_int_equal(st, SC_ERR_INVALID);
@@ -326,7 +326,7 @@ static void test_restrict_and_const(void **state) {
   sc_arena_init(&arena);
   kir_kernel *ks[2] = {k_inplace(&arena), k_gather(&arena)};
   char *src = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_cuda_emit_kernels(ks, 2, NULL, &src, &d), SC_OK);
   assert_non_null(strstr(src, "k_inplace(const float *p0, float *p1, long long begin"));
@@ -345,7 +345,7 @@ static void test_golden_kernel(void **state) {
   sc_arena_init(&arena);
   kir_kernel *k = k_divmod(&arena);
   char *src = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_cuda_emit_kernels(&k, 1, NULL, &src, &d), SC_OK);
   const char *got = strstr(src, "// k_divmod");
@@ -460,7 +460,7 @@ static void run_on_gpu(const kir_kernel *k, void *module) {
     memcpy(ref[p], host[p], bytes);
     CU(cu.mem_alloc(&dev[p], bytes + 16));
   }
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (kir_interpret(k, ref, &d) != SC_OK) fail_msg("interpreter: %s", d.msg);
   sc_cuda_launch c;
@@ -530,7 +530,7 @@ static void test_gpu_matches_interpreter(void **state) {
   kir_kernel *ks[N_KERNELS + 1];
   build_all(&arena, ks);
   ks[N_KERNELS] = k_inplace(&arena);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_cuda_build *b = NULL;
   sc_status st = sc_cuda_build_kernels(ks, N_KERNELS + 1, arch, &b, &d);

@@ -55,7 +55,7 @@ static const char *base_name(const char *path) {
 
 static sc_program *compile_model(const char *path, sc_graph **gout) {
   const char *name = base_name(path);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_graph *g = NULL;
   sc_import_opts io;
@@ -76,7 +76,7 @@ static void check_model_ptx(const char *path) {
   const char *name = base_name(path);
   sc_graph *g = NULL;
   sc_program *p = compile_model(path, &g);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_cuda_build *b = NULL;
   if (sc_cuda_build_program(p, "sm_80,sm_90", &b, &d) != SC_OK)
@@ -222,7 +222,7 @@ static void run_kernel_checked(const step_view *v, checker *ck) {
 /* Runs p step by step on the CPU device (module comment), calling ck around
  * every kernel, then checks the outputs against sc_session_run. */
 static void walk_steps(const char *name, const sc_program *p, checker *ck) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_cpu_module *mod = NULL;
   if (sc_cpu_jit(p, NULL, &mod, &d) != SC_OK) fail_msg("%s: jit: %s", name, d.msg);
@@ -327,7 +327,7 @@ static void interp_before(void *ud, const step_view *v) {
     c->bufs[i] = in_arena(v, h) ? c->mirror + (h - v->arena) : h;
     if (k->params[i].written) assert_true(in_arena(v, h));
   }
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (kir_interpret(k, c->bufs, &d) != SC_OK) fail_msg("%s: interpreter: %s", k->name, d.msg);
 }
@@ -428,7 +428,7 @@ static void gpu_one(const char *path, void *ud) {
   const char *name = base_name(path);
   sc_graph *g = NULL;
   sc_program *p = compile_model(path, &g);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_cuda_build *b = NULL;
   sc_status st = sc_cuda_build_program(p, run->arch, &b, &d);

@@ -41,7 +41,7 @@ static void extract_is(const char *text, const sc_mesh *m, const int64_t *coords
   for (int i = 0; i < R; i++)
     for (int j = 0; j < C; j++) src[i * C + j] = (float)(10 * i + j);
   sc_sharding s;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_sharding_parse(text, strlen(text), m, 2, &s, &d) != SC_OK) fail_msg("%s", d.msg);
   int64_t local[2];
@@ -58,7 +58,7 @@ static void extract_is(const char *text, const sc_mesh *m, const int64_t *coords
 static void test_extract(void **state) {
   (void)state;
   sc_mesh m;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_mesh_parse("dp=2,tp=2", &m, &d), SC_OK);
   /* src[i][j] = 10i + j. [dp,3*tp]: rows split in halves over dp; the 6
@@ -95,7 +95,7 @@ static sc_program *compile_ok(sc_graph *g) {
   sc_compile_opts_init(&co);
   co.quiet = true;
   sc_program *p = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_compile_graph(g, &co, &p, &d) != SC_OK) fail_msg("compile: %s", d.msg);
   return p;
@@ -107,7 +107,7 @@ static void hand_build(hand_part *h, const char *mesh, int32_t microbatches, con
                        const char *const *stages, int32_t n_stages) {
   memset(h, 0, sizeof *h);
   sc_partition *p = &h->part;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_mesh_parse(mesh, &p->mesh, &d), SC_OK);
   p->pp_axis = sc_mesh_find_axis(&p->mesh, "pp");
@@ -194,7 +194,7 @@ static void test_tp(void **state) {
   for (int i = 0; i < B * K; i++) x[i] = rng_val();
   sc_dist_output y;
   sc_dist_rank_stats stats[2];
-  sc_diag d;
+  sc_diag d = {0};
   sc_status st = run_tp(&h, x, B, &y, stats, &d);
   if (st != SC_OK) fail_msg("run: %s", d.msg);
   assert_string_equal(y.name, "y");
@@ -232,7 +232,7 @@ static void test_pp_tp(void **state) {
   sc_tensor_view xv = xview(x, B);
   sc_dist_output y;
   sc_dist_rank_stats stats[4];
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_dist_run_local(&h.part, h.programs, NULL, &xv, 1, &y, 1, stats, &d);
   if (st != SC_OK) fail_msg("run: %s", d.msg);
@@ -255,7 +255,7 @@ static double now_s(void) {
 static void expect_fail(hand_part *h, const float *x, int64_t rows, const char *a,
                         const char *b) {
   sc_dist_output y = {.data = (void *)1};
-  sc_diag d;
+  sc_diag d = {0};
   sc_status st = run_tp(h, x, rows, &y, NULL, &d);
   assert_int_not_equal(st, SC_OK);
   assert_null(y.data);
@@ -283,7 +283,7 @@ static void test_failures(void **state) {
 
   /* the same partition still runs */
   sc_dist_output y;
-  sc_diag d;
+  sc_diag d = {0};
   if (run_tp(&h, x, B, &y, NULL, &d) != SC_OK) fail_msg("run: %s", d.msg);
   sc_free(y.data);
 

@@ -37,7 +37,7 @@ static float *compile_and_run(sc_graph *g, const float *x, int32_t xrank, const 
   sc_compile_opts co;
   sc_compile_opts_init(&co);
   co.quiet = true;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_program *p = NULL;
   if (sc_compile_graph(g, &co, &p, &d) != SC_OK) fail_msg("compile: %s", d.msg);

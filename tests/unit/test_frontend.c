@@ -238,7 +238,7 @@ static sc_status tb_import(tb *b, bool no_weights, sc_graph **g, sc_diag *d) {
 
 static void expect_error(tb *b, sc_status want, const char *node, const char *msg_part) {
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_status st = tb_import(b, false, &g, &d);
   if (st != want || (msg_part && !strstr(d.msg, msg_part)) ||
       (node && strcmp(d.node, node) != 0))
@@ -351,7 +351,7 @@ static void test_dtypes(void **state) {
       uint8_t expect[DT_N * 8];
       build_dtype_model(&b, c, raw, expect);
       sc_graph *g = NULL;
-      sc_diag d;
+      sc_diag d = {0};
       sc_status st = tb_import(&b, false, &g, &d);
       if (st != SC_OK) print_error("%s raw=%d: %s\n", sc_dtype_name(c->dt), raw, d.msg);
       assert_int_equal(st, SC_OK);
@@ -486,7 +486,7 @@ static void test_constants(void **state) {
   tb_output(&b, "t", 7);
 
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   assert_int_equal(tb_import(&b, false, &g, &d), SC_OK);
   assert_int_equal(g->n_nodes, 3); /* Constants are values, not nodes */
   for (int32_t i = 0; i < g->n_nodes; i++) assert_int_not_equal(g->nodes[i].op, SC_OP_CONSTANT);
@@ -566,7 +566,7 @@ static void test_attrs_and_names(void **state) {
   tb_output(&b, "y", 1);
 
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   assert_int_equal(tb_import(&b, false, &g, &d), SC_OK);
   assert_int_equal(g->n_nodes, 5);
   assert_string_equal(g->nodes[0].name, "r");
@@ -630,7 +630,7 @@ static void test_symbolic_dims(void **state) {
   tb_node(&b, "Relu", NULL, "x", "y");
   tb_output(&b, "y", 1);
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   assert_int_equal(tb_import(&b, false, &g, &d), SC_OK);
   assert_int_equal(g->n_inputs, 1);
   const sc_value *x = sc_val(g, g->inputs[0]);
@@ -666,7 +666,7 @@ static void test_graph_errors(void **state) {
   tb_node(&b, "Foo", "my_foo", "x", "y");
   tb_output(&b, "y", 1);
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   assert_int_equal(tb_import(&b, false, &g, &d), SC_ERR_UNSUPPORTED);
   assert_string_equal(d.node, "my_foo");
   assert_string_equal(d.op, "Foo");
@@ -791,7 +791,7 @@ static void test_hostile_bytes(void **state) {
   size_t n;
   uint8_t *buf = tb_pack(&b, &n);
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_import_opts o = {0};
   /* every truncation: a clean error or (rarely) a valid prefix, never a crash */
   int errors = 0;
@@ -919,7 +919,7 @@ static void test_external(void **state) {
   tb_initializer(&b, w2);
   tb_output(&b, "w2", 1);
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_status st = import_dir(&b, dir, false, &g, &d, path, sizeof path);
   if (st != SC_OK) print_error("%s\n", d.msg);
   assert_int_equal(st, SC_OK);
@@ -1123,7 +1123,7 @@ static void assert_same_graph(sc_graph *a, sc_graph *b) {
 /* import path → export out → import again → same graph */
 static void roundtrip_file(const char *path, const char *out) {
   sc_graph *g = NULL, *g2 = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_import_opts o = {0};
   sc_status st = sc_onnx_import(path, &o, &g, &d);
   if (st == SC_ERR_IO) { /* absent external weights (gpt_1p5b) */

@@ -85,7 +85,7 @@ static void run_program(sc_program *p, void *const *inputs) {
     void *bufs[64];
     assert_true(k->n_params <= 64);
     for (int32_t j = 0; j < k->n_params; j++) bufs[j] = mem[k->params[j].buffer];
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     sc_status rc = kir_interpret(k, bufs, &d);
     if (rc != SC_OK) {
@@ -178,7 +178,7 @@ static int32_t run_case(const tcase *c, int seed, bool fused) {
   st = sc_run_passes(g, fused ? "infer-shapes,fuse" : "infer-shapes", NULL);
   if (st != SC_OK) fail_msg("passes: %s", g->diag.msg);
   sc_program *p = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   st = sc_program_from_graph(g, &p, &d);
   if (st != SC_OK) fail_msg("sc_program_from_graph: node '%s': %s", d.node, d.msg);
@@ -554,7 +554,7 @@ static void test_rmsnorm_row_kernel(void **state) {
     sc_graph *g = parse_ok(text);
     assert_int_equal(sc_run_passes(g, "infer-shapes,fuse", NULL), SC_OK);
     sc_program *p = NULL;
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     assert_int_equal(sc_program_from_graph(g, &p, &d), SC_OK);
     assert_int_equal(p->n_kernels, 1);
@@ -621,7 +621,7 @@ static void test_errors(void **state) {
                          "  const %ax : i64[] = [1]\n  %y = CumSum(%x, %ax)\n  output %y\n}\n");
   assert_int_equal(sc_run_passes(g, "infer-shapes", NULL), SC_OK);
   sc_program *p = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_program_from_graph(g, &p, &d), SC_ERR_UNSUPPORTED);
   assert_null(p);

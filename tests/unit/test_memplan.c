@@ -79,7 +79,7 @@ static void ew_step(sc_program *p, const int32_t *ins, int n_in, int32_t out, in
   }
   int32_t po = kir_add_param(a, k, out, SC_DTYPE_F32, n, true);
   assert_true(kir_add_store(a, k, po, oi, acc) >= 0);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(kir_verify(k, &d), SC_OK);
   sc_step s;
@@ -91,7 +91,7 @@ static void ew_step(sc_program *p, const int32_t *ins, int n_in, int32_t out, in
 }
 
 static void plan_ok(sc_program *p) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_memplan_run(p, &d) != SC_OK) fail_msg("memplan: %s", d.msg);
   if (sc_memplan_verify(p, &d) != SC_OK) fail_msg("memplan verify: %s", d.msg);
@@ -249,7 +249,7 @@ static void test_step_buffers_and_print(void **state) {
 }
 
 static void expect_verify_error(const sc_program *p, const char *needle) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_memplan_verify(p, &d), SC_ERR_INVALID);
   if (!strstr(d.msg, needle)) fail_msg("message '%s' lacks '%s'", d.msg, needle);
@@ -279,7 +279,7 @@ static void test_verify_catches_broken_plan(void **state) {
   p->buffers[t2].offset = p->arena_bytes;
   expect_verify_error(p, "inside the arena");
   p->buffers[t2].offset = saved;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_memplan_verify(p, &d), SC_OK);
   /* a reversing kernel may not run in place even at a dying input */

@@ -17,14 +17,14 @@
 #include "ir/mesh.h"
 
 static void parse_ok(const char *spec, sc_mesh *m) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_mesh_parse(spec, m, &d) != SC_OK) fail_msg("mesh '%s': %s", spec, d.msg);
 }
 
 static void parse_bad(const char *spec, sc_status want, const char *needle) {
   sc_mesh m;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_mesh_parse(spec, &m, &d);
   if (st != want) fail_msg("mesh '%s': status %s, want %s (%s)", spec, sc_status_name(st),
@@ -80,7 +80,7 @@ static void test_parse_errors(void **state) {
   parse_bad("a=1,b=1,c=1,d=1,e=1,f=1,g=1,h=1,i=1", SC_ERR_LIMIT, "at most 8 axes");
   parse_bad("abcdefghijabcdefghijabcdefghijabcdefghij=2", SC_ERR_LIMIT, "longer than");
   sc_mesh m;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_mesh_init(&m);
   assert_int_equal(sc_mesh_set_ranks_per_node(&m, -1, &d), SC_ERR_INVALID);
@@ -207,7 +207,7 @@ static bool ref_intra(const sc_mesh *m, sc_axes set, int64_t rpn) {
 static void test_nodes(void **state) {
   (void)state;
   sc_mesh m;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   parse_ok("pp=2,dp=2,tp=2", &m);
   sc_axes tp = 4, dp = 2, pp = 1;

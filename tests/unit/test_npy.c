@@ -43,7 +43,7 @@ static void round_trip(sc_dtype t, int32_t rank, const int64_t *dims) {
   for (size_t i = 0; i < bytes; i++) data[i] = (unsigned char)(rng_unit() * 256);
   if (t == SC_DTYPE_BOOL)
     for (size_t i = 0; i < bytes; i++) data[i] &= 1;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_npy_write(tmp_file(), t, rank, dims, data, &d), SC_OK);
 
@@ -91,7 +91,7 @@ static void test_header_text(void **state) {
   (void)state;
   float v[3] = {1.5f, -2.0f, 0.25f};
   int64_t dims[] = {3};
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_npy_write(tmp_file(), SC_DTYPE_F32, 1, dims, v, &d), SC_OK);
   size_t size;
@@ -137,7 +137,7 @@ static void test_big_endian_and_variants(void **state) {
   unsigned char be[8] = {0, 0, 1, 2, 0xff, 0xff, 0xff, 0xfe}; /* 258, -2 as >i4 */
   size_t n = make_file(buf, "{'descr': '>i4', 'fortran_order': False, 'shape': (2,), }", be, 8);
   sc_npy a;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_npy_read_mem(buf, n, "be.npy", &a, &d), SC_OK);
   assert_int_equal(a.dtype, SC_DTYPE_I32);
@@ -201,7 +201,7 @@ static void test_hostile_headers(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     size_t n = make_file(buf, cases[i].header, zeros, cases[i].data_bytes);
     sc_npy a;
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     sc_status st = sc_npy_read_mem(buf, n, "bad.npy", &a, &d);
     if (st != cases[i].status || !strstr(d.msg, cases[i].msg))
@@ -211,7 +211,7 @@ static void test_hostile_headers(void **state) {
   }
   /* framing problems */
   sc_npy a;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_npy_read_mem("hello world!", 12, "x", &a, &d), SC_ERR_PARSE);
   assert_non_null(strstr(d.msg, "magic"));
@@ -246,7 +246,7 @@ static void test_corruptions_never_crash(void **state) {
     for (int k = 0; k < flips; k++) buf[(size_t)(rng_unit() * 80)] = (unsigned char)(rng_unit() * 256);
     size_t len = rng_unit() < 0.2 ? (size_t)(rng_unit() * (double)n) : n;
     sc_npy a;
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     if (sc_npy_read_mem(buf, len, "fuzz", &a, &d) == SC_OK) {
       assert_true((size_t)a.bytes <= len);

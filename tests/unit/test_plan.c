@@ -31,7 +31,7 @@ static const char *const GRAPH_IR =
 static sc_plan *make_plan(void) {
   sc_plan *p = sc_plan_create();
   assert_non_null(p);
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_mesh_parse("pp=2,tp=2", &p->mesh, &d), SC_OK);
   p->mesh.ranks_per_node = 4;
@@ -52,7 +52,7 @@ static void test_round_trip(void **state) {
   (void)state;
   sc_graph *g = parse_ok(GRAPH_IR);
   sc_plan *p = make_plan();
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_plan_validate(p, g, &d), SC_OK);
   char *a = sc_plan_write_json_string(p, &d);
@@ -104,7 +104,7 @@ static void test_round_trip(void **state) {
 static void bad_edit(sc_graph *g, const char *from, const char *to, sc_status want,
                      const char *needle) {
   sc_plan *p = make_plan();
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   char *a = sc_plan_write_json_string(p, &d);
   char *at = strstr(a, from);
@@ -158,7 +158,7 @@ static void test_strict(void **state) {
   sc_graph_destroy(g2);
   /* without a graph, names are not checked but syntax is */
   sc_plan *p = make_plan();
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_plan_set_override(p, "ghost", "[tp,_]", &d), SC_OK);
   assert_int_equal(sc_plan_validate(p, NULL, &d), SC_OK);

@@ -94,7 +94,7 @@ static const char *local_text =
     "}\n";
 
 static void split_ok(sc_graph *l, int32_t k, sc_graph **st) {
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_pp_split(l, k, "pp", st, &d) != SC_OK) fail_msg("split: %s", d.msg);
   for (int32_t s = 0; s < k; s++) assert_non_null(st[s]);
@@ -322,7 +322,7 @@ static void split_err(const char *text, int32_t k, const char *axis, const char 
                       const char *needle) {
   sc_graph *l = parse_ok(text);
   sc_graph *st[4] = {(sc_graph *)1, (sc_graph *)1, (sc_graph *)1, (sc_graph *)1};
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status got = sc_pp_split(l, k, axis, st, &d);
   assert_int_not_equal(got, SC_OK);
@@ -366,7 +366,7 @@ static void test_split_tag_limit(void **state) {
   sc_graph *g = sc_graph_create("tags");
   assert_non_null(g);
   sc_mesh m;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_mesh_parse("pp=2", &m, &d), SC_OK);
   assert_int_equal(sc_graph_attach_mesh(g, &m), SC_OK);
@@ -424,7 +424,7 @@ static void test_assign_balanced(void **state) {
   (void)state;
   sc_graph *g = layers(8, false);
   int32_t stage[16];
-  sc_diag d;
+  sc_diag d = {0};
   for (int32_t k = 1; k <= 8; k *= 2) {
     sc_diag_clear(&d);
     assert_int_equal(sc_pp_assign_stages(g, k, NULL, 0, stage, &d), SC_OK);
@@ -450,7 +450,7 @@ static void test_assign_balanced(void **state) {
 static void assign_err(sc_graph *g, int32_t k, const char *const *b, int32_t n_b,
                        const char *needle, const char *needle2) {
   int32_t stage[16];
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_pp_assign_stages(g, k, b, n_b, stage, &d);
   assert_int_not_equal(st, SC_OK);
@@ -463,7 +463,7 @@ static void test_assign_boundaries(void **state) {
   (void)state;
   sc_graph *g = layers(8, false);
   int32_t stage[16];
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   const char *b3[] = {"mm2", "add5", "mm8"};
   assert_int_equal(sc_pp_assign_stages(g, 4, b3, 3, stage, &d), SC_OK);

@@ -100,7 +100,7 @@ static void build_prog1(prog1 *t) {
   kir_add_store(a, k1, qr, kir_var(a, k1, 0), kir_reg(a, k1, ph));
   assert_int_equal(sc_program_add_kernel(p, k1), 1);
 
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(kir_verify(k0, &d), SC_OK);
   assert_int_equal(kir_verify(k1, &d), SC_OK);
@@ -158,7 +158,7 @@ static sc_session *make_session(const sc_program *p, int threads) {
   sc_session_opts_init(&o);
   o.threads = threads;
   sc_session *s = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_session_create(p, &o, &s, &d);
   if (st != SC_OK) fail_msg("session: %s", d.msg);
@@ -173,7 +173,7 @@ static void test_gemm_kernels_view(void **state) {
   float *x = malloc(sizeof(float) * M * K);
   for (int i = 0; i < M * K; i++) x[i] = (float)rnd(-1, 1);
 
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_memplan_verify(t.p, &d), SC_OK); /* the hand-made plan is valid */
   sc_session *s = make_session(t.p, 2);
@@ -224,7 +224,7 @@ static void test_threads_identical(void **state) {
   for (int32_t b = 0; b < t.p->n_buffers; b++)
     if (t.p->buffers[b].kind != SC_BUF_CONST) t.p->buffers[b].offset = -1;
   t.p->arena_bytes = -1;
-  sc_diag dp;
+  sc_diag dp = {0};
   sc_diag_clear(&dp);
   assert_int_equal(sc_memplan_run(t.p, &dp), SC_OK);
   assert_int_equal(sc_memplan_verify(t.p, &dp), SC_OK);
@@ -237,7 +237,7 @@ static void test_threads_identical(void **state) {
     sc_session *s = make_session(t.p, i == 0 ? 1 : 3);
     assert_int_equal(sc_session_arena_bytes(s), t.p->arena_bytes);
     sc_tensor_view out[3];
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     assert_int_equal(sc_session_run(s, &in, 1, out, 3, &d), SC_OK);
     res[i][0] = malloc(sizeof(float) * M * N);
@@ -292,7 +292,7 @@ static void test_batched_transposed_gemm(void **state) {
   sc_tensor_view in = {.name = "a", .dtype = SC_DTYPE_F32, .rank = 3, .dims = {B, K2, M2},
                        .data = a};
   sc_tensor_view out;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_session_run(ss, &in, 1, &out, 1, &d), SC_OK);
   const float *c = out.data;
@@ -329,7 +329,7 @@ static void test_input_validation(void **state) {
   float *x = calloc(M * K, sizeof(float));
   sc_session *s = make_session(t.p, 1);
   sc_tensor_view out[3];
-  sc_diag d;
+  sc_diag d = {0};
 
   sc_tensor_view in = {.name = "x", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {M + 1, K},
                        .data = x};
@@ -379,7 +379,7 @@ static void mark(void *ud, int64_t b, int64_t e) {
 static void test_thread_pool(void **state) {
   (void)state;
   sc_thread_pool *tp = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_thread_pool_create(3, &tp, &d), SC_OK);
   assert_int_equal(sc_thread_pool_threads(tp), 3);

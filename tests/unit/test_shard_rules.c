@@ -47,7 +47,7 @@ static void in_sharding(const char *ins, int32_t i, const sc_mesh *m, int32_t ra
   if (!len) return;
   /* "[] partial(tp)": whole dims of any rank, pending sum */
   bool any_rank = len >= 2 && p[0] == '[' && p[1] == ']';
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_sharding_parse(p, len, m, any_rank ? -1 : rank, s, &d) != SC_OK)
     fail_msg("input %d: %s", i, d.msg);

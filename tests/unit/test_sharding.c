@@ -18,7 +18,7 @@
 
 static sc_mesh mk(const char *spec) {
   sc_mesh m;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_mesh_parse(spec, &m, &d) != SC_OK) fail_msg("%s", d.msg);
   return m;
@@ -26,7 +26,7 @@ static sc_mesh mk(const char *spec) {
 
 static sc_sharding parse_sh(const sc_mesh *m, const char *t, int32_t rank) {
   sc_sharding s;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_sharding_parse(t, strlen(t), m, rank, &s, &d) != SC_OK) fail_msg("'%s': %s", t, d.msg);
   return s;
@@ -35,7 +35,7 @@ static sc_sharding parse_sh(const sc_mesh *m, const char *t, int32_t rank) {
 static void bad_sh(const sc_mesh *m, const char *t, int32_t rank, sc_status want,
                    const char *needle) {
   sc_sharding s;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_sharding_parse(t, strlen(t), m, rank, &s, &d);
   if (st != want || !strstr(d.msg, needle))
@@ -48,7 +48,7 @@ static void test_local_shape(void **state) {
   sc_mesh m = mk("pp=2,dp=2,tp=4");
   sc_sharding s = parse_sh(&m, "[(dp,tp),_,pp]", 3);
   int64_t dims[3] = {24, 7, 10}, local[3];
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_sharding_local_shape(&s, &m, 3, dims, local, "x", &d), SC_OK);
   assert_int_equal(local[0], 24 / (2 * 4));
@@ -135,7 +135,7 @@ static void test_errors(void **state) {
   sc_sharding s;
   sc_sharding_replicated(&s, 1);
   sc_sharding_split(&s, 0, 5); /* the mesh has 3 axes */
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_sharding_validate(&s, &m, &d), SC_ERR_INVALID);
   assert_non_null(strstr(d.msg, "uses axis 5"));
@@ -229,7 +229,7 @@ static void ir_bad(const char *body, const char *needle) {
   char text[2048];
   snprintf(text, sizeof text, "shardc.ir 1\ngraph \"g\" opset 17 {\n%s}\n", body);
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_status st = sc_ir_parse(text, strlen(text), "t.ir", &g, &d);
   if (st == SC_OK || !strstr(d.msg, needle))
     fail_msg("'%s': %s '%s', want '%s'", body, sc_status_name(st), d.msg, needle);

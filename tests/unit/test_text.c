@@ -255,7 +255,7 @@ static void test_large_const_elided(void **state) {
 /* Expects parsing to fail with diag "line N: ..." containing `what`. */
 static void expect_parse_error(const char *text, size_t len, int line, const char *what) {
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   sc_diag_clear(&d);
   sc_status st = sc_ir_parse(text, len, "bad.ir", &g, &d);
   if (st == SC_OK) fail_msg("parsed, expected an error containing '%s':\n%.*s", what, (int)len, text);
@@ -317,7 +317,7 @@ static void test_hostile_text(void **state) {
   assert_non_null(buf);
   memset(buf, '[', n);
   sc_graph *g = NULL;
-  sc_diag d;
+  sc_diag d = {0};
   assert_int_not_equal(sc_ir_parse(buf, n, "x", &g, &d), SC_OK);
   memcpy(buf, HDR "  input %x : f32[", strlen(HDR "  input %x : f32["));
   assert_int_not_equal(sc_ir_parse(buf, n, "x", &g, &d), SC_OK);
@@ -342,7 +342,7 @@ static void test_hostile_text(void **state) {
       if (mlen == 0) break;
     }
     sc_graph *mg = NULL;
-    sc_diag md;
+    sc_diag md = {0};
     if (sc_ir_parse(m, mlen, "fuzz", &mg, &md) == SC_OK) {
       parsed++;
       char *t = assert_round_trip(mg);
@@ -372,7 +372,7 @@ static void test_samples_round_trip(void **state) {
     fclose(f);
     sc_import_opts io = {.no_weights = true};
     sc_graph *g = NULL;
-    sc_diag d;
+    sc_diag d = {0};
     sc_diag_clear(&d);
     if (sc_onnx_import(path, &io, &g, &d) != SC_OK) {
       char buf[2048];
