@@ -40,7 +40,10 @@ static const char *const USAGE =
     "shardc run MODEL.onnx [--dim NAME=V]... [--input NAME=FILE.npy]...\n"
     "                     [--random-inputs SEED] [--output-dir DIR] [--threads N]\n"
     "                     [--no-fuse] [--quiet] [--verbose] [--print-after=PASS]\n"
-    "                     [--time-passes] [--repeat N [--warmup W]]";
+    "                     [--time-passes] [--repeat N [--warmup W]]\n"
+    "                     [--mesh SPEC | --plan FILE.json] [--comm local|mpi]\n"
+    "                     [--microbatches M] [--stage-boundaries A,B]\n"
+    "                     [--sequence-parallel] [--no-vocab-parallel] [--ranks-per-node N]";
 
 enum { MAX_INPUT_ARGS = 256, MAX_ARGS = 1024 };
 
@@ -259,7 +262,20 @@ static void print_help(void) {
          "                        (model file to ready to run) and 'run: median X ms,\n"
          "                        min Y ms over N runs' on stderr\n"
          "  --warmup W            untimed runs before the timed ones (default 1: the\n"
-         "                        first run; 0 times the first run too)\n",
+         "                        first run; 0 times the first run too)\n"
+         "partitioned runs (docs/partitioning.md):\n"
+         "  --mesh SPEC           e.g. pp=2,dp=2,tp=2: split the model over that many\n"
+         "                        ranks (data, tensor and pipeline parallel)\n"
+         "  --plan FILE.json      replay a plan written by `shardc plan --json`\n"
+         "  --comm local|mpi      ranks as threads (default) or as the processes of\n"
+         "                        an mpirun (one per rank)\n"
+         "  --microbatches M      pipeline microbatches (the batch is divided by M)\n"
+         "  --stage-boundaries A,B  nodes starting pipeline stages 1, 2, ...\n"
+         "  --sequence-parallel   reduce-scatter + all-gather over the sequence\n"
+         "  --no-vocab-parallel   keep the embedding and LM head whole\n"
+         "  --ranks-per-node N    which ranks share a node\n"
+         "  -v                    also list what each rank allocated\n"
+         "MODEL may also be an artifact of `shardc compile --mesh -o DIR`.\n",
          USAGE);
 }
 
