@@ -94,8 +94,12 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   *out = NULL;
   const sc_plan *plan = o->plan;
   const sc_pass_opts *po = o->pass;
-  sc_status st = sc_plan_validate(plan, g, d);
-  if (st != SC_OK) return st;
+  sc_status st = sc_partition_pad_vocab(g, plan);
+  if (st != SC_OK) {
+    *d = g->diag;
+    return st;
+  }
+  if ((st = sc_plan_validate(plan, g, d)) != SC_OK) return st;
   sc_partition *p = sc_calloc(1, sizeof *p);
   if (!p) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_arena_init(&p->arena);

@@ -84,6 +84,10 @@ void sc_partition_destroy(sc_partition *p);
 const sc_shard_source *sc_partition_source(const sc_partition *p, const char *name);
 
 /* ---- the pieces (one file each) ---- */
+/* vocab_pad.c: a vocabulary that does not divide by the tp size is padded
+ * (embedding rows / LM head columns, zeros) and the logits sliced back, so
+ * that it can be split. Runs first (a replayed plan names padded weights). */
+sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan);
 /* dp.c: graph inputs of rank >= 1 whose dim 0 divides get dim 0 split over
  * the dp axis. */
 sc_status sc_partition_seed_dp(sc_graph *g, const sc_plan *plan);

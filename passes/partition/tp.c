@@ -30,8 +30,11 @@ static int32_t only_reader(const int32_t *off, const int32_t *users, int32_t id)
   return off[id + 1] - off[id] == 1 ? users[off[id]] : -1;
 }
 
+/* A weight: an initializer, or a constant folded from one (a tied LM head's
+ * Transpose of the embedding folds into a constant that is not a PARAM). */
 static bool is_weight(const sc_value *v) {
-  return (v->flags & SC_VALUE_CONST) && (v->flags & SC_VALUE_PARAM) && v->producer < 0;
+  return (v->flags & SC_VALUE_CONST) && v->producer < 0 &&
+         ((v->flags & SC_VALUE_PARAM) || v->rank == 2);
 }
 
 static bool computed(const sc_graph *g, int32_t id) {

@@ -255,6 +255,50 @@ def test_alltoall(tmp):
     print("ok: X + X^T over dp=2 moves the split with one AllToAll")
 
 
+def test_vocab_padding(tmp):
+    """A vocabulary that does not divide by tp (1001 rows, tied embedding and
+    LM head) is padded, split and sliced back: the logits and their softmax
+    equal the single-rank run, and the plan splits the padded weights."""
+    from onnx import helper, TensorProto, numpy_helper
+    rng = np.random.default_rng(11)
+    w = numpy_helper.from_array(rng.uniform(-1, 1, (1001, 16)).astype(np.float32), "wte")
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 8])
+    logits = helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)
+    probs = helper.make_tensor_value_info("probs", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Gather", ["wte", "ids"], ["h"], axis=0),
+                           helper.make_node("Tanh", ["h"], ["t"]),
+                           helper.make_node("Transpose", ["wte"], ["wt"], perm=[1, 0]),
+                           helper.make_node("MatMul", ["t", "wt"], ["logits"]),
+                           helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)],
+                          "vocab", [ids], [logits, probs], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = os.path.join(tmp, "vocab.onnx")
+    onnx.save(m, path)
+    f = os.path.join(tmp, "vocab_ids.npy")
+    np.save(f, rng.integers(0, 1001, size=(4, 8)).astype(np.int64))
+    feed = ["--input", f"ids={f}"]
+    ref = os.path.join(tmp, "vocab_ref")
+    r = run(["run", path, "--dim", "batch=4", "-q", "--output-dir", ref] + feed)
+    if not check(r.returncode == 0, f"vocab single rank: {r.stderr}"):
+        return
+    want = {k: np.load(os.path.join(ref, k + ".npy")) for k in ("logits", "probs")}
+    for mesh in ["tp=2", "tp=4", "dp=2,tp=2", "tp=2,pp=2"]:
+        out = os.path.join(tmp, "vocab_" + mesh.replace(",", "_"))
+        r = run(["run", path, "--dim", "batch=4", "-q", "--output-dir", out, "--mesh", mesh]
+                + feed)
+        if not check(r.returncode == 0, f"vocab {mesh}: {r.stderr}"):
+            continue
+        for k, v in want.items():
+            compare(f"vocab 1001 {mesh} {k}", np.load(os.path.join(out, k + ".npy")), v)
+    p = run(["plan", path, "--dim", "batch=4", "--mesh", "tp=4"])
+    import re
+    split = re.search(r"wte\.vocab_padded\s+\[1004,16\]\s+\[tp,_\]", p.stdout) and \
+        re.search(r"wt\.vocab_padded\s+\[16,1004\]\s+\[_,tp\]", p.stdout)
+    check(p.returncode == 0 and split,
+          f"vocab plan: the padded embedding and LM head are not split: {p.stdout}")
+    print("ok: a 1001-word vocabulary is padded and split at tp=2, tp=4, dp2xtp2, tp2xpp2")
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
@@ -267,6 +311,7 @@ def main():
         test_mpi(tmp, models)
         test_planned_memory(tmp)
         test_alltoall(tmp)
+        test_vocab_padding(tmp)
         test_failures(tmp)
     # Meshes every transformer sample must take: refusing them is a failure.
     for r in refusals:
