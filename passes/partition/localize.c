@@ -460,7 +460,6 @@ static sc_status fix_shape_inputs(lz *z, int32_t nid) {
 static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want,
                                const int32_t *lin, int32_t out_lid) {
   const sc_value *data = &z->g->values[gn->inputs[0]];
-  const sc_value *idx = &z->g->values[gn->inputs[1]];
   int64_t parts = sc_sharding_dim_parts(&want[0], z->m, 0);
   int64_t rows = data->dims[0] / parts;
   /* per-rank row offset: a [parts] arange * rows, split like dim 0 */
@@ -485,15 +484,14 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   int32_t ok = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
   int32_t safe = new_value(z, "safe_index", li->dtype, r, li->dims, NULL);
   if (rel < 0 || ge < 0 || lt < 0 || ok < 0 || safe < 0) return lerr(z);
-  int32_t off_c = off, zero_c = zero, lim_c = lim;
   if (li->dtype != SC_DTYPE_I64)
     return sc_diag_set(z->d, SC_ERR_UNSUPPORTED, NULL, NULL,
                        "node '%s': vocabulary-parallel Gather needs int64 indices", z->origin);
-  if (emit(z, SC_OP_SUB, (int32_t[]){lin[1], off_c}, 2, &rel, 1) < 0 ||
-      emit(z, SC_OP_GREATER_EQUAL, (int32_t[]){rel, zero_c}, 2, &ge, 1) < 0 ||
-      emit(z, SC_OP_LESS, (int32_t[]){rel, lim_c}, 2, &lt, 1) < 0 ||
+  if (emit(z, SC_OP_SUB, (int32_t[]){lin[1], off}, 2, &rel, 1) < 0 ||
+      emit(z, SC_OP_GREATER_EQUAL, (int32_t[]){rel, zero}, 2, &ge, 1) < 0 ||
+      emit(z, SC_OP_LESS, (int32_t[]){rel, lim}, 2, &lt, 1) < 0 ||
       emit(z, SC_OP_AND, (int32_t[]){ge, lt}, 2, &ok, 1) < 0 ||
-      emit(z, SC_OP_WHERE, (int32_t[]){ok, rel, zero_c}, 3, &safe, 1) < 0)
+      emit(z, SC_OP_WHERE, (int32_t[]){ok, rel, zero}, 3, &safe, 1) < 0)
     return z->d->status;
   const sc_value lo_copy = z->L->values[out_lid], *lo = &lo_copy;
   int32_t gat = new_value(z, "gathered", lo->dtype, lo->rank, lo->dims, NULL);
@@ -515,7 +513,6 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   if (emit(z, SC_OP_UNSQUEEZE, (int32_t[]){mf, ax}, 2, &mu, 1) < 0 ||
       emit(z, SC_OP_MUL, (int32_t[]){gat, mu}, 2, &out_lid, 1) < 0)
     return z->d->status;
-  (void)idx;
   return SC_OK;
 }
 
