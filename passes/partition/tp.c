@@ -19,7 +19,8 @@
  *   embedding        a Gather over a 2-D weight's rows (vocabulary-parallel):
  *                    rows split, each rank looks up the ids it holds.
  * A dim that does not divide by the tp size is left whole. The plan's
- * tp_blocks (name prefixes) restrict the weights considered. Overrides from
+ * tp_blocks (prefixes of the reading node's name) restrict the weights
+ * considered. Overrides from
  * the plan are applied last and win. */
 #include <string.h>
 
@@ -74,8 +75,11 @@ static bool reaches_output(const sc_graph *g, const int32_t *off, const int32_t 
   return false;
 }
 
+/* Whether the node reading a weight lies in the plan's blocks (node-name
+ * prefixes, docs/plan-format.md). */
 static bool in_blocks(const sc_plan *plan, const char *name) {
   if (plan->tp_all_blocks) return true;
+  if (!name) return false;
   for (int32_t i = 0; i < plan->n_tp_blocks; i++)
     if (strncmp(name, plan->tp_blocks[i], strlen(plan->tp_blocks[i])) == 0) return true;
   return false;
@@ -101,7 +105,7 @@ static sc_status seed_patterns(sc_graph *g, const sc_plan *plan, int32_t ax,
     if (n->op == SC_OP_GATHER && plan->vocab_parallel && n->n_inputs == 2) {
       const sc_value *w = &g->values[n->inputs[0]];
       if (is_weight(w) && w->rank == 2 && sc_attr_int(g, n, "axis", 0) == 0 &&
-          computed(g, n->inputs[1]) && in_blocks(plan, w->name)) {
+          computed(g, n->inputs[1]) && in_blocks(plan, n->name)) {
         sc_status st = seed(g, n->inputs[0], 0, ax, 1);
         if (st != SC_OK) return st;
       }
@@ -111,7 +115,7 @@ static sc_status seed_patterns(sc_graph *g, const sc_plan *plan, int32_t ax,
     if (n->n_inputs < 2 || !computed(g, n->inputs[0])) continue;
     int32_t wid = n->inputs[1];
     const sc_value *w = &g->values[wid];
-    if (!is_weight(w) || w->rank != 2 || !in_blocks(plan, w->name)) continue;
+    if (!is_weight(w) || w->rank != 2 || !in_blocks(plan, n->name)) continue;
     bool tb = n->op == SC_OP_GEMM && sc_attr_int(g, n, "transB", 0) != 0;
     if (n->op == SC_OP_GEMM && sc_attr_int(g, n, "transA", 0) != 0) continue;
     int32_t kdim = tb ? 1 : 0, ndim = tb ? 0 : 1;

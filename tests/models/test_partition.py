@@ -299,6 +299,41 @@ def test_vocab_padding(tmp):
     print("ok: a 1001-word vocabulary is padded and split at tp=2, tp=4, dp2xtp2, tp2xpp2")
 
 
+def test_tp_blocks(tmp):
+    """A plan restricted to one transformer block (tensor_parallel.blocks,
+    node-name prefixes) splits only that block's weights, and still equals
+    the single-rank run."""
+    import json
+    path = os.path.join(SRC, "samples", "gpt2.onnx")
+    p = run(["plan", path, "--dim", f"batch={BATCH}", "--mesh", "tp=2", "--json"])
+    if not check(p.returncode == 0, f"tp blocks: plan --json: {p.stderr}"):
+        return
+    j = json.loads(p.stdout)
+    j["tensor_parallel"]["blocks"] = ["/m/transformer/h.0/"]
+    j["shardings"] = {}
+    plan = os.path.join(tmp, "blocks.json")
+    with open(plan, "w") as f:
+        json.dump(j, f)
+    p = run(["plan", path, "--dim", f"batch={BATCH}", "--plan", plan])
+    if not check(p.returncode == 0, f"tp blocks: plan --plan: {p.stderr}"):
+        return
+    lines = {ln.split()[0]: ln.split()[2] for ln in p.stdout.splitlines()
+             if ln.startswith("  transformer.") and len(ln.split()) >= 3}
+    check(lines.get("transformer.h.0.mlp.c_fc.weight") == "[_,tp]" and
+          lines.get("transformer.h.1.mlp.c_fc.weight") == "replicated" and
+          lines.get("transformer.wte.weight") == "replicated",
+          f"tp blocks: only block 0 should be split: {lines}")
+    ref, par = os.path.join(tmp, "blocks_ref"), os.path.join(tmp, "blocks_par")
+    a = run(["run", path, "--dim", f"batch={BATCH}", "--random-inputs", "4", "-q",
+             "--output-dir", ref])
+    b = run(["run", path, "--dim", f"batch={BATCH}", "--random-inputs", "4", "-q",
+             "--output-dir", par, "--plan", plan])
+    if check(a.returncode == 0 and b.returncode == 0, f"tp blocks: run: {a.stderr}{b.stderr}"):
+        compare("tp blocks h.0 only: logits", np.load(os.path.join(par, "logits.npy")),
+                np.load(os.path.join(ref, "logits.npy")))
+    print("ok: tensor_parallel.blocks restricts the split to block 0")
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
@@ -312,6 +347,7 @@ def main():
         test_planned_memory(tmp)
         test_alltoall(tmp)
         test_vocab_padding(tmp)
+        test_tp_blocks(tmp)
         test_failures(tmp)
     # Meshes every transformer sample must take: refusing them is a failure.
     for r in refusals:
