@@ -349,16 +349,19 @@ static void print_collectives(const report *r) {
     printf("  none\n");
     return;
   }
-  printf("  %-5s %-14s %-10s %6s %14s %14s\n", "stage", "op", "axes", "count", "bytes/mb",
-         "bytes/step");
+  printf("  %-5s %-14s %-10s %6s %14s %14s  %s\n", "stage", "op", "axes", "count", "bytes/mb",
+         "bytes/step", "link");
   for (int32_t i = 0; i < r->n_coll; i++) {
     const coll_row *c = &r->coll[i];
     fmt_axes(&r->part->mesh, c->axes, axes, sizeof axes);
     sc_stats_format_bytes((double)c->bytes, a, sizeof a);
     sc_stats_format_bytes((double)c->bytes * m, b, sizeof b);
-    printf("  %-5d %-14s %-10s %6lld %14s %14s\n", c->stage,
+    /* --ranks-per-node: whether every group of these axes stays in a node */
+    const char *link = sc_mesh_is_intra_node(&r->part->mesh, c->axes) ? "intra-node"
+                                                                       : "inter-node";
+    printf("  %-5d %-14s %-10s %6lld %14s %14s  %s\n", c->stage,
            (unsigned)c->kind < SC_COMM_KIND_COUNT ? COMM_NAMES[c->kind] : "?", axes,
-           (long long)c->ops, a, b);
+           (long long)c->ops, a, b, link);
   }
 }
 
