@@ -766,9 +766,14 @@ int sc_cmd_run(int argc, char **argv) {
     return run_pbundle(&r, &o);
   }
   if (sc_pcli_active(&r.pc)) {
-    if (r.repeat > 0 || sc_bundle_is_dir(o.file)) {
+    if (sc_bundle_is_dir(o.file)) {
       run_state_free(&st, &r);
-      return sc_cli_usage_error("--mesh: --repeat and bundles are not supported yet");
+      return sc_cli_usage_error("%s: a one-rank bundle cannot be partitioned; compile the "
+                                "model with --mesh instead", o.file);
+    }
+    if (r.repeat > 0) { /* timing needs sessions kept across runs: not built */
+      run_state_free(&st, &r);
+      return sc_cli_usage_error("--repeat does not work with --mesh/--plan yet");
     }
     return run_partitioned(&r, &o);
   }
