@@ -539,6 +539,14 @@ static int read_global_inputs(const run_opts *r, const sc_graph *g, int64_t m, c
   uint64_t rng = r->seed;
   sc_diag d = {0};
   sc_diag_clear(&d);
+  for (int k = 0; k < r->n_in; k++) { /* every --input names an input */
+    bool found = is_frozen(r, r->in_name[k]);
+    for (int32_t i = 0; i < g->n_inputs && !found; i++)
+      found = strcmp(g->values[g->inputs[i]].name, r->in_name[k]) == 0;
+    if (!found)
+      return sc_cli_usage_error("%s: --input %s: the model has no input named '%s'", file,
+                                r->in_name[k], r->in_name[k]);
+  }
   for (int32_t i = 0; i < g->n_inputs; i++) {
     const sc_value *v = &g->values[g->inputs[i]];
     sc_tensor_view *t = &in[i];
@@ -556,7 +564,8 @@ static int read_global_inputs(const run_opts *r, const sc_graph *g, int64_t m, c
         return 1;
       }
       data[i] = t->data = a.data;
-      bool ok = a.dtype == t->dtype && a.rank == t->rank;
+      bool ok = (a.dtype == t->dtype || (t->dtype == SC_DTYPE_BF16 && a.dtype == SC_DTYPE_U16)) &&
+                a.rank == t->rank;
       for (int32_t dd = 0; ok && dd < a.rank; dd++) ok = a.dims[dd] == t->dims[dd];
       if (!ok) return input_mismatch(v->name, r->in_file[k], &a, t->dtype, t->rank, t->dims, "");
       continue;
@@ -606,6 +615,24 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   sc_status s;
   sc_pass_opts po;
   sc_cli_pass_opts(o, &po);
+  /* specialisation, as for one rank: an --input that determines shapes
+   * becomes a constant holding its value (each retry freezes a new one) */
+  sc_pass_opts quiet;
+  sc_pass_opts_init(&quiet);
+  quiet.quiet = true;
+  for (int k; sc_run_passes(g, SC_CANONICAL_PASSES, &quiet) != SC_OK &&
+              (k = wanted_input(g, r)) >= 0;) {
+    fprintf(stderr, "shardc: note: input '%s' determines shapes: compiled for its given value\n",
+            r->in_name[k]);
+    r->frozen[r->n_frozen++] = k;
+    sc_graph_destroy(g);
+    g = NULL;
+    if ((rc = sc_pcli_load(&r->pc, o, &g)) != 0) return rc;
+    if ((rc = freeze_inputs(g, r)) != 0) {
+      sc_graph_destroy(g);
+      return rc;
+    }
+  }
   sc_compile_opts co;
   sc_compile_opts_init(&co);
   co.fuse = !r->no_fuse;

@@ -62,6 +62,7 @@ typedef struct lz {
   sc_shard_source *src;
   int32_t n_src, cap_src;
   int32_t stage;     /* of the node being localized */
+  int32_t n_emitted; /* nodes made here: their names are "<origin>/<Op>_<k>" */
   const char *origin; /* its name, for new node names */
   sc_diag *d;
 } lz;
@@ -179,7 +180,10 @@ static int32_t const_i64(lz *z, const char *base, int32_t rank, const int64_t *d
 /* Adds a node of the current stage. */
 static int32_t emit(lz *z, sc_op op, const int32_t *in, int32_t n_in, const int32_t *out,
                     int32_t n_out) {
-  int32_t nid = sc_graph_add_node(z->L, op, NULL, in, n_in, out, n_out);
+  /* generated names ("Mul_20") could meet the model's own */
+  char name[640];
+  snprintf(name, sizeof name, "%s/%s_%d", z->origin, sc_op_name(op), (int)z->n_emitted++);
+  int32_t nid = sc_graph_add_node(z->L, op, name, in, n_in, out, n_out);
   if (nid < 0) return lerr(z), -1;
   sc_attr *a = sc_node_add_attr(z->L, nid, "__stage", SC_ATTR_INT);
   if (!a) return nomem(z), -1;
@@ -476,18 +480,35 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   int32_t zero = const_i64(z, "zero", 0, NULL, (int64_t[]){0});
   int32_t lim = const_i64(z, "rows", 0, NULL, &rows);
   if (off < 0 || zero < 0 || lim < 0) return z->d->status;
-  const sc_value li_copy = z->L->values[lin[1]], *li = &li_copy; /* the array may move */
+  sc_value li_copy = z->L->values[lin[1]], *li = &li_copy; /* the array may move */
   int32_t r = li->rank;
+  int32_t ids = lin[1];
+  if (li->dtype != SC_DTYPE_I64) { /* int32 ids: compare in int64 */
+    int32_t c = new_value(z, "index", SC_DTYPE_I64, r, li->dims, NULL);
+    int32_t cn = c < 0 ? -1 : emit(z, SC_OP_CAST, &ids, 1, &c, 1);
+    if (cn < 0 || attr_int(z, cn, "to", sc_dtype_to_onnx(SC_DTYPE_I64)) != SC_OK)
+      return c < 0 ? lerr(z) : z->d->status;
+    ids = c;
+    li->dtype = SC_DTYPE_I64;
+  }
   int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, NULL);
   int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
   int32_t lt = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
   int32_t ok = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
   int32_t safe = new_value(z, "safe_index", li->dtype, r, li->dims, NULL);
   if (rel < 0 || ge < 0 || lt < 0 || ok < 0 || safe < 0) return lerr(z);
-  if (li->dtype != SC_DTYPE_I64)
-    return sc_diag_set(z->d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "node '%s': vocabulary-parallel Gather needs int64 indices", z->origin);
-  if (emit(z, SC_OP_SUB, (int32_t[]){lin[1], off}, 2, &rel, 1) < 0 ||
+  /* negative ids count from the end of the whole table */
+  int64_t total = data->dims[0];
+  int32_t vocab = const_i64(z, "rows", 0, NULL, &total);
+  int32_t neg = new_value(z, "negative", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t wrapped = new_value(z, "wrapped", li->dtype, r, li->dims, NULL);
+  int32_t idx = new_value(z, "index", li->dtype, r, li->dims, NULL);
+  if (vocab < 0 || neg < 0 || wrapped < 0 || idx < 0) return lerr(z);
+  if (emit(z, SC_OP_LESS, (int32_t[]){ids, zero}, 2, &neg, 1) < 0 ||
+      emit(z, SC_OP_ADD, (int32_t[]){ids, vocab}, 2, &wrapped, 1) < 0 ||
+      emit(z, SC_OP_WHERE, (int32_t[]){neg, wrapped, ids}, 3, &idx, 1) < 0)
+    return z->d->status;
+  if (emit(z, SC_OP_SUB, (int32_t[]){idx, off}, 2, &rel, 1) < 0 ||
       emit(z, SC_OP_GREATER_EQUAL, (int32_t[]){rel, zero}, 2, &ge, 1) < 0 ||
       emit(z, SC_OP_LESS, (int32_t[]){rel, lim}, 2, &lt, 1) < 0 ||
       emit(z, SC_OP_AND, (int32_t[]){ge, lt}, 2, &ok, 1) < 0 ||

@@ -567,7 +567,18 @@ static sc_status build_stage(splitter *sp) {
   }
   for (int32_t i = 0; i < l->n_outputs && st == SC_OK; i++) {
     int32_t v = l->outputs[i];
-    if (stage_of_value(sp, v) == sp->s) st = sc_graph_add_output(g, sp->vmap[v]);
+    int32_t so = stage_of_value(sp, v);
+    if (so < 0) { /* a constant or a graph input: stage 0 gives it out */
+      if (sp->s != 0) continue;
+      if (sp->vmap[v] < 0) {
+        int32_t id = copy_value(sp, v, false);
+        if (id < 0) return g->diag.status;
+        if ((l->values[v].flags & SC_VALUE_INPUT) && (st = sc_graph_add_input(g, id)) != SC_OK)
+          break;
+      }
+      so = 0;
+    }
+    if (so == sp->s) st = sc_graph_add_output(g, sp->vmap[v]);
   }
   if (st == SC_OK) st = sc_graph_verify(g, true);
   return st;

@@ -253,6 +253,9 @@ class Result:
 NOT_CONST = re.compile(r"input '([^']+)' must be a constant")
 
 
+MESH = None  # --mesh SPEC: every test runs partitioned over that mesh
+
+
 def run_shardc(shardc, test_dir, name, timeout, threads, freeze=False):
     """One test through `shardc run`. With freeze, an error naming a graph
     input that "must be a constant" (axes, shapes, pads given as graph
@@ -301,6 +304,8 @@ def run_shardc_once(shardc, test_dir, name, timeout, threads, frozen=()):
             onnx.save(m, model_path)
         cmd = [shardc, "run", model_path, "--threads", str(threads),
                "--output-dir", os.path.join(work, "out")]
+        if MESH:
+            cmd += ["--mesh", MESH]
         for d, v in dim_bindings(m, ins).items():
             cmd += ["--dim", f"{d}={v}"]
         for j, (iname, arr) in enumerate(ins):
@@ -435,8 +440,13 @@ def main():
     ap.add_argument("--freeze-shape-inputs", action="store_true",
                     help="experiment: retry tests whose error is an input that must be a "
                          "constant with that input made an initializer (no manifest check)")
+    ap.add_argument("--mesh", default=None,
+                    help="run every test partitioned over this mesh (e.g. dp=2): the "
+                         "tests the manifest says pass must still pass")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
+    global MESH
+    MESH = args.mesh
 
     if args.backend == "shardc":
         if not args.shardc:
@@ -505,6 +515,16 @@ def main():
         for cause, tests in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             shown = ", ".join(sorted(tests)[:6]) + (" …" if len(tests) > 6 else "")
             print(f"  {len(tests):4d}  {cause}\n        {shown}")
+
+    if args.mesh:
+        manifest = read_manifest(args.manifest)
+        lost = sorted(n for n, r in results.items()
+                      if manifest.get(n, ("",))[0] == "pass" and r.status != "pass")
+        print(f"\n--mesh {args.mesh}: {len(lost)} tests that pass on one rank do not pass "
+              f"partitioned")
+        for n in lost:
+            print(f"  {results[n].status:7s} {n}: {results[n].reason}")
+        return 0 if not lost and not (by["crash"] or by["timeout"]) else 1
 
     if args.backend != "shardc" or args.freeze_shape_inputs:
         if args.freeze_shape_inputs:

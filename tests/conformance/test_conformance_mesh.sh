@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# test_conformance_mesh.sh — every ONNX node test that passes on one rank
+# (manifest.txt: pass) must pass partitioned over `--mesh dp=3` too: the
+# inputs' dim 0 is split over 3 thread-ranks wherever it divides (the
+# node tests' [3,4,5] shapes mostly do), so each op's sharding rule, the
+# reshards localize.c inserts and the runner's cutting and gathering are
+# checked against the ONNX reference outputs, op by op. 3 (not 2) also
+# exercises uneven group sizes in the communicators.
+set -u
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PY="${PYTHON:-$HERE/../../.venv/bin/python}"
+if [ -z "${SHARDC:-}" ]; then
+  echo "test_conformance_mesh.sh: SHARDC is not set (run through ctest)" >&2
+  exit 2
+fi
+exec "$PY" "$HERE/test_node_tests.py" --shardc "$SHARDC" --jobs "${SC_CONFORMANCE_JOBS:-2}" \
+  --mesh dp=3 "$@"
