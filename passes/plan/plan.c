@@ -195,18 +195,18 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
     for (int32_t j = 0; j < i; j++)
       if (strcmp(p->overrides[j].name, o->name) == 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                           "plan: initializer '%s' has two sharding overrides", o->name);
+                           "plan: '%s' has two sharding overrides", o->name);
     if (!g) continue;
     int32_t id = sc_graph_find_value(g, o->name);
     const sc_value *v = id >= 0 ? &g->values[id] : NULL;
-    if (!v || (v->flags & SC_VALUE_DEAD) || !(v->flags & SC_VALUE_PARAM))
+    if (!v || (v->flags & SC_VALUE_DEAD) || !(v->flags & (SC_VALUE_PARAM | SC_VALUE_INPUT)))
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "plan: sharding override names '%s', which is not an initializer "
-                         "of the graph",
+                         "or an input of the graph",
                          o->name);
     if (v->rank >= 0) {
       int64_t local[SC_MAX_RANK];
-      sc_diag sd2;
+      sc_diag sd2 = {0};
       sc_diag_clear(&sd2);
       if (sc_sharding_local_shape(&sh, &p->mesh, v->rank, v->dims, local, v->name, &sd2) !=
           SC_OK)

@@ -5,7 +5,10 @@
 # node tests' [3,4,5] shapes mostly do), so each op's sharding rule, the
 # reshards localize.c inserts and the runner's cutting and gathering are
 # checked against the ONNX reference outputs, op by op. 3 (not 2) also
-# exercises uneven group sizes in the communicators.
+# exercises uneven group sizes in the communicators. Then again with every
+# float input's last dim split 2 ways (--split-last 2, through a plan's
+# per-input overrides): the splits meet the dims ops reduce, contract,
+# slice and reshape.
 set -u
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY="${PYTHON:-$HERE/../../.venv/bin/python}"
@@ -13,5 +16,9 @@ if [ -z "${SHARDC:-}" ]; then
   echo "test_conformance_mesh.sh: SHARDC is not set (run through ctest)" >&2
   exit 2
 fi
-exec "$PY" "$HERE/test_node_tests.py" --shardc "$SHARDC" --jobs "${SC_CONFORMANCE_JOBS:-2}" \
-  --mesh dp=3 "$@"
+rc=0
+"$PY" "$HERE/test_node_tests.py" --shardc "$SHARDC" --jobs "${SC_CONFORMANCE_JOBS:-2}" \
+  --mesh dp=3 "$@" || rc=1
+"$PY" "$HERE/test_node_tests.py" --shardc "$SHARDC" --jobs "${SC_CONFORMANCE_JOBS:-2}" \
+  --split-last 2 "$@" || rc=1
+exit $rc

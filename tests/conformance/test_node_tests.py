@@ -254,6 +254,23 @@ NOT_CONST = re.compile(r"input '([^']+)' must be a constant")
 
 
 MESH = None  # --mesh SPEC: every test runs partitioned over that mesh
+SPLIT_LAST = 0  # --split-last N: every input's last dim split N ways (a plan)
+
+
+def split_last_plan(path, ins, n):
+    """A plan (docs/plan-format.md) over the mesh x=n that splits the last
+    dim of every input where it divides: sharding rules meet splits on the
+    dims that ops reduce, contract, slice and reshape."""
+    import json
+    sh = {}
+    for name, arr in ins:
+        a = np.asarray(arr)
+        # float inputs only: integer ones are often shapes, axes or pads that
+        # shardc specialises to constants (tools/run.c)
+        if a.dtype.kind == "f" and a.ndim >= 1 and a.shape[-1] > 0 and a.shape[-1] % n == 0:
+            sh[name] = "[" + ",".join(["_"] * (a.ndim - 1) + ["x"]) + "]"
+    with open(path, "w") as f:
+        json.dump({"version": 1, "mesh": {"axes": f"x={n}"}, "shardings": sh}, f)
 
 
 def run_shardc(shardc, test_dir, name, timeout, threads, freeze=False):
@@ -306,6 +323,10 @@ def run_shardc_once(shardc, test_dir, name, timeout, threads, frozen=()):
                "--output-dir", os.path.join(work, "out")]
         if MESH:
             cmd += ["--mesh", MESH]
+        if SPLIT_LAST:
+            plan = os.path.join(work, "plan.json")
+            split_last_plan(plan, ins, SPLIT_LAST)
+            cmd += ["--plan", plan]
         for d, v in dim_bindings(m, ins).items():
             cmd += ["--dim", f"{d}={v}"]
         for j, (iname, arr) in enumerate(ins):
@@ -443,10 +464,14 @@ def main():
     ap.add_argument("--mesh", default=None,
                     help="run every test partitioned over this mesh (e.g. dp=2): the "
                          "tests the manifest says pass must still pass")
+    ap.add_argument("--split-last", type=int, default=0,
+                    help="run every test partitioned with each input's last dim split this "
+                         "many ways (a plan): passing tests must still pass")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
-    global MESH
+    global MESH, SPLIT_LAST
     MESH = args.mesh
+    SPLIT_LAST = args.split_last
 
     if args.backend == "shardc":
         if not args.shardc:
@@ -516,11 +541,12 @@ def main():
             shown = ", ".join(sorted(tests)[:6]) + (" …" if len(tests) > 6 else "")
             print(f"  {len(tests):4d}  {cause}\n        {shown}")
 
-    if args.mesh:
+    if args.mesh or args.split_last:
+        what = f"--mesh {args.mesh}" if args.mesh else f"--split-last {args.split_last}"
         manifest = read_manifest(args.manifest)
         lost = sorted(n for n, r in results.items()
                       if manifest.get(n, ("",))[0] == "pass" and r.status != "pass")
-        print(f"\n--mesh {args.mesh}: {len(lost)} tests that pass on one rank do not pass "
+        print(f"\n{what}: {len(lost)} tests that pass on one rank do not pass "
               f"partitioned")
         for n in lost:
             print(f"  {results[n].status:7s} {n}: {results[n].reason}")
