@@ -11,6 +11,10 @@ Figures printed (never fails on a time; `make bench` runs it):
   2. `shardc plan` of the shape-only 1.5B GPT (samples/gpt_1p5b.onnx,
      --no-weights) at tp=8 x pp=8 (64 ranks): median wall time and peak RSS.
      Targets: < 2 s and < 500 MB.
+  3. Latency of GPT-2 (batch 8) on this machine's cores: one rank (all
+     threads) against 2 ranks (one thread each) at tp=2, dp=2, pp=2 and
+     pp=2 with 4 microbatches: `shardc run --repeat 50 --warmup 5`, median.
+     No target: it shows what each split costs or saves here.
 
 usage: bench_partition.py [--shardc build/shardc] [--runs N]
 """
@@ -60,6 +64,23 @@ def main():
         print(f"gpt_1p5b tp8xpp8 plan --no-weights (64 ranks): median {t*1e3:.0f} ms "
               f"(target < 2 s: {t/2:.3f} of it), peak RSS {r/2**20:.1f} MiB "
               f"(target < 500 MB: {r/500e6:.2f} of it)")
+    import re
+    import subprocess
+    base = None
+    for mesh in [[], ["--mesh", "tp=2"], ["--mesh", "dp=2"], ["--mesh", "pp=2"],
+                 ["--mesh", "pp=2", "--microbatches", "4"]]:
+        with tempfile.TemporaryDirectory() as tmp:
+            r = subprocess.run([a.shardc, "run", gpt2, "--dim", "batch=8", "--random-inputs",
+                                "1", "-q", "--output-dir", tmp, "--repeat", "50", "--warmup",
+                                "5"] + mesh, capture_output=True, text=True)
+        m = re.search(r"run: median ([0-9.]+) ms", r.stderr)
+        if r.returncode != 0 or not m:
+            print(f"FAILED: gpt2 latency {' '.join(mesh)}: {r.stderr[-300:]}")
+            continue
+        t = float(m.group(1))
+        base = base or t
+        print(f"gpt2 batch 8 latency {' '.join(mesh) or '(one rank)':28s} median {t:7.3f} ms "
+              f"({t / base:.2f}x the one-rank run)")
     return 0
 
 

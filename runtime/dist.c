@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dist.h"
@@ -254,6 +255,15 @@ static bool injected_failure(int64_t rank) {
   return *end == 0;
 }
 
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static sc_status run_once(rank_state *r, const sc_program *p, sc_dist_output *outputs,
+                          sc_diag *d);
+
 /* Steps 5 and 6. */
 static sc_status run_microbatches(rank_state *r, const sc_dist_opts *o, sc_comm *world,
                                   sc_dist_output *outputs, sc_diag *d) {
@@ -274,6 +284,24 @@ static sc_status run_microbatches(rank_state *r, const sc_dist_opts *o, sc_comm 
   if (st != SC_OK) return st;
   if (injected_failure(r->rank))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "injected failure (SHARDC_FAIL_RANK)");
+  int warm = o ? o->warmup : 0, runs = warm + (o ? o->repeat : 0);
+  if (runs < 1) runs = 1;
+  for (int it = 0; it < runs; it++) {
+    bool timed = runs > 1;
+    if (timed && (st = sc_comm_barrier(world, d)) != SC_OK) return st;
+    double t0 = now_ms();
+    if ((st = run_once(r, p, outputs, d)) != SC_OK) return st;
+    if (timed && (st = sc_comm_barrier(world, d)) != SC_OK) return st;
+    if (r->rank == 0 && o && o->times_ms && it >= warm && it - warm < o->repeat)
+      o->times_ms[it - warm] = now_ms() - t0;
+  }
+  return SC_OK;
+}
+
+/* One run: every microbatch through the session. */
+static sc_status run_once(rank_state *r, const sc_program *p, sc_dist_output *outputs,
+                          sc_diag *d) {
+  sc_status st;
   for (int32_t m = 0; m < r->M; m++) {
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const sc_tensor_view *v = r->src[i];

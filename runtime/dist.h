@@ -51,6 +51,12 @@ typedef struct sc_dist_opts {
    * bundle's weight files (runtime/pbundle.h). */
   const void *const *const *rank_const_data;
   bool quiet;
+  /* Timing (shardc run --repeat): the ranks run warmup + repeat times (at
+   * least once; outputs from the last run), each run between two barriers
+   * of the world; mesh rank 0 writes the wall time of the runs after the
+   * first `warmup` into times_ms[repeat] (when not NULL). */
+  int warmup, repeat;
+  double *times_ms;
 } sc_dist_opts;
 void sc_dist_opts_init(sc_dist_opts *o);
 

@@ -275,6 +275,8 @@ static void print_help(void) {
          "  --no-vocab-parallel   keep the embedding and LM head whole\n"
          "  --ranks-per-node N    which ranks share a node\n"
          "  -v                    also list what each rank allocated\n"
+         "  --repeat N            also with --mesh: rank 0 times each run between two\n"
+         "                        barriers of all ranks\n"
          "MODEL may also be an artifact of `shardc compile --mesh -o DIR`.\n",
          USAGE);
 }
@@ -657,6 +659,14 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   sc_dist_opts dop;
   sc_dist_opts_init(&dop);
   dop.threads = r->threads;
+  double *times = NULL;
+  if (r->repeat > 0) { /* timing: as for one rank (--warmup counts the first run) */
+    dop.warmup = (int)(r->warmup_given ? r->warmup : 1);
+    dop.repeat = (int)r->repeat;
+    times = sc_calloc((size_t)r->repeat, sizeof *times);
+    if (!times) rc = 1;
+    dop.times_ms = times;
+  }
   double t2 = now_ms(), t3 = t2;
   sc_comm *world = NULL;
   sc_dist_rank_stats *stats = NULL;
@@ -696,6 +706,17 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   if (!rc && o->time_passes)
     fprintf(stderr, "partition+compile %.3f ms, run %.3f ms on %lld ranks\n", t1 - t0, t3 - t2,
             (long long)part->mesh.n_ranks);
+  if (!rc && times && (!world || sc_comm_rank(world) == 0)) {
+    qsort(times, (size_t)r->repeat, sizeof *times, cmp_double);
+    int64_t n = r->repeat;
+    double med = n % 2 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
+    char th[64];
+    if (dop.threads > 0) snprintf(th, sizeof th, "%d threads each", dop.threads);
+    else snprintf(th, sizeof th, "threads: cores / ranks");
+    fprintf(stderr, "run: median %.3f ms, min %.3f ms over %lld runs (%lld ranks, %s)\n", med,
+            times[0], (long long)n, (long long)part->mesh.n_ranks, th);
+  }
+  sc_free(times);
   if (!rc) rc = write_dist_outputs(r, out, no);
   fflush(stdout);
   for (int32_t i = 0; i < no; i++) sc_free(out[i].data);
@@ -797,10 +818,6 @@ int sc_cmd_run(int argc, char **argv) {
       run_state_free(&st, &r);
       return sc_cli_usage_error("%s: a one-rank bundle cannot be partitioned; compile the "
                                 "model with --mesh instead", o.file);
-    }
-    if (r.repeat > 0) { /* timing needs sessions kept across runs: not built */
-      run_state_free(&st, &r);
-      return sc_cli_usage_error("--repeat does not work with --mesh/--plan yet");
     }
     return run_partitioned(&r, &o);
   }

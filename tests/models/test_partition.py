@@ -299,6 +299,27 @@ def test_vocab_padding(tmp):
     print("ok: a 1001-word vocabulary is padded and split at tp=2, tp=4, dp2xtp2, tp2xpp2")
 
 
+def test_repeat(tmp):
+    """--repeat times partitioned runs too (rank 0's wall time between two
+    barriers), and the outputs still equal the single-rank run's."""
+    import re
+    path = os.path.join(SRC, "samples", "gpt2.onnx")
+    ref, par = os.path.join(tmp, "rep_ref"), os.path.join(tmp, "rep_par")
+    a = run(["run", path, "--dim", f"batch={BATCH}", "--random-inputs", "6", "-q",
+             "--output-dir", ref])
+    b = run(["run", path, "--dim", f"batch={BATCH}", "--random-inputs", "6", "-q",
+             "--output-dir", par, "--mesh", "tp=2,pp=2", "--microbatches", "2",
+             "--repeat", "5", "--warmup", "2"])
+    if not check(a.returncode == 0 and b.returncode == 0, f"repeat: {a.stderr}{b.stderr}"):
+        return
+    m = re.search(r"run: median ([0-9.]+) ms, min ([0-9.]+) ms over 5 runs \(4 ranks", b.stderr)
+    check(m is not None and 0 < float(m.group(2)) <= float(m.group(1)),
+          f"repeat: no timing line: {b.stderr}")
+    compare("repeat tp2xpp2 mb2 logits", np.load(os.path.join(par, "logits.npy")),
+            np.load(os.path.join(ref, "logits.npy")))
+    print("ok: --repeat times a partitioned run")
+
+
 def test_tp_blocks(tmp):
     """A plan restricted to one transformer block (tensor_parallel.blocks,
     node-name prefixes) splits only that block's weights, and still equals
@@ -348,6 +369,7 @@ def main():
         test_alltoall(tmp)
         test_vocab_padding(tmp)
         test_tp_blocks(tmp)
+        test_repeat(tmp)
         test_failures(tmp)
     # Meshes every transformer sample must take: refusing them is a failure.
     for r in refusals:
