@@ -727,7 +727,6 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   sc_comm_destroy(world);
   sc_pbuild_free(&b);
   sc_graph_destroy(g);
-  for (int i = 0; i < r->n_in; i++) sc_free(r->in_buf[i]);
   return rc;
 }
 
@@ -779,7 +778,6 @@ static int run_pbundle(run_opts *r, sc_cli_opts *o) {
   sc_free(data);
   sc_comm_destroy(world);
   sc_pbundle_destroy(b);
-  for (int i = 0; i < r->n_in; i++) sc_free(r->in_buf[i]);
   return rc;
 }
 
@@ -811,7 +809,9 @@ int sc_cmd_run(int argc, char **argv) {
       return sc_cli_usage_error("%s: a partitioned bundle's mesh is fixed (no --mesh/--plan)",
                                 o.file);
     }
-    return run_pbundle(&r, &o);
+    int rc2 = run_pbundle(&r, &o);
+    run_state_free(&st, &r); /* the --input names */
+    return rc2;
   }
   if (sc_pcli_active(&r.pc)) {
     if (sc_bundle_is_dir(o.file)) {
@@ -819,7 +819,9 @@ int sc_cmd_run(int argc, char **argv) {
       return sc_cli_usage_error("%s: a one-rank bundle cannot be partitioned; compile the "
                                 "model with --mesh instead", o.file);
     }
-    return run_partitioned(&r, &o);
+    int rc2 = run_partitioned(&r, &o);
+    run_state_free(&st, &r); /* the --input names */
+    return rc2;
   }
 
   double t_file = now_ms(); /* --repeat: "compile" is model file to ready to run */
