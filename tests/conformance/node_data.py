@@ -85,11 +85,19 @@ def node_dir(cache_root):
     if os.path.exists(stamp) and open(stamp).read() == want:
         return cache
     os.makedirs(cache_root, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="onnx-node-tests.", dir=cache_root)
-    print(f"generating the ONNX node tests (onnx {onnx.__version__}) into {cache} ...",
-          file=sys.stderr, flush=True)
-    generate(tmp)
-    if os.path.exists(cache):
-        shutil.rmtree(cache)
-    os.rename(tmp, cache)
+    # Two suites (test_conformance.sh, test_conformance_mesh.sh) may start at
+    # once under ctest -j: one generates while the other waits, so neither
+    # replaces the folder the other is reading.
+    import fcntl
+    with open(os.path.join(cache_root, "onnx-node-tests.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(stamp) and open(stamp).read() == want:
+            return cache
+        tmp = tempfile.mkdtemp(prefix="onnx-node-tests.", dir=cache_root)
+        print(f"generating the ONNX node tests (onnx {onnx.__version__}) into {cache} ...",
+              file=sys.stderr, flush=True)
+        generate(tmp)
+        if os.path.exists(cache):
+            shutil.rmtree(cache)
+        os.rename(tmp, cache)
     return cache
