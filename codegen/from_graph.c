@@ -181,34 +181,6 @@ static bool has_users(fg *f, int32_t v) {
 
 static int32_t group_size(fg *f, int32_t k) { return f->goff[k + 1] - f->goff[k]; }
 
-static int32_t new_buffer(fg *f, sc_lower_ctx *cx, int32_t v, sc_buf_kind kind,
-                          int32_t alias_of) {
-  const sc_value *val = &f->g->values[v];
-  sc_buffer b;
-  memset(&b, 0, sizeof b);
-  b.name = val->name;
-  b.kind = kind;
-  b.dtype = val->dtype;
-  b.rank = val->rank;
-  memcpy(b.dims, val->dims, sizeof(int64_t) * (size_t)val->rank);
-  b.bytes = sc_value_bytes(val);
-  b.offset = -1;
-  b.data = kind == SC_BUF_CONST ? val->data : NULL;
-  b.alias_of = alias_of;
-  b.value = v;
-  if (b.bytes < 0) {
-    sc_diag_set(f->diag, SC_ERR_LIMIT, NULL, NULL, "value '%s' is too large", val->name);
-    return -1;
-  }
-  int32_t id = sc_program_add_buffer(f->p, &b);
-  if (id < 0) {
-    nomem(f);
-    return -1;
-  }
-  cx->value_buffer[v] = id;
-  return id;
-}
-
 static sc_status assign_buffers(fg *f, sc_lower_ctx *cx) {
   sc_graph *g = f->g;
   for (int32_t i = 0; i < g->n_inputs; i++) {
@@ -218,7 +190,7 @@ static sc_status assign_buffers(fg *f, sc_lower_ctx *cx) {
       return sc_diag_set(f->diag, SC_ERR_INVALID, NULL, NULL,
                          "graph input '%s' has no static shape", g->values[v].name);
     int32_t b = cx->value_buffer[v] >= 0 ? cx->value_buffer[v]
-                                         : new_buffer(f, cx, v, SC_BUF_INPUT, -1);
+                                         : sc_lower_value_buffer(cx, v, SC_BUF_INPUT, -1);
     if (b < 0 || sc_program_add_input(f->p, b) != SC_OK) return nomem(f);
   }
   for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -236,13 +208,13 @@ static sc_status assign_buffers(fg *f, sc_lower_ctx *cx) {
       if (!need) continue;
       int32_t b;
       if (gout) {
-        b = new_buffer(f, cx, v, SC_BUF_OUTPUT, -1);
+        b = sc_lower_value_buffer(cx, v, SC_BUF_OUTPUT, -1);
       } else if (view_alone) {
         int32_t src = sc_lower_buffer_of(cx, n->inputs[0]);
         if (src < 0) return f->diag->status != SC_OK ? f->diag->status : nomem(f);
-        b = new_buffer(f, cx, v, SC_BUF_VIEW, src);
+        b = sc_lower_value_buffer(cx, v, SC_BUF_VIEW, src);
       } else {
-        b = new_buffer(f, cx, v, SC_BUF_TEMP, -1);
+        b = sc_lower_value_buffer(cx, v, SC_BUF_TEMP, -1);
       }
       if (b < 0) return f->diag->status != SC_OK ? f->diag->status : nomem(f);
     }
@@ -562,19 +534,10 @@ static sc_status output_copy(fg *f, sc_lower_ctx *cx, int32_t v, int32_t *out_bu
   cx->grp = &grp;
   cx->group = -1;
   int32_t src = cx->value_buffer[v];
-  sc_buffer b;
-  memset(&b, 0, sizeof b);
-  b.name = val->name;
-  b.kind = SC_BUF_OUTPUT;
-  b.dtype = val->dtype;
-  b.rank = val->rank;
-  memcpy(b.dims, val->dims, sizeof(int64_t) * (size_t)val->rank);
-  b.bytes = sc_value_bytes(val);
-  b.offset = -1;
-  b.alias_of = -1;
-  b.value = v;
-  int32_t id = sc_program_add_buffer(f->p, &b);
-  if (id < 0 || !grp.kname) return nomem(f);
+  int32_t id = sc_lower_value_buffer(cx, v, SC_BUF_OUTPUT, -1);
+  cx->value_buffer[v] = src; /* the copy reads the source */
+  if (id < 0) return f->diag->status;
+  if (!grp.kname) return nomem(f);
   copy_ud ud = {v};
   sc_status st = sc_lower_pointwise_kernel(cx, NULL, id, copy_value, &ud);
   cx->value_buffer[v] = src; /* readers keep using the source */

@@ -184,7 +184,8 @@ static int32_t param_for(sc_lower_ctx *cx, int32_t b, bool written) {
 
 /* ---- buffers ---- */
 
-static int32_t add_buffer_for_value(sc_lower_ctx *cx, int32_t v, sc_buf_kind kind) {
+int32_t sc_lower_value_buffer(sc_lower_ctx *cx, int32_t v, sc_buf_kind kind,
+                              int32_t alias_of) {
   const sc_value *val = &cx->g->values[v];
   sc_buffer b;
   memset(&b, 0, sizeof b);
@@ -201,7 +202,7 @@ static int32_t add_buffer_for_value(sc_lower_ctx *cx, int32_t v, sc_buf_kind kin
   b.bytes = bytes;
   b.offset = -1;
   b.data = kind == SC_BUF_CONST ? val->data : NULL;
-  b.alias_of = -1;
+  b.alias_of = alias_of;
   b.value = v;
   int32_t id = sc_program_add_buffer(cx->p, &b);
   if (id < 0) {
@@ -216,9 +217,10 @@ int32_t sc_lower_buffer_of(sc_lower_ctx *cx, int32_t value) {
   if (value < 0 || value >= cx->g->n_values) return -1;
   if (cx->value_buffer[value] >= 0) return cx->value_buffer[value];
   const sc_value *val = &cx->g->values[value];
-  return add_buffer_for_value(cx, value,
-                              sc_value_is_const(val) && val->producer < 0 ? SC_BUF_CONST
-                                                                          : SC_BUF_TEMP);
+  return sc_lower_value_buffer(cx, value,
+                               sc_value_is_const(val) && val->producer < 0 ? SC_BUF_CONST
+                                                                           : SC_BUF_TEMP,
+                               -1);
 }
 
 int32_t sc_lower_scratch(sc_lower_ctx *cx, const char *name, sc_dtype dtype, int32_t rank,

@@ -75,6 +75,11 @@ sc_status sc_lower_begin_kernel(sc_lower_ctx *cx, const sc_node *n, int32_t oute
  * adding a step. A STEP writes its outputs' buffers itself; POINT consumers
  * fused after it run as the GEMM step's epilogue kernel, reading them. */
 int32_t sc_lower_buffer_of(sc_lower_ctx *cx, int32_t value);
+/* A new buffer of `kind` for graph value v (its shape, dtype, and data when
+ * CONST; alias_of for a VIEW, else -1), recorded as v's buffer. -1 with the
+ * diag set (too large, out of memory). */
+int32_t sc_lower_value_buffer(sc_lower_ctx *cx, int32_t v, sc_buf_kind kind,
+                              int32_t alias_of);
 /* A scratch TEMP buffer (e.g. im2col) of the given dtype and shape. */
 int32_t sc_lower_scratch(sc_lower_ctx *cx, const char *name, sc_dtype dtype,
                          int32_t rank, const int64_t *dims);

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "codegen/lower_internal.h"
+#include "ir/op_util.h"
 
 #define UN(op, a) sc_lower_un(cx, KIR_##op, (a))
 #define BIN(op, a, b) sc_lower_bin(cx, KIR_##op, (a), (b))
@@ -65,44 +66,13 @@ static void reduce_index(sc_lower_ctx *cx, const sc_value *x, const bool *mask, 
   }
 }
 
-/* Reads the axes of a Reduce* node into mask; *noop for an identity. */
+/* Reads the axes of a Reduce* node into mask; *noop for an identity. The
+ * op's own reader (ir/op_reduce.c) already accepted the node during shape
+ * inference; a failure here is its diagnostic, put in the lowering's. */
 static sc_status reduce_axes(sc_lower_ctx *cx, const sc_node *n, bool *mask, bool *noop,
                              bool *keep) {
-  const sc_value *x = sc_node_input(cx->g, n, 0);
-  *keep = sc_attr_int(cx->g, n, "keepdims", 1) != 0;
-  bool noop_empty = sc_attr_int(cx->g, n, "noop_with_empty_axes", 0) != 0;
-  int64_t axes[SC_MAX_RANK * 2], count = 0;
-  const sc_attr *a = sc_node_attr(n, "axes");
-  const sc_value *ax = sc_node_input(cx->g, n, 1);
-  if (a && a->kind == SC_ATTR_INTS) {
-    if (a->n > (int64_t)(sizeof axes / sizeof axes[0]))
-      return sc_lower_error(cx, n, SC_ERR_INVALID, "too many axes");
-    count = a->n;
-    for (int64_t i = 0; i < count; i++) axes[i] = a->ints[i];
-  } else if (ax) {
-    if (!sc_value_has_data(ax) || !sc_dtype_is_int(ax->dtype))
-      return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED,
-                            "axes '%s' are computed at run time", ax->name);
-    count = sc_value_numel(ax);
-    if (count > (int64_t)(sizeof axes / sizeof axes[0]))
-      return sc_lower_error(cx, n, SC_ERR_INVALID, "too many axes");
-    for (int64_t i = 0; i < count; i++) axes[i] = sc_load_i64(ax->dtype, ax->data, i);
-  }
-  for (int32_t d = 0; d < SC_MAX_RANK; d++) mask[d] = false;
-  *noop = false;
-  if (count == 0) {
-    if (noop_empty) *noop = true;
-    else
-      for (int32_t d = 0; d < x->rank; d++) mask[d] = true;
-    return SC_OK;
-  }
-  for (int64_t i = 0; i < count; i++) {
-    int64_t v = axes[i] < 0 ? axes[i] + x->rank : axes[i];
-    if (v < 0 || v >= x->rank)
-      return sc_lower_error(cx, n, SC_ERR_INVALID, "axis %lld out of range",
-                            (long long)axes[i]);
-    mask[v] = true;
-  }
+  sc_status st = sc_reduce_axes(cx->g, n, mask, noop, keep);
+  if (st != SC_OK) return sc_lower_error(cx, n, st, "%s", cx->g->diag.msg);
   return SC_OK;
 }
 

@@ -115,10 +115,8 @@ void sc_op_cost_reduce(sc_graph *g, const sc_node *n, sc_cost *c) {
 
 /* ---- Reduce* ---- */
 
-/* Which axes of input 0 a Reduce* node reduces (mask), and whether it is an
- * identity (noop_with_empty_axes with empty axes). */
-static sc_status reduce_axes(sc_graph *g, const sc_node *n, bool *mask, bool *noop,
-                             bool *keep) {
+sc_status sc_reduce_axes(sc_graph *g, const sc_node *n, bool *mask, bool *noop,
+                         bool *keep) {
   const sc_value *x = sc_node_input(g, n, 0);
   int64_t kd, noop_empty;
   sc_status st = attr_int(g, n, "keepdims", 1, true, &kd);
@@ -172,7 +170,7 @@ sc_status sc_op_infer_reduce(sc_graph *g, sc_node *n) {
   const sc_value *x = sc_node_input(g, n, 0);
   if (!reduce_bool_ok(g, n, x->dtype) && (st = check_arith(g, n, x)) != SC_OK) return st;
   bool mask[SC_MAX_RANK], noop, keep;
-  if ((st = reduce_axes(g, n, mask, &noop, &keep)) != SC_OK) return st;
+  if ((st = sc_reduce_axes(g, n, mask, &noop, &keep)) != SC_OK) return st;
   if (noop) return sc_same_as_input(g, n, 0, 0);
   int64_t d[SC_MAX_RANK];
   int32_t r = 0;
@@ -189,7 +187,7 @@ sc_status sc_op_eval_reduce(sc_graph *g, sc_node *n) {
   const sc_value *x = sc_node_input(g, n, 0);
   const sc_value *o = sc_node_output(g, n, 0);
   bool mask[SC_MAX_RANK], noop, keep;
-  if ((st = reduce_axes(g, n, mask, &noop, &keep)) != SC_OK) return st;
+  if ((st = sc_reduce_axes(g, n, mask, &noop, &keep)) != SC_OK) return st;
   if (o->dtype != x->dtype || !(is_arith(x->dtype) || reduce_bool_ok(g, n, x->dtype)))
     return sc_node_error(g, n, SC_ERR_INVALID, "output dtype does not match the input");
   int64_t m = sc_value_numel(o), xn = sc_value_numel(x);

@@ -40,6 +40,12 @@ sc_status sc_norm_axis(sc_graph *g, const sc_node *n, int64_t axis, int32_t rank
  * g->want_const is set to its value id before the error returns: a caller
  * that has the input's data (`shardc run`) can make it a constant and retry
  * (docs/runtime.md, "specialisation"). */
+/* Which axes of input 0 a Reduce* node reduces (mask[SC_MAX_RANK]), whether
+ * it is an identity (*noop: noop_with_empty_axes with empty axes) and
+ * keepdims, from the attribute or the constant input 1 (op_reduce.c). Also
+ * read by the lowering and the sharding rule of Reduce*. */
+sc_status sc_reduce_axes(sc_graph *g, const sc_node *n, bool *mask, bool *noop, bool *keep);
+
 sc_status sc_input_ints(sc_graph *g, const sc_node *n, int32_t idx, int64_t *buf,
                         int64_t cap, int64_t *count);
 /* SC_OK when v is a constant with data; else an error on n ("must be a

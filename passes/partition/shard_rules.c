@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
+#include "ir/op_util.h"
 #include "passes/partition/shard_rule.h"
 
 /* Prototypes of every rule ops.def names. */
@@ -245,29 +246,15 @@ static void reduce_out(sc_shard_ctx *c, const bool *red, bool keepdims) {
 sc_status sc_shard_reduce(sc_shard_ctx *c) {
   const sc_value *x = inv(c, 0);
   bool linear = c->n->op == SC_OP_REDUCE_SUM || c->n->op == SC_OP_REDUCE_MEAN;
-  bool keepdims = sc_attr_int(c->g, c->n, "keepdims", 1) != 0;
-  bool noop = sc_attr_int(c->g, c->n, "noop_with_empty_axes", 0) != 0;
-  int64_t axes[SC_MAX_RANK], count = 0;
-  const sc_attr *a = sc_node_attr(c->n, "axes");
-  if (a) {
-    if (a->kind != SC_ATTR_INTS || a->n > SC_MAX_RANK) return sc_shard_replicate_all(c);
-    count = a->n;
-    for (int64_t k = 0; k < count; k++) axes[k] = a->ints[k];
-  } else if (inv(c, 1) && !const_ints(inv(c, 1), axes, SC_MAX_RANK, &count)) {
+  bool red[SC_MAX_RANK], noop, keepdims;
+  /* the op's own reader; shape inference accepted the node with it */
+  if (sc_reduce_axes(c->g, c->n, red, &noop, &keepdims) != SC_OK)
     return sc_shard_replicate_all(c);
-  }
   if (inv(c, 1)) want_whole(c, 1);
   if (!linear) c->want[0].partial = 0;
-  bool red[SC_MAX_RANK] = {false};
-  if (count == 0 && noop) { /* identity */
+  if (noop) { /* identity */
     c->out[0] = c->want[0];
     return SC_OK;
-  }
-  for (int32_t d = 0; d < x->rank; d++) red[d] = count == 0;
-  for (int64_t k = 0; k < count; k++) {
-    int32_t d = norm_axis(axes[k], x->rank);
-    if (d < 0) return sc_shard_replicate_all(c);
-    red[d] = true;
   }
   for (int32_t d = 0; d < x->rank; d++)
     if (red[d]) sc_shard_unsplit_dim(&c->want[0], d);
