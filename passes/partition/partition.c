@@ -21,13 +21,11 @@ static sc_status print_graph(const sc_pass_opts *po, const char *what, sc_graph 
   return sc_ir_print(g, f);
 }
 
-static sc_status verify(const sc_pass_opts *po, sc_graph *g, const char *what, sc_diag *d) {
+/* The IR verifier on a graph the partitioner made (opts->verify). */
+static sc_status verify(const sc_pass_opts *po, sc_graph *g, sc_diag *d) {
   if (!po || !po->verify) return SC_OK;
   sc_status st = sc_graph_verify(g, true);
-  if (st != SC_OK) {
-    *d = g->diag;
-    (void)what;
-  }
+  if (st != SC_OK) *d = g->diag;
   return st;
 }
 
@@ -121,7 +119,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   if (print_at(po, "seed") && (st = print_graph(po, "seed", g, -1)) != SC_OK) goto fail;
   if ((st = stages_of(p, plan, d)) != SC_OK) goto fail;
   if ((st = sc_partition_localize(p, d)) != SC_OK) goto fail;
-  if ((st = verify(po, p->local, "localize", d)) != SC_OK) goto fail;
+  if ((st = verify(po, p->local, d)) != SC_OK) goto fail;
   if (print_at(po, "localize") && (st = print_graph(po, "localize", p->local, -1)) != SC_OK)
     goto fail;
   p->stages = sc_arena_array(&p->arena, (size_t)p->n_stages, sizeof *p->stages);
@@ -134,7 +132,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   if (st != SC_OK) goto fail;
   for (int32_t s = 0; s < p->n_stages; s++) {
     sc_graph_mark_local_shapes(p->stages[s]);
-    if ((st = verify(po, p->stages[s], "pipeline-split", d)) != SC_OK) goto fail;
+    if ((st = verify(po, p->stages[s], d)) != SC_OK) goto fail;
     if (print_at(po, "pipeline-split") &&
         (st = print_graph(po, "pipeline-split", p->stages[s], s)) != SC_OK)
       goto fail;

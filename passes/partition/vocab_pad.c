@@ -130,7 +130,6 @@ static sc_status pad_weight(sc_graph *g, int32_t w, int32_t vd, int64_t vp, cons
     }
     if (u[i].product >= 0 && (st = unpad(g, u[i].product, v, vp)) != SC_OK) return st;
   }
-  (void)v;
   return SC_OK;
 }
 
