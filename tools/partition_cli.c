@@ -203,18 +203,19 @@ int sc_pcli_build(const sc_pcli *p, sc_graph *g, const char *file, const sc_pass
   sc_diag_clear(&d);
   sc_status st;
   if (p->plan_file) {
-    st = sc_plan_read_json_file(p->plan_file, g, &out->plan, &d);
+    /* the names in it meet the graph in sc_partition_run: after the
+     * vocabulary padding that a written plan's padded weights come from */
+    st = sc_plan_read_json_file(p->plan_file, NULL, &out->plan, &d);
     if (st != SC_OK) return sc_cli_report(&d, p->plan_file);
   } else {
-    st = plan_from_options(p, &out->plan, &d);
-    if (st == SC_OK) st = sc_plan_validate(out->plan, g, &d);
+    st = plan_from_options(p, &out->plan, &d); /* checked in sc_partition_run */
     if (st != SC_OK) {
       sc_pbuild_free(out);
       return sc_cli_report(&d, file);
     }
   }
 
-  sc_partition_opts o = {.plan = out->plan, .pass = po};
+  sc_partition_opts o = {.plan = out->plan, .pass = po, .plan_file = p->plan_file};
   st = sc_partition_run(g, &o, &out->part, &d);
   if (st != SC_OK) {
     sc_pbuild_free(out);

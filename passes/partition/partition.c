@@ -97,7 +97,10 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
     *d = g->diag;
     return st;
   }
-  if ((st = sc_plan_validate(plan, g, d)) != SC_OK) return st;
+  if ((st = sc_plan_validate(plan, g, d)) != SC_OK) {
+    if (o->plan_file) snprintf(d->file, sizeof d->file, "%s", o->plan_file);
+    return st;
+  }
   sc_partition *p = sc_calloc(1, sizeof *p);
   if (!p) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_arena_init(&p->arena);

@@ -73,6 +73,10 @@ typedef struct sc_partition_opts {
   const sc_plan *plan;         /* mesh, axes, tp spec, boundaries, overrides */
   const sc_pass_opts *pass;    /* --print-after (pass names "seed",
                                   "localize", "pipeline-split"), verify */
+  const char *plan_file;       /* the plan's file, named by errors about the
+                                  plan (its names are checked against the
+                                  graph here, after vocabulary padding), or
+                                  NULL */
 } sc_partition_opts;
 
 /* Runs the whole chain above on g (already through the canonical passes).

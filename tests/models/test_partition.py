@@ -296,7 +296,19 @@ def test_vocab_padding(tmp):
         re.search(r"wt\.vocab_padded\s+\[16,1004\]\s+\[_,tp\]", p.stdout)
     check(p.returncode == 0 and split,
           f"vocab plan: the padded embedding and LM head are not split: {p.stdout}")
-    print("ok: a 1001-word vocabulary is padded and split at tp=2, tp=4, dp2xtp2, tp2xpp2")
+    # a written plan names the padded weights; replaying it must work
+    pj = run(["plan", path, "--dim", "batch=4", "--mesh", "tp=4", "--json"])
+    plan = os.path.join(tmp, "vocab_plan.json")
+    with open(plan, "w") as f:
+        f.write(pj.stdout)
+    out = os.path.join(tmp, "vocab_replay")
+    r = run(["run", path, "--dim", "batch=4", "-q", "--output-dir", out, "--plan", plan] + feed)
+    if check(pj.returncode == 0 and r.returncode == 0 and "vocab_padded" in pj.stdout,
+             f"vocab: replaying the written plan: {pj.stderr}{r.stderr}"):
+        for k, v in want.items():
+            compare(f"vocab 1001 replayed plan {k}", np.load(os.path.join(out, k + ".npy")), v)
+    print("ok: a 1001-word vocabulary is padded and split at tp=2, tp=4, dp2xtp2, tp2xpp2, "
+          "and its written plan replays")
 
 
 def test_repeat(tmp):
