@@ -9,7 +9,7 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DSHARDC_WERROR=ON
 endif
 
-.PHONY: all deps build test test-asan demo fuzz bench samples clean
+.PHONY: all deps build test test-asan demo fuzz bench samples clean install
 
 all: build
 
@@ -38,6 +38,12 @@ test-asan: deps
 
 demo: deps build
 	BUILD=$(BUILD) bash scripts/demo.sh
+
+# The header, libshardc.so, the communicator modules, pkg-config and CMake
+# package files and the command, under PREFIX (docs/api.md).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Long fuzzing run (the suite runs a ~60 s smoke run of the same target).
 FUZZ_SECONDS ?= 3600

@@ -1,14 +1,12 @@
-/* bundle.c — SHA-256 and the bundle writer (`shardc compile -o DIR`).
+/* bundle.c — the bundle writer (`shardc compile -o DIR`).
  *
  * The writer lays the CONST buffers out in weights.bin (each 64-byte
  * aligned, zero padding between), writes program.json with their offsets,
  * the target's code (cpu: kernels.o through sc_cpu_emit_object; cuda:
  * kernels.cu and one kernels.<arch>.ptx per architecture through NVRTC),
  * hashes every file as it is written, and writes manifest.json last. Layout
- * and schemas: docs/bundle.md. The loader is runtime/bundle_load.c.
- *
- * SHA-256 is the FIPS 180-4 algorithm in a compact portable form (tested
- * against the NIST vectors in tests/unit/test_bundle.c). */
+ * and schemas: docs/bundle.md. The loader is runtime/bundle_load.c; the
+ * parts both share (program.json, SHA-256) are codegen/program_json.h. */
 #include "codegen/bundle.h"
 
 #include <errno.h>
@@ -25,119 +23,6 @@
 #ifndef SHARDC_VERSION
 #define SHARDC_VERSION "0.1.0"
 #endif
-
-/* ------------------------------------------------------------- SHA-256 */
-
-static const uint32_t K256[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-    0xc67178f2};
-
-static inline uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
-
-static void sha_block(uint32_t h[8], const uint8_t *p) {
-  uint32_t w[64];
-  for (int i = 0; i < 16; i++)
-    w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
-           (uint32_t)p[4 * i + 2] << 8 | (uint32_t)p[4 * i + 3];
-  for (int i = 16; i < 64; i++) {
-    uint32_t s0 = ror(w[i - 15], 7) ^ ror(w[i - 15], 18) ^ (w[i - 15] >> 3);
-    uint32_t s1 = ror(w[i - 2], 17) ^ ror(w[i - 2], 19) ^ (w[i - 2] >> 10);
-    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-  }
-  uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6], hh = h[7];
-  for (int i = 0; i < 64; i++) {
-    uint32_t t1 = hh + (ror(e, 6) ^ ror(e, 11) ^ ror(e, 25)) + ((e & f) ^ (~e & g)) + K256[i] +
-                  w[i];
-    uint32_t t2 = (ror(a, 2) ^ ror(a, 13) ^ ror(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    hh = g;
-    g = f;
-    f = e;
-    e = d + t1;
-    d = c;
-    c = b;
-    b = a;
-    a = t1 + t2;
-  }
-  h[0] += a;
-  h[1] += b;
-  h[2] += c;
-  h[3] += d;
-  h[4] += e;
-  h[5] += f;
-  h[6] += g;
-  h[7] += hh;
-}
-
-void sc_sha256_init(sc_sha256 *s) {
-  static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  memcpy(s->h, H0, sizeof H0);
-  s->n_bytes = 0;
-  s->n_buf = 0;
-}
-
-void sc_sha256_update(sc_sha256 *s, const void *data, size_t n) {
-  const uint8_t *p = data;
-  s->n_bytes += n;
-  if (s->n_buf) {
-    size_t take = 64 - s->n_buf < n ? 64 - s->n_buf : n;
-    memcpy(s->buf + s->n_buf, p, take);
-    s->n_buf += take;
-    p += take;
-    n -= take;
-    if (s->n_buf < 64) return;
-    sha_block(s->h, s->buf);
-    s->n_buf = 0;
-  }
-  for (; n >= 64; p += 64, n -= 64) sha_block(s->h, p);
-  memcpy(s->buf, p, n);
-  s->n_buf = n;
-}
-
-void sc_sha256_final(sc_sha256 *s, uint8_t digest[32]) {
-  uint64_t bits = s->n_bytes * 8;
-  uint8_t pad[72] = {0x80};
-  size_t padlen = (s->n_buf < 56 ? 56 : 120) - s->n_buf;
-  for (int i = 0; i < 8; i++) pad[padlen + (size_t)i] = (uint8_t)(bits >> (56 - 8 * i));
-  uint64_t keep = s->n_bytes;
-  sc_sha256_update(s, pad, padlen + 8);
-  s->n_bytes = keep;
-  SC_ASSERT(s->n_buf == 0);
-  for (int i = 0; i < 8; i++) {
-    digest[4 * i] = (uint8_t)(s->h[i] >> 24);
-    digest[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
-    digest[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
-    digest[4 * i + 3] = (uint8_t)s->h[i];
-  }
-}
-
-static void to_hex(const uint8_t digest[32], char hex[65]) {
-  static const char D[] = "0123456789abcdef";
-  for (int i = 0; i < 32; i++) {
-    hex[2 * i] = D[digest[i] >> 4];
-    hex[2 * i + 1] = D[digest[i] & 15];
-  }
-  hex[64] = 0;
-}
-
-void sc_sha256_hex(const void *data, size_t n, char hex[65]) {
-  sc_sha256 s;
-  uint8_t d[32];
-  sc_sha256_init(&s);
-  sc_sha256_update(&s, data, n);
-  sc_sha256_final(&s, d);
-  to_hex(d, hex);
-}
-
-/* -------------------------------------------------------------- writer */
 
 void sc_bundle_opts_init(sc_bundle_opts *o) {
   memset(o, 0, sizeof *o);
@@ -230,7 +115,7 @@ static sc_status write_weights(writer *w, const sc_program *p, const int64_t *of
     uint8_t d[32];
     char hex[65];
     sc_sha256_final(&sh, d);
-    to_hex(d, hex);
+    sc_sha256_digest_hex(d, hex);
     add_file(w, "weights.bin", total, hex);
   }
   sc_free(path);
@@ -266,7 +151,7 @@ static sc_status record_file(writer *w, const char *name) {
   uint8_t d[32];
   char hex[65];
   sc_sha256_final(&sh, d);
-  to_hex(d, hex);
+  sc_sha256_digest_hex(d, hex);
   add_file(w, name, total, hex);
   return SC_OK;
 }

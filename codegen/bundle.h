@@ -37,43 +37,7 @@
 
 #include "codegen/cpu/cpu.h"
 #include "codegen/program.h"
-
-enum {
-  SC_BUNDLE_FORMAT_VERSION = 1, /* manifest.json "format_version" */
-  SC_PROGRAM_JSON_VERSION = 1,  /* program.json "version" */
-  SC_BUNDLE_WEIGHT_ALIGN = 64,  /* alignment of each CONST in weights.bin */
-};
-
-/* ---- SHA-256 (FIPS 180-4) ---- */
-typedef struct sc_sha256 {
-  uint32_t h[8];
-  uint64_t n_bytes; /* message bytes so far */
-  uint8_t buf[64];
-  size_t n_buf;
-} sc_sha256;
-void sc_sha256_init(sc_sha256 *s);
-void sc_sha256_update(sc_sha256 *s, const void *data, size_t n);
-void sc_sha256_final(sc_sha256 *s, uint8_t digest[32]);
-/* One-shot digest as 64 lowercase hex digits plus NUL. */
-void sc_sha256_hex(const void *data, size_t n, char hex[65]);
-
-/* ---- program.json ---- */
-
-/* The weights.bin layout: offsets[b] for every CONST buffer b with data or
- * of 0 bytes (others, and external constants without data, -1),
- * in buffer order, each SC_BUNDLE_WEIGHT_ALIGN aligned. Returns the total
- * size, or -1 on overflow. offsets has p->n_buffers entries. */
-int64_t sc_program_weights_layout(const sc_program *p, int64_t *offsets);
-
-/* The program as JSON text (2-space indented, keys in a fixed order).
- * weight_offsets: from sc_program_weights_layout, or NULL to write none (the
- * text is then not readable back when the program has CONST buffers). */
-sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
-                                char **text, sc_diag *diag);
-/* Parses and validates program JSON. CONST buffers point into weights
- * (weights_bytes long; may be NULL/0 when there are no CONST buffers). */
-sc_status sc_program_read_json(const char *text, size_t len, const void *weights,
-                               int64_t weights_bytes, sc_program **out, sc_diag *diag);
+#include "codegen/program_json.h"
 
 /* ---- the writer ---- */
 typedef enum sc_bundle_target { SC_BUNDLE_CPU, SC_BUNDLE_CUDA } sc_bundle_target;

@@ -1,22 +1,37 @@
 /* compile.c — the whole pipeline from a bound graph to a runnable program
- * (sc_compile_graph, declared in runtime/runtime.h).
+ * (codegen/compile.h).
  *
  *   canonical passes (SC_CANONICAL_PASSES)   static shapes, folded, dead code gone
- *   fuse (when opts->fuse and registered)    node groups (passes/fuse.c)
+ *   fuse (when opts->fuse and registered)    node groups (codegen/fuse.c)
  *   sc_program_from_graph                    kernels and steps (codegen/lower*.c)
- *   sc_memplan_run + sc_memplan_verify       arena offsets, checked (passes/memplan.c)
+ *   sc_memplan_run + sc_memplan_verify       arena offsets, checked (codegen/memplan.c)
  *
  * --print-after=PASS prints the IR after a graph pass (to opts->print_out,
  * default stderr); --print-after=program (or "memplan") prints the final
  * program. --time-passes adds "lower" and "memplan" lines after the pass
  * manager's table. Errors come back in diag: the graph pass's diagnostic
  * (with its node) or the lowering's. */
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
-#include "passes/memplan.h"
+#include "codegen/compile.h"
+#include "codegen/memplan.h"
 #include "passes/pass.h"
-#include "runtime/runtime.h"
+
+static void register_once(void) {
+  static const sc_pass_info fuse = {
+      "fuse", sc_pass_fuse, "static shapes (infer-shapes), folded",
+      "every node carries its fusion group in attribute __group (codegen lowers each group to "
+      "one kernel)",
+      false};
+  sc_pass_register(&fuse);
+}
+
+void sc_codegen_register_passes(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, register_once);
+}
 
 void sc_compile_opts_init(sc_compile_opts *o) {
   memset(o, 0, sizeof *o);
@@ -55,12 +70,12 @@ sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **o
   po.time_out = time_out;
   po.quiet = o->quiet;
 
-  /* The fuse pass joins the registry when passes/fuse.c is built; without it
-   * every node is its own group. */
+  /* without fuse every node is its own group */
+  sc_codegen_register_passes();
   char list[256];
-  snprintf(list, sizeof list, "%s%s", SC_CANONICAL_PASSES,
-           o->fuse && sc_pass_find("fuse") ? ",fuse" : "");
-  sc_status st = sc_run_passes(g, list, &po);
+  snprintf(list, sizeof list, "%s%s", o->skip_canonical ? "" : SC_CANONICAL_PASSES,
+           !o->fuse ? "" : o->skip_canonical ? "fuse" : ",fuse");
+  sc_status st = list[0] ? sc_run_passes(g, list, &po) : SC_OK;
   if (st != SC_OK) {
     *diag = g->diag;
     return st;

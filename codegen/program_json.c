@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codegen/bundle.h"
+#include "codegen/program_json.h"
 
 /* ---------------------------------------------------------------- names */
 

@@ -1,48 +1,71 @@
 /* shardc.h — the public embedding API of shardc.
  *
- * shardc compiles ONNX models for distributed execution. This header is the
- * part a C program embeds: load a model, bind its symbolic dims, prepare it
- * (the canonical passes: bind-dims, infer-shapes, fold, dce) and read its
- * statistics. Planning, compiling and running join this API in later steps.
+ * shardc compiles ONNX models for distributed execution. This header is
+ * what a C program embeds: inspect a model, plan how to split it over a
+ * mesh of ranks, compile it (one rank or partitioned; CPU, or CUDA C for
+ * NVRTC), save and load the compiled artifact, and run it on host buffers
+ * over in-process ranks or under mpirun.
  *
- * A short tour:
+ * A short tour: GPT-2 over 4 ranks (tensor parallel 2 x pipeline 2), run
+ * on threads of this process.
  *
  *     #include <shardc.h>
  *
- *     sc_model *m = NULL;
- *     sc_model_opts opts = {.no_weights = true};   // shapes only
- *     sc_status st = sc_model_load("gpt2.onnx", &opts, &m);
- *     if (st == SC_OK) st = sc_model_bind_dim(m, "batch", 8);
- *     if (st == SC_OK) st = sc_model_prepare(m);
- *     sc_model_info info;
- *     if (st == SC_OK) st = sc_model_stats(m, &info);
- *     if (st == SC_OK)
- *       printf("%lld params, %.3g FLOPs\n", (long long)info.params, info.flops);
- *     else
- *       fprintf(stderr, "error: %s\n", m ? sc_model_error(m) : sc_status_name(st));
- *     sc_model_free(m);
+ *     sc_dim_binding dims[] = {{"batch", 2}};
+ *     sc_compile_settings o = {0};
+ *     o.dims = dims;
+ *     o.n_dims = 1;
+ *     o.parallel.mesh = "tp=2,pp=2";              // NULL: one rank
+ *     sc_executable *e = NULL;
+ *     sc_status st = sc_compile("gpt2.onnx", &o, &e);
+ *     if (st != SC_OK) {
+ *       fprintf(stderr, "%s\n", sc_executable_error(e));  // e may be NULL
+ *       sc_executable_free(e);
+ *       return 1;
+ *     }
+ *     int64_t ids[2 * 16] = {...};
+ *     sc_host_tensor in = {"input_ids", SC_ONNX_INT64, 2, {2, 16}, ids};
+ *     sc_host_tensor out[1];
+ *     st = sc_executable_run(e, NULL, &in, 1, out, 1); // out[0] allocated
+ *     ...
+ *     sc_host_tensors_free(out, 1);
+ *     sc_executable_free(e);
  *
- * Handles are opaque. Every function returns an sc_status (SC_OK = 0; the
- * codes are in ir/base.h: SC_ERR_IO, SC_ERR_PARSE, SC_ERR_INVALID,
- * SC_ERR_UNSUPPORTED, SC_ERR_LIMIT, SC_ERR_NOMEM, SC_ERR_USAGE). After a
- * failure, sc_model_error gives the message as the command line prints it:
+ * Plans: sc_plan_json gives the plan of a mesh as JSON (docs/plan-format.md),
+ * which o.parallel.plan_file replays exactly. Artifacts: sc_executable_save
+ * writes a bundle directory (docs/bundle.md) that sc_executable_load reads
+ * back; `shardc run DIR` runs the same files.
+ *
+ * Status codes: every function returns an sc_status (SC_OK = 0; the codes
+ * are in shardc_status.h). After a failure, sc_model_error /
+ * sc_executable_error give the message as the command line prints it:
  * "FILE: node 'NAME' (OpType): what is wrong".
  *
- * Ownership: an sc_model owns everything it reads; strings it returns live
- * until sc_model_free. Weights are memory-mapped, not copied.
- * Threading: a model may be used by one thread at a time; distinct models
- * are independent. The library never exits the process. */
+ * Tensors: dtype codes are ONNX's TensorProto.DataType numbers (1 float,
+ * 6 int32, 7 int64, 9 bool, 10 float16, 11 double, 16 bfloat16, ...);
+ * data is packed row-major. Inputs are matched by name and are the GLOBAL
+ * tensors: the full batch, whatever the mesh.
+ *
+ * Ownership: handles own everything they return; strings returned through
+ * char ** and output tensors are freed with sc_string_free /
+ * sc_host_tensors_free. Weights are memory-mapped, not copied.
+ * Threading: a handle is used by one thread at a time; distinct handles
+ * are independent; a run uses its own threads. The library never exits
+ * the process (except that a failing rank under mpirun aborts the MPI job,
+ * as MPI does). */
 #ifndef SHARDC_H
 #define SHARDC_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "ir/base.h" /* sc_status, sc_status_name */
+#include "shardc_status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- inspecting a model ---- */
 
 typedef struct sc_model sc_model; /* opaque */
 
@@ -75,6 +98,116 @@ sc_status sc_model_stats(const sc_model *m, sc_model_info *out);
 /* The last error as "FILE: node 'N' (Op): msg", or "" after success. */
 const char *sc_model_error(const sc_model *m);
 void sc_model_free(sc_model *m); /* NULL is fine */
+
+/* ---- planning and compiling ---- */
+
+typedef struct sc_dim_binding {
+  const char *name;  /* a symbolic input dim, e.g. "batch" */
+  int64_t value;     /* > 0; the batch is the GLOBAL batch */
+} sc_dim_binding;
+
+/* How to split the model (docs/partitioning.md). All zero: one rank. */
+typedef struct sc_parallel_opts {
+  const char *mesh;             /* "pp=2,dp=2,tp=2": axes named dp, tp, pp
+                                   take those roles; NULL: one rank */
+  int32_t microbatches;         /* pipeline microbatches (0: 1) */
+  int64_t ranks_per_node;       /* 0: all ranks on one node */
+  const char *stage_boundaries; /* "nodeA,nodeB" starting stages 1.., or
+                                   NULL: balanced by cost */
+  bool sequence_parallel;       /* reduce-scatter + all-gather over the
+                                   sequence instead of all-reduce */
+  bool no_vocab_parallel;       /* keep the embedding and LM head whole */
+  const char *plan_file;        /* replay a plan (sc_plan_json, `shardc plan
+                                   --json`) instead of the fields above */
+} sc_parallel_opts;
+
+typedef enum sc_target_kind {
+  SC_TARGET_CPU,   /* LLVM kernels, OpenBLAS: runs here */
+  SC_TARGET_CUDA   /* CUDA C compiled to PTX by NVRTC: save only (the GPU
+                      runtime is not built yet); one rank */
+} sc_target_kind;
+
+typedef struct sc_compile_settings {
+  const sc_dim_binding *dims;
+  int32_t n_dims;
+  sc_parallel_opts parallel;
+  sc_target_kind target;
+  const char *gpu_archs;        /* cuda: "sm_80,sm_90" (NULL: default) */
+  bool no_fuse;                 /* one kernel per node */
+  bool quiet;                   /* no notes on stderr */
+} sc_compile_settings;
+
+/* The plan the options give, completed so that it replays (node stages,
+ * chosen shardings), as JSON text in *json (free with sc_string_free).
+ * Shapes only: no weights are read. On failure *json is NULL and, when
+ * error is not NULL, *error holds the message (free with sc_string_free). */
+sc_status sc_plan_json(const char *model_path, const sc_dim_binding *dims, int32_t n_dims,
+                       const sc_parallel_opts *parallel, char **json, char **error);
+void sc_string_free(char *s);
+
+/* ---- compiled programs ---- */
+
+typedef struct sc_executable sc_executable; /* opaque */
+
+/* Compiles the model (import, passes, partitioning, code generation). On
+ * failure *out is still set, unless memory ran out, to an executable
+ * holding only the error (sc_executable_error), to be freed. */
+sc_status sc_compile(const char *model_path, const sc_compile_settings *opts,
+                     sc_executable **out);
+/* Writes the artifact as the bundle directory dir (created; an earlier
+ * bundle there is replaced). */
+sc_status sc_executable_save(sc_executable *e, const char *dir);
+/* Reads a bundle written by sc_executable_save or `shardc compile` (one
+ * rank or partitioned, CPU). Same failure convention as sc_compile. */
+sc_status sc_executable_load(const char *dir, sc_executable **out);
+
+/* A tensor on the host. */
+typedef struct sc_host_tensor {
+  const char *name;
+  int32_t dtype;      /* ONNX TensorProto.DataType */
+  int32_t rank;       /* <= 8 */
+  int64_t dims[8];
+  void *data;         /* packed row-major */
+} sc_host_tensor;
+
+/* ONNX dtype codes used most often. */
+enum {
+  SC_ONNX_FLOAT = 1, SC_ONNX_INT32 = 6, SC_ONNX_INT64 = 7, SC_ONNX_BOOL = 9,
+  SC_ONNX_FLOAT16 = 10, SC_ONNX_DOUBLE = 11, SC_ONNX_BFLOAT16 = 16
+};
+
+/* The model's inputs and outputs: name, dtype and GLOBAL dims (the full
+ * batch); data NULL. i out of range: SC_ERR_USAGE. */
+int32_t sc_executable_n_inputs(const sc_executable *e);
+int32_t sc_executable_n_outputs(const sc_executable *e);
+sc_status sc_executable_input(const sc_executable *e, int32_t i, sc_host_tensor *out);
+sc_status sc_executable_output(const sc_executable *e, int32_t i, sc_host_tensor *out);
+/* Ranks of its mesh (1 for one rank) and pipeline stages. */
+int64_t sc_executable_n_ranks(const sc_executable *e);
+int32_t sc_executable_n_stages(const sc_executable *e);
+
+typedef struct sc_run_opts {
+  const char *comm;   /* "local" (NULL: default): every rank a thread of
+                         this process; "mpi": this process is one rank of
+                         an mpirun with as many processes as ranks */
+  int threads;        /* CPU threads per rank (0: cores / ranks) */
+} sc_run_opts;
+
+/* Runs once. inputs: the global inputs, by name (extra ones are ignored).
+ * outputs[n_outputs] (n_outputs = sc_executable_n_outputs) receive the
+ * outputs in order, data allocated by the library (free with
+ * sc_host_tensors_free); under "mpi" only the outputs this rank owns have
+ * data (the first rank of the stage that produces an output owns it), the
+ * others data NULL. opts may be NULL. */
+sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
+                            const sc_host_tensor *inputs, int32_t n_inputs,
+                            sc_host_tensor *outputs, int32_t n_outputs);
+void sc_host_tensors_free(sc_host_tensor *t, int32_t n);
+
+/* The last error as "FILE: node 'N' (Op): msg", or "" after success; NULL
+ * is fine ("out of memory"). */
+const char *sc_executable_error(const sc_executable *e);
+void sc_executable_free(sc_executable *e); /* NULL is fine */
 
 #ifdef __cplusplus
 }

@@ -15,19 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum sc_status {
-  SC_OK = 0,
-  SC_ERR_IO,          /* a file could not be opened, mapped or read */
-  SC_ERR_PARSE,       /* malformed bytes or text */
-  SC_ERR_INVALID,     /* well-formed but wrong: bad shapes, types, graph */
-  SC_ERR_UNSUPPORTED, /* valid ONNX that shardc does not handle (yet) */
-  SC_ERR_LIMIT,       /* a size or count beyond what shardc accepts */
-  SC_ERR_NOMEM,       /* allocation failed */
-  SC_ERR_USAGE,       /* wrong use of a command or API */
-  SC_STATUS_COUNT
-} sc_status;
-
-const char *sc_status_name(sc_status s);
+/* sc_status and sc_status_name: in the public header shardc_status.h
+ * (include/), one definition for the library and its users. */
+#include "shardc_status.h"
 
 /* Where and what went wrong. The CLI prints
  *   shardc: error: FILE: node 'NAME' (OpType): MSG

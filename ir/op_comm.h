@@ -20,7 +20,7 @@
  *                    shape = [...]}   output of that dtype and shape
  *
  * peer_stage is the peer's position (key) in the group along `axes`; tags
- * are in [0, 32767]. This header is what codegen's lowering (codegen/
+ * are in [0, SC_COMM_TAG_MAX]. This header is what codegen's lowering (codegen/
  * lower_comm.c) reads back from a node whose shapes were inferred. */
 #ifndef SC_OP_COMM_H
 #define SC_OP_COMM_H
@@ -31,6 +31,11 @@
 /* Reduction of AllReduce / ReduceScatter: the order of runtime/comm.h's
  * sc_reduce_op (a static_assert in runtime/session.c keeps them equal). */
 enum { SC_COMM_OP_SUM, SC_COMM_OP_MAX, SC_COMM_OP_MIN };
+
+/* Largest Send/Recv tag: MPI guarantees at least this MPI_TAG_UB. The
+ * pipeline split numbers its tags below it; every communicator accepts
+ * [0, SC_COMM_TAG_MAX]. */
+#define SC_COMM_TAG_MAX 32767
 
 /* The node's group: mask of its axes in the graph's mesh and the group
  * size. Errors (on n, in g->diag): no mesh, unknown axis, repeated axis,

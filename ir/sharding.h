@@ -92,6 +92,19 @@ sc_status sc_sharding_parse(const char *text, size_t len, const sc_mesh *m,
                             int32_t rank, sc_sharding *out, sc_diag *d);
 
 /* ---- the graph's table ---- */
+/* The global contents of a sharded constant: what every rank's piece is
+ * cut from (sc_sharding_extract at the rank's coordinates). The partition
+ * passes produce them; the distributed program (codegen/dist_program.h)
+ * cuts each rank's weight shards from them. */
+typedef struct sc_shard_source {
+  const char *name;          /* value name in the local / stage graphs */
+  sc_dtype dtype;
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK]; /* global dims */
+  const void *data;          /* global data (borrowed), NULL with --no-weights */
+  sc_sharding sharding;      /* how it is cut */
+} sc_shard_source;
+
 typedef struct sc_shardings {
   sc_mesh mesh;
   bool local_shapes;  /* values carry LOCAL shapes (a partitioned graph):

@@ -6,9 +6,15 @@
  * any, then runs them in order; after each pass it optionally verifies the IR
  * (opts->verify), prints it (opts->print_after, "all" for every pass) and
  * records its wall time (opts->time_passes, reported as a table at the end,
- * like LLVM's -time-passes). The manager never changes the graph itself. */
+ * like LLVM's -time-passes). The manager never changes the graph itself.
+ *
+ * Passes of a higher layer join the registry with sc_pass_register (codegen
+ * registers "fuse": sc_codegen_register_passes), so that this module needs
+ * nothing above it. Registration happens before passes run on several
+ * threads (the compile entry points do it first, once). */
 #include "passes/pass.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -29,15 +35,43 @@ static const sc_pass_info registry[] = {
     {"dce", sc_pass_dce,
      "nothing",
      "every node and constant feeds a graph output; graph inputs kept", false},
-    {"fuse", sc_pass_fuse, "static shapes (infer-shapes), folded", "every node carries its fusion group in attribute __group (codegen lowers each group to one kernel)", false},
-    {NULL, NULL, NULL, NULL, false},
+    /* then those of higher layers, in registration order (fuse) */
 };
+enum { MAX_REGISTERED = 32 };
+static sc_pass_info registry_all[MAX_REGISTERED + 1];
+static int n_registry = -1; /* -1: registry_all not initialised */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 
-const sc_pass_info *sc_pass_registry(void) { return registry; }
+static void registry_init_locked(void) {
+  if (n_registry >= 0) return;
+  n_registry = (int)(sizeof registry / sizeof *registry);
+  memcpy(registry_all, registry, sizeof registry);
+}
+
+sc_status sc_pass_register(const sc_pass_info *p) {
+  if (!p || !p->name || !p->run) return SC_ERR_USAGE;
+  pthread_mutex_lock(&registry_lock);
+  registry_init_locked();
+  sc_status st = SC_OK;
+  int k = 0;
+  while (k < n_registry && strcmp(registry_all[k].name, p->name) != 0) k++;
+  if (k < n_registry) st = registry_all[k].run == p->run ? SC_OK : SC_ERR_USAGE;
+  else if (n_registry >= MAX_REGISTERED) st = SC_ERR_LIMIT;
+  else registry_all[n_registry++] = *p;
+  pthread_mutex_unlock(&registry_lock);
+  return st;
+}
+
+const sc_pass_info *sc_pass_registry(void) {
+  pthread_mutex_lock(&registry_lock);
+  registry_init_locked();
+  pthread_mutex_unlock(&registry_lock);
+  return registry_all;
+}
 
 const sc_pass_info *sc_pass_find(const char *name) {
   if (!name) return NULL;
-  for (const sc_pass_info *p = registry; p->name; p++)
+  for (const sc_pass_info *p = sc_pass_registry(); p->name; p++)
     if (strcmp(p->name, name) == 0) return p;
   return NULL;
 }
@@ -57,9 +91,9 @@ void sc_pass_opts_init(sc_pass_opts *o) {
 static void known_passes(char *buf, size_t n) {
   size_t pos = 0;
   buf[0] = 0;
-  for (const sc_pass_info *p = registry; p->name && pos < n; p++)
-    pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", p == registry ? "" : ", ",
-                            p->name);
+  const sc_pass_info *all = sc_pass_registry();
+  for (const sc_pass_info *p = all; p->name && pos < n; p++)
+    pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", p == all ? "" : ", ", p->name);
 }
 
 /* Splits `list` at commas into names (spaces around a name are ignored).

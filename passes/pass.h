@@ -52,7 +52,13 @@ typedef struct sc_pass_info {
 } sc_pass_info;
 
 /* NULL-terminated registry, in pipeline order. */
+/* Every registered pass, NULL-terminated: this module's, then those a
+ * higher layer registered. */
 const sc_pass_info *sc_pass_registry(void);
+/* Adds a pass of a higher layer (codegen's fuse) to the registry; again
+ * with the same name and function is a no-op. SC_ERR_USAGE for another
+ * function under a taken name, SC_ERR_LIMIT when the registry is full. */
+sc_status sc_pass_register(const sc_pass_info *p);
 const sc_pass_info *sc_pass_find(const char *name);
 
 /* Runs the passes named in `list` (comma-separated). On failure g->diag says
@@ -69,8 +75,7 @@ sc_status sc_pass_bind_dims(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fold(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_dce(sc_graph *g, const sc_pass_opts *opts);
-/* passes/fuse.c: fusion groups for codegen (attribute __group per node). */
-sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts);
+
 
 /* Shared by infer-shapes and fold: evaluates node n when its op has an eval
  * function, every present input is a constant with data (Shape and Size: has

@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "codegen/bundle.h"
+#include "codegen/program_json.h"
 
 enum { MANIFEST_MAX_BYTES = 16 << 20, MAX_FILES = 64 };
 

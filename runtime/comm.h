@@ -59,6 +59,7 @@
 
 #include "ir/base.h"
 #include "ir/dtype.h"
+#include "ir/op_comm.h" /* SC_COMM_TAG_MAX */
 
 typedef enum sc_reduce_op {
   SC_REDUCE_SUM,
@@ -67,7 +68,6 @@ typedef enum sc_reduce_op {
   SC_REDUCE_COUNT
 } sc_reduce_op;
 
-#define SC_COMM_TAG_MAX 32767 /* MPI guarantees at least this MPI_TAG_UB */
 #define SC_COMM_DEFAULT_TIMEOUT_S 300.0
 
 typedef struct sc_comm sc_comm;

@@ -13,15 +13,16 @@
  * then kills every other rank and exits non-zero. A killed rank is noticed
  * by mpirun itself, which ends the job.
  *
- * Only this file includes <mpi.h>; without MPI (SHARDC_HAVE_MPI=0) it
- * compiles to a stub whose create fails with "built without MPI". */
+ * Only this file includes <mpi.h>. It is built as its own module,
+ * libshardc_comm_mpi.so, linked with MPI and loaded by runtime/
+ * comm_module.c when an mpi communicator is first created: the library and
+ * the commands that do not use MPI never load it. */
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "runtime/comm.h"
 
-#if SHARDC_HAVE_MPI
 #include <mpi.h>
 
 typedef struct mpi_ctx {
@@ -227,7 +228,9 @@ static const sc_comm_iface mpi_iface = {
     .destroy = mpi_destroy,
 };
 
-sc_status sc_comm_mpi_create(sc_comm **out, sc_diag *diag) {
+/* The module's entry point (runtime/comm_module.c loads it). */
+sc_status sc_comm_mpi_module_create(sc_comm **out, sc_diag *diag);
+sc_status sc_comm_mpi_module_create(sc_comm **out, sc_diag *diag) {
   int init = 0, fin = 0, rank = 0;
   MPI_Finalized(&fin);
   if (fin)
@@ -252,12 +255,3 @@ sc_status sc_comm_mpi_create(sc_comm **out, sc_diag *diag) {
   return wrap(dup, out, diag);
 }
 
-#else /* !SHARDC_HAVE_MPI */
-
-sc_status sc_comm_mpi_create(sc_comm **out, sc_diag *diag) {
-  *out = NULL;
-  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
-                     "mpi communicator: shardc was built without MPI");
-}
-
-#endif

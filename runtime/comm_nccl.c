@@ -17,9 +17,11 @@
  * floats are reduced by NCCL in their own type (not in f32 as on the CPU
  * backends). NCCL has no tags: send/recv pairs match in call order.
  *
- * Only this file includes <nccl.h> and <cuda_runtime.h>; without them
- * (SHARDC_HAVE_NCCL=0) it compiles to a stub whose create fails. It is
- * exercised on GPUs in the GPU-runtime issue; here it compiles and links. */
+ * Only this file includes <nccl.h> and <cuda_runtime.h>. It is built as its
+ * own module, libshardc_comm_nccl.so, linked with NCCL and cudart and
+ * loaded by runtime/comm_module.c when a nccl communicator is first
+ * created. It is exercised on GPUs in the GPU-runtime issue; here it
+ * compiles and links. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +30,6 @@
 
 #include "runtime/comm.h"
 
-#if SHARDC_HAVE_NCCL
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wstrict-prototypes" /* nccl.h: f() declarations */
 #include <cuda_runtime.h>
@@ -296,7 +297,11 @@ static const sc_comm_iface nccl_iface = {
     .destroy = nccl_destroy,
 };
 
-sc_status sc_comm_nccl_create(const sc_comm_nccl_opts *o, sc_comm **out, sc_diag *diag) {
+/* The module's entry point (runtime/comm_module.c loads it). */
+sc_status sc_comm_nccl_module_create(const sc_comm_nccl_opts *o, sc_comm **out,
+                                     sc_diag *diag);
+sc_status sc_comm_nccl_module_create(const sc_comm_nccl_opts *o, sc_comm **out,
+                                     sc_diag *diag) {
   sc_comm_nccl_opts dflt = {0};
   if (!o) o = &dflt;
   if (!out) return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "nccl: NULL out");
@@ -367,13 +372,3 @@ fail:
   return st;
 }
 
-#else /* !SHARDC_HAVE_NCCL */
-
-sc_status sc_comm_nccl_create(const sc_comm_nccl_opts *o, sc_comm **out, sc_diag *diag) {
-  (void)o;
-  if (out) *out = NULL;
-  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
-                     "nccl communicator: shardc was built without NCCL");
-}
-
-#endif

@@ -1,16 +1,13 @@
 /* dist.c — running a partitioned model: one session per rank (dist.h).
  *
  * sc_dist_run_rank is the whole job of one rank, in order:
- *   1. its stage (coords[pp_axis]) and that stage's program and graph;
- *   2. its weight shards: every CONST buffer without data whose name has a
- *      source gets a buffer of the local shape cut with sc_sharding_extract
- *      (the source's local shape must be the buffer's: checked, so that the
- *      cut never writes past the buffer);
+ *   1. its stage (sc_dist_rank_stage) and that stage's program;
+ *   2. its weight shards (sc_dist_rank_weights, the one place they are cut);
  *   3. its input plan: per program input, the caller's global tensor of that
- *      name, checked (dtype; dim 0 / M, then the stage graph value's
- *      sharding, must give the buffer's dims) and a scratch buffer;
- *   4. its outputs: the owner (coords 0 on every axis but pp) allocates each
- *      global output its program produces (sc_malloc, dim 0 times M);
+ *      name, checked (dtype; dim 0 / M, then the stage's input sharding,
+ *      must give the buffer's dims) and a scratch buffer;
+ *   4. its outputs: the owner (sc_dist_owns_output) allocates each global
+ *      output its program produces (sc_malloc, dim 0 times M);
  *   5. the session (collective: the sub-communicators are split there), with
  *      the shards as sc_session_opts.const_data;
  *   6. per microbatch: cut the inputs (rows of dim 0 are contiguous, so the
@@ -23,7 +20,7 @@
  *
  * sc_dist_run_local runs every rank as a thread over a local communicator
  * group. Each thread gets its OWN sc_dist_output array (nothing is shared
- * between threads but the read-only partition, programs and inputs); after
+ * between threads but the read-only distributed program and inputs); after
  * joining, the main thread moves each output from the rank that owns it.
  * Errors: the lowest rank whose own message does not say "aborted" (the
  * one that failed first, not an echo of its abort), else the lowest failing
@@ -36,9 +33,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dist.h"
-#include "ir/sharding.h"
+#include "runtime/dist.h"
+
 #include "codegen/cpu/cpu.h"
+#include "ir/sharding.h"
 
 /* Most thread-ranks sc_dist_run_local starts. */
 enum { MAX_LOCAL_RANKS = 1024 };
@@ -81,15 +79,12 @@ static const sc_tensor_view *find_input(const sc_tensor_view *inputs, int32_t n,
 
 /* The state of one rank; everything owned is freed by rank_free. */
 typedef struct rank_state {
-  const sc_partition *part;
-  const sc_program *p;
-  const sc_graph *g;                   /* the stage graph */
+  const sc_dist_program *dp;
+  const sc_dist_stage *st;             /* its stage */
+  const sc_program *p;                 /* the stage's program */
   int64_t rank, coords[SC_MESH_MAX_AXES];
   int32_t stage, M;
-  void **shards;                       /* [p->n_buffers] owned weight shards */
-  const void *const *given;            /* opts' rank_const_data for this rank, or NULL */
-  const void **cdata;                  /* [p->n_buffers] given, else shards (owned) */
-  int64_t weight_bytes;
+  sc_dist_weights w;                   /* its weight shards */
   const sc_tensor_view **src;          /* [n_inputs] caller's global tensors */
   sc_sharding *in_sh;                  /* [n_inputs] their shardings */
   int64_t (*in_mb)[SC_MAX_RANK];       /* [n_inputs] microbatch dims */
@@ -101,54 +96,14 @@ typedef struct rank_state {
 
 static void rank_free(rank_state *r) {
   sc_session_destroy(r->s);
-  for (int32_t b = 0; r->shards && b < r->p->n_buffers; b++) sc_free(r->shards[b]);
+  sc_dist_weights_free(&r->w);
   for (int32_t i = 0; r->in && i < r->p->n_inputs; i++) sc_free(r->in[i].data);
-  sc_free(r->shards);
-  sc_free(r->cdata);
   sc_free(r->src);
   sc_free(r->in_sh);
   sc_free(r->in_mb);
   sc_free(r->in);
   sc_free(r->out);
   sc_free(r->out_global);
-}
-
-/* Step 2: the weight shards of sharded constants. */
-static sc_status load_shards(rank_state *r, sc_diag *d) {
-  const sc_program *p = r->p;
-  for (int32_t b = 0; b < p->n_buffers; b++) {
-    const sc_buffer *buf = &p->buffers[b];
-    if (buf->kind != SC_BUF_CONST || buf->data || buf->bytes <= 0 || !buf->name) continue;
-    if (r->given && r->given[b]) {
-      r->weight_bytes += buf->bytes;
-      continue;
-    }
-    const sc_shard_source *src = sc_partition_source(r->part, buf->name);
-    if (!src) continue; /* no data at all: the device's bind reports it */
-    if (!src->data)
-      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "sharded constant '%s' has no data (loaded with --no-weights?)",
-                         buf->name);
-    int64_t local[SC_MAX_RANK];
-    sc_status st = SC_OK;
-    if (src->dtype != buf->dtype || src->rank != buf->rank || src->sharding.rank != src->rank)
-      st = SC_ERR_INVALID;
-    else
-      st = sc_sharding_local_shape(&src->sharding, &r->part->mesh, src->rank, src->dims, local,
-                                   buf->name, d);
-    if (st == SC_OK && !same_dims(buf->rank, local, buf->dims)) st = SC_ERR_INVALID;
-    if (st != SC_OK)
-      return sc_diag_set(d, st, NULL, NULL,
-                         "sharded constant '%s': its source does not cut to the program's "
-                         "%s buffer of rank %d",
-                         buf->name, sc_dtype_name(buf->dtype), (int)buf->rank);
-    r->shards[b] = sc_malloc((size_t)buf->bytes);
-    if (!r->shards[b]) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-    sc_sharding_extract(&src->sharding, &r->part->mesh, r->coords, sc_dtype_size(buf->dtype),
-                        src->dims, src->data, r->shards[b]);
-    r->weight_bytes += buf->bytes;
-  }
-  return SC_OK;
 }
 
 /* Step 3: match every program input with the caller's global tensor. */
@@ -176,11 +131,8 @@ static sc_status plan_inputs(rank_state *r, const sc_tensor_view *inputs, int32_
                            b->rank < 1 ? 0LL : (long long)mb[0], (int)r->M);
       mb[0] /= r->M;
     }
-    int32_t id = sc_graph_find_value(r->g, name);
-    const sc_sharding *sh = id >= 0 ? sc_graph_sharding(r->g, id) : NULL;
-    if (sh) r->in_sh[i] = *sh;
-    else sc_sharding_replicated(&r->in_sh[i], b->rank);
-    sc_status st = sc_sharding_local_shape(&r->in_sh[i], &r->part->mesh, b->rank, mb, local,
+    r->in_sh[i] = r->st->input_sharding[i];
+    sc_status st = sc_sharding_local_shape(&r->in_sh[i], &r->dp->mesh, b->rank, mb, local,
                                            name, d);
     if (st != SC_OK) return st;
     if (!same_dims(b->rank, local, b->dims)) {
@@ -188,7 +140,7 @@ static sc_status plan_inputs(rank_state *r, const sc_tensor_view *inputs, int32_
       format_dims(v->rank, v->dims, got, sizeof got);
       format_dims(b->rank, local, cut, sizeof cut);
       format_dims(b->rank, b->dims, want, sizeof want);
-      sc_sharding_format(&r->in_sh[i], &r->part->mesh, text, sizeof text);
+      sc_sharding_format(&r->in_sh[i], &r->dp->mesh, text, sizeof text);
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                          "input '%s': %s cuts to %s per rank (dim 0 / %d microbatches, then "
                          "sharding %s), but stage %d takes %s",
@@ -209,29 +161,23 @@ static sc_status plan_inputs(rank_state *r, const sc_tensor_view *inputs, int32_
 /* Step 4: the global outputs this rank owns, allocated. */
 static sc_status plan_outputs(rank_state *r, sc_dist_output *outputs, sc_diag *d) {
   const sc_program *p = r->p;
-  const sc_graph *gg = r->part->global;
-  bool owner = true;
-  for (int32_t a = 0; a < r->part->mesh.n_axes; a++)
-    if (a != r->part->pp_axis && r->coords[a] != 0) owner = false;
   for (int32_t j = 0; j < p->n_outputs; j++) {
     const sc_buffer *b = &p->buffers[p->outputs[j]];
+    int32_t k = r->st->output_global[j];
     r->out_global[j] = -1;
-    if (!owner || !b->name) continue;
-    int32_t k = 0;
-    while (k < gg->n_outputs && strcmp(gg->values[gg->outputs[k]].name, b->name) != 0) k++;
-    if (k == gg->n_outputs) continue; /* not a global output */
+    if (k < 0 || !sc_dist_owns_output(r->dp, r->rank, k)) continue;
     if (outputs[k].data)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "output '%s' is produced twice",
-                         b->name);
+                         r->dp->outputs[k].name);
     if (r->M > 1 && b->rank < 1)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "output '%s' is a scalar: it cannot be gathered over %d microbatches",
-                         b->name, (int)r->M);
+                         r->dp->outputs[k].name, (int)r->M);
     int64_t bytes;
     if (!sc_mul_i64(b->bytes, r->M, &bytes))
       return sc_diag_set(d, SC_ERR_LIMIT, NULL, NULL, "output '%s' is too large", b->name);
     sc_dist_output *o = &outputs[k];
-    o->name = gg->values[gg->outputs[k]].name;
+    o->name = r->dp->outputs[k].name;
     o->dtype = b->dtype;
     o->rank = b->rank;
     memcpy(o->dims, b->dims, sizeof o->dims);
@@ -270,16 +216,10 @@ static sc_status run_microbatches(rank_state *r, const sc_dist_opts *o, sc_comm 
   const sc_program *p = r->p;
   sc_session_opts so;
   sc_session_opts_init(&so);
-  so.threads = o && o->threads > 0 ? o->threads : default_threads(&r->part->mesh);
+  so.threads = o && o->threads > 0 ? o->threads : default_threads(&r->dp->mesh);
   so.world = world;
-  so.const_data = (const void *const *)r->shards;
-  if (r->given) {
-    r->cdata = sc_calloc(p->n_buffers > 0 ? (size_t)p->n_buffers : 1, sizeof *r->cdata);
-    if (!r->cdata) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-    for (int32_t b = 0; b < p->n_buffers; b++) r->cdata[b] = r->given[b] ? r->given[b] : r->shards[b];
-    so.const_data = r->cdata;
-  }
-  if (o && o->cpu_modules) so.cpu_module = o->cpu_modules[r->stage];
+  so.const_data = r->w.data;
+  so.cpu_module = o && o->cpu_modules ? o->cpu_modules[r->stage] : r->st->kernels;
   sc_status st = sc_session_create(p, &so, &r->s, d);
   if (st != SC_OK) return st;
   if (injected_failure(r->rank))
@@ -309,7 +249,7 @@ static sc_status run_once(rank_state *r, const sc_program *p, sc_dist_output *ou
       int64_t mb_numel = 1;
       for (int32_t k = 0; k < v->rank; k++) mb_numel *= r->in_mb[i][k]; /* <= the caller's */
       const char *rows = (const char *)v->data + (size_t)m * (size_t)mb_numel * esz;
-      sc_sharding_extract(&r->in_sh[i], &r->part->mesh, r->coords, esz, r->in_mb[i], rows,
+      sc_sharding_extract(&r->in_sh[i], &r->dp->mesh, r->coords, esz, r->in_mb[i], rows,
                           r->in[i].data);
     }
     st = sc_session_run(r->s, r->in, p->n_inputs, r->out, p->n_outputs, d);
@@ -327,67 +267,62 @@ static sc_status run_once(rank_state *r, const sc_program *p, sc_dist_output *ou
 }
 
 /* Steps 1 to 4, then the runs. */
-static sc_status run_rank(rank_state *r, sc_program *const *programs, const sc_dist_opts *o,
-                          sc_comm *world, const sc_tensor_view *inputs, int32_t n_inputs,
+static sc_status run_rank(rank_state *r, const sc_dist_opts *o, sc_comm *world,
+                          const sc_tensor_view *inputs, int32_t n_inputs,
                           sc_dist_output *outputs, int32_t n_outputs, sc_diag *d) {
-  const sc_partition *part = r->part;
-  const sc_graph *gg = part->global;
-  if (n_outputs != gg->n_outputs)
+  const sc_dist_program *dp = r->dp;
+  if (n_outputs != dp->n_outputs)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the model has %d outputs, room for %d given",
-                       (int)gg->n_outputs, (int)n_outputs);
-  if ((int64_t)sc_comm_size(world) != part->mesh.n_ranks)
+                       (int)dp->n_outputs, (int)n_outputs);
+  if ((int64_t)sc_comm_size(world) != dp->mesh.n_ranks)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                        "the mesh has %lld ranks, but the communicator has %d",
-                       (long long)part->mesh.n_ranks, sc_comm_size(world));
-  if (part->microbatches < 1)
+                       (long long)dp->mesh.n_ranks, sc_comm_size(world));
+  if (dp->schedule.microbatches < 1)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "%d microbatches",
-                       (int)part->microbatches);
-  r->M = part->microbatches;
-  sc_mesh_rank_to_coords(&part->mesh, r->rank, r->coords);
-  r->stage = part->pp_axis >= 0 ? (int32_t)r->coords[part->pp_axis] : 0;
-  if (r->stage >= part->n_stages || !programs[r->stage])
+                       (int)dp->schedule.microbatches);
+  r->M = dp->schedule.microbatches;
+  sc_mesh_rank_to_coords(&dp->mesh, r->rank, r->coords);
+  r->stage = sc_dist_rank_stage(dp, r->rank);
+  if (r->stage >= dp->n_stages || !dp->stages[r->stage].program)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "stage %d has no program", (int)r->stage);
-  r->p = programs[r->stage];
-  r->g = part->stages[r->stage];
-  r->given = o && o->rank_const_data ? o->rank_const_data[r->rank] : NULL;
-  for (int32_t i = 0; i < gg->n_inputs; i++) {
-    const char *name = gg->values[gg->inputs[i]].name;
-    if (!find_input(inputs, n_inputs, name))
-      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "input '%s' is missing", name);
-  }
+  r->st = &dp->stages[r->stage];
+  r->p = r->st->program;
+  for (int32_t i = 0; i < dp->n_inputs; i++)
+    if (!find_input(inputs, n_inputs, dp->inputs[i].name))
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "input '%s' is missing",
+                         dp->inputs[i].name);
   const sc_program *p = r->p;
   size_t ni = p->n_inputs > 0 ? (size_t)p->n_inputs : 1;
   size_t no = p->n_outputs > 0 ? (size_t)p->n_outputs : 1;
-  r->shards = sc_calloc(p->n_buffers > 0 ? (size_t)p->n_buffers : 1, sizeof *r->shards);
   r->src = sc_calloc(ni, sizeof *r->src);
   r->in_sh = sc_calloc(ni, sizeof *r->in_sh);
   r->in_mb = sc_calloc(ni, sizeof *r->in_mb);
   r->in = sc_calloc(ni, sizeof *r->in);
   r->out = sc_calloc(no, sizeof *r->out);
   r->out_global = sc_calloc(no, sizeof *r->out_global);
-  if (!r->shards || !r->src || !r->in_sh || !r->in_mb || !r->in || !r->out || !r->out_global)
+  if (!r->src || !r->in_sh || !r->in_mb || !r->in || !r->out || !r->out_global)
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  sc_status st = load_shards(r, d);
+  sc_status st = sc_dist_rank_weights(dp, r->rank, &r->w, d);
   if (st == SC_OK) st = plan_inputs(r, inputs, n_inputs, d);
   if (st == SC_OK) st = plan_outputs(r, outputs, d);
   if (st == SC_OK) st = run_microbatches(r, o, world, outputs, d);
   return st;
 }
 
-sc_status sc_dist_run_rank(const sc_partition *part, sc_program *const *programs,
-                           const sc_dist_opts *o, sc_comm *world,
+sc_status sc_dist_run_rank(const sc_dist_program *dp, const sc_dist_opts *o, sc_comm *world,
                            const sc_tensor_view *inputs, int32_t n_inputs,
                            sc_dist_output *outputs, int32_t n_outputs,
                            sc_dist_rank_stats *stats, sc_diag *d) {
   for (int32_t k = 0; k < n_outputs; k++) memset(&outputs[k], 0, sizeof outputs[k]);
   rank_state r;
   memset(&r, 0, sizeof r);
-  r.part = part;
+  r.dp = dp;
   r.rank = sc_comm_rank(world);
-  sc_status st = run_rank(&r, programs, o, world, inputs, n_inputs, outputs, n_outputs, d);
+  sc_status st = run_rank(&r, o, world, inputs, n_inputs, outputs, n_outputs, d);
   if (stats) {
     stats->arena_bytes = r.s ? sc_session_arena_bytes(r.s) : 0;
-    stats->weight_bytes = r.weight_bytes;
+    stats->weight_bytes = r.w.bytes;
     stats->stage = r.stage;
   }
   rank_free(&r);
@@ -409,8 +344,7 @@ sc_status sc_dist_run_rank(const sc_partition *part, sc_program *const *programs
 /* ---- the local backend ---- */
 
 typedef struct local_job {
-  const sc_partition *part;
-  sc_program *const *programs;
+  const sc_dist_program *dp;
   const sc_dist_opts *o;
   sc_comm *comm;
   const sc_tensor_view *inputs;
@@ -424,7 +358,7 @@ typedef struct local_job {
 static void *local_main(void *arg) {
   local_job *j = arg;
   sc_diag_clear(&j->d);
-  j->st = sc_dist_run_rank(j->part, j->programs, j->o, j->comm, j->inputs, j->n_inputs,
+  j->st = sc_dist_run_rank(j->dp, j->o, j->comm, j->inputs, j->n_inputs,
                            j->outputs, j->n_outputs, &j->stats, &j->d);
   return NULL;
 }
@@ -440,23 +374,22 @@ static int64_t first_failure(const local_job *jobs, int64_t n) {
   return echo;
 }
 
-sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *programs,
-                            const sc_dist_opts *o, const sc_tensor_view *inputs,
+sc_status sc_dist_run_local(const sc_dist_program *dp, const sc_dist_opts *o, const sc_tensor_view *inputs,
                             int32_t n_inputs, sc_dist_output *outputs, int32_t n_outputs,
                             sc_dist_rank_stats *stats, sc_diag *d) {
   for (int32_t k = 0; k < n_outputs; k++) memset(&outputs[k], 0, sizeof outputs[k]);
-  int64_t n = part->mesh.n_ranks;
+  int64_t n = dp->mesh.n_ranks;
   if (n < 1 || n > MAX_LOCAL_RANKS)
     return sc_diag_set(d, SC_ERR_LIMIT, NULL, NULL,
                        "the local backend runs at most %d ranks as threads, the mesh has %lld",
                        MAX_LOCAL_RANKS, (long long)n);
-  if (n_outputs != part->global->n_outputs)
+  if (n_outputs != dp->n_outputs)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the model has %d outputs, room for %d given",
-                       (int)part->global->n_outputs, (int)n_outputs);
+                       (int)dp->n_outputs, (int)n_outputs);
   sc_dist_opts opts;
   sc_dist_opts_init(&opts);
   if (o) opts = *o;
-  if (opts.threads <= 0) opts.threads = default_threads(&part->mesh);
+  if (opts.threads <= 0) opts.threads = default_threads(&dp->mesh);
   sc_comm **comms = sc_calloc((size_t)n, sizeof *comms);
   local_job *jobs = sc_calloc((size_t)n, sizeof *jobs);
   pthread_t *th = sc_calloc((size_t)n, sizeof *th);
@@ -465,22 +398,27 @@ sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *program
   sc_status st = SC_OK;
   if (!comms || !jobs || !th || !outs)
     st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  /* one JIT per stage, shared by its ranks */
+  /* one JIT per stage without kernels, shared by its ranks */
   sc_cpu_module **mods = NULL;
+  const struct sc_cpu_module **use = NULL;
   if (st == SC_OK && !opts.cpu_modules) {
-    mods = sc_calloc((size_t)part->n_stages, sizeof *mods);
-    if (!mods) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    mods = sc_calloc((size_t)dp->n_stages, sizeof *mods);
+    use = sc_calloc((size_t)dp->n_stages, sizeof *use);
+    if (!mods || !use) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     sc_cpu_opts co;
     sc_cpu_opts_init(&co);
-    for (int32_t s = 0; st == SC_OK && s < part->n_stages; s++)
-      st = sc_cpu_jit(programs[s], &co, &mods[s], d);
-    opts.cpu_modules = (const struct sc_cpu_module *const *)mods;
+    for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+      use[s] = dp->stages[s].kernels;
+      if (!use[s] && (st = sc_cpu_jit(dp->stages[s].program, &co, &mods[s], d)) == SC_OK)
+        use[s] = mods[s];
+    }
+    opts.cpu_modules = use;
   }
   if (st == SC_OK) st = sc_comm_local_create_group((int)n, comms, d);
   int64_t started = 0;
   for (; st == SC_OK && started < n; started++) {
     local_job *j = &jobs[started];
-    *j = (local_job){.part = part, .programs = programs, .o = &opts, .comm = comms[started],
+    *j = (local_job){.dp = dp, .o = &opts, .comm = comms[started],
                      .inputs = inputs, .n_inputs = n_inputs, .n_outputs = n_outputs,
                      .outputs = outs + started * (n_outputs > 0 ? n_outputs : 1)};
     if (pthread_create(&th[started], NULL, local_main, j) != 0) {
@@ -492,8 +430,9 @@ sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *program
   }
   for (int64_t r = 0; r < started; r++) pthread_join(th[r], NULL);
   for (int64_t r = 0; comms && r < n; r++) sc_comm_destroy(comms[r]);
-  for (int32_t s = 0; mods && s < part->n_stages; s++) sc_cpu_module_destroy(mods[s]);
+  for (int32_t s = 0; mods && s < dp->n_stages; s++) sc_cpu_module_destroy(mods[s]);
   sc_free(mods);
+  sc_free(use);
   int64_t bad = st == SC_OK ? first_failure(jobs, n) : -1;
   if (bad >= 0) {
     *d = jobs[bad].d;
@@ -513,7 +452,7 @@ sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *program
     }
     if (st == SC_OK && !outputs[k].data)
       st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "output '%s' is produced by no stage",
-                       part->global->values[part->global->outputs[k]].name);
+                       dp->outputs[k].name);
   }
   for (int64_t i = 0; outs && i < started * (n_outputs > 0 ? n_outputs : 1); i++)
     sc_free(outs[i].data); /* what was not moved */

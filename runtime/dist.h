@@ -1,28 +1,25 @@
-/* dist.h — running a partitioned model: one session per rank.
+/* dist.h — running a distributed program: one session per rank.
  *
- * Input: a partition (passes/partition/partition.h: mesh, stage graphs,
- * sharded constants' sources) and one compiled program per stage
- * (programs[s] compiled from part->stages[s] with sc_compile_graph; the
- * program's CONST buffers of sharded constants have data NULL and the name
- * of their source).
+ * Input: a distributed program (codegen/dist_program.h), whether just
+ * compiled (driver/driver.h) or loaded from a partitioned bundle
+ * (runtime/dist_load.h). The runtime sees nothing else: no graph, no plan,
+ * no partitioner.
  *
  * Rank r (mesh rank, sc_mesh_rank_to_coords) runs stage
- * coords[pp_axis] (0 without pp). Its session gets:
- *   - its weight shards: for every CONST buffer without data whose name has
- *     a source, a buffer of the local shape cut from the source with
- *     sc_sharding_extract at the rank's coords (allocated once per rank,
- *     passed through sc_session_opts.const_data);
- *   - per microbatch m (0..M-1, M = part->microbatches): each program
- *     input, cut from the caller's GLOBAL input: first the microbatch's
- *     rows of dim 0 ([m*b, (m+1)*b) where b = global dim 0 / M; M == 1:
- *     the whole tensor), then the rank's piece under the stage graph
- *     input's sharding (sc_sharding_extract).
+ * sc_dist_rank_stage(dp, r). Its session gets:
+ *   - its weight shards (sc_dist_rank_weights: cut once from the sources,
+ *     or the loaded bundle's rank file), passed through
+ *     sc_session_opts.const_data;
+ *   - per microbatch m (0..M-1, M = dp->schedule.microbatches): each
+ *     program input, cut from the caller's GLOBAL input: first the
+ *     microbatch's rows of dim 0 ([m*b, (m+1)*b) where b = global dim 0 /
+ *     M; M == 1: the whole tensor), then the rank's piece under the stage's
+ *     input sharding (sc_sharding_extract).
  * The stages run concurrently; Send/Recv COMM steps move activations
  * between them (GPipe fill/drain for inference: stage s runs microbatch m
  * as soon as stage s-1 has sent it).
- * Outputs: every graph output is replicated by construction (localize.c);
- * the rank whose coords are 0 on every axis but pp, in the stage that
- * produces the output, copies microbatch m's output into rows
+ * Outputs: every graph output is replicated by construction; the rank that
+ * owns it (sc_dist_owns_output) copies microbatch m's output into rows
  * [m*b', (m+1)*b') of the global output (b' its dim 0; M == 1: whole).
  *
  * Failure: an error on any rank (bad input, kernel error, a peer's abort)
@@ -35,21 +32,17 @@
 #ifndef SC_RUNTIME_DIST_H
 #define SC_RUNTIME_DIST_H
 
-#include "passes/partition/partition.h"
+#include "codegen/dist_program.h"
 #include "runtime/comm.h"
 #include "runtime/runtime.h"
 
 typedef struct sc_dist_opts {
   int threads;          /* CPU threads per rank (0: cores / ranks, >= 1) */
   /* CPU kernels compiled once per stage ([n_stages], borrowed), shared by
-   * every rank of the stage; NULL: sc_dist_run_local JIT-compiles each
-   * stage's program once itself, sc_dist_run_rank lets its session do it. */
+   * every rank of the stage; NULL: the stages' own (a loaded bundle's), or
+   * else sc_dist_run_local JIT-compiles each stage's program once itself
+   * and sc_dist_run_rank lets its session do it. */
   const struct sc_cpu_module *const *cpu_modules;
-  /* NULL, or per mesh rank ([n_ranks], borrowed): NULL or [n_buffers of the
-   * rank's stage program] data for its CONST buffers, used instead of a
-   * source's cut (NULL entries: as without it). A loaded partitioned
-   * bundle's weight files (runtime/pbundle.h). */
-  const void *const *const *rank_const_data;
   bool quiet;
   /* Timing (shardc run --repeat): the ranks run warmup + repeat times (at
    * least once; outputs from the last run), each run between two barriers
@@ -77,13 +70,12 @@ typedef struct sc_dist_output {
   void *data;
 } sc_dist_output;
 
-/* local backend: all part->mesh.n_ranks ranks as threads of this process.
- * inputs: global tensors, one per global graph input, by name (extra ones
- * are ignored; a missing one is an error naming it). outputs[n_outputs]
- * receives the global graph outputs in part->global's output order
- * (n_outputs must equal that count). stats: NULL or [n_ranks]. */
-sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *programs,
-                            const sc_dist_opts *o, const sc_tensor_view *inputs,
+/* local backend: all dp->mesh.n_ranks ranks as threads of this process.
+ * inputs: global tensors, one per global input, by name (extra ones are
+ * ignored; a missing one is an error naming it). outputs[n_outputs]
+ * receives the global outputs in dp->outputs' order (n_outputs must equal
+ * dp->n_outputs). stats: NULL or [n_ranks]. */
+sc_status sc_dist_run_local(const sc_dist_program *dp, const sc_dist_opts *o, const sc_tensor_view *inputs,
                             int32_t n_inputs, sc_dist_output *outputs, int32_t n_outputs,
                             sc_dist_rank_stats *stats, sc_diag *d);
 
@@ -92,8 +84,7 @@ sc_status sc_dist_run_local(const sc_partition *part, sc_program *const *program
  * rank gets the global inputs). outputs: filled for the outputs this rank
  * owns (see above), others left with data NULL. Used by the mpi backend
  * (one process per rank, under mpirun) and by sc_dist_run_local's threads. */
-sc_status sc_dist_run_rank(const sc_partition *part, sc_program *const *programs,
-                           const sc_dist_opts *o, sc_comm *world,
+sc_status sc_dist_run_rank(const sc_dist_program *dp, const sc_dist_opts *o, sc_comm *world,
                            const sc_tensor_view *inputs, int32_t n_inputs,
                            sc_dist_output *outputs, int32_t n_outputs,
                            sc_dist_rank_stats *stats, sc_diag *d);

@@ -66,19 +66,4 @@ double sc_session_compile_seconds(const sc_session *s);
 int sc_session_threads(const sc_session *s); /* threads the device uses */
 void sc_session_destroy(sc_session *s);
 
-/* Whole pipeline for a graph already imported and bound: canonical passes,
- * fuse, lowering, memory plan (verified). */
-typedef struct sc_compile_opts {
-  bool fuse;               /* default true */
-  const char *print_after; /* graph pass name, "all", or "program" (the
-                              final program after memplan), or NULL */
-  bool time_passes;
-  FILE *print_out;         /* --print-after output; NULL = stderr */
-  FILE *time_out;          /* --time-passes output; NULL = stderr */
-  bool quiet;              /* no notes (e.g. dims bound to 1) on stderr */
-} sc_compile_opts;
-void sc_compile_opts_init(sc_compile_opts *o);
-sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **out,
-                           sc_diag *diag);
-
 #endif

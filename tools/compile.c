@@ -1,28 +1,26 @@
-/* compile.c — `shardc compile MODEL --target cpu|cuda -o OUT`: import, bind
- * dims, compile (sc_compile_graph: passes, fusion, lowering, memory plan)
- * and write the bundle (codegen/bundle.h, docs/bundle.md); or, with
- * --emit=kir|llvm|cuda, print the generated code on stdout instead (-o then
- * optional: when given too, the bundle is written as well).
+/* compile.c — `shardc compile MODEL --target cpu|cuda -o OUT`: builds the
+ * model (driver/driver.h: import, passes, codegen) and writes the bundle
+ * (codegen/bundle.h, docs/bundle.md); or, with --emit=kir|llvm|cuda,
+ * prints the generated code on stdout instead (-o then optional: when given
+ * too, the bundle is written as well).
  *
  * Its own options (--target, -o, --gpu-arch, --emit) are taken out of argv
- * first; the rest go to the shared parser (cli.h). The graph stays alive
- * until the bundle is written: CONST data is borrowed from it.
+ * first; the rest go to the shared parser (cli.h). The build stays alive
+ * until the bundle is written: CONST data is borrowed from its graph.
  *
- * With --mesh or --plan (partition_cli.h's options, --comm excepted) the
+ * With --mesh or --plan (partition_args.h's options, --comm excepted) the
  * model is partitioned and OUT becomes a partitioned bundle: partition.json,
  * one stage bundle per stage and one weight file per rank
- * (tools/partition_bundle.h). */
+ * (codegen/dist_bundle.h). */
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
 #include "codegen/bundle.h"
 #include "codegen/cpu/cpu.h"
-#include "commands.h"
-#include "frontend/onnx.h"
-#include "partition_bundle.h"
-#include "partition_cli.h"
-#include "runtime/runtime.h"
+#include "codegen/dist_bundle.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+#include "tools/partition_args.h"
 #if SHARDC_HAVE_CUDA
 #include "codegen/cuda/cuda.h"
 #endif
@@ -38,7 +36,7 @@ typedef struct compile_opts {
   const char *out;
   const char *archs;
   const char *emit;   /* NULL, "kir", "llvm", "cuda" */
-  sc_pcli pc;         /* --mesh and the other partition options */
+  sc_partition_args pa; /* --mesh and the other partition options */
 } compile_opts;
 
 /* "--name=value" / "--name value" (or a short alias); advances *i. Returns
@@ -74,7 +72,7 @@ static int split_args(int argc, char **argv, compile_opts *co) {
     else if (r == 0 && (r = take(argc, argv, &i, "--emit", NULL, &v)) == 1) co->emit = v;
     if (r == 0 && strncmp(argv[i], "--", 2) == 0) {
       int j = i;
-      int t = sc_pcli_take_option(&co->pc, argc, argv, &j, false);
+      int t = sc_partition_args_take(&co->pa, argc, argv, &j, false);
       if (t == 2) return -1;
       if (t == 1) {
         i = j - 1; /* it moved past what it took; the loop steps once more */
@@ -120,38 +118,9 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
-/* --mesh / --plan: import, partition, compile every stage, write the
- * partitioned bundle. */
-static int compile_partitioned(compile_opts *co, sc_cli_opts *o, const sc_bundle_opts *bo) {
-  if (co->emit) return sc_cli_usage_error("--emit is not supported with --mesh / --plan");
-  if (bo->target != SC_BUNDLE_CPU)
-    return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
-  sc_graph *g = NULL;
-  int rc = sc_pcli_load(&co->pc, o, &g);
-  if (rc) return rc;
-  sc_pass_opts po;
-  sc_cli_pass_opts(o, &po);
-  sc_compile_opts cop;
-  sc_compile_opts_init(&cop);
-  cop.print_after = o->print_after;
-  cop.time_passes = o->time_passes;
-  cop.quiet = true;
-  sc_pbuild b;
-  memset(&b, 0, sizeof b);
-  if ((rc = sc_pcli_build(&co->pc, g, o->file, &po, &cop, true, &b)) == 0) {
-    sc_diag d = {0};
-    sc_diag_clear(&d);
-    if (sc_pbundle_write(b.part, b.programs, bo, co->out, &d) != SC_OK)
-      rc = sc_cli_report(&d, o->file);
-    sc_pbuild_free(&b);
-  }
-  sc_graph_destroy(g);
-  return rc;
-}
-
 int sc_cmd_compile(int argc, char **argv) {
   compile_opts co = {.target = "cpu"};
-  sc_pcli_init(&co.pc);
+  sc_partition_args_init(&co.pa);
   int n = split_args(argc, argv, &co);
   if (n < 0) return 2;
   sc_cli_opts o;
@@ -192,34 +161,34 @@ int sc_cmd_compile(int argc, char **argv) {
   if (!co.emit && !co.out) return sc_cli_usage_error("no output (-o OUT)\nusage: %s", USAGE);
   bo.archs = co.archs;
   bo.model = base_name(o.file);
-  if (sc_pcli_active(&co.pc)) return compile_partitioned(&co, &o, &bo);
+  bool partitioned = sc_partition_args_active(&co.pa);
+  if (partitioned && co.emit)
+    return sc_cli_usage_error("--emit is not supported with --mesh / --plan");
+  if (partitioned && bo.target != SC_BUNDLE_CPU)
+    return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
 
-  sc_import_opts io = {.no_weights = false};
-  sc_graph *g = NULL;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &g, &d), &g, &d, &o);
-  if (rc) return rc;
-
+  sc_pass_opts po;
+  sc_cli_pass_opts(&o, &po);
   sc_compile_opts cop;
   sc_compile_opts_init(&cop);
   cop.print_after = o.print_after;
   cop.time_passes = o.time_passes;
-  sc_program *p = NULL;
+  cop.quiet = partitioned;
+  sc_build_opts bopt;
+  sc_build_opts_init(&bopt);
+  bopt.pass = &po;
+  bopt.compile = &cop;
+  sc_build *b = NULL;
+  if ((rc = sc_partition_args_build(&co.pa, &o, &bopt, &b, NULL)) != 0) return rc;
+  const sc_dist_program *dp = b->program;
+  sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_status st = sc_compile_graph(g, &cop, &p, &d);
-  if (st != SC_OK) {
-    rc = sc_cli_report(&d, o.file);
-    sc_graph_destroy(g);
-    return rc;
-  }
-  if (co.emit) rc = emit_code(p, &co, o.file);
+  if (co.emit) rc = emit_code(dp->stages[0].program, &co, o.file);
   if (rc == 0 && co.out) {
-    sc_diag_clear(&d);
-    st = sc_bundle_write(p, &bo, co.out, &d);
+    sc_status st = partitioned ? sc_dist_program_write(dp, &bo, co.out, &d)
+                               : sc_bundle_write(dp->stages[0].program, &bo, co.out, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   }
-  sc_program_destroy(p);
-  sc_graph_destroy(g);
+  sc_build_destroy(b);
   return rc;
 }

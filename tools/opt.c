@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "ir/text.h"
+#include "codegen/compile.h" /* codegen's passes (fuse) */
 #include "passes/pass.h"
 
 static const char *const USAGE =
@@ -35,6 +36,7 @@ int sc_cmd_opt(int argc, char **argv) {
   if (rc) return rc;
   sc_pass_opts po;
   sc_cli_pass_opts(&o, &po);
+  sc_codegen_register_passes();
   if (sc_run_passes(g, o.passes, &po) != SC_OK) {
     rc = sc_cli_report(&g->diag, o.file);
     sc_graph_destroy(g);

@@ -1,10 +1,10 @@
 /* plan.c — `shardc plan MODEL --mesh AXES`: partition a model and report
  * the result, or write it as a replayable plan (--json).
  *
- * The model is imported, its batch dims divided by the microbatch count and
- * bound, then sc_pcli_build runs the canonical passes, builds the plan,
- * partitions and compiles every stage graph (lowering and memory plan only,
- * no JIT: it works on shape-only models, --no-weights). The text report
+ * The build (driver/driver.h) imports the model, divides its batch dims by
+ * the microbatch count, runs the canonical passes, partitions and compiles
+ * every stage graph (lowering and memory plan only, no JIT: it works on
+ * shape-only models, --no-weights). This file only prints. The text report
  * (docs/cli.md#plan) has five parts, all derived from the partition and the
  * stage programs, in a fixed order so that golden tests can pin them:
  *   header       model, mesh, axis roles, stages, microbatches, schedule
@@ -26,12 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "commands.h"
-#include "dot.h"
-#include "frontend/onnx.h"
-#include "partition_cli.h"
-#include "passes/stats.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+#include "tools/dot.h"
+#include "tools/partition_args.h"
 
 static const char *const USAGE =
     "shardc plan MODEL.onnx (--mesh AXES | --plan FILE.json) [--dim NAME=V]...\n"
@@ -95,7 +93,7 @@ typedef struct coll_row {
 } coll_row;
 
 typedef struct report {
-  const sc_pbuild *b;
+  const sc_build *b;
   const sc_partition *part;
   sc_graph *g;
   const sc_stats *stats;
@@ -214,7 +212,7 @@ static int64_t buffer_bytes(const sc_program *p, int32_t id) {
 static sc_status program_contents(report *r) {
   int32_t cap = 0;
   for (int32_t s = 0; s < r->part->n_stages; s++) {
-    const sc_program *p = r->b->programs[s];
+    const sc_program *p = r->b->program->stages[s].program;
     stage_info *si = &r->st[s];
     if (!p) continue;
     si->arena_bytes = p->arena_bytes;
@@ -248,16 +246,6 @@ static sc_status program_contents(report *r) {
     }
   }
   return SC_OK;
-}
-
-/* The sharding of initializer name in the partition: its source's, else
- * the local graph's; NULL = replicated. */
-static const sc_sharding *param_sharding(const sc_partition *part, const char *name) {
-  const sc_shard_source *src = sc_partition_source(part, name);
-  if (src) return &src->sharding;
-  int32_t id = sc_graph_find_value(part->local, name);
-  const sc_sharding *s = id >= 0 ? sc_graph_sharding(part->local, id) : NULL;
-  return s && !sc_sharding_is_replicated(s) ? s : NULL;
 }
 
 /* ---- text report ---- */
@@ -374,7 +362,7 @@ static void print_shardings(const report *r) {
     const sc_value *v = &g->values[i];
     if (!live_param(v) || v->rank < 0) continue;
     fmt_dims(v->dims, v->rank, shape, sizeof shape);
-    const sc_sharding *s = param_sharding(part, v->name);
+    const sc_sharding *s = sc_partition_param_sharding(part, v->name);
     int64_t local[SC_MAX_RANK];
     sc_diag d = {0}; /* sc_diag_clear keeps .file: start zeroed */
     sc_diag_clear(&d);
@@ -389,33 +377,6 @@ static void print_shardings(const report *r) {
     }
     printf("  %-48s %-20s %-16s %s\n", v->name, shape, text, lshape);
   }
-}
-
-/* ---- --json: the plan, completed so that it replays ---- */
-
-static sc_status complete_plan(sc_plan *plan, const sc_partition *part, sc_graph *g, sc_diag *d) {
-  int32_t n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) n += live_node(&g->nodes[i]);
-  plan->node_stages = n ? sc_arena_array(&plan->arena, (size_t)n, sizeof *plan->node_stages) : NULL;
-  if (n && !plan->node_stages) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  plan->n_node_stages = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    if (!live_node(&g->nodes[i])) continue;
-    const char *name = sc_plan_strdup(plan, g->nodes[i].name);
-    if (!name) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-    plan->node_stages[plan->n_node_stages++] = (sc_plan_node_stage){name, part->node_stage[i]};
-  }
-  char text[256];
-  for (int32_t i = 0; i < g->n_values; i++) {
-    const sc_value *v = &g->values[i];
-    if (!live_param(v)) continue;
-    const sc_sharding *s = param_sharding(part, v->name);
-    if (!s) continue;
-    sc_sharding_format(s, &part->mesh, text, sizeof text);
-    sc_status st = sc_plan_set_override(plan, v->name, text, d);
-    if (st != SC_OK) return st;
-  }
-  return SC_OK;
 }
 
 /* ---- --dot: the local graph by stage ---- */
@@ -508,14 +469,14 @@ static int print_help(void) {
 }
 
 /* Takes the partitioning options out of argv; the rest go to sc_cli_parse. */
-static int split_args(int argc, char **argv, sc_pcli *p, char **rest, int *n_rest) {
+static int split_args(int argc, char **argv, sc_partition_args *p, char **rest, int *n_rest) {
   *n_rest = 0;
   rest[(*n_rest)++] = argv[0];
   bool only_files = false;
   for (int i = 1; i < argc;) {
     if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
     if (!only_files && argv[i][0] == '-') {
-      int rc = sc_pcli_take_option(p, argc, argv, &i, false);
+      int rc = sc_partition_args_take(p, argc, argv, &i, false);
       if (rc == 1) continue;
       if (rc) return rc;
       if (strcmp(argv[i], "--") == 0) only_files = true;
@@ -525,7 +486,7 @@ static int split_args(int argc, char **argv, sc_pcli *p, char **rest, int *n_res
   return 0;
 }
 
-static int report_all(const sc_pbuild *b, sc_graph *g, const sc_stats *stats, const char *path) {
+static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, const char *path) {
   report r = {.b = b, .part = b->part, .g = g, .stats = stats};
   r.st = sc_calloc((size_t)b->part->n_stages, sizeof *r.st);
   int rc = 1;
@@ -549,8 +510,8 @@ done:
 }
 
 int sc_cmd_plan(int argc, char **argv) {
-  sc_pcli p;
-  sc_pcli_init(&p);
+  sc_partition_args p;
+  sc_partition_args_init(&p);
   char *rest[MAX_ARGS];
   int n_rest = 0;
   int rc = split_args(argc, argv, &p, rest, &n_rest);
@@ -562,20 +523,9 @@ int sc_cmd_plan(int argc, char **argv) {
                     USAGE, &o);
   if (rc) return rc;
   if (o.help) return print_help();
-  if (!sc_pcli_active(&p))
+  if (!sc_partition_args_active(&p))
     return sc_cli_usage_error("plan needs --mesh AXES or --plan FILE.json\nusage: %s", USAGE);
 
-  sc_graph *g = NULL;
-  rc = sc_pcli_load(&p, &o, &g);
-  if (rc) return rc;
-
-  sc_stats stats; /* for the block names only */
-  if (sc_stats_begin(g, &stats) != SC_OK) {
-    rc = sc_cli_report(&g->diag, o.file);
-    sc_stats_free(&stats);
-    sc_graph_destroy(g);
-    return rc;
-  }
   sc_pass_opts po;
   sc_cli_pass_opts(&o, &po);
   sc_compile_opts co;
@@ -583,12 +533,19 @@ int sc_cmd_plan(int argc, char **argv) {
   co.print_after = o.print_after;
   co.time_passes = o.time_passes;
   co.quiet = true;
-  sc_pbuild b;
-  rc = sc_pcli_build(&p, g, o.file, &po, &co, true, &b);
+  sc_build_opts bo;
+  sc_build_opts_init(&bo);
+  bo.no_weights = o.no_weights;
+  bo.stats = true; /* for the block names only */
+  bo.pass = &po;
+  bo.compile = &co;
+  sc_build *b = NULL;
+  if ((rc = sc_partition_args_build(&p, &o, &bo, &b, NULL)) != 0) return rc;
+  sc_graph *g = b->graph;
 
   if (!rc && o.dot) {
     FILE *f = fopen(o.dot, "w");
-    bool ok = f && write_dot(b.part->local, f) == SC_OK;
+    bool ok = f && write_dot(b->part->local, f) == SC_OK;
     if (f && fclose(f) != 0) ok = false;
     if (!ok) {
       fprintf(stderr, "shardc: error: %s: cannot write the Graphviz file\n", o.dot);
@@ -598,15 +555,13 @@ int sc_cmd_plan(int argc, char **argv) {
   if (!rc && o.json) {
     sc_diag d = {0};
     sc_diag_clear(&d);
-    sc_status st = complete_plan(b.plan, b.part, g, &d);
-    if (st == SC_OK) st = sc_plan_write_json(b.plan, stdout, &d);
+    sc_status st = sc_partition_complete_plan(b->part, b->plan, &d);
+    if (st == SC_OK) st = sc_plan_write_json(b->plan, stdout, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   } else if (!rc) {
-    rc = report_all(&b, g, &stats, o.file);
+    rc = report_all(b, g, &b->stats, o.file);
   }
   fflush(stdout);
-  sc_pbuild_free(&b);
-  sc_stats_free(&stats);
-  sc_graph_destroy(g);
+  sc_build_destroy(b);
   return rc;
 }

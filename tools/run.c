@@ -1,7 +1,9 @@
 /* run.c — `shardc run MODEL`: compile a model for the CPU and run it once.
  *
- * Import, bind --dim, sc_compile_graph (canonical passes, fuse, lowering,
- * memory plan), a CPU session, then one run on inputs read from .npy files
+ * The build (driver/driver.h: import, bind --dim, canonical passes, fuse,
+ * lowering, memory plan; partitioned with --mesh/--plan), then a CPU
+ * session (one rank) or the distributed runtime (runtime/dist.h: every
+ * rank), and one run on inputs read from .npy files
  * (--input NAME=FILE.npy) or made up (--random-inputs SEED). Every graph
  * output is written as DIR/<name>.npy and summarised on stdout.
  *
@@ -26,15 +28,14 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "cli.h"
-#include "commands.h"
-#include "frontend/onnx.h"
 #include "runtime/bundle.h"
+#include "runtime/dist.h"
+#include "runtime/dist_load.h"
 #include "runtime/npy.h"
 #include "runtime/runtime.h"
-#include "runtime/dist.h"
-#include "runtime/pbundle.h"
-#include "tools/partition_cli.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+#include "tools/partition_args.h"
 
 static const char *const USAGE =
     "shardc run MODEL.onnx [--dim NAME=V]... [--input NAME=FILE.npy]...\n"
@@ -61,7 +62,7 @@ typedef struct run_opts {
   int n_frozen;
   int64_t repeat, warmup;              /* --repeat N, --warmup W (timing mode) */
   bool warmup_given;
-  sc_pcli pc;                          /* --mesh and the other partition options */
+  sc_partition_args pc;                /* --mesh and the other partition options */
 } run_opts;
 
 /* Takes run's own options out of argv; the rest (file, --dim, --print-after,
@@ -126,7 +127,7 @@ static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_re
       r->warmup_given |= !rep;
     } else if (strcmp(a, "--no-fuse") == 0) {
       r->no_fuse = true;
-    } else if (a[0] == '-' && a[1] == '-' && (taken = sc_pcli_take_option(&r->pc, argc, argv, &i, true)) != 0) {
+    } else if (a[0] == '-' && a[1] == '-' && (taken = sc_partition_args_take(&r->pc, argc, argv, &i, true)) != 0) {
       if (taken == 2) return 2;
       i--; /* it moved past what it took; the loop steps once more */
     } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
@@ -282,7 +283,7 @@ static void print_help(void) {
 }
 
 typedef struct run_state {
-  sc_graph *g;
+  sc_build *build;   /* when MODEL is a model file: owns p */
   sc_program *p;
   sc_bundle *bundle; /* when MODEL is a bundle directory: owns p */
   sc_session *s;
@@ -297,12 +298,8 @@ static void run_state_free(run_state *st, run_opts *r) {
   sc_free(st->in_data);
   sc_free(st->in);
   sc_free(st->out);
-  if (st->bundle) {
-    st->p = NULL;
-    sc_bundle_destroy(st->bundle);
-  }
-  if (st->p) sc_program_destroy(st->p);
-  if (st->g) sc_graph_destroy(st->g);
+  sc_bundle_destroy(st->bundle);
+  sc_build_destroy(st->build);
   for (int i = 0; i < r->n_in; i++) sc_free(r->in_buf[i]);
 }
 
@@ -321,56 +318,58 @@ static bool is_frozen(const run_opts *r, const char *name) {
   return false;
 }
 
-/* The --input index (the last one for the name) of the graph input a failed
- * compile wants constant, or -1. */
-static int wanted_input(const sc_graph *g, const run_opts *r) {
-  if (!g || g->want_const < 0 || g->want_const >= g->n_values) return -1;
-  const char *name = g->values[g->want_const].name;
-  if (is_frozen(r, name)) return -1;
+/* The --input index (the last one for the name) of the input a failed
+ * build wants constant, or -1. */
+static int wanted_input(const run_opts *r, const char *name) {
+  if (!name[0] || is_frozen(r, name)) return -1;
   for (int k = r->n_in - 1; k >= 0; k--)
     if (strcmp(r->in_name[k], name) == 0) return k;
   return -1;
 }
 
-/* Makes each frozen --input a constant of g (no longer a graph input).
- * Returns an exit status. */
-static int freeze_inputs(sc_graph *g, const run_opts *r) {
-  for (int j = 0; j < r->n_frozen; j++) {
-    int k = r->frozen[j];
-    int32_t id = sc_graph_find_value(g, r->in_name[k]);
-    int32_t pos = -1;
-    for (int32_t i = 0; id >= 0 && i < g->n_inputs; i++)
-      if (g->inputs[i] == id) pos = i;
-    if (pos < 0) continue; /* not an input any more: nothing to do */
-    sc_value *v = sc_val(g, id);
-    sc_npy a;
+/* Builds MODEL (one rank, or partitioned with r->pc): each failure that
+ * wants the value of an input given with --input freezes that input (its
+ * .npy becomes a constant: the driver's specialise step) and builds again.
+ * Returns 0 with *out, or an exit status after printing the error. */
+static int build_model(run_opts *r, const sc_cli_opts *o, sc_build_opts *bo, sc_build **out) {
+  sc_frozen_input frozen[MAX_INPUT_ARGS];
+  sc_npy npy[MAX_INPUT_ARGS];
+  int n = 0, rc;
+  char wanted[256];
+  bo->wanted_input = wanted;
+  bo->wanted_input_size = sizeof wanted;
+  for (;;) {
+    bo->frozen = frozen;
+    bo->n_frozen = n;
     sc_diag d = {0};
     sc_diag_clear(&d);
-    if (sc_npy_read(r->in_file[k], &a, &d) != SC_OK) {
-      fprintf(stderr, "shardc: error: input '%s': %s\n", v->name, d.msg);
-      return 1;
+    rc = sc_partition_args_build(&r->pc, o, bo, out, &d);
+    if (rc != -1) break;
+    int k = wanted_input(r, wanted);
+    if (k < 0 || n == MAX_INPUT_ARGS) {
+      rc = sc_cli_report(&d, o->file);
+      break;
     }
-    bool ok = a.dtype == v->dtype && a.rank == v->rank;
-    for (int32_t dd = 0; ok && dd < a.rank; dd++)
-      ok = v->dims[dd] == SC_DIM_UNKNOWN || v->dims[dd] == a.dims[dd];
-    if (!ok) {
-      input_mismatch(v->name, r->in_file[k], &a, v->dtype, v->rank, v->dims, "");
-      sc_npy_free(&a);
-      return 1;
+    fprintf(stderr, "shardc: note: input '%s' determines shapes: compiled for its given value\n",
+            r->in_name[k]);
+    r->frozen[r->n_frozen++] = k;
+    sc_diag_clear(&d);
+    if (sc_npy_read(r->in_file[k], &npy[n], &d) != SC_OK) {
+      fprintf(stderr, "shardc: error: input '%s': %s\n", r->in_name[k], d.msg);
+      rc = 1;
+      break;
     }
-    v->flags &= ~(uint32_t)SC_VALUE_INPUT;
-    sc_status s = sc_value_set_data(g, id, a.dtype, a.rank, a.dims, a.data,
-                                    (uint64_t)a.bytes, true);
-    sc_npy_free(&a);
-    if (s != SC_OK) {
-      fprintf(stderr, "shardc: error: input '%s': %s\n", r->in_name[k], g->diag.msg);
-      return 1;
-    }
-    memmove(g->inputs + pos, g->inputs + pos + 1,
-            (size_t)(g->n_inputs - pos - 1) * sizeof *g->inputs);
-    g->n_inputs--;
+    sc_frozen_input *f = &frozen[n];
+    *f = (sc_frozen_input){.name = r->in_name[k], .dtype = npy[n].dtype, .rank = npy[n].rank,
+                           .data = npy[n].data, .bytes = (uint64_t)npy[n].bytes};
+    memcpy(f->dims, npy[n].dims, sizeof f->dims);
+    n++;
   }
-  return 0;
+  for (int i = 0; i < n; i++) sc_npy_free(&npy[i]);
+  bo->frozen = NULL;
+  bo->n_frozen = 0;
+  bo->wanted_input = NULL;
+  return rc;
 }
 
 /* Reads or makes up every program input. Returns an exit status. */
@@ -525,32 +524,34 @@ static int repeat_runs(run_state *st, const run_opts *r, double compile_ms, doub
   return 0;
 }
 
-/* ---- partitioned runs (--mesh / --plan; docs/partitioning.md) ----
- * The model is partitioned and each stage compiled once; the ranks run as
- * threads (--comm local) or as the processes of an mpirun (--comm mpi),
+/* ---- distributed runs (--mesh / --plan, or a partitioned bundle;
+ * docs/partitioning.md) ----
+ * The distributed program (built, or loaded from the bundle) runs on every
+ * rank: threads (--comm local) or the processes of an mpirun (--comm mpi),
  * each writing the outputs it owns. Inputs are the GLOBAL ones: with
- * microbatches, dim 0 is the full batch (the graph is bound to one
+ * microbatches, dim 0 is the full batch (the programs are compiled for one
  * microbatch). Random inputs are drawn like an unpartitioned run's, in
- * graph input order, so both runs see the same numbers. */
-/* Reads (--input) or makes up (--random-inputs) every input of g as a
- * GLOBAL input: dim 0 times m (the microbatch count). in[i] gets the view,
+ * input order, so both runs see the same numbers. */
+/* Reads (--input) or makes up (--random-inputs) every input of dp as a
+ * GLOBAL input: dim 0 times the microbatch count. in[i] gets the view,
  * data[i] the owned buffer (freed by the caller, also on error). Returns an
  * exit status after printing the error. */
-static int read_global_inputs(const run_opts *r, const sc_graph *g, int64_t m, const char *file,
+static int read_global_inputs(const run_opts *r, const sc_dist_program *dp, const char *file,
                               sc_tensor_view *in, void **data) {
+  int64_t m = dp->schedule.microbatches;
   uint64_t rng = r->seed;
   sc_diag d = {0};
   sc_diag_clear(&d);
   for (int k = 0; k < r->n_in; k++) { /* every --input names an input */
     bool found = is_frozen(r, r->in_name[k]);
-    for (int32_t i = 0; i < g->n_inputs && !found; i++)
-      found = strcmp(g->values[g->inputs[i]].name, r->in_name[k]) == 0;
+    for (int32_t i = 0; i < dp->n_inputs && !found; i++)
+      found = strcmp(dp->inputs[i].name, r->in_name[k]) == 0;
     if (!found)
       return sc_cli_usage_error("%s: --input %s: the model has no input named '%s'", file,
                                 r->in_name[k], r->in_name[k]);
   }
-  for (int32_t i = 0; i < g->n_inputs; i++) {
-    const sc_value *v = &g->values[g->inputs[i]];
+  for (int32_t i = 0; i < dp->n_inputs; i++) {
+    const sc_dist_value *v = &dp->inputs[i];
     sc_tensor_view *t = &in[i];
     *t = (sc_tensor_view){.name = v->name, .dtype = v->dtype, .rank = v->rank};
     memcpy(t->dims, v->dims, sizeof t->dims);
@@ -608,59 +609,25 @@ static int write_dist_outputs(const run_opts *r, const sc_dist_output *out, int3
   return 0;
 }
 
-static int run_partitioned(run_opts *r, sc_cli_opts *o) {
-  sc_graph *g = NULL;
-  int rc = sc_pcli_load(&r->pc, o, &g);
-  if (rc) return rc;
+/* Runs dp on every rank (or this process's rank under --comm mpi) and
+ * writes the outputs this process owns. build_ms: what building it took
+ * (--time-passes), or a negative number for a loaded bundle. */
+static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp,
+                    double build_ms) {
+  int rc = 0;
   sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_status s;
-  sc_pass_opts po;
-  sc_cli_pass_opts(o, &po);
-  /* specialisation, as for one rank: an --input that determines shapes
-   * becomes a constant holding its value (each retry freezes a new one) */
-  sc_pass_opts quiet;
-  sc_pass_opts_init(&quiet);
-  quiet.quiet = true;
-  for (int k; sc_run_passes(g, SC_CANONICAL_PASSES, &quiet) != SC_OK &&
-              (k = wanted_input(g, r)) >= 0;) {
-    fprintf(stderr, "shardc: note: input '%s' determines shapes: compiled for its given value\n",
-            r->in_name[k]);
-    r->frozen[r->n_frozen++] = k;
-    sc_graph_destroy(g);
-    g = NULL;
-    if ((rc = sc_pcli_load(&r->pc, o, &g)) != 0) return rc;
-    if ((rc = freeze_inputs(g, r)) != 0) {
-      sc_graph_destroy(g);
-      return rc;
-    }
-  }
-  sc_compile_opts co;
-  sc_compile_opts_init(&co);
-  co.fuse = !r->no_fuse;
-  co.print_after = o->print_after;
-  co.time_passes = o->time_passes;
-  co.quiet = true;
-  sc_pbuild b;
-  memset(&b, 0, sizeof b);
-  double t0 = now_ms();
-  if ((rc = sc_pcli_build(&r->pc, g, o->file, &po, &co, true, &b)) != 0) {
-    sc_graph_destroy(g);
-    return rc;
-  }
-  double t1 = now_ms();
-  const sc_partition *part = b.part;
-  int32_t ni = g->n_inputs, no = g->n_outputs;
-  sc_tensor_view *in = sc_calloc((size_t)(ni ? ni : 1), sizeof *in);
-  sc_dist_output *out = sc_calloc((size_t)(no ? no : 1), sizeof *out);
-  void **data = sc_calloc((size_t)(ni ? ni : 1), sizeof *data);
+  int32_t ni = dp->n_inputs, no = dp->n_outputs;
+  sc_tensor_view *in = sc_calloc((size_t)ni + 1, sizeof *in);
+  sc_dist_output *out = sc_calloc((size_t)no + 1, sizeof *out);
+  void **data = sc_calloc((size_t)ni + 1, sizeof *data);
   if (!in || !out || !data) rc = 1;
-  if (!rc) rc = read_global_inputs(r, g, part->microbatches, o->file, in, data);
+  if (!rc) rc = read_global_inputs(r, dp, o->file, in, data);
   sc_dist_opts dop;
   sc_dist_opts_init(&dop);
   dop.threads = r->threads;
   double *times = NULL;
-  if (r->repeat > 0) { /* timing: as for one rank (--warmup counts the first run) */
+  if (!rc && r->repeat > 0) { /* timing: as for one rank (--warmup counts the first run) */
     dop.warmup = (int)(r->warmup_given ? r->warmup : 1);
     dop.repeat = (int)r->repeat;
     times = sc_calloc((size_t)r->repeat, sizeof *times);
@@ -670,19 +637,19 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   double t2 = now_ms(), t3 = t2;
   sc_comm *world = NULL;
   sc_dist_rank_stats *stats = NULL;
-  bool mpi = r->pc.comm && strcmp(r->pc.comm, "mpi") == 0;
+  int64_t n_ranks = dp->mesh.n_ranks;
   if (!rc) {
-    if (mpi) {
+    sc_status s;
+    if (r->pc.comm && strcmp(r->pc.comm, "mpi") == 0) {
       s = sc_comm_mpi_create(&world, &d);
-      if (s == SC_OK && sc_comm_size(world) != part->mesh.n_ranks)
+      if (s == SC_OK && sc_comm_size(world) != n_ranks)
         s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
                         "--comm mpi: the mesh has %lld ranks but mpirun started %d",
-                        (long long)part->mesh.n_ranks, sc_comm_size(world));
-      if (s == SC_OK)
-        s = sc_dist_run_rank(part, b.programs, &dop, world, in, ni, out, no, NULL, &d);
+                        (long long)n_ranks, sc_comm_size(world));
+      if (s == SC_OK) s = sc_dist_run_rank(dp, &dop, world, in, ni, out, no, NULL, &d);
     } else {
-      stats = sc_calloc((size_t)part->mesh.n_ranks, sizeof *stats);
-      s = stats ? sc_dist_run_local(part, b.programs, &dop, in, ni, out, no, stats, &d)
+      stats = sc_calloc((size_t)n_ranks, sizeof *stats);
+      s = stats ? sc_dist_run_local(dp, &dop, in, ni, out, no, stats, &d)
                 : sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     }
     t3 = now_ms();
@@ -691,8 +658,8 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   /* --verbose: what each rank allocated, comparable with `shardc plan`'s
    * per-rank memory (replicated constants are mapped from the model, not
    * copied, but the plan counts them: so they are listed) */
-  for (int64_t k = 0; !rc && stats && r->verbose && k < part->mesh.n_ranks; k++) {
-    const sc_program *sp = b.programs[stats[k].stage];
+  for (int64_t k = 0; !rc && stats && r->verbose && k < n_ranks; k++) {
+    const sc_program *sp = dp->stages[stats[k].stage].program;
     int64_t rep = 0;
     for (int32_t i = 0; i < sp->n_buffers; i++)
       if (sp->buffers[i].kind == SC_BUF_CONST && sp->buffers[i].data) rep += sp->buffers[i].bytes;
@@ -703,9 +670,9 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
             (long long)(stats[k].arena_bytes + stats[k].weight_bytes + rep));
   }
   sc_free(stats);
-  if (!rc && o->time_passes)
-    fprintf(stderr, "partition+compile %.3f ms, run %.3f ms on %lld ranks\n", t1 - t0, t3 - t2,
-            (long long)part->mesh.n_ranks);
+  if (!rc && o->time_passes && build_ms >= 0)
+    fprintf(stderr, "partition+compile %.3f ms, run %.3f ms on %lld ranks\n", build_ms,
+            t3 - t2, (long long)n_ranks);
   if (!rc && times && (!world || sc_comm_rank(world) == 0)) {
     qsort(times, (size_t)r->repeat, sizeof *times, cmp_double);
     int64_t n = r->repeat;
@@ -714,61 +681,9 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
     if (dop.threads > 0) snprintf(th, sizeof th, "%d threads each", dop.threads);
     else snprintf(th, sizeof th, "threads: cores / ranks");
     fprintf(stderr, "run: median %.3f ms, min %.3f ms over %lld runs (%lld ranks, %s)\n", med,
-            times[0], (long long)n, (long long)part->mesh.n_ranks, th);
+            times[0], (long long)n, (long long)n_ranks, th);
   }
   sc_free(times);
-  if (!rc) rc = write_dist_outputs(r, out, no);
-  fflush(stdout);
-  for (int32_t i = 0; i < no; i++) sc_free(out[i].data);
-  for (int32_t i = 0; i < ni; i++) sc_free(data[i]);
-  sc_free(in);
-  sc_free(out);
-  sc_free(data);
-  sc_comm_destroy(world);
-  sc_pbuild_free(&b);
-  sc_graph_destroy(g);
-  return rc;
-}
-
-/* A partitioned bundle (runtime/pbundle.h): its global inputs from --input
- * or --random-inputs (the same random stream as run_partitioned, so the
- * outputs match a run of the model with the same --mesh), run on every
- * rank (local threads, or this process's rank under --comm mpi), and the
- * outputs this process owns written as .npy. */
-static int run_pbundle(run_opts *r, sc_cli_opts *o) {
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  sc_pbundle *b = NULL;
-  int rc = 0;
-  if (o->n_dims || r->repeat > 0)
-    rc = sc_cli_usage_error("%s: a partitioned bundle takes no --dim or --repeat", o->file);
-  else if (sc_pbundle_load(o->file, &b, &d) != SC_OK)
-    rc = sc_cli_report(&d, o->file);
-  const sc_graph *g = b ? b->global : NULL;
-  int32_t ni = g ? g->n_inputs : 0, no = g ? g->n_outputs : 0;
-  sc_tensor_view *in = sc_calloc((size_t)ni + 1, sizeof *in);
-  sc_dist_output *out = sc_calloc((size_t)no + 1, sizeof *out);
-  void **data = sc_calloc((size_t)ni + 1, sizeof *data);
-  if (!rc && (!in || !out || !data)) rc = 1;
-  if (!rc) rc = read_global_inputs(r, g, b->part->microbatches, o->file, in, data);
-  sc_dist_opts dop;
-  sc_dist_opts_init(&dop);
-  dop.threads = r->threads;
-  sc_comm *world = NULL;
-  if (!rc) {
-    sc_status s;
-    if (r->pc.comm && strcmp(r->pc.comm, "mpi") == 0) {
-      s = sc_comm_mpi_create(&world, &d);
-      if (s == SC_OK && sc_comm_size(world) != b->n_ranks)
-        s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                        "--comm mpi: the mesh has %lld ranks but mpirun started %d",
-                        (long long)b->n_ranks, sc_comm_size(world));
-      if (s == SC_OK) s = sc_pbundle_run_rank(b, &dop, world, in, ni, out, no, NULL, &d);
-    } else {
-      s = sc_pbundle_run_local(b, &dop, in, ni, out, no, NULL, &d);
-    }
-    if (s != SC_OK) rc = sc_cli_report(&d, o->file);
-  }
   if (!rc) rc = write_dist_outputs(r, out, no);
   fflush(stdout);
   for (int32_t i = 0; out && i < no; i++) sc_free(out[i].data);
@@ -777,14 +692,50 @@ static int run_pbundle(run_opts *r, sc_cli_opts *o) {
   sc_free(out);
   sc_free(data);
   sc_comm_destroy(world);
-  sc_pbundle_destroy(b);
+  return rc;
+}
+
+/* --mesh / --plan: build, then run every rank. */
+static int run_partitioned(run_opts *r, sc_cli_opts *o) {
+  sc_pass_opts po;
+  sc_cli_pass_opts(o, &po);
+  sc_compile_opts co;
+  sc_compile_opts_init(&co);
+  co.fuse = !r->no_fuse;
+  co.print_after = o->print_after;
+  co.time_passes = o->time_passes;
+  co.quiet = true;
+  sc_build_opts bo;
+  sc_build_opts_init(&bo);
+  bo.pass = &po;
+  bo.compile = &co;
+  sc_build *b = NULL;
+  double t0 = now_ms();
+  int rc = build_model(r, o, &bo, &b);
+  if (rc) return rc;
+  rc = run_dist(r, o, b->program, now_ms() - t0);
+  sc_build_destroy(b);
+  return rc;
+}
+
+/* A partitioned bundle (runtime/dist_load.h): the same run, its program
+ * loaded instead of built. */
+static int run_dist_bundle(run_opts *r, sc_cli_opts *o) {
+  if (o->n_dims || r->repeat > 0)
+    return sc_cli_usage_error("%s: a partitioned bundle takes no --dim or --repeat", o->file);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_dist_program *dp = NULL;
+  if (sc_dist_program_load(o->file, &dp, &d) != SC_OK) return sc_cli_report(&d, o->file);
+  int rc = run_dist(r, o, dp, -1);
+  sc_dist_program_destroy(dp);
   return rc;
 }
 
 int sc_cmd_run(int argc, char **argv) {
   run_opts r;
   memset(&r, 0, sizeof r);
-  sc_pcli_init(&r.pc);
+  sc_partition_args_init(&r.pc);
   char *rest[MAX_ARGS];
   int n_rest = 0;
   run_state st;
@@ -803,17 +754,17 @@ int sc_cmd_run(int argc, char **argv) {
     run_state_free(&st, &r);
     return 0;
   }
-  if (sc_pbundle_is_dir(o.file)) {
-    if (sc_pcli_active(&r.pc)) {
+  if (sc_dist_bundle_is_dir(o.file)) {
+    if (sc_partition_args_active(&r.pc)) {
       run_state_free(&st, &r);
       return sc_cli_usage_error("%s: a partitioned bundle's mesh is fixed (no --mesh/--plan)",
                                 o.file);
     }
-    int rc2 = run_pbundle(&r, &o);
+    int rc2 = run_dist_bundle(&r, &o);
     run_state_free(&st, &r); /* the --input names */
     return rc2;
   }
-  if (sc_pcli_active(&r.pc)) {
+  if (sc_partition_args_active(&r.pc)) {
     if (sc_bundle_is_dir(o.file)) {
       run_state_free(&st, &r);
       return sc_cli_usage_error("%s: a one-rank bundle cannot be partitioned; compile the "
@@ -825,43 +776,36 @@ int sc_cmd_run(int argc, char **argv) {
   }
 
   double t_file = now_ms(); /* --repeat: "compile" is model file to ready to run */
-  sc_import_opts io = {.no_weights = false};
   sc_diag d = {0};
   sc_diag_clear(&d);
-  bool is_bundle = sc_bundle_is_dir(o.file);
-  if (is_bundle && o.n_dims)
-    rc = sc_cli_usage_error("%s: a bundle's dims are bound when it is compiled (no --dim)",
-                            o.file);
-  else if (!is_bundle)
-    rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &st.g, &d), &st.g, &d, &o);
-  if (rc) {
-    run_state_free(&st, &r);
-    return rc;
-  }
-
-  sc_compile_opts co;
-  sc_compile_opts_init(&co);
-  co.fuse = !r.no_fuse;
-  co.print_after = o.print_after;
-  co.time_passes = o.time_passes;
-  double t0 = now_ms();
-  sc_status s = is_bundle ? load_bundle(&st, o.file, &d) : sc_compile_graph(st.g, &co, &st.p, &d);
-  /* specialisation: at most one retry per input (each freezes a new one) */
-  for (int k; s != SC_OK && !is_bundle && (k = wanted_input(st.g, &r)) >= 0;) {
-    fprintf(stderr, "shardc: note: input '%s' determines shapes: compiled for its given value\n",
-            r.in_name[k]);
-    r.frozen[r.n_frozen++] = k;
-    sc_graph_destroy(st.g);
-    st.g = NULL;
-    sc_diag_clear(&d);
-    rc = sc_cli_load_finish(sc_onnx_import(o.file, &io, &st.g, &d), &st.g, &d, &o);
-    if (!rc) rc = freeze_inputs(st.g, &r);
+  sc_status s = SC_OK;
+  if (sc_bundle_is_dir(o.file)) {
+    if (o.n_dims) {
+      run_state_free(&st, &r);
+      return sc_cli_usage_error("%s: a bundle's dims are bound when it is compiled (no --dim)",
+                                o.file);
+    }
+    s = load_bundle(&st, o.file, &d);
+  } else {
+    sc_pass_opts po;
+    sc_cli_pass_opts(&o, &po);
+    sc_compile_opts co;
+    sc_compile_opts_init(&co);
+    co.fuse = !r.no_fuse;
+    co.print_after = o.print_after;
+    co.time_passes = o.time_passes;
+    sc_build_opts bo;
+    sc_build_opts_init(&bo);
+    bo.pass = &po;
+    bo.compile = &co;
+    rc = build_model(&r, &o, &bo, &st.build);
     if (rc) {
       run_state_free(&st, &r);
       return rc;
     }
-    s = sc_compile_graph(st.g, &co, &st.p, &d);
+    st.p = st.build->program->stages[0].program;
   }
+  double t0 = t_file;
   double t1 = now_ms();
   if (s == SC_OK) {
     int32_t ni = st.p->n_inputs > 0 ? st.p->n_inputs : 1;

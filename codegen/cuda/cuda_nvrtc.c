@@ -7,8 +7,16 @@
  *
  * Options: --gpu-architecture=ARCH, -default-device (every function is
  * __device__ unless marked), --std=c++17; no -use_fast_math (accuracy). The
- * emitted source includes no header, so no include path is passed. */
+ * emitted source includes no header, so no include path is passed.
+ *
+ * NVRTC is loaded when first needed (dlopen of libnvrtc.so, found on the
+ * library path or under the CUDA toolkit this build was configured with),
+ * not linked: a machine without the CUDA toolkit still runs everything that
+ * does not compile CUDA (inspect, plan, the CPU paths). Without it, the
+ * calls here fail with SC_ERR_UNSUPPORTED naming the library. */
 #include <ctype.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +24,65 @@
 #include <nvrtc.h>
 
 #include "codegen/cuda/cuda.h"
+
+#ifndef SHARDC_CUDA_HOME
+#define SHARDC_CUDA_HOME "/usr/local/cuda"
+#endif
+
+/* The NVRTC entry points used here, resolved once. */
+static struct nvrtc_api {
+  bool loaded;
+  char error[256];
+  nvrtcResult (*Version)(int *, int *);
+  const char *(*GetErrorString)(nvrtcResult);
+  nvrtcResult (*CreateProgram)(nvrtcProgram *, const char *, const char *, int,
+                               const char *const *, const char *const *);
+  nvrtcResult (*CompileProgram)(nvrtcProgram, int, const char *const *);
+  nvrtcResult (*GetProgramLogSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
+  nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
+  nvrtcResult (*GetPTX)(nvrtcProgram, char *);
+  nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+} api;
+
+static void load_nvrtc(void) {
+  static const char *const names[] = {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12",
+                                      SHARDC_CUDA_HOME "/lib64/libnvrtc.so"};
+  void *h = NULL;
+  for (size_t i = 0; !h && i < sizeof names / sizeof *names; i++)
+    h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    snprintf(api.error, sizeof api.error, "cannot load libnvrtc.so: %s", dlerror());
+    return;
+  }
+#define SYM(f)                                                                  \
+  if (!(*(void **)&api.f = dlsym(h, "nvrtc" #f))) {                             \
+    snprintf(api.error, sizeof api.error, "libnvrtc.so lacks nvrtc" #f);         \
+    return;                                                                     \
+  }
+  SYM(Version) SYM(GetErrorString) SYM(CreateProgram) SYM(CompileProgram)
+  SYM(GetProgramLogSize) SYM(GetProgramLog) SYM(GetPTXSize) SYM(GetPTX) SYM(DestroyProgram)
+#undef SYM
+  api.loaded = true;
+}
+
+/* The loaded API, or NULL with the reason in diag (SC_ERR_UNSUPPORTED). */
+static const struct nvrtc_api *nvrtc(sc_diag *diag) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, load_nvrtc);
+  if (api.loaded) return &api;
+  if (diag) sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "cuda: %s", api.error);
+  return NULL;
+}
+#define nvrtcVersion api.Version
+#define nvrtcGetErrorString api.GetErrorString
+#define nvrtcCreateProgram api.CreateProgram
+#define nvrtcCompileProgram api.CompileProgram
+#define nvrtcGetProgramLogSize api.GetProgramLogSize
+#define nvrtcGetProgramLog api.GetProgramLog
+#define nvrtcGetPTXSize api.GetPTXSize
+#define nvrtcGetPTX api.GetPTX
+#define nvrtcDestroyProgram api.DestroyProgram
 
 #define NVRTC_CHECK(call, diag)                                                   \
   do {                                                                            \
@@ -31,7 +98,7 @@
 
 int sc_cuda_nvrtc_version(void) {
   int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
+  if (!nvrtc(NULL) || nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return 0;
   return major * 1000 + minor * 10;
 }
 
@@ -66,6 +133,7 @@ sc_status sc_cuda_compile_ptx(const char *src, const char *arch, char **ptx,
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
                        "cuda: bad GPU architecture '%s' (expected sm_NN or compute_NN)",
                        arch ? arch : "(null)");
+  if (!nvrtc(diag)) return diag->status;
   char arch_opt[64];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
   const char *opts[] = {arch_opt, "-default-device", "--std=c++17"};

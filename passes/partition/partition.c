@@ -33,6 +33,29 @@ static int32_t axis_of(const sc_mesh *m, const char *name) {
   return name ? sc_mesh_find_axis(m, name) : -1;
 }
 
+/* Gives every local node the `__stage` of the global node it came from
+ * (local_end); the trailing nodes (Identities naming the graph outputs)
+ * take their input's producer's stage, as localize does. */
+static sc_status retag(sc_partition *p, sc_diag *d) {
+  sc_graph *L = p->local, *g = p->global;
+  int32_t i = 0;
+  for (int32_t j = 0; j < L->n_nodes; j++) {
+    while (i < g->n_nodes && j >= p->local_end[i]) i++;
+    int32_t stage = 0;
+    if (i < g->n_nodes) {
+      stage = p->node_stage[i];
+    } else if (L->nodes[j].n_inputs > 0 && L->nodes[j].inputs[0] >= 0) {
+      int32_t prod = L->values[L->nodes[j].inputs[0]].producer;
+      const sc_attr *sa = prod >= 0 ? sc_node_attr(&L->nodes[prod], "__stage") : NULL;
+      if (sa) stage = (int32_t)sa->i;
+    }
+    sc_attr *a = (sc_attr *)sc_node_attr(&L->nodes[j], "__stage");
+    if (!a) return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "local node %d has no stage", (int)j);
+    a->i = stage;
+  }
+  return SC_OK;
+}
+
 /* Each global node's stage: the plan's table (a replay), or assigned. */
 static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
   sc_graph *g = p->global;
@@ -68,7 +91,9 @@ static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
                                p->node_stage, d);
   /* Balanced by what each node costs one rank: localize once with every
    * node in stage 0, measure the local graph's nodes (collectives and
-   * reshards charged to the node they serve), then cut. */
+   * reshards charged to the node they serve), then cut. Localizing does not
+   * depend on the stages (they only tag nodes), so the local graph is kept
+   * and re-tagged (retag) rather than localized again. */
   sc_status st = sc_partition_localize(p, d);
   if (st != SC_OK) return st;
   double *lc = sc_malloc(((size_t)p->local->n_nodes + 1) * sizeof *lc);
@@ -78,10 +103,9 @@ static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
     st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0, j = 0; st == SC_OK && i < g->n_nodes; i++)
     for (; j < p->local_end[i]; j++) cost[i] += lc[j];
-  sc_graph_destroy(p->local);
-  p->local = NULL;
   if (st == SC_OK)
     st = sc_pp_assign_stages_costed(g, p->n_stages, NULL, 0, cost, p->node_stage, d);
+  if (st == SC_OK) st = retag(p, d);
   sc_free(lc);
   sc_free(cost);
   return st;
@@ -121,7 +145,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   }
   if (print_at(po, "seed") && (st = print_graph(po, "seed", g, -1)) != SC_OK) goto fail;
   if ((st = stages_of(p, plan, d)) != SC_OK) goto fail;
-  if ((st = sc_partition_localize(p, d)) != SC_OK) goto fail;
+  if (!p->local && (st = sc_partition_localize(p, d)) != SC_OK) goto fail;
   if ((st = verify(po, p->local, d)) != SC_OK) goto fail;
   if (print_at(po, "localize") && (st = print_graph(po, "localize", p->local, -1)) != SC_OK)
     goto fail;
@@ -164,3 +188,43 @@ const sc_shard_source *sc_partition_source(const sc_partition *p, const char *na
   if (!p->n_sources || !name) return NULL;
   return bsearch(name, p->sources, (size_t)p->n_sources, sizeof *p->sources, cmp_name);
 }
+
+const sc_sharding *sc_partition_param_sharding(const sc_partition *part, const char *name) {
+  const sc_shard_source *src = sc_partition_source(part, name);
+  if (src) return &src->sharding;
+  int32_t id = sc_graph_find_value(part->local, name);
+  const sc_sharding *s = id >= 0 ? sc_graph_sharding(part->local, id) : NULL;
+  return s && !sc_sharding_is_replicated(s) ? s : NULL;
+}
+
+static bool live_node(const sc_node *n) { return !(n->flags & SC_NODE_DEAD); }
+static bool live_param(const sc_value *v) {
+  return (v->flags & SC_VALUE_PARAM) && !(v->flags & SC_VALUE_DEAD);
+}
+
+sc_status sc_partition_complete_plan(const sc_partition *part, sc_plan *plan, sc_diag *d) {
+  const sc_graph *g = part->global;
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) n += live_node(&g->nodes[i]);
+  plan->node_stages = n ? sc_arena_array(&plan->arena, (size_t)n, sizeof *plan->node_stages) : NULL;
+  if (n && !plan->node_stages) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  plan->n_node_stages = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (!live_node(&g->nodes[i])) continue;
+    const char *name = sc_plan_strdup(plan, g->nodes[i].name);
+    if (!name) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    plan->node_stages[plan->n_node_stages++] = (sc_plan_node_stage){name, part->node_stage[i]};
+  }
+  char text[256];
+  for (int32_t i = 0; i < g->n_values; i++) {
+    const sc_value *v = &g->values[i];
+    if (!live_param(v)) continue;
+    const sc_sharding *s = sc_partition_param_sharding(part, v->name);
+    if (!s) continue;
+    sc_sharding_format(s, &part->mesh, text, sizeof text);
+    sc_status st = sc_plan_set_override(plan, v->name, text, d);
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+

@@ -37,16 +37,6 @@
 #include "passes/pass.h"
 #include "passes/plan/plan.h"
 
-/* The global contents of a sharded constant. */
-typedef struct sc_shard_source {
-  const char *name;          /* value name in the local / stage graphs */
-  sc_dtype dtype;
-  int32_t rank;
-  int64_t dims[SC_MAX_RANK]; /* global dims */
-  const void *data;          /* global data (borrowed), NULL with --no-weights */
-  sc_sharding sharding;      /* how it is cut */
-} sc_shard_source;
-
 typedef struct sc_partition {
   sc_mesh mesh;
   int32_t pp_axis;             /* mesh axis index of pp, or -1 */
@@ -86,6 +76,14 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
 void sc_partition_destroy(sc_partition *p);
 /* The source of the sharded constant `name`, or NULL (a replicated value). */
 const sc_shard_source *sc_partition_source(const sc_partition *p, const char *name);
+
+/* The sharding of initializer name in the partition: its source's, else
+ * the local graph's; NULL = replicated. */
+const sc_sharding *sc_partition_param_sharding(const sc_partition *p, const char *name);
+/* Completes plan (the one the partition was made with) so that it replays
+ * the same partition: the stage of every live node and the chosen sharding
+ * of every split initializer, as overrides (`shardc plan --json`). */
+sc_status sc_partition_complete_plan(const sc_partition *p, sc_plan *plan, sc_diag *d);
 
 /* ---- the pieces (one file each) ---- */
 /* vocab_pad.c: a vocabulary that does not divide by the tp size is padded

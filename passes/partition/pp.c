@@ -43,7 +43,7 @@
 #include <string.h>
 
 #include "ir/sharding.h"
-#include "runtime/comm.h" /* SC_COMM_TAG_MAX */
+#include "ir/op_comm.h" /* SC_COMM_TAG_MAX */
 
 /* ---- stage assignment ---- */
 

@@ -265,3 +265,49 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
   sc_free(ix);
   return st;
 }
+
+/* Splits "a,b,c" into the plan's boundaries (copies in its arena). */
+static sc_status set_boundaries(sc_plan *plan, const char *list) {
+  int32_t n = 1;
+  for (const char *c = list; *c; c++) n += *c == ',';
+  plan->boundaries = sc_arena_array(&plan->arena, (size_t)n, sizeof *plan->boundaries);
+  if (!plan->boundaries) return SC_ERR_NOMEM;
+  plan->n_boundaries = 0;
+  for (const char *s = list;;) {
+    const char *e = strchr(s, ',');
+    size_t len = e ? (size_t)(e - s) : strlen(s);
+    const char *name = sc_arena_strndup(&plan->arena, s, len);
+    if (!name) return SC_ERR_NOMEM;
+    plan->boundaries[plan->n_boundaries++] = name;
+    if (!e) break;
+    s = e + 1;
+  }
+  return SC_OK;
+}
+
+sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag *d) {
+  *out = NULL;
+  sc_plan *plan = sc_plan_create();
+  if (!plan) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = sc_mesh_parse(o->mesh ? o->mesh : "", &plan->mesh, d);
+  if (st == SC_OK && o->ranks_per_node)
+    st = sc_mesh_set_ranks_per_node(&plan->mesh, o->ranks_per_node, d);
+  if (st != SC_OK) {
+    sc_plan_destroy(plan);
+    return st;
+  }
+  static const char *const roles[] = {"dp", "tp", "pp"};
+  const char **slot[] = {&plan->dp_axis, &plan->tp_axis, &plan->pp_axis};
+  for (int k = 0; k < 3; k++)
+    if (sc_mesh_find_axis(&plan->mesh, roles[k]) >= 0) *slot[k] = sc_plan_strdup(plan, roles[k]);
+  plan->n_stages = (int32_t)sc_mesh_axis_size(&plan->mesh, "pp");
+  if (o->microbatches > 0) plan->microbatches = o->microbatches;
+  plan->sequence_parallel = o->sequence_parallel;
+  plan->vocab_parallel = !o->no_vocab_parallel;
+  if (o->boundaries && set_boundaries(plan, o->boundaries) != SC_OK) {
+    sc_plan_destroy(plan);
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  *out = plan;
+  return SC_OK;
+}

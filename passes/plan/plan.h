@@ -93,6 +93,22 @@ sc_status sc_plan_set_override(sc_plan *p, const char *name, const char *shardin
  * shard_group_size divides the dp axis. The first problem goes to d. */
 sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d);
 
+/* The plan the command-line options describe: the mesh (parsed here, once)
+ * whose axes named dp, tp and pp take those roles, the pp size as the stage
+ * count, the boundaries (comma-separated node names) and the rest as given.
+ * Checked against a graph later (sc_partition_run). Errors: the mesh's
+ * (SC_ERR_PARSE, SC_ERR_INVALID, SC_ERR_LIMIT), SC_ERR_NOMEM; *out is NULL
+ * on failure. */
+typedef struct sc_plan_options {
+  const char *mesh;            /* "pp=2,dp=2,tp=2" */
+  int64_t ranks_per_node;      /* 0: not given */
+  int32_t microbatches;        /* 0: 1 */
+  const char *boundaries;      /* "a,b", or NULL: balanced */
+  bool sequence_parallel;
+  bool no_vocab_parallel;
+} sc_plan_options;
+sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag *d);
+
 /* JSON (docs/plan-format.md). write: deterministic, 2-space indent, ends
  * with a newline. read: strict (unknown keys, wrong types, a wrong version
  * are errors) and validated with sc_plan_validate(p, g, d); g may be NULL.

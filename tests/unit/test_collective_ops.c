@@ -25,6 +25,7 @@
 #include "ir/sharding.h"
 #include "passes/pass.h"
 #include "runtime/comm.h"
+#include "codegen/compile.h"
 #include "runtime/runtime.h"
 
 /* ---- shape inference ---- */

@@ -47,6 +47,7 @@
 #include "cuda_driver.h"
 #include "frontend/onnx.h"
 #include "runtime/device.h"
+#include "codegen/compile.h"
 #include "runtime/runtime.h"
 
 static const char *base_name(const char *path) {

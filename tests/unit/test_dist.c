@@ -6,7 +6,8 @@
  * textual IR with a `mesh` statement, whose sharded weight is a `param`
  * without data (CONST|PARAM, local shape), and part->sources holding the
  * weight's global data and sharding. Each stage graph is compiled with
- * sc_compile_graph and run with sc_dist_run_local.
+ * sc_compile_graph, the distributed program linked with
+ * sc_dist_program_link (driver/driver.h) and run with sc_dist_run_local.
  *
  *   extract     a [4,6] tensor under [dp,3*tp] and [_,tp] partial(dp) on a
  *               dp=2,tp=2 mesh: every rank's piece checked against values
@@ -29,6 +30,7 @@
 
 #include "test_util.h"
 
+#include "driver/driver.h"
 #include "ir/sharding.h"
 #include "runtime/dist.h"
 
@@ -85,7 +87,8 @@ enum { B = 4, K = 8, N = 6 }; /* X [B,K] @ W [K,N] */
 typedef struct hand_part {
   sc_partition part;
   sc_graph *stages[2];
-  sc_program *programs[2];
+  sc_program *programs[2];     /* borrowed from dp */
+  sc_dist_program *dp;
   sc_shard_source src;
   float *w;
 } hand_part;
@@ -128,13 +131,15 @@ static void hand_build(hand_part *h, const char *mesh, int32_t microbatches, con
   assert_int_equal(sc_sharding_parse("[tp,_]", 6, &p->mesh, 2, &h->src.sharding, &d), SC_OK);
   p->sources = &h->src;
   p->n_sources = 1;
+  sc_program **progs = sc_calloc((size_t)n_stages, sizeof *progs);
+  assert_non_null(progs);
+  for (int32_t s = 0; s < n_stages; s++) progs[s] = h->programs[s];
+  if (sc_dist_program_link(p, progs, &h->dp, &d) != SC_OK) fail_msg("link: %s", d.msg);
 }
 
 static void hand_free(hand_part *h) {
-  for (int s = 0; s < 2; s++) {
-    sc_program_destroy(h->programs[s]);
-    sc_graph_destroy(h->stages[s]);
-  }
+  sc_dist_program_destroy(h->dp);
+  for (int s = 0; s < 2; s++) sc_graph_destroy(h->stages[s]);
   sc_graph_destroy(h->part.global);
   free(h->w);
 }
@@ -182,7 +187,7 @@ static sc_status run_tp(hand_part *h, const float *x_data, int64_t x_rows, sc_di
   sc_dist_opts_init(&o);
   o.threads = 1;
   sc_diag_clear(d);
-  return sc_dist_run_local(&h->part, h->programs, &o, &x, 1, y, 1, stats, d);
+  return sc_dist_run_local(h->dp, &o, &x, 1, y, 1, stats, d);
 }
 
 static void test_tp(void **state) {
@@ -234,7 +239,7 @@ static void test_pp_tp(void **state) {
   sc_dist_rank_stats stats[4];
   sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_status st = sc_dist_run_local(&h.part, h.programs, NULL, &xv, 1, &y, 1, stats, &d);
+  sc_status st = sc_dist_run_local(h.dp, NULL, &xv, 1, &y, 1, stats, &d);
   if (st != SC_OK) fail_msg("run: %s", d.msg);
   check_y(&y, x, h.w, B, -1.0, true);
   for (int r = 0; r < 4; r++) {
@@ -294,11 +299,10 @@ static void test_failures(void **state) {
   sc_dist_opts_init(&o);
   sc_diag_clear(&d);
   y.data = NULL;
-  assert_int_not_equal(sc_dist_run_local(&h.part, h.programs, &o, &other, 1, &y, 1, NULL, &d),
-                       SC_OK);
+  assert_int_not_equal(sc_dist_run_local(h.dp, &o, &other, 1, &y, 1, NULL, &d), SC_OK);
   if (!strstr(d.msg, "input 'x' is missing")) fail_msg("%s", d.msg);
   assert_null(y.data);
-  h.src.data = NULL; /* --no-weights */
+  h.dp->sources[0].data = NULL; /* --no-weights */
   expect_fail(&h, x, B, "'w'", "no data");
   hand_free(&h);
   unsetenv("SHARDC_COMM_TIMEOUT");

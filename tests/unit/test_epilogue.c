@@ -15,6 +15,7 @@
 #include "test_util.h"
 
 #include "codegen/program.h"
+#include "codegen/compile.h"
 #include "runtime/runtime.h"
 
 static float *rand_buf(int64_t n) {

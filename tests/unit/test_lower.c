@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "codegen/compile.h"
 #include "test_util.h"
 
 #include "codegen/kir.h"
@@ -641,6 +642,7 @@ static void test_errors(void **state) {
 }
 
 int main(void) {
+  sc_codegen_register_passes(); /* codegen's fuse joins the pass registry */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_unary_float),
       cmocka_unit_test(test_unary_int_bool),

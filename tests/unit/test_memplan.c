@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "codegen/program.h"
-#include "passes/memplan.h"
+#include "codegen/memplan.h"
 
 static int32_t buf(sc_program *p, const char *name, sc_buf_kind kind, int64_t n) {
   sc_buffer b;

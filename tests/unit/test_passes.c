@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "codegen/compile.h"
 #include "passes/pass.h"
 #include "test_util.h"
 
@@ -272,9 +273,16 @@ static void test_unknown_pass(void **state) {
   assert_int_equal(sc_run_passes(g, "dce", &po), SC_ERR_USAGE);
   assert_non_null(sc_pass_find("fold"));
   assert_null(sc_pass_find("folds"));
+  /* codegen's fuse joins the registry from above (no upward include) */
+  sc_codegen_register_passes();
+  sc_codegen_register_passes(); /* idempotent */
   const sc_pass_info *reg = sc_pass_registry();
   assert_string_equal(reg[0].name, "bind-dims");
   assert_string_equal(reg[4].name, "fuse");
+  assert_null(reg[5].name);
+  sc_pass_info clash = {"fold", sc_pass_dce, "", "", false};
+  assert_int_equal(sc_pass_register(&clash), SC_ERR_USAGE);
+  assert_int_equal(sc_pass_register(&reg[4]), SC_OK);
   assert_null(reg[5].name);
   sc_graph_destroy(g);
 }

@@ -19,7 +19,7 @@
 #include "test_util.h"
 
 #include "codegen/program.h"
-#include "passes/memplan.h"
+#include "codegen/memplan.h"
 #include "runtime/device.h"
 #include "runtime/runtime.h"
 

@@ -1,13 +1,15 @@
-/* pbundle_load.c — loads and runs a partitioned bundle (pbundle.h).
+/* dist_load.c — reads a distributed program from a partitioned bundle
+ * (dist_load.h).
  *
  * partition.json is read in one pass, each part checked before the next
- * uses it: the header (mesh, axes, counts), the model's inputs and outputs
- * (into the small global graph), the stages (each stage bundle loaded and
- * cross-checked, its inputs' shardings parsed against the mesh into the
- * stage graph), then the ranks (each weight file read, its size and SHA-256
- * checked, then its index against the rank's stage program). Names of
- * files inside the bundle are never taken from the text: the text's
- * "dir"/"file" must equal the names the layout prescribes. */
+ * uses it: the header (mesh, axes, counts), the model's inputs and outputs,
+ * the stages (each stage bundle loaded and cross-checked, its inputs'
+ * shardings parsed against the mesh), then the ranks (each weight file
+ * read, its size and SHA-256 checked, then its index against the rank's
+ * stage program). Names of files inside the bundle are never taken from
+ * the text: the text's "dir"/"file" must equal the names the layout
+ * prescribes. What was loaded (stage bundles, rank files) is the
+ * program's owner, released with it. */
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,16 +17,35 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "codegen/bundle.h"
+#include "codegen/program_json.h"
 #include "ir/sharding.h"
-#include "pbundle.h"
+#include "runtime/dist_load.h"
 
 enum { MAX_JSON_BYTES = 64 << 20 };
+
+/* What a loaded program holds on to (its owner). */
+typedef struct loaded {
+  int32_t n_stages;
+  sc_bundle **stages;           /* [n_stages] */
+  int64_t n_ranks;
+  void **rank_files;            /* [n_ranks] file contents */
+} loaded;
+
+static void loaded_free(void *p) {
+  loaded *o = p;
+  if (!o) return;
+  for (int32_t k = 0; o->stages && k < o->n_stages; k++) sc_bundle_destroy(o->stages[k]);
+  for (int64_t r = 0; o->rank_files && r < o->n_ranks; r++) sc_free(o->rank_files[r]);
+  sc_free(o->stages);
+  sc_free(o->rank_files);
+  sc_free(o);
+}
 
 typedef struct loader {
   const char *dir;
   sc_diag *d;
-  sc_pbundle *b;
+  sc_dist_program *dp;
+  loaded *own;
 } loader;
 
 static sc_status fail(loader *l, sc_status st, const char *fmt, ...)
@@ -38,7 +59,7 @@ static sc_status fail(loader *l, sc_status st, const char *fmt, ...) {
   return sc_diag_set(l->d, st, NULL, NULL, "partitioned bundle: %s", msg);
 }
 
-bool sc_pbundle_is_dir(const char *path) {
+bool sc_dist_bundle_is_dir(const char *path) {
   struct stat sb;
   char buf[4096];
   if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return false;
@@ -84,35 +105,40 @@ static const char *get_str(json_t *o, const char *key) {
 }
 
 /* "pp_axis" etc.: an axis name of the mesh or null (-1). */
-static sc_status get_axis(loader *l, json_t *root, const char *key, int32_t *out) {
+static sc_status get_axis(loader *l, json_t *root, const sc_mesh *m, const char *key,
+                          int32_t *out) {
   json_t *v = json_object_get(root, key);
   *out = -1;
   if (json_is_null(v)) return SC_OK;
   const char *s = json_string_value(v);
-  if (!s || (*out = sc_mesh_find_axis(&l->b->part->mesh, s)) < 0)
+  if (!s || (*out = sc_mesh_find_axis(m, s)) < 0)
     return fail(l, SC_ERR_INVALID, "'%s' must be null or an axis of the mesh", key);
   return SC_OK;
 }
 
-/* The model's inputs or outputs into the global graph. */
+/* The model's inputs or outputs. */
 static sc_status read_values(loader *l, json_t *root, bool inputs) {
   const char *key = inputs ? "inputs" : "outputs";
   json_t *a = json_object_get(root, key);
   if (!json_is_array(a) || json_array_size(a) > (1 << 16))
     return fail(l, SC_ERR_PARSE, "'%s' must be an array", key);
-  sc_graph *g = l->b->global;
-  for (size_t i = 0; i < json_array_size(a); i++) {
+  sc_dist_program *dp = l->dp;
+  size_t n = json_array_size(a);
+  sc_dist_value *vals = sc_arena_array(&dp->arena, n ? n : 1, sizeof *vals);
+  int32_t *stage = inputs ? NULL : sc_arena_array(&dp->arena, n ? n : 1, sizeof *stage);
+  if (!vals || (!inputs && !stage)) return fail(l, SC_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; i < n; i++) {
     json_t *o = json_array_get(a, i), *shape = json_object_get(o, "shape");
     const char *name = get_str(o, "name"), *dt = get_str(o, "dtype");
     sc_dtype t = dt ? sc_dtype_parse(dt) : SC_DTYPE_COUNT;
     if (!name || !*name || t == SC_DTYPE_COUNT || !json_is_array(shape) ||
         json_array_size(shape) > SC_MAX_RANK)
       return fail(l, SC_ERR_PARSE, "%s[%zu]: needs a name, a dtype and a shape", key, i);
-    if (sc_graph_find_value(g, name) >= 0)
-      return fail(l, SC_ERR_INVALID, "%s[%zu]: '%s' appears twice", key, i, name);
-    int32_t id = sc_graph_add_value(g, name);
-    if (id < 0) return fail(l, SC_ERR_NOMEM, "out of memory");
-    sc_value *v = &g->values[id];
+    for (size_t k = 0; k < i; k++)
+      if (strcmp(vals[k].name, name) == 0)
+        return fail(l, SC_ERR_INVALID, "%s[%zu]: '%s' appears twice", key, i, name);
+    sc_dist_value *v = &vals[i];
+    if (!(v->name = sc_arena_strdup(&dp->arena, name))) return fail(l, SC_ERR_NOMEM, "out of memory");
     v->dtype = t;
     v->rank = (int32_t)json_array_size(shape);
     for (int32_t k = 0; k < v->rank; k++) {
@@ -121,16 +147,30 @@ static sc_status read_values(loader *l, json_t *root, bool inputs) {
         return fail(l, SC_ERR_INVALID, "%s[%zu]: bad dim %d", key, i, (int)k);
       v->dims[k] = (int64_t)json_integer_value(e);
     }
-    if ((inputs ? sc_graph_add_input(g, id) : sc_graph_add_output(g, id)) != SC_OK)
-      return fail(l, SC_ERR_NOMEM, "out of memory");
+    if (stage) stage[i] = -1;
+  }
+  if (inputs) {
+    dp->inputs = vals;
+    dp->n_inputs = (int32_t)n;
+  } else {
+    dp->outputs = vals;
+    dp->output_stage = stage;
+    dp->n_outputs = (int32_t)n;
   }
   return SC_OK;
 }
 
-/* Stage k: its bundle, checked against the text; its graph of inputs. */
+static int32_t find_output(const sc_dist_program *dp, const char *name) {
+  for (int32_t k = 0; name && k < dp->n_outputs; k++)
+    if (strcmp(dp->outputs[k].name, name) == 0) return k;
+  return -1;
+}
+
+/* Stage k: its bundle, checked against the text; its inputs' shardings
+ * and which global output each of its outputs is. */
 static sc_status read_stage(loader *l, json_t *o, int32_t k) {
-  sc_pbundle *b = l->b;
-  sc_partition *part = b->part;
+  sc_dist_program *dp = l->dp;
+  sc_dist_stage *ds = &dp->stages[k];
   char name[32], path[4096], where[96];
   snprintf(name, sizeof name, "stage%d", (int)k);
   snprintf(where, sizeof where, "stages[%d]", (int)k);
@@ -138,25 +178,21 @@ static sc_status read_stage(loader *l, json_t *o, int32_t k) {
   if (!dir || strcmp(dir, name) != 0)
     return fail(l, SC_ERR_INVALID, "%s: 'dir' must be \"%s\"", where, name);
   snprintf(path, sizeof path, "%s/%s", l->dir, name);
-  sc_status st = sc_bundle_load(path, &b->stages[k], l->d);
+  sc_status st = sc_bundle_load(path, &l->own->stages[k], l->d);
   if (st != SC_OK) return st;
-  const sc_program *p = b->stages[k]->program;
-  b->programs[k] = b->stages[k]->program;
-  b->modules[k] = b->stages[k]->kernels;
-  if (!b->modules[k]) return fail(l, SC_ERR_UNSUPPORTED, "%s: not a cpu bundle", name);
-  if (p->mesh.n_axes > 0 && !sc_mesh_equal(&p->mesh, &part->mesh))
+  const sc_program *p = l->own->stages[k]->program;
+  ds->program = l->own->stages[k]->program;
+  ds->kernels = l->own->stages[k]->kernels;
+  if (!ds->kernels) return fail(l, SC_ERR_UNSUPPORTED, "%s: not a cpu bundle", name);
+  if (p->mesh.n_axes > 0 && !sc_mesh_equal(&p->mesh, &dp->mesh))
     return fail(l, SC_ERR_INVALID, "%s: the program's mesh is not partition.json's", name);
   json_t *ins = json_object_get(o, "inputs"), *outs = json_object_get(o, "outputs");
   if (!json_is_array(ins) || !json_is_array(outs) ||
       json_array_size(ins) != (size_t)p->n_inputs || json_array_size(outs) != (size_t)p->n_outputs)
     return fail(l, SC_ERR_INVALID, "%s: inputs/outputs do not match the stage program", where);
-  sc_graph *g = sc_graph_create(name);
-  if (!g || sc_graph_attach_mesh(g, &part->mesh) != SC_OK) {
-    sc_graph_destroy(g);
-    return fail(l, SC_ERR_NOMEM, "out of memory");
-  }
-  part->stages[k] = g;
-  sc_graph_mark_local_shapes(g);
+  ds->input_sharding = sc_arena_array(&dp->arena, (size_t)p->n_inputs + 1, sizeof *ds->input_sharding);
+  ds->output_global = sc_arena_array(&dp->arena, (size_t)p->n_outputs + 1, sizeof *ds->output_global);
+  if (!ds->input_sharding || !ds->output_global) return fail(l, SC_ERR_NOMEM, "out of memory");
   for (int32_t i = 0; i < p->n_inputs; i++) {
     json_t *in = json_array_get(ins, (size_t)i);
     const sc_buffer *buf = &p->buffers[p->inputs[i]];
@@ -164,38 +200,40 @@ static sc_status read_stage(loader *l, json_t *o, int32_t k) {
     if (!nm || !text || !buf->name || strcmp(nm, buf->name) != 0)
       return fail(l, SC_ERR_INVALID, "%s.inputs[%d]: not the program's input '%s'", where,
                   (int)i, buf->name ? buf->name : "?");
-    sc_sharding sh;
     sc_diag sd = {0};
     sc_diag_clear(&sd);
-    if (sc_sharding_parse(text, strlen(text), &part->mesh, buf->rank, &sh, &sd) != SC_OK)
+    if (sc_sharding_parse(text, strlen(text), &dp->mesh, buf->rank, &ds->input_sharding[i],
+                          &sd) != SC_OK)
       return fail(l, SC_ERR_INVALID, "%s.inputs[%d]: sharding '%s': %s", where, (int)i, text,
                   sd.msg);
-    int32_t id = sc_graph_add_value(g, nm);
-    if (id < 0 || sc_graph_set_sharding(g, id, &sh) != SC_OK)
-      return fail(l, SC_ERR_INVALID, "%s.inputs[%d]: cannot record its sharding", where, (int)i);
   }
   for (int32_t i = 0; i < p->n_outputs; i++) {
     const char *nm = json_string_value(json_array_get(outs, (size_t)i));
     const char *want = p->buffers[p->outputs[i]].name;
     if (!nm || !want || strcmp(nm, want) != 0)
       return fail(l, SC_ERR_INVALID, "%s.outputs[%d]: not the program's output", where, (int)i);
+    int32_t g = find_output(dp, nm);
+    ds->output_global[i] = g;
+    if (g < 0) continue;
+    if (dp->output_stage[g] >= 0)
+      return fail(l, SC_ERR_INVALID, "output '%s' is produced by stages %d and %d", nm,
+                  (int)dp->output_stage[g], (int)k);
+    dp->output_stage[g] = k;
   }
   return SC_OK;
 }
 
 /* Rank r's weight file: size and hash, then its index. */
 static sc_status read_rank(loader *l, json_t *o, int64_t r) {
-  sc_pbundle *b = l->b;
-  const sc_partition *part = b->part;
+  sc_dist_program *dp = l->dp;
   char name[64], where[96];
   snprintf(name, sizeof name, "weights/rank%lld.bin", (long long)r);
   snprintf(where, sizeof where, "ranks[%lld]", (long long)r);
   const char *file = get_str(o, "file"), *hash = get_str(o, "sha256");
   if (!file || strcmp(file, name) != 0)
     return fail(l, SC_ERR_INVALID, "%s: 'file' must be \"%s\"", where, name);
-  int64_t coords[SC_MESH_MAX_AXES], stage, bytes, n = 0;
-  sc_mesh_rank_to_coords(&part->mesh, r, coords);
-  int64_t want_stage = part->pp_axis >= 0 ? coords[part->pp_axis] : 0;
+  int64_t stage, bytes, n = 0;
+  int64_t want_stage = sc_dist_rank_stage(dp, r);
   sc_status st;
   if ((st = get_int(l, o, "stage", want_stage, want_stage, where, &stage)) ||
       (st = get_int(l, o, "bytes", 0, INT64_MAX, where, &bytes)))
@@ -206,17 +244,18 @@ static sc_status read_rank(loader *l, json_t *o, int64_t r) {
     sc_free(data);
     return st;
   }
-  b->rank_files[r] = data;
+  l->own->rank_files[r] = data;
   char hex[65];
   sc_sha256_hex(data, (size_t)n, hex);
   if (n != bytes || strcmp(hex, hash) != 0)
     return fail(l, SC_ERR_INVALID,
                 "%s: %lld bytes with SHA-256 %s, partition.json says %lld bytes, %s "
                 "(corrupted bundle)", name, (long long)n, hex, (long long)bytes, hash);
-  const sc_program *p = b->programs[stage];
-  const void **cd = sc_calloc(p->n_buffers > 0 ? (size_t)p->n_buffers : 1, sizeof *cd);
+  const sc_program *p = dp->stages[stage].program;
+  const void **cd = sc_arena_array(&dp->arena, p->n_buffers > 0 ? (size_t)p->n_buffers : 1,
+                                   sizeof *cd);
   if (!cd) return fail(l, SC_ERR_NOMEM, "out of memory");
-  b->rank_const[r] = cd;
+  dp->rank_weights[r] = cd;
   json_t *consts = json_object_get(o, "consts");
   if (!json_is_array(consts)) return fail(l, SC_ERR_PARSE, "%s: 'consts' must be an array", where);
   /* The writer's layout exactly: ascending buffers, each at the next
@@ -258,10 +297,8 @@ static sc_status read_rank(loader *l, json_t *o, int64_t r) {
 }
 
 static sc_status read_root(loader *l, json_t *root) {
-  sc_pbundle *b = l->b;
-  sc_partition *part = b->part;
   sc_status st;
-  const char *fmt = get_str(root, "format"), *mesh = get_str(root, "mesh");
+  const char *fmt = get_str(root, "format"), *mesh_text = get_str(root, "mesh");
   if (!fmt || strcmp(fmt, "shardc-partition") != 0)
     return fail(l, SC_ERR_PARSE, "partition.json: \"format\" is not \"shardc-partition\"");
   int64_t version, rpn, n_stages, mb;
@@ -269,61 +306,86 @@ static sc_status read_root(loader *l, json_t *root) {
   if (version != 1)
     return fail(l, SC_ERR_UNSUPPORTED, "partition.json: version %lld (this shardc reads 1)",
                 (long long)version);
+  sc_mesh mesh;
   sc_diag md = {0};
   sc_diag_clear(&md);
-  if (!mesh || sc_mesh_parse(mesh, &part->mesh, &md) != SC_OK)
-    return fail(l, SC_ERR_INVALID, "partition.json: 'mesh': %s", mesh ? md.msg : "missing");
+  if (!mesh_text || sc_mesh_parse(mesh_text, &mesh, &md) != SC_OK)
+    return fail(l, SC_ERR_INVALID, "partition.json: 'mesh': %s", mesh_text ? md.msg : "missing");
   if ((st = get_int(l, root, "ranks_per_node", 0, SC_MESH_MAX_RANKS, "partition.json", &rpn)))
     return st;
-  if (rpn && sc_mesh_set_ranks_per_node(&part->mesh, rpn, &md) != SC_OK)
+  if (rpn && sc_mesh_set_ranks_per_node(&mesh, rpn, &md) != SC_OK)
     return fail(l, SC_ERR_INVALID, "partition.json: ranks_per_node: %s", md.msg);
-  if ((st = get_axis(l, root, "pp_axis", &part->pp_axis)) ||
-      (st = get_axis(l, root, "dp_axis", &part->dp_axis)) ||
-      (st = get_axis(l, root, "tp_axis", &part->tp_axis)))
+  int32_t pp, dpa, tp;
+  if ((st = get_axis(l, root, &mesh, "pp_axis", &pp)) ||
+      (st = get_axis(l, root, &mesh, "dp_axis", &dpa)) ||
+      (st = get_axis(l, root, &mesh, "tp_axis", &tp)))
     return st;
-  int64_t stages_want = part->pp_axis >= 0 ? part->mesh.axes[part->pp_axis].size : 1;
+  int64_t stages_want = pp >= 0 ? mesh.axes[pp].size : 1;
   if ((st = get_int(l, root, "n_stages", stages_want, stages_want, "partition.json", &n_stages)) ||
       (st = get_int(l, root, "microbatches", 1, 1 << 20, "partition.json", &mb)))
     return st;
-  part->n_stages = b->n_stages = (int32_t)n_stages;
-  part->microbatches = (int32_t)mb;
-  b->n_ranks = part->mesh.n_ranks;
+  sc_dist_program *dp = l->dp = sc_dist_program_create(&mesh, (int32_t)n_stages);
+  if (!dp) return fail(l, SC_ERR_NOMEM, "out of memory");
+  dp->owns_programs = false; /* the stage bundles own them */
+  dp->owner = l->own;
+  dp->release_owner = loaded_free;
+  dp->schedule.microbatches = (int32_t)mb;
+  sc_dist_program_set_roles(dp, pp, dpa, tp);
   if ((st = read_values(l, root, true)) || (st = read_values(l, root, false))) return st;
 
   json_t *stages = json_object_get(root, "stages"), *ranks = json_object_get(root, "ranks");
   if (!json_is_array(stages) || json_array_size(stages) != (size_t)n_stages)
     return fail(l, SC_ERR_INVALID, "'stages' must be an array of %lld", (long long)n_stages);
-  if (!json_is_array(ranks) || json_array_size(ranks) != (size_t)b->n_ranks)
-    return fail(l, SC_ERR_INVALID, "'ranks' must be an array of %lld", (long long)b->n_ranks);
-  size_t ns = (size_t)n_stages, nr = (size_t)b->n_ranks;
-  b->stages = sc_calloc(ns, sizeof *b->stages);
-  b->programs = sc_calloc(ns, sizeof *b->programs);
-  b->modules = sc_calloc(ns, sizeof *b->modules);
-  part->stages = sc_calloc(ns, sizeof *part->stages);
-  b->rank_files = sc_calloc(nr, sizeof *b->rank_files);
-  b->rank_const = sc_calloc(nr, sizeof *b->rank_const);
-  if (!b->stages || !b->programs || !b->modules || !part->stages || !b->rank_files ||
-      !b->rank_const)
+  if (!json_is_array(ranks) || json_array_size(ranks) != (size_t)mesh.n_ranks)
+    return fail(l, SC_ERR_INVALID, "'ranks' must be an array of %lld", (long long)mesh.n_ranks);
+  size_t ns = (size_t)n_stages, nr = (size_t)mesh.n_ranks;
+  l->own->n_stages = (int32_t)n_stages;
+  l->own->n_ranks = mesh.n_ranks;
+  l->own->stages = sc_calloc(ns, sizeof *l->own->stages);
+  l->own->rank_files = sc_calloc(nr, sizeof *l->own->rank_files);
+  dp->rank_weights = sc_arena_array(&dp->arena, nr, sizeof *dp->rank_weights);
+  if (!l->own->stages || !l->own->rank_files || !dp->rank_weights)
     return fail(l, SC_ERR_NOMEM, "out of memory");
-  for (int32_t k = 0; k < part->n_stages; k++)
+  for (int32_t k = 0; k < dp->n_stages; k++)
     if ((st = read_stage(l, json_array_get(stages, (size_t)k), k))) return st;
-  for (int64_t r = 0; r < b->n_ranks; r++)
+  for (int32_t k = 0; k < dp->n_outputs; k++)
+    if (dp->output_stage[k] < 0)
+      return fail(l, SC_ERR_INVALID, "output '%s' is produced by no stage", dp->outputs[k].name);
+  for (int64_t r = 0; r < mesh.n_ranks; r++)
     if ((st = read_rank(l, json_array_get(ranks, (size_t)r), r))) return st;
+  sc_diag cd = {0};
+  sc_diag_clear(&cd);
+  if (sc_dist_program_check(dp, &cd) != SC_OK)
+    return fail(l, SC_ERR_INVALID, "%s", cd.msg);
   return SC_OK;
 }
 
-sc_status sc_pbundle_load(const char *dir, sc_pbundle **out, sc_diag *d) {
-  *out = NULL;
-  loader l = {.dir = dir, .d = d};
-  sc_pbundle *b = l.b = sc_calloc(1, sizeof *b);
-  if (b) b->part = sc_calloc(1, sizeof *b->part);
-  if (b && b->part) b->global = sc_graph_create("partitioned bundle");
-  if (!b || !b->part || !b->global) {
-    sc_pbundle_destroy(b);
-    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+static void bundle_free(void *b) { sc_bundle_destroy(b); }
+
+/* A one-rank bundle (manifest.json): its program as stage 0. */
+static sc_status load_single(const char *dir, sc_dist_program **out, sc_diag *d) {
+  sc_bundle *b = NULL;
+  sc_status st = sc_bundle_load(dir, &b, d);
+  if (st == SC_OK && !b->kernels)
+    st = sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "a %s bundle: only cpu bundles run here", b->target);
+  if (st == SC_OK) st = sc_dist_program_single(b->program, false, out, d);
+  if (st != SC_OK) {
+    sc_bundle_destroy(b);
+    return st;
   }
-  b->part->global = b->global;
-  sc_mesh_init(&b->part->mesh);
+  (*out)->stages[0].kernels = b->kernels;
+  (*out)->owner = b;
+  (*out)->release_owner = bundle_free;
+  return SC_OK;
+}
+
+sc_status sc_dist_program_load(const char *dir, sc_dist_program **out, sc_diag *d) {
+  *out = NULL;
+  if (!sc_dist_bundle_is_dir(dir) && sc_bundle_is_dir(dir)) return load_single(dir, out, d);
+  loader l = {.dir = dir, .d = d};
+  l.own = sc_calloc(1, sizeof *l.own);
+  if (!l.own) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   char *text = NULL;
   int64_t n = 0;
   sc_status st = read_file(&l, "partition.json", MAX_JSON_BYTES, &text, &n);
@@ -337,56 +399,10 @@ sc_status sc_pbundle_load(const char *dir, sc_pbundle **out, sc_diag *d) {
   json_decref(root);
   sc_free(text);
   if (st != SC_OK) {
-    sc_pbundle_destroy(b);
+    if (l.dp) sc_dist_program_destroy(l.dp); /* releases l.own */
+    else loaded_free(l.own);
     return st;
   }
-  *out = b;
+  *out = l.dp;
   return SC_OK;
-}
-
-void sc_pbundle_destroy(sc_pbundle *b) {
-  if (!b) return;
-  for (int32_t k = 0; b->stages && k < b->n_stages; k++) sc_bundle_destroy(b->stages[k]);
-  for (int64_t r = 0; b->rank_files && r < b->n_ranks; r++) sc_free(b->rank_files[r]);
-  for (int64_t r = 0; b->rank_const && r < b->n_ranks; r++) sc_free(b->rank_const[r]);
-  if (b->part) {
-    for (int32_t k = 0; b->part->stages && k < b->n_stages; k++)
-      sc_graph_destroy(b->part->stages[k]);
-    sc_free(b->part->stages);
-    sc_free(b->part);
-  }
-  sc_graph_destroy(b->global);
-  sc_free(b->stages);
-  sc_free(b->programs);
-  sc_free(b->modules);
-  sc_free(b->rank_files);
-  sc_free(b->rank_const);
-  sc_free(b);
-}
-
-static sc_dist_opts bundle_opts(const sc_pbundle *b, const sc_dist_opts *o) {
-  sc_dist_opts opts;
-  sc_dist_opts_init(&opts);
-  if (o) opts = *o;
-  opts.cpu_modules = b->modules;
-  opts.rank_const_data = (const void *const *const *)b->rank_const;
-  return opts;
-}
-
-sc_status sc_pbundle_run_local(const sc_pbundle *b, const sc_dist_opts *o,
-                               const sc_tensor_view *inputs, int32_t n_inputs,
-                               sc_dist_output *outputs, int32_t n_outputs,
-                               sc_dist_rank_stats *stats, sc_diag *d) {
-  sc_dist_opts opts = bundle_opts(b, o);
-  return sc_dist_run_local(b->part, b->programs, &opts, inputs, n_inputs, outputs, n_outputs,
-                           stats, d);
-}
-
-sc_status sc_pbundle_run_rank(const sc_pbundle *b, const sc_dist_opts *o, sc_comm *world,
-                              const sc_tensor_view *inputs, int32_t n_inputs,
-                              sc_dist_output *outputs, int32_t n_outputs,
-                              sc_dist_rank_stats *stats, sc_diag *d) {
-  sc_dist_opts opts = bundle_opts(b, o);
-  return sc_dist_run_rank(b->part, b->programs, &opts, world, inputs, n_inputs, outputs,
-                          n_outputs, stats, d);
 }

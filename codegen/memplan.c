@@ -1,5 +1,5 @@
 /* memplan.c — arena offsets for a program's buffers from their lifetimes,
- * and the check of a plan (see passes/memplan.h; docs/kir.md has the
+ * and the check of a plan (see codegen/memplan.h; docs/kir.md has the
  * algorithm and its invariants).
  *
  * 1. Lifetimes: for every storage root (a non-VIEW INPUT, OUTPUT or TEMP
@@ -15,7 +15,7 @@
  *    each goes into the smallest gap, between already placed slots whose
  *    lifetimes overlap its own, that holds it, else after the highest one.
  * The verifier recomputes the lifetimes and checks every pair of roots. */
-#include "passes/memplan.h"
+#include "codegen/memplan.h"
 
 #include <stdlib.h>
 #include <string.h>

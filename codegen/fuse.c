@@ -30,6 +30,7 @@
  * in order of each group's first node. */
 #include <string.h>
 
+#include "codegen/compile.h"
 #include "codegen/lower.h"
 #include "passes/pass.h"
 

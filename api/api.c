@@ -1,0 +1,454 @@
+/* api.c — the public embedding API (include/shardc.h) over the layers:
+ * the model handle over frontend import, the pass manager and the
+ * statistics; planning and compiling over the driver (driver/driver.h);
+ * saving over the bundle writers (codegen/bundle.h, dist_bundle.h);
+ * loading and running over the distributed runtime (runtime/dist.h,
+ * dist_load.h). Nothing here holds pipeline logic: it converts the public
+ * types (ONNX dtype codes, host tensors) and keeps the last error.
+ *
+ * Every call records its failure in the handle's diag, formatted on demand
+ * by sc_model_error / sc_executable_error. An executable is a distributed
+ * program, compiled (the build owns it) or loaded (it owns its files). */
+#include "shardc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/bundle.h"
+#include "codegen/dist_bundle.h"
+#include "driver/driver.h"
+#include "frontend/onnx.h"
+#include "passes/pass.h"
+#include "passes/stats.h"
+#include "runtime/dist.h"
+#include "runtime/dist_load.h"
+
+struct sc_model {
+  sc_graph *g;        /* NULL when the load failed */
+  sc_model_opts opts;
+  char *path;
+  sc_stats stats;
+  bool stats_begun;
+  bool prepared;
+  sc_diag diag;       /* the last failure */
+  char error[2048];   /* sc_model_error's buffer */
+};
+
+static sc_status fail_from(sc_model *m, const sc_diag *d) {
+  m->diag = *d;
+  if (!m->diag.file[0] && m->path) sc_diag_set_file(&m->diag, m->path);
+  return m->diag.status;
+}
+
+sc_status sc_model_load(const char *path, const sc_model_opts *opts, sc_model **out) {
+  if (!out) return SC_ERR_USAGE;
+  *out = NULL;
+  sc_model *m = sc_calloc(1, sizeof *m);
+  if (!m) return SC_ERR_NOMEM;
+  *out = m;
+  if (opts) m->opts = *opts;
+  sc_diag_clear(&m->diag);
+  if (!path)
+    return sc_diag_set(&m->diag, SC_ERR_USAGE, NULL, NULL, "sc_model_load: path is NULL");
+  m->path = sc_strdup(path);
+  if (!m->path) return sc_diag_set(&m->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_import_opts io = {.no_weights = m->opts.no_weights};
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_status st = sc_onnx_import(path, &io, &m->g, &d);
+  if (st != SC_OK) {
+    if (m->g) sc_graph_destroy(m->g);
+    m->g = NULL;
+    return fail_from(m, &d);
+  }
+  return SC_OK;
+}
+
+sc_status sc_model_bind_dim(sc_model *m, const char *name, int64_t value) {
+  if (!m) return SC_ERR_USAGE;
+  sc_diag_clear(&m->diag);
+  if (!m->g || m->prepared || !name || value <= 0)
+    return sc_diag_set(&m->diag, SC_ERR_USAGE, NULL, NULL,
+                       "sc_model_bind_dim: %s", !m->g ? "no model loaded"
+                       : m->prepared ? "the model is already prepared"
+                                     : "needs a name and a value > 0");
+  if (sc_graph_bind_dim(m->g, name, value) == 0) {
+    sc_diag_set(&m->diag, SC_ERR_USAGE, NULL, NULL, "no input has a dim named '%s'", name);
+    sc_diag_set_file(&m->diag, m->path);
+    return SC_ERR_USAGE;
+  }
+  return SC_OK;
+}
+
+sc_status sc_model_prepare(sc_model *m) {
+  if (!m) return SC_ERR_USAGE;
+  sc_diag_clear(&m->diag);
+  if (!m->g || m->prepared)
+    return sc_diag_set(&m->diag, SC_ERR_USAGE, NULL, NULL, "sc_model_prepare: %s",
+                       !m->g ? "no model loaded" : "already prepared");
+  sc_status st = sc_stats_begin(m->g, &m->stats);
+  m->stats_begun = true;
+  if (st == SC_OK) {
+    sc_pass_opts po;
+    sc_pass_opts_init(&po);
+    po.quiet = m->opts.quiet;
+    st = sc_run_passes(m->g, SC_CANONICAL_PASSES, &po);
+  }
+  if (st == SC_OK) st = sc_stats_finish(m->g, &m->stats);
+  if (st != SC_OK) return fail_from(m, &m->g->diag);
+  m->prepared = true;
+  return SC_OK;
+}
+
+sc_status sc_model_stats(const sc_model *m, sc_model_info *out) {
+  if (!m || !out || !m->prepared) return SC_ERR_USAGE;
+  const sc_stats *s = &m->stats;
+  memset(out, 0, sizeof *out);
+  out->nodes = s->n_nodes;
+  out->nodes_before_fold = s->n_nodes_before_fold;
+  out->params = s->params;
+  out->param_bytes = s->param_bytes;
+  out->flops = s->flops;
+  out->largest_activation_bytes = s->largest_bytes;
+  out->blocks = s->n_blocks;
+  return SC_OK;
+}
+
+const char *sc_model_error(const sc_model *m) {
+  if (!m) return "no model";
+  sc_model *mm = (sc_model *)m; /* the buffer is a cache */
+  if (m->diag.status == SC_OK) return "";
+  sc_diag_format(&m->diag, mm->error, sizeof mm->error);
+  return mm->error;
+}
+
+void sc_model_free(sc_model *m) {
+  if (!m) return;
+  if (m->stats_begun) sc_stats_free(&m->stats);
+  if (m->g) sc_graph_destroy(m->g);
+  sc_free(m->path);
+  sc_free(m);
+}
+
+/* ---- planning and compiling ---- */
+
+void sc_string_free(char *s) { sc_free(s); }
+
+static char *strdup_or_null(const char *s) { return s ? sc_strdup(s) : NULL; }
+
+/* The plan the options describe (made once), or NULL for one rank. */
+static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag *d) {
+  *plan = NULL;
+  if (!par) return SC_OK;
+  if (par->plan_file) {
+    if (par->mesh || par->microbatches || par->ranks_per_node || par->stage_boundaries ||
+        par->sequence_parallel || par->no_vocab_parallel)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "plan_file may not be given with other parallel options");
+    sc_status st = sc_plan_read_json_file(par->plan_file, NULL, plan, d);
+    if (st != SC_OK && !d->file[0]) sc_diag_set_file(d, par->plan_file);
+    return st;
+  }
+  if (!par->mesh || !*par->mesh) {
+    if (par->microbatches > 1 || par->ranks_per_node || par->stage_boundaries ||
+        par->sequence_parallel || par->no_vocab_parallel)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "parallel options need a mesh");
+    return SC_OK;
+  }
+  sc_plan_options po = {.mesh = par->mesh,
+                        .ranks_per_node = par->ranks_per_node,
+                        .microbatches = par->microbatches,
+                        .boundaries = par->stage_boundaries,
+                        .sequence_parallel = par->sequence_parallel,
+                        .no_vocab_parallel = par->no_vocab_parallel};
+  return sc_plan_from_options(&po, plan, d);
+}
+
+enum { MAX_DIMS = 64 };
+
+/* The build of model with dims and parallel options. */
+static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_dims,
+                       const sc_parallel_opts *par, bool no_weights, bool codegen, bool no_fuse,
+                       bool quiet, sc_build **out, sc_diag *d) {
+  *out = NULL;
+  if (!model) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no model path");
+  if (n_dims < 0 || n_dims > MAX_DIMS || (n_dims && !dims))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "bad dims (at most %d)", MAX_DIMS);
+  sc_dim_value dv[MAX_DIMS];
+  for (int32_t i = 0; i < n_dims; i++) {
+    if (!dims[i].name || dims[i].value <= 0)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "dim %d needs a name and a value > 0",
+                         (int)i);
+    dv[i] = (sc_dim_value){dims[i].name, dims[i].value};
+  }
+  sc_build_opts bo;
+  sc_build_opts_init(&bo);
+  bo.model = model;
+  bo.no_weights = no_weights;
+  bo.codegen = codegen;
+  bo.dims = dv;
+  bo.n_dims = n_dims;
+  sc_pass_opts po;
+  sc_pass_opts_init(&po);
+  po.quiet = quiet;
+  sc_compile_opts co;
+  sc_compile_opts_init(&co);
+  co.quiet = quiet;
+  co.fuse = !no_fuse;
+  bo.pass = &po;
+  bo.compile = &co;
+  bo.plan_file = par ? par->plan_file : NULL;
+  sc_status st = make_plan(par, &bo.plan, d);
+  if (st != SC_OK) return st;
+  return sc_build_run(&bo, out, d);
+}
+
+static char *format_error(const sc_diag *d) {
+  char buf[2048];
+  sc_diag_format(d, buf, sizeof buf);
+  return sc_strdup(buf);
+}
+
+sc_status sc_plan_json(const char *model_path, const sc_dim_binding *dims, int32_t n_dims,
+                       const sc_parallel_opts *parallel, char **json, char **error) {
+  if (json) *json = NULL;
+  if (error) *error = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_build *b = NULL;
+  sc_status st = !json ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "json is NULL")
+                 : !parallel || (!parallel->mesh && !parallel->plan_file)
+                     ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh")
+                     : build(model_path, dims, n_dims, parallel, true, false, false, true, &b,
+                             &d);
+  if (st == SC_OK) st = sc_partition_complete_plan(b->part, b->plan, &d);
+  if (st == SC_OK && !(*json = sc_plan_write_json_string(b->plan, &d))) st = d.status;
+  sc_build_destroy(b);
+  if (st != SC_OK && error) {
+    if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
+    *error = format_error(&d);
+  }
+  return st;
+}
+
+struct sc_executable {
+  sc_build *build;            /* compiled here: owns the program */
+  sc_dist_program *loaded;    /* or loaded from a bundle */
+  const sc_dist_program *dp;  /* the one of the two */
+  sc_target_kind target;
+  char *archs;                /* cuda */
+  char *model;                /* file name recorded in saved manifests */
+  struct sc_comm *world;      /* mpi: kept until free (MPI starts once) */
+  sc_diag diag;               /* the last failure */
+  char error[2048];
+};
+
+static sc_status exe_fail(sc_executable *e, const sc_diag *d) {
+  e->diag = *d;
+  return d->status;
+}
+
+static sc_executable *exe_new(void) {
+  sc_executable *e = sc_calloc(1, sizeof *e);
+  if (e) sc_diag_clear(&e->diag);
+  return e;
+}
+
+sc_status sc_compile(const char *model_path, const sc_compile_settings *opts,
+                     sc_executable **out) {
+  if (!out) return SC_ERR_USAGE;
+  sc_executable *e = *out = exe_new();
+  if (!e) return SC_ERR_NOMEM;
+  sc_compile_settings none;
+  memset(&none, 0, sizeof none);
+  if (!opts) opts = &none;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  e->target = opts->target;
+  if (opts->target != SC_TARGET_CPU && opts->target != SC_TARGET_CUDA)
+    return exe_fail(e, &(sc_diag){.status = SC_ERR_USAGE, .msg = "unknown target"});
+  bool partitioned = (opts->parallel.mesh && *opts->parallel.mesh) || opts->parallel.plan_file;
+  if (opts->target == SC_TARGET_CUDA && partitioned) {
+    sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                "a partitioned program is cpu only (the GPU runtime is not built yet)");
+    return exe_fail(e, &d);
+  }
+  e->archs = strdup_or_null(opts->gpu_archs);
+  const char *slash = model_path ? strrchr(model_path, '/') : NULL;
+  e->model = strdup_or_null(slash ? slash + 1 : model_path);
+  sc_status st = build(model_path, opts->dims, opts->n_dims, &opts->parallel, false, true,
+                       opts->no_fuse, opts->quiet, &e->build, &d);
+  if (st != SC_OK) {
+    if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
+    return exe_fail(e, &d);
+  }
+  e->dp = e->build->program;
+  return SC_OK;
+}
+
+sc_status sc_executable_save(sc_executable *e, const char *dir) {
+  if (!e || !e->dp || !dir) return SC_ERR_USAGE;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (!e->build) {
+    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a loaded executable is saved already");
+    return exe_fail(e, &d);
+  }
+  sc_bundle_opts bo;
+  sc_bundle_opts_init(&bo);
+  bo.target = e->target == SC_TARGET_CUDA ? SC_BUNDLE_CUDA : SC_BUNDLE_CPU;
+  bo.archs = e->archs;
+  bo.model = e->model;
+  const sc_dist_program *dp = e->dp;
+  sc_status st = dp->mesh.n_axes > 0 ? sc_dist_program_write(dp, &bo, dir, &d)
+                                     : sc_bundle_write(dp->stages[0].program, &bo, dir, &d);
+  return st == SC_OK ? SC_OK : exe_fail(e, &d);
+}
+
+sc_status sc_executable_load(const char *dir, sc_executable **out) {
+  if (!out) return SC_ERR_USAGE;
+  sc_executable *e = *out = exe_new();
+  if (!e) return SC_ERR_NOMEM;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_status st = !dir ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no directory")
+                      : sc_dist_program_load(dir, &e->loaded, &d);
+  if (st != SC_OK) {
+    if (!d.file[0] && dir) sc_diag_set_file(&d, dir);
+    return exe_fail(e, &d);
+  }
+  e->dp = e->loaded;
+  return SC_OK;
+}
+
+int32_t sc_executable_n_inputs(const sc_executable *e) {
+  return e && e->dp ? e->dp->n_inputs : 0;
+}
+int32_t sc_executable_n_outputs(const sc_executable *e) {
+  return e && e->dp ? e->dp->n_outputs : 0;
+}
+int64_t sc_executable_n_ranks(const sc_executable *e) {
+  return e && e->dp ? e->dp->mesh.n_ranks : 0;
+}
+int32_t sc_executable_n_stages(const sc_executable *e) {
+  return e && e->dp ? e->dp->n_stages : 0;
+}
+
+/* A global value as a host tensor: the full batch (dim 0 times M). */
+static sc_status describe(const sc_executable *e, const sc_dist_value *v, sc_host_tensor *out) {
+  memset(out, 0, sizeof *out);
+  out->name = v->name;
+  out->dtype = sc_dtype_to_onnx(v->dtype);
+  out->rank = v->rank;
+  memcpy(out->dims, v->dims, sizeof v->dims);
+  if (v->rank > 0) out->dims[0] *= e->dp->schedule.microbatches;
+  return SC_OK;
+}
+
+sc_status sc_executable_input(const sc_executable *e, int32_t i, sc_host_tensor *out) {
+  if (!e || !e->dp || !out || i < 0 || i >= e->dp->n_inputs) return SC_ERR_USAGE;
+  return describe(e, &e->dp->inputs[i], out);
+}
+
+sc_status sc_executable_output(const sc_executable *e, int32_t i, sc_host_tensor *out) {
+  if (!e || !e->dp || !out || i < 0 || i >= e->dp->n_outputs) return SC_ERR_USAGE;
+  return describe(e, &e->dp->outputs[i], out);
+}
+
+void sc_host_tensors_free(sc_host_tensor *t, int32_t n) {
+  for (int32_t i = 0; t && i < n; i++) {
+    sc_free(t[i].data);
+    t[i].data = NULL;
+  }
+}
+
+enum { MAX_TENSORS = 4096 };
+
+sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
+                            const sc_host_tensor *inputs, int32_t n_inputs,
+                            sc_host_tensor *outputs, int32_t n_outputs) {
+  if (!e) return SC_ERR_USAGE;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (!e->dp)
+    return exe_fail(e, &(sc_diag){.status = SC_ERR_USAGE, .msg = "nothing compiled"});
+  if (e->target == SC_TARGET_CUDA) {
+    sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                "a cuda executable: save it; the GPU runtime is not built yet");
+    return exe_fail(e, &d);
+  }
+  const sc_dist_program *dp = e->dp;
+  if (n_inputs < 0 || n_inputs > MAX_TENSORS || (n_inputs && !inputs) ||
+      n_outputs != dp->n_outputs || (n_outputs && !outputs)) {
+    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                "%d inputs and %d outputs given; the model has %d outputs", (int)n_inputs,
+                (int)n_outputs, (int)dp->n_outputs);
+    return exe_fail(e, &d);
+  }
+  const char *comm = opts && opts->comm ? opts->comm : "local";
+  if (strcmp(comm, "local") != 0 && strcmp(comm, "mpi") != 0) {
+    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s': expected \"local\" or \"mpi\"", comm);
+    return exe_fail(e, &d);
+  }
+  sc_tensor_view *in = sc_calloc((size_t)n_inputs + 1, sizeof *in);
+  sc_dist_output *out = sc_calloc((size_t)n_outputs + 1, sizeof *out);
+  sc_status st = in && out ? SC_OK : sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; st == SC_OK && i < n_inputs; i++) {
+    const sc_host_tensor *h = &inputs[i];
+    sc_dtype t = sc_dtype_from_onnx(h->dtype);
+    if (!h->name || t == SC_DTYPE_COUNT || h->rank < 0 || h->rank > SC_MAX_RANK) {
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                       "input %d: needs a name, a known ONNX dtype and rank <= %d", (int)i,
+                       SC_MAX_RANK);
+      break;
+    }
+    in[i] = (sc_tensor_view){.name = h->name, .dtype = t, .rank = h->rank, .data = h->data};
+    memcpy(in[i].dims, h->dims, sizeof in[i].dims);
+  }
+  sc_dist_opts o;
+  sc_dist_opts_init(&o);
+  o.threads = opts ? opts->threads : 0;
+  o.quiet = true;
+  if (st == SC_OK && strcmp(comm, "mpi") == 0) {
+    if (!e->world) st = sc_comm_mpi_create(&e->world, &d);
+    if (st == SC_OK && (int64_t)sc_comm_size(e->world) != dp->mesh.n_ranks)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "the mesh has %lld ranks but mpirun started %d",
+                       (long long)dp->mesh.n_ranks, sc_comm_size(e->world));
+    if (st == SC_OK)
+      st = sc_dist_run_rank(dp, &o, e->world, in, n_inputs, out, n_outputs, NULL, &d);
+  } else if (st == SC_OK) {
+    st = sc_dist_run_local(dp, &o, in, n_inputs, out, n_outputs, NULL, &d);
+  }
+  for (int32_t k = 0; st == SC_OK && k < n_outputs; k++) {
+    sc_host_tensor *h = &outputs[k];
+    describe(e, &dp->outputs[k], h);
+    h->data = out[k].data; /* moved; NULL for another rank's output */
+    if (h->data) {
+      h->rank = out[k].rank;
+      memcpy(h->dims, out[k].dims, sizeof h->dims);
+    }
+  }
+  if (st != SC_OK)
+    for (int32_t k = 0; out && k < n_outputs; k++) sc_free(out[k].data);
+  sc_free(in);
+  sc_free(out);
+  return st == SC_OK ? SC_OK : exe_fail(e, &d);
+}
+
+const char *sc_executable_error(const sc_executable *e) {
+  if (!e) return "out of memory";
+  sc_executable *m = (sc_executable *)e; /* the buffer is a cache */
+  if (e->diag.status == SC_OK) return "";
+  sc_diag_format(&e->diag, m->error, sizeof m->error);
+  return m->error;
+}
+
+void sc_executable_free(sc_executable *e) {
+  if (!e) return;
+  sc_comm_destroy(e->world);
+  sc_build_destroy(e->build);
+  sc_dist_program_destroy(e->loaded);
+  sc_free(e->archs);
+  sc_free(e->model);
+  sc_free(e);
+}

@@ -1,0 +1,43 @@
+/* compile.h — one graph to one program: the codegen half of the pipeline.
+ *
+ * sc_compile_graph takes a graph already imported and bound (a whole model,
+ * or one pipeline stage of a partitioned one) through the canonical passes,
+ * fusion, lowering to kernel IR and the memory plan (verified), and returns
+ * a program (codegen/program.h) that any device can run. The partitioned
+ * pipeline (driver/driver.h) calls it once per stage.
+ *
+ * Errors come back in diag: the graph pass's diagnostic (with its node) or
+ * the lowering's. The program is owned by the caller (sc_program_destroy). */
+#ifndef SC_CODEGEN_COMPILE_H
+#define SC_CODEGEN_COMPILE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "codegen/program.h"
+#include "passes/pass.h"
+
+typedef struct sc_compile_opts {
+  bool fuse;               /* default true */
+  const char *print_after; /* graph pass name, "all", or "program" (the
+                              final program after memplan), or NULL */
+  bool time_passes;
+  FILE *print_out;         /* --print-after output; NULL = stderr */
+  FILE *time_out;          /* --time-passes output; NULL = stderr */
+  bool quiet;              /* no notes (e.g. dims bound to 1) on stderr */
+  bool skip_canonical;     /* the graph already went through
+                              SC_CANONICAL_PASSES (the driver ran them) */
+} sc_compile_opts;
+void sc_compile_opts_init(sc_compile_opts *o);
+sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **out,
+                           sc_diag *diag);
+
+/* codegen/fuse.c: fusion groups (attribute __group per node), a graph pass
+ * that codegen owns because it follows the lowering's kinds. */
+sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts);
+/* Adds codegen's graph passes (fuse) to the pass registry; idempotent and
+ * thread-safe. sc_compile_graph calls it; `shardc opt` calls it before
+ * naming passes. */
+void sc_codegen_register_passes(void);
+
+#endif

@@ -1,0 +1,108 @@
+/* driver.h — the compiler's pipeline, once, in one place: from a model file
+ * and a plan to a distributed program.
+ *
+ *   (plan)        passes/plan/   made by the caller before the build:
+ *                                sc_plan_from_options or a plan file
+ *   import        frontend/      ONNX → IR graph (weights mmapped)
+ *   specialise    driver.c       inputs given as constants are frozen
+ *   bind-dims     driver.c       --dim values (the batch divided by the
+ *                                microbatch count) onto symbolic dims
+ *   canonical     passes/        bind-dims, infer-shapes, fold, dce
+ *   partition     passes/partition/  seeds, stages, localize, split
+ *   codegen       codegen/       per stage: fuse, lower, memory plan
+ *   link          driver.c       the distributed program
+ *                                (codegen/dist_program.h)
+ *
+ * The list lives in driver.c (the `pipeline` table) and runs in that order;
+ * each step reads what the previous ones left in sc_build. Nothing is done
+ * twice: the mesh is parsed once (sc_plan_from_options, before the model is
+ * read), a plan file is read once, the canonical passes run once on the
+ * whole model, localize once.
+ * A one-rank build (no plan) is the same pipeline over the one-rank mesh:
+ * partition is skipped and the whole graph is stage 0.
+ *
+ * The command line (tools/) and the public API (api/, include/shardc.h)
+ * both call sc_build_run; neither holds pipeline logic.
+ *
+ * Errors come back as a status and a diagnostic naming the file and node;
+ * usage errors (a --dim that matches nothing, a batch that does not divide
+ * into microbatches) are SC_ERR_USAGE. */
+#ifndef SC_DRIVER_H
+#define SC_DRIVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "codegen/compile.h"
+#include "codegen/dist_program.h"
+#include "passes/partition/partition.h"
+#include "passes/pass.h"
+#include "passes/plan/plan.h"
+#include "passes/stats.h"
+
+/* A symbolic dim bound to a value (--dim NAME=V). */
+typedef struct sc_dim_value {
+  const char *name;
+  int64_t value;
+} sc_dim_value;
+
+/* A graph input frozen to a value (specialisation: an input that
+ * determines shapes is compiled for its given value). */
+typedef struct sc_frozen_input {
+  const char *name;
+  sc_dtype dtype;
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK];
+  const void *data;          /* copied into the graph */
+  uint64_t bytes;
+} sc_frozen_input;
+
+typedef struct sc_build_opts {
+  const char *model;                  /* the ONNX file */
+  bool no_weights;                    /* shapes only (plan, inspect) */
+  const sc_dim_value *dims;           /* the batch dim is the GLOBAL batch */
+  int32_t n_dims;
+  const sc_frozen_input *frozen;
+  int32_t n_frozen;
+  /* Partitioning: the plan (taken: owned by the build, freed with it, also
+   * when the build fails), or NULL: one rank. plan_file: the file it was
+   * read from, named by errors about the plan, or NULL. */
+  sc_plan *plan;
+  const char *plan_file;
+  bool codegen;                       /* false: stop after partitioning */
+  bool stats;                         /* sc_stats_begin after binding */
+  const sc_pass_opts *pass;           /* NULL: defaults */
+  const sc_compile_opts *compile;     /* NULL: defaults */
+  /* Out, on failure: the input whose value the shapes need (so that the
+   * caller can freeze it and build again), or "". */
+  char *wanted_input;
+  size_t wanted_input_size;
+} sc_build_opts;
+void sc_build_opts_init(sc_build_opts *o);
+
+typedef struct sc_build {
+  sc_graph *graph;              /* the model after the canonical passes
+                                   (vocabulary padding included) */
+  sc_plan *plan;                /* NULL for one rank */
+  sc_partition *part;           /* NULL for one rank */
+  sc_stats stats;               /* when opts.stats */
+  bool has_stats;
+  sc_dist_program *program;     /* NULL when opts.codegen is false; its
+                                   weight sources borrow from graph */
+  double seconds[8];            /* per pipeline step, in table order */
+} sc_build;
+
+/* The pipeline above. *out is NULL on failure. */
+sc_status sc_build_run(const sc_build_opts *o, sc_build **out, sc_diag *d);
+void sc_build_destroy(sc_build *b);
+/* The pipeline's step names, in order (for --time-passes and docs). */
+const char *sc_build_step_name(int32_t i);
+int32_t sc_build_step_count(void);
+
+/* The link step on its own: a distributed program from a partition and one
+ * compiled program per stage (programs[part->n_stages], taken: owned by the
+ * result, also on failure). Its sources borrow from part->global. */
+sc_status sc_dist_program_link(const sc_partition *part, sc_program **programs,
+                               sc_dist_program **out, sc_diag *d);
+
+#endif

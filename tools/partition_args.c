@@ -1,0 +1,123 @@
+/* partition_args.c — the partitioning options of `shardc plan`, `run` and
+ * `compile` (partition_args.h), and the build they ask for.
+ *
+ * The options become a plan here, once, through the library
+ * (sc_plan_from_options, or sc_plan_read_json_file for --plan); the driver
+ * (driver/driver.c) does the rest. Errors are printed here
+ * (sc_cli_report / sc_cli_usage_error) and come back as exit statuses:
+ * 1 a problem in the model or plan, 2 usage. */
+#include "tools/partition_args.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+void sc_partition_args_init(sc_partition_args *p) {
+  memset(p, 0, sizeof *p);
+  p->comm = "local";
+}
+
+bool sc_partition_args_active(const sc_partition_args *p) { return p->mesh || p->plan_file; }
+
+int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
+                           bool allow_comm) {
+  const char *a = argv[*i], *v;
+  bool missing = false;
+  int64_t n;
+  if (strcmp(a, "--sequence-parallel") == 0) {
+    p->sequence_parallel = true;
+    (*i)++;
+    return 1;
+  }
+  if (strcmp(a, "--no-vocab-parallel") == 0) {
+    p->no_vocab_parallel = true;
+    (*i)++;
+    return 1;
+  }
+  if ((v = sc_cli_opt_value(argc, argv, i, "--mesh", &missing))) {
+    if (!missing && !*v) return sc_cli_usage_error("--mesh needs axes, e.g. pp=2,tp=2");
+    if (!missing) p->mesh = v;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--ranks-per-node", &missing))) {
+    if (!missing && !sc_cli_parse_i64(v, 1, SC_MESH_MAX_RANKS, &n))
+      return sc_cli_usage_error("--ranks-per-node expects a positive integer, got '%s'", v);
+    if (!missing) p->ranks_per_node = n;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--microbatches", &missing))) {
+    if (!missing && !sc_cli_parse_i64(v, 1, 1 << 20, &n))
+      return sc_cli_usage_error("--microbatches expects a positive integer, got '%s'", v);
+    if (!missing) p->microbatches = (int32_t)n;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--stage-boundaries", &missing))) {
+    if (!missing) p->boundaries = v;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--plan", &missing))) {
+    if (!missing) p->plan_file = v;
+  } else if (allow_comm && (v = sc_cli_opt_value(argc, argv, i, "--comm", &missing))) {
+    if (!missing && strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0)
+      return sc_cli_usage_error("--comm expects 'local' or 'mpi', got '%s'", v);
+    if (!missing) p->comm = v;
+    p->comm_given = true;
+  } else {
+    return 0;
+  }
+  if (missing) return sc_cli_usage_error("option '%s' needs a value", a);
+  (*i)++;
+  return 1;
+}
+
+/* --plan carries its own mesh and choices: the options that make one may
+ * not come with it. */
+static int check_conflicts(const sc_partition_args *p) {
+  if (!p->plan_file) {
+    if (!p->mesh && (p->ranks_per_node || p->microbatches || p->boundaries ||
+                     p->sequence_parallel || p->no_vocab_parallel))
+      return sc_cli_usage_error("partitioning options need --mesh (or --plan)");
+    return 0;
+  }
+  const char *bad = p->mesh                ? "--mesh"
+                    : p->ranks_per_node    ? "--ranks-per-node"
+                    : p->microbatches      ? "--microbatches"
+                    : p->boundaries        ? "--stage-boundaries"
+                    : p->sequence_parallel ? "--sequence-parallel"
+                    : p->no_vocab_parallel ? "--no-vocab-parallel"
+                                           : NULL;
+  if (bad) return sc_cli_usage_error("%s may not be given with --plan (the plan file decides)", bad);
+  return 0;
+}
+
+int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
+                            sc_build_opts *bo, sc_build **out, sc_diag *unreported) {
+  *out = NULL;
+  int rc = check_conflicts(p);
+  if (rc) return rc;
+  sc_diag d = {0}; /* sc_diag_clear keeps .file: start zeroed */
+  sc_diag_clear(&d);
+  sc_plan *plan = NULL;
+  if (p->plan_file) {
+    if (sc_plan_read_json_file(p->plan_file, NULL, &plan, &d) != SC_OK)
+      return sc_cli_report(&d, p->plan_file);
+  } else if (p->mesh) {
+    sc_plan_options po = {.mesh = p->mesh,
+                          .ranks_per_node = p->ranks_per_node,
+                          .microbatches = p->microbatches,
+                          .boundaries = p->boundaries,
+                          .sequence_parallel = p->sequence_parallel,
+                          .no_vocab_parallel = p->no_vocab_parallel};
+    if (sc_plan_from_options(&po, &plan, &d) != SC_OK)
+      return sc_cli_usage_error("--mesh %s: %s", p->mesh, d.msg);
+  }
+  sc_dim_value dims[SC_CLI_MAX_DIMS];
+  for (int i = 0; i < opts->n_dims; i++)
+    dims[i] = (sc_dim_value){opts->dims[i].name, opts->dims[i].value};
+  bo->model = opts->file;
+  bo->dims = dims;
+  bo->n_dims = opts->n_dims;
+  bo->plan = plan; /* taken */
+  bo->plan_file = p->plan_file;
+  sc_status st = sc_build_run(bo, out, &d);
+  bo->plan = NULL;
+  bo->dims = NULL;
+  if (st == SC_OK) return 0;
+  if (unreported && bo->wanted_input && bo->wanted_input[0]) {
+    *unreported = d;
+    return -1;
+  }
+  return sc_cli_report(&d, opts->file);
+}

@@ -1,0 +1,66 @@
+/* partition_args.h — the partitioning options shared by `shardc plan`,
+ * `shardc run` and `shardc compile`, and the one call that turns a
+ * subcommand's options into a build (driver/driver.h).
+ *
+ * Options (each subcommand takes them out of argv with
+ * sc_partition_args_take before its own parsing):
+ *   --mesh SPEC              e.g. pp=2,dp=2,tp=2 (ir/mesh.h); axes named
+ *                            dp, tp, pp play those roles
+ *   --ranks-per-node N
+ *   --microbatches M         pipeline microbatches (>= 1, default 1)
+ *   --stage-boundaries A,B   node names starting stages 1, 2, ...
+ *   --sequence-parallel      reduce-scatter + all-gather instead of all-reduce
+ *   --no-vocab-parallel      keep the embedding and LM head whole
+ *   --plan FILE.json         replay a plan written by `shardc plan --json`
+ *                            (its mesh and choices win; --mesh etc. may not
+ *                            be given with it)
+ *   --comm local|mpi         communicator backend (run only; default local)
+ *
+ * Microbatches: the model is compiled for one microbatch; the driver
+ * divides the batch --dim by M. The caller feeds the full batch and the
+ * runtime cuts it. */
+#ifndef SC_TOOLS_PARTITION_ARGS_H
+#define SC_TOOLS_PARTITION_ARGS_H
+
+#include <stdbool.h>
+
+#include "driver/driver.h"
+#include "tools/cli.h"
+
+typedef struct sc_partition_args {
+  const char *mesh;            /* --mesh, or NULL: not partitioned */
+  int64_t ranks_per_node;
+  int32_t microbatches;        /* 0 = not given */
+  const char *boundaries;      /* comma-separated, or NULL */
+  bool sequence_parallel;
+  bool no_vocab_parallel;
+  const char *plan_file;
+  const char *comm;            /* "local" (default) or "mpi" */
+  bool comm_given;             /* --comm appeared */
+} sc_partition_args;
+
+void sc_partition_args_init(sc_partition_args *p);
+/* If argv[*i] is one of the options above (with its value in the same
+ * argument after '=' or the next one), consumes it, advancing *i past its
+ * value (to the next unread argument), and returns 1; returns 0 when it is
+ * not one (*i unchanged); 2 after printing a usage error (missing or bad
+ * value). allow_comm: --comm accepted. */
+int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
+                           bool allow_comm);
+/* Whether a partitioned build was asked for (--mesh or --plan). */
+bool sc_partition_args_active(const sc_partition_args *p);
+
+/* Builds the model of opts (import → ... → distributed program) with the
+ * partitioning options p (none: one rank). bo: the fields the subcommand
+ * sets (no_weights, codegen, stats, frozen inputs, pass and compile
+ * options, wanted_input); model, dims and the plan come from opts and p.
+ * Checks the options first (a bad --mesh is a usage error found before the
+ * model is read). Returns 0 with *out built, or an exit status after
+ * printing the error (1 a problem in the model or plan, 2 usage); or, when
+ * unreported is not NULL and the build failed wanting an input's value
+ * (bo->wanted_input), -1 with the error in *unreported, not printed: the
+ * caller may freeze that input and build again. */
+int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
+                            sc_build_opts *bo, sc_build **out, sc_diag *unreported);
+
+#endif
