@@ -67,6 +67,12 @@ int sc_cli_report(const sc_diag *d, const char *file);
 /* Prints "shardc: error: msg" to stderr and returns 2. */
 int sc_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* A --mesh SPEC from the command line: every axis must take a role (dp, tp,
+ * pp: sc_mesh_check_roles in ir/mesh.h). A SPEC that does not parse passes
+ * here (the partitioning options report it). Returns 0, or 2 after printing
+ * the usage error. */
+int sc_cli_check_mesh_roles(const char *spec);
+
 /* Binds each --dim on g's inputs; a name that matches no input dim is a
  * usage error (printed, returns 2). Returns 0 on success. */
 int sc_cli_bind_dims(sc_graph *g, const sc_cli_opts *opts);

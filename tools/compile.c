@@ -139,6 +139,7 @@ static int compile_partitioned(compile_opts *co, sc_cli_opts *o, const sc_bundle
   sc_pbuild b;
   memset(&b, 0, sizeof b);
   if ((rc = sc_pcli_build(&co->pc, g, o->file, &po, &cop, true, &b)) == 0) {
+    sc_partition_print_fallbacks(b.part, stderr, "shardc: warning: ");
     sc_diag d = {0};
     sc_diag_clear(&d);
     if (sc_pbundle_write(b.part, b.programs, bo, co->out, &d) != SC_OK)
@@ -190,6 +191,7 @@ int sc_cmd_compile(int argc, char **argv) {
       strcmp(co.emit, "cuda") != 0)
     return sc_cli_usage_error("--emit must be kir, llvm or cuda, got '%s'", co.emit);
   if (!co.emit && !co.out) return sc_cli_usage_error("no output (-o OUT)\nusage: %s", USAGE);
+  if ((rc = sc_cli_check_mesh_roles(co.pc.mesh)) != 0) return rc;
   bo.archs = co.archs;
   bo.model = base_name(o.file);
   if (sc_pcli_active(&co.pc)) return compile_partitioned(&co, &o, &bo);

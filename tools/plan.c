@@ -18,6 +18,10 @@
  *   collectives  per (stage, op, axes): count and bytes per microbatch
  *                and per step (times the microbatches)
  *   shardings    every initializer: global shape, sharding, local shape
+ *   fallbacks    (only when there are some) what the plan asked to split but
+ *                stayed whole: weights whose dim does not divide, nodes
+ *                whose rule gathers a split input (partition.h); also one
+ *                warning line on stderr, with --json too
  * --json writes the plan (docs/plan-format.md) with node_stages and the
  * chosen sharding of every split initializer filled in, so that `--plan`
  * replays the same partition. --dot draws the local graph, coloured by
@@ -538,6 +542,10 @@ static int report_all(const sc_pbuild *b, sc_graph *g, const sc_stats *stats, co
   print_memory(&r);
   print_collectives(&r);
   print_shardings(&r);
+  if (b->part->n_fallbacks) {
+    printf("\n");
+    sc_partition_print_fallbacks(b->part, stdout, "");
+  }
   rc = 0;
   goto done;
 nomem:
@@ -562,6 +570,7 @@ int sc_cmd_plan(int argc, char **argv) {
                     USAGE, &o);
   if (rc) return rc;
   if (o.help) return print_help();
+  if ((rc = sc_cli_check_mesh_roles(p.mesh)) != 0) return rc;
   if (!sc_pcli_active(&p))
     return sc_cli_usage_error("plan needs --mesh AXES or --plan FILE.json\nusage: %s", USAGE);
 
@@ -585,6 +594,11 @@ int sc_cmd_plan(int argc, char **argv) {
   co.quiet = true;
   sc_pbuild b;
   rc = sc_pcli_build(&p, g, o.file, &po, &co, true, &b);
+  if (!rc && b.part->n_fallbacks)
+    fprintf(stderr, "shardc: warning: %s: %d value%s or node%s not split as planned (fell back "
+            "to replicated)%s\n", o.file, (int)b.part->n_fallbacks,
+            b.part->n_fallbacks == 1 ? "" : "s", b.part->n_fallbacks == 1 ? "" : "s",
+            o.json ? "; the text report lists them" : ": listed at the end of the report");
 
   if (!rc && o.dot) {
     FILE *f = fopen(o.dot, "w");
