@@ -716,7 +716,6 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   }
   double t1 = now_ms();
   const sc_partition *part = b.part;
-  sc_partition_print_fallbacks(part, stderr, "shardc: warning: ");
   int32_t ni = g->n_inputs, no = g->n_outputs;
   sc_tensor_view *in = sc_calloc((size_t)(ni ? ni : 1), sizeof *in);
   sc_dist_output *out = sc_calloc((size_t)(no ? no : 1), sizeof *out);
@@ -745,9 +744,12 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
         s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
                         "--comm mpi: the mesh has %lld ranks but mpirun started %d",
                         (long long)part->mesh.n_ranks, sc_comm_size(world));
+      if (s == SC_OK && sc_comm_rank(world) == 0) /* once, not once per process */
+        sc_partition_print_fallbacks(part, stderr, "shardc: warning: ");
       if (s == SC_OK)
         s = sc_dist_run_rank(part, b.programs, &dop, world, in, ni, out, no, NULL, &d);
     } else {
+      sc_partition_print_fallbacks(part, stderr, "shardc: warning: ");
       stats = sc_calloc((size_t)part->mesh.n_ranks, sizeof *stats);
       s = stats ? sc_dist_run_local(part, b.programs, &dop, in, ni, out, no, stats, &d)
                 : sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
