@@ -54,6 +54,21 @@ sc_status sc_mesh_add_axis(sc_mesh *m, const char *name, int64_t size, sc_diag *
   return SC_OK;
 }
 
+const char *const sc_mesh_role_names[] = {"dp", "tp", "pp", NULL};
+
+sc_status sc_mesh_check_roles(const sc_mesh *m, sc_diag *d) {
+  for (int32_t i = 0; i < m->n_axes; i++) {
+    bool known = false;
+    for (int k = 0; sc_mesh_role_names[k] && !known; k++)
+      known = strcmp(m->axes[i].name, sc_mesh_role_names[k]) == 0;
+    if (!known)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "mesh axis '%s' has no role: the known axes are dp (data parallel), "
+                         "tp (tensor parallel) and pp (pipeline stages)", m->axes[i].name);
+  }
+  return SC_OK;
+}
+
 sc_status sc_mesh_parse(const char *spec, sc_mesh *m, sc_diag *d) {
   sc_mesh_init(m);
   if (!spec) spec = "";

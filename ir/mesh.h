@@ -61,6 +61,16 @@ sc_status sc_mesh_set_ranks_per_node(sc_mesh *m, int64_t n, sc_diag *d);
 size_t sc_mesh_format(const sc_mesh *m, char *buf, size_t n);
 bool sc_mesh_equal(const sc_mesh *a, const sc_mesh *b);
 
+/* The axis names that take a role when a mesh comes from the command line
+ * (--mesh): dp (batch split), tp (Megatron tensor parallelism), pp
+ * (pipeline stages). NULL-terminated. */
+extern const char *const sc_mesh_role_names[];
+/* Checks that every axis of m is named after a role (sc_mesh_role_names):
+ * an axis no pass uses would only multiply the ranks, each pair computing
+ * the same thing. SC_ERR_USAGE naming the axis and listing the known ones.
+ * (Axes of a plan file may have other names: its shardings use them.) */
+sc_status sc_mesh_check_roles(const sc_mesh *m, sc_diag *d);
+
 /* Axis index of name, or -1. */
 int32_t sc_mesh_find_axis(const sc_mesh *m, const char *name);
 /* Size of an axis by name; 1 when the mesh has no such axis. */

@@ -5,6 +5,8 @@
 # partitions it over 4 in-process ranks (tp=2 x pp=2): prints the plan,
 # compiles one artifact (both stages' programs, each rank's weight shard),
 # runs it and shows that its outputs equal the single-rank ones.
+# Every figure printed says what it is: `shardc run` prints each output as
+# "NAME DTYPE[SHAPE] [its first values] -> FILE" (announced before it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -19,6 +21,7 @@ echo "== shardc inspect $MODEL --dim batch=2"
 
 echo
 echo "== seeded inputs (numpy), then shardc run"
+echo "(each output: name, dtype[shape], [its first values], -> the .npy file written)"
 "$PY" - "$OUT" <<'PY'
 import sys, numpy as np
 rng = np.random.default_rng(2026)
@@ -26,7 +29,11 @@ np.save(f"{sys.argv[1]}/input_ids.npy", rng.integers(0, 1000, size=(2, 16), dtyp
 PY
 "$SHARDC" run "$MODEL" --dim batch=2 --input input_ids="$OUT/input_ids.npy" \
   --output-dir "$OUT" --time-passes 2> "$OUT/time-passes.txt"
-grep -E "Total|total" "$OUT/time-passes.txt" | tail -1 || true
+echo "timings from --time-passes (the whole report: $OUT/time-passes.txt):"
+sed -n 's/^ *Total Execution Time: \(.*\)/  graph passes (bind-dims, infer-shapes, fold, dce, fuse): \1 in all/p' \
+  "$OUT/time-passes.txt"
+sed -n 's/^compile \([0-9.]* ms\) (passes, lowering, memplan), session \([0-9.]* ms\) (JIT \([0-9.]* ms\)), run \([0-9.]* ms\) on \([0-9]*\) threads, arena \([0-9]*\) bytes/  compile (passes, lowering, memory plan): \1\n  session setup: \2 (of which the LLVM JIT of the kernels: \3)\n  one run on \5 threads: \4\n  activation arena: \6 bytes/p' \
+  "$OUT/time-passes.txt"
 
 echo
 echo "== the same inputs through onnxruntime"
@@ -51,7 +58,9 @@ echo
 echo "== shardc compile over 4 in-process ranks (tp=2, pp=2), then shardc run of the artifact"
 rm -rf "$OUT/gpt2_tp2pp2"
 "$SHARDC" compile "$MODEL" --dim batch=2 --mesh tp=2,pp=2 -o "$OUT/gpt2_tp2pp2"
-ls "$OUT/gpt2_tp2pp2" "$OUT/gpt2_tp2pp2/weights"
+echo "the artifact's files (docs/bundle.md): the partition, one bundle per stage, one weight file per rank:"
+(cd "$OUT/gpt2_tp2pp2" && find . -maxdepth 2 -mindepth 1 | sort | sed 's|^\./|  |')
+echo "(each output: name, dtype[shape], [its first values], -> the .npy file written)"
 mkdir -p "$OUT/tp2pp2"
 "$SHARDC" run "$OUT/gpt2_tp2pp2" --input input_ids="$OUT/input_ids.npy" \
   --output-dir "$OUT/tp2pp2"

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/mesh.h"
+
 int sc_cli_usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -76,6 +78,10 @@ static int parse_dim(const char *s, sc_cli_opts *o) {
   size_t len = (size_t)(eq - s);
   if (len >= sizeof o->dims[0].name)
     return sc_cli_usage_error("--dim %s: name too long", s);
+  for (int i = 0; i < o->n_dims; i++)
+    if (strlen(o->dims[i].name) == len && memcmp(o->dims[i].name, s, len) == 0)
+      return sc_cli_usage_error("--dim %s: the dim '%s' is given twice (%s=%lld before)", s,
+                                o->dims[i].name, o->dims[i].name, (long long)o->dims[i].value);
   memcpy(o->dims[o->n_dims].name, s, len);
   o->dims[o->n_dims].name[len] = 0;
   o->dims[o->n_dims].value = v;

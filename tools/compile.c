@@ -180,6 +180,7 @@ int sc_cmd_compile(int argc, char **argv) {
   bopt.compile = &cop;
   sc_build *b = NULL;
   if ((rc = sc_partition_args_build(&co.pa, &o, &bopt, &b, NULL)) != 0) return rc;
+  if (b->part) sc_partition_print_fallbacks(b->part, stderr, "shardc: warning: ");
   const sc_dist_program *dp = b->program;
   sc_diag d = {0};
   sc_diag_clear(&d);

@@ -18,6 +18,10 @@
  *   collectives  per (stage, op, axes): count and bytes per microbatch
  *                and per step (times the microbatches)
  *   shardings    every initializer: global shape, sharding, local shape
+ *   fallbacks    (only when there are some) what the plan asked to split but
+ *                stayed whole: weights whose dim does not divide, nodes
+ *                whose rule gathers a split input (partition.h); also one
+ *                warning line on stderr, with --json too
  * --json writes the plan (docs/plan-format.md) with node_stages and the
  * chosen sharding of every split initializer filled in, so that `--plan`
  * replays the same partition. --dot draws the local graph, coloured by
@@ -451,7 +455,8 @@ static int print_help(void) {
          "Partitions a model over a device mesh (tensor, pipeline and data\n"
          "parallel) and reports each stage, memory per rank, collectives and the\n"
          "sharding of every initializer; or writes the plan as JSON for --plan.\n\n"
-         "  --mesh AXES             e.g. pp=2,dp=2,tp=2; axes dp, tp, pp take those roles\n"
+         "  --mesh AXES             e.g. pp=2,dp=2,tp=2; the axes are dp, tp and pp\n"
+         "                          (data, tensor, pipeline parallel): no other names\n"
          "  --ranks-per-node N      ranks r, s share a node iff r/N == s/N\n"
          "  --microbatches M        pipeline microbatches (batch dims are divided by M)\n"
          "  --stage-boundaries A,B  node names starting stages 1, 2, ... (default: balanced)\n"
@@ -499,6 +504,10 @@ static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, con
   print_memory(&r);
   print_collectives(&r);
   print_shardings(&r);
+  if (b->part->n_fallbacks) {
+    printf("\n");
+    sc_partition_print_fallbacks(b->part, stdout, "");
+  }
   rc = 0;
   goto done;
 nomem:
@@ -542,6 +551,11 @@ int sc_cmd_plan(int argc, char **argv) {
   sc_build *b = NULL;
   if ((rc = sc_partition_args_build(&p, &o, &bo, &b, NULL)) != 0) return rc;
   sc_graph *g = b->graph;
+  if (b->part->n_fallbacks)
+    fprintf(stderr, "shardc: warning: %s: %d value%s or node%s not split as planned (fell back "
+            "to replicated)%s\n", o.file, (int)b->part->n_fallbacks,
+            b->part->n_fallbacks == 1 ? "" : "s", b->part->n_fallbacks == 1 ? "" : "s",
+            o.json ? "; the text report lists them" : ": listed at the end of the report");
 
   if (!rc && o.dot) {
     FILE *f = fopen(o.dot, "w");

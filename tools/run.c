@@ -19,6 +19,11 @@
  * "_<output index>" appended. BF16 outputs are written as '<u2' (raw bits:
  * NumPy has no bfloat16), see runtime/npy.h.
  *
+ * Checked before the model is read: each --input name at most once, --mesh
+ * axes that take roles, --comm mpi only with a mesh, no mpirun launch
+ * without --comm mpi (each process would write the same files), the
+ * output directory (created with its parents).
+ *
  * Exit status: 0, 1 (a problem in the model or an input file), 2 (usage,
  * including missing inputs and --input names the model does not have). */
 #include <errno.h>
@@ -27,6 +32,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/bundle.h"
 #include "runtime/dist.h"
@@ -90,6 +96,11 @@ static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_re
         return sc_cli_usage_error("--input expects NAME=FILE.npy, got '%s'", v);
       if (r->n_in == MAX_INPUT_ARGS)
         return sc_cli_usage_error("at most %d --input options", MAX_INPUT_ARGS);
+      for (int k = 0; k < r->n_in; k++)
+        if (strlen(r->in_name[k]) == (size_t)(eq - v) &&
+            memcmp(r->in_name[k], v, (size_t)(eq - v)) == 0)
+          return sc_cli_usage_error("--input %s: the input '%s' is given twice (%s=%s before)",
+                                    v, r->in_name[k], r->in_name[k], r->in_file[k]);
       char *name = sc_malloc((size_t)(eq - v) + 1);
       if (!name) return sc_cli_usage_error("out of memory");
       memcpy(name, v, (size_t)(eq - v));
@@ -218,12 +229,32 @@ static void print_summary(const sc_tensor_view *v, const char *path) {
   printf("%s] -> %s\n", numel > shown ? ", ..." : "", path);
 }
 
+/* Creates dir and its missing parents (mkdir -p); an existing directory
+ * must be writable. Returns 0 or 1 after printing the error. */
 static int make_dir(const char *dir) {
   struct stat st;
   if (stat(dir, &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return 0;
-    fprintf(stderr, "shardc: error: %s: not a directory\n", dir);
+    if (!S_ISDIR(st.st_mode)) {
+      fprintf(stderr, "shardc: error: %s: not a directory\n", dir);
+      return 1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+      fprintf(stderr, "shardc: error: %s: the output directory is not writable: %s\n", dir,
+              strerror(errno));
+      return 1;
+    }
+    return 0;
+  }
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+    fprintf(stderr, "shardc: error: %s: path too long\n", dir);
     return 1;
+  }
+  for (char *c = path + 1; *c; c++) { /* each parent, then dir itself */
+    if (*c != '/') continue;
+    *c = 0;
+    if (mkdir(path, 0777) != 0 && errno != EEXIST) break;
+    *c = '/';
   }
   if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
     fprintf(stderr, "shardc: error: %s: cannot create the output directory: %s\n", dir,
@@ -231,6 +262,47 @@ static int make_dir(const char *dir) {
     return 1;
   }
   return 0;
+}
+
+/* The size of the MPI job this process was started in by mpirun/mpiexec
+ * (Open MPI, MPICH/Hydra, PMIx launchers), or 1. */
+static int64_t launcher_size(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"};
+  int64_t n;
+  for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+    const char *v = getenv(vars[k]);
+    if (v && sc_cli_parse_i64(v, 1, INT64_MAX, &n)) return n;
+  }
+  const char *rank = getenv("PMIX_RANK"); /* no size given: rank > 0 means more than one */
+  return rank && sc_cli_parse_i64(rank, 1, INT64_MAX, &n) ? n + 1 : 1;
+}
+
+/* This process's rank in the MPI job mpirun started, or 0. */
+static int64_t launcher_rank(void) {
+  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
+  int64_t n;
+  for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+    const char *v = getenv(vars[k]);
+    if (v && sc_cli_parse_i64(v, 0, INT64_MAX, &n)) return n;
+  }
+  return 0;
+}
+
+/* Checks that need no model: --comm mpi comes
+ * with a mesh and mpirun with --comm mpi, the output directory exists or
+ * is created (parents too). Returns 0 or an exit status after printing. */
+static int check_run_args(const run_opts *r, const char *file) {
+  bool mpi = r->pc.comm && strcmp(r->pc.comm, "mpi") == 0;
+  if (mpi && !sc_partition_args_active(&r->pc) && !sc_dist_bundle_is_dir(file))
+    return sc_cli_usage_error("--comm mpi needs --mesh AXES (or --plan FILE.json, or a "
+                              "partitioned bundle): one rank has nothing to communicate");
+  int64_t n = launcher_size();
+  if (!mpi && n > 1)
+    return sc_cli_usage_error("started by mpirun as one of %lld processes without --comm mpi: "
+                              "each would run the whole model and write the same files; add "
+                              "--comm mpi (with --mesh) to run one rank per process",
+                              (long long)n);
+  return make_dir(r->out_dir ? r->out_dir : ".");
 }
 
 static double now_ms(void) {
@@ -250,7 +322,8 @@ static void print_help(void) {
          "  --random-inputs SEED  make up the inputs not given with --input: floats\n"
          "                        uniform in [-1,1), integer inputs named *mask* all\n"
          "                        ones, other integers uniform in [0,100)\n"
-         "  --output-dir DIR      where the .npy files go (default '.'; created)\n"
+         "  --output-dir DIR      where the .npy files go (default '.'; created,\n"
+         "                        with its parents, before the model is read)\n"
          "  --threads N           worker threads (default: all cores)\n"
          "  --no-fuse             one kernel per node (no fusion)\n"
          "  --quiet, -q           no summary on stdout\n"
@@ -266,10 +339,12 @@ static void print_help(void) {
          "                        first run; 0 times the first run too)\n"
          "partitioned runs (docs/partitioning.md):\n"
          "  --mesh SPEC           e.g. pp=2,dp=2,tp=2: split the model over that many\n"
-         "                        ranks (data, tensor and pipeline parallel)\n"
+         "                        ranks (axes dp, tp, pp: data, tensor and pipeline\n"
+         "                        parallel; no other names)\n"
          "  --plan FILE.json      replay a plan written by `shardc plan --json`\n"
          "  --comm local|mpi      ranks as threads (default) or as the processes of\n"
-         "                        an mpirun (one per rank)\n"
+         "                        an mpirun (one per rank; needs a mesh, and is\n"
+         "                        required under mpirun)\n"
          "  --microbatches M      pipeline microbatches (the batch is divided by M)\n"
          "  --stage-boundaries A,B  nodes starting pipeline stages 1, 2, ...\n"
          "  --sequence-parallel   reduce-scatter + all-gather over the sequence\n"
@@ -405,7 +480,7 @@ static int gather_inputs(run_state *st, run_opts *r, const char *model) {
     v->dtype = b->dtype;
     v->rank = b->rank;
     memcpy(v->dims, b->dims, sizeof v->dims);
-    int k = r->n_in - 1; /* the last --input for a name wins */
+    int k = r->n_in - 1; /* each name at most once (split_args) */
     while (k >= 0 && strcmp(r->in_name[k], b->name) != 0) k--;
     if (k >= 0) {
       sc_npy a;
@@ -713,6 +788,8 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   double t0 = now_ms();
   int rc = build_model(r, o, &bo, &b);
   if (rc) return rc;
+  if (launcher_rank() == 0) /* once, not once per process */
+    sc_partition_print_fallbacks(b->part, stderr, "shardc: warning: ");
   rc = run_dist(r, o, b->program, now_ms() - t0);
   sc_build_destroy(b);
   return rc;
@@ -753,6 +830,10 @@ int sc_cmd_run(int argc, char **argv) {
     print_help();
     run_state_free(&st, &r);
     return 0;
+  }
+  if ((rc = check_run_args(&r, o.file)) != 0) {
+    run_state_free(&st, &r);
+    return rc;
   }
   if (sc_dist_bundle_is_dir(o.file)) {
     if (sc_partition_args_active(&r.pc)) {

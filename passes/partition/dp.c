@@ -1,11 +1,12 @@
 /* dp.c — data-parallel seeds: the batch (dim 0 of every graph input whose
  * dim 0 divides) is split over the plan's dp axis. Propagation carries the
  * split through the graph; weights stay replicated (ZeRO sharding of them is
- * the training issue's). An input whose dim 0 does not divide stays
- * replicated (every rank reads all of it). */
+ * training's work). An input whose dim 0 does not divide stays
+ * replicated (every rank reads all of it) and is recorded as a fallback. */
 #include "partition.h"
 
-sc_status sc_partition_seed_dp(sc_graph *g, const sc_plan *plan) {
+sc_status sc_partition_seed_dp(sc_partition *p, const sc_plan *plan) {
+  sc_graph *g = p->global;
   const sc_mesh *m = sc_graph_mesh(g);
   if (!plan->dp_axis || !m) return SC_OK;
   int32_t ax = sc_mesh_find_axis(m, plan->dp_axis);
@@ -16,7 +17,14 @@ sc_status sc_partition_seed_dp(sc_graph *g, const sc_plan *plan) {
   for (int32_t i = 0; i < g->n_inputs; i++) {
     int32_t id = g->inputs[i];
     const sc_value *v = &g->values[id];
-    if (v->rank < 1 || v->dims[0] <= 0 || v->dims[0] % n != 0 || n == 1) continue;
+    if (v->rank < 1 || v->dims[0] <= 0 || n == 1) continue;
+    if (v->dims[0] % n != 0) {
+      if (sc_partition_note_fallback(p, v->name, "input",
+                                     "dim 0 (%lld) does not divide by %s=%lld: not split",
+                                     (long long)v->dims[0], plan->dp_axis, (long long)n) != SC_OK)
+        return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+      continue;
+    }
     sc_sharding s;
     const sc_sharding *old = sc_graph_sharding(g, id);
     if (old) s = *old;

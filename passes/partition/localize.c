@@ -5,7 +5,9 @@
  * global value has, at any time, a CURRENT sharding and the local value that
  * holds its piece under it. At node n:
  *   1. the op's rule (shard_rule.h) sees the inputs' current shardings and
- *      says what it needs (want) and what it produces (out);
+ *      says what it needs (want) and what it produces (out); when an input
+ *      arrives split but the rule gathers it and nothing leaves split, the
+ *      node is recorded as a fallback to replicated (partition.h);
  *   2. each input is resharded to its want (reshard() below), memoized per
  *      (value, sharding) so that two readers needing the same layout share
  *      one collective;
@@ -578,6 +580,35 @@ static void seq_parallel(lz *z, sc_shard_ctx *c) {
   }
 }
 
+/* A node where a split ends: an input arrives split but the rule (or its
+ * checked fallback, shard_rules.c) wants it less split while no output
+ * leaves split or partial, so every rank gathers it and computes the whole
+ * node. Recorded as a fallback (partition.h) for `shardc plan` to list. */
+static sc_status note_rule_fallback(lz *z, const sc_node *n, const sc_sharding *in,
+                                    const sc_sharding *want, const sc_sharding *out) {
+  for (int32_t j = 0; j < n->n_outputs; j++)
+    if (n->outputs[j] >= 0 && !sc_sharding_is_replicated(&out[j])) return SC_OK;
+  for (int32_t i = 0; i < n->n_inputs; i++) {
+    sc_axes had = n->inputs[i] >= 0 ? sc_sharding_dim_axes(&in[i]) : 0;
+    if (!had || (sc_sharding_dim_axes(&want[i]) & had) == had) continue;
+    char axes[128] = "";
+    size_t pos = 0;
+    for (int32_t a = 0; a < z->m->n_axes; a++) {
+      if (!(had & (1u << a))) continue;
+      int w = snprintf(axes + pos, sizeof axes - pos, "%s%s", pos ? "," : "", z->m->axes[a].name);
+      if (w < 0 || (size_t)w >= sizeof axes - pos) break;
+      pos += (size_t)w;
+    }
+    if (sc_partition_note_fallback(z->p, n->name, sc_op_name(n->op),
+                                   "input '%s' split over %s is gathered: every rank computes "
+                                   "the node whole", z->g->values[n->inputs[i]].name,
+                                   axes) != SC_OK)
+      return nomem(z);
+    return SC_OK;
+  }
+  return SC_OK;
+}
+
 static sc_status localize_node(lz *z, int32_t nid) {
   const sc_node *n = &z->g->nodes[nid];
   z->stage = z->p->node_stage ? z->p->node_stage[nid] : 0;
@@ -620,6 +651,7 @@ static sc_status localize_node(lz *z, int32_t nid) {
     goto done;
   }
   if (z->p->sequence_parallel) seq_parallel(z, &c);
+  if ((st = note_rule_fallback(z, n, in, want, out)) != SC_OK) goto done;
   /* inputs */
   for (int32_t i = 0; i < ni && st == SC_OK; i++) {
     int32_t gid = n->inputs[i];
@@ -751,6 +783,7 @@ sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
   z.g = g;
   z.m = &p->mesh;
   z.d = d;
+  p->n_fallbacks = p->n_seed_fallbacks; /* a second localize records its own */
   int32_t nv = g->n_values;
   z.cur = sc_calloc((size_t)nv + 1, sizeof *z.cur);
   z.lid = sc_malloc(((size_t)nv + 1) * sizeof *z.lid);

@@ -1,6 +1,8 @@
 /* partition.c — the partitioner's driver (partition.h): plan checks,
  * seeds, stages, localize, split into stage graphs, with --print-after
  * points "seed", "localize" and "pipeline-split". */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,11 +140,12 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   p->sequence_parallel = plan->sequence_parallel && p->tp_axis >= 0;
 
   if ((st = sc_graph_attach_mesh(g, &p->mesh)) != SC_OK ||
-      (st = sc_partition_seed_dp(g, plan)) != SC_OK ||
-      (st = sc_partition_seed_tp(g, plan)) != SC_OK) {
+      (st = sc_partition_seed_dp(p, plan)) != SC_OK ||
+      (st = sc_partition_seed_tp(p, plan)) != SC_OK) {
     *d = g->diag;
     goto fail;
   }
+  p->n_seed_fallbacks = p->n_fallbacks;
   if (print_at(po, "seed") && (st = print_graph(po, "seed", g, -1)) != SC_OK) goto fail;
   if ((st = stages_of(p, plan, d)) != SC_OK) goto fail;
   if (!p->local && (st = sc_partition_localize(p, d)) != SC_OK) goto fail;
@@ -176,8 +179,45 @@ void sc_partition_destroy(sc_partition *p) {
   if (p->stages)
     for (int32_t s = 0; s < p->n_stages; s++) sc_graph_destroy(p->stages[s]);
   sc_graph_destroy(p->local);
+  sc_free(p->fallbacks);
   sc_arena_free(&p->arena);
   sc_free(p);
+}
+
+sc_status sc_partition_note_fallback(sc_partition *p, const char *node, const char *op,
+                                     const char *fmt, ...) {
+  if (p->n_fallbacks == p->cap_fallbacks) {
+    int32_t cap = p->cap_fallbacks ? p->cap_fallbacks * 2 : 16;
+    sc_partition_fallback *f = sc_realloc(p->fallbacks, (size_t)cap * sizeof *f);
+    if (!f) return SC_ERR_NOMEM;
+    p->fallbacks = f;
+    p->cap_fallbacks = cap;
+  }
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  sc_partition_fallback *e = &p->fallbacks[p->n_fallbacks];
+  e->node = sc_arena_strdup(&p->arena, node ? node : "?");
+  e->op = sc_arena_strdup(&p->arena, op ? op : "?");
+  e->what = sc_arena_strdup(&p->arena, buf);
+  if (!e->node || !e->op || !e->what) return SC_ERR_NOMEM;
+  p->n_fallbacks++;
+  return SC_OK;
+}
+
+void sc_partition_print_fallbacks(const sc_partition *p, FILE *f, const char *prefix) {
+  if (!p->n_fallbacks) return;
+  int32_t seeds = p->n_seed_fallbacks, rules = p->n_fallbacks - p->n_seed_fallbacks;
+  fprintf(f, "%s%d fallback%s to replicated (correct, but not split: every rank holds or "
+          "computes these whole): %d value%s not split, %d node%s computed whole\n", prefix,
+          (int)p->n_fallbacks, p->n_fallbacks == 1 ? "" : "s", (int)seeds,
+          seeds == 1 ? "" : "s", (int)rules, rules == 1 ? "" : "s");
+  for (int32_t i = 0; i < p->n_fallbacks; i++)
+    fprintf(f, "%s  %s '%s' (%s): %s\n", prefix, strcmp(p->fallbacks[i].op, "input") == 0
+            ? "graph input" : "node", p->fallbacks[i].node, p->fallbacks[i].op,
+            p->fallbacks[i].what);
 }
 
 static int cmp_name(const void *key, const void *e) {

@@ -37,6 +37,18 @@
 #include "passes/pass.h"
 #include "passes/plan/plan.h"
 
+/* A place where the partitioner kept something whole that the plan asked
+ * to split: a weight whose dim does not divide by its axis (tp.c, dp.c: an
+ * input's batch), or a node whose sharding rule could not carry a split
+ * input, so every rank computes all of it (localize.c). The result is still
+ * correct, only not smaller: `shardc plan` lists these, `run` and `compile`
+ * warn on stderr. */
+typedef struct sc_partition_fallback {
+  const char *node;            /* global node (or graph input) name */
+  const char *op;              /* its op name, "input" for a graph input */
+  const char *what;            /* what stayed whole and why, one line */
+} sc_partition_fallback;
+
 typedef struct sc_partition {
   sc_mesh mesh;
   int32_t pp_axis;             /* mesh axis index of pp, or -1 */
@@ -56,6 +68,10 @@ typedef struct sc_partition {
   sc_graph **stages;           /* [n_stages] stage graphs */
   sc_shard_source *sources;    /* [n_sources], sorted by name */
   int32_t n_sources;
+  sc_partition_fallback *fallbacks; /* [n_fallbacks]: seeds' first, then
+                                       the last localize's; strings in arena */
+  int32_t n_fallbacks, cap_fallbacks;
+  int32_t n_seed_fallbacks;    /* how many come from the seeds */
   sc_arena arena;              /* owns node_stage, sources, stages array */
 } sc_partition;
 
@@ -76,6 +92,14 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
 void sc_partition_destroy(sc_partition *p);
 /* The source of the sharded constant `name`, or NULL (a replicated value). */
 const sc_shard_source *sc_partition_source(const sc_partition *p, const char *name);
+/* Records a fallback (see sc_partition_fallback); what is printf-formatted.
+ * SC_ERR_NOMEM only. */
+sc_status sc_partition_note_fallback(sc_partition *p, const char *node, const char *op,
+                                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Prints the fallbacks, one per line, each line starting with prefix (e.g.
+ * "shardc: warning: "), after a first line saying how many there are; nothing
+ * when there are none. */
+void sc_partition_print_fallbacks(const sc_partition *p, FILE *f, const char *prefix);
 
 /* The sharding of initializer name in the partition: its source's, else
  * the local graph's; NULL = replicated. */
@@ -91,11 +115,12 @@ sc_status sc_partition_complete_plan(const sc_partition *p, sc_plan *plan, sc_di
  * that it can be split. Runs first (a replayed plan names padded weights). */
 sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan);
 /* dp.c: graph inputs of rank >= 1 whose dim 0 divides get dim 0 split over
- * the dp axis. */
-sc_status sc_partition_seed_dp(sc_graph *g, const sc_plan *plan);
+ * the dp axis (the others are recorded in p's fallbacks). */
+sc_status sc_partition_seed_dp(sc_partition *p, const sc_plan *plan);
 /* tp.c: Megatron patterns on weights (column/row, fused QKV stride,
- * vocabulary-parallel embedding and LM head), then the plan's overrides. */
-sc_status sc_partition_seed_tp(sc_graph *g, const sc_plan *plan);
+ * vocabulary-parallel embedding and LM head), then the plan's overrides.
+ * A matched weight whose dim does not divide is recorded in p's fallbacks. */
+sc_status sc_partition_seed_tp(sc_partition *p, const sc_plan *plan);
 /* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
 sc_status sc_partition_localize(sc_partition *p, sc_diag *d);
 

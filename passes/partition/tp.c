@@ -18,10 +18,12 @@
  *                    split only with vocabulary parallelism.
  *   embedding        a Gather over a 2-D weight's rows (vocabulary-parallel):
  *                    rows split, each rank looks up the ids it holds.
- * A dim that does not divide by the tp size is left whole. The plan's
+ * A dim that does not divide by the tp size is left whole (recorded as a
+ * fallback: `shardc plan` lists it). The plan's
  * tp_blocks (prefixes of the reading node's name) restrict the weights
  * considered. Overrides from
  * the plan are applied last and win. */
+#include <stdio.h>
 #include <string.h>
 
 #include "partition.h"
@@ -85,7 +87,11 @@ static bool in_blocks(const sc_plan *plan, const char *name) {
   return false;
 }
 
-static sc_status seed(sc_graph *g, int32_t id, int32_t dim, int32_t ax, int32_t stride) {
+/* Splits weight id's dim over axis ax (node: the reader that matched a
+ * pattern, named by a fallback when the dim does not divide). */
+static sc_status seed(sc_partition *p, const sc_node *node, int32_t id, int32_t dim, int32_t ax,
+                      int32_t stride) {
+  sc_graph *g = p->global;
   const sc_value *v = &g->values[id];
   if (sc_graph_sharding(g, id)) return SC_OK; /* first pattern wins (tied weights) */
   sc_sharding s;
@@ -93,12 +99,27 @@ static sc_status seed(sc_graph *g, int32_t id, int32_t dim, int32_t ax, int32_t 
   sc_sharding_split(&s, dim, ax);
   if (stride > 1) s.stride[dim] = (uint8_t)stride;
   const sc_mesh *m = sc_graph_mesh(g);
-  if (v->dims[dim] % (m->axes[ax].size * (stride > 1 ? stride : 1)) != 0) return SC_OK;
+  int64_t parts = m->axes[ax].size * (stride > 1 ? stride : 1);
+  if (v->dims[dim] % parts != 0) {
+    char why[96] = "";
+    if (stride > 1)
+      snprintf(why, sizeof why, " x %d (a fused projection of %d parts)", (int)stride,
+               (int)stride);
+    if (sc_partition_note_fallback(p, node->name, sc_op_name(node->op),
+                                   "weight '%s' [%lld,%lld]: dim %d (%lld) does not divide by "
+                                   "%s=%lld%s: not split", v->name, (long long)v->dims[0],
+                                   (long long)v->dims[1], (int)dim, (long long)v->dims[dim],
+                                   m->axes[ax].name, (long long)m->axes[ax].size,
+                                   why) != SC_OK)
+      return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+    return SC_OK;
+  }
   return sc_graph_set_sharding(g, id, &s);
 }
 
-static sc_status seed_patterns(sc_graph *g, const sc_plan *plan, int32_t ax,
+static sc_status seed_patterns(sc_partition *p, const sc_plan *plan, int32_t ax,
                                const int32_t *off, const int32_t *users) {
+  sc_graph *g = p->global;
   for (int32_t nid = 0; nid < g->n_nodes; nid++) {
     const sc_node *n = &g->nodes[nid];
     if (n->flags & SC_NODE_DEAD) continue;
@@ -106,7 +127,7 @@ static sc_status seed_patterns(sc_graph *g, const sc_plan *plan, int32_t ax,
       const sc_value *w = &g->values[n->inputs[0]];
       if (is_weight(w) && w->rank == 2 && sc_attr_int(g, n, "axis", 0) == 0 &&
           computed(g, n->inputs[1]) && in_blocks(plan, n->name)) {
-        sc_status st = seed(g, n->inputs[0], 0, ax, 1);
+        sc_status st = seed(p, n, n->inputs[0], 0, ax, 1);
         if (st != SC_OK) return st;
       }
       continue;
@@ -126,7 +147,7 @@ static sc_status seed_patterns(sc_graph *g, const sc_plan *plan, int32_t ax,
                computed(g, nx->inputs[1]);
     sc_status st;
     if (row) {
-      st = seed(g, wid, kdim, ax, 1);
+      st = seed(p, n, wid, kdim, ax, 1);
     } else {
       if (reaches_output(g, off, users, n->outputs[0]) && !plan->vocab_parallel) continue;
       int32_t stride = 1;
@@ -140,7 +161,7 @@ static sc_status seed_patterns(sc_graph *g, const sc_plan *plan, int32_t ax,
                   g->values[nx->outputs[j]].dims[axis] * nx->n_outputs == x->dims[axis];
         if (equal) stride = nx->n_outputs;
       }
-      st = seed(g, wid, ndim, ax, stride);
+      st = seed(p, n, wid, ndim, ax, stride);
     }
     if (st != SC_OK) return st;
   }
@@ -163,7 +184,8 @@ static sc_status apply_overrides(sc_graph *g, const sc_plan *plan) {
   return SC_OK;
 }
 
-sc_status sc_partition_seed_tp(sc_graph *g, const sc_plan *plan) {
+sc_status sc_partition_seed_tp(sc_partition *p, const sc_plan *plan) {
+  sc_graph *g = p->global;
   const sc_mesh *m = sc_graph_mesh(g);
   if (!m) return SC_OK;
   if (plan->tp_axis) {
@@ -175,7 +197,7 @@ sc_status sc_partition_seed_tp(sc_graph *g, const sc_plan *plan) {
       int32_t *off = NULL, *users = NULL;
       sc_status st = sc_graph_users(g, &off, &users);
       if (st != SC_OK) return st;
-      st = seed_patterns(g, plan, ax, off, users);
+      st = seed_patterns(p, plan, ax, off, users);
       sc_free(off);
       sc_free(users);
       if (st != SC_OK) return st;

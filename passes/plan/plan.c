@@ -292,6 +292,7 @@ sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag 
   sc_status st = sc_mesh_parse(o->mesh ? o->mesh : "", &plan->mesh, d);
   if (st == SC_OK && o->ranks_per_node)
     st = sc_mesh_set_ranks_per_node(&plan->mesh, o->ranks_per_node, d);
+  if (st == SC_OK) st = sc_mesh_check_roles(&plan->mesh, d); /* only dp, tp, pp mean something */
   if (st != SC_OK) {
     sc_plan_destroy(plan);
     return st;

@@ -34,10 +34,16 @@ Status of each test: pass; fail (wrong numbers, shape or dtype); error
 signal); timeout.
 
 The manifest (manifest.txt, `test_name status reason`) records the expected
-status of every counted test: `pass`, or `xfail` with the reason. This
-program exits 1 (the ctest fails) when a test marked pass does not pass, a
-test marked xfail passes (update the manifest: --update-manifest), a counted
-test is missing from the manifest, or any test crashes or times out. The pass
+status of every counted test: `pass`, or `xfail` with the reason; `opset`
+and `dtype` for the supported-op tests not run. It is checked both ways:
+every test of the corpus is in the manifest or excluded by its kind
+(`unsupported` op, `io`: printed with their counts), and every manifest
+entry names a test of the corpus. This program exits 1 (the ctest fails)
+when the corpus is empty or no test is to be run, a test marked pass does
+not pass, a test marked xfail passes (update the manifest:
+--update-manifest), a counted test is missing from the manifest, a
+manifest entry names no test of the corpus (or its kind changed), or any
+test crashes or times out. The pass
 percentage over counted tests is printed (target >= 95%); it is not itself a
 failure. Exits 77 (skipped) when the shardc binary has no `run` command yet.
 
@@ -49,6 +55,7 @@ a test whose error names a graph input that "must be a constant" with that
 input made an initializer, and prints how many more tests then pass.
 
 usage: test_node_tests.py [--shardc PATH] [--jobs 2] [-k SUBSTR]...
+                          [--corpus DIR] [--manifest FILE]
                           [--update-manifest] [--backend shardc|ort]
                           [--freeze-shape-inputs] [-v]
 """
@@ -458,6 +465,9 @@ def main():
     ap.add_argument("--update-manifest", action="store_true")
     ap.add_argument("--cache-dir", default=None,
                     help="where generated node tests go (default $SC_BINARY_DIR or /tmp)")
+    ap.add_argument("--corpus", default=None,
+                    help="a folder of node tests to use instead of onnx's (one folder per "
+                         "test with model.onnx and test_data_set_0/)")
     ap.add_argument("--freeze-shape-inputs", action="store_true",
                     help="experiment: retry tests whose error is an input that must be a "
                          "constant with that input made an initializer (no manifest check)")
@@ -483,9 +493,13 @@ def main():
     read_opset_bounds()
     ops = supported_ops()
     cache = args.cache_dir or os.environ.get("SC_BINARY_DIR") or tempfile.gettempdir()
-    root = node_data.node_dir(os.path.join(cache, "conformance"))
+    root = args.corpus or node_data.node_dir(os.path.join(cache, "conformance"))
     names = sorted(n for n in os.listdir(root)
                    if os.path.isfile(os.path.join(root, n, "model.onnx")))
+    corpus = set(names)
+    if not names:
+        print(f"FAIL: no node tests in {root} (an empty corpus checks nothing)")
+        return 1
     if args.filters:
         names = [n for n in names if any(f in n for f in args.filters)]
 
@@ -499,6 +513,10 @@ def main():
           f"{count['opset']} opset, {count['unsupported']} unsupported op, {count['io']} non-tensor io, "
           f"{count['dtype']} element types shardc has no dtype for",
           flush=True)
+
+    if not todo:
+        print("FAIL: no node test to run" + (" (check -k)" if args.filters else ""))
+        return 1
 
     t0 = time.perf_counter()
     results = {}
@@ -569,6 +587,9 @@ def main():
                 r = results[n]
                 manifest[n] = ("pass", "") if r.status == "pass" else \
                     ("xfail", f"{r.status}: {r.reason}")
+        if not args.filters:  # tests gone from the corpus leave the manifest
+            for n in set(manifest) - corpus:
+                del manifest[n]
         write_manifest(args.manifest, manifest)
         print(f"\nwrote {args.manifest}")
 
@@ -584,8 +605,16 @@ def main():
         elif want == "xfail" and r.status == "pass":
             problems.append(f"{n}: marked xfail, now passes")
     for n in names:
-        if kinds[n] != "run" and manifest.get(n, ("",))[0] in ("pass", "xfail"):
-            problems.append(f"{n}: in the manifest as {manifest[n][0]}, now not counted ({kinds[n]})")
+        want = manifest.get(n, (None,))[0]
+        if kinds[n] != "run" and want in ("pass", "xfail"):
+            problems.append(f"{n}: in the manifest as {want}, now not counted ({kinds[n]})")
+        elif kinds[n] in ("opset", "dtype") and want != kinds[n]:
+            problems.append(f"{n}: not run ({kinds[n]}), but the manifest says "
+                            f"{want or 'nothing'}")
+    if not args.filters:  # the other way: every entry names a test of the corpus
+        for n in sorted(set(manifest) - corpus):
+            problems.append(f"{n}: in the manifest as {manifest[n][0]}, but no such test in "
+                            f"{root}")
     if problems:
         print(f"\n{len(problems)} manifest mismatches, crashes or timeouts:")
         for p in problems[:60]:

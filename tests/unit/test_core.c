@@ -236,6 +236,10 @@ static void *failing_realloc(void *ud, void *p, size_t n) {
 }
 static void plain_free(void *ud, void *p) { (void)ud; free(p); }
 
+/* For each k, the allocator refuses every allocation after the first k: the
+ * graph grows until one is refused, which must happen (the loop is not
+ * bounded by a count that might need fewer than k allocations) and be
+ * reported as SC_ERR_NOMEM; destroying the graph then must not crash. */
 static void test_alloc_failure(void **state) {
   (void)state;
   for (int k = 0; k < 40; k++) {
@@ -243,23 +247,22 @@ static void test_alloc_failure(void **state) {
     fail_after = k;
     sc_set_allocator(&a);
     sc_graph *g = sc_graph_create("oom");
-    if (g) {
-      bool failed = false;
-      for (int i = 0; i < 50 && !failed; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "v%d", i);
-        int32_t v = sc_graph_add_value(g, name);
-        if (v < 0) {
-          failed = true;
-          assert_int_equal(g->diag.status, SC_ERR_NOMEM);
-          break;
-        }
-        int32_t out = v;
-        if (sc_graph_add_node(g, SC_OP_RELU, NULL, &v, 1, &out, 1) < 0) failed = true;
+    bool failed = g == NULL;
+    for (int i = 0; !failed && i < 1000000; i++) {
+      char name[32];
+      snprintf(name, sizeof name, "v%d", i);
+      int32_t v = sc_graph_add_value(g, name);
+      snprintf(name, sizeof name, "r%d", i);
+      int32_t out = v >= 0 ? sc_graph_add_value(g, name) : -1;
+      if (v < 0 || out < 0 || sc_graph_add_node(g, SC_OP_RELU, NULL, &v, 1, &out, 1) < 0) {
+        failed = true;
+        assert_int_equal(g->diag.status, SC_ERR_NOMEM);
       }
-      sc_graph_destroy(g);
     }
+    sc_graph_destroy(g);
     sc_set_allocator(NULL);
+    assert_true(failed);          /* an allocation was refused ... */
+    assert_true(fail_after < 0);  /* ... by the hook, after the first k */
   }
 }
 

@@ -236,11 +236,30 @@ static void test_nodes(void **state) {
   }
 }
 
+/* Command-line meshes: only axes that take a role (dp, tp, pp) pass. */
+static void test_check_roles(void **state) {
+  (void)state;
+  sc_mesh m;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  parse_ok("pp=2,dp=2,tp=2", &m);
+  assert_int_equal(sc_mesh_check_roles(&m, &d), SC_OK);
+  parse_ok("tp=4", &m);
+  assert_int_equal(sc_mesh_check_roles(&m, &d), SC_OK);
+  parse_ok("tp=2,zz=2", &m);
+  assert_int_equal(sc_mesh_check_roles(&m, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "'zz'"));
+  assert_non_null(strstr(d.msg, "dp"));
+  assert_non_null(strstr(d.msg, "tp"));
+  assert_non_null(strstr(d.msg, "pp"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse),          cmocka_unit_test(test_parse_errors),
       cmocka_unit_test(test_coords),         cmocka_unit_test(test_groups_example),
       cmocka_unit_test(test_groups_brute),   cmocka_unit_test(test_nodes),
+      cmocka_unit_test(test_check_roles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
