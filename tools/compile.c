@@ -141,8 +141,12 @@ static int compile_partitioned(compile_opts *co, sc_cli_opts *o, const sc_bundle
   if ((rc = sc_pcli_build(&co->pc, g, o->file, &po, &cop, true, &b)) == 0) {
     sc_diag d = {0};
     sc_diag_clear(&d);
-    if (sc_pbundle_write(b.part, b.programs, bo, co->out, &d) != SC_OK)
-      rc = sc_cli_report(&d, o->file);
+    /* written whole into a temporary folder that then replaces OUT */
+    sc_dir_commit dc;
+    sc_status st = sc_bundle_dir_begin(&dc, co->out, &d);
+    if (st == SC_OK)
+      st = sc_dir_commit_finish(&dc, sc_pbundle_write(b.part, b.programs, bo, dc.tmp, &d), &d);
+    if (st != SC_OK) rc = sc_cli_report(&d, o->file);
     sc_pbuild_free(&b);
   }
   sc_graph_destroy(g);

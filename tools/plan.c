@@ -29,6 +29,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "dot.h"
+#include "ir/fileio.h"
 #include "frontend/onnx.h"
 #include "partition_cli.h"
 #include "passes/stats.h"
@@ -587,9 +588,14 @@ int sc_cmd_plan(int argc, char **argv) {
   rc = sc_pcli_build(&p, g, o.file, &po, &co, true, &b);
 
   if (!rc && o.dot) {
-    FILE *f = fopen(o.dot, "w");
-    bool ok = f && write_dot(b.part->local, f) == SC_OK;
-    if (f && fclose(f) != 0) ok = false;
+    sc_file_commit c;
+    sc_diag dd = {0};
+    bool ok = sc_file_commit_begin(&c, o.dot, &dd) == SC_OK;
+    if (ok && write_dot(b.part->local, c.f) != SC_OK) {
+      sc_file_commit_abort(&c);
+      ok = false;
+    }
+    if (ok) ok = sc_file_commit_end(&c, &dd) == SC_OK;
     if (!ok) {
       fprintf(stderr, "shardc: error: %s: cannot write the Graphviz file\n", o.dot);
       rc = 1;
