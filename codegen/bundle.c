@@ -4,9 +4,11 @@
  * aligned, zero padding between), writes program.json with their offsets,
  * the target's code (cpu: kernels.o through sc_cpu_emit_object; cuda:
  * kernels.cu and one kernels.<arch>.ptx per architecture through NVRTC),
- * hashes every file as it is written, and writes manifest.json last. Layout
- * and schemas: docs/bundle.md. The loader is runtime/bundle_load.c; the
- * parts both share (program.json, SHA-256) are codegen/program_json.h. */
+ * hashes every file as it is written, and writes manifest.json last, all
+ * into a temporary sibling of the bundle directory that then replaces it
+ * whole (sc_dir_commit, ir/fileio.h). Layout and schemas: docs/bundle.md.
+ * The loader is runtime/bundle_load.c; the parts both share (program.json,
+ * SHA-256) are codegen/program_json.h. */
 #include "codegen/bundle.h"
 
 #include <errno.h>
@@ -203,14 +205,13 @@ static sc_status write_target_code(writer *w, const sc_program *p, const sc_bund
 #endif
 }
 
+sc_status sc_bundle_dir_begin(sc_dir_commit *c, const char *dir, sc_diag *diag) {
+  static const char *const markers[] = {"manifest.json", "partition.json", NULL};
+  return sc_dir_commit_begin(c, dir, markers, diag);
+}
+
 sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const char *dir,
                           sc_diag *diag) {
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: cannot create the directory: %s", dir,
-                       strerror(errno));
-  struct stat sb;
-  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: not a directory", dir);
   for (int32_t i = 0; i < p->n_buffers; i++)
     if (p->buffers[i].kind == SC_BUF_CONST && p->buffers[i].bytes > 0 && !p->buffers[i].data &&
         !o->external_consts)
@@ -218,16 +219,16 @@ sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const ch
                          "constant '%s' has no data (weights not loaded)",
                          p->buffers[i].name ? p->buffers[i].name : "?");
 
-  /* An old manifest would describe files about to be replaced. */
-  char *mpath = path_join(dir, "manifest.json");
-  if (!mpath) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  remove(mpath);
-
-  writer w = {.dir = dir, .diag = diag, .files = json_array()};
+  /* Written into a fresh sibling folder that replaces dir whole at the
+   * end: nothing of an earlier bundle (of either kind) survives, and an
+   * interrupted write leaves dir as it was. */
+  sc_dir_commit dc;
+  sc_status st = sc_bundle_dir_begin(&dc, dir, diag);
+  if (st != SC_OK) return st;
+  writer w = {.dir = dc.tmp, .diag = diag, .files = json_array()};
   json_t *archs = json_array();
   int64_t *offsets = sc_calloc((size_t)p->n_buffers + 1, sizeof *offsets);
   char *text = NULL;
-  sc_status st = SC_OK;
   int64_t total = offsets ? sc_program_weights_layout(p, offsets) : -1;
   if (!offsets) st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   else if (total < 0) st = sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "weights exceed 2^63 bytes");
@@ -288,6 +289,5 @@ sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const ch
   json_decref(w.files);
   sc_free(text);
   sc_free(offsets);
-  sc_free(mpath);
-  return st;
+  return sc_dir_commit_finish(&dc, st, diag);
 }

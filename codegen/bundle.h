@@ -38,6 +38,7 @@
 #include "codegen/cpu/cpu.h"
 #include "codegen/program.h"
 #include "codegen/program_json.h"
+#include "ir/fileio.h"
 
 /* ---- the writer ---- */
 typedef enum sc_bundle_target { SC_BUNDLE_CPU, SC_BUNDLE_CUDA } sc_bundle_target;
@@ -56,11 +57,16 @@ typedef struct sc_bundle_opts {
 void sc_bundle_opts_init(sc_bundle_opts *o);
 const char *sc_bundle_target_name(sc_bundle_target t); /* "cpu", "cuda" */
 
-/* Writes the bundle of p into dir (created if missing; files of an earlier
- * bundle there are replaced). Every CONST buffer must have data unless
- * o->external_consts. The manifest
- * is written last. */
+/* Writes the bundle of p as dir: into a temporary sibling folder, which
+ * replaces dir whole when complete (sc_bundle_dir_begin). Every CONST buffer
+ * must have data unless o->external_consts. The manifest is written last. */
 sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const char *dir,
                           sc_diag *diag);
+
+/* sc_dir_commit_begin for a bundle directory (either kind): dir may be
+ * missing, empty, or a bundle (it holds manifest.json or partition.json);
+ * anything else is refused, not deleted. Write into c->tmp, then
+ * sc_dir_commit_finish(c, status, diag). */
+sc_status sc_bundle_dir_begin(sc_dir_commit *c, const char *dir, sc_diag *diag);
 
 #endif

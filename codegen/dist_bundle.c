@@ -3,8 +3,10 @@
  *
  * Order: the stage bundles (sc_bundle_write, sharded constants external),
  * then one weight file per rank (its shards from sc_dist_rank_weights, the
- * same cut the runtime makes), then partition.json last, so that an
- * interrupted write never looks like a bundle. Everything written comes
+ * same cut the runtime makes), then partition.json last, all into a
+ * temporary sibling folder that replaces the bundle directory whole when
+ * complete (sc_dir_commit, ir/fileio.h): an interrupted write leaves the
+ * old one as it was. Everything written comes
  * from the distributed program: no graph, no partition. */
 #include <errno.h>
 #include <jansson.h>
@@ -138,8 +140,20 @@ static sc_status write_rank(const sc_dist_program *dp, int64_t r, const char *di
   return SC_OK;
 }
 
+static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, const char *dir,
+                            sc_diag *d);
+
 sc_status sc_dist_program_write(const sc_dist_program *dp, const sc_bundle_opts *o,
                                 const char *dir, sc_diag *d) {
+  /* written whole into a temporary sibling folder that then replaces dir */
+  sc_dir_commit dc;
+  sc_status st = sc_bundle_dir_begin(&dc, dir, d);
+  if (st != SC_OK) return st;
+  return sc_dir_commit_finish(&dc, write_into(dp, o, dc.tmp, d), d);
+}
+
+static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, const char *dir,
+                            sc_diag *d) {
   sc_status st = make_dir(dir, d);
   if (st) return st;
   size_t n = strlen(dir) + 32;

@@ -23,7 +23,18 @@
  * data borrowed; scalars are inlined as kir constants instead), TEMP for
  * values read by another group, and for every output of a STEP node.
  * Kernel names are C identifiers made of the root node's index and the
- * members' op names: k3_add_relu. Every kernel is checked with kir_verify. */
+ * members' op names: k3_add_relu. Every kernel is checked with kir_verify.
+ * Index checks: a kernel cannot report an error, so before each group a
+ * CHECK step (program.h) validates the indices of every Gather member that
+ * come from a buffer (a graph input or another group's output) against the
+ * gathered extent: the internal attribute `__vocab` when present (the
+ * vocabulary before tensor-parallel padding, passes/partition/vocab_pad.c),
+ * else the data's dim. A node with the internal attribute
+ * `__check_indices` = N (the vocabulary-parallel lookup of
+ * passes/partition/localize.c) gets the same check of its input 0 against
+ * N, reported as its `__check_origin` Gather. Constant indices are checked
+ * here, at compile time; indices computed inside the Gather's own group are
+ * not (the kernel reads the clamped element, lower_shape.c). */
 #include <ctype.h>
 #include <stdio.h>
 #include <string.h>
@@ -510,6 +521,74 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   return st;
 }
 
+/* One index check (see the header): indices value v against [-dim, dim)
+ * for the Gather named origin. */
+static sc_status check_indices(fg *f, sc_lower_ctx *cx, int32_t v, int64_t dim,
+                               const char *origin) {
+  const sc_value *iv = &f->g->values[v];
+  if (!sc_dtype_is_int(iv->dtype)) return SC_OK; /* shape inference refused it */
+  if (sc_value_is_const(iv)) { /* known now: checked now */
+    if (!iv->data) return SC_OK;     /* no weights loaded: nothing to check */
+    int64_t n = sc_value_numel(iv);
+    for (int64_t i = 0; i < n; i++) {
+      bool ok;
+      long long shown;
+      if (iv->dtype == SC_DTYPE_U64) {
+        uint64_t u = ((const uint64_t *)iv->data)[i];
+        ok = u < (uint64_t)dim;
+        shown = (long long)(u > (uint64_t)INT64_MAX ? INT64_MAX : u);
+      } else {
+        int64_t x = sc_load_i64(iv->dtype, iv->data, i);
+        ok = x >= -dim && x < dim;
+        shown = (long long)x;
+      }
+      if (!ok)
+        return sc_diag_set(f->diag, SC_ERR_INVALID, origin, "Gather",
+                           "index %lld out of range [%lld, %lld) in '%s'", shown,
+                           -(long long)dim, (long long)dim, iv->name);
+    }
+    return SC_OK;
+  }
+  int32_t b = cx->value_buffer[v];
+  if (b < 0) return SC_OK; /* computed inside the group: clamped by the kernel */
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_CHECK;
+  s.kernel = -1;
+  s.check.buffer = b;
+  s.check.dim = dim;
+  s.origin = sc_arena_strdup(&f->p->arena, origin ? origin : "");
+  if (!s.origin || sc_program_add_step(f->p, &s) < 0) return nomem(f);
+  return SC_OK;
+}
+
+/* The CHECK steps that go before group k. */
+static sc_status group_checks(fg *f, sc_lower_ctx *cx, int32_t k) {
+  sc_graph *g = f->g;
+  for (int32_t j = f->goff[k]; j < f->goff[k + 1]; j++) {
+    const sc_node *n = &g->nodes[f->gmem[j]];
+    sc_status st = SC_OK;
+    const sc_attr *ck = sc_node_attr(n, "__check_indices");
+    if (ck && ck->kind == SC_ATTR_INT && n->n_inputs >= 1 && n->inputs[0] >= 0) {
+      const sc_attr *o = sc_node_attr(n, "__check_origin");
+      st = check_indices(f, cx, n->inputs[0], ck->i,
+                         o && o->kind == SC_ATTR_STRING ? o->s : n->name);
+    }
+    if (st == SC_OK && n->op == SC_OP_GATHER && n->n_inputs == 2 && n->inputs[0] >= 0 &&
+        n->inputs[1] >= 0) {
+      const sc_value *x = &g->values[n->inputs[0]];
+      int64_t axis = sc_attr_int(g, n, "axis", 0);
+      if (axis < 0) axis += x->rank;
+      if (axis < 0 || axis >= x->rank) continue; /* shape inference refused it */
+      const sc_attr *voc = sc_node_attr(n, "__vocab");
+      int64_t dim = voc && voc->kind == SC_ATTR_INT ? voc->i : x->dims[axis];
+      st = check_indices(f, cx, n->inputs[1], dim, n->name);
+    }
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
 /* Copies a graph output that is an input or constant into its own OUTPUT
  * buffer. */
 typedef struct copy_ud {
@@ -598,7 +677,8 @@ sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag) {
           p->buffers[cx.value_buffer[v]].kind == SC_BUF_VIEW)
         continue;
     }
-    st = lower_group(&f, &cx, k);
+    st = group_checks(&f, &cx, k);
+    if (st == SC_OK) st = lower_group(&f, &cx, k);
   }
   for (int32_t i = 0; i < g->n_outputs && st == SC_OK; i++) {
     int32_t v = g->outputs[i];

@@ -14,8 +14,9 @@
  *     the end when negative, as ONNX says. An index still out of range
  *     cannot be reported from inside a kernel: Gather* then read the
  *     clamped element, Scatter* ignore that update, OneHot gives an all-off
- *     row (as ONNX defines). Constant indices were checked at compile time
- *     by constant folding;
+ *     row (as ONNX defines). Gather's indices are checked before its kernel
+ *     by a CHECK step (codegen/from_graph.c), which ends the run with an
+ *     error; constant indices are checked at compile time;
  *   - Range computes start + i * delta in the output dtype; ONNX defines it
  *     by accumulation, which can differ in the last bits for floats;
  *   - the scatters are one kernel over the output: for each output element,

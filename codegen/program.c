@@ -108,6 +108,10 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     if (g->beta != 0.0f) fn(ud, g->c, false);
     fn(ud, g->c, true);
   }
+  if (s->kind == SC_STEP_CHECK) {
+    fn(ud, s->check.buffer, false);
+    return;
+  }
   if (s->kind == SC_STEP_COMM) {
     const sc_comm_step *c = &s->comm;
     if (c->in >= 0) fn(ud, c->in, false);
@@ -175,6 +179,9 @@ void sc_program_print(const sc_program *p, FILE *out) {
       if (s->kernel >= 0)
         fprintf(out, " epilogue k%d %s", (int)s->kernel,
                 s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");
+    } else if (s->kind == SC_STEP_CHECK) {
+      fprintf(out, "check b%d in [-%lld, %lld)", (int)s->check.buffer, (long long)s->check.dim,
+              (long long)s->check.dim);
     } else if (s->kind == SC_STEP_COMM) {
       static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter",
                                           "all_to_all", "send", "recv"};

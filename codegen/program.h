@@ -91,19 +91,31 @@ typedef struct sc_comm_step {
   int32_t peer, tag;      /* SEND, RECV: peer's key in the group, tag */
 } sc_comm_step;
 
+/* Checks the integer buffer `buffer` holds data indices into an extent of
+ * `dim`: every element in [-dim, dim) (negative ones count from the end, as
+ * ONNX says). Kernels cannot report errors, so a Gather whose indices are
+ * read at run time gets this step before its kernel; a failing check ends
+ * the run with an error naming the step's origin (the Gather node). */
+typedef struct sc_check_step {
+  int32_t buffer;
+  int64_t dim;
+} sc_check_step;
+
 typedef enum sc_step_kind {
   SC_STEP_KERNEL, /* run kernels[kernel] */
   SC_STEP_GEMM,   /* library matrix product, then optional epilogue kernel */
   SC_STEP_COMM,   /* collective / send / recv, run by the session */
+  SC_STEP_CHECK,  /* index range check, run by the session */
   SC_STEP_KIND_COUNT
 } sc_step_kind;
 
 typedef struct sc_step {
   sc_step_kind kind;
   int32_t kernel;     /* KERNEL: kernel id; GEMM: epilogue kernel id or -1;
-                         COMM: -1 */
+                         COMM, CHECK: -1 */
   sc_gemm gemm;       /* GEMM */
   sc_comm_step comm;  /* COMM */
+  sc_check_step check; /* CHECK */
   const char *origin; /* graph node name(s), for --print and errors */
 } sc_step;
 
@@ -141,7 +153,8 @@ sc_status sc_program_add_output(sc_program *p, int32_t buffer);
  * than once). KERNEL steps: the kernel's params (written flag). GEMM steps:
  * a, b and bias read, c read too when beta != 0, c written, then the
  * epilogue kernel's params. COMM steps: in read, pack written and read, out
- * written, unpack written and read. Shared by the memory plan and the runtime. */
+ * written, unpack written and read. CHECK steps: the buffer read. Shared by
+ * the memory plan and the runtime. */
 typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud);
 

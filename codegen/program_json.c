@@ -41,7 +41,7 @@ _Static_assert(sizeof KIR_NAMES / sizeof KIR_NAMES[0] == KIR_OP_COUNT, "kir op n
 
 static const char *const BUF_KINDS[] = {"input", "output", "const", "temp", "view"};
 enum { N_BUF_KINDS = 5 };
-static const char *const STEP_KINDS[] = {"kernel", "gemm", "comm"};
+static const char *const STEP_KINDS[] = {"kernel", "gemm", "comm", "check"};
 _Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
 static const char *const PHASE_KINDS[] = {"reduce", "store"};
 static const char *const COMM_KINDS[] = {"all_reduce",     "all_gather", "reduce_scatter",
@@ -169,6 +169,11 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(go, "bias", json_integer(g->bias));
     json_object_set_new(go, "bias_full", json_boolean(g->bias_full));
     json_object_set_new(o, "gemm", go);
+  } else if (s->kind == SC_STEP_CHECK) {
+    json_t *co = json_object();
+    json_object_set_new(co, "buffer", json_integer(s->check.buffer));
+    json_object_set_new(co, "dim", json_integer(s->check.dim));
+    json_object_set_new(o, "check", co);
   } else if (s->kind == SC_STEP_COMM) {
     const sc_comm_step *c = &s->comm;
     SC_ASSERT((int)c->kind >= 0 && c->kind < SC_COMM_KIND_COUNT && c->reduce >= 0 &&
@@ -745,6 +750,20 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   if (s->kind == SC_STEP_COMM) {
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
     return read_comm(r, o, &s->comm);
+  }
+  if (s->kind == SC_STEP_CHECK) {
+    if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
+    json_t *c = json_object_get(o, "check");
+    if (!json_is_object(c)) return fail(r, SC_ERR_PARSE, "'check' must be an object");
+    if ((st = get_range(r, c, "buffer", true, 0, 0, p->n_buffers - 1, &s->check.buffer)) ||
+        (st = get_int(r, c, "dim", true, 0, &s->check.dim)))
+      return st;
+    sc_dtype t = p->buffers[s->check.buffer].dtype;
+    if (s->check.dim < 0) return fail(r, SC_ERR_INVALID, "check: negative dim");
+    if (!sc_dtype_is_int(t))
+      return fail(r, SC_ERR_INVALID, "checked buffer %d is %s, not integers",
+                  (int)s->check.buffer, sc_dtype_name(t));
+    return SC_OK;
   }
   if ((st = get_range(r, o, "kernel", true, 0, s->kind == SC_STEP_GEMM ? -1 : 0,
                       p->n_kernels - 1, &s->kernel)))

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "frontend_internal.h"
+#include "ir/fileio.h"
 
 typedef struct mapping_cleanup {
   void *addr;
@@ -119,22 +120,21 @@ static sc_status map_file(sc_onnx_ctx *c, const char *what, const char *loc,
   sc_status st = SC_OK;
   void *addr = NULL;
   struct stat sb;
-  int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) {
-    st = sc_onnx_error(c, SC_ERR_IO, "tensor '%s': external data file '%s': %s",
-                       what, loc, strerror(errno));
-    goto fail;
-  }
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    st = sc_onnx_error(c, SC_ERR_IO,
-                       "tensor '%s': external data '%s' is not a regular file", what, loc);
-    goto fail;
-  }
-  if (sb.st_size > 0) {
-    if ((uint64_t)sb.st_size > SIZE_MAX) {
-      st = sc_onnx_error(c, SC_ERR_LIMIT, "tensor '%s': '%s' too large to map", what, loc);
+  int fd = -1;
+  /* the same checks as the model file's (ir/fileio.h); real is resolved */
+  int64_t file_bytes = 0;
+  {
+    char label[600];
+    snprintf(label, sizeof label, "tensor '%s': external data file '%s'", what, loc);
+    sc_diag fd_diag = {0};
+    if (sc_file_open_regular(real, label, (int64_t)(SIZE_MAX / 2), &fd, &file_bytes, &fd_diag) !=
+        SC_OK) {
+      st = sc_onnx_error(c, fd_diag.status, "%s", fd_diag.msg);
       goto fail;
     }
+  }
+  sb.st_size = (off_t)file_bytes;
+  if (sb.st_size > 0) {
     addr = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (addr == MAP_FAILED) {
       addr = NULL;

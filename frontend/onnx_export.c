@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "frontend_internal.h"
+#include "ir/fileio.h"
 
 typedef struct exporter {
   sc_arena a;
@@ -323,14 +324,17 @@ sc_status sc_onnx_export(sc_graph *g, const char *path, sc_diag *diag) {
                        "model would be %zu bytes, over protobuf's 2 GiB limit (export "
                        "without weights)", size);
     } else {
-      FILE *f = fopen(path, "wb");
-      if (!f) {
-        st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cannot create: %s", strerror(errno));
-      } else {
-        file_buffer fb = {.base = {.append = file_append}, .f = f};
+      sc_file_commit c; /* under a temporary name, renamed when complete */
+      st = sc_file_commit_begin(&c, path, diag);
+      if (st == SC_OK) {
+        file_buffer fb = {.base = {.append = file_append}, .f = c.f};
         onnx__model_proto__pack_to_buffer(&m, &fb.base);
-        if (fclose(f) != 0) fb.failed = true;
-        if (fb.failed) st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "write failed");
+        if (fb.failed) {
+          sc_file_commit_abort(&c);
+          st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "write failed");
+        } else {
+          st = sc_file_commit_end(&c, diag);
+        }
       }
     }
   }

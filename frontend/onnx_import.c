@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "frontend_internal.h"
+#include "ir/fileio.h"
 
 sc_status sc_onnx_error(sc_onnx_ctx *c, sc_status st, const char *fmt, ...) {
   va_list ap;
@@ -838,23 +839,16 @@ sc_status sc_onnx_import(const char *path, const sc_import_opts *opts, sc_graph 
   memset(diag, 0, sizeof *diag);
   sc_diag_set_file(diag, path);
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cannot open: %s", strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "not a regular file");
-  }
-  if (sb.st_size == 0) {
+  /* a regular file (ir/fileio.h: a FIFO or device is refused, not waited on) */
+  int fd;
+  int64_t file_bytes;
+  sc_status ost = sc_file_open_regular(path, NULL, (int64_t)(SIZE_MAX / 2), &fd, &file_bytes, diag);
+  if (ost != SC_OK) return ost;
+  if (file_bytes == 0) {
     close(fd);
     return sc_diag_set(diag, SC_ERR_PARSE, NULL, NULL, "not a valid ONNX model (empty file)");
   }
-  if ((uint64_t)sb.st_size > SIZE_MAX / 2) {
-    close(fd);
-    return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "file too large");
-  }
-  size_t size = (size_t)sb.st_size;
+  size_t size = (size_t)file_bytes;
   void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (map == MAP_FAILED)

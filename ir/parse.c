@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileio.h"
 #include "sharding.h"
 #include "text.h"
 
@@ -1113,38 +1114,12 @@ sc_status sc_ir_parse_file(const char *path, sc_graph **out, sc_diag *diag) {
   sc_diag_clear(diag);
   sc_diag_set_file(diag, path);
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cannot open: %s", strerror(errno));
+  /* a regular file (a FIFO is refused, not waited on) of at most 2 GiB */
   char *text = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len == cap) {
-      cap = cap ? cap * 2 : 65536;
-      if (cap > ((size_t)1 << 31)) {
-        fclose(f);
-        sc_free(text);
-        return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "file larger than 2 GiB");
-      }
-      char *t2 = sc_realloc(text, cap);
-      if (!t2) {
-        fclose(f);
-        sc_free(text);
-        return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-      }
-      text = t2;
-    }
-    size_t n = fread(text + len, 1, cap - len, f);
-    len += n;
-    if (n == 0) break;
-  }
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    sc_free(text);
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "read error");
-  }
-  sc_status st = sc_ir_parse(text, len, path, out, diag);
+  size_t len = 0;
+  sc_status st = sc_file_read_all(path, NULL, (int64_t)1 << 31, &text, &len, diag);
+  if (st != SC_OK) return st;
+  st = sc_ir_parse(text, len, path, out, diag);
   sc_free(text);
   return st;
 }

@@ -70,7 +70,8 @@ static sc_status map_file(const char *dir, const char *name, int64_t want_bytes,
   out->bytes = 0;
   char *path = path_join(dir, name);
   if (!path) return bad(d, SC_ERR_NOMEM, dir, "out of memory");
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO planted in a bundle is refused below, not waited on */
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   sc_free(path);
   if (fd < 0) return bad(d, SC_ERR_IO, dir, "%s: cannot open: %s", name, strerror(errno));
   struct stat sb;

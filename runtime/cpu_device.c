@@ -322,7 +322,8 @@ static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) 
   switch (s->kind) {
   case SC_STEP_KERNEL: return s->kernel >= 0 && s->kernel < p->n_kernels;
   case SC_STEP_GEMM: return gemm_problem(p, s) == NULL;
-  case SC_STEP_COMM: return true; /* run by the session, not the device */
+  case SC_STEP_COMM: /* run by the session, not the device */
+  case SC_STEP_CHECK: return true;
   default: return false;
   }
 }

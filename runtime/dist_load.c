@@ -21,6 +21,8 @@
 #include "ir/sharding.h"
 #include "runtime/dist_load.h"
 
+#include "ir/fileio.h"
+
 enum { MAX_JSON_BYTES = 64 << 20 };
 
 /* What a loaded program holds on to (its owner). */
@@ -71,22 +73,14 @@ bool sc_dist_bundle_is_dir(const char *path) {
 static sc_status read_file(loader *l, const char *name, int64_t max, char **data, int64_t *n) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", l->dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return fail(l, SC_ERR_IO, "%s: cannot open", name);
-  sc_status st = SC_OK;
-  long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-  if (len < 0 || len > max || fseek(f, 0, SEEK_SET) != 0) {
-    st = fail(l, SC_ERR_INVALID, "%s: unreadable or larger than %lld bytes", name, (long long)max);
-  } else {
-    *data = sc_malloc((size_t)len + 1);
-    if (!*data) st = fail(l, SC_ERR_NOMEM, "out of memory");
-    else if (len > 0 && fread(*data, 1, (size_t)len, f) != (size_t)len)
-      st = fail(l, SC_ERR_IO, "%s: read error", name);
-    if (*data) (*data)[len] = 0;
-    *n = len;
-  }
-  fclose(f);
-  return st;
+  size_t len = 0;
+  sc_diag fd = {0};
+  sc_diag_clear(&fd);
+  /* a regular file only (never blocks on a FIFO), at most max bytes */
+  if (sc_file_read_all(path, name, max, data, &len, &fd) != SC_OK)
+    return fail(l, fd.status, "%s", fd.msg);
+  *n = (int64_t)len;
+  return SC_OK;
 }
 
 static sc_status get_int(loader *l, json_t *o, const char *key, int64_t lo, int64_t hi,

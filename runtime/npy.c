@@ -14,6 +14,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ir/fileio.h"
+
 static const unsigned char MAGIC[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
 typedef struct descr_row {
@@ -28,6 +30,8 @@ static const descr_row DESCRS[] = {
     {"u4", SC_DTYPE_U32}, {"u8", SC_DTYPE_U64}, {"b1", SC_DTYPE_BOOL},
 };
 enum { N_DESCRS = sizeof DESCRS / sizeof DESCRS[0] };
+/* The largest .npy file read (64 GiB): files are read whole into memory. */
+#define NPY_MAX_FILE_BYTES ((int64_t)1 << 36)
 
 const char *sc_npy_descr(sc_dtype t) {
   switch (t) {
@@ -249,34 +253,13 @@ sc_status sc_npy_read_mem(const void *buf, size_t size, const char *name, sc_npy
 
 sc_status sc_npy_read(const char *path, sc_npy *out, sc_diag *diag) {
   memset(out, 0, sizeof *out);
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: cannot open: %s", path,
-                       strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(f);
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: not a regular file", path);
-  }
-  long size = -1;
-  if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-  if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    fclose(f);
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: cannot read (not a regular file?)",
-                       path);
-  }
-  void *buf = sc_malloc(size > 0 ? (size_t)size : 1);
-  if (!buf) {
-    fclose(f);
-    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "%s: out of memory", path);
-  }
-  size_t got = fread(buf, 1, (size_t)size, f);
-  fclose(f);
-  if (got != (size_t)size) {
-    sc_free(buf);
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: read error", path);
-  }
-  sc_status st = sc_npy_read_mem(buf, (size_t)size, path, out, diag);
+  /* a regular file (a FIFO or device is refused, never waited on), at most
+   * the header plus SC_MAX_ELEMENTS of the widest dtype */
+  char *buf = NULL;
+  size_t size = 0;
+  sc_status st = sc_file_read_all(path, path, NPY_MAX_FILE_BYTES, &buf, &size, diag);
+  if (st != SC_OK) return st;
+  st = sc_npy_read_mem(buf, size, path, out, diag);
   sc_free(buf);
   return st;
 }
@@ -316,18 +299,21 @@ sc_status sc_npy_write(const char *path, sc_dtype dtype, int32_t rank, const int
   pre[8] = (unsigned char)(hlen & 0xff);
   pre[9] = (unsigned char)(hlen >> 8);
 
-  FILE *f = fopen(path, "wb");
-  if (!f)
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: cannot create: %s", path,
-                       strerror(errno));
+  /* under a temporary name, renamed into place when complete */
+  sc_file_commit c;
+  sc_status st = sc_file_commit_begin(&c, path, diag);
+  if (st != SC_OK) return st;
+  FILE *f = c.f;
   bool ok = fwrite(pre, 1, sizeof pre, f) == sizeof pre &&
             fwrite(dict, 1, (size_t)len, f) == (size_t)len;
   for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
   ok = ok && fputc('\n', f) != EOF;
   if (ok && bytes > 0) ok = fwrite(data, 1, (size_t)bytes, f) == (size_t)bytes;
-  if (fclose(f) != 0) ok = false;
-  if (!ok)
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: write failed: %s", path,
-                       strerror(errno));
-  return SC_OK;
+  if (!ok) {
+    st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: write failed: %s", path,
+                     strerror(errno));
+    sc_file_commit_abort(&c);
+    return st;
+  }
+  return sc_file_commit_end(&c, diag);
 }

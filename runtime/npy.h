@@ -41,6 +41,8 @@ typedef struct sc_npy {
 /* Parses a whole .npy file held in memory; `name` is used in messages. */
 sc_status sc_npy_read_mem(const void *buf, size_t size, const char *name, sc_npy *out,
                           sc_diag *diag);
+/* Reads path, which must be a regular file of at most 64 GiB (a FIFO or a
+ * device is refused at once, naming the file: ir/fileio.h). */
 sc_status sc_npy_read(const char *path, sc_npy *out, sc_diag *diag);
 void sc_npy_free(sc_npy *a);
 
@@ -49,7 +51,9 @@ void sc_npy_free(sc_npy *a);
 const char *sc_npy_descr(sc_dtype t);
 
 /* Writes a version 1.0 file (2.0 when the header needs more than 65535
- * bytes, which needs a very high rank — never in practice). */
+ * bytes, which needs a very high rank — never in practice), under a
+ * temporary name renamed to path when complete: path is never left
+ * truncated (ir/fileio.h). */
 sc_status sc_npy_write(const char *path, sc_dtype dtype, int32_t rank, const int64_t *dims,
                        const void *data, sc_diag *diag);
 

@@ -113,6 +113,9 @@ static void print_profile(const sc_session *s) {
                (long long)g->m, (long long)g->n, (long long)g->k, g->bias >= 0 ? " +bias" : "",
                st->kernel >= 0 ? " then " : "",
                st->kernel >= 0 ? p->kernels[st->kernel]->name : "");
+    } else if (st->kind == SC_STEP_CHECK) {
+      snprintf(what, sizeof what, "check b%d in [-%lld, %lld)", (int)st->check.buffer,
+               (long long)st->check.dim, (long long)st->check.dim);
     } else {
       const kir_kernel *k = p->kernels[st->kernel];
       int64_t pts = 1;
@@ -345,6 +348,41 @@ static sc_status check_input(const sc_buffer *b, int32_t i, const sc_tensor_view
   return SC_OK;
 }
 
+/* A CHECK step: every index in the buffer within [-dim, dim). The buffer
+ * is copied out through the device in small pieces (no allocation: a run
+ * allocates nothing). */
+static sc_status run_check(sc_session *s, const sc_step *st, sc_diag *diag) {
+  const sc_buffer *b = &s->p->buffers[st->check.buffer];
+  int64_t esize = sc_dtype_size(b->dtype), numel = esize > 0 ? b->bytes / esize : 0;
+  int64_t dim = st->check.dim;
+  const uint8_t *src = s->dev->buffer_ptr(s->ctx, st->check.buffer);
+  _Alignas(8) uint8_t piece[4096];
+  int64_t per = (int64_t)sizeof piece / (esize > 0 ? esize : 1);
+  for (int64_t i0 = 0; i0 < numel; i0 += per) {
+    int64_t n = numel - i0 < per ? numel - i0 : per;
+    s->dev->copy_out(s->ctx, piece, src + i0 * esize, n * esize);
+    for (int64_t i = 0; i < n; i++) {
+      bool ok;
+      long long shown;
+      if (b->dtype == SC_DTYPE_U64) {
+        uint64_t u = ((const uint64_t *)piece)[i];
+        ok = u < (uint64_t)dim;
+        shown = (long long)(u > (uint64_t)INT64_MAX ? INT64_MAX : u);
+      } else {
+        int64_t v = sc_load_i64(b->dtype, piece, i);
+        ok = v >= -dim && v < dim;
+        shown = (long long)v;
+      }
+      if (!ok)
+        return sc_diag_set(diag, SC_ERR_INVALID, st->origin, "Gather",
+                           "index %lld out of range [%lld, %lld) in '%s'", shown,
+                           -(long long)dim, (long long)dim,
+                           b->name ? b->name : "?");
+    }
+  }
+  return SC_OK;
+}
+
 sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
                          sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag) {
   const sc_program *p = s->p;
@@ -368,6 +406,9 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     double t0 = s->prof_s ? now_s() : 0.0;
     if (st->kind == SC_STEP_COMM) {
       sc_status r = run_comm(s, i, diag);
+      if (r != SC_OK) return r;
+    } else if (st->kind == SC_STEP_CHECK) {
+      sc_status r = run_check(s, st, diag);
       if (r != SC_OK) return r;
     } else if (st->kind == SC_STEP_GEMM) {
       s->dev->run_gemm(s->ctx, st);

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "dot.h"
+#include "ir/fileio.h"
 #include "frontend/onnx.h"
 #include "passes/pass.h"
 #include "passes/stats.h"
@@ -240,9 +241,14 @@ int sc_cmd_inspect(int argc, char **argv) {
   }
 
   if (o.dot) {
-    FILE *f = fopen(o.dot, "w");
-    bool ok = f && sc_dot_write_graph(g, f) == SC_OK;
-    if (f && fclose(f) != 0) ok = false;
+    sc_file_commit c;
+    sc_diag dd = {0};
+    bool ok = sc_file_commit_begin(&c, o.dot, &dd) == SC_OK;
+    if (ok && sc_dot_write_graph(g, c.f) != SC_OK) {
+      sc_file_commit_abort(&c);
+      ok = false;
+    }
+    if (ok) ok = sc_file_commit_end(&c, &dd) == SC_OK;
     if (!ok) {
       fprintf(stderr, "shardc: error: %s: cannot write the Graphviz file\n", o.dot);
       sc_stats_free(&s);

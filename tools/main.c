@@ -1,10 +1,17 @@
 /* main.c — the shardc command line: a table of subcommands, one file each
  * in tools/ (declared in commands.h). Exit status: 0 success, 1 an error in
- * the input, 2 wrong usage. */
+ * the input, 2 wrong usage.
+ *
+ * Artifacts are written under temporary names and renamed into place when
+ * complete (ir/fileio.h); on SIGINT, SIGTERM or SIGHUP the handler removes
+ * the temporary paths then dies of the same signal, so an interrupted
+ * compile, run or plan leaves no half-written bundle or truncated file. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "commands.h"
+#include "ir/fileio.h"
 
 #ifndef SHARDC_VERSION
 #define SHARDC_VERSION "0.1.0"
@@ -34,7 +41,29 @@ static void usage(FILE *f) {
   fprintf(f, "\n'shardc <command> --help' describes a command's options.\n");
 }
 
+static void on_signal(int sig) {
+  sc_tmp_remove_all();
+  signal(sig, SIG_DFL); /* SA_RESETHAND did too; die of sig as without us */
+  raise(sig);
+}
+
+static void install_signal_handlers(void) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigfillset(&sa.sa_mask); /* no second handler runs inside the first */
+    /* a signal ignored by our parent (nohup, a shell's background job)
+     * stays ignored */
+    if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    sigaction(sigs[i], &sa, NULL);
+  }
+}
+
 int main(int argc, char **argv) {
+  install_signal_handlers();
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/fileio.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/dot.h"
@@ -558,9 +559,14 @@ int sc_cmd_plan(int argc, char **argv) {
             o.json ? "; the text report lists them" : ": listed at the end of the report");
 
   if (!rc && o.dot) {
-    FILE *f = fopen(o.dot, "w");
-    bool ok = f && write_dot(b->part->local, f) == SC_OK;
-    if (f && fclose(f) != 0) ok = false;
+    sc_file_commit c;
+    sc_diag dd = {0};
+    bool ok = sc_file_commit_begin(&c, o.dot, &dd) == SC_OK;
+    if (ok && write_dot(b->part->local, c.f) != SC_OK) {
+      sc_file_commit_abort(&c);
+      ok = false;
+    }
+    if (ok) ok = sc_file_commit_end(&c, &dd) == SC_OK;
     if (!ok) {
       fprintf(stderr, "shardc: error: %s: cannot write the Graphviz file\n", o.dot);
       rc = 1;

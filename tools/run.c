@@ -845,6 +845,13 @@ int sc_cmd_run(int argc, char **argv) {
     run_state_free(&st, &r); /* the --input names */
     return rc2;
   }
+  struct stat sb;
+  if (!sc_bundle_is_dir(o.file) && stat(o.file, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    fprintf(stderr, "shardc: error: %s: not a shardc bundle (no manifest.json / "
+            "partition.json)\n", o.file);
+    run_state_free(&st, &r);
+    return 1;
+  }
   if (sc_partition_args_active(&r.pc)) {
     if (sc_bundle_is_dir(o.file)) {
       run_state_free(&st, &r);

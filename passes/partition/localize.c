@@ -462,7 +462,13 @@ static sc_status fix_shape_inputs(lz *z, int32_t nid) {
 }
 
 /* Vocabulary-parallel Gather(data split on dim 0, indices): each rank
- * gathers the rows it holds and zeroes the rest; the result is partial. */
+ * gathers the rows it holds and zeroes the rest; the result is partial.
+ * Ids count against the whole vocabulary (the `__vocab` attribute of a
+ * padded table: the size before padding): negative ones from its end, and
+ * the first node reading the ids carries `__check_indices` = that size and
+ * `__check_origin` = the Gather's name, so that the program checks them
+ * before the lookup (codegen/from_graph.c) and an id outside the vocabulary
+ * is the same error on every mesh instead of a row of zeros. */
 static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want,
                                const int32_t *lin, int32_t out_lid) {
   const sc_value *data = &z->g->values[gn->inputs[0]];
@@ -485,6 +491,7 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   sc_value li_copy = z->L->values[lin[1]], *li = &li_copy; /* the array may move */
   int32_t r = li->rank;
   int32_t ids = lin[1];
+  int32_t reader = -1; /* the first node reading the caller's ids */
   if (li->dtype != SC_DTYPE_I64) { /* int32 ids: compare in int64 */
     int32_t c = new_value(z, "index", SC_DTYPE_I64, r, li->dims, NULL);
     int32_t cn = c < 0 ? -1 : emit(z, SC_OP_CAST, &ids, 1, &c, 1);
@@ -492,6 +499,7 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
       return c < 0 ? lerr(z) : z->d->status;
     ids = c;
     li->dtype = SC_DTYPE_I64;
+    reader = cn;
   }
   int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, NULL);
   int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
@@ -500,14 +508,23 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   int32_t safe = new_value(z, "safe_index", li->dtype, r, li->dims, NULL);
   if (rel < 0 || ge < 0 || lt < 0 || ok < 0 || safe < 0) return lerr(z);
   /* negative ids count from the end of the whole table */
-  int64_t total = data->dims[0];
+  const sc_attr *voc = sc_node_attr(gn, "__vocab");
+  int64_t total = voc && voc->kind == SC_ATTR_INT ? voc->i : data->dims[0];
   int32_t vocab = const_i64(z, "rows", 0, NULL, &total);
   int32_t neg = new_value(z, "negative", SC_DTYPE_BOOL, r, li->dims, NULL);
   int32_t wrapped = new_value(z, "wrapped", li->dtype, r, li->dims, NULL);
   int32_t idx = new_value(z, "index", li->dtype, r, li->dims, NULL);
   if (vocab < 0 || neg < 0 || wrapped < 0 || idx < 0) return lerr(z);
-  if (emit(z, SC_OP_LESS, (int32_t[]){ids, zero}, 2, &neg, 1) < 0 ||
-      emit(z, SC_OP_ADD, (int32_t[]){ids, vocab}, 2, &wrapped, 1) < 0 ||
+  int32_t less = emit(z, SC_OP_LESS, (int32_t[]){ids, zero}, 2, &neg, 1);
+  if (less < 0) return z->d->status;
+  if (reader < 0) reader = less;
+  /* (each attribute set at once: adding the next may move the array) */
+  const char *origin = sc_arena_strdup(&z->L->arena, gn->name ? gn->name : "");
+  if (!origin || attr_int(z, reader, "__check_indices", total) != SC_OK) return nomem(z);
+  sc_attr *co = sc_node_add_attr(z->L, reader, "__check_origin", SC_ATTR_STRING);
+  if (!co) return nomem(z);
+  co->s = origin;
+  if (emit(z, SC_OP_ADD, (int32_t[]){ids, vocab}, 2, &wrapped, 1) < 0 ||
       emit(z, SC_OP_WHERE, (int32_t[]){neg, wrapped, ids}, 3, &idx, 1) < 0)
     return z->d->status;
   if (emit(z, SC_OP_SUB, (int32_t[]){idx, off}, 2, &rel, 1) < 0 ||

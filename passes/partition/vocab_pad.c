@@ -10,7 +10,9 @@
  * and that agree on which dim is the vocabulary V (V % tp != 0), W is
  * replaced by "<W>.vocab_padded" with that dim rounded up to a multiple of
  * tp, the new rows or columns zero. The lookup is unchanged (ids < V never
- * reach a padded row); each product gets the padded logits, and a Slice
+ * reach a padded row; the Gather gets the internal attribute `__vocab` = V,
+ * the extent its ids are checked against and negative ids count from, see
+ * codegen/from_graph.c and localize.c); each product gets the padded logits, and a Slice
  * back to V (node "<product>/vocab_unpad") gives the original value, so
  * the graph computes exactly what it did. Propagation then splits the
  * padded dim like any other and all-gathers before the Slice.
@@ -129,6 +131,11 @@ static sc_status pad_weight(sc_graph *g, int32_t w, int32_t vd, int64_t vp, cons
       if ((st = sc_value_set_shape(g, t, wv.dtype, 2, td)) != SC_OK) return st;
     }
     if (u[i].product >= 0 && (st = unpad(g, u[i].product, v, vp)) != SC_OK) return st;
+    if (n->op == SC_OP_GATHER) { /* ids are still checked against V, not vp */
+      sc_attr *a = sc_node_add_attr(g, u[i].node, "__vocab", SC_ATTR_INT);
+      if (!a) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+      a->i = v;
+    }
   }
   return SC_OK;
 }

@@ -117,6 +117,7 @@ sc_status sc_plan_write_json(const sc_plan *p, FILE *f, sc_diag *d);
 char *sc_plan_write_json_string(const sc_plan *p, sc_diag *d); /* sc_free */
 sc_status sc_plan_read_json(const char *text, size_t len, const char *name,
                             sc_graph *g, sc_plan **out, sc_diag *d);
+/* _file: path must be a regular file of at most 64 MiB (ir/fileio.h). */
 sc_status sc_plan_read_json_file(const char *path, sc_graph *g, sc_plan **out,
                                  sc_diag *d);
 
