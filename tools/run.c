@@ -231,6 +231,41 @@ static void print_summary(const sc_tensor_view *v, const char *path) {
 
 /* Creates dir and its missing parents (mkdir -p); an existing directory
  * must be writable. Returns 0 or 1 after printing the error. */
+/* Whether dir exists as a writable directory or could be created: its
+ * first existing ancestor is a writable directory. Creates nothing (a
+ * failed run leaves no folder behind). Returns 0 or 1 after printing. */
+static int check_dir(const char *dir) {
+  char path[4096];
+  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+    fprintf(stderr, "shardc: error: %s: path too long\n", dir);
+    return 1;
+  }
+  struct stat st;
+  for (;;) {
+    if (stat(path, &st) == 0) break;
+    char *slash = strrchr(path, '/');
+    while (slash && slash > path && slash[-1] == '/') slash--;
+    if (!slash) {
+      snprintf(path, sizeof path, ".");
+    } else if (slash == path) {
+      path[1] = 0;
+    } else {
+      *slash = 0;
+    }
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "shardc: error: %s: cannot create the output directory: %s is not a "
+            "directory\n", dir, path);
+    return 1;
+  }
+  if (access(path, W_OK | X_OK) != 0) {
+    fprintf(stderr, "shardc: error: %s: cannot create the output directory: %s: %s\n", dir,
+            path, strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
 static int make_dir(const char *dir) {
   struct stat st;
   if (stat(dir, &st) == 0) {
@@ -288,9 +323,10 @@ static int64_t launcher_rank(void) {
   return 0;
 }
 
-/* Checks that need no model: --comm mpi comes
+/* Checks that need no model (they create nothing): --comm mpi comes
  * with a mesh and mpirun with --comm mpi, the output directory exists or
- * is created (parents too). Returns 0 or an exit status after printing. */
+ * can be created (it is created, parents too, when the outputs are
+ * written). Returns 0 or an exit status after printing. */
 static int check_run_args(const run_opts *r, const char *file) {
   bool mpi = r->pc.comm && strcmp(r->pc.comm, "mpi") == 0;
   if (mpi && !sc_partition_args_active(&r->pc) && !sc_dist_bundle_is_dir(file))
@@ -302,7 +338,7 @@ static int check_run_args(const run_opts *r, const char *file) {
                               "each would run the whole model and write the same files; add "
                               "--comm mpi (with --mesh) to run one rank per process",
                               (long long)n);
-  return make_dir(r->out_dir ? r->out_dir : ".");
+  return check_dir(r->out_dir ? r->out_dir : ".");
 }
 
 static double now_ms(void) {

@@ -8,11 +8,8 @@
 sc_status sc_partition_seed_dp(sc_partition *p, const sc_plan *plan) {
   sc_graph *g = p->global;
   const sc_mesh *m = sc_graph_mesh(g);
-  if (!plan->dp_axis || !m) return SC_OK;
-  int32_t ax = sc_mesh_find_axis(m, plan->dp_axis);
-  if (ax < 0)
-    return sc_graph_error(g, SC_ERR_INVALID, "dp axis '%s' is not an axis of the mesh",
-                          plan->dp_axis);
+  int32_t ax = p->dp_axis; /* resolved once, in sc_partition_run */
+  if (ax < 0 || !m) return SC_OK;
   int64_t n = m->axes[ax].size;
   for (int32_t i = 0; i < g->n_inputs; i++) {
     int32_t id = g->inputs[i];
@@ -21,7 +18,7 @@ sc_status sc_partition_seed_dp(sc_partition *p, const sc_plan *plan) {
     if (v->dims[0] % n != 0) {
       if (sc_partition_note_fallback(p, v->name, "input",
                                      "dim 0 (%lld) does not divide by %s=%lld: not split",
-                                     (long long)v->dims[0], plan->dp_axis, (long long)n) != SC_OK)
+                                     (long long)v->dims[0], m->axes[ax].name, (long long)n) != SC_OK)
         return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
       continue;
     }

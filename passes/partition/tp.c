@@ -188,11 +188,8 @@ sc_status sc_partition_seed_tp(sc_partition *p, const sc_plan *plan) {
   sc_graph *g = p->global;
   const sc_mesh *m = sc_graph_mesh(g);
   if (!m) return SC_OK;
-  if (plan->tp_axis) {
-    int32_t ax = sc_mesh_find_axis(m, plan->tp_axis);
-    if (ax < 0)
-      return sc_graph_error(g, SC_ERR_INVALID, "tp axis '%s' is not an axis of the mesh",
-                            plan->tp_axis);
+  if (p->tp_axis >= 0) {
+    int32_t ax = p->tp_axis; /* resolved once, in sc_partition_run */
     if (m->axes[ax].size > 1) {
       int32_t *off = NULL, *users = NULL;
       sc_status st = sc_graph_users(g, &off, &users);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test_install.sh — `cmake --install` into a scratch prefix, then the
+# test_install.sh — the shardc binary and library link neither MPI nor
+# CUDA; `cmake --install` into a scratch prefix, then the
 # embedding sample (samples/embed/embed_gpt2.c: plan, compile, run GPT-2 at
 # tp=2 x pp=2 through include/shardc.h only, checked against one rank) is
 # built against the INSTALLED copy twice, through pkg-config and through
@@ -11,6 +12,14 @@ BUILD=${SC_BINARY_DIR:?SC_BINARY_DIR names the build to install}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 PREFIX=$TMP/prefix
+
+# MPI, NCCL, the CUDA runtime and NVRTC are loaded when used, not linked:
+# inspect, plan and local runs start on a machine without them.
+for bin in "$BUILD/shardc" "$BUILD/libshardc.so"; do
+  if ldd "$bin" | grep -E 'libmpi|libnccl|libcudart|libnvrtc|libcuda\.'; then
+    echo "FAIL: $bin links MPI or CUDA libraries"; exit 1
+  fi
+done
 
 cmake --install "$BUILD" --prefix "$PREFIX" >"$TMP/install.log"
 for f in include/shardc.h include/shardc_status.h lib/libshardc.so \
