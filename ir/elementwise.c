@@ -14,6 +14,9 @@
  * FLOAT class have no int64 expansion and rows of the BOOL class no double
  * one: shape inference has rejected those dtypes already.
  *
+ * Where only moves values: it is folded on their bits (as unsigned integers
+ * of their width), so every value, NaN payloads included, is kept exactly.
+ *
  * Integer division or remainder by zero and 0 raised to a negative integer
  * power are errors here (kir defines them instead: docs/kir.md); the loop
  * notes the first one and sc_ew_fold reports it. */
@@ -469,6 +472,17 @@ static void set_arg(ew_job *J, ew_arg *a, const sc_value *v) {
   if (a->mode == ARG_BCAST) J->bcast = true;
 }
 
+/* The unsigned integer dtype of t's width: Where only moves its operands,
+ * so it is folded on their bits (exact for every value, NaN payloads too). */
+static sc_dtype bits_dtype(sc_dtype t) {
+  switch (sc_dtype_size(t)) {
+  case 2: return SC_DTYPE_U16;
+  case 4: return SC_DTYPE_U32;
+  case 8: return SC_DTYPE_U64;
+  default: return t;
+  }
+}
+
 sc_status sc_ew_fold(sc_graph *g, const sc_node *n, void *out) {
   const sc_ew_row *r = &sc_ew_rows[n->op];
   SC_ASSERT(r->defined);
@@ -530,6 +544,11 @@ sc_status sc_ew_fold(sc_graph *g, const sc_node *n, void *out) {
     args[k].t = J.is_float ? SC_DTYPE_F64 : SC_DTYPE_I64;
     args[k].mode = ARG_SCALAR;
     if (k < 3) J.present[k] = has;
+  }
+  if (r->kind == SC_EW_WHERE) {
+    J.t = J.out_t = bits_dtype(J.t);
+    J.is_float = false;
+    for (int32_t k = 1; k < 3; k++) args[k].t = bits_dtype(args[k].t);
   }
   /* doubles for float compute dtypes, and for conversions from u64 (read as
    * an unsigned value) */

@@ -547,6 +547,21 @@ static void test_fold_limit(void **state) {
   expect_error(g, eval(g, nid), SC_ERR_LIMIT, "neg_big", NULL);
 }
 
+/* Where moves values bit for bit: an f16 NaN payload and -0 survive. */
+static void test_where_bits(void **state) {
+  sc_graph *g = *state;
+  int64_t d[] = {4};
+  uint8_t c[4] = {1, 0, 1, 0};
+  uint16_t x[4] = {0x7c01, 0x3c00, 0x8000, 0x3c00}, y[4] = {0, 0xfe03, 0, 0x8000};
+  int32_t ins[3] = {cst(g, SC_DTYPE_BOOL, 1, d, c), cst(g, SC_DTYPE_F16, 1, d, x),
+                    cst(g, SC_DTYPE_F16, 1, d, y)}, o;
+  int32_t nid = node1(g, SC_OP_WHERE, "where_bits", ins, 3, &o);
+  run_ok(g, nid);
+  const uint16_t *r = g->values[o].data;
+  static const uint16_t want[4] = {0x7c01, 0xfe03, 0x8000, 0x8000};
+  for (int i = 0; i < 4; i++) assert_int_equal(r[i], want[i]);
+}
+
 /* ---- the elementwise table (ir/elementwise.def) ---- */
 
 /* Every op flagged elementwise in ops.def has a row, and no other op has. */
@@ -626,6 +641,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_variadic, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_cost_binary_and_identity, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_fold_limit, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_where_bits, setup_graph, teardown_graph),
       cmocka_unit_test(test_table_complete),
       cmocka_unit_test_setup_teardown(test_attr_defaults, setup_graph, teardown_graph),
   };
