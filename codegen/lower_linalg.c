@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "codegen/lower_internal.h"
+#include "ir/op_util.h"
 
 /* Products below this many multiply-adds are a kir kernel, not a GEMM. */
 #define GEMM_MIN_MACS 4096
@@ -262,16 +263,15 @@ typedef struct gemm_p {
   int64_t m, n, k;
 } gemm_p;
 
-static void gemm_params(sc_lower_ctx *cx, const sc_node *n, gemm_p *p) {
+static sc_status gemm_params(sc_lower_ctx *cx, const sc_node *n, gemm_p *p) {
   const sc_value *a = sc_node_input(cx->g, n, 0);
-  p->ta = sc_attr_int(cx->g, n, "transA", 0) != 0;
-  p->tb = sc_attr_int(cx->g, n, "transB", 0) != 0;
-  p->alpha = sc_attr_float(cx->g, n, "alpha", 1.0);
-  p->beta = sc_attr_float(cx->g, n, "beta", 1.0);
+  if (sc_gemm_read_attrs(cx->g, n, &p->ta, &p->tb, &p->alpha, &p->beta) != SC_OK)
+    return sc_lower_error(cx, n, cx->g->diag.status, "%s", cx->g->diag.msg);
   const sc_value *y = sc_node_output(cx->g, n, 0);
   p->m = y->dims[0];
   p->n = y->dims[1];
   p->k = a->dims[p->ta ? 0 : 1];
+  return SC_OK;
 }
 
 static sc_status gemm_kernel(sc_lower_ctx *cx, const sc_node *n, const gemm_p *p) {
@@ -319,9 +319,8 @@ static sc_status gemm_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *a = sc_node_input(cx->g, n, 0), *b = sc_node_input(cx->g, n, 1);
   const sc_value *cv = sc_node_input(cx->g, n, 2), *y = sc_node_output(cx->g, n, 0);
   gemm_p p;
-  gemm_params(cx, n, &p);
-  if (cx->g->diag.status != SC_OK)
-    return sc_lower_error(cx, n, cx->g->diag.status, "%s", cx->g->diag.msg);
+  sc_status pst = gemm_params(cx, n, &p);
+  if (pst != SC_OK) return pst;
   int64_t macs = 0;
   bool big = sc_mul_i64(p.m, p.n, &macs) && sc_mul_i64(macs, p.k, &macs) &&
              macs >= GEMM_MIN_MACS;

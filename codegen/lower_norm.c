@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "codegen/lower_internal.h"
+#include "ir/op_util.h"
 
 #define UN(op, a) sc_lower_un(cx, KIR_##op, (a))
 #define BIN(op, a, b) sc_lower_bin(cx, KIR_##op, (a), (b))
@@ -111,7 +112,8 @@ static sc_status begin_row_kernel(sc_lower_ctx *cx, const sc_node *n, const sc_v
   int64_t a = sc_attr_int(cx->g, n, "axis", -1);
   if (a < 0) a += x->rank;
   if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
-  *eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
+  if (sc_norm_epsilon(cx->g, n, eps) != SC_OK)
+    return sc_lower_error(cx, n, cx->g->diag.status, "%s", cx->g->diag.msg);
   *inner = 1;
   for (int32_t d = (int32_t)a; d < x->rank; d++)
     if (!sc_mul_i64(*inner, x->dims[d], inner))
@@ -183,7 +185,9 @@ const sc_lowering sc_lw_rmsnorm = {SC_LOWER_KERNEL, NULL, rmsnorm_build};
  * per_group: scale/bias indexed by group instead of channel. */
 static sc_status grouped_norm(sc_lower_ctx *cx, const sc_node *n, int64_t groups) {
   const sc_value *x = sc_node_input(cx->g, n, 0);
-  double eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
+  double eps;
+  if (sc_norm_epsilon(cx->g, n, &eps) != SC_OK)
+    return sc_lower_error(cx, n, cx->g->diag.status, "%s", cx->g->diag.msg);
   int64_t ch = x->dims[1], spatial = 1;
   for (int32_t d = 2; d < x->rank; d++)
     if (!sc_mul_i64(spatial, x->dims[d], &spatial))
@@ -246,7 +250,11 @@ static int32_t batchnorm_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
   p[0] = sc_lower_input_at(cx, n, 0, idx);
   for (int32_t i = 1; i < 5; i++)
     p[i] = sc_lower_cast(cx, t, sc_lower_input_at(cx, n, i, &c));
-  double eps = sc_attr_float(cx->g, n, "epsilon", 1e-5);
+  double eps;
+  if (sc_norm_epsilon(cx->g, n, &eps) != SC_OK) {
+    sc_lower_error(cx, n, cx->g->diag.status, "%s", cx->g->diag.msg);
+    return -1;
+  }
   int32_t den = UN(SQRT, BIN(ADD, p[4], C(t, eps)));
   return BIN(ADD, BIN(MUL, BIN(DIV, BIN(SUB, p[0], p[3]), den), p[1]), p[2]);
 }

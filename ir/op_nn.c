@@ -259,16 +259,28 @@ typedef struct gemm_attrs {
   int64_t m, k, n;
 } gemm_attrs;
 
-static sc_status gemm_parse(sc_graph *g, const sc_node *n, gemm_attrs *ga) {
+sc_status sc_gemm_read_attrs(sc_graph *g, const sc_node *n, bool *trans_a, bool *trans_b,
+                             double *alpha, double *beta) {
+  int64_t ta, tb;
   sc_status st;
-  if ((st = sc_read_attr_int(g, n, "transA", 0, &ga->trans_a)) != SC_OK ||
-      (st = sc_read_attr_int(g, n, "transB", 0, &ga->trans_b)) != SC_OK ||
-      (st = sc_read_attr_float(g, n, "alpha", 1.0, &ga->alpha)) != SC_OK ||
-      (st = sc_read_attr_float(g, n, "beta", 1.0, &ga->beta)) != SC_OK)
+  if ((st = sc_read_attr_int(g, n, "transA", 0, &ta)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "transB", 0, &tb)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "alpha", 1.0, alpha)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "beta", 1.0, beta)) != SC_OK)
     return st;
-  if ((ga->trans_a != 0 && ga->trans_a != 1) || (ga->trans_b != 0 && ga->trans_b != 1))
+  if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1))
     return sc_node_error(g, n, SC_ERR_INVALID, "transA %lld / transB %lld must be 0 or 1",
-                         (long long)ga->trans_a, (long long)ga->trans_b);
+                         (long long)ta, (long long)tb);
+  *trans_a = ta != 0;
+  *trans_b = tb != 0;
+  return SC_OK;
+}
+
+static sc_status gemm_parse(sc_graph *g, const sc_node *n, gemm_attrs *ga) {
+  bool ta, tb;
+  sc_status st = sc_gemm_read_attrs(g, n, &ta, &tb, &ga->alpha, &ga->beta);
+  if (st != SC_OK) return st;
+  ga->trans_a = ta, ga->trans_b = tb;
   const sc_value *a = sc_node_input(g, n, 0), *b = sc_node_input(g, n, 1);
   if (a->rank != 2 || b->rank != 2)
     return sc_node_error(g, n, SC_ERR_INVALID, "A and B must have rank 2 (got %d and %d)",
@@ -557,6 +569,10 @@ sc_status sc_op_infer_global_pool(sc_graph *g, sc_node *n) {
 
 /* ---- normalisations ---- */
 
+sc_status sc_norm_epsilon(sc_graph *g, const sc_node *n, double *eps) {
+  return sc_read_attr_float(g, n, "epsilon", 1e-5, eps);
+}
+
 sc_status sc_op_infer_batchnorm(sc_graph *g, sc_node *n) {
   sc_status st = sc_check_inputs(g, n);
   if (st != SC_OK) return st;
@@ -566,7 +582,7 @@ sc_status sc_op_infer_batchnorm(sc_graph *g, sc_node *n) {
     return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C, ...)", x->rank);
   double eps, momentum;
   int64_t training;
-  if ((st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+  if ((st = sc_norm_epsilon(g, n, &eps)) != SC_OK ||
       (st = sc_read_attr_float(g, n, "momentum", 0.9, &momentum)) != SC_OK ||
       (st = sc_read_attr_int(g, n, "training_mode", 0, &training)) != SC_OK)
     return st;
@@ -599,7 +615,7 @@ sc_status sc_op_infer_instancenorm(sc_graph *g, sc_node *n) {
   sc_status st = spatial_input(g, n, &x);
   if (st != SC_OK) return st;
   double eps;
-  if ((st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK) return st;
+  if ((st = sc_norm_epsilon(g, n, &eps)) != SC_OK) return st;
   const sc_value *scale = sc_node_input(g, n, 1), *bias = sc_node_input(g, n, 2);
   if ((st = need_float(g, n, scale)) != SC_OK || (st = need_float(g, n, bias)) != SC_OK ||
       (st = need_vector(g, n, scale, "scale", x->dims[1])) != SC_OK ||
@@ -617,7 +633,7 @@ static sc_status row_norm_attrs(sc_graph *g, const sc_node *n, const sc_value *x
   double eps;
   sc_status st;
   if ((st = sc_read_attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
-      (st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = sc_norm_epsilon(g, n, &eps)) != SC_OK ||
       (st = sc_read_attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
     return st;
   if ((st = sc_norm_axis(g, n, axis_attr, x->rank, axis)) != SC_OK) return st;
@@ -684,7 +700,7 @@ sc_status sc_op_infer_groupnorm(sc_graph *g, sc_node *n) {
   int64_t groups, stash;
   double eps;
   if ((st = sc_read_attr_int(g, n, "num_groups", 0, &groups)) != SC_OK ||
-      (st = sc_read_attr_float(g, n, "epsilon", 1e-5, &eps)) != SC_OK ||
+      (st = sc_norm_epsilon(g, n, &eps)) != SC_OK ||
       (st = sc_read_attr_int(g, n, "stash_type", 1, &stash)) != SC_OK)
     return st;
   int64_t ch = x->dims[1];

@@ -46,6 +46,17 @@ sc_status sc_norm_axis(sc_graph *g, const sc_node *n, int64_t axis, int32_t rank
  * read by the lowering and the sharding rule of Reduce*. */
 sc_status sc_reduce_axes(sc_graph *g, const sc_node *n, bool *mask, bool *noop, bool *keep);
 
+/* Attribute 'epsilon' of a normalisation node (BatchNormalization,
+ * InstanceNormalization, LayerNormalization, RMSNormalization,
+ * GroupNormalization), default 1e-5: the one place that default is written.
+ * Read by shape inference and by the lowering (op_nn.c). */
+sc_status sc_norm_epsilon(sc_graph *g, const sc_node *n, double *eps);
+
+/* Gemm's transA, transB (0 or 1, else an error), alpha and beta (default
+ * 1.0), for shape inference and the lowering (op_nn.c). */
+sc_status sc_gemm_read_attrs(sc_graph *g, const sc_node *n, bool *trans_a, bool *trans_b,
+                             double *alpha, double *beta);
+
 sc_status sc_input_ints(sc_graph *g, const sc_node *n, int32_t idx, int64_t *buf,
                         int64_t cap, int64_t *count);
 /* SC_OK when v is a constant with data; else an error on n ("must be a

@@ -24,11 +24,17 @@
 #include "test_util.h"
 
 #include "codegen/kir.h"
+#include "codegen/lower.h"
 #include "codegen/program.h"
+#include "ir/elementwise.h"
 #include "ir/op_util.h"
 #include "passes/pass.h"
 
 typedef void (*ref_fn)(sc_graph *g, double *out);
+
+/* Ops that some case has run (program vs oracle): test_every_elementwise_op
+ * checks, last, that every op of elementwise.def is among them. */
+static bool covered[SC_OP_COUNT];
 
 typedef struct tcase {
   const char *body;   /* IR lines inside graph { } */
@@ -174,6 +180,7 @@ static int32_t run_case(const tcase *c, int seed, bool fused) {
                      SC_OK);
   }
   o->n_inputs = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) covered[g->nodes[i].op] = true;
   sc_status st = sc_run_passes(o, "infer-shapes", NULL);
   if (st != SC_OK) fail_msg("oracle: %s", o->diag.msg);
   st = sc_run_passes(g, fused ? "infer-shapes,fuse" : "infer-shapes", NULL);
@@ -193,6 +200,14 @@ static int32_t run_case(const tcase *c, int seed, bool fused) {
     const char *what = fused ? "fused" : "unfused";
     if (sc_value_has_data(w)) {
       compare(v, got, NULL, w->data, what);
+      if (c->ref && i == 0) { /* and the folded value against the reference */
+        double *ref = calloc((size_t)sc_value_numel(v) + 1, sizeof *ref);
+        assert_non_null(ref);
+        c->ref(o, ref);
+        compare(v, w->data, ref, NULL, "folded");
+        compare(v, got, ref, NULL, what);
+        free(ref);
+      }
     } else {
       if (!c->ref || i != 0) fail_msg("no oracle for output '%s'", v->name);
       double *ref = calloc((size_t)sc_value_numel(v) + 1, sizeof *ref);
@@ -315,6 +330,27 @@ static void ref_batchnorm(sc_graph *g, double *out) {
   for (int64_t i = 0; i < sc_value_numel(v[0]); i++) {
     int64_t c = i / spatial % ch;
     out[i] = (d[0][i] - d[3][c]) / sqrt(d[4][c] + eps) * d[1][c] + d[2][c];
+  }
+}
+
+/* Unary ops without attributes, by ONNX's defaults (written here, not read
+ * from the compiler): Selu alpha 1.67326..., gamma 1.05070...; HardSigmoid
+ * alpha 0.2, beta 0.5; LeakyRelu alpha 0.01; Elu alpha 1. */
+static void ref_default_attrs(sc_graph *g, double *out) {
+  const sc_value *xv;
+  const double *x = in_data(g, 0, 0, &xv);
+  for (int64_t i = 0; i < sc_value_numel(xv); i++) {
+    double v = x[i];
+    switch (g->nodes[0].op) {
+    case SC_OP_SELU:
+      out[i] = 1.05070102214813232421875 *
+               (v > 0 ? v : 1.67326319217681884765625 * (exp(v) - 1));
+      break;
+    case SC_OP_HARD_SIGMOID: out[i] = fmax(0, fmin(1, 0.2 * v + 0.5)); break;
+    case SC_OP_LEAKY_RELU: out[i] = v < 0 ? 0.01 * v : v; break;
+    case SC_OP_ELU: out[i] = v < 0 ? exp(v) - 1 : v; break;
+    default: fail_msg("no reference for %s", sc_op_name(g->nodes[0].op));
+    }
   }
 }
 
@@ -580,6 +616,20 @@ static void test_rmsnorm_row_kernel(void **state) {
   sc_graph_destroy(g);
 }
 
+/* Attribute defaults: the folded value, the lowered-and-interpreted value
+ * and a reference written with ONNX's defaults all agree. */
+static void test_attribute_defaults(void **state) {
+  (void)state;
+  static const char *const ops[] = {"Selu", "HardSigmoid", "LeakyRelu", "Elu"};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    char body[256];
+    snprintf(body, sizeof body, "  input %%x : f64[4,6]\n  %%y = %s(%%x)\n  output %%y\n",
+             ops[i]);
+    tcase c = {body, -4, 4, 0, 0, ref_default_attrs};
+    run_cases(&c, 1, 1100 + (int)i);
+  }
+}
+
 /* ---- fusion ---- */
 
 static void test_fused_chain_one_kernel(void **state) {
@@ -641,6 +691,18 @@ static void test_errors(void **state) {
   sc_graph_destroy(g);
 }
 
+/* Every op of elementwise.def lowers as a POINT op and has been run by
+ * the cases above (program against constant folding). Runs last. */
+static void test_every_elementwise_op(void **state) {
+  (void)state;
+  for (int op = 0; op < SC_OP_COUNT; op++) {
+    if (!sc_ew_rows[op].defined) continue;
+    sc_lower_kind k = sc_lowering_of((sc_op)op)->kind;
+    assert_true(k == SC_LOWER_POINT || k == SC_LOWER_VIEW);
+    if (!covered[op]) fail_msg("%s: no differential case", sc_op_name((sc_op)op));
+  }
+}
+
 int main(void) {
   sc_codegen_register_passes(); /* codegen's fuse joins the pass registry */
   const struct CMUnitTest tests[] = {
@@ -654,6 +716,8 @@ int main(void) {
       cmocka_unit_test(test_fused_chain_one_kernel),
       cmocka_unit_test(test_fused_reduction_prologue_epilogue),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_attribute_defaults),
+      cmocka_unit_test(test_every_elementwise_op), /* last: counts the cases above */
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

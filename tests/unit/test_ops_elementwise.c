@@ -7,6 +7,7 @@
  * is the expected value. */
 #include <stdlib.h>
 
+#include "ir/elementwise.h"
 #include "ir/op_util.h"
 #include "test_util.h"
 
@@ -546,6 +547,79 @@ static void test_fold_limit(void **state) {
   expect_error(g, eval(g, nid), SC_ERR_LIMIT, "neg_big", NULL);
 }
 
+/* Where moves values bit for bit: an f16 NaN payload and -0 survive. */
+static void test_where_bits(void **state) {
+  sc_graph *g = *state;
+  int64_t d[] = {4};
+  uint8_t c[4] = {1, 0, 1, 0};
+  uint16_t x[4] = {0x7c01, 0x3c00, 0x8000, 0x3c00}, y[4] = {0, 0xfe03, 0, 0x8000};
+  int32_t ins[3] = {cst(g, SC_DTYPE_BOOL, 1, d, c), cst(g, SC_DTYPE_F16, 1, d, x),
+                    cst(g, SC_DTYPE_F16, 1, d, y)}, o;
+  int32_t nid = node1(g, SC_OP_WHERE, "where_bits", ins, 3, &o);
+  run_ok(g, nid);
+  const uint16_t *r = g->values[o].data;
+  static const uint16_t want[4] = {0x7c01, 0xfe03, 0x8000, 0x8000};
+  for (int i = 0; i < 4; i++) assert_int_equal(r[i], want[i]);
+}
+
+/* ---- the elementwise table (ir/elementwise.def) ---- */
+
+/* Every op flagged elementwise in ops.def has a row, and no other op has. */
+static void test_table_complete(void **state) {
+  (void)state;
+  for (int op = 0; op < SC_OP_COUNT; op++) {
+    bool ew = (sc_ops[op].flags & SC_OPF_ELEMENTWISE) != 0;
+    if (sc_ew_rows[op].defined != ew)
+      fail_msg("%s: elementwise in ops.def: %d, row in elementwise.def: %d",
+               sc_op_name((sc_op)op), ew, sc_ew_rows[op].defined);
+    if (ew) assert_non_null(sc_ew_rows[op].formula);
+  }
+}
+
+/* Nodes without attributes get ONNX's defaults, from the one parser. */
+static void test_attr_defaults(void **state) {
+  sc_graph *g = *state;
+  int64_t d[] = {3};
+  double x[3] = {-1, 0.5, 2};
+  int32_t in = cst(g, SC_DTYPE_F64, 1, d, x), o;
+  sc_ew_attrs a;
+  int32_t nid = node1(g, SC_OP_SELU, "selu", &in, 1, &o);
+  assert_int_equal(sc_ew_attrs_read(g, &g->nodes[nid], &a), SC_OK);
+  near(a.alpha, 1.67326319217681884765625, 0);
+  near(a.gamma, 1.05070102214813232421875, 0);
+  nid = node1(g, SC_OP_HARD_SIGMOID, "hs", &in, 1, &o);
+  assert_int_equal(sc_ew_attrs_read(g, &g->nodes[nid], &a), SC_OK);
+  near(a.alpha, 0.2, 0);
+  near(a.beta, 0.5, 0);
+  nid = node1(g, SC_OP_LEAKY_RELU, "lr", &in, 1, &o);
+  assert_int_equal(sc_ew_attrs_read(g, &g->nodes[nid], &a), SC_OK);
+  near(a.alpha, 0.01, 0);
+  nid = node1(g, SC_OP_ELU, "elu", &in, 1, &o);
+  assert_int_equal(sc_ew_attrs_read(g, &g->nodes[nid], &a), SC_OK);
+  near(a.alpha, 1.0, 0);
+  nid = node1(g, SC_OP_IS_INF, "isinf", &in, 1, &o);
+  assert_int_equal(sc_ew_attrs_read(g, &g->nodes[nid], &a), SC_OK);
+  assert_true(a.detect_negative && a.detect_positive);
+  nid = node1(g, SC_OP_GELU, "gelu", &in, 1, &o);
+  assert_int_equal(sc_ew_attrs_read(g, &g->nodes[nid], &a), SC_OK);
+  assert_false(a.gelu_tanh);
+  /* a flag outside 0/1 is refused by shape inference */
+  nid = node1(g, SC_OP_IS_INF, "isinf_bad", &in, 1, &o);
+  set_int(g, nid, "detect_negative", 2);
+  expect_error(g, infer(g, nid), SC_ERR_INVALID, "isinf_bad", "detect_negative");
+  /* the folded values use those defaults */
+  nid = node1(g, SC_OP_SELU, "selu2", &in, 1, &o);
+  run_ok(g, nid);
+  const double *r = g->values[o].data;
+  near(r[0], 1.05070102214813232421875 * 1.67326319217681884765625 * expm1(-1.0), 1e-15);
+  near(r[2], 1.05070102214813232421875 * 2, 1e-15);
+  nid = node1(g, SC_OP_HARD_SIGMOID, "hs2", &in, 1, &o);
+  run_ok(g, nid);
+  r = g->values[o].data;
+  near(r[0], 0.3, 1e-15);
+  near(r[2], 0.9, 1e-15);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_broadcast_shapes, setup_graph, teardown_graph),
@@ -567,6 +641,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_variadic, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_cost_binary_and_identity, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_fold_limit, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_where_bits, setup_graph, teardown_graph),
+      cmocka_unit_test(test_table_complete),
+      cmocka_unit_test_setup_teardown(test_attr_defaults, setup_graph, teardown_graph),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
