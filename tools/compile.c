@@ -167,19 +167,11 @@ int sc_cmd_compile(int argc, char **argv) {
   if (partitioned && bo.target != SC_BUNDLE_CPU)
     return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
 
-  sc_pass_opts po;
-  sc_cli_pass_opts(&o, &po);
-  sc_compile_opts cop;
-  sc_compile_opts_init(&cop);
-  cop.print_after = o.print_after;
-  cop.time_passes = o.time_passes;
-  cop.quiet = partitioned;
-  sc_build_opts bopt;
-  sc_build_opts_init(&bopt);
-  bopt.pass = &po;
-  bopt.compile = &cop;
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, &o);
+  bs.compile.quiet = partitioned;
   sc_build *b = NULL;
-  if ((rc = sc_partition_args_build(&co.pa, &o, &bopt, &b, NULL)) != 0) return rc;
+  if ((rc = sc_partition_args_build(&co.pa, &o, &bs.build, &b, NULL)) != 0) return rc;
   if (b->part) sc_partition_print_fallbacks(b->part, stderr, "shardc: warning: ");
   const sc_dist_program *dp = b->program;
   sc_diag d = {0};

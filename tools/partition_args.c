@@ -82,6 +82,16 @@ static int check_conflicts(const sc_partition_args *p) {
   return 0;
 }
 
+void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts) {
+  sc_cli_pass_opts(opts, &s->pass);
+  sc_compile_opts_init(&s->compile);
+  s->compile.print_after = opts->print_after;
+  s->compile.time_passes = opts->time_passes;
+  sc_build_opts_init(&s->build);
+  s->build.pass = &s->pass;
+  s->build.compile = &s->compile;
+}
+
 int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
                             sc_build_opts *bo, sc_build **out, sc_diag *unreported) {
   *out = NULL;

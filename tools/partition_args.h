@@ -50,6 +50,17 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
 /* Whether a partitioned build was asked for (--mesh or --plan). */
 bool sc_partition_args_active(const sc_partition_args *p);
 
+/* A subcommand's build options: the pass options from opts (--print-after,
+ * --time-passes, to stderr), the compile options likewise, and the build
+ * options pointing at both (so the setup must not be copied). The caller
+ * then sets what is its own (quiet, fuse, no_weights, stats). */
+typedef struct sc_build_setup {
+  sc_pass_opts pass;
+  sc_compile_opts compile;
+  sc_build_opts build;
+} sc_build_setup;
+void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts);
+
 /* Builds the model of opts (import → ... → distributed program) with the
  * partitioning options p (none: one rank). bo: the fields the subcommand
  * sets (no_weights, codegen, stats, frozen inputs, pass and compile

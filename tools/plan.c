@@ -536,21 +536,13 @@ int sc_cmd_plan(int argc, char **argv) {
   if (!sc_partition_args_active(&p))
     return sc_cli_usage_error("plan needs --mesh AXES or --plan FILE.json\nusage: %s", USAGE);
 
-  sc_pass_opts po;
-  sc_cli_pass_opts(&o, &po);
-  sc_compile_opts co;
-  sc_compile_opts_init(&co);
-  co.print_after = o.print_after;
-  co.time_passes = o.time_passes;
-  co.quiet = true;
-  sc_build_opts bo;
-  sc_build_opts_init(&bo);
-  bo.no_weights = o.no_weights;
-  bo.stats = true; /* for the block names only */
-  bo.pass = &po;
-  bo.compile = &co;
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, &o);
+  bs.compile.quiet = true;
+  bs.build.no_weights = o.no_weights;
+  bs.build.stats = true; /* for the block names only */
   sc_build *b = NULL;
-  if ((rc = sc_partition_args_build(&p, &o, &bo, &b, NULL)) != 0) return rc;
+  if ((rc = sc_partition_args_build(&p, &o, &bs.build, &b, NULL)) != 0) return rc;
   sc_graph *g = b->graph;
   if (b->part->n_fallbacks)
     fprintf(stderr, "shardc: warning: %s: %d value%s or node%s not split as planned (fell back "

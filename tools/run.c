@@ -808,21 +808,13 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
 
 /* --mesh / --plan: build, then run every rank. */
 static int run_partitioned(run_opts *r, sc_cli_opts *o) {
-  sc_pass_opts po;
-  sc_cli_pass_opts(o, &po);
-  sc_compile_opts co;
-  sc_compile_opts_init(&co);
-  co.fuse = !r->no_fuse;
-  co.print_after = o->print_after;
-  co.time_passes = o->time_passes;
-  co.quiet = true;
-  sc_build_opts bo;
-  sc_build_opts_init(&bo);
-  bo.pass = &po;
-  bo.compile = &co;
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, o);
+  bs.compile.fuse = !r->no_fuse;
+  bs.compile.quiet = true;
   sc_build *b = NULL;
   double t0 = now_ms();
-  int rc = build_model(r, o, &bo, &b);
+  int rc = build_model(r, o, &bs.build, &b);
   if (rc) return rc;
   if (launcher_rank() == 0) /* once, not once per process */
     sc_partition_print_fallbacks(b->part, stderr, "shardc: warning: ");
@@ -911,18 +903,10 @@ int sc_cmd_run(int argc, char **argv) {
     }
     s = load_bundle(&st, o.file, &d);
   } else {
-    sc_pass_opts po;
-    sc_cli_pass_opts(&o, &po);
-    sc_compile_opts co;
-    sc_compile_opts_init(&co);
-    co.fuse = !r.no_fuse;
-    co.print_after = o.print_after;
-    co.time_passes = o.time_passes;
-    sc_build_opts bo;
-    sc_build_opts_init(&bo);
-    bo.pass = &po;
-    bo.compile = &co;
-    rc = build_model(&r, &o, &bo, &st.build);
+    sc_build_setup bs;
+    sc_build_setup_init(&bs, &o);
+    bs.compile.fuse = !r.no_fuse;
+    rc = build_model(&r, &o, &bs.build, &st.build);
     if (rc) {
       run_state_free(&st, &r);
       return rc;
