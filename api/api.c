@@ -140,13 +140,17 @@ static char *strdup_or_null(const char *s) { return s ? sc_strdup(s) : NULL; }
 static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag *d) {
   *plan = NULL;
   if (!par) return SC_OK;
-  if (par->plan_file) {
+  if (par->plan_file || par->plan_json) {
     if (par->mesh || par->microbatches || par->ranks_per_node || par->stage_boundaries ||
-        par->sequence_parallel || par->no_vocab_parallel)
+        par->sequence_parallel || par->no_vocab_parallel || (par->plan_file && par->plan_json))
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
-                         "plan_file may not be given with other parallel options");
-    sc_status st = sc_plan_read_json_file(par->plan_file, NULL, plan, d);
-    if (st != SC_OK && !d->file[0]) sc_diag_set_file(d, par->plan_file);
+                         "a plan (plan_file or plan_json) may not be given with other parallel "
+                         "options");
+    sc_status st = par->plan_file
+                       ? sc_plan_read_json_file(par->plan_file, NULL, plan, d)
+                       : sc_plan_read_json(par->plan_json, strlen(par->plan_json), "plan_json",
+                                           NULL, plan, d);
+    if (st != SC_OK && !d->file[0]) sc_diag_set_file(d, par->plan_file ? par->plan_file : "plan_json");
     return st;
   }
   if (!par->mesh || !*par->mesh) {
@@ -217,7 +221,7 @@ sc_status sc_plan_json(const char *model_path, const sc_dim_binding *dims, int32
   sc_diag_clear(&d);
   sc_build *b = NULL;
   sc_status st = !json ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "json is NULL")
-                 : !parallel || (!parallel->mesh && !parallel->plan_file)
+                 : !parallel || (!parallel->mesh && !parallel->plan_file && !parallel->plan_json)
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh")
                      : build(model_path, dims, n_dims, parallel, true, false, false, true, &b,
                              &d);
@@ -267,7 +271,8 @@ sc_status sc_compile(const char *model_path, const sc_compile_settings *opts,
   e->target = opts->target;
   if (opts->target != SC_TARGET_CPU && opts->target != SC_TARGET_CUDA)
     return exe_fail(e, &(sc_diag){.status = SC_ERR_USAGE, .msg = "unknown target"});
-  bool partitioned = (opts->parallel.mesh && *opts->parallel.mesh) || opts->parallel.plan_file;
+  bool partitioned = (opts->parallel.mesh && *opts->parallel.mesh) || opts->parallel.plan_file ||
+                     opts->parallel.plan_json;
   if (opts->target == SC_TARGET_CUDA && partitioned) {
     sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
                 "a partitioned program is cpu only (the GPU runtime is not built yet)");

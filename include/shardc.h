@@ -119,6 +119,7 @@ typedef struct sc_parallel_opts {
   bool no_vocab_parallel;       /* keep the embedding and LM head whole */
   const char *plan_file;        /* replay a plan (sc_plan_json, `shardc plan
                                    --json`) instead of the fields above */
+  const char *plan_json;        /* or the same as JSON text in memory */
 } sc_parallel_opts;
 
 typedef enum sc_target_kind {

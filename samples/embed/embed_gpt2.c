@@ -1,8 +1,9 @@
 /* embed_gpt2.c — a program that embeds shardc through its public header
  * only (include/shardc.h) and the installed library.
  *
- * It plans the GPT-2 sample over a tp=2 x pp=2 mesh (printing the plan's
- * JSON size), compiles it twice — once for one rank, once partitioned —
+ * It plans the GPT-2 sample over a tp=2 x pp=2 mesh (the plan as JSON),
+ * compiles it twice — once for one rank, once partitioned by replaying
+ * that JSON —
  * runs both on the same seeded random token ids over in-process ranks,
  * and checks that the logits agree within rtol 1e-4 and atol 1e-5 (the
  * partitioned run only reorders float sums), with no NaN. It then saves
@@ -35,19 +36,21 @@ static int64_t numel(const sc_host_tensor *t) {
   return n;
 }
 
-/* Compiles MODEL with the mesh (NULL: one rank); exits on failure. */
-static sc_executable *compile(const char *model, const char *mesh) {
+/* Compiles MODEL with the mesh or the plan (both NULL: one rank); exits on
+ * failure. */
+static sc_executable *compile(const char *model, const char *mesh, const char *plan_json) {
   sc_dim_binding dims[] = {{"batch", BATCH}};
   sc_compile_settings o;
   memset(&o, 0, sizeof o);
   o.dims = dims;
   o.n_dims = 1;
   o.parallel.mesh = mesh;
+  o.parallel.plan_json = plan_json;
   o.quiet = true;
   sc_executable *e = NULL;
   if (sc_compile(model, &o, &e) != SC_OK) {
-    fprintf(stderr, "embed_gpt2: compile (%s): %s\n", mesh ? mesh : "one rank",
-            sc_executable_error(e));
+    fprintf(stderr, "embed_gpt2: compile (%s): %s\n",
+            mesh ? mesh : plan_json ? "the plan" : "one rank", sc_executable_error(e));
     sc_executable_free(e);
     exit(1);
   }
@@ -84,10 +87,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   printf("plan: %zu bytes of JSON, mesh %s\n", strlen(json), par.mesh);
-  sc_string_free(json);
 
-  /* compile: one rank and tp=2 x pp=2 */
-  sc_executable *one = compile(model, NULL), *four = compile(model, "tp=2,pp=2");
+  /* compile: one rank, and tp=2 x pp=2 by replaying that plan */
+  sc_executable *one = compile(model, NULL, NULL), *four = compile(model, NULL, json);
+  sc_string_free(json);
   printf("compiled: %lld rank(s) and %lld ranks in %d stages\n",
          (long long)sc_executable_n_ranks(one), (long long)sc_executable_n_ranks(four),
          (int)sc_executable_n_stages(four));

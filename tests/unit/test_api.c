@@ -1,0 +1,210 @@
+/* test_api.c — the public API (include/shardc.h) beyond what the embedding
+ * sample (samples/embed, run against the installed library by
+ * install.test_install) covers: the MLP sample through sc_compile and
+ * sc_executable_run on one rank and at dp=2, checked against each other
+ * (rtol 1e-5, atol 1e-6: dp only splits rows, so the numbers are the same
+ * sums) and against a hand-checked shape; the descriptions of inputs and
+ * outputs (global dims); a one-rank bundle saved, loaded and rerun to the
+ * same bytes; a CUDA executable saved (PTX written) but refused at run
+ * time; and the errors: an unknown mesh axis, a plan without a mesh,
+ * parallel options without one, a missing bundle, a wrong output count,
+ * an unknown dtype code. Inputs are seeded random, never zeros. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "shardc.h"
+
+#define MLP SC_SOURCE_DIR "/samples/mlp.onnx"
+
+static sc_executable *compile_ok(const char *mesh, sc_target_kind target) {
+  sc_dim_binding dims[] = {{"batch", 4}};
+  sc_compile_settings o;
+  memset(&o, 0, sizeof o);
+  o.dims = dims;
+  o.n_dims = 1;
+  o.parallel.mesh = mesh;
+  o.target = target;
+  o.quiet = true;
+  sc_executable *e = NULL;
+  if (sc_compile(MLP, &o, &e) != SC_OK) fail_msg("compile: %s", sc_executable_error(e));
+  return e;
+}
+
+static float x_data[4 * 64];
+
+static sc_host_tensor run_ok(sc_executable *e) {
+  sc_host_tensor in;
+  assert_int_equal(sc_executable_input(e, 0, &in), SC_OK);
+  in.data = x_data;
+  sc_host_tensor out;
+  if (sc_executable_run(e, NULL, &in, 1, &out, 1) != SC_OK)
+    fail_msg("run: %s", sc_executable_error(e));
+  assert_non_null(out.data);
+  return out;
+}
+
+static void test_compile_run(void **state) {
+  (void)state;
+  srand(5);
+  for (int i = 0; i < 4 * 64; i++) x_data[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+  sc_executable *one = compile_ok(NULL, SC_TARGET_CPU), *two = compile_ok("dp=2", SC_TARGET_CPU);
+  assert_int_equal(sc_executable_n_ranks(one), 1);
+  assert_int_equal(sc_executable_n_ranks(two), 2);
+  assert_int_equal(sc_executable_n_stages(two), 1);
+  assert_int_equal(sc_executable_n_inputs(two), 1);
+  assert_int_equal(sc_executable_n_outputs(two), 1);
+  sc_host_tensor in, out;
+  assert_int_equal(sc_executable_input(two, 0, &in), SC_OK);
+  assert_string_equal(in.name, "x");
+  assert_int_equal(in.dtype, SC_ONNX_FLOAT);
+  assert_int_equal(in.rank, 2);
+  assert_int_equal(in.dims[0], 4); /* the GLOBAL batch */
+  assert_int_equal(in.dims[1], 64);
+  assert_int_equal(sc_executable_output(two, 0, &out), SC_OK);
+  assert_string_equal(out.name, "y");
+  assert_int_equal(out.dims[0], 4);
+  assert_int_equal(out.dims[1], 10);
+  assert_int_equal(sc_executable_input(two, 1, &in), SC_ERR_USAGE);
+
+  sc_host_tensor a = run_ok(one), b = run_ok(two);
+  assert_int_equal(b.rank, 2);
+  assert_int_equal(b.dims[0], 4);
+  assert_int_equal(b.dims[1], 10);
+  const float *fa = a.data, *fb = b.data;
+  for (int i = 0; i < 40; i++) {
+    if (isnan(fa[i]) || isnan(fb[i]) || fabsf(fa[i] - fb[i]) > 1e-6f + 1e-5f * fabsf(fa[i]))
+      fail_msg("y[%d]: one rank %g, dp=2 %g", i, (double)fa[i], (double)fb[i]);
+  }
+
+  /* a one-rank bundle: saved, loaded, the same bytes */
+  char dir[] = "/tmp/sc-test-api-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[256];
+  snprintf(path, sizeof path, "%s/mlp", dir);
+  if (sc_executable_save(one, path) != SC_OK) fail_msg("save: %s", sc_executable_error(one));
+  sc_executable *loaded = NULL;
+  if (sc_executable_load(path, &loaded) != SC_OK)
+    fail_msg("load: %s", sc_executable_error(loaded));
+  sc_host_tensor c = run_ok(loaded);
+  assert_memory_equal(c.data, a.data, 40 * sizeof(float));
+  /* saving a loaded executable is refused */
+  assert_int_equal(sc_executable_save(loaded, path), SC_ERR_USAGE);
+
+  /* wrong output count, unknown dtype */
+  sc_host_tensor bad;
+  assert_int_equal(sc_executable_input(one, 0, &bad), SC_OK);
+  bad.data = x_data;
+  sc_host_tensor outs[2];
+  assert_int_equal(sc_executable_run(one, NULL, &bad, 1, outs, 2), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_executable_error(one), "1 outputs"));
+  bad.dtype = 12345;
+  assert_int_equal(sc_executable_run(one, NULL, &bad, 1, outs, 1), SC_ERR_USAGE);
+  sc_run_opts ro = {.comm = "carrier-pigeon"};
+  assert_int_equal(sc_executable_run(one, &ro, &in, 1, outs, 1), SC_ERR_USAGE);
+
+  sc_host_tensors_free(&a, 1);
+  sc_host_tensors_free(&b, 1);
+  sc_host_tensors_free(&c, 1);
+  assert_null(a.data);
+  sc_executable_free(loaded);
+  sc_executable_free(one);
+  sc_executable_free(two);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_cuda_target(void **state) {
+  (void)state;
+  sc_executable *e = compile_ok(NULL, SC_TARGET_CUDA);
+  char dir[] = "/tmp/sc-test-api-cuda-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char path[256], ptx[300];
+  snprintf(path, sizeof path, "%s/mlp", dir);
+#if SHARDC_HAVE_CUDA
+  if (sc_executable_save(e, path) != SC_OK) fail_msg("save: %s", sc_executable_error(e));
+  snprintf(ptx, sizeof ptx, "%s/kernels.sm_80.ptx", path);
+  struct stat sb;
+  assert_int_equal(stat(ptx, &sb), 0);
+  assert_true(sb.st_size > 0);
+#else /* a build without NVRTC: the CUDA code cannot be written */
+  (void)ptx;
+  assert_int_equal(sc_executable_save(e, path), SC_ERR_UNSUPPORTED);
+#endif
+  sc_host_tensor in, out;
+  assert_int_equal(sc_executable_input(e, 0, &in), SC_OK);
+  in.data = x_data;
+  assert_int_equal(sc_executable_run(e, NULL, &in, 1, &out, 1), SC_ERR_UNSUPPORTED);
+  assert_non_null(strstr(sc_executable_error(e), "GPU runtime"));
+  sc_executable_free(e);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  sc_compile_settings o;
+  memset(&o, 0, sizeof o);
+  o.quiet = true;
+  o.parallel.mesh = "zz=2";
+  sc_executable *e = NULL;
+  assert_int_equal(sc_compile(MLP, &o, &e), SC_ERR_USAGE);
+  assert_non_null(e);
+  assert_non_null(strstr(sc_executable_error(e), "zz"));
+  sc_executable_free(e);
+
+  memset(&o, 0, sizeof o);
+  o.parallel.microbatches = 2; /* without a mesh */
+  assert_int_equal(sc_compile(MLP, &o, &e), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_executable_error(e), "need a mesh"));
+  sc_executable_free(e);
+
+  memset(&o, 0, sizeof o);
+  o.parallel.mesh = "tp=2";
+  o.target = SC_TARGET_CUDA;
+  assert_int_equal(sc_compile(MLP, &o, &e), SC_ERR_UNSUPPORTED);
+  sc_executable_free(e);
+
+  assert_int_not_equal(sc_compile(SC_SOURCE_DIR "/samples/no-such-model.onnx", NULL, &e), SC_OK);
+  assert_non_null(strstr(sc_executable_error(e), "no-such-model.onnx"));
+  sc_executable_free(e);
+
+  char *json = (char *)1, *err = NULL;
+  sc_parallel_opts par;
+  memset(&par, 0, sizeof par);
+  assert_int_equal(sc_plan_json(MLP, NULL, 0, &par, &json, &err), SC_ERR_USAGE);
+  assert_null(json);
+  assert_non_null(err);
+  assert_non_null(strstr(err, "mesh"));
+  sc_string_free(err);
+  par.mesh = "tp=2";
+  assert_int_equal(sc_plan_json(MLP, NULL, 0, &par, &json, &err), SC_OK);
+  assert_non_null(strstr(json, "\"tp\""));
+  sc_string_free(json);
+
+  assert_int_not_equal(sc_executable_load("/nonexistent/bundle", &e), SC_OK);
+  assert_non_null(e);
+  assert_true(strlen(sc_executable_error(e)) > 0);
+  sc_executable_free(e);
+  assert_string_equal(sc_executable_error(NULL), "out of memory");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_compile_run),
+      cmocka_unit_test(test_cuda_target),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
