@@ -130,8 +130,10 @@ static sc_status pad_weight(sc_graph *g, int32_t w, int32_t vd, int64_t vp, cons
       int64_t td[2] = {dims[1], dims[0]};
       if ((st = sc_value_set_shape(g, t, wv.dtype, 2, td)) != SC_OK) return st;
     }
+    bool gather = n->op == SC_OP_GATHER;
+    /* unpad adds nodes: n may move, so it is not used after this */
     if (u[i].product >= 0 && (st = unpad(g, u[i].product, v, vp)) != SC_OK) return st;
-    if (n->op == SC_OP_GATHER) { /* ids are still checked against V, not vp */
+    if (gather) { /* ids are still checked against V, not vp */
       sc_attr *a = sc_node_add_attr(g, u[i].node, "__vocab", SC_ATTR_INT);
       if (!a) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
       a->i = v;

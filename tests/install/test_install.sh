@@ -29,9 +29,14 @@ done
 # the public header stands alone: nothing else of the source tree is needed
 grep -q '#include "ir/' "$PREFIX/include/shardc.h" && { echo "FAIL: shardc.h includes ir/"; exit 1; }
 
+# A sanitizer build of the library (make test-asan) needs the program built
+# with the same runtime, first in the library list.
+SAN=""
+if ldd "$BUILD/libshardc.so" | grep -q libasan; then SAN="-fsanitize=address,undefined"; fi
+
 # 1. pkg-config
 export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig
-cc -std=c11 -Wall -Wextra -Werror "$ROOT/samples/embed/embed_gpt2.c" \
+cc -std=c11 -Wall -Wextra -Werror $SAN "$ROOT/samples/embed/embed_gpt2.c" \
    $(pkg-config --cflags --libs shardc) -lm -o "$TMP/embed_pc"
 ldd "$TMP/embed_pc" | grep 'libshardc\.so' | grep -q "$PREFIX/" ||
   { echo "FAIL: embed_pc does not load the installed libshardc.so"; ldd "$TMP/embed_pc"; exit 1; }
@@ -41,7 +46,7 @@ grep -q '^ok$' "$TMP/out1"
 
 # 2. the CMake package
 cmake -S "$ROOT/samples/embed" -B "$TMP/build-embed" -DCMAKE_PREFIX_PATH="$PREFIX" \
-      -DCMAKE_BUILD_TYPE=Release >"$TMP/cmake.log"
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS="$SAN" >"$TMP/cmake.log"
 cmake --build "$TMP/build-embed" >>"$TMP/cmake.log"
 mkdir -p "$TMP/run2"
 "$TMP/build-embed/embed_gpt2" "$ROOT/samples/gpt2.onnx" "$TMP/run2" | tee "$TMP/out2"
