@@ -33,7 +33,7 @@
 
 static const sc_lowering *const table[SC_OP_COUNT] = {
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, \
-           lower, shard)                                                              \
+           lower, shard, grad)                                                              \
   &sc_##lower,
 #include "ir/ops.def"
 #undef OP

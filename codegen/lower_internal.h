@@ -31,7 +31,7 @@ struct sc_lower_ctx {
 /* Every sc_lw_<name> named in ops.def's `lower` column (defined in
  * codegen/lower_*.c). */
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, \
-           lower, shard)                                                              \
+           lower, shard, grad)                                                              \
   extern const sc_lowering sc_##lower;
 #include "ir/ops.def"
 #undef OP

@@ -44,7 +44,7 @@ const sc_ew_row sc_ew_rows[SC_OP_COUNT] = {
 enum {
   EW_OPS_IN_OPS_DEF = 0
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, \
-           lower, shard)                                                              \
+           lower, shard, grad)                                                              \
   +(((flags) & SC_OPF_ELEMENTWISE) != 0)
 #include "ops.def"
 #undef OP

@@ -10,7 +10,7 @@
 
 /* Prototypes of every function ops.def names (defined in op_*.c). */
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
-           shard)                                                                             \
+           shard, grad)                                                                             \
   sc_status sc_op_##infer(sc_graph *g, sc_node *n);                                   \
   void sc_op_##cost(sc_graph *g, const sc_node *n, sc_cost *c);                       \
   sc_status sc_op_##eval(sc_graph *g, sc_node *n);

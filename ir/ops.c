@@ -8,7 +8,7 @@
 #define sc_op_NOEVAL NULL
 const sc_op_info sc_ops[SC_OP_COUNT] = {
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
-           shard)                                                                             \
+           shard, grad)                                                                             \
   [SC_OP_##id] = {name,          since,  min_in,        max_in, min_out,               \
                   max_out,       flags,  sc_op_##infer, sc_op_##cost,                  \
                   sc_op_##eval},

@@ -26,7 +26,7 @@ struct sc_node;
 
 typedef enum sc_op {
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
-           shard)                                                                             \
+           shard, grad)                                                                             \
   SC_OP_##id,
 #include "ops.def"
 #undef OP

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN = "<!-- BEGIN GENERATED OP TABLE (scripts/gen-ops-doc.py) -->"
 END = "<!-- END GENERATED OP TABLE -->"
 ROW = re.compile(r'^OP\((\w+),\s*"(\w+)",\s*(\d+),\s*(-?\d+),\s*(-?\d+),\s*(-?\d+),'
-                 r'\s*(-?\d+),\s*([\w|]+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+)\)', re.M)
+                 r'\s*(-?\d+),\s*([\w|]+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+)\)', re.M)
 FAMILY = {"E": "elementwise", "R": "reduction", "N": "neural network", "S": "shape / data movement",
           "C": "collective (internal)"}
 
@@ -27,8 +27,8 @@ def opset_bounds():
 def table():
     lo, hi = opset_bounds()
     family = None
-    lines = ["| op | family | opsets | inputs | outputs | folded | shape rule | lowering | sharding rule |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| op | family | opsets | inputs | outputs | folded | shape rule | lowering | sharding rule | gradient |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for line in (ROOT / "ir/ops.def").read_text().splitlines():
         m = re.search(r"\((E|R|N|S|C)\) ----", line)
         if m:
@@ -36,13 +36,13 @@ def table():
         r = ROW.match(line)
         if not r:
             continue
-        _, name, since, mi, ma, mo, xo, _, infer, _, ev, lower, shard = r.groups()
+        _, name, since, mi, ma, mo, xo, _, infer, _, ev, lower, shard, grad = r.groups()
         arity = lambda a, b: a if a == b else (f"{a}+" if b == "-1" else f"{a}–{b}")
         first = max(int(since), lo)
         opsets = "internal" if family == FAMILY["C"] else f"{first}–{hi}"
         lines.append(f"| {name} | {family} | {opsets} | {arity(mi, ma)} | "
                      f"{arity(mo, xo)} | {'yes' if ev != 'NOEVAL' else 'no'} | `{infer}` | `{lower}` | "
-                     f"`{shard}` |")
+                     f"`{shard}` | {'—' if grad == 'no_grad' else '`' + grad + '`'} |")
     return "\n".join(lines)
 
 

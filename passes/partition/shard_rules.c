@@ -27,7 +27,7 @@
 
 /* Prototypes of every rule ops.def names. */
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
-           shard)                                                                             \
+           shard, grad)                                                                             \
   sc_status sc_##shard(sc_shard_ctx *c);
 #include "ir/ops.def"
 #undef OP
@@ -671,14 +671,14 @@ static sc_status run_checked(sc_shard_ctx *c, sc_shard_fn rule) {
 }
 
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
-           shard)                                                                             \
+           shard, grad)                                                                             \
   static sc_status checked_##id(sc_shard_ctx *c) { return run_checked(c, sc_##shard); }
 #include "ir/ops.def"
 #undef OP
 
 static const sc_shard_fn table[SC_OP_COUNT] = {
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
-           shard)                                                                             \
+           shard, grad)                                                                             \
   [SC_OP_##id] = checked_##id,
 #include "ir/ops.def"
 #undef OP

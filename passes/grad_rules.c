@@ -1,0 +1,514 @@
+/* grad_rules.c — the gradient rules the ops table names (grad_rule.h,
+ * docs/training.md), and the builders they share.
+ *
+ * Every rule reads its forward node afresh through gb_fwd after building
+ * (a builder may grow the node array), writes dx only for wanted inputs,
+ * and builds nothing for an input that is not wanted. Formulas (y the
+ * output, dy its gradient; broadcasts undone by gb_unbroadcast):
+ *   Neg −dy · Exp dy·y · Log dy/x · Sqrt dy/(2y) · Reciprocal −dy·y² ·
+ *   Relu dy where x>0 · Sigmoid dy·y·(1−y) · Tanh dy·(1−y²) · Sin dy·cos x ·
+ *   Cos −dy·sin x · Abs dy·sign x · LeakyRelu dy where x>0, else α·dy ·
+ *   Cast dy cast back · Identity dy
+ *   Add dy, dy · Sub dy, −dy · Mul dy·b, dy·a · Div dy/b, −dy·y/b ·
+ *   Pow dy·e·a^(e−1), dy·y·ln a · Sum dy for each input
+ *   MatMul dA = dY·Bᵀ, dB = Aᵀ·dY (two separate nodes; 1-D operands are
+ *   viewed as [1,K] / [K,1]) · Gemm likewise with transA/transB, alpha,
+ *   and dC = β·dY
+ *   ReduceSum dy expanded back · ReduceMean the same divided by the count
+ *   Softmax y·(dy − Σ dy·y) · LogSoftmax dy − exp(y)·Σ dy (along the axis)
+ *   Reshape / Flatten / Squeeze / Unsqueeze dy reshaped to x · Transpose dy
+ *   by the inverse permutation · Expand dy unbroadcast · Concat slices of
+ *   dy · Where dy where the condition holds (x), where it does not (y). */
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/elementwise.h"
+#include "ir/op_util.h"
+#include "passes/grad_rule.h"
+
+/* Prototypes of every rule ops.def names. */
+#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
+           shard, grad)                                                                       \
+  sc_status sc_##grad(sc_grad_ctx *c);
+#include "ir/ops.def"
+#undef OP
+
+/* ---- builders ---- */
+
+const sc_node *gb_fwd(const sc_grad_ctx *c) { return &c->g->nodes[c->node]; }
+
+int32_t gb_begin(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, int32_t *node) {
+  sc_graph *g = c->g;
+  char name[512];
+  const char *fwd = gb_fwd(c)->name;
+  snprintf(name, sizeof name, "%s/grad/%d", fwd ? fwd : sc_op_name(gb_fwd(c)->op),
+           (int)(*c->counter)++);
+  int32_t out = sc_graph_new_value(g, name);
+  if (out < 0) return -1;
+  *node = sc_graph_add_node(g, op, name, in, n_in, &out, 1);
+  return *node < 0 ? -1 : out;
+}
+
+int32_t gb_end(sc_grad_ctx *c, int32_t node, int32_t out) {
+  if (out < 0 || node < 0) return -1;
+  sc_graph *g = c->g;
+  sc_node *n = &g->nodes[node];
+  return sc_ops[n->op].infer(g, n) == SC_OK ? out : -1;
+}
+
+int32_t gb_op(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in) {
+  for (int32_t i = 0; i < n_in; i++)
+    if (in[i] < 0) return -1;
+  int32_t node = -1, out = gb_begin(c, op, in, n_in, &node);
+  return gb_end(c, node, out);
+}
+
+int32_t gb_1(sc_grad_ctx *c, sc_op op, int32_t a) { return gb_op(c, op, &a, 1); }
+int32_t gb_2(sc_grad_ctx *c, sc_op op, int32_t a, int32_t b) {
+  return gb_op(c, op, (int32_t[]){a, b}, 2);
+}
+
+static int32_t new_const(sc_grad_ctx *c, sc_dtype t, int32_t rank, const int64_t *dims,
+                         const void *data, uint64_t bytes) {
+  sc_graph *g = c->g;
+  int32_t v = sc_graph_new_value(g, "grad_const");
+  if (v < 0 || sc_value_set_data(g, v, t, rank, dims, data, bytes, true) != SC_OK) return -1;
+  return v;
+}
+
+int32_t gb_scalar(sc_grad_ctx *c, sc_dtype t, double v) {
+  uint8_t buf[16] = {0};
+  sc_store_f64(t, buf, 0, v);
+  return new_const(c, t, 0, NULL, buf, sc_dtype_size(t));
+}
+
+int32_t gb_ints(sc_grad_ctx *c, const int64_t *v, int32_t n) {
+  int64_t dims[1] = {n};
+  return new_const(c, SC_DTYPE_I64, 1, dims, v, (uint64_t)n * sizeof(int64_t));
+}
+
+static sc_attr *ints_attr(sc_grad_ctx *c, int32_t node, const char *name, const int64_t *v,
+                          int32_t n) {
+  sc_graph *g = c->g;
+  sc_attr *a = sc_node_add_attr(g, node, name, SC_ATTR_INTS);
+  if (!a) return NULL;
+  a->n = n;
+  a->ints = sc_arena_array(&g->arena, (size_t)(n ? n : 1), sizeof(int64_t));
+  if (!a->ints) return NULL;
+  memcpy(a->ints, v, (size_t)n * sizeof(int64_t));
+  return a;
+}
+
+int32_t gb_reduce_sum(sc_grad_ctx *c, int32_t x, const int64_t *axes, int32_t n, bool keep) {
+  if (x < 0) return -1;
+  if (n == 0) return x;
+  int32_t node = -1, out = gb_begin(c, SC_OP_REDUCE_SUM, &x, 1, &node);
+  if (out < 0 || !ints_attr(c, node, "axes", axes, n)) return -1;
+  sc_attr *k = sc_node_add_attr(c->g, node, "keepdims", SC_ATTR_INT);
+  if (!k) return -1;
+  k->i = keep;
+  return gb_end(c, node, out);
+}
+
+int32_t gb_reshape(sc_grad_ctx *c, int32_t x, int32_t rank, const int64_t *dims) {
+  if (x < 0) return -1;
+  const sc_value *v = &c->g->values[x];
+  if (v->rank == rank && memcmp(v->dims, dims, (size_t)rank * sizeof *dims) == 0) return x;
+  return gb_2(c, SC_OP_RESHAPE, x, gb_ints(c, dims, rank));
+}
+
+int32_t gb_transpose(sc_grad_ctx *c, int32_t x, const int64_t *perm, int32_t n) {
+  if (x < 0) return -1;
+  int32_t node = -1, out = gb_begin(c, SC_OP_TRANSPOSE, &x, 1, &node);
+  if (out < 0 || !ints_attr(c, node, "perm", perm, n)) return -1;
+  return gb_end(c, node, out);
+}
+
+int32_t gb_swap_last(sc_grad_ctx *c, int32_t x) {
+  if (x < 0) return -1;
+  int32_t r = c->g->values[x].rank;
+  int64_t perm[SC_MAX_RANK];
+  for (int32_t i = 0; i < r; i++) perm[i] = i;
+  perm[r - 2] = r - 1;
+  perm[r - 1] = r - 2;
+  return gb_transpose(c, x, perm, r);
+}
+
+int32_t gb_expand(sc_grad_ctx *c, int32_t x, int32_t rank, const int64_t *dims) {
+  return gb_2(c, SC_OP_EXPAND, x, gb_ints(c, dims, rank));
+}
+
+int32_t gb_unbroadcast(sc_grad_ctx *c, int32_t gr, int32_t to) {
+  if (gr < 0 || to < 0) return -1;
+  sc_value gv = c->g->values[gr], tv = c->g->values[to];
+  int64_t axes[SC_MAX_RANK];
+  int32_t n = 0, lead = gv.rank - tv.rank;
+  for (int32_t d = 0; d < gv.rank; d++)
+    if (d < lead || (tv.dims[d - lead] == 1 && gv.dims[d] != 1)) axes[n++] = d;
+  int32_t s = gb_reduce_sum(c, gr, axes, n, true);
+  return gb_reshape(c, s, tv.rank, tv.dims);
+}
+
+/* ---- helpers of the rules ---- */
+
+static int32_t in_v(const sc_grad_ctx *c, int32_t i) {
+  const sc_node *n = gb_fwd(c);
+  return i < n->n_inputs ? n->inputs[i] : -1;
+}
+static int32_t out_v(const sc_grad_ctx *c, int32_t j) { return gb_fwd(c)->outputs[j]; }
+static sc_dtype dtype_of(const sc_grad_ctx *c, int32_t v) { return c->g->values[v].dtype; }
+
+/* dx[0] = f(dy) for a unary op, built only when wanted. */
+#define UNARY_RULE(name, expr)                                  \
+  sc_status sc_##name(sc_grad_ctx *c) {                         \
+    if (!c->want[0] || c->dy[0] < 0) return SC_OK;              \
+    int32_t x = in_v(c, 0), y = out_v(c, 0), dy = c->dy[0];     \
+    sc_dtype t = dtype_of(c, x);                                \
+    (void)y;                                                    \
+    (void)t;                                                    \
+    c->dx[0] = (expr);                                          \
+    return c->dx[0] < 0 ? c->g->diag.status : SC_OK;            \
+  }
+
+UNARY_RULE(grad_neg, gb_1(c, SC_OP_NEG, dy))
+UNARY_RULE(grad_exp, gb_2(c, SC_OP_MUL, dy, y))
+UNARY_RULE(grad_log, gb_2(c, SC_OP_DIV, dy, x))
+UNARY_RULE(grad_sqrt, gb_2(c, SC_OP_DIV, dy, gb_2(c, SC_OP_MUL, y, gb_scalar(c, t, 2.0))))
+UNARY_RULE(grad_reciprocal,
+           gb_1(c, SC_OP_NEG, gb_2(c, SC_OP_MUL, dy, gb_2(c, SC_OP_MUL, y, y))))
+UNARY_RULE(grad_relu, gb_op(c, SC_OP_WHERE,
+                            (int32_t[]){gb_2(c, SC_OP_GREATER, x, gb_scalar(c, t, 0.0)), dy,
+                                        gb_scalar(c, t, 0.0)},
+                            3))
+UNARY_RULE(grad_sigmoid,
+           gb_2(c, SC_OP_MUL, dy,
+                gb_2(c, SC_OP_MUL, y, gb_2(c, SC_OP_SUB, gb_scalar(c, t, 1.0), y))))
+UNARY_RULE(grad_tanh, gb_2(c, SC_OP_MUL, dy,
+                           gb_2(c, SC_OP_SUB, gb_scalar(c, t, 1.0), gb_2(c, SC_OP_MUL, y, y))))
+UNARY_RULE(grad_sin, gb_2(c, SC_OP_MUL, dy, gb_1(c, SC_OP_COS, x)))
+UNARY_RULE(grad_cos, gb_1(c, SC_OP_NEG, gb_2(c, SC_OP_MUL, dy, gb_1(c, SC_OP_SIN, x))))
+UNARY_RULE(grad_abs, gb_2(c, SC_OP_MUL, dy, gb_1(c, SC_OP_SIGN, x)))
+UNARY_RULE(grad_identity, dy)
+
+sc_status sc_grad_leaky_relu(sc_grad_ctx *c) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  sc_ew_attrs a;
+  sc_status st = sc_ew_attrs_read(c->g, gb_fwd(c), &a); /* alpha's default lives there */
+  if (st != SC_OK) return st;
+  int32_t x = in_v(c, 0), dy = c->dy[0];
+  sc_dtype t = dtype_of(c, x);
+  int32_t pos = gb_2(c, SC_OP_GREATER, x, gb_scalar(c, t, 0.0));
+  c->dx[0] = gb_op(c, SC_OP_WHERE,
+                   (int32_t[]){pos, dy, gb_2(c, SC_OP_MUL, dy, gb_scalar(c, t, a.alpha))}, 3);
+  return c->dx[0] < 0 ? c->g->diag.status : SC_OK;
+}
+
+sc_status sc_grad_cast(sc_grad_ctx *c) {
+  int32_t x = in_v(c, 0);
+  if (!c->want[0] || c->dy[0] < 0 || !sc_dtype_is_float(dtype_of(c, x))) return SC_OK;
+  int32_t node = -1, out = gb_begin(c, SC_OP_CAST, &c->dy[0], 1, &node);
+  sc_attr *to = out < 0 ? NULL : sc_node_add_attr(c->g, node, "to", SC_ATTR_INT);
+  if (!to) return c->g->diag.status;
+  to->i = sc_dtype_to_onnx(dtype_of(c, x));
+  c->dx[0] = gb_end(c, node, out);
+  return c->dx[0] < 0 ? c->g->diag.status : SC_OK;
+}
+
+/* dx[i] = unbroadcast(g_i) for the wanted inputs of a binary op. */
+static sc_status set_binary(sc_grad_ctx *c, int32_t ga, int32_t gb) {
+  int32_t a = in_v(c, 0), b = in_v(c, 1);
+  if (c->want[0] && (c->dx[0] = gb_unbroadcast(c, ga, a)) < 0) return c->g->diag.status;
+  if (c->want[1] && (c->dx[1] = gb_unbroadcast(c, gb, b)) < 0) return c->g->diag.status;
+  return SC_OK;
+}
+
+sc_status sc_grad_add(sc_grad_ctx *c) {
+  if (c->dy[0] < 0) return SC_OK;
+  return set_binary(c, c->dy[0], c->dy[0]);
+}
+
+sc_status sc_grad_sub(sc_grad_ctx *c) {
+  if (c->dy[0] < 0) return SC_OK;
+  return set_binary(c, c->dy[0], c->want[1] ? gb_1(c, SC_OP_NEG, c->dy[0]) : -1);
+}
+
+sc_status sc_grad_mul(sc_grad_ctx *c) {
+  int32_t dy = c->dy[0], a = in_v(c, 0), b = in_v(c, 1);
+  if (dy < 0) return SC_OK;
+  return set_binary(c, c->want[0] ? gb_2(c, SC_OP_MUL, dy, b) : -1,
+                    c->want[1] ? gb_2(c, SC_OP_MUL, dy, a) : -1);
+}
+
+sc_status sc_grad_div(sc_grad_ctx *c) {
+  int32_t dy = c->dy[0], b = in_v(c, 1), y = out_v(c, 0);
+  if (dy < 0) return SC_OK;
+  int32_t ga = c->want[0] ? gb_2(c, SC_OP_DIV, dy, b) : -1;
+  int32_t gb = c->want[1]
+                   ? gb_1(c, SC_OP_NEG, gb_2(c, SC_OP_MUL, dy, gb_2(c, SC_OP_DIV, y, b)))
+                   : -1;
+  return set_binary(c, ga, gb);
+}
+
+sc_status sc_grad_pow(sc_grad_ctx *c) {
+  int32_t dy = c->dy[0], a = in_v(c, 0), e = in_v(c, 1), y = out_v(c, 0);
+  if (dy < 0) return SC_OK;
+  sc_dtype t = dtype_of(c, a);
+  int32_t ga = -1, ge = -1;
+  if (c->want[0]) { /* dy · e · a^(e−1): e cast to a's dtype when it differs */
+    int32_t ef = dtype_of(c, e) == t ? e : -1;
+    if (ef < 0) {
+      int32_t node = -1, out = gb_begin(c, SC_OP_CAST, &e, 1, &node);
+      sc_attr *to = out < 0 ? NULL : sc_node_add_attr(c->g, node, "to", SC_ATTR_INT);
+      if (!to) return c->g->diag.status;
+      to->i = sc_dtype_to_onnx(t);
+      ef = gb_end(c, node, out);
+    }
+    int32_t em1 = gb_2(c, SC_OP_SUB, ef, gb_scalar(c, t, 1.0));
+    ga = gb_2(c, SC_OP_MUL, dy, gb_2(c, SC_OP_MUL, ef, gb_2(c, SC_OP_POW, a, em1)));
+  }
+  if (c->want[1]) /* dy · y · ln a (a > 0) */
+    ge = gb_2(c, SC_OP_MUL, dy, gb_2(c, SC_OP_MUL, y, gb_1(c, SC_OP_LOG, a)));
+  return set_binary(c, ga, ge);
+}
+
+sc_status sc_grad_sum(sc_grad_ctx *c) {
+  if (c->dy[0] < 0) return SC_OK;
+  int32_t n = gb_fwd(c)->n_inputs;
+  for (int32_t i = 0; i < n; i++)
+    if (c->want[i] && (c->dx[i] = gb_unbroadcast(c, c->dy[0], in_v(c, i))) < 0)
+      return c->g->diag.status;
+  return SC_OK;
+}
+
+/* x viewed with at least 2 dims: [K] → [1,K] (row) or [K,1] (column). */
+static int32_t as_matrix(sc_grad_ctx *c, int32_t x, bool row) {
+  const sc_value *v = &c->g->values[x];
+  if (v->rank >= 2) return x;
+  int64_t dims[2] = {row ? 1 : v->dims[0], row ? v->dims[0] : 1};
+  return gb_reshape(c, x, 2, dims);
+}
+
+/* dY viewed with the dims a 1-D operand dropped put back: A [K] dropped
+ * M ([..., N] → [..., 1, N]), B [K] dropped N ([..., M] → [..., M, 1]). */
+static int32_t dy_matrix(sc_grad_ctx *c, int32_t dy, int32_t a, int32_t b) {
+  sc_value av = c->g->values[a], bv = c->g->values[b], yv = c->g->values[dy];
+  if (av.rank >= 2 && bv.rank >= 2) return dy;
+  int64_t dims[SC_MAX_RANK + 2];
+  int32_t r = yv.rank;
+  memcpy(dims, yv.dims, (size_t)r * sizeof *dims);
+  if (av.rank < 2 && bv.rank < 2) {
+    dims[0] = dims[1] = 1;
+    r = 2;
+  } else if (av.rank < 2) {
+    dims[r] = dims[r - 1];
+    dims[r - 1] = 1;
+    r++;
+  } else {
+    dims[r++] = 1;
+  }
+  return gb_reshape(c, dy, r, dims);
+}
+
+/* A column result [..., K, 1] of a 1-D B without its last dim. */
+static int32_t drop_column(sc_grad_ctx *c, int32_t x) {
+  if (x < 0) return -1;
+  sc_value v = c->g->values[x];
+  return gb_reshape(c, x, v.rank - 1, v.dims);
+}
+
+/* The input gradient and the weight gradient of Y = A·B: two separate
+ * MatMul nodes (a zero-bubble schedule runs them apart). */
+sc_status sc_grad_matmul(sc_grad_ctx *c) {
+  int32_t dy = c->dy[0], a = in_v(c, 0), b = in_v(c, 1);
+  if (dy < 0) return SC_OK;
+  int32_t am = as_matrix(c, a, true), bm = as_matrix(c, b, false);
+  int32_t dym = dy_matrix(c, dy, a, b);
+  if (c->want[0]) { /* dA = dY · Bᵀ */
+    int32_t g = gb_2(c, SC_OP_MATMUL, dym, gb_swap_last(c, bm));
+    if ((c->dx[0] = gb_unbroadcast(c, g, a)) < 0) return c->g->diag.status;
+  }
+  if (c->want[1]) { /* dB = Aᵀ · dY */
+    int32_t g = gb_2(c, SC_OP_MATMUL, gb_swap_last(c, am), dym);
+    if (c->g->values[b].rank < 2) g = drop_column(c, g);
+    if ((c->dx[1] = gb_unbroadcast(c, g, b)) < 0) return c->g->diag.status;
+  }
+  return SC_OK;
+}
+
+static int32_t scaled(sc_grad_ctx *c, int32_t x, double s) {
+  if (x < 0 || s == 1.0) return x;
+  return gb_2(c, SC_OP_MUL, x, gb_scalar(c, dtype_of(c, x), s));
+}
+
+/* Y = α·A'·B' + β·C with A' = Aᵀ when transA, B' = Bᵀ when transB. */
+sc_status sc_grad_gemm(sc_grad_ctx *c) {
+  int32_t dy = c->dy[0], a = in_v(c, 0), b = in_v(c, 1), cc = in_v(c, 2);
+  if (dy < 0) return SC_OK;
+  sc_graph *g = c->g;
+  const sc_node *n = gb_fwd(c);
+  bool ta = sc_attr_int(g, n, "transA", 0) != 0, tb = sc_attr_int(g, n, "transB", 0) != 0;
+  double alpha = sc_attr_float(g, n, "alpha", 1.0), beta = sc_attr_float(g, n, "beta", 1.0);
+  if (c->want[0]) { /* dA' = α dY·B'ᵀ; dA = dA'ᵀ when transA */
+    int32_t r = ta ? gb_2(c, SC_OP_MATMUL, tb ? gb_swap_last(c, b) : b, gb_swap_last(c, dy))
+                   : gb_2(c, SC_OP_MATMUL, dy, tb ? b : gb_swap_last(c, b));
+    if ((c->dx[0] = scaled(c, r, alpha)) < 0) return g->diag.status;
+  }
+  if (c->want[1]) { /* dB' = α A'ᵀ·dY; dB = dB'ᵀ when transB */
+    int32_t r = tb ? gb_2(c, SC_OP_MATMUL, gb_swap_last(c, dy), ta ? gb_swap_last(c, a) : a)
+                   : gb_2(c, SC_OP_MATMUL, ta ? a : gb_swap_last(c, a), dy);
+    if ((c->dx[1] = scaled(c, r, alpha)) < 0) return g->diag.status;
+  }
+  if (cc >= 0 && c->want[2] && (c->dx[2] = gb_unbroadcast(c, scaled(c, dy, beta), cc)) < 0)
+    return g->diag.status;
+  return SC_OK;
+}
+
+/* dy of a reduction brought back to x's shape: keepdims restored, then
+ * expanded; divided by the count for a mean. */
+static sc_status reduce_back(sc_grad_ctx *c, bool mean) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  sc_graph *g = c->g;
+  bool mask[SC_MAX_RANK], noop, keep;
+  sc_status st = sc_reduce_axes(g, gb_fwd(c), mask, &noop, &keep);
+  if (st != SC_OK) return st;
+  int32_t x = in_v(c, 0), dy = c->dy[0];
+  if (noop) {
+    c->dx[0] = dy;
+    return SC_OK;
+  }
+  sc_value xv = g->values[x];
+  int64_t kd[SC_MAX_RANK], count = 1;
+  for (int32_t d = 0; d < xv.rank; d++) {
+    kd[d] = mask[d] ? 1 : xv.dims[d];
+    if (mask[d]) count *= xv.dims[d];
+  }
+  int32_t r = gb_expand(c, gb_reshape(c, dy, xv.rank, kd), xv.rank, xv.dims);
+  if (mean) r = scaled(c, r, 1.0 / (double)(count ? count : 1));
+  c->dx[0] = r;
+  return r < 0 ? g->diag.status : SC_OK;
+}
+
+sc_status sc_grad_reduce_sum(sc_grad_ctx *c) { return reduce_back(c, false); }
+sc_status sc_grad_reduce_mean(sc_grad_ctx *c) { return reduce_back(c, true); }
+
+/* The softmax axis, normalised; opsets before 13 flatten to 2-D around
+ * the axis, which matches the per-axis form only for the last axis. */
+static sc_status softmax_axis(sc_grad_ctx *c, int64_t *axis) {
+  sc_graph *g = c->g;
+  const sc_node *n = gb_fwd(c);
+  int32_t r = g->values[in_v(c, 0)].rank;
+  int64_t a = sc_attr_int(g, n, "axis", g->opset >= 13 ? -1 : 1);
+  if (a < 0) a += r;
+  if (g->opset < 13 && a != r - 1)
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                         "gradient of the opset-%lld form over axis %lld of rank %d",
+                         (long long)g->opset, (long long)a, (int)r);
+  *axis = a;
+  return SC_OK;
+}
+
+sc_status sc_grad_softmax(sc_grad_ctx *c) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  int64_t axis;
+  sc_status st = softmax_axis(c, &axis);
+  if (st != SC_OK) return st;
+  int32_t y = out_v(c, 0), dy = c->dy[0];
+  int32_t s = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, dy, y), &axis, 1, true);
+  c->dx[0] = gb_2(c, SC_OP_MUL, y, gb_2(c, SC_OP_SUB, dy, s));
+  return c->dx[0] < 0 ? c->g->diag.status : SC_OK;
+}
+
+sc_status sc_grad_log_softmax(sc_grad_ctx *c) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  int64_t axis;
+  sc_status st = softmax_axis(c, &axis);
+  if (st != SC_OK) return st;
+  int32_t y = out_v(c, 0), dy = c->dy[0];
+  int32_t s = gb_reduce_sum(c, dy, &axis, 1, true);
+  c->dx[0] = gb_2(c, SC_OP_SUB, dy, gb_2(c, SC_OP_MUL, gb_1(c, SC_OP_EXP, y), s));
+  return c->dx[0] < 0 ? c->g->diag.status : SC_OK;
+}
+
+/* Reshape, Flatten, Squeeze, Unsqueeze: the data input gets dy reshaped;
+ * the shape / axes inputs get none. */
+sc_status sc_grad_reshape(sc_grad_ctx *c) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  sc_value xv = c->g->values[in_v(c, 0)];
+  c->dx[0] = gb_reshape(c, c->dy[0], xv.rank, xv.dims);
+  return c->dx[0] < 0 ? c->g->diag.status : SC_OK;
+}
+
+sc_status sc_grad_transpose(sc_grad_ctx *c) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  sc_graph *g = c->g;
+  int32_t r = g->values[in_v(c, 0)].rank;
+  const int64_t *perm = NULL;
+  int64_t np = sc_attr_ints(g, gb_fwd(c), "perm", &perm), inv[SC_MAX_RANK];
+  for (int32_t d = 0; d < r; d++) {
+    int64_t p = np == r ? perm[d] : r - 1 - d; /* default: reversed */
+    inv[p] = d;
+  }
+  c->dx[0] = gb_transpose(c, c->dy[0], inv, r);
+  return c->dx[0] < 0 ? g->diag.status : SC_OK;
+}
+
+sc_status sc_grad_expand(sc_grad_ctx *c) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  c->dx[0] = gb_unbroadcast(c, c->dy[0], in_v(c, 0));
+  return c->dx[0] < 0 ? c->g->diag.status : SC_OK;
+}
+
+/* Each input gets its slice of dy along the axis. */
+sc_status sc_grad_concat(sc_grad_ctx *c) {
+  if (c->dy[0] < 0) return SC_OK;
+  sc_graph *g = c->g;
+  int32_t n = gb_fwd(c)->n_inputs, r = g->values[out_v(c, 0)].rank;
+  int64_t axis = sc_attr_int(g, gb_fwd(c), "axis", 0), off = 0;
+  if (axis < 0) axis += r;
+  for (int32_t i = 0; i < n; i++) {
+    int64_t len = g->values[in_v(c, i)].dims[axis];
+    if (c->want[i]) {
+      int64_t s = off, e = off + len;
+      int32_t in[4] = {c->dy[0], gb_ints(c, &s, 1), gb_ints(c, &e, 1), gb_ints(c, &axis, 1)};
+      if ((c->dx[i] = gb_op(c, SC_OP_SLICE, in, 4)) < 0) return g->diag.status;
+    }
+    off += len;
+  }
+  return SC_OK;
+}
+
+/* Where(cond, x, y): x gets dy where cond holds, y where it does not;
+ * cond gets none. */
+sc_status sc_grad_where(sc_grad_ctx *c) {
+  int32_t dy = c->dy[0];
+  if (dy < 0) return SC_OK;
+  int32_t cond = in_v(c, 0), zero = gb_scalar(c, dtype_of(c, dy), 0.0);
+  if (c->want[1]) {
+    int32_t g = gb_op(c, SC_OP_WHERE, (int32_t[]){cond, dy, zero}, 3);
+    if ((c->dx[1] = gb_unbroadcast(c, g, in_v(c, 1))) < 0) return c->g->diag.status;
+  }
+  if (c->want[2]) {
+    int32_t g = gb_op(c, SC_OP_WHERE, (int32_t[]){cond, zero, dy}, 3);
+    if ((c->dx[2] = gb_unbroadcast(c, g, in_v(c, 2))) < 0) return c->g->diag.status;
+  }
+  return SC_OK;
+}
+
+/* The marker of ops without a rule; never called through sc_grad_rule. */
+sc_status sc_no_grad(sc_grad_ctx *c) {
+  return sc_node_error(c->g, gb_fwd(c), SC_ERR_UNSUPPORTED, "no gradient rule");
+}
+
+static const sc_grad_fn table[SC_OP_COUNT] = {
+#define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
+           shard, grad)                                                                       \
+  [SC_OP_##id] = sc_##grad,
+#include "ir/ops.def"
+#undef OP
+};
+_Static_assert(sizeof table / sizeof table[0] == SC_OP_COUNT, "one gradient column per op");
+
+sc_grad_fn sc_grad_rule(sc_op op) {
+  sc_grad_fn f = (unsigned)op < SC_OP_COUNT ? table[op] : NULL;
+  return f == sc_no_grad ? NULL : f;
+}

@@ -1,0 +1,429 @@
+/* test_autodiff.c — every gradient rule (passes/grad_rules.c) and the
+ * autodiff pass (passes/autodiff.c) against central finite differences.
+ *
+ * Each case builds L = ReduceSum(op(p…) · r) over f64 parameters p (seeded
+ * random values, never zero; kept away from kinks and outside domains
+ * where the op needs it) and a seeded random constant r, runs sc_autodiff,
+ * then folds the whole graph (infer-shapes evaluates every node, all
+ * inputs being constants), so no backend is involved. Every element of
+ * every parameter's gradient is compared with (L(p+h) − L(p−h)) / 2h,
+ * h = 1e-6, within |got − want| <= 1e-6 · max(1, |want|) (f64: the
+ * difference quotient's error is about h² · L''' + 1e-16 / h, far below
+ * that; the Cast case goes through f32 and is allowed 1e-3 with h = 1e-2,
+ * the function being linear there). NaN fails.
+ *
+ * Also: fan-out sums (a parameter read three times), MatMul's input and
+ * weight gradients as separate MatMul nodes, the gradient outputs' names,
+ * a non-differentiable input left without a gradient (Where's condition,
+ * Reshape's shape), and the errors: a node without a rule on the path
+ * (named, with its op), a loss that is not a scalar. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "passes/autodiff.h"
+#include "passes/pass.h"
+#include "test_util.h"
+
+enum { MAX_P = 4, MAX_E = 64 };
+
+typedef struct gcase {
+  const char *name;
+  int n_params;
+  int32_t rank[MAX_P];
+  int64_t dims[MAX_P][4];
+  double lo, hi;    /* parameter values in [lo, hi), |x| >= 0.1 */
+  double tol;       /* 0: 1e-6 */
+  int32_t (*fwd)(sc_graph *g, const int32_t *p);
+} gcase;
+
+/* ---- building blocks of the forward graphs ---- */
+
+static int32_t op1(sc_graph *g, sc_op op, int32_t a) {
+  int32_t y;
+  int32_t n = node1(g, op, NULL, &a, 1, &y);
+  if (infer(g, n) != SC_OK) fail_msg("infer %s: %s", sc_op_name(op), g->diag.msg);
+  return y;
+}
+static int32_t opn(sc_graph *g, sc_op op, const int32_t *in, int32_t nin, int32_t *node) {
+  int32_t y;
+  *node = node1(g, op, NULL, in, nin, &y);
+  return y;
+}
+static int32_t done(sc_graph *g, int32_t node, int32_t y) {
+  if (infer(g, node) != SC_OK) fail_msg("infer: %s", g->diag.msg);
+  return y;
+}
+static int32_t op2(sc_graph *g, sc_op op, int32_t a, int32_t b) {
+  int32_t n, y = opn(g, op, (int32_t[]){a, b}, 2, &n);
+  return done(g, n, y);
+}
+static int32_t i64s(sc_graph *g, int32_t n, const int64_t *v) {
+  int64_t d[1] = {n};
+  return cst(g, SC_DTYPE_I64, 1, d, v);
+}
+
+#define F1(name, op)                                                      \
+  static int32_t name(sc_graph *g, const int32_t *p) { return op1(g, op, p[0]); }
+F1(f_neg, SC_OP_NEG)
+F1(f_exp, SC_OP_EXP)
+F1(f_log, SC_OP_LOG)
+F1(f_sqrt, SC_OP_SQRT)
+F1(f_reciprocal, SC_OP_RECIPROCAL)
+F1(f_relu, SC_OP_RELU)
+F1(f_sigmoid, SC_OP_SIGMOID)
+F1(f_tanh, SC_OP_TANH)
+F1(f_sin, SC_OP_SIN)
+F1(f_cos, SC_OP_COS)
+F1(f_abs, SC_OP_ABS)
+F1(f_identity, SC_OP_IDENTITY)
+#define F2(name, op)                                                      \
+  static int32_t name(sc_graph *g, const int32_t *p) { return op2(g, op, p[0], p[1]); }
+F2(f_add, SC_OP_ADD)
+F2(f_sub, SC_OP_SUB)
+F2(f_mul, SC_OP_MUL)
+F2(f_div, SC_OP_DIV)
+F2(f_pow, SC_OP_POW)
+F2(f_matmul, SC_OP_MATMUL)
+
+static int32_t f_leaky(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_LEAKY_RELU, p, 1, &n);
+  set_float(g, n, "alpha", 0.3);
+  return done(g, n, y);
+}
+static int32_t f_cast(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_CAST, p, 1, &n);
+  set_int(g, n, "to", 1); /* f32 */
+  y = done(g, n, y);
+  int32_t m, z = opn(g, SC_OP_CAST, &y, 1, &m);
+  set_int(g, m, "to", 11); /* back to f64 */
+  return done(g, m, z);
+}
+static int32_t f_sum3(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_SUM, p, 3, &n);
+  return done(g, n, y);
+}
+static int32_t f_gemm(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_GEMM, p, 3, &n);
+  set_float(g, n, "alpha", 0.7);
+  set_float(g, n, "beta", 1.3);
+  return done(g, n, y);
+}
+static int32_t f_gemm_t(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_GEMM, p, 3, &n);
+  set_int(g, n, "transA", 1);
+  set_int(g, n, "transB", 1);
+  set_float(g, n, "alpha", -1.5);
+  return done(g, n, y);
+}
+static int32_t f_reduce_sum(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_REDUCE_SUM, p, 1, &n);
+  set_ints(g, n, "axes", 1, (int64_t[]){1});
+  set_int(g, n, "keepdims", 0);
+  return done(g, n, y);
+}
+static int32_t f_reduce_mean(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_REDUCE_MEAN, p, 1, &n);
+  set_ints(g, n, "axes", 2, (int64_t[]){0, 2});
+  return done(g, n, y);
+}
+static int32_t f_softmax(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_SOFTMAX, p, 1, &n);
+  set_int(g, n, "axis", -1);
+  return done(g, n, y);
+}
+static int32_t f_log_softmax(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_LOG_SOFTMAX, p, 1, &n);
+  set_int(g, n, "axis", 1);
+  return done(g, n, y);
+}
+static int32_t f_reshape(sc_graph *g, const int32_t *p) {
+  return op2(g, SC_OP_RESHAPE, p[0], i64s(g, 2, (int64_t[]){3, -1}));
+}
+static int32_t f_flatten(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_FLATTEN, p, 1, &n);
+  set_int(g, n, "axis", 1);
+  return done(g, n, y);
+}
+static int32_t f_unsqueeze(sc_graph *g, const int32_t *p) {
+  int32_t u = op2(g, SC_OP_UNSQUEEZE, p[0], i64s(g, 1, (int64_t[]){1}));
+  return op2(g, SC_OP_SQUEEZE, op1(g, SC_OP_EXP, u), i64s(g, 1, (int64_t[]){1}));
+}
+static int32_t f_transpose(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_TRANSPOSE, p, 1, &n);
+  set_ints(g, n, "perm", 3, (int64_t[]){2, 0, 1});
+  return done(g, n, y);
+}
+static int32_t f_transpose_default(sc_graph *g, const int32_t *p) {
+  return op1(g, SC_OP_TRANSPOSE, p[0]);
+}
+static int32_t f_expand(sc_graph *g, const int32_t *p) {
+  return op2(g, SC_OP_EXPAND, p[0], i64s(g, 3, (int64_t[]){2, 2, 3}));
+}
+static int32_t f_concat(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_CONCAT, p, 2, &n);
+  set_int(g, n, "axis", 1);
+  return done(g, n, y);
+}
+static int32_t f_where(sc_graph *g, const int32_t *p) {
+  uint8_t c[6] = {1, 0, 0, 1, 1, 0};
+  int32_t cond = cst(g, SC_DTYPE_BOOL, 2, (int64_t[]){2, 3}, c);
+  int32_t n, y = opn(g, SC_OP_WHERE, (int32_t[]){cond, p[0], p[1]}, 3, &n);
+  return done(g, n, y);
+}
+/* fan-out: x·x + exp(x) − x reads x four times */
+static int32_t f_fanout(sc_graph *g, const int32_t *p) {
+  int32_t a = op2(g, SC_OP_MUL, p[0], p[0]);
+  return op2(g, SC_OP_SUB, op2(g, SC_OP_ADD, a, op1(g, SC_OP_EXP, p[0])), p[0]);
+}
+/* a two-layer MLP: tanh(x·W1 + b1)·W2 */
+static int32_t f_mlp(sc_graph *g, const int32_t *p) {
+  int32_t h = op1(g, SC_OP_TANH, op2(g, SC_OP_ADD, op2(g, SC_OP_MATMUL, p[0], p[1]), p[2]));
+  return op2(g, SC_OP_MATMUL, h, p[3]);
+}
+
+#define D(...) {__VA_ARGS__}
+static const gcase CASES[] = {
+    {"Neg", 1, {2}, {D(2, 3)}, -2, 2, 0, f_neg},
+    {"Exp", 1, {2}, {D(2, 3)}, -2, 2, 0, f_exp},
+    {"Log", 1, {2}, {D(2, 3)}, 0.2, 3, 0, f_log},
+    {"Sqrt", 1, {2}, {D(2, 3)}, 0.2, 3, 0, f_sqrt},
+    {"Reciprocal", 1, {2}, {D(2, 3)}, 0.3, 3, 0, f_reciprocal},
+    {"Relu", 1, {2}, {D(2, 3)}, -2, 2, 0, f_relu},
+    {"Sigmoid", 1, {2}, {D(2, 3)}, -3, 3, 0, f_sigmoid},
+    {"Tanh", 1, {2}, {D(2, 3)}, -2, 2, 0, f_tanh},
+    {"Sin", 1, {2}, {D(2, 3)}, -3, 3, 0, f_sin},
+    {"Cos", 1, {2}, {D(2, 3)}, -3, 3, 0, f_cos},
+    {"Abs", 1, {2}, {D(2, 3)}, -2, 2, 0, f_abs},
+    {"Identity", 1, {2}, {D(2, 3)}, -2, 2, 0, f_identity},
+    {"LeakyRelu", 1, {2}, {D(2, 3)}, -2, 2, 0, f_leaky},
+    {"Cast f64>f32>f64", 1, {2}, {D(2, 3)}, -2, 2, 1e-3, f_cast},
+    {"Add broadcast", 2, {2, 1}, {D(2, 3), D(3)}, -2, 2, 0, f_add},
+    {"Sub broadcast", 2, {2, 2}, {D(2, 3), D(2, 1)}, -2, 2, 0, f_sub},
+    {"Mul broadcast", 2, {2, 2}, {D(2, 3), D(1, 3)}, -2, 2, 0, f_mul},
+    {"Div broadcast", 2, {2, 1}, {D(2, 3), D(3)}, 0.3, 2, 0, f_div},
+    {"Pow base and exponent", 2, {2, 1}, {D(2, 3), D(3)}, 0.3, 2, 0, f_pow},
+    {"Sum of 3", 3, {2, 1, 0}, {D(2, 3), D(3), D(0)}, -2, 2, 0, f_sum3},
+    {"MatMul", 2, {2, 2}, {D(2, 3), D(3, 4)}, -2, 2, 0, f_matmul},
+    {"MatMul batched, broadcast weight", 2, {3, 2}, {D(2, 2, 3), D(3, 4)}, -2, 2, 0, f_matmul},
+    {"MatMul batched both", 2, {3, 3}, {D(2, 2, 3), D(1, 3, 2)}, -2, 2, 0, f_matmul},
+    {"MatMul 1-D A", 2, {1, 2}, {D(3), D(3, 4)}, -2, 2, 0, f_matmul},
+    {"MatMul 1-D B", 2, {2, 1}, {D(2, 3), D(3)}, -2, 2, 0, f_matmul},
+    {"MatMul 1-D both", 2, {1, 1}, {D(3), D(3)}, -2, 2, 0, f_matmul},
+    {"Gemm alpha beta", 3, {2, 2, 1}, {D(2, 3), D(3, 4), D(4)}, -2, 2, 0, f_gemm},
+    {"Gemm transA transB", 3, {2, 2, 2}, {D(3, 2), D(4, 3), D(2, 4)}, -2, 2, 0, f_gemm_t},
+    {"ReduceSum", 1, {3}, {D(2, 3, 2)}, -2, 2, 0, f_reduce_sum},
+    {"ReduceMean keepdims", 1, {3}, {D(2, 3, 2)}, -2, 2, 0, f_reduce_mean},
+    {"Softmax", 1, {2}, {D(2, 4)}, -2, 2, 0, f_softmax},
+    {"LogSoftmax middle axis", 1, {3}, {D(2, 3, 2)}, -2, 2, 0, f_log_softmax},
+    {"Reshape", 1, {2}, {D(2, 3)}, -2, 2, 0, f_reshape},
+    {"Flatten", 1, {3}, {D(2, 3, 2)}, -2, 2, 0, f_flatten},
+    {"Unsqueeze, Squeeze", 1, {2}, {D(2, 3)}, -2, 2, 0, f_unsqueeze},
+    {"Transpose", 1, {3}, {D(2, 3, 2)}, -2, 2, 0, f_transpose},
+    {"Transpose default", 1, {3}, {D(2, 3, 4)}, -2, 2, 0, f_transpose_default},
+    {"Expand", 1, {2}, {D(1, 3)}, -2, 2, 0, f_expand},
+    {"Concat", 2, {2, 2}, {D(2, 1), D(2, 2)}, -2, 2, 0, f_concat},
+    {"Where", 2, {2, 1}, {D(2, 3), D(3)}, -2, 2, 0, f_where},
+    {"fan-out", 1, {2}, {D(2, 3)}, -1, 1, 0, f_fanout},
+    {"MLP", 4, {2, 2, 1, 2}, {D(2, 3), D(3, 4), D(4), D(4, 2)}, -1, 1, 0, f_mlp},
+};
+
+/* ---- the harness ---- */
+
+static int64_t numel(int32_t rank, const int64_t *dims) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < rank; i++) n *= dims[i];
+  return n;
+}
+
+/* The case's graph with parameter data pd; L as a graph output. With
+ * grads: autodiff too. The graph is folded; *loss gets L. */
+static sc_graph *build(const gcase *k, double (*pd)[MAX_E], int32_t *grads, double *loss) {
+  sc_graph *g = sc_graph_create("grad");
+  assert_non_null(g);
+  g->opset = 18;
+  int32_t p[MAX_P];
+  for (int i = 0; i < k->n_params; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "p%d", i);
+    p[i] = sc_graph_add_value(g, name);
+    assert_true(p[i] >= 0);
+    int64_t n = numel(k->rank[i], k->dims[i]);
+    assert_int_equal(sc_value_set_data(g, p[i], SC_DTYPE_F64, k->rank[i], k->dims[i], pd[i],
+                                       (uint64_t)n * sizeof(double), true),
+                     SC_OK);
+    g->values[p[i]].flags |= SC_VALUE_PARAM;
+  }
+  int32_t y = k->fwd(g, p);
+  const sc_value *yv = &g->values[y];
+  double r[MAX_E];
+  uint64_t save = *tu_rng_state();
+  rng_seed(99);
+  int64_t ny = numel(yv->rank, yv->dims);
+  assert_true(ny <= MAX_E);
+  for (int64_t i = 0; i < ny; i++) r[i] = rnd_nz(-1, 1);
+  *tu_rng_state() = save;
+  int32_t rv = cst(g, SC_DTYPE_F64, yv->rank, yv->dims, r);
+  int32_t prod = op2(g, SC_OP_MUL, y, rv);
+  int32_t n, l = opn(g, SC_OP_REDUCE_SUM, &prod, 1, &n);
+  set_int(g, n, "keepdims", 0);
+  done(g, n, l);
+  assert_int_equal(sc_graph_add_output(g, l), SC_OK);
+  if (grads) {
+    sc_diag d = {0};
+    sc_diag_clear(&d);
+    if (sc_autodiff(g, l, p, k->n_params, grads, &d) != SC_OK)
+      fail_msg("%s: autodiff: %s", k->name, d.msg);
+  }
+  sc_pass_opts po;
+  sc_pass_opts_init(&po);
+  po.quiet = true;
+  if (sc_run_passes(g, "infer-shapes", &po) != SC_OK) fail_msg("%s: fold: %s", k->name, g->diag.msg);
+  const sc_value *lv = &g->values[l];
+  assert_non_null(lv->data);
+  *loss = sc_load_f64(lv->dtype, lv->data, 0);
+  return g;
+}
+
+static void check_case(const gcase *k) {
+  static double pd[MAX_P][MAX_E];
+  for (int i = 0; i < k->n_params; i++) {
+    int64_t n = numel(k->rank[i], k->dims[i]);
+    assert_true(n <= MAX_E);
+    for (int64_t e = 0; e < n; e++) {
+      double v;
+      do v = rnd(k->lo, k->hi);
+      while (fabs(v) < 0.1);
+      pd[i][e] = v;
+    }
+  }
+  int32_t grads[MAX_P];
+  double l0;
+  sc_graph *g = build(k, pd, grads, &l0);
+  assert_false(isnan(l0));
+  /* a loose case goes through f32: a step far above its rounding (the
+   * function is linear there, so the quotient stays exact) */
+  double tol = k->tol > 0 ? k->tol : 1e-6, h = k->tol > 0 ? 1e-2 : 1e-6;
+  for (int i = 0; i < k->n_params; i++) {
+    if (grads[i] < 0) fail_msg("%s: no gradient for p%d", k->name, i);
+    const sc_value *gv = &g->values[grads[i]];
+    char want_name[32];
+    snprintf(want_name, sizeof want_name, "grad:p%d", i);
+    assert_string_equal(gv->name, want_name);
+    assert_int_equal(gv->rank, k->rank[i]);
+    if (!gv->data) fail_msg("%s: the gradient of p%d did not fold", k->name, i);
+    int64_t n = numel(k->rank[i], k->dims[i]);
+    for (int64_t e = 0; e < n; e++) {
+      double keep = pd[i][e], lp, lm;
+      pd[i][e] = keep + h;
+      sc_graph_destroy(build(k, pd, NULL, &lp));
+      pd[i][e] = keep - h;
+      sc_graph_destroy(build(k, pd, NULL, &lm));
+      pd[i][e] = keep;
+      double fd = (lp - lm) / (2 * h), got = sc_load_f64(gv->dtype, gv->data, e);
+      if (isnan(got) || !(fabs(got - fd) <= tol * fmax(1.0, fabs(fd))))
+        fail_msg("%s: dL/dp%d[%lld] = %.12g, finite differences %.12g", k->name, i,
+                 (long long)e, got, fd);
+    }
+  }
+  sc_graph_destroy(g);
+}
+
+static void test_rules(void **state) {
+  (void)state;
+  rng_seed(7);
+  for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(&CASES[i]);
+}
+
+/* MatMul's two gradients are two separate MatMul nodes, and only the
+ * wanted one is built; the result verifies. */
+static void test_structure(void **state) {
+  (void)state;
+  sc_graph *g = sc_graph_create("s");
+  assert_non_null(g);
+  g->opset = 18;
+  int32_t a = inp(g, SC_DTYPE_F32, 2, (int64_t[]){2, 3});
+  float w[12];
+  for (int i = 0; i < 12; i++) w[i] = 0.1f * (float)(i + 1);
+  int32_t wv = cst(g, SC_DTYPE_F32, 2, (int64_t[]){3, 4}, w);
+  g->values[wv].flags |= SC_VALUE_PARAM;
+  int32_t y = op2(g, SC_OP_MATMUL, a, wv);
+  int32_t n, loss = opn(g, SC_OP_REDUCE_SUM, &y, 1, &n);
+  set_int(g, n, "keepdims", 0);
+  done(g, n, loss);
+  int32_t before = g->n_nodes, gw;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  /* the graph input a is not a parameter: only W needs a gradient */
+  assert_int_equal(sc_autodiff(g, loss, &wv, 1, &gw, &d), SC_OK);
+  assert_true(gw >= 0);
+  check_shape(g, gw, SC_DTYPE_F32, 2, (int64_t[]){3, 4});
+  int mm_nodes = 0;
+  for (int32_t i = before; i < g->n_nodes; i++) mm_nodes += g->nodes[i].op == SC_OP_MATMUL;
+  assert_int_equal(mm_nodes, 1); /* only dW: the input needs no gradient */
+  sc_graph_destroy(g);
+
+  /* both: two separate nodes */
+  g = sc_graph_create("s2");
+  g->opset = 18;
+  float av[6] = {1, 2, 3, 4, 5, 6};
+  int32_t ac = cst(g, SC_DTYPE_F32, 2, (int64_t[]){2, 3}, av);
+  g->values[ac].flags |= SC_VALUE_PARAM;
+  wv = cst(g, SC_DTYPE_F32, 2, (int64_t[]){3, 4}, w);
+  g->values[wv].flags |= SC_VALUE_PARAM;
+  y = op2(g, SC_OP_MATMUL, ac, wv);
+  loss = opn(g, SC_OP_REDUCE_SUM, &y, 1, &n);
+  set_int(g, n, "keepdims", 0);
+  done(g, n, loss);
+  before = g->n_nodes;
+  int32_t two[2] = {ac, wv}, g2[2];
+  assert_int_equal(sc_autodiff(g, loss, two, 2, g2, &d), SC_OK);
+  mm_nodes = 0;
+  for (int32_t i = before; i < g->n_nodes; i++) mm_nodes += g->nodes[i].op == SC_OP_MATMUL;
+  assert_int_equal(mm_nodes, 2);
+  assert_int_equal(sc_graph_verify(g, true), SC_OK);
+  sc_graph_destroy(g);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  /* Floor has no rule: the error names the node and the op */
+  sc_graph *g = sc_graph_create("e");
+  g->opset = 18;
+  double x[4] = {0.5, 1.5, -2.5, 3.5};
+  int32_t p = cst(g, SC_DTYPE_F64, 1, (int64_t[]){4}, x);
+  g->values[p].flags |= SC_VALUE_PARAM;
+  int32_t fl;
+  int32_t fn = node1(g, SC_OP_FLOOR, "the_floor", &p, 1, &fl);
+  assert_int_equal(infer(g, fn), SC_OK);
+  int32_t n, loss = opn(g, SC_OP_REDUCE_SUM, &fl, 1, &n);
+  set_int(g, n, "keepdims", 0);
+  done(g, n, loss);
+  int32_t gr;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_autodiff(g, loss, &p, 1, &gr, &d), SC_ERR_UNSUPPORTED);
+  assert_string_equal(d.node, "the_floor");
+  assert_string_equal(d.op, "Floor");
+  assert_non_null(strstr(d.msg, "no gradient rule"));
+  /* a loss that is not a scalar */
+  sc_diag_clear(&d);
+  assert_int_equal(sc_autodiff(g, fl, &p, 1, &gr, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, "scalar"));
+  sc_graph_destroy(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_rules),
+      cmocka_unit_test(test_structure),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
