@@ -129,6 +129,11 @@ static sc_status step_bind(job *j) {
   return SC_OK;
 }
 
+static sc_status step_train(job *j) {
+  if (!j->o->train) return SC_OK;
+  return sc_train_build(j->b->graph, j->o->train, &j->b->train, j->d);
+}
+
 static sc_status step_canonical(job *j) {
   sc_graph *g = j->b->graph;
   sc_pass_opts po = j->pass;
@@ -180,6 +185,7 @@ static const struct step {
     {"import", step_import},         /* ONNX → IR graph (frontend) */
     {"specialise", step_specialise}, /* frozen inputs → constants */
     {"bind", step_bind},             /* --dim (batch ÷ microbatches) */
+    {"train", step_train},           /* loss, autodiff, optimizer (passes/train.c) */
     {"canonical", step_canonical},   /* bind-dims, infer-shapes, fold, dce (passes) */
     {"partition", step_partition},   /* seeds, stages, localize, split (passes/partition) */
     {"codegen", step_codegen},       /* per stage: fuse, lower, memplan (codegen) */

@@ -7,6 +7,8 @@
  *   specialise    driver.c       inputs given as constants are frozen
  *   bind-dims     driver.c       --dim values (the batch divided by the
  *                                microbatch count) onto symbolic dims
+ *   train         passes/train.c the training step (loss, autodiff,
+ *                                optimizer), when asked for
  *   canonical     passes/        bind-dims, infer-shapes, fold, dce
  *   partition     passes/partition/  seeds, stages, localize, split
  *   codegen       codegen/       per stage: fuse, lower, memory plan
@@ -39,6 +41,7 @@
 #include "passes/pass.h"
 #include "passes/plan/plan.h"
 #include "passes/stats.h"
+#include "passes/train.h"
 
 /* A symbolic dim bound to a value (--dim NAME=V). */
 typedef struct sc_dim_value {
@@ -69,6 +72,9 @@ typedef struct sc_build_opts {
    * read from, named by errors about the plan, or NULL. */
   sc_plan *plan;
   const char *plan_file;
+  /* Training: the graph becomes one training step (passes/train.h) right
+   * after the dims are bound, before anything folds; NULL: inference. */
+  const sc_train_opts *train;
   bool codegen;                       /* false: stop after partitioning */
   bool stats;                         /* sc_stats_begin after binding */
   const sc_pass_opts *pass;           /* NULL: defaults */
@@ -87,6 +93,7 @@ typedef struct sc_build {
   sc_partition *part;           /* NULL for one rank */
   sc_stats stats;               /* when opts.stats */
   bool has_stats;
+  sc_train_info train;          /* with opts.train: the parameters */
   sc_dist_program *program;     /* NULL when opts.codegen is false; its
                                    weight sources borrow from graph */
   double seconds[8];            /* per pipeline step, in table order */

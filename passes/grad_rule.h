@@ -20,7 +20,8 @@
 
 typedef struct sc_grad_ctx {
   sc_graph *g;
-  int32_t node;           /* the forward node */
+  int32_t node;           /* the forward node; -1 for builders used outside
+                             a rule (nodes named "train/<k>") */
   const int32_t *dy;      /* [n_outputs] output gradients, -1: none */
   const bool *want;       /* [n_inputs] inputs that need a gradient */
   int32_t *dx;            /* [n_inputs] out: input gradients, -1: none */

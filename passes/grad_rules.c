@@ -40,9 +40,13 @@ const sc_node *gb_fwd(const sc_grad_ctx *c) { return &c->g->nodes[c->node]; }
 int32_t gb_begin(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, int32_t *node) {
   sc_graph *g = c->g;
   char name[512];
-  const char *fwd = gb_fwd(c)->name;
-  snprintf(name, sizeof name, "%s/grad/%d", fwd ? fwd : sc_op_name(gb_fwd(c)->op),
-           (int)(*c->counter)++);
+  if (c->node < 0) { /* a builder outside a rule: the training step's own nodes */
+    snprintf(name, sizeof name, "train/%d", (int)(*c->counter)++);
+  } else {
+    const char *fwd = gb_fwd(c)->name;
+    snprintf(name, sizeof name, "%s/grad/%d", fwd ? fwd : sc_op_name(gb_fwd(c)->op),
+             (int)(*c->counter)++);
+  }
   int32_t out = sc_graph_new_value(g, name);
   if (out < 0) return -1;
   *node = sc_graph_add_node(g, op, name, in, n_in, &out, 1);

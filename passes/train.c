@@ -1,0 +1,347 @@
+/* train.c — the training step as one graph (train.h, docs/training.md).
+ *
+ * In order: parameters become inputs; static shapes (bind-dims,
+ * infer-shapes, which can no longer fold anything derived from a weight);
+ * the loss; sc_autodiff; the global gradient norm and optional clipping;
+ * the optimizer update. Every node added here is built with the gradient
+ * builders (grad_rule.h), named "train/<k>", its shape inferred at once.
+ * Formulas are PyTorch's (torch.nn.functional.cross_entropy,
+ * torch.nn.utils.clip_grad_norm_, torch.optim.SGD, torch.optim.AdamW). */
+#include "passes/train.h"
+
+#include <fnmatch.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "passes/autodiff.h"
+#include "passes/grad_rule.h"
+#include "passes/pass.h"
+
+void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer) {
+  memset(o, 0, sizeof *o);
+  o->loss = SC_LOSS_CROSS_ENTROPY;
+  o->ignore_index = -100;
+  o->optimizer = optimizer;
+  o->beta1 = 0.9;
+  o->beta2 = 0.999;
+  o->eps = 1e-8;
+  o->weight_decay = optimizer == SC_OPTIMIZER_ADAMW ? 0.01 : 0.0;
+}
+
+static bool frozen(const sc_train_opts *o, const char *name) {
+  for (int32_t i = 0; i < o->n_freeze; i++)
+    if (o->freeze[i] && fnmatch(o->freeze[i], name, 0) == 0) return true;
+  return false;
+}
+
+static bool is_float(sc_dtype t) {
+  return sc_dtype_is_float(t) || t == SC_DTYPE_BF16 || t == SC_DTYPE_F16;
+}
+
+/* A new graph input of dtype t and shape dims, named exactly `name`. */
+static int32_t new_input(sc_graph *g, const char *name, sc_dtype t, int32_t rank,
+                         const int64_t *dims, sc_diag *d) {
+  if (sc_graph_find_value(g, name) >= 0) {
+    sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "the model already has a value named '%s'", name);
+    return -1;
+  }
+  int32_t v = sc_graph_add_value(g, name);
+  if (v < 0 || sc_value_set_shape(g, v, t, rank, dims) != SC_OK ||
+      sc_graph_add_input(g, v) != SC_OK) {
+    sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_NOMEM, NULL, NULL, "%s",
+                g->diag.msg);
+    return -1;
+  }
+  return v;
+}
+
+/* x as a graph output named exactly `name` (an Identity). */
+static int32_t new_output(sc_grad_ctx *c, const char *name, int32_t x, sc_diag *d) {
+  sc_graph *g = c->g;
+  if (x < 0) return -1;
+  if (sc_graph_find_value(g, name) >= 0) {
+    sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "the model already has a value named '%s'", name);
+    return -1;
+  }
+  int32_t out = sc_graph_add_value(g, name);
+  int32_t node = out < 0 ? -1 : sc_graph_add_node(g, SC_OP_IDENTITY, name, &x, 1, &out, 1);
+  if (node < 0 || sc_ops[SC_OP_IDENTITY].infer(g, &g->nodes[node]) != SC_OK ||
+      sc_graph_add_output(g, out) != SC_OK) {
+    sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_NOMEM, NULL, NULL, "%s",
+                g->diag.msg);
+    return -1;
+  }
+  return out;
+}
+
+/* Builder failures carry g->diag; name the step that failed. */
+static sc_status built(sc_graph *g, int32_t v, const char *what, sc_diag *d) {
+  if (v >= 0) return SC_OK;
+  if (d->status != SC_OK) return d->status;
+  return sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_INVALID, NULL, NULL,
+                     "training step: %s: %s", what, g->diag.msg);
+}
+
+/* Parameters: float initializers with data, not frozen, become inputs. */
+static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info *info,
+                             sc_diag *d) {
+  int32_t n = 0;
+  for (int32_t v = 0; v < g->n_values; v++) {
+    const sc_value *x = &g->values[v];
+    if ((x->flags & SC_VALUE_PARAM) && (x->flags & SC_VALUE_CONST) && x->data &&
+        is_float(x->dtype) && x->name && !frozen(o, x->name))
+      n++;
+  }
+  info->params = sc_arena_array(&g->arena, (size_t)n + 1, sizeof *info->params);
+  if (!info->params) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  info->n_params = 0;
+  int32_t nv = g->n_values;
+  for (int32_t v = 0; v < nv; v++) {
+    sc_value *x = &g->values[v];
+    if (!((x->flags & SC_VALUE_PARAM) && (x->flags & SC_VALUE_CONST) && x->data &&
+          is_float(x->dtype) && x->name && !frozen(o, x->name)))
+      continue;
+    sc_train_param *p = &info->params[info->n_params++];
+    int64_t numel = 1;
+    for (int32_t k = 0; k < x->rank; k++) numel *= x->dims[k];
+    *p = (sc_train_param){.name = x->name, .input = v, .grad = -1, .init = x->data,
+                          .numel = numel};
+    x->data = NULL; /* the initial value stays alive with the graph */
+    x->data_bytes = 0;
+    x->data_kind = SC_DATA_NONE;
+    x->flags &= ~(uint32_t)(SC_VALUE_CONST | SC_VALUE_PARAM);
+    if (sc_graph_add_input(g, v) != SC_OK)
+      return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  return SC_OK;
+}
+
+static int32_t find_output(const sc_graph *g, const char *name) {
+  if (!name) return g->n_outputs == 1 ? g->outputs[0] : -1;
+  for (int32_t i = 0; i < g->n_outputs; i++) {
+    const char *n = g->values[g->outputs[i]].name;
+    if (n && strcmp(n, name) == 0) return g->outputs[i];
+  }
+  return -1;
+}
+
+/* PyTorch's cross_entropy(logits, labels, ignore_index), reduction mean. */
+static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts *o,
+                             sc_diag *d) {
+  sc_graph *g = c->g;
+  sc_value lv = g->values[logits];
+  if (lv.rank < 1 || !is_float(lv.dtype)) {
+    sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                "cross-entropy: the logits '%s' must be a float tensor of rank >= 1",
+                lv.name ? lv.name : "?");
+    return -1;
+  }
+  int32_t labels = new_input(g, "labels", SC_DTYPE_I64, lv.rank - 1, lv.dims, d);
+  if (labels < 0) return -1;
+  int64_t last = lv.rank - 1, minus1 = -1, v = lv.dims[last];
+  int32_t n, logp = gb_begin(c, SC_OP_LOG_SOFTMAX, &logits, 1, &n);
+  sc_attr *ax = logp < 0 ? NULL : sc_node_add_attr(g, n, "axis", SC_ATTR_INT);
+  if (!ax) return -1;
+  ax->i = -1;
+  logp = gb_end(c, n, logp);
+  int64_t zero = 0, one = 1;
+  /* the class ids Range(0, V, 1) */
+  int32_t r0 = sc_graph_new_value(g, "train_c"), r1 = sc_graph_new_value(g, "train_c"),
+          r2 = sc_graph_new_value(g, "train_c");
+  if (r0 < 0 || r1 < 0 || r2 < 0 ||
+      sc_value_set_data(g, r0, SC_DTYPE_I64, 0, NULL, &zero, sizeof zero, true) != SC_OK ||
+      sc_value_set_data(g, r1, SC_DTYPE_I64, 0, NULL, &v, sizeof v, true) != SC_OK ||
+      sc_value_set_data(g, r2, SC_DTYPE_I64, 0, NULL, &one, sizeof one, true) != SC_OK)
+    return -1;
+  int32_t cls = gb_op(c, SC_OP_RANGE, (int32_t[]){r0, r1, r2}, 3);
+  int32_t lab = gb_2(c, SC_OP_UNSQUEEZE, labels, gb_ints(c, &minus1, 1));
+  int32_t hit = gb_2(c, SC_OP_EQUAL, lab, cls);
+  int32_t cn, onehot = gb_begin(c, SC_OP_CAST, &hit, 1, &cn);
+  sc_attr *to = onehot < 0 ? NULL : sc_node_add_attr(g, cn, "to", SC_ATTR_INT);
+  if (!to) return -1;
+  to->i = sc_dtype_to_onnx(lv.dtype);
+  onehot = gb_end(c, cn, onehot);
+  int32_t picked = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, logp, onehot), &last, 1, false);
+  int64_t ig = o->ignore_index;
+  int32_t igc = sc_graph_new_value(g, "train_c");
+  if (igc < 0 || sc_value_set_data(g, igc, SC_DTYPE_I64, 0, NULL, &ig, sizeof ig, true) != SC_OK)
+    return -1;
+  int32_t keep = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_EQUAL, labels, igc));
+  int32_t vn, valid = gb_begin(c, SC_OP_CAST, &keep, 1, &vn);
+  to = valid < 0 ? NULL : sc_node_add_attr(g, vn, "to", SC_ATTR_INT);
+  if (!to) return -1;
+  to->i = sc_dtype_to_onnx(lv.dtype);
+  valid = gb_end(c, vn, valid);
+  int64_t all[SC_MAX_RANK];
+  for (int32_t k = 0; k < lv.rank - 1; k++) all[k] = k;
+  int32_t num = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, picked, valid), all, lv.rank - 1, false);
+  int32_t den = gb_reduce_sum(c, valid, all, lv.rank - 1, false);
+  return gb_1(c, SC_OP_NEG, gb_2(c, SC_OP_DIV, num, den));
+}
+
+/* mean((logits − targets)²) over every element. */
+static int32_t mse(sc_grad_ctx *c, int32_t y, sc_diag *d) {
+  sc_graph *g = c->g;
+  sc_value yv = g->values[y];
+  int32_t t = new_input(g, "targets", yv.dtype, yv.rank, yv.dims, d);
+  if (t < 0) return -1;
+  int32_t diff = gb_2(c, SC_OP_SUB, y, t);
+  int32_t n, m = gb_begin(c, SC_OP_REDUCE_MEAN, (int32_t[]){gb_2(c, SC_OP_MUL, diff, diff)}, 1, &n);
+  sc_attr *k = m < 0 ? NULL : sc_node_add_attr(g, n, "keepdims", SC_ATTR_INT);
+  if (!k) return -1;
+  k->i = 0;
+  return gb_end(c, n, m);
+}
+
+static int32_t scalar_input(sc_graph *g, const char *name, sc_dtype t, sc_diag *d) {
+  return new_input(g, name, t, 0, NULL, d);
+}
+
+/* The state input S of parameter p (zeros at the start) and its output. */
+static int32_t state_input(sc_graph *g, const sc_train_param *p, const char *suffix, sc_diag *d) {
+  char name[512];
+  snprintf(name, sizeof name, "%s.%s", p->name, suffix);
+  const sc_value *x = &g->values[p->input];
+  return new_input(g, name, x->dtype, x->rank, x->dims, d);
+}
+
+static sc_status state_output(sc_grad_ctx *c, const sc_train_param *p, const char *suffix,
+                              int32_t v, sc_diag *d) {
+  char name[512];
+  snprintf(name, sizeof name, "new:%s.%s", p->name, suffix);
+  return new_output(c, name, v, d) < 0 ? (d->status ? d->status : SC_ERR_INVALID) : SC_OK;
+}
+
+/* One parameter's update; gr its (clipped) gradient. */
+static sc_status update(sc_grad_ctx *c, const sc_train_opts *o, const sc_train_param *p,
+                        int32_t gr, int32_t lr, int32_t bc1, int32_t bc2, sc_diag *d) {
+  sc_graph *g = c->g;
+  int32_t x = p->input;
+  sc_dtype t = g->values[x].dtype;
+  int32_t np = -1;
+  if (o->optimizer == SC_OPTIMIZER_SGD) {
+    if (o->weight_decay != 0)
+      gr = gb_2(c, SC_OP_ADD, gr, gb_2(c, SC_OP_MUL, x, gb_scalar(c, t, o->weight_decay)));
+    if (o->momentum != 0) {
+      int32_t buf = state_input(g, p, "momentum_buffer", d);
+      if (buf < 0) return d->status;
+      int32_t nb = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, buf, gb_scalar(c, t, o->momentum)), gr);
+      sc_status st = state_output(c, p, "momentum_buffer", nb, d);
+      if (st != SC_OK) return st;
+      gr = o->nesterov ? gb_2(c, SC_OP_ADD, gr, gb_2(c, SC_OP_MUL, nb, gb_scalar(c, t, o->momentum)))
+                       : nb;
+    }
+    np = gb_2(c, SC_OP_SUB, x, gb_2(c, SC_OP_MUL, gr, lr));
+  } else {
+    int32_t m = state_input(g, p, "exp_avg", d), v = m < 0 ? -1 : state_input(g, p, "exp_avg_sq", d);
+    if (v < 0) return d->status;
+    int32_t decayed =
+        o->weight_decay != 0
+            ? gb_2(c, SC_OP_MUL, x,
+                   gb_2(c, SC_OP_SUB, gb_scalar(c, t, 1.0),
+                        gb_2(c, SC_OP_MUL, lr, gb_scalar(c, t, o->weight_decay))))
+            : x;
+    int32_t nm = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, m, gb_scalar(c, t, o->beta1)),
+                      gb_2(c, SC_OP_MUL, gr, gb_scalar(c, t, 1.0 - o->beta1)));
+    int32_t nv = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, v, gb_scalar(c, t, o->beta2)),
+                      gb_2(c, SC_OP_MUL, gb_2(c, SC_OP_MUL, gr, gr),
+                           gb_scalar(c, t, 1.0 - o->beta2)));
+    /* p −= (lr / bc1) · m / (sqrt(v) / sqrt(bc2) + eps) */
+    int32_t denom = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_DIV, gb_1(c, SC_OP_SQRT, nv), gb_1(c, SC_OP_SQRT, bc2)),
+                         gb_scalar(c, t, o->eps));
+    int32_t stepv = gb_2(c, SC_OP_MUL, gb_2(c, SC_OP_DIV, lr, bc1), gb_2(c, SC_OP_DIV, nm, denom));
+    np = gb_2(c, SC_OP_SUB, decayed, stepv);
+    sc_status st = state_output(c, p, "exp_avg", nm, d);
+    if (st == SC_OK) st = state_output(c, p, "exp_avg_sq", nv, d);
+    if (st != SC_OK) return st;
+  }
+  char name[512];
+  snprintf(name, sizeof name, "new:%s", p->name);
+  if (built(g, np, p->name, d) != SC_OK) return d->status;
+  return new_output(c, name, np, d) < 0 ? (d->status ? d->status : SC_ERR_INVALID) : SC_OK;
+}
+
+sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d) {
+  memset(info, 0, sizeof *info);
+  sc_status st = take_params(g, o, info, d);
+  if (st != SC_OK) return st;
+  sc_pass_opts po;
+  sc_pass_opts_init(&po);
+  po.quiet = true;
+  if (sc_run_passes(g, "bind-dims,infer-shapes", &po) != SC_OK) {
+    *d = g->diag;
+    return d->status;
+  }
+  int32_t counter = 0;
+  sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
+  int32_t y = find_output(g, o->logits);
+  if (y < 0 && o->logits)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the model has no output named '%s'",
+                       o->logits);
+  if (y < 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "the model has %d outputs: name the one the loss reads (--logits NAME)",
+                       (int)g->n_outputs);
+  int32_t loss = o->loss == SC_LOSS_CROSS_ENTROPY ? cross_entropy(&c, y, o, d)
+                 : o->loss == SC_LOSS_MSE         ? mse(&c, y, d)
+                                                  : y;
+  if ((st = built(g, loss, "the loss", d)) != SC_OK) return st;
+  int32_t loss_out = new_output(&c, "loss", loss, d);
+  if ((st = built(g, loss_out, "the loss output", d)) != SC_OK) return st;
+
+  int32_t *params = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *params);
+  int32_t *grads = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *grads);
+  if (!params || !grads) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t k = 0; k < info->n_params; k++) params[k] = info->params[k].input;
+  if ((st = sc_autodiff(g, loss, params, info->n_params, grads, d)) != SC_OK) return st;
+
+  /* the global gradient norm, and clipping by it */
+  int32_t norm2 = -1;
+  sc_dtype t = g->values[loss].dtype;
+  for (int32_t k = 0; k < info->n_params; k++) {
+    info->params[k].grad = grads[k];
+    if (grads[k] < 0) continue;
+    info->n_trainable++;
+    info->trainable_numel += info->params[k].numel;
+    const sc_value *gv = &g->values[grads[k]];
+    int64_t axes[SC_MAX_RANK];
+    for (int32_t a = 0; a < gv->rank; a++) axes[a] = a;
+    int32_t sq = gb_2(&c, SC_OP_MUL, grads[k], grads[k]);
+    int32_t s = gb_reduce_sum(&c, sq, axes, gv->rank, false);
+    if (gv->dtype != t) {
+      int32_t cn, cs = gb_begin(&c, SC_OP_CAST, &s, 1, &cn);
+      sc_attr *to = cs < 0 ? NULL : sc_node_add_attr(g, cn, "to", SC_ATTR_INT);
+      if (!to) return built(g, -1, "gradient norm", d);
+      to->i = sc_dtype_to_onnx(t);
+      s = gb_end(&c, cn, cs);
+    }
+    norm2 = norm2 < 0 ? s : gb_2(&c, SC_OP_ADD, norm2, s);
+    if ((st = built(g, norm2, "gradient norm", d)) != SC_OK) return st;
+  }
+  if (info->n_trainable == 0)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "no trainable parameter: the loss depends on no float initializer "
+                       "(or all are frozen)");
+  int32_t norm = gb_1(&c, SC_OP_SQRT, norm2);
+  if ((st = built(g, new_output(&c, "train:grad_norm", norm, d), "gradient norm", d)) != SC_OK)
+    return st;
+  int32_t coef = -1;
+  if (o->clip_grad_norm > 0) {
+    int32_t q = gb_2(&c, SC_OP_DIV, gb_scalar(&c, t, o->clip_grad_norm),
+                     gb_2(&c, SC_OP_ADD, norm, gb_scalar(&c, t, 1e-6)));
+    coef = gb_op(&c, SC_OP_MIN, (int32_t[]){q, gb_scalar(&c, t, 1.0)}, 2);
+    if ((st = built(g, coef, "clipping", d)) != SC_OK) return st;
+  }
+  int32_t lr = scalar_input(g, "train:lr", t, d);
+  int32_t bc1 = lr < 0 ? -1 : scalar_input(g, "train:bc1", t, d);
+  int32_t bc2 = bc1 < 0 ? -1 : scalar_input(g, "train:bc2", t, d);
+  if (bc2 < 0) return d->status;
+  for (int32_t k = 0; k < info->n_params; k++) {
+    const sc_train_param *p = &info->params[k];
+    if (p->grad < 0) continue;
+    int32_t gr = p->grad;
+    if (coef >= 0) gr = gb_2(&c, SC_OP_MUL, gr, coef);
+    if ((st = update(&c, o, p, gr, lr, bc1, bc2, d)) != SC_OK) return st;
+  }
+  return SC_OK;
+}

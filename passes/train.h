@@ -1,0 +1,75 @@
+/* train.h — the training step as one graph (docs/training.md).
+ *
+ * sc_train_build turns an imported, dim-bound inference graph (before any
+ * shape inference or folding, so that nothing derived from a weight is
+ * folded into a constant) into the graph of one training step:
+ *
+ *   params     every float initializer with data, not matched by a
+ *              --freeze glob, becomes a graph input (its initial value is
+ *              kept in the info); after autodiff, those the loss does not
+ *              reach are reported as untrainable and stay constant inputs
+ *   loss       cross-entropy (PyTorch's: softmax over the last axis of the
+ *              logits, mean over positions whose label is not
+ *              ignore_index; labels a new int64 input "labels"), mse (mean
+ *              of the squared difference with a new input "targets" of the
+ *              logits' shape), or an existing scalar output; a graph
+ *              output "loss"
+ *   backward   sc_autodiff
+ *   clipping   optional: every gradient scaled by min(1, max_norm /
+ *              (‖g‖ + 1e-6)) over the global norm (torch's
+ *              clip_grad_norm_); "train:grad_norm" is an output either way
+ *   update     PyTorch's SGD (momentum, dampening 0, Nesterov, weight
+ *              decay) or AdamW (bias correction, decoupled weight decay),
+ *              composed of elementwise ops that fusion turns into one
+ *              kernel per parameter. Scalar inputs "train:lr",
+ *              "train:bc1" = 1 − β1^t and "train:bc2" = 1 − β2^t change per
+ *              step without recompiling.
+ *
+ * Names: parameter P is input P and output "new:P"; its optimizer state S
+ * ("P.momentum_buffer", "P.exp_avg", "P.exp_avg_sq") is input S (zero at
+ * the start) and output "new:S". The forward graph's outputs stay outputs.
+ * Errors name the node or value (the autodiff's, a missing logits output,
+ * a loss that is not a scalar). */
+#ifndef SC_PASSES_TRAIN_H
+#define SC_PASSES_TRAIN_H
+
+#include "ir/ir.h"
+
+typedef enum sc_loss_kind { SC_LOSS_CROSS_ENTROPY, SC_LOSS_MSE, SC_LOSS_OUTPUT } sc_loss_kind;
+typedef enum sc_optimizer_kind { SC_OPTIMIZER_SGD, SC_OPTIMIZER_ADAMW } sc_optimizer_kind;
+
+typedef struct sc_train_opts {
+  sc_loss_kind loss;
+  const char *logits;           /* output read by the loss (NULL: the only
+                                   output); the loss itself for
+                                   SC_LOSS_OUTPUT */
+  int64_t ignore_index;         /* cross-entropy; PyTorch's default −100 */
+  const char *const *freeze;    /* globs (fnmatch) of initializers kept fixed */
+  int32_t n_freeze;
+  sc_optimizer_kind optimizer;
+  double momentum, weight_decay; /* SGD: 0, 0; AdamW weight_decay 0.01 */
+  bool nesterov;
+  double beta1, beta2, eps;     /* AdamW: 0.9, 0.999, 1e-8 */
+  double clip_grad_norm;        /* 0: no clipping */
+} sc_train_opts;
+/* PyTorch's defaults for opt's optimizer (call after setting it). */
+void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer);
+
+typedef struct sc_train_param {
+  const char *name;             /* the initializer's (and input's) name */
+  int32_t input;                /* its input value */
+  int32_t grad;                 /* its gradient, -1: the loss does not reach it */
+  const void *init;             /* its initial data (borrowed from the model) */
+  int64_t numel;
+} sc_train_param;
+
+typedef struct sc_train_info {
+  int32_t n_params;
+  sc_train_param *params;       /* in the graph's arena */
+  int32_t n_trainable;          /* params with a gradient */
+  int64_t trainable_numel;
+} sc_train_info;
+
+sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d);
+
+#endif

@@ -1,0 +1,200 @@
+/* trainer.c — steps of a compiled training program (trainer.h).
+ *
+ * At creation every program input is classified once, by name: a scalar
+ * of the step (lr, bc1, bc2), state (it has an output "new:<name>"; host
+ * buffer owned here), or data. A step fills one input view array in
+ * program order, runs the session, and copies the "new:" outputs back. */
+#include "runtime/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { IN_DATA, IN_STATE, IN_LR, IN_BC1, IN_BC2 };
+
+struct sc_trainer {
+  const sc_program *p;
+  sc_session *s;
+  int32_t n_in, n_out;
+  int8_t *kind;            /* [n_in] IN_* */
+  int32_t *new_of;         /* [n_in] output index of "new:<name>", or -1 */
+  void **state;            /* [n_in] host buffers of state inputs */
+  int32_t *data_inputs;    /* [n_data] input indices of the data */
+  int32_t n_data;
+  int32_t loss_out, norm_out; /* output indices, or -1 */
+  sc_tensor_view *in, *out;
+  double beta1, beta2;
+};
+
+static const sc_buffer *input_buf(const sc_program *p, int32_t i) {
+  return &p->buffers[p->inputs[i]];
+}
+static const sc_buffer *output_buf(const sc_program *p, int32_t j) {
+  return &p->buffers[p->outputs[j]];
+}
+
+static int32_t find_output(const sc_program *p, const char *prefix, const char *name) {
+  size_t n = strlen(prefix);
+  for (int32_t j = 0; j < p->n_outputs; j++) {
+    const char *o = output_buf(p, j)->name;
+    if (o && strncmp(o, prefix, n) == 0 && strcmp(o + n, name) == 0) return j;
+  }
+  return -1;
+}
+
+void sc_trainer_destroy(sc_trainer *t) {
+  if (!t) return;
+  sc_session_destroy(t->s);
+  for (int32_t i = 0; t->state && i < t->n_in; i++) sc_free(t->state[i]);
+  sc_free(t->state);
+  sc_free(t->kind);
+  sc_free(t->new_of);
+  sc_free(t->data_inputs);
+  sc_free(t->in);
+  sc_free(t->out);
+  sc_free(t);
+}
+
+/* "P.momentum_buffer", "P.exp_avg", "P.exp_avg_sq" (passes/train.h). */
+static bool is_optimizer_state(const char *name) {
+  static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
+  size_t n = strlen(name);
+  for (size_t k = 0; k < sizeof suffix / sizeof *suffix; k++) {
+    size_t m = strlen(suffix[k]);
+    if (n > m && strcmp(name + n - m, suffix[k]) == 0) return true;
+  }
+  return false;
+}
+
+static const sc_tensor_view *find_view(const sc_tensor_view *v, int32_t n, const char *name) {
+  for (int32_t i = 0; name && i < n; i++)
+    if (v[i].name && strcmp(v[i].name, name) == 0) return &v[i];
+  return NULL;
+}
+
+/* v has b's dtype and dims. */
+static bool matches(const sc_tensor_view *v, const sc_buffer *b) {
+  if (v->dtype != b->dtype || v->rank != b->rank) return false;
+  for (int32_t k = 0; k < b->rank; k++)
+    if (v->dims[k] != b->dims[k]) return false;
+  return true;
+}
+
+sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int32_t n_init,
+                            const sc_trainer_opts *o, sc_trainer **out, sc_diag *d) {
+  *out = NULL;
+  sc_trainer *t = sc_calloc(1, sizeof *t);
+  if (!t) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  t->p = p;
+  t->n_in = p->n_inputs;
+  t->n_out = p->n_outputs;
+  t->beta1 = o && o->beta1 > 0 ? o->beta1 : 0.9;
+  t->beta2 = o && o->beta2 > 0 ? o->beta2 : 0.999;
+  size_t ni = (size_t)t->n_in + 1, no = (size_t)t->n_out + 1;
+  t->kind = sc_calloc(ni, sizeof *t->kind);
+  t->new_of = sc_calloc(ni, sizeof *t->new_of);
+  t->state = sc_calloc(ni, sizeof *t->state);
+  t->data_inputs = sc_calloc(ni, sizeof *t->data_inputs);
+  t->in = sc_calloc(ni, sizeof *t->in);
+  t->out = sc_calloc(no, sizeof *t->out);
+  sc_status st = t->kind && t->new_of && t->state && t->data_inputs && t->in && t->out
+                     ? SC_OK
+                     : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  t->loss_out = find_output(p, "", "loss");
+  t->norm_out = find_output(p, "", "train:grad_norm");
+  if (st == SC_OK && t->loss_out < 0)
+    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a training program: no 'loss' output");
+  for (int32_t i = 0; st == SC_OK && i < t->n_in; i++) {
+    const sc_buffer *b = input_buf(p, i);
+    const char *name = b->name ? b->name : "";
+    t->new_of[i] = find_output(p, "new:", name);
+    t->in[i] = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank};
+    memcpy(t->in[i].dims, b->dims, sizeof t->in[i].dims);
+    if (strcmp(name, "train:lr") == 0) t->kind[i] = IN_LR;
+    else if (strcmp(name, "train:bc1") == 0) t->kind[i] = IN_BC1;
+    else if (strcmp(name, "train:bc2") == 0) t->kind[i] = IN_BC2;
+    else if (t->new_of[i] >= 0) t->kind[i] = IN_STATE;
+    else t->kind[i] = IN_DATA;
+    if (t->kind[i] == IN_LR || t->kind[i] == IN_BC1 || t->kind[i] == IN_BC2 ||
+        t->kind[i] == IN_STATE) {
+      t->state[i] = sc_calloc(b->bytes > 0 ? (size_t)b->bytes : 1, 1);
+      if (!t->state[i]) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      t->in[i].data = t->state[i];
+    }
+    if (st == SC_OK && t->kind[i] == IN_STATE) {
+      const sc_tensor_view *v = find_view(init, n_init, name);
+      bool optimizer_state = !v && is_optimizer_state(name); /* zeros at the start */
+      if (v && !matches(v, b))
+        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "initial value of '%s': not the program's dtype or shape", name);
+      else if (v)
+        memcpy(t->state[i], v->data, (size_t)b->bytes);
+      else if (!optimizer_state)
+        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "parameter '%s' has no initial value",
+                         name);
+    }
+    if (t->kind[i] == IN_DATA) t->data_inputs[t->n_data++] = i;
+  }
+  if (st == SC_OK) {
+    sc_session_opts so;
+    sc_session_opts_init(&so);
+    so.threads = o ? o->threads : 0;
+    st = sc_session_create(p, &so, &t->s, d);
+  }
+  if (st != SC_OK) {
+    sc_trainer_destroy(t);
+    return st;
+  }
+  *out = t;
+  return SC_OK;
+}
+
+int32_t sc_trainer_n_data(const sc_trainer *t) { return t->n_data; }
+const sc_buffer *sc_trainer_data(const sc_trainer *t, int32_t i) {
+  return i >= 0 && i < t->n_data ? input_buf(t->p, t->data_inputs[i]) : NULL;
+}
+
+const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buffer **b) {
+  for (int32_t i = 0; name && i < t->n_in; i++) {
+    const sc_buffer *x = input_buf(t->p, i);
+    if (t->kind[i] == IN_STATE && x->name && strcmp(x->name, name) == 0) {
+      if (b) *b = x;
+      return t->state[i];
+    }
+  }
+  return NULL;
+}
+
+static double scalar_of(const sc_tensor_view *v) { return sc_load_f64(v->dtype, v->data, 0); }
+
+sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
+                          int64_t step, double *loss, double *grad_norm, sc_diag *d) {
+  if (step < 1) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "step %lld", (long long)step);
+  for (int32_t i = 0; i < t->n_in; i++) {
+    const sc_buffer *b = input_buf(t->p, i);
+    switch (t->kind[i]) {
+    case IN_LR: sc_store_f64(b->dtype, t->state[i], 0, lr); break;
+    case IN_BC1: sc_store_f64(b->dtype, t->state[i], 0, 1.0 - pow(t->beta1, (double)step)); break;
+    case IN_BC2: sc_store_f64(b->dtype, t->state[i], 0, 1.0 - pow(t->beta2, (double)step)); break;
+    case IN_DATA: {
+      const sc_tensor_view *v = find_view(data, n_data, b->name);
+      if (!v) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "data '%s' is missing", b->name);
+      if (!matches(v, b))
+        return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                           "data '%s': expected %s of rank %d and the program's dims", b->name,
+                           sc_dtype_name(b->dtype), (int)b->rank);
+      t->in[i].data = v->data;
+      break;
+    }
+    default: break;
+    }
+  }
+  sc_status st = sc_session_run(t->s, t->in, t->n_in, t->out, t->n_out, d);
+  if (st != SC_OK) return st;
+  for (int32_t i = 0; i < t->n_in; i++)
+    if (t->kind[i] == IN_STATE)
+      memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
+  if (loss) *loss = scalar_of(&t->out[t->loss_out]);
+  if (grad_norm) *grad_norm = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : NAN;
+  return SC_OK;
+}

@@ -1,0 +1,47 @@
+/* trainer.h — running the steps of a compiled training program.
+ *
+ * The program is one training step (passes/train.h names its inputs and
+ * outputs): each input X that has an output "new:X" is training state (a
+ * parameter, or optimizer state such as "P.exp_avg"), kept here in host
+ * memory between steps; "train:lr", "train:bc1", "train:bc2" are the
+ * per-step scalars (the learning rate, and AdamW's bias corrections
+ * 1 − β^t); every other input is data the caller gives each step (the
+ * model's inputs, "labels" or "targets"). A step copies the state and
+ * data into the session's inputs, runs the program once, reads "loss" and
+ * "train:grad_norm", and copies every "new:X" back into X: the next step
+ * sees the updated state. Parameters start from the initial values given
+ * at creation; optimizer state starts at zero (PyTorch's first SGD
+ * momentum step and AdamW's zero moments agree with that).
+ *
+ * Errors: a parameter without an initial value, data missing or of the
+ * wrong dtype or shape (named), a failing run. One thread at a time. */
+#ifndef SC_RUNTIME_TRAINER_H
+#define SC_RUNTIME_TRAINER_H
+
+#include "runtime/runtime.h"
+
+typedef struct sc_trainer sc_trainer;
+
+typedef struct sc_trainer_opts {
+  int threads;         /* 0: all cores */
+  double beta1, beta2; /* for the bias corrections (AdamW); 0: 0.9, 0.999 */
+} sc_trainer_opts;
+
+/* init: initial values of the parameters, by name (copied). The program
+ * must outlive the trainer. */
+sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int32_t n_init,
+                            const sc_trainer_opts *o, sc_trainer **out, sc_diag *d);
+/* One step (step >= 1 counts the optimizer steps for bias correction).
+ * data: the data inputs by name. loss, grad_norm: NULL or out. */
+sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
+                          int64_t step, double *loss, double *grad_norm, sc_diag *d);
+/* The data inputs the program takes: i-th name, dtype and dims (for the
+ * caller's checks); count. */
+int32_t sc_trainer_n_data(const sc_trainer *t);
+const sc_buffer *sc_trainer_data(const sc_trainer *t, int32_t i);
+/* The current value of state `name` (a parameter or optimizer state), or
+ * NULL; its buffer description through *b when not NULL. */
+const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buffer **b);
+void sc_trainer_destroy(sc_trainer *t);
+
+#endif
