@@ -167,8 +167,19 @@ const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buf
 
 static double scalar_of(const sc_tensor_view *v) { return sc_load_f64(v->dtype, v->data, 0); }
 
+double sc_lr_at(sc_lr_schedule s, double lr, double min_lr, int64_t warmup, int64_t total,
+                int64_t step) {
+  if (warmup > 0 && step <= warmup) return lr * (double)step / (double)warmup;
+  if (s == SC_LR_CONSTANT || total <= warmup) return lr;
+  double f = (double)(step - warmup) / (double)(total - warmup); /* 0 .. 1 */
+  if (f > 1) f = 1;
+  double k = s == SC_LR_COSINE ? 0.5 * (1.0 + cos(M_PI * f)) : 1.0 - f;
+  return min_lr + (lr - min_lr) * k;
+}
+
 sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
-                          int64_t step, double *loss, double *grad_norm, sc_diag *d) {
+                          int64_t step, bool keep_nonfinite, double *loss, double *grad_norm,
+                          bool *applied, sc_diag *d) {
   if (step < 1) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "step %lld", (long long)step);
   for (int32_t i = 0; i < t->n_in; i++) {
     const sc_buffer *b = input_buf(t->p, i);
@@ -191,10 +202,14 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
   }
   sc_status st = sc_session_run(t->s, t->in, t->n_in, t->out, t->n_out, d);
   if (st != SC_OK) return st;
-  for (int32_t i = 0; i < t->n_in; i++)
+  double l = scalar_of(&t->out[t->loss_out]);
+  double n = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : 0.0;
+  bool keep = keep_nonfinite || (isfinite(l) && isfinite(n));
+  for (int32_t i = 0; keep && i < t->n_in; i++)
     if (t->kind[i] == IN_STATE)
       memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
-  if (loss) *loss = scalar_of(&t->out[t->loss_out]);
-  if (grad_norm) *grad_norm = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : NAN;
+  if (loss) *loss = l;
+  if (grad_norm) *grad_norm = t->norm_out >= 0 ? n : NAN;
+  if (applied) *applied = keep;
   return SC_OK;
 }

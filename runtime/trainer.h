@@ -32,9 +32,24 @@ typedef struct sc_trainer_opts {
 sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int32_t n_init,
                             const sc_trainer_opts *o, sc_trainer **out, sc_diag *d);
 /* One step (step >= 1 counts the optimizer steps for bias correction).
- * data: the data inputs by name. loss, grad_norm: NULL or out. */
+ * data: the data inputs by name. loss, grad_norm: NULL or out. The new
+ * state is kept only when the loss and the gradient norm are finite, or
+ * always when keep_nonfinite (so a non-finite step can be skipped: the
+ * state stays as it was, *applied false). */
 sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
-                          int64_t step, double *loss, double *grad_norm, sc_diag *d);
+                          int64_t step, bool keep_nonfinite, double *loss, double *grad_norm,
+                          bool *applied, sc_diag *d);
+
+/* Learning-rate schedules (as PyTorch users build them with LambdaLR):
+ * constant; or a linear warm-up from 0 over `warmup` steps, then cosine
+ * or linear decay from lr to min_lr at step `total`. step >= 1. */
+typedef enum sc_lr_schedule {
+  SC_LR_CONSTANT,
+  SC_LR_COSINE,
+  SC_LR_LINEAR
+} sc_lr_schedule;
+double sc_lr_at(sc_lr_schedule s, double lr, double min_lr, int64_t warmup, int64_t total,
+                int64_t step);
 /* The data inputs the program takes: i-th name, dtype and dims (for the
  * caller's checks); count. */
 int32_t sc_trainer_n_data(const sc_trainer *t);

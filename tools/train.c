@@ -9,9 +9,9 @@
  * (i−1)·B … i·B−1, wrapping around, B the bound batch dim. Labels are
  * checked before step 1: each in [0, classes) or the ignore index.
  *
- * Not yet here (docs/training.md): learning-rate schedules, gradient
- * accumulation, mixed precision, checkpoints, --list-params' frozen
- * report, export. */
+ * Not yet here (docs/training.md): gradient accumulation, mixed
+ * precision, checkpoints, export. A value that is not finite is written
+ * as null in the JSON log (a skipped step also says "skipped": true). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +30,9 @@ static const char *const USAGE =
     "                       [--ignore-index N] [--dim NAME=V]... [--steps N]\n"
     "                       [--optimizer sgd|adamw] [--lr X] [--momentum M] [--nesterov]\n"
     "                       [--weight-decay W] [--betas B1,B2] [--eps E]\n"
-    "                       [--clip-grad-norm X] [--freeze GLOB]... [--log-json FILE]\n"
+    "                       [--clip-grad-norm X] [--lr-schedule constant|cosine|linear]\n"
+    "                       [--warmup-steps W] [--min-lr X] [--on-nan stop|skip]\n"
+    "                       [--freeze GLOB]... [--log-json FILE]\n"
     "                       [--threads N] [--list-params] [--quiet]";
 
 enum { MAX_DATA = 64, MAX_FREEZE = 64, MAX_ARGS = 1024 };
@@ -44,8 +46,10 @@ typedef struct train_args {
   int n_freeze;
   sc_train_opts t;
   bool optimizer_given, wd_given, list_params, quiet;
-  int64_t steps;
-  double lr;
+  int64_t steps, warmup;
+  double lr, min_lr;
+  sc_lr_schedule schedule;
+  bool skip_nan;                 /* --on-nan skip */
   int threads;
 } train_args;
 
@@ -148,6 +152,27 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
     } else if (VALUE("--betas")) {
       if (!missing && sscanf(v, "%lf,%lf", &a->t.beta1, &a->t.beta2) != 2)
         return sc_cli_usage_error("--betas expects B1,B2, got '%s'", v);
+    } else if (VALUE("--lr-schedule")) {
+      if (missing) {
+      } else if (strcmp(v, "constant") == 0) {
+        a->schedule = SC_LR_CONSTANT;
+      } else if (strcmp(v, "cosine") == 0) {
+        a->schedule = SC_LR_COSINE;
+      } else if (strcmp(v, "linear") == 0) {
+        a->schedule = SC_LR_LINEAR;
+      } else {
+        return sc_cli_usage_error("--lr-schedule expects constant, cosine or linear, got '%s'",
+                                  v);
+      }
+    } else if (VALUE("--warmup-steps")) {
+      if (!missing && !sc_cli_parse_i64(v, 0, INT64_MAX / 2, &a->warmup))
+        return sc_cli_usage_error("--warmup-steps expects a non-negative integer, got '%s'", v);
+    } else if (VALUE("--min-lr")) {
+      if (!missing) rc = parse_double("--min-lr", v, &a->min_lr);
+    } else if (VALUE("--on-nan")) {
+      if (!missing && strcmp(v, "stop") != 0 && strcmp(v, "skip") != 0)
+        return sc_cli_usage_error("--on-nan expects stop or skip, got '%s'", v);
+      if (!missing) a->skip_nan = strcmp(v, "skip") == 0;
     } else if (strcmp(arg, "--nesterov") == 0) {
       a->t.nesterov = true;
     } else if (strcmp(arg, "--list-params") == 0) {
@@ -184,6 +209,11 @@ static void print_help(void) {
          "  --momentum M, --nesterov, --weight-decay W (sgd 0, adamw 0.01),\n"
          "  --betas B1,B2 (0.9,0.999), --eps E (1e-8)\n"
          "  --clip-grad-norm X     scale gradients to a global norm of at most X\n"
+         "  --lr-schedule KIND     constant (default), or cosine / linear decay to --min-lr\n"
+         "                         (default 0) at --steps, after --warmup-steps W of\n"
+         "                         linear warm-up from 0 (default 0)\n"
+         "  --on-nan stop|skip     a non-finite loss or gradient: end with an error naming\n"
+         "                         the step (default), or skip that step's update\n"
          "  --freeze GLOB          keep matching initializers fixed (repeatable)\n"
          "  --log-json FILE        one JSON object per step\n"
          "  --list-params          print the trainable parameters and stop\n"
@@ -374,22 +404,30 @@ int sc_cmd_train(int argc, char **argv) {
   for (int64_t step = 1; step <= a.steps; step++) {
     fill_batch(ds, n_ds, step);
     double loss = 0, norm = 0, t0 = now_ms();
-    if (sc_trainer_step(tr, batch, n_ds, a.lr, step, &loss, &norm, &d) != SC_OK) {
+    double lr = sc_lr_at(a.schedule, a.lr, a.min_lr, a.warmup, a.steps, step);
+    bool applied = true;
+    if (sc_trainer_step(tr, batch, n_ds, lr, step, false, &loss, &norm, &applied, &d) != SC_OK) {
       rc = sc_cli_report(&d, o.file);
       goto done;
     }
     double ms = now_ms() - t0;
-    if (!isfinite(loss)) {
-      fprintf(stderr, "shardc: error: step %lld: the loss is %g\n", (long long)step, loss);
+    if (!applied && !a.skip_nan) {
+      fprintf(stderr, "shardc: error: step %lld: the loss is %g and the gradient norm %g "
+              "(--on-nan skip skips such steps)\n", (long long)step, loss, norm);
       rc = 1;
       goto done;
     }
     if (!a.quiet)
-      printf("step %lld/%lld  loss %.6f  lr %g  grad_norm %.4g  %.2f ms\n", (long long)step,
-             (long long)a.steps, loss, a.lr, norm, ms);
-    if (log)
-      fprintf(log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, "
-              "\"time_ms\": %.4f}\n", (long long)step, loss, a.lr, norm, ms);
+      printf("step %lld/%lld  loss %.6f  lr %.3g  grad_norm %.4g  %.2f ms%s\n", (long long)step,
+             (long long)a.steps, loss, lr, norm, ms, applied ? "" : "  (skipped: not finite)");
+    if (log) { /* JSON has no NaN or infinity: null */
+      char ls[32] = "null", ns[32] = "null";
+      if (isfinite(loss)) snprintf(ls, sizeof ls, "%.9g", loss);
+      if (isfinite(norm)) snprintf(ns, sizeof ns, "%.9g", norm);
+      fprintf(log, "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
+              "\"time_ms\": %.4f%s}\n", (long long)step, ls, lr, ns, ms,
+              applied ? "" : ", \"skipped\": true");
+    }
   }
 done:
   if (log && fclose(log) != 0 && !rc) {

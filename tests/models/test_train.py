@@ -79,11 +79,22 @@ def forward_backward(w, x, loss_kind, lab, tgt, ignore=-100):
     return loss, g
 
 
-def reference(x, lab, tgt, loss_kind, opt, steps, batch, lr, clip=0.0):
+def lr_at(sched, lr, min_lr, warmup, total, step):
+    if warmup > 0 and step <= warmup:
+        return lr * step / warmup
+    if sched == "constant" or total <= warmup:
+        return lr
+    f = min(1.0, (step - warmup) / (total - warmup))
+    k = 0.5 * (1 + np.cos(np.pi * f)) if sched == "cosine" else 1 - f
+    return min_lr + (lr - min_lr) * k
+
+
+def reference(x, lab, tgt, loss_kind, opt, steps, batch, lr0, clip=0.0, sched=None):
     w = weights()
     state = {k: {} for k in w}
     out = []
     for step in range(1, steps + 1):
+        lr = lr_at(*sched, steps, step) if sched else lr0
         rows = [((step - 1) * batch + r) % len(x) for r in range(batch)]
         loss, g = forward_backward(w, x[rows], loss_kind, lab[rows] if lab is not None else None,
                                    tgt[rows] if tgt is not None else None)
@@ -142,8 +153,15 @@ def main():
              0.1, 0.0, ["--optimizer", "sgd", "--loss", "mse"]),
             ("adamw, clip 0.5, ce", "ce", {"kind": "adamw", "wd": 0.01}, 3e-3, 0.5,
              ["--optimizer", "adamw", "--clip-grad-norm", "0.5"]),
+            ("sgd momentum, cosine schedule with warm-up, ce", "ce",
+             {"kind": "sgd", "momentum": 0.9, "nesterov": False, "wd": 0}, 0.05, 0.0,
+             ["--optimizer", "sgd", "--momentum", "0.9", "--lr-schedule", "cosine",
+              "--warmup-steps", "3", "--min-lr", "0.001"]),
+            ("adamw, linear schedule, ce", "ce", {"kind": "adamw", "wd": 0.01}, 3e-3, 0.0,
+             ["--optimizer", "adamw", "--lr-schedule", "linear"]),
         ]
-        for name, loss_kind, opt, lr, clip, flags in cases:
+        scheds = {3: ("cosine", 0.05, 0.001, 3), 4: ("linear", 3e-3, 0.0, 0)}
+        for ci, (name, loss_kind, opt, lr, clip, flags) in enumerate(cases):
             log = os.path.join(tmp, "log.jsonl")
             data = ["--data", "x=" + xf] + (["--labels", lf] if loss_kind == "ce" else
                                             ["--targets", tf])
@@ -153,7 +171,12 @@ def main():
                 continue
             got = [json.loads(line) for line in open(log)]
             want = reference(x.astype(np.float64), lab, tgt.astype(np.float64), loss_kind, opt,
-                             steps, batch, lr, clip)
+                             steps, batch, lr, clip, scheds.get(ci))
+            for gline in got:  # the logged learning rate is the schedule's
+                s = scheds.get(ci)
+                ref = lr_at(*s, steps, gline["step"]) if s else lr
+                check(abs(gline["lr"] - ref) <= 1e-9 + 1e-6 * ref,
+                      f"{name}: step {gline['step']} lr {gline['lr']} vs {ref}")
             check(len(got) == steps, f"{name}: {len(got)} log lines for {steps} steps")
             worst = 0.0
             for (wl, wn), gline in zip(want, got):
@@ -173,6 +196,19 @@ def main():
             first, last = np.mean(losses[:5]), np.mean(losses[-5:])
             check(last < 0.5 * first, f"the loss does not fall: {first:.3f} -> {last:.3f}")
             print(f"ok: loss falls {first:.3f} -> {last:.3f} over 60 steps")
+
+        # a diverging run: stop (the default) names the step; skip keeps going
+        r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "6",
+                 "--lr", "1e30", "--quiet"])
+        check(r.returncode == 1 and "step " in r.stderr and "not finite" not in r.stderr,
+              f"--on-nan stop: {r.returncode} {r.stderr[-300:]}")
+        log = os.path.join(tmp, "nan.jsonl")
+        r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "6",
+                 "--lr", "1e30", "--on-nan", "skip", "--log-json", log, "--quiet"])
+        if check(r.returncode == 0, f"--on-nan skip: {r.returncode} {r.stderr[-300:]}"):
+            lines = [json.loads(line) for line in open(log)]
+            check(len(lines) == 6 and any(ln.get("skipped") for ln in lines),
+                  f"--on-nan skip: no skipped step in {lines}")
 
         r = run(["--list-params", "--dim", "batch=8"])
         check(r.returncode == 0 and "0.weight" in r.stdout and "26,122 parameters" in r.stdout,
