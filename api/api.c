@@ -11,6 +11,7 @@
  * program, compiled (the build owns it) or loaded (it owns its files). */
 #include "shardc.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +23,7 @@
 #include "passes/stats.h"
 #include "runtime/dist.h"
 #include "runtime/dist_load.h"
+#include "runtime/trainer.h"
 
 struct sc_model {
   sc_graph *g;        /* NULL when the load failed */
@@ -456,4 +458,198 @@ void sc_executable_free(sc_executable *e) {
   sc_free(e->archs);
   sc_free(e->model);
   sc_free(e);
+}
+
+/* ---- training ---- */
+
+void sc_training_settings_init(sc_training_settings *s, const char *optimizer) {
+  memset(s, 0, sizeof *s);
+  bool adamw = optimizer && strcmp(optimizer, "adamw") == 0;
+  sc_train_opts o;
+  sc_train_opts_init(&o, adamw ? SC_OPTIMIZER_ADAMW : SC_OPTIMIZER_SGD);
+  s->loss = "cross-entropy";
+  s->ignore_index = o.ignore_index;
+  s->optimizer = adamw ? "adamw" : "sgd";
+  s->weight_decay = o.weight_decay;
+  s->beta1 = o.beta1;
+  s->beta2 = o.beta2;
+  s->eps = o.eps;
+}
+
+struct sc_training {
+  sc_build *build;
+  sc_trainer *trainer;
+  int64_t steps;
+  sc_diag diag;
+  char error[2048];
+};
+
+static sc_status train_fail(sc_training *t, const sc_diag *d) {
+  t->diag = *d;
+  return d->status;
+}
+
+/* The public settings as the pass's options. */
+static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, sc_diag *d) {
+  bool adamw = s->optimizer && strcmp(s->optimizer, "adamw") == 0;
+  if (s->optimizer && !adamw && strcmp(s->optimizer, "sgd") != 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "optimizer '%s': expected sgd or adamw",
+                       s->optimizer);
+  sc_train_opts_init(o, adamw ? SC_OPTIMIZER_ADAMW : SC_OPTIMIZER_SGD);
+  const char *loss = s->loss ? s->loss : "cross-entropy";
+  o->logits = s->logits;
+  if (strcmp(loss, "cross-entropy") == 0) o->loss = SC_LOSS_CROSS_ENTROPY;
+  else if (strcmp(loss, "mse") == 0) o->loss = SC_LOSS_MSE;
+  else if (strncmp(loss, "output:", 7) == 0 && loss[7]) {
+    o->loss = SC_LOSS_OUTPUT;
+    o->logits = loss + 7;
+  } else
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "loss '%s': expected cross-entropy, mse or output:NAME", loss);
+  o->ignore_index = s->ignore_index;
+  o->momentum = s->momentum;
+  o->nesterov = s->nesterov;
+  o->weight_decay = s->weight_decay;
+  o->beta1 = s->beta1;
+  o->beta2 = s->beta2;
+  o->eps = s->eps;
+  o->clip_grad_norm = s->clip_grad_norm;
+  o->freeze = s->freeze;
+  o->n_freeze = s->n_freeze;
+  if (s->weight_decay < 0 || s->momentum < 0 || s->beta1 < 0 || s->beta1 >= 1 ||
+      s->beta2 < 0 || s->beta2 >= 1 || s->eps < 0 || s->clip_grad_norm < 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "training settings out of range (negative, or a beta not in [0, 1))");
+  return SC_OK;
+}
+
+sc_status sc_training_create(const char *model_path, const sc_training_settings *s,
+                             sc_training **out) {
+  if (!out) return SC_ERR_USAGE;
+  sc_training *t = *out = sc_calloc(1, sizeof *t);
+  if (!t) return SC_ERR_NOMEM;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_train_opts o;
+  sc_status st = !s ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no settings")
+                    : train_opts_of(s, &o, &d);
+  sc_dim_value dv[MAX_DIMS];
+  if (st == SC_OK && (s->n_dims < 0 || s->n_dims > MAX_DIMS || (s->n_dims && !s->dims)))
+    st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "bad dims (at most %d)", MAX_DIMS);
+  for (int32_t i = 0; st == SC_OK && i < s->n_dims; i++) {
+    if (!s->dims[i].name || s->dims[i].value <= 0)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "dim %d needs a name and a value > 0",
+                       (int)i);
+    dv[i] = (sc_dim_value){s->dims[i].name, s->dims[i].value};
+  }
+  if (st == SC_OK) {
+    sc_build_opts bo;
+    sc_build_opts_init(&bo);
+    sc_pass_opts po;
+    sc_pass_opts_init(&po);
+    po.quiet = true;
+    sc_compile_opts co;
+    sc_compile_opts_init(&co);
+    co.quiet = true;
+    bo.model = model_path;
+    bo.dims = dv;
+    bo.n_dims = s->n_dims;
+    bo.train = &o;
+    bo.pass = &po;
+    bo.compile = &co;
+    st = !model_path ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no model path")
+                     : sc_build_run(&bo, &t->build, &d);
+  }
+  if (st == SC_OK) {
+    const sc_train_info *info = &t->build->train;
+    sc_tensor_view *init = sc_calloc((size_t)info->n_params + 1, sizeof *init);
+    if (!init) st = sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    for (int32_t k = 0; init && k < info->n_params; k++) {
+      const sc_value *v = &t->build->graph->values[info->params[k].input];
+      init[k] = (sc_tensor_view){.name = info->params[k].name, .dtype = v->dtype,
+                                 .rank = v->rank, .data = (void *)info->params[k].init};
+      memcpy(init[k].dims, v->dims, sizeof init[k].dims);
+    }
+    sc_trainer_opts to = {.threads = s->threads, .beta1 = o.beta1, .beta2 = o.beta2};
+    if (st == SC_OK)
+      st = sc_trainer_create(t->build->program->stages[0].program, init, info->n_params, &to,
+                             &t->trainer, &d);
+    sc_free(init);
+  }
+  if (st != SC_OK) {
+    if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
+    return train_fail(t, &d);
+  }
+  return SC_OK;
+}
+
+sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n_data,
+                           double lr, double *loss, double *grad_norm) {
+  if (!t) return SC_ERR_USAGE;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (!t->trainer)
+    return train_fail(t, &(sc_diag){.status = SC_ERR_USAGE, .msg = "nothing built"});
+  if (n_data < 0 || n_data > MAX_TENSORS || (n_data && !data) || !isfinite(lr)) {
+    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "bad data or learning rate");
+    return train_fail(t, &d);
+  }
+  sc_tensor_view *in = sc_calloc((size_t)n_data + 1, sizeof *in);
+  if (!in) return train_fail(t, &(sc_diag){.status = SC_ERR_NOMEM, .msg = "out of memory"});
+  sc_status st = SC_OK;
+  for (int32_t i = 0; st == SC_OK && i < n_data; i++) {
+    sc_dtype dt = sc_dtype_from_onnx(data[i].dtype);
+    if (!data[i].name || dt == SC_DTYPE_COUNT || data[i].rank < 0 || data[i].rank > SC_MAX_RANK)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                       "data %d: needs a name, a known ONNX dtype and rank <= %d", (int)i,
+                       SC_MAX_RANK);
+    in[i] = (sc_tensor_view){.name = data[i].name, .dtype = dt, .rank = data[i].rank,
+                             .data = data[i].data};
+    memcpy(in[i].dims, data[i].dims, sizeof in[i].dims);
+  }
+  double l = 0, n = 0;
+  bool applied = true;
+  if (st == SC_OK)
+    st = sc_trainer_step(t->trainer, in, n_data, lr, t->steps + 1, false, &l, &n, &applied, &d);
+  sc_free(in);
+  if (st == SC_OK && !applied)
+    st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
+                     "step %lld: the loss is %g and the gradient norm %g: not applied",
+                     (long long)(t->steps + 1), l, n);
+  if (loss) *loss = l;
+  if (grad_norm) *grad_norm = n;
+  if (st != SC_OK) return train_fail(t, &d);
+  t->steps++;
+  return SC_OK;
+}
+
+int64_t sc_training_steps_done(const sc_training *t) { return t ? t->steps : 0; }
+
+sc_status sc_training_tensor(const sc_training *t, const char *name, sc_host_tensor *out) {
+  if (!t || !t->trainer || !name || !out) return SC_ERR_USAGE;
+  const sc_buffer *b = NULL;
+  const void *data = sc_trainer_state(t->trainer, name, &b);
+  if (!data) return SC_ERR_USAGE;
+  memset(out, 0, sizeof *out);
+  out->name = b->name;
+  out->dtype = sc_dtype_to_onnx(b->dtype);
+  out->rank = b->rank;
+  memcpy(out->dims, b->dims, sizeof out->dims);
+  out->data = (void *)data;
+  return SC_OK;
+}
+
+const char *sc_training_error(const sc_training *t) {
+  if (!t) return "out of memory";
+  sc_training *m = (sc_training *)t; /* the buffer is a cache */
+  if (t->diag.status == SC_OK) return "";
+  sc_diag_format(&t->diag, m->error, sizeof m->error);
+  return m->error;
+}
+
+void sc_training_free(sc_training *t) {
+  if (!t) return;
+  sc_trainer_destroy(t->trainer);
+  sc_build_destroy(t->build);
+  sc_free(t);
 }

@@ -210,6 +210,59 @@ void sc_host_tensors_free(sc_host_tensor *t, int32_t n);
 const char *sc_executable_error(const sc_executable *e);
 void sc_executable_free(sc_executable *e); /* NULL is fine */
 
+/* ---- training on one rank (docs/training.md) ----
+ *
+ *     sc_training_settings s;
+ *     sc_training_settings_init(&s, "adamw");     // PyTorch's defaults
+ *     s.dims = dims; s.n_dims = 1;                  // the batch per step
+ *     sc_training *t = NULL;
+ *     if (sc_training_create("mlp.onnx", &s, &t) != SC_OK) ... sc_training_error(t)
+ *     sc_host_tensor batch[2] = {{"x", SC_ONNX_FLOAT, 2, {8, 64}, x},
+ *                                {"labels", SC_ONNX_INT64, 1, {8}, labels}};
+ *     double loss;
+ *     for (int i = 0; i < 100; i++) sc_training_step(t, batch, 2, 1e-3, &loss, NULL);
+ *     sc_training_free(t);
+ *
+ * The loss reads the model's only output (or `logits`): "cross-entropy"
+ * takes an int64 input "labels" (the logits' shape without the last dim),
+ * "mse" a float input "targets" (the logits' shape); "output:NAME" uses
+ * the model's own scalar. */
+typedef struct sc_training_settings {
+  const sc_dim_binding *dims;
+  int32_t n_dims;
+  const char *loss;            /* "cross-entropy" (default), "mse", "output:NAME" */
+  const char *logits;          /* the output the loss reads; NULL: the only one */
+  int64_t ignore_index;        /* cross-entropy: −100 */
+  const char *optimizer;       /* "sgd" or "adamw" */
+  double momentum, weight_decay, beta1, beta2, eps;
+  bool nesterov;
+  double clip_grad_norm;       /* 0: none */
+  const char *const *freeze;   /* globs of initializers kept fixed */
+  int32_t n_freeze;
+  int threads;                 /* 0: all cores */
+} sc_training_settings;
+/* PyTorch's defaults for optimizer "sgd" or "adamw" (lr is per step). */
+void sc_training_settings_init(sc_training_settings *s, const char *optimizer);
+
+typedef struct sc_training sc_training; /* opaque */
+
+/* Builds and compiles the training step. Same failure convention as
+ * sc_compile: *out holds the error unless memory ran out. */
+sc_status sc_training_create(const char *model_path, const sc_training_settings *s,
+                             sc_training **out);
+/* One optimizer step on one batch (the data inputs by name, their first
+ * dim the bound batch); loss and grad_norm (before clipping) out, or NULL.
+ * A non-finite loss or norm: SC_ERR_INVALID and no update. */
+sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n_data,
+                           double lr, double *loss, double *grad_norm);
+int64_t sc_training_steps_done(const sc_training *t);
+/* The current value of a parameter (or optimizer state such as
+ * "NAME.exp_avg"): out->data points into the training's memory, valid
+ * until the next step. SC_ERR_USAGE for an unknown name. */
+sc_status sc_training_tensor(const sc_training *t, const char *name, sc_host_tensor *out);
+const char *sc_training_error(const sc_training *t);
+void sc_training_free(sc_training *t); /* NULL is fine */
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,7 +8,8 @@
  * same bytes; a CUDA executable saved (PTX written) but refused at run
  * time; and the errors: an unknown mesh axis, a plan without a mesh,
  * parallel options without one, a missing bundle, a wrong output count,
- * an unknown dtype code. Inputs are seeded random, never zeros. */
+ * an unknown dtype code. Training: AdamW steps on the MLP (see
+ * test_training). Inputs are seeded random, never zeros. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -200,8 +201,63 @@ static void test_errors(void **state) {
   assert_string_equal(sc_executable_error(NULL), "out of memory");
 }
 
+/* Training through the API: AdamW on the MLP learns random labels of 8
+ * examples (the loss falls below a third of its start in 40 steps), the
+ * weights change, and the errors: an unknown optimizer, missing labels. */
+static void test_training(void **state) {
+  (void)state;
+  srand(11);
+  static float x[8 * 64];
+  int64_t labels[8];
+  for (int i = 0; i < 8 * 64; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+  for (int i = 0; i < 8; i++) labels[i] = rand() % 10;
+  sc_dim_binding dims[] = {{"batch", 8}};
+  sc_training_settings s;
+  sc_training_settings_init(&s, "adamw");
+  assert_string_equal(s.optimizer, "adamw");
+  assert_true(s.weight_decay == 0.01 && s.beta2 == 0.999 && s.ignore_index == -100);
+  s.dims = dims;
+  s.n_dims = 1;
+  sc_training *t = NULL;
+  if (sc_training_create(MLP, &s, &t) != SC_OK) fail_msg("create: %s", sc_training_error(t));
+  sc_host_tensor w0;
+  assert_int_equal(sc_training_tensor(t, "0.weight", &w0), SC_OK);
+  assert_int_equal(w0.rank, 2);
+  assert_int_equal(w0.dims[0], 128);
+  float first = ((const float *)w0.data)[0];
+  sc_host_tensor batch[2] = {{"x", SC_ONNX_FLOAT, 2, {8, 64}, x},
+                             {"labels", SC_ONNX_INT64, 1, {8}, labels}};
+  double loss0 = 0, loss = 0, norm = 0;
+  for (int i = 0; i < 40; i++) {
+    if (sc_training_step(t, batch, 2, 1e-2, &loss, &norm) != SC_OK)
+      fail_msg("step %d: %s", i + 1, sc_training_error(t));
+    assert_false(isnan(loss));
+    assert_true(norm > 0);
+    if (i == 0) loss0 = loss;
+  }
+  assert_int_equal(sc_training_steps_done(t), 40);
+  if (!(loss < loss0 / 3)) fail_msg("the loss went from %g to %g", loss0, loss);
+  assert_int_equal(sc_training_tensor(t, "0.weight", &w0), SC_OK);
+  assert_true(((const float *)w0.data)[0] != first);
+  sc_host_tensor m;
+  assert_int_equal(sc_training_tensor(t, "0.weight.exp_avg", &m), SC_OK);
+  assert_int_equal(sc_training_tensor(t, "no.such", &m), SC_ERR_USAGE);
+  /* labels missing: an error naming them, no update */
+  assert_int_not_equal(sc_training_step(t, batch, 1, 1e-2, NULL, NULL), SC_OK);
+  assert_non_null(strstr(sc_training_error(t), "labels"));
+  assert_int_equal(sc_training_steps_done(t), 40);
+  sc_training_free(t);
+
+  sc_training_settings_init(&s, "sgd");
+  s.optimizer = "lion";
+  assert_int_equal(sc_training_create(MLP, &s, &t), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_training_error(t), "lion"));
+  sc_training_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_training),
       cmocka_unit_test(test_compile_run),
       cmocka_unit_test(test_cuda_target),
       cmocka_unit_test(test_errors),
