@@ -298,7 +298,22 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   /* the global gradient norm, and clipping by it */
   int32_t norm2 = -1;
   sc_dtype t = g->values[loss].dtype;
+  int32_t accum = o->grad_accum > 1 ? o->grad_accum : 1;
   for (int32_t k = 0; k < info->n_params; k++) {
+    if (grads[k] >= 0 && accum > 1) { /* the step's sum so far, this one added, mean of K */
+      const sc_train_param *p = &info->params[k];
+      char name[512];
+      snprintf(name, sizeof name, "accum:%s", p->name);
+      const sc_value *x = &g->values[p->input];
+      int32_t acc = new_input(g, name, x->dtype, x->rank, x->dims, d);
+      if (acc < 0) return d->status;
+      int32_t sum = gb_2(&c, SC_OP_ADD, acc, grads[k]);
+      snprintf(name, sizeof name, "new:accum:%s", p->name);
+      if ((st = built(g, new_output(&c, name, sum, d), "gradient accumulation", d)) != SC_OK)
+        return st;
+      grads[k] = gb_2(&c, SC_OP_MUL, sum, gb_scalar(&c, x->dtype, 1.0 / accum));
+      if ((st = built(g, grads[k], "gradient accumulation", d)) != SC_OK) return st;
+    }
     info->params[k].grad = grads[k];
     if (grads[k] < 0) continue;
     info->n_trainable++;

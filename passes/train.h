@@ -25,6 +25,13 @@
  *              "train:bc1" = 1 − β1^t and "train:bc2" = 1 − β2^t change per
  *              step without recompiling.
  *
+ * Gradient accumulation (grad_accum K > 1): each run is one microbatch;
+ * input "accum:P" holds the sum of P's gradients over the step's earlier
+ * microbatches and output "new:accum:P" adds this one's; the update (and
+ * the norm, and clipping) use that sum divided by K, PyTorch's loss / K
+ * accumulated over K backward passes. The runtime keeps the update of the
+ * last microbatch only (runtime/trainer.h).
+ *
  * Names: parameter P is input P and output "new:P"; its optimizer state S
  * ("P.momentum_buffer", "P.exp_avg", "P.exp_avg_sq") is input S (zero at
  * the start) and output "new:S". The forward graph's outputs stay outputs.
@@ -51,6 +58,8 @@ typedef struct sc_train_opts {
   bool nesterov;
   double beta1, beta2, eps;     /* AdamW: 0.9, 0.999, 1e-8 */
   double clip_grad_norm;        /* 0: no clipping */
+  int32_t grad_accum;           /* microbatches per optimizer step (>= 1;
+                                   0 counts as 1) */
 } sc_train_opts;
 /* PyTorch's defaults for opt's optimizer (call after setting it). */
 void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer);

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { IN_DATA, IN_STATE, IN_LR, IN_BC1, IN_BC2 };
+enum { IN_DATA, IN_STATE, IN_ACCUM, IN_LR, IN_BC1, IN_BC2 };
 
 struct sc_trainer {
   const sc_program *p;
@@ -113,10 +113,10 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
     if (strcmp(name, "train:lr") == 0) t->kind[i] = IN_LR;
     else if (strcmp(name, "train:bc1") == 0) t->kind[i] = IN_BC1;
     else if (strcmp(name, "train:bc2") == 0) t->kind[i] = IN_BC2;
+    else if (t->new_of[i] >= 0 && strncmp(name, "accum:", 6) == 0) t->kind[i] = IN_ACCUM;
     else if (t->new_of[i] >= 0) t->kind[i] = IN_STATE;
     else t->kind[i] = IN_DATA;
-    if (t->kind[i] == IN_LR || t->kind[i] == IN_BC1 || t->kind[i] == IN_BC2 ||
-        t->kind[i] == IN_STATE) {
+    if (t->kind[i] != IN_DATA) {
       t->state[i] = sc_calloc(b->bytes > 0 ? (size_t)b->bytes : 1, 1);
       if (!t->state[i]) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
       t->in[i].data = t->state[i];
@@ -181,29 +181,58 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
                           int64_t step, bool keep_nonfinite, double *loss, double *grad_norm,
                           bool *applied, sc_diag *d) {
   if (step < 1) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "step %lld", (long long)step);
+  /* the data of each input, and how many microbatches it holds */
+  int64_t micro = 0;
   for (int32_t i = 0; i < t->n_in; i++) {
     const sc_buffer *b = input_buf(t->p, i);
     switch (t->kind[i]) {
     case IN_LR: sc_store_f64(b->dtype, t->state[i], 0, lr); break;
     case IN_BC1: sc_store_f64(b->dtype, t->state[i], 0, 1.0 - pow(t->beta1, (double)step)); break;
     case IN_BC2: sc_store_f64(b->dtype, t->state[i], 0, 1.0 - pow(t->beta2, (double)step)); break;
+    case IN_ACCUM: memset(t->state[i], 0, (size_t)b->bytes); break;
     case IN_DATA: {
       const sc_tensor_view *v = find_view(data, n_data, b->name);
       if (!v) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "data '%s' is missing", b->name);
-      if (!matches(v, b))
+      sc_tensor_view one = *v;
+      int64_t k = 1;
+      if (b->rank >= 1 && v->rank == b->rank && b->dims[0] > 0 && v->dims[0] % b->dims[0] == 0) {
+        k = v->dims[0] / b->dims[0];
+        one.dims[0] = b->dims[0];
+      }
+      if (!matches(&one, b) || (micro && k != micro))
         return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
-                           "data '%s': expected %s of rank %d and the program's dims", b->name,
-                           sc_dtype_name(b->dtype), (int)b->rank);
+                           "data '%s': expected %s of rank %d with the program's dims (dim 0 "
+                           "a multiple of %lld, the same for every input)",
+                           b->name, sc_dtype_name(b->dtype), (int)b->rank,
+                           (long long)(b->rank ? b->dims[0] : 1));
+      micro = k;
       t->in[i].data = v->data;
       break;
     }
     default: break;
     }
   }
-  sc_status st = sc_session_run(t->s, t->in, t->n_in, t->out, t->n_out, d);
-  if (st != SC_OK) return st;
-  double l = scalar_of(&t->out[t->loss_out]);
-  double n = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : 0.0;
+  if (micro < 1) micro = 1;
+  bool has_accum = false;
+  for (int32_t i = 0; i < t->n_in; i++) has_accum |= t->kind[i] == IN_ACCUM;
+  if (micro > 1 && !has_accum)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "%lld microbatches given, but the program accumulates no gradients",
+                       (long long)micro);
+  double lsum = 0, l = 0, n = 0;
+  for (int64_t m = 0; m < micro; m++) {
+    for (int32_t i = 0; m > 0 && i < t->n_in; i++)
+      if (t->kind[i] == IN_DATA) /* the next microbatch's rows */
+        t->in[i].data = (char *)t->in[i].data + input_buf(t->p, i)->bytes;
+    sc_status st = sc_session_run(t->s, t->in, t->n_in, t->out, t->n_out, d);
+    if (st != SC_OK) return st;
+    lsum += scalar_of(&t->out[t->loss_out]);
+    for (int32_t i = 0; m + 1 < micro && i < t->n_in; i++)
+      if (t->kind[i] == IN_ACCUM)
+        memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
+  }
+  l = lsum / (double)micro;
+  n = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : 0.0;
   bool keep = keep_nonfinite || (isfinite(l) && isfinite(n));
   for (int32_t i = 0; keep && i < t->n_in; i++)
     if (t->kind[i] == IN_STATE)

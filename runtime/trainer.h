@@ -13,6 +13,13 @@
  * at creation; optimizer state starts at zero (PyTorch's first SGD
  * momentum step and AdamW's zero moments agree with that).
  *
+ * Gradient accumulation: a program with "accum:P" inputs runs once per
+ * microbatch; data given to a step may hold K microbatches (dim 0 = K
+ * times the program's), run in order; the accumulated gradients carry
+ * from one to the next and restart at zero each step, and only the last
+ * run's parameter and optimizer-state update is kept. The step's loss is
+ * the mean of the microbatches' losses.
+ *
  * Errors: a parameter without an initial value, data missing or of the
  * wrong dtype or shape (named), a failing run. One thread at a time. */
 #ifndef SC_RUNTIME_TRAINER_H

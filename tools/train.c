@@ -9,8 +9,8 @@
  * (i−1)·B … i·B−1, wrapping around, B the bound batch dim. Labels are
  * checked before step 1: each in [0, classes) or the ignore index.
  *
- * Not yet here (docs/training.md): gradient accumulation, mixed
- * precision, checkpoints, export. A value that is not finite is written
+ * --grad-accum K: a step takes K·B examples, run as K microbatches.
+ * Not yet here (docs/training.md): mixed precision, checkpoints, export. A value that is not finite is written
  * as null in the JSON log (a skipped step also says "skipped": true). */
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +32,7 @@ static const char *const USAGE =
     "                       [--weight-decay W] [--betas B1,B2] [--eps E]\n"
     "                       [--clip-grad-norm X] [--lr-schedule constant|cosine|linear]\n"
     "                       [--warmup-steps W] [--min-lr X] [--on-nan stop|skip]\n"
+    "                       [--grad-accum K]\n"
     "                       [--freeze GLOB]... [--log-json FILE]\n"
     "                       [--threads N] [--list-params] [--quiet]";
 
@@ -133,6 +134,11 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
     } else if (VALUE("--ignore-index")) {
       if (!missing && !sc_cli_parse_i64(v, INT64_MIN / 2, INT64_MAX / 2, &a->t.ignore_index))
         return sc_cli_usage_error("--ignore-index expects an integer, got '%s'", v);
+    } else if (VALUE("--grad-accum")) {
+      int64_t k;
+      if (!missing && !sc_cli_parse_i64(v, 1, 1 << 20, &k))
+        return sc_cli_usage_error("--grad-accum expects a positive integer, got '%s'", v);
+      if (!missing) a->t.grad_accum = (int32_t)k;
     } else if (VALUE("--threads")) {
       int64_t n;
       if (!missing && !sc_cli_parse_i64(v, 1, 4096, &n))
@@ -212,6 +218,8 @@ static void print_help(void) {
          "  --lr-schedule KIND     constant (default), or cosine / linear decay to --min-lr\n"
          "                         (default 0) at --steps, after --warmup-steps W of\n"
          "                         linear warm-up from 0 (default 0)\n"
+         "  --grad-accum K         K microbatches of B examples per optimizer step: their\n"
+         "                         gradients are averaged (the loss logged is their mean)\n"
          "  --on-nan stop|skip     a non-finite loss or gradient: end with an error naming\n"
          "                         the step (default), or skip that step's update\n"
          "  --freeze GLOB          keep matching initializers fixed (repeatable)\n"
@@ -236,8 +244,10 @@ typedef struct dataset {
 } dataset;
 
 /* The program's data input b from file: dtype and per-example dims must
- * match; dim 0 counts examples. Returns an exit status. */
-static int load_data(const char *name, const char *file, const sc_buffer *b, dataset *ds) {
+ * match; dim 0 counts examples. A step takes accum microbatches of b's
+ * dim 0 examples each. Returns an exit status. */
+static int load_data(const char *name, const char *file, const sc_buffer *b, int32_t accum,
+                     dataset *ds) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   ds->name = name;
@@ -255,10 +265,11 @@ static int load_data(const char *name, const char *file, const sc_buffer *b, dat
     return 1;
   }
   ds->row_bytes = b->bytes / (b->dims[0] > 0 ? b->dims[0] : 1);
-  ds->buf = sc_malloc(b->bytes > 0 ? (size_t)b->bytes : 1);
+  ds->buf = sc_malloc(b->bytes > 0 ? (size_t)b->bytes * (size_t)accum : 1);
   if (!ds->buf) return 1;
   ds->batch = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank, .data = ds->buf};
   memcpy(ds->batch.dims, b->dims, sizeof ds->batch.dims);
+  ds->batch.dims[0] *= accum;
   return 0;
 }
 
@@ -358,7 +369,8 @@ int sc_cmd_train(int argc, char **argv) {
       rc = sc_cli_usage_error("%s: missing --data %s=FILE.npy", o.file, db->name);
       goto done;
     }
-    if ((rc = load_data(db->name, file, db, &ds[n_ds++])) != 0) goto done;
+    int32_t accum = a.t.grad_accum > 1 ? a.t.grad_accum : 1;
+    if ((rc = load_data(db->name, file, db, accum, &ds[n_ds++])) != 0) goto done;
   }
   for (int k = 0; k < a.n_data; k++) {
     bool used = false;

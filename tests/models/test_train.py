@@ -3,8 +3,9 @@ reference of the same training: forward (Gemm transB, Relu), PyTorch's
 cross_entropy (mean over labels != ignore_index) or mse, the backward by
 hand, torch.nn.utils.clip_grad_norm_, torch.optim.SGD (momentum,
 Nesterov, weight decay) and torch.optim.AdamW (bias correction, decoupled
-weight decay), with the same data order (step i takes examples
-(i-1)*B ... i*B-1, wrapping).
+weight decay), learning-rate schedules and gradient accumulation (loss / K
+over K microbatches, one step), with the same data order (step i takes
+examples (i-1)*K*B ... i*K*B-1, wrapping).
 
 Each run's per-step loss from --log-json must equal the reference's loss
 at every step within rtol 2e-4, atol 1e-5: fp32 against fp64, over 12
@@ -89,15 +90,22 @@ def lr_at(sched, lr, min_lr, warmup, total, step):
     return min_lr + (lr - min_lr) * k
 
 
-def reference(x, lab, tgt, loss_kind, opt, steps, batch, lr0, clip=0.0, sched=None):
+def reference(x, lab, tgt, loss_kind, opt, steps, batch, lr0, clip=0.0, sched=None, accum=1):
     w = weights()
     state = {k: {} for k in w}
     out = []
     for step in range(1, steps + 1):
         lr = lr_at(*sched, steps, step) if sched else lr0
-        rows = [((step - 1) * batch + r) % len(x) for r in range(batch)]
-        loss, g = forward_backward(w, x[rows], loss_kind, lab[rows] if lab is not None else None,
-                                   tgt[rows] if tgt is not None else None)
+        losses, g = [], None
+        for m in range(accum):  # PyTorch: loss / K, backward K times, one step
+            rows = [((step - 1) * batch * accum + m * batch + r) % len(x) for r in range(batch)]
+            lm, gm = forward_backward(w, x[rows], loss_kind,
+                                      lab[rows] if lab is not None else None,
+                                      tgt[rows] if tgt is not None else None)
+            losses.append(lm)
+            g = gm if g is None else {k: g[k] + gm[k] for k in g}
+        g = {k: v / accum for k, v in g.items()}
+        loss = float(np.mean(losses))
         norm = np.sqrt(sum((gk ** 2).sum() for gk in g.values()))
         if clip > 0:
             coef = min(1.0, clip / (norm + 1e-6))
@@ -159,8 +167,12 @@ def main():
               "--warmup-steps", "3", "--min-lr", "0.001"]),
             ("adamw, linear schedule, ce", "ce", {"kind": "adamw", "wd": 0.01}, 3e-3, 0.0,
              ["--optimizer", "adamw", "--lr-schedule", "linear"]),
+            ("sgd momentum, 3 microbatches accumulated, ce", "ce",
+             {"kind": "sgd", "momentum": 0.9, "nesterov": False, "wd": 0}, 0.05, 0.0,
+             ["--optimizer", "sgd", "--momentum", "0.9", "--grad-accum", "3"]),
         ]
         scheds = {3: ("cosine", 0.05, 0.001, 3), 4: ("linear", 3e-3, 0.0, 0)}
+        accums = {5: 3}
         for ci, (name, loss_kind, opt, lr, clip, flags) in enumerate(cases):
             log = os.path.join(tmp, "log.jsonl")
             data = ["--data", "x=" + xf] + (["--labels", lf] if loss_kind == "ce" else
@@ -171,7 +183,7 @@ def main():
                 continue
             got = [json.loads(line) for line in open(log)]
             want = reference(x.astype(np.float64), lab, tgt.astype(np.float64), loss_kind, opt,
-                             steps, batch, lr, clip, scheds.get(ci))
+                             steps, batch, lr, clip, scheds.get(ci), accums.get(ci, 1))
             for gline in got:  # the logged learning rate is the schedule's
                 s = scheds.get(ci)
                 ref = lr_at(*s, steps, gline["step"]) if s else lr
