@@ -261,6 +261,53 @@ static sc_status update(sc_grad_ctx *c, const sc_train_opts *o, const sc_train_p
   return new_output(c, name, np, d) < 0 ? (d->status ? d->status : SC_ERR_INVALID) : SC_OK;
 }
 
+/* A Cast of value x to dtype t (shape inferred). */
+static int32_t cast_to(sc_grad_ctx *c, int32_t x, sc_dtype t) {
+  int32_t n, y = gb_begin(c, SC_OP_CAST, &x, 1, &n);
+  sc_attr *to = y < 0 ? NULL : sc_node_add_attr(c->g, n, "to", SC_ATTR_INT);
+  if (!to) return -1;
+  to->i = sc_dtype_to_onnx(t);
+  return gb_end(c, n, y);
+}
+
+/* Mixed precision: each f32 MatMul/Gemm of the forward graph computes in
+ * bf16 between casts (train.h); the casts are appended, then the node
+ * order is restored. */
+static sc_status to_bf16(sc_grad_ctx *c, sc_diag *d) {
+  sc_graph *g = c->g;
+  int32_t nn = g->n_nodes;
+  for (int32_t i = 0; i < nn; i++) {
+    const sc_node *n = &g->nodes[i];
+    if ((n->op != SC_OP_MATMUL && n->op != SC_OP_GEMM) || (n->flags & SC_NODE_DEAD) ||
+        n->n_outputs != 1 || g->values[n->outputs[0]].dtype != SC_DTYPE_F32)
+      continue;
+    int32_t ni = n->n_inputs, out = n->outputs[0];
+    for (int32_t k = 0; k < ni; k++) {
+      int32_t x = g->nodes[i].inputs[k];
+      if (x < 0 || g->values[x].dtype != SC_DTYPE_F32) continue;
+      int32_t xb = cast_to(c, x, SC_DTYPE_BF16);
+      if (xb < 0) return built(g, -1, "bf16 casts", d);
+      g->nodes[i].inputs[k] = xb;
+    }
+    int32_t yb = sc_graph_new_value(g, "bf16_product");
+    if (yb < 0) return built(g, -1, "bf16 casts", d);
+    g->nodes[i].outputs[0] = yb;
+    g->values[yb].producer = i;
+    if (sc_ops[g->nodes[i].op].infer(g, &g->nodes[i]) != SC_OK)
+      return built(g, -1, "bf16 product", d);
+    /* the old value, now the cast back to f32: its readers are unchanged */
+    char name[512];
+    snprintf(name, sizeof name, "train/bf16/%d", (int)(*c->counter)++);
+    int32_t cn = sc_graph_add_node(g, SC_OP_CAST, name, &yb, 1, &out, 1);
+    sc_attr *to = cn < 0 ? NULL : sc_node_add_attr(g, cn, "to", SC_ATTR_INT);
+    if (!to) return built(g, -1, "bf16 casts", d);
+    to->i = sc_dtype_to_onnx(SC_DTYPE_F32);
+    if (sc_ops[SC_OP_CAST].infer(g, &g->nodes[cn]) != SC_OK) return built(g, -1, "bf16 casts", d);
+  }
+  if (sc_graph_toposort(g) != SC_OK) return built(g, -1, "node order", d);
+  return SC_OK;
+}
+
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d) {
   memset(info, 0, sizeof *info);
   sc_status st = take_params(g, o, info, d);
@@ -274,6 +321,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   }
   int32_t counter = 0;
   sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
+  if (o->bf16 && (st = to_bf16(&c, d)) != SC_OK) return st;
   int32_t y = find_output(g, o->logits);
   if (y < 0 && o->logits)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the model has no output named '%s'",

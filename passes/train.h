@@ -25,6 +25,13 @@
  *              "train:bc1" = 1 − β1^t and "train:bc2" = 1 − β2^t change per
  *              step without recompiling.
  *
+ * Mixed precision (bf16): every f32 MatMul and Gemm of the forward graph
+ * reads bf16 casts of its float inputs and its result is cast back to
+ * f32, before autodiff; the gradient rules then run the backward products
+ * in bf16 too, while the Cast rules bring every gradient back to f32: the
+ * parameters (master weights), optimizer state, gradient sums and the
+ * update stay f32, as with FSDP's param_dtype = bf16, reduce_dtype = f32.
+ *
  * Gradient accumulation (grad_accum K > 1): each run is one microbatch;
  * input "accum:P" holds the sum of P's gradients over the step's earlier
  * microbatches and output "new:accum:P" adds this one's; the update (and
@@ -60,6 +67,7 @@ typedef struct sc_train_opts {
   double clip_grad_norm;        /* 0: no clipping */
   int32_t grad_accum;           /* microbatches per optimizer step (>= 1;
                                    0 counts as 1) */
+  bool bf16;                    /* mixed precision: matrix products in bf16 */
 } sc_train_opts;
 /* PyTorch's defaults for opt's optimizer (call after setting it). */
 void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer);

@@ -10,7 +10,8 @@
  * checked before step 1: each in [0, classes) or the ignore index.
  *
  * --grad-accum K: a step takes K·B examples, run as K microbatches.
- * Not yet here (docs/training.md): mixed precision, checkpoints, export. A value that is not finite is written
+ * Not yet here (docs/training.md): fp16 with loss scaling, checkpoints,
+ * export. A value that is not finite is written
  * as null in the JSON log (a skipped step also says "skipped": true). */
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +33,7 @@ static const char *const USAGE =
     "                       [--weight-decay W] [--betas B1,B2] [--eps E]\n"
     "                       [--clip-grad-norm X] [--lr-schedule constant|cosine|linear]\n"
     "                       [--warmup-steps W] [--min-lr X] [--on-nan stop|skip]\n"
-    "                       [--grad-accum K]\n"
+    "                       [--grad-accum K] [--precision fp32|bf16]\n"
     "                       [--freeze GLOB]... [--log-json FILE]\n"
     "                       [--threads N] [--list-params] [--quiet]";
 
@@ -134,6 +135,13 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
     } else if (VALUE("--ignore-index")) {
       if (!missing && !sc_cli_parse_i64(v, INT64_MIN / 2, INT64_MAX / 2, &a->t.ignore_index))
         return sc_cli_usage_error("--ignore-index expects an integer, got '%s'", v);
+    } else if (VALUE("--precision")) {
+      if (!missing && strcmp(v, "fp32") != 0 && strcmp(v, "bf16") != 0)
+        return sc_cli_usage_error("--precision expects fp32 or bf16, got '%s'%s", v,
+                                  strcmp(v, "fp16") == 0
+                                      ? " (fp16 with loss scaling is not built yet)"
+                                      : "");
+      if (!missing) a->t.bf16 = strcmp(v, "bf16") == 0;
     } else if (VALUE("--grad-accum")) {
       int64_t k;
       if (!missing && !sc_cli_parse_i64(v, 1, 1 << 20, &k))
@@ -218,6 +226,8 @@ static void print_help(void) {
          "  --lr-schedule KIND     constant (default), or cosine / linear decay to --min-lr\n"
          "                         (default 0) at --steps, after --warmup-steps W of\n"
          "                         linear warm-up from 0 (default 0)\n"
+         "  --precision fp32|bf16  bf16: matrix products (forward and backward) in bf16,\n"
+         "                         weights, optimizer state and gradient sums in fp32\n"
          "  --grad-accum K         K microbatches of B examples per optimizer step: their\n"
          "                         gradients are averaged (the loss logged is their mean)\n"
          "  --on-nan stop|skip     a non-finite loss or gradient: end with an error naming\n"

@@ -10,7 +10,8 @@ examples (i-1)*K*B ... i*K*B-1, wrapping).
 Each run's per-step loss from --log-json must equal the reference's loss
 at every step within rtol 2e-4, atol 1e-5: fp32 against fp64, over 12
 steps whose updates compound (the loss at step k checks every update
-before it). The gradient norm is checked the same way. No NaN. Inputs are
+before it); --precision bf16 within rtol 2e-2, atol 2e-3, and different
+from fp32 (it really rounds). The gradient norm is checked the same way. No NaN. Inputs are
 seeded random; some labels are the ignore index. Also: --list-params, a
 label out of range refused before step 1 naming the file, a model input
 missing from --data, and a loss that falls (AdamW, 60 steps).
@@ -170,7 +171,13 @@ def main():
             ("sgd momentum, 3 microbatches accumulated, ce", "ce",
              {"kind": "sgd", "momentum": 0.9, "nesterov": False, "wd": 0}, 0.05, 0.0,
              ["--optimizer", "sgd", "--momentum", "0.9", "--grad-accum", "3"]),
+            ("adamw, bf16 matrix products, ce", "ce", {"kind": "adamw", "wd": 0.01}, 3e-3, 0.0,
+             ["--optimizer", "adamw", "--precision", "bf16"]),
         ]
+        # bf16 rounds every product's inputs to 8 bits of mantissa: its own,
+        # looser tolerance (rtol 2e-2, atol 2e-3) against the fp64 reference
+        loose = {6: (2e-2, 2e-3)}
+        fp32_losses = {}
         scheds = {3: ("cosine", 0.05, 0.001, 3), 4: ("linear", 3e-3, 0.0, 0)}
         accums = {5: 3}
         for ci, (name, loss_kind, opt, lr, clip, flags) in enumerate(cases):
@@ -191,14 +198,26 @@ def main():
                       f"{name}: step {gline['step']} lr {gline['lr']} vs {ref}")
             check(len(got) == steps, f"{name}: {len(got)} log lines for {steps} steps")
             worst = 0.0
+            rtol, atol = loose.get(ci, (2e-4, 1e-5))
+            fp32_losses[ci] = [gline["loss"] for gline in got]
             for (wl, wn), gline in zip(want, got):
                 for key, ref in (("loss", wl), ("grad_norm", wn)):
                     v = gline[key]
-                    ok = v == v and abs(v - ref) <= 1e-5 + 2e-4 * abs(ref)
+                    ok = v == v and abs(v - ref) <= atol + rtol * abs(ref)
                     worst = max(worst, abs(v - ref) / max(abs(ref), 1e-12))
                     check(ok, f"{name}: step {gline['step']} {key} {v} vs reference {ref}")
             print(f"ok: {name}: {steps} steps, worst relative difference {worst:.2e}")
 
+        # the bf16 run really rounded: its losses are not those of the same
+        # run in fp32
+        log = os.path.join(tmp, "fp32.jsonl")
+        r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=%d" % batch, "--steps",
+                 str(steps), "--lr", "3e-3", "--optimizer", "adamw", "--log-json", log, "--quiet"])
+        if check(r.returncode == 0 and 6 in fp32_losses, f"fp32 twin: {r.stderr[-300:]}"):
+            same = [json.loads(line)["loss"] for line in open(log)]
+            diff = max(abs(a - b) / abs(a) for a, b in zip(same, fp32_losses[6]))
+            check(diff > 1e-6, f"bf16 losses equal fp32's (max relative difference {diff:.1e})")
+            print(f"ok: bf16 differs from fp32 by up to {diff:.1e} (relative)")
         # the loss falls
         log = os.path.join(tmp, "fall.jsonl")
         r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "60",
