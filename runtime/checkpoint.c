@@ -54,17 +54,6 @@ static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }
 
-static sc_status fail(sc_diag *d, sc_status st, const char *dir, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static sc_status fail(sc_diag *d, sc_status st, const char *dir, const char *fmt, ...) {
-  char msg[900];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return sc_diag_set(d, st, NULL, NULL, "%s: %s", dir, msg);
-}
-
 /* SHA-256 hex of root without k_self_sha, canonical form. */
 static bool manifest_digest(json_t *root, char hex[65]) {
   json_t *copy = json_copy(root);
@@ -107,27 +96,29 @@ static sc_status put_state(json_t *root, const char *dir, const sc_ckpt_state *s
               {"loss_scale_growth", s->loss_scale_growth}};
   for (size_t i = 0; i < sizeof ints / sizeof *ints; i++) {
     if (ints[i].v < 0)
-      return fail(d, SC_ERR_INVALID, dir, "%s = %lld is negative", ints[i].key,
-                  (long long)ints[i].v);
+      return sc_diag_set_prefixed(d, SC_ERR_INVALID, dir, "%s = %lld is negative", ints[i].key,
+                                  (long long)ints[i].v);
     if (json_object_set_new(root, ints[i].key, json_integer(ints[i].v))) return nomem(d);
   }
   if (!isfinite(s->loss_scale) || s->loss_scale <= 0)
-    return fail(d, SC_ERR_INVALID, dir, "loss scale %g is not a finite number > 0", s->loss_scale);
+    return sc_diag_set_prefixed(d, SC_ERR_INVALID, dir, "loss scale %g is not a finite number > 0",
+                                s->loss_scale);
   if (!s->optimizer || !s->optimizer[0])
-    return fail(d, SC_ERR_INVALID, dir, "no optimizer name");
+    return sc_diag_set_prefixed(d, SC_ERR_INVALID, dir, "no optimizer name");
   json_error_t err;
-  json_t *hyper = s->optimizer_json
-                      ? json_loads(s->optimizer_json, JSON_REJECT_DUPLICATES, &err)
-                      : json_object();
+  json_t *hyper = s->optimizer_json ? json_loads(s->optimizer_json, JSON_REJECT_DUPLICATES, &err)
+                                    : json_object();
   if (!json_is_object(hyper)) {
     json_decref(hyper);
-    return fail(d, SC_ERR_INVALID, dir, "the optimizer's hyperparameters are not a JSON object%s%s",
-                s->optimizer_json && !hyper ? ": " : "", s->optimizer_json && !hyper ? err.text : "");
+    return sc_diag_set_prefixed(
+        d, SC_ERR_INVALID, dir, "the optimizer's hyperparameters are not a JSON object%s%s",
+        s->optimizer_json && !hyper ? ": " : "", s->optimizer_json && !hyper ? err.text : "");
   }
   char rng[24];
   snprintf(rng, sizeof rng, "%llu", (unsigned long long)s->rng_state);
   json_t *opt = json_pack("{s:s, s:o}", "name", s->optimizer, "hyperparameters", hyper);
-  if (!opt) return fail(d, SC_ERR_INVALID, dir, "the optimizer name is not valid UTF-8");
+  if (!opt)
+    return sc_diag_set_prefixed(d, SC_ERR_INVALID, dir, "the optimizer name is not valid UTF-8");
   if (json_object_set_new(root, "loss_scale", json_real(s->loss_scale)) ||
       json_object_set_new(root, "rng_state", json_string(rng)) ||
       json_object_set_new(root, "optimizer", opt))
@@ -181,18 +172,21 @@ static sc_status write_group(const char *dir, const char *tmp, sc_ckpt_group g,
                              const sc_ckpt_tensor *t, int32_t n, json_t *files, sc_diag *d) {
   char path[4096];
   if (!join(path, sizeof path, tmp, k_files[g]))
-    return fail(d, SC_ERR_IO, dir, "path too long");
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "path too long");
   if (injected_failure((int)g))
-    return fail(d, SC_ERR_IO, dir, "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)",
-                k_files[g]);
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir,
+                                "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)", k_files[g]);
   FILE *f = fopen(path, "wbx");
-  if (!f) return fail(d, SC_ERR_IO, dir, "%s: cannot create: %s", k_files[g], strerror(errno));
+  if (!f)
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: cannot create: %s", k_files[g],
+                                strerror(errno));
   const sc_safetensors_meta meta[] = {{"format", SC_CKPT_FORMAT}, {"group", k_groups[g]}};
   uint8_t digest[32];
   int64_t bytes = 0;
   sc_status st = sc_safetensors_write_stream(f, k_files[g], t, n, meta, 2, digest, &bytes, d);
   if (!close_synced(f) && st == SC_OK)
-    st = fail(d, SC_ERR_IO, dir, "%s: write failed: %s", k_files[g], strerror(errno));
+    st = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: write failed: %s", k_files[g],
+                              strerror(errno));
   if (st != SC_OK) return st;
   char hex[65];
   sc_sha256_digest_hex(digest, hex);
@@ -205,15 +199,19 @@ static sc_status write_manifest(const char *dir, const char *tmp, json_t *root, 
   char hex[65], path[4096];
   if (!manifest_digest(root, hex) || json_object_set_new(root, k_self_sha, json_string(hex)))
     return nomem(d);
-  if (!join(path, sizeof path, tmp, k_manifest)) return fail(d, SC_ERR_IO, dir, "path too long");
+  if (!join(path, sizeof path, tmp, k_manifest))
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "path too long");
   if (injected_failure(SC_CKPT_GROUP_COUNT))
-    return fail(d, SC_ERR_IO, dir, "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)",
-                k_manifest);
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir,
+                                "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)", k_manifest);
   FILE *f = fopen(path, "wbx");
-  if (!f) return fail(d, SC_ERR_IO, dir, "%s: cannot create: %s", k_manifest, strerror(errno));
+  if (!f)
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: cannot create: %s", k_manifest,
+                                strerror(errno));
   bool ok = json_dumpf(root, f, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 && fputc('\n', f) != EOF;
   if (!close_synced(f) || !ok)
-    return fail(d, SC_ERR_IO, dir, "%s: write failed: %s", k_manifest, strerror(errno));
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: write failed: %s", k_manifest,
+                                strerror(errno));
   return SC_OK;
 }
 
@@ -223,16 +221,17 @@ static sc_status check_target(const char *dir, sc_diag *d) {
   if (lstat(dir, &sb) != 0) return SC_OK; /* sc_dir_commit_begin reports other errors */
   if (!S_ISDIR(sb.st_mode) || sc_ckpt_is_dir(dir)) return SC_OK;
   DIR *dd = opendir(dir);
-  if (!dd) return fail(d, SC_ERR_IO, dir, "%s", strerror(errno));
+  if (!dd) return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s", strerror(errno));
   bool empty = true;
   for (struct dirent *e; empty && (e = readdir(dd)) != NULL;)
     empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
   closedir(dd);
   return empty ? SC_OK
-               : fail(d, SC_ERR_IO, dir,
-                      "exists and is not a shardc checkpoint (no %s of format %s); not "
-                      "replacing it",
-                      k_manifest, SC_CKPT_FORMAT);
+               : sc_diag_set_prefixed(
+                     d, SC_ERR_IO, dir,
+                     "exists and is not a shardc checkpoint (no %s of format %s); not "
+                     "replacing it",
+                     k_manifest, SC_CKPT_FORMAT);
 }
 
 /* The parent folder of dir (without trailing slashes) into buf. */
@@ -241,8 +240,10 @@ static void parent_of(const char *dir, char *buf, size_t n) {
   while (len > 1 && dir[len - 1] == '/') len--;
   while (len > 0 && dir[len - 1] != '/') len--;
   while (len > 1 && dir[len - 1] == '/') len--;
-  if (len == 0) snprintf(buf, n, ".");
-  else snprintf(buf, n, "%.*s", (int)len, dir);
+  if (len == 0)
+    snprintf(buf, n, ".");
+  else
+    snprintf(buf, n, "%.*s", (int)len, dir);
 }
 
 /* Removes "DIR.tmp-PID-N" folders left by saves whose process is gone,
@@ -289,8 +290,8 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad arguments");
   const sc_ckpt_tensor *groups[SC_CKPT_GROUP_COUNT] = {weights, opt};
   const int32_t counts[SC_CKPT_GROUP_COUNT] = {n_w, n_o};
-  json_t *root = json_pack("{s:s, s:i}", "format", SC_CKPT_FORMAT, "format_version",
-                           SC_CKPT_FORMAT_VERSION);
+  json_t *root =
+      json_pack("{s:s, s:i}", "format", SC_CKPT_FORMAT, "format_version", SC_CKPT_FORMAT_VERSION);
   json_t *files = json_array(), *tensors = json_object();
   sc_status s = root && files && tensors ? put_state(root, dir, st, d) : nomem(d);
   if (s == SC_OK) s = check_target(dir, d);
@@ -322,7 +323,8 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
     s = write_manifest(dir, c.tmp, root, d);
   }
   if (s == SC_OK && !sync_dir(c.tmp))
-    s = fail(d, SC_ERR_IO, dir, "cannot flush the new checkpoint: %s", strerror(errno));
+    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the new checkpoint: %s",
+                             strerror(errno));
   json_decref(root);
   json_decref(files);
   json_decref(tensors);
@@ -330,7 +332,8 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
   char parent[4096];
   parent_of(dir, parent, sizeof parent);
   if (s == SC_OK && !sync_dir(parent))
-    s = fail(d, SC_ERR_IO, dir, "cannot flush the folder %s: %s", parent, strerror(errno));
+    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the folder %s: %s", parent,
+                             strerror(errno));
   return s;
 }
 
@@ -338,11 +341,11 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
 
 struct sc_ckpt {
   sc_ckpt_state state;
-  char *optimizer;                               /* state.optimizer */
-  char *optimizer_json;                          /* state.optimizer_json (jansson's) */
-  sc_safetensors *files[SC_CKPT_GROUP_COUNT];    /* own the data */
+  char *optimizer;                            /* state.optimizer */
+  char *optimizer_json;                       /* state.optimizer_json (jansson's) */
+  sc_safetensors *files[SC_CKPT_GROUP_COUNT]; /* own the data */
   int32_t n[SC_CKPT_GROUP_COUNT];
-  sc_ckpt_tensor *tensors[SC_CKPT_GROUP_COUNT];  /* manifest order, into files */
+  sc_ckpt_tensor *tensors[SC_CKPT_GROUP_COUNT]; /* manifest order, into files */
 };
 
 typedef struct loader {
@@ -351,12 +354,11 @@ typedef struct loader {
   sc_ckpt *c;
 } loader;
 
-static sc_status get_count(loader *l, json_t *o, const char *key, const char *where,
-                           int64_t *out) {
+static sc_status get_count(loader *l, json_t *o, const char *key, const char *where, int64_t *out) {
   json_t *v = json_object_get(o, key);
   if (!json_is_integer(v) || json_integer_value(v) < 0)
-    return fail(l->d, SC_ERR_PARSE, l->dir, "%s: '%s' missing or not an integer >= 0", where,
-                key);
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: '%s' missing or not an integer >= 0", where, key);
   *out = (int64_t)json_integer_value(v);
   return SC_OK;
 }
@@ -372,21 +374,24 @@ static sc_status read_state(loader *l, json_t *root) {
   if (st != SC_OK) return st;
   json_t *ls = json_object_get(root, "loss_scale");
   if (!json_is_number(ls) || !(json_number_value(ls) > 0))
-    return fail(l->d, SC_ERR_PARSE, l->dir, "%s: 'loss_scale' missing or not a number > 0", w);
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: 'loss_scale' missing or not a number > 0", w);
   s->loss_scale = json_number_value(ls);
   const char *rng = json_string_value(json_object_get(root, "rng_state"));
   char *end = NULL;
   errno = 0;
   if (rng && rng[0] >= '0' && rng[0] <= '9') s->rng_state = strtoull(rng, &end, 10);
   if (!end || *end || errno)
-    return fail(l->d, SC_ERR_PARSE, l->dir,
-                "%s: 'rng_state' missing or not a decimal string of a 64-bit unsigned number", w);
+    return sc_diag_set_prefixed(
+        l->d, SC_ERR_PARSE, l->dir,
+        "%s: 'rng_state' missing or not a decimal string of a 64-bit unsigned number", w);
   json_t *opt = json_object_get(root, "optimizer");
   const char *name = json_string_value(json_object_get(opt, "name"));
   json_t *hyper = json_object_get(opt, "hyperparameters");
   if (!name || !name[0] || !json_is_object(hyper))
-    return fail(l->d, SC_ERR_PARSE, l->dir,
-                "%s: 'optimizer' must be {\"name\": text, \"hyperparameters\": {...}}", w);
+    return sc_diag_set_prefixed(
+        l->d, SC_ERR_PARSE, l->dir,
+        "%s: 'optimizer' must be {\"name\": text, \"hyperparameters\": {...}}", w);
   l->c->optimizer = sc_strdup(name);
   l->c->optimizer_json = json_dumps(hyper, JSON_COMPACT | JSON_SORT_KEYS);
   if (!l->c->optimizer || !l->c->optimizer_json) return nomem(l->d);
@@ -412,39 +417,45 @@ static sc_status read_group_file(loader *l, json_t *files, sc_ckpt_group g) {
   json_t *e = file_entry(files, g);
   int64_t bytes = 0;
   const char *sha = json_string_value(json_object_get(e, "sha256"));
-  if (!e) return fail(l->d, SC_ERR_PARSE, l->dir, "%s: no entry for %s in 'files'", k_manifest, f);
+  if (!e)
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir, "%s: no entry for %s in 'files'",
+                                k_manifest, f);
   sc_status st = get_count(l, e, "bytes", f, &bytes);
   if (st != SC_OK) return st;
   if (!sha || strlen(sha) != 64)
-    return fail(l->d, SC_ERR_PARSE, l->dir, "%s: 'sha256' of %s missing or not 64 hex digits",
-                k_manifest, f);
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: 'sha256' of %s missing or not 64 hex digits", k_manifest, f);
   char path[4096];
-  if (!join(path, sizeof path, l->dir, f)) return fail(l->d, SC_ERR_IO, l->dir, "path too long");
+  if (!join(path, sizeof path, l->dir, f))
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "path too long");
   char *data = NULL;
   size_t n = 0;
   sc_diag fd;
   sc_diag_clear(&fd);
   st = sc_file_read_all(path, f, bytes < INT64_MAX ? bytes + 1 : bytes, &data, &n, &fd);
   if (st == SC_ERR_LIMIT)
-    return fail(l->d, SC_ERR_INVALID, l->dir, "%s: larger than the %lld bytes the manifest records",
-                f, (long long)bytes);
-  if (st != SC_OK) return fail(l->d, st, l->dir, "%s", fd.msg);
+    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                "%s: larger than the %lld bytes the manifest records", f,
+                                (long long)bytes);
+  if (st != SC_OK) return sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
   if ((int64_t)n != bytes) {
     sc_free(data);
-    return fail(l->d, SC_ERR_INVALID, l->dir,
-                "%s: %zu bytes, but the manifest records %lld: truncated or replaced", f, n,
-                (long long)bytes);
+    return sc_diag_set_prefixed(
+        l->d, SC_ERR_INVALID, l->dir,
+        "%s: %zu bytes, but the manifest records %lld: truncated or replaced", f, n,
+        (long long)bytes);
   }
   char hex[65];
   sc_sha256_hex(data, n, hex);
   if (strcmp(hex, sha) != 0) {
     sc_free(data);
-    return fail(l->d, SC_ERR_INVALID, l->dir,
-                "%s: SHA-256 mismatch (the file is corrupted): %s, the manifest records %.64s", f,
-                hex, sha);
+    return sc_diag_set_prefixed(
+        l->d, SC_ERR_INVALID, l->dir,
+        "%s: SHA-256 mismatch (the file is corrupted): %s, the manifest records %.64s", f, hex,
+        sha);
   }
   st = sc_safetensors_parse(data, n, f, &l->c->files[g], &fd);
-  return st == SC_OK ? SC_OK : fail(l->d, st, l->dir, "%s", fd.msg);
+  return st == SC_OK ? SC_OK : sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
 }
 
 /* The manifest's tensor list of group g against its loaded file. */
@@ -452,12 +463,14 @@ static sc_status match_tensors(loader *l, json_t *list, sc_ckpt_group g) {
   const char *f = k_files[g];
   const sc_safetensors *file = l->c->files[g];
   if (!json_is_array(list))
-    return fail(l->d, SC_ERR_PARSE, l->dir, "%s: 'tensors.%s' missing or not an array",
-                k_manifest, k_groups[g]);
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: 'tensors.%s' missing or not an array", k_manifest,
+                                k_groups[g]);
   size_t n = json_array_size(list);
   if (n != (size_t)file->n_tensors)
-    return fail(l->d, SC_ERR_INVALID, l->dir, "%s holds %d tensors but the manifest lists %zu", f,
-                (int)file->n_tensors, n);
+    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                "%s holds %d tensors but the manifest lists %zu", f,
+                                (int)file->n_tensors, n);
   l->c->tensors[g] = sc_calloc(n + 1, sizeof *l->c->tensors[g]);
   bool *seen = sc_calloc((size_t)file->n_tensors + 1, sizeof *seen);
   sc_status st = l->c->tensors[g] && seen ? SC_OK : nomem(l->d);
@@ -467,15 +480,15 @@ static sc_status match_tensors(loader *l, json_t *list, sc_ckpt_group g) {
     const char *dt = json_string_value(json_object_get(e, "dtype"));
     json_t *shape = json_object_get(e, "shape"), *shards = json_object_get(e, "shards");
     if (!name || !dt || !json_is_array(shape) || !json_is_array(shards)) {
-      st = fail(l->d, SC_ERR_PARSE, l->dir,
-                "%s: tensors.%s[%zu] needs 'name', 'dtype', 'shape' and 'shards'", k_manifest,
-                k_groups[g], i);
+      st = sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: tensors.%s[%zu] needs 'name', 'dtype', 'shape' and 'shards'",
+                                k_manifest, k_groups[g], i);
       break;
     }
     const sc_tensor_view *t = sc_safetensors_find(file, name);
     if (!t) {
-      st = fail(l->d, SC_ERR_INVALID, l->dir, "%s: no tensor '%.200s' (the manifest lists it)",
-                f, name);
+      st = sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                "%s: no tensor '%.200s' (the manifest lists it)", f, name);
       break;
     }
     int32_t id = (int32_t)(t - file->tensors);
@@ -486,28 +499,30 @@ static sc_status match_tensors(loader *l, json_t *list, sc_ckpt_group g) {
       same = json_is_integer(v) && json_integer_value(v) == t->dims[k];
     }
     if (!same) {
-      st = fail(l->d, SC_ERR_INVALID, l->dir,
-                "%s: tensor '%.200s': dtype or shape differs from the manifest's (or listed "
-                "twice)",
-                f, name);
+      st = sc_diag_set_prefixed(
+          l->d, SC_ERR_INVALID, l->dir,
+          "%s: tensor '%.200s': dtype or shape differs from the manifest's (or listed "
+          "twice)",
+          f, name);
       break;
     }
     /* One shard covering the whole tensor, in this group's file. */
     json_t *sh = json_array_get(shards, 0);
     const char *sf = json_string_value(json_object_get(sh, "file"));
     json_t *offs = json_object_get(sh, "offsets");
-    bool whole = json_array_size(shards) == 1 && sf && strcmp(sf, f) == 0 &&
-                 json_is_array(offs) && json_array_size(offs) == (size_t)t->rank &&
+    bool whole = json_array_size(shards) == 1 && sf && strcmp(sf, f) == 0 && json_is_array(offs) &&
+                 json_array_size(offs) == (size_t)t->rank &&
                  json_equal(json_object_get(sh, "shape"), shape);
     for (int32_t k = 0; whole && k < t->rank; k++) {
       json_t *v = json_array_get(offs, (size_t)k);
       whole = json_is_integer(v) && json_integer_value(v) == 0;
     }
     if (!whole) {
-      st = fail(l->d, SC_ERR_UNSUPPORTED, l->dir,
-                "%s: tensor '%.200s': only one shard covering the whole tensor, in %s, is "
-                "supported",
-                k_manifest, name, f);
+      st = sc_diag_set_prefixed(
+          l->d, SC_ERR_UNSUPPORTED, l->dir,
+          "%s: tensor '%.200s': only one shard covering the whole tensor, in %s, is "
+          "supported",
+          k_manifest, name, f);
       break;
     }
     seen[id] = true;
@@ -522,45 +537,50 @@ static sc_status read_manifest(loader *l, json_t **root) {
   char path[4096];
   struct stat sb;
   if (stat(l->dir, &sb) != 0)
-    return fail(l->d, SC_ERR_IO, l->dir, "cannot open the checkpoint: %s", strerror(errno));
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "cannot open the checkpoint: %s",
+                                strerror(errno));
   if (!S_ISDIR(sb.st_mode))
-    return fail(l->d, SC_ERR_IO, l->dir, "not a checkpoint: %s, not a directory",
-                sc_file_kind_name(sb.st_mode));
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "not a checkpoint: %s, not a directory",
+                                sc_file_kind_name(sb.st_mode));
   if (!join(path, sizeof path, l->dir, k_manifest))
-    return fail(l->d, SC_ERR_IO, l->dir, "path too long");
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "path too long");
   if (lstat(path, &sb) != 0 && errno == ENOENT)
-    return fail(l->d, SC_ERR_IO, l->dir, "not a checkpoint (no %s)", k_manifest);
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "not a checkpoint (no %s)", k_manifest);
   char *text = NULL;
   size_t n = 0;
   sc_diag fd;
   sc_diag_clear(&fd);
   sc_status st = sc_file_read_all(path, k_manifest, MAX_MANIFEST_BYTES, &text, &n, &fd);
-  if (st != SC_OK) return fail(l->d, st, l->dir, "%s", fd.msg);
+  if (st != SC_OK) return sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
   json_error_t err;
   *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
   sc_free(text);
   if (!json_is_object(*root))
-    return fail(l->d, SC_ERR_PARSE, l->dir, "%s: not a JSON object%s%s (line %d)", k_manifest,
-                *root ? "" : ": ", *root ? "" : err.text, *root ? 0 : err.line);
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir, "%s: not a JSON object%s%s (line %d)",
+                                k_manifest, *root ? "" : ": ", *root ? "" : err.text,
+                                *root ? 0 : err.line);
   const char *format = json_string_value(json_object_get(*root, "format"));
   if (!format || strcmp(format, SC_CKPT_FORMAT) != 0)
-    return fail(l->d, SC_ERR_IO, l->dir, "not a checkpoint (%s has no \"format\": \"%s\")",
-                k_manifest, SC_CKPT_FORMAT);
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir,
+                                "not a checkpoint (%s has no \"format\": \"%s\")", k_manifest,
+                                SC_CKPT_FORMAT);
   json_t *v = json_object_get(*root, "format_version");
   if (!json_is_integer(v) || json_integer_value(v) < 1)
-    return fail(l->d, SC_ERR_PARSE, l->dir, "%s: 'format_version' missing or not an integer",
-                k_manifest);
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: 'format_version' missing or not an integer", k_manifest);
   if (json_integer_value(v) != SC_CKPT_FORMAT_VERSION)
-    return fail(l->d, SC_ERR_UNSUPPORTED, l->dir,
-                "%s: format version %lld; this shardc reads version %d", k_manifest,
-                (long long)json_integer_value(v), SC_CKPT_FORMAT_VERSION);
+    return sc_diag_set_prefixed(l->d, SC_ERR_UNSUPPORTED, l->dir,
+                                "%s: format version %lld; this shardc reads version %d", k_manifest,
+                                (long long)json_integer_value(v), SC_CKPT_FORMAT_VERSION);
   const char *self = json_string_value(json_object_get(*root, k_self_sha));
   char hex[65];
-  if (!self) return fail(l->d, SC_ERR_PARSE, l->dir, "%s: no '%s'", k_manifest, k_self_sha);
+  if (!self)
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir, "%s: no '%s'", k_manifest, k_self_sha);
   if (!manifest_digest(*root, hex)) return nomem(l->d);
   if (strcmp(hex, self) != 0)
-    return fail(l->d, SC_ERR_INVALID, l->dir,
-                "%s: checksum mismatch (the manifest was edited or corrupted)", k_manifest);
+    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                "%s: checksum mismatch (the manifest was edited or corrupted)",
+                                k_manifest);
   return SC_OK;
 }
 
@@ -573,11 +593,12 @@ sc_status sc_ckpt_load(const char *dir, sc_ckpt **out, sc_diag *d) {
   if (st == SC_OK) st = read_state(&l, root);
   json_t *files = json_object_get(root, "files"), *tensors = json_object_get(root, "tensors");
   if (st == SC_OK && (!json_is_array(files) || !json_is_object(tensors)))
-    st = fail(d, SC_ERR_PARSE, dir, "%s: 'files' (array) or 'tensors' (object) missing",
-              k_manifest);
+    st = sc_diag_set_prefixed(d, SC_ERR_PARSE, dir,
+                              "%s: 'files' (array) or 'tensors' (object) missing", k_manifest);
   for (int g = 0; st == SC_OK && g < SC_CKPT_GROUP_COUNT; g++) {
     st = read_group_file(&l, files, (sc_ckpt_group)g);
-    if (st == SC_OK) st = match_tensors(&l, json_object_get(tensors, k_groups[g]), (sc_ckpt_group)g);
+    if (st == SC_OK)
+      st = match_tensors(&l, json_object_get(tensors, k_groups[g]), (sc_ckpt_group)g);
   }
   json_decref(root);
   if (st != SC_OK) {

@@ -47,7 +47,7 @@
 
 #include "runtime/safetensors.h"
 
-enum { SC_CKPT_FORMAT_VERSION = 1 }; /* manifest.json "format_version" */
+enum { SC_CKPT_FORMAT_VERSION = 1 };       /* manifest.json "format_version" */
 #define SC_CKPT_FORMAT "shardc-checkpoint" /* manifest.json "format" */
 
 typedef sc_tensor_view sc_ckpt_tensor;
@@ -59,13 +59,13 @@ typedef enum sc_ckpt_group {
 } sc_ckpt_group;
 
 typedef struct sc_ckpt_state {
-  int64_t step;              /* optimizer steps completed, >= 0 */
-  int64_t data_position;     /* index of the next training example, >= 0 */
-  int64_t schedule_position; /* learning-rate schedule position, >= 0 */
-  double loss_scale;         /* dynamic loss scale, finite and > 0 (1 without scaling) */
-  int64_t loss_scale_growth; /* good steps since the scale last changed, >= 0 */
-  uint64_t rng_state;        /* the training RNG's state */
-  const char *optimizer;     /* optimizer name ("adamw", "sgd"), not empty */
+  int64_t step;               /* optimizer steps completed, >= 0 */
+  int64_t data_position;      /* index of the next training example, >= 0 */
+  int64_t schedule_position;  /* learning-rate schedule position, >= 0 */
+  double loss_scale;          /* dynamic loss scale, finite and > 0 (1 without scaling) */
+  int64_t loss_scale_growth;  /* good steps since the scale last changed, >= 0 */
+  uint64_t rng_state;         /* the training RNG's state */
+  const char *optimizer;      /* optimizer name ("adamw", "sgd"), not empty */
   const char *optimizer_json; /* its hyperparameters: a JSON object's text; NULL for {} */
 } sc_ckpt_state;
 

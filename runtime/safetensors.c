@@ -21,13 +21,24 @@
 
 /* X(sc_dtype suffix, safetensors name) */
 #define SC_SAFETENSORS_DTYPES(X) \
-  X(BOOL, "BOOL") X(U8, "U8") X(I8, "I8") X(I16, "I16") X(U16, "U16") X(F16, "F16") \
-  X(BF16, "BF16") X(I32, "I32") X(U32, "U32") X(F32, "F32") X(F64, "F64") X(I64, "I64") \
-  X(U64, "U64") X(C64, "C64")
+  X(BOOL, "BOOL")                \
+  X(U8, "U8")                    \
+  X(I8, "I8")                    \
+  X(I16, "I16")                  \
+  X(U16, "U16")                  \
+  X(F16, "F16")                  \
+  X(BF16, "BF16")                \
+  X(I32, "I32")                  \
+  X(U32, "U32")                  \
+  X(F32, "F32")                  \
+  X(F64, "F64")                  \
+  X(I64, "I64")                  \
+  X(U64, "U64")                  \
+  X(C64, "C64")
 
 /* Types of the format that shardc has no element type for. */
-static const char *const k_foreign_dtypes[] = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3",
-                                               "F6_E3M2", NULL};
+static const char *const k_foreign_dtypes[] = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F4",
+                                               "F6_E2M3", "F6_E3M2", NULL};
 
 const char *sc_safetensors_dtype_name(sc_dtype t) {
   switch (t) {
@@ -35,7 +46,7 @@ const char *sc_safetensors_dtype_name(sc_dtype t) {
   case SC_DTYPE_##e: return s;
     SC_SAFETENSORS_DTYPES(X)
 #undef X
-  default: return NULL;
+    default: return NULL;
   }
 }
 
@@ -59,7 +70,7 @@ bool sc_tensor_view_size(const sc_tensor_view *t, int64_t *numel, int64_t *bytes
 /* ------------------------------------------------------------- reading */
 
 typedef struct owner {
-  void *buf;     /* the whole file */
+  void *buf;      /* the whole file */
   sc_arena arena; /* tensors, names, metadata */
 } owner;
 
@@ -68,13 +79,13 @@ static sc_status fail(sc_diag *d, sc_status st, const char *file, const char *te
                       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 static sc_status fail(sc_diag *d, sc_status st, const char *file, const char *tensor,
                       const char *fmt, ...) {
-  char msg[768];
+  char where[768];
+  snprintf(where, sizeof where, tensor ? "%s: tensor '%.200s'" : "%s", file, tensor);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
+  sc_diag_vset_prefixed(d, st, where, fmt, ap);
   va_end(ap);
-  if (tensor) return sc_diag_set(d, st, NULL, NULL, "%s: tensor '%.200s': %s", file, tensor, msg);
-  return sc_diag_set(d, st, NULL, NULL, "%s: %s", file, msg);
+  return st;
 }
 
 static uint64_t load_le64(const unsigned char *p) {
@@ -97,7 +108,8 @@ static sc_status parse_entry(const char *file, const char *key, json_t *v, uint6
         return fail(d, SC_ERR_UNSUPPORTED, file, key, "dtype %s has no shardc element type", dt);
     return fail(d, SC_ERR_PARSE, file, key, "unknown dtype '%.40s'", dt);
   }
-  if (!json_is_array(shape)) return fail(d, SC_ERR_PARSE, file, key, "'shape' missing or not an array");
+  if (!json_is_array(shape))
+    return fail(d, SC_ERR_PARSE, file, key, "'shape' missing or not an array");
   if (json_array_size(shape) > SC_MAX_RANK)
     return fail(d, SC_ERR_LIMIT, file, key, "rank %zu is more than the %d supported",
                 json_array_size(shape), (int)SC_MAX_RANK);
@@ -145,8 +157,7 @@ static int span_cmp(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static sc_status parse_meta(const char *file, json_t *m, owner *o, sc_safetensors *s,
-                            sc_diag *d) {
+static sc_status parse_meta(const char *file, json_t *m, owner *o, sc_safetensors *s, sc_diag *d) {
   if (!json_is_object(m)) return fail(d, SC_ERR_PARSE, file, NULL, "__metadata__ is not an object");
   s->meta = sc_arena_array(&o->arena, json_object_size(m) + 1, sizeof *s->meta);
   if (!s->meta) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -165,8 +176,7 @@ static sc_status parse_meta(const char *file, json_t *m, owner *o, sc_safetensor
 
 /* The header (already checked for length) into s. */
 static sc_status parse_header(const char *file, const char *text, size_t n, uint64_t data_bytes,
-                              const unsigned char *data, owner *o, sc_safetensors *s,
-                              sc_diag *d) {
+                              const unsigned char *data, owner *o, sc_safetensors *s, sc_diag *d) {
   if (n == 0 || text[0] != '{')
     return fail(d, SC_ERR_PARSE, file, NULL, "the header does not start with '{'");
   json_error_t err;
@@ -216,8 +226,8 @@ static sc_status parse_header(const char *file, const char *text, size_t n, uint
     }
     if (st == SC_OK && (uint64_t)pos != data_bytes)
       st = fail(d, SC_ERR_INVALID, file, NULL,
-                "data bytes [%lld, %llu) after the last tensor belong to no tensor",
-                (long long)pos, (unsigned long long)data_bytes);
+                "data bytes [%lld, %llu) after the last tensor belong to no tensor", (long long)pos,
+                (unsigned long long)data_bytes);
     s->n_tensors = n_t;
   }
   sc_free(spans);
@@ -258,8 +268,8 @@ sc_status sc_safetensors_parse(void *buf, size_t size, const char *name, sc_safe
   o->buf = buf;
   s->owner = o;
   s->file_bytes = size;
-  sc_status st = parse_header(name, (const char *)b + 8, (size_t)n, size - 8 - n, b + 8 + n, o, s,
-                              diag);
+  sc_status st =
+      parse_header(name, (const char *)b + 8, (size_t)n, size - 8 - n, b + 8 + n, o, s, diag);
   if (st != SC_OK) {
     sc_safetensors_destroy(s);
     return st;
@@ -335,15 +345,15 @@ static sc_status build_header(const char *file, const sc_tensor_view *t, int32_t
                               char **text, sc_diag *d) {
   json_t *root = json_object();
   json_t *m = n_meta > 0 ? json_object() : NULL;
-  sc_status st = root && (n_meta == 0 || m) ? SC_OK
-                                            : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = root && (n_meta == 0 || m)
+                     ? SC_OK
+                     : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; st == SC_OK && i < n_meta; i++) {
     if (!meta[i].key || !meta[i].value || json_object_get(m, meta[i].key))
       st = fail(d, SC_ERR_INVALID, file, NULL, "metadata key '%.200s' missing or repeated",
                 meta[i].key ? meta[i].key : "(null)");
     else if (json_object_set_new(m, meta[i].key, json_string(meta[i].value)) != 0)
-      st = fail(d, SC_ERR_INVALID, file, NULL, "metadata '%.200s' is not valid UTF-8",
-                meta[i].key);
+      st = fail(d, SC_ERR_INVALID, file, NULL, "metadata '%.200s' is not valid UTF-8", meta[i].key);
   }
   if (st == SC_OK && m) {
     st = json_object_set_new(root, "__metadata__", m) == 0
@@ -384,8 +394,7 @@ static sc_status build_header(const char *file, const sc_tensor_view *t, int32_t
 static sc_status check_tensor(const char *file, const sc_tensor_view *x, sc_diag *d) {
   int64_t numel, bytes;
   if (!x->name || !x->name[0] || strcmp(x->name, "__metadata__") == 0)
-    return fail(d, SC_ERR_INVALID, file, x->name ? x->name : "(null)",
-                "not a usable tensor name");
+    return fail(d, SC_ERR_INVALID, file, x->name ? x->name : "(null)", "not a usable tensor name");
   if (!sc_safetensors_dtype_name(x->dtype))
     return fail(d, SC_ERR_INVALID, file, x->name, "dtype %s has no safetensors name",
                 (unsigned)x->dtype < SC_DTYPE_COUNT ? sc_dtype_name(x->dtype) : "?");

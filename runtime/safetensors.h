@@ -49,9 +49,9 @@ enum {
 typedef struct sc_tensor_view {
   const char *name;
   sc_dtype dtype;
-  int32_t rank;                 /* 0..SC_MAX_RANK */
+  int32_t rank; /* 0..SC_MAX_RANK */
   int64_t dims[SC_MAX_RANK];
-  const void *data;             /* numel × element size bytes, row-major */
+  const void *data; /* numel × element size bytes, row-major */
 } sc_tensor_view;
 
 /* A metadata entry (both strings UTF-8, NUL-free). */
@@ -62,11 +62,11 @@ typedef struct sc_safetensors_meta {
 
 typedef struct sc_safetensors {
   int32_t n_tensors;
-  sc_tensor_view *tensors;      /* in the order of their data in the file */
+  sc_tensor_view *tensors; /* in the order of their data in the file */
   int32_t n_meta;
-  sc_safetensors_meta *meta;    /* "__metadata__" entries, in file order */
-  size_t file_bytes;            /* size of the whole file */
-  void *owner;                  /* internal: the bytes and strings */
+  sc_safetensors_meta *meta; /* "__metadata__" entries, in file order */
+  size_t file_bytes;         /* size of the whole file */
+  void *owner;               /* internal: the bytes and strings */
 } sc_safetensors;
 
 /* "F32" for SC_DTYPE_F32; NULL when safetensors has no name for it. */
