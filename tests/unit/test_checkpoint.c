@@ -12,7 +12,6 @@
  * checkpoint loadable; the next save removes the killed one's folder. A
  * folder that is not a checkpoint is never replaced, and bad arguments
  * create nothing. */
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -26,39 +25,6 @@
 
 #include "codegen/program_json.h"
 #include "runtime/checkpoint.h"
-
-static char g_dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  snprintf(g_dir, sizeof g_dir, "/tmp/sc_ckpt_XXXXXX");
-  return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd);
-}
-
-static const char *at(const char *name) {
-  static char buf[8][512];
-  static int k;
-  k = (k + 1) % 8;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-  return buf[k];
-}
-
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;)
-    n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-  closedir(d);
-  return n;
-}
 
 /* ---- a small training state ---- */
 
@@ -88,12 +54,21 @@ static void make_fixture(fixture *f, uint64_t seed) {
       {.name = "fc1.bias", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {3}, .data = f->b1},
       {.name = "scale", .dtype = SC_DTYPE_F32, .rank = 0, .data = &f->w2},
       {.name = "emb", .dtype = SC_DTYPE_BF16, .rank = 2, .dims = {4, 2}, .data = f->emb}};
-  sc_ckpt_tensor o[] = {
-      {.name = "fc1.weight.exp_avg", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {2, 3}, .data = f->m},
-      {.name = "fc1.weight.exp_avg_sq", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {2, 3},
-       .data = f->v},
-      {.name = "fc1.bias.momentum_buffer", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {3},
-       .data = f->mb}};
+  sc_ckpt_tensor o[] = {{.name = "fc1.weight.exp_avg",
+                         .dtype = SC_DTYPE_F32,
+                         .rank = 2,
+                         .dims = {2, 3},
+                         .data = f->m},
+                        {.name = "fc1.weight.exp_avg_sq",
+                         .dtype = SC_DTYPE_F32,
+                         .rank = 2,
+                         .dims = {2, 3},
+                         .data = f->v},
+                        {.name = "fc1.bias.momentum_buffer",
+                         .dtype = SC_DTYPE_F32,
+                         .rank = 1,
+                         .dims = {3},
+                         .data = f->mb}};
   memcpy(f->weights, w, sizeof w);
   memcpy(f->opt, o, sizeof o);
   f->st = (sc_ckpt_state){.step = (int64_t)seed * 100 + 7,
@@ -103,8 +78,9 @@ static void make_fixture(fixture *f, uint64_t seed) {
                           .loss_scale_growth = 1999,
                           .rng_state = 0xfedcba9876543210ull + seed,
                           .optimizer = "adamw",
-                          .optimizer_json = "{\"lr\": 0.001, \"betas\": [0.9, 0.999], "
-                                            "\"eps\": 1e-08, \"weight_decay\": 0.01}"};
+                          .optimizer_json =
+                              "{\"lr\": 0.001, \"betas\": [0.9, 0.999], "
+                              "\"eps\": 1e-08, \"weight_decay\": 0.01}"};
 }
 
 static void save_ok(const char *dir, const fixture *f) {
@@ -164,29 +140,29 @@ static void test_round_trip(void **state) {
   (void)state;
   fixture f;
   make_fixture(&f, 1);
-  save_ok(at("ck"), &f);
-  assert_true(sc_ckpt_is_dir(at("ck")));
-  assert_int_equal(count_entries(at("ck")), 3);
-  sc_ckpt *c = load_ok(at("ck"));
+  save_ok(scratch_path("ck"), &f);
+  assert_true(sc_ckpt_is_dir(scratch_path("ck")));
+  assert_int_equal(count_entries(scratch_path("ck")), 3);
+  sc_ckpt *c = load_ok(scratch_path("ck"));
   expect_same(c, &f);
   sc_ckpt_destroy(c);
 
   /* saving again replaces it whole; no temporary folder stays */
   fixture g;
   make_fixture(&g, 2);
-  save_ok(at("ck/"), &g);
-  c = load_ok(at("ck"));
+  save_ok(scratch_path("ck/"), &g);
+  c = load_ok(scratch_path("ck"));
   expect_same(c, &g);
   sc_ckpt_destroy(c);
-  assert_int_equal(count_entries(g_dir), 1);
+  assert_int_equal(count_entries(scratch_dir()), 1);
 
   /* no optimizer state (plain SGD): an empty optimizer file */
   sc_diag d;
   sc_diag_clear(&d);
   g.st.optimizer_json = NULL;
   g.st.loss_scale = 1;
-  assert_int_equal(sc_ckpt_save(at("sgd"), &g.st, g.weights, 4, NULL, 0, &d), SC_OK);
-  c = load_ok(at("sgd"));
+  assert_int_equal(sc_ckpt_save(scratch_path("sgd"), &g.st, g.weights, 4, NULL, 0, &d), SC_OK);
+  c = load_ok(scratch_path("sgd"));
   assert_int_equal(sc_ckpt_count(c, SC_CKPT_OPTIMIZER), 0);
   assert_int_equal(sc_ckpt_count(c, SC_CKPT_WEIGHTS), 4);
   assert_string_equal(sc_ckpt_state_of(c)->optimizer_json, "{}");
@@ -200,9 +176,9 @@ static void test_manifest_layout(void **state) {
   (void)state;
   fixture f;
   make_fixture(&f, 3);
-  save_ok(at("m"), &f);
+  save_ok(scratch_path("m"), &f);
   json_error_t err;
-  json_t *root = json_load_file(at("m/manifest.json"), JSON_REJECT_DUPLICATES, &err);
+  json_t *root = json_load_file(scratch_path("m/manifest.json"), JSON_REJECT_DUPLICATES, &err);
   assert_non_null(root);
   assert_string_equal(json_string_value(json_object_get(root, "format")), "shardc-checkpoint");
   assert_int_equal(json_integer_value(json_object_get(root, "format_version")), 1);
@@ -217,7 +193,7 @@ static void test_manifest_layout(void **state) {
   json_t *files = json_object_get(root, "files");
   assert_int_equal(json_array_size(files), 2);
   struct stat sb;
-  assert_int_equal(stat(at("m/weights.safetensors"), &sb), 0);
+  assert_int_equal(stat(scratch_path("m/weights.safetensors"), &sb), 0);
   assert_int_equal(json_integer_value(json_object_get(json_array_get(files, 0), "bytes")),
                    sb.st_size);
   json_decref(root);
@@ -250,11 +226,11 @@ static void flip_byte(const char *path, long at_byte) {
 
 static void fresh(const char *name, uint64_t seed) {
   char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", at(name));
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch_path(name));
   assert_int_equal(system(cmd), 0);
   fixture f;
   make_fixture(&f, seed);
-  save_ok(at(name), &f);
+  save_ok(scratch_path(name), &f);
 }
 
 static void test_damaged_files(void **state) {
@@ -262,46 +238,47 @@ static void test_damaged_files(void **state) {
   char path[600];
   /* a flipped byte in the data, and in the header */
   fresh("d", 4);
-  flip_byte(at("d/weights.safetensors"), -3);
-  expect_load_fails(at("d"), SC_ERR_INVALID, "weights.safetensors", "SHA-256 mismatch");
+  flip_byte(scratch_path("d/weights.safetensors"), -3);
+  expect_load_fails(scratch_path("d"), SC_ERR_INVALID, "weights.safetensors", "SHA-256 mismatch");
   fresh("d", 4);
-  flip_byte(at("d/optimizer.safetensors"), 20);
-  expect_load_fails(at("d"), SC_ERR_INVALID, "optimizer.safetensors", "SHA-256 mismatch");
+  flip_byte(scratch_path("d/optimizer.safetensors"), 20);
+  expect_load_fails(scratch_path("d"), SC_ERR_INVALID, "optimizer.safetensors", "SHA-256 mismatch");
   /* truncated, grown */
   fresh("d", 4);
-  assert_int_equal(truncate(at("d/weights.safetensors"), 40), 0);
-  expect_load_fails(at("d"), SC_ERR_INVALID, "weights.safetensors", "truncated");
+  assert_int_equal(truncate(scratch_path("d/weights.safetensors"), 40), 0);
+  expect_load_fails(scratch_path("d"), SC_ERR_INVALID, "weights.safetensors", "truncated");
   fresh("d", 4);
-  FILE *f = fopen(at("d/optimizer.safetensors"), "ab");
+  FILE *f = fopen(scratch_path("d/optimizer.safetensors"), "ab");
   fputs("more", f);
   fclose(f);
-  expect_load_fails(at("d"), SC_ERR_INVALID, "optimizer.safetensors", "larger than");
+  expect_load_fails(scratch_path("d"), SC_ERR_INVALID, "optimizer.safetensors", "larger than");
   /* a file missing, or a FIFO in its place (no hang) */
   fresh("d", 4);
-  assert_int_equal(unlink(at("d/weights.safetensors")), 0);
-  expect_load_fails(at("d"), SC_ERR_IO, "weights.safetensors", NULL);
-  assert_int_equal(mkfifo(at("d/weights.safetensors"), 0600), 0);
-  expect_load_fails(at("d"), SC_ERR_IO, "weights.safetensors", "FIFO");
+  assert_int_equal(unlink(scratch_path("d/weights.safetensors")), 0);
+  expect_load_fails(scratch_path("d"), SC_ERR_IO, "weights.safetensors", NULL);
+  assert_int_equal(mkfifo(scratch_path("d/weights.safetensors"), 0600), 0);
+  expect_load_fails(scratch_path("d"), SC_ERR_IO, "weights.safetensors", "FIFO");
   /* no manifest; a manifest that is a FIFO or not JSON; not a folder */
   fresh("d", 4);
-  assert_int_equal(unlink(at("d/manifest.json")), 0);
-  expect_load_fails(at("d"), SC_ERR_IO, "not a checkpoint", "manifest.json");
-  assert_int_equal(mkfifo(at("d/manifest.json"), 0600), 0);
-  expect_load_fails(at("d"), SC_ERR_IO, "manifest.json", "FIFO");
-  assert_int_equal(unlink(at("d/manifest.json")), 0);
-  f = fopen(at("d/manifest.json"), "w");
+  assert_int_equal(unlink(scratch_path("d/manifest.json")), 0);
+  expect_load_fails(scratch_path("d"), SC_ERR_IO, "not a checkpoint", "manifest.json");
+  assert_int_equal(mkfifo(scratch_path("d/manifest.json"), 0600), 0);
+  expect_load_fails(scratch_path("d"), SC_ERR_IO, "manifest.json", "FIFO");
+  assert_int_equal(unlink(scratch_path("d/manifest.json")), 0);
+  f = fopen(scratch_path("d/manifest.json"), "w");
   fputs("{\"format\": \"shardc-checkpoint\", ", f);
   fclose(f);
-  expect_load_fails(at("d"), SC_ERR_PARSE, "manifest.json", "not a JSON object");
-  expect_load_fails(at("d/weights.safetensors"), SC_ERR_IO, "not a checkpoint", "not a directory");
-  expect_load_fails(at("nothing-here"), SC_ERR_IO, "cannot open", NULL);
+  expect_load_fails(scratch_path("d"), SC_ERR_PARSE, "manifest.json", "not a JSON object");
+  expect_load_fails(scratch_path("d/weights.safetensors"), SC_ERR_IO, "not a checkpoint",
+                    "not a directory");
+  expect_load_fails(scratch_path("nothing-here"), SC_ERR_IO, "cannot open", NULL);
   /* a bundle's manifest is not a checkpoint's */
   fresh("d", 4);
-  snprintf(path, sizeof path, "%s", at("d/manifest.json"));
+  snprintf(path, sizeof path, "%s", scratch_path("d/manifest.json"));
   f = fopen(path, "w");
   fputs("{\"format_version\": 1, \"program\": \"program.json\"}", f);
   fclose(f);
-  expect_load_fails(at("d"), SC_ERR_IO, "not a checkpoint", NULL);
+  expect_load_fails(scratch_path("d"), SC_ERR_IO, "not a checkpoint", NULL);
 }
 
 /* Rewrites DIR/manifest.json through edit, then (when reseal) its checksum
@@ -327,7 +304,9 @@ static void edit_manifest(const char *dir, void (*edit)(json_t *), bool reseal) 
 static void set_step(json_t *r) { json_object_set_new(r, "step", json_integer(8)); }
 static void set_version(json_t *r) { json_object_set_new(r, "format_version", json_integer(2)); }
 static void negative_step(json_t *r) { json_object_set_new(r, "step", json_integer(-1)); }
-static void bad_rng(json_t *r) { json_object_set_new(r, "rng_state", json_string("18446744073709551616")); }
+static void bad_rng(json_t *r) {
+  json_object_set_new(r, "rng_state", json_string("18446744073709551616"));
+}
 static void bad_loss_scale(json_t *r) { json_object_set_new(r, "loss_scale", json_string("1")); }
 static void no_files(json_t *r) { json_object_del(r, "files"); }
 static json_t *weight0(json_t *r) {
@@ -384,13 +363,13 @@ static void test_edited_manifest(void **state) {
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     fresh("e", 5);
-    edit_manifest(at("e"), cases[i].edit, cases[i].reseal);
-    expect_load_fails(at("e"), cases[i].want, cases[i].n1, cases[i].n2);
+    edit_manifest(scratch_path("e"), cases[i].edit, cases[i].reseal);
+    expect_load_fails(scratch_path("e"), cases[i].want, cases[i].n1, cases[i].n2);
   }
   /* the resealing helper itself yields a loadable checkpoint */
   fresh("e", 5);
-  edit_manifest(at("e"), set_step, true);
-  sc_ckpt *c = load_ok(at("e"));
+  edit_manifest(scratch_path("e"), set_step, true);
+  sc_ckpt *c = load_ok(scratch_path("e"));
   assert_int_equal(sc_ckpt_state_of(c)->step, 8);
   sc_ckpt_destroy(c);
 }
@@ -399,38 +378,39 @@ static void test_edited_manifest(void **state) {
 
 static void test_failure_keeps_previous(void **state) {
   (void)state;
-  assert_int_equal(mkdir(at("p"), 0755), 0);
+  assert_int_equal(mkdir(scratch_path("p"), 0755), 0);
   fixture a, b;
   make_fixture(&a, 6);
   make_fixture(&b, 7);
-  save_ok(at("p/ck"), &a);
+  save_ok(scratch_path("p/ck"), &a);
   for (int n = 0; n <= 2; n++) { /* after 0, 1 and 2 of the 3 files */
     char v[8];
     snprintf(v, sizeof v, "%d", n);
     setenv("SHARDC_TEST_CKPT_FAIL_AFTER", v, 1);
     sc_diag d;
     sc_diag_clear(&d);
-    assert_int_equal(sc_ckpt_save(at("p/ck"), &b.st, b.weights, 4, b.opt, 3, &d), SC_ERR_IO);
+    assert_int_equal(sc_ckpt_save(scratch_path("p/ck"), &b.st, b.weights, 4, b.opt, 3, &d),
+                     SC_ERR_IO);
     assert_non_null(strstr(d.msg, "injected failure"));
     unsetenv("SHARDC_TEST_CKPT_FAIL_AFTER");
-    sc_ckpt *c = load_ok(at("p/ck"));
+    sc_ckpt *c = load_ok(scratch_path("p/ck"));
     expect_same(c, &a);
     sc_ckpt_destroy(c);
-    assert_int_equal(count_entries(at("p")), 1); /* no temporary folder */
+    assert_int_equal(count_entries(scratch_path("p")), 1); /* no temporary folder */
   }
-  save_ok(at("p/ck"), &b);
-  sc_ckpt *c = load_ok(at("p/ck"));
+  save_ok(scratch_path("p/ck"), &b);
+  sc_ckpt *c = load_ok(scratch_path("p/ck"));
   expect_same(c, &b);
   sc_ckpt_destroy(c);
 }
 
 static void test_killed_save(void **state) {
   (void)state;
-  assert_int_equal(mkdir(at("k"), 0755), 0);
+  assert_int_equal(mkdir(scratch_path("k"), 0755), 0);
   fixture a, b;
   make_fixture(&a, 8);
   make_fixture(&b, 9);
-  save_ok(at("k/ck"), &a);
+  save_ok(scratch_path("k/ck"), &a);
   int fds[2];
   assert_int_equal(pipe(fds), 0);
   pid_t pid = fork();
@@ -441,7 +421,7 @@ static void test_killed_save(void **state) {
     setenv("SHARDC_TEST_COMMIT_DELAY_MS", "20000", 1);
     sc_diag d;
     sc_diag_clear(&d);
-    sc_ckpt_save(at("k/ck"), &b.st, b.weights, 4, b.opt, 3, &d);
+    sc_ckpt_save(scratch_path("k/ck"), &b.st, b.weights, 4, b.opt, 3, &d);
     _exit(3);
   }
   close(fds[1]);
@@ -460,14 +440,15 @@ static void test_killed_save(void **state) {
   int status;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFSIGNALED(status));
-  assert_int_equal(count_entries(at("k")), 2); /* the checkpoint and the killed save's folder */
-  sc_ckpt *c = load_ok(at("k/ck"));
+  assert_int_equal(count_entries(scratch_path("k")),
+                   2); /* the checkpoint and the killed save's folder */
+  sc_ckpt *c = load_ok(scratch_path("k/ck"));
   expect_same(c, &a);
   sc_ckpt_destroy(c);
   /* the next save completes and removes what the killed one left */
-  save_ok(at("k/ck"), &b);
-  assert_int_equal(count_entries(at("k")), 1);
-  c = load_ok(at("k/ck"));
+  save_ok(scratch_path("k/ck"), &b);
+  assert_int_equal(count_entries(scratch_path("k")), 1);
+  c = load_ok(scratch_path("k/ck"));
   expect_same(c, &b);
   sc_ckpt_destroy(c);
 }
@@ -485,62 +466,65 @@ static void expect_save_fails(const char *dir, const sc_ckpt_state *st, const sc
 
 static void test_save_refusals(void **state) {
   (void)state;
-  assert_int_equal(mkdir(at("r"), 0755), 0);
+  assert_int_equal(mkdir(scratch_path("r"), 0755), 0);
   fixture f;
   make_fixture(&f, 10);
   /* a folder of user data, a bundle, a regular file: never replaced */
-  assert_int_equal(mkdir(at("r/user"), 0755), 0);
-  FILE *fp = fopen(at("r/user/notes.txt"), "w");
+  assert_int_equal(mkdir(scratch_path("r/user"), 0755), 0);
+  FILE *fp = fopen(scratch_path("r/user/notes.txt"), "w");
   fputs("keep me", fp);
   fclose(fp);
-  expect_save_fails(at("r/user"), &f.st, f.weights, 4, SC_ERR_IO, "not a shardc checkpoint");
-  assert_int_equal(access(at("r/user/notes.txt"), F_OK), 0);
-  assert_int_equal(mkdir(at("r/bundle"), 0755), 0);
-  fp = fopen(at("r/bundle/manifest.json"), "w");
+  expect_save_fails(scratch_path("r/user"), &f.st, f.weights, 4, SC_ERR_IO,
+                    "not a shardc checkpoint");
+  assert_int_equal(access(scratch_path("r/user/notes.txt"), F_OK), 0);
+  assert_int_equal(mkdir(scratch_path("r/bundle"), 0755), 0);
+  fp = fopen(scratch_path("r/bundle/manifest.json"), "w");
   fputs("{\"format_version\": 1}", fp);
   fclose(fp);
-  expect_save_fails(at("r/bundle"), &f.st, f.weights, 4, SC_ERR_IO, "not a shardc checkpoint");
-  assert_int_equal(access(at("r/bundle/manifest.json"), F_OK), 0);
-  expect_save_fails(at("r/user/notes.txt"), &f.st, f.weights, 4, SC_ERR_IO, "not a shardc");
-  expect_save_fails(at("r/none/ck"), &f.st, f.weights, 4, SC_ERR_IO, "cannot create");
+  expect_save_fails(scratch_path("r/bundle"), &f.st, f.weights, 4, SC_ERR_IO,
+                    "not a shardc checkpoint");
+  assert_int_equal(access(scratch_path("r/bundle/manifest.json"), F_OK), 0);
+  expect_save_fails(scratch_path("r/user/notes.txt"), &f.st, f.weights, 4, SC_ERR_IO,
+                    "not a shardc");
+  expect_save_fails(scratch_path("r/none/ck"), &f.st, f.weights, 4, SC_ERR_IO, "cannot create");
   /* an empty folder is fine */
-  assert_int_equal(mkdir(at("r/empty"), 0755), 0);
-  save_ok(at("r/empty"), &f);
+  assert_int_equal(mkdir(scratch_path("r/empty"), 0755), 0);
+  save_ok(scratch_path("r/empty"), &f);
 
   /* bad state: nothing is created */
   sc_ckpt_state s = f.st;
   s.step = -1;
-  expect_save_fails(at("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "step = -1");
+  expect_save_fails(scratch_path("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "step = -1");
   s = f.st;
   s.loss_scale = NAN;
-  expect_save_fails(at("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "loss scale");
+  expect_save_fails(scratch_path("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "loss scale");
   s.loss_scale = 0;
-  expect_save_fails(at("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "loss scale");
+  expect_save_fails(scratch_path("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "loss scale");
   s = f.st;
   s.optimizer = "";
-  expect_save_fails(at("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "optimizer name");
+  expect_save_fails(scratch_path("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "optimizer name");
   s = f.st;
   s.optimizer_json = "[1, 2]";
-  expect_save_fails(at("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "not a JSON object");
+  expect_save_fails(scratch_path("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "not a JSON object");
   s.optimizer_json = "{\"lr\": ";
-  expect_save_fails(at("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "not a JSON object");
+  expect_save_fails(scratch_path("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "not a JSON object");
   s.optimizer_json = "{\"lr\": 1, \"lr\": 2}";
-  expect_save_fails(at("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "duplicate");
-  expect_save_fails(at("r/x"), NULL, f.weights, 4, SC_ERR_USAGE, "bad arguments");
-  expect_save_fails(at("r/x"), &f.st, NULL, 4, SC_ERR_USAGE, "bad arguments");
+  expect_save_fails(scratch_path("r/x"), &s, f.weights, 4, SC_ERR_INVALID, "duplicate");
+  expect_save_fails(scratch_path("r/x"), NULL, f.weights, 4, SC_ERR_USAGE, "bad arguments");
+  expect_save_fails(scratch_path("r/x"), &f.st, NULL, 4, SC_ERR_USAGE, "bad arguments");
   /* bad tensors: refused naming the file and tensor, the old checkpoint kept */
   sc_ckpt_tensor w[4];
   memcpy(w, f.weights, sizeof w);
   w[3].name = "fc1.bias";
-  expect_save_fails(at("r/empty"), &f.st, w, 4, SC_ERR_INVALID,
+  expect_save_fails(scratch_path("r/empty"), &f.st, w, 4, SC_ERR_INVALID,
                     "weights.safetensors: tensor 'fc1.bias': the name is used twice");
   w[3] = f.weights[3];
   w[3].dims[0] = -4;
-  expect_save_fails(at("r/empty"), &f.st, w, 4, SC_ERR_INVALID, "tensor 'emb'");
-  sc_ckpt *c = load_ok(at("r/empty"));
+  expect_save_fails(scratch_path("r/empty"), &f.st, w, 4, SC_ERR_INVALID, "tensor 'emb'");
+  sc_ckpt *c = load_ok(scratch_path("r/empty"));
   expect_same(c, &f);
   sc_ckpt_destroy(c);
-  assert_int_equal(count_entries(at("r")), 3); /* user, bundle, empty: nothing else */
+  assert_int_equal(count_entries(scratch_path("r")), 3); /* user, bundle, empty: nothing else */
 }
 
 int main(void) {
@@ -553,5 +537,5 @@ int main(void) {
       cmocka_unit_test(test_killed_save),
       cmocka_unit_test(test_save_refusals),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);
 }

@@ -24,29 +24,6 @@
 #include "codegen/program_json.h"
 #include "runtime/safetensors.h"
 
-static char g_dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  snprintf(g_dir, sizeof g_dir, "/tmp/sc_safetensors_XXXXXX");
-  return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd);
-}
-
-static const char *at(const char *name) {
-  static char buf[4][512];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-  return buf[k];
-}
-
 static void *random_bytes(size_t n) {
   unsigned char *p = malloc(n + 1);
   assert_non_null(p);
@@ -54,9 +31,9 @@ static void *random_bytes(size_t n) {
   return p;
 }
 
-static const sc_dtype k_all[] = {SC_DTYPE_BOOL, SC_DTYPE_U8,  SC_DTYPE_I8,  SC_DTYPE_I16,
+static const sc_dtype k_all[] = {SC_DTYPE_BOOL, SC_DTYPE_U8,  SC_DTYPE_I8,   SC_DTYPE_I16,
                                  SC_DTYPE_U16,  SC_DTYPE_F16, SC_DTYPE_BF16, SC_DTYPE_I32,
-                                 SC_DTYPE_U32,  SC_DTYPE_F32, SC_DTYPE_F64, SC_DTYPE_I64,
+                                 SC_DTYPE_U32,  SC_DTYPE_F32, SC_DTYPE_F64,  SC_DTYPE_I64,
                                  SC_DTYPE_U64,  SC_DTYPE_C64};
 enum { N_ALL = sizeof k_all / sizeof *k_all };
 
@@ -95,8 +72,7 @@ static void test_round_trip(void **state) {
     snprintf(names[2 * i + 1], 32, "empty.%s", sc_dtype_name(k_all[i]));
     *a = (sc_tensor_view){.name = names[2 * i], .dtype = k_all[i], .rank = i % 5};
     for (int k = 0; k < a->rank; k++) a->dims[k] = 1 + (k + i) % 3;
-    *e = (sc_tensor_view){.name = names[2 * i + 1], .dtype = k_all[i], .rank = 2,
-                          .dims = {3, 0}};
+    *e = (sc_tensor_view){.name = names[2 * i + 1], .dtype = k_all[i], .rank = 2, .dims = {3, 0}};
     int64_t numel, bytes;
     assert_true(sc_tensor_view_size(a, &numel, &bytes));
     a->data = random_bytes((size_t)bytes);
@@ -106,10 +82,11 @@ static void test_round_trip(void **state) {
   const sc_safetensors_meta meta[] = {{"format", "pt"}, {"note", "ünïcode ✓"}};
   sc_diag d;
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_write(at("all.safetensors"), t, 2 * N_ALL, meta, 2, &d), SC_OK);
+  assert_int_equal(sc_safetensors_write(scratch_path("all.safetensors"), t, 2 * N_ALL, meta, 2, &d),
+                   SC_OK);
 
   sc_safetensors *s;
-  load_ok(at("all.safetensors"), &s);
+  load_ok(scratch_path("all.safetensors"), &s);
   assert_int_equal(s->n_tensors, 2 * N_ALL);
   assert_int_equal(s->n_meta, 2);
   assert_string_equal(sc_safetensors_meta_get(s, "note"), "ünïcode ✓");
@@ -148,13 +125,14 @@ static void test_bit_exact_random(void **state) {
     f[i] = (uint32_t)(rng_unit() * 4294967295.0) | 1u;
     b[i] = (uint16_t)((uint32_t)(rng_unit() * 65535.0) | 1u);
   }
-  sc_tensor_view t[] = {{.name = "w", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {64, 64}, .data = f},
-                        {.name = "h", .dtype = SC_DTYPE_BF16, .rank = 1, .dims = {N}, .data = b}};
+  sc_tensor_view t[] = {
+      {.name = "w", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {64, 64}, .data = f},
+      {.name = "h", .dtype = SC_DTYPE_BF16, .rank = 1, .dims = {N}, .data = b}};
   sc_diag d;
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_write(at("r.safetensors"), t, 2, NULL, 0, &d), SC_OK);
+  assert_int_equal(sc_safetensors_write(scratch_path("r.safetensors"), t, 2, NULL, 0, &d), SC_OK);
   sc_safetensors *s;
-  load_ok(at("r.safetensors"), &s);
+  load_ok(scratch_path("r.safetensors"), &s);
   assert_memory_equal(sc_safetensors_find(s, "w")->data, f, N * sizeof *f);
   assert_memory_equal(sc_safetensors_find(s, "h")->data, b, N * sizeof *b);
   assert_int_equal(s->n_meta, 0);
@@ -163,33 +141,22 @@ static void test_bit_exact_random(void **state) {
   free(b);
 }
 
-static void *read_whole(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void *buf = malloc((size_t)n + 1);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *size = (size_t)n;
-  return buf;
-}
-
 /* The exact bytes the format prescribes for a small file. */
 static void test_bytes_by_hand(void **state) {
   (void)state;
   const uint8_t u8[3] = {1, 2, 3};
   const float f32[2] = {1.5f, -2.0f};
-  sc_tensor_view t[] = {{.name = "b", .dtype = SC_DTYPE_U8, .rank = 1, .dims = {3}, .data = u8},
-                        {.name = "a", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {1, 2}, .data = f32}};
+  sc_tensor_view t[] = {
+      {.name = "b", .dtype = SC_DTYPE_U8, .rank = 1, .dims = {3}, .data = u8},
+      {.name = "a", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {1, 2}, .data = f32}};
   const sc_safetensors_meta meta[] = {{"k", "v"}};
   sc_diag d;
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_write(at("h.safetensors"), t, 2, meta, 1, &d), SC_OK);
-  const char header[] = "{\"__metadata__\":{\"k\":\"v\"},"
-                        "\"a\":{\"dtype\":\"F32\",\"shape\":[1,2],\"data_offsets\":[0,8]},"
-                        "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}";
+  assert_int_equal(sc_safetensors_write(scratch_path("h.safetensors"), t, 2, meta, 1, &d), SC_OK);
+  const char header[] =
+      "{\"__metadata__\":{\"k\":\"v\"},"
+      "\"a\":{\"dtype\":\"F32\",\"shape\":[1,2],\"data_offsets\":[0,8]},"
+      "\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}";
   size_t len = strlen(header), padded = (len + 7) / 8 * 8, n = 0;
   unsigned char want[512];
   memset(want, 0, sizeof want);
@@ -198,7 +165,7 @@ static void test_bytes_by_hand(void **state) {
   memset(want + 8 + len, ' ', padded - len);
   memcpy(want + 8 + padded, f32, 8); /* little-endian host */
   memcpy(want + 8 + padded + 8, u8, 3);
-  unsigned char *got = read_whole(at("h.safetensors"), &n);
+  unsigned char *got = read_whole(scratch_path("h.safetensors"), &n);
   assert_int_equal(n, 8 + padded + 11);
   assert_memory_equal(got, want, n);
   free(got);
@@ -217,7 +184,8 @@ static void expect_bad(const void *bytes, size_t size, sc_status want, const cha
   sc_diag d;
   sc_diag_clear(&d);
   sc_status st = sc_safetensors_parse(buf, size, "bad.safetensors", &s, &d);
-  if (st != want) fail_msg("status %s, want %s: %s", sc_status_name(st), sc_status_name(want), d.msg);
+  if (st != want)
+    fail_msg("status %s, want %s: %s", sc_status_name(st), sc_status_name(want), d.msg);
   assert_null(s);
   if (!strstr(d.msg, "bad.safetensors")) fail_msg("'%s' does not name the file", d.msg);
   if (needle1 && !strstr(d.msg, needle1)) fail_msg("'%s' lacks '%s'", d.msg, needle1);
@@ -249,9 +217,10 @@ static void test_hostile(void **state) {
   expect_bad_header("hello", 0, SC_ERR_PARSE, "does not start with '{'", NULL);
   expect_bad_header("[1, 2]", 0, SC_ERR_PARSE, "does not start", NULL);
   expect_bad_header("{\"a\": ", 0, SC_ERR_PARSE, "not valid JSON", NULL);
-  expect_bad_header("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
-                    "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
-                    2, SC_ERR_PARSE, "duplicate", NULL);
+  expect_bad_header(
+      "{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+      "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}",
+      2, SC_ERR_PARSE, "duplicate", NULL);
   {
     char deep[12000] = "{\"__metadata__\":";
     size_t n = strlen(deep);
@@ -261,23 +230,27 @@ static void test_hostile(void **state) {
   }
   expect_bad_header("{\"a\": 3}", 0, SC_ERR_PARSE, "tensor 'a'", "not a JSON object");
   /* overlap, hole, trailing bytes */
-  expect_bad_header("{\"x\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-                    "\"y\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
-                    6, SC_ERR_INVALID, "tensor 'y'", "overlap tensor 'x'");
-  expect_bad_header("{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
-                    "\"y\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}",
-                    6, SC_ERR_INVALID, "tensor 'y'", "hole");
+  expect_bad_header(
+      "{\"x\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+      "\"y\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[2,6]}}",
+      6, SC_ERR_INVALID, "tensor 'y'", "overlap tensor 'x'");
+  expect_bad_header(
+      "{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+      "\"y\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[4,6]}}",
+      6, SC_ERR_INVALID, "tensor 'y'", "hole");
   expect_bad_header("{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}", 4,
                     SC_ERR_INVALID, "tensor 'x'", "hole");
   expect_bad_header("{\"x\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 5,
                     SC_ERR_INVALID, "belong to no tensor", NULL);
   /* shapes, dtypes, offsets */
-  expect_bad_header("{\"big\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],"
-                    "\"data_offsets\":[0,0]}}",
-                    0, SC_ERR_LIMIT, "tensor 'big'", "overflows");
-  expect_bad_header("{\"big\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],"
-                    "\"data_offsets\":[0,0]}}",
-                    0, SC_ERR_LIMIT, "tensor 'big'", "overflows");
+  expect_bad_header(
+      "{\"big\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],"
+      "\"data_offsets\":[0,0]}}",
+      0, SC_ERR_LIMIT, "tensor 'big'", "overflows");
+  expect_bad_header(
+      "{\"big\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952],"
+      "\"data_offsets\":[0,0]}}",
+      0, SC_ERR_LIMIT, "tensor 'big'", "overflows");
   expect_bad_header("{\"q\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
                     SC_ERR_PARSE, "tensor 'q'", "unknown dtype 'F33'");
   expect_bad_header("{\"q\":{\"dtype\":\"F8_E4M3\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
@@ -288,9 +261,10 @@ static void test_hostile(void **state) {
                     SC_ERR_PARSE, "tensor 'n'", "shape[0]");
   expect_bad_header("{\"n\":{\"dtype\":\"U8\",\"shape\":[1.5],\"data_offsets\":[0,1]}}", 1,
                     SC_ERR_PARSE, "tensor 'n'", "shape[0]");
-  expect_bad_header("{\"n\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
-                    "\"data_offsets\":[0,1]}}",
-                    1, SC_ERR_LIMIT, "tensor 'n'", "rank 9");
+  expect_bad_header(
+      "{\"n\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
+      "\"data_offsets\":[0,1]}}",
+      1, SC_ERR_LIMIT, "tensor 'n'", "rank 9");
   expect_bad_header("{\"o\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}", 1,
                     SC_ERR_PARSE, "tensor 'o'", "truncated");
   expect_bad_header("{\"o\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,0]}}", 2,
@@ -301,9 +275,10 @@ static void test_hostile(void **state) {
                     SC_ERR_PARSE, "tensor 'o'", "[begin, end]");
   expect_bad_header("{\"o\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4,
                     SC_ERR_INVALID, "tensor 'o'", "span 4");
-  expect_bad_header("{\"o\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,"
-                    "99999999999999999999]}}",
-                    1, SC_ERR_PARSE, "not valid JSON", NULL);
+  expect_bad_header(
+      "{\"o\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,"
+      "99999999999999999999]}}",
+      1, SC_ERR_PARSE, "not valid JSON", NULL);
   expect_bad_header("{\"__metadata__\":{\"k\":1}}", 0, SC_ERR_PARSE, "__metadata__ 'k'", NULL);
   expect_bad_header("{\"__metadata__\":[]}", 0, SC_ERR_PARSE, "__metadata__", NULL);
 
@@ -323,37 +298,37 @@ static void test_hostile_files(void **state) {
   sc_safetensors *s;
   sc_diag d;
   sc_diag_clear(&d);
-  assert_int_equal(mkfifo(at("fifo.safetensors"), 0600), 0); /* no writer: would block */
-  assert_int_equal(sc_safetensors_read(at("fifo.safetensors"), -1, &s, &d), SC_ERR_IO);
+  assert_int_equal(mkfifo(scratch_path("fifo.safetensors"), 0600), 0); /* no writer: would block */
+  assert_int_equal(sc_safetensors_read(scratch_path("fifo.safetensors"), -1, &s, &d), SC_ERR_IO);
   assert_non_null(strstr(d.msg, "fifo.safetensors"));
   assert_non_null(strstr(d.msg, "FIFO"));
   sc_diag_clear(&d);
   assert_int_equal(sc_safetensors_read("/dev/zero", -1, &s, &d), SC_ERR_IO);
   assert_non_null(strstr(d.msg, "/dev/zero"));
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_read(at("missing.safetensors"), -1, &s, &d), SC_ERR_IO);
+  assert_int_equal(sc_safetensors_read(scratch_path("missing.safetensors"), -1, &s, &d), SC_ERR_IO);
   assert_non_null(strstr(d.msg, "missing.safetensors"));
 
   /* a valid file cut short at every length refuses cleanly */
   const float v[4] = {1, 2, 3, 4};
   sc_tensor_view t = {.name = "v", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {4}, .data = v};
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_write(at("v.safetensors"), &t, 1, NULL, 0, &d), SC_OK);
+  assert_int_equal(sc_safetensors_write(scratch_path("v.safetensors"), &t, 1, NULL, 0, &d), SC_OK);
   size_t n;
-  unsigned char *whole = read_whole(at("v.safetensors"), &n);
+  unsigned char *whole = read_whole(scratch_path("v.safetensors"), &n);
   for (size_t cut = 0; cut < n; cut++) {
-    FILE *f = fopen(at("cut.safetensors"), "wb");
+    FILE *f = fopen(scratch_path("cut.safetensors"), "wb");
     fwrite(whole, 1, cut, f);
     fclose(f);
     sc_diag_clear(&d);
-    sc_status st = sc_safetensors_read(at("cut.safetensors"), -1, &s, &d);
+    sc_status st = sc_safetensors_read(scratch_path("cut.safetensors"), -1, &s, &d);
     assert_int_not_equal(st, SC_OK);
     assert_non_null(strstr(d.msg, "cut.safetensors"));
     assert_non_null(strstr(d.msg, "truncated"));
   }
   /* a size limit */
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_read(at("v.safetensors"), 10, &s, &d), SC_ERR_LIMIT);
+  assert_int_equal(sc_safetensors_read(scratch_path("v.safetensors"), 10, &s, &d), SC_ERR_LIMIT);
   free(whole);
 }
 
@@ -367,9 +342,9 @@ static void test_corruptions_never_crash(void **state) {
   const sc_safetensors_meta meta[] = {{"m", "x"}};
   sc_diag d;
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_write(at("c.safetensors"), t, 2, meta, 1, &d), SC_OK);
+  assert_int_equal(sc_safetensors_write(scratch_path("c.safetensors"), t, 2, meta, 1, &d), SC_OK);
   size_t n;
-  unsigned char *whole = read_whole(at("c.safetensors"), &n);
+  unsigned char *whole = read_whole(scratch_path("c.safetensors"), &n);
   int refused = 0;
   for (int iter = 0; iter < 3000; iter++) {
     unsigned char *b = sc_malloc(n);
@@ -402,9 +377,10 @@ static void expect_write_refused(const sc_tensor_view *t, int32_t n, const sc_sa
                                  int32_t n_meta, const char *needle) {
   sc_diag d;
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_write(at("w.safetensors"), t, n, m, n_meta, &d), SC_ERR_INVALID);
+  assert_int_equal(sc_safetensors_write(scratch_path("w.safetensors"), t, n, m, n_meta, &d),
+                   SC_ERR_INVALID);
   if (!strstr(d.msg, needle)) fail_msg("'%s' lacks '%s'", d.msg, needle);
-  assert_int_equal(access(at("w.safetensors"), F_OK), -1); /* nothing left behind */
+  assert_int_equal(access(scratch_path("w.safetensors"), F_OK), -1); /* nothing left behind */
 }
 
 static void test_writer_refusals(void **state) {
@@ -423,8 +399,8 @@ static void test_writer_refusals(void **state) {
   expect_write_refused(t, 2, NULL, 0, "tensor 'n': negative dim");
   t[1] = (sc_tensor_view){.name = "z", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}};
   expect_write_refused(t, 2, NULL, 0, "tensor 'z': no data");
-  t[1] = (sc_tensor_view){.name = "\xff\xfe", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2},
-                          .data = x};
+  t[1] = (sc_tensor_view){
+      .name = "\xff\xfe", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}, .data = x};
   expect_write_refused(t, 2, NULL, 0, "UTF-8");
   const sc_safetensors_meta m[] = {{"k", "1"}, {"k", "2"}};
   expect_write_refused(t, 1, m, 2, "metadata key 'k'");
@@ -465,9 +441,9 @@ static void test_python_interop(void **state) {
   if (!py) skip();
   rng_seed(11);
   /* the dtypes NumPy holds (no BF16 without ml_dtypes) */
-  const sc_dtype dts[] = {SC_DTYPE_BOOL, SC_DTYPE_U8,  SC_DTYPE_I8,  SC_DTYPE_I16, SC_DTYPE_U16,
-                          SC_DTYPE_F16,  SC_DTYPE_I32, SC_DTYPE_U32, SC_DTYPE_F32, SC_DTYPE_F64,
-                          SC_DTYPE_I64,  SC_DTYPE_U64};
+  const sc_dtype dts[] = {SC_DTYPE_BOOL, SC_DTYPE_U8,  SC_DTYPE_I8,  SC_DTYPE_I16,
+                          SC_DTYPE_U16,  SC_DTYPE_F16, SC_DTYPE_I32, SC_DTYPE_U32,
+                          SC_DTYPE_F32,  SC_DTYPE_F64, SC_DTYPE_I64, SC_DTYPE_U64};
   enum { ND = sizeof dts / sizeof *dts };
   sc_tensor_view t[ND];
   char names[ND][16];
@@ -485,17 +461,19 @@ static void test_python_interop(void **state) {
   const sc_safetensors_meta meta[] = {{"who", "shardc"}};
   sc_diag d;
   sc_diag_clear(&d);
-  assert_int_equal(sc_safetensors_write(at("c2py.safetensors"), t, ND, meta, 1, &d), SC_OK);
-  FILE *f = fopen(at("interop.py"), "w");
+  assert_int_equal(sc_safetensors_write(scratch_path("c2py.safetensors"), t, ND, meta, 1, &d),
+                   SC_OK);
+  FILE *f = fopen(scratch_path("interop.py"), "w");
   fputs(k_script, f);
   fclose(f);
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s' '%s'", py, at("interop.py"),
-           at("c2py.safetensors"), at("py2c.safetensors"), at("report.txt"));
+  snprintf(cmd, sizeof cmd, "'%s' '%s' '%s' '%s' '%s'", py, scratch_path("interop.py"),
+           scratch_path("c2py.safetensors"), scratch_path("py2c.safetensors"),
+           scratch_path("report.txt"));
   assert_int_equal(system(cmd), 0);
 
   /* Python read what shardc wrote: same names, types, bytes */
-  f = fopen(at("report.txt"), "r");
+  f = fopen(scratch_path("report.txt"), "r");
   assert_non_null(f);
   char name[64], descr[16], shape[64], sha[65];
   int lines = 0;
@@ -514,7 +492,7 @@ static void test_python_interop(void **state) {
 
   /* shardc reads what Python wrote: every value doubled (bool unchanged) */
   sc_safetensors *s;
-  load_ok(at("py2c.safetensors"), &s);
+  load_ok(scratch_path("py2c.safetensors"), &s);
   assert_int_equal(s->n_tensors, ND);
   assert_string_equal(sc_safetensors_meta_get(s, "who"), "shardc");
   for (int i = 0; i < ND; i++) {
@@ -548,5 +526,5 @@ int main(void) {
       cmocka_unit_test(test_writer_refusals),
       cmocka_unit_test(test_python_interop),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);
 }
