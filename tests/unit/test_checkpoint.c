@@ -376,13 +376,20 @@ static void test_edited_manifest(void **state) {
 
 /* ---- interrupted saves ---- */
 
+/* A folder `sub` holding checkpoint sub/ck of state a; b another state. */
+static void prepare(const char *sub, fixture *a, fixture *b, uint64_t seed) {
+  char ck[600];
+  assert_int_equal(mkdir(scratch_path(sub), 0755), 0);
+  make_fixture(a, seed);
+  make_fixture(b, seed + 1);
+  snprintf(ck, sizeof ck, "%s/ck", scratch_path(sub));
+  save_ok(ck, a);
+}
+
 static void test_failure_keeps_previous(void **state) {
   (void)state;
-  assert_int_equal(mkdir(scratch_path("p"), 0755), 0);
   fixture a, b;
-  make_fixture(&a, 6);
-  make_fixture(&b, 7);
-  save_ok(scratch_path("p/ck"), &a);
+  prepare("p", &a, &b, 6);
   for (int n = 0; n <= 2; n++) { /* after 0, 1 and 2 of the 3 files */
     char v[8];
     snprintf(v, sizeof v, "%d", n);
@@ -406,11 +413,8 @@ static void test_failure_keeps_previous(void **state) {
 
 static void test_killed_save(void **state) {
   (void)state;
-  assert_int_equal(mkdir(scratch_path("k"), 0755), 0);
   fixture a, b;
-  make_fixture(&a, 8);
-  make_fixture(&b, 9);
-  save_ok(scratch_path("k/ck"), &a);
+  prepare("k", &a, &b, 8);
   int fds[2];
   assert_int_equal(pipe(fds), 0);
   pid_t pid = fork();
