@@ -219,7 +219,11 @@ static sc_status write_manifest(const char *dir, const char *tmp, json_t *root, 
 static sc_status check_target(const char *dir, sc_diag *d) {
   struct stat sb;
   if (lstat(dir, &sb) != 0) return SC_OK; /* sc_dir_commit_begin reports other errors */
-  if (!S_ISDIR(sb.st_mode) || sc_ckpt_is_dir(dir)) return SC_OK;
+  if (!S_ISDIR(sb.st_mode))
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir,
+                                "exists and is %s, not a shardc checkpoint; not replacing it",
+                                sc_file_kind_name(sb.st_mode));
+  if (sc_ckpt_is_dir(dir)) return SC_OK;
   DIR *dd = opendir(dir);
   if (!dd) return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s", strerror(errno));
   bool empty = true;

@@ -489,7 +489,7 @@ static void test_save_refusals(void **state) {
                     "not a shardc checkpoint");
   assert_int_equal(access(scratch_path("r/bundle/manifest.json"), F_OK), 0);
   expect_save_fails(scratch_path("r/user/notes.txt"), &f.st, f.weights, 4, SC_ERR_IO,
-                    "not a shardc");
+                    "is a regular file, not a shardc checkpoint");
   expect_save_fails(scratch_path("r/none/ck"), &f.st, f.weights, 4, SC_ERR_IO, "cannot create");
   /* an empty folder is fine */
   assert_int_equal(mkdir(scratch_path("r/empty"), 0755), 0);
