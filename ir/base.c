@@ -46,6 +46,24 @@ sc_status sc_diag_set(sc_diag *d, sc_status status, const char *node,
   return status;
 }
 
+sc_status sc_diag_vset_prefixed(sc_diag *d, sc_status status, const char *prefix,
+                                const char *fmt, va_list ap) {
+  if (!d || d->status != SC_OK) return status;
+  sc_diag_set(d, status, NULL, NULL, "%s%s", prefix ? prefix : "", prefix ? ": " : "");
+  size_t n = strlen(d->msg);
+  vsnprintf(d->msg + n, sizeof d->msg - n, fmt, ap);
+  return status;
+}
+
+sc_status sc_diag_set_prefixed(sc_diag *d, sc_status status, const char *prefix,
+                               const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  sc_diag_vset_prefixed(d, status, prefix, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
 void sc_diag_set_file(sc_diag *d, const char *file) {
   copy_str(d->file, sizeof d->file, file);
 }

@@ -38,6 +38,12 @@ sc_status sc_diag_set(sc_diag *d, sc_status status, const char *node,
     __attribute__((format(printf, 5, 6)));
 sc_status sc_diag_vset(sc_diag *d, sc_status status, const char *node,
                        const char *op, const char *fmt, va_list ap);
+/* sc_diag_set with "PREFIX: " before the message (none when prefix is NULL):
+ * the file or object a message is about. */
+sc_status sc_diag_set_prefixed(sc_diag *d, sc_status status, const char *prefix,
+                               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+sc_status sc_diag_vset_prefixed(sc_diag *d, sc_status status, const char *prefix,
+                                const char *fmt, va_list ap);
 void sc_diag_set_file(sc_diag *d, const char *file);
 /* "FILE: node 'N' (Op): msg" into buf. */
 void sc_diag_format(const sc_diag *d, char *buf, size_t n);

@@ -37,39 +37,30 @@ const char *sc_file_kind_name(unsigned mode) {
   }
 }
 
-static sc_status io_err(sc_diag *d, sc_status st, const char *what, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static sc_status io_err(sc_diag *d, sc_status st, const char *what, const char *fmt, ...) {
-  char msg[900];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (what) return sc_diag_set(d, st, NULL, NULL, "%s: %s", what, msg);
-  return sc_diag_set(d, st, NULL, NULL, "%s", msg);
-}
-
 sc_status sc_file_open_regular(const char *path, const char *what, int64_t max_bytes, int *fd,
                                int64_t *bytes, sc_diag *diag) {
   *fd = -1;
   *bytes = 0;
   /* O_NONBLOCK: opening a FIFO without a writer would wait forever */
   int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (f < 0) return io_err(diag, SC_ERR_IO, what, "cannot open: %s", strerror(errno));
+  if (f < 0)
+    return sc_diag_set_prefixed(diag, SC_ERR_IO, what, "cannot open: %s", strerror(errno));
   struct stat sb;
   if (fstat(f, &sb) != 0) {
     int e = errno;
     close(f);
-    return io_err(diag, SC_ERR_IO, what, "cannot stat: %s", strerror(e));
+    return sc_diag_set_prefixed(diag, SC_ERR_IO, what, "cannot stat: %s", strerror(e));
   }
   if (!S_ISREG(sb.st_mode)) {
     close(f);
-    return io_err(diag, SC_ERR_IO, what, "not a regular file (%s)", sc_file_kind_name(sb.st_mode));
+    return sc_diag_set_prefixed(diag, SC_ERR_IO, what, "not a regular file (%s)",
+                                sc_file_kind_name(sb.st_mode));
   }
   if (sb.st_size < 0 || (max_bytes >= 0 && (int64_t)sb.st_size > max_bytes)) {
     close(f);
-    return io_err(diag, SC_ERR_LIMIT, what, "%lld bytes, more than the %lld accepted",
-                  (long long)sb.st_size, (long long)max_bytes);
+    return sc_diag_set_prefixed(diag, SC_ERR_LIMIT, what,
+                                "%lld bytes, more than the %lld accepted", (long long)sb.st_size,
+                                (long long)max_bytes);
   }
   int fl = fcntl(f, F_GETFL);
   if (fl >= 0) fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
@@ -88,12 +79,12 @@ sc_status sc_file_read_all(const char *path, const char *what, int64_t max_bytes
   if (st != SC_OK) return st;
   if ((uint64_t)size >= SIZE_MAX / 2) {
     close(fd);
-    return io_err(diag, SC_ERR_LIMIT, what, "file too large");
+    return sc_diag_set_prefixed(diag, SC_ERR_LIMIT, what, "file too large");
   }
   char *buf = sc_malloc((size_t)size + 1);
   if (!buf) {
     close(fd);
-    return io_err(diag, SC_ERR_NOMEM, what, "out of memory");
+    return sc_diag_set_prefixed(diag, SC_ERR_NOMEM, what, "out of memory");
   }
   size_t got = 0;
   while (got < (size_t)size) { /* the file may shrink while read: stop at its end */
@@ -103,7 +94,7 @@ sc_status sc_file_read_all(const char *path, const char *what, int64_t max_bytes
       int e = errno;
       close(fd);
       sc_free(buf);
-      return io_err(diag, SC_ERR_IO, what, "read error: %s", strerror(e));
+      return sc_diag_set_prefixed(diag, SC_ERR_IO, what, "read error: %s", strerror(e));
     }
     if (n == 0) break;
     got += (size_t)n;

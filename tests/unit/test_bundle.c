@@ -531,20 +531,6 @@ static void test_json_comm(void **state) {
 
 /* ------------------------------------------------------------ the bundle */
 
-static char *read_all(const char *path, size_t *n) {
-  FILE *fp = fopen(path, "rb");
-  assert_non_null(fp);
-  fseek(fp, 0, SEEK_END);
-  long len = ftell(fp);
-  fseek(fp, 0, SEEK_SET);
-  char *s = malloc((size_t)len + 1);
-  assert_int_equal(fread(s, 1, (size_t)len, fp), (size_t)len);
-  s[len] = 0;
-  fclose(fp);
-  *n = (size_t)len;
-  return s;
-}
-
 static void write_all(const char *path, const void *data, size_t n) {
   FILE *fp = fopen(path, "wb");
   assert_non_null(fp);
@@ -595,7 +581,7 @@ static void test_bundle_write_load(void **state) {
   for (int i = 0; i < 3; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, files[i]);
     size_t n;
-    char *orig = read_all(path, &n);
+    char *orig = read_whole(path, &n);
     char *bad = malloc(n + 1);
     memcpy(bad, orig, n);
     bad[n / 2] ^= 0x20;
@@ -611,7 +597,7 @@ static void test_bundle_write_load(void **state) {
    * a missing required file. */
   snprintf(path, sizeof path, "%s/manifest.json", dir);
   size_t mn;
-  char *man = read_all(path, &mn);
+  char *man = read_whole(path, &mn);
   write_all(path, man, mn / 2);
   expect_load_error(dir, "manifest.json");
   char *t = replace(man, "\"format_version\": 1", "\"format_version\": 9");
@@ -690,7 +676,7 @@ static void test_object_kernels(void **state) {
   if (sc_bundle_write(f->p, &o, dir, &d)) fail_msg("sc_bundle_write: %s", d.msg);
   snprintf(path, sizeof path, "%s/kernels.o", dir);
   size_t obj_n;
-  char *obj = read_all(path, &obj_n);
+  char *obj = read_whole(path, &obj_n);
 
   sc_cpu_module *om = NULL, *jm = NULL;
   if (sc_cpu_load_object(f->p, obj, obj_n, &om, &d)) fail_msg("sc_cpu_load_object: %s", d.msg);

@@ -18,30 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "test_util.h"
+
 #include "ir/fileio.h"
-
-static char g_dir[256];
-
-static int setup(void **state) {
-  (void)state;
-  snprintf(g_dir, sizeof g_dir, "/tmp/sc_fileio_XXXXXX");
-  return mkdtemp(g_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-  return system(cmd);
-}
-
-static const char *at(const char *name) {
-  static char buf[4][512];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-  return buf[k];
-}
 
 static void put(const char *path, const char *text) {
   FILE *f = fopen(path, "w");
@@ -50,34 +29,26 @@ static void put(const char *path, const char *text) {
   fclose(f);
 }
 
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  assert_non_null(d);
-  int n = 0;
-  for (struct dirent *e; (e = readdir(d)) != NULL;)
-    n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
-  closedir(d);
-  return n;
-}
-
 static void test_read_checks(void **state) {
   (void)state;
   char *data = NULL;
   size_t n = 0;
   sc_diag d = {0};
-  put(at("a.txt"), "hello");
-  assert_int_equal(sc_file_read_all(at("a.txt"), "a.txt", 100, &data, &n, &d), SC_OK);
+  put(scratch_path("a.txt"), "hello");
+  assert_int_equal(sc_file_read_all(scratch_path("a.txt"), "a.txt", 100, &data, &n, &d), SC_OK);
   assert_int_equal(n, 5);
   assert_string_equal(data, "hello");
   sc_free(data);
 
   memset(&d, 0, sizeof d);
-  assert_int_equal(sc_file_read_all(at("a.txt"), "a.txt", 4, &data, &n, &d), SC_ERR_LIMIT);
+  assert_int_equal(sc_file_read_all(scratch_path("a.txt"), "a.txt", 4, &data, &n, &d),
+                   SC_ERR_LIMIT);
   assert_non_null(strstr(d.msg, "a.txt: 5 bytes, more than the 4 accepted"));
 
-  assert_int_equal(mkfifo(at("fifo"), 0600), 0); /* no writer: a blocking open would hang */
+  /* no writer: a blocking open would hang */
+  assert_int_equal(mkfifo(scratch_path("fifo"), 0600), 0);
   memset(&d, 0, sizeof d);
-  assert_int_equal(sc_file_read_all(at("fifo"), "fifo", -1, &data, &n, &d), SC_ERR_IO);
+  assert_int_equal(sc_file_read_all(scratch_path("fifo"), "fifo", -1, &data, &n, &d), SC_ERR_IO);
   assert_string_equal(d.msg, "fifo: not a regular file (a FIFO)");
 
   memset(&d, 0, sizeof d);
@@ -85,7 +56,7 @@ static void test_read_checks(void **state) {
   assert_string_equal(d.msg, "not a regular file (a character device)");
 
   memset(&d, 0, sizeof d);
-  assert_int_equal(sc_file_read_all(g_dir, "dir", -1, &data, &n, &d), SC_ERR_IO);
+  assert_int_equal(sc_file_read_all(scratch_dir(), "dir", -1, &data, &n, &d), SC_ERR_IO);
   assert_string_equal(d.msg, "dir: not a regular file (a directory)");
   assert_null(data);
 }
@@ -93,26 +64,26 @@ static void test_read_checks(void **state) {
 static void test_file_commit(void **state) {
   (void)state;
   sc_diag d = {0};
-  put(at("y.npy"), "old");
+  put(scratch_path("y.npy"), "old");
   sc_file_commit c;
-  assert_int_equal(sc_file_commit_begin(&c, at("y.npy"), &d), SC_OK);
+  assert_int_equal(sc_file_commit_begin(&c, scratch_path("y.npy"), &d), SC_OK);
   fputs("new contents", c.f);
   char *data = NULL;
   size_t n = 0;
-  assert_int_equal(sc_file_read_all(at("y.npy"), NULL, -1, &data, &n, &d), SC_OK);
+  assert_int_equal(sc_file_read_all(scratch_path("y.npy"), NULL, -1, &data, &n, &d), SC_OK);
   assert_string_equal(data, "old"); /* untouched until the commit */
   sc_free(data);
-  assert_int_equal(count_entries(g_dir), 2);
+  assert_int_equal(count_entries(scratch_dir()), 2);
   assert_int_equal(sc_file_commit_end(&c, &d), SC_OK);
-  assert_int_equal(sc_file_read_all(at("y.npy"), NULL, -1, &data, &n, &d), SC_OK);
+  assert_int_equal(sc_file_read_all(scratch_path("y.npy"), NULL, -1, &data, &n, &d), SC_OK);
   assert_string_equal(data, "new contents");
   sc_free(data);
-  assert_int_equal(count_entries(g_dir), 1);
+  assert_int_equal(count_entries(scratch_dir()), 1);
 
-  assert_int_equal(sc_file_commit_begin(&c, at("y.npy"), &d), SC_OK);
+  assert_int_equal(sc_file_commit_begin(&c, scratch_path("y.npy"), &d), SC_OK);
   fputs("half", c.f);
   sc_file_commit_abort(&c);
-  assert_int_equal(count_entries(g_dir), 1);
+  assert_int_equal(count_entries(scratch_dir()), 1);
 }
 
 static const char *const MARKERS[] = {"manifest.json", "partition.json", NULL};
@@ -120,10 +91,10 @@ static const char *const MARKERS[] = {"manifest.json", "partition.json", NULL};
 static void test_dir_commit(void **state) {
   (void)state;
   sc_diag d = {0};
-  const char *b = at("B");
+  const char *b = scratch_path("B");
   sc_dir_commit c;
   assert_int_equal(sc_dir_commit_begin(&c, b, MARKERS, &d), SC_OK); /* B missing */
-  put(at("B.tmp-x"), ""); /* an unrelated neighbour survives */
+  put(scratch_path("B.tmp-x"), ""); /* an unrelated neighbour survives */
   char p[600];
   snprintf(p, sizeof p, "%s/partition.json", c.tmp);
   put(p, "{}");
@@ -144,10 +115,10 @@ static void test_dir_commit(void **state) {
   assert_int_equal(sc_dir_commit_begin(&c, b, MARKERS, &d), SC_OK);
   assert_int_equal(sc_dir_commit_finish(&c, SC_ERR_IO, &d), SC_ERR_IO);
   assert_int_equal(access(p, F_OK), 0);
-  assert_int_equal(count_entries(g_dir), 2); /* B and B.tmp-x */
+  assert_int_equal(count_entries(scratch_dir()), 2); /* B and B.tmp-x */
 
   /* not ours: refused, left alone */
-  const char *u = at("U");
+  const char *u = scratch_path("U");
   assert_int_equal(mkdir(u, 0777), 0);
   snprintf(p, sizeof p, "%s/notes.txt", u);
   put(p, "mine");
@@ -156,7 +127,7 @@ static void test_dir_commit(void **state) {
   assert_non_null(strstr(d.msg, "not a shardc bundle (no manifest.json / partition.json)"));
   assert_int_equal(count_entries(u), 1);
   memset(&d, 0, sizeof d);
-  assert_int_equal(sc_dir_commit_begin(&c, at("B.tmp-x"), MARKERS, &d), SC_ERR_IO);
+  assert_int_equal(sc_dir_commit_begin(&c, scratch_path("B.tmp-x"), MARKERS, &d), SC_ERR_IO);
   assert_non_null(strstr(d.msg, "is a regular file"));
 }
 
@@ -164,30 +135,30 @@ static void test_remove_all(void **state) {
   (void)state;
   sc_diag d = {0};
   sc_dir_commit c;
-  assert_int_equal(sc_dir_commit_begin(&c, at("D"), MARKERS, &d), SC_OK);
+  assert_int_equal(sc_dir_commit_begin(&c, scratch_path("D"), MARKERS, &d), SC_OK);
   char p[600];
   snprintf(p, sizeof p, "%s/stage0", c.tmp);
   assert_int_equal(mkdir(p, 0777), 0);
   snprintf(p, sizeof p, "%s/stage0/weights.bin", c.tmp);
   put(p, "w");
   sc_file_commit f;
-  assert_int_equal(sc_file_commit_begin(&f, at("y.npy"), &d), SC_OK);
+  assert_int_equal(sc_file_commit_begin(&f, scratch_path("y.npy"), &d), SC_OK);
   fputs("partial", f.f);
   fflush(f.f);
-  assert_int_equal(count_entries(g_dir), 2);
+  assert_int_equal(count_entries(scratch_dir()), 2);
   sc_tmp_remove_all(); /* what the signal handler does */
-  assert_int_equal(count_entries(g_dir), 0);
+  assert_int_equal(count_entries(scratch_dir()), 0);
   sc_file_commit_abort(&f);
   sc_dir_commit_abort(&c);
-  assert_int_equal(count_entries(g_dir), 0);
+  assert_int_equal(count_entries(scratch_dir()), 0);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_read_checks, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_file_commit, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dir_commit, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_remove_all, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_read_checks, scratch_setup, scratch_teardown),
+      cmocka_unit_test_setup_teardown(test_file_commit, scratch_setup, scratch_teardown),
+      cmocka_unit_test_setup_teardown(test_dir_commit, scratch_setup, scratch_teardown),
+      cmocka_unit_test_setup_teardown(test_remove_all, scratch_setup, scratch_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

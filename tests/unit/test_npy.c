@@ -22,19 +22,6 @@ static const char *tmp_file(void) {
   return tmp_path;
 }
 
-static void *read_whole(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  void *buf = malloc((size_t)n + 1);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *size = (size_t)n;
-  return buf;
-}
-
 static void round_trip(sc_dtype t, int32_t rank, const int64_t *dims) {
   int64_t numel = 1;
   for (int32_t d = 0; d < rank; d++) numel *= dims[d];

@@ -19,15 +19,22 @@
  *   fixtures        setup_graph / teardown_graph (a fresh graph, opset 21,
  *                   in *state)
  *   textual IR      parse_ok (parse or fail the test with the diagnostic)
+ *   files           scratch_setup / scratch_teardown (a fresh folder under
+ *                   /tmp per test program, removed after), scratch_path
+ *                   (a name in it), count_entries (of a folder),
+ *                   read_whole (a file into malloc'd memory, NUL after)
  */
 #ifndef SC_TEST_UTIL_H
 #define SC_TEST_UTIL_H
 
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -198,6 +205,58 @@ static inline int setup_graph(void **state) {
 static inline int teardown_graph(void **state) {
   sc_graph_destroy(*state);
   return 0;
+}
+
+/* ---- files ---- */
+
+static inline char *scratch_dir(void) {
+  static char dir[256];
+  return dir;
+}
+/* cmocka group fixtures: a fresh /tmp/sc_test_XXXXXX, removed after. */
+static inline int scratch_setup(void **state) {
+  (void)state;
+  snprintf(scratch_dir(), 256, "/tmp/sc_test_XXXXXX");
+  return mkdtemp(scratch_dir()) ? 0 : -1;
+}
+static inline int scratch_teardown(void **state) {
+  (void)state;
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch_dir());
+  return system(cmd);
+}
+/* "SCRATCH/name"; the last 8 results stay valid. */
+static inline const char *scratch_path(const char *name) {
+  static char buf[8][512];
+  static int k;
+  k = (k + 1) % 8;
+  snprintf(buf[k], sizeof buf[k], "%s/%s", scratch_dir(), name);
+  return buf[k];
+}
+/* Entries of a folder other than . and .. */
+static inline int count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;)
+    n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  closedir(d);
+  return n;
+}
+/* The whole file, malloc'd, one NUL byte after its *size bytes. */
+static inline void *read_whole(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  buf[n] = 0;
+  fclose(f);
+  *size = (size_t)n;
+  return buf;
 }
 
 /* ---- textual IR ---- */

@@ -1,0 +1,97 @@
+/* checkpoint.h — training checkpoints: save the state of a training run to
+ * a directory and load it back bit-exactly (layout in docs/checkpoint.md).
+ *
+ * A checkpoint directory holds three files:
+ *   weights.safetensors    the trainable parameters (fp32 master copies) by
+ *                          their ONNX initializer names
+ *   optimizer.safetensors  optimizer state ("<param>.exp_avg", ...)
+ *   manifest.json          format and version, the scalar training state
+ *                          (step, data position, schedule position, loss
+ *                          scale and its growth tracker, RNG state), the
+ *                          optimizer's name and hyperparameters, each
+ *                          file's size and SHA-256, each tensor's dtype,
+ *                          global shape and shards, and the SHA-256 of the
+ *                          manifest itself.
+ * Every tensor is stored today as one shard covering it whole; the shard
+ * list (file, offsets, shape in the global index space) is what a
+ * resharding loader will read.
+ *
+ * Saving is atomic: the files are written into DIR.tmp-PID-N next to DIR,
+ * each fsync'd, the folder fsync'd, then swapped with DIR in one rename
+ * (ir/fileio.h) and the parent folder fsync'd. Until that rename DIR is the
+ * previous checkpoint, whole; a crash leaves it loadable. A save removes
+ * the temporary folders of earlier saves into the same DIR whose process
+ * is gone. An existing DIR is replaced only when it is a checkpoint or
+ * empty; anything else is refused, never deleted. For tests, with
+ * SHARDC_TEST_CKPT_FAIL_AFTER=N in the environment a save fails after
+ * writing N of its files (as a full disk would).
+ *
+ * Loading verifies before anything is used: the manifest's own checksum,
+ * every field's type and range, each file's size and SHA-256, each
+ * safetensors file (runtime/safetensors.h), and that the tensors in the
+ * files are exactly those the manifest lists, with its dtypes and shapes.
+ * A problem is an error naming the file (and tensor): SC_ERR_IO (not a
+ * checkpoint, unreadable file), SC_ERR_PARSE (malformed), SC_ERR_INVALID
+ * (checksum or size mismatch, inconsistent), SC_ERR_UNSUPPORTED (a newer
+ * format version, shards that do not cover the tensor), SC_ERR_LIMIT,
+ * SC_ERR_NOMEM.
+ *
+ * Ownership: sc_ckpt_save borrows its arguments. A loaded sc_ckpt owns
+ * every tensor's data, name and the state's strings until
+ * sc_ckpt_destroy. Thread safety: distinct checkpoints may be saved or
+ * loaded from different threads; one sc_ckpt is read-only once loaded. */
+#ifndef SC_RUNTIME_CHECKPOINT_H
+#define SC_RUNTIME_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "runtime/safetensors.h"
+
+enum { SC_CKPT_FORMAT_VERSION = 1 };       /* manifest.json "format_version" */
+#define SC_CKPT_FORMAT "shardc-checkpoint" /* manifest.json "format" */
+
+typedef sc_tensor_view sc_ckpt_tensor;
+
+typedef enum sc_ckpt_group {
+  SC_CKPT_WEIGHTS,   /* weights.safetensors */
+  SC_CKPT_OPTIMIZER, /* optimizer.safetensors */
+  SC_CKPT_GROUP_COUNT
+} sc_ckpt_group;
+
+typedef struct sc_ckpt_state {
+  int64_t step;               /* optimizer steps completed, >= 0 */
+  int64_t data_position;      /* index of the next training example, >= 0 */
+  int64_t schedule_position;  /* learning-rate schedule position, >= 0 */
+  double loss_scale;          /* dynamic loss scale, finite and > 0 (1 without scaling) */
+  int64_t loss_scale_growth;  /* good steps since the scale last changed, >= 0 */
+  uint64_t rng_state;         /* the training RNG's state */
+  const char *optimizer;      /* optimizer name ("adamw", "sgd"), not empty */
+  const char *optimizer_json; /* its hyperparameters: a JSON object's text; NULL for {} */
+} sc_ckpt_state;
+
+/* Saves a checkpoint into dir (see above). weights and opt are the two
+ * groups' tensors (names unique within a group); n_o may be 0. */
+sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_tensor *weights,
+                       int32_t n_w, const sc_ckpt_tensor *opt, int32_t n_o, sc_diag *d);
+
+typedef struct sc_ckpt sc_ckpt;
+
+/* Loads and verifies dir. On failure *out is NULL. */
+sc_status sc_ckpt_load(const char *dir, sc_ckpt **out, sc_diag *d);
+/* The state; optimizer_json is the hyperparameters as compact JSON with
+ * sorted keys (the same object, not necessarily the same text). */
+const sc_ckpt_state *sc_ckpt_state_of(const sc_ckpt *c);
+/* A group's tensors in the order they were saved. */
+int32_t sc_ckpt_count(const sc_ckpt *c, sc_ckpt_group g);
+const sc_ckpt_tensor *sc_ckpt_tensor_at(const sc_ckpt *c, sc_ckpt_group g, int32_t i);
+/* NULL when the group has no tensor of that name. */
+const sc_ckpt_tensor *sc_ckpt_find(const sc_ckpt *c, sc_ckpt_group g, const char *name);
+void sc_ckpt_destroy(sc_ckpt *c);
+
+/* "weights", "optimizer". */
+const char *sc_ckpt_group_name(sc_ckpt_group g);
+/* True when path is a directory holding a manifest.json of this format
+ * (any version); nothing else is checked. */
+bool sc_ckpt_is_dir(const char *path);
+
+#endif
