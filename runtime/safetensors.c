@@ -222,7 +222,7 @@ static sc_status parse_header(const char *file, const char *text, size_t n, uint
                   (long long)pos, (long long)p->begin);
       pos = p->end;
       s->tensors[i] = tmp[p->id];
-      s->tensors[i].data = data + p->begin;
+      s->tensors[i].data = (void *)(data + p->begin); /* owned by s, read-only */
     }
     if (st == SC_OK && (uint64_t)pos != data_bytes)
       st = fail(d, SC_ERR_INVALID, file, NULL,

@@ -39,20 +39,16 @@
 #include <stdio.h>
 
 #include "ir/ir.h"
+#include "runtime/runtime.h"
 
 enum {
   SC_SAFETENSORS_MAX_HEADER = 100 * 1000 * 1000, /* bytes of JSON header, as the reference */
   SC_SAFETENSORS_ALIGN = 8,                      /* 8 + N is a multiple of this */
 };
 
-/* A named dense tensor: what the writer takes and the reader returns. */
-typedef struct sc_tensor_view {
-  const char *name;
-  sc_dtype dtype;
-  int32_t rank; /* 0..SC_MAX_RANK */
-  int64_t dims[SC_MAX_RANK];
-  const void *data; /* numel × element size bytes, row-major */
-} sc_tensor_view;
+/* A named dense tensor (runtime/runtime.h's sc_tensor_view): what the
+ * writer takes (data only read) and the reader returns (data owned by the
+ * reader's result, not to be written). */
 
 /* A metadata entry (both strings UTF-8, NUL-free). */
 typedef struct sc_safetensors_meta {

@@ -6,6 +6,8 @@
  * program order, runs the session, and copies the "new:" outputs back. */
 #include "runtime/trainer.h"
 
+#include "runtime/checkpoint.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -240,5 +242,57 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
   if (loss) *loss = l;
   if (grad_norm) *grad_norm = t->norm_out >= 0 ? n : NAN;
   if (applied) *applied = keep;
+  return SC_OK;
+}
+
+sc_status sc_trainer_save(const sc_trainer *t, const char *dir, const sc_ckpt_state *st,
+                          sc_diag *d) {
+  sc_ckpt_tensor *w = sc_calloc((size_t)t->n_in + 1, sizeof *w);
+  sc_ckpt_tensor *o = sc_calloc((size_t)t->n_in + 1, sizeof *o);
+  int32_t nw = 0, no = 0;
+  sc_status r = w && o ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; r == SC_OK && i < t->n_in; i++) {
+    if (t->kind[i] != IN_STATE) continue;
+    const sc_buffer *b = input_buf(t->p, i);
+    sc_ckpt_tensor *x = is_optimizer_state(b->name) ? &o[no++] : &w[nw++];
+    *x = (sc_ckpt_tensor){.name = b->name, .dtype = b->dtype, .rank = b->rank,
+                          .data = t->state[i]};
+    memcpy(x->dims, b->dims, sizeof x->dims);
+  }
+  if (r == SC_OK) r = sc_ckpt_save(dir, st, w, nw, o, no, d);
+  sc_free(w);
+  sc_free(o);
+  return r;
+}
+
+sc_status sc_trainer_restore(sc_trainer *t, const sc_ckpt *c, sc_diag *d) {
+  int32_t used[SC_CKPT_GROUP_COUNT] = {0};
+  for (int32_t i = 0; i < t->n_in; i++) {
+    if (t->kind[i] != IN_STATE) continue;
+    const sc_buffer *b = input_buf(t->p, i);
+    sc_ckpt_group g = is_optimizer_state(b->name) ? SC_CKPT_OPTIMIZER : SC_CKPT_WEIGHTS;
+    const sc_ckpt_tensor *x = sc_ckpt_find(c, g, b->name);
+    if (!x)
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "the checkpoint has no %s tensor '%s' (another model or optimizer?)",
+                         sc_ckpt_group_name(g), b->name);
+    if (!matches(x, b))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "checkpoint tensor '%s': %s of rank %d, the program's is %s of rank %d",
+                         b->name, sc_dtype_name(x->dtype), (int)x->rank, sc_dtype_name(b->dtype),
+                         (int)b->rank);
+    memcpy(t->state[i], x->data, (size_t)b->bytes);
+    used[g]++;
+  }
+  for (int g = 0; g < SC_CKPT_GROUP_COUNT; g++)
+    if (used[g] != sc_ckpt_count(c, (sc_ckpt_group)g)) {
+      for (int32_t k = 0; k < sc_ckpt_count(c, (sc_ckpt_group)g); k++) {
+        const sc_ckpt_tensor *x = sc_ckpt_tensor_at(c, (sc_ckpt_group)g, k);
+        if (!sc_trainer_state(t, x->name, NULL))
+          return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                             "checkpoint tensor '%s' (%s) is not state of this training step",
+                             x->name, sc_ckpt_group_name((sc_ckpt_group)g));
+      }
+    }
   return SC_OK;
 }

@@ -64,6 +64,17 @@ const sc_buffer *sc_trainer_data(const sc_trainer *t, int32_t i);
 /* The current value of state `name` (a parameter or optimizer state), or
  * NULL; its buffer description through *b when not NULL. */
 const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buffer **b);
+/* Checkpoints (runtime/checkpoint.h): the parameters go to the weights
+ * group, optimizer state to the optimizer group; st carries the scalars
+ * (step, data position, ...). Restoring copies every state tensor of the
+ * program from the checkpoint: one missing, of another dtype or shape, or
+ * a checkpoint tensor the program does not have, is an error naming it
+ * (a run resumed with another optimizer is refused). */
+struct sc_ckpt;
+struct sc_ckpt_state;
+sc_status sc_trainer_save(const sc_trainer *t, const char *dir, const struct sc_ckpt_state *st,
+                          sc_diag *d);
+sc_status sc_trainer_restore(sc_trainer *t, const struct sc_ckpt *c, sc_diag *d);
 void sc_trainer_destroy(sc_trainer *t);
 
 #endif

@@ -147,8 +147,8 @@ static void test_bytes_by_hand(void **state) {
   const uint8_t u8[3] = {1, 2, 3};
   const float f32[2] = {1.5f, -2.0f};
   sc_tensor_view t[] = {
-      {.name = "b", .dtype = SC_DTYPE_U8, .rank = 1, .dims = {3}, .data = u8},
-      {.name = "a", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {1, 2}, .data = f32}};
+      {.name = "b", .dtype = SC_DTYPE_U8, .rank = 1, .dims = {3}, .data = (void *)u8},
+      {.name = "a", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {1, 2}, .data = (void *)f32}};
   const sc_safetensors_meta meta[] = {{"k", "v"}};
   sc_diag d;
   sc_diag_clear(&d);
@@ -303,7 +303,7 @@ static void test_hostile_files(void **state) {
 
   /* a valid file cut short at every length refuses cleanly */
   const float v[4] = {1, 2, 3, 4};
-  sc_tensor_view t = {.name = "v", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {4}, .data = v};
+  sc_tensor_view t = {.name = "v", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {4}, .data = (void *)v};
   sc_diag_clear(&d);
   assert_int_equal(sc_safetensors_write(scratch_path("v.safetensors"), &t, 1, NULL, 0, &d), SC_OK);
   size_t n;
@@ -329,8 +329,8 @@ static void test_corruptions_never_crash(void **state) {
   rng_seed(3);
   const double v[3] = {1, 2, 3};
   const int8_t w[5] = {1, 2, 3, 4, 5};
-  sc_tensor_view t[] = {{.name = "v", .dtype = SC_DTYPE_F64, .rank = 1, .dims = {3}, .data = v},
-                        {.name = "w", .dtype = SC_DTYPE_I8, .rank = 1, .dims = {5}, .data = w}};
+  sc_tensor_view t[] = {{.name = "v", .dtype = SC_DTYPE_F64, .rank = 1, .dims = {3}, .data = (void *)v},
+                        {.name = "w", .dtype = SC_DTYPE_I8, .rank = 1, .dims = {5}, .data = (void *)w}};
   const sc_safetensors_meta meta[] = {{"m", "x"}};
   sc_diag d;
   sc_diag_clear(&d);
@@ -378,21 +378,21 @@ static void expect_write_refused(const sc_tensor_view *t, int32_t n, const sc_sa
 static void test_writer_refusals(void **state) {
   (void)state;
   const float x[2] = {1, 2};
-  sc_tensor_view t[] = {{.name = "a", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}, .data = x},
-                        {.name = "a", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}, .data = x}};
+  sc_tensor_view t[] = {{.name = "a", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}, .data = (void *)x},
+                        {.name = "a", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}, .data = (void *)x}};
   expect_write_refused(t, 2, NULL, 0, "tensor 'a': the name is used twice");
   t[1].name = "";
   expect_write_refused(t, 2, NULL, 0, "not a usable tensor name");
   t[1].name = "__metadata__";
   expect_write_refused(t, 2, NULL, 0, "not a usable tensor name");
-  t[1] = (sc_tensor_view){.name = "s", .dtype = SC_DTYPE_STRING, .rank = 1, .dims = {2}, .data = x};
+  t[1] = (sc_tensor_view){.name = "s", .dtype = SC_DTYPE_STRING, .rank = 1, .dims = {2}, .data = (void *)x};
   expect_write_refused(t, 2, NULL, 0, "tensor 's': dtype string");
-  t[1] = (sc_tensor_view){.name = "n", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {-2}, .data = x};
+  t[1] = (sc_tensor_view){.name = "n", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {-2}, .data = (void *)x};
   expect_write_refused(t, 2, NULL, 0, "tensor 'n': negative dim");
   t[1] = (sc_tensor_view){.name = "z", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}};
   expect_write_refused(t, 2, NULL, 0, "tensor 'z': no data");
   t[1] = (sc_tensor_view){
-      .name = "\xff\xfe", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}, .data = x};
+      .name = "\xff\xfe", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {2}, .data = (void *)x};
   expect_write_refused(t, 2, NULL, 0, "UTF-8");
   const sc_safetensors_meta m[] = {{"k", "1"}, {"k", "2"}};
   expect_write_refused(t, 1, m, 2, "metadata key 'k'");
