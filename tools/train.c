@@ -10,8 +10,10 @@
  * checked before step 1: each in [0, classes) or the ignore index.
  *
  * --grad-accum K: a step takes K·B examples, run as K microbatches.
- * Not yet here (docs/training.md): fp16 with loss scaling, checkpoints,
- * export. A value that is not finite is written
+ * --save DIR [--save-every N] writes checkpoints (runtime/checkpoint.h);
+ * --resume DIR restores weights, optimizer state, step and data position,
+ * so N steps, a resume, and N more equal 2N steps bit for bit.
+ * Not yet here (docs/training.md): fp16 with loss scaling, export. A value that is not finite is written
  * as null in the JSON log (a skipped step also says "skipped": true). */
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/checkpoint.h"
 #include "runtime/npy.h"
 #include "runtime/trainer.h"
 #include "tools/cli.h"
@@ -34,6 +37,7 @@ static const char *const USAGE =
     "                       [--clip-grad-norm X] [--lr-schedule constant|cosine|linear]\n"
     "                       [--warmup-steps W] [--min-lr X] [--on-nan stop|skip]\n"
     "                       [--grad-accum K] [--precision fp32|bf16]\n"
+    "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--log-json FILE]\n"
     "                       [--threads N] [--list-params] [--quiet]";
 
@@ -43,7 +47,8 @@ typedef struct train_args {
   const char *data_name[MAX_DATA], *data_file[MAX_DATA];
   char *data_buf[MAX_DATA];
   int n_data;
-  const char *labels, *targets, *logits, *log_json;
+  const char *labels, *targets, *logits, *log_json, *save, *resume;
+  int64_t save_every;
   const char *freeze[MAX_FREEZE];
   int n_freeze;
   sc_train_opts t;
@@ -142,6 +147,13 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
                                       ? " (fp16 with loss scaling is not built yet)"
                                       : "");
       if (!missing) a->t.bf16 = strcmp(v, "bf16") == 0;
+    } else if (VALUE("--save")) {
+      a->save = v;
+    } else if (VALUE("--resume")) {
+      a->resume = v;
+    } else if (VALUE("--save-every")) {
+      if (!missing && !sc_cli_parse_i64(v, 1, INT64_MAX / 2, &a->save_every))
+        return sc_cli_usage_error("--save-every expects a positive integer, got '%s'", v);
     } else if (VALUE("--grad-accum")) {
       int64_t k;
       if (!missing && !sc_cli_parse_i64(v, 1, 1 << 20, &k))
@@ -233,6 +245,11 @@ static void print_help(void) {
          "  --on-nan stop|skip     a non-finite loss or gradient: end with an error naming\n"
          "                         the step (default), or skip that step's update\n"
          "  --freeze GLOB          keep matching initializers fixed (repeatable)\n"
+         "  --save DIR             write a checkpoint (docs/checkpoint.md) at the end, and\n"
+         "                         every N steps with --save-every N; atomic\n"
+         "  --resume DIR           continue from a checkpoint: its weights, optimizer state,\n"
+         "                         step and data position (bit-exact); --steps is the\n"
+         "                         step to reach, as without resuming\n"
          "  --log-json FILE        one JSON object per step\n"
          "  --list-params          print the trainable parameters and stop\n"
          "  --threads N, --quiet\n",
@@ -283,12 +300,13 @@ static int load_data(const char *name, const char *file, const sc_buffer *b, int
   return 0;
 }
 
-/* Examples (step−1)·B … of every dataset into its batch buffer, wrapping. */
-static void fill_batch(dataset *ds, int32_t n, int64_t step) {
+/* Examples pos … pos + B − 1 of every dataset into its batch buffer,
+ * wrapping around. */
+static void fill_batch(dataset *ds, int32_t n, int64_t pos) {
   for (int32_t i = 0; i < n; i++) {
     int64_t count = ds[i].a.dims[0], bsz = ds[i].batch.dims[0];
     for (int64_t r = 0; r < bsz; r++) {
-      int64_t src = ((step - 1) * bsz + r) % count;
+      int64_t src = (pos % count + r) % count;
       memcpy(ds[i].buf + r * ds[i].row_bytes, (char *)ds[i].a.data + src * ds[i].row_bytes,
              (size_t)ds[i].row_bytes);
     }
@@ -423,8 +441,41 @@ int sc_cmd_train(int argc, char **argv) {
            a.t.optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw", a.lr, (long long)a.steps);
   sc_tensor_view batch[MAX_DATA + 1];
   for (int32_t i = 0; i < n_ds; i++) batch[i] = ds[i].batch;
-  for (int64_t step = 1; step <= a.steps; step++) {
-    fill_batch(ds, n_ds, step);
+  int64_t first = 1, pos = 0, per_step = n_ds ? ds[0].batch.dims[0] : 0;
+  const char *opt_name = a.t.optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw";
+  char hyper[512];
+  snprintf(hyper, sizeof hyper,
+           "{\"momentum\": %.17g, \"nesterov\": %s, \"weight_decay\": %.17g, \"betas\": "
+           "[%.17g, %.17g], \"eps\": %.17g, \"grad_accum\": %d, \"bf16\": %s}",
+           a.t.momentum, a.t.nesterov ? "true" : "false", a.t.weight_decay, a.t.beta1,
+           a.t.beta2, a.t.eps, a.t.grad_accum > 1 ? a.t.grad_accum : 1,
+           a.t.bf16 ? "true" : "false");
+  if (a.resume) {
+    sc_ckpt *ck = NULL;
+    if (sc_ckpt_load(a.resume, &ck, &d) != SC_OK) {
+      rc = sc_cli_report(&d, a.resume);
+      goto done;
+    }
+    const sc_ckpt_state *cs = sc_ckpt_state_of(ck);
+    sc_status st = strcmp(cs->optimizer, opt_name) != 0
+                       ? sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
+                                     "the checkpoint was trained with %s, not %s", cs->optimizer,
+                                     opt_name)
+                       : sc_trainer_restore(tr, ck, &d);
+    first = cs->step + 1;
+    pos = cs->data_position;
+    sc_ckpt_destroy(ck);
+    if (st != SC_OK) {
+      if (!d.file[0]) sc_diag_set_file(&d, a.resume);
+      rc = sc_cli_report(&d, a.resume);
+      goto done;
+    }
+    if (!a.quiet)
+      printf("resumed from %s at step %lld\n", a.resume, (long long)(first - 1));
+  }
+  for (int64_t step = first; step <= a.steps; step++) {
+    fill_batch(ds, n_ds, pos);
+    pos += per_step;
     double loss = 0, norm = 0, t0 = now_ms();
     double lr = sc_lr_at(a.schedule, a.lr, a.min_lr, a.warmup, a.steps, step);
     bool applied = true;
@@ -449,6 +500,14 @@ int sc_cmd_train(int argc, char **argv) {
       fprintf(log, "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
               "\"time_ms\": %.4f%s}\n", (long long)step, ls, lr, ns, ms,
               applied ? "" : ", \"skipped\": true");
+    }
+    if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps)) {
+      sc_ckpt_state cs = {.step = step, .data_position = pos, .schedule_position = step,
+                          .loss_scale = 1.0, .optimizer = opt_name, .optimizer_json = hyper};
+      if (sc_trainer_save(tr, a.save, &cs, &d) != SC_OK) {
+        rc = sc_cli_report(&d, a.save);
+        goto done;
+      }
     }
   }
 done:
