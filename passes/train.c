@@ -271,9 +271,9 @@ static int32_t cast_to(sc_grad_ctx *c, int32_t x, sc_dtype t) {
 }
 
 /* Mixed precision: each f32 MatMul/Gemm of the forward graph computes in
- * bf16 between casts (train.h); the casts are appended, then the node
- * order is restored. */
-static sc_status to_bf16(sc_grad_ctx *c, sc_diag *d) {
+ * low (bf16 or f16) between casts (train.h); the casts are appended, then
+ * the node order is restored. */
+static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
   sc_graph *g = c->g;
   int32_t nn = g->n_nodes;
   for (int32_t i = 0; i < nn; i++) {
@@ -285,7 +285,7 @@ static sc_status to_bf16(sc_grad_ctx *c, sc_diag *d) {
     for (int32_t k = 0; k < ni; k++) {
       int32_t x = g->nodes[i].inputs[k];
       if (x < 0 || g->values[x].dtype != SC_DTYPE_F32) continue;
-      int32_t xb = cast_to(c, x, SC_DTYPE_BF16);
+      int32_t xb = cast_to(c, x, low);
       if (xb < 0) return built(g, -1, "bf16 casts", d);
       g->nodes[i].inputs[k] = xb;
     }
@@ -321,7 +321,9 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   }
   int32_t counter = 0;
   sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
-  if (o->bf16 && (st = to_bf16(&c, d)) != SC_OK) return st;
+  if ((o->bf16 || o->fp16) &&
+      (st = to_low_precision(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK)
+    return st;
   int32_t y = find_output(g, o->logits);
   if (y < 0 && o->logits)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the model has no output named '%s'",
@@ -341,7 +343,20 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   int32_t *grads = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *grads);
   if (!params || !grads) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t k = 0; k < info->n_params; k++) params[k] = info->params[k].input;
-  if ((st = sc_autodiff(g, loss, params, info->n_params, grads, d)) != SC_OK) return st;
+  int32_t seed_loss = loss, inv_scale = -1;
+  if (o->fp16) { /* dynamic loss scaling: differentiate loss · scale */
+    sc_dtype lt = g->values[loss].dtype;
+    int32_t scale = scalar_input(g, "train:loss_scale", lt, d);
+    inv_scale = scale < 0 ? -1 : scalar_input(g, "train:inv_scale", lt, d);
+    if (inv_scale < 0) return d->status;
+    seed_loss = gb_2(&c, SC_OP_MUL, loss, scale);
+    if ((st = built(g, seed_loss, "loss scaling", d)) != SC_OK) return st;
+  }
+  if ((st = sc_autodiff(g, seed_loss, params, info->n_params, grads, d)) != SC_OK) return st;
+  for (int32_t k = 0; inv_scale >= 0 && k < info->n_params; k++)
+    if (grads[k] >= 0 && (st = built(g, grads[k] = gb_2(&c, SC_OP_MUL, grads[k], inv_scale),
+                                     "loss scaling", d)) != SC_OK)
+      return st;
 
   /* the global gradient norm, and clipping by it */
   int32_t norm2 = -1;

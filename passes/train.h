@@ -32,6 +32,12 @@
  * parameters (master weights), optimizer state, gradient sums and the
  * update stay f32, as with FSDP's param_dtype = bf16, reduce_dtype = f32.
  *
+ * fp16 is the same with F16, plus dynamic loss scaling: autodiff starts
+ * from loss · "train:loss_scale" (an input) and every gradient is
+ * multiplied by "train:inv_scale" before it is used; an overflow shows as
+ * a non-finite "train:grad_norm", which the runtime's scaler answers as
+ * PyTorch's GradScaler does (runtime/trainer.h).
+ *
  * Gradient accumulation (grad_accum K > 1): each run is one microbatch;
  * input "accum:P" holds the sum of P's gradients over the step's earlier
  * microbatches and output "new:accum:P" adds this one's; the update (and
@@ -68,6 +74,7 @@ typedef struct sc_train_opts {
   int32_t grad_accum;           /* microbatches per optimizer step (>= 1;
                                    0 counts as 1) */
   bool bf16;                    /* mixed precision: matrix products in bf16 */
+  bool fp16;                    /* ... in fp16, with dynamic loss scaling */
 } sc_train_opts;
 /* PyTorch's defaults for opt's optimizer (call after setting it). */
 void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer);

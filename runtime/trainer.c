@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { IN_DATA, IN_STATE, IN_ACCUM, IN_LR, IN_BC1, IN_BC2 };
+enum { IN_DATA, IN_STATE, IN_ACCUM, IN_LR, IN_BC1, IN_BC2, IN_SCALE, IN_INV_SCALE };
+/* PyTorch's GradScaler */
+enum { GROWTH_INTERVAL = 2000 };
 
 struct sc_trainer {
   const sc_program *p;
@@ -26,6 +28,9 @@ struct sc_trainer {
   int32_t loss_out, norm_out; /* output indices, or -1 */
   sc_tensor_view *in, *out;
   double beta1, beta2;
+  bool scaling;            /* the program has a loss-scale input */
+  double scale;            /* 1 without scaling */
+  int64_t growth;          /* clean steps since the scale changed */
 };
 
 static const sc_buffer *input_buf(const sc_program *p, int32_t i) {
@@ -92,6 +97,7 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
   t->n_out = p->n_outputs;
   t->beta1 = o && o->beta1 > 0 ? o->beta1 : 0.9;
   t->beta2 = o && o->beta2 > 0 ? o->beta2 : 0.999;
+  t->scale = 1.0;
   size_t ni = (size_t)t->n_in + 1, no = (size_t)t->n_out + 1;
   t->kind = sc_calloc(ni, sizeof *t->kind);
   t->new_of = sc_calloc(ni, sizeof *t->new_of);
@@ -115,6 +121,8 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
     if (strcmp(name, "train:lr") == 0) t->kind[i] = IN_LR;
     else if (strcmp(name, "train:bc1") == 0) t->kind[i] = IN_BC1;
     else if (strcmp(name, "train:bc2") == 0) t->kind[i] = IN_BC2;
+    else if (strcmp(name, "train:loss_scale") == 0) t->kind[i] = IN_SCALE;
+    else if (strcmp(name, "train:inv_scale") == 0) t->kind[i] = IN_INV_SCALE;
     else if (t->new_of[i] >= 0 && strncmp(name, "accum:", 6) == 0) t->kind[i] = IN_ACCUM;
     else if (t->new_of[i] >= 0) t->kind[i] = IN_STATE;
     else t->kind[i] = IN_DATA;
@@ -136,6 +144,10 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
                          name);
     }
     if (t->kind[i] == IN_DATA) t->data_inputs[t->n_data++] = i;
+    if (t->kind[i] == IN_SCALE) {
+      t->scaling = true;
+      t->scale = o && o->loss_scale > 0 ? o->loss_scale : 65536.0;
+    }
   }
   if (st == SC_OK) {
     sc_session_opts so;
@@ -192,6 +204,8 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
     case IN_BC1: sc_store_f64(b->dtype, t->state[i], 0, 1.0 - pow(t->beta1, (double)step)); break;
     case IN_BC2: sc_store_f64(b->dtype, t->state[i], 0, 1.0 - pow(t->beta2, (double)step)); break;
     case IN_ACCUM: memset(t->state[i], 0, (size_t)b->bytes); break;
+    case IN_SCALE: sc_store_f64(b->dtype, t->state[i], 0, t->scale); break;
+    case IN_INV_SCALE: sc_store_f64(b->dtype, t->state[i], 0, 1.0 / t->scale); break;
     case IN_DATA: {
       const sc_tensor_view *v = find_view(data, n_data, b->name);
       if (!v) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "data '%s' is missing", b->name);
@@ -236,6 +250,16 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
   l = lsum / (double)micro;
   n = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : 0.0;
   bool keep = keep_nonfinite || (isfinite(l) && isfinite(n));
+  if (t->scaling && isfinite(l)) { /* GradScaler: skip on overflow and back off, or grow */
+    if (!isfinite(n)) {
+      keep = false;
+      t->scale *= 0.5;
+      t->growth = 0;
+    } else if (++t->growth == GROWTH_INTERVAL) {
+      t->scale *= 2.0;
+      t->growth = 0;
+    }
+  }
   for (int32_t i = 0; keep && i < t->n_in; i++)
     if (t->kind[i] == IN_STATE)
       memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
@@ -295,4 +319,15 @@ sc_status sc_trainer_restore(sc_trainer *t, const sc_ckpt *c, sc_diag *d) {
       }
     }
   return SC_OK;
+}
+
+double sc_trainer_loss_scale(const sc_trainer *t, int64_t *growth) {
+  if (growth) *growth = t->growth;
+  return t->scale;
+}
+
+void sc_trainer_set_loss_scale(sc_trainer *t, double scale, int64_t growth) {
+  if (!t->scaling || !(scale > 0) || !isfinite(scale)) return;
+  t->scale = scale;
+  t->growth = growth >= 0 ? growth : 0;
 }

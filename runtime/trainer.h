@@ -20,6 +20,12 @@
  * run's parameter and optimizer-state update is kept. The step's loss is
  * the mean of the microbatches' losses.
  *
+ * Loss scaling (fp16 programs, inputs "train:loss_scale" and
+ * "train:inv_scale"): PyTorch's GradScaler: a step whose gradient norm is
+ * not finite is skipped and the scale halved; after 2000 steps in a row
+ * without one, the scale doubles. Such a skip is not an error (*applied
+ * false, loss finite).
+ *
  * Errors: a parameter without an initial value, data missing or of the
  * wrong dtype or shape (named), a failing run. One thread at a time. */
 #ifndef SC_RUNTIME_TRAINER_H
@@ -32,6 +38,8 @@ typedef struct sc_trainer sc_trainer;
 typedef struct sc_trainer_opts {
   int threads;         /* 0: all cores */
   double beta1, beta2; /* for the bias corrections (AdamW); 0: 0.9, 0.999 */
+  double loss_scale;   /* a program with "train:loss_scale": the first
+                          scale; 0: 65536 (GradScaler's init_scale) */
 } sc_trainer_opts;
 
 /* init: initial values of the parameters, by name (copied). The program
@@ -64,6 +72,11 @@ const sc_buffer *sc_trainer_data(const sc_trainer *t, int32_t i);
 /* The current value of state `name` (a parameter or optimizer state), or
  * NULL; its buffer description through *b when not NULL. */
 const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buffer **b);
+/* The dynamic loss scale and its growth tracker (1 and 0 without
+ * scaling); set restores them from a checkpoint. */
+double sc_trainer_loss_scale(const sc_trainer *t, int64_t *growth);
+void sc_trainer_set_loss_scale(sc_trainer *t, double scale, int64_t growth);
+
 /* Checkpoints (runtime/checkpoint.h): the parameters go to the weights
  * group, optimizer state to the optimizer group; st carries the scalars
  * (step, data position, ...). Restoring copies every state tensor of the

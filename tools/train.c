@@ -13,7 +13,7 @@
  * --save DIR [--save-every N] writes checkpoints (runtime/checkpoint.h);
  * --resume DIR restores weights, optimizer state, step and data position,
  * so N steps, a resume, and N more equal 2N steps bit for bit.
- * Not yet here (docs/training.md): fp16 with loss scaling, export. A value that is not finite is written
+ * Not yet here (docs/training.md): export. A value that is not finite is written
  * as null in the JSON log (a skipped step also says "skipped": true). */
 #include <math.h>
 #include <stdio.h>
@@ -36,7 +36,7 @@ static const char *const USAGE =
     "                       [--weight-decay W] [--betas B1,B2] [--eps E]\n"
     "                       [--clip-grad-norm X] [--lr-schedule constant|cosine|linear]\n"
     "                       [--warmup-steps W] [--min-lr X] [--on-nan stop|skip]\n"
-    "                       [--grad-accum K] [--precision fp32|bf16]\n"
+    "                       [--grad-accum K] [--precision fp32|bf16|fp16] [--loss-scale S]\n"
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--log-json FILE]\n"
     "                       [--threads N] [--list-params] [--quiet]";
@@ -49,6 +49,7 @@ typedef struct train_args {
   int n_data;
   const char *labels, *targets, *logits, *log_json, *save, *resume;
   int64_t save_every;
+  double loss_scale;             /* fp16: the first loss scale (0: 65536) */
   const char *freeze[MAX_FREEZE];
   int n_freeze;
   sc_train_opts t;
@@ -141,12 +142,15 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
       if (!missing && !sc_cli_parse_i64(v, INT64_MIN / 2, INT64_MAX / 2, &a->t.ignore_index))
         return sc_cli_usage_error("--ignore-index expects an integer, got '%s'", v);
     } else if (VALUE("--precision")) {
-      if (!missing && strcmp(v, "fp32") != 0 && strcmp(v, "bf16") != 0)
-        return sc_cli_usage_error("--precision expects fp32 or bf16, got '%s'%s", v,
-                                  strcmp(v, "fp16") == 0
-                                      ? " (fp16 with loss scaling is not built yet)"
-                                      : "");
-      if (!missing) a->t.bf16 = strcmp(v, "bf16") == 0;
+      if (!missing && strcmp(v, "fp32") != 0 && strcmp(v, "bf16") != 0 &&
+          strcmp(v, "fp16") != 0)
+        return sc_cli_usage_error("--precision expects fp32, bf16 or fp16, got '%s'", v);
+      if (!missing) {
+        a->t.bf16 = strcmp(v, "bf16") == 0;
+        a->t.fp16 = strcmp(v, "fp16") == 0;
+      }
+    } else if (VALUE("--loss-scale")) {
+      if (!missing) rc = parse_double("--loss-scale", v, &a->loss_scale);
     } else if (VALUE("--save")) {
       a->save = v;
     } else if (VALUE("--resume")) {
@@ -238,8 +242,11 @@ static void print_help(void) {
          "  --lr-schedule KIND     constant (default), or cosine / linear decay to --min-lr\n"
          "                         (default 0) at --steps, after --warmup-steps W of\n"
          "                         linear warm-up from 0 (default 0)\n"
-         "  --precision fp32|bf16  bf16: matrix products (forward and backward) in bf16,\n"
-         "                         weights, optimizer state and gradient sums in fp32\n"
+         "  --precision fp32|bf16|fp16  bf16/fp16: matrix products (forward and backward)\n"
+         "                         in that type, weights, optimizer state and gradient\n"
+         "                         sums in fp32; fp16 adds dynamic loss scaling as\n"
+         "                         PyTorch's GradScaler (--loss-scale S: the first scale,\n"
+         "                         default 65536): an overflowing step is skipped\n"
          "  --grad-accum K         K microbatches of B examples per optimizer step: their\n"
          "                         gradients are averaged (the loss logged is their mean)\n"
          "  --on-nan stop|skip     a non-finite loss or gradient: end with an error naming\n"
@@ -381,7 +388,8 @@ int sc_cmd_train(int argc, char **argv) {
   }
   sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_trainer_opts to = {.threads = a.threads, .beta1 = a.t.beta1, .beta2 = a.t.beta2};
+  sc_trainer_opts to = {.threads = a.threads, .beta1 = a.t.beta1, .beta2 = a.t.beta2,
+                        .loss_scale = a.loss_scale};
   if (sc_trainer_create(p, init, n_init, &to, &tr, &d) != SC_OK) {
     rc = sc_cli_report(&d, o.file);
     goto done;
@@ -446,10 +454,10 @@ int sc_cmd_train(int argc, char **argv) {
   char hyper[512];
   snprintf(hyper, sizeof hyper,
            "{\"momentum\": %.17g, \"nesterov\": %s, \"weight_decay\": %.17g, \"betas\": "
-           "[%.17g, %.17g], \"eps\": %.17g, \"grad_accum\": %d, \"bf16\": %s}",
+           "[%.17g, %.17g], \"eps\": %.17g, \"grad_accum\": %d, \"bf16\": %s, \"fp16\": %s}",
            a.t.momentum, a.t.nesterov ? "true" : "false", a.t.weight_decay, a.t.beta1,
            a.t.beta2, a.t.eps, a.t.grad_accum > 1 ? a.t.grad_accum : 1,
-           a.t.bf16 ? "true" : "false");
+           a.t.bf16 ? "true" : "false", a.t.fp16 ? "true" : "false");
   if (a.resume) {
     sc_ckpt *ck = NULL;
     if (sc_ckpt_load(a.resume, &ck, &d) != SC_OK) {
@@ -464,6 +472,7 @@ int sc_cmd_train(int argc, char **argv) {
                        : sc_trainer_restore(tr, ck, &d);
     first = cs->step + 1;
     pos = cs->data_position;
+    sc_trainer_set_loss_scale(tr, cs->loss_scale, cs->loss_scale_growth);
     sc_ckpt_destroy(ck);
     if (st != SC_OK) {
       if (!d.file[0]) sc_diag_set_file(&d, a.resume);
@@ -484,7 +493,8 @@ int sc_cmd_train(int argc, char **argv) {
       goto done;
     }
     double ms = now_ms() - t0;
-    if (!applied && !a.skip_nan) {
+    bool overflow = !applied && a.t.fp16 && isfinite(loss); /* the scaler's skip */
+    if (!applied && !overflow && !a.skip_nan) {
       fprintf(stderr, "shardc: error: step %lld: the loss is %g and the gradient norm %g "
               "(--on-nan skip skips such steps)\n", (long long)step, loss, norm);
       rc = 1;
@@ -492,18 +502,26 @@ int sc_cmd_train(int argc, char **argv) {
     }
     if (!a.quiet)
       printf("step %lld/%lld  loss %.6f  lr %.3g  grad_norm %.4g  %.2f ms%s\n", (long long)step,
-             (long long)a.steps, loss, lr, norm, ms, applied ? "" : "  (skipped: not finite)");
+             (long long)a.steps, loss, lr, norm, ms,
+             applied ? "" : overflow ? "  (skipped: fp16 overflow, loss scale halved)"
+                                     : "  (skipped: not finite)");
     if (log) { /* JSON has no NaN or infinity: null */
       char ls[32] = "null", ns[32] = "null";
       if (isfinite(loss)) snprintf(ls, sizeof ls, "%.9g", loss);
       if (isfinite(norm)) snprintf(ns, sizeof ns, "%.9g", norm);
+      char scale[64] = "";
+      if (a.t.fp16)
+        snprintf(scale, sizeof scale, ", \"loss_scale\": %.17g", sc_trainer_loss_scale(tr, NULL));
       fprintf(log, "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
-              "\"time_ms\": %.4f%s}\n", (long long)step, ls, lr, ns, ms,
-              applied ? "" : ", \"skipped\": true");
+              "\"time_ms\": %.4f%s%s}\n", (long long)step, ls, lr, ns, ms,
+              applied ? "" : ", \"skipped\": true", scale);
     }
     if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps)) {
+      int64_t growth = 0;
+      double scale = sc_trainer_loss_scale(tr, &growth);
       sc_ckpt_state cs = {.step = step, .data_position = pos, .schedule_position = step,
-                          .loss_scale = 1.0, .optimizer = opt_name, .optimizer_json = hyper};
+                          .loss_scale = scale, .loss_scale_growth = growth,
+                          .optimizer = opt_name, .optimizer_json = hyper};
       if (sc_trainer_save(tr, a.save, &cs, &d) != SC_OK) {
         rc = sc_cli_report(&d, a.save);
         goto done;

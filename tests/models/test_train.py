@@ -173,10 +173,12 @@ def main():
              ["--optimizer", "sgd", "--momentum", "0.9", "--grad-accum", "3"]),
             ("adamw, bf16 matrix products, ce", "ce", {"kind": "adamw", "wd": 0.01}, 3e-3, 0.0,
              ["--optimizer", "adamw", "--precision", "bf16"]),
+            ("adamw, fp16 matrix products, loss scaling, ce", "ce", {"kind": "adamw", "wd": 0.01},
+             3e-3, 0.0, ["--optimizer", "adamw", "--precision", "fp16"]),
         ]
         # bf16 rounds every product's inputs to 8 bits of mantissa: its own,
         # looser tolerance (rtol 2e-2, atol 2e-3) against the fp64 reference
-        loose = {6: (2e-2, 2e-3)}
+        loose = {6: (2e-2, 2e-3), 7: (2e-2, 2e-3)}
         fp32_losses = {}
         scheds = {3: ("cosine", 0.05, 0.001, 3), 4: ("linear", 3e-3, 0.0, 0)}
         accums = {5: 3}
@@ -218,6 +220,25 @@ def main():
             diff = max(abs(a - b) / abs(a) for a, b in zip(same, fp32_losses[6]))
             check(diff > 1e-6, f"bf16 losses equal fp32's (max relative difference {diff:.1e})")
             print(f"ok: bf16 differs from fp32 by up to {diff:.1e} (relative)")
+        # fp16 overflow: GradScaler's answer (skip the step, halve the scale)
+        log = os.path.join(tmp, "f16.jsonl")
+        r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "24",
+                 "--optimizer", "adamw", "--lr", "1e-2", "--precision", "fp16", "--loss-scale",
+                 "1e8", "--log-json", log, "--quiet"])
+        if check(r.returncode == 0, f"fp16 overflow run: {r.stderr[-300:]}"):
+            lines = [json.loads(line) for line in open(log)]
+            skipped = [ln for ln in lines if ln.get("skipped")]
+            check(lines[0].get("skipped") and lines[0]["loss_scale"] == 5e7,
+                  f"fp16: step 1 not skipped with the scale halved: {lines[0]}")
+            check(0 < len(skipped) < len(lines), f"fp16: {len(skipped)} of {len(lines)} skipped")
+            prev = 1e8
+            for ln in lines:
+                want = prev / 2 if ln.get("skipped") else prev
+                check(ln["loss_scale"] == want, f"fp16 scale at step {ln['step']}: "
+                      f"{ln['loss_scale']} (want {want})")
+                prev = ln["loss_scale"]
+            print(f"ok: fp16 overflow: {len(skipped)} steps skipped, scale {lines[-1]['loss_scale']}")
+
         # the loss falls
         log = os.path.join(tmp, "fall.jsonl")
         r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "60",
