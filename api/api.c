@@ -23,6 +23,7 @@
 #include "passes/stats.h"
 #include "runtime/dist.h"
 #include "runtime/dist_load.h"
+#include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
 
 struct sc_model {
@@ -652,4 +653,89 @@ void sc_training_free(sc_training *t) {
   sc_trainer_destroy(t->trainer);
   sc_build_destroy(t->build);
   sc_free(t);
+}
+
+static const char *training_optimizer(const sc_training *t) {
+  const sc_trainer *tr = t->trainer;
+  char probe[512];
+  const sc_train_info *info = &t->build->train;
+  for (int32_t k = 0; k < info->n_params; k++) {
+    snprintf(probe, sizeof probe, "%s.exp_avg", info->params[k].name);
+    if (sc_trainer_state(tr, probe, NULL)) return "adamw";
+  }
+  return "sgd";
+}
+
+sc_status sc_training_save(sc_training *t, const char *dir) {
+  if (!t || !t->trainer || !dir) return SC_ERR_USAGE;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  int64_t growth = 0;
+  double scale = sc_trainer_loss_scale(t->trainer, &growth);
+  sc_ckpt_state cs = {.step = t->steps, .schedule_position = t->steps, .loss_scale = scale,
+                      .loss_scale_growth = growth, .optimizer = training_optimizer(t)};
+  sc_status st = sc_trainer_save(t->trainer, dir, &cs, &d);
+  return st == SC_OK ? SC_OK : train_fail(t, &d);
+}
+
+sc_status sc_training_resume(sc_training *t, const char *dir) {
+  if (!t || !t->trainer || !dir) return SC_ERR_USAGE;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_ckpt *c = NULL;
+  sc_status st = sc_ckpt_load(dir, &c, &d);
+  if (st == SC_OK && strcmp(sc_ckpt_state_of(c)->optimizer, training_optimizer(t)) != 0)
+    st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL, "the checkpoint was trained with %s, not %s",
+                     sc_ckpt_state_of(c)->optimizer, training_optimizer(t));
+  if (st == SC_OK) st = sc_trainer_restore(t->trainer, c, &d);
+  if (st == SC_OK) {
+    t->steps = sc_ckpt_state_of(c)->step;
+    sc_trainer_set_loss_scale(t->trainer, sc_ckpt_state_of(c)->loss_scale,
+                              sc_ckpt_state_of(c)->loss_scale_growth);
+  }
+  sc_ckpt_destroy(c);
+  if (st != SC_OK && !d.file[0]) sc_diag_set_file(&d, dir);
+  return st == SC_OK ? SC_OK : train_fail(t, &d);
+}
+
+sc_status sc_export_checkpoint(const char *checkpoint_dir, const char *model_path,
+                               const char *out_path, char **error) {
+  if (error) *error = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_ckpt *c = NULL;
+  sc_graph *g = NULL;
+  sc_status st = !checkpoint_dir || !model_path || !out_path
+                     ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a path is NULL")
+                     : sc_ckpt_load(checkpoint_dir, &c, &d);
+  if (st != SC_OK && !d.file[0] && checkpoint_dir) sc_diag_set_file(&d, checkpoint_dir);
+  sc_import_opts io = {.no_weights = false};
+  if (st == SC_OK) st = sc_onnx_import(model_path, &io, &g, &d);
+  for (int32_t k = 0; st == SC_OK && k < sc_ckpt_count(c, SC_CKPT_WEIGHTS); k++) {
+    const sc_ckpt_tensor *w = sc_ckpt_tensor_at(c, SC_CKPT_WEIGHTS, k);
+    int32_t id = sc_graph_find_value(g, w->name);
+    const sc_value *v = id >= 0 ? &g->values[id] : NULL;
+    bool same = v && (v->flags & SC_VALUE_CONST) && v->dtype == w->dtype && v->rank == w->rank;
+    for (int32_t i = 0; same && i < v->rank; i++) same = v->dims[i] == w->dims[i];
+    if (!same) {
+      st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
+                       "checkpoint weight '%s' is not an initializer of this dtype and shape "
+                       "in the model", w->name);
+      sc_diag_set_file(&d, model_path);
+      break;
+    }
+    int64_t numel = 1;
+    for (int32_t i = 0; i < w->rank; i++) numel *= w->dims[i];
+    uint32_t flags = g->values[id].flags;
+    st = sc_value_set_data(g, id, w->dtype, w->rank, w->dims, w->data,
+                           (uint64_t)numel * sc_dtype_size(w->dtype), true);
+    g->values[id].flags |= flags & (SC_VALUE_CONST | SC_VALUE_PARAM);
+    g->values[id].ext_location = NULL; /* embedded now */
+    if (st != SC_OK) d = g->diag;
+  }
+  if (st == SC_OK) st = sc_onnx_export(g, out_path, &d);
+  sc_graph_destroy(g);
+  sc_ckpt_destroy(c);
+  if (st != SC_OK && error) *error = format_error(&d);
+  return st;
 }

@@ -261,6 +261,19 @@ int64_t sc_training_steps_done(const sc_training *t);
  * until the next step. SC_ERR_USAGE for an unknown name. */
 sc_status sc_training_tensor(const sc_training *t, const char *name, sc_host_tensor *out);
 const char *sc_training_error(const sc_training *t);
+/* Saves the training's state as a checkpoint directory (docs/checkpoint.md:
+ * weights, optimizer state, the step), atomically. */
+sc_status sc_training_save(sc_training *t, const char *dir);
+/* Continues from a checkpoint saved by sc_training_save or `shardc train
+ * --save` with the same model and optimizer: bit-exact. */
+sc_status sc_training_resume(sc_training *t, const char *dir);
+/* Writes MODEL with its initializers replaced by a checkpoint's weights as
+ * a new ONNX file OUT (atomically): onnxruntime and `shardc run` run it.
+ * A checkpoint weight the model lacks, or of another dtype or shape, is an
+ * error; on failure *error (when not NULL) holds the message (free with
+ * sc_string_free). */
+sc_status sc_export_checkpoint(const char *checkpoint_dir, const char *model_path,
+                               const char *out_path, char **error);
 void sc_training_free(sc_training *t); /* NULL is fine */
 
 #ifdef __cplusplus

@@ -31,6 +31,7 @@ static const command COMMANDS[] = {
     {"compile", sc_cmd_compile, "compile a model into a bundle directory, or print its code (--emit)"},
     {"plan", sc_cmd_plan, "partition a model over a device mesh; report stages, memory, collectives"},
     {"train", sc_cmd_train, "train a model on one rank (loss, autodiff, SGD/AdamW) on .npy data"},
+    {"export", sc_cmd_export, "write a model with a training checkpoint's weights as ONNX"},
 };
 enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
 

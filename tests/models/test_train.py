@@ -281,6 +281,32 @@ def main():
             check([x["loss"] for x in la_lines] == [x["loss"] for x in lb_lines],
                   "resumed losses differ from the uninterrupted run's")
             print("ok: 4 steps + resume + 4 steps == 8 steps, bit for bit")
+            # export: the checkpoint's weights in a new ONNX file that
+            # onnxruntime and shardc run alike
+            out = os.path.join(tmp, "trained.onnx")
+            r = subprocess.run([SHARDC, "export", da, "--model", MLP, "-o", out],
+                               capture_output=True, text=True, timeout=120)
+            if check(r.returncode == 0, f"export: {r.stderr[-300:]}"):
+                from safetensors.numpy import load_file
+                ck = load_file(os.path.join(da, "weights.safetensors"))
+                m = onnx.load(out)
+                got = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+                for name, w in ck.items():
+                    check(name in got and got[name].tobytes() == w.tobytes(),
+                          f"export: initializer {name} is not the checkpoint's")
+                import onnxruntime as ort
+                xb = x[:8]
+                ref = ort.InferenceSession(out).run(None, {"x": xb})[0]
+                np.save(os.path.join(tmp, "xb.npy"), xb)
+                r = subprocess.run([SHARDC, "run", out, "--dim", "batch=8", "--input",
+                                    "x=" + os.path.join(tmp, "xb.npy"), "--output-dir",
+                                    os.path.join(tmp, "runout"), "--quiet"],
+                                   capture_output=True, text=True, timeout=120)
+                if check(r.returncode == 0, f"run exported: {r.stderr[-300:]}"):
+                    y = np.load(os.path.join(tmp, "runout", "y.npy"))
+                    check(np.allclose(y, ref, rtol=1e-4, atol=1e-5) and not np.isnan(y).any(),
+                          f"exported model: shardc vs onnxruntime max diff {np.abs(y - ref).max()}")
+                    print("ok: export runs the same in onnxruntime and shardc")
             # a damaged checkpoint is refused, naming the file
             w = os.path.join(db, "weights.safetensors")
             blob = bytearray(open(w, "rb").read())
