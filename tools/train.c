@@ -343,8 +343,19 @@ int sc_cmd_train(int argc, char **argv) {
     rc = sc_cli_usage_error("cross-entropy needs --labels FILE.npy");
   if (!rc && a.t.loss == SC_LOSS_MSE && !a.targets && !a.list_params)
     rc = sc_cli_usage_error("mse needs --targets FILE.npy");
-  if (!rc && a.wd_given && a.t.weight_decay < 0)
-    rc = sc_cli_usage_error("--weight-decay must be >= 0");
+  /* PyTorch refuses these too ("Invalid learning rate", ...) */
+  if (!rc && !(a.lr >= 0)) rc = sc_cli_usage_error("--lr must be >= 0, got %g", a.lr);
+  if (!rc && a.t.weight_decay < 0) rc = sc_cli_usage_error("--weight-decay must be >= 0");
+  if (!rc && a.t.momentum < 0) rc = sc_cli_usage_error("--momentum must be >= 0");
+  if (!rc && a.t.nesterov && a.t.momentum <= 0)
+    rc = sc_cli_usage_error("--nesterov needs a --momentum > 0 (as torch.optim.SGD)");
+  if (!rc && (a.t.beta1 < 0 || a.t.beta1 >= 1 || a.t.beta2 < 0 || a.t.beta2 >= 1))
+    rc = sc_cli_usage_error("--betas must be in [0, 1)");
+  if (!rc && a.t.eps < 0) rc = sc_cli_usage_error("--eps must be >= 0");
+  if (!rc && a.t.clip_grad_norm < 0) rc = sc_cli_usage_error("--clip-grad-norm must be >= 0");
+  if (!rc && a.min_lr < 0) rc = sc_cli_usage_error("--min-lr must be >= 0");
+  if (!rc && a.loss_scale < 0) rc = sc_cli_usage_error("--loss-scale must be > 0");
+  if (!rc && a.save_every && !a.save) rc = sc_cli_usage_error("--save-every needs --save DIR");
   if (rc) goto done;
 
   a.t.freeze = a.freeze;

@@ -320,6 +320,39 @@ def main():
                      "--resume", da, "--quiet"])
             check(r.returncode == 1 and "adamw" in r.stderr, f"sgd from adamw: {r.stderr[-300:]}")
 
+        # hostile or wrong inputs: usage errors (exit 2) and input errors (exit 1)
+        ok_args = ["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "1"]
+        for bad, needle in ((["--lr", "-1"], "--lr"), (["--lr", "nan"], "--lr"),
+                            (["--momentum", "-0.5"], "--momentum"),
+                            (["--nesterov"], "--nesterov"), (["--betas", "1.5,0.9"], "--betas"),
+                            (["--grad-accum", "0"], "--grad-accum"),
+                            (["--precision", "fp8"], "--precision"),
+                            (["--loss", "hinge"], "--loss"), (["--optimizer", "lion"], "--optimizer"),
+                            (["--save-every", "3"], "--save-every"), (["--steps", "-1"], "--steps"),
+                            (["--data", "x=" + xf], "given twice"), (["--data", "bogus"], "--data")):
+            r = run(ok_args + bad)
+            check(r.returncode == 2 and needle in r.stderr, f"{bad}: {r.returncode} {r.stderr[-200:]}")
+        fifo = os.path.join(tmp, "fifo.npy")
+        os.mkfifo(fifo)
+        r = run(["--data", "x=" + fifo, "--labels", lf, "--dim", "batch=8", "--steps", "1"])
+        check(r.returncode == 1 and "FIFO" in r.stderr, f"FIFO data: {r.returncode} {r.stderr[-200:]}")
+        l32 = os.path.join(tmp, "l32.npy")
+        np.save(l32, lab.astype(np.int32))
+        r = run(["--data", "x=" + xf, "--labels", l32, "--dim", "batch=8", "--steps", "1"])
+        check(r.returncode == 1 and "l32.npy" in r.stderr, f"int32 labels: {r.stderr[-200:]}")
+        xs = os.path.join(tmp, "xs.npy")
+        np.save(xs, x[:, :32].copy())
+        r = run(["--data", "x=" + xs, "--labels", lf, "--dim", "batch=8", "--steps", "1"])
+        check(r.returncode == 1 and "xs.npy" in r.stderr, f"wrong data shape: {r.stderr[-200:]}")
+        r = run(ok_args + ["--resume", os.path.join(tmp, "nowhere")])
+        check(r.returncode == 1 and "nowhere" in r.stderr, f"missing checkpoint: {r.stderr[-200:]}")
+        user = os.path.join(tmp, "userdata")
+        os.mkdir(user)
+        open(os.path.join(user, "notes.txt"), "w").write("keep me")
+        r = run(ok_args + ["--save", user])
+        check(r.returncode == 1 and os.path.exists(os.path.join(user, "notes.txt")),
+              f"--save over user data: {r.returncode} {r.stderr[-200:]}")
+
         r = run(["--list-params", "--dim", "batch=8"])
         check(r.returncode == 0 and "0.weight" in r.stdout and "26,122 parameters" in r.stdout,
               f"--list-params: {r.stdout[-400:]} {r.stderr[-300:]}")
