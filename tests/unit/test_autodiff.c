@@ -636,11 +636,99 @@ static void test_errors(void **state) {
   sc_graph_destroy(g);
 }
 
+
+/* Max / Min give a tied element's gradient to every tied input, split
+ * evenly (PyTorch's torch.maximum gives each of its two inputs half). */
+static void test_ties(void **state) {
+  (void)state;
+  sc_graph *g = sc_graph_create("t");
+  g->opset = 18;
+  double av[3] = {1, 2, 3}, bv[3] = {1, 0, 3}, cv[3] = {1, -1, 0.5};
+  int32_t p[3] = {cst(g, SC_DTYPE_F64, 1, (int64_t[]){3}, av),
+                  cst(g, SC_DTYPE_F64, 1, (int64_t[]){3}, bv),
+                  cst(g, SC_DTYPE_F64, 1, (int64_t[]){3}, cv)};
+  for (int i = 0; i < 3; i++) g->values[p[i]].flags |= SC_VALUE_PARAM;
+  int32_t n, y = opn(g, SC_OP_MAX, p, 3, &n);
+  done(g, n, y);
+  int32_t loss = opn(g, SC_OP_REDUCE_SUM, &y, 1, &n);
+  set_int(g, n, "keepdims", 0);
+  done(g, n, loss);
+  int32_t gr[3];
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_autodiff(g, loss, p, 3, gr, &d), SC_OK);
+  sc_pass_opts po;
+  sc_pass_opts_init(&po);
+  po.quiet = true;
+  assert_int_equal(sc_run_passes(g, "infer-shapes", &po), SC_OK);
+  /* element 0: a three-way tie; 1: a alone; 2: a and b */
+  const double want[3][3] = {{1.0 / 3, 1, 0.5}, {1.0 / 3, 0, 0.5}, {1.0 / 3, 0, 0}};
+  for (int i = 0; i < 3; i++) {
+    assert_non_null(g->values[gr[i]].data);
+    for (int e = 0; e < 3; e++)
+      assert_true(fabs(((const double *)g->values[gr[i]].data)[e] - want[i][e]) < 1e-15);
+  }
+  sc_graph_destroy(g);
+}
+
+/* The refused forms name the node: a Slice with step 2, training-mode
+ * Dropout, a Pad in reflect mode. */
+static void expect_refused(sc_graph *g, int32_t p, int32_t y, const char *node, const char *what) {
+  int32_t n, loss = opn(g, SC_OP_REDUCE_SUM, &y, 1, &n);
+  set_int(g, n, "keepdims", 0);
+  done(g, n, loss);
+  int32_t gr;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_autodiff(g, loss, &p, 1, &gr, &d), SC_ERR_UNSUPPORTED);
+  assert_string_equal(d.node, node);
+  if (!strstr(d.msg, what)) fail_msg("'%s' does not say '%s'", d.msg, what);
+}
+
+static void test_refused(void **state) {
+  (void)state;
+  double x[8] = {0.5, 1.5, -2.5, 3.5, 0.25, -0.75, 1.25, 2};
+  sc_graph *g = sc_graph_create("r");
+  g->opset = 18;
+  int32_t p = cst(g, SC_DTYPE_F64, 1, (int64_t[]){8}, x), y;
+  g->values[p].flags |= SC_VALUE_PARAM;
+  int32_t in[5] = {p, i64s(g, 1, (int64_t[]){0}), i64s(g, 1, (int64_t[]){8}),
+                   i64s(g, 1, (int64_t[]){0}), i64s(g, 1, (int64_t[]){2})};
+  assert_int_equal(infer(g, node1(g, SC_OP_SLICE, "strided", in, 5, &y)), SC_OK);
+  expect_refused(g, p, y, "strided", "step 2");
+  sc_graph_destroy(g);
+
+  g = sc_graph_create("r");
+  g->opset = 18;
+  p = cst(g, SC_DTYPE_F64, 1, (int64_t[]){8}, x);
+  g->values[p].flags |= SC_VALUE_PARAM;
+  uint8_t yes = 1;
+  double ratio = 0.5;
+  int32_t din[3] = {p, cst(g, SC_DTYPE_F64, 0, NULL, &ratio), cst(g, SC_DTYPE_BOOL, 0, NULL, &yes)};
+  int32_t dn = node1(g, SC_OP_DROPOUT, "drop", din, 3, &y);
+  sc_ops[SC_OP_DROPOUT].infer(g, &g->nodes[dn]); /* folding it is refused: it is random */
+  expect_refused(g, p, y, "drop", "training-mode");
+  sc_graph_destroy(g);
+
+  g = sc_graph_create("r");
+  g->opset = 18;
+  p = cst(g, SC_DTYPE_F64, 1, (int64_t[]){8}, x);
+  g->values[p].flags |= SC_VALUE_PARAM;
+  int32_t pin[2] = {p, i64s(g, 2, (int64_t[]){1, 2})};
+  int32_t pn = node1(g, SC_OP_PAD, "reflect", pin, 2, &y);
+  set_string(g, pn, "mode", "reflect");
+  assert_int_equal(infer(g, pn), SC_OK);
+  expect_refused(g, p, y, "reflect", "mode 'reflect'");
+  sc_graph_destroy(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rules),
       cmocka_unit_test(test_structure),
       cmocka_unit_test(test_errors),
+      cmocka_unit_test(test_ties),
+      cmocka_unit_test(test_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
