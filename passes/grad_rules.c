@@ -19,6 +19,7 @@
  *   Reshape / Flatten / Squeeze / Unsqueeze dy reshaped to x · Transpose dy
  *   by the inverse permutation · Expand dy unbroadcast · Concat slices of
  *   dy · Where dy where the condition holds (x), where it does not (y). */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -1049,6 +1050,253 @@ sc_status sc_grad_global_pool(sc_grad_ctx *c) {
     int32_t cnt = gb_reduce(c, SC_OP_REDUCE_SUM, hit, axes, na);
     c->dx[0] = gb_2(c, SC_OP_MUL, e, gb_2(c, SC_OP_DIV, hit, cnt));
   }
+  return done_dx0(c);
+}
+
+/* ---- Conv and the windowed pools (2-D) ----
+ * The IR has no ConvTranspose, and Conv does not fold, so the gradients
+ * are built from movement ops and one MatMul each: im2col gathers the
+ * K = KH·KW strided windows of the padded x as [N, C, K, OH, OW] (one
+ * Slice per kernel offset, a Concat); col2im is its adjoint: each offset's
+ * [N, C, OH, OW] is spread out by the strides (Reshape, Pad), placed at its
+ * offset in the padded grid (Pad), the K of them summed (Sum), the padding
+ * cut off (Slice). Only 2-D windows (rank-4 X) are handled. */
+
+typedef struct win2d {
+  int64_t n, c, h, w, oh, ow;   /* X [N, C, H, W] → [N, ·, OH, OW] */
+  int64_t k[2], s[2], d[2];     /* kernel, strides, dilations */
+  int64_t p[2];                 /* begin pads (top, left) */
+  int64_t hp, wp;               /* the padded grid, big enough for every window */
+} win2d;
+
+static sc_status attr_pair(sc_grad_ctx *c, const char *name, int64_t dflt, int64_t *v) {
+  const int64_t *a = NULL;
+  int64_t na = sc_attr_ints(c->g, gb_fwd(c), name, &a);
+  v[0] = v[1] = dflt;
+  if (na <= 0) return SC_OK; /* absent (-1) or empty */
+  if (na != 2)
+    return sc_node_error(c->g, gb_fwd(c), SC_ERR_INVALID, "%s has %lld entries (2 expected)",
+                         name, (long long)na);
+  v[0] = a[0];
+  v[1] = a[1];
+  return SC_OK;
+}
+
+/* The window of the forward node: the kernel from W (Conv) or
+ * kernel_shape; the output dims from its inferred output. */
+static sc_status win_read(sc_grad_ctx *c, const int64_t *kernel, win2d *w) {
+  sc_graph *g = c->g;
+  const sc_node *n = gb_fwd(c);
+  sc_value xv = g->values[in_v(c, 0)], yv = g->values[out_v(c, 0)];
+  if (xv.rank != 4)
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                         "gradient of a %d-D window (only 2-D: X of rank 4)", (int)xv.rank - 2);
+  w->n = xv.dims[0], w->c = xv.dims[1], w->h = xv.dims[2], w->w = xv.dims[3];
+  w->oh = yv.dims[2], w->ow = yv.dims[3];
+  int64_t pads[4] = {0, 0, 0, 0};
+  sc_status st = SC_OK;
+  if (kernel) memcpy(w->k, kernel, sizeof w->k);
+  else st = attr_pair(c, "kernel_shape", 1, w->k);
+  if (st == SC_OK) st = attr_pair(c, "strides", 1, w->s);
+  if (st == SC_OK) st = attr_pair(c, "dilations", 1, w->d);
+  if (st != SC_OK) return st;
+  const int64_t *pa = NULL;
+  int64_t np = sc_attr_ints(g, n, "pads", &pa);
+  if (np == 4) memcpy(pads, pa, sizeof pads);
+  const char *ap = sc_attr_string(g, n, "auto_pad", "NOTSET");
+  int64_t in[2] = {w->h, w->w}, out[2] = {w->oh, w->ow};
+  for (int i = 0; i < 2; i++) {
+    int64_t span = (out[i] - 1) * w->s[i] + (w->k[i] - 1) * w->d[i] + 1;
+    int64_t total = span > in[i] ? span - in[i] : 0;
+    if (!strcmp(ap, "SAME_UPPER")) w->p[i] = total / 2;
+    else if (!strcmp(ap, "SAME_LOWER")) w->p[i] = total - total / 2;
+    else if (!strcmp(ap, "VALID")) w->p[i] = 0;
+    else w->p[i] = pads[i];
+    int64_t grid = w->p[i] + in[i] + (strcmp(ap, "NOTSET") && ap[0] ? total : pads[i + 2]);
+    if (grid < span) grid = span; /* ceil_mode: a last window past the pads */
+    if (i == 0) w->hp = grid;
+    else w->wp = grid;
+  }
+  return SC_OK;
+}
+
+/* x [N, C, H, W] padded (with value pad) to the grid. */
+static int32_t win_pad(sc_grad_ctx *c, int32_t x, const win2d *w, double pad) {
+  int64_t pads[8] = {0, 0, w->p[0], w->p[1], 0, 0, w->hp - w->p[0] - w->h,
+                     w->wp - w->p[1] - w->w};
+  int32_t in[3] = {x, gb_ints(c, pads, 8), gb_scalar(c, dtype_of(c, x), pad)};
+  return gb_op(c, SC_OP_PAD, in, 3);
+}
+
+static int32_t gb_slice(sc_grad_ctx *c, int32_t x, int32_t n, const int64_t *starts,
+                        const int64_t *ends, const int64_t *axes, const int64_t *steps) {
+  int32_t in[5] = {x, gb_ints(c, starts, n), gb_ints(c, ends, n), gb_ints(c, axes, n),
+                   steps ? gb_ints(c, steps, n) : -1};
+  return gb_op(c, SC_OP_SLICE, in, steps ? 5 : 4);
+}
+
+static int32_t gb_concat(sc_grad_ctx *c, const int32_t *parts, int32_t n, int64_t axis) {
+  int32_t node = -1, out = gb_begin(c, SC_OP_CONCAT, parts, n, &node);
+  sc_attr *a = out < 0 ? NULL : sc_node_add_attr(c->g, node, "axis", SC_ATTR_INT);
+  if (!a) return -1;
+  a->i = axis;
+  return gb_end(c, node, out);
+}
+
+/* The K windows of the padded xp: [N, C, K, OH, OW], K in row-major
+ * (kernel row, kernel column) order. */
+static int32_t im2col(sc_grad_ctx *c, int32_t xp, const win2d *w) {
+  int32_t parts[256], k = 0;
+  if (w->k[0] * w->k[1] > 256) return -1;
+  int64_t axes[2] = {2, 3}, dims[5] = {w->n, w->c, 1, w->oh, w->ow};
+  for (int64_t i = 0; i < w->k[0]; i++)
+    for (int64_t j = 0; j < w->k[1]; j++) {
+      int64_t st[2] = {i * w->d[0], j * w->d[1]};
+      int64_t en[2] = {st[0] + (w->oh - 1) * w->s[0] + 1, st[1] + (w->ow - 1) * w->s[1] + 1};
+      parts[k++] = gb_reshape(c, gb_slice(c, xp, 2, st, en, axes, w->s), 5, dims);
+    }
+  return k == 1 ? parts[0] : gb_concat(c, parts, k, 2);
+}
+
+/* The adjoint of im2col (without padding): col [N, C, K, OH, OW] → the
+ * gradient of X [N, C, H, W], overlapping windows summed. */
+static int32_t col2im(sc_grad_ctx *c, int32_t col, const win2d *w) {
+  int32_t parts[256], k = 0;
+  if (w->k[0] * w->k[1] > 256) return -1;
+  int64_t ax1[1] = {2}, spread[6] = {w->n, w->c, w->oh, 1, w->ow, 1};
+  int64_t wide[4] = {w->n, w->c, w->oh * w->s[0], w->ow * w->s[1]};
+  int64_t lh = (w->oh - 1) * w->s[0] + 1, lw = (w->ow - 1) * w->s[1] + 1;
+  for (int64_t i = 0; i < w->k[0]; i++)
+    for (int64_t j = 0; j < w->k[1]; j++, k++) {
+      int64_t st = k, en = k + 1;
+      int32_t v = gb_reshape(c, gb_slice(c, col, 1, &st, &en, ax1, NULL), 6, spread);
+      if (w->s[0] > 1 || w->s[1] > 1) { /* spread out by the strides */
+        int64_t sp[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, w->s[0] - 1, 0, w->s[1] - 1};
+        v = gb_reshape(c, gb_2(c, SC_OP_PAD, v, gb_ints(c, sp, 12)), 4, wide);
+        int64_t s0[2] = {0, 0}, e0[2] = {lh, lw}, a0[2] = {2, 3};
+        v = gb_slice(c, v, 2, s0, e0, a0, NULL);
+      } else {
+        v = gb_reshape(c, v, 4, (int64_t[]){w->n, w->c, w->oh, w->ow});
+      }
+      int64_t b[4] = {0, 0, i * w->d[0], j * w->d[1]};
+      int64_t e[4] = {0, 0, w->hp - b[2] - lh, w->wp - b[3] - lw};
+      parts[k] = pad_zeros(c, v, 4, b, e);
+      if (parts[k] < 0) return -1;
+    }
+  int32_t sum = k == 1 ? parts[0] : gb_op(c, SC_OP_SUM, parts, k);
+  int64_t s0[2] = {w->p[0], w->p[1]}, e0[2] = {w->p[0] + w->h, w->p[1] + w->w}, a0[2] = {2, 3};
+  return gb_slice(c, sum, 2, s0, e0, a0, NULL);
+}
+
+/* Conv (2-D, any group, strides, pads, dilations), with G groups of Cg
+ * input and Mg output channels and cols = im2col(x) viewed [G, Cg·K, N·L]
+ * (L = OH·OW), dy viewed [G, Mg, N·L]:
+ *   dW = dy · colsᵀ  (one batched MatMul over the groups),
+ *   dX = col2im(Wᵀ · dy)  (W viewed [G, Mg, Cg·K]),
+ *   dB = Σ dy over N, OH, OW. */
+sc_status sc_grad_conv(sc_grad_ctx *c) {
+  int32_t dy = c->dy[0];
+  if (dy < 0) return SC_OK;
+  sc_graph *g = c->g;
+  int32_t x = in_v(c, 0), wt = in_v(c, 1), b = in_v(c, 2);
+  sc_value wv = g->values[wt];
+  win2d w;
+  sc_status st = wv.rank == 4 ? win_read(c, wv.dims + 2, &w)
+                              : sc_node_error(g, gb_fwd(c), SC_ERR_UNSUPPORTED,
+                                              "gradient of a %d-D Conv (only 2-D)",
+                                              (int)wv.rank - 2);
+  if (st != SC_OK) return st;
+  int64_t grp = sc_attr_int(g, gb_fwd(c), "group", 1), m = wv.dims[0], cg = wv.dims[1];
+  int64_t mg = m / grp, kk = w.k[0] * w.k[1], l = w.oh * w.ow;
+  if (kk > 256)
+    return sc_node_error(g, gb_fwd(c), SC_ERR_UNSUPPORTED,
+                         "gradient of a Conv with a kernel of %lld > 256 taps", (long long)kk);
+  /* dy [N, M, OH, OW] → [N, G, Mg, L] */
+  int32_t dy4 = gb_reshape(c, dy, 4, (int64_t[]){w.n, grp, mg, l});
+  if (b >= 0 && c->want[2] && (c->dx[2] = gb_reduce_sum(c, dy, (int64_t[]){0, 2, 3}, 3, false)) < 0)
+    return g->diag.status;
+  if (c->want[1]) {
+    int32_t cols = im2col(c, win_pad(c, x, &w, 0.0), &w); /* [N, C, K, OH, OW] */
+    cols = gb_reshape(c, cols, 5, (int64_t[]){w.n, grp, cg * kk, l, 1});
+    cols = gb_transpose(c, cols, (int64_t[]){1, 0, 3, 4, 2}, 5); /* [G, N, L, 1, CgK] */
+    cols = gb_reshape(c, cols, 3, (int64_t[]){grp, w.n * l, cg * kk});
+    int32_t dyg = gb_transpose(c, dy4, (int64_t[]){1, 2, 0, 3}, 4); /* [G, Mg, N, L] */
+    dyg = gb_reshape(c, dyg, 3, (int64_t[]){grp, mg, w.n * l});
+    int32_t dw = gb_2(c, SC_OP_MATMUL, dyg, cols); /* [G, Mg, CgK] */
+    if ((c->dx[1] = gb_reshape(c, dw, 4, wv.dims)) < 0) return g->diag.status;
+  }
+  if (c->want[0]) {
+    int32_t wg = gb_reshape(c, wt, 3, (int64_t[]){grp, mg, cg * kk});
+    int32_t col = gb_2(c, SC_OP_MATMUL, gb_swap_last(c, wg), dy4); /* [N, G, CgK, L] */
+    col = gb_reshape(c, col, 5, (int64_t[]){w.n, w.c, kk, w.oh, w.ow});
+    if ((c->dx[0] = col2im(c, col, &w)) < 0) return g->diag.status;
+  }
+  return SC_OK;
+}
+
+/* AveragePool (2-D, ceil_mode 0): each window's dy divided by its count
+ * (the kernel size, or with count_include_pad 0 the window's cells inside
+ * X: a constant [OH, OW]) goes to every cell of the window. MaxPool: dy
+ * goes to the window's maximum (ties split evenly; padding is −∞; PyTorch
+ * gives a tie to one cell). */
+sc_status sc_grad_pool(sc_grad_ctx *c) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  sc_graph *g = c->g;
+  const sc_node *n = gb_fwd(c);
+  bool maxp = n->op == SC_OP_MAX_POOL;
+  if (maxp && n->n_outputs > 1 && c->dy[1] >= 0)
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "gradient through the Indices output");
+  win2d w;
+  sc_status st = win_read(c, NULL, &w);
+  if (st != SC_OK) return st;
+  int64_t kk = w.k[0] * w.k[1];
+  if (kk > 256)
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                         "gradient of a pool with a window of %lld > 256 cells", (long long)kk);
+  int32_t x = in_v(c, 0), dy = c->dy[0];
+  sc_dtype t = dtype_of(c, x);
+  int64_t d5[5] = {w.n, w.c, 1, w.oh, w.ow}, full[5] = {w.n, w.c, kk, w.oh, w.ow};
+  int32_t dy5 = gb_reshape(c, dy, 5, d5), col;
+  if (maxp) {
+    int32_t cols = im2col(c, win_pad(c, x, &w, -INFINITY), &w);
+    /* the maxima recomputed from the windows (folds where X does) */
+    int32_t mx = gb_reduce(c, SC_OP_REDUCE_MAX, cols, (int64_t[]){2}, 1);
+    int32_t hit = gb_where(c, gb_2(c, SC_OP_EQUAL, cols, mx),
+                           gb_scalar(c, t, 1.0), gb_scalar(c, t, 0.0));
+    int32_t cnt = gb_reduce(c, SC_OP_REDUCE_SUM, hit, (int64_t[]){2}, 1);
+    col = gb_2(c, SC_OP_MUL, gb_2(c, SC_OP_DIV, dy5, cnt), hit);
+  } else {
+    if (sc_attr_int(g, n, "ceil_mode", 0))
+      return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "gradient of AveragePool with ceil_mode 1");
+    int64_t cells = w.oh * w.ow;
+    if (cells > (1 << 20))
+      return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "gradient of an AveragePool this large");
+    double *cnt = sc_malloc((size_t)(cells ? cells : 1) * sizeof *cnt);
+    if (!cnt) return sc_node_error(g, n, SC_ERR_NOMEM, "out of memory");
+    bool incl = sc_attr_int(g, n, "count_include_pad", 0) != 0;
+    for (int64_t oh = 0; oh < w.oh; oh++)
+      for (int64_t ow = 0; ow < w.ow; ow++) {
+        int64_t k = 0;
+        for (int64_t i = 0; i < w.k[0]; i++)
+          for (int64_t j = 0; j < w.k[1]; j++) {
+            int64_t r = oh * w.s[0] + i * w.d[0] - w.p[0], q = ow * w.s[1] + j * w.d[1] - w.p[1];
+            k += incl || (r >= 0 && r < w.h && q >= 0 && q < w.w);
+          }
+        cnt[oh * w.ow + ow] = k ? 1.0 / (double)k : 0.0;
+      }
+    uint8_t *buf = sc_malloc((size_t)(cells ? cells : 1) * sc_dtype_size(t));
+    if (!buf) {
+      sc_free(cnt);
+      return sc_node_error(g, n, SC_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < cells; i++) sc_store_f64(t, buf, i, cnt[i]);
+    int32_t inv = new_const(c, t, 2, (int64_t[]){w.oh, w.ow}, buf,
+                            (uint64_t)cells * sc_dtype_size(t));
+    sc_free(cnt);
+    sc_free(buf);
+    col = gb_expand(c, gb_2(c, SC_OP_MUL, dy5, inv), 5, full);
+  }
+  c->dx[0] = col2im(c, col, &w);
   return done_dx0(c);
 }
 

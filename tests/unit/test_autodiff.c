@@ -31,7 +31,7 @@
 #include "passes/pass.h"
 #include "test_util.h"
 
-enum { MAX_P = 4, MAX_E = 64 };
+enum { MAX_P = 4, MAX_E = 128 };
 
 typedef struct gcase {
   const char *name;
@@ -366,6 +366,89 @@ static void ref_global_max(double (*pd)[MAX_E], double *y) {
     y[i] = fmax(fmax(pd[0][4 * i], pd[0][4 * i + 1]), fmax(pd[0][4 * i + 2], pd[0][4 * i + 3]));
 }
 
+
+/* ---- Conv and the pools: C references (NCHW) ---- */
+typedef struct cfg2d {
+  int n, c, h, w, m, group, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow;
+} cfg2d;
+
+/* Conv, or (m = 0) a pool: kind 'a' average (count_include_pad 0), 'm' max */
+static void ref_window(const cfg2d *k, char kind, double (*pd)[MAX_E], double *y) {
+  int mo = k->m ? k->m : k->c;
+  for (int n = 0; n < k->n; n++)
+    for (int o = 0; o < mo; o++)
+      for (int oh = 0; oh < k->oh; oh++)
+        for (int ow = 0; ow < k->ow; ow++) {
+          double acc = kind == 'm' ? -INFINITY : 0;
+          int cnt = 0, cg = k->c / k->group, mg = mo / k->group, g0 = (o / mg) * cg;
+          for (int ci = 0; ci < (k->m ? cg : 1); ci++)
+            for (int i = 0; i < k->kh; i++)
+              for (int j = 0; j < k->kw; j++) {
+                int r = oh * k->sh + i * k->dh - k->pt, q = ow * k->sw + j * k->dw - k->pl;
+                if (r < 0 || r >= k->h || q < 0 || q >= k->w) continue;
+                int ch = k->m ? g0 + ci : o;
+                double xv = pd[0][((n * k->c + ch) * k->h + r) * k->w + q];
+                if (k->m) acc += xv * pd[1][((o * cg + ci) * k->kh + i) * k->kw + j];
+                else if (kind == 'm') acc = fmax(acc, xv);
+                else acc += xv;
+                cnt++;
+              }
+          if (kind == 'a') acc /= cnt;
+          if (k->m && kind == 'b') acc += pd[2][o];
+          y[((n * mo + o) * k->oh + oh) * k->ow + ow] = acc;
+        }
+}
+
+/* group 2, strides 2, asymmetric pads, bias: [1,4,5,5] * [4,2,3,3] → [1,4,3,2] */
+static const cfg2d CONV_A = {1, 4, 5, 5, 4, 2, 3, 3, 2, 2, 1, 1, 1, 0, 3, 2};
+static int32_t f_conv_a(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_CONV, p, 3, &n);
+  set_int(g, n, "group", 2);
+  set_ints(g, n, "strides", 2, (int64_t[]){2, 2});
+  set_ints(g, n, "pads", 4, (int64_t[]){1, 0, 2, 1});
+  return done(g, n, y);
+}
+static void ref_conv_a(double (*pd)[MAX_E], double *y) { ref_window(&CONV_A, 'b', pd, y); }
+/* dilations 2, pads 1: [2,2,4,4] * [3,2,2,2] → [2,3,4,4] */
+static const cfg2d CONV_B = {2, 2, 4, 4, 3, 1, 2, 2, 1, 1, 2, 2, 1, 1, 4, 4};
+static int32_t f_conv_b(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_CONV, p, 2, &n);
+  set_ints(g, n, "dilations", 2, (int64_t[]){2, 2});
+  set_ints(g, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  return done(g, n, y);
+}
+static void ref_conv_b(double (*pd)[MAX_E], double *y) { ref_window(&CONV_B, 'c', pd, y); }
+/* auto_pad SAME_UPPER, strides 2: [1,1,5,5] * [2,1,3,3] → [1,2,3,3] (pads 1, 1) */
+static const cfg2d CONV_C = {1, 1, 5, 5, 2, 1, 3, 3, 2, 2, 1, 1, 1, 1, 3, 3};
+static int32_t f_conv_c(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_CONV, p, 2, &n);
+  set_string(g, n, "auto_pad", "SAME_UPPER");
+  set_ints(g, n, "strides", 2, (int64_t[]){2, 2});
+  return done(g, n, y);
+}
+static void ref_conv_c(double (*pd)[MAX_E], double *y) { ref_window(&CONV_C, 'c', pd, y); }
+/* AveragePool 3x3, strides 2, pads 1, count_include_pad 0: [1,2,5,5] → [1,2,3,3] */
+static const cfg2d AVG = {1, 2, 5, 5, 0, 1, 3, 3, 2, 2, 1, 1, 1, 1, 3, 3};
+static int32_t f_avg_pool(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_AVERAGE_POOL, p, 1, &n);
+  set_ints(g, n, "kernel_shape", 2, (int64_t[]){3, 3});
+  set_ints(g, n, "strides", 2, (int64_t[]){2, 2});
+  set_ints(g, n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+  return done(g, n, y);
+}
+static void ref_avg_pool(double (*pd)[MAX_E], double *y) { ref_window(&AVG, 'a', pd, y); }
+/* MaxPool 2x3, strides [2,1], dilations [1,2], pads [0,1,1,0]: [1,2,5,5] → [1,2,3,2] */
+static const cfg2d MAXP = {1, 2, 5, 5, 0, 1, 2, 3, 2, 1, 1, 2, 0, 1, 3, 2};
+static int32_t f_max_pool(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_MAX_POOL, p, 1, &n);
+  set_ints(g, n, "kernel_shape", 2, (int64_t[]){2, 3});
+  set_ints(g, n, "strides", 2, (int64_t[]){2, 1});
+  set_ints(g, n, "dilations", 2, (int64_t[]){1, 2});
+  set_ints(g, n, "pads", 4, (int64_t[]){0, 1, 1, 0});
+  return done(g, n, y);
+}
+static void ref_max_pool(double (*pd)[MAX_E], double *y) { ref_window(&MAXP, 'm', pd, y); }
+
 #define D(...) {__VA_ARGS__}
 static const gcase CASES[] = {
     {"Neg", 1, {2}, {D(2, 3)}, -2, 2, 0, f_neg, NULL},
@@ -440,6 +523,15 @@ static const gcase CASES[] = {
      f_batch_norm, ref_batch_norm},
     {"GlobalAveragePool", 1, {4}, {D(2, 3, 2, 2)}, -2, 2, 0, f_global_avg, ref_global_avg},
     {"GlobalMaxPool", 1, {4}, {D(2, 3, 2, 2)}, -2, 2, 0, f_global_max, ref_global_max},
+    {"Conv group 2, strides 2, pads, bias", 3, {4, 4, 1}, {D(1, 4, 5, 5), D(4, 2, 3, 3), D(4)},
+     -1, 1, 0, f_conv_a, ref_conv_a},
+    {"Conv dilations 2", 2, {4, 4}, {D(2, 2, 4, 4), D(3, 2, 2, 2)}, -1, 1, 0, f_conv_b,
+     ref_conv_b},
+    {"Conv SAME_UPPER strides 2", 2, {4, 4}, {D(1, 1, 5, 5), D(2, 1, 3, 3)}, -1, 1, 0, f_conv_c,
+     ref_conv_c},
+    {"AveragePool strides pads", 1, {4}, {D(1, 2, 5, 5)}, -2, 2, 0, f_avg_pool, ref_avg_pool},
+    {"MaxPool strides dilations pads", 1, {4}, {D(1, 2, 5, 5)}, -2, 2, 0, f_max_pool,
+     ref_max_pool},
     {"fan-out", 1, {2}, {D(2, 3)}, -1, 1, 0, f_fanout, NULL},
     {"MLP", 4, {2, 2, 1, 2}, {D(2, 3), D(3, 4), D(4), D(4, 2)}, -1, 1, 0, f_mlp, NULL},
 };
