@@ -18,7 +18,26 @@
  *   Softmax y·(dy − Σ dy·y) · LogSoftmax dy − exp(y)·Σ dy (along the axis)
  *   Reshape / Flatten / Squeeze / Unsqueeze dy reshaped to x · Transpose dy
  *   by the inverse permutation · Expand dy unbroadcast · Concat slices of
- *   dy · Where dy where the condition holds (x), where it does not (y). */
+ *   dy · Where dy where the condition holds (x), where it does not (y)
+ *   Erf dy·2/√π·exp(−x²) · Gelu (none | tanh, the attribute read through
+ *   sc_ew_attrs_read) · Softplus dy·σ(x) · Mish · Elu, Selu · HardSigmoid,
+ *   HardSwish (PyTorch's regions) · Clip dy where min < x < max · Dropout
+ *   (inference form) dy · PRelu x and slope · Max / Min dy to the selected
+ *   input, ties split evenly · Mean dy/n · ReduceSumSquare 2x·dy ·
+ *   ReduceL2 x/y·dy (0 where y = 0)
+ *   Gather / GatherElements a scatter-add (ScatterND / ScatterElements,
+ *   reduction "add") of dy into zeros · Slice (step 1) dy padded with zeros
+ *   · Pad (constant) a Slice of dy · Split a Concat of the outputs'
+ *   gradients · Tile a sum over the tiles
+ *   LayerNormalization, RMSNormalization (recomputed from X), inference
+ *   BatchNormalization · GlobalAveragePool, GlobalMaxPool · Conv,
+ *   AveragePool, MaxPool (2-D, through im2col / col2im below)
+ * Non-differentiable inputs (indices, bounds, shapes, running statistics)
+ * get none; forms a rule cannot handle are refused with SC_ERR_UNSUPPORTED
+ * naming the node (Slice steps other than 1, Pad modes other than constant
+ * or negative pads, training-mode Dropout and BatchNormalization, paths
+ * through LayerNorm's Mean/InvStdDev or MaxPool's Indices, 1-D and 3-D
+ * windows, AveragePool with ceil_mode). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

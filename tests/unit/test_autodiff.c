@@ -10,9 +10,15 @@
  * h = 1e-6, within |got − want| <= 1e-6 · max(1, |want|) (f64: the
  * difference quotient's error is about h² · L''' + 1e-16 / h, far below
  * that; the Cast case goes through f32 and is allowed 1e-3 with h = 1e-2,
- * the function being linear there). NaN fails.
+ * the function being linear there). NaN fails. Ops without constant
+ * folding (Conv, the pools, the normalisations) get L(p±h) from a C
+ * reference of their ONNX definition instead (the case's ref); their
+ * rules are built from foldable ops, so the gradient itself still folds.
+ * Kinks (Relu, Clip's bounds, HardSwish's ±3, Max's ties) are where
+ * random values land with probability 0; ties are checked apart.
  *
- * Also: fan-out sums (a parameter read three times), MatMul's input and
+ * Also: Max's ties split evenly; the refused forms (a strided Slice,
+ * training-mode Dropout, a reflect Pad) named. And: fan-out sums (a parameter read three times), MatMul's input and
  * weight gradients as separate MatMul nodes, the gradient outputs' names,
  * a non-differentiable input left without a gradient (Where's condition,
  * Reshape's shape), and the errors: a node without a rule on the path
