@@ -276,6 +276,13 @@ static int32_t f_gather_axis1(sc_graph *g, const int32_t *p) {
 static int32_t f_gather_rows(sc_graph *g, const int32_t *p) {
   return op2(g, SC_OP_GATHER, p[0], i64s(g, 5, (int64_t[]){1, 3, 1, -1, 2}));
 }
+/* a scalar index (−2 ≡ 2) along axis 1: [3, 4] → [3] */
+static int32_t f_gather_scalar(sc_graph *g, const int32_t *p) {
+  int64_t i = -2;
+  int32_t n, y = opn(g, SC_OP_GATHER, (int32_t[]){p[0], cst(g, SC_DTYPE_I64, 0, NULL, &i)}, 2, &n);
+  set_int(g, n, "axis", 1);
+  return done(g, n, y);
+}
 static int32_t f_gather_elements(sc_graph *g, const int32_t *p) {
   int32_t idx = op2(g, SC_OP_RESHAPE, i64s(g, 4, (int64_t[]){2, 2, 0, -1}),
                     i64s(g, 2, (int64_t[]){2, 2}));
@@ -517,6 +524,7 @@ static const gcase CASES[] = {
     {"ReduceL2 keepdims", 1, {3}, {D(2, 3, 2)}, -2, 2, 0, f_reduce_l2, NULL},
     {"Gather axis 1, repeated and negative", 1, {2}, {D(3, 4)}, -2, 2, 0, f_gather_axis1, NULL},
     {"Gather rows (embedding)", 1, {2}, {D(4, 3)}, -2, 2, 0, f_gather_rows, NULL},
+    {"Gather scalar index", 1, {2}, {D(3, 4)}, -2, 2, 0, f_gather_scalar, NULL},
     {"GatherElements repeated", 1, {2}, {D(3, 2)}, -2, 2, 0, f_gather_elements, NULL},
     {"Slice negative start, clamped end", 1, {2}, {D(3, 4)}, -2, 2, 0, f_slice, NULL},
     {"Split, an output unused", 1, {2}, {D(2, 6)}, -1, 1, 0, f_split, NULL},
