@@ -307,6 +307,17 @@ static int32_t f_split(sc_graph *g, const int32_t *p) {
   done(g, n, outs[0]);
   return op2(g, SC_OP_MUL, outs[0], op1(g, SC_OP_EXP, outs[2]));
 }
+/* Pad with an axes input (the last axis, as −1); Slice without axes */
+static int32_t f_pad_axes(sc_graph *g, const int32_t *p) {
+  int32_t in[4] = {p[0], i64s(g, 2, (int64_t[]){2, 1}), f64s(g, 0.5), i64s(g, 1, (int64_t[]){-1})};
+  int32_t n, y = opn(g, SC_OP_PAD, in, 4, &n);
+  return done(g, n, y);
+}
+static int32_t f_slice_all(sc_graph *g, const int32_t *p) {
+  int32_t in[3] = {p[0], i64s(g, 2, (int64_t[]){0, 1}), i64s(g, 2, (int64_t[]){-1, 3})};
+  int32_t n, y = opn(g, SC_OP_SLICE, in, 3, &n);
+  return done(g, n, y);
+}
 static int32_t f_tile(sc_graph *g, const int32_t *p) {
   return op2(g, SC_OP_TILE, p[0], i64s(g, 3, (int64_t[]){2, 3, 1}));
 }
@@ -528,6 +539,8 @@ static const gcase CASES[] = {
     {"GatherElements repeated", 1, {2}, {D(3, 2)}, -2, 2, 0, f_gather_elements, NULL},
     {"Slice negative start, clamped end", 1, {2}, {D(3, 4)}, -2, 2, 0, f_slice, NULL},
     {"Split, an output unused", 1, {2}, {D(2, 6)}, -1, 1, 0, f_split, NULL},
+    {"Pad axes input", 1, {2}, {D(2, 3)}, -2, 2, 0, f_pad_axes, NULL},
+    {"Slice default axes", 1, {2}, {D(3, 4)}, -2, 2, 0, f_slice_all, NULL},
     {"Tile", 1, {3}, {D(2, 1, 3)}, -2, 2, 0, f_tile, NULL},
     {"Pad constant", 1, {2}, {D(2, 3)}, -2, 2, 0, f_pad, NULL},
     {"LayerNormalization axis 1", 3, {3, 1, 2}, {D(2, 3, 4), D(4), D(3, 4)}, -2, 2, 0,
