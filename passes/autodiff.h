@@ -10,7 +10,9 @@
  *
  * The graph must have static shapes (after the canonical passes). The
  * forward part is left as it was: only nodes and constants are added,
- * after it. Errors name the node: a node on the path whose op has no
+ * after it. An input its rule declares non-differentiable (indices,
+ * shapes, running statistics) passes nothing back: a parameter reached
+ * only through such inputs gets no gradient (grads[k] = -1). Errors name the node: a node on the path whose op has no
  * gradient rule (SC_ERR_UNSUPPORTED, "no gradient rule for Op"), a rule's
  * own failure, a loss that is not a scalar float. */
 #ifndef SC_PASSES_AUTODIFF_H

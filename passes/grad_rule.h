@@ -6,8 +6,9 @@
  * or -1) and the inputs that need a gradient (want[i]). The rule builds
  * backward nodes with the gb_* helpers and sets dx[i] (a value of input
  * i's dtype and shape) for each wanted input it can differentiate; it
- * leaves -1 for inputs that carry none (indices, shapes, conditions), and
- * the pass reports a wanted float input left without one as an error.
+ * leaves -1 for inputs that carry none (indices, shapes, conditions,
+ * running statistics): nothing flows back through them. The finite-
+ * difference test checks that every differentiable input gets one.
  *
  * Builders add nodes after the forward graph (so topological order holds),
  * name them "<forward node>/grad/<k>", infer their shapes at once, and

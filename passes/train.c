@@ -201,8 +201,8 @@ static int32_t scalar_input(sc_graph *g, const char *name, sc_dtype t, sc_diag *
 static int32_t state_input(sc_graph *g, const sc_train_param *p, const char *suffix, sc_diag *d) {
   char name[512];
   snprintf(name, sizeof name, "%s.%s", p->name, suffix);
-  const sc_value *x = &g->values[p->input];
-  return new_input(g, name, x->dtype, x->rank, x->dims, d);
+  sc_value x = g->values[p->input]; /* a copy: adding a value may move the array */
+  return new_input(g, name, x.dtype, x.rank, x.dims, d);
 }
 
 static sc_status state_output(sc_grad_ctx *c, const sc_train_param *p, const char *suffix,
@@ -367,26 +367,26 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
       const sc_train_param *p = &info->params[k];
       char name[512];
       snprintf(name, sizeof name, "accum:%s", p->name);
-      const sc_value *x = &g->values[p->input];
-      int32_t acc = new_input(g, name, x->dtype, x->rank, x->dims, d);
+      sc_value x = g->values[p->input]; /* a copy: adding a value may move the array */
+      int32_t acc = new_input(g, name, x.dtype, x.rank, x.dims, d);
       if (acc < 0) return d->status;
       int32_t sum = gb_2(&c, SC_OP_ADD, acc, grads[k]);
       snprintf(name, sizeof name, "new:accum:%s", p->name);
       if ((st = built(g, new_output(&c, name, sum, d), "gradient accumulation", d)) != SC_OK)
         return st;
-      grads[k] = gb_2(&c, SC_OP_MUL, sum, gb_scalar(&c, x->dtype, 1.0 / accum));
+      grads[k] = gb_2(&c, SC_OP_MUL, sum, gb_scalar(&c, x.dtype, 1.0 / accum));
       if ((st = built(g, grads[k], "gradient accumulation", d)) != SC_OK) return st;
     }
     info->params[k].grad = grads[k];
     if (grads[k] < 0) continue;
     info->n_trainable++;
     info->trainable_numel += info->params[k].numel;
-    const sc_value *gv = &g->values[grads[k]];
+    sc_value gv = g->values[grads[k]]; /* a copy: builders may move the array */
     int64_t axes[SC_MAX_RANK];
-    for (int32_t a = 0; a < gv->rank; a++) axes[a] = a;
+    for (int32_t a = 0; a < gv.rank; a++) axes[a] = a;
     int32_t sq = gb_2(&c, SC_OP_MUL, grads[k], grads[k]);
-    int32_t s = gb_reduce_sum(&c, sq, axes, gv->rank, false);
-    if (gv->dtype != t) {
+    int32_t s = gb_reduce_sum(&c, sq, axes, gv.rank, false);
+    if (gv.dtype != t) {
       int32_t cn, cs = gb_begin(&c, SC_OP_CAST, &s, 1, &cn);
       sc_attr *to = cs < 0 ? NULL : sc_node_add_attr(g, cn, "to", SC_ATTR_INT);
       if (!to) return built(g, -1, "gradient norm", d);
@@ -395,6 +395,25 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     }
     norm2 = norm2 < 0 ? s : gb_2(&c, SC_OP_ADD, norm2, s);
     if ((st = built(g, norm2, "gradient norm", d)) != SC_OK) return st;
+  }
+  /* parameters without a gradient (the loss does not reach them, or only
+   * through non-differentiable inputs such as running statistics) are
+   * constants again: nothing feeds or updates them */
+  for (int32_t k = 0; k < info->n_params; k++) {
+    const sc_train_param *p = &info->params[k];
+    if (p->grad >= 0) continue;
+    sc_value *v = &g->values[p->input];
+    uint64_t bytes = (uint64_t)p->numel * sc_dtype_size(v->dtype);
+    v->data = p->init;
+    v->data_bytes = bytes;
+    v->data_kind = SC_DATA_BORROWED;
+    v->flags = (v->flags & ~(uint32_t)SC_VALUE_INPUT) | SC_VALUE_CONST | SC_VALUE_PARAM;
+    for (int32_t i = 0; i < g->n_inputs; i++)
+      if (g->inputs[i] == p->input) {
+        memmove(g->inputs + i, g->inputs + i + 1, (size_t)(g->n_inputs - i - 1) * sizeof *g->inputs);
+        g->n_inputs--;
+        break;
+      }
   }
   if (info->n_trainable == 0)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,

@@ -6,8 +6,9 @@
  *
  *   params     every float initializer with data, not matched by a
  *              --freeze glob, becomes a graph input (its initial value is
- *              kept in the info); after autodiff, those the loss does not
- *              reach are reported as untrainable and stay constant inputs
+ *              kept in the info); after autodiff, those without a
+ *              gradient (the loss does not reach them differentiably)
+ *              are constants again
  *   loss       cross-entropy (PyTorch's: softmax over the last axis of the
  *              logits, mean over positions whose label is not
  *              ignore_index; labels a new int64 input "labels"), mse (mean

@@ -377,7 +377,7 @@ int sc_cmd_train(int argc, char **argv) {
       sc_cli_format_shape(b->graph, v, shape, sizeof shape);
       sc_cli_format_count(p->numel, count, sizeof count);
       printf("%-48s %s%-20s %12s%s\n", p->name, sc_dtype_name(v->dtype), shape, count,
-             p->grad < 0 ? "  (no gradient: the loss does not depend on it)" : "");
+             p->grad < 0 ? "  (no gradient: the loss does not depend on it differentiably)" : "");
       if (p->grad >= 0) total += p->numel;
     }
     char count[64];
