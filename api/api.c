@@ -117,12 +117,18 @@ sc_status sc_model_stats(const sc_model *m, sc_model_info *out) {
   return SC_OK;
 }
 
+/* The message of d formatted into a handle's cache buffer ("" after
+ * success): the one body of every *_error function. */
+static const char *cached_error(const sc_diag *d, char *buf, size_t n) {
+  if (d->status == SC_OK) return "";
+  sc_diag_format(d, buf, n);
+  return buf;
+}
+
 const char *sc_model_error(const sc_model *m) {
   if (!m) return "no model";
   sc_model *mm = (sc_model *)m; /* the buffer is a cache */
-  if (m->diag.status == SC_OK) return "";
-  sc_diag_format(&m->diag, mm->error, sizeof mm->error);
-  return mm->error;
+  return cached_error(&m->diag, mm->error, sizeof mm->error);
 }
 
 void sc_model_free(sc_model *m) {
@@ -446,9 +452,7 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
 const char *sc_executable_error(const sc_executable *e) {
   if (!e) return "out of memory";
   sc_executable *m = (sc_executable *)e; /* the buffer is a cache */
-  if (e->diag.status == SC_OK) return "";
-  sc_diag_format(&e->diag, m->error, sizeof m->error);
-  return m->error;
+  return cached_error(&e->diag, m->error, sizeof m->error);
 }
 
 void sc_executable_free(sc_executable *e) {
@@ -643,9 +647,7 @@ sc_status sc_training_tensor(const sc_training *t, const char *name, sc_host_ten
 const char *sc_training_error(const sc_training *t) {
   if (!t) return "out of memory";
   sc_training *m = (sc_training *)t; /* the buffer is a cache */
-  if (t->diag.status == SC_OK) return "";
-  sc_diag_format(&t->diag, m->error, sizeof m->error);
-  return m->error;
+  return cached_error(&t->diag, m->error, sizeof m->error);
 }
 
 void sc_training_free(sc_training *t) {
