@@ -3,8 +3,9 @@
  * Parses the options, builds the training step (driver/driver.h with
  * sc_train_opts: loss, autodiff, optimizer; passes/train.h), reads the
  * data, runs --steps steps through runtime/trainer.h, and prints one line
- * per step (and, with --log-json FILE, one JSON object per step: step,
- * loss, lr, grad_norm, time_ms). Data: every --data file's dim 0 counts
+ * per step — rewritten in place on a terminal — with examples per second
+ * and the time left (and, with --log-json FILE, one JSON object per step:
+ * step, loss, lr, grad_norm, time_ms). Data: every --data file's dim 0 counts
  * examples, and so does --labels' (or --targets'); step i takes examples
  * (i−1)·B … i·B−1, wrapping around, B the bound batch dim. Labels are
  * checked before step 1: each in [0, classes) or the ignore index.
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/checkpoint.h"
 #include "runtime/npy.h"
@@ -493,6 +495,16 @@ int sc_cmd_train(int argc, char **argv) {
     if (!a.quiet)
       printf("resumed from %s at step %lld\n", a.resume, (long long)(first - 1));
   }
+  /* progress: one line rewritten in place on a terminal, plain lines
+   * otherwise; examples per second and the time left from the mean step */
+  bool live = !a.quiet && isatty(STDOUT_FILENO);
+  double t_start = now_ms();
+  int64_t examples = per_step;
+  for (int32_t i = 0; i < n_ds; i++)
+    if (strcmp(ds[i].name, "labels") != 0 && strcmp(ds[i].name, "targets") != 0) {
+      examples = ds[i].batch.dims[0]; /* the model's own input: examples per step */
+      break;
+    }
   for (int64_t step = first; step <= a.steps; step++) {
     fill_batch(ds, n_ds, pos);
     pos += per_step;
@@ -511,11 +523,18 @@ int sc_cmd_train(int argc, char **argv) {
       rc = 1;
       goto done;
     }
-    if (!a.quiet)
-      printf("step %lld/%lld  loss %.6f  lr %.3g  grad_norm %.4g  %.2f ms%s\n", (long long)step,
-             (long long)a.steps, loss, lr, norm, ms,
+    if (!a.quiet) {
+      double spent = (now_ms() - t_start) / 1e3, per = spent / (double)(step - first + 1);
+      double eta = per * (double)(a.steps - step);
+      printf("%sstep %lld/%lld  loss %.6f  lr %.3g  grad_norm %.4g  %.2f ms  %.0f examples/s  "
+             "ETA %.0f s%s%s",
+             live ? "\r" : "", (long long)step, (long long)a.steps, loss, lr, norm, ms,
+             per > 0 ? (double)examples / per : 0.0, eta,
              applied ? "" : overflow ? "  (skipped: fp16 overflow, loss scale halved)"
-                                     : "  (skipped: not finite)");
+                                     : "  (skipped: not finite)",
+             live ? (step == a.steps ? "\n" : "\033[K") : "\n");
+      if (live) fflush(stdout);
+    }
     if (log) { /* JSON has no NaN or infinity: null */
       char ls[32] = "null", ns[32] = "null";
       if (isfinite(loss)) snprintf(ls, sizeof ls, "%.9g", loss);
