@@ -17,6 +17,11 @@
  * waits forever. After an abort the group is unusable: every operation
  * fails with "rank R aborted: MESSAGE".
  *
+ * Ownership: the world owns every group made in it (the first and each
+ * split's) and frees them all when its last handle is destroyed, so a
+ * split that an abort cut half-way leaves nothing unfreed and nothing
+ * freed that another rank may still read.
+ *
  * send is buffered (the message is copied into the mailbox and send
  * returns); recv waits for the first message from (peer, tag). */
 #define _GNU_SOURCE
@@ -35,7 +40,8 @@ typedef struct world {
   pthread_mutex_t mu;
   atomic_int aborted;
   char msg[1100];     /* "rank R aborted: MESSAGE" (set once) */
-  atomic_int refs;    /* groups alive */
+  atomic_int refs;    /* handles (sc_comm) alive, over all its groups */
+  struct group *groups; /* every group made in this world (under mu) */
 } world;
 
 typedef struct msg {
@@ -47,9 +53,9 @@ typedef struct msg {
 
 typedef struct group {
   world *w;
+  struct group *next;       /* in w->groups */
   int size;
   double timeout_s;
-  atomic_int refs;          /* handles alive */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int arrived;              /* barrier: ranks arrived in this generation */
@@ -69,11 +75,22 @@ static const sc_comm_iface local_iface;
 
 static group *G(sc_comm *c) { return ((local_ctx *)c->ctx)->g; }
 
-static void world_release(world *w) {
-  if (atomic_fetch_sub(&w->refs, 1) == 1) {
-    pthread_mutex_destroy(&w->mu);
-    sc_free(w);
+static void group_free(group *g);
+
+/* The world owns its groups: they are freed together when its last handle
+ * goes, so a split that failed half-way (an abort) leaves no group that
+ * nobody frees, and no member frees a group another may still read. */
+static void world_free(world *w) {
+  for (group *g = w->groups, *n; g; g = n) {
+    n = g->next;
+    group_free(g);
   }
+  pthread_mutex_destroy(&w->mu);
+  sc_free(w);
+}
+
+static void world_release(world *w) {
+  if (atomic_fetch_sub(&w->refs, 1) == 1) world_free(w);
 }
 
 static void world_abort(world *w, const char *text) {
@@ -107,7 +124,6 @@ static void group_free(group *g) {
   sc_free(g->key);
   sc_free(g->split_out);
   sc_free(g->inbox);
-  world_release(g->w);
   sc_free(g);
 }
 
@@ -117,8 +133,6 @@ static group *group_new(world *w, int size, double timeout_s) {
   g->w = w;
   g->size = size;
   g->timeout_s = timeout_s;
-  atomic_store(&g->refs, size);
-  atomic_fetch_add(&w->refs, 1);
   pthread_mutex_init(&g->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -135,6 +149,10 @@ static group *group_new(world *w, int size, double timeout_s) {
     group_free(g);
     return NULL;
   }
+  pthread_mutex_lock(&w->mu);
+  g->next = w->groups;
+  w->groups = g;
+  pthread_mutex_unlock(&w->mu);
   return g;
 }
 
@@ -350,14 +368,15 @@ static sc_comm *local_handle(group *g, int rank) {
   x->g = g;
   sc_comm *c = sc_comm_alloc(&local_iface, x, rank, g->size);
   if (!c) sc_free(x);
+  else atomic_fetch_add(&g->w->refs, 1);
   return c;
 }
 
 static void local_destroy(sc_comm *c) {
-  group *g = G(c);
-  if (atomic_fetch_sub(&g->refs, 1) == 1) group_free(g);
+  world *w = G(c)->w;
   sc_free(c->ctx);
   sc_free(c);
+  world_release(w);
 }
 
 static sc_status local_split(sc_comm *c, int color, int key, sc_comm **out, sc_diag *diag) {
@@ -384,16 +403,12 @@ static sc_status local_split(sc_comm *c, int color, int key, sc_comm **out, sc_d
   st = barrier(c, "split", diag);
   group *ng = (color >= 0) ? g->split_out[leader] : NULL;
   sc_status st2 = barrier(c, "split", diag); /* split_out read by all */
-  if (st || st2) {
-    if (ng && leader == c->rank) group_free(ng); /* the others saw the failure too */
-    return st ? st : st2;
-  }
+  if (st || st2) return st ? st : st2; /* ng, if made, is the world's */
   if (color < 0) return SC_OK;
   if (!ng) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "split: out of memory");
   *out = local_handle(ng, my_new);
   if (!*out) {
     world_abort(g->w, "split: out of memory");
-    if (atomic_fetch_sub(&ng->refs, 1) == 1) group_free(ng);
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "split: out of memory");
   }
   return SC_OK;
@@ -430,17 +445,20 @@ sc_status sc_comm_local_create_group(int size, sc_comm **comms, sc_diag *diag) {
   world *w = sc_calloc(1, sizeof *w);
   if (!w) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "local communicator: no memory");
   pthread_mutex_init(&w->mu, NULL);
-  atomic_store(&w->refs, 1);
+  atomic_store(&w->refs, 1); /* held here until the handles exist */
   group *g = group_new(w, size, sc_comm_timeout_s());
-  world_release(w); /* now held by the group only */
-  if (!g) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "local communicator: no memory");
+  if (!g) {
+    world_release(w);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "local communicator: no memory");
+  }
   for (int r = 0; r < size; r++) {
     comms[r] = local_handle(g, r);
     if (!comms[r]) {
-      for (int q = 0; q < r; q++) sc_free(comms[q]->ctx), sc_free(comms[q]);
-      group_free(g);
+      for (int q = 0; q < r; q++) local_destroy(comms[q]);
+      world_release(w);
       return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "local communicator: no memory");
     }
   }
+  world_release(w); /* now held by the handles only */
   return SC_OK;
 }
