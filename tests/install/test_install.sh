@@ -32,13 +32,17 @@ grep -q '#include "ir/' "$PREFIX/include/shardc.h" && { echo "FAIL: shardc.h inc
 # A sanitizer build of the library (make test-asan) needs the program built
 # with the same runtime, first in the library list.
 SAN=""
-if ldd "$BUILD/libshardc.so" | grep -q libasan; then SAN="-fsanitize=address,undefined"; fi
+# (ldd's output is taken whole first: `ldd | grep -q` under pipefail fails
+# at random when grep stops reading early and ldd gets SIGPIPE)
+LIBS=$(ldd "$BUILD/libshardc.so")
+case "$LIBS" in *libasan*) SAN="-fsanitize=address,undefined" ;; esac
 
 # 1. pkg-config
 export PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig
 cc -std=c11 -Wall -Wextra -Werror $SAN "$ROOT/samples/embed/embed_gpt2.c" \
    $(pkg-config --cflags --libs shardc) -lm -o "$TMP/embed_pc"
-ldd "$TMP/embed_pc" | grep 'libshardc\.so' | grep -q "$PREFIX/" ||
+EMBED_LIBS=$(ldd "$TMP/embed_pc")
+printf '%s\n' "$EMBED_LIBS" | grep 'libshardc\.so' | grep "$PREFIX/" >/dev/null ||
   { echo "FAIL: embed_pc does not load the installed libshardc.so"; ldd "$TMP/embed_pc"; exit 1; }
 mkdir -p "$TMP/run1"
 "$TMP/embed_pc" "$ROOT/samples/gpt2.onnx" "$TMP/run1" | tee "$TMP/out1"
