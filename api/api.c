@@ -179,21 +179,46 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
 
 enum { MAX_DIMS = 64 };
 
+/* The public dim bindings as the driver's (at most MAX_DIMS, each named,
+ * value > 0). */
+static sc_status dims_of(const sc_dim_binding *dims, int32_t n, sc_dim_value *dv, sc_diag *d) {
+  if (n < 0 || n > MAX_DIMS || (n && !dims))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "bad dims (at most %d)", MAX_DIMS);
+  for (int32_t i = 0; i < n; i++) {
+    if (!dims[i].name || dims[i].value <= 0)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "dim %d needs a name and a value > 0",
+                         (int)i);
+    dv[i] = (sc_dim_value){dims[i].name, dims[i].value};
+  }
+  return SC_OK;
+}
+
+/* Public host tensors as runtime views (ONNX dtype codes converted);
+ * what names the tensors in errors ("input", "data"). */
+static sc_status views_of(const sc_host_tensor *h, int32_t n, const char *what,
+                          sc_tensor_view *out, sc_diag *d) {
+  for (int32_t i = 0; i < n; i++) {
+    sc_dtype t = sc_dtype_from_onnx(h[i].dtype);
+    if (!h[i].name || t == SC_DTYPE_COUNT || h[i].rank < 0 || h[i].rank > SC_MAX_RANK)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "%s %d: needs a name, a known ONNX dtype and rank <= %d", what, (int)i,
+                         SC_MAX_RANK);
+    out[i] = (sc_tensor_view){.name = h[i].name, .dtype = t, .rank = h[i].rank,
+                              .data = h[i].data};
+    memcpy(out[i].dims, h[i].dims, sizeof out[i].dims);
+  }
+  return SC_OK;
+}
+
 /* The build of model with dims and parallel options. */
 static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_dims,
                        const sc_parallel_opts *par, bool no_weights, bool codegen, bool no_fuse,
                        bool quiet, sc_build **out, sc_diag *d) {
   *out = NULL;
   if (!model) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no model path");
-  if (n_dims < 0 || n_dims > MAX_DIMS || (n_dims && !dims))
-    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "bad dims (at most %d)", MAX_DIMS);
   sc_dim_value dv[MAX_DIMS];
-  for (int32_t i = 0; i < n_dims; i++) {
-    if (!dims[i].name || dims[i].value <= 0)
-      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "dim %d needs a name and a value > 0",
-                         (int)i);
-    dv[i] = (sc_dim_value){dims[i].name, dims[i].value};
-  }
+  sc_status st = dims_of(dims, n_dims, dv, d);
+  if (st != SC_OK) return st;
   sc_build_opts bo;
   sc_build_opts_init(&bo);
   bo.model = model;
@@ -211,7 +236,7 @@ static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_
   bo.pass = &po;
   bo.compile = &co;
   bo.plan_file = par ? par->plan_file : NULL;
-  sc_status st = make_plan(par, &bo.plan, d);
+  st = make_plan(par, &bo.plan, d);
   if (st != SC_OK) return st;
   return sc_build_run(&bo, out, d);
 }
@@ -407,18 +432,7 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
   sc_tensor_view *in = sc_calloc((size_t)n_inputs + 1, sizeof *in);
   sc_dist_output *out = sc_calloc((size_t)n_outputs + 1, sizeof *out);
   sc_status st = in && out ? SC_OK : sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  for (int32_t i = 0; st == SC_OK && i < n_inputs; i++) {
-    const sc_host_tensor *h = &inputs[i];
-    sc_dtype t = sc_dtype_from_onnx(h->dtype);
-    if (!h->name || t == SC_DTYPE_COUNT || h->rank < 0 || h->rank > SC_MAX_RANK) {
-      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                       "input %d: needs a name, a known ONNX dtype and rank <= %d", (int)i,
-                       SC_MAX_RANK);
-      break;
-    }
-    in[i] = (sc_tensor_view){.name = h->name, .dtype = t, .rank = h->rank, .data = h->data};
-    memcpy(in[i].dims, h->dims, sizeof in[i].dims);
-  }
+  if (st == SC_OK) st = views_of(inputs, n_inputs, "input", in, &d);
   sc_dist_opts o;
   sc_dist_opts_init(&o);
   o.threads = opts ? opts->threads : 0;
@@ -539,14 +553,7 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
   sc_status st = !s ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no settings")
                     : train_opts_of(s, &o, &d);
   sc_dim_value dv[MAX_DIMS];
-  if (st == SC_OK && (s->n_dims < 0 || s->n_dims > MAX_DIMS || (s->n_dims && !s->dims)))
-    st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "bad dims (at most %d)", MAX_DIMS);
-  for (int32_t i = 0; st == SC_OK && i < s->n_dims; i++) {
-    if (!s->dims[i].name || s->dims[i].value <= 0)
-      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "dim %d needs a name and a value > 0",
-                       (int)i);
-    dv[i] = (sc_dim_value){s->dims[i].name, s->dims[i].value};
-  }
+  if (st == SC_OK) st = dims_of(s->dims, s->n_dims, dv, &d);
   if (st == SC_OK) {
     sc_build_opts bo;
     sc_build_opts_init(&bo);
@@ -601,17 +608,7 @@ sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n
   }
   sc_tensor_view *in = sc_calloc((size_t)n_data + 1, sizeof *in);
   if (!in) return train_fail(t, &(sc_diag){.status = SC_ERR_NOMEM, .msg = "out of memory"});
-  sc_status st = SC_OK;
-  for (int32_t i = 0; st == SC_OK && i < n_data; i++) {
-    sc_dtype dt = sc_dtype_from_onnx(data[i].dtype);
-    if (!data[i].name || dt == SC_DTYPE_COUNT || data[i].rank < 0 || data[i].rank > SC_MAX_RANK)
-      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                       "data %d: needs a name, a known ONNX dtype and rank <= %d", (int)i,
-                       SC_MAX_RANK);
-    in[i] = (sc_tensor_view){.name = data[i].name, .dtype = dt, .rank = data[i].rank,
-                             .data = data[i].data};
-    memcpy(in[i].dims, data[i].dims, sizeof in[i].dims);
-  }
+  sc_status st = views_of(data, n_data, "data", in, &d);
   double l = 0, n = 0;
   bool applied = true;
   if (st == SC_OK)
