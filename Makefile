@@ -17,10 +17,13 @@ deps: .venv/.deps-ok
 .venv/.deps-ok: scripts/install-deps.sh
 	bash scripts/install-deps.sh
 
-$(BUILD)/CMakeCache.txt:
+# Configured until the generate step has written build files (a configure
+# that failed, say before the dependencies were installed, leaves a
+# CMakeCache.txt behind but no cmake_install.cmake: the next make retries).
+$(BUILD)/cmake_install.cmake:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 
-build: $(BUILD)/CMakeCache.txt
+build: $(BUILD)/cmake_install.cmake
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: deps
