@@ -612,7 +612,7 @@ sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n
   double l = 0, n = 0;
   bool applied = true;
   if (st == SC_OK)
-    st = sc_trainer_step(t->trainer, in, n_data, lr, t->steps + 1, false, &l, &n, &applied, &d);
+    st = sc_trainer_step(t->trainer, in, n_data, lr, t->steps + 1, &l, &n, &applied, &d);
   sc_free(in);
   if (st == SC_OK && !applied)
     st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,

@@ -4,6 +4,7 @@
  *   canonical passes (SC_CANONICAL_PASSES)   static shapes, folded, dead code gone
  *   fuse (when opts->fuse and registered)    node groups (codegen/fuse.c)
  *   sc_program_from_graph                    kernels and steps (codegen/lower*.c)
+ *   sc_program_pair_state                    training state updated in place
  *   sc_memplan_run + sc_memplan_verify       arena offsets, checked (codegen/memplan.c)
  *
  * --print-after=PASS prints the IR after a graph pass (to opts->print_out,
@@ -85,6 +86,8 @@ sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **o
   sc_program *p = NULL;
   st = sc_program_from_graph(g, &p, diag);
   double t1 = now_ms();
+  if (st == SC_OK && sc_program_pair_state(p) != SC_OK)
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   if (st == SC_OK) st = sc_memplan_run(p, diag);
   if (st == SC_OK) st = sc_memplan_verify(p, diag);
   double t2 = now_ms();

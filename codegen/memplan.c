@@ -11,6 +11,10 @@
  *    of the same byte size, when every param of I is aligned to O's param
  *    (kir_reads_aligned) and no other param touches O. Slots are unions of
  *    such chains; their intervals touch but never overlap.
+ *    State pairs (p->updates: input X, output "new:X") share one slot for
+ *    the whole run when X's last use is before the output's first write, or
+ *    at that same kernel step under the same alignment rule; a pair that
+ *    cannot is dropped (set to -1: the runtime then copies).
  * 3. Placement: slots in order of decreasing size (then first use, then id);
  *    each goes into the smallest gap, between already placed slots whose
  *    lifetimes overlap its own, that holds it, else after the highest one.
@@ -126,14 +130,15 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
   return SC_OK;
 }
 
-/* Can root `to` take root `from`'s storage at kernel step s? Requires `from`
- * to die and `to` to be born at s (checked by the callers). */
-static bool inplace_ok(const sc_program *p, const life *l, int32_t s, int32_t from, int32_t to) {
+/* Can root `to` overwrite root `from`'s storage at kernel step s, where
+ * `from` is last read and `to` first written? Same size; `to` is one
+ * written param of the kernel and every param of `from` reads only the
+ * elements written there (the kinds are the callers' business). */
+static bool kernel_inplace(const sc_program *p, const life *l, int32_t s, int32_t from,
+                           int32_t to) {
   const sc_step *st = &p->steps[s];
   if (st->kind != SC_STEP_KERNEL || st->kernel < 0 || st->kernel >= p->n_kernels) return false;
   const sc_buffer *bf = &p->buffers[from], *bt = &p->buffers[to];
-  if (bf->kind != SC_BUF_TEMP || (bt->kind != SC_BUF_TEMP && bt->kind != SC_BUF_OUTPUT))
-    return false;
   if (bf->bytes != bt->bytes || bf->bytes <= 0) return false;
   const kir_kernel *k = p->kernels[st->kernel];
   int32_t w = -1;
@@ -152,6 +157,38 @@ static bool inplace_ok(const sc_program *p, const life *l, int32_t s, int32_t fr
     any = true;
   }
   return any;
+}
+
+/* Can root `to` take root `from`'s storage at kernel step s? Requires `from`
+ * to die and `to` to be born at s (checked by the callers). */
+static bool inplace_ok(const sc_program *p, const life *l, int32_t s, int32_t from, int32_t to) {
+  const sc_buffer *bf = &p->buffers[from], *bt = &p->buffers[to];
+  if (bf->kind != SC_BUF_TEMP || (bt->kind != SC_BUF_TEMP && bt->kind != SC_BUF_OUTPUT))
+    return false;
+  return kernel_inplace(p, l, s, from, to);
+}
+
+/* The arena roots of state pair j (input x, output o) when the pair names
+ * an INPUT and a distinct non-VIEW OUTPUT of the same size; else false. */
+static bool pair_roots(const sc_program *p, const life *l, int32_t j, int32_t *x, int32_t *o) {
+  int32_t i = sc_program_updates(p, j);
+  if (i < 0 || i >= p->n_inputs) return false;
+  int32_t bx = p->inputs[i], bo = p->outputs[j];
+  if (bx < 0 || bx >= p->n_buffers || bo < 0 || bo >= p->n_buffers) return false;
+  if (l->root[bx] != bx || l->root[bo] != bo || bx == bo) return false;
+  if (p->buffers[bx].kind != SC_BUF_INPUT || p->buffers[bo].kind != SC_BUF_OUTPUT ||
+      p->buffers[bx].bytes != p->buffers[bo].bytes)
+    return false;
+  *x = bx;
+  *o = bo;
+  return true;
+}
+
+/* Every use of x (and its views) comes before o's first write, or at that
+ * very kernel, element for element. */
+static bool pair_ordered(const sc_program *p, const life *l, int32_t x, int32_t o) {
+  if (l->last[x] < l->first[o]) return true;
+  return l->last[x] == l->first[o] && kernel_inplace(p, l, l->first[o], x, o);
 }
 
 static int64_t align_up(int64_t v, int64_t a, bool *ok) {
@@ -206,6 +243,18 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
     goto done;
   }
   for (int32_t i = 0; i < p->n_buffers; i++) parent[i] = i;
+
+  /* state pairs: one slot for the whole run, or dropped */
+  for (int32_t j = 0; p->updates && j < p->n_outputs; j++) {
+    int32_t x, o;
+    if (p->updates[j] < 0) continue;
+    if (!pair_roots(p, &l, j, &x, &o) || find(parent, x) != x || find(parent, o) != o ||
+        !pair_ordered(p, &l, x, o)) {
+      p->updates[j] = -1;
+      continue;
+    }
+    parent[o] = x;
+  }
 
   /* in-place reuse, step by step */
   for (int32_t s = 0; s < p->n_steps; s++) {
@@ -328,6 +377,27 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
   life l;
   sc_status st = compute_life(p, &l, diag);
   if (st != SC_OK) return st;
+  int32_t *pair = sc_calloc((size_t)(p->n_buffers ? p->n_buffers : 1), sizeof *pair);
+  if (!pair) {
+    life_free(&l);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "memory plan: out of memory");
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) pair[i] = -1;
+  for (int32_t j = 0; p->updates && j < p->n_outputs && st == SC_OK; j++) {
+    int32_t x, o;
+    if (p->updates[j] < 0) continue;
+    if (!pair_roots(p, &l, j, &x, &o) || pair[x] >= 0 || pair[o] >= 0 ||
+        !pair_ordered(p, &l, x, o) || p->buffers[x].offset != p->buffers[o].offset)
+      st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "memory plan: output %d cannot update input %d in place (not an input "
+                       "and output of one size and slot, paired twice, or read after it is "
+                       "written)",
+                       (int)j, (int)p->updates[j]);
+    else {
+      pair[x] = o;
+      pair[o] = x;
+    }
+  }
   for (int32_t i = 0; i < p->n_buffers && st == SC_OK; i++) {
     const sc_buffer *b = &p->buffers[i];
     if (l.root[i] < 0) continue;
@@ -360,6 +430,7 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
       if (!time || !space) continue;
       /* a legal in-place pair: one dies at the kernel step the other is born */
       if (a->offset == b->offset && a->bytes == b->bytes) {
+        if (pair[i] == j) continue; /* a state pair, checked above */
         if (l.last[i] == l.first[j] && inplace_ok(p, &l, l.last[i], i, j)) continue;
         if (l.last[j] == l.first[i] && inplace_ok(p, &l, l.last[j], j, i)) continue;
       }
@@ -372,5 +443,48 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
     }
   }
   life_free(&l);
+  sc_free(pair);
   return st;
+}
+
+sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
+                          sc_diag *diag) {
+  life l;
+  sc_status st = compute_life(p, &l, diag);
+  if (st != SC_OK) return st;
+  int64_t align = p->arena_align > 0 ? p->arena_align : 64;
+  int64_t *delta = sc_calloc((size_t)p->n_steps + 2, sizeof *delta);
+  if (!delta) {
+    life_free(&l);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "memory plan: out of memory");
+  }
+  for (int32_t j = 0; p->updates && j < p->n_outputs; j++) { /* a pair: one slot, always */
+    int32_t x, o;
+    if (!pair_roots(p, &l, j, &x, &o)) continue;
+    l.first[x] = 0;
+    l.last[x] = p->n_steps;
+    l.root[o] = -1;
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    if (l.root[i] != i) continue;
+    int64_t b = (p->buffers[i].bytes + align - 1) / align * align;
+    delta[l.first[i]] += b;
+    delta[l.last[i] + 1] -= b;
+  }
+  int64_t cur = 0, best = -1;
+  int32_t at = 0;
+  for (int32_t s = 0; s <= p->n_steps; s++) {
+    cur += delta[s];
+    if (cur > best) {
+      best = cur;
+      at = s;
+    }
+  }
+  for (int32_t i = 0; live && i < p->n_buffers; i++)
+    live[i] = l.root[i] == i && l.first[i] <= at && at <= l.last[i];
+  *step = at;
+  *bytes = best > 0 ? best : 0;
+  sc_free(delta);
+  life_free(&l);
+  return SC_OK;
 }

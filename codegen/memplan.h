@@ -29,5 +29,13 @@
 
 sc_status sc_memplan_run(sc_program *p, sc_diag *diag);
 sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag);
+/* The step at which the most arena storage is live (*step; n_steps means
+ * after the last step, when only outputs are) and how much (*bytes: slot
+ * sizes rounded to the alignment; arena_bytes >= it, the difference being
+ * what greedy placement loses). live: NULL or [n_buffers], set for the
+ * storage roots live there. SC_ERR_INVALID (a malformed program),
+ * SC_ERR_NOMEM. */
+sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
+                          sc_diag *diag);
 
 #endif

@@ -89,6 +89,29 @@ sc_status sc_program_add_output(sc_program *p, int32_t buffer) {
   return add_id(p, &p->outputs, &p->n_outputs, buffer);
 }
 
+sc_status sc_program_pair_state(sc_program *p) {
+  p->updates = NULL;
+  for (int32_t j = 0; j < p->n_outputs; j++) {
+    const sc_buffer *o = &p->buffers[p->outputs[j]];
+    if (o->kind != SC_BUF_OUTPUT || !o->name || strncmp(o->name, "new:", 4) != 0) continue;
+    for (int32_t i = 0; i < p->n_inputs; i++) {
+      const sc_buffer *x = &p->buffers[p->inputs[i]];
+      if (!x->name || strcmp(x->name, o->name + 4) != 0 || x->kind != SC_BUF_INPUT ||
+          x->dtype != o->dtype || x->rank != o->rank ||
+          memcmp(x->dims, o->dims, (size_t)x->rank * sizeof *x->dims) != 0)
+        continue;
+      if (!p->updates) {
+        p->updates = sc_arena_array(&p->arena, (size_t)p->n_outputs, sizeof *p->updates);
+        if (!p->updates) return SC_ERR_NOMEM;
+        for (int32_t k = 0; k < p->n_outputs; k++) p->updates[k] = -1;
+      }
+      p->updates[j] = i;
+      break;
+    }
+  }
+  return SC_OK;
+}
+
 int32_t sc_program_root(const sc_program *p, int32_t buffer) {
   int32_t b = buffer;
   for (int32_t hops = 0; b >= 0 && b < p->n_buffers && p->buffers[b].kind == SC_BUF_VIEW;
@@ -147,7 +170,11 @@ void sc_program_print(const sc_program *p, FILE *out) {
   fputs("inputs", out);
   for (int32_t i = 0; i < p->n_inputs; i++) fprintf(out, " b%d", (int)p->inputs[i]);
   fputs("\noutputs", out);
-  for (int32_t i = 0; i < p->n_outputs; i++) fprintf(out, " b%d", (int)p->outputs[i]);
+  for (int32_t i = 0; i < p->n_outputs; i++) {
+    int32_t u = sc_program_updates(p, i);
+    if (u >= 0) fprintf(out, " b%d(updates b%d)", (int)p->outputs[i], (int)p->inputs[u]);
+    else fprintf(out, " b%d", (int)p->outputs[i]);
+  }
   fputc('\n', out);
   for (int32_t i = 0; i < p->n_buffers; i++) {
     const sc_buffer *b = &p->buffers[i];

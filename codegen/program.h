@@ -133,6 +133,16 @@ typedef struct sc_program {
   int64_t arena_align;          /* alignment of every arena offset (64) */
   sc_mesh mesh;                 /* the graph's mesh when it has COMM steps,
                                    else the one-rank mesh (n_axes 0) */
+  /* In-place state (training): updates[j] is the input index whose arena
+   * slot output j shares, or -1; NULL when no output does. A pair is an
+   * input X and an output "new:X" of X's dtype and shape (a parameter, its
+   * optimizer state or a gradient accumulator and their updated values):
+   * the step reads X and writes its new value over it, so the state lives
+   * in the arena between runs and is never copied in or out. Set by
+   * sc_program_pair_state; the memory plan keeps a pair only when every
+   * read of X comes before the write of the new value (or at that same
+   * kernel, element for element) and sets the others back to -1. */
+  int32_t *updates;
 } sc_program;
 
 sc_program *sc_program_create(void);
@@ -147,6 +157,14 @@ void sc_program_print(const sc_program *p, FILE *out);
  * SC_ERR_USAGE for an id out of range, SC_ERR_NOMEM. */
 sc_status sc_program_add_input(sc_program *p, int32_t buffer);
 sc_status sc_program_add_output(sc_program *p, int32_t buffer);
+/* Pairs every output "new:X" with the input X of the same dtype and shape
+ * (p->updates; a non-VIEW output buffer that is not itself an input).
+ * SC_ERR_NOMEM. */
+sc_status sc_program_pair_state(sc_program *p);
+/* The input index whose slot output j shares, or -1. */
+static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
+  return p->updates && j >= 0 && j < p->n_outputs ? p->updates[j] : -1;
+}
 
 /* The buffers step s reads and writes, each reported through fn (buffer ids
  * as the step names them, not their roots; a buffer may be reported more

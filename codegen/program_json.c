@@ -25,6 +25,8 @@
 
 #include "codegen/program_json.h"
 
+#include "codegen/memplan.h"
+
 /* ---------------------------------------------------------------- names */
 
 static const char *const KIR_NAMES[] = {
@@ -230,6 +232,11 @@ sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offse
   json_object_set_new(root, "buffers", bufs);
   json_object_set_new(root, "inputs", jids(p->inputs, p->n_inputs));
   json_object_set_new(root, "outputs", jids(p->outputs, p->n_outputs));
+  if (p->updates) { /* absent: no output updates an input in place */
+    json_t *u = json_array();
+    for (int32_t j = 0; j < p->n_outputs; j++) json_array_append_new(u, json_integer(p->updates[j]));
+    json_object_set_new(root, "updates", u);
+  }
   json_t *kernels = json_array();
   for (int32_t i = 0; i < p->n_kernels; i++)
     json_array_append_new(kernels, write_kernel(p->kernels[i]));
@@ -844,6 +851,30 @@ static sc_status read_ids(reader *r, json_t *root, const char *key, int32_t *n, 
   return SC_OK;
 }
 
+/* "updates": [n_outputs] input indices or -1 (the memory plan's check,
+ * run on every loaded program, decides whether the pairs are sound). */
+static sc_status read_updates(reader *r, json_t *root) {
+  sc_program *p = r->p;
+  if (!json_object_get(root, "updates")) return SC_OK;
+  json_t *a;
+  at(r, "%s", "");
+  sc_status st = get_array(r, root, "updates", (size_t)p->n_outputs, &a);
+  if (st) return st;
+  if ((int32_t)json_array_size(a) != p->n_outputs)
+    return fail(r, SC_ERR_INVALID, "'updates' has %d entries for %d outputs",
+                (int)json_array_size(a), (int)p->n_outputs);
+  p->updates = sc_arena_array(&p->arena, (size_t)p->n_outputs + 1, sizeof *p->updates);
+  if (!p->updates) return fail(r, SC_ERR_NOMEM, "out of memory");
+  for (int32_t j = 0; j < p->n_outputs; j++) {
+    json_t *v = json_array_get(a, (size_t)j);
+    if (!json_is_integer(v) || json_integer_value(v) < -1 ||
+        json_integer_value(v) >= p->n_inputs)
+      return fail(r, SC_ERR_INVALID, "updates[%d] is not an input index or -1", (int)j);
+    p->updates[j] = (int32_t)json_integer_value(v);
+  }
+  return SC_OK;
+}
+
 static sc_status read_program(reader *r, json_t *root) {
   sc_program *p = r->p;
   sc_status st;
@@ -903,6 +934,7 @@ static sc_status read_program(reader *r, json_t *root) {
   }
   if ((st = read_ids(r, root, "inputs", &p->n_inputs, &p->inputs))) return st;
   if ((st = read_ids(r, root, "outputs", &p->n_outputs, &p->outputs))) return st;
+  if ((st = read_updates(r, root))) return st;
   int32_t nk = (int32_t)json_array_size(kernels);
   for (int32_t i = 0; i < nk; i++) {
     kir_kernel *k = NULL;
@@ -930,6 +962,10 @@ sc_status sc_program_read_json(const char *text, size_t len, const void *weights
   r.p = sc_program_create();
   sc_status st = r.p ? read_program(&r, root) : fail(&r, SC_ERR_NOMEM, "out of memory");
   json_decref(root);
+  sc_diag md;
+  sc_diag_clear(&md);
+  if (st == SC_OK && sc_memplan_verify(r.p, &md) != SC_OK) /* a plan we did not make */
+    st = sc_diag_set(diag, md.status, NULL, NULL, "program.json: %s", md.msg);
   if (st != SC_OK) {
     sc_program_destroy(r.p);
     return st;

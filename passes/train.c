@@ -205,16 +205,30 @@ static int32_t state_input(sc_graph *g, const sc_train_param *p, const char *suf
   return new_input(g, name, x.dtype, x.rank, x.dims, d);
 }
 
-static sc_status state_output(sc_grad_ctx *c, const sc_train_param *p, const char *suffix,
-                              int32_t v, sc_diag *d) {
-  char name[512];
-  snprintf(name, sizeof name, "new:%s.%s", p->name, suffix);
-  return new_output(c, name, v, d) < 0 ? (d->status ? d->status : SC_ERR_INVALID) : SC_OK;
+/* Output "new:<name>": the value v when the step is applied (ok), else
+ * the old value x, so that a skipped step leaves the state as it was even
+ * when it is updated in place. */
+static sc_status guarded_output(sc_grad_ctx *c, const char *name, int32_t ok, int32_t v,
+                                int32_t x, sc_diag *d) {
+  char out[512];
+  snprintf(out, sizeof out, "new:%s", name);
+  int32_t w = gb_op(c, SC_OP_WHERE, (int32_t[]){ok, v, x}, 3);
+  if (built(c->g, w, name, d) != SC_OK) return d->status;
+  return new_output(c, out, w, d) < 0 ? (d->status ? d->status : SC_ERR_INVALID) : SC_OK;
 }
 
-/* One parameter's update; gr its (clipped) gradient. */
+static sc_status state_output(sc_grad_ctx *c, const sc_train_param *p, const char *suffix,
+                              int32_t ok, int32_t v, int32_t x, sc_diag *d) {
+  char name[512];
+  snprintf(name, sizeof name, "%s.%s", p->name, suffix);
+  return guarded_output(c, name, ok, v, x, d);
+}
+
+/* One parameter's update; gr its (clipped) gradient, ok the scalar that
+ * says whether the step is applied. */
 static sc_status update(sc_grad_ctx *c, const sc_train_opts *o, const sc_train_param *p,
-                        int32_t gr, int32_t lr, int32_t bc1, int32_t bc2, sc_diag *d) {
+                        int32_t gr, int32_t lr, int32_t bc1, int32_t bc2, int32_t ok,
+                        sc_diag *d) {
   sc_graph *g = c->g;
   int32_t x = p->input;
   sc_dtype t = g->values[x].dtype;
@@ -226,7 +240,7 @@ static sc_status update(sc_grad_ctx *c, const sc_train_opts *o, const sc_train_p
       int32_t buf = state_input(g, p, "momentum_buffer", d);
       if (buf < 0) return d->status;
       int32_t nb = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, buf, gb_scalar(c, t, o->momentum)), gr);
-      sc_status st = state_output(c, p, "momentum_buffer", nb, d);
+      sc_status st = state_output(c, p, "momentum_buffer", ok, nb, buf, d);
       if (st != SC_OK) return st;
       gr = o->nesterov ? gb_2(c, SC_OP_ADD, gr, gb_2(c, SC_OP_MUL, nb, gb_scalar(c, t, o->momentum)))
                        : nb;
@@ -251,14 +265,28 @@ static sc_status update(sc_grad_ctx *c, const sc_train_opts *o, const sc_train_p
                          gb_scalar(c, t, o->eps));
     int32_t stepv = gb_2(c, SC_OP_MUL, gb_2(c, SC_OP_DIV, lr, bc1), gb_2(c, SC_OP_DIV, nm, denom));
     np = gb_2(c, SC_OP_SUB, decayed, stepv);
-    sc_status st = state_output(c, p, "exp_avg", nm, d);
-    if (st == SC_OK) st = state_output(c, p, "exp_avg_sq", nv, d);
+    sc_status st = state_output(c, p, "exp_avg", ok, nm, m, d);
+    if (st == SC_OK) st = state_output(c, p, "exp_avg_sq", ok, nv, v, d);
     if (st != SC_OK) return st;
   }
-  char name[512];
-  snprintf(name, sizeof name, "new:%s", p->name);
   if (built(g, np, p->name, d) != SC_OK) return d->status;
-  return new_output(c, name, np, d) < 0 ? (d->status ? d->status : SC_ERR_INVALID) : SC_OK;
+  return guarded_output(c, p->name, ok, np, x, d);
+}
+
+/* Whether the step is applied: loss and gradient norm finite (and, with
+ * gradient accumulation, this run the step's last microbatch: the input
+ * "train:apply"). Output "train:applied" says what the graph decided. */
+static int32_t applied_flag(sc_grad_ctx *c, const sc_train_opts *o, int32_t loss, int32_t norm,
+                            sc_diag *d) {
+  int32_t s = gb_2(c, SC_OP_ADD, loss, norm); /* non-finite when either is */
+  int32_t ok = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_OR, gb_1(c, SC_OP_IS_NAN, s),
+                                       gb_1(c, SC_OP_IS_INF, s)));
+  if (ok >= 0 && o->grad_accum > 1) {
+    int32_t last = scalar_input(c->g, "train:apply", SC_DTYPE_BOOL, d);
+    ok = last < 0 ? -1 : gb_2(c, SC_OP_AND, ok, last);
+  }
+  if (built(c->g, ok, "the step's finiteness check", d) != SC_OK) return -1;
+  return new_output(c, "train:applied", ok, d) < 0 ? -1 : ok;
 }
 
 /* A Cast of value x to dtype t (shape inferred). */
@@ -432,13 +460,14 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   int32_t lr = scalar_input(g, "train:lr", t, d);
   int32_t bc1 = lr < 0 ? -1 : scalar_input(g, "train:bc1", t, d);
   int32_t bc2 = bc1 < 0 ? -1 : scalar_input(g, "train:bc2", t, d);
-  if (bc2 < 0) return d->status;
+  int32_t ok = bc2 < 0 ? -1 : applied_flag(&c, o, loss, norm, d);
+  if (ok < 0) return d->status ? d->status : SC_ERR_INVALID;
   for (int32_t k = 0; k < info->n_params; k++) {
     const sc_train_param *p = &info->params[k];
     if (p->grad < 0) continue;
     int32_t gr = p->grad;
     if (coef >= 0) gr = gb_2(&c, SC_OP_MUL, gr, coef);
-    if ((st = update(&c, o, p, gr, lr, bc1, bc2, d)) != SC_OK) return st;
+    if ((st = update(&c, o, p, gr, lr, bc1, bc2, ok, d)) != SC_OK) return st;
   }
   return SC_OK;
 }

@@ -43,8 +43,15 @@
  * input "accum:P" holds the sum of P's gradients over the step's earlier
  * microbatches and output "new:accum:P" adds this one's; the update (and
  * the norm, and clipping) use that sum divided by K, PyTorch's loss / K
- * accumulated over K backward passes. The runtime keeps the update of the
- * last microbatch only (runtime/trainer.h).
+ * accumulated over K backward passes. Only the last microbatch's update
+ * is applied (see below).
+ *
+ * Skipped steps: every state output is Where(ok, updated, old), ok = loss
+ * and gradient norm finite (and "train:apply", a bool input, with gradient
+ * accumulation: true on the last microbatch only); ok is the output
+ * "train:applied". A step that is not applied leaves the state as it was,
+ * which lets the compiled program update the state in place (the input's
+ * arena slot is the new value's: codegen/program.h, p->updates).
  *
  * Names: parameter P is input P and output "new:P"; its optimizer state S
  * ("P.momentum_buffer", "P.exp_avg", "P.exp_avg_sq") is input S (zero at

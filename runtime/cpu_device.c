@@ -556,6 +556,7 @@ static double cpu_compile_seconds(void *ctx) { return ((cpu_ctx *)ctx)->compile_
 
 const sc_device_iface sc_device_cpu = {
     .name = "cpu",
+    .host_arena = true,
     .create = cpu_create,
     .destroy = cpu_destroy,
     .prepare = cpu_prepare,

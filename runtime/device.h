@@ -36,6 +36,7 @@ typedef struct sc_device_opts {
 
 typedef struct sc_device_iface {
   const char *name; /* "cpu" */
+  bool host_arena;  /* buffer_ptr gives host memory the caller may use */
   sc_status (*create)(const sc_device_opts *o, void **ctx, sc_diag *diag);
   void (*destroy)(void *ctx);
   /* Compiles the kernels of p (which must outlive the context) and checks

@@ -61,6 +61,13 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o,
  * into the session's arena, valid until the next run or destroy. */
 sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
                          sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag);
+/* The arena slot of input i, in host memory (NULL on a device whose arena
+ * is not: the caller then passes its own data). Data written there is the
+ * input of the next run when that run is given this very pointer (it is
+ * not copied). With the program's state pairs (p->updates), the slot of an
+ * input X also holds the output "new:X" after a run: training state stays
+ * there from step to step. */
+void *sc_session_input_slot(sc_session *s, int32_t i);
 int64_t sc_session_arena_bytes(const sc_session *s); /* bytes allocated */
 double sc_session_compile_seconds(const sc_session *s);
 int sc_session_threads(const sc_session *s); /* threads the device uses */

@@ -399,7 +399,8 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
   }
   for (int32_t i = 0; i < n_inputs; i++) {
     const sc_buffer *b = &p->buffers[p->inputs[i]];
-    s->dev->copy_in(s->ctx, s->dev->buffer_ptr(s->ctx, p->inputs[i]), inputs[i].data, b->bytes);
+    void *slot = s->dev->buffer_ptr(s->ctx, p->inputs[i]);
+    if (slot != inputs[i].data) s->dev->copy_in(s->ctx, slot, inputs[i].data, b->bytes);
   }
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *st = &p->steps[i];
@@ -436,6 +437,11 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     v->data = s->dev->buffer_ptr(s->ctx, p->outputs[i]);
   }
   return SC_OK;
+}
+
+void *sc_session_input_slot(sc_session *s, int32_t i) {
+  if (i < 0 || i >= s->p->n_inputs || !s->dev->host_arena) return NULL;
+  return s->dev->buffer_ptr(s->ctx, s->p->inputs[i]);
 }
 
 int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }

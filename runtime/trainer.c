@@ -1,9 +1,12 @@
 /* trainer.c — steps of a compiled training program (trainer.h).
  *
  * At creation every program input is classified once, by name: a scalar
- * of the step (lr, bc1, bc2), state (it has an output "new:<name>"; host
- * buffer owned here), or data. A step fills one input view array in
- * program order, runs the session, and copies the "new:" outputs back. */
+ * of the step (lr, bc1, bc2, ...), state (it has an output "new:<name>"),
+ * or data. State that the program updates in place (p->updates) lives in
+ * the session's arena slot from step to step; other state has a host
+ * buffer owned here, and the "new:" outputs are copied back into it after
+ * an applied step. A step fills one input view array in program order and
+ * runs the session. */
 #include "runtime/trainer.h"
 
 #include "runtime/checkpoint.h"
@@ -12,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { IN_DATA, IN_STATE, IN_ACCUM, IN_LR, IN_BC1, IN_BC2, IN_SCALE, IN_INV_SCALE };
+enum { IN_DATA, IN_STATE, IN_ACCUM, IN_LR, IN_BC1, IN_BC2, IN_SCALE, IN_INV_SCALE, IN_APPLY };
 /* PyTorch's GradScaler */
 enum { GROWTH_INTERVAL = 2000 };
 
@@ -23,9 +26,10 @@ struct sc_trainer {
   int8_t *kind;            /* [n_in] IN_* */
   int32_t *new_of;         /* [n_in] output index of "new:<name>", or -1 */
   void **state;            /* [n_in] host buffers of state inputs */
+  bool *in_place;          /* [n_in] state[i] is the input's arena slot */
   int32_t *data_inputs;    /* [n_data] input indices of the data */
   int32_t n_data;
-  int32_t loss_out, norm_out; /* output indices, or -1 */
+  int32_t loss_out, norm_out, applied_out; /* output indices, or -1 */
   sc_tensor_view *in, *out;
   double beta1, beta2;
   bool scaling;            /* the program has a loss-scale input */
@@ -52,8 +56,10 @@ static int32_t find_output(const sc_program *p, const char *prefix, const char *
 void sc_trainer_destroy(sc_trainer *t) {
   if (!t) return;
   sc_session_destroy(t->s);
-  for (int32_t i = 0; t->state && i < t->n_in; i++) sc_free(t->state[i]);
+  for (int32_t i = 0; t->state && i < t->n_in; i++)
+    if (!t->in_place[i]) sc_free(t->state[i]);
   sc_free(t->state);
+  sc_free(t->in_place);
   sc_free(t->kind);
   sc_free(t->new_of);
   sc_free(t->data_inputs);
@@ -87,6 +93,34 @@ static bool matches(const sc_tensor_view *v, const sc_buffer *b) {
   return true;
 }
 
+/* The input's state buffer: its arena slot when the program updates it in
+ * place (output new_of is paired with it), else a host buffer. */
+static sc_status state_buffer(sc_trainer *t, int32_t i, sc_diag *d) {
+  const sc_buffer *b = input_buf(t->p, i);
+  if ((t->kind[i] == IN_STATE || t->kind[i] == IN_ACCUM) &&
+      sc_program_updates(t->p, t->new_of[i]) == i &&
+      (t->state[i] = sc_session_input_slot(t->s, i)) != NULL) {
+    t->in_place[i] = true;
+    memset(t->state[i], 0, (size_t)b->bytes);
+  } else {
+    t->state[i] = sc_calloc(b->bytes > 0 ? (size_t)b->bytes : 1, 1);
+    if (!t->state[i]) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  t->in[i].data = t->state[i];
+  return SC_OK;
+}
+
+static int8_t kind_of(const char *name, bool has_new) {
+  static const struct { const char *name; int8_t kind; } scalars[] = {
+      {"train:lr", IN_LR},           {"train:bc1", IN_BC1},
+      {"train:bc2", IN_BC2},         {"train:loss_scale", IN_SCALE},
+      {"train:inv_scale", IN_INV_SCALE}, {"train:apply", IN_APPLY}};
+  for (size_t k = 0; k < sizeof scalars / sizeof *scalars; k++)
+    if (strcmp(name, scalars[k].name) == 0) return scalars[k].kind;
+  if (has_new) return strncmp(name, "accum:", 6) == 0 ? IN_ACCUM : IN_STATE;
+  return IN_DATA;
+}
+
 sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int32_t n_init,
                             const sc_trainer_opts *o, sc_trainer **out, sc_diag *d) {
   *out = NULL;
@@ -102,35 +136,34 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
   t->kind = sc_calloc(ni, sizeof *t->kind);
   t->new_of = sc_calloc(ni, sizeof *t->new_of);
   t->state = sc_calloc(ni, sizeof *t->state);
+  t->in_place = sc_calloc(ni, sizeof *t->in_place);
   t->data_inputs = sc_calloc(ni, sizeof *t->data_inputs);
   t->in = sc_calloc(ni, sizeof *t->in);
   t->out = sc_calloc(no, sizeof *t->out);
-  sc_status st = t->kind && t->new_of && t->state && t->data_inputs && t->in && t->out
+  sc_status st = t->kind && t->new_of && t->state && t->in_place && t->data_inputs && t->in &&
+                         t->out
                      ? SC_OK
                      : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   t->loss_out = find_output(p, "", "loss");
   t->norm_out = find_output(p, "", "train:grad_norm");
-  if (st == SC_OK && t->loss_out < 0)
-    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a training program: no 'loss' output");
+  t->applied_out = find_output(p, "", "train:applied");
+  if (st == SC_OK && (t->loss_out < 0 || t->applied_out < 0))
+    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "not a training program: no 'loss' or 'train:applied' output");
+  if (st == SC_OK) {
+    sc_session_opts so;
+    sc_session_opts_init(&so);
+    so.threads = o ? o->threads : 0;
+    st = sc_session_create(p, &so, &t->s, d);
+  }
   for (int32_t i = 0; st == SC_OK && i < t->n_in; i++) {
     const sc_buffer *b = input_buf(p, i);
     const char *name = b->name ? b->name : "";
     t->new_of[i] = find_output(p, "new:", name);
     t->in[i] = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank};
     memcpy(t->in[i].dims, b->dims, sizeof t->in[i].dims);
-    if (strcmp(name, "train:lr") == 0) t->kind[i] = IN_LR;
-    else if (strcmp(name, "train:bc1") == 0) t->kind[i] = IN_BC1;
-    else if (strcmp(name, "train:bc2") == 0) t->kind[i] = IN_BC2;
-    else if (strcmp(name, "train:loss_scale") == 0) t->kind[i] = IN_SCALE;
-    else if (strcmp(name, "train:inv_scale") == 0) t->kind[i] = IN_INV_SCALE;
-    else if (t->new_of[i] >= 0 && strncmp(name, "accum:", 6) == 0) t->kind[i] = IN_ACCUM;
-    else if (t->new_of[i] >= 0) t->kind[i] = IN_STATE;
-    else t->kind[i] = IN_DATA;
-    if (t->kind[i] != IN_DATA) {
-      t->state[i] = sc_calloc(b->bytes > 0 ? (size_t)b->bytes : 1, 1);
-      if (!t->state[i]) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-      t->in[i].data = t->state[i];
-    }
+    t->kind[i] = kind_of(name, t->new_of[i] >= 0);
+    if (t->kind[i] != IN_DATA) st = state_buffer(t, i, d);
     if (st == SC_OK && t->kind[i] == IN_STATE) {
       const sc_tensor_view *v = find_view(init, n_init, name);
       bool optimizer_state = !v && is_optimizer_state(name); /* zeros at the start */
@@ -148,12 +181,6 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
       t->scaling = true;
       t->scale = o && o->loss_scale > 0 ? o->loss_scale : 65536.0;
     }
-  }
-  if (st == SC_OK) {
-    sc_session_opts so;
-    sc_session_opts_init(&so);
-    so.threads = o ? o->threads : 0;
-    st = sc_session_create(p, &so, &t->s, d);
   }
   if (st != SC_OK) {
     sc_trainer_destroy(t);
@@ -179,6 +206,19 @@ const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buf
   return NULL;
 }
 
+int32_t sc_trainer_state_count(const sc_trainer *t, int32_t *in_place) {
+  int32_t n = 0, k = 0;
+  for (int32_t i = 0; i < t->n_in; i++) {
+    if (t->kind[i] != IN_STATE && t->kind[i] != IN_ACCUM) continue;
+    n++;
+    k += t->in_place[i];
+  }
+  if (in_place) *in_place = k;
+  return n;
+}
+
+int64_t sc_trainer_arena_bytes(const sc_trainer *t) { return sc_session_arena_bytes(t->s); }
+
 static double scalar_of(const sc_tensor_view *v) { return sc_load_f64(v->dtype, v->data, 0); }
 
 double sc_lr_at(sc_lr_schedule s, double lr, double min_lr, int64_t warmup, int64_t total,
@@ -192,8 +232,8 @@ double sc_lr_at(sc_lr_schedule s, double lr, double min_lr, int64_t warmup, int6
 }
 
 sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
-                          int64_t step, bool keep_nonfinite, double *loss, double *grad_norm,
-                          bool *applied, sc_diag *d) {
+                          int64_t step, double *loss, double *grad_norm, bool *applied,
+                          sc_diag *d) {
   if (step < 1) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "step %lld", (long long)step);
   /* the data of each input, and how many microbatches it holds */
   int64_t micro = 0;
@@ -237,22 +277,25 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
                        (long long)micro);
   double lsum = 0, l = 0, n = 0;
   for (int64_t m = 0; m < micro; m++) {
-    for (int32_t i = 0; m > 0 && i < t->n_in; i++)
-      if (t->kind[i] == IN_DATA) /* the next microbatch's rows */
+    for (int32_t i = 0; i < t->n_in; i++) {
+      if (m > 0 && t->kind[i] == IN_DATA) /* the next microbatch's rows */
         t->in[i].data = (char *)t->in[i].data + input_buf(t->p, i)->bytes;
+      if (t->kind[i] == IN_APPLY) *(bool *)t->state[i] = m + 1 == micro;
+    }
     sc_status st = sc_session_run(t->s, t->in, t->n_in, t->out, t->n_out, d);
     if (st != SC_OK) return st;
     lsum += scalar_of(&t->out[t->loss_out]);
     for (int32_t i = 0; m + 1 < micro && i < t->n_in; i++)
-      if (t->kind[i] == IN_ACCUM)
+      if (t->kind[i] == IN_ACCUM && !t->in_place[i])
         memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
   }
   l = lsum / (double)micro;
   n = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : 0.0;
-  bool keep = keep_nonfinite || (isfinite(l) && isfinite(n));
+  /* the program decided (passes/train.h): state in place is already
+   * updated, or left as it was */
+  bool keep = *(const bool *)t->out[t->applied_out].data;
   if (t->scaling && isfinite(l)) { /* GradScaler: skip on overflow and back off, or grow */
     if (!isfinite(n)) {
-      keep = false;
       t->scale *= 0.5;
       t->growth = 0;
     } else if (++t->growth == GROWTH_INTERVAL) {
@@ -261,7 +304,7 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
     }
   }
   for (int32_t i = 0; keep && i < t->n_in; i++)
-    if (t->kind[i] == IN_STATE)
+    if (t->kind[i] == IN_STATE && !t->in_place[i])
       memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
   if (loss) *loss = l;
   if (grad_norm) *grad_norm = t->norm_out >= 0 ? n : NAN;

@@ -8,8 +8,10 @@
  * 1 − β^t); every other input is data the caller gives each step (the
  * model's inputs, "labels" or "targets"). A step copies the state and
  * data into the session's inputs, runs the program once, reads "loss" and
- * "train:grad_norm", and copies every "new:X" back into X: the next step
- * sees the updated state. Parameters start from the initial values given
+ * "train:grad_norm", and the next step sees the updated state: the
+ * program writes it over X's arena slot (state pairs, codegen/program.h),
+ * or, for a pair the memory plan could not keep, the trainer copies
+ * "new:X" back into its own copy of X. Parameters start from the initial values given
  * at creation; optimizer state starts at zero (PyTorch's first SGD
  * momentum step and AdamW's zero moments agree with that).
  *
@@ -17,7 +19,7 @@
  * microbatch; data given to a step may hold K microbatches (dim 0 = K
  * times the program's), run in order; the accumulated gradients carry
  * from one to the next and restart at zero each step, and only the last
- * run's parameter and optimizer-state update is kept. The step's loss is
+ * run's parameter and optimizer-state update is applied ("train:apply"). The step's loss is
  * the mean of the microbatches' losses.
  *
  * Loss scaling (fp16 programs, inputs "train:loss_scale" and
@@ -48,12 +50,12 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
                             const sc_trainer_opts *o, sc_trainer **out, sc_diag *d);
 /* One step (step >= 1 counts the optimizer steps for bias correction).
  * data: the data inputs by name. loss, grad_norm: NULL or out. The new
- * state is kept only when the loss and the gradient norm are finite, or
- * always when keep_nonfinite (so a non-finite step can be skipped: the
- * state stays as it was, *applied false). */
+ * state is kept only when the loss and the gradient norm are finite (the
+ * program's "train:applied"); otherwise the state stays as it was and
+ * *applied is false (the caller decides whether that ends the run). */
 sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
-                          int64_t step, bool keep_nonfinite, double *loss, double *grad_norm,
-                          bool *applied, sc_diag *d);
+                          int64_t step, double *loss, double *grad_norm, bool *applied,
+                          sc_diag *d);
 
 /* Learning-rate schedules (as PyTorch users build them with LambdaLR):
  * constant; or a linear warm-up from 0 over `warmup` steps, then cosine
@@ -72,6 +74,12 @@ const sc_buffer *sc_trainer_data(const sc_trainer *t, int32_t i);
 /* The current value of state `name` (a parameter or optimizer state), or
  * NULL; its buffer description through *b when not NULL. */
 const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buffer **b);
+/* State tensors (parameters, optimizer state, gradient accumulators), and
+ * how many of them the program updates in place in its arena. */
+int32_t sc_trainer_state_count(const sc_trainer *t, int32_t *in_place);
+/* The session's arena: every byte the step uses besides constants (the
+ * memory plan's figure, allocated once). */
+int64_t sc_trainer_arena_bytes(const sc_trainer *t);
 /* The dynamic loss scale and its growth tracker (1 and 0 without
  * scaling); set restores them from a checkpoint. */
 double sc_trainer_loss_scale(const sc_trainer *t, int64_t *growth);

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "passes/stats.h"
 #include "runtime/checkpoint.h"
 #include "runtime/npy.h"
 #include "runtime/trainer.h"
@@ -460,6 +461,13 @@ int sc_cmd_train(int argc, char **argv) {
     printf("training %lld parameters in %d tensors, %s, lr %g, %lld steps\n",
            (long long)info->trainable_numel, (int)info->n_trainable,
            a.t.optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw", a.lr, (long long)a.steps);
+  if (!a.quiet) {
+    int32_t in_place, n_state = sc_trainer_state_count(tr, &in_place);
+    char arena[32];
+    sc_stats_format_bytes((double)sc_trainer_arena_bytes(tr), arena, sizeof arena);
+    printf("memory: arena %s, allocated once; %d of %d state tensors updated in place\n", arena,
+           (int)in_place, (int)n_state);
+  }
   sc_tensor_view batch[MAX_DATA + 1];
   for (int32_t i = 0; i < n_ds; i++) batch[i] = ds[i].batch;
   int64_t first = 1, pos = 0, per_step = n_ds ? ds[0].batch.dims[0] : 0;
@@ -511,7 +519,7 @@ int sc_cmd_train(int argc, char **argv) {
     double loss = 0, norm = 0, t0 = now_ms();
     double lr = sc_lr_at(a.schedule, a.lr, a.min_lr, a.warmup, a.steps, step);
     bool applied = true;
-    if (sc_trainer_step(tr, batch, n_ds, lr, step, false, &loss, &norm, &applied, &d) != SC_OK) {
+    if (sc_trainer_step(tr, batch, n_ds, lr, step, &loss, &norm, &applied, &d) != SC_OK) {
       rc = sc_cli_report(&d, o.file);
       goto done;
     }

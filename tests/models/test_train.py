@@ -19,6 +19,7 @@ missing from --data, and a loss that falls (AdamW, 60 steps).
 Environment: SHARDC (the binary). Exit 0 on success, 1 on any failure.
 """
 import json
+import re
 import os
 import subprocess
 import sys
@@ -209,6 +210,18 @@ def main():
                     worst = max(worst, abs(v - ref) / max(abs(ref), 1e-12))
                     check(ok, f"{name}: step {gline['step']} {key} {v} vs reference {ref}")
             print(f"ok: {name}: {steps} steps, worst relative difference {worst:.2e}")
+
+        # the state (weights, optimizer state, gradient accumulators) lives in
+        # the arena and is updated in place: every tensor of it, for plain
+        # steps and with accumulation
+        for flags in (["--optimizer", "adamw"], ["--optimizer", "sgd", "--momentum", "0.9",
+                                                  "--grad-accum", "2"]):
+            r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=4", "--steps", "1"]
+                    + flags)
+            m = re.search(r"(\d+) of (\d+) state tensors updated in place", r.stdout)
+            check(r.returncode == 0 and m and m.group(1) == m.group(2) and int(m.group(1)) >= 8,
+                  f"in-place state {flags}: {r.stdout[-300:]} {r.stderr[-300:]}")
+        print("ok: all training state updated in place")
 
         # the bf16 run really rounded: its losses are not those of the same
         # run in fp32
