@@ -406,7 +406,36 @@ static sc_status scatter_nd_build(sc_lower_ctx *cx, const sc_node *n) {
   if (u < 0 || d < 0) return cx->diag->status != SC_OK ? cx->diag->status : SC_ERR_INVALID;
   return sc_lower_store(cx, n, 0, idx, sel(cx, bin(cx, KIR_GE, r, C(cx, 0)), u, d));
 }
-const sc_lowering sc_lw_scatter_nd = {SC_LOWER_KERNEL, NULL, scatter_nd_build};
+/* ScatterND with reduction "add" of whole rows (indices [T..., 1]) into
+ * f32 or f64 data (an embedding's gradient): a SCATTER_ADD step, linear in
+ * the data and the updates; any other ScatterND: the kernel above. */
+static sc_status scatter_nd_step(sc_lower_ctx *cx, const sc_node *n) {
+  kir_reduce_op rop;
+  sc_status st = scatter_reduction(cx, n, &rop);
+  if (st != SC_OK) return st;
+  const sc_value *x = in_val(cx, n, 0), *ind = in_val(cx, n, 1), *u = in_val(cx, n, 2);
+  int32_t ri = ind->rank;
+  bool rows = rop == KIR_RED_SUM && ri >= 1 && ind->dims[ri - 1] == 1 && x->rank >= 1 &&
+              x->dims[0] >= 1 && (x->dtype == SC_DTYPE_F32 || x->dtype == SC_DTYPE_F64) &&
+              u->dtype == x->dtype &&
+              (ind->dtype == SC_DTYPE_I64 || ind->dtype == SC_DTYPE_I32);
+  if (!rows) return scatter_nd_build(cx, n);
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_SCATTER_ADD;
+  s.kernel = -1;
+  sc_scatter_step *c = &s.scatter;
+  c->rows = x->dims[0];
+  c->row = sc_value_numel(x) / x->dims[0];
+  c->n = sc_value_numel(ind);
+  if ((c->data = sc_lower_buffer_of(cx, n->inputs[0])) < 0 ||
+      (c->indices = sc_lower_buffer_of(cx, n->inputs[1])) < 0 ||
+      (c->updates = sc_lower_buffer_of(cx, n->inputs[2])) < 0 ||
+      (c->out = sc_lower_buffer_of(cx, n->outputs[0])) < 0)
+    return sc_lower_error(cx, n, SC_ERR_NOMEM, "out of memory");
+  return sc_lower_add_step(cx, &s);
+}
+const sc_lowering sc_lw_scatter_nd = {SC_LOWER_STEP, NULL, scatter_nd_step};
 
 /* ---- Expand, Tile ---- */
 

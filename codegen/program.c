@@ -122,6 +122,28 @@ int32_t sc_program_root(const sc_program *p, int32_t buffer) {
   return b;
 }
 
+#define SCATTER_ROWS(T)                                                                \
+  for (int64_t t = 0; t < c->n; t++) {                                                 \
+    int64_t i = idx64 ? idx64[t] : idx32[t];                                           \
+    if (i < -c->rows || i >= c->rows) return t;                                        \
+    T *dst = (T *)out + (i < 0 ? i + c->rows : i) * c->row;                            \
+    const T *src = (const T *)upd + t * c->row;                                        \
+    for (int64_t j = 0; j < c->row; j++) dst[j] += src[j];                             \
+  }
+
+int64_t sc_scatter_add_rows(const sc_scatter_step *c, sc_dtype dt, sc_dtype it, void *out,
+                            const void *indices, const void *upd) {
+  const int64_t *idx64 = it == SC_DTYPE_I64 ? indices : NULL;
+  const int32_t *idx32 = it == SC_DTYPE_I64 ? NULL : indices;
+  if (dt == SC_DTYPE_F64) {
+    SCATTER_ROWS(double)
+  } else {
+    SCATTER_ROWS(float)
+  }
+  return -1;
+}
+#undef SCATTER_ROWS
+
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud) {
   if (s->kind == SC_STEP_GEMM) {
     const sc_gemm *g = &s->gemm;
@@ -133,6 +155,13 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
   }
   if (s->kind == SC_STEP_CHECK) {
     fn(ud, s->check.buffer, false);
+    return;
+  }
+  if (s->kind == SC_STEP_SCATTER_ADD) {
+    fn(ud, s->scatter.data, false);
+    fn(ud, s->scatter.indices, false);
+    fn(ud, s->scatter.updates, false);
+    fn(ud, s->scatter.out, true);
     return;
   }
   if (s->kind == SC_STEP_COMM) {
@@ -209,6 +238,11 @@ void sc_program_print(const sc_program *p, FILE *out) {
     } else if (s->kind == SC_STEP_CHECK) {
       fprintf(out, "check b%d in [-%lld, %lld)", (int)s->check.buffer, (long long)s->check.dim,
               (long long)s->check.dim);
+    } else if (s->kind == SC_STEP_SCATTER_ADD) {
+      const sc_scatter_step *c = &s->scatter;
+      fprintf(out, "scatter_add out=b%d data=b%d indices=b%d updates=b%d rows %lld row %lld n %lld",
+              (int)c->out, (int)c->data, (int)c->indices, (int)c->updates, (long long)c->rows,
+              (long long)c->row, (long long)c->n);
     } else if (s->kind == SC_STEP_COMM) {
       static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter",
                                           "all_to_all", "send", "recv"};

@@ -101,11 +101,32 @@ typedef struct sc_check_step {
   int64_t dim;
 } sc_check_step;
 
+/* out = data, then out[wrap(indices[t]), :] += updates[t, :] for every
+ * t in order: ScatterND with reduction "add" over rows (indices [T..., 1]),
+ * what an embedding's gradient is. data and out are [rows, row...] (f32 or
+ * f64, the same dtype; data may be out's own storage), updates [T...,
+ * row...] of that dtype, indices [T..., 1] i32 or i64 (n = T... elements).
+ * An index outside [-rows, rows) ends the run with an error naming the
+ * step's origin. Runs in O(rows·row + n·row): a KERNEL would visit every
+ * (output element, index) pair. */
+typedef struct sc_scatter_step {
+  int32_t data, indices, updates, out; /* buffer ids */
+  int64_t rows, row, n;
+} sc_scatter_step;
+
+/* The row additions of a SCATTER_ADD step over host memory already
+ * holding data in out: dt its float dtype, it the indices' (i32 or i64).
+ * Returns the first tuple whose index is out of range (adding nothing from
+ * there on), or -1. Shared by the runtime and the tests' executor. */
+int64_t sc_scatter_add_rows(const sc_scatter_step *c, sc_dtype dt, sc_dtype it, void *out,
+                            const void *indices, const void *upd);
+
 typedef enum sc_step_kind {
   SC_STEP_KERNEL, /* run kernels[kernel] */
   SC_STEP_GEMM,   /* library matrix product, then optional epilogue kernel */
   SC_STEP_COMM,   /* collective / send / recv, run by the session */
   SC_STEP_CHECK,  /* index range check, run by the session */
+  SC_STEP_SCATTER_ADD, /* rows added at indices, run by the session (host) */
   SC_STEP_KIND_COUNT
 } sc_step_kind;
 
@@ -116,6 +137,7 @@ typedef struct sc_step {
   sc_gemm gemm;       /* GEMM */
   sc_comm_step comm;  /* COMM */
   sc_check_step check; /* CHECK */
+  sc_scatter_step scatter; /* SCATTER_ADD */
   const char *origin; /* graph node name(s), for --print and errors */
 } sc_step;
 
@@ -171,8 +193,8 @@ static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
  * than once). KERNEL steps: the kernel's params (written flag). GEMM steps:
  * a, b and bias read, c read too when beta != 0, c written, then the
  * epilogue kernel's params. COMM steps: in read, pack written and read, out
- * written, unpack written and read. CHECK steps: the buffer read. Shared by
- * the memory plan and the runtime. */
+ * written, unpack written and read. CHECK steps: the buffer read. SCATTER_ADD: data, indices
+ * and updates read, out written. Shared by the memory plan and the runtime. */
 typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud);
 

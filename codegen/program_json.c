@@ -43,7 +43,7 @@ _Static_assert(sizeof KIR_NAMES / sizeof KIR_NAMES[0] == KIR_OP_COUNT, "kir op n
 
 static const char *const BUF_KINDS[] = {"input", "output", "const", "temp", "view"};
 enum { N_BUF_KINDS = 5 };
-static const char *const STEP_KINDS[] = {"kernel", "gemm", "comm", "check"};
+static const char *const STEP_KINDS[] = {"kernel", "gemm", "comm", "check", "scatter_add"};
 _Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
 static const char *const PHASE_KINDS[] = {"reduce", "store"};
 static const char *const COMM_KINDS[] = {"all_reduce",     "all_gather", "reduce_scatter",
@@ -176,6 +176,17 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(co, "buffer", json_integer(s->check.buffer));
     json_object_set_new(co, "dim", json_integer(s->check.dim));
     json_object_set_new(o, "check", co);
+  } else if (s->kind == SC_STEP_SCATTER_ADD) {
+    const sc_scatter_step *c = &s->scatter;
+    json_t *co = json_object();
+    json_object_set_new(co, "data", json_integer(c->data));
+    json_object_set_new(co, "indices", json_integer(c->indices));
+    json_object_set_new(co, "updates", json_integer(c->updates));
+    json_object_set_new(co, "out", json_integer(c->out));
+    json_object_set_new(co, "rows", json_integer(c->rows));
+    json_object_set_new(co, "row", json_integer(c->row));
+    json_object_set_new(co, "n", json_integer(c->n));
+    json_object_set_new(o, "scatter", co);
   } else if (s->kind == SC_STEP_COMM) {
     const sc_comm_step *c = &s->comm;
     SC_ASSERT((int)c->kind >= 0 && c->kind < SC_COMM_KIND_COUNT && c->reduce >= 0 &&
@@ -744,6 +755,42 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
   return SC_OK;
 }
 
+/* A SCATTER_ADD step: buffers in range, of the dtypes and sizes the step
+ * reads and writes (sc_scatter_step), so the runtime's loops stay inside
+ * them; out is not a constant or an input. */
+static sc_status read_scatter(reader *r, json_t *o, sc_scatter_step *c) {
+  const sc_program *p = r->p;
+  json_t *j = json_object_get(o, "scatter");
+  if (!json_is_object(j)) return fail(r, SC_ERR_PARSE, "'scatter' must be an object");
+  int32_t hi = p->n_buffers - 1;
+  sc_status st;
+  if ((st = get_range(r, j, "data", true, 0, 0, hi, &c->data)) ||
+      (st = get_range(r, j, "indices", true, 0, 0, hi, &c->indices)) ||
+      (st = get_range(r, j, "updates", true, 0, 0, hi, &c->updates)) ||
+      (st = get_range(r, j, "out", true, 0, 0, hi, &c->out)) ||
+      (st = get_int(r, j, "rows", true, 0, &c->rows)) ||
+      (st = get_int(r, j, "row", true, 0, &c->row)) || (st = get_int(r, j, "n", true, 0, &c->n)))
+    return st;
+  const sc_buffer *d = &p->buffers[c->data], *x = &p->buffers[c->indices];
+  const sc_buffer *u = &p->buffers[c->updates], *y = &p->buffers[c->out];
+  int64_t es = sc_dtype_size(y->dtype), cells, upd;
+  if (c->rows < 1 || c->row < 0 || c->n < 0 || !sc_mul_i64(c->rows, c->row, &cells) ||
+      !sc_mul_i64(c->n, c->row, &upd))
+    return fail(r, SC_ERR_INVALID, "scatter_add: bad sizes");
+  if ((y->dtype != SC_DTYPE_F32 && y->dtype != SC_DTYPE_F64) || d->dtype != y->dtype ||
+      u->dtype != y->dtype || (x->dtype != SC_DTYPE_I32 && x->dtype != SC_DTYPE_I64))
+    return fail(r, SC_ERR_INVALID, "scatter_add: dtypes %s, %s, %s, %s", sc_dtype_name(d->dtype),
+                sc_dtype_name(x->dtype), sc_dtype_name(u->dtype), sc_dtype_name(y->dtype));
+  if (y->bytes != cells * es || d->bytes != y->bytes || u->bytes != upd * es ||
+      x->bytes != c->n * (int64_t)sc_dtype_size(x->dtype))
+    return fail(r, SC_ERR_INVALID, "scatter_add: buffer sizes do not match rows %lld, row %lld, "
+                "n %lld", (long long)c->rows, (long long)c->row, (long long)c->n);
+  if (y->kind == SC_BUF_CONST || y->kind == SC_BUF_INPUT)
+    return fail(r, SC_ERR_INVALID, "scatter_add writes %s buffer %d", BUF_KINDS[y->kind],
+                (int)c->out);
+  return SC_OK;
+}
+
 static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   const sc_program *p = r->p;
   at(r, "steps[%d]", sid);
@@ -757,6 +804,10 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   if (s->kind == SC_STEP_COMM) {
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
     return read_comm(r, o, &s->comm);
+  }
+  if (s->kind == SC_STEP_SCATTER_ADD) {
+    if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
+    return read_scatter(r, o, &s->scatter);
   }
   if (s->kind == SC_STEP_CHECK) {
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;

@@ -116,6 +116,10 @@ static void print_profile(const sc_session *s) {
     } else if (st->kind == SC_STEP_CHECK) {
       snprintf(what, sizeof what, "check b%d in [-%lld, %lld)", (int)st->check.buffer,
                (long long)st->check.dim, (long long)st->check.dim);
+    } else if (st->kind == SC_STEP_SCATTER_ADD) {
+      snprintf(what, sizeof what, "scatter_add %lld rows of %lld into %lld",
+               (long long)st->scatter.n, (long long)st->scatter.row,
+               (long long)st->scatter.rows);
     } else {
       const kir_kernel *k = p->kernels[st->kernel];
       int64_t pts = 1;
@@ -348,6 +352,30 @@ static sc_status check_input(const sc_buffer *b, int32_t i, const sc_tensor_view
   return SC_OK;
 }
 
+/* A SCATTER_ADD step (program.h), on the host: the device keeps its arena
+ * there (cpu_supports_step). */
+
+static sc_status run_scatter_add(sc_session *s, const sc_step *st, sc_diag *diag) {
+  const sc_scatter_step *c = &st->scatter;
+  const sc_program *p = s->p;
+  const sc_buffer *ob = &p->buffers[c->out], *ib = &p->buffers[c->indices];
+  void *out = s->dev->buffer_ptr(s->ctx, c->out);
+  const void *data = s->dev->buffer_ptr(s->ctx, c->data);
+  if (data != out) memmove(out, data, (size_t)ob->bytes);
+  const void *ind = s->dev->buffer_ptr(s->ctx, c->indices);
+  bool wide = ib->dtype == SC_DTYPE_I64;
+  int64_t bad = sc_scatter_add_rows(c, ob->dtype, ib->dtype, out, ind,
+                                    s->dev->buffer_ptr(s->ctx, c->updates));
+  if (bad >= 0)
+    return sc_diag_set(diag, SC_ERR_INVALID, st->origin, "ScatterND",
+                       "index %lld (tuple %lld of '%s') out of range [%lld, %lld)",
+                       (long long)(wide ? ((const int64_t *)ind)[bad]
+                                        : ((const int32_t *)ind)[bad]),
+                       (long long)bad, ib->name ? ib->name : "?", -(long long)c->rows,
+                       (long long)c->rows);
+  return SC_OK;
+}
+
 /* A CHECK step: every index in the buffer within [-dim, dim). The buffer
  * is copied out through the device in small pieces (no allocation: a run
  * allocates nothing). */
@@ -410,6 +438,9 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
       if (r != SC_OK) return r;
     } else if (st->kind == SC_STEP_CHECK) {
       sc_status r = run_check(s, st, diag);
+      if (r != SC_OK) return r;
+    } else if (st->kind == SC_STEP_SCATTER_ADD) {
+      sc_status r = run_scatter_add(s, st, diag);
       if (r != SC_OK) return r;
     } else if (st->kind == SC_STEP_GEMM) {
       s->dev->run_gemm(s->ctx, st);

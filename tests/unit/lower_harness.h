@@ -106,6 +106,16 @@ static void execute(lowered *L) {
       run_gemm(&st->gemm, L->bufs);
       continue;
     }
+    if (st->kind == SC_STEP_SCATTER_ADD) {
+      const sc_scatter_step *c = &st->scatter;
+      const sc_buffer *ob = &p->buffers[c->out];
+      memmove(L->bufs[c->out], L->bufs[c->data], (size_t)ob->bytes);
+      assert_int_equal(sc_scatter_add_rows(c, ob->dtype, p->buffers[c->indices].dtype,
+                                           L->bufs[c->out], L->bufs[c->indices],
+                                           L->bufs[c->updates]),
+                       -1);
+      continue;
+    }
     const kir_kernel *k = p->kernels[st->kernel];
     void *pb[64];
     assert_true(k->n_params <= 64);

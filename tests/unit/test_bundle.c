@@ -18,6 +18,7 @@
 #include "test_util.h"
 
 #include "codegen/bundle.h"
+#include "codegen/memplan.h"
 #include "runtime/bundle.h"
 #include "runtime/runtime.h"
 
@@ -529,6 +530,81 @@ static void test_json_comm(void **state) {
   sc_program_destroy(p);
 }
 
+/* A SCATTER_ADD step and a state pair survive JSON; damaged ones are
+ * refused before anything runs. */
+static void test_json_scatter_and_pairs(void **state) {
+  (void)state;
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  struct { const char *name; sc_buf_kind kind; sc_dtype t; int64_t d0, d1; } bs[] = {
+      {"w", SC_BUF_INPUT, SC_DTYPE_F32, 4, 3},   {"idx", SC_BUF_INPUT, SC_DTYPE_I64, 2, 1},
+      {"upd", SC_BUF_INPUT, SC_DTYPE_F32, 2, 3}, {"new:w", SC_BUF_OUTPUT, SC_DTYPE_F32, 4, 3}};
+  for (int32_t i = 0; i < 4; i++) {
+    sc_buffer b;
+    memset(&b, 0, sizeof b);
+    b.name = bs[i].name;
+    b.kind = bs[i].kind;
+    b.dtype = bs[i].t;
+    b.rank = 2;
+    b.dims[0] = bs[i].d0;
+    b.dims[1] = bs[i].d1;
+    b.offset = -1;
+    b.alias_of = -1;
+    b.value = -1;
+    assert_int_equal(sc_program_add_buffer(p, &b), i);
+    assert_int_equal(b.kind == SC_BUF_INPUT ? sc_program_add_input(p, i)
+                                            : sc_program_add_output(p, i),
+                     SC_OK);
+  }
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_SCATTER_ADD;
+  s.kernel = -1;
+  s.origin = "snd";
+  s.scatter = (sc_scatter_step){.data = 0, .indices = 1, .updates = 2, .out = 3, .rows = 4,
+                                .row = 3, .n = 2};
+  assert_true(sc_program_add_step(p, &s) >= 0);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_program_pair_state(p), SC_OK);
+  assert_int_equal(sc_memplan_run(p, &d), SC_OK);
+  /* the step reads w where it writes new:w, not element for element: the
+   * pair is dropped (a host step is not a kernel) */
+  assert_int_equal(sc_program_updates(p, 0), -1);
+  p->updates = NULL;
+  char *json = NULL;
+  assert_int_equal(sc_program_write_json(p, NULL, &json, &d), SC_OK);
+  assert_non_null(strstr(json, "\"kind\": \"scatter_add\""));
+  sc_program *r = NULL;
+  if (sc_program_read_json(json, strlen(json), NULL, 0, &r, &d) != SC_OK) fail_msg("%s", d.msg);
+  assert_int_equal(r->steps[0].kind, SC_STEP_SCATTER_ADD);
+  assert_memory_equal(&r->steps[0].scatter, &s.scatter, sizeof s.scatter);
+  sc_program_destroy(r);
+  static const struct {
+    const char *from, *to, *needle;
+  } cases[] = {
+      {"\"rows\": 4", "\"rows\": 5", "sizes"},
+      {"\"n\": 2", "\"n\": 3", "sizes"},
+      {"\"indices\": 1", "\"indices\": 2", "dtypes"},
+      {"\"out\": 3", "\"out\": 0", "writes input"},
+      {"\"outputs\": [", "\"updates\": [0], \"outputs\": [", "in place"},
+      {"\"outputs\": [", "\"updates\": [7], \"outputs\": [", "updates[0]"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *t = replace(json, cases[i].from, cases[i].to);
+    sc_program *bad = (sc_program *)1;
+    sc_diag_clear(&d);
+    if (sc_program_read_json(t, strlen(t), NULL, 0, &bad, &d) == SC_OK)
+      fail_msg("accepted a bad program (%s)", cases[i].to);
+    assert_null(bad);
+    if (!strstr(d.msg, cases[i].needle))
+      fail_msg("message '%s' lacks '%s'", d.msg, cases[i].needle);
+    free(t);
+  }
+  sc_free(json);
+  sc_program_destroy(p);
+}
+
 /* ------------------------------------------------------------ the bundle */
 
 static void write_all(const char *path, const void *data, size_t n) {
@@ -800,6 +876,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_json_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_json_hostile, setup, teardown),
       cmocka_unit_test(test_json_comm),
+      cmocka_unit_test(test_json_scatter_and_pairs),
       cmocka_unit_test_setup_teardown(test_bundle_write_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_object_kernels, setup, teardown),
   };

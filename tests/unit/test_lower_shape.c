@@ -148,6 +148,16 @@ static void test_scatter(void **state) {
   lowered L = check_vs_eval(g, node1(g, SC_OP_SCATTER_ND, "snd", ins, 3, &y), 0);
   assert_int_equal(count_steps(&L, SC_STEP_KERNEL), 1); /* one kernel, no copy */
   lowered_free(&L);
+  /* reduction "add" of whole rows (an embedding's gradient): a SCATTER_ADD
+   * step, repeated and negative indices summing as ONNX's in-order adds */
+  int64_t iv4[2] = {-1, 3};
+  int32_t ins4[3] = {ins[0], ints_shaped(g, SC_DTYPE_I64, 2, di, iv4), ins[2]};
+  int32_t n4 = node1(g, SC_OP_SCATTER_ND, "snd_rows", ins4, 3, &y);
+  set_string(g, n4, "reduction", "add");
+  L = check_vs_eval(g, n4, 0);
+  assert_int_equal(count_steps(&L, SC_STEP_SCATTER_ADD), 1);
+  assert_int_equal(count_steps(&L, SC_STEP_KERNEL), 0);
+  lowered_free(&L);
   /* element tuples: indices [3,2] into [4,3] */
   int64_t d2[2] = {4, 3}, di2[2] = {3, 2}, iv2[6] = {0, 1, -1, -1, 2, 0}, du2[1] = {3};
   int32_t ins2[3] = {rand_f32(g, 2, d2), ints_shaped(g, SC_DTYPE_I64, 2, di2, iv2),
