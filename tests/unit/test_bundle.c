@@ -471,6 +471,27 @@ static sc_program *build_comm_program(void) {
   return p;
 }
 
+/* A program JSON edited (from -> to) is refused with a message naming
+ * needle. */
+typedef struct edit_case {
+  const char *from, *to, *needle;
+} edit_case;
+
+static void expect_refused(const char *json, const edit_case *cases, size_t n) {
+  sc_diag d = {0};
+  for (size_t i = 0; i < n; i++) {
+    char *t = replace(json, cases[i].from, cases[i].to);
+    sc_program *bad = (sc_program *)1;
+    sc_diag_clear(&d);
+    if (sc_program_read_json(t, strlen(t), NULL, 0, &bad, &d) == SC_OK)
+      fail_msg("accepted a bad program (%s)", cases[i].to);
+    assert_null(bad);
+    if (!strstr(d.msg, cases[i].needle))
+      fail_msg("message '%s' lacks '%s'", d.msg, cases[i].needle);
+    free(t);
+  }
+}
+
 static void test_json_comm(void **state) {
   (void)state;
   sc_program *p = build_comm_program();
@@ -498,9 +519,7 @@ static void test_json_comm(void **state) {
   }
   sc_program_destroy(r);
 
-  static const struct {
-    const char *from, *to, *needle;
-  } cases[] = {
+  static const edit_case cases[] = {
       {"\"mesh\": \"pp=2,tp=2\"", "\"mesh\": \"pp=2,pp=2\"", "mesh"},
       {"\"mesh\": \"pp=2,tp=2\"", "\"mesh\": \"pp=2\"", "'axes' = 2"},
       {"\"group_size\": 2", "\"group_size\": 4", "group_size"},
@@ -515,17 +534,7 @@ static void test_json_comm(void **state) {
       {"\"out\": -1", "\"out\": 2", "do not fit"},
       {"\"kernel\": -1", "\"kernel\": 0", "'kernel' = 0"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char *t = replace(json, cases[i].from, cases[i].to);
-    sc_program *bad = (sc_program *)1;
-    sc_diag_clear(&d);
-    if (sc_program_read_json(t, strlen(t), NULL, 0, &bad, &d) == SC_OK)
-      fail_msg("accepted a bad comm program (%s)", cases[i].to);
-    assert_null(bad);
-    if (!strstr(d.msg, cases[i].needle))
-      fail_msg("message '%s' lacks '%s'", d.msg, cases[i].needle);
-    free(t);
-  }
+  expect_refused(json, cases, sizeof cases / sizeof cases[0]);
   sc_free(json);
   sc_program_destroy(p);
 }
@@ -580,9 +589,7 @@ static void test_json_scatter_and_pairs(void **state) {
   assert_int_equal(r->steps[0].kind, SC_STEP_SCATTER_ADD);
   assert_memory_equal(&r->steps[0].scatter, &s.scatter, sizeof s.scatter);
   sc_program_destroy(r);
-  static const struct {
-    const char *from, *to, *needle;
-  } cases[] = {
+  static const edit_case cases[] = {
       {"\"rows\": 4", "\"rows\": 5", "sizes"},
       {"\"n\": 2", "\"n\": 3", "sizes"},
       {"\"indices\": 1", "\"indices\": 2", "dtypes"},
@@ -590,17 +597,7 @@ static void test_json_scatter_and_pairs(void **state) {
       {"\"outputs\": [", "\"updates\": [0], \"outputs\": [", "in place"},
       {"\"outputs\": [", "\"updates\": [7], \"outputs\": [", "updates[0]"},
   };
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char *t = replace(json, cases[i].from, cases[i].to);
-    sc_program *bad = (sc_program *)1;
-    sc_diag_clear(&d);
-    if (sc_program_read_json(t, strlen(t), NULL, 0, &bad, &d) == SC_OK)
-      fail_msg("accepted a bad program (%s)", cases[i].to);
-    assert_null(bad);
-    if (!strstr(d.msg, cases[i].needle))
-      fail_msg("message '%s' lacks '%s'", d.msg, cases[i].needle);
-    free(t);
-  }
+  expect_refused(json, cases, sizeof cases / sizeof cases[0]);
   sc_free(json);
   sc_program_destroy(p);
 }
