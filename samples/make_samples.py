@@ -215,15 +215,19 @@ class LogitsOnly:
         return Wrap(model)
 
 
-def make_mlp(out):
-    torch = _torch()
-    nn = torch.nn
-    torch.manual_seed(1)
-    model = nn.Sequential(
+def mlp_module():
+    nn = _torch().nn
+    return nn.Sequential(
         nn.Linear(64, 128), nn.ReLU(),
         nn.Linear(128, 128), nn.ReLU(),
         nn.Linear(128, 10),
     )
+
+
+def make_mlp(out):
+    torch = _torch()
+    torch.manual_seed(1)
+    model = mlp_module()
     x = torch.randn(2, 64)
     export(model, (x,), os.path.join(out, "mlp.onnx"), ["x"], ["y"])
 
@@ -299,6 +303,30 @@ def gpt2_tiny_config(**over):
     return GPT2Config(**kw)
 
 
+def bert_tiny_config():
+    from transformers import BertConfig
+    return BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, intermediate_size=128,
+                      max_position_embeddings=64, hidden_dropout_prob=0.0,
+                      attention_probs_dropout_prob=0.0)
+
+
+def llama_tiny_config():
+    from transformers import LlamaConfig
+    return LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=64,
+                       tie_word_embeddings=False, use_cache=False)
+
+
+def vit_tiny_config():
+    from transformers import ViTConfig
+    return ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=64,
+                     num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=128, num_labels=10,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
 def _patch_mask_vmap():
     """transformers >= 4.53 builds attention masks with torch.vmap, which the
     TorchScript tracer cannot record ("unordered_map::at"). Replace the vmap by
@@ -358,13 +386,9 @@ def make_gpt2(out):
 
 def make_bert(out):
     torch = _torch()
-    from transformers import BertConfig, BertModel
+    from transformers import BertModel
     torch.manual_seed(4)
-    cfg = BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, intermediate_size=128,
-                     max_position_embeddings=64, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0)
-    model = hf_model(BertModel, cfg).eval()
+    model = hf_model(BertModel, bert_tiny_config()).eval()
     perturb(model, 40)
 
     class Wrap(torch.nn.Module):
@@ -384,13 +408,9 @@ def make_bert(out):
 
 def make_llama(out):
     torch = _torch()
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
     torch.manual_seed(5)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
-                      num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False, use_cache=False)
-    model = hf_model(LlamaForCausalLM, cfg).eval()
+    model = hf_model(LlamaForCausalLM, llama_tiny_config()).eval()
     perturb(model, 50)
     ids = torch.randint(0, VOCAB, (2, SEQ))
     export(LogitsOnly.make(model), (ids,), os.path.join(out, "llama.onnx"),
@@ -399,13 +419,9 @@ def make_llama(out):
 
 def make_vit(out):
     torch = _torch()
-    from transformers import ViTConfig, ViTForImageClassification
+    from transformers import ViTForImageClassification
     torch.manual_seed(6)
-    cfg = ViTConfig(image_size=32, patch_size=8, num_channels=3, hidden_size=64,
-                    num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=128, num_labels=10,
-                    hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = hf_model(ViTForImageClassification, cfg).eval()
+    model = hf_model(ViTForImageClassification, vit_tiny_config()).eval()
     perturb(model, 60)
 
     class Wrap(torch.nn.Module):

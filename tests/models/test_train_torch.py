@@ -1,0 +1,196 @@
+"""test_train_torch.py — `shardc train` on every sample, step by step
+against PyTorch: the references in tests/models/train_refs, made by
+samples/make_train_refs.py (`make samples`) with torch.optim and autograd
+on a torch computation of each sample whose parameters are the ONNX
+initializers (README there; docs/training.md#testing). No torch here.
+
+For every case (sample × optimizer): `shardc train` with the case's options
+on the same data for the same steps, then
+- the loss of every step (the batch loss before its update, from
+  --log-json) and the global gradient norm equal the reference's within
+  rtol 1e-4, atol 1e-5 (fp32; bf16: rtol 2e-2, atol 1e-3). The loss at step
+  k depends on every update before it, so this checks the steps too;
+- the final weights (--save; the stored elements: per tensor the 16 with
+  the largest update and 48 at random) differ from the reference's by at
+  most 1e-3 (fp32; bf16 3e-2) of that tensor's largest update, plus 1e-7;
+  and each whole tensor's update norm ||final - initial|| equals the
+  reference's within rtol 1e-3 (bf16 3e-2). Comparing updates rather than
+  weights keeps the check meaningful where an update is 1e-4 of the weight.
+NaN anywhere fails.
+
+Why these tolerances: both sides compute in fp32 in different orders
+(OpenBLAS / LLVM kernels vs PyTorch's), so the per-step losses agree to a
+few 1e-6 relative after 5 steps (measured: docs/training.md); the update
+of an element whose gradient is near zero is sensitive to that rounding
+under AdamW (m / (sqrt(v) + eps) is scale-free), hence the update bound
+relative to the tensor's largest update. bf16 rounds matrix products to 8
+bits of mantissa; an input that differs in its last fp32 bit can round the
+other way, so bf16 runs agree to about 2^-8 relative.
+
+Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
+"""
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from safetensors.numpy import load_file
+
+SHARDC = os.environ.get("SHARDC")
+SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+REFS = os.path.join(SRC, "tests", "models", "train_refs")
+
+# (loss and grad-norm rtol, atol; weight error / largest update; update-norm rtol)
+TOL = {"fp32": (1e-5, 1e-6, 1e-3, 1e-4), "bf16": (3e-5, 1e-6, 3e-3, 3e-4)}
+BF16_APART = 5e-5   # a bf16 run's losses differ from fp32's by more (measured: 2e-4)
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+    return cond
+
+
+def cases():
+    for sample in sorted(os.listdir(REFS)):
+        sdir = os.path.join(REFS, sample)
+        if not os.path.isfile(os.path.join(sdir, "sample.json")):
+            continue
+        meta = json.load(open(os.path.join(sdir, "sample.json")))
+        for case in sorted(os.listdir(sdir)):
+            cdir = os.path.join(sdir, case)
+            if os.path.isfile(os.path.join(cdir, "case.json")):
+                yield sample, sdir, meta, case, cdir, json.load(open(os.path.join(cdir, "case.json")))
+
+
+def command(sdir, meta, opts, tmp):
+    args = [SHARDC, "train", os.path.join(SRC, meta["model"]), "--dim", "batch=%d" % meta["batch"],
+            "--steps", str(meta["steps"]), "--loss", meta["loss"], "--threads", "1", "--quiet",
+            "--save", os.path.join(tmp, "ck"), "--log-json", os.path.join(tmp, "log.jsonl")]
+    for k, f in meta["data"].items():
+        args += ["--data", "%s=%s" % (k, os.path.join(sdir, f))]
+    for kind in ("labels", "targets"):
+        if kind in meta:
+            args += ["--" + kind, os.path.join(sdir, meta[kind])]
+    if "logits" in meta:
+        args += ["--logits", meta["logits"]]
+    return args + opts
+
+
+def run_case(sdir, meta, opts):
+    """Runs shardc; returns (its JSON log, the saved weights) or an error."""
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.run(command(sdir, meta, opts, tmp), capture_output=True, text=True,
+                           timeout=600)
+        if p.returncode != 0:
+            return "shardc train: " + p.stderr[-600:]
+        log = [json.loads(line) for line in open(os.path.join(tmp, "log.jsonl"))]
+        return log, load_file(os.path.join(tmp, "ck", "weights.safetensors"))
+
+
+def rel(a, b):
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-30)))
+
+
+def compare(sample, case, cdir, meta, spec, got, init):
+    name = "%s/%s" % (sample, case)
+    if isinstance(got, str):
+        check(False, "%s: %s" % (name, got))
+        return None
+    log, saved = got
+    loss = np.array([np.nan if s["loss"] is None else s["loss"] for s in log])
+    norm = np.array([np.nan if s["grad_norm"] is None else s["grad_norm"] for s in log])
+    prec = "bf16" if "bf16" in spec["options"] else "fp32"
+    rtol, atol, wtol, ntol = TOL[prec]
+    want_loss = np.load(os.path.join(cdir, "loss.npy"))
+    want_norm = np.load(os.path.join(cdir, "grad_norm.npy"))
+    ok = check(loss.shape == want_loss.shape and np.isfinite(loss).all(),
+               "%s: losses %s, want %d finite" % (name, loss, meta["steps"]))
+    ok = ok and check(np.isfinite(norm).all(), "%s: gradient norms %s" % (name, norm))
+    if not ok:
+        return None
+    for what, a, b in (("loss", loss, want_loss), ("gradient norm", norm, want_norm)):
+        bad = np.abs(a - b) > atol + rtol * np.abs(b)
+        check(not bad.any(), "%s: %s at step %d: %.8g, PyTorch %.8g" % (
+            name, what, int(np.argmax(bad)) + 1, a[np.argmax(bad)], b[np.argmax(bad)]))
+    if prec == "bf16":
+        fp32 = np.load(os.path.join(cdir, "loss_fp32.npy"))
+        check(rel(loss, fp32) > BF16_APART, "%s: the losses equal fp32's within %.3g: bf16 does "
+              "not round" % (name, rel(loss, fp32)))
+    idx = np.load(os.path.join(cdir, "weight_index.npy"))
+    vals = np.load(os.path.join(cdir, "weights.npy"))
+    gmax = np.load(os.path.join(cdir, "grad_max.npy"))
+    dnorm = np.load(os.path.join(cdir, "delta_norm.npy"))
+    zero = spec["zero_grad_below"]
+    lr_sum = 2 * sum(s["lr"] for s in log)
+    werr = nerr = 0.0
+    at = 0
+    for i, t in enumerate(spec["tensors"]):
+        k = idx[at:at + t["count"]]
+        want = vals[at:at + t["count"]].astype(np.float64)
+        noise = gmax[at:at + t["count"]] <= zero
+        at += t["count"]
+        if not check(t["name"] in saved, "%s: %s is not in the checkpoint" % (name, t["name"])):
+            continue
+        w0 = init[t["name"]].reshape(-1).astype(np.float64)
+        w1 = saved[t["name"]].reshape(-1).astype(np.float64)
+        if not check(np.isfinite(w1).all(), "%s: %s is not finite" % (name, t["name"])):
+            continue
+        # elements whose gradient is an exact zero's rounding noise: AdamW
+        # moves them by up to about lr a step either way, on both sides
+        err = np.abs(w1[k] - want)
+        check(not (err[noise] > lr_sum).any(),
+              "%s: %s: an element of zero gradient moved %.3g" % (name, t["name"], err.max()))
+        err, want = err[~noise], want[~noise]
+        if err.size:
+            scale = np.abs(want - w0[k][~noise]).max()
+            if scale > 1e-6:
+                werr = max(werr, err.max() / scale)
+            check(err.max() <= wtol * scale + 1e-7,
+                  "%s: %s: final weights differ by %.3g of the largest update (%.3g)"
+                  % (name, t["name"], err.max() / max(scale, 1e-30), scale))
+        if t["grad_max"] <= zero:
+            continue
+        d = np.linalg.norm(w1 - w0)
+        if dnorm[i] > 1e-6:
+            nerr = max(nerr, abs(d - dnorm[i]) / dnorm[i])
+        check(abs(d - dnorm[i]) <= ntol * dnorm[i] + 1e-7,
+              "%s: %s: update norm %.6g, PyTorch %.6g" % (name, t["name"], d, dnorm[i]))
+    row = (name, rel(loss, want_loss), rel(norm, want_norm), werr, nerr)
+    print("%-26s loss %.2e  grad norm %.2e  weights %.2e  update norms %.2e" % row, flush=True)
+    return row
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC is not set")
+        return 1
+    todo = list(cases())
+    if not check(len(todo) >= 12, "only %d reference cases in %s" % (len(todo), REFS)):
+        return 1
+    inits = {}
+    for _, _, meta, _, _, _ in todo:
+        if meta["model"] not in inits:
+            m = onnx.load(os.path.join(SRC, meta["model"]))
+            inits[meta["model"]] = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        runs = [pool.submit(run_case, sdir, meta, spec["options"])
+                for _, sdir, meta, _, _, spec in todo]
+        for (sample, _, meta, case, cdir, spec), r in zip(todo, runs):
+            compare(sample, case, cdir, meta, spec, r.result(), inits[meta["model"]])
+    if failures:
+        print("%d failure(s)" % len(failures))
+        return 1
+    print("all %d cases passed" % len(todo))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
