@@ -61,6 +61,7 @@ bench: deps build
 samples:
 	bash samples/install-torch.sh
 	.venv-samples/bin/python samples/make_samples.py
+	.venv-samples/bin/python samples/make_train_refs.py
 	.venv/bin/python samples/check_samples.py
 
 clean:

@@ -26,6 +26,9 @@ records, as small .npy files:
     <sample>/<case>/weights.npy    float32: the final value of the stored elements
     <sample>/<case>/weight_index.npy  int32: their flat indices, tensor by tensor
     <sample>/<case>/delta_norm.npy    float64: ||final - initial|| of every whole tensor
+    <sample>/<case>/grad_max.npy      float32: the stored elements' largest |gradient| over the steps
+    <sample>/<case>/state.S.npy       float32: the stored elements' final optimizer state S
+                                      (momentum_buffer; exp_avg, exp_avg_sq)
 
 The weights are those of shardc's parameters, by ONNX initializer name, in
 the ONNX layout. Stored elements per tensor: the 16 with the largest update
@@ -312,7 +315,9 @@ def batch(data, step, torch):
 
 
 def train(ref, data, kind, target, opts):
-    """STEPS steps of torch training; returns losses, grad norms."""
+    """STEPS steps of torch training; returns the losses, the gradient norms,
+    each parameter's largest |gradient| over the steps and its optimizer state
+    (by ONNX name, in the ONNX layout)."""
     torch = _torch()
     F = torch.nn.functional
     params = [t for t, _ in ref.params.values()]
@@ -342,8 +347,12 @@ def train(ref, data, kind, target, opts):
         losses.append(float(loss))
         norms.append(float(norm))
         opt.step()
-    return np.array(losses), np.array(norms), {
-        k: (g.T if ref.params[k][1] else g).numpy() for k, g in gmax.items()}
+    def onnx_layout(k, t):
+        return np.ascontiguousarray((t.T if ref.params[k][1] else t).detach().numpy())
+    state = {k: {s: onnx_layout(k, v) for s, v in opt.state[t].items() if s != "step"}
+             for k, (t, _) in ref.params.items()}
+    return (np.array(losses), np.array(norms),
+            {k: onnx_layout(k, g) for k, g in gmax.items()}, state)
 
 
 def check_forward(ref, path, data, torch):
@@ -399,19 +408,22 @@ def make_sample(name, out):
     for case, opts in CASES[name].items():
         make = ref_mlp_bf16 if "bf16" in opts else REFS[name]
         ref = make(inits)
-        losses, norms, gmax = train(ref, data, kind, target, opts)
+        losses, norms, gmax, state = train(ref, data, kind, target, opts)
         assert np.isfinite(losses).all() and np.isfinite(norms).all(), (name, case, losses)
         cdir = os.path.join(sdir, case)
         os.makedirs(cdir)
         r = np.random.RandomState(7)
         idx, vals, gvals, dnorm, tensors = [], [], [], [], []
+        svals = {s: [] for s in state[next(iter(state))]}
         for pname in sorted(ref.params):
             final = ref.onnx_value(pname)
             delta = final.astype(np.float64) - inits[pname]
             k = stored_indices(delta, r)
             idx.append(k)
             vals.append(final.reshape(-1)[k])
-            gvals.append(np.ascontiguousarray(gmax[pname]).reshape(-1)[k])
+            gvals.append(gmax[pname].reshape(-1)[k])
+            for sname, v in svals.items():
+                v.append(state[pname][sname].reshape(-1)[k])
             dnorm.append(np.linalg.norm(delta))
             tensors.append({"name": pname, "count": int(k.size),
                             "grad_max": float(gmax[pname].max())})
@@ -425,6 +437,8 @@ def make_sample(name, out):
         np.save(os.path.join(cdir, "weights.npy"), np.concatenate(vals).astype(np.float32))
         np.save(os.path.join(cdir, "delta_norm.npy"), np.array(dnorm))
         np.save(os.path.join(cdir, "grad_max.npy"), np.concatenate(gvals).astype(np.float32))
+        for sname, v in svals.items():
+            np.save(os.path.join(cdir, "state.%s.npy" % sname), np.concatenate(v).astype(np.float32))
         spec = {"options": opts, "zero_grad_below": float(NOISE * norms.max()),
                 "tensors": tensors}
         with open(os.path.join(cdir, "case.json"), "w") as f:

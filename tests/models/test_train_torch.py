@@ -92,7 +92,9 @@ def run_case(sdir, meta, opts):
         if p.returncode != 0:
             return "shardc train: " + p.stderr[-600:]
         log = [json.loads(line) for line in open(os.path.join(tmp, "log.jsonl"))]
-        return log, load_file(os.path.join(tmp, "ck", "weights.safetensors"))
+        saved = load_file(os.path.join(tmp, "ck", "weights.safetensors"))
+        saved.update(load_file(os.path.join(tmp, "ck", "optimizer.safetensors")))
+        return log, saved
 
 
 def rel(a, b):
@@ -108,7 +110,7 @@ def compare(sample, case, cdir, meta, spec, got, init):
     loss = np.array([np.nan if s["loss"] is None else s["loss"] for s in log])
     norm = np.array([np.nan if s["grad_norm"] is None else s["grad_norm"] for s in log])
     prec = "bf16" if "bf16" in spec["options"] else "fp32"
-    rtol, atol, wtol, ntol = TOL[prec]
+    rtol, atol = TOL[prec][:2]
     want_loss = np.load(os.path.join(cdir, "loss.npy"))
     want_norm = np.load(os.path.join(cdir, "grad_norm.npy"))
     ok = check(loss.shape == want_loss.shape and np.isfinite(loss).all(),
@@ -124,48 +126,73 @@ def compare(sample, case, cdir, meta, spec, got, init):
         fp32 = np.load(os.path.join(cdir, "loss_fp32.npy"))
         check(rel(loss, fp32) > BF16_APART, "%s: the losses equal fp32's within %.3g: bf16 does "
               "not round" % (name, rel(loss, fp32)))
+    werr, serr, nerr = compare_tensors(name, cdir, spec, log, saved, init, prec)
+    row = (name, rel(loss, want_loss), rel(norm, want_norm), werr, serr, nerr)
+    print("%-26s loss %.1e  grad norm %.1e  weights %.1e  optimizer state %.1e  "
+          "update norms %.1e" % row, flush=True)
+    return row
+
+
+def within(name, what, err, scale, tol):
+    """err (per element) at most tol of scale (the reference's largest
+    magnitude of the quantity in this tensor), plus 1e-7 absolute; returns
+    the error relative to scale (0 for a scale under 1e-6)."""
+    if not err.size:
+        return 0.0
+    check(err.max() <= tol * scale + 1e-7, "%s: %s differs by %.3g of the largest (%.3g)"
+          % (name, what, err.max() / max(scale, 1e-30), scale))
+    return err.max() / scale if scale > 1e-6 else 0.0
+
+
+def compare_tensors(name, cdir, spec, log, saved, init, prec):
+    """The final weights and optimizer state of the stored elements, and the
+    update norm of whole tensors; returns the largest relative errors."""
+    _, _, wtol, ntol = TOL[prec]
     idx = np.load(os.path.join(cdir, "weight_index.npy"))
     vals = np.load(os.path.join(cdir, "weights.npy"))
     gmax = np.load(os.path.join(cdir, "grad_max.npy"))
     dnorm = np.load(os.path.join(cdir, "delta_norm.npy"))
+    states = {f[6:-4]: np.load(os.path.join(cdir, f)) for f in sorted(os.listdir(cdir))
+              if f.startswith("state.")}
     zero = spec["zero_grad_below"]
     lr_sum = 2 * sum(s["lr"] for s in log)
-    werr = nerr = 0.0
+    werr = serr = nerr = 0.0
     at = 0
     for i, t in enumerate(spec["tensors"]):
-        k = idx[at:at + t["count"]]
-        want = vals[at:at + t["count"]].astype(np.float64)
-        noise = gmax[at:at + t["count"]] <= zero
+        pn, sl = t["name"], slice(at, at + t["count"])
         at += t["count"]
-        if not check(t["name"] in saved, "%s: %s is not in the checkpoint" % (name, t["name"])):
+        k, want, noise = idx[sl], vals[sl].astype(np.float64), gmax[sl] <= zero
+        keys = [pn] + ["%s.%s" % (pn, s) for s in states]
+        if not check(all(x in saved for x in keys), "%s: %s not all in the checkpoint"
+                     % (name, keys)):
             continue
-        w0 = init[t["name"]].reshape(-1).astype(np.float64)
-        w1 = saved[t["name"]].reshape(-1).astype(np.float64)
-        if not check(np.isfinite(w1).all(), "%s: %s is not finite" % (name, t["name"])):
+        if not check(all(np.isfinite(saved[x]).all() for x in keys),
+                     "%s: %s not all finite" % (name, keys)):
             continue
-        # elements whose gradient is an exact zero's rounding noise: AdamW
-        # moves them by up to about lr a step either way, on both sides
+        w0 = init[pn].reshape(-1).astype(np.float64)
+        w1 = saved[pn].reshape(-1).astype(np.float64)
+        # Elements whose gradient is an exact zero's rounding noise (attention
+        # key biases): AdamW moves them by up to about lr a step either way,
+        # on both sides, so only that bound is checked.
         err = np.abs(w1[k] - want)
         check(not (err[noise] > lr_sum).any(),
-              "%s: %s: an element of zero gradient moved %.3g" % (name, t["name"], err.max()))
-        err, want = err[~noise], want[~noise]
-        if err.size:
-            scale = np.abs(want - w0[k][~noise]).max()
-            if scale > 1e-6:
-                werr = max(werr, err.max() / scale)
-            check(err.max() <= wtol * scale + 1e-7,
-                  "%s: %s: final weights differ by %.3g of the largest update (%.3g)"
-                  % (name, t["name"], err.max() / max(scale, 1e-30), scale))
-        if t["grad_max"] <= zero:
+              "%s: %s: an element of zero gradient moved %.3g" % (name, pn, err.max()))
+        ok = ~noise
+        werr = max(werr, within(name, pn + " (final weights)", err[ok],
+                                np.abs(want - w0[k])[ok].max(initial=0), wtol))
+        if t["grad_max"] <= zero:     # all noise: no update norm or state to compare
             continue
+        for s, v in states.items():
+            got = saved["%s.%s" % (pn, s)].reshape(-1).astype(np.float64)[k]
+            ref = v[sl].astype(np.float64)
+            serr = max(serr, within(name, "%s.%s" % (pn, s), np.abs(got - ref)[ok],
+                                    np.abs(ref).max(), wtol))
         d = np.linalg.norm(w1 - w0)
         if dnorm[i] > 1e-6:
             nerr = max(nerr, abs(d - dnorm[i]) / dnorm[i])
         check(abs(d - dnorm[i]) <= ntol * dnorm[i] + 1e-7,
-              "%s: %s: update norm %.6g, PyTorch %.6g" % (name, t["name"], d, dnorm[i]))
-    row = (name, rel(loss, want_loss), rel(norm, want_norm), werr, nerr)
-    print("%-26s loss %.2e  grad norm %.2e  weights %.2e  update norms %.2e" % row, flush=True)
-    return row
+              "%s: %s: update norm %.6g, PyTorch %.6g" % (name, pn, d, dnorm[i]))
+    return werr, serr, nerr
 
 
 def main():
