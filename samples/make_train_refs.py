@@ -23,6 +23,7 @@ records, as small .npy files:
     <sample>/<case>/case.json  the `shardc train` options; which weights are stored
     <sample>/<case>/loss.npy   float64 [N]: the loss of every step (before its update)
     <sample>/<case>/grad_norm.npy  float64 [N]: the global gradient norm (before clipping)
+    <sample>/<case>/lr.npy         float64 [N]: the learning rate of every step
     <sample>/<case>/weights.npy    float32: the final value of the stored elements
     <sample>/<case>/weight_index.npy  int32: their flat indices, tensor by tensor
     <sample>/<case>/delta_norm.npy    float64: ||final - initial|| of every whole tensor
@@ -39,7 +40,6 @@ Nothing is downloaded; one torch thread; every random number from fixed seeds.
 
 import argparse
 import json
-import math
 import os
 import shutil
 import sys
@@ -53,6 +53,8 @@ ROOT = os.path.dirname(HERE)
 OUT = os.path.join(ROOT, "tests", "models", "train_refs")
 sys.path.insert(0, HERE)
 import make_samples as ms  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
+from test_train import lr_at as schedule_lr  # noqa: E402
 
 STEPS = 5
 BATCH = 2
@@ -282,19 +284,13 @@ def opt_value(opts, flag, default=None):
 
 
 def lr_at(opts, step):
-    """runtime/trainer.c sc_lr_at: linear warm-up from 0 over W steps, then
-    cosine or linear decay to --min-lr at --steps (step counts from 1)."""
-    lr = float(opt_value(opts, "--lr", "0.001"))
-    min_lr = float(opt_value(opts, "--min-lr", "0"))
-    warmup = int(opt_value(opts, "--warmup-steps", "0"))
-    sched = opt_value(opts, "--lr-schedule", "constant")
-    if warmup > 0 and step <= warmup:
-        return lr * step / warmup
-    if sched == "constant" or STEPS <= warmup:
-        return lr
-    f = min(1.0, (step - warmup) / (STEPS - warmup))
-    k = 0.5 * (1 + math.cos(math.pi * f)) if sched == "cosine" else 1 - f
-    return min_lr + (lr - min_lr) * k
+    """The learning rate of a step as runtime/trainer.c sc_lr_at computes it
+    (test_train.py's copy of the formula): linear warm-up from 0 over W
+    steps, then cosine or linear decay to --min-lr at --steps."""
+    return float(schedule_lr(opt_value(opts, "--lr-schedule", "constant"),
+                             float(opt_value(opts, "--lr", "0.001")),
+                             float(opt_value(opts, "--min-lr", "0")),
+                             int(opt_value(opts, "--warmup-steps", "0")), STEPS, step))
 
 
 def make_optimizer(opts, params):
@@ -315,19 +311,21 @@ def batch(data, step, torch):
 
 
 def train(ref, data, kind, target, opts):
-    """STEPS steps of torch training; returns the losses, the gradient norms,
-    each parameter's largest |gradient| over the steps and its optimizer state
-    (by ONNX name, in the ONNX layout)."""
+    """STEPS steps of torch training; returns the losses, the gradient norms
+    and the learning rates of the steps, and each parameter's largest
+    |gradient| over the steps and final optimizer state (by ONNX name, in
+    the ONNX layout)."""
     torch = _torch()
     F = torch.nn.functional
     params = [t for t, _ in ref.params.values()]
     opt = make_optimizer(opts, params)
     clip = float(opt_value(opts, "--clip-grad-norm", "0"))
-    losses, norms = [], []
+    losses, norms, lrs = [], [], []
     gmax = {k: torch.zeros_like(t) for k, (t, _) in ref.params.items()}
     for step in range(1, STEPS + 1):
+        lrs.append(lr_at(opts, step))
         for group in opt.param_groups:
-            group["lr"] = lr_at(opts, step)
+            group["lr"] = lrs[-1]
         opt.zero_grad(set_to_none=True)
         y = ref.forward(batch(data, step, torch))
         t = torch.from_numpy(target[(step - 1) * BATCH:step * BATCH].copy())
@@ -351,7 +349,7 @@ def train(ref, data, kind, target, opts):
         return np.ascontiguousarray((t.T if ref.params[k][1] else t).detach().numpy())
     state = {k: {s: onnx_layout(k, v) for s, v in opt.state[t].items() if s != "step"}
              for k, (t, _) in ref.params.items()}
-    return (np.array(losses), np.array(norms),
+    return (np.array(losses), np.array(norms), np.array(lrs),
             {k: onnx_layout(k, g) for k, g in gmax.items()}, state)
 
 
@@ -408,7 +406,7 @@ def make_sample(name, out):
     for case, opts in CASES[name].items():
         make = ref_mlp_bf16 if "bf16" in opts else REFS[name]
         ref = make(inits)
-        losses, norms, gmax, state = train(ref, data, kind, target, opts)
+        losses, norms, lrs, gmax, state = train(ref, data, kind, target, opts)
         assert np.isfinite(losses).all() and np.isfinite(norms).all(), (name, case, losses)
         cdir = os.path.join(sdir, case)
         os.makedirs(cdir)
@@ -433,6 +431,7 @@ def make_sample(name, out):
             np.save(os.path.join(cdir, "loss_fp32.npy"), fp32[0])
             print("  %s: fp32 losses differ by %.3g relative" % (case, np.abs(fp32[0] / losses - 1).max()))
         np.save(os.path.join(cdir, "grad_norm.npy"), norms)
+        np.save(os.path.join(cdir, "lr.npy"), lrs)
         np.save(os.path.join(cdir, "weight_index.npy"), np.concatenate(idx))
         np.save(os.path.join(cdir, "weights.npy"), np.concatenate(vals).astype(np.float32))
         np.save(os.path.join(cdir, "delta_norm.npy"), np.array(dnorm))

@@ -122,6 +122,10 @@ def compare(sample, case, cdir, meta, spec, got, init):
         bad = np.abs(a - b) > atol + rtol * np.abs(b)
         check(not bad.any(), "%s: %s at step %d: %.8g, PyTorch %.8g" % (
             name, what, int(np.argmax(bad)) + 1, a[np.argmax(bad)], b[np.argmax(bad)]))
+    lr = np.array([s["lr"] for s in log])
+    want_lr = np.load(os.path.join(cdir, "lr.npy"))
+    check(np.allclose(lr, want_lr, rtol=1e-7, atol=0), "%s: learning rates %s, PyTorch's %s"
+          % (name, lr, want_lr))
     if prec == "bf16":
         fp32 = np.load(os.path.join(cdir, "loss_fp32.npy"))
         check(rel(loss, fp32) > BF16_APART, "%s: the losses equal fp32's within %.3g: bf16 does "
