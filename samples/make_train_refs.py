@@ -14,9 +14,10 @@ with their BatchNorm, the same network written with torch.nn.functional over
 exactly the ONNX initializers. Its forward must equal onnxruntime's on the
 reference data within 1e-4, or nothing is written.
 
-Each case then trains N steps in fp32 on seeded random data (step i takes
-examples (i-1)*B .. i*B-1, as `shardc train` does) with torch.optim and
-records, as small .npy files:
+Each case then trains N steps on seeded random data (step i takes examples
+(i-1)*B .. i*B-1, as `shardc train` does) with torch.optim, in fp32 or, for
+mlp's bf16 case, with every Gemm rounded to bf16 where shardc's
+--precision bf16 casts (bf16_linear), and records, as small .npy files:
 
     <sample>/sample.json       model, batch, loss, the data files
     <sample>/<input>.npy       the data; labels.npy (cross-entropy) or targets.npy (mse)
@@ -30,6 +31,7 @@ records, as small .npy files:
     <sample>/<case>/grad_max.npy      float32: the stored elements' largest |gradient| over the steps
     <sample>/<case>/state.S.npy       float32: the stored elements' final optimizer state S
                                       (momentum_buffer; exp_avg, exp_avg_sq)
+    <sample>/<case>/loss_fp32.npy     bf16 cases: the losses of the same run in fp32
 
 The weights are those of shardc's parameters, by ONNX initializer name, in
 the ONNX layout. Stored elements per tensor: the 16 with the largest update
@@ -65,7 +67,7 @@ TOP, RANDOM = 16, 48     # stored elements per tensor
 # the norm, every other tensor's largest element above 1e-5.
 NOISE = 1e-8
 
-# Cases: name -> (shardc options, torch optimizer, options of the run)
+# sample -> case -> the `shardc train` options, which the torch run follows
 SGD = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9"]
 ADAMW = ["--optimizer", "adamw"]          # torch.optim.AdamW's defaults
 CASES = {
@@ -406,45 +408,47 @@ def make_sample(name, out):
     for case, opts in CASES[name].items():
         make = ref_mlp_bf16 if "bf16" in opts else REFS[name]
         ref = make(inits)
-        losses, norms, lrs, gmax, state = train(ref, data, kind, target, opts)
-        assert np.isfinite(losses).all() and np.isfinite(norms).all(), (name, case, losses)
+        run = train(ref, data, kind, target, opts)
         cdir = os.path.join(sdir, case)
         os.makedirs(cdir)
-        r = np.random.RandomState(7)
-        idx, vals, gvals, dnorm, tensors = [], [], [], [], []
-        svals = {s: [] for s in state[next(iter(state))]}
-        for pname in sorted(ref.params):
-            final = ref.onnx_value(pname)
-            delta = final.astype(np.float64) - inits[pname]
-            k = stored_indices(delta, r)
-            idx.append(k)
-            vals.append(final.reshape(-1)[k])
-            gvals.append(gmax[pname].reshape(-1)[k])
-            for sname, v in svals.items():
-                v.append(state[pname][sname].reshape(-1)[k])
-            dnorm.append(np.linalg.norm(delta))
-            tensors.append({"name": pname, "count": int(k.size),
-                            "grad_max": float(gmax[pname].max())})
-        np.save(os.path.join(cdir, "loss.npy"), losses)
+        write_case(cdir, ref, inits, opts, run)
         if "bf16" in opts:   # the same run in fp32: the test sees that bf16 really rounds
             fp32 = train(REFS[name](inits), data, kind, target, opts[:opts.index("--precision")])
             np.save(os.path.join(cdir, "loss_fp32.npy"), fp32[0])
-            print("  %s: fp32 losses differ by %.3g relative" % (case, np.abs(fp32[0] / losses - 1).max()))
-        np.save(os.path.join(cdir, "grad_norm.npy"), norms)
-        np.save(os.path.join(cdir, "lr.npy"), lrs)
-        np.save(os.path.join(cdir, "weight_index.npy"), np.concatenate(idx))
-        np.save(os.path.join(cdir, "weights.npy"), np.concatenate(vals).astype(np.float32))
-        np.save(os.path.join(cdir, "delta_norm.npy"), np.array(dnorm))
-        np.save(os.path.join(cdir, "grad_max.npy"), np.concatenate(gvals).astype(np.float32))
-        for sname, v in svals.items():
-            np.save(os.path.join(cdir, "state.%s.npy" % sname), np.concatenate(v).astype(np.float32))
-        spec = {"options": opts, "zero_grad_below": float(NOISE * norms.max()),
-                "tensors": tensors}
-        with open(os.path.join(cdir, "case.json"), "w") as f:
-            json.dump(spec, f, indent=1)
-            f.write("\n")
+            print("  %s: fp32 losses differ by %.3g relative" % (case, np.abs(fp32[0] / run[0] - 1).max()))
         print("  %s: loss %s, grad norm %.4g .. %.4g"
-              % (case, " ".join("%.5f" % x for x in losses), norms[0], norms[-1]), flush=True)
+              % (case, " ".join("%.5f" % x for x in run[0]), run[1][0], run[1][-1]), flush=True)
+
+
+def write_case(cdir, ref, inits, opts, run):
+    """The files of one case (module docstring) from train()'s results."""
+    losses, norms, lrs, gmax, state = run
+    assert np.isfinite(losses).all() and np.isfinite(norms).all(), (cdir, losses)
+    r = np.random.RandomState(7)
+    idx, vals, gvals, dnorm, tensors = [], [], [], [], []
+    svals = {s: [] for s in state[next(iter(state))]}
+    for pname in sorted(ref.params):
+        final = ref.onnx_value(pname)
+        delta = final.astype(np.float64) - inits[pname]
+        k = stored_indices(delta, r)
+        idx.append(k)
+        vals.append(final.reshape(-1)[k])
+        gvals.append(gmax[pname].reshape(-1)[k])
+        for sname, v in svals.items():
+            v.append(state[pname][sname].reshape(-1)[k])
+        dnorm.append(np.linalg.norm(delta))
+        tensors.append({"name": pname, "count": int(k.size), "grad_max": float(gmax[pname].max())})
+    arrays = {"loss": losses, "grad_norm": norms, "lr": lrs, "delta_norm": np.array(dnorm),
+              "weight_index": np.concatenate(idx),
+              "weights": np.concatenate(vals).astype(np.float32),
+              "grad_max": np.concatenate(gvals).astype(np.float32)}
+    arrays.update({"state." + s: np.concatenate(v).astype(np.float32) for s, v in svals.items()})
+    for f, a in arrays.items():
+        np.save(os.path.join(cdir, f + ".npy"), a)
+    spec = {"options": opts, "zero_grad_below": float(NOISE * norms.max()), "tensors": tensors}
+    with open(os.path.join(cdir, "case.json"), "w") as f:
+        json.dump(spec, f, indent=1)
+        f.write("\n")
 
 
 def main():

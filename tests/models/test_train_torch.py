@@ -1,31 +1,37 @@
-"""test_train_torch.py — `shardc train` on every sample, step by step
+"""test_train_torch.py — `shardc train` on every sample, step by step,
 against PyTorch: the references in tests/models/train_refs, made by
-samples/make_train_refs.py (`make samples`) with torch.optim and autograd
-on a torch computation of each sample whose parameters are the ONNX
-initializers (README there; docs/training.md#testing). No torch here.
+samples/make_train_refs.py (`make samples`; samples/README.md#training-references)
+with autograd and torch.optim on a torch computation of each sample whose
+parameters are the ONNX initializers. No torch here.
 
-For every case (sample × optimizer): `shardc train` with the case's options
-on the same data for the same steps, then
-- the loss of every step (the batch loss before its update, from
-  --log-json) and the global gradient norm equal the reference's within
-  rtol 1e-4, atol 1e-5 (fp32; bf16: rtol 2e-2, atol 1e-3). The loss at step
-  k depends on every update before it, so this checks the steps too;
-- the final weights (--save; the stored elements: per tensor the 16 with
-  the largest update and 48 at random) differ from the reference's by at
-  most 1e-3 (fp32; bf16 3e-2) of that tensor's largest update, plus 1e-7;
-  and each whole tensor's update norm ||final - initial|| equals the
-  reference's within rtol 1e-3 (bf16 3e-2). Comparing updates rather than
-  weights keeps the check meaningful where an update is 1e-4 of the weight.
+For every case (sample × optimizer; 14): `shardc train` with the case's
+options on the same data for the same 5 steps (two runs at a time, one
+thread each), then
+- the loss of every step (before its update, from --log-json) and the
+  global gradient norm equal PyTorch's within rtol 1e-5, atol 1e-6 (bf16:
+  rtol 3e-5); the learning rate of every step is PyTorch's (schedules). The
+  loss at step k depends on every update before it;
+- final weights (--save), for the stored elements (per tensor the 16 with
+  the largest update and 48 at random): |shardc - PyTorch| at most 1e-3
+  (bf16 3e-3) of the tensor's largest update, plus 1e-7 — updates, not
+  weights, as an update is 1e-3 of the weight or less; the optimizer state
+  (momentum_buffer; exp_avg, exp_avg_sq) likewise, relative to the
+  tensor's largest value, plus 1e-12; each whole tensor's update norm within rtol 1e-4
+  (bf16 3e-4);
+- bf16: the losses differ from the same run's fp32 reference by more than
+  5e-5 relative (measured 2e-4), so a bf16 that does not round fails.
 NaN anywhere fails.
 
-Why these tolerances: both sides compute in fp32 in different orders
-(OpenBLAS / LLVM kernels vs PyTorch's), so the per-step losses agree to a
-few 1e-6 relative after 5 steps (measured: docs/training.md); the update
-of an element whose gradient is near zero is sensitive to that rounding
-under AdamW (m / (sqrt(v) + eps) is scale-free), hence the update bound
-relative to the tensor's largest update. bf16 rounds matrix products to 8
-bits of mantissa; an input that differs in its last fp32 bit can round the
-other way, so bf16 runs agree to about 2^-8 relative.
+Why: both sides compute in fp32 in different orders, so they agree to
+rounding (measured: losses 2e-7, gradient norms 1.5e-6, weights 1.4e-4 of
+the largest update; docs/training.md#testing); the bounds are 10-50x that,
+and a momentum of 0.89 for 0.9 or an eps of 1e-6 for 1e-8 fails them. The
+bf16 emulation rounds where shardc casts, but an input differing in its
+last fp32 bit can round to the other bf16 neighbour, hence the looser
+bound. Elements whose gradient is the rounding noise of an exact zero (at
+most 1e-8 of the gradient norm: attention key biases) are only checked to
+move less than twice the learning rates' sum: AdamW turns noise into
+updates of about lr, differently on each side.
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -45,7 +51,8 @@ SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 REFS = os.path.join(SRC, "tests", "models", "train_refs")
 
-# (loss and grad-norm rtol, atol; weight error / largest update; update-norm rtol)
+# loss and gradient norm rtol, atol; weight and state error / the tensor's largest
+# update or value; update norm rtol
 TOL = {"fp32": (1e-5, 1e-6, 1e-3, 1e-4), "bf16": (3e-5, 1e-6, 3e-3, 3e-4)}
 BF16_APART = 5e-5   # a bf16 run's losses differ from fp32's by more (measured: 2e-4)
 failures = []
@@ -137,15 +144,15 @@ def compare(sample, case, cdir, meta, spec, got, init):
     return row
 
 
-def within(name, what, err, scale, tol):
+def within(name, what, err, scale, tol, atol):
     """err (per element) at most tol of scale (the reference's largest
-    magnitude of the quantity in this tensor), plus 1e-7 absolute; returns
-    the error relative to scale (0 for a scale under 1e-6)."""
+    magnitude of the quantity in this tensor) plus atol; returns the error
+    relative to scale (0 where scale is within 10 atol)."""
     if not err.size:
         return 0.0
-    check(err.max() <= tol * scale + 1e-7, "%s: %s differs by %.3g of the largest (%.3g)"
+    check(err.max() <= tol * scale + atol, "%s: %s differs by %.3g of the largest (%.3g)"
           % (name, what, err.max() / max(scale, 1e-30), scale))
-    return err.max() / scale if scale > 1e-6 else 0.0
+    return err.max() / scale if scale > 10 * atol else 0.0
 
 
 def compare_tensors(name, cdir, spec, log, saved, init, prec):
@@ -183,14 +190,14 @@ def compare_tensors(name, cdir, spec, log, saved, init, prec):
               "%s: %s: an element of zero gradient moved %.3g" % (name, pn, err.max()))
         ok = ~noise
         werr = max(werr, within(name, pn + " (final weights)", err[ok],
-                                np.abs(want - w0[k])[ok].max(initial=0), wtol))
+                                np.abs(want - w0[k])[ok].max(initial=0), wtol, 1e-7))
         if t["grad_max"] <= zero:     # all noise: no update norm or state to compare
             continue
         for s, v in states.items():
             got = saved["%s.%s" % (pn, s)].reshape(-1).astype(np.float64)[k]
             ref = v[sl].astype(np.float64)
             serr = max(serr, within(name, "%s.%s" % (pn, s), np.abs(got - ref)[ok],
-                                    np.abs(ref).max(), wtol))
+                                    np.abs(ref).max(), wtol, 1e-12))
         d = np.linalg.norm(w1 - w0)
         if dnorm[i] > 1e-6:
             nerr = max(nerr, abs(d - dnorm[i]) / dnorm[i])
