@@ -23,20 +23,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from checks import check, failures
 
 SRC = os.path.abspath(os.environ.get("SC_SOURCE_DIR",
                                      os.path.join(os.path.dirname(__file__), "..", "..")))
 BUILD = os.path.abspath(os.environ.get("SC_BINARY_DIR", os.path.join(SRC, "build")))
 LINKS = {"samples": os.path.join(SRC, "samples"), "tests": os.path.join(SRC, "tests"),
          ".venv": os.path.join(SRC, ".venv"), "build": BUILD}
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def sh_blocks(path, section=None):

@@ -33,18 +33,11 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper, TensorProto
+from checks import check, failures
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BATCH = 2
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def run(args, **kw):

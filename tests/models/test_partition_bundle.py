@@ -24,18 +24,11 @@ import sys
 import tempfile
 
 import numpy as np
+from checks import check, failures
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 GPT2 = os.path.join(SRC, "samples", "gpt2.onnx")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def shardc(args, prefix=()):

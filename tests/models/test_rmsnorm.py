@@ -20,16 +20,9 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
+from checks import check, failures
 
 SHARDC = os.environ.get("SHARDC")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def model(shape, sshape, ttype, attrs, opset=23):

@@ -33,6 +33,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
+from checks import check, failures
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -41,16 +42,8 @@ CASES = [(0, 1), (1, 3), (2, 3)]  # (seed, batch)
 # also run unfused (--no-fuse: one kernel per node) on the first case of these
 NO_FUSE = {"gpt2", "resnet"}
 SKIP_NO_WEIGHTS = {"gpt_1p5b"}
-failures = []
 
 NP_DTYPE = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 11: np.float64}
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def run(args, timeout=300):

@@ -25,15 +25,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T
 from onnx import helper as h
+from checks import check, failures
 
 SHARDC = os.environ.get("SHARDC")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def model(path, nodes, inputs, outputs, opset=18):

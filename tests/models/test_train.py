@@ -28,18 +28,11 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import numpy_helper
+from checks import check, failures
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 MLP = os.path.join(SRC, "samples", "mlp.onnx")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def weights():

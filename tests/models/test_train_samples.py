@@ -29,17 +29,10 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 from safetensors.numpy import load_file
+from checks import check, failures
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def ce(logits, labels):

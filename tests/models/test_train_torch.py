@@ -46,6 +46,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 from safetensors.numpy import load_file
+from checks import check, failures
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -55,14 +56,6 @@ REFS = os.path.join(SRC, "tests", "models", "train_refs")
 # update or value; update norm rtol
 TOL = {"fp32": (1e-5, 1e-6, 1e-3, 1e-4), "bf16": (3e-5, 1e-6, 3e-3, 3e-4)}
 BF16_APART = 5e-5   # a bf16 run's losses differ from fp32's by more (measured: 2e-4)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def cases():
