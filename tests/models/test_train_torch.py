@@ -8,24 +8,25 @@ For every case (sample × optimizer; 14): `shardc train` with the case's
 options on the same data for the same 5 steps (two runs at a time, one
 thread each), then
 - the loss of every step (before its update, from --log-json) and the
-  global gradient norm equal PyTorch's within rtol 1e-5, atol 1e-6 (bf16:
-  rtol 3e-5); the learning rate of every step is PyTorch's (schedules). The
+  global gradient norm equal PyTorch's within rtol 2e-5, atol 1e-6 (bf16:
+  rtol 5e-5); the learning rate of every step is PyTorch's (schedules). The
   loss at step k depends on every update before it;
 - final weights (--save), for the stored elements (per tensor the 16 with
-  the largest update and 48 at random): |shardc - PyTorch| at most 1e-3
-  (bf16 3e-3) of the tensor's largest update, plus 1e-7 — updates, not
+  the largest update and 48 at random): |shardc - PyTorch| at most 3e-3
+  (bf16 1e-2) of the tensor's largest update, plus 1e-7 — updates, not
   weights, as an update is 1e-3 of the weight or less; the optimizer state
   (momentum_buffer; exp_avg, exp_avg_sq) likewise, relative to the
-  tensor's largest value, plus 1e-12; each whole tensor's update norm within rtol 1e-4
-  (bf16 3e-4);
+  tensor's largest value, plus 1e-12; each whole tensor's update norm
+  within rtol 1e-4 (bf16 1e-3);
 - bf16: the losses differ from the same run's fp32 reference by more than
   5e-5 relative (measured 2e-4), so a bf16 that does not round fails.
 NaN anywhere fails.
 
 Why: both sides compute in fp32 in different orders, so they agree to
 rounding (measured: losses 2e-7, gradient norms 1.5e-6, weights 1.4e-4 of
-the largest update; docs/training.md#testing); the bounds are 10-50x that,
-and a momentum of 0.89 for 0.9 or an eps of 1e-6 for 1e-8 fails them. The
+the largest update; docs/training.md#testing); the bounds are 13-60x that,
+and a momentum of 0.89 for 0.9, an eps of 1e-6 for 1e-8, a beta2 of 0.998
+or an lr 0.2% off fails them. The
 bf16 emulation rounds where shardc casts, but an input differing in its
 last fp32 bit can round to the other bf16 neighbour, hence the looser
 bound. Elements whose gradient is the rounding noise of an exact zero (at
@@ -54,7 +55,7 @@ REFS = os.path.join(SRC, "tests", "models", "train_refs")
 
 # loss and gradient norm rtol, atol; weight and state error / the tensor's largest
 # update or value; update norm rtol
-TOL = {"fp32": (1e-5, 1e-6, 1e-3, 1e-4), "bf16": (3e-5, 1e-6, 3e-3, 3e-4)}
+TOL = {"fp32": (2e-5, 1e-6, 3e-3, 1e-4), "bf16": (5e-5, 1e-6, 1e-2, 1e-3)}
 BF16_APART = 5e-5   # a bf16 run's losses differ from fp32's by more (measured: 2e-4)
 
 
