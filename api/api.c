@@ -8,7 +8,10 @@
  *
  * Every call records its failure in the handle's diag, formatted on demand
  * by sc_model_error / sc_executable_error. An executable is a distributed
- * program, compiled (the build owns it) or loaded (it owns its files). */
+ * program, compiled (the build owns it) or loaded (it owns its files). A
+ * training is a trainer over a training step and its manifest, built from
+ * a model (driver/train_bundle.h) or loaded from a training bundle
+ * (runtime/bundle.h), started the same way (runtime/train_bundle.h). */
 #include "shardc.h"
 
 #include <math.h>
@@ -23,7 +26,10 @@
 #include "passes/stats.h"
 #include "runtime/dist.h"
 #include "runtime/dist_load.h"
+#include "driver/train_bundle.h"
+#include "runtime/bundle.h"
 #include "runtime/checkpoint.h"
+#include "runtime/train_bundle.h"
 #include "runtime/trainer.h"
 
 struct sc_model {
@@ -495,8 +501,16 @@ void sc_training_settings_init(sc_training_settings *s, const char *optimizer) {
   s->eps = o.eps;
 }
 
+/* A training step, built from a model (build, own: its manifest) or loaded
+ * from a training bundle (bundle, which owns its manifest): p and m are
+ * the one or the other's. */
 struct sc_training {
   sc_build *build;
+  sc_train_manifest *own;
+  char *model;          /* the model's file name, for a saved bundle */
+  sc_bundle *bundle;
+  const sc_program *p;
+  const sc_train_manifest *m;
   sc_trainer *trainer;
   int64_t steps;
   sc_diag diag;
@@ -572,27 +586,58 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
     st = !model_path ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no model path")
                      : sc_build_run(&bo, &t->build, &d);
   }
+  if (st == SC_OK) st = sc_build_train_manifest(t->build, &o, &t->own, &d);
   if (st == SC_OK) {
-    const sc_train_info *info = &t->build->train;
-    sc_tensor_view *init = sc_calloc((size_t)info->n_params + 1, sizeof *init);
-    if (!init) st = sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-    for (int32_t k = 0; init && k < info->n_params; k++) {
-      const sc_value *v = &t->build->graph->values[info->params[k].input];
-      init[k] = (sc_tensor_view){.name = info->params[k].name, .dtype = v->dtype,
-                                 .rank = v->rank, .data = (void *)info->params[k].init};
-      memcpy(init[k].dims, v->dims, sizeof init[k].dims);
-    }
-    sc_trainer_opts to = {.threads = s->threads, .beta1 = o.beta1, .beta2 = o.beta2};
-    if (st == SC_OK)
-      st = sc_trainer_create(t->build->program->stages[0].program, init, info->n_params, &to,
-                             &t->trainer, &d);
-    sc_free(init);
+    const char *slash = strrchr(model_path, '/');
+    t->model = strdup_or_null(slash ? slash + 1 : model_path);
+    t->p = t->build->program->stages[0].program;
+    t->m = t->own;
+    sc_trainer_opts to = {.threads = s->threads};
+    st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
   }
   if (st != SC_OK) {
     if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
     return train_fail(t, &d);
   }
   return SC_OK;
+}
+
+sc_status sc_training_load(const char *dir, int threads, sc_training **out) {
+  if (!out) return SC_ERR_USAGE;
+  sc_training *t = *out = sc_calloc(1, sizeof *t);
+  if (!t) return SC_ERR_NOMEM;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_status st = !dir ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no directory")
+                      : sc_bundle_load(dir, &t->bundle, &d);
+  if (st == SC_OK) st = sc_bundle_check_kind(t->bundle, true, &d);
+  if (st == SC_OK) {
+    t->p = t->bundle->program;
+    t->m = t->bundle->train;
+    sc_trainer_opts to = {.threads = threads, .cpu_module = t->bundle->kernels};
+    st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
+  }
+  if (st != SC_OK) {
+    if (!d.file[0] && dir) sc_diag_set_file(&d, dir);
+    return train_fail(t, &d);
+  }
+  return SC_OK;
+}
+
+sc_status sc_training_save_bundle(sc_training *t, const char *dir) {
+  if (!t || !t->trainer || !dir) return SC_ERR_USAGE;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (!t->build) {
+    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a loaded training is saved already");
+    return train_fail(t, &d);
+  }
+  sc_bundle_opts bo;
+  sc_bundle_opts_init(&bo);
+  bo.model = t->model;
+  bo.train = t->m;
+  sc_status st = sc_bundle_write(t->p, &bo, dir, &d);
+  return st == SC_OK ? SC_OK : train_fail(t, &d);
 }
 
 sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n_data,
@@ -650,20 +695,14 @@ const char *sc_training_error(const sc_training *t) {
 void sc_training_free(sc_training *t) {
   if (!t) return;
   sc_trainer_destroy(t->trainer);
+  sc_train_manifest_destroy(t->own);
   sc_build_destroy(t->build);
+  sc_bundle_destroy(t->bundle);
+  sc_free(t->model);
   sc_free(t);
 }
 
-static const char *training_optimizer(const sc_training *t) {
-  const sc_trainer *tr = t->trainer;
-  char probe[512];
-  const sc_train_info *info = &t->build->train;
-  for (int32_t k = 0; k < info->n_params; k++) {
-    snprintf(probe, sizeof probe, "%s.exp_avg", info->params[k].name);
-    if (sc_trainer_state(tr, probe, NULL)) return "adamw";
-  }
-  return "sgd";
-}
+static const char *training_optimizer(const sc_training *t) { return t->m->optimizer; }
 
 sc_status sc_training_save(sc_training *t, const char *dir) {
   if (!t || !t->trainer || !dir) return SC_ERR_USAGE;

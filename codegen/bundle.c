@@ -4,6 +4,8 @@
  * aligned, zero padding between), writes program.json with their offsets,
  * the target's code (cpu: kernels.o through sc_cpu_emit_object; cuda:
  * kernels.cu and one kernels.<arch>.ptx per architecture through NVRTC),
+ * with a training manifest (sc_bundle_opts.train) also params.bin and
+ * training.json (codegen/train_manifest.h),
  * hashes every file as it is written, and writes manifest.json last, all
  * into a temporary sibling of the bundle directory that then replaces it
  * whole (sc_dir_commit, ir/fileio.h). Layout and schemas: docs/bundle.md.
@@ -77,10 +79,19 @@ static sc_status write_file(writer *w, const char *name, const void *data, size_
   return st;
 }
 
-/* weights.bin, streamed (a big model's weights are not copied in memory). */
-static sc_status write_weights(writer *w, const sc_program *p, const int64_t *offsets,
-                               int64_t total) {
-  char *path = path_join(w->dir, "weights.bin");
+/* A file of pieces, each at its offset (SC_BUNDLE_WEIGHT_ALIGN aligned,
+ * in increasing order; -1: not in the file), zero padding between,
+ * streamed (a big model's weights are not copied in memory): weights.bin
+ * and params.bin. */
+typedef struct pieces {
+  int32_t n;
+  const void **data;
+  int64_t *bytes, *offsets;
+  int64_t total;
+} pieces;
+
+static sc_status write_pieces(writer *w, const char *name, const pieces *pc) {
+  char *path = path_join(w->dir, name);
   if (!path) return sc_diag_set(w->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   FILE *f = fopen(path, "wb");
   if (!f) {
@@ -94,20 +105,19 @@ static sc_status write_weights(writer *w, const sc_program *p, const int64_t *of
   static const uint8_t zeros[SC_BUNDLE_WEIGHT_ALIGN];
   int64_t pos = 0;
   bool ok = true;
-  for (int32_t i = 0; i < p->n_buffers && ok; i++) {
-    if (offsets[i] < 0) continue;
-    const sc_buffer *b = &p->buffers[i];
-    SC_ASSERT(offsets[i] >= pos && offsets[i] - pos < SC_BUNDLE_WEIGHT_ALIGN);
-    size_t padn = (size_t)(offsets[i] - pos);
+  for (int32_t i = 0; i < pc->n && ok; i++) {
+    if (pc->offsets[i] < 0) continue;
+    SC_ASSERT(pc->offsets[i] >= pos && pc->offsets[i] - pos < SC_BUNDLE_WEIGHT_ALIGN);
+    size_t padn = (size_t)(pc->offsets[i] - pos);
     ok = padn == 0 || fwrite(zeros, 1, padn, f) == padn;
     sc_sha256_update(&sh, zeros, padn);
-    if (ok && b->bytes > 0) {
-      ok = fwrite(b->data, 1, (size_t)b->bytes, f) == (size_t)b->bytes;
-      sc_sha256_update(&sh, b->data, (size_t)b->bytes);
+    if (ok && pc->bytes[i] > 0) {
+      ok = fwrite(pc->data[i], 1, (size_t)pc->bytes[i], f) == (size_t)pc->bytes[i];
+      sc_sha256_update(&sh, pc->data[i], (size_t)pc->bytes[i]);
     }
-    pos = offsets[i] + b->bytes;
+    pos = pc->offsets[i] + pc->bytes[i];
   }
-  SC_ASSERT(!ok || pos == total);
+  SC_ASSERT(!ok || pos == pc->total);
   if (fclose(f) != 0) ok = false;
   sc_status st = SC_OK;
   if (!ok) {
@@ -118,9 +128,64 @@ static sc_status write_weights(writer *w, const sc_program *p, const int64_t *of
     char hex[65];
     sc_sha256_final(&sh, d);
     sc_sha256_digest_hex(d, hex);
-    add_file(w, "weights.bin", total, hex);
+    add_file(w, name, pc->total, hex);
   }
   sc_free(path);
+  return st;
+}
+
+static pieces pieces_alloc(int32_t n, int64_t total) {
+  pieces pc = {.n = n, .total = total};
+  pc.data = sc_calloc((size_t)n + 1, sizeof *pc.data);
+  pc.bytes = sc_calloc((size_t)n + 1, sizeof *pc.bytes);
+  pc.offsets = sc_calloc((size_t)n + 1, sizeof *pc.offsets);
+  return pc;
+}
+
+static void pieces_free(pieces *pc) {
+  sc_free(pc->data);
+  sc_free(pc->bytes);
+  sc_free(pc->offsets);
+}
+
+/* weights.bin: every CONST buffer's data at its offset. */
+static sc_status write_weights(writer *w, const sc_program *p, const int64_t *offsets,
+                               int64_t total) {
+  pieces pc = pieces_alloc(p->n_buffers, total);
+  if (!pc.data || !pc.bytes || !pc.offsets) {
+    pieces_free(&pc);
+    return sc_diag_set(w->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    pc.data[i] = p->buffers[i].data;
+    pc.bytes[i] = p->buffers[i].bytes;
+    pc.offsets[i] = offsets[i];
+  }
+  sc_status st = write_pieces(w, "weights.bin", &pc);
+  pieces_free(&pc);
+  return st;
+}
+
+/* A training bundle's params.bin (the parameters' initial values) and
+ * training.json (codegen/train_manifest.h). m's offsets are laid out here. */
+static sc_status write_training(writer *w, const sc_program *p, sc_train_manifest *m) {
+  int64_t total = sc_train_manifest_layout(m, p);
+  if (total < 0) return sc_diag_set(w->diag, SC_ERR_LIMIT, NULL, NULL, "parameters exceed 2^63 bytes");
+  pieces pc = pieces_alloc(m->n_params, total);
+  sc_status st = pc.data && pc.bytes && pc.offsets
+                     ? SC_OK
+                     : sc_diag_set(w->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t k = 0; st == SC_OK && k < m->n_params; k++) {
+    pc.data[k] = m->params[k].data;
+    pc.bytes[k] = p->buffers[m->params[k].buffer].bytes;
+    pc.offsets[k] = m->params[k].offset;
+  }
+  if (st == SC_OK) st = write_pieces(w, "params.bin", &pc);
+  pieces_free(&pc);
+  char *text = NULL;
+  if (st == SC_OK) st = sc_train_manifest_write_json(m, p, &text, w->diag);
+  if (st == SC_OK) st = write_file(w, "training.json", text, strlen(text), true);
+  sc_free(text);
   return st;
 }
 
@@ -218,6 +283,9 @@ sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const ch
       return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
                          "constant '%s' has no data (weights not loaded)",
                          p->buffers[i].name ? p->buffers[i].name : "?");
+  if (o->train && (o->target != SC_BUNDLE_CPU || p->mesh.n_axes > 0))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "a training bundle is one rank and cpu only");
 
   /* Written into a fresh sibling folder that replaces dir whole at the
    * end: nothing of an earlier bundle (of either kind) survives, and an
@@ -236,6 +304,11 @@ sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const ch
   if (!st) st = write_file(&w, "program.json", text, strlen(text), true);
   if (!st) st = write_weights(&w, p, offsets, total);
   if (!st) st = write_target_code(&w, p, o, archs);
+  sc_train_manifest *train = NULL;
+  if (!st && o->train && !(train = sc_train_manifest_copy(o->train)))
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (!st && train) st = write_training(&w, p, train);
+  sc_train_manifest_destroy(train);
 
   if (!st) {
     json_t *m = json_object();
@@ -244,6 +317,7 @@ sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const ch
     json_object_set_new(m, "shardc_version", json_string(SHARDC_VERSION));
     json_object_set_new(m, "target", json_string(sc_bundle_target_name(o->target)));
     json_object_set_new(m, "archs", json_incref(archs));
+    if (o->train) json_object_set_new(m, "kind", json_string("training"));
     if (o->target == SC_BUNDLE_CPU) {
       /* What kernels.o was compiled for; the loader refuses a host that
        * lacks any of these features. */

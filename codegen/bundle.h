@@ -13,6 +13,12 @@
  *   kernels.o      cpu: ELF object, one function per kernel (cpu.h ABI)
  *   kernels.cu     cuda: the CUDA C translation unit (cuda.h ABI)
  *   kernels.<arch>.ptx  cuda: PTX per architecture
+ *   training.json  a training bundle (`shardc compile --train`): the step's
+ *                  optimizer, loss, precision, data inputs and parameters
+ *                  (codegen/train_manifest.h); the manifest says
+ *                  "kind": "training"
+ *   params.bin     a training bundle: the parameters' initial values, each
+ *                  at a 64-byte aligned offset recorded in training.json
  *
  * The JSON form of a program round-trips exactly: write → read → write gives
  * identical text, and the read kernels are the written ones field for field
@@ -38,6 +44,7 @@
 #include "codegen/cpu/cpu.h"
 #include "codegen/program.h"
 #include "codegen/program_json.h"
+#include "codegen/train_manifest.h"
 #include "ir/fileio.h"
 
 /* ---- the writer ---- */
@@ -53,6 +60,10 @@ typedef struct sc_bundle_opts {
    * constants, whose pieces are per rank: docs/bundle.md). false: such a
    * buffer is an error. */
   bool external_consts;
+  /* A training step (one rank, cpu): its manifest, whose parameters' data
+   * go to params.bin (borrowed until the write returns); NULL: an
+   * inference bundle. */
+  const sc_train_manifest *train;
 } sc_bundle_opts;
 void sc_bundle_opts_init(sc_bundle_opts *o);
 const char *sc_bundle_target_name(sc_bundle_target t); /* "cpu", "cuda" */

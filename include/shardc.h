@@ -267,6 +267,22 @@ sc_status sc_training_save(sc_training *t, const char *dir);
 /* Continues from a checkpoint saved by sc_training_save or `shardc train
  * --save` with the same model and optimizer: bit-exact. */
 sc_status sc_training_resume(sc_training *t, const char *dir);
+/* Writes the training step as a training bundle directory dir
+ * (docs/bundle.md: the compiled step, the model's initial parameter
+ * values and training.json; what `shardc compile --train` writes), to be
+ * trained by sc_training_load or `shardc train DIR` without the model. The
+ * steps already taken are not in it (sc_training_save checkpoints them).
+ * SC_ERR_USAGE for a training loaded from a bundle. */
+sc_status sc_training_save_bundle(sc_training *t, const char *dir);
+/* Reads a training bundle (written by sc_training_save_bundle or `shardc
+ * compile --train`) as a training at step 0 from its initial parameter
+ * values, running its compiled kernels; threads: 0 for all cores. Its
+ * steps equal those of the training it was saved from, bit for bit. Same
+ * failure convention as sc_training_create: a damaged bundle, or an
+ * inference bundle, is an error naming the directory (and the file). An
+ * inference executable does not load a training bundle either
+ * (sc_executable_load refuses it). */
+sc_status sc_training_load(const char *dir, int threads, sc_training **out);
 /* Writes MODEL with its initializers replaced by a checkpoint's weights as
  * a new ONNX file OUT (atomically): onnxruntime and `shardc run` run it.
  * A checkpoint weight the model lacks, or of another dtype or shape, is an

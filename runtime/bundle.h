@@ -15,8 +15,11 @@
  * every feature kernels.o was compiled for (manifest "cpu") and links
  * kernels.o into a JIT (sc_cpu_load_object), every kernel of the program
  * found by name: pass b->kernels as sc_session_opts.cpu_module and the
- * session runs that code instead of compiling the kir again. Errors: SC_ERR_IO (missing or unreadable
- * file), SC_ERR_PARSE (malformed JSON), SC_ERR_INVALID (hash/size mismatch,
+ * session runs that code instead of compiling the kir again. A training
+ * bundle (`shardc compile --train`) must be cpu and list training.json and
+ * params.bin; both are hashed like the rest, then training.json is checked
+ * against the program and params.bin (codegen/train_manifest.h).
+ * Errors: SC_ERR_IO (missing or unreadable file), SC_ERR_PARSE (malformed JSON), SC_ERR_INVALID (hash/size mismatch,
  * inconsistent content), SC_ERR_UNSUPPORTED (another format version),
  * SC_ERR_NOMEM. Not thread-safe; distinct bundles are independent. */
 #ifndef SC_RUNTIME_BUNDLE_H
@@ -24,6 +27,7 @@
 
 #include "codegen/cpu/cpu.h"
 #include "codegen/program.h"
+#include "codegen/train_manifest.h"
 
 typedef struct sc_bundle {
   char *dir;               /* the bundle directory */
@@ -35,11 +39,23 @@ typedef struct sc_bundle {
   size_t weights_bytes;
   char *cpu, *cpu_features; /* cpu: what kernels.o was compiled for */
   sc_cpu_module *kernels;   /* cpu: kernels.o linked into a JIT (owned) */
+  /* A training bundle (manifest "kind": "training"): training.json read
+   * and checked against the program (owned), its parameters' initial
+   * values pointing into params.bin, mapped read-only; NULL for an
+   * inference bundle, which those who train refuse, as `shardc run` and
+   * sc_dist_program_load refuse a training bundle. */
+  sc_train_manifest *train;
+  void *params;
+  size_t params_bytes;
 } sc_bundle;
 
 /* True when path is a directory holding a manifest.json. */
 bool sc_bundle_is_dir(const char *path);
 sc_status sc_bundle_load(const char *dir, sc_bundle **out, sc_diag *diag);
 void sc_bundle_destroy(sc_bundle *b);
+/* SC_OK when b is of the kind the caller runs (a training bundle when
+ * training, else an inference bundle); else SC_ERR_INVALID, saying what b
+ * is and what runs it. */
+sc_status sc_bundle_check_kind(const sc_bundle *b, bool training, sc_diag *d);
 
 #endif

@@ -12,7 +12,10 @@
  *      with the program;
  *   5. cpu: the host has every CPU feature kernels.o was compiled for
  *      (manifest "cpu"), and kernels.o links with every kernel of the
- *      program defined (sc_cpu_load_object).
+ *      program defined (sc_cpu_load_object);
+ *   6. a training bundle ("kind": "training", cpu only, training.json and
+ *      params.bin listed): training.json checked against the program and
+ *      params.bin (codegen/train_manifest.h), which stays mapped.
  * Between the hash check and the end of the run, weights.bin must not be
  * rewritten in place (it is mapped, not copied). */
 #include "runtime/bundle.h"
@@ -110,10 +113,26 @@ void sc_bundle_destroy(sc_bundle *b) {
   sc_free(b->cpu);
   sc_free(b->cpu_features);
   sc_program_destroy(b->program);
+  sc_train_manifest_destroy(b->train);
+  if (b->params) munmap(b->params, b->params_bytes);
   if (b->weights) munmap(b->weights, b->weights_bytes);
   sc_free(b->archs);
   sc_free(b->dir);
   sc_free(b);
+}
+
+sc_status sc_bundle_check_kind(const sc_bundle *b, bool training, sc_diag *d) {
+  sc_status st = SC_OK;
+  if (training && !b->train)
+    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "an inference bundle, not a training bundle (no training.json): compile "
+                     "the model with --train to train it");
+  else if (!training && b->train)
+    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "a training bundle (compiled with --train): it is trained (shardc train "
+                     "DIR), not run as a model");
+  if (st) sc_diag_set_file(d, b->dir);
+  return st;
 }
 
 static bool safe_name(const char *s) {
@@ -167,7 +186,7 @@ static sc_status check_tensors(const char *dir, json_t *list, const char *what,
 }
 
 static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
-  mapped man = {0}, prog = {0}, wts = {0}, obj = {0};
+  mapped man = {0}, prog = {0}, wts = {0}, obj = {0}, tj = {0}, par = {0};
   json_t *m = NULL;
   sc_status st = map_file(dir, "manifest.json", -1, MANIFEST_MAX_BYTES, &man, d);
   if (st) return st;
@@ -202,6 +221,19 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     goto out;
   }
   snprintf(b->target, sizeof b->target, "%s", target);
+  json_t *kind = json_object_get(m, "kind");
+  const char *ks = json_string_value(kind);
+  bool training = ks && strcmp(ks, "training") == 0;
+  if (kind && !training && !(ks && strcmp(ks, "inference") == 0)) {
+    st = bad(d, SC_ERR_PARSE, dir, "manifest.json: 'kind' is neither \"inference\" nor "
+             "\"training\"");
+    goto out;
+  }
+  if (training && strcmp(target, "cpu") != 0) {
+    st = bad(d, SC_ERR_INVALID, dir, "manifest.json: a training bundle for %s (only cpu "
+             "training bundles exist)", target);
+    goto out;
+  }
   if (strcmp(target, "cpu") == 0) {
     json_t *cpu = json_object_get(m, "cpu");
     const char *cname = json_string_value(json_object_get(cpu, "name"));
@@ -239,9 +271,10 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     }
   }
   /* What the target needs. */
-  const char *need[3] = {"program.json", "weights.bin",
-                         strcmp(target, "cpu") == 0 ? "kernels.o" : "kernels.cu"};
-  for (int k = 0; k < 3; k++)
+  const char *need[5] = {"program.json", "weights.bin",
+                         strcmp(target, "cpu") == 0 ? "kernels.o" : "kernels.cu",
+                         "training.json", "params.bin"};
+  for (int k = 0; k < (training ? 5 : 3); k++)
     if (!find_file(files, need[k])) {
       st = bad(d, SC_ERR_INVALID, dir, "manifest.json: '%s' is not listed", need[k]);
       goto out;
@@ -287,6 +320,8 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     if (strcmp(name, "program.json") == 0) prog = fm;
     else if (strcmp(name, "weights.bin") == 0) wts = fm;
     else if (strcmp(name, "kernels.o") == 0 && strcmp(target, "cpu") == 0) obj = fm;
+    else if (training && strcmp(name, "training.json") == 0) tj = fm;
+    else if (training && strcmp(name, "params.bin") == 0) par = fm;
     else unmap(&fm);
   }
   if ((int64_t)wts.bytes != json_integer_value(wbytes)) {
@@ -323,7 +358,22 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     if (!st) st = sc_cpu_load_object(p, obj.data, obj.bytes, &b->kernels, &cd);
     if (st) bad(d, st, dir, "%s", cd.msg);
   }
+  if (!st && training) {
+    sc_diag td = {0};
+    sc_diag_clear(&td);
+    st = sc_train_manifest_read_json(tj.data, tj.bytes, p, par.data, (int64_t)par.bytes,
+                                     &b->train, &td);
+    if (st) {
+      bad(d, st, dir, "%s", td.msg);
+      goto out;
+    }
+    b->params = par.data;
+    b->params_bytes = par.bytes;
+    par.data = NULL;
+  }
 out:
+  unmap(&tj);
+  unmap(&par);
   unmap(&obj);
   unmap(&prog);
   unmap(&wts);

@@ -173,6 +173,7 @@ static sc_status read_stage(loader *l, json_t *o, int32_t k) {
     return fail(l, SC_ERR_INVALID, "%s: 'dir' must be \"%s\"", where, name);
   snprintf(path, sizeof path, "%s/%s", l->dir, name);
   sc_status st = sc_bundle_load(path, &l->own->stages[k], l->d);
+  if (st == SC_OK) st = sc_bundle_check_kind(l->own->stages[k], false, l->d);
   if (st != SC_OK) return st;
   const sc_program *p = l->own->stages[k]->program;
   ds->program = l->own->stages[k]->program;
@@ -360,6 +361,7 @@ static void bundle_free(void *b) { sc_bundle_destroy(b); }
 static sc_status load_single(const char *dir, sc_dist_program **out, sc_diag *d) {
   sc_bundle *b = NULL;
   sc_status st = sc_bundle_load(dir, &b, d);
+  if (st == SC_OK) st = sc_bundle_check_kind(b, false, d);
   if (st == SC_OK && !b->kernels)
     st = sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
                      "a %s bundle: only cpu bundles run here", b->target);

@@ -42,6 +42,9 @@ typedef struct sc_trainer_opts {
   double beta1, beta2; /* for the bias corrections (AdamW); 0: 0.9, 0.999 */
   double loss_scale;   /* a program with "train:loss_scale": the first
                           scale; 0: 65536 (GradScaler's init_scale) */
+  const struct sc_cpu_module *cpu_module; /* the program's kernels, compiled
+                          (a bundle's kernels.o), borrowed: must outlive
+                          the trainer; NULL: JIT-compiled from the kir */
 } sc_trainer_opts;
 
 /* init: initial values of the parameters, by name (copied). The program

@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,15 @@ int sc_cli_usage_error(const char *fmt, ...) {
   fputc('\n', stderr);
   va_end(ap);
   return 2;
+}
+
+int sc_cli_parse_number(const char *opt, const char *v, double *out) {
+  char *end;
+  double x = strtod(v, &end);
+  if (!*v || *end || !isfinite(x))
+    return sc_cli_usage_error("%s expects a number, got '%s'", opt, v);
+  *out = x;
+  return 0;
 }
 
 int sc_cli_report(const sc_diag *d, const char *file) {

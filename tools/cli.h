@@ -56,6 +56,9 @@ int sc_cli_parse(int argc, char **argv, unsigned allowed, const char *usage,
  * sets *missing and returns argv[*i] itself (*i unchanged), so the caller
  * still knows it was this option. */
 const char *sc_cli_opt_value(int argc, char **argv, int *i, const char *name, bool *missing);
+/* The finite number v, the value of option opt, into *out: 0, or 2 after a
+ * usage error naming opt. */
+int sc_cli_parse_number(const char *opt, const char *v, double *out);
 /* Whether s is a whole decimal integer in [lo, hi]; if so stores it. */
 bool sc_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* 1234567 -> "1,234,567" into buf. */

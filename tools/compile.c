@@ -11,7 +11,13 @@
  * With --mesh or --plan (partition_args.h's options, --comm excepted) the
  * model is partitioned and OUT becomes a partitioned bundle: partition.json,
  * one stage bundle per stage and one weight file per rank
- * (codegen/dist_bundle.h). */
+ * (codegen/dist_bundle.h).
+ *
+ * With --train (and the step's options of train_args.h, shared with
+ * `shardc train`) the model becomes its training step (one rank, cpu) and
+ * OUT a training bundle: the step's program and kernels.o, params.bin (the
+ * initial parameters) and training.json (driver/train_bundle.h), which
+ * `shardc train OUT` runs. */
 #include <stdio.h>
 #include <string.h>
 
@@ -20,7 +26,9 @@
 #include "codegen/dist_bundle.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "driver/train_bundle.h"
 #include "tools/partition_args.h"
+#include "tools/train_args.h"
 #if SHARDC_HAVE_CUDA
 #include "codegen/cuda/cuda.h"
 #endif
@@ -29,7 +37,10 @@ static const char *const USAGE =
     "shardc compile MODEL.onnx [--target cpu|cuda] -o OUT [--dim NAME=V]...\n"
     "                         [--gpu-arch sm_80,sm_90] [--emit=kir|llvm|cuda]\n"
     "                         [--print-after=PASS] [--time-passes]\n"
-    "                         [--mesh SPEC | --plan FILE.json] [--microbatches M] ...";
+    "                         [--mesh SPEC | --plan FILE.json] [--microbatches M] ...\n"
+    "       shardc compile MODEL.onnx --train -o OUT [--dim NAME=V]... [--loss KIND]\n"
+    "                         [--optimizer sgd|adamw] ... (the options of shardc train\n"
+    "                         that shape the step)";
 
 typedef struct compile_opts {
   const char *target; /* "cpu" (default) or "cuda" */
@@ -37,6 +48,8 @@ typedef struct compile_opts {
   const char *archs;
   const char *emit;   /* NULL, "kir", "llvm", "cuda" */
   sc_partition_args pa; /* --mesh and the other partition options */
+  bool train;         /* --train: a training bundle */
+  sc_train_args ta;   /* the training step's options */
 } compile_opts;
 
 /* "--name=value" / "--name value" (or a short alias); advances *i. Returns
@@ -70,9 +83,14 @@ static int split_args(int argc, char **argv, compile_opts *co) {
     else if (r == 0 && (r = take(argc, argv, &i, "--output", "-o", &v)) == 1) co->out = v;
     else if (r == 0 && (r = take(argc, argv, &i, "--gpu-arch", NULL, &v)) == 1) co->archs = v;
     else if (r == 0 && (r = take(argc, argv, &i, "--emit", NULL, &v)) == 1) co->emit = v;
+    if (r == 0 && strcmp(argv[i], "--train") == 0) {
+      co->train = true;
+      continue;
+    }
     if (r == 0 && strncmp(argv[i], "--", 2) == 0) {
       int j = i;
       int t = sc_partition_args_take(&co->pa, argc, argv, &j, false);
+      if (t == 0) t = sc_train_args_take(&co->ta, argc, argv, &j);
       if (t == 2) return -1;
       if (t == 1) {
         i = j - 1; /* it moved past what it took; the loop steps once more */
@@ -118,9 +136,23 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
+/* --train: one rank, cpu; the step's options only with it. */
+static int check_train(compile_opts *co, bool partitioned, const sc_bundle_opts *bo) {
+  if (!co->train) {
+    if (co->ta.first) return sc_cli_usage_error("%s needs --train", co->ta.first);
+    return 0;
+  }
+  if (partitioned)
+    return sc_cli_usage_error("--train compiles one rank (no --mesh / --plan yet)");
+  if (bo->target != SC_BUNDLE_CPU)
+    return sc_cli_usage_error("--train: a training bundle is cpu only (--target cpu)");
+  return sc_train_args_finish(&co->ta);
+}
+
 int sc_cmd_compile(int argc, char **argv) {
   compile_opts co = {.target = "cpu"};
   sc_partition_args_init(&co.pa);
+  sc_train_args_init(&co.ta);
   int n = split_args(argc, argv, &co);
   if (n < 0) return 2;
   sc_cli_opts o;
@@ -144,8 +176,13 @@ int sc_cmd_compile(int argc, char **argv) {
            "                      partition the model (options of `shardc run --mesh`):\n"
            "                      OUT gets partition.json, stage<k>/ bundles and\n"
            "                      weights/rank<r>.bin (docs/bundle.md); `shardc run OUT`\n"
-           "                      runs it (--comm mpi under mpirun)\n",
+           "                      runs it (--comm mpi under mpirun)\n"
+           "  --train             compile the training step (loss, autodiff, optimizer;\n"
+           "                      one rank, cpu) into a training bundle: OUT also gets\n"
+           "                      params.bin and training.json; `shardc train OUT`\n"
+           "                      trains it. The step's options, as shardc train's:\n",
            USAGE);
+    sc_train_args_help(stdout);
     return 0;
   }
   sc_bundle_opts bo;
@@ -167,9 +204,12 @@ int sc_cmd_compile(int argc, char **argv) {
   if (partitioned && bo.target != SC_BUNDLE_CPU)
     return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
 
+  if ((rc = check_train(&co, partitioned, &bo)) != 0) return rc;
+
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o);
-  bs.compile.quiet = partitioned;
+  bs.compile.quiet = partitioned || co.train;
+  if (co.train) bs.build.train = &co.ta.t;
   sc_build *b = NULL;
   if ((rc = sc_partition_args_build(&co.pa, &o, &bs.build, &b, NULL)) != 0) return rc;
   if (b->part) sc_partition_print_fallbacks(b->part, stderr, "shardc: warning: ");
@@ -177,11 +217,17 @@ int sc_cmd_compile(int argc, char **argv) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (co.emit) rc = emit_code(dp->stages[0].program, &co, o.file);
+  sc_train_manifest *tm = NULL;
+  if (rc == 0 && co.out && co.train) {
+    if (sc_build_train_manifest(b, &co.ta.t, &tm, &d) != SC_OK) rc = sc_cli_report(&d, o.file);
+    bo.train = tm;
+  }
   if (rc == 0 && co.out) {
     sc_status st = partitioned ? sc_dist_program_write(dp, &bo, co.out, &d)
                                : sc_bundle_write(dp->stages[0].program, &bo, co.out, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   }
+  sc_train_manifest_destroy(tm);
   sc_build_destroy(b);
   return rc;
 }

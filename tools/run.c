@@ -596,6 +596,7 @@ static int write_outputs(run_state *st, const run_opts *r) {
  * sc_bundle_load linked (st->bundle->kernels): nothing is compiled. */
 static sc_status load_bundle(run_state *st, const char *dir, sc_diag *d) {
   sc_status s = sc_bundle_load(dir, &st->bundle, d);
+  if (s == SC_OK) s = sc_bundle_check_kind(st->bundle, false, d);
   if (s == SC_OK && strcmp(st->bundle->target, "cpu") != 0)
     return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
                        "a %s bundle: shardc run runs cpu bundles", st->bundle->target);

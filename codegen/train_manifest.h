@@ -1,0 +1,84 @@
+/* train_manifest.h — what a training step needs besides its program to be
+ * run without the model, and its on-disk form training.json (a training
+ * bundle, docs/bundle.md "Training bundles"): the optimizer and the
+ * hyper-parameters the runtime uses (betas for the bias corrections), the
+ * loss, the precision, gradient accumulation, the data inputs, and the
+ * parameters with the place of their initial values in params.bin.
+ *
+ * The writer (codegen/bundle.c), the loader (runtime/bundle_load.c) and
+ * the build (driver/train_bundle.h, which fills one from a training build)
+ * share it, as program_json.h is shared; it names nothing of how the step
+ * was made (no passes/ type), so the runtime may read it.
+ *
+ * Reading treats the text as untrusted (strict JSON, duplicate keys
+ * refused, every field's type and range checked) and checks it against
+ * the program: each parameter is an input of the program updated by an
+ * output "new:NAME", with the manifest's dtype and shape, its bytes inside
+ * params.bin at an aligned offset, listed once; the data inputs are
+ * exactly the program's (inputs that are neither state nor "train:"
+ * scalars), in order, with their dtypes and shapes; fp16 programs, and only
+ * they, have the loss-scale input; grad_accum > 1, and only then, comes
+ * with "accum:" inputs.
+ *
+ * Ownership: a manifest is one sc_malloc'd block with its params array,
+ * freed by sc_train_manifest_destroy. params[k].data is borrowed (the
+ * writer's: the model's initial values; the reader's: params.bin, which
+ * must outlive the manifest). Errors: SC_ERR_PARSE (malformed JSON or a
+ * missing field), SC_ERR_INVALID (well-formed but out of range or not the
+ * program's), SC_ERR_NOMEM. */
+#ifndef SC_CODEGEN_TRAIN_MANIFEST_H
+#define SC_CODEGEN_TRAIN_MANIFEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codegen/program.h"
+
+enum { SC_TRAIN_MANIFEST_VERSION = 1 }; /* training.json "version" */
+
+typedef struct sc_train_manifest_param {
+  const char *name;   /* the program input's name (borrowed from the program) */
+  int32_t buffer;     /* its buffer id */
+  int64_t offset;     /* in params.bin (sc_train_manifest_layout) */
+  const void *data;   /* its initial values: the buffer's bytes (borrowed) */
+} sc_train_manifest_param;
+
+typedef struct sc_train_manifest {
+  char optimizer[8];       /* "sgd" or "adamw" */
+  double momentum, weight_decay, beta1, beta2, eps;
+  bool nesterov;
+  double clip_grad_norm;   /* 0: none */
+  char loss[16];           /* "cross-entropy", "mse" or "output" */
+  char logits[512];        /* the output the loss reads; "" for the only one */
+  int64_t ignore_index;    /* cross-entropy */
+  int64_t classes;         /* cross-entropy: the logits' last dim; else 0 */
+  char precision[8];       /* "fp32", "bf16" or "fp16" (dynamic loss scaling) */
+  int32_t grad_accum;      /* microbatches per optimizer step, >= 1 */
+  int32_t n_params;
+  sc_train_manifest_param *params; /* in the same block */
+} sc_train_manifest;
+
+/* A manifest with room for n_params parameters (zeroed; n_params set). */
+sc_train_manifest *sc_train_manifest_create(int32_t n_params);
+/* A copy of m (the same borrowed names and data), or NULL. */
+sc_train_manifest *sc_train_manifest_copy(const sc_train_manifest *m);
+void sc_train_manifest_destroy(sc_train_manifest *m); /* NULL is fine */
+
+/* Whether input buffer b of p is training state: an output "new:NAME". */
+bool sc_program_input_is_state(const sc_program *p, int32_t b);
+
+/* Places every parameter in params.bin: offsets in order, each
+ * SC_BUNDLE_WEIGHT_ALIGN aligned. Returns the file's size, or -1 on
+ * overflow. */
+int64_t sc_train_manifest_layout(sc_train_manifest *m, const sc_program *p);
+/* training.json of m (after sc_train_manifest_layout), 2-space indented. */
+sc_status sc_train_manifest_write_json(const sc_train_manifest *m, const sc_program *p,
+                                       char **text, sc_diag *d);
+/* Parses and checks training.json against p and params.bin (params,
+ * params_bytes). */
+sc_status sc_train_manifest_read_json(const char *text, size_t len, const sc_program *p,
+                                      const void *params, int64_t params_bytes,
+                                      sc_train_manifest **out, sc_diag *d);
+
+#endif

@@ -1,0 +1,69 @@
+/* train_bundle.c — a training build's manifest (train_bundle.h): the
+ * options as the manifest spells them, the classes read from the graph,
+ * the parameters matched with the program's inputs by name. */
+#include "driver/train_bundle.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Cross-entropy's classes: the last dim of the output the loss reads (the
+ * first output, or the one named logits). */
+static int64_t classes_of(const sc_graph *g, const char *logits) {
+  for (int32_t j = 0; j < g->n_outputs; j++) {
+    const sc_value *v = &g->values[g->outputs[j]];
+    if (!logits || strcmp(v->name, logits) == 0) return v->rank > 0 ? v->dims[v->rank - 1] : 0;
+  }
+  return 0;
+}
+
+/* The program's input buffer named name, or -1. */
+static int32_t input_named(const sc_program *p, const char *name) {
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    const char *n = p->buffers[p->inputs[i]].name;
+    if (n && strcmp(n, name) == 0) return p->inputs[i];
+  }
+  return -1;
+}
+
+static void options_of(const sc_train_opts *o, sc_train_manifest *m) {
+  static const char *const losses[] = {"cross-entropy", "mse", "output"};
+  snprintf(m->optimizer, sizeof m->optimizer, "%s",
+           o->optimizer == SC_OPTIMIZER_ADAMW ? "adamw" : "sgd");
+  m->momentum = o->momentum;
+  m->weight_decay = o->weight_decay;
+  m->beta1 = o->beta1;
+  m->beta2 = o->beta2;
+  m->eps = o->eps;
+  m->nesterov = o->nesterov;
+  m->clip_grad_norm = o->clip_grad_norm;
+  snprintf(m->loss, sizeof m->loss, "%s", losses[o->loss]);
+  snprintf(m->logits, sizeof m->logits, "%s", o->logits ? o->logits : "");
+  m->ignore_index = o->ignore_index;
+  snprintf(m->precision, sizeof m->precision, "%s", o->fp16 ? "fp16" : o->bf16 ? "bf16" : "fp32");
+  m->grad_accum = o->grad_accum > 1 ? o->grad_accum : 1;
+}
+
+sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
+                                  sc_train_manifest **out, sc_diag *d) {
+  *out = NULL;
+  if (!b->program || b->program->n_stages != 1 || b->train.n_params <= 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "not a one-rank training build");
+  if (o->logits && strlen(o->logits) >= sizeof((sc_train_manifest *)0)->logits)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "logits name longer than %zu bytes",
+                       sizeof((sc_train_manifest *)0)->logits - 1);
+  const sc_program *p = b->program->stages[0].program;
+  const sc_train_info *info = &b->train;
+  sc_train_manifest *m = sc_train_manifest_create(info->n_params);
+  if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  options_of(o, m);
+  m->classes = o->loss == SC_LOSS_CROSS_ENTROPY ? classes_of(b->graph, o->logits) : 0;
+  m->n_params = 0;
+  for (int32_t k = 0; k < info->n_params; k++) {
+    int32_t buf = input_named(p, info->params[k].name);
+    if (buf < 0 || !sc_program_input_is_state(p, buf)) continue; /* frozen by structure */
+    m->params[m->n_params++] = (sc_train_manifest_param){
+        .name = p->buffers[buf].name, .buffer = buf, .data = info->params[k].init};
+  }
+  *out = m;
+  return SC_OK;
+}

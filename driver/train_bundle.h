@@ -1,0 +1,23 @@
+/* train_bundle.h — the manifest of a built training step
+ * (codegen/train_manifest.h): what `shardc compile --train` writes into a
+ * training bundle beside the program, and what `shardc train MODEL` and
+ * sc_training_create start the trainer from (runtime/train_bundle.h), so
+ * that a bundle and a fresh build train alike.
+ *
+ * From a one-rank build with opts.train (driver.h) and those options: the
+ * optimizer and its hyper-parameters, the loss, the classes of the logits
+ * (cross-entropy: their last dim), the precision, gradient accumulation,
+ * and every trainable parameter that is an input of the program, with its
+ * initial values borrowed from the model (the build must outlive the
+ * manifest). Errors: SC_ERR_USAGE (not a training build, a --logits name
+ * longer than the manifest holds), SC_ERR_NOMEM. */
+#ifndef SC_DRIVER_TRAIN_BUNDLE_H
+#define SC_DRIVER_TRAIN_BUNDLE_H
+
+#include "codegen/train_manifest.h"
+#include "driver/driver.h"
+
+sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
+                                  sc_train_manifest **out, sc_diag *d);
+
+#endif
