@@ -296,8 +296,8 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
 static sc_status check_program(const sc_train_manifest *m, const sc_program *p, sc_diag *d) {
   bool fp16 = strcmp(m->precision, "fp16") == 0;
   if (fp16 != has_input_prefix(p, "train:loss_scale"))
-    return bad(d, SC_ERR_INVALID, "precision %s, but the program %s a loss-scale input",
-               m->precision, fp16 ? "has no" : "has");
+    return bad(d, SC_ERR_INVALID, "precision %s, but the program %s loss-scale input",
+               m->precision, fp16 ? "has no" : "has a");
   if ((m->grad_accum > 1) != has_input_prefix(p, "accum:"))
     return bad(d, SC_ERR_INVALID, "grad_accum %d, but the program %s gradients",
                (int)m->grad_accum, m->grad_accum > 1 ? "accumulates no" : "accumulates");

@@ -15,6 +15,13 @@ from fp32 (it really rounds). The gradient norm is checked the same way. No NaN.
 seeded random; some labels are the ignore index. Also: --list-params, a
 label out of range refused before step 1 naming the file, a model input
 missing from --data, and a loss that falls (AdamW, 60 steps).
+Training bundles: `compile --train` then `train BUNDLE` gives the same log
+and the same final weights and optimizer state, bit for bit, as `train
+MODEL` with the same options (SGD with momentum and Nesterov, AdamW with
+clipping, SGD with --grad-accum 2); graph options with a bundle, an
+inference bundle to train, a training bundle to run, and damaged bundles
+(truncated or corrupted files, and training.json edited with its hash
+rewritten) are refused naming the option or file.
 
 Environment: SHARDC (the binary). Exit 0 on success, 1 on any failure.
 """
@@ -130,6 +137,165 @@ def reference(x, lab, tgt, loss_kind, opt, steps, batch, lr0, clip=0.0, sched=No
 def run(args):
     return subprocess.run([SHARDC, "train", MLP] + args, capture_output=True, text=True,
                           timeout=300)
+
+
+def shardc(args):
+    return subprocess.run([SHARDC] + args, capture_output=True, text=True, timeout=300)
+
+
+def log_lines(path):
+    """The log without the step times (which differ from run to run)."""
+    out = []
+    for line in open(path):
+        d = json.loads(line)
+        d.pop("time_ms")
+        out.append(d)
+    return out
+
+
+def rehash(bundle, name):
+    """Rewrites manifest.json's size and SHA-256 of bundle/name as a
+    consistent (hostile) author would: the loader's own checks must then
+    find what is wrong."""
+    import hashlib
+    mpath = os.path.join(bundle, "manifest.json")
+    man = json.load(open(mpath))
+    blob = open(os.path.join(bundle, name), "rb").read()
+    for f in man["files"]:
+        if f["name"] == name:
+            f["bytes"] = len(blob)
+            f["sha256"] = hashlib.sha256(blob).hexdigest()
+    open(mpath, "w").write(json.dumps(man, indent=2))
+
+
+def bundle_tests(tmp, xf, lf):
+    """compile --train, then train BUNDLE: the same per-step log and the
+    same final weights and optimizer state, bit for bit, as train MODEL
+    with the same options; then the refusals."""
+    import shutil
+    steps = 6
+    data = ["--data", "x=" + xf, "--labels", lf, "--lr", "0.02", "--quiet"]
+    configs = [
+        ("sgd momentum nesterov wd", ["--optimizer", "sgd", "--momentum", "0.9", "--nesterov",
+                                      "--weight-decay", "0.01"]),
+        ("adamw clip 0.5", ["--optimizer", "adamw", "--clip-grad-norm", "0.5", "--betas",
+                            "0.8,0.99"]),
+        ("sgd momentum, grad-accum 2", ["--optimizer", "sgd", "--momentum", "0.9",
+                                        "--grad-accum", "2"]),
+    ]
+    bundle = None
+    for ci, (name, graph) in enumerate(configs):
+        b = os.path.join(tmp, "train%d.bundle" % ci)
+        r = shardc(["compile", MLP, "--train", "--dim", "batch=8", "-o", b] + graph)
+        if not check(r.returncode == 0 and os.path.exists(os.path.join(b, "training.json")),
+                     f"bundle {name}: compile --train: {r.returncode} {r.stderr[-400:]}"):
+            continue
+        bundle = b
+        logs, cks = [], []
+        for k, first in enumerate([[MLP, "--dim", "batch=8"] + graph, [b]]):
+            log, ck = os.path.join(tmp, "bl%d.jsonl" % k), os.path.join(tmp, "bck%d" % k)
+            r = shardc(["train"] + first + data + ["--steps", str(steps), "--log-json", log,
+                                                   "--save", ck])
+            if check(r.returncode == 0, f"bundle {name}: train {first[0]}: {r.stderr[-400:]}"):
+                logs.append(log_lines(log))
+                cks.append(ck)
+        if len(logs) != 2:
+            continue
+        check(len(logs[0]) == steps and logs[0] == logs[1],
+              f"bundle {name}: the logs differ:\n{logs[0]}\n{logs[1]}")
+        check(len({x["loss"] for x in logs[0]}) > 1, f"bundle {name}: the loss never changed")
+        for f in ("weights.safetensors", "optimizer.safetensors"):
+            a, c = (open(os.path.join(d, f), "rb").read() for d in cks)
+            check(a == c, f"bundle {name}: {f} differs from the model's run")
+        print(f"ok: bundle {name}: {steps} steps equal train MODEL bit for bit")
+        if ci == 1:  # a checkpoint of the model's run resumes in the bundle, and the reverse
+            more = []
+            for k, first in enumerate([[MLP, "--dim", "batch=8"] + graph, [b]]):
+                log = os.path.join(tmp, "bm%d.jsonl" % k)
+                r = shardc(["train"] + first + data + ["--steps", str(steps + 2), "--log-json",
+                                                       log, "--resume", cks[1 - k]])
+                if check(r.returncode == 0, f"bundle {name}: resume: {r.stderr[-300:]}"):
+                    more.append(log_lines(log))
+            check(len(more) == 2 and [x["step"] for x in more[0]] == [steps + 1, steps + 2]
+                  and more[0] == more[1], f"bundle {name}: resumed logs differ: {more}")
+    if not bundle:
+        return
+    # options compiled into the bundle are refused, naming them
+    for bad, needle in ((["--optimizer", "adamw"], "--optimizer"), (["--nesterov"], "--nesterov"),
+                        (["--grad-accum", "3"], "--grad-accum"), (["--dim", "batch=4"], "--dim"),
+                        (["--freeze", "0.*"], "--freeze")):
+        r = shardc(["train", bundle] + data + ["--steps", "1"] + bad)
+        check(r.returncode == 2 and needle in r.stderr and "compiled into the bundle" in r.stderr,
+              f"bundle with {bad}: {r.returncode} {r.stderr[-300:]}")
+    # the step's options without --train, or with a mesh
+    r = shardc(["compile", MLP, "--loss", "mse", "-o", os.path.join(tmp, "nope")])
+    check(r.returncode == 2 and "--loss needs --train" in r.stderr, f"--loss alone: {r.stderr}")
+    r = shardc(["compile", MLP, "--train", "--mesh", "dp=2", "-o", os.path.join(tmp, "nope")])
+    check(r.returncode == 2 and "--train" in r.stderr, f"--train --mesh: {r.stderr}")
+    # an inference bundle to train, a training bundle to run
+    inf = os.path.join(tmp, "inference.bundle")
+    r = shardc(["compile", MLP, "--dim", "batch=8", "-o", inf])
+    check(r.returncode == 0, f"compile: {r.stderr[-300:]}")
+    r = shardc(["train", inf] + data + ["--steps", "1"])
+    check(r.returncode == 1 and "inference bundle" in r.stderr and inf in r.stderr,
+          f"train an inference bundle: {r.returncode} {r.stderr[-300:]}")
+    r = shardc(["run", bundle, "--random-inputs", "1", "--output-dir", os.path.join(tmp, "o")])
+    check(r.returncode == 1 and "training bundle" in r.stderr and bundle in r.stderr,
+          f"run a training bundle: {r.returncode} {r.stderr[-300:]}")
+
+    # damaged files: refused naming the file, never a crash
+    def damaged(name, mutate, fix_hash, needle):
+        b = os.path.join(tmp, "damaged.bundle")
+        shutil.rmtree(b, ignore_errors=True)
+        shutil.copytree(bundle, b)
+        path = os.path.join(b, name)
+        blob = mutate(open(path, "rb").read())
+        open(path, "wb").write(blob)
+        if fix_hash:
+            rehash(b, name)
+        r = shardc(["train", b] + data + ["--steps", "1"])
+        # rehashed: the hashes agree, so the manifest's own checks refuse it
+        hashes_ok = not fix_hash or ("SHA-256" not in r.stderr and "the manifest says" not in
+                                     r.stderr)
+        check(r.returncode == 1 and needle in r.stderr and hashes_ok,
+              f"damaged {name} ({'rehashed' if fix_hash else 'hash kept'}): {r.returncode} "
+              f"{r.stderr[-300:]}")
+        return r
+
+    def edit(f):  # training.json changed by f
+        def mutate(blob):
+            t = json.loads(blob)
+            f(t)
+            return json.dumps(t).encode()
+        return mutate
+
+    damaged("training.json", lambda b: b[: len(b) // 2], False, "training.json")
+    damaged("params.bin", lambda b: b[:-1] + bytes([b[-1] ^ 1]), False, "params.bin")
+    damaged("params.bin", lambda b: b[:100], False, "params.bin")
+    for cut in (0, 1, 40, 200, 700):
+        damaged("training.json", lambda b, c=cut: b[:c], True, "training.json")
+    hostile = [
+        lambda t: t["optimizer"].__setitem__("betas", [1.5, 0.9]),
+        lambda t: t["optimizer"].__setitem__("kind", "lion"),
+        lambda t: t["params"][0].__setitem__("offset", 2 ** 62),
+        lambda t: t["params"][1].__setitem__("offset", 1),
+        lambda t: t["params"][0].__setitem__("name", "nope"),
+        lambda t: t["params"].append(dict(t["params"][0])),
+        lambda t: t["params"][0].__setitem__("shape", [64, 128]),
+        lambda t: t["data"][0].__setitem__("shape", [9, 64]),
+        lambda t: t["data"].pop(),
+        lambda t: t.__setitem__("precision", "fp16"),
+        lambda t: t.__setitem__("grad_accum", 0),
+        lambda t: t.__setitem__("grad_accum", "2"),
+        lambda t: t["loss"].__setitem__("classes", -1),
+        lambda t: t.__setitem__("version", 99),
+        lambda t: t.pop("optimizer"),
+    ]
+    for h in hostile:
+        damaged("training.json", edit(h), True, "training.json")
+    damaged("manifest.json", lambda b: b.replace(b'"kind": "training"', b'"kind": "bogus"'),
+            False, "kind")
+    print(f"ok: bundle refusals ({len(hostile) + 9} damaged bundles)")
 
 
 def main():
@@ -325,6 +491,8 @@ def main():
             r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "9",
                      "--resume", da, "--quiet"])
             check(r.returncode == 1 and "adamw" in r.stderr, f"sgd from adamw: {r.stderr[-300:]}")
+
+        bundle_tests(tmp, xf, lf)
 
         # hostile or wrong inputs: usage errors (exit 2) and input errors (exit 1)
         ok_args = ["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "1"]

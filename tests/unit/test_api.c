@@ -9,7 +9,9 @@
  * time; and the errors: an unknown mesh axis, a plan without a mesh,
  * parallel options without one, a missing bundle, a wrong output count,
  * an unknown dtype code. Training: AdamW steps on the MLP (see
- * test_training). Inputs are seeded random, never zeros. */
+ * test_training), and a training bundle saved and loaded that steps as
+ * its source does, bit for bit (test_training_bundle). Inputs are seeded
+ * random, never zeros. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -285,9 +287,82 @@ static void test_training(void **state) {
   sc_training_free(t);
 }
 
+/* A training bundle: saved from an SGD (momentum, clipping) training and
+ * loaded back, it takes the same steps bit for bit (losses, gradient norms,
+ * weights and momentum after 5 steps), running its kernels.o; an
+ * inference bundle is not a training bundle nor the reverse; a loaded
+ * training is not saved again. */
+static void test_training_bundle(void **state) {
+  (void)state;
+  srand(13);
+  static float x[8 * 64];
+  int64_t labels[8];
+  for (int i = 0; i < 8 * 64; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+  for (int i = 0; i < 8; i++) labels[i] = rand() % 10;
+  sc_dim_binding dims[] = {{"batch", 8}};
+  sc_training_settings s;
+  sc_training_settings_init(&s, "sgd");
+  s.dims = dims;
+  s.n_dims = 1;
+  s.momentum = 0.9;
+  s.clip_grad_norm = 0.5;
+  sc_training *t = NULL, *u = NULL;
+  if (sc_training_create(MLP, &s, &t) != SC_OK) fail_msg("create: %s", sc_training_error(t));
+  char dir[] = "/tmp/sc-test-api-tbundle-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char tb[300], inf[300];
+  snprintf(tb, sizeof tb, "%s/train.bundle", dir);
+  snprintf(inf, sizeof inf, "%s/infer.bundle", dir);
+  if (sc_training_save_bundle(t, tb) != SC_OK) fail_msg("save: %s", sc_training_error(t));
+  if (sc_training_load(tb, 0, &u) != SC_OK) fail_msg("load: %s", sc_training_error(u));
+  assert_int_equal(sc_training_save_bundle(u, tb), SC_ERR_USAGE);
+  sc_host_tensor batch[2] = {{"x", SC_ONNX_FLOAT, 2, {8, 64}, x},
+                             {"labels", SC_ONNX_INT64, 1, {8}, labels}};
+  double first = 0;
+  for (int i = 0; i < 5; i++) {
+    double lt, lu, nt, nu;
+    if (sc_training_step(t, batch, 2, 0.05, &lt, &nt) != SC_OK)
+      fail_msg("step %d: %s", i + 1, sc_training_error(t));
+    if (sc_training_step(u, batch, 2, 0.05, &lu, &nu) != SC_OK)
+      fail_msg("bundle step %d: %s", i + 1, sc_training_error(u));
+    if (lt != lu || nt != nu)
+      fail_msg("step %d: loss %.17g vs %.17g, norm %.17g vs %.17g", i + 1, lt, lu, nt, nu);
+    if (i == 0) first = lt;
+    else assert_true(lt != first); /* it trains */
+  }
+  static const char *const names[] = {"0.weight", "4.bias", "2.weight.momentum_buffer"};
+  for (int k = 0; k < 3; k++) {
+    sc_host_tensor a, b;
+    assert_int_equal(sc_training_tensor(t, names[k], &a), SC_OK);
+    assert_int_equal(sc_training_tensor(u, names[k], &b), SC_OK);
+    int64_t n = 1;
+    for (int32_t d = 0; d < a.rank; d++) n *= a.dims[d];
+    assert_int_equal(a.rank, b.rank);
+    assert_memory_equal(a.data, b.data, (size_t)n * sizeof(float));
+  }
+  sc_training_free(u);
+  u = NULL;
+  /* the kinds do not mix */
+  sc_executable *e = compile_ok(NULL, SC_TARGET_CPU);
+  if (sc_executable_save(e, inf) != SC_OK) fail_msg("save: %s", sc_executable_error(e));
+  sc_executable_free(e);
+  assert_int_not_equal(sc_training_load(inf, 0, &u), SC_OK);
+  assert_non_null(strstr(sc_training_error(u), "inference bundle"));
+  sc_training_free(u);
+  e = NULL;
+  assert_int_not_equal(sc_executable_load(tb, &e), SC_OK);
+  assert_non_null(strstr(sc_executable_error(e), "training bundle"));
+  sc_executable_free(e);
+  char cmd[340];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+  sc_training_free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_training),
+      cmocka_unit_test(test_training_bundle),
       cmocka_unit_test(test_compile_run),
       cmocka_unit_test(test_cuda_target),
       cmocka_unit_test(test_errors),
