@@ -11,7 +11,6 @@
 
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,17 +149,6 @@ sc_status sc_train_manifest_write_json(const sc_train_manifest *m, const sc_prog
 
 /* ---- reading ---- */
 
-static sc_status bad(sc_diag *d, sc_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static sc_status bad(sc_diag *d, sc_status st, const char *fmt, ...) {
-  char msg[600];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return sc_diag_set(d, st, NULL, NULL, "training.json: %s", msg);
-}
-
 /* A finite number in [lo, hi] (hi_open: hi excluded). */
 static bool number_in(json_t *v, double lo, double hi, bool hi_open, double *out) {
   if (!json_is_number(v)) return false;
@@ -185,8 +173,8 @@ static sc_status read_optimizer(json_t *o, sc_train_manifest *m, sc_diag *d) {
   static const char *const kinds[] = {"sgd", "adamw", NULL};
   json_t *betas = json_object_get(o, "betas");
   json_t *nesterov = json_object_get(o, "nesterov");
-  bool ok = json_is_object(o) && choice(json_object_get(o, "kind"), kinds, m->optimizer,
-                                        sizeof m->optimizer) &&
+  bool ok = json_is_object(o) &&
+            choice(json_object_get(o, "kind"), kinds, m->optimizer, sizeof m->optimizer) &&
             number_in(json_object_get(o, "momentum"), 0, 1e308, false, &m->momentum) &&
             number_in(json_object_get(o, "weight_decay"), 0, 1e308, false, &m->weight_decay) &&
             number_in(json_object_get(o, "eps"), 0, 1e308, false, &m->eps) &&
@@ -194,9 +182,10 @@ static sc_status read_optimizer(json_t *o, sc_train_manifest *m, sc_diag *d) {
             number_in(json_array_get(betas, 0), 0, 1, true, &m->beta1) &&
             number_in(json_array_get(betas, 1), 0, 1, true, &m->beta2) && json_is_boolean(nesterov);
   if (!ok)
-    return bad(d, SC_ERR_INVALID,
-               "'optimizer' missing or malformed (kind sgd or adamw; momentum, weight_decay, eps "
-               ">= 0; betas in [0, 1); nesterov a boolean)");
+    return sc_diag_set(
+        d, SC_ERR_INVALID, NULL, NULL,
+        "'optimizer' missing or malformed (kind sgd or adamw; momentum, weight_decay, eps "
+        ">= 0; betas in [0, 1); nesterov a boolean)");
   m->nesterov = json_is_true(nesterov);
   return SC_OK;
 }
@@ -210,12 +199,12 @@ static sc_status read_loss(json_t *o, sc_train_manifest *m, sc_diag *d) {
   bool ok = json_is_object(o) &&
             choice(json_object_get(o, "kind"), kinds, m->loss, sizeof m->loss) &&
             (json_is_null(logits) || (ls && ls[0] && strlen(ls) < sizeof m->logits)) &&
-            json_is_integer(ignore) && json_is_integer(classes) &&
-            json_integer_value(classes) >= 0;
+            json_is_integer(ignore) && json_is_integer(classes) && json_integer_value(classes) >= 0;
   if (!ok)
-    return bad(d, SC_ERR_INVALID,
-               "'loss' missing or malformed (kind cross-entropy, mse or output; logits a name "
-               "or null; integer ignore_index and classes >= 0)");
+    return sc_diag_set(
+        d, SC_ERR_INVALID, NULL, NULL,
+        "'loss' missing or malformed (kind cross-entropy, mse or output; logits a name "
+        "or null; integer ignore_index and classes >= 0)");
   snprintf(m->logits, sizeof m->logits, "%s", ls ? ls : "");
   m->ignore_index = json_integer_value(ignore);
   m->classes = json_integer_value(classes);
@@ -227,9 +216,8 @@ static bool is_tensor_of(json_t *t, const sc_buffer *b) {
   const char *name = json_string_value(json_object_get(t, "name"));
   const char *dt = json_string_value(json_object_get(t, "dtype"));
   json_t *shape = json_object_get(t, "shape");
-  bool ok = name && dt && b->name && strcmp(name, b->name) == 0 &&
-            sc_dtype_parse(dt) == b->dtype && json_is_array(shape) &&
-            json_array_size(shape) == (size_t)b->rank;
+  bool ok = name && dt && b->name && strcmp(name, b->name) == 0 && sc_dtype_parse(dt) == b->dtype &&
+            json_is_array(shape) && json_array_size(shape) == (size_t)b->rank;
   for (int32_t k = 0; ok && k < b->rank; k++) {
     json_t *dim = json_array_get(shape, (size_t)k);
     ok = json_is_integer(dim) && json_integer_value(dim) == b->dims[k];
@@ -239,17 +227,20 @@ static bool is_tensor_of(json_t *t, const sc_buffer *b) {
 
 static sc_status read_data(json_t *a, const sc_program *p, sc_diag *d) {
   size_t n = 0;
-  if (!json_is_array(a)) return bad(d, SC_ERR_INVALID, "'data' missing or not an array");
+  if (!json_is_array(a))
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "'data' missing or not an array");
   for (int32_t i = 0; i < p->n_inputs; i++) {
     if (!is_data(p, i)) continue;
     if (!is_tensor_of(json_array_get(a, n), input_buf(p, i)))
-      return bad(d, SC_ERR_INVALID, "data[%zu] is not the program's data input '%s' (its "
-                 "name, dtype and shape)", n, input_buf(p, i)->name);
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "data[%zu] is not the program's data input '%s' (its "
+                         "name, dtype and shape)",
+                         n, input_buf(p, i)->name);
     n++;
   }
   if (json_array_size(a) != n)
-    return bad(d, SC_ERR_INVALID, "'data' lists %zu inputs, the program takes %zu",
-               json_array_size(a), n);
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "'data' lists %zu inputs, the program takes %zu", json_array_size(a), n);
   return SC_OK;
 }
 
@@ -270,23 +261,31 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
   json_t *offset = json_object_get(t, "offset"), *bytes = json_object_get(t, "bytes");
   int32_t b = state_input(p, name);
   if (b < 0)
-    return bad(d, SC_ERR_INVALID, "params[%zu]: '%s' is not a parameter of the program (an "
-               "input updated by an output new:NAME)", k, name ? name : "?");
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "params[%zu]: '%s' is not a parameter of the program (an "
+                       "input updated by an output new:NAME)",
+                       k, name ? name : "?");
   for (size_t j = 0; j < k; j++)
     if (m->params[j].buffer == b)
-      return bad(d, SC_ERR_INVALID, "params[%zu]: '%s' listed twice", k, name);
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "params[%zu]: '%s' listed twice", k, name);
   const sc_buffer *buf = &p->buffers[b];
   int64_t off = json_integer_value(offset);
   if (!is_tensor_of(t, buf) || !json_is_integer(offset) || !json_is_integer(bytes) ||
       json_integer_value(bytes) != buf->bytes)
-    return bad(d, SC_ERR_INVALID, "params[%zu] ('%s'): dtype, shape or bytes differ from the "
-               "program's", k, name);
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "params[%zu] ('%s'): dtype, shape or bytes differ from the "
+                       "program's",
+                       k, name);
   if (off < 0 || off % SC_BUNDLE_WEIGHT_ALIGN != 0 || off > params_bytes ||
       buf->bytes > params_bytes - off)
-    return bad(d, SC_ERR_INVALID, "params[%zu] ('%s'): offset %lld and %lld bytes are not "
-               "inside params.bin (%lld bytes) or not %d-byte aligned", k, name, (long long)off,
-               (long long)buf->bytes, (long long)params_bytes, SC_BUNDLE_WEIGHT_ALIGN);
-  m->params[k] = (sc_train_manifest_param){.name = buf->name, .buffer = b, .offset = off,
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "params[%zu] ('%s'): offset %lld and %lld bytes are not "
+                       "inside params.bin (%lld bytes) or not %d-byte aligned",
+                       k, name, (long long)off, (long long)buf->bytes, (long long)params_bytes,
+                       SC_BUNDLE_WEIGHT_ALIGN);
+  m->params[k] = (sc_train_manifest_param){.name = buf->name,
+                                           .buffer = b,
+                                           .offset = off,
                                            .data = params ? (const char *)params + off : NULL};
   return SC_OK;
 }
@@ -296,24 +295,26 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
 static sc_status check_program(const sc_train_manifest *m, const sc_program *p, sc_diag *d) {
   bool fp16 = strcmp(m->precision, "fp16") == 0;
   if (fp16 != has_input_prefix(p, "train:loss_scale"))
-    return bad(d, SC_ERR_INVALID, "precision %s, but the program %s loss-scale input",
-               m->precision, fp16 ? "has no" : "has a");
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "precision %s, but the program %s loss-scale input", m->precision,
+                       fp16 ? "has no" : "has a");
   if ((m->grad_accum > 1) != has_input_prefix(p, "accum:"))
-    return bad(d, SC_ERR_INVALID, "grad_accum %d, but the program %s gradients",
-               (int)m->grad_accum, m->grad_accum > 1 ? "accumulates no" : "accumulates");
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "grad_accum %d, but the program %s gradients",
+                       (int)m->grad_accum, m->grad_accum > 1 ? "accumulates no" : "accumulates");
   return SC_OK;
 }
 
-static sc_status read_root(json_t *r, const sc_program *p, const void *params,
-                           int64_t params_bytes, sc_train_manifest *m, sc_diag *d) {
+static sc_status read_root(json_t *r, const sc_program *p, const void *params, int64_t params_bytes,
+                           sc_train_manifest *m, sc_diag *d) {
   static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
   const char *fmt = json_string_value(json_object_get(r, "format"));
   json_t *ver = json_object_get(r, "version"), *accum = json_object_get(r, "grad_accum");
   if (!json_is_object(r) || !fmt || strcmp(fmt, "shardc-training") != 0)
-    return bad(d, SC_ERR_PARSE, "not a shardc training manifest");
+    return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "not a shardc training manifest");
   if (!json_is_integer(ver) || json_integer_value(ver) != SC_TRAIN_MANIFEST_VERSION)
-    return bad(d, SC_ERR_UNSUPPORTED, "version %s (this shardc reads version %d)",
-               json_is_integer(ver) ? "other" : "missing", SC_TRAIN_MANIFEST_VERSION);
+    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "version %s (this shardc reads version %d)",
+                       json_is_integer(ver) ? "other" : "missing", SC_TRAIN_MANIFEST_VERSION);
   sc_status st = read_optimizer(json_object_get(r, "optimizer"), m, d);
   if (!st) st = read_loss(json_object_get(r, "loss"), m, d);
   if (st) return st;
@@ -321,8 +322,9 @@ static sc_status read_root(json_t *r, const sc_program *p, const void *params,
       !choice(json_object_get(r, "precision"), precisions, m->precision, sizeof m->precision) ||
       !json_is_integer(accum) || json_integer_value(accum) < 1 ||
       json_integer_value(accum) > (1 << 20))
-    return bad(d, SC_ERR_INVALID, "'clip_grad_norm' (>= 0), 'precision' (fp32, bf16 or fp16) "
-               "or 'grad_accum' (1 ... 2^20) missing or malformed");
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "'clip_grad_norm' (>= 0), 'precision' (fp32, bf16 or fp16) "
+                       "or 'grad_accum' (1 ... 2^20) missing or malformed");
   m->grad_accum = (int32_t)json_integer_value(accum);
   if ((st = check_program(m, p, d)) || (st = read_data(json_object_get(r, "data"), p, d)))
     return st;
@@ -336,16 +338,18 @@ sc_status sc_train_manifest_read_json(const char *text, size_t len, const sc_pro
                                       const void *params, int64_t params_bytes,
                                       sc_train_manifest **out, sc_diag *d) {
   *out = NULL;
-  if (len > MAX_TEXT_BYTES) return bad(d, SC_ERR_LIMIT, "larger than %d bytes", MAX_TEXT_BYTES);
+  if (len > MAX_TEXT_BYTES)
+    return sc_diag_set(d, SC_ERR_LIMIT, NULL, NULL, "larger than %d bytes", MAX_TEXT_BYTES);
   json_error_t err;
   json_t *r = json_loadb(text ? text : "", len, JSON_REJECT_DUPLICATES, &err);
-  if (!r) return bad(d, SC_ERR_PARSE, "line %d: %s", err.line, err.text);
+  if (!r) return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "line %d: %s", err.line, err.text);
   json_t *list = json_object_get(r, "params");
   size_t n = json_is_array(list) ? json_array_size(list) : 0;
   sc_status st = SC_OK;
   if (!json_is_array(list) || n > (size_t)p->n_inputs)
-    st = bad(d, SC_ERR_INVALID, "'params' missing, not an array or longer than the program's "
-             "inputs");
+    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "'params' missing, not an array or longer than the program's "
+                     "inputs");
   sc_train_manifest *m = st ? NULL : sc_train_manifest_create((int32_t)n);
   if (!st && !m) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   if (!st) st = read_root(r, p, params, params_bytes, m, d);

@@ -23,7 +23,8 @@
  * Ownership: a manifest is one sc_malloc'd block with its params array,
  * freed by sc_train_manifest_destroy. params[k].data is borrowed (the
  * writer's: the model's initial values; the reader's: params.bin, which
- * must outlive the manifest). Errors: SC_ERR_PARSE (malformed JSON or a
+ * must outlive the manifest). The reader's messages leave naming the file
+ * to the caller (the loader says "training.json: ..."). Errors: SC_ERR_PARSE (malformed JSON or a
  * missing field), SC_ERR_INVALID (well-formed but out of range or not the
  * program's), SC_ERR_NOMEM. */
 #ifndef SC_CODEGEN_TRAIN_MANIFEST_H

@@ -358,18 +358,13 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     if (!st) st = sc_cpu_load_object(p, obj.data, obj.bytes, &b->kernels, &cd);
     if (st) bad(d, st, dir, "%s", cd.msg);
   }
-  if (!st && training) {
+  if (!st && training) { /* params.bin stays mapped: the manifest points into it */
     sc_diag td = {0};
     sc_diag_clear(&td);
     st = sc_train_manifest_read_json(tj.data, tj.bytes, p, par.data, (int64_t)par.bytes,
                                      &b->train, &td);
-    if (st) {
-      bad(d, st, dir, "%s", td.msg);
-      goto out;
-    }
-    b->params = par.data;
-    b->params_bytes = par.bytes;
-    par.data = NULL;
+    if (st) bad(d, st, dir, "training.json: %s", td.msg);
+    else b->params = par.data, b->params_bytes = par.bytes, par.data = NULL;
   }
 out:
   unmap(&tj);

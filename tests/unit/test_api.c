@@ -203,16 +203,21 @@ static void test_errors(void **state) {
   assert_string_equal(sc_executable_error(NULL), "out of memory");
 }
 
+/* A seeded batch of 8 MLP examples: x uniform in [-1, 1), labels in [0, 10). */
+static void random_batch(unsigned seed, float x[8 * 64], int64_t labels[8]) {
+  srand(seed);
+  for (int i = 0; i < 8 * 64; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
+  for (int i = 0; i < 8; i++) labels[i] = rand() % 10;
+}
+
 /* Training through the API: AdamW on the MLP learns random labels of 8
  * examples (the loss falls below a third of its start in 40 steps), the
  * weights change, and the errors: an unknown optimizer, missing labels. */
 static void test_training(void **state) {
   (void)state;
-  srand(11);
   static float x[8 * 64];
   int64_t labels[8];
-  for (int i = 0; i < 8 * 64; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
-  for (int i = 0; i < 8; i++) labels[i] = rand() % 10;
+  random_batch(11, x, labels);
   sc_dim_binding dims[] = {{"batch", 8}};
   sc_training_settings s;
   sc_training_settings_init(&s, "adamw");
@@ -294,11 +299,9 @@ static void test_training(void **state) {
  * training is not saved again. */
 static void test_training_bundle(void **state) {
   (void)state;
-  srand(13);
   static float x[8 * 64];
   int64_t labels[8];
-  for (int i = 0; i < 8 * 64; i++) x[i] = (float)rand() / (float)RAND_MAX * 2.0f - 1.0f;
-  for (int i = 0; i < 8; i++) labels[i] = rand() % 10;
+  random_batch(13, x, labels);
   sc_dim_binding dims[] = {{"batch", 8}};
   sc_training_settings s;
   sc_training_settings_init(&s, "sgd");
