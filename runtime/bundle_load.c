@@ -10,12 +10,12 @@
  *      (sc_program_read_json: ids, sizes, kir_verify);
  *   4. the manifest's inputs, outputs, arena_bytes and weights_bytes agree
  *      with the program;
- *   5. cpu: the host has every CPU feature kernels.o was compiled for
- *      (manifest "cpu"), and kernels.o links with every kernel of the
- *      program defined (sc_cpu_load_object);
- *   6. a training bundle ("kind": "training", cpu only, training.json and
+ *   5. a training bundle ("kind": "training", cpu only, training.json and
  *      params.bin listed): training.json checked against the program and
- *      params.bin (codegen/train_manifest.h), which stays mapped.
+ *      params.bin (codegen/train_manifest.h), which stays mapped;
+ *   6. cpu: the host has every CPU feature kernels.o was compiled for
+ *      (manifest "cpu"), and kernels.o links with every kernel of the
+ *      program defined (sc_cpu_load_object).
  * Between the hash check and the end of the run, weights.bin must not be
  * rewritten in place (it is mapped, not copied). */
 #include "runtime/bundle.h"
@@ -351,20 +351,20 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
   if ((st = check_tensors(dir, json_object_get(m, "outputs"), "outputs", p, p->outputs,
                           p->n_outputs, d)))
     goto out;
-  if (strcmp(target, "cpu") == 0) {
-    sc_diag cd = {0};
-    sc_diag_clear(&cd);
-    st = sc_cpu_check_host_features(b->cpu, b->cpu_features, &cd);
-    if (!st) st = sc_cpu_load_object(p, obj.data, obj.bytes, &b->kernels, &cd);
-    if (st) bad(d, st, dir, "%s", cd.msg);
-  }
-  if (!st && training) { /* params.bin stays mapped: the manifest points into it */
+  if (training) { /* params.bin stays mapped: the manifest points into it */
     sc_diag td = {0};
     sc_diag_clear(&td);
     st = sc_train_manifest_read_json(tj.data, tj.bytes, p, par.data, (int64_t)par.bytes,
                                      &b->train, &td);
     if (st) bad(d, st, dir, "training.json: %s", td.msg);
     else b->params = par.data, b->params_bytes = par.bytes, par.data = NULL;
+  }
+  if (!st && strcmp(target, "cpu") == 0) {
+    sc_diag cd = {0};
+    sc_diag_clear(&cd);
+    st = sc_cpu_check_host_features(b->cpu, b->cpu_features, &cd);
+    if (!st) st = sc_cpu_load_object(p, obj.data, obj.bytes, &b->kernels, &cd);
+    if (st) bad(d, st, dir, "%s", cd.msg);
   }
 out:
   unmap(&tj);
