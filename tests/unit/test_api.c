@@ -210,6 +210,14 @@ static void random_batch(unsigned seed, float x[8 * 64], int64_t labels[8]) {
   for (int i = 0; i < 8; i++) labels[i] = rand() % 10;
 }
 
+/* PyTorch's defaults for optimizer, with the batch bound to 8. */
+static void settings_batch8(sc_training_settings *s, const char *optimizer) {
+  static const sc_dim_binding dims[] = {{"batch", 8}};
+  sc_training_settings_init(s, optimizer);
+  s->dims = dims;
+  s->n_dims = 1;
+}
+
 /* Training through the API: AdamW on the MLP learns random labels of 8
  * examples (the loss falls below a third of its start in 40 steps), the
  * weights change, and the errors: an unknown optimizer, missing labels. */
@@ -218,13 +226,10 @@ static void test_training(void **state) {
   static float x[8 * 64];
   int64_t labels[8];
   random_batch(11, x, labels);
-  sc_dim_binding dims[] = {{"batch", 8}};
   sc_training_settings s;
-  sc_training_settings_init(&s, "adamw");
+  settings_batch8(&s, "adamw");
   assert_string_equal(s.optimizer, "adamw");
   assert_true(s.weight_decay == 0.01 && s.beta2 == 0.999 && s.ignore_index == -100);
-  s.dims = dims;
-  s.n_dims = 1;
   sc_training *t = NULL;
   if (sc_training_create(MLP, &s, &t) != SC_OK) fail_msg("create: %s", sc_training_error(t));
   sc_host_tensor w0;
@@ -302,11 +307,8 @@ static void test_training_bundle(void **state) {
   static float x[8 * 64];
   int64_t labels[8];
   random_batch(13, x, labels);
-  sc_dim_binding dims[] = {{"batch", 8}};
   sc_training_settings s;
-  sc_training_settings_init(&s, "sgd");
-  s.dims = dims;
-  s.n_dims = 1;
+  settings_batch8(&s, "sgd");
   s.momentum = 0.9;
   s.clip_grad_norm = 0.5;
   sc_training *t = NULL, *u = NULL;
