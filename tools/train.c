@@ -27,10 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <sys/stat.h>
 
 #include "driver/train_bundle.h"
 #include "passes/stats.h"
