@@ -447,6 +447,18 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
   return st;
 }
 
+static const life *sort_life;
+static const sc_program *sort_prog;
+/* By offset, then first step (then id). */
+static int cmp_slot_first(const void *x, const void *y) {
+  int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+  int64_t oa = sort_prog->buffers[a].offset, ob = sort_prog->buffers[b].offset;
+  if (oa != ob) return oa < ob ? -1 : 1;
+  if (sort_life->first[a] != sort_life->first[b])
+    return sort_life->first[a] < sort_life->first[b] ? -1 : 1;
+  return a < b ? -1 : a > b;
+}
+
 sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
                           sc_diag *diag) {
   life l;
@@ -465,6 +477,28 @@ sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bo
     l.last[x] = p->n_steps;
     l.root[o] = -1;
   }
+  /* an in-place successor (same slot, born at the step its donor is last
+   * read) holds the donor's bytes from that step on: the donor counts up
+   * to the step before */
+  int32_t *ord = sc_calloc((size_t)p->n_buffers + 1, sizeof *ord), n_ord = 0;
+  if (!ord) {
+    sc_free(delta);
+    life_free(&l);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "memory plan: out of memory");
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++)
+    if (l.root[i] == i && p->buffers[i].offset >= 0) ord[n_ord++] = i;
+  sort_life = &l;
+  sort_prog = p;
+  qsort(ord, (size_t)n_ord, sizeof *ord, cmp_slot_first);
+  for (int32_t k = 0; k + 1 < n_ord; k++) {
+    int32_t a = ord[k], b = ord[k + 1];
+    if (p->buffers[a].offset == p->buffers[b].offset &&
+        p->buffers[a].bytes == p->buffers[b].bytes && l.last[a] == l.first[b] &&
+        l.first[a] < l.first[b])
+      l.last[a]--; /* >= first[a] */
+  }
+  sc_free(ord);
   for (int32_t i = 0; i < p->n_buffers; i++) {
     if (l.root[i] != i) continue;
     int64_t b = (p->buffers[i].bytes + align - 1) / align * align;

@@ -31,8 +31,10 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag);
 sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag);
 /* The step at which the most arena storage is live (*step; n_steps means
  * after the last step, when only outputs are) and how much (*bytes: slot
- * sizes rounded to the alignment; arena_bytes >= it, the difference being
- * what greedy placement loses). live: NULL or [n_buffers], set for the
+ * sizes rounded to the alignment; a state pair counts once, for the whole
+ * run; a buffer taken over in place counts until the step before its
+ * successor's; arena_bytes >= it, the difference being what greedy
+ * placement loses). Needs the plan's offsets. live: NULL or [n_buffers], set for the
  * storage roots live there. SC_ERR_INVALID (a malformed program),
  * SC_ERR_NOMEM. */
 sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,

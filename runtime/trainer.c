@@ -129,8 +129,8 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
   t->p = p;
   t->n_in = p->n_inputs;
   t->n_out = p->n_outputs;
-  t->beta1 = o && o->beta1 > 0 ? o->beta1 : 0.9;
-  t->beta2 = o && o->beta2 > 0 ? o->beta2 : 0.999;
+  t->beta1 = o ? o->beta1 : 0.9; /* 0 is a valid beta (no averaging) */
+  t->beta2 = o ? o->beta2 : 0.999;
   t->scale = 1.0;
   size_t ni = (size_t)t->n_in + 1, no = (size_t)t->n_out + 1;
   t->kind = sc_calloc(ni, sizeof *t->kind);

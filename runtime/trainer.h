@@ -39,7 +39,8 @@ typedef struct sc_trainer sc_trainer;
 
 typedef struct sc_trainer_opts {
   int threads;         /* 0: all cores */
-  double beta1, beta2; /* for the bias corrections (AdamW); 0: 0.9, 0.999 */
+  double beta1, beta2; /* AdamW's, for the bias corrections (the training
+                          manifest's; with no opts 0.9, 0.999) */
   double loss_scale;   /* a program with "train:loss_scale": the first
                           scale; 0: 65536 (GradScaler's init_scale) */
   const struct sc_cpu_module *cpu_module; /* the program's kernels, compiled

@@ -35,13 +35,18 @@
 #include "tools/commands.h"
 #include "tools/dot.h"
 #include "tools/partition_args.h"
+#include "tools/plan_train.h"
+#include "tools/train_args.h"
 
 static const char *const USAGE =
     "shardc plan MODEL.onnx (--mesh AXES | --plan FILE.json) [--dim NAME=V]...\n"
     "                      [--ranks-per-node N] [--microbatches M]\n"
     "                      [--stage-boundaries A,B] [--sequence-parallel]\n"
     "                      [--no-vocab-parallel] [--json] [--dot FILE]\n"
-    "                      [--no-weights] [--print-after=PASS] [--time-passes]";
+    "                      [--no-weights] [--print-after=PASS] [--time-passes]\n"
+    "       shardc plan MODEL.onnx --train [--dim NAME=V]... [--loss KIND]\n"
+    "                      [--optimizer sgd|adamw] ... [--json] (the step's options of\n"
+    "                      shardc train)";
 
 enum { MAX_ARGS = 1024 };
 
@@ -469,21 +474,35 @@ static int print_help(void) {
          "  --json                  write the plan (docs/plan-format.md) on stdout\n"
          "  --dot FILE              write the local graph as Graphviz, coloured by stage\n"
          "  --print-after=PASS      print the IR after PASS (or 'all') to stderr\n"
-         "  --time-passes           per-pass wall time on stderr\n",
+         "  --time-passes           per-pass wall time on stderr\n"
+         "  --train                 the training step on one rank instead: its memory\n"
+         "                          (params, optimizer state, gradients, activations,\n"
+         "                          workspace at the peak; the arena, allocated once).\n"
+         "                          The step's options, as shardc train's:\n",
          USAGE);
+  sc_train_args_help(stdout);
   return 0;
 }
 
-/* Takes the partitioning options out of argv; the rest go to sc_cli_parse. */
-static int split_args(int argc, char **argv, sc_partition_args *p, char **rest, int *n_rest) {
+/* Takes the partitioning and training options out of argv; the rest go to
+ * sc_cli_parse. */
+static int split_args(int argc, char **argv, sc_partition_args *p, bool *train,
+                      sc_train_args *ta, char **rest, int *n_rest) {
   *n_rest = 0;
   rest[(*n_rest)++] = argv[0];
   bool only_files = false;
   for (int i = 1; i < argc;) {
     if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
     if (!only_files && argv[i][0] == '-') {
+      if (strcmp(argv[i], "--train") == 0) {
+        *train = true;
+        i++;
+        continue;
+      }
       int rc = sc_partition_args_take(p, argc, argv, &i, false);
       if (rc == 1) continue;
+      if (rc) return rc;
+      if ((rc = sc_train_args_take(ta, argc, argv, &i)) == 1) continue;
       if (rc) return rc;
       if (strcmp(argv[i], "--") == 0) only_files = true;
     }
@@ -519,12 +538,35 @@ done:
   return rc;
 }
 
+/* --train: one rank (distributed training is not built yet). */
+static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o) {
+  if (sc_partition_args_active(p))
+    return sc_cli_usage_error("plan --train is one rank for now (no --mesh / --plan)");
+  if (o->dot || o->no_weights)
+    return sc_cli_usage_error("plan --train takes neither --dot nor --no-weights");
+  int rc = sc_train_args_finish(ta);
+  if (rc) return rc;
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, o);
+  bs.compile.quiet = true;
+  bs.build.train = &ta->t;
+  sc_build *b = NULL;
+  if ((rc = sc_partition_args_build(p, o, &bs.build, &b, NULL)) != 0) return rc;
+  rc = sc_plan_train_report(b, &ta->t, o->json, o->file);
+  fflush(stdout);
+  sc_build_destroy(b);
+  return rc;
+}
+
 int sc_cmd_plan(int argc, char **argv) {
   sc_partition_args p;
   sc_partition_args_init(&p);
+  sc_train_args ta;
+  sc_train_args_init(&ta);
+  bool train = false;
   char *rest[MAX_ARGS];
   int n_rest = 0;
-  int rc = split_args(argc, argv, &p, rest, &n_rest);
+  int rc = split_args(argc, argv, &p, &train, &ta, rest, &n_rest);
   if (rc) return rc;
   sc_cli_opts o;
   rc = sc_cli_parse(n_rest, rest,
@@ -533,6 +575,8 @@ int sc_cmd_plan(int argc, char **argv) {
                     USAGE, &o);
   if (rc) return rc;
   if (o.help) return print_help();
+  if (train) return plan_train(&p, &ta, &o);
+  if (ta.first) return sc_cli_usage_error("%s needs --train", ta.first);
   if (!sc_partition_args_active(&p))
     return sc_cli_usage_error("plan needs --mesh AXES or --plan FILE.json\nusage: %s", USAGE);
 

@@ -511,8 +511,9 @@ int sc_cmd_train(int argc, char **argv) {
     int32_t in_place, n_state = sc_trainer_state_count(tr, &in_place);
     char arena[32];
     sc_stats_format_bytes((double)sc_trainer_arena_bytes(tr), arena, sizeof arena);
-    printf("memory: arena %s, allocated once; %d of %d state tensors updated in place\n", arena,
-           (int)in_place, (int)n_state);
+    printf("memory: arena %s (%lld bytes), allocated once; %d of %d state tensors updated in "
+           "place\n",
+           arena, (long long)sc_trainer_arena_bytes(tr), (int)in_place, (int)n_state);
   }
   sc_tensor_view batch[MAX_DATA + 1];
   for (int32_t i = 0; i < n_ds; i++) batch[i] = ds[i].batch;

@@ -382,6 +382,30 @@ def main():
                   f"in-place state {flags}: {r.stdout[-300:]} {r.stderr[-300:]}")
         print("ok: all training state updated in place")
 
+        # plan --train: the arena it reports is the one the trainer
+        # allocates, and its classes add up to what is live at the peak
+        for flags in (["--optimizer", "adamw"], ["--optimizer", "sgd", "--momentum", "0.9"]):
+            common = ["--dim", "batch=4"] + flags
+            pj = subprocess.run([SHARDC, "plan", MLP, "--train", "--json"] + common,
+                                capture_output=True, text=True, timeout=300)
+            r = run(["--data", "x=" + xf, "--labels", lf, "--steps", "1"] + common)
+            m = re.search(r"memory: arena .*?\((\d+) bytes\)", r.stdout)
+            if not check(pj.returncode == 0 and r.returncode == 0 and m,
+                         f"plan --train {flags}: {pj.stderr[-300:]} {r.stdout[-300:]}"):
+                continue
+            plan = json.loads(pj.stdout)
+            live = plan["live"]
+            check(plan["arena"] == int(m.group(1)) and plan["arena"] > 0,
+                  f"plan --train {flags}: planned {plan['arena']}, allocated {m.group(1)}")
+            check(sum(live.values()) == plan["peak_live"] <= plan["arena"],
+                  f"plan --train {flags}: classes {live} vs peak {plan['peak_live']}")
+            want_opt = 2 if flags[1] == "adamw" else 1  # exp_avg, exp_avg_sq / momentum
+            check(26122 * 4 <= live["params"] < 26122 * 4 + 64 * 6 and  # 6 tensors, 64-byte slots
+                  live["optimizer state"] == want_opt * live["params"],
+                  f"plan --train {flags}: params {live['params']}, optimizer "
+                  f"{live['optimizer state']}")
+        print("ok: plan --train: planned arena = allocated, classes add up")
+
         # the bf16 run really rounded: its losses are not those of the same
         # run in fp32
         log = os.path.join(tmp, "fp32.jsonl")

@@ -1,0 +1,45 @@
+/* train_memory.h — what the arena of a compiled training step holds.
+ *
+ * A training program (passes/train.h) keeps its parameters and optimizer
+ * state in the arena for the whole run (state pairs, codegen/program.h)
+ * and computes gradients, activations and temporaries in it. This splits
+ * the storage live at the memory plan's peak step (sc_memplan_peak) into:
+ *
+ *   params       inputs P updated in place by "new:P" (master weights)
+ *   optimizer    inputs P.momentum_buffer, P.exp_avg, P.exp_avg_sq
+ *   gradients    the storage of the "grad:P" outputs and the gradient
+ *                accumulators "accum:P"
+ *   activations  values of the forward graph (those still live at the
+ *                peak are the ones the backward reads)
+ *   workspace    backward and optimizer temporaries ("<node>/grad/…",
+ *                "train/…"), the loss
+ *   data         the batch and the step's scalars
+ *
+ * The classes sum to peak_live; arena is what the memory plan asked for
+ * and the runtime allocates (planned == allocated), arena − peak_live is
+ * what greedy placement loses. Constants (frozen weights, folded values)
+ * are outside the arena. Also the totals of params and optimizer state,
+ * which are live at every step. */
+#ifndef SC_DRIVER_TRAIN_MEMORY_H
+#define SC_DRIVER_TRAIN_MEMORY_H
+
+#include "codegen/program.h"
+
+typedef enum sc_mem_class {
+  SC_MEM_PARAMS, SC_MEM_OPTIMIZER, SC_MEM_GRADIENTS, SC_MEM_ACTIVATIONS, SC_MEM_WORKSPACE,
+  SC_MEM_DATA, SC_MEM_CLASS_COUNT
+} sc_mem_class;
+
+typedef struct sc_train_memory {
+  int64_t live[SC_MEM_CLASS_COUNT]; /* bytes live at the peak, by class */
+  int64_t peak_live;
+  int32_t peak_step;                /* n_steps: after the last step */
+  const char *peak_origin;          /* the step's origin (NULL after the end) */
+  int64_t arena;                    /* planned = allocated */
+  int64_t constants;                /* CONST bytes, outside the arena */
+} sc_train_memory;
+
+const char *sc_mem_class_name(sc_mem_class c);
+sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d);
+
+#endif

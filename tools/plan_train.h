@@ -1,0 +1,13 @@
+/* plan_train.h — `shardc plan MODEL --train`: the memory of one training
+ * step (driver/train_memory.h), as text or JSON (docs/cli.md#plan). */
+#ifndef SC_TOOLS_PLAN_TRAIN_H
+#define SC_TOOLS_PLAN_TRAIN_H
+
+#include <stdbool.h>
+
+#include "driver/driver.h"
+
+/* b: a one-rank build with opts.train and codegen. 0 or 1 (error printed). */
+int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, const char *file);
+
+#endif
