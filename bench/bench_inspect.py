@@ -31,27 +31,36 @@ TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else None
 
 
 def run_once(cmd):
-    """(wall seconds, peak RSS bytes, exit status) of one run.
+    """(wall seconds, peak RSS bytes, exit status) of one run (see run_capture)."""
+    dt, rss, rc, _, _ = run_capture(cmd)
+    return dt, rss, rc
+
+
+def run_capture(cmd, env=None):
+    """(wall seconds, peak RSS bytes, exit status, stdout, stderr) of one run.
 
     The peak RSS comes from GNU time (its child is forked from a small
     process); without it, from os.wait4, which on Linux also counts the RSS
     this Python process had when it forked the child (an overestimate)."""
-    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_file:
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as rss_file, \
+            tempfile.TemporaryFile() as out:
         full = [TIME, "-f", "%M", "-o", rss_file.name] + cmd if TIME else cmd
         t0 = time.perf_counter()
-        p = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        p = subprocess.Popen(full, stdout=out, stderr=subprocess.PIPE, env=env)
+        err = p.stderr.read().decode(errors="replace")
         _, status, ru = os.wait4(p.pid, 0)
         dt = time.perf_counter() - t0
-        err = p.stderr.read().decode(errors="replace")
         p.stderr.close()
         p.returncode = os.waitstatus_to_exitcode(status)
         rss = ru.ru_maxrss * 1024
         if TIME:
             lines = [ln for ln in rss_file.read().split() if ln.isdigit()]
             rss = int(lines[-1]) * 1024 if lines else rss
+        out.seek(0)
+        text = out.read().decode(errors="replace")
     if p.returncode != 0:
-        print(f"  command failed ({p.returncode}): {' '.join(cmd)}\n  {err.strip()}")
-    return dt, rss, p.returncode
+        print(f"  command failed ({p.returncode}): {' '.join(cmd)}\n  {err.strip()[-2000:]}")
+    return dt, rss, p.returncode, text, err
 
 
 def bench(label, cmd, runs, target_s=None, target_rss=None):

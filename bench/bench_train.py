@@ -1,0 +1,354 @@
+"""bench_train.py — shardc's training step against PyTorch eager on the CPU.
+
+Figures printed (never fails on a time; `make bench` runs it): issue 9,
+section 5 "Targets", as ratios against PyTorch CPU eager in the same run with
+the same thread count. For each model, batch and thread count T:
+
+  - step time: `shardc train MODEL --optimizer adamw --lr 1e-4 --threads T`
+    (the `time_ms` of each --log-json line) against PyTorch doing the same
+    step in eager mode with torch.set_num_threads(T): forward,
+    F.cross_entropy(logits.view(-1, V), labels.view(-1)), backward,
+    torch.optim.AdamW (PyTorch's defaults, as shardc's: betas 0.9, 0.999,
+    eps 1e-8, weight decay 0.01) step, zero_grad. Both: the median over
+    --steps steps after --warmup warm-up steps, the same batch every step.
+  - peak memory: the peak RSS of the whole `shardc train` process (compiling
+    included; GNU time's %M) and shardc's planned step memory, the arena that
+    `shardc train` prints ("memory: arena X, allocated once") plus the
+    constants outside it (`shardc inspect`'s parameter bytes minus 4 bytes
+    per trainable parameter); PyTorch's peak RSS during the steps (a fresh
+    process: the peak is reset through /proc/self/clear_refs once the model,
+    the optimizer and the batch exist, and ru_maxrss is read after the
+    steps) and its RSS just before the first step.
+
+Models:
+  gpt2        samples/gpt2.onnx (make_samples.py: 2 layers, d 64, 4 heads,
+              vocabulary 1000, sequence 16) at batch 8;
+  gpt2-small  GPT-2 small's shape (12 layers, d 768, 12 heads, vocabulary
+              50257, sequence 128), seeded random weights, batch 1; exported
+              once with samples/make_samples.py's export (TorchScript
+              exporter, opset 17) into --cache (~650 MB, not committed) and
+              reused.
+PyTorch trains transformers' GPT2LMHeadModel (eager attention, as exported)
+with the weights read from the ONNX file. The exporter writes GPT-2's tied
+lm_head as its own initializer (transformer.wte.weight.T), so shardc trains
+it as a separate parameter: the PyTorch model is untied the same way, so
+both sides update the same parameters. The step-1 losses are printed as a
+check that both train the same model on the same batch.
+
+--profile runs shardc's step once more with SHARDC_PROFILE=1 (docs/runtime.md)
+and prints the top of its per-kernel table. --smoke: the GPT-2 sample only,
+3 steps, one thread count.
+
+Runs under .venv-samples/bin/python (it needs torch; `make bench` installs it
+with samples/install-torch.sh). shardc and PyTorch each run in their own
+process; this one imports neither torch nor the model.
+
+usage: bench_train.py [--shardc build/shardc] [--threads 2,1] [--steps N]
+                      [--warmup W] [--only gpt2,gpt2-small] [--cache DIR]
+                      [--profile] [--smoke]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(SRC, "samples"))
+
+import numpy as np  # noqa: E402
+from bench_inspect import run_capture  # noqa: E402
+
+# name: (ONNX file or None: exported into the cache, config overrides of
+# make_samples.gpt2_tiny_config, batch, sequence)
+GPT2_SMALL = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=128)
+MODELS = {
+    "gpt2": (os.path.join(SRC, "samples", "gpt2.onnx"), {}, 8, 16),
+    "gpt2-small": (None, GPT2_SMALL, 1, 128),
+}
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+         "KB": 1e3, "MB": 1e6, "GB": 1e9}
+
+
+def vocab(over):
+    return over.get("vocab_size", 1000)
+
+
+# ---------------------------------------------------------------- workers
+# Both run in a fresh process of this file (--worker), so that neither the
+# export nor this process's memory is inside PyTorch's figures.
+
+def torch_model(over, onnx_path):
+    """GPT2LMHeadModel as make_samples.py builds it, with the ONNX file's
+    weights (its initializers are named after the state_dict, NAME or NAME.T),
+    lm_head untied as in the file. Returns (model, parameters loaded)."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    from transformers import GPT2LMHeadModel
+    import make_samples
+    model = make_samples.hf_model(GPT2LMHeadModel, make_samples.gpt2_tiny_config(**over))
+    m = onnx.load(onnx_path)
+    names = {t.name for t in m.graph.initializer}
+    if "transformer.wte.weight.T" in names:
+        model.config.tie_word_embeddings = False
+        model.lm_head.weight = torch.nn.Parameter(model.transformer.wte.weight.detach().clone())
+    params = dict(model.named_parameters())
+    loaded = set()
+    with torch.no_grad():
+        for t in m.graph.initializer:
+            a = numpy_helper.to_array(t)
+            key = t.name
+            if key == "transformer.wte.weight.T":
+                key, a = "lm_head.weight", a.T
+            elif key.endswith(".T"):
+                key, a = key[:-2], a.T
+            if key in params and tuple(params[key].shape) == a.shape:
+                params[key].copy_(torch.from_numpy(np.ascontiguousarray(a)))
+                loaded.add(key)
+    missing = sorted(set(params) - loaded)
+    if missing:
+        sys.exit(f"{onnx_path}: no initializer for {', '.join(missing[:5])}")
+    return model
+
+
+def rss_kib(field):
+    for ln in open("/proc/self/status"):
+        if ln.startswith(field + ":"):
+            return int(ln.split()[1])
+    return 0
+
+
+def worker_torch(a):
+    """One PyTorch run: prints {"times_ms", "loss1", "rss_before", "peak", "peak_reset"}."""
+    import ctypes
+    import gc
+    import resource
+    import time
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(a["threads"])
+    torch.manual_seed(0)
+    model = torch_model(a["over"], a["onnx"])
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=a["lr"])
+    ids = torch.from_numpy(np.load(a["ids"]))
+    labels = torch.from_numpy(np.load(a["labels"]))
+    v = vocab(a["over"])
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)   # the ONNX file read above
+    except OSError:
+        pass
+    rss_before = rss_kib("VmRSS") * 1024
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")                           # peak RSS := RSS now
+        reset = True
+    except OSError:
+        reset = False
+    times, loss1 = [], None
+    for i in range(a["warmup"] + a["steps"]):
+        t0 = time.perf_counter()
+        logits = model(input_ids=ids, use_cache=False).logits
+        loss = F.cross_entropy(logits.view(-1, v), labels.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        times.append((time.perf_counter() - t0) * 1e3)
+        if i == 0:
+            loss1 = float(loss)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"times_ms": times, "loss1": loss1, "rss_before": rss_before,
+                      "peak": max(peak, rss_before), "peak_reset": reset}))
+
+
+def worker_export(a):
+    """GPT-2 with the given config overrides, seeded random weights (perturbed
+    as make_samples.py does, so no two initializers are equal), exported with
+    make_samples.export (opset 17, symbolic batch, checked against
+    onnxruntime) to a["onnx"]."""
+    import torch
+    from transformers import GPT2LMHeadModel
+    import make_samples
+    torch.manual_seed(9)
+    model = make_samples.hf_model(GPT2LMHeadModel, make_samples.gpt2_tiny_config(**a["over"])).eval()
+    make_samples.perturb(model, 90)
+    ids = torch.randint(0, make_samples.VOCAB, (2, a["seq"]))
+    tmp = a["onnx"] + ".tmp"
+    make_samples.export(make_samples.LogitsOnly.make(model), (ids,), tmp, ["input_ids"], ["logits"])
+    os.replace(tmp, a["onnx"])
+
+
+def worker(kind, args):
+    import warnings
+    warnings.filterwarnings("ignore")
+    {"torch": worker_torch, "export": worker_export}[kind](json.loads(args))
+
+
+def spawn(kind, args):
+    """Run a worker in a fresh process of this interpreter; its stdout."""
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", kind, json.dumps(args)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=3600)
+    if p.returncode != 0:
+        raise RuntimeError(f"{kind} worker failed ({p.returncode}): "
+                           f"{p.stderr.decode(errors='replace').strip()[-800:]}")
+    return p.stdout.decode()
+
+
+# ---------------------------------------------------------------- shardc
+
+def parse_bytes(text, pattern):
+    m = re.search(pattern + r"\s*([0-9.]+)\s*([KMGT]?i?B)\b", text)
+    return float(m.group(1)) * UNITS[m.group(2)] if m else None
+
+
+def shardc_constants(exe, path, batch, trainable):
+    """Bytes of the constants outside the arena: inspect's parameter bytes
+    (after folding) minus the trainable parameters (f32)."""
+    p = subprocess.run([exe, "inspect", path, "--json", "--dim", f"batch={batch}"],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=600)
+    if p.returncode != 0 or trainable is None:
+        return None
+    return max(0, json.loads(p.stdout)["param_bytes"] - 4 * trainable)
+
+
+def shardc_train(exe, path, data, batch, steps, threads, folder, env=None):
+    """(per-step ms, step-1 loss, process peak RSS, arena bytes, trainable
+    parameters, process seconds, stderr) of one `shardc train` process."""
+    log = os.path.join(folder, "log.json")
+    cmd = [exe, "train", path, "--data", f"input_ids={data['ids']}", "--labels", data["labels"],
+           "--dim", f"batch={batch}", "--steps", str(steps), "--optimizer", "adamw",
+           "--lr", "1e-4", "--log-json", log, "--threads", str(threads)]
+    wall, rss, rc, out, err = run_capture(cmd, env=env)
+    if rc != 0:
+        raise RuntimeError(f"shardc train failed ({rc})")
+    lines = [json.loads(ln) for ln in open(log) if ln.strip()]
+    m = re.search(r"training ([0-9]+) parameters", out)
+    return ([ln["time_ms"] for ln in lines], lines[0]["loss"], rss,
+            parse_bytes(out, r"memory: arena"), int(m.group(1)) if m else None, wall, err)
+
+
+# ---------------------------------------------------------------- main
+
+def model_file(name, cache):
+    path, over, _, seq = MODELS[name]
+    if path:
+        return path
+    tag = "-".join(f"{k}{v}" for k, v in sorted(over.items()))
+    path = os.path.join(cache, f"{name}-{tag}.onnx")
+    if not os.path.exists(path):
+        os.makedirs(cache, exist_ok=True)
+        print(f"exporting {name} to {path} (once; reused from the cache)", flush=True)
+        spawn("export", {"over": over, "seq": seq, "onnx": path})
+    return path
+
+
+def mib(x):
+    return "     n/a" if x is None else f"{x / 2**20:8.1f}"
+
+
+def ratio(a, b):
+    return "  n/a" if a is None or not b else f"{a / b:5.2f}"
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--worker":
+        return worker(sys.argv[2], sys.argv[3])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shardc", default=os.environ.get("SHARDC", os.path.join(SRC, "build", "shardc")))
+    ap.add_argument("--threads", default=",".join(dict.fromkeys([str(os.cpu_count() or 1), "1"])))
+    ap.add_argument("--steps", type=int, default=8, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--only", default="", help="comma-separated: " + ",".join(MODELS))
+    ap.add_argument("--cache", default=os.path.join(SRC, "build", "bench-cache"))
+    ap.add_argument("--profile", action="store_true", help="SHARDC_PROFILE table of shardc's step")
+    ap.add_argument("--smoke", action="store_true", help="the GPT-2 sample only, 3 steps")
+    a = ap.parse_args()
+    names = [s for s in a.only.split(",") if s] or list(MODELS)
+    threads = [int(t) for t in a.threads.split(",") if t]
+    if a.smoke:
+        names, threads, a.steps, a.warmup = ["gpt2"], threads[:1], 2, 1
+    for n in names:
+        if n not in MODELS:
+            sys.exit(f"unknown model {n!r} (have: {', '.join(MODELS)})")
+    if not os.path.exists(a.shardc):
+        print(f"no shardc binary at {a.shardc} (build first)")
+        return 1
+
+    print(f"shardc train --optimizer adamw --lr 1e-4 vs PyTorch eager (AdamW, cross_entropy); "
+          f"median of {a.steps} steps after {a.warmup} warm-up, same batch each step")
+    head = (f"{'model':11s} {'batch':>5s} {'thr':>3s} {'shardc ms':>10s} {'torch ms':>9s} {'ratio':>5s} "
+            f"{'sc peakRSS':>10s} {'pt peakRSS':>10s} {'pt RSS0':>8s} {'sc arena+const':>14s} "
+            f"{'RSS ratio':>9s}   (memory in MiB)")
+    print(head)
+    rows, notes = [], []
+    for name in names:
+        try:
+            path = model_file(name, a.cache)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            notes.append(f"{name}: export FAILED: {str(e)[-300:]}")
+            continue
+        _, over, batch, seq = MODELS[name]
+        with tempfile.TemporaryDirectory(prefix="sc-bench-train-") as d:
+            rng = np.random.default_rng(0)
+            data = {"ids": os.path.join(d, "ids.npy"), "labels": os.path.join(d, "labels.npy")}
+            np.save(data["ids"], rng.integers(0, vocab(over), (batch, seq), dtype=np.int64))
+            np.save(data["labels"], rng.integers(0, vocab(over), (batch, seq), dtype=np.int64))
+            const = None
+            for t in threads:
+                sc = pt = None
+                try:
+                    sc = shardc_train(a.shardc, path, data, batch, a.warmup + a.steps, t, d)
+                    if const is None:
+                        const = shardc_constants(a.shardc, path, batch, sc[4])
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    notes.append(f"{name} T={t}: shardc FAILED: {e}")
+                try:
+                    pt = json.loads(spawn("torch", {
+                        "over": over, "onnx": path, "ids": data["ids"], "labels": data["labels"],
+                        "threads": t, "steps": a.steps, "warmup": a.warmup, "lr": 1e-4}))
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                    notes.append(f"{name} T={t}: PyTorch FAILED: {str(e)[-300:]}")
+                sc_ms = statistics.median(sc[0][a.warmup:]) if sc else None
+                pt_ms = statistics.median(pt["times_ms"][a.warmup:]) if pt else None
+                planned = sc[3] + (const or 0) if sc and sc[3] is not None else None
+                rows.append(f"{name:11s} {batch:5d} {t:3d} "
+                            f"{'n/a' if sc_ms is None else f'{sc_ms:.1f}':>10s} "
+                            f"{'n/a' if pt_ms is None else f'{pt_ms:.1f}':>9s} {ratio(sc_ms, pt_ms)} "
+                            f"{mib(sc and sc[2]):>10s} {mib(pt and pt['peak']):>10s} "
+                            f"{mib(pt and pt['rss_before']):>8s} {mib(planned):>14s} "
+                            f"{ratio(sc and sc[2], pt and pt['peak']):>9s}")
+                print(rows[-1], flush=True)
+                if sc and pt:
+                    steps_s = sum(sc[0]) / 1e3
+                    notes.append(f"{name} T={t}: min ms/step shardc {min(sc[0][a.warmup:]):.1f}, torch "
+                                 f"{min(pt['times_ms'][a.warmup:]):.1f}; "
+                                 f"step-1 loss shardc {sc[1]:.6f}, torch {pt['loss1']:.6f}; "
+                                 f"shardc process {sc[5]:.1f} s, of which steps {steps_s:.1f} s "
+                                 f"(the rest: import, compile, JIT); arena {mib(sc[3]).strip()} MiB + "
+                                 f"constants {mib(const).strip()} MiB"
+                                 + ("" if pt["peak_reset"] else "; torch peak NOT reset (includes the load)"))
+            if a.profile:
+                env = dict(os.environ, SHARDC_PROFILE="1")
+                try:
+                    err = shardc_train(a.shardc, path, data, batch, a.warmup + a.steps, threads[0], d, env)[6]
+                    notes.append(f"{name} T={threads[0]}: SHARDC_PROFILE (top of the table)\n"
+                                 + "\n".join(err.splitlines()[:16]))
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    notes.append(f"{name}: profile FAILED: {e}")
+    print("\nsc peakRSS: `shardc train` process (import and compile included); pt peakRSS: the "
+          "PyTorch process during the steps; pt RSS0: before the first step; sc arena+const: "
+          "shardc's planned step memory; RSS ratio: sc/pt peak RSS")
+    for n in notes:
+        print("  " + n)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
