@@ -65,11 +65,11 @@ import numpy as np  # noqa: E402
 from bench_inspect import run_capture  # noqa: E402
 
 # name: (ONNX file or None: exported into the cache, config overrides of
-# make_samples.gpt2_tiny_config, batch, sequence)
+# make_samples.gpt2_tiny_config, batch, sequence, default timed steps and warm-up)
 GPT2_SMALL = dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=128)
 MODELS = {
-    "gpt2": (os.path.join(SRC, "samples", "gpt2.onnx"), {}, 8, 16),
-    "gpt2-small": (None, GPT2_SMALL, 1, 128),
+    "gpt2": (os.path.join(SRC, "samples", "gpt2.onnx"), {}, 8, 16, 8, 2),
+    "gpt2-small": (None, GPT2_SMALL, 1, 128, 4, 1),
 }
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
          "KB": 1e3, "MB": 1e6, "GB": 1e9}
@@ -220,7 +220,8 @@ def shardc_constants(exe, path, batch, trainable):
 
 def shardc_train(exe, path, data, batch, steps, threads, folder, env=None):
     """(per-step ms, step-1 loss, process peak RSS, arena bytes, trainable
-    parameters, process seconds, stderr) of one `shardc train` process."""
+    parameters, process seconds, stderr, "N of M" state tensors in place) of
+    one `shardc train` process."""
     log = os.path.join(folder, "log.json")
     cmd = [exe, "train", path, "--data", f"input_ids={data['ids']}", "--labels", data["labels"],
            "--dim", f"batch={batch}", "--steps", str(steps), "--optimizer", "adamw",
@@ -230,14 +231,16 @@ def shardc_train(exe, path, data, batch, steps, threads, folder, env=None):
         raise RuntimeError(f"shardc train failed ({rc})")
     lines = [json.loads(ln) for ln in open(log) if ln.strip()]
     m = re.search(r"training ([0-9]+) parameters", out)
+    inplace = re.search(r"([0-9]+ of [0-9]+) state tensors updated in place", out)
     return ([ln["time_ms"] for ln in lines], lines[0]["loss"], rss,
-            parse_bytes(out, r"memory: arena"), int(m.group(1)) if m else None, wall, err)
+            parse_bytes(out, r"memory: arena"), int(m.group(1)) if m else None, wall, err,
+            inplace.group(1) if inplace else "?")
 
 
 # ---------------------------------------------------------------- main
 
 def model_file(name, cache):
-    path, over, _, seq = MODELS[name]
+    path, over, _, seq, _, _ = MODELS[name]
     if path:
         return path
     tag = "-".join(f"{k}{v}" for k, v in sorted(over.items()))
@@ -263,8 +266,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shardc", default=os.environ.get("SHARDC", os.path.join(SRC, "build", "shardc")))
     ap.add_argument("--threads", default=",".join(dict.fromkeys([str(os.cpu_count() or 1), "1"])))
-    ap.add_argument("--steps", type=int, default=8, help="timed steps")
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, help="timed steps (default: 8, gpt2-small 4)")
+    ap.add_argument("--warmup", type=int, help="warm-up steps (default: 2, gpt2-small 1)")
     ap.add_argument("--only", default="", help="comma-separated: " + ",".join(MODELS))
     ap.add_argument("--cache", default=os.path.join(SRC, "build", "bench-cache"))
     ap.add_argument("--profile", action="store_true", help="SHARDC_PROFILE table of shardc's step")
@@ -281,8 +284,8 @@ def main():
         print(f"no shardc binary at {a.shardc} (build first)")
         return 1
 
-    print(f"shardc train --optimizer adamw --lr 1e-4 vs PyTorch eager (AdamW, cross_entropy); "
-          f"median of {a.steps} steps after {a.warmup} warm-up, same batch each step")
+    print("shardc train --optimizer adamw --lr 1e-4 vs PyTorch eager (AdamW, cross_entropy); "
+          "median of the steps after the warm-up, the same batch each step")
     head = (f"{'model':11s} {'batch':>5s} {'thr':>3s} {'shardc ms':>10s} {'torch ms':>9s} {'ratio':>5s} "
             f"{'sc peakRSS':>10s} {'pt peakRSS':>10s} {'pt RSS0':>8s} {'sc arena+const':>14s} "
             f"{'RSS ratio':>9s}   (memory in MiB)")
@@ -294,7 +297,9 @@ def main():
         except (RuntimeError, subprocess.TimeoutExpired) as e:
             notes.append(f"{name}: export FAILED: {str(e)[-300:]}")
             continue
-        _, over, batch, seq = MODELS[name]
+        _, over, batch, seq, steps, warmup = MODELS[name]
+        steps = a.steps if a.steps is not None else steps
+        warmup = a.warmup if a.warmup is not None else warmup
         with tempfile.TemporaryDirectory(prefix="sc-bench-train-") as d:
             rng = np.random.default_rng(0)
             data = {"ids": os.path.join(d, "ids.npy"), "labels": os.path.join(d, "labels.npy")}
@@ -304,7 +309,7 @@ def main():
             for t in threads:
                 sc = pt = None
                 try:
-                    sc = shardc_train(a.shardc, path, data, batch, a.warmup + a.steps, t, d)
+                    sc = shardc_train(a.shardc, path, data, batch, warmup + steps, t, d)
                     if const is None:
                         const = shardc_constants(a.shardc, path, batch, sc[4])
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
@@ -312,11 +317,11 @@ def main():
                 try:
                     pt = json.loads(spawn("torch", {
                         "over": over, "onnx": path, "ids": data["ids"], "labels": data["labels"],
-                        "threads": t, "steps": a.steps, "warmup": a.warmup, "lr": 1e-4}))
+                        "threads": t, "steps": steps, "warmup": warmup, "lr": 1e-4}))
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
                     notes.append(f"{name} T={t}: PyTorch FAILED: {str(e)[-300:]}")
-                sc_ms = statistics.median(sc[0][a.warmup:]) if sc else None
-                pt_ms = statistics.median(pt["times_ms"][a.warmup:]) if pt else None
+                sc_ms = statistics.median(sc[0][warmup:]) if sc else None
+                pt_ms = statistics.median(pt["times_ms"][warmup:]) if pt else None
                 planned = sc[3] + (const or 0) if sc and sc[3] is not None else None
                 rows.append(f"{name:11s} {batch:5d} {t:3d} "
                             f"{'n/a' if sc_ms is None else f'{sc_ms:.1f}':>10s} "
@@ -327,19 +332,21 @@ def main():
                 print(rows[-1], flush=True)
                 if sc and pt:
                     steps_s = sum(sc[0]) / 1e3
-                    notes.append(f"{name} T={t}: min ms/step shardc {min(sc[0][a.warmup:]):.1f}, torch "
-                                 f"{min(pt['times_ms'][a.warmup:]):.1f}; "
+                    mins = min(sc[0][warmup:]), min(pt["times_ms"][warmup:])
+                    notes.append(f"{name} T={t}: {steps} steps after {warmup} warm-up; min ms/step "
+                                 f"shardc {mins[0]:.1f}, torch {mins[1]:.1f}; "
                                  f"step-1 loss shardc {sc[1]:.6f}, torch {pt['loss1']:.6f}; "
                                  f"shardc process {sc[5]:.1f} s, of which steps {steps_s:.1f} s "
                                  f"(the rest: import, compile, JIT); arena {mib(sc[3]).strip()} MiB + "
-                                 f"constants {mib(const).strip()} MiB"
+                                 f"constants {mib(const).strip()} MiB; "
+                                 f"{sc[7]} state tensors in place"
                                  + ("" if pt["peak_reset"] else "; torch peak NOT reset (includes the load)"))
             if a.profile:
                 env = dict(os.environ, SHARDC_PROFILE="1")
                 try:
-                    err = shardc_train(a.shardc, path, data, batch, a.warmup + a.steps, threads[0], d, env)[6]
+                    err = shardc_train(a.shardc, path, data, batch, warmup + steps, threads[0], d, env)[6]
                     notes.append(f"{name} T={threads[0]}: SHARDC_PROFILE (top of the table)\n"
-                                 + "\n".join(err.splitlines()[:16]))
+                                 + "\n".join(ln[:200] for ln in err.splitlines()[:16]))
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     notes.append(f"{name}: profile FAILED: {e}")
     print("\nsc peakRSS: `shardc train` process (import and compile included); pt peakRSS: the "
