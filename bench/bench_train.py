@@ -84,36 +84,22 @@ def vocab(over):
 # export nor this process's memory is inside PyTorch's figures.
 
 def torch_model(over, onnx_path):
-    """GPT2LMHeadModel as make_samples.py builds it, with the ONNX file's
-    weights (its initializers are named after the state_dict, NAME or NAME.T),
-    lm_head untied as in the file. Returns (model, parameters loaded)."""
+    """GPT2LMHeadModel as make_samples.py builds it, lm_head untied as in the
+    file, with the ONNX file's weights (make_train_refs.module_ref: every
+    float initializer is a parameter, NAME or NAME.T, and nothing else is)."""
     import onnx
     import torch
     from onnx import numpy_helper
     from transformers import GPT2LMHeadModel
     import make_samples
-    model = make_samples.hf_model(GPT2LMHeadModel, make_samples.gpt2_tiny_config(**over))
-    m = onnx.load(onnx_path)
-    names = {t.name for t in m.graph.initializer}
-    if "transformer.wte.weight.T" in names:
-        model.config.tie_word_embeddings = False
-        model.lm_head.weight = torch.nn.Parameter(model.transformer.wte.weight.detach().clone())
-    params = dict(model.named_parameters())
-    loaded = set()
-    with torch.no_grad():
-        for t in m.graph.initializer:
-            a = numpy_helper.to_array(t)
-            key = t.name
-            if key == "transformer.wte.weight.T":
-                key, a = "lm_head.weight", a.T
-            elif key.endswith(".T"):
-                key, a = key[:-2], a.T
-            if key in params and tuple(params[key].shape) == a.shape:
-                params[key].copy_(torch.from_numpy(np.ascontiguousarray(a)))
-                loaded.add(key)
-    missing = sorted(set(params) - loaded)
-    if missing:
-        sys.exit(f"{onnx_path}: no initializer for {', '.join(missing[:5])}")
+    import make_train_refs
+    model = make_samples.hf_model(
+        GPT2LMHeadModel, make_samples.gpt2_tiny_config(tie_word_embeddings=False, **over))
+    inits = {t.name: numpy_helper.to_array(t).copy() for t in onnx.load(onnx_path).graph.initializer
+             if t.data_type == onnx.TensorProto.FLOAT}
+    make_train_refs.module_ref(model, inits, None,
+                               alias={"transformer.wte.weight.T": "lm_head.weight.T"})
+    torch.use_deterministic_algorithms(False)  # module_ref's settings: not what is timed
     return model
 
 
@@ -132,9 +118,9 @@ def worker_torch(a):
     import time
     import torch
     import torch.nn.functional as F
-    torch.set_num_threads(a["threads"])
     torch.manual_seed(0)
     model = torch_model(a["over"], a["onnx"])
+    torch.set_num_threads(a["threads"])
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=a["lr"])
     ids = torch.from_numpy(np.load(a["ids"]))
