@@ -36,7 +36,8 @@ both sides update the same parameters. The step-1 losses are printed as a
 check that both train the same model on the same batch.
 
 --profile runs shardc's step once more with SHARDC_PROFILE=1 (docs/runtime.md)
-and prints the top of its per-kernel table. --smoke: the GPT-2 sample only,
+and prints the top of its per-kernel table (the whole table goes to
+CACHE/profile-MODEL-TT.txt). --smoke: the GPT-2 sample only,
 3 steps, one thread count.
 
 Runs under .venv-samples/bin/python (it needs torch; `make bench` installs it
@@ -331,7 +332,12 @@ def main():
                 env = dict(os.environ, SHARDC_PROFILE="1")
                 try:
                     err = shardc_train(a.shardc, path, data, batch, warmup + steps, threads[0], d, env)[6]
-                    notes.append(f"{name} T={threads[0]}: SHARDC_PROFILE (top of the table)\n"
+                    os.makedirs(a.cache, exist_ok=True)
+                    full = os.path.join(a.cache, f"profile-{name}-T{threads[0]}.txt")
+                    with open(full, "w") as f:
+                        f.write(err)
+                    notes.append(f"{name} T={threads[0]}: SHARDC_PROFILE (top of the table; all of it "
+                                 f"in {full})\n"
                                  + "\n".join(ln[:200] for ln in err.splitlines()[:16]))
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     notes.append(f"{name}: profile FAILED: {e}")
