@@ -12,10 +12,11 @@ the same thread count. For each model, batch and thread count T:
     eps 1e-8, weight decay 0.01) step, zero_grad. Both: the median over
     --steps steps after --warmup warm-up steps, the same batch every step.
   - peak memory: the peak RSS of the whole `shardc train` process (compiling
-    included; GNU time's %M) and shardc's planned step memory, the arena that
-    `shardc train` prints ("memory: arena X, allocated once") plus the
-    constants outside it (`shardc inspect`'s parameter bytes minus 4 bytes
-    per trainable parameter); PyTorch's peak RSS during the steps (a fresh
+    included; GNU time's %M) and shardc's planned step memory, the arena
+    (what `shardc train` allocates) plus the constants outside it, from
+    `shardc plan --train --json`, whose classes (params, optimizer state,
+    gradients, activations, workspace) at the plan's peak are printed
+    below the table; PyTorch's peak RSS during the steps (a fresh
     process: the peak is reset through /proc/self/clear_refs once the model,
     the optimizer and the batch exist, and ru_maxrss is read after the
     steps) and its RSS just before the first step.
@@ -195,14 +196,17 @@ def parse_bytes(text, pattern):
     return float(m.group(1)) * UNITS[m.group(2)] if m else None
 
 
-def shardc_constants(exe, path, batch, trainable):
-    """Bytes of the constants outside the arena: inspect's parameter bytes
-    (after folding) minus the trainable parameters (f32)."""
-    p = subprocess.run([exe, "inspect", path, "--json", "--dim", f"batch={batch}"],
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=600)
-    if p.returncode != 0 or trainable is None:
+def shardc_plan(exe, path, batch):
+    """`shardc plan --train --json` of the same step: the memory at the
+    plan's peak by class, the arena (what `shardc train` allocates) and the
+    constants outside it; None when this shardc has no `plan --train`."""
+    p = subprocess.run([exe, "plan", path, "--train", "--dim", f"batch={batch}", "--optimizer",
+                        "adamw", "--json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=1800)
+    try:
+        return json.loads(p.stdout) if p.returncode == 0 else None
+    except ValueError:
         return None
-    return max(0, json.loads(p.stdout)["param_bytes"] - 4 * trainable)
 
 
 def shardc_train(exe, path, data, batch, steps, threads, folder, env=None):
@@ -292,13 +296,16 @@ def main():
             data = {"ids": os.path.join(d, "ids.npy"), "labels": os.path.join(d, "labels.npy")}
             np.save(data["ids"], rng.integers(0, vocab(over), (batch, seq), dtype=np.int64))
             np.save(data["labels"], rng.integers(0, vocab(over), (batch, seq), dtype=np.int64))
-            const = None
+            plan = shardc_plan(a.shardc, path, batch)
+            if plan:
+                live = ", ".join(f"{k} {mib(v).strip()}" for k, v in plan["live"].items())
+                notes.append(f"{name}: `shardc plan --train`, MiB at the peak (step {plan['peak_step']}, "
+                             f"{str(plan['peak_origin'])[:60]}): {live}; arena {mib(plan['arena']).strip()}, "
+                             f"constants {mib(plan['constants']).strip()}")
             for t in threads:
                 sc = pt = None
                 try:
                     sc = shardc_train(a.shardc, path, data, batch, warmup + steps, t, d)
-                    if const is None:
-                        const = shardc_constants(a.shardc, path, batch, sc[4])
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     notes.append(f"{name} T={t}: shardc FAILED: {e}")
                 try:
@@ -309,7 +316,7 @@ def main():
                     notes.append(f"{name} T={t}: PyTorch FAILED: {str(e)[-300:]}")
                 sc_ms = statistics.median(sc[0][warmup:]) if sc else None
                 pt_ms = statistics.median(pt["times_ms"][warmup:]) if pt else None
-                planned = sc[3] + (const or 0) if sc and sc[3] is not None else None
+                planned = plan["total"] if plan else None
                 rows.append(f"{name:11s} {batch:5d} {t:3d} "
                             f"{'n/a' if sc_ms is None else f'{sc_ms:.1f}':>10s} "
                             f"{'n/a' if pt_ms is None else f'{pt_ms:.1f}':>9s} {ratio(sc_ms, pt_ms)} "
@@ -324,9 +331,8 @@ def main():
                                  f"shardc {mins[0]:.1f}, torch {mins[1]:.1f}; "
                                  f"step-1 loss shardc {sc[1]:.6f}, torch {pt['loss1']:.6f}; "
                                  f"shardc process {sc[5]:.1f} s, of which steps {steps_s:.1f} s "
-                                 f"(the rest: import, compile, JIT); arena {mib(sc[3]).strip()} MiB + "
-                                 f"constants {mib(const).strip()} MiB; "
-                                 f"{sc[7]} state tensors in place"
+                                 f"(the rest: import, compile, JIT); arena {mib(sc[3]).strip()} MiB "
+                                 f"(`shardc train`); {sc[7]} state tensors in place"
                                  + ("" if pt["peak_reset"] else "; torch peak NOT reset (includes the load)"))
             if a.profile:
                 env = dict(os.environ, SHARDC_PROFILE="1")
