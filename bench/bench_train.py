@@ -191,8 +191,13 @@ def spawn(kind, args):
 
 # ---------------------------------------------------------------- shardc
 
-def parse_bytes(text, pattern):
-    m = re.search(pattern + r"\s*([0-9.]+)\s*([KMGT]?i?B)\b", text)
+def arena_bytes(text):
+    """The arena of `shardc train`'s line "memory: arena 4.40 GiB (N bytes), ..."
+    (older builds print no byte count)."""
+    m = re.search(r"memory: arena [^(,]*\(([0-9]+) bytes\)", text)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"memory: arena\s*([0-9.]+)\s*([KMGT]?i?B)\b", text)
     return float(m.group(1)) * UNITS[m.group(2)] if m else None
 
 
@@ -224,7 +229,7 @@ def shardc_train(exe, path, data, batch, steps, threads, folder, env=None):
     m = re.search(r"training ([0-9]+) parameters", out)
     inplace = re.search(r"([0-9]+ of [0-9]+) state tensors updated in place", out)
     return ([ln["time_ms"] for ln in lines], lines[0]["loss"], rss,
-            parse_bytes(out, r"memory: arena"), int(m.group(1)) if m else None, wall, err,
+            arena_bytes(out), int(m.group(1)) if m else None, wall, err,
             inplace.group(1) if inplace else "?")
 
 
