@@ -28,7 +28,8 @@ static bool has_new_output(const sc_program *p, const char *name) {
   return false;
 }
 
-/* The class of storage root r; grad[r] marks the roots of "grad:" outputs. */
+/* The class of storage root r; grad[r] marks the storage of the gradients
+ * (buffers named "grad:P", views of the value autodiff summed). */
 static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad) {
   const sc_buffer *b = &p->buffers[r];
   const char *name = b->name ? b->name : "";
@@ -56,9 +57,9 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
   sc_status st = sc_memplan_peak(p, &m->peak_step, &m->peak_live, live, d);
-  for (int32_t j = 0; st == SC_OK && j < p->n_outputs; j++)
-    if (has_prefix(p->buffers[p->outputs[j]].name, "grad:")) {
-      int32_t r = sc_program_root(p, p->outputs[j]);
+  for (int32_t i = 0; st == SC_OK && i < p->n_buffers; i++)
+    if (has_prefix(p->buffers[i].name, "grad:")) {
+      int32_t r = sc_program_root(p, i);
       if (r >= 0) grad[r] = true;
     }
   int64_t align = p->arena_align > 0 ? p->arena_align : 64;

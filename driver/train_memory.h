@@ -7,7 +7,7 @@
  *
  *   params       inputs P updated in place by "new:P" (master weights)
  *   optimizer    inputs P.momentum_buffer, P.exp_avg, P.exp_avg_sq
- *   gradients    the storage of the "grad:P" outputs and the gradient
+ *   gradients    the storage of the "grad:P" values and the gradient
  *                accumulators "accum:P"
  *   activations  values of the forward graph (those still live at the
  *                peak are the ones the backward reads)

@@ -55,23 +55,33 @@ static int32_t new_input(sc_graph *g, const char *name, sc_dtype t, int32_t rank
   return v;
 }
 
-/* x as a graph output named exactly `name` (an Identity). */
-static int32_t new_output(sc_grad_ctx *c, const char *name, int32_t x, sc_diag *d) {
+/* A graph output named exactly `name`: op of the n inputs in (its node
+ * named `name` too), so that the output is that node's own result (an
+ * Identity of a computed value would be a copy: an output has its own
+ * buffer). */
+static int32_t new_output_op(sc_grad_ctx *c, const char *name, sc_op op, const int32_t *in,
+                             int32_t n, sc_diag *d) {
   sc_graph *g = c->g;
-  if (x < 0) return -1;
+  for (int32_t i = 0; i < n; i++)
+    if (in[i] < 0) return -1;
   if (sc_graph_find_value(g, name) >= 0) {
     sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "the model already has a value named '%s'", name);
     return -1;
   }
   int32_t out = sc_graph_add_value(g, name);
-  int32_t node = out < 0 ? -1 : sc_graph_add_node(g, SC_OP_IDENTITY, name, &x, 1, &out, 1);
-  if (node < 0 || sc_ops[SC_OP_IDENTITY].infer(g, &g->nodes[node]) != SC_OK ||
+  int32_t node = out < 0 ? -1 : sc_graph_add_node(g, op, name, in, n, &out, 1);
+  if (node < 0 || sc_ops[op].infer(g, &g->nodes[node]) != SC_OK ||
       sc_graph_add_output(g, out) != SC_OK) {
     sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_NOMEM, NULL, NULL, "%s",
                 g->diag.msg);
     return -1;
   }
   return out;
+}
+
+/* x as a graph output named exactly `name` (an Identity). */
+static int32_t new_output(sc_grad_ctx *c, const char *name, int32_t x, sc_diag *d) {
+  return new_output_op(c, name, SC_OP_IDENTITY, &x, 1, d);
 }
 
 /* Builder failures carry g->diag; name the step that failed. */
@@ -212,9 +222,8 @@ static sc_status guarded_output(sc_grad_ctx *c, const char *name, int32_t ok, in
                                 int32_t x, sc_diag *d) {
   char out[512];
   snprintf(out, sizeof out, "new:%s", name);
-  int32_t w = gb_op(c, SC_OP_WHERE, (int32_t[]){ok, v, x}, 3);
-  if (built(c->g, w, name, d) != SC_OK) return d->status;
-  return new_output(c, out, w, d) < 0 ? (d->status ? d->status : SC_ERR_INVALID) : SC_OK;
+  if (new_output_op(c, out, SC_OP_WHERE, (int32_t[]){ok, v, x}, 3, d) >= 0) return SC_OK;
+  return built(c->g, -1, name, d) != SC_OK ? d->status : SC_ERR_INVALID;
 }
 
 static sc_status state_output(sc_grad_ctx *c, const sc_train_param *p, const char *suffix,
@@ -381,6 +390,16 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     if ((st = built(g, seed_loss, "loss scaling", d)) != SC_OK) return st;
   }
   if ((st = sc_autodiff(g, seed_loss, params, info->n_params, grads, d)) != SC_OK) return st;
+  /* the gradients "grad:P" stay values (the update reads them) but are not
+   * outputs: an output keeps its own buffer to the end of the step */
+  for (int32_t k = 0; k < info->n_params; k++)
+    for (int32_t i = 0; grads[k] >= 0 && i < g->n_outputs; i++)
+      if (g->outputs[i] == grads[k]) {
+        memmove(g->outputs + i, g->outputs + i + 1,
+                (size_t)(g->n_outputs - i - 1) * sizeof *g->outputs);
+        g->n_outputs--;
+        break;
+      }
   for (int32_t k = 0; inv_scale >= 0 && k < info->n_params; k++)
     if (grads[k] >= 0 && (st = built(g, grads[k] = gb_2(&c, SC_OP_MUL, grads[k], inv_scale),
                                      "loss scaling", d)) != SC_OK)
@@ -398,10 +417,9 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
       sc_value x = g->values[p->input]; /* a copy: adding a value may move the array */
       int32_t acc = new_input(g, name, x.dtype, x.rank, x.dims, d);
       if (acc < 0) return d->status;
-      int32_t sum = gb_2(&c, SC_OP_ADD, acc, grads[k]);
       snprintf(name, sizeof name, "new:accum:%s", p->name);
-      if ((st = built(g, new_output(&c, name, sum, d), "gradient accumulation", d)) != SC_OK)
-        return st;
+      int32_t sum = new_output_op(&c, name, SC_OP_ADD, (int32_t[]){acc, grads[k]}, 2, d);
+      if ((st = built(g, sum, "gradient accumulation", d)) != SC_OK) return st;
       grads[k] = gb_2(&c, SC_OP_MUL, sum, gb_scalar(&c, x.dtype, 1.0 / accum));
       if ((st = built(g, grads[k], "gradient accumulation", d)) != SC_OK) return st;
     }
