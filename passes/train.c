@@ -1,6 +1,6 @@
 /* train.c — the training step as one graph (train.h, docs/training.md).
  *
- * In order: tied copies read their source (a Transpose; train.h);
+ * In order: tied copies become a Transpose of their source (train.h);
  * parameters become inputs; static shapes (bind-dims,
  * infer-shapes, which can no longer fold anything derived from a weight);
  * the loss; sc_autodiff; the global gradient norm and optional clipping;
@@ -163,21 +163,29 @@ sc_status sc_train_tie_refresh(sc_graph *g, const sc_train_tie *t, sc_diag *d) {
   return st;
 }
 
-/* Each tied copy's reads become reads of a Transpose of its source; the
- * copy, read by nothing, is no weight any more (dead code elimination
- * drops it). */
-static sc_status tie_weights(sc_grad_ctx *c, sc_train_info *info, sc_diag *d) {
-  sc_graph *g = c->g;
+/* Each tied copy becomes the output of a new Transpose of its source: its
+ * readers are unchanged, it is no weight any more, and no value id moves
+ * (info's params keep theirs). */
+static sc_status tie_weights(sc_graph *g, sc_train_info *info, sc_diag *d) {
   sc_status st = sc_train_find_ties(g, &info->ties, &info->n_ties, d);
   for (int32_t k = 0; st == SC_OK && k < info->n_ties; k++) {
     const sc_train_tie *t = &info->ties[k];
-    int32_t nn = g->n_nodes;
-    int32_t tr = gb_transpose(c, t->source_value, (int64_t[]){1, 0}, 2);
-    if ((st = built(g, tr, t->name, d)) != SC_OK) return st;
-    for (int32_t i = 0; i < nn; i++)
-      for (int32_t x = 0; x < g->nodes[i].n_inputs; x++)
-        if (g->nodes[i].inputs[x] == t->value) g->nodes[i].inputs[x] = tr;
-    g->values[t->value].flags &= ~(uint32_t)SC_VALUE_PARAM;
+    sc_value *b = &g->values[t->value];
+    b->data = NULL; /* the copy's bytes stay alive with the graph */
+    b->data_bytes = 0;
+    b->data_kind = SC_DATA_NONE;
+    b->flags &= ~(uint32_t)(SC_VALUE_CONST | SC_VALUE_PARAM);
+    char name[512];
+    snprintf(name, sizeof name, "train/tie/%s", t->name);
+    int32_t x = t->source_value, y = t->value;
+    int32_t n = sc_graph_add_node(g, SC_OP_TRANSPOSE, name, &x, 1, &y, 1);
+    sc_attr *perm = n < 0 ? NULL : sc_node_add_attr(g, n, "perm", SC_ATTR_INTS);
+    int64_t *p = perm ? sc_arena_array(&g->arena, 2, sizeof *p) : NULL;
+    if (!p) return built(g, -1, t->name, d);
+    p[0] = 1, p[1] = 0;
+    perm->ints = p;
+    perm->n = 2;
+    if (sc_ops[SC_OP_TRANSPOSE].infer(g, &g->nodes[n]) != SC_OK) return built(g, -1, t->name, d);
   }
   if (st == SC_OK && info->n_ties && sc_graph_toposort(g) != SC_OK)
     return built(g, -1, "node order", d);
@@ -436,9 +444,7 @@ static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
 
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d) {
   memset(info, 0, sizeof *info);
-  int32_t counter = 0;
-  sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
-  sc_status st = o->untie ? SC_OK : tie_weights(&c, info, d);
+  sc_status st = o->untie ? SC_OK : tie_weights(g, info, d);
   if (st == SC_OK) st = take_params(g, o, info, d);
   if (st != SC_OK) return st;
   sc_pass_opts po;
@@ -448,6 +454,8 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     *d = g->diag;
     return d->status;
   }
+  int32_t counter = 0;
+  sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
   if ((o->bf16 || o->fp16) &&
       (st = to_low_precision(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK)
     return st;
