@@ -127,7 +127,10 @@ sc_status sc_train_find_ties(sc_graph *g, sc_train_tie **ties, int32_t *n_ties, 
   if (!w || !src) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   n = 0;
   for (int32_t v = 0; v < g->n_values; v++)
-    if (is_matrix_weight(&g->values[v])) src[n] = -1, w[n++] = v;
+    if (is_matrix_weight(&g->values[v])) {
+      src[n] = -1;
+      w[n++] = v;
+    }
   int32_t found = 0;
   for (int32_t i = 0; i < n; i++) /* the earlier one is the source */
     for (int32_t j = i + 1; j < n && src[i] < 0; j++)
@@ -180,10 +183,11 @@ static sc_status tie_weights(sc_graph *g, sc_train_info *info, sc_diag *d) {
     int32_t x = t->source_value, y = t->value;
     int32_t n = sc_graph_add_node(g, SC_OP_TRANSPOSE, name, &x, 1, &y, 1);
     sc_attr *perm = n < 0 ? NULL : sc_node_add_attr(g, n, "perm", SC_ATTR_INTS);
-    int64_t *p = perm ? sc_arena_array(&g->arena, 2, sizeof *p) : NULL;
-    if (!p) return built(g, -1, t->name, d);
-    p[0] = 1, p[1] = 0;
-    perm->ints = p;
+    int64_t *axes = perm ? sc_arena_array(&g->arena, 2, sizeof *axes) : NULL;
+    if (!axes) return built(g, -1, t->name, d);
+    axes[0] = 1; /* the two axes swapped */
+    axes[1] = 0;
+    perm->ints = axes;
     perm->n = 2;
     if (sc_ops[SC_OP_TRANSPOSE].infer(g, &g->nodes[n]) != SC_OK) return built(g, -1, t->name, d);
   }
