@@ -749,6 +749,11 @@ sc_status sc_export_checkpoint(const char *checkpoint_dir, const char *model_pat
   if (st != SC_OK && !d.file[0] && checkpoint_dir) sc_diag_set_file(&d, checkpoint_dir);
   sc_import_opts io = {.no_weights = false};
   if (st == SC_OK) st = sc_onnx_import(model_path, &io, &g, &d);
+  /* tied copies (passes/train.h) are no parameters: found in the model as
+   * trained, written below as their source's transpose */
+  sc_train_tie *ties = NULL;
+  int32_t n_ties = 0;
+  if (st == SC_OK) st = sc_train_find_ties(g, &ties, &n_ties, &d);
   for (int32_t k = 0; st == SC_OK && k < sc_ckpt_count(c, SC_CKPT_WEIGHTS); k++) {
     const sc_ckpt_tensor *w = sc_ckpt_tensor_at(c, SC_CKPT_WEIGHTS, k);
     int32_t id = sc_graph_find_value(g, w->name);
@@ -771,6 +776,8 @@ sc_status sc_export_checkpoint(const char *checkpoint_dir, const char *model_pat
     g->values[id].ext_location = NULL; /* embedded now */
     if (st != SC_OK) d = g->diag;
   }
+  for (int32_t k = 0; st == SC_OK && k < n_ties; k++) /* trained --untie: they are weights */
+    if (!sc_ckpt_find(c, SC_CKPT_WEIGHTS, ties[k].name)) st = sc_train_tie_refresh(g, &ties[k], &d);
   if (st == SC_OK) st = sc_onnx_export(g, out_path, &d);
   sc_graph_destroy(g);
   sc_ckpt_destroy(c);

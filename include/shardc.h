@@ -285,8 +285,10 @@ sc_status sc_training_save_bundle(sc_training *t, const char *dir);
 sc_status sc_training_load(const char *dir, int threads, sc_training **out);
 /* Writes MODEL with its initializers replaced by a checkpoint's weights as
  * a new ONNX file OUT (atomically): onnxruntime and `shardc run` run it.
- * A checkpoint weight the model lacks, or of another dtype or shape, is an
- * error; on failure *error (when not NULL) holds the message (free with
+ * A tied copy (a weight that is another's transpose, trained as that one:
+ * docs/training.md#tied-weights) the checkpoint lacks is written as the
+ * transpose of its source's trained value. A checkpoint weight the model
+ * lacks, or of another dtype or shape, is an error; on failure *error (when not NULL) holds the message (free with
  * sc_string_free). */
 sc_status sc_export_checkpoint(const char *checkpoint_dir, const char *model_path,
                                const char *out_path, char **error);

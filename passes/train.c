@@ -1,6 +1,7 @@
 /* train.c — the training step as one graph (train.h, docs/training.md).
  *
- * In order: parameters become inputs; static shapes (bind-dims,
+ * In order: tied copies become a Transpose of their source (train.h);
+ * parameters become inputs; static shapes (bind-dims,
  * infer-shapes, which can no longer fold anything derived from a weight);
  * the loss; sc_autodiff; the global gradient norm and optional clipping;
  * the optimizer update. Every node added here is built with the gradient
@@ -92,15 +93,126 @@ static sc_status built(sc_graph *g, int32_t v, const char *what, sc_diag *d) {
                      "training step: %s: %s", what, g->diag.msg);
 }
 
+/* A weight with data that could be a parameter: a named float initializer
+ * (--freeze aside). */
+static bool is_weight(const sc_value *x) {
+  return (x->flags & SC_VALUE_PARAM) && (x->flags & SC_VALUE_CONST) && x->data &&
+         is_float(x->dtype) && x->name;
+}
+
+/* A weight that may be a tied copy or its source: 2-D, neither a graph
+ * input nor output. */
+static bool is_matrix_weight(const sc_value *x) {
+  return is_weight(x) && x->rank == 2 && !(x->flags & (SC_VALUE_INPUT | SC_VALUE_OUTPUT));
+}
+
+/* Whether 2-D b is bit for bit the transpose of a (train.h): a not
+ * constant-valued, b not a itself. */
+static bool is_transpose_copy(const sc_value *a, const sc_value *b) {
+  if (a->rank != 2 || b->rank != 2 || a->dtype != b->dtype || a->dims[0] != b->dims[1] ||
+      a->dims[1] != b->dims[0])
+    return false;
+  int64_t m = a->dims[0], n = a->dims[1];
+  size_t es = sc_dtype_size(a->dtype);
+  const unsigned char *pa = a->data, *pb = b->data;
+  if (m * n < 2 || (m == n && memcmp(pa, pb, (size_t)(m * n) * es) == 0)) return false;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++)
+      if (memcmp(pb + (size_t)(j * m + i) * es, pa + (size_t)(i * n + j) * es, es) != 0)
+        return false;
+  for (int64_t e = 1; e < m * n; e++)
+    if (memcmp(pa + (size_t)e * es, pa, es) != 0) return true;
+  return false; /* constant-valued: equal by coincidence */
+}
+
+sc_status sc_train_find_ties(sc_graph *g, sc_train_tie **ties, int32_t *n_ties, sc_diag *d) {
+  *ties = NULL;
+  *n_ties = 0;
+  int32_t n = 0;
+  for (int32_t v = 0; v < g->n_values; v++) n += is_matrix_weight(&g->values[v]);
+  if (n < 2) return SC_OK;
+  /* the 2-D weights, each tied (a copy) or not: -1 or its source */
+  int32_t *w = sc_arena_array(&g->arena, (size_t)n, sizeof *w);
+  int32_t *src = sc_arena_array(&g->arena, (size_t)n, sizeof *src);
+  if (!w || !src) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  n = 0;
+  for (int32_t v = 0; v < g->n_values; v++)
+    if (is_matrix_weight(&g->values[v])) {
+      src[n] = -1;
+      w[n++] = v;
+    }
+  int32_t found = 0;
+  for (int32_t i = 0; i < n; i++) /* the earlier one is the source */
+    for (int32_t j = i + 1; j < n && src[i] < 0; j++)
+      if (src[j] < 0 && is_transpose_copy(&g->values[w[i]], &g->values[w[j]]))
+        src[j] = w[i], found++;
+  if (!found) return SC_OK;
+  *ties = sc_arena_array(&g->arena, (size_t)found, sizeof **ties);
+  if (!*ties) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t j = 0; j < n; j++)
+    if (src[j] >= 0)
+      (*ties)[(*n_ties)++] = (sc_train_tie){.name = g->values[w[j]].name,
+                                            .source = g->values[src[j]].name,
+                                            .value = w[j], .source_value = src[j]};
+  return SC_OK;
+}
+
+sc_status sc_train_tie_refresh(sc_graph *g, const sc_train_tie *t, sc_diag *d) {
+  const sc_value *a = &g->values[t->source_value];
+  int64_t m = a->dims[0], n = a->dims[1];
+  size_t es = sc_dtype_size(a->dtype);
+  unsigned char *b = sc_arena_alloc(&g->arena, (size_t)(m * n) * es + 1);
+  if (!b) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  const unsigned char *pa = a->data;
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++)
+      memcpy(b + (size_t)(j * m + i) * es, pa + (size_t)(i * n + j) * es, es);
+  uint32_t flags = g->values[t->value].flags;
+  sc_status st = sc_value_set_data(g, t->value, a->dtype, 2, (int64_t[]){n, m}, b,
+                                   (uint64_t)(m * n) * es, false);
+  g->values[t->value].flags |= flags & (SC_VALUE_CONST | SC_VALUE_PARAM);
+  g->values[t->value].ext_location = NULL; /* embedded now */
+  if (st != SC_OK) *d = g->diag;
+  return st;
+}
+
+/* Each tied copy becomes the output of a new Transpose of its source: its
+ * readers are unchanged, it is no weight any more, and no value id moves
+ * (info's params keep theirs). */
+static sc_status tie_weights(sc_graph *g, sc_train_info *info, sc_diag *d) {
+  sc_status st = sc_train_find_ties(g, &info->ties, &info->n_ties, d);
+  for (int32_t k = 0; st == SC_OK && k < info->n_ties; k++) {
+    const sc_train_tie *t = &info->ties[k];
+    sc_value *b = &g->values[t->value];
+    b->data = NULL; /* the copy's bytes stay alive with the graph */
+    b->data_bytes = 0;
+    b->data_kind = SC_DATA_NONE;
+    b->flags &= ~(uint32_t)(SC_VALUE_CONST | SC_VALUE_PARAM);
+    char name[512];
+    snprintf(name, sizeof name, "train/tie/%s", t->name);
+    int32_t x = t->source_value, y = t->value;
+    int32_t n = sc_graph_add_node(g, SC_OP_TRANSPOSE, name, &x, 1, &y, 1);
+    sc_attr *perm = n < 0 ? NULL : sc_node_add_attr(g, n, "perm", SC_ATTR_INTS);
+    int64_t *axes = perm ? sc_arena_array(&g->arena, 2, sizeof *axes) : NULL;
+    if (!axes) return built(g, -1, t->name, d);
+    axes[0] = 1; /* the two axes swapped */
+    axes[1] = 0;
+    perm->ints = axes;
+    perm->n = 2;
+    if (sc_ops[SC_OP_TRANSPOSE].infer(g, &g->nodes[n]) != SC_OK) return built(g, -1, t->name, d);
+  }
+  if (st == SC_OK && info->n_ties && sc_graph_toposort(g) != SC_OK)
+    return built(g, -1, "node order", d);
+  return st;
+}
+
 /* Parameters: float initializers with data, not frozen, become inputs. */
 static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info *info,
                              sc_diag *d) {
   int32_t n = 0;
   for (int32_t v = 0; v < g->n_values; v++) {
     const sc_value *x = &g->values[v];
-    if ((x->flags & SC_VALUE_PARAM) && (x->flags & SC_VALUE_CONST) && x->data &&
-        is_float(x->dtype) && x->name && !frozen(o, x->name))
-      n++;
+    if (is_weight(x) && !frozen(o, x->name)) n++;
   }
   info->params = sc_arena_array(&g->arena, (size_t)n + 1, sizeof *info->params);
   if (!info->params) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -108,9 +220,7 @@ static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info 
   int32_t nv = g->n_values;
   for (int32_t v = 0; v < nv; v++) {
     sc_value *x = &g->values[v];
-    if (!((x->flags & SC_VALUE_PARAM) && (x->flags & SC_VALUE_CONST) && x->data &&
-          is_float(x->dtype) && x->name && !frozen(o, x->name)))
-      continue;
+    if (!is_weight(x) || frozen(o, x->name)) continue;
     sc_train_param *p = &info->params[info->n_params++];
     int64_t numel = 1;
     for (int32_t k = 0; k < x->rank; k++) numel *= x->dims[k];
@@ -347,7 +457,8 @@ static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
 
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d) {
   memset(info, 0, sizeof *info);
-  sc_status st = take_params(g, o, info, d);
+  sc_status st = o->untie ? SC_OK : tie_weights(g, info, d);
+  if (st == SC_OK) st = take_params(g, o, info, d);
   if (st != SC_OK) return st;
   sc_pass_opts po;
   sc_pass_opts_init(&po);

@@ -53,6 +53,18 @@
  * which lets the compiled program update the state in place (the input's
  * arena slot is the new value's: codegen/program.h, p->updates).
  *
+ * Tied weights: before the parameters are taken, a float initializer B
+ * that is bit for bit the transpose of another, A (2-D, shapes swapped; A
+ * not constant-valued; B not equal to A itself, so a symmetric matrix
+ * does not count), is the exporter's copy of a weight PyTorch ties
+ * (GPT-2's LM head, "W.T"): every read of B becomes a read of a new
+ * Transpose of A, so B is no parameter and A's gradient sums both uses
+ * (opts.untie turns this off). Identical copies are not tied: PyTorch's
+ * exporter writes one initializer for one tensor, so two equal ones are
+ * two parameters that happen to be equal (a fresh model's LayerNorm
+ * weights, all ones). info->ties records the pairs; sc_train_find_ties
+ * finds them in any graph (the export writes B back as A's transpose).
+ *
  * Names: parameter P is input P and output "new:P"; its optimizer state S
  * ("P.momentum_buffer", "P.exp_avg", "P.exp_avg_sq") is input S (zero at
  * the start) and output "new:S". The forward graph's outputs stay outputs.
@@ -83,6 +95,8 @@ typedef struct sc_train_opts {
                                    0 counts as 1) */
   bool bf16;                    /* mixed precision: matrix products in bf16 */
   bool fp16;                    /* ... in fp16, with dynamic loss scaling */
+  bool untie;                   /* train transposed copies as parameters of
+                                   their own (no tie detection) */
 } sc_train_opts;
 /* PyTorch's defaults for opt's optimizer (call after setting it). */
 void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer);
@@ -95,11 +109,29 @@ typedef struct sc_train_param {
   int64_t numel;
 } sc_train_param;
 
+typedef struct sc_train_tie {
+  const char *name;             /* the copy B: no parameter, its reads are
+                                   a Transpose of the source */
+  const char *source;           /* A, of which B is the transpose */
+  int32_t value, source_value;  /* their value ids in the graph searched,
+                                   when it was searched */
+} sc_train_tie;
+
+/* The tied copies among g's float initializers (above), in g's arena (NULL
+ * when none); a copy is never a source. Errors: SC_ERR_NOMEM. */
+sc_status sc_train_find_ties(sc_graph *g, sc_train_tie **ties, int32_t *n_ties, sc_diag *d);
+/* Sets the data of t's copy to the transpose of its source's data now (a
+ * copy in g's arena). */
+sc_status sc_train_tie_refresh(sc_graph *g, const sc_train_tie *t, sc_diag *d);
+
 typedef struct sc_train_info {
   int32_t n_params;
   sc_train_param *params;       /* in the graph's arena */
   int32_t n_trainable;          /* params with a gradient */
   int64_t trainable_numel;
+  int32_t n_ties;
+  sc_train_tie *ties;           /* tied copies, read through their source
+                                   (in the graph's arena) */
 } sc_train_info;
 
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d);

@@ -9,7 +9,9 @@ make_samples.py (the `samples` target of the Makefile does both):
 For each torch sample, the committed ONNX file's initializers are loaded into
 a PyTorch computation of the same model: the sample's own torch module (the
 same transformers config) with its state_dict set from the initializers
-(NAME.T transposed back), or for resnet, whose convolutions the export folded
+(NAME.T transposed back; gpt2's transformer.wte.weight.T, the export's copy
+of the tied LM head, is no parameter: shardc ties it to transformer.wte.weight,
+docs/training.md#tied-weights), or for resnet, whose convolutions the export folded
 with their BatchNorm, the same network written with torch.nn.functional over
 exactly the ONNX initializers. Its forward must equal onnxruntime's on the
 reference data within 1e-4, or nothing is written.
@@ -21,7 +23,8 @@ mlp's bf16 case, with every Gemm rounded to bf16 where shardc's
 
     <sample>/sample.json       model, batch, loss, the data files
     <sample>/<input>.npy       the data; labels.npy (cross-entropy) or targets.npy (mse)
-    <sample>/<case>/case.json  the `shardc train` options; which weights are stored
+    <sample>/<case>/case.json  the `shardc train` options; which weights are stored;
+                               the tied copies (no parameters: not in the checkpoint)
     <sample>/<case>/loss.npy   float64 [N]: the loss of every step (before its update)
     <sample>/<case>/grad_norm.npy  float64 [N]: the global gradient norm (before clipping)
     <sample>/<case>/lr.npy         float64 [N]: the learning rate of every step
@@ -137,8 +140,9 @@ class Ref:
     """A torch computation of one sample whose parameters are exactly the
     ONNX initializers: params[onnx_name] = (tensor, transposed)."""
 
-    def __init__(self, forward, params, module=None):
+    def __init__(self, forward, params, module=None, tied=None):
         self.forward, self.params, self.module = forward, params, module
+        self.tied = tied or {}   # the exporter's copy of a tied weight -> its source
 
     def onnx_value(self, name):
         t, transposed = self.params[name]
@@ -146,16 +150,22 @@ class Ref:
         return np.ascontiguousarray(a.T if transposed else a)
 
 
-def module_ref(module, inits, forward, alias=None):
+def module_ref(module, inits, forward, tied=None):
     """Set module's state_dict from the initializers (NAME, or NAME.T
-    transposed back; alias maps an initializer to another key) and freeze
-    any float tensor that is no initializer (there must be none)."""
+    transposed back) and freeze any float tensor that is no initializer
+    (there must be none). tied maps an initializer that is the exporter's
+    copy of a tied weight to its source: it must be exactly the source's
+    transpose, and is no parameter (shardc trains it as the source)."""
     torch = _torch()
-    alias = alias or {}
+    tied = tied or {}
     sd = dict(module.named_parameters())
     params = {}
+    for copy, source in tied.items():
+        assert np.array_equal(inits[copy], inits[source].T), "%s is not %s.T" % (copy, source)
     for name, a in inits.items():
-        key, tr = alias.get(name, name), False
+        if name in tied:
+            continue
+        key, tr = name, False
         if key not in sd and key.endswith(".T"):
             key, tr = key[:-2], True
         assert key in sd, "%s: no torch parameter %s" % (name, key)
@@ -163,7 +173,7 @@ def module_ref(module, inits, forward, alias=None):
             sd[key].copy_(torch.from_numpy(a.T.copy() if tr else a))
         params[name] = (sd.pop(key), tr)
     assert not sd, "torch parameters that are no ONNX initializer: %s" % sorted(sd)
-    return Ref(forward, params, module)
+    return Ref(forward, params, module, tied)
 
 
 def ref_mlp(inits):
@@ -173,12 +183,12 @@ def ref_mlp(inits):
 
 def ref_gpt2(inits):
     from transformers import GPT2LMHeadModel
-    # The export holds the tied LM head as a second initializer
-    # (transformer.wte.weight.T): shardc trains it as its own parameter, so
-    # the reference unties it too.
-    m = ms.hf_model(GPT2LMHeadModel, ms.gpt2_tiny_config(tie_word_embeddings=False)).eval()
+    # The natural, tied model: the export holds the LM head (lm_head.weight,
+    # which is transformer.wte.weight) as a second initializer, its
+    # transpose transformer.wte.weight.T, which shardc ties back.
+    m = ms.hf_model(GPT2LMHeadModel, ms.gpt2_tiny_config()).eval()
     return module_ref(m, inits, lambda d: m(input_ids=d["input_ids"], use_cache=False).logits,
-                      alias={"transformer.wte.weight.T": "lm_head.weight.T"})
+                      tied={"transformer.wte.weight.T": "transformer.wte.weight"})
 
 
 def ref_llama(inits):
@@ -274,7 +284,7 @@ def ref_mlp_bf16(inits):
                 x = torch.relu(x)
         return x
 
-    return Ref(forward, ref.params, ref.module)
+    return Ref(forward, ref.params, ref.module, ref.tied)
 
 
 # --------------------------------------------------------------------------
@@ -446,6 +456,8 @@ def write_case(cdir, ref, inits, opts, run):
     for f, a in arrays.items():
         np.save(os.path.join(cdir, f + ".npy"), a)
     spec = {"options": opts, "zero_grad_below": float(NOISE * norms.max()), "tensors": tensors}
+    if ref.tied:
+        spec["tied"] = ref.tied
     with open(os.path.join(cdir, "case.json"), "w") as f:
         json.dump(spec, f, indent=1)
         f.write("\n")

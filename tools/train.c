@@ -53,7 +53,7 @@ static const char *const USAGE =
     "                       [--warmup-steps W] [--min-lr X] [--on-nan stop|skip]\n"
     "                       [--grad-accum K] [--precision fp32|bf16|fp16] [--loss-scale S]\n"
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
-    "                       [--freeze GLOB]... [--log-json FILE]\n"
+    "                       [--freeze GLOB]... [--untie] [--log-json FILE]\n"
     "                       [--threads N] [--list-params] [--quiet]";
 
 enum { MAX_DATA = 64, MAX_ARGS = 1024 };
@@ -197,7 +197,7 @@ static void print_help(void) {
          "                         step and data position (bit-exact); --steps is the\n"
          "                         step to reach, as without resuming\n"
          "  --log-json FILE        one JSON object per step\n"
-         "  --list-params          print the trainable parameters and stop\n"
+         "  --list-params          print the trainable parameters (and tied copies) and stop\n"
          "  --threads N, --quiet\n\n"
          "The step's options (*):\n",
          USAGE);
@@ -297,6 +297,8 @@ static void list_model_params(const sc_build *b) {
            p->grad < 0 ? "  (no gradient: the loss does not depend on it differentiably)" : "");
     if (p->grad >= 0) total += p->numel;
   }
+  for (int32_t k = 0; k < info->n_ties; k++)
+    printf("%s: tied to %s (its transpose)\n", info->ties[k].name, info->ties[k].source);
   char count[64];
   sc_cli_format_count(total, count, sizeof count);
   printf("trainable: %s parameters in %d tensors\n", count, (int)info->n_trainable);
@@ -339,6 +341,11 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
     list_model_params(src->build);
     return -1; /* done */
   }
+  const sc_train_info *info = &src->build->train;
+  for (int32_t k = 0; k < info->n_ties && !a->quiet; k++)
+    fprintf(stderr, "shardc: note: %s is the transpose of %s: trained as that one parameter "
+            "(tied, as in PyTorch; --untie trains it apart)\n", info->ties[k].name,
+            info->ties[k].source);
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_build_train_manifest(src->build, &a->g.t, &src->own, &d) != SC_OK)

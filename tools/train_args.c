@@ -16,9 +16,11 @@ void sc_train_args_init(sc_train_args *a) {
 
 /* The options without a value. */
 static bool take_flag(sc_train_args *a, const char *arg) {
-  if (strcmp(arg, "--nesterov") != 0) return false;
-  a->t.nesterov = true;
-  return true;
+  bool *flag = strcmp(arg, "--nesterov") == 0 ? &a->t.nesterov
+               : strcmp(arg, "--untie") == 0  ? &a->t.untie
+                                              : NULL;
+  if (flag) *flag = true;
+  return flag != NULL;
 }
 
 static int take_loss(sc_train_args *a, const char *v) {
@@ -158,6 +160,9 @@ void sc_train_args_help(FILE *f) {
         "                         PyTorch's GradScaler: an overflowing step is skipped\n"
         "  --grad-accum K         K microbatches of B examples per optimizer step: their\n"
         "                         gradients are averaged (the loss logged is their mean)\n"
-        "  --freeze GLOB          keep matching initializers fixed (repeatable)\n",
+        "  --freeze GLOB          keep matching initializers fixed (repeatable)\n"
+        "  --untie                train an initializer that is another's exact transpose\n"
+        "                         (an exported tied weight, GPT-2's LM head) as a\n"
+        "                         parameter of its own (default: tied to that one)\n",
         f);
 }

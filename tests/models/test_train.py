@@ -15,6 +15,13 @@ from fp32 (it really rounds). The gradient norm is checked the same way. No NaN.
 seeded random; some labels are the ignore index. Also: --list-params, a
 label out of range refused before step 1 naming the file, a model input
 missing from --data, and a loss that falls (AdamW, 60 steps).
+Tied weights: a model whose LM head is a second initializer holding the
+embedding's exact transpose trains one parameter whose SGD step (lr 1) is
+the float64 sum of both uses' gradients within 1e-5 of its largest
+element (fp32 rounding), the copy absent from the checkpoint; --untie
+trains them apart (the step is the Gather's part alone); a constant-valued
+pair is not tied; the export writes the copy as the trained transpose and
+onnxruntime and `shardc run` agree on it (rtol 1e-5).
 Training bundles: `compile --train` then `train BUNDLE` gives the same log
 and the same final weights and optimizer state, bit for bit, as `train
 MODEL` with the same options (SGD with momentum and Nesterov, AdamW with
@@ -298,6 +305,96 @@ def bundle_tests(tmp, xf, lf):
     print(f"ok: bundle refusals ({len(hostile) + 9} damaged bundles)")
 
 
+def tied_model(path, w, c):
+    """ids [batch, 3] -> Gather(W, ids) @ W.T + Gather(W, ids) @ C: an
+    embedding whose transpose, a second initializer "W.T", is the LM head
+    (how PyTorch's exporter writes GPT-2's tied weight); C constant-valued,
+    with its transpose "C.T" as an unused initializer (not a tie)."""
+    from onnx import helper, TensorProto
+    init = [numpy_helper.from_array(a, n) for n, a in
+            (("W", w), ("W.T", np.ascontiguousarray(w.T)), ("C", c),
+             ("C.T", np.ascontiguousarray(c.T)))]
+    nodes = [helper.make_node("Gather", ["W", "ids"], ["e"]),
+             helper.make_node("MatMul", ["e", "W.T"], ["h"]),
+             helper.make_node("MatMul", ["e", "C"], ["k"]),
+             helper.make_node("Add", ["h", "k"], ["logits"])]
+    g = helper.make_graph(nodes, "tied", [helper.make_tensor_value_info(
+        "ids", TensorProto.INT64, ["batch", 3])], [helper.make_tensor_value_info(
+            "logits", TensorProto.FLOAT, ["batch", 3, w.shape[0]])], init)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def tie_tests(tmp):
+    """A transposed copy of a weight is trained as that weight: one SGD
+    step at lr 1 moves W by the sum of both uses' gradients (computed here
+    in float64), W.T is not in the checkpoint, export writes it as the
+    transpose of the trained W; --untie trains them apart."""
+    rng = np.random.RandomState(11)
+    v, dim = 7, 5
+    w = rng.uniform(-1, 1, (v, dim)).astype(np.float32)
+    c = np.full((dim, v), 0.25, np.float32)
+    ids = rng.randint(0, v, (2, 3)).astype(np.int64)
+    lab = rng.randint(0, v, (2, 3)).astype(np.int64)
+    model, idf, lf = (os.path.join(tmp, n) for n in ("tied.onnx", "tied_ids.npy", "tied_lab.npy"))
+    tied_model(model, w, c)
+    np.save(idf, ids)
+    np.save(lf, lab)
+    # float64: logits = W[ids] (W.T + C); cross-entropy's mean over 6 labels
+    w64, c64 = w.astype(np.float64), c.astype(np.float64)
+    e = w64[ids]
+    z = e @ (w64.T + c64)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dz = (p - np.eye(v)[lab]) / lab.size
+    d_head = np.einsum("btd,btv->vd", e, dz)          # through W.T, transposed back
+    d_embed = np.zeros_like(w64)
+    np.add.at(d_embed, ids, dz @ (w64 + c64.T))       # through the Gather
+    base = ["train", model, "--data", "ids=" + idf, "--labels", lf, "--dim", "batch=2",
+            "--steps", "1", "--lr", "1", "--optimizer", "sgd"]
+
+    r = shardc(["train", model, "--dim", "batch=2", "--list-params"])
+    check(r.returncode == 0 and "W.T: tied to W (its transpose)" in r.stdout
+          and "C.T: tied" not in r.stdout, f"--list-params of a tied model: {r.stdout}{r.stderr}")
+    r = shardc(["train", model, "--dim", "batch=2", "--list-params", "--untie"])
+    check(r.returncode == 0 and "tied" not in r.stdout, f"--list-params --untie: {r.stdout}")
+
+    for untie, want in ((False, d_head + d_embed), (True, d_embed)):
+        ck = os.path.join(tmp, "tied_ck%d" % untie)
+        r = shardc(base + ["--save", ck] + (["--untie"] if untie else []))
+        what = "--untie" if untie else "tied"
+        if not check(r.returncode == 0, f"{what}: {r.stderr[-300:]}"):
+            continue
+        note = "note: W.T is the transpose of W" in r.stderr
+        check(note != untie, f"{what}: the note on stderr: {r.stderr[-300:]}")
+        from safetensors.numpy import load_file
+        saved = load_file(os.path.join(ck, "weights.safetensors"))
+        check(("W.T" in saved) == untie, f"{what}: the checkpoint has {sorted(saved)}")
+        step = w64 - saved["W"].astype(np.float64)
+        err = np.abs(step - want).max() / np.abs(want).max()
+        check(err < 1e-5, f"{what}: W's step differs from the gradient by {err:.3g} of its largest")
+        print(f"ok: {what}: W's step is the gradient of {'the Gather alone' if untie else 'both uses'}"
+              f" (relative error {err:.1e})")
+        if untie:
+            continue
+        out = os.path.join(tmp, "tied_trained.onnx")
+        r = shardc(["export", ck, "--model", model, "-o", out])
+        if not check(r.returncode == 0, f"export of a tied model: {r.stderr[-300:]}"):
+            continue
+        got = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+        check(got["W"].tobytes() == saved["W"].tobytes() and
+              got["W.T"].tobytes() == np.ascontiguousarray(saved["W"].T).tobytes(),
+              "export: W.T is not the transpose of the trained W")
+        import onnxruntime as ort
+        ref = ort.InferenceSession(out).run(None, {"ids": ids})[0]
+        r = shardc(["run", out, "--dim", "batch=2", "--input", "ids=" + idf, "--output-dir",
+                    os.path.join(tmp, "tied_out"), "--quiet"])
+        if check(r.returncode == 0, f"run the exported tied model: {r.stderr[-300:]}"):
+            y = np.load(os.path.join(tmp, "tied_out", "logits.npy"))
+            check(np.allclose(y, ref, rtol=1e-5, atol=1e-6) and not np.isnan(y).any(),
+                  f"exported tied model: shardc vs onnxruntime max diff {np.abs(y - ref).max()}")
+            print("ok: the exported tied model runs the same in onnxruntime and shardc")
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
@@ -517,6 +614,7 @@ def main():
             check(r.returncode == 1 and "adamw" in r.stderr, f"sgd from adamw: {r.stderr[-300:]}")
 
         bundle_tests(tmp, xf, lf)
+        tie_tests(tmp)
 
         # hostile or wrong inputs: usage errors (exit 2) and input errors (exit 1)
         ok_args = ["--data", "x=" + xf, "--labels", lf, "--dim", "batch=8", "--steps", "1"]

@@ -20,6 +20,9 @@ thread each), then
   within rtol 1e-4 (bf16 1e-3);
 - bf16: the losses differ from the same run's fp32 reference by more than
   5e-5 relative (measured 2e-4), so a bf16 that does not round fails.
+- gpt2's LM head is tied, as in PyTorch: transformer.wte.weight.T (the
+  export's transposed copy) is not in the checkpoint, only
+  transformer.wte.weight, whose gradient sums both uses.
 NaN anywhere fails.
 
 Why: both sides compute in fp32 in different orders, so they agree to
@@ -131,6 +134,9 @@ def compare(sample, case, cdir, meta, spec, got, init):
         fp32 = np.load(os.path.join(cdir, "loss_fp32.npy"))
         check(rel(loss, fp32) > BF16_APART, "%s: the losses equal fp32's within %.3g: bf16 does "
               "not round" % (name, rel(loss, fp32)))
+    for copy, source in spec.get("tied", {}).items():   # trained as its source, not apart
+        check(copy not in saved and source in saved, "%s: the checkpoint has %s: not tied to %s"
+              % (name, copy, source))
     werr, serr, nerr = compare_tensors(name, cdir, spec, log, saved, init, prec)
     row = (name, rel(loss, want_loss), rel(norm, want_norm), werr, serr, nerr)
     print("%-26s loss %.1e  grad norm %.1e  weights %.1e  optimizer state %.1e  "
