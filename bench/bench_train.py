@@ -31,9 +31,9 @@ Models:
               reused.
 PyTorch trains transformers' GPT2LMHeadModel (eager attention, as exported)
 with the weights read from the ONNX file. The exporter writes GPT-2's tied
-lm_head as its own initializer (transformer.wte.weight.T), so shardc trains
-it as a separate parameter: the PyTorch model is untied the same way, so
-both sides update the same parameters. The step-1 losses are printed as a
+lm_head as its own initializer (transformer.wte.weight.T), the embedding's
+exact transpose, which shardc ties back (docs/training.md#tied-weights):
+both sides train one tied parameter. The step-1 losses are printed as a
 check that both train the same model on the same batch.
 
 --profile runs shardc's step once more with SHARDC_PROFILE=1 (docs/runtime.md)
@@ -86,21 +86,21 @@ def vocab(over):
 # export nor this process's memory is inside PyTorch's figures.
 
 def torch_model(over, onnx_path):
-    """GPT2LMHeadModel as make_samples.py builds it, lm_head untied as in the
-    file, with the ONNX file's weights (make_train_refs.module_ref: every
-    float initializer is a parameter, NAME or NAME.T, and nothing else is)."""
+    """GPT2LMHeadModel as make_samples.py builds it (the LM head tied to the
+    embedding, as shardc ties the exporter's transposed copy back), with
+    the ONNX file's weights (make_train_refs.module_ref: every float
+    initializer but the tied copy is a parameter, NAME or NAME.T)."""
     import onnx
     import torch
     from onnx import numpy_helper
     from transformers import GPT2LMHeadModel
     import make_samples
     import make_train_refs
-    model = make_samples.hf_model(
-        GPT2LMHeadModel, make_samples.gpt2_tiny_config(tie_word_embeddings=False, **over))
+    model = make_samples.hf_model(GPT2LMHeadModel, make_samples.gpt2_tiny_config(**over))
     inits = {t.name: numpy_helper.to_array(t).copy() for t in onnx.load(onnx_path).graph.initializer
              if t.data_type == onnx.TensorProto.FLOAT}
     make_train_refs.module_ref(model, inits, None,
-                               alias={"transformer.wte.weight.T": "lm_head.weight.T"})
+                               tied={"transformer.wte.weight.T": "transformer.wte.weight"})
     torch.use_deterministic_algorithms(False)  # module_ref's settings: not what is timed
     return model
 
