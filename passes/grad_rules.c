@@ -342,9 +342,47 @@ static int32_t drop_column(sc_grad_ctx *c, int32_t x) {
 
 /* The input gradient and the weight gradient of Y = A·B: two separate
  * MatMul nodes (a zero-bubble schedule runs them apart). */
+/* Gemm(a, b) with transA / transB: the library call reads the operands
+ * transposed, so no transposed copy is written (2-D a and b). */
+static int32_t gemm_t(sc_grad_ctx *c, int32_t a, int32_t b, bool ta, bool tb) {
+  if (a < 0 || b < 0) return -1;
+  int32_t node = -1, out = gb_begin(c, SC_OP_GEMM, (int32_t[]){a, b}, 2, &node);
+  if (out < 0) return -1;
+  const char *names[2] = {"transA", "transB"};
+  bool on[2] = {ta, tb};
+  for (int k = 0; k < 2; k++) {
+    if (!on[k]) continue;
+    sc_attr *t = sc_node_add_attr(c->g, node, names[k], SC_ATTR_INT);
+    if (!t) return -1;
+    t->i = 1;
+  }
+  return gb_end(c, node, out);
+}
+
+/* A linear layer, A [..., K] · B [K, N]: its gradients as 2-D Gemms over
+ * the flattened rows R of A, dA = dY·Bᵀ ([R, N]·[K, N]ᵀ, reshaped back)
+ * and dB = Aᵀ·dY ([R, K]ᵀ·[R, N]: one product over every row, however
+ * many batch dims). */
+static sc_status grad_linear(sc_grad_ctx *c, int32_t dy, int32_t a, int32_t b) {
+  sc_value av = c->g->values[a], bv = c->g->values[b];
+  int64_t k = bv.dims[0], n = bv.dims[1], rows = k ? sc_value_numel(&av) / k : 0;
+  int32_t dy2 = gb_reshape(c, dy, 2, (int64_t[]){rows, n});
+  if (c->want[0]) {
+    int32_t g = gemm_t(c, dy2, b, false, true);
+    if ((c->dx[0] = gb_reshape(c, g, av.rank, av.dims)) < 0) return c->g->diag.status;
+  }
+  if (c->want[1]) {
+    int32_t a2 = gb_reshape(c, a, 2, (int64_t[]){rows, k});
+    if ((c->dx[1] = gemm_t(c, a2, dy2, true, false)) < 0) return c->g->diag.status;
+  }
+  return SC_OK;
+}
+
 sc_status sc_grad_matmul(sc_grad_ctx *c) {
   int32_t dy = c->dy[0], a = in_v(c, 0), b = in_v(c, 1);
   if (dy < 0) return SC_OK;
+  if (c->g->values[b].rank == 2 && c->g->values[a].rank >= 2 && c->g->values[b].dims[0] > 0)
+    return grad_linear(c, dy, a, b);
   int32_t am = as_matrix(c, a, true), bm = as_matrix(c, b, false);
   int32_t dym = dy_matrix(c, dy, a, b);
   if (c->want[0]) { /* dA = dY · Bᵀ */
@@ -372,14 +410,13 @@ sc_status sc_grad_gemm(sc_grad_ctx *c) {
   const sc_node *n = gb_fwd(c);
   bool ta = sc_attr_int(g, n, "transA", 0) != 0, tb = sc_attr_int(g, n, "transB", 0) != 0;
   double alpha = sc_attr_float(g, n, "alpha", 1.0), beta = sc_attr_float(g, n, "beta", 1.0);
-  if (c->want[0]) { /* dA' = α dY·B'ᵀ; dA = dA'ᵀ when transA */
-    int32_t r = ta ? gb_2(c, SC_OP_MATMUL, tb ? gb_swap_last(c, b) : b, gb_swap_last(c, dy))
-                   : gb_2(c, SC_OP_MATMUL, dy, tb ? b : gb_swap_last(c, b));
+  /* as Gemms with trans flags, so that no operand is copied transposed */
+  if (c->want[0]) { /* dA' = α dY·B'ᵀ; dA = dA'ᵀ = B'·dYᵀ when transA */
+    int32_t r = ta ? gemm_t(c, b, dy, tb, true) : gemm_t(c, dy, b, false, !tb);
     if ((c->dx[0] = scaled(c, r, alpha)) < 0) return g->diag.status;
   }
-  if (c->want[1]) { /* dB' = α A'ᵀ·dY; dB = dB'ᵀ when transB */
-    int32_t r = tb ? gb_2(c, SC_OP_MATMUL, gb_swap_last(c, dy), ta ? gb_swap_last(c, a) : a)
-                   : gb_2(c, SC_OP_MATMUL, ta ? a : gb_swap_last(c, a), dy);
+  if (c->want[1]) { /* dB' = α A'ᵀ·dY; dB = dB'ᵀ = dYᵀ·A' when transB */
+    int32_t r = tb ? gemm_t(c, dy, a, true, ta) : gemm_t(c, a, dy, !ta, false);
     if ((c->dx[1] = scaled(c, r, alpha)) < 0) return g->diag.status;
   }
   if (cc >= 0 && c->want[2] && (c->dx[2] = gb_unbroadcast(c, scaled(c, dy, beta), cc)) < 0)

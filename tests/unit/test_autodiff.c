@@ -677,8 +677,9 @@ static void test_rules(void **state) {
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(&CASES[i]);
 }
 
-/* MatMul's two gradients are two separate MatMul nodes, and only the
- * wanted one is built; the result verifies. */
+/* MatMul's two gradients are two separate product nodes (Gemms with trans
+ * flags for a linear layer: no Transpose node, no transposed copy), and
+ * only the wanted one is built; the result verifies. */
 static void test_structure(void **state) {
   (void)state;
   sc_graph *g = sc_graph_create("s");
@@ -700,9 +701,13 @@ static void test_structure(void **state) {
   assert_int_equal(sc_autodiff(g, loss, &wv, 1, &gw, &d), SC_OK);
   assert_true(gw >= 0);
   check_shape(g, gw, SC_DTYPE_F32, 2, (int64_t[]){3, 4});
-  int mm_nodes = 0;
-  for (int32_t i = before; i < g->n_nodes; i++) mm_nodes += g->nodes[i].op == SC_OP_MATMUL;
+  int mm_nodes = 0, transposes = 0;
+  for (int32_t i = before; i < g->n_nodes; i++) {
+    mm_nodes += g->nodes[i].op == SC_OP_MATMUL || g->nodes[i].op == SC_OP_GEMM;
+    transposes += g->nodes[i].op == SC_OP_TRANSPOSE;
+  }
   assert_int_equal(mm_nodes, 1); /* only dW: the input needs no gradient */
+  assert_int_equal(transposes, 0);
   sc_graph_destroy(g);
 
   /* both: two separate nodes */
@@ -721,8 +726,12 @@ static void test_structure(void **state) {
   int32_t two[2] = {ac, wv}, g2[2];
   assert_int_equal(sc_autodiff(g, loss, two, 2, g2, &d), SC_OK);
   mm_nodes = 0;
-  for (int32_t i = before; i < g->n_nodes; i++) mm_nodes += g->nodes[i].op == SC_OP_MATMUL;
+  for (int32_t i = before; i < g->n_nodes; i++) {
+    mm_nodes += g->nodes[i].op == SC_OP_MATMUL || g->nodes[i].op == SC_OP_GEMM;
+    transposes += g->nodes[i].op == SC_OP_TRANSPOSE;
+  }
   assert_int_equal(mm_nodes, 2);
+  assert_int_equal(transposes, 0);
   assert_int_equal(sc_graph_verify(g, true), SC_OK);
   sc_graph_destroy(g);
 }
