@@ -225,7 +225,8 @@ static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info 
     int64_t numel = 1;
     for (int32_t k = 0; k < x->rank; k++) numel *= x->dims[k];
     *p = (sc_train_param){.name = x->name, .input = v, .grad = -1, .init = x->data,
-                          .numel = numel};
+                          .numel = numel, .dtype = x->dtype, .rank = x->rank};
+    memcpy(p->dims, x->dims, sizeof p->dims);
     x->data = NULL; /* the initial value stays alive with the graph */
     x->data_bytes = 0;
     x->data_kind = SC_DATA_NONE;

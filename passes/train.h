@@ -107,6 +107,10 @@ typedef struct sc_train_param {
   int32_t grad;                 /* its gradient, -1: the loss does not reach it */
   const void *init;             /* its initial data (borrowed from the model) */
   int64_t numel;
+  sc_dtype dtype;               /* and shape, as taken (value ids change when
+                                   later passes compact the graph) */
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK];
 } sc_train_param;
 
 typedef struct sc_train_tie {

@@ -284,17 +284,29 @@ static bool is_dir(const char *path) {
 
 /* The parameters, shapes and counts of MODEL (those without a gradient
  * said so), as --list-params prints them. */
+/* One --list-params line: name, dtype and shape, element count. */
+static int64_t list_param(const char *name, sc_dtype t, int32_t rank, const int64_t *dims,
+                          const char *note) {
+  char shape[256] = "[", count[64];
+  int64_t numel = 1;
+  for (int32_t d = 0; d < rank; d++) {
+    size_t n = strlen(shape);
+    snprintf(shape + n, sizeof shape - n, "%s%lld", d ? "," : "", (long long)dims[d]);
+    numel *= dims[d];
+  }
+  strncat(shape, "]", sizeof shape - strlen(shape) - 1);
+  sc_cli_format_count(numel, count, sizeof count);
+  printf("%-48s %s%-20s %12s%s\n", name, sc_dtype_name(t), shape, count, note);
+  return numel;
+}
+
 static void list_model_params(const sc_build *b) {
   const sc_train_info *info = &b->train;
   int64_t total = 0;
   for (int32_t k = 0; k < info->n_params; k++) {
     const sc_train_param *p = &info->params[k];
-    const sc_value *v = &b->graph->values[p->input];
-    char shape[256], count[64];
-    sc_cli_format_shape(b->graph, v, shape, sizeof shape);
-    sc_cli_format_count(p->numel, count, sizeof count);
-    printf("%-48s %s%-20s %12s%s\n", p->name, sc_dtype_name(v->dtype), shape, count,
-           p->grad < 0 ? "  (no gradient: the loss does not depend on it differentiably)" : "");
+    list_param(p->name, p->dtype, p->rank, p->dims,
+               p->grad < 0 ? "  (no gradient: the loss does not depend on it differentiably)" : "");
     if (p->grad >= 0) total += p->numel;
   }
   for (int32_t k = 0; k < info->n_ties; k++)
@@ -309,17 +321,7 @@ static void list_bundle_params(const sc_program *p, const sc_train_manifest *m) 
   int64_t total = 0;
   for (int32_t k = 0; k < m->n_params; k++) {
     const sc_buffer *b = &p->buffers[m->params[k].buffer];
-    char shape[256] = "[", count[64];
-    int64_t numel = 1;
-    for (int32_t d = 0; d < b->rank; d++) {
-      size_t n = strlen(shape);
-      snprintf(shape + n, sizeof shape - n, "%s%lld", d ? "," : "", (long long)b->dims[d]);
-      numel *= b->dims[d];
-    }
-    strncat(shape, "]", sizeof shape - strlen(shape) - 1);
-    sc_cli_format_count(numel, count, sizeof count);
-    printf("%-48s %s%-20s %12s\n", b->name, sc_dtype_name(b->dtype), shape, count);
-    total += numel;
+    total += list_param(b->name, b->dtype, b->rank, b->dims, "");
   }
   char count[64];
   sc_cli_format_count(total, count, sizeof count);
