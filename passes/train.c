@@ -206,6 +206,66 @@ static sc_status tie_weights(sc_graph *g, sc_train_info *info, sc_diag *d) {
   return st;
 }
 
+/* A forward node op(in) named "<base>/<what>" (not a gradient's name, so
+ * its values count as the forward's); its output value, or -1. */
+static int32_t fwd_node(sc_graph *g, sc_op op, const char *base, const char *what,
+                        const int32_t *in, int32_t n_in, int32_t *node) {
+  char name[512];
+  snprintf(name, sizeof name, "%s/%s", base, what);
+  int32_t out = sc_graph_new_value(g, name);
+  *node = out < 0 ? -1 : sc_graph_add_node(g, op, name, in, n_in, &out, 1);
+  return *node < 0 ? -1 : out;
+}
+
+/* MatMul(X [..., K], Transpose(W) [K, N]) with W 2-D (a tied LM head, a
+ * Linear exported with its transpose) becomes Gemm(X as [R, K], W,
+ * transB) viewed back as [..., N]: the library call reads W transposed,
+ * so neither the forward nor the gradients (Gemm's rule) copy W
+ * transposed. The MatMul node becomes the Reshape back, so its output
+ * keeps its id and readers. */
+static sc_status matmul_transposed(sc_grad_ctx *c, sc_diag *d) {
+  sc_graph *g = c->g;
+  int32_t nn = g->n_nodes;
+  bool changed = false;
+  for (int32_t i = 0; i < nn; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (n->op != SC_OP_MATMUL || (n->flags & SC_NODE_DEAD) || n->n_inputs != 2 ||
+        n->n_outputs != 1 || n->inputs[0] < 0 || n->inputs[1] < 0)
+      continue;
+    int32_t x = n->inputs[0], bt = n->inputs[1], p = g->values[bt].producer;
+    if (p < 0 || g->nodes[p].op != SC_OP_TRANSPOSE || g->values[bt].rank != 2 ||
+        g->values[x].rank < 2 || g->nodes[p].n_inputs != 1 || g->nodes[p].inputs[0] < 0)
+      continue;
+    const sc_attr *perm = sc_node_attr(&g->nodes[p], "perm");
+    if (perm && (perm->kind != SC_ATTR_INTS || perm->n != 2 || perm->ints[0] != 1))
+      continue; /* (no perm: reversed, the same for 2-D) */
+    sc_value xv = g->values[x], yv = g->values[n->outputs[0]];
+    int32_t w = g->nodes[p].inputs[0];
+    int64_t k = xv.dims[xv.rank - 1], rows = k ? sc_value_numel(&xv) / k : 0;
+    if (k <= 0 || yv.rank < 2) continue;
+    const char *base = n->name;
+    int32_t rn, gn;
+    int32_t x2 = fwd_node(g, SC_OP_RESHAPE, base, "rows", (int32_t[]){x, gb_ints(c, (int64_t[]){rows, k}, 2)}, 2, &rn);
+    if (x2 < 0 || sc_ops[SC_OP_RESHAPE].infer(g, &g->nodes[rn]) != SC_OK)
+      return built(g, -1, base, d);
+    int32_t y2 = fwd_node(g, SC_OP_GEMM, base, "gemm", (int32_t[]){x2, w}, 2, &gn);
+    sc_attr *tb = y2 < 0 ? NULL : sc_node_add_attr(g, gn, "transB", SC_ATTR_INT);
+    if (!tb) return built(g, -1, base, d);
+    tb->i = 1;
+    if (sc_ops[SC_OP_GEMM].infer(g, &g->nodes[gn]) != SC_OK) return built(g, -1, base, d);
+    int32_t shape = gb_ints(c, yv.dims, yv.rank);
+    if (shape < 0) return built(g, -1, base, d);
+    sc_node *m = &g->nodes[i]; /* the MatMul, now the Reshape back */
+    m->op = SC_OP_RESHAPE;
+    m->inputs[0] = y2;
+    m->inputs[1] = shape;
+    if (sc_ops[SC_OP_RESHAPE].infer(g, m) != SC_OK) return built(g, -1, base, d);
+    changed = true;
+  }
+  if (changed && sc_graph_toposort(g) != SC_OK) return built(g, -1, "node order", d);
+  return SC_OK;
+}
+
 /* Parameters: float initializers with data, not frozen, become inputs. */
 static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info *info,
                              sc_diag *d) {
@@ -470,6 +530,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   }
   int32_t counter = 0;
   sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
+  if ((st = matmul_transposed(&c, d)) != SC_OK) return st;
   if ((o->bf16 || o->fp16) &&
       (st = to_low_precision(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK)
     return st;
