@@ -566,10 +566,12 @@ int sc_cmd_train(int argc, char **argv) {
     if (!a.quiet) {
       double spent = (now_ms() - t_start) / 1e3, per = spent / (double)(step - first + 1);
       double eta = per * (double)(a.steps - step);
-      printf("%sstep %lld/%lld  loss %.6f  lr %.3g  grad_norm %.4g  %.2f ms  %.0f examples/s  "
+      double rate = per > 0 ? (double)examples / per : 0.0;
+      char rs[32]; /* whole examples, or two decimals below 10 (slow steps) */
+      snprintf(rs, sizeof rs, rate >= 10 ? "%.0f" : "%.2f", rate);
+      printf("%sstep %lld/%lld  loss %.6f  lr %.3g  grad_norm %.4g  %.2f ms  %s examples/s  "
              "ETA %.0f s%s%s",
-             live ? "\r" : "", (long long)step, (long long)a.steps, loss, lr, norm, ms,
-             per > 0 ? (double)examples / per : 0.0, eta,
+             live ? "\r" : "", (long long)step, (long long)a.steps, loss, lr, norm, ms, rs, eta,
              applied ? "" : overflow ? "  (skipped: fp16 overflow, loss scale halved)"
                                      : "  (skipped: not finite)",
              live ? (step == a.steps ? "\n" : "\033[K") : "\n");
@@ -585,6 +587,7 @@ int sc_cmd_train(int argc, char **argv) {
       fprintf(log, "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
               "\"time_ms\": %.4f%s%s}\n", (long long)step, ls, lr, ns, ms,
               applied ? "" : ", \"skipped\": true", scale);
+      fflush(log); /* a line per step as it ends, for whoever follows the file */
     }
     if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps)) {
       int64_t growth = 0;
