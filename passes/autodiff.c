@@ -133,8 +133,8 @@ sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t 
       st = node_fail(g, i, d);
       break;
     }
-    n = &g->nodes[i]; /* the rule added nodes */
     for (int32_t k = 0; st == SC_OK && k < ni; k++) {
+      n = &g->nodes[i]; /* the rule, and accumulate, add nodes: the array moves */
       int32_t x = n->inputs[k];
       /* an input the rule leaves without a gradient is not differentiable
        * (indices, shapes, BatchNorm's running statistics, Clip's bounds):
