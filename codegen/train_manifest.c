@@ -55,6 +55,16 @@ bool sc_program_input_is_state(const sc_program *p, int32_t b) {
   return false;
 }
 
+bool sc_train_is_optimizer_state(const char *name) {
+  static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
+  size_t n = name ? strlen(name) : 0;
+  for (size_t k = 0; k < sizeof suffix / sizeof *suffix; k++) {
+    size_t m = strlen(suffix[k]);
+    if (n > m && strcmp(name + n - m, suffix[k]) == 0) return true;
+  }
+  return false;
+}
+
 /* A data input: neither state nor a "train:" scalar of the step. */
 static bool is_data(const sc_program *p, int32_t i) {
   const sc_buffer *b = input_buf(p, i);

@@ -68,6 +68,9 @@ void sc_train_manifest_destroy(sc_train_manifest *m); /* NULL is fine */
 
 /* Whether input buffer b of p is training state: an output "new:NAME". */
 bool sc_program_input_is_state(const sc_program *p, int32_t b);
+/* Whether state input `name` is optimizer state ("P.momentum_buffer",
+ * "P.exp_avg", "P.exp_avg_sq": passes/train.h), not a parameter. */
+bool sc_train_is_optimizer_state(const char *name);
 
 /* Places every parameter in params.bin: offsets in order, each
  * SC_BUNDLE_WEIGHT_ALIGN aligned. Returns the file's size, or -1 on

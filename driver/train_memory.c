@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "codegen/memplan.h"
+#include "codegen/train_manifest.h"
 
 const char *sc_mem_class_name(sc_mem_class c) {
   static const char *const names[SC_MEM_CLASS_COUNT] = {
@@ -15,18 +16,6 @@ static bool has_prefix(const char *s, const char *prefix) {
   return s && strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
-static bool has_suffix(const char *s, const char *suffix) {
-  size_t n = s ? strlen(s) : 0, m = strlen(suffix);
-  return n > m && strcmp(s + n - m, suffix) == 0;
-}
-
-static bool has_new_output(const sc_program *p, const char *name) {
-  for (int32_t j = 0; name && j < p->n_outputs; j++) {
-    const char *o = p->buffers[p->outputs[j]].name;
-    if (has_prefix(o, "new:") && strcmp(o + 4, name) == 0) return true;
-  }
-  return false;
-}
 
 /* The class of storage root r; grad[r] marks the storage of the gradients
  * (buffers named "grad:P", views of the value autodiff summed). */
@@ -34,11 +23,9 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad) {
   const sc_buffer *b = &p->buffers[r];
   const char *name = b->name ? b->name : "";
   if (b->kind == SC_BUF_INPUT) {
-    if (has_suffix(name, ".momentum_buffer") || has_suffix(name, ".exp_avg") ||
-        has_suffix(name, ".exp_avg_sq"))
-      return SC_MEM_OPTIMIZER;
+    if (sc_train_is_optimizer_state(name)) return SC_MEM_OPTIMIZER;
     if (has_prefix(name, "accum:")) return SC_MEM_GRADIENTS;
-    return has_new_output(p, name) ? SC_MEM_PARAMS : SC_MEM_DATA;
+    return sc_program_input_is_state(p, r) ? SC_MEM_PARAMS : SC_MEM_DATA;
   }
   if (grad[r] || has_prefix(name, "new:accum:")) return SC_MEM_GRADIENTS;
   if (strstr(name, "/grad/") || has_prefix(name, "train/") || has_prefix(name, "new:") ||

@@ -354,7 +354,6 @@ static sc_status check_input(const sc_buffer *b, int32_t i, const sc_tensor_view
 
 /* A SCATTER_ADD step (program.h), on the host: the device keeps its arena
  * there (cpu_supports_step). */
-
 static sc_status run_scatter_add(sc_session *s, const sc_step *st, sc_diag *diag) {
   const sc_scatter_step *c = &st->scatter;
   const sc_program *p = s->p;

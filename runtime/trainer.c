@@ -9,6 +9,7 @@
  * runs the session. */
 #include "runtime/trainer.h"
 
+#include "codegen/train_manifest.h"
 #include "runtime/checkpoint.h"
 
 #include <math.h>
@@ -66,17 +67,6 @@ void sc_trainer_destroy(sc_trainer *t) {
   sc_free(t->in);
   sc_free(t->out);
   sc_free(t);
-}
-
-/* "P.momentum_buffer", "P.exp_avg", "P.exp_avg_sq" (passes/train.h). */
-static bool is_optimizer_state(const char *name) {
-  static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
-  size_t n = strlen(name);
-  for (size_t k = 0; k < sizeof suffix / sizeof *suffix; k++) {
-    size_t m = strlen(suffix[k]);
-    if (n > m && strcmp(name + n - m, suffix[k]) == 0) return true;
-  }
-  return false;
 }
 
 static const sc_tensor_view *find_view(const sc_tensor_view *v, int32_t n, const char *name) {
@@ -167,7 +157,7 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
     if (t->kind[i] != IN_DATA) st = state_buffer(t, i, d);
     if (st == SC_OK && t->kind[i] == IN_STATE) {
       const sc_tensor_view *v = find_view(init, n_init, name);
-      bool optimizer_state = !v && is_optimizer_state(name); /* zeros at the start */
+      bool optimizer_state = !v && sc_train_is_optimizer_state(name); /* zeros at the start */
       if (v && !matches(v, b))
         st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "initial value of '%s': not the program's dtype or shape", name);
@@ -322,7 +312,7 @@ sc_status sc_trainer_save(const sc_trainer *t, const char *dir, const sc_ckpt_st
   for (int32_t i = 0; r == SC_OK && i < t->n_in; i++) {
     if (t->kind[i] != IN_STATE) continue;
     const sc_buffer *b = input_buf(t->p, i);
-    sc_ckpt_tensor *x = is_optimizer_state(b->name) ? &o[no++] : &w[nw++];
+    sc_ckpt_tensor *x = sc_train_is_optimizer_state(b->name) ? &o[no++] : &w[nw++];
     *x = (sc_ckpt_tensor){.name = b->name, .dtype = b->dtype, .rank = b->rank,
                           .data = t->state[i]};
     memcpy(x->dims, b->dims, sizeof x->dims);
@@ -338,7 +328,7 @@ sc_status sc_trainer_restore(sc_trainer *t, const sc_ckpt *c, sc_diag *d) {
   for (int32_t i = 0; i < t->n_in; i++) {
     if (t->kind[i] != IN_STATE) continue;
     const sc_buffer *b = input_buf(t->p, i);
-    sc_ckpt_group g = is_optimizer_state(b->name) ? SC_CKPT_OPTIMIZER : SC_CKPT_WEIGHTS;
+    sc_ckpt_group g = sc_train_is_optimizer_state(b->name) ? SC_CKPT_OPTIMIZER : SC_CKPT_WEIGHTS;
     const sc_ckpt_tensor *x = sc_ckpt_find(c, g, b->name);
     if (!x)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
