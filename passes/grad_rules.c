@@ -340,8 +340,6 @@ static int32_t drop_column(sc_grad_ctx *c, int32_t x) {
   return gb_reshape(c, x, v.rank - 1, v.dims);
 }
 
-/* The input gradient and the weight gradient of Y = A·B: two separate
- * MatMul nodes (a zero-bubble schedule runs them apart). */
 /* Gemm(a, b) with transA / transB: the library call reads the operands
  * transposed, so no transposed copy is written (2-D a and b). */
 static int32_t gemm_t(sc_grad_ctx *c, int32_t a, int32_t b, bool ta, bool tb) {
@@ -378,6 +376,9 @@ static sc_status grad_linear(sc_grad_ctx *c, int32_t dy, int32_t a, int32_t b) {
   return SC_OK;
 }
 
+/* The input gradient and the weight gradient of Y = A·B: two separate
+ * product nodes (a zero-bubble schedule runs them apart), Gemms for a
+ * linear layer, MatMuls otherwise. */
 sc_status sc_grad_matmul(sc_grad_ctx *c) {
   int32_t dy = c->dy[0], a = in_v(c, 0), b = in_v(c, 1);
   if (dy < 0) return SC_OK;

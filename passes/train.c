@@ -245,7 +245,8 @@ static sc_status matmul_transposed(sc_grad_ctx *c, sc_diag *d) {
     if (k <= 0 || yv.rank < 2) continue;
     const char *base = n->name;
     int32_t rn, gn;
-    int32_t x2 = fwd_node(g, SC_OP_RESHAPE, base, "rows", (int32_t[]){x, gb_ints(c, (int64_t[]){rows, k}, 2)}, 2, &rn);
+    int32_t rows_k = gb_ints(c, (int64_t[]){rows, k}, 2);
+    int32_t x2 = fwd_node(g, SC_OP_RESHAPE, base, "rows", (int32_t[]){x, rows_k}, 2, &rn);
     if (x2 < 0 || sc_ops[SC_OP_RESHAPE].infer(g, &g->nodes[rn]) != SC_OK)
       return built(g, -1, base, d);
     int32_t y2 = fwd_node(g, SC_OP_GEMM, base, "gemm", (int32_t[]){x2, w}, 2, &gn);
