@@ -483,20 +483,41 @@ static void run_kernel_id(cpu_ctx *c, int32_t k) {
 
 static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->kernel); }
 
-/* GEMMs are cut into tiles (batch entry x TILE_M rows x TILE_N columns)
+/* GEMMs are cut into tiles (batch entry x tile_m rows x tile_n columns)
  * whose boundaries depend only on the problem's shape, never on the thread
  * count; each tile is one single-threaded cblas_sgemm call (plus its bias),
  * and the pool runs the tiles. So every element is computed by the same
  * BLAS call whatever the thread count: results are bit-identical with 1 or
- * N threads (OpenBLAS's own threading and its small-matrix paths are not). */
-enum { TILE_M = 64, TILE_N = 256 };
+ * N threads (OpenBLAS's own threading and its small-matrix paths are not).
+ *
+ * The tile shape (gemm_tiling) follows what single-threaded cblas_sgemm
+ * was measured to do on a 2-core Zen machine with Debian's OpenBLAS 0.3.21
+ * (docs/runtime.md#gemm-tiles): a call with n <= 320 runs at ~12 GFLOPS,
+ * one with n >= 384 at 30-35 GFLOPS, whatever m (64 or more) and k (128 to
+ * 50257); m 128 is a little faster than m 64. So tiles are 448 to 895
+ * columns wide (all of n when it is below that), and 128 rows high unless
+ * that leaves fewer than GEMM_TILES_WANTED tiles to share out, then 64. */
+enum { GEMM_TILE_N_MIN = 448, GEMM_TILE_M_BIG = 128, GEMM_TILE_M_SMALL = 64,
+       GEMM_TILES_WANTED = 8 };
+
+static void gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
+  int64_t cols = g->n / GEMM_TILE_N_MIN > 1 ? g->n / GEMM_TILE_N_MIN : 1;
+  int64_t tn = (g->n + cols - 1) / cols;
+  tn = (tn + 15) / 16 * 16; /* column tiles start on a 64-byte boundary */
+  if (tn > g->n) tn = g->n;
+  int64_t tm = GEMM_TILE_M_BIG;
+  int64_t tiles = g->batch * ((g->m + tm - 1) / tm) * ((g->n + tn - 1) / tn);
+  if (tiles < GEMM_TILES_WANTED) tm = GEMM_TILE_M_SMALL;
+  *tile_m = tm;
+  *tile_n = tn;
+}
 
 typedef struct gemm_job {
   const cpu_ctx *c;
   const sc_gemm *g;
   const float *A, *B, *bias;
   float *C;
-  int64_t tiles_m, tiles_n;
+  int64_t tile_m, tile_n, tiles_m, tiles_n;
   bool bias_per_batch;
 } gemm_job;
 
@@ -505,9 +526,9 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   const sc_gemm *g = j->g;
   for (int64_t t = begin; t < end; t++) {
     int64_t b = t / (j->tiles_m * j->tiles_n), r = t % (j->tiles_m * j->tiles_n);
-    int64_t m0 = (r / j->tiles_n) * TILE_M, n0 = (r % j->tiles_n) * TILE_N;
-    int m = (int)(g->m - m0 < TILE_M ? g->m - m0 : TILE_M);
-    int n = (int)(g->n - n0 < TILE_N ? g->n - n0 : TILE_N);
+    int64_t m0 = (r / j->tiles_n) * j->tile_m, n0 = (r % j->tiles_n) * j->tile_n;
+    int m = (int)(g->m - m0 < j->tile_m ? g->m - m0 : j->tile_m);
+    int n = (int)(g->n - n0 < j->tile_n ? g->n - n0 : j->tile_n);
     /* rows m0.. of op(A): A + m0 * lda, or columns m0.. when transposed */
     const float *A = j->A + b * g->stride_a + (g->trans_a ? m0 : m0 * g->lda);
     /* columns n0.. of op(B): B + n0, or rows n0.. when transposed */
@@ -539,9 +560,10 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
   const sc_gemm *g = &s->gemm;
   if (g->batch > 0 && g->m > 0 && g->n > 0) {
     gemm_job j = {.c = c, .g = g, .A = c->ptrs[g->a], .B = c->ptrs[g->b], .C = c->ptrs[g->c],
-                  .bias = g->bias >= 0 ? c->ptrs[g->bias] : NULL,
-                  .tiles_m = (g->m + TILE_M - 1) / TILE_M,
-                  .tiles_n = (g->n + TILE_N - 1) / TILE_N};
+                  .bias = g->bias >= 0 ? c->ptrs[g->bias] : NULL};
+    gemm_tiling(g, &j.tile_m, &j.tile_n);
+    j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
+    j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
     j.bias_per_batch = g->bias >= 0 && g->bias_full && buf_numel(c->p, g->bias) != g->m * g->n;
     int64_t tiles = g->batch * j.tiles_m * j.tiles_n;
     /* multiply-adds per tile, roughly; small products stay on one thread */
