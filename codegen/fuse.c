@@ -26,8 +26,21 @@
  *           activation).
  * Because a node joins only when ALL its consumers are in the group, every
  * member but the root has all its users inside the group, so groups are
- * convex and the group graph stays acyclic. Group ids are renumbered densely
- * in order of each group's first node. */
+ * convex and the group graph stays acyclic.
+ *
+ * Then POINT groups merge into multi-output groups (merge_points): a POINT
+ * group X merges into a POINT group Y that reads it when neither has an
+ * anchor or is alone, every member value needed outside the two has the
+ * shape of Y's root (so the merged group is one kernel, one pass over the
+ * data; values used only inside may differ), Y reads X's values only
+ * through elementwise members of that shape (no view or broadcast that
+ * would compute X's value at other points), and no path leads from X to Y
+ * through a third group (merging would make a cycle). This is what makes an
+ * optimizer's update of one parameter one kernel: the new moments are read
+ * by their own state outputs and by the weight's update, so the first pass
+ * leaves each in a group of its own.
+ *
+ * Group ids are renumbered densely in order of each group's first node. */
 #include <string.h>
 
 #include "codegen/compile.h"
@@ -119,6 +132,183 @@ static sc_status set_group(sc_graph *g, int32_t i, int64_t id) {
   return SC_OK;
 }
 
+/* ---- multi-output POINT groups (see the header) ---- */
+
+typedef struct merger {
+  sc_graph *g;
+  const int32_t *uoff, *users; /* value -> live and dead users (CSR) */
+  int32_t *group;              /* node -> group (a union-find element) */
+  int32_t *parent;             /* union-find over groups */
+  int32_t *first, *next;       /* members of each representative: a chain */
+  int32_t *lo, *hi;            /* per representative: lowest, highest node */
+  int32_t *shape;              /* per group: its root's output (the shape) */
+  const bool *gout;            /* per value: a graph output */
+  int32_t *seen;               /* per group: BFS stamp */
+  int32_t *queue;
+  int32_t stamp;
+} merger;
+
+static int32_t find(merger *m, int32_t k) {
+  while (m->parent[k] != k) k = m->parent[k] = m->parent[m->parent[k]];
+  return k;
+}
+
+/* Whether every value of x's and y's members that is needed outside the
+ * two (a graph output, or read by another group) has the shape of value
+ * `shape`: those are the values the merged group's kernel stores, and one
+ * shape makes it one kernel. Values used only inside may differ (a scalar
+ * inlined into every point). */
+static bool exports_one_shape(merger *m, int32_t x, int32_t y, int32_t shape) {
+  const sc_value *sv = &m->g->values[shape];
+  for (int32_t pass = 0; pass < 2; pass++)
+    for (int32_t i = m->first[pass ? y : x]; i >= 0; i = m->next[i]) {
+      const sc_node *n = &m->g->nodes[i];
+      for (int32_t o = 0; o < n->n_outputs; o++) {
+        int32_t v = n->outputs[o];
+        if (v < 0 || same_shape(&m->g->values[v], sv)) continue;
+        if (m->gout[v]) return false;
+        for (int32_t u = m->uoff[v]; u < m->uoff[v + 1]; u++) {
+          int32_t un = m->users[u];
+          if (!live(&m->g->nodes[un]) || m->group[un] < 0) continue;
+          int32_t z = find(m, m->group[un]);
+          if (z != x && z != y) return false;
+        }
+      }
+    }
+  return true;
+}
+
+/* Whether some group other than x and y is reachable from x and reaches y
+ * (groups are reached through their members' outputs; a group whose first
+ * node comes after y's last cannot feed y and is not followed). */
+static bool path_through_third(merger *m, int32_t x, int32_t y) {
+  int32_t head = 0, tail = 0;
+  m->stamp++;
+  m->seen[x] = m->stamp;
+  m->queue[tail++] = x;
+  while (head < tail) {
+    int32_t k = m->queue[head++];
+    for (int32_t i = m->first[k]; i >= 0; i = m->next[i]) {
+      const sc_node *n = &m->g->nodes[i];
+      for (int32_t o = 0; o < n->n_outputs; o++) {
+        int32_t v = n->outputs[o];
+        for (int32_t u = v < 0 ? 0 : m->uoff[v]; v >= 0 && u < m->uoff[v + 1]; u++) {
+          int32_t un = m->users[u];
+          if (!live(&m->g->nodes[un]) || m->group[un] < 0) continue;
+          int32_t z = find(m, m->group[un]);
+          if (z == y) {
+            if (k != x) return true;
+            continue; /* the direct edge */
+          }
+          if (m->seen[z] == m->stamp || m->lo[z] > m->hi[y]) continue;
+          m->seen[z] = m->stamp;
+          m->queue[tail++] = z;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+/* Whether every member of y that reads an output of x is an elementwise
+ * POINT op with that output's shape. */
+static bool reads_pointwise(merger *m, int32_t x, int32_t y) {
+  for (int32_t i = m->first[y]; i >= 0; i = m->next[i]) {
+    const sc_node *n = &m->g->nodes[i];
+    for (int32_t q = 0; q < n->n_inputs; q++) {
+      int32_t v = n->inputs[q];
+      int32_t pn = v >= 0 ? m->g->values[v].producer : -1;
+      if (pn < 0 || m->group[pn] < 0 || find(m, m->group[pn]) != x) continue;
+      if (kind_of(n) != SC_LOWER_POINT || !(sc_ops[n->op].flags & SC_OPF_ELEMENTWISE))
+        return false;
+      for (int32_t o = 0; o < n->n_outputs; o++)
+        if (n->outputs[o] >= 0 && !same_shape(&m->g->values[n->outputs[o]], &m->g->values[v]))
+          return false;
+    }
+  }
+  return true;
+}
+
+static void unite(merger *m, int32_t x, int32_t y) {
+  m->parent[x] = y;
+  int32_t last = m->first[y];
+  while (m->next[last] >= 0) last = m->next[last];
+  m->next[last] = m->first[x];
+  m->first[x] = -1;
+  if (m->lo[x] < m->lo[y]) m->lo[y] = m->lo[x];
+  if (m->hi[x] > m->hi[y]) m->hi[y] = m->hi[x];
+}
+
+static sc_status merge_points(sc_graph *g, const int32_t *uoff, const int32_t *users,
+                              const bool *gout, int32_t *group, const ginfo *gi,
+                              int32_t n_groups) {
+  int32_t nn = g->n_nodes;
+  size_t ng = (size_t)n_groups + 1;
+  merger m = {.g = g, .uoff = uoff, .users = users, .group = group, .gout = gout};
+  m.parent = sc_calloc(ng, sizeof *m.parent);
+  m.first = sc_calloc(ng, sizeof *m.first);
+  m.lo = sc_calloc(ng, sizeof *m.lo);
+  m.hi = sc_calloc(ng, sizeof *m.hi);
+  m.shape = sc_calloc(ng, sizeof *m.shape);
+  m.seen = sc_calloc(ng, sizeof *m.seen);
+  m.queue = sc_calloc(ng, sizeof *m.queue);
+  m.next = sc_calloc((size_t)nn + 1, sizeof *m.next);
+  sc_status st = SC_OK;
+  if (!m.parent || !m.first || !m.lo || !m.hi || !m.shape || !m.seen || !m.queue || !m.next) {
+    st = sc_graph_error(g, SC_ERR_NOMEM, "fuse: out of memory");
+    goto done;
+  }
+  for (int32_t k = 0; k < n_groups; k++) {
+    m.parent[k] = k;
+    m.first[k] = -1;
+    m.lo[k] = INT32_MAX;
+    m.hi[k] = -1;
+  }
+  for (int32_t i = nn - 1; i >= 0; i--) { /* chains in ascending node order */
+    m.next[i] = -1;
+    int32_t k = group[i];
+    if (k < 0) continue;
+    m.next[i] = m.first[k];
+    m.first[k] = i;
+    if (i < m.lo[k]) m.lo[k] = i;
+    if (i > m.hi[k]) m.hi[k] = i;
+  }
+  for (int32_t k = 0; k < n_groups; k++) {
+    const sc_node *root = m.hi[k] >= 0 ? &g->nodes[m.hi[k]] : NULL;
+    m.shape[k] = root && root->n_outputs > 0 ? root->outputs[0] : -1;
+  }
+  for (int32_t i = 0; i < nn; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (group[i] < 0 || kind_of(n) != SC_LOWER_POINT) continue;
+    for (int32_t q = 0; q < n->n_inputs; q++) {
+      int32_t v = n->inputs[q];
+      int32_t pn = v >= 0 ? g->values[v].producer : -1;
+      if (pn < 0 || group[pn] < 0) continue;
+      int32_t y = find(&m, group[i]), x = find(&m, group[pn]);
+      if (x == y || gi[x].anchor >= 0 || gi[y].anchor >= 0 || gi[x].alone || gi[y].alone)
+        continue;
+      int32_t sx = m.shape[x], sy = m.shape[y];
+      if (sx < 0 || sy < 0 || !same_shape(&g->values[sx], &g->values[sy]) ||
+          !exports_one_shape(&m, x, y, sy) || !reads_pointwise(&m, x, y) ||
+          path_through_third(&m, x, y))
+        continue;
+      unite(&m, x, y);
+    }
+  }
+  for (int32_t i = 0; i < nn; i++)
+    if (group[i] >= 0) group[i] = find(&m, group[i]);
+done:
+  sc_free(m.parent);
+  sc_free(m.first);
+  sc_free(m.lo);
+  sc_free(m.hi);
+  sc_free(m.shape);
+  sc_free(m.seen);
+  sc_free(m.queue);
+  sc_free(m.next);
+  return st;
+}
+
 sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
   (void)opts;
   int32_t nn = g->n_nodes;
@@ -183,6 +373,7 @@ sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
       gi[k].alone = kd == SC_LOWER_VIEW || kd == SC_LOWER_NONE;
     }
   }
+  st = merge_points(g, uoff, users, gout, group, gi, n_groups);
   /* dense ids in order of first member */
   for (int32_t k = 0; k < n_groups; k++) renum[k] = -1;
   int32_t next = 0;

@@ -89,6 +89,118 @@ sc_status sc_program_add_output(sc_program *p, int32_t buffer) {
   return add_id(p, &p->outputs, &p->n_outputs, buffer);
 }
 
+/* Whether output buffer `out` is paired with input buffer `in`. */
+static bool paired(const sc_program *p, int32_t in, int32_t out) {
+  for (int32_t j = 0; j < p->n_outputs; j++)
+    if (p->outputs[j] == out && p->updates[j] >= 0 && p->inputs[p->updates[j]] == in)
+      return true;
+  return false;
+}
+
+/* A multi-output kernel whose stores cannot be ordered (below) computes
+ * every value first, into a register, then stores them all: each STORE
+ * phase becomes a REDUCE phase over the single inner point (MAX, which
+ * gives back its one operand exactly, NaN included) and a STORE of that
+ * register at the end. Only f32/f64 values (the state's dtypes), so the
+ * register's dtype is the value's. Then every load comes before every
+ * store and each pair is legal. */
+static sc_status registers_first(sc_program *p, kir_kernel *k) {
+  int32_t np = k->n_phases;
+  if (k->inner != 1) return SC_OK;
+  for (int32_t q = 0; q < np; q++) {
+    sc_dtype t = k->exprs[k->phases[q].value].dtype;
+    if (t != SC_DTYPE_F32 && t != SC_DTYPE_F64) return SC_OK;
+  }
+  kir_phase *old = sc_calloc((size_t)np, sizeof *old);
+  if (!old) return SC_ERR_NOMEM;
+  memcpy(old, k->phases, (size_t)np * sizeof *old);
+  k->n_phases = 0;
+  sc_status st = SC_OK;
+  for (int32_t q = 0; q < np && st == SC_OK; q++)
+    if (kir_add_reduce(&p->arena, k, KIR_RED_MAX, k->exprs[old[q].value].dtype, old[q].value) < 0)
+      st = SC_ERR_NOMEM;
+  for (int32_t q = 0; q < np && st == SC_OK; q++) {
+    int32_t r = kir_reg(&p->arena, k, q);
+    if (r < 0 || kir_add_store(&p->arena, k, old[q].out_param, old[q].out_index, r) < 0)
+      st = SC_ERR_NOMEM;
+  }
+  sc_free(old);
+  return st;
+}
+
+/* A kernel of several STORE phases only (a multi-output elementwise
+ * kernel: passes/fuse.c) computes each phase independently of the others,
+ * so their order is free; the memory plan keeps a pair in place only when
+ * no phase after the one storing "new:X" loads X (kir_reads_aligned). So
+ * the phases are put in an order that honours every such constraint (a
+ * stable topological order), when one exists; else (SGD with momentum and
+ * weight decay: the momentum reads the weight, the weight's update the
+ * momentum) the values go through registers first (registers_first). */
+static sc_status order_stores(sc_program *p, kir_kernel *k) {
+  int32_t np = k->n_phases;
+  if (np < 2) return SC_OK;
+  for (int32_t q = 0; q < np; q++)
+    if (k->phases[q].kind != KIR_PHASE_STORE) return SC_OK;
+  size_t nq = (size_t)np, npar = (size_t)k->n_params + 1;
+  bool *loads = sc_calloc(nq * npar, sizeof *loads);      /* phase x param */
+  bool *used = sc_calloc((size_t)k->n_exprs + 1, sizeof *used);
+  bool *after = sc_calloc(nq * nq, sizeof *after);        /* [a][b]: a after b */
+  int32_t *order = sc_calloc(nq, sizeof *order);
+  bool *placed = sc_calloc(nq, sizeof *placed);
+  sc_status st = loads && used && after && order && placed ? SC_OK : SC_ERR_NOMEM;
+  for (int32_t q = 0; st == SC_OK && q < np; q++) {
+    memset(used, 0, (size_t)k->n_exprs * sizeof *used);
+    used[k->phases[q].value] = used[k->phases[q].out_index] = true;
+    for (int32_t e = k->n_exprs - 1; e >= 0; e--) { /* operands come first */
+      if (!used[e]) continue;
+      const kir_expr *x = &k->exprs[e];
+      if (x->op == KIR_LOAD) loads[(size_t)q * npar + (size_t)x->var] = true;
+      if (x->a >= 0) used[x->a] = true;
+      if (x->b >= 0) used[x->b] = true;
+      if (x->c >= 0) used[x->c] = true;
+    }
+  }
+  bool any = false;
+  for (int32_t a = 0; st == SC_OK && a < np; a++) { /* a stores new:X */
+    int32_t out = k->params[k->phases[a].out_param].buffer;
+    for (int32_t b = 0; b < np; b++)
+      for (int32_t x = 0; b != a && x < k->n_params; x++)
+        if (loads[(size_t)b * npar + (size_t)x] && paired(p, k->params[x].buffer, out))
+          any = after[(size_t)a * nq + (size_t)b] = true;
+  }
+  int32_t n = 0;
+  while (st == SC_OK && any && n < np) {
+    int32_t pick = -1;
+    for (int32_t a = 0; a < np && pick < 0; a++) {
+      if (placed[a]) continue;
+      bool ready = true;
+      for (int32_t b = 0; b < np && ready; b++)
+        ready = !after[(size_t)a * nq + (size_t)b] || placed[b];
+      if (ready) pick = a;
+    }
+    if (pick < 0) break; /* a cycle: the order stays */
+    placed[pick] = true;
+    order[n++] = pick;
+  }
+  if (st == SC_OK && any && n < np) st = registers_first(p, k);
+  if (st == SC_OK && any && n == np) {
+    kir_phase *tmp = sc_calloc(nq, sizeof *tmp);
+    if (!tmp) {
+      st = SC_ERR_NOMEM;
+    } else {
+      for (int32_t q = 0; q < np; q++) tmp[q] = k->phases[order[q]];
+      memcpy(k->phases, tmp, nq * sizeof *tmp);
+      sc_free(tmp);
+    }
+  }
+  sc_free(loads);
+  sc_free(used);
+  sc_free(after);
+  sc_free(order);
+  sc_free(placed);
+  return st;
+}
+
 sc_status sc_program_pair_state(sc_program *p) {
   p->updates = NULL;
   for (int32_t j = 0; j < p->n_outputs; j++) {
@@ -109,6 +221,8 @@ sc_status sc_program_pair_state(sc_program *p) {
       break;
     }
   }
+  for (int32_t k = 0; p->updates && k < p->n_kernels; k++)
+    if (order_stores(p, p->kernels[k]) != SC_OK) return SC_ERR_NOMEM;
   return SC_OK;
 }
 

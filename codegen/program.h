@@ -180,8 +180,10 @@ void sc_program_print(const sc_program *p, FILE *out);
 sc_status sc_program_add_input(sc_program *p, int32_t buffer);
 sc_status sc_program_add_output(sc_program *p, int32_t buffer);
 /* Pairs every output "new:X" with the input X of the same dtype and shape
- * (p->updates; a non-VIEW output buffer that is not itself an input).
- * SC_ERR_NOMEM. */
+ * (p->updates; a non-VIEW output buffer that is not itself an input), and
+ * orders the phases of every multi-output elementwise kernel so that no
+ * phase after the store of "new:X" loads X, where such an order exists (so
+ * the memory plan can keep the pair). SC_ERR_NOMEM. */
 sc_status sc_program_pair_state(sc_program *p);
 /* The input index whose slot output j shares, or -1. */
 static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {

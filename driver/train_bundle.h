@@ -20,4 +20,14 @@
 sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
                                   sc_train_manifest **out, sc_diag *d);
 
+/* Gives back the memory of the initial values that m borrows from b's
+ * graph (sc_graph_release: the importer's own raw_data blocks), once a
+ * trainer has copied them into its state (`shardc train MODEL`): the step's
+ * memory is then what the plan says, not that plus a second copy of the
+ * weights. m's and b's pointers to the freed values become NULL, so m can
+ * no longer start a trainer or be written into a bundle. Parameters that
+ * stayed constants (no gradient) keep theirs: the program reads them.
+ * Returns the bytes given back. */
+int64_t sc_build_release_initial_weights(sc_build *b, sc_train_manifest *m);
+
 #endif

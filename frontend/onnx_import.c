@@ -3,8 +3,12 @@
  * The file is read (mmap), checked for excessive message nesting, and
  * unpacked by protobuf-c, which copies every field once into the decoded
  * message; the graph keeps that message alive (a cleanup frees it) and
- * borrows raw_data from it. Data in the typed fields (float_data, int32_data,
- * ...) is converted into tight little-endian arrays in the graph arena.
+ * borrows raw_data from it. An initializer's raw_data of OWN_RAW_BYTES or
+ * more is taken out of the message instead, into a cleanup of its own, so
+ * that sc_graph_release can give it back early (a trainer's initial
+ * weights, once copied: docs/training.md, Memory). Data in the typed
+ * fields (float_data, int32_data, ...) is converted into tight
+ * little-endian arrays in the graph arena.
  *
  * Order of work: opset imports; initializers (constants, flagged PARAM);
  * graph inputs that are not initializers; node names (kept when non-empty and
@@ -306,6 +310,23 @@ static sc_status read_tensor(sc_onnx_ctx *c, const Onnx__TensorProto *t,
     return SC_OK;
   }
   return read_typed(c, t, what, numel, out);
+}
+
+/* Large raw_data blocks the graph owns apart from the message (header). */
+enum { OWN_RAW_BYTES = 1 << 20 };
+
+/* protobuf-c's default allocator is malloc's */
+static void free_raw_block(void *p) { free(p); }
+
+/* Moves t's raw_data block from the decoded message into a graph cleanup
+ * of its own; the value keeps pointing at it. */
+static sc_status own_raw_data(sc_onnx_ctx *c, Onnx__TensorProto *t) {
+  void *block = t->raw_data.data;
+  t->raw_data.data = NULL; /* free_unpacked skips a NULL block */
+  t->raw_data.len = 0;
+  t->has_raw_data = 0;
+  sc_status st = sc_graph_add_cleanup(c->g, free_raw_block, block);
+  return st == SC_OK ? SC_OK : from_graph(c, st);
 }
 
 /* Makes value vid a constant holding tensor t. */
@@ -626,6 +647,9 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
     int32_t vid = sc_graph_add_value(g, t->name);
     if (vid < 0) return from_graph(c, SC_ERR_INVALID);
     if ((st = set_const(c, vid, &ot, SC_VALUE_PARAM)) != SC_OK) return st;
+    if (ot.data && ot.data == t->raw_data.data && t->raw_data.len >= OWN_RAW_BYTES &&
+        (st = own_raw_data(c, gp->initializer[i])) != SC_OK)
+      return st;
   }
 
   /* graph inputs (an input that is also an initializer is a constant) */

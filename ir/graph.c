@@ -67,6 +67,20 @@ sc_status sc_graph_add_cleanup(sc_graph *g, sc_cleanup_fn fn, void *p) {
   return SC_OK;
 }
 
+bool sc_graph_release(sc_graph *g, const void *p) {
+  for (int32_t i = g->n_cleanups - 1; p && i >= 0; i--) {
+    if (g->cleanups[i].p != p) continue;
+    sc_cleanup_fn fn = g->cleanups[i].fn;
+    void *q = g->cleanups[i].p;
+    memmove(&g->cleanups[i], &g->cleanups[i + 1],
+            (size_t)(g->n_cleanups - i - 1) * sizeof *g->cleanups);
+    g->n_cleanups--;
+    fn(q);
+    return true;
+  }
+  return false;
+}
+
 /* ---- name index ---- */
 
 static void index_insert(sc_graph *g, int32_t id) {

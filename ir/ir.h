@@ -160,6 +160,12 @@ typedef struct sc_graph {
 sc_graph *sc_graph_create(const char *name);
 void sc_graph_destroy(sc_graph *g); /* runs cleanups in reverse order */
 sc_status sc_graph_add_cleanup(sc_graph *g, sc_cleanup_fn fn, void *p);
+/* Runs the cleanup registered for p now (the last one, when several are)
+ * and forgets it; false when no cleanup has p. For memory that only the
+ * caller still uses and is done with: a weight's bytes once the trainer has
+ * copied them (the ONNX importer owns each large raw_data block through its
+ * own cleanup). Every value still pointing at p must have let go of it. */
+bool sc_graph_release(sc_graph *g, const void *p);
 
 /* ---- building ---- */
 /* A new value with a unique name (name must not exist yet; NULL makes one

@@ -184,10 +184,12 @@ static sc_status tie_weights(sc_graph *g, sc_train_info *info, sc_diag *d) {
   for (int32_t k = 0; st == SC_OK && k < info->n_ties; k++) {
     const sc_train_tie *t = &info->ties[k];
     sc_value *b = &g->values[t->value];
-    b->data = NULL; /* the copy's bytes stay alive with the graph */
+    const void *bytes = b->data;
+    b->data = NULL;
     b->data_bytes = 0;
     b->data_kind = SC_DATA_NONE;
     b->flags &= ~(uint32_t)(SC_VALUE_CONST | SC_VALUE_PARAM);
+    sc_graph_release(g, bytes); /* the copy's bytes, when the graph owns them apart */
     char name[512];
     snprintf(name, sizeof name, "train/tie/%s", t->name);
     int32_t x = t->source_value, y = t->value;

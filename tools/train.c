@@ -501,6 +501,9 @@ int sc_cmd_train(int argc, char **argv) {
     rc = sc_cli_report(&d, o.file);
     goto done;
   }
+  /* the trainer holds the weights now: the model's copy goes (the memory
+   * of the step is then the plan's) */
+  if (src.build) sc_build_release_initial_weights(src.build, src.own);
   if ((rc = load_all_data(&a, &o, tr, m->grad_accum, ds, &n_ds)) != 0 ||
       (rc = check_labels(&a, m, ds, n_ds)) != 0)
     goto done;

@@ -150,6 +150,26 @@ def shardc(args):
     return subprocess.run([SHARDC] + args, capture_output=True, text=True, timeout=300)
 
 
+def kernel_stores(kir):
+    """Per kernel of `shardc compile --emit=kir` output: the names of the
+    buffers its phases store."""
+    names, kernels, params = {}, [], {}
+    for line in kir.splitlines():
+        m = re.match(r'^b(\d+) \S+ .*"(.*)"$', line)
+        if m:
+            names[int(m.group(1))] = m.group(2)
+        if re.match(r"^k\d+ kernel ", line):
+            kernels.append(set())
+            params = {}
+        m = re.match(r"^  p(\d+) = buf (\d+) ", line)
+        if m:
+            params[int(m.group(1))] = int(m.group(2))
+        m = re.match(r"^  phase \d+: store p(\d+)\[", line)
+        if m and kernels:
+            kernels[-1].add(names.get(params[int(m.group(1))], "?"))
+    return kernels
+
+
 def log_lines(path):
     """The log without the step times (which differ from run to run)."""
     out = []
@@ -330,7 +350,10 @@ def tie_tests(tmp):
     in float64), W.T is not in the checkpoint, export writes it as the
     transpose of the trained W; --untie trains them apart."""
     rng = np.random.RandomState(11)
-    v, dim = 7, 5
+    # W and its copies over 1 MiB each: blocks the importer owns apart, which
+    # the train pass (the tied copy) and `shardc train` (W, once the trainer
+    # has it) give back early (docs/training.md, Memory)
+    v, dim = 53000, 5
     w = rng.uniform(-1, 1, (v, dim)).astype(np.float32)
     c = np.full((dim, v), 0.25, np.float32)
     ids = rng.randint(0, v, (2, 3)).astype(np.int64)
@@ -345,7 +368,9 @@ def tie_tests(tmp):
     z = e @ (w64.T + c64)
     p = np.exp(z - z.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    dz = (p - np.eye(v)[lab]) / lab.size
+    onehot = np.zeros_like(p)
+    np.put_along_axis(onehot, lab[..., None], 1.0, axis=-1)
+    dz = (p - onehot) / lab.size
     d_head = np.einsum("btd,btv->vd", e, dz)          # through W.T, transposed back
     d_embed = np.zeros_like(w64)
     np.add.at(d_embed, ids, dz @ (w64 + c64.T))       # through the Gather
@@ -471,13 +496,36 @@ def main():
         # the arena and is updated in place: every tensor of it, for plain
         # steps and with accumulation
         for flags in (["--optimizer", "adamw"], ["--optimizer", "sgd", "--momentum", "0.9",
-                                                  "--grad-accum", "2"]):
+                                                  "--grad-accum", "2"],
+                      ["--optimizer", "sgd", "--momentum", "0.9", "--weight-decay", "0.1"]):
             r = run(["--data", "x=" + xf, "--labels", lf, "--dim", "batch=4", "--steps", "1"]
                     + flags)
             m = re.search(r"(\d+) of (\d+) state tensors updated in place", r.stdout)
             check(r.returncode == 0 and m and m.group(1) == m.group(2) and int(m.group(1)) >= 8,
                   f"in-place state {flags}: {r.stdout[-300:]} {r.stderr[-300:]}")
         print("ok: all training state updated in place")
+
+        # the optimizer is one fused kernel per parameter: the kernel that
+        # stores new:P also stores P's new state (AdamW: both moments; SGD
+        # with momentum and weight decay: the momentum buffer, whose stores
+        # go through registers), and no other kernel stores state
+        for flags, suffixes in ((["--optimizer", "adamw"], (".exp_avg", ".exp_avg_sq")),
+                                (["--optimizer", "sgd", "--momentum", "0.9",
+                                  "--weight-decay", "0.1"], (".momentum_buffer",))):
+            r = shardc(["compile", MLP, "--train", "-o", os.path.join(tmp, "kir-bundle"),
+                        "--dim", "batch=4", "--emit=kir"] + flags)
+            stores = kernel_stores(r.stdout)
+            params = sorted(n[4:] for ks in stores for n in ks
+                            if n.startswith("new:") and not n.endswith(suffixes))
+            state_kernels = [ks for ks in stores if any(n.startswith("new:") for n in ks)]
+            check(r.returncode == 0 and len(params) >= 4 and len(state_kernels) == len(params),
+                  f"{flags}: {len(state_kernels)} kernels store state for {len(params)} "
+                  f"parameters {r.stderr[-300:]}")
+            for ks in state_kernels:
+                p = [n[4:] for n in ks if n.startswith("new:") and not n.endswith(suffixes)]
+                want = {"new:" + p[0] + x for x in ("",) + suffixes} if len(p) == 1 else None
+                check(want is not None and want <= ks, f"{flags}: one kernel stores {sorted(ks)}")
+        print("ok: one optimizer kernel per parameter (AdamW; SGD with momentum and decay)")
 
         # plan --train: the arena it reports is the one the trainer
         # allocates, and its classes add up to what is live at the peak

@@ -266,8 +266,38 @@ static void test_alloc_failure(void **state) {
   }
 }
 
+/* sc_graph_release runs a block's cleanup once, now, and destroy does not
+ * run it again; an unknown pointer is left alone. */
+static int released_count;
+static void count_release(void *p) {
+  released_count++;
+  free(p);
+}
+
+static void test_graph_release(void **state) {
+  (void)state;
+  sc_graph *g = sc_graph_create("g");
+  assert_non_null(g);
+  released_count = 0;
+  void *a = malloc(64), *b = malloc(64);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_int_equal(sc_graph_add_cleanup(g, count_release, a), SC_OK);
+  assert_int_equal(sc_graph_add_cleanup(g, count_release, b), SC_OK);
+  int other = 0;
+  assert_false(sc_graph_release(g, &other));
+  assert_false(sc_graph_release(g, NULL));
+  assert_true(sc_graph_release(g, a));
+  assert_int_equal(released_count, 1);
+  assert_false(sc_graph_release(g, a)); /* gone: not run twice */
+  assert_int_equal(g->n_cleanups, 1);
+  sc_graph_destroy(g); /* runs b's only */
+  assert_int_equal(released_count, 2);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_graph_release),
       cmocka_unit_test(test_arena),
       cmocka_unit_test(test_diag_format),
       cmocka_unit_test(test_dtypes),
