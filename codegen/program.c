@@ -89,12 +89,14 @@ sc_status sc_program_add_output(sc_program *p, int32_t buffer) {
   return add_id(p, &p->outputs, &p->n_outputs, buffer);
 }
 
-/* Whether output buffer `out` is paired with input buffer `in`. */
-static bool paired(const sc_program *p, int32_t in, int32_t out) {
+/* The input buffer that output buffer `out` is paired with, or -1. */
+static int32_t paired_input(const sc_program *p, int32_t out) {
   for (int32_t j = 0; j < p->n_outputs; j++)
-    if (p->outputs[j] == out && p->updates[j] >= 0 && p->inputs[p->updates[j]] == in)
-      return true;
-  return false;
+    if (p->outputs[j] == out) {
+      int32_t i = sc_program_updates(p, j);
+      return i >= 0 ? p->inputs[i] : -1;
+    }
+  return -1;
 }
 
 /* A multi-output kernel whose stores cannot be ordered (below) computes
@@ -162,11 +164,13 @@ static sc_status order_stores(sc_program *p, kir_kernel *k) {
   }
   bool any = false;
   for (int32_t a = 0; st == SC_OK && a < np; a++) { /* a stores new:X */
-    int32_t out = k->params[k->phases[a].out_param].buffer;
-    for (int32_t b = 0; b < np; b++)
-      for (int32_t x = 0; b != a && x < k->n_params; x++)
-        if (loads[(size_t)b * npar + (size_t)x] && paired(p, k->params[x].buffer, out))
+    int32_t in = paired_input(p, k->params[k->phases[a].out_param].buffer);
+    for (int32_t x = 0; in >= 0 && x < k->n_params; x++) {
+      if (k->params[x].buffer != in) continue;
+      for (int32_t b = 0; b < np; b++)
+        if (b != a && loads[(size_t)b * npar + (size_t)x])
           any = after[(size_t)a * nq + (size_t)b] = true;
+    }
   }
   int32_t n = 0;
   while (st == SC_OK && any && n < np) {

@@ -68,20 +68,13 @@ sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
   return SC_OK;
 }
 
-int64_t sc_build_release_initial_weights(sc_build *b, sc_train_manifest *m) {
-  int64_t freed = 0;
+void sc_build_release_initial_weights(sc_build *b, sc_train_manifest *m) {
   for (int32_t j = 0; b && m && j < m->n_params; j++) {
     const void *data = m->params[j].data;
     if (!data) continue;
-    sc_train_info *info = &b->train;
-    int64_t bytes = 0;
-    for (int32_t k = 0; k < info->n_params; k++)
-      if (info->params[k].init == data) {
-        bytes = info->params[k].numel * (int64_t)sc_dtype_size(info->params[k].dtype);
-        info->params[k].init = NULL;
-      }
+    for (int32_t k = 0; k < b->train.n_params; k++)
+      if (b->train.params[k].init == data) b->train.params[k].init = NULL;
     m->params[j].data = NULL;
-    if (sc_graph_release(b->graph, data)) freed += bytes;
+    sc_graph_release(b->graph, data);
   }
-  return freed;
 }

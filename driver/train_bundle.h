@@ -26,8 +26,7 @@ sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
  * memory is then what the plan says, not that plus a second copy of the
  * weights. m's and b's pointers to the freed values become NULL, so m can
  * no longer start a trainer or be written into a bundle. Parameters that
- * stayed constants (no gradient) keep theirs: the program reads them.
- * Returns the bytes given back. */
-int64_t sc_build_release_initial_weights(sc_build *b, sc_train_manifest *m);
+ * stayed constants (no gradient) keep theirs: the program reads them. */
+void sc_build_release_initial_weights(sc_build *b, sc_train_manifest *m);
 
 #endif
