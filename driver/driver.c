@@ -147,7 +147,8 @@ static sc_status step_canonical(job *j) {
 
 static sc_status step_partition(job *j) {
   if (!j->b->plan) return SC_OK;
-  sc_partition_opts po = {.plan = j->b->plan, .pass = &j->pass, .plan_file = j->o->plan_file};
+  sc_partition_opts po = {.plan = j->b->plan, .pass = &j->pass, .plan_file = j->o->plan_file,
+                          .train = j->o->train ? &j->b->train : NULL};
   return sc_partition_run(j->b->graph, &po, &j->b->part, j->d);
 }
 

@@ -6,16 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Cross-entropy's classes: the last dim of the output the loss reads (the
- * first output, or the one named logits). */
-static int64_t classes_of(const sc_graph *g, const char *logits) {
-  for (int32_t j = 0; j < g->n_outputs; j++) {
-    const sc_value *v = &g->values[g->outputs[j]];
-    if (!logits || strcmp(v->name, logits) == 0) return v->rank > 0 ? v->dims[v->rank - 1] : 0;
-  }
-  return 0;
-}
-
 /* The program's input buffer named name, or -1. */
 static int32_t input_named(const sc_program *p, const char *name) {
   for (int32_t i = 0; i < p->n_inputs; i++) {
@@ -56,7 +46,7 @@ sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
   sc_train_manifest *m = sc_train_manifest_create(info->n_params);
   if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   options_of(o, m);
-  m->classes = o->loss == SC_LOSS_CROSS_ENTROPY ? classes_of(b->graph, o->logits) : 0;
+  m->classes = o->loss == SC_LOSS_CROSS_ENTROPY ? b->train.classes : 0;
   m->n_params = 0;
   for (int32_t k = 0; k < info->n_params; k++) {
     int32_t buf = input_named(p, info->params[k].name);

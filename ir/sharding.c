@@ -403,8 +403,11 @@ void sc_sharding_piece(const sc_sharding *s, const sc_mesh *m, int32_t d, int64_
   *offset = idx * *extent;
 }
 
-void sc_sharding_extract(const sc_sharding *s, const sc_mesh *m, const int64_t *coords,
-                         size_t esz, const int64_t *dims, const void *src, void *dst) {
+/* Copies between the global tensor and rank coords' packed local piece:
+ * to_local, global into piece (extract), else piece into global (insert). */
+static void copy_piece(const sc_sharding *s, const sc_mesh *m, const int64_t *coords,
+                       size_t esz, const int64_t *dims, char *global, char *piece,
+                       bool to_local) {
   int32_t r = s->rank;
   int64_t local[SC_MAX_RANK] = {0}, off[SC_MAX_RANK] = {0}, ext[SC_MAX_RANK] = {0},
           blk[SC_MAX_RANK] = {0};
@@ -418,15 +421,14 @@ void sc_sharding_extract(const sc_sharding *s, const sc_mesh *m, const int64_t *
     local[d] = ext[d] * sc_sharding_stride(s, d);
     n *= local[d];
   }
-  if (zero || n == 0) {
-    memset(dst, 0, (size_t)n * esz);
+  if (n == 0) return;
+  if (zero && to_local) {
+    memset(piece, 0, (size_t)n * esz);
     return;
   }
   /* Copy runs of the innermost dim; walk the outer local index. */
   int64_t inner = r ? local[r - 1] : 1;
   int64_t idx[SC_MAX_RANK] = {0};
-  char *out = dst;
-  const char *in = src;
   for (int64_t done = 0; done < n; done += inner) {
     /* global offset of local index idx (last dim at 0) */
     int64_t g = 0;
@@ -436,18 +438,32 @@ void sc_sharding_extract(const sc_sharding *s, const sc_mesh *m, const int64_t *
       g = g * dims[d] + b * blk[d] + off[d] + w;
     }
     if (r == 0) {
-      memcpy(out, in, esz);
+      if (to_local) memcpy(piece, global, esz);
+      else memcpy(global, piece, esz);
       break;
     }
     /* the innermost dim's run may cross stride blocks */
     int64_t st = sc_sharding_stride(s, r - 1);
     int64_t base = g - off[r - 1];
-    for (int64_t b = 0; b < st; b++)
-      memcpy(out + (size_t)(done + b * ext[r - 1]) * esz,
-             in + (size_t)(base + b * blk[r - 1] + off[r - 1]) * esz, (size_t)ext[r - 1] * esz);
+    for (int64_t b = 0; b < st; b++) {
+      char *lp = piece + (size_t)(done + b * ext[r - 1]) * esz;
+      char *gp = global + (size_t)(base + b * blk[r - 1] + off[r - 1]) * esz;
+      if (to_local) memcpy(lp, gp, (size_t)ext[r - 1] * esz);
+      else memcpy(gp, lp, (size_t)ext[r - 1] * esz);
+    }
     for (int32_t d = r - 2; d >= 0; d--) {
       if (++idx[d] < local[d]) break;
       idx[d] = 0;
     }
   }
+}
+
+void sc_sharding_extract(const sc_sharding *s, const sc_mesh *m, const int64_t *coords,
+                         size_t esz, const int64_t *dims, const void *src, void *dst) {
+  copy_piece(s, m, coords, esz, dims, (char *)src, dst, true);
+}
+
+void sc_sharding_insert(const sc_sharding *s, const sc_mesh *m, const int64_t *coords,
+                        size_t esz, const int64_t *dims, const void *src, void *dst) {
+  copy_piece(s, m, coords, esz, dims, dst, (char *)src, false);
 }

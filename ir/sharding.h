@@ -83,6 +83,12 @@ void sc_sharding_piece(const sc_sharding *s, const sc_mesh *m, int32_t d, int64_
 void sc_sharding_extract(const sc_sharding *s, const sc_mesh *m, const int64_t *coords,
                          size_t esz, const int64_t *dims, const void *src, void *dst);
 
+/* The inverse: copies the packed local piece src of rank coords into its
+ * place in the global tensor dst (partial axes are ignored: any rank of a
+ * replica group writes the same piece). */
+void sc_sharding_insert(const sc_sharding *s, const sc_mesh *m, const int64_t *coords,
+                        size_t esz, const int64_t *dims, const void *src, void *dst);
+
 /* Canonical text form into buf; returns the length needed (like snprintf). */
 size_t sc_sharding_format(const sc_sharding *s, const sc_mesh *m, char *buf, size_t n);
 /* Parses text[0..len) (whitespace allowed between tokens). rank >= 0 checks

@@ -549,6 +549,12 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
                  : o->loss == SC_LOSS_MSE         ? mse(&c, y, d)
                                                   : y;
   if ((st = built(g, loss, "the loss", d)) != SC_OK) return st;
+  if (o->loss == SC_LOSS_CROSS_ENTROPY && g->values[y].rank > 0)
+    info->classes = g->values[y].dims[g->values[y].rank - 1];
+  /* the model's own outputs are not the step's: nothing reads them, and a
+   * partitioned step would gather them (the logits) every step */
+  for (int32_t i = 0; i < g->n_outputs; i++) g->values[g->outputs[i]].flags &= ~(uint32_t)SC_VALUE_OUTPUT;
+  g->n_outputs = 0;
   int32_t loss_out = new_output(&c, "loss", loss, d);
   if ((st = built(g, loss_out, "the loss output", d)) != SC_OK) return st;
 
@@ -574,6 +580,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
         memmove(g->outputs + i, g->outputs + i + 1,
                 (size_t)(g->n_outputs - i - 1) * sizeof *g->outputs);
         g->n_outputs--;
+        g->values[grads[k]].flags &= ~(uint32_t)SC_VALUE_OUTPUT;
         break;
       }
   for (int32_t k = 0; inv_scale >= 0 && k < info->n_params; k++)

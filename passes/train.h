@@ -133,6 +133,7 @@ typedef struct sc_train_info {
   sc_train_param *params;       /* in the graph's arena */
   int32_t n_trainable;          /* params with a gradient */
   int64_t trainable_numel;
+  int64_t classes;              /* cross-entropy: the logits' last dim */
   int32_t n_ties;
   sc_train_tie *ties;           /* tied copies, read through their source
                                    (in the graph's arena) */

@@ -145,6 +145,8 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
     sc_session_opts_init(&so);
     so.threads = o ? o->threads : 0;
     so.cpu_module = o ? o->cpu_module : NULL;
+    so.world = o ? o->world : NULL;
+    so.const_data = o ? o->const_data : NULL;
     st = sc_session_create(p, &so, &t->s, d);
   }
   for (int32_t i = 0; st == SC_OK && i < t->n_in; i++) {

@@ -46,6 +46,11 @@ typedef struct sc_trainer_opts {
   const struct sc_cpu_module *cpu_module; /* the program's kernels, compiled
                           (a bundle's kernels.o), borrowed: must outlive
                           the trainer; NULL: JIT-compiled from the kir */
+  /* One rank of a partitioned step (runtime/dist_train.h): the world
+   * communicator and the rank's sharded constants, as sc_session_opts
+   * (borrowed); NULL for one rank. */
+  struct sc_comm *world;
+  const void *const *const_data;
 } sc_trainer_opts;
 
 /* init: initial values of the parameters, by name (copied). The program

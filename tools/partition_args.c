@@ -8,6 +8,7 @@
  * 1 a problem in the model or plan, 2 usage. */
 #include "tools/partition_args.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +35,11 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
     (*i)++;
     return 1;
   }
+  if (strcmp(a, "--no-reshard-after-forward") == 0) {
+    p->keep_after_forward = true;
+    (*i)++;
+    return 1;
+  }
   if ((v = sc_cli_opt_value(argc, argv, i, "--mesh", &missing))) {
     if (!missing && !*v) return sc_cli_usage_error("--mesh needs axes, e.g. pp=2,tp=2");
     if (!missing) p->mesh = v;
@@ -45,6 +51,15 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
     if (!missing && !sc_cli_parse_i64(v, 1, 1 << 20, &n))
       return sc_cli_usage_error("--microbatches expects a positive integer, got '%s'", v);
     if (!missing) p->microbatches = (int32_t)n;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--zero", &missing))) {
+    if (!missing && !sc_cli_parse_i64(v, 1, 3, &n))
+      return sc_cli_usage_error("--zero expects 1, 2 or 3, got '%s'", v);
+    if (!missing) p->zero = (int32_t)n;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--hybrid-shard-degree", &missing))) {
+    if (!missing && !sc_cli_parse_i64(v, 1, SC_MESH_MAX_RANKS, &n))
+      return sc_cli_usage_error("--hybrid-shard-degree expects a positive integer, got '%s'",
+                                v);
+    if (!missing) p->hybrid_shard_degree = n;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--stage-boundaries", &missing))) {
     if (!missing) p->boundaries = v;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--plan", &missing))) {
@@ -67,7 +82,8 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
 static int check_conflicts(const sc_partition_args *p) {
   if (!p->plan_file) {
     if (!p->mesh && (p->ranks_per_node || p->microbatches || p->boundaries ||
-                     p->sequence_parallel || p->no_vocab_parallel))
+                     p->sequence_parallel || p->no_vocab_parallel || p->zero ||
+                     p->keep_after_forward || p->hybrid_shard_degree))
       return sc_cli_usage_error("partitioning options need --mesh (or --plan)");
     return 0;
   }
@@ -77,8 +93,48 @@ static int check_conflicts(const sc_partition_args *p) {
                     : p->boundaries        ? "--stage-boundaries"
                     : p->sequence_parallel ? "--sequence-parallel"
                     : p->no_vocab_parallel ? "--no-vocab-parallel"
+                    : p->zero              ? "--zero"
+                    : p->keep_after_forward ? "--no-reshard-after-forward"
+                    : p->hybrid_shard_degree ? "--hybrid-shard-degree"
                                            : NULL;
   if (bad) return sc_cli_usage_error("%s may not be given with --plan (the plan file decides)", bad);
+  return 0;
+}
+
+/* --hybrid-shard-degree S: the mesh's dp axis of N ranks becomes
+ * dp=N/S,fsdp=S (S = N: fsdp alone; S = 1: dp alone). */
+static int hybrid_mesh(const sc_partition_args *p, char *buf, size_t cap) {
+  sc_mesh m;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_mesh_parse(p->mesh, &m, &d) != SC_OK)
+    return sc_cli_usage_error("--mesh %s: %s", p->mesh, d.msg);
+  int64_t S = p->hybrid_shard_degree, N = sc_mesh_axis_size(&m, "dp");
+  if (sc_mesh_find_axis(&m, "dp") < 0 || sc_mesh_find_axis(&m, "fsdp") >= 0 || N % S != 0)
+    return sc_cli_usage_error("--hybrid-shard-degree %lld: needs a mesh with a dp axis whose "
+                              "size it divides, and no fsdp axis (the mesh is %s)",
+                              (long long)S, p->mesh);
+  size_t pos = 0;
+  buf[0] = 0;
+  for (int32_t a = 0; a < m.n_axes; a++) {
+    const char *name = m.axes[a].name;
+    int w;
+    if (strcmp(name, "dp") != 0)
+      w = snprintf(buf + pos, cap - pos, "%s%s=%lld", pos ? "," : "",
+                   name, (long long)m.axes[a].size);
+    else if (S == N)
+      w = snprintf(buf + pos, cap - pos, "%sfsdp=%lld", pos ? "," : "",
+                   (long long)S);
+    else if (S == 1)
+      w = snprintf(buf + pos, cap - pos, "%sdp=%lld", pos ? "," : "",
+                   (long long)N);
+    else
+      w = snprintf(buf + pos, cap - pos, "%sdp=%lld,fsdp=%lld",
+                   pos ? "," : "", (long long)(N / S), (long long)S);
+    if (w < 0 || (size_t)w >= cap - pos)
+      return sc_cli_usage_error("--mesh %s: too long", p->mesh);
+    pos += (size_t)w;
+  }
   return 0;
 }
 
@@ -104,7 +160,15 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
     if (sc_plan_read_json_file(p->plan_file, NULL, &plan, &d) != SC_OK)
       return sc_cli_report(&d, p->plan_file);
   } else if (p->mesh) {
-    sc_plan_options po = {.mesh = p->mesh,
+    const char *mesh = p->mesh;
+    char hybrid[256];
+    if (p->hybrid_shard_degree) {
+      if ((rc = hybrid_mesh(p, hybrid, sizeof hybrid)) != 0) return rc;
+      mesh = hybrid;
+    }
+    sc_plan_options po = {.mesh = mesh,
+                          .zero_stage = p->zero,
+                          .keep_after_forward = p->keep_after_forward,
                           .ranks_per_node = p->ranks_per_node,
                           .microbatches = p->microbatches,
                           .boundaries = p->boundaries,

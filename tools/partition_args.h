@@ -11,6 +11,12 @@
  *   --stage-boundaries A,B   node names starting stages 1, 2, ...
  *   --sequence-parallel      reduce-scatter + all-gather instead of all-reduce
  *   --no-vocab-parallel      keep the embedding and LM head whole
+ *   --zero 1|2|3             training: what the fsdp axis shards (1 optimizer
+ *                            state, 2 + gradients, 3 + parameters; default 3)
+ *   --no-reshard-after-forward  ZeRO-3: keep the gathered parameters from
+ *                            the forward to the backward (no second gather)
+ *   --hybrid-shard-degree S  training: the dp axis of N ranks becomes
+ *                            dp=N/S,fsdp=S (SMP v2's hybrid_shard_degree)
  *   --plan FILE.json         replay a plan written by `shardc plan --json`
  *                            (its mesh and choices win; --mesh etc. may not
  *                            be given with it)
@@ -34,6 +40,9 @@ typedef struct sc_partition_args {
   const char *boundaries;      /* comma-separated, or NULL */
   bool sequence_parallel;
   bool no_vocab_parallel;
+  int32_t zero;                /* --zero, 0 = not given */
+  bool keep_after_forward;     /* --no-reshard-after-forward */
+  int64_t hybrid_shard_degree; /* 0 = not given */
   const char *plan_file;
   const char *comm;            /* "local" (default) or "mpi" */
   bool comm_given;             /* --comm appeared */

@@ -538,10 +538,8 @@ done:
   return rc;
 }
 
-/* --train: one rank (distributed training is not built yet). */
+/* --train: the training step's memory (per rank with --mesh). */
 static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o) {
-  if (sc_partition_args_active(p))
-    return sc_cli_usage_error("plan --train is one rank for now (no --mesh / --plan)");
   if (o->dot || o->no_weights)
     return sc_cli_usage_error("plan --train takes neither --dot nor --no-weights");
   int rc = sc_train_args_finish(ta);

@@ -35,6 +35,7 @@
 #include "passes/stats.h"
 #include "runtime/bundle.h"
 #include "runtime/checkpoint.h"
+#include "runtime/dist_train.h"
 #include "runtime/npy.h"
 #include "runtime/train_bundle.h"
 #include "tools/cli.h"
@@ -54,6 +55,7 @@ static const char *const USAGE =
     "                       [--grad-accum K] [--precision fp32|bf16|fp16] [--loss-scale S]\n"
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--untie] [--log-json FILE]\n"
+    "                       [--mesh dp=R,fsdp=S,tp=T] [--zero 1|2|3]\n"
     "                       [--threads N] [--list-params] [--quiet]";
 
 enum { MAX_DATA = 64, MAX_ARGS = 1024 };
@@ -66,6 +68,7 @@ typedef struct train_args {
   int64_t save_every;
   double loss_scale;             /* fp16: the first loss scale (0: 65536) */
   sc_train_args g;               /* the options compiled into the step */
+  sc_partition_args pa;          /* --mesh and the other partition options */
   bool list_params, quiet;
   int64_t steps, warmup;
   double lr, min_lr;
@@ -90,6 +93,7 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
       continue;
     }
     int j = i, taken = sc_train_args_take(&a->g, argc, argv, &j);
+    if (taken == 0) taken = sc_partition_args_take(&a->pa, argc, argv, &j, true);
     if (taken == 2) return 2;
     if (taken == 1) {
       i = j - 1; /* it moved past what it took; the loop steps once more */
@@ -332,13 +336,11 @@ static void list_bundle_params(const sc_program *p, const sc_train_manifest *m) 
 static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   int rc = sc_train_args_finish(&a->g);
   if (rc) return rc;
-  sc_partition_args none;
-  sc_partition_args_init(&none);
   sc_build_setup bs;
   sc_build_setup_init(&bs, o);
   bs.compile.quiet = true;
   bs.build.train = &a->g.t;
-  if ((rc = sc_partition_args_build(&none, o, &bs.build, &src->build, NULL)) != 0) return rc;
+  if ((rc = sc_partition_args_build(&a->pa, o, &bs.build, &src->build, NULL)) != 0) return rc;
   if (a->list_params) {
     list_model_params(src->build);
     return -1; /* done */
@@ -352,6 +354,7 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   sc_diag_clear(&d);
   if (sc_build_train_manifest(src->build, &a->g.t, &src->own, &d) != SC_OK)
     return sc_cli_report(&d, o->file);
+  if (src->build->part) sc_partition_print_fallbacks(src->build->part, stderr, "shardc: warning: ");
   src->p = src->build->program->stages[0].program;
   src->m = src->own;
   return 0;
@@ -361,6 +364,9 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
 static int open_bundle(const train_args *a, const sc_cli_opts *o, step_source *src) {
   int rc = sc_train_args_refuse_with_bundle(&a->g, o->file);
   if (rc) return rc;
+  if (sc_partition_args_active(&a->pa))
+    return sc_cli_usage_error("%s: a training bundle is one rank (train the model with --mesh)",
+                              o->file);
   if (o->n_dims > 0)
     return sc_cli_usage_error("%s: --dim is compiled into the bundle (give it to shardc "
                               "compile --train)", o->file);
@@ -378,12 +384,31 @@ static int open_bundle(const train_args *a, const sc_cli_opts *o, step_source *s
   return 0;
 }
 
+/* The steps run on one rank (a trainer) or on every rank of a mesh (a
+ * distributed trainer, runtime/dist_train.h: the same calls with global
+ * data and whole state). */
+typedef struct runner {
+  sc_trainer *one;
+  sc_dist_trainer *dist;
+} runner;
+
+static int32_t run_n_data(const runner *r) {
+  return r->dist ? sc_dist_trainer_n_data(r->dist) : sc_trainer_n_data(r->one);
+}
+static const sc_buffer *run_data(const runner *r, int32_t i) {
+  return r->dist ? sc_dist_trainer_data(r->dist, i) : sc_trainer_data(r->one, i);
+}
+static double run_loss_scale(const runner *r, int64_t *growth) {
+  return r->dist ? sc_dist_trainer_loss_scale(r->dist, growth)
+                 : sc_trainer_loss_scale(r->one, growth);
+}
+
 /* Every data input of the step from its file (--data, --labels,
  * --targets); every --data names one. */
-static int load_all_data(const train_args *a, const sc_cli_opts *o, const sc_trainer *tr,
+static int load_all_data(const train_args *a, const sc_cli_opts *o, const runner *tr,
                          int32_t accum, dataset *ds, int32_t *n_ds) {
-  for (int32_t i = 0; i < sc_trainer_n_data(tr); i++) {
-    const sc_buffer *db = sc_trainer_data(tr, i);
+  for (int32_t i = 0; i < run_n_data(tr); i++) {
+    const sc_buffer *db = run_data(tr, i);
     const char *file = NULL;
     if (strcmp(db->name, "labels") == 0) file = a->labels;
     else if (strcmp(db->name, "targets") == 0) file = a->targets;
@@ -426,7 +451,7 @@ static int check_labels(const train_args *a, const sc_train_manifest *m, const d
 
 /* --resume: the trainer's state, step and data position from a
  * checkpoint of the same optimizer. */
-static int resume(const train_args *a, sc_trainer *tr, const char *opt_name, int64_t *first,
+static int resume(const train_args *a, runner *tr, const char *opt_name, int64_t *first,
                   int64_t *pos) {
   sc_diag d = {0};
   sc_diag_clear(&d);
@@ -437,10 +462,12 @@ static int resume(const train_args *a, sc_trainer *tr, const char *opt_name, int
                      ? sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
                                    "the checkpoint was trained with %s, not %s", cs->optimizer,
                                    opt_name)
-                     : sc_trainer_restore(tr, ck, &d);
+                 : tr->dist ? sc_dist_trainer_restore(tr->dist, ck, &d)
+                            : sc_trainer_restore(tr->one, ck, &d);
   *first = cs->step + 1;
   *pos = cs->data_position;
-  sc_trainer_set_loss_scale(tr, cs->loss_scale, cs->loss_scale_growth);
+  if (tr->dist) sc_dist_trainer_set_loss_scale(tr->dist, cs->loss_scale, cs->loss_scale_growth);
+  else sc_trainer_set_loss_scale(tr->one, cs->loss_scale, cs->loss_scale_growth);
   sc_ckpt_destroy(ck);
   if (st != SC_OK) {
     if (!d.file[0]) sc_diag_set_file(&d, a->resume);
@@ -464,6 +491,7 @@ int sc_cmd_train(int argc, char **argv) {
   train_args a;
   memset(&a, 0, sizeof a);
   sc_train_args_init(&a.g);
+  sc_partition_args_init(&a.pa);
   a.lr = 1e-3;
   char *rest[MAX_ARGS];
   int n_rest = 0, rc = split_args(argc, argv, &a, rest, &n_rest);
@@ -473,7 +501,7 @@ int sc_cmd_train(int argc, char **argv) {
   memset(ds, 0, sizeof ds);
   int32_t n_ds = 0;
   step_source src = {0};
-  sc_trainer *tr = NULL;
+  runner run = {0}, *tr = &run;
   FILE *log = NULL;
   if (!rc && o.help) {
     print_help();
@@ -497,7 +525,12 @@ int sc_cmd_train(int argc, char **argv) {
   sc_diag_clear(&d);
   sc_trainer_opts to = {.threads = a.threads, .loss_scale = a.loss_scale,
                         .cpu_module = src.bundle ? src.bundle->kernels : NULL};
-  if (sc_trainer_create_manifest(src.p, m, &to, &tr, &d) != SC_OK) {
+  if (sc_partition_args_active(&a.pa) && strcmp(a.pa.comm, "local") != 0) {
+    rc = sc_cli_usage_error("train --mesh runs its ranks as threads (--comm local) for now");
+    goto done;
+  }
+  if (src.build && src.build->part ? sc_dist_trainer_create(src.build->program, m, &to, &run.dist, &d) != SC_OK
+                                   : sc_trainer_create_manifest(src.p, m, &to, &run.one, &d) != SC_OK) {
     rc = sc_cli_report(&d, o.file);
     goto done;
   }
@@ -520,12 +553,16 @@ int sc_cmd_train(int argc, char **argv) {
     }
     printf("training %lld parameters in %d tensors, %s, lr %g, %lld steps\n", (long long)numel,
            (int)m->n_params, m->optimizer, a.lr, (long long)a.steps);
-    int32_t in_place, n_state = sc_trainer_state_count(tr, &in_place);
+    int32_t in_place, n_state = run.dist ? sc_dist_trainer_state_count(run.dist, 0, &in_place)
+                                         : sc_trainer_state_count(run.one, &in_place);
+    int64_t bytes = run.dist ? sc_dist_trainer_arena_bytes(run.dist, 0) : sc_trainer_arena_bytes(run.one);
     char arena[32];
-    sc_stats_format_bytes((double)sc_trainer_arena_bytes(tr), arena, sizeof arena);
+    sc_stats_format_bytes((double)bytes, arena, sizeof arena);
+    if (run.dist) printf("mesh: %lld ranks (threads of this process); per rank:\n",
+                         (long long)sc_dist_trainer_ranks(run.dist));
     printf("memory: arena %s (%lld bytes), allocated once; %d of %d state tensors updated in "
            "place\n",
-           arena, (long long)sc_trainer_arena_bytes(tr), (int)in_place, (int)n_state);
+           arena, (long long)bytes, (int)in_place, (int)n_state);
   }
   sc_tensor_view batch[MAX_DATA + 1];
   for (int32_t i = 0; i < n_ds; i++) batch[i] = ds[i].batch;
@@ -554,7 +591,11 @@ int sc_cmd_train(int argc, char **argv) {
     double loss = 0, norm = 0, t0 = now_ms();
     double lr = sc_lr_at(a.schedule, a.lr, a.min_lr, a.warmup, a.steps, step);
     bool applied = true;
-    if (sc_trainer_step(tr, batch, n_ds, lr, step, &loss, &norm, &applied, &d) != SC_OK) {
+    sc_status sst = run.dist ? sc_dist_trainer_step(run.dist, batch, n_ds, lr, step, &loss, &norm,
+                                                    &applied, &d)
+                             : sc_trainer_step(run.one, batch, n_ds, lr, step, &loss, &norm,
+                                               &applied, &d);
+    if (sst != SC_OK) {
       rc = sc_cli_report(&d, o.file);
       goto done;
     }
@@ -586,7 +627,7 @@ int sc_cmd_train(int argc, char **argv) {
       if (isfinite(norm)) snprintf(ns, sizeof ns, "%.9g", norm);
       char scale[64] = "";
       if (fp16)
-        snprintf(scale, sizeof scale, ", \"loss_scale\": %.17g", sc_trainer_loss_scale(tr, NULL));
+        snprintf(scale, sizeof scale, ", \"loss_scale\": %.17g", run_loss_scale(tr, NULL));
       fprintf(log, "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
               "\"time_ms\": %.4f%s%s}\n", (long long)step, ls, lr, ns, ms,
               applied ? "" : ", \"skipped\": true", scale);
@@ -594,11 +635,12 @@ int sc_cmd_train(int argc, char **argv) {
     }
     if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps)) {
       int64_t growth = 0;
-      double scale = sc_trainer_loss_scale(tr, &growth);
+      double scale = run_loss_scale(tr, &growth);
       sc_ckpt_state cs = {.step = step, .data_position = pos, .schedule_position = step,
                           .loss_scale = scale, .loss_scale_growth = growth,
                           .optimizer = m->optimizer, .optimizer_json = hyper};
-      if (sc_trainer_save(tr, a.save, &cs, &d) != SC_OK) {
+      if ((run.dist ? sc_dist_trainer_save(run.dist, a.save, &cs, &d)
+                    : sc_trainer_save(run.one, a.save, &cs, &d)) != SC_OK) {
         rc = sc_cli_report(&d, a.save);
         goto done;
       }
@@ -610,7 +652,8 @@ done:
     rc = 1;
   }
   fflush(stdout);
-  sc_trainer_destroy(tr);
+  sc_trainer_destroy(run.one);
+  sc_dist_trainer_destroy(run.dist);
   for (int32_t i = 0; i < n_ds; i++) {
     sc_npy_free(&ds[i].a);
     sc_free(ds[i].buf);

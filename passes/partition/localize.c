@@ -15,8 +15,22 @@
  *      their sharding); inputs that encode the output shape (Reshape's and
  *      Expand's shape, ConstantOfShape's, Split's sizes) are replaced by
  *      constants of the local sizes;
- *   4. a graph output is resharded to replicated at once, so the local
- *      graph's outputs are whole values with their global names.
+ *   4. a value with a sharding in the global graph that is neither an
+ *      input nor a constant (a CONSTRAINT: train_seed.c puts them on a
+ *      training step's gradients and state outputs) is resharded to it at
+ *      once, and that is its current sharding from then on;
+ *   5. a graph output is resharded to its constraint, or else replicated,
+ *      at once: the local graph's outputs are those values, under their
+ *      global names.
+ * Storage axis (training, ZeRO-3): a parameter input split over the fsdp
+ * axis is stored split but used whole: a node on the way to the loss or to
+ * a gradient (the forward and the backward) sees it with that axis
+ * gathered (an AllGather before the first use); the optimizer's nodes,
+ * which feed neither, read it split. Unless keep_after_forward, the
+ * gathered copies are forgotten when the walk reaches the backward (the
+ * first node feeding a gradient but not the loss), so the backward
+ * gathers again and the forward's copy dies after its last forward use
+ * (FSDP's reshard_after_forward).
  * Constants are never resharded at run time: a constant wanted under a
  * sharding becomes a sharded constant (no data, local shape) whose source is
  * the global data (partition.h) — each rank loads its piece. Constants
@@ -64,10 +78,15 @@ typedef struct lz {
   sc_shard_source *src;
   int32_t n_src, cap_src;
   int32_t stage;     /* of the node being localized */
+  bool *stored;      /* [g->n_values] a parameter split over the storage axis */
+  uint8_t *region;   /* [g->n_nodes] REGION_* bits */
+  bool in_backward;  /* the walk has reached the backward */
   int32_t n_emitted; /* nodes made here: their names are "<origin>/<Op>_<k>" */
   const char *origin; /* its name, for new node names */
   sc_diag *d;
 } lz;
+
+enum { REGION_LOSS = 1, REGION_GRAD = 2 }; /* the node feeds the loss, a gradient */
 
 static sc_status nomem(lz *z) {
   return sc_diag_set(z->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -80,6 +99,20 @@ static sc_status lerr(lz *z) {
 
 static bool is_const(const sc_value *v) {
   return (v->flags & SC_VALUE_CONST) && v->producer < 0;
+}
+
+/* The constraint of a computed global value (step 4 above), or NULL. */
+static const sc_sharding *constraint(const lz *z, int32_t gid) {
+  const sc_value *v = &z->g->values[gid];
+  if ((v->flags & SC_VALUE_INPUT) || is_const(v)) return NULL;
+  return sc_graph_sharding(z->g, gid);
+}
+
+/* The sharding a graph output leaves under: its constraint, or replicated. */
+static void output_sharding(const lz *z, int32_t gid, sc_sharding *s) {
+  const sc_sharding *c = constraint(z, gid);
+  if (c) *s = *c;
+  else sc_sharding_replicated(s, z->g->values[gid].rank);
 }
 
 static sc_status local_dims(lz *z, const sc_value *gv, const sc_sharding *s, int64_t *out) {
@@ -331,27 +364,31 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
   sc_sharding a = z->cur[gid];
   int32_t x = z->lid[gid];
   SC_ASSERT(x >= 0);
-  /* a. pending sums B does not keep */
-  for (int32_t ax = 0; ax < z->m->n_axes; ax++) {
-    if (!(a.partial & ~b->partial & (1u << ax))) continue;
-    int32_t dim = -1;
-    for (int32_t d = 0; d < gv->rank; d++) {
-      int32_t k = b->n_dim_axes[d];
-      if (k > 0 && b->dim_axes[d][k - 1] == ax && a.n_dim_axes[d] == k - 1 &&
-          sc_sharding_stride(b, d) == 1 && is_prefix(&a, b, d))
-        dim = d;
+  /* a. pending sums B does not keep: reduce-scatters first (each makes
+   * the rest smaller: HSDP's reduce-scatter within the shard group, then
+   * the all-reduce of the shard across replicas), then all-reduces */
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t ax = 0; ax < z->m->n_axes; ax++) {
+      if (!(a.partial & ~b->partial & (1u << ax))) continue;
+      int32_t dim = -1;
+      for (int32_t d = 0; d < gv->rank; d++) {
+        int32_t k = b->n_dim_axes[d];
+        if (k > a.n_dim_axes[d] && b->dim_axes[d][a.n_dim_axes[d]] == ax &&
+            sc_sharding_stride(b, d) == 1 && is_prefix(&a, b, d))
+          dim = d;
+      }
+      if (pass == 0 && dim < 0) continue;
+      sc_sharding next = a;
+      next.partial &= ~(1u << ax);
+      if (dim >= 0) {
+        sc_sharding_split(&next, dim, ax);
+        x = collective(z, SC_OP_REDUCE_SCATTER, x, gv, ax, dim, &next);
+      } else {
+        x = collective(z, SC_OP_ALL_REDUCE, x, gv, ax, 0, &next);
+      }
+      if (x < 0) return -1;
+      a = next;
     }
-    sc_sharding next = a;
-    next.partial &= ~(1u << ax);
-    if (dim >= 0) {
-      sc_sharding_split(&next, dim, ax);
-      x = collective(z, SC_OP_REDUCE_SCATTER, x, gv, ax, dim, &next);
-    } else {
-      x = collective(z, SC_OP_ALL_REDUCE, x, gv, ax, 0, &next);
-    }
-    if (x < 0) return -1;
-    a = next;
-  }
   /* b'. an axis moving from one dim to another: AllToAll */
   for (int32_t d = 0; d < gv->rank; d++) {
     int32_t k = a.n_dim_axes[d];
@@ -626,9 +663,38 @@ static sc_status note_rule_fallback(lz *z, const sc_node *n, const sc_sharding *
   return SC_OK;
 }
 
+/* Drops every gathered copy of the stored parameters: the memo of each
+ * keeps only its first entry, the input itself (storage axis, above). */
+static void forget_gathered(lz *z) {
+  for (int32_t gid = 0; gid < z->g->n_values; gid++) {
+    if (!z->stored[gid]) continue;
+    int32_t i = z->head[gid];
+    while (i >= 0 && z->memos[i].next >= 0) i = z->memos[i].next;
+    z->head[gid] = i;
+  }
+}
+
+/* s without the storage axis on its dims. */
+static void without_storage(const lz *z, sc_sharding *s) {
+  int32_t ax = z->p->fsdp_axis;
+  for (int32_t d = 0; d < s->rank; d++)
+    for (int32_t k = 0; k < s->n_dim_axes[d]; k++)
+      if (s->dim_axes[d][k] == ax) {
+        memmove(&s->dim_axes[d][k], &s->dim_axes[d][k + 1],
+                (size_t)(s->n_dim_axes[d] - k - 1) * sizeof s->dim_axes[d][0]);
+        if (--s->n_dim_axes[d] == 0) s->stride[d] = 0;
+        k--;
+      }
+}
+
 static sc_status localize_node(lz *z, int32_t nid) {
   const sc_node *n = &z->g->nodes[nid];
   z->stage = z->p->node_stage ? z->p->node_stage[nid] : 0;
+  uint8_t region = z->region ? z->region[nid] : 0;
+  if (region == REGION_GRAD && !z->in_backward) {
+    z->in_backward = true;
+    if (z->p->zero_stage == 3 && !z->p->keep_after_forward) forget_gathered(z);
+  }
   z->origin = n->name ? n->name : sc_op_name(n->op);
   int32_t ni = n->n_inputs, no = n->n_outputs;
   sc_sharding *in = sc_calloc((size_t)(2 * ni + no + 1), sizeof *in);
@@ -655,6 +721,7 @@ static sc_status localize_node(lz *z, int32_t nid) {
       if (seed) in[i] = *seed;
       else sc_sharding_replicated(&in[i], v->rank);
     }
+    if (region && z->stored[gid]) without_storage(z, &in[i]); /* used whole */
     want[i] = in[i];
   }
   for (int32_t j = 0; j < no; j++) {
@@ -690,7 +757,9 @@ static sc_status localize_node(lz *z, int32_t nid) {
     const sc_value *v = &z->g->values[gid];
     int64_t loc[SC_MAX_RANK];
     if ((st = local_dims(z, v, &out[j], loc)) != SC_OK) break;
-    bool rename = (v->flags & SC_VALUE_OUTPUT) && !sc_sharding_is_replicated(&out[j]);
+    sc_sharding leaves;
+    output_sharding(z, gid, &leaves);
+    bool rename = (v->flags & SC_VALUE_OUTPUT) && !sc_sharding_equal(&out[j], &leaves);
     char base[512];
     snprintf(base, sizeof base, "%s%s", v->name, rename ? ".local" : "");
     int32_t id = sc_graph_find_value(z->L, base) < 0 ? sc_graph_add_value(z->L, base)
@@ -735,17 +804,24 @@ static sc_status localize_node(lz *z, int32_t nid) {
   }
 outputs:
   if (st != SC_OK) goto done;
-  /* graph outputs leave whole, under their own names */
+  /* constraints, then graph outputs: under their constraint or whole */
   for (int32_t j = 0; j < no; j++) {
     int32_t gid = n->outputs[j];
-    if (gid < 0 || !(z->g->values[gid].flags & SC_VALUE_OUTPUT)) continue;
-    if (sc_sharding_is_replicated(&z->cur[gid])) continue;
+    if (gid < 0) continue;
+    const sc_sharding *cs = constraint(z, gid);
     sc_sharding r;
-    sc_sharding_replicated(&r, z->g->values[gid].rank);
+    if (cs) r = *cs;
+    else if (z->g->values[gid].flags & SC_VALUE_OUTPUT) sc_sharding_replicated(&r, z->g->values[gid].rank);
+    else continue;
+    if (sc_sharding_equal(&z->cur[gid], &r)) continue;
     int32_t x = reshard(z, gid, &r);
     if (x < 0) {
       st = z->d->status != SC_OK ? z->d->status : SC_ERR_INVALID;
       goto done;
+    }
+    if (cs) { /* the value is under its constraint from here on */
+      z->cur[gid] = r;
+      z->lid[gid] = x;
     }
   }
 done:
@@ -762,15 +838,17 @@ static sc_status bind_outputs(lz *z) {
     int32_t gid = z->g->outputs[i];
     const sc_value *gv = &z->g->values[gid];
     sc_sharding r;
-    sc_sharding_replicated(&r, gv->rank);
+    output_sharding(z, gid, &r);
     int32_t x = is_const(gv) ? reshard(z, gid, &r) : find_memo(z, gid, &r);
     if (x < 0)
       return sc_diag_set(z->d, SC_ERR_INVALID, NULL, NULL,
-                         "output '%s' has no replicated local value", gv->name);
+                         "output '%s' has no local value under its sharding", gv->name);
     if (strcmp(z->L->values[x].name, gv->name) != 0) {
       /* an Identity gives the output its global name */
       int32_t y = sc_graph_add_value(z->L, gv->name);
-      if (y < 0 || sc_value_set_shape(z->L, y, gv->dtype, gv->rank, gv->dims) != SC_OK ||
+      int64_t loc[SC_MAX_RANK];
+      if (local_dims(z, gv, &r, loc) != SC_OK) return z->d->status;
+      if (y < 0 || sc_value_set_shape(z->L, y, gv->dtype, gv->rank, loc) != SC_OK ||
           sc_graph_set_sharding(z->L, y, &r) != SC_OK)
         return lerr(z);
       int32_t p = z->L->values[x].producer;
@@ -785,6 +863,45 @@ static sc_status bind_outputs(lz *z) {
     }
     if (sc_graph_add_output(z->L, x) != SC_OK) return lerr(z);
   }
+  return SC_OK;
+}
+
+/* Training: the regions of the nodes and the stored parameters (storage
+ * axis, above). The node order is topological, so one backward sweep marks
+ * what feeds the loss and what feeds a gradient. */
+static sc_status training_regions(lz *z) {
+  const sc_graph *g = z->g;
+  size_t nv = (size_t)g->n_values + 1;
+  z->stored = sc_calloc(nv, sizeof *z->stored);
+  z->region = sc_calloc((size_t)g->n_nodes + 1, sizeof *z->region);
+  uint8_t *need = sc_calloc(nv, 1);
+  if (!z->stored || !z->region || !need) {
+    sc_free(need);
+    return nomem(z);
+  }
+  int32_t ax = z->p->fsdp_axis;
+  for (int32_t i = 0; i < g->n_values; i++) {
+    const sc_value *v = &g->values[i];
+    if (!v->name) continue;
+    if (strcmp(v->name, "loss") == 0 && (v->flags & SC_VALUE_OUTPUT)) need[i] |= REGION_LOSS;
+    if (strncmp(v->name, "grad:", 5) == 0 && constraint(z, i)) need[i] |= REGION_GRAD;
+    const sc_sharding *s = sc_graph_sharding(g, i);
+    const char *param = sc_partition_param_of(z->p, v->name);
+    z->stored[i] = ax >= 0 && (v->flags & SC_VALUE_INPUT) && s &&
+                   (sc_sharding_dim_axes(s) & (1u << ax)) && param &&
+                   strcmp(param, v->name) == 0;
+  }
+  for (int32_t nid = g->n_nodes - 1; nid >= 0; nid--) {
+    const sc_node *n = &g->nodes[nid];
+    if (n->flags & SC_NODE_DEAD) continue;
+    uint8_t r = 0;
+    for (int32_t j = 0; j < n->n_outputs; j++)
+      if (n->outputs[j] >= 0) r |= need[n->outputs[j]];
+    z->region[nid] = r;
+    for (int32_t i = 0; r && i < n->n_inputs; i++)
+      if (n->inputs[i] >= 0) need[n->inputs[i]] |= r;
+  }
+  sc_free(need);
   return SC_OK;
 }
 
@@ -814,6 +931,7 @@ sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
   L->opset = g->opset;
   z.L = L;
   for (int32_t i = 0; i < nv; i++) z.lid[i] = z.head[i] = -1;
+  if (p->training && (st = training_regions(&z)) != SC_OK) goto fail;
   if (sc_graph_attach_mesh(L, &p->mesh) != SC_OK) {
     st = lerr(&z);
     goto fail;
@@ -867,6 +985,8 @@ sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
   sc_free(z.head);
   sc_free(z.memos);
   sc_free(z.src);
+  sc_free(z.stored);
+  sc_free(z.region);
   return SC_OK;
 fail:
   if (d->status == SC_OK) sc_diag_set(d, st, NULL, NULL, "localize failed");
@@ -876,5 +996,7 @@ fail:
   sc_free(z.head);
   sc_free(z.memos);
   sc_free(z.src);
+  sc_free(z.stored);
+  sc_free(z.region);
   return st;
 }

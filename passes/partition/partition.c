@@ -135,13 +135,32 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   p->pp_axis = axis_of(&p->mesh, plan->pp_axis);
   p->dp_axis = axis_of(&p->mesh, plan->dp_axis);
   p->tp_axis = axis_of(&p->mesh, plan->tp_axis);
+  p->fsdp_axis = axis_of(&p->mesh, plan->fsdp_axis);
+  p->training = sc_partition_is_training(g);
+  p->train = o->train;
+  if (p->training && !p->train) {
+    sc_partition_destroy(p);
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "a training step is partitioned without its parameters' list");
+  }
+  p->zero_stage = p->fsdp_axis < 0 ? 0 : plan->zero_stage > 0 ? plan->zero_stage : 3;
+  p->keep_after_forward = plan->keep_after_forward;
+  if (p->fsdp_axis >= 0 && !p->training) {
+    sc_partition_destroy(p);
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "the %s axis shards training state: it needs a training step (--train; "
+                       "for inference split the batch with dp)",
+                       plan->fsdp_axis);
+  }
   p->n_stages = p->pp_axis >= 0 ? (int32_t)p->mesh.axes[p->pp_axis].size : 1;
   p->microbatches = plan->microbatches > 0 ? plan->microbatches : 1;
   p->sequence_parallel = plan->sequence_parallel && p->tp_axis >= 0;
 
   if ((st = sc_graph_attach_mesh(g, &p->mesh)) != SC_OK ||
-      (st = sc_partition_seed_dp(p, plan)) != SC_OK ||
-      (st = sc_partition_seed_tp(p, plan)) != SC_OK) {
+      (st = p->training ? sc_partition_seed_train_data(p) : sc_partition_seed_dp(p, plan)) !=
+          SC_OK ||
+      (st = sc_partition_seed_tp(p, plan)) != SC_OK ||
+      (p->training && (st = sc_partition_seed_train_state(p, plan)) != SC_OK)) {
     *d = g->diag;
     goto fail;
   }

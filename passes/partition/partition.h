@@ -36,6 +36,7 @@
 
 #include "passes/pass.h"
 #include "passes/plan/plan.h"
+#include "passes/train.h"
 
 /* A place where the partitioner kept something whole that the plan asked
  * to split: a weight whose dim does not divide by its axis (tp.c, dp.c: an
@@ -53,6 +54,12 @@ typedef struct sc_partition {
   sc_mesh mesh;
   int32_t pp_axis;             /* mesh axis index of pp, or -1 */
   int32_t dp_axis, tp_axis;    /* or -1 */
+  int32_t fsdp_axis;           /* training: batch split and state sharded
+                                  (train_seed.c), or -1 */
+  bool training;               /* the graph is a training step (passes/train.h) */
+  const struct sc_train_info *train; /* its parameters (borrowed), or NULL */
+  int32_t zero_stage;          /* training: 0 (no fsdp axis) or 1..3 */
+  bool keep_after_forward;     /* ZeRO-3: no second all-gather in the backward */
   int32_t n_stages;            /* 1 without pp */
   int32_t microbatches;        /* >= 1 */
   bool sequence_parallel;      /* row-parallel sums reduce-scatter over the
@@ -79,6 +86,8 @@ typedef struct sc_partition_opts {
   const sc_plan *plan;         /* mesh, axes, tp spec, boundaries, overrides */
   const sc_pass_opts *pass;    /* --print-after (pass names "seed",
                                   "localize", "pipeline-split"), verify */
+  const struct sc_train_info *train; /* a training step's parameters
+                                  (passes/train.h), or NULL */
   const char *plan_file;       /* the plan's file, named by errors about the
                                   plan (its names are checked against the
                                   graph here, after vocabulary padding), or
@@ -121,6 +130,20 @@ sc_status sc_partition_seed_dp(sc_partition *p, const sc_plan *plan);
  * vocabulary-parallel embedding and LM head), then the plan's overrides.
  * A matched weight whose dim does not divide is recorded in p's fallbacks. */
 sc_status sc_partition_seed_tp(sc_partition *p, const sc_plan *plan);
+/* train_seed.c: a training step (an output "train:applied") is seeded by
+ * sc_partition_seed_train_data instead of seed_dp (its data inputs split
+ * over dp and fsdp; parameters and state are not batches), and after the
+ * tensor-parallel seeds by sc_partition_seed_train_state: parameters,
+ * optimizer state and accumulators, their "new:" outputs and the "grad:P"
+ * values get the shardings ZeRO's stage says (train_seed.c). A sharding on
+ * a computed value is a constraint: localize reshards it there at once, and
+ * a graph output leaves under it instead of replicated. */
+bool sc_partition_is_training(const sc_graph *g);
+/* The parameter (its name, from p->train) whose state input `name` is:
+ * the parameter itself, "P.<state>" or "accum:P"; NULL for none. */
+const char *sc_partition_param_of(const sc_partition *p, const char *name);
+sc_status sc_partition_seed_train_data(sc_partition *p);
+sc_status sc_partition_seed_train_state(sc_partition *p, const sc_plan *plan);
 /* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
 sc_status sc_partition_localize(sc_partition *p, sc_diag *d);
 

@@ -256,10 +256,18 @@ sc_status sc_shard_reduce(sc_shard_ctx *c) {
     c->out[0] = c->want[0];
     return SC_OK;
   }
-  for (int32_t d = 0; d < x->rank; d++)
-    if (red[d]) sc_shard_unsplit_dim(&c->want[0], d);
+  /* a sum over a split dim is the sum of the pieces' sums: pending over
+   * that dim's axes (the batch of a loss, a bias gradient, a norm) */
+  bool sums = c->n->op == SC_OP_REDUCE_SUM || c->n->op == SC_OP_REDUCE_SUM_SQUARE;
+  sc_axes pending = 0;
+  for (int32_t d = 0; d < x->rank; d++) {
+    if (!red[d]) continue;
+    for (int32_t k = 0; sums && k < c->want[0].n_dim_axes[d]; k++)
+      pending |= 1u << c->want[0].dim_axes[d][k];
+    if (!sums) sc_shard_unsplit_dim(&c->want[0], d);
+  }
   reduce_out(c, red, keepdims);
-  c->out[0].partial = c->want[0].partial;
+  c->out[0].partial = c->want[0].partial | pending;
   return SC_OK;
 }
 

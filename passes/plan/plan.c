@@ -141,15 +141,17 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
                        "plan: format version %d; this shardc reads version %d", p->version,
                        SC_PLAN_FORMAT_VERSION);
   if ((st = check_axis(p, "data-parallel", p->dp_axis, d)) != SC_OK ||
+      (st = check_axis(p, "sharded data-parallel", p->fsdp_axis, d)) != SC_OK ||
       (st = check_axis(p, "tensor-parallel", p->tp_axis, d)) != SC_OK ||
       (st = check_axis(p, "pipeline", p->pp_axis, d)) != SC_OK)
     return st;
-  const char *roles[3] = {p->dp_axis, p->tp_axis, p->pp_axis};
-  for (int i = 0; i < 3; i++)
-    for (int j = i + 1; j < 3; j++)
+  const char *roles[4] = {p->dp_axis, p->fsdp_axis, p->tp_axis, p->pp_axis};
+  for (int i = 0; i < 4; i++)
+    for (int j = i + 1; j < 4; j++)
       if (roles[i] && roles[j] && strcmp(roles[i], roles[j]) == 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                           "plan: mesh axis '%s' has two roles (data, tensor, pipeline)",
+                           "plan: mesh axis '%s' has two roles (data, sharded data, tensor, "
+                           "pipeline)",
                            roles[i]);
   int64_t pp = p->pp_axis ? sc_mesh_axis_size(&p->mesh, p->pp_axis) : 1;
   if (p->n_stages != pp)
@@ -297,12 +299,14 @@ sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag 
     sc_plan_destroy(plan);
     return st;
   }
-  static const char *const roles[] = {"dp", "tp", "pp"};
-  const char **slot[] = {&plan->dp_axis, &plan->tp_axis, &plan->pp_axis};
-  for (int k = 0; k < 3; k++)
+  static const char *const roles[] = {"dp", "fsdp", "tp", "pp"};
+  const char **slot[] = {&plan->dp_axis, &plan->fsdp_axis, &plan->tp_axis, &plan->pp_axis};
+  for (int k = 0; k < 4; k++)
     if (sc_mesh_find_axis(&plan->mesh, roles[k]) >= 0) *slot[k] = sc_plan_strdup(plan, roles[k]);
   plan->n_stages = (int32_t)sc_mesh_axis_size(&plan->mesh, "pp");
   if (o->microbatches > 0) plan->microbatches = o->microbatches;
+  plan->zero_stage = o->zero_stage;
+  plan->keep_after_forward = o->keep_after_forward;
   plan->sequence_parallel = o->sequence_parallel;
   plan->vocab_parallel = !o->no_vocab_parallel;
   if (o->boundaries && set_boundaries(plan, o->boundaries) != SC_OK) {

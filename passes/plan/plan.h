@@ -46,6 +46,9 @@ typedef struct sc_plan {
 
   /* data parallel */
   const char *dp_axis;        /* mesh axis splitting the batch, or NULL */
+  const char *fsdp_axis;      /* training: mesh axis splitting the batch AND
+                                 sharding the training state (ZeRO/FSDP:
+                                 what zero_stage says), or NULL */
   /* tensor parallel (Megatron-style) */
   const char *tp_axis;        /* mesh axis of tensor parallelism, or NULL */
   bool tp_all_blocks;         /* every transformer block found */
@@ -66,11 +69,17 @@ typedef struct sc_plan {
   sc_plan_override *overrides; /* per-initializer sharding overrides */
   int32_t n_overrides;
 
+  /* training */
+  int32_t zero_stage;         /* 1..3: what the fsdp axis shards (1 optimizer
+                                 state, 2 + gradients, 3 + parameters);
+                                 0 = the default (3 with an fsdp axis) */
+  bool keep_after_forward;    /* ZeRO-3: keep gathered parameters from the
+                                 forward to the backward (FSDP's
+                                 reshard_after_forward=False) */
   /* reserved for training (read, validated, written; unused) */
   const char **recompute;     /* node names to recompute in backward */
   int32_t n_recompute;
   const char *precision;      /* "f32" now; "bf16-mixed" later */
-  int32_t zero_stage;         /* 0..3 */
   int64_t shard_group_size;   /* 0 = the whole dp axis (hybrid sharding) */
 } sc_plan;
 
@@ -106,6 +115,8 @@ typedef struct sc_plan_options {
   const char *boundaries;      /* "a,b", or NULL: balanced */
   bool sequence_parallel;
   bool no_vocab_parallel;
+  int32_t zero_stage;          /* --zero (0: the default) */
+  bool keep_after_forward;     /* --no-reshard-after-forward */
 } sc_plan_options;
 sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag *d);
 

@@ -63,7 +63,9 @@ static json_t *plan_to_json(const sc_plan *p) {
   json_object_set_new(root, "shardings", sh);
   json_object_set_new(root, "precision", json_string(p->precision));
   json_t *tr = json_object();
+  json_object_set_new(tr, "fsdp_axis", str_or_null(p->fsdp_axis));
   json_object_set_new(tr, "zero_stage", json_integer(p->zero_stage));
+  json_object_set_new(tr, "reshard_after_forward", json_boolean(!p->keep_after_forward));
   json_object_set_new(tr, "shard_group_size", json_integer(p->shard_group_size));
   json_object_set_new(tr, "recompute", str_array(p->recompute, p->n_recompute));
   json_object_set_new(root, "training", tr);
@@ -304,8 +306,15 @@ static sc_status read_root(rd *r, json_t *root) {
 
   TRY(get_obj(r, root, "training", "training", false, &o));
   if (o) {
-    static const char *const k[] = {"zero_stage", "shard_group_size", "recompute", NULL};
+    static const char *const k[] = {"fsdp_axis", "zero_stage", "reshard_after_forward",
+                                    "shard_group_size", "recompute", NULL};
     TRY(only_keys(r, o, "training", k));
+    TRY(get_str(r, o, "fsdp_axis", "training.fsdp_axis", true, &p->fsdp_axis));
+    json_t *raf = json_object_get(o, "reshard_after_forward");
+    if (raf && !json_is_boolean(raf))
+      return sc_diag_set(r->d, SC_ERR_PARSE, NULL, NULL,
+                         "plan: 'training.reshard_after_forward' must be true or false");
+    if (raf) p->keep_after_forward = !json_is_true(raf);
     int64_t x = p->zero_stage;
     TRY(get_int(r, o, "zero_stage", "training.zero_stage", 0, 3, &x));
     p->zero_stage = (int32_t)x;

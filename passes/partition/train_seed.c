@@ -1,0 +1,183 @@
+/* train_seed.c — the seeds of a training step (partition.h): data
+ * parallelism and ZeRO/FSDP sharding as shardings of the step's inputs,
+ * gradients and state outputs, so that localize inserts every collective.
+ *
+ * A training step (passes/train.h) has data inputs (the batch, labels),
+ * scalar inputs "train:*", and state inputs X (parameters, optimizer state
+ * "P.exp_avg" ..., accumulators "accum:P"), each with its output "new:X";
+ * the gradient of parameter P is the value "grad:P". With the plan's data
+ * axes D (dp and fsdp, mesh order) and its fsdp axis F of size S:
+ *   data        dim 0 split over D (a batch that does not divide stays
+ *               whole: a fallback, still correct);
+ *   base(P)     P's sharding from the tensor-parallel seeds (or replicated);
+ *   shard(P)    base(P) plus F on the first dim whose piece divides by S,
+ *               dim 0 first (FSDP2's dim-0 chunks; a parameter with no such
+ *               dim keeps base(P), recorded as a fallback);
+ *   P           shard(P) under ZeRO-3, else base(P);
+ *   P's state   shard(P) under ZeRO >= 1 (accumulators: ZeRO >= 2);
+ *   grad:P      a constraint (localize reshards the value to it as soon as
+ *               it is computed): shard(P) under ZeRO >= 1 — a reduce-scatter
+ *               over F, then an all-reduce over dp of the shard (HSDP) —
+ *               else base(P): an all-reduce over D (DDP);
+ *   new:X       a constraint and the output's sharding: X's.
+ * Parameters stored split over F are gathered before each forward and
+ * backward use (localize.c, "storage axis"); the update reads them, their
+ * gradient shards and their state piece by piece. */
+#include <stdio.h>
+#include <string.h>
+
+#include "partition.h"
+
+static int32_t value_named(const sc_graph *g, const char *prefix, const char *name) {
+  char buf[1024];
+  int w = snprintf(buf, sizeof buf, "%s%s", prefix, name);
+  return w > 0 && (size_t)w < sizeof buf ? sc_graph_find_value(g, buf) : -1;
+}
+
+bool sc_partition_is_training(const sc_graph *g) {
+  for (int32_t i = 0; i < g->n_outputs; i++) {
+    const char *n = g->values[g->outputs[i]].name;
+    if (n && strcmp(n, "train:applied") == 0) return true;
+  }
+  return false;
+}
+
+/* The output "new:<name of input id>", or -1: id is not state. */
+static int32_t new_of(const sc_graph *g, int32_t id) {
+  const char *name = g->values[id].name;
+  int32_t o = name ? value_named(g, "new:", name) : -1;
+  return o >= 0 && (g->values[o].flags & SC_VALUE_OUTPUT) ? o : -1;
+}
+
+static bool is_scalar_input(const sc_value *v) {
+  return v->name && strncmp(v->name, "train:", 6) == 0;
+}
+
+static sc_status nomem(sc_graph *g) { return sc_graph_error(g, SC_ERR_NOMEM, "out of memory"); }
+
+/* The data axes (dp, then fsdp, in mesh order) of the plan. */
+static int32_t data_axes(const sc_partition *p, int32_t *axes) {
+  int32_t n = 0;
+  for (int32_t a = 0; a < p->mesh.n_axes; a++)
+    if ((a == p->dp_axis || a == p->fsdp_axis) && p->mesh.axes[a].size > 1) axes[n++] = a;
+  return n;
+}
+
+sc_status sc_partition_seed_train_data(sc_partition *p) {
+  sc_graph *g = p->global;
+  int32_t axes[SC_MESH_MAX_AXES], n_axes = data_axes(p, axes);
+  int64_t parts = 1;
+  for (int32_t k = 0; k < n_axes; k++) parts *= p->mesh.axes[axes[k]].size;
+  if (parts == 1) return SC_OK;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    int32_t id = g->inputs[i];
+    const sc_value *v = &g->values[id];
+    if (v->rank < 1 || is_scalar_input(v) || new_of(g, id) >= 0) continue;
+    if (v->dims[0] <= 0 || v->dims[0] % parts != 0) {
+      if (sc_partition_note_fallback(p, v->name, "input",
+                                     "the batch (dim 0, %lld) does not divide by the %lld "
+                                     "data-parallel ranks: not split",
+                                     (long long)v->dims[0], (long long)parts) != SC_OK)
+        return nomem(g);
+      continue;
+    }
+    sc_sharding s;
+    sc_sharding_replicated(&s, v->rank);
+    for (int32_t k = 0; k < n_axes; k++) sc_sharding_split(&s, 0, axes[k]);
+    sc_status st = sc_graph_set_sharding(g, id, &s);
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
+const char *sc_partition_param_of(const sc_partition *p, const char *name) {
+  const sc_train_info *t = p->train;
+  if (!t || !name) return NULL;
+  if (strncmp(name, "accum:", 6) == 0) name += 6;
+  const char *best = NULL;
+  size_t best_len = 0;
+  for (int32_t k = 0; k < t->n_params; k++) {
+    const char *q = t->params[k].name;
+    size_t n = q ? strlen(q) : 0;
+    if (!n || strncmp(name, q, n) != 0 || (name[n] && name[n] != '.')) continue;
+    if (!name[n]) return q; /* the parameter itself */
+    if (n > best_len) best = q, best_len = n; /* its state "P.exp_avg" */
+  }
+  return best;
+}
+
+/* The parameter input of state input `name`, or -1. */
+static int32_t param_of(const sc_partition *p, const char *name) {
+  const char *q = sc_partition_param_of(p, name);
+  return q ? sc_graph_find_value(p->global, q) : -1;
+}
+
+/* shard(P): base plus the fsdp axis on the first dim (0 first, strided
+ * dims last) whose piece divides; false when none does. */
+static bool fsdp_sharding(const sc_partition *p, const sc_value *v, const sc_sharding *base,
+                          sc_sharding *out) {
+  *out = *base;
+  if (p->fsdp_axis < 0 || p->mesh.axes[p->fsdp_axis].size == 1) return false;
+  int64_t S = p->mesh.axes[p->fsdp_axis].size;
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t d = 0; d < v->rank; d++) {
+      bool strided = sc_sharding_stride(base, d) > 1;
+      if (strided != (pass == 1) || base->n_dim_axes[d] >= SC_MESH_MAX_AXES) continue;
+      int64_t piece = v->dims[d] / sc_sharding_dim_parts(base, &p->mesh, d);
+      if (piece <= 0 || piece % (S * sc_sharding_stride(base, d)) != 0) continue;
+      sc_sharding_split(out, d, p->fsdp_axis);
+      return true;
+    }
+  return false;
+}
+
+sc_status sc_partition_seed_train_state(sc_partition *p, const sc_plan *plan) {
+  sc_graph *g = p->global;
+  int32_t zero = p->zero_stage;
+  bool fsdp = p->fsdp_axis >= 0 && p->mesh.axes[p->fsdp_axis].size > 1;
+  /* the parameters' shardings first: the seeds so far are tensor parallel */
+  int32_t n_in = g->n_inputs;
+  sc_sharding *base = sc_calloc((size_t)n_in + 1, sizeof *base);
+  sc_sharding *shard = sc_calloc((size_t)n_in + 1, sizeof *shard);
+  bool *split = sc_calloc((size_t)n_in + 1, sizeof *split);
+  sc_status st = base && shard && split ? SC_OK : nomem(g);
+  (void)plan;
+  for (int32_t i = 0; st == SC_OK && i < n_in; i++) {
+    int32_t id = g->inputs[i];
+    const sc_value *v = &g->values[id];
+    const sc_sharding *seed = sc_graph_sharding(g, id);
+    if (seed) base[i] = *seed;
+    else sc_sharding_replicated(&base[i], v->rank);
+    if (new_of(g, id) < 0 || param_of(p, v->name) != id) continue;
+    split[i] = fsdp && fsdp_sharding(p, v, &base[i], &shard[i]);
+    if (fsdp && !split[i] &&
+        sc_partition_note_fallback(p, v->name, "input",
+                                   "no dim divides by %s=%lld: the parameter and its state "
+                                   "are not sharded",
+                                   p->mesh.axes[p->fsdp_axis].name,
+                                   (long long)p->mesh.axes[p->fsdp_axis].size) != SC_OK)
+      st = nomem(g);
+  }
+  for (int32_t i = 0; st == SC_OK && i < n_in; i++) {
+    int32_t id = g->inputs[i], out = new_of(g, id);
+    if (out < 0) continue;
+    const char *name = g->values[id].name;
+    int32_t pid = param_of(p, name), k = -1;
+    for (int32_t j = 0; pid >= 0 && j < n_in; j++)
+      if (g->inputs[j] == pid) k = j;
+    if (k < 0) continue; /* state of no parameter input: left as seeded */
+    int32_t need = pid == id ? 3 : strncmp(name, "accum:", 6) == 0 ? 2 : 1;
+    const sc_sharding *s = split[k] && zero >= need ? &shard[k] : &base[k];
+    if ((st = sc_graph_set_sharding(g, id, s)) != SC_OK ||
+        (st = sc_graph_set_sharding(g, out, s)) != SC_OK)
+      break;
+    if (pid != id) continue;
+    int32_t grad = value_named(g, "grad:", name);
+    if (grad >= 0)
+      st = sc_graph_set_sharding(g, grad, split[k] && zero >= 1 ? &shard[k] : &base[k]);
+  }
+  sc_free(base);
+  sc_free(shard);
+  sc_free(split);
+  return st;
+}

@@ -1,0 +1,69 @@
+/* dist_train.h — a partitioned training step run by every rank of a mesh.
+ *
+ * Input: a distributed program whose one stage is a training step
+ * (passes/train.h, partitioned by passes/partition: data parallel, ZeRO 1-3
+ * over fsdp, tensor parallel) and the training manifest of that program
+ * (codegen/train_manifest.h: the optimizer and the parameters' GLOBAL
+ * initial values, by name). Pipelined steps (more than one stage) are not
+ * run here yet.
+ *
+ * Each rank is a thread with its own sc_trainer (runtime/trainer.h) over
+ * the stage program: its session gets the world communicator of a local
+ * group and the rank's sharded constants, and its state starts as the
+ * rank's piece (the program input's sharding, sc_sharding_extract) of
+ * each global initial value; the optimizer state starts at zero. The
+ * threads live as long as the trainer and run each step together: a step
+ * hands every rank the GLOBAL batch (K microbatches with gradient
+ * accumulation), of which each cuts, per microbatch, its piece; the loss,
+ * the gradient norm and "applied" are replicated outputs, read from rank 0.
+ * State is read back whole (sc_dist_trainer_state): each rank's piece is
+ * put into its place in the global tensor (sc_sharding_insert).
+ *
+ * Failure: an error on any rank aborts the group with "rank R: MESSAGE";
+ * every rank returns within seconds and the call reports the first
+ * failing rank's message. The trainer is then unusable (destroy it).
+ * SHARDC_FAIL_RANK=R makes rank R fail in its first step (tests). */
+#ifndef SC_RUNTIME_DIST_TRAIN_H
+#define SC_RUNTIME_DIST_TRAIN_H
+
+#include "codegen/dist_program.h"
+#include "codegen/train_manifest.h"
+#include "runtime/trainer.h"
+
+typedef struct sc_dist_trainer sc_dist_trainer;
+
+/* dp and m must outlive the trainer. o: threads per rank (0: cores /
+ * ranks), the loss scale; its world, const_data and cpu_module are set
+ * here (one JIT of the stage's kernels, shared by the ranks). */
+sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manifest *m,
+                                 const sc_trainer_opts *o, sc_dist_trainer **out, sc_diag *d);
+/* sc_trainer_step over every rank; data are GLOBAL tensors by name. */
+sc_status sc_dist_trainer_step(sc_dist_trainer *t, const sc_tensor_view *data, int32_t n_data,
+                               double lr, int64_t step, double *loss, double *grad_norm,
+                               bool *applied, sc_diag *d);
+int64_t sc_dist_trainer_ranks(const sc_dist_trainer *t);
+/* The data inputs the step takes, with their GLOBAL dims (one
+ * microbatch's batch), for the caller's checks; count. */
+int32_t sc_dist_trainer_n_data(const sc_dist_trainer *t);
+const sc_buffer *sc_dist_trainer_data(const sc_dist_trainer *t, int32_t i);
+/* The global state tensor `name` (a parameter or optimizer state),
+ * assembled into a new sc_malloc'd buffer (*data, the caller frees it;
+ * dtype and global dims through *v, whose name is borrowed). */
+sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_tensor_view *v,
+                                sc_diag *d);
+/* Per rank (r < ranks): its session's arena, its state tensors and how
+ * many are updated in place. */
+int64_t sc_dist_trainer_arena_bytes(const sc_dist_trainer *t, int64_t r);
+int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t *in_place);
+/* Checkpoints hold whole tensors (runtime/checkpoint.h): saved from the
+ * assembled state, restored into every rank's piece. */
+struct sc_ckpt;
+struct sc_ckpt_state;
+sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
+                               const struct sc_ckpt_state *st, sc_diag *d);
+sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, sc_diag *d);
+double sc_dist_trainer_loss_scale(const sc_dist_trainer *t, int64_t *growth);
+void sc_dist_trainer_set_loss_scale(sc_dist_trainer *t, double scale, int64_t growth);
+void sc_dist_trainer_destroy(sc_dist_trainer *t);
+
+#endif
