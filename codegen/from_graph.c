@@ -272,14 +272,40 @@ static sc_status group_order(fg *f, int32_t *order) {
     if (pass == 0)
       for (int32_t k = 0; k < G; k++) eoff[k + 1] += eoff[k];
   }
-  /* Kahn, FIFO seeded in group order (= order of first members) */
-  int32_t head = 0, tail = 0;
+  /* Kahn, always taking the ready group that comes first in the graph
+   * (the smallest id: order of first members), so the graph's own order is
+   * kept wherever the groups allow it. (A FIFO would run every group that
+   * reads only inputs first — all of a ZeRO-3 step's all-gathers, each
+   * gathered parameter then live from the start.) ready is a min-heap. */
+  int32_t *ready = fill; /* reused: the edges are built */
+  int32_t n_ready = 0, tail = 0;
   for (int32_t k = 0; k < G; k++)
-    if (indeg[k] == 0) order[tail++] = k;
-  while (head < tail) {
-    int32_t h = order[head++];
-    for (int32_t e = eoff[h]; e < eoff[h + 1]; e++)
-      if (--indeg[edst[e]] == 0) order[tail++] = edst[e];
+    if (indeg[k] == 0) ready[n_ready++] = k; /* ascending: already a heap */
+  while (n_ready > 0) {
+    int32_t h = ready[0];
+    order[tail++] = h;
+    ready[0] = ready[--n_ready];
+    for (int32_t i = 0;;) { /* sift down */
+      int32_t l = 2 * i + 1, r = l + 1, m = i;
+      if (l < n_ready && ready[l] < ready[m]) m = l;
+      if (r < n_ready && ready[r] < ready[m]) m = r;
+      if (m == i) break;
+      int32_t t = ready[i];
+      ready[i] = ready[m];
+      ready[m] = t;
+      i = m;
+    }
+    for (int32_t e = eoff[h]; e < eoff[h + 1]; e++) {
+      if (--indeg[edst[e]] != 0) continue;
+      int32_t i = n_ready++; /* sift up */
+      ready[i] = edst[e];
+      while (i > 0 && ready[(i - 1) / 2] > ready[i]) {
+        int32_t q = (i - 1) / 2, t = ready[i];
+        ready[i] = ready[q];
+        ready[q] = t;
+        i = q;
+      }
+    }
   }
   if (tail != G) {
     int32_t k = 0;

@@ -8,7 +8,8 @@
 
 const char *sc_mem_class_name(sc_mem_class c) {
   static const char *const names[SC_MEM_CLASS_COUNT] = {
-      "params", "optimizer state", "gradients", "activations", "workspace", "data"};
+      "params", "optimizer state", "gradients", "activations", "workspace", "data",
+      "communication"};
   return c >= 0 && c < SC_MEM_CLASS_COUNT ? names[c] : "?";
 }
 
@@ -19,7 +20,8 @@ static bool has_prefix(const char *s, const char *prefix) {
 
 /* The class of storage root r; grad[r] marks the storage of the gradients
  * (buffers named "grad:P", views of the value autodiff summed). */
-static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad) {
+static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad,
+                             const bool *comm) {
   const sc_buffer *b = &p->buffers[r];
   const char *name = b->name ? b->name : "";
   if (b->kind == SC_BUF_INPUT) {
@@ -28,6 +30,7 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad) {
     return sc_program_input_is_state(p, r) ? SC_MEM_PARAMS : SC_MEM_DATA;
   }
   if (grad[r] || has_prefix(name, "new:accum:")) return SC_MEM_GRADIENTS;
+  if (comm[r] && !has_prefix(name, "new:")) return SC_MEM_COMM;
   if (strstr(name, "/grad/") || has_prefix(name, "train/") || has_prefix(name, "new:") ||
       strcmp(name, "loss") == 0 || has_prefix(name, "train:") || strcmp(name, "grad_const") == 0)
     return SC_MEM_WORKSPACE;
@@ -38,10 +41,21 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
   memset(m, 0, sizeof *m);
   size_t n = (size_t)(p->n_buffers ? p->n_buffers : 1);
   bool *live = sc_calloc(n, sizeof *live), *grad = sc_calloc(n, sizeof *grad);
-  if (!live || !grad) {
+  bool *comm = sc_calloc(n, sizeof *comm);
+  if (!live || !grad || !comm) {
     sc_free(live);
     sc_free(grad);
+    sc_free(comm);
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  for (int32_t k = 0; k < p->n_steps; k++) {
+    if (p->steps[k].kind != SC_STEP_COMM) continue;
+    const sc_comm_step *c = &p->steps[k].comm;
+    int32_t ids[3] = {c->out, c->pack, c->unpack};
+    for (int j = 0; j < 3; j++) {
+      int32_t r = ids[j] >= 0 ? sc_program_root(p, ids[j]) : -1;
+      if (r >= 0) comm[r] = true;
+    }
   }
   sc_status st = sc_memplan_peak(p, &m->peak_step, &m->peak_live, live, d);
   for (int32_t i = 0; st == SC_OK && i < p->n_buffers; i++)
@@ -53,11 +67,53 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
   for (int32_t i = 0; st == SC_OK && i < p->n_buffers; i++) {
     if (p->buffers[i].kind == SC_BUF_CONST) m->constants += p->buffers[i].bytes;
     if (!live[i]) continue;
-    m->live[class_of(p, i, grad)] += (p->buffers[i].bytes + align - 1) / align * align;
+    m->live[class_of(p, i, grad, comm)] += (p->buffers[i].bytes + align - 1) / align * align;
   }
   m->arena = p->arena_bytes;
   m->peak_origin = st == SC_OK && m->peak_step < p->n_steps ? p->steps[m->peak_step].origin : NULL;
   sc_free(live);
   sc_free(grad);
+  sc_free(comm);
   return st;
+}
+
+static int64_t buffer_bytes(const sc_program *p, int32_t b) {
+  return b >= 0 && b < p->n_buffers ? p->buffers[b].bytes : 0;
+}
+
+sc_status sc_train_comm_of(const sc_program *p, sc_train_comm **out, int32_t *n, sc_diag *d) {
+  *out = NULL;
+  *n = 0;
+  int32_t cap = 0;
+  for (int32_t k = 0; k < p->n_steps; k++) {
+    if (p->steps[k].kind != SC_STEP_COMM) continue;
+    const sc_comm_step *c = &p->steps[k].comm;
+    int32_t j = 0;
+    while (j < *n && !((*out)[j].kind == c->kind && (*out)[j].axes == c->axes)) j++;
+    if (j == *n) {
+      if (*n == cap) {
+        cap = cap ? 2 * cap : 8;
+        sc_train_comm *x = sc_realloc(*out, (size_t)cap * sizeof *x);
+        if (!x) {
+          sc_free(*out);
+          *out = NULL;
+          *n = 0;
+          return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+        }
+        *out = x;
+      }
+      (*out)[(*n)++] = (sc_train_comm){.kind = c->kind, .axes = c->axes,
+                                       .group_size = c->group_size};
+    }
+    sc_train_comm *row = &(*out)[j];
+    int64_t in = buffer_bytes(p, c->in), o = buffer_bytes(p, c->out);
+    int64_t M = in > o ? in : o, g = c->group_size > 0 ? c->group_size : 1;
+    row->ops++;
+    row->bytes += M;
+    row->sent += c->kind == SC_COMM_ALL_REDUCE ? 2 * (g - 1) * M / g
+                 : c->kind == SC_COMM_SEND     ? M
+                 : c->kind == SC_COMM_RECV     ? 0
+                                               : (g - 1) * M / g;
+  }
+  return SC_OK;
 }

@@ -14,6 +14,9 @@
  *   workspace    backward and optimizer temporaries ("<node>/grad/…",
  *                "train/…"), the loss
  *   data         the batch and the step's scalars
+ *   communication  what a collective wrote that is none of the above: a
+ *                parameter gathered before its use (ZeRO-3), a pending sum
+ *                reduced, the collectives' pack and unpack scratch
  *
  * The classes sum to peak_live; arena is what the memory plan asked for
  * and the runtime allocates (planned == allocated), arena − peak_live is
@@ -27,7 +30,7 @@
 
 typedef enum sc_mem_class {
   SC_MEM_PARAMS, SC_MEM_OPTIMIZER, SC_MEM_GRADIENTS, SC_MEM_ACTIVATIONS, SC_MEM_WORKSPACE,
-  SC_MEM_DATA, SC_MEM_CLASS_COUNT
+  SC_MEM_DATA, SC_MEM_COMM, SC_MEM_CLASS_COUNT
 } sc_mem_class;
 
 typedef struct sc_train_memory {
@@ -38,6 +41,20 @@ typedef struct sc_train_memory {
   int64_t arena;                    /* planned = allocated */
   int64_t constants;                /* CONST bytes, outside the arena */
 } sc_train_memory;
+/* One row of a partitioned step's collectives: every COMM step of one kind
+ * over one group of axes. bytes: the larger of input and output (the whole
+ * tensor M); sent: what each rank sends with ring algorithms (all-reduce
+ * 2(n-1)/n M, all-gather and reduce-scatter (n-1)/n M, all-to-all
+ * (n-1)/n M, send M). */
+typedef struct sc_train_comm {
+  sc_comm_kind kind;
+  uint32_t axes;
+  int64_t group_size;
+  int64_t ops, bytes, sent;
+} sc_train_comm;
+/* The program's collectives by (kind, axes), in first-use order, into a
+ * new sc_malloc'd array (*out, NULL when none). */
+sc_status sc_train_comm_of(const sc_program *p, sc_train_comm **out, int32_t *n, sc_diag *d);
 
 const char *sc_mem_class_name(sc_mem_class c);
 sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d);

@@ -191,7 +191,7 @@ static sc_status plan_outputs(rank_state *r, sc_dist_output *outputs, sc_diag *d
 
 /* SHARDC_FAIL_RANK=R: rank R fails on purpose (testing); R:kill: its
  * process dies at once (SIGKILL: the mpi backend's "killed process"). */
-static bool injected_failure(int64_t rank) {
+bool sc_dist_injected_failure(int64_t rank) {
   const char *e = getenv("SHARDC_FAIL_RANK");
   if (!e || !*e) return false;
   char *end;
@@ -222,7 +222,7 @@ static sc_status run_microbatches(rank_state *r, const sc_dist_opts *o, sc_comm 
   so.cpu_module = o && o->cpu_modules ? o->cpu_modules[r->stage] : r->st->kernels;
   sc_status st = sc_session_create(p, &so, &r->s, d);
   if (st != SC_OK) return st;
-  if (injected_failure(r->rank))
+  if (sc_dist_injected_failure(r->rank))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "injected failure (SHARDC_FAIL_RANK)");
   int warm = o ? o->warmup : 0, runs = warm + (o ? o->repeat : 0);
   if (runs < 1) runs = 1;

@@ -89,4 +89,7 @@ sc_status sc_dist_run_rank(const sc_dist_program *dp, const sc_dist_opts *o, sc_
                            sc_dist_output *outputs, int32_t n_outputs,
                            sc_dist_rank_stats *stats, sc_diag *d);
 
+/* Whether SHARDC_FAIL_RANK (above) names this rank: it is to fail now with
+ * "injected failure". "R:kill" kills the process instead of returning. */
+bool sc_dist_injected_failure(int64_t rank);
 #endif

@@ -12,7 +12,6 @@
 #include "runtime/dist_train.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include "ir/sharding.h"
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
+#include "runtime/dist.h"
 
 enum { CMD_CREATE, CMD_STEP, CMD_QUIT };
 enum { MAX_LOCAL_RANKS = 1024 };
@@ -92,16 +92,6 @@ static const sc_dist_value *global_input(const sc_dist_program *dp, const char *
   return NULL;
 }
 
-static bool injected_failure(int64_t rank) {
-  const char *e = getenv("SHARDC_FAIL_RANK");
-  if (!e || !*e) return false;
-  char *end;
-  long long v = strtoll(e, &end, 10);
-  if (v != rank) return false;
-  if (strcmp(end, ":kill") == 0) raise(SIGKILL);
-  return *end == 0;
-}
-
 /* CMD_CREATE: the rank's constants, its pieces of the initial values, its
  * trainer (the session's creation is collective). */
 static sc_status create_rank(worker *w) {
@@ -159,7 +149,7 @@ static sc_status create_rank(worker *w) {
 static sc_status step_rank(worker *w) {
   struct sc_dist_trainer *t = w->t;
   const sc_program *p = t->p;
-  if (!w->stepped && injected_failure(w->rank))
+  if (!w->stepped && sc_dist_injected_failure(w->rank))
     return sc_diag_set(&w->d, SC_ERR_INVALID, NULL, NULL, "injected failure (SHARDC_FAIL_RANK)");
   w->stepped = true;
   int32_t nd = sc_trainer_n_data(w->tr);

@@ -236,3 +236,14 @@ void sc_cli_pass_opts(const sc_cli_opts *o, sc_pass_opts *po) {
   po->time_passes = o->time_passes;
   po->time_out = stderr;
 }
+
+void sc_cli_format_axes(const sc_mesh *m, uint32_t set, char *buf, size_t n) {
+  size_t pos = 0;
+  snprintf(buf, n, "-");
+  for (int32_t a = 0; a < m->n_axes; a++) {
+    if (!(set & (1u << a))) continue;
+    int w = snprintf(buf + pos, n - pos, "%s%s", pos ? "," : "", m->axes[a].name);
+    if (w < 0 || (size_t)w >= n - pos) return;
+    pos += (size_t)w;
+  }
+}

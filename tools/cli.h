@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "ir/ir.h"
+#include "ir/mesh.h"
 #include "passes/pass.h"
 
 enum { SC_CLI_MAX_DIMS = 32 };
@@ -63,6 +64,8 @@ int sc_cli_parse_number(const char *opt, const char *v, double *out);
 bool sc_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* 1234567 -> "1,234,567" into buf. */
 void sc_cli_format_count(int64_t v, char *buf, size_t n);
+/* The axes of set, by name, "dp,tp" ("-" for none), into buf. */
+void sc_cli_format_axes(const sc_mesh *m, uint32_t set, char *buf, size_t n);
 
 /* Prints "shardc: error: FILE: node 'N' (Op): msg" to stderr; file is put in
  * when the diagnostic has none. Returns 1, or 2 for SC_ERR_USAGE. */

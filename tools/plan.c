@@ -64,18 +64,6 @@ static void fmt_dims(const int64_t *dims, int32_t rank, char *buf, size_t n) {
   if (rank == 0) snprintf(buf, n, "[]");
 }
 
-/* Names of the axes in set, in mesh order: "tp", "dp,tp"; "-" when empty. */
-static void fmt_axes(const sc_mesh *m, sc_axes set, char *buf, size_t n) {
-  size_t pos = 0;
-  snprintf(buf, n, "-");
-  for (int32_t a = 0; a < m->n_axes; a++) {
-    if (!(set & (1u << a))) continue;
-    int w = snprintf(buf + pos, n - pos, "%s%s", pos ? "," : "", m->axes[a].name);
-    if (w < 0 || (size_t)w >= n - pos) return;
-    pos += (size_t)w;
-  }
-}
-
 static bool live_node(const sc_node *n) { return !(n->flags & SC_NODE_DEAD); }
 static bool live_param(const sc_value *v) {
   return (v->flags & SC_VALUE_PARAM) && !(v->flags & SC_VALUE_DEAD);
@@ -351,7 +339,7 @@ static void print_collectives(const report *r) {
          "bytes/step", "link");
   for (int32_t i = 0; i < r->n_coll; i++) {
     const coll_row *c = &r->coll[i];
-    fmt_axes(&r->part->mesh, c->axes, axes, sizeof axes);
+    sc_cli_format_axes(&r->part->mesh, c->axes, axes, sizeof axes);
     sc_stats_format_bytes((double)c->bytes, a, sizeof a);
     sc_stats_format_bytes((double)c->bytes * m, b, sizeof b);
     /* --ranks-per-node: whether every group of these axes stays in a node */

@@ -696,3 +696,43 @@ _Static_assert(sizeof table / sizeof table[0] == SC_OP_COUNT, "one sharding rule
 sc_shard_fn sc_shard_rule(sc_op op) {
   return (unsigned)op < SC_OP_COUNT ? table[op] : NULL;
 }
+
+/* ---- ScatterND ---- */
+
+/* With reduction "add" (an embedding's gradient: dy's rows added into
+ * zeros) whose indices and updates arrive split the same way over their
+ * leading (row) dims: each rank adds its rows into its own copy, and the
+ * sum over those axes is the whole — the output is pending over them, the
+ * data joins the pending sum (its first rank holds it). The updates'
+ * trailing dims follow the data's. Anything else is computed whole. */
+sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
+  const sc_value *data = inv(c, 0), *idx = inv(c, 1), *upd = inv(c, 2);
+  const char *red = sc_attr_string(c->g, c->n, "reduction", "none");
+  if (!data || !idx || !upd || strcmp(red, "add") != 0 || idx->rank < 1 ||
+      idx->dims[idx->rank - 1] < 0)
+    return sc_shard_replicate_all(c);
+  int32_t lead = idx->rank - 1, k = (int32_t)idx->dims[idx->rank - 1];
+  if (upd->rank != lead + data->rank - k || c->in[0].partial || c->in[1].partial ||
+      c->in[2].partial)
+    return sc_shard_replicate_all(c);
+  sc_axes rows = 0;
+  bool same = true;
+  for (int32_t d = 0; d < lead; d++) {
+    same &= c->in[1].n_dim_axes[d] == c->in[2].n_dim_axes[d] &&
+            sc_sharding_stride(&c->in[1], d) == 1 && sc_sharding_stride(&c->in[2], d) == 1;
+    for (int32_t j = 0; same && j < c->in[2].n_dim_axes[d]; j++) {
+      same &= c->in[1].dim_axes[d][j] == c->in[2].dim_axes[d][j];
+      rows |= 1u << c->in[2].dim_axes[d][j];
+    }
+  }
+  if (!same || !rows) return sc_shard_replicate_all(c);
+  sc_shard_unsplit_dim(&c->want[1], lead); /* the index tuples whole */
+  /* the data: whole over its indexed dims; its trailing dims as they are,
+   * and the updates' trailing dims like them */
+  for (int32_t d = 0; d < k; d++) sc_shard_unsplit_dim(&c->want[0], d);
+  if (sc_sharding_dim_axes(&c->want[0]) & rows) return sc_shard_replicate_all(c);
+  for (int32_t d = k; d < data->rank; d++) sc_shard_copy_dim(&c->want[2], lead + d - k, &c->want[0], d);
+  c->want[0].partial = rows;
+  c->out[0] = c->want[0];
+  return SC_OK;
+}

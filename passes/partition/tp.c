@@ -33,27 +33,39 @@ static int32_t only_reader(const int32_t *off, const int32_t *users, int32_t id)
   return off[id + 1] - off[id] == 1 ? users[off[id]] : -1;
 }
 
-/* A weight: an initializer, or a constant folded from one (a tied LM head's
- * Transpose of the embedding folds into a constant that is not a PARAM). */
-static bool is_weight(const sc_value *v) {
-  return (v->flags & SC_VALUE_CONST) && v->producer < 0 &&
-         ((v->flags & SC_VALUE_PARAM) || v->rank == 2);
+/* A trainable parameter of a training step: an input (passes/train.h). */
+static bool is_train_param(const sc_partition *p, const sc_value *v) {
+  const char *q = p->training && (v->flags & SC_VALUE_INPUT) ? sc_partition_param_of(p, v->name)
+                                                             : NULL;
+  return q && strcmp(q, v->name) == 0;
 }
 
-static bool computed(const sc_graph *g, int32_t id) {
-  return id >= 0 && !(g->values[id].flags & SC_VALUE_CONST);
+/* A weight: an initializer, or a constant folded from one (a tied LM head's
+ * Transpose of the embedding folds into a constant that is not a PARAM), or
+ * a training step's parameter. */
+static bool is_weight(const sc_partition *p, const sc_value *v) {
+  return ((v->flags & SC_VALUE_CONST) && v->producer < 0 &&
+          ((v->flags & SC_VALUE_PARAM) || v->rank == 2)) ||
+         is_train_param(p, v);
+}
+
+/* Computed by the graph: neither a constant nor a parameter. */
+static bool computed(const sc_partition *p, int32_t id) {
+  return id >= 0 && !(p->global->values[id].flags & SC_VALUE_CONST) &&
+         !is_train_param(p, &p->global->values[id]);
 }
 
 /* Follows value id through Reshape / Identity / constant-bias Add; returns
  * the first other node reading it (or -1), the value it reads in *val. */
-static int32_t follow(const sc_graph *g, const int32_t *off, const int32_t *users, int32_t id,
-                      int32_t *val) {
+static int32_t follow(const sc_partition *p, const int32_t *off, const int32_t *users,
+                      int32_t id, int32_t *val) {
+  const sc_graph *g = p->global;
   for (int hop = 0; hop < 4; hop++) {
     int32_t r = only_reader(off, users, id);
     if (r < 0) break;
     const sc_node *n = &g->nodes[r];
     bool pass = n->op == SC_OP_RESHAPE || n->op == SC_OP_IDENTITY ||
-                (n->op == SC_OP_ADD && (!computed(g, n->inputs[0]) || !computed(g, n->inputs[1])));
+                (n->op == SC_OP_ADD && (!computed(p, n->inputs[0]) || !computed(p, n->inputs[1])));
     if (!pass) {
       *val = id;
       return r;
@@ -125,26 +137,26 @@ static sc_status seed_patterns(sc_partition *p, const sc_plan *plan, int32_t ax,
     if (n->flags & SC_NODE_DEAD) continue;
     if (n->op == SC_OP_GATHER && plan->vocab_parallel && n->n_inputs == 2) {
       const sc_value *w = &g->values[n->inputs[0]];
-      if (is_weight(w) && w->rank == 2 && sc_attr_int(g, n, "axis", 0) == 0 &&
-          computed(g, n->inputs[1]) && in_blocks(plan, n->name)) {
+      if (is_weight(p, w) && w->rank == 2 && sc_attr_int(g, n, "axis", 0) == 0 &&
+          computed(p, n->inputs[1]) && in_blocks(plan, n->name)) {
         sc_status st = seed(p, n, n->inputs[0], 0, ax, 1);
         if (st != SC_OK) return st;
       }
       continue;
     }
     if (n->op != SC_OP_MATMUL && n->op != SC_OP_GEMM) continue;
-    if (n->n_inputs < 2 || !computed(g, n->inputs[0])) continue;
+    if (n->n_inputs < 2 || !computed(p, n->inputs[0])) continue;
     int32_t wid = n->inputs[1];
     const sc_value *w = &g->values[wid];
-    if (!is_weight(w) || w->rank != 2 || !in_blocks(plan, n->name)) continue;
+    if (!is_weight(p, w) || w->rank != 2 || !in_blocks(plan, n->name)) continue;
     bool tb = n->op == SC_OP_GEMM && sc_attr_int(g, n, "transB", 0) != 0;
     if (n->op == SC_OP_GEMM && sc_attr_int(g, n, "transA", 0) != 0) continue;
     int32_t kdim = tb ? 1 : 0, ndim = tb ? 0 : 1;
     int32_t val = -1;
-    int32_t next = follow(g, off, users, n->outputs[0], &val);
+    int32_t next = follow(p, off, users, n->outputs[0], &val);
     const sc_node *nx = next >= 0 ? &g->nodes[next] : NULL;
-    bool row = nx && nx->op == SC_OP_ADD && computed(g, nx->inputs[0]) &&
-               computed(g, nx->inputs[1]);
+    bool row = nx && nx->op == SC_OP_ADD && computed(p, nx->inputs[0]) &&
+               computed(p, nx->inputs[1]);
     sc_status st;
     if (row) {
       st = seed(p, n, wid, kdim, ax, 1);

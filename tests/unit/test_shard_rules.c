@@ -280,7 +280,16 @@ static void test_reduce(void **state) {
   const char *sum = "  input %x : f32[4,8,6]\n  const %a : i64[1] = [1]\n"
                     "  %y = ReduceSum(%x, %a) {keepdims = 0} \"n\"\n";
   expect_rule(DT, sum, "[dp,_,_] partial(tp)", "[dp,_,_] partial(tp) | [_] -> [dp,_] partial(tp)");
-  expect_rule(DT, sum, "[dp,tp,_]", "[dp,_,_] | [_] -> [dp,_]");
+  /* a sum over a split dim: the pieces' sums, pending over its axes */
+  expect_rule(DT, sum, "[dp,tp,_]", "[dp,tp,_] | [_] -> [dp,_] partial(tp)");
+  const char *ssq = "  input %x : f32[4,8,6]\n  const %a : i64[2] = [0, 1]\n"
+                    "  %y = ReduceSumSquare(%x, %a) {keepdims = 0} \"n\"\n";
+  expect_rule(DT, ssq, "[dp,tp,_]", "[dp,tp,_] | [_] -> [_] partial(dp,tp)");
+  expect_rule(DT, ssq, "[dp,_,_] partial(tp)", "[dp,_,_] | [_] -> [_] partial(dp)");
+  /* a mean is not the pieces' sum: the reduced dim is gathered */
+  const char *mean = "  input %x : f32[4,8,6]\n  const %a : i64[1] = [1]\n"
+                     "  %y = ReduceMean(%x, %a) {keepdims = 0} \"n\"\n";
+  expect_rule(DT, mean, "[dp,tp,_]", "[dp,_,_] | [_] -> [dp,_]");
   const char *mx = "  input %x : f32[4,8,6]\n  const %a : i64[1] = [-1]\n"
                    "  %y = ReduceMax(%x, %a) \"n\"\n";
   expect_rule(DT, mx, "[dp,_,_] partial(tp)", "[dp,_,_] | [_] -> [dp,_,_]");

@@ -1,0 +1,263 @@
+"""test_train_dist.py — a partitioned training step trains exactly as one rank.
+
+For each sample (MLP, GPT-2, Llama, ViT) and each mesh below, `shardc train
+--mesh ...` (thread-ranks, one CPU thread each) runs 3 steps on seeded
+random data (8 examples, batch 4: the second step wraps around) and must
+give, against the same command on one rank:
+  - every step's loss and gradient norm within rtol 2e-5 (both sides sum in
+    fp32 in different orders; measured at most about 4e-7);
+  - every final weight and optimizer-state tensor (the checkpoint's, which
+    a mesh writes whole) within 2e-4 of the tensor's largest update, or of
+    its largest value for the optimizer state, with SGD (the update is
+    linear in the gradient; measured at most about 2e-5); with AdamW (GPT-2)
+    within 2e-2: m / (sqrt(v) + eps) turns the rounding noise of a gradient
+    element near zero into a difference of up to lr (measured 4e-3). A
+    wrong gradient scale, a missing reduction or a shard applied to the
+    wrong rows moves them by the update itself;
+  - no NaN.
+Meshes: dp=2; fsdp=2 with --zero 1, 2 and 3; dp=2 x fsdp=2 (HSDP);
+--hybrid-shard-degree 2 on dp=4; tp=2 with and without
+--sequence-parallel; fsdp=2 x tp=2. GPT-2 (tied embedding and LM head,
+AdamW with clipping) and the MLP (SGD with momentum and weight decay) run
+all of them, Llama and ViT a subset.
+
+Also:
+  - memory: under fsdp=2 (ZeRO-3) each rank's arena is smaller than under
+    dp=2 (the same batch per rank, the state replicated), and ZeRO-1's is
+    between;
+  - a checkpoint saved after 2 steps under fsdp=2 x tp=2 resumes on one rank
+    and under dp=2, and step 3 equals the uninterrupted run's;
+  - SHARDC_FAIL_RANK=1 ends the job with that rank's message and a non-zero
+    exit, without hanging;
+  - communication (`shardc plan --train --json`, the MLP at fsdp=2, every
+    parameter dividing): ZeRO-1 and ZeRO-2 send Ψ(n−1)/n in reduce-scatters
+    and Ψ(n−1)/n in all-gathers (2Ψ(n−1)/n, the ZeRO paper's), ZeRO-3 the
+    same reduce-scatters and Ψ(n−1)/n + Ψ_b(n−1)/n in all-gathers, Ψ_b the
+    weights the backward reads (with --no-reshard-after-forward: none), and
+    dp=2 all-reduces 2Ψ(n−1)/n; besides, only the loss's and the norm's
+    scalars; each to the byte. The planned arena per rank is the one
+    `shardc train --mesh` allocates.
+
+Environment: SHARDC. Exit 0 on success, 1 on any failure.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from safetensors.numpy import load_file
+from checks import check, failures
+
+SHARDC = os.environ.get("SHARDC")
+SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+
+ALL = [["--mesh", "dp=2"], ["--mesh", "fsdp=2", "--zero", "1"],
+       ["--mesh", "fsdp=2", "--zero", "2"], ["--mesh", "fsdp=2"], ["--mesh", "dp=2,fsdp=2"],
+       ["--mesh", "dp=4", "--hybrid-shard-degree", "2"], ["--mesh", "tp=2"],
+       ["--mesh", "tp=2", "--sequence-parallel"], ["--mesh", "fsdp=2,tp=2"]]
+SOME = [["--mesh", "dp=2,fsdp=2"], ["--mesh", "tp=2"], ["--mesh", "fsdp=2,tp=2"]]
+
+SAMPLES = {
+    # name: (inputs of 8 examples, labels, step options, meshes)
+    "mlp": (lambda r: {"x": r.uniform(-1, 1, (8, 64)).astype(np.float32)},
+            lambda r: r.randint(0, 10, (8,)),
+            ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+             "--weight-decay", "0.01"], ALL),
+    "gpt2": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
+             lambda r: r.randint(0, 1000, (8, 16)),
+             ["--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"], ALL),
+    "llama": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
+              lambda r: r.randint(0, 1000, (8, 16)),
+              ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"], SOME),
+    "vit": (lambda r: {"pixel_values": r.uniform(-1, 1, (8, 3, 32, 32)).astype(np.float32)},
+            lambda r: r.randint(0, 10, (8,)),
+            ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--nesterov"], SOME),
+}
+STEPS = 3
+
+
+def run(args, env=None, timeout=600):
+    return subprocess.run([SHARDC, "train"] + args, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def losses(log):
+    return [json.loads(line) for line in open(log)]
+
+
+def arena_of(stdout):
+    m = re.search(r"memory: arena .*?\((\d+) bytes\)", stdout)
+    return int(m.group(1)) if m else None
+
+
+def compare(name, what, ref, got, init, tol):
+    """The logs step by step, then the checkpoints tensor by tensor."""
+    la, lb = losses(ref["log"]), losses(got["log"])
+    if not check(len(la) == len(lb) == STEPS, f"{name} {what}: {len(lb)} steps logged"):
+        return
+    worst = 0.0
+    for a, b in zip(la, lb):
+        for k in ("loss", "grad_norm"):
+            x, y = a[k], b[k]
+            ok = x is not None and y is not None and abs(x - y) <= 2e-5 * abs(x) + 1e-7
+            check(ok, f"{name} {what}: step {a['step']} {k} {y} vs one rank {x}")
+            if ok:
+                worst = max(worst, abs(x - y) / max(abs(x), 1e-30))
+    for group in ("weights", "optimizer"):
+        wa = load_file(os.path.join(ref["ck"], group + ".safetensors"))
+        wb = load_file(os.path.join(got["ck"], group + ".safetensors"))
+        check(sorted(wa) == sorted(wb), f"{name} {what}: {group} tensors differ")
+        for k, a in wa.items():
+            b = wb.get(k)
+            if b is None or not check(a.shape == b.shape, f"{name} {what}: {k} shape"):
+                continue
+            if not check(np.isfinite(b).all(), f"{name} {what}: {k} not finite"):
+                continue
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            if group == "weights":
+                scale = np.abs(a64 - init[k].astype(np.float64)).max() if k in init else 0.0
+            else:
+                scale = np.abs(a64).max()
+            err = np.abs(a64 - b64).max()
+            check(err <= tol * scale + 1e-9,
+                  f"{name} {what}: {group} '{k}' differs by {err:.3g} (scale {scale:.3g})")
+    return worst
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC is not set")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (make, labels, opts, meshes) in SAMPLES.items():
+            model = os.path.join(SRC, "samples", name + ".onnx")
+            r = np.random.RandomState(11)
+            data = []
+            for k, v in make(r).items():
+                f = os.path.join(tmp, f"{name}_{k}.npy")
+                np.save(f, v)
+                data += ["--data", f"{k}={f}"]
+            f = os.path.join(tmp, f"{name}_labels.npy")
+            np.save(f, labels(r).astype(np.int64))
+            base = [model, "--dim", "batch=4", "--steps", str(STEPS), "--threads", "1",
+                    "--labels", f] + data + opts
+
+            def job(i, mesh):
+                d = os.path.join(tmp, f"{name}_{i}")
+                out = {"log": d + ".jsonl", "ck": d + "_ck", "mesh": mesh}
+                p = run(base + ["--save", out["ck"], "--log-json", out["log"]] + mesh)
+                out["p"] = p
+                return out
+
+            with ThreadPoolExecutor(2) as ex:
+                results = list(ex.map(lambda a: job(*a), enumerate([[]] + meshes)))
+            ref = results[0]
+            if not check(ref["p"].returncode == 0,
+                         f"{name}: one rank: {ref['p'].stderr[-800:]}"):
+                continue
+            init = {t.name: numpy_helper.to_array(t) for t in onnx.load(model).graph.initializer}
+            one_arena = arena_of(ref["p"].stdout)
+            arenas = {}
+            for res in results[1:]:
+                what = " ".join(res["mesh"])
+                if not check(res["p"].returncode == 0, f"{name} {what}: {res['p'].stderr[-800:]}"):
+                    continue
+                worst = compare(name, what, ref, res, init, 2e-2 if "adamw" in opts else 2e-4)
+                arena = arena_of(res["p"].stdout)
+                print(f"{name:6s} {what:40s} loss rel diff {worst:.2e}  arena/rank {arena} "
+                      f"(one rank {one_arena})")
+                arenas[" ".join(res["mesh"])] = arena
+            if name == "gpt2":
+                a3, a1 = arenas.get("--mesh fsdp=2"), arenas.get("--mesh fsdp=2 --zero 1")
+                a0 = arenas.get("--mesh dp=2")
+                check(a3 and a1 and a0 and a3 < a1 < a0,
+                      f"gpt2 arena per rank: ZeRO-3 {a3}, ZeRO-1 {a1}, dp=2 {a0}")
+
+        # resuming under other meshes: 2 steps at fsdp=2 x tp=2, then step 3
+        name = "gpt2"
+        model = os.path.join(SRC, "samples", "gpt2.onnx")
+        r = np.random.RandomState(11)
+        ids = os.path.join(tmp, "gpt2_input_ids.npy")
+        lab = os.path.join(tmp, "gpt2_labels.npy")
+        base = [model, "--dim", "batch=4", "--threads", "1", "--data", f"input_ids={ids}",
+                "--labels", lab] + SAMPLES["gpt2"][2]
+        ck = os.path.join(tmp, "resume_ck")
+        p = run(base + ["--steps", "2", "--save", ck, "--mesh", "fsdp=2,tp=2"])
+        full = losses(os.path.join(tmp, "gpt2_0.jsonl"))
+        if check(p.returncode == 0, f"resume: save at fsdp=2,tp=2: {p.stderr[-500:]}"):
+            for mesh in ([], ["--mesh", "dp=2"]):
+                log = os.path.join(tmp, "resume_%d.jsonl" % len(mesh))
+                p = run(base + ["--steps", "3", "--resume", ck, "--log-json", log] + mesh)
+                if not check(p.returncode == 0, f"resume at {mesh}: {p.stderr[-500:]}"):
+                    continue
+                got = losses(log)
+                check(len(got) == 1 and got[0]["step"] == 3 and
+                      abs(got[0]["loss"] - full[2]["loss"]) <= 2e-5 * abs(full[2]["loss"]),
+                      f"resume at {mesh or 'one rank'}: step 3 {got} vs {full[2]}")
+
+        # communication volume against the ZeRO formulas (MLP, n = 2)
+        mlp = os.path.join(SRC, "samples", "mlp.onnx")
+        init = {t.name: numpy_helper.to_array(t) for t in onnx.load(mlp).graph.initializer}
+        psi = sum(4 * v.size for v in init.values())
+        psi_b = 4 * (init["2.weight"].size + init["4.weight"].size)  # read by the backward
+        cases = [(["--mesh", "fsdp=2", "--zero", "1"], {"ReduceScatter": psi // 2,
+                                                        "AllGather": psi // 2}),
+                 (["--mesh", "fsdp=2", "--zero", "2"], {"ReduceScatter": psi // 2,
+                                                        "AllGather": psi // 2}),
+                 (["--mesh", "fsdp=2"], {"ReduceScatter": psi // 2,
+                                         "AllGather": (psi + psi_b) // 2}),
+                 (["--mesh", "fsdp=2", "--no-reshard-after-forward"],
+                  {"ReduceScatter": psi // 2, "AllGather": psi // 2}),
+                 (["--mesh", "dp=2"], {"AllReduce": psi})]
+        for mesh, want in cases:
+            p = subprocess.run([SHARDC, "plan", mlp, "--train", "--dim", "batch=4", "--json",
+                                "--optimizer", "adamw"] + mesh, capture_output=True, text=True,
+                               timeout=300)
+            if not check(p.returncode == 0, f"plan {mesh}: {p.stderr[-500:]}"):
+                continue
+            j = json.loads(p.stdout)
+            check(j["psi_bytes"] == psi, f"plan {mesh}: psi {j['psi_bytes']} vs {psi}")
+            sent = {}
+            for c in j["collectives"]:
+                sent[c["op"]] = sent.get(c["op"], 0) + c["sent"]
+            scalars = sent.get("AllReduce", 0) - want.get("AllReduce", 0)
+            for op, v in want.items():
+                got = sent.get(op, 0) - (scalars if op == "AllReduce" else 0)
+                check(got == v or (op == "AllReduce" and 0 <= got - v <= 64),
+                      f"plan {mesh}: {op} sends {sent.get(op, 0)} bytes per rank, the formula "
+                      f"{v}")
+            check(set(sent) <= set(want) | {"AllReduce"}, f"plan {mesh}: collectives {sent}")
+            check(0 <= scalars <= 64, f"plan {mesh}: {scalars} bytes of scalar all-reduces")
+            print(f"plan {' '.join(mesh):40s} sent/rank {j['sent_per_rank']} = "
+                  f"{j['sent_per_rank'] / psi:.4f} psi (ZeRO figure {j['zero_figure']:.4f})")
+            if mesh == ["--mesh", "fsdp=2"]:
+                x = os.path.join(tmp, "mlp_x.npy")
+                q = run([mlp, "--dim", "batch=4", "--steps", "1", "--optimizer", "adamw",
+                         "--data", f"x={x}", "--labels", os.path.join(tmp, "mlp_labels.npy"),
+                         "--threads", "1"] + mesh)
+                check(q.returncode == 0 and arena_of(q.stdout) == j["arena"],
+                      f"fsdp=2: planned arena {j['arena']} vs allocated {arena_of(q.stdout)}")
+
+        # a failing rank ends the job
+        env = dict(os.environ, SHARDC_FAIL_RANK="1")
+        try:
+            p = run(base + ["--steps", "2", "--mesh", "dp=2"], env=env, timeout=120)
+            check(p.returncode != 0 and "rank 1: injected failure" in p.stderr,
+                  f"failing rank: exit {p.returncode}, {p.stderr[-400:]}")
+        except subprocess.TimeoutExpired:
+            check(False, "failing rank: the job hung")
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print("ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
