@@ -44,6 +44,25 @@ static sc_status accumulate(sc_grad_ctx *c, int32_t *acc, int32_t v, int32_t gr)
   return acc[v] < 0 ? c->g->diag.status : SC_OK;
 }
 
+/* Parameter p's accumulated gradient as the graph output "grad:<p>"
+ * (nothing when it has none). */
+static sc_status grad_output(sc_grad_ctx *c, int32_t p, const int32_t *acc, int32_t *grad,
+                             sc_diag *d) {
+  sc_graph *g = c->g;
+  if (p < 0 || p >= g->n_values || acc[p] < 0) return SC_OK;
+  char name[512];
+  snprintf(name, sizeof name, "grad:%s", g->values[p].name ? g->values[p].name : "?");
+  int32_t out = sc_graph_add_value(g, name);
+  c->node = g->values[acc[p]].producer >= 0 ? g->values[acc[p]].producer : 0;
+  int32_t node = out < 0 ? -1 : sc_graph_add_node(g, SC_OP_IDENTITY, name, &acc[p], 1, &out, 1);
+  if (node < 0 || sc_ops[SC_OP_IDENTITY].infer(g, &g->nodes[node]) != SC_OK ||
+      sc_graph_add_output(g, out) != SC_OK)
+    return sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_NOMEM, NULL, NULL,
+                       "autodiff: %s", g->diag.msg);
+  *grad = out;
+  return SC_OK;
+}
+
 sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t n_params,
                       int32_t *grads, sc_diag *d) {
   for (int32_t k = 0; k < n_params; k++) grads[k] = -1;
@@ -87,6 +106,19 @@ sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t 
       if (n->inputs[k] >= 0 && requires[n->inputs[k]]) reaches[n->inputs[k]] = true;
   }
 
+  /* the node after whose rule each parameter's gradient is complete: its
+   * first reader on the path (the walk is in reverse) */
+  int32_t *done_at = st == SC_OK ? sc_malloc(((size_t)nv + 1) * sizeof *done_at) : NULL;
+  if (st == SC_OK && !done_at) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t v = 0; st == SC_OK && v < nv; v++) done_at[v] = -1;
+  for (int32_t i = nn - 1; st == SC_OK && i >= 0; i--) {
+    const sc_node *n = &g->nodes[i];
+    if (n->flags & SC_NODE_DEAD) continue;
+    bool on = false;
+    for (int32_t j = 0; j < n->n_outputs; j++) on |= n->outputs[j] >= 0 && reaches[n->outputs[j]];
+    for (int32_t k = 0; on && k < n->n_inputs; k++)
+      if (n->inputs[k] >= 0) done_at[n->inputs[k]] = i;
+  }
   int32_t counter = 0;
   sc_grad_ctx c = {.g = g, .counter = &counter};
   /* the seed: dL/dL = 1 */
@@ -150,26 +182,19 @@ sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t 
       }
       if (accumulate(&c, acc, x, dx[k]) != SC_OK) st = node_fail(g, i, d);
     }
+    /* gradients complete here become outputs now, so that what reads them
+     * (a partitioned step's reduce-scatter) can run, and the whole
+     * gradient die, before the rest of the backward */
+    for (int32_t k = 0; st == SC_OK && k < n_params; k++)
+      if (grads[k] < 0 && params[k] >= 0 && params[k] < nv && done_at[params[k]] == i)
+        st = grad_output(&c, params[k], acc, &grads[k], d);
   }
-  /* each parameter's gradient becomes an output */
-  for (int32_t k = 0; st == SC_OK && k < n_params; k++) {
-    int32_t p = params[k];
-    if (p < 0 || p >= nv || acc[p] < 0) continue;
-    char name[512];
-    snprintf(name, sizeof name, "grad:%s", g->values[p].name ? g->values[p].name : "?");
-    int32_t out = sc_graph_add_value(g, name);
-    c.node = g->values[acc[p]].producer >= 0 ? g->values[acc[p]].producer : 0;
-    int32_t node = out < 0 ? -1 : sc_graph_add_node(g, SC_OP_IDENTITY, name, &acc[p], 1, &out, 1);
-    if (node < 0 || sc_ops[SC_OP_IDENTITY].infer(g, &g->nodes[node]) != SC_OK ||
-        sc_graph_add_output(g, out) != SC_OK) {
-      st = sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_NOMEM, NULL, NULL,
-                       "autodiff: %s", g->diag.msg);
-      break;
-    }
-    grads[k] = out;
-  }
+  /* the rest (a parameter read only by nodes whose rule gave it nothing) */
+  for (int32_t k = 0; st == SC_OK && k < n_params; k++)
+    if (grads[k] < 0) st = grad_output(&c, params[k], acc, &grads[k], d);
   sc_free(requires);
   sc_free(reaches);
   sc_free(acc);
+  sc_free(done_at);
   return st;
 }
