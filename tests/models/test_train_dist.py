@@ -36,7 +36,12 @@ Also:
     weights the backward reads (with --no-reshard-after-forward: none), and
     dp=2 all-reduces 2Ψ(n−1)/n; besides, only the loss's and the norm's
     scalars; each to the byte. The planned arena per rank is the one
-    `shardc train --mesh` allocates.
+    `shardc train --mesh` allocates;
+  - memory per rank (the same plans, AdamW in fp32: 4 bytes of weight and
+    8 of moments per parameter): the parameters take 4Ψ/n under ZeRO-3 and
+    4Ψ otherwise, the optimizer state 8Ψ/n under ZeRO >= 1 and 8Ψ under
+    DDP — to the byte, each tensor's piece rounded up to the arena's
+    64-byte alignment.
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure.
 """
@@ -207,15 +212,19 @@ def main():
         psi = sum(4 * v.size for v in init.values())
         psi_b = 4 * (init["2.weight"].size + init["4.weight"].size)  # read by the backward
         cases = [(["--mesh", "fsdp=2", "--zero", "1"], {"ReduceScatter": psi // 2,
-                                                        "AllGather": psi // 2}),
+                                                        "AllGather": psi // 2}, 1, 2),
                  (["--mesh", "fsdp=2", "--zero", "2"], {"ReduceScatter": psi // 2,
-                                                        "AllGather": psi // 2}),
+                                                        "AllGather": psi // 2}, 1, 2),
                  (["--mesh", "fsdp=2"], {"ReduceScatter": psi // 2,
-                                         "AllGather": (psi + psi_b) // 2}),
+                                         "AllGather": (psi + psi_b) // 2}, 2, 2),
                  (["--mesh", "fsdp=2", "--no-reshard-after-forward"],
-                  {"ReduceScatter": psi // 2, "AllGather": psi // 2}),
-                 (["--mesh", "dp=2"], {"AllReduce": psi})]
-        for mesh, want in cases:
+                  {"ReduceScatter": psi // 2, "AllGather": psi // 2}, 2, 2),
+                 (["--mesh", "dp=2"], {"AllReduce": psi}, 1, 1)]
+
+        def pieces(n):  # every parameter's piece, each 64-byte aligned
+            return sum((4 * v.size // n + 63) // 64 * 64 for v in init.values())
+
+        for mesh, want, n_params, n_state in cases:
             p = subprocess.run([SHARDC, "plan", mlp, "--train", "--dim", "batch=4", "--json",
                                 "--optimizer", "adamw"] + mesh, capture_output=True, text=True,
                                timeout=300)
@@ -234,6 +243,11 @@ def main():
                       f"{v}")
             check(set(sent) <= set(want) | {"AllReduce"}, f"plan {mesh}: collectives {sent}")
             check(0 <= scalars <= 64, f"plan {mesh}: {scalars} bytes of scalar all-reduces")
+            live = j["live"]
+            check(live["params"] == pieces(n_params) and
+                  live["optimizer state"] == 2 * pieces(n_state),
+                  f"plan {mesh}: params {live['params']} (want {pieces(n_params)}), optimizer "
+                  f"state {live['optimizer state']} (want {2 * pieces(n_state)})")
             print(f"plan {' '.join(mesh):40s} sent/rank {j['sent_per_rank']} = "
                   f"{j['sent_per_rank'] / psi:.4f} psi (ZeRO figure {j['zero_figure']:.4f})")
             if mesh == ["--mesh", "fsdp=2"]:
