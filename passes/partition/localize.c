@@ -687,6 +687,65 @@ static void without_storage(const lz *z, sc_sharding *s) {
       }
 }
 
+/* A reduction of local x over `axis`, keepdims (ReduceMax or ReduceSum),
+ * then an AllReduce of the [.., 1] result over each axis splitting that dim
+ * in s (op "max" or "sum"). */
+static int32_t group_reduce(lz *z, sc_op op, int32_t x, int32_t axis, const sc_sharding *s,
+                            const char *red) {
+  sc_value xv = z->L->values[x]; /* a copy: values may move */
+  int64_t dims[SC_MAX_RANK];
+  memcpy(dims, xv.dims, sizeof dims);
+  dims[axis] = 1;
+  sc_sharding r = *s;
+  sc_shard_unsplit_dim(&r, axis);
+  int32_t y = new_value(z, xv.name, xv.dtype, xv.rank, dims, &r);
+  int32_t nid = y < 0 ? -1 : emit(z, op, &x, 1, &y, 1);
+  if (nid < 0) return y < 0 ? (lerr(z), -1) : -1;
+  if (attr_int(z, nid, "keepdims", 1) != SC_OK) return -1;
+  sc_attr *a = sc_node_add_attr(z->L, nid, "axes", SC_ATTR_INTS); /* moves earlier ones */
+  int64_t *ax = a ? sc_arena_array(&z->L->arena, 1, sizeof *ax) : NULL;
+  if (!ax) return nomem(z), -1;
+  ax[0] = axis;
+  a->ints = ax;
+  a->n = 1;
+  for (int32_t k = 0; k < s->n_dim_axes[axis]; k++) {
+    int32_t w = new_value(z, xv.name, xv.dtype, xv.rank, dims, &r);
+    int32_t cn = w < 0 ? -1 : emit(z, SC_OP_ALL_REDUCE, &y, 1, &w, 1);
+    if (cn < 0 || attr_axes(z, cn, s->dim_axes[axis][k]) != SC_OK) return w < 0 ? (lerr(z), -1) : -1;
+    sc_attr *o = sc_node_add_attr(z->L, cn, "op", SC_ATTR_STRING);
+    if (!o) return nomem(z), -1;
+    o->s = red;
+    y = w;
+  }
+  return y;
+}
+
+/* SC_SHARD_EXPAND_SPLIT_SOFTMAX (shard_rule.h): x's pieces normalised over
+ * the group: m = max, z = x - m, e = exp z, s = sum e; Softmax e / s,
+ * LogSoftmax z - log s, into out. */
+static sc_status split_softmax(lz *z, const sc_node *gn, const sc_sharding *s, int32_t x,
+                               int32_t out) {
+  sc_value xv = z->L->values[x];
+  int32_t axis = (int32_t)sc_attr_int(z->g, gn, "axis", -1);
+  if (axis < 0) axis += xv.rank;
+  int32_t m = group_reduce(z, SC_OP_REDUCE_MAX, x, axis, s, "max");
+  if (m < 0) return z->d->status ? z->d->status : SC_ERR_INVALID;
+  int32_t d = new_value(z, xv.name, xv.dtype, xv.rank, xv.dims, s);
+  int32_t e = new_value(z, xv.name, xv.dtype, xv.rank, xv.dims, s);
+  if (d < 0 || e < 0 || emit(z, SC_OP_SUB, (int32_t[]){x, m}, 2, &d, 1) < 0 ||
+      emit(z, SC_OP_EXP, &d, 1, &e, 1) < 0)
+    return d < 0 || e < 0 ? lerr(z) : z->d->status;
+  int32_t sum = group_reduce(z, SC_OP_REDUCE_SUM, e, axis, s, "sum");
+  if (sum < 0) return z->d->status ? z->d->status : SC_ERR_INVALID;
+  if (gn->op == SC_OP_SOFTMAX)
+    return emit(z, SC_OP_DIV, (int32_t[]){e, sum}, 2, &out, 1) < 0 ? z->d->status : SC_OK;
+  sc_value sv = z->L->values[sum];
+  sc_sharding r = *sc_graph_sharding(z->L, sum);
+  int32_t l = new_value(z, sv.name, sv.dtype, sv.rank, sv.dims, &r);
+  if (l < 0 || emit(z, SC_OP_LOG, &sum, 1, &l, 1) < 0) return l < 0 ? lerr(z) : z->d->status;
+  return emit(z, SC_OP_SUB, (int32_t[]){d, l}, 2, &out, 1) < 0 ? z->d->status : SC_OK;
+}
+
 static sc_status localize_node(lz *z, int32_t nid) {
   const sc_node *n = &z->g->nodes[nid];
   z->stage = z->p->node_stage ? z->p->node_stage[nid] : 0;
@@ -777,6 +836,10 @@ static sc_status localize_node(lz *z, int32_t nid) {
   if (st != SC_OK) goto done;
   if (c.expand == SC_SHARD_EXPAND_MASKED_GATHER) {
     st = masked_gather(z, n, want, lin, lout[0]);
+    goto outputs;
+  }
+  if (c.expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX) {
+    st = split_softmax(z, n, &want[0], lin[0], lout[0]);
     goto outputs;
   }
   {

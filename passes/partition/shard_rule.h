@@ -25,7 +25,9 @@
  *   - ask for want[i].partial only ⊆ in[i].partial, with one exception: a
  *     constant input (sc_value_has_data in the global graph) may be asked
  *     to be partial (the partitioner gives its data to the group's first
- *     rank and zeros to the others) — how a bias joins a row-parallel
+ *     rank and zeros to the others), and so may a float value that is not
+ *     partial (the partitioner multiplies it by a partial 1) — how a bias,
+ *     constant or a training step's parameter, joins a row-parallel
  *     product's pending sum.
  * Every axis at most once per sharding (sc_sharding_validate), and split
  * dims divisible: the rule checks divisibility with sc_shard_divides and
@@ -48,6 +50,12 @@ typedef enum sc_shard_expand {
    * partitioner emits the masked form (Sub offset, range mask, Where,
    * Gather, Mul). */
   SC_SHARD_EXPAND_MASKED_GATHER,
+  /* Softmax / LogSoftmax over a dim split along (non-strided) axes: each
+   * rank normalises its piece with the group's maximum and sum (two small
+   * all-reduces of [.., 1] values: max, then sum), so the split stays —
+   * Megatron's vocabulary-parallel cross-entropy, without gathering the
+   * logits. out = in. */
+  SC_SHARD_EXPAND_SPLIT_SOFTMAX,
 } sc_shard_expand;
 
 typedef struct sc_shard_ctx {

@@ -356,8 +356,17 @@ sc_status sc_shard_matmul(sc_shard_ctx *c) {
   return SC_OK;
 }
 
-/* Y = alpha·A'·B' + beta·C: C joins a pending sum as a partial constant (or
- * when it already is one over the same axes); otherwise no pending sum. */
+/* Whether v, not partial now (in), may be asked to join a pending sum: a
+ * constant (its data goes to the group's first rank), or a float value the
+ * partitioner multiplies by a partial 1 (a training step's bias, an input
+ * of the step like any computed value). */
+static bool can_join_sum(const sc_value *v, const sc_sharding *in) {
+  return sc_value_has_data(v) ||
+         (in->partial == 0 && (v->dtype == SC_DTYPE_F32 || v->dtype == SC_DTYPE_F64));
+}
+
+/* Y = alpha·A'·B' + beta·C: C joins a pending sum (or already is one over
+ * the same axes); otherwise no pending sum. */
 sc_status sc_shard_gemm(sc_shard_ctx *c) {
   const sc_value *va = inv(c, 0), *vb = inv(c, 1), *vc = inv(c, 2), *vo = outv(c, 0);
   if (va->rank != 2 || vb->rank != 2 || vo->rank != 2) return sc_shard_replicate_all(c);
@@ -368,7 +377,7 @@ sc_status sc_shard_gemm(sc_shard_ctx *c) {
   if (!vc) return SC_OK;
   sc_sharding *wc = &c->want[2], *o = &c->out[0];
   sc_axes part = o->partial;
-  if (part && !sc_value_has_data(vc) && c->in[2].partial != part) {
+  if (part && c->in[2].partial != part && !can_join_sum(vc, &c->in[2])) {
     /* C cannot join the pending sum: contract whole */
     if (kaxes) {
       sc_shard_unsplit_dim(&c->want[0], p.ak);
@@ -391,6 +400,13 @@ sc_status sc_shard_softmax(sc_shard_ctx *c) {
   int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", -1), inv(c, 0)->rank);
   if (axis < 0) return sc_shard_replicate_all(c);
   c->want[0].partial = 0;
+  bool f32 = inv(c, 0)->dtype == SC_DTYPE_F32;
+  if (f32 && (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX) &&
+      c->want[0].n_dim_axes[axis] > 0 && sc_sharding_stride(&c->want[0], axis) == 1) {
+    c->out[0] = c->want[0]; /* normalised across the group (shard_rule.h) */
+    c->expand = SC_SHARD_EXPAND_SPLIT_SOFTMAX;
+    return SC_OK;
+  }
   sc_shard_unsplit_dim(&c->want[0], axis);
   c->out[0] = c->want[0];
   return SC_OK;
@@ -514,9 +530,23 @@ sc_status sc_shard_concat(sc_shard_ctx *c) {
     if (!inv(c, i) || c->in[i].partial != p) p = 0;
   if (p & used) p = 0;
   c->out[0].partial = p;
+  /* the inverse of Split's strided case: n equal inputs split alike along
+   * the axis (the gradients of a fused QKV projection's q, k and v, each
+   * split by heads) concatenate into that dim with n times their stride */
+  int32_t n = c->n->n_inputs;
+  bool alike = n > 1 && c->in[0].n_dim_axes[axis] > 0 && !(dim_mask(&c->in[0], axis) & (used | p));
+  for (int32_t i = 0; alike && i < n; i++)
+    alike = inv(c, i) && inv(c, i)->dims[axis] == inv(c, 0)->dims[axis] &&
+            same_dim(&c->in[i], axis, &c->in[0], axis);
+  int64_t k = sc_sharding_stride(&c->in[0], axis) * n;
+  if (alike && k <= 255) {
+    sc_shard_copy_dim(&c->out[0], axis, &c->in[0], axis);
+    c->out[0].stride[axis] = (uint8_t)k;
+  }
   for (int32_t i = 0; i < c->n->n_inputs; i++) {
     if (!inv(c, i)) continue;
     c->want[i] = c->out[0];
+    if (alike && k <= 255) c->want[i].stride[axis] = c->in[0].stride[axis];
   }
   return SC_OK;
 }
@@ -650,11 +680,15 @@ static bool result_ok(const sc_shard_ctx *c) {
   for (int32_t i = 0; i < c->n->n_inputs; i++) {
     const sc_value *v = inv(c, i);
     if (!fits(&c->want[i], c->mesh, v)) return false;
-    if (v && (c->want[i].partial & ~c->in[i].partial) && !sc_value_has_data(v)) return false;
+    if (v && (c->want[i].partial & ~c->in[i].partial) && !can_join_sum(v, &c->in[i]))
+      return false;
   }
   for (int32_t j = 0; j < c->n->n_outputs; j++)
     if (!fits(&c->out[j], c->mesh, outv(c, j))) return false;
-  return c->expand == SC_SHARD_EXPAND_NONE || c->n->op == SC_OP_GATHER;
+  return c->expand == SC_SHARD_EXPAND_NONE ||
+         (c->expand == SC_SHARD_EXPAND_MASKED_GATHER && c->n->op == SC_OP_GATHER) ||
+         (c->expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX &&
+          (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX));
 }
 
 /* Sets the contract's entry state, runs rule and checks its result. */

@@ -37,6 +37,11 @@ Also:
     dp=2 all-reduces 2Ψ(n−1)/n; besides, only the loss's and the norm's
     scalars; each to the byte. The planned arena per rank is the one
     `shardc train --mesh` allocates;
+  - GPT-2 at tp=2 trains with nothing computed whole (no fallback warning):
+    the logits stay split by vocabulary (the log-softmax takes the group's
+    max and sum: two all-reduces of [b, s, 1], no all-gather of the logits),
+    the fused QKV projection's backward stays split by heads; the step's
+    all-gathers move under 4 KiB (the column-parallel biases' gradients);
   - memory per rank (the same plans, AdamW in fp32: 4 bytes of weight and
     8 of moments per parameter): the parameters take 4Ψ/n under ZeRO-3 and
     4Ψ otherwise, the optimizer state 8Ψ/n under ZeRO >= 1 and 8Ψ under
@@ -173,6 +178,9 @@ def main():
                 what = " ".join(res["mesh"])
                 if not check(res["p"].returncode == 0, f"{name} {what}: {res['p'].stderr[-800:]}"):
                     continue
+                if name == "gpt2" and res["mesh"] == ["--mesh", "tp=2"]:
+                    check("fallback" not in res["p"].stderr,
+                          f"gpt2 tp=2: nodes computed whole: {res['p'].stderr[-800:]}")
                 worst = compare(name, what, ref, res, init, 2e-2 if "adamw" in opts else 2e-4)
                 arena = arena_of(res["p"].stdout)
                 print(f"{name:6s} {what:40s} loss rel diff {worst:.2e}  arena/rank {arena} "
@@ -257,6 +265,16 @@ def main():
                          "--threads", "1"] + mesh)
                 check(q.returncode == 0 and arena_of(q.stdout) == j["arena"],
                       f"fsdp=2: planned arena {j['arena']} vs allocated {arena_of(q.stdout)}")
+
+        # tensor parallel: no logits gathered, QKV backward split
+        gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
+        p = subprocess.run([SHARDC, "plan", gpt2, "--train", "--dim", "batch=4", "--json",
+                            "--optimizer", "adamw", "--mesh", "tp=2"], capture_output=True,
+                           text=True, timeout=300)
+        if check(p.returncode == 0, f"plan gpt2 tp=2: {p.stderr[-500:]}"):
+            ag = sum(c["sent"] for c in json.loads(p.stdout)["collectives"]
+                     if c["op"] == "AllGather")
+            check(ag < 4096, f"gpt2 tp=2: all-gathers send {ag} bytes per rank")
 
         # a failing rank ends the job
         env = dict(os.environ, SHARDC_FAIL_RANK="1")

@@ -94,6 +94,8 @@ static void expect_rule(const char *mesh, const char *body, const char *ins,
   }
   if (c.expand == SC_SHARD_EXPAND_MASKED_GATHER)
     snprintf(got + len, sizeof got - len, " (masked)");
+  if (c.expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX)
+    snprintf(got + len, sizeof got - len, " (split softmax)");
   if (strcmp(got, expected) != 0)
     fail_msg("\n  got  %s\n  want %s\n--- graph ---\n%s", got, expected, text);
   sc_graph_destroy(g);
@@ -204,10 +206,12 @@ static void test_gemm(void **state) {
               "[dp,tp] | [tp,_]", "[dp,tp] | [tp,_] | [_] partial(tp) -> [dp,_] partial(tp)");
   /* column split: the bias is split like N */
   expect_rule(DT, g, "[dp,_] | [_,tp]", "[dp,_] | [_,tp] | [tp] -> [dp,tp]");
-  /* a computed bias cannot join: K is gathered */
+  /* a computed float bias joins too (times a partial 1: a training step's
+   * bias); a computed int bias cannot: K is gathered */
   const char *gx = "  input %a : f32[4,16]\n  param %b : f32[16,8]\n  input %c : f32[8]\n"
                    "  %y = Gemm(%a, %b, %c) \"n\"\n";
-  expect_rule(DT, gx, "[_,tp] | [tp,_]", "[_,_] | [_,_] | [_] -> [_,_]");
+  expect_rule(DT, gx, "[_,tp] | [tp,_]", "[_,tp] | [tp,_] | [_] partial(tp) -> [_,_] partial(tp)");
+  expect_rule(DT, gx, "[_,tp] | [tp,_] | [_] partial(dp)", "[_,_] | [_,_] | [_] -> [_,_]");
   /* transB: B is [N,K] */
   const char *gt = "  input %a : f32[4,16]\n  param %b : f32[8,16]\n"
                    "  %y = Gemm(%a, %b) {transB = 1} \"n\"\n";
@@ -260,7 +264,14 @@ static void test_transpose_split(void **state) {
 
 static void test_softmax_norm(void **state) {
   (void)state;
+  /* over a split axis: normalised across the group, the split stays
+   * (vocabulary-parallel cross-entropy) */
   expect_rule(DT, "  input %x : f32[2,8,16]\n  %y = Softmax(%x) \"n\"\n", "[dp,_,tp]",
+              "[dp,_,tp] -> [dp,_,tp] (split softmax)");
+  expect_rule(DT, "  input %x : f32[2,8,16]\n  %y = LogSoftmax(%x) \"n\"\n",
+              "[_,_,tp] partial(dp)", "[_,_,tp] -> [_,_,tp] (split softmax)");
+  /* a strided split is gathered */
+  expect_rule(DT, "  input %x : f32[2,8,16]\n  %y = Softmax(%x) \"n\"\n", "[dp,_,2*tp]",
               "[dp,_,_] -> [dp,_,_]");
   expect_rule(DT, "  input %x : f32[2,8,16]\n  %y = Softmax(%x) {axis = 1} \"n\"\n",
               "[dp,_,tp]", "[dp,_,tp] -> [dp,_,tp]");
@@ -325,7 +336,13 @@ static void test_concat_slice_expand(void **state) {
   (void)state;
   const char *cat = "  input %a : f32[4,8]\n  input %b : f32[4,8]\n"
                     "  %y = Concat(%a, %b) {axis = 1} \"n\"\n";
-  expect_rule(DT, cat, "[dp,tp] | [_,tp]", "[dp,_] | [dp,_] -> [dp,_]");
+  /* equal inputs split alike along the axis: a strided split (the inverse
+   * of Split's; a fused QKV projection's gradient) */
+  expect_rule(DT, cat, "[dp,tp] | [_,tp]", "[dp,tp] | [dp,tp] -> [dp,2*tp]");
+  expect_rule(DT, cat, "[dp,tp] | [_,_]", "[dp,_] | [dp,_] -> [dp,_]");
+  const char *cat2 = "  input %a : f32[4,8]\n  input %b : f32[4,4]\n"
+                     "  %y = Concat(%a, %b) {axis = 1} \"n\"\n";
+  expect_rule(DT, cat2, "[_,tp] | [_,tp]", "[_,_] | [_,_] -> [_,_]");
   expect_rule(DT, cat, "[] partial(tp) | [dp,_] partial(tp)",
               "[dp,_] partial(tp) | [dp,_] partial(tp) -> [dp,_] partial(tp)");
   const char *sl = "  input %x : f32[4,8]\n  const %s : i64[1] = [2]\n  const %e : i64[1] = [6]\n"
