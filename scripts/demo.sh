@@ -4,7 +4,10 @@
 # seeded inputs, prints its outputs and compares them with onnxruntime; then
 # partitions it over 4 in-process ranks (tp=2 x pp=2): prints the plan,
 # compiles one artifact (both stages' programs, each rank's weight shard),
-# runs it and shows that its outputs equal the single-rank ones.
+# runs it and shows that its outputs equal the single-rank ones. Then trains
+# a tiny transformer to reverse digits, exports and runs it; and trains it
+# again over 4 in-process ranks (fsdp=2 x tp=2: ZeRO-3 and tensor parallel)
+# beside one rank, showing that the loss curves are the same.
 # Every figure printed says what it is: `shardc run` prints each output as
 # "NAME DTYPE[SHAPE] [its first values] -> FILE" (announced before it).
 set -euo pipefail
@@ -104,4 +107,34 @@ for s, p in zip(seqs, pred):
 print(f"loss: {first:.3f} at step 1, {last:.4f} (mean of the last 20 steps); "
       f"{right} of {len(seqs)} unseen sequences reversed exactly")
 sys.exit(0 if last < 0.5 * first else 1)
+PY
+
+echo
+echo "== distributed training: the same model over 4 in-process ranks (--mesh fsdp=2,tp=2:"
+echo "   ZeRO-3 sharding of weights, gradients and AdamW state, and tensor parallelism),"
+echo "   100 steps beside one rank with the same data and options"
+for mesh in "" "fsdp=2,tp=2"; do
+  tag=${mesh:-one}
+  "$SHARDC" train "$R/reverse.onnx" --data x="$R/train_x.npy" --labels "$R/train_y.npy" \
+    --dim batch=32 --steps 100 --optimizer adamw --lr 3e-3 --weight-decay 0 \
+    --log-json "$R/log_$tag.jsonl" --quiet ${mesh:+--mesh "$mesh"} 2> "$R/stderr_$tag.txt" \
+    || { cat "$R/stderr_$tag.txt" >&2; exit 1; }
+done
+"$SHARDC" plan "$R/reverse.onnx" --train --dim batch=32 --optimizer adamw --weight-decay 0 \
+  --mesh fsdp=2,tp=2 | sed -n '/^mesh/p;/^  params/p;/^  optimizer state/p;/^  arena/p;/sent per rank/p'
+"$PY" - "$R" <<'PY'
+import json, sys
+r = sys.argv[1]
+one = [json.loads(line) for line in open(f"{r}/log_one.jsonl")]
+four = [json.loads(line) for line in open(f"{r}/log_fsdp=2,tp=2.jsonl")]
+print("step   loss on one rank   loss on four ranks")
+for a, b in zip(one, four):
+    if a["step"] in (1, 10, 25, 50, 75, 100):
+        print(f"{a['step']:4d}   {a['loss']:16.6f}   {b['loss']:17.6f}")
+worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(one, four))
+ok = len(one) == len(four) == 100 and all(
+    abs(a["loss"] - b["loss"]) <= 1e-4 * abs(a["loss"]) + 1e-6 for a, b in zip(one, four))
+print(f"max |4 ranks - 1 rank| loss over the 100 steps: {worst:.2e} "
+      f"({'within' if ok else 'OUTSIDE'} 1e-4 relative + 1e-6: the same training, to fp32 rounding)")
+sys.exit(0 if ok else 1)
 PY

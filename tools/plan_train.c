@@ -165,7 +165,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json,
              (long long)cm[i].sent);
     }
     printf("  sent per rank per step: %lld bytes = %.4f Psi (Psi = %.0f bytes, the trainable "
-           "parameters in fp32); the ZeRO paper's figure for this mesh: %.4f Psi\n",
+           "parameters in fp32); the ZeRO paper's figure for its data-parallel axes: %.4f Psi\n",
            (long long)sent, psi > 0 ? (double)sent / psi : 0.0, psi, zero_figure(part));
   }
   sc_free(cm);

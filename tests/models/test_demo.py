@@ -43,7 +43,8 @@ def main():
             failures.append(f"unlabelled line: {ln!r}")
     for want in ("graph passes (bind-dims, infer-shapes, fold, dce, fuse):",
                  "compile (passes, lowering, memory plan):", "one run on", "activation arena:",
-                 "max |shardc - onnxruntime|", "max |4 ranks - 1 rank|"):
+                 "max |shardc - onnxruntime|", "max |4 ranks - 1 rank|",
+                 "max |4 ranks - 1 rank| loss"):
         if not any(want in ln for ln in lines):
             failures.append(f"no line with '{want}'")
     for f in failures:
