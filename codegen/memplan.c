@@ -214,11 +214,6 @@ static int cmp_slot_order(const void *x, const void *y) {
   if (a->first != b->first) return a->first < b->first ? -1 : 1;
   return a->id < b->id ? -1 : a->id > b->id;
 }
-static int cmp_slot_offset(const void *x, const void *y) {
-  const slot *a = &sort_slots_base[*(const int32_t *)x], *b = &sort_slots_base[*(const int32_t *)y];
-  if (a->offset != b->offset) return a->offset < b->offset ? -1 : 1;
-  return a->id < b->id ? -1 : a->id > b->id;
-}
 
 static int32_t find(int32_t *parent, int32_t x) {
   while (parent[x] != x) x = parent[x] = parent[parent[x]];
@@ -315,18 +310,12 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
       sl->offset = 0;
       continue;
     }
-    int32_t nc = 0;
+    /* placed is kept in (offset, id) order: the slots live at the same
+     * time as this one are met in that order, no sort per slot */
+    int64_t cur = 0, best = -1, best_gap = INT64_MAX;
     for (int32_t j = 0; j < n_placed; j++) {
       const slot *o = &slots[placed[j]];
-      if (o->first <= sl->last && sl->first <= o->last) placed[n_placed + nc++] = placed[j];
-    }
-    /* conflicting slots sit in placed[n_placed .. n_placed+nc) */
-    int32_t *conf = placed + n_placed;
-    sort_slots_base = slots;
-    qsort(conf, (size_t)nc, sizeof *conf, cmp_slot_offset);
-    int64_t cur = 0, best = -1, best_gap = INT64_MAX;
-    for (int32_t j = 0; j < nc; j++) {
-      const slot *o = &slots[conf[j]];
+      if (!(o->first <= sl->last && sl->first <= o->last)) continue;
       if (o->offset > cur) {
         int64_t gap = o->offset - cur;
         if (gap >= sl->bytes && gap < best_gap) {
@@ -345,7 +334,16 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
       goto done;
     }
     if (end > peak) peak = end;
-    placed[n_placed++] = order[oi];
+    int32_t lo = 0, hi = n_placed; /* the first placed slot after this one */
+    while (lo < hi) {
+      int32_t mid = lo + (hi - lo) / 2;
+      const slot *o = &slots[placed[mid]];
+      if (o->offset < sl->offset || (o->offset == sl->offset && o->id < sl->id)) lo = mid + 1;
+      else hi = mid;
+    }
+    memmove(placed + lo + 1, placed + lo, (size_t)(n_placed - lo) * sizeof *placed);
+    placed[lo] = order[oi];
+    n_placed++;
   }
   for (int32_t i = 0; i < p->n_buffers; i++) {
     if (p->buffers[i].kind == SC_BUF_VIEW) continue;
@@ -365,6 +363,15 @@ done:
 
 static const char *bname(const sc_program *p, int32_t b) {
   return p->buffers[b].name ? p->buffers[b].name : "";
+}
+
+static const life *sort_life;
+/* By first step, then id. */
+static int cmp_first_step(const void *x, const void *y) {
+  int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+  if (sort_life->first[a] != sort_life->first[b])
+    return sort_life->first[a] < sort_life->first[b] ? -1 : 1;
+  return a < b ? -1 : a > b;
 }
 
 sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
@@ -419,15 +426,30 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
                        bname(p, i), (int)i, (long long)b->offset, (long long)b->bytes,
                        (long long)p->arena_bytes);
   }
-  for (int32_t i = 0; i < p->n_buffers && st == SC_OK; i++) {
-    if (l.root[i] != i || p->buffers[i].bytes == 0) continue;
-    const sc_buffer *a = &p->buffers[i];
-    for (int32_t j = i + 1; j < p->n_buffers && st == SC_OK; j++) {
-      if (l.root[j] != j || p->buffers[j].bytes == 0) continue;
-      const sc_buffer *b = &p->buffers[j];
-      bool time = l.first[i] <= l.last[j] && l.first[j] <= l.last[i];
+  /* every pair live together, by a sweep over the steps: roots in order of
+   * their first step, each compared with those still live (not all pairs:
+   * a big step has thousands of buffers, a few hundred live at once) */
+  int32_t *ord = sc_malloc(((size_t)p->n_buffers + 1) * sizeof *ord);
+  int32_t *act = sc_malloc(((size_t)p->n_buffers + 1) * sizeof *act);
+  int32_t n_ord = 0, n_act = 0;
+  if (st == SC_OK && (!ord || !act))
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "memory plan: out of memory");
+  for (int32_t i = 0; st == SC_OK && i < p->n_buffers; i++)
+    if (l.root[i] == i && p->buffers[i].bytes != 0) ord[n_ord++] = i;
+  if (st == SC_OK) {
+    sort_life = &l;
+    qsort(ord, (size_t)n_ord, sizeof *ord, cmp_first_step);
+  }
+  for (int32_t oi = 0; oi < n_ord && st == SC_OK; oi++) {
+    int32_t cur = ord[oi], k = 0;
+    for (int32_t q = 0; q < n_act; q++) /* drop what died before cur is born */
+      if (l.last[act[q]] >= l.first[cur]) act[k++] = act[q];
+    n_act = k;
+    for (int32_t q = 0; q < n_act && st == SC_OK; q++) {
+      int32_t i = act[q] < cur ? act[q] : cur, j = act[q] < cur ? cur : act[q];
+      const sc_buffer *a = &p->buffers[i], *b = &p->buffers[j];
       bool space = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
-      if (!time || !space) continue;
+      if (!space) continue;
       /* a legal in-place pair: one dies at the kernel step the other is born */
       if (a->offset == b->offset && a->bytes == b->bytes) {
         if (pair[i] == j) continue; /* a state pair, checked above */
@@ -441,13 +463,15 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
                        (long long)(a->offset + a->bytes), bname(p, j), (int)j, (int)l.first[j],
                        (int)l.last[j], (long long)b->offset, (long long)(b->offset + b->bytes));
     }
+    act[n_act++] = cur;
   }
+  sc_free(ord);
+  sc_free(act);
   life_free(&l);
   sc_free(pair);
   return st;
 }
 
-static const life *sort_life;
 static const sc_program *sort_prog;
 /* By offset, then first step (then id). */
 static int cmp_slot_first(const void *x, const void *y) {

@@ -51,6 +51,7 @@ void sc_graph_destroy(sc_graph *g) {
   sc_free(g->inputs);
   sc_free(g->outputs);
   sc_free(g->name_index);
+  sc_free(g->suffix);
   sc_arena_free(&g->arena);
   sc_free(g);
 }
@@ -143,12 +144,40 @@ nomem:
   return -1;
 }
 
+/* The memo slot of base (found, or the empty one where it goes); NULL when
+ * the table is full or cannot grow. */
+static struct sc_suffix_memo *suffix_slot(sc_graph *g, const char *base) {
+  if ((g->n_suffix + 1) * 2 > g->suffix_cap) {
+    uint32_t cap = g->suffix_cap ? g->suffix_cap * 2 : 64;
+    struct sc_suffix_memo *t = sc_calloc(cap, sizeof *t);
+    if (!t) return NULL;
+    for (uint32_t i = 0; i < g->suffix_cap; i++) {
+      if (!g->suffix[i].base) continue;
+      uint32_t h = hash_str(g->suffix[i].base) & (cap - 1);
+      while (t[h].base) h = (h + 1) & (cap - 1);
+      t[h] = g->suffix[i];
+    }
+    sc_free(g->suffix);
+    g->suffix = t;
+    g->suffix_cap = cap;
+  }
+  uint32_t h = hash_str(base) & (g->suffix_cap - 1);
+  while (g->suffix[h].base && strcmp(g->suffix[h].base, base) != 0)
+    h = (h + 1) & (g->suffix_cap - 1);
+  return &g->suffix[h];
+}
+
 int32_t sc_graph_new_value(sc_graph *g, const char *base) {
-  char buf[300];
-  snprintf(buf, sizeof buf, "%.250s", base && base[0] ? base : "t");
-  for (int64_t k = 1; sc_graph_find_value(g, buf) >= 0; k++)
-    snprintf(buf, sizeof buf, "%.250s_%lld", base && base[0] ? base : "t",
-             (long long)k);
+  char stem[256], buf[300];
+  snprintf(stem, sizeof stem, "%.250s", base && base[0] ? base : "t");
+  if (sc_graph_find_value(g, stem) < 0) return sc_graph_add_value(g, stem);
+  /* base_1, base_2, ...: the first free one, probed from the memo's */
+  struct sc_suffix_memo *m = suffix_slot(g, stem);
+  int64_t k = m && m->base ? m->next : 1;
+  do snprintf(buf, sizeof buf, "%s_%lld", stem, (long long)k++);
+  while (sc_graph_find_value(g, buf) >= 0);
+  if (m && !m->base && (m->base = sc_arena_strdup(&g->arena, stem)) != NULL) g->n_suffix++;
+  if (m && m->base) m->next = k;
   return sc_graph_add_value(g, buf);
 }
 
@@ -543,6 +572,9 @@ sc_status sc_graph_compact(sc_graph *g) {
       if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
   uint32_t cap = 64;
   while (cap < (uint32_t)nv * 2 + 2) cap *= 2;
+  sc_free(g->suffix); /* names were freed: probe from 1 again */
+  g->suffix = NULL;
+  g->suffix_cap = g->n_suffix = 0;
   if (index_rebuild(g, cap) != SC_OK)
     return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
   return SC_OK;

@@ -147,6 +147,11 @@ typedef struct sc_graph {
   /* name → value id, open addressing; rebuilt by compaction */
   int32_t *name_index;
   uint32_t name_index_cap;
+  /* sc_graph_new_value's memo: per base name, the suffix to probe first
+   * (every smaller one is taken: names are only added, and compaction,
+   * which frees some, clears it); open addressing, bases in the arena */
+  struct sc_suffix_memo { const char *base; int64_t next; } *suffix;
+  uint32_t suffix_cap, n_suffix;
 
   struct { sc_cleanup_fn fn; void *p; } *cleanups;
   int32_t n_cleanups, cap_cleanups;

@@ -100,6 +100,15 @@ static bool is_weight(const sc_value *x) {
          is_float(x->dtype) && x->name;
 }
 
+/* A parameter of this step: a weight, or (shape_only) any named float
+ * initializer, data or not. */
+static bool is_param(const sc_train_opts *o, const sc_value *x) {
+  if (o->shape_only)
+    return (x->flags & SC_VALUE_PARAM) && (x->flags & SC_VALUE_CONST) && x->producer < 0 &&
+           is_float(x->dtype) && x->name;
+  return is_weight(x);
+}
+
 /* A weight that may be a tied copy or its source: 2-D, neither a graph
  * input nor output. */
 static bool is_matrix_weight(const sc_value *x) {
@@ -275,7 +284,7 @@ static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info 
   int32_t n = 0;
   for (int32_t v = 0; v < g->n_values; v++) {
     const sc_value *x = &g->values[v];
-    if (is_weight(x) && !frozen(o, x->name)) n++;
+    if (is_param(o, x) && !frozen(o, x->name)) n++;
   }
   info->params = sc_arena_array(&g->arena, (size_t)n + 1, sizeof *info->params);
   if (!info->params) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -283,7 +292,7 @@ static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info 
   int32_t nv = g->n_values;
   for (int32_t v = 0; v < nv; v++) {
     sc_value *x = &g->values[v];
-    if (!is_weight(x) || frozen(o, x->name)) continue;
+    if (!is_param(o, x) || frozen(o, x->name)) continue;
     sc_train_param *p = &info->params[info->n_params++];
     int64_t numel = 1;
     for (int32_t k = 0; k < x->rank; k++) numel *= x->dims[k];
@@ -521,7 +530,7 @@ static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
 
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d) {
   memset(info, 0, sizeof *info);
-  sc_status st = o->untie ? SC_OK : tie_weights(g, info, d);
+  sc_status st = o->untie || o->shape_only ? SC_OK : tie_weights(g, info, d);
   if (st == SC_OK) st = take_params(g, o, info, d);
   if (st != SC_OK) return st;
   sc_pass_opts po;

@@ -95,6 +95,10 @@ typedef struct sc_train_opts {
                                    0 counts as 1) */
   bool bf16;                    /* mixed precision: matrix products in bf16 */
   bool fp16;                    /* ... in fp16, with dynamic loss scaling */
+  bool shape_only;              /* the model has shapes, no weights (`plan
+                                   --train --no-weights`): every float
+                                   initializer is a parameter, nothing is
+                                   tied; such a step is planned, never run */
   bool untie;                   /* train transposed copies as parameters of
                                    their own (no tie detection) */
 } sc_train_opts;

@@ -528,14 +528,15 @@ done:
 
 /* --train: the training step's memory (per rank with --mesh). */
 static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o) {
-  if (o->dot || o->no_weights)
-    return sc_cli_usage_error("plan --train takes neither --dot nor --no-weights");
+  if (o->dot) return sc_cli_usage_error("plan --train does not take --dot");
   int rc = sc_train_args_finish(ta);
   if (rc) return rc;
   sc_build_setup bs;
   sc_build_setup_init(&bs, o);
   bs.compile.quiet = true;
   bs.build.train = &ta->t;
+  bs.build.no_weights = o->no_weights;
+  ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;
   if ((rc = sc_partition_args_build(p, o, &bs.build, &b, NULL)) != 0) return rc;
   rc = sc_plan_train_report(b, &ta->t, o->json, o->file);
