@@ -74,6 +74,7 @@
 #define SC_PASSES_TRAIN_H
 
 #include "ir/ir.h"
+#include "passes/recompute.h"
 
 typedef enum sc_loss_kind { SC_LOSS_CROSS_ENTROPY, SC_LOSS_MSE, SC_LOSS_OUTPUT } sc_loss_kind;
 typedef enum sc_optimizer_kind { SC_OPTIMIZER_SGD, SC_OPTIMIZER_ADAMW } sc_optimizer_kind;
@@ -95,6 +96,7 @@ typedef struct sc_train_opts {
                                    0 counts as 1) */
   bool bf16;                    /* mixed precision: matrix products in bf16 */
   bool fp16;                    /* ... in fp16, with dynamic loss scaling */
+  sc_recompute_kind recompute;  /* activation checkpointing (recompute.h) */
   bool shape_only;              /* the model has shapes, no weights (`plan
                                    --train --no-weights`): every float
                                    initializer is a parameter, nothing is
@@ -138,6 +140,7 @@ typedef struct sc_train_info {
   int32_t n_trainable;          /* params with a gradient */
   int64_t trainable_numel;
   int64_t classes;              /* cross-entropy: the logits' last dim */
+  sc_recompute_report recompute; /* what --recompute cloned */
   int32_t n_ties;
   sc_train_tie *ties;           /* tied copies, read through their source
                                    (in the graph's arena) */

@@ -98,6 +98,10 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json,
     else printf("null");
     printf(", \"arena\": %lld, \"constants\": %lld, \"total\": %lld", (long long)m.arena,
            (long long)m.constants, (long long)(m.arena + m.constants));
+    printf(", \"recompute\": {\"kind\": \"%s\", \"nodes\": %d, \"flops\": %.0f}",
+           t->recompute == SC_RECOMPUTE_FULL ? "full"
+           : t->recompute == SC_RECOMPUTE_SELECTIVE ? "selective" : "none",
+           (int)b->train.recompute.nodes, b->train.recompute.flops);
     if (part) {
       printf(",\n \"mesh\": ");
       json_str(mesh);
@@ -130,6 +134,13 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json,
                part->mesh.axes[part->fsdp_axis].name);
     printf("mesh %s (%lld ranks)%s: the memory below is one rank's\n", mesh,
            (long long)part->mesh.n_ranks, zero);
+  }
+  if (t->recompute != SC_RECOMPUTE_NONE) {
+    char fl[32];
+    sc_stats_format_si(b->train.recompute.flops, "FLOP", fl, sizeof fl);
+    printf("recompute %s: %d forward nodes run again before the backward, %s more per step\n",
+           t->recompute == SC_RECOMPUTE_FULL ? "full" : "selective",
+           (int)b->train.recompute.nodes, fl);
   }
   printf("\nmemory of the step (planned = allocated: one arena, allocated once):\n");
   printf("  %-18s %12s  %14s\n", "", "", "bytes");

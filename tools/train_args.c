@@ -62,6 +62,15 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
     a->t.logits = v;
     return 0;
   }
+  if (strcmp(opt, "--recompute") == 0) {
+    static const char *const kinds[] = {"none", "selective", "full"};
+    for (int k = 0; k < 3; k++)
+      if (strcmp(v, kinds[k]) == 0) {
+        a->t.recompute = (sc_recompute_kind)k;
+        return 0;
+      }
+    return sc_cli_usage_error("--recompute expects none, selective or full, got '%s'", v);
+  }
   if (strcmp(opt, "--freeze") == 0) {
     if (a->n_freeze == SC_TRAIN_ARGS_MAX_FREEZE)
       return sc_cli_usage_error("at most %d --freeze", SC_TRAIN_ARGS_MAX_FREEZE);
@@ -96,7 +105,8 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
 
 static const char *const VALUE_OPTIONS[] = {
     "--loss", "--logits", "--ignore-index", "--optimizer", "--momentum", "--weight-decay",
-    "--betas", "--eps", "--clip-grad-norm", "--grad-accum", "--precision", "--freeze", NULL};
+    "--betas", "--eps", "--clip-grad-norm", "--grad-accum", "--precision", "--freeze",
+    "--recompute", NULL};
 
 int sc_train_args_take(sc_train_args *a, int argc, char **argv, int *i) {
   const char *arg = argv[*i];
@@ -161,6 +171,9 @@ void sc_train_args_help(FILE *f) {
         "  --grad-accum K         K microbatches of B examples per optimizer step: their\n"
         "                         gradients are averaged (the loss logged is their mean)\n"
         "  --freeze GLOB          keep matching initializers fixed (repeatable)\n"
+        "  --recompute KIND       none (default), selective (each block's attention core:\n"
+        "                         scores, softmax, weighted sum) or full (each block from\n"
+        "                         its input): recomputed before the backward needs them\n"
         "  --untie                train an initializer that is another's exact transpose\n"
         "                         (an exported tied weight, GPT-2's LM head) as a\n"
         "                         parameter of its own (default: tied to that one)\n",

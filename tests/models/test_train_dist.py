@@ -19,7 +19,9 @@ Meshes: dp=2; fsdp=2 with --zero 1, 2 and 3; dp=2 x fsdp=2 (HSDP);
 --hybrid-shard-degree 2 on dp=4; tp=2 with and without
 --sequence-parallel; fsdp=2 x tp=2. GPT-2 (tied embedding and LM head,
 AdamW with clipping) and the MLP (SGD with momentum and weight decay) run
-all of them, Llama and ViT a subset.
+all of them, Llama and ViT a subset. GPT-2 also with --recompute selective
+and full, on one rank and under fsdp=2 x tp=2 (recomputing runs the same
+operations again: measured bit-identical).
 
 Also:
   - memory: under fsdp=2 (ZeRO-3) each rank's arena is smaller than under
@@ -81,7 +83,9 @@ SAMPLES = {
              "--weight-decay", "0.01"], ALL),
     "gpt2": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
              lambda r: r.randint(0, 1000, (8, 16)),
-             ["--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"], ALL),
+             ["--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"],
+            ALL + [["--recompute", "selective"], ["--recompute", "full"],
+                   ["--mesh", "fsdp=2,tp=2", "--recompute", "full"]]),
     "llama": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
               lambda r: r.randint(0, 1000, (8, 16)),
               ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"], SOME),
@@ -265,6 +269,25 @@ def main():
                          "--threads", "1"] + mesh)
                 check(q.returncode == 0 and arena_of(q.stdout) == j["arena"],
                       f"fsdp=2: planned arena {j['arena']} vs allocated {arena_of(q.stdout)}")
+
+        # recompute: the activations live at the peak shrink, and the plan says
+        # what is recomputed
+        acts = {}
+        for kind in ("none", "selective", "full"):
+            p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", "gpt2.onnx"),
+                                "--train", "--dim", "batch=4", "--json", "--optimizer", "adamw",
+                                "--recompute", kind], capture_output=True, text=True, timeout=300)
+            if check(p.returncode == 0, f"plan --recompute {kind}: {p.stderr[-500:]}"):
+                j = json.loads(p.stdout)
+                acts[kind] = j["live"]["activations"]
+                rc = j["recompute"]
+                check(rc["kind"] == kind and (rc["nodes"] > 0) == (kind != "none"),
+                      f"plan --recompute {kind}: {rc}")
+        if len(acts) == 3:
+            print(f"gpt2 activations at the peak: none {acts['none']}, selective "
+                  f"{acts['selective']}, full {acts['full']}")
+            check(acts["full"] < acts["selective"] < acts["none"],
+                  f"gpt2 activations at the peak by recompute: {acts}")
 
         # tensor parallel: no logits gathered, QKV backward split
         gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")

@@ -1,0 +1,266 @@
+/* recompute.c — activation checkpointing as a graph rewrite (recompute.h).
+ *
+ * After autodiff the backward reads forward values ("saved activations"),
+ * which then live from the forward to the backward. Recomputing a set R of
+ * forward nodes means: clone R's nodes (in order), make the backward read
+ * the clones instead of R's INTERNAL outputs — those the forward reads only
+ * within the block — and place each block's clones right before the first
+ * backward node that reads one. A clone reads the clone of an internal
+ * value and the original of anything else (the block's input, a
+ * parameter, a value that leaves the block: those stay saved). The
+ * originals of internal values then die in the forward.
+ *
+ * R per transformer block (blocks: passes/stats.h's key, "transformer.h",
+ * "model.layers"; a node without an index of its own takes its producers'
+ * largest):
+ *   full       every forward node of the block: the block's input (and the
+ *              parameters) is all that stays saved;
+ *   selective  the attention core, as Korthikanti et al. recompute it: each
+ *              Softmax of the block, the elementwise ops between it and the
+ *              score product (scale, mask), and that product — what the
+ *              backward reads of it is then q, k, v and the mask.
+ * Nodes outside every block (embedding, final norm, LM head, loss) are
+ * never recomputed. Every clone is a new node "<name>/recompute" with
+ * outputs "<value>/recompute", so the rest of the compiler sees ordinary
+ * IR: fusion, the memory plan and the partitioner treat them as any node. */
+#include "passes/recompute.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "passes/stats.h"
+
+static sc_status nomem(sc_diag *d) {
+  return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+/* Block of each forward node (-1: outside). */
+static sc_status node_blocks(sc_graph *g, int32_t n_fwd, int64_t *blk, sc_diag *d) {
+  sc_stats s;
+  if (sc_stats_begin(g, &s) != SC_OK) {
+    *d = g->diag;
+    return d->status;
+  }
+  int64_t *vblk = sc_calloc((size_t)g->n_values + 1, sizeof *vblk);
+  if (!vblk) {
+    sc_stats_free(&s);
+    return nomem(d);
+  }
+  for (int32_t v = 0; v < g->n_values; v++) vblk[v] = -1;
+  for (int32_t i = 0; i < n_fwd; i++) {
+    const sc_node *n = &g->nodes[i];
+    int64_t b = s.block_key ? sc_stats_block_of_name(s.block_key, n->name) : -1;
+    if (b < 0 && s.block_key) /* no index of its own: its producers' largest */
+      for (int32_t k = 0; k < n->n_inputs; k++)
+        if (n->inputs[k] >= 0 && vblk[n->inputs[k]] > b) b = vblk[n->inputs[k]];
+    blk[i] = b;
+    for (int32_t j = 0; j < n->n_outputs; j++)
+      if (n->outputs[j] >= 0) vblk[n->outputs[j]] = b;
+  }
+  sc_free(vblk);
+  sc_stats_free(&s);
+  return SC_OK;
+}
+
+static bool is_elementwise_step(sc_op op) {
+  return op == SC_OP_ADD || op == SC_OP_SUB || op == SC_OP_MUL || op == SC_OP_DIV ||
+         op == SC_OP_WHERE || op == SC_OP_CAST;
+}
+
+/* selective: each Softmax's attention core into in_r[]. */
+static void attention_core(const sc_graph *g, int32_t n_fwd, const int64_t *blk, bool *in_r) {
+  for (int32_t i = 0; i < n_fwd; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (n->op != SC_OP_SOFTMAX || blk[i] < 0 || (n->flags & SC_NODE_DEAD)) continue;
+    /* back through scale and mask to the score product */
+    int32_t chain[16], nc = 0, v = n->inputs[0];
+    bool found = false;
+    while (v >= 0 && nc < 16) {
+      int32_t p = g->values[v].producer;
+      if (p < 0 || p >= n_fwd || blk[p] != blk[i]) break;
+      chain[nc++] = p;
+      if (g->nodes[p].op == SC_OP_MATMUL) {
+        found = true;
+        break;
+      }
+      if (!is_elementwise_step(g->nodes[p].op)) break;
+      /* the scores: the first float input of the node's own shape computed
+       * in the block (not a mask, a broadcast bias or a scale) */
+      const sc_value *o = &g->values[g->nodes[p].outputs[0]];
+      int32_t next = -1;
+      for (int32_t k = 0; k < g->nodes[p].n_inputs && next < 0; k++) {
+        int32_t x = g->nodes[p].inputs[k];
+        int32_t q = x >= 0 ? g->values[x].producer : -1;
+        const sc_value *xv = x >= 0 ? &g->values[x] : NULL;
+        if (q >= 0 && q < n_fwd && blk[q] == blk[i] && xv->dtype == o->dtype &&
+            xv->rank == o->rank && memcmp(xv->dims, o->dims, (size_t)o->rank * sizeof *o->dims) == 0)
+          next = x;
+      }
+      v = next;
+    }
+    if (!found) continue;
+    in_r[i] = true;
+    for (int32_t k = 0; k < nc; k++) in_r[chain[k]] = true;
+  }
+}
+
+sc_status sc_recompute(sc_graph *g, sc_recompute_kind kind, int32_t n_fwd,
+                       sc_recompute_report *r, sc_diag *d) {
+  memset(r, 0, sizeof *r);
+  if (kind == SC_RECOMPUTE_NONE || n_fwd <= 0) return SC_OK;
+  int32_t nn = g->n_nodes, nv = g->n_values;
+  int64_t *blk = sc_calloc((size_t)nn + 1, sizeof *blk);
+  bool *in_r = sc_calloc((size_t)nn + 1, sizeof *in_r);
+  int32_t *clone_of = sc_malloc(((size_t)nv + 1) * sizeof *clone_of); /* value -> clone */
+  sc_status st = blk && in_r && clone_of ? SC_OK : nomem(d);
+  if (st == SC_OK) st = node_blocks(g, n_fwd, blk, d);
+  if (st == SC_OK) {
+    for (int32_t v = 0; v < nv; v++) clone_of[v] = -1;
+    if (kind == SC_RECOMPUTE_FULL)
+      for (int32_t i = 0; i < n_fwd; i++) in_r[i] = blk[i] >= 0 && !(g->nodes[i].flags & SC_NODE_DEAD);
+    else
+      attention_core(g, n_fwd, blk, in_r);
+  }
+  /* internal values: produced in R, read in the forward only by nodes of
+   * the same block */
+  bool *internal = st == SC_OK ? sc_calloc((size_t)nv + 1, sizeof *internal) : NULL;
+  if (st == SC_OK && !internal) st = nomem(d);
+  for (int32_t i = 0; st == SC_OK && i < n_fwd; i++)
+    for (int32_t j = 0; in_r[i] && j < g->nodes[i].n_outputs; j++)
+      if (g->nodes[i].outputs[j] >= 0 && !(g->values[g->nodes[i].outputs[j]].flags & SC_VALUE_OUTPUT))
+        internal[g->nodes[i].outputs[j]] = true;
+  for (int32_t i = 0; st == SC_OK && i < n_fwd; i++) {
+    const sc_node *n = &g->nodes[i];
+    for (int32_t k = 0; k < n->n_inputs; k++) {
+      int32_t x = n->inputs[k], p = x >= 0 ? g->values[x].producer : -1;
+      if (p >= 0 && internal[x] && blk[p] != blk[i]) internal[x] = false;
+    }
+  }
+  /* where each block's backward first reads an internal value: the
+   * clones of that block go right before it */
+  int64_t n_blocks = 0;
+  for (int32_t i = 0; st == SC_OK && i < n_fwd; i++)
+    if (blk[i] + 1 > n_blocks) n_blocks = blk[i] + 1;
+  int32_t *insert_at = st == SC_OK ? sc_malloc(((size_t)n_blocks + 1) * sizeof *insert_at) : NULL;
+  if (st == SC_OK && !insert_at) st = nomem(d);
+  for (int64_t b = 0; st == SC_OK && b < n_blocks; b++) insert_at[b] = -1;
+  for (int32_t i = n_fwd; st == SC_OK && i < nn; i++) {
+    const sc_node *n = &g->nodes[i];
+    for (int32_t k = 0; k < n->n_inputs; k++) {
+      int32_t x = n->inputs[k], p = x >= 0 ? g->values[x].producer : -1;
+      if (p < 0 || p >= n_fwd || !internal[x]) continue;
+      if (insert_at[blk[p]] < 0) insert_at[blk[p]] = i;
+    }
+  }
+  /* clone each block's R (in forward order), appended at the end for now */
+  int32_t n_clones = 0;
+  for (int64_t b = 0; st == SC_OK && b < n_blocks; b++) {
+    if (insert_at[b] < 0) continue; /* nothing of it is read by the backward */
+    for (int32_t i = 0; st == SC_OK && i < n_fwd; i++) {
+      if (!in_r[i] || blk[i] != b) continue;
+      const sc_node src = g->nodes[i]; /* a copy: adding nodes moves the array */
+      int32_t ins[64], outs[64];
+      if (src.n_inputs > 64 || src.n_outputs > 64) {
+        st = sc_diag_set(d, SC_ERR_LIMIT, src.name, sc_op_name(src.op), "recompute: too many "
+                         "inputs or outputs");
+        break;
+      }
+      for (int32_t k = 0; k < src.n_inputs; k++) {
+        int32_t x = src.inputs[k];
+        ins[k] = x >= 0 && internal[x] && clone_of[x] >= 0 ? clone_of[x] : x;
+      }
+      for (int32_t j = 0; st == SC_OK && j < src.n_outputs; j++) {
+        int32_t y = src.outputs[j];
+        outs[j] = -1;
+        if (y < 0) continue;
+        char name[600];
+        snprintf(name, sizeof name, "%s/recompute", g->values[y].name ? g->values[y].name : "t");
+        sc_value yv = g->values[y];
+        int32_t c = sc_graph_new_value(g, name);
+        if (c < 0 || sc_value_set_shape(g, c, yv.dtype, yv.rank, yv.dims) != SC_OK) {
+          *d = g->diag;
+          st = d->status ? d->status : SC_ERR_NOMEM;
+          break;
+        }
+        outs[j] = clone_of[y] = c;
+      }
+      if (st != SC_OK) break;
+      char nname[600];
+      snprintf(nname, sizeof nname, "%s/recompute", src.name ? src.name : sc_op_name(src.op));
+      int32_t id = sc_graph_add_node(g, src.op, nname, ins, src.n_inputs, outs, src.n_outputs);
+      if (id < 0) {
+        *d = g->diag;
+        st = d->status ? d->status : SC_ERR_NOMEM;
+        break;
+      }
+      for (int32_t a = 0; a < src.n_attrs; a++) {
+        sc_attr *at = sc_node_add_attr(g, id, src.attrs[a].name, src.attrs[a].kind);
+        if (!at) {
+          st = nomem(d);
+          break;
+        }
+        const char *keep = at->name;
+        *at = src.attrs[a];
+        at->name = keep;
+      }
+      r->nodes++;
+      if (sc_ops[src.op].cost) {
+        sc_cost cost = {0, 0};
+        sc_ops[src.op].cost(g, &g->nodes[id], &cost);
+        r->flops += cost.flops;
+      }
+      n_clones++;
+    }
+  }
+  /* the backward reads the clones */
+  for (int32_t i = n_fwd; st == SC_OK && i < nn; i++) {
+    sc_node *n = &g->nodes[i];
+    for (int32_t k = 0; k < n->n_inputs; k++) {
+      int32_t x = n->inputs[k], p = x >= 0 ? g->values[x].producer : -1;
+      if (p >= 0 && p < n_fwd && internal[x] && clone_of[x] >= 0) n->inputs[k] = clone_of[x];
+    }
+  }
+  /* order: each block's clones right before its insertion point */
+  if (st == SC_OK && n_clones > 0) {
+    int32_t total = g->n_nodes;
+    int32_t *order = sc_malloc((size_t)total * sizeof *order);
+    sc_node *nodes = sc_malloc((size_t)total * sizeof *nodes);
+    int32_t *where = sc_malloc((size_t)total * sizeof *where); /* clone -> insert point */
+    if (!order || !nodes || !where) st = nomem(d);
+    int32_t c = nn, k = 0;
+    for (int64_t b = 0; st == SC_OK && b < n_blocks; b++) {
+      if (insert_at[b] < 0) continue;
+      for (int32_t i = 0; i < n_fwd; i++)
+        if (in_r[i] && blk[i] == b) where[c++] = insert_at[b];
+    }
+    /* clones by insertion point, stable: a counting sort */
+    int32_t *cnt = st == SC_OK ? sc_calloc((size_t)nn + 2, sizeof *cnt) : NULL;
+    int32_t *byp = st == SC_OK ? sc_malloc((size_t)(total - nn) * sizeof *byp) : NULL;
+    if (st == SC_OK && (!cnt || !byp)) st = nomem(d);
+    for (int32_t j = nn; st == SC_OK && j < total; j++) cnt[where[j] + 1]++;
+    for (int32_t i = 0; st == SC_OK && i < nn; i++) cnt[i + 1] += cnt[i];
+    for (int32_t j = nn; st == SC_OK && j < total; j++) byp[cnt[where[j]]++] = j;
+    for (int32_t i = 0, q = 0; st == SC_OK && i < nn; i++) {
+      while (q < total - nn && where[byp[q]] == i) order[k++] = byp[q++];
+      order[k++] = i;
+    }
+    sc_free(cnt);
+    sc_free(byp);
+    if (st == SC_OK) {
+      for (int32_t i = 0; i < total; i++) nodes[i] = g->nodes[order[i]];
+      memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
+      for (int32_t i = 0; i < total; i++)
+        for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
+          if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
+    }
+    sc_free(order);
+    sc_free(nodes);
+    sc_free(where);
+  }
+  sc_free(blk);
+  sc_free(in_r);
+  sc_free(clone_of);
+  sc_free(insert_at);
+  sc_free(internal);
+  return st;
+}
