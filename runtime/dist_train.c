@@ -50,6 +50,8 @@ struct sc_dist_trainer {
   sc_buffer *data_in;          /* [n_data_in] the data inputs, global dims */
   int32_t n_data_in;
   int64_t n;                   /* ranks */
+  int64_t n_local;             /* those run by this process: n, or 1 (world) */
+  sc_comm *world;              /* borrowed: one rank per process (MPI), or NULL */
   sc_cpu_module *mod;          /* the stage's kernels, JIT-compiled once */
   sc_comm **comms;
   pthread_t *th;
@@ -294,7 +296,8 @@ static int default_threads(int64_t ranks) {
 }
 
 sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manifest *m,
-                                 const sc_trainer_opts *o, sc_dist_trainer **out, sc_diag *d) {
+                                 const sc_trainer_opts *o, sc_comm *world, sc_dist_trainer **out,
+                                 sc_diag *d) {
   *out = NULL;
   if (dp->n_stages != 1 || !dp->stages[0].program)
     return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
@@ -302,7 +305,11 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
                        "dp, fsdp and tp axes",
                        (int)dp->n_stages);
   int64_t n = dp->mesh.n_ranks;
-  if (n < 1 || n > MAX_LOCAL_RANKS)
+  if (world && sc_comm_size(world) != n)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "the mesh has %lld ranks, but the communicator has %d", (long long)n,
+                       sc_comm_size(world));
+  if (!world && (n < 1 || n > MAX_LOCAL_RANKS))
     return sc_diag_set(d, SC_ERR_LIMIT, NULL, NULL,
                        "the local backend runs at most %d ranks as threads, the mesh has %lld",
                        MAX_LOCAL_RANKS, (long long)n);
@@ -313,13 +320,15 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
   t->p = dp->stages[0].program;
   t->m = m;
   if (o) t->o = *o;
-  if (t->o.threads <= 0) t->o.threads = default_threads(n);
   t->n = n;
+  t->world = world;
+  t->n_local = world ? 1 : n;
+  if (t->o.threads <= 0) t->o.threads = default_threads(t->n_local);
   pthread_mutex_init(&t->mu, NULL);
   pthread_cond_init(&t->cv, NULL);
-  t->comms = sc_calloc((size_t)n, sizeof *t->comms);
-  t->th = sc_calloc((size_t)n, sizeof *t->th);
-  t->w = sc_calloc((size_t)n, sizeof *t->w);
+  t->comms = sc_calloc((size_t)t->n_local, sizeof *t->comms);
+  t->th = sc_calloc((size_t)t->n_local, sizeof *t->th);
+  t->w = sc_calloc((size_t)t->n_local, sizeof *t->w);
   sc_status st = t->comms && t->th && t->w ? SC_OK : nomem(d);
   if (!t->o.cpu_module) t->o.cpu_module = t->stage->kernels; /* a bundle's */
   if (st == SC_OK && !t->o.cpu_module) {
@@ -327,13 +336,14 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
     sc_cpu_opts_init(&co);
     if ((st = sc_cpu_jit(t->p, &co, &t->mod, d)) == SC_OK) t->o.cpu_module = t->mod;
   }
-  if (st == SC_OK) st = sc_comm_local_create_group((int)n, t->comms, d);
-  for (int64_t r = 0; st == SC_OK && r < n; r++) {
+  if (st == SC_OK && world) t->comms[0] = world;
+  else if (st == SC_OK) st = sc_comm_local_create_group((int)n, t->comms, d);
+  for (int64_t r = 0; st == SC_OK && r < t->n_local; r++) {
     worker *w = &t->w[r];
     w->t = t;
-    w->rank = r;
+    w->rank = world ? sc_comm_rank(world) : r;
     w->comm = t->comms[r];
-    sc_mesh_rank_to_coords(&dp->mesh, r, w->coords);
+    sc_mesh_rank_to_coords(&dp->mesh, w->rank, w->coords);
     if (pthread_create(&t->th[r], NULL, worker_main, w) != 0) {
       st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "cannot start the thread of rank %lld",
                        (long long)r);
@@ -392,21 +402,50 @@ sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_t
   size_t esz = sc_dtype_size(gv->dtype);
   void *all = sc_malloc(numel > 0 ? (size_t)numel * esz : 1);
   if (!all) return nomem(d);
-  for (int64_t r = 0; r < t->n; r++)
-    sc_sharding_insert(&t->stage->input_sharding[i], &t->dp->mesh, t->w[r].coords, esz,
-                       gv->dims, sc_trainer_state(t->w[r].tr, name, NULL), all);
+  sc_status st = SC_OK;
+  if (!t->world) {
+    for (int64_t r = 0; r < t->n_local; r++)
+      sc_sharding_insert(&t->stage->input_sharding[i], &t->dp->mesh, t->w[r].coords, esz,
+                         gv->dims, sc_trainer_state(t->w[r].tr, name, NULL), all);
+  } else { /* every rank's piece from the world, each put in its place */
+    const sc_buffer *b = &t->p->buffers[t->p->inputs[i]];
+    int64_t count = b->bytes / (int64_t)esz;
+    char *pieces = sc_malloc((size_t)(b->bytes > 0 ? b->bytes : 1) * (size_t)t->n);
+    st = pieces ? sc_comm_all_gather(t->world, sc_trainer_state(t->w[0].tr, name, NULL), pieces,
+                                     count, b->dtype, d)
+                : nomem(d);
+    for (int64_t r = 0; st == SC_OK && r < t->n; r++) {
+      int64_t coords[SC_MESH_MAX_AXES];
+      sc_mesh_rank_to_coords(&t->dp->mesh, r, coords);
+      sc_sharding_insert(&t->stage->input_sharding[i], &t->dp->mesh, coords, esz, gv->dims,
+                         pieces + (size_t)(r * b->bytes), all);
+    }
+    sc_free(pieces);
+  }
+  if (st != SC_OK) {
+    sc_free(all);
+    return st;
+  }
   *v = (sc_tensor_view){.name = gv->name, .dtype = gv->dtype, .rank = gv->rank, .data = all};
   memcpy(v->dims, gv->dims, sizeof v->dims);
   return SC_OK;
 }
 
 int64_t sc_dist_trainer_arena_bytes(const sc_dist_trainer *t, int64_t r) {
-  return r >= 0 && r < t->n ? sc_trainer_arena_bytes(t->w[r].tr) : 0;
+  return r >= 0 && r < t->n_local ? sc_trainer_arena_bytes(t->w[r].tr) : 0;
 }
 
 int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t *in_place) {
   if (in_place) *in_place = 0;
-  return r >= 0 && r < t->n ? sc_trainer_state_count(t->w[r].tr, in_place) : 0;
+  return r >= 0 && r < t->n_local ? sc_trainer_state_count(t->w[r].tr, in_place) : 0;
+}
+
+int64_t sc_dist_trainer_rank(const sc_dist_trainer *t) {
+  return t->world ? sc_comm_rank(t->world) : 0;
+}
+
+void sc_dist_trainer_abort(sc_dist_trainer *t, const char *msg) {
+  for (int64_t r = 0; r < t->n_local; r++) sc_comm_abort(t->comms[r], msg);
 }
 
 sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
@@ -425,7 +464,9 @@ sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
     if (sc_train_is_optimizer_state(name)) no++;
     else nw++;
   }
-  if (st == SC_OK) st = sc_ckpt_save(dir, cs, x, nw, o, no, d);
+  /* one writer: every rank took part in assembling the tensors */
+  if (st == SC_OK && (!t->world || sc_comm_rank(t->world) == 0))
+    st = sc_ckpt_save(dir, cs, x, nw, o, no, d);
   for (int32_t k = 0; x && k < nw; k++) sc_free(x[k].data);
   for (int32_t k = 0; o && k < no; k++) sc_free(o[k].data);
   sc_free(x);
@@ -455,7 +496,7 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
                          b->name);
     /* the trainer's own state buffer (its arena slot or host copy): the
      * workers are idle, so the main thread may write it */
-    for (int64_t r = 0; r < t->n; r++)
+    for (int64_t r = 0; r < t->n_local; r++)
       sc_sharding_extract(&t->stage->input_sharding[i], &t->dp->mesh, t->w[r].coords,
                           sc_dtype_size(b->dtype), gv->dims, x->data,
                           (void *)sc_trainer_state(t->w[r].tr, b->name, NULL));
@@ -479,7 +520,7 @@ double sc_dist_trainer_loss_scale(const sc_dist_trainer *t, int64_t *growth) {
 }
 
 void sc_dist_trainer_set_loss_scale(sc_dist_trainer *t, double scale, int64_t growth) {
-  for (int64_t r = 0; r < t->n; r++) sc_trainer_set_loss_scale(t->w[r].tr, scale, growth);
+  for (int64_t r = 0; r < t->n_local; r++) sc_trainer_set_loss_scale(t->w[r].tr, scale, growth);
 }
 
 void sc_dist_trainer_destroy(sc_dist_trainer *t) {
@@ -490,7 +531,7 @@ void sc_dist_trainer_destroy(sc_dist_trainer *t) {
     run_all(t, CMD_QUIT, &d);
     for (int64_t r = 0; r < t->started; r++) pthread_join(t->th[r], NULL);
   }
-  for (int64_t r = 0; t->w && r < t->n; r++) {
+  for (int64_t r = 0; t->w && r < t->n_local; r++) {
     worker *w = &t->w[r];
     sc_trainer_destroy(w->tr);
     sc_dist_weights_free(&w->w);
@@ -498,7 +539,7 @@ void sc_dist_trainer_destroy(sc_dist_trainer *t) {
     sc_free(w->scratch);
     sc_free(w->scratch_cap);
   }
-  for (int64_t r = 0; t->comms && r < t->n; r++) sc_comm_destroy(t->comms[r]);
+  for (int64_t r = 0; t->comms && !t->world && r < t->n_local; r++) sc_comm_destroy(t->comms[r]);
   sc_cpu_module_destroy(t->mod);
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->cv);

@@ -34,9 +34,20 @@ typedef struct sc_dist_trainer sc_dist_trainer;
 
 /* dp and m must outlive the trainer. o: threads per rank (0: cores /
  * ranks), the loss scale; its world, const_data and cpu_module are set
- * here (one JIT of the stage's kernels, shared by the ranks). */
+ * here (one JIT of the stage's kernels, shared by the ranks). world: NULL
+ * for every rank as a thread of this process (a local communicator
+ * group); else this process is the one rank sc_comm_rank(world) of a
+ * world of every rank (under mpirun: sc_comm_mpi_create), borrowed. Then
+ * every call is collective (all processes make the same calls in the same
+ * order); reading state gathers the pieces over world, and a save is
+ * written by rank 0 alone. */
 sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manifest *m,
-                                 const sc_trainer_opts *o, sc_dist_trainer **out, sc_diag *d);
+                                 const sc_trainer_opts *o, struct sc_comm *world,
+                                 sc_dist_trainer **out, sc_diag *d);
+/* This process's rank (0 with thread-ranks). */
+int64_t sc_dist_trainer_rank(const sc_dist_trainer *t);
+/* Ends every rank with msg (sc_comm_abort). */
+void sc_dist_trainer_abort(sc_dist_trainer *t, const char *msg);
 /* sc_trainer_step over every rank; data are GLOBAL tensors by name. */
 sc_status sc_dist_trainer_step(sc_dist_trainer *t, const sc_tensor_view *data, int32_t n_data,
                                double lr, int64_t step, double *loss, double *grad_norm,
@@ -51,8 +62,8 @@ const sc_buffer *sc_dist_trainer_data(const sc_dist_trainer *t, int32_t i);
  * dtype and global dims through *v, whose name is borrowed). */
 sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_tensor_view *v,
                                 sc_diag *d);
-/* Per rank (r < ranks): its session's arena, its state tensors and how
- * many are updated in place. */
+/* Per rank of this process (r < ranks, or 0 with a world): its session's
+ * arena, its state tensors and how many are updated in place. */
 int64_t sc_dist_trainer_arena_bytes(const sc_dist_trainer *t, int64_t r);
 int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t *in_place);
 /* Checkpoints hold whole tensors (runtime/checkpoint.h): saved from the

@@ -35,6 +35,7 @@
 #include "passes/stats.h"
 #include "runtime/bundle.h"
 #include "runtime/checkpoint.h"
+#include "runtime/comm.h"
 #include "runtime/dist_train.h"
 #include "runtime/npy.h"
 #include "runtime/train_bundle.h"
@@ -502,6 +503,7 @@ int sc_cmd_train(int argc, char **argv) {
   int32_t n_ds = 0;
   step_source src = {0};
   runner run = {0}, *tr = &run;
+  sc_comm *world = NULL; /* --comm mpi: this process is one rank */
   FILE *log = NULL;
   if (!rc && o.help) {
     print_help();
@@ -525,14 +527,24 @@ int sc_cmd_train(int argc, char **argv) {
   sc_diag_clear(&d);
   sc_trainer_opts to = {.threads = a.threads, .loss_scale = a.loss_scale,
                         .cpu_module = src.bundle ? src.bundle->kernels : NULL};
-  if (sc_partition_args_active(&a.pa) && strcmp(a.pa.comm, "local") != 0) {
-    rc = sc_cli_usage_error("train --mesh runs its ranks as threads (--comm local) for now");
+  bool mpi = strcmp(a.pa.comm, "mpi") == 0;
+  if (mpi && !(src.build && src.build->part)) {
+    rc = sc_cli_usage_error("--comm mpi needs --mesh AXES (one rank per process)");
     goto done;
   }
-  if (src.build && src.build->part ? sc_dist_trainer_create(src.build->program, m, &to, &run.dist, &d) != SC_OK
-                                   : sc_trainer_create_manifest(src.p, m, &to, &run.one, &d) != SC_OK) {
+  if (mpi && sc_comm_mpi_create(&world, &d) != SC_OK) {
     rc = sc_cli_report(&d, o.file);
     goto done;
+  }
+  if (src.build && src.build->part
+          ? sc_dist_trainer_create(src.build->program, m, &to, world, &run.dist, &d) != SC_OK
+          : sc_trainer_create_manifest(src.p, m, &to, &run.one, &d) != SC_OK) {
+    rc = sc_cli_report(&d, o.file);
+    goto done;
+  }
+  if (run.dist && sc_dist_trainer_rank(run.dist) != 0) { /* rank 0 speaks and logs */
+    a.quiet = true;
+    a.log_json = NULL;
   }
   /* the trainer holds the weights now: the model's copy goes (the memory
    * of the step is then the plan's) */
@@ -558,8 +570,9 @@ int sc_cmd_train(int argc, char **argv) {
     int64_t bytes = run.dist ? sc_dist_trainer_arena_bytes(run.dist, 0) : sc_trainer_arena_bytes(run.one);
     char arena[32];
     sc_stats_format_bytes((double)bytes, arena, sizeof arena);
-    if (run.dist) printf("mesh: %lld ranks (threads of this process); per rank:\n",
-                         (long long)sc_dist_trainer_ranks(run.dist));
+    if (run.dist) printf("mesh: %lld ranks (%s); per rank:\n",
+                         (long long)sc_dist_trainer_ranks(run.dist),
+                         world ? "processes of an mpirun" : "threads of this process");
     printf("memory: arena %s (%lld bytes), allocated once; %d of %d state tensors updated in "
            "place\n",
            arena, (long long)bytes, (int)in_place, (int)n_state);
@@ -642,6 +655,7 @@ int sc_cmd_train(int argc, char **argv) {
       if ((run.dist ? sc_dist_trainer_save(run.dist, a.save, &cs, &d)
                     : sc_trainer_save(run.one, a.save, &cs, &d)) != SC_OK) {
         rc = sc_cli_report(&d, a.save);
+        if (world) sc_dist_trainer_abort(run.dist, d.msg); /* the others wait in a step */
         goto done;
       }
     }
@@ -654,6 +668,7 @@ done:
   fflush(stdout);
   sc_trainer_destroy(run.one);
   sc_dist_trainer_destroy(run.dist);
+  sc_comm_destroy(world);
   for (int32_t i = 0; i < n_ds; i++) {
     sc_npy_free(&ds[i].a);
     sc_free(ds[i].buf);
