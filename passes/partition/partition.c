@@ -145,6 +145,13 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   }
   p->zero_stage = p->fsdp_axis < 0 ? 0 : plan->zero_stage > 0 ? plan->zero_stage : 3;
   p->keep_after_forward = plan->keep_after_forward;
+  if (p->training && p->pp_axis >= 0 && p->mesh.axes[p->pp_axis].size > 1) {
+    sc_partition_destroy(p);
+    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "pipeline-parallel training (a %s axis with a training step) is not "
+                       "built yet: train with dp, fsdp and tp axes",
+                       plan->pp_axis);
+  }
   if (p->fsdp_axis >= 0 && !p->training) {
     sc_partition_destroy(p);
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,

@@ -299,6 +299,19 @@ def main():
                      if c["op"] == "AllGather")
             check(ag < 4096, f"gpt2 tp=2: all-gathers send {ag} bytes per rank")
 
+        # refused with a message naming what is missing: a pp axis in training,
+        # an fsdp axis for inference, --zero out of range
+        for args, want in (([gpt2, "--dim", "batch=4", "--train", "--mesh", "pp=2"],
+                            "pipeline-parallel training"),
+                           ([gpt2, "--dim", "batch=4", "--mesh", "fsdp=2"],
+                            "needs a training step"),
+                           ([gpt2, "--dim", "batch=4", "--train", "--mesh", "fsdp=2", "--zero",
+                             "4"], "--zero expects 1, 2 or 3")):
+            p = subprocess.run([SHARDC, "plan"] + args, capture_output=True, text=True,
+                               timeout=120)
+            check(p.returncode != 0 and want in p.stderr and "Traceback" not in p.stderr,
+                  f"plan {args[1:]}: exit {p.returncode}, {p.stderr[-300:]}")
+
         # a failing rank ends the job
         env = dict(os.environ, SHARDC_FAIL_RANK="1")
         try:
