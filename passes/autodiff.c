@@ -95,7 +95,12 @@ sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t 
       if (n->outputs[j] >= 0 && is_float(&g->values[n->outputs[j]]))
         requires[n->outputs[j]] = true;
   }
-  /* backward: reaches the loss */
+  /* backward: reaches the loss; and the node after whose rule each
+   * parameter's gradient is complete, its first reader on the path (the
+   * walk is in reverse) */
+  int32_t *done_at = st == SC_OK ? sc_malloc(((size_t)nv + 1) * sizeof *done_at) : NULL;
+  if (st == SC_OK && !done_at) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t v = 0; st == SC_OK && v < nv; v++) done_at[v] = -1;
   if (st == SC_OK) reaches[loss] = requires[loss];
   for (int32_t i = nn - 1; st == SC_OK && i >= 0; i--) {
     const sc_node *n = &g->nodes[i];
@@ -103,21 +108,10 @@ sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t 
     bool on = false;
     for (int32_t j = 0; j < n->n_outputs; j++) on |= n->outputs[j] >= 0 && reaches[n->outputs[j]];
     for (int32_t k = 0; on && k < n->n_inputs; k++)
-      if (n->inputs[k] >= 0 && requires[n->inputs[k]]) reaches[n->inputs[k]] = true;
-  }
-
-  /* the node after whose rule each parameter's gradient is complete: its
-   * first reader on the path (the walk is in reverse) */
-  int32_t *done_at = st == SC_OK ? sc_malloc(((size_t)nv + 1) * sizeof *done_at) : NULL;
-  if (st == SC_OK && !done_at) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  for (int32_t v = 0; st == SC_OK && v < nv; v++) done_at[v] = -1;
-  for (int32_t i = nn - 1; st == SC_OK && i >= 0; i--) {
-    const sc_node *n = &g->nodes[i];
-    if (n->flags & SC_NODE_DEAD) continue;
-    bool on = false;
-    for (int32_t j = 0; j < n->n_outputs; j++) on |= n->outputs[j] >= 0 && reaches[n->outputs[j]];
-    for (int32_t k = 0; on && k < n->n_inputs; k++)
-      if (n->inputs[k] >= 0) done_at[n->inputs[k]] = i;
+      if (n->inputs[k] >= 0 && requires[n->inputs[k]]) {
+        reaches[n->inputs[k]] = true;
+        done_at[n->inputs[k]] = i;
+      }
   }
   int32_t counter = 0;
   sc_grad_ctx c = {.g = g, .counter = &counter};
