@@ -57,6 +57,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
@@ -214,14 +215,14 @@ def shardc_plan(exe, path, batch):
         return None
 
 
-def shardc_train(exe, path, data, batch, steps, threads, folder, env=None):
+def shardc_train(exe, path, data, batch, steps, threads, folder, env=None, extra=()):
     """(per-step ms, step-1 loss, process peak RSS, arena bytes, trainable
     parameters, process seconds, stderr, "N of M" state tensors in place) of
     one `shardc train` process."""
     log = os.path.join(folder, "log.json")
     cmd = [exe, "train", path, "--data", f"input_ids={data['ids']}", "--labels", data["labels"],
            "--dim", f"batch={batch}", "--steps", str(steps), "--optimizer", "adamw",
-           "--lr", "1e-4", "--log-json", log, "--threads", str(threads)]
+           "--lr", "1e-4", "--log-json", log, "--threads", str(threads)] + list(extra)
     wall, rss, rc, out, err = run_capture(cmd, env=env)
     if rc != 0:
         raise RuntimeError(f"shardc train failed ({rc})")
@@ -254,6 +255,43 @@ def mib(x):
 
 def ratio(a, b):
     return "  n/a" if a is None or not b else f"{a / b:5.2f}"
+
+
+def mesh_rows(a, notes):
+    """The GPT-2 sample's step on 2 thread-ranks (dp=2, fsdp=2: one thread
+    each) against one rank on 1 and 2 threads: what the collectives cost;
+    and the time `shardc plan --train` takes to build the step at dp=2 x tp=2
+    (import, train pass, partition, codegen; no JIT)."""
+    path, over, batch, seq, steps, warmup = MODELS["gpt2"]
+    steps = a.steps if a.steps is not None else steps
+    warmup = a.warmup if a.warmup is not None else warmup
+    print(f"\nGPT-2 sample, batch {batch}: shardc's step on one rank and on 2 thread-ranks "
+          "(median ms/step after the warm-up)")
+    print(f"{'run':28s} {'ms/step':>8s} {'vs 1 rank, 2 threads':>21s}")
+    with tempfile.TemporaryDirectory(prefix="sc-bench-mesh-") as d:
+        rng = np.random.default_rng(0)
+        data = {"ids": os.path.join(d, "ids.npy"), "labels": os.path.join(d, "labels.npy")}
+        np.save(data["ids"], rng.integers(0, vocab(over), (batch, seq), dtype=np.int64))
+        np.save(data["labels"], rng.integers(0, vocab(over), (batch, seq), dtype=np.int64))
+        base = None
+        for label, t, extra in (("one rank, 2 threads", 2, ()), ("one rank, 1 thread", 1, ()),
+                                ("dp=2, 1 thread per rank", 1, ("--mesh", "dp=2")),
+                                ("fsdp=2, 1 thread per rank", 1, ("--mesh", "fsdp=2"))):
+            try:
+                sc = shardc_train(a.shardc, path, data, batch, warmup + steps, t, d, extra=extra)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                notes.append(f"gpt2 {label}: shardc FAILED: {e}")
+                continue
+            ms = statistics.median(sc[0][warmup:])
+            base = base or ms
+            print(f"{label:28s} {ms:8.2f} {ratio(ms, base):>21s}", flush=True)
+    t0 = time.monotonic()
+    p = subprocess.run([a.shardc, "plan", path, "--train", "--dim", f"batch={batch}",
+                        "--optimizer", "adamw", "--mesh", "dp=2,tp=2"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+    notes.append(f"gpt2: `shardc plan --train --mesh dp=2,tp=2` (import, train pass, partition, "
+                 f"codegen and memory plan; no JIT) took {time.monotonic() - t0:.2f} s"
+                 + ("" if p.returncode == 0 else " and FAILED"))
 
 
 def main():
@@ -352,6 +390,8 @@ def main():
                                  + "\n".join(ln[:200] for ln in err.splitlines()[:16]))
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     notes.append(f"{name}: profile FAILED: {e}")
+    if "gpt2" in names and not a.smoke:
+        mesh_rows(a, notes)
     print("\nsc peakRSS: `shardc train` process (import and compile included); pt peakRSS: the "
           "PyTorch process during the steps; pt RSS0: before the first step; sc arena+const: "
           "shardc's planned step memory; RSS ratio: sc/pt peak RSS")
