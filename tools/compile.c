@@ -209,9 +209,10 @@ int sc_cmd_compile(int argc, char **argv) {
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o);
   bs.compile.quiet = partitioned || co.train;
-  if (co.train) bs.build.train = &co.ta.t;
   sc_build *b = NULL;
-  if ((rc = sc_partition_args_build(&co.pa, &o, &bs.build, &b, NULL)) != 0) return rc;
+  if ((rc = co.train ? sc_train_args_build(&co.ta, &co.pa, &o, &bs.build, &b)
+                     : sc_partition_args_build(&co.pa, &o, &bs.build, &b, NULL)) != 0)
+    return rc;
   if (b->part) sc_partition_print_fallbacks(b->part, stderr, "shardc: warning: ");
   const sc_dist_program *dp = b->program;
   sc_diag d = {0};

@@ -534,11 +534,10 @@ static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cl
   sc_build_setup bs;
   sc_build_setup_init(&bs, o);
   bs.compile.quiet = true;
-  bs.build.train = &ta->t;
   bs.build.no_weights = o->no_weights;
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;
-  if ((rc = sc_partition_args_build(p, o, &bs.build, &b, NULL)) != 0) return rc;
+  if ((rc = sc_train_args_build(ta, p, o, &bs.build, &b)) != 0) return rc;
   rc = sc_plan_train_report(b, &ta->t, o->json, o->file);
   fflush(stdout);
   sc_build_destroy(b);

@@ -340,8 +340,7 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   sc_build_setup bs;
   sc_build_setup_init(&bs, o);
   bs.compile.quiet = true;
-  bs.build.train = &a->g.t;
-  if ((rc = sc_partition_args_build(&a->pa, o, &bs.build, &src->build, NULL)) != 0) return rc;
+  if ((rc = sc_train_args_build(&a->g, &a->pa, o, &bs.build, &src->build)) != 0) return rc;
   if (a->list_params) {
     list_model_params(src->build);
     return -1; /* done */

@@ -4,10 +4,13 @@
  * Errors are printed (sc_cli_usage_error) and come back as exit status 2. */
 #include "tools/train_args.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "passes/stats.h"
 #include "tools/cli.h"
+#include "tools/partition_args.h"
 
 void sc_train_args_init(sc_train_args *a) {
   memset(a, 0, sizeof *a);
@@ -62,14 +65,31 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
     a->t.logits = v;
     return 0;
   }
+  if (strcmp(opt, "--memory-budget") == 0) {
+    char *end;
+    double x = strtod(v, &end);
+    double unit = *end == 0 ? 1 : strcmp(end, "K") == 0 || strcmp(end, "KiB") == 0 ? 1024.0
+                  : strcmp(end, "M") == 0 || strcmp(end, "MiB") == 0   ? 1048576.0
+                  : strcmp(end, "G") == 0 || strcmp(end, "GiB") == 0   ? 1073741824.0
+                                                                       : -1;
+    if (end == v || unit < 0 || !(x > 0) || x * unit > 9e18)
+      return sc_cli_usage_error("--memory-budget expects bytes (a number, or with K, M or G), "
+                                "got '%s'", v);
+    a->memory_budget = (int64_t)(x * unit);
+    return 0;
+  }
   if (strcmp(opt, "--recompute") == 0) {
+    if (strcmp(v, "auto") == 0) {
+      a->recompute_auto = true;
+      return 0;
+    }
     static const char *const kinds[] = {"none", "selective", "full"};
     for (int k = 0; k < 3; k++)
       if (strcmp(v, kinds[k]) == 0) {
         a->t.recompute = (sc_recompute_kind)k;
         return 0;
       }
-    return sc_cli_usage_error("--recompute expects none, selective or full, got '%s'", v);
+    return sc_cli_usage_error("--recompute expects none, selective, full or auto, got '%s'", v);
   }
   if (strcmp(opt, "--freeze") == 0) {
     if (a->n_freeze == SC_TRAIN_ARGS_MAX_FREEZE)
@@ -106,7 +126,7 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
 static const char *const VALUE_OPTIONS[] = {
     "--loss", "--logits", "--ignore-index", "--optimizer", "--momentum", "--weight-decay",
     "--betas", "--eps", "--clip-grad-norm", "--grad-accum", "--precision", "--freeze",
-    "--recompute", NULL};
+    "--recompute", "--memory-budget", NULL};
 
 int sc_train_args_take(sc_train_args *a, int argc, char **argv, int *i) {
   const char *arg = argv[*i];
@@ -146,7 +166,57 @@ int sc_train_args_finish(sc_train_args *a) {
     return sc_cli_usage_error("--betas must be in [0, 1)");
   if (t->eps < 0) return sc_cli_usage_error("--eps must be >= 0");
   if (t->clip_grad_norm < 0) return sc_cli_usage_error("--clip-grad-norm must be >= 0");
+  if (a->recompute_auto && !a->memory_budget)
+    return sc_cli_usage_error("--recompute auto needs --memory-budget BYTES (per rank)");
+  if (a->memory_budget && !a->recompute_auto)
+    return sc_cli_usage_error("--memory-budget goes with --recompute auto");
   return 0;
+}
+
+/* Arena and constants of a build's (first stage's) program. */
+static int64_t step_memory(const sc_build *b) {
+  const sc_program *p = b->program->stages[0].program;
+  int64_t m = p->arena_bytes;
+  for (int32_t i = 0; i < p->n_buffers; i++)
+    if (p->buffers[i].kind == SC_BUF_CONST) m += p->buffers[i].bytes;
+  return m;
+}
+
+int sc_train_args_build(sc_train_args *a, const sc_partition_args *pa, const sc_cli_opts *o,
+                        sc_build_opts *bo, sc_build **out) {
+  bo->train = &a->t;
+  if (!a->recompute_auto) return sc_partition_args_build(pa, o, bo, out, NULL);
+  static const char *const names[] = {"none", "selective", "full"};
+  int64_t need[3] = {0};
+  char text[3][32];
+  for (int k = 0; k < 3; k++) {
+    a->t.recompute = (sc_recompute_kind)k;
+    int rc = sc_partition_args_build(pa, o, bo, out, NULL);
+    if (rc) return rc;
+    need[k] = step_memory(*out);
+    sc_stats_format_bytes((double)need[k], text[k], sizeof text[k]);
+    if (need[k] <= a->memory_budget) {
+      char budget[32], tried[160] = "";
+      sc_stats_format_bytes((double)a->memory_budget, budget, sizeof budget);
+      for (int j = 0; j < k; j++) {
+        size_t n = strlen(tried);
+        snprintf(tried + n, sizeof tried - n, "%s%s needs %s", j ? ", " : "; ", names[j], text[j]);
+      }
+      fprintf(stderr, "shardc: note: --recompute auto: %s, the least recompute whose step fits "
+              "--memory-budget %s per rank (it needs %s%s)\n", names[k], budget, text[k], tried);
+      return 0;
+    }
+    if (k < 2) {
+      sc_build_destroy(*out);
+      *out = NULL;
+    }
+  }
+  sc_build_destroy(*out);
+  *out = NULL;
+  fprintf(stderr, "shardc: error: %s: --memory-budget %lld bytes per rank: even full recompute "
+          "needs %lld (none %lld, selective %lld)\n", o->file, (long long)a->memory_budget,
+          (long long)need[2], (long long)need[0], (long long)need[1]);
+  return 1;
 }
 
 int sc_train_args_refuse_with_bundle(const sc_train_args *a, const char *bundle) {
@@ -173,7 +243,9 @@ void sc_train_args_help(FILE *f) {
         "  --freeze GLOB          keep matching initializers fixed (repeatable)\n"
         "  --recompute KIND       none (default), selective (each block's attention core:\n"
         "                         scores, softmax, weighted sum) or full (each block from\n"
-        "                         its input): recomputed before the backward needs them\n"
+        "                         its input): recomputed before the backward needs them;\n"
+        "                         auto: the least of these whose step fits\n"
+        "  --memory-budget BYTES  per rank (K, M, G suffixes), for --recompute auto\n"
         "  --untie                train an initializer that is another's exact transpose\n"
         "                         (an exported tied weight, GPT-2's LM head) as a\n"
         "                         parameter of its own (default: tied to that one)\n",

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "driver/driver.h"
 #include "passes/train.h"
 
 enum { SC_TRAIN_ARGS_MAX_FREEZE = 64 };
@@ -28,6 +29,8 @@ typedef struct sc_train_args {
   const char *freeze[SC_TRAIN_ARGS_MAX_FREEZE];
   int32_t n_freeze;
   bool wd_given;               /* --weight-decay appeared */
+  bool recompute_auto;         /* --recompute auto */
+  int64_t memory_budget;       /* --memory-budget BYTES (0: none) */
   const char *first;           /* the first of these options given, or NULL */
 } sc_train_args;
 
@@ -43,6 +46,15 @@ int sc_train_args_finish(sc_train_args *a);
 /* With a training bundle: 0 when none of the options was given, else 2
  * after a usage error naming the first ("compiled into the bundle"). */
 int sc_train_args_refuse_with_bundle(const sc_train_args *a, const char *bundle);
+/* The build the options ask for (partition_args.h's sc_partition_args_build
+ * with bo->train = &a->t); with --recompute auto, the first of none,
+ * selective and full whose step memory per rank (arena and constants)
+ * fits --memory-budget, said on stderr with the others' figures. 0, 1
+ * (error printed: even full recompute does not fit), 2 (usage). */
+struct sc_partition_args;
+struct sc_cli_opts;
+int sc_train_args_build(sc_train_args *a, const struct sc_partition_args *pa,
+                        const struct sc_cli_opts *o, sc_build_opts *bo, sc_build **out);
 /* The options' lines of --help. */
 void sc_train_args_help(FILE *f);
 

@@ -288,6 +288,30 @@ def main():
                   f"{acts['selective']}, full {acts['full']}")
             check(acts["full"] < acts["selective"] < acts["none"],
                   f"gpt2 activations at the peak by recompute: {acts}")
+        # --recompute auto: the least recompute whose step (arena and
+        # constants) fits the budget; budgets between the three figures
+        need = {}
+        for kind in ("none", "selective", "full"):
+            p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", "gpt2.onnx"),
+                                "--train", "--dim", "batch=4", "--json", "--optimizer", "adamw",
+                                "--recompute", kind], capture_output=True, text=True, timeout=300)
+            if p.returncode == 0:
+                need[kind] = json.loads(p.stdout)["total"]
+        if check(len(need) == 3 and need["full"] < need["selective"] < need["none"],
+                 f"step memory by recompute: {need}"):
+            for budget, want in ((need["none"], "none"), (need["none"] - 1, "selective"),
+                                 (need["selective"] - 1, "full"), (need["full"] - 1, None)):
+                p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", "gpt2.onnx"),
+                                    "--train", "--dim", "batch=4", "--json", "--optimizer",
+                                    "adamw", "--recompute", "auto", "--memory-budget",
+                                    str(budget)], capture_output=True, text=True, timeout=300)
+                if want is None:
+                    check(p.returncode == 1 and "even full recompute" in p.stderr,
+                          f"auto, budget {budget}: exit {p.returncode} {p.stderr[-300:]}")
+                else:
+                    got = json.loads(p.stdout)["recompute"]["kind"] if p.returncode == 0 else None
+                    check(got == want and "--recompute auto: " + want in p.stderr,
+                          f"auto, budget {budget}: chose {got}, want {want}: {p.stderr[-300:]}")
 
         # tensor parallel: no logits gathered, QKV backward split
         gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
