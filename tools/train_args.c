@@ -11,6 +11,7 @@
 #include "passes/stats.h"
 #include "tools/cli.h"
 #include "tools/partition_args.h"
+#include "tools/smp_config.h"
 
 void sc_train_args_init(sc_train_args *a) {
   memset(a, 0, sizeof *a);
@@ -63,6 +64,10 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
     return take_choice(a, opt, v);
   if (strcmp(opt, "--logits") == 0) {
     a->t.logits = v;
+    return 0;
+  }
+  if (strcmp(opt, "--smp-config") == 0) {
+    a->smp_config = v;
     return 0;
   }
   if (strcmp(opt, "--memory-budget") == 0) {
@@ -126,7 +131,7 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
 static const char *const VALUE_OPTIONS[] = {
     "--loss", "--logits", "--ignore-index", "--optimizer", "--momentum", "--weight-decay",
     "--betas", "--eps", "--clip-grad-norm", "--grad-accum", "--precision", "--freeze",
-    "--recompute", "--memory-budget", NULL};
+    "--recompute", "--memory-budget", "--smp-config", NULL};
 
 int sc_train_args_take(sc_train_args *a, int argc, char **argv, int *i) {
   const char *arg = argv[*i];
@@ -185,6 +190,16 @@ static int64_t step_memory(const sc_build *b) {
 int sc_train_args_build(sc_train_args *a, const sc_partition_args *pa, const sc_cli_opts *o,
                         sc_build_opts *bo, sc_build **out) {
   bo->train = &a->t;
+  sc_partition_args with = *pa;
+  char mesh[256];
+  if (a->smp_config) {
+    int rc = sc_smp_config_apply(a->smp_config, &with, a, mesh, sizeof mesh);
+    if (rc) return rc;
+    if (a->recompute_auto && !a->memory_budget)
+      return sc_cli_usage_error("--recompute auto (activation_checkpointing \"auto\") needs "
+                                "--memory-budget BYTES (per rank)");
+    pa = &with;
+  }
   if (!a->recompute_auto) return sc_partition_args_build(pa, o, bo, out, NULL);
   static const char *const names[] = {"none", "selective", "full"};
   int64_t need[3] = {0};
@@ -246,6 +261,9 @@ void sc_train_args_help(FILE *f) {
         "                         its input): recomputed before the backward needs them;\n"
         "                         auto: the least of these whose step fits\n"
         "  --memory-budget BYTES  per rank (K, M, G suffixes), for --recompute auto\n"
+        "  --smp-config FILE.json SageMaker model parallelism v2 keys (hybrid_shard_degree,\n"
+        "                         tensor_parallel_degree, activation_checkpointing, ...)\n"
+        "                         over the world of --mesh dp=N\n"
         "  --untie                train an initializer that is another's exact transpose\n"
         "                         (an exported tied weight, GPT-2's LM head) as a\n"
         "                         parameter of its own (default: tied to that one)\n",

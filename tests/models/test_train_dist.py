@@ -31,6 +31,12 @@ Also:
     and under dp=2, and step 3 equals the uninterrupted run's;
   - SHARDC_FAIL_RANK=1 ends the job with that rank's message and a non-zero
     exit, without hanging;
+  - --smp-config (SMP v2 keys) over --mesh dp=8: hybrid_shard_degree 2,
+    tensor_parallel_degree 2 and activation_checkpointing "full" train as
+    dp=2 x fsdp=2 x tp=2 with full recompute, equal to one rank; random_seed
+    is named as ignored; a degree that does not divide, an unsupported key
+    (activation offloading), an unknown key, a wrongly typed value and
+    malformed JSON are refused naming the file and the key;
   - communication (`shardc plan --train --json`, the MLP at fsdp=2, every
     parameter dividing): ZeRO-1 and ZeRO-2 send Ψ(n−1)/n in reduce-scatters
     and Ψ(n−1)/n in all-gathers (2Ψ(n−1)/n, the ZeRO paper's), ZeRO-3 the
@@ -322,6 +328,32 @@ def main():
             ag = sum(c["sent"] for c in json.loads(p.stdout)["collectives"]
                      if c["op"] == "AllGather")
             check(ag < 4096, f"gpt2 tp=2: all-gathers send {ag} bytes per rank")
+
+        # SMP v2 configuration
+        smp = os.path.join(tmp, "smp.json")
+        with open(smp, "w") as f:
+            json.dump({"hybrid_shard_degree": 2, "tensor_parallel_degree": 2,
+                       "activation_checkpointing": "full", "random_seed": 7}, f)
+        log = os.path.join(tmp, "smp.jsonl")
+        p = run(base + ["--steps", "3", "--log-json", log, "--mesh", "dp=8", "--smp-config", smp])
+        if check(p.returncode == 0, f"smp-config: {p.stderr[-500:]}"):
+            check("--mesh dp=2,fsdp=2,tp=2 --recompute full" in p.stderr and
+                  "'random_seed' is ignored" in p.stderr, f"smp-config notes: {p.stderr[-500:]}")
+            got = losses(log)
+            check(len(got) == 3 and all(abs(a["loss"] - b["loss"]) <= 2e-5 * abs(a["loss"])
+                                        for a, b in zip(full, got)),
+                  f"smp-config losses {[x['loss'] for x in got]} vs {[x['loss'] for x in full]}")
+        for i, (cfg, want) in enumerate(((b'{"hybrid_shard_degree": 3}', "does not divide"),
+                                         (b'{"sm_activation_offloading": true}', "not supported"),
+                                         (b'{"foo": 1}', "'foo' is not an SMP v2 key"),
+                                         (b'{"tensor_parallel_degree": "2"}', "must be an integer"),
+                                         (b'[1', "line "))):
+            bad = os.path.join(tmp, f"smp_bad{i}.json")
+            with open(bad, "wb") as f:
+                f.write(cfg)
+            p = run(base + ["--steps", "1", "--mesh", "dp=4", "--smp-config", bad], timeout=120)
+            check(p.returncode != 0 and want in p.stderr and bad in p.stderr,
+                  f"smp-config {cfg!r}: exit {p.returncode}, {p.stderr[-300:]}")
 
         # refused with a message naming what is missing: a pp axis in training,
         # an fsdp axis for inference, --zero out of range

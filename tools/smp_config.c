@@ -1,0 +1,154 @@
+/* smp_config.c — `--smp-config FILE.json`: SageMaker model parallelism
+ * (SMP v2) configuration keys, as shardc options (smp_config.h).
+ *
+ * SMP v2 reads a dictionary of keys; here it is a JSON object. Each key is
+ * one of:
+ *   applied   hybrid_shard_degree (0: the whole data-parallel world, as
+ *             SMP's 0 falls back to full sharding; S: dp=N/S, fsdp=S),
+ *             tensor_parallel_degree (tp=T out of the N ranks),
+ *             activation_checkpointing ("none", "selective", "full",
+ *             "auto" = --recompute);
+ *   ignored   random_seed (the step has no random op: dropout is its
+ *             inference form), fsdp_cache_flush_warnings, allow_empty_shards
+ *             (no CUDA caching allocator, no uneven shards here), named on
+ *             stderr;
+ *   refused   sm_activation_offloading and activation_loading_horizon
+ *             (no activation offloading), context_parallel_degree and
+ *             expert_parallel_degree above 1;
+ * and anything else is refused naming it. The mesh is built from the
+ * world: `--mesh dp=N` gives the N ranks SMP would launch, and the degrees
+ * divide it (dp=N/(T·S), fsdp=S, tp=T). Errors name the file and the key;
+ * the file is untrusted (size-limited, strictly typed). */
+#include "tools/smp_config.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/fileio.h"
+#include "tools/cli.h"
+
+static int bad(const char *file, const char *fmt, const char *key) {
+  fprintf(stderr, "shardc: error: %s: ", file);
+  fprintf(stderr, fmt, key);
+  fputc('\n', stderr);
+  return 1;
+}
+
+/* A non-negative integer value of key (or absent: *x unchanged). */
+static int get_degree(const char *file, json_t *root, const char *key, int64_t *x) {
+  json_t *v = json_object_get(root, key);
+  if (!v) return 0;
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 1 << 20)
+    return bad(file, "'%s' must be an integer from 0 to 1048576", key);
+  *x = json_integer_value(v);
+  return 0;
+}
+
+int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *ta,
+                        char *mesh, size_t mesh_size) {
+  static const char *const applied[] = {"hybrid_shard_degree", "tensor_parallel_degree",
+                                        "activation_checkpointing", NULL};
+  static const char *const ignored[] = {"random_seed", "fsdp_cache_flush_warnings",
+                                        "allow_empty_shards", NULL};
+  static const char *const refused[] = {"sm_activation_offloading", "activation_loading_horizon",
+                                        NULL};
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  char *text = NULL;
+  size_t len = 0;
+  if (sc_file_read_all(file, file, 1 << 20, &text, &len, &d) != SC_OK) {
+    fprintf(stderr, "shardc: error: %s\n", d.msg);
+    return 1;
+  }
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  sc_free(text);
+  if (!root) {
+    fprintf(stderr, "shardc: error: %s: line %d: %s\n", file, err.line, err.text);
+    return 1;
+  }
+  int rc = 0;
+  if (!json_is_object(root)) rc = bad(file, "%s", "expected a JSON object of SMP v2 keys");
+  const char *key;
+  json_t *val;
+  json_object_foreach(root, key, val) {
+    if (rc) break;
+    bool known = false;
+    for (int k = 0; applied[k] && !known; k++) known = strcmp(key, applied[k]) == 0;
+    for (int k = 0; ignored[k] && !known; k++)
+      if (strcmp(key, ignored[k]) == 0) {
+        known = true;
+        fprintf(stderr, "shardc: note: %s: '%s' is ignored: %s\n", file, key,
+                strcmp(key, "random_seed") == 0
+                    ? "the training step has no random op (dropout runs in its inference form)"
+                    : "it tunes PyTorch's CUDA caching allocator or uneven shards, which shardc "
+                      "does not have");
+      }
+    for (int k = 0; refused[k] && !known; k++)
+      if (strcmp(key, refused[k]) == 0)
+        rc = bad(file, "'%s' is not supported: shardc does not offload activations (use "
+                 "activation_checkpointing)", key);
+    if (!known && !rc && (strcmp(key, "context_parallel_degree") == 0 ||
+                          strcmp(key, "expert_parallel_degree") == 0)) {
+      known = true;
+      if (!json_is_integer(val) || json_integer_value(val) != 1)
+        rc = bad(file, "'%s' above 1 is not supported (context and expert parallelism are not "
+                 "built)", key);
+    }
+    if (!known && !rc) rc = bad(file, "'%s' is not an SMP v2 key shardc knows", key);
+  }
+  int64_t S = -1, T = 1;
+  if (!rc) rc = get_degree(file, root, "hybrid_shard_degree", &S);
+  if (!rc) rc = get_degree(file, root, "tensor_parallel_degree", &T);
+  json_t *ac = rc ? NULL : json_object_get(root, "activation_checkpointing");
+  if (ac) {
+    static const char *const kinds[] = {"none", "selective", "full"};
+    const char *s = json_is_string(ac) ? json_string_value(ac) : "";
+    bool ok = false;
+    for (int k = 0; k < 3 && !ok; k++)
+      if (strcmp(s, kinds[k]) == 0) {
+        ta->t.recompute = (sc_recompute_kind)k;
+        ok = true;
+      }
+    if (!ok && strcmp(s, "auto") == 0) ok = ta->recompute_auto = true;
+    if (!ok) rc = bad(file, "'%s' must be \"none\", \"selective\", \"full\" or \"auto\"",
+                      "activation_checkpointing");
+  }
+  json_decref(root);
+  if (rc) return rc;
+  /* the mesh from the world's size */
+  if (!pa->mesh)
+    return sc_cli_usage_error("--smp-config needs the world: --mesh dp=N (N ranks)");
+  sc_mesh m;
+  if (sc_mesh_parse(pa->mesh, &m, &d) != SC_OK || m.n_axes != 1 ||
+      strcmp(m.axes[0].name, "dp") != 0)
+    return sc_cli_usage_error("--smp-config: --mesh must be dp=N, the world of N ranks the "
+                              "degrees divide (got '%s')", pa->mesh);
+  int64_t N = m.axes[0].size;
+  if (T < 1 || N % T != 0)
+    return bad(file, "'%s' does not divide the world of the --mesh", "tensor_parallel_degree");
+  int64_t D = N / T; /* data-parallel ranks */
+  if (S == 0) S = D;   /* SMP: 0 shards over the whole data-parallel group */
+  if (S > 0 && D % S != 0)
+    return bad(file, "'%s' does not divide the data-parallel ranks (world / tensor_parallel_"
+               "degree)", "hybrid_shard_degree");
+  size_t pos = 0;
+  mesh[0] = 0;
+  if (S < 0 || D / S > 1) pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "dp=%lld",
+                                                   (long long)(S > 0 ? D / S : D));
+  if (S > 1)
+    pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "%sfsdp=%lld", pos ? "," : "",
+                            (long long)S);
+  if (T > 1)
+    pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "%stp=%lld", pos ? "," : "",
+                            (long long)T);
+  if (!pos) snprintf(mesh, mesh_size, "dp=1");
+  pa->mesh = mesh;
+  fprintf(stderr, "shardc: note: %s: the SMP v2 configuration over %lld ranks is --mesh %s%s\n",
+          file, (long long)N, mesh,
+          ta->recompute_auto ? " --recompute auto"
+          : ta->t.recompute == SC_RECOMPUTE_FULL ? " --recompute full"
+          : ta->t.recompute == SC_RECOMPUTE_SELECTIVE ? " --recompute selective" : "");
+  return 0;
+}
