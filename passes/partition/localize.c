@@ -803,7 +803,26 @@ static sc_status localize_node(lz *z, int32_t nid) {
       continue;
     }
     lin[i] = reshard(z, gid, &want[i]);
-    if (lin[i] < 0) st = z->d->status != SC_OK ? z->d->status : SC_ERR_INVALID;
+    if (lin[i] < 0) {
+      st = z->d->status != SC_OK ? z->d->status : SC_ERR_INVALID;
+      break;
+    }
+    /* once reduced, stays reduced: a pending sum summed for this reader
+     * (its dims as they were) is what later readers get, so that a
+     * decomposed norm's second use of it (x · rsqrt(mean(x²)), Llama's
+     * RMSNorm) does not reduce it again */
+    const sc_sharding *now = &z->cur[gid];
+    bool same_dims = now->rank == want[i].rank;
+    for (int32_t d = 0; same_dims && d < now->rank; d++)
+      same_dims = now->n_dim_axes[d] == want[i].n_dim_axes[d] &&
+                  sc_sharding_stride(now, d) == sc_sharding_stride(&want[i], d) &&
+                  memcmp(now->dim_axes[d], want[i].dim_axes[d],
+                         (size_t)now->n_dim_axes[d] * sizeof now->dim_axes[d][0]) == 0;
+    if (same_dims && (now->partial & ~want[i].partial) && !(want[i].partial & ~now->partial) &&
+        !is_const(&z->g->values[gid])) {
+      z->cur[gid] = want[i];
+      z->lid[gid] = lin[i];
+    }
   }
   if (st != SC_OK) goto done;
   /* outputs */

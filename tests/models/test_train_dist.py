@@ -50,6 +50,12 @@ Also:
     max and sum: two all-reduces of [b, s, 1], no all-gather of the logits),
     the fused QKV projection's backward stays split by heads; the step's
     all-gathers move under 4 KiB (the column-parallel biases' gradients);
+  - minimal communication whatever the export's norms look like: the
+    forward of GPT-2 (fused LayerNorm), BERT and Llama (RMSNorm decomposed
+    into Pow/ReduceMean/Sqrt/Div/Mul) at tp=2 runs Megatron's all-reduces,
+    1 after the embedding and 2 per layer (5 for these 2-layer samples: a
+    pending sum once reduced stays reduced, so a decomposed norm's second
+    read of it does not reduce it again — it was 10 for Llama);
   - memory per rank (the same plans, AdamW in fp32: 4 bytes of weight and
     8 of moments per parameter): the parameters take 4Ψ/n under ZeRO-3 and
     4Ψ otherwise, the optimizer state 8Ψ/n under ZeRO >= 1 and 8Ψ under
@@ -354,6 +360,19 @@ def main():
             p = run(base + ["--steps", "1", "--mesh", "dp=4", "--smp-config", bad], timeout=120)
             check(p.returncode != 0 and want in p.stderr and bad in p.stderr,
                   f"smp-config {cfg!r}: exit {p.returncode}, {p.stderr[-300:]}")
+
+        # Megatron's all-reduce count in the forward, whatever the norms
+        for name in ("gpt2", "bert", "llama"):
+            p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", name + ".onnx"),
+                                "--dim", "batch=2", "--mesh", "tp=2"],
+                               capture_output=True, text=True, timeout=300)
+            if not check(p.returncode == 0, f"plan {name} tp=2: {p.stderr[-300:]}"):
+                continue
+            # the report's table: "  STAGE  AllReduce  tp  COUNT  bytes ..."
+            rows = re.findall(r"^\s+\d+\s+AllReduce\s+tp\s+(\d+)\s", p.stdout, re.M)
+            n_ar = sum(int(x) for x in rows)
+            check(rows and n_ar == 5, f"{name} tp=2: {n_ar} all-reduces in the forward, "
+                  f"Megatron's 5")
 
         # refused with a message naming what is missing: a pp axis in training,
         # an fsdp axis for inference, --zero out of range
