@@ -80,10 +80,25 @@ LLVMTargetMachineRef sc_cpu_create_tm(const sc_cpu_opts *o, bool pic,
   return tm;
 }
 
+/* LLVM's diagnostics while it optimises our module: a loop marked
+ * llvm.loop.vectorize.enable that the vectoriser cannot transform is
+ * reported as a warning ("loop not vectorized"), which the default handler
+ * prints on stderr, in the middle of a user's output. Not vectorising is
+ * allowed (the loop runs scalar, correctly): remarks and warnings are
+ * dropped, errors still printed. */
+static void quiet_diagnostics(LLVMDiagnosticInfoRef info, void *ctx) {
+  (void)ctx;
+  if (LLVMGetDiagInfoSeverity(info) != LLVMDSError) return;
+  char *msg = LLVMGetDiagInfoDescription(info);
+  fprintf(stderr, "shardc: LLVM: %s\n", msg ? msg : "error");
+  LLVMDisposeMessage(msg);
+}
+
 sc_status sc_cpu_build_module(const sc_program *p, const sc_cpu_opts *o,
                               LLVMContextRef ctx, LLVMTargetMachineRef tm,
                               LLVMModuleRef *out, sc_diag *diag) {
   *out = NULL;
+  LLVMContextSetDiagnosticHandler(ctx, quiet_diagnostics, NULL);
   LLVMModuleRef m = LLVMModuleCreateWithNameInContext("shardc_kernels", ctx);
   char *triple = LLVMGetTargetMachineTriple(tm);
   LLVMSetTarget(m, triple);
