@@ -482,12 +482,9 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
     const sc_dist_value *gv;
     if (!b->name || strncmp(b->name, "accum:", 6) == 0 || state_input(t, b->name, &gv) < 0)
       continue;
-    sc_ckpt_group g = sc_train_is_optimizer_state(b->name) ? SC_CKPT_OPTIMIZER : SC_CKPT_WEIGHTS;
-    const sc_ckpt_tensor *x = sc_ckpt_find(c, g, b->name);
-    if (!x)
-      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "the checkpoint has no %s tensor '%s' (another model or optimizer?)",
-                         sc_ckpt_group_name(g), b->name);
+    int32_t g;
+    const sc_ckpt_tensor *x = sc_trainer_ckpt_tensor(c, b->name, &g, d);
+    if (!x) return d->status;
     bool same = x->dtype == gv->dtype && x->rank == gv->rank;
     for (int32_t k = 0; same && k < gv->rank; k++) same = x->dims[k] == gv->dims[k];
     if (!same)
@@ -502,17 +499,7 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
                           (void *)sc_trainer_state(t->w[r].tr, b->name, NULL));
     used[g]++;
   }
-  for (int g = 0; g < SC_CKPT_GROUP_COUNT; g++)
-    for (int32_t k = 0; used[g] != sc_ckpt_count(c, (sc_ckpt_group)g) &&
-                        k < sc_ckpt_count(c, (sc_ckpt_group)g);
-         k++) {
-      const sc_ckpt_tensor *x = sc_ckpt_tensor_at(c, (sc_ckpt_group)g, k);
-      if (!sc_trainer_state(t->w[0].tr, x->name, NULL))
-        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                           "checkpoint tensor '%s' (%s) is not state of this training step",
-                           x->name, sc_ckpt_group_name((sc_ckpt_group)g));
-    }
-  return SC_OK;
+  return sc_trainer_ckpt_unused(t->w[0].tr, c, used, d);
 }
 
 double sc_dist_trainer_loss_scale(const sc_dist_trainer *t, int64_t *growth) {

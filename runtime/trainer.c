@@ -325,17 +325,41 @@ sc_status sc_trainer_save(const sc_trainer *t, const char *dir, const sc_ckpt_st
   return r;
 }
 
+const sc_ckpt_tensor *sc_trainer_ckpt_tensor(const sc_ckpt *c, const char *name,
+                                            int32_t *group, sc_diag *d) {
+  sc_ckpt_group g = sc_train_is_optimizer_state(name) ? SC_CKPT_OPTIMIZER : SC_CKPT_WEIGHTS;
+  *group = g;
+  const sc_ckpt_tensor *x = sc_ckpt_find(c, g, name);
+  if (!x)
+    sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                "the checkpoint has no %s tensor '%s' (another model or optimizer?)",
+                sc_ckpt_group_name(g), name);
+  return x;
+}
+
+sc_status sc_trainer_ckpt_unused(const sc_trainer *t, const sc_ckpt *c, const int32_t *used,
+                                 sc_diag *d) {
+  for (int g = 0; g < SC_CKPT_GROUP_COUNT; g++)
+    for (int32_t k = 0; used[g] != sc_ckpt_count(c, (sc_ckpt_group)g) &&
+                        k < sc_ckpt_count(c, (sc_ckpt_group)g);
+         k++) {
+      const sc_ckpt_tensor *x = sc_ckpt_tensor_at(c, (sc_ckpt_group)g, k);
+      if (!sc_trainer_state(t, x->name, NULL))
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "checkpoint tensor '%s' (%s) is not state of this training step",
+                           x->name, sc_ckpt_group_name((sc_ckpt_group)g));
+    }
+  return SC_OK;
+}
+
 sc_status sc_trainer_restore(sc_trainer *t, const sc_ckpt *c, sc_diag *d) {
   int32_t used[SC_CKPT_GROUP_COUNT] = {0};
   for (int32_t i = 0; i < t->n_in; i++) {
     if (t->kind[i] != IN_STATE) continue;
     const sc_buffer *b = input_buf(t->p, i);
-    sc_ckpt_group g = sc_train_is_optimizer_state(b->name) ? SC_CKPT_OPTIMIZER : SC_CKPT_WEIGHTS;
-    const sc_ckpt_tensor *x = sc_ckpt_find(c, g, b->name);
-    if (!x)
-      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "the checkpoint has no %s tensor '%s' (another model or optimizer?)",
-                         sc_ckpt_group_name(g), b->name);
+    int32_t g;
+    const sc_ckpt_tensor *x = sc_trainer_ckpt_tensor(c, b->name, &g, d);
+    if (!x) return d->status;
     if (!matches(x, b))
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "checkpoint tensor '%s': %s of rank %d, the program's is %s of rank %d",
@@ -344,17 +368,7 @@ sc_status sc_trainer_restore(sc_trainer *t, const sc_ckpt *c, sc_diag *d) {
     memcpy(t->state[i], x->data, (size_t)b->bytes);
     used[g]++;
   }
-  for (int g = 0; g < SC_CKPT_GROUP_COUNT; g++)
-    if (used[g] != sc_ckpt_count(c, (sc_ckpt_group)g)) {
-      for (int32_t k = 0; k < sc_ckpt_count(c, (sc_ckpt_group)g); k++) {
-        const sc_ckpt_tensor *x = sc_ckpt_tensor_at(c, (sc_ckpt_group)g, k);
-        if (!sc_trainer_state(t, x->name, NULL))
-          return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                             "checkpoint tensor '%s' (%s) is not state of this training step",
-                             x->name, sc_ckpt_group_name((sc_ckpt_group)g));
-      }
-    }
-  return SC_OK;
+  return sc_trainer_ckpt_unused(t, c, used, d);
 }
 
 double sc_trainer_loss_scale(const sc_trainer *t, int64_t *growth) {

@@ -105,6 +105,15 @@ struct sc_ckpt_state;
 sc_status sc_trainer_save(const sc_trainer *t, const char *dir, const struct sc_ckpt_state *st,
                           sc_diag *d);
 sc_status sc_trainer_restore(sc_trainer *t, const struct sc_ckpt *c, sc_diag *d);
+/* The pieces of a restore, shared with runtime/dist_train.c: the
+ * checkpoint's tensor of state `name` from its group (optimizer state or
+ * weights, into *group), or NULL with the error "the checkpoint has no ...";
+ * then, given how many tensors of each group were used, an error naming a
+ * checkpoint tensor that is not state of t's step. */
+const sc_tensor_view *sc_trainer_ckpt_tensor(const struct sc_ckpt *c, const char *name,
+                                            int32_t *group, sc_diag *d);
+sc_status sc_trainer_ckpt_unused(const sc_trainer *t, const struct sc_ckpt *c,
+                                 const int32_t *used, sc_diag *d);
 void sc_trainer_destroy(sc_trainer *t);
 
 #endif

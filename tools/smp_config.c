@@ -111,7 +111,10 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
         ta->t.recompute = (sc_recompute_kind)k;
         ok = true;
       }
-    if (!ok && strcmp(s, "auto") == 0) ok = ta->recompute_auto = true;
+    if (!ok && strcmp(s, "auto") == 0) {
+      ta->recompute_auto = true;
+      ok = true;
+    }
     if (!ok) rc = bad(file, "'%s' must be \"none\", \"selective\", \"full\" or \"auto\"",
                       "activation_checkpointing");
   }

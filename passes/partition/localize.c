@@ -968,10 +968,11 @@ static sc_status training_regions(lz *z) {
     if (strcmp(v->name, "loss") == 0 && (v->flags & SC_VALUE_OUTPUT)) need[i] |= REGION_LOSS;
     if (strncmp(v->name, "grad:", 5) == 0 && constraint(z, i)) need[i] |= REGION_GRAD;
     const sc_sharding *s = sc_graph_sharding(g, i);
+    /* the parameter lookup scans the parameters: only for split inputs */
+    if (ax < 0 || !(v->flags & SC_VALUE_INPUT) || !s || !(sc_sharding_dim_axes(s) & (1u << ax)))
+      continue;
     const char *param = sc_partition_param_of(z->p, v->name);
-    z->stored[i] = ax >= 0 && (v->flags & SC_VALUE_INPUT) && s &&
-                   (sc_sharding_dim_axes(s) & (1u << ax)) && param &&
-                   strcmp(param, v->name) == 0;
+    z->stored[i] = param && strcmp(param, v->name) == 0;
   }
   for (int32_t nid = g->n_nodes - 1; nid >= 0; nid--) {
     const sc_node *n = &g->nodes[nid];

@@ -167,7 +167,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
       (st = p->training ? sc_partition_seed_train_data(p) : sc_partition_seed_dp(p, plan)) !=
           SC_OK ||
       (st = sc_partition_seed_tp(p, plan)) != SC_OK ||
-      (p->training && (st = sc_partition_seed_train_state(p, plan)) != SC_OK)) {
+      (p->training && (st = sc_partition_seed_train_state(p)) != SC_OK)) {
     *d = g->diag;
     goto fail;
   }

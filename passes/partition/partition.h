@@ -143,7 +143,7 @@ bool sc_partition_is_training(const sc_graph *g);
  * the parameter itself, "P.<state>" or "accum:P"; NULL for none. */
 const char *sc_partition_param_of(const sc_partition *p, const char *name);
 sc_status sc_partition_seed_train_data(sc_partition *p);
-sc_status sc_partition_seed_train_state(sc_partition *p, const sc_plan *plan);
+sc_status sc_partition_seed_train_state(sc_partition *p);
 /* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
 sc_status sc_partition_localize(sc_partition *p, sc_diag *d);
 

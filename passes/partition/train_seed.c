@@ -131,7 +131,7 @@ static bool fsdp_sharding(const sc_partition *p, const sc_value *v, const sc_sha
   return false;
 }
 
-sc_status sc_partition_seed_train_state(sc_partition *p, const sc_plan *plan) {
+sc_status sc_partition_seed_train_state(sc_partition *p) {
   sc_graph *g = p->global;
   int32_t zero = p->zero_stage;
   bool fsdp = p->fsdp_axis >= 0 && p->mesh.axes[p->fsdp_axis].size > 1;
@@ -141,7 +141,6 @@ sc_status sc_partition_seed_train_state(sc_partition *p, const sc_plan *plan) {
   sc_sharding *shard = sc_calloc((size_t)n_in + 1, sizeof *shard);
   bool *split = sc_calloc((size_t)n_in + 1, sizeof *split);
   sc_status st = base && shard && split ? SC_OK : nomem(g);
-  (void)plan;
   for (int32_t i = 0; st == SC_OK && i < n_in; i++) {
     int32_t id = g->inputs[i];
     const sc_value *v = &g->values[id];

@@ -11,26 +11,15 @@
 #   kill: rank 1 SIGKILLs itself in a loop of all_reduces: the job ends
 #     non-zero within 15 s (mpirun notices the dead process)
 # Exits 77 (skipped) without mpirun or without the driver (MPI not built).
-# Flags: --allow-run-as-root (this sandbox runs as root; harmless otherwise),
-# --oversubscribe (more ranks than cores); no MCA settings were needed here
-# (Open MPI 4.1, shared-memory transport between local ranks).
+# mpirun's flags and environment: mpirun_env.sh.
 set -u
 BIN=${SC_BINARY_DIR:-$(dirname "$0")/../../build}
 DRIVER=$BIN/tests/comm_driver
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found"; exit 77; }
 [ -x "$DRIVER" ] || { echo "SKIP: $DRIVER not built (MPI not found)"; exit 77; }
 
-MPIRUN=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-export OMPI_MCA_rmaps_base_oversubscribe=1
-# Under the sanitizer build, Open MPI's own allocations (MCA components it
-# dlopens, op tables) are not freed by MPI_Finalize and LeakSanitizer would
-# report them at exit. Leak checking of our communicator code is done by
-# unit.test_comm (local backend, same shared code); here it is switched off
-# for the MPI processes only. Address and UB checks stay on.
-if [ -n "${ASAN_OPTIONS+x}" ] || ldd "$DRIVER" 2>/dev/null | grep -q libasan; then
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-fi
+. "$(dirname "$0")/mpirun_env.sh"
+mpirun_env "$DRIVER"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fails=0

@@ -18,12 +18,8 @@ SHARDC=${SHARDC:-$BIN/shardc}
 PY=${SC_PYTHON:-$SRC/.venv/bin/python}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found"; exit 77; }
 [ -e "$BIN/libshardc_comm_mpi.so" ] || { echo "SKIP: $BIN/libshardc_comm_mpi.so not built (no MPI)"; exit 77; }
-MPIRUN=(mpirun --oversubscribe)
-[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
-export OMPI_MCA_rmaps_base_oversubscribe=1
-if [ -n "${ASAN_OPTIONS+x}" ] || ldd "$SHARDC" 2>/dev/null | grep -q libasan; then
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-fi
+. "$(dirname "$0")/mpirun_env.sh"
+mpirun_env "$SHARDC"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 fails=0

@@ -284,7 +284,7 @@ def main():
 
         # recompute: the activations live at the peak shrink, and the plan says
         # what is recomputed
-        acts = {}
+        acts, need = {}, {}  # activations at the peak, step memory (arena and constants)
         for kind in ("none", "selective", "full"):
             p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", "gpt2.onnx"),
                                 "--train", "--dim", "batch=4", "--json", "--optimizer", "adamw",
@@ -292,6 +292,7 @@ def main():
             if check(p.returncode == 0, f"plan --recompute {kind}: {p.stderr[-500:]}"):
                 j = json.loads(p.stdout)
                 acts[kind] = j["live"]["activations"]
+                need[kind] = j["total"]
                 rc = j["recompute"]
                 check(rc["kind"] == kind and (rc["nodes"] > 0) == (kind != "none"),
                       f"plan --recompute {kind}: {rc}")
@@ -302,13 +303,6 @@ def main():
                   f"gpt2 activations at the peak by recompute: {acts}")
         # --recompute auto: the least recompute whose step (arena and
         # constants) fits the budget; budgets between the three figures
-        need = {}
-        for kind in ("none", "selective", "full"):
-            p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", "gpt2.onnx"),
-                                "--train", "--dim", "batch=4", "--json", "--optimizer", "adamw",
-                                "--recompute", kind], capture_output=True, text=True, timeout=300)
-            if p.returncode == 0:
-                need[kind] = json.loads(p.stdout)["total"]
         if check(len(need) == 3 and need["full"] < need["selective"] < need["none"],
                  f"step memory by recompute: {need}"):
             for budget, want in ((need["none"], "none"), (need["none"] - 1, "selective"),
