@@ -136,6 +136,21 @@ const sc_shard_source *sc_dist_source(const sc_dist_program *dp, const char *nam
   return bsearch(name, dp->sources, (size_t)dp->n_sources, sizeof *dp->sources, cmp_name);
 }
 
+int32_t sc_dist_handoff_source(const sc_dist_program *dp, int32_t piece, const char *name,
+                               int32_t *out) {
+  for (int32_t s = piece - 1; name && s >= 0; s--) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t j = 0; p && j < p->n_outputs; j++) {
+      const char *o = p->buffers[p->outputs[j]].name;
+      if (o && strcmp(o, name) == 0) {
+        if (out) *out = j;
+        return s;
+      }
+    }
+  }
+  return -1;
+}
+
 static bool same_dims(int32_t rank, const int64_t *a, const int64_t *b) {
   for (int32_t d = 0; d < rank; d++)
     if (a[d] != b[d]) return false;
@@ -158,6 +173,21 @@ sc_status sc_dist_program_check(const sc_dist_program *dp, sc_diag *d) {
       const sc_buffer *b = &p->buffers[p->inputs[i]];
       int32_t k = sc_dist_find_input(dp, b->name);
       int64_t local[SC_MAX_RANK];
+      if (k < 0 && dp->pipe_chunks > 0) { /* handed over from an earlier piece */
+        int32_t j, from = sc_dist_handoff_source(dp, s, b->name, &j);
+        const sc_buffer *o = from >= 0 ? &dp->stages[from].program->buffers[
+                                             dp->stages[from].program->outputs[j]]
+                                       : NULL;
+        if (!o)
+          return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                             "piece %d: input '%s' is neither an input of the model nor an "
+                             "output of an earlier piece", (int)s, b->name ? b->name : "?");
+        if (o->dtype != b->dtype || o->rank != b->rank || !same_dims(b->rank, o->dims, b->dims))
+          return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                             "piece %d: input '%s' is not what piece %d hands over", (int)s,
+                             b->name, (int)from);
+        continue;
+      }
       if (k < 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "stage %d: input '%s' is not an input of the model", (int)s,
@@ -235,7 +265,16 @@ sc_status sc_dist_rank_weights(const sc_dist_program *dp, int64_t rank, sc_dist_
   if (rank < 0 || rank >= dp->mesh.n_ranks)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "rank %lld is not in the mesh",
                        (long long)rank);
-  const sc_program *p = dp->stages[sc_dist_rank_stage(dp, rank)].program;
+  return sc_dist_stage_weights(dp, sc_dist_rank_stage(dp, rank), rank, w, d);
+}
+
+sc_status sc_dist_stage_weights(const sc_dist_program *dp, int32_t stage, int64_t rank,
+                                sc_dist_weights *w, sc_diag *d) {
+  memset(w, 0, sizeof *w);
+  if (rank < 0 || rank >= dp->mesh.n_ranks || stage < 0 || stage >= dp->n_stages)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "rank %lld, stage %d: not in the program",
+                       (long long)rank, (int)stage);
+  const sc_program *p = dp->stages[stage].program;
   size_t n = p->n_buffers > 0 ? (size_t)p->n_buffers : 1;
   w->n_buffers = p->n_buffers;
   w->data = sc_calloc(n, sizeof *w->data);
@@ -244,7 +283,7 @@ sc_status sc_dist_rank_weights(const sc_dist_program *dp, int64_t rank, sc_dist_
     sc_dist_weights_free(w);
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
-  const void *const *given = dp->rank_weights ? dp->rank_weights[rank] : NULL;
+  const void *const *given = dp->rank_weights && !dp->pipe_chunks ? dp->rank_weights[rank] : NULL;
   int64_t coords[SC_MESH_MAX_AXES];
   sc_mesh_rank_to_coords(&dp->mesh, rank, coords);
   for (int32_t b = 0; b < p->n_buffers; b++) {

@@ -57,7 +57,10 @@ typedef struct sc_dist_stage {
 } sc_dist_stage;
 
 typedef enum sc_schedule_kind {
-  SC_SCHEDULE_GPIPE,  /* every microbatch forward, stages overlapping */
+  SC_SCHEDULE_GPIPE,  /* every microbatch forward (then, training, every
+                         backward), stages overlapping */
+  SC_SCHEDULE_1F1B,   /* training: one forward, one backward (PipeDream-flush) */
+  SC_SCHEDULE_INTERLEAVED, /* training: 1F1B over virtual stages (Megatron) */
   SC_SCHEDULE_COUNT
 } sc_schedule_kind;
 
@@ -73,8 +76,13 @@ typedef struct sc_dist_program {
   sc_axes pp_axes, dp_axes, tp_axes; /* the same as masks (0 when absent) */
   bool sequence_parallel;            /* for reports only */
 
-  int32_t n_stages;                  /* = pp size (1 without pp) */
+  int32_t n_stages;                  /* = pp size (1 without pp), or the
+                                        pieces of a pipelined step */
   sc_dist_stage *stages;             /* [n_stages] */
+  /* A pipelined training step (ir/pipe.h): stages[] are its 4 x pipe_chunks
+   * pieces in piece order, chunk c on pipeline rank c % pipe_ranks, run by
+   * runtime/pipe_rank.c; pipe_chunks is 0 for any other program. */
+  int32_t pipe_chunks, pipe_ranks;
   sc_dist_schedule schedule;
 
   int32_t n_inputs, n_outputs;
@@ -115,6 +123,10 @@ bool sc_dist_owns_output(const sc_dist_program *dp, int64_t rank, int32_t k);
 int32_t sc_dist_find_input(const sc_dist_program *dp, const char *name);
 /* The source of the sharded constant `name`, or NULL. */
 const sc_shard_source *sc_dist_source(const sc_dist_program *dp, const char *name);
+/* A pipelined step: the piece before `piece` whose program hands over the
+ * value `name` (its output; *out: the output index), or -1. */
+int32_t sc_dist_handoff_source(const sc_dist_program *dp, int32_t piece, const char *name,
+                               int32_t *out);
 /* Checks the invariants above; errors name the stage and value. */
 sc_status sc_dist_program_check(const sc_dist_program *dp, sc_diag *d);
 
@@ -133,5 +145,8 @@ typedef struct sc_dist_weights {
 sc_status sc_dist_rank_weights(const sc_dist_program *dp, int64_t rank, sc_dist_weights *w,
                                sc_diag *d);
 void sc_dist_weights_free(sc_dist_weights *w);
+/* The same for the program of stage (or piece) `stage`, as run by rank. */
+sc_status sc_dist_stage_weights(const sc_dist_program *dp, int32_t stage, int64_t rank,
+                                sc_dist_weights *w, sc_diag *d);
 
 #endif

@@ -131,7 +131,20 @@ static sc_status step_bind(job *j) {
 
 static sc_status step_train(job *j) {
   if (!j->o->train) return SC_OK;
-  return sc_train_build(j->b->graph, j->o->train, &j->b->train, j->d);
+  sc_train_opts o = *j->o->train;
+  const sc_plan *plan = j->b->plan;
+  if (plan && plan->n_stages > 1) { /* pipelined: microbatches accumulate */
+    if (o.grad_accum > 1)
+      return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,
+                         "a pipelined step accumulates its --microbatches: give those instead "
+                         "of --grad-accum");
+    if (o.fp16)
+      return sc_diag_set(j->d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                         "fp16 loss scaling is not built for pipelined training yet: use bf16");
+    o.pipeline = true;
+    o.grad_accum = plan->microbatches > 1 ? plan->microbatches : 1;
+  }
+  return sc_train_build(j->b->graph, &o, &j->b->train, j->d);
 }
 
 static sc_status step_canonical(job *j) {
@@ -155,7 +168,7 @@ static sc_status step_partition(job *j) {
 static sc_status step_codegen(job *j) {
   if (!j->o->codegen) return SC_OK;
   sc_partition *part = j->b->part;
-  j->n_stages = part ? part->n_stages : 1;
+  j->n_stages = part ? part->n_graphs : 1;
   j->programs = sc_calloc((size_t)j->n_stages, sizeof *j->programs);
   if (!j->programs) return sc_diag_set(j->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_compile_opts co = j->compile;
@@ -332,20 +345,22 @@ static sc_status link_stage(sc_dist_program *dp, int32_t s, const sc_graph *sg, 
 sc_status sc_dist_program_link(const sc_partition *part, sc_program **programs,
                                sc_dist_program **out, sc_diag *d) {
   *out = NULL;
-  sc_dist_program *dp = sc_dist_program_create(&part->mesh, part->n_stages);
+  sc_dist_program *dp = sc_dist_program_create(&part->mesh, part->n_graphs);
   if (!dp) {
-    for (int32_t s = 0; s < part->n_stages; s++) sc_program_destroy(programs[s]);
+    for (int32_t s = 0; s < part->n_graphs; s++) sc_program_destroy(programs[s]);
     sc_free(programs);
     return nomem(d);
   }
-  for (int32_t s = 0; s < part->n_stages; s++) dp->stages[s].program = programs[s];
+  for (int32_t s = 0; s < part->n_graphs; s++) dp->stages[s].program = programs[s];
+  dp->pipe_chunks = part->n_chunks;
+  dp->pipe_ranks = part->n_stages;
   sc_free(programs);
   sc_dist_program_set_roles(dp, part->pp_axis, part->dp_axis, part->tp_axis);
   dp->sequence_parallel = part->sequence_parallel;
-  dp->schedule.kind = SC_SCHEDULE_GPIPE;
+  dp->schedule.kind = (sc_schedule_kind)part->schedule;
   dp->schedule.microbatches = part->microbatches;
   sc_status st = link_values(dp, part->global, d);
-  for (int32_t s = 0; st == SC_OK && s < part->n_stages; s++)
+  for (int32_t s = 0; st == SC_OK && s < part->n_graphs; s++)
     st = link_stage(dp, s, part->stages[s], d);
   if (st == SC_OK && part->n_sources > 0) {
     dp->n_sources = part->n_sources;

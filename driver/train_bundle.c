@@ -36,21 +36,30 @@ static void options_of(const sc_train_opts *o, sc_train_manifest *m) {
 sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
                                   sc_train_manifest **out, sc_diag *d) {
   *out = NULL;
-  if (!b->program || b->program->n_stages != 1 || b->train.n_params <= 0)
-    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "not a one-rank training build");
+  const sc_dist_program *dp = b->program;
+  if (!dp || (dp->n_stages != 1 && dp->pipe_chunks == 0) || b->train.n_params <= 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "not a training build");
   if (o->logits && strlen(o->logits) >= sizeof((sc_train_manifest *)0)->logits)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "logits name longer than %zu bytes",
                        sizeof((sc_train_manifest *)0)->logits - 1);
-  const sc_program *p = b->program->stages[0].program;
   const sc_train_info *info = &b->train;
   sc_train_manifest *m = sc_train_manifest_create(info->n_params);
   if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   options_of(o, m);
+  if (dp->pipe_chunks > 0) m->grad_accum = dp->schedule.microbatches; /* accumulated */
   m->classes = o->loss == SC_LOSS_CROSS_ENTROPY ? b->train.classes : 0;
   m->n_params = 0;
   for (int32_t k = 0; k < info->n_params; k++) {
-    int32_t buf = input_named(p, info->params[k].name);
-    if (buf < 0 || !sc_program_input_is_state(p, buf)) continue; /* frozen by structure */
+    /* the program that updates it: the one stage, or a pipelined step's
+     * update piece of its chunk */
+    const sc_program *p = NULL;
+    int32_t buf = -1;
+    for (int32_t s = 0; s < dp->n_stages && buf < 0; s++) {
+      p = dp->stages[s].program;
+      buf = input_named(p, info->params[k].name);
+      if (buf >= 0 && !sc_program_input_is_state(p, buf)) buf = -1;
+    }
+    if (buf < 0) continue; /* frozen by structure */
     m->params[m->n_params++] = (sc_train_manifest_param){
         .name = p->buffers[buf].name, .buffer = buf, .data = info->params[k].init};
   }

@@ -470,10 +470,11 @@ static sc_status update(sc_grad_ctx *c, const sc_train_opts *o, const sc_train_p
  * "train:apply"). Output "train:applied" says what the graph decided. */
 static int32_t applied_flag(sc_grad_ctx *c, const sc_train_opts *o, int32_t loss, int32_t norm,
                             sc_diag *d) {
-  int32_t s = gb_2(c, SC_OP_ADD, loss, norm); /* non-finite when either is */
+  /* non-finite when either is */
+  int32_t s = o->pipeline ? norm : gb_2(c, SC_OP_ADD, loss, norm);
   int32_t ok = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_OR, gb_1(c, SC_OP_IS_NAN, s),
                                        gb_1(c, SC_OP_IS_INF, s)));
-  if (ok >= 0 && o->grad_accum > 1) {
+  if (ok >= 0 && o->grad_accum > 1 && !o->pipeline) {
     int32_t last = scalar_input(c->g, "train:apply", SC_DTYPE_BOOL, d);
     ok = last < 0 ? -1 : gb_2(c, SC_OP_AND, ok, last);
   }
@@ -526,6 +527,29 @@ static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
   }
   if (sc_graph_toposort(g) != SC_OK) return built(g, -1, "node order", d);
   return SC_OK;
+}
+
+/* order[0 .. n_params): the parameters by their first reader among the
+ * forward's nodes (those never read last, in their own order), so that the
+ * gradient norm's sum runs in the forward's order: pipeline stages are
+ * runs of the forward, and each stage's partial sum follows the last
+ * (passes/partition/pipe_train.c). */
+static void forward_order(const sc_graph *g, int32_t n_fwd, const sc_train_info *info,
+                          int32_t *order) {
+  int32_t n = info->n_params;
+  for (int32_t k = 0; k < n; k++) order[k] = k;
+  int32_t *first = sc_malloc(((size_t)g->n_values + 1) * sizeof *first);
+  if (!first) return; /* the parameters' own order: correct, only not pipelined */
+  for (int32_t v = 0; v < g->n_values; v++) first[v] = INT32_MAX;
+  for (int32_t i = n_fwd - 1; i >= 0; i--)
+    for (int32_t j = 0; j < g->nodes[i].n_inputs; j++)
+      if (g->nodes[i].inputs[j] >= 0) first[g->nodes[i].inputs[j]] = i;
+  for (int32_t a = 1; a < n; a++) { /* insertion sort: stable */
+    int32_t k = order[a], fk = first[info->params[k].input], b = a;
+    for (; b > 0 && first[info->params[order[b - 1]].input] > fk; b--) order[b] = order[b - 1];
+    order[b] = k;
+  }
+  sc_free(first);
 }
 
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d) {
@@ -603,7 +627,11 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   int32_t norm2 = -1;
   sc_dtype t = g->values[loss].dtype;
   int32_t accum = o->grad_accum > 1 ? o->grad_accum : 1;
-  for (int32_t k = 0; k < info->n_params; k++) {
+  int32_t *order = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *order);
+  if (!order) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  forward_order(g, n_fwd, info, order);
+  for (int32_t kk = 0; kk < info->n_params; kk++) {
+    int32_t k = order[kk];
     if (grads[k] >= 0 && accum > 1) { /* the step's sum so far, this one added, mean of K */
       const sc_train_param *p = &info->params[k];
       char name[512];

@@ -103,6 +103,14 @@ typedef struct sc_train_opts {
                                    tied; such a step is planned, never run */
   bool untie;                   /* train transposed copies as parameters of
                                    their own (no tie detection) */
+  bool pipeline;                /* a pipelined step (passes/partition/
+                                   pipe_train.c): with grad_accum > 1 the
+                                   update runs once after the last
+                                   microbatch's backward (no "train:apply"),
+                                   and "ok" is the gradient norm's finiteness
+                                   alone (the loss lives on the last stage
+                                   only; a non-finite loss makes a non-finite
+                                   gradient) */
 } sc_train_opts;
 /* PyTorch's defaults for opt's optimizer (call after setting it). */
 void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer);

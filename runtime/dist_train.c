@@ -22,6 +22,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/dist.h"
+#include "runtime/pipe_rank.h"
 
 enum { CMD_CREATE, CMD_STEP, CMD_QUIT };
 enum { MAX_LOCAL_RANKS = 1024 };
@@ -30,10 +31,12 @@ typedef struct worker {
   struct sc_dist_trainer *t;
   int64_t rank, coords[SC_MESH_MAX_AXES];
   sc_comm *comm;
-  sc_trainer *tr;
+  sc_trainer *tr;       /* one program, or */
+  sc_pipe_rank *pr;     /* the pieces of a pipelined step */
+  bool has_loss, has_norm; /* pr: this rank made the loss, the norm */
   sc_dist_weights w;
-  void **scratch;       /* [n_inputs] a data input's pieces, or NULL */
-  int64_t *scratch_cap; /* [n_inputs] their sizes */
+  void **scratch;       /* [n_data] a data input's pieces, or NULL */
+  int64_t *scratch_cap; /* [n_data] their sizes */
   bool stepped;         /* a step ran (the injected failure's moment) */
   double loss, norm;
   bool applied;
@@ -53,6 +56,7 @@ struct sc_dist_trainer {
   int64_t n_local;             /* those run by this process: n, or 1 (world) */
   sc_comm *world;              /* borrowed: one rank per process (MPI), or NULL */
   sc_cpu_module *mod;          /* the stage's kernels, JIT-compiled once */
+  sc_cpu_module **mods;        /* a pipelined step: [dp->n_stages] each piece's */
   sc_comm **comms;
   pthread_t *th;
   worker *w;
@@ -94,22 +98,50 @@ static const sc_dist_value *global_input(const sc_dist_program *dp, const char *
   return NULL;
 }
 
+/* The rank's data inputs: count, k-th buffer (one microbatch's piece) and
+ * its sharding. */
+static int32_t w_n_data(const worker *w) {
+  return w->pr ? sc_pipe_rank_n_data(w->pr) : sc_trainer_n_data(w->tr);
+}
+static const sc_buffer *w_data(const worker *w, int32_t k, const sc_sharding **sh) {
+  if (w->pr) return sc_pipe_rank_data(w->pr, k, sh);
+  const sc_buffer *b = sc_trainer_data(w->tr, k);
+  int32_t i = b ? input_index(w->t->p, b->name) : -1;
+  *sh = i >= 0 ? &w->t->stage->input_sharding[i] : NULL;
+  return i >= 0 ? b : NULL;
+}
+/* The rank's piece of state `name` and its sharding, or NULL. */
+static void *w_state(const worker *w, const char *name, const sc_sharding **sh) {
+  if (w->pr) return sc_pipe_rank_state(w->pr, name, NULL, sh);
+  void *x = (void *)sc_trainer_state(w->tr, name, NULL);
+  int32_t i = x ? input_index(w->t->p, name) : -1;
+  *sh = i >= 0 ? &w->t->stage->input_sharding[i] : NULL;
+  return i >= 0 ? x : NULL;
+}
+
+static sc_status scratch_alloc(worker *w) {
+  size_t n = (size_t)w_n_data(w) + 1;
+  w->scratch = sc_calloc(n, sizeof *w->scratch);
+  w->scratch_cap = sc_calloc(n, sizeof *w->scratch_cap);
+  return w->scratch && w->scratch_cap ? SC_OK : nomem(&w->d);
+}
+
 /* CMD_CREATE: the rank's constants, its pieces of the initial values, its
  * trainer (the session's creation is collective). */
 static sc_status create_rank(worker *w) {
   struct sc_dist_trainer *t = w->t;
+  if (t->dp->pipe_chunks > 0) {
+    sc_pipe_rank_opts po = {.threads = t->o.threads, .world = w->comm,
+                            .kernels = (const struct sc_cpu_module *const *)t->mods};
+    sc_status st = sc_pipe_rank_create(t->dp, w->rank, t->m, &po, &w->pr, &w->d);
+    return st == SC_OK ? scratch_alloc(w) : st;
+  }
   const sc_program *p = t->p;
   const sc_train_manifest *m = t->m;
   sc_status st = sc_dist_rank_weights(t->dp, w->rank, &w->w, &w->d);
   if (st != SC_OK) return st;
-  size_t ni = (size_t)p->n_inputs + 1;
-  w->scratch = sc_calloc(ni, sizeof *w->scratch);
-  w->scratch_cap = sc_calloc(ni, sizeof *w->scratch_cap);
   sc_tensor_view *init = sc_calloc((size_t)m->n_params + 1, sizeof *init);
-  if (!w->scratch || !w->scratch_cap || !init) {
-    sc_free(init);
-    return nomem(&w->d);
-  }
+  if (!init) return nomem(&w->d);
   int32_t n_init = 0;
   for (int32_t k = 0; st == SC_OK && k < m->n_params; k++) {
     const char *name = m->params[k].name;
@@ -142,6 +174,7 @@ static sc_status create_rank(worker *w) {
     o.const_data = w->w.data;
     st = sc_trainer_create(p, init, n_init, &o, &w->tr, &w->d);
   }
+  if (st == SC_OK) st = scratch_alloc(w);
   for (int32_t k = 0; k < n_init; k++) sc_free(init[k].data);
   sc_free(init);
   return st;
@@ -150,23 +183,23 @@ static sc_status create_rank(worker *w) {
 /* CMD_STEP: each data input's piece of every microbatch, then the step. */
 static sc_status step_rank(worker *w) {
   struct sc_dist_trainer *t = w->t;
-  const sc_program *p = t->p;
   if (!w->stepped && sc_dist_injected_failure(w->rank))
     return sc_diag_set(&w->d, SC_ERR_INVALID, NULL, NULL, "injected failure (SHARDC_FAIL_RANK)");
   w->stepped = true;
-  int32_t nd = sc_trainer_n_data(w->tr);
+  int32_t nd = w_n_data(w);
   sc_tensor_view *local = sc_calloc((size_t)nd + 1, sizeof *local);
   if (!local) return nomem(&w->d);
   sc_status st = SC_OK;
   for (int32_t k = 0; st == SC_OK && k < nd; k++) {
-    const sc_buffer *b = sc_trainer_data(w->tr, k);
-    int32_t i = input_index(p, b->name);
-    const sc_tensor_view *v = find_view(t->data, t->n_data, b->name);
-    if (!v || i < 0) {
-      st = sc_diag_set(&w->d, SC_ERR_USAGE, NULL, NULL, "data '%s' is missing", b->name);
+    const sc_sharding *sh;
+    const sc_buffer *b = w_data(w, k, &sh);
+    int32_t i = k;
+    const sc_tensor_view *v = b ? find_view(t->data, t->n_data, b->name) : NULL;
+    if (!v || !sh) {
+      st = sc_diag_set(&w->d, SC_ERR_USAGE, NULL, NULL, "data '%s' is missing",
+                       b ? b->name : "?");
       break;
     }
-    const sc_sharding *sh = &t->stage->input_sharding[i];
     int64_t mb[SC_MAX_RANK];
     bool ok = v->dtype == b->dtype && v->rank == b->rank && v->data;
     for (int32_t d = 0; ok && d < b->rank; d++) {
@@ -174,6 +207,13 @@ static sc_status step_rank(worker *w) {
       ok = d == 0 ? mb[0] > 0 && v->dims[0] % mb[0] == 0 : v->dims[d] == mb[d];
     }
     int64_t K = b->rank ? v->dims[0] / mb[0] : 1;
+    if (ok && w->pr && K != t->dp->schedule.microbatches) {
+      st = sc_diag_set(&w->d, SC_ERR_USAGE, NULL, NULL,
+                       "data '%s': a pipelined step takes %d microbatches of %lld, given %lld "
+                       "rows", b->name, (int)t->dp->schedule.microbatches,
+                       (long long)(b->rank ? mb[0] : 1), (long long)(b->rank ? v->dims[0] : 1));
+      break;
+    }
     if (!ok || K < 1) {
       st = sc_diag_set(&w->d, SC_ERR_USAGE, NULL, NULL,
                        "data '%s': expected %s of rank %d, dim 0 a multiple of %lld (the "
@@ -204,7 +244,10 @@ static sc_status step_rank(worker *w) {
     memcpy(local[k].dims, b->dims, sizeof local[k].dims);
     if (b->rank) local[k].dims[0] = K * b->dims[0];
   }
-  if (st == SC_OK)
+  if (st == SC_OK && w->pr)
+    st = sc_pipe_rank_step(w->pr, local, nd, t->lr, t->step, &w->loss, &w->norm, &w->applied,
+                           &w->has_loss, &w->has_norm, &w->d);
+  else if (st == SC_OK)
     st = sc_trainer_step(w->tr, local, nd, t->lr, t->step, &w->loss, &w->norm, &w->applied,
                          &w->d);
   sc_free(local);
@@ -264,13 +307,19 @@ static sc_status run_all(struct sc_dist_trainer *t, int cmd, sc_diag *d) {
   return t->w[bad].st;
 }
 
-/* The data inputs with their global dims (rank 0's trainer names them). */
+/* The data inputs with their global dims (every rank's, once each). */
 static sc_status global_data(sc_dist_trainer *t, sc_diag *d) {
-  int32_t n = sc_trainer_n_data(t->w[0].tr);
+  int32_t n = 0;
+  for (int64_t r = 0; r < t->n_local; r++) n += w_n_data(&t->w[r]);
   t->data_in = sc_calloc((size_t)n + 1, sizeof *t->data_in);
   if (!t->data_in) return nomem(d);
-  for (int32_t k = 0; k < n; k++) {
-    const sc_buffer *b = sc_trainer_data(t->w[0].tr, k);
+  for (int32_t k = 0, r = 0; r < t->n_local; k = 0, r++)
+  for (; k < w_n_data(&t->w[r]); k++) {
+    const sc_sharding *sh;
+    const sc_buffer *b = w_data(&t->w[r], k, &sh);
+    bool seen = false;
+    for (int32_t j = 0; b && j < t->n_data_in; j++) seen |= strcmp(t->data_in[j].name, b->name) == 0;
+    if (!b || seen) continue;
     const sc_dist_value *gv = global_input(t->dp, b->name);
     if (!gv)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "data '%s' is not a global input",
@@ -299,10 +348,14 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
                                  const sc_trainer_opts *o, sc_comm *world, sc_dist_trainer **out,
                                  sc_diag *d) {
   *out = NULL;
-  if (dp->n_stages != 1 || !dp->stages[0].program)
+  if (dp->pipe_chunks > 0 && world)
     return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "a pipelined training step (%d stages) does not run yet: train with "
-                       "dp, fsdp and tp axes",
+                       "a pipelined training step runs on in-process ranks (--comm local) "
+                       "for now: under MPI a stage's blocking send could wait on a stage "
+                       "that waits on it");
+  if (dp->pipe_chunks == 0 && (dp->n_stages != 1 || !dp->stages[0].program))
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "a training program with %d stages that is not a pipelined step",
                        (int)dp->n_stages);
   int64_t n = dp->mesh.n_ranks;
   if (world && sc_comm_size(world) != n)
@@ -331,7 +384,15 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
   t->w = sc_calloc((size_t)t->n_local, sizeof *t->w);
   sc_status st = t->comms && t->th && t->w ? SC_OK : nomem(d);
   if (!t->o.cpu_module) t->o.cpu_module = t->stage->kernels; /* a bundle's */
-  if (st == SC_OK && !t->o.cpu_module) {
+  if (st == SC_OK && dp->pipe_chunks > 0) { /* every piece's kernels, once */
+    t->mods = sc_calloc((size_t)dp->n_stages, sizeof *t->mods);
+    if (!t->mods) st = nomem(d);
+    for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+      sc_cpu_opts co;
+      sc_cpu_opts_init(&co);
+      st = sc_cpu_jit(dp->stages[s].program, &co, &t->mods[s], d);
+    }
+  } else if (st == SC_OK && !t->o.cpu_module) {
     sc_cpu_opts co;
     sc_cpu_opts_init(&co);
     if ((st = sc_cpu_jit(t->p, &co, &t->mod, d)) == SC_OK) t->o.cpu_module = t->mod;
@@ -373,28 +434,35 @@ sc_status sc_dist_trainer_step(sc_dist_trainer *t, const sc_tensor_view *data, i
   t->step = step;
   sc_status st = run_all(t, CMD_STEP, d);
   if (st != SC_OK) return st;
-  if (loss) *loss = t->w[0].loss;
-  if (grad_norm) *grad_norm = t->w[0].norm;
-  if (applied) *applied = t->w[0].applied;
+  /* a pipeline's: from the ranks that made them */
+  const worker *wl = &t->w[0], *wn = &t->w[0];
+  for (int64_t r = t->n_local - 1; t->dp->pipe_chunks > 0 && r >= 0; r--) {
+    if (t->w[r].has_loss) wl = &t->w[r];
+    if (t->w[r].has_norm) wn = &t->w[r];
+  }
+  if (loss) *loss = wl->loss;
+  if (grad_norm) *grad_norm = wn->norm;
+  if (applied) *applied = wn->applied;
   return SC_OK;
 }
 
 int64_t sc_dist_trainer_ranks(const sc_dist_trainer *t) { return t->n; }
 
-/* The program input index of state `name`, its global value, or -1. */
-static int32_t state_input(const sc_dist_trainer *t, const char *name,
-                           const sc_dist_value **gv) {
-  int32_t i = input_index(t->p, name);
+/* Whether global input `name` is state some local rank holds (its global
+ * value through *gv). */
+static bool is_state(const sc_dist_trainer *t, const char *name, const sc_dist_value **gv) {
   *gv = global_input(t->dp, name);
-  return i >= 0 && *gv && sc_trainer_state(t->w[0].tr, name, NULL) ? i : -1;
+  const sc_sharding *sh;
+  for (int64_t r = 0; *gv && r < t->n_local; r++)
+    if (w_state(&t->w[r], name, &sh)) return true;
+  return false;
 }
 
 sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_tensor_view *v,
                                 sc_diag *d) {
   memset(v, 0, sizeof *v);
   const sc_dist_value *gv;
-  int32_t i = state_input(t, name, &gv);
-  if (i < 0)
+  if (!name || !is_state(t, name, &gv))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "'%s' is not state of the step",
                        name ? name : "");
   int64_t numel = 1;
@@ -403,21 +471,23 @@ sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_t
   void *all = sc_malloc(numel > 0 ? (size_t)numel * esz : 1);
   if (!all) return nomem(d);
   sc_status st = SC_OK;
-  if (!t->world) {
-    for (int64_t r = 0; r < t->n_local; r++)
-      sc_sharding_insert(&t->stage->input_sharding[i], &t->dp->mesh, t->w[r].coords, esz,
-                         gv->dims, sc_trainer_state(t->w[r].tr, name, NULL), all);
+  const sc_sharding *sh;
+  if (!t->world) { /* pipeline ranks that do not hold it have nothing to add */
+    for (int64_t r = 0; r < t->n_local; r++) {
+      const void *x = w_state(&t->w[r], name, &sh);
+      if (x) sc_sharding_insert(sh, &t->dp->mesh, t->w[r].coords, esz, gv->dims, x, all);
+    }
   } else { /* every rank's piece from the world, each put in its place */
+    const void *x = w_state(&t->w[0], name, &sh);
+    int32_t i = input_index(t->p, name);
     const sc_buffer *b = &t->p->buffers[t->p->inputs[i]];
     int64_t count = b->bytes / (int64_t)esz;
     char *pieces = sc_malloc((size_t)(b->bytes > 0 ? b->bytes : 1) * (size_t)t->n);
-    st = pieces ? sc_comm_all_gather(t->world, sc_trainer_state(t->w[0].tr, name, NULL), pieces,
-                                     count, b->dtype, d)
-                : nomem(d);
+    st = pieces ? sc_comm_all_gather(t->world, x, pieces, count, b->dtype, d) : nomem(d);
     for (int64_t r = 0; st == SC_OK && r < t->n; r++) {
       int64_t coords[SC_MESH_MAX_AXES];
       sc_mesh_rank_to_coords(&t->dp->mesh, r, coords);
-      sc_sharding_insert(&t->stage->input_sharding[i], &t->dp->mesh, coords, esz, gv->dims,
+      sc_sharding_insert(sh, &t->dp->mesh, coords, esz, gv->dims,
                          pieces + (size_t)(r * b->bytes), all);
     }
     sc_free(pieces);
@@ -432,12 +502,15 @@ sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_t
 }
 
 int64_t sc_dist_trainer_arena_bytes(const sc_dist_trainer *t, int64_t r) {
-  return r >= 0 && r < t->n_local ? sc_trainer_arena_bytes(t->w[r].tr) : 0;
+  if (r < 0 || r >= t->n_local) return 0;
+  return t->w[r].pr ? sc_pipe_rank_arena_bytes(t->w[r].pr) : sc_trainer_arena_bytes(t->w[r].tr);
 }
 
 int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t *in_place) {
   if (in_place) *in_place = 0;
-  return r >= 0 && r < t->n_local ? sc_trainer_state_count(t->w[r].tr, in_place) : 0;
+  if (r < 0 || r >= t->n_local) return 0;
+  return t->w[r].pr ? sc_pipe_rank_state_count(t->w[r].pr)
+                    : sc_trainer_state_count(t->w[r].tr, in_place);
 }
 
 int64_t sc_dist_trainer_rank(const sc_dist_trainer *t) {
@@ -448,17 +521,23 @@ void sc_dist_trainer_abort(sc_dist_trainer *t, const char *msg) {
   for (int64_t r = 0; r < t->n_local; r++) sc_comm_abort(t->comms[r], msg);
 }
 
+/* The step's state tensors are global inputs that some rank holds as
+ * state; accumulators are not saved. */
+static bool saved_state(const sc_dist_trainer *t, const char *name, const sc_dist_value **gv) {
+  return name && strncmp(name, "accum:", 6) != 0 && is_state(t, name, gv);
+}
+
 sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
                                const struct sc_ckpt_state *cs, sc_diag *d) {
-  const sc_program *p = t->p;
-  sc_ckpt_tensor *x = sc_calloc((size_t)p->n_inputs + 1, sizeof *x);
-  sc_ckpt_tensor *o = sc_calloc((size_t)p->n_inputs + 1, sizeof *o);
+  const sc_dist_program *dp = t->dp;
+  sc_ckpt_tensor *x = sc_calloc((size_t)dp->n_inputs + 1, sizeof *x);
+  sc_ckpt_tensor *o = sc_calloc((size_t)dp->n_inputs + 1, sizeof *o);
   int32_t nw = 0, no = 0;
   sc_status st = x && o ? SC_OK : nomem(d);
-  for (int32_t i = 0; st == SC_OK && i < p->n_inputs; i++) {
-    const char *name = p->buffers[p->inputs[i]].name;
+  for (int32_t i = 0; st == SC_OK && i < dp->n_inputs; i++) {
+    const char *name = dp->inputs[i].name;
     const sc_dist_value *gv;
-    if (!name || strncmp(name, "accum:", 6) == 0 || state_input(t, name, &gv) < 0) continue;
+    if (!saved_state(t, name, &gv)) continue;
     sc_ckpt_tensor *slot = sc_train_is_optimizer_state(name) ? &o[no] : &x[nw];
     if ((st = sc_dist_trainer_state(t, name, slot, d)) != SC_OK) break;
     if (sc_train_is_optimizer_state(name)) no++;
@@ -475,39 +554,57 @@ sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
 }
 
 sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, sc_diag *d) {
-  const sc_program *p = t->p;
+  const sc_dist_program *dp = t->dp;
   int32_t used[SC_CKPT_GROUP_COUNT] = {0};
-  for (int32_t i = 0; i < p->n_inputs; i++) {
-    const sc_buffer *b = &p->buffers[p->inputs[i]];
+  for (int32_t i = 0; i < dp->n_inputs; i++) {
+    const char *name = dp->inputs[i].name;
     const sc_dist_value *gv;
-    if (!b->name || strncmp(b->name, "accum:", 6) == 0 || state_input(t, b->name, &gv) < 0)
-      continue;
+    if (!saved_state(t, name, &gv)) continue;
     int32_t g;
-    const sc_ckpt_tensor *x = sc_trainer_ckpt_tensor(c, b->name, &g, d);
+    const sc_ckpt_tensor *x = sc_trainer_ckpt_tensor(c, name, &g, d);
     if (!x) return d->status;
     bool same = x->dtype == gv->dtype && x->rank == gv->rank;
     for (int32_t k = 0; same && k < gv->rank; k++) same = x->dims[k] == gv->dims[k];
     if (!same)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "checkpoint tensor '%s': not the step's dtype and global shape",
-                         b->name);
-    /* the trainer's own state buffer (its arena slot or host copy): the
+                         "checkpoint tensor '%s': not the step's dtype and global shape", name);
+    /* each rank's own state buffer (its arena slot or host copy): the
      * workers are idle, so the main thread may write it */
-    for (int64_t r = 0; r < t->n_local; r++)
-      sc_sharding_extract(&t->stage->input_sharding[i], &t->dp->mesh, t->w[r].coords,
-                          sc_dtype_size(b->dtype), gv->dims, x->data,
-                          (void *)sc_trainer_state(t->w[r].tr, b->name, NULL));
+    for (int64_t r = 0; r < t->n_local; r++) {
+      const sc_sharding *sh;
+      void *piece = w_state(&t->w[r], name, &sh);
+      if (piece)
+        sc_sharding_extract(sh, &t->dp->mesh, t->w[r].coords, sc_dtype_size(gv->dtype),
+                            gv->dims, x->data, piece);
+    }
     used[g]++;
   }
-  return sc_trainer_ckpt_unused(t->w[0].tr, c, used, d);
+  /* a checkpoint tensor that is no state of the step */
+  for (int g = 0; g < SC_CKPT_GROUP_COUNT; g++)
+    for (int32_t k = 0; used[g] != sc_ckpt_count(c, (sc_ckpt_group)g) &&
+                        k < sc_ckpt_count(c, (sc_ckpt_group)g);
+         k++) {
+      const sc_ckpt_tensor *x = sc_ckpt_tensor_at(c, (sc_ckpt_group)g, k);
+      const sc_dist_value *gv;
+      if (!saved_state(t, x->name, &gv))
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "checkpoint tensor '%s' (%s) is not state of this training step",
+                           x->name, sc_ckpt_group_name((sc_ckpt_group)g));
+    }
+  return SC_OK;
 }
 
 double sc_dist_trainer_loss_scale(const sc_dist_trainer *t, int64_t *growth) {
+  if (t->w[0].pr) { /* no loss scaling in a pipelined step (driver.c) */
+    if (growth) *growth = 0;
+    return 1.0;
+  }
   return sc_trainer_loss_scale(t->w[0].tr, growth);
 }
 
 void sc_dist_trainer_set_loss_scale(sc_dist_trainer *t, double scale, int64_t growth) {
-  for (int64_t r = 0; r < t->n_local; r++) sc_trainer_set_loss_scale(t->w[r].tr, scale, growth);
+  for (int64_t r = 0; r < t->n_local; r++)
+    if (t->w[r].tr) sc_trainer_set_loss_scale(t->w[r].tr, scale, growth);
 }
 
 void sc_dist_trainer_destroy(sc_dist_trainer *t) {
@@ -520,14 +617,18 @@ void sc_dist_trainer_destroy(sc_dist_trainer *t) {
   }
   for (int64_t r = 0; t->w && r < t->n_local; r++) {
     worker *w = &t->w[r];
+    int32_t nd = w->tr || w->pr ? w_n_data(w) : 0;
+    for (int32_t i = 0; w->scratch && i < nd; i++) sc_free(w->scratch[i]);
     sc_trainer_destroy(w->tr);
+    sc_pipe_rank_destroy(w->pr);
     sc_dist_weights_free(&w->w);
-    for (int32_t i = 0; w->scratch && i < t->p->n_inputs; i++) sc_free(w->scratch[i]);
     sc_free(w->scratch);
     sc_free(w->scratch_cap);
   }
   for (int64_t r = 0; t->comms && !t->world && r < t->n_local; r++) sc_comm_destroy(t->comms[r]);
   sc_cpu_module_destroy(t->mod);
+  for (int32_t s = 0; t->mods && s < t->dp->n_stages; s++) sc_cpu_module_destroy(t->mods[s]);
+  sc_free(t->mods);
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->cv);
   sc_free(t->data_in);

@@ -47,6 +47,11 @@ typedef struct sc_session_opts {
    * program's (NULL entries: the program's). Borrowed: must outlive the
    * session. A partitioned run's weight shards (runtime/dist.h). */
   const void *const *const_data;
+  /* Non-NULL: split the world as a program over this mesh with
+   * collectives would, even when this program has none (or no mesh): the
+   * pieces of a pipelined step (runtime/pipe_rank.c) are created in
+   * lockstep by every rank, and the splits are collective. */
+  const struct sc_mesh *split_mesh;
 } sc_session_opts;
 void sc_session_opts_init(sc_session_opts *o);
 

@@ -160,12 +160,12 @@ void sc_session_destroy(sc_session *s) {
  * stages of a pipeline run different programs with different groups, so
  * every rank makes the same calls: one per non-empty set of mesh axes, in
  * increasing mask order, with color -1 for a set its program does not use. */
-static sc_status make_groups(sc_session *s, sc_diag *diag) {
+static sc_status make_groups(sc_session *s, const sc_mesh *split_mesh, sc_diag *diag) {
   const sc_program *p = s->p;
   int32_t n_comm = 0;
   for (int32_t i = 0; i < p->n_steps; i++) n_comm += p->steps[i].kind == SC_STEP_COMM;
-  if (n_comm == 0) return SC_OK;
-  const sc_mesh *m = &p->mesh;
+  if (n_comm == 0 && !split_mesh) return SC_OK;
+  const sc_mesh *m = p->mesh.n_axes > 0 || !split_mesh ? &p->mesh : split_mesh;
   if (!s->world)
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
                        "the program has %d collective steps over a %lld-rank mesh: the session "
@@ -177,8 +177,8 @@ static sc_status make_groups(sc_session *s, sc_diag *diag) {
                        (long long)m->n_ranks, sc_comm_size(s->world));
   size_t n = (size_t)p->n_steps;
   s->step_comm = sc_calloc(n, sizeof *s->step_comm);
-  s->groups = sc_calloc((size_t)n_comm, sizeof *s->groups);
-  s->group_axes = sc_calloc((size_t)n_comm, sizeof *s->group_axes);
+  s->groups = sc_calloc((size_t)n_comm + 1, sizeof *s->groups);
+  s->group_axes = sc_calloc((size_t)n_comm + 1, sizeof *s->group_axes);
   if (!s->step_comm || !s->groups || !s->group_axes)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < p->n_steps; i++) {
@@ -291,7 +291,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   s->world = o->world;
   sc_device_opts dopts = {
       .threads = o->threads, .cpu_module = o->cpu_module, .const_data = o->const_data};
-  sc_status st = make_groups(s, diag);
+  sc_status st = make_groups(s, o->split_mesh, diag);
   if (st == SC_OK) st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
   if (st == SC_OK) {

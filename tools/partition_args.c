@@ -60,6 +60,15 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
       return sc_cli_usage_error("--hybrid-shard-degree expects a positive integer, got '%s'",
                                 v);
     if (!missing) p->hybrid_shard_degree = n;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--schedule", &missing))) {
+    if (!missing && strcmp(v, "gpipe") != 0 && strcmp(v, "1f1b") != 0 &&
+        strcmp(v, "interleaved") != 0)
+      return sc_cli_usage_error("--schedule expects gpipe, 1f1b or interleaved, got '%s'", v);
+    if (!missing) p->schedule = v;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--virtual-stages", &missing))) {
+    if (!missing && !sc_cli_parse_i64(v, 1, 1024, &n))
+      return sc_cli_usage_error("--virtual-stages expects a positive integer, got '%s'", v);
+    if (!missing) p->virtual_stages = (int32_t)n;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--stage-boundaries", &missing))) {
     if (!missing) p->boundaries = v;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--plan", &missing))) {
@@ -81,7 +90,8 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
  * not come with it. */
 static int check_conflicts(const sc_partition_args *p) {
   if (!p->plan_file) {
-    if (!p->mesh && (p->ranks_per_node || p->microbatches || p->boundaries ||
+    if (!p->mesh && (p->ranks_per_node || p->microbatches || p->boundaries || p->schedule ||
+                     p->virtual_stages ||
                      p->sequence_parallel || p->no_vocab_parallel || p->zero ||
                      p->keep_after_forward || p->hybrid_shard_degree))
       return sc_cli_usage_error("partitioning options need --mesh (or --plan)");
@@ -91,6 +101,8 @@ static int check_conflicts(const sc_partition_args *p) {
                     : p->ranks_per_node    ? "--ranks-per-node"
                     : p->microbatches      ? "--microbatches"
                     : p->boundaries        ? "--stage-boundaries"
+                    : p->schedule          ? "--schedule"
+                    : p->virtual_stages    ? "--virtual-stages"
                     : p->sequence_parallel ? "--sequence-parallel"
                     : p->no_vocab_parallel ? "--no-vocab-parallel"
                     : p->zero              ? "--zero"
@@ -171,6 +183,8 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
                           .keep_after_forward = p->keep_after_forward,
                           .ranks_per_node = p->ranks_per_node,
                           .microbatches = p->microbatches,
+                          .schedule = p->schedule,
+                          .virtual_stages = p->virtual_stages,
                           .boundaries = p->boundaries,
                           .sequence_parallel = p->sequence_parallel,
                           .no_vocab_parallel = p->no_vocab_parallel};

@@ -9,6 +9,9 @@
  *   --ranks-per-node N
  *   --microbatches M         pipeline microbatches (>= 1, default 1)
  *   --stage-boundaries A,B   node names starting stages 1, 2, ...
+ *   --schedule gpipe|1f1b|interleaved  pipeline schedule (training: 1f1b
+ *                            and interleaved too; codegen/pipe_schedule.h)
+ *   --virtual-stages V       chunks per pipeline rank (interleaved)
  *   --sequence-parallel      reduce-scatter + all-gather instead of all-reduce
  *   --no-vocab-parallel      keep the embedding and LM head whole
  *   --zero 1|2|3             training: what the fsdp axis shards (1 optimizer
@@ -38,6 +41,8 @@ typedef struct sc_partition_args {
   int64_t ranks_per_node;
   int32_t microbatches;        /* 0 = not given */
   const char *boundaries;      /* comma-separated, or NULL */
+  const char *schedule;        /* --schedule, or NULL */
+  int32_t virtual_stages;      /* 0 = not given */
   bool sequence_parallel;
   bool no_vocab_parallel;
   int32_t zero;                /* --zero, 0 = not given */

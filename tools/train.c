@@ -559,8 +559,12 @@ int sc_cmd_train(int argc, char **argv) {
   if (!a.quiet) {
     int64_t numel = 0;
     for (int32_t k = 0; k < m->n_params; k++) {
+      const sc_dist_program *dp = src.build ? src.build->program : NULL;
+      int32_t gi = dp ? sc_dist_find_input(dp, m->params[k].name) : -1;
+      int64_t n = 1;
+      for (int32_t i = 0; gi >= 0 && i < dp->inputs[gi].rank; i++) n *= dp->inputs[gi].dims[i];
       const sc_buffer *pb = &src.p->buffers[m->params[k].buffer];
-      numel += pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
+      numel += gi >= 0 ? n : pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
     }
     printf("training %lld parameters in %d tensors, %s, lr %g, %lld steps\n", (long long)numel,
            (int)m->n_params, m->optimizer, a.lr, (long long)a.steps);

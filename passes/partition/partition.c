@@ -145,13 +145,6 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   }
   p->zero_stage = p->fsdp_axis < 0 ? 0 : plan->zero_stage > 0 ? plan->zero_stage : 3;
   p->keep_after_forward = plan->keep_after_forward;
-  if (p->training && p->pp_axis >= 0 && p->mesh.axes[p->pp_axis].size > 1) {
-    sc_partition_destroy(p);
-    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "pipeline-parallel training (a %s axis with a training step) is not "
-                       "built yet: train with dp, fsdp and tp axes",
-                       plan->pp_axis);
-  }
   if (p->fsdp_axis >= 0 && !p->training) {
     sc_partition_destroy(p);
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
@@ -160,6 +153,27 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
                        plan->fsdp_axis);
   }
   p->n_stages = p->pp_axis >= 0 ? (int32_t)p->mesh.axes[p->pp_axis].size : 1;
+  p->n_graphs = p->n_stages;
+  if (p->training && p->n_stages > 1) {
+    p->n_chunks = p->n_stages * (plan->virtual_stages > 1 ? plan->virtual_stages : 1);
+    p->n_graphs = 4 * p->n_chunks;
+  }
+  const char *sched = plan->schedule ? plan->schedule : "gpipe";
+  bool interleaved = strcmp(sched, "interleaved") == 0;
+  p->schedule = interleaved ? 2 : strcmp(sched, "1f1b") == 0 ? 1 : 0;
+  if (p->n_stages > 1 && !p->training && strcmp(sched, "gpipe") != 0) {
+    sc_partition_destroy(p);
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "the %s schedule interleaves forward and backward passes: it needs a "
+                       "training step (inference pipelines with gpipe)", sched);
+  }
+  if (p->n_stages > 1 && interleaved != (plan->virtual_stages > 1)) {
+    sc_partition_destroy(p);
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       interleaved ? "the interleaved schedule needs --virtual-stages V >= 2"
+                                   : "--virtual-stages %d needs --schedule interleaved",
+                       (int)plan->virtual_stages);
+  }
   p->microbatches = plan->microbatches > 0 ? plan->microbatches : 1;
   p->sequence_parallel = plan->sequence_parallel && p->tp_axis >= 0;
 
@@ -173,20 +187,23 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   }
   p->n_seed_fallbacks = p->n_fallbacks;
   if (print_at(po, "seed") && (st = print_graph(po, "seed", g, -1)) != SC_OK) goto fail;
-  if ((st = stages_of(p, plan, d)) != SC_OK) goto fail;
+  if ((st = p->n_chunks ? sc_partition_pipe_pieces(p, plan, d) : stages_of(p, plan, d)) != SC_OK)
+    goto fail;
   if (!p->local && (st = sc_partition_localize(p, d)) != SC_OK) goto fail;
   if ((st = verify(po, p->local, d)) != SC_OK) goto fail;
   if (print_at(po, "localize") && (st = print_graph(po, "localize", p->local, -1)) != SC_OK)
     goto fail;
-  p->stages = sc_arena_array(&p->arena, (size_t)p->n_stages, sizeof *p->stages);
+  p->stages = sc_arena_array(&p->arena, (size_t)p->n_graphs, sizeof *p->stages);
   if (!p->stages) {
     st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     goto fail;
   }
-  memset(p->stages, 0, (size_t)p->n_stages * sizeof *p->stages);
-  st = sc_pp_split(p->local, p->n_stages, plan->pp_axis ? plan->pp_axis : "pp", p->stages, d);
+  memset(p->stages, 0, (size_t)p->n_graphs * sizeof *p->stages);
+  st = p->n_chunks ? sc_pp_split_pieces(p->local, p->n_graphs, p->stages, d)
+                   : sc_pp_split(p->local, p->n_stages, plan->pp_axis ? plan->pp_axis : "pp",
+                                 p->stages, d);
   if (st != SC_OK) goto fail;
-  for (int32_t s = 0; s < p->n_stages; s++) {
+  for (int32_t s = 0; s < p->n_graphs; s++) {
     sc_graph_mark_local_shapes(p->stages[s]);
     if ((st = verify(po, p->stages[s], d)) != SC_OK) goto fail;
     if (print_at(po, "pipeline-split") &&
@@ -203,7 +220,7 @@ fail:
 void sc_partition_destroy(sc_partition *p) {
   if (!p) return;
   if (p->stages)
-    for (int32_t s = 0; s < p->n_stages; s++) sc_graph_destroy(p->stages[s]);
+    for (int32_t s = 0; s < p->n_graphs; s++) sc_graph_destroy(p->stages[s]);
   sc_graph_destroy(p->local);
   sc_free(p->fallbacks);
   sc_arena_free(&p->arena);
@@ -275,7 +292,7 @@ sc_status sc_partition_complete_plan(const sc_partition *part, sc_plan *plan, sc
   plan->node_stages = n ? sc_arena_array(&plan->arena, (size_t)n, sizeof *plan->node_stages) : NULL;
   if (n && !plan->node_stages) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   plan->n_node_stages = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
+  for (int32_t i = 0; !part->n_chunks && i < g->n_nodes; i++) { /* pieces are not stages */
     if (!live_node(&g->nodes[i])) continue;
     const char *name = sc_plan_strdup(plan, g->nodes[i].name);
     if (!name) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");

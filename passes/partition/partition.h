@@ -62,6 +62,14 @@ typedef struct sc_partition {
   bool keep_after_forward;     /* ZeRO-3: no second all-gather in the backward */
   int32_t n_stages;            /* 1 without pp */
   int32_t microbatches;        /* >= 1 */
+  /* Pipelined training (pipe_train.c, ir/pipe.h): the step is cut into
+   * n_chunks = n_stages x virtual stages chunks and 4 phases, one graph per
+   * piece; n_chunks is 0 otherwise. n_graphs: how many graphs `stages`
+   * holds (n_stages, or 4 n_chunks pieces, in piece order). */
+  int32_t n_chunks;
+  int32_t n_graphs;
+  int32_t schedule;            /* sc_schedule_kind (codegen/dist_program.h):
+                                  0 gpipe, 1 1f1b, 2 interleaved */
   bool sequence_parallel;      /* row-parallel sums reduce-scatter over the
                                   sequence (dim 1), all-gathered before the
                                   next column-parallel product */
@@ -143,6 +151,11 @@ bool sc_partition_is_training(const sc_graph *g);
  * the parameter itself, "P.<state>" or "accum:P"; NULL for none. */
 const char *sc_partition_param_of(const sc_partition *p, const char *name);
 sc_status sc_partition_seed_train_data(sc_partition *p);
+/* pipe_train.c: the phase and chunk of every node of a training step with
+ * a pipeline axis: p->node_stage (allocated here) gets each node's piece
+ * (ir/pipe.h), after g's nodes are reordered by piece (tied state read on
+ * another pipeline rank is first read through an Identity copy). */
+sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag *d);
 sc_status sc_partition_seed_train_state(sc_partition *p);
 /* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
 sc_status sc_partition_localize(sc_partition *p, sc_diag *d);

@@ -279,6 +279,8 @@ typedef struct splitter {
   int64_t *key;       /* [n_values] scratch: tag << 32 | value id */
   int32_t next_recv;  /* recv[] before it are received */
   int32_t *io;        /* scratch for one node's inputs and outputs */
+  bool handoff;       /* pieces (sc_pp_split_pieces): no Send/Recv */
+  bool *is_out;       /* [n_values] handoff: already an output of sp->g */
 } splitter;
 
 static int32_t stage_of_value(const splitter *sp, int32_t v) {
@@ -312,7 +314,7 @@ static sc_status read_stages(splitter *sp, sc_diag *d) {
     if (a->i < 0 || a->i >= sp->k)
       return sc_diag_set(d, SC_ERR_INVALID, n->name, sc_op_name(n->op),
                          "__stage %lld is outside [0, %d)", (long long)a->i, (int)sp->k);
-    if (i > 0 && a->i < sp->stage[i - 1])
+    if (!sp->handoff && i > 0 && a->i < sp->stage[i - 1])
       return sc_diag_set(d, SC_ERR_INVALID, n->name, sc_op_name(n->op),
                          "__stage %lld comes after a node of stage %d", (long long)a->i,
                          (int)sp->stage[i - 1]);
@@ -322,6 +324,12 @@ static sc_status read_stages(splitter *sp, sc_diag *d) {
       if (v >= 0 && l->values[v].producer >= i)
         return sc_diag_set(d, SC_ERR_INVALID, n->name, sc_op_name(n->op),
                            "input '%s' is produced later", l->values[v].name);
+      if (sp->handoff && v >= 0 && l->values[v].producer >= 0 &&
+          sp->stage[l->values[v].producer] > a->i)
+        return sc_diag_set(d, SC_ERR_INVALID, n->name, sc_op_name(n->op),
+                           "input '%s' comes from piece %d, after this node's piece %lld",
+                           l->values[v].name, (int)sp->stage[l->values[v].producer],
+                           (long long)a->i);
     }
   }
   return SC_OK;
@@ -427,6 +435,15 @@ static sc_status recv_until(splitter *sp, int32_t upto) {
  * after every Recv of the stage (see the top). */
 static sc_status emit_sends(splitter *sp, int32_t lv) {
   sc_graph *g = sp->g;
+  if (sp->handoff) { /* an output, once, if another piece reads it */
+    for (int32_t u = sp->uoff[lv]; !sp->is_out[lv] && u < sp->uoff[lv + 1]; u++)
+      if (sp->stage[sp->users[u]] != sp->s) {
+        sp->is_out[lv] = true;
+        sc_status st = sc_graph_add_output(g, sp->vmap[lv]);
+        if (st != SC_OK) return st;
+      }
+    return SC_OK;
+  }
   const sc_value *x = &sp->local->values[lv];
   int32_t last = sp->s;
   for (int32_t u = sp->uoff[lv]; u < sp->uoff[lv + 1]; u++) {
@@ -521,6 +538,11 @@ static void plan_recvs(splitter *sp) {
  * smaller tags), or a copy of a constant. */
 static sc_status need(splitter *sp, int32_t v) {
   if (sp->vmap[v] >= 0) return SC_OK;
+  int32_t from = stage_of_value(sp, v);
+  if (sp->handoff && from >= 0 && from != sp->s) { /* an input handed over */
+    int32_t id = copy_value(sp, v, true);
+    return id < 0 ? sp->g->diag.status : sc_graph_add_input(sp->g, id);
+  }
   if (sp->rpos[v] >= 0) return recv_until(sp, sp->rpos[v] + 1);
   /* a constant (a value of no producer that is not a graph input) */
   return copy_value(sp, v, false) < 0 ? sp->g->diag.status : SC_OK;
@@ -537,7 +559,8 @@ static sc_status build_stage(splitter *sp) {
   sc_graph *l = sp->local, *g = sp->g;
   sc_status st = SC_OK;
   for (int32_t v = 0; v < l->n_values; v++) sp->vmap[v] = sp->rpos[v] = -1;
-  plan_recvs(sp);
+  if (sp->handoff) memset(sp->is_out, 0, (size_t)l->n_values * sizeof *sp->is_out);
+  else plan_recvs(sp);
   for (int32_t i = 0; i < l->n_inputs && st == SC_OK; i++) {
     int32_t v = l->inputs[i];
     if (!stage_reads(sp, v)) continue;
@@ -578,7 +601,7 @@ static sc_status build_stage(splitter *sp) {
       }
       so = 0;
     }
-    if (so == sp->s) st = sc_graph_add_output(g, sp->vmap[v]);
+    if (so == sp->s && !(sp->handoff && sp->is_out[v])) st = sc_graph_add_output(g, sp->vmap[v]);
   }
   if (st == SC_OK) st = sc_graph_verify(g, true);
   return st;
@@ -610,16 +633,17 @@ static sc_status check_mesh(const sc_graph *l, int32_t k, const char *axis, sc_d
   return SC_OK;
 }
 
-sc_status sc_pp_split(sc_graph *local, int32_t n_stages, const char *pp_axis,
-                      sc_graph **stages_out, sc_diag *d) {
+static sc_status split(sc_graph *local, int32_t n_stages, const char *pp_axis, bool handoff,
+                       sc_graph **stages_out, sc_diag *d) {
   if (n_stages < 1)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "%d pipeline stages (at least 1)",
                        (int)n_stages);
   for (int32_t s = 0; s < n_stages; s++) stages_out[s] = NULL;
-  sc_status st = check_mesh(local, n_stages, pp_axis, d);
+  sc_status st = handoff ? SC_OK : check_mesh(local, n_stages, pp_axis, d);
   if (st != SC_OK) return st;
   size_t nv = (size_t)local->n_values + 1;
-  splitter sp = {.local = local, .k = n_stages, .axis = pp_axis};
+  splitter sp = {.local = local, .k = n_stages, .axis = pp_axis, .handoff = handoff};
+  sp.is_out = sc_calloc(nv, sizeof *sp.is_out);
   sp.stage = sc_malloc(((size_t)local->n_nodes + 1) * sizeof *sp.stage);
   sp.first_tag = sc_malloc(nv * sizeof *sp.first_tag);
   sp.vmap = sc_malloc(nv * sizeof *sp.vmap);
@@ -631,16 +655,18 @@ sc_status sc_pp_split(sc_graph *local, int32_t n_stages, const char *pp_axis,
     if ((size_t)local->nodes[i].n_inputs + (size_t)local->nodes[i].n_outputs > io)
       io = (size_t)local->nodes[i].n_inputs + (size_t)local->nodes[i].n_outputs;
   sp.io = sc_malloc(io * sizeof *sp.io);
-  if (!sp.io || !sp.stage || !sp.first_tag || !sp.vmap || !sp.rpos || !sp.recv || !sp.key ||
+  if (!sp.io || !sp.is_out || !sp.stage || !sp.first_tag || !sp.vmap || !sp.rpos || !sp.recv || !sp.key ||
       sc_graph_users(local, &sp.uoff, &sp.users) != SC_OK) {
     st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     goto done;
   }
-  if ((st = read_stages(&sp, d)) != SC_OK || (st = number_tags(&sp, d)) != SC_OK) goto done;
+  if ((st = read_stages(&sp, d)) != SC_OK || (!handoff && (st = number_tags(&sp, d)) != SC_OK))
+    goto done;
   const sc_mesh *mesh = sc_graph_mesh(local);
   for (sp.s = 0; sp.s < n_stages; sp.s++) {
     char name[600];
-    snprintf(name, sizeof name, "%s.stage%d", local->name ? local->name : "graph", (int)sp.s);
+    snprintf(name, sizeof name, "%s.%s%d", local->name ? local->name : "graph",
+             handoff ? "piece" : "stage", (int)sp.s);
     sp.g = stages_out[sp.s] = sc_graph_create(name);
     if (!sp.g) {
       st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -670,7 +696,18 @@ done:
   sc_free(sp.recv);
   sc_free(sp.key);
   sc_free(sp.io);
+  sc_free(sp.is_out);
   sc_free(sp.uoff);
   sc_free(sp.users);
   return st;
+}
+
+sc_status sc_pp_split(sc_graph *local, int32_t n_stages, const char *pp_axis,
+                      sc_graph **stages_out, sc_diag *d) {
+  return split(local, n_stages, pp_axis, false, stages_out, d);
+}
+
+sc_status sc_pp_split_pieces(sc_graph *local, int32_t n_pieces, sc_graph **pieces_out,
+                             sc_diag *d) {
+  return split(local, n_pieces, NULL, true, pieces_out, d);
 }

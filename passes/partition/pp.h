@@ -68,4 +68,15 @@ sc_status sc_pp_node_costs(sc_graph *g, double *cost);
 sc_status sc_pp_split(sc_graph *local, int32_t n_stages, const char *pp_axis,
                       sc_graph **stages_out, sc_diag *d);
 
+/* The pieces of a pipelined training step (ir/pipe.h): the same split of a
+ * local graph whose `__stage` is each node's piece, but a value read by
+ * another piece is not sent: it is an output of its producer's piece (once)
+ * and an input (same name) of each piece that reads it, which the runtime
+ * hands over (runtime/pipe_rank.c: kept on the rank, or sent to the rank
+ * that runs the reader). Pieces need not be in node order; every value
+ * must flow to the same or a later piece (an error naming the node
+ * otherwise). */
+sc_status sc_pp_split_pieces(sc_graph *local, int32_t n_pieces, sc_graph **pieces_out,
+                             sc_diag *d);
+
 #endif

@@ -131,7 +131,7 @@ static sc_status check_axis(const sc_plan *p, const char *what, const char *axis
 }
 
 static bool known_schedule(const char *s) {
-  return strcmp(s, "gpipe") == 0; /* "1f1b", "interleaved-1f1b": training issue */
+  return strcmp(s, "gpipe") == 0 || strcmp(s, "1f1b") == 0 || strcmp(s, "interleaved") == 0;
 }
 
 sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
@@ -168,7 +168,8 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
                        p->microbatches);
   if (!p->schedule || !known_schedule(p->schedule))
     return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "plan: unknown pipeline schedule '%s' (supported: gpipe)",
+                       "plan: unknown pipeline schedule '%s' (supported: gpipe, 1f1b, "
+                       "interleaved)",
                        p->schedule ? p->schedule : "");
   if (!p->precision || strcmp(p->precision, "f32") != 0)
     return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
@@ -305,6 +306,8 @@ sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag 
     if (sc_mesh_find_axis(&plan->mesh, roles[k]) >= 0) *slot[k] = sc_plan_strdup(plan, roles[k]);
   plan->n_stages = (int32_t)sc_mesh_axis_size(&plan->mesh, "pp");
   if (o->microbatches > 0) plan->microbatches = o->microbatches;
+  if (o->schedule) plan->schedule = sc_plan_strdup(plan, o->schedule);
+  plan->virtual_stages = o->virtual_stages > 1 ? o->virtual_stages : 1;
   plan->zero_stage = o->zero_stage;
   plan->keep_after_forward = o->keep_after_forward;
   plan->sequence_parallel = o->sequence_parallel;

@@ -62,7 +62,9 @@ typedef struct sc_plan {
   const char **boundaries;    /* n_stages-1 node names starting stages 1.., or */
   int32_t n_boundaries;       /* 0 = "balanced" (by cost) */
   int32_t microbatches;       /* >= 1 */
-  const char *schedule;       /* "gpipe" (inference); "1f1b" ... later */
+  const char *schedule;       /* "gpipe"; training also "1f1b",
+                                 "interleaved" (1F1B over virtual stages) */
+  int32_t virtual_stages;     /* chunks per pipeline rank (interleaved); 0: 1 */
   sc_plan_node_stage *node_stages; /* filled by the pipeline pass */
   int32_t n_node_stages;
 
@@ -112,6 +114,8 @@ typedef struct sc_plan_options {
   const char *mesh;            /* "pp=2,dp=2,tp=2" */
   int64_t ranks_per_node;      /* 0: not given */
   int32_t microbatches;        /* 0: 1 */
+  const char *schedule;        /* NULL: gpipe */
+  int32_t virtual_stages;      /* 0: 1 */
   const char *boundaries;      /* "a,b", or NULL: balanced */
   bool sequence_parallel;
   bool no_vocab_parallel;

@@ -52,6 +52,8 @@ static json_t *plan_to_json(const sc_plan *p) {
                                                         : json_string("balanced"));
   json_object_set_new(pp, "microbatches", json_integer(p->microbatches));
   json_object_set_new(pp, "schedule", json_string(p->schedule));
+  if (p->virtual_stages > 1)
+    json_object_set_new(pp, "virtual_stages", json_integer(p->virtual_stages));
   json_t *ns = json_object();
   for (int32_t i = 0; ns && i < p->n_node_stages; i++)
     json_object_set_new(ns, p->node_stages[i].node, json_integer(p->node_stages[i].stage));
@@ -250,7 +252,7 @@ static sc_status read_root(rd *r, json_t *root) {
   TRY(get_obj(r, root, "pipeline", "pipeline", false, &o));
   if (o) {
     static const char *const k[] = {"axis", "stages", "boundaries", "microbatches",
-                                    "schedule", "node_stages", NULL};
+                                    "schedule", "virtual_stages", "node_stages", NULL};
     TRY(only_keys(r, o, "pipeline", k));
     TRY(get_str(r, o, "axis", "pipeline.axis", true, &p->pp_axis));
     int64_t x = p->n_stages;
@@ -268,6 +270,9 @@ static sc_status read_root(rd *r, json_t *root) {
     TRY(get_int(r, o, "microbatches", "pipeline.microbatches", 1, 1 << 20, &x));
     p->microbatches = (int32_t)x;
     TRY(get_str(r, o, "schedule", "pipeline.schedule", false, &p->schedule));
+    x = p->virtual_stages > 1 ? p->virtual_stages : 1;
+    TRY(get_int(r, o, "virtual_stages", "pipeline.virtual_stages", 1, 1024, &x));
+    p->virtual_stages = (int32_t)x;
     json_t *ns = json_object_get(o, "node_stages");
     if (ns) {
       if (!json_is_object(ns)) return bad(r, "pipeline.node_stages", "must be an object");

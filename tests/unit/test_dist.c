@@ -117,6 +117,7 @@ static void hand_build(hand_part *h, const char *mesh, int32_t microbatches, con
   p->dp_axis = sc_mesh_find_axis(&p->mesh, "dp");
   p->tp_axis = sc_mesh_find_axis(&p->mesh, "tp");
   p->n_stages = n_stages;
+  p->n_graphs = n_stages;
   p->microbatches = microbatches;
   p->global = parse_ok(global);
   for (int32_t s = 0; s < n_stages; s++) {

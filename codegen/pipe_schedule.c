@@ -1,0 +1,252 @@
+/* pipe_schedule.c — pipeline schedules as action lists, and the deadlock
+ * check (pipe_schedule.h). */
+#include "codegen/pipe_schedule.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static sc_status nomem(sc_diag *d) {
+  return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+typedef struct list {
+  sc_pipe_action *a;
+  int32_t n, cap;
+} list;
+
+static bool push(list *l, sc_pipe_phase ph, int32_t chunk, int32_t mb) {
+  if (l->n == l->cap) {
+    int32_t cap = l->cap ? 2 * l->cap : 64;
+    sc_pipe_action *a = sc_realloc(l->a, (size_t)cap * sizeof *a);
+    if (!a) return false;
+    l->a = a;
+    l->cap = cap;
+  }
+  l->a[l->n++] = (sc_pipe_action){.phase = (int8_t)ph, .chunk = chunk, .mb = mb};
+  return true;
+}
+
+/* Megatron's interleaved order: the k-th forward (backward: forward=false)
+ * of rank r. */
+static void interleaved_at(int32_t P, int32_t V, int32_t r, int32_t k, bool forward,
+                           int32_t *chunk, int32_t *mb) {
+  int32_t v = (k / P) % V;
+  if (!forward) v = V - 1 - v;
+  *chunk = v * P + r;
+  *mb = (k / (P * V)) * P + k % P;
+}
+
+sc_status sc_pipe_schedule(sc_schedule_kind kind, int32_t P, int32_t V, int32_t M, int32_t r,
+                           sc_pipe_action **out, int32_t *n, sc_diag *d) {
+  *out = NULL;
+  *n = 0;
+  if (P < 1 || V < 1 || M < 1 || r < 0 || r >= P)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "schedule: %d pipeline ranks, %d virtual stages, %d microbatches, rank %d",
+                       (int)P, (int)V, (int)M, (int)r);
+  if ((kind == SC_SCHEDULE_INTERLEAVED) != (V > 1))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       kind == SC_SCHEDULE_INTERLEAVED
+                           ? "the interleaved schedule needs 2 or more virtual stages"
+                           : "%d virtual stages need the interleaved schedule",
+                       (int)V);
+  if (kind == SC_SCHEDULE_INTERLEAVED && M % P != 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "the interleaved schedule runs microbatches in groups of the pipeline "
+                       "size: %d microbatches are not a multiple of %d",
+                       (int)M, (int)P);
+  list l = {0};
+  bool ok = true;
+  if (kind == SC_SCHEDULE_GPIPE) {
+    for (int32_t m = 0; ok && m < M; m++) ok = push(&l, SC_PIPE_FORWARD, r, m);
+    for (int32_t m = 0; ok && m < M; m++) ok = push(&l, SC_PIPE_BACKWARD, r, m);
+  } else {
+    int32_t total = M * V;
+    int32_t warm = kind == SC_SCHEDULE_1F1B ? P - r - 1 : (P - r - 1) * 2 + (V - 1) * P;
+    if (warm > total) warm = total;
+    int32_t f = 0, b = 0, chunk, mb;
+    for (; ok && f < warm; f++) {
+      interleaved_at(P, V, r, f, true, &chunk, &mb);
+      ok = push(&l, SC_PIPE_FORWARD, chunk, mb);
+    }
+    for (; ok && f < total; f++, b++) {
+      interleaved_at(P, V, r, f, true, &chunk, &mb);
+      ok = push(&l, SC_PIPE_FORWARD, chunk, mb);
+      interleaved_at(P, V, r, b, false, &chunk, &mb);
+      if (ok) ok = push(&l, SC_PIPE_BACKWARD, chunk, mb);
+    }
+    for (; ok && b < total; b++) {
+      interleaved_at(P, V, r, b, false, &chunk, &mb);
+      ok = push(&l, SC_PIPE_BACKWARD, chunk, mb);
+    }
+  }
+  for (int32_t v = 0; ok && v < V; v++) ok = push(&l, SC_PIPE_NORM, v * P + r, -1);
+  for (int32_t v = 0; ok && v < V; v++) ok = push(&l, SC_PIPE_UPDATE, v * P + r, -1);
+  if (!ok) {
+    sc_free(l.a);
+    return nomem(d);
+  }
+  *out = l.a;
+  *n = l.n;
+  return SC_OK;
+}
+
+int32_t sc_pipe_peak_stash(const sc_pipe_action *a, int32_t n) {
+  int32_t live = 0, peak = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (a[i].phase == SC_PIPE_FORWARD && ++live > peak) peak = live;
+    if (a[i].phase == SC_PIPE_BACKWARD) live--;
+  }
+  return peak;
+}
+
+const char *sc_pipe_action_name(const sc_pipe_action *a, char *buf, size_t size) {
+  static const char letter[] = "FBNU";
+  int ph = a->phase >= 0 && a->phase < SC_PIPE_PHASES ? a->phase : 0;
+  if (a->mb >= 0) snprintf(buf, size, "%c%d.%d", letter[ph], (int)a->chunk, (int)a->mb);
+  else snprintf(buf, size, "%c%d", letter[ph], (int)a->chunk);
+  return buf;
+}
+
+void sc_pipe_deps_free(sc_pipe_deps *x) {
+  for (int32_t s = 0; x->deps && s < x->n_pieces; s++) sc_free(x->deps[s]);
+  sc_free(x->deps);
+  sc_free(x->n_deps);
+  memset(x, 0, sizeof *x);
+}
+
+static sc_status deps_alloc(sc_pipe_deps *x, int32_t n, sc_diag *d) {
+  memset(x, 0, sizeof *x);
+  x->n_pieces = n;
+  x->n_deps = sc_calloc((size_t)n + 1, sizeof *x->n_deps);
+  x->deps = sc_calloc((size_t)n + 1, sizeof *x->deps);
+  for (int32_t s = 0; x->deps && s < n; s++)
+    if (!(x->deps[s] = sc_calloc((size_t)n + 1, sizeof **x->deps))) break;
+  if (!x->n_deps || !x->deps || (n > 0 && !x->deps[n - 1])) {
+    sc_pipe_deps_free(x);
+    return nomem(d);
+  }
+  return SC_OK;
+}
+
+static void add_dep(sc_pipe_deps *x, int32_t s, int32_t t) {
+  for (int32_t k = 0; k < x->n_deps[s]; k++)
+    if (x->deps[s][k] == t) return;
+  x->deps[s][x->n_deps[s]++] = t;
+}
+
+sc_status sc_pipe_deps_of(const sc_dist_program *dp, sc_pipe_deps *out, sc_diag *d) {
+  sc_status st = deps_alloc(out, dp->n_stages, d);
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t i = 0; i < p->n_inputs; i++) {
+      int32_t t = sc_dist_handoff_source(dp, s, p->buffers[p->inputs[i]].name, NULL);
+      if (t >= 0 && sc_dist_find_input(dp, p->buffers[p->inputs[i]].name) < 0) add_dep(out, s, t);
+    }
+  }
+  return st;
+}
+
+sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d) {
+  sc_status st = deps_alloc(out, 4 * C, d);
+  for (int32_t c = 0; st == SC_OK && c < C; c++) {
+    int32_t f = sc_pipe_piece(C, SC_PIPE_FORWARD, c), b = sc_pipe_piece(C, SC_PIPE_BACKWARD, c);
+    int32_t nn = sc_pipe_piece(C, SC_PIPE_NORM, c), u = sc_pipe_piece(C, SC_PIPE_UPDATE, c);
+    if (c > 0) add_dep(out, f, sc_pipe_piece(C, SC_PIPE_FORWARD, c - 1));
+    add_dep(out, b, f);
+    if (c + 1 < C) add_dep(out, b, sc_pipe_piece(C, SC_PIPE_BACKWARD, c + 1));
+    add_dep(out, nn, b);
+    if (c > 0) add_dep(out, nn, sc_pipe_piece(C, SC_PIPE_NORM, c - 1));
+    add_dep(out, u, sc_pipe_piece(C, SC_PIPE_NORM, C - 1));
+    if (c > 0) add_dep(out, u, sc_pipe_piece(C, SC_PIPE_UPDATE, 0));
+  }
+  return st;
+}
+
+static bool per_mb(int32_t C, int32_t piece) {
+  sc_pipe_phase ph = sc_pipe_piece_phase(C, piece);
+  return ph == SC_PIPE_FORWARD || ph == SC_PIPE_BACKWARD;
+}
+
+sc_status sc_pipe_check(const sc_pipe_deps *deps, int32_t P, int32_t V, int32_t M,
+                        sc_pipe_action *const *lists, const int32_t *n, sc_diag *d) {
+  int32_t C = P * V, pieces = 4 * C;
+  if (deps->n_pieces != pieces)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "schedule check: %d pieces, the mesh makes %d", (int)deps->n_pieces,
+                       (int)pieces);
+  /* done[piece * M + mb] (once-per-step pieces use mb 0); left[piece]: how
+   * many of its actions are still to run */
+  size_t cells = (size_t)pieces * (size_t)M;
+  bool *done = sc_calloc(cells + 1, 1);
+  int32_t *left = sc_calloc((size_t)pieces + 1, sizeof *left);
+  int32_t *pos = sc_calloc((size_t)P + 1, sizeof *pos);
+  sc_status st = done && left && pos ? SC_OK : nomem(d);
+  for (int32_t s = 0; s < pieces && st == SC_OK; s++) left[s] = per_mb(C, s) ? M : 1;
+  /* every action once, on the rank of its chunk */
+  for (int32_t r = 0; st == SC_OK && r < P; r++)
+    for (int32_t i = 0; st == SC_OK && i < n[r]; i++) {
+      const sc_pipe_action *a = &lists[r][i];
+      char name[64];
+      if (a->chunk < 0 || a->chunk >= C || a->chunk % P != r || a->phase < 0 ||
+          a->phase >= SC_PIPE_PHASES ||
+          (per_mb(C, sc_pipe_piece(C, a->phase, a->chunk)) ? a->mb < 0 || a->mb >= M
+                                                             : a->mb != -1))
+        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "schedule: rank %d's action %d (%s) is not one of its actions", (int)r,
+                         (int)i, sc_pipe_action_name(a, name, sizeof name));
+    }
+  bool progress = true;
+  int32_t finished = 0;
+  while (st == SC_OK && progress && finished < P) {
+    progress = false;
+    finished = 0;
+    for (int32_t r = 0; r < P; r++) {
+      for (;;) {
+        if (pos[r] == n[r]) break;
+        const sc_pipe_action *a = &lists[r][pos[r]];
+        int32_t s = sc_pipe_piece(C, a->phase, a->chunk), mb = a->mb < 0 ? 0 : a->mb;
+        bool ready = true;
+        for (int32_t k = 0; ready && k < deps->n_deps[s]; k++) {
+          int32_t t = deps->deps[s][k];
+          if (per_mb(C, t) && !per_mb(C, s)) ready = left[t] == 0;
+          else ready = done[(size_t)t * M + (per_mb(C, t) ? mb : 0)];
+        }
+        if (!ready) break;
+        bool *cell = &done[(size_t)s * M + mb];
+        if (*cell) {
+          char name[64];
+          st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "schedule: %s runs twice",
+                           sc_pipe_action_name(a, name, sizeof name));
+          break;
+        }
+        *cell = true;
+        left[s]--;
+        pos[r]++;
+        progress = true;
+      }
+      if (st != SC_OK) break;
+      finished += pos[r] == n[r];
+    }
+  }
+  if (st == SC_OK && finished < P) { /* stuck: name what each rank waits for */
+    char msg[1024];
+    size_t w = 0;
+    for (int32_t r = 0; r < P && w < sizeof msg; r++) {
+      if (pos[r] == n[r]) continue;
+      char name[64];
+      int k = snprintf(msg + w, sizeof msg - w, "%s rank %d waits in %s", w ? ";" : "", (int)r,
+                       sc_pipe_action_name(&lists[r][pos[r]], name, sizeof name));
+      if (k > 0) w += (size_t)k;
+    }
+    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "schedule deadlocks:%s", msg);
+  }
+  for (int32_t s = 0; st == SC_OK && s < pieces; s++)
+    if (left[s] != 0)
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "schedule: piece %d runs %d times too few", (int)s, (int)left[s]);
+  sc_free(done);
+  sc_free(left);
+  sc_free(pos);
+  return st;
+}

@@ -1,0 +1,76 @@
+/* pipe_schedule.h — pipeline schedules of a training step, written down as
+ * data: one action list per pipeline rank, which the runtime executes
+ * (runtime/pipe_rank.c), the plan prints (`shardc plan --train
+ * --schedule-table`) and a deadlock check verifies.
+ *
+ * An action runs one piece (ir/pipe.h) of one chunk for one microbatch:
+ * FORWARD and BACKWARD once per microbatch, NORM and UPDATE once per step
+ * (mb = -1). Handing values over between pieces is implied: a piece
+ * receives what it reads from another pipeline rank before it runs (a
+ * blocking receive) and sends what another rank reads right after (a
+ * buffered send that never blocks); values between pieces of one rank stay
+ * there (the stash). With P pipeline ranks, V chunks per rank (C = P·V)
+ * and M microbatches, rank r runs chunks r, r+P, ..., and:
+ *   gpipe        F(0..M-1), then B(0..M-1) (V = 1);
+ *   1f1b         min(P-r-1, M) warm-up forwards, then one forward and one
+ *                backward alternately, then the remaining backwards
+ *                (PipeDream-flush, Megatron's non-interleaved schedule);
+ *   interleaved  Megatron's interleaved 1F1B: the k-th forward is chunk
+ *                ((k / P) mod V)·P + r of microbatch (k / (P·V))·P + k mod P
+ *                (backwards the same with chunks in reverse), after
+ *                (P-r-1)·2 + (V-1)·P warm-up forwards; M a multiple of P;
+ * then every chunk's NORM, then every chunk's UPDATE, chunks ascending.
+ *
+ * Stash: the microbatches whose forward of a chunk ran and whose backward
+ * has not (sc_pipe_peak_stash): GPipe M, 1F1B min(P-r, M) on rank r,
+ * interleaved the warm-up count + 1 over its V chunks. */
+#ifndef SC_CODEGEN_PIPE_SCHEDULE_H
+#define SC_CODEGEN_PIPE_SCHEDULE_H
+
+#include "codegen/dist_program.h"
+#include "ir/pipe.h"
+
+typedef struct sc_pipe_action {
+  int8_t phase;   /* sc_pipe_phase */
+  int32_t chunk;
+  int32_t mb;     /* microbatch; -1 for NORM and UPDATE */
+} sc_pipe_action;
+
+/* Rank r's action list (*out: sc_malloc'd, *n actions). Errors: an
+ * interleaved schedule whose M is not a multiple of P, V > 1 with another
+ * schedule (SC_ERR_USAGE). */
+sc_status sc_pipe_schedule(sc_schedule_kind kind, int32_t P, int32_t V, int32_t M, int32_t r,
+                           sc_pipe_action **out, int32_t *n, sc_diag *d);
+/* The most microbatches rank r's list keeps stashed at once (summed over
+ * its chunks: forward run, backward not yet). */
+int32_t sc_pipe_peak_stash(const sc_pipe_action *a, int32_t n);
+
+/* Which pieces each piece reads from: deps[piece] lists pieces (in
+ * [0, 4C)), n_deps[piece] of them. */
+typedef struct sc_pipe_deps {
+  int32_t n_pieces;
+  int32_t *n_deps;
+  int32_t **deps;
+} sc_pipe_deps;
+/* From a pipelined program: piece s reads from piece t when one of its
+ * inputs is t's handoff (sc_dist_handoff_source). */
+sc_status sc_pipe_deps_of(const sc_dist_program *dp, sc_pipe_deps *out, sc_diag *d);
+/* The chain every pipelined transformer has: F_c reads F_{c-1}; B_c reads
+ * F_c and B_{c+1} (B_{C-1} reads F_{C-1}); N_c reads B_c and N_{c-1}; U_c
+ * reads N_{C-1} and U_0 (tests of schedules without a model). */
+sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d);
+void sc_pipe_deps_free(sc_pipe_deps *x);
+
+/* Runs every rank's list (lists[r], n[r]; P ranks, C = P·V chunks, M
+ * microbatches) under the runtime's rules: an action waits until every
+ * action it reads from is done (same microbatch for forward and backward
+ * pieces; a once-per-step piece reading a per-microbatch one waits for all
+ * microbatches); sends never block. SC_OK when every list completes; else
+ * SC_ERR_INVALID naming each blocked rank's next action and what it waits
+ * for, or a missing or repeated action. */
+sc_status sc_pipe_check(const sc_pipe_deps *deps, int32_t P, int32_t V, int32_t M,
+                        sc_pipe_action *const *lists, const int32_t *n, sc_diag *d);
+/* "F3.1" (forward of chunk 3, microbatch 1), "N0", "U2" into buf. */
+const char *sc_pipe_action_name(const sc_pipe_action *a, char *buf, size_t size);
+
+#endif

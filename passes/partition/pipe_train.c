@@ -1,0 +1,441 @@
+/* pipe_train.c — the pieces of a pipelined training step (partition.h,
+ * ir/pipe.h): which phase and chunk every node of the global step is in.
+ *
+ * Phases, from the step's outputs (passes/train.h names them):
+ *   FORWARD   ancestors of the output "loss";
+ *   BACKWARD  the other ancestors of the gradients "grad:P" and of the
+ *             accumulators "new:accum:P";
+ *   NORM      the other ancestors of "train:grad_norm" and "train:applied";
+ *   UPDATE    the rest (each parameter's update, the clipping factor).
+ * Ancestors of a phase's seeds that are already in an earlier phase stay
+ * there, so every value flows forward → backward → norm → update.
+ *
+ * Chunks:
+ *   forward   the forward nodes (moved ahead of the others: ancestors of
+ *             the loss depend on nothing else) cut into C runs, balanced by
+ *             cost or at the plan's boundaries (pp.c);
+ *   owner(X)  a state input X (it has an output "new:X"): the chunk of the
+ *             first forward reader of its parameter;
+ *   backward  in topological order, the largest chunk among the forward
+ *             values and state it reads (where the forward node it
+ *             differentiates runs), but at most the smallest chunk of the
+ *             backward values it reads: gradients flow from larger chunks
+ *             to smaller ones;
+ *   norm      the largest chunk among its inputs': each chunk adds its
+ *             parameters' squares to the sum of the chunks before it (the
+ *             train pass sums them in forward order), the last decides;
+ *   update    in reverse order, the owner of the state it writes ("new:X"),
+ *             else the smallest chunk among its readers.
+ * A state input read on another pipeline rank than its owner's (a tied
+ * embedding read by the LM head) is read there through an Identity in the
+ * owner's forward piece: the owner sends the current value each
+ * microbatch, and the gradient of the copy flows back to the owner.
+ *
+ * Finally every value must flow from a piece to the same or a later one
+ * (an error naming the node otherwise), and the nodes are reordered by
+ * piece (stable: a topological order), so that localize walks them in the
+ * order the pieces run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir/pipe.h"
+#include "partition.h"
+#include "pp.h"
+
+typedef struct pipe_ctx {
+  sc_partition *p;
+  sc_graph *g;
+  int32_t C, P;
+  int8_t *phase;  /* [n_nodes] */
+  int32_t *chunk; /* [n_nodes] */
+  int32_t *owner; /* [n_values] owner chunk of a state input, or -1 */
+  sc_diag *d;
+} pipe_ctx;
+
+static sc_status nomem(sc_diag *d) {
+  return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+static bool has_prefix(const char *s, const char *pre) {
+  return s && strncmp(s, pre, strlen(pre)) == 0;
+}
+
+/* The value named prefix+name, or -1. */
+static int32_t named(const sc_graph *g, const char *prefix, const char *name) {
+  char buf[1024];
+  int w = snprintf(buf, sizeof buf, "%s%s", prefix, name ? name : "");
+  return w > 0 && (size_t)w < sizeof buf ? sc_graph_find_value(g, buf) : -1;
+}
+
+static int32_t output_named(const sc_graph *g, const char *name) {
+  for (int32_t i = 0; i < g->n_outputs; i++) {
+    const char *n = g->values[g->outputs[i]].name;
+    if (n && strcmp(n, name) == 0) return g->outputs[i];
+  }
+  return -1;
+}
+
+/* Marks with phase ph every node still unmarked (-1) that is an ancestor of
+ * a value with need[v] set (need is consumed). */
+static void mark(pipe_ctx *c, bool *need, int8_t ph) {
+  sc_graph *g = c->g;
+  for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+    const sc_node *n = &g->nodes[i];
+    if (n->flags & SC_NODE_DEAD) continue;
+    bool wanted = false;
+    for (int32_t j = 0; j < n->n_outputs && !wanted; j++)
+      wanted = n->outputs[j] >= 0 && need[n->outputs[j]];
+    if (!wanted || c->phase[i] >= 0) continue;
+    c->phase[i] = ph;
+    for (int32_t j = 0; j < n->n_inputs; j++)
+      if (n->inputs[j] >= 0) need[n->inputs[j]] = true;
+  }
+  memset(need, 0, (size_t)g->n_values * sizeof *need);
+}
+
+static sc_status classify(pipe_ctx *c) {
+  sc_graph *g = c->g;
+  bool *need = sc_calloc((size_t)g->n_values + 1, sizeof *need);
+  if (!need) return nomem(c->d);
+  for (int32_t i = 0; i < g->n_nodes; i++) c->phase[i] = -1;
+  int32_t loss = output_named(g, "loss");
+  if (loss < 0) {
+    sc_free(need);
+    return sc_diag_set(c->d, SC_ERR_INVALID, NULL, NULL,
+                       "pipelined training: the step has no output 'loss'");
+  }
+  need[loss] = true;
+  mark(c, need, SC_PIPE_FORWARD);
+  const sc_train_info *t = c->p->train;
+  for (int32_t k = 0; t && k < t->n_params; k++) {
+    int32_t v = named(g, "grad:", t->params[k].name);
+    if (v >= 0) need[v] = true;
+  }
+  for (int32_t i = 0; i < g->n_outputs; i++)
+    if (has_prefix(g->values[g->outputs[i]].name, "new:accum:")) need[g->outputs[i]] = true;
+  mark(c, need, SC_PIPE_BACKWARD);
+  const char *decisions[] = {"train:grad_norm", "train:applied"};
+  for (size_t k = 0; k < 2; k++) {
+    int32_t v = output_named(g, decisions[k]);
+    if (v >= 0) need[v] = true;
+  }
+  mark(c, need, SC_PIPE_NORM);
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (c->phase[i] < 0) c->phase[i] = SC_PIPE_UPDATE;
+  sc_free(need);
+  return SC_OK;
+}
+
+/* Reorders g's nodes to order[] (a permutation), carrying the per-node
+ * arrays along. */
+static sc_status permute(pipe_ctx *c, const int32_t *order) {
+  sc_graph *g = c->g;
+  size_t n = (size_t)g->n_nodes;
+  sc_node *nodes = sc_malloc((n + 1) * sizeof *nodes);
+  int8_t *ph = sc_malloc(n + 1);
+  int32_t *ch = sc_malloc((n + 1) * sizeof *ch);
+  if (!nodes || !ph || !ch) {
+    sc_free(nodes);
+    sc_free(ph);
+    sc_free(ch);
+    return nomem(c->d);
+  }
+  for (size_t k = 0; k < n; k++) {
+    nodes[k] = g->nodes[order[k]];
+    ph[k] = c->phase[order[k]];
+    ch[k] = c->chunk[order[k]];
+  }
+  memcpy(g->nodes, nodes, n * sizeof *nodes);
+  memcpy(c->phase, ph, n);
+  memcpy(c->chunk, ch, n * sizeof *ch);
+  sc_free(nodes);
+  sc_free(ph);
+  sc_free(ch);
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
+      if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
+  return SC_OK;
+}
+
+/* Stable order by key[i] (small ranges: a counting sort). */
+static sc_status sort_by(pipe_ctx *c, const int32_t *key, int32_t n_keys) {
+  int32_t n = c->g->n_nodes;
+  int32_t *count = sc_calloc((size_t)n_keys + 1, sizeof *count);
+  int32_t *order = sc_malloc(((size_t)n + 1) * sizeof *order);
+  sc_status st = count && order ? SC_OK : nomem(c->d);
+  for (int32_t i = 0; st == SC_OK && i < n; i++) count[key[i] + 1]++;
+  for (int32_t k = 0; st == SC_OK && k < n_keys; k++) count[k + 1] += count[k];
+  for (int32_t i = 0; st == SC_OK && i < n; i++) order[count[key[i]]++] = i;
+  if (st == SC_OK) st = permute(c, order);
+  sc_free(count);
+  sc_free(order);
+  return st;
+}
+
+/* The forward's chunks (the forward first in node order). */
+static sc_status forward_chunks(pipe_ctx *c, const sc_plan *plan) {
+  sc_graph *g = c->g;
+  int32_t n = g->n_nodes;
+  int32_t *key = sc_malloc(((size_t)n + 1) * sizeof *key);
+  double *cost = sc_malloc(((size_t)n + 1) * sizeof *cost);
+  sc_status st = key && cost ? SC_OK : nomem(c->d);
+  for (int32_t i = 0; st == SC_OK && i < n; i++) key[i] = c->phase[i] == SC_PIPE_FORWARD ? 0 : 1;
+  if (st == SC_OK) st = sort_by(c, key, 2);
+  if (st == SC_OK && sc_pp_node_costs(g, cost) != SC_OK) st = nomem(c->d);
+  int32_t n_fwd = 0;
+  for (int32_t i = 0; st == SC_OK && i < n; i++) {
+    if (c->phase[i] == SC_PIPE_FORWARD) n_fwd++;
+    else cost[i] = 0;
+  }
+  if (st == SC_OK && n_fwd < c->C)
+    st = sc_diag_set(c->d, SC_ERR_INVALID, NULL, NULL,
+                     "pipelined training: %d forward nodes cannot fill %d pipeline chunks",
+                     (int)n_fwd, (int)c->C);
+  if (st == SC_OK) { /* the balancer sees the forward alone (it comes first) */
+    g->n_nodes = n_fwd;
+    st = sc_pp_assign_stages_costed(g, c->C, plan->boundaries, plan->n_boundaries, cost, c->chunk,
+                                    c->d);
+    g->n_nodes = n;
+  }
+  sc_free(key);
+  sc_free(cost);
+  return st;
+}
+
+/* owner[v] for every state input v: its parameter's first forward reader's
+ * chunk (the forward is in chunk order). */
+static sc_status owners(pipe_ctx *c) {
+  sc_graph *g = c->g;
+  for (int32_t v = 0; v < g->n_values; v++) c->owner[v] = -1;
+  int32_t *first = sc_malloc(((size_t)g->n_values + 1) * sizeof *first);
+  if (!first) return nomem(c->d);
+  for (int32_t v = 0; v < g->n_values; v++) first[v] = -1;
+  for (int32_t i = g->n_nodes - 1; i >= 0; i--)
+    if (c->phase[i] == SC_PIPE_FORWARD)
+      for (int32_t j = 0; j < g->nodes[i].n_inputs; j++)
+        if (g->nodes[i].inputs[j] >= 0) first[g->nodes[i].inputs[j]] = c->chunk[i];
+  for (int32_t k = 0; k < g->n_inputs; k++) {
+    int32_t v = g->inputs[k];
+    const char *name = g->values[v].name;
+    if (named(g, "new:", name) < 0) continue;
+    const char *param = sc_partition_param_of(c->p, name);
+    int32_t pv = param ? sc_graph_find_value(g, param) : v;
+    c->owner[v] = pv >= 0 && first[pv] >= 0 ? first[pv] : 0;
+  }
+  sc_free(first);
+  return SC_OK;
+}
+
+typedef struct named {
+  const char *name;
+  size_t len;
+  int32_t chunk;
+} named_chunk;
+
+static int cmp_named(const void *a, const void *b) {
+  const named_chunk *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  int r = strncmp(x->name, y->name, n);
+  return r ? r : (x->len > y->len) - (x->len < y->len);
+}
+
+/* The chunk of the forward node a backward node comes from: autodiff names
+ * its nodes "<forward node>/grad/...", recompute "<forward node>/recompute"
+ * (fw: the forward's names, sorted); -1 when the name says nothing. */
+static int32_t origin_chunk(const named_chunk *fw, int32_t n_fw, const char *name) {
+  if (!name) return -1;
+  const char *cut = NULL;
+  for (const char *p = strstr(name, "/grad/"); p; p = strstr(p + 1, "/grad/")) cut = p;
+  const char *rc = strstr(name, "/recompute");
+  if (rc && (!cut || rc > cut)) cut = rc;
+  if (!cut) return -1;
+  named_chunk key = {.name = name, .len = (size_t)(cut - name)};
+  const named_chunk *f = bsearch(&key, fw, (size_t)n_fw, sizeof *fw, cmp_named);
+  return f ? f->chunk : -1;
+}
+
+/* The value recompute.c cloned as v ("<value>/recompute"), or -1. */
+static int32_t recomputed_from(const sc_graph *g, int32_t v) {
+  const char *name = g->values[v].name;
+  size_t n = name ? strlen(name) : 0, k = strlen("/recompute");
+  if (n <= k || strcmp(name + n - k, "/recompute") != 0 || n - k >= 1024) return -1;
+  char base[1024];
+  memcpy(base, name, n - k);
+  base[n - k] = 0;
+  return sc_graph_find_value(g, base);
+}
+
+/* Backward and norm chunks, in topological order; update chunks in
+ * reverse. A backward node goes where the forward node it differentiates
+ * (or recomputes) runs, else where the largest chunk among the forward
+ * values it reads runs, else with the gradients it reads; never after the
+ * smallest chunk among those gradients. */
+static sc_status other_chunks(pipe_ctx *c) {
+  sc_graph *g = c->g;
+  named_chunk *fw = sc_malloc(((size_t)g->n_nodes + 1) * sizeof *fw);
+  if (!fw) return nomem(c->d);
+  int32_t n_fw = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (c->phase[i] == SC_PIPE_FORWARD && g->nodes[i].name)
+      fw[n_fw++] = (named_chunk){g->nodes[i].name, strlen(g->nodes[i].name), c->chunk[i]};
+  qsort(fw, (size_t)n_fw, sizeof *fw, cmp_named);
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (c->phase[i] != SC_PIPE_BACKWARD && c->phase[i] != SC_PIPE_NORM) continue;
+    int32_t want = -1, lim = c->C - 1;
+    bool bwd = c->phase[i] == SC_PIPE_BACKWARD;
+    int32_t origin = bwd ? origin_chunk(fw, n_fw, n->name) : -1;
+    for (int32_t j = 0; j < n->n_inputs; j++) {
+      int32_t v = n->inputs[j];
+      if (v < 0) continue;
+      int32_t u = g->values[v].producer;
+      /* a value recomputed in an earlier chunk: that chunk's forward value
+       * instead (each chunk recomputes from its own input, as Megatron's
+       * stages do; recomputing forward across a cut would run backwards) */
+      int32_t x = origin >= 0 && u >= 0 && c->phase[u] == SC_PIPE_BACKWARD && c->chunk[u] < origin
+                      ? recomputed_from(g, v)
+                      : -1;
+      if (x >= 0 && g->values[x].producer >= 0 &&
+          c->phase[g->values[x].producer] == SC_PIPE_FORWARD) {
+        g->nodes[i].inputs[j] = v = x;
+        u = g->values[x].producer;
+      }
+      int32_t ch = u >= 0 ? c->chunk[u] : c->owner[v];
+      if (ch < 0 || (bwd && u < 0)) continue; /* state: copied to the reader if need be */
+      if (bwd && c->phase[u] == SC_PIPE_BACKWARD) {
+        if (ch < lim) lim = ch;
+      } else if (ch > want) {
+        want = ch;
+      }
+    }
+    if (origin >= 0) want = origin;
+    if (bwd) c->chunk[i] = want < 0 || want > lim ? lim : want;
+    else c->chunk[i] = want < 0 ? 0 : want;
+  }
+  sc_free(fw);
+  for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+    const sc_node *n = &g->nodes[i];
+    if (c->phase[i] != SC_PIPE_UPDATE) continue;
+    int32_t ch = -1;
+    for (int32_t j = 0; j < n->n_outputs && ch < 0; j++) {
+      int32_t v = n->outputs[j];
+      const char *name = v >= 0 ? g->values[v].name : NULL;
+      int32_t x = has_prefix(name, "new:") ? sc_graph_find_value(g, name + 4) : -1;
+      if (x >= 0 && c->owner[x] >= 0) ch = c->owner[x];
+    }
+    c->chunk[i] = ch; /* the readers' minimum: filled by the readers below */
+  }
+  /* readers come later in topological order: a reverse walk sees them first */
+  for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+    const sc_node *n = &g->nodes[i];
+    if (c->phase[i] != SC_PIPE_UPDATE) continue;
+    if (c->chunk[i] < 0) c->chunk[i] = 0;
+    for (int32_t j = 0; j < n->n_inputs; j++) {
+      int32_t v = n->inputs[j], u = v >= 0 ? g->values[v].producer : -1;
+      if (u < 0 || c->phase[u] != SC_PIPE_UPDATE) continue;
+      bool writes_state = false;
+      for (int32_t k = 0; k < g->nodes[u].n_outputs; k++) {
+        int32_t o = g->nodes[u].outputs[k];
+        writes_state |= o >= 0 && has_prefix(g->values[o].name, "new:");
+      }
+      if (!writes_state && (c->chunk[u] < 0 || c->chunk[i] < c->chunk[u]))
+        c->chunk[u] = c->chunk[i];
+    }
+  }
+  return SC_OK;
+}
+
+/* Reads of a state input on another pipeline rank than its owner's go
+ * through an Identity in the owner's forward (see the top). */
+static sc_status copy_remote_state(pipe_ctx *c) {
+  sc_graph *g = c->g;
+  int32_t n0 = g->n_nodes, nv0 = g->n_values;
+  for (int32_t k = 0; k < g->n_inputs; k++) {
+    int32_t v = g->inputs[k];
+    if (v >= nv0 || c->owner[v] < 0) continue;
+    int32_t copy = -1, home = c->owner[v] % c->P;
+    for (int32_t i = 0; i < n0; i++) {
+      sc_node *n = &g->nodes[i];
+      if (c->chunk[i] % c->P == home) continue;
+      for (int32_t j = 0; j < n->n_inputs; j++) {
+        if (g->nodes[i].inputs[j] != v) continue;
+        const char *param = sc_partition_param_of(c->p, g->values[v].name);
+        if (!param || strcmp(param, g->values[v].name) != 0) /* read-modify-write state */
+          return sc_diag_set(c->d, SC_ERR_INVALID, n->name, sc_op_name(n->op),
+                             "pipelined training: reads '%s' on pipeline rank %d, but it is "
+                             "kept and updated on rank %d", g->values[v].name,
+                             (int)(c->chunk[i] % c->P), (int)home);
+        if (copy < 0) {
+          char name[600];
+          snprintf(name, sizeof name, "%s.pipe_copy", g->values[v].name);
+          const sc_value x = g->values[v];
+          if ((copy = sc_graph_add_value(g, name)) < 0 ||
+              sc_value_set_shape(g, copy, x.dtype, x.rank, x.dims) != SC_OK) {
+            *c->d = g->diag;
+            return c->d->status;
+          }
+          int32_t in = v;
+          int32_t id = sc_graph_add_node(g, SC_OP_IDENTITY, name, &in, 1, &copy, 1);
+          if (id < 0) {
+            *c->d = g->diag;
+            return c->d->status;
+          }
+          int8_t *ph = sc_realloc(c->phase, (size_t)g->cap_nodes + 1);
+          if (ph) c->phase = ph;
+          int32_t *ch = sc_realloc(c->chunk, ((size_t)g->cap_nodes + 1) * sizeof *ch);
+          if (ch) c->chunk = ch;
+          if (!ph || !ch) return nomem(c->d);
+          c->phase[id] = SC_PIPE_FORWARD;
+          c->chunk[id] = c->owner[v];
+        }
+        g->nodes[i].inputs[j] = copy;
+      }
+    }
+  }
+  return SC_OK;
+}
+
+sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag *d) {
+  sc_graph *g = p->global;
+  pipe_ctx c = {.p = p, .g = g, .P = p->n_stages, .C = p->n_chunks, .d = d};
+  c.phase = sc_malloc((size_t)g->n_nodes + 1);
+  c.chunk = sc_malloc(((size_t)g->n_nodes + 1) * sizeof *c.chunk);
+  c.owner = sc_malloc(((size_t)g->n_values + 1) * sizeof *c.owner);
+  int32_t *key = NULL;
+  sc_status st = c.phase && c.chunk && c.owner ? SC_OK : nomem(d);
+  if (st == SC_OK) st = classify(&c);
+  if (st == SC_OK) st = forward_chunks(&c, plan);
+  if (st == SC_OK) st = owners(&c);
+  if (st == SC_OK) st = other_chunks(&c);
+  if (st == SC_OK) st = copy_remote_state(&c);
+  int32_t n = g->n_nodes, pieces = 4 * c.C;
+  if (st == SC_OK && !(key = sc_malloc(((size_t)n + 1) * sizeof *key))) st = nomem(d);
+  for (int32_t i = 0; st == SC_OK && i < n; i++)
+    key[i] = sc_pipe_piece(c.C, (sc_pipe_phase)c.phase[i], c.chunk[i]);
+  for (int32_t i = 0; st == SC_OK && i < n; i++) {
+    const sc_node *nd = &g->nodes[i];
+    for (int32_t j = 0; j < nd->n_inputs && st == SC_OK; j++) {
+      int32_t v = nd->inputs[j], u = v >= 0 ? g->values[v].producer : -1;
+      if (u >= 0 && key[u] > key[i])
+        st = sc_diag_set(d, SC_ERR_INVALID, nd->name, sc_op_name(nd->op),
+                         "pipelined training: reads '%s' of the %s of chunk %d from the %s of "
+                         "chunk %d, which runs later",
+                         g->values[v].name, sc_pipe_phase_name((sc_pipe_phase)c.phase[u]),
+                         (int)c.chunk[u], sc_pipe_phase_name((sc_pipe_phase)c.phase[i]),
+                         (int)c.chunk[i]);
+    }
+  }
+  if (st == SC_OK) st = sort_by(&c, key, pieces);
+  if (st == SC_OK) {
+    p->node_stage = sc_arena_array(&p->arena, (size_t)n + 1, sizeof *p->node_stage);
+    if (!p->node_stage) st = nomem(d);
+    for (int32_t i = 0; st == SC_OK && i < n; i++)
+      p->node_stage[i] = sc_pipe_piece(c.C, (sc_pipe_phase)c.phase[i], c.chunk[i]);
+  }
+  sc_free(key);
+  sc_free(c.phase);
+  sc_free(c.chunk);
+  sc_free(c.owner);
+  return st;
+}

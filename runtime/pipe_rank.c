@@ -1,0 +1,553 @@
+/* pipe_rank.c — one rank of a pipelined training step (pipe_rank.h).
+ *
+ * Tables built once at creation, the same on every rank (so that tags
+ * agree): the handovers, every (piece, output) that another piece reads,
+ * numbered in piece and output order; for each, how many pieces of each
+ * pipeline coordinate read it per microbatch (forward and backward
+ * readers) and once per step (norm and update readers, which read the
+ * last microbatch's value: the accumulated gradient). Per rank: one
+ * binding per input of each of its pieces (data, state, scalar, or a
+ * handover) and the action list.
+ *
+ * A handover's value for microbatch k lives in slot k (slot 0 for a value
+ * made once per step) on each rank that reads it, and on the producer
+ * only when the producer's own rank reads it. readers[h][k] counts the
+ * reads still to come this step; the slot is freed at zero. */
+#include "runtime/pipe_rank.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/pipe_schedule.h"
+#include "ir/sharding.h"
+#include "runtime/comm.h"
+
+enum { B_DATA, B_STATE, B_LR, B_BC1, B_BC2, B_HANDOFF };
+
+typedef struct handoff {
+  int32_t piece, out;     /* producer */
+  const char *name;
+  sc_dtype dtype;
+  int64_t bytes;
+  bool per_mb;            /* made per microbatch (forward, backward) */
+  int32_t *mb_readers;    /* [P] readers per microbatch, per pipeline coordinate */
+  int32_t *step_readers;  /* [P] readers once per step */
+  void **slot;            /* [M] this rank's copies (NULL: none) */
+  int32_t *left;          /* [M] this rank's reads still to come this step */
+} handoff;
+
+typedef struct binding {
+  int8_t kind;
+  int32_t index;          /* data: data index; state: state index; handoff: id */
+} binding;
+
+typedef struct piece {
+  const sc_program *p;
+  sc_session *s;
+  sc_dist_weights w;      /* its sharded constants, this rank's pieces */
+  binding *in;            /* [p->n_inputs] */
+  sc_tensor_view *iv, *ov;
+  int32_t *out_handoff;   /* [p->n_outputs] handoff id, or -1 */
+  int32_t *out_state;     /* [p->n_outputs] state index of "new:X", or -1 */
+  void *scalars;          /* 3 x 8 bytes: lr, bc1, bc2 in the program's dtype */
+} piece;
+
+typedef struct state {
+  const char *name;
+  const sc_buffer *b;     /* a reader's buffer (this rank's piece) */
+  const sc_sharding *sh;
+  void *data;
+  bool accum;
+} state;
+
+struct sc_pipe_rank {
+  const sc_dist_program *dp;
+  sc_comm *world;
+  int64_t rank, coords[SC_MESH_MAX_AXES];
+  int32_t P, C, M, me;    /* me: this rank's pipeline coordinate */
+  piece *pc;              /* [n_stages]; p NULL for other ranks' pieces */
+  handoff *h;
+  int32_t n_h;
+  state *st;
+  int32_t n_st, cap_st;
+  const sc_buffer **data;  /* [n_data] one reader's buffer per data input */
+  const sc_sharding **data_sh;
+  int32_t n_data;
+  sc_pipe_action *acts;
+  int32_t n_acts;
+  double beta1, beta2;
+  int64_t stash, peak_stash;
+  int32_t n_loss;          /* losses seen this step */
+  bool has_norm;           /* the gradient norm was made here */
+};
+
+static sc_status nomem(sc_diag *d) {
+  return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+static bool per_mb_piece(int32_t C, int32_t s) {
+  sc_pipe_phase ph = sc_pipe_piece_phase(C, s);
+  return ph == SC_PIPE_FORWARD || ph == SC_PIPE_BACKWARD;
+}
+
+static int32_t coord_of_piece(const sc_pipe_rank *r, int32_t s) {
+  return sc_pipe_piece_chunk(r->C, s) % r->P;
+}
+
+static const sc_buffer *in_buf(const sc_program *p, int32_t i) {
+  return &p->buffers[p->inputs[i]];
+}
+static const sc_buffer *out_buf(const sc_program *p, int32_t j) {
+  return &p->buffers[p->outputs[j]];
+}
+
+/* The handoff of (piece t, output j), added when new. */
+static int32_t handoff_id(sc_pipe_rank *r, int32_t t, int32_t j, sc_diag *d) {
+  for (int32_t h = 0; h < r->n_h; h++)
+    if (r->h[h].piece == t && r->h[h].out == j) return h;
+  handoff *x = sc_realloc(r->h, ((size_t)r->n_h + 1) * sizeof *x);
+  if (!x) return nomem(d), -1;
+  r->h = x;
+  handoff *n = &r->h[r->n_h];
+  memset(n, 0, sizeof *n);
+  const sc_buffer *b = out_buf(r->dp->stages[t].program, j);
+  n->piece = t;
+  n->out = j;
+  n->name = b->name;
+  n->dtype = b->dtype;
+  n->bytes = b->bytes;
+  n->per_mb = per_mb_piece(r->C, t);
+  n->mb_readers = sc_calloc((size_t)r->P, sizeof *n->mb_readers);
+  n->step_readers = sc_calloc((size_t)r->P, sizeof *n->step_readers);
+  n->slot = sc_calloc((size_t)r->M, sizeof *n->slot);
+  n->left = sc_calloc((size_t)r->M, sizeof *n->left);
+  if (!n->mb_readers || !n->step_readers || !n->slot || !n->left) {
+    sc_free(n->mb_readers);
+    sc_free(n->step_readers);
+    sc_free(n->slot);
+    sc_free(n->left);
+    return nomem(d), -1;
+  }
+  return r->n_h++;
+}
+
+static int32_t state_index(sc_pipe_rank *r, const char *name, const sc_buffer *b,
+                           const sc_sharding *sh, sc_diag *d) {
+  for (int32_t k = 0; k < r->n_st; k++)
+    if (strcmp(r->st[k].name, name) == 0) {
+      if (r->st[k].b->bytes != b->bytes)
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "state '%s' has two shapes in this rank's pieces", name),
+               -1;
+      return k;
+    }
+  if (r->n_st == r->cap_st) {
+    int32_t cap = r->cap_st ? 2 * r->cap_st : 32;
+    state *x = sc_realloc(r->st, (size_t)cap * sizeof *x);
+    if (!x) return nomem(d), -1;
+    r->st = x;
+    r->cap_st = cap;
+  }
+  state *s = &r->st[r->n_st];
+  *s = (state){.name = name, .b = b, .sh = sh, .accum = strncmp(name, "accum:", 6) == 0};
+  if (!(s->data = sc_calloc(b->bytes > 0 ? (size_t)b->bytes : 1, 1))) return nomem(d), -1;
+  return r->n_st++;
+}
+
+/* Whether input `name` of the step is state: some piece writes "new:name". */
+static bool is_state(const sc_dist_program *dp, const char *name) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "new:%s", name);
+  for (int32_t k = 0; k < dp->n_outputs; k++)
+    if (strcmp(dp->outputs[k].name, buf) == 0) return true;
+  return false;
+}
+
+static int32_t data_index(sc_pipe_rank *r, const sc_buffer *b, const sc_sharding *sh,
+                          sc_diag *d) {
+  for (int32_t k = 0; k < r->n_data; k++)
+    if (strcmp(r->data[k]->name, b->name) == 0) return k;
+  const sc_buffer **x = sc_realloc(r->data, ((size_t)r->n_data + 1) * sizeof *x);
+  if (x) r->data = x;
+  const sc_sharding **y = sc_realloc(r->data_sh, ((size_t)r->n_data + 1) * sizeof *y);
+  if (y) r->data_sh = y;
+  if (!x || !y) return nomem(d), -1;
+  r->data[r->n_data] = b;
+  r->data_sh[r->n_data] = sh;
+  return r->n_data++;
+}
+
+/* Bindings of every input of piece s (this rank's) and its outputs. */
+static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
+  const sc_dist_program *dp = r->dp;
+  piece *pc = &r->pc[s];
+  const sc_program *p = pc->p;
+  size_t ni = (size_t)p->n_inputs + 1, no = (size_t)p->n_outputs + 1;
+  pc->in = sc_calloc(ni, sizeof *pc->in);
+  pc->iv = sc_calloc(ni, sizeof *pc->iv);
+  pc->ov = sc_calloc(no, sizeof *pc->ov);
+  pc->out_handoff = sc_malloc(no * sizeof *pc->out_handoff);
+  pc->out_state = sc_malloc(no * sizeof *pc->out_state);
+  pc->scalars = sc_calloc(3, 8);
+  if (!pc->in || !pc->iv || !pc->ov || !pc->out_handoff || !pc->out_state || !pc->scalars)
+    return nomem(d);
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    const sc_buffer *b = in_buf(p, i);
+    const char *name = b->name ? b->name : "";
+    pc->iv[i] = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank};
+    memcpy(pc->iv[i].dims, b->dims, sizeof pc->iv[i].dims);
+    binding *x = &pc->in[i];
+    int32_t k;
+    if (sc_dist_find_input(dp, name) < 0) { /* handed over: the id was made in tables() */
+      int32_t j, t = sc_dist_handoff_source(dp, s, name, &j);
+      x->kind = B_HANDOFF;
+      x->index = -1;
+      for (int32_t h = 0; h < r->n_h && t >= 0; h++)
+        if (r->h[h].piece == t && r->h[h].out == j) x->index = h;
+      if (x->index < 0)
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
+                           (int)s, name);
+    } else if (strcmp(name, "train:lr") == 0 || strcmp(name, "train:bc1") == 0 ||
+               strcmp(name, "train:bc2") == 0) {
+      x->kind = name[6] == 'l' ? B_LR : name[8] == '1' ? B_BC1 : B_BC2;
+      pc->iv[i].data = (char *)pc->scalars + 8 * (x->kind - B_LR);
+    } else if (strncmp(name, "train:", 6) == 0) {
+      return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                         "pipelined step: input '%s' is not supported", name);
+    } else if (is_state(dp, name)) {
+      if ((k = state_index(r, name, b, &dp->stages[s].input_sharding[i], d)) < 0)
+        return d->status;
+      x->kind = B_STATE;
+      x->index = k;
+      pc->iv[i].data = r->st[k].data;
+    } else {
+      if ((k = data_index(r, b, &dp->stages[s].input_sharding[i], d)) < 0) return d->status;
+      x->kind = B_DATA;
+      x->index = k;
+    }
+  }
+  for (int32_t j = 0; j < p->n_outputs; j++) {
+    const char *name = out_buf(p, j)->name;
+    pc->out_handoff[j] = pc->out_state[j] = -1;
+    for (int32_t h = 0; h < r->n_h; h++)
+      if (r->h[h].piece == s && r->h[h].out == j) pc->out_handoff[j] = h;
+    for (int32_t k = 0; name && strncmp(name, "new:", 4) == 0 && k < r->n_st; k++)
+      if (strcmp(r->st[k].name, name + 4) == 0) pc->out_state[j] = k;
+  }
+  return SC_OK;
+}
+
+/* The handover table (every rank the same) and its readers. */
+static sc_status tables(sc_pipe_rank *r, sc_diag *d) {
+  const sc_dist_program *dp = r->dp;
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t i = 0; i < p->n_inputs; i++) {
+      const char *name = in_buf(p, i)->name;
+      if (sc_dist_find_input(dp, name) >= 0) continue;
+      int32_t j, t = sc_dist_handoff_source(dp, s, name, &j);
+      if (t < 0)
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
+                           (int)s, name ? name : "?");
+      int32_t h = handoff_id(r, t, j, d);
+      if (h < 0) return d->status;
+      if (!r->h[h].per_mb && per_mb_piece(r->C, s))
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "piece %d reads '%s', made once per step, in every microbatch",
+                           (int)s, name);
+      int32_t q = coord_of_piece(r, s);
+      if (per_mb_piece(r->C, s)) r->h[h].mb_readers[q]++;
+      else r->h[h].step_readers[q]++;
+    }
+  }
+  return SC_OK;
+}
+
+/* Whether pipeline coordinate q reads slot k of handoff x. */
+static int32_t reads(const sc_pipe_rank *r, const handoff *x, int32_t q, int32_t k) {
+  if (!x->per_mb) return k == 0 ? x->step_readers[q] : 0;
+  return x->mb_readers[q] + (k == r->M - 1 ? x->step_readers[q] : 0);
+}
+
+sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_train_manifest *m,
+                              const sc_pipe_rank_opts *o, sc_pipe_rank **out, sc_diag *d) {
+  *out = NULL;
+  if (dp->pipe_chunks < 1 || dp->pipe_ranks < 1 || dp->n_stages != 4 * dp->pipe_chunks)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
+  sc_pipe_rank *r = sc_calloc(1, sizeof *r);
+  if (!r) return nomem(d);
+  r->dp = dp;
+  r->world = o->world;
+  r->rank = rank;
+  r->P = dp->pipe_ranks;
+  r->C = dp->pipe_chunks;
+  r->M = dp->schedule.microbatches;
+  r->beta1 = m->beta1;
+  r->beta2 = m->beta2;
+  sc_mesh_rank_to_coords(&dp->mesh, rank, r->coords);
+  r->me = (int32_t)r->coords[dp->pp_axis];
+  r->pc = sc_calloc((size_t)dp->n_stages, sizeof *r->pc);
+  sc_status st = r->pc ? SC_OK : nomem(d);
+  if (st == SC_OK) st = tables(r, d);
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++)
+    if (coord_of_piece(r, s) == r->me) r->pc[s].p = dp->stages[s].program;
+  /* state first (a piece's "new:X" outputs need every state index) */
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++)
+    if (r->pc[s].p) st = bind_piece(r, s, d);
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+    piece *pc = &r->pc[s];
+    for (int32_t j = 0; pc->p && j < pc->p->n_outputs; j++) {
+      const char *name = out_buf(pc->p, j)->name;
+      for (int32_t k = 0; name && strncmp(name, "new:", 4) == 0 && k < r->n_st; k++)
+        if (strcmp(r->st[k].name, name + 4) == 0) pc->out_state[j] = k;
+    }
+  }
+  /* initial values: this rank's piece of each parameter */
+  for (int32_t k = 0; st == SC_OK && k < r->n_st; k++) {
+    state *x = &r->st[k];
+    const sc_train_manifest_param *tp = NULL;
+    for (int32_t i = 0; i < m->n_params; i++)
+      if (strcmp(m->params[i].name, x->name) == 0) tp = &m->params[i];
+    int32_t gi = sc_dist_find_input(dp, x->name);
+    if (tp && tp->data && gi >= 0)
+      sc_sharding_extract(x->sh, &dp->mesh, r->coords, sc_dtype_size(x->b->dtype),
+                          dp->inputs[gi].dims, tp->data, x->data);
+    else if (!x->accum && !sc_train_is_optimizer_state(x->name))
+      st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "parameter '%s' has no initial value",
+                       x->name);
+  }
+  /* sessions, in lockstep with the other ranks: each rank has V chunks of
+   * 4 pieces, created in piece order */
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+    if (!r->pc[s].p) continue;
+    sc_session_opts so;
+    sc_session_opts_init(&so);
+    so.threads = o->threads > 0 ? o->threads : 1;
+    so.world = o->world;
+    so.split_mesh = &dp->mesh;
+    so.cpu_module = o->kernels ? o->kernels[s] : NULL;
+    st = sc_dist_stage_weights(dp, s, rank, &r->pc[s].w, d);
+    so.const_data = r->pc[s].w.data;
+    if (st == SC_OK) st = sc_session_create(r->pc[s].p, &so, &r->pc[s].s, d);
+  }
+  if (st == SC_OK)
+    st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, r->P, r->C / r->P, r->M, r->me,
+                          &r->acts, &r->n_acts, d);
+  if (st != SC_OK) {
+    sc_pipe_rank_destroy(r);
+    return st;
+  }
+  *out = r;
+  return SC_OK;
+}
+
+int32_t sc_pipe_rank_n_data(const sc_pipe_rank *r) { return r->n_data; }
+const sc_buffer *sc_pipe_rank_data(const sc_pipe_rank *r, int32_t i, const sc_sharding **sh) {
+  if (i < 0 || i >= r->n_data) return NULL;
+  if (sh) *sh = r->data_sh[i];
+  return r->data[i];
+}
+
+static int64_t peer_of(const sc_pipe_rank *r, int32_t q) {
+  int64_t c[SC_MESH_MAX_AXES];
+  memcpy(c, r->coords, sizeof c);
+  c[r->dp->pp_axis] = q;
+  return sc_mesh_coords_to_rank(&r->dp->mesh, c);
+}
+
+static void drop_slot(sc_pipe_rank *r, handoff *x, int32_t k) {
+  if (!x->slot[k]) return;
+  sc_free(x->slot[k]);
+  x->slot[k] = NULL;
+  r->stash -= x->bytes;
+}
+
+static sc_status keep_slot(sc_pipe_rank *r, handoff *x, int32_t k, const void *src, sc_diag *d) {
+  if (!x->slot[k] && !(x->slot[k] = sc_malloc(x->bytes > 0 ? (size_t)x->bytes : 1)))
+    return nomem(d);
+  if (src) memcpy(x->slot[k], src, (size_t)x->bytes);
+  r->stash += x->bytes;
+  if (r->stash > r->peak_stash) r->peak_stash = r->stash;
+  return SC_OK;
+}
+
+static int64_t count_of(const handoff *x) {
+  size_t e = sc_dtype_size(x->dtype);
+  return e ? x->bytes / (int64_t)e : 0;
+}
+
+/* One action: piece s for microbatch mb (-1: once per step). */
+static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_tensor_view *data,
+                            double *loss_sum, double *norm, bool *applied, sc_diag *d) {
+  piece *pc = &r->pc[s];
+  const sc_program *p = pc->p;
+  sc_status st = SC_OK;
+  for (int32_t i = 0; i < p->n_inputs && st == SC_OK; i++) {
+    binding *b = &pc->in[i];
+    if (b->kind == B_DATA) {
+      pc->iv[i].data = (char *)data[b->index].data + (size_t)((mb < 0 ? 0 : mb) * in_buf(p, i)->bytes);
+    } else if (b->kind == B_HANDOFF) {
+      handoff *x = &r->h[b->index];
+      int32_t k = x->per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
+      if (!x->slot[k]) { /* from another rank */
+        int32_t q = coord_of_piece(r, x->piece);
+        if (q == r->me)
+          return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                             "piece %d reads '%s' of microbatch %d before piece %d made it",
+                             (int)s, x->name, (int)k, (int)x->piece);
+        if ((st = keep_slot(r, x, k, NULL, d)) != SC_OK) break;
+        st = sc_comm_recv(r->world, x->slot[k], count_of(x), x->dtype, (int)peer_of(r, q),
+                          b->index, d);
+      }
+      pc->iv[i].data = x->slot[k];
+    }
+  }
+  if (st == SC_OK) st = sc_session_run(pc->s, pc->iv, p->n_inputs, pc->ov, p->n_outputs, d);
+  if (st != SC_OK) return st;
+  /* inputs read: release the slots whose last reader this was */
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    binding *b = &pc->in[i];
+    if (b->kind != B_HANDOFF) continue;
+    handoff *x = &r->h[b->index];
+    int32_t k = x->per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
+    if (--x->left[k] <= 0) drop_slot(r, x, k);
+  }
+  for (int32_t j = 0; j < p->n_outputs && st == SC_OK; j++) {
+    const sc_tensor_view *v = &pc->ov[j];
+    int32_t hx = pc->out_handoff[j];
+    if (hx >= 0) {
+      handoff *x = &r->h[hx];
+      int32_t k = x->per_mb ? mb : 0;
+      for (int32_t q = 0; q < r->P && st == SC_OK; q++)
+        if (q != r->me && reads(r, x, q, k))
+          st = sc_comm_send(r->world, v->data, count_of(x), x->dtype, (int)peer_of(r, q), hx, d);
+      if (st == SC_OK && x->left[k] > 0) st = keep_slot(r, x, k, v->data, d);
+    }
+    if (pc->out_state[j] >= 0) {
+      state *x = &r->st[pc->out_state[j]];
+      memcpy(x->data, v->data, (size_t)x->b->bytes);
+    }
+    const char *name = v->name;
+    if (!name) continue;
+    if (strcmp(name, "loss") == 0) {
+      *loss_sum += sc_load_f64(v->dtype, v->data, 0);
+      r->n_loss++;
+    }
+    else if (strcmp(name, "train:grad_norm") == 0) {
+      *norm = sc_load_f64(v->dtype, v->data, 0);
+      r->has_norm = true;
+    }
+    else if (strcmp(name, "train:applied") == 0) *applied = *(const bool *)v->data;
+  }
+  return st;
+}
+
+sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t n_data,
+                            double lr, int64_t step, double *loss, double *grad_norm,
+                            bool *applied, bool *has_loss, bool *has_norm, sc_diag *d) {
+  if (step < 1) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "step %lld", (long long)step);
+  sc_tensor_view *mine = sc_calloc((size_t)r->n_data + 1, sizeof *mine);
+  if (!mine) return nomem(d);
+  for (int32_t k = 0; k < r->n_data; k++) {
+    const sc_buffer *b = r->data[k];
+    for (int32_t i = 0; i < n_data; i++)
+      if (data[i].name && strcmp(data[i].name, b->name) == 0) mine[k] = data[i];
+    if (!mine[k].data) {
+      sc_free(mine);
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "data '%s' is missing", b->name);
+    }
+  }
+  for (int32_t k = 0; k < r->n_st; k++)
+    if (r->st[k].accum) memset(r->st[k].data, 0, (size_t)r->st[k].b->bytes);
+  for (int32_t s = 0; s < r->dp->n_stages; s++) {
+    piece *pc = &r->pc[s];
+    for (int32_t i = 0; pc->p && i < pc->p->n_inputs; i++) {
+      const sc_buffer *b = in_buf(pc->p, i);
+      int kind = pc->in[i].kind;
+      double v = kind == B_LR    ? lr
+                 : kind == B_BC1 ? 1.0 - pow(r->beta1, (double)step)
+                                 : 1.0 - pow(r->beta2, (double)step);
+      if (kind == B_LR || kind == B_BC1 || kind == B_BC2) sc_store_f64(b->dtype, pc->iv[i].data, 0, v);
+    }
+  }
+  for (int32_t h = 0; h < r->n_h; h++)
+    for (int32_t k = 0; k < r->M; k++) r->h[h].left[k] = reads(r, &r->h[h], r->me, k);
+  r->stash = r->peak_stash = 0;
+  r->n_loss = 0;
+  r->has_norm = false;
+  double lsum = 0, norm = NAN;
+  bool ok = false;
+  sc_status st = SC_OK;
+  for (int32_t a = 0; a < r->n_acts && st == SC_OK; a++) {
+    const sc_pipe_action *x = &r->acts[a];
+    st = run_action(r, sc_pipe_piece(r->C, (sc_pipe_phase)x->phase, x->chunk), x->mb, mine, &lsum,
+                    &norm, &ok, d);
+  }
+  for (int32_t h = 0; h < r->n_h; h++)
+    for (int32_t k = 0; k < r->M; k++) drop_slot(r, &r->h[h], k);
+  sc_free(mine);
+  if (st != SC_OK) return st;
+  bool last = r->n_loss > 0; /* this rank runs the loss's piece */
+  if (has_loss) *has_loss = last;
+  if (has_norm) *has_norm = r->has_norm;
+  if (loss) *loss = last ? lsum / (double)r->M : NAN;
+  if (grad_norm) *grad_norm = norm;
+  if (applied) *applied = ok;
+  return SC_OK;
+}
+
+void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffer **b,
+                         const sc_sharding **sh) {
+  for (int32_t k = 0; name && k < r->n_st; k++)
+    if (strcmp(r->st[k].name, name) == 0) {
+      if (b) *b = r->st[k].b;
+      if (sh) *sh = r->st[k].sh;
+      return r->st[k].data;
+    }
+  return NULL;
+}
+
+int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r) { return r->n_st; }
+const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i) {
+  return i >= 0 && i < r->n_st ? r->st[i].name : NULL;
+}
+
+int64_t sc_pipe_rank_arena_bytes(const sc_pipe_rank *r) {
+  int64_t n = 0;
+  for (int32_t s = 0; s < r->dp->n_stages; s++)
+    if (r->pc[s].s) n += sc_session_arena_bytes(r->pc[s].s);
+  return n;
+}
+
+int64_t sc_pipe_rank_peak_stash_bytes(const sc_pipe_rank *r) { return r->peak_stash; }
+
+void sc_pipe_rank_destroy(sc_pipe_rank *r) {
+  if (!r) return;
+  for (int32_t s = 0; r->pc && s < r->dp->n_stages; s++) {
+    piece *pc = &r->pc[s];
+    sc_session_destroy(pc->s);
+    sc_dist_weights_free(&pc->w);
+    sc_free(pc->in);
+    sc_free(pc->iv);
+    sc_free(pc->ov);
+    sc_free(pc->out_handoff);
+    sc_free(pc->out_state);
+    sc_free(pc->scalars);
+  }
+  for (int32_t h = 0; h < r->n_h; h++) {
+    for (int32_t k = 0; k < r->M; k++) sc_free(r->h[h].slot[k]);
+    sc_free(r->h[h].slot);
+    sc_free(r->h[h].left);
+    sc_free(r->h[h].mb_readers);
+    sc_free(r->h[h].step_readers);
+  }
+  for (int32_t k = 0; k < r->n_st; k++) sc_free(r->st[k].data);
+  sc_free(r->st);
+  sc_free(r->h);
+  sc_free(r->pc);
+  sc_free(r->data);
+  sc_free(r->data_sh);
+  sc_free(r->acts);
+  sc_free(r);
+}

@@ -1,0 +1,68 @@
+/* pipe_rank.h — one rank of a pipelined training step.
+ *
+ * Input: a distributed program whose stages are the pieces of a pipelined
+ * step (dp->pipe_chunks > 0; ir/pipe.h), this rank, and the training
+ * manifest (the parameters' GLOBAL initial values). The rank runs the
+ * pieces of its chunks (chunk c on pipeline coordinate c mod P), one
+ * session each, created in lockstep with every other rank (the sessions'
+ * communicator splits are collective), and executes its action list
+ * (codegen/pipe_schedule.h) each step:
+ *   - a piece's inputs are the model's data (this microbatch's piece, cut
+ *     by the caller), state, the step's scalars (train:lr, bc1, bc2), or
+ *     values another piece hands over: kept here when that piece is this
+ *     rank's (the stash, one slot per microbatch, freed after its last
+ *     reader), else received from the rank that runs it before the piece
+ *     runs (tag: the handover's index in the program, FIFO per microbatch);
+ *   - after a piece runs, each value another rank reads is sent to it
+ *     (buffered: a send never waits), "new:X" is copied over state X, and
+ *     the loss (the last chunk's forward), the gradient norm and "applied"
+ *     (the last chunk's norm piece) are kept.
+ * State lives in host buffers of this rank (its piece of each parameter,
+ * optimizer state and accumulator its pieces read); accumulators restart
+ * at zero each step. */
+#ifndef SC_RUNTIME_PIPE_RANK_H
+#define SC_RUNTIME_PIPE_RANK_H
+
+#include "codegen/dist_program.h"
+#include "codegen/train_manifest.h"
+#include "runtime/runtime.h"
+
+typedef struct sc_pipe_rank sc_pipe_rank;
+
+typedef struct sc_pipe_rank_opts {
+  int threads;                       /* per session; 0: 1 */
+  struct sc_comm *world;             /* every rank of the mesh, borrowed */
+  const struct sc_cpu_module *const *kernels; /* [dp->n_stages] JIT-compiled
+                                        once for all ranks, borrowed; NULL
+                                        entries: each session compiles */
+} sc_pipe_rank_opts;
+
+/* Collective: every rank calls it at once. */
+sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_train_manifest *m,
+                              const sc_pipe_rank_opts *o, sc_pipe_rank **out, sc_diag *d);
+/* The data inputs the rank's pieces read: i-th one's program buffer (the
+ * rank's piece of one microbatch) and its sharding; count. */
+int32_t sc_pipe_rank_n_data(const sc_pipe_rank *r);
+const sc_buffer *sc_pipe_rank_data(const sc_pipe_rank *r, int32_t i, const sc_sharding **sh);
+/* One step: data[] by name, each holding the rank's pieces of the step's M
+ * microbatches one after the other. *has_loss: this rank runs the piece
+ * that makes the loss (then *loss is the step's, the microbatches' mean);
+ * *has_norm: the one that makes the gradient norm and "applied" (then
+ * *grad_norm and *applied are the step's). */
+sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t n_data,
+                            double lr, int64_t step, double *loss, double *grad_norm,
+                            bool *applied, bool *has_loss, bool *has_norm, sc_diag *d);
+/* State `name` held here (this rank's piece), its buffer and sharding; NULL
+ * when the rank holds no such state. */
+void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffer **b,
+                         const sc_sharding **sh);
+/* The i-th state tensor's name (i < count), for walks over all state. */
+int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r);
+const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i);
+/* Bytes of the sessions' arenas, and the most stashed (handed-over) bytes
+ * held at once in the last step. */
+int64_t sc_pipe_rank_arena_bytes(const sc_pipe_rank *r);
+int64_t sc_pipe_rank_peak_stash_bytes(const sc_pipe_rank *r);
+void sc_pipe_rank_destroy(sc_pipe_rank *r);
+
+#endif
