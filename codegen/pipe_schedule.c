@@ -250,3 +250,143 @@ sc_status sc_pipe_check(const sc_pipe_deps *deps, int32_t P, int32_t V, int32_t 
   sc_free(pos);
   return st;
 }
+
+/* ---- handoffs ---- */
+
+static bool per_mb_of(int32_t C, int32_t piece) { return per_mb(C, piece); }
+
+void sc_pipe_handoffs_free(sc_pipe_handoffs *t) {
+  for (int32_t h = 0; t->h && h < t->n; h++) {
+    sc_free(t->h[h].mb_readers);
+    sc_free(t->h[h].step_readers);
+  }
+  sc_free(t->h);
+  memset(t, 0, sizeof *t);
+}
+
+int32_t sc_pipe_handoff_find(const sc_pipe_handoffs *t, int32_t piece, int32_t out) {
+  for (int32_t h = 0; h < t->n; h++)
+    if (t->h[h].piece == piece && t->h[h].out == out) return h;
+  return -1;
+}
+
+static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t piece,
+                           int32_t out, sc_diag *d) {
+  int32_t h = sc_pipe_handoff_find(t, piece, out);
+  if (h >= 0) return h;
+  sc_pipe_handoff *x = sc_realloc(t->h, ((size_t)t->n + 1) * sizeof *x);
+  if (!x) return nomem(d), -1;
+  t->h = x;
+  const sc_program *p = dp->stages[piece].program;
+  const sc_buffer *b = &p->buffers[p->outputs[out]];
+  x = &t->h[t->n];
+  *x = (sc_pipe_handoff){.piece = piece, .out = out, .name = b->name, .dtype = b->dtype,
+                         .bytes = b->bytes, .per_mb = per_mb_of(t->C, piece)};
+  x->mb_readers = sc_calloc((size_t)t->P, sizeof *x->mb_readers);
+  x->step_readers = sc_calloc((size_t)t->P, sizeof *x->step_readers);
+  if (!x->mb_readers || !x->step_readers) {
+    sc_free(x->mb_readers);
+    sc_free(x->step_readers);
+    return nomem(d), -1;
+  }
+  return t->n++;
+}
+
+sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc_diag *d) {
+  memset(t, 0, sizeof *t);
+  t->P = dp->pipe_ranks;
+  t->C = dp->pipe_chunks;
+  t->M = dp->schedule.microbatches;
+  if (t->C < 1 || t->P < 1 || dp->n_stages != 4 * t->C)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t i = 0; i < p->n_inputs; i++) {
+      const char *name = p->buffers[p->inputs[i]].name;
+      if (sc_dist_find_input(dp, name) >= 0) continue;
+      int32_t j, src = sc_dist_handoff_source(dp, s, name, &j);
+      sc_status st = SC_OK;
+      if (src < 0)
+        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
+                         (int)s, name ? name : "?");
+      int32_t h = st == SC_OK ? add_handoff(t, dp, src, j, d) : -1;
+      if (st == SC_OK && h < 0) st = d->status;
+      if (st == SC_OK && !t->h[h].per_mb && per_mb_of(t->C, s))
+        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "piece %d reads '%s', made once per step, in every microbatch", (int)s,
+                         name);
+      if (st != SC_OK) {
+        sc_pipe_handoffs_free(t);
+        return st;
+      }
+      int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
+      if (per_mb_of(t->C, s)) t->h[h].mb_readers[q]++;
+      else t->h[h].step_readers[q]++;
+    }
+  }
+  return SC_OK;
+}
+
+int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, int32_t k) {
+  const sc_pipe_handoff *x = &t->h[h];
+  if (!x->per_mb) return k == 0 ? x->step_readers[q] : 0;
+  return x->mb_readers[q] + (k == t->M - 1 ? x->step_readers[q] : 0);
+}
+
+void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
+                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent) {
+  size_t cells = (size_t)t->n * (size_t)t->M + 1;
+  int32_t *left = sc_calloc(cells, sizeof *left);
+  bool *kept = sc_calloc(cells, 1);
+  int64_t live = 0, peak = 0, out = 0;
+  for (int32_t h = 0; left && h < t->n; h++)
+    for (int32_t k = 0; k < t->M; k++)
+      left[(size_t)h * t->M + k] = sc_pipe_handoff_reads(t, h, q, k);
+  for (int32_t i = 0; left && kept && i < n; i++) {
+    int32_t s = sc_pipe_piece(t->C, (sc_pipe_phase)a[i].phase, a[i].chunk), mb = a[i].mb;
+    const sc_program *p = dp->stages[s].program;
+    /* inputs received before the run */
+    for (int32_t j = 0; j < p->n_inputs; j++) {
+      const char *name = p->buffers[p->inputs[j]].name;
+      if (sc_dist_find_input(dp, name) >= 0) continue;
+      int32_t o, src = sc_dist_handoff_source(dp, s, name, &o);
+      int32_t h = src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
+      if (h < 0) continue;
+      int32_t k = t->h[h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
+      size_t c = (size_t)h * t->M + k;
+      if (!kept[c]) {
+        kept[c] = true;
+        if ((live += t->h[h].bytes) > peak) peak = live;
+      }
+    }
+    /* after the run: the last reads release, then outputs are kept */
+    for (int32_t j = 0; j < p->n_inputs; j++) {
+      const char *name = p->buffers[p->inputs[j]].name;
+      if (sc_dist_find_input(dp, name) >= 0) continue;
+      int32_t o, src = sc_dist_handoff_source(dp, s, name, &o);
+      int32_t h = src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
+      if (h < 0) continue;
+      int32_t k = t->h[h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
+      size_t c = (size_t)h * t->M + k;
+      if (--left[c] <= 0 && kept[c]) {
+        kept[c] = false;
+        live -= t->h[h].bytes;
+      }
+    }
+    for (int32_t h = 0; h < t->n; h++) {
+      if (t->h[h].piece != s) continue;
+      int32_t k = t->h[h].per_mb ? mb : 0;
+      for (int32_t r = 0; r < t->P; r++)
+        if (r != q && sc_pipe_handoff_reads(t, h, r, k)) out += t->h[h].bytes;
+      size_t c = (size_t)h * t->M + k;
+      if (left[c] > 0 && !kept[c]) {
+        kept[c] = true;
+        if ((live += t->h[h].bytes) > peak) peak = live;
+      }
+    }
+  }
+  sc_free(left);
+  sc_free(kept);
+  *peak_stash = peak;
+  *sent = out;
+}

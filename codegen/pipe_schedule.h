@@ -70,6 +70,42 @@ void sc_pipe_deps_free(sc_pipe_deps *x);
  * for, or a missing or repeated action. */
 sc_status sc_pipe_check(const sc_pipe_deps *deps, int32_t P, int32_t V, int32_t M,
                         sc_pipe_action *const *lists, const int32_t *n, sc_diag *d);
+/* The values pieces hand over: every (piece, output) that another piece
+ * reads, numbered in piece and output order (the same on every rank: the
+ * runtime's tags), with how many pieces of each pipeline coordinate read
+ * it per microbatch (forward and backward pieces) and once per step (norm
+ * and update pieces, which read the last microbatch's value). */
+typedef struct sc_pipe_handoff {
+  int32_t piece, out;      /* the producer and its output index */
+  const char *name;        /* borrowed from the program */
+  sc_dtype dtype;
+  int64_t bytes;           /* one microbatch's */
+  bool per_mb;             /* made per microbatch */
+  int32_t *mb_readers;     /* [P] */
+  int32_t *step_readers;   /* [P] */
+} sc_pipe_handoff;
+typedef struct sc_pipe_handoffs {
+  int32_t P, C, M;
+  int32_t n;
+  sc_pipe_handoff *h;
+} sc_pipe_handoffs;
+/* Errors: an input of no source, a once-per-step value read per
+ * microbatch (SC_ERR_INVALID). */
+sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *out, sc_diag *d);
+void sc_pipe_handoffs_free(sc_pipe_handoffs *t);
+/* The handoff of (piece, output), or -1. */
+int32_t sc_pipe_handoff_find(const sc_pipe_handoffs *t, int32_t piece, int32_t out);
+/* How many pieces of pipeline coordinate q read microbatch k of handoff h
+ * (k = 0 for a value made once per step). */
+int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, int32_t k);
+/* Pipeline coordinate q's traffic over one step of its action list, by the
+ * runtime's rules (runtime/pipe_rank.c): a value is kept from when it is
+ * made here or received (before the first piece that reads it) until its
+ * last reader here has run; *peak_stash: the most bytes kept at once;
+ * *sent: the bytes q sends to other pipeline coordinates. */
+void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
+                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent);
+
 /* "F3.1" (forward of chunk 3, microbatch 1), "N0", "U2" into buf. */
 const char *sc_pipe_action_name(const sc_pipe_action *a, char *buf, size_t size);
 

@@ -133,6 +133,11 @@ static sc_status step_train(job *j) {
   if (!j->o->train) return SC_OK;
   sc_train_opts o = *j->o->train;
   const sc_plan *plan = j->b->plan;
+  if (plan && plan->n_stages <= 1 && plan->microbatches > 1)
+    return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,
+                       "--microbatches %d: microbatches are a pipeline's (a pp axis); without "
+                       "one, accumulate gradients with --grad-accum",
+                       (int)plan->microbatches);
   if (plan && plan->n_stages > 1) { /* pipelined: microbatches accumulate */
     if (o.grad_accum > 1)
       return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,

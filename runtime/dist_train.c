@@ -22,6 +22,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/dist.h"
+#include "codegen/pipe_schedule.h"
 #include "runtime/pipe_rank.h"
 
 enum { CMD_CREATE, CMD_STEP, CMD_QUIT };
@@ -338,6 +339,25 @@ const sc_buffer *sc_dist_trainer_data(const sc_dist_trainer *t, int32_t i) {
   return i >= 0 && i < t->n_data_in ? &t->data_in[i] : NULL;
 }
 
+/* A pipelined step: every pipeline rank's action list runs to its end
+ * (codegen/pipe_schedule.h), checked before any rank starts. */
+static sc_status check_schedule(const sc_dist_program *dp, sc_diag *d) {
+  int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
+  sc_pipe_action **lists = sc_calloc((size_t)P, sizeof *lists);
+  int32_t *n = sc_calloc((size_t)P, sizeof *n);
+  sc_pipe_deps deps = {0};
+  sc_status st = lists && n ? sc_pipe_deps_of(dp, &deps, d) : nomem(d);
+  for (int32_t q = 0; st == SC_OK && q < P; q++)
+    st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q, &lists[q], &n[q],
+                          d);
+  if (st == SC_OK) st = sc_pipe_check(&deps, P, C / P, M, lists, n, d);
+  for (int32_t q = 0; lists && q < P; q++) sc_free(lists[q]);
+  sc_free(lists);
+  sc_free(n);
+  sc_pipe_deps_free(&deps);
+  return st;
+}
+
 static int default_threads(int64_t ranks) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int64_t k = (cores > 0 ? cores : 1) / (ranks > 0 ? ranks : 1);
@@ -384,6 +404,7 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
   t->w = sc_calloc((size_t)t->n_local, sizeof *t->w);
   sc_status st = t->comms && t->th && t->w ? SC_OK : nomem(d);
   if (!t->o.cpu_module) t->o.cpu_module = t->stage->kernels; /* a bundle's */
+  if (st == SC_OK && dp->pipe_chunks > 0) st = check_schedule(dp, d);
   if (st == SC_OK && dp->pipe_chunks > 0) { /* every piece's kernels, once */
     t->mods = sc_calloc((size_t)dp->n_stages, sizeof *t->mods);
     if (!t->mods) st = nomem(d);
@@ -511,6 +532,16 @@ int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t
   if (r < 0 || r >= t->n_local) return 0;
   return t->w[r].pr ? sc_pipe_rank_state_count(t->w[r].pr)
                     : sc_trainer_state_count(t->w[r].tr, in_place);
+}
+
+int64_t sc_dist_trainer_stash_bytes(const sc_dist_trainer *t, int32_t q) {
+  int64_t most = 0;
+  for (int64_t r = 0; t->dp->pipe_chunks > 0 && r < t->n_local; r++) {
+    const worker *w = &t->w[r];
+    if (w->pr && w->coords[t->dp->pp_axis] == q && sc_pipe_rank_peak_stash_bytes(w->pr) > most)
+      most = sc_pipe_rank_peak_stash_bytes(w->pr);
+  }
+  return most;
 }
 
 int64_t sc_dist_trainer_rank(const sc_dist_trainer *t) {

@@ -4,8 +4,8 @@
  * (passes/train.h, partitioned by passes/partition: data parallel, ZeRO 1-3
  * over fsdp, tensor parallel) and the training manifest of that program
  * (codegen/train_manifest.h: the optimizer and the parameters' GLOBAL
- * initial values, by name). Pipelined steps (more than one stage) are not
- * run here yet.
+ * initial values, by name), or a pipelined step (dp->pipe_chunks > 0:
+ * each rank runs its pieces, runtime/pipe_rank.h; thread-ranks only).
  *
  * Each rank is a thread with its own sc_trainer (runtime/trainer.h) over
  * the stage program: its session gets the world communicator of a local
@@ -66,6 +66,10 @@ sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_t
  * arena, its state tensors and how many are updated in place. */
 int64_t sc_dist_trainer_arena_bytes(const sc_dist_trainer *t, int64_t r);
 int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t *in_place);
+/* A pipelined step: the most bytes of handed-over values the ranks of
+ * pipeline coordinate q kept at once in the last step (the largest over
+ * this process's ranks of that coordinate; 0 for none). */
+int64_t sc_dist_trainer_stash_bytes(const sc_dist_trainer *t, int32_t q);
 /* Checkpoints hold whole tensors (runtime/checkpoint.h): saved from the
  * assembled state, restored into every rank's piece. */
 struct sc_ckpt;

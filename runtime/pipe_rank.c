@@ -25,16 +25,10 @@
 
 enum { B_DATA, B_STATE, B_LR, B_BC1, B_BC2, B_HANDOFF };
 
+/* This rank's copies of a handoff's values (codegen/pipe_schedule.h). */
 typedef struct handoff {
-  int32_t piece, out;     /* producer */
-  const char *name;
-  sc_dtype dtype;
-  int64_t bytes;
-  bool per_mb;            /* made per microbatch (forward, backward) */
-  int32_t *mb_readers;    /* [P] readers per microbatch, per pipeline coordinate */
-  int32_t *step_readers;  /* [P] readers once per step */
-  void **slot;            /* [M] this rank's copies (NULL: none) */
-  int32_t *left;          /* [M] this rank's reads still to come this step */
+  void **slot;            /* [M] (NULL: none) */
+  int32_t *left;          /* [M] reads still to come this step */
 } handoff;
 
 typedef struct binding {
@@ -67,7 +61,8 @@ struct sc_pipe_rank {
   int64_t rank, coords[SC_MESH_MAX_AXES];
   int32_t P, C, M, me;    /* me: this rank's pipeline coordinate */
   piece *pc;              /* [n_stages]; p NULL for other ranks' pieces */
-  handoff *h;
+  sc_pipe_handoffs t;     /* the program's handoffs */
+  handoff *h;             /* [t.n] */
   int32_t n_h;
   state *st;
   int32_t n_st, cap_st;
@@ -86,11 +81,6 @@ static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }
 
-static bool per_mb_piece(int32_t C, int32_t s) {
-  sc_pipe_phase ph = sc_pipe_piece_phase(C, s);
-  return ph == SC_PIPE_FORWARD || ph == SC_PIPE_BACKWARD;
-}
-
 static int32_t coord_of_piece(const sc_pipe_rank *r, int32_t s) {
   return sc_pipe_piece_chunk(r->C, s) % r->P;
 }
@@ -100,36 +90,6 @@ static const sc_buffer *in_buf(const sc_program *p, int32_t i) {
 }
 static const sc_buffer *out_buf(const sc_program *p, int32_t j) {
   return &p->buffers[p->outputs[j]];
-}
-
-/* The handoff of (piece t, output j), added when new. */
-static int32_t handoff_id(sc_pipe_rank *r, int32_t t, int32_t j, sc_diag *d) {
-  for (int32_t h = 0; h < r->n_h; h++)
-    if (r->h[h].piece == t && r->h[h].out == j) return h;
-  handoff *x = sc_realloc(r->h, ((size_t)r->n_h + 1) * sizeof *x);
-  if (!x) return nomem(d), -1;
-  r->h = x;
-  handoff *n = &r->h[r->n_h];
-  memset(n, 0, sizeof *n);
-  const sc_buffer *b = out_buf(r->dp->stages[t].program, j);
-  n->piece = t;
-  n->out = j;
-  n->name = b->name;
-  n->dtype = b->dtype;
-  n->bytes = b->bytes;
-  n->per_mb = per_mb_piece(r->C, t);
-  n->mb_readers = sc_calloc((size_t)r->P, sizeof *n->mb_readers);
-  n->step_readers = sc_calloc((size_t)r->P, sizeof *n->step_readers);
-  n->slot = sc_calloc((size_t)r->M, sizeof *n->slot);
-  n->left = sc_calloc((size_t)r->M, sizeof *n->left);
-  if (!n->mb_readers || !n->step_readers || !n->slot || !n->left) {
-    sc_free(n->mb_readers);
-    sc_free(n->step_readers);
-    sc_free(n->slot);
-    sc_free(n->left);
-    return nomem(d), -1;
-  }
-  return r->n_h++;
 }
 
 static int32_t state_index(sc_pipe_rank *r, const char *name, const sc_buffer *b,
@@ -199,12 +159,10 @@ static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
     memcpy(pc->iv[i].dims, b->dims, sizeof pc->iv[i].dims);
     binding *x = &pc->in[i];
     int32_t k;
-    if (sc_dist_find_input(dp, name) < 0) { /* handed over: the id was made in tables() */
+    if (sc_dist_find_input(dp, name) < 0) { /* handed over */
       int32_t j, t = sc_dist_handoff_source(dp, s, name, &j);
       x->kind = B_HANDOFF;
-      x->index = -1;
-      for (int32_t h = 0; h < r->n_h && t >= 0; h++)
-        if (r->h[h].piece == t && r->h[h].out == j) x->index = h;
+      x->index = t >= 0 ? sc_pipe_handoff_find(&r->t, t, j) : -1;
       if (x->index < 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
                            (int)s, name);
@@ -229,45 +187,27 @@ static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
   }
   for (int32_t j = 0; j < p->n_outputs; j++) {
     const char *name = out_buf(p, j)->name;
-    pc->out_handoff[j] = pc->out_state[j] = -1;
-    for (int32_t h = 0; h < r->n_h; h++)
-      if (r->h[h].piece == s && r->h[h].out == j) pc->out_handoff[j] = h;
+    pc->out_state[j] = -1;
+    pc->out_handoff[j] = sc_pipe_handoff_find(&r->t, s, j);
     for (int32_t k = 0; name && strncmp(name, "new:", 4) == 0 && k < r->n_st; k++)
       if (strcmp(r->st[k].name, name + 4) == 0) pc->out_state[j] = k;
   }
   return SC_OK;
 }
 
-/* The handover table (every rank the same) and its readers. */
+/* The handoff table (every rank the same) and this rank's slots. */
 static sc_status tables(sc_pipe_rank *r, sc_diag *d) {
-  const sc_dist_program *dp = r->dp;
-  for (int32_t s = 0; s < dp->n_stages; s++) {
-    const sc_program *p = dp->stages[s].program;
-    for (int32_t i = 0; i < p->n_inputs; i++) {
-      const char *name = in_buf(p, i)->name;
-      if (sc_dist_find_input(dp, name) >= 0) continue;
-      int32_t j, t = sc_dist_handoff_source(dp, s, name, &j);
-      if (t < 0)
-        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
-                           (int)s, name ? name : "?");
-      int32_t h = handoff_id(r, t, j, d);
-      if (h < 0) return d->status;
-      if (!r->h[h].per_mb && per_mb_piece(r->C, s))
-        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                           "piece %d reads '%s', made once per step, in every microbatch",
-                           (int)s, name);
-      int32_t q = coord_of_piece(r, s);
-      if (per_mb_piece(r->C, s)) r->h[h].mb_readers[q]++;
-      else r->h[h].step_readers[q]++;
-    }
+  sc_status st = sc_pipe_handoffs_of(r->dp, &r->t, d);
+  if (st != SC_OK) return st;
+  r->n_h = r->t.n;
+  r->h = sc_calloc((size_t)r->n_h + 1, sizeof *r->h);
+  if (!r->h) return nomem(d);
+  for (int32_t h = 0; h < r->n_h; h++) {
+    r->h[h].slot = sc_calloc((size_t)r->M, sizeof *r->h[h].slot);
+    r->h[h].left = sc_calloc((size_t)r->M, sizeof *r->h[h].left);
+    if (!r->h[h].slot || !r->h[h].left) return nomem(d);
   }
   return SC_OK;
-}
-
-/* Whether pipeline coordinate q reads slot k of handoff x. */
-static int32_t reads(const sc_pipe_rank *r, const handoff *x, int32_t q, int32_t k) {
-  if (!x->per_mb) return k == 0 ? x->step_readers[q] : 0;
-  return x->mb_readers[q] + (k == r->M - 1 ? x->step_readers[q] : 0);
 }
 
 sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_train_manifest *m,
@@ -356,23 +296,28 @@ static int64_t peer_of(const sc_pipe_rank *r, int32_t q) {
   return sc_mesh_coords_to_rank(&r->dp->mesh, c);
 }
 
-static void drop_slot(sc_pipe_rank *r, handoff *x, int32_t k) {
+static void drop_slot(sc_pipe_rank *r, int32_t h, int32_t k) {
+  handoff *x = &r->h[h];
   if (!x->slot[k]) return;
   sc_free(x->slot[k]);
   x->slot[k] = NULL;
-  r->stash -= x->bytes;
+  r->stash -= r->t.h[h].bytes;
 }
 
-static sc_status keep_slot(sc_pipe_rank *r, handoff *x, int32_t k, const void *src, sc_diag *d) {
-  if (!x->slot[k] && !(x->slot[k] = sc_malloc(x->bytes > 0 ? (size_t)x->bytes : 1)))
-    return nomem(d);
-  if (src) memcpy(x->slot[k], src, (size_t)x->bytes);
-  r->stash += x->bytes;
+static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *src, sc_diag *d) {
+  handoff *x = &r->h[h];
+  int64_t bytes = r->t.h[h].bytes;
+  if (x->slot[k])
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "'%s' of microbatch %d is made twice",
+                       r->t.h[h].name, (int)k);
+  if (!(x->slot[k] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
+  if (src) memcpy(x->slot[k], src, (size_t)bytes);
+  r->stash += bytes;
   if (r->stash > r->peak_stash) r->peak_stash = r->stash;
   return SC_OK;
 }
 
-static int64_t count_of(const handoff *x) {
+static int64_t count_of(const sc_pipe_handoff *x) {
   size_t e = sc_dtype_size(x->dtype);
   return e ? x->bytes / (int64_t)e : 0;
 }
@@ -389,15 +334,16 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
       pc->iv[i].data = (char *)data[b->index].data + (size_t)((mb < 0 ? 0 : mb) * in_buf(p, i)->bytes);
     } else if (b->kind == B_HANDOFF) {
       handoff *x = &r->h[b->index];
-      int32_t k = x->per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
+      const sc_pipe_handoff *hx = &r->t.h[b->index];
+      int32_t k = hx->per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
       if (!x->slot[k]) { /* from another rank */
-        int32_t q = coord_of_piece(r, x->piece);
+        int32_t q = coord_of_piece(r, hx->piece);
         if (q == r->me)
           return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                              "piece %d reads '%s' of microbatch %d before piece %d made it",
-                             (int)s, x->name, (int)k, (int)x->piece);
-        if ((st = keep_slot(r, x, k, NULL, d)) != SC_OK) break;
-        st = sc_comm_recv(r->world, x->slot[k], count_of(x), x->dtype, (int)peer_of(r, q),
+                             (int)s, hx->name, (int)k, (int)hx->piece);
+        if ((st = keep_slot(r, b->index, k, NULL, d)) != SC_OK) break;
+        st = sc_comm_recv(r->world, x->slot[k], count_of(hx), hx->dtype, (int)peer_of(r, q),
                           b->index, d);
       }
       pc->iv[i].data = x->slot[k];
@@ -409,20 +355,19 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
   for (int32_t i = 0; i < p->n_inputs; i++) {
     binding *b = &pc->in[i];
     if (b->kind != B_HANDOFF) continue;
-    handoff *x = &r->h[b->index];
-    int32_t k = x->per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
-    if (--x->left[k] <= 0) drop_slot(r, x, k);
+    int32_t k = r->t.h[b->index].per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
+    if (--r->h[b->index].left[k] <= 0) drop_slot(r, b->index, k);
   }
   for (int32_t j = 0; j < p->n_outputs && st == SC_OK; j++) {
     const sc_tensor_view *v = &pc->ov[j];
     int32_t hx = pc->out_handoff[j];
     if (hx >= 0) {
-      handoff *x = &r->h[hx];
+      const sc_pipe_handoff *x = &r->t.h[hx];
       int32_t k = x->per_mb ? mb : 0;
       for (int32_t q = 0; q < r->P && st == SC_OK; q++)
-        if (q != r->me && reads(r, x, q, k))
+        if (q != r->me && sc_pipe_handoff_reads(&r->t, hx, q, k))
           st = sc_comm_send(r->world, v->data, count_of(x), x->dtype, (int)peer_of(r, q), hx, d);
-      if (st == SC_OK && x->left[k] > 0) st = keep_slot(r, x, k, v->data, d);
+      if (st == SC_OK && r->h[hx].left[k] > 0) st = keep_slot(r, hx, k, v->data, d);
     }
     if (pc->out_state[j] >= 0) {
       state *x = &r->st[pc->out_state[j]];
@@ -472,7 +417,7 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
     }
   }
   for (int32_t h = 0; h < r->n_h; h++)
-    for (int32_t k = 0; k < r->M; k++) r->h[h].left[k] = reads(r, &r->h[h], r->me, k);
+    for (int32_t k = 0; k < r->M; k++) r->h[h].left[k] = sc_pipe_handoff_reads(&r->t, h, r->me, k);
   r->stash = r->peak_stash = 0;
   r->n_loss = 0;
   r->has_norm = false;
@@ -485,7 +430,7 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
                     &norm, &ok, d);
   }
   for (int32_t h = 0; h < r->n_h; h++)
-    for (int32_t k = 0; k < r->M; k++) drop_slot(r, &r->h[h], k);
+    for (int32_t k = 0; k < r->M; k++) drop_slot(r, h, k);
   sc_free(mine);
   if (st != SC_OK) return st;
   bool last = r->n_loss > 0; /* this rank runs the loss's piece */
@@ -535,13 +480,12 @@ void sc_pipe_rank_destroy(sc_pipe_rank *r) {
     sc_free(pc->out_state);
     sc_free(pc->scalars);
   }
-  for (int32_t h = 0; h < r->n_h; h++) {
-    for (int32_t k = 0; k < r->M; k++) sc_free(r->h[h].slot[k]);
+  for (int32_t h = 0; r->h && h < r->n_h; h++) {
+    for (int32_t k = 0; r->h[h].slot && k < r->M; k++) sc_free(r->h[h].slot[k]);
     sc_free(r->h[h].slot);
     sc_free(r->h[h].left);
-    sc_free(r->h[h].mb_readers);
-    sc_free(r->h[h].step_readers);
   }
+  sc_pipe_handoffs_free(&r->t);
   for (int32_t k = 0; k < r->n_st; k++) sc_free(r->st[k].data);
   sc_free(r->st);
   sc_free(r->h);

@@ -45,6 +45,8 @@ static const char *const USAGE =
     "                      [--no-vocab-parallel] [--json] [--dot FILE]\n"
     "                      [--no-weights] [--print-after=PASS] [--time-passes]\n"
     "       shardc plan MODEL.onnx --train [--dim NAME=V]... [--loss KIND]\n"
+    "                      [--mesh pp=P,... --schedule 1f1b --microbatches M]\n"
+    "                      [--schedule-table]\n"
     "                      [--optimizer sgd|adamw] ... [--json] (the step's options of\n"
     "                      shardc train)";
 
@@ -463,6 +465,9 @@ static int print_help(void) {
          "  --dot FILE              write the local graph as Graphviz, coloured by stage\n"
          "  --print-after=PASS      print the IR after PASS (or 'all') to stderr\n"
          "  --time-passes           per-pass wall time on stderr\n"
+         "  --schedule gpipe|1f1b|interleaved  the pipeline schedule (training: all three)\n"
+         "  --virtual-stages V      chunks per pipeline rank (--schedule interleaved)\n"
+         "  --schedule-table        with --train: every pipeline rank's action list\n"
          "  --train                 the training step on one rank instead: its memory\n"
          "                          (params, optimizer state, gradients, activations,\n"
          "                          workspace at the peak; the arena, allocated once).\n"
@@ -474,7 +479,7 @@ static int print_help(void) {
 
 /* Takes the partitioning and training options out of argv; the rest go to
  * sc_cli_parse. */
-static int split_args(int argc, char **argv, sc_partition_args *p, bool *train,
+static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, bool *table,
                       sc_train_args *ta, char **rest, int *n_rest) {
   *n_rest = 0;
   rest[(*n_rest)++] = argv[0];
@@ -484,6 +489,11 @@ static int split_args(int argc, char **argv, sc_partition_args *p, bool *train,
     if (!only_files && argv[i][0] == '-') {
       if (strcmp(argv[i], "--train") == 0) {
         *train = true;
+        i++;
+        continue;
+      }
+      if (strcmp(argv[i], "--schedule-table") == 0) {
+        *table = true;
         i++;
         continue;
       }
@@ -527,7 +537,8 @@ done:
 }
 
 /* --train: the training step's memory (per rank with --mesh). */
-static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o) {
+static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o,
+                      bool table) {
   if (o->dot) return sc_cli_usage_error("plan --train does not take --dot");
   int rc = sc_train_args_finish(ta);
   if (rc) return rc;
@@ -538,7 +549,7 @@ static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cl
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;
   if ((rc = sc_train_args_build(ta, p, o, &bs.build, &b)) != 0) return rc;
-  rc = sc_plan_train_report(b, &ta->t, o->json, o->file);
+  rc = sc_plan_train_report(b, &ta->t, o->json, table, o->file);
   fflush(stdout);
   sc_build_destroy(b);
   return rc;
@@ -549,10 +560,10 @@ int sc_cmd_plan(int argc, char **argv) {
   sc_partition_args_init(&p);
   sc_train_args ta;
   sc_train_args_init(&ta);
-  bool train = false;
+  bool train = false, table = false;
   char *rest[MAX_ARGS];
   int n_rest = 0;
-  int rc = split_args(argc, argv, &p, &train, &ta, rest, &n_rest);
+  int rc = split_args(argc, argv, &p, &train, &table, &ta, rest, &n_rest);
   if (rc) return rc;
   sc_cli_opts o;
   rc = sc_cli_parse(n_rest, rest,
@@ -561,7 +572,8 @@ int sc_cmd_plan(int argc, char **argv) {
                     USAGE, &o);
   if (rc) return rc;
   if (o.help) return print_help();
-  if (train) return plan_train(&p, &ta, &o);
+  if (train) return plan_train(&p, &ta, &o, table);
+  if (table) return sc_cli_usage_error("--schedule-table needs --train (a pipelined step)");
   if (ta.first) return sc_cli_usage_error("%s needs --train", ta.first);
   if (!sc_partition_args_active(&p))
     return sc_cli_usage_error("plan needs --mesh AXES or --plan FILE.json\nusage: %s", USAGE);

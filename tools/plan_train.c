@@ -19,7 +19,10 @@
 #include "tools/plan_train.h"
 
 #include <stdio.h>
+#include <string.h>
 
+#include "codegen/pipe_schedule.h"
+#include "codegen/train_manifest.h"
 #include "driver/train_memory.h"
 #include "passes/partition/partition.h"
 #include "passes/stats.h"
@@ -58,19 +61,224 @@ static void row(const char *what, int64_t bytes, const char *note) {
   printf("  %-18s %12s  %14lld  %s\n", what, b, (long long)bytes, note);
 }
 
-int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json,
+/* ---- a pipelined step ---- */
+
+static const char *const SCHEDULES[] = {"gpipe", "1f1b", "interleaved"};
+
+/* The schedule's stash formula for pipeline rank q (codegen/pipe_schedule.h). */
+static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M, int32_t q) {
+  if (k == SC_SCHEDULE_GPIPE) return M;
+  int32_t warm = k == SC_SCHEDULE_1F1B ? P - q - 1 : (P - q - 1) * 2 + (V - 1) * P;
+  return warm + 1 < M * V ? warm + 1 : M * V;
+}
+
+typedef struct pipe_row {
+  int32_t q;
+  int64_t arenas, state, stash, p2p, coll;
+  int32_t stashed, formula;
+  sc_pipe_action *acts;
+  int32_t n_acts;
+} pipe_row;
+
+static bool listed(const char *const *names, int32_t n, const char *name) {
+  for (int32_t i = 0; i < n; i++)
+    if (strcmp(names[i], name) == 0) return true;
+  return false;
+}
+
+/* Pipeline coordinate q's figures: its pieces' arenas, the state it keeps,
+ * its stash and what it sends, by its action list. */
+static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, int32_t q,
+                             pipe_row *r, sc_diag *d) {
+  int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
+  memset(r, 0, sizeof *r);
+  r->q = q;
+  sc_status st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q, &r->acts,
+                                  &r->n_acts, d);
+  if (st != SC_OK) return st;
+  const char **seen = sc_calloc(1024, sizeof *seen);
+  int32_t n_seen = 0;
+  if (!seen) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t s = 0; s < dp->n_stages && st == SC_OK; s++) {
+    if (sc_pipe_piece_chunk(C, s) % P != q) continue;
+    const sc_program *p = dp->stages[s].program;
+    r->arenas += p->arena_bytes;
+    for (int32_t i = 0; i < p->n_inputs; i++) {
+      const sc_buffer *b = &p->buffers[p->inputs[i]];
+      if (!sc_program_input_is_state(p, p->inputs[i]) || listed(seen, n_seen, b->name)) {
+        bool state = false; /* state read (not updated) by this piece: the update's input */
+        char nn[1024];
+        snprintf(nn, sizeof nn, "new:%s", b->name ? b->name : "");
+        for (int32_t k = 0; k < dp->n_outputs && !state; k++) state = !strcmp(dp->outputs[k].name, nn);
+        if (!state || listed(seen, n_seen, b->name)) continue;
+      }
+      if (n_seen < 1024) seen[n_seen++] = b->name;
+      r->state += b->bytes;
+    }
+    sc_train_comm *cm = NULL;
+    int32_t n_cm = 0;
+    if ((st = sc_train_comm_of(p, &cm, &n_cm, d)) != SC_OK) break;
+    sc_pipe_phase ph = sc_pipe_piece_phase(C, s);
+    int64_t times = ph == SC_PIPE_FORWARD || ph == SC_PIPE_BACKWARD ? M : 1;
+    for (int32_t i = 0; i < n_cm; i++) r->coll += times * cm[i].sent;
+    sc_free(cm);
+  }
+  sc_free(seen);
+  if (st != SC_OK) return st;
+  sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, &r->stash, &r->p2p);
+  r->stashed = sc_pipe_peak_stash(r->acts, r->n_acts);
+  r->formula = stash_formula((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q);
+  return SC_OK;
+}
+
+/* Every rank's action list: each action, what it receives from (<r) and
+ * sends to (>r) other pipeline ranks. */
+static void print_table(const sc_dist_program *dp, const sc_pipe_deps *deps, const pipe_row *rows) {
+  int32_t P = dp->pipe_ranks, C = dp->pipe_chunks;
+  printf("\nschedule (F forward, B backward, N norm, U update; chunk.microbatch; <r receives "
+         "from, >r sends to pipeline rank r):\n");
+  for (int32_t q = 0; q < P; q++) {
+    printf("  rank %d:", (int)q);
+    for (int32_t i = 0; i < rows[q].n_acts; i++) {
+      const sc_pipe_action *a = &rows[q].acts[i];
+      char name[64];
+      printf(" %s", sc_pipe_action_name(a, name, sizeof name));
+      int32_t s = sc_pipe_piece(C, (sc_pipe_phase)a->phase, a->chunk);
+      bool from[SC_MESH_MAX_RANKS > 64 ? 64 : SC_MESH_MAX_RANKS] = {0}, to[64] = {0};
+      for (int32_t k = 0; k < deps->n_deps[s]; k++) {
+        int32_t r = sc_pipe_piece_chunk(C, deps->deps[s][k]) % P;
+        if (r != q && r < 64) from[r] = true;
+      }
+      for (int32_t t = 0; t < deps->n_pieces; t++)
+        for (int32_t k = 0; k < deps->n_deps[t]; k++) {
+          int32_t r = sc_pipe_piece_chunk(C, t) % P;
+          if (deps->deps[t][k] == s && r != q && r < 64) to[r] = true;
+        }
+      for (int32_t r = 0; r < P && r < 64; r++)
+        if (from[r]) printf("<%d", (int)r);
+      for (int32_t r = 0; r < P && r < 64; r++)
+        if (to[r]) printf(">%d", (int)r);
+    }
+    printf("\n");
+  }
+}
+
+static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
+                       const char *file) {
+  const sc_dist_program *dp = b->program;
+  const sc_partition *part = b->part;
+  int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_pipe_handoffs ho;
+  sc_pipe_deps deps = {0};
+  pipe_row *rows = sc_calloc((size_t)P, sizeof *rows);
+  sc_pipe_action **lists = sc_calloc((size_t)P, sizeof *lists);
+  int32_t *ns = sc_calloc((size_t)P, sizeof *ns);
+  if (!rows || !lists || !ns) {
+    sc_free(rows);
+    sc_free(lists);
+    sc_free(ns);
+    fprintf(stderr, "shardc: error: out of memory\n");
+    return 1;
+  }
+  sc_status st = sc_pipe_handoffs_of(dp, &ho, &d);
+  if (st == SC_OK) st = sc_pipe_deps_of(dp, &deps, &d);
+  for (int32_t q = 0; st == SC_OK && q < P; q++) {
+    st = pipe_row_of(dp, &ho, q, &rows[q], &d);
+    lists[q] = rows[q].acts;
+    ns[q] = rows[q].n_acts;
+  }
+  if (st == SC_OK) st = sc_pipe_check(&deps, P, C / P, M, lists, ns, &d);
+  int rc = 0;
+  if (st != SC_OK) {
+    rc = sc_cli_report(&d, file);
+    goto done;
+  }
+  char mesh[256];
+  sc_mesh_format(&part->mesh, mesh, sizeof mesh);
+  const char *sched = SCHEDULES[dp->schedule.kind < 3 ? dp->schedule.kind : 0];
+  const char *opt = t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw";
+  if (json) {
+    printf("{\"model\": ");
+    json_str(file);
+    printf(", \"parameters\": %lld, \"tensors\": %d, \"optimizer\": \"%s\", \"mesh\": ",
+           (long long)b->train.trainable_numel, (int)b->train.n_trainable, opt);
+    json_str(mesh);
+    printf(", \"ranks\": %lld, \"zero_stage\": %d,\n \"pipeline\": {\"schedule\": \"%s\", "
+           "\"stages\": %d, \"virtual_stages\": %d, \"microbatches\": %d, \"deadlock_free\": "
+           "true, \"ranks\": [",
+           (long long)part->mesh.n_ranks, (int)part->zero_stage, sched, (int)P, (int)(C / P),
+           (int)M);
+    for (int32_t q = 0; q < P; q++) {
+      const pipe_row *r = &rows[q];
+      printf("%s\n  {\"rank\": %d, \"arenas\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
+             "\"total\": %lld, \"stashed_microbatches\": %d, \"stash_formula\": %d, "
+             "\"p2p_sent\": %lld, \"collective_sent\": %lld, \"actions\": [",
+             q ? "," : "", (int)q, (long long)r->arenas, (long long)r->state,
+             (long long)r->stash, (long long)(r->arenas + r->state + r->stash), (int)r->stashed,
+             (int)r->formula, (long long)r->p2p, (long long)r->coll);
+      for (int32_t i = 0; i < r->n_acts; i++) {
+        char name[64];
+        printf("%s\"%s\"", i ? ", " : "", sc_pipe_action_name(&r->acts[i], name, sizeof name));
+      }
+      printf("]}");
+    }
+    printf("]}}\n");
+    goto done;
+  }
+  char count[64];
+  sc_cli_format_count(b->train.trainable_numel, count, sizeof count);
+  printf("training step of %s: %s parameters in %d tensors, %s\n", file, count,
+         (int)b->train.n_trainable, opt);
+  printf("mesh %s (%lld ranks), pipeline %s: %d pipeline ranks x %d chunks, %d microbatches "
+         "(each a forward and a backward step)\n", mesh, (long long)part->mesh.n_ranks, sched,
+         (int)P, (int)(C / P), (int)M);
+  printf("schedule check: every rank's action list runs to its end (no deadlock)\n");
+  printf("\nper pipeline rank (one rank of its data and tensor parallel group; planned = "
+         "allocated):\n");
+  printf("  %4s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arenas", "state",
+         "stash peak", "total", "stashed", "formula", "p2p sent", "coll sent");
+  for (int32_t q = 0; q < P; q++) {
+    const pipe_row *r = &rows[q];
+    printf("  %4d %12lld %12lld %12lld %12lld %9d %9d %12lld %12lld\n", (int)q,
+           (long long)r->arenas, (long long)r->state, (long long)r->stash,
+           (long long)(r->arenas + r->state + r->stash), (int)r->stashed, (int)r->formula,
+           (long long)r->p2p, (long long)r->coll);
+  }
+  printf("  arenas: its pieces' programs (forward, backward, norm, update of each chunk); "
+         "state: parameters,\n  optimizer state and accumulators it keeps; stash peak: the "
+         "most bytes of handed-over values kept\n  at once; stashed: the most microbatches "
+         "whose forward ran and backward has not (formula: %s);\n  sent: bytes per step to "
+         "other pipeline ranks, and in collectives\n",
+         dp->schedule.kind == SC_SCHEDULE_GPIPE  ? "GPipe M"
+         : dp->schedule.kind == SC_SCHEDULE_1F1B ? "1F1B min(P - rank, M)"
+                                                 : "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)");
+  if (table) print_table(dp, &deps, rows);
+done:
+  for (int32_t q = 0; q < P; q++) sc_free(rows[q].acts);
+  sc_free(rows);
+  sc_free(lists);
+  sc_free(ns);
+  sc_pipe_deps_free(&deps);
+  sc_pipe_handoffs_free(&ho);
+  return rc;
+}
+
+int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
                          const char *file) {
+  if (b->program->pipe_chunks > 0) return pipe_report(b, t, json, table, file);
+  if (table) {
+    fprintf(stderr, "shardc: error: %s: --schedule-table: the step is not pipelined (a pp "
+            "axis of 2 or more)\n", file);
+    return 1;
+  }
   const sc_program *p = b->program->stages[0].program;
   const sc_partition *part = b->part;
   sc_train_memory m;
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_train_memory_of(p, &m, &d) != SC_OK) return sc_cli_report(&d, file);
-  if (part && part->n_stages > 1) {
-    fprintf(stderr, "shardc: error: %s: a pipelined training step is not built yet (train with "
-            "dp, fsdp and tp axes)\n", file);
-    return 1;
-  }
   sc_train_comm *cm = NULL;
   int32_t n_cm = 0;
   if (part && sc_train_comm_of(p, &cm, &n_cm, &d) != SC_OK) return sc_cli_report(&d, file);

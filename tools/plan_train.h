@@ -7,7 +7,10 @@
 
 #include "driver/driver.h"
 
-/* b: a one-rank build with opts.train and codegen. 0 or 1 (error printed). */
-int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, const char *file);
+/* b: a build with opts.train and codegen (one rank, a mesh, or a pipelined
+ * step: then per pipeline rank, and with table every rank's action list).
+ * 0 or 1 (error printed). */
+int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
+                         const char *file);
 
 #endif

@@ -56,7 +56,9 @@ static const char *const USAGE =
     "                       [--grad-accum K] [--precision fp32|bf16|fp16] [--loss-scale S]\n"
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--untie] [--log-json FILE]\n"
-    "                       [--mesh dp=R,fsdp=S,tp=T] [--zero 1|2|3]\n"
+    "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3]\n"
+    "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved]\n"
+    "                       [--virtual-stages V]\n"
     "                       [--threads N] [--list-params] [--quiet]";
 
 enum { MAX_DATA = 64, MAX_ARGS = 1024 };
@@ -648,6 +650,12 @@ int sc_cmd_train(int argc, char **argv) {
               "\"time_ms\": %.4f%s%s}\n", (long long)step, ls, lr, ns, ms,
               applied ? "" : ", \"skipped\": true", scale);
       fflush(log); /* a line per step as it ends, for whoever follows the file */
+    }
+    if (!a.quiet && step == a.steps && run.dist && src.build->program->pipe_chunks > 0) {
+      printf("pipeline: handed-over values kept at once, per pipeline rank:");
+      for (int32_t q = 0; q < src.build->program->pipe_ranks; q++)
+        printf(" %lld", (long long)sc_dist_trainer_stash_bytes(run.dist, q));
+      printf(" bytes (planned by shardc plan --train)\n");
     }
     if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps)) {
       int64_t growth = 0;

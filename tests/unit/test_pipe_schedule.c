@@ -1,0 +1,174 @@
+/* test_pipe_schedule.c — pipeline schedules as action lists and their
+ * deadlock check (codegen/pipe_schedule.h).
+ *
+ * For P = 1..8 pipeline ranks and M = 1..32 microbatches: GPipe and 1F1B
+ * (and interleaved 1F1B with V = 2 and 3 chunks per rank, M a multiple of
+ * P) give every rank a list that holds each of its actions once, runs to
+ * its end under the runtime's rules on the dependencies of a pipelined
+ * transformer (sc_pipe_deps_chain), and stashes at most the schedule's
+ * formula of microbatches at once (GPipe M, 1F1B min(P - r, M),
+ * interleaved min((P-r-1)·2 + (V-1)·P + 1, M·V)); 1F1B's first ranks reach
+ * it exactly. Broken lists are refused with the reason: a backward before
+ * its forward on one rank, an action missing, one run twice, one on the
+ * wrong rank, and a cycle between two ranks (each waits for the other's
+ * later action), named in the message. Bad arguments: an interleaved
+ * schedule with M not a multiple of P or with V = 1, V > 1 with 1F1B. */
+#include <stdio.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "codegen/pipe_schedule.h"
+
+static int32_t formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M, int32_t r) {
+  if (k == SC_SCHEDULE_GPIPE) return M;
+  int32_t warm = k == SC_SCHEDULE_1F1B ? P - r - 1 : (P - r - 1) * 2 + (V - 1) * P;
+  return warm + 1 < M * V ? warm + 1 : M * V;
+}
+
+/* Builds every rank's list, checks it, compares the stash with the
+ * formula; returns the check's status (d holds its message). */
+static sc_status schedule_all(sc_schedule_kind k, int32_t P, int32_t V, int32_t M, sc_diag *d,
+                              sc_pipe_action **lists, int32_t *n) {
+  for (int32_t r = 0; r < P; r++) {
+    assert_int_equal(sc_pipe_schedule(k, P, V, M, r, &lists[r], &n[r], d), SC_OK);
+    int32_t want = 2 * M * V + 2 * V; /* F and B of each chunk and microbatch, N and U */
+    assert_int_equal(n[r], want);
+    int32_t peak = sc_pipe_peak_stash(lists[r], n[r]);
+    if (peak != formula(k, P, V, M, r))
+      fail_msg("kind %d P %d V %d M %d rank %d: %d stashed, formula %d", (int)k, (int)P, (int)V,
+               (int)M, (int)r, (int)peak, (int)formula(k, P, V, M, r));
+  }
+  sc_pipe_deps deps;
+  assert_int_equal(sc_pipe_deps_chain(P * V, &deps, d), SC_OK);
+  sc_status st = sc_pipe_check(&deps, P, V, M, lists, n, d);
+  sc_pipe_deps_free(&deps);
+  return st;
+}
+
+static void free_all(sc_pipe_action **lists, int32_t P) {
+  for (int32_t r = 0; r < P; r++) {
+    sc_free(lists[r]);
+    lists[r] = NULL;
+  }
+}
+
+static void test_all_schedules(void **state) {
+  (void)state;
+  sc_pipe_action *lists[8] = {0};
+  int32_t n[8];
+  sc_diag d;
+  int checked = 0;
+  for (int32_t P = 1; P <= 8; P++)
+    for (int32_t M = 1; M <= 32; M++) {
+      for (int k = SC_SCHEDULE_GPIPE; k <= SC_SCHEDULE_1F1B; k++) {
+        sc_diag_clear(&d);
+        sc_status st = schedule_all((sc_schedule_kind)k, P, 1, M, &d, lists, n);
+        if (st != SC_OK) fail_msg("kind %d P %d M %d: %s", k, (int)P, (int)M, d.msg);
+        free_all(lists, P);
+        checked++;
+      }
+      for (int32_t V = 2; V <= 3 && M % P == 0; V++) {
+        sc_diag_clear(&d);
+        sc_status st = schedule_all(SC_SCHEDULE_INTERLEAVED, P, V, M, &d, lists, n);
+        if (st != SC_OK) fail_msg("interleaved P %d V %d M %d: %s", (int)P, (int)V, (int)M, d.msg);
+        free_all(lists, P);
+        checked++;
+      }
+    }
+  assert_true(checked > 600);
+}
+
+/* 1F1B at P = 4, M = 8 with one change to the lists; the check's message
+ * must contain want. */
+static void broken(void (*change)(sc_pipe_action **, int32_t *), const char *want) {
+  sc_pipe_action *lists[4] = {0};
+  int32_t n[4];
+  sc_diag d;
+  sc_diag_clear(&d);
+  for (int32_t r = 0; r < 4; r++)
+    assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_1F1B, 4, 1, 8, r, &lists[r], &n[r], &d), SC_OK);
+  change(lists, n);
+  sc_pipe_deps deps;
+  assert_int_equal(sc_pipe_deps_chain(4, &deps, &d), SC_OK);
+  assert_int_equal(sc_pipe_check(&deps, 4, 1, 8, lists, n, &d), SC_ERR_INVALID);
+  if (!strstr(d.msg, want)) fail_msg("'%s' does not say '%s'", d.msg, want);
+  sc_pipe_deps_free(&deps);
+  free_all(lists, 4);
+}
+
+static void swap(sc_pipe_action *a, sc_pipe_action *b) {
+  sc_pipe_action t = *a;
+  *a = *b;
+  *b = t;
+}
+
+/* rank 3 (last): F3.0 B3.0 ...: its backward first */
+static void backward_first(sc_pipe_action **l, int32_t *n) {
+  (void)n;
+  swap(&l[3][0], &l[3][1]);
+}
+static void missing(sc_pipe_action **l, int32_t *n) {
+  (void)l;
+  n[2]--; /* rank 2 drops its U2 */
+}
+static void twice(sc_pipe_action **l, int32_t *n) {
+  (void)n;
+  l[1][1] = l[1][0]; /* rank 1: F1.0 twice */
+}
+static void wrong_rank(sc_pipe_action **l, int32_t *n) {
+  (void)n;
+  l[0][0].chunk = 1; /* rank 0 runs chunk 1's forward */
+}
+/* Two ranks waiting on each other. Rank 1 (1F1B, P = 4) runs F1.0 F1.1
+ * F1.2 B1.0 ...; made F1.0 B1.0 F1.1 F1.2, its B1.0 waits for rank 2's
+ * B2.0, which rank 2 runs after F2.1, which needs rank 1's F1.1: a cycle. */
+static void cycle(sc_pipe_action **l, int32_t *n) {
+  (void)n;
+  swap(&l[1][1], &l[1][3]); /* F1.0 B1.0 F1.2 F1.1 */
+  swap(&l[1][2], &l[1][3]); /* F1.0 B1.0 F1.1 F1.2 */
+}
+
+static void test_broken(void **state) {
+  (void)state;
+  broken(backward_first, "deadlocks");
+  broken(missing, "too few");
+  broken(twice, "runs twice");
+  broken(wrong_rank, "is not one of its actions");
+  broken(cycle, "rank 1 waits in B1.0");
+}
+
+static void test_bad_arguments(void **state) {
+  (void)state;
+  sc_pipe_action *a = NULL;
+  int32_t n;
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_INTERLEAVED, 4, 2, 6, 0, &a, &n, &d),
+                   SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "not a multiple of 4"));
+  assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_INTERLEAVED, 4, 1, 8, 0, &a, &n, &d),
+                   SC_ERR_USAGE);
+  assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_1F1B, 4, 2, 8, 0, &a, &n, &d), SC_ERR_USAGE);
+  assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_1F1B, 4, 1, 8, 4, &a, &n, &d), SC_ERR_USAGE);
+  assert_null(a);
+  char buf[64];
+  sc_pipe_action x = {.phase = SC_PIPE_BACKWARD, .chunk = 3, .mb = 1};
+  assert_string_equal(sc_pipe_action_name(&x, buf, sizeof buf), "B3.1");
+  x = (sc_pipe_action){.phase = SC_PIPE_UPDATE, .chunk = 2, .mb = -1};
+  assert_string_equal(sc_pipe_action_name(&x, buf, sizeof buf), "U2");
+  /* piece numbering: every phase's chunks, values flowing upwards */
+  assert_int_equal(sc_pipe_piece(4, SC_PIPE_BACKWARD, 3), 4);
+  assert_int_equal(sc_pipe_piece_chunk(4, 4), 3);
+  assert_int_equal(sc_pipe_piece_phase(4, sc_pipe_piece(4, SC_PIPE_NORM, 1)), SC_PIPE_NORM);
+  assert_int_equal(sc_pipe_piece_chunk(4, sc_pipe_piece(4, SC_PIPE_UPDATE, 2)), 2);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_all_schedules),
+      cmocka_unit_test(test_broken),
+      cmocka_unit_test(test_bad_arguments),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
