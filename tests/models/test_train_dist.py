@@ -21,14 +21,25 @@ Meshes: dp=2; fsdp=2 with --zero 1, 2 and 3; dp=2 x fsdp=2 (HSDP);
 AdamW with clipping) and the MLP (SGD with momentum and weight decay) run
 all of them, Llama and ViT a subset. GPT-2 also with --recompute selective
 and full, on one rank and under fsdp=2 x tp=2 (recomputing runs the same
-operations again: measured bit-identical).
+operations again: measured bit-identical). Pipelines, all four samples: pp=2
+with 4 microbatches under gpipe, 1f1b and interleaved (2 virtual stages);
+pp=2 x fsdp=2 (ZeRO-3) with full recompute and dp=2 x tp=2 x pp=2, 1f1b, 2
+microbatches (the step's batch of 4 is the same; its gradient the mean of
+the microbatches').
 
 Also:
   - memory: under fsdp=2 (ZeRO-3) each rank's arena is smaller than under
     dp=2 (the same batch per rank, the state replicated), and ZeRO-1's is
     between;
-  - a checkpoint saved after 2 steps under fsdp=2 x tp=2 resumes on one rank
-    and under dp=2, and step 3 equals the uninterrupted run's;
+  - a checkpoint saved after 2 steps under fsdp=2 x tp=2 resumes on one rank,
+    under dp=2 and under dp=2 x pp=2, one saved under pp=2 x tp=2 on one
+    rank and under fsdp=2, and step 3 equals the uninterrupted run's;
+  - pipelines (GPT-2, pp=2, 4 microbatches): `shardc plan --train --json`
+    gives each pipeline rank's stashed microbatches equal to the schedule's
+    formula (GPipe 4, 4; 1F1B 2, 1; interleaved 5, 3) and the bytes of
+    handed-over values it keeps equal to what `shardc train` measures;
+    --schedule-table prints 1F1B's action lists with their sends and
+    receives;
   - SHARDC_FAIL_RANK=1 ends the job with that rank's message and a non-zero
     exit, without hanging;
   - --smp-config (SMP v2 keys) over --mesh dp=8: hybrid_shard_degree 2,
@@ -86,24 +97,32 @@ ALL = [["--mesh", "dp=2"], ["--mesh", "fsdp=2", "--zero", "1"],
        ["--mesh", "dp=4", "--hybrid-shard-degree", "2"], ["--mesh", "tp=2"],
        ["--mesh", "tp=2", "--sequence-parallel"], ["--mesh", "fsdp=2,tp=2"]]
 SOME = [["--mesh", "dp=2,fsdp=2"], ["--mesh", "tp=2"], ["--mesh", "fsdp=2,tp=2"]]
+# pipelines: the step's 4 examples in microbatches, forward and backward apart
+PP = [["--mesh", "pp=2", "--microbatches", "4", "--schedule", "gpipe"],
+      ["--mesh", "pp=2", "--microbatches", "4", "--schedule", "1f1b"],
+      ["--mesh", "pp=2", "--microbatches", "4", "--schedule", "interleaved",
+       "--virtual-stages", "2"],
+      ["--mesh", "pp=2,fsdp=2", "--microbatches", "2", "--schedule", "1f1b",
+       "--recompute", "full"],
+      ["--mesh", "dp=2,tp=2,pp=2", "--microbatches", "2", "--schedule", "1f1b"]]
 
 SAMPLES = {
     # name: (inputs of 8 examples, labels, step options, meshes)
     "mlp": (lambda r: {"x": r.uniform(-1, 1, (8, 64)).astype(np.float32)},
             lambda r: r.randint(0, 10, (8,)),
             ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
-             "--weight-decay", "0.01"], ALL),
+             "--weight-decay", "0.01"], ALL + PP),
     "gpt2": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
              lambda r: r.randint(0, 1000, (8, 16)),
              ["--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"],
             ALL + [["--recompute", "selective"], ["--recompute", "full"],
-                   ["--mesh", "fsdp=2,tp=2", "--recompute", "full"]]),
+                   ["--mesh", "fsdp=2,tp=2", "--recompute", "full"]] + PP),
     "llama": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
               lambda r: r.randint(0, 1000, (8, 16)),
-              ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"], SOME),
+              ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"], SOME + PP),
     "vit": (lambda r: {"pixel_values": r.uniform(-1, 1, (8, 3, 32, 32)).astype(np.float32)},
             lambda r: r.randint(0, 10, (8,)),
-            ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--nesterov"], SOME),
+            ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9", "--nesterov"], SOME + PP),
 }
 STEPS = 3
 
@@ -229,6 +248,58 @@ def main():
                 check(len(got) == 1 and got[0]["step"] == 3 and
                       abs(got[0]["loss"] - full[2]["loss"]) <= 2e-5 * abs(full[2]["loss"]),
                       f"resume at {mesh or 'one rank'}: step 3 {got} vs {full[2]}")
+
+        # a pipelined run's checkpoint resumes without a pipeline, and a
+        # pipeline resumes another mesh's checkpoint
+        ck_pp = os.path.join(tmp, "resume_pp_ck")
+        pp_mesh = ["--mesh", "pp=2,tp=2", "--microbatches", "2", "--schedule", "1f1b"]
+        p = run(base + ["--steps", "2", "--save", ck_pp] + pp_mesh)
+        if check(p.returncode == 0, f"resume: save at pp=2,tp=2: {p.stderr[-500:]}"):
+            for src, mesh in ((ck_pp, []), (ck_pp, ["--mesh", "fsdp=2"]),
+                              (ck, ["--mesh", "dp=2,pp=2", "--microbatches", "2",
+                                    "--schedule", "gpipe"])):
+                log = os.path.join(tmp, "resume_pp_%d.jsonl" % len(mesh))
+                p = run(base + ["--steps", "3", "--resume", src, "--log-json", log] + mesh)
+                if not check(p.returncode == 0, f"resume at {mesh}: {p.stderr[-500:]}"):
+                    continue
+                got = losses(log)
+                check(len(got) == 1 and got[0]["step"] == 3 and
+                      abs(got[0]["loss"] - full[2]["loss"]) <= 2e-5 * abs(full[2]["loss"]),
+                      f"resume {os.path.basename(src)} at {mesh or 'one rank'}: step 3 {got} "
+                      f"vs {full[2]}")
+
+        # a pipeline's plan: the schedule's stash formula, and the bytes each
+        # pipeline rank keeps planned = what the runtime kept
+        for sched, extra in (("1f1b", []), ("gpipe", []),
+                             ("interleaved", ["--virtual-stages", "2"])):
+            mesh = ["--mesh", "pp=2", "--microbatches", "4", "--schedule", sched] + extra
+            p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train", "--json",
+                                "--optimizer", "adamw", "--clip-grad-norm", "1"] + mesh,
+                               capture_output=True, text=True, timeout=300)
+            if not check(p.returncode == 0, f"plan {mesh}: {p.stderr[-300:]}"):
+                continue
+            pl = json.loads(p.stdout)["pipeline"]
+            for r in pl["ranks"]:
+                check(r["stashed_microbatches"] == r["stash_formula"] and r["stash_peak"] > 0,
+                      f"plan {sched} rank {r['rank']}: {r['stashed_microbatches']} stashed, "
+                      f"formula {r['stash_formula']}")
+            want = {"gpipe": [4, 4], "1f1b": [2, 1], "interleaved": [5, 3]}[sched]
+            check([r["stashed_microbatches"] for r in pl["ranks"]] == want,
+                  f"plan {sched}: stashed {[r['stashed_microbatches'] for r in pl['ranks']]}, "
+                  f"want {want}")
+            p = run(base + ["--steps", "1"] + mesh)
+            m = re.search(r"kept at once, per pipeline rank: ([\d ]+) bytes", p.stdout)
+            check(p.returncode == 0 and m and
+                  [int(x) for x in m.group(1).split()] == [r["stash_peak"] for r in pl["ranks"]],
+                  f"{sched}: runtime stash {m and m.group(1)} vs plan "
+                  f"{[r['stash_peak'] for r in pl['ranks']]}: {p.stderr[-300:]}")
+            print(f"pipeline {sched:12s} stash per rank {[r['stash_peak'] for r in pl['ranks']]} "
+                  f"bytes (planned = kept), microbatches {want}")
+        p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
+                            "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
+                            "--schedule", "1f1b"], capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0 and "rank 0: F0.0>1 F0.1>1 B0.0<1 F0.2>1" in p.stdout and
+              "rank 1: F1.0<0 B1.0<0>0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
 
         # communication volume against the ZeRO formulas (MLP, n = 2)
         mlp = os.path.join(SRC, "samples", "mlp.onnx")
@@ -368,10 +439,17 @@ def main():
             check(rows and n_ar == 5, f"{name} tp=2: {n_ar} all-reduces in the forward, "
                   f"Megatron's 5")
 
-        # refused with a message naming what is missing: a pp axis in training,
-        # an fsdp axis for inference, --zero out of range
-        for args, want in (([gpt2, "--dim", "batch=4", "--train", "--mesh", "pp=2"],
-                            "pipeline-parallel training"),
+        # refused with a message naming what is missing: a training schedule
+        # for inference, interleaving with microbatches not in groups of the
+        # pipeline, microbatches without a pipeline in training, an fsdp axis
+        # for inference, --zero out of range
+        for args, want in (([gpt2, "--dim", "batch=4", "--mesh", "pp=2", "--schedule", "1f1b"],
+                            "needs a training step"),
+                           ([gpt2, "--dim", "batch=6", "--train", "--mesh", "pp=2",
+                             "--microbatches", "3", "--schedule", "interleaved",
+                             "--virtual-stages", "2"], "not a multiple of 2"),
+                           ([gpt2, "--dim", "batch=4", "--train", "--mesh", "dp=2",
+                             "--microbatches", "2"], "--grad-accum"),
                            ([gpt2, "--dim", "batch=4", "--mesh", "fsdp=2"],
                             "needs a training step"),
                            ([gpt2, "--dim", "batch=4", "--train", "--mesh", "fsdp=2", "--zero",
