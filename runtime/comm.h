@@ -34,9 +34,11 @@
  *
  * Every collective is called by every rank of the communicator, in the same
  * order, with the same count and dtype (SPMD). send/recv match on
- * (peer, tag); a send may block until the matching recv starts (MPI does
- * for large messages; local never blocks), so pipelines order them without
- * cycles. Tags are in [0, SC_COMM_TAG_MAX].
+ * (peer, tag), in order per (peer, tag); local and MPI sends are buffered
+ * (the data is copied and the call returns: a pipelined training step's
+ * crossing sends rely on it); NCCL's may block until the matching recv
+ * starts, so inference pipelines order them without cycles anyway. Tags
+ * are in [0, SC_COMM_TAG_MAX].
  *
  * Failures (docs/comm.md): every blocking wait is bounded. After
  * sc_comm_abort on any rank, every pending and later operation on every

@@ -7,7 +7,9 @@
  * (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall);
  * f16 and bf16 reductions go through an f32 copy (MPI has no such types),
  * so they are summed in f32 as on the local backend. Data movement uses
- * MPI_BYTE; a message of more than INT_MAX elements is SC_ERR_LIMIT.
+ * MPI_BYTE; a message of more than INT_MAX elements is SC_ERR_LIMIT. A
+ * send is buffered (copied, then MPI_Isend; the copy is freed once MPI says
+ * it went, checked at the next send and at destroy), as the local backend's.
  *
  * sc_comm_abort prints the message (comm.c) and calls MPI_Abort: mpirun
  * then kills every other rank and exits non-zero. A killed rank is noticed
@@ -25,8 +27,16 @@
 
 #include <mpi.h>
 
+/* A buffered send in flight: its copy of the data and its request. */
+typedef struct pending {
+  MPI_Request req;
+  void *copy;
+} pending;
+
 typedef struct mpi_ctx {
   MPI_Comm comm;
+  pending *out;       /* sends in flight (comm.h: a send never waits) */
+  int n_out, cap_out;
 } mpi_ctx;
 
 static int n_live;           /* communicators made here, alive */
@@ -147,11 +157,51 @@ static sc_status mpi_all_to_all(sc_comm *c, const void *send, void *recv, int64_
   return MPI_CHECK(MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MC(c)));
 }
 
+/* Frees the copies of the sends that completed; all of them with wait. */
+static sc_status reap(sc_comm *c, bool wait, sc_diag *diag) {
+  mpi_ctx *x = c->ctx;
+  int kept = 0;
+  sc_status st = SC_OK;
+  for (int i = 0; i < x->n_out; i++) {
+    int done = 0;
+    sc_status r = wait ? MPI_CHECK(MPI_Wait(&x->out[i].req, MPI_STATUS_IGNORE))
+                       : MPI_CHECK(MPI_Test(&x->out[i].req, &done, MPI_STATUS_IGNORE));
+    if (r && !st) st = r;
+    if (wait || done || r) sc_free(x->out[i].copy);
+    else x->out[kept++] = x->out[i];
+  }
+  x->n_out = kept;
+  return st;
+}
+
+/* Buffered, as the local backend's: the data is copied and sent in the
+ * background (MPI_Isend), so a send never waits for its receive (a
+ * pipeline's crossing sends would deadlock with MPI_Send's rendezvous). */
 static sc_status mpi_send(sc_comm *c, const void *buf, int64_t count, sc_dtype t, int peer,
                           int tag, sc_diag *diag) {
+  mpi_ctx *x = c->ctx;
   int n = 0;
   sc_status st = as_int(count * (int64_t)sc_dtype_size(t), "send", &n, diag);
-  return st ? st : MPI_CHECK(MPI_Send(buf, n, MPI_BYTE, peer, tag, MC(c)));
+  if (!st) st = reap(c, false, diag);
+  if (st) return st;
+  if (x->n_out == x->cap_out) {
+    int cap = x->cap_out ? 2 * x->cap_out : 16;
+    pending *p = sc_realloc(x->out, (size_t)cap * sizeof *p);
+    if (!p) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "send: out of memory");
+    x->out = p;
+    x->cap_out = cap;
+  }
+  void *copy = sc_malloc(n > 0 ? (size_t)n : 1);
+  if (!copy) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "send: out of memory");
+  memcpy(copy, buf, (size_t)n);
+  pending *p = &x->out[x->n_out];
+  if ((st = MPI_CHECK(MPI_Isend(copy, n, MPI_BYTE, peer, tag, MC(c), &p->req)))) {
+    sc_free(copy);
+    return st;
+  }
+  p->copy = copy;
+  x->n_out++;
+  return SC_OK;
 }
 
 static sc_status mpi_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int peer, int tag,
@@ -206,6 +256,10 @@ static void mpi_abort(sc_comm *c, const char *msg) {
 
 static void mpi_destroy(sc_comm *c) {
   mpi_ctx *x = c->ctx;
+  sc_diag d;
+  sc_diag_clear(&d);
+  reap(c, true, &d); /* sends in flight complete first */
+  sc_free(x->out);
   MPI_Comm_free(&x->comm);
   sc_free(x);
   sc_free(c);

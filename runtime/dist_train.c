@@ -308,30 +308,57 @@ static sc_status run_all(struct sc_dist_trainer *t, int cmd, sc_diag *d) {
   return t->w[bad].st;
 }
 
-/* The data inputs with their global dims (every rank's, once each). */
+/* Whether the step writes "new:name" (name is state). */
+static bool step_state(const sc_dist_program *dp, const char *name) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "new:%s", name ? name : "");
+  for (int32_t k = 0; k < dp->n_outputs; k++)
+    if (strcmp(dp->outputs[k].name, buf) == 0) return true;
+  return false;
+}
+
+/* Adds data input b (once) with its global dims. */
+static sc_status add_data(sc_dist_trainer *t, const sc_buffer *b, sc_diag *d) {
+  for (int32_t j = 0; j < t->n_data_in; j++)
+    if (strcmp(t->data_in[j].name, b->name) == 0) return SC_OK;
+  const sc_dist_value *gv = global_input(t->dp, b->name);
+  if (!gv)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "data '%s' is not a global input", b->name);
+  sc_buffer *x = &t->data_in[t->n_data_in++];
+  *x = *b;
+  memcpy(x->dims, gv->dims, sizeof x->dims);
+  x->bytes = (int64_t)sc_dtype_size(b->dtype);
+  for (int32_t i = 0; i < gv->rank; i++) x->bytes *= gv->dims[i];
+  return SC_OK;
+}
+
+/* The data inputs with their global dims: every rank's, once each (a
+ * pipeline's from every piece, whichever rank this process runs). */
 static sc_status global_data(sc_dist_trainer *t, sc_diag *d) {
+  const sc_dist_program *dp = t->dp;
   int32_t n = 0;
   for (int64_t r = 0; r < t->n_local; r++) n += w_n_data(&t->w[r]);
+  for (int32_t s = 0; dp->pipe_chunks > 0 && s < dp->n_stages; s++)
+    n += dp->stages[s].program->n_inputs;
   t->data_in = sc_calloc((size_t)n + 1, sizeof *t->data_in);
   if (!t->data_in) return nomem(d);
-  for (int32_t k = 0, r = 0; r < t->n_local; k = 0, r++)
-  for (; k < w_n_data(&t->w[r]); k++) {
-    const sc_sharding *sh;
-    const sc_buffer *b = w_data(&t->w[r], k, &sh);
-    bool seen = false;
-    for (int32_t j = 0; b && j < t->n_data_in; j++) seen |= strcmp(t->data_in[j].name, b->name) == 0;
-    if (!b || seen) continue;
-    const sc_dist_value *gv = global_input(t->dp, b->name);
-    if (!gv)
-      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "data '%s' is not a global input",
-                         b->name);
-    sc_buffer *x = &t->data_in[t->n_data_in++];
-    *x = *b;
-    memcpy(x->dims, gv->dims, sizeof x->dims);
-    x->bytes = (int64_t)sc_dtype_size(b->dtype);
-    for (int32_t i = 0; i < gv->rank; i++) x->bytes *= gv->dims[i];
+  sc_status st = SC_OK;
+  for (int32_t s = 0; dp->pipe_chunks > 0 && st == SC_OK && s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t i = 0; st == SC_OK && i < p->n_inputs; i++) {
+      const sc_buffer *b = &p->buffers[p->inputs[i]];
+      if (b->name && global_input(dp, b->name) && strncmp(b->name, "train:", 6) != 0 &&
+          !step_state(dp, b->name))
+        st = add_data(t, b, d);
+    }
   }
-  return SC_OK;
+  for (int64_t r = 0; dp->pipe_chunks == 0 && st == SC_OK && r < t->n_local; r++)
+    for (int32_t k = 0; st == SC_OK && k < w_n_data(&t->w[r]); k++) {
+      const sc_sharding *sh;
+      const sc_buffer *b = w_data(&t->w[r], k, &sh);
+      if (b) st = add_data(t, b, d);
+    }
+  return st;
 }
 
 int32_t sc_dist_trainer_n_data(const sc_dist_trainer *t) { return t->n_data_in; }
@@ -368,11 +395,6 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
                                  const sc_trainer_opts *o, sc_comm *world, sc_dist_trainer **out,
                                  sc_diag *d) {
   *out = NULL;
-  if (dp->pipe_chunks > 0 && world)
-    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "a pipelined training step runs on in-process ranks (--comm local) "
-                       "for now: under MPI a stage's blocking send could wait on a stage "
-                       "that waits on it");
   if (dp->pipe_chunks == 0 && (dp->n_stages != 1 || !dp->stages[0].program))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "a training program with %d stages that is not a pipelined step",
@@ -444,6 +466,25 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
   return SC_OK;
 }
 
+/* Whether this rank is the one copy of its piece that speaks for it: its
+ * coordinate is 0 on every axis its sharding does not split, but the
+ * pipeline's (each value lives on one pipeline coordinate). */
+static bool first_copy(const sc_dist_trainer *t, const int64_t *coords, const sc_sharding *sh) {
+  sc_axes split = sh ? sc_sharding_dim_axes(sh) : 0;
+  for (int32_t a = 0; a < t->dp->mesh.n_axes; a++)
+    if (a != t->dp->pp_axis && !(split & (1u << a)) && coords[a] != 0) return false;
+  return true;
+}
+
+/* bytes at x, summed over the world as integers: exact when one process
+ * gives the bytes and the others zeros (a sum of floats would turn -0 into
+ * +0). */
+static sc_status sum_bytes(sc_comm *world, void *x, int64_t bytes, sc_diag *d) {
+  bool words = bytes % 4 == 0;
+  return sc_comm_all_reduce(world, x, x, words ? bytes / 4 : bytes,
+                            words ? SC_DTYPE_I32 : SC_DTYPE_I8, SC_REDUCE_SUM, d);
+}
+
 sc_status sc_dist_trainer_step(sc_dist_trainer *t, const sc_tensor_view *data, int32_t n_data,
                                double lr, int64_t step, double *loss, double *grad_norm,
                                bool *applied, sc_diag *d) {
@@ -461,22 +502,28 @@ sc_status sc_dist_trainer_step(sc_dist_trainer *t, const sc_tensor_view *data, i
     if (t->w[r].has_loss) wl = &t->w[r];
     if (t->w[r].has_norm) wn = &t->w[r];
   }
-  if (loss) *loss = wl->loss;
-  if (grad_norm) *grad_norm = wn->norm;
-  if (applied) *applied = wn->applied;
+  double v[3] = {wl->loss, wn->norm, wn->applied ? 1.0 : 0.0};
+  if (t->world && t->dp->pipe_chunks > 0) { /* one process made them: to all */
+    const worker *w = &t->w[0];
+    bool first = first_copy(t, w->coords, NULL);
+    if (!(w->has_loss && first)) memset(&v[0], 0, sizeof v[0]);
+    if (!(w->has_norm && first)) memset(&v[1], 0, 2 * sizeof v[1]);
+    if ((st = sum_bytes(t->world, v, sizeof v, d)) != SC_OK) return st;
+  }
+  if (loss) *loss = v[0];
+  if (grad_norm) *grad_norm = v[1];
+  if (applied) *applied = v[2] != 0;
   return SC_OK;
 }
 
 int64_t sc_dist_trainer_ranks(const sc_dist_trainer *t) { return t->n; }
 
-/* Whether global input `name` is state some local rank holds (its global
- * value through *gv). */
+/* Whether global input `name` is state of the step (the step writes
+ * "new:name"; the same answer on every process), its global value through
+ * *gv. */
 static bool is_state(const sc_dist_trainer *t, const char *name, const sc_dist_value **gv) {
   *gv = global_input(t->dp, name);
-  const sc_sharding *sh;
-  for (int64_t r = 0; *gv && r < t->n_local; r++)
-    if (w_state(&t->w[r], name, &sh)) return true;
-  return false;
+  return *gv && step_state(t->dp, name);
 }
 
 sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_tensor_view *v,
@@ -493,7 +540,13 @@ sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_t
   if (!all) return nomem(d);
   sc_status st = SC_OK;
   const sc_sharding *sh;
-  if (!t->world) { /* pipeline ranks that do not hold it have nothing to add */
+  if (t->world && t->dp->pipe_chunks > 0) { /* one copy of each piece, in place */
+    memset(all, 0, numel > 0 ? (size_t)numel * esz : 1);
+    const void *x = w_state(&t->w[0], name, &sh);
+    if (x && first_copy(t, t->w[0].coords, sh))
+      sc_sharding_insert(sh, &t->dp->mesh, t->w[0].coords, esz, gv->dims, x, all);
+    st = sum_bytes(t->world, all, numel * (int64_t)esz, d);
+  } else if (!t->world) { /* pipeline ranks that do not hold it have nothing to add */
     for (int64_t r = 0; r < t->n_local; r++) {
       const void *x = w_state(&t->w[r], name, &sh);
       if (x) sc_sharding_insert(sh, &t->dp->mesh, t->w[r].coords, esz, gv->dims, x, all);

@@ -2,12 +2,15 @@
 # test_train_mpi.sh — partitioned training with one rank per process, under
 # mpirun (--comm mpi), against the same training on thread-ranks.
 #
-#   GPT-2 sample, 3 AdamW steps, batch 4, at dp=2 and at fsdp=2 (ZeRO-3):
+#   GPT-2 sample, 3 AdamW steps, batch 4, at dp=2, at fsdp=2 (ZeRO-3) and
+#   pipelined at pp=2 (1f1b, 2 microbatches; the stages' crossing sends need
+#   MPI's buffered send):
 #   every step's loss and gradient norm equal the thread-ranks' run within
 #   rtol 1e-6 (the MPI and local all-reduces may sum in other orders;
 #   measured equal to the last printed digit); the fsdp=2 checkpoint (rank 0
 #   writes it, every rank gathers its pieces) resumes on one rank and its
-#   step 4 equals 4 uninterrupted thread-rank steps (rtol 1e-5);
+#   step 4 equals 4 uninterrupted thread-rank steps (rtol 1e-5), and so does
+#   the pp=2 checkpoint's (each piece written by its one copy);
 #   SHARDC_FAIL_RANK=1 ends the job non-zero within 20 s with the rank's
 #   message.
 # Exits 77 (skipped) without mpirun or in a build without MPI.
@@ -49,11 +52,15 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-for mesh in dp=2 fsdp=2; do
-  "$SHARDC" train "${ARGS[@]}" --steps 3 --mesh $mesh --log-json "$TMP/local_$mesh.jsonl" \
-    || fail "$mesh on threads"
+for spec in dp=2 fsdp=2 "pp=2 --microbatches 2 --schedule 1f1b"; do
+  mesh=${spec%% *}
+  extra=()
+  [ "$spec" != "$mesh" ] && read -r -a extra <<< "${spec#* }"
+  "$SHARDC" train "${ARGS[@]}" --steps 3 --mesh $mesh "${extra[@]}" \
+    --log-json "$TMP/local_$mesh.jsonl" || fail "$mesh on threads"
   timeout 120 "${MPIRUN[@]}" -np 2 "$SHARDC" train "${ARGS[@]}" --steps 3 --mesh $mesh \
-    --comm mpi --log-json "$TMP/mpi_$mesh.jsonl" --save "$TMP/ck_$mesh" >"$TMP/out" 2>"$TMP/err" \
+    "${extra[@]}" --comm mpi --log-json "$TMP/mpi_$mesh.jsonl" --save "$TMP/ck_$mesh" \
+    >"$TMP/out" 2>"$TMP/err" \
     || { fail "$mesh under mpirun: $(tail -3 "$TMP/err")"; continue; }
   compare "$TMP/local_$mesh.jsonl" "$TMP/mpi_$mesh.jsonl" 1e-6 "$mesh: mpirun -np 2 equals thread-ranks" \
     || fails=$((fails + 1))
@@ -66,6 +73,10 @@ done
 tail -1 "$TMP/local4.jsonl" > "$TMP/local4_last.jsonl"
 compare "$TMP/local4_last.jsonl" "$TMP/resumed.jsonl" 1e-5 \
   "the mpirun fsdp=2 checkpoint resumed on one rank: step 4" || fails=$((fails + 1))
+"$SHARDC" train "${ARGS[@]}" --steps 4 --resume "$TMP/ck_pp=2" --log-json "$TMP/resumed_pp.jsonl" \
+  || fail "resume the pipeline's checkpoint on one rank"
+compare "$TMP/local4_last.jsonl" "$TMP/resumed_pp.jsonl" 1e-5 \
+  "the mpirun pp=2 checkpoint resumed on one rank: step 4" || fails=$((fails + 1))
 
 # a failing rank ends the job
 start=$(date +%s)
