@@ -250,6 +250,67 @@ static void parent_of(const char *dir, char *buf, size_t n) {
     snprintf(buf, n, "%.*s", (int)len, dir);
 }
 
+/* The group of a sharded save's file name ("weights-rank<R>.safetensors",
+ * "optimizer-rank<R>.safetensors", R decimal digits), or -1. A loader opens
+ * only names of this form, never a path taken from the manifest. */
+static int shard_file_group(const char *name) {
+  for (int g = 0; g < SC_CKPT_GROUP_COUNT; g++) {
+    size_t n = strlen(k_groups[g]);
+    if (strncmp(name, k_groups[g], n) != 0 || strncmp(name + n, "-rank", 5) != 0) continue;
+    const char *p = name + n + 5, *q = p;
+    while (*q >= '0' && *q <= '9') q++;
+    if (q > p && q - p <= 9 && strcmp(q, ".safetensors") == 0) return g;
+  }
+  return -1;
+}
+
+static void shard_file_name(char *buf, size_t n, sc_ckpt_group g, int32_t writer) {
+  snprintf(buf, n, "%s-rank%05d.safetensors", k_groups[g], (int)writer);
+}
+
+void sc_ckpt_copy_box(size_t esz, int32_t rank, const int64_t *shape, const void *src,
+                      const int64_t *src_dims, const int64_t *src_off, void *dst,
+                      const int64_t *dst_dims, const int64_t *dst_off) {
+  if (rank == 0) {
+    memcpy(dst, src, esz);
+    return;
+  }
+  for (int32_t k = 0; k < rank; k++)
+    if (shape[k] <= 0) return;
+  /* rows: every index of the outer dims; each row a contiguous run of the
+   * innermost dim */
+  int64_t idx[SC_MAX_RANK] = {0};
+  size_t run = (size_t)shape[rank - 1] * esz;
+  for (;;) {
+    int64_t so = 0, doff = 0;
+    for (int32_t k = 0; k < rank; k++) {
+      so = so * src_dims[k] + src_off[k] + (k < rank - 1 ? idx[k] : 0);
+      doff = doff * dst_dims[k] + dst_off[k] + (k < rank - 1 ? idx[k] : 0);
+    }
+    memcpy((char *)dst + (size_t)doff * esz, (const char *)src + (size_t)so * esz, run);
+    int32_t k = rank - 2;
+    for (; k >= 0; k--) {
+      if (++idx[k] < shape[k]) break;
+      idx[k] = 0;
+    }
+    if (k < 0) return;
+  }
+}
+
+/* Whether boxes a and b (offsets, shape) intersect. */
+static bool boxes_meet(int32_t rank, const int64_t *ao, const int64_t *as, const int64_t *bo,
+                       const int64_t *bs) {
+  for (int32_t k = 0; k < rank; k++)
+    if (ao[k] + as[k] <= bo[k] || bo[k] + bs[k] <= ao[k]) return false;
+  return true;
+}
+
+static int64_t volume(int32_t rank, const int64_t *shape) {
+  int64_t v = 1;
+  for (int32_t k = 0; k < rank; k++) v *= shape[k];
+  return v;
+}
+
 /* Removes "DIR.tmp-PID-N" folders left by saves whose process is gone,
  * when they hold nothing but a checkpoint's files. */
 static void remove_stale_temporaries(const char *dir) {
@@ -277,12 +338,15 @@ static void remove_stale_temporaries(const char *dir) {
     for (struct dirent *f; td && ours && (f = readdir(td)) != NULL;)
       ours = strcmp(f->d_name, ".") == 0 || strcmp(f->d_name, "..") == 0 ||
              strcmp(f->d_name, k_manifest) == 0 || strcmp(f->d_name, k_files[0]) == 0 ||
-             strcmp(f->d_name, k_files[1]) == 0;
+             strcmp(f->d_name, k_files[1]) == 0 || shard_file_group(f->d_name) >= 0;
     if (td) closedir(td);
     if (!td || !ours) continue;
-    for (int k = 0; k <= SC_CKPT_GROUP_COUNT; k++)
-      if (join(file, sizeof file, path, k < SC_CKPT_GROUP_COUNT ? k_files[k] : k_manifest))
+    td = opendir(path);
+    for (struct dirent *f; td && (f = readdir(td)) != NULL;)
+      if (strcmp(f->d_name, ".") != 0 && strcmp(f->d_name, "..") != 0 &&
+          join(file, sizeof file, path, f->d_name))
         unlink(file);
+    if (td) closedir(td);
     rmdir(path);
   }
   closedir(dd);
@@ -294,8 +358,7 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad arguments");
   const sc_ckpt_tensor *groups[SC_CKPT_GROUP_COUNT] = {weights, opt};
   const int32_t counts[SC_CKPT_GROUP_COUNT] = {n_w, n_o};
-  json_t *root =
-      json_pack("{s:s, s:i}", "format", SC_CKPT_FORMAT, "format_version", SC_CKPT_FORMAT_VERSION);
+  json_t *root = json_pack("{s:s, s:i}", "format", SC_CKPT_FORMAT, "format_version", 1);
   json_t *files = json_array(), *tensors = json_object();
   sc_status s = root && files && tensors ? put_state(root, dir, st, d) : nomem(d);
   if (s == SC_OK) s = check_target(dir, d);
@@ -341,15 +404,197 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
   return s;
 }
 
+/* Checks that the shards of each tensor tile it exactly. */
+static sc_status check_tiling(const sc_ckpt_shard *sh, int32_t n, sc_diag *d) {
+  for (int32_t i = 0; i < n; i++) {
+    bool first = true;
+    for (int32_t j = 0; j < i && first; j++)
+      first = !(sh[j].group == sh[i].group && strcmp(sh[j].name, sh[i].name) == 0);
+    if (!first) continue;
+    int64_t covered = 0;
+    for (int32_t j = i; j < n; j++) {
+      if (sh[j].group != sh[i].group || strcmp(sh[j].name, sh[i].name) != 0) continue;
+      bool ok = sh[j].rank == sh[i].rank && sh[j].dtype == sh[i].dtype && sh[j].data;
+      for (int32_t k = 0; ok && k < sh[i].rank; k++)
+        ok = sh[j].dims[k] == sh[i].dims[k] && sh[j].offsets[k] >= 0 && sh[j].shape[k] >= 0 &&
+             sh[j].offsets[k] + sh[j].shape[k] <= sh[i].dims[k];
+      for (int32_t m = i; ok && m < j; m++)
+        ok = !(sh[m].group == sh[j].group && strcmp(sh[m].name, sh[j].name) == 0 &&
+               boxes_meet(sh[i].rank, sh[m].offsets, sh[m].shape, sh[j].offsets, sh[j].shape));
+      if (!ok)
+        return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                           "checkpoint: shard of '%s' outside it, overlapping another, or of "
+                           "another dtype or shape", sh[i].name);
+      covered += volume(sh[i].rank, sh[j].shape);
+    }
+    if (covered != volume(sh[i].rank, sh[i].dims))
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "checkpoint: the shards of '%s' cover %lld of its %lld elements",
+                         sh[i].name, (long long)covered,
+                         (long long)volume(sh[i].rank, sh[i].dims));
+  }
+  return SC_OK;
+}
+
+/* The manifest's tensor lists of a sharded save. */
+static json_t *shard_lists(const sc_ckpt_shard *sh, int32_t n, const int32_t *key) {
+  json_t *tensors = json_object();
+  for (int g = 0; tensors && g < SC_CKPT_GROUP_COUNT; g++) {
+    json_t *list = json_array();
+    for (int32_t i = 0; list && i < n; i++) {
+      if (sh[i].group != (sc_ckpt_group)g) continue;
+      bool first = true;
+      for (int32_t j = 0; j < i && first; j++)
+        first = !(sh[j].group == sh[i].group && strcmp(sh[j].name, sh[i].name) == 0);
+      if (!first) continue;
+      json_t *shape = json_array(), *shards = json_array();
+      for (int32_t k = 0; shape && k < sh[i].rank; k++)
+        json_array_append_new(shape, json_integer(sh[i].dims[k]));
+      for (int32_t j = i; shards && j < n; j++) {
+        if (sh[j].group != sh[i].group || strcmp(sh[j].name, sh[i].name) != 0) continue;
+        char file[64], k_name[1100];
+        shard_file_name(file, sizeof file, sh[j].group, sh[j].writer);
+        snprintf(k_name, sizeof k_name, "%s@%d", sh[j].name, (int)key[j]);
+        json_t *off = json_array(), *bs = json_array();
+        for (int32_t k = 0; off && bs && k < sh[j].rank; k++) {
+          json_array_append_new(off, json_integer(sh[j].offsets[k]));
+          json_array_append_new(bs, json_integer(sh[j].shape[k]));
+        }
+        json_array_append_new(shards, json_pack("{s:s, s:s, s:o, s:o}", "file", file, "key",
+                                                k_name, "offsets", off, "shape", bs));
+      }
+      json_array_append_new(list, json_pack("{s:s, s:s, s:o, s:o}", "name", sh[i].name,
+                                            "dtype", sc_safetensors_dtype_name(sh[i].dtype),
+                                            "shape", shape, "shards", shards));
+    }
+    if (!list || json_object_set_new(tensors, k_groups[g], list)) {
+      json_decref(tensors);
+      return NULL;
+    }
+  }
+  return tensors;
+}
+
+/* Writes the file of (group g, writer w) into tmp and records it. */
+static sc_status write_shard_file(const char *dir, const char *tmp, sc_ckpt_group g, int32_t w,
+                                  const sc_ckpt_shard *sh, int32_t n, const int32_t *key,
+                                  int *n_written, json_t *files, sc_diag *d) {
+  char name[64], path[4096];
+  shard_file_name(name, sizeof name, g, w);
+  sc_tensor_view *v = sc_calloc((size_t)n + 1, sizeof *v);
+  char (*keys)[1100] = sc_calloc((size_t)n + 1, sizeof *keys);
+  int32_t m = 0;
+  sc_status st = v && keys ? SC_OK : nomem(d);
+  for (int32_t i = 0; st == SC_OK && i < n; i++) {
+    if (sh[i].group != g || sh[i].writer != w) continue;
+    snprintf(keys[m], sizeof keys[m], "%s@%d", sh[i].name, (int)key[i]);
+    v[m] = (sc_tensor_view){.name = keys[m], .dtype = sh[i].dtype, .rank = sh[i].rank,
+                            .data = (void *)sh[i].data};
+    memcpy(v[m].dims, sh[i].shape, sizeof v[m].dims);
+    m++;
+  }
+  if (st == SC_OK && !join(path, sizeof path, tmp, name))
+    st = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "path too long");
+  if (st == SC_OK && injected_failure((*n_written)++))
+    st = sc_diag_set_prefixed(d, SC_ERR_IO, dir,
+                              "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)", name);
+  FILE *f = st == SC_OK ? fopen(path, "wbx") : NULL;
+  if (st == SC_OK && !f)
+    st = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: cannot create: %s", name, strerror(errno));
+  uint8_t digest[32];
+  int64_t bytes = 0;
+  if (f) {
+    const sc_safetensors_meta meta[] = {{"format", SC_CKPT_FORMAT}, {"group", k_groups[g]}};
+    st = sc_safetensors_write_stream(f, name, v, m, meta, 2, digest, &bytes, d);
+    if (!close_synced(f) && st == SC_OK)
+      st = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: write failed: %s", name, strerror(errno));
+  }
+  sc_free(v);
+  sc_free(keys);
+  if (st != SC_OK) return st;
+  char hex[65];
+  sc_sha256_digest_hex(digest, hex);
+  json_t *e = json_pack("{s:s, s:s, s:I, s:s}", "name", name, "group", k_groups[g], "bytes",
+                        (json_int_t)bytes, "sha256", hex);
+  return e && json_array_append_new(files, e) == 0 ? SC_OK : nomem(d);
+}
+
+sc_status sc_ckpt_save_shards(const char *dir, const sc_ckpt_state *st,
+                              const sc_ckpt_shard *shards, int32_t n, sc_diag *d) {
+  if (!dir || !dir[0] || !st || n < 0 || (n > 0 && !shards))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad arguments");
+  for (int32_t i = 0; i < n; i++)
+    if ((unsigned)shards[i].group >= SC_CKPT_GROUP_COUNT || shards[i].writer < 0 ||
+        shards[i].writer > 99999 || !shards[i].name || shards[i].rank < 0 ||
+        shards[i].rank > SC_MAX_RANK)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad shard %d", (int)i);
+  sc_status s = check_tiling(shards, n, d);
+  if (s != SC_OK) return s;
+  /* key[i]: shard i's index among its tensor's shards in its writer's file */
+  int32_t *key = sc_calloc((size_t)n + 1, sizeof *key);
+  json_t *root = json_pack("{s:s, s:i}", "format", SC_CKPT_FORMAT, "format_version", 2);
+  json_t *files = json_array(), *tensors = NULL;
+  s = key && root && files ? put_state(root, dir, st, d) : nomem(d);
+  for (int32_t i = 0; s == SC_OK && i < n; i++)
+    for (int32_t j = 0; j < i; j++)
+      key[i] += shards[j].group == shards[i].group && shards[j].writer == shards[i].writer &&
+                strcmp(shards[j].name, shards[i].name) == 0;
+  if (s == SC_OK && !(tensors = shard_lists(shards, n, key))) s = nomem(d);
+  if (s == SC_OK) s = check_target(dir, d);
+  sc_dir_commit c;
+  bool begun = false;
+  if (s == SC_OK) {
+    remove_stale_temporaries(dir);
+    const char *const markers[] = {k_manifest, NULL};
+    s = sc_dir_commit_begin(&c, dir, markers, d);
+    begun = s == SC_OK;
+  }
+  int written = 0;
+  for (int g = 0; s == SC_OK && g < SC_CKPT_GROUP_COUNT; g++)
+    for (int32_t w = 0; s == SC_OK && w <= 99999; w++) {
+      bool any = false, more = false;
+      for (int32_t i = 0; i < n; i++) {
+        any |= shards[i].group == (sc_ckpt_group)g && shards[i].writer == w;
+        more |= shards[i].group == (sc_ckpt_group)g && shards[i].writer > w;
+      }
+      if (any) s = write_shard_file(dir, c.tmp, (sc_ckpt_group)g, w, shards, n, key, &written,
+                                    files, d);
+      if (!more) break;
+    }
+  if (s == SC_OK) {
+    json_object_set_new(root, "files", files);
+    json_object_set_new(root, "tensors", tensors);
+    files = tensors = NULL;
+    s = write_manifest(dir, c.tmp, root, d);
+  }
+  if (s == SC_OK && !sync_dir(c.tmp))
+    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the new checkpoint: %s",
+                             strerror(errno));
+  json_decref(root);
+  json_decref(files);
+  json_decref(tensors);
+  sc_free(key);
+  if (!begun) return s;
+  s = sc_dir_commit_finish(&c, s, d);
+  char parent[4096];
+  parent_of(dir, parent, sizeof parent);
+  if (s == SC_OK && !sync_dir(parent))
+    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the folder %s: %s", parent,
+                             strerror(errno));
+  return s;
+}
+
 /* ============================================================= loading */
 
 struct sc_ckpt {
   sc_ckpt_state state;
   char *optimizer;                            /* state.optimizer */
   char *optimizer_json;                       /* state.optimizer_json (jansson's) */
-  sc_safetensors *files[SC_CKPT_GROUP_COUNT]; /* own the data */
+  sc_safetensors *files[SC_CKPT_GROUP_COUNT]; /* version 1: own the data */
   int32_t n[SC_CKPT_GROUP_COUNT];
-  sc_ckpt_tensor *tensors[SC_CKPT_GROUP_COUNT]; /* manifest order, into files */
+  sc_ckpt_tensor *tensors[SC_CKPT_GROUP_COUNT]; /* manifest order, into files
+                                                   (version 2: into whole[g]) */
+  void **whole[SC_CKPT_GROUP_COUNT];          /* version 2: each tensor assembled */
 };
 
 typedef struct loader {
@@ -572,7 +817,7 @@ static sc_status read_manifest(loader *l, json_t **root) {
   if (!json_is_integer(v) || json_integer_value(v) < 1)
     return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
                                 "%s: 'format_version' missing or not an integer", k_manifest);
-  if (json_integer_value(v) != SC_CKPT_FORMAT_VERSION)
+  if (json_integer_value(v) > SC_CKPT_FORMAT_VERSION)
     return sc_diag_set_prefixed(l->d, SC_ERR_UNSUPPORTED, l->dir,
                                 "%s: format version %lld; this shardc reads version %d", k_manifest,
                                 (long long)json_integer_value(v), SC_CKPT_FORMAT_VERSION);
@@ -588,6 +833,181 @@ static sc_status read_manifest(loader *l, json_t **root) {
   return SC_OK;
 }
 
+/* ---- version 2: shards in the writers' files ---- */
+
+typedef struct part {
+  const char *name;       /* the file's (validated, in the manifest's arena) */
+  int group;
+  sc_safetensors *f;
+  bool *used;             /* [f->n_tensors] */
+} part;
+
+/* Reads, checks and parses the file of files[i]. */
+static sc_status read_part(loader *l, json_t *e, part *p) {
+  const char *name = json_string_value(json_object_get(e, "name"));
+  const char *group = json_string_value(json_object_get(e, "group"));
+  const char *sha = json_string_value(json_object_get(e, "sha256"));
+  int g = name ? shard_file_group(name) : -1;
+  if (g < 0 || !group || strcmp(group, k_groups[g]) != 0)
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: file entry '%.100s': not a shard file name of its group",
+                                k_manifest, name ? name : "?");
+  int64_t bytes = 0;
+  sc_status st = get_count(l, e, "bytes", name, &bytes);
+  if (st != SC_OK) return st;
+  if (!sha || strlen(sha) != 64)
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: 'sha256' of %s missing or not 64 hex digits", k_manifest,
+                                name);
+  char path[4096];
+  if (!join(path, sizeof path, l->dir, name))
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "path too long");
+  char *data = NULL;
+  size_t n = 0;
+  sc_diag fd;
+  sc_diag_clear(&fd);
+  st = sc_file_read_all(path, name, bytes < INT64_MAX ? bytes + 1 : bytes, &data, &n, &fd);
+  if (st == SC_ERR_LIMIT)
+    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                "%s: larger than the %lld bytes the manifest records", name,
+                                (long long)bytes);
+  if (st != SC_OK) return sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
+  char hex[65];
+  sc_sha256_hex(data, n, hex);
+  if ((int64_t)n != bytes || strcmp(hex, sha) != 0) {
+    sc_free(data);
+    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                "%s: %s (the file is truncated, replaced or corrupted)", name,
+                                (int64_t)n != bytes ? "size differs from the manifest's"
+                                                    : "SHA-256 mismatch");
+  }
+  st = sc_safetensors_parse(data, n, name, &p->f, &fd);
+  if (st != SC_OK) return sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
+  p->name = name;
+  p->group = g;
+  p->used = sc_calloc((size_t)p->f->n_tensors + 1, sizeof *p->used);
+  return p->used ? SC_OK : nomem(l->d);
+}
+
+static bool int_list(json_t *a, int32_t rank, int64_t *out) {
+  if (!json_is_array(a) || json_array_size(a) != (size_t)rank) return false;
+  for (int32_t k = 0; k < rank; k++) {
+    json_t *v = json_array_get(a, (size_t)k);
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
+    out[k] = (int64_t)json_integer_value(v);
+  }
+  return true;
+}
+
+/* Group g's tensors, each assembled from its shards. */
+static sc_status assemble(loader *l, json_t *list, sc_ckpt_group g, part *parts, int32_t n_parts) {
+  if (!json_is_array(list))
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: 'tensors.%s' missing or not an array", k_manifest,
+                                k_groups[g]);
+  size_t n = json_array_size(list);
+  sc_ckpt *c = l->c;
+  c->tensors[g] = sc_calloc(n + 1, sizeof *c->tensors[g]);
+  c->whole[g] = sc_calloc(n + 1, sizeof *c->whole[g]);
+  if (!c->tensors[g] || !c->whole[g]) return nomem(l->d);
+  c->n[g] = (int32_t)n;
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(list, i);
+    const char *name = json_string_value(json_object_get(e, "name"));
+    const char *dt = json_string_value(json_object_get(e, "dtype"));
+    json_t *shape = json_object_get(e, "shape"), *shards = json_object_get(e, "shards");
+    sc_ckpt_tensor *t = &c->tensors[g][i];
+    t->dtype = dt ? sc_safetensors_dtype_parse(dt) : SC_DTYPE_UNDEF;
+    t->rank = json_is_array(shape) ? (int32_t)json_array_size(shape) : -1;
+    if (!name || t->dtype == SC_DTYPE_UNDEF || t->rank < 0 || t->rank > SC_MAX_RANK ||
+        !int_list(shape, t->rank, t->dims) || !json_is_array(shards))
+      return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                  "%s: tensors.%s[%zu] needs 'name', a known 'dtype', a 'shape' "
+                                  "and 'shards'", k_manifest, k_groups[g], i);
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(c->tensors[g][j].name, name) == 0)
+        return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                    "%s: tensor '%.200s' listed twice", k_manifest, name);
+    if (!(t->name = sc_strdup(name))) return nomem(l->d); /* outlives the manifest */
+    size_t esz = sc_dtype_size(t->dtype);
+    int64_t numel = volume(t->rank, t->dims);
+    if (numel < 0 || numel > ((int64_t)1 << 40) / (int64_t)(esz ? esz : 1))
+      return sc_diag_set_prefixed(l->d, SC_ERR_LIMIT, l->dir, "%s: tensor '%.200s' too large",
+                                  k_manifest, name);
+    if (!(c->whole[g][i] = sc_calloc(numel > 0 ? (size_t)numel * esz : 1, 1)))
+      return nomem(l->d);
+    t->data = c->whole[g][i];
+    int64_t covered = 0;
+    size_t ns = json_array_size(shards);
+    for (size_t k = 0; k < ns; k++) {
+      json_t *sh = json_array_get(shards, k);
+      const char *file = json_string_value(json_object_get(sh, "file"));
+      const char *key = json_string_value(json_object_get(sh, "key"));
+      int64_t off[SC_MAX_RANK] = {0}, bs[SC_MAX_RANK] = {0};
+      const part *p = NULL;
+      for (int32_t q = 0; file && q < n_parts && !p; q++)
+        if (strcmp(parts[q].name, file) == 0 && parts[q].group == (int)g) p = &parts[q];
+      const sc_tensor_view *x = p && key ? sc_safetensors_find(p->f, key) : NULL;
+      bool ok = x && int_list(json_object_get(sh, "offsets"), t->rank, off) &&
+                int_list(json_object_get(sh, "shape"), t->rank, bs) && x->dtype == t->dtype &&
+                x->rank == t->rank && !p->used[x - p->f->tensors];
+      for (int32_t a = 0; ok && a < t->rank; a++)
+        ok = x->dims[a] == bs[a] && off[a] + bs[a] <= t->dims[a];
+      for (size_t m = 0; ok && m < k; m++) { /* no overlap with the earlier shards */
+        json_t *o = json_array_get(shards, m);
+        int64_t mo[SC_MAX_RANK], ms[SC_MAX_RANK];
+        int_list(json_object_get(o, "offsets"), t->rank, mo);
+        int_list(json_object_get(o, "shape"), t->rank, ms);
+        ok = !boxes_meet(t->rank, off, bs, mo, ms);
+      }
+      if (!ok)
+        return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                    "%s: tensor '%.200s', shard %zu: not in a listed file of its "
+                                    "group, of another dtype or shape, outside the tensor or "
+                                    "overlapping another shard", k_manifest, name, k);
+      p->used[x - p->f->tensors] = true;
+      int64_t zero[SC_MAX_RANK] = {0};
+      sc_ckpt_copy_box(esz, t->rank, bs, x->data, bs, zero, t->data, t->dims, off);
+      covered += volume(t->rank, bs);
+    }
+    if (covered != numel)
+      return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                  "%s: the shards of tensor '%.200s' cover %lld of its %lld "
+                                  "elements", k_manifest, name, (long long)covered,
+                                  (long long)numel);
+  }
+  return SC_OK;
+}
+
+/* Version 2: every listed file, then each group's tensors (whole, with
+ * their names, owned by the checkpoint). */
+static sc_status load_v2(loader *l, json_t *files, json_t *tensors) {
+  size_t nf = json_array_size(files);
+  part *parts = sc_calloc(nf + 1, sizeof *parts);
+  sc_status st = parts ? SC_OK : nomem(l->d);
+  for (size_t i = 0; st == SC_OK && i < nf; i++) {
+    st = read_part(l, json_array_get(files, i), &parts[i]);
+    for (size_t j = 0; st == SC_OK && j < i; j++)
+      if (strcmp(parts[j].name, parts[i].name) == 0)
+        st = sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir, "%s: file %s listed twice",
+                                  k_manifest, parts[i].name);
+  }
+  for (int g = 0; st == SC_OK && g < SC_CKPT_GROUP_COUNT; g++)
+    st = assemble(l, json_object_get(tensors, k_groups[g]), (sc_ckpt_group)g, parts, (int32_t)nf);
+  for (size_t i = 0; st == SC_OK && i < nf; i++)
+    for (int32_t k = 0; st == SC_OK && k < parts[i].f->n_tensors; k++)
+      if (!parts[i].used[k])
+        st = sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                  "%s holds '%.200s', which no shard of the manifest names",
+                                  parts[i].name, parts[i].f->tensors[k].name);
+  for (size_t i = 0; parts && i < nf; i++) {
+    sc_safetensors_destroy(parts[i].f);
+    sc_free(parts[i].used);
+  }
+  sc_free(parts);
+  return st;
+}
+
 sc_status sc_ckpt_load(const char *dir, sc_ckpt **out, sc_diag *d) {
   *out = NULL;
   loader l = {.dir = dir, .d = d, .c = sc_calloc(1, sizeof(sc_ckpt))};
@@ -599,7 +1019,9 @@ sc_status sc_ckpt_load(const char *dir, sc_ckpt **out, sc_diag *d) {
   if (st == SC_OK && (!json_is_array(files) || !json_is_object(tensors)))
     st = sc_diag_set_prefixed(d, SC_ERR_PARSE, dir,
                               "%s: 'files' (array) or 'tensors' (object) missing", k_manifest);
-  for (int g = 0; st == SC_OK && g < SC_CKPT_GROUP_COUNT; g++) {
+  bool v2 = st == SC_OK && json_integer_value(json_object_get(root, "format_version")) == 2;
+  if (v2) st = load_v2(&l, files, tensors);
+  for (int g = 0; !v2 && st == SC_OK && g < SC_CKPT_GROUP_COUNT; g++) {
     st = read_group_file(&l, files, (sc_ckpt_group)g);
     if (st == SC_OK)
       st = match_tensors(&l, json_object_get(tensors, k_groups[g]), (sc_ckpt_group)g);
@@ -633,6 +1055,11 @@ void sc_ckpt_destroy(sc_ckpt *c) {
   if (!c) return;
   for (int g = 0; g < SC_CKPT_GROUP_COUNT; g++) {
     sc_safetensors_destroy(c->files[g]);
+    for (int32_t i = 0; c->whole[g] && i < c->n[g]; i++) {
+      sc_free(c->whole[g][i]);
+      sc_free((void *)c->tensors[g][i].name);
+    }
+    sc_free(c->whole[g]);
     sc_free(c->tensors[g]);
   }
   sc_free(c->optimizer);

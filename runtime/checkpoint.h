@@ -12,9 +12,16 @@
  *                          file's size and SHA-256, each tensor's dtype,
  *                          global shape and shards, and the SHA-256 of the
  *                          manifest itself.
- * Every tensor is stored today as one shard covering it whole; the shard
- * list (file, offsets, shape in the global index space) is what a
- * resharding loader will read.
+ * That is format version 1: every tensor one shard covering it whole.
+ * Version 2 (sc_ckpt_save_shards, a mesh's save) is sharded as PyTorch
+ * DCP and Megatron's dist-checkpointing are: each rank that holds a
+ * piece's one copy writes it into its own files ("weights-rank<R>.
+ * safetensors", "optimizer-rank<R>.safetensors"), and the manifest gives,
+ * for every tensor, its global shape and each shard's file, key in it,
+ * offsets and shape in the global index space. A load reads any version
+ * and assembles each tensor whole, checking that its shards tile it
+ * exactly (no gap, no overlap), so a checkpoint saved under one mesh
+ * resumes under any other, on one rank, and exports to ONNX.
  *
  * Saving is atomic: the files are written into DIR.tmp-PID-N next to DIR,
  * each fsync'd, the folder fsync'd, then swapped with DIR in one rename
@@ -47,7 +54,9 @@
 
 #include "runtime/safetensors.h"
 
-enum { SC_CKPT_FORMAT_VERSION = 1 };       /* manifest.json "format_version" */
+enum { SC_CKPT_FORMAT_VERSION = 2 };       /* the newest manifest.json
+                                              "format_version" read (1: whole
+                                              tensors, written by sc_ckpt_save) */
 #define SC_CKPT_FORMAT "shardc-checkpoint" /* manifest.json "format" */
 
 typedef sc_tensor_view sc_ckpt_tensor;
@@ -74,6 +83,28 @@ typedef struct sc_ckpt_state {
 sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_tensor *weights,
                        int32_t n_w, const sc_ckpt_tensor *opt, int32_t n_o, sc_diag *d);
 
+/* One shard of a sharded save: the box [offsets, offsets + shape) of the
+ * tensor `name` (global dims dims), its elements packed row-major, stored
+ * in rank `writer`'s file of its group. The shards of one tensor must tile
+ * it exactly. */
+typedef struct sc_ckpt_shard {
+  sc_ckpt_group group;
+  int32_t writer;
+  const char *name;
+  sc_dtype dtype;
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK];
+  int64_t offsets[SC_MAX_RANK];
+  int64_t shape[SC_MAX_RANK];
+  const void *data;
+} sc_ckpt_shard;
+/* Saves a sharded checkpoint (format version 2) into dir, atomically as
+ * sc_ckpt_save: one file per (group, writer) holding that writer's shards
+ * under the keys "<name>@<k>", and the manifest. Errors: shards that do not
+ * tile their tensor (SC_ERR_USAGE, naming it), and those of sc_ckpt_save. */
+sc_status sc_ckpt_save_shards(const char *dir, const sc_ckpt_state *st,
+                              const sc_ckpt_shard *shards, int32_t n, sc_diag *d);
+
 typedef struct sc_ckpt sc_ckpt;
 
 /* Loads and verifies dir. On failure *out is NULL. */
@@ -93,5 +124,10 @@ const char *sc_ckpt_group_name(sc_ckpt_group g);
 /* True when path is a directory holding a manifest.json of this format
  * (any version); nothing else is checked. */
 bool sc_ckpt_is_dir(const char *path);
+/* Copies the box of the given shape at src_off in src (dims src_dims) to
+ * dst_off in dst (dims dst_dims); esz bytes per element. */
+void sc_ckpt_copy_box(size_t esz, int32_t rank, const int64_t *shape, const void *src,
+                      const int64_t *src_dims, const int64_t *src_off, void *dst,
+                      const int64_t *dst_dims, const int64_t *dst_off);
 
 #endif

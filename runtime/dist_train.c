@@ -611,9 +611,86 @@ static bool saved_state(const sc_dist_trainer *t, const char *name, const sc_dis
   return name && strncmp(name, "accum:", 6) != 0 && is_state(t, name, gv);
 }
 
+/* A sharded save (checkpoint format 2): each local rank writes the pieces
+ * it holds the one copy of (first_copy), one shard per stride block. */
+static sc_status save_shards(const sc_dist_trainer *t, const char *dir,
+                             const struct sc_ckpt_state *cs, sc_diag *d) {
+  const sc_dist_program *dp = t->dp;
+  int32_t cap = 64, n = 0;
+  sc_ckpt_shard *sh = sc_malloc((size_t)cap * sizeof *sh);
+  bool *owned = sc_calloc((size_t)cap, sizeof *owned);
+  sc_status st = sh && owned ? SC_OK : nomem(d);
+  for (int32_t i = 0; st == SC_OK && i < dp->n_inputs; i++) {
+    const char *name = dp->inputs[i].name;
+    const sc_dist_value *gv;
+    if (!saved_state(t, name, &gv)) continue;
+    size_t esz = sc_dtype_size(gv->dtype);
+    for (int64_t r = 0; st == SC_OK && r < t->n_local; r++) {
+      const sc_sharding *s;
+      const void *x = w_state(&t->w[r], name, &s);
+      if (!x || !first_copy(t, t->w[r].coords, s)) continue;
+      int64_t off[SC_MAX_RANK], ext[SC_MAX_RANK], local[SC_MAX_RANK], blocks = 1;
+      for (int32_t k = 0; k < gv->rank; k++) {
+        sc_sharding_piece(s, &dp->mesh, k, gv->dims[k], t->w[r].coords, &off[k], &ext[k]);
+        local[k] = ext[k] * sc_sharding_stride(s, k);
+        blocks *= sc_sharding_stride(s, k);
+      }
+      for (int64_t b = 0; st == SC_OK && b < blocks; b++) {
+        if (n == cap) {
+          cap *= 2;
+          sc_ckpt_shard *y = sc_realloc(sh, (size_t)cap * sizeof *y);
+          bool *z = sc_realloc(owned, (size_t)cap * sizeof *z);
+          if (y) sh = y;
+          if (z) owned = z;
+          if (!y || !z) {
+            st = nomem(d);
+            break;
+          }
+        }
+        sc_ckpt_shard *e = &sh[n];
+        *e = (sc_ckpt_shard){.group = sc_train_is_optimizer_state(name) ? SC_CKPT_OPTIMIZER
+                                                                        : SC_CKPT_WEIGHTS,
+                             .writer = (int32_t)t->w[r].rank, .name = name, .dtype = gv->dtype,
+                             .rank = gv->rank, .data = x};
+        memcpy(e->dims, gv->dims, sizeof e->dims);
+        /* block b: a mixed-radix index over the dims' strides */
+        int64_t rest = b, src_off[SC_MAX_RANK] = {0};
+        for (int32_t k = gv->rank - 1; k >= 0; k--) {
+          int64_t sk = sc_sharding_stride(s, k), bk = rest % sk;
+          rest /= sk;
+          e->offsets[k] = bk * (gv->dims[k] / sk) + off[k];
+          e->shape[k] = ext[k];
+          src_off[k] = bk * ext[k];
+        }
+        owned[n] = blocks > 1;
+        if (owned[n]) { /* one block of a strided piece, packed */
+          int64_t vol = 1;
+          for (int32_t k = 0; k < gv->rank; k++) vol *= ext[k];
+          void *box = sc_malloc(vol > 0 ? (size_t)vol * esz : 1);
+          if (!box) {
+            st = nomem(d);
+            break;
+          }
+          int64_t zero[SC_MAX_RANK] = {0};
+          sc_ckpt_copy_box(esz, gv->rank, ext, x, local, src_off, box, ext, zero);
+          e->data = box;
+        }
+        n++;
+      }
+    }
+  }
+  if (st == SC_OK) st = sc_ckpt_save_shards(dir, cs, sh, n, d);
+  for (int32_t k = 0; sh && owned && k < n; k++)
+    if (owned[k]) sc_free((void *)sh[k].data);
+  sc_free(sh);
+  sc_free(owned);
+  return st;
+}
+
 sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
                                const struct sc_ckpt_state *cs, sc_diag *d) {
   const sc_dist_program *dp = t->dp;
+  if (!t->world) return save_shards(t, dir, cs, d);
   sc_ckpt_tensor *x = sc_calloc((size_t)dp->n_inputs + 1, sizeof *x);
   sc_ckpt_tensor *o = sc_calloc((size_t)dp->n_inputs + 1, sizeof *o);
   int32_t nw = 0, no = 0;

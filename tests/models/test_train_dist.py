@@ -31,6 +31,10 @@ Also:
   - memory: under fsdp=2 (ZeRO-3) each rank's arena is smaller than under
     dp=2 (the same batch per rank, the state replicated), and ZeRO-1's is
     between;
+  - a mesh's checkpoint is sharded (format 2: each piece written once, by
+    the rank holding its one copy, into that rank's files; put together
+    here from the manifest, each tensor tiled exactly) and its tensors are
+    the one-rank run's (above);
   - a checkpoint saved after 2 steps under fsdp=2 x tp=2 resumes on one rank,
     under dp=2 and under dp=2 x pp=2, one saved under pp=2 x tp=2 on one
     rank and under fsdp=2, and step 3 equals the uninterrupted run's;
@@ -141,6 +145,29 @@ def arena_of(stdout):
     return int(m.group(1)) if m else None
 
 
+def load_ckpt(folder, group):
+    """A checkpoint group's tensors, whole: version 1 holds each in one file;
+    version 2 (a mesh's save) in shards across the writers' files, which are
+    put together here from the manifest, independently of shardc, checking
+    that they tile every tensor exactly."""
+    m = json.load(open(os.path.join(folder, "manifest.json")))
+    if m["format_version"] == 1:
+        return load_file(os.path.join(folder, group + ".safetensors"))
+    files = {f["name"]: load_file(os.path.join(folder, f["name"])) for f in m["files"]
+             if f["group"] == group}
+    out = {}
+    for t in m["tensors"][group]:
+        a = np.zeros(t["shape"], dtype=np.float32)
+        seen = np.zeros(t["shape"], dtype=np.int32)
+        for sh in t["shards"]:
+            box = tuple(slice(o, o + n) for o, n in zip(sh["offsets"], sh["shape"]))
+            a[box] = files[sh["file"]][sh["key"]]
+            seen[box] += 1
+        check((seen == 1).all(), f"{folder}: shards of {t['name']} do not tile it")
+        out[t["name"]] = a
+    return out
+
+
 def compare(name, what, ref, got, init, tol):
     """The logs step by step, then the checkpoints tensor by tensor."""
     la, lb = losses(ref["log"]), losses(got["log"])
@@ -155,8 +182,8 @@ def compare(name, what, ref, got, init, tol):
             if ok:
                 worst = max(worst, abs(x - y) / max(abs(x), 1e-30))
     for group in ("weights", "optimizer"):
-        wa = load_file(os.path.join(ref["ck"], group + ".safetensors"))
-        wb = load_file(os.path.join(got["ck"], group + ".safetensors"))
+        wa = load_ckpt(ref["ck"], group)
+        wb = load_ckpt(got["ck"], group)
         check(sorted(wa) == sorted(wb), f"{name} {what}: {group} tensors differ")
         for k, a in wa.items():
             b = wb.get(k)

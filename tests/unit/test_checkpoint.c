@@ -11,7 +11,11 @@
  * SIGKILL during SHARDC_TEST_COMMIT_DELAY_MS) leaves the previous
  * checkpoint loadable; the next save removes the killed one's folder. A
  * folder that is not a checkpoint is never replaced, and bad arguments
- * create nothing. */
+ * create nothing. Sharded checkpoints (format 2): a tensor saved in boxes
+ * over two writers' files loads whole, bit for bit; shards that overlap or
+ * leave a gap are refused at save (nothing written) and at load (a
+ * resealed manifest edited to move or drop a shard), as are a file name
+ * with a path, and a damaged shard file (named). */
 #include <jansson.h>
 #include <math.h>
 #include <signal.h>
@@ -302,7 +306,7 @@ static void edit_manifest(const char *dir, void (*edit)(json_t *), bool reseal) 
 }
 
 static void set_step(json_t *r) { json_object_set_new(r, "step", json_integer(8)); }
-static void set_version(json_t *r) { json_object_set_new(r, "format_version", json_integer(2)); }
+static void set_version(json_t *r) { json_object_set_new(r, "format_version", json_integer(3)); }
 static void negative_step(json_t *r) { json_object_set_new(r, "step", json_integer(-1)); }
 static void bad_rng(json_t *r) {
   json_object_set_new(r, "rng_state", json_string("18446744073709551616"));
@@ -347,7 +351,7 @@ static void test_edited_manifest(void **state) {
     const char *n1, *n2;
   } cases[] = {
       {set_step, false, SC_ERR_INVALID, "manifest.json", "checksum mismatch"},
-      {set_version, false, SC_ERR_UNSUPPORTED, "format version 2", NULL},
+      {set_version, false, SC_ERR_UNSUPPORTED, "format version 3", NULL},
       {negative_step, true, SC_ERR_PARSE, "'step'", NULL},
       {bad_rng, true, SC_ERR_PARSE, "'rng_state'", NULL},
       {bad_loss_scale, true, SC_ERR_PARSE, "'loss_scale'", NULL},
@@ -372,6 +376,127 @@ static void test_edited_manifest(void **state) {
   sc_ckpt *c = load_ok(scratch_path("e"));
   assert_int_equal(sc_ckpt_state_of(c)->step, 8);
   sc_ckpt_destroy(c);
+}
+
+/* ---- sharded checkpoints (format 2) ---- */
+
+/* w [4, 6] in four boxes over writers 0 and 1 (0 holds two, one of them
+ * the second of its key "w@1"), b [3] whole in writer 1, w.exp_avg [4, 6]
+ * in two row halves. */
+typedef struct sharded {
+  float w[24], b[3], m[24];
+  float box[4][8];
+  sc_ckpt_shard sh[7];
+  sc_ckpt_state st;
+} sharded;
+
+static void make_sharded(sharded *x) {
+  rng_seed(9);
+  for (int i = 0; i < 24; i++) {
+    x->w[i] = (float)rng_val();
+    x->m[i] = (float)rng_val();
+  }
+  for (int i = 0; i < 3; i++) x->b[i] = (float)rng_val();
+  /* boxes of w: rows [0,2) x cols [0,4), [0,2) x [4,6), [2,4) x [0,3), [2,4) x [3,6) */
+  const int64_t bo[4][2] = {{0, 0}, {0, 4}, {2, 0}, {2, 3}}, bs[4][2] = {{2, 4}, {2, 2}, {2, 3}, {2, 3}};
+  const int32_t writer[4] = {0, 1, 0, 1};
+  for (int k = 0; k < 4; k++) {
+    int64_t dims[2] = {4, 6}, zero[2] = {0, 0};
+    sc_ckpt_copy_box(4, 2, bs[k], x->w, dims, bo[k], x->box[k], bs[k], zero);
+    x->sh[k] = (sc_ckpt_shard){.group = SC_CKPT_WEIGHTS, .writer = writer[k], .name = "w",
+                               .dtype = SC_DTYPE_F32, .rank = 2, .dims = {4, 6},
+                               .offsets = {bo[k][0], bo[k][1]}, .shape = {bs[k][0], bs[k][1]},
+                               .data = x->box[k]};
+  }
+  x->sh[4] = (sc_ckpt_shard){.group = SC_CKPT_WEIGHTS, .writer = 1, .name = "b",
+                             .dtype = SC_DTYPE_F32, .rank = 1, .dims = {3}, .shape = {3},
+                             .data = x->b};
+  for (int k = 0; k < 2; k++)
+    x->sh[5 + k] = (sc_ckpt_shard){.group = SC_CKPT_OPTIMIZER, .writer = k, .name = "w.exp_avg",
+                                   .dtype = SC_DTYPE_F32, .rank = 2, .dims = {4, 6},
+                                   .offsets = {2 * k, 0}, .shape = {2, 6}, .data = x->m + 12 * k};
+  x->st = (sc_ckpt_state){.step = 3, .loss_scale = 1, .optimizer = "adamw"};
+}
+
+static void test_sharded(void **state) {
+  (void)state;
+  sharded x;
+  make_sharded(&x);
+  sc_diag d;
+  sc_diag_clear(&d);
+  if (sc_ckpt_save_shards(scratch_path("sh"), &x.st, x.sh, 7, &d) != SC_OK) fail_msg("%s", d.msg);
+  /* manifest and one file per (group, writer) */
+  assert_int_equal(count_entries(scratch_path("sh")), 5);
+  char path[700];
+  snprintf(path, sizeof path, "%s/weights-rank00001.safetensors", scratch_path("sh"));
+  assert_int_equal(access(path, R_OK), 0);
+  sc_ckpt *c = load_ok(scratch_path("sh"));
+  const sc_ckpt_tensor *w = sc_ckpt_find(c, SC_CKPT_WEIGHTS, "w");
+  const sc_ckpt_tensor *b = sc_ckpt_find(c, SC_CKPT_WEIGHTS, "b");
+  const sc_ckpt_tensor *m = sc_ckpt_find(c, SC_CKPT_OPTIMIZER, "w.exp_avg");
+  assert_non_null(w);
+  assert_non_null(b);
+  assert_non_null(m);
+  assert_int_equal(w->dims[0], 4);
+  assert_int_equal(w->dims[1], 6);
+  assert_memory_equal(w->data, x.w, sizeof x.w); /* put together whole */
+  assert_memory_equal(b->data, x.b, sizeof x.b);
+  assert_memory_equal(m->data, x.m, sizeof x.m);
+  assert_int_equal(sc_ckpt_state_of(c)->step, 3);
+  sc_ckpt_destroy(c);
+
+  /* shards that do not tile their tensor are refused before anything is
+   * written: an overlap, a gap */
+  sharded y = x;
+  y.sh[1].offsets[1] = 3;
+  assert_int_equal(sc_ckpt_save_shards(scratch_path("bad"), &y.st, y.sh, 7, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "overlapping"));
+  sc_diag_clear(&d);
+  assert_int_equal(sc_ckpt_save_shards(scratch_path("bad"), &x.st, x.sh + 1, 6, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "cover 16 of its 24"));
+  assert_int_equal(access(scratch_path("bad"), F_OK), -1);
+
+  /* a damaged shard file, named */
+  flip_byte(path, -3);
+  expect_load_fails(scratch_path("sh"), SC_ERR_INVALID, "weights-rank00001.safetensors",
+                    "SHA-256");
+}
+
+static void shard_gap(json_t *r) { /* w's first shard moved onto the second */
+  json_t *sh = json_array_get(json_object_get(weight0(r), "shards"), 0);
+  json_array_set_new(json_object_get(sh, "offsets"), 1, json_integer(2));
+}
+static void shard_path(json_t *r) {
+  json_t *e = json_array_get(json_object_get(r, "files"), 0);
+  json_object_set_new(e, "name", json_string("../weights-rank00000.safetensors"));
+}
+static void shard_dropped(json_t *r) { /* w's last shard unlisted: a gap, and an unnamed key */
+  json_array_remove(json_object_get(weight0(r), "shards"), 3);
+}
+
+static void test_sharded_manifest(void **state) {
+  (void)state;
+  const struct {
+    void (*edit)(json_t *);
+    const char *n1, *n2;
+  } cases[] = {
+      {shard_gap, "tensor 'w'", "overlapping"},
+      {shard_path, "not a shard file name", NULL},
+      {shard_dropped, "tensor 'w'", "cover 18 of its 24"},
+  };
+  sharded x;
+  make_sharded(&x);
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch_path("sm"));
+    assert_int_equal(system(cmd), 0);
+    sc_diag d;
+    sc_diag_clear(&d);
+    assert_int_equal(sc_ckpt_save_shards(scratch_path("sm"), &x.st, x.sh, 7, &d), SC_OK);
+    edit_manifest(scratch_path("sm"), cases[i].edit, true);
+    expect_load_fails(scratch_path("sm"), i == 1 ? SC_ERR_PARSE : SC_ERR_INVALID, cases[i].n1,
+                      cases[i].n2);
+  }
 }
 
 /* ---- interrupted saves ---- */
@@ -540,6 +665,8 @@ int main(void) {
       cmocka_unit_test(test_failure_keeps_previous),
       cmocka_unit_test(test_killed_save),
       cmocka_unit_test(test_save_refusals),
+      cmocka_unit_test(test_sharded),
+      cmocka_unit_test(test_sharded_manifest),
   };
   return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);
 }
