@@ -333,6 +333,19 @@ int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, i
   return x->mb_readers[q] + (k == t->M - 1 ? x->step_readers[q] : 0);
 }
 
+/* The handoff piece s's input j reads (*h, -1 when none) and its cell
+ * h * M + the microbatch it reads. */
+static size_t input_cell(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t s,
+                         int32_t j, int32_t mb, int32_t *h) {
+  const sc_program *p = dp->stages[s].program;
+  const char *name = p->buffers[p->inputs[j]].name;
+  int32_t o, src = sc_dist_find_input(dp, name) >= 0 ? -1 : sc_dist_handoff_source(dp, s, name, &o);
+  *h = src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
+  if (*h < 0) return 0;
+  int32_t k = t->h[*h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
+  return (size_t)*h * (size_t)t->M + (size_t)k;
+}
+
 void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
                      const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent) {
   size_t cells = (size_t)t->n * (size_t)t->M + 1;
@@ -347,28 +360,18 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
     const sc_program *p = dp->stages[s].program;
     /* inputs received before the run */
     for (int32_t j = 0; j < p->n_inputs; j++) {
-      const char *name = p->buffers[p->inputs[j]].name;
-      if (sc_dist_find_input(dp, name) >= 0) continue;
-      int32_t o, src = sc_dist_handoff_source(dp, s, name, &o);
-      int32_t h = src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
-      if (h < 0) continue;
-      int32_t k = t->h[h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
-      size_t c = (size_t)h * t->M + k;
-      if (!kept[c]) {
+      int32_t h;
+      size_t c = input_cell(t, dp, s, j, mb, &h);
+      if (h >= 0 && !kept[c]) {
         kept[c] = true;
         if ((live += t->h[h].bytes) > peak) peak = live;
       }
     }
     /* after the run: the last reads release, then outputs are kept */
     for (int32_t j = 0; j < p->n_inputs; j++) {
-      const char *name = p->buffers[p->inputs[j]].name;
-      if (sc_dist_find_input(dp, name) >= 0) continue;
-      int32_t o, src = sc_dist_handoff_source(dp, s, name, &o);
-      int32_t h = src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
-      if (h < 0) continue;
-      int32_t k = t->h[h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
-      size_t c = (size_t)h * t->M + k;
-      if (--left[c] <= 0 && kept[c]) {
+      int32_t h;
+      size_t c = input_cell(t, dp, s, j, mb, &h);
+      if (h >= 0 && --left[c] <= 0 && kept[c]) {
         kept[c] = false;
         live -= t->h[h].bytes;
       }

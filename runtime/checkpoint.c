@@ -660,15 +660,11 @@ static json_t *file_entry(json_t *files, sc_ckpt_group g) {
   return NULL;
 }
 
-/* Reads group g's file, checks its size and SHA-256, parses it. */
-static sc_status read_group_file(loader *l, json_t *files, sc_ckpt_group g) {
-  const char *f = k_files[g];
-  json_t *e = file_entry(files, g);
+/* Reads file f (its entry e of 'files'), checks its size and SHA-256 and
+ * parses it into *out. f is a name this code chose or validated. */
+static sc_status read_checked(loader *l, json_t *e, const char *f, sc_safetensors **out) {
   int64_t bytes = 0;
   const char *sha = json_string_value(json_object_get(e, "sha256"));
-  if (!e)
-    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir, "%s: no entry for %s in 'files'",
-                                k_manifest, f);
   sc_status st = get_count(l, e, "bytes", f, &bytes);
   if (st != SC_OK) return st;
   if (!sha || strlen(sha) != 64)
@@ -703,8 +699,17 @@ static sc_status read_group_file(loader *l, json_t *files, sc_ckpt_group g) {
         "%s: SHA-256 mismatch (the file is corrupted): %s, the manifest records %.64s", f, hex,
         sha);
   }
-  st = sc_safetensors_parse(data, n, f, &l->c->files[g], &fd);
+  st = sc_safetensors_parse(data, n, f, out, &fd);
   return st == SC_OK ? SC_OK : sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
+}
+
+/* Reads group g's file (version 1). */
+static sc_status read_group_file(loader *l, json_t *files, sc_ckpt_group g) {
+  json_t *e = file_entry(files, g);
+  if (!e)
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir, "%s: no entry for %s in 'files'",
+                                k_manifest, k_files[g]);
+  return read_checked(l, e, k_files[g], &l->c->files[g]);
 }
 
 /* The manifest's tensor list of group g against its loaded file. */
@@ -842,47 +847,17 @@ typedef struct part {
   bool *used;             /* [f->n_tensors] */
 } part;
 
-/* Reads, checks and parses the file of files[i]. */
+/* Reads, checks and parses the file of entry e (version 2). */
 static sc_status read_part(loader *l, json_t *e, part *p) {
   const char *name = json_string_value(json_object_get(e, "name"));
   const char *group = json_string_value(json_object_get(e, "group"));
-  const char *sha = json_string_value(json_object_get(e, "sha256"));
   int g = name ? shard_file_group(name) : -1;
   if (g < 0 || !group || strcmp(group, k_groups[g]) != 0)
     return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
                                 "%s: file entry '%.100s': not a shard file name of its group",
                                 k_manifest, name ? name : "?");
-  int64_t bytes = 0;
-  sc_status st = get_count(l, e, "bytes", name, &bytes);
+  sc_status st = read_checked(l, e, name, &p->f);
   if (st != SC_OK) return st;
-  if (!sha || strlen(sha) != 64)
-    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
-                                "%s: 'sha256' of %s missing or not 64 hex digits", k_manifest,
-                                name);
-  char path[4096];
-  if (!join(path, sizeof path, l->dir, name))
-    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "path too long");
-  char *data = NULL;
-  size_t n = 0;
-  sc_diag fd;
-  sc_diag_clear(&fd);
-  st = sc_file_read_all(path, name, bytes < INT64_MAX ? bytes + 1 : bytes, &data, &n, &fd);
-  if (st == SC_ERR_LIMIT)
-    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
-                                "%s: larger than the %lld bytes the manifest records", name,
-                                (long long)bytes);
-  if (st != SC_OK) return sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
-  char hex[65];
-  sc_sha256_hex(data, n, hex);
-  if ((int64_t)n != bytes || strcmp(hex, sha) != 0) {
-    sc_free(data);
-    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
-                                "%s: %s (the file is truncated, replaced or corrupted)", name,
-                                (int64_t)n != bytes ? "size differs from the manifest's"
-                                                    : "SHA-256 mismatch");
-  }
-  st = sc_safetensors_parse(data, n, name, &p->f, &fd);
-  if (st != SC_OK) return sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
   p->name = name;
   p->group = g;
   p->used = sc_calloc((size_t)p->f->n_tensors + 1, sizeof *p->used);
