@@ -352,6 +352,31 @@ static void remove_stale_temporaries(const char *dir) {
   closedir(dd);
 }
 
+/* The end of a save whose files are in c's folder (s: how their writing
+ * went): the manifest (taking files and tensors), the flushes, the swap. */
+static sc_status finish_save(const char *dir, sc_dir_commit *c, json_t *root, json_t *files,
+                             json_t *tensors, sc_status s, sc_diag *d) {
+  if (s == SC_OK) {
+    json_object_set_new(root, "files", files);
+    json_object_set_new(root, "tensors", tensors);
+    files = tensors = NULL;
+    s = write_manifest(dir, c->tmp, root, d);
+  }
+  if (s == SC_OK && !sync_dir(c->tmp))
+    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the new checkpoint: %s",
+                             strerror(errno));
+  json_decref(root);
+  json_decref(files);
+  json_decref(tensors);
+  s = sc_dir_commit_finish(c, s, d);
+  char parent[4096];
+  parent_of(dir, parent, sizeof parent);
+  if (s == SC_OK && !sync_dir(parent))
+    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the folder %s: %s", parent,
+                             strerror(errno));
+  return s;
+}
+
 sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_tensor *weights,
                        int32_t n_w, const sc_ckpt_tensor *opt, int32_t n_o, sc_diag *d) {
   if (!dir || !dir[0] || !st || n_w < 0 || n_o < 0 || (n_w > 0 && !weights) || (n_o > 0 && !opt))
@@ -383,25 +408,7 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
     json_t *list = s == SC_OK ? tensor_list((sc_ckpt_group)g, groups[g], counts[g]) : NULL;
     if (s == SC_OK && (!list || json_object_set_new(tensors, k_groups[g], list))) s = nomem(d);
   }
-  if (s == SC_OK) {
-    json_object_set_new(root, "files", files);
-    json_object_set_new(root, "tensors", tensors);
-    files = tensors = NULL;
-    s = write_manifest(dir, c.tmp, root, d);
-  }
-  if (s == SC_OK && !sync_dir(c.tmp))
-    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the new checkpoint: %s",
-                             strerror(errno));
-  json_decref(root);
-  json_decref(files);
-  json_decref(tensors);
-  s = sc_dir_commit_finish(&c, s, d);
-  char parent[4096];
-  parent_of(dir, parent, sizeof parent);
-  if (s == SC_OK && !sync_dir(parent))
-    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the folder %s: %s", parent,
-                             strerror(errno));
-  return s;
+  return finish_save(dir, &c, root, files, tensors, s, d);
 }
 
 /* Checks that the shards of each tensor tile it exactly. */
@@ -561,27 +568,14 @@ sc_status sc_ckpt_save_shards(const char *dir, const sc_ckpt_state *st,
                                     files, d);
       if (!more) break;
     }
-  if (s == SC_OK) {
-    json_object_set_new(root, "files", files);
-    json_object_set_new(root, "tensors", tensors);
-    files = tensors = NULL;
-    s = write_manifest(dir, c.tmp, root, d);
-  }
-  if (s == SC_OK && !sync_dir(c.tmp))
-    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the new checkpoint: %s",
-                             strerror(errno));
-  json_decref(root);
-  json_decref(files);
-  json_decref(tensors);
   sc_free(key);
-  if (!begun) return s;
-  s = sc_dir_commit_finish(&c, s, d);
-  char parent[4096];
-  parent_of(dir, parent, sizeof parent);
-  if (s == SC_OK && !sync_dir(parent))
-    s = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "cannot flush the folder %s: %s", parent,
-                             strerror(errno));
-  return s;
+  if (!begun) {
+    json_decref(root);
+    json_decref(files);
+    json_decref(tensors);
+    return s;
+  }
+  return finish_save(dir, &c, root, files, tensors, s, d);
 }
 
 /* ============================================================= loading */
