@@ -300,7 +300,7 @@ sc_status sc_comm_env_read(int *rank, int *size, char *addr, size_t addr_bytes, 
 
 /* ---- TCP bootstrap ---- */
 
-static double now_s(void) {
+double sc_comm_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -309,7 +309,7 @@ static double now_s(void) {
 /* Waits until fd is ready for events (bounded by deadline). */
 static bool wait_fd(int fd, short events, double deadline) {
   for (;;) {
-    double left = deadline - now_s();
+    double left = deadline - sc_comm_now_s();
     if (left <= 0) return false;
     struct pollfd p = {.fd = fd, .events = events};
     int r = poll(&p, 1, (int)(left * 1000) + 1);
@@ -318,7 +318,7 @@ static bool wait_fd(int fd, short events, double deadline) {
   }
 }
 
-static bool io_all(int fd, void *buf, size_t n, bool writing, double deadline) {
+bool sc_comm_io_all(int fd, void *buf, size_t n, bool writing, double deadline) {
   char *p = buf;
   while (n > 0) {
     if (!wait_fd(fd, writing ? POLLOUT : POLLIN, deadline)) return false;
@@ -333,7 +333,7 @@ static bool io_all(int fd, void *buf, size_t n, bool writing, double deadline) {
 
 static const char BOOT_MAGIC[4] = {'S', 'C', 'I', 'D'};
 
-static sc_status resolve(const char *addr, int port, struct sockaddr_in *sa, sc_diag *diag) {
+sc_status sc_comm_resolve(const char *addr, int port, struct sockaddr_in *sa, sc_diag *diag) {
   memset(sa, 0, sizeof *sa);
   sa->sin_family = AF_INET;
   sa->sin_port = htons((uint16_t)port);
@@ -375,9 +375,9 @@ static sc_status serve_id(const struct sockaddr_in *sa, const char *addr, int po
     if (fd < 0) continue;
     char hello[8];
     int32_t peer;
-    if (io_all(fd, hello, sizeof hello, false, deadline) &&
+    if (sc_comm_io_all(fd, hello, sizeof hello, false, deadline) &&
         memcmp(hello, BOOT_MAGIC, 4) == 0 && (memcpy(&peer, hello + 4, 4), true) &&
-        peer > 0 && peer < size && io_all(fd, (void *)id, id_bytes, true, deadline))
+        peer > 0 && peer < size && sc_comm_io_all(fd, (void *)id, id_bytes, true, deadline))
       served++; /* a stranger (bad hello) is dropped and not counted */
     close(fd);
   }
@@ -388,7 +388,7 @@ static sc_status serve_id(const struct sockaddr_in *sa, const char *addr, int po
 static sc_status fetch_id(const struct sockaddr_in *sa, const char *addr, int port, int rank,
                           void *id, size_t id_bytes, double deadline, sc_diag *diag) {
   int last_err = 0;
-  while (now_s() < deadline) {
+  while (sc_comm_now_s() < deadline) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
       return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "bootstrap: socket: %s", strerror(errno));
@@ -397,8 +397,8 @@ static sc_status fetch_id(const struct sockaddr_in *sa, const char *addr, int po
       int32_t r = rank;
       memcpy(hello, BOOT_MAGIC, 4);
       memcpy(hello + 4, &r, 4);
-      bool ok = io_all(fd, hello, sizeof hello, true, deadline) &&
-                io_all(fd, id, id_bytes, false, deadline);
+      bool ok = sc_comm_io_all(fd, hello, sizeof hello, true, deadline) &&
+                sc_comm_io_all(fd, id, id_bytes, false, deadline);
       close(fd);
       if (ok) return SC_OK;
       return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
@@ -422,9 +422,9 @@ sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, 
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "bootstrap: bad arguments");
   if (size == 1) return SC_OK;
   struct sockaddr_in sa;
-  sc_status st = resolve(addr, port, &sa, diag);
+  sc_status st = sc_comm_resolve(addr, port, &sa, diag);
   if (st) return st;
-  double deadline = now_s() + (timeout_s > 0 ? timeout_s : sc_comm_timeout_s());
+  double deadline = sc_comm_now_s() + (timeout_s > 0 ? timeout_s : sc_comm_timeout_s());
   if (rank == 0) return serve_id(&sa, addr, port, size, id, id_bytes, deadline, diag);
   return fetch_id(&sa, addr, port, rank, id, id_bytes, deadline, diag);
 }

@@ -193,6 +193,18 @@ const char *sc_reduce_op_name(sc_reduce_op op);
  * host name. */
 sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, void *id,
                                 size_t id_bytes, double timeout_s, sc_diag *diag);
+/* Socket helpers for the TCP backends: a monotonic clock in seconds; all n
+ * bytes read or written on fd before deadline (false on error, EOF or
+ * timeout); addr (numeric IPv4 or a host name) and port resolved. */
+struct sockaddr_in;
+double sc_comm_now_s(void);
+bool sc_comm_io_all(int fd, void *buf, size_t n, bool writing, double deadline);
+sc_status sc_comm_resolve(const char *addr, int port, struct sockaddr_in *sa, sc_diag *diag);
+/* The `tcp` communicator: one rank per process, the world bootstrapped from
+ * RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's, or Slurm's
+ * SLURM_PROCID and SLURM_NTASKS when RANK and WORLD_SIZE are unset), no MPI
+ * (runtime/comm_tcp.c). */
+sc_status sc_comm_tcp_create(sc_comm **out, sc_diag *diag);
 /* RANK, WORLD_SIZE, MASTER_ADDR (copied into addr), MASTER_PORT from the
  * environment; SC_ERR_USAGE naming the variable that is missing or bad. */
 sc_status sc_comm_env_read(int *rank, int *size, char *addr, size_t addr_bytes, int *port,

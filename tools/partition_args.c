@@ -74,8 +74,8 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--plan", &missing))) {
     if (!missing) p->plan_file = v;
   } else if (allow_comm && (v = sc_cli_opt_value(argc, argv, i, "--comm", &missing))) {
-    if (!missing && strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0)
-      return sc_cli_usage_error("--comm expects 'local' or 'mpi', got '%s'", v);
+    if (!missing && strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "tcp") != 0)
+      return sc_cli_usage_error("--comm expects 'local', 'mpi' or 'tcp', got '%s'", v);
     if (!missing) p->comm = v;
     p->comm_given = true;
   } else {

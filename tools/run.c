@@ -329,9 +329,11 @@ static int64_t launcher_rank(void) {
  * written). Returns 0 or an exit status after printing. */
 static int check_run_args(const run_opts *r, const char *file) {
   bool mpi = r->pc.comm && strcmp(r->pc.comm, "mpi") == 0;
-  if (mpi && !sc_partition_args_active(&r->pc) && !sc_dist_bundle_is_dir(file))
-    return sc_cli_usage_error("--comm mpi needs --mesh AXES (or --plan FILE.json, or a "
-                              "partitioned bundle): one rank has nothing to communicate");
+  bool tcp = r->pc.comm && strcmp(r->pc.comm, "tcp") == 0;
+  if ((mpi || tcp) && !sc_partition_args_active(&r->pc) && !sc_dist_bundle_is_dir(file))
+    return sc_cli_usage_error("--comm %s needs --mesh AXES (or --plan FILE.json, or a "
+                              "partitioned bundle): one rank has nothing to communicate",
+                              r->pc.comm);
   int64_t n = launcher_size();
   if (!mpi && n > 1)
     return sc_cli_usage_error("started by mpirun as one of %lld processes without --comm mpi: "
@@ -752,12 +754,13 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
   int64_t n_ranks = dp->mesh.n_ranks;
   if (!rc) {
     sc_status s;
-    if (r->pc.comm && strcmp(r->pc.comm, "mpi") == 0) {
-      s = sc_comm_mpi_create(&world, &d);
+    bool tcp = r->pc.comm && strcmp(r->pc.comm, "tcp") == 0;
+    if (r->pc.comm && (strcmp(r->pc.comm, "mpi") == 0 || tcp)) {
+      s = tcp ? sc_comm_tcp_create(&world, &d) : sc_comm_mpi_create(&world, &d);
       if (s == SC_OK && sc_comm_size(world) != n_ranks)
         s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                        "--comm mpi: the mesh has %lld ranks but mpirun started %d",
-                        (long long)n_ranks, sc_comm_size(world));
+                        "--comm %s: the mesh has %lld ranks but the world has %d",
+                        r->pc.comm, (long long)n_ranks, sc_comm_size(world));
       if (s == SC_OK) s = sc_dist_run_rank(dp, &dop, world, in, ni, out, no, NULL, &d);
     } else {
       stats = sc_calloc((size_t)n_ranks, sizeof *stats);

@@ -528,12 +528,13 @@ int sc_cmd_train(int argc, char **argv) {
   sc_diag_clear(&d);
   sc_trainer_opts to = {.threads = a.threads, .loss_scale = a.loss_scale,
                         .cpu_module = src.bundle ? src.bundle->kernels : NULL};
-  bool mpi = strcmp(a.pa.comm, "mpi") == 0;
-  if (mpi && !(src.build && src.build->part)) {
-    rc = sc_cli_usage_error("--comm mpi needs --mesh AXES (one rank per process)");
+  bool mpi = strcmp(a.pa.comm, "mpi") == 0, tcp = strcmp(a.pa.comm, "tcp") == 0;
+  if ((mpi || tcp) && !(src.build && src.build->part)) {
+    rc = sc_cli_usage_error("--comm %s needs --mesh AXES (one rank per process)", a.pa.comm);
     goto done;
   }
-  if (mpi && sc_comm_mpi_create(&world, &d) != SC_OK) {
+  if ((mpi ? sc_comm_mpi_create(&world, &d) : tcp ? sc_comm_tcp_create(&world, &d) : SC_OK) !=
+      SC_OK) {
     rc = sc_cli_report(&d, o.file);
     goto done;
   }
@@ -577,7 +578,7 @@ int sc_cmd_train(int argc, char **argv) {
     sc_stats_format_bytes((double)bytes, arena, sizeof arena);
     if (run.dist) printf("mesh: %lld ranks (%s); per rank:\n",
                          (long long)sc_dist_trainer_ranks(run.dist),
-                         world ? "processes of an mpirun" : "threads of this process");
+                         world ? "one per process" : "threads of this process");
     printf("memory: arena %s (%lld bytes), allocated once; %d of %d state tensors updated in "
            "place\n",
            arena, (long long)bytes, (int)in_place, (int)n_state);
@@ -653,9 +654,9 @@ int sc_cmd_train(int argc, char **argv) {
     }
     if (!a.quiet && step == a.steps && run.dist && src.build->program->pipe_chunks > 0) {
       printf("pipeline: handed-over values kept at once, per pipeline rank:");
-      for (int32_t q = 0; q < src.build->program->pipe_ranks; q++)
+      for (int32_t q = 0; q < (world ? 1 : src.build->program->pipe_ranks); q++)
         printf(" %lld", (long long)sc_dist_trainer_stash_bytes(run.dist, q));
-      printf(" bytes (planned by shardc plan --train)\n");
+      printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
     }
     if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps)) {
       int64_t growth = 0;

@@ -1,5 +1,8 @@
 /* comm_driver.c — a program run under mpirun by tests/dist/test_comm_mpi.sh
- * to exercise the `mpi` communicator (runtime/comm_mpi.c) in real processes.
+ * to exercise the `mpi` communicator (runtime/comm_mpi.c) in real processes,
+ * and with SHARDC_TEST_COMM=tcp (started once per rank with RANK,
+ * WORLD_SIZE, MASTER_ADDR, MASTER_PORT) by tests/dist/test_tcp.sh for the
+ * `tcp` one (runtime/comm_tcp.c).
  *
  *   comm_driver collectives   every collective in f32, f64, i64, f16 with
  *                             sum, max and min, send/recv ring, split of a
@@ -166,7 +169,9 @@ int main(int argc, char **argv) {
   const char *mode = argc > 1 ? argv[1] : "collectives";
   sc_diag d = {0};
   sc_diag_clear(&d);
-  if (sc_comm_mpi_create(&world, &d)) {
+  const char *backend = getenv("SHARDC_TEST_COMM"); /* "tcp": RANK, WORLD_SIZE, ... */
+  if (backend && strcmp(backend, "tcp") == 0 ? sc_comm_tcp_create(&world, &d)
+                                             : sc_comm_mpi_create(&world, &d)) {
     fprintf(stderr, "comm_driver: %s\n", d.msg);
     return 2;
   }

@@ -16,7 +16,7 @@ set -u
 BIN=${SC_BINARY_DIR:-$(dirname "$0")/../../build}
 DRIVER=$BIN/tests/comm_driver
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found"; exit 77; }
-[ -x "$DRIVER" ] || { echo "SKIP: $DRIVER not built (MPI not found)"; exit 77; }
+[ -x "$DRIVER" ] && [ -e "$BIN/libshardc_comm_mpi.so" ] || { echo "SKIP: $DRIVER or the MPI module not built (MPI not found)"; exit 77; }
 
 . "$(dirname "$0")/mpirun_env.sh"
 mpirun_env "$DRIVER"

@@ -1,0 +1,691 @@
+/* comm_tcp.c — the `tcp` communicator: one rank per process over TCP
+ * sockets, bootstrapped from the environment torchrun and Slurm set
+ * (comm.h), so that a job runs across processes or machines without MPI.
+ *
+ * World. Every process opens a listening socket on a free port, then meets
+ * rank 0 at MASTER_ADDR:MASTER_PORT: each rank r > 0 connects, says its
+ * rank and port, and receives the table of every rank's address (the one
+ * rank 0 saw it connect from) and port; the connection stays as the link
+ * r–0. Then each rank r > 0 connects to every rank 1 <= k < r and accepts
+ * from every k > r: a full mesh, one socket per pair. Every step is bounded
+ * by SHARDC_COMM_TIMEOUT.
+ *
+ * Messages. A frame is a header (magic, kind, context, source, tag, bytes)
+ * and the bytes. One receiver thread per process reads every socket and
+ * files each data frame in a mailbox; recv takes the first message of
+ * (context, source, tag), so a send never waits for its receive (the
+ * pipelined step relies on it: comm.h). A frame of kind ABORT carries a
+ * failing rank's message: every later operation then fails with "rank R
+ * aborted: MESSAGE"; a socket that closes without a BYE frame (the peer
+ * died) does the same with "the connection was lost". A rank that ends
+ * cleanly says BYE: only a wait for it fails then. Waits are bounded.
+ *
+ * Communicators. A communicator is the world's sockets, a context id and
+ * its members (world ranks, in its rank order). Collectives exchange
+ * through the mailbox under tag -1 (point-to-point tags are >= 0), in the
+ * order every member calls them; reductions sum the members' contributions
+ * in rank order, so every rank gets the same bits, as on the local backend.
+ * split all-gathers (color, key) and gives the members of each color a
+ * context id derived from the parent's and the count of its splits: the
+ * same on every member, distinct from every other. */
+#define _GNU_SOURCE /* accept4 */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/comm.h"
+
+enum { FRAME_DATA = 1, FRAME_ABORT = 2, FRAME_BYE = 3, COLL_TAG = -1 };
+static const uint32_t MAGIC = 0x53435443; /* "SCTC" */
+
+typedef struct frame {
+  uint32_t magic, kind;
+  uint64_t ctx;
+  int32_t src, tag;
+  int64_t bytes;
+} frame;
+
+typedef struct msg {
+  struct msg *next;
+  uint64_t ctx;
+  int src, tag;
+  int64_t bytes;
+  char *data;
+} msg;
+
+typedef struct world {
+  int rank, size;
+  int *fd;                 /* [size] socket to each rank, -1 for this one */
+  pthread_mutex_t *wmu;    /* [size] one writer at a time per socket */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  msg *head, *tail;
+  bool aborted;
+  char why[600];
+  bool *gone;              /* [size] the rank said goodbye (a clean end) */
+  bool stop;
+  int wake[2];             /* stops the receiver's poll */
+  pthread_t th;
+  bool started;
+  int refs;
+} world;
+
+typedef struct tcp_ctx {
+  world *w;
+  uint64_t ctx;
+  int *members;            /* [size] world ranks */
+  uint64_t splits;
+} tcp_ctx;
+
+static const sc_comm_iface tcp_iface;
+
+static tcp_ctx *X(sc_comm *c) { return (tcp_ctx *)c->ctx; }
+
+static sc_status nomem(sc_diag *d) {
+  return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "tcp communicator: out of memory");
+}
+
+/* ---- the receiver ---- */
+
+static void set_aborted(world *w, const char *why) {
+  pthread_mutex_lock(&w->mu);
+  if (!w->aborted) {
+    w->aborted = true;
+    snprintf(w->why, sizeof w->why, "%s", why);
+  }
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
+/* Reads one frame from rank r's socket into the mailbox; false when the
+ * socket is done (closed, broken). */
+static bool read_frame(world *w, int r) {
+  frame h;
+  double deadline = sc_comm_now_s() + sc_comm_timeout_s();
+  if (!sc_comm_io_all(w->fd[r], &h, sizeof h, false, deadline) || h.magic != MAGIC ||
+      h.bytes < 0 || h.bytes > ((int64_t)1 << 40))
+    return false;
+  char *data = sc_malloc(h.bytes > 0 ? (size_t)h.bytes : 1);
+  if (!data || !sc_comm_io_all(w->fd[r], data, (size_t)h.bytes, false, deadline)) {
+    sc_free(data);
+    return false;
+  }
+  if (h.kind == FRAME_BYE) {
+    sc_free(data);
+    pthread_mutex_lock(&w->mu);
+    w->gone[r] = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return false; /* nothing more comes from it */
+  }
+  if (h.kind == FRAME_ABORT) {
+    char why[600];
+    snprintf(why, sizeof why, "rank %d aborted: %.*s", (int)r, (int)(h.bytes < 500 ? h.bytes : 500),
+             data);
+    sc_free(data);
+    set_aborted(w, why);
+    return true;
+  }
+  msg *m = sc_malloc(sizeof *m);
+  if (!m) {
+    sc_free(data);
+    return false;
+  }
+  *m = (msg){.ctx = h.ctx, .src = r, .tag = h.tag, .bytes = h.bytes, .data = data};
+  pthread_mutex_lock(&w->mu);
+  if (w->tail) w->tail->next = m;
+  else w->head = m;
+  w->tail = m;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+  return true;
+}
+
+static void *receiver(void *arg) {
+  world *w = arg;
+  struct pollfd *p = sc_calloc((size_t)w->size + 1, sizeof *p);
+  bool *open = sc_calloc((size_t)w->size + 1, sizeof *open);
+  if (!p || !open) {
+    set_aborted(w, "the receiver is out of memory");
+    sc_free(p);
+    sc_free(open);
+    return NULL;
+  }
+  for (int r = 0; r < w->size; r++) open[r] = w->fd[r] >= 0;
+  for (;;) {
+    int n = 0;
+    for (int r = 0; r < w->size; r++) p[n++] = (struct pollfd){.fd = open[r] ? w->fd[r] : -1,
+                                                                .events = POLLIN};
+    p[n++] = (struct pollfd){.fd = w->wake[0], .events = POLLIN};
+    if (poll(p, (nfds_t)n, -1) < 0 && errno != EINTR) break;
+    if (p[w->size].revents) break; /* destroy */
+    for (int r = 0; r < w->size; r++) {
+      if (!open[r] || !(p[r].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      if (read_frame(w, r)) continue;
+      open[r] = false;
+      pthread_mutex_lock(&w->mu);
+      bool stopping = w->stop || w->gone[r];
+      pthread_mutex_unlock(&w->mu);
+      if (!stopping) {
+        char why[128];
+        snprintf(why, sizeof why, "the connection to rank %d was lost (it ended or died)", r);
+        set_aborted(w, why);
+      }
+    }
+  }
+  sc_free(p);
+  sc_free(open);
+  return NULL;
+}
+
+/* ---- point to point ---- */
+
+static sc_status write_frame(world *w, int r, uint32_t kind, uint64_t ctx, int tag,
+                             const void *buf, int64_t bytes, sc_diag *d) {
+  frame h = {.magic = MAGIC, .kind = kind, .ctx = ctx, .src = w->rank, .tag = tag, .bytes = bytes};
+  double deadline = sc_comm_now_s() + sc_comm_timeout_s();
+  pthread_mutex_lock(&w->wmu[r]);
+  bool ok = sc_comm_io_all(w->fd[r], &h, sizeof h, true, deadline) &&
+            (bytes == 0 || sc_comm_io_all(w->fd[r], (void *)buf, (size_t)bytes, true, deadline));
+  pthread_mutex_unlock(&w->wmu[r]);
+  if (ok) return SC_OK;
+  int e = errno;
+  /* the peer is gone: its ABORT frame, or the end of its socket, tells why
+   * (the receiver reads what came before the end) */
+  double until = sc_comm_now_s() + 2.0;
+  pthread_mutex_lock(&w->mu);
+  while (!w->aborted && sc_comm_now_s() < until) {
+    pthread_mutex_unlock(&w->mu);
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&w->mu);
+  }
+  char why[600];
+  snprintf(why, sizeof why, "%s", w->aborted ? w->why : "");
+  pthread_mutex_unlock(&w->mu);
+  if (why[0]) return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s", why);
+  return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "rank %d: sending to rank %d failed: %s", w->rank,
+                     r, e ? strerror(e) : "the connection closed");
+}
+
+/* Sends bytes to world rank r (to this rank: straight into the mailbox). */
+static sc_status put(world *w, int r, uint64_t ctx, int tag, const void *buf, int64_t bytes,
+                     sc_diag *d) {
+  pthread_mutex_lock(&w->mu);
+  char why[600] = "";
+  if (w->aborted) snprintf(why, sizeof why, "%s", w->why);
+  pthread_mutex_unlock(&w->mu);
+  if (why[0]) return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s", why);
+  if (r != w->rank) return write_frame(w, r, FRAME_DATA, ctx, tag, buf, bytes, d);
+  msg *m = sc_malloc(sizeof *m);
+  char *data = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
+  if (!m || !data) {
+    sc_free(m);
+    sc_free(data);
+    return nomem(d);
+  }
+  if (bytes) memcpy(data, buf, (size_t)bytes);
+  *m = (msg){.ctx = ctx, .src = r, .tag = tag, .bytes = bytes, .data = data};
+  pthread_mutex_lock(&w->mu);
+  if (w->tail) w->tail->next = m;
+  else w->head = m;
+  w->tail = m;
+  pthread_mutex_unlock(&w->mu);
+  return SC_OK;
+}
+
+/* Takes the first message of (ctx, world rank r, tag) into buf (exactly
+ * bytes long). */
+static sc_status take(world *w, int r, uint64_t ctx, int tag, void *buf, int64_t bytes,
+                      sc_diag *d) {
+  double deadline = sc_comm_now_s() + sc_comm_timeout_s();
+  pthread_mutex_lock(&w->mu);
+  for (;;) {
+    if (w->aborted) { /* every operation after an abort fails (comm.h) */
+      char why[600];
+      snprintf(why, sizeof why, "%s", w->why);
+      pthread_mutex_unlock(&w->mu);
+      return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s", why);
+    }
+    msg *prev = NULL, *m = w->head;
+    while (m && !(m->ctx == ctx && m->src == r && m->tag == tag)) prev = m, m = m->next;
+    if (m) {
+      if (prev) prev->next = m->next;
+      else w->head = m->next;
+      if (w->tail == m) w->tail = prev;
+      pthread_mutex_unlock(&w->mu);
+      sc_status st = SC_OK;
+      if (m->bytes != bytes)
+        st = sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "recv: rank %d expected %lld bytes from rank %d (tag %d), got %lld",
+                         w->rank, (long long)bytes, r, tag, (long long)m->bytes);
+      else if (bytes)
+        memcpy(buf, m->data, (size_t)bytes);
+      sc_free(m->data);
+      sc_free(m);
+      return st;
+    }
+    if (w->gone[r]) {
+      pthread_mutex_unlock(&w->mu);
+      return sc_diag_set(d, SC_ERR_IO, NULL, NULL,
+                         "rank %d: waits for rank %d (tag %d), which has ended", w->rank, r, tag);
+    }
+    double left = deadline - sc_comm_now_s();
+    if (left <= 0) {
+      pthread_mutex_unlock(&w->mu);
+      return sc_diag_set(d, SC_ERR_IO, NULL, NULL,
+                         "rank %d: nothing from rank %d (tag %d) within %.0f s (SHARDC_COMM_TIMEOUT)",
+                         w->rank, r, tag, sc_comm_timeout_s());
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double wait = left < 1.0 ? left : 1.0;
+    ts.tv_sec += (time_t)wait;
+    ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+      ts.tv_sec++;
+      ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+  }
+}
+
+static sc_status tcp_send(sc_comm *c, const void *buf, int64_t count, sc_dtype t, int peer,
+                          int tag, sc_diag *diag) {
+  tcp_ctx *x = X(c);
+  return put(x->w, x->members[peer], x->ctx, tag, buf, count * (int64_t)sc_dtype_size(t), diag);
+}
+
+static sc_status tcp_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int peer, int tag,
+                          sc_diag *diag) {
+  tcp_ctx *x = X(c);
+  return take(x->w, x->members[peer], x->ctx, tag, buf, count * (int64_t)sc_dtype_size(t), diag);
+}
+
+/* ---- collectives ---- */
+
+/* Member q's chunk of `chunk` bytes: send's q-th (scatter) or all of it. */
+static sc_status exchange(sc_comm *c, const void *send, int64_t chunk, bool scatter,
+                          char *got, sc_diag *d) {
+  tcp_ctx *x = X(c);
+  sc_status st = SC_OK;
+  for (int q = 0; st == SC_OK && q < c->size; q++)
+    if (q != c->rank)
+      st = put(x->w, x->members[q], x->ctx, COLL_TAG,
+               (const char *)send + (scatter ? (size_t)(q * chunk) : 0), chunk, d);
+  for (int q = 0; st == SC_OK && q < c->size; q++) {
+    char *dst = got + (size_t)(q * chunk);
+    if (q == c->rank)
+      memmove(dst, (const char *)send + (scatter ? (size_t)(q * chunk) : 0), (size_t)chunk);
+    else
+      st = take(x->w, x->members[q], x->ctx, COLL_TAG, dst, chunk, d);
+  }
+  return st;
+}
+
+static sc_status reduce_from(sc_comm *c, const char *got, int64_t chunk, sc_dtype t,
+                             sc_reduce_op op, void *recv, int64_t count, sc_diag *d) {
+  const void **srcs = sc_malloc((size_t)c->size * sizeof *srcs);
+  if (!srcs) return nomem(d);
+  for (int q = 0; q < c->size; q++) srcs[q] = got + (size_t)(q * chunk);
+  sc_comm_reduce_arrays(t, op, srcs, c->size, recv, count);
+  sc_free(srcs);
+  return SC_OK;
+}
+
+static sc_status tcp_all_reduce(sc_comm *c, const void *send, void *recv, int64_t count,
+                                sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+  int64_t chunk = count * (int64_t)sc_dtype_size(t);
+  char *got = sc_malloc((size_t)(chunk * c->size) + 1);
+  if (!got) return nomem(diag);
+  sc_status st = exchange(c, send, chunk, false, got, diag);
+  if (st == SC_OK) st = reduce_from(c, got, chunk, t, op, recv, count, diag);
+  sc_free(got);
+  return st;
+}
+
+static sc_status tcp_all_gather(sc_comm *c, const void *send, void *recv, int64_t count,
+                                sc_dtype t, sc_diag *diag) {
+  int64_t chunk = count * (int64_t)sc_dtype_size(t);
+  char *mine = sc_malloc((size_t)chunk + 1); /* send may be recv's own chunk */
+  if (!mine) return nomem(diag);
+  memcpy(mine, send, (size_t)chunk);
+  sc_status st = exchange(c, mine, chunk, false, recv, diag);
+  sc_free(mine);
+  return st;
+}
+
+static sc_status tcp_reduce_scatter(sc_comm *c, const void *send, void *recv, int64_t count,
+                                    sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+  int64_t chunk = count * (int64_t)sc_dtype_size(t);
+  char *got = sc_malloc((size_t)(chunk * c->size) + 1);
+  if (!got) return nomem(diag);
+  sc_status st = exchange(c, send, chunk, true, got, diag);
+  if (st == SC_OK) st = reduce_from(c, got, chunk, t, op, recv, count, diag);
+  sc_free(got);
+  return st;
+}
+
+static sc_status tcp_all_to_all(sc_comm *c, const void *send, void *recv, int64_t count,
+                                sc_dtype t, sc_diag *diag) {
+  return exchange(c, send, count * (int64_t)sc_dtype_size(t), true, recv, diag);
+}
+
+static sc_status tcp_barrier(sc_comm *c, sc_diag *diag) {
+  int32_t one = 1, sum = 0;
+  return tcp_all_reduce(c, &one, &sum, 1, SC_DTYPE_I32, SC_REDUCE_SUM, diag);
+}
+
+static sc_status wrap(world *w, uint64_t ctx, int *members, int rank, int size, sc_comm **out,
+                      sc_diag *d) {
+  tcp_ctx *x = sc_calloc(1, sizeof *x);
+  sc_comm *c = x ? sc_comm_alloc(&tcp_iface, x, rank, size) : NULL;
+  if (!c) {
+    sc_free(x);
+    sc_free(members);
+    return nomem(d);
+  }
+  x->w = w;
+  x->ctx = ctx;
+  x->members = members;
+  pthread_mutex_lock(&w->mu);
+  w->refs++;
+  pthread_mutex_unlock(&w->mu);
+  *out = c;
+  return SC_OK;
+}
+
+static sc_status tcp_split(sc_comm *c, int color, int key, sc_comm **out, sc_diag *diag) {
+  tcp_ctx *x = X(c);
+  int32_t mine[2] = {color, key}, *all = sc_malloc((size_t)c->size * sizeof mine);
+  if (!all) return nomem(diag);
+  sc_status st = tcp_all_gather(c, mine, all, 2, SC_DTYPE_I32, diag);
+  uint64_t ctx = (x->ctx * 1000003u + ++x->splits) * 1000033u + (uint64_t)(color + 1);
+  if (st != SC_OK || color < 0) {
+    sc_free(all);
+    return st;
+  }
+  int n = 0, me = 0;
+  int *members = sc_malloc((size_t)c->size * sizeof *members);
+  if (!members) {
+    sc_free(all);
+    return nomem(diag);
+  }
+  for (int q = 0; q < c->size; q++) /* by (key, rank): insertion sort */
+    if (all[2 * q] == color) {
+      int k = n++;
+      while (k > 0 && (all[2 * members[k - 1] + 1] > all[2 * q + 1])) {
+        members[k] = members[k - 1];
+        k--;
+      }
+      members[k] = q;
+    }
+  for (int k = 0; k < n; k++) {
+    if (members[k] == c->rank) me = k;
+    members[k] = x->members[members[k]]; /* world ranks */
+  }
+  sc_free(all);
+  return wrap(x->w, ctx, members, me, n, out, diag);
+}
+
+static void tcp_abort(sc_comm *c, const char *text) {
+  world *w = X(c)->w;
+  sc_diag d;
+  sc_diag_clear(&d);
+  for (int r = 0; r < w->size; r++)
+    if (r != w->rank && w->fd[r] >= 0)
+      write_frame(w, r, FRAME_ABORT, 0, 0, text, (int64_t)strlen(text), &d);
+  char why[600];
+  snprintf(why, sizeof why, "rank %d aborted: %s", w->rank, text);
+  set_aborted(w, why);
+}
+
+static void world_free(world *w) {
+  if (w->started) { /* goodbye: a clean end, not a death */
+    sc_diag d;
+    sc_diag_clear(&d);
+    for (int r = 0; r < w->size; r++)
+      if (r != w->rank && w->fd[r] >= 0) write_frame(w, r, FRAME_BYE, 0, 0, NULL, 0, &d);
+  }
+  if (w->started) {
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_mutex_unlock(&w->mu);
+    char b = 1;
+    if (write(w->wake[1], &b, 1) < 0) { /* the receiver may be gone already */
+    }
+    pthread_join(w->th, NULL);
+  }
+  for (int r = 0; w->fd && r < w->size; r++)
+    if (w->fd[r] >= 0) close(w->fd[r]);
+  for (int r = 0; w->wmu && r < w->size; r++) pthread_mutex_destroy(&w->wmu[r]);
+  if (w->wake[0] >= 0) close(w->wake[0]);
+  if (w->wake[1] >= 0) close(w->wake[1]);
+  for (msg *m = w->head, *n; m; m = n) {
+    n = m->next;
+    sc_free(m->data);
+    sc_free(m);
+  }
+  pthread_mutex_destroy(&w->mu);
+  pthread_cond_destroy(&w->cv);
+  sc_free(w->fd);
+  sc_free(w->wmu);
+  sc_free(w->gone);
+  sc_free(w);
+}
+
+static void tcp_destroy(sc_comm *c) {
+  tcp_ctx *x = X(c);
+  world *w = x->w;
+  pthread_mutex_lock(&w->mu);
+  bool last = --w->refs == 0;
+  pthread_mutex_unlock(&w->mu);
+  if (last) world_free(w);
+  sc_free(x->members);
+  sc_free(x);
+  sc_free(c);
+}
+
+static const sc_comm_iface tcp_iface = {
+    .name = "tcp",
+    .all_reduce = tcp_all_reduce,
+    .all_gather = tcp_all_gather,
+    .reduce_scatter = tcp_reduce_scatter,
+    .all_to_all = tcp_all_to_all,
+    .send = tcp_send,
+    .recv = tcp_recv,
+    .barrier = tcp_barrier,
+    .split = tcp_split,
+    .abort = tcp_abort,
+    .destroy = tcp_destroy,
+};
+
+/* ---- bootstrap ---- */
+
+typedef struct hello {
+  uint32_t magic;
+  int32_t rank, port;
+  uint32_t addr;            /* network order (the table's) */
+} hello;
+
+static sc_status io_err(sc_diag *d, int rank, const char *what) {
+  return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "tcp bootstrap: rank %d: %s: %s", rank, what,
+                     errno ? strerror(errno) : "timed out or closed");
+}
+
+static int listen_on(struct sockaddr_in *sa, int backlog) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd < 0) return -1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  socklen_t len = sizeof *sa;
+  if (bind(fd, (struct sockaddr *)sa, sizeof *sa) < 0 || listen(fd, backlog) < 0 ||
+      getsockname(fd, (struct sockaddr *)sa, &len) < 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Accepts one connection before deadline and reads its hello. */
+static int accept_hello(int ls, hello *h, struct sockaddr_in *from, double deadline) {
+  for (;;) {
+    struct pollfd p = {.fd = ls, .events = POLLIN};
+    double left = deadline - sc_comm_now_s();
+    if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) return -1;
+    socklen_t len = sizeof *from;
+    int fd = accept4(ls, (struct sockaddr *)from, &len, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    if (sc_comm_io_all(fd, h, sizeof *h, false, deadline) && h->magic == MAGIC) return fd;
+    close(fd); /* a stranger */
+  }
+}
+
+/* Connects to sa (retrying until deadline: the peer may not listen yet)
+ * and says hello h. */
+static int connect_hello(const struct sockaddr_in *sa, const hello *h, double deadline) {
+  while (sc_comm_now_s() < deadline) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0) {
+      if (sc_comm_io_all(fd, (void *)h, sizeof *h, true, deadline)) return fd;
+      close(fd);
+      return -1;
+    }
+    close(fd);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return -1;
+}
+
+static sc_status build_world(world *w, const char *addr, int port, sc_diag *d) {
+  double deadline = sc_comm_now_s() + sc_comm_timeout_s();
+  struct sockaddr_in any = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+  int ls = listen_on(&any, w->size + 1); /* for the ranks above this one */
+  if (ls < 0) return io_err(d, w->rank, "cannot listen");
+  hello *table = sc_calloc((size_t)w->size, sizeof *table);
+  sc_status st = table ? SC_OK : nomem(d);
+  hello me = {.magic = MAGIC, .rank = w->rank, .port = ntohs(any.sin_port)};
+  if (st == SC_OK && w->rank == 0) { /* meet everyone at MASTER_PORT, send the table */
+    struct sockaddr_in sa;
+    if ((st = sc_comm_resolve(addr, port, &sa, d)) == SC_OK) {
+      sa.sin_addr.s_addr = htonl(INADDR_ANY);
+      int ms = listen_on(&sa, w->size + 1);
+      if (ms < 0) st = io_err(d, 0, "cannot listen on MASTER_PORT");
+      for (int k = 1; st == SC_OK && k < w->size; k++) {
+        hello h;
+        struct sockaddr_in from;
+        int fd = accept_hello(ms, &h, &from, deadline);
+        if (fd < 0 || h.rank <= 0 || h.rank >= w->size || w->fd[h.rank] >= 0) {
+          if (fd >= 0) close(fd);
+          st = sc_diag_set(d, SC_ERR_IO, NULL, NULL,
+                           "tcp bootstrap: rank 0 at %s:%d: %d of %d ranks met before the "
+                           "timeout (or a rank came twice)", addr, port, k, w->size);
+          break;
+        }
+        w->fd[h.rank] = fd;
+        table[h.rank] = h;
+        table[h.rank].addr = from.sin_addr.s_addr;
+      }
+      if (ms >= 0) close(ms);
+      for (int r = 1; st == SC_OK && r < w->size; r++)
+        if (!sc_comm_io_all(w->fd[r], table, (size_t)w->size * sizeof *table, true, deadline))
+          st = io_err(d, 0, "sending the table");
+    }
+  } else if (st == SC_OK) {
+    struct sockaddr_in sa;
+    if ((st = sc_comm_resolve(addr, port, &sa, d)) == SC_OK) {
+      w->fd[0] = connect_hello(&sa, &me, deadline);
+      if (w->fd[0] < 0)
+        st = sc_diag_set(d, SC_ERR_IO, NULL, NULL,
+                         "tcp bootstrap: rank %d cannot reach rank 0 at %s:%d before the "
+                         "timeout", w->rank, addr, port);
+      else if (!sc_comm_io_all(w->fd[0], table, (size_t)w->size * sizeof *table, false,
+                               deadline))
+        st = io_err(d, w->rank, "receiving the table");
+    }
+    /* the ranks below (but 0) are listening: connect; then accept those above */
+    for (int k = 1; st == SC_OK && k < w->rank; k++) {
+      struct sockaddr_in to = {.sin_family = AF_INET, .sin_addr.s_addr = table[k].addr,
+                               .sin_port = htons((uint16_t)table[k].port)};
+      if ((w->fd[k] = connect_hello(&to, &me, deadline)) < 0)
+        st = io_err(d, w->rank, "cannot reach a lower rank");
+    }
+    for (int k = w->rank + 1; st == SC_OK && k < w->size; k++) {
+      hello h;
+      struct sockaddr_in from;
+      int fd = accept_hello(ls, &h, &from, deadline);
+      if (fd < 0 || h.rank <= w->rank || h.rank >= w->size || w->fd[h.rank] >= 0) {
+        if (fd >= 0) close(fd);
+        st = io_err(d, w->rank, "a higher rank did not connect");
+        break;
+      }
+      w->fd[h.rank] = fd;
+    }
+  }
+  close(ls);
+  sc_free(table);
+  for (int r = 0; st == SC_OK && r < w->size; r++)
+    if (w->fd[r] >= 0) {
+      int one = 1;
+      setsockopt(w->fd[r], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    }
+  return st;
+}
+
+/* RANK and WORLD_SIZE, or Slurm's SLURM_PROCID and SLURM_NTASKS. */
+static void slurm_env(void) {
+  const char *r = getenv("SLURM_PROCID"), *n = getenv("SLURM_NTASKS");
+  if (!getenv("RANK") && r) setenv("RANK", r, 0);
+  if (!getenv("WORLD_SIZE") && n) setenv("WORLD_SIZE", n, 0);
+}
+
+sc_status sc_comm_tcp_create(sc_comm **out, sc_diag *diag) {
+  *out = NULL;
+  slurm_env();
+  int rank, size, port;
+  char addr[256];
+  sc_status st = sc_comm_env_read(&rank, &size, addr, sizeof addr, &port, diag);
+  if (st) return st;
+  world *w = sc_calloc(1, sizeof *w);
+  if (!w) return nomem(diag);
+  w->rank = rank;
+  w->size = size;
+  w->wake[0] = w->wake[1] = -1;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  w->fd = sc_malloc((size_t)size * sizeof *w->fd);
+  w->wmu = sc_calloc((size_t)size, sizeof *w->wmu);
+  w->gone = sc_calloc((size_t)size, sizeof *w->gone);
+  int *members = sc_malloc((size_t)size * sizeof *members);
+  if (!w->fd || !w->wmu || !w->gone || !members || pipe(w->wake) < 0) {
+    sc_free(members);
+    world_free(w);
+    return nomem(diag);
+  }
+  for (int r = 0; r < size; r++) {
+    w->fd[r] = -1;
+    members[r] = r;
+    pthread_mutex_init(&w->wmu[r], NULL);
+  }
+  st = build_world(w, addr, port, diag);
+  if (st == SC_OK && pthread_create(&w->th, NULL, receiver, w) != 0)
+    st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "tcp communicator: cannot start its thread");
+  w->started = st == SC_OK;
+  if (st != SC_OK) {
+    sc_free(members);
+    world_free(w);
+    return st;
+  }
+  return wrap(w, 1, members, rank, size, out, diag);
+}
