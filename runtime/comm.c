@@ -43,13 +43,13 @@ double sc_comm_timeout_s(void) {
 
 const char *sc_comm_backends(void) {
 #if SHARDC_HAVE_MPI && SHARDC_HAVE_NCCL
-  return "local,mpi,nccl";
+  return "local,tcp,mpi,nccl";
 #elif SHARDC_HAVE_MPI
-  return "local,mpi";
+  return "local,tcp,mpi";
 #elif SHARDC_HAVE_NCCL
-  return "local,nccl";
+  return "local,tcp,nccl";
 #else
-  return "local";
+  return "local,tcp";
 #endif
 }
 

@@ -132,7 +132,7 @@ typedef struct sc_comm_nccl_opts {
  * ncclCommGetAsyncError). SC_ERR_UNSUPPORTED in a build without NCCL. */
 sc_status sc_comm_nccl_create(const sc_comm_nccl_opts *o, sc_comm **out, sc_diag *diag);
 
-/* Backends this build has, comma-separated: "local,mpi". */
+/* Backends this build has, comma-separated: "local,tcp,mpi". */
 const char *sc_comm_backends(void);
 
 /* ---- operations (see the layouts above) ---- */
