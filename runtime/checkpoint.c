@@ -526,36 +526,58 @@ static sc_status write_shard_file(const char *dir, const char *tmp, sc_ckpt_grou
   return e && json_array_append_new(files, e) == 0 ? SC_OK : nomem(d);
 }
 
-sc_status sc_ckpt_save_shards(const char *dir, const sc_ckpt_state *st,
-                              const sc_ckpt_shard *shards, int32_t n, sc_diag *d) {
-  if (!dir || !dir[0] || !st || n < 0 || (n > 0 && !shards))
+static bool int_list(json_t *a, int32_t rank, int64_t *out) {
+  if (!json_is_array(a) || json_array_size(a) != (size_t)rank) return false;
+  for (int32_t k = 0; k < rank; k++) {
+    json_t *v = json_array_get(a, (size_t)k);
+    if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
+    out[k] = (int64_t)json_integer_value(v);
+  }
+  return true;
+}
+
+struct sc_ckpt_commit {
+  sc_dir_commit c;
+};
+
+sc_status sc_ckpt_shards_begin(const char *dir, sc_ckpt_commit **out, const char **tmp,
+                               sc_diag *d) {
+  *out = NULL;
+  if (!dir || !dir[0]) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: no folder");
+  sc_status s = check_target(dir, d);
+  if (s != SC_OK) return s;
+  sc_ckpt_commit *c = sc_calloc(1, sizeof *c);
+  if (!c) return nomem(d);
+  remove_stale_temporaries(dir);
+  const char *const markers[] = {k_manifest, NULL};
+  if ((s = sc_dir_commit_begin(&c->c, dir, markers, d)) != SC_OK) {
+    sc_free(c);
+    return s;
+  }
+  *out = c;
+  *tmp = c->c.tmp;
+  return SC_OK;
+}
+
+sc_status sc_ckpt_shards_write(const char *dir, const char *tmp, const sc_ckpt_shard *shards,
+                               int32_t n, char **part, sc_diag *d) {
+  *part = NULL;
+  if (!dir || !tmp || n < 0 || (n > 0 && !shards))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad arguments");
   for (int32_t i = 0; i < n; i++)
     if ((unsigned)shards[i].group >= SC_CKPT_GROUP_COUNT || shards[i].writer < 0 ||
         shards[i].writer > 99999 || !shards[i].name || shards[i].rank < 0 ||
-        shards[i].rank > SC_MAX_RANK)
+        shards[i].rank > SC_MAX_RANK || !shards[i].data)
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad shard %d", (int)i);
-  sc_status s = check_tiling(shards, n, d);
-  if (s != SC_OK) return s;
   /* key[i]: shard i's index among its tensor's shards in its writer's file */
   int32_t *key = sc_calloc((size_t)n + 1, sizeof *key);
-  json_t *root = json_pack("{s:s, s:i}", "format", SC_CKPT_FORMAT, "format_version", 2);
   json_t *files = json_array(), *tensors = NULL;
-  s = key && root && files ? put_state(root, dir, st, d) : nomem(d);
+  sc_status s = key && files ? SC_OK : nomem(d);
   for (int32_t i = 0; s == SC_OK && i < n; i++)
     for (int32_t j = 0; j < i; j++)
       key[i] += shards[j].group == shards[i].group && shards[j].writer == shards[i].writer &&
                 strcmp(shards[j].name, shards[i].name) == 0;
   if (s == SC_OK && !(tensors = shard_lists(shards, n, key))) s = nomem(d);
-  if (s == SC_OK) s = check_target(dir, d);
-  sc_dir_commit c;
-  bool begun = false;
-  if (s == SC_OK) {
-    remove_stale_temporaries(dir);
-    const char *const markers[] = {k_manifest, NULL};
-    s = sc_dir_commit_begin(&c, dir, markers, d);
-    begun = s == SC_OK;
-  }
   int written = 0;
   for (int g = 0; s == SC_OK && g < SC_CKPT_GROUP_COUNT; g++)
     for (int32_t w = 0; s == SC_OK && w <= 99999; w++) {
@@ -564,18 +586,132 @@ sc_status sc_ckpt_save_shards(const char *dir, const sc_ckpt_state *st,
         any |= shards[i].group == (sc_ckpt_group)g && shards[i].writer == w;
         more |= shards[i].group == (sc_ckpt_group)g && shards[i].writer > w;
       }
-      if (any) s = write_shard_file(dir, c.tmp, (sc_ckpt_group)g, w, shards, n, key, &written,
+      if (any) s = write_shard_file(dir, tmp, (sc_ckpt_group)g, w, shards, n, key, &written,
                                     files, d);
       if (!more) break;
     }
   sc_free(key);
-  if (!begun) {
-    json_decref(root);
-    json_decref(files);
-    json_decref(tensors);
-    return s;
+  json_t *root = s == SC_OK ? json_pack("{s:O, s:O}", "files", files, "tensors", tensors) : NULL;
+  if (s == SC_OK && (!root || !(*part = json_dumps(root, JSON_COMPACT)))) s = nomem(d);
+  json_decref(root);
+  json_decref(files);
+  json_decref(tensors);
+  return s;
+}
+
+/* Adds part's files and tensors (shards appended to a tensor already
+ * listed) to files and tensors; then checks every tensor is tiled. */
+static sc_status merge_part(const char *dir, const char *text, json_t *files, json_t *tensors,
+                            sc_diag *d) {
+  json_t *p = text ? json_loads(text, JSON_REJECT_DUPLICATES, NULL) : NULL;
+  json_t *pf = json_object_get(p, "files"), *pt = json_object_get(p, "tensors");
+  sc_status st = json_is_array(pf) && json_is_object(pt)
+                     ? SC_OK
+                     : sc_diag_set_prefixed(d, SC_ERR_INVALID, dir, "a rank's part is malformed");
+  size_t i;
+  json_t *e;
+  if (st == SC_OK) json_array_foreach(pf, i, e) json_array_append(files, e);
+  for (int g = 0; st == SC_OK && g < SC_CKPT_GROUP_COUNT; g++) {
+    json_t *list = json_object_get(tensors, k_groups[g]), *add = json_object_get(pt, k_groups[g]);
+    json_array_foreach(add, i, e) {
+      const char *name = json_string_value(json_object_get(e, "name"));
+      json_t *have = NULL, *x;
+      size_t j;
+      json_array_foreach(list, j, x)
+        if (name && !strcmp(name, json_string_value(json_object_get(x, "name")))) have = x;
+      if (!have) {
+        json_array_append(list, e);
+        continue;
+      }
+      if (!json_equal(json_object_get(have, "shape"), json_object_get(e, "shape")) ||
+          !json_equal(json_object_get(have, "dtype"), json_object_get(e, "dtype"))) {
+        st = sc_diag_set_prefixed(d, SC_ERR_INVALID, dir,
+                                  "tensor '%.200s': ranks disagree on its dtype or shape", name);
+        break;
+      }
+      json_array_extend(json_object_get(have, "shards"), json_object_get(e, "shards"));
+    }
   }
-  return finish_save(dir, &c, root, files, tensors, s, d);
+  json_decref(p);
+  return st;
+}
+
+/* Every tensor of the merged lists tiled exactly by its shards. */
+static sc_status check_tiled(const char *dir, json_t *tensors, sc_diag *d) {
+  for (int g = 0; g < SC_CKPT_GROUP_COUNT; g++) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(tensors, k_groups[g]), i, t) {
+      const char *name = json_string_value(json_object_get(t, "name"));
+      json_t *shape = json_object_get(t, "shape"), *sh = json_object_get(t, "shards");
+      int32_t rank = (int32_t)json_array_size(shape);
+      int64_t dims[SC_MAX_RANK] = {0}, covered = 0;
+      bool ok = rank <= SC_MAX_RANK && int_list(shape, rank, dims);
+      size_t n = json_array_size(sh);
+      for (size_t a = 0; ok && a < n; a++) {
+        int64_t ao[SC_MAX_RANK], as[SC_MAX_RANK];
+        json_t *x = json_array_get(sh, a);
+        ok = int_list(json_object_get(x, "offsets"), rank, ao) &&
+             int_list(json_object_get(x, "shape"), rank, as);
+        for (int32_t k = 0; ok && k < rank; k++) ok = ao[k] + as[k] <= dims[k];
+        for (size_t b = 0; ok && b < a; b++) {
+          int64_t bo[SC_MAX_RANK], bs[SC_MAX_RANK];
+          json_t *y = json_array_get(sh, b);
+          int_list(json_object_get(y, "offsets"), rank, bo);
+          int_list(json_object_get(y, "shape"), rank, bs);
+          ok = !boxes_meet(rank, ao, as, bo, bs);
+        }
+        covered += ok ? volume(rank, as) : 0;
+      }
+      if (!ok || covered != volume(rank, dims))
+        return sc_diag_set_prefixed(d, SC_ERR_USAGE, dir,
+                                    "tensor '%.200s': its shards overlap, leave its bounds or "
+                                    "cover %lld of its %lld elements",
+                                    name ? name : "?", (long long)covered,
+                                    (long long)volume(rank, dims));
+    }
+  }
+  return SC_OK;
+}
+
+sc_status sc_ckpt_shards_finish(sc_ckpt_commit *c, const char *dir, const sc_ckpt_state *st,
+                                const char *const *parts, int32_t n_parts, sc_status s,
+                                sc_diag *d) {
+  if (!c) return s != SC_OK ? s : sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: no save");
+  json_t *root = json_pack("{s:s, s:i}", "format", SC_CKPT_FORMAT, "format_version", 2);
+  json_t *files = json_array(), *tensors = json_pack("{s:[], s:[]}", k_groups[0], k_groups[1]);
+  if (s == SC_OK) s = root && files && tensors ? put_state(root, dir, st, d) : nomem(d);
+  for (int32_t i = 0; s == SC_OK && i < n_parts; i++)
+    s = merge_part(dir, parts[i], files, tensors, d);
+  if (s == SC_OK) s = check_tiled(dir, tensors, d);
+  s = finish_save(dir, &c->c, root, files, tensors, s, d);
+  sc_free(c);
+  return s;
+}
+
+sc_status sc_ckpt_save_shards(const char *dir, const sc_ckpt_state *st,
+                              const sc_ckpt_shard *shards, int32_t n, sc_diag *d) {
+  if (!dir || !dir[0] || !st || n < 0 || (n > 0 && !shards))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad arguments");
+  for (int32_t i = 0; i < n; i++)
+    if ((unsigned)shards[i].group >= SC_CKPT_GROUP_COUNT || !shards[i].name)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad shard %d", (int)i);
+  sc_status s = check_tiling(shards, n, d); /* before anything is written */
+  if (s == SC_OK) { /* and before anything is created: the state too */
+    json_t *probe = json_object();
+    s = probe ? put_state(probe, dir, st, d) : nomem(d);
+    json_decref(probe);
+  }
+  if (s != SC_OK) return s;
+  sc_ckpt_commit *c = NULL;
+  const char *tmp = NULL;
+  char *part = NULL;
+  if ((s = sc_ckpt_shards_begin(dir, &c, &tmp, d)) != SC_OK) return s;
+  s = sc_ckpt_shards_write(dir, tmp, shards, n, &part, d);
+  const char *parts[] = {part};
+  s = sc_ckpt_shards_finish(c, dir, st, parts, 1, s, d);
+  free(part); /* jansson's */
+  return s;
 }
 
 /* ============================================================= loading */
@@ -856,16 +992,6 @@ static sc_status read_part(loader *l, json_t *e, part *p) {
   p->group = g;
   p->used = sc_calloc((size_t)p->f->n_tensors + 1, sizeof *p->used);
   return p->used ? SC_OK : nomem(l->d);
-}
-
-static bool int_list(json_t *a, int32_t rank, int64_t *out) {
-  if (!json_is_array(a) || json_array_size(a) != (size_t)rank) return false;
-  for (int32_t k = 0; k < rank; k++) {
-    json_t *v = json_array_get(a, (size_t)k);
-    if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
-    out[k] = (int64_t)json_integer_value(v);
-  }
-  return true;
 }
 
 /* Group g's tensors, each assembled from its shards. */

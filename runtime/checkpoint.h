@@ -105,6 +105,26 @@ typedef struct sc_ckpt_shard {
 sc_status sc_ckpt_save_shards(const char *dir, const sc_ckpt_state *st,
                               const sc_ckpt_shard *shards, int32_t n, sc_diag *d);
 
+/* The same by several processes (each writes its own shards into one
+ * temporary folder; the swap is still one rename):
+ *   1. one process: sc_ckpt_shards_begin checks dir and makes the folder
+ *      (*tmp, its path, valid until finish);
+ *   2. every process, with the path: sc_ckpt_shards_write writes the files
+ *      of the writers among its shards and describes them in *part (JSON
+ *      text, free() it);
+ *   3. the first process, with every part: sc_ckpt_shards_finish merges
+ *      them, checks that every tensor is tiled, writes the manifest and
+ *      swaps the folder in; with s != SC_OK (a process failed) it removes
+ *      the folder instead and returns s. It frees c. */
+typedef struct sc_ckpt_commit sc_ckpt_commit;
+sc_status sc_ckpt_shards_begin(const char *dir, sc_ckpt_commit **out, const char **tmp,
+                               sc_diag *d);
+sc_status sc_ckpt_shards_write(const char *dir, const char *tmp, const sc_ckpt_shard *shards,
+                               int32_t n, char **part, sc_diag *d);
+sc_status sc_ckpt_shards_finish(sc_ckpt_commit *c, const char *dir, const sc_ckpt_state *st,
+                                const char *const *parts, int32_t n_parts, sc_status s,
+                                sc_diag *d);
+
 typedef struct sc_ckpt sc_ckpt;
 
 /* Loads and verifies dir. On failure *out is NULL. */

@@ -611,10 +611,11 @@ static bool saved_state(const sc_dist_trainer *t, const char *name, const sc_dis
   return name && strncmp(name, "accum:", 6) != 0 && is_state(t, name, gv);
 }
 
-/* A sharded save (checkpoint format 2): each local rank writes the pieces
- * it holds the one copy of (first_copy), one shard per stride block. */
-static sc_status save_shards(const sc_dist_trainer *t, const char *dir,
-                             const struct sc_ckpt_state *cs, sc_diag *d) {
+/* The shards this process's ranks write (checkpoint format 2): the pieces
+ * each holds the one copy of (first_copy), one shard per stride block;
+ * owned[k]: shard k's data was packed here (free it). */
+static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, bool **owned_out,
+                                int32_t *n_out, sc_diag *d) {
   const sc_dist_program *dp = t->dp;
   int32_t cap = 64, n = 0;
   sc_ckpt_shard *sh = sc_malloc((size_t)cap * sizeof *sh);
@@ -679,39 +680,97 @@ static sc_status save_shards(const sc_dist_trainer *t, const char *dir,
       }
     }
   }
-  if (st == SC_OK) st = sc_ckpt_save_shards(dir, cs, sh, n, d);
+  *out = sh;
+  *owned_out = owned;
+  *n_out = n;
+  return st;
+}
+
+static void free_shards(sc_ckpt_shard *sh, bool *owned, int32_t n) {
   for (int32_t k = 0; sh && owned && k < n; k++)
     if (owned[k]) sc_free((void *)sh[k].data);
   sc_free(sh);
   sc_free(owned);
-  return st;
+}
+
+/* A sharded save. Thread-ranks: one call writes every rank's files. One
+ * rank per process: rank 0 opens the temporary folder and says where, every
+ * process writes its own files there and sends rank 0 their description,
+ * rank 0 writes the manifest and swaps the folder in, and says how it went
+ * (checkpoint.h: sc_ckpt_shards_*). */
+static sc_status save_shards(const sc_dist_trainer *t, const char *dir,
+                             const struct sc_ckpt_state *cs, sc_diag *d) {
+  sc_ckpt_shard *sh = NULL;
+  bool *owned = NULL;
+  int32_t n = 0;
+  sc_status st = collect_shards(t, &sh, &owned, &n, d);
+  if (!t->world) {
+    if (st == SC_OK) st = sc_ckpt_save_shards(dir, cs, sh, n, d);
+    free_shards(sh, owned, n);
+    return st;
+  }
+  enum { PATH = 4096 };
+  int me = sc_comm_rank(t->world), size = sc_comm_size(t->world);
+  char path[PATH] = {0};
+  sc_ckpt_commit *c = NULL;
+  const char *tmp = NULL;
+  if (me == 0 && st == SC_OK && sc_ckpt_shards_begin(dir, &c, &tmp, d) == SC_OK)
+    snprintf(path, sizeof path, "%s", tmp);
+  sc_diag cd;
+  sc_diag_clear(&cd);
+  sc_status cst = sum_bytes(t->world, path, sizeof path, &cd); /* rank 0's path, to all */
+  if (cst != SC_OK) {
+    free_shards(sh, owned, n);
+    *d = cd;
+    return cst;
+  }
+  char *part = NULL;
+  if (st == SC_OK && path[0]) st = sc_ckpt_shards_write(dir, path, sh, n, &part, d);
+  else if (st == SC_OK)
+    st = me == 0 ? d->status
+                 : sc_diag_set(d, SC_ERR_IO, NULL, NULL, "rank 0 could not start the save");
+  free_shards(sh, owned, n);
+  /* every part to rank 0: lengths (-1: this rank failed), then the texts */
+  int64_t len = st == SC_OK && part ? (int64_t)strlen(part) + 1 : -1, *lens =
+      sc_calloc((size_t)size, sizeof *lens);
+  cst = lens ? sc_comm_all_gather(t->world, &len, lens, 1, SC_DTYPE_I64, &cd) : nomem(&cd);
+  int64_t most = 1;
+  for (int q = 0; cst == SC_OK && q < size; q++) most = lens[q] > most ? lens[q] : most;
+  char *mine = sc_calloc((size_t)most, 1), *all = sc_calloc((size_t)most * (size_t)size, 1);
+  if (cst == SC_OK && (!mine || !all)) cst = nomem(&cd);
+  if (cst == SC_OK && len > 0) memcpy(mine, part, (size_t)len);
+  if (cst == SC_OK) cst = sc_comm_all_gather(t->world, mine, all, most, SC_DTYPE_I8, &cd);
+  int32_t outcome = SC_OK;
+  if (me == 0) {
+    const char **parts = sc_calloc((size_t)size, sizeof *parts);
+    sc_status s0 = cst != SC_OK ? cst : st != SC_OK ? st : parts ? SC_OK : nomem(d);
+    for (int q = 0; s0 == SC_OK && q < size; q++) {
+      if (lens[q] < 0) s0 = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "rank %d could not write its "
+                                        "shards", q);
+      parts[q] = all + (size_t)q * (size_t)most;
+    }
+    outcome = sc_ckpt_shards_finish(c, dir, cs, parts, size, s0, d);
+    sc_free(parts);
+  }
+  free(part); /* jansson's */
+  sc_free(mine);
+  sc_free(all);
+  sc_free(lens);
+  if (cst != SC_OK && me != 0) {
+    *d = cd;
+    return cst;
+  }
+  int32_t told = me == 0 ? outcome : 0; /* rank 0's outcome, to all */
+  sc_diag_clear(&cd);
+  if (sum_bytes(t->world, &told, sizeof told, &cd) != SC_OK) told = SC_ERR_IO;
+  if (told != SC_OK && me != 0 && st == SC_OK)
+    st = sc_diag_set(d, (sc_status)told, NULL, NULL, "rank 0 could not finish the save");
+  return me == 0 ? (sc_status)outcome : st;
 }
 
 sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
                                const struct sc_ckpt_state *cs, sc_diag *d) {
-  const sc_dist_program *dp = t->dp;
-  if (!t->world) return save_shards(t, dir, cs, d);
-  sc_ckpt_tensor *x = sc_calloc((size_t)dp->n_inputs + 1, sizeof *x);
-  sc_ckpt_tensor *o = sc_calloc((size_t)dp->n_inputs + 1, sizeof *o);
-  int32_t nw = 0, no = 0;
-  sc_status st = x && o ? SC_OK : nomem(d);
-  for (int32_t i = 0; st == SC_OK && i < dp->n_inputs; i++) {
-    const char *name = dp->inputs[i].name;
-    const sc_dist_value *gv;
-    if (!saved_state(t, name, &gv)) continue;
-    sc_ckpt_tensor *slot = sc_train_is_optimizer_state(name) ? &o[no] : &x[nw];
-    if ((st = sc_dist_trainer_state(t, name, slot, d)) != SC_OK) break;
-    if (sc_train_is_optimizer_state(name)) no++;
-    else nw++;
-  }
-  /* one writer: every rank took part in assembling the tensors */
-  if (st == SC_OK && (!t->world || sc_comm_rank(t->world) == 0))
-    st = sc_ckpt_save(dir, cs, x, nw, o, no, d);
-  for (int32_t k = 0; x && k < nw; k++) sc_free(x[k].data);
-  for (int32_t k = 0; o && k < no; k++) sc_free(o[k].data);
-  sc_free(x);
-  sc_free(o);
-  return st;
+  return save_shards(t, dir, cs, d);
 }
 
 sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, sc_diag *d) {

@@ -70,8 +70,11 @@ int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t
  * pipeline coordinate q kept at once in the last step (the largest over
  * this process's ranks of that coordinate; 0 for none). */
 int64_t sc_dist_trainer_stash_bytes(const sc_dist_trainer *t, int32_t q);
-/* Checkpoints hold whole tensors (runtime/checkpoint.h): saved from the
- * assembled state, restored into every rank's piece. */
+/* Checkpoints are sharded (runtime/checkpoint.h, format 2): each rank
+ * writes the pieces it holds the one copy of into its own files (one
+ * rank per process: rank 0 opens the folder, writes the manifest and swaps
+ * it in); a restore cuts every rank's piece from the whole tensors of a
+ * checkpoint of any layout. */
 struct sc_ckpt;
 struct sc_ckpt_state;
 sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,

@@ -15,6 +15,9 @@
 #     pp=2 (1f1b, 2 microbatches) and with Slurm's variables at dp=2, every
 #     step's loss and gradient norm equal the thread-ranks' run (rtol 1e-6);
 #     dp=2 x pp=2 on 4 processes too;
+#   a checkpoint saved by 4 processes at dp=2 x pp=2 is sharded (the two
+#     processes holding the one copies each write their own files) and
+#     resumes on one rank, step 3 equal to the uninterrupted run's;
 #   SHARDC_FAIL_RANK=1 ends both processes non-zero within 20 s, rank 0
 #     naming rank 1's message.
 set -u
@@ -30,7 +33,24 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 under() { awk -v t="$1" -v lim="$2" 'BEGIN { exit !(t < lim) }'; }
-free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# a port below the ephemeral range (where every rank's own listener lands),
+# free now
+free_port() {
+  "$PY" -c '
+import random, socket
+while True:
+    p = random.randint(20000, 30000)
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", p))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()'
+}
+export SHARDC_COMM_TIMEOUT=60
 
 # launch N NAME CMD...: N processes with the env bootstrap; their outputs in
 # $TMP/NAME.out.R / .err.R; returns the first non-zero exit (0 if none)
@@ -132,6 +152,27 @@ for spec in "2 dp=2" "2 fsdp=2" "2 pp=2 --microbatches 2 --schedule 1f1b" "4 dp=
   same "$TMP/local$i.jsonl" "$TMP/tcp$i.jsonl" "$spec: $n processes over tcp equal thread-ranks" ||
     fails=$((fails + 1))
 done
+
+# a sharded save by 4 processes (each writes its own files into rank 0's
+# folder), resumed on one rank: step 3 equals the uninterrupted run's
+SLURM_STYLE=0 timeout 120 bash -c "$(declare -f launch free_port); TMP=$TMP PY=$PY; \
+  launch 4 save $SHARDC train $(printf '%q ' "${ARGS[@]}") --steps 2 --mesh dp=2,pp=2 \
+  --microbatches 2 --comm tcp --save $TMP/ck"
+rc=$?
+"$SHARDC" train "${ARGS[@]}" --resume "$TMP/ck" --log-json "$TMP/resumed.jsonl" >/dev/null 2>&1 ||
+  fail "resume the tcp checkpoint"
+tail -1 "$TMP/local1.jsonl" > "$TMP/local1_last.jsonl"
+if [ $rc -ne 0 ] || [ "$(ls "$TMP/ck" | grep -c 'rank0000[01].safetensors')" -ne 4 ]; then
+  fail "sharded save over tcp: rc=$rc, files: $(ls "$TMP/ck" | tr '\n' ' ')"
+else
+  "$PY" - "$TMP/local1_last.jsonl" "$TMP/resumed.jsonl" <<'PY' || fails=$((fails + 1))
+import json, sys
+a, b = (json.loads(open(f).readline()) for f in sys.argv[1:3])
+ok = b["step"] == 3 and abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"])
+print(("ok: " if ok else "FAIL: ") + f"4 processes' sharded checkpoint resumed on one rank: step 3 {b['loss']} vs {a['loss']}")
+sys.exit(0 if ok else 1)
+PY
+fi
 
 t0=$(now)
 SHARDC_FAIL_RANK=1 timeout 60 bash -c "$(declare -f launch free_port); TMP=$TMP PY=$PY; \
