@@ -61,6 +61,8 @@ typedef enum sc_schedule_kind {
                          backward), stages overlapping */
   SC_SCHEDULE_1F1B,   /* training: one forward, one backward (PipeDream-flush) */
   SC_SCHEDULE_INTERLEAVED, /* training: 1F1B over virtual stages (Megatron) */
+  SC_SCHEDULE_ZB_H1,  /* training: 1F1B with weight gradients held back to
+                         fill the cool-down (zero bubble, Qi et al.) */
   SC_SCHEDULE_COUNT
 } sc_schedule_kind;
 

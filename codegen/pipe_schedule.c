@@ -44,6 +44,9 @@ sc_status sc_pipe_schedule(sc_schedule_kind kind, int32_t P, int32_t V, int32_t 
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                        "schedule: %d pipeline ranks, %d virtual stages, %d microbatches, rank %d",
                        (int)P, (int)V, (int)M, (int)r);
+  if (kind == SC_SCHEDULE_ZB_H1 && V > 1)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "the zb-h1 schedule has one chunk per rank (no virtual stages)");
   if ((kind == SC_SCHEDULE_INTERLEAVED) != (V > 1))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                        kind == SC_SCHEDULE_INTERLEAVED
@@ -57,29 +60,43 @@ sc_status sc_pipe_schedule(sc_schedule_kind kind, int32_t P, int32_t V, int32_t 
                        (int)M, (int)P);
   list l = {0};
   bool ok = true;
+  /* weight pieces: right after their backward, or (ZB-H1) up to P-r-1 of
+   * them held back to the end, where the rank would wait for gradients */
+  int32_t hold = kind == SC_SCHEDULE_ZB_H1 ? P - r - 1 : 0, *held = NULL, n_held = 0;
+  if (hold > 0 && !(held = sc_malloc((size_t)M * sizeof *held))) return nomem(d);
   if (kind == SC_SCHEDULE_GPIPE) {
     for (int32_t m = 0; ok && m < M; m++) ok = push(&l, SC_PIPE_FORWARD, r, m);
-    for (int32_t m = 0; ok && m < M; m++) ok = push(&l, SC_PIPE_BACKWARD, r, m);
+    for (int32_t m = 0; ok && m < M; m++)
+      ok = push(&l, SC_PIPE_BACKWARD, r, m) && push(&l, SC_PIPE_WEIGHT, r, m);
   } else {
     int32_t total = M * V;
-    int32_t warm = kind == SC_SCHEDULE_1F1B ? P - r - 1 : (P - r - 1) * 2 + (V - 1) * P;
+    int32_t warm = kind != SC_SCHEDULE_INTERLEAVED ? P - r - 1 : (P - r - 1) * 2 + (V - 1) * P;
     if (warm > total) warm = total;
     int32_t f = 0, b = 0, chunk, mb;
     for (; ok && f < warm; f++) {
       interleaved_at(P, V, r, f, true, &chunk, &mb);
       ok = push(&l, SC_PIPE_FORWARD, chunk, mb);
     }
-    for (; ok && f < total; f++, b++) {
-      interleaved_at(P, V, r, f, true, &chunk, &mb);
-      ok = push(&l, SC_PIPE_FORWARD, chunk, mb);
-      interleaved_at(P, V, r, b, false, &chunk, &mb);
-      if (ok) ok = push(&l, SC_PIPE_BACKWARD, chunk, mb);
-    }
-    for (; ok && b < total; b++) {
-      interleaved_at(P, V, r, b, false, &chunk, &mb);
+    for (; ok && b < total; f++) { /* one forward (while any is left), one backward */
+      if (f < total) {
+        interleaved_at(P, V, r, f, true, &chunk, &mb);
+        if (!(ok = push(&l, SC_PIPE_FORWARD, chunk, mb))) break;
+      }
+      interleaved_at(P, V, r, b++, false, &chunk, &mb);
       ok = push(&l, SC_PIPE_BACKWARD, chunk, mb);
+      if (ok && hold > 0) { /* V == 1 here: the chunk is r */
+        held[n_held++] = mb;
+        if (n_held > hold) {
+          ok = push(&l, SC_PIPE_WEIGHT, r, held[0]);
+          memmove(held, held + 1, (size_t)--n_held * sizeof *held);
+        }
+      } else if (ok) {
+        ok = push(&l, SC_PIPE_WEIGHT, chunk, mb);
+      }
     }
+    for (int32_t k = 0; ok && k < n_held; k++) ok = push(&l, SC_PIPE_WEIGHT, r, held[k]);
   }
+  sc_free(held);
   for (int32_t v = 0; ok && v < V; v++) ok = push(&l, SC_PIPE_NORM, v * P + r, -1);
   for (int32_t v = 0; ok && v < V; v++) ok = push(&l, SC_PIPE_UPDATE, v * P + r, -1);
   if (!ok) {
@@ -101,7 +118,7 @@ int32_t sc_pipe_peak_stash(const sc_pipe_action *a, int32_t n) {
 }
 
 const char *sc_pipe_action_name(const sc_pipe_action *a, char *buf, size_t size) {
-  static const char letter[] = "FBNU";
+  static const char letter[] = "FBWNU";
   int ph = a->phase >= 0 && a->phase < SC_PIPE_PHASES ? a->phase : 0;
   if (a->mb >= 0) snprintf(buf, size, "%c%d.%d", letter[ph], (int)a->chunk, (int)a->mb);
   else snprintf(buf, size, "%c%d", letter[ph], (int)a->chunk);
@@ -148,14 +165,17 @@ sc_status sc_pipe_deps_of(const sc_dist_program *dp, sc_pipe_deps *out, sc_diag 
 }
 
 sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d) {
-  sc_status st = deps_alloc(out, 4 * C, d);
+  sc_status st = deps_alloc(out, SC_PIPE_PHASES * C, d);
   for (int32_t c = 0; st == SC_OK && c < C; c++) {
     int32_t f = sc_pipe_piece(C, SC_PIPE_FORWARD, c), b = sc_pipe_piece(C, SC_PIPE_BACKWARD, c);
+    int32_t w = sc_pipe_piece(C, SC_PIPE_WEIGHT, c);
     int32_t nn = sc_pipe_piece(C, SC_PIPE_NORM, c), u = sc_pipe_piece(C, SC_PIPE_UPDATE, c);
     if (c > 0) add_dep(out, f, sc_pipe_piece(C, SC_PIPE_FORWARD, c - 1));
     add_dep(out, b, f);
     if (c + 1 < C) add_dep(out, b, sc_pipe_piece(C, SC_PIPE_BACKWARD, c + 1));
-    add_dep(out, nn, b);
+    add_dep(out, w, f);
+    add_dep(out, w, b);
+    add_dep(out, nn, w);
     if (c > 0) add_dep(out, nn, sc_pipe_piece(C, SC_PIPE_NORM, c - 1));
     add_dep(out, u, sc_pipe_piece(C, SC_PIPE_NORM, C - 1));
     if (c > 0) add_dep(out, u, sc_pipe_piece(C, SC_PIPE_UPDATE, 0));
@@ -164,13 +184,12 @@ sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d) {
 }
 
 static bool per_mb(int32_t C, int32_t piece) {
-  sc_pipe_phase ph = sc_pipe_piece_phase(C, piece);
-  return ph == SC_PIPE_FORWARD || ph == SC_PIPE_BACKWARD;
+  return sc_pipe_per_mb(sc_pipe_piece_phase(C, piece));
 }
 
 sc_status sc_pipe_check(const sc_pipe_deps *deps, int32_t P, int32_t V, int32_t M,
                         sc_pipe_action *const *lists, const int32_t *n, sc_diag *d) {
-  int32_t C = P * V, pieces = 4 * C;
+  int32_t C = P * V, pieces = SC_PIPE_PHASES * C;
   if (deps->n_pieces != pieces)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "schedule check: %d pieces, the mesh makes %d", (int)deps->n_pieces,
@@ -253,8 +272,6 @@ sc_status sc_pipe_check(const sc_pipe_deps *deps, int32_t P, int32_t V, int32_t 
 
 /* ---- handoffs ---- */
 
-static bool per_mb_of(int32_t C, int32_t piece) { return per_mb(C, piece); }
-
 void sc_pipe_handoffs_free(sc_pipe_handoffs *t) {
   for (int32_t h = 0; t->h && h < t->n; h++) {
     sc_free(t->h[h].mb_readers);
@@ -281,7 +298,7 @@ static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   const sc_buffer *b = &p->buffers[p->outputs[out]];
   x = &t->h[t->n];
   *x = (sc_pipe_handoff){.piece = piece, .out = out, .name = b->name, .dtype = b->dtype,
-                         .bytes = b->bytes, .per_mb = per_mb_of(t->C, piece)};
+                         .bytes = b->bytes, .per_mb = per_mb(t->C, piece)};
   x->mb_readers = sc_calloc((size_t)t->P, sizeof *x->mb_readers);
   x->step_readers = sc_calloc((size_t)t->P, sizeof *x->step_readers);
   if (!x->mb_readers || !x->step_readers) {
@@ -297,7 +314,7 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
   t->P = dp->pipe_ranks;
   t->C = dp->pipe_chunks;
   t->M = dp->schedule.microbatches;
-  if (t->C < 1 || t->P < 1 || dp->n_stages != 4 * t->C)
+  if (t->C < 1 || t->P < 1 || dp->n_stages != SC_PIPE_PHASES * t->C)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
   for (int32_t s = 0; s < dp->n_stages; s++) {
     const sc_program *p = dp->stages[s].program;
@@ -311,7 +328,7 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
                          (int)s, name ? name : "?");
       int32_t h = st == SC_OK ? add_handoff(t, dp, src, j, d) : -1;
       if (st == SC_OK && h < 0) st = d->status;
-      if (st == SC_OK && !t->h[h].per_mb && per_mb_of(t->C, s))
+      if (st == SC_OK && !t->h[h].per_mb && per_mb(t->C, s))
         st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "piece %d reads '%s', made once per step, in every microbatch", (int)s,
                          name);
@@ -320,7 +337,7 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
         return st;
       }
       int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
-      if (per_mb_of(t->C, s)) t->h[h].mb_readers[q]++;
+      if (per_mb(t->C, s)) t->h[h].mb_readers[q]++;
       else t->h[h].step_readers[q]++;
     }
   }

@@ -9,44 +9,53 @@
  * node of the step is in one piece (phase, chunk):
  *   FORWARD   the chunk's forward nodes (the loss in the last chunk), once
  *             per microbatch;
- *   BACKWARD  its backward nodes (recomputed forward nodes included) and
- *             the gradient accumulation, once per microbatch;
+ *   BACKWARD  the backward nodes a lower chunk's backward needs: the input
+ *             gradients (and what they read: recomputed forward nodes),
+ *             once per microbatch;
+ *   WEIGHT    its other backward nodes: the weight gradients and their
+ *             accumulation, once per microbatch, whenever the schedule
+ *             says (zero-bubble schedules run them late);
  *   NORM      its share of the global gradient norm and the step's
  *             decision (ok, the clipping factor's input), once per step;
  *   UPDATE    its parameters' optimizer update, once per step.
  * Pieces are numbered so that every value flows from a smaller to a larger
- * (or the same) piece: F_0 .. F_{C-1}, B_{C-1} .. B_0, N_0 .. N_{C-1},
- * U_0 .. U_{C-1}. */
+ * (or the same) piece: F_0 .. F_{C-1}, B_{C-1} .. B_0, W_{C-1} .. W_0,
+ * N_0 .. N_{C-1}, U_0 .. U_{C-1}: SC_PIPE_PHASES · C pieces. */
 #ifndef SC_IR_PIPE_H
 #define SC_IR_PIPE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef enum sc_pipe_phase {
   SC_PIPE_FORWARD,
   SC_PIPE_BACKWARD,
+  SC_PIPE_WEIGHT,
   SC_PIPE_NORM,
   SC_PIPE_UPDATE,
   SC_PIPE_PHASES
 } sc_pipe_phase;
 
+/* Phases run once per microbatch (the others once per step). */
+static inline bool sc_pipe_per_mb(sc_pipe_phase ph) {
+  return ph == SC_PIPE_FORWARD || ph == SC_PIPE_BACKWARD || ph == SC_PIPE_WEIGHT;
+}
+/* Backward and weight pieces run their chunks in reverse. */
+static inline bool sc_pipe_reversed(sc_pipe_phase ph) {
+  return ph == SC_PIPE_BACKWARD || ph == SC_PIPE_WEIGHT;
+}
 static inline int32_t sc_pipe_piece(int32_t chunks, sc_pipe_phase ph, int32_t chunk) {
-  switch (ph) {
-  case SC_PIPE_FORWARD: return chunk;
-  case SC_PIPE_BACKWARD: return 2 * chunks - 1 - chunk;
-  case SC_PIPE_NORM: return 2 * chunks + chunk;
-  default: return 3 * chunks + chunk;
-  }
+  return (int32_t)ph * chunks + (sc_pipe_reversed(ph) ? chunks - 1 - chunk : chunk);
 }
 static inline sc_pipe_phase sc_pipe_piece_phase(int32_t chunks, int32_t piece) {
   return (sc_pipe_phase)(piece / chunks);
 }
 static inline int32_t sc_pipe_piece_chunk(int32_t chunks, int32_t piece) {
   int32_t r = piece % chunks;
-  return piece / chunks == SC_PIPE_BACKWARD ? chunks - 1 - r : r;
+  return sc_pipe_reversed((sc_pipe_phase)(piece / chunks)) ? chunks - 1 - r : r;
 }
 static inline const char *sc_pipe_phase_name(sc_pipe_phase ph) {
-  static const char *const names[] = {"forward", "backward", "norm", "update"};
+  static const char *const names[] = {"forward", "backward", "weight", "norm", "update"};
   return ph >= 0 && ph < SC_PIPE_PHASES ? names[ph] : "?";
 }
 

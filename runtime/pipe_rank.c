@@ -213,7 +213,7 @@ static sc_status tables(sc_pipe_rank *r, sc_diag *d) {
 sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_train_manifest *m,
                               const sc_pipe_rank_opts *o, sc_pipe_rank **out, sc_diag *d) {
   *out = NULL;
-  if (dp->pipe_chunks < 1 || dp->pipe_ranks < 1 || dp->n_stages != 4 * dp->pipe_chunks)
+  if (dp->pipe_chunks < 1 || dp->pipe_ranks < 1 || dp->n_stages != SC_PIPE_PHASES * dp->pipe_chunks)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
   sc_pipe_rank *r = sc_calloc(1, sizeof *r);
   if (!r) return nomem(d);

@@ -62,8 +62,9 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
     if (!missing) p->hybrid_shard_degree = n;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--schedule", &missing))) {
     if (!missing && strcmp(v, "gpipe") != 0 && strcmp(v, "1f1b") != 0 &&
-        strcmp(v, "interleaved") != 0)
-      return sc_cli_usage_error("--schedule expects gpipe, 1f1b or interleaved, got '%s'", v);
+        strcmp(v, "interleaved") != 0 && strcmp(v, "zb-h1") != 0)
+      return sc_cli_usage_error("--schedule expects gpipe, 1f1b, interleaved or zb-h1, got '%s'",
+                                v);
     if (!missing) p->schedule = v;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--virtual-stages", &missing))) {
     if (!missing && !sc_cli_parse_i64(v, 1, 1024, &n))

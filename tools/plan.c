@@ -465,7 +465,7 @@ static int print_help(void) {
          "  --dot FILE              write the local graph as Graphviz, coloured by stage\n"
          "  --print-after=PASS      print the IR after PASS (or 'all') to stderr\n"
          "  --time-passes           per-pass wall time on stderr\n"
-         "  --schedule gpipe|1f1b|interleaved  the pipeline schedule (training: all three)\n"
+         "  --schedule gpipe|1f1b|interleaved|zb-h1  the pipeline schedule (training: all)\n"
          "  --virtual-stages V      chunks per pipeline rank (--schedule interleaved)\n"
          "  --schedule-table        with --train: every pipeline rank's action list\n"
          "  --train                 the training step on one rank instead: its memory\n"

@@ -63,12 +63,12 @@ static void row(const char *what, int64_t bytes, const char *note) {
 
 /* ---- a pipelined step ---- */
 
-static const char *const SCHEDULES[] = {"gpipe", "1f1b", "interleaved"};
+static const char *const SCHEDULES[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
 
 /* The schedule's stash formula for pipeline rank q (codegen/pipe_schedule.h). */
 static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M, int32_t q) {
   if (k == SC_SCHEDULE_GPIPE) return M;
-  int32_t warm = k == SC_SCHEDULE_1F1B ? P - q - 1 : (P - q - 1) * 2 + (V - 1) * P;
+  int32_t warm = k != SC_SCHEDULE_INTERLEAVED ? P - q - 1 : (P - q - 1) * 2 + (V - 1) * P;
   return warm + 1 < M * V ? warm + 1 : M * V;
 }
 
@@ -118,8 +118,7 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
     sc_train_comm *cm = NULL;
     int32_t n_cm = 0;
     if ((st = sc_train_comm_of(p, &cm, &n_cm, d)) != SC_OK) break;
-    sc_pipe_phase ph = sc_pipe_piece_phase(C, s);
-    int64_t times = ph == SC_PIPE_FORWARD || ph == SC_PIPE_BACKWARD ? M : 1;
+    int64_t times = sc_pipe_per_mb(sc_pipe_piece_phase(C, s)) ? M : 1;
     for (int32_t i = 0; i < n_cm; i++) r->coll += times * cm[i].sent;
     sc_free(cm);
   }
@@ -135,7 +134,8 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
  * sends to (>r) other pipeline ranks. */
 static void print_table(const sc_dist_program *dp, const sc_pipe_deps *deps, const pipe_row *rows) {
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks;
-  printf("\nschedule (F forward, B backward, N norm, U update; chunk.microbatch; <r receives "
+  printf("\nschedule (F forward, B backward, W weight gradients, N norm, U update; "
+         "chunk.microbatch; <r receives "
          "from, >r sends to pipeline rank r):\n");
   for (int32_t q = 0; q < P; q++) {
     printf("  rank %d:", (int)q);
@@ -197,7 +197,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   }
   char mesh[256];
   sc_mesh_format(&part->mesh, mesh, sizeof mesh);
-  const char *sched = SCHEDULES[dp->schedule.kind < 3 ? dp->schedule.kind : 0];
+  const char *sched = SCHEDULES[dp->schedule.kind < 4 ? dp->schedule.kind : 0];
   const char *opt = t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw";
   if (json) {
     printf("{\"model\": ");
@@ -251,9 +251,9 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          "most bytes of handed-over values kept\n  at once; stashed: the most microbatches "
          "whose forward ran and backward has not (formula: %s);\n  sent: bytes per step to "
          "other pipeline ranks, and in collectives\n",
-         dp->schedule.kind == SC_SCHEDULE_GPIPE  ? "GPipe M"
-         : dp->schedule.kind == SC_SCHEDULE_1F1B ? "1F1B min(P - rank, M)"
-                                                 : "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)");
+         dp->schedule.kind == SC_SCHEDULE_GPIPE         ? "GPipe M"
+         : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
+                                                        : "1F1B and ZB-H1 min(P - rank, M)");
   if (table) print_table(dp, &deps, rows);
 done:
   for (int32_t q = 0; q < P; q++) sc_free(rows[q].acts);

@@ -57,7 +57,7 @@ static const char *const USAGE =
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--untie] [--log-json FILE]\n"
     "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3]\n"
-    "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved]\n"
+    "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
     "                       [--virtual-stages V]\n"
     "                       [--threads N] [--list-params] [--quiet]";
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "partition.h"
+#include "ir/pipe.h"
 #include "ir/text.h"
 #include "pp.h"
 
@@ -156,11 +157,14 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   p->n_graphs = p->n_stages;
   if (p->training && p->n_stages > 1) {
     p->n_chunks = p->n_stages * (plan->virtual_stages > 1 ? plan->virtual_stages : 1);
-    p->n_graphs = 4 * p->n_chunks;
+    p->n_graphs = SC_PIPE_PHASES * p->n_chunks;
   }
   const char *sched = plan->schedule ? plan->schedule : "gpipe";
   bool interleaved = strcmp(sched, "interleaved") == 0;
-  p->schedule = interleaved ? 2 : strcmp(sched, "1f1b") == 0 ? 1 : 0;
+  p->schedule = interleaved                     ? 2
+                : strcmp(sched, "1f1b") == 0    ? 1
+                : strcmp(sched, "zb-h1") == 0   ? 3
+                                                : 0;
   if (p->n_stages > 1 && !p->training && strcmp(sched, "gpipe") != 0) {
     sc_partition_destroy(p);
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,

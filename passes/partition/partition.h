@@ -69,7 +69,7 @@ typedef struct sc_partition {
   int32_t n_chunks;
   int32_t n_graphs;
   int32_t schedule;            /* sc_schedule_kind (codegen/dist_program.h):
-                                  0 gpipe, 1 1f1b, 2 interleaved */
+                                  0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1 */
   bool sequence_parallel;      /* row-parallel sums reduce-scatter over the
                                   sequence (dim 1), all-gathered before the
                                   next column-parallel product */

@@ -4,7 +4,9 @@
  * Phases, from the step's outputs (passes/train.h names them):
  *   FORWARD   ancestors of the output "loss";
  *   BACKWARD  the other ancestors of the gradients "grad:P" and of the
- *             accumulators "new:accum:P";
+ *             accumulators "new:accum:P" that a lower chunk's backward
+ *             needs (the input gradients: see weight_phase);
+ *   WEIGHT    the rest of them (weight gradients, accumulation);
  *   NORM      the other ancestors of "train:grad_norm" and "train:applied";
  *   UPDATE    the rest (each parameter's update, the clipping factor).
  * Ancestors of a phase's seeds that are already in an earlier phase stay
@@ -396,6 +398,41 @@ static sc_status copy_remote_state(pipe_ctx *c) {
   return SC_OK;
 }
 
+/* Backward nodes that no lower chunk's backward needs (not even through
+ * nodes of their own chunk) compute weight gradients only: the WEIGHT
+ * phase, which a schedule may run late. In reverse topological order: a
+ * node is needed when a backward node of a lower chunk, or a needed one of
+ * its own, reads one of its outputs. */
+static sc_status weight_phase(pipe_ctx *c) {
+  sc_graph *g = c->g;
+  int32_t *uoff = NULL, *users = NULL;
+  if (sc_graph_users(g, &uoff, &users) != SC_OK) return nomem(c->d);
+  bool *needed = sc_calloc((size_t)g->n_nodes + 1, sizeof *needed);
+  if (!needed) {
+    sc_free(uoff);
+    sc_free(users);
+    return nomem(c->d);
+  }
+  for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+    if (c->phase[i] != SC_PIPE_BACKWARD) continue;
+    const sc_node *n = &g->nodes[i];
+    for (int32_t j = 0; j < n->n_outputs && !needed[i]; j++) {
+      int32_t v = n->outputs[j];
+      for (int32_t u = v >= 0 ? uoff[v] : 0; v >= 0 && u < uoff[v + 1] && !needed[i]; u++) {
+        int32_t r = users[u];
+        needed[i] = c->phase[r] == SC_PIPE_BACKWARD &&
+                    (c->chunk[r] < c->chunk[i] || (c->chunk[r] == c->chunk[i] && needed[r]));
+      }
+    }
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (c->phase[i] == SC_PIPE_BACKWARD && !needed[i]) c->phase[i] = SC_PIPE_WEIGHT;
+  sc_free(needed);
+  sc_free(uoff);
+  sc_free(users);
+  return SC_OK;
+}
+
 sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag *d) {
   sc_graph *g = p->global;
   pipe_ctx c = {.p = p, .g = g, .P = p->n_stages, .C = p->n_chunks, .d = d};
@@ -409,7 +446,8 @@ sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag
   if (st == SC_OK) st = owners(&c);
   if (st == SC_OK) st = other_chunks(&c);
   if (st == SC_OK) st = copy_remote_state(&c);
-  int32_t n = g->n_nodes, pieces = 4 * c.C;
+  if (st == SC_OK) st = weight_phase(&c);
+  int32_t n = g->n_nodes, pieces = SC_PIPE_PHASES * c.C;
   if (st == SC_OK && !(key = sc_malloc(((size_t)n + 1) * sizeof *key))) st = nomem(d);
   for (int32_t i = 0; st == SC_OK && i < n; i++)
     key[i] = sc_pipe_piece(c.C, (sc_pipe_phase)c.phase[i], c.chunk[i]);

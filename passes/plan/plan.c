@@ -131,7 +131,8 @@ static sc_status check_axis(const sc_plan *p, const char *what, const char *axis
 }
 
 static bool known_schedule(const char *s) {
-  return strcmp(s, "gpipe") == 0 || strcmp(s, "1f1b") == 0 || strcmp(s, "interleaved") == 0;
+  return strcmp(s, "gpipe") == 0 || strcmp(s, "1f1b") == 0 || strcmp(s, "interleaved") == 0 ||
+         strcmp(s, "zb-h1") == 0;
 }
 
 sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
@@ -169,7 +170,7 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
   if (!p->schedule || !known_schedule(p->schedule))
     return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
                        "plan: unknown pipeline schedule '%s' (supported: gpipe, 1f1b, "
-                       "interleaved)",
+                       "interleaved, zb-h1)",
                        p->schedule ? p->schedule : "");
   if (!p->precision || strcmp(p->precision, "f32") != 0)
     return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,

@@ -25,7 +25,8 @@ operations again: measured bit-identical). Pipelines, all four samples: pp=2
 with 4 microbatches under gpipe, 1f1b and interleaved (2 virtual stages);
 pp=2 x fsdp=2 (ZeRO-3) with full recompute and dp=2 x tp=2 x pp=2, 1f1b, 2
 microbatches (the step's batch of 4 is the same; its gradient the mean of
-the microbatches').
+the microbatches'); pp=2 with zb-h1 (weight gradients apart from input
+gradients, rank 0 holding one back).
 
 Also:
   - memory: under fsdp=2 (ZeRO-3) each rank's arena is smaller than under
@@ -40,7 +41,7 @@ Also:
     rank and under fsdp=2, and step 3 equals the uninterrupted run's;
   - pipelines (GPT-2, pp=2, 4 microbatches): `shardc plan --train --json`
     gives each pipeline rank's stashed microbatches equal to the schedule's
-    formula (GPipe 4, 4; 1F1B 2, 1; interleaved 5, 3) and the bytes of
+    formula (GPipe 4, 4; 1F1B and ZB-H1 2, 1; interleaved 5, 3) and the bytes of
     handed-over values it keeps equal to what `shardc train` measures;
     --schedule-table prints 1F1B's action lists with their sends and
     receives;
@@ -104,6 +105,7 @@ SOME = [["--mesh", "dp=2,fsdp=2"], ["--mesh", "tp=2"], ["--mesh", "fsdp=2,tp=2"]
 # pipelines: the step's 4 examples in microbatches, forward and backward apart
 PP = [["--mesh", "pp=2", "--microbatches", "4", "--schedule", "gpipe"],
       ["--mesh", "pp=2", "--microbatches", "4", "--schedule", "1f1b"],
+      ["--mesh", "pp=2", "--microbatches", "4", "--schedule", "zb-h1"],
       ["--mesh", "pp=2", "--microbatches", "4", "--schedule", "interleaved",
        "--virtual-stages", "2"],
       ["--mesh", "pp=2,fsdp=2", "--microbatches", "2", "--schedule", "1f1b",
@@ -297,7 +299,7 @@ def main():
 
         # a pipeline's plan: the schedule's stash formula, and the bytes each
         # pipeline rank keeps planned = what the runtime kept
-        for sched, extra in (("1f1b", []), ("gpipe", []),
+        for sched, extra in (("1f1b", []), ("gpipe", []), ("zb-h1", []),
                              ("interleaved", ["--virtual-stages", "2"])):
             mesh = ["--mesh", "pp=2", "--microbatches", "4", "--schedule", sched] + extra
             p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train", "--json",
@@ -310,7 +312,7 @@ def main():
                 check(r["stashed_microbatches"] == r["stash_formula"] and r["stash_peak"] > 0,
                       f"plan {sched} rank {r['rank']}: {r['stashed_microbatches']} stashed, "
                       f"formula {r['stash_formula']}")
-            want = {"gpipe": [4, 4], "1f1b": [2, 1], "interleaved": [5, 3]}[sched]
+            want = {"gpipe": [4, 4], "1f1b": [2, 1], "zb-h1": [2, 1], "interleaved": [5, 3]}[sched]
             check([r["stashed_microbatches"] for r in pl["ranks"]] == want,
                   f"plan {sched}: stashed {[r['stashed_microbatches'] for r in pl['ranks']]}, "
                   f"want {want}")
@@ -325,8 +327,13 @@ def main():
         p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
                             "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
                             "--schedule", "1f1b"], capture_output=True, text=True, timeout=300)
-        check(p.returncode == 0 and "rank 0: F0.0>1 F0.1>1 B0.0<1 F0.2>1" in p.stdout and
-              "rank 1: F1.0<0 B1.0<0>0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
+        check(p.returncode == 0 and "rank 0: F0.0>1 F0.1>1 B0.0 W0.0<1 F0.2>1" in p.stdout and
+              "rank 1: F1.0<0 B1.0<0>0 W1.0 F1.1<0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
+        p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
+                            "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
+                            "--schedule", "zb-h1"], capture_output=True, text=True, timeout=300)
+        check(p.returncode == 0 and "B0.3 W0.2<1 W0.3<1 N0>1" in p.stdout,
+              f"zb-h1 table: rank 0 holds a weight piece back: {p.stdout[-600:]}")
 
         # communication volume against the ZeRO formulas (MLP, n = 2)
         mlp = os.path.join(SRC, "samples", "mlp.onnx")

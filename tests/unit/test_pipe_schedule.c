@@ -1,14 +1,15 @@
 /* test_pipe_schedule.c — pipeline schedules as action lists and their
  * deadlock check (codegen/pipe_schedule.h).
  *
- * For P = 1..8 pipeline ranks and M = 1..32 microbatches: GPipe and 1F1B
- * (and interleaved 1F1B with V = 2 and 3 chunks per rank, M a multiple of
- * P) give every rank a list that holds each of its actions once, runs to
+ * For P = 1..8 pipeline ranks and M = 1..32 microbatches: GPipe, 1F1B and
+ * ZB-H1 (and interleaved 1F1B with V = 2 and 3 chunks per rank, M a
+ * multiple of P) give every rank a list that holds each of its actions
+ * (forward, backward, weight per microbatch; norm, update) once, runs to
  * its end under the runtime's rules on the dependencies of a pipelined
  * transformer (sc_pipe_deps_chain), and stashes at most the schedule's
  * formula of microbatches at once (GPipe M, 1F1B min(P - r, M),
- * interleaved min((P-r-1)·2 + (V-1)·P + 1, M·V)); 1F1B's first ranks reach
- * it exactly. Broken lists are refused with the reason: a backward before
+ * interleaved min((P-r-1)·2 + (V-1)·P + 1, M·V)), ZB-H1 as 1F1B; ZB-H1's
+ * rank r runs P-r-1 weight pieces after its last backward. Broken lists are refused with the reason: a backward before
  * its forward on one rank, an action missing, one run twice, one on the
  * wrong rank, and a cycle between two ranks (each waits for the other's
  * later action), named in the message. Bad arguments: an interleaved
@@ -22,7 +23,7 @@
 
 static int32_t formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M, int32_t r) {
   if (k == SC_SCHEDULE_GPIPE) return M;
-  int32_t warm = k == SC_SCHEDULE_1F1B ? P - r - 1 : (P - r - 1) * 2 + (V - 1) * P;
+  int32_t warm = k != SC_SCHEDULE_INTERLEAVED ? P - r - 1 : (P - r - 1) * 2 + (V - 1) * P;
   return warm + 1 < M * V ? warm + 1 : M * V;
 }
 
@@ -32,7 +33,7 @@ static sc_status schedule_all(sc_schedule_kind k, int32_t P, int32_t V, int32_t 
                               sc_pipe_action **lists, int32_t *n) {
   for (int32_t r = 0; r < P; r++) {
     assert_int_equal(sc_pipe_schedule(k, P, V, M, r, &lists[r], &n[r], d), SC_OK);
-    int32_t want = 2 * M * V + 2 * V; /* F and B of each chunk and microbatch, N and U */
+    int32_t want = 3 * M * V + 2 * V; /* F, B, W of each chunk and microbatch; N, U */
     assert_int_equal(n[r], want);
     int32_t peak = sc_pipe_peak_stash(lists[r], n[r]);
     if (peak != formula(k, P, V, M, r))
@@ -61,7 +62,10 @@ static void test_all_schedules(void **state) {
   int checked = 0;
   for (int32_t P = 1; P <= 8; P++)
     for (int32_t M = 1; M <= 32; M++) {
-      for (int k = SC_SCHEDULE_GPIPE; k <= SC_SCHEDULE_1F1B; k++) {
+      static const sc_schedule_kind one_chunk[] = {SC_SCHEDULE_GPIPE, SC_SCHEDULE_1F1B,
+                                                   SC_SCHEDULE_ZB_H1};
+      for (int kk = 0; kk < 3; kk++) {
+        int k = one_chunk[kk];
         sc_diag_clear(&d);
         sc_status st = schedule_all((sc_schedule_kind)k, P, 1, M, &d, lists, n);
         if (st != SC_OK) fail_msg("kind %d P %d M %d: %s", k, (int)P, (int)M, d.msg);
@@ -76,7 +80,25 @@ static void test_all_schedules(void **state) {
         checked++;
       }
     }
-  assert_true(checked > 600);
+  assert_true(checked > 900);
+}
+
+/* ZB-H1 at P = 4, M = 8: rank r holds back P-r-1 weight pieces to its end
+ * (the last rank none: W right after each B), and every list still runs. */
+static void test_zb_h1(void **state) {
+  (void)state;
+  sc_diag d;
+  sc_diag_clear(&d);
+  for (int32_t r = 0; r < 4; r++) {
+    sc_pipe_action *a = NULL;
+    int32_t n = 0;
+    assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_ZB_H1, 4, 1, 8, r, &a, &n, &d), SC_OK);
+    int32_t tail = 0; /* weight pieces after the last backward */
+    for (int32_t i = n - 1; i >= 0 && a[i].phase != SC_PIPE_BACKWARD; i--)
+      tail += a[i].phase == SC_PIPE_WEIGHT;
+    assert_int_equal(tail, 4 - r - 1 + 1); /* the held ones and the last B's own */
+    sc_free(a);
+  }
 }
 
 /* 1F1B at P = 4, M = 8 with one change to the lists; the check's message
@@ -150,6 +172,7 @@ static void test_bad_arguments(void **state) {
   assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_INTERLEAVED, 4, 1, 8, 0, &a, &n, &d),
                    SC_ERR_USAGE);
   assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_1F1B, 4, 2, 8, 0, &a, &n, &d), SC_ERR_USAGE);
+  assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_ZB_H1, 4, 2, 8, 0, &a, &n, &d), SC_ERR_USAGE);
   assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_1F1B, 4, 1, 8, 4, &a, &n, &d), SC_ERR_USAGE);
   assert_null(a);
   char buf[64];
@@ -167,6 +190,7 @@ static void test_bad_arguments(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_all_schedules),
+      cmocka_unit_test(test_zb_h1),
       cmocka_unit_test(test_broken),
       cmocka_unit_test(test_bad_arguments),
   };
