@@ -10,7 +10,7 @@
  *   --microbatches M         pipeline microbatches (>= 1, default 1)
  *   --stage-boundaries A,B   node names starting stages 1, 2, ...
  *   --schedule gpipe|1f1b|interleaved|zb-h1  pipeline schedule (training: 1f1b,
- *                            and interleaved too; codegen/pipe_schedule.h)
+ *                            interleaved and zb-h1 too; codegen/pipe_schedule.h)
  *   --virtual-stages V       chunks per pipeline rank (interleaved)
  *   --sequence-parallel      reduce-scatter + all-gather instead of all-reduce
  *   --no-vocab-parallel      keep the embedding and LM head whole
