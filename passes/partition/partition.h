@@ -157,6 +157,9 @@ sc_status sc_partition_seed_train_data(sc_partition *p);
  * another pipeline rank is first read through an Identity copy). */
 sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag *d);
 sc_status sc_partition_seed_train_state(sc_partition *p);
+/* bucket.c: ZeRO-3's parameter all-gathers grouped per block and piece
+ * into one collective each (copy-in, gather, copy-out), on p->local. */
+sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d);
 /* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
 sc_status sc_partition_localize(sc_partition *p, sc_diag *d);
 

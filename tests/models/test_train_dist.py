@@ -61,6 +61,8 @@ Also:
     dp=2 all-reduces 2Ψ(n−1)/n; besides, only the loss's and the norm's
     scalars; each to the byte. The planned arena per rank is the one
     `shardc train --mesh` allocates;
+  - ZeRO-3 gathers GPT-2's parameters per block (one all-gather per block
+    and region instead of one per tensor; the same bytes);
   - GPT-2 at tp=2 trains with nothing computed whole (no fallback warning):
     the logits stay split by vocabulary (the log-softmax takes the group's
     max and sum: two all-reduces of [b, s, 1], no all-gather of the logits),
@@ -401,6 +403,25 @@ def main():
                 rc = j["recompute"]
                 check(rc["kind"] == kind and (rc["nodes"] > 0) == (kind != "none"),
                       f"plan --recompute {kind}: {rc}")
+        # ZeRO-3's parameter all-gathers grouped per block: GPT-2 (2 blocks)
+        # gathers each block's 12 tensors in one collective per region
+        # (forward, backward), the 4 tensors outside blocks alone; the bytes
+        # sent are those of the tensors' own gathers (ZeRO-1's all-gather of
+        # every updated parameter sends Ψ(n-1)/n too)
+        sent_ag = {}
+        for z in (["--zero", "1"], []):
+            p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", "gpt2.onnx"),
+                                "--dim", "batch=4", "--train", "--json", "--mesh", "fsdp=2"] + z,
+                               capture_output=True, text=True,
+                               timeout=300)
+            if check(p.returncode == 0, f"plan gpt2 fsdp=2 {z}: {p.stderr[-300:]}"):
+                ag = [c for c in json.loads(p.stdout)["collectives"] if c["op"] == "AllGather"]
+                sent_ag[" ".join(z)] = (sum(c["count"] for c in ag), sum(c["sent"] for c in ag))
+        if len(sent_ag) == 2:
+            (n1, s1), (n3, s3) = sent_ag["--zero 1"], sent_ag[""]
+            print(f"gpt2 fsdp=2 all-gathers: ZeRO-3 {n3} ({s3} bytes sent), ZeRO-1 {n1} ({s1})")
+            check(n3 <= 12 and s3 >= s1 > 0,
+                  f"gpt2 ZeRO-3 all-gathers not grouped per block: {n3} of them, {s3} bytes")
         if len(acts) == 3:
             print(f"gpt2 activations at the peak: none {acts['none']}, selective "
                   f"{acts['selective']}, full {acts['full']}")

@@ -1,0 +1,306 @@
+/* bucket.c — ZeRO-3's parameter all-gathers grouped per block (partition.h).
+ *
+ * localize gathers each parameter stored split over the fsdp axis right
+ * before its use, one AllGather per tensor (per use region: forward, and
+ * again for the backward). FSDP gathers a block's parameters together, in
+ * one collective: that is fewer and larger messages, and the whole block is
+ * there when its first node runs. This pass does the same on the local
+ * graph, in node order:
+ *
+ *   a group is the AllGathers over the fsdp axis alone, along dim 0, of
+ *   parameter shards (graph inputs) of one block (the block key of
+ *   passes/stats.h on the parameter's name; parameters outside blocks, an
+ *   embedding and a last norm used far apart, are gathered alone),
+ *   in one piece (`__stage`), dtype alike; a gather of a parameter the open
+ *   group already has (the backward's gathering again) closes it and opens
+ *   the next.
+ *
+ * A group of k >= 2 gathers of shards x_1..x_k (n_t elements each) becomes,
+ * at the place of its first gather (each y_t at the place of its own):
+ *
+ *   cat = Concat(Reshape(x_1, [n_1]), ..., Reshape(x_k, [n_k]))   [N]
+ *   all = AllGather(cat) over fsdp                                [S·N]
+ *   y_t = Reshape(Slice(Reshape(all, [S, N]), [0, o_t], [S, o_t + n_t]),
+ *                 the full shape of x_t)
+ *
+ * (each rank's piece of every member lies in its row; a dim-0 split makes
+ * the S pieces of member t, in rank order, its whole tensor: FSDP2's
+ * copy-in, all-gather, copy-out), and each old gather an Identity of its
+ * y_t, so that its readers and its name stay. The bytes every rank sends
+ * are the same; the count of collectives falls to one per block and region.
+ * p->local_end (the global-to-local node map, used only to place stages)
+ * is not kept up to date. */
+#include <stdio.h>
+#include <string.h>
+
+#include "ir/sharding.h"
+#include "partition.h"
+#include "passes/stats.h"
+
+typedef struct member {
+  int32_t node;        /* the old AllGather */
+  int32_t x, y;        /* its shard input and full output */
+  int64_t n;           /* elements of the shard */
+} member;
+
+typedef struct bucketer {
+  sc_partition *p;
+  sc_graph *L;
+  sc_diag *d;
+  int32_t *insert_at;  /* [new nodes] the old node they go before */
+  int32_t n_new, cap_new, first_new;
+} bucketer;
+
+static sc_status nomem(sc_diag *d) {
+  return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+static sc_status lerr(bucketer *b) {
+  if (b->L->diag.status != SC_OK) *b->d = b->L->diag;
+  return b->d->status ? b->d->status : SC_ERR_INVALID;
+}
+
+static int64_t stage_of(const sc_node *n) {
+  const sc_attr *a = sc_node_attr(n, "__stage");
+  return a ? a->i : 0;
+}
+
+/* Whether node i gathers a parameter shard along dim 0 over axis name
+ * fsdp alone; its parameter through *param. */
+static bool candidate(const bucketer *b, int32_t i, const char *fsdp, const char **param) {
+  const sc_node *n = &b->L->nodes[i];
+  if (n->op != SC_OP_ALL_GATHER || n->n_inputs != 1 || n->n_outputs != 1 || n->inputs[0] < 0)
+    return false;
+  const sc_attr *ax = sc_node_attr(n, "axes"), *dim = sc_node_attr(n, "axis");
+  if (!ax || ax->n != 1 || strcmp(ax->strings[0], fsdp) != 0 || (dim && dim->i != 0))
+    return false;
+  const sc_value *x = &b->L->values[n->inputs[0]];
+  if (!(x->flags & SC_VALUE_INPUT) || !x->name || x->rank < 1) return false;
+  const char *pp = sc_partition_param_of(b->p, x->name);
+  if (!pp || strcmp(pp, x->name) != 0) return false;
+  *param = x->name;
+  return true;
+}
+
+static int32_t new_value(bucketer *b, const char *base, sc_dtype t, int32_t rank,
+                         const int64_t *dims) {
+  int32_t id = sc_graph_new_value(b->L, base);
+  if (id < 0 || sc_value_set_shape(b->L, id, t, rank, dims) != SC_OK) return -1;
+  sc_sharding r;
+  sc_sharding_replicated(&r, rank);
+  return sc_graph_set_sharding(b->L, id, &r) == SC_OK ? id : -1;
+}
+
+static int32_t const_i64(bucketer *b, int32_t n, const int64_t *vals) {
+  int32_t id = sc_graph_new_value(b->L, "bucket_shape");
+  int64_t dims[1] = {n};
+  if (id < 0 || sc_value_set_data(b->L, id, SC_DTYPE_I64, 1, dims, vals, (uint64_t)n * 8, true) !=
+                    SC_OK)
+    return -1;
+  sc_sharding r;
+  sc_sharding_replicated(&r, 1);
+  return sc_graph_set_sharding(b->L, id, &r) == SC_OK ? id : -1;
+}
+
+/* A node of the group's piece, placed before old node `before`. */
+static int32_t emit(bucketer *b, sc_op op, const char *base, const int32_t *in, int32_t n_in,
+                    int32_t out, int64_t stage, int32_t before) {
+  char name[700];
+  snprintf(name, sizeof name, "%s/bucket/%s_%d", base, sc_op_name(op), (int)b->n_new);
+  int32_t nid = sc_graph_add_node(b->L, op, name, in, n_in, &out, 1);
+  sc_attr *a = nid < 0 ? NULL : sc_node_add_attr(b->L, nid, "__stage", SC_ATTR_INT);
+  if (!a) return -1;
+  a->i = stage;
+  if (b->n_new == b->cap_new) {
+    int32_t cap = b->cap_new ? 2 * b->cap_new : 64;
+    int32_t *x = sc_realloc(b->insert_at, (size_t)cap * sizeof *x);
+    if (!x) return -1;
+    b->insert_at = x;
+    b->cap_new = cap;
+  }
+  b->insert_at[b->n_new++] = before;
+  return nid;
+}
+
+static sc_status attr_int(bucketer *b, int32_t nid, const char *name, int64_t v) {
+  sc_attr *a = sc_node_add_attr(b->L, nid, name, SC_ATTR_INT);
+  if (!a) return nomem(b->d);
+  a->i = v;
+  return SC_OK;
+}
+
+/* The group's bucket (see the top). */
+static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
+  sc_graph *L = b->L;
+  int32_t first = m[0].node;
+  int64_t stage = stage_of(&L->nodes[first]);
+  sc_dtype t = L->values[m[0].x].dtype;
+  const sc_attr *ax = sc_node_attr(&L->nodes[first], "axes");
+  const char *base = L->nodes[first].name;
+  int64_t N = 0;
+  for (int32_t j = 0; j < k; j++) N += m[j].n;
+  int32_t *flat = sc_malloc((size_t)k * sizeof *flat);
+  if (!flat) return nomem(b->d);
+  sc_status st = SC_OK;
+  for (int32_t j = 0; st == SC_OK && j < k; j++) {
+    int32_t shp = const_i64(b, 1, &m[j].n);
+    flat[j] = shp < 0 ? -1 : new_value(b, L->values[m[j].x].name, t, 1, &m[j].n);
+    if (flat[j] < 0 || emit(b, SC_OP_RESHAPE, base, (int32_t[]){m[j].x, shp}, 2, flat[j], stage,
+                            first) < 0)
+      st = lerr(b);
+  }
+  int64_t all_n = S * N, grid[2] = {S, N};
+  int32_t cat = st == SC_OK ? new_value(b, "bucket", t, 1, &N) : -1;
+  int32_t all = cat < 0 ? -1 : new_value(b, "bucket_gathered", t, 1, &all_n);
+  int32_t gshape = all < 0 ? -1 : const_i64(b, 2, grid);
+  int32_t g2 = gshape < 0 ? -1 : new_value(b, "bucket_gathered", t, 2, grid);
+  if (st == SC_OK && g2 < 0) st = lerr(b);
+  int32_t nc = st == SC_OK ? emit(b, SC_OP_CONCAT, base, flat, k, cat, stage, first) : -1;
+  if (st == SC_OK && (nc < 0 || attr_int(b, nc, "axis", 0) != SC_OK)) st = lerr(b);
+  int32_t ng = st == SC_OK ? emit(b, SC_OP_ALL_GATHER, base, &cat, 1, all, stage, first) : -1;
+  if (st == SC_OK && ng < 0) st = lerr(b);
+  if (st == SC_OK) { /* the member's axes attribute, shared */
+    sc_attr *a = sc_node_add_attr(L, ng, "axes", SC_ATTR_STRINGS);
+    if (!a) st = nomem(b->d);
+    else {
+      a->strings = ax->strings;
+      a->n = ax->n;
+    }
+  }
+  if (st == SC_OK && attr_int(b, ng, "axis", 0) != SC_OK) st = lerr(b);
+  if (st == SC_OK && emit(b, SC_OP_RESHAPE, base, (int32_t[]){all, gshape}, 2, g2, stage,
+                          first) < 0)
+    st = lerr(b);
+  for (int32_t j = 0, off = 0; st == SC_OK && j < k; off += (int32_t)m[j].n, j++) {
+    const sc_value y = L->values[m[j].y]; /* a copy: adding values moves the array */
+    int64_t lo[2] = {0, off}, hi[2] = {S, off + m[j].n}, axes[2] = {0, 1}, piece[2] = {S, m[j].n};
+    int32_t c_lo = const_i64(b, 2, lo), c_hi = const_i64(b, 2, hi), c_ax = const_i64(b, 2, axes);
+    int32_t c_sh = const_i64(b, y.rank, y.dims);
+    int32_t sl = c_sh < 0 ? -1 : new_value(b, y.name, t, 2, piece);
+    int32_t full = sl < 0 ? -1 : new_value(b, y.name, t, y.rank, y.dims);
+    /* copied out where the member was gathered: the bucket stays for the
+     * block, each copy lives only as long as the parameter's own gather did */
+    if (full < 0 ||
+        emit(b, SC_OP_SLICE, base, (int32_t[]){g2, c_lo, c_hi, c_ax}, 4, sl, stage,
+             m[j].node) < 0 ||
+        emit(b, SC_OP_RESHAPE, base, (int32_t[]){sl, c_sh}, 2, full, stage, m[j].node) < 0) {
+      st = lerr(b);
+      break;
+    }
+    /* the old gather: an Identity of the member's piece of the bucket */
+    sc_node *n = &L->nodes[m[j].node];
+    n->op = SC_OP_IDENTITY;
+    n->inputs[0] = full;
+    int32_t kept = 0; /* its collective's attributes go; its stage stays */
+    for (int32_t a = 0; a < n->n_attrs; a++)
+      if (strcmp(n->attrs[a].name, "__stage") == 0) n->attrs[kept++] = n->attrs[a];
+    n->n_attrs = kept;
+  }
+  sc_free(flat);
+  return st;
+}
+
+/* Puts every new node before the old node it goes before (stable). */
+static sc_status place(bucketer *b) {
+  sc_graph *L = b->L;
+  int32_t n = L->n_nodes, n_old = b->first_new;
+  int32_t *order = sc_malloc(((size_t)n + 1) * sizeof *order);
+  int32_t *count = sc_calloc((size_t)n_old + 2, sizeof *count);
+  sc_node *nodes = sc_malloc(((size_t)n + 1) * sizeof *nodes);
+  if (!order || !count || !nodes) {
+    sc_free(order);
+    sc_free(count);
+    sc_free(nodes);
+    return nomem(b->d);
+  }
+  /* before old node i: the new nodes with insert_at == i, in creation order */
+  for (int32_t k = 0; k < b->n_new; k++) count[b->insert_at[k]]++;
+  int32_t *start = sc_malloc(((size_t)n_old + 1) * sizeof *start);
+  if (!start) {
+    sc_free(order);
+    sc_free(count);
+    sc_free(nodes);
+    return nomem(b->d);
+  }
+  int32_t w = 0;
+  for (int32_t i = 0; i < n_old; i++) {
+    start[i] = w;
+    w += count[i] + 1;
+  }
+  int32_t *fill = sc_calloc((size_t)n_old + 1, sizeof *fill);
+  for (int32_t k = 0; fill && k < b->n_new; k++) {
+    int32_t i = b->insert_at[k];
+    order[start[i] + fill[i]++] = b->first_new + k;
+  }
+  for (int32_t i = 0; fill && i < n_old; i++) order[start[i] + count[i]] = i;
+  sc_status st = fill ? SC_OK : nomem(b->d);
+  for (int32_t k = 0; st == SC_OK && k < n; k++) nodes[k] = L->nodes[order[k]];
+  if (st == SC_OK) memcpy(L->nodes, nodes, (size_t)n * sizeof *nodes);
+  for (int32_t i = 0; st == SC_OK && i < n; i++)
+    for (int32_t j = 0; j < L->nodes[i].n_outputs; j++)
+      if (L->nodes[i].outputs[j] >= 0) L->values[L->nodes[i].outputs[j]].producer = i;
+  sc_free(order);
+  sc_free(count);
+  sc_free(nodes);
+  sc_free(start);
+  sc_free(fill);
+  return st;
+}
+
+sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
+  if (p->fsdp_axis < 0 || p->zero_stage != 3 || !p->local) return SC_OK;
+  sc_graph *L = p->local;
+  const char *fsdp = p->mesh.axes[p->fsdp_axis].name;
+  int64_t S = p->mesh.axes[p->fsdp_axis].size;
+  sc_stats stats;
+  if (sc_stats_begin(p->global, &stats) != SC_OK) {
+    *d = p->global->diag;
+    return d->status;
+  }
+  bucketer b = {.p = p, .L = L, .d = d, .first_new = L->n_nodes};
+  int32_t n0 = L->n_nodes;
+  member *open = sc_malloc(((size_t)n0 + 1) * sizeof *open); /* the group being gathered */
+  const char **params = sc_malloc(((size_t)n0 + 1) * sizeof *params);
+  int32_t k = 0, n_groups = 0;
+  int64_t key_stage = -1, key_block = -2;
+  sc_dtype key_t = SC_DTYPE_UNDEF;
+  sc_status st = open && params ? SC_OK : nomem(d);
+  for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
+    const char *param = NULL;
+    bool cand = i < n0 && candidate(&b, i, fsdp, &param);
+    int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
+    int64_t block = cand && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
+    cand &= block >= 0; /* outside blocks (embeddings, the last norm): used far apart */
+    sc_dtype t = cand ? L->values[L->nodes[i].inputs[0]].dtype : SC_DTYPE_UNDEF;
+    bool again = false;
+    for (int32_t j = 0; cand && j < k && !again; j++) again = strcmp(params[j], param) == 0;
+    bool same = cand && k > 0 && stage == key_stage && block == key_block && t == key_t && !again;
+    if (i == n0 || (cand && !same)) { /* close the open group */
+      if (k >= 2) {
+        st = bucket(&b, open, k, S);
+        n_groups++;
+      }
+      k = 0;
+    }
+    if (!cand || st != SC_OK) continue;
+    const sc_value *x = &L->values[L->nodes[i].inputs[0]];
+    int64_t n = 1;
+    for (int32_t a = 0; a < x->rank; a++) n *= x->dims[a];
+    open[k] = (member){.node = i, .x = L->nodes[i].inputs[0], .y = L->nodes[i].outputs[0], .n = n};
+    params[k++] = param;
+    key_stage = stage;
+    key_block = block;
+    key_t = t;
+  }
+  if (st == SC_OK && b.n_new > 0) st = place(&b);
+  if (st == SC_OK && sc_graph_verify(L, true) != SC_OK) {
+    *d = L->diag;
+    st = d->status;
+  }
+  sc_free(open);
+  sc_free(params);
+  sc_free(b.insert_at);
+  sc_stats_free(&stats);
+  (void)n_groups;
+  return st;
+}
