@@ -342,15 +342,22 @@ static sc_status reduce_from(sc_comm *c, const char *got, int64_t chunk, sc_dtyp
   return SC_OK;
 }
 
-static sc_status tcp_all_reduce(sc_comm *c, const void *send, void *recv, int64_t count,
-                                sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+/* Every member's contribution (all of send, or its chunk of it: scatter),
+ * reduced in rank order into recv. */
+static sc_status exchange_reduce(sc_comm *c, const void *send, void *recv, int64_t count,
+                                 sc_dtype t, sc_reduce_op op, bool scatter, sc_diag *diag) {
   int64_t chunk = count * (int64_t)sc_dtype_size(t);
   char *got = sc_malloc((size_t)(chunk * c->size) + 1);
   if (!got) return nomem(diag);
-  sc_status st = exchange(c, send, chunk, false, got, diag);
+  sc_status st = exchange(c, send, chunk, scatter, got, diag);
   if (st == SC_OK) st = reduce_from(c, got, chunk, t, op, recv, count, diag);
   sc_free(got);
   return st;
+}
+
+static sc_status tcp_all_reduce(sc_comm *c, const void *send, void *recv, int64_t count,
+                                sc_dtype t, sc_reduce_op op, sc_diag *diag) {
+  return exchange_reduce(c, send, recv, count, t, op, false, diag);
 }
 
 static sc_status tcp_all_gather(sc_comm *c, const void *send, void *recv, int64_t count,
@@ -366,13 +373,7 @@ static sc_status tcp_all_gather(sc_comm *c, const void *send, void *recv, int64_
 
 static sc_status tcp_reduce_scatter(sc_comm *c, const void *send, void *recv, int64_t count,
                                     sc_dtype t, sc_reduce_op op, sc_diag *diag) {
-  int64_t chunk = count * (int64_t)sc_dtype_size(t);
-  char *got = sc_malloc((size_t)(chunk * c->size) + 1);
-  if (!got) return nomem(diag);
-  sc_status st = exchange(c, send, chunk, true, got, diag);
-  if (st == SC_OK) st = reduce_from(c, got, chunk, t, op, recv, count, diag);
-  sc_free(got);
-  return st;
+  return exchange_reduce(c, send, recv, count, t, op, true, diag);
 }
 
 static sc_status tcp_all_to_all(sc_comm *c, const void *send, void *recv, int64_t count,

@@ -89,25 +89,22 @@ for np in 4 3; do
   fi
 done
 
-t0=$(now)
-timeout 30 bash -c "$(declare -f launch free_port); TMP=$TMP PY=$PY; launch 4 abort $DRIVER abort"
-rc=$?
-t=$(elapsed "$t0")
-if [ $rc -eq 0 ] || ! under "$t" 10 || ! grep -q "rank 2 aborted: bad input" "$TMP/abort.err.0"; then
-  fail "abort: rc=$rc after ${t}s: $(cat "$TMP/abort.err.0")"
-else
-  echo "ok: an abort ends every process (${t} s)"
-fi
-
-t0=$(now)
-timeout 30 bash -c "$(declare -f launch free_port); TMP=$TMP PY=$PY; launch 3 kill $DRIVER kill"
-rc=$?
-t=$(elapsed "$t0")
-if [ $rc -eq 0 ] || ! under "$t" 15 || ! grep -q "connection to rank 1 was lost" "$TMP/kill.err.0"; then
-  fail "kill: rc=$rc after ${t}s: $(cat "$TMP/kill.err.0")"
-else
-  echo "ok: a killed rank ends the others (${t} s)"
-fi
+# ends N MODE LIMIT PATTERN WHAT: comm_driver MODE as N processes ends
+# non-zero within LIMIT s, rank 0 saying PATTERN
+ends() {
+  local t0 rc t
+  t0=$(now)
+  timeout 30 bash -c "$(declare -f launch free_port); TMP=$TMP PY=$PY; launch $1 $2 $DRIVER $2"
+  rc=$?
+  t=$(elapsed "$t0")
+  if [ $rc -eq 0 ] || ! under "$t" "$3" || ! grep -q "$4" "$TMP/$2.err.0"; then
+    fail "$2: rc=$rc after ${t}s: $(cat "$TMP/$2.err.0")"
+  else
+    echo "ok: $5 (${t} s)"
+  fi
+}
+ends 4 abort 10 "rank 2 aborted: bad input" "an abort ends every process"
+ends 3 kill 15 "connection to rank 1 was lost" "a killed rank ends the others"
 unset SHARDC_TEST_COMM
 
 "$PY" - "$TMP" <<'PY'
