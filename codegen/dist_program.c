@@ -136,6 +136,14 @@ const sc_shard_source *sc_dist_source(const sc_dist_program *dp, const char *nam
   return bsearch(name, dp->sources, (size_t)dp->n_sources, sizeof *dp->sources, cmp_name);
 }
 
+bool sc_dist_is_state(const sc_dist_program *dp, const char *name) {
+  char buf[1024];
+  int w = snprintf(buf, sizeof buf, "new:%s", name ? name : "");
+  for (int32_t k = 0; name && w > 0 && (size_t)w < sizeof buf && k < dp->n_outputs; k++)
+    if (strcmp(dp->outputs[k].name, buf) == 0) return true;
+  return false;
+}
+
 int32_t sc_dist_handoff_source(const sc_dist_program *dp, int32_t piece, const char *name,
                                int32_t *out) {
   for (int32_t s = piece - 1; name && s >= 0; s--) {

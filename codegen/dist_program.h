@@ -125,6 +125,9 @@ bool sc_dist_owns_output(const sc_dist_program *dp, int64_t rank, int32_t k);
 int32_t sc_dist_find_input(const sc_dist_program *dp, const char *name);
 /* The source of the sharded constant `name`, or NULL. */
 const sc_shard_source *sc_dist_source(const sc_dist_program *dp, const char *name);
+/* Whether global input `name` is training state: the step writes
+ * "new:name" (a global output). */
+bool sc_dist_is_state(const sc_dist_program *dp, const char *name);
 /* A pipelined step: the piece before `piece` whose program hands over the
  * value `name` (its output; *out: the output index), or -1. */
 int32_t sc_dist_handoff_source(const sc_dist_program *dp, int32_t piece, const char *name,

@@ -411,36 +411,34 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
   return finish_save(dir, &c, root, files, tensors, s, d);
 }
 
-/* Checks that the shards of each tensor tile it exactly. */
-static sc_status check_tiling(const sc_ckpt_shard *sh, int32_t n, sc_diag *d) {
+/* The shards' own fields, and every shard of a tensor of its first one's
+ * dtype and global shape (their tiling is check_tiled's, on the lists). */
+static sc_status check_shards(const sc_ckpt_shard *sh, int32_t n, sc_diag *d) {
   for (int32_t i = 0; i < n; i++) {
-    bool first = true;
-    for (int32_t j = 0; j < i && first; j++)
-      first = !(sh[j].group == sh[i].group && strcmp(sh[j].name, sh[i].name) == 0);
-    if (!first) continue;
-    int64_t covered = 0;
-    for (int32_t j = i; j < n; j++) {
-      if (sh[j].group != sh[i].group || strcmp(sh[j].name, sh[i].name) != 0) continue;
-      bool ok = sh[j].rank == sh[i].rank && sh[j].dtype == sh[i].dtype && sh[j].data;
-      for (int32_t k = 0; ok && k < sh[i].rank; k++)
-        ok = sh[j].dims[k] == sh[i].dims[k] && sh[j].offsets[k] >= 0 && sh[j].shape[k] >= 0 &&
-             sh[j].offsets[k] + sh[j].shape[k] <= sh[i].dims[k];
-      for (int32_t m = i; ok && m < j; m++)
-        ok = !(sh[m].group == sh[j].group && strcmp(sh[m].name, sh[j].name) == 0 &&
-               boxes_meet(sh[i].rank, sh[m].offsets, sh[m].shape, sh[j].offsets, sh[j].shape));
-      if (!ok)
-        return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
-                           "checkpoint: shard of '%s' outside it, overlapping another, or of "
-                           "another dtype or shape", sh[i].name);
-      covered += volume(sh[i].rank, sh[j].shape);
-    }
-    if (covered != volume(sh[i].rank, sh[i].dims))
+    if ((unsigned)sh[i].group >= SC_CKPT_GROUP_COUNT || sh[i].writer < 0 ||
+        sh[i].writer > 99999 || !sh[i].name || sh[i].rank < 0 || sh[i].rank > SC_MAX_RANK ||
+        !sh[i].data)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad shard %d", (int)i);
+    int32_t j = 0;
+    while (j < i && !(sh[j].group == sh[i].group && strcmp(sh[j].name, sh[i].name) == 0)) j++;
+    bool same = sh[j].dtype == sh[i].dtype && sh[j].rank == sh[i].rank;
+    for (int32_t k = 0; same && k < sh[i].rank; k++) same = sh[j].dims[k] == sh[i].dims[k];
+    if (!same)
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
-                         "checkpoint: the shards of '%s' cover %lld of its %lld elements",
-                         sh[i].name, (long long)covered,
-                         (long long)volume(sh[i].rank, sh[i].dims));
+                         "checkpoint: shards of '%s' of another dtype or shape", sh[i].name);
   }
   return SC_OK;
+}
+
+/* key[i]: shard i's index among its tensor's shards in its writer's file
+ * (sc_malloc'd, NULL when out of memory). */
+static int32_t *shard_keys(const sc_ckpt_shard *sh, int32_t n) {
+  int32_t *key = sc_calloc((size_t)n + 1, sizeof *key);
+  for (int32_t i = 0; key && i < n; i++)
+    for (int32_t j = 0; j < i; j++)
+      key[i] += sh[j].group == sh[i].group && sh[j].writer == sh[i].writer &&
+                strcmp(sh[j].name, sh[i].name) == 0;
+  return key;
 }
 
 /* The manifest's tensor lists of a sharded save. */
@@ -564,19 +562,11 @@ sc_status sc_ckpt_shards_write(const char *dir, const char *tmp, const sc_ckpt_s
   *part = NULL;
   if (!dir || !tmp || n < 0 || (n > 0 && !shards))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad arguments");
-  for (int32_t i = 0; i < n; i++)
-    if ((unsigned)shards[i].group >= SC_CKPT_GROUP_COUNT || shards[i].writer < 0 ||
-        shards[i].writer > 99999 || !shards[i].name || shards[i].rank < 0 ||
-        shards[i].rank > SC_MAX_RANK || !shards[i].data)
-      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad shard %d", (int)i);
-  /* key[i]: shard i's index among its tensor's shards in its writer's file */
-  int32_t *key = sc_calloc((size_t)n + 1, sizeof *key);
+  sc_status s = check_shards(shards, n, d);
+  if (s != SC_OK) return s;
+  int32_t *key = shard_keys(shards, n);
   json_t *files = json_array(), *tensors = NULL;
-  sc_status s = key && files ? SC_OK : nomem(d);
-  for (int32_t i = 0; s == SC_OK && i < n; i++)
-    for (int32_t j = 0; j < i; j++)
-      key[i] += shards[j].group == shards[i].group && shards[j].writer == shards[i].writer &&
-                strcmp(shards[j].name, shards[i].name) == 0;
+  s = key && files ? SC_OK : nomem(d);
   if (s == SC_OK && !(tensors = shard_lists(shards, n, key))) s = nomem(d);
   int written = 0;
   for (int g = 0; s == SC_OK && g < SC_CKPT_GROUP_COUNT; g++)
@@ -663,10 +653,13 @@ static sc_status check_tiled(const char *dir, json_t *tensors, sc_diag *d) {
         }
         covered += ok ? volume(rank, as) : 0;
       }
-      if (!ok || covered != volume(rank, dims))
+      if (!ok)
         return sc_diag_set_prefixed(d, SC_ERR_USAGE, dir,
-                                    "tensor '%.200s': its shards overlap, leave its bounds or "
-                                    "cover %lld of its %lld elements",
+                                    "tensor '%.200s': a shard outside it or overlapping another",
+                                    name ? name : "?");
+      if (covered != volume(rank, dims))
+        return sc_diag_set_prefixed(d, SC_ERR_USAGE, dir,
+                                    "tensor '%.200s': the shards cover %lld of its %lld elements",
                                     name ? name : "?", (long long)covered,
                                     (long long)volume(rank, dims));
     }
@@ -693,10 +686,14 @@ sc_status sc_ckpt_save_shards(const char *dir, const sc_ckpt_state *st,
                               const sc_ckpt_shard *shards, int32_t n, sc_diag *d) {
   if (!dir || !dir[0] || !st || n < 0 || (n > 0 && !shards))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad arguments");
-  for (int32_t i = 0; i < n; i++)
-    if ((unsigned)shards[i].group >= SC_CKPT_GROUP_COUNT || !shards[i].name)
-      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "checkpoint: bad shard %d", (int)i);
-  sc_status s = check_tiling(shards, n, d); /* before anything is written */
+  sc_status s = check_shards(shards, n, d);
+  if (s == SC_OK) { /* the tiling, before anything is written */
+    int32_t *key = shard_keys(shards, n);
+    json_t *tensors = key ? shard_lists(shards, n, key) : NULL;
+    s = tensors ? check_tiled(dir, tensors, d) : nomem(d);
+    json_decref(tensors);
+    sc_free(key);
+  }
   if (s == SC_OK) { /* and before anything is created: the state too */
     json_t *probe = json_object();
     s = probe ? put_state(probe, dir, st, d) : nomem(d);

@@ -106,6 +106,16 @@ static void set_aborted(world *w, const char *why) {
   pthread_mutex_unlock(&w->mu);
 }
 
+/* Appends m to the mailbox and wakes the waiters. */
+static void file_msg(world *w, msg *m) {
+  pthread_mutex_lock(&w->mu);
+  if (w->tail) w->tail->next = m;
+  else w->head = m;
+  w->tail = m;
+  pthread_cond_broadcast(&w->cv);
+  pthread_mutex_unlock(&w->mu);
+}
+
 /* Reads one frame from rank r's socket into the mailbox; false when the
  * socket is done (closed, broken). */
 static bool read_frame(world *w, int r) {
@@ -141,12 +151,7 @@ static bool read_frame(world *w, int r) {
     return false;
   }
   *m = (msg){.ctx = h.ctx, .src = r, .tag = h.tag, .bytes = h.bytes, .data = data};
-  pthread_mutex_lock(&w->mu);
-  if (w->tail) w->tail->next = m;
-  else w->head = m;
-  w->tail = m;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
+  file_msg(w, m);
   return true;
 }
 
@@ -235,11 +240,7 @@ static sc_status put(world *w, int r, uint64_t ctx, int tag, const void *buf, in
   }
   if (bytes) memcpy(data, buf, (size_t)bytes);
   *m = (msg){.ctx = ctx, .src = r, .tag = tag, .bytes = bytes, .data = data};
-  pthread_mutex_lock(&w->mu);
-  if (w->tail) w->tail->next = m;
-  else w->head = m;
-  w->tail = m;
-  pthread_mutex_unlock(&w->mu);
+  file_msg(w, m);
   return SC_OK;
 }
 

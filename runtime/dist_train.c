@@ -308,15 +308,6 @@ static sc_status run_all(struct sc_dist_trainer *t, int cmd, sc_diag *d) {
   return t->w[bad].st;
 }
 
-/* Whether the step writes "new:name" (name is state). */
-static bool step_state(const sc_dist_program *dp, const char *name) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "new:%s", name ? name : "");
-  for (int32_t k = 0; k < dp->n_outputs; k++)
-    if (strcmp(dp->outputs[k].name, buf) == 0) return true;
-  return false;
-}
-
 /* Adds data input b (once) with its global dims. */
 static sc_status add_data(sc_dist_trainer *t, const sc_buffer *b, sc_diag *d) {
   for (int32_t j = 0; j < t->n_data_in; j++)
@@ -348,7 +339,7 @@ static sc_status global_data(sc_dist_trainer *t, sc_diag *d) {
     for (int32_t i = 0; st == SC_OK && i < p->n_inputs; i++) {
       const sc_buffer *b = &p->buffers[p->inputs[i]];
       if (b->name && global_input(dp, b->name) && strncmp(b->name, "train:", 6) != 0 &&
-          !step_state(dp, b->name))
+          !sc_dist_is_state(dp, b->name))
         st = add_data(t, b, d);
     }
   }
@@ -523,7 +514,7 @@ int64_t sc_dist_trainer_ranks(const sc_dist_trainer *t) { return t->n; }
  * *gv. */
 static bool is_state(const sc_dist_trainer *t, const char *name, const sc_dist_value **gv) {
   *gv = global_input(t->dp, name);
-  return *gv && step_state(t->dp, name);
+  return *gv && sc_dist_is_state(t->dp, name);
 }
 
 sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_tensor_view *v,

@@ -115,15 +115,6 @@ static int32_t state_index(sc_pipe_rank *r, const char *name, const sc_buffer *b
   return r->n_st++;
 }
 
-/* Whether input `name` of the step is state: some piece writes "new:name". */
-static bool is_state(const sc_dist_program *dp, const char *name) {
-  char buf[1024];
-  snprintf(buf, sizeof buf, "new:%s", name);
-  for (int32_t k = 0; k < dp->n_outputs; k++)
-    if (strcmp(dp->outputs[k].name, buf) == 0) return true;
-  return false;
-}
-
 static int32_t data_index(sc_pipe_rank *r, const sc_buffer *b, const sc_sharding *sh,
                           sc_diag *d) {
   for (int32_t k = 0; k < r->n_data; k++)
@@ -173,7 +164,7 @@ static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
     } else if (strncmp(name, "train:", 6) == 0) {
       return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
                          "pipelined step: input '%s' is not supported", name);
-    } else if (is_state(dp, name)) {
+    } else if (sc_dist_is_state(dp, name)) {
       if ((k = state_index(r, name, b, &dp->stages[s].input_sharding[i], d)) < 0)
         return d->status;
       x->kind = B_STATE;
@@ -186,11 +177,8 @@ static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
     }
   }
   for (int32_t j = 0; j < p->n_outputs; j++) {
-    const char *name = out_buf(p, j)->name;
-    pc->out_state[j] = -1;
+    pc->out_state[j] = -1; /* set once every piece's state is known */
     pc->out_handoff[j] = sc_pipe_handoff_find(&r->t, s, j);
-    for (int32_t k = 0; name && strncmp(name, "new:", 4) == 0 && k < r->n_st; k++)
-      if (strcmp(r->st[k].name, name + 4) == 0) pc->out_state[j] = k;
   }
   return SC_OK;
 }

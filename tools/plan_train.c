@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "codegen/pipe_schedule.h"
-#include "codegen/train_manifest.h"
 #include "driver/train_memory.h"
 #include "passes/partition/partition.h"
 #include "passes/stats.h"
@@ -96,7 +95,9 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
   sc_status st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q, &r->acts,
                                   &r->n_acts, d);
   if (st != SC_OK) return st;
-  const char **seen = sc_calloc(1024, sizeof *seen);
+  size_t n_in = 1; /* the state the rank's pieces read, each once */
+  for (int32_t s = 0; s < dp->n_stages; s++) n_in += (size_t)dp->stages[s].program->n_inputs;
+  const char **seen = sc_calloc(n_in, sizeof *seen);
   int32_t n_seen = 0;
   if (!seen) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t s = 0; s < dp->n_stages && st == SC_OK; s++) {
@@ -105,14 +106,8 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
     r->arenas += p->arena_bytes;
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const sc_buffer *b = &p->buffers[p->inputs[i]];
-      if (!sc_program_input_is_state(p, p->inputs[i]) || listed(seen, n_seen, b->name)) {
-        bool state = false; /* state read (not updated) by this piece: the update's input */
-        char nn[1024];
-        snprintf(nn, sizeof nn, "new:%s", b->name ? b->name : "");
-        for (int32_t k = 0; k < dp->n_outputs && !state; k++) state = !strcmp(dp->outputs[k].name, nn);
-        if (!state || listed(seen, n_seen, b->name)) continue;
-      }
-      if (n_seen < 1024) seen[n_seen++] = b->name;
+      if (!sc_dist_is_state(dp, b->name) || listed(seen, n_seen, b->name)) continue;
+      seen[n_seen++] = b->name;
       r->state += b->bytes;
     }
     sc_train_comm *cm = NULL;

@@ -20,14 +20,7 @@ command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found"; exit 77; }
 
 . "$(dirname "$0")/mpirun_env.sh"
 mpirun_env "$DRIVER"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-under() { awk -v t="$1" -v lim="$2" 'BEGIN { exit !(t < lim) }'; }
+. "$(dirname "$0")/common.sh" # TMP, fail, now, elapsed, under
 
 for np in 4 3; do
   timeout 40 "${MPIRUN[@]}" -np $np "$DRIVER" collectives >"$TMP/out" 2>"$TMP/err"

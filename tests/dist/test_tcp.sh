@@ -26,13 +26,7 @@ SRC=${SC_SOURCE_DIR:-$(dirname "$0")/../..}
 SHARDC=${SHARDC:-$BIN/shardc}
 DRIVER=$BIN/tests/comm_driver
 PY=${SC_PYTHON:-$SRC/.venv/bin/python}
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-under() { awk -v t="$1" -v lim="$2" 'BEGIN { exit !(t < lim) }'; }
+. "$(dirname "$0")/common.sh" # TMP, fail, now, elapsed, under
 # a port below the ephemeral range (where every rank's own listener lands),
 # free now
 free_port() {

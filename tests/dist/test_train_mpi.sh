@@ -23,10 +23,7 @@ command -v mpirun >/dev/null 2>&1 || { echo "SKIP: mpirun not found"; exit 77; }
 [ -e "$BIN/libshardc_comm_mpi.so" ] || { echo "SKIP: $BIN/libshardc_comm_mpi.so not built (no MPI)"; exit 77; }
 . "$(dirname "$0")/mpirun_env.sh"
 mpirun_env "$SHARDC"
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/common.sh" # TMP, fail, now, elapsed, under
 
 "$PY" - "$TMP" <<'PY'
 import sys, numpy as np
