@@ -257,15 +257,18 @@ def ratio(a, b):
     return "  n/a" if a is None or not b else f"{a / b:5.2f}"
 
 
-def mesh_rows(a, notes):
-    """The GPT-2 sample's step on 2 thread-ranks (dp=2, fsdp=2: one thread
-    each) against one rank on 1 and 2 threads: what the collectives cost;
-    and the time `shardc plan --train` takes to build the step at dp=2 x tp=2
-    (import, train pass, partition, codegen; no JIT)."""
-    path, over, batch, seq, steps, warmup = MODELS["gpt2"]
+def mesh_rows(a, notes, name="gpt2", path=None):
+    """A model's step on 2 thread-ranks (dp=2, fsdp=2 with and without the
+    overlap of its collectives, tp=2; one thread each; the GPT-2 sample also
+    pp=2) against one rank on 1 and 2 threads: what the collectives cost;
+    for the sample, also the time `shardc plan --train` takes to build the
+    step at dp=2 x tp=2 (import, train pass, partition, codegen; no JIT)."""
+    p0, over, batch, seq, steps, warmup = MODELS[name]
+    path = path or p0
+    batch = max(batch, 2)  # split over 2 ranks
     steps = a.steps if a.steps is not None else steps
     warmup = a.warmup if a.warmup is not None else warmup
-    print(f"\nGPT-2 sample, batch {batch}: shardc's step on one rank and on 2 thread-ranks "
+    print(f"\n{name}, batch {batch}: shardc's step on one rank and on 2 thread-ranks "
           "(median ms/step after the warm-up)")
     print(f"{'run':28s} {'ms/step':>8s} {'vs 1 rank, 2 threads':>21s}")
     with tempfile.TemporaryDirectory(prefix="sc-bench-mesh-") as d:
@@ -274,19 +277,25 @@ def mesh_rows(a, notes):
         np.save(data["ids"], rng.integers(0, vocab(over), (batch, seq), dtype=np.int64))
         np.save(data["labels"], rng.integers(0, vocab(over), (batch, seq), dtype=np.int64))
         base = None
-        for label, t, extra in (("one rank, 2 threads", 2, ()), ("one rank, 1 thread", 1, ()),
-                                ("dp=2, 1 thread per rank", 1, ("--mesh", "dp=2")),
-                                ("fsdp=2, 1 thread per rank", 1, ("--mesh", "fsdp=2")),
-                                ("pp=2 1f1b M=4, 1 thread", 1,
-                                 ("--mesh", "pp=2", "--microbatches", "4", "--schedule", "1f1b"))):
+        rows = [("one rank, 2 threads", 2, ()), ("one rank, 1 thread", 1, ()),
+                ("dp=2, 1 thread per rank", 1, ("--mesh", "dp=2")),
+                ("fsdp=2, 1 thread per rank", 1, ("--mesh", "fsdp=2")),
+                ("fsdp=2, --no-overlap", 1, ("--mesh", "fsdp=2", "--no-overlap")),
+                ("tp=2, 1 thread per rank", 1, ("--mesh", "tp=2"))]
+        if name == "gpt2":
+            rows.append(("pp=2 1f1b M=4, 1 thread", 1,
+                         ("--mesh", "pp=2", "--microbatches", "4", "--schedule", "1f1b")))
+        for label, t, extra in rows:
             try:
                 sc = shardc_train(a.shardc, path, data, batch, warmup + steps, t, d, extra=extra)
             except (RuntimeError, subprocess.TimeoutExpired) as e:
-                notes.append(f"gpt2 {label}: shardc FAILED: {e}")
+                notes.append(f"{name} {label}: shardc FAILED: {e}")
                 continue
             ms = statistics.median(sc[0][warmup:])
             base = base or ms
             print(f"{label:28s} {ms:8.2f} {ratio(ms, base):>21s}", flush=True)
+    if name != "gpt2":
+        return
     for mesh in (["dp=2,tp=2"], ["dp=2,tp=2,pp=2", "--microbatches", "4", "--schedule", "1f1b"]):
         t0 = time.monotonic()
         p = subprocess.run([a.shardc, "plan", path, "--train", "--dim", f"batch={batch}",
@@ -318,6 +327,8 @@ def main():
     ap.add_argument("--cache", default=os.path.join(SRC, "build", "bench-cache"))
     ap.add_argument("--profile", action="store_true", help="SHARDC_PROFILE table of shardc's step")
     ap.add_argument("--smoke", action="store_true", help="the GPT-2 sample only, 3 steps")
+    ap.add_argument("--mesh-small", action="store_true",
+                    help="also GPT-2-small's step on 2 thread-ranks (dp, fsdp, tp; minutes)")
     a = ap.parse_args()
     names = [s for s in a.only.split(",") if s] or list(MODELS)
     threads = [int(t) for t in a.threads.split(",") if t]
@@ -404,6 +415,8 @@ def main():
                     notes.append(f"{name}: profile FAILED: {e}")
     if "gpt2" in names and not a.smoke:
         mesh_rows(a, notes)
+    if "gpt2-small" in names and not a.smoke and a.mesh_small:
+        mesh_rows(a, notes, "gpt2-small", model_file("gpt2-small", a.cache))
     print("\nsc peakRSS: `shardc train` process (import and compile included); pt peakRSS: the "
           "PyTorch process during the steps; pt RSS0: before the first step; sc arena+const: "
           "shardc's planned step memory; RSS ratio: sc/pt peak RSS")

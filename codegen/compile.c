@@ -5,6 +5,7 @@
  *   fuse (when opts->fuse and registered)    node groups (codegen/fuse.c)
  *   sc_program_from_graph                    kernels and steps (codegen/lower*.c)
  *   sc_program_pair_state                    training state updated in place
+ *   sc_program_overlap (when opts->overlap)  async collectives, prefetch (codegen/overlap.c)
  *   sc_memplan_run + sc_memplan_verify       arena offsets, checked (codegen/memplan.c)
  *
  * --print-after=PASS prints the IR after a graph pass (to opts->print_out,
@@ -37,6 +38,7 @@ void sc_codegen_register_passes(void) {
 void sc_compile_opts_init(sc_compile_opts *o) {
   memset(o, 0, sizeof *o);
   o->fuse = true;
+  o->overlap = true;
 }
 
 static double now_ms(void) {
@@ -88,6 +90,7 @@ sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **o
   double t1 = now_ms();
   if (st == SC_OK && sc_program_pair_state(p) != SC_OK)
     st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (st == SC_OK && o->overlap) st = sc_program_overlap(p, NULL, NULL, diag);
   if (st == SC_OK) st = sc_memplan_run(p, diag);
   if (st == SC_OK) st = sc_memplan_verify(p, diag);
   double t2 = now_ms();

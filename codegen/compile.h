@@ -19,6 +19,9 @@
 
 typedef struct sc_compile_opts {
   bool fuse;               /* default true */
+  bool overlap;            /* default true: collectives run asynchronously,
+                              the next block's gather prefetched
+                              (sc_program_overlap, codegen/overlap.c) */
   const char *print_after; /* graph pass name, "all", or "program" (the
                               final program after memplan), or NULL */
   bool time_passes;

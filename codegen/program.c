@@ -263,6 +263,12 @@ int64_t sc_scatter_add_rows(const sc_scatter_step *c, sc_dtype dt, sc_dtype it, 
 #undef SCATTER_ROWS
 
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud) {
+  if (s->kind == SC_STEP_WAIT) {
+    if (s->started >= 0 && s->started < p->n_steps &&
+        p->steps[s->started].kind == SC_STEP_COMM)
+      sc_step_buffers(p, &p->steps[s->started], fn, ud);
+    return;
+  }
   if (s->kind == SC_STEP_GEMM) {
     const sc_gemm *g = &s->gemm;
     fn(ud, g->a, false);
@@ -361,12 +367,15 @@ void sc_program_print(const sc_program *p, FILE *out) {
       fprintf(out, "scatter_add out=b%d data=b%d indices=b%d updates=b%d rows %lld row %lld n %lld",
               (int)c->out, (int)c->data, (int)c->indices, (int)c->updates, (long long)c->rows,
               (long long)c->row, (long long)c->n);
+    } else if (s->kind == SC_STEP_WAIT) {
+      fprintf(out, "wait s%d", (int)s->started);
     } else if (s->kind == SC_STEP_COMM) {
       static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter",
                                           "all_to_all", "send", "recv"};
       static const char *const ops[] = {"sum", "max", "min"};
       const sc_comm_step *c = &s->comm;
-      fprintf(out, "comm %s", (unsigned)c->kind < SC_COMM_KIND_COUNT ? names[c->kind] : "?");
+      fprintf(out, "comm %s%s", c->async ? "start " : "",
+              (unsigned)c->kind < SC_COMM_KIND_COUNT ? names[c->kind] : "?");
       if (c->kind == SC_COMM_ALL_REDUCE || c->kind == SC_COMM_REDUCE_SCATTER)
         fprintf(out, " %s", (unsigned)c->reduce < 3 ? ops[c->reduce] : "?");
       if (c->in >= 0) fprintf(out, " in=b%d", (int)c->in);

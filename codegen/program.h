@@ -22,7 +22,13 @@
  * Steps run in order; each reads and writes buffers only. COMM steps
  * (collectives, send and recv, from the internal ops of ir/op_comm.h) are
  * run by the session through a communicator for the step's mesh-axis group
- * (runtime/runtime.h); `mesh` is the graph's mesh they refer to. */
+ * (runtime/runtime.h); `mesh` is the graph's mesh they refer to. A COMM
+ * step marked async only starts the transfer: the session's communication
+ * thread runs it while later steps compute, and a WAIT step further on
+ * completes it (codegen/overlap.c places both; docs/codegen.md). Between
+ * the two, no step touches the collective's output or scratch buffers or
+ * writes its input, and the memory plan keeps all of them live: a WAIT
+ * touches the same buffers as the step it completes. */
 #ifndef SC_CODEGEN_PROGRAM_H
 #define SC_CODEGEN_PROGRAM_H
 
@@ -89,6 +95,9 @@ typedef struct sc_comm_step {
   uint32_t axes;          /* sc_axes of `mesh`: the group (0: one rank) */
   int64_t group_size;
   int32_t peer, tag;      /* SEND, RECV: peer's key in the group, tag */
+  bool async;             /* started here, completed at the WAIT step that
+                             names this step (codegen/overlap.c); else the
+                             step completes before the next one runs */
 } sc_comm_step;
 
 /* Checks the integer buffer `buffer` holds data indices into an extent of
@@ -127,6 +136,8 @@ typedef enum sc_step_kind {
   SC_STEP_COMM,   /* collective / send / recv, run by the session */
   SC_STEP_CHECK,  /* index range check, run by the session */
   SC_STEP_SCATTER_ADD, /* rows added at indices, run by the session (host) */
+  SC_STEP_WAIT,   /* the async COMM step `started` has completed: its out
+                     may be read, its in written again */
   SC_STEP_KIND_COUNT
 } sc_step_kind;
 
@@ -138,6 +149,8 @@ typedef struct sc_step {
   sc_comm_step comm;  /* COMM */
   sc_check_step check; /* CHECK */
   sc_scatter_step scatter; /* SCATTER_ADD */
+  int32_t started;    /* WAIT: the index of the async COMM step it completes
+                         (an earlier step; each is waited for exactly once) */
   const char *origin; /* graph node name(s), for --print and errors */
 } sc_step;
 
@@ -196,7 +209,9 @@ static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
  * a, b and bias read, c read too when beta != 0, c written, then the
  * epilogue kernel's params. COMM steps: in read, pack written and read, out
  * written, unpack written and read. CHECK steps: the buffer read. SCATTER_ADD: data, indices
- * and updates read, out written. Shared by the memory plan and the runtime. */
+ * and updates read, out written. WAIT steps: those of the COMM step they
+ * complete (so an async collective's buffers live from its start to its
+ * wait). Shared by the memory plan and the runtime. */
 typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud);
 
@@ -204,5 +219,20 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
  * folded) into a program: one kernel per node (before fusion) or per fused
  * group, GEMM steps for MatMul/Gemm/Conv. Errors name the node. */
 sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag);
+
+/* codegen/overlap.c: collectives overlapped with compute. Every all-reduce,
+ * all-gather, reduce-scatter and all-to-all whose result is not needed by
+ * the very next step becomes an async start plus a WAIT placed just before
+ * the first step that touches its output (or writes its input); a gather of
+ * state (its input, or the copy-in kernel that packs it, reads only values
+ * no step writes before) is started one gather early: right after the wait
+ * of the previous such gather, FSDP's prefetch of the next block. At most
+ * two collectives are in flight: starting a third waits for the oldest.
+ * Run before the memory plan; the order of collectives stays the same on
+ * every rank that runs the same program. *n_async (may be NULL): how many
+ * steps became async; *n_prefetched: how many gathers moved. SC_ERR_NOMEM,
+ * SC_ERR_INVALID (a step names a buffer that does not exist). */
+sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetched,
+                             sc_diag *diag);
 
 #endif

@@ -43,7 +43,8 @@ _Static_assert(sizeof KIR_NAMES / sizeof KIR_NAMES[0] == KIR_OP_COUNT, "kir op n
 
 static const char *const BUF_KINDS[] = {"input", "output", "const", "temp", "view"};
 enum { N_BUF_KINDS = 5 };
-static const char *const STEP_KINDS[] = {"kernel", "gemm", "comm", "check", "scatter_add"};
+static const char *const STEP_KINDS[] = {"kernel", "gemm",        "comm",
+                                         "check",  "scatter_add", "wait"};
 _Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
 static const char *const PHASE_KINDS[] = {"reduce", "store"};
 static const char *const COMM_KINDS[] = {"all_reduce",     "all_gather", "reduce_scatter",
@@ -207,7 +208,10 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(co, "group_size", json_integer(c->group_size));
     json_object_set_new(co, "peer", json_integer(c->peer));
     json_object_set_new(co, "tag", json_integer(c->tag));
+    if (c->async) json_object_set_new(co, "async", json_true());
     json_object_set_new(o, "comm", co);
+  } else if (s->kind == SC_STEP_WAIT) {
+    json_object_set_new(o, "started", json_integer(s->started));
   }
   return o;
 }
@@ -709,6 +713,10 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
     return st;
   c->kind = (sc_comm_kind)kind;
   c->reduce = red;
+  c->async = false;
+  if (json_object_get(co, "async") && (st = get_bool(r, co, "async", &c->async))) return st;
+  if (c->async && (c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV))
+    return fail(r, SC_ERR_INVALID, "a %s step cannot be async", COMM_KINDS[c->kind]);
   if (axes < 0 || axes > (int64_t)sc_mesh_all_axes(&p->mesh))
     return fail(r, SC_ERR_INVALID, "'axes' = %lld is not a set of the mesh's axes",
                 (long long)axes);
@@ -791,6 +799,34 @@ static sc_status read_scatter(reader *r, json_t *o, sc_scatter_step *c) {
   return SC_OK;
 }
 
+/* Every WAIT completes an earlier async COMM step, each async step is
+ * waited for exactly once, and none is left running at the end: the
+ * session's waits then always end. */
+static sc_status check_waits(reader *r) {
+  const sc_program *p = r->p;
+  bool *waited = sc_calloc((size_t)p->n_steps + 1, sizeof *waited);
+  if (!waited) return fail(r, SC_ERR_NOMEM, "out of memory");
+  sc_status st = SC_OK;
+  for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind != SC_STEP_WAIT) continue;
+    at(r, "steps[%d]", i);
+    int32_t j = s->started;
+    if (p->steps[j].kind != SC_STEP_COMM || !p->steps[j].comm.async)
+      st = fail(r, SC_ERR_INVALID, "waits for step %d, which is not an async collective", j);
+    else if (waited[j])
+      st = fail(r, SC_ERR_INVALID, "waits for step %d a second time", j);
+    waited[j] = true;
+  }
+  for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++)
+    if (p->steps[i].kind == SC_STEP_COMM && p->steps[i].comm.async && !waited[i]) {
+      at(r, "steps[%d]", i);
+      st = fail(r, SC_ERR_INVALID, "an async collective that no step waits for");
+    }
+  sc_free(waited);
+  return st;
+}
+
 static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   const sc_program *p = r->p;
   at(r, "steps[%d]", sid);
@@ -808,6 +844,10 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   if (s->kind == SC_STEP_SCATTER_ADD) {
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
     return read_scatter(r, o, &s->scatter);
+  }
+  if (s->kind == SC_STEP_WAIT) { /* pairing checked by check_waits */
+    if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
+    return get_range(r, o, "started", true, 0, 0, sid - 1, &s->started);
   }
   if (s->kind == SC_STEP_CHECK) {
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
@@ -998,7 +1038,7 @@ static sc_status read_program(reader *r, json_t *root) {
     if ((st = read_step(r, json_array_get(steps, (size_t)i), i, &s))) return st;
     if (sc_program_add_step(p, &s) != i) return fail(r, SC_ERR_NOMEM, "out of memory");
   }
-  return SC_OK;
+  return check_waits(r);
 }
 
 sc_status sc_program_read_json(const char *text, size_t len, const void *weights,

@@ -37,6 +37,44 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad,
   return SC_MEM_ACTIVATIONS;
 }
 
+typedef struct span {
+  const sc_program *p;
+  int32_t *first, *last, step;
+} span;
+
+static void touch_span(void *ud, int32_t b, bool written) {
+  (void)written;
+  span *s = ud;
+  int32_t r = b >= 0 && b < s->p->n_buffers ? sc_program_root(s->p, b) : -1;
+  if (r < 0 || r >= s->p->n_buffers) return;
+  if (s->first[r] < 0) s->first[r] = s->step;
+  s->last[r] = s->step;
+}
+
+/* m->saved (train_memory.h): activation roots touched before
+ * m->backward_step and at or after it. */
+static sc_status saved_of(const sc_program *p, sc_train_memory *m, const bool *grad,
+                          const bool *comm, sc_diag *d) {
+  size_t n = (size_t)p->n_buffers + 1;
+  span s = {p, sc_malloc(n * sizeof *s.first), sc_malloc(n * sizeof *s.last), 0};
+  if (!s.first || !s.last) {
+    sc_free(s.first);
+    sc_free(s.last);
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  for (int32_t i = 0; i < p->n_buffers; i++) s.first[i] = s.last[i] = -1;
+  for (s.step = 0; s.step < p->n_steps; s.step++)
+    sc_step_buffers(p, &p->steps[s.step], touch_span, &s);
+  int32_t k = m->backward_step;
+  for (int32_t r = 0; r < p->n_buffers; r++)
+    if (sc_program_root(p, r) == r && s.first[r] >= 0 && s.first[r] < k && s.last[r] >= k &&
+        class_of(p, r, grad, comm) == SC_MEM_ACTIVATIONS)
+      m->saved += p->buffers[r].bytes;
+  sc_free(s.first);
+  sc_free(s.last);
+  return SC_OK;
+}
+
 sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d) {
   memset(m, 0, sizeof *m);
   size_t n = (size_t)(p->n_buffers ? p->n_buffers : 1);
@@ -69,6 +107,10 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
     if (!live[i]) continue;
     m->live[class_of(p, i, grad, comm)] += (p->buffers[i].bytes + align - 1) / align * align;
   }
+  m->backward_step = -1;
+  for (int32_t k = 0; st == SC_OK && k < p->n_steps && m->backward_step < 0; k++)
+    if (p->steps[k].origin && strstr(p->steps[k].origin, "/grad/")) m->backward_step = k;
+  if (st == SC_OK && m->backward_step >= 0) st = saved_of(p, m, grad, comm, d);
   m->arena = p->arena_bytes;
   m->peak_origin = st == SC_OK && m->peak_step < p->n_steps ? p->steps[m->peak_step].origin : NULL;
   sc_free(live);
@@ -109,6 +151,7 @@ sc_status sc_train_comm_of(const sc_program *p, sc_train_comm **out, int32_t *n,
     int64_t in = buffer_bytes(p, c->in), o = buffer_bytes(p, c->out);
     int64_t M = in > o ? in : o, g = c->group_size > 0 ? c->group_size : 1;
     row->ops++;
+    row->async_ops += c->async;
     row->bytes += M;
     row->sent += c->kind == SC_COMM_ALL_REDUCE ? 2 * (g - 1) * M / g
                  : c->kind == SC_COMM_SEND     ? M

@@ -40,6 +40,12 @@ typedef struct sc_train_memory {
   const char *peak_origin;          /* the step's origin (NULL after the end) */
   int64_t arena;                    /* planned = allocated */
   int64_t constants;                /* CONST bytes, outside the arena */
+  /* The activations saved for the backward: the bytes (unrounded) of the
+   * forward values live when the backward begins (at the first step of a
+   * node "…/grad/…", backward_step; -1 and 0 without one) that a later
+   * step reads: what Korthikanti et al. count per layer. */
+  int32_t backward_step;
+  int64_t saved;
 } sc_train_memory;
 /* One row of a partitioned step's collectives: every COMM step of one kind
  * over one group of axes. bytes: the larger of input and output (the whole
@@ -51,6 +57,7 @@ typedef struct sc_train_comm {
   uint32_t axes;
   int64_t group_size;
   int64_t ops, bytes, sent;
+  int64_t async_ops; /* of ops: started asynchronously (codegen/overlap.c) */
 } sc_train_comm;
 /* The program's collectives by (kind, axes), in first-use order, into a
  * new sc_malloc'd array (*out, NULL when none). */

@@ -52,7 +52,9 @@
  * this build lacks ("built without MPI").
  *
  * Threading: one thread uses a handle at a time; different handles of the
- * same local group are used by different threads concurrently. */
+ * same local group are used by different threads concurrently. A session
+ * runs async collectives on a thread of its own (sc_comm_any_thread says
+ * whether the backend allows it; MPI is initialised THREAD_SERIALIZED). */
 #ifndef SC_RUNTIME_COMM_H
 #define SC_RUNTIME_COMM_H
 
@@ -106,6 +108,9 @@ struct sc_comm {
   void *ctx;  /* backend state */
   int rank;   /* 0 <= rank < size */
   int size;
+  bool any_thread; /* calls may come from a thread other than the one that
+                      made the handle, one thread at a time (true unless the
+                      backend says otherwise: MPI below THREAD_SERIALIZED) */
 };
 
 /* ---- creation ---- */
@@ -137,6 +142,9 @@ const char *sc_comm_backends(void);
 
 /* ---- operations (see the layouts above) ---- */
 int sc_comm_rank(const sc_comm *c);
+/* c->any_thread: whether a session may run c's collectives on its
+ * communication thread (runtime/session.c). */
+bool sc_comm_any_thread(const sc_comm *c);
 int sc_comm_size(const sc_comm *c);
 const char *sc_comm_backend(const sc_comm *c);
 

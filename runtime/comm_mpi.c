@@ -235,6 +235,9 @@ static sc_status wrap(MPI_Comm comm, sc_comm **out, sc_diag *diag) {
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "mpi communicator: out of memory");
   }
   x->comm = comm;
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  c->any_thread = level >= MPI_THREAD_SERIALIZED;
   n_live++;
   *out = c;
   return SC_OK;
@@ -293,7 +296,7 @@ sc_status sc_comm_mpi_module_create(sc_comm **out, sc_diag *diag) {
   MPI_Initialized(&init);
   if (!init) {
     int provided;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "MPI_Init_thread failed");
     we_initialised = true;
   }

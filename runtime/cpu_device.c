@@ -324,7 +324,8 @@ static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) 
   case SC_STEP_GEMM: return gemm_problem(p, s) == NULL;
   case SC_STEP_COMM: /* run by the session, not the device */
   case SC_STEP_CHECK:
-  case SC_STEP_SCATTER_ADD: return true; /* the arena is host memory */
+  case SC_STEP_SCATTER_ADD:
+  case SC_STEP_WAIT: return true; /* the arena is host memory */
   default: return false;
   }
 }

@@ -28,7 +28,21 @@
  * along a non-leading dim (codegen/program.h: pack, unpack) are strided
  * host copies between arena buffers: right for the CPU device, whose
  * buffers are host memory (a CUDA device will need a copy kernel). A
- * failing communicator call fails the run with its status and message. */
+ * failing communicator call fails the run with its status and message.
+ *
+ * Async collectives (codegen/overlap.c): a COMM step marked async is handed
+ * to the session's communication thread, which runs the handed steps one
+ * at a time in the order they came (so every rank still calls its
+ * collectives in program order); a WAIT step blocks until its start has
+ * run. A synchronous COMM step runs on the caller's thread when nothing is
+ * in flight, else it joins the queue and is waited for at once (one thread
+ * uses the communicators at a time). The thread is started with the
+ * session, only for programs with async steps and communicators that allow
+ * it (sc_comm_any_thread); otherwise starts run inline and waits do
+ * nothing. A run that fails waits for what is in flight before returning,
+ * and a failed collective fails its wait (and every later one) with its
+ * message. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +73,17 @@ struct sc_session {
   sc_comm **groups;    /* owned: one per distinct axes mask of COMM steps */
   uint32_t *group_axes;
   sc_comm **step_comm; /* per step: its group's communicator, or NULL */
+  /* the communication thread (module comment) */
+  bool has_thread;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work, done_cv;
+  int32_t *queue;      /* [n_steps]: ring of step ids */
+  int64_t *seq;        /* [n_steps]: the number a start was queued as */
+  int64_t issued, done; /* steps queued / finished, over all runs */
+  bool stop;
+  sc_status failed;    /* the first failure since the run began */
+  sc_diag fail_diag;
 };
 
 static double now_s(void) {
@@ -105,8 +130,11 @@ static void print_profile(const sc_session *s) {
     const sc_step *st = &p->steps[i];
     char what[256];
     if (st->kind == SC_STEP_COMM) {
-      snprintf(what, sizeof what, "comm %d, %lld elements x group of %lld", (int)st->comm.kind,
-               (long long)st->comm.count, (long long)st->comm.group_size);
+      snprintf(what, sizeof what, "comm %d%s, %lld elements x group of %lld", (int)st->comm.kind,
+               st->comm.async ? " start" : "", (long long)st->comm.count,
+               (long long)st->comm.group_size);
+    } else if (st->kind == SC_STEP_WAIT) {
+      snprintf(what, sizeof what, "wait for step %d", (int)st->started);
     } else if (st->kind == SC_STEP_GEMM) {
       const sc_gemm *g = &st->gemm;
       snprintf(what, sizeof what, "gemm %lld x m%lld n%lld k%lld%s%s%s", (long long)g->batch,
@@ -140,8 +168,11 @@ void sc_session_opts_init(sc_session_opts *o) {
   o->device = "cpu";
 }
 
+static void stop_thread(sc_session *s);
+
 void sc_session_destroy(sc_session *s) {
   if (!s) return;
+  stop_thread(s);
   if (s->prof_s) print_profile(s);
   sc_free(s->prof_s);
   sc_free(s->prof_min);
@@ -152,6 +183,8 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->groups);
   sc_free(s->group_axes);
   sc_free(s->step_comm);
+  sc_free(s->queue);
+  sc_free(s->seq);
   sc_free(s);
 }
 
@@ -266,6 +299,118 @@ static sc_status run_comm(sc_session *s, int32_t i, sc_diag *diag) {
   return r;
 }
 
+static void *comm_thread(void *arg) {
+  sc_session *s = arg;
+  int32_t n = s->p->n_steps;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->stop && s->done == s->issued) pthread_cond_wait(&s->work, &s->mu);
+    if (s->done == s->issued) break; /* stopping, nothing left */
+    int32_t i = s->queue[s->done % n];
+    bool skip = s->failed != SC_OK;
+    pthread_mutex_unlock(&s->mu);
+    sc_diag d;
+    sc_diag_clear(&d);
+    sc_status r = skip ? SC_OK : run_comm(s, i, &d);
+    pthread_mutex_lock(&s->mu);
+    if (r != SC_OK && s->failed == SC_OK) {
+      s->failed = r;
+      s->fail_diag = d;
+    }
+    s->done++;
+    pthread_cond_broadcast(&s->done_cv);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static sc_status start_thread(sc_session *s, sc_diag *diag) {
+  const sc_program *p = s->p;
+  bool any_async = false;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    any_async |= p->steps[i].kind == SC_STEP_COMM && p->steps[i].comm.async;
+  if (!any_async) return SC_OK;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (s->step_comm && s->step_comm[i] && !sc_comm_any_thread(s->step_comm[i]))
+      return SC_OK; /* starts run inline */
+  s->queue = sc_malloc((size_t)p->n_steps * sizeof *s->queue);
+  s->seq = sc_calloc((size_t)p->n_steps, sizeof *s->seq);
+  if (!s->queue || !s->seq) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->done_cv, NULL);
+  if (pthread_create(&s->thread, NULL, comm_thread, s) != 0) {
+    pthread_cond_destroy(&s->done_cv);
+    pthread_cond_destroy(&s->work);
+    pthread_mutex_destroy(&s->mu);
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cannot start the communication thread");
+  }
+  s->has_thread = true;
+  return SC_OK;
+}
+
+static void stop_thread(sc_session *s) {
+  if (!s->has_thread) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop = true;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  pthread_cond_destroy(&s->done_cv);
+  pthread_cond_destroy(&s->work);
+  pthread_mutex_destroy(&s->mu);
+  s->has_thread = false;
+}
+
+/* Queues step i for the communication thread; returns its number. */
+static int64_t enqueue(sc_session *s, int32_t i) {
+  pthread_mutex_lock(&s->mu);
+  int64_t k = s->issued++;
+  s->queue[k % s->p->n_steps] = i;
+  s->seq[i] = k;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  return k;
+}
+
+/* Blocks until the queued step number k has run; the first failure since
+ * the run began, with its message. */
+static sc_status wait_for(sc_session *s, int64_t k, sc_diag *diag) {
+  pthread_mutex_lock(&s->mu);
+  while (s->done <= k) pthread_cond_wait(&s->done_cv, &s->mu);
+  sc_status r = s->failed;
+  if (r != SC_OK) *diag = s->fail_diag;
+  pthread_mutex_unlock(&s->mu);
+  return r;
+}
+
+/* A COMM step (module comment). */
+static sc_status comm_step(sc_session *s, int32_t i, sc_diag *diag) {
+  if (!s->has_thread) return run_comm(s, i, diag);
+  if (s->p->steps[i].comm.async) {
+    enqueue(s, i);
+    return SC_OK;
+  }
+  pthread_mutex_lock(&s->mu);
+  bool idle = s->done == s->issued;
+  pthread_mutex_unlock(&s->mu);
+  if (idle) return run_comm(s, i, diag);
+  return wait_for(s, enqueue(s, i), diag);
+}
+
+/* Waits for everything queued (a run's end, or its failure). */
+static sc_status drain(sc_session *s, sc_status r, sc_diag *diag) {
+  if (!s->has_thread) return r;
+  sc_diag d;
+  sc_diag_clear(&d);
+  sc_status w = wait_for(s, s->issued - 1, &d);
+  if (r == SC_OK && w != SC_OK) {
+    *diag = d;
+    return w;
+  }
+  return r;
+}
+
 sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_session **out,
                             sc_diag *diag) {
   *out = NULL;
@@ -302,6 +447,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                        "cannot allocate the %lld-byte arena", (long long)p->arena_bytes);
   }
   if (st == SC_OK) st = dev->bind(s->ctx, s->arena, diag);
+  if (st == SC_OK) st = start_thread(s, diag);
   const char *prof = getenv("SHARDC_PROFILE");
   if (st == SC_OK && prof && *prof && strcmp(prof, "0") != 0) {
     size_t n = p->n_steps > 0 ? (size_t)p->n_steps : 1;
@@ -429,23 +575,29 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     void *slot = s->dev->buffer_ptr(s->ctx, p->inputs[i]);
     if (slot != inputs[i].data) s->dev->copy_in(s->ctx, slot, inputs[i].data, b->bytes);
   }
+  if (s->has_thread) {
+    pthread_mutex_lock(&s->mu);
+    s->failed = SC_OK; /* the last run drained its queue */
+    pthread_mutex_unlock(&s->mu);
+  }
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *st = &p->steps[i];
     double t0 = s->prof_s ? now_s() : 0.0;
+    sc_status r = SC_OK;
     if (st->kind == SC_STEP_COMM) {
-      sc_status r = run_comm(s, i, diag);
-      if (r != SC_OK) return r;
+      r = comm_step(s, i, diag);
+    } else if (st->kind == SC_STEP_WAIT) {
+      if (s->has_thread) r = wait_for(s, s->seq[st->started], diag);
     } else if (st->kind == SC_STEP_CHECK) {
-      sc_status r = run_check(s, st, diag);
-      if (r != SC_OK) return r;
+      r = run_check(s, st, diag);
     } else if (st->kind == SC_STEP_SCATTER_ADD) {
-      sc_status r = run_scatter_add(s, st, diag);
-      if (r != SC_OK) return r;
+      r = run_scatter_add(s, st, diag);
     } else if (st->kind == SC_STEP_GEMM) {
       s->dev->run_gemm(s->ctx, st);
     } else {
       s->dev->run_kernel(s->ctx, st);
     }
+    if (r != SC_OK) return drain(s, r, diag);
     if (s->prof_s) {
       double dt = now_s() - t0;
       if (s->prof_runs == 0) {
@@ -456,6 +608,8 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
       }
     }
   }
+  sc_status r = drain(s, SC_OK, diag); /* the program waited for all: defensive */
+  if (r != SC_OK) return r;
   if (s->prof_s) s->prof_runs++;
   for (int32_t i = 0; i < n_outputs; i++) {
     const sc_buffer *b = &p->buffers[p->outputs[i]];

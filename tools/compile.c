@@ -207,7 +207,7 @@ int sc_cmd_compile(int argc, char **argv) {
   if ((rc = check_train(&co, partitioned, &bo)) != 0) return rc;
 
   sc_build_setup bs;
-  sc_build_setup_init(&bs, &o);
+  sc_build_setup_init(&bs, &o, &co.pa);
   bs.compile.quiet = partitioned || co.train;
   sc_build *b = NULL;
   if ((rc = co.train ? sc_train_args_build(&co.ta, &co.pa, &o, &bs.build, &b)

@@ -35,6 +35,11 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
     (*i)++;
     return 1;
   }
+  if (strcmp(a, "--no-overlap") == 0) {
+    p->no_overlap = true;
+    (*i)++;
+    return 1;
+  }
   if (strcmp(a, "--no-reshard-after-forward") == 0) {
     p->keep_after_forward = true;
     (*i)++;
@@ -94,7 +99,7 @@ static int check_conflicts(const sc_partition_args *p) {
     if (!p->mesh && (p->ranks_per_node || p->microbatches || p->boundaries || p->schedule ||
                      p->virtual_stages ||
                      p->sequence_parallel || p->no_vocab_parallel || p->zero ||
-                     p->keep_after_forward || p->hybrid_shard_degree))
+                     p->keep_after_forward || p->hybrid_shard_degree || p->no_overlap))
       return sc_cli_usage_error("partitioning options need --mesh (or --plan)");
     return 0;
   }
@@ -151,9 +156,11 @@ static int hybrid_mesh(const sc_partition_args *p, char *buf, size_t cap) {
   return 0;
 }
 
-void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts) {
+void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts,
+                         const sc_partition_args *p) {
   sc_cli_pass_opts(opts, &s->pass);
   sc_compile_opts_init(&s->compile);
+  s->compile.overlap = !(p && p->no_overlap);
   s->compile.print_after = opts->print_after;
   s->compile.time_passes = opts->time_passes;
   sc_build_opts_init(&s->build);

@@ -18,6 +18,9 @@
  *                            state, 2 + gradients, 3 + parameters; default 3)
  *   --no-reshard-after-forward  ZeRO-3: keep the gathered parameters from
  *                            the forward to the backward (no second gather)
+ *   --no-overlap             every collective runs to completion where it
+ *                            is (no async start and wait, no prefetch of the
+ *                            next block's gather: codegen/overlap.c)
  *   --hybrid-shard-degree S  training: the dp axis of N ranks becomes
  *                            dp=N/S,fsdp=S (SMP v2's hybrid_shard_degree)
  *   --plan FILE.json         replay a plan written by `shardc plan --json`
@@ -47,6 +50,7 @@ typedef struct sc_partition_args {
   bool no_vocab_parallel;
   int32_t zero;                /* --zero, 0 = not given */
   bool keep_after_forward;     /* --no-reshard-after-forward */
+  bool no_overlap;             /* --no-overlap */
   int64_t hybrid_shard_degree; /* 0 = not given */
   const char *plan_file;
   const char *comm;            /* "local" (default) or "mpi" */
@@ -73,7 +77,9 @@ typedef struct sc_build_setup {
   sc_compile_opts compile;
   sc_build_opts build;
 } sc_build_setup;
-void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts);
+/* p (may be NULL): --no-overlap turns compile.overlap off. */
+void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts,
+                         const sc_partition_args *p);
 
 /* Builds the model of opts (import → ... → distributed program) with the
  * partitioning options p (none: one rank). bo: the fields the subcommand

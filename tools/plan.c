@@ -42,7 +42,7 @@ static const char *const USAGE =
     "shardc plan MODEL.onnx (--mesh AXES | --plan FILE.json) [--dim NAME=V]...\n"
     "                      [--ranks-per-node N] [--microbatches M]\n"
     "                      [--stage-boundaries A,B] [--sequence-parallel]\n"
-    "                      [--no-vocab-parallel] [--json] [--dot FILE]\n"
+    "                      [--no-vocab-parallel] [--no-overlap] [--json] [--dot FILE]\n"
     "                      [--no-weights] [--print-after=PASS] [--time-passes]\n"
     "       shardc plan MODEL.onnx --train [--dim NAME=V]... [--loss KIND]\n"
     "                      [--mesh pp=P,... --schedule 1f1b --microbatches M]\n"
@@ -458,6 +458,8 @@ static int print_help(void) {
          "  --stage-boundaries A,B  node names starting stages 1, 2, ... (default: balanced)\n"
          "  --sequence-parallel     reduce-scatter + all-gather instead of all-reduce\n"
          "  --no-vocab-parallel     keep the embedding and LM head whole\n"
+         "  --no-overlap            collectives run where they are, to completion (no\n"
+         "                          async start and wait, no prefetch of the next gather)\n"
          "  --plan FILE.json        replay a plan written by --json (no --mesh etc.)\n"
          "  --dim NAME=V            bind symbolic dim NAME (the full batch; repeatable)\n"
          "  --no-weights            do not open external weight files (shapes only)\n"
@@ -543,7 +545,7 @@ static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cl
   int rc = sc_train_args_finish(ta);
   if (rc) return rc;
   sc_build_setup bs;
-  sc_build_setup_init(&bs, o);
+  sc_build_setup_init(&bs, o, p);
   bs.compile.quiet = true;
   bs.build.no_weights = o->no_weights;
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
@@ -579,7 +581,7 @@ int sc_cmd_plan(int argc, char **argv) {
     return sc_cli_usage_error("plan needs --mesh AXES or --plan FILE.json\nusage: %s", USAGE);
 
   sc_build_setup bs;
-  sc_build_setup_init(&bs, &o);
+  sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
   bs.build.no_weights = o.no_weights;
   bs.build.stats = true; /* for the block names only */

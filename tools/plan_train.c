@@ -299,6 +299,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            (long long)m.peak_live, (int)m.peak_step);
     if (m.peak_origin) json_str(m.peak_origin);
     else printf("null");
+    printf(", \"saved_activations\": %lld", (long long)m.saved);
     printf(", \"arena\": %lld, \"constants\": %lld, \"total\": %lld", (long long)m.arena,
            (long long)m.constants, (long long)(m.arena + m.constants));
     printf(", \"recompute\": {\"kind\": \"%s\", \"nodes\": %d, \"flops\": %.0f}",
@@ -315,9 +316,10 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
         sc_cli_format_axes(&part->mesh, cm[i].axes, axes, sizeof axes);
         printf("%s{\"op\": \"%s\", \"axes\": ", i ? ", " : "", COMM_NAMES[cm[i].kind]);
         json_str(axes);
-        printf(", \"group\": %lld, \"count\": %lld, \"bytes\": %lld, \"sent\": %lld}",
-               (long long)cm[i].group_size, (long long)cm[i].ops, (long long)cm[i].bytes,
-               (long long)cm[i].sent);
+        printf(", \"group\": %lld, \"count\": %lld, \"async\": %lld, \"bytes\": %lld, "
+               "\"sent\": %lld}",
+               (long long)cm[i].group_size, (long long)cm[i].ops, (long long)cm[i].async_ops,
+               (long long)cm[i].bytes, (long long)cm[i].sent);
       }
       printf("], \"sent_per_rank\": %lld, \"psi_bytes\": %.0f, \"zero_figure\": %.6f",
              (long long)sent, psi, zero_figure(part));
@@ -364,20 +366,28 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   row("arena", m.arena, lost);
   row("constants", m.constants, "frozen weights, folded values (outside the arena)");
   row("total", m.arena + m.constants, "");
+  if (m.backward_step >= 0) {
+    char at[96];
+    snprintf(at, sizeof at, "forward values live when the backward begins (step %d)",
+             (int)m.backward_step);
+    row("saved for backward", m.saved, at);
+  }
   if (part) {
     printf("\ncollectives of one rank's step (bytes: the whole tensors; sent: by this rank, "
            "ring algorithms):\n");
     if (!n_cm) printf("  none\n");
     else
-      printf("  %-14s %-10s %6s %6s %14s %14s\n", "op", "axes", "group", "count", "bytes",
-             "sent");
+      printf("  %-14s %-10s %6s %6s %6s %14s %14s\n", "op", "axes", "group", "count", "async",
+             "bytes", "sent");
     for (int32_t i = 0; i < n_cm; i++) {
       char axes[128];
       sc_cli_format_axes(&part->mesh, cm[i].axes, axes, sizeof axes);
-      printf("  %-14s %-10s %6lld %6lld %14lld %14lld\n", COMM_NAMES[cm[i].kind], axes,
-             (long long)cm[i].group_size, (long long)cm[i].ops, (long long)cm[i].bytes,
-             (long long)cm[i].sent);
+      printf("  %-14s %-10s %6lld %6lld %6lld %14lld %14lld\n", COMM_NAMES[cm[i].kind], axes,
+             (long long)cm[i].group_size, (long long)cm[i].ops, (long long)cm[i].async_ops,
+             (long long)cm[i].bytes, (long long)cm[i].sent);
     }
+    printf("  async: started on the communication thread, waited for where first needed "
+           "(--no-overlap: none)\n");
     printf("  sent per rank per step: %lld bytes = %.4f Psi (Psi = %.0f bytes, the trainable "
            "parameters in fp32); the ZeRO paper's figure for its data-parallel axes: %.4f Psi\n",
            (long long)sent, psi > 0 ? (double)sent / psi : 0.0, psi, zero_figure(part));

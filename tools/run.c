@@ -50,7 +50,8 @@ static const char *const USAGE =
     "                     [--time-passes] [--repeat N [--warmup W]]\n"
     "                     [--mesh SPEC | --plan FILE.json] [--comm local|mpi]\n"
     "                     [--microbatches M] [--stage-boundaries A,B]\n"
-    "                     [--sequence-parallel] [--no-vocab-parallel] [--ranks-per-node N]";
+    "                     [--sequence-parallel] [--no-vocab-parallel] [--no-overlap]\n"
+    "                     [--ranks-per-node N]";
 
 enum { MAX_INPUT_ARGS = 256, MAX_ARGS = 1024 };
 
@@ -387,6 +388,7 @@ static void print_help(void) {
          "  --stage-boundaries A,B  nodes starting pipeline stages 1, 2, ...\n"
          "  --sequence-parallel   reduce-scatter + all-gather over the sequence\n"
          "  --no-vocab-parallel   keep the embedding and LM head whole\n"
+         "  --no-overlap          collectives run where they are, to completion\n"
          "  --ranks-per-node N    which ranks share a node\n"
          "  -v                    also list what each rank allocated\n"
          "  --repeat N            also with --mesh: rank 0 times each run between two\n"
@@ -813,7 +815,7 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
 /* --mesh / --plan: build, then run every rank. */
 static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   sc_build_setup bs;
-  sc_build_setup_init(&bs, o);
+  sc_build_setup_init(&bs, o, &r->pc);
   bs.compile.fuse = !r->no_fuse;
   bs.compile.quiet = true;
   sc_build *b = NULL;
@@ -908,7 +910,7 @@ int sc_cmd_run(int argc, char **argv) {
     s = load_bundle(&st, o.file, &d);
   } else {
     sc_build_setup bs;
-    sc_build_setup_init(&bs, &o);
+    sc_build_setup_init(&bs, &o, &r.pc);
     bs.compile.fuse = !r.no_fuse;
     rc = build_model(&r, &o, &bs.build, &st.build);
     if (rc) {

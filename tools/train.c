@@ -56,7 +56,7 @@ static const char *const USAGE =
     "                       [--grad-accum K] [--precision fp32|bf16|fp16] [--loss-scale S]\n"
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--untie] [--log-json FILE]\n"
-    "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3]\n"
+    "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
     "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
     "                       [--virtual-stages V]\n"
     "                       [--threads N] [--list-params] [--quiet]";
@@ -340,7 +340,7 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   int rc = sc_train_args_finish(&a->g);
   if (rc) return rc;
   sc_build_setup bs;
-  sc_build_setup_init(&bs, o);
+  sc_build_setup_init(&bs, o, &a->pa);
   bs.compile.quiet = true;
   if ((rc = sc_train_args_build(&a->g, &a->pa, o, &bs.build, &src->build)) != 0) return rc;
   if (a->list_params) {

@@ -1,4 +1,5 @@
-/* bucket.c — ZeRO-3's parameter all-gathers grouped per block (partition.h).
+/* bucket.c — ZeRO-3's parameter all-gathers, and the gradients'
+ * reduce-scatters, grouped per block (partition.h).
  *
  * localize gathers each parameter stored split over the fsdp axis right
  * before its use, one AllGather per tensor (per use region: forward, and
@@ -29,7 +30,18 @@
  * y_t, so that its readers and its name stay. The bytes every rank sends
  * are the same; the count of collectives falls to one per block and region.
  * p->local_end (the global-to-local node map, used only to place stages)
- * is not kept up to date. */
+ * is not kept up to date.
+ *
+ * The gradients' reduce-scatters over fsdp (ZeRO 1-3) are grouped the same
+ * way (sc_partition_bucket_reduce_scatters): those of "grad:P" along dim 0
+ * for the parameters of one block, in one piece, of one dtype, with the
+ * same all-reduce over the replicas after them (HSDP) or none, become one
+ * ReduceScatter (and one AllReduce) at the place of the last member, when
+ * nothing reads an earlier member's result before that place (bucket_rs);
+ * each member's piece is copied out where its result is first read.
+ * A dim-0 split puts rank r's piece of every member in row r of
+ * [S, n_t/S], so the members' rows concatenate into one buffer whose piece
+ * r is rank r's of every member. */
 #include <stdio.h>
 #include <string.h>
 
@@ -47,7 +59,9 @@ typedef struct bucketer {
   sc_partition *p;
   sc_graph *L;
   sc_diag *d;
-  int32_t *insert_at;  /* [new nodes] the old node they go before */
+  int32_t *ins_node;   /* nodes placed anew: new ones, and old ones moved */
+  int32_t *insert_at;  /* [n_new] the old node each goes before */
+  bool *moved;         /* [first_new] old nodes that are in ins_node */
   int32_t n_new, cap_new, first_new;
 } bucketer;
 
@@ -102,6 +116,23 @@ static int32_t const_i64(bucketer *b, int32_t n, const int64_t *vals) {
   return sc_graph_set_sharding(b->L, id, &r) == SC_OK ? id : -1;
 }
 
+/* Node nid goes before old node `before` (after what went there first). */
+static bool put(bucketer *b, int32_t nid, int32_t before) {
+  if (b->n_new == b->cap_new) {
+    int32_t cap = b->cap_new ? 2 * b->cap_new : 64;
+    int32_t *x = sc_realloc(b->insert_at, (size_t)cap * sizeof *x);
+    if (x) b->insert_at = x;
+    int32_t *y = sc_realloc(b->ins_node, (size_t)cap * sizeof *y);
+    if (y) b->ins_node = y;
+    if (!x || !y) return false;
+    b->cap_new = cap;
+  }
+  b->ins_node[b->n_new] = nid;
+  b->insert_at[b->n_new++] = before;
+  if (nid < b->first_new) b->moved[nid] = true;
+  return true;
+}
+
 /* A node of the group's piece, placed before old node `before`. */
 static int32_t emit(bucketer *b, sc_op op, const char *base, const int32_t *in, int32_t n_in,
                     int32_t out, int64_t stage, int32_t before) {
@@ -111,15 +142,30 @@ static int32_t emit(bucketer *b, sc_op op, const char *base, const int32_t *in, 
   sc_attr *a = nid < 0 ? NULL : sc_node_add_attr(b->L, nid, "__stage", SC_ATTR_INT);
   if (!a) return -1;
   a->i = stage;
-  if (b->n_new == b->cap_new) {
-    int32_t cap = b->cap_new ? 2 * b->cap_new : 64;
-    int32_t *x = sc_realloc(b->insert_at, (size_t)cap * sizeof *x);
-    if (!x) return -1;
-    b->insert_at = x;
-    b->cap_new = cap;
-  }
-  b->insert_at[b->n_new++] = before;
-  return nid;
+  return put(b, nid, before) ? nid : -1;
+}
+
+/* Old node i becomes an Identity of x: its collective's attributes go, its
+ * stage stays (so its readers and its name stay). */
+static void to_identity(bucketer *b, int32_t i, int32_t x) {
+  sc_node *n = &b->L->nodes[i];
+  n->op = SC_OP_IDENTITY;
+  n->inputs[0] = x;
+  int32_t kept = 0;
+  for (int32_t a = 0; a < n->n_attrs; a++)
+    if (strcmp(n->attrs[a].name, "__stage") == 0) n->attrs[kept++] = n->attrs[a];
+  n->n_attrs = kept;
+}
+
+/* The collective attribute "axes" of old node `from` on new node nid. */
+static sc_status copy_axes(bucketer *b, int32_t nid, int32_t from) {
+  const sc_attr *ax = sc_node_attr(&b->L->nodes[from], "axes");
+  sc_attr *a = sc_node_add_attr(b->L, nid, "axes", SC_ATTR_STRINGS);
+  if (!a || !ax) return nomem(b->d);
+  ax = sc_node_attr(&b->L->nodes[from], "axes"); /* adding may move the array */
+  a->strings = ax->strings;
+  a->n = ax->n;
+  return SC_OK;
 }
 
 static sc_status attr_int(bucketer *b, int32_t nid, const char *name, int64_t v) {
@@ -135,7 +181,6 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
   int32_t first = m[0].node;
   int64_t stage = stage_of(&L->nodes[first]);
   sc_dtype t = L->values[m[0].x].dtype;
-  const sc_attr *ax = sc_node_attr(&L->nodes[first], "axes");
   const char *base = L->nodes[first].name;
   int64_t N = 0;
   for (int32_t j = 0; j < k; j++) N += m[j].n;
@@ -159,14 +204,7 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
   if (st == SC_OK && (nc < 0 || attr_int(b, nc, "axis", 0) != SC_OK)) st = lerr(b);
   int32_t ng = st == SC_OK ? emit(b, SC_OP_ALL_GATHER, base, &cat, 1, all, stage, first) : -1;
   if (st == SC_OK && ng < 0) st = lerr(b);
-  if (st == SC_OK) { /* the member's axes attribute, shared */
-    sc_attr *a = sc_node_add_attr(L, ng, "axes", SC_ATTR_STRINGS);
-    if (!a) st = nomem(b->d);
-    else {
-      a->strings = ax->strings;
-      a->n = ax->n;
-    }
-  }
+  if (st == SC_OK) st = copy_axes(b, ng, first); /* the member's, shared */
   if (st == SC_OK && attr_int(b, ng, "axis", 0) != SC_OK) st = lerr(b);
   if (st == SC_OK && emit(b, SC_OP_RESHAPE, base, (int32_t[]){all, gshape}, 2, g2, stage,
                           first) < 0)
@@ -187,63 +225,169 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
       st = lerr(b);
       break;
     }
-    /* the old gather: an Identity of the member's piece of the bucket */
-    sc_node *n = &L->nodes[m[j].node];
-    n->op = SC_OP_IDENTITY;
-    n->inputs[0] = full;
-    int32_t kept = 0; /* its collective's attributes go; its stage stays */
-    for (int32_t a = 0; a < n->n_attrs; a++)
-      if (strcmp(n->attrs[a].name, "__stage") == 0) n->attrs[kept++] = n->attrs[a];
-    n->n_attrs = kept;
+    to_identity(b, m[j].node, full); /* the old gather */
   }
   sc_free(flat);
   return st;
 }
 
-/* Puts every new node before the old node it goes before (stable). */
+/* Puts every placed node before the old node it goes before (stable, in
+ * the order they were placed); an old node that was moved leaves its own
+ * place. */
 static sc_status place(bucketer *b) {
   sc_graph *L = b->L;
   int32_t n = L->n_nodes, n_old = b->first_new;
   int32_t *order = sc_malloc(((size_t)n + 1) * sizeof *order);
   int32_t *count = sc_calloc((size_t)n_old + 2, sizeof *count);
+  int32_t *start = sc_malloc(((size_t)n_old + 2) * sizeof *start);
+  int32_t *fill = sc_calloc((size_t)n_old + 2, sizeof *fill);
   sc_node *nodes = sc_malloc(((size_t)n + 1) * sizeof *nodes);
-  if (!order || !count || !nodes) {
-    sc_free(order);
-    sc_free(count);
-    sc_free(nodes);
-    return nomem(b->d);
+  sc_status st = order && count && start && fill && nodes ? SC_OK : nomem(b->d);
+  if (st == SC_OK) { /* insert_at == n_old: at the end */
+    for (int32_t k = 0; k < b->n_new; k++) count[b->insert_at[k]]++;
+    int32_t w = 0;
+    for (int32_t i = 0; i <= n_old; i++) {
+      start[i] = w;
+      w += count[i] + (i < n_old && !b->moved[i]);
+    }
+    SC_ASSERT(w == n);
+    for (int32_t k = 0; k < b->n_new; k++) {
+      int32_t i = b->insert_at[k];
+      order[start[i] + fill[i]++] = b->ins_node[k];
+    }
+    for (int32_t i = 0; i < n_old; i++)
+      if (!b->moved[i]) order[start[i] + count[i]] = i;
+    for (int32_t k = 0; k < n; k++) nodes[k] = L->nodes[order[k]];
+    memcpy(L->nodes, nodes, (size_t)n * sizeof *nodes);
+    for (int32_t i = 0; i < n; i++)
+      for (int32_t j = 0; j < L->nodes[i].n_outputs; j++)
+        if (L->nodes[i].outputs[j] >= 0) L->values[L->nodes[i].outputs[j]].producer = i;
   }
-  /* before old node i: the new nodes with insert_at == i, in creation order */
-  for (int32_t k = 0; k < b->n_new; k++) count[b->insert_at[k]]++;
-  int32_t *start = sc_malloc(((size_t)n_old + 1) * sizeof *start);
-  if (!start) {
-    sc_free(order);
-    sc_free(count);
-    sc_free(nodes);
-    return nomem(b->d);
-  }
-  int32_t w = 0;
-  for (int32_t i = 0; i < n_old; i++) {
-    start[i] = w;
-    w += count[i] + 1;
-  }
-  int32_t *fill = sc_calloc((size_t)n_old + 1, sizeof *fill);
-  for (int32_t k = 0; fill && k < b->n_new; k++) {
-    int32_t i = b->insert_at[k];
-    order[start[i] + fill[i]++] = b->first_new + k;
-  }
-  for (int32_t i = 0; fill && i < n_old; i++) order[start[i] + count[i]] = i;
-  sc_status st = fill ? SC_OK : nomem(b->d);
-  for (int32_t k = 0; st == SC_OK && k < n; k++) nodes[k] = L->nodes[order[k]];
-  if (st == SC_OK) memcpy(L->nodes, nodes, (size_t)n * sizeof *nodes);
-  for (int32_t i = 0; st == SC_OK && i < n; i++)
-    for (int32_t j = 0; j < L->nodes[i].n_outputs; j++)
-      if (L->nodes[i].outputs[j] >= 0) L->values[L->nodes[i].outputs[j]].producer = i;
   sc_free(order);
   sc_free(count);
-  sc_free(nodes);
   sc_free(start);
   sc_free(fill);
+  sc_free(nodes);
+  return st;
+}
+
+/* Places what was made (st OK), verifies the graph, frees the lists. */
+static sc_status finish(bucketer *b, sc_status st) {
+  if (st == SC_OK && b->n_new > 0) st = place(b);
+  if (st == SC_OK && sc_graph_verify(b->L, true) != SC_OK) {
+    *b->d = b->L->diag;
+    st = b->d->status;
+  }
+  sc_free(b->insert_at);
+  sc_free(b->ins_node);
+  sc_free(b->moved);
+  return st;
+}
+
+/* ---- gradient reduce-scatters (sc_partition_bucket_reduce_scatters) ---- */
+
+typedef struct rmember {
+  int32_t rs, ar;      /* the old ReduceScatter, and the AllReduce of its
+                          result over the replicas (HSDP), or -1 */
+  int32_t g, y;        /* the full gradient, and the member's result */
+  int64_t n;           /* elements of the full gradient */
+} rmember;
+
+/* Whether node i reduce-scatters "grad:P" of a parameter P along dim 0
+ * over axis fsdp alone into pieces of S; P through *param. */
+static bool rs_candidate(const bucketer *b, int32_t i, const char *fsdp, int64_t S,
+                         const char **param) {
+  const sc_node *n = &b->L->nodes[i];
+  if (n->op != SC_OP_REDUCE_SCATTER || n->n_inputs != 1 || n->n_outputs != 1 ||
+      n->inputs[0] < 0 || n->outputs[0] < 0)
+    return false;
+  const sc_attr *ax = sc_node_attr(n, "axes"), *dim = sc_node_attr(n, "axis");
+  if (!ax || ax->n != 1 || strcmp(ax->strings[0], fsdp) != 0 || !dim || dim->i != 0)
+    return false;
+  const sc_value *g = &b->L->values[n->inputs[0]];
+  if (!g->name || strncmp(g->name, "grad:", 5) != 0 || g->rank < 1 || g->dims[0] % S != 0)
+    return false;
+  const char *pp = sc_partition_param_of(b->p, g->name + 5);
+  if (!pp || strcmp(pp, g->name + 5) != 0) return false;
+  *param = pp;
+  return true;
+}
+
+/* The group's bucket: at the place of its last member,
+ *   v_t = Reshape(g_t, [S, n_t/S])      (rank r's piece is row r)
+ *   flat = Reshape(Concat(v_1..v_k, axis 1), [N])
+ *   red = ReduceScatter(flat) over fsdp  [N/S], then the members'
+ *         AllReduce over the replicas when they have one
+ *   y_t = Reshape(Slice(red, [o_t/S], [(o_t + n_t)/S]), y_t's shape)
+ * and every old member node an Identity of its y_t, moved there too. */
+static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S,
+                           const int32_t *first) {
+  sc_graph *L = b->L;
+  int32_t last = m[k - 1].rs, at = last;
+  int64_t stage = stage_of(&L->nodes[last]);
+  sc_dtype t = L->values[m[0].g].dtype;
+  char base[600];
+  snprintf(base, sizeof base, "%s", L->nodes[last].name);
+  int64_t N = 0;
+  for (int32_t j = 0; j < k; j++) N += m[j].n;
+  int32_t *rows = sc_malloc((size_t)k * sizeof *rows);
+  if (!rows) return nomem(b->d);
+  sc_status st = SC_OK;
+  for (int32_t j = 0; st == SC_OK && j < k; j++) {
+    int64_t grid[2] = {S, m[j].n / S};
+    int32_t shp = const_i64(b, 2, grid);
+    rows[j] = shp < 0 ? -1 : new_value(b, L->values[m[j].g].name, t, 2, grid);
+    if (rows[j] < 0 ||
+        emit(b, SC_OP_RESHAPE, base, (int32_t[]){m[j].g, shp}, 2, rows[j], stage, at) < 0)
+      st = lerr(b);
+  }
+  int64_t grid[2] = {S, N / S}, piece = N / S;
+  int32_t cat = st == SC_OK ? new_value(b, "bucket", t, 2, grid) : -1;
+  int32_t fshape = cat < 0 ? -1 : const_i64(b, 1, &N);
+  int32_t flat = fshape < 0 ? -1 : new_value(b, "bucket", t, 1, &N);
+  int32_t red = flat < 0 ? -1 : new_value(b, "bucket_reduced", t, 1, &piece);
+  if (st == SC_OK && red < 0) st = lerr(b);
+  int32_t nc = st == SC_OK ? emit(b, SC_OP_CONCAT, base, rows, k, cat, stage, at) : -1;
+  if (st == SC_OK && (nc < 0 || attr_int(b, nc, "axis", 1) != SC_OK)) st = lerr(b);
+  if (st == SC_OK &&
+      emit(b, SC_OP_RESHAPE, base, (int32_t[]){cat, fshape}, 2, flat, stage, at) < 0)
+    st = lerr(b);
+  int32_t nr = st == SC_OK ? emit(b, SC_OP_REDUCE_SCATTER, base, &flat, 1, red, stage, at) : -1;
+  if (st == SC_OK && nr < 0) st = lerr(b);
+  if (st == SC_OK) st = copy_axes(b, nr, m[0].rs);
+  if (st == SC_OK && attr_int(b, nr, "axis", 0) != SC_OK) st = lerr(b);
+  if (st == SC_OK && m[0].ar >= 0) { /* HSDP: the shard's all-reduce, once */
+    int32_t sum = new_value(b, "bucket_reduced", t, 1, &piece);
+    int32_t na = sum < 0 ? -1 : emit(b, SC_OP_ALL_REDUCE, base, &red, 1, sum, stage, at);
+    if (na < 0) st = lerr(b);
+    else st = copy_axes(b, na, m[0].ar);
+    red = sum;
+  }
+  for (int32_t j = 0, off = 0; st == SC_OK && j < k; off += (int32_t)m[j].n, j++) {
+    const sc_value y = L->values[m[j].y]; /* a copy: adding values moves the array */
+    int64_t lo = off / S, hi = (off + m[j].n) / S, axis0 = 0, len = m[j].n / S;
+    int32_t c_lo = const_i64(b, 1, &lo), c_hi = const_i64(b, 1, &hi), c_ax = const_i64(b, 1, &axis0);
+    int32_t c_sh = const_i64(b, y.rank, y.dims);
+    int32_t sl = c_sh < 0 ? -1 : new_value(b, y.name, t, 1, &len);
+    int32_t full = sl < 0 ? -1 : new_value(b, y.name, t, y.rank, y.dims);
+    /* copied out where the member's result is first read (the collective
+     * runs meanwhile); the old nodes become Identities of it there (the
+     * reduce-scatter's, read only by the all-reduce it had, is dead) */
+    int32_t use = first[m[j].y] < b->first_new ? first[m[j].y] : b->first_new;
+    if (full < 0 ||
+        emit(b, SC_OP_SLICE, base, (int32_t[]){red, c_lo, c_hi, c_ax}, 4, sl, stage, use) < 0 ||
+        emit(b, SC_OP_RESHAPE, base, (int32_t[]){sl, c_sh}, 2, full, stage, use) < 0) {
+      st = lerr(b);
+      break;
+    }
+    to_identity(b, m[j].rs, full);
+    if (!put(b, m[j].rs, use)) st = nomem(b->d);
+    if (m[j].ar >= 0) {
+      to_identity(b, m[j].ar, full);
+      if (!put(b, m[j].ar, use)) st = nomem(b->d);
+    }
+  }
+  sc_free(rows);
   return st;
 }
 
@@ -261,10 +405,11 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
   int32_t n0 = L->n_nodes;
   member *open = sc_malloc(((size_t)n0 + 1) * sizeof *open); /* the group being gathered */
   const char **params = sc_malloc(((size_t)n0 + 1) * sizeof *params);
+  b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
   int32_t k = 0, n_groups = 0;
   int64_t key_stage = -1, key_block = -2;
   sc_dtype key_t = SC_DTYPE_UNDEF;
-  sc_status st = open && params ? SC_OK : nomem(d);
+  sc_status st = open && params && b.moved ? SC_OK : nomem(d);
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
     bool cand = i < n0 && candidate(&b, i, fsdp, &param);
@@ -292,15 +437,100 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
     key_block = block;
     key_t = t;
   }
-  if (st == SC_OK && b.n_new > 0) st = place(&b);
-  if (st == SC_OK && sc_graph_verify(L, true) != SC_OK) {
-    *d = L->diag;
-    st = d->status;
-  }
+  st = finish(&b, st);
   sc_free(open);
   sc_free(params);
-  sc_free(b.insert_at);
   sc_stats_free(&stats);
   (void)n_groups;
+  return st;
+}
+
+/* The uses of every value of L: how many node inputs read it, and the
+ * first node that does (INT32_MAX: none; a graph output counts as a use
+ * at the end). */
+static sc_status uses_of(const sc_graph *L, int32_t **n_uses, int32_t **first, sc_diag *d) {
+  *n_uses = sc_calloc((size_t)L->n_values + 1, sizeof **n_uses);
+  *first = sc_malloc(((size_t)L->n_values + 1) * sizeof **first);
+  if (!*n_uses || !*first) return nomem(d);
+  for (int32_t v = 0; v < L->n_values; v++)
+    (*first)[v] = L->values[v].flags & SC_VALUE_OUTPUT ? L->n_nodes : INT32_MAX;
+  for (int32_t v = 0; v < L->n_values; v++) (*n_uses)[v] += (L->values[v].flags & SC_VALUE_OUTPUT) != 0;
+  for (int32_t i = L->n_nodes - 1; i >= 0; i--)
+    for (int32_t j = 0; j < L->nodes[i].n_inputs; j++) {
+      int32_t v = L->nodes[i].inputs[j];
+      if (v < 0) continue;
+      (*n_uses)[v]++;
+      (*first)[v] = i;
+    }
+  return SC_OK;
+}
+
+sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
+  if (p->fsdp_axis < 0 || !p->local) return SC_OK;
+  sc_graph *L = p->local;
+  const char *fsdp = p->mesh.axes[p->fsdp_axis].name;
+  int64_t S = p->mesh.axes[p->fsdp_axis].size;
+  sc_stats stats;
+  if (sc_stats_begin(p->global, &stats) != SC_OK) {
+    *d = p->global->diag;
+    return d->status;
+  }
+  bucketer b = {.p = p, .L = L, .d = d, .first_new = L->n_nodes};
+  int32_t n0 = L->n_nodes, *n_uses = NULL, *first = NULL;
+  rmember *open = sc_malloc(((size_t)n0 + 1) * sizeof *open);
+  b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
+  sc_status st = open && b.moved ? uses_of(L, &n_uses, &first, d) : nomem(d);
+  int32_t k = 0, open_use = INT32_MAX; /* the open group's first reader */
+  int64_t key_stage = -1, key_block = -2;
+  sc_dtype key_t = SC_DTYPE_UNDEF;
+  const char *key_ar = NULL; /* the replicas' axis of the members' all-reduce */
+  for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
+    const char *param = NULL;
+    bool cand = i < n0 && rs_candidate(&b, i, fsdp, S, &param);
+    int64_t block = cand && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
+    cand &= block >= 0;
+    rmember m = {.rs = i, .ar = -1};
+    const char *ar_axis = NULL;
+    if (cand) {
+      const sc_node *n = &L->nodes[i];
+      m.g = n->inputs[0];
+      m.y = n->outputs[0];
+      const sc_value *g = &L->values[m.g];
+      m.n = 1;
+      for (int32_t a = 0; a < g->rank; a++) m.n *= g->dims[a];
+      int32_t r = first[m.y];
+      if (n_uses[m.y] == 1 && r < n0 && L->nodes[r].op == SC_OP_ALL_REDUCE &&
+          L->nodes[r].n_inputs == 1 && L->nodes[r].n_outputs == 1) {
+        const sc_attr *ax = sc_node_attr(&L->nodes[r], "axes");
+        if (ax && ax->n == 1) {
+          m.ar = r;
+          m.y = L->nodes[r].outputs[0];
+          ar_axis = ax->strings[0];
+        }
+      }
+    }
+    int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
+    sc_dtype t = cand ? L->values[m.g].dtype : SC_DTYPE_UNDEF;
+    bool same = cand && k > 0 && stage == key_stage && block == key_block && t == key_t &&
+                (ar_axis == NULL) == (key_ar == NULL) &&
+                (!ar_axis || strcmp(ar_axis, key_ar) == 0) && open_use > i;
+    if (i == n0 || (cand && !same)) { /* close the open group */
+      if (k >= 2) st = bucket_rs(&b, open, k, S, first);
+      k = 0;
+      open_use = INT32_MAX;
+    }
+    if (!cand || st != SC_OK) continue;
+    open[k++] = m;
+    if (first[m.y] < open_use) open_use = first[m.y];
+    key_stage = stage;
+    key_block = block;
+    key_t = t;
+    key_ar = ar_axis;
+  }
+  st = finish(&b, st);
+  sc_free(open);
+  sc_free(n_uses);
+  sc_free(first);
+  sc_stats_free(&stats);
   return st;
 }

@@ -51,7 +51,28 @@
  *   d. partial axes B has and A lacks (a replicated activation joining a
  *      pending sum): Mul by a partial scalar 1 (1 on the group's first rank,
  *      0 elsewhere).
- * Every new node gets the `__stage` of the global node it serves. */
+ * Every new node gets the `__stage` of the global node it serves.
+ *
+ * Where pending sums are reduced (the cut). A pending sum begins at a node
+ * (a row-parallel MatMul, the backward of a column-parallel one) and
+ * travels through the nodes whose rules keep it pending (linear ones: a
+ * bias or a residual add, a norm's backward, a sum over a dim) until
+ * readers that need it whole reduce what reached them. Reducing lazily,
+ * there, is right in the forward (one all-reduce per residual sum: a
+ * decomposed norm's reads share it, "once reduced, stays reduced"), but a
+ * norm's backward spreads the pending gradient of its output over its
+ * input's gradient and its weights' gradients, and the lazy walk reduces
+ * each. So the walk runs twice: the first records, per source and mesh
+ * axis, the bytes its downstream reductions move (an all-reduce 2M, a
+ * reduce-scatter M, M the local bytes); a source for which one all-reduce
+ * where it begins moves fewer bytes (or as many, in fewer collectives) is
+ * cut there in the second walk, which reshards it whole right after its
+ * node. This chooses between the two cuts of each pending region — at its
+ * source or at its frontier — not among the cuts in between. At tp=2 it
+ * turns GPT-2's backward into Megatron's: the gradient of each
+ * column-parallel input (the norms' outputs, the LM head's input) is
+ * all-reduced once, and nothing after it (the norms' weights, the
+ * embeddings) is reduced again. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +105,11 @@ typedef struct lz {
   int32_t n_emitted; /* nodes made here: their names are "<origin>/<Op>_<k>" */
   const char *origin; /* its name, for new node names */
   sc_diag *d;
+  sc_cutgraph *cg;   /* the pending sums and their reductions (the cut) */
+  int32_t *pnode;    /* [g->n_values * n_axes]: a pending (value, axis)'s
+                        node of cg, -1 */
+  const bool *eager; /* [g->n_values * n_axes]: reduce there at once (the
+                        second walk), or NULL */
 } lz;
 
 enum { REGION_LOSS = 1, REGION_GRAD = 2 }; /* the node feeds the loss, a gradient */
@@ -350,6 +376,13 @@ static int32_t scalar_one(lz *z, sc_dtype t, sc_axes partial) {
 }
 
 /* Local value of global value gid under sharding b. */
+static double local_bytes(const sc_graph *L, int32_t x) {
+  const sc_value *v = &L->values[x];
+  double n = (double)sc_dtype_size(v->dtype);
+  for (int32_t d = 0; d < v->rank; d++) n *= (double)v->dims[d];
+  return n;
+}
+
 static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
   const sc_value *gv = &z->g->values[gid];
   int32_t hit = find_memo(z, gid, b);
@@ -380,6 +413,10 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
       if (pass == 0 && dim < 0) continue;
       sc_sharding next = a;
       next.partial &= ~(1u << ax);
+      /* what the reduction moves: 2M for an all-reduce, M for a
+       * reduce-scatter (ring), M the local bytes; and a collective's latency */
+      sc_cut_reduce(z->cg, z->pnode[(size_t)gid * z->m->n_axes + ax],
+                    (dim >= 0 ? 1.0 : 2.0) * local_bytes(z->L, x) + SC_CUT_LATENCY_BYTES);
       if (dim >= 0) {
         sc_sharding_split(&next, dim, ax);
         x = collective(z, SC_OP_REDUCE_SCATTER, x, gv, ax, dim, &next);
@@ -746,6 +783,62 @@ static sc_status split_softmax(lz *z, const sc_node *gn, const sc_sharding *s, i
   return emit(z, SC_OP_SUB, (int32_t[]){d, l}, 2, &out, 1) < 0 ? z->d->status : SC_OK;
 }
 
+/* Under sequence parallelism, the sharding a tp pending sum s of value v
+ * is reduced to where it is made: reduce-scattered onto the sequence
+ * (dim 1 split over tp), as the forward's; false when that does not apply
+ * (*r then s without the pending axis: an all-reduce). */
+static bool cut_target(const lz *z, const sc_value *v, int32_t ax, const sc_sharding *s,
+                       sc_sharding *r) {
+  *r = *s;
+  r->partial &= ~(1u << ax);
+  if (!z->p->sequence_parallel || ax != z->p->tp_axis || v->rank < 3 || r->n_dim_axes[1] ||
+      (sc_sharding_dim_axes(r) & (1u << ax)))
+    return false;
+  sc_sharding t = *r;
+  sc_sharding_split(&t, 1, ax);
+  if (!sc_shard_divides(&t, z->m, 1, v->dims[1])) return false;
+  *r = t;
+  return true;
+}
+
+/* The pending outputs of a node in the cut's graph: a pending axis flows
+ * from the inputs that bring it pending and keep it (in and want partial),
+ * or begins here; reducing it here would cost one all-reduce of it. */
+static void note_pending(lz *z, const sc_node *n, const sc_sharding *in,
+                         const sc_sharding *want, const sc_sharding *out) {
+  int32_t na = z->m->n_axes;
+  for (int32_t j = 0; j < n->n_outputs; j++) {
+    int32_t gid = n->outputs[j];
+    if (gid < 0) continue;
+    for (int32_t ax = 0; ax < na; ax++) {
+      size_t k = (size_t)gid * na + ax;
+      z->pnode[k] = -1;
+      if (!(out[j].partial & (1u << ax))) continue;
+      const sc_value *v = &z->g->values[gid];
+      double b = (double)sc_dtype_size(v->dtype);
+      for (int32_t d = 0; d < v->rank; d++) {
+        int64_t f = 1;
+        for (int32_t q = 0; q < out[j].n_dim_axes[d]; q++)
+          f *= z->m->axes[out[j].dim_axes[d][q]].size;
+        b *= (double)(v->dims[d] / (f > 0 ? f : 1));
+      }
+      bool brought = false;
+      for (int32_t i = 0; i < n->n_inputs; i++)
+        brought |= n->inputs[i] >= 0 && (in[i].partial & want[i].partial & (1u << ax)) &&
+                   z->pnode[(size_t)n->inputs[i] * na + ax] >= 0;
+      /* a tie keeps the reduction where it was (+1); a reduce-scatter onto
+       * the sequence moves M, an all-reduce 2M */
+      sc_sharding r;
+      double per = cut_target(z, v, ax, &out[j], &r) ? 1.0 : 2.0;
+      int32_t node = sc_cut_node(z->cg, per * b + SC_CUT_LATENCY_BYTES + 1.0, !brought);
+      z->pnode[k] = node;
+      for (int32_t i = 0; brought && i < n->n_inputs; i++)
+        if (n->inputs[i] >= 0 && (in[i].partial & want[i].partial & (1u << ax)))
+          sc_cut_flow(z->cg, z->pnode[(size_t)n->inputs[i] * na + ax], node);
+    }
+  }
+}
+
 static sc_status localize_node(lz *z, int32_t nid) {
   const sc_node *n = &z->g->nodes[nid];
   z->stage = z->p->node_stage ? z->p->node_stage[nid] : 0;
@@ -795,6 +888,7 @@ static sc_status localize_node(lz *z, int32_t nid) {
   }
   if (z->p->sequence_parallel) seq_parallel(z, &c);
   if ((st = note_rule_fallback(z, n, in, want, out)) != SC_OK) goto done;
+  note_pending(z, n, in, want, out);
   /* inputs */
   for (int32_t i = 0; i < ni && st == SC_OK; i++) {
     int32_t gid = n->inputs[i];
@@ -886,6 +980,26 @@ static sc_status localize_node(lz *z, int32_t nid) {
   }
 outputs:
   if (st != SC_OK) goto done;
+  /* the cut: a pending sum reduced where it begins (the second walk) */
+  for (int32_t j = 0; z->eager && j < no; j++) {
+    int32_t gid = n->outputs[j];
+    if (gid < 0) continue;
+    sc_sharding r = z->cur[gid];
+    for (int32_t ax = 0; ax < z->m->n_axes; ax++)
+      if (z->eager[(size_t)gid * z->m->n_axes + ax]) {
+        sc_sharding t;
+        cut_target(z, &z->g->values[gid], ax, &r, &t);
+        r = t;
+      }
+    if (r.partial == z->cur[gid].partial) continue;
+    int32_t x = reshard(z, gid, &r);
+    if (x < 0) {
+      st = z->d->status != SC_OK ? z->d->status : SC_ERR_INVALID;
+      goto done;
+    }
+    z->cur[gid] = r;
+    z->lid[gid] = x;
+  }
   /* constraints, then graph outputs: under their constraint or whole */
   for (int32_t j = 0; j < no; j++) {
     int32_t gid = n->outputs[j];
@@ -992,7 +1106,43 @@ static int cmp_source(const void *a, const void *b) {
   return strcmp(((const sc_shard_source *)a)->name, ((const sc_shard_source *)b)->name);
 }
 
-sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
+static void free_walk(lz *z) {
+  sc_free(z->cur);
+  sc_free(z->lid);
+  sc_free(z->head);
+  sc_free(z->memos);
+  sc_free(z->src);
+  sc_free(z->stored);
+  sc_free(z->region);
+  sc_cut_destroy(z->cg);
+  sc_free(z->pnode);
+}
+
+/* The minimum cut of this walk's pending sums (cut.c): cut[(value, axis)]
+ * for those to reduce where they are made; their count. Out of memory: no
+ * cut (the lazy walk stands). */
+static int32_t choose_cut(const lz *z, bool *cut) {
+  int32_t nn = 0, n = 0;
+  bool *at = sc_calloc((size_t)sc_cut_count(z->cg) + 1, sizeof *at);
+  if (!at || sc_cut_solve(z->cg, at, &nn) != SC_OK) {
+    sc_free(at);
+    return 0;
+  }
+  size_t nk = (size_t)z->g->n_values * (size_t)z->m->n_axes;
+  for (size_t k = 0; k < nk; k++)
+    if (z->pnode[k] >= 0 && at[z->pnode[k]]) {
+      cut[k] = true;
+      n++;
+    }
+  sc_free(at);
+  return n;
+}
+
+/* One walk over the global graph (file comment); eager: the cut to make,
+ * or NULL; cut (when not NULL): the cut this walk's reductions call for,
+ * *n_cut its size. */
+static sc_status walk(sc_partition *p, sc_diag *d, const bool *eager, bool *cut,
+                      int32_t *n_cut) {
   sc_graph *g = p->global;
   lz z;
   memset(&z, 0, sizeof z);
@@ -1000,17 +1150,22 @@ sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
   z.g = g;
   z.m = &p->mesh;
   z.d = d;
+  z.eager = eager;
   p->n_fallbacks = p->n_seed_fallbacks; /* a second localize records its own */
   int32_t nv = g->n_values;
+  size_t nk = (size_t)nv * (size_t)(p->mesh.n_axes > 0 ? p->mesh.n_axes : 1) + 1;
   z.cur = sc_calloc((size_t)nv + 1, sizeof *z.cur);
   z.lid = sc_malloc(((size_t)nv + 1) * sizeof *z.lid);
   z.head = sc_malloc(((size_t)nv + 1) * sizeof *z.head);
+  z.pnode = sc_malloc(nk * sizeof *z.pnode);
+  z.cg = sc_cut_create();
   sc_graph *L = sc_graph_create(g->name);
   sc_status st = SC_OK;
-  if (!z.cur || !z.lid || !z.head || !L) {
+  if (!z.cur || !z.lid || !z.head || !z.pnode || !z.cg || !L) {
     st = nomem(&z);
     goto fail;
   }
+  for (size_t k = 0; k < nk; k++) z.pnode[k] = -1;
   L->opset = g->opset;
   z.L = L;
   for (int32_t i = 0; i < nv; i++) z.lid[i] = z.head[i] = -1;
@@ -1063,23 +1218,27 @@ sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
   }
   if (z.n_src) memcpy(p->sources, z.src, (size_t)z.n_src * sizeof *z.src);
   p->n_sources = z.n_src;
-  sc_free(z.cur);
-  sc_free(z.lid);
-  sc_free(z.head);
-  sc_free(z.memos);
-  sc_free(z.src);
-  sc_free(z.stored);
-  sc_free(z.region);
+  if (cut) *n_cut = choose_cut(&z, cut);
+  free_walk(&z);
   return SC_OK;
 fail:
   if (d->status == SC_OK) sc_diag_set(d, st, NULL, NULL, "localize failed");
   sc_graph_destroy(L);
-  sc_free(z.cur);
-  sc_free(z.lid);
-  sc_free(z.head);
-  sc_free(z.memos);
-  sc_free(z.src);
-  sc_free(z.stored);
-  sc_free(z.region);
+  free_walk(&z);
+  return st;
+}
+
+sc_status sc_partition_localize(sc_partition *p, sc_diag *d) {
+  size_t nk = (size_t)p->global->n_values * (size_t)(p->mesh.n_axes > 0 ? p->mesh.n_axes : 1);
+  bool *cut = sc_calloc(nk + 1, sizeof *cut);
+  if (!cut) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  int32_t n_cut = 0;
+  sc_status st = walk(p, d, NULL, cut, &n_cut);
+  if (st == SC_OK && n_cut > 0) { /* again, reducing those where they begin */
+    sc_graph_destroy(p->local);
+    p->local = NULL;
+    st = walk(p, d, cut, NULL, NULL);
+  }
+  sc_free(cut);
   return st;
 }

@@ -160,6 +160,25 @@ sc_status sc_partition_seed_train_state(sc_partition *p);
 /* bucket.c: ZeRO-3's parameter all-gathers grouped per block and piece
  * into one collective each (copy-in, gather, copy-out), on p->local. */
 sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d);
+/* bucket.c: the gradients' reduce-scatters over fsdp (then their HSDP
+ * all-reduce) grouped per block and piece likewise, at the last member. */
+sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d);
+/* cut.c: a minimum cut over pending sums (localize.c's "the cut"). Nodes
+ * are pending values, each with the cost of reducing it where it is made
+ * (source: its pending sum begins there); flow edges say where a pending
+ * sum flows on; sc_cut_reduce adds what a reduction of a node's sum costs.
+ * sc_cut_solve sets cut[node] for the cheapest set of nodes to reduce
+ * (ties: none), *n_cut their count; SC_ERR_NOMEM. Costs are bytes moved; a
+ * collective also costs SC_CUT_LATENCY_BYTES, its latency as bytes. */
+#define SC_CUT_LATENCY_BYTES 4096.0
+typedef struct sc_cutgraph sc_cutgraph;
+sc_cutgraph *sc_cut_create(void);
+void sc_cut_destroy(sc_cutgraph *g);
+int32_t sc_cut_node(sc_cutgraph *g, double cut_cost, bool source); /* -1: out of memory */
+void sc_cut_flow(sc_cutgraph *g, int32_t from, int32_t to);
+void sc_cut_reduce(sc_cutgraph *g, int32_t node, double cost);
+int32_t sc_cut_count(const sc_cutgraph *g); /* nodes */
+sc_status sc_cut_solve(sc_cutgraph *g, bool *cut, int32_t *n_cut);
 /* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
 sc_status sc_partition_localize(sc_partition *p, sc_diag *d);
 

@@ -607,6 +607,39 @@ sc_status sc_shard_slice(sc_shard_ctx *c) {
   return SC_OK;
 }
 
+/* Pad (constant mode, constant pads): a padded dim is whole, the others
+ * keep their split; a pending sum stays pending when the fill is 0 (the
+ * ranks' pieces then sum to the padded sum: Slice's gradient). */
+sc_status sc_shard_pad(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 0);
+  int64_t pads[2 * SC_MAX_RANK], axes[SC_MAX_RANK], np, na;
+  const char *mode = sc_attr_string(c->g, c->n, "mode", "constant");
+  if (!x || strcmp(mode, "constant") != 0 || !const_ints(inv(c, 1), pads, 2 * SC_MAX_RANK, &np) ||
+      np % 2 != 0)
+    return sc_shard_replicate_all(c);
+  na = np / 2;
+  if (inv(c, 3)) {
+    int64_t nx;
+    if (!const_ints(inv(c, 3), axes, SC_MAX_RANK, &nx) || nx != na)
+      return sc_shard_replicate_all(c);
+  } else {
+    if (na != x->rank) return sc_shard_replicate_all(c);
+    for (int64_t k = 0; k < na; k++) axes[k] = k;
+  }
+  for (int32_t i = 1; i < c->n->n_inputs; i++) want_whole(c, i);
+  for (int64_t k = 0; k < na; k++) {
+    int32_t d = norm_axis(axes[k], x->rank);
+    if (d < 0) return sc_shard_replicate_all(c);
+    if (pads[k] != 0 || pads[k + na] != 0) sc_shard_unsplit_dim(&c->want[0], d);
+  }
+  const sc_value *fill = inv(c, 2);
+  bool zero = !fill || (sc_value_has_data(fill) && sc_value_numel(fill) == 1 &&
+                        sc_load_f64(fill->dtype, fill->data, 0) == 0.0);
+  if (!zero) c->want[0].partial = 0;
+  c->out[0] = c->want[0];
+  return SC_OK;
+}
+
 /* Gather: out = data[:axis] + indices + data[axis+1:]. A split (stride 1)
  * gathered dim 0 with non-partial int64 indices becomes the masked gather:
  * out is partial over that dim's axes. Indices' splits carry when their axes are

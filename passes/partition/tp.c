@@ -18,6 +18,11 @@
  *                    split only with vocabulary parallelism.
  *   embedding        a Gather over a 2-D weight's rows (vocabulary-parallel):
  *                    rows split, each rank looks up the ids it holds.
+ *   column bias      in a training step, the 1-D bias added to a
+ *                    column-parallel product (Gemm's C, or an Add after it)
+ *                    is split like the product's columns, as Megatron's
+ *                    ColumnParallelLinear holds it: its gradient is then
+ *                    computed split and needs no all-gather.
  * A dim that does not divide by the tp size is left whole (recorded as a
  * fallback: `shardc plan` lists it). The plan's
  * tp_blocks (prefixes of the reading node's name) restrict the weights
@@ -74,6 +79,34 @@ static int32_t follow(const sc_partition *p, const int32_t *off, const int32_t *
   }
   *val = id;
   return only_reader(off, users, id);
+}
+
+/* The 1-D bias of n elements added to column-parallel product n's result
+ * (Gemm's C, or a constant Add after Reshape / Identity), or -1. */
+static int32_t column_bias(const sc_partition *p, const int32_t *off, const int32_t *users,
+                           const sc_node *n, int64_t cols) {
+  const sc_graph *g = p->global;
+  if (n->op == SC_OP_GEMM) {
+    int32_t c = n->n_inputs >= 3 ? n->inputs[2] : -1;
+    return c >= 0 && is_weight(p, &g->values[c]) && g->values[c].rank == 1 &&
+                   g->values[c].dims[0] == cols
+               ? c
+               : -1;
+  }
+  int32_t id = n->outputs[0];
+  for (int hop = 0; hop < 4; hop++) {
+    int32_t r = only_reader(off, users, id);
+    if (r < 0) return -1;
+    const sc_node *x = &g->nodes[r];
+    if (x->op == SC_OP_ADD && x->n_inputs == 2) {
+      int32_t b = x->inputs[0] == id ? x->inputs[1] : x->inputs[0];
+      const sc_value *v = &g->values[b];
+      return !computed(p, b) && is_weight(p, v) && v->rank == 1 && v->dims[0] == cols ? b : -1;
+    }
+    if (x->op != SC_OP_RESHAPE && x->op != SC_OP_IDENTITY) return -1;
+    id = x->outputs[0];
+  }
+  return -1;
 }
 
 static bool reaches_output(const sc_graph *g, const int32_t *off, const int32_t *users,
@@ -174,6 +207,8 @@ static sc_status seed_patterns(sc_partition *p, const sc_plan *plan, int32_t ax,
         if (equal) stride = nx->n_outputs;
       }
       st = seed(p, n, wid, ndim, ax, stride);
+      int32_t bias = st == SC_OK && p->training ? column_bias(p, off, users, n, w->dims[ndim]) : -1;
+      if (bias >= 0 && sc_graph_sharding(g, wid)) st = seed(p, n, bias, 0, ax, stride);
     }
     if (st != SC_OK) return st;
   }

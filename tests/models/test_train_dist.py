@@ -29,9 +29,11 @@ the microbatches'); pp=2 with zb-h1 (weight gradients apart from input
 gradients, rank 0 holding one back).
 
 Also:
-  - memory: under fsdp=2 (ZeRO-3) each rank's arena is smaller than under
-    dp=2 (the same batch per rank, the state replicated), and ZeRO-1's is
-    between;
+  - memory: with --no-overlap, under fsdp=2 (ZeRO-3) each rank's arena is
+    smaller than under dp=2 (the same batch per rank, the state
+    replicated), and ZeRO-1's is between; ZeRO-3's prefetch (the default)
+    costs more than nothing and at most one block's gathered parameters
+    (plus 16 KiB: the async reduce-scatters' buffers held a little longer);
   - a mesh's checkpoint is sharded (format 2: each piece written once, by
     the rank holding its one copy, into that rank's files; put together
     here from the manifest, each tensor tiled exactly) and its tensors are
@@ -68,6 +70,12 @@ Also:
     max and sum: two all-reduces of [b, s, 1], no all-gather of the logits),
     the fused QKV projection's backward stays split by heads; the step's
     all-gathers move under 4 KiB (the column-parallel biases' gradients);
+  - the whole training step at tp=2 (GPT-2's fused LayerNorm, Llama's
+    decomposed RMSNorm) runs Megatron's collectives and no others: 5
+    all-reduces of [b, s, h] forward and 5 backward (the min-cut reduces the
+    pending gradient of each column-parallel input once, not the norms'
+    weight gradients and the embeddings' after it), 2 of [b, s] for the
+    cross-entropy, and scalars;
   - minimal communication whatever the export's norms look like: the
     forward of GPT-2 (fused LayerNorm), BERT and Llama (RMSNorm decomposed
     into Pow/ReduceMean/Sqrt/Div/Mul) at tp=2 runs Megatron's all-reduces,
@@ -252,11 +260,6 @@ def main():
                 print(f"{name:6s} {what:40s} loss rel diff {worst:.2e}  arena/rank {arena} "
                       f"(one rank {one_arena})")
                 arenas[" ".join(res["mesh"])] = arena
-            if name == "gpt2":
-                a3, a1 = arenas.get("--mesh fsdp=2"), arenas.get("--mesh fsdp=2 --zero 1")
-                a0 = arenas.get("--mesh dp=2")
-                check(a3 and a1 and a0 and a3 < a1 < a0,
-                      f"gpt2 arena per rank: ZeRO-3 {a3}, ZeRO-1 {a1}, dp=2 {a0}")
 
         # resuming under other meshes: 2 steps at fsdp=2 x tp=2, then step 3
         name = "gpt2"
@@ -389,6 +392,33 @@ def main():
                 check(q.returncode == 0 and arena_of(q.stdout) == j["arena"],
                       f"fsdp=2: planned arena {j['arena']} vs allocated {arena_of(q.stdout)}")
 
+        # memory against the ZeRO stages (GPT-2, the arena per rank): with every
+        # collective where it is (--no-overlap) ZeRO-3 < ZeRO-1 < dp=2; FSDP's
+        # prefetch (the default) holds one block's gathered parameters more
+        gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
+        block = 4 * sum(t.size for k, t in ((t.name, numpy_helper.to_array(t))
+                        for t in onnx.load(gpt2).graph.initializer)
+                        if k.startswith("transformer.h.0."))
+        ar = {}
+        for mesh in (["--mesh", "fsdp=2"], ["--mesh", "fsdp=2", "--zero", "1"],
+                     ["--mesh", "dp=2"]):
+            for ov in ([], ["--no-overlap"]):
+                p = subprocess.run([SHARDC, "plan", gpt2, "--train", "--dim", "batch=4",
+                                    "--json", "--optimizer", "adamw"] + mesh + ov,
+                                   capture_output=True, text=True, timeout=300)
+                if check(p.returncode == 0, f"plan {mesh} {ov}: {p.stderr[-300:]}"):
+                    ar[" ".join(mesh[1:] + ov)] = json.loads(p.stdout)["arena"]
+        a3, a1, a0 = (ar.get(k) for k in ("fsdp=2 --no-overlap",
+                                          "fsdp=2 --zero 1 --no-overlap", "dp=2 --no-overlap"))
+        print(f"gpt2 arena per rank, --no-overlap: ZeRO-3 {a3}, ZeRO-1 {a1}, dp=2 {a0}; "
+              f"ZeRO-3 with prefetch {ar.get('fsdp=2')} (a block's parameters: {block} bytes "
+              f"gathered)")
+        check(a3 and a1 and a0 and a3 < a1 < a0,
+              f"gpt2 arena per rank: ZeRO-3 {a3}, ZeRO-1 {a1}, dp=2 {a0}")
+        extra = (ar.get("fsdp=2") or 0) - (a3 or 0)
+        check(0 < extra <= block + 16384,
+              f"ZeRO-3's prefetch costs {extra} bytes, one block's parameters are {block}")
+
         # recompute: the activations live at the peak shrink, and the plan says
         # what is recomputed
         acts, need = {}, {}  # activations at the peak, step memory (arena and constants)
@@ -493,6 +523,32 @@ def main():
             n_ar = sum(int(x) for x in rows)
             check(rows and n_ar == 5, f"{name} tp=2: {n_ar} all-reduces in the forward, "
                   f"Megatron's 5")
+
+        # Megatron's collectives in the whole training step at tp=2 (batch 4,
+        # sequence 16, hidden 64): 1 + 2 per layer all-reduces of [b, s, h] in
+        # the forward and as many in the backward (the pending gradient of
+        # each column-parallel input reduced once, where it is made: the
+        # min-cut; not after a norm's backward spread it over the norm's
+        # weights, nor again at the embeddings), the vocabulary-parallel
+        # cross-entropy's max and sum over [b, s], scalars (loss, norm) and
+        # nothing else — for a fused LayerNorm (GPT-2) and a decomposed
+        # RMSNorm (Llama, whose rotary slices' gradients stay split too)
+        for name in ("gpt2", "llama"):
+            p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", name + ".onnx"),
+                                "--train", "--dim", "batch=4", "--mesh", "tp=2", "--no-overlap",
+                                "--print-after=program"], capture_output=True, text=True,
+                               timeout=300)
+            if not check(p.returncode == 0, f"plan --train {name} tp=2: {p.stderr[-300:]}"):
+                continue
+            comm = re.findall(r"^s\d+ comm (\w+) .*count (\d+) group tp", p.stderr, re.M)
+            acts = [c for c in comm if c == ("all_reduce", "4096")]
+            ce = [c for c in comm if c[1] == "64" and c[0] == "all_reduce"]
+            other = [c for c in comm if c not in acts and c not in ce and c[1] != "1"]
+            print(f"{name} tp=2 training step: {len(acts)} all-reduces of [b,s,h], {len(ce)} "
+                  f"of [b,s], others {other}")
+            check(len(acts) == 10 and len(ce) == 2 and not other,
+                  f"{name} tp=2: {len(acts)} activation all-reduces (Megatron: 10), {len(ce)} "
+                  f"cross-entropy ones (2), others {other}")
 
         # refused with a message naming what is missing: a training schedule
         # for inference, interleaving with microbatches not in groups of the

@@ -432,7 +432,8 @@ static void test_json_hostile(void **state) {
 /* ------------------------------------------------------ comm steps, mesh */
 
 /* On mesh pp=2,tp=2: y = all_reduce_tp(x); g = all_gather_tp(y) along dim 1
- * through the unpack scratch u; send y to the pp peer 1. */
+ * through the unpack scratch u, started async; send y to the pp peer 1;
+ * wait for the gather. */
 static sc_program *build_comm_program(void) {
   sc_program *p = sc_program_create();
   assert_non_null(p);
@@ -462,12 +463,18 @@ static sc_program *build_comm_program(void) {
   s.origin = "AllGather_1";
   s.comm = (sc_comm_step){.kind = SC_COMM_ALL_GATHER, .in = y, .out = g, .pack = -1,
                           .unpack = u, .count = 8, .unpack_outer = 2, .unpack_inner = 4,
-                          .axes = 2, .group_size = 2, .peer = -1};
+                          .axes = 2, .group_size = 2, .peer = -1, .async = true};
   assert_int_equal(sc_program_add_step(p, &s), 1);
   s.origin = "Send_2";
   s.comm = (sc_comm_step){.kind = SC_COMM_SEND, .in = y, .out = -1, .pack = -1, .unpack = -1,
                           .count = 8, .axes = 1, .group_size = 2, .peer = 1, .tag = 7};
   assert_int_equal(sc_program_add_step(p, &s), 2);
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_WAIT;
+  s.kernel = -1;
+  s.started = 1;
+  s.origin = "AllGather_1";
+  assert_int_equal(sc_program_add_step(p, &s), 3);
   return p;
 }
 
@@ -510,13 +517,16 @@ static void test_json_comm(void **state) {
   sc_free(again);
   assert_true(sc_mesh_equal(&r->mesh, &p->mesh));
   assert_int_equal(r->mesh.ranks_per_node, 2);
-  assert_int_equal(r->n_steps, 3);
+  assert_int_equal(r->n_steps, 4);
   for (int32_t i = 0; i < 3; i++) {
     assert_int_equal(r->steps[i].kind, SC_STEP_COMM);
     assert_int_equal(r->steps[i].kernel, -1);
     assert_string_equal(r->steps[i].origin, p->steps[i].origin);
     assert_memory_equal(&r->steps[i].comm, &p->steps[i].comm, sizeof(sc_comm_step));
   }
+  assert_true(r->steps[1].comm.async);
+  assert_int_equal(r->steps[3].kind, SC_STEP_WAIT);
+  assert_int_equal(r->steps[3].started, 1);
   sc_program_destroy(r);
 
   static const edit_case cases[] = {
@@ -533,6 +543,12 @@ static void test_json_comm(void **state) {
       {"\"peer\": 1", "\"peer\": 2", "'peer' = 2"},
       {"\"out\": -1", "\"out\": 2", "do not fit"},
       {"\"kernel\": -1", "\"kernel\": 0", "'kernel' = 0"},
+      {"\"started\": 1", "\"started\": 0", "not an async collective"},
+      {"\"started\": 1", "\"started\": 3", "'started' = 3"},
+      {"\"async\": true", "\"async\": false", "not an async collective"},
+      {"\"async\": true", "\"async\": 1", "'async' must be true or false"},
+      {"\"tag\": 7", "\"tag\": 7, \"async\": true", "cannot be async"},
+      {"\"kind\": \"wait\"", "\"kind\": \"check\"", "'check' must be an object"},
   };
   expect_refused(json, cases, sizeof cases / sizeof cases[0]);
   sc_free(json);

@@ -5,7 +5,8 @@
  * rejects hand-broken plans, in-place reuse happens for an aligned
  * elementwise kernel and not for a transposing or reversing one, and the
  * peak of a chain equals the lower bound worked out from its lifetimes.
- * Also sc_program_print and sc_step_buffers (codegen/program.c). */
+ * Also sc_program_print and sc_step_buffers (codegen/program.c), and the
+ * async collectives and prefetch of codegen/overlap.c. */
 #include "test_util.h"
 
 #include <stdio.h>
@@ -413,6 +414,102 @@ static void test_state_pairs(void **state) {
   sc_program_destroy(p);
 }
 
+/* A collective step (no mesh needed by the pass or the plan). */
+static void comm(sc_program *p, sc_comm_kind kind, int32_t in, int32_t out) {
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_COMM;
+  s.kernel = -1;
+  s.origin = kind == SC_COMM_ALL_GATHER ? "gather" : "reduce";
+  s.comm = (sc_comm_step){.kind = kind, .in = in, .out = out, .pack = -1, .unpack = -1,
+                          .count = p->buffers[in].bytes / 4, .group_size = 2, .peer = -1};
+  assert_true(sc_program_add_step(p, &s) >= 0);
+}
+
+/* codegen/overlap.c on three blocks whose parameter shards w0..w2 are
+ * gathered before use (ZeRO-3's forward), then an all-reduce with slack,
+ * then a shard w3 gathered and w3 updated in place:
+ *   s0 g0 = gather w0   s1 a = x+g0   s2 b = rev a
+ *   s3 g1 = gather w1   s4 c = b+g1   s5 e = rev c
+ *   s6 g2 = gather w2   s7 y = e+g2   (output)
+ *   s8 r = all_reduce e s9 q = rev y  s10 z = r+q (output)
+ *   s11 g3 = gather w3  s12 k = rev x s13 new:w3 = w3+k  s14 o3 = g3 (output)
+ * Each gather moves up to just before the step that first needs the
+ * previous one, each collective starts async, and its wait sits just
+ * before its first reader (or before new:w3 overwrites the gather's
+ * input); buffers in flight never share memory with what runs meanwhile. */
+static void test_overlap(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_program *p = sc_program_create();
+  int32_t x = buf(p, "x", SC_BUF_INPUT, 32), w[4], g[4];
+  for (int i = 0; i < 4; i++) w[i] = buf(p, (const char *[]){"w0", "w1", "w2", "w3"}[i], SC_BUF_INPUT, 16);
+  for (int i = 0; i < 4; i++) g[i] = buf(p, (const char *[]){"g0", "g1", "g2", "g3"}[i], SC_BUF_TEMP, 32);
+  int32_t a = buf(p, "a", SC_BUF_TEMP, 32), b = buf(p, "b", SC_BUF_TEMP, 32);
+  int32_t c = buf(p, "c", SC_BUF_TEMP, 32), e = buf(p, "e", SC_BUF_TEMP, 32);
+  int32_t y = buf(p, "y", SC_BUF_OUTPUT, 32), r = buf(p, "r", SC_BUF_TEMP, 32);
+  int32_t q = buf(p, "q", SC_BUF_TEMP, 32), z = buf(p, "z", SC_BUF_OUTPUT, 32);
+  int32_t k = buf(p, "k", SC_BUF_TEMP, 16), nw = buf(p, "new:w3", SC_BUF_OUTPUT, 16);
+  int32_t o3 = buf(p, "o3", SC_BUF_OUTPUT, 32);
+  comm(p, SC_COMM_ALL_GATHER, w[0], g[0]);
+  ew_step(p, (int32_t[]){x, g[0]}, 2, a, EW_ALIGNED);
+  ew_step(p, (int32_t[]){a}, 1, b, EW_REVERSED);
+  comm(p, SC_COMM_ALL_GATHER, w[1], g[1]);
+  ew_step(p, (int32_t[]){b, g[1]}, 2, c, EW_ALIGNED);
+  ew_step(p, (int32_t[]){c}, 1, e, EW_REVERSED);
+  comm(p, SC_COMM_ALL_GATHER, w[2], g[2]);
+  ew_step(p, (int32_t[]){e, g[2]}, 2, y, EW_ALIGNED);
+  comm(p, SC_COMM_ALL_REDUCE, e, r);
+  ew_step(p, (int32_t[]){y}, 1, q, EW_REVERSED);
+  ew_step(p, (int32_t[]){r, q}, 2, z, EW_ALIGNED);
+  comm(p, SC_COMM_ALL_GATHER, w[3], g[3]);
+  int32_t x16 = buf(p, "x16", SC_BUF_INPUT, 16);
+  ew_step(p, (int32_t[]){x16}, 1, k, EW_REVERSED);
+  ew_step(p, (int32_t[]){w[3], k}, 2, nw, EW_ALIGNED);
+  ew_step(p, (int32_t[]){g[3]}, 1, o3, EW_ALIGNED);
+  assert_int_equal(sc_program_pair_state(p), SC_OK);
+  int32_t n_async = -1, n_moved = -1;
+  if (sc_program_overlap(p, &n_async, &n_moved, &d) != SC_OK) fail_msg("overlap: %s", d.msg);
+  plan_ok(p);
+  assert_int_equal(sc_program_updates(p, 2), 4); /* new:w3 (output 2) still updates w3 */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  sc_program_print(p, f);
+  fclose(f);
+  /* the step list, by kind: S start, W wait, K kernel */
+  char got[64] = {0};
+  for (int32_t i = 0; i < p->n_steps && i < 63; i++) {
+    const sc_step *st = &p->steps[i];
+    got[i] = st->kind == SC_STEP_WAIT ? 'W' : st->kind == SC_STEP_KERNEL ? 'K'
+             : st->comm.async ? 'S' : 'C';
+  }
+  /* g3 is gathered when the previous gather's result is first needed (at
+   * y): before the all-reduce, since collectives may pass each other. */
+  if (strcmp(got, "SSWKKSWKKSWKSKWKKWKK") != 0)
+    fail_msg("steps %s\n%s", got, text);
+  assert_int_equal(n_async, 5);
+  assert_int_equal(n_moved, 3);
+  /* every wait completes the start it names, which gathers what the
+   * kernel after it reads */
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *st = &p->steps[i];
+    if (st->kind != SC_STEP_WAIT) continue;
+    assert_true(st->started < i && p->steps[st->started].comm.async);
+  }
+  /* in flight together with the kernels between start and wait */
+  assert_true(disjoint(p, g[1], a) && disjoint(p, g[1], b) && disjoint(p, g[2], c));
+  assert_true(disjoint(p, g[2], e) && disjoint(p, r, q) && disjoint(p, g[3], q));
+  free(text);
+  /* run twice: nothing changes (already overlapped) */
+  int32_t before = p->n_steps;
+  assert_int_equal(sc_program_overlap(p, &n_async, &n_moved, &d), SC_OK);
+  assert_int_equal(p->n_steps, before);
+  assert_int_equal(n_async, 0);
+  sc_program_destroy(p);
+}
+
 static void test_chain_peak_is_minimum(void **state) {
   (void)state;
   int64_t peak, bound;
@@ -444,6 +541,7 @@ int main(void) {
       cmocka_unit_test(test_inplace),
       cmocka_unit_test(test_chain_peak_is_minimum),
       cmocka_unit_test(test_state_pairs),
+      cmocka_unit_test(test_overlap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

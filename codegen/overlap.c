@@ -1,0 +1,266 @@
+/* overlap.c — collectives overlapped with compute (codegen/program.h,
+ * sc_program_overlap; docs/codegen.md "Asynchronous collectives").
+ *
+ * The step list comes out of lowering with every collective where the
+ * graph's order put it, run to completion before the next step. This pass
+ * rewrites it in three moves, on storage roots (a VIEW is its root; an
+ * output "new:X" updated in place is X's root, since the memory plan will
+ * give both one slot):
+ *
+ *   1. prefetch: an all-gather that can legally run earlier (nothing
+ *      between writes what it reads or touches what it writes) moves up to
+ *      just before the step that first needs the previous all-gather's
+ *      result, together with the kernel that packs its input when that
+ *      kernel feeds nothing else (bucket.c's copy-in). For ZeRO-3 that is
+ *      FSDP's prefetch: block k+1's parameters are gathered while block k
+ *      computes, in the forward and in the backward;
+ *   2. waits: a collective whose result the very next step does not need
+ *      becomes an async start, and a WAIT goes just before the first step
+ *      that touches its output or scratch, or writes its input;
+ *   3. a bound: at most two collectives in flight; starting a third first
+ *      waits for the oldest (so a reduce-scatter's full gradient still dies
+ *      one block later, ZeRO-2's memory, not at the optimizer).
+ *
+ * Collectives keep their relative order except for the moved gathers, and
+ * the rewrite depends on the program alone: every rank running the same
+ * program issues the same collectives in the same order. Send and receive
+ * steps stay synchronous. */
+#include <string.h>
+
+#include "codegen/program.h"
+
+typedef struct touches {
+  int32_t *off;   /* [n_steps + 1] into root/wr */
+  int32_t *root;  /* storage roots touched */
+  bool *wr;       /* written */
+  int32_t n, cap, n_buffers;
+  int32_t *alias; /* [n_buffers]: the root a buffer's storage is */
+  int32_t *users; /* [n_buffers]: how many steps touch each root */
+  bool bad;
+} touches;
+
+static void add_touch(void *ud, int32_t b, bool written) {
+  touches *t = ud;
+  if (t->bad) return;
+  if (t->n == t->cap) {
+    int32_t nc = t->cap ? 2 * t->cap : 256;
+    int32_t *r = sc_realloc(t->root, (size_t)nc * sizeof *r);
+    if (r) t->root = r;
+    bool *w = sc_realloc(t->wr, (size_t)nc * sizeof *w);
+    if (w) t->wr = w;
+    if (!r || !w) {
+      t->bad = true;
+      return;
+    }
+    t->cap = nc;
+  }
+  t->root[t->n] = b >= 0 && b < t->n_buffers ? t->alias[b] : -1;
+  t->wr[t->n++] = written;
+}
+
+static bool is_collective(const sc_step *s) {
+  return s->kind == SC_STEP_COMM && s->comm.kind != SC_COMM_SEND && s->comm.kind != SC_COMM_RECV;
+}
+
+/* Whether step y must stay on its side of step x: one writes what the
+ * other touches. */
+static bool depends(const touches *t, int32_t x, int32_t y) {
+  for (int32_t i = t->off[x]; i < t->off[x + 1]; i++)
+    for (int32_t j = t->off[y]; j < t->off[y + 1]; j++)
+      if (t->root[i] == t->root[j] && (t->wr[i] || t->wr[j])) return true;
+  return false;
+}
+
+/* Whether y must wait for the collective c: y touches c's output or
+ * scratch, or writes its input. */
+static bool needs(const sc_program *p, const touches *t, int32_t c, int32_t y) {
+  const sc_comm_step *cs = &p->steps[c].comm;
+  int32_t in = cs->in >= 0 ? t->alias[cs->in] : -1;
+  int32_t own[3] = {cs->out >= 0 ? t->alias[cs->out] : -1,
+                    cs->pack >= 0 ? t->alias[cs->pack] : -1,
+                    cs->unpack >= 0 ? t->alias[cs->unpack] : -1};
+  for (int32_t j = t->off[y]; j < t->off[y + 1]; j++) {
+    int32_t r = t->root[j];
+    if (r == own[0] || r == own[1] || r == own[2] || (t->wr[j] && r == in)) return true;
+  }
+  return false;
+}
+
+/* The last step before position `pos` of ord that writes c's input, or -1. */
+static int32_t producer_pos(const sc_program *p, const touches *t, const int32_t *ord,
+                            int32_t pos) {
+  int32_t c = ord[pos], in = p->steps[c].comm.in;
+  if (in < 0) return -1;
+  int32_t r = t->alias[in];
+  for (int32_t k = pos - 1; k >= 0; k--)
+    for (int32_t j = t->off[ord[k]]; j < t->off[ord[k] + 1]; j++)
+      if (t->root[j] == r && t->wr[j]) return k;
+  return -1;
+}
+
+/* Whether the kernel w writes one buffer, which nothing but w and the
+ * collective reading it touches (bucket.c's copy-in). */
+static bool feeds_only(const sc_program *p, const touches *t, int32_t w) {
+  if (p->steps[w].kind != SC_STEP_KERNEL) return false;
+  int32_t written = -1;
+  for (int32_t i = t->off[w]; i < t->off[w + 1]; i++) {
+    if (!t->wr[i]) continue;
+    if ((written >= 0 && t->root[i] != written) || t->users[t->root[i]] != 2) return false;
+    written = t->root[i];
+  }
+  return written >= 0;
+}
+
+/* Moves ord[from..to] (inclusive, a group that stays together) to just
+ * before position `at` < from, when no step in between depends on them. */
+static bool try_move(const touches *t, int32_t *ord, int32_t at, int32_t from, int32_t to) {
+  for (int32_t g = from; g <= to; g++)
+    for (int32_t k = at; k < from; k++)
+      if (depends(t, ord[g], ord[k])) return false;
+  int32_t len = to - from + 1, group[2];
+  for (int32_t g = 0; g < len; g++) group[g] = ord[from + g];
+  memmove(ord + at + len, ord + at, (size_t)(from - at) * sizeof *ord);
+  for (int32_t g = 0; g < len; g++) ord[at + g] = group[g];
+  return true;
+}
+
+/* Move 1 (file comment): returns how many gathers moved. seen: [n_steps]
+ * zeroed, each gather is considered once (moves only go up). */
+static int32_t prefetch(const sc_program *p, const touches *t, int32_t *ord, bool *seen) {
+  int32_t n = p->n_steps, moved = 0, prev = -1; /* prev: position of the last gather */
+  for (int32_t pos = 0; pos < n; pos++) {
+    const sc_step *s = &p->steps[ord[pos]];
+    if (!(s->kind == SC_STEP_COMM && s->comm.kind == SC_COMM_ALL_GATHER) || seen[ord[pos]])
+      continue;
+    seen[ord[pos]] = true;
+    int32_t target = -1;
+    if (prev >= 0)
+      for (int32_t k = prev + 1; k < pos && target < 0; k++)
+        if (needs(p, t, ord[prev], ord[k])) target = k;
+    int32_t from = pos, w = producer_pos(p, t, ord, pos);
+    if (w >= 0 && feeds_only(p, t, ord[w])) {
+      if (w != pos - 1) {
+        /* bring the copy-in next to its gather first (nothing between
+         * depends on the gather, or the gather could not run there) */
+        if (!try_move(t, ord, w + 1, pos, pos)) {
+          prev = pos;
+          continue;
+        }
+        pos = w + 1;
+      }
+      from = w;
+    }
+    if (target >= 0 && target < from && try_move(t, ord, target, from, pos)) {
+      moved++;
+      pos = target + (pos - from);
+    }
+    prev = pos;
+  }
+  return moved;
+}
+
+sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetched,
+                             sc_diag *diag) {
+  if (n_async) *n_async = 0;
+  if (n_prefetched) *n_prefetched = 0;
+  int32_t n = p->n_steps, n_coll = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (p->steps[i].kind == SC_STEP_WAIT) return SC_OK; /* already overlapped */
+    n_coll += is_collective(&p->steps[i]);
+  }
+  if (n_coll == 0) return SC_OK;
+  touches t = {.n_buffers = p->n_buffers};
+  t.alias = sc_malloc((size_t)p->n_buffers * sizeof *t.alias);
+  t.users = sc_calloc((size_t)p->n_buffers + 1, sizeof *t.users);
+  int32_t *seen_b = sc_malloc(((size_t)p->n_buffers + 1) * sizeof *seen_b);
+  t.off = sc_malloc(((size_t)n + 1) * sizeof *t.off);
+  int32_t *ord = sc_malloc((size_t)n * sizeof *ord);
+  int32_t *newpos = sc_malloc((size_t)n * sizeof *newpos);
+  bool *seen = sc_malloc((size_t)n + 1);
+  sc_step *out = sc_arena_array(&p->arena, (size_t)2 * (size_t)n, sizeof *out);
+  sc_status st = SC_OK;
+  if (!t.alias || !t.users || !seen_b || !t.off || !ord || !newpos || !seen || !out) {
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "overlap: out of memory");
+    goto done;
+  }
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    int32_t r = sc_program_root(p, b);
+    t.alias[b] = r >= 0 && r < p->n_buffers ? r : -1;
+    seen_b[b] = -1;
+  }
+  for (int32_t j = 0; j < p->n_outputs; j++) { /* new:X shares X's slot */
+    int32_t u = sc_program_updates(p, j);
+    if (u < 0) continue;
+    int32_t from = t.alias[p->outputs[j]], to = t.alias[p->inputs[u]];
+    if (from < 0 || to < 0) continue;
+    for (int32_t b = 0; b < p->n_buffers; b++)
+      if (t.alias[b] == from) t.alias[b] = to;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    t.off[i] = t.n;
+    sc_step_buffers(p, &p->steps[i], add_touch, &t);
+    for (int32_t j = t.off[i]; j < t.n && !t.bad; j++)
+      if (t.root[j] < 0) {
+        st = sc_diag_set(diag, SC_ERR_INVALID, p->steps[i].origin, NULL,
+                         "overlap: step %d uses a buffer that does not exist", (int)i);
+        goto done;
+      }
+    if (t.bad) {
+      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "overlap: out of memory");
+      goto done;
+    }
+    for (int32_t j = t.off[i]; j < t.n; j++)
+      if (seen_b[t.root[j]] != i) {
+        seen_b[t.root[j]] = i;
+        t.users[t.root[j]]++;
+      }
+    ord[i] = i;
+  }
+  t.off[n] = t.n;
+
+  memset(seen, 0, (size_t)n * sizeof *seen);
+  int32_t moved = prefetch(p, &t, ord, seen), made_async = 0;
+
+  /* Moves 2 and 3: emit in `ord`, with starts and waits. */
+  int32_t m = 0, pend[2], n_pend = 0;
+  for (int32_t pos = 0; pos <= n; pos++) {
+    int32_t x = pos < n ? ord[pos] : -1;
+    bool starting = x >= 0 && is_collective(&p->steps[x]);
+    for (int32_t q = 0; q < n_pend;) { /* oldest first */
+      bool wait = x < 0 || needs(p, &t, pend[q], x) || (starting && n_pend == 2 && q == 0);
+      if (!wait) {
+        q++;
+        continue;
+      }
+      sc_step w = {.kind = SC_STEP_WAIT, .kernel = -1, .started = newpos[pend[q]],
+                   .origin = p->steps[pend[q]].origin};
+      out[m++] = w;
+      memmove(pend + q, pend + q + 1, (size_t)(n_pend - q - 1) * sizeof *pend);
+      n_pend--;
+    }
+    if (x < 0) break;
+    newpos[x] = m;
+    out[m] = p->steps[x];
+    if (starting && pos + 1 < n && !needs(p, &t, x, ord[pos + 1])) {
+      out[m].comm.async = true;
+      pend[n_pend++] = x;
+      made_async++;
+    }
+    m++;
+  }
+  p->steps = out;
+  p->n_steps = p->cap_steps = m;
+  if (n_async) *n_async = made_async;
+  if (n_prefetched) *n_prefetched = moved;
+done:
+  sc_free(t.alias);
+  sc_free(t.users);
+  sc_free(seen_b);
+  sc_free(seen);
+  sc_free(t.off);
+  sc_free(t.root);
+  sc_free(t.wr);
+  sc_free(ord);
+  sc_free(newpos);
+  return st;
+}
