@@ -333,7 +333,7 @@ static int32_t local_slice(lz *z, int32_t x, const sc_value *gv, const sc_shardi
   sc_sharding_replicated(&is, 1);
   for (int32_t k = a->n_dim_axes[d]; k < b->n_dim_axes[d]; k++)
     sc_sharding_split(&is, 0, b->dim_axes[d][k]);
-  if (a->n_dim_axes[d] == 0) is.stride[0] = b->stride[d];
+  is.stride[0] = b->stride[d]; /* a strided dim's local piece is [stride, piece] */
   char base[256];
   snprintf(base, sizeof base, "%s.index", gv->name);
   int32_t idx = make_const(z, base, SC_DTYPE_I64, 1, &n, ar, false, &is);

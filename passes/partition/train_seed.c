@@ -112,22 +112,22 @@ static int32_t param_of(const sc_partition *p, const char *name) {
   return q ? sc_graph_find_value(p->global, q) : -1;
 }
 
-/* shard(P): base plus the fsdp axis on the first dim (0 first) whose piece
- * divides, never a strided dim (a fused QKV projection's columns: the
- * training state's strided pieces under two axes are not handled, so its
- * tensor-parallel bias stays whole over fsdp); false when none does. */
+/* shard(P): base plus the fsdp axis on the first dim (0 first, strided
+ * dims last) whose piece divides; false when none does. */
 static bool fsdp_sharding(const sc_partition *p, const sc_value *v, const sc_sharding *base,
                           sc_sharding *out) {
   *out = *base;
   if (p->fsdp_axis < 0 || p->mesh.axes[p->fsdp_axis].size == 1) return false;
   int64_t S = p->mesh.axes[p->fsdp_axis].size;
-  for (int32_t d = 0; d < v->rank; d++) {
-    if (sc_sharding_stride(base, d) > 1 || base->n_dim_axes[d] >= SC_MESH_MAX_AXES) continue;
-    int64_t piece = v->dims[d] / sc_sharding_dim_parts(base, &p->mesh, d);
-    if (piece <= 0 || piece % S != 0) continue;
-    sc_sharding_split(out, d, p->fsdp_axis);
-    return true;
-  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t d = 0; d < v->rank; d++) {
+      bool strided = sc_sharding_stride(base, d) > 1;
+      if (strided != (pass == 1) || base->n_dim_axes[d] >= SC_MESH_MAX_AXES) continue;
+      int64_t piece = v->dims[d] / sc_sharding_dim_parts(base, &p->mesh, d);
+      if (piece <= 0 || piece % (S * sc_sharding_stride(base, d)) != 0) continue;
+      sc_sharding_split(out, d, p->fsdp_axis);
+      return true;
+    }
   return false;
 }
 
