@@ -39,7 +39,8 @@
  * uses the communicators at a time). The thread is started with the
  * session, only for programs with async steps and communicators that allow
  * it (sc_comm_any_thread); otherwise starts run inline and waits do
- * nothing. A run that fails waits for what is in flight before returning,
+ * nothing. A start under 64 KiB also runs inline when nothing is in
+ * flight: on the CPU the hand-off to the thread costs more than it takes. A run that fails waits for what is in flight before returning,
  * and a failed collective fails its wait (and every later one) with its
  * message. */
 #include <pthread.h>
@@ -384,17 +385,32 @@ static sc_status wait_for(sc_session *s, int64_t k, sc_diag *diag) {
   return r;
 }
 
-/* A COMM step (module comment). */
+/* The larger of a COMM step's input and output, in bytes. */
+static int64_t comm_bytes(const sc_program *p, const sc_comm_step *c) {
+  int64_t in = c->in >= 0 ? p->buffers[c->in].bytes : 0;
+  int64_t out = c->out >= 0 ? p->buffers[c->out].bytes : 0;
+  return in > out ? in : out;
+}
+
+/* A COMM step (module comment). An async start smaller than
+ * SC_ASYNC_INLINE_BYTES runs inline when nothing is in flight (its wait then
+ * has nothing to wait for): handing it to the thread costs more than it
+ * takes. */
+enum { SC_ASYNC_INLINE_BYTES = 64 * 1024 };
 static sc_status comm_step(sc_session *s, int32_t i, sc_diag *diag) {
   if (!s->has_thread) return run_comm(s, i, diag);
-  if (s->p->steps[i].comm.async) {
-    enqueue(s, i);
-    return SC_OK;
-  }
+  const sc_comm_step *c = &s->p->steps[i].comm;
   pthread_mutex_lock(&s->mu);
   bool idle = s->done == s->issued;
   pthread_mutex_unlock(&s->mu);
-  if (idle) return run_comm(s, i, diag);
+  if (c->async && !(idle && comm_bytes(s->p, c) < SC_ASYNC_INLINE_BYTES)) {
+    enqueue(s, i);
+    return SC_OK;
+  }
+  if (idle) {
+    s->seq[i] = -1; /* done: its wait returns at once */
+    return run_comm(s, i, diag);
+  }
   return wait_for(s, enqueue(s, i), diag);
 }
 
@@ -587,7 +603,8 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     if (st->kind == SC_STEP_COMM) {
       r = comm_step(s, i, diag);
     } else if (st->kind == SC_STEP_WAIT) {
-      if (s->has_thread) r = wait_for(s, s->seq[st->started], diag);
+      if (s->has_thread && s->seq[st->started] >= 0)
+        r = wait_for(s, s->seq[st->started], diag);
     } else if (st->kind == SC_STEP_CHECK) {
       r = run_check(s, st, diag);
     } else if (st->kind == SC_STEP_SCATTER_ADD) {
