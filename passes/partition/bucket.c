@@ -391,17 +391,24 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S,
   return st;
 }
 
+/* The block names (stats) and an empty bucketer over p->local. */
+static sc_status begin(sc_partition *p, sc_diag *d, sc_stats *stats, bucketer *b) {
+  if (sc_stats_begin(p->global, stats) != SC_OK) {
+    *d = p->global->diag;
+    return d->status;
+  }
+  *b = (bucketer){.p = p, .L = p->local, .d = d, .first_new = p->local->n_nodes};
+  return SC_OK;
+}
+
 sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
   if (p->fsdp_axis < 0 || p->zero_stage != 3 || !p->local) return SC_OK;
   sc_graph *L = p->local;
   const char *fsdp = p->mesh.axes[p->fsdp_axis].name;
   int64_t S = p->mesh.axes[p->fsdp_axis].size;
   sc_stats stats;
-  if (sc_stats_begin(p->global, &stats) != SC_OK) {
-    *d = p->global->diag;
-    return d->status;
-  }
-  bucketer b = {.p = p, .L = L, .d = d, .first_new = L->n_nodes};
+  bucketer b;
+  if (begin(p, d, &stats, &b) != SC_OK) return d->status;
   int32_t n0 = L->n_nodes;
   member *open = sc_malloc(((size_t)n0 + 1) * sizeof *open); /* the group being gathered */
   const char **params = sc_malloc(((size_t)n0 + 1) * sizeof *params);
@@ -471,11 +478,8 @@ sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
   const char *fsdp = p->mesh.axes[p->fsdp_axis].name;
   int64_t S = p->mesh.axes[p->fsdp_axis].size;
   sc_stats stats;
-  if (sc_stats_begin(p->global, &stats) != SC_OK) {
-    *d = p->global->diag;
-    return d->status;
-  }
-  bucketer b = {.p = p, .L = L, .d = d, .first_new = L->n_nodes};
+  bucketer b;
+  if (begin(p, d, &stats, &b) != SC_OK) return d->status;
   int32_t n0 = L->n_nodes, *n_uses = NULL, *first = NULL;
   rmember *open = sc_malloc(((size_t)n0 + 1) * sizeof *open);
   b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
