@@ -483,6 +483,20 @@ static int cmp_slot_first(const void *x, const void *y) {
   return a < b ? -1 : a > b;
 }
 
+sc_status sc_memplan_lifetimes(const sc_program *p, int32_t *first, int32_t *last,
+                               sc_diag *diag) {
+  life l;
+  sc_status st = compute_life(p, &l, diag);
+  if (st != SC_OK) return st;
+  for (int32_t i = 0; i < p->n_buffers; i++) {
+    bool root = l.root[i] == i;
+    first[i] = root ? l.first[i] : -1;
+    last[i] = root ? l.last[i] : -1;
+  }
+  life_free(&l);
+  return SC_OK;
+}
+
 sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
                           sc_diag *diag) {
   life l;

@@ -39,5 +39,11 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag);
  * SC_ERR_NOMEM. */
 sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
                           sc_diag *diag);
+/* The lifetimes the plan works from: for each storage root i (an arena
+ * buffer that is not a view), first[i] and last[i] as above (INPUTs from
+ * step 0, OUTPUTs to n_steps, unused [0, 0]); -1 for other buffers. first
+ * and last: [n_buffers]. SC_ERR_INVALID, SC_ERR_NOMEM as sc_memplan_run. */
+sc_status sc_memplan_lifetimes(const sc_program *p, int32_t *first, int32_t *last,
+                               sc_diag *diag);
 
 #endif

@@ -29,10 +29,14 @@
 
 #include "codegen/program.h"
 
+typedef struct touch {
+  int32_t root;   /* a storage root a step touches */
+  bool wr;        /* written */
+} touch;
+
 typedef struct touches {
-  int32_t *off;   /* [n_steps + 1] into root/wr */
-  int32_t *root;  /* storage roots touched */
-  bool *wr;       /* written */
+  int32_t *off;   /* [n_steps + 1] into tch */
+  touch *tch;
   int32_t n, cap, n_buffers;
   int32_t *alias; /* [n_buffers]: the root a buffer's storage is */
   int32_t *users; /* [n_buffers]: how many steps touch each root */
@@ -44,18 +48,15 @@ static void add_touch(void *ud, int32_t b, bool written) {
   if (t->bad) return;
   if (t->n == t->cap) {
     int32_t nc = t->cap ? 2 * t->cap : 256;
-    int32_t *r = sc_realloc(t->root, (size_t)nc * sizeof *r);
-    if (r) t->root = r;
-    bool *w = sc_realloc(t->wr, (size_t)nc * sizeof *w);
-    if (w) t->wr = w;
-    if (!r || !w) {
+    touch *x = sc_realloc(t->tch, (size_t)nc * sizeof *x);
+    if (!x) {
       t->bad = true;
       return;
     }
+    t->tch = x;
     t->cap = nc;
   }
-  t->root[t->n] = b >= 0 && b < t->n_buffers ? t->alias[b] : -1;
-  t->wr[t->n++] = written;
+  t->tch[t->n++] = (touch){b >= 0 && b < t->n_buffers ? t->alias[b] : -1, written};
 }
 
 static bool is_collective(const sc_step *s) {
@@ -67,7 +68,7 @@ static bool is_collective(const sc_step *s) {
 static bool depends(const touches *t, int32_t x, int32_t y) {
   for (int32_t i = t->off[x]; i < t->off[x + 1]; i++)
     for (int32_t j = t->off[y]; j < t->off[y + 1]; j++)
-      if (t->root[i] == t->root[j] && (t->wr[i] || t->wr[j])) return true;
+      if (t->tch[i].root == t->tch[j].root && (t->tch[i].wr || t->tch[j].wr)) return true;
   return false;
 }
 
@@ -80,8 +81,8 @@ static bool needs(const sc_program *p, const touches *t, int32_t c, int32_t y) {
                     cs->pack >= 0 ? t->alias[cs->pack] : -1,
                     cs->unpack >= 0 ? t->alias[cs->unpack] : -1};
   for (int32_t j = t->off[y]; j < t->off[y + 1]; j++) {
-    int32_t r = t->root[j];
-    if (r == own[0] || r == own[1] || r == own[2] || (t->wr[j] && r == in)) return true;
+    int32_t r = t->tch[j].root;
+    if (r == own[0] || r == own[1] || r == own[2] || (t->tch[j].wr && r == in)) return true;
   }
   return false;
 }
@@ -94,7 +95,7 @@ static int32_t producer_pos(const sc_program *p, const touches *t, const int32_t
   int32_t r = t->alias[in];
   for (int32_t k = pos - 1; k >= 0; k--)
     for (int32_t j = t->off[ord[k]]; j < t->off[ord[k] + 1]; j++)
-      if (t->root[j] == r && t->wr[j]) return k;
+      if (t->tch[j].root == r && t->tch[j].wr) return k;
   return -1;
 }
 
@@ -104,9 +105,9 @@ static bool feeds_only(const sc_program *p, const touches *t, int32_t w) {
   if (p->steps[w].kind != SC_STEP_KERNEL) return false;
   int32_t written = -1;
   for (int32_t i = t->off[w]; i < t->off[w + 1]; i++) {
-    if (!t->wr[i]) continue;
-    if ((written >= 0 && t->root[i] != written) || t->users[t->root[i]] != 2) return false;
-    written = t->root[i];
+    if (!t->tch[i].wr) continue;
+    if ((written >= 0 && t->tch[i].root != written) || t->users[t->tch[i].root] != 2) return false;
+    written = t->tch[i].root;
   }
   return written >= 0;
 }
@@ -200,7 +201,7 @@ sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetc
     t.off[i] = t.n;
     sc_step_buffers(p, &p->steps[i], add_touch, &t);
     for (int32_t j = t.off[i]; j < t.n && !t.bad; j++)
-      if (t.root[j] < 0) {
+      if (t.tch[j].root < 0) {
         st = sc_diag_set(diag, SC_ERR_INVALID, p->steps[i].origin, NULL,
                          "overlap: step %d uses a buffer that does not exist", (int)i);
         goto done;
@@ -210,9 +211,9 @@ sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetc
       goto done;
     }
     for (int32_t j = t.off[i]; j < t.n; j++)
-      if (seen_b[t.root[j]] != i) {
-        seen_b[t.root[j]] = i;
-        t.users[t.root[j]]++;
+      if (seen_b[t.tch[j].root] != i) {
+        seen_b[t.tch[j].root] = i;
+        t.users[t.tch[j].root]++;
       }
     ord[i] = i;
   }
@@ -258,8 +259,7 @@ done:
   sc_free(seen_b);
   sc_free(seen);
   sc_free(t.off);
-  sc_free(t.root);
-  sc_free(t.wr);
+  sc_free(t.tch);
   sc_free(ord);
   sc_free(newpos);
   return st;

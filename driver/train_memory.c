@@ -37,42 +37,22 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad,
   return SC_MEM_ACTIVATIONS;
 }
 
-typedef struct span {
-  const sc_program *p;
-  int32_t *first, *last, step;
-} span;
-
-static void touch_span(void *ud, int32_t b, bool written) {
-  (void)written;
-  span *s = ud;
-  int32_t r = b >= 0 && b < s->p->n_buffers ? sc_program_root(s->p, b) : -1;
-  if (r < 0 || r >= s->p->n_buffers) return;
-  if (s->first[r] < 0) s->first[r] = s->step;
-  s->last[r] = s->step;
-}
-
-/* m->saved (train_memory.h): activation roots touched before
- * m->backward_step and at or after it. */
+/* m->saved (train_memory.h): the activation roots the memory plan keeps
+ * live from before m->backward_step to it or later. */
 static sc_status saved_of(const sc_program *p, sc_train_memory *m, const bool *grad,
                           const bool *comm, sc_diag *d) {
   size_t n = (size_t)p->n_buffers + 1;
-  span s = {p, sc_malloc(n * sizeof *s.first), sc_malloc(n * sizeof *s.last), 0};
-  if (!s.first || !s.last) {
-    sc_free(s.first);
-    sc_free(s.last);
-    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  }
-  for (int32_t i = 0; i < p->n_buffers; i++) s.first[i] = s.last[i] = -1;
-  for (s.step = 0; s.step < p->n_steps; s.step++)
-    sc_step_buffers(p, &p->steps[s.step], touch_span, &s);
+  int32_t *first = sc_malloc(n * sizeof *first), *last = sc_malloc(n * sizeof *last);
+  sc_status st = first && last ? sc_memplan_lifetimes(p, first, last, d)
+                               : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   int32_t k = m->backward_step;
-  for (int32_t r = 0; r < p->n_buffers; r++)
-    if (sc_program_root(p, r) == r && s.first[r] >= 0 && s.first[r] < k && s.last[r] >= k &&
+  for (int32_t r = 0; st == SC_OK && r < p->n_buffers; r++)
+    if (first[r] >= 0 && first[r] < k && last[r] >= k &&
         class_of(p, r, grad, comm) == SC_MEM_ACTIVATIONS)
       m->saved += p->buffers[r].bytes;
-  sc_free(s.first);
-  sc_free(s.last);
-  return SC_OK;
+  sc_free(first);
+  sc_free(last);
+  return st;
 }
 
 sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d) {

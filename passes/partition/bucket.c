@@ -290,6 +290,7 @@ typedef struct rmember {
   int32_t rs, ar;      /* the old ReduceScatter, and the AllReduce of its
                           result over the replicas (HSDP), or -1 */
   int32_t g, y;        /* the full gradient, and the member's result */
+  int32_t use;         /* the first node reading y (first_use) */
   int64_t n;           /* elements of the full gradient */
 } rmember;
 
@@ -320,8 +321,7 @@ static bool rs_candidate(const bucketer *b, int32_t i, const char *fsdp, int64_t
  *         AllReduce over the replicas when they have one
  *   y_t = Reshape(Slice(red, [o_t/S], [(o_t + n_t)/S]), y_t's shape)
  * and every old member node an Identity of its y_t, moved there too. */
-static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S,
-                           const int32_t *first) {
+static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) {
   sc_graph *L = b->L;
   int32_t last = m[k - 1].rs, at = last;
   int64_t stage = stage_of(&L->nodes[last]);
@@ -366,14 +366,15 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S,
   for (int32_t j = 0, off = 0; st == SC_OK && j < k; off += (int32_t)m[j].n, j++) {
     const sc_value y = L->values[m[j].y]; /* a copy: adding values moves the array */
     int64_t lo = off / S, hi = (off + m[j].n) / S, axis0 = 0, len = m[j].n / S;
-    int32_t c_lo = const_i64(b, 1, &lo), c_hi = const_i64(b, 1, &hi), c_ax = const_i64(b, 1, &axis0);
+    int32_t c_lo = const_i64(b, 1, &lo), c_hi = const_i64(b, 1, &hi);
+    int32_t c_ax = const_i64(b, 1, &axis0);
     int32_t c_sh = const_i64(b, y.rank, y.dims);
     int32_t sl = c_sh < 0 ? -1 : new_value(b, y.name, t, 1, &len);
     int32_t full = sl < 0 ? -1 : new_value(b, y.name, t, y.rank, y.dims);
     /* copied out where the member's result is first read (the collective
      * runs meanwhile); the old nodes become Identities of it there (the
      * reduce-scatter's, read only by the all-reduce it had, is dead) */
-    int32_t use = first[m[j].y] < b->first_new ? first[m[j].y] : b->first_new;
+    int32_t use = m[j].use < b->first_new ? m[j].use : b->first_new;
     if (full < 0 ||
         emit(b, SC_OP_SLICE, base, (int32_t[]){red, c_lo, c_hi, c_ax}, 4, sl, stage, use) < 0 ||
         emit(b, SC_OP_RESHAPE, base, (int32_t[]){sl, c_sh}, 2, full, stage, use) < 0) {
@@ -435,10 +436,9 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
       k = 0;
     }
     if (!cand || st != SC_OK) continue;
-    const sc_value *x = &L->values[L->nodes[i].inputs[0]];
-    int64_t n = 1;
-    for (int32_t a = 0; a < x->rank; a++) n *= x->dims[a];
-    open[k] = (member){.node = i, .x = L->nodes[i].inputs[0], .y = L->nodes[i].outputs[0], .n = n};
+    int32_t x = L->nodes[i].inputs[0];
+    open[k] = (member){.node = i, .x = x, .y = L->nodes[i].outputs[0],
+                       .n = sc_value_numel(&L->values[x])};
     params[k++] = param;
     key_stage = stage;
     key_block = block;
@@ -452,24 +452,11 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
   return st;
 }
 
-/* The uses of every value of L: how many node inputs read it, and the
- * first node that does (INT32_MAX: none; a graph output counts as a use
- * at the end). */
-static sc_status uses_of(const sc_graph *L, int32_t **n_uses, int32_t **first, sc_diag *d) {
-  *n_uses = sc_calloc((size_t)L->n_values + 1, sizeof **n_uses);
-  *first = sc_malloc(((size_t)L->n_values + 1) * sizeof **first);
-  if (!*n_uses || !*first) return nomem(d);
-  for (int32_t v = 0; v < L->n_values; v++)
-    (*first)[v] = L->values[v].flags & SC_VALUE_OUTPUT ? L->n_nodes : INT32_MAX;
-  for (int32_t v = 0; v < L->n_values; v++) (*n_uses)[v] += (L->values[v].flags & SC_VALUE_OUTPUT) != 0;
-  for (int32_t i = L->n_nodes - 1; i >= 0; i--)
-    for (int32_t j = 0; j < L->nodes[i].n_inputs; j++) {
-      int32_t v = L->nodes[i].inputs[j];
-      if (v < 0) continue;
-      (*n_uses)[v]++;
-      (*first)[v] = i;
-    }
-  return SC_OK;
+/* The first node reading value v (sc_graph_users' off and users), or
+ * L->n_nodes for a graph output nothing reads, INT32_MAX for none. */
+static int32_t first_use(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t v) {
+  if (off[v + 1] > off[v]) return users[off[v]];
+  return L->values[v].flags & SC_VALUE_OUTPUT ? L->n_nodes : INT32_MAX;
 }
 
 sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
@@ -480,10 +467,10 @@ sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
   sc_stats stats;
   bucketer b;
   if (begin(p, d, &stats, &b) != SC_OK) return d->status;
-  int32_t n0 = L->n_nodes, *n_uses = NULL, *first = NULL;
+  int32_t n0 = L->n_nodes, *off = NULL, *users = NULL;
   rmember *open = sc_malloc(((size_t)n0 + 1) * sizeof *open);
   b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
-  sc_status st = open && b.moved ? uses_of(L, &n_uses, &first, d) : nomem(d);
+  sc_status st = open && b.moved && sc_graph_users(L, &off, &users) == SC_OK ? SC_OK : nomem(d);
   int32_t k = 0, open_use = INT32_MAX; /* the open group's first reader */
   int64_t key_stage = -1, key_block = -2;
   sc_dtype key_t = SC_DTYPE_UNDEF;
@@ -499,11 +486,10 @@ sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
       const sc_node *n = &L->nodes[i];
       m.g = n->inputs[0];
       m.y = n->outputs[0];
-      const sc_value *g = &L->values[m.g];
-      m.n = 1;
-      for (int32_t a = 0; a < g->rank; a++) m.n *= g->dims[a];
-      int32_t r = first[m.y];
-      if (n_uses[m.y] == 1 && r < n0 && L->nodes[r].op == SC_OP_ALL_REDUCE &&
+      m.n = sc_value_numel(&L->values[m.g]);
+      int32_t r = first_use(L, off, users, m.y);
+      bool sole = off[m.y + 1] - off[m.y] == 1 && !(L->values[m.y].flags & SC_VALUE_OUTPUT);
+      if (sole && r < n0 && L->nodes[r].op == SC_OP_ALL_REDUCE &&
           L->nodes[r].n_inputs == 1 && L->nodes[r].n_outputs == 1) {
         const sc_attr *ax = sc_node_attr(&L->nodes[r], "axes");
         if (ax && ax->n == 1) {
@@ -512,6 +498,7 @@ sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
           ar_axis = ax->strings[0];
         }
       }
+      m.use = first_use(L, off, users, m.y);
     }
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     sc_dtype t = cand ? L->values[m.g].dtype : SC_DTYPE_UNDEF;
@@ -519,13 +506,13 @@ sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
                 (ar_axis == NULL) == (key_ar == NULL) &&
                 (!ar_axis || strcmp(ar_axis, key_ar) == 0) && open_use > i;
     if (i == n0 || (cand && !same)) { /* close the open group */
-      if (k >= 2) st = bucket_rs(&b, open, k, S, first);
+      if (k >= 2) st = bucket_rs(&b, open, k, S);
       k = 0;
       open_use = INT32_MAX;
     }
     if (!cand || st != SC_OK) continue;
     open[k++] = m;
-    if (first[m.y] < open_use) open_use = first[m.y];
+    if (m.use < open_use) open_use = m.use;
     key_stage = stage;
     key_block = block;
     key_t = t;
@@ -533,8 +520,8 @@ sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
   }
   st = finish(&b, st);
   sc_free(open);
-  sc_free(n_uses);
-  sc_free(first);
+  sc_free(off);
+  sc_free(users);
   sc_stats_free(&stats);
   return st;
 }

@@ -25,13 +25,16 @@ typedef struct edge {
   double cap;
 } edge;
 
+typedef struct vnode {
+  double cut_cost;
+  double reduce_cost;   /* its reductions, summed */
+  bool source;
+} vnode;
+
 struct sc_cutgraph {
-  int32_t n_nodes;      /* value nodes; flow nodes are 2 per value + S, T */
-  int32_t cap_nodes;
-  double *cut_cost;     /* per value node */
-  double *reduce_cost;  /* per value node: its reductions, summed */
-  bool *source;
-  int32_t *from, *to;   /* flow edges between value nodes */
+  vnode *nodes;         /* value nodes; flow nodes are 2 per value + S, T */
+  int32_t n_nodes, cap_nodes;
+  int32_t (*flow)[2];   /* flow edges between value nodes: from, to */
   int32_t n_flow, cap_flow;
   bool nomem;
 };
@@ -42,32 +45,23 @@ sc_cutgraph *sc_cut_create(void) { return sc_calloc(1, sizeof(sc_cutgraph)); }
 
 void sc_cut_destroy(sc_cutgraph *g) {
   if (!g) return;
-  sc_free(g->cut_cost);
-  sc_free(g->reduce_cost);
-  sc_free(g->source);
-  sc_free(g->from);
-  sc_free(g->to);
+  sc_free(g->nodes);
+  sc_free(g->flow);
   sc_free(g);
 }
 
 int32_t sc_cut_node(sc_cutgraph *g, double cut_cost, bool source) {
   if (g->n_nodes == g->cap_nodes) {
     int32_t nc = g->cap_nodes ? 2 * g->cap_nodes : 256;
-    double *a = sc_realloc(g->cut_cost, (size_t)nc * sizeof *a);
-    if (a) g->cut_cost = a;
-    double *b = sc_realloc(g->reduce_cost, (size_t)nc * sizeof *b);
-    if (b) g->reduce_cost = b;
-    bool *s = sc_realloc(g->source, (size_t)nc * sizeof *s);
-    if (s) g->source = s;
-    if (!a || !b || !s) {
+    vnode *a = sc_realloc(g->nodes, (size_t)nc * sizeof *a);
+    if (!a) {
       g->nomem = true;
       return -1;
     }
+    g->nodes = a;
     g->cap_nodes = nc;
   }
-  g->cut_cost[g->n_nodes] = cut_cost;
-  g->reduce_cost[g->n_nodes] = 0;
-  g->source[g->n_nodes] = source;
+  g->nodes[g->n_nodes] = (vnode){cut_cost, 0, source};
   return g->n_nodes++;
 }
 
@@ -75,22 +69,20 @@ void sc_cut_flow(sc_cutgraph *g, int32_t from, int32_t to) {
   if (from < 0 || to < 0) return;
   if (g->n_flow == g->cap_flow) {
     int32_t nc = g->cap_flow ? 2 * g->cap_flow : 256;
-    int32_t *a = sc_realloc(g->from, (size_t)nc * sizeof *a);
-    if (a) g->from = a;
-    int32_t *b = sc_realloc(g->to, (size_t)nc * sizeof *b);
-    if (b) g->to = b;
-    if (!a || !b) {
+    int32_t(*a)[2] = sc_realloc(g->flow, (size_t)nc * sizeof *a);
+    if (!a) {
       g->nomem = true;
       return;
     }
+    g->flow = a;
     g->cap_flow = nc;
   }
-  g->from[g->n_flow] = from;
-  g->to[g->n_flow++] = to;
+  g->flow[g->n_flow][0] = from;
+  g->flow[g->n_flow++][1] = to;
 }
 
 void sc_cut_reduce(sc_cutgraph *g, int32_t node, double cost) {
-  if (node >= 0 && node < g->n_nodes) g->reduce_cost[node] += cost;
+  if (node >= 0 && node < g->n_nodes) g->nodes[node].reduce_cost += cost;
 }
 
 int32_t sc_cut_count(const sc_cutgraph *g) { return g->n_nodes; }
@@ -179,13 +171,14 @@ sc_status sc_cut_solve(sc_cutgraph *g, bool *cut, int32_t *n_cut) {
   sc_status st = f.head && f.level && f.it && f.queue && path ? SC_OK : SC_ERR_NOMEM;
   for (int32_t i = 0; st == SC_OK && i < f.n; i++) f.head[i] = -1;
   for (int32_t v = 0; st == SC_OK && v < nv; v++) {
-    if ((g->source[v] && !add_edge(&f, S, 2 * v, SC_CUT_INF)) ||
-        !add_edge(&f, 2 * v, 2 * v + 1, g->cut_cost[v]) ||
-        (g->reduce_cost[v] > 0 && !add_edge(&f, 2 * v + 1, T, g->reduce_cost[v])))
+    const vnode *x = &g->nodes[v];
+    if ((x->source && !add_edge(&f, S, 2 * v, SC_CUT_INF)) ||
+        !add_edge(&f, 2 * v, 2 * v + 1, x->cut_cost) ||
+        (x->reduce_cost > 0 && !add_edge(&f, 2 * v + 1, T, x->reduce_cost)))
       st = SC_ERR_NOMEM;
   }
   for (int32_t k = 0; st == SC_OK && k < g->n_flow; k++)
-    if (!add_edge(&f, 2 * g->from[k] + 1, 2 * g->to[k], SC_CUT_INF)) st = SC_ERR_NOMEM;
+    if (!add_edge(&f, 2 * g->flow[k][0] + 1, 2 * g->flow[k][1], SC_CUT_INF)) st = SC_ERR_NOMEM;
   while (st == SC_OK && levels(&f, S, T)) {
     memcpy(f.it, f.head, (size_t)f.n * sizeof *f.it);
     while (augment(&f, S, T, path) > 0) {

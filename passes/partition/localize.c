@@ -62,13 +62,15 @@
  * decomposed norm's reads share it, "once reduced, stays reduced"), but a
  * norm's backward spreads the pending gradient of its output over its
  * input's gradient and its weights' gradients, and the lazy walk reduces
- * each. So the walk runs twice: the first records, per source and mesh
- * axis, the bytes its downstream reductions move (an all-reduce 2M, a
- * reduce-scatter M, M the local bytes); a source for which one all-reduce
- * where it begins moves fewer bytes (or as many, in fewer collectives) is
- * cut there in the second walk, which reshards it whole right after its
- * node. This chooses between the two cuts of each pending region — at its
- * source or at its frontier — not among the cuts in between. At tp=2 it
+ * each. So the walk runs twice. The first records every pending (value,
+ * mesh axis) as a node of a flow graph (cut.c): what reducing it where it
+ * is made would move (an all-reduce 2M, or under sequence parallelism a
+ * reduce-scatter onto the sequence, M; M its local bytes; each collective
+ * also a latency), which pending inputs it flows from, and what the
+ * reductions the walk made of it moved. A minimum cut of that graph is the
+ * cheapest set of values to reduce where they are made (a tie keeps the
+ * lazy reductions); the second walk reshards those right after their
+ * node, and what flowed only through them is no longer pending. At tp=2 it
  * turns GPT-2's backward into Megatron's: the gradient of each
  * column-parallel input (the norms' outputs, the LM head's input) is
  * all-reduced once, and nothing after it (the norms' weights, the
@@ -376,13 +378,6 @@ static int32_t scalar_one(lz *z, sc_dtype t, sc_axes partial) {
 }
 
 /* Local value of global value gid under sharding b. */
-static double local_bytes(const sc_graph *L, int32_t x) {
-  const sc_value *v = &L->values[x];
-  double n = (double)sc_dtype_size(v->dtype);
-  for (int32_t d = 0; d < v->rank; d++) n *= (double)v->dims[d];
-  return n;
-}
-
 static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
   const sc_value *gv = &z->g->values[gid];
   int32_t hit = find_memo(z, gid, b);
@@ -415,8 +410,9 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
       next.partial &= ~(1u << ax);
       /* what the reduction moves: 2M for an all-reduce, M for a
        * reduce-scatter (ring), M the local bytes; and a collective's latency */
+      double bytes = (double)sc_value_numel(&z->L->values[x]) * sc_dtype_size(gv->dtype);
       sc_cut_reduce(z->cg, z->pnode[(size_t)gid * z->m->n_axes + ax],
-                    (dim >= 0 ? 1.0 : 2.0) * local_bytes(z->L, x) + SC_CUT_LATENCY_BYTES);
+                    (dim >= 0 ? 1.0 : 2.0) * bytes + SC_CUT_LATENCY_BYTES);
       if (dim >= 0) {
         sc_sharding_split(&next, dim, ax);
         x = collective(z, SC_OP_REDUCE_SCATTER, x, gv, ax, dim, &next);
@@ -815,13 +811,10 @@ static void note_pending(lz *z, const sc_node *n, const sc_sharding *in,
       z->pnode[k] = -1;
       if (!(out[j].partial & (1u << ax))) continue;
       const sc_value *v = &z->g->values[gid];
+      int64_t loc[SC_MAX_RANK];
+      if (local_dims(z, v, &out[j], loc) != SC_OK) return; /* the outputs' step reports it */
       double b = (double)sc_dtype_size(v->dtype);
-      for (int32_t d = 0; d < v->rank; d++) {
-        int64_t f = 1;
-        for (int32_t q = 0; q < out[j].n_dim_axes[d]; q++)
-          f *= z->m->axes[out[j].dim_axes[d][q]].size;
-        b *= (double)(v->dims[d] / (f > 0 ? f : 1));
-      }
+      for (int32_t d = 0; d < v->rank; d++) b *= (double)loc[d];
       bool brought = false;
       for (int32_t i = 0; i < n->n_inputs; i++)
         brought |= n->inputs[i] >= 0 && (in[i].partial & want[i].partial & (1u << ax)) &&
