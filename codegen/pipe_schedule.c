@@ -298,7 +298,8 @@ static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   const sc_buffer *b = &p->buffers[p->outputs[out]];
   x = &t->h[t->n];
   *x = (sc_pipe_handoff){.piece = piece, .out = out, .name = b->name, .dtype = b->dtype,
-                         .bytes = b->bytes, .per_mb = per_mb(t->C, piece)};
+                         .bytes = b->bytes,
+                         .per_mb = per_mb(t->C, piece) && !sc_pipe_is_state_copy(b->name)};
   x->mb_readers = sc_calloc((size_t)t->P, sizeof *x->mb_readers);
   x->step_readers = sc_calloc((size_t)t->P, sizeof *x->step_readers);
   if (!x->mb_readers || !x->step_readers) {
@@ -328,7 +329,8 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
                          (int)s, name ? name : "?");
       int32_t h = st == SC_OK ? add_handoff(t, dp, src, j, d) : -1;
       if (st == SC_OK && h < 0) st = d->status;
-      if (st == SC_OK && !t->h[h].per_mb && per_mb(t->C, s))
+      if (st == SC_OK && !t->h[h].per_mb && per_mb(t->C, s) &&
+          !per_mb(t->C, t->h[h].piece))
         st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "piece %d reads '%s', made once per step, in every microbatch", (int)s,
                          name);
@@ -337,8 +339,9 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
         return st;
       }
       int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
-      if (per_mb(t->C, s)) t->h[h].mb_readers[q]++;
-      else t->h[h].step_readers[q]++;
+      if (t->h[h].per_mb) t->h[h].mb_readers[q] += per_mb(t->C, s);
+      /* once per step: a state copy is read from slot 0 in every microbatch */
+      t->h[h].step_readers[q] += t->h[h].per_mb ? !per_mb(t->C, s) : per_mb(t->C, s) ? t->M : 1;
     }
   }
   return SC_OK;
@@ -364,7 +367,8 @@ static size_t input_cell(const sc_pipe_handoffs *t, const sc_dist_program *dp, i
 }
 
 void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
-                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent) {
+                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent,
+                     uint64_t *from, uint64_t *to) {
   size_t cells = (size_t)t->n * (size_t)t->M + 1;
   int32_t *left = sc_calloc(cells, sizeof *left);
   bool *kept = sc_calloc(cells, 1);
@@ -382,6 +386,8 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
       if (h >= 0 && !kept[c]) {
         kept[c] = true;
         if ((live += t->h[h].bytes) > peak) peak = live;
+        int32_t r = sc_pipe_piece_chunk(t->C, t->h[h].piece) % t->P;
+        if (from && r < 64) from[i] |= 1ull << r;
       }
     }
     /* after the run: the last reads release, then outputs are kept */
@@ -394,10 +400,13 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
       }
     }
     for (int32_t h = 0; h < t->n; h++) {
-      if (t->h[h].piece != s) continue;
+      if (t->h[h].piece != s || (!t->h[h].per_mb && mb > 0)) continue; /* a state copy */
       int32_t k = t->h[h].per_mb ? mb : 0;
       for (int32_t r = 0; r < t->P; r++)
-        if (r != q && sc_pipe_handoff_reads(t, h, r, k)) out += t->h[h].bytes;
+        if (r != q && sc_pipe_handoff_reads(t, h, r, k)) {
+          out += t->h[h].bytes;
+          if (to && r < 64) to[i] |= 1ull << r;
+        }
       size_t c = (size_t)h * t->M + k;
       if (left[c] > 0 && !kept[c]) {
         kept[c] = true;

@@ -80,7 +80,11 @@ typedef struct sc_pipe_handoff {
   const char *name;        /* borrowed from the program */
   sc_dtype dtype;
   int64_t bytes;           /* one microbatch's */
-  bool per_mb;             /* made per microbatch */
+  bool per_mb;             /* made per microbatch; false for a value made
+                              once per step, and for a state copy
+                              (sc_pipe_is_state_copy: the same in every
+                              microbatch), which the producer hands over in
+                              microbatch 0 and every microbatch reads */
   int32_t *mb_readers;     /* [P] */
   int32_t *step_readers;   /* [P] */
 } sc_pipe_handoff;
@@ -102,9 +106,12 @@ int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, i
  * runtime's rules (runtime/pipe_rank.c): a value is kept from when it is
  * made here or received (before the first piece that reads it) until its
  * last reader here has run; *peak_stash: the most bytes kept at once;
- * *sent: the bytes q sends to other pipeline coordinates. */
+ * *sent: the bytes q sends to other pipeline coordinates. from and to
+ * (NULL, or [n] zeroed): per action, bit r set when it receives from (a
+ * value not yet here) or sends to pipeline coordinate r (r < 64). */
 void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
-                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent);
+                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent,
+                     uint64_t *from, uint64_t *to);
 
 /* "F3.1" (forward of chunk 3, microbatch 1), "N0", "U2" into buf. */
 const char *sc_pipe_action_name(const sc_pipe_action *a, char *buf, size_t size);

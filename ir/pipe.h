@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef enum sc_pipe_phase {
   SC_PIPE_FORWARD,
@@ -54,6 +55,17 @@ static inline int32_t sc_pipe_piece_chunk(int32_t chunks, int32_t piece) {
   int32_t r = piece % chunks;
   return sc_pipe_reversed((sc_pipe_phase)(piece / chunks)) ? chunks - 1 - r : r;
 }
+/* A state input X read on another pipeline rank than its owner's is read
+ * there through "X" SC_PIPE_COPY_SUFFIX, a copy the owner's forward piece
+ * makes (passes/partition/pipe_train.c). Its value is the same in every
+ * microbatch of a step (state changes only in the update), so it is handed
+ * over once per step. */
+#define SC_PIPE_COPY_SUFFIX ".pipe_copy"
+static inline bool sc_pipe_is_state_copy(const char *name) {
+  size_t n = name ? strlen(name) : 0, k = sizeof SC_PIPE_COPY_SUFFIX - 1;
+  return n > k && memcmp(name + n - k, SC_PIPE_COPY_SUFFIX, k) == 0;
+}
+
 static inline const char *sc_pipe_phase_name(sc_pipe_phase ph) {
   static const char *const names[] = {"forward", "backward", "weight", "norm", "update"};
   return ph >= 0 && ph < SC_PIPE_PHASES ? names[ph] : "?";

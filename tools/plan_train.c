@@ -76,6 +76,7 @@ typedef struct pipe_row {
   int64_t arenas, state, stash, p2p, coll;
   int32_t stashed, formula;
   sc_pipe_action *acts;
+  uint64_t *from, *to;   /* [n_acts] pipeline ranks each action receives from, sends to */
   int32_t n_acts;
 } pipe_row;
 
@@ -119,40 +120,33 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
   }
   sc_free(seen);
   if (st != SC_OK) return st;
-  sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, &r->stash, &r->p2p);
+  r->from = sc_calloc((size_t)r->n_acts + 1, sizeof *r->from);
+  r->to = sc_calloc((size_t)r->n_acts + 1, sizeof *r->to);
+  if (!r->from || !r->to) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, &r->stash, &r->p2p, r->from, r->to);
   r->stashed = sc_pipe_peak_stash(r->acts, r->n_acts);
   r->formula = stash_formula((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q);
   return SC_OK;
 }
 
 /* Every rank's action list: each action, what it receives from (<r) and
- * sends to (>r) other pipeline ranks. */
-static void print_table(const sc_dist_program *dp, const sc_pipe_deps *deps, const pipe_row *rows) {
-  int32_t P = dp->pipe_ranks, C = dp->pipe_chunks;
+ * sends to (>r) other pipeline ranks (sc_pipe_traffic: the runtime's
+ * transfers, not the dependencies: a value read once per step is sent by
+ * its last microbatch, a state copy by its first). */
+static void print_table(const sc_dist_program *dp, const pipe_row *rows) {
+  int32_t P = dp->pipe_ranks;
   printf("\nschedule (F forward, B backward, W weight gradients, N norm, U update; "
          "chunk.microbatch; <r receives "
          "from, >r sends to pipeline rank r):\n");
   for (int32_t q = 0; q < P; q++) {
     printf("  rank %d:", (int)q);
     for (int32_t i = 0; i < rows[q].n_acts; i++) {
-      const sc_pipe_action *a = &rows[q].acts[i];
       char name[64];
-      printf(" %s", sc_pipe_action_name(a, name, sizeof name));
-      int32_t s = sc_pipe_piece(C, (sc_pipe_phase)a->phase, a->chunk);
-      bool from[SC_MESH_MAX_RANKS > 64 ? 64 : SC_MESH_MAX_RANKS] = {0}, to[64] = {0};
-      for (int32_t k = 0; k < deps->n_deps[s]; k++) {
-        int32_t r = sc_pipe_piece_chunk(C, deps->deps[s][k]) % P;
-        if (r != q && r < 64) from[r] = true;
-      }
-      for (int32_t t = 0; t < deps->n_pieces; t++)
-        for (int32_t k = 0; k < deps->n_deps[t]; k++) {
-          int32_t r = sc_pipe_piece_chunk(C, t) % P;
-          if (deps->deps[t][k] == s && r != q && r < 64) to[r] = true;
-        }
+      printf(" %s", sc_pipe_action_name(&rows[q].acts[i], name, sizeof name));
       for (int32_t r = 0; r < P && r < 64; r++)
-        if (from[r]) printf("<%d", (int)r);
+        if (rows[q].from[i] >> r & 1) printf("<%d", (int)r);
       for (int32_t r = 0; r < P && r < 64; r++)
-        if (to[r]) printf(">%d", (int)r);
+        if (rows[q].to[i] >> r & 1) printf(">%d", (int)r);
     }
     printf("\n");
   }
@@ -249,9 +243,13 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          dp->schedule.kind == SC_SCHEDULE_GPIPE         ? "GPipe M"
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
-  if (table) print_table(dp, &deps, rows);
+  if (table) print_table(dp, rows);
 done:
-  for (int32_t q = 0; q < P; q++) sc_free(rows[q].acts);
+  for (int32_t q = 0; q < P; q++) {
+    sc_free(rows[q].acts);
+    sc_free(rows[q].from);
+    sc_free(rows[q].to);
+  }
   sc_free(rows);
   sc_free(lists);
   sc_free(ns);

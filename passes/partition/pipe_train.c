@@ -370,7 +370,7 @@ static sc_status copy_remote_state(pipe_ctx *c) {
                              (int)(c->chunk[i] % c->P), (int)home);
         if (copy < 0) {
           char name[600];
-          snprintf(name, sizeof name, "%s.pipe_copy", g->values[v].name);
+          snprintf(name, sizeof name, "%s" SC_PIPE_COPY_SUFFIX, g->values[v].name);
           const sc_value x = g->values[v];
           if ((copy = sc_graph_add_value(g, name)) < 0 ||
               sc_value_set_shape(g, copy, x.dtype, x.rank, x.dims) != SC_OK) {
@@ -396,6 +396,186 @@ static sc_status copy_remote_state(pipe_ctx *c) {
     }
   }
   return SC_OK;
+}
+
+/* The leaves of the sum that made v: through Adds of the backward whose
+ * output only that sum reads (autodiff's accumulation of a value's
+ * gradient contributions); n counts them, at most cap. */
+static void sum_leaves(const pipe_ctx *c, const int32_t *uoff, int32_t v, int32_t *leaf,
+                       int32_t *parent, int32_t *n, int32_t cap, int32_t from) {
+  const sc_graph *g = c->g;
+  int32_t u = g->values[v].producer;
+  if (u >= 0 && g->nodes[u].op == SC_OP_ADD && g->nodes[u].n_inputs == 2 &&
+      c->phase[u] == SC_PIPE_BACKWARD && uoff[v + 1] - uoff[v] == 1) {
+    for (int32_t j = 0; j < 2; j++)
+      if (g->nodes[u].inputs[j] >= 0)
+        sum_leaves(c, uoff, g->nodes[u].inputs[j], leaf, parent, n, cap, u);
+    return;
+  }
+  if (*n < cap) {
+    leaf[*n] = v;
+    parent[*n] = from;
+  }
+  ++*n;
+}
+
+/* Moves node `node` to just before node `before` (before < node). */
+static sc_status move_before(pipe_ctx *c, int32_t node, int32_t before) {
+  int32_t n = c->g->n_nodes, k = 0;
+  int32_t *order = sc_malloc(((size_t)n + 1) * sizeof *order);
+  if (!order) return nomem(c->d);
+  for (int32_t i = 0; i < n; i++) {
+    if (i == before) order[k++] = node;
+    if (i != node) order[k++] = i;
+  }
+  sc_status st = permute(c, order);
+  sc_free(order);
+  return st;
+}
+
+/* A node out = op(inputs) in (phase, chunk), its output shaped like v. */
+static int32_t add_node_like(pipe_ctx *c, sc_op op, const char *name, const int32_t *in,
+                             int32_t n_in, int32_t like, sc_pipe_phase ph, int32_t chunk) {
+  sc_graph *g = c->g;
+  const sc_value x = g->values[like];
+  int32_t out = sc_graph_add_value(g, name);
+  if (out < 0 || sc_value_set_shape(g, out, x.dtype, x.rank, x.dims) != SC_OK) return -1;
+  int32_t id = sc_graph_add_node(g, op, name, in, n_in, &out, 1);
+  if (id < 0) return -1;
+  int8_t *p = sc_realloc(c->phase, (size_t)g->cap_nodes + 1);
+  if (p) c->phase = p;
+  int32_t *ch = sc_realloc(c->chunk, ((size_t)g->cap_nodes + 1) * sizeof *ch);
+  if (ch) c->chunk = ch;
+  if (!p || !ch) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory"), -1;
+  c->phase[id] = (int8_t)ph;
+  c->chunk[id] = chunk;
+  return out;
+}
+
+/* The sharding of a remote gradient accumulator: the accumulator's own
+ * (as) without the fsdp split, pending over the data axes (dp, fsdp): each
+ * rank sums its own microbatches' contributions unreduced, and the owner
+ * reduces the sum once per step. */
+static void remote_accum_sharding(const pipe_ctx *c, const sc_sharding *as, int32_t rank,
+                                  sc_sharding *out) {
+  const sc_partition *p = c->p;
+  if (as) *out = *as;
+  else sc_sharding_replicated(out, rank);
+  for (int32_t d = 0; d < out->rank; d++) {
+    int32_t k = 0;
+    for (int32_t j = 0; j < out->n_dim_axes[d]; j++)
+      if (out->dim_axes[d][j] != p->fsdp_axis) out->dim_axes[d][k++] = out->dim_axes[d][j];
+    out->n_dim_axes[d] = (uint8_t)k;
+    if (!k) out->stride[d] = 0;
+  }
+  int32_t data[2] = {p->dp_axis, p->fsdp_axis};
+  for (int32_t k = 0; k < 2; k++)
+    if (data[k] >= 0 && p->mesh.axes[data[k]].size > 1) out->partial |= (sc_axes)(1u << data[k]);
+}
+
+/* A tied parameter read on another pipeline rank (through its copy) gets a
+ * gradient contribution there every microbatch. Rather than send it to the
+ * owner each microbatch, that rank accumulates it in a state of its own,
+ * "accum:X.pipe_grad", unreduced over the data axes
+ * (remote_accum_sharding), and the owner's first once-per-step reader of
+ * "new:accum:X" reads the sum of both: one handover and one reduction per
+ * step, as Megatron all-reduces the embedding's gradient between the first
+ * and last stage once per step. Only where the step accumulates (M > 1:
+ * "new:accum:X" = Add(accum:X, grad:X)) and the contribution is a leaf of
+ * autodiff's sum in grad:X; otherwise the sum stays (correct, handed over
+ * per microbatch). */
+static sc_status accumulate_remote_grads(pipe_ctx *c) {
+  sc_graph *g = c->g;
+  const sc_train_info *t = c->p->train;
+  int32_t *uoff = NULL, *users = NULL;
+  sc_status st = SC_OK;
+  for (int32_t k = 0; t && st == SC_OK && k < t->n_params; k++) {
+    const char *pname = t->params[k].name;
+    int32_t x = sc_graph_find_value(g, pname), acc = named(g, "accum:", pname);
+    int32_t sum = named(g, "new:accum:", pname), grad = named(g, "grad:", pname);
+    if (x < 0 || c->owner[x] < 0 || acc < 0 || sum < 0 || grad < 0 ||
+        named(g, pname, SC_PIPE_COPY_SUFFIX) < 0) /* not read on another rank */
+      continue;
+    int32_t a = g->values[sum].producer, gp = g->values[grad].producer;
+    if (a < 0 || g->nodes[a].op != SC_OP_ADD || g->nodes[a].n_inputs != 2 ||
+        g->nodes[a].inputs[0] != acc || g->nodes[a].inputs[1] != grad || gp < 0 ||
+        g->nodes[gp].op != SC_OP_IDENTITY || g->nodes[gp].inputs[0] < 0)
+      continue;
+    enum { CAP = 64 };
+    int32_t leaf[CAP], parent[CAP], n = 0, home = c->owner[x] % c->P, n_home = 0;
+    sc_free(uoff);
+    sc_free(users);
+    uoff = users = NULL;
+    if (sc_graph_users(g, &uoff, &users) != SC_OK) {
+      st = nomem(c->d);
+      break;
+    }
+    sum_leaves(c, uoff, g->nodes[gp].inputs[0], leaf, parent, &n, CAP, -1);
+    for (int32_t i = 0; i < n && i < CAP; i++) {
+      int32_t u = g->values[leaf[i]].producer;
+      n_home += u < 0 || c->chunk[u] % c->P == home;
+    }
+    int32_t total = sum, m = 0; /* what the per-step readers read */
+    for (int32_t i = 0; n <= CAP && n_home > 0 && i < n && st == SC_OK; i++) {
+      int32_t l = leaf[i], u = g->values[l].producer, pa = parent[i];
+      if (u < 0 || c->chunk[u] % c->P == home || pa < 0 || g->nodes[pa].op != SC_OP_ADD ||
+          g->values[l].dtype != g->values[acc].dtype ||
+          sc_value_numel(&g->values[l]) != sc_value_numel(&g->values[acc]))
+        continue;
+      /* the first once-per-step reader of the total so far */
+      int32_t first = -1;
+      for (int32_t r = uoff[total]; r < uoff[total + 1]; r++)
+        if (first < 0 || users[r] < first) first = users[r];
+      if (first < 0 || sc_pipe_per_mb((sc_pipe_phase)c->phase[first])) continue;
+      /* the owner's sum loses the leaf: its Add passes the other input on */
+      sc_node *an = &g->nodes[pa];
+      an->inputs[0] = an->inputs[0] == l ? an->inputs[1] : an->inputs[0];
+      an->n_inputs = 1;
+      an->op = SC_OP_IDENTITY;
+      sc_sharding ash;
+      remote_accum_sharding(c, sc_graph_sharding(g, acc), g->values[acc].rank, &ash);
+      char an_[640], sn[660];
+      do /* a fresh name per leaf: accum:X.pipe_grad, accum:X.pipe_grad1, ... */
+        snprintf(an_, sizeof an_, m ? "accum:%s.pipe_grad%d" : "accum:%s.pipe_grad", pname,
+                 (int)m);
+      while (++m < 1000 && sc_graph_find_value(g, an_) >= 0);
+      const sc_value av = g->values[acc];
+      int32_t in = sc_graph_add_value(g, an_);
+      if (in < 0 || sc_value_set_shape(g, in, av.dtype, av.rank, av.dims) != SC_OK ||
+          sc_graph_add_input(g, in) != SC_OK) {
+        *c->d = g->diag;
+        st = c->d->status;
+        break;
+      }
+      snprintf(sn, sizeof sn, "new:%s", an_);
+      int32_t out = add_node_like(c, SC_OP_ADD, sn, (int32_t[]){in, l}, 2, in, SC_PIPE_WEIGHT,
+                                  c->chunk[u]);
+      snprintf(sn, sizeof sn, "%s.sum", an_ + 6);
+      int32_t tot = out < 0 ? -1
+                            : add_node_like(c, SC_OP_ADD, sn, (int32_t[]){total, out}, 2, sum,
+                                            (sc_pipe_phase)c->phase[first], c->chunk[first]);
+      if (tot < 0 || sc_graph_add_output(g, out) != SC_OK) {
+        *c->d = g->diag;
+        st = c->d->status;
+        break;
+      }
+      if ((st = sc_graph_set_sharding(g, in, &ash)) != SC_OK ||
+          (st = sc_graph_set_sharding(g, out, &ash)) != SC_OK)
+        break;
+      for (int32_t r = uoff[total]; r < uoff[total + 1]; r++)
+        for (int32_t j = 0; j < g->nodes[users[r]].n_inputs; j++)
+          if (g->nodes[users[r]].inputs[j] == total) g->nodes[users[r]].inputs[j] = tot;
+      total = tot;
+      if ((st = move_before(c, g->values[tot].producer, first)) != SC_OK) break;
+      sc_free(uoff);
+      sc_free(users);
+      uoff = users = NULL;
+      if (sc_graph_users(g, &uoff, &users) != SC_OK) st = nomem(c->d);
+    }
+  }
+  sc_free(uoff);
+  sc_free(users);
+  return st;
 }
 
 /* Backward nodes that no lower chunk's backward needs (not even through
@@ -446,6 +626,7 @@ sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag
   if (st == SC_OK) st = owners(&c);
   if (st == SC_OK) st = other_chunks(&c);
   if (st == SC_OK) st = copy_remote_state(&c);
+  if (st == SC_OK) st = accumulate_remote_grads(&c);
   if (st == SC_OK) st = weight_phase(&c);
   int32_t n = g->n_nodes, pieces = SC_PIPE_PHASES * c.C;
   if (st == SC_OK && !(key = sc_malloc(((size_t)n + 1) * sizeof *key))) st = nomem(d);

@@ -333,11 +333,33 @@ def main():
                             "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
                             "--schedule", "1f1b"], capture_output=True, text=True, timeout=300)
         check(p.returncode == 0 and "rank 0: F0.0>1 F0.1>1 B0.0 W0.0<1 F0.2>1" in p.stdout and
-              "rank 1: F1.0<0 B1.0<0>0 W1.0 F1.1<0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
+              "rank 1: F1.0<0 B1.0>0 W1.0 F1.1<0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
+        # the tied embedding crosses once per step: its copy in the first
+        # microbatch's forward, the LM head's gradient after the last one
+        check("W1.2 F1.3<0 B1.3>0 W1.3>0 N1<0>0" in p.stdout and "N0<1>1" in p.stdout,
+              f"schedule table: the tied gradient once per step: {p.stdout[-600:]}")
+        wte = [t for t in onnx.load(model).graph.initializer if t.name == "transformer.wte.weight"]
+        tied = 4 * int(np.prod(wte[0].dims)) if wte else -1
+        sent = {}
+        for batch in (4, 8):
+            p = subprocess.run([SHARDC, "plan", model, "--dim", f"batch={batch}", "--train", "--json",
+                                "--mesh", "pp=2", "--microbatches", "4", "--schedule", "1f1b"],
+                               capture_output=True, text=True, timeout=300)
+            if check(p.returncode == 0, f"plan pp=2 batch {batch}: {p.stderr[-300:]}"):
+                sent[batch] = [r["p2p_sent"] for r in json.loads(p.stdout)["pipeline"]["ranks"]]
+        if len(sent) == 2:
+            # sent = (activations per example) * batch + (once per step): the
+            # once-per-step part is the tied weight (and a few scalars)
+            once = [2 * a - b for a, b in zip(sent[4], sent[8])]
+            check(all(tied <= x <= tied + 64 for x in once),
+                  f"pipeline bytes sent once per step {once}, want the tied weight's {tied} "
+                  f"(+ scalars): sent {sent}")
+            print(f"pipeline pp=2: sent per step {sent[4]} (batch 4), {sent[8]} (batch 8): "
+                  f"{once} once per step, the tied weight {tied} bytes")
         p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
                             "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
                             "--schedule", "zb-h1"], capture_output=True, text=True, timeout=300)
-        check(p.returncode == 0 and "B0.3 W0.2<1 W0.3<1 N0>1" in p.stdout,
+        check(p.returncode == 0 and "B0.3 W0.2<1 W0.3<1 N0<1>1" in p.stdout,
               f"zb-h1 table: rank 0 holds a weight piece back: {p.stdout[-600:]}")
 
         # communication volume against the ZeRO formulas (MLP, n = 2)
