@@ -358,6 +358,7 @@ sc_status sc_executable_load(const char *dir, sc_executable **out) {
   sc_diag_clear(&d);
   sc_status st = !dir ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no directory")
                       : sc_dist_program_load(dir, &e->loaded, &d);
+  if (st == SC_OK) st = sc_bundle_kind_check(e->loaded->train != NULL, false, &d);
   if (st != SC_OK) {
     if (!d.file[0] && dir) sc_diag_set_file(&d, dir);
     return exe_fail(e, &d);

@@ -189,6 +189,26 @@ static sc_status write_training(writer *w, const sc_program *p, sc_train_manifes
   return st;
 }
 
+sc_status sc_bundle_write_training(const char *dir, const sc_program *p,
+                                   const sc_train_manifest *m, sc_bundle_file files[2],
+                                   sc_diag *diag) {
+  writer w = {.dir = dir, .diag = diag, .files = json_array()};
+  sc_train_manifest *own = sc_train_manifest_copy(m);
+  sc_status st = own && w.files ? write_training(&w, p, own)
+                                : sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (size_t k = 0; st == SC_OK && k < 2; k++) {
+    json_t *f = json_array_get(w.files, k);
+    snprintf(files[k].name, sizeof files[k].name, "%s",
+             json_string_value(json_object_get(f, "name")));
+    files[k].bytes = (int64_t)json_integer_value(json_object_get(f, "bytes"));
+    snprintf(files[k].sha256, sizeof files[k].sha256, "%s",
+             json_string_value(json_object_get(f, "sha256")));
+  }
+  sc_train_manifest_destroy(own);
+  json_decref(w.files);
+  return st;
+}
+
 /* A file someone else wrote (kernels.o): hash it and record it. */
 static sc_status record_file(writer *w, const char *name) {
   char *path = path_join(w->dir, name);

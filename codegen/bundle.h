@@ -60,7 +60,7 @@ typedef struct sc_bundle_opts {
    * constants, whose pieces are per rank: docs/bundle.md). false: such a
    * buffer is an error. */
   bool external_consts;
-  /* A training step (one rank, cpu): its manifest, whose parameters' data
+  /* A training step (cpu): its manifest, whose parameters' data
    * go to params.bin (borrowed until the write returns); NULL: an
    * inference bundle. */
   const sc_train_manifest *train;
@@ -74,6 +74,21 @@ const char *sc_bundle_target_name(sc_bundle_target t); /* "cpu", "cuda" */
 sc_status sc_bundle_write(const sc_program *p, const sc_bundle_opts *o, const char *dir,
                           sc_diag *diag);
 
+/* A file written into a bundle: its name, size and SHA-256 (hex). */
+typedef struct sc_bundle_file {
+  char name[32];
+  int64_t bytes;
+  char sha256[65];
+} sc_bundle_file;
+/* The training files of a step, m (borrowed; its parameters' data go to
+ * params.bin) against p (a one-rank step, or a partitioned step's
+ * sc_dist_program_global_view), into the existing directory dir:
+ * params.bin and training.json, files[0] and files[1]. What sc_bundle_write
+ * writes for o->train; a partitioned training bundle lists them in
+ * partition.json (codegen/dist_bundle.h). */
+sc_status sc_bundle_write_training(const char *dir, const sc_program *p,
+                                   const sc_train_manifest *m, sc_bundle_file files[2],
+                                   sc_diag *diag);
 /* sc_dir_commit_begin for a bundle directory (either kind): dir may be
  * missing, empty, or a bundle (it holds manifest.json or partition.json);
  * anything else is refused, not deleted. Write into c->tmp, then

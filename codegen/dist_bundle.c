@@ -65,63 +65,64 @@ static json_t *jstage(const sc_dist_program *dp, int32_t k) {
   return o;
 }
 
-/* weights/rank<r>.bin and its index entry. */
+/* weights/rank<r>.bin and its index entry: the pieces of the external
+ * constants of every stage (or piece) the rank runs, in stage and buffer
+ * order, each naming its stage. */
 static sc_status write_rank(const sc_dist_program *dp, int64_t r, const char *dir, json_t *ranks,
                             sc_diag *d) {
-  int32_t stage = sc_dist_rank_stage(dp, r);
-  const sc_program *p = dp->stages[stage].program;
-  sc_dist_weights w;
-  sc_status st = sc_dist_rank_weights(dp, r, &w, d);
-  if (st != SC_OK) return st;
   char name[64], *path = NULL;
   snprintf(name, sizeof name, "weights/rank%lld.bin", (long long)r);
   size_t n = strlen(dir) + strlen(name) + 2;
   path = sc_malloc(n);
-  if (!path) {
-    sc_dist_weights_free(&w);
-    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  }
+  if (!path) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   snprintf(path, n, "%s/%s", dir, name);
   FILE *f = fopen(path, "wb");
-  st = f ? SC_OK : sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s: cannot create: %s", path,
-                               strerror(errno));
+  sc_status st = f ? SC_OK : sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s: cannot create: %s", path,
+                                         strerror(errno));
   json_t *consts = json_array();
   sc_sha256 sh;
   sc_sha256_init(&sh);
   static const uint8_t zeros[SC_BUNDLE_WEIGHT_ALIGN];
   int64_t pos = 0;
-  for (int32_t b = 0; st == SC_OK && b < p->n_buffers; b++) {
-    const sc_buffer *buf = &p->buffers[b];
-    if (buf->kind != SC_BUF_CONST || buf->data || buf->bytes <= 0) continue;
-    const void *piece = w.data[b];
-    if (!piece) {
-      st = sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "constant '%s' has no data",
-                       buf->name ? buf->name : "?");
-      break;
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+    if (!sc_dist_rank_runs(dp, r, s)) continue;
+    const sc_program *p = dp->stages[s].program;
+    sc_dist_weights w;
+    if ((st = sc_dist_stage_weights(dp, s, r, &w, d)) != SC_OK) break;
+    for (int32_t b = 0; st == SC_OK && b < p->n_buffers; b++) {
+      const sc_buffer *buf = &p->buffers[b];
+      if (buf->kind != SC_BUF_CONST || buf->data || buf->bytes <= 0) continue;
+      const void *piece = w.data[b];
+      if (!piece) {
+        st = sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "constant '%s' has no data",
+                         buf->name ? buf->name : "?");
+        break;
+      }
+      size_t pad = (size_t)((SC_BUNDLE_WEIGHT_ALIGN - pos % SC_BUNDLE_WEIGHT_ALIGN) %
+                            SC_BUNDLE_WEIGHT_ALIGN);
+      bool ok = (pad == 0 || fwrite(zeros, 1, pad, f) == pad) &&
+                fwrite(piece, 1, (size_t)buf->bytes, f) == (size_t)buf->bytes;
+      sc_sha256_update(&sh, zeros, pad);
+      sc_sha256_update(&sh, piece, (size_t)buf->bytes);
+      if (!ok) {
+        st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s: cannot write: %s", path, strerror(errno));
+        break;
+      }
+      pos += (int64_t)pad;
+      json_t *c = json_object();
+      json_object_set_new(c, "name", json_string(buf->name));
+      json_object_set_new(c, "stage", json_integer(s));
+      json_object_set_new(c, "buffer", json_integer(b));
+      json_object_set_new(c, "offset", json_integer(pos));
+      json_object_set_new(c, "bytes", json_integer(buf->bytes));
+      json_array_append_new(consts, c);
+      pos += buf->bytes;
     }
-    size_t pad = (size_t)((SC_BUNDLE_WEIGHT_ALIGN - pos % SC_BUNDLE_WEIGHT_ALIGN) %
-                          SC_BUNDLE_WEIGHT_ALIGN);
-    bool ok = (pad == 0 || fwrite(zeros, 1, pad, f) == pad) &&
-              fwrite(piece, 1, (size_t)buf->bytes, f) == (size_t)buf->bytes;
-    sc_sha256_update(&sh, zeros, pad);
-    sc_sha256_update(&sh, piece, (size_t)buf->bytes);
-    if (!ok) {
-      st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s: cannot write: %s", path, strerror(errno));
-      break;
-    }
-    pos += (int64_t)pad;
-    json_t *c = json_object();
-    json_object_set_new(c, "name", json_string(buf->name));
-    json_object_set_new(c, "buffer", json_integer(b));
-    json_object_set_new(c, "offset", json_integer(pos));
-    json_object_set_new(c, "bytes", json_integer(buf->bytes));
-    json_array_append_new(consts, c);
-    pos += buf->bytes;
+    sc_dist_weights_free(&w);
   }
   if (f && fclose(f) != 0 && st == SC_OK)
     st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s: cannot write: %s", path, strerror(errno));
   sc_free(path);
-  sc_dist_weights_free(&w);
   if (st != SC_OK) {
     json_decref(consts);
     return st;
@@ -132,12 +133,35 @@ static sc_status write_rank(const sc_dist_program *dp, int64_t r, const char *di
   sc_sha256_digest_hex(digest, hex);
   json_t *o = json_object();
   json_object_set_new(o, "file", json_string(name));
-  json_object_set_new(o, "stage", json_integer(stage));
+  json_object_set_new(o, "stage", json_integer(sc_dist_rank_stage(dp, r)));
   json_object_set_new(o, "bytes", json_integer(pos));
   json_object_set_new(o, "sha256", json_string(hex));
   json_object_set_new(o, "consts", consts);
   json_array_append_new(ranks, o);
   return SC_OK;
+}
+
+/* A training bundle's params.bin and training.json, against the global
+ * view of the step; their names, sizes and hashes for partition.json. */
+static json_t *write_training(const sc_dist_program *dp, const sc_train_manifest *m,
+                              const char *dir, sc_diag *d) {
+  sc_program *view = sc_dist_program_global_view(dp);
+  sc_train_manifest *own = view ? sc_train_manifest_copy(m) : NULL;
+  sc_bundle_file files[2];
+  sc_status st = own ? sc_train_manifest_rebase(own, view, d)
+                     : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (st == SC_OK) st = sc_bundle_write_training(dir, view, own, files, d);
+  json_t *list = st == SC_OK ? json_array() : NULL;
+  for (int k = 0; list && k < 2; k++) {
+    json_t *f = json_object();
+    json_object_set_new(f, "name", json_string(files[k].name));
+    json_object_set_new(f, "bytes", json_integer(files[k].bytes));
+    json_object_set_new(f, "sha256", json_string(files[k].sha256));
+    json_array_append_new(list, f);
+  }
+  sc_train_manifest_destroy(own);
+  sc_program_destroy(view);
+  return list;
 }
 
 static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, const char *dir,
@@ -163,6 +187,7 @@ static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, 
   remove(path); /* an old one would describe files about to be replaced */
   sc_bundle_opts so = *o;
   so.external_consts = true;
+  so.train = NULL; /* the stage programs are pieces of the step: the manifest is the whole's */
   for (int32_t k = 0; st == SC_OK && k < dp->n_stages; k++) {
     snprintf(path, n, "%s/stage%d", dir, (int)k);
     st = sc_bundle_write(dp->stages[k].program, &so, path, d);
@@ -172,6 +197,9 @@ static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, 
   json_t *ranks = json_array();
   const sc_mesh *m = &dp->mesh;
   for (int64_t r = 0; st == SC_OK && r < m->n_ranks; r++) st = write_rank(dp, r, dir, ranks, d);
+  json_t *training = NULL;
+  if (st == SC_OK && o->train && !(training = write_training(dp, o->train, dir, d)))
+    st = d->status ? d->status : SC_ERR_NOMEM;
   if (st != SC_OK) {
     json_decref(ranks);
     sc_free(path);
@@ -192,6 +220,17 @@ static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, 
   json_object_set_new(root, "tp_axis", jaxis(m, dp->tp_axis));
   json_object_set_new(root, "n_stages", json_integer(dp->n_stages));
   json_object_set_new(root, "microbatches", json_integer(dp->schedule.microbatches));
+  if (dp->pipe_chunks > 0) { /* a pipelined training step: stages are its pieces */
+    json_t *pl = json_object();
+    json_object_set_new(pl, "chunks", json_integer(dp->pipe_chunks));
+    json_object_set_new(pl, "ranks", json_integer(dp->pipe_ranks));
+    json_object_set_new(pl, "schedule", json_string(sc_schedule_name(dp->schedule.kind)));
+    json_object_set_new(root, "pipeline", pl);
+  }
+  if (training) {
+    json_object_set_new(root, "kind", json_string("training"));
+    json_object_set_new(root, "training", training);
+  }
   json_object_set_new(root, "inputs", ins);
   json_object_set_new(root, "outputs", outs);
   json_object_set_new(root, "stages", stages);

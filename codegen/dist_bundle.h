@@ -10,10 +10,19 @@
  *                         sharded constants are external (no data in its
  *                         weights.bin, codegen/bundle.h external_consts)
  *   weights/rank<r>.bin   rank r's pieces of those constants, cut by
- *                         sc_dist_rank_weights, in the stage program's
- *                         buffer order, each 64-byte aligned; its size and
- *                         SHA-256, and each piece's name, buffer id, offset
- *                         and bytes, are in partition.json.
+ *                         sc_dist_stage_weights, for each stage it runs
+ *                         (a pipelined training step: every piece of its
+ *                         chunks), in stage and buffer order, each 64-byte
+ *                         aligned; its size and SHA-256, and each piece's
+ *                         name, stage, buffer id, offset and bytes, are in
+ *                         partition.json.
+ *   params.bin,           a training bundle (sc_bundle_opts.train): the
+ *   training.json         whole step's manifest, written against
+ *                         sc_dist_program_global_view (codegen/bundle.h
+ *                         sc_bundle_write_training); partition.json says
+ *                         "kind": "training" and lists both with their
+ *                         sizes and SHA-256, and "pipeline" gives a
+ *                         pipelined step's chunks, ranks and schedule.
  * Replicated constants stay in the stage bundles' weights.bin. */
 #ifndef SC_CODEGEN_DIST_BUNDLE_H
 #define SC_CODEGEN_DIST_BUNDLE_H

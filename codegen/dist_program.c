@@ -7,6 +7,8 @@
  * bundle (runtime/dist_load.c). Both fill the same fields. */
 #include "codegen/dist_program.h"
 
+#include "ir/pipe.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,7 +293,7 @@ sc_status sc_dist_stage_weights(const sc_dist_program *dp, int32_t stage, int64_
     sc_dist_weights_free(w);
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
-  const void *const *given = dp->rank_weights && !dp->pipe_chunks ? dp->rank_weights[rank] : NULL;
+  const void *const *given = dp->rank_weights ? dp->rank_weights[rank][stage] : NULL;
   int64_t coords[SC_MESH_MAX_AXES];
   sc_mesh_rank_to_coords(&dp->mesh, rank, coords);
   for (int32_t b = 0; b < p->n_buffers; b++) {
@@ -320,4 +322,43 @@ sc_status sc_dist_stage_weights(const sc_dist_program *dp, int32_t stage, int64_
     w->bytes += buf->bytes;
   }
   return SC_OK;
+}
+
+bool sc_dist_rank_runs(const sc_dist_program *dp, int64_t rank, int32_t s) {
+  if (s < 0 || s >= dp->n_stages) return false;
+  if (!dp->pipe_chunks) return sc_dist_rank_stage(dp, rank) == s;
+  return sc_pipe_piece_chunk(dp->pipe_chunks, s) % dp->pipe_ranks == sc_dist_rank_stage(dp, rank);
+}
+
+sc_program *sc_dist_program_global_view(const sc_dist_program *dp) {
+  sc_program *p = sc_program_create();
+  for (int32_t k = 0; p && k < dp->n_inputs + dp->n_outputs; k++) {
+    bool in = k < dp->n_inputs;
+    const sc_dist_value *v = in ? &dp->inputs[k] : &dp->outputs[k - dp->n_inputs];
+    sc_buffer b = {.name = v->name, .dtype = v->dtype, .rank = v->rank,
+                   .kind = in ? SC_BUF_INPUT : SC_BUF_OUTPUT};
+    memcpy(b.dims, v->dims, sizeof b.dims);
+    int64_t n = (int64_t)sc_dtype_size(v->dtype);
+    for (int32_t i = 0; i < v->rank; i++) n *= v->dims[i];
+    b.bytes = n;
+    int32_t id = sc_program_add_buffer(p, &b);
+    if (id < 0 || (in ? sc_program_add_input(p, id) : sc_program_add_output(p, id)) != SC_OK) {
+      sc_program_destroy(p);
+      return NULL;
+    }
+  }
+  return p;
+}
+
+static const char *const SCHEDULE_NAMES[SC_SCHEDULE_COUNT] = {"gpipe", "1f1b", "interleaved",
+                                                               "zb-h1"};
+
+const char *sc_schedule_name(sc_schedule_kind k) {
+  return k >= 0 && k < SC_SCHEDULE_COUNT ? SCHEDULE_NAMES[k] : "?";
+}
+
+int32_t sc_schedule_parse(const char *name) {
+  for (int32_t k = 0; name && k < SC_SCHEDULE_COUNT; k++)
+    if (strcmp(name, SCHEDULE_NAMES[k]) == 0) return k;
+  return -1;
 }

@@ -93,10 +93,15 @@ typedef struct sc_dist_program {
   int32_t *output_stage;             /* [n_outputs] the stage producing it */
 
   /* Weights. A freshly compiled program cuts them from sources; a loaded
-   * one has rank_weights[r][b], pointers into rank r's weight file. */
+   * one has rank_weights[r][s][b], pointers into rank r's weight file for
+   * each stage (or piece) s that rank r runs (NULL for the others). */
   int32_t n_sources;
   sc_shard_source *sources;          /* [n_sources], sorted by name */
-  const void *const **rank_weights;  /* NULL, or [n_ranks][n_buffers] */
+  const void ****rank_weights;       /* NULL, or [n_ranks][n_stages][n_buffers] */
+
+  /* A loaded training bundle's manifest (codegen/train_manifest.h), written
+   * against sc_dist_program_global_view; NULL otherwise. */
+  const struct sc_train_manifest *train;
 
   void *owner;                       /* released by destroy, after the rest */
   void (*release_owner)(void *owner);
@@ -132,6 +137,16 @@ bool sc_dist_is_state(const sc_dist_program *dp, const char *name);
  * value `name` (its output; *out: the output index), or -1. */
 int32_t sc_dist_handoff_source(const sc_dist_program *dp, int32_t piece, const char *name,
                                int32_t *out);
+/* Whether rank runs stage (or piece) s. */
+bool sc_dist_rank_runs(const sc_dist_program *dp, int64_t rank, int32_t s);
+/* The program that has the global inputs and outputs of dp as its inputs
+ * and outputs (no steps, no arena): the frame a distributed training
+ * step's manifest is written and read against. NULL when memory runs out;
+ * sc_program_destroy frees it. */
+sc_program *sc_dist_program_global_view(const sc_dist_program *dp);
+/* "gpipe", "1f1b", "interleaved", "zb-h1"; and back (-1 when unknown). */
+const char *sc_schedule_name(sc_schedule_kind k);
+int32_t sc_schedule_parse(const char *name);
 /* Checks the invariants above; errors name the stage and value. */
 sc_status sc_dist_program_check(const sc_dist_program *dp, sc_diag *d);
 

@@ -80,6 +80,29 @@ static bool has_input_prefix(const sc_program *p, const char *prefix) {
   return false;
 }
 
+/* The program input named name that is state, or -1. */
+static int32_t state_input(const sc_program *p, const char *name) {
+  for (int32_t i = 0; name && i < p->n_inputs; i++) {
+    const sc_buffer *b = input_buf(p, i);
+    if (b->name && strcmp(b->name, name) == 0 && strncmp(name, "accum:", 6) != 0 &&
+        sc_program_input_is_state(p, p->inputs[i]))
+      return p->inputs[i];
+  }
+  return -1;
+}
+
+sc_status sc_train_manifest_rebase(sc_train_manifest *m, const sc_program *p, sc_diag *d) {
+  for (int32_t k = 0; k < m->n_params; k++) {
+    int32_t b = state_input(p, m->params[k].name);
+    if (b < 0)
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "'%s' is not a parameter of the step",
+                         m->params[k].name ? m->params[k].name : "?");
+    m->params[k].buffer = b;
+    m->params[k].name = p->buffers[b].name;
+  }
+  return SC_OK;
+}
+
 int64_t sc_train_manifest_layout(sc_train_manifest *m, const sc_program *p) {
   int64_t pos = 0;
   for (int32_t k = 0; k < m->n_params; k++) {
@@ -252,17 +275,6 @@ static sc_status read_data(json_t *a, const sc_program *p, sc_diag *d) {
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "'data' lists %zu inputs, the program takes %zu", json_array_size(a), n);
   return SC_OK;
-}
-
-/* The program input named name that is state, or -1. */
-static int32_t state_input(const sc_program *p, const char *name) {
-  for (int32_t i = 0; name && i < p->n_inputs; i++) {
-    const sc_buffer *b = input_buf(p, i);
-    if (b->name && strcmp(b->name, name) == 0 && strncmp(name, "accum:", 6) != 0 &&
-        sc_program_input_is_state(p, p->inputs[i]))
-      return p->inputs[i];
-  }
-  return -1;
 }
 
 static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void *params,

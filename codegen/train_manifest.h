@@ -72,6 +72,11 @@ bool sc_program_input_is_state(const sc_program *p, int32_t b);
  * "P.exp_avg", "P.exp_avg_sq": passes/train.h), not a parameter. */
 bool sc_train_is_optimizer_state(const char *name);
 
+/* Points every parameter of m at p's state input of its name (a
+ * partitioned step's manifest, whose buffers are its pieces', rebased onto
+ * sc_dist_program_global_view). SC_ERR_INVALID naming a parameter p has not
+ * as state. */
+sc_status sc_train_manifest_rebase(sc_train_manifest *m, const sc_program *p, sc_diag *d);
 /* Places every parameter in params.bin: offsets in order, each
  * SC_BUNDLE_WEIGHT_ALIGN aligned. Returns the file's size, or -1 on
  * overflow. */

@@ -57,5 +57,8 @@ void sc_bundle_destroy(sc_bundle *b);
  * training, else an inference bundle); else SC_ERR_INVALID, saying what b
  * is and what runs it. */
 sc_status sc_bundle_check_kind(const sc_bundle *b, bool training, sc_diag *d);
+/* The same for any bundle: is_training says what it is (a partitioned
+ * bundle's sc_dist_program.train); no file named. */
+sc_status sc_bundle_kind_check(bool is_training, bool training, sc_diag *d);
 
 #endif

@@ -122,16 +122,21 @@ void sc_bundle_destroy(sc_bundle *b) {
 }
 
 sc_status sc_bundle_check_kind(const sc_bundle *b, bool training, sc_diag *d) {
+  sc_status st = sc_bundle_kind_check(b->train != NULL, training, d);
+  if (st) sc_diag_set_file(d, b->dir);
+  return st;
+}
+
+sc_status sc_bundle_kind_check(bool is_training, bool training, sc_diag *d) {
   sc_status st = SC_OK;
-  if (training && !b->train)
+  if (training && !is_training)
     st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                      "an inference bundle, not a training bundle (no training.json): compile "
                      "the model with --train to train it");
-  else if (!training && b->train)
+  else if (!training && is_training)
     st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                      "a training bundle (compiled with --train): it is trained (shardc train "
                      "DIR), not run as a model");
-  if (st) sc_diag_set_file(d, b->dir);
   return st;
 }
 

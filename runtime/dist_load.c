@@ -19,6 +19,7 @@
 
 #include "codegen/program_json.h"
 #include "ir/sharding.h"
+#include "ir/pipe.h"
 #include "runtime/dist_load.h"
 
 #include "ir/fileio.h"
@@ -31,11 +32,19 @@ typedef struct loaded {
   sc_bundle **stages;           /* [n_stages] */
   int64_t n_ranks;
   void **rank_files;            /* [n_ranks] file contents */
+  /* a training bundle: the step's global view, the manifest read against
+   * it, and params.bin (the manifest's parameters point into it) */
+  sc_program *view;
+  sc_train_manifest *train;
+  char *params;
 } loaded;
 
 static void loaded_free(void *p) {
   loaded *o = p;
   if (!o) return;
+  sc_train_manifest_destroy(o->train);
+  sc_program_destroy(o->view);
+  sc_free(o->params);
   for (int32_t k = 0; o->stages && k < o->n_stages; k++) sc_bundle_destroy(o->stages[k]);
   for (int64_t r = 0; o->rank_files && r < o->n_ranks; r++) sc_free(o->rank_files[r]);
   sc_free(o->stages);
@@ -246,20 +255,34 @@ static sc_status read_rank(loader *l, json_t *o, int64_t r) {
     return fail(l, SC_ERR_INVALID,
                 "%s: %lld bytes with SHA-256 %s, partition.json says %lld bytes, %s "
                 "(corrupted bundle)", name, (long long)n, hex, (long long)bytes, hash);
-  const sc_program *p = dp->stages[stage].program;
-  const void **cd = sc_arena_array(&dp->arena, p->n_buffers > 0 ? (size_t)p->n_buffers : 1,
-                                   sizeof *cd);
-  if (!cd) return fail(l, SC_ERR_NOMEM, "out of memory");
-  dp->rank_weights[r] = cd;
+  const void ***per = sc_arena_array(&dp->arena, (size_t)dp->n_stages, sizeof *per);
+  if (!per) return fail(l, SC_ERR_NOMEM, "out of memory");
+  dp->rank_weights[r] = per;
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    if (!sc_dist_rank_runs(dp, r, s)) continue;
+    const sc_program *sp = dp->stages[s].program;
+    per[s] = sc_arena_array(&dp->arena, sp->n_buffers > 0 ? (size_t)sp->n_buffers : 1,
+                            sizeof **per);
+    if (!per[s]) return fail(l, SC_ERR_NOMEM, "out of memory");
+  }
   json_t *consts = json_object_get(o, "consts");
   if (!json_is_array(consts)) return fail(l, SC_ERR_PARSE, "%s: 'consts' must be an array", where);
-  /* The writer's layout exactly: ascending buffers, each at the next
-   * aligned offset, the file ending with the last piece. */
-  int64_t pos = 0, last = -1;
+  /* The writer's layout exactly: ascending stages and buffers, each at the
+   * next aligned offset, the file ending with the last piece. */
+  int64_t pos = 0, last_stage = 0, last = -1;
   for (size_t i = 0; i < json_array_size(consts); i++) {
     json_t *c = json_array_get(consts, i);
-    int64_t id, off, nb;
+    int64_t s = stage, id, off, nb;
     snprintf(where, sizeof where, "ranks[%lld].consts[%zu]", (long long)r, i);
+    if (json_object_get(c, "stage") &&
+        (st = get_int(l, c, "stage", last_stage, dp->n_stages - 1, where, &s)))
+      return st;
+    if (!sc_dist_rank_runs(dp, r, (int32_t)s))
+      return fail(l, SC_ERR_INVALID, "%s: rank %lld does not run stage %lld", where,
+                  (long long)r, (long long)s);
+    if (s != last_stage) last = -1;
+    last_stage = s;
+    const sc_program *p = dp->stages[s].program;
     if ((st = get_int(l, c, "buffer", 0, p->n_buffers - 1, where, &id)) ||
         (st = get_int(l, c, "offset", 0, bytes, where, &off)) ||
         (st = get_int(l, c, "bytes", 0, bytes - off, where, &nb)))
@@ -269,26 +292,72 @@ static sc_status read_rank(loader *l, json_t *o, int64_t r) {
     if (buf->kind != SC_BUF_CONST || buf->data || buf->bytes <= 0 || nb != buf->bytes ||
         !nm || !buf->name || strcmp(nm, buf->name) != 0 || id <= last)
       return fail(l, SC_ERR_INVALID, "%s: not the next external constant of stage %lld",
-                  where, (long long)stage);
+                  where, (long long)s);
     int64_t want = (pos + SC_BUNDLE_WEIGHT_ALIGN - 1) / SC_BUNDLE_WEIGHT_ALIGN *
                    SC_BUNDLE_WEIGHT_ALIGN;
     if (off != want)
       return fail(l, SC_ERR_INVALID, "%s: offset %lld, the layout puts it at %lld", where,
                   (long long)off, (long long)want);
-    cd[id] = data + off;
+    per[s][id] = data + off;
     pos = off + nb;
     last = id;
   }
   if (pos != bytes)
     return fail(l, SC_ERR_INVALID, "%s: %lld bytes, its pieces end at %lld", name,
                 (long long)bytes, (long long)pos);
-  for (int32_t k = 0; k < p->n_buffers; k++) {
-    const sc_buffer *buf = &p->buffers[k];
-    if (buf->kind == SC_BUF_CONST && !buf->data && buf->bytes > 0 && !cd[k])
-      return fail(l, SC_ERR_INVALID, "%s: no piece of constant '%s'", name,
-                  buf->name ? buf->name : "?");
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t k = 0; per[s] && k < p->n_buffers; k++) {
+      const sc_buffer *buf = &p->buffers[k];
+      if (buf->kind == SC_BUF_CONST && !buf->data && buf->bytes > 0 && !per[s][k])
+        return fail(l, SC_ERR_INVALID, "%s: no piece of constant '%s' of stage %d", name,
+                    buf->name ? buf->name : "?", (int)s);
+    }
   }
   return SC_OK;
+}
+
+/* A training bundle: params.bin and training.json, as partition.json lists
+ * them (size and SHA-256 checked), the manifest read against the step's
+ * global view. */
+static sc_status read_training(loader *l, json_t *list) {
+  static const char *const names[2] = {"params.bin", "training.json"};
+  char *data[2] = {NULL, NULL};
+  int64_t n[2] = {0, 0};
+  sc_status st = SC_OK;
+  if (!json_is_array(list) || json_array_size(list) != 2)
+    return fail(l, SC_ERR_INVALID, "'training' must list params.bin and training.json");
+  for (int k = 0; k < 2 && st == SC_OK; k++) {
+    json_t *f = json_array_get(list, (size_t)k);
+    const char *nm = get_str(f, "name"), *hash = get_str(f, "sha256");
+    int64_t bytes;
+    if (!nm || strcmp(nm, names[k]) != 0 || !hash || strlen(hash) != 64)
+      st = fail(l, SC_ERR_INVALID, "training[%d]: must name \"%s\" with its sha256", k, names[k]);
+    if (st == SC_OK) st = get_int(l, f, "bytes", 0, INT64_MAX, "training", &bytes);
+    if (st == SC_OK) st = read_file(l, names[k], bytes, &data[k], &n[k]);
+    char hex[65];
+    if (st == SC_OK) sc_sha256_hex(data[k], (size_t)n[k], hex);
+    if (st == SC_OK && (n[k] != bytes || strcmp(hex, hash) != 0))
+      st = fail(l, SC_ERR_INVALID, "%s: %lld bytes with SHA-256 %s, partition.json says %lld "
+                "bytes, %s (corrupted bundle)", names[k], (long long)n[k], hex,
+                (long long)bytes, hash);
+  }
+  loaded *own = l->own;
+  if (st == SC_OK && !(own->view = sc_dist_program_global_view(l->dp)))
+    st = fail(l, SC_ERR_NOMEM, "out of memory");
+  sc_diag md = {0};
+  sc_diag_clear(&md);
+  if (st == SC_OK && sc_train_manifest_read_json(data[1], (size_t)n[1], own->view, data[0], n[0],
+                                                 &own->train, &md) != SC_OK)
+    st = fail(l, md.status, "training.json: %s", md.msg);
+  if (st == SC_OK) {
+    own->params = data[0];
+    data[0] = NULL;
+    l->dp->train = own->train;
+  }
+  sc_free(data[0]);
+  sc_free(data[1]);
+  return st;
 }
 
 static sc_status read_root(loader *l, json_t *root) {
@@ -315,16 +384,37 @@ static sc_status read_root(loader *l, json_t *root) {
       (st = get_axis(l, root, &mesh, "dp_axis", &dpa)) ||
       (st = get_axis(l, root, &mesh, "tp_axis", &tp)))
     return st;
-  int64_t stages_want = pp >= 0 ? mesh.axes[pp].size : 1;
+  int64_t stages_want = pp >= 0 ? mesh.axes[pp].size : 1, chunks = 0, kind = SC_SCHEDULE_GPIPE;
+  json_t *pl = json_object_get(root, "pipeline");
+  if (pl) { /* a pipelined training step: its pieces are the stages */
+    if (pp < 0 || !json_is_object(pl))
+      return fail(l, SC_ERR_INVALID, "partition.json: 'pipeline' needs a pp axis");
+    int64_t P = mesh.axes[pp].size, ranks;
+    if ((st = get_int(l, pl, "ranks", P, P, "pipeline", &ranks)) ||
+        (st = get_int(l, pl, "chunks", P, 64 * P, "pipeline", &chunks)))
+      return st;
+    kind = sc_schedule_parse(get_str(pl, "schedule"));
+    if (chunks % P != 0 || kind < 0)
+      return fail(l, SC_ERR_INVALID, "pipeline: 'chunks' must be a multiple of %lld and "
+                  "'schedule' one of gpipe, 1f1b, interleaved, zb-h1", (long long)P);
+    stages_want = SC_PIPE_PHASES * chunks;
+  }
   if ((st = get_int(l, root, "n_stages", stages_want, stages_want, "partition.json", &n_stages)) ||
       (st = get_int(l, root, "microbatches", 1, 1 << 20, "partition.json", &mb)))
     return st;
+  const char *kind_text = get_str(root, "kind");
+  bool training = kind_text && strcmp(kind_text, "training") == 0;
+  if (json_object_get(root, "kind") && !training)
+    return fail(l, SC_ERR_INVALID, "partition.json: 'kind' must be \"training\" or absent");
   sc_dist_program *dp = l->dp = sc_dist_program_create(&mesh, (int32_t)n_stages);
   if (!dp) return fail(l, SC_ERR_NOMEM, "out of memory");
   dp->owns_programs = false; /* the stage bundles own them */
   dp->owner = l->own;
   dp->release_owner = loaded_free;
   dp->schedule.microbatches = (int32_t)mb;
+  dp->schedule.kind = (sc_schedule_kind)kind;
+  dp->pipe_chunks = (int32_t)chunks;
+  dp->pipe_ranks = chunks ? (int32_t)mesh.axes[pp].size : 0;
   sc_dist_program_set_roles(dp, pp, dpa, tp);
   if ((st = read_values(l, root, true)) || (st = read_values(l, root, false))) return st;
 
@@ -348,6 +438,7 @@ static sc_status read_root(loader *l, json_t *root) {
       return fail(l, SC_ERR_INVALID, "output '%s' is produced by no stage", dp->outputs[k].name);
   for (int64_t r = 0; r < mesh.n_ranks; r++)
     if ((st = read_rank(l, json_array_get(ranks, (size_t)r), r))) return st;
+  if (training && (st = read_training(l, json_object_get(root, "training")))) return st;
   sc_diag cd = {0};
   sc_diag_clear(&cd);
   if (sc_dist_program_check(dp, &cd) != SC_OK)

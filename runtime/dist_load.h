@@ -10,7 +10,11 @@
  * partition.json before use, and checks its index: each piece names an
  * external CONST buffer (no data in the stage bundle) of the rank's stage
  * program, with that buffer's size, inside the file; every external CONST
- * buffer gets a piece. The result is an ordinary distributed program
+ * buffer gets a piece. A training bundle ("kind": "training") also has
+ * params.bin and training.json, checked against their sizes and SHA-256,
+ * the manifest read against sc_dist_program_global_view: it becomes
+ * dp->train (sc_bundle_kind_check says what the caller may do with it).
+ * The result is an ordinary distributed program
  * (stage kernels from kernels.o, rank_weights into the files): it runs
  * through runtime/dist.h like a freshly compiled one.
  *

@@ -57,7 +57,8 @@ struct sc_dist_trainer {
   int64_t n_local;             /* those run by this process: n, or 1 (world) */
   sc_comm *world;              /* borrowed: one rank per process (MPI), or NULL */
   sc_cpu_module *mod;          /* the stage's kernels, JIT-compiled once */
-  sc_cpu_module **mods;        /* a pipelined step: [dp->n_stages] each piece's */
+  sc_cpu_module **mods;        /* a pipelined step: [dp->n_stages] each piece's JIT */
+  const sc_cpu_module **kern;  /* [dp->n_stages] each piece's kernels (a bundle's, or mods) */
   sc_comm **comms;
   pthread_t *th;
   worker *w;
@@ -133,7 +134,7 @@ static sc_status create_rank(worker *w) {
   struct sc_dist_trainer *t = w->t;
   if (t->dp->pipe_chunks > 0) {
     sc_pipe_rank_opts po = {.threads = t->o.threads, .world = w->comm,
-                            .kernels = (const struct sc_cpu_module *const *)t->mods};
+                            .kernels = (const struct sc_cpu_module *const *)t->kern};
     sc_status st = sc_pipe_rank_create(t->dp, w->rank, t->m, &po, &w->pr, &w->d);
     return st == SC_OK ? scratch_alloc(w) : st;
   }
@@ -420,11 +421,14 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
   if (st == SC_OK && dp->pipe_chunks > 0) st = check_schedule(dp, d);
   if (st == SC_OK && dp->pipe_chunks > 0) { /* every piece's kernels, once */
     t->mods = sc_calloc((size_t)dp->n_stages, sizeof *t->mods);
-    if (!t->mods) st = nomem(d);
+    t->kern = sc_calloc((size_t)dp->n_stages, sizeof *t->kern);
+    if (!t->mods || !t->kern) st = nomem(d);
     for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
       sc_cpu_opts co;
       sc_cpu_opts_init(&co);
-      st = sc_cpu_jit(dp->stages[s].program, &co, &t->mods[s], d);
+      if (!(t->kern[s] = dp->stages[s].kernels) &&
+          (st = sc_cpu_jit(dp->stages[s].program, &co, &t->mods[s], d)) == SC_OK)
+        t->kern[s] = t->mods[s];
     }
   } else if (st == SC_OK && !t->o.cpu_module) {
     sc_cpu_opts co;
@@ -839,6 +843,7 @@ void sc_dist_trainer_destroy(sc_dist_trainer *t) {
   for (int64_t r = 0; t->comms && !t->world && r < t->n_local; r++) sc_comm_destroy(t->comms[r]);
   sc_cpu_module_destroy(t->mod);
   for (int32_t s = 0; t->mods && s < t->dp->n_stages; s++) sc_cpu_module_destroy(t->mods[s]);
+  sc_free(t->kern);
   sc_free(t->mods);
   pthread_mutex_destroy(&t->mu);
   pthread_cond_destroy(&t->cv);

@@ -14,10 +14,12 @@
  * (codegen/dist_bundle.h).
  *
  * With --train (and the step's options of train_args.h, shared with
- * `shardc train`) the model becomes its training step (one rank, cpu) and
- * OUT a training bundle: the step's program and kernels.o, params.bin (the
+ * `shardc train`) the model becomes its training step (cpu) and OUT a
+ * training bundle: the step's program and kernels.o, params.bin (the
  * initial parameters) and training.json (driver/train_bundle.h), which
- * `shardc train OUT` runs. */
+ * `shardc train OUT` runs; with --mesh too, a partitioned training bundle
+ * (the partitioned bundle plus params.bin and training.json of the whole
+ * step, codegen/dist_bundle.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -136,14 +138,12 @@ static const char *base_name(const char *path) {
   return s ? s + 1 : path;
 }
 
-/* --train: one rank, cpu; the step's options only with it. */
-static int check_train(compile_opts *co, bool partitioned, const sc_bundle_opts *bo) {
+/* --train: cpu; the step's options only with it. */
+static int check_train(compile_opts *co, const sc_bundle_opts *bo) {
   if (!co->train) {
     if (co->ta.first) return sc_cli_usage_error("%s needs --train", co->ta.first);
     return 0;
   }
-  if (partitioned)
-    return sc_cli_usage_error("--train compiles one rank (no --mesh / --plan yet)");
   if (bo->target != SC_BUNDLE_CPU)
     return sc_cli_usage_error("--train: a training bundle is cpu only (--target cpu)");
   return sc_train_args_finish(&co->ta);
@@ -178,7 +178,7 @@ int sc_cmd_compile(int argc, char **argv) {
            "                      weights/rank<r>.bin (docs/bundle.md); `shardc run OUT`\n"
            "                      runs it (--comm mpi under mpirun)\n"
            "  --train             compile the training step (loss, autodiff, optimizer;\n"
-           "                      one rank, cpu) into a training bundle: OUT also gets\n"
+           "                      cpu; with --mesh, partitioned) into a training bundle: OUT also gets\n"
            "                      params.bin and training.json; `shardc train OUT`\n"
            "                      trains it. The step's options, as shardc train's:\n",
            USAGE);
@@ -204,7 +204,7 @@ int sc_cmd_compile(int argc, char **argv) {
   if (partitioned && bo.target != SC_BUNDLE_CPU)
     return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
 
-  if ((rc = check_train(&co, partitioned, &bo)) != 0) return rc;
+  if ((rc = check_train(&co, &bo)) != 0) return rc;
 
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &co.pa);

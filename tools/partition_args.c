@@ -20,6 +20,12 @@ void sc_partition_args_init(sc_partition_args *p) {
 
 bool sc_partition_args_active(const sc_partition_args *p) { return p->mesh || p->plan_file; }
 
+bool sc_partition_args_any(const sc_partition_args *p) {
+  return p->mesh || p->plan_file || p->ranks_per_node || p->microbatches || p->boundaries ||
+         p->schedule || p->virtual_stages || p->sequence_parallel || p->no_vocab_parallel ||
+         p->zero || p->keep_after_forward || p->no_overlap || p->hybrid_shard_degree;
+}
+
 int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
                            bool allow_comm) {
   const char *a = argv[*i], *v;

@@ -67,6 +67,9 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
                            bool allow_comm);
 /* Whether a partitioned build was asked for (--mesh or --plan). */
 bool sc_partition_args_active(const sc_partition_args *p);
+/* Whether any option above but --comm was given (what a bundle has
+ * compiled in). */
+bool sc_partition_args_any(const sc_partition_args *p);
 
 /* A subcommand's build options: the pass options from opts (--print-after,
  * --time-passes, to stderr), the compile options likewise, and the build

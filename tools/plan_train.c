@@ -62,8 +62,6 @@ static void row(const char *what, int64_t bytes, const char *note) {
 
 /* ---- a pipelined step ---- */
 
-static const char *const SCHEDULES[] = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-
 /* The schedule's stash formula for pipeline rank q (codegen/pipe_schedule.h). */
 static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M, int32_t q) {
   if (k == SC_SCHEDULE_GPIPE) return M;
@@ -186,7 +184,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   }
   char mesh[256];
   sc_mesh_format(&part->mesh, mesh, sizeof mesh);
-  const char *sched = SCHEDULES[dp->schedule.kind < 4 ? dp->schedule.kind : 0];
+  const char *sched = sc_schedule_name(dp->schedule.kind);
   const char *opt = t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw";
   if (json) {
     printf("{\"model\": ");

@@ -837,7 +837,11 @@ static int run_dist_bundle(run_opts *r, sc_cli_opts *o) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_dist_program *dp = NULL;
-  if (sc_dist_program_load(o->file, &dp, &d) != SC_OK) return sc_cli_report(&d, o->file);
+  if (sc_dist_program_load(o->file, &dp, &d) != SC_OK ||
+      sc_bundle_kind_check(dp->train != NULL, false, &d) != SC_OK) {
+    sc_dist_program_destroy(dp);
+    return sc_cli_report(&d, o->file);
+  }
   int rc = run_dist(r, o, dp, -1);
   sc_dist_program_destroy(dp);
   return rc;

@@ -36,6 +36,7 @@
 #include "runtime/bundle.h"
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
+#include "runtime/dist_load.h"
 #include "runtime/dist_train.h"
 #include "runtime/npy.h"
 #include "runtime/train_bundle.h"
@@ -274,14 +275,17 @@ typedef struct step_source {
   sc_build *build;              /* MODEL */
   sc_train_manifest *own;       /* MODEL: the build's manifest */
   sc_bundle *bundle;            /* BUNDLE (owns its manifest and kernels) */
+  sc_dist_program *loaded;      /* a partitioned BUNDLE (owns its manifest) */
   const sc_program *p;
   const sc_train_manifest *m;
+  const sc_dist_program *mesh;  /* the partitioned step, or NULL: one rank */
 } step_source;
 
 static void source_free(step_source *src) {
   sc_train_manifest_destroy(src->own);
   sc_build_destroy(src->build);
   sc_bundle_destroy(src->bundle);
+  sc_dist_program_destroy(src->loaded);
 }
 
 static bool is_dir(const char *path) {
@@ -359,6 +363,7 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   if (src->build->part) sc_partition_print_fallbacks(src->build->part, stderr, "shardc: warning: ");
   src->p = src->build->program->stages[0].program;
   src->m = src->own;
+  src->mesh = src->build->part ? src->build->program : NULL;
   return 0;
 }
 
@@ -366,14 +371,37 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
 static int open_bundle(const train_args *a, const sc_cli_opts *o, step_source *src) {
   int rc = sc_train_args_refuse_with_bundle(&a->g, o->file);
   if (rc) return rc;
-  if (sc_partition_args_active(&a->pa))
-    return sc_cli_usage_error("%s: a training bundle is one rank (train the model with --mesh)",
-                              o->file);
+  if (sc_partition_args_any(&a->pa))
+    return sc_cli_usage_error("%s: the mesh and its options are compiled into the bundle "
+                              "(give them to shardc compile --train)", o->file);
   if (o->n_dims > 0)
     return sc_cli_usage_error("%s: --dim is compiled into the bundle (give it to shardc "
                               "compile --train)", o->file);
   sc_diag d = {0};
   sc_diag_clear(&d);
+  if (sc_dist_bundle_is_dir(o->file)) { /* partitioned */
+    if (sc_dist_program_load(o->file, &src->loaded, &d) != SC_OK ||
+        sc_bundle_kind_check(src->loaded->train != NULL, true, &d) != SC_OK)
+      return sc_cli_report(&d, o->file);
+    src->mesh = src->loaded;
+    src->m = src->loaded->train;
+    src->p = src->loaded->stages[0].program;
+    if (a->list_params) {
+      int64_t total = 0;
+      for (int32_t k = 0; k < src->m->n_params; k++) {
+        int32_t gi = sc_dist_find_input(src->mesh, src->m->params[k].name);
+        const sc_dist_value *v = &src->mesh->inputs[gi]; /* the manifest's are inputs */
+        total += list_param(v->name, v->dtype, v->rank, v->dims, "");
+      }
+      char count[64], mesh[256];
+      sc_cli_format_count(total, count, sizeof count);
+      sc_mesh_format(&src->mesh->mesh, mesh, sizeof mesh);
+      printf("trainable: %s parameters in %d tensors (mesh %s)\n", count, (int)src->m->n_params,
+             mesh);
+      return -1;
+    }
+    return 0;
+  }
   if (sc_bundle_load(o->file, &src->bundle, &d) != SC_OK ||
       sc_bundle_check_kind(src->bundle, true, &d) != SC_OK)
     return sc_cli_report(&d, o->file);
@@ -529,7 +557,7 @@ int sc_cmd_train(int argc, char **argv) {
   sc_trainer_opts to = {.threads = a.threads, .loss_scale = a.loss_scale,
                         .cpu_module = src.bundle ? src.bundle->kernels : NULL};
   bool mpi = strcmp(a.pa.comm, "mpi") == 0, tcp = strcmp(a.pa.comm, "tcp") == 0;
-  if ((mpi || tcp) && !(src.build && src.build->part)) {
+  if ((mpi || tcp) && !src.mesh) {
     rc = sc_cli_usage_error("--comm %s needs --mesh AXES (one rank per process)", a.pa.comm);
     goto done;
   }
@@ -538,8 +566,7 @@ int sc_cmd_train(int argc, char **argv) {
     rc = sc_cli_report(&d, o.file);
     goto done;
   }
-  if (src.build && src.build->part
-          ? sc_dist_trainer_create(src.build->program, m, &to, world, &run.dist, &d) != SC_OK
+  if (src.mesh ? sc_dist_trainer_create(src.mesh, m, &to, world, &run.dist, &d) != SC_OK
           : sc_trainer_create_manifest(src.p, m, &to, &run.one, &d) != SC_OK) {
     rc = sc_cli_report(&d, o.file);
     goto done;
@@ -562,7 +589,7 @@ int sc_cmd_train(int argc, char **argv) {
   if (!a.quiet) {
     int64_t numel = 0;
     for (int32_t k = 0; k < m->n_params; k++) {
-      const sc_dist_program *dp = src.build ? src.build->program : NULL;
+      const sc_dist_program *dp = src.mesh;
       int32_t gi = dp ? sc_dist_find_input(dp, m->params[k].name) : -1;
       int64_t n = 1;
       for (int32_t i = 0; gi >= 0 && i < dp->inputs[gi].rank; i++) n *= dp->inputs[gi].dims[i];
@@ -652,9 +679,9 @@ int sc_cmd_train(int argc, char **argv) {
               applied ? "" : ", \"skipped\": true", scale);
       fflush(log); /* a line per step as it ends, for whoever follows the file */
     }
-    if (!a.quiet && step == a.steps && run.dist && src.build->program->pipe_chunks > 0) {
+    if (!a.quiet && step == a.steps && run.dist && src.mesh->pipe_chunks > 0) {
       printf("pipeline: handed-over values kept at once, per pipeline rank:");
-      for (int32_t q = 0; q < (world ? 1 : src.build->program->pipe_ranks); q++)
+      for (int32_t q = 0; q < (world ? 1 : src.mesh->pipe_ranks); q++)
         printf(" %lld", (long long)sc_dist_trainer_stash_bytes(run.dist, q));
       printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
     }

@@ -257,8 +257,42 @@ def bundle_tests(tmp, xf, lf):
     # the step's options without --train, or with a mesh
     r = shardc(["compile", MLP, "--loss", "mse", "-o", os.path.join(tmp, "nope")])
     check(r.returncode == 2 and "--loss needs --train" in r.stderr, f"--loss alone: {r.stderr}")
-    r = shardc(["compile", MLP, "--train", "--mesh", "dp=2", "-o", os.path.join(tmp, "nope")])
-    check(r.returncode == 2 and "--train" in r.stderr, f"--train --mesh: {r.stderr}")
+    # partitioned training bundles (compile --train --mesh): trained as
+    # `train MODEL --mesh` trains, bit for bit
+    mb = None
+    for mesh in (["--mesh", "dp=2"], ["--mesh", "fsdp=2,tp=2"],
+                 ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"]):
+        graph = ["--optimizer", "adamw"]
+        b = os.path.join(tmp, "mesh%d.bundle" % len(mesh))
+        r = shardc(["compile", MLP, "--train", "--dim", "batch=8", "-o", b] + graph + mesh)
+        if not check(r.returncode == 0 and all(os.path.exists(os.path.join(b, f)) for f in
+                                               ("partition.json", "training.json", "params.bin")),
+                     f"compile --train {mesh}: {r.returncode} {r.stderr[-400:]}"):
+            continue
+        mb = b
+        logs = []
+        for k, first in enumerate([[MLP, "--dim", "batch=8"] + graph + mesh, [b]]):
+            log = os.path.join(tmp, "ml%d.jsonl" % k)
+            r = shardc(["train"] + first + data + ["--steps", str(steps), "--log-json", log])
+            if check(r.returncode == 0, f"{mesh}: train {first[0]}: {r.stderr[-400:]}"):
+                logs.append(log_lines(log))
+        check(len(logs) == 2 and len(logs[0]) == steps and logs[0] == logs[1],
+              f"partitioned bundle {mesh}: the logs differ: {logs}")
+        print(f"ok: partitioned training bundle {' '.join(mesh[1:])}: {steps} steps equal "
+              f"train MODEL bit for bit")
+    if mb:
+        r = shardc(["train", mb] + data + ["--steps", "1", "--mesh", "dp=2"])
+        check(r.returncode == 2 and "compiled into the bundle" in r.stderr,
+              f"partitioned bundle with --mesh: {r.returncode} {r.stderr[-300:]}")
+        r = shardc(["run", mb, "--random-inputs", "1", "--output-dir", os.path.join(tmp, "o")])
+        check(r.returncode == 1 and "training bundle" in r.stderr,
+              f"run a partitioned training bundle: {r.returncode} {r.stderr[-300:]}")
+        blob = bytearray(open(os.path.join(mb, "params.bin"), "rb").read())
+        blob[100] ^= 1
+        open(os.path.join(mb, "params.bin"), "wb").write(bytes(blob))
+        r = shardc(["train", mb] + data + ["--steps", "1"])
+        check(r.returncode == 1 and "params.bin" in r.stderr and "corrupted" in r.stderr,
+              f"a damaged params.bin: {r.returncode} {r.stderr[-300:]}")
     # an inference bundle to train, a training bundle to run
     inf = os.path.join(tmp, "inference.bundle")
     r = shardc(["compile", MLP, "--dim", "batch=8", "-o", inf])
