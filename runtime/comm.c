@@ -30,6 +30,7 @@ sc_comm *sc_comm_alloc(const sc_comm_iface *iface, void *ctx, int rank, int size
   c->rank = rank;
   c->size = size;
   c->any_thread = true;
+  c->concurrent = true;
   return c;
 }
 
@@ -166,6 +167,7 @@ static bool overlap(const void *a, int64_t a_bytes, const void *b, int64_t b_byt
 
 int sc_comm_rank(const sc_comm *c) { return c->rank; }
 bool sc_comm_any_thread(const sc_comm *c) { return c->any_thread; }
+bool sc_comm_concurrent(const sc_comm *c) { return c->concurrent; }
 int sc_comm_size(const sc_comm *c) { return c->size; }
 const char *sc_comm_backend(const sc_comm *c) { return c->iface->name; }
 

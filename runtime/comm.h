@@ -53,8 +53,11 @@
  *
  * Threading: one thread uses a handle at a time; different handles of the
  * same local group are used by different threads concurrently. A session
- * runs async collectives on a thread of its own (sc_comm_any_thread says
- * whether the backend allows it; MPI is initialised THREAD_SERIALIZED). */
+ * runs async collectives on threads of its own (sc_comm_any_thread says
+ * whether the backend allows it), one per communicator when different
+ * communicators may be used at once (sc_comm_concurrent: local and tcp
+ * always, MPI when the library provides THREAD_MULTIPLE, which shardc
+ * asks for). */
 #ifndef SC_RUNTIME_COMM_H
 #define SC_RUNTIME_COMM_H
 
@@ -111,6 +114,9 @@ struct sc_comm {
   bool any_thread; /* calls may come from a thread other than the one that
                       made the handle, one thread at a time (true unless the
                       backend says otherwise: MPI below THREAD_SERIALIZED) */
+  bool concurrent; /* different communicators of one world may be used at
+                      once by different threads (true unless the backend
+                      says otherwise: MPI below THREAD_MULTIPLE, NCCL) */
 };
 
 /* ---- creation ---- */
@@ -145,6 +151,9 @@ int sc_comm_rank(const sc_comm *c);
 /* c->any_thread: whether a session may run c's collectives on its
  * communication thread (runtime/session.c). */
 bool sc_comm_any_thread(const sc_comm *c);
+/* c->concurrent: whether a session may give each communicator its own
+ * communication thread (one queue per communicator). */
+bool sc_comm_concurrent(const sc_comm *c);
 int sc_comm_size(const sc_comm *c);
 const char *sc_comm_backend(const sc_comm *c);
 

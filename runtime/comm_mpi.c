@@ -238,6 +238,7 @@ static sc_status wrap(MPI_Comm comm, sc_comm **out, sc_diag *diag) {
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   c->any_thread = level >= MPI_THREAD_SERIALIZED;
+  c->concurrent = level >= MPI_THREAD_MULTIPLE;
   n_live++;
   *out = c;
   return SC_OK;
@@ -296,7 +297,7 @@ sc_status sc_comm_mpi_module_create(sc_comm **out, sc_diag *diag) {
   MPI_Initialized(&init);
   if (!init) {
     int provided;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "MPI_Init_thread failed");
     we_initialised = true;
   }

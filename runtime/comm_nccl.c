@@ -242,6 +242,7 @@ static sc_status wrap(ncclComm_t comm, int device, double timeout_s, sc_comm *oo
   if (!st) st = cuda_check(cudaMalloc(&x->scratch, 4), "cudaMalloc", rank, diag);
   sc_comm *c = st ? NULL : sc_comm_alloc(&nccl_iface, x, rank, size);
   if (!st && !c) st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "nccl: out of memory");
+  if (c) c->concurrent = false; /* streams per communicator: the GPU runtime's business */
   if (st) {
     ncclCommAbort(comm);
     nccl_free_ctx(x);

@@ -31,18 +31,24 @@
  * failing communicator call fails the run with its status and message.
  *
  * Async collectives (codegen/overlap.c): a COMM step marked async is handed
- * to the session's communication thread, which runs the handed steps one
- * at a time in the order they came (so every rank still calls its
- * collectives in program order); a WAIT step blocks until its start has
- * run. A synchronous COMM step runs on the caller's thread when nothing is
- * in flight, else it joins the queue and is waited for at once (one thread
- * uses the communicators at a time). The thread is started with the
- * session, only for programs with async steps and communicators that allow
- * it (sc_comm_any_thread); otherwise starts run inline and waits do
- * nothing. A start under 64 KiB also runs inline when nothing is in
- * flight: on the CPU the hand-off to the thread costs more than it takes. A run that fails waits for what is in flight before returning,
- * and a failed collective fails its wait (and every later one) with its
- * message. */
+ * to its communication queue, a thread that runs the handed steps one at a
+ * time in the order they came; a WAIT step blocks until its start has run.
+ * There is one queue per communicator (mesh-axis group) with async steps,
+ * as NCCL gives each communicator its own stream, when every communicator
+ * allows concurrent use from different threads (sc_comm_concurrent: local,
+ * tcp, MPI under THREAD_MULTIPLE); else one queue for all. Every rank still
+ * calls each communicator's collectives in program order. A synchronous
+ * COMM step runs on the caller's thread when its queue has nothing in
+ * flight (so a tensor-parallel all-reduce does not wait behind a
+ * prefetched ZeRO-3 gather on another group), else it joins its queue and
+ * is waited for at once (one thread uses a communicator at a time). The
+ * queues are started with the session, only for programs with async steps
+ * and communicators that allow it (sc_comm_any_thread); otherwise starts
+ * run inline and waits do nothing. A start under 64 KiB also runs inline
+ * when its queue is idle: on the CPU the hand-off to the thread costs more
+ * than it takes. A run that fails waits for what is in flight before
+ * returning, and a failed collective fails its wait (and every later one
+ * of its queue) with its message. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,18 +80,27 @@ struct sc_session {
   sc_comm **groups;    /* owned: one per distinct axes mask of COMM steps */
   uint32_t *group_axes;
   sc_comm **step_comm; /* per step: its group's communicator, or NULL */
-  /* the communication thread (module comment) */
-  bool has_thread;
+  /* the communication queues (module comment) */
+  int32_t n_queues;
+  struct cqueue *queues; /* [n_queues] */
+  int32_t *step_queue; /* [n_steps]: a COMM step's queue, or -1: always inline */
+  int64_t *seq;        /* [n_steps]: the number a start was queued as in its
+                          queue; -1: it ran inline */
+};
+
+/* A communication queue: a thread that runs the collectives handed to it
+ * one at a time, in the order they came. */
+typedef struct cqueue {
+  sc_session *s;
   pthread_t thread;
   pthread_mutex_t mu;
   pthread_cond_t work, done_cv;
-  int32_t *queue;      /* [n_steps]: ring of step ids */
-  int64_t *seq;        /* [n_steps]: the number a start was queued as */
+  int32_t *ring;        /* [n_steps] step ids */
   int64_t issued, done; /* steps queued / finished, over all runs */
-  bool stop;
-  sc_status failed;    /* the first failure since the run began */
+  bool stop, started;
+  sc_status failed;     /* the first failure since the run began */
   sc_diag fail_diag;
-};
+} cqueue;
 
 static double now_s(void) {
   struct timespec ts;
@@ -169,11 +184,11 @@ void sc_session_opts_init(sc_session_opts *o) {
   o->device = "cpu";
 }
 
-static void stop_thread(sc_session *s);
+static void stop_queues(sc_session *s);
 
 void sc_session_destroy(sc_session *s) {
   if (!s) return;
-  stop_thread(s);
+  stop_queues(s);
   if (s->prof_s) print_profile(s);
   sc_free(s->prof_s);
   sc_free(s->prof_min);
@@ -184,7 +199,8 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->groups);
   sc_free(s->group_axes);
   sc_free(s->step_comm);
-  sc_free(s->queue);
+  sc_free(s->queues);
+  sc_free(s->step_queue);
   sc_free(s->seq);
   sc_free(s);
 }
@@ -301,87 +317,128 @@ static sc_status run_comm(sc_session *s, int32_t i, sc_diag *diag) {
 }
 
 static void *comm_thread(void *arg) {
-  sc_session *s = arg;
-  int32_t n = s->p->n_steps;
-  pthread_mutex_lock(&s->mu);
+  cqueue *q = arg;
+  int32_t n = q->s->p->n_steps;
+  pthread_mutex_lock(&q->mu);
   for (;;) {
-    while (!s->stop && s->done == s->issued) pthread_cond_wait(&s->work, &s->mu);
-    if (s->done == s->issued) break; /* stopping, nothing left */
-    int32_t i = s->queue[s->done % n];
-    bool skip = s->failed != SC_OK;
-    pthread_mutex_unlock(&s->mu);
+    while (!q->stop && q->done == q->issued) pthread_cond_wait(&q->work, &q->mu);
+    if (q->done == q->issued) break; /* stopping, nothing left */
+    int32_t i = q->ring[q->done % n];
+    bool skip = q->failed != SC_OK;
+    pthread_mutex_unlock(&q->mu);
     sc_diag d;
     sc_diag_clear(&d);
-    sc_status r = skip ? SC_OK : run_comm(s, i, &d);
-    pthread_mutex_lock(&s->mu);
-    if (r != SC_OK && s->failed == SC_OK) {
-      s->failed = r;
-      s->fail_diag = d;
+    sc_status r = skip ? SC_OK : run_comm(q->s, i, &d);
+    pthread_mutex_lock(&q->mu);
+    if (r != SC_OK && q->failed == SC_OK) {
+      q->failed = r;
+      q->fail_diag = d;
     }
-    s->done++;
-    pthread_cond_broadcast(&s->done_cv);
+    q->done++;
+    pthread_cond_broadcast(&q->done_cv);
   }
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_unlock(&q->mu);
   return NULL;
 }
 
-static sc_status start_thread(sc_session *s, sc_diag *diag) {
+/* The queues (module comment): none without async steps or when a
+ * communicator must stay on its creating thread; one per group with async
+ * steps when every group's communicator allows concurrent use
+ * (sc_comm_concurrent), else one for all. */
+static sc_status start_queues(sc_session *s, sc_diag *diag) {
   const sc_program *p = s->p;
-  bool any_async = false;
+  bool any_async = false, concurrent = true;
   for (int32_t i = 0; i < p->n_steps; i++)
     any_async |= p->steps[i].kind == SC_STEP_COMM && p->steps[i].comm.async;
   if (!any_async) return SC_OK;
   for (int32_t i = 0; i < p->n_steps; i++)
     if (s->step_comm && s->step_comm[i] && !sc_comm_any_thread(s->step_comm[i]))
       return SC_OK; /* starts run inline */
-  s->queue = sc_malloc((size_t)p->n_steps * sizeof *s->queue);
-  s->seq = sc_calloc((size_t)p->n_steps, sizeof *s->seq);
-  if (!s->queue || !s->seq) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  pthread_mutex_init(&s->mu, NULL);
-  pthread_cond_init(&s->work, NULL);
-  pthread_cond_init(&s->done_cv, NULL);
-  if (pthread_create(&s->thread, NULL, comm_thread, s) != 0) {
-    pthread_cond_destroy(&s->done_cv);
-    pthread_cond_destroy(&s->work);
-    pthread_mutex_destroy(&s->mu);
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cannot start the communication thread");
+  for (int32_t g = 0; g < s->n_groups; g++) concurrent &= sc_comm_concurrent(s->groups[g]);
+  size_t n = (size_t)p->n_steps;
+  s->step_queue = sc_malloc(n * sizeof *s->step_queue);
+  s->seq = sc_calloc(n, sizeof *s->seq);
+  int32_t *of_group = sc_calloc((size_t)s->n_groups + 1, sizeof *of_group);
+  if (!s->step_queue || !s->seq || !of_group) {
+    sc_free(of_group);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
-  s->has_thread = true;
+  for (int32_t g = 0; g < s->n_groups; g++) of_group[g] = -1;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    s->step_queue[i] = -1;
+    const sc_step *st = &p->steps[i];
+    int32_t g = 0;
+    while (g < s->n_groups && (!s->step_comm || s->groups[g] != s->step_comm[i])) g++;
+    if (st->kind != SC_STEP_COMM || g == s->n_groups) continue;
+    if (!concurrent) g = 0;
+    if (st->comm.async && of_group[g] < 0) of_group[g] = s->n_queues++;
+  }
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    int32_t g = 0;
+    while (g < s->n_groups && (!s->step_comm || s->groups[g] != s->step_comm[i])) g++;
+    if (p->steps[i].kind == SC_STEP_COMM && g < s->n_groups)
+      s->step_queue[i] = of_group[concurrent ? g : 0];
+  }
+  sc_free(of_group);
+  s->queues = sc_calloc((size_t)s->n_queues, sizeof *s->queues);
+  if (!s->queues) {
+    s->n_queues = 0;
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  for (int32_t k = 0; k < s->n_queues; k++) {
+    cqueue *q = &s->queues[k];
+    q->s = s;
+    if (!(q->ring = sc_malloc(n * sizeof *q->ring)))
+      return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_cond_init(&q->work, NULL);
+    pthread_cond_init(&q->done_cv, NULL);
+    if (pthread_create(&q->thread, NULL, comm_thread, q) != 0)
+      return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cannot start a communication thread");
+    q->started = true;
+  }
   return SC_OK;
 }
 
-static void stop_thread(sc_session *s) {
-  if (!s->has_thread) return;
-  pthread_mutex_lock(&s->mu);
-  s->stop = true;
-  pthread_cond_signal(&s->work);
-  pthread_mutex_unlock(&s->mu);
-  pthread_join(s->thread, NULL);
-  pthread_cond_destroy(&s->done_cv);
-  pthread_cond_destroy(&s->work);
-  pthread_mutex_destroy(&s->mu);
-  s->has_thread = false;
+static void stop_queues(sc_session *s) {
+  for (int32_t k = 0; k < s->n_queues; k++) {
+    cqueue *q = &s->queues[k];
+    if (q->started) {
+      pthread_mutex_lock(&q->mu);
+      q->stop = true;
+      pthread_cond_signal(&q->work);
+      pthread_mutex_unlock(&q->mu);
+      pthread_join(q->thread, NULL);
+    }
+    if (q->ring) {
+      pthread_cond_destroy(&q->done_cv);
+      pthread_cond_destroy(&q->work);
+      pthread_mutex_destroy(&q->mu);
+    }
+    sc_free(q->ring);
+  }
+  s->n_queues = 0;
 }
 
-/* Queues step i for the communication thread; returns its number. */
-static int64_t enqueue(sc_session *s, int32_t i) {
-  pthread_mutex_lock(&s->mu);
-  int64_t k = s->issued++;
-  s->queue[k % s->p->n_steps] = i;
-  s->seq[i] = k;
-  pthread_cond_signal(&s->work);
-  pthread_mutex_unlock(&s->mu);
+/* Queues step i on q; returns its number there. */
+static int64_t enqueue(cqueue *q, int32_t i) {
+  pthread_mutex_lock(&q->mu);
+  int64_t k = q->issued++;
+  q->ring[k % q->s->p->n_steps] = i;
+  q->s->seq[i] = k;
+  pthread_cond_signal(&q->work);
+  pthread_mutex_unlock(&q->mu);
   return k;
 }
 
-/* Blocks until the queued step number k has run; the first failure since
- * the run began, with its message. */
-static sc_status wait_for(sc_session *s, int64_t k, sc_diag *diag) {
-  pthread_mutex_lock(&s->mu);
-  while (s->done <= k) pthread_cond_wait(&s->done_cv, &s->mu);
-  sc_status r = s->failed;
-  if (r != SC_OK) *diag = s->fail_diag;
-  pthread_mutex_unlock(&s->mu);
+/* Blocks until q's step number k has run; q's first failure since the run
+ * began, with its message. */
+static sc_status wait_for(cqueue *q, int64_t k, sc_diag *diag) {
+  pthread_mutex_lock(&q->mu);
+  while (q->done <= k) pthread_cond_wait(&q->done_cv, &q->mu);
+  sc_status r = q->failed;
+  if (r != SC_OK) *diag = q->fail_diag;
+  pthread_mutex_unlock(&q->mu);
   return r;
 }
 
@@ -398,31 +455,36 @@ static int64_t comm_bytes(const sc_program *p, const sc_comm_step *c) {
  * takes. */
 enum { SC_ASYNC_INLINE_BYTES = 64 * 1024 };
 static sc_status comm_step(sc_session *s, int32_t i, sc_diag *diag) {
-  if (!s->has_thread) return run_comm(s, i, diag);
+  if (!s->n_queues || s->step_queue[i] < 0) {
+    if (s->seq) s->seq[i] = -1;
+    return run_comm(s, i, diag);
+  }
+  cqueue *q = &s->queues[s->step_queue[i]];
   const sc_comm_step *c = &s->p->steps[i].comm;
-  pthread_mutex_lock(&s->mu);
-  bool idle = s->done == s->issued;
-  pthread_mutex_unlock(&s->mu);
+  pthread_mutex_lock(&q->mu);
+  bool idle = q->done == q->issued;
+  pthread_mutex_unlock(&q->mu);
   if (c->async && !(idle && comm_bytes(s->p, c) < SC_ASYNC_INLINE_BYTES)) {
-    enqueue(s, i);
+    enqueue(q, i);
     return SC_OK;
   }
   if (idle) {
     s->seq[i] = -1; /* done: its wait returns at once */
     return run_comm(s, i, diag);
   }
-  return wait_for(s, enqueue(s, i), diag);
+  return wait_for(q, enqueue(q, i), diag);
 }
 
 /* Waits for everything queued (a run's end, or its failure). */
 static sc_status drain(sc_session *s, sc_status r, sc_diag *diag) {
-  if (!s->has_thread) return r;
-  sc_diag d;
-  sc_diag_clear(&d);
-  sc_status w = wait_for(s, s->issued - 1, &d);
-  if (r == SC_OK && w != SC_OK) {
-    *diag = d;
-    return w;
+  for (int32_t k = 0; k < s->n_queues; k++) {
+    sc_diag d;
+    sc_diag_clear(&d);
+    sc_status w = wait_for(&s->queues[k], s->queues[k].issued - 1, &d);
+    if (r == SC_OK && w != SC_OK) {
+      *diag = d;
+      r = w;
+    }
   }
   return r;
 }
@@ -463,7 +525,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                        "cannot allocate the %lld-byte arena", (long long)p->arena_bytes);
   }
   if (st == SC_OK) st = dev->bind(s->ctx, s->arena, diag);
-  if (st == SC_OK) st = start_thread(s, diag);
+  if (st == SC_OK) st = start_queues(s, diag);
   const char *prof = getenv("SHARDC_PROFILE");
   if (st == SC_OK && prof && *prof && strcmp(prof, "0") != 0) {
     size_t n = p->n_steps > 0 ? (size_t)p->n_steps : 1;
@@ -591,10 +653,10 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     void *slot = s->dev->buffer_ptr(s->ctx, p->inputs[i]);
     if (slot != inputs[i].data) s->dev->copy_in(s->ctx, slot, inputs[i].data, b->bytes);
   }
-  if (s->has_thread) {
-    pthread_mutex_lock(&s->mu);
-    s->failed = SC_OK; /* the last run drained its queue */
-    pthread_mutex_unlock(&s->mu);
+  for (int32_t k = 0; k < s->n_queues; k++) {
+    pthread_mutex_lock(&s->queues[k].mu);
+    s->queues[k].failed = SC_OK; /* the last run drained its queue */
+    pthread_mutex_unlock(&s->queues[k].mu);
   }
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *st = &p->steps[i];
@@ -603,8 +665,9 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     if (st->kind == SC_STEP_COMM) {
       r = comm_step(s, i, diag);
     } else if (st->kind == SC_STEP_WAIT) {
-      if (s->has_thread && s->seq[st->started] >= 0)
-        r = wait_for(s, s->seq[st->started], diag);
+      int32_t k = st->started;
+      if (s->n_queues && s->step_queue[k] >= 0 && s->seq[k] >= 0)
+        r = wait_for(&s->queues[s->step_queue[k]], s->seq[k], diag);
     } else if (st->kind == SC_STEP_CHECK) {
       r = run_check(s, st, diag);
     } else if (st->kind == SC_STEP_SCATTER_ADD) {

@@ -19,6 +19,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -27,7 +29,10 @@
 
 #include "test_util.h"
 
+#include "codegen/memplan.h"
+#include "codegen/program.h"
 #include "runtime/comm.h"
+#include "runtime/runtime.h"
 
 #define MAXR 8
 
@@ -518,12 +523,181 @@ static void test_bootstrap_tcp(void **state) {
   unsetenv("MASTER_PORT");
 }
 
+/* ---- one communication queue per communicator (runtime/session.c) ----
+ *
+ * A session's program on a 2x2 mesh (axes a, b): an async all-gather over
+ * a (128 KiB: never run inline), then a synchronous all-reduce over b,
+ * then the gather's wait. The communicators are a local group wrapped so
+ * that a rank's all-gather waits (at most GATE_S) until that rank's
+ * all-reduce has returned. With one queue per communicator the all-reduce
+ * runs at once beside the gather in flight, and no gather waits its full
+ * GATE_S; behind a single queue, the all-reduce would wait for the gather. */
+
+#define GATE_S 3.0
+typedef struct gate {
+  atomic_int reduced[MAXR]; /* per world rank: its all-reduce returned */
+  double waited[MAXR];      /* how long its all-gather waited */
+} gate;
+typedef struct gated {
+  sc_comm *inner;
+  gate *g;
+  int world_rank;
+} gated;
+
+static const sc_comm_iface gated_iface;
+static gated *GT(sc_comm *c) { return c->ctx; }
+
+static sc_comm *gated_wrap(sc_comm *inner, gate *g, int world_rank) {
+  gated *x = calloc(1, sizeof *x);
+  *x = (gated){inner, g, world_rank};
+  return sc_comm_alloc(&gated_iface, x, sc_comm_rank(inner), sc_comm_size(inner));
+}
+static sc_status gated_all_reduce(sc_comm *c, const void *send, void *recv, int64_t count,
+                                  sc_dtype t, sc_reduce_op op, sc_diag *d) {
+  sc_status st = sc_comm_all_reduce(GT(c)->inner, send, recv, count, t, op, d);
+  atomic_store(&GT(c)->g->reduced[GT(c)->world_rank], 1);
+  return st;
+}
+static sc_status gated_all_gather(sc_comm *c, const void *send, void *recv, int64_t count,
+                                  sc_dtype t, sc_diag *d) {
+  double t0 = now_s();
+  while (!atomic_load(&GT(c)->g->reduced[GT(c)->world_rank]) && now_s() - t0 < GATE_S)
+    usleep(1000);
+  GT(c)->g->waited[GT(c)->world_rank] = now_s() - t0;
+  return sc_comm_all_gather(GT(c)->inner, send, recv, count, t, d);
+}
+static sc_status gated_split(sc_comm *c, int color, int key, sc_comm **out, sc_diag *d) {
+  sc_comm *child = NULL;
+  sc_status st = sc_comm_split(GT(c)->inner, color, key, &child, d);
+  *out = st == SC_OK && child ? gated_wrap(child, GT(c)->g, GT(c)->world_rank) : NULL;
+  return st;
+}
+static void gated_abort(sc_comm *c, const char *msg) { sc_comm_abort(GT(c)->inner, msg); }
+static void gated_destroy(sc_comm *c) {
+  sc_comm_destroy(GT(c)->inner);
+  free(c->ctx);
+  free(c);
+}
+static const sc_comm_iface gated_iface = {.name = "gated",
+                                          .all_reduce = gated_all_reduce,
+                                          .all_gather = gated_all_gather,
+                                          .split = gated_split,
+                                          .abort = gated_abort,
+                                          .destroy = gated_destroy};
+
+enum { QN = 32768 }; /* f32 elements per rank: 128 KiB */
+
+static int32_t qbuf(sc_program *p, const char *name, sc_buf_kind kind, int64_t n) {
+  sc_buffer b;
+  memset(&b, 0, sizeof b);
+  b.name = name;
+  b.kind = kind;
+  b.dtype = SC_DTYPE_F32;
+  b.rank = 1;
+  b.dims[0] = n;
+  b.bytes = n * 4;
+  b.offset = -1;
+  int32_t id = sc_program_add_buffer(p, &b);
+  if (kind == SC_BUF_INPUT) sc_program_add_input(p, id);
+  if (kind == SC_BUF_OUTPUT) sc_program_add_output(p, id);
+  return id;
+}
+
+static void qcomm(sc_program *p, sc_comm_kind kind, int32_t in, int32_t out, uint32_t axes,
+                  bool async) {
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_COMM;
+  s.kernel = -1;
+  s.origin = kind == SC_COMM_ALL_GATHER ? "gather" : "reduce";
+  s.comm = (sc_comm_step){.kind = kind, .in = in, .out = out, .pack = -1, .unpack = -1,
+                          .count = QN, .axes = axes, .group_size = 2, .peer = -1,
+                          .async = async};
+  assert_true(sc_program_add_step(p, &s) >= 0);
+}
+
+typedef struct queue_job {
+  sc_program *p;
+  gate g;
+} queue_job;
+
+static void queue_rank(job *j, sc_comm *c, rank_res *res) {
+  queue_job *q = j->ud;
+  int r = sc_comm_rank(c);
+  sc_comm *world = gated_wrap(c, &q->g, r);
+  j->comms[r] = NULL; /* the wrapper owns it now */
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.world = world;
+  o.threads = 1;
+  sc_session *s = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  float *w = malloc(QN * sizeof *w), *x = malloc(QN * sizeof *x);
+  for (int k = 0; k < QN; k++) {
+    w[k] = (float)(r * QN + k);
+    x[k] = (float)(r + 1) * 0.5f + (float)k;
+  }
+  sc_tensor_view in[2] = {{.name = "w", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {QN}, .data = w},
+                          {.name = "x", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {QN}, .data = x}};
+  sc_tensor_view out[2];
+  if (sc_session_create(q->p, &o, &s, &d) != SC_OK ||
+      sc_session_run(s, in, 2, out, 2, &d) != SC_OK) {
+    fail_rank(res, "%s", d.msg);
+  } else {
+    /* axis a is the major one: rank r's a-group is {r % 2, r % 2 + 2}, its
+     * b-group {r & ~1, r | 1} */
+    const float *gv = out[0].data, *rv = out[1].data;
+    int a0 = r % 2, b0 = r & ~1;
+    for (int k = 0; k < 2 * QN && !res->err[0]; k++) {
+      int src = k < QN ? a0 : a0 + 2;
+      if (gv[k] != (float)(src * QN + k % QN)) fail_rank(res, "gather[%d] = %g", k, gv[k]);
+    }
+    for (int k = 0; k < QN && !res->err[0]; k++) {
+      float want = (float)(b0 + 1) * 0.5f + (float)(b0 + 2) * 0.5f + 2.0f * (float)k;
+      if (rv[k] != want) fail_rank(res, "all-reduce[%d] = %g, want %g", k, rv[k], want);
+    }
+  }
+  sc_session_destroy(s);
+  sc_comm_destroy(world);
+  free(w);
+  free(x);
+}
+
+static void test_queue_per_communicator(void **state) {
+  (void)state;
+  sc_program *p = sc_program_create();
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_mesh_parse("a=2,b=2", &p->mesh, &d), SC_OK);
+  int32_t w = qbuf(p, "w", SC_BUF_INPUT, QN), x = qbuf(p, "x", SC_BUF_INPUT, QN);
+  int32_t g = qbuf(p, "g", SC_BUF_OUTPUT, 2 * QN), r = qbuf(p, "r", SC_BUF_OUTPUT, QN);
+  qcomm(p, SC_COMM_ALL_GATHER, w, g, 1u << 0, true);
+  qcomm(p, SC_COMM_ALL_REDUCE, x, r, 1u << 1, false);
+  sc_step wt;
+  memset(&wt, 0, sizeof wt);
+  wt.kind = SC_STEP_WAIT;
+  wt.kernel = -1;
+  wt.started = 0;
+  assert_true(sc_program_add_step(p, &wt) >= 0);
+  if (sc_memplan_run(p, &d) != SC_OK) fail_msg("memplan: %s", d.msg);
+  queue_job q = {.p = p};
+  job j = {.size = 4, .fn = queue_rank, .ud = &q};
+  run_job(&j);
+  assert_ranks_ok(&j);
+  for (int k = 0; k < 4; k++)
+    if (q.g.waited[k] >= GATE_S)
+      fail_msg("rank %d: the gather waited %.1f s for the all-reduce: it ran behind it", k,
+               q.g.waited[k]);
+  sc_program_destroy(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_reduce_arrays), cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_split_mesh),    cmocka_unit_test(test_abort),
       cmocka_unit_test(test_timeout),       cmocka_unit_test(test_bad_args),
-      cmocka_unit_test(test_bootstrap_tcp),
+      cmocka_unit_test(test_bootstrap_tcp), cmocka_unit_test(test_queue_per_communicator),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
