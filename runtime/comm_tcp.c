@@ -17,8 +17,11 @@
  * pipelined step relies on it: comm.h). A frame of kind ABORT carries a
  * failing rank's message: every later operation then fails with "rank R
  * aborted: MESSAGE"; a socket that closes without a BYE frame (the peer
- * died) does the same with "the connection was lost". A rank that ends
- * cleanly says BYE: only a wait for it fails then. Waits are bounded.
+ * died) does the same with "the connection was lost", and the rank that
+ * sees it first sends that as an ABORT to the others before it acts on it,
+ * so that every rank names the rank that died (not one that ended because
+ * of it). A rank that ends cleanly says BYE: only a wait for it fails
+ * then. Waits are bounded.
  *
  * Communicators. A communicator is the world's sockets, a context id and
  * its members (world ranks, in its rank order). Collectives exchange
@@ -155,6 +158,9 @@ static bool read_frame(world *w, int r) {
   return true;
 }
 
+static sc_status write_frame(world *w, int r, uint32_t kind, uint64_t ctx, int tag,
+                             const void *buf, int64_t bytes, sc_diag *d);
+
 static void *receiver(void *arg) {
   world *w = arg;
   struct pollfd *p = sc_calloc((size_t)w->size + 1, sizeof *p);
@@ -183,6 +189,17 @@ static void *receiver(void *arg) {
       if (!stopping) {
         char why[128];
         snprintf(why, sizeof why, "the connection to rank %d was lost (it ended or died)", r);
+        /* the others hear it from here first, before this process learns
+         * of it and may exit: every rank then names the rank that died,
+         * not one that ended because of it */
+        pthread_mutex_lock(&w->mu);
+        bool first = !w->aborted;
+        pthread_mutex_unlock(&w->mu);
+        sc_diag d;
+        sc_diag_clear(&d);
+        for (int k = 0; first && k < w->size; k++)
+          if (k != w->rank && k != r && open[k])
+            write_frame(w, k, FRAME_ABORT, 0, 0, why, (int64_t)strlen(why), &d);
         set_aborted(w, why);
       }
     }
