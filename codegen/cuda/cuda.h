@@ -59,6 +59,14 @@
 
 enum { SC_CUDA_SERIAL_INNER_MAX = 16 };
 
+/* Compiled with SC_CUDA_EMU defined by a host C++ compiler, the unit runs
+ * on the CPU (runtime/cuda_emu.h): each kernel NAME also gets an exported
+ * `extern "C" void NAME` SC_CUDA_EMU_SUFFIX `(void **args)`, args being the
+ * driver's kernelParams (a pointer to each argument), and the unit exports
+ * `sc_emu_bind` through which the emulator hands over its API. Without
+ * SC_CUDA_EMU (NVRTC) none of this is compiled. */
+#define SC_CUDA_EMU_SUFFIX "__emu"
+
 typedef enum sc_cuda_mode {
   SC_CUDA_THREAD_PER_POINT,
   SC_CUDA_BLOCK_PER_POINT

@@ -380,6 +380,12 @@ static void test_golden_kernel(void **state) {
       "    }\n"
       "  }\n"
       "}\n"
+      "#ifdef SC_CUDA_EMU\n"
+      "extern \"C\" __attribute__((visibility(\"default\"))) void k_divmod__emu(void **a) {\n"
+      "  k_divmod(*(const long long **)a[0], *(const long long **)a[1], *(long long **)a[2], "
+      "*(long long **)a[3], *(long long *)a[4], *(long long *)a[5]);\n"
+      "}\n"
+      "#endif\n"
       "\n";
   if (strcmp(got, want) != 0) fail_msg("golden mismatch; emitted:\n%s", got);
   sc_free(src);

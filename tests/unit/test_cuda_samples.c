@@ -28,9 +28,11 @@
  * Checkers: the GPU (copies the params into a device mirror of the arena
  * (constants uploaded once), launches the kernel with its
  * sc_cuda_launch_config over the whole outer range, copies the written
- * params back) for every sample when a device is found; kir_interpret (on
- * a host copy of the arena) for the MLP always, so the step-by-step walk
- * and the comparison run without a GPU too. Without a device the GPU test
+ * params back) for every sample when a device is found; the emulated GPU
+ * (runtime/cuda_emu.h: the same CUDA C compiled by the host C++ compiler,
+ * launched the same way over a host copy of the arena, block reductions as
+ * fibers) for every sample always; kir_interpret (on a host copy of the
+ * arena) for the MLP always. Without a device the GPU test
  * is skipped, unless SC_CUDA_REQUIRE_GPU=1 (tests/gpu/test_gpu.sh sets it),
  * which turns a missing device into a failure. */
 #include <glob.h>
@@ -46,6 +48,7 @@
 #include "codegen/cuda/cuda.h"
 #include "cuda_driver.h"
 #include "frontend/onnx.h"
+#include "runtime/cuda_emu.h"
 #include "runtime/device.h"
 #include "codegen/compile.h"
 #include "runtime/runtime.h"
@@ -318,16 +321,23 @@ typedef struct interp_ck {
   void *bufs[64];
 } interp_ck;
 
+/* The arena copied into mirror, and each param's place there (constants
+ * stay where they are; written params are in the arena). */
+static void mirror_params(const step_view *v, char *mirror, void **ptr) {
+  const kir_kernel *k = v->p->kernels[v->kernel];
+  assert_true(k->n_params <= 62);
+  memcpy(mirror, v->arena, (size_t)v->p->arena_bytes);
+  for (int32_t i = 0; i < k->n_params; i++) {
+    char *h = param_host(v, i);
+    ptr[i] = in_arena(v, h) ? mirror + (h - v->arena) : h;
+    if (k->params[i].written) assert_true(in_arena(v, h));
+  }
+}
+
 static void interp_before(void *ud, const step_view *v) {
   interp_ck *c = ud;
   const kir_kernel *k = v->p->kernels[v->kernel];
-  assert_true(k->n_params <= 64);
-  memcpy(c->mirror, v->arena, (size_t)v->p->arena_bytes);
-  for (int32_t i = 0; i < k->n_params; i++) {
-    char *h = param_host(v, i);
-    c->bufs[i] = in_arena(v, h) ? c->mirror + (h - v->arena) : h;
-    if (k->params[i].written) assert_true(in_arena(v, h));
-  }
+  mirror_params(v, c->mirror, c->bufs);
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (kir_interpret(k, c->bufs, &d) != SC_OK) fail_msg("%s: interpreter: %s", k->name, d.msg);
@@ -356,6 +366,85 @@ static void test_mlp_steps_interpreter(void **state) {
   free(ic.mirror);
   sc_program_destroy(p);
   sc_graph_destroy(g);
+}
+
+/* ------------------------------------ checker: the emulated GPU (CPU) -- */
+
+/* Every kernel through runtime/cuda_emu.h: the unit compiled by the host
+ * C++ compiler, launched with its sc_cuda_launch_config over a host copy
+ * of the arena, exactly as the GPU checker launches it. */
+typedef struct emu_ck {
+  sc_cuda_emu *emu;
+  char *mirror;
+  void *ptr[64];
+} emu_ck;
+
+static void emu_before(void *ud, const step_view *v) {
+  emu_ck *c = ud;
+  const kir_kernel *k = v->p->kernels[v->kernel];
+  mirror_params(v, c->mirror, c->ptr);
+  sc_cuda_launch lc;
+  sc_cuda_launch_config(k, &lc);
+  if (lc.points <= 0) return;
+  long long begin = 0, end = lc.points;
+  void *args[64];
+  for (int32_t i = 0; i < k->n_params; i++) args[i] = &c->ptr[i];
+  args[k->n_params] = &begin;
+  args[k->n_params + 1] = &end;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_cuda_emu_launch(c->emu, k->name, &lc, args, &d) != SC_OK)
+    fail_msg("%s: emulated launch: %s", k->name, d.msg);
+}
+
+static void emu_after(void *ud, const step_view *v) {
+  emu_ck *c = ud;
+  const kir_kernel *k = v->p->kernels[v->kernel];
+  for (int32_t i = 0; i < k->n_params; i++)
+    if (k->params[i].written) compare_param(v, i, param_host(v, i), c->ptr[i], "emulated gpu");
+}
+
+typedef struct emu_run {
+  int64_t kernels;
+  double compile_s;
+} emu_run;
+
+static void emu_one(const char *path, void *ud) {
+  emu_run *run = ud;
+  const char *name = base_name(path);
+  sc_graph *g = NULL;
+  sc_program *p = compile_model(path, &g);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  char *src = NULL;
+  if (sc_cuda_emit_source(p, &src, &d) != SC_OK) fail_msg("%s: emit: %s", name, d.msg);
+  emu_ck ec;
+  memset(&ec, 0, sizeof ec);
+  if (sc_cuda_emu_open(src, &ec.emu, &d) != SC_OK) fail_msg("%s: %s", name, d.msg);
+  run->compile_s += sc_cuda_emu_compile_seconds(ec.emu);
+  ec.mirror = malloc((size_t)p->arena_bytes + 64);
+  assert_non_null(ec.mirror);
+  checker ck = {emu_before, emu_after, &ec, 0};
+  walk_steps(name, p, &ck);
+  run->kernels += ck.kernels_checked;
+  free(ec.mirror);
+  sc_cuda_emu_close(ec.emu);
+  sc_free(src);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+/* Every kernel of every sample, emulated, against the CPU backend: no GPU
+ * needed. */
+static void test_emulated_samples_match_cpu(void **state) {
+  (void)state;
+  emu_run run;
+  memset(&run, 0, sizeof run);
+  rng_seed(20261202);
+  for_each_sample(emu_one, &run);
+  assert_true(run.kernels > 0);
+  printf("[  EMU     ] %lld sample kernel steps, emulated, match the CPU (host compiles %.1f s)\n",
+         (long long)run.kernels, run.compile_s);
 }
 
 /* --------------------------------------------------- checker: the GPU -- */
@@ -487,6 +576,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_samples),
       cmocka_unit_test(test_mlp_steps_interpreter),
+      cmocka_unit_test(test_emulated_samples_match_cpu),
       cmocka_unit_test(test_gpu_samples_match_cpu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

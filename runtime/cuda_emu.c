@@ -1,0 +1,341 @@
+/* cuda_emu.c — the emulated GPU (cuda_emu.h): the host-compiled CUDA unit,
+ * its launches, and the fibers of a block. */
+#define _GNU_SOURCE
+#include "runtime/cuda_emu.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SC_EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SC_EMU_ASAN 1
+#endif
+#endif
+#ifdef SC_EMU_ASAN
+void __sanitizer_start_switch_fiber(void **fake_stack_save, const void *bottom, size_t size);
+void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_old,
+                                     size_t *size_old);
+#endif
+
+/* The unit's view of the emulator (codegen/cuda/cuda_emit.c, emu_prelude):
+ * the layouts must match. */
+typedef struct emu_dim3 {
+  unsigned x, y, z;
+} emu_dim3;
+typedef struct emu_thread {
+  emu_dim3 tid, bid, bdim, gdim;
+  unsigned char *xchg;
+} emu_thread;
+typedef struct emu_api {
+  const emu_thread *(*current)(void);
+  void (*barrier)(void);
+  void (*warp_sync)(void);
+} emu_api;
+
+enum { STACK_BYTES = 64 * 1024, MAX_BLOCK = 1024 };
+
+enum { RUNNABLE, AT_BARRIER, AT_WARP_SYNC, DONE };
+
+typedef struct fiber {
+  ucontext_t ctx;
+  emu_thread th;
+  char *stack;
+  int state;
+  void *fake;              /* ASan: its fake stack while switched out */
+} fiber;
+
+struct sc_cuda_emu {
+  void *so;
+  double compile_s;
+  fiber *f;                /* [MAX_BLOCK], stacks made on first use */
+  unsigned char *xchg;     /* [MAX_BLOCK][16] the shuffles' exchange area */
+};
+
+/* The calling thread's launch: the running fiber (or plain thread), the
+ * scheduler's context, the kernel and its arguments. */
+static __thread struct {
+  emu_thread *cur;
+  bool fibers;             /* in a block-per-point launch */
+  bool bad_barrier;        /* a barrier outside one */
+  ucontext_t sched;
+  fiber *running;
+  void (*fn)(void **);
+  void **args;
+#ifdef SC_EMU_ASAN
+  void *sched_fake;        /* the scheduler's fake stack while a fiber runs */
+  const void *sched_bottom;
+  size_t sched_size;
+#endif
+} L;
+
+static const emu_thread *emu_current(void) { return L.cur; }
+
+/* Back to the scheduler (a barrier, or the thread's end). */
+static void to_scheduler(fiber *f) {
+#ifdef SC_EMU_ASAN
+  __sanitizer_start_switch_fiber(f->state == DONE ? NULL : &f->fake, L.sched_bottom,
+                                 L.sched_size);
+#endif
+  swapcontext(&f->ctx, &L.sched);
+#ifdef SC_EMU_ASAN
+  __sanitizer_finish_switch_fiber(f->fake, NULL, NULL);
+#endif
+}
+
+static void wait_at(int state) {
+  if (!L.fibers) {
+    L.bad_barrier = true; /* reported by the launch */
+    return;
+  }
+  L.running->state = state;
+  to_scheduler(L.running);
+}
+static void emu_barrier(void) { wait_at(AT_BARRIER); }
+static void emu_warp_sync(void) { wait_at(AT_WARP_SYNC); }
+
+static const emu_api API = {emu_current, emu_barrier, emu_warp_sync};
+
+static void fiber_main(void) {
+  fiber *f = L.running;
+#ifdef SC_EMU_ASAN
+  __sanitizer_finish_switch_fiber(NULL, &L.sched_bottom, &L.sched_size);
+#endif
+  L.fn(L.args);
+  f->state = DONE;
+  to_scheduler(f); /* never resumed */
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static sc_status nomem(sc_diag *d) {
+  return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "cuda emulation: out of memory");
+}
+
+/* Writes n bytes to path (created, private). */
+static bool write_file(const char *path, const char *data, size_t n) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return false;
+  size_t done = 0;
+  while (done < n) {
+    ssize_t w = write(fd, data + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    done += (size_t)w;
+  }
+  return close(fd) == 0 && done == n;
+}
+
+/* The first lines of the compiler's messages (at most room bytes). */
+static void read_head(const char *path, char *buf, size_t room) {
+  buf[0] = 0;
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  size_t n = fread(buf, 1, room - 1, f);
+  buf[n] = 0;
+  fclose(f);
+}
+
+/* Runs argv (no shell) with stdout and stderr into log; its exit status,
+ * or -1 when it could not start. */
+static int run_compiler(char *const *argv, const char *log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+sc_status sc_cuda_emu_open(const char *cuda_src, sc_cuda_emu **out, sc_diag *d) {
+  *out = NULL;
+  const char *tmp = getenv("TMPDIR");
+  char dir[4096], src[4200], so[4200], log[4200];
+  snprintf(dir, sizeof dir, "%s/shardc-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(dir))
+    return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "cuda emulation: %s: cannot create: %s", dir,
+                       strerror(errno));
+  snprintf(src, sizeof src, "%s/kernels.cu", dir);
+  snprintf(so, sizeof so, "%s/kernels.so", dir);
+  snprintf(log, sizeof log, "%s/compiler.log", dir);
+  sc_status st = SC_OK;
+  if (!write_file(src, cuda_src, strlen(cuda_src)))
+    st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "cuda emulation: %s: cannot write", src);
+  const char *cxx = getenv("CXX");
+  char *argv[] = {(char *)(cxx && *cxx ? cxx : "c++"), "-std=c++17", "-O1", "-fPIC", "-shared",
+                  "-DSC_CUDA_EMU", "-w", "-x", "c++", src, "-o", so, NULL};
+  double t0 = now_s();
+  int rc = st == SC_OK ? run_compiler(argv, log) : 0;
+  double secs = now_s() - t0;
+  if (st == SC_OK && rc != 0) {
+    char head[600];
+    read_head(log, head, sizeof head);
+    st = sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "cuda emulation: %s %s: %s", argv[0],
+                     rc < 0 ? "could not be run (set CXX to a C++ compiler)" : "failed on the "
+                                                                               "kernels",
+                     head);
+  }
+  void *h = st == SC_OK ? dlopen(so, RTLD_NOW | RTLD_LOCAL) : NULL;
+  if (st == SC_OK && !h)
+    st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "cuda emulation: dlopen: %s", dlerror());
+  unlink(src); /* the object stays mapped */
+  unlink(so);
+  unlink(log);
+  rmdir(dir);
+  void (*bind)(const emu_api *) = h ? (void (*)(const emu_api *))dlsym(h, "sc_emu_bind") : NULL;
+  if (st == SC_OK && !bind)
+    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "cuda emulation: the unit has no sc_emu_bind (not shardc's CUDA C)");
+  sc_cuda_emu *e = st == SC_OK ? sc_calloc(1, sizeof *e) : NULL;
+  if (st == SC_OK && (!e || !(e->f = sc_calloc(MAX_BLOCK, sizeof *e->f)) ||
+                      !(e->xchg = sc_calloc(MAX_BLOCK, 16))))
+    st = nomem(d);
+  if (st != SC_OK) {
+    if (e) {
+      sc_free(e->f);
+      sc_free(e->xchg);
+      sc_free(e);
+    }
+    if (h) dlclose(h);
+    return st;
+  }
+  bind(&API);
+  e->so = h;
+  e->compile_s = secs;
+  *out = e;
+  return SC_OK;
+}
+
+double sc_cuda_emu_compile_seconds(const sc_cuda_emu *e) { return e ? e->compile_s : 0; }
+
+/* One block of n threads as fibers (cuda_emu.h): each runnable thread is
+ * resumed until it waits or ends; a warp whose live lanes all wait at a
+ * warp sync goes on, and the block when all its live threads wait at its
+ * barrier. Nothing runnable and nothing released is a deadlock. */
+static sc_status run_block_fibers(sc_cuda_emu *e, int n, const char *name, sc_diag *d) {
+  for (int t = 0; t < n; t++) {
+    fiber *f = &e->f[t];
+    if (!f->stack && !(f->stack = sc_malloc(STACK_BYTES))) return nomem(d);
+    f->state = RUNNABLE;
+    f->fake = NULL;
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = f->stack;
+    f->ctx.uc_stack.ss_size = STACK_BYTES;
+    f->ctx.uc_link = &L.sched;
+    makecontext(&f->ctx, fiber_main, 0);
+  }
+  for (int live = n; live > 0;) {
+    bool moved = false;
+    for (int t = 0; t < n; t++) {
+      fiber *f = &e->f[t];
+      if (f->state != RUNNABLE) continue;
+      L.running = f;
+      L.cur = &f->th;
+#ifdef SC_EMU_ASAN
+      __sanitizer_start_switch_fiber(&L.sched_fake, f->stack, STACK_BYTES);
+#endif
+      swapcontext(&L.sched, &f->ctx);
+#ifdef SC_EMU_ASAN
+      __sanitizer_finish_switch_fiber(L.sched_fake, NULL, NULL);
+#endif
+      live -= f->state == DONE;
+      moved = true;
+    }
+    for (int w = 0; w < n; w += 32) { /* warps whose live lanes all sync */
+      int end = w + 32 < n ? w + 32 : n, syncing = 0, lanes = 0;
+      for (int t = w; t < end; t++) {
+        lanes += e->f[t].state != DONE;
+        syncing += e->f[t].state == AT_WARP_SYNC;
+      }
+      if (syncing && syncing == lanes) {
+        for (int t = w; t < end; t++)
+          if (e->f[t].state == AT_WARP_SYNC) e->f[t].state = RUNNABLE;
+        moved = true;
+      }
+    }
+    int at_barrier = 0;
+    for (int t = 0; t < n; t++) at_barrier += e->f[t].state == AT_BARRIER;
+    if (at_barrier && at_barrier == live) {
+      for (int t = 0; t < n; t++)
+        if (e->f[t].state == AT_BARRIER) e->f[t].state = RUNNABLE;
+      moved = true;
+    }
+    if (!moved && live > 0)
+      return sc_diag_set(d, SC_ERR_INVALID, name, NULL,
+                         "cuda emulation: kernel '%s' deadlocks: %d threads wait, at a barrier "
+                         "and at a warp sync", name, live);
+  }
+  return SC_OK;
+}
+
+sc_status sc_cuda_emu_launch(sc_cuda_emu *e, const char *name, const sc_cuda_launch *l,
+                             void **args, sc_diag *d) {
+  char sym[512];
+  snprintf(sym, sizeof sym, "%s" SC_CUDA_EMU_SUFFIX, name);
+  void (*fn)(void **) = (void (*)(void **))dlsym(e->so, sym);
+  if (!fn)
+    return sc_diag_set(d, SC_ERR_INVALID, name, NULL, "cuda emulation: no kernel '%s'", name);
+  if (l->block < 1 || l->block > MAX_BLOCK || l->grid < 1 || l->grid > (1LL << 31) - 1)
+    return sc_diag_set(d, SC_ERR_INVALID, name, NULL,
+                       "cuda emulation: launch of %lld blocks of %d threads", (long long)l->grid,
+                       l->block);
+  bool fibers = l->mode == SC_CUDA_BLOCK_PER_POINT;
+  L.fn = fn;
+  L.args = args;
+  L.fibers = fibers;
+  L.bad_barrier = false;
+  emu_thread plain;
+  sc_status st = SC_OK;
+  for (int64_t b = 0; b < l->grid && st == SC_OK; b++) {
+    for (int t = 0; t < l->block; t++) {
+      emu_thread *th = fibers ? &e->f[t].th : &plain;
+      *th = (emu_thread){.tid = {(unsigned)t, 0, 0}, .bid = {(unsigned)b, 0, 0},
+                         .bdim = {(unsigned)l->block, 1, 1}, .gdim = {(unsigned)l->grid, 1, 1},
+                         .xchg = e->xchg};
+      if (!fibers) {
+        L.cur = th;
+        fn(args);
+      }
+    }
+    if (fibers) st = run_block_fibers(e, l->block, name, d);
+  }
+  L.cur = NULL;
+  if (st == SC_OK && L.bad_barrier)
+    st = sc_diag_set(d, SC_ERR_INVALID, name, NULL,
+                     "cuda emulation: kernel '%s' met a barrier in a thread-per-point launch",
+                     name);
+  return st;
+}
+
+void sc_cuda_emu_close(sc_cuda_emu *e) {
+  if (!e) return;
+  for (int t = 0; e->f && t < MAX_BLOCK; t++) sc_free(e->f[t].stack);
+  sc_free(e->f);
+  sc_free(e->xchg);
+  if (e->so) dlclose(e->so);
+  sc_free(e);
+}
