@@ -61,6 +61,12 @@ sc_status sc_onnx_read_external(sc_onnx_ctx *c, const Onnx__TensorProto *t,
 /* Releases the context's bookkeeping (not the mappings: the graph owns them). */
 void sc_onnx_ctx_free(sc_onnx_ctx *c);
 
+/* Model-local functions inlined (onnx_functions.c): *gp becomes a copy of
+ * the graph whose nodes have every call expanded (in c->g's arena), or
+ * stays as it is when m has no functions. */
+sc_status sc_onnx_inline_functions(sc_onnx_ctx *c, const Onnx__ModelProto *m,
+                                   int64_t model_opset, const Onnx__GraphProto **gp);
+
 /* True when the serialized message nests at most SC_ONNX_MAX_DEPTH deep
  * (malformed bytes count as "fine": unpacking rejects them). */
 bool sc_onnx_depth_ok(const uint8_t *data, size_t size);

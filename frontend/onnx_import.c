@@ -10,7 +10,8 @@
  * fields (float_data, int32_data, ...) is converted into tight
  * little-endian arrays in the graph arena.
  *
- * Order of work: opset imports; initializers (constants, flagged PARAM);
+ * Order of work: opset imports; model-local functions inlined
+ * (onnx_functions.c); initializers (constants, flagged PARAM);
  * graph inputs that are not initializers; node names (kept when non-empty and
  * unique, else "<OpType>_<index>"); per node, Constant nodes become constant
  * values and every other node an sc_node with its outputs defined; then node
@@ -624,6 +625,7 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
   }
   if (!have_default)
     return sc_onnx_error(c, SC_ERR_INVALID, "model imports no default-domain opset");
+  if ((st = sc_onnx_inline_functions(c, m, g->opset, &gp)) != SC_OK) return st;
   g->ir_version = m->has_ir_version ? m->ir_version : 0;
   if (m->producer_name && m->producer_name[0]) {
     g->producer = sc_arena_strdup(&g->arena, m->producer_name);
