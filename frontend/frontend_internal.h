@@ -67,6 +67,22 @@ void sc_onnx_ctx_free(sc_onnx_ctx *c);
 sc_status sc_onnx_inline_functions(sc_onnx_ctx *c, const Onnx__ModelProto *m,
                                    int64_t model_opset, const Onnx__GraphProto **gp);
 
+/* Version adapters (onnx_adapters.c): *gp becomes a copy of the graph whose
+ * nodes of ops that meant something else at `opset` are rewritten into the
+ * IR's (opset 13+) form, or stays as it is when none is. */
+sc_status sc_onnx_adapt_opset(sc_onnx_ctx *c, int64_t opset, const Onnx__GraphProto **gp);
+
+/* A node list being rebuilt (the inliner's, the adapters'). */
+typedef struct sc_onnx_nodes {
+  Onnx__NodeProto **v;
+  size_t n, cap;
+} sc_onnx_nodes;
+sc_status sc_onnx_nodes_push(sc_onnx_ctx *c, sc_onnx_nodes *l, Onnx__NodeProto *np);
+/* With st == SC_OK, *gp becomes a copy of *gp (in the graph's arena) whose
+ * nodes are l's; l is freed either way. Returns st, or SC_ERR_NOMEM. */
+sc_status sc_onnx_nodes_finish(sc_onnx_ctx *c, sc_onnx_nodes *l, sc_status st,
+                               const Onnx__GraphProto **gp);
+
 /* True when the serialized message nests at most SC_ONNX_MAX_DEPTH deep
  * (malformed bytes count as "fine": unpacking rejects them). */
 bool sc_onnx_depth_ok(const uint8_t *data, size_t size);

@@ -11,7 +11,9 @@
  *    message, which the graph keeps alive (cleanups);
  *  - every other node becomes an sc_node whose op is looked up in the ops
  *    table; an unknown op, an unknown domain or an opset outside
- *    [SC_OPSET_MIN, SC_OPSET_MAX] is an error naming the node;
+ *    [SC_OPSET_MIN, SC_OPSET_MAX] is an error naming the node; model-local
+ *    functions are inlined first, and ops that meant something else at an
+ *    older opset are rewritten by the version adapters (frontend.md);
  *  - nodes get unique names (generated as "<OpType>_<index>" when missing);
  *    the graph is toposorted (a cycle or a dangling input is an error).
  *

@@ -46,8 +46,7 @@ typedef struct inliner {
   const Onnx__ModelProto *m;
   fn_info *fns;
   size_t n_fns;
-  Onnx__NodeProto **out; /* the expanded node list */
-  size_t n_out, cap_out;
+  sc_onnx_nodes out; /* the expanded node list */
   int64_t model_opset;
 } inliner;
 
@@ -146,18 +145,10 @@ static sc_status collect(inliner *in) {
 }
 
 static sc_status emit(inliner *in, Onnx__NodeProto *np) {
-  if (in->n_out >= SC_ONNX_MAX_INLINED)
+  if (in->out.n >= SC_ONNX_MAX_INLINED)
     return sc_onnx_error(in->c, SC_ERR_LIMIT, "functions expand to more than %d nodes",
                          SC_ONNX_MAX_INLINED);
-  if (in->n_out == in->cap_out) {
-    size_t cap = in->cap_out ? 2 * in->cap_out : 64;
-    Onnx__NodeProto **x = sc_realloc(in->out, cap * sizeof *x);
-    if (!x) return nomem(in);
-    in->out = x;
-    in->cap_out = cap;
-  }
-  in->out[in->n_out++] = np;
-  return SC_OK;
+  return sc_onnx_nodes_push(in->c, &in->out, np);
 }
 
 /* Names inside one expansion: formal → actual, and the body's own. */
@@ -314,17 +305,5 @@ sc_status sc_onnx_inline_functions(sc_onnx_ctx *c, const Onnx__ModelProto *m,
     c->cur_op = np->op_type;
     if (st == SC_OK) st = expand(&in, call, fi, 1);
   }
-  Onnx__GraphProto *ng = st == SC_OK ? sc_arena_array(a, 1, sizeof *ng) : NULL;
-  Onnx__NodeProto **nodes = ng ? sc_arena_array(a, in.n_out + 1, sizeof *nodes) : NULL;
-  if (st == SC_OK && (!ng || !nodes)) st = nomem(&in);
-  if (st == SC_OK) {
-    c->cur_node = c->cur_op = NULL;
-    if (in.n_out) memcpy(nodes, in.out, in.n_out * sizeof *nodes);
-    *ng = *g0;
-    ng->node = nodes;
-    ng->n_node = in.n_out;
-    *gp = ng;
-  }
-  sc_free(in.out);
-  return st;
+  return sc_onnx_nodes_finish(c, &in.out, st, gp);
 }

@@ -625,7 +625,9 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
   }
   if (!have_default)
     return sc_onnx_error(c, SC_ERR_INVALID, "model imports no default-domain opset");
-  if ((st = sc_onnx_inline_functions(c, m, g->opset, &gp)) != SC_OK) return st;
+  if ((st = sc_onnx_inline_functions(c, m, g->opset, &gp)) != SC_OK ||
+      (st = sc_onnx_adapt_opset(c, g->opset, &gp)) != SC_OK)
+    return st;
   g->ir_version = m->has_ir_version ? m->ir_version : 0;
   if (m->producer_name && m->producer_name[0]) {
     g->producer = sc_arena_strdup(&g->arena, m->producer_name);
@@ -805,6 +807,36 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
 nomem:
   sc_free(ns.slot);
   return sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
+}
+
+sc_status sc_onnx_nodes_push(sc_onnx_ctx *c, sc_onnx_nodes *l, Onnx__NodeProto *np) {
+  if (l->n == l->cap) {
+    size_t cap = l->cap ? 2 * l->cap : 64;
+    Onnx__NodeProto **x = sc_realloc(l->v, cap * sizeof *x);
+    if (!x) return sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
+    l->v = x;
+    l->cap = cap;
+  }
+  l->v[l->n++] = np;
+  return SC_OK;
+}
+
+sc_status sc_onnx_nodes_finish(sc_onnx_ctx *c, sc_onnx_nodes *l, sc_status st,
+                               const Onnx__GraphProto **gp) {
+  Onnx__GraphProto *ng = st == SC_OK ? sc_arena_array(&c->g->arena, 1, sizeof *ng) : NULL;
+  Onnx__NodeProto **nodes = ng ? sc_arena_array(&c->g->arena, l->n + 1, sizeof *nodes) : NULL;
+  if (st == SC_OK && (!ng || !nodes)) st = sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
+  if (st == SC_OK) {
+    c->cur_node = c->cur_op = NULL;
+    if (l->n) memcpy(nodes, l->v, l->n * sizeof *nodes);
+    *ng = **gp;
+    ng->node = nodes;
+    ng->n_node = l->n;
+    *gp = ng;
+  }
+  sc_free(l->v);
+  memset(l, 0, sizeof *l);
+  return st;
 }
 
 static void free_model(void *p) { onnx__model_proto__free_unpacked(p, NULL); }

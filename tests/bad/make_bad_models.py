@@ -328,7 +328,7 @@ def build_cases(out):
     add(Case("unknown_domain", "error", nodes=[["ev", "Relu"]], what="Relu in 'com.evil'"),
         _model([helper.make_node("Relu", ["x"], ["y"], name="ev", domain="com.evil")],
                [_vi("x", [2, 3])], [_vi("y", [2, 3])], extra_opsets=[("com.evil", 1)]))
-    for ops in (7, 99):
+    for ops in (6, 99):  # shardc reads opsets 7 to 25
         add(Case("opset_%d" % ops, "error", msg_re="opset", what="default opset %d" % ops),
             _model([helper.make_node("Relu", ["x"], ["y"], name="r")],
                    [_vi("x", [2, 3])], [_vi("y", [2, 3])], opset=ops))

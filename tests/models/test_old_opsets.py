@@ -1,0 +1,161 @@
+"""test_old_opsets.py — models at opsets 7 to 12, read through the version
+adapters (frontend/onnx_adapters.c) and the forms the IR reads at any
+opset, against onnxruntime.
+
+Each case is a small model built with onnx.helper at an old opset and
+checked by onnx.checker, run by `shardc run` (with --no-fuse and fused) and
+by onnxruntime on the same seeded random inputs (uniform in ±[0.05, 2),
+never zero), outputs equal within rtol 1e-5, atol 1e-6, no NaN:
+  softmax_3d_axis1   Softmax at opset 11 on [2,3,4], axis 1: the input is
+                     coerced to 2-D [2,12] (not the per-axis form)
+  softmax_default    Softmax at opset 12 on [2,3,5], no axis (default 1)
+  logsoftmax_last    LogSoftmax at opset 9, axis 2 of 3
+  unsqueeze_squeeze  Unsqueeze/Squeeze with `axes` attributes (opset 11)
+  split_reduce       Split with a `split` attribute, ReduceSum with `axes`
+                     (opset 11)
+  slice_attrs        Slice with starts/ends/axes attributes (opset 9)
+  pad_attrs          Pad with pads, mode and value attributes (opset 10,
+                     constant value 1.5, and mode reflect)
+  clip_attrs         Clip with min/max attributes (opset 10)
+  batchnorm_spatial  BatchNormalization with spatial = 1 (opset 7)
+  transformer_ish    opset 11: MatMul, Add, Softmax(axis = -1) over
+                     [b, h, s, s] scores, Transpose, Reshape, Unsqueeze
+And refused with a clear error (exit 1): BatchNormalization with spatial = 0
+(opset 7), and opset 6 ("opset 6 is not supported").
+
+Environment: SHARDC. Exit 0 on success, 1 on any failure.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto as T, helper
+from checks import check, failures, finish, refused
+
+SHARDC = os.environ.get("SHARDC")
+
+
+def vi(name, shape):
+    return helper.make_tensor_value_info(name, T.FLOAT, shape)
+
+
+def rand(rng, shape):
+    return (rng.uniform(0.05, 2.0, shape) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
+
+
+def cases(rng):
+    out = []
+
+    def add(name, opset, nodes, inputs, outputs, inits=()):
+        g = helper.make_graph(nodes, name, [vi(n, s) for n, s in inputs],
+                              [vi(n, s) for n, s in outputs], list(inits))
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+        m.ir_version = min(m.ir_version, 7)
+        onnx.checker.check_model(m)
+        out.append((name, m, {n: rand(rng, s) for n, s in inputs}))
+
+    add("softmax_3d_axis1", 11, [helper.make_node("Softmax", ["x"], ["y"], axis=1)],
+        [("x", [2, 3, 4])], [("y", [2, 3, 4])])
+    add("softmax_default", 12, [helper.make_node("Softmax", ["x"], ["y"])],
+        [("x", [2, 3, 5])], [("y", [2, 3, 5])])
+    add("logsoftmax_last", 9, [helper.make_node("LogSoftmax", ["x"], ["y"], axis=2)],
+        [("x", [2, 3, 5])], [("y", [2, 3, 5])])
+    add("unsqueeze_squeeze", 11,
+        [helper.make_node("Unsqueeze", ["x"], ["u"], axes=[0, 3]),
+         helper.make_node("Relu", ["u"], ["r"]),
+         helper.make_node("Squeeze", ["r"], ["y"], axes=[0])],
+        [("x", [3, 4])], [("y", [3, 4, 1])])
+    add("split_reduce", 11,
+        [helper.make_node("Split", ["x"], ["a", "b"], axis=1, split=[2, 4]),
+         helper.make_node("ReduceSum", ["a"], ["y"], axes=[1], keepdims=0),
+         helper.make_node("Neg", ["b"], ["z"])],
+        [("x", [3, 6])], [("y", [3]), ("z", [3, 4])])
+    add("slice_attrs", 9,
+        [helper.make_node("Slice", ["x"], ["y"], starts=[1, 0], ends=[3, -1], axes=[0, 2])],
+        [("x", [4, 3, 5])], [("y", [2, 3, 4])])
+    add("pad_attrs", 10,
+        [helper.make_node("Pad", ["x"], ["y"], pads=[0, 1, 1, 2], value=1.5),
+         helper.make_node("Pad", ["x"], ["z"], pads=[0, 2, 0, 1], mode="reflect")],
+        [("x", [2, 4])], [("y", [3, 7]), ("z", [2, 7])])
+    add("clip_attrs", 10, [helper.make_node("Clip", ["x"], ["y"], min=-0.5, max=0.75)],
+        [("x", [3, 5])], [("y", [3, 5])])
+    bn = [helper.make_tensor(n, T.FLOAT, [3], v) for n, v in
+          (("s", [1.0, 0.5, 2.0]), ("b", [0.1, -0.2, 0.3]), ("m", [0.05, -0.1, 0.2]),
+           ("v", [1.0, 0.25, 4.0]))]
+    add("batchnorm_spatial", 7,
+        [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], spatial=1,
+                          epsilon=1e-3)],
+        [("x", [2, 3, 4, 4])], [("y", [2, 3, 4, 4])], bn)
+    w = helper.make_tensor("w", T.FLOAT, [8, 8], rand(rng, [8, 8]).ravel())
+    shape = helper.make_tensor("shape", T.INT64, [3], [2, 4, 8])
+    add("transformer_ish", 11,
+        [helper.make_node("MatMul", ["x", "w"], ["q"]),
+         helper.make_node("Reshape", ["q", "shape"], ["q3"]),
+         helper.make_node("Unsqueeze", ["q3"], ["q4"], axes=[1]),
+         helper.make_node("Transpose", ["q4"], ["k4"], perm=[0, 1, 3, 2]),
+         helper.make_node("MatMul", ["q4", "k4"], ["s"]),
+         helper.make_node("Softmax", ["s"], ["p"], axis=-1),
+         helper.make_node("MatMul", ["p", "q4"], ["y"])],
+        [("x", [8, 8])], [("y", [2, 1, 4, 8])], [w, shape])
+    return out
+
+
+def run_case(tmp, name, m, feeds):
+    path = os.path.join(tmp, name + ".onnx")
+    onnx.save(m, path)
+    want = ort.InferenceSession(path).run(None, feeds)
+    args = []
+    for k, v in feeds.items():
+        np.save(os.path.join(tmp, f"{name}_{k}.npy"), v)
+        args += ["--input", f"{k}={tmp}/{name}_{k}.npy"]
+    n_fail = len(failures)
+    for extra in (["--no-fuse"], []):
+        out = os.path.join(tmp, name + "_out" + "".join(extra))
+        r = subprocess.run([SHARDC, "run", path, "--output-dir", out] + args + extra,
+                           capture_output=True, text=True, timeout=120)
+        what = f"{name} (opset {m.opset_import[0].version}) {' '.join(extra)}".strip()
+        if not check(r.returncode == 0, f"{what}: exit {r.returncode}: {r.stderr.strip()}"):
+            continue
+        for o, w in zip(m.graph.output, want):
+            got = np.load(os.path.join(out, o.name + ".npy"))
+            check(got.shape == w.shape and not np.isnan(got).any() and
+                  np.allclose(got, w, rtol=1e-5, atol=1e-6),
+                  f"{what}: output {o.name}: {got.shape} vs {w.shape}, max |diff| "
+                  f"{np.max(np.abs(got - w)) if got.shape == w.shape else 'n/a'}")
+    if len(failures) == n_fail:
+        print(f"ok: {name} (opset {m.opset_import[0].version}) equals onnxruntime")
+
+
+def refuse(tmp, name, m, needle):
+    path = os.path.join(tmp, name + ".onnx")
+    onnx.save(m, path)
+    refused(SHARDC, path, [needle], name)
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC not set")
+        return 1
+    rng = np.random.default_rng(20261202)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, m, feeds in cases(rng):
+            run_case(tmp, name, m, feeds)
+        bn = [helper.make_tensor(n, T.FLOAT, [3], [1.0, 1.0, 1.0]) for n in "sbmv"]
+        g = helper.make_graph([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                                                ["y"], spatial=0)], "bn0",
+                              [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])], bn)
+        refuse(tmp, "batchnorm_spatial0",
+                helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)]), "spatial = 0")
+        g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "old",
+                              [vi("x", [2])], [vi("y", [2])])
+        refuse(tmp, "opset6", helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)]),
+                "opset 6 is not supported")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
