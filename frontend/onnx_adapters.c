@@ -17,9 +17,29 @@
  *       a float scalar input (the data's dtype must then be float32);
  *   BatchNormalization (< 9)  `spatial` = 0 (per-element statistics) is
  *       refused; otherwise the attribute is dropped.
+ *
+ * The same mechanism reads onnxruntime's com.microsoft ops, which exports
+ * optimised by its transformer tools contain, as IR ops (their semantics
+ * are onnxruntime's contrib op definitions):
+ *   Gelu, BiasGelu(A, B)   0.5 x (1 + erf(x / sqrt 2)), x = A (+ B);
+ *   FastGelu(X[, bias])    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)));
+ *   QuickGelu(X; alpha)    x sigmoid(alpha x), alpha 1.702 by default;
+ *   FusedMatMul(A, B; alpha, transA, transB)  alpha op(A) @ op(B); a
+ *       transposed operand must be a graph input or initializer (its rank
+ *       is needed for the permutation); transBatchA/B are refused;
+ *   SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+ *   SimplifiedLayerNormalization (the last also in the default domain,
+ *       where onnxruntime registers it): over the last axis, of input +
+ *       skip (+ bias; output 3 is that sum), LayerNormalization from opset
+ *       17, its decomposition before, and the RMS form x / sqrt(mean(x^2)
+ *       + eps) * gamma; the mean and inverse-deviation outputs are refused.
+ * Their scalar constants take the data's dtype through CastLike from opset
+ * 15 (float32 before).
  * Made nodes and values are named after the node ("N/flatten",
- * "N/starts"); constants are Constant nodes (typed int64/float data). All
- * of it lives in the graph's arena, like the inliner's (onnx_functions.c). */
+ * "N/starts", "N/3"); constants are Constant nodes (typed int64/float
+ * data). All of it lives in the graph's arena, like the inliner's
+ * (onnx_functions.c). */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -27,8 +47,11 @@
 
 typedef struct adapter {
   sc_onnx_ctx *c;
+  const Onnx__GraphProto *graph;
+  int64_t opset;
   sc_onnx_nodes out;
   size_t index; /* of the node being adapted, for generated names */
+  int tmp;      /* values made for the node so far */
 } adapter;
 
 static sc_status nomem(adapter *ad) {
@@ -228,25 +251,275 @@ static sc_status batch_norm(adapter *ad, const Onnx__NodeProto *np) {
   return emit(ad, cp);
 }
 
+/* ---- com.microsoft ops (onnxruntime's contrib ops), in IR ops ---- */
+
+/* Names of the values a contrib expansion makes: "<node>/<k>". */
+static const char *tmp_name(adapter *ad, const char *b) {
+  return sc_arena_printf(A(ad), "%s/%d", b, ad->tmp++);
+}
+
+/* out = op(a[, b]) as a new node; out NULL: a fresh name. */
+static const char *op2(adapter *ad, const char *b, const char *op, const char *x, const char *y,
+                       const char *out) {
+  const char *in[2] = {x, y}, *o = out ? out : tmp_name(ad, b);
+  Onnx__NodeProto *np = o ? node(ad, op, sc_arena_printf(A(ad), "%s/%s_%d", b, op, ad->tmp++),
+                                 in, y ? 2 : 1, &o, 1, 1)
+                          : NULL;
+  return np && emit(ad, np) == SC_OK ? o : NULL;
+}
+
+/* A float scalar constant in X's dtype (CastLike from opset 15; before,
+ * float32). */
+static const char *scalar(adapter *ad, const char *b, float v, const char *like) {
+  const char *c = tmp_name(ad, b);
+  if (!c || constant(ad, c, NULL, 0, &v) != SC_OK) return NULL;
+  return ad->opset >= 15 ? op2(ad, b, "CastLike", c, like, NULL) : c;
+}
+
+/* A node with an INTS attribute `name` = v[n] (ReduceMean's axes). */
+static const char *reduce_mean_last(adapter *ad, const char *b, const char *x) {
+  const char *o = tmp_name(ad, b);
+  Onnx__NodeProto *np = o ? node(ad, "ReduceMean", sc_arena_printf(A(ad), "%s/mean_%d", b,
+                                                                   ad->tmp++), &x, 1, &o, 1, 2)
+                          : NULL;
+  Onnx__AttributeProto *axes = sc_arena_array(A(ad), 1, sizeof *axes);
+  int64_t *v = sc_arena_array(A(ad), 1, sizeof *v);
+  Onnx__AttributeProto *keep = int_attr(ad, "keepdims", 1);
+  if (!np || !axes || !v || !keep) return NULL;
+  onnx__attribute_proto__init(axes);
+  axes->name = "axes";
+  axes->has_type = 1;
+  axes->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  v[0] = -1;
+  axes->ints = v;
+  axes->n_ints = 1;
+  np->attribute[np->n_attribute++] = axes;
+  np->attribute[np->n_attribute++] = keep;
+  return emit(ad, np) == SC_OK ? o : NULL;
+}
+
+static float float_attr(const Onnx__NodeProto *np, const char *name, float dflt) {
+  const Onnx__AttributeProto *a = attr(np, name);
+  return a ? a->f : dflt;
+}
+
+static const char *input(const Onnx__NodeProto *np, size_t i) {
+  return i < np->n_input && np->input[i] && np->input[i][0] ? np->input[i] : NULL;
+}
+static const char *output(const Onnx__NodeProto *np, size_t i) {
+  return i < np->n_output && np->output[i] && np->output[i][0] ? np->output[i] : NULL;
+}
+
+/* 0.5 x (1 + erf(x / sqrt 2)) into out. */
+static const char *gelu_erf(adapter *ad, const char *b, const char *x, const char *out) {
+  const char *r2 = scalar(ad, b, 1.41421356237f, x), *h = scalar(ad, b, 0.5f, x);
+  const char *one = scalar(ad, b, 1.0f, x);
+  const char *e = op2(ad, b, "Erf", op2(ad, b, "Div", x, r2, NULL), NULL, NULL);
+  const char *hx = op2(ad, b, "Mul", x, h, NULL);
+  return op2(ad, b, "Mul", hx, op2(ad, b, "Add", e, one, NULL), out);
+}
+
+/* Input 0 plus the optional input i (a bias), or input 0. */
+static const char *with_bias(adapter *ad, const char *b, const Onnx__NodeProto *np, size_t i) {
+  return input(np, i) ? op2(ad, b, "Add", np->input[0], np->input[i], NULL) : np->input[0];
+}
+
+static sc_status contrib_done(adapter *ad, const char *last) {
+  return last ? SC_OK : (ad->c->diag->status ? ad->c->diag->status : nomem(ad));
+}
+
+static sc_status need_io(adapter *ad, const Onnx__NodeProto *np, size_t min_in, size_t max_out) {
+  if (np->n_input < min_in || !input(np, 0) || !output(np, 0))
+    return sc_onnx_error(ad->c, SC_ERR_INVALID, "%s needs %zu inputs and an output",
+                         np->op_type, min_in);
+  for (size_t k = 1; k < np->n_output; k++)
+    if (output(np, k) && k >= max_out)
+      return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "%s's output %zu ('%s') is not supported",
+                           np->op_type, k, np->output[k]);
+  return SC_OK;
+}
+
+/* Gelu (com.microsoft): the erf form; BiasGelu: of A + B. */
+static sc_status ms_gelu(adapter *ad, const Onnx__NodeProto *np) {
+  bool bias = strcmp(np->op_type, "BiasGelu") == 0;
+  sc_status st = need_io(ad, np, bias ? 2 : 1, 1);
+  if (st != SC_OK) return st;
+  const char *b = base_name(ad, np);
+  return contrib_done(ad, gelu_erf(ad, b, bias ? with_bias(ad, b, np, 1) : np->input[0],
+                                   np->output[0]));
+}
+
+/* FastGelu(X[, bias]): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static sc_status ms_fast_gelu(adapter *ad, const Onnx__NodeProto *np) {
+  sc_status st = need_io(ad, np, 1, 1);
+  if (st != SC_OK) return st;
+  const char *b = base_name(ad, np), *x = with_bias(ad, b, np, 1);
+  const char *x3 = op2(ad, b, "Mul", op2(ad, b, "Mul", x, x, NULL), x, NULL);
+  const char *in = op2(ad, b, "Add", x, op2(ad, b, "Mul", x3, scalar(ad, b, 0.044715f, x), NULL),
+                       NULL);
+  const char *t = op2(ad, b, "Tanh", op2(ad, b, "Mul", in, scalar(ad, b, 0.7978845608f, x), NULL),
+                      NULL, NULL);
+  const char *hx = op2(ad, b, "Mul", x, scalar(ad, b, 0.5f, x), NULL);
+  return contrib_done(ad, op2(ad, b, "Mul", hx, op2(ad, b, "Add", t, scalar(ad, b, 1.0f, x), NULL),
+                              np->output[0]));
+}
+
+/* QuickGelu(X; alpha = 1.702) = x sigmoid(alpha x). */
+static sc_status ms_quick_gelu(adapter *ad, const Onnx__NodeProto *np) {
+  sc_status st = need_io(ad, np, 1, 1);
+  if (st != SC_OK) return st;
+  const char *b = base_name(ad, np), *x = np->input[0];
+  const char *ax = op2(ad, b, "Mul", x, scalar(ad, b, float_attr(np, "alpha", 1.702f), x), NULL);
+  return contrib_done(ad, op2(ad, b, "Mul", x, op2(ad, b, "Sigmoid", ax, NULL, NULL),
+                              np->output[0]));
+}
+
+/* The rank of a graph input or initializer named x, or -1. */
+static int rank_of(const adapter *ad, const char *x) {
+  const Onnx__GraphProto *g = ad->graph;
+  for (size_t k = 0; k < g->n_initializer; k++)
+    if (g->initializer[k] && g->initializer[k]->name && strcmp(g->initializer[k]->name, x) == 0)
+      return (int)g->initializer[k]->n_dims;
+  for (size_t k = 0; k < g->n_input; k++) {
+    const Onnx__ValueInfoProto *v = g->input[k];
+    if (v && v->name && strcmp(v->name, x) == 0 && v->type && v->type->tensor_type &&
+        v->type->tensor_type->shape)
+      return (int)v->type->tensor_type->shape->n_dim;
+  }
+  return -1;
+}
+
+/* x with its last two dims swapped (its rank known from the graph). */
+static const char *swap_last(adapter *ad, const char *b, const Onnx__NodeProto *np, const char *x) {
+  int r = rank_of(ad, x);
+  if (r < 2) {
+    sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED,
+                  "%s transposes '%s', whose rank is not known before shape inference (only a "
+                  "graph input or initializer)", np->op_type, x);
+    return NULL;
+  }
+  const char *o = tmp_name(ad, b);
+  Onnx__NodeProto *t = o ? node(ad, "Transpose", sc_arena_printf(A(ad), "%s/T_%d", b, ad->tmp++),
+                                &x, 1, &o, 1, 1)
+                         : NULL;
+  Onnx__AttributeProto *perm = sc_arena_array(A(ad), 1, sizeof *perm);
+  int64_t *v = sc_arena_array(A(ad), (size_t)r, sizeof *v);
+  if (!t || !perm || !v) return NULL;
+  for (int k = 0; k < r; k++) v[k] = k;
+  v[r - 2] = r - 1;
+  v[r - 1] = r - 2;
+  onnx__attribute_proto__init(perm);
+  perm->name = "perm";
+  perm->has_type = 1;
+  perm->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+  perm->ints = v;
+  perm->n_ints = (size_t)r;
+  t->attribute[t->n_attribute++] = perm;
+  return emit(ad, t) == SC_OK ? o : NULL;
+}
+
+/* FusedMatMul(A, B; alpha, transA, transB) = alpha op(A) @ op(B). */
+static sc_status ms_fused_matmul(adapter *ad, const Onnx__NodeProto *np) {
+  sc_status st = need_io(ad, np, 2, 1);
+  if (st != SC_OK) return st;
+  const Onnx__AttributeProto *ta = attr(np, "transA"), *tb = attr(np, "transB");
+  const Onnx__AttributeProto *bA = attr(np, "transBatchA"), *bB = attr(np, "transBatchB");
+  if ((bA && bA->i) || (bB && bB->i))
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "FusedMatMul with transBatchA/B is not "
+                         "supported");
+  const char *b = base_name(ad, np), *x = np->input[0], *y = np->input[1];
+  if (ta && ta->i && !(x = swap_last(ad, b, np, x))) return contrib_done(ad, NULL);
+  if (tb && tb->i && !(y = swap_last(ad, b, np, y))) return contrib_done(ad, NULL);
+  float alpha = float_attr(np, "alpha", 1.0f);
+  if (alpha == 1.0f) return contrib_done(ad, op2(ad, b, "MatMul", x, y, np->output[0]));
+  const char *p = op2(ad, b, "MatMul", x, y, NULL);
+  return contrib_done(ad, op2(ad, b, "Mul", p, scalar(ad, b, alpha, p), np->output[0]));
+}
+
+/* (Skip)(Simplified)LayerNormalization over the last axis: S = input +
+ * skip (+ bias) for the Skip forms (output 3 is S); LayerNormalization
+ * (opset 17) or its decomposition; the simplified (RMS) form X /
+ * sqrt(mean(X^2) + eps) * gamma. */
+static sc_status ms_layer_norm(adapter *ad, const Onnx__NodeProto *np) {
+  bool skip = strncmp(np->op_type, "Skip", 4) == 0;
+  bool rms = strstr(np->op_type, "Simplified") != NULL;
+  sc_status st = need_io(ad, np, skip ? 3 : 2, skip ? 4 : 1);
+  if (st != SC_OK) return st;
+  if (skip && output(np, 1)) return need_io(ad, np, 3, 1);
+  if (skip && output(np, 2)) return need_io(ad, np, 3, 2);
+  const Onnx__AttributeProto *axis = attr(np, "axis");
+  if (axis && axis->i != -1)
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "%s over axis %lld (only the last)",
+                         np->op_type, (long long)axis->i);
+  const char *b = base_name(ad, np), *x = np->input[0];
+  /* inputs: Skip*: input, skip, gamma, beta (LN) / bias; LN: bias at 4 */
+  const char *gamma = skip ? np->input[2] : np->input[1];
+  const char *beta = rms ? NULL : input(np, skip ? 3 : 2);
+  const char *bias = skip ? input(np, rms ? 3 : 4) : NULL;
+  float eps = float_attr(np, "epsilon", skip ? 1e-12f : 1e-5f);
+  if (skip) {
+    const char *s = op2(ad, b, "Add", x, np->input[1], bias ? NULL : output(np, 3));
+    x = bias ? op2(ad, b, "Add", s, bias, output(np, 3)) : s;
+    if (!x) return contrib_done(ad, NULL);
+  }
+  const char *y = np->output[0];
+  if (!rms && ad->opset >= 17) {
+    const char *in[3] = {x, gamma, beta};
+    Onnx__NodeProto *ln = node(ad, "LayerNormalization", b, in, beta ? 3 : 2, &y, 1, 2);
+    Onnx__AttributeProto *ax = int_attr(ad, "axis", -1), *ep = sc_arena_array(A(ad), 1, sizeof *ep);
+    if (!ln || !ax || !ep) return nomem(ad);
+    onnx__attribute_proto__init(ep);
+    ep->name = "epsilon";
+    ep->has_type = 1;
+    ep->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    ep->has_f = 1;
+    ep->f = eps;
+    ln->attribute[ln->n_attribute++] = ax;
+    ln->attribute[ln->n_attribute++] = ep;
+    return emit(ad, ln);
+  }
+  const char *d = rms ? x : op2(ad, b, "Sub", x, reduce_mean_last(ad, b, x), NULL);
+  const char *var = reduce_mean_last(ad, b, op2(ad, b, "Mul", d, d, NULL));
+  const char *den = op2(ad, b, "Sqrt", op2(ad, b, "Add", var, scalar(ad, b, eps, x), NULL), NULL,
+                        NULL);
+  const char *n = op2(ad, b, "Mul", op2(ad, b, "Div", d, den, NULL), gamma, beta ? NULL : y);
+  return contrib_done(ad, beta ? op2(ad, b, "Add", n, beta, y) : n);
+}
+
 typedef sc_status (*adapt_fn)(adapter *ad, const Onnx__NodeProto *np);
 static const struct {
+  const char *domain; /* NULL: the default domain */
   const char *op;
   int64_t before; /* the opset from which the op means what the IR means */
   adapt_fn fn;
 } ADAPTERS[] = {
-    {"Softmax", 13, softmax},
-    {"LogSoftmax", 13, softmax},
-    {"Slice", 10, slice},
-    {"Pad", 11, pad},
-    {"BatchNormalization", 9, batch_norm},
+    {NULL, "Softmax", 13, softmax},
+    {NULL, "LogSoftmax", 13, softmax},
+    {NULL, "Slice", 10, slice},
+    {NULL, "Pad", 11, pad},
+    {NULL, "BatchNormalization", 9, batch_norm},
+    /* onnxruntime registers this one in the default domain */
+    {NULL, "SimplifiedLayerNormalization", INT64_MAX, ms_layer_norm},
+    {"com.microsoft", "Gelu", INT64_MAX, ms_gelu},
+    {"com.microsoft", "BiasGelu", INT64_MAX, ms_gelu},
+    {"com.microsoft", "FastGelu", INT64_MAX, ms_fast_gelu},
+    {"com.microsoft", "QuickGelu", INT64_MAX, ms_quick_gelu},
+    {"com.microsoft", "FusedMatMul", INT64_MAX, ms_fused_matmul},
+    {"com.microsoft", "SkipLayerNormalization", INT64_MAX, ms_layer_norm},
+    {"com.microsoft", "SkipSimplifiedLayerNormalization", INT64_MAX, ms_layer_norm},
+    {"com.microsoft", "SimplifiedLayerNormalization", INT64_MAX, ms_layer_norm},
 };
 
+static bool is_default(const char *d) { return !d || !d[0] || strcmp(d, "ai.onnx") == 0; }
+
 static adapt_fn adapter_of(const Onnx__NodeProto *np, int64_t opset) {
-  if (!np || !np->op_type || (np->domain && np->domain[0] && strcmp(np->domain, "ai.onnx") != 0))
-    return NULL;
-  for (size_t k = 0; k < sizeof ADAPTERS / sizeof *ADAPTERS; k++)
-    if (opset < ADAPTERS[k].before && strcmp(np->op_type, ADAPTERS[k].op) == 0)
+  if (!np || !np->op_type) return NULL;
+  for (size_t k = 0; k < sizeof ADAPTERS / sizeof *ADAPTERS; k++) {
+    bool dom = ADAPTERS[k].domain ? np->domain && strcmp(np->domain, ADAPTERS[k].domain) == 0
+                                  : is_default(np->domain);
+    if (dom && opset < ADAPTERS[k].before && strcmp(np->op_type, ADAPTERS[k].op) == 0)
       return ADAPTERS[k].fn;
+  }
   return NULL;
 }
 
@@ -255,12 +528,13 @@ sc_status sc_onnx_adapt_opset(sc_onnx_ctx *c, int64_t opset, const Onnx__GraphPr
   bool any = false;
   for (size_t i = 0; i < g0->n_node && !any; i++) any = adapter_of(g0->node[i], opset) != NULL;
   if (!any) return SC_OK;
-  adapter ad = {.c = c};
+  adapter ad = {.c = c, .graph = g0, .opset = opset};
   sc_status st = SC_OK;
   for (size_t i = 0; i < g0->n_node && st == SC_OK; i++) {
     Onnx__NodeProto *np = g0->node[i];
     adapt_fn fn = adapter_of(np, opset);
     ad.index = i;
+    ad.tmp = 0;
     if (!fn) {
       st = emit(&ad, np);
       continue;

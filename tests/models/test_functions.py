@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import AttributeProto, TensorProto as T, helper
-from checks import check, failures, finish, refused
+from checks import check, finish, refused_model
 
 SHARDC = os.environ.get("SHARDC")
 OPSETS = [helper.make_opsetid("", 17), helper.make_opsetid("custom", 1)]
@@ -83,12 +83,6 @@ def shardc(*args):
     return subprocess.run([SHARDC] + list(args), capture_output=True, text=True, timeout=120)
 
 
-def refuse(tmp, name, m, needles):
-    path = os.path.join(tmp, name + ".onnx")
-    onnx.save(m, path)
-    refused(SHARDC, path, needles, name)
-
-
 def main():
     if not SHARDC:
         print("SHARDC not set")
@@ -122,16 +116,16 @@ def main():
         rec = helper.make_node("Rec", ["X"], ["Y"], domain="custom", name="again")
         rec_f = helper.make_function("custom", "Rec", ["X"], ["Y"], [rec], OPSETS, [])
         call = helper.make_node("Rec", ["x"], ["y"], domain="custom", name="r")
-        refuse(tmp, "recursive", model(rng, [rec_f], [call]), ["'Rec'", "nest deeper"])
+        refused_model(SHARDC, tmp, "recursive", model(rng, [rec_f], [call]), ["'Rec'", "nest deeper"])
         bad = helper.make_node("Add", ["X", "nowhere"], ["Y"], name="adds")
         bad_f = helper.make_function("custom", "Bad", ["X"], ["Y"], [bad], OPSETS, [])
         call = helper.make_node("Bad", ["x"], ["y"], domain="custom", name="b")
-        refuse(tmp, "undefined", model(rng, [bad_f], [call]),
+        refused_model(SHARDC, tmp, "undefined", model(rng, [bad_f], [call]),
                 ["function 'Bad'", "node 'adds'", "'nowhere'"])
         call = helper.make_node("Scale", ["x", "x"], ["y"], domain="custom", name="two")
-        refuse(tmp, "too_many_inputs", model(rng, [scale_function()], [call]),
+        refused_model(SHARDC, tmp, "too_many_inputs", model(rng, [scale_function()], [call]),
                 ["'two'", "'Scale'", "2 inputs"])
-        refuse(tmp, "twice", model(rng, [scale_function(), scale_function()]),
+        refused_model(SHARDC, tmp, "twice", model(rng, [scale_function(), scale_function()]),
                 ["function 'Scale'", "defined twice"])
     return finish()
 

@@ -26,15 +26,13 @@ And refused with a clear error (exit 1): BatchNormalization with spatial = 0
 Environment: SHARDC. Exit 0 on success, 1 on any failure.
 """
 import os
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto as T, helper
-from checks import check, failures, finish, refused
+from checks import equals_onnxruntime, finish, refused_model
 
 SHARDC = os.environ.get("SHARDC")
 
@@ -104,38 +102,6 @@ def cases(rng):
     return out
 
 
-def run_case(tmp, name, m, feeds):
-    path = os.path.join(tmp, name + ".onnx")
-    onnx.save(m, path)
-    want = ort.InferenceSession(path).run(None, feeds)
-    args = []
-    for k, v in feeds.items():
-        np.save(os.path.join(tmp, f"{name}_{k}.npy"), v)
-        args += ["--input", f"{k}={tmp}/{name}_{k}.npy"]
-    n_fail = len(failures)
-    for extra in (["--no-fuse"], []):
-        out = os.path.join(tmp, name + "_out" + "".join(extra))
-        r = subprocess.run([SHARDC, "run", path, "--output-dir", out] + args + extra,
-                           capture_output=True, text=True, timeout=120)
-        what = f"{name} (opset {m.opset_import[0].version}) {' '.join(extra)}".strip()
-        if not check(r.returncode == 0, f"{what}: exit {r.returncode}: {r.stderr.strip()}"):
-            continue
-        for o, w in zip(m.graph.output, want):
-            got = np.load(os.path.join(out, o.name + ".npy"))
-            check(got.shape == w.shape and not np.isnan(got).any() and
-                  np.allclose(got, w, rtol=1e-5, atol=1e-6),
-                  f"{what}: output {o.name}: {got.shape} vs {w.shape}, max |diff| "
-                  f"{np.max(np.abs(got - w)) if got.shape == w.shape else 'n/a'}")
-    if len(failures) == n_fail:
-        print(f"ok: {name} (opset {m.opset_import[0].version}) equals onnxruntime")
-
-
-def refuse(tmp, name, m, needle):
-    path = os.path.join(tmp, name + ".onnx")
-    onnx.save(m, path)
-    refused(SHARDC, path, [needle], name)
-
-
 def main():
     if not SHARDC:
         print("SHARDC not set")
@@ -143,16 +109,17 @@ def main():
     rng = np.random.default_rng(20261202)
     with tempfile.TemporaryDirectory() as tmp:
         for name, m, feeds in cases(rng):
-            run_case(tmp, name, m, feeds)
+            equals_onnxruntime(SHARDC, tmp, f"{name}_opset{m.opset_import[0].version}", m,
+                               feeds, 1e-5, 1e-6)
         bn = [helper.make_tensor(n, T.FLOAT, [3], [1.0, 1.0, 1.0]) for n in "sbmv"]
         g = helper.make_graph([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
                                                 ["y"], spatial=0)], "bn0",
                               [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])], bn)
-        refuse(tmp, "batchnorm_spatial0",
+        refused_model(SHARDC, tmp, "batchnorm_spatial0",
                 helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)]), "spatial = 0")
         g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "old",
                               [vi("x", [2])], [vi("y", [2])])
-        refuse(tmp, "opset6", helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)]),
+        refused_model(SHARDC, tmp, "opset6", helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)]),
                 "opset 6 is not supported")
     return finish()
 

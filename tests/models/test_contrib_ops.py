@@ -1,0 +1,120 @@
+"""test_contrib_ops.py — onnxruntime's com.microsoft ops, as exports
+optimised by its transformer tools contain them, read as IR ops at import
+(frontend/onnx_adapters.c), against onnxruntime itself.
+
+Each case is a small model (onnx.helper, the com.microsoft opset imported
+beside the default one) run by `shardc run` (--no-fuse and fused) and by
+onnxruntime on the same seeded random inputs (uniform in ±[0.05, 2), never
+zero); outputs equal within rtol 1e-4, atol 1e-5 (erf and tanh: another
+libm), no NaN:
+  gelu, bias_gelu, fast_gelu (with and without bias), quick_gelu (alpha
+  1.5), fused_matmul (alpha 0.5, transB on a [2,6,5] initializer, and
+  transA on a [3,4] graph input), skip_layer_norm (gamma, beta, bias; the
+  sum output 3 too) at opset 17 (LayerNormalization) and at opset 14 (its
+  decomposition), skip_simplified_layer_norm, and SimplifiedLayerNormalization
+  (default domain, as onnxruntime registers it).
+Refused, naming the op: FusedMatMul with transBatchA, SkipLayerNormalization
+asked for its mean output, an unknown com.microsoft op.
+
+Environment: SHARDC. Exit 0 on success, 1 on any failure.
+"""
+import os
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T, helper
+from checks import equals_onnxruntime, finish, refused_model
+
+SHARDC = os.environ.get("SHARDC")
+MS = "com.microsoft"
+
+
+def vi(name, shape):
+    return helper.make_tensor_value_info(name, T.FLOAT, shape)
+
+
+def rand(rng, shape):
+    return (rng.uniform(0.05, 2.0, shape) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
+
+
+def build(name, nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, name, [vi(n, s) for n, s in inputs],
+                          [vi(n, s) for n, s in outputs], list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
+                                               helper.make_opsetid(MS, 1)])
+
+
+def cases(rng):
+    def init(n, shape):
+        return helper.make_tensor(n, T.FLOAT, shape, rand(rng, shape).ravel())
+
+    x = [("x", [2, 3, 8])]
+    out = [
+        ("gelu", build("gelu", [helper.make_node("Gelu", ["x"], ["y"], domain=MS)], x,
+                       [("y", [2, 3, 8])])),
+        ("bias_gelu", build("bias_gelu", [helper.make_node("BiasGelu", ["x", "b"], ["y"],
+                                                           domain=MS)], x, [("y", [2, 3, 8])],
+                            [init("b", [8])])),
+        ("fast_gelu", build("fast_gelu", [helper.make_node("FastGelu", ["x"], ["y"], domain=MS),
+                                          helper.make_node("FastGelu", ["x", "b"], ["z"],
+                                                           domain=MS)],
+                            x, [("y", [2, 3, 8]), ("z", [2, 3, 8])], [init("b", [8])])),
+        ("quick_gelu", build("quick_gelu", [helper.make_node("QuickGelu", ["x"], ["y"],
+                                                             domain=MS, alpha=1.5)],
+                             x, [("y", [2, 3, 8])])),
+        ("fused_matmul", build("fused_matmul", [
+            helper.make_node("FusedMatMul", ["a", "w"], ["y"], domain=MS, alpha=0.5, transB=1),
+            helper.make_node("FusedMatMul", ["c", "d"], ["z"], domain=MS, transA=1)],
+            [("a", [2, 4, 5]), ("c", [3, 4]), ("d", [3, 2])], [("y", [2, 4, 6]), ("z", [4, 2])],
+            [init("w", [2, 6, 5])])),
+    ]
+    for opset in (17, 14):
+        out.append((f"skip_layer_norm_op{opset}", build(
+            "sln", [helper.make_node("SkipLayerNormalization", ["x", "s", "g", "be", "bi"],
+                                     ["y", "", "", "sum"], domain=MS, epsilon=1e-5)],
+            x + [("s", [2, 3, 8])], [("y", [2, 3, 8]), ("sum", [2, 3, 8])],
+            [init("g", [8]), init("be", [8]), init("bi", [8])], opset)))
+    out.append(("skip_simplified_layer_norm", build(
+        "ssln", [helper.make_node("SkipSimplifiedLayerNormalization", ["x", "s", "g"], ["y"],
+                                  domain=MS, epsilon=1e-6)],
+        x + [("s", [2, 3, 8])], [("y", [2, 3, 8])], [init("g", [8])])))
+    out.append(("simplified_layer_norm", build(
+        "sln_default", [helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"],
+                                         axis=-1, epsilon=1e-5)],
+        x, [("y", [2, 3, 8])], [init("g", [8])])))
+    return out
+
+
+def run_case(tmp, rng, name, m):
+    feeds = {i.name: rand(rng, [d.dim_value for d in i.type.tensor_type.shape.dim])
+             for i in m.graph.input}
+    equals_onnxruntime(SHARDC, tmp, name, m, feeds, 1e-4, 1e-5)
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC not set")
+        return 1
+    rng = np.random.default_rng(20261202)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, m in cases(rng):
+            run_case(tmp, rng, name, m)
+        w = helper.make_tensor("w", T.FLOAT, [2, 5, 6], np.ones(60, np.float32))
+        refused_model(SHARDC, tmp, "trans_batch", build("tb", [helper.make_node(
+            "FusedMatMul", ["a", "w"], ["y"], domain=MS, transBatchA=1)],
+            [("a", [2, 4, 5])], [("y", [2, 4, 6])], [w]), ["FusedMatMul", "transBatchA"])
+        g = helper.make_tensor("g", T.FLOAT, [8], np.ones(8, np.float32))
+        refused_model(SHARDC, tmp, "mean_output", build("mo", [helper.make_node(
+            "SkipLayerNormalization", ["x", "s", "g"], ["y", "mean"], domain=MS)],
+            [("x", [2, 8]), ("s", [2, 8])], [("y", [2, 8]), ("mean", [2, 1])], [g]),
+            ["SkipLayerNormalization", "output 1", "'mean'"])
+        refused_model(SHARDC, tmp, "unknown", build("u", [helper.make_node("NoSuchOp", ["x"], ["y"], domain=MS)],
+                                     [("x", [2])], [("y", [2])]),
+               ["NoSuchOp", "com.microsoft"])
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
