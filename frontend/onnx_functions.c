@@ -16,7 +16,8 @@
  *     (FunctionProto.attribute_proto), else is left out, as ONNX says.
  * A body may call functions in turn, up to SC_ONNX_MAX_FUNCTION_DEPTH deep
  * (a recursive function is an error, not a hang), and the expansion stops
- * at SC_ONNX_MAX_INLINED nodes. Errors name the function and the body node:
+ * at SC_ONNX_MAX_INLINED nodes or SC_ONNX_MAX_INLINED_NAMES bytes of the
+ * names it makes (long names nested: memory stays bounded). Errors name the function and the body node:
  * a body reading a name that is neither F's input nor made before it, more
  * inputs or outputs than F declares, F importing another default opset than
  * the model's, two functions of one name.
@@ -33,7 +34,11 @@
 
 #include "frontend_internal.h"
 
-enum { SC_ONNX_MAX_FUNCTION_DEPTH = 32, SC_ONNX_MAX_INLINED = 1 << 20 };
+enum {
+  SC_ONNX_MAX_FUNCTION_DEPTH = 32,
+  SC_ONNX_MAX_INLINED = 1 << 20,        /* expanded nodes */
+  SC_ONNX_MAX_INLINED_NAMES = 64 << 20, /* bytes of the names made for them */
+};
 
 typedef struct fn_info {
   const Onnx__FunctionProto *f;
@@ -48,6 +53,7 @@ typedef struct inliner {
   size_t n_fns;
   sc_onnx_nodes out; /* the expanded node list */
   int64_t model_opset;
+  size_t name_bytes; /* made so far (a hostile file's long names, nested) */
 } inliner;
 
 static sc_status nomem(inliner *in) {
@@ -191,6 +197,23 @@ static const Onnx__AttributeProto *attr_value(const Onnx__NodeProto *call, const
   return NULL;
 }
 
+/* "<call>/<name>" (or "<call>/<op>_<k>" when name is NULL), within the
+ * names' budget; NULL when out of memory or over it (in->c's diag says). */
+static const char *scoped(inliner *in, const char *call, const char *name, const char *op,
+                          size_t k) {
+  size_t n = strlen(call) + (name ? strlen(name) : strlen(op) + 24) + 2;
+  if (in->name_bytes + n > SC_ONNX_MAX_INLINED_NAMES) {
+    sc_onnx_error(in->c, SC_ERR_LIMIT, "functions expand to more than %d MiB of names",
+                  SC_ONNX_MAX_INLINED_NAMES >> 20);
+    return NULL;
+  }
+  in->name_bytes += n;
+  const char *s = name ? sc_arena_printf(&in->c->g->arena, "%s/%s", call, name)
+                       : sc_arena_printf(&in->c->g->arena, "%s/%s_%zu", call, op, k);
+  if (!s) nomem(in);
+  return s;
+}
+
 static sc_status expand(inliner *in, Onnx__NodeProto *call, const fn_info *fi, int depth);
 
 /* Emits np, or expands it when it calls a function. */
@@ -229,14 +252,14 @@ static sc_status expand(inliner *in, Onnx__NodeProto *call, const fn_info *fi, i
     onnx__node_proto__init(np);
     np->op_type = b->op_type;
     np->domain = b->domain;
-    np->name = b->name && b->name[0] ? sc_arena_printf(a, "%s/%s", cname, b->name)
-                                     : sc_arena_printf(a, "%s/%s_%zu", cname, b->op_type, k);
+    np->name = (char *)scoped(in, cname, b->name && b->name[0] ? b->name : NULL, b->op_type, k);
     np->n_input = b->n_input;
     np->n_output = b->n_output;
     np->input = sc_arena_array(a, b->n_input + 1, sizeof *np->input);
     np->output = sc_arena_array(a, b->n_output + 1, sizeof *np->output);
     np->attribute = sc_arena_array(a, b->n_attribute + 1, sizeof *np->attribute);
-    if (!np->name || !np->input || !np->output || !np->attribute) return nomem(in);
+    if (!np->name) return c->diag->status;
+    if (!np->input || !np->output || !np->attribute) return nomem(in);
     for (size_t j = 0; j < b->n_input; j++) {
       const char *x = b->input[j] ? b->input[j] : "";
       const char *to = x[0] ? scope_get(&s, x) : "";
@@ -253,7 +276,7 @@ static sc_status expand(inliner *in, Onnx__NodeProto *call, const fn_info *fi, i
       for (size_t o = 0; x[0] && o < f->n_output && !to[0]; o++)
         if (f->output[o] && strcmp(f->output[o], x) == 0 && o < call->n_output)
           to = call->output[o];
-      if (x[0] && !to[0] && !(to = sc_arena_printf(a, "%s/%s", cname, x))) return nomem(in);
+      if (x[0] && !to[0] && !(to = scoped(in, cname, x, NULL, 0))) return c->diag->status;
       if (x[0] && !scope_put(a, &s, x, to)) return nomem(in);
       np->output[j] = (char *)to;
     }

@@ -127,6 +127,17 @@ def main():
                 ["'two'", "'Scale'", "2 inputs"])
         refused_model(SHARDC, tmp, "twice", model(rng, [scale_function(), scale_function()]),
                 ["function 'Scale'", "defined twice"])
+        # long names nested and doubled at every level: bounded, not exhausted
+        long = "n" * 20000
+        fns = [helper.make_function("custom", "F19", ["X"], ["Y"],
+                                    [helper.make_node("Relu", ["X"], ["Y"], name=long)],
+                                    OPSETS, [])]
+        for k in range(18, -1, -1):
+            body = [helper.make_node(f"F{k + 1}", ["X"], ["A"], domain="custom", name=long + "a"),
+                    helper.make_node(f"F{k + 1}", ["A"], ["Y"], domain="custom", name=long + "b")]
+            fns.append(helper.make_function("custom", f"F{k}", ["X"], ["Y"], body, OPSETS, []))
+        call = helper.make_node("F0", ["x"], ["y"], domain="custom", name=long)
+        refused_model(SHARDC, tmp, "name_bomb", model(rng, fns, [call]), ["MiB of names"])
     return finish()
 
 
