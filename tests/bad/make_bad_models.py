@@ -328,6 +328,29 @@ def build_cases(out):
     add(Case("unknown_domain", "error", nodes=[["ev", "Relu"]], what="Relu in 'com.evil'"),
         _model([helper.make_node("Relu", ["x"], ["y"], name="ev", domain="com.evil")],
                [_vi("x", [2, 3])], [_vi("y", [2, 3])], extra_opsets=[("com.evil", 1)]))
+    # model-local functions (inlined at import) and old-opset forms (adapters)
+    fops = [helper.make_opsetid("", OPSET), helper.make_opsetid("custom", 1)]
+    rec = helper.make_function("custom", "Rec", ["X"], ["Y"],
+                               [helper.make_node("Rec", ["X"], ["Y"], domain="custom")], fops, [])
+    m = _model([helper.make_node("Rec", ["x"], ["y"], name="r", domain="custom")],
+               [_vi("x", [2, 3])], [_vi("y", [2, 3])], extra_opsets=[("custom", 1)])
+    m.functions.append(rec)
+    add(Case("function_recursive", "error", nodes=[["r", "Rec"]], msg_re="function 'Rec'.*nest",
+             what="a function calling itself"), m)
+    und = helper.make_function("custom", "Und", ["X"], ["Y"],
+                               [helper.make_node("Add", ["X", "nowhere"], ["Y"], name="a")],
+                               fops, [])
+    m = _model([helper.make_node("Und", ["x"], ["y"], name="u", domain="custom")],
+               [_vi("x", [2, 3])], [_vi("y", [2, 3])], extra_opsets=[("custom", 1)])
+    m.functions.append(und)
+    add(Case("function_undefined", "error", nodes=[["u", "Und"]], msg_re="neither an input",
+             what="a function body reading an undefined name"), m)
+    bn = [helper.make_tensor(n, TensorProto.FLOAT, [3], [1.0, 1.0, 1.0]) for n in "sbmv"]
+    add(Case("batchnorm_spatial0", "error", nodes=[["bn", "BatchNormalization"]],
+             msg_re="spatial = 0", what="BatchNormalization spatial = 0 (opset 7)"),
+        _model([helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"],
+                                 name="bn", spatial=0)],
+               [_vi("x", [2, 3, 4])], [_vi("y", [2, 3, 4])], bn, opset=7))
     for ops in (6, 99):  # shardc reads opsets 7 to 25
         add(Case("opset_%d" % ops, "error", msg_re="opset", what="default opset %d" % ops),
             _model([helper.make_node("Relu", ["x"], ["y"], name="r")],
