@@ -47,7 +47,9 @@ extern const sc_ew_row sc_ew_rows[SC_OP_COUNT];
 
 /* Parsed attributes of an elementwise node, defaults applied. */
 typedef struct sc_ew_attrs {
-  double alpha, beta, gamma;           /* HardSigmoid, LeakyRelu, Elu, Selu */
+  double alpha, beta, gamma;           /* HardSigmoid, LeakyRelu, Elu, Selu,
+                                          Celu, ThresholdedRelu */
+  double lambd, bias;                  /* Shrink */
   bool gelu_tanh;                      /* Gelu approximate = "tanh" */
   bool detect_negative, detect_positive; /* IsInf */
   bool fmod;                           /* Mod */

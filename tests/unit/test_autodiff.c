@@ -222,6 +222,23 @@ static int32_t f_elu(sc_graph *g, const int32_t *p) {
   set_float(g, n, "alpha", 0.7);
   return done(g, n, y);
 }
+static int32_t f_celu(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_CELU, p, 1, &n);
+  set_float(g, n, "alpha", 0.6);
+  return done(g, n, y);
+}
+static int32_t f_thresholded_relu(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_THRESHOLDED_RELU, p, 1, &n);
+  set_float(g, n, "alpha", 0.3);
+  return done(g, n, y);
+}
+static int32_t f_shrink(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_SHRINK, p, 1, &n);
+  set_float(g, n, "lambd", 0.4);
+  set_float(g, n, "bias", 0.25);
+  return done(g, n, y);
+}
+F1(f_softsign, SC_OP_SOFTSIGN)
 static int32_t f_hard_sigmoid(sc_graph *g, const int32_t *p) {
   int32_t n, y = opn(g, SC_OP_HARD_SIGMOID, p, 1, &n);
   set_float(g, n, "alpha", 0.3);
@@ -522,6 +539,10 @@ static const gcase CASES[] = {
     {"Mish", 1, {2}, {D(2, 3)}, -3, 3, 0, f_mish, NULL},
     {"Elu alpha", 1, {2}, {D(2, 3)}, -2, 2, 0, f_elu, NULL},
     {"Selu", 1, {2}, {D(2, 3)}, -2, 2, 0, f_selu, NULL},
+    {"Celu alpha", 1, {2}, {D(2, 3)}, -2, 2, 0, f_celu, NULL},
+    {"ThresholdedRelu alpha", 1, {2}, {D(2, 3)}, -2, 2, 0, f_thresholded_relu, NULL},
+    {"Shrink lambd bias", 1, {2}, {D(2, 3)}, -2, 2, 0, f_shrink, NULL},
+    {"Softsign", 1, {2}, {D(2, 3)}, -2, 2, 0, f_softsign, NULL},
     {"HardSigmoid alpha beta", 1, {2}, {D(2, 4)}, -2.5, 2.5, 0, f_hard_sigmoid, NULL},
     {"HardSwish", 1, {2}, {D(2, 4)}, -4.5, 4.5, 0, f_hard_swish, NULL},
     {"Clip min max", 1, {2}, {D(2, 4)}, -2, 2, 0, f_clip, NULL},

@@ -359,7 +359,8 @@ static void ref_default_attrs(sc_graph *g, double *out) {
 static const char *const unary_float[] = {
     "Abs", "Neg", "Exp", "Sqrt", "Log", "Reciprocal", "Relu", "Sigmoid", "Tanh", "Erf",
     "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus", "HardSigmoid",
-    "HardSwish", "LeakyRelu", "Elu", "Selu", "Mish", "Gelu", "IsNaN", "IsInf", "Identity"};
+    "HardSwish", "LeakyRelu", "Elu", "Selu", "Mish", "Gelu", "IsNaN", "IsInf", "Identity",
+    "Celu", "ThresholdedRelu", "Softsign", "Shrink"};
 
 static void test_unary_float(void **state) {
   (void)state;
@@ -379,6 +380,13 @@ static void test_unary_float(void **state) {
        -4, 4, 0, 0, NULL},
       {"  input %x : f32[4,5]\n  %y = LeakyRelu(%x) {alpha = 0.2}\n  output %y\n", -2, 2, 0, 0, NULL},
       {"  input %x : f32[4,5]\n  %y = Elu(%x) {alpha = 0.7}\n  output %y\n", -0.3, 0.3, 0, 0, NULL},
+      {"  input %x : f32[4,5]\n  %y = Celu(%x) {alpha = 0.6}\n  output %y\n", -2, 2, 0, 0, NULL},
+      {"  input %x : f32[4,5]\n  %y = ThresholdedRelu(%x) {alpha = 0.3}\n  output %y\n", -2, 2,
+       0, 0, NULL},
+      {"  input %x : f32[4,5]\n  %y = Shrink(%x) {lambd = 0.4, bias = 0.25}\n  output %y\n", -2,
+       2, 0, 0, NULL},
+      {"  input %x : i32[4,5]\n  %y = Shrink(%x) {lambd = 2.0, bias = 1.0}\n  output %y\n", 0, 0,
+       -9, 9, NULL},
       {"  input %x : f64[4,5]\n  %y = Softplus(%x)\n  output %y\n", -40, 40, 0, 0, NULL},
       {"  input %x : f64[4,5]\n  %y = Tanh(%x)\n  %z = Exp(%y)\n  output %z\n", -2, 2, 0, 0, NULL},
   };
