@@ -637,45 +637,33 @@ sc_status sc_grad_elu(sc_grad_ctx *c) {
 }
 
 /* Celu: dy·exp(x/α) where x < 0, else dy. ThresholdedRelu: dy where
- * x > α, else 0. Shrink: dy where |x| > λ, else 0. Softsign: dy / (1 +
- * |x|)². */
-sc_status sc_grad_celu(sc_grad_ctx *c) {
+ * x > α, else 0. Shrink: dy where |x| > λ, else 0. */
+sc_status sc_grad_gated(sc_grad_ctx *c) {
   if (!c->want[0] || c->dy[0] < 0) return SC_OK;
   sc_ew_attrs a;
   sc_status st = sc_ew_attrs_read(c->g, gb_fwd(c), &a);
   if (st != SC_OK) return st;
   int32_t x = in_v(c, 0), dy = c->dy[0];
   sc_dtype t = dtype_of(c, x);
-  int32_t neg = gb_2(c, SC_OP_LESS, x, gb_scalar(c, t, 0.0));
-  int32_t e = gb_1(c, SC_OP_EXP, gb_2(c, SC_OP_DIV, x, gb_scalar(c, t, a.alpha)));
-  c->dx[0] = gb_where(c, neg, gb_2(c, SC_OP_MUL, dy, e), dy);
+  int32_t zero = gb_scalar(c, t, 0.0);
+  switch (gb_fwd(c)->op) {
+  case SC_OP_CELU:
+    c->dx[0] = gb_where(c, gb_2(c, SC_OP_LESS, x, zero),
+                        gb_2(c, SC_OP_MUL, dy, gb_1(c, SC_OP_EXP, gb_2(c, SC_OP_DIV, x,
+                                                                       gb_scalar(c, t, a.alpha)))),
+                        dy);
+    break;
+  case SC_OP_THRESHOLDED_RELU:
+    c->dx[0] = gb_where(c, gb_2(c, SC_OP_GREATER, x, gb_scalar(c, t, a.alpha)), dy, zero);
+    break;
+  default: /* Shrink */
+    c->dx[0] = gb_where(c, gb_2(c, SC_OP_GREATER, gb_1(c, SC_OP_ABS, x), gb_scalar(c, t, a.lambd)),
+                        dy, zero);
+  }
   return done_dx0(c);
 }
 
-sc_status sc_grad_thresholded_relu(sc_grad_ctx *c) {
-  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
-  sc_ew_attrs a;
-  sc_status st = sc_ew_attrs_read(c->g, gb_fwd(c), &a);
-  if (st != SC_OK) return st;
-  int32_t x = in_v(c, 0), dy = c->dy[0];
-  sc_dtype t = dtype_of(c, x);
-  c->dx[0] = gb_where(c, gb_2(c, SC_OP_GREATER, x, gb_scalar(c, t, a.alpha)), dy,
-                      gb_scalar(c, t, 0.0));
-  return done_dx0(c);
-}
-
-sc_status sc_grad_shrink(sc_grad_ctx *c) {
-  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
-  sc_ew_attrs a;
-  sc_status st = sc_ew_attrs_read(c->g, gb_fwd(c), &a);
-  if (st != SC_OK) return st;
-  int32_t x = in_v(c, 0), dy = c->dy[0];
-  sc_dtype t = dtype_of(c, x);
-  int32_t out = gb_2(c, SC_OP_GREATER, gb_1(c, SC_OP_ABS, x), gb_scalar(c, t, a.lambd));
-  c->dx[0] = gb_where(c, out, dy, gb_scalar(c, t, 0.0));
-  return done_dx0(c);
-}
-
+/* Softsign: dy / (1 + |x|)². */
 sc_status sc_grad_softsign(sc_grad_ctx *c) {
   if (!c->want[0] || c->dy[0] < 0) return SC_OK;
   int32_t x = in_v(c, 0), dy = c->dy[0];
