@@ -663,6 +663,29 @@ sc_status sc_grad_gated(sc_grad_ctx *c) {
   return done_dx0(c);
 }
 
+/* Sinh: dy·cosh x. Cosh: dy·sinh x. Tan: dy·(1 + tan² x). Asinh:
+ * dy / sqrt(x² + 1). */
+sc_status sc_grad_smooth(sc_grad_ctx *c) {
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  int32_t x = in_v(c, 0), dy = c->dy[0], d;
+  sc_dtype t = dtype_of(c, x);
+  int32_t one = gb_scalar(c, t, 1.0);
+  switch (gb_fwd(c)->op) {
+  case SC_OP_SINH: d = gb_1(c, SC_OP_COSH, x); break;
+  case SC_OP_COSH: d = gb_1(c, SC_OP_SINH, x); break;
+  case SC_OP_TAN: {
+    int32_t y = gb_1(c, SC_OP_TAN, x);
+    d = gb_2(c, SC_OP_ADD, one, gb_2(c, SC_OP_MUL, y, y));
+    break;
+  }
+  default: /* Asinh */
+    d = gb_1(c, SC_OP_RECIPROCAL,
+             gb_1(c, SC_OP_SQRT, gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, x, x), one)));
+  }
+  c->dx[0] = gb_2(c, SC_OP_MUL, dy, d);
+  return done_dx0(c);
+}
+
 /* Softsign: dy / (1 + |x|)². */
 sc_status sc_grad_softsign(sc_grad_ctx *c) {
   if (!c->want[0] || c->dy[0] < 0) return SC_OK;

@@ -239,6 +239,10 @@ static int32_t f_shrink(sc_graph *g, const int32_t *p) {
   return done(g, n, y);
 }
 F1(f_softsign, SC_OP_SOFTSIGN)
+F1(f_sinh, SC_OP_SINH)
+F1(f_cosh, SC_OP_COSH)
+F1(f_tan, SC_OP_TAN)
+F1(f_asinh, SC_OP_ASINH)
 static int32_t f_hard_sigmoid(sc_graph *g, const int32_t *p) {
   int32_t n, y = opn(g, SC_OP_HARD_SIGMOID, p, 1, &n);
   set_float(g, n, "alpha", 0.3);
@@ -543,6 +547,10 @@ static const gcase CASES[] = {
     {"ThresholdedRelu alpha", 1, {2}, {D(2, 3)}, -2, 2, 0, f_thresholded_relu, NULL},
     {"Shrink lambd bias", 1, {2}, {D(2, 3)}, -2, 2, 0, f_shrink, NULL},
     {"Softsign", 1, {2}, {D(2, 3)}, -2, 2, 0, f_softsign, NULL},
+    {"Sinh", 1, {2}, {D(2, 3)}, -2, 2, 0, f_sinh, NULL},
+    {"Cosh", 1, {2}, {D(2, 3)}, -2, 2, 0, f_cosh, NULL},
+    {"Tan", 1, {2}, {D(2, 3)}, -1.2, 1.2, 0, f_tan, NULL},
+    {"Asinh", 1, {2}, {D(2, 3)}, -2, 2, 0, f_asinh, NULL},
     {"HardSigmoid alpha beta", 1, {2}, {D(2, 4)}, -2.5, 2.5, 0, f_hard_sigmoid, NULL},
     {"HardSwish", 1, {2}, {D(2, 4)}, -4.5, 4.5, 0, f_hard_swish, NULL},
     {"Clip min max", 1, {2}, {D(2, 4)}, -2, 2, 0, f_clip, NULL},
