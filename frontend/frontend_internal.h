@@ -48,6 +48,9 @@ typedef struct sc_onnx_tensor {
   uint64_t ext_offset;
 } sc_onnx_tensor;
 
+/* Whether domain d is ONNX's default one ("" or "ai.onnx"). */
+bool sc_onnx_default_domain(const char *d);
+
 /* Records an error in ctx->diag about the current node (if any). */
 sc_status sc_onnx_error(sc_onnx_ctx *c, sc_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

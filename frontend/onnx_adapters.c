@@ -510,13 +510,11 @@ static const struct {
     {"com.microsoft", "SimplifiedLayerNormalization", INT64_MAX, ms_layer_norm},
 };
 
-static bool is_default(const char *d) { return !d || !d[0] || strcmp(d, "ai.onnx") == 0; }
-
 static adapt_fn adapter_of(const Onnx__NodeProto *np, int64_t opset) {
   if (!np || !np->op_type) return NULL;
   for (size_t k = 0; k < sizeof ADAPTERS / sizeof *ADAPTERS; k++) {
     bool dom = ADAPTERS[k].domain ? np->domain && strcmp(np->domain, ADAPTERS[k].domain) == 0
-                                  : is_default(np->domain);
+                                  : sc_onnx_default_domain(np->domain);
     if (dom && opset < ADAPTERS[k].before && strcmp(np->op_type, ADAPTERS[k].op) == 0)
       return ADAPTERS[k].fn;
   }

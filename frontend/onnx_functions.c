@@ -64,16 +64,14 @@ static bool same(const char *a, const char *b) {
   return strcmp(a ? a : "", b ? b : "") == 0;
 }
 
-static bool default_domain(const char *d) {
-  return !d || !d[0] || strcmp(d, "ai.onnx") == 0;
-}
 
 /* The function a node calls, or NULL. */
 static const fn_info *callee(const inliner *in, const Onnx__NodeProto *np) {
   for (size_t k = 0; np && k < in->n_fns; k++)
     if (same(in->fns[k].f->name, np->op_type) &&
         (same(in->fns[k].f->domain, np->domain) ||
-         (default_domain(in->fns[k].f->domain) && default_domain(np->domain))))
+         (sc_onnx_default_domain(in->fns[k].f->domain) &&
+          sc_onnx_default_domain(np->domain))))
       return &in->fns[k];
   return NULL;
 }
@@ -136,7 +134,8 @@ static sc_status collect(inliner *in) {
                              f->name, f->domain ? f->domain : "");
     for (size_t k = 0; k < f->n_opset_import; k++) {
       const Onnx__OperatorSetIdProto *os = f->opset_import[k];
-      if (os && default_domain(os->domain) && os->has_version && os->version != in->model_opset)
+      if (os && sc_onnx_default_domain(os->domain) && os->has_version &&
+          os->version != in->model_opset)
         return sc_onnx_error(in->c, SC_ERR_UNSUPPORTED,
                              "function '%s' imports opset %lld, the model %lld (one default "
                              "opset per model)", f->name, (long long)os->version,

@@ -583,7 +583,7 @@ static sc_status read_constant(sc_onnx_ctx *c, const Onnx__NodeProto *np,
 
 /* ---- the model ---- */
 
-static bool default_domain(const char *d) {
+bool sc_onnx_default_domain(const char *d) {
   return !d || !d[0] || strcmp(d, "ai.onnx") == 0;
 }
 
@@ -612,7 +612,7 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
   bool have_default = false;
   for (size_t i = 0; i < m->n_opset_import; i++) {
     const Onnx__OperatorSetIdProto *os = m->opset_import[i];
-    if (!os || !default_domain(os->domain)) continue;
+    if (!os || !sc_onnx_default_domain(os->domain)) continue;
     if (have_default)
       return sc_onnx_error(c, SC_ERR_INVALID, "model imports the default opset twice");
     have_default = true;
@@ -713,7 +713,7 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
     c->cur_op = np && np->op_type ? np->op_type : "";
     if (!np || !np->op_type || !np->op_type[0])
       return sc_onnx_error(c, SC_ERR_INVALID, "node has no op_type");
-    if (!default_domain(np->domain))
+    if (!sc_onnx_default_domain(np->domain))
       return sc_onnx_error(c, SC_ERR_UNSUPPORTED, "unknown domain '%s'", np->domain);
     for (size_t j = 0; j < np->n_input; j++)
       if (!np->input[j]) return sc_onnx_error(c, SC_ERR_INVALID, "input %zu missing", j);

@@ -363,22 +363,19 @@ static sc_status start_queues(sc_session *s, sc_diag *diag) {
     sc_free(of_group);
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
+  /* step_queue[i] holds step i's group first (-1: no communicator), then
+   * its queue */
   for (int32_t g = 0; g < s->n_groups; g++) of_group[g] = -1;
   for (int32_t i = 0; i < p->n_steps; i++) {
-    s->step_queue[i] = -1;
     const sc_step *st = &p->steps[i];
     int32_t g = 0;
     while (g < s->n_groups && (!s->step_comm || s->groups[g] != s->step_comm[i])) g++;
-    if (st->kind != SC_STEP_COMM || g == s->n_groups) continue;
-    if (!concurrent) g = 0;
-    if (st->comm.async && of_group[g] < 0) of_group[g] = s->n_queues++;
+    s->step_queue[i] = st->kind == SC_STEP_COMM && g < s->n_groups ? (concurrent ? g : 0) : -1;
+    if (s->step_queue[i] >= 0 && st->comm.async && of_group[s->step_queue[i]] < 0)
+      of_group[s->step_queue[i]] = s->n_queues++;
   }
-  for (int32_t i = 0; i < p->n_steps; i++) {
-    int32_t g = 0;
-    while (g < s->n_groups && (!s->step_comm || s->groups[g] != s->step_comm[i])) g++;
-    if (p->steps[i].kind == SC_STEP_COMM && g < s->n_groups)
-      s->step_queue[i] = of_group[concurrent ? g : 0];
-  }
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (s->step_queue[i] >= 0) s->step_queue[i] = of_group[s->step_queue[i]];
   sc_free(of_group);
   s->queues = sc_calloc((size_t)s->n_queues, sizeof *s->queues);
   if (!s->queues) {

@@ -348,6 +348,25 @@ static sc_status other_chunks(pipe_ctx *c) {
   return SC_OK;
 }
 
+/* A node out = op(inputs) in (phase, chunk), its output shaped like v. */
+static int32_t add_node_like(pipe_ctx *c, sc_op op, const char *name, const int32_t *in,
+                             int32_t n_in, int32_t like, sc_pipe_phase ph, int32_t chunk) {
+  sc_graph *g = c->g;
+  const sc_value x = g->values[like];
+  int32_t out = sc_graph_add_value(g, name);
+  if (out < 0 || sc_value_set_shape(g, out, x.dtype, x.rank, x.dims) != SC_OK) return -1;
+  int32_t id = sc_graph_add_node(g, op, name, in, n_in, &out, 1);
+  if (id < 0) return -1;
+  int8_t *p = sc_realloc(c->phase, (size_t)g->cap_nodes + 1);
+  if (p) c->phase = p;
+  int32_t *ch = sc_realloc(c->chunk, ((size_t)g->cap_nodes + 1) * sizeof *ch);
+  if (ch) c->chunk = ch;
+  if (!p || !ch) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory"), -1;
+  c->phase[id] = (int8_t)ph;
+  c->chunk[id] = chunk;
+  return out;
+}
+
 /* Reads of a state input on another pipeline rank than its owner's go
  * through an Identity in the owner's forward (see the top). */
 static sc_status copy_remote_state(pipe_ctx *c) {
@@ -358,38 +377,24 @@ static sc_status copy_remote_state(pipe_ctx *c) {
     if (v >= nv0 || c->owner[v] < 0) continue;
     int32_t copy = -1, home = c->owner[v] % c->P;
     for (int32_t i = 0; i < n0; i++) {
-      sc_node *n = &g->nodes[i];
       if (c->chunk[i] % c->P == home) continue;
-      for (int32_t j = 0; j < n->n_inputs; j++) {
+      /* g->nodes moves when the copy is added: index it, keep no pointer */
+      for (int32_t j = 0; j < g->nodes[i].n_inputs; j++) {
         if (g->nodes[i].inputs[j] != v) continue;
         const char *param = sc_partition_param_of(c->p, g->values[v].name);
         if (!param || strcmp(param, g->values[v].name) != 0) /* read-modify-write state */
-          return sc_diag_set(c->d, SC_ERR_INVALID, n->name, sc_op_name(n->op),
+          return sc_diag_set(c->d, SC_ERR_INVALID, g->nodes[i].name, sc_op_name(g->nodes[i].op),
                              "pipelined training: reads '%s' on pipeline rank %d, but it is "
                              "kept and updated on rank %d", g->values[v].name,
                              (int)(c->chunk[i] % c->P), (int)home);
         if (copy < 0) {
           char name[600];
           snprintf(name, sizeof name, "%s" SC_PIPE_COPY_SUFFIX, g->values[v].name);
-          const sc_value x = g->values[v];
-          if ((copy = sc_graph_add_value(g, name)) < 0 ||
-              sc_value_set_shape(g, copy, x.dtype, x.rank, x.dims) != SC_OK) {
+          if ((copy = add_node_like(c, SC_OP_IDENTITY, name, &v, 1, v, SC_PIPE_FORWARD,
+                                    c->owner[v])) < 0) {
             *c->d = g->diag;
             return c->d->status;
           }
-          int32_t in = v;
-          int32_t id = sc_graph_add_node(g, SC_OP_IDENTITY, name, &in, 1, &copy, 1);
-          if (id < 0) {
-            *c->d = g->diag;
-            return c->d->status;
-          }
-          int8_t *ph = sc_realloc(c->phase, (size_t)g->cap_nodes + 1);
-          if (ph) c->phase = ph;
-          int32_t *ch = sc_realloc(c->chunk, ((size_t)g->cap_nodes + 1) * sizeof *ch);
-          if (ch) c->chunk = ch;
-          if (!ph || !ch) return nomem(c->d);
-          c->phase[id] = SC_PIPE_FORWARD;
-          c->chunk[id] = c->owner[v];
         }
         g->nodes[i].inputs[j] = copy;
       }
@@ -431,25 +436,6 @@ static sc_status move_before(pipe_ctx *c, int32_t node, int32_t before) {
   sc_status st = permute(c, order);
   sc_free(order);
   return st;
-}
-
-/* A node out = op(inputs) in (phase, chunk), its output shaped like v. */
-static int32_t add_node_like(pipe_ctx *c, sc_op op, const char *name, const int32_t *in,
-                             int32_t n_in, int32_t like, sc_pipe_phase ph, int32_t chunk) {
-  sc_graph *g = c->g;
-  const sc_value x = g->values[like];
-  int32_t out = sc_graph_add_value(g, name);
-  if (out < 0 || sc_value_set_shape(g, out, x.dtype, x.rank, x.dims) != SC_OK) return -1;
-  int32_t id = sc_graph_add_node(g, op, name, in, n_in, &out, 1);
-  if (id < 0) return -1;
-  int8_t *p = sc_realloc(c->phase, (size_t)g->cap_nodes + 1);
-  if (p) c->phase = p;
-  int32_t *ch = sc_realloc(c->chunk, ((size_t)g->cap_nodes + 1) * sizeof *ch);
-  if (ch) c->chunk = ch;
-  if (!p || !ch) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory"), -1;
-  c->phase[id] = (int8_t)ph;
-  c->chunk[id] = chunk;
-  return out;
 }
 
 /* The sharding of a remote gradient accumulator: the accumulator's own
