@@ -143,6 +143,13 @@ typedef struct sc_comm_nccl_opts {
  * ncclCommGetAsyncError). SC_ERR_UNSUPPORTED in a build without NCCL. */
 sc_status sc_comm_nccl_create(const sc_comm_nccl_opts *o, sc_comm **out, sc_diag *diag);
 
+/* A module of shardc's (file, e.g. "libshardc_comm_mpi.so" or
+ * "fakecuda/libcuda.so.1") opened with dlopen flags `mode`, looked for in
+ * $SHARDC_MODULE_DIR, next to the shardc library (and its shardc/ and
+ * ../lib/shardc/ folders), then the install folder; NULL and
+ * SC_ERR_UNSUPPORTED naming it when none loads (runtime/comm_module.c). */
+void *sc_module_open(const char *file, int mode, sc_diag *diag);
+
 /* Backends this build has, comma-separated: "local,tcp,mpi". */
 const char *sc_comm_backends(void);
 

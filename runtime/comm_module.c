@@ -13,9 +13,10 @@
  * of the object that holds this code (the build tree keeps the modules
  * next to the shardc binary and libshardc.so), and its shardc/ and
  * ../lib/shardc/ subfolders; the install folder configured at build time
- * (SHARDC_MODULE_INSTALL_DIR). Modules are loaded with RTLD_GLOBAL: Open
- * MPI's own plugins need libmpi's symbols. A module that cannot be loaded
- * is SC_ERR_UNSUPPORTED naming it and dlerror's reason. */
+ * (SHARDC_MODULE_INSTALL_DIR). The same search finds the fake CUDA driver
+ * (runtime/cuda_driver.c: sc_module_open, declared in comm.h). A module
+ * that cannot be loaded is SC_ERR_UNSUPPORTED naming it and dlerror's
+ * reason. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <limits.h>
@@ -30,17 +31,17 @@
 #define SHARDC_MODULE_INSTALL_DIR "/usr/local/lib/shardc"
 #endif
 
-/* Opens module `file` (first match on the search path above) and returns
- * its symbol `sym`, or NULL with the reason in diag. Loaded modules stay
+/* Opens module `file` (first match on the search path above) with dlopen
+ * flags `mode`, or NULL with the reason in diag. Loaded modules stay
  * loaded for the life of the process (MPI cannot be initialised twice). */
-static void *module_symbol(const char *file, const char *sym, sc_diag *diag) {
+void *sc_module_open(const char *file, int mode, sc_diag *diag) {
   static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
   char dirs[5][PATH_MAX], path[PATH_MAX + 64], why[512] = "";
   int n = 0;
   const char *env = getenv("SHARDC_MODULE_DIR");
   if (env && *env) snprintf(dirs[n++], sizeof dirs[0], "%s", env);
   Dl_info info;
-  if (dladdr((void *)&module_symbol, &info) && info.dli_fname) {
+  if (dladdr((void *)&sc_module_open, &info) && info.dli_fname) {
     const char *slash = strrchr(info.dli_fname, '/');
     int len = slash ? (int)(slash - info.dli_fname) : 1;
     const char *base = slash ? info.dli_fname : ".";
@@ -53,7 +54,7 @@ static void *module_symbol(const char *file, const char *sym, sc_diag *diag) {
   pthread_mutex_lock(&lock);
   for (int i = 0; !h && i < n; i++) {
     snprintf(path, sizeof path, "%.*s/%s", (int)(PATH_MAX - 1), dirs[i], file);
-    h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    h = dlopen(path, mode);
     if (!h && !why[0]) {
       const char *e = dlerror();
       /* keep the first reason that is not "no such file" */
@@ -61,11 +62,17 @@ static void *module_symbol(const char *file, const char *sym, sc_diag *diag) {
     }
   }
   pthread_mutex_unlock(&lock);
-  if (!h) {
+  if (!h)
     sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "cannot load %s: %s", file,
                 why[0] ? why : "not found next to the shardc library (set SHARDC_MODULE_DIR)");
-    return NULL;
-  }
+  return h;
+}
+
+/* Module `file`'s symbol `sym` (RTLD_GLOBAL: Open MPI's own plugins need
+ * libmpi's symbols), or NULL with the reason in diag. */
+static void *module_symbol(const char *file, const char *sym, sc_diag *diag) {
+  void *h = sc_module_open(file, RTLD_NOW | RTLD_GLOBAL, diag);
+  if (!h) return NULL;
   void *f = dlsym(h, sym);
   if (!f) sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "%s lacks %s", file, sym);
   return f;

@@ -283,7 +283,7 @@ static bool operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t co
 static bool valid_buffer(const sc_program *p, int32_t b) { return b >= 0 && b < p->n_buffers; }
 
 /* Why GEMM step s cannot run here, or NULL. */
-static const char *gemm_problem(const sc_program *p, const sc_step *s) {
+const char *sc_gemm_problem(const sc_program *p, const sc_step *s) {
   const sc_gemm *g = &s->gemm;
   if (!valid_buffer(p, g->a) || !valid_buffer(p, g->b) || !valid_buffer(p, g->c) ||
       (g->bias >= 0 && !valid_buffer(p, g->bias)))
@@ -321,7 +321,7 @@ static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) 
   (void)ctx;
   switch (s->kind) {
   case SC_STEP_KERNEL: return s->kernel >= 0 && s->kernel < p->n_kernels;
-  case SC_STEP_GEMM: return gemm_problem(p, s) == NULL;
+  case SC_STEP_GEMM: return sc_gemm_problem(p, s) == NULL;
   case SC_STEP_COMM: /* run by the session, not the device */
   case SC_STEP_CHECK:
   case SC_STEP_SCATTER_ADD:
@@ -336,7 +336,7 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
     if (cpu_supports_step(c, p, s)) continue;
-    const char *why = s->kind == SC_STEP_GEMM ? gemm_problem(p, s) : "bad step";
+    const char *why = s->kind == SC_STEP_GEMM ? sc_gemm_problem(p, s) : "bad step";
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, s->origin, NULL,
                        "cpu device: step %d (%s): %s", (int)i,
                        s->kind == SC_STEP_GEMM ? "gemm" : "kernel", why ? why : "unsupported");
@@ -514,7 +514,6 @@ static void gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
 }
 
 typedef struct gemm_job {
-  const cpu_ctx *c;
   const sc_gemm *g;
   const float *A, *B, *bias;
   float *C;
@@ -556,22 +555,30 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   }
 }
 
+void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
+                      int64_t bias_numel, float *C, sc_thread_pool *tp) {
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
+  gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias};
+  gemm_tiling(g, &j.tile_m, &j.tile_n);
+  j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
+  j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
+  j.bias_per_batch = bias && g->bias_full && bias_numel != g->m * g->n;
+  int64_t tiles = g->batch * j.tiles_m * j.tiles_n;
+  /* multiply-adds per tile, roughly; small products stay on one thread */
+  double flops = (double)g->batch * (double)g->m * (double)g->n * (double)(g->k + 1);
+  int threads = tp ? sc_thread_pool_threads(tp) : 1;
+  int64_t chunks = flops < 65536.0 || !tp ? 1 : (int64_t)threads * CHUNKS_PER_THREAD;
+  if (chunks <= 1)
+    gemm_tiles(&j, 0, tiles);
+  else
+    sc_thread_pool_run(tp, gemm_tiles, &j, tiles, chunks);
+}
+
 static void cpu_run_gemm(void *ctx, const sc_step *s) {
   cpu_ctx *c = ctx;
   const sc_gemm *g = &s->gemm;
-  if (g->batch > 0 && g->m > 0 && g->n > 0) {
-    gemm_job j = {.c = c, .g = g, .A = c->ptrs[g->a], .B = c->ptrs[g->b], .C = c->ptrs[g->c],
-                  .bias = g->bias >= 0 ? c->ptrs[g->bias] : NULL};
-    gemm_tiling(g, &j.tile_m, &j.tile_n);
-    j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
-    j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
-    j.bias_per_batch = g->bias >= 0 && g->bias_full && buf_numel(c->p, g->bias) != g->m * g->n;
-    int64_t tiles = g->batch * j.tiles_m * j.tiles_n;
-    /* multiply-adds per tile, roughly; small products stay on one thread */
-    double flops = (double)g->batch * (double)g->m * (double)g->n * (double)(g->k + 1);
-    int64_t chunks = flops < 65536.0 ? 1 : (int64_t)c->threads * CHUNKS_PER_THREAD;
-    sc_thread_pool_run(c->pool, gemm_tiles, &j, tiles, chunks);
-  }
+  sc_host_gemm_f32(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
+                   g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool);
   if (s->kernel >= 0) run_kernel_id(c, s->kernel);
 }
 
@@ -597,7 +604,7 @@ const sc_device_iface sc_device_cpu = {
     .compile_seconds = cpu_compile_seconds,
 };
 
-static const sc_device_iface *const DEVICES[] = {&sc_device_cpu};
+static const sc_device_iface *const DEVICES[] = {&sc_device_cpu, &sc_device_cuda};
 
 const sc_device_iface *sc_device_find(const char *name) {
   for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++)
@@ -605,4 +612,4 @@ const sc_device_iface *sc_device_find(const char *name) {
   return NULL;
 }
 
-const char *sc_device_names(void) { return "cpu"; }
+const char *sc_device_names(void) { return "cpu, cuda"; }

@@ -331,6 +331,17 @@ sc_status sc_cuda_emu_launch(sc_cuda_emu *e, const char *name, const sc_cuda_lau
   return st;
 }
 
+bool sc_cuda_emu_kernel_info(const sc_cuda_emu *e, const char *name, int *n_args,
+                             sc_cuda_mode *mode) {
+  char sym[512];
+  snprintf(sym, sizeof sym, "%s" SC_CUDA_EMU_INFO_SUFFIX, name);
+  const int *info = (const int *)dlsym(e->so, sym);
+  if (!info) return false;
+  *n_args = info[0];
+  *mode = info[1] ? SC_CUDA_BLOCK_PER_POINT : SC_CUDA_THREAD_PER_POINT;
+  return true;
+}
+
 void sc_cuda_emu_close(sc_cuda_emu *e) {
   if (!e) return;
   for (int t = 0; e->f && t < MAX_BLOCK; t++) sc_free(e->f[t].stack);

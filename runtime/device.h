@@ -19,15 +19,39 @@
  * buffers) is rejected by prepare.
  *
  * Threading: one thread drives a context at a time; the device may use its
- * own threads inside a call. A CUDA device (GPU-runtime issue) implements the
- * same table with device memory and streams. */
+ * own threads inside a call.
+ *
+ * Asynchronous devices (runtime/cuda_device.c) queue work: run_kernel and
+ * run_gemm return before the work is done, and a device whose memory the
+ * host cannot read (host_arena false) also fills the hooks marked "async"
+ * below. The session then calls begin_run before a run's steps (after its
+ * inputs were copied in) and end_run after them: end_run waits for the
+ * work and reports what failed on the way (kernels cannot fail, but a
+ * collective run by the device can). begin_run may answer that it has
+ * replayed the whole step (a captured CUDA graph): the session then issues
+ * no step. COMM and WAIT steps go to run_comm and wait_comm, which order
+ * them on the device's streams, CHECK steps to run_check; sync is called
+ * before a step the session runs on the host (SCATTER_ADD on an emulated
+ * GPU). */
 #ifndef SC_RUNTIME_DEVICE_H
 #define SC_RUNTIME_DEVICE_H
 
 #include "codegen/program.h"
 
+struct sc_comm;
+typedef struct sc_thread_pool sc_thread_pool;
+
 typedef struct sc_device_opts {
   int threads; /* worker threads (CPU); 0 = all online cores */
+  int rank;    /* this rank in the mesh (0 alone): the GPU is LOCAL_RANK, or
+                  rank modulo the device count */
+  bool no_graph; /* CUDA: never capture the step as a graph */
+  const char *gpu_arch; /* CUDA: "sm_90", or NULL = the device's own */
+  /* the communicators of the program's COMM steps (borrowed): step i uses
+   * comms[comm_of[i]]; comm_of[i] < 0 for other steps */
+  int32_t n_comms;
+  struct sc_comm *const *comms;
+  const int32_t *comm_of;
   const struct sc_cpu_module *cpu_module; /* CPU: precompiled kernels
                                              (borrowed) or NULL = JIT */
   const void *const *const_data; /* NULL or per buffer: overrides a CONST
@@ -56,6 +80,16 @@ typedef struct sc_device_iface {
   void (*run_gemm)(void *ctx, const sc_step *s);
   int (*threads)(void *ctx);
   double (*compile_seconds)(void *ctx);
+  /* async (NULL on the CPU) */
+  bool (*begin_run)(void *ctx);
+  sc_status (*end_run)(void *ctx, sc_diag *diag);
+  void (*sync)(void *ctx);
+  /* COMM step i (async or not) over opts.comms[opts.comm_of[i]] */
+  void (*run_comm)(void *ctx, int32_t i);
+  /* a WAIT step: later work waits for the COMM step `started` */
+  void (*wait_comm)(void *ctx, int32_t started);
+  /* CHECK step i, queued: a bad index fails the run at end_run */
+  void (*run_check)(void *ctx, int32_t i);
 } sc_device_iface;
 
 /* The device called `name` ("cpu"), or NULL. */
@@ -64,10 +98,30 @@ const sc_device_iface *sc_device_find(const char *name);
 const char *sc_device_names(void);
 
 extern const sc_device_iface sc_device_cpu;
+extern const sc_device_iface sc_device_cuda;
+
+/* Why GEMM step s cannot run on shardc's devices (bad buffer ids, extents
+ * beyond the buffers, non-f32 operands), or NULL. */
+const char *sc_gemm_problem(const sc_program *p, const sc_step *s);
+/* C = alpha op(A) op(B) + beta C (+ bias) for f32 GEMM g on host memory,
+ * cut into tiles whose boundaries depend only on the shape (the same
+ * result on any thread count), run on tp (NULL: this thread). bias_numel:
+ * the bias buffer's element count (bias may be NULL). */
+void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
+                      int64_t bias_numel, float *C, struct sc_thread_pool *tp);
+/* The first of n indices of dtype t outside [-dim, dim) (unsigned: [0,
+ * dim)), or -1; *shown: its value. */
+int64_t sc_check_indices(sc_dtype t, const void *data, int64_t n, int64_t dim, long long *shown);
+/* CHECK step st's error for the bad index `shown`. */
+sc_status sc_check_step_error(const sc_program *p, const sc_step *st, long long shown,
+                              sc_diag *diag);
+/* The collective or transfer of COMM step c on the given buffers (send:
+ * the input or its packed copy; recv: the output or its unpack scratch). */
+sc_status sc_comm_step_call(struct sc_comm *comm, const sc_comm_step *c, sc_dtype t,
+                            const void *send, void *recv, sc_diag *diag);
 
 /* ---- the CPU device's thread pool (runtime/cpu_device.c), exposed for
  * tests and for other CPU-side work ---- */
-typedef struct sc_thread_pool sc_thread_pool;
 typedef void (*sc_pool_fn)(void *ud, int64_t begin, int64_t end);
 /* threads >= 1 (the caller counts as one: threads - 1 workers start). */
 sc_status sc_thread_pool_create(int threads, sc_thread_pool **out, sc_diag *diag);

@@ -219,6 +219,7 @@ static sc_status run_microbatches(rank_state *r, const sc_dist_opts *o, sc_comm 
   so.threads = o && o->threads > 0 ? o->threads : default_threads(&r->dp->mesh);
   so.world = world;
   so.const_data = r->w.data;
+  so.device = o ? o->device : so.device;
   so.cpu_module = o && o->cpu_modules ? o->cpu_modules[r->stage] : r->st->kernels;
   sc_status st = sc_session_create(p, &so, &r->s, d);
   if (st != SC_OK) return st;
@@ -401,7 +402,7 @@ sc_status sc_dist_run_local(const sc_dist_program *dp, const sc_dist_opts *o, co
   /* one JIT per stage without kernels, shared by its ranks */
   sc_cpu_module **mods = NULL;
   const struct sc_cpu_module **use = NULL;
-  if (st == SC_OK && !opts.cpu_modules) {
+  if (st == SC_OK && !opts.cpu_modules && sc_device_choice_is_cpu(&opts.device)) {
     mods = sc_calloc((size_t)dp->n_stages, sizeof *mods);
     use = sc_calloc((size_t)dp->n_stages, sizeof *use);
     if (!mods || !use) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");

@@ -38,6 +38,7 @@
 
 typedef struct sc_dist_opts {
   int threads;          /* CPU threads per rank (0: cores / ranks, >= 1) */
+  sc_device_choice device; /* every rank's (the GPU: rank modulo the count) */
   /* CPU kernels compiled once per stage ([n_stages], borrowed), shared by
    * every rank of the stage; NULL: the stages' own (a loaded bundle's), or
    * else sc_dist_run_local JIT-compiles each stage's program once itself

@@ -133,7 +133,7 @@ static sc_status scratch_alloc(worker *w) {
 static sc_status create_rank(worker *w) {
   struct sc_dist_trainer *t = w->t;
   if (t->dp->pipe_chunks > 0) {
-    sc_pipe_rank_opts po = {.threads = t->o.threads, .world = w->comm,
+    sc_pipe_rank_opts po = {.threads = t->o.threads, .device = t->o.device, .world = w->comm,
                             .kernels = (const struct sc_cpu_module *const *)t->kern};
     sc_status st = sc_pipe_rank_create(t->dp, w->rank, t->m, &po, &w->pr, &w->d);
     return st == SC_OK ? scratch_alloc(w) : st;
@@ -419,6 +419,7 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
   sc_status st = t->comms && t->th && t->w ? SC_OK : nomem(d);
   if (!t->o.cpu_module) t->o.cpu_module = t->stage->kernels; /* a bundle's */
   if (st == SC_OK && dp->pipe_chunks > 0) st = check_schedule(dp, d);
+  bool cpu = sc_device_choice_is_cpu(&t->o.device);
   if (st == SC_OK && dp->pipe_chunks > 0) { /* every piece's kernels, once */
     t->mods = sc_calloc((size_t)dp->n_stages, sizeof *t->mods);
     t->kern = sc_calloc((size_t)dp->n_stages, sizeof *t->kern);
@@ -426,11 +427,11 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
     for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
       sc_cpu_opts co;
       sc_cpu_opts_init(&co);
-      if (!(t->kern[s] = dp->stages[s].kernels) &&
+      if (!(t->kern[s] = dp->stages[s].kernels) && cpu &&
           (st = sc_cpu_jit(dp->stages[s].program, &co, &t->mods[s], d)) == SC_OK)
         t->kern[s] = t->mods[s];
     }
-  } else if (st == SC_OK && !t->o.cpu_module) {
+  } else if (st == SC_OK && !t->o.cpu_module && cpu) {
     sc_cpu_opts co;
     sc_cpu_opts_init(&co);
     if ((st = sc_cpu_jit(t->p, &co, &t->mod, d)) == SC_OK) t->o.cpu_module = t->mod;

@@ -252,6 +252,7 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
     sc_session_opts so;
     sc_session_opts_init(&so);
     so.threads = o->threads > 0 ? o->threads : 1;
+    so.device = o->device;
     so.world = o->world;
     so.split_mesh = &dp->mesh;
     so.cpu_module = o->kernels ? o->kernels[s] : NULL;

@@ -31,6 +31,7 @@ typedef struct sc_pipe_rank sc_pipe_rank;
 
 typedef struct sc_pipe_rank_opts {
   int threads;                       /* per session; 0: 1 */
+  sc_device_choice device;
   struct sc_comm *world;             /* every rank of the mesh, borrowed */
   const struct sc_cpu_module *const *kernels; /* [dp->n_stages] JIT-compiled
                                         once for all ranks, borrowed; NULL

@@ -29,8 +29,17 @@ typedef struct sc_tensor_view {
   void *data;
 } sc_tensor_view;
 
+/* Which device runs a program, and how (shardc run|train --device). */
+typedef struct sc_device_choice {
+  const char *name;   /* "cpu" (NULL: cpu) or "cuda" (runtime/device.h) */
+  bool no_graph;      /* cuda: issue every run step by step (--no-cuda-graph) */
+  const char *gpu_arch; /* cuda: "sm_90"; NULL = the device's own */
+} sc_device_choice;
+/* Whether c names the CPU device (the default). */
+bool sc_device_choice_is_cpu(const sc_device_choice *c);
+
 typedef struct sc_session_opts {
-  const char *device; /* "cpu" (default) */
+  sc_device_choice device;
   int threads;        /* 0 = all cores */
   /* cpu: kernels already compiled for this program (sc_cpu_load_object on
    * a bundle's kernels.o, or sc_cpu_jit), borrowed: must outlive the

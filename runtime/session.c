@@ -80,6 +80,9 @@ struct sc_session {
   sc_comm **groups;    /* owned: one per distinct axes mask of COMM steps */
   uint32_t *group_axes;
   sc_comm **step_comm; /* per step: its group's communicator, or NULL */
+  int32_t *step_group; /* per step: index of its group in groups, or -1 */
+  void *out_host;      /* a device without a host arena: the outputs' host copies */
+  void **out_slot;     /* [n_outputs] into out_host */
   /* the communication queues (module comment) */
   int32_t n_queues;
   struct cqueue *queues; /* [n_queues] */
@@ -181,7 +184,11 @@ static void print_profile(const sc_session *s) {
 
 void sc_session_opts_init(sc_session_opts *o) {
   memset(o, 0, sizeof *o);
-  o->device = "cpu";
+  o->device.name = "cpu";
+}
+
+bool sc_device_choice_is_cpu(const sc_device_choice *c) {
+  return !c || !c->name || strcmp(c->name, "cpu") == 0;
 }
 
 static void stop_queues(sc_session *s);
@@ -199,6 +206,9 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->groups);
   sc_free(s->group_axes);
   sc_free(s->step_comm);
+  sc_free(s->step_group);
+  sc_free(s->out_host);
+  sc_free(s->out_slot);
   sc_free(s->queues);
   sc_free(s->step_queue);
   sc_free(s->seq);
@@ -227,9 +237,10 @@ static sc_status make_groups(sc_session *s, const sc_mesh *split_mesh, sc_diag *
                        (long long)m->n_ranks, sc_comm_size(s->world));
   size_t n = (size_t)p->n_steps;
   s->step_comm = sc_calloc(n, sizeof *s->step_comm);
+  s->step_group = sc_malloc(n * sizeof *s->step_group);
   s->groups = sc_calloc((size_t)n_comm + 1, sizeof *s->groups);
   s->group_axes = sc_calloc((size_t)n_comm + 1, sizeof *s->group_axes);
-  if (!s->step_comm || !s->groups || !s->group_axes)
+  if (!s->step_comm || !s->step_group || !s->groups || !s->group_axes)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *st = &p->steps[i];
@@ -258,6 +269,7 @@ static sc_status make_groups(sc_session *s, const sc_mesh *split_mesh, sc_diag *
   }
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *st = &p->steps[i];
+    s->step_group[i] = -1;
     if (st->kind != SC_STEP_COMM) continue;
     int32_t gi = 0;
     while (s->group_axes[gi] != st->comm.axes) gi++; /* every used set was split */
@@ -266,6 +278,7 @@ static sc_status make_groups(sc_session *s, const sc_mesh *split_mesh, sc_diag *
                          "step %d: compiled for a group of %lld ranks, the mesh gives %d", (int)i,
                          (long long)st->comm.group_size, sc_comm_size(s->groups[gi]));
     s->step_comm[i] = s->groups[gi];
+    s->step_group[i] = gi;
   }
   return SC_OK;
 }
@@ -284,6 +297,21 @@ static void chunk_unpack(char *dst, const char *src, int64_t outer, int64_t n, i
       memcpy(dst + (o * n + q) * inner, src + (q * outer + o) * inner, (size_t)inner);
 }
 
+sc_status sc_comm_step_call(sc_comm *comm, const sc_comm_step *c, sc_dtype t, const void *send,
+                            void *recv, sc_diag *diag) {
+  sc_reduce_op op = (sc_reduce_op)c->reduce;
+  switch (c->kind) {
+  case SC_COMM_ALL_REDUCE: return sc_comm_all_reduce(comm, send, recv, c->count, t, op, diag);
+  case SC_COMM_ALL_GATHER: return sc_comm_all_gather(comm, send, recv, c->count, t, diag);
+  case SC_COMM_REDUCE_SCATTER:
+    return sc_comm_reduce_scatter(comm, send, recv, c->count, t, op, diag);
+  case SC_COMM_ALL_TO_ALL: return sc_comm_all_to_all(comm, send, recv, c->count, t, diag);
+  case SC_COMM_SEND: return sc_comm_send(comm, send, c->count, t, c->peer, c->tag, diag);
+  case SC_COMM_RECV: return sc_comm_recv(comm, recv, c->count, t, c->peer, c->tag, diag);
+  default: return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "bad comm kind %d", (int)c->kind);
+  }
+}
+
 static sc_status run_comm(sc_session *s, int32_t i, sc_diag *diag) {
   const sc_program *p = s->p;
   const sc_step *st = &p->steps[i];
@@ -295,23 +323,10 @@ static sc_status run_comm(sc_session *s, int32_t i, sc_diag *diag) {
   void *unpack = c->unpack >= 0 ? s->dev->buffer_ptr(s->ctx, c->unpack) : NULL;
   sc_dtype t = p->buffers[c->in >= 0 ? c->in : c->out].dtype;
   int64_t esz = (int64_t)sc_dtype_size(t), n = c->group_size;
-  sc_reduce_op op = (sc_reduce_op)c->reduce;
   if (pack) chunk_pack(pack, in, c->pack_outer, n, c->pack_inner * esz);
   const void *send = pack ? pack : in;
   void *recv = unpack ? unpack : out;
-  sc_status r;
-  switch (c->kind) {
-  case SC_COMM_ALL_REDUCE: r = sc_comm_all_reduce(comm, send, recv, c->count, t, op, diag); break;
-  case SC_COMM_ALL_GATHER: r = sc_comm_all_gather(comm, send, recv, c->count, t, diag); break;
-  case SC_COMM_REDUCE_SCATTER:
-    r = sc_comm_reduce_scatter(comm, send, recv, c->count, t, op, diag);
-    break;
-  case SC_COMM_ALL_TO_ALL: r = sc_comm_all_to_all(comm, send, recv, c->count, t, diag); break;
-  case SC_COMM_SEND: r = sc_comm_send(comm, send, c->count, t, c->peer, c->tag, diag); break;
-  case SC_COMM_RECV: r = sc_comm_recv(comm, recv, c->count, t, c->peer, c->tag, diag); break;
-  default:
-    r = sc_diag_set(diag, SC_ERR_INVALID, st->origin, NULL, "step %d: bad comm kind", (int)i);
-  }
+  sc_status r = sc_comm_step_call(comm, c, t, send, recv, diag);
   if (r == SC_OK && unpack) chunk_unpack(out, unpack, c->unpack_outer, n, c->unpack_inner * esz);
   return r;
 }
@@ -350,7 +365,7 @@ static sc_status start_queues(sc_session *s, sc_diag *diag) {
   bool any_async = false, concurrent = true;
   for (int32_t i = 0; i < p->n_steps; i++)
     any_async |= p->steps[i].kind == SC_STEP_COMM && p->steps[i].comm.async;
-  if (!any_async) return SC_OK;
+  if (!any_async || s->dev->run_comm) return SC_OK; /* the device orders them */
   for (int32_t i = 0; i < p->n_steps; i++)
     if (s->step_comm && s->step_comm[i] && !sc_comm_any_thread(s->step_comm[i]))
       return SC_OK; /* starts run inline */
@@ -486,6 +501,24 @@ static sc_status drain(sc_session *s, sc_status r, sc_diag *diag) {
   return r;
 }
 
+/* Host memory for the outputs of a device whose arena the caller cannot
+ * read: one block, each output 64-byte aligned. */
+static sc_status host_outputs(sc_session *s, sc_diag *diag) {
+  const sc_program *p = s->p;
+  int64_t total = 0;
+  for (int32_t i = 0; i < p->n_outputs; i++)
+    total += (p->buffers[p->outputs[i]].bytes + 63) / 64 * 64;
+  s->out_slot = sc_calloc((size_t)p->n_outputs + 1, sizeof *s->out_slot);
+  if (!s->out_slot || posix_memalign(&s->out_host, 64, (size_t)(total > 0 ? total : 64)) != 0)
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  int64_t off = 0;
+  for (int32_t i = 0; i < p->n_outputs; i++) {
+    s->out_slot[i] = (char *)s->out_host + off;
+    off += (p->buffers[p->outputs[i]].bytes + 63) / 64 * 64;
+  }
+  return SC_OK;
+}
+
 sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_session **out,
                             sc_diag *diag) {
   *out = NULL;
@@ -494,7 +527,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
     sc_session_opts_init(&defaults);
     o = &defaults;
   }
-  const char *name = o->device ? o->device : "cpu";
+  const char *name = o->device.name ? o->device.name : "cpu";
   const sc_device_iface *dev = sc_device_find(name);
   if (!dev)
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "unknown device '%s' (known: %s)",
@@ -509,9 +542,16 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   s->dev = dev;
   s->p = p;
   s->world = o->world;
-  sc_device_opts dopts = {
-      .threads = o->threads, .cpu_module = o->cpu_module, .const_data = o->const_data};
   sc_status st = make_groups(s, o->split_mesh, diag);
+  sc_device_opts dopts = {.threads = o->threads,
+                          .cpu_module = o->cpu_module,
+                          .const_data = o->const_data,
+                          .rank = s->world ? sc_comm_rank(s->world) : 0,
+                          .no_graph = o->device.no_graph,
+                          .gpu_arch = o->device.gpu_arch,
+                          .n_comms = s->n_groups,
+                          .comms = s->groups,
+                          .comm_of = s->step_group};
   if (st == SC_OK) st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
   if (st == SC_OK) {
@@ -523,6 +563,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   }
   if (st == SC_OK) st = dev->bind(s->ctx, s->arena, diag);
   if (st == SC_OK) st = start_queues(s, diag);
+  if (st == SC_OK && !dev->host_arena) st = host_outputs(s, diag);
   const char *prof = getenv("SHARDC_PROFILE");
   if (st == SC_OK && prof && *prof && strcmp(prof, "0") != 0) {
     size_t n = p->n_steps > 0 ? (size_t)p->n_steps : 1;
@@ -596,37 +637,51 @@ static sc_status run_scatter_add(sc_session *s, const sc_step *st, sc_diag *diag
   return SC_OK;
 }
 
+int64_t sc_check_indices(sc_dtype t, const void *data, int64_t n, int64_t dim,
+                         long long *shown) {
+  for (int64_t i = 0; i < n; i++) {
+    bool ok;
+    long long v;
+    if (t == SC_DTYPE_U64) {
+      uint64_t u = ((const uint64_t *)data)[i];
+      ok = u < (uint64_t)dim;
+      v = (long long)(u > (uint64_t)INT64_MAX ? INT64_MAX : u);
+    } else {
+      v = (long long)sc_load_i64(t, data, i);
+      ok = v >= -dim && v < dim;
+    }
+    if (!ok) {
+      *shown = v;
+      return i;
+    }
+  }
+  return -1;
+}
+
+sc_status sc_check_step_error(const sc_program *p, const sc_step *st, long long shown,
+                              sc_diag *diag) {
+  const sc_buffer *b = &p->buffers[st->check.buffer];
+  return sc_diag_set(diag, SC_ERR_INVALID, st->origin, "Gather",
+                     "index %lld out of range [%lld, %lld) in '%s'", shown,
+                     -(long long)st->check.dim, (long long)st->check.dim,
+                     b->name ? b->name : "?");
+}
+
 /* A CHECK step: every index in the buffer within [-dim, dim). The buffer
  * is copied out through the device in small pieces (no allocation: a run
  * allocates nothing). */
 static sc_status run_check(sc_session *s, const sc_step *st, sc_diag *diag) {
   const sc_buffer *b = &s->p->buffers[st->check.buffer];
   int64_t esize = sc_dtype_size(b->dtype), numel = esize > 0 ? b->bytes / esize : 0;
-  int64_t dim = st->check.dim;
   const uint8_t *src = s->dev->buffer_ptr(s->ctx, st->check.buffer);
   _Alignas(8) uint8_t piece[4096];
   int64_t per = (int64_t)sizeof piece / (esize > 0 ? esize : 1);
   for (int64_t i0 = 0; i0 < numel; i0 += per) {
     int64_t n = numel - i0 < per ? numel - i0 : per;
     s->dev->copy_out(s->ctx, piece, src + i0 * esize, n * esize);
-    for (int64_t i = 0; i < n; i++) {
-      bool ok;
-      long long shown;
-      if (b->dtype == SC_DTYPE_U64) {
-        uint64_t u = ((const uint64_t *)piece)[i];
-        ok = u < (uint64_t)dim;
-        shown = (long long)(u > (uint64_t)INT64_MAX ? INT64_MAX : u);
-      } else {
-        int64_t v = sc_load_i64(b->dtype, piece, i);
-        ok = v >= -dim && v < dim;
-        shown = (long long)v;
-      }
-      if (!ok)
-        return sc_diag_set(diag, SC_ERR_INVALID, st->origin, "Gather",
-                           "index %lld out of range [%lld, %lld) in '%s'", shown,
-                           -(long long)dim, (long long)dim,
-                           b->name ? b->name : "?");
-    }
+    long long shown;
+    if (sc_check_indices(b->dtype, piece, n, st->check.dim, &shown) >= 0)
+      return sc_check_step_error(s->p, st, shown, diag);
   }
   return SC_OK;
 }
@@ -655,26 +710,40 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     s->queues[k].failed = SC_OK; /* the last run drained its queue */
     pthread_mutex_unlock(&s->queues[k].mu);
   }
-  for (int32_t i = 0; i < p->n_steps; i++) {
+  const sc_device_iface *dev = s->dev;
+  bool replayed = dev->begin_run ? dev->begin_run(s->ctx) : false;
+  for (int32_t i = 0; i < p->n_steps && !replayed; i++) {
     const sc_step *st = &p->steps[i];
     double t0 = s->prof_s ? now_s() : 0.0;
     sc_status r = SC_OK;
     if (st->kind == SC_STEP_COMM) {
-      r = comm_step(s, i, diag);
+      if (dev->run_comm)
+        dev->run_comm(s->ctx, i);
+      else
+        r = comm_step(s, i, diag);
     } else if (st->kind == SC_STEP_WAIT) {
       int32_t k = st->started;
-      if (s->n_queues && s->step_queue[k] >= 0 && s->seq[k] >= 0)
+      if (dev->wait_comm)
+        dev->wait_comm(s->ctx, k);
+      else if (s->n_queues && s->step_queue[k] >= 0 && s->seq[k] >= 0)
         r = wait_for(&s->queues[s->step_queue[k]], s->seq[k], diag);
     } else if (st->kind == SC_STEP_CHECK) {
-      r = run_check(s, st, diag);
+      if (dev->run_check)
+        dev->run_check(s->ctx, i);
+      else
+        r = run_check(s, st, diag);
     } else if (st->kind == SC_STEP_SCATTER_ADD) {
+      if (dev->sync) dev->sync(s->ctx);
       r = run_scatter_add(s, st, diag);
     } else if (st->kind == SC_STEP_GEMM) {
-      s->dev->run_gemm(s->ctx, st);
+      dev->run_gemm(s->ctx, st);
     } else {
-      s->dev->run_kernel(s->ctx, st);
+      dev->run_kernel(s->ctx, st);
     }
-    if (r != SC_OK) return drain(s, r, diag);
+    if (r != SC_OK) {
+      if (dev->end_run) dev->end_run(s->ctx, &(sc_diag){0}); /* waits for what is queued */
+      return drain(s, r, diag);
+    }
     if (s->prof_s) {
       double dt = now_s() - t0;
       if (s->prof_runs == 0) {
@@ -684,6 +753,10 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
         if (s->prof_runs == 1 || dt < s->prof_min[i]) s->prof_min[i] = dt;
       }
     }
+  }
+  if (dev->end_run) {
+    sc_status r = dev->end_run(s->ctx, diag);
+    if (r != SC_OK) return drain(s, r, diag);
   }
   sc_status r = drain(s, SC_OK, diag); /* the program waited for all: defensive */
   if (r != SC_OK) return r;
@@ -696,6 +769,10 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     v->rank = b->rank;
     memcpy(v->dims, b->dims, sizeof v->dims);
     v->data = s->dev->buffer_ptr(s->ctx, p->outputs[i]);
+    if (s->out_slot) { /* device memory: copied out (copy_out waits for it) */
+      s->dev->copy_out(s->ctx, s->out_slot[i], v->data, b->bytes);
+      v->data = s->out_slot[i];
+    }
   }
   return SC_OK;
 }

@@ -144,6 +144,7 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
     sc_session_opts so;
     sc_session_opts_init(&so);
     so.threads = o ? o->threads : 0;
+    if (o) so.device = o->device;
     so.cpu_module = o ? o->cpu_module : NULL;
     so.world = o ? o->world : NULL;
     so.const_data = o ? o->const_data : NULL;

@@ -39,6 +39,7 @@ typedef struct sc_trainer sc_trainer;
 
 typedef struct sc_trainer_opts {
   int threads;         /* 0: all cores */
+  sc_device_choice device;
   double beta1, beta2; /* AdamW's, for the bias corrections (the training
                           manifest's; with no opts 0.9, 0.999) */
   double loss_scale;   /* a program with "train:loss_scale": the first

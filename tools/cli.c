@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ir/mesh.h"
+#include "runtime/runtime.h"
 
 int sc_cli_usage_error(const char *fmt, ...) {
   va_list ap;
@@ -53,6 +54,30 @@ const char *sc_cli_opt_value(int argc, char **argv, int *i, const char *name, bo
   }
   (*i)++;
   return argv[*i];
+}
+
+int sc_cli_device_option(int argc, char **argv, int *i, sc_device_choice *d) {
+  const char *a = argv[*i], *v;
+  bool missing = false;
+  if (strcmp(a, "--no-cuda-graph") == 0) {
+    d->no_graph = true;
+    return 1;
+  }
+  if ((v = sc_cli_opt_value(argc, argv, i, "--device", &missing))) {
+    if (missing) return sc_cli_usage_error("option '--device' needs a value (cpu or cuda)");
+    if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)
+      return sc_cli_usage_error("--device expects cpu or cuda, got '%s'", v);
+    d->name = v;
+    return 1;
+  }
+  if ((v = sc_cli_opt_value(argc, argv, i, "--gpu-arch", &missing))) {
+    if (missing) return sc_cli_usage_error("option '--gpu-arch' needs a value (sm_90)");
+    if (strncmp(v, "sm_", 3) != 0 || strlen(v) < 5 || strlen(v) > 7)
+      return sc_cli_usage_error("--gpu-arch expects sm_NN (sm_80, sm_90, ...), got '%s'", v);
+    d->gpu_arch = v;
+    return 1;
+  }
+  return 0;
 }
 
 bool sc_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {

@@ -67,6 +67,18 @@ void sc_cli_format_count(int64_t v, char *buf, size_t n);
 /* The axes of set, by name, "dp,tp" ("-" for none), into buf. */
 void sc_cli_format_axes(const sc_mesh *m, uint32_t set, char *buf, size_t n);
 
+/* --device cpu|cuda, --no-cuda-graph, --gpu-arch sm_NN at argv[*i] (run,
+ * train): 1 when taken (into *d, *i advanced past a value), 0 when
+ * argv[*i] is none of them, 2 after a usage error (printed). */
+struct sc_device_choice;
+int sc_cli_device_option(int argc, char **argv, int *i, struct sc_device_choice *d);
+#define SC_CLI_DEVICE_USAGE                                                          \
+  "  --device cpu|cuda     where the program runs (default cpu). cuda: one GPU per\n" \
+  "                        rank (LOCAL_RANK, else rank modulo the GPUs); with\n"     \
+  "                        SHARDC_CUDA_EMU=1, the emulated GPU (docs/cuda-backend.md)\n" \
+  "  --no-cuda-graph       cuda: issue every run step by step (no CUDA graph)\n"     \
+  "  --gpu-arch sm_NN      cuda: compile the kernels for this architecture\n"
+
 /* Prints "shardc: error: FILE: node 'N' (Op): msg" to stderr; file is put in
  * when the diagnostic has none. Returns 1, or 2 for SC_ERR_USAGE. */
 int sc_cli_report(const sc_diag *d, const char *file);

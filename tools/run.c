@@ -51,7 +51,8 @@ static const char *const USAGE =
     "                     [--mesh SPEC | --plan FILE.json] [--comm local|mpi]\n"
     "                     [--microbatches M] [--stage-boundaries A,B]\n"
     "                     [--sequence-parallel] [--no-vocab-parallel] [--no-overlap]\n"
-    "                     [--ranks-per-node N]";
+    "                     [--ranks-per-node N] [--device cpu|cuda [--no-cuda-graph]\n"
+    "                     [--gpu-arch sm_NN]]";
 
 enum { MAX_INPUT_ARGS = 256, MAX_ARGS = 1024 };
 
@@ -70,6 +71,7 @@ typedef struct run_opts {
   int64_t repeat, warmup;              /* --repeat N, --warmup W (timing mode) */
   bool warmup_given;
   sc_partition_args pc;                /* --mesh and the other partition options */
+  sc_device_choice dev;                /* --device, --no-cuda-graph, --gpu-arch */
 } run_opts;
 
 /* Takes run's own options out of argv; the rest (file, --dim, --print-after,
@@ -87,6 +89,9 @@ static int split_args(int argc, char **argv, run_opts *r, char **rest, int *n_re
       rest[(*n_rest)++] = argv[i];
       continue;
     }
+    int dv = sc_cli_device_option(argc, argv, &i, &r->dev);
+    if (dv == 2) return 2;
+    if (dv == 1) continue;
     if (strcmp(a, "--") == 0) {
       only_files = true;
       rest[(*n_rest)++] = argv[i];
@@ -364,6 +369,7 @@ static void print_help(void) {
          "  --output-dir DIR      where the .npy files go (default '.'; created,\n"
          "                        with its parents, before the model is read)\n"
          "  --threads N           worker threads (default: all cores)\n"
+         SC_CLI_DEVICE_USAGE
          "  --no-fuse             one kernel per node (no fusion)\n"
          "  --quiet, -q           no summary on stdout\n"
          "  --verbose, -v         say on stderr where the kernels come from\n"
@@ -742,6 +748,7 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
   sc_dist_opts dop;
   sc_dist_opts_init(&dop);
   dop.threads = r->threads;
+  dop.device = r->dev;
   double *times = NULL;
   if (!rc && r->repeat > 0) { /* timing: as for one rank (--warmup counts the first run) */
     dop.warmup = (int)(r->warmup_given ? r->warmup : 1);
@@ -951,6 +958,7 @@ int sc_cmd_run(int argc, char **argv) {
   sc_session_opts so;
   sc_session_opts_init(&so);
   so.threads = r.threads;
+  so.device = r.dev;
   if (st.bundle) so.cpu_module = st.bundle->kernels;
   if (r.verbose) {
     if (st.bundle)

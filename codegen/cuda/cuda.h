@@ -66,6 +66,10 @@ enum { SC_CUDA_SERIAL_INNER_MAX = 16 };
  * `sc_emu_bind` through which the emulator hands over its API. Without
  * SC_CUDA_EMU (NVRTC) none of this is compiled. */
 #define SC_CUDA_EMU_SUFFIX "__emu"
+/* ... and `extern "C" const int NAME` SC_CUDA_EMU_INFO_SUFFIX `[2]`: the
+ * number of arguments (all 8 bytes: pointers, then begin and end) and 1
+ * when the kernel runs block per point (its threads meet at barriers). */
+#define SC_CUDA_EMU_INFO_SUFFIX "__emu_info"
 
 typedef enum sc_cuda_mode {
   SC_CUDA_THREAD_PER_POINT,

@@ -974,8 +974,13 @@ static sc_status emit_kernel(sbuf *b, const kir_kernel *k, const sc_program *p, 
   for (int32_t i = 0; i < k->n_params; i++)
     sb_printf(b, "%s*(%s%s **)a[%d]", i ? ", " : "", k->params[i].written ? "" : "const ",
               stype(k->params[i].dtype), (int)i);
-  sb_printf(b, "%s*(long long *)a[%d], *(long long *)a[%d]);\n}\n#endif\n\n",
-            k->n_params ? ", " : "", (int)k->n_params, (int)k->n_params + 1);
+  sb_printf(b, "%s*(long long *)a[%d], *(long long *)a[%d]);\n}\n", k->n_params ? ", " : "",
+            (int)k->n_params, (int)k->n_params + 1);
+  /* for the fake driver: how many 8-byte arguments, and whether a block's
+   * threads meet at barriers (they run as fibers) */
+  sb_printf(b, "extern \"C\" __attribute__((visibility(\"default\"))) const int %s"
+               SC_CUDA_EMU_INFO_SUFFIX "[2] = {%d, %d};\n#endif\n\n",
+            k->name, (int)k->n_params + 2, block ? 1 : 0);
 out:
   sc_free(e.dep_inner);
   sc_free(e.dep_last);

@@ -356,7 +356,7 @@ static void test_input_validation(void **state) {
 
   sc_session_opts o;
   sc_session_opts_init(&o);
-  o.device = "tpu";
+  o.device.name = "tpu";
   sc_diag_clear(&d);
   assert_int_equal(sc_session_create(t.p, &o, &s, &d), SC_ERR_USAGE);
   assert_non_null(strstr(d.msg, "unknown device 'tpu'"));

@@ -1,0 +1,730 @@
+/* cuda_device.c — the CUDA device: programs run on a GPU through the
+ * driver API (runtime/cuda_driver.h), or on the emulated GPU.
+ *
+ * The device implements runtime/device.h's table, asynchronously:
+ *
+ *   create    loads the driver (sc_cu_load), picks the GPU (opts.rank's:
+ *             LOCAL_RANK when set, else rank modulo the device count),
+ *             retains its primary context (shared with cuBLASLt and NCCL)
+ *             and makes one compute stream and, for the program's
+ *             communicators, communication streams.
+ *   prepare   emits the program's CUDA C (codegen/cuda), compiles it with
+ *             NVRTC for the device's architecture (or opts.gpu_arch) and
+ *             loads it: a CUBIN when NVRTC could make one for the exact
+ *             architecture, else the PTX, through cuModuleLoadDataEx with
+ *             the JIT's error and info logs shown on failure. On the
+ *             emulated driver the image is the CUDA C itself
+ *             (SC_CU_EMU_IMAGE). Launch geometry is the codegen's
+ *             (sc_cuda_launch_config).
+ *   arena     one cuMemAlloc of the memory plan's size: planned equals
+ *             allocated on the GPU too. Constants (the weights) get one
+ *             more allocation, filled once at bind through a pinned staging
+ *             buffer of at most 64 MiB.
+ *   steps     kernels are cuLaunchKernel on the compute stream with
+ *             argument arrays built once at bind; GEMMs go to the GEMM
+ *             engine (runtime/cuda_gemm.h: cuBLASLt on a GPU, the host GEMM
+ *             on the emulated one), then their epilogue kernel.
+ *   comms     a COMM step is handed to its communicator's stream: an event
+ *             recorded on the compute stream is waited for there, the
+ *             layout change (pack) is a 2-D device copy, the collective
+ *             runs, unpack, and an event recorded after it is what the
+ *             compute stream waits on: at once for a synchronous step, at
+ *             its WAIT step for an async start. The collective itself runs
+ *             as a host function on that stream: with the CPU communicators
+ *             (local, tcp, mpi), whose buffers must be host memory, this is
+ *             the emulated path. NCCL on a GPU needs the collective
+ *             enqueued on the stream instead; that is not written yet, and a
+ *             program with COMM steps is refused on a real GPU.
+ *   checks    a CHECK step (gather indices within their dim) copies the
+ *             indices to pinned memory on the compute stream, checks them
+ *             in a host function there, and copies them back with every bad
+ *             one made 0, so that the kernels queued after it stay in
+ *             bounds while the run fails at its end with the CPU's message.
+ *   graphs    the first run is issued step by step; the second is captured
+ *             (cuStreamBeginCapture on the compute stream: the
+ *             communication streams join through their events) and every
+ *             later run replays that graph with one cuGraphLaunch. Not for
+ *             programs with SCATTER_ADD steps (run by the session on the
+ *             host memory of the emulated GPU), nor with opts.no_graph
+ *             (--no-cuda-graph).
+ *
+ * Errors: a failing driver call during a run is kept (the first one) and
+ * returned by end_run with the call and the driver's text; so is a failed
+ * collective. Without a driver or device, create fails with
+ * SC_ERR_UNSUPPORTED and "no CUDA driver" / "no CUDA device". */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codegen/cuda/cuda.h"
+#include "runtime/comm.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/cuda_gemm.h"
+#include "runtime/device.h"
+
+enum { STAGING_BYTES = 64 << 20, CONST_ALIGN = 256 };
+
+typedef struct cuda_ctx cuda_ctx;
+
+/* a COMM step's work on its stream */
+typedef struct comm_job {
+  cuda_ctx *c;
+  int32_t step;
+  sc_comm *comm;
+  sc_dtype t;
+  const void *send;
+  void *recv;
+} comm_job;
+
+/* a CHECK step's work: the indices copied to pinned memory, checked there
+ * by a host function, and copied back (each bad one made 0, so that the
+ * kernels after it stay in bounds while the run fails) */
+typedef struct check_job {
+  cuda_ctx *c;
+  int32_t step;
+  void *pinned;
+  int64_t bytes;
+} check_job;
+
+struct cuda_ctx {
+  const sc_cu *cu;
+  sc_device_opts o;
+  const sc_program *p;
+  CUdevice dev;
+  CUcontext cuctx;
+  bool have_ctx;
+  int cc_major, cc_minor;
+  char arch[16];
+  CUstream compute;
+  int32_t n_cstreams;
+  CUstream *cstreams;  /* [n_cstreams] communication streams */
+  int32_t *stream_of;  /* [n_comms] which communication stream */
+  CUmodule mod;
+  CUfunction *fns;     /* [n_kernels] */
+  sc_cuda_launch *launch;
+  uint64_t **vals;     /* [n_kernels][n_params + 2]: argument values */
+  void ***args;        /* [n_kernels][n_params + 2]: pointers to them */
+  CUdeviceptr arena, consts;
+  CUdeviceptr *ptrs;   /* [n_buffers] */
+  sc_gpu_gemm *gemm;
+  int32_t *gemm_id;    /* [n_steps] a GEMM step's entry in the engine */
+  CUevent *ev_fork, *ev_done; /* [n_steps] per COMM step */
+  comm_job *jobs;      /* [n_steps] */
+  check_job *checks;   /* [n_steps] */
+  bool host_steps;     /* CHECK or SCATTER_ADD: no graph */
+  int64_t runs;
+  bool capturing;
+  CUgraph graph;
+  CUgraphExec exec;
+  double compile_s;
+  pthread_mutex_t mu;  /* err, from stream threads */
+  sc_diag err;
+};
+
+/* Keeps the first failure of a run (thread-safe). */
+static void fail(cuda_ctx *c, const sc_diag *d) {
+  pthread_mutex_lock(&c->mu);
+  if (c->err.status == SC_OK) c->err = *d;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* A driver call during a run: a failure is kept for end_run. */
+static void check_run(cuda_ctx *c, CUresult r, const char *call) {
+  if (r == SC_CUDA_SUCCESS) return;
+  sc_diag d = {0};
+  sc_cu_check(c->cu, r, call, NULL, &d);
+  fail(c, &d);
+}
+
+#define CK(call, what)                                                                  \
+  do {                                                                                  \
+    CUresult r_ = (call);                                                               \
+    if (r_ != SC_CUDA_SUCCESS) return sc_cu_check(c->cu, r_, #call, what, diag);        \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int local_ordinal(int rank, int count) {
+  const char *lr = getenv("LOCAL_RANK");
+  int r = lr && *lr ? atoi(lr) : rank;
+  return r >= 0 ? r % count : 0;
+}
+
+static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag) {
+  *out = NULL;
+  const sc_cu *cu;
+#if !SHARDC_HAVE_CUDA
+  (void)cu;
+  (void)o;
+  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "cuda device: shardc was built without the CUDA backend (NVRTC)");
+#endif
+  sc_status st = sc_cu_load(&cu, diag);
+  if (st != SC_OK) return st;
+  cuda_ctx *c = sc_calloc(1, sizeof *c);
+  if (!c) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  c->cu = cu;
+  c->o = *o;
+  pthread_mutex_init(&c->mu, NULL);
+  sc_diag_clear(&c->err);
+  *out = c;
+  int count = 0;
+  CK(cu->device_count(&count), "counting devices");
+  CK(cu->device_get(&c->dev, local_ordinal(o->rank, count)), "choosing the device");
+  CK(cu->device_attribute(&c->cc_major, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev),
+     NULL);
+  CK(cu->device_attribute(&c->cc_minor, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev),
+     NULL);
+  snprintf(c->arch, sizeof c->arch, "sm_%d%d", c->cc_major, c->cc_minor);
+  CK(cu->ctx_retain(&c->cuctx, c->dev), "the primary context");
+  c->have_ctx = true;
+  CK(cu->ctx_set_current(c->cuctx), NULL);
+  CK(cu->stream_create(&c->compute, SC_CU_STREAM_NON_BLOCKING), "the compute stream");
+  /* one stream per communicator when they may run at once, else one */
+  bool concurrent = true;
+  for (int32_t i = 0; i < o->n_comms; i++) {
+    concurrent &= sc_comm_concurrent(o->comms[i]);
+    if (!sc_comm_any_thread(o->comms[i]))
+      return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                         "cuda device: the communicator must be usable from the stream's "
+                         "thread (MPI without MPI_THREAD_MULTIPLE is not)");
+  }
+  c->n_cstreams = o->n_comms == 0 ? 0 : concurrent ? o->n_comms : 1;
+  c->cstreams = sc_calloc((size_t)c->n_cstreams + 1, sizeof *c->cstreams);
+  c->stream_of = sc_calloc((size_t)o->n_comms + 1, sizeof *c->stream_of);
+  if (!c->cstreams || !c->stream_of)
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; i < o->n_comms; i++) c->stream_of[i] = concurrent ? i : 0;
+  for (int32_t i = 0; i < c->n_cstreams; i++)
+    CK(cu->stream_create(&c->cstreams[i], SC_CU_STREAM_NON_BLOCKING), "a communication stream");
+  if (!cu->emulated && o->n_comms > 0)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda device: collectives on a GPU need NCCL enqueued on the "
+                       "communication stream, which is not written yet (run the mesh on the "
+                       "cpu device, or emulated with SHARDC_CUDA_EMU=1)");
+  return SC_OK;
+}
+
+static void cuda_destroy(void *ctx) {
+  cuda_ctx *c = ctx;
+  if (!c) return;
+  const sc_cu *cu = c->cu;
+  if (c->compute) cu->stream_synchronize(c->compute);
+  for (int32_t i = 0; i < c->n_cstreams; i++)
+    if (c->cstreams[i]) cu->stream_synchronize(c->cstreams[i]);
+  if (c->exec) cu->graph_exec_destroy(c->exec);
+  if (c->graph) cu->graph_destroy(c->graph);
+  for (int32_t i = 0; c->p && i < c->p->n_steps; i++) {
+    if (c->ev_fork && c->ev_fork[i]) cu->event_destroy(c->ev_fork[i]);
+    if (c->ev_done && c->ev_done[i]) cu->event_destroy(c->ev_done[i]);
+  }
+  sc_gpu_gemm_destroy(c->gemm);
+  if (c->consts) cu->mem_free(c->consts);
+  if (c->mod) cu->module_unload(c->mod);
+  for (int32_t i = 0; i < c->n_cstreams; i++)
+    if (c->cstreams[i]) cu->stream_destroy(c->cstreams[i]);
+  if (c->compute) cu->stream_destroy(c->compute);
+  if (c->have_ctx) cu->ctx_release(c->dev);
+  for (int32_t k = 0; c->p && k < c->p->n_kernels; k++) {
+    if (c->vals) sc_free(c->vals[k]);
+    if (c->args) sc_free(c->args[k]);
+  }
+  sc_free(c->vals);
+  sc_free(c->args);
+  sc_free(c->fns);
+  sc_free(c->launch);
+  sc_free(c->ptrs);
+  sc_free(c->gemm_id);
+  sc_free(c->ev_fork);
+  sc_free(c->ev_done);
+  for (int32_t i = 0; c->checks && c->p && i < c->p->n_steps; i++)
+    if (c->checks[i].pinned) cu->mem_free_host(c->checks[i].pinned);
+  sc_free(c->checks);
+  sc_free(c->jobs);
+  sc_free(c->cstreams);
+  sc_free(c->stream_of);
+  pthread_mutex_destroy(&c->mu);
+  sc_free(c);
+}
+
+static bool cuda_supports_step(void *ctx, const sc_program *p, const sc_step *s) {
+  cuda_ctx *c = ctx;
+  switch (s->kind) {
+  case SC_STEP_KERNEL: return s->kernel >= 0 && s->kernel < p->n_kernels;
+  case SC_STEP_GEMM: return sc_gemm_problem(p, s) == NULL;
+  case SC_STEP_COMM:
+  case SC_STEP_WAIT: return true;
+  case SC_STEP_CHECK: return true; /* checked on the host, in stream order */
+  case SC_STEP_SCATTER_ADD: return c->cu->emulated; /* host memory: the emulated GPU only */
+  default: return false;
+  }
+}
+
+/* Loads the module: the CUDA C on the emulated driver, else a CUBIN or the
+ * PTX for the device's architecture. */
+static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
+  const sc_cu *cu = c->cu;
+  char *image = NULL;
+  size_t len = 0;
+  sc_status st = SC_OK;
+  if (cu->emulated) {
+    size_t hl = strlen(SC_CU_EMU_IMAGE), sl = strlen(src);
+    image = sc_malloc(hl + sl + 1);
+    if (!image) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    memcpy(image, SC_CU_EMU_IMAGE, hl);
+    memcpy(image + hl, src, sl + 1);
+  } else {
+#if SHARDC_HAVE_CUDA
+    const char *arch = c->o.gpu_arch ? c->o.gpu_arch : c->arch;
+    char *log = NULL;
+    st = sc_cuda_compile_ptx(src, arch, &image, &len, &log, diag);
+    sc_free(log);
+    if (st != SC_OK) return st;
+#endif
+  }
+  char err_log[8192] = "", info_log[8192] = "";
+  int opts[4] = {SC_CU_JIT_ERROR_LOG_BUFFER, SC_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                 SC_CU_JIT_INFO_LOG_BUFFER, SC_CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void *vals[4] = {err_log, (void *)(uintptr_t)sizeof err_log, info_log,
+                   (void *)(uintptr_t)sizeof info_log};
+  CUresult r = cu->module_load(&c->mod, image, 4, opts, vals);
+  sc_free(image);
+  if (r != SC_CUDA_SUCCESS) {
+    c->mod = NULL;
+    const char *text = NULL;
+    cu->error_string(r, &text);
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
+                       "cuda device: loading the kernels (%s) failed: %s (%d): %s%s%s",
+                       cu->emulated ? "emulated" : "PTX", text ? text : "?", (int)r, err_log,
+                       info_log[0] ? "; " : "", info_log);
+  }
+  return SC_OK;
+}
+
+static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
+  cuda_ctx *c = ctx;
+  const sc_cu *cu = c->cu;
+  c->p = p;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    c->host_steps |= s->kind == SC_STEP_SCATTER_ADD;
+    if (cuda_supports_step(c, p, s)) continue;
+    const char *why = s->kind == SC_STEP_GEMM            ? sc_gemm_problem(p, s)
+                      : s->kind == SC_STEP_SCATTER_ADD ? "ScatterND/embedding-gradient "
+                                                         "accumulation has no GPU kernel yet"
+                                                       : "unsupported";
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, s->origin, NULL, "cuda device: step %d: %s",
+                       (int)i, why ? why : "unsupported");
+  }
+  size_t nk = (size_t)(p->n_kernels > 0 ? p->n_kernels : 1);
+  size_t ns = (size_t)(p->n_steps > 0 ? p->n_steps : 1);
+  c->fns = sc_calloc(nk, sizeof *c->fns);
+  c->launch = sc_calloc(nk, sizeof *c->launch);
+  c->vals = sc_calloc(nk, sizeof *c->vals);
+  c->args = sc_calloc(nk, sizeof *c->args);
+  c->ptrs = sc_calloc((size_t)(p->n_buffers > 0 ? p->n_buffers : 1), sizeof *c->ptrs);
+  c->ev_fork = sc_calloc(ns, sizeof *c->ev_fork);
+  c->ev_done = sc_calloc(ns, sizeof *c->ev_done);
+  c->jobs = sc_calloc(ns, sizeof *c->jobs);
+  c->gemm_id = sc_calloc(ns, sizeof *c->gemm_id);
+  c->checks = sc_calloc(ns, sizeof *c->checks);
+  if (!c->gemm_id || !c->checks || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
+      !c->jobs)
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    if (p->steps[i].kind != SC_STEP_COMM) continue;
+    if (!c->o.comm_of || c->o.comm_of[i] < 0 || c->o.comm_of[i] >= c->o.n_comms)
+      return sc_diag_set(diag, SC_ERR_INVALID, p->steps[i].origin, NULL,
+                         "cuda device: step %d has no communicator", (int)i);
+    CK(cu->event_create(&c->ev_fork[i], SC_CU_EVENT_DISABLE_TIMING), NULL);
+    CK(cu->event_create(&c->ev_done[i], SC_CU_EVENT_DISABLE_TIMING), NULL);
+  }
+  bool any_gemm = false;
+  for (int32_t i = 0; i < p->n_steps; i++) any_gemm |= p->steps[i].kind == SC_STEP_GEMM;
+  if (any_gemm) {
+    sc_status st = sc_gpu_gemm_create(cu, &c->gemm, diag);
+    if (st != SC_OK) return st;
+  }
+  if (p->n_kernels == 0) return SC_OK;
+  char *src = NULL;
+#if SHARDC_HAVE_CUDA
+  sc_status st = sc_cuda_emit_source(p, &src, diag);
+#else
+  sc_status st = SC_ERR_UNSUPPORTED;
+#endif
+  if (st != SC_OK) return st;
+  double t0 = now_s();
+  st = load_module(c, src, diag);
+  sc_free(src);
+  c->compile_s = now_s() - t0;
+  if (st != SC_OK) return st;
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    const kir_kernel *kk = p->kernels[k];
+    CUresult r = cu->module_function(&c->fns[k], c->mod, kk->name);
+    if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuModuleGetFunction", kk->name, diag);
+#if SHARDC_HAVE_CUDA
+    sc_cuda_launch_config(kk, &c->launch[k]);
+#endif
+    if (c->launch[k].grid > 0x7fffffff) c->launch[k].grid = 0x7fffffff; /* grid-stride */
+    size_t n = (size_t)kk->n_params + 2;
+    c->vals[k] = sc_calloc(n, sizeof **c->vals);
+    c->args[k] = sc_calloc(n, sizeof **c->args);
+    if (!c->vals[k] || !c->args[k])
+      return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) c->args[k][i] = &c->vals[k][i];
+  }
+  return SC_OK;
+}
+
+static void *cuda_alloc_arena(void *ctx, int64_t bytes) {
+  cuda_ctx *c = ctx;
+  if (bytes < 0) return NULL;
+  CUdeviceptr d = 0;
+  if (c->cu->mem_alloc(&d, (size_t)(bytes > 0 ? bytes : CONST_ALIGN)) != SC_CUDA_SUCCESS)
+    return NULL;
+  c->arena = d;
+  return (void *)(uintptr_t)d;
+}
+
+static void cuda_free_arena(void *ctx, void *arena) {
+  cuda_ctx *c = ctx;
+  c->cu->ctx_synchronize();
+  c->cu->mem_free((CUdeviceptr)(uintptr_t)arena);
+  if (c->arena == (CUdeviceptr)(uintptr_t)arena) c->arena = 0;
+}
+
+static int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
+
+static const void *const_data(const cuda_ctx *c, int32_t r) {
+  const sc_buffer *rb = &c->p->buffers[r];
+  return c->o.const_data && c->o.const_data[r] ? c->o.const_data[r] : rb->data;
+}
+
+/* Uploads every constant into one allocation, through pinned staging. */
+static sc_status upload_consts(cuda_ctx *c, sc_diag *diag) {
+  const sc_program *p = c->p;
+  const sc_cu *cu = c->cu;
+  int64_t total = 0;
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    const sc_buffer *rb = &p->buffers[b];
+    if (rb->kind != SC_BUF_CONST) continue;
+    if (!const_data(c, b) && rb->bytes > 0)
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "constant '%s' has no data (loaded with --no-weights?)",
+                         rb->name ? rb->name : "?");
+    total = align_up(total, CONST_ALIGN) + rb->bytes;
+  }
+  if (total == 0) return SC_OK;
+  CK(cu->mem_alloc(&c->consts, (size_t)total), "the weights");
+  void *stage = NULL;
+  size_t stage_bytes = total < STAGING_BYTES ? (size_t)total : STAGING_BYTES;
+  CK(cu->mem_alloc_host(&stage, stage_bytes), "the pinned staging buffer");
+  sc_status st = SC_OK;
+  int64_t off = 0;
+  for (int32_t b = 0; b < p->n_buffers && st == SC_OK; b++) {
+    const sc_buffer *rb = &p->buffers[b];
+    if (rb->kind != SC_BUF_CONST) continue;
+    off = align_up(off, CONST_ALIGN);
+    c->ptrs[b] = c->consts + (CUdeviceptr)off;
+    const char *src = const_data(c, b);
+    for (int64_t done = 0; done < rb->bytes && st == SC_OK;) {
+      size_t n = (size_t)(rb->bytes - done) < stage_bytes ? (size_t)(rb->bytes - done)
+                                                          : stage_bytes;
+      memcpy(stage, src + done, n);
+      CUresult r = cu->memcpy_htod(c->ptrs[b] + (CUdeviceptr)done, stage, n, c->compute);
+      if (r == SC_CUDA_SUCCESS) r = cu->stream_synchronize(c->compute);
+      st = sc_cu_check(cu, r, "cuMemcpyHtoDAsync", "uploading the weights", diag);
+      done += (int64_t)n;
+    }
+    off += rb->bytes;
+  }
+  cu->mem_free_host(stage);
+  return st;
+}
+
+static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
+  cuda_ctx *c = ctx;
+  const sc_program *p = c->p;
+  CUdeviceptr base = (CUdeviceptr)(uintptr_t)arena;
+  sc_status st = upload_consts(c, diag);
+  if (st != SC_OK) return st;
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    int32_t r = sc_program_root(p, b);
+    const sc_buffer *rb = &p->buffers[r];
+    switch (rb->kind) {
+    case SC_BUF_INPUT:
+    case SC_BUF_OUTPUT:
+    case SC_BUF_TEMP:
+      if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->arena_bytes ||
+          rb->bytes > p->arena_bytes - rb->offset)
+        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                           "buffer '%s' [%lld, +%lld) lies outside the %lld-byte arena",
+                           rb->name ? rb->name : "?", (long long)rb->offset,
+                           (long long)rb->bytes, (long long)p->arena_bytes);
+      c->ptrs[b] = base + (CUdeviceptr)rb->offset;
+      break;
+    case SC_BUF_CONST: c->ptrs[b] = c->ptrs[r]; break;
+    default:
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "buffer '%s': view without a storage root", rb->name ? rb->name : "?");
+    }
+  }
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    const kir_kernel *kk = p->kernels[k];
+    for (int32_t i = 0; i < kk->n_params; i++) {
+      int32_t b = kk->params[i].buffer;
+      if (b < 0 || b >= p->n_buffers)
+        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                           "kernel %s: param %d has no buffer", kk->name, (int)i);
+      c->vals[k][i] = c->ptrs[b];
+    }
+    c->vals[k][kk->n_params] = 0;                                   /* begin */
+    c->vals[k][kk->n_params + 1] = (uint64_t)c->launch[k].points; /* end */
+  }
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind == SC_STEP_GEMM) {
+      const sc_gemm *g = &s->gemm;
+      st = sc_gpu_gemm_add(c->gemm, g, c->ptrs[g->a], c->ptrs[g->b],
+                           g->bias >= 0 ? c->ptrs[g->bias] : 0,
+                           g->bias >= 0 ? p->buffers[g->bias].bytes / 4 : 0, c->ptrs[g->c],
+                           &c->gemm_id[i], diag);
+      if (st != SC_OK) return st;
+    }
+    if (s->kind == SC_STEP_CHECK) {
+      check_job *j = &c->checks[i];
+      j->c = c;
+      j->step = i;
+      j->bytes = p->buffers[s->check.buffer].bytes;
+      if (j->bytes > 0 && !j->pinned)
+        CK(c->cu->mem_alloc_host(&j->pinned, (size_t)j->bytes), "an index check's buffer");
+    }
+    if (s->kind != SC_STEP_COMM) continue;
+    const sc_comm_step *cs = &s->comm;
+    comm_job *j = &c->jobs[i];
+    j->c = c;
+    j->step = i;
+    j->comm = c->o.comms[c->o.comm_of[i]];
+    j->t = p->buffers[cs->in >= 0 ? cs->in : cs->out].dtype;
+    j->send = (const void *)(uintptr_t)(cs->pack >= 0 ? c->ptrs[cs->pack]
+                                        : cs->in >= 0 ? c->ptrs[cs->in] : 0);
+    j->recv = (void *)(uintptr_t)(cs->unpack >= 0 ? c->ptrs[cs->unpack]
+                                  : cs->out >= 0 ? c->ptrs[cs->out] : 0);
+  }
+  return SC_OK;
+}
+
+static void *cuda_buffer_ptr(void *ctx, int32_t b) {
+  return (void *)(uintptr_t)((cuda_ctx *)ctx)->ptrs[b];
+}
+
+static void cuda_copy_in(void *ctx, void *dst, const void *src, int64_t bytes) {
+  cuda_ctx *c = ctx;
+  if (bytes > 0)
+    check_run(c, c->cu->memcpy_htod((CUdeviceptr)(uintptr_t)dst, src, (size_t)bytes, c->compute),
+              "cuMemcpyHtoDAsync");
+}
+
+static void cuda_copy_out(void *ctx, void *dst, const void *src, int64_t bytes) {
+  cuda_ctx *c = ctx;
+  if (bytes <= 0) return;
+  check_run(c, c->cu->memcpy_dtoh(dst, (CUdeviceptr)(uintptr_t)src, (size_t)bytes, c->compute),
+            "cuMemcpyDtoHAsync");
+  check_run(c, c->cu->stream_synchronize(c->compute), "cuStreamSynchronize");
+}
+
+static void launch_kernel(cuda_ctx *c, int32_t k) {
+  const sc_cuda_launch *l = &c->launch[k];
+  if (l->points <= 0) return;
+  check_run(c,
+            c->cu->launch_kernel(c->fns[k], (unsigned)l->grid, 1, 1, (unsigned)l->block, 1, 1, 0,
+                                 c->compute, c->args[k], NULL),
+            "cuLaunchKernel");
+}
+
+static void cuda_run_kernel(void *ctx, const sc_step *s) { launch_kernel(ctx, s->kernel); }
+
+static void cuda_run_gemm(void *ctx, const sc_step *s) {
+  cuda_ctx *c = ctx;
+  sc_diag d = {0};
+  if (sc_gpu_gemm_enqueue(c->gemm, c->gemm_id[s - c->p->steps], c->compute, &d) != SC_OK)
+    fail(c, &d);
+  if (s->kernel >= 0) launch_kernel(c, s->kernel);
+}
+
+static int cuda_threads(void *ctx) {
+  (void)ctx;
+  return 1;
+}
+
+static double cuda_compile_seconds(void *ctx) { return ((cuda_ctx *)ctx)->compile_s; }
+
+/* ---- runs: graphs ---- */
+static bool cuda_begin_run(void *ctx) {
+  cuda_ctx *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  sc_diag_clear(&c->err);
+  pthread_mutex_unlock(&c->mu);
+  if (c->exec) {
+    check_run(c, c->cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
+    return true;
+  }
+  if (c->runs == 1 && !c->o.no_graph && !c->host_steps && c->p->n_steps > 0) {
+    CUresult r = c->cu->stream_begin_capture(c->compute, 0 /* global */);
+    c->capturing = r == SC_CUDA_SUCCESS;
+    check_run(c, r, "cuStreamBeginCapture");
+  }
+  return false;
+}
+
+static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
+  cuda_ctx *c = ctx;
+  const sc_cu *cu = c->cu;
+  if (c->capturing) {
+    c->capturing = false;
+    check_run(c, cu->stream_end_capture(c->compute, &c->graph), "cuStreamEndCapture");
+    if (c->graph) check_run(c, cu->graph_instantiate(&c->exec, c->graph, 0),
+                            "cuGraphInstantiateWithFlags");
+    if (c->exec) check_run(c, cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
+  }
+  check_run(c, cu->stream_synchronize(c->compute), "cuStreamSynchronize");
+  for (int32_t i = 0; i < c->n_cstreams; i++)
+    check_run(c, cu->stream_synchronize(c->cstreams[i]), "cuStreamSynchronize");
+  c->runs++;
+  pthread_mutex_lock(&c->mu);
+  sc_diag e = c->err;
+  pthread_mutex_unlock(&c->mu);
+  if (e.status == SC_OK) return SC_OK;
+  *diag = e;
+  return e.status;
+}
+
+static void cuda_sync(void *ctx) {
+  cuda_ctx *c = ctx;
+  check_run(c, c->cu->stream_synchronize(c->compute), "cuStreamSynchronize");
+}
+
+/* ---- collectives ---- */
+static void comm_host_fn(void *ud) {
+  comm_job *j = ud;
+  const sc_step *s = &j->c->p->steps[j->step];
+  sc_diag d = {0};
+  pthread_mutex_lock(&j->c->mu);
+  bool failed = j->c->err.status != SC_OK;
+  pthread_mutex_unlock(&j->c->mu);
+  if (failed) return; /* after a failure, later collectives of the run are skipped */
+  if (sc_comm_step_call(j->comm, &s->comm, j->t, j->send, j->recv, &d) != SC_OK) fail(j->c, &d);
+}
+
+/* dst viewed as [n, outer, inner] = src viewed as [outer, n, inner]
+ * (pack), or back (unpack): one 2-D copy per chunk. */
+static void transpose_chunks(cuda_ctx *c, CUstream s, CUdeviceptr dst, CUdeviceptr src,
+                             int64_t outer, int64_t n, int64_t inner, bool pack) {
+  for (int64_t q = 0; q < n; q++) {
+    sc_cu_memcpy2d m = {.srcMemoryType = SC_CU_MEMORYTYPE_DEVICE,
+                        .dstMemoryType = SC_CU_MEMORYTYPE_DEVICE,
+                        .WidthInBytes = (size_t)inner, .Height = (size_t)outer};
+    if (pack) { /* src [o][q] -> dst [q][o] */
+      m.srcDevice = src + (CUdeviceptr)(q * inner);
+      m.srcPitch = (size_t)(n * inner);
+      m.dstDevice = dst + (CUdeviceptr)(q * outer * inner);
+      m.dstPitch = (size_t)inner;
+    } else { /* src [q][o] -> dst [o][q] */
+      m.srcDevice = src + (CUdeviceptr)(q * outer * inner);
+      m.srcPitch = (size_t)inner;
+      m.dstDevice = dst + (CUdeviceptr)(q * inner);
+      m.dstPitch = (size_t)(n * inner);
+    }
+    check_run(c, c->cu->memcpy_2d(&m, s), "cuMemcpy2DAsync");
+  }
+}
+
+static void cuda_run_comm(void *ctx, int32_t i) {
+  cuda_ctx *c = ctx;
+  const sc_cu *cu = c->cu;
+  const sc_comm_step *cs = &c->p->steps[i].comm;
+  CUstream s = c->cstreams[c->stream_of[c->o.comm_of[i]]];
+  int64_t esz = (int64_t)sc_dtype_size(c->jobs[i].t), n = cs->group_size;
+  check_run(c, cu->event_record(c->ev_fork[i], c->compute), "cuEventRecord");
+  check_run(c, cu->stream_wait_event(s, c->ev_fork[i], 0), "cuStreamWaitEvent");
+  if (cs->pack >= 0)
+    transpose_chunks(c, s, c->ptrs[cs->pack], c->ptrs[cs->in], cs->pack_outer, n,
+                     cs->pack_inner * esz, true);
+  check_run(c, cu->launch_host_func(s, comm_host_fn, &c->jobs[i]), "cuLaunchHostFunc");
+  if (cs->unpack >= 0)
+    transpose_chunks(c, s, c->ptrs[cs->out], c->ptrs[cs->unpack], cs->unpack_outer, n,
+                     cs->unpack_inner * esz, false);
+  check_run(c, cu->event_record(c->ev_done[i], s), "cuEventRecord");
+  if (!cs->async)
+    check_run(c, cu->stream_wait_event(c->compute, c->ev_done[i], 0), "cuStreamWaitEvent");
+}
+
+static void cuda_wait_comm(void *ctx, int32_t started) {
+  cuda_ctx *c = ctx;
+  check_run(c, c->cu->stream_wait_event(c->compute, c->ev_done[started], 0),
+            "cuStreamWaitEvent");
+}
+
+/* ---- index checks ---- */
+static void check_host_fn(void *ud) {
+  check_job *j = ud;
+  const sc_program *p = j->c->p;
+  const sc_step *st = &p->steps[j->step];
+  const sc_buffer *b = &p->buffers[st->check.buffer];
+  int64_t esz = (int64_t)sc_dtype_size(b->dtype), n = esz > 0 ? j->bytes / esz : 0;
+  long long shown;
+  int64_t bad = sc_check_indices(b->dtype, j->pinned, n, st->check.dim, &shown);
+  if (bad < 0) return;
+  sc_diag d = {0};
+  sc_check_step_error(p, st, shown, &d);
+  fail(j->c, &d);
+  for (int64_t i = bad; i < n; i++) { /* keep the kernels after it in bounds */
+    long long v;
+    if (sc_check_indices(b->dtype, (char *)j->pinned + i * esz, 1, st->check.dim, &v) >= 0)
+      memset((char *)j->pinned + i * esz, 0, (size_t)esz);
+  }
+}
+
+static void cuda_run_check(void *ctx, int32_t i) {
+  cuda_ctx *c = ctx;
+  check_job *j = &c->checks[i];
+  if (j->bytes <= 0) return;
+  CUdeviceptr idx = c->ptrs[c->p->steps[i].check.buffer];
+  check_run(c, c->cu->memcpy_dtoh(j->pinned, idx, (size_t)j->bytes, c->compute),
+            "cuMemcpyDtoHAsync");
+  check_run(c, c->cu->launch_host_func(c->compute, check_host_fn, j), "cuLaunchHostFunc");
+  check_run(c, c->cu->memcpy_htod(idx, j->pinned, (size_t)j->bytes, c->compute),
+            "cuMemcpyHtoDAsync");
+}
+
+const sc_device_iface sc_device_cuda = {
+    .name = "cuda",
+    .host_arena = false,
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .prepare = cuda_prepare,
+    .supports_step = cuda_supports_step,
+    .alloc_arena = cuda_alloc_arena,
+    .free_arena = cuda_free_arena,
+    .bind = cuda_bind,
+    .buffer_ptr = cuda_buffer_ptr,
+    .copy_in = cuda_copy_in,
+    .copy_out = cuda_copy_out,
+    .run_kernel = cuda_run_kernel,
+    .run_gemm = cuda_run_gemm,
+    .threads = cuda_threads,
+    .compile_seconds = cuda_compile_seconds,
+    .begin_run = cuda_begin_run,
+    .end_run = cuda_end_run,
+    .sync = cuda_sync,
+    .run_comm = cuda_run_comm,
+    .wait_comm = cuda_wait_comm,
+    .run_check = cuda_run_check,
+};

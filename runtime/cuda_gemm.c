@@ -1,0 +1,286 @@
+/* cuda_gemm.c — matrix products on the CUDA device (cuda_gemm.h).
+ *
+ * cuBLASLt's types and constants are repeated here (as the driver's are in
+ * cuda_driver.h), so that shardc builds without the toolkit's headers;
+ * tests/unit/test_cuda_driver.c checks them against cublasLt.h. */
+#define _GNU_SOURCE
+#include "runtime/cuda_gemm.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/device.h"
+
+typedef int cublasStatus_t;
+typedef struct cublasLtContext *cublasLtHandle_t;
+typedef struct cublasLtMatmulDescOpaque *cublasLtMatmulDesc_t;
+typedef struct cublasLtMatrixLayoutOpaque *cublasLtMatrixLayout_t;
+typedef struct cublasLtMatmulPreferenceOpaque *cublasLtMatmulPreference_t;
+typedef struct {
+  uint64_t data[8];
+} cublasLtMatmulAlgo_t;
+typedef struct {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspaceSize;
+  cublasStatus_t state;
+  float wavesCount;
+  int reserved[4];
+} cublasLtMatmulHeuristicResult_t;
+
+enum {
+  SC_CUBLAS_COMPUTE_32F = 68,
+  SC_CUDA_R_32F = 0,
+  SC_CUBLAS_OP_N = 0,
+  SC_CUBLAS_OP_T = 1,
+  SC_CUBLASLT_MATMUL_DESC_TRANSA = 3,
+  SC_CUBLASLT_MATMUL_DESC_TRANSB = 4,
+  SC_CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
+  SC_CUBLASLT_EPILOGUE_DEFAULT = 1,
+  SC_CUBLASLT_EPILOGUE_BIAS = 4,
+  SC_CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,
+  SC_CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6,
+  SC_CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+};
+
+#define SC_LT_ENTRY_POINTS(X)                                                                 \
+  X(create, "cublasLtCreate", (cublasLtHandle_t * h))                                         \
+  X(destroy, "cublasLtDestroy", (cublasLtHandle_t h))                                         \
+  X(desc_create, "cublasLtMatmulDescCreate", (cublasLtMatmulDesc_t * d, int compute, int sc)) \
+  X(desc_destroy, "cublasLtMatmulDescDestroy", (cublasLtMatmulDesc_t d))                      \
+  X(desc_set, "cublasLtMatmulDescSetAttribute",                                               \
+    (cublasLtMatmulDesc_t d, int attr, const void *buf, size_t n))                            \
+  X(layout_create, "cublasLtMatrixLayoutCreate",                                              \
+    (cublasLtMatrixLayout_t * l, int type, uint64_t rows, uint64_t cols, int64_t ld))         \
+  X(layout_destroy, "cublasLtMatrixLayoutDestroy", (cublasLtMatrixLayout_t l))                \
+  X(layout_set, "cublasLtMatrixLayoutSetAttribute",                                           \
+    (cublasLtMatrixLayout_t l, int attr, const void *buf, size_t n))                          \
+  X(pref_create, "cublasLtMatmulPreferenceCreate", (cublasLtMatmulPreference_t * p))          \
+  X(pref_destroy, "cublasLtMatmulPreferenceDestroy", (cublasLtMatmulPreference_t p))          \
+  X(pref_set, "cublasLtMatmulPreferenceSetAttribute",                                         \
+    (cublasLtMatmulPreference_t p, int attr, const void *buf, size_t n))                      \
+  X(heuristic, "cublasLtMatmulAlgoGetHeuristic",                                              \
+    (cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,                    \
+     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,           \
+     cublasLtMatmulPreference_t p, int n, cublasLtMatmulHeuristicResult_t *out, int *found))  \
+  X(matmul, "cublasLtMatmul",                                                                 \
+    (cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *a,            \
+     cublasLtMatrixLayout_t al, const void *b, cublasLtMatrixLayout_t bl, const void *beta,   \
+     const void *c, cublasLtMatrixLayout_t cl, void *dd, cublasLtMatrixLayout_t dl,           \
+     const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, CUstream s))
+
+typedef struct lt_api {
+#define SC_LT_FIELD(field, sym, params) cublasStatus_t(*field) params;
+  SC_LT_ENTRY_POINTS(SC_LT_FIELD)
+#undef SC_LT_FIELD
+  const char *(*status_string)(cublasStatus_t s); /* optional */
+} lt_api;
+
+enum { WORKSPACE_BYTES = 32 << 20 };
+
+typedef struct gemm_entry {
+  struct sc_gpu_gemm *e;
+  const sc_gemm *g;
+  CUdeviceptr a, b, bias, c;
+  int64_t bias_numel;
+  /* cublaslt */
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc, ld;
+  cublasLtMatmulAlgo_t algo;
+  float alpha, beta;
+  bool bias_as_c; /* a full bias: the C operand, beta 1 */
+} gemm_entry;
+
+struct sc_gpu_gemm {
+  const sc_cu *cu;
+  bool host;
+  void *lib;
+  lt_api lt;
+  cublasLtHandle_t handle;
+  CUdeviceptr ws;
+  int32_t n, cap;
+  gemm_entry *entries;
+};
+
+static sc_status lt_check(sc_gpu_gemm *e, cublasStatus_t r, const char *call, sc_diag *diag) {
+  if (r == 0) return SC_OK;
+  const char *text = e->lt.status_string ? e->lt.status_string(r) : NULL;
+  return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cuBLASLt: %s failed: %s (%d)", call,
+                     text ? text : "?", (int)r);
+}
+
+#define LT(call, name)                                                  \
+  do {                                                                  \
+    sc_status s_ = lt_check(e, (call), name, diag);                     \
+    if (s_ != SC_OK) return s_;                                         \
+  } while (0)
+
+static sc_status open_cublaslt(sc_gpu_gemm *e, sc_diag *diag) {
+  static const char *const names[] = {"libcublasLt.so.13", "libcublasLt.so.12",
+                                      "libcublasLt.so"};
+  for (size_t i = 0; i < sizeof names / sizeof *names && !e->lib; i++)
+    e->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+  if (!e->lib)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda device: cuBLASLt (libcublasLt.so.13) cannot be loaded: %s",
+                       dlerror());
+#define SC_LT_RESOLVE(field, sym, params)                                              \
+  if (!(*(void **)&e->lt.field = dlsym(e->lib, sym)))                                  \
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "cuBLASLt lacks %s", sym);
+  SC_LT_ENTRY_POINTS(SC_LT_RESOLVE)
+#undef SC_LT_RESOLVE
+  *(void **)&e->lt.status_string = dlsym(e->lib, "cublasLtGetStatusString");
+  LT(e->lt.create(&e->handle), "cublasLtCreate");
+  CUresult r = e->cu->mem_alloc(&e->ws, WORKSPACE_BYTES);
+  return sc_cu_check(e->cu, r, "cuMemAlloc", "the cuBLASLt workspace", diag);
+}
+
+sc_status sc_gpu_gemm_create(const sc_cu *cu, sc_gpu_gemm **out, sc_diag *diag) {
+  *out = NULL;
+  sc_gpu_gemm *e = sc_calloc(1, sizeof *e);
+  if (!e) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  e->cu = cu;
+  e->host = cu->emulated;
+  sc_status st = e->host ? SC_OK : open_cublaslt(e, diag);
+  if (st != SC_OK) {
+    sc_gpu_gemm_destroy(e);
+    return st;
+  }
+  *out = e;
+  return SC_OK;
+}
+
+void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
+  if (!e) return;
+  for (int32_t i = 0; i < e->n; i++) {
+    gemm_entry *x = &e->entries[i];
+    if (x->desc) e->lt.desc_destroy(x->desc);
+    cublasLtMatrixLayout_t ls[4] = {x->la, x->lb, x->lc, x->ld};
+    for (int k = 0; k < 4; k++)
+      if (ls[k]) e->lt.layout_destroy(ls[k]);
+  }
+  if (e->ws) e->cu->mem_free(e->ws);
+  if (e->handle) e->lt.destroy(e->handle);
+  sc_free(e->entries);
+  sc_free(e);
+}
+
+const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e) { return e->host ? "host" : "cublaslt"; }
+
+/* A column-major layout of rows x cols with leading dim ld, batched. */
+static sc_status layout(sc_gpu_gemm *e, cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols,
+                        int64_t ld, int64_t batch, int64_t stride, sc_diag *diag) {
+  LT(e->lt.layout_create(l, SC_CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld > 0 ? ld : 1),
+     "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    int32_t count = (int32_t)batch;
+    LT(e->lt.layout_set(*l, SC_CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count),
+       "cublasLtMatrixLayoutSetAttribute");
+    LT(e->lt.layout_set(*l, SC_CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                        sizeof stride),
+       "cublasLtMatrixLayoutSetAttribute");
+  }
+  return SC_OK;
+}
+
+/* The cuBLASLt plan of entry x (cuda_gemm.h: Cᵀ = op(B)ᵀ op(A)ᵀ). */
+static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
+  const sc_gemm *g = x->g;
+  if (g->batch > INT32_MAX)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "cuBLASLt: batch %lld too large",
+                       (long long)g->batch);
+  bool full_bias = x->bias && g->bias_full;
+  if ((full_bias && g->beta != 0.0f) || g->k == 0)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda device: a GEMM with %s has no cuBLASLt plan yet",
+                       g->k == 0 ? "k = 0" : "both beta and a full bias");
+  x->alpha = g->alpha;
+  x->beta = full_bias ? 1.0f : g->beta;
+  x->bias_as_c = full_bias;
+  LT(e->lt.desc_create(&x->desc, SC_CUBLAS_COMPUTE_32F, SC_CUDA_R_32F),
+     "cublasLtMatmulDescCreate");
+  int32_t ta = g->trans_b ? SC_CUBLAS_OP_T : SC_CUBLAS_OP_N; /* cuBLAS's A is our B */
+  int32_t tb = g->trans_a ? SC_CUBLAS_OP_T : SC_CUBLAS_OP_N;
+  LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
+  LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
+  if (x->bias && !full_bias) {
+    uint32_t epi = SC_CUBLASLT_EPILOGUE_BIAS;
+    void *bp = (void *)(uintptr_t)x->bias;
+    LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
+    LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "BIAS");
+  }
+  /* column-major: our B [k,n] (or [n,k] transposed) is cuBLAS's A */
+  sc_status st =
+      layout(e, &x->la, g->trans_b ? g->k : g->n, g->trans_b ? g->n : g->k, g->ldb, g->batch,
+             g->stride_b, diag);
+  if (st == SC_OK)
+    st = layout(e, &x->lb, g->trans_a ? g->m : g->k, g->trans_a ? g->k : g->m, g->lda,
+                g->batch, g->stride_a, diag);
+  /* a full bias is [m, n] for every batch entry, or one per entry */
+  int64_t bias_stride = x->bias_numel == g->m * g->n ? 0 : g->m * g->n;
+  if (st == SC_OK)
+    st = layout(e, &x->lc, g->n, g->m, full_bias ? g->n : g->ldc, g->batch,
+                full_bias ? bias_stride : g->stride_c, diag);
+  if (st == SC_OK) st = layout(e, &x->ld, g->n, g->m, g->ldc, g->batch, g->stride_c, diag);
+  if (st != SC_OK) return st;
+  cublasLtMatmulPreference_t pref = NULL;
+  LT(e->lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
+  uint64_t ws = WORKSPACE_BYTES;
+  cublasStatus_t r = e->lt.pref_set(pref, SC_CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                    sizeof ws);
+  cublasLtMatmulHeuristicResult_t res;
+  memset(&res, 0, sizeof res);
+  int found = 0;
+  if (r == 0)
+    r = e->lt.heuristic(e->handle, x->desc, x->la, x->lb, x->lc, x->ld, pref, 1, &res, &found);
+  e->lt.pref_destroy(pref);
+  LT(r, "cublasLtMatmulAlgoGetHeuristic");
+  if (found < 1)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuBLASLt has no algorithm for the GEMM %lld x m%lld n%lld k%lld",
+                       (long long)g->batch, (long long)g->m, (long long)g->n, (long long)g->k);
+  x->algo = res.algo;
+  return SC_OK;
+}
+
+sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, CUdeviceptr a, CUdeviceptr b,
+                          CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c, int32_t *id,
+                          sc_diag *diag) {
+  if (e->n == e->cap) {
+    int32_t cap = e->cap ? 2 * e->cap : 16;
+    gemm_entry *n = sc_realloc(e->entries, (size_t)cap * sizeof *n);
+    if (!n) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    e->entries = n;
+    e->cap = cap;
+  }
+  gemm_entry *x = &e->entries[e->n];
+  *x = (gemm_entry){.e = e, .g = g, .a = a, .b = b, .bias = bias, .c = c,
+                    .bias_numel = bias_numel};
+  e->n++; /* counted at once: destroy frees what a failed plan made */
+  *id = e->n - 1;
+  return e->host ? SC_OK : plan_cublaslt(e, x, diag);
+}
+
+static void host_gemm(void *ud) {
+  const gemm_entry *x = ud;
+  sc_host_gemm_f32(x->g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
+                   x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
+                   (float *)(uintptr_t)x->c, NULL);
+}
+
+sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *diag) {
+  gemm_entry *x = &e->entries[id];
+  const sc_gemm *g = x->g;
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return SC_OK;
+  if (e->host)
+    return sc_cu_check(e->cu, e->cu->launch_host_func(s, host_gemm, x), "cuLaunchHostFunc",
+                       "the host GEMM", diag);
+  const void *cop = (const void *)(uintptr_t)(x->bias_as_c ? x->bias : x->c);
+  LT(e->lt.matmul(e->handle, x->desc, &x->alpha, (const void *)(uintptr_t)x->b, x->la,
+                  (const void *)(uintptr_t)x->a, x->lb, &x->beta, cop, x->lc,
+                  (void *)(uintptr_t)x->c, x->ld, &x->algo, (void *)(uintptr_t)e->ws,
+                  WORKSPACE_BYTES, s),
+     "cublasLtMatmul");
+  return SC_OK;
+}

@@ -1,0 +1,1093 @@
+/* fake_cuda.c — the emulated CUDA driver: a libcuda.so.1 of our own.
+ *
+ * With SHARDC_CUDA_EMU=1, runtime/cuda_driver.c opens this library instead
+ * of the system's driver, so that the whole GPU runtime (runtime/
+ * cuda_device.c: modules, launches, two kinds of streams ordered by events,
+ * CUDA graphs, the arena, copies) runs and is tested on machines without a
+ * GPU. It exports the entry points of cuda_driver.h under the driver's
+ * own names and ABI; the semantics follow the CUDA documentation where the
+ * runtime relies on them, and are checked more strictly where a real GPU
+ * would only misbehave sometimes:
+ *
+ *   devices   SHARDC_FAKE_CUDA_DEVICES (default 1) of compute capability
+ *             9.0; one primary context each (a token: memory is shared).
+ *   memory    device memory is host memory (256-byte aligned); cuMemGetInfo
+ *             counts what is allocated against 64 GiB.
+ *   streams   each stream is a FIFO of operations run, in order, by a
+ *             thread of its own: work is really asynchronous, so a missing
+ *             event wait shows up as a wrong result or a race under
+ *             ThreadSanitizer, as on a GPU. The NULL stream is one more such
+ *             stream (no legacy implicit synchronisation).
+ *   events    a record is an operation of its stream; a wait blocks the
+ *             waiting stream's thread until the recorded point has run.
+ *   modules   the image must be SC_CU_EMU_IMAGE + the unit's CUDA C, which
+ *             is compiled by the host C++ compiler (runtime/cuda_emu.h);
+ *             a PTX or CUBIN image is refused (CUDA_ERROR_INVALID_PTX, with
+ *             the reason in the JIT error log): PTX does not run here.
+ *   launches  a kernel's arguments are copied at the call, as the driver
+ *             does; grids and blocks are one-dimensional as shardc's are.
+ *             A kernel that fails (a deadlock, a barrier where none may be)
+ *             makes the context's error sticky: every later synchronising
+ *             call returns CUDA_ERROR_LAUNCH_FAILED, as after a GPU fault.
+ *   graphs    cuStreamBeginCapture records every operation of the stream,
+ *             and of every stream that waits on an event recorded during
+ *             the capture, in call order; cuStreamEndCapture fails with
+ *             CUDA_ERROR_STREAM_CAPTURE_UNJOINED when such a stream was not
+ *             joined back. A replay runs the nodes in capture order (a
+ *             valid order of the graph's dependencies) on the launching
+ *             stream. While a capture is open, allocation, freeing and
+ *             synchronisation are refused (CUDA_ERROR_STREAM_CAPTURE_
+ *             UNSUPPORTED), as in the driver's global capture mode.
+ *
+ * The call log: with SHARDC_FAKE_CUDA_LOG=FILE every call and every
+ * executed operation is appended to FILE, one line each, and a closing
+ * `summary:` line gives the counts (launches from streams and from graph
+ * replays, graphs, host functions, copies) and `violations=N`: operations
+ * that a real GPU would run in an undefined order or on freed memory —
+ * memory freed, a stream, graph or module destroyed while work that uses
+ * it is still queued. Each violation is also a line `violation: ...` and
+ * is printed to stderr. Tests read the log.
+ *
+ * Not emulated: timing, occupancy, the memory model between blocks,
+ * peer access, IPC, the runtime API. cuBLASLt and NCCL cannot run on this
+ * driver (they load their own GPU code); the runtime uses its host GEMM
+ * and its CPU communicators instead when it sees the emulated driver. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cuda_driver.h"
+#include "runtime/cuda_emu.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* every entry point, declared from the runtime's own list */
+#define DECLARE(field, sym, ret, params) EXPORT ret sym params;
+SC_CU_ENTRY_POINTS(DECLARE)
+#undef DECLARE
+
+enum { MAX_ARGS = 512, MAX_DEVICES = 64 };
+static const size_t TOTAL_BYTES = (size_t)64 << 30;
+
+/* ---- the log ---- */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static FILE *log_file;
+static bool log_opened;
+static struct {
+  long launches, graph_launches, graphs, replays, host_fns, copies, violations, allocs;
+} count;
+
+static FILE *logf_(void) {
+  if (!log_opened) {
+    log_opened = true;
+    const char *p = getenv("SHARDC_FAKE_CUDA_LOG");
+    if (p && *p) log_file = fopen(p, "a");
+  }
+  return log_file;
+}
+
+__attribute__((format(printf, 1, 2))) static void logln(const char *fmt, ...) {
+  pthread_mutex_lock(&log_mu);
+  FILE *f = logf_();
+  if (f) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fputc('\n', f);
+    fflush(f);
+  }
+  pthread_mutex_unlock(&log_mu);
+}
+
+__attribute__((format(printf, 1, 2))) static void violation(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  pthread_mutex_lock(&log_mu);
+  count.violations++;
+  pthread_mutex_unlock(&log_mu);
+  fprintf(stderr, "fake libcuda: violation: %s\n", msg);
+  logln("violation: %s", msg);
+}
+
+__attribute__((destructor)) static void write_summary(void) {
+  pthread_mutex_lock(&log_mu);
+  FILE *f = logf_();
+  if (f) {
+    fprintf(f,
+            "summary: launches=%ld graph_launches=%ld graphs=%ld replays=%ld host_fns=%ld "
+            "copies=%ld allocs=%ld violations=%ld\n",
+            count.launches, count.graph_launches, count.graphs, count.replays, count.host_fns,
+            count.copies, count.allocs, count.violations);
+    fclose(f);
+    log_file = NULL;
+  }
+  pthread_mutex_unlock(&log_mu);
+}
+
+/* ---- objects ---- */
+typedef struct fmodule fmodule;
+typedef struct ffunc {
+  fmodule *mod;
+  char name[256];
+  int n_args;
+  sc_cuda_mode mode;
+  struct ffunc *next;
+} ffunc;
+
+struct fmodule {
+  sc_cuda_emu *emu;
+  pthread_mutex_t mu; /* one launch at a time per emulator */
+  ffunc *funcs;
+  atomic_long queued; /* launches of its functions not yet run */
+};
+
+typedef struct fstream fstream;
+typedef struct fgraph fgraph;
+
+typedef struct fevent {
+  uint64_t issued, done; /* records made / run (ev_mu) */
+  fgraph *captured;      /* recorded while capturing: into this graph */
+  fstream *cap_stream;
+  long cap_pos;          /* the graph's node count at the record */
+} fevent;
+
+enum { OP_LAUNCH, OP_HOST, OP_COPY, OP_COPY2D, OP_SET, OP_RECORD, OP_WAIT, OP_GRAPH };
+
+typedef struct gexec gexec;
+typedef struct fop {
+  int kind;
+  struct fop *next;
+  union {
+    struct {
+      ffunc *f;
+      unsigned grid, block;
+      uint64_t *args;
+    } launch;
+    struct {
+      CUhostFn fn;
+      void *ud;
+    } host;
+    struct {
+      void *dst;
+      const void *src;
+      size_t n;
+    } copy;
+    sc_cu_memcpy2d c2d;
+    struct {
+      void *dst;
+      unsigned char v;
+      size_t n;
+    } set;
+    struct {
+      fevent *e;
+      uint64_t gen;
+    } ev;
+    gexec *graph;
+  } u;
+} fop;
+
+struct fgraph {
+  fop *nodes; /* [n] copies; launch args owned */
+  long n, cap;
+  bool invalid;
+};
+
+struct gexec {
+  fop *nodes;
+  long n;
+  atomic_long inflight;
+};
+
+struct fstream {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t work, idle;
+  fop *head, *tail;
+  long pending;      /* queued or running */
+  bool stop;
+  int id;
+  fgraph *capturing; /* the open capture this stream records into */
+  bool origin;       /* the stream the capture began on */
+  long last_node;    /* capture: index of its last node, -1 none */
+  long joined_at;    /* capture: the largest cap_pos of its events the origin waited on */
+};
+
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* streams list, captures, memory */
+static fstream **streams;
+static int n_streams, cap_streams, next_stream_id = 1;
+static int open_captures;
+static size_t allocated;
+static atomic_int sticky; /* a kernel failed: CUDA_ERROR_LAUNCH_FAILED from now on */
+static bool initialised;
+static int n_devices = 1;
+static fstream *null_stream;
+
+static const char *err_text(CUresult r) {
+  switch (r) {
+  case SC_CUDA_SUCCESS: return "no error";
+  case SC_CUDA_ERROR_INVALID_VALUE: return "invalid argument";
+  case SC_CUDA_ERROR_OUT_OF_MEMORY: return "out of memory";
+  case SC_CUDA_ERROR_NOT_INITIALIZED: return "initialization error";
+  case SC_CUDA_ERROR_NO_DEVICE: return "no CUDA-capable device is detected";
+  case SC_CUDA_ERROR_INVALID_PTX: return "a PTX JIT compilation failed";
+  case SC_CUDA_ERROR_INVALID_HANDLE: return "invalid resource handle";
+  case SC_CUDA_ERROR_ILLEGAL_STATE: return "the operation cannot be performed in the present state";
+  case SC_CUDA_ERROR_NOT_FOUND: return "named symbol not found";
+  case SC_CUDA_ERROR_NOT_READY: return "device not ready";
+  case SC_CUDA_ERROR_LAUNCH_FAILED: return "unspecified launch failure";
+  case SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    return "operation not permitted when stream is capturing";
+  case SC_CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    return "operation failed due to a previous error during capture";
+  case SC_CUDA_ERROR_STREAM_CAPTURE_UNJOINED:
+    return "capture sequence contains a fork that was not joined to the primary stream";
+  default: return NULL;
+  }
+}
+
+/* ---- running operations ---- */
+static void run_graph(gexec *x);
+
+static void run_op(fstream *s, fop *o) {
+  switch (o->kind) {
+  case OP_LAUNCH: {
+    ffunc *f = o->u.launch.f;
+    void *argv[MAX_ARGS];
+    for (int i = 0; i < f->n_args; i++) argv[i] = &o->u.launch.args[i];
+    sc_cuda_launch l = {.mode = f->mode, .block = (int)o->u.launch.block,
+                        .grid = (int64_t)o->u.launch.grid};
+    sc_diag d = {0};
+    pthread_mutex_lock(&f->mod->mu);
+    sc_status st = atomic_load(&sticky) ? SC_OK
+                                        : sc_cuda_emu_launch(f->mod->emu, f->name, &l, argv, &d);
+    pthread_mutex_unlock(&f->mod->mu);
+    if (st != SC_OK) {
+      atomic_store(&sticky, 1);
+      fprintf(stderr, "fake libcuda: kernel %s failed: %s\n", f->name, d.msg);
+      logln("fault: kernel %s: %s", f->name, d.msg);
+    }
+    logln("run stream=%d launch %s grid=%u block=%u", s->id, f->name, o->u.launch.grid,
+          o->u.launch.block);
+    break;
+  }
+  case OP_HOST:
+    logln("run stream=%d host_fn", s->id);
+    o->u.host.fn(o->u.host.ud);
+    break;
+  case OP_COPY:
+    logln("run stream=%d copy %zu", s->id, o->u.copy.n);
+    if (o->u.copy.n) memmove(o->u.copy.dst, o->u.copy.src, o->u.copy.n);
+    break;
+  case OP_COPY2D: {
+    const sc_cu_memcpy2d *c = &o->u.c2d;
+    logln("run stream=%d copy2d %zux%zu", s->id, c->WidthInBytes, c->Height);
+    const char *src = (const char *)(uintptr_t)c->srcDevice + c->srcY * c->srcPitch + c->srcXInBytes;
+    char *dst = (char *)(uintptr_t)c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes;
+    for (size_t r = 0; r < c->Height; r++)
+      memmove(dst + r * c->dstPitch, src + r * c->srcPitch, c->WidthInBytes);
+    break;
+  }
+  case OP_SET:
+    logln("run stream=%d memset %zu", s->id, o->u.set.n);
+    memset(o->u.set.dst, o->u.set.v, o->u.set.n);
+    break;
+  case OP_RECORD:
+    pthread_mutex_lock(&ev_mu);
+    if (o->u.ev.gen > o->u.ev.e->done) o->u.ev.e->done = o->u.ev.gen;
+    pthread_cond_broadcast(&ev_cv);
+    pthread_mutex_unlock(&ev_mu);
+    logln("run stream=%d record %p gen=%llu", s->id, (void *)o->u.ev.e,
+          (unsigned long long)o->u.ev.gen);
+    break;
+  case OP_WAIT:
+    pthread_mutex_lock(&ev_mu);
+    while (o->u.ev.e->done < o->u.ev.gen) pthread_cond_wait(&ev_cv, &ev_mu);
+    pthread_mutex_unlock(&ev_mu);
+    logln("run stream=%d waited %p gen=%llu", s->id, (void *)o->u.ev.e,
+          (unsigned long long)o->u.ev.gen);
+    break;
+  case OP_GRAPH:
+    logln("run stream=%d graph %p (%ld nodes)", s->id, (void *)o->u.graph, o->u.graph->n);
+    run_graph(o->u.graph);
+    atomic_fetch_sub(&o->u.graph->inflight, 1);
+    break;
+  }
+  if (o->kind == OP_LAUNCH) atomic_fetch_sub(&o->u.launch.f->mod->queued, 1);
+}
+
+static void run_graph(gexec *x) {
+  static fstream replay = {.id = 0};
+  for (long i = 0; i < x->n; i++) {
+    fop *o = &x->nodes[i];
+    if (o->kind == OP_RECORD || o->kind == OP_WAIT) continue; /* order is capture order */
+    if (o->kind == OP_LAUNCH) {
+      atomic_fetch_add(&o->u.launch.f->mod->queued, 1);
+      pthread_mutex_lock(&log_mu);
+      count.graph_launches++;
+      pthread_mutex_unlock(&log_mu);
+    }
+    run_op(&replay, o);
+  }
+}
+
+static void free_op(fop *o) {
+  if (o->kind == OP_LAUNCH) free(o->u.launch.args);
+  free(o);
+}
+
+static void *stream_main(void *arg) {
+  fstream *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->stop && !s->head) pthread_cond_wait(&s->work, &s->mu);
+    if (!s->head) break;
+    fop *o = s->head;
+    pthread_mutex_unlock(&s->mu);
+    run_op(s, o);
+    pthread_mutex_lock(&s->mu);
+    s->head = o->next;
+    if (!s->head) s->tail = NULL;
+    s->pending--;
+    free_op(o);
+    pthread_cond_broadcast(&s->idle);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+static fstream *stream_of(CUstream h) { return h ? (fstream *)h : null_stream; }
+
+static void enqueue(fstream *s, fop *o) {
+  o->next = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (s->tail)
+    s->tail->next = o;
+  else
+    s->head = o;
+  s->tail = o;
+  s->pending++;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void drain(fstream *s) {
+  pthread_mutex_lock(&s->mu);
+  while (s->pending) pthread_cond_wait(&s->idle, &s->mu);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static long pending_of(fstream *s) {
+  pthread_mutex_lock(&s->mu);
+  long n = s->pending;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+static fstream *new_stream(void) {
+  fstream *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+    free(s);
+    return NULL;
+  }
+  pthread_mutex_lock(&g_mu);
+  s->id = next_stream_id++;
+  if (n_streams == cap_streams) {
+    int cap = cap_streams ? 2 * cap_streams : 16;
+    fstream **a = realloc(streams, (size_t)cap * sizeof *a);
+    if (a) {
+      streams = a;
+      cap_streams = cap;
+    }
+  }
+  if (n_streams < cap_streams) streams[n_streams++] = s;
+  pthread_mutex_unlock(&g_mu);
+  return s;
+}
+
+static long all_pending(void) {
+  long n = 0;
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < n_streams; i++) n += pending_of(streams[i]);
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+static void drain_all(void) {
+  pthread_mutex_lock(&g_mu);
+  int n = n_streams;
+  fstream *copy[1024];
+  if (n > 1024) n = 1024;
+  memcpy(copy, streams, (size_t)n * sizeof *copy);
+  pthread_mutex_unlock(&g_mu);
+  for (int i = 0; i < n; i++) drain(copy[i]);
+}
+
+static bool capturing_any(void) {
+  pthread_mutex_lock(&g_mu);
+  bool c = open_captures > 0;
+  pthread_mutex_unlock(&g_mu);
+  return c;
+}
+
+/* Appends a copy of o to the stream's capture (taking o's launch args). */
+static CUresult capture_node(fstream *s, fop *o) {
+  fgraph *g = s->capturing;
+  pthread_mutex_lock(&g_mu);
+  if (g->n == g->cap) {
+    long cap = g->cap ? 2 * g->cap : 64;
+    fop *a = realloc(g->nodes, (size_t)cap * sizeof *a);
+    if (!a) {
+      pthread_mutex_unlock(&g_mu);
+      free_op(o);
+      return SC_CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    g->nodes = a;
+    g->cap = cap;
+  }
+  s->last_node = g->n;
+  g->nodes[g->n++] = *o;
+  pthread_mutex_unlock(&g_mu);
+  free(o); /* args now belong to the node */
+  return SC_CUDA_SUCCESS;
+}
+
+/* Queues o on s, or records it into s's capture. */
+static CUresult submit(fstream *s, fop *o) {
+  if (atomic_load(&sticky) && !s->capturing) {
+    free_op(o);
+    return SC_CUDA_ERROR_LAUNCH_FAILED;
+  }
+  if (s->capturing) return capture_node(s, o);
+  enqueue(s, o);
+  return SC_CUDA_SUCCESS;
+}
+
+static fop *new_op(int kind) {
+  fop *o = calloc(1, sizeof *o);
+  if (o) o->kind = kind;
+  return o;
+}
+
+/* ---- the entry points ---- */
+EXPORT CUresult cuInit(unsigned flags) {
+  if (flags != 0) return SC_CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&g_mu);
+  bool first = !initialised;
+  initialised = true;
+  const char *n = getenv("SHARDC_FAKE_CUDA_DEVICES");
+  if (first && n && *n) {
+    int v = atoi(n);
+    n_devices = v < 0 ? 0 : v > MAX_DEVICES ? MAX_DEVICES : v;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (first) {
+    null_stream = new_stream();
+    if (!null_stream) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  logln("call cuInit");
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *v) {
+  if (!v) return SC_CUDA_ERROR_INVALID_VALUE;
+  *v = 13000;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGetErrorString(CUresult r, const char **s) {
+  const char *t = err_text(r);
+  if (!s || !t) return SC_CUDA_ERROR_INVALID_VALUE;
+  *s = t;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *n) {
+  if (!initialised) return SC_CUDA_ERROR_NOT_INITIALIZED;
+  if (!n) return SC_CUDA_ERROR_INVALID_VALUE;
+  *n = n_devices;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+  if (!initialised) return SC_CUDA_ERROR_NOT_INITIALIZED;
+  if (!d || ordinal < 0 || ordinal >= n_devices) return SC_CUDA_ERROR_INVALID_VALUE;
+  *d = ordinal;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice d) {
+  if (!name || len < 1 || d < 0 || d >= n_devices) return SC_CUDA_ERROR_INVALID_VALUE;
+  snprintf(name, (size_t)len, "shardc emulated GPU %d (fake libcuda)", d);
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
+  if (!v || d < 0 || d >= n_devices) return SC_CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+  case SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+  case SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+  case SC_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+  case SC_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 227 * 1024; break;
+  default: *v = 0;
+  }
+  return SC_CUDA_SUCCESS;
+}
+
+static char ctx_token[MAX_DEVICES];
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d) {
+  if (!c || d < 0 || d >= n_devices) return SC_CUDA_ERROR_INVALID_VALUE;
+  *c = (CUcontext)(void *)&ctx_token[d];
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  return d < 0 || d >= n_devices ? SC_CUDA_ERROR_INVALID_VALUE : SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext c) {
+  (void)c;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSynchronize(void) {
+  if (capturing_any()) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  drain_all();
+  return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total) {
+  if (!free_bytes || !total) return SC_CUDA_ERROR_INVALID_VALUE;
+  pthread_mutex_lock(&g_mu);
+  *total = TOTAL_BYTES;
+  *free_bytes = allocated < TOTAL_BYTES ? TOTAL_BYTES - allocated : 0;
+  pthread_mutex_unlock(&g_mu);
+  return SC_CUDA_SUCCESS;
+}
+
+/* Allocations carry their size in a 256-byte header. */
+enum { HEADER = 256 };
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
+  if (!p || bytes == 0) return SC_CUDA_ERROR_INVALID_VALUE;
+  if (capturing_any()) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  pthread_mutex_lock(&g_mu);
+  bool room = bytes <= TOTAL_BYTES - allocated;
+  if (room) allocated += bytes;
+  count.allocs++;
+  pthread_mutex_unlock(&g_mu);
+  void *m = NULL;
+  if (!room || posix_memalign(&m, HEADER, bytes + HEADER) != 0) {
+    if (room) {
+      pthread_mutex_lock(&g_mu);
+      allocated -= bytes;
+      pthread_mutex_unlock(&g_mu);
+    }
+    return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *(size_t *)m = bytes;
+  *p = (CUdeviceptr)(uintptr_t)((char *)m + HEADER);
+  logln("call cuMemAlloc %zu", bytes);
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+  if (!p) return SC_CUDA_SUCCESS;
+  if (capturing_any()) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  long pending = all_pending();
+  if (pending) {
+    violation("cuMemFree with %ld operations still queued", pending);
+    drain_all();
+  }
+  char *m = (char *)(uintptr_t)p - HEADER;
+  pthread_mutex_lock(&g_mu);
+  allocated -= *(size_t *)m;
+  pthread_mutex_unlock(&g_mu);
+  logln("call cuMemFree");
+  free(m);
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAllocHost_v2(void **p, size_t bytes) {
+  if (!p) return SC_CUDA_ERROR_INVALID_VALUE;
+  if (capturing_any()) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  *p = NULL;
+  if (posix_memalign(p, 256, bytes ? bytes : 1) != 0) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p) {
+  if (capturing_any()) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  long pending = all_pending();
+  if (pending) {
+    violation("cuMemFreeHost with %ld operations still queued", pending);
+    drain_all();
+  }
+  free(p);
+  return SC_CUDA_SUCCESS;
+}
+
+static CUresult copy_op(void *dst, const void *src, size_t n, CUstream h) {
+  fop *o = new_op(OP_COPY);
+  if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  o->u.copy.dst = dst;
+  o->u.copy.src = src;
+  o->u.copy.n = n;
+  pthread_mutex_lock(&log_mu);
+  count.copies++;
+  pthread_mutex_unlock(&log_mu);
+  return submit(stream_of(h), o);
+}
+
+EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
+  if ((!dst || !src) && n) return SC_CUDA_ERROR_INVALID_VALUE;
+  return copy_op((void *)(uintptr_t)dst, src, n, s);
+}
+
+EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
+  if ((!dst || !src) && n) return SC_CUDA_ERROR_INVALID_VALUE;
+  return copy_op(dst, (const void *)(uintptr_t)src, n, s);
+}
+
+EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  if ((!dst || !src) && n) return SC_CUDA_ERROR_INVALID_VALUE;
+  return copy_op((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n, s);
+}
+
+EXPORT CUresult cuMemcpy2DAsync_v2(const sc_cu_memcpy2d *c, CUstream s) {
+  if (!c || c->srcMemoryType != SC_CU_MEMORYTYPE_DEVICE ||
+      c->dstMemoryType != SC_CU_MEMORYTYPE_DEVICE || c->WidthInBytes > c->srcPitch ||
+      c->WidthInBytes > c->dstPitch || (!c->srcDevice || !c->dstDevice))
+    return SC_CUDA_ERROR_INVALID_VALUE; /* device to device only, as shardc uses it */
+  fop *o = new_op(OP_COPY2D);
+  if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  o->u.c2d = *c;
+  pthread_mutex_lock(&log_mu);
+  count.copies++;
+  pthread_mutex_unlock(&log_mu);
+  return submit(stream_of(s), o);
+}
+
+EXPORT CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s) {
+  if (!dst && n) return SC_CUDA_ERROR_INVALID_VALUE;
+  fop *o = new_op(OP_SET);
+  if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  o->u.set.dst = (void *)(uintptr_t)dst;
+  o->u.set.v = v;
+  o->u.set.n = n;
+  return submit(stream_of(s), o);
+}
+
+EXPORT CUresult cuStreamCreate(CUstream *out, unsigned flags) {
+  (void)flags;
+  if (!out) return SC_CUDA_ERROR_INVALID_VALUE;
+  fstream *s = new_stream();
+  if (!s) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  *out = (CUstream)s;
+  logln("call cuStreamCreate -> stream=%d", s->id);
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamDestroy_v2(CUstream h) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  fstream *s = (fstream *)h;
+  if (s->capturing) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  long pending = pending_of(s);
+  if (pending) violation("cuStreamDestroy of stream %d with %ld operations queued", s->id, pending);
+  drain(s); /* the driver finishes the work first, too */
+  pthread_mutex_lock(&s->mu);
+  s->stop = true;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < n_streams; i++)
+    if (streams[i] == s) {
+      streams[i] = streams[--n_streams];
+      break;
+    }
+  pthread_mutex_unlock(&g_mu);
+  logln("call cuStreamDestroy stream=%d", s->id);
+  pthread_cond_destroy(&s->work);
+  pthread_cond_destroy(&s->idle);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuStreamSynchronize(CUstream h) {
+  fstream *s = stream_of(h);
+  if (s->capturing) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  drain(s);
+  return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventCreate(CUevent *out, unsigned flags) {
+  (void)flags;
+  if (!out) return SC_CUDA_ERROR_INVALID_VALUE;
+  fevent *e = calloc(1, sizeof *e);
+  if (!e) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  *out = (CUevent)e;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy_v2(CUevent h) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  fevent *e = (fevent *)h;
+  pthread_mutex_lock(&ev_mu);
+  bool queued = e->done < e->issued;
+  pthread_mutex_unlock(&ev_mu);
+  if (queued) {
+    violation("cuEventDestroy of an event whose record is still queued");
+    drain_all();
+  }
+  free(e);
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventRecord(CUevent h, CUstream sh) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  fevent *e = (fevent *)h;
+  fstream *s = stream_of(sh);
+  logln("call cuEventRecord %p stream=%d%s", (void *)e, s->id, s->capturing ? " (captured)" : "");
+  if (s->capturing) {
+    fop *o = new_op(OP_RECORD);
+    if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+    o->u.ev.e = e;
+    CUresult r = capture_node(s, o);
+    pthread_mutex_lock(&g_mu);
+    e->captured = s->capturing;
+    e->cap_stream = s;
+    e->cap_pos = s->last_node + 1; /* a wait on it joins everything s captured so far */
+    pthread_mutex_unlock(&g_mu);
+    return r;
+  }
+  fop *o = new_op(OP_RECORD);
+  if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&ev_mu);
+  e->captured = NULL;
+  o->u.ev.e = e;
+  o->u.ev.gen = ++e->issued;
+  pthread_mutex_unlock(&ev_mu);
+  return submit(s, o);
+}
+
+EXPORT CUresult cuStreamWaitEvent(CUstream sh, CUevent h, unsigned flags) {
+  (void)flags;
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  fevent *e = (fevent *)h;
+  fstream *s = stream_of(sh);
+  logln("call cuStreamWaitEvent stream=%d on %p", s->id, (void *)e);
+  pthread_mutex_lock(&g_mu);
+  fgraph *g = e->captured;
+  if (g) {
+    if (!s->capturing) { /* s joins the capture (a fork) */
+      s->capturing = g;
+      s->origin = false;
+      s->last_node = -1;
+      s->joined_at = -1;
+    } else if (s->capturing != g) {
+      pthread_mutex_unlock(&g_mu);
+      return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* two captures merged */
+    }
+    fstream *from = e->cap_stream;
+    if (from != s && e->cap_pos > from->joined_at) from->joined_at = e->cap_pos;
+    pthread_mutex_unlock(&g_mu);
+    fop *o = new_op(OP_WAIT);
+    if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+    o->u.ev.e = e;
+    return capture_node(s, o);
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (s->capturing) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* outside event: the
+                                                                         fake cannot order */
+  fop *o = new_op(OP_WAIT);
+  if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&ev_mu);
+  o->u.ev.e = e;
+  o->u.ev.gen = e->issued; /* never recorded: 0, done at once */
+  pthread_mutex_unlock(&ev_mu);
+  return submit(s, o);
+}
+
+EXPORT CUresult cuEventSynchronize(CUevent h) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  fevent *e = (fevent *)h;
+  if (e->captured) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  pthread_mutex_lock(&ev_mu);
+  uint64_t gen = e->issued;
+  while (e->done < gen) pthread_cond_wait(&ev_cv, &ev_mu);
+  pthread_mutex_unlock(&ev_mu);
+  return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
+}
+
+/* Writes msg into the JIT error log option, if the caller gave one. */
+static void jit_error(unsigned n, const int *opts, void **values, const char *msg) {
+  char *buf = NULL;
+  size_t size = 0;
+  for (unsigned i = 0; opts && values && i < n; i++) {
+    if (opts[i] == SC_CU_JIT_ERROR_LOG_BUFFER) buf = values[i];
+    if (opts[i] == SC_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES) size = (size_t)(uintptr_t)values[i];
+  }
+  if (buf && size) snprintf(buf, size, "%s", msg);
+}
+
+EXPORT CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned n_opts, int *opts,
+                                   void **values) {
+  if (!out || !image) return SC_CUDA_ERROR_INVALID_VALUE;
+  const char *text = image;
+  size_t hl = strlen(SC_CU_EMU_IMAGE);
+  if (strncmp(text, SC_CU_EMU_IMAGE, hl) != 0) {
+    jit_error(n_opts, opts, values,
+              "the emulated CUDA driver runs no PTX or CUBIN: it takes shardc's CUDA C "
+              "(SC_CU_EMU_IMAGE), compiled for the host");
+    return SC_CUDA_ERROR_INVALID_PTX;
+  }
+  fmodule *m = calloc(1, sizeof *m);
+  if (!m) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  sc_diag d = {0};
+  if (sc_cuda_emu_open(text + hl, &m->emu, &d) != SC_OK) {
+    jit_error(n_opts, opts, values, d.msg);
+    free(m);
+    return SC_CUDA_ERROR_INVALID_PTX;
+  }
+  pthread_mutex_init(&m->mu, NULL);
+  *out = (CUmodule)m;
+  logln("call cuModuleLoadDataEx (%.1f s host compile)", sc_cuda_emu_compile_seconds(m->emu));
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleUnload(CUmodule h) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  fmodule *m = (fmodule *)h;
+  if (atomic_load(&m->queued)) {
+    violation("cuModuleUnload with %ld launches of it still queued", atomic_load(&m->queued));
+    drain_all();
+  }
+  for (ffunc *f = m->funcs, *next; f; f = next) {
+    next = f->next;
+    free(f);
+  }
+  sc_cuda_emu_close(m->emu);
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *name) {
+  if (!out || !h || !name) return SC_CUDA_ERROR_INVALID_VALUE;
+  fmodule *m = (fmodule *)h;
+  for (ffunc *f = m->funcs; f; f = f->next)
+    if (strcmp(f->name, name) == 0) {
+      *out = (CUfunction)f;
+      return SC_CUDA_SUCCESS;
+    }
+  ffunc *f = calloc(1, sizeof *f);
+  if (!f) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  if (strlen(name) >= sizeof f->name ||
+      !sc_cuda_emu_kernel_info(m->emu, name, &f->n_args, &f->mode) || f->n_args < 0 ||
+      f->n_args > MAX_ARGS) {
+    free(f);
+    return SC_CUDA_ERROR_NOT_FOUND;
+  }
+  snprintf(f->name, sizeof f->name, "%s", name);
+  f->mod = m;
+  f->next = m->funcs;
+  m->funcs = f;
+  *out = (CUfunction)f;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attr, int value) {
+  if (!f) return SC_CUDA_ERROR_INVALID_HANDLE;
+  if (attr == SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES &&
+      (value < 0 || value > 227 * 1024))
+    return SC_CUDA_ERROR_INVALID_VALUE;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                               unsigned by, unsigned bz, unsigned shared_bytes, CUstream sh,
+                               void **params, void **extra) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  ffunc *f = (ffunc *)h;
+  if (gx < 1 || gy != 1 || gz != 1 || bx < 1 || bx > 1024 || by != 1 || bz != 1 || extra ||
+      shared_bytes > 227 * 1024 || (f->n_args > 0 && !params))
+    return SC_CUDA_ERROR_INVALID_VALUE;
+  fop *o = new_op(OP_LAUNCH);
+  uint64_t *args = malloc((size_t)(f->n_args > 0 ? f->n_args : 1) * sizeof *args);
+  if (!o || !args) {
+    free(o);
+    free(args);
+    return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  for (int i = 0; i < f->n_args; i++) memcpy(&args[i], params[i], sizeof args[i]);
+  o->u.launch.f = f;
+  o->u.launch.grid = gx;
+  o->u.launch.block = bx;
+  o->u.launch.args = args;
+  fstream *s = stream_of(sh);
+  logln("call cuLaunchKernel %s stream=%d%s", f->name, s->id, s->capturing ? " (captured)" : "");
+  if (!s->capturing) {
+    atomic_fetch_add(&f->mod->queued, 1);
+    pthread_mutex_lock(&log_mu);
+    count.launches++;
+    pthread_mutex_unlock(&log_mu);
+  }
+  CUresult r = submit(s, o);
+  if (r != SC_CUDA_SUCCESS && !s->capturing) atomic_fetch_sub(&f->mod->queued, 1);
+  return r;
+}
+
+EXPORT CUresult cuLaunchHostFunc(CUstream sh, CUhostFn fn, void *ud) {
+  if (!fn) return SC_CUDA_ERROR_INVALID_VALUE;
+  fop *o = new_op(OP_HOST);
+  if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  o->u.host.fn = fn;
+  o->u.host.ud = ud;
+  pthread_mutex_lock(&log_mu);
+  count.host_fns++;
+  pthread_mutex_unlock(&log_mu);
+  return submit(stream_of(sh), o);
+}
+
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream sh, int mode) {
+  (void)mode;
+  fstream *s = stream_of(sh);
+  if (!sh || s->capturing) return SC_CUDA_ERROR_ILLEGAL_STATE;
+  fgraph *g = calloc(1, sizeof *g);
+  if (!g) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  pthread_mutex_lock(&g_mu);
+  s->capturing = g;
+  s->origin = true;
+  s->last_node = -1;
+  s->joined_at = -1;
+  open_captures++;
+  pthread_mutex_unlock(&g_mu);
+  logln("call cuStreamBeginCapture stream=%d", s->id);
+  return SC_CUDA_SUCCESS;
+}
+
+static void free_nodes(fop *nodes, long n) {
+  for (long i = 0; i < n; i++)
+    if (nodes[i].kind == OP_LAUNCH) free(nodes[i].u.launch.args);
+  free(nodes);
+}
+
+EXPORT CUresult cuStreamEndCapture(CUstream sh, CUgraph *out) {
+  fstream *s = stream_of(sh);
+  if (!out || !s->capturing || !s->origin) return SC_CUDA_ERROR_ILLEGAL_STATE;
+  fgraph *g = s->capturing;
+  CUresult r = SC_CUDA_SUCCESS;
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < n_streams; i++) {
+    fstream *x = streams[i];
+    if (x->capturing != g) continue;
+    if (x != s && x->last_node >= 0 && x->last_node >= x->joined_at) {
+      r = SC_CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+      violation("capture: stream %d forked from stream %d was not joined back", x->id, s->id);
+    }
+    x->capturing = NULL;
+    x->origin = false;
+  }
+  open_captures--;
+  for (long i = 0; i < g->n; i++) /* events recorded inside are plain again */
+    if (g->nodes[i].kind == OP_RECORD) g->nodes[i].u.ev.e->captured = NULL;
+  pthread_mutex_unlock(&g_mu);
+  logln("call cuStreamEndCapture stream=%d (%ld nodes)", s->id, g->n);
+  if (r != SC_CUDA_SUCCESS || g->invalid) {
+    free_nodes(g->nodes, g->n);
+    free(g);
+    *out = NULL;
+    return r != SC_CUDA_SUCCESS ? r : SC_CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  pthread_mutex_lock(&log_mu);
+  count.graphs++;
+  pthread_mutex_unlock(&log_mu);
+  *out = (CUgraph)g;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h,
+                                            unsigned long long flags) {
+  (void)flags;
+  if (!out || !h) return SC_CUDA_ERROR_INVALID_VALUE;
+  fgraph *g = (fgraph *)h;
+  gexec *x = calloc(1, sizeof *x);
+  fop *nodes = calloc((size_t)(g->n > 0 ? g->n : 1), sizeof *nodes);
+  if (!x || !nodes) {
+    free(x);
+    free(nodes);
+    return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  for (long i = 0; i < g->n; i++) {
+    nodes[i] = g->nodes[i];
+    if (nodes[i].kind != OP_LAUNCH) continue;
+    int n = nodes[i].u.launch.f->n_args;
+    uint64_t *a = malloc((size_t)(n > 0 ? n : 1) * sizeof *a);
+    if (!a) {
+      free_nodes(nodes, i);
+      free(x);
+      return SC_CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    memcpy(a, g->nodes[i].u.launch.args, (size_t)n * sizeof *a);
+    nodes[i].u.launch.args = a;
+  }
+  x->nodes = nodes;
+  x->n = g->n;
+  *out = (CUgraphExec)x;
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphLaunch(CUgraphExec h, CUstream sh) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  gexec *x = (gexec *)h;
+  fstream *s = stream_of(sh);
+  if (s->capturing) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  fop *o = new_op(OP_GRAPH);
+  if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+  o->u.graph = x;
+  atomic_fetch_add(&x->inflight, 1);
+  pthread_mutex_lock(&log_mu);
+  count.replays++;
+  pthread_mutex_unlock(&log_mu);
+  logln("call cuGraphLaunch stream=%d (%ld nodes)", s->id, x->n);
+  CUresult r = submit(s, o);
+  if (r != SC_CUDA_SUCCESS) atomic_fetch_sub(&x->inflight, 1);
+  return r;
+}
+
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec h) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  gexec *x = (gexec *)h;
+  if (atomic_load(&x->inflight)) {
+    violation("cuGraphExecDestroy of a graph still queued or running");
+    drain_all();
+  }
+  free_nodes(x->nodes, x->n);
+  free(x);
+  return SC_CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGraphDestroy(CUgraph h) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  fgraph *g = (fgraph *)h;
+  free_nodes(g->nodes, g->n);
+  free(g);
+  return SC_CUDA_SUCCESS;
+}
