@@ -60,7 +60,8 @@ static const char *const USAGE =
     "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
     "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
     "                       [--virtual-stages V]\n"
-    "                       [--threads N] [--list-params] [--quiet]";
+    "                       [--threads N] [--list-params] [--quiet]\n"
+    "                       [--device cpu|cuda [--no-cuda-graph] [--gpu-arch sm_NN]]";
 
 enum { MAX_DATA = 64, MAX_ARGS = 1024 };
 
@@ -79,6 +80,7 @@ typedef struct train_args {
   sc_lr_schedule schedule;
   bool skip_nan;                 /* --on-nan skip */
   int threads;
+  sc_device_choice dev; /* --device, --no-cuda-graph, --gpu-arch */
 } train_args;
 
 /* Takes train's own options out of argv (the step's with train_args.h);
@@ -96,6 +98,9 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
       rest[(*n_rest)++] = argv[i];
       continue;
     }
+    int dv = sc_cli_device_option(argc, argv, &i, &a->dev);
+    if (dv == 2) return 2;
+    if (dv == 1) continue;
     int j = i, taken = sc_train_args_take(&a->g, argc, argv, &j);
     if (taken == 0) taken = sc_partition_args_take(&a->pa, argc, argv, &j, true);
     if (taken == 2) return 2;
@@ -206,7 +211,8 @@ static void print_help(void) {
          "                         step to reach, as without resuming\n"
          "  --log-json FILE        one JSON object per step\n"
          "  --list-params          print the trainable parameters (and tied copies) and stop\n"
-         "  --threads N, --quiet\n\n"
+         "  --threads N, --quiet\n"
+         SC_CLI_DEVICE_USAGE "\n"
          "The step's options (*):\n",
          USAGE);
   sc_train_args_help(stdout);
@@ -554,7 +560,7 @@ int sc_cmd_train(int argc, char **argv) {
 
   sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_trainer_opts to = {.threads = a.threads, .loss_scale = a.loss_scale,
+  sc_trainer_opts to = {.threads = a.threads, .device = a.dev, .loss_scale = a.loss_scale,
                         .cpu_module = src.bundle ? src.bundle->kernels : NULL};
   bool mpi = strcmp(a.pa.comm, "mpi") == 0, tcp = strcmp(a.pa.comm, "tcp") == 0;
   if ((mpi || tcp) && !src.mesh) {

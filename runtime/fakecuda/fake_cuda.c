@@ -11,6 +11,9 @@
  *
  *   devices   SHARDC_FAKE_CUDA_DEVICES (default 1) of compute capability
  *             9.0; one primary context each (a token: memory is shared).
+ *             What a context synchronises (cuCtxSynchronize, the checks on
+ *             free) is the calling host thread's streams: ranks that are
+ *             threads of one process each drive their own GPU.
  *   memory    device memory is host memory (256-byte aligned); cuMemGetInfo
  *             counts what is allocated against 64 GiB.
  *   streams   each stream is a FIFO of operations run, in order, by a
@@ -208,6 +211,7 @@ struct gexec {
 
 struct fstream {
   pthread_t thread;
+  pthread_t owner;   /* the host thread that made it: its "context" */
   pthread_mutex_t mu;
   pthread_cond_t work, idle;
   fop *head, *tail;
@@ -400,6 +404,7 @@ static fstream *new_stream(void) {
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->idle, NULL);
+  s->owner = pthread_self();
   if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
     free(s);
     return NULL;
@@ -419,27 +424,38 @@ static fstream *new_stream(void) {
   return s;
 }
 
+/* The calling thread's context: the streams it made (and the NULL
+ * stream). Ranks that are threads of one process each drive their own GPU,
+ * so one rank's synchronisation never waits for another's work. */
+static bool mine(const fstream *s) {
+  return s == null_stream || pthread_equal(s->owner, pthread_self());
+}
+
 static long all_pending(void) {
   long n = 0;
   pthread_mutex_lock(&g_mu);
-  for (int i = 0; i < n_streams; i++) n += pending_of(streams[i]);
+  for (int i = 0; i < n_streams; i++)
+    if (mine(streams[i])) n += pending_of(streams[i]);
   pthread_mutex_unlock(&g_mu);
   return n;
 }
 
 static void drain_all(void) {
   pthread_mutex_lock(&g_mu);
-  int n = n_streams;
+  int n = 0;
   fstream *copy[1024];
-  if (n > 1024) n = 1024;
-  memcpy(copy, streams, (size_t)n * sizeof *copy);
+  for (int i = 0; i < n_streams && n < 1024; i++)
+    if (mine(streams[i])) copy[n++] = streams[i];
   pthread_mutex_unlock(&g_mu);
   for (int i = 0; i < n; i++) drain(copy[i]);
 }
 
+/* A capture open in the calling thread's context. */
 static bool capturing_any(void) {
   pthread_mutex_lock(&g_mu);
-  bool c = open_captures > 0;
+  bool c = false;
+  for (int i = 0; open_captures > 0 && i < n_streams && !c; i++)
+    c = streams[i]->capturing && mine(streams[i]);
   pthread_mutex_unlock(&g_mu);
   return c;
 }
