@@ -34,6 +34,8 @@ typedef struct sc_bundle {
   char target[16];         /* "cpu" or "cuda" */
   int32_t n_archs;         /* cuda: architectures with PTX */
   char (*archs)[32];       /* "sm_80", ... */
+  char *cuda_src;          /* cuda: kernels.cu (NUL-terminated, owned) */
+  char **ptx;              /* cuda: [n_archs] kernels.<arch>.ptx (owned) */
   sc_program *program;     /* owned */
   void *weights;           /* weights.bin, mapped read-only (NULL if empty) */
   size_t weights_bytes;

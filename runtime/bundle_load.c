@@ -107,6 +107,27 @@ bool sc_bundle_is_dir(const char *path) {
   return ok;
 }
 
+/* A cuda bundle's kernels.cu or kernels.<arch>.ptx (hashed already), kept
+ * as a string. */
+static sc_status keep_cuda_code(sc_bundle *b, const char *name, const mapped *fm,
+                                const char *dir, sc_diag *d) {
+  char **slot = NULL;
+  if (strcmp(name, "kernels.cu") == 0) slot = &b->cuda_src;
+  for (int32_t i = 0; !slot && i < b->n_archs; i++) {
+    char want[96];
+    snprintf(want, sizeof want, "kernels.%s.ptx", b->archs[i]);
+    if (strcmp(name, want) == 0) slot = &b->ptx[i];
+  }
+  if (!slot) return SC_OK;
+  if (memchr(fm->data ? fm->data : "", 0, fm->bytes))
+    return bad(d, SC_ERR_INVALID, dir, "%s holds a NUL byte", name);
+  sc_free(*slot);
+  if (!(*slot = sc_malloc(fm->bytes + 1))) return bad(d, SC_ERR_NOMEM, dir, "out of memory");
+  if (fm->bytes) memcpy(*slot, fm->data, fm->bytes);
+  (*slot)[fm->bytes] = 0;
+  return SC_OK;
+}
+
 void sc_bundle_destroy(sc_bundle *b) {
   if (!b) return;
   sc_cpu_module_destroy(b->kernels);
@@ -116,6 +137,9 @@ void sc_bundle_destroy(sc_bundle *b) {
   sc_train_manifest_destroy(b->train);
   if (b->params) munmap(b->params, b->params_bytes);
   if (b->weights) munmap(b->weights, b->weights_bytes);
+  for (int32_t i = 0; b->ptx && i < b->n_archs; i++) sc_free(b->ptx[i]);
+  sc_free(b->ptx);
+  sc_free(b->cuda_src);
   sc_free(b->archs);
   sc_free(b->dir);
   sc_free(b);
@@ -286,7 +310,8 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     }
   b->n_archs = (int32_t)json_array_size(archs);
   b->archs = sc_calloc((size_t)b->n_archs + 1, sizeof *b->archs);
-  if (!b->archs) {
+  b->ptx = sc_calloc((size_t)b->n_archs + 1, sizeof *b->ptx);
+  if (!b->archs || !b->ptx) {
     st = bad(d, SC_ERR_NOMEM, dir, "out of memory");
     goto out;
   }
@@ -327,7 +352,10 @@ static sc_status load(const char *dir, sc_bundle *b, sc_diag *d) {
     else if (strcmp(name, "kernels.o") == 0 && strcmp(target, "cpu") == 0) obj = fm;
     else if (training && strcmp(name, "training.json") == 0) tj = fm;
     else if (training && strcmp(name, "params.bin") == 0) par = fm;
-    else unmap(&fm);
+    else if (strcmp(target, "cuda") == 0 && (st = keep_cuda_code(b, name, &fm, dir, d))) {
+      unmap(&fm);
+      goto out;
+    } else unmap(&fm);
   }
   if ((int64_t)wts.bytes != json_integer_value(wbytes)) {
     st = bad(d, SC_ERR_INVALID, dir, "manifest.json: weights_bytes differs from weights.bin");

@@ -267,14 +267,21 @@ static bool cuda_supports_step(void *ctx, const sc_program *p, const sc_step *s)
   }
 }
 
-/* Loads the module: the CUDA C on the emulated driver, else a CUBIN or the
- * PTX for the device's architecture. */
+/* Loads the module: the CUDA C on the emulated driver; else a bundle's PTX
+ * for the architecture, or the PTX NVRTC makes of the source. */
 static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
   const sc_cu *cu = c->cu;
   char *image = NULL;
   size_t len = 0;
   sc_status st = SC_OK;
-  if (cu->emulated) {
+  const char *arch = c->o.gpu_arch ? c->o.gpu_arch : c->arch;
+  const char *given = NULL;
+  for (int32_t i = 0; !cu->emulated && i < c->o.n_ptx; i++)
+    if (strcmp(c->o.ptx_archs[i], arch) == 0) given = c->o.ptx[i];
+  if (given) {
+    image = sc_strdup(given);
+    if (!image) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  } else if (cu->emulated) {
     size_t hl = strlen(SC_CU_EMU_IMAGE), sl = strlen(src);
     image = sc_malloc(hl + sl + 1);
     if (!image) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -282,7 +289,6 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
     memcpy(image + hl, src, sl + 1);
   } else {
 #if SHARDC_HAVE_CUDA
-    const char *arch = c->o.gpu_arch ? c->o.gpu_arch : c->arch;
     char *log = NULL;
     st = sc_cuda_compile_ptx(src, arch, &image, &len, &log, diag);
     sc_free(log);
@@ -354,14 +360,17 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   }
   if (p->n_kernels == 0) return SC_OK;
   char *src = NULL;
+  sc_status st = SC_OK;
+  if (!c->o.cuda_source) {
 #if SHARDC_HAVE_CUDA
-  sc_status st = sc_cuda_emit_source(p, &src, diag);
+    st = sc_cuda_emit_source(p, &src, diag);
 #else
-  sc_status st = SC_ERR_UNSUPPORTED;
+    st = SC_ERR_UNSUPPORTED;
 #endif
+  }
   if (st != SC_OK) return st;
   double t0 = now_s();
-  st = load_module(c, src, diag);
+  st = load_module(c, c->o.cuda_source ? c->o.cuda_source : src, diag);
   sc_free(src);
   c->compile_s = now_s() - t0;
   if (st != SC_OK) return st;

@@ -28,6 +28,26 @@
 
 #include "ir/base.h"
 
+/* CUDA_MEMCPY2D (cuda.h), device-to-device use only */
+struct sc_cu_memcpy2d_st {
+  size_t srcXInBytes, srcY;
+  int srcMemoryType;
+  const void *srcHost;
+  unsigned long long srcDevice;
+  void *srcArray;
+  size_t srcPitch;
+  size_t dstXInBytes, dstY;
+  int dstMemoryType;
+  void *dstHost;
+  unsigned long long dstDevice;
+  void *dstArray;
+  size_t dstPitch;
+  size_t WidthInBytes, Height;
+};
+
+#ifdef SC_CU_SYSTEM_HEADERS /* the ABI test: cuda.h's own types */
+typedef CUDA_MEMCPY2D sc_cu_memcpy2d;
+#else
 typedef int CUresult;
 typedef int CUdevice;
 typedef unsigned long long CUdeviceptr;
@@ -39,23 +59,8 @@ typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
 typedef void (*CUhostFn)(void *user_data);
-
-/* CUDA_MEMCPY2D (cuda.h), device-to-device use only */
-typedef struct sc_cu_memcpy2d {
-  size_t srcXInBytes, srcY;
-  int srcMemoryType;
-  const void *srcHost;
-  CUdeviceptr srcDevice;
-  void *srcArray;
-  size_t srcPitch;
-  size_t dstXInBytes, dstY;
-  int dstMemoryType;
-  void *dstHost;
-  CUdeviceptr dstDevice;
-  void *dstArray;
-  size_t dstPitch;
-  size_t WidthInBytes, Height;
-} sc_cu_memcpy2d;
+typedef struct sc_cu_memcpy2d_st sc_cu_memcpy2d;
+#endif
 
 enum {
   SC_CUDA_SUCCESS = 0,

@@ -10,71 +10,40 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/cublaslt.h"
 #include "runtime/device.h"
 
-typedef int cublasStatus_t;
-typedef struct cublasLtContext *cublasLtHandle_t;
-typedef struct cublasLtMatmulDescOpaque *cublasLtMatmulDesc_t;
-typedef struct cublasLtMatrixLayoutOpaque *cublasLtMatrixLayout_t;
-typedef struct cublasLtMatmulPreferenceOpaque *cublasLtMatmulPreference_t;
-typedef struct {
-  uint64_t data[8];
-} cublasLtMatmulAlgo_t;
-typedef struct {
-  cublasLtMatmulAlgo_t algo;
-  size_t workspaceSize;
-  cublasStatus_t state;
-  float wavesCount;
-  int reserved[4];
-} cublasLtMatmulHeuristicResult_t;
-
-enum {
-  SC_CUBLAS_COMPUTE_32F = 68,
-  SC_CUDA_R_32F = 0,
-  SC_CUBLAS_OP_N = 0,
-  SC_CUBLAS_OP_T = 1,
-  SC_CUBLASLT_MATMUL_DESC_TRANSA = 3,
-  SC_CUBLASLT_MATMUL_DESC_TRANSB = 4,
-  SC_CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-  SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,
-  SC_CUBLASLT_EPILOGUE_DEFAULT = 1,
-  SC_CUBLASLT_EPILOGUE_BIAS = 4,
-  SC_CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5,
-  SC_CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6,
-  SC_CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
-};
-
 #define SC_LT_ENTRY_POINTS(X)                                                                 \
-  X(create, "cublasLtCreate", (cublasLtHandle_t * h))                                         \
-  X(destroy, "cublasLtDestroy", (cublasLtHandle_t h))                                         \
-  X(desc_create, "cublasLtMatmulDescCreate", (cublasLtMatmulDesc_t * d, int compute, int sc)) \
-  X(desc_destroy, "cublasLtMatmulDescDestroy", (cublasLtMatmulDesc_t d))                      \
+  X(create, "cublasLtCreate", (sc_lt_handle * h))                                         \
+  X(destroy, "cublasLtDestroy", (sc_lt_handle h))                                         \
+  X(desc_create, "cublasLtMatmulDescCreate", (sc_lt_desc * d, int compute, int sc)) \
+  X(desc_destroy, "cublasLtMatmulDescDestroy", (sc_lt_desc d))                      \
   X(desc_set, "cublasLtMatmulDescSetAttribute",                                               \
-    (cublasLtMatmulDesc_t d, int attr, const void *buf, size_t n))                            \
+    (sc_lt_desc d, int attr, const void *buf, size_t n))                            \
   X(layout_create, "cublasLtMatrixLayoutCreate",                                              \
-    (cublasLtMatrixLayout_t * l, int type, uint64_t rows, uint64_t cols, int64_t ld))         \
-  X(layout_destroy, "cublasLtMatrixLayoutDestroy", (cublasLtMatrixLayout_t l))                \
+    (sc_lt_layout * l, int type, uint64_t rows, uint64_t cols, int64_t ld))         \
+  X(layout_destroy, "cublasLtMatrixLayoutDestroy", (sc_lt_layout l))                \
   X(layout_set, "cublasLtMatrixLayoutSetAttribute",                                           \
-    (cublasLtMatrixLayout_t l, int attr, const void *buf, size_t n))                          \
-  X(pref_create, "cublasLtMatmulPreferenceCreate", (cublasLtMatmulPreference_t * p))          \
-  X(pref_destroy, "cublasLtMatmulPreferenceDestroy", (cublasLtMatmulPreference_t p))          \
+    (sc_lt_layout l, int attr, const void *buf, size_t n))                          \
+  X(pref_create, "cublasLtMatmulPreferenceCreate", (sc_lt_pref * p))          \
+  X(pref_destroy, "cublasLtMatmulPreferenceDestroy", (sc_lt_pref p))          \
   X(pref_set, "cublasLtMatmulPreferenceSetAttribute",                                         \
-    (cublasLtMatmulPreference_t p, int attr, const void *buf, size_t n))                      \
+    (sc_lt_pref p, int attr, const void *buf, size_t n))                      \
   X(heuristic, "cublasLtMatmulAlgoGetHeuristic",                                              \
-    (cublasLtHandle_t h, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,                    \
-     cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,           \
-     cublasLtMatmulPreference_t p, int n, cublasLtMatmulHeuristicResult_t *out, int *found))  \
+    (sc_lt_handle h, sc_lt_desc d, sc_lt_layout a,                    \
+     sc_lt_layout b, sc_lt_layout c, sc_lt_layout dd,           \
+     sc_lt_pref p, int n, sc_lt_heuristic *out, int *found))  \
   X(matmul, "cublasLtMatmul",                                                                 \
-    (cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha, const void *a,            \
-     cublasLtMatrixLayout_t al, const void *b, cublasLtMatrixLayout_t bl, const void *beta,   \
-     const void *c, cublasLtMatrixLayout_t cl, void *dd, cublasLtMatrixLayout_t dl,           \
-     const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes, CUstream s))
+    (sc_lt_handle h, sc_lt_desc d, const void *alpha, const void *a,            \
+     sc_lt_layout al, const void *b, sc_lt_layout bl, const void *beta,   \
+     const void *c, sc_lt_layout cl, void *dd, sc_lt_layout dl,           \
+     const sc_lt_algo *algo, void *ws, size_t ws_bytes, CUstream s))
 
 typedef struct lt_api {
-#define SC_LT_FIELD(field, sym, params) cublasStatus_t(*field) params;
+#define SC_LT_FIELD(field, sym, params) sc_lt_status(*field) params;
   SC_LT_ENTRY_POINTS(SC_LT_FIELD)
 #undef SC_LT_FIELD
-  const char *(*status_string)(cublasStatus_t s); /* optional */
+  const char *(*status_string)(sc_lt_status s); /* optional */
 } lt_api;
 
 enum { WORKSPACE_BYTES = 32 << 20 };
@@ -85,9 +54,9 @@ typedef struct gemm_entry {
   CUdeviceptr a, b, bias, c;
   int64_t bias_numel;
   /* cublaslt */
-  cublasLtMatmulDesc_t desc;
-  cublasLtMatrixLayout_t la, lb, lc, ld;
-  cublasLtMatmulAlgo_t algo;
+  sc_lt_desc desc;
+  sc_lt_layout la, lb, lc, ld;
+  sc_lt_algo algo;
   float alpha, beta;
   bool bias_as_c; /* a full bias: the C operand, beta 1 */
 } gemm_entry;
@@ -97,13 +66,13 @@ struct sc_gpu_gemm {
   bool host;
   void *lib;
   lt_api lt;
-  cublasLtHandle_t handle;
+  sc_lt_handle handle;
   CUdeviceptr ws;
   int32_t n, cap;
   gemm_entry *entries;
 };
 
-static sc_status lt_check(sc_gpu_gemm *e, cublasStatus_t r, const char *call, sc_diag *diag) {
+static sc_status lt_check(sc_gpu_gemm *e, sc_lt_status r, const char *call, sc_diag *diag) {
   if (r == 0) return SC_OK;
   const char *text = e->lt.status_string ? e->lt.status_string(r) : NULL;
   return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cuBLASLt: %s failed: %s (%d)", call,
@@ -156,7 +125,7 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
   for (int32_t i = 0; i < e->n; i++) {
     gemm_entry *x = &e->entries[i];
     if (x->desc) e->lt.desc_destroy(x->desc);
-    cublasLtMatrixLayout_t ls[4] = {x->la, x->lb, x->lc, x->ld};
+    sc_lt_layout ls[4] = {x->la, x->lb, x->lc, x->ld};
     for (int k = 0; k < 4; k++)
       if (ls[k]) e->lt.layout_destroy(ls[k]);
   }
@@ -169,7 +138,7 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e) { return e->host ? "host" : "cublaslt"; }
 
 /* A column-major layout of rows x cols with leading dim ld, batched. */
-static sc_status layout(sc_gpu_gemm *e, cublasLtMatrixLayout_t *l, int64_t rows, int64_t cols,
+static sc_status layout(sc_gpu_gemm *e, sc_lt_layout *l, int64_t rows, int64_t cols,
                         int64_t ld, int64_t batch, int64_t stride, sc_diag *diag) {
   LT(e->lt.layout_create(l, SC_CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld > 0 ? ld : 1),
      "cublasLtMatrixLayoutCreate");
@@ -224,12 +193,12 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
                 full_bias ? bias_stride : g->stride_c, diag);
   if (st == SC_OK) st = layout(e, &x->ld, g->n, g->m, g->ldc, g->batch, g->stride_c, diag);
   if (st != SC_OK) return st;
-  cublasLtMatmulPreference_t pref = NULL;
+  sc_lt_pref pref = NULL;
   LT(e->lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
   uint64_t ws = WORKSPACE_BYTES;
-  cublasStatus_t r = e->lt.pref_set(pref, SC_CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+  sc_lt_status r = e->lt.pref_set(pref, SC_CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                     sizeof ws);
-  cublasLtMatmulHeuristicResult_t res;
+  sc_lt_heuristic res;
   memset(&res, 0, sizeof res);
   int found = 0;
   if (r == 0)

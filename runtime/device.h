@@ -52,6 +52,12 @@ typedef struct sc_device_opts {
   int32_t n_comms;
   struct sc_comm *const *comms;
   const int32_t *comm_of;
+  /* CUDA: a bundle's code (borrowed), used instead of emitting it again:
+   * its CUDA C, and PTX for n_ptx architectures; NULL / 0: none */
+  const char *cuda_source;
+  int32_t n_ptx;
+  const char (*ptx_archs)[32];
+  char *const *ptx;
   const struct sc_cpu_module *cpu_module; /* CPU: precompiled kernels
                                              (borrowed) or NULL = JIT */
   const void *const *const_data; /* NULL or per buffer: overrides a CONST

@@ -40,6 +40,12 @@ bool sc_device_choice_is_cpu(const sc_device_choice *c);
 
 typedef struct sc_session_opts {
   sc_device_choice device;
+  /* cuda: a cuda bundle's code (its kernels.cu, and PTX per architecture),
+   * borrowed; NULL / 0: emitted from the program's kernels */
+  const char *cuda_source;
+  int32_t n_cuda_ptx;
+  const char (*cuda_ptx_archs)[32];
+  char *const *cuda_ptx;
   int threads;        /* 0 = all cores */
   /* cpu: kernels already compiled for this program (sc_cpu_load_object on
    * a bundle's kernels.o, or sc_cpu_jit), borrowed: must outlive the

@@ -551,7 +551,11 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                           .gpu_arch = o->device.gpu_arch,
                           .n_comms = s->n_groups,
                           .comms = s->groups,
-                          .comm_of = s->step_group};
+                          .comm_of = s->step_group,
+                          .cuda_source = o->cuda_source,
+                          .n_ptx = o->n_cuda_ptx,
+                          .ptx_archs = o->cuda_ptx_archs,
+                          .ptx = o->cuda_ptx};
   if (st == SC_OK) st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
   if (st == SC_OK) {

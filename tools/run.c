@@ -602,14 +602,13 @@ static int write_outputs(run_state *st, const run_opts *r) {
 }
 
 /* MODEL is a bundle (`shardc compile -o DIR`, docs/bundle.md): its program
- * instead of import + compile. The kernels run from its kernels.o, which
- * sc_bundle_load linked (st->bundle->kernels): nothing is compiled. */
+ * instead of import + compile. A cpu bundle's kernels run from its
+ * kernels.o, which sc_bundle_load linked (st->bundle->kernels); a cuda
+ * bundle's on the cuda device (the default for it) from its PTX, or its
+ * kernels.cu on the emulated GPU. */
 static sc_status load_bundle(run_state *st, const char *dir, sc_diag *d) {
   sc_status s = sc_bundle_load(dir, &st->bundle, d);
   if (s == SC_OK) s = sc_bundle_check_kind(st->bundle, false, d);
-  if (s == SC_OK && strcmp(st->bundle->target, "cpu") != 0)
-    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "a %s bundle: shardc run runs cpu bundles", st->bundle->target);
   if (s == SC_OK) st->p = st->bundle->program;
   return s;
 }
@@ -960,8 +959,18 @@ int sc_cmd_run(int argc, char **argv) {
   so.threads = r.threads;
   so.device = r.dev;
   if (st.bundle) so.cpu_module = st.bundle->kernels;
+  if (st.bundle && strcmp(st.bundle->target, "cuda") == 0) {
+    if (!so.device.name) so.device.name = "cuda";
+    so.cuda_source = st.bundle->cuda_src;
+    so.n_cuda_ptx = st.bundle->n_archs;
+    so.cuda_ptx_archs = (const char(*)[32])st.bundle->archs;
+    so.cuda_ptx = st.bundle->ptx;
+  }
   if (r.verbose) {
-    if (st.bundle)
+    if (st.bundle && strcmp(st.bundle->target, "cuda") == 0)
+      fprintf(stderr, "shardc: note: kernels: the bundle's CUDA code (%d kernels; PTX for %d "
+              "architectures)\n", (int)st.p->n_kernels, (int)st.bundle->n_archs);
+    else if (st.bundle)
       fprintf(stderr, "shardc: note: kernels: loaded from kernels.o (%d kernels, compiled for "
               "CPU '%s')\n", (int)st.p->n_kernels, st.bundle->cpu ? st.bundle->cpu : "?");
     else
