@@ -40,13 +40,15 @@
  *             in a host function there, and copies them back with every bad
  *             one made 0, so that the kernels queued after it stay in
  *             bounds while the run fails at its end with the CPU's message.
+ *   scatters  a SCATTER_ADD step (ScatterND with reduction add, embedding
+ *             gradients) checks its indices the same way, copies data to
+ *             out and runs the codegen's scatter kernel: one thread per
+ *             column, tuples in order, so duplicates sum as on the CPU.
  *   graphs    the first run is issued step by step; the second is captured
  *             (cuStreamBeginCapture on the compute stream: the
  *             communication streams join through their events) and every
- *             later run replays that graph with one cuGraphLaunch. Not for
- *             programs with SCATTER_ADD steps (run by the session on the
- *             host memory of the emulated GPU), nor with opts.no_graph
- *             (--no-cuda-graph).
+ *             later run replays that graph with one cuGraphLaunch; not with
+ *             opts.no_graph (--no-cuda-graph).
  *
  * Errors: a failing driver call during a run is kept (the first one) and
  * returned by end_run with the call and the driver's text; so is a failed
@@ -79,15 +81,27 @@ typedef struct comm_job {
   void *recv;
 } comm_job;
 
-/* a CHECK step's work: the indices copied to pinned memory, checked there
- * by a host function, and copied back (each bad one made 0, so that the
- * kernels after it stay in bounds while the run fails) */
+/* a CHECK step's work, or a SCATTER_ADD step's index check: the indices
+ * copied to pinned memory, checked there by a host function, and (CHECK)
+ * copied back with each bad one made 0, so that the kernels after it stay
+ * in bounds while the run fails */
 typedef struct check_job {
   cuda_ctx *c;
   int32_t step;
+  int32_t buffer;  /* the indices */
+  int64_t dim;     /* valid: [-dim, dim) */
+  bool scatter;
   void *pinned;
   int64_t bytes;
 } check_job;
+
+/* a SCATTER_ADD step's kernel and its arguments */
+typedef struct scatter_job {
+  CUfunction fn;
+  uint64_t vals[6];
+  void *args[6];
+  unsigned grid;
+} scatter_job;
 
 struct cuda_ctx {
   const sc_cu *cu;
@@ -114,7 +128,8 @@ struct cuda_ctx {
   CUevent *ev_fork, *ev_done; /* [n_steps] per COMM step */
   comm_job *jobs;      /* [n_steps] */
   check_job *checks;   /* [n_steps] */
-  bool host_steps;     /* CHECK or SCATTER_ADD: no graph */
+  scatter_job *scatters; /* [n_steps] */
+
   int64_t runs;
   bool capturing;
   CUgraph graph;
@@ -247,6 +262,7 @@ static void cuda_destroy(void *ctx) {
   for (int32_t i = 0; c->checks && c->p && i < c->p->n_steps; i++)
     if (c->checks[i].pinned) cu->mem_free_host(c->checks[i].pinned);
   sc_free(c->checks);
+  sc_free(c->scatters);
   sc_free(c->jobs);
   sc_free(c->cstreams);
   sc_free(c->stream_of);
@@ -262,7 +278,13 @@ static bool cuda_supports_step(void *ctx, const sc_program *p, const sc_step *s)
   case SC_STEP_COMM:
   case SC_STEP_WAIT: return true;
   case SC_STEP_CHECK: return true; /* checked on the host, in stream order */
-  case SC_STEP_SCATTER_ADD: return c->cu->emulated; /* host memory: the emulated GPU only */
+  case SC_STEP_SCATTER_ADD: { /* f32/f64 rows, i32/i64 indices (sc_cuda_scatter_kernel_name) */
+    const sc_scatter_step *x = &s->scatter;
+    sc_dtype vt = p->buffers[x->out].dtype, it = p->buffers[x->indices].dtype;
+    (void)c;
+    return (vt == SC_DTYPE_F32 || vt == SC_DTYPE_F64) &&
+           (it == SC_DTYPE_I32 || it == SC_DTYPE_I64);
+  }
   default: return false;
   }
 }
@@ -320,12 +342,8 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->p = p;
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
-    c->host_steps |= s->kind == SC_STEP_SCATTER_ADD;
     if (cuda_supports_step(c, p, s)) continue;
-    const char *why = s->kind == SC_STEP_GEMM            ? sc_gemm_problem(p, s)
-                      : s->kind == SC_STEP_SCATTER_ADD ? "ScatterND/embedding-gradient "
-                                                         "accumulation has no GPU kernel yet"
-                                                       : "unsupported";
+    const char *why = s->kind == SC_STEP_GEMM ? sc_gemm_problem(p, s) : "unsupported";
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, s->origin, NULL, "cuda device: step %d: %s",
                        (int)i, why ? why : "unsupported");
   }
@@ -341,7 +359,8 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->jobs = sc_calloc(ns, sizeof *c->jobs);
   c->gemm_id = sc_calloc(ns, sizeof *c->gemm_id);
   c->checks = sc_calloc(ns, sizeof *c->checks);
-  if (!c->gemm_id || !c->checks || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
+  c->scatters = sc_calloc(ns, sizeof *c->scatters);
+  if (!c->gemm_id || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
       !c->jobs)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < p->n_steps; i++) {
@@ -358,7 +377,9 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     sc_status st = sc_gpu_gemm_create(cu, &c->gemm, diag);
     if (st != SC_OK) return st;
   }
-  if (p->n_kernels == 0) return SC_OK;
+  bool any_scatter = false;
+  for (int32_t i = 0; i < p->n_steps; i++) any_scatter |= p->steps[i].kind == SC_STEP_SCATTER_ADD;
+  if (p->n_kernels == 0 && !any_scatter) return SC_OK;
   char *src = NULL;
   sc_status st = SC_OK;
   if (!c->o.cuda_source) {
@@ -388,6 +409,17 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     if (!c->vals[k] || !c->args[k])
       return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) c->args[k][i] = &c->vals[k][i];
+  }
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind != SC_STEP_SCATTER_ADD) continue;
+    char name[64] = "";
+#if SHARDC_HAVE_CUDA
+    sc_cuda_scatter_kernel_name(p->buffers[s->scatter.out].dtype,
+                                p->buffers[s->scatter.indices].dtype, name, sizeof name);
+#endif
+    CUresult r = cu->module_function(&c->scatters[i].fn, c->mod, name);
+    if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuModuleGetFunction", name, diag);
   }
   return SC_OK;
 }
@@ -507,13 +539,26 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
                            &c->gemm_id[i], diag);
       if (st != SC_OK) return st;
     }
-    if (s->kind == SC_STEP_CHECK) {
+    if (s->kind == SC_STEP_CHECK || s->kind == SC_STEP_SCATTER_ADD) {
       check_job *j = &c->checks[i];
       j->c = c;
       j->step = i;
-      j->bytes = p->buffers[s->check.buffer].bytes;
+      j->scatter = s->kind == SC_STEP_SCATTER_ADD;
+      j->buffer = j->scatter ? s->scatter.indices : s->check.buffer;
+      j->dim = j->scatter ? s->scatter.rows : s->check.dim;
+      j->bytes = p->buffers[j->buffer].bytes;
       if (j->bytes > 0 && !j->pinned)
         CK(c->cu->mem_alloc_host(&j->pinned, (size_t)j->bytes), "an index check's buffer");
+    }
+    if (s->kind == SC_STEP_SCATTER_ADD) {
+      const sc_scatter_step *x = &s->scatter;
+      scatter_job *j = &c->scatters[i];
+      uint64_t v[6] = {c->ptrs[x->out], c->ptrs[x->indices], c->ptrs[x->updates],
+                       (uint64_t)x->rows, (uint64_t)x->row, (uint64_t)x->n};
+      memcpy(j->vals, v, sizeof v);
+      for (int k = 0; k < 6; k++) j->args[k] = &j->vals[k];
+      int64_t grid = (x->row + 255) / 256;
+      j->grid = (unsigned)(grid < 1 ? 1 : grid > 65535 ? 65535 : grid);
     }
     if (s->kind != SC_STEP_COMM) continue;
     const sc_comm_step *cs = &s->comm;
@@ -585,7 +630,7 @@ static bool cuda_begin_run(void *ctx) {
     check_run(c, c->cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
     return true;
   }
-  if (c->runs == 1 && !c->o.no_graph && !c->host_steps && c->p->n_steps > 0) {
+  if (c->runs == 1 && !c->o.no_graph && c->p->n_steps > 0) {
     CUresult r = c->cu->stream_begin_capture(c->compute, 0 /* global */);
     c->capturing = r == SC_CUDA_SUCCESS;
     check_run(c, r, "cuStreamBeginCapture");
@@ -681,36 +726,61 @@ static void cuda_wait_comm(void *ctx, int32_t started) {
             "cuStreamWaitEvent");
 }
 
-/* ---- index checks ---- */
+/* ---- index checks, scatter-adds ---- */
 static void check_host_fn(void *ud) {
   check_job *j = ud;
   const sc_program *p = j->c->p;
   const sc_step *st = &p->steps[j->step];
-  const sc_buffer *b = &p->buffers[st->check.buffer];
+  const sc_buffer *b = &p->buffers[j->buffer];
   int64_t esz = (int64_t)sc_dtype_size(b->dtype), n = esz > 0 ? j->bytes / esz : 0;
   long long shown;
-  int64_t bad = sc_check_indices(b->dtype, j->pinned, n, st->check.dim, &shown);
+  int64_t bad = sc_check_indices(b->dtype, j->pinned, n, j->dim, &shown);
   if (bad < 0) return;
   sc_diag d = {0};
-  sc_check_step_error(p, st, shown, &d);
+  if (j->scatter) /* as the session's run_scatter_add says it */
+    sc_diag_set(&d, SC_ERR_INVALID, st->origin, "ScatterND",
+                "index %lld (tuple %lld of '%s') out of range [%lld, %lld)", shown,
+                (long long)bad, b->name ? b->name : "?", -(long long)j->dim, (long long)j->dim);
+  else
+    sc_check_step_error(p, st, shown, &d);
   fail(j->c, &d);
-  for (int64_t i = bad; i < n; i++) { /* keep the kernels after it in bounds */
+  for (int64_t i = bad; !j->scatter && i < n; i++) { /* keep later kernels in bounds */
     long long v;
-    if (sc_check_indices(b->dtype, (char *)j->pinned + i * esz, 1, st->check.dim, &v) >= 0)
+    if (sc_check_indices(b->dtype, (char *)j->pinned + i * esz, 1, j->dim, &v) >= 0)
       memset((char *)j->pinned + i * esz, 0, (size_t)esz);
   }
 }
 
-static void cuda_run_check(void *ctx, int32_t i) {
-  cuda_ctx *c = ctx;
+/* The indices of step i checked on the host, in stream order. */
+static void queue_check(cuda_ctx *c, int32_t i, bool write_back) {
   check_job *j = &c->checks[i];
   if (j->bytes <= 0) return;
-  CUdeviceptr idx = c->ptrs[c->p->steps[i].check.buffer];
+  CUdeviceptr idx = c->ptrs[j->buffer];
   check_run(c, c->cu->memcpy_dtoh(j->pinned, idx, (size_t)j->bytes, c->compute),
             "cuMemcpyDtoHAsync");
   check_run(c, c->cu->launch_host_func(c->compute, check_host_fn, j), "cuLaunchHostFunc");
-  check_run(c, c->cu->memcpy_htod(idx, j->pinned, (size_t)j->bytes, c->compute),
-            "cuMemcpyHtoDAsync");
+  if (write_back)
+    check_run(c, c->cu->memcpy_htod(idx, j->pinned, (size_t)j->bytes, c->compute),
+              "cuMemcpyHtoDAsync");
+}
+
+static void cuda_run_check(void *ctx, int32_t i) { queue_check(ctx, i, true); }
+
+/* out = data, then every tuple's row added (the kernel stops at a bad
+ * index, which the check reports). */
+static void cuda_run_scatter(void *ctx, int32_t i) {
+  cuda_ctx *c = ctx;
+  const sc_scatter_step *x = &c->p->steps[i].scatter;
+  queue_check(c, i, false);
+  CUdeviceptr out = c->ptrs[x->out], data = c->ptrs[x->data];
+  if (out != data)
+    check_run(c, c->cu->memcpy_dtod(out, data, (size_t)c->p->buffers[x->out].bytes, c->compute),
+              "cuMemcpyDtoDAsync");
+  scatter_job *j = &c->scatters[i];
+  if (x->n > 0 && x->row > 0)
+    check_run(c, c->cu->launch_kernel(j->fn, j->grid, 1, 1, 256, 1, 1, 0, c->compute, j->args,
+                                      NULL),
+              "cuLaunchKernel");
 }
 
 const sc_device_iface sc_device_cuda = {
@@ -736,4 +806,5 @@ const sc_device_iface sc_device_cuda = {
     .run_comm = cuda_run_comm,
     .wait_comm = cuda_wait_comm,
     .run_check = cuda_run_check,
+    .run_scatter = cuda_run_scatter,
 };

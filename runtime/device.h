@@ -30,9 +30,8 @@
  * collective run by the device can). begin_run may answer that it has
  * replayed the whole step (a captured CUDA graph): the session then issues
  * no step. COMM and WAIT steps go to run_comm and wait_comm, which order
- * them on the device's streams, CHECK steps to run_check; sync is called
- * before a step the session runs on the host (SCATTER_ADD on an emulated
- * GPU). */
+ * them on the device's streams, CHECK and SCATTER_ADD steps to run_check
+ * and run_scatter; sync waits for everything queued. */
 #ifndef SC_RUNTIME_DEVICE_H
 #define SC_RUNTIME_DEVICE_H
 
@@ -96,6 +95,8 @@ typedef struct sc_device_iface {
   void (*wait_comm)(void *ctx, int32_t started);
   /* CHECK step i, queued: a bad index fails the run at end_run */
   void (*run_check)(void *ctx, int32_t i);
+  /* SCATTER_ADD step i, queued (as run_check for a bad index) */
+  void (*run_scatter)(void *ctx, int32_t i);
 } sc_device_iface;
 
 /* The device called `name` ("cpu"), or NULL. */

@@ -737,8 +737,10 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
       else
         r = run_check(s, st, diag);
     } else if (st->kind == SC_STEP_SCATTER_ADD) {
-      if (dev->sync) dev->sync(s->ctx);
-      r = run_scatter_add(s, st, diag);
+      if (dev->run_scatter)
+        dev->run_scatter(s->ctx, i);
+      else
+        r = run_scatter_add(s, st, diag);
     } else if (st->kind == SC_STEP_GEMM) {
       dev->run_gemm(s->ctx, st);
     } else {

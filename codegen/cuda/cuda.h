@@ -92,6 +92,12 @@ void sc_cuda_launch_config(const kir_kernel *k, sc_cuda_launch *out);
  * (VIEW aliases); without it, params alias when their buffer ids are equal. */
 sc_status sc_cuda_emit_kernels(kir_kernel *const *kernels, int32_t n_kernels,
                                const sc_program *p, char **src, sc_diag *diag);
+/* The name of the kernel that runs SCATTER_ADD steps of value dtype vt
+ * (f32, f64) and index dtype it (i32, i64): "sc_scatter_add_f32_i64", with
+ * params (out, idx, upd, rows, row, n); launched with one thread per column
+ * of a row (thread per point, 256 per block). sc_cuda_emit_source adds one
+ * per pair the program's SCATTER_ADD steps use. */
+void sc_cuda_scatter_kernel_name(sc_dtype vt, sc_dtype it, char *buf, size_t n);
 /* CUDA C for every kernel of p (--emit=cuda, the bundle's source). */
 sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag);
 

@@ -1006,6 +1006,64 @@ sc_status sc_cuda_emit_kernels(kir_kernel *const *kernels, int32_t n_kernels,
   return SC_OK;
 }
 
+/* The SCATTER_ADD kernel for (value, index) dtypes (cuda.h): thread j
+ * adds column j of every tuple's row in tuple order, so duplicate indices
+ * sum in the CPU's order, bit for bit, with no atomics; the first index out
+ * of range ends every thread's loop there (the runtime reports it). */
+static void emit_scatter(sbuf *b, sc_dtype vt, sc_dtype it) {
+  const char *v = vt == SC_DTYPE_F64 ? "double" : "float";
+  const char *ix = it == SC_DTYPE_I64 ? "long long" : "int";
+  char name[64];
+  sc_cuda_scatter_kernel_name(vt, it, name, sizeof name);
+  sb_printf(b,
+            "extern \"C\" __global__ void __launch_bounds__(256)\n"
+            "%s(%s *__restrict__ out, const %s *__restrict__ idx, const %s *__restrict__ upd,\n"
+            "    long long rows, long long row, long long n) {\n"
+            "  for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < row;\n"
+            "       j += (long long)gridDim.x * blockDim.x)\n"
+            "    for (long long t = 0; t < n; t++) {\n"
+            "      long long i = idx[t];\n"
+            "      if (i < -rows || i >= rows) break;\n"
+            "      out[(i < 0 ? i + rows : i) * row + j] += upd[t * row + j];\n"
+            "    }\n"
+            "}\n"
+            "#ifdef SC_CUDA_EMU\n"
+            "extern \"C\" __attribute__((visibility(\"default\"))) void %s" SC_CUDA_EMU_SUFFIX
+            "(void **a) {\n"
+            "  %s(*(%s **)a[0], *(const %s **)a[1], *(const %s **)a[2], *(long long *)a[3],\n"
+            "     *(long long *)a[4], *(long long *)a[5]);\n"
+            "}\n"
+            "extern \"C\" __attribute__((visibility(\"default\"))) const int %s"
+            SC_CUDA_EMU_INFO_SUFFIX "[2] = {6, 0};\n"
+            "#endif\n\n",
+            name, v, ix, v, name, name, v, ix, v, name);
+}
+
+void sc_cuda_scatter_kernel_name(sc_dtype vt, sc_dtype it, char *buf, size_t n) {
+  snprintf(buf, n, "sc_scatter_add_%s_%s", vt == SC_DTYPE_F64 ? "f64" : "f32",
+           it == SC_DTYPE_I64 ? "i64" : "i32");
+}
+
 sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag) {
-  return sc_cuda_emit_kernels(p->kernels, p->n_kernels, p, src, diag);
+  sc_status st = sc_cuda_emit_kernels(p->kernels, p->n_kernels, p, src, diag);
+  if (st != SC_OK) return st;
+  bool need[2][2] = {{false, false}, {false, false}};
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind != SC_STEP_SCATTER_ADD) continue;
+    need[p->buffers[s->scatter.out].dtype == SC_DTYPE_F64]
+        [p->buffers[s->scatter.indices].dtype == SC_DTYPE_I64] = true;
+  }
+  sbuf b = {.s = *src, .n = strlen(*src), .cap = strlen(*src) + 1};
+  for (int v = 0; v < 2; v++)
+    for (int x = 0; x < 2; x++)
+      if (need[v][x])
+        emit_scatter(&b, v ? SC_DTYPE_F64 : SC_DTYPE_F32, x ? SC_DTYPE_I64 : SC_DTYPE_I32);
+  *src = b.s;
+  if (b.oom) {
+    sc_free(b.s);
+    *src = NULL;
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
+  }
+  return SC_OK;
 }
