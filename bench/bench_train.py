@@ -329,8 +329,14 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="the GPT-2 sample only, 3 steps")
     ap.add_argument("--mesh-small", action="store_true",
                     help="also GPT-2-small's step on 2 thread-ranks (dp, fsdp, tp; minutes)")
+    ap.add_argument("--export-only", action="store_true",
+                    help="only export the --only models into the cache (tests/gpu/run_all.py)")
     a = ap.parse_args()
     names = [s for s in a.only.split(",") if s] or list(MODELS)
+    if a.export_only:
+        for n in names:
+            print(model_file(n, a.cache))
+        return 0
     threads = [int(t) for t in a.threads.split(",") if t]
     if a.smoke:
         names, threads, a.steps, a.warmup = ["gpt2"], threads[:1], 2, 1

@@ -135,6 +135,9 @@ struct cuda_ctx {
   CUgraph graph;
   CUgraphExec exec;
   double compile_s;
+  char image_kind[16]; /* what was loaded: "cubin", "ptx", "emulated" */
+  size_t free_at_create; /* cuMemGetInfo's free bytes before anything */
+  int64_t const_bytes, arena_bytes;
   pthread_mutex_t mu;  /* err, from stream threads */
   sc_diag err;
 };
@@ -201,6 +204,8 @@ static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag)
   CK(cu->ctx_retain(&c->cuctx, c->dev), "the primary context");
   c->have_ctx = true;
   CK(cu->ctx_set_current(c->cuctx), NULL);
+  size_t total = 0;
+  CK(cu->mem_get_info(&c->free_at_create, &total), NULL);
   CK(cu->stream_create(&c->compute, SC_CU_STREAM_NON_BLOCKING), "the compute stream");
   /* one stream per communicator when they may run at once, else one */
   bool concurrent = true;
@@ -289,8 +294,38 @@ static bool cuda_supports_step(void *ctx, const sc_program *p, const sc_step *s)
   }
 }
 
-/* Loads the module: the CUDA C on the emulated driver; else a bundle's PTX
- * for the architecture, or the PTX NVRTC makes of the source. */
+/* Loads one image; on failure the driver's JIT logs go into diag. */
+static sc_status load_image(cuda_ctx *c, const void *image, const char *kind, sc_diag *diag) {
+  const sc_cu *cu = c->cu;
+  char err_log[8192] = "", info_log[8192] = "";
+  int opts[4] = {SC_CU_JIT_ERROR_LOG_BUFFER, SC_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                 SC_CU_JIT_INFO_LOG_BUFFER, SC_CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+  void *vals[4] = {err_log, (void *)(uintptr_t)sizeof err_log, info_log,
+                   (void *)(uintptr_t)sizeof info_log};
+  CUresult r = cu->module_load(&c->mod, image, 4, opts, vals);
+  if (r == SC_CUDA_SUCCESS) {
+    snprintf(c->image_kind, sizeof c->image_kind, "%s", kind);
+    return SC_OK;
+  }
+  c->mod = NULL;
+  const char *text = NULL;
+  cu->error_string(r, &text);
+  return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
+                     "cuda device: loading the kernels (%s) failed: %s (%d): %s%s%s", kind,
+                     text ? text : "?", (int)r, err_log, info_log[0] ? "; " : "", info_log);
+}
+
+/* Which images to try (SHARDC_CUDA_MODULE=cubin|ptx forces one): a CUBIN
+ * for the architecture first, then the PTX. */
+static bool want_image(const char *kind) {
+  const char *m = getenv("SHARDC_CUDA_MODULE");
+  return !m || !*m || strcmp(m, kind) == 0;
+}
+
+/* Loads the module: the CUDA C on the emulated driver; else a CUBIN that
+ * NVRTC makes for the architecture, falling back to a bundle's PTX for it
+ * or the PTX NVRTC makes of the source (a driver older than the toolkit
+ * refuses the CUBIN and may JIT the PTX). */
 static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
   const sc_cu *cu = c->cu;
   char *image = NULL;
@@ -300,6 +335,24 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
   const char *given = NULL;
   for (int32_t i = 0; !cu->emulated && i < c->o.n_ptx; i++)
     if (strcmp(c->o.ptx_archs[i], arch) == 0) given = c->o.ptx[i];
+#if SHARDC_HAVE_CUDA
+  if (!cu->emulated && want_image("cubin")) {
+    sc_diag cd = {0};
+    char *log = NULL;
+    if (sc_cuda_compile(src, arch, true, &image, &len, &log, &cd) == SC_OK) {
+      st = load_image(c, image, "cubin", &cd);
+      sc_free(image);
+      image = NULL;
+    }
+    sc_free(log);
+    if (cd.status == SC_OK) return SC_OK;
+    if (!want_image("ptx")) {
+      *diag = cd;
+      return cd.status;
+    }
+    st = SC_OK; /* on to the PTX */
+  }
+#endif
   if (given) {
     image = sc_strdup(given);
     if (!image) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -317,23 +370,9 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
     if (st != SC_OK) return st;
 #endif
   }
-  char err_log[8192] = "", info_log[8192] = "";
-  int opts[4] = {SC_CU_JIT_ERROR_LOG_BUFFER, SC_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                 SC_CU_JIT_INFO_LOG_BUFFER, SC_CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
-  void *vals[4] = {err_log, (void *)(uintptr_t)sizeof err_log, info_log,
-                   (void *)(uintptr_t)sizeof info_log};
-  CUresult r = cu->module_load(&c->mod, image, 4, opts, vals);
+  st = load_image(c, image, cu->emulated ? "emulated" : "ptx", diag);
   sc_free(image);
-  if (r != SC_CUDA_SUCCESS) {
-    c->mod = NULL;
-    const char *text = NULL;
-    cu->error_string(r, &text);
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
-                       "cuda device: loading the kernels (%s) failed: %s (%d): %s%s%s",
-                       cu->emulated ? "emulated" : "PTX", text ? text : "?", (int)r, err_log,
-                       info_log[0] ? "; " : "", info_log);
-  }
-  return SC_OK;
+  return st;
 }
 
 static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
@@ -431,6 +470,7 @@ static void *cuda_alloc_arena(void *ctx, int64_t bytes) {
   if (c->cu->mem_alloc(&d, (size_t)(bytes > 0 ? bytes : CONST_ALIGN)) != SC_CUDA_SUCCESS)
     return NULL;
   c->arena = d;
+  c->arena_bytes = bytes;
   return (void *)(uintptr_t)d;
 }
 
@@ -464,6 +504,7 @@ static sc_status upload_consts(cuda_ctx *c, sc_diag *diag) {
   }
   if (total == 0) return SC_OK;
   CK(cu->mem_alloc(&c->consts, (size_t)total), "the weights");
+  c->const_bytes = total;
   void *stage = NULL;
   size_t stage_bytes = total < STAGING_BYTES ? (size_t)total : STAGING_BYTES;
   CK(cu->mem_alloc_host(&stage, stage_bytes), "the pinned staging buffer");
@@ -488,6 +529,24 @@ static sc_status upload_consts(cuda_ctx *c, sc_diag *diag) {
   }
   cu->mem_free_host(stage);
   return st;
+}
+
+/* SHARDC_CUDA_VERBOSE=1: one line on what the session holds on the GPU. */
+static void report(cuda_ctx *c) {
+  const char *v = getenv("SHARDC_CUDA_VERBOSE");
+  if (!v || strcmp(v, "1") != 0) return;
+  char name[128] = "?";
+  c->cu->device_name(name, sizeof name, c->dev);
+  size_t free_now = 0, total = 0;
+  c->cu->mem_get_info(&free_now, &total);
+  fprintf(stderr,
+          "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s; arena %lld bytes "
+          "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
+          "bytes\n",
+          c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
+          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (long long)c->arena_bytes,
+          (long long)c->p->arena_bytes, (long long)c->const_bytes,
+          (long long)c->free_at_create - (long long)free_now);
 }
 
 static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
@@ -572,6 +631,7 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
     j->recv = (void *)(uintptr_t)(cs->unpack >= 0 ? c->ptrs[cs->unpack]
                                   : cs->out >= 0 ? c->ptrs[cs->out] : 0);
   }
+  report(c);
   return SC_OK;
 }
 

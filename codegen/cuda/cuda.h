@@ -107,6 +107,13 @@ sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag);
 sc_status sc_cuda_compile_ptx(const char *src, const char *arch, char **ptx,
                               size_t *ptx_len, char **log, sc_diag *diag);
 
+/* The same compile, for a CUBIN (cubin true: arch must be sm_NN; the
+ * image is *ptx_len bytes of ELF) or PTX (as sc_cuda_compile_ptx).
+ * SC_ERR_UNSUPPORTED for a CUBIN of a virtual architecture or from an
+ * NVRTC without nvrtcGetCUBIN. */
+sc_status sc_cuda_compile(const char *src, const char *arch, bool cubin, char **image,
+                          size_t *len, char **log, sc_diag *diag);
+
 /* The result of compiling a program for several architectures. */
 typedef struct sc_cuda_arch_ptx {
   char arch[32];        /* "sm_80" */

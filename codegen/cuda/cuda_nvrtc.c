@@ -43,6 +43,8 @@ static struct nvrtc_api {
   nvrtcResult (*GetPTXSize)(nvrtcProgram, size_t *);
   nvrtcResult (*GetPTX)(nvrtcProgram, char *);
   nvrtcResult (*DestroyProgram)(nvrtcProgram *);
+  nvrtcResult (*GetCUBINSize)(nvrtcProgram, size_t *); /* optional */
+  nvrtcResult (*GetCUBIN)(nvrtcProgram, char *);
 } api;
 
 static void load_nvrtc(void) {
@@ -63,6 +65,8 @@ static void load_nvrtc(void) {
   SYM(Version) SYM(GetErrorString) SYM(CreateProgram) SYM(CompileProgram)
   SYM(GetProgramLogSize) SYM(GetProgramLog) SYM(GetPTXSize) SYM(GetPTX) SYM(DestroyProgram)
 #undef SYM
+  *(void **)&api.GetCUBINSize = dlsym(h, "nvrtcGetCUBINSize");
+  *(void **)&api.GetCUBIN = dlsym(h, "nvrtcGetCUBIN");
   api.loaded = true;
 }
 
@@ -122,6 +126,11 @@ static double now_seconds(void) {
 
 sc_status sc_cuda_compile_ptx(const char *src, const char *arch, char **ptx,
                               size_t *ptx_len, char **log, sc_diag *diag) {
+  return sc_cuda_compile(src, arch, false, ptx, ptx_len, log, diag);
+}
+
+sc_status sc_cuda_compile(const char *src, const char *arch, bool cubin, char **ptx,
+                          size_t *ptx_len, char **log, sc_diag *diag) {
   sc_status st = SC_OK;
   nvrtcProgram prog = NULL;
   bool created = false;
@@ -134,6 +143,10 @@ sc_status sc_cuda_compile_ptx(const char *src, const char *arch, char **ptx,
                        "cuda: bad GPU architecture '%s' (expected sm_NN or compute_NN)",
                        arch ? arch : "(null)");
   if (!nvrtc(diag)) return diag->status;
+  if (cubin && (strncmp(arch, "sm_", 3) != 0 || !api.GetCUBIN || !api.GetCUBINSize))
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda: no CUBIN for '%s' (a real architecture sm_NN and NVRTC 11.1 or "
+                       "later are needed)", arch);
   char arch_opt[64];
   snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
   const char *opts[] = {arch_opt, "-default-device", "--std=c++17"};
@@ -158,13 +171,19 @@ sc_status sc_cuda_compile_ptx(const char *src, const char *arch, char **ptx,
     goto done;
   }
   size_t n = 0;
-  NVRTC_CHECK(nvrtcGetPTXSize(prog, &n), diag);
+  if (cubin)
+    NVRTC_CHECK(api.GetCUBINSize(prog, &n), diag);
+  else
+    NVRTC_CHECK(nvrtcGetPTXSize(prog, &n), diag);
   out = sc_malloc(n + 1);
   if (!out) { st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory"); goto done; }
-  NVRTC_CHECK(nvrtcGetPTX(prog, out), diag);
+  if (cubin)
+    NVRTC_CHECK(api.GetCUBIN(prog, out), diag);
+  else
+    NVRTC_CHECK(nvrtcGetPTX(prog, out), diag);
   out[n] = 0;
   *ptx = out;
-  *ptx_len = strlen(out) + 1;
+  *ptx_len = cubin ? n : strlen(out) + 1;
   out = NULL;
 
 done:

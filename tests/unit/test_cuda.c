@@ -318,6 +318,20 @@ static void test_nvrtc_error_log(void **state) {
   sc_cuda_build_destroy(b);
   sc_arena_free(&arena);
   assert_true(sc_cuda_nvrtc_version() >= 12000);
+
+  /* a CUBIN for a real architecture (what the CUDA device loads first):
+   * an ELF image; none for a virtual one */
+  const char *good = "extern \"C\" __global__ void k(float *p) { p[threadIdx.x] *= 2.0f; }\n";
+  char *cubin = NULL;
+  sc_diag_clear(&d);
+  st = sc_cuda_compile(good, "sm_90", true, &cubin, &n, NULL, &d);
+  if (st != SC_OK) fail_msg("%s", d.msg);
+  assert_true(n > 4);
+  assert_memory_equal(cubin, "\x7f" "ELF", 4);
+  sc_free(cubin);
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cuda_compile(good, "compute_90", true, &cubin, &n, NULL, &d),
+                   SC_ERR_UNSUPPORTED);
 }
 
 static void test_restrict_and_const(void **state) {
@@ -385,6 +399,8 @@ static void test_golden_kernel(void **state) {
       "  k_divmod(*(const long long **)a[0], *(const long long **)a[1], *(long long **)a[2], "
       "*(long long **)a[3], *(long long *)a[4], *(long long *)a[5]);\n"
       "}\n"
+      "extern \"C\" __attribute__((visibility(\"default\"))) const int k_divmod__emu_info[2] = "
+      "{6, 0};\n"
       "#endif\n"
       "\n";
   if (strcmp(got, want) != 0) fail_msg("golden mismatch; emitted:\n%s", got);

@@ -1,0 +1,272 @@
+"""run_all.py — every GPU check, one run, a JSON summary (tests/gpu/run-all.sh).
+
+On a machine with a GPU (or, rehearsing, on the emulated GPU with
+SHARDC_CUDA_EMU=1), each check below passes, fails or is skipped with its
+reason; the summary goes to stdout as one JSON object (and to --json FILE),
+then the closing line "N passed, N failed". Exit 0 when nothing failed.
+
+  env          nvidia-smi, the driver's and the toolkit's versions (info)
+  modules      GPT-2 run with the kernels loaded from a CUBIN, then from PTX
+               (SHARDC_CUDA_MODULE), each against the CPU device
+  kernels      tests/gpu/test_gpu.sh: every kernel of every sample against
+               the CPU (unit binaries test_cuda, test_cuda_samples); on the
+               emulated GPU, test_cuda_samples' emulated kernels
+  samples      test_cuda_emulated.py's checks (SC_CUDA_REAL=1 on a GPU):
+               every sample end to end against the CPU, CUDA graph replays
+               bit-identical to stream launches, MLP and GPT-2 training,
+               the bad-index message
+  arena        SHARDC_CUDA_VERBOSE's line: the arena allocated is the plan's,
+               and the device memory the session took is arena + weights
+               (+ the GEMM workspace, 32 MiB with cuBLASLt)
+  gemm         one MatMul (with and without a bias) against numpy (relative
+               1e-4 of the largest |value|), and TFLOP/s at 8192^3 (1024^3
+               emulated) and at GPT-2 small's shapes (1024 tokens)
+  nccl         one-rank NCCL: skipped (collectives on the communication
+               stream are not written yet)
+  gpt2-small   a GPT-2-small-shaped export (bench/bench_train.py's cache, or
+               exported here when PyTorch and transformers are installed):
+               latency with --device cuda
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(os.path.dirname(HERE))
+EMU = os.environ.get("SHARDC_CUDA_EMU") == "1"
+results = []
+
+
+def record(name, status, detail="", **figures):
+    results.append(dict(name=name, status=status, detail=detail, **figures))
+    print(f"[{status}] {name}: {detail}", flush=True)
+
+
+def sh(cmd, env=None, timeout=600):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def check_env(a):
+    info = {}
+    if not EMU:
+        r = sh(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                "--format=csv,noheader"])
+        info["nvidia_smi"] = r.stdout.strip() or r.stderr.strip()
+    r = sh(["bash", "-c", "cat /usr/local/cuda/version.json 2>/dev/null | head -c 400; "
+                          "nvcc --version 2>/dev/null | tail -2"])
+    info["toolkit"] = " ".join(r.stdout.split())[:300]
+    info["emulated"] = EMU
+    record("env", "info", json.dumps(info), **info)
+
+
+def npy_close(d1, d2, tol):
+    import numpy as np
+    worst = 0.0
+    for n in sorted(os.listdir(d1)):
+        if not n.endswith(".npy"):
+            continue
+        x, y = np.load(os.path.join(d1, n)), np.load(os.path.join(d2, n))
+        if x.shape != y.shape or np.isnan(y).any():
+            return False, float("inf")
+        s = float(np.max(np.abs(x))) or 1.0
+        worst = max(worst, float(np.max(np.abs(x.astype(np.float64) - y))) / s)
+    return worst <= tol, worst
+
+
+def check_modules(a, tmp):
+    if EMU:
+        record("modules", "skip", "the emulated driver loads CUDA C, not CUBIN or PTX")
+        return
+    gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
+    base = ["run", gpt2, "--dim", "batch=2", "--random-inputs", "3", "-q"]
+    cpu = os.path.join(tmp, "mod.cpu")
+    sh([a.shardc] + base + ["--output-dir", cpu])
+    for kind in ("cubin", "ptx"):
+        out = os.path.join(tmp, "mod." + kind)
+        r = sh([a.shardc] + base + ["--device", "cuda", "--output-dir", out],
+               {"SHARDC_CUDA_MODULE": kind, "SHARDC_CUDA_VERBOSE": "1"})
+        loaded = re.search(r"kernels (\w+)", r.stderr)
+        ok = r.returncode == 0 and loaded and loaded.group(1) == kind
+        close, err = npy_close(cpu, out, 1e-5) if ok else (False, None)
+        record("modules." + kind, "pass" if ok and close else "fail",
+               f"rc {r.returncode}, loaded {loaded.group(1) if loaded else '?'}, "
+               f"max error {err} {r.stderr[-300:] if r.returncode else ''}")
+
+
+def check_kernels(a):
+    if EMU:
+        exe = os.path.join(a.build, "tests", "test_cuda_samples")
+        r = sh([exe])
+        ok = re.search(r"\[  PASSED  \] (\d+) test", r.stdout)
+        record("kernels", "pass" if r.returncode == 0 else "fail",
+               "emulated kernels of every sample vs the CPU (unit test_cuda_samples): " +
+               (f"{ok.group(1)} passed" if ok else r.stdout.strip()[-300:]))
+        return
+    r = sh(["bash", os.path.join(HERE, "test_gpu.sh")],
+           {"SC_BINARY_DIR": a.build, "SC_SOURCE_DIR": SRC})
+    record("kernels", "pass" if r.returncode == 0 else "fail", (r.stdout + r.stderr)[-400:])
+
+
+def check_samples(a):
+    t0 = time.time()
+    r = sh([a.python, os.path.join(HERE, "test_cuda_emulated.py")],
+           {"SHARDC": a.shardc, "SC_SOURCE_DIR": SRC, "SC_CUDA_REAL": "0" if EMU else "1"},
+           timeout=900)
+    record("samples", "pass" if r.returncode == 0 else "fail",
+           f"{time.time() - t0:.0f} s: " + (r.stdout + r.stderr).strip()[-600:])
+
+
+def check_arena(a):
+    gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
+    r = sh([a.shardc, "run", gpt2, "--random-inputs", "1", "-q", "--device", "cuda",
+            "--output-dir", os.devnull + ".d"], {"SHARDC_CUDA_VERBOSE": "1"})
+    m = re.search(r"arena (\d+) bytes \(the plan's (\d+)\), weights (\d+) bytes; device memory "
+                  r"taken since the context: (-?\d+)", r.stderr)
+    if not m:
+        record("arena", "fail", r.stderr[-300:])
+        return
+    arena, plan, weights, taken = (int(x) for x in m.groups())
+    ws = 0 if "engine host" in r.stderr or "engine none" in r.stderr else 32 << 20
+    expect = arena + weights + ws
+    # the driver rounds allocations up (2 MiB pages on a GPU)
+    ok = arena == plan and (EMU or abs(taken - expect) <= 8 << 20)
+    record("arena", "pass" if ok else "fail",
+           f"arena {arena} = plan {plan}; device memory taken {taken}, arena + weights + "
+           f"workspace {expect}", arena=arena, plan=plan, taken=taken)
+
+
+def gemm_model(path, m, k, n, bias):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+    a = helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    inits = [onnx.numpy_helper.from_array(w, "W")]
+    nodes = [helper.make_node("MatMul", ["A", "W"], ["P" if bias else "Y"])]
+    if bias:
+        inits.append(onnx.numpy_helper.from_array(
+            rng.standard_normal(n).astype(np.float32), "B"))
+        nodes.append(helper.make_node("Add", ["P", "B"], ["Y"]))
+    g = helper.make_graph(nodes, "gemm", [a], [y], inits)
+    mod = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    mod.ir_version = 8
+    onnx.save(mod, path)
+    return w, (onnx.numpy_helper.to_array(inits[1]) if bias else None)
+
+
+def check_gemm(a, tmp):
+    try:
+        import numpy as np
+        import onnx  # noqa: F401
+    except ImportError as e:
+        record("gemm", "skip", f"needs numpy and onnx: {e}")
+        return
+    # correctness, with and without the bias epilogue
+    for bias in (False, True):
+        path = os.path.join(tmp, f"g{int(bias)}.onnx")
+        w, b = gemm_model(path, 96, 160, 200, bias)
+        x = np.random.default_rng(9).standard_normal((96, 160)).astype(np.float32)
+        np.save(os.path.join(tmp, "x.npy"), x)
+        out = os.path.join(tmp, f"gout{int(bias)}")
+        r = sh([a.shardc, "run", path, "--input", "A=" + os.path.join(tmp, "x.npy"), "-q",
+                "--device", "cuda", "--output-dir", out])
+        if r.returncode != 0:
+            record(f"gemm.bias{int(bias)}", "fail", r.stderr[-300:])
+            continue
+        want = x.astype(np.float64) @ w + (b if bias else 0)
+        got = np.load(os.path.join(out, "Y.npy"))
+        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        record(f"gemm.bias{int(bias)}", "pass" if err <= 1e-4 else "fail", f"max error {err:.2e}")
+    big = 1024 if EMU else 8192
+    shapes = [("square", big, big, big)] + [
+        (f"gpt2-{n1}x{n2}", 1024, n1, n2) for n1, n2 in
+        ((768, 2304), (768, 768), (768, 3072), (3072, 768), (768, 50257))]
+    for name, m, k, n in shapes:
+        if EMU and name != "square":
+            continue
+        path = os.path.join(tmp, f"{name}.onnx")
+        gemm_model(path, m, k, n, False)
+        r = sh([a.shardc, "run", path, "--random-inputs", "1", "-q", "--device", "cuda",
+                "--repeat", "10", "--warmup", "3", "--output-dir", os.path.join(tmp, "gb")])
+        med = re.search(r"median ([0-9.]+) ms", r.stderr)
+        if r.returncode != 0 or not med:
+            record(f"gemm.{name}", "fail", r.stderr[-300:])
+            continue
+        ms = float(med.group(1))
+        tflops = 2.0 * m * k * n / (ms * 1e-3) / 1e12
+        record(f"gemm.{name}", "info", f"{m}x{k}x{n} f32: {ms:.3f} ms, {tflops:.2f} TFLOP/s "
+               "(the whole run: copies of A in and Y out included)", ms=ms, tflops=tflops)
+
+
+def check_gpt2_small(a, tmp):
+    if EMU:
+        record("gpt2-small", "skip", "minutes per run on the emulated GPU: on a real one only")
+        return
+    cache = os.path.join(SRC, "build", "bench-cache")
+    found = [os.path.join(cache, f) for f in sorted(os.listdir(cache))
+             if f.startswith("gpt2-small")] if os.path.isdir(cache) else []
+    path = found[0] if found else None
+    if not path:
+        r = sh([a.python, os.path.join(SRC, "bench", "bench_train.py"), "--only", "gpt2-small",
+                "--export-only"], timeout=600)
+        found = [os.path.join(cache, f) for f in sorted(os.listdir(cache))
+                 if f.startswith("gpt2-small")] if os.path.isdir(cache) else []
+        path = found[0] if found else None
+    if not path:
+        record("gpt2-small", "skip", "no GPT-2-small export (needs PyTorch and transformers "
+               "here, or bench/bench_train.py's cache)")
+        return
+    for dev in ("cuda", "cpu"):
+        r = sh([a.shardc, "run", path, "--dim", "batch=1", "--random-inputs", "1", "-q",
+                "--device", dev, "--repeat", "10", "--warmup", "2",
+                "--output-dir", os.path.join(tmp, "g2s")], timeout=900)
+        med = re.search(r"median ([0-9.]+) ms", r.stderr)
+        record(f"gpt2-small.{dev}", "info" if med else "fail",
+               f"batch 1, seq 128: median {med.group(1)} ms" if med else r.stderr[-300:],
+               ms=float(med.group(1)) if med else None)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shardc", required=True)
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--json")
+    ap.add_argument("--quick", action="store_true", help="skip the GEMM timings")
+    a = ap.parse_args()
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        check_env(a)
+        check_modules(a, tmp)
+        check_kernels(a)
+        check_samples(a)
+        check_arena(a)
+        if not a.quick:
+            check_gemm(a, tmp)
+        record("nccl", "skip", "NCCL collectives on the communication stream are not written yet")
+        if not a.quick:
+            check_gpt2_small(a, tmp)
+    passed = sum(r["status"] == "pass" for r in results)
+    failed = sum(r["status"] == "fail" for r in results)
+    summary = {"emulated": EMU, "seconds": round(time.time() - t0, 1), "passed": passed,
+               "failed": failed, "checks": results}
+    text = json.dumps(summary, indent=1)
+    print(text)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(text)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
