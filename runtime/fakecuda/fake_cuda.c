@@ -120,6 +120,15 @@ __attribute__((format(printf, 1, 2))) static void violation(const char *fmt, ...
   logln("violation: %s", msg);
 }
 
+/* The violations so far (tests read it with dlsym). */
+EXPORT long sc_fake_cuda_violations(void);
+long sc_fake_cuda_violations(void) {
+  pthread_mutex_lock(&log_mu);
+  long n = count.violations;
+  pthread_mutex_unlock(&log_mu);
+  return n;
+}
+
 __attribute__((destructor)) static void write_summary(void) {
   pthread_mutex_lock(&log_mu);
   FILE *f = logf_();

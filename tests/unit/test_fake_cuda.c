@@ -1,0 +1,260 @@
+/* test_fake_cuda.c — the emulated CUDA driver (runtime/fakecuda/) on its
+ * own, through the runtime's driver table (runtime/cuda_driver.h) with
+ * SHARDC_CUDA_EMU=1: the semantics the CUDA device relies on, and the
+ * misuses the fake driver must catch, each of which a real GPU would only
+ * show sometimes.
+ *
+ * The module is the CUDA backend's prelude (sc_cuda_emit_kernels with no
+ * kernel) plus two kernels written here in the emitter's style (an
+ * exported __emu trampoline and __emu_info for each):
+ *   bump(float *p, long long n)        p[i] += 1 over a grid-stride loop
+ *   copy(const float *s, float *d, long long n)
+ * Checked:
+ *   - a stream's work really runs asynchronously and in order; a second
+ *     stream that waits on an event recorded after 40 bumps of a buffer
+ *     copies the buffer with all 40 done (every element 40);
+ *   - a capture of 3 bumps replays as 3 bumps per cuGraphLaunch, and the
+ *     launch arguments were copied at the call (changed afterwards: no
+ *     effect);
+ *   - a capture whose forked stream is not joined back fails with
+ *     CUDA_ERROR_STREAM_CAPTURE_UNJOINED, and allocating during a capture
+ *     with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+ *   - freeing memory while work is queued counts a violation
+ *     (sc_fake_cuda_violations);
+ *   - a PTX image is refused with CUDA_ERROR_INVALID_PTX and the reason
+ *     in the JIT error log. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "test_util.h"
+
+#if SHARDC_HAVE_CUDA
+#include <dlfcn.h>
+
+#include "codegen/cuda/cuda.h"
+#include "runtime/cuda_driver.h"
+
+static const sc_cu *cu;
+static CUmodule mod;
+static CUfunction f_bump, f_copy;
+
+static const char KERNELS[] =
+    "extern \"C\" __global__ void bump(float *p, long long n) {\n"
+    "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+    "       i += (long long)gridDim.x * blockDim.x) p[i] += 1.0f;\n"
+    "}\n"
+    "extern \"C\" __global__ void copy(const float *s, float *d, long long n) {\n"
+    "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+    "       i += (long long)gridDim.x * blockDim.x) d[i] = s[i];\n"
+    "}\n"
+    "#ifdef SC_CUDA_EMU\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) void bump__emu(void **a) {\n"
+    "  bump(*(float **)a[0], *(long long *)a[1]);\n"
+    "}\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) const int bump__emu_info[2] = {2, 0};\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) void copy__emu(void **a) {\n"
+    "  copy(*(const float **)a[0], *(float **)a[1], *(long long *)a[2]);\n"
+    "}\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) const int copy__emu_info[2] = {3, 0};\n"
+    "#endif\n";
+
+#define CU(call) assert_int_equal((call), SC_CUDA_SUCCESS)
+
+static int setup(void **state) {
+  (void)state;
+  setenv("SHARDC_CUDA_EMU", "1", 1);
+  sc_diag d = {0};
+  if (sc_cu_load(&cu, &d) != SC_OK) {
+    fprintf(stderr, "%s\n", d.msg);
+    return -1;
+  }
+  char *prelude = NULL;
+  if (sc_cuda_emit_kernels(NULL, 0, NULL, &prelude, &d) != SC_OK) return -1;
+  size_t n = strlen(SC_CU_EMU_IMAGE) + strlen(prelude) + sizeof KERNELS;
+  char *image = malloc(n);
+  snprintf(image, n, "%s%s%s", SC_CU_EMU_IMAGE, prelude, KERNELS);
+  sc_free(prelude);
+  CUresult r = cu->module_load(&mod, image, 0, NULL, NULL);
+  free(image);
+  if (r != SC_CUDA_SUCCESS) return -1;
+  if (cu->module_function(&f_bump, mod, "bump") != SC_CUDA_SUCCESS ||
+      cu->module_function(&f_copy, mod, "copy") != SC_CUDA_SUCCESS)
+    return -1;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  return mod ? (cu->module_unload(mod) == SC_CUDA_SUCCESS ? 0 : -1) : 0;
+}
+
+enum { N = 1 << 16 };
+
+static void launch_bump(CUstream s, CUdeviceptr p, long long n) {
+  void *args[2] = {&p, &n};
+  CU(cu->launch_kernel(f_bump, 64, 1, 1, 256, 1, 1, 0, s, args, NULL));
+}
+
+static float *host_copy(CUdeviceptr p, CUstream s) {
+  float *h = malloc(N * sizeof *h);
+  CU(cu->memcpy_dtoh(h, p, N * sizeof *h, s));
+  CU(cu->stream_synchronize(s));
+  return h;
+}
+
+static void test_event_orders_streams(void **state) {
+  (void)state;
+  assert_true(cu->emulated);
+  CUstream s1, s2;
+  CUevent e;
+  CUdeviceptr a, b;
+  CU(cu->stream_create(&s1, SC_CU_STREAM_NON_BLOCKING));
+  CU(cu->stream_create(&s2, SC_CU_STREAM_NON_BLOCKING));
+  CU(cu->event_create(&e, SC_CU_EVENT_DISABLE_TIMING));
+  CU(cu->mem_alloc(&a, N * sizeof(float)));
+  CU(cu->mem_alloc(&b, N * sizeof(float)));
+  CU(cu->memset_d8(a, 0, N * sizeof(float), s1));
+  for (int i = 0; i < 40; i++) launch_bump(s1, a, N);
+  CU(cu->event_record(e, s1));
+  CU(cu->stream_wait_event(s2, e, 0));
+  long long n = N;
+  void *args[3] = {&a, &b, &n};
+  CU(cu->launch_kernel(f_copy, 64, 1, 1, 256, 1, 1, 0, s2, args, NULL));
+  float *h = host_copy(b, s2);
+  for (int i = 0; i < N; i++)
+    if (h[i] != 40.0f) fail_msg("b[%d] = %g: the copy did not wait for the bumps", i, h[i]);
+  free(h);
+  CU(cu->stream_synchronize(s1));
+  CU(cu->mem_free(a));
+  CU(cu->mem_free(b));
+  CU(cu->event_destroy(e));
+  CU(cu->stream_destroy(s1));
+  CU(cu->stream_destroy(s2));
+}
+
+static void test_graph_replays(void **state) {
+  (void)state;
+  CUstream s;
+  CUdeviceptr a;
+  CU(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING));
+  CU(cu->mem_alloc(&a, N * sizeof(float)));
+  CU(cu->memset_d8(a, 0, N * sizeof(float), s));
+  CU(cu->stream_synchronize(s));
+  CU(cu->stream_begin_capture(s, 0));
+  long long n = N;
+  CUdeviceptr p = a;
+  void *args[2] = {&p, &n};
+  for (int i = 0; i < 3; i++) CU(cu->launch_kernel(f_bump, 64, 1, 1, 256, 1, 1, 0, s, args, NULL));
+  n = 1; /* arguments are copied at the call */
+  CUgraph g;
+  CUgraphExec x;
+  CU(cu->stream_end_capture(s, &g));
+  CU(cu->graph_instantiate(&x, g, 0));
+  float *h = host_copy(a, s);
+  assert_true(h[0] == 0.0f && h[N - 1] == 0.0f); /* capturing ran nothing */
+  free(h);
+  CU(cu->graph_launch(x, s));
+  CU(cu->graph_launch(x, s));
+  h = host_copy(a, s);
+  for (int i = 0; i < N; i++)
+    if (h[i] != 6.0f) fail_msg("a[%d] = %g after two replays of 3 bumps", i, h[i]);
+  free(h);
+  CU(cu->graph_exec_destroy(x));
+  CU(cu->graph_destroy(g));
+  CU(cu->mem_free(a));
+  CU(cu->stream_destroy(s));
+}
+
+static void test_capture_misuse(void **state) {
+  (void)state;
+  CUstream s1, s2;
+  CUevent e;
+  CUdeviceptr a, extra = 0;
+  CU(cu->stream_create(&s1, SC_CU_STREAM_NON_BLOCKING));
+  CU(cu->stream_create(&s2, SC_CU_STREAM_NON_BLOCKING));
+  CU(cu->event_create(&e, SC_CU_EVENT_DISABLE_TIMING));
+  CU(cu->mem_alloc(&a, N * sizeof(float)));
+  CU(cu->stream_begin_capture(s1, 0));
+  assert_int_equal(cu->mem_alloc(&extra, 1024), SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  assert_int_equal(cu->stream_synchronize(s1), SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  launch_bump(s1, a, N);
+  CU(cu->event_record(e, s1));
+  CU(cu->stream_wait_event(s2, e, 0)); /* s2 forks from the capture ... */
+  launch_bump(s2, a, N);                /* ... and is never joined back */
+  CUgraph g = NULL;
+  assert_int_equal(cu->stream_end_capture(s1, &g), SC_CUDA_ERROR_STREAM_CAPTURE_UNJOINED);
+  assert_null(g);
+  /* joined back, the same capture succeeds */
+  CUevent back;
+  CU(cu->event_create(&back, SC_CU_EVENT_DISABLE_TIMING));
+  CU(cu->stream_begin_capture(s1, 0));
+  launch_bump(s1, a, N);
+  CU(cu->event_record(e, s1));
+  CU(cu->stream_wait_event(s2, e, 0));
+  launch_bump(s2, a, N);
+  CU(cu->event_record(back, s2));
+  CU(cu->stream_wait_event(s1, back, 0));
+  CU(cu->stream_end_capture(s1, &g));
+  assert_non_null(g);
+  CU(cu->graph_destroy(g));
+  CU(cu->mem_free(a));
+  CU(cu->event_destroy(e));
+  CU(cu->event_destroy(back));
+  CU(cu->stream_destroy(s1));
+  CU(cu->stream_destroy(s2));
+}
+
+static void nap(void *ud) {
+  (void)ud;
+  struct timespec ts = {0, 300 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static void test_free_while_queued(void **state) {
+  (void)state;
+  long (*violations)(void) = (long (*)(void))dlsym(cu->lib, "sc_fake_cuda_violations");
+  assert_non_null(violations);
+  long before = violations();
+  CUstream s;
+  CUdeviceptr a;
+  CU(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING));
+  CU(cu->mem_alloc(&a, N * sizeof(float)));
+  CU(cu->launch_host_func(s, nap, NULL)); /* holds the stream 0.3 s */
+  launch_bump(s, a, N);
+  CU(cu->mem_free(a)); /* the bump is still queued: a GPU may run it on freed memory */
+  assert_int_equal(violations(), before + 1);
+  CU(cu->stream_destroy(s));
+}
+
+static void test_ptx_refused(void **state) {
+  (void)state;
+  char log[512] = "";
+  int opts[2] = {SC_CU_JIT_ERROR_LOG_BUFFER, SC_CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+  void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+  CUmodule m = NULL;
+  assert_int_equal(cu->module_load(&m, ".version 8.8\n.target sm_90\n", 2, opts, vals),
+                   SC_CUDA_ERROR_INVALID_PTX);
+  assert_non_null(strstr(log, "runs no PTX"));
+  CUfunction f;
+  assert_int_equal(cu->module_function(&f, mod, "no_such_kernel"), SC_CUDA_ERROR_NOT_FOUND);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_event_orders_streams), cmocka_unit_test(test_graph_replays),
+      cmocka_unit_test(test_capture_misuse),       cmocka_unit_test(test_free_while_queued),
+      cmocka_unit_test(test_ptx_refused),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
+#else
+static void test_no_cuda(void **state) {
+  (void)state;
+  skip();
+}
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_cuda)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
+#endif
