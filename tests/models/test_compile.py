@@ -11,7 +11,10 @@
     with row kernels, views and integer inputs);
   * cuda: `--target cuda` writes kernels.cu and kernels.sm_80.ptx /
     kernels.sm_90.ptx that hold `.visible .entry` for every kernel of the
-    program (skipped when this shardc has no NVRTC);
+    program (skipped when this shardc has no NVRTC); `shardc run B` runs it
+    on the cuda device (here: the emulated GPU, SHARDC_CUDA_EMU=1, within
+    1e-5 of `--device cpu` on the same bundle), and says "no CUDA driver"
+    without one;
   * corruption: one flipped byte in weights.bin (and a truncated
     program.json, an edited manifest) makes `shardc run B` exit 1 with an
     error naming the file — no crash, no output;
@@ -187,8 +190,27 @@ def test_cuda_bundle(tmp):
         check(sorted(entries) == sorted(kernels), "%s entries %s vs kernels %s" % (arch, entries, kernels))
     for k in kernels:
         check(re.search(r'extern "C" __global__ .*\b%s\(' % k, src) is not None, "kernels.cu defines %s" % k)
-    r = run(["run", bundle, "--random-inputs", "1"])
-    check(r.returncode == 1 and "cpu bundles" in r.stderr, "running a cuda bundle on cpu: %s" % r.stderr)
+    # a cuda bundle runs on the cuda device by default: its kernels.cu on the
+    # emulated GPU, equal to the same bundle on --device cpu (the kir, JIT)
+    outs = {}
+    for tag, extra, env in (("cpu", ["--device", "cpu"], {}),
+                            ("emu", [], {"SHARDC_CUDA_EMU": "1"})):
+        d = os.path.join(tmp, "cuda-run-" + tag)
+        r = run(["run", bundle, "--random-inputs", "1", "-q", "--output-dir", d] + extra,
+                env=dict(os.environ, **env))
+        if check(r.returncode == 0, "running the cuda bundle (%s): %s" % (tag, r.stderr[-300:])):
+            outs[tag] = np.load(os.path.join(d, "y.npy"))
+    if len(outs) == 2:
+        err = float(np.max(np.abs(outs["cpu"] - outs["emu"])) / np.max(np.abs(outs["cpu"])))
+        check(err <= 1e-5, "cuda bundle, emulated vs cpu: max error %.3g (tolerance 1e-5)" % err)
+    try:
+        import ctypes
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        r = run(["run", bundle, "--random-inputs", "1", "-q", "--output-dir",
+                 os.path.join(tmp, "cuda-run-none")], env=dict(os.environ, SHARDC_CUDA_EMU="0"))
+        check(r.returncode == 1 and "no CUDA driver" in r.stderr,
+              "a cuda bundle without a driver: exit %d: %s" % (r.returncode, r.stderr[-300:]))
 
 
 def corrupt(bundle, name, how):
