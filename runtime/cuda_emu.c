@@ -3,8 +3,11 @@
 #define _GNU_SOURCE
 #include "runtime/cuda_emu.h"
 
+#include "codegen/program_json.h" /* sc_sha256_hex */
+
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -203,8 +206,10 @@ static int run_compiler(char *const *argv, const char *log) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-sc_status sc_cuda_emu_open(const char *cuda_src, sc_cuda_emu **out, sc_diag *d) {
-  *out = NULL;
+/* Compiles the unit and loads it: *so, and the compiler's seconds. */
+static sc_status compile_unit(const char *cuda_src, void **so_out, double *secs_out,
+                              sc_diag *d) {
+  *so_out = NULL;
   const char *tmp = getenv("TMPDIR");
   char dir[4096], src[4200], so[4200], log[4200];
   snprintf(dir, sizeof dir, "%s/shardc-emu-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -222,7 +227,7 @@ sc_status sc_cuda_emu_open(const char *cuda_src, sc_cuda_emu **out, sc_diag *d) 
                   "-DSC_CUDA_EMU", "-w", "-x", "c++", src, "-o", so, NULL};
   double t0 = now_s();
   int rc = st == SC_OK ? run_compiler(argv, log) : 0;
-  double secs = now_s() - t0;
+  *secs_out = now_s() - t0;
   if (st == SC_OK && rc != 0) {
     char head[600];
     read_head(log, head, sizeof head);
@@ -239,23 +244,102 @@ sc_status sc_cuda_emu_open(const char *cuda_src, sc_cuda_emu **out, sc_diag *d) 
   unlink(so);
   unlink(log);
   rmdir(dir);
-  void (*bind)(const emu_api *) = h ? (void (*)(const emu_api *))dlsym(h, "sc_emu_bind") : NULL;
-  if (st == SC_OK && !bind)
+  if (st == SC_OK && !dlsym(h, "sc_emu_bind"))
     st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                      "cuda emulation: the unit has no sc_emu_bind (not shardc's CUDA C)");
-  sc_cuda_emu *e = st == SC_OK ? sc_calloc(1, sizeof *e) : NULL;
-  if (st == SC_OK && (!e || !(e->f = sc_calloc(MAX_BLOCK, sizeof *e->f)) ||
-                      !(e->xchg = sc_calloc(MAX_BLOCK, 16))))
-    st = nomem(d);
-  if (st != SC_OK) {
+  if (st != SC_OK && h) dlclose(h);
+  if (st == SC_OK) *so_out = h;
+  return st;
+}
+
+/* Units compiled in this process, by the SHA-256 of their source: ranks
+ * (threads) running the same stage program compile it once. An entry whose
+ * `so` is NULL is being compiled by another thread. */
+typedef struct unit {
+  char hash[65];
+  void *so;
+  double compile_s;
+  int refs;
+  struct unit *next;
+} unit;
+static pthread_mutex_t units_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t units_cv = PTHREAD_COND_INITIALIZER;
+static unit *units;
+
+static sc_status open_unit(const char *cuda_src, void **so, double *secs, sc_diag *d) {
+  char hash[65];
+  sc_sha256_hex(cuda_src, strlen(cuda_src), hash);
+  pthread_mutex_lock(&units_mu);
+  for (;;) {
+    unit *u = units;
+    while (u && strcmp(u->hash, hash) != 0) u = u->next;
+    if (u && u->so) { /* compiled already */
+      u->refs++;
+      *so = u->so;
+      *secs = 0;
+      pthread_mutex_unlock(&units_mu);
+      return SC_OK;
+    }
+    if (!u) break;
+    pthread_cond_wait(&units_cv, &units_mu); /* another thread compiles it */
+  }
+  unit *u = sc_calloc(1, sizeof *u);
+  if (!u) {
+    pthread_mutex_unlock(&units_mu);
+    return nomem(d);
+  }
+  memcpy(u->hash, hash, sizeof hash);
+  u->next = units;
+  units = u;
+  pthread_mutex_unlock(&units_mu);
+  sc_status st = compile_unit(cuda_src, so, secs, d);
+  pthread_mutex_lock(&units_mu);
+  if (st == SC_OK) {
+    u->so = *so;
+    u->refs = 1;
+  } else { /* let a later open try again */
+    unit **pp = &units;
+    while (*pp != u) pp = &(*pp)->next;
+    *pp = u->next;
+    sc_free(u);
+  }
+  pthread_cond_broadcast(&units_cv);
+  pthread_mutex_unlock(&units_mu);
+  return st;
+}
+
+static void close_unit(void *so) {
+  pthread_mutex_lock(&units_mu);
+  for (unit **pp = &units; *pp; pp = &(*pp)->next) {
+    unit *u = *pp;
+    if (u->so != so) continue;
+    if (--u->refs == 0) {
+      *pp = u->next;
+      dlclose(u->so);
+      sc_free(u);
+    }
+    break;
+  }
+  pthread_mutex_unlock(&units_mu);
+}
+
+sc_status sc_cuda_emu_open(const char *cuda_src, sc_cuda_emu **out, sc_diag *d) {
+  *out = NULL;
+  void *h = NULL;
+  double secs = 0;
+  sc_status st = open_unit(cuda_src, &h, &secs, d);
+  if (st != SC_OK) return st;
+  sc_cuda_emu *e = sc_calloc(1, sizeof *e);
+  if (!e || !(e->f = sc_calloc(MAX_BLOCK, sizeof *e->f)) || !(e->xchg = sc_calloc(MAX_BLOCK, 16))) {
     if (e) {
       sc_free(e->f);
       sc_free(e->xchg);
       sc_free(e);
     }
-    if (h) dlclose(h);
-    return st;
+    close_unit(h);
+    return nomem(d);
   }
+  void (*bind)(const emu_api *) = (void (*)(const emu_api *))dlsym(h, "sc_emu_bind");
   bind(&API);
   e->so = h;
   e->compile_s = secs;
@@ -395,6 +479,6 @@ void sc_cuda_emu_close(sc_cuda_emu *e) {
   for (int t = 0; e->f && t < MAX_BLOCK; t++) sc_free(e->f[t].stack);
   sc_free(e->f);
   sc_free(e->xchg);
-  if (e->so) dlclose(e->so);
+  if (e->so) close_unit(e->so);
   sc_free(e);
 }

@@ -13,7 +13,9 @@
  * shell: argv only, the compiler's messages kept for the error), loads the
  * shared object (dlopen) and binds the emulator's API to it (sc_emu_bind).
  * The directory is removed at once; the object stays mapped until
- * sc_cuda_emu_close.
+ * sc_cuda_emu_close of its last user: units are kept per process by the
+ * SHA-256 of their source, so ranks (threads) running the same stage
+ * program compile it once (each emulator still has its own fibers).
  *
  * sc_cuda_emu_launch runs a kernel over a grid: blocks one after another
  * on the calling thread. A thread-per-point kernel (sc_cuda_launch.mode)
