@@ -24,7 +24,12 @@ Checked, against the CPU device on the same seeded random inputs:
     per rank;
   - training: the MLP (AdamW, 6 steps) and GPT-2 under fsdp=2 (ZeRO-3,
     2 steps): every loss and gradient norm within rtol 2e-5 of the CPU's
-    (as test_train_dist.py's tolerance);
+    (as test_train_dist.py's tolerance); then the MLP, 2 steps, under every
+    mesh test_train_dist.py checks it with (dp, ZeRO 1/2/3, HSDP both ways,
+    tp with and without sequence parallelism, fsdp x tp, pp=2 under gpipe,
+    1f1b, zb-h1 and interleaved, pp x fsdp with recompute, dp x tp x pp),
+    and GPT-2 under fsdp=2 x tp=2 and pp=2 1f1b, each against the same
+    mesh on the CPU;
   - a Gather index out of range fails the run with the CPU's message;
   - without SHARDC_CUDA_EMU on a machine without a driver, --device cuda
     exits 1 saying "no CUDA driver" (skipped where libcuda.so.1 loads).
@@ -136,6 +141,7 @@ def losses(path):
 
 def train_case(tmp, name, model, data, extra, steps):
     logs = {}
+    name = re.sub(r"[^\w.=,-]", "_", name)
     for dev in ("cpu", "cuda"):
         lj, fl = os.path.join(tmp, f"{name}.{dev}.jsonl"), os.path.join(tmp, f"{name}.fake.log")
         r = shardc(["train", model, "--steps", str(steps), "--log-json", lj, "--quiet",
@@ -180,6 +186,18 @@ def main():
                    ["--data", "input_ids=" + ids, "--labels", glab],
                    ["--dim", "batch=4", "--optimizer", "adamw"] +
                    ([] if REAL else ["--mesh", "fsdp=2"]), 2)
+        if not REAL:  # every mesh of the CPU's equivalence test
+            from test_train_dist import ALL, PP
+            for mesh in ALL + PP:
+                train_case(tmp, "mlp " + " ".join(mesh[1:]), os.path.join(SAMPLES, "mlp.onnx"),
+                           ["--data", "x=" + x, "--labels", lab],
+                           ["--dim", "batch=4", "--optimizer", "sgd", "--momentum", "0.9"] + mesh,
+                           2)
+            for mesh in (["--mesh", "fsdp=2,tp=2"],
+                         ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"]):
+                train_case(tmp, "gpt2 " + " ".join(mesh[1:]), gpt2,
+                           ["--data", "input_ids=" + ids, "--labels", glab],
+                           ["--dim", "batch=4", "--optimizer", "adamw"] + mesh, 2)
 
         bad = os.path.join(tmp, "bad.npy")
         np.save(bad, np.full((2, 16), 99999, dtype=np.int64))
