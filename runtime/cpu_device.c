@@ -404,50 +404,67 @@ static void cpu_free_arena(void *ctx, void *arena) {
   free(arena);
 }
 
+sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64_t *offset,
+                            sc_diag *diag) {
+  int32_t r = sc_program_root(p, b);
+  const sc_buffer *rb = &p->buffers[r];
+  *root = r;
+  *offset = -1;
+  switch (rb->kind) {
+  case SC_BUF_INPUT:
+  case SC_BUF_OUTPUT:
+  case SC_BUF_TEMP:
+    if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->arena_bytes ||
+        rb->bytes > p->arena_bytes - rb->offset)
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "buffer '%s' [%lld, +%lld) lies outside the %lld-byte arena",
+                         rb->name ? rb->name : "?", (long long)rb->offset, (long long)rb->bytes,
+                         (long long)p->arena_bytes);
+    *offset = rb->offset;
+    return SC_OK;
+  case SC_BUF_CONST: return SC_OK;
+  default:
+    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "buffer '%s': view without a storage root", rb->name ? rb->name : "?");
+  }
+}
+
+sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag) {
+  for (int32_t k = 0; k < p->n_kernels; k++) {
+    const kir_kernel *kk = p->kernels[k];
+    for (int32_t i = 0; i < kk->n_params; i++)
+      if (kk->params[i].buffer < 0 || kk->params[i].buffer >= p->n_buffers)
+        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "kernel %s: param %d has no buffer",
+                           kk->name, (int)i);
+  }
+  return SC_OK;
+}
+
 static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   cpu_ctx *c = ctx;
   const sc_program *p = c->p;
   char *base = arena;
   for (int32_t b = 0; b < p->n_buffers; b++) {
-    int32_t r = sc_program_root(p, b);
-    const sc_buffer *rb = &p->buffers[r];
-    switch (rb->kind) {
-    case SC_BUF_INPUT:
-    case SC_BUF_OUTPUT:
-    case SC_BUF_TEMP:
-      if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->arena_bytes ||
-          rb->bytes > p->arena_bytes - rb->offset)
-        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                           "buffer '%s' [%lld, +%lld) lies outside the %lld-byte arena",
-                           rb->name ? rb->name : "?", (long long)rb->offset,
-                           (long long)rb->bytes, (long long)p->arena_bytes);
-      c->ptrs[b] = base + rb->offset;
-      break;
-    case SC_BUF_CONST: {
-      const void *data = c->const_data && c->const_data[r] ? c->const_data[r] : rb->data;
-      if (!data && rb->bytes > 0)
-        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                           "constant '%s' has no data (loaded with --no-weights?)",
-                           rb->name ? rb->name : "?");
-      c->ptrs[b] = (void *)data;
-      break;
+    int32_t r;
+    int64_t off;
+    sc_status st = sc_buffer_binding(p, b, &r, &off, diag);
+    if (st != SC_OK) return st;
+    if (off >= 0) {
+      c->ptrs[b] = base + off;
+      continue;
     }
-    default:
+    const void *data = c->const_data && c->const_data[r] ? c->const_data[r] : p->buffers[r].data;
+    if (!data && p->buffers[r].bytes > 0)
       return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                         "buffer '%s': view without a storage root", rb->name ? rb->name : "?");
-    }
+                         "constant '%s' has no data (loaded with --no-weights?)",
+                         p->buffers[r].name ? p->buffers[r].name : "?");
+    c->ptrs[b] = (void *)data;
   }
-  for (int32_t k = 0; k < p->n_kernels; k++) {
-    const kir_kernel *kk = p->kernels[k];
-    for (int32_t i = 0; i < kk->n_params; i++) {
-      int32_t b = kk->params[i].buffer;
-      if (b < 0 || b >= p->n_buffers)
-        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                           "kernel %s: param %d has no buffer", kk->name, (int)i);
-      c->args[k][i] = c->ptrs[b];
-    }
-  }
-  return SC_OK;
+  sc_status st = sc_check_kernel_params(p, diag);
+  for (int32_t k = 0; st == SC_OK && k < p->n_kernels; k++)
+    for (int32_t i = 0; i < p->kernels[k]->n_params; i++)
+      c->args[k][i] = c->ptrs[p->kernels[k]->params[i].buffer];
+  return st;
 }
 
 static void *cpu_buffer_ptr(void *ctx, int32_t b) { return ((cpu_ctx *)ctx)->ptrs[b]; }

@@ -556,35 +556,15 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
   sc_status st = upload_consts(c, diag);
   if (st != SC_OK) return st;
   for (int32_t b = 0; b < p->n_buffers; b++) {
-    int32_t r = sc_program_root(p, b);
-    const sc_buffer *rb = &p->buffers[r];
-    switch (rb->kind) {
-    case SC_BUF_INPUT:
-    case SC_BUF_OUTPUT:
-    case SC_BUF_TEMP:
-      if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->arena_bytes ||
-          rb->bytes > p->arena_bytes - rb->offset)
-        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                           "buffer '%s' [%lld, +%lld) lies outside the %lld-byte arena",
-                           rb->name ? rb->name : "?", (long long)rb->offset,
-                           (long long)rb->bytes, (long long)p->arena_bytes);
-      c->ptrs[b] = base + (CUdeviceptr)rb->offset;
-      break;
-    case SC_BUF_CONST: c->ptrs[b] = c->ptrs[r]; break;
-    default:
-      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                         "buffer '%s': view without a storage root", rb->name ? rb->name : "?");
-    }
+    int32_t r;
+    int64_t off;
+    if ((st = sc_buffer_binding(p, b, &r, &off, diag)) != SC_OK) return st;
+    c->ptrs[b] = off >= 0 ? base + (CUdeviceptr)off : c->ptrs[r];
   }
+  if ((st = sc_check_kernel_params(p, diag)) != SC_OK) return st;
   for (int32_t k = 0; k < p->n_kernels; k++) {
     const kir_kernel *kk = p->kernels[k];
-    for (int32_t i = 0; i < kk->n_params; i++) {
-      int32_t b = kk->params[i].buffer;
-      if (b < 0 || b >= p->n_buffers)
-        return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                           "kernel %s: param %d has no buffer", kk->name, (int)i);
-      c->vals[k][i] = c->ptrs[b];
-    }
+    for (int32_t i = 0; i < kk->n_params; i++) c->vals[k][i] = c->ptrs[kk->params[i].buffer];
     c->vals[k][kk->n_params] = 0;                                   /* begin */
     c->vals[k][kk->n_params + 1] = (uint64_t)c->launch[k].points; /* end */
   }

@@ -107,6 +107,16 @@ const char *sc_device_names(void);
 extern const sc_device_iface sc_device_cpu;
 extern const sc_device_iface sc_device_cuda;
 
+/* Where buffer b lives (every device binds the same way): its storage
+ * root *root (sc_program_root) and, for an arena buffer (INPUT, OUTPUT,
+ * TEMP), the root's offset *offset; -1 for a CONST root. SC_ERR_INVALID
+ * for a slot outside the arena, a view without a root, or (kernel params)
+ * a buffer id out of range. */
+sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64_t *offset,
+                            sc_diag *diag);
+/* Every kernel param names a buffer of p; else SC_ERR_INVALID naming it. */
+sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag);
+
 /* Why GEMM step s cannot run on shardc's devices (bad buffer ids, extents
  * beyond the buffers, non-f32 operands), or NULL. */
 const char *sc_gemm_problem(const sc_program *p, const sc_step *s);
