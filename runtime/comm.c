@@ -11,6 +11,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -165,6 +167,31 @@ static bool overlap(const void *a, int64_t a_bytes, const void *b, int64_t b_byt
          y < x + (uintptr_t)a_bytes;
 }
 
+/* ---- the trace (comm.h) ---- */
+static const char *trace_dir(void) {
+  const char *d = getenv("SHARDC_COMM_TRACE");
+  return d && *d ? d : NULL;
+}
+
+static void trace(const sc_comm *c, const char *op, int64_t count, sc_dtype t, int peer,
+                  int tag) {
+  const char *dir = trace_dir();
+  if (!dir) return;
+  char path[4096], line[256];
+  bool world = !c->trace_id[0];
+  snprintf(path, sizeof path, "%s/rank%d.trace", dir, world ? c->rank : c->trace_rank);
+  int n = peer >= 0 ? snprintf(line, sizeof line, "%s r%d %s %lld %s %d %d\n",
+                               world ? "w" : c->trace_id, c->rank, op, (long long)count,
+                               sc_dtype_name(t), peer, tag)
+                    : snprintf(line, sizeof line, "%s r%d %s %lld %s\n", world ? "w" : c->trace_id,
+                               c->rank, op, (long long)count, sc_dtype_name(t));
+  int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  if (n > 0 && write(fd, line, (size_t)n) != n) { /* best effort: a test then fails */
+  }
+  close(fd);
+}
+
 int sc_comm_rank(const sc_comm *c) { return c->rank; }
 bool sc_comm_any_thread(const sc_comm *c) { return c->any_thread; }
 bool sc_comm_concurrent(const sc_comm *c) { return c->concurrent; }
@@ -178,6 +205,7 @@ sc_status sc_comm_all_reduce(sc_comm *c, const void *send, void *recv, int64_t c
       (st = check_reduce("all_reduce", t, op, diag)) ||
       (st = check_bufs("all_reduce", count, send, recv, diag)))
     return st;
+  trace(c, "all_reduce", count, t, -1, 0);
   return c->iface->all_reduce(c, send, recv, count, t, op, diag);
 }
 
@@ -192,6 +220,7 @@ sc_status sc_comm_all_gather(sc_comm *c, const void *send, void *recv, int64_t c
   if (send != (const void *)own && overlap(send, chunk, recv, chunk * c->size))
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
                        "all_gather: send overlaps recv other than at this rank's chunk");
+  trace(c, "all_gather", count, t, -1, 0);
   return c->iface->all_gather(c, send, recv, count, t, diag);
 }
 
@@ -205,6 +234,7 @@ sc_status sc_comm_reduce_scatter(sc_comm *c, const void *send, void *recv, int64
   int64_t chunk = count * (int64_t)sc_dtype_size(t);
   if (overlap(send, chunk * c->size, recv, chunk))
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "reduce_scatter: send overlaps recv");
+  trace(c, "reduce_scatter", count, t, -1, 0);
   return c->iface->reduce_scatter(c, send, recv, count, t, op, diag);
 }
 
@@ -217,6 +247,7 @@ sc_status sc_comm_all_to_all(sc_comm *c, const void *send, void *recv, int64_t c
   int64_t bytes = count * (int64_t)sc_dtype_size(t) * c->size;
   if (overlap(send, bytes, recv, bytes))
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "all_to_all: send overlaps recv");
+  trace(c, "all_to_all", count, t, -1, 0);
   return c->iface->all_to_all(c, send, recv, count, t, diag);
 }
 
@@ -239,17 +270,20 @@ static sc_status check_p2p(sc_comm *c, const char *what, const void *buf, int64_
 sc_status sc_comm_send(sc_comm *c, const void *buf, int64_t count, sc_dtype t, int peer,
                        int tag, sc_diag *diag) {
   sc_status st = check_p2p(c, "send", buf, count, t, peer, tag, diag);
+  if (st == SC_OK) trace(c, "send", count, t, peer, tag);
   return st ? st : c->iface->send(c, buf, count, t, peer, tag, diag);
 }
 
 sc_status sc_comm_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int peer, int tag,
                        sc_diag *diag) {
   sc_status st = check_p2p(c, "recv", buf, count, t, peer, tag, diag);
+  if (st == SC_OK) trace(c, "recv", count, t, peer, tag);
   return st ? st : c->iface->recv(c, buf, count, t, peer, tag, diag);
 }
 
 sc_status sc_comm_barrier(sc_comm *c, sc_diag *diag) {
   if (!c) return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "barrier: NULL communicator");
+  trace(c, "barrier", 0, SC_DTYPE_U8, -1, 0);
   return c->iface->barrier(c, diag);
 }
 
@@ -257,7 +291,15 @@ sc_status sc_comm_split(sc_comm *c, int color, int key, sc_comm **out, sc_diag *
   if (!c || !out)
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "split: NULL argument");
   *out = NULL;
-  return c->iface->split(c, color, key, out, diag);
+  int nth = c->n_splits++;
+  sc_status st = c->iface->split(c, color, key, out, diag);
+  if (st == SC_OK && *out) {
+    bool world = !c->trace_id[0];
+    snprintf((*out)->trace_id, sizeof (*out)->trace_id, "%.60s.%d:%d", world ? "w" : c->trace_id,
+             nth, color);
+    (*out)->trace_rank = world ? c->rank : c->trace_rank;
+  }
+  return st;
 }
 
 void sc_comm_abort(sc_comm *c, const char *msg) {

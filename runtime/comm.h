@@ -33,7 +33,12 @@
  * only to rounding — tests compare with a relative tolerance.
  *
  * Every collective is called by every rank of the communicator, in the same
- * order, with the same count and dtype (SPMD). send/recv match on
+ * order, with the same count and dtype (SPMD). With SHARDC_COMM_TRACE=DIR
+ * each rank appends every call it makes to DIR/rank<world rank>.trace, one
+ * line "<group> r<rank in group> <op> <count> <dtype>[ <peer> <tag>]", the
+ * group named by how it was split from the world: a test then checks that
+ * all members of a group made the same calls (a mismatch is the first cause
+ * of hangs on NCCL, which cannot tell). send/recv match on
  * (peer, tag), in order per (peer, tag); local and MPI sends are buffered
  * (the data is copied and the call returns: a pipelined training step's
  * crossing sends rely on it); NCCL's may block until the matching recv
@@ -117,6 +122,11 @@ struct sc_comm {
   bool concurrent; /* different communicators of one world may be used at
                       once by different threads (true unless the backend
                       says otherwise: MPI below THREAD_MULTIPLE, NCCL) */
+  /* the collective trace (SHARDC_COMM_TRACE, comm.c): set by comm.c, not
+   * by backends; "" means a world */
+  char trace_id[96];  /* the group: "w", then ".<split number>:<color>" per split */
+  int trace_rank;     /* the rank in the world this handle descends from */
+  int n_splits;       /* splits made of this handle so far */
 };
 
 /* ---- creation ---- */

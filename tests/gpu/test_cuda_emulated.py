@@ -30,6 +30,10 @@ Checked, against the CPU device on the same seeded random inputs:
     1f1b, zb-h1 and interleaved, pp x fsdp with recompute, dp x tp x pp),
     and GPT-2 under fsdp=2 x tp=2 and pp=2 1f1b, each against the same
     mesh on the CPU;
+  - every mesh run (CPU and emulated GPU) writes each rank's collective
+    trace (SHARDC_COMM_TRACE): within every group all members made the
+    same collectives in the same order, and sends match receives
+    (checks.comm_traces_match); a run without a mesh makes none;
   - a Gather index out of range fails the run with the CPU's message;
   - without SHARDC_CUDA_EMU on a machine without a driver, --device cuda
     exits 1 saying "no CUDA driver" (skipped where libcuda.so.1 loads).
@@ -45,7 +49,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "models"))
-from checks import check, finish  # noqa: E402
+from checks import check, comm_traces_match, finish  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
 # SC_CUDA_REAL=1 (tests/gpu/run-all.sh on a GPU): the same checks on the
@@ -114,11 +118,17 @@ def run_case(tmp, name, model, extra, batch=2):
     got = {}
     for mode, flags in (("graph", ["--repeat", "3"]), ("stream", ["--no-cuda-graph"])):
         out, log = os.path.join(tmp, f"{name}.{mode}"), os.path.join(tmp, f"{name}.{mode}.log")
-        r = shardc(base + ["--device", "cuda", "--output-dir", out] + flags, emulated(log))
+        traces = os.path.join(tmp, f"{name}.{mode}.traces")
+        os.makedirs(traces)
+        r = shardc(base + ["--device", "cuda", "--output-dir", out] + flags,
+                   dict(emulated(log), SHARDC_COMM_TRACE=traces))
         if not check(r.returncode == 0, f"{name} ({mode}): cuda run: {r.stderr[-400:]}"):
             return
         got[mode] = outputs(out)
         close(outputs(cpu), got[mode], f"{name} ({mode})")
+        ok, why, calls = comm_traces_match(traces)
+        check(ok and (calls > 0) == ("--mesh" in extra),
+              f"{name} ({mode}): the ranks' collective traces ({calls} calls): {why}")
         c = summary(log)
         check(c.get("violations", -1) == 0, f"{name} ({mode}): fake driver violations {c}")
         if mode == "graph":
@@ -144,11 +154,16 @@ def train_case(tmp, name, model, data, extra, steps):
     name = re.sub(r"[^\w.=,-]", "_", name)
     for dev in ("cpu", "cuda"):
         lj, fl = os.path.join(tmp, f"{name}.{dev}.jsonl"), os.path.join(tmp, f"{name}.fake.log")
+        traces = os.path.join(tmp, f"{name}.{dev}.traces")
+        os.makedirs(traces)
         r = shardc(["train", model, "--steps", str(steps), "--log-json", lj, "--quiet",
-                    "--device", dev] + data + extra, emulated(fl))
+                    "--device", dev] + data + extra, dict(emulated(fl), SHARDC_COMM_TRACE=traces))
         if not check(r.returncode == 0, f"train {name} on {dev}: {r.stderr[-400:]}"):
             return
         logs[dev] = losses(lj)
+        ok, why, calls = comm_traces_match(traces)
+        check(ok and (calls > 0) == ("--mesh" in extra),
+              f"train {name} on {dev}: the ranks' collective traces ({calls} calls): {why}")
     check(len(logs["cpu"]) == steps and len(logs["cuda"]) == steps,
           f"train {name}: {len(logs['cuda'])} steps logged")
     for a, b in zip(logs["cpu"], logs["cuda"]):
@@ -165,6 +180,16 @@ def main():
         print("SHARDC not set")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
+        # the trace checker catches what it is for: a rank whose collective
+        # differs, a send nobody receives
+        for i, (a, b) in enumerate(((["w.0:0 r0 all_reduce 8 f32"], ["w.0:0 r1 all_reduce 4 f32"]),
+                                    (["w r0 send 4 f32 1 7"], ["w r1 recv 4 f32 0 8"]))):
+            d = os.path.join(tmp, f"bad-trace{i}")
+            os.makedirs(d)
+            for r, lines in enumerate((a, b)):
+                with open(os.path.join(d, f"rank{r}.trace"), "w") as f:
+                    f.write("\n".join(lines) + "\n")
+            check(not comm_traces_match(d)[0], f"mismatched traces {a} / {b} were not caught")
         for m in ("mlp", "gpt2", "bert", "llama", "resnet", "vit"):
             run_case(tmp, m, os.path.join(SAMPLES, m + ".onnx"), [])
         gpt2 = os.path.join(SAMPLES, "gpt2.onnx")

@@ -74,3 +74,42 @@ def equals_onnxruntime(shardc, tmp, name, m, feeds, rtol, atol):
                   f"{np.max(np.abs(got - w)) if same else 'n/a'}")
     if len(failures) == n_fail:
         print(f"ok: {name} equals onnxruntime")
+
+
+def comm_traces_match(folder):
+    """The collective traces a run wrote with SHARDC_COMM_TRACE=folder
+    (runtime/comm.h): within every group, every member made the same
+    collectives (op, count, dtype) in the same order, and every send from
+    rank a to rank b with a tag matches b's receives from a with that tag,
+    in order. Returns (ok, what differs, number of calls read)."""
+    colls, sends, recvs, calls = {}, {}, {}, 0
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".trace"):
+            continue
+        with open(os.path.join(folder, name)) as f:
+            for line in f:
+                w = line.split()
+                if len(w) < 5:
+                    return False, f"{name}: malformed line {line!r}", calls
+                calls += 1
+                gid, me, op, rest = w[0], int(w[1][1:]), w[2], tuple(w[3:5])
+                if op in ("send", "recv"):
+                    peer, tag = int(w[5]), int(w[6])
+                    key = (gid, me, peer, tag) if op == "send" else (gid, peer, me, tag)
+                    (sends if op == "send" else recvs).setdefault(key, []).append(rest)
+                else:
+                    colls.setdefault(gid, {}).setdefault(me, []).append((op,) + rest)
+    for gid, members in colls.items():
+        seqs = list(members.values())
+        if any(s != seqs[0] for s in seqs):
+            ranks = sorted(members)
+            first = next(i for i in range(max(map(len, seqs)))
+                         if len({tuple(s[i]) if i < len(s) else None for s in seqs}) > 1)
+            return False, (f"group {gid}: ranks {ranks} differ at call {first}: " +
+                           "; ".join(f"r{r}: {members[r][first] if first < len(members[r]) else 'none'}"
+                                     for r in ranks)), calls
+    for key in set(sends) | set(recvs):
+        if sends.get(key, []) != recvs.get(key, []):
+            return False, (f"group {key[0]}: rank {key[1]} -> {key[2]} tag {key[3]}: sent "
+                           f"{sends.get(key, [])[:3]}..., received {recvs.get(key, [])[:3]}..."), calls
+    return True, "", calls
