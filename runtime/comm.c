@@ -192,6 +192,19 @@ static void trace(const sc_comm *c, const char *op, int64_t count, sc_dtype t, i
   close(fd);
 }
 
+sc_status sc_comm_set_stream(sc_comm *c, void *stream, sc_diag *diag) {
+  if (!c->iface->set_stream)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "the %s communicator cannot enqueue on a CUDA stream", c->iface->name);
+  return c->iface->set_stream(c, stream, diag);
+}
+
+bool sc_comm_has_streams(const sc_comm *c) { return c->iface->set_stream != NULL; }
+
+sc_status sc_comm_poll(sc_comm *c, sc_diag *diag) {
+  return c->iface->poll ? c->iface->poll(c, diag) : SC_OK;
+}
+
 int sc_comm_rank(const sc_comm *c) { return c->rank; }
 bool sc_comm_any_thread(const sc_comm *c) { return c->any_thread; }
 bool sc_comm_concurrent(const sc_comm *c) { return c->concurrent; }

@@ -105,6 +105,11 @@ typedef struct sc_comm_iface {
   sc_status (*barrier)(sc_comm *c, sc_diag *diag);
   /* *out = NULL for a rank that passed color < 0. */
   sc_status (*split)(sc_comm *c, int color, int key, sc_comm **out, sc_diag *diag);
+  /* Optional (NCCL): enqueue later operations on this CUDA stream and
+   * return once they are enqueued (stream NULL: back to waiting for each);
+   * poll: the asynchronous error so far, without waiting. */
+  sc_status (*set_stream)(sc_comm *c, void *stream, sc_diag *diag);
+  sc_status (*poll)(sc_comm *c, sc_diag *diag);
   void (*abort)(sc_comm *c, const char *msg);
   void (*destroy)(sc_comm *c);
 } sc_comm_iface;
@@ -159,6 +164,18 @@ sc_status sc_comm_nccl_create(const sc_comm_nccl_opts *o, sc_comm **out, sc_diag
  * ../lib/shardc/ folders), then the install folder; NULL and
  * SC_ERR_UNSUPPORTED naming it when none loads (runtime/comm_module.c). */
 void *sc_module_open(const char *file, int mode, sc_diag *diag);
+
+/* Stream mode (the CUDA device, with NCCL): operations on c are enqueued on
+ * the CUDA stream `stream` (a CUstream / cudaStream_t) and return without
+ * waiting; the caller orders them with events and waits for the stream,
+ * calling sc_comm_poll meanwhile to learn of a failed or aborted peer.
+ * SC_ERR_UNSUPPORTED for a backend whose buffers are host memory (local,
+ * tcp, mpi). */
+sc_status sc_comm_set_stream(sc_comm *c, void *stream, sc_diag *diag);
+bool sc_comm_has_streams(const sc_comm *c);
+/* SC_OK, or the asynchronous failure of c's operations so far (stream
+ * mode; backends without it: always SC_OK). */
+sc_status sc_comm_poll(sc_comm *c, sc_diag *diag);
 
 /* Backends this build has, comma-separated: "local,tcp,mpi". */
 const char *sc_comm_backends(void);

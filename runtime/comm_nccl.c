@@ -45,6 +45,7 @@ typedef struct nccl_ctx {
                      world communicator, borrowed by splits) */
   bool owns_oob;
   void *scratch;  /* 4 device bytes for barrier */
+  cudaStream_t user; /* stream mode (sc_comm_set_stream): the caller's stream */
 } nccl_ctx;
 
 static const sc_comm_iface nccl_iface;
@@ -95,9 +96,29 @@ static sc_status nccl_settle(ncclComm_t comm, ncclResult_t r, const char *call, 
 
 #define NCCL_CALL(c, call) nccl_settle(X(c)->comm, (call), #call, (c)->rank, X(c)->timeout_s, diag)
 
-/* Waits for the stream, polling NCCL's asynchronous error. */
+/* The stream operations go to: the caller's in stream mode, else our own. */
+static cudaStream_t S(sc_comm *c) { return X(c)->user ? X(c)->user : X(c)->stream; }
+
+/* NCCL's asynchronous error so far, without waiting; aborts on one. */
+static sc_status nccl_poll(sc_comm *c, sc_diag *diag) {
+  ncclResult_t ar = ncclSuccess;
+  ncclCommGetAsyncError(X(c)->comm, &ar);
+  if (ar == ncclSuccess || ar == ncclInProgress) return SC_OK;
+  ncclCommAbort(X(c)->comm);
+  return nccl_fail(ar, "a collective", c->rank, diag);
+}
+
+static sc_status nccl_set_stream(sc_comm *c, void *stream, sc_diag *diag) {
+  (void)diag;
+  X(c)->user = (cudaStream_t)stream;
+  return SC_OK;
+}
+
+/* Waits for the stream, polling NCCL's asynchronous error (in stream mode
+ * the caller waits: only the error so far). */
 static sc_status nccl_wait(sc_comm *c, const char *what, sc_diag *diag) {
   nccl_ctx *x = X(c);
+  if (x->user) return nccl_poll(c, diag);
   double deadline = now_s() + x->timeout_s;
   for (;;) {
     cudaError_t e = cudaStreamQuery(x->stream);
@@ -154,8 +175,7 @@ static sc_status nccl_all_reduce(sc_comm *c, const void *send, void *recv, int64
   ncclDataType_t nt;
   sc_status st = type_of(c, t, "all_reduce", &nt, diag);
   if (!st)
-    st = NCCL_CALL(c, ncclAllReduce(send, recv, (size_t)count, nt, nccl_op(op), X(c)->comm,
-                                    X(c)->stream));
+    st = NCCL_CALL(c, ncclAllReduce(send, recv, (size_t)count, nt, nccl_op(op), X(c)->comm, S(c)));
   return st ? st : nccl_wait(c, "all_reduce", diag);
 }
 
@@ -163,7 +183,7 @@ static sc_status nccl_all_gather(sc_comm *c, const void *send, void *recv, int64
                                  sc_dtype t, sc_diag *diag) {
   size_t bytes = (size_t)count * sc_dtype_size(t);
   sc_status st =
-      NCCL_CALL(c, ncclAllGather(send, recv, bytes, ncclUint8, X(c)->comm, X(c)->stream));
+      NCCL_CALL(c, ncclAllGather(send, recv, bytes, ncclUint8, X(c)->comm, S(c)));
   return st ? st : nccl_wait(c, "all_gather", diag);
 }
 
@@ -173,7 +193,7 @@ static sc_status nccl_reduce_scatter(sc_comm *c, const void *send, void *recv, i
   sc_status st = type_of(c, t, "reduce_scatter", &nt, diag);
   if (!st)
     st = NCCL_CALL(c, ncclReduceScatter(send, recv, (size_t)count, nt, nccl_op(op),
-                                        X(c)->comm, X(c)->stream));
+                                        X(c)->comm, S(c)));
   return st ? st : nccl_wait(c, "reduce_scatter", diag);
 }
 
@@ -183,10 +203,10 @@ static sc_status nccl_all_to_all(sc_comm *c, const void *send, void *recv, int64
   sc_status st = NCCL_CALL(c, ncclGroupStart());
   for (int q = 0; !st && q < c->size; q++) {
     st = NCCL_CALL(c, ncclSend((const char *)send + bytes * (size_t)q, bytes, ncclUint8, q,
-                               X(c)->comm, X(c)->stream));
+                               X(c)->comm, S(c)));
     if (!st)
       st = NCCL_CALL(c, ncclRecv((char *)recv + bytes * (size_t)q, bytes, ncclUint8, q,
-                                 X(c)->comm, X(c)->stream));
+                                 X(c)->comm, S(c)));
   }
   sc_status end = NCCL_CALL(c, ncclGroupEnd());
   if (!st) st = end;
@@ -197,7 +217,7 @@ static sc_status nccl_send(sc_comm *c, const void *buf, int64_t count, sc_dtype 
                            int tag, sc_diag *diag) {
   size_t bytes = (size_t)count * sc_dtype_size(t);
   sc_status st =
-      NCCL_CALL(c, ncclSend(buf, bytes, ncclUint8, peer, X(c)->comm, X(c)->stream));
+      NCCL_CALL(c, ncclSend(buf, bytes, ncclUint8, peer, X(c)->comm, S(c)));
   return st ? st : nccl_wait(c, "send", diag);
 }
 
@@ -205,7 +225,7 @@ static sc_status nccl_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int
                            sc_diag *diag) {
   size_t bytes = (size_t)count * sc_dtype_size(t);
   sc_status st =
-      NCCL_CALL(c, ncclRecv(buf, bytes, ncclUint8, peer, X(c)->comm, X(c)->stream));
+      NCCL_CALL(c, ncclRecv(buf, bytes, ncclUint8, peer, X(c)->comm, S(c)));
   return st ? st : nccl_wait(c, "recv", diag);
 }
 
@@ -294,6 +314,8 @@ static const sc_comm_iface nccl_iface = {
     .recv = nccl_recv,
     .barrier = nccl_barrier,
     .split = nccl_split,
+    .set_stream = nccl_set_stream,
+    .poll = nccl_poll,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
 };

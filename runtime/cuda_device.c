@@ -30,11 +30,12 @@
  *             runs, unpack, and an event recorded after it is what the
  *             compute stream waits on: at once for a synchronous step, at
  *             its WAIT step for an async start. The collective itself runs
- *             as a host function on that stream: with the CPU communicators
- *             (local, tcp, mpi), whose buffers must be host memory, this is
- *             the emulated path. NCCL on a GPU needs the collective
- *             enqueued on the stream instead; that is not written yet, and a
- *             program with COMM steps is refused on a real GPU.
+ *             on that stream: NCCL enqueues it there from the host thread
+ *             (sc_comm_set_stream; a run's end then polls the communicators'
+ *             asynchronous errors while it waits, against
+ *             SHARDC_COMM_TIMEOUT); the CPU communicators (local, tcp, mpi),
+ *             whose buffers must be host memory, run it as a host function
+ *             on the stream: the emulated GPU's path.
  *   checks    a CHECK step (gather indices within their dim) copies the
  *             indices to pinned memory on the compute stream, checks them
  *             in a host function there, and copies them back with every bad
@@ -116,6 +117,8 @@ struct cuda_ctx {
   int32_t n_cstreams;
   CUstream *cstreams;  /* [n_cstreams] communication streams */
   int32_t *stream_of;  /* [n_comms] which communication stream */
+  bool *on_stream;     /* [n_comms] the communicator enqueues on it (NCCL) */
+  bool any_on_stream;
   CUmodule mod;
   CUfunction *fns;     /* [n_kernels] */
   sc_cuda_launch *launch;
@@ -219,16 +222,28 @@ static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag)
   c->n_cstreams = o->n_comms == 0 ? 0 : concurrent ? o->n_comms : 1;
   c->cstreams = sc_calloc((size_t)c->n_cstreams + 1, sizeof *c->cstreams);
   c->stream_of = sc_calloc((size_t)o->n_comms + 1, sizeof *c->stream_of);
-  if (!c->cstreams || !c->stream_of)
+  c->on_stream = sc_calloc((size_t)o->n_comms + 1, sizeof *c->on_stream);
+  if (!c->cstreams || !c->stream_of || !c->on_stream)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < o->n_comms; i++) c->stream_of[i] = concurrent ? i : 0;
   for (int32_t i = 0; i < c->n_cstreams; i++)
     CK(cu->stream_create(&c->cstreams[i], SC_CU_STREAM_NON_BLOCKING), "a communication stream");
-  if (!cu->emulated && o->n_comms > 0)
-    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "cuda device: collectives on a GPU need NCCL enqueued on the "
-                       "communication stream, which is not written yet (run the mesh on the "
-                       "cpu device, or emulated with SHARDC_CUDA_EMU=1)");
+  /* NCCL enqueues on the communication streams; the CPU communicators run
+   * as host functions there, on the emulated GPU only (their buffers are
+   * host memory) */
+  for (int32_t i = 0; i < o->n_comms; i++) {
+    bool streams = sc_comm_has_streams(o->comms[i]);
+    if (streams == cu->emulated)
+      return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                         "cuda device: the %s communicator %s", sc_comm_backend(o->comms[i]),
+                         cu->emulated ? "needs a real GPU (the emulated one has host memory)"
+                                      : "works on host memory: a mesh on GPUs needs --comm "
+                                        "nccl (or SHARDC_CUDA_EMU=1 for the emulated GPU)");
+    if (!streams) continue;
+    if ((st = sc_comm_set_stream(o->comms[i], c->cstreams[c->stream_of[i]], diag)) != SC_OK)
+      return st;
+    c->on_stream[i] = c->any_on_stream = true;
+  }
   return SC_OK;
 }
 
@@ -239,6 +254,8 @@ static void cuda_destroy(void *ctx) {
   if (c->compute) cu->stream_synchronize(c->compute);
   for (int32_t i = 0; i < c->n_cstreams; i++)
     if (c->cstreams[i]) cu->stream_synchronize(c->cstreams[i]);
+  for (int32_t i = 0; c->on_stream && i < c->o.n_comms; i++)
+    if (c->on_stream[i]) sc_comm_set_stream(c->o.comms[i], NULL, &(sc_diag){0});
   if (c->exec) cu->graph_exec_destroy(c->exec);
   if (c->graph) cu->graph_destroy(c->graph);
   for (int32_t i = 0; c->p && i < c->p->n_steps; i++) {
@@ -271,6 +288,7 @@ static void cuda_destroy(void *ctx) {
   sc_free(c->jobs);
   sc_free(c->cstreams);
   sc_free(c->stream_of);
+  sc_free(c->on_stream);
   pthread_mutex_destroy(&c->mu);
   sc_free(c);
 }
@@ -678,6 +696,53 @@ static bool cuda_begin_run(void *ctx) {
   return false;
 }
 
+static void nap(void) {
+  struct timespec ts = {0, 50 * 1000};
+  nanosleep(&ts, NULL);
+}
+
+/* Waits for stream s. With NCCL on the communication streams a peer that
+ * failed would leave it waiting for ever: then it polls, asking every
+ * communicator for its asynchronous error, until SHARDC_COMM_TIMEOUT, and
+ * aborts the communicators on a failure or the timeout (the peers' own
+ * collectives then fail too). */
+static void wait_stream(cuda_ctx *c, CUstream s) {
+  const sc_cu *cu = c->cu;
+  if (!c->any_on_stream) {
+    check_run(c, cu->stream_synchronize(s), "cuStreamSynchronize");
+    return;
+  }
+  const char *env = getenv("SHARDC_COMM_TIMEOUT");
+  double limit = env && atof(env) > 0 ? atof(env) : SC_COMM_DEFAULT_TIMEOUT_S;
+  double deadline = now_s() + limit;
+  for (;;) {
+    CUresult r = cu->stream_query(s);
+    if (r == SC_CUDA_SUCCESS) return;
+    if (r != SC_CUDA_ERROR_NOT_READY) {
+      check_run(c, r, "cuStreamQuery");
+      return;
+    }
+    for (int32_t i = 0; i < c->o.n_comms; i++) {
+      sc_diag d = {0};
+      if (c->on_stream[i] && sc_comm_poll(c->o.comms[i], &d) != SC_OK) {
+        fail(c, &d);
+        return;
+      }
+    }
+    if (now_s() > deadline) {
+      sc_diag d = {0};
+      sc_diag_set(&d, SC_ERR_IO, NULL, NULL,
+                  "cuda device: rank %d: the step's collectives did not finish in %g s "
+                  "(SHARDC_COMM_TIMEOUT)", c->o.rank, limit);
+      fail(c, &d);
+      for (int32_t i = 0; i < c->o.n_comms; i++)
+        if (c->on_stream[i]) sc_comm_abort(c->o.comms[i], "a collective timed out");
+      return;
+    }
+    nap();
+  }
+}
+
 static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
   cuda_ctx *c = ctx;
   const sc_cu *cu = c->cu;
@@ -688,9 +753,8 @@ static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
                             "cuGraphInstantiateWithFlags");
     if (c->exec) check_run(c, cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
   }
-  check_run(c, cu->stream_synchronize(c->compute), "cuStreamSynchronize");
-  for (int32_t i = 0; i < c->n_cstreams; i++)
-    check_run(c, cu->stream_synchronize(c->cstreams[i]), "cuStreamSynchronize");
+  wait_stream(c, c->compute);
+  for (int32_t i = 0; i < c->n_cstreams; i++) wait_stream(c, c->cstreams[i]);
   c->runs++;
   pthread_mutex_lock(&c->mu);
   sc_diag e = c->err;
@@ -751,7 +815,13 @@ static void cuda_run_comm(void *ctx, int32_t i) {
   if (cs->pack >= 0)
     transpose_chunks(c, s, c->ptrs[cs->pack], c->ptrs[cs->in], cs->pack_outer, n,
                      cs->pack_inner * esz, true);
-  check_run(c, cu->launch_host_func(s, comm_host_fn, &c->jobs[i]), "cuLaunchHostFunc");
+  if (c->on_stream[c->o.comm_of[i]]) { /* NCCL: enqueued on s from here */
+    comm_job *j = &c->jobs[i];
+    sc_diag d = {0};
+    if (sc_comm_step_call(j->comm, cs, j->t, j->send, j->recv, &d) != SC_OK) fail(c, &d);
+  } else {
+    check_run(c, cu->launch_host_func(s, comm_host_fn, &c->jobs[i]), "cuLaunchHostFunc");
+  }
   if (cs->unpack >= 0)
     transpose_chunks(c, s, c->ptrs[cs->out], c->ptrs[cs->unpack], cs->unpack_outer, n,
                      cs->unpack_inner * esz, false);

@@ -130,6 +130,7 @@ enum {
   X(stream_create, cuStreamCreate, CUresult, (CUstream * s, unsigned flags))                \
   X(stream_destroy, cuStreamDestroy_v2, CUresult, (CUstream s))                             \
   X(stream_synchronize, cuStreamSynchronize, CUresult, (CUstream s))                        \
+  X(stream_query, cuStreamQuery, CUresult, (CUstream s))                                      \
   X(stream_wait_event, cuStreamWaitEvent, CUresult, (CUstream s, CUevent e, unsigned f))    \
   X(event_create, cuEventCreate, CUresult, (CUevent * e, unsigned flags))                   \
   X(event_destroy, cuEventDestroy_v2, CUresult, (CUevent e))                                \

@@ -556,6 +556,11 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                           .n_ptx = o->n_cuda_ptx,
                           .ptx_archs = o->cuda_ptx_archs,
                           .ptx = o->cuda_ptx};
+  for (int32_t g = 0; st == SC_OK && dev->host_arena && g < s->n_groups; g++)
+    if (sc_comm_has_streams(s->groups[g]))
+      st = sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "the %s communicator moves GPU memory: run on --device cuda",
+                       sc_comm_backend(s->groups[g]));
   if (st == SC_OK) st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
   if (st == SC_OK) {

@@ -13,6 +13,22 @@
 #include <string.h>
 
 
+bool sc_partition_comm_is_world(const char *comm) {
+  return comm && (strcmp(comm, "mpi") == 0 || strcmp(comm, "tcp") == 0 ||
+                  strcmp(comm, "nccl") == 0);
+}
+
+sc_status sc_partition_world(const char *comm, sc_comm **world, sc_diag *d) {
+  *world = NULL;
+  if (strcmp(comm, "mpi") == 0) return sc_comm_mpi_create(world, d);
+  if (strcmp(comm, "tcp") == 0) return sc_comm_tcp_create(world, d);
+  /* nccl: the unique id over MPI under mpirun, else over the torchrun
+   * variables; the GPU is LOCAL_RANK's, or the rank's modulo the count */
+  bool mpirun = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
+  sc_comm_nccl_opts o = {.bootstrap = mpirun ? "mpi" : "env", .device = -1};
+  return sc_comm_nccl_create(&o, world, d);
+}
+
 void sc_partition_args_init(sc_partition_args *p) {
   memset(p, 0, sizeof *p);
   p->comm = "local";
@@ -86,8 +102,9 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--plan", &missing))) {
     if (!missing) p->plan_file = v;
   } else if (allow_comm && (v = sc_cli_opt_value(argc, argv, i, "--comm", &missing))) {
-    if (!missing && strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "tcp") != 0)
-      return sc_cli_usage_error("--comm expects 'local', 'mpi' or 'tcp', got '%s'", v);
+    if (!missing && strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "tcp") != 0 &&
+        strcmp(v, "nccl") != 0)
+      return sc_cli_usage_error("--comm expects 'local', 'mpi', 'tcp' or 'nccl', got '%s'", v);
     if (!missing) p->comm = v;
     p->comm_given = true;
   } else {

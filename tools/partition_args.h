@@ -37,6 +37,7 @@
 #include <stdbool.h>
 
 #include "driver/driver.h"
+#include "runtime/comm.h"
 #include "tools/cli.h"
 
 typedef struct sc_partition_args {
@@ -96,5 +97,11 @@ void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts,
  * caller may freeze that input and build again. */
 int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
                             sc_build_opts *bo, sc_build **out, sc_diag *unreported);
+
+/* Whether --comm COMM runs one rank per process (mpi, tcp, nccl), and that
+ * process's world communicator (nccl: bootstrapped over MPI under mpirun,
+ * else over RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT). */
+bool sc_partition_comm_is_world(const char *comm);
+sc_status sc_partition_world(const char *comm, sc_comm **world, sc_diag *d);
 
 #endif

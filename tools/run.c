@@ -335,13 +335,16 @@ static int64_t launcher_rank(void) {
  * written). Returns 0 or an exit status after printing. */
 static int check_run_args(const run_opts *r, const char *file) {
   bool mpi = r->pc.comm && strcmp(r->pc.comm, "mpi") == 0;
-  bool tcp = r->pc.comm && strcmp(r->pc.comm, "tcp") == 0;
-  if ((mpi || tcp) && !sc_partition_args_active(&r->pc) && !sc_dist_bundle_is_dir(file))
+  bool nccl = r->pc.comm && strcmp(r->pc.comm, "nccl") == 0;
+  if (nccl && !(r->dev.name && strcmp(r->dev.name, "cuda") == 0))
+    return sc_cli_usage_error("--comm nccl needs --device cuda (NCCL moves GPU memory)");
+  if (sc_partition_comm_is_world(r->pc.comm) && !sc_partition_args_active(&r->pc) &&
+      !sc_dist_bundle_is_dir(file))
     return sc_cli_usage_error("--comm %s needs --mesh AXES (or --plan FILE.json, or a "
                               "partitioned bundle): one rank has nothing to communicate",
                               r->pc.comm);
   int64_t n = launcher_size();
-  if (!mpi && n > 1)
+  if (!mpi && !nccl && n > 1)
     return sc_cli_usage_error("started by mpirun as one of %lld processes without --comm mpi: "
                               "each would run the whole model and write the same files; add "
                               "--comm mpi (with --mesh) to run one rank per process",
@@ -762,9 +765,8 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
   int64_t n_ranks = dp->mesh.n_ranks;
   if (!rc) {
     sc_status s;
-    bool tcp = r->pc.comm && strcmp(r->pc.comm, "tcp") == 0;
-    if (r->pc.comm && (strcmp(r->pc.comm, "mpi") == 0 || tcp)) {
-      s = tcp ? sc_comm_tcp_create(&world, &d) : sc_comm_mpi_create(&world, &d);
+    if (sc_partition_comm_is_world(r->pc.comm)) {
+      s = sc_partition_world(r->pc.comm, &world, &d);
       if (s == SC_OK && sc_comm_size(world) != n_ranks)
         s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
                         "--comm %s: the mesh has %lld ranks but the world has %d",

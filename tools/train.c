@@ -562,13 +562,16 @@ int sc_cmd_train(int argc, char **argv) {
   sc_diag_clear(&d);
   sc_trainer_opts to = {.threads = a.threads, .device = a.dev, .loss_scale = a.loss_scale,
                         .cpu_module = src.bundle ? src.bundle->kernels : NULL};
-  bool mpi = strcmp(a.pa.comm, "mpi") == 0, tcp = strcmp(a.pa.comm, "tcp") == 0;
-  if ((mpi || tcp) && !src.mesh) {
+  bool per_process = sc_partition_comm_is_world(a.pa.comm);
+  if (per_process && !src.mesh) {
     rc = sc_cli_usage_error("--comm %s needs --mesh AXES (one rank per process)", a.pa.comm);
     goto done;
   }
-  if ((mpi ? sc_comm_mpi_create(&world, &d) : tcp ? sc_comm_tcp_create(&world, &d) : SC_OK) !=
-      SC_OK) {
+  if (strcmp(a.pa.comm, "nccl") == 0 && !(a.dev.name && strcmp(a.dev.name, "cuda") == 0)) {
+    rc = sc_cli_usage_error("--comm nccl needs --device cuda (NCCL moves GPU memory)");
+    goto done;
+  }
+  if ((per_process ? sc_partition_world(a.pa.comm, &world, &d) : SC_OK) != SC_OK) {
     rc = sc_cli_report(&d, o.file);
     goto done;
   }

@@ -762,6 +762,13 @@ EXPORT CUresult cuStreamSynchronize(CUstream h) {
   return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuStreamQuery(CUstream h) {
+  fstream *s = stream_of(h);
+  if (s->capturing) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (atomic_load(&sticky)) return SC_CUDA_ERROR_LAUNCH_FAILED;
+  return pending_of(s) ? SC_CUDA_ERROR_NOT_READY : SC_CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuEventCreate(CUevent *out, unsigned flags) {
   (void)flags;
   if (!out) return SC_CUDA_ERROR_INVALID_VALUE;
