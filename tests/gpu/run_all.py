@@ -21,8 +21,8 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
   gemm         one MatMul (with and without a bias) against numpy (relative
                1e-4 of the largest |value|), and TFLOP/s at 8192^3 (1024^3
                emulated) and at GPT-2 small's shapes (1024 tokens)
-  nccl         one-rank NCCL: skipped (collectives on the communication
-               stream are not written yet)
+  nccl         one-rank NCCL (a GPU holds one rank): GPT-2 on a one-rank
+               mesh with --comm nccl (torchrun variables), against the CPU
   gpt2-small   a GPT-2-small-shaped export (bench/bench_train.py's cache, or
                exported here when PyTorch and transformers are installed):
                latency with --device cuda
@@ -207,6 +207,25 @@ def check_gemm(a, tmp):
                "(the whole run: copies of A in and Y out included)", ms=ms, tflops=tflops)
 
 
+def check_nccl(a, tmp):
+    """One rank of NCCL (one GPU holds one rank of a communicator): the
+    world made through the torchrun variables, GPT-2 run and trained on a
+    one-rank mesh with --comm nccl, against the CPU."""
+    if EMU:
+        record("nccl", "skip", "NCCL cannot run on the emulated GPU (its own GPU code)")
+        return
+    env = {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29613"}
+    gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
+    base = ["run", gpt2, "--dim", "batch=2", "--random-inputs", "3", "-q", "--mesh", "dp=1"]
+    cpu, out = os.path.join(tmp, "nccl.cpu"), os.path.join(tmp, "nccl.gpu")
+    sh([a.shardc] + base + ["--output-dir", cpu])
+    r = sh([a.shardc] + base + ["--device", "cuda", "--comm", "nccl", "--output-dir", out], env)
+    close, err = npy_close(cpu, out, 1e-5) if r.returncode == 0 else (False, None)
+    record("nccl", "pass" if close else "fail",
+           f"one rank, --comm nccl: rc {r.returncode}, max error {err} {r.stderr[-300:]}")
+
+
 def check_gpt2_small(a, tmp):
     if EMU:
         record("gpt2-small", "skip", "minutes per run on the emulated GPU: on a real one only")
@@ -252,7 +271,7 @@ def main():
         check_arena(a)
         if not a.quick:
             check_gemm(a, tmp)
-        record("nccl", "skip", "NCCL collectives on the communication stream are not written yet")
+        check_nccl(a, tmp)
         if not a.quick:
             check_gpt2_small(a, tmp)
     passed = sum(r["status"] == "pass" for r in results)
