@@ -820,6 +820,12 @@ static void cuda_run_comm(void *ctx, int32_t i) {
     sc_diag d = {0};
     if (sc_comm_step_call(j->comm, cs, j->t, j->send, j->recv, &d) != SC_OK) fail(c, &d);
   } else {
+    if (cu->host_access) { /* the fake driver's race check: what the collective touches */
+      const sc_program *p = c->p;
+      int32_t sb = cs->pack >= 0 ? cs->pack : cs->in, rb = cs->unpack >= 0 ? cs->unpack : cs->out;
+      if (sb >= 0) cu->host_access(c->jobs[i].send, (size_t)p->buffers[sb].bytes, 0);
+      if (rb >= 0) cu->host_access(c->jobs[i].recv, (size_t)p->buffers[rb].bytes, 1);
+    }
     check_run(c, cu->launch_host_func(s, comm_host_fn, &c->jobs[i]), "cuLaunchHostFunc");
   }
   if (cs->unpack >= 0)

@@ -61,6 +61,8 @@ static sc_status load(sc_diag *d) {
                        "the CUDA driver %s lacks %s (too old a driver?)", table.path, #sym);
   SC_CU_ENTRY_POINTS(SC_CU_RESOLVE)
 #undef SC_CU_RESOLVE
+  if (table.emulated)
+    *(void **)&table.host_access = dlsym(table.lib, "sc_fake_cuda_host_access");
   CUresult r = table.init(0);
   if (r != SC_CUDA_SUCCESS) {
     const char *text = NULL;

@@ -161,6 +161,9 @@ typedef struct sc_cu {
 #define SC_CU_FIELD(field, sym, ret, params) ret(*field) params;
   SC_CU_ENTRY_POINTS(SC_CU_FIELD)
 #undef SC_CU_FIELD
+  /* the fake driver only: declares a range the next cuLaunchHostFunc of
+   * this thread reads or writes (for its race check); NULL otherwise */
+  void (*host_access)(const void *p, size_t bytes, int write);
 } sc_cu;
 
 /* The driver table, loaded and cuInit'ed on first call (thread-safe), with

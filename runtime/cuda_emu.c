@@ -464,13 +464,15 @@ sc_status sc_cuda_emu_launch(sc_cuda_emu *e, const char *name, const sc_cuda_lau
 }
 
 bool sc_cuda_emu_kernel_info(const sc_cuda_emu *e, const char *name, int *n_args,
-                             sc_cuda_mode *mode) {
+                             sc_cuda_mode *mode, int *n_ptrs, const long long **extents) {
   char sym[512];
   snprintf(sym, sizeof sym, "%s" SC_CUDA_EMU_INFO_SUFFIX, name);
-  const int *info = (const int *)dlsym(e->so, sym);
-  if (!info) return false;
-  *n_args = info[0];
+  const long long *info = (const long long *)dlsym(e->so, sym);
+  if (!info || info[0] < 0 || info[2] < 0 || info[2] > info[0]) return false;
+  *n_args = (int)info[0];
   *mode = info[1] ? SC_CUDA_BLOCK_PER_POINT : SC_CUDA_THREAD_PER_POINT;
+  *n_ptrs = (int)info[2];
+  *extents = info + 3;
   return true;
 }
 

@@ -53,11 +53,12 @@ sc_status sc_cuda_emu_open(const char *cuda_src, sc_cuda_emu **out, sc_diag *d);
  * args: a pointer to each argument, as cuLaunchKernel's kernelParams. */
 sc_status sc_cuda_emu_launch(sc_cuda_emu *e, const char *name, const sc_cuda_launch *l,
                              void **args, sc_diag *d);
-/* Kernel `name`'s argument count (each 8 bytes) and launch mode, as the
- * unit exports them (codegen/cuda/cuda.h); false when it has no such
- * kernel. */
+/* Kernel `name`'s argument count (each 8 bytes), launch mode, and its
+ * first *n_ptrs arguments' extents (pairs: written, bytes; 0 bytes:
+ * unknown), as the unit exports them (codegen/cuda/cuda.h); false when it
+ * has no such kernel. */
 bool sc_cuda_emu_kernel_info(const sc_cuda_emu *e, const char *name, int *n_args,
-                             sc_cuda_mode *mode);
+                             sc_cuda_mode *mode, int *n_ptrs, const long long **extents);
 void sc_cuda_emu_close(sc_cuda_emu *e);
 /* Seconds the host compiler took in sc_cuda_emu_open. */
 double sc_cuda_emu_compile_seconds(const sc_cuda_emu *e);

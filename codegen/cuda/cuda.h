@@ -66,9 +66,11 @@ enum { SC_CUDA_SERIAL_INNER_MAX = 16 };
  * `sc_emu_bind` through which the emulator hands over its API. Without
  * SC_CUDA_EMU (NVRTC) none of this is compiled. */
 #define SC_CUDA_EMU_SUFFIX "__emu"
-/* ... and `extern "C" const int NAME` SC_CUDA_EMU_INFO_SUFFIX `[2]`: the
- * number of arguments (all 8 bytes: pointers, then begin and end) and 1
- * when the kernel runs block per point (its threads meet at barriers). */
+/* ... and `extern "C" const long long NAME` SC_CUDA_EMU_INFO_SUFFIX `[]`:
+ * the number of arguments (all 8 bytes: pointers, then begin and end), 1
+ * when the kernel runs block per point (its threads meet at barriers), the
+ * number P of pointer params (the first P arguments) whose extents follow,
+ * then for each: 1 when written, and its bytes (0: unknown). */
 #define SC_CUDA_EMU_INFO_SUFFIX "__emu_info"
 
 typedef enum sc_cuda_mode {

@@ -976,11 +976,16 @@ static sc_status emit_kernel(sbuf *b, const kir_kernel *k, const sc_program *p, 
               stype(k->params[i].dtype), (int)i);
   sb_printf(b, "%s*(long long *)a[%d], *(long long *)a[%d]);\n}\n", k->n_params ? ", " : "",
             (int)k->n_params, (int)k->n_params + 1);
-  /* for the fake driver: how many 8-byte arguments, and whether a block's
-   * threads meet at barriers (they run as fibers) */
-  sb_printf(b, "extern \"C\" __attribute__((visibility(\"default\"))) const int %s"
-               SC_CUDA_EMU_INFO_SUFFIX "[2] = {%d, %d};\n#endif\n\n",
-            k->name, (int)k->n_params + 2, block ? 1 : 0);
+  /* for the fake driver: how many 8-byte arguments, whether a block's
+   * threads meet at barriers (they run as fibers), and what each pointer
+   * param spans (written or read, bytes) */
+  sb_printf(b, "extern \"C\" __attribute__((visibility(\"default\"))) const long long %s"
+               SC_CUDA_EMU_INFO_SUFFIX "[] = {%d, %d, %d", k->name, (int)k->n_params + 2,
+            block ? 1 : 0, (int)k->n_params);
+  for (int32_t i = 0; i < k->n_params; i++)
+    sb_printf(b, ", %d, %lldll", k->params[i].written ? 1 : 0,
+              (long long)(k->params[i].numel * (int64_t)sc_dtype_size(k->params[i].dtype)));
+  sb_printf(b, "};\n#endif\n\n");
 out:
   sc_free(e.dep_inner);
   sc_free(e.dep_last);
@@ -1033,8 +1038,8 @@ static void emit_scatter(sbuf *b, sc_dtype vt, sc_dtype it) {
             "  %s(*(%s **)a[0], *(const %s **)a[1], *(const %s **)a[2], *(long long *)a[3],\n"
             "     *(long long *)a[4], *(long long *)a[5]);\n"
             "}\n"
-            "extern \"C\" __attribute__((visibility(\"default\"))) const int %s"
-            SC_CUDA_EMU_INFO_SUFFIX "[2] = {6, 0};\n"
+            "extern \"C\" __attribute__((visibility(\"default\"))) const long long %s"
+            SC_CUDA_EMU_INFO_SUFFIX "[] = {6, 0, 0};\n"
             "#endif\n\n",
             name, v, ix, v, name, name, v, ix, v, name);
 }

@@ -47,9 +47,12 @@
  * `summary:` line gives the counts (launches from streams and from graph
  * replays, graphs, host functions, copies) and `violations=N`: operations
  * that a real GPU would run in an undefined order or on freed memory —
- * memory freed, a stream, graph or module destroyed while work that uses
- * it is still queued. Each violation is also a line `violation: ...` and
- * is printed to stderr. Tests read the log.
+ * races (two operations of different streams touching the same device
+ * memory, one writing, with no event or host synchronisation ordering
+ * them: see "the race check" below), memory freed, a stream, graph or
+ * module destroyed while work that uses it is still queued, a capture not
+ * joined back. Each violation is also a line `violation: ...` and is
+ * printed to stderr. Tests read the log (or sc_fake_cuda_violations).
  *
  * Not emulated: timing, occupancy, the memory model between blocks,
  * peer access, IPC, the runtime API. cuBLASLt and NCCL cannot run on this
@@ -151,6 +154,8 @@ typedef struct ffunc {
   char name[256];
   int n_args;
   sc_cuda_mode mode;
+  int n_ptrs;              /* pointer args whose extents are known */
+  const long long *extents; /* [n_ptrs] pairs: written, bytes (the unit's) */
   struct ffunc *next;
 } ffunc;
 
@@ -165,11 +170,17 @@ typedef struct fstream fstream;
 typedef struct fgraph fgraph;
 
 typedef struct fevent {
+  struct vclock *vc;     /* the recording stream's clock at the record (race_mu) */
   uint64_t issued, done; /* records made / run (ev_mu) */
   fgraph *captured;      /* recorded while capturing: into this graph */
   fstream *cap_stream;
   long cap_pos;          /* the graph's node count at the record */
 } fevent;
+
+typedef struct range {
+  uintptr_t lo, hi;
+  bool write;
+} range;
 
 enum { OP_LAUNCH, OP_HOST, OP_COPY, OP_COPY2D, OP_SET, OP_RECORD, OP_WAIT, OP_GRAPH };
 
@@ -186,6 +197,8 @@ typedef struct fop {
     struct {
       CUhostFn fn;
       void *ud;
+      int n_ranges; /* declared by sc_fake_cuda_host_access */
+      range *ranges;
     } host;
     struct {
       void *dst;
@@ -231,7 +244,27 @@ struct fstream {
   bool origin;       /* the stream the capture began on */
   long last_node;    /* capture: index of its last node, -1 none */
   long joined_at;    /* capture: the largest cap_pos of its events the origin waited on */
+  int vid;           /* its slot in vector clocks, or -1 (too many streams: not checked) */
+  struct vclock *vc; /* what it has ordered after so far (race_mu) */
 };
+
+enum { VC_SLOTS = 128, HISTORY = 8192, MAX_RANGES = 64 };
+typedef struct vclock {
+  uint32_t t[VC_SLOTS];
+} vclock;
+typedef struct access {
+  range r;
+  int vid, stream; /* its stream's clock slot and id */
+  uint32_t clock;
+} access;
+static pthread_mutex_t race_mu = PTHREAD_MUTEX_INITIALIZER;
+static range *allocs; /* live cuMemAlloc ranges: only device memory is checked */
+static int n_allocs, cap_allocs;
+static access history[HISTORY];
+static int n_history, next_vid;
+static __thread vclock host_vc;
+static __thread range declared[MAX_RANGES]; /* for the next host function */
+static __thread int n_declared;
 
 static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ev_cv = PTHREAD_COND_INITIALIZER;
@@ -356,6 +389,7 @@ static void run_graph(gexec *x) {
 
 static void free_op(fop *o) {
   if (o->kind == OP_LAUNCH) free(o->u.launch.args);
+  if (o->kind == OP_HOST) free(o->u.host.ranges);
   free(o);
 }
 
@@ -414,6 +448,14 @@ static fstream *new_stream(void) {
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->idle, NULL);
   s->owner = pthread_self();
+  s->vc = calloc(1, sizeof *s->vc);
+  if (!s->vc) {
+    free(s);
+    return NULL;
+  }
+  pthread_mutex_lock(&race_mu);
+  s->vid = next_vid < VC_SLOTS ? next_vid++ : -1;
+  pthread_mutex_unlock(&race_mu);
   if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
     free(s);
     return NULL;
@@ -491,8 +533,165 @@ static CUresult capture_node(fstream *s, fop *o) {
   return SC_CUDA_SUCCESS;
 }
 
+/* ---- the race check ----
+ * Happens-before by vector clocks, at submission (so it is deterministic,
+ * whatever the threads' timing): a stream's operations are ordered among
+ * themselves; an event carries its stream's clock to the streams that wait
+ * on it; a host synchronisation carries the synchronised stream's clock to
+ * what the host submits afterwards (per host thread). Each operation's
+ * memory ranges (a kernel's pointer params with the extents its unit
+ * exports, copies, memsets, and what the runtime declares for a host
+ * function through sc_fake_cuda_host_access) are compared with the
+ * ranges recent operations of other streams touched: two accesses, one a
+ * write, with neither ordered before the other, are a violation: "race".
+ * A graph launch counts as one operation with all its nodes' ranges. */
+static void vc_merge(vclock *into, const vclock *from) {
+  for (int i = 0; i < VC_SLOTS; i++)
+    if (from->t[i] > into->t[i]) into->t[i] = from->t[i];
+}
+
+/* The ranges operation o touches (at most MAX_RANGES; a graph's beyond
+ * that are not checked). */
+static int op_ranges(const fop *o, range *out) {
+  int n = 0;
+  switch (o->kind) {
+  case OP_LAUNCH: {
+    const ffunc *f = o->u.launch.f;
+    for (int i = 0; i < f->n_ptrs && i < f->n_args && n < MAX_RANGES; i++) {
+      uintptr_t p = (uintptr_t)o->u.launch.args[i];
+      long long bytes = f->extents[2 * i + 1];
+      if (p && bytes > 0) out[n++] = (range){p, p + (uintptr_t)bytes, f->extents[2 * i] != 0};
+    }
+    break;
+  }
+  case OP_COPY:
+    if (o->u.copy.n) {
+      out[n++] = (range){(uintptr_t)o->u.copy.dst, (uintptr_t)o->u.copy.dst + o->u.copy.n, true};
+      out[n++] = (range){(uintptr_t)o->u.copy.src, (uintptr_t)o->u.copy.src + o->u.copy.n, false};
+    }
+    break;
+  case OP_COPY2D: {
+    const sc_cu_memcpy2d *c = &o->u.c2d;
+    if (c->Height && c->WidthInBytes) {
+      uintptr_t s = (uintptr_t)c->srcDevice + c->srcY * c->srcPitch + c->srcXInBytes;
+      uintptr_t d = (uintptr_t)c->dstDevice + c->dstY * c->dstPitch + c->dstXInBytes;
+      out[n++] = (range){d, d + (c->Height - 1) * c->dstPitch + c->WidthInBytes, true};
+      out[n++] = (range){s, s + (c->Height - 1) * c->srcPitch + c->WidthInBytes, false};
+    }
+    break;
+  }
+  case OP_SET:
+    if (o->u.set.n)
+      out[n++] = (range){(uintptr_t)o->u.set.dst, (uintptr_t)o->u.set.dst + o->u.set.n, true};
+    break;
+  case OP_HOST:
+    for (int i = 0; i < o->u.host.n_ranges; i++) out[n++] = o->u.host.ranges[i];
+    break;
+  case OP_GRAPH:
+    for (long i = 0; i < o->u.graph->n && n < MAX_RANGES; i++) {
+      range sub[MAX_RANGES];
+      int k = op_ranges(&o->u.graph->nodes[i], sub);
+      for (int j = 0; j < k && n < MAX_RANGES; j++) out[n++] = sub[j];
+    }
+    break;
+  }
+  return n;
+}
+
+static bool device_memory(uintptr_t p) {
+  for (int i = 0; i < n_allocs; i++)
+    if (p >= allocs[i].lo && p < allocs[i].hi) return true;
+  return false;
+}
+
+/* Ticks s's clock for o and checks o's ranges (race_mu held). */
+static void race_check(fstream *s, const fop *o) {
+  if (s->vid < 0) return;
+  vc_merge(s->vc, &host_vc);
+  uint32_t now = ++s->vc->t[s->vid];
+  range rs[MAX_RANGES];
+  int n = 0, all = op_ranges(o, rs);
+  for (int i = 0; i < all; i++) /* host memory is the host's business */
+    if (device_memory(rs[i].lo)) rs[n++] = rs[i];
+  for (int i = 0; i < n; i++) {
+    for (int h = 0; h < n_history; h++) {
+      access *a = &history[h];
+      if (a->vid == s->vid || a->r.hi <= rs[i].lo || rs[i].hi <= a->r.lo) continue;
+      if (!a->r.write && !rs[i].write) continue;
+      if (a->clock <= s->vc->t[a->vid]) continue; /* ordered before */
+      violation("race: stream %d %s [%#lx, +%lu) unordered with stream %d's %s of "
+                "[%#lx, +%lu) (a missing event wait?)",
+                s->id, rs[i].write ? "writes" : "reads", (unsigned long)rs[i].lo,
+                (unsigned long)(rs[i].hi - rs[i].lo), a->stream, a->r.write ? "write" : "read",
+                (unsigned long)a->r.lo, (unsigned long)(a->r.hi - a->r.lo));
+      a->clock = 0; /* reported once */
+    }
+  }
+  for (int i = 0; i < n; i++) { /* remember it; drop what it covers and follows */
+    int w = 0;
+    for (int h = 0; h < n_history; h++) {
+      access *a = &history[h];
+      bool covered = rs[i].write && a->r.lo >= rs[i].lo && a->r.hi <= rs[i].hi &&
+                     a->clock <= s->vc->t[a->vid];
+      if (!covered && a->clock != 0) history[w++] = *a;
+    }
+    n_history = w;
+    if (n_history == HISTORY) { /* full: forget the oldest half */
+      memmove(history, history + HISTORY / 2, (HISTORY / 2) * sizeof *history);
+      n_history = HISTORY / 2;
+    }
+    history[n_history++] = (access){rs[i], s->vid, s->id, now};
+  }
+}
+
+/* New device memory [lo, hi). */
+static void race_alloc(uintptr_t lo, uintptr_t hi) {
+  pthread_mutex_lock(&race_mu);
+  if (n_allocs == cap_allocs) {
+    int cap = cap_allocs ? 2 * cap_allocs : 64;
+    range *a = realloc(allocs, (size_t)cap * sizeof *a);
+    if (a) {
+      allocs = a;
+      cap_allocs = cap;
+    }
+  }
+  if (n_allocs < cap_allocs) allocs[n_allocs++] = (range){lo, hi, false};
+  pthread_mutex_unlock(&race_mu);
+}
+
+/* Forgets what touched [lo, hi) (the memory was freed). */
+static void race_forget(uintptr_t lo, uintptr_t hi) {
+  pthread_mutex_lock(&race_mu);
+  for (int i = 0; i < n_allocs; i++)
+    if (allocs[i].lo == lo) {
+      allocs[i] = allocs[--n_allocs];
+      break;
+    }
+  int w = 0;
+  for (int h = 0; h < n_history; h++)
+    if (history[h].r.hi <= lo || hi <= history[h].r.lo) history[w++] = history[h];
+  n_history = w;
+  pthread_mutex_unlock(&race_mu);
+}
+
+/* The host has waited for s (or e): what it submits next follows. */
+static void race_host_waited(const vclock *vc) {
+  pthread_mutex_lock(&race_mu);
+  vc_merge(&host_vc, vc);
+  pthread_mutex_unlock(&race_mu);
+}
+
+EXPORT void sc_fake_cuda_host_access(const void *p, size_t bytes, int write);
+void sc_fake_cuda_host_access(const void *p, size_t bytes, int write) {
+  if (p && bytes && n_declared < MAX_RANGES)
+    declared[n_declared++] = (range){(uintptr_t)p, (uintptr_t)p + bytes, write != 0};
+}
+
 /* Queues o on s, or records it into s's capture. */
 static CUresult submit(fstream *s, fop *o) {
+  pthread_mutex_lock(&race_mu);
+  race_check(s, o);
+  pthread_mutex_unlock(&race_mu);
   if (atomic_load(&sticky) && !s->capturing) {
     free_op(o);
     return SC_CUDA_ERROR_LAUNCH_FAILED;
@@ -593,6 +792,10 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext c) {
 EXPORT CUresult cuCtxSynchronize(void) {
   if (capturing_any()) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   drain_all();
+  pthread_mutex_lock(&g_mu);
+  for (int i = 0; i < n_streams; i++)
+    if (mine(streams[i])) race_host_waited(streams[i]->vc);
+  pthread_mutex_unlock(&g_mu);
   return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
 }
 
@@ -627,6 +830,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t bytes) {
   }
   *(size_t *)m = bytes;
   *p = (CUdeviceptr)(uintptr_t)((char *)m + HEADER);
+  race_alloc((uintptr_t)*p, (uintptr_t)*p + bytes);
   logln("call cuMemAlloc %zu", bytes);
   return SC_CUDA_SUCCESS;
 }
@@ -640,6 +844,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     drain_all();
   }
   char *m = (char *)(uintptr_t)p - HEADER;
+  race_forget((uintptr_t)p, (uintptr_t)p + *(size_t *)m);
   pthread_mutex_lock(&g_mu);
   allocated -= *(size_t *)m;
   pthread_mutex_unlock(&g_mu);
@@ -751,6 +956,7 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream h) {
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->idle);
   pthread_mutex_destroy(&s->mu);
+  free(s->vc);
   free(s);
   return SC_CUDA_SUCCESS;
 }
@@ -759,6 +965,7 @@ EXPORT CUresult cuStreamSynchronize(CUstream h) {
   fstream *s = stream_of(h);
   if (s->capturing) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   drain(s);
+  race_host_waited(s->vc);
   return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
 }
 
@@ -766,13 +973,19 @@ EXPORT CUresult cuStreamQuery(CUstream h) {
   fstream *s = stream_of(h);
   if (s->capturing) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (atomic_load(&sticky)) return SC_CUDA_ERROR_LAUNCH_FAILED;
-  return pending_of(s) ? SC_CUDA_ERROR_NOT_READY : SC_CUDA_SUCCESS;
+  if (pending_of(s)) return SC_CUDA_ERROR_NOT_READY;
+  race_host_waited(s->vc);
+  return SC_CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuEventCreate(CUevent *out, unsigned flags) {
   (void)flags;
   if (!out) return SC_CUDA_ERROR_INVALID_VALUE;
   fevent *e = calloc(1, sizeof *e);
+  if (e && !(e->vc = calloc(1, sizeof *e->vc))) {
+    free(e);
+    e = NULL;
+  }
   if (!e) return SC_CUDA_ERROR_OUT_OF_MEMORY;
   *out = (CUevent)e;
   return SC_CUDA_SUCCESS;
@@ -788,6 +1001,7 @@ EXPORT CUresult cuEventDestroy_v2(CUevent h) {
     violation("cuEventDestroy of an event whose record is still queued");
     drain_all();
   }
+  free(e->vc);
   free(e);
   return SC_CUDA_SUCCESS;
 }
@@ -802,6 +1016,9 @@ EXPORT CUresult cuEventRecord(CUevent h, CUstream sh) {
     if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
     o->u.ev.e = e;
     CUresult r = capture_node(s, o);
+    pthread_mutex_lock(&race_mu);
+    *e->vc = *s->vc;
+    pthread_mutex_unlock(&race_mu);
     pthread_mutex_lock(&g_mu);
     e->captured = s->capturing;
     e->cap_stream = s;
@@ -816,7 +1033,11 @@ EXPORT CUresult cuEventRecord(CUevent h, CUstream sh) {
   o->u.ev.e = e;
   o->u.ev.gen = ++e->issued;
   pthread_mutex_unlock(&ev_mu);
-  return submit(s, o);
+  CUresult r = submit(s, o);
+  pthread_mutex_lock(&race_mu);
+  *e->vc = *s->vc;
+  pthread_mutex_unlock(&race_mu);
+  return r;
 }
 
 EXPORT CUresult cuStreamWaitEvent(CUstream sh, CUevent h, unsigned flags) {
@@ -825,6 +1046,9 @@ EXPORT CUresult cuStreamWaitEvent(CUstream sh, CUevent h, unsigned flags) {
   fevent *e = (fevent *)h;
   fstream *s = stream_of(sh);
   logln("call cuStreamWaitEvent stream=%d on %p", s->id, (void *)e);
+  pthread_mutex_lock(&race_mu);
+  vc_merge(s->vc, e->vc);
+  pthread_mutex_unlock(&race_mu);
   pthread_mutex_lock(&g_mu);
   fgraph *g = e->captured;
   if (g) {
@@ -865,6 +1089,7 @@ EXPORT CUresult cuEventSynchronize(CUevent h) {
   uint64_t gen = e->issued;
   while (e->done < gen) pthread_cond_wait(&ev_cv, &ev_mu);
   pthread_mutex_unlock(&ev_mu);
+  race_host_waited(e->vc);
   return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
 }
 
@@ -932,7 +1157,8 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *nam
   ffunc *f = calloc(1, sizeof *f);
   if (!f) return SC_CUDA_ERROR_OUT_OF_MEMORY;
   if (strlen(name) >= sizeof f->name ||
-      !sc_cuda_emu_kernel_info(m->emu, name, &f->n_args, &f->mode) || f->n_args < 0 ||
+      !sc_cuda_emu_kernel_info(m->emu, name, &f->n_args, &f->mode, &f->n_ptrs, &f->extents) ||
+      f->n_args < 0 ||
       f->n_args > MAX_ARGS) {
     free(f);
     return SC_CUDA_ERROR_NOT_FOUND;
@@ -992,6 +1218,11 @@ EXPORT CUresult cuLaunchHostFunc(CUstream sh, CUhostFn fn, void *ud) {
   if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
   o->u.host.fn = fn;
   o->u.host.ud = ud;
+  if (n_declared > 0 && (o->u.host.ranges = malloc((size_t)n_declared * sizeof(range)))) {
+    memcpy(o->u.host.ranges, declared, (size_t)n_declared * sizeof(range));
+    o->u.host.n_ranges = n_declared;
+  }
+  n_declared = 0;
   pthread_mutex_lock(&log_mu);
   count.host_fns++;
   pthread_mutex_unlock(&log_mu);
@@ -1016,8 +1247,10 @@ EXPORT CUresult cuStreamBeginCapture_v2(CUstream sh, int mode) {
 }
 
 static void free_nodes(fop *nodes, long n) {
-  for (long i = 0; i < n; i++)
+  for (long i = 0; i < n; i++) {
     if (nodes[i].kind == OP_LAUNCH) free(nodes[i].u.launch.args);
+    if (nodes[i].kind == OP_HOST) free(nodes[i].u.host.ranges);
+  }
   free(nodes);
 }
 
@@ -1069,6 +1302,13 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h,
   }
   for (long i = 0; i < g->n; i++) {
     nodes[i] = g->nodes[i];
+    if (nodes[i].kind == OP_HOST) {
+      nodes[i].u.host.ranges = NULL;
+      int k = g->nodes[i].u.host.n_ranges;
+      if (k > 0 && (nodes[i].u.host.ranges = malloc((size_t)k * sizeof(range))))
+        memcpy(nodes[i].u.host.ranges, g->nodes[i].u.host.ranges, (size_t)k * sizeof(range));
+      if (!nodes[i].u.host.ranges) nodes[i].u.host.n_ranges = 0;
+    }
     if (nodes[i].kind != OP_LAUNCH) continue;
     int n = nodes[i].u.launch.f->n_args;
     uint64_t *a = malloc((size_t)(n > 0 ? n : 1) * sizeof *a);

@@ -399,8 +399,8 @@ static void test_golden_kernel(void **state) {
       "  k_divmod(*(const long long **)a[0], *(const long long **)a[1], *(long long **)a[2], "
       "*(long long **)a[3], *(long long *)a[4], *(long long *)a[5]);\n"
       "}\n"
-      "extern \"C\" __attribute__((visibility(\"default\"))) const int k_divmod__emu_info[2] = "
-      "{6, 0};\n"
+      "extern \"C\" __attribute__((visibility(\"default\"))) const long long k_divmod__emu_info[] "
+      "= {6, 0, 4, 0, 512ll, 0, 512ll, 1, 512ll, 1, 512ll};\n"
       "#endif\n"
       "\n";
   if (strcmp(got, want) != 0) fail_msg("golden mismatch; emitted:\n%s", got);

@@ -12,7 +12,9 @@
  * Checked:
  *   - a stream's work really runs asynchronously and in order; a second
  *     stream that waits on an event recorded after 40 bumps of a buffer
- *     copies the buffer with all 40 done (every element 40);
+ *     copies the buffer with all 40 done (every element 40), and the race
+ *     check says nothing; the same copy without the wait is one race
+ *     violation, at once; after a host synchronisation, none;
  *   - a capture of 3 bumps replays as 3 bumps per cuGraphLaunch, and the
  *     launch arguments were copied at the call (changed afterwards: no
  *     effect);
@@ -38,6 +40,7 @@
 static const sc_cu *cu;
 static CUmodule mod;
 static CUfunction f_bump, f_copy;
+static long (*violations)(void); /* the fake driver's count */
 
 static const char KERNELS[] =
     "extern \"C\" __global__ void bump(float *p, long long n) {\n"
@@ -52,11 +55,13 @@ static const char KERNELS[] =
     "extern \"C\" __attribute__((visibility(\"default\"))) void bump__emu(void **a) {\n"
     "  bump(*(float **)a[0], *(long long *)a[1]);\n"
     "}\n"
-    "extern \"C\" __attribute__((visibility(\"default\"))) const int bump__emu_info[2] = {2, 0};\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) const long long bump__emu_info[] = "
+    "{2, 0, 1, 1, 262144};\n" /* N floats, written */
     "extern \"C\" __attribute__((visibility(\"default\"))) void copy__emu(void **a) {\n"
     "  copy(*(const float **)a[0], *(float **)a[1], *(long long *)a[2]);\n"
     "}\n"
-    "extern \"C\" __attribute__((visibility(\"default\"))) const int copy__emu_info[2] = {3, 0};\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) const long long copy__emu_info[] = "
+    "{3, 0, 2, 0, 262144, 1, 262144};\n"
     "#endif\n";
 
 #define CU(call) assert_int_equal((call), SC_CUDA_SUCCESS)
@@ -78,6 +83,8 @@ static int setup(void **state) {
   CUresult r = cu->module_load(&mod, image, 0, NULL, NULL);
   free(image);
   if (r != SC_CUDA_SUCCESS) return -1;
+  *(void **)&violations = dlsym(cu->lib, "sc_fake_cuda_violations");
+  if (!violations) return -1;
   if (cu->module_function(&f_bump, mod, "bump") != SC_CUDA_SUCCESS ||
       cu->module_function(&f_copy, mod, "copy") != SC_CUDA_SUCCESS)
     return -1;
@@ -106,6 +113,7 @@ static float *host_copy(CUdeviceptr p, CUstream s) {
 static void test_event_orders_streams(void **state) {
   (void)state;
   assert_true(cu->emulated);
+  long before = violations();
   CUstream s1, s2;
   CUevent e;
   CUdeviceptr a, b;
@@ -125,6 +133,22 @@ static void test_event_orders_streams(void **state) {
   for (int i = 0; i < N; i++)
     if (h[i] != 40.0f) fail_msg("b[%d] = %g: the copy did not wait for the bumps", i, h[i]);
   free(h);
+  assert_int_equal(violations(), before); /* ordered by the event: no race */
+
+  /* the same without the event wait: the race check sees it at once,
+   * whatever the timing */
+  CU(cu->stream_synchronize(s1));
+  for (int i = 0; i < 3; i++) launch_bump(s1, a, N);
+  CU(cu->launch_kernel(f_copy, 64, 1, 1, 256, 1, 1, 0, s2, args, NULL));
+  assert_int_equal(violations(), before + 1);
+  /* a host synchronisation orders what the host submits after it */
+  CU(cu->stream_synchronize(s1));
+  CU(cu->stream_synchronize(s2));
+  launch_bump(s1, a, N);
+  CU(cu->stream_synchronize(s1));
+  CU(cu->launch_kernel(f_copy, 64, 1, 1, 256, 1, 1, 0, s2, args, NULL));
+  CU(cu->stream_synchronize(s2));
+  assert_int_equal(violations(), before + 1);
   CU(cu->stream_synchronize(s1));
   CU(cu->mem_free(a));
   CU(cu->mem_free(b));
@@ -213,8 +237,6 @@ static void nap(void *ud) {
 
 static void test_free_while_queued(void **state) {
   (void)state;
-  long (*violations)(void) = (long (*)(void))dlsym(cu->lib, "sc_fake_cuda_violations");
-  assert_non_null(violations);
   long before = violations();
   CUstream s;
   CUdeviceptr a;
