@@ -21,15 +21,15 @@ Checked, against the CPU device on the same seeded random inputs:
     with --no-cuda-graph; no violations;
   - GPT-2 over thread-ranks: tp=2, dp=2, pp=2 (send/recv), dp=2 x tp=2:
     collectives on the communication streams, ordered by events, one graph
-    per rank;
+    per rank; the other samples at tp=2 and pp=2 (graphs);
   - training: the MLP (AdamW, 6 steps) and GPT-2 under fsdp=2 (ZeRO-3,
     2 steps): every loss and gradient norm within rtol 2e-5 of the CPU's
     (as test_train_dist.py's tolerance); then the MLP, 2 steps, under every
     mesh test_train_dist.py checks it with (dp, ZeRO 1/2/3, HSDP both ways,
     tp with and without sequence parallelism, fsdp x tp, pp=2 under gpipe,
     1f1b, zb-h1 and interleaved, pp x fsdp with recompute, dp x tp x pp),
-    and GPT-2 under fsdp=2 x tp=2 and pp=2 1f1b, each against the same
-    mesh on the CPU;
+    GPT-2 and Llama under fsdp=2 x tp=2 and pp=2 1f1b, ViT under
+    fsdp=2 x tp=2, each against the same mesh on the CPU;
   - every mesh run (CPU and emulated GPU) writes each rank's collective
     trace (SHARDC_COMM_TRACE): within every group all members made the
     same collectives in the same order, and sends match receives
@@ -108,7 +108,7 @@ def close(ref, got, what):
               f"largest {scale:.3g} (tolerance {TOL} of it)")
 
 
-def run_case(tmp, name, model, extra, batch=2):
+def run_case(tmp, name, model, extra, batch=2, modes=("graph", "stream")):
     """CPU vs emulated GPU (graphs, then --no-cuda-graph) for one model."""
     base = ["run", model, "--dim", f"batch={batch}", "--random-inputs", "7", "-q"] + extra
     cpu = os.path.join(tmp, name + ".cpu")
@@ -117,6 +117,8 @@ def run_case(tmp, name, model, extra, batch=2):
         return
     got = {}
     for mode, flags in (("graph", ["--repeat", "3"]), ("stream", ["--no-cuda-graph"])):
+        if mode not in modes:
+            continue
         out, log = os.path.join(tmp, f"{name}.{mode}"), os.path.join(tmp, f"{name}.{mode}.log")
         traces = os.path.join(tmp, f"{name}.{mode}.traces")
         os.makedirs(traces)
@@ -196,6 +198,10 @@ def main():
         meshes = () if REAL else ("tp=2", "dp=2", "pp=2", "dp=2,tp=2")  # NCCL: not yet
         for mesh in meshes:
             run_case(tmp, "gpt2-" + mesh, gpt2, ["--mesh", mesh], batch=4)
+        for m in () if REAL else ("mlp", "bert", "llama", "resnet", "vit"):
+            for mesh in ("tp=2", "pp=2"):
+                run_case(tmp, f"{m}-{mesh}", os.path.join(SAMPLES, m + ".onnx"),
+                         ["--mesh", mesh], batch=4, modes=("graph",))
 
         rng = np.random.default_rng(11)
         x, lab = os.path.join(tmp, "x.npy"), os.path.join(tmp, "lab.npy")
@@ -223,6 +229,15 @@ def main():
                 train_case(tmp, "gpt2 " + " ".join(mesh[1:]), gpt2,
                            ["--data", "input_ids=" + ids, "--labels", glab],
                            ["--dim", "batch=4", "--optimizer", "adamw"] + mesh, 2)
+                train_case(tmp, "llama " + " ".join(mesh[1:]), os.path.join(SAMPLES, "llama.onnx"),
+                           ["--data", "input_ids=" + ids, "--labels", glab],
+                           ["--dim", "batch=4", "--optimizer", "sgd", "--momentum", "0.9"] + mesh, 2)
+            pix = os.path.join(tmp, "pix.npy")
+            np.save(pix, rng.uniform(-1, 1, (8, 3, 32, 32)).astype(np.float32))
+            train_case(tmp, "vit fsdp=2,tp=2", os.path.join(SAMPLES, "vit.onnx"),
+                       ["--data", "pixel_values=" + pix, "--labels", lab],
+                       ["--dim", "batch=4", "--optimizer", "sgd", "--momentum", "0.9",
+                        "--mesh", "fsdp=2,tp=2"], 2)
 
         bad = os.path.join(tmp, "bad.npy")
         np.save(bad, np.full((2, 16), 99999, dtype=np.int64))
