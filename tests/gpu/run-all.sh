@@ -9,7 +9,8 @@
 #                                        the rehearsal on the emulated GPU
 #                                        (no device needed; what CI runs)
 #   --quick                              leave out the timings (GEMM TFLOP/s,
-#                                        GPT-2 small)
+#                                        GPT-2 small) and the samples check's
+#                                        mesh matrices
 #   --json FILE                          also write the summary there
 #
 # Environment: SC_BINARY_DIR (the build folder; default build/, built
