@@ -587,14 +587,5 @@ int main(void) {
 
 #else /* !SHARDC_HAVE_CUDA */
 
-static void test_cuda_disabled(void **state) {
-  (void)state;
-  printf("[  SKIP    ] built without NVRTC (SHARDC_CUDA=OFF)\n");
-  skip();
-}
-
-int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_cuda_disabled)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SC_TEST_MAIN_SKIPPED("built without NVRTC (SHARDC_CUDA=OFF)")
 #endif

@@ -582,13 +582,5 @@ int main(void) {
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else
-static void test_no_cuda(void **state) {
-  (void)state;
-  skip();
-}
-
-int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_no_cuda)};
-  return cmocka_run_group_tests(tests, NULL, NULL);
-}
+SC_TEST_MAIN_SKIPPED("built without the CUDA backend (NVRTC)")
 #endif

@@ -275,4 +275,17 @@ static inline sc_graph *parse_ok(const char *text) {
   return g;
 }
 
+/* The main() of a test binary whose subject this build lacks (no NVRTC,
+ * no toolkit headers): one test, skipped, saying why. */
+#define SC_TEST_MAIN_SKIPPED(why)                                                   \
+  static void test_not_built(void **state) {                                        \
+    (void)state;                                                                    \
+    printf("[  SKIP    ] %s\n", why);                                               \
+    skip();                                                                         \
+  }                                                                                 \
+  int main(void) {                                                                  \
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_not_built)};          \
+    return cmocka_run_group_tests(tests, NULL, NULL);                               \
+  }
+
 #endif
