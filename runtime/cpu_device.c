@@ -280,6 +280,14 @@ static bool operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t co
   return true;
 }
 
+bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]) {
+  int64_t ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k;
+  int64_t br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
+  return operand_span(g->batch, g->stride_a, ar, ac, g->lda, &span[0]) &&
+         operand_span(g->batch, g->stride_b, br, bc, g->ldb, &span[1]) &&
+         operand_span(g->batch, g->stride_c, g->m, g->n, g->ldc, &span[2]);
+}
+
 static bool valid_buffer(const sc_program *p, int32_t b) { return b >= 0 && b < p->n_buffers; }
 
 /* Why GEMM step s cannot run here, or NULL. */
@@ -300,12 +308,10 @@ const char *sc_gemm_problem(const sc_program *p, const sc_step *s) {
   if ((ar > 0 && g->lda < (ac > 1 ? ac : 1)) || (br > 0 && g->ldb < (bc > 1 ? bc : 1)) ||
       (g->m > 0 && g->ldc < (g->n > 1 ? g->n : 1)))
     return "leading dimension smaller than a row";
-  int64_t sa, sb, sc;
-  if (!operand_span(g->batch, g->stride_a, ar, ac, g->lda, &sa) ||
-      !operand_span(g->batch, g->stride_b, br, bc, g->ldb, &sb) ||
-      !operand_span(g->batch, g->stride_c, g->m, g->n, g->ldc, &sc))
-    return "extents overflow";
-  if (sa > buf_numel(p, g->a) || sb > buf_numel(p, g->b) || sc > buf_numel(p, g->c))
+  int64_t span[3];
+  if (!sc_gemm_spans(g, span)) return "extents overflow";
+  if (span[0] > buf_numel(p, g->a) || span[1] > buf_numel(p, g->b) ||
+      span[2] > buf_numel(p, g->c))
     return "matrix extents exceed their buffers";
   if (g->bias >= 0) {
     int64_t bn = buf_numel(p, g->bias), mn;

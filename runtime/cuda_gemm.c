@@ -231,12 +231,6 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, CUdeviceptr a, CUdev
   return e->host ? SC_OK : plan_cublaslt(e, x, diag);
 }
 
-/* Bytes an f32 operand spans (the last element of the last batch + 1). */
-static size_t span_bytes(int64_t batch, int64_t stride, int64_t rows, int64_t cols, int64_t ld) {
-  if (batch <= 0 || rows <= 0 || cols <= 0) return 0;
-  return (size_t)(((batch - 1) * stride + (rows - 1) * ld + cols) * 4);
-}
-
 static void host_gemm(void *ud) {
   const gemm_entry *x = ud;
   sc_host_gemm_f32(x->g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
@@ -250,17 +244,13 @@ sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *d
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return SC_OK;
   if (e->host) {
     if (e->cu->host_access) { /* the fake driver's race check: what it touches */
-      bool ta = g->trans_a, tb = g->trans_b;
-      e->cu->host_access((const void *)(uintptr_t)x->a,
-                         span_bytes(g->batch, g->stride_a, ta ? g->k : g->m, ta ? g->m : g->k,
-                                    g->lda), 0);
-      e->cu->host_access((const void *)(uintptr_t)x->b,
-                         span_bytes(g->batch, g->stride_b, tb ? g->n : g->k, tb ? g->k : g->n,
-                                    g->ldb), 0);
+      int64_t span[3] = {0, 0, 0};
+      sc_gemm_spans(g, span); /* checked at prepare (sc_gemm_problem) */
+      e->cu->host_access((const void *)(uintptr_t)x->a, (size_t)span[0] * 4, 0);
+      e->cu->host_access((const void *)(uintptr_t)x->b, (size_t)span[1] * 4, 0);
       if (x->bias)
         e->cu->host_access((const void *)(uintptr_t)x->bias, (size_t)x->bias_numel * 4, 0);
-      e->cu->host_access((const void *)(uintptr_t)x->c,
-                         span_bytes(g->batch, g->stride_c, g->m, g->n, g->ldc), 1);
+      e->cu->host_access((const void *)(uintptr_t)x->c, (size_t)span[2] * 4, 1);
     }
     return sc_cu_check(e->cu, e->cu->launch_host_func(s, host_gemm, x), "cuLaunchHostFunc",
                        "the host GEMM", diag);

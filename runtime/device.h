@@ -120,6 +120,9 @@ sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag);
 /* Why GEMM step s cannot run on shardc's devices (bad buffer ids, extents
  * beyond the buffers, non-f32 operands), or NULL. */
 const char *sc_gemm_problem(const sc_program *p, const sc_step *s);
+/* Elements each operand of g spans (A, B, C: the last element of the last
+ * batch entry + 1); false on overflow. */
+bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]);
 /* C = alpha op(A) op(B) + beta C (+ bias) for f32 GEMM g on host memory,
  * cut into tiles whose boundaries depend only on the shape (the same
  * result on any thread count), run on tp (NULL: this thread). bias_numel:

@@ -18,6 +18,12 @@ bool sc_partition_comm_is_world(const char *comm) {
                   strcmp(comm, "nccl") == 0);
 }
 
+int sc_partition_comm_device_check(const char *comm, const sc_device_choice *dev) {
+  if (comm && strcmp(comm, "nccl") == 0 && !(dev->name && strcmp(dev->name, "cuda") == 0))
+    return sc_cli_usage_error("--comm nccl needs --device cuda (NCCL moves GPU memory)");
+  return 0;
+}
+
 sc_status sc_partition_world(const char *comm, sc_comm **world, sc_diag *d) {
   *world = NULL;
   if (strcmp(comm, "mpi") == 0) return sc_comm_mpi_create(world, d);

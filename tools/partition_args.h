@@ -38,6 +38,7 @@
 
 #include "driver/driver.h"
 #include "runtime/comm.h"
+#include "runtime/runtime.h"
 #include "tools/cli.h"
 
 typedef struct sc_partition_args {
@@ -102,6 +103,9 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
  * process's world communicator (nccl: bootstrapped over MPI under mpirun,
  * else over RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT). */
 bool sc_partition_comm_is_world(const char *comm);
+/* 0, or 2 after the usage error of a --comm the device cannot use (nccl
+ * without --device cuda). */
+int sc_partition_comm_device_check(const char *comm, const sc_device_choice *dev);
 sc_status sc_partition_world(const char *comm, sc_comm **world, sc_diag *d);
 
 #endif

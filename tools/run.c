@@ -336,8 +336,8 @@ static int64_t launcher_rank(void) {
 static int check_run_args(const run_opts *r, const char *file) {
   bool mpi = r->pc.comm && strcmp(r->pc.comm, "mpi") == 0;
   bool nccl = r->pc.comm && strcmp(r->pc.comm, "nccl") == 0;
-  if (nccl && !(r->dev.name && strcmp(r->dev.name, "cuda") == 0))
-    return sc_cli_usage_error("--comm nccl needs --device cuda (NCCL moves GPU memory)");
+  int bad = sc_partition_comm_device_check(r->pc.comm, &r->dev);
+  if (bad) return bad;
   if (sc_partition_comm_is_world(r->pc.comm) && !sc_partition_args_active(&r->pc) &&
       !sc_dist_bundle_is_dir(file))
     return sc_cli_usage_error("--comm %s needs --mesh AXES (or --plan FILE.json, or a "

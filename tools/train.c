@@ -567,10 +567,7 @@ int sc_cmd_train(int argc, char **argv) {
     rc = sc_cli_usage_error("--comm %s needs --mesh AXES (one rank per process)", a.pa.comm);
     goto done;
   }
-  if (strcmp(a.pa.comm, "nccl") == 0 && !(a.dev.name && strcmp(a.dev.name, "cuda") == 0)) {
-    rc = sc_cli_usage_error("--comm nccl needs --device cuda (NCCL moves GPU memory)");
-    goto done;
-  }
+  if ((rc = sc_partition_comm_device_check(a.pa.comm, &a.dev)) != 0) goto done;
   if ((per_process ? sc_partition_world(a.pa.comm, &world, &d) : SC_OK) != SC_OK) {
     rc = sc_cli_report(&d, o.file);
     goto done;

@@ -231,15 +231,16 @@ def check_gpt2_small(a, tmp):
         record("gpt2-small", "skip", "minutes per run on the emulated GPU: on a real one only")
         return
     cache = os.path.join(SRC, "build", "bench-cache")
-    found = [os.path.join(cache, f) for f in sorted(os.listdir(cache))
-             if f.startswith("gpt2-small")] if os.path.isdir(cache) else []
-    path = found[0] if found else None
-    if not path:
-        r = sh([a.python, os.path.join(SRC, "bench", "bench_train.py"), "--only", "gpt2-small",
-                "--export-only"], timeout=600)
+
+    def cached():
         found = [os.path.join(cache, f) for f in sorted(os.listdir(cache))
                  if f.startswith("gpt2-small")] if os.path.isdir(cache) else []
-        path = found[0] if found else None
+        return found[0] if found else None
+    path = cached()
+    if not path:  # export it (bench_train.py's cache)
+        sh([a.python, os.path.join(SRC, "bench", "bench_train.py"), "--only", "gpt2-small",
+            "--export-only"], timeout=600)
+        path = cached()
     if not path:
         record("gpt2-small", "skip", "no GPT-2-small export (needs PyTorch and transformers "
                "here, or bench/bench_train.py's cache)")
