@@ -9,6 +9,12 @@ Figures printed (never fails on a time; `make bench` runs it):
      shardc/ort. Target: <= 1.5x on gpt2 and bert.
   2. JIT compile time of each sample, and "model file to ready to run" for
      GPT-2 (import, passes, lowering, LLVM JIT). Target: < 1 s.
+  4. (listed last, printed last) Real-size models (bench/real_models.py:
+     GPT-2-small's shapes at sequence 128, ResNet-18 at 224x224, random
+     weights) at batch 1 and 8, shardc against onnxruntime as in 1, median
+     of --real-runs runs after 1 warm-up; target <= 1.0x. --skip-real
+     leaves them out (building GPT-2-small takes ~20 s once; files are
+     cached in --cache).
   3. CPU GEMM: a 1024x1024x1024 float32 MatMul model (built here with
      onnx.helper) through shardc and onnxruntime, in GFLOP/s (2*M*N*K / t),
      against the machine's peak, estimated as
@@ -34,6 +40,8 @@ bound if compile is missing). That difference is coarse (process start,
 
 usage: bench_run.py [--shardc build/shardc] [--threads T] [--runs N]
                     [--warmup W] [--only gpt2,bert] [--skip-gemm]
+                    [--skip-real] [--real-runs N] [--real gpt2-small,resnet18]
+                    [--cache DIR]
 """
 import argparse
 import os
@@ -55,6 +63,7 @@ from onnx import TensorProto, helper  # noqa: E402
 SAMPLES = ["mlp", "resnet", "gpt2", "bert", "llama", "vit"]
 TARGET_RATIO = {"gpt2": 1.5, "bert": 1.5}
 TARGET_READY_S = 1.0
+TARGET_REAL_RATIO = 1.0
 UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
@@ -280,6 +289,10 @@ def main():
     ap.add_argument("--only", default="", help="comma-separated samples")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--skip-gemm", action="store_true")
+    ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--real", default="gpt2-small,resnet18")
+    ap.add_argument("--real-runs", type=int, default=5)
+    ap.add_argument("--cache", default=os.path.join(SRC, "build", "bench-models"))
     args = ap.parse_args()
     samples = [s for s in args.only.split(",") if s] or SAMPLES
     batches = [int(b) for b in args.batches.split(",")]
@@ -370,7 +383,29 @@ def main():
                         print(f"   shardc: run time below the resolution of [{method}]")
                 except (RuntimeError, subprocess.TimeoutExpired) as e:
                     print(f"   shardc GEMM FAILED: {str(e).splitlines()[-1][:80]}")
+    if not args.skip_real and sc.has_run:
+        real_section(sc, args, batches)
     return 0
+
+
+def real_section(sc, args, batches):
+    import real_models
+    print(f"\n4. real-size models (ms; median of {args.real_runs} runs after 1 warm-up; "
+          f"target <= {TARGET_REAL_RATIO}x)")
+    for name in [s for s in args.real.split(",") if s]:
+        path = real_models.model_path(name, args.cache)
+        for b in batches:
+            feeds = real_models.feeds(name, b)
+            t_ort = ort_latency(path, feeds, args.threads, args.real_runs, 1)
+            try:
+                t_sc, _, method = sc.latency(path, feeds, {"batch": b}, args.real_runs, 1)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                print(f"   {name:10s} batch {b:<3d} FAILED: {str(e).splitlines()[-1][:80]}")
+                continue
+            r = t_sc / t_ort
+            print(f"   {name:10s} batch {b:<3d} {fmt_ms(t_sc)} {fmt_ms(t_ort)} {r:5.2f}x  {method}"
+                  f"  (target <= {TARGET_REAL_RATIO}x: {'met' if r <= TARGET_REAL_RATIO else 'NOT met'})",
+                  flush=True)
 
 
 if __name__ == "__main__":

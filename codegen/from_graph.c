@@ -14,7 +14,10 @@
  *                 prologue, POINT consumers run as its epilogue (lower.c)
  *   STEP group    the anchor's build function (library steps), then the
  *                 POINT members as one kernel attached to the last GEMM step
- *                 as its epilogue (or as a KERNEL step after it)
+ *                 as its epilogue (or as a KERNEL step after it); a member
+ *                 Transpose the MatMul reads as a transposed operand
+ *                 (sc_lower_gemm_operand_transpose) is not lowered: the
+ *                 GEMM reads its input with trans_a / trans_b
  *   VIEW alone    no code: the output buffer is a VIEW of the input's; when
  *                 the output is a graph output, a copy kernel instead
  * Buffers: INPUT for graph inputs, OUTPUT for graph outputs (a graph output
@@ -165,7 +168,12 @@ static sc_status assign_groups(fg *f) {
       for (int32_t i = 0; i < an->n_inputs; i++) {
         int32_t v = an->inputs[i];
         int32_t pn = v >= 0 ? g->values[v].producer : -1;
-        if (pn >= 0 && f->node_group[pn] == k)
+        bool operand = pn >= 0 && sc_lower_gemm_operand_transpose(g, an, i) == pn;
+        if (operand) { /* a fused transposed operand: the GEMM reads its input */
+          int32_t src = g->values[g->nodes[pn].inputs[0]].producer;
+          operand = src < 0 || f->node_group[src] != k;
+        }
+        if (pn >= 0 && f->node_group[pn] == k && !operand)
           return node_err(f, an, SC_ERR_INVALID,
                           "a producer of this library call is fused into its group");
       }
@@ -516,8 +524,10 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
       int32_t *rest = sc_calloc((size_t)n_mem, sizeof *rest);
       if (!rest) return nomem(f);
       int32_t nr = 0;
-      for (int32_t j = 0; j < n_mem; j++)
-        if (mem[j] != a) rest[nr++] = mem[j];
+      for (int32_t j = 0; j < n_mem; j++) /* the GEMM reads its fused operand transposes */
+        if (mem[j] != a && sc_lower_gemm_operand_transpose(g, an, 0) != mem[j] &&
+            sc_lower_gemm_operand_transpose(g, an, 1) != mem[j])
+          rest[nr++] = mem[j];
       int32_t first_step = f->p->n_steps;
       st = lower_points(f, cx, rest, nr, &nk);
       sc_free(rest);

@@ -19,6 +19,9 @@
  *   VIEW    as POINT, and only inside a POINT chain (its input comes from a
  *           POINT node): there the view becomes index arithmetic; anywhere
  *           else it stays alone and costs nothing (an aliased buffer);
+ *           The one exception: a Transpose that G's MatMul reads as a
+ *           transposed operand (sc_lower_gemm_operand_transpose), which the
+ *           GEMM step takes as trans_a / trans_b;
  *   KERNEL, STEP   G has no kernel op yet, exactly one output of the node is
  *           used, and every member of G downstream of the node is an
  *           elementwise POINT op whose outputs have that output's shape: they
@@ -66,16 +69,39 @@ static bool same_shape(const sc_value *a, const sc_value *b) {
   return true;
 }
 
-/* Whether node i feeds the STEP anchor of group k. */
-static bool feeds_step(sc_graph *g, const ginfo *gi, int32_t k, int32_t i) {
+/* Whether node i feeds the STEP anchor of group k: directly, or through a
+ * transposed operand in k (gemm_operand below), whose input the GEMM reads
+ * from a buffer too. */
+static bool feeds_step(sc_graph *g, const ginfo *gi, const int32_t *group, int32_t k,
+                       int32_t i) {
   int32_t a = gi[k].anchor;
   if (a < 0 || kind_of(&g->nodes[a]) != SC_LOWER_STEP) return false;
   const sc_node *an = &g->nodes[a];
   for (int32_t j = 0; j < an->n_inputs; j++) {
     int32_t v = an->inputs[j];
     if (v >= 0 && g->values[v].producer == i) return true;
+    int32_t t = j < 2 ? sc_lower_gemm_operand_transpose(g, an, j) : -1;
+    if (t >= 0 && group[t] == k && g->values[g->nodes[t].inputs[0]].producer == i) return true;
   }
   return false;
+}
+
+/* Whether node i is a Transpose that group k's STEP anchor (a MatMul) reads
+ * as a transposed operand (sc_lower_gemm_operand_transpose) and that has no
+ * other live consumer: it joins the group and costs nothing. */
+static bool gemm_operand(sc_graph *g, const ginfo *gi, int32_t k, int32_t i,
+                         const int32_t *uoff, const int32_t *users) {
+  int32_t a = gi[k].anchor;
+  if (a < 0 || kind_of(&g->nodes[a]) != SC_LOWER_STEP) return false;
+  const sc_node *an = &g->nodes[a];
+  bool reads = false;
+  for (int32_t in = 0; in < 2 && in < an->n_inputs; in++)
+    reads |= sc_lower_gemm_operand_transpose(g, an, in) == i;
+  if (!reads) return false;
+  int32_t v = g->nodes[i].outputs[0];
+  for (int32_t u = uoff[v]; u < uoff[v + 1]; u++)
+    if (users[u] != a && live(&g->nodes[users[u]])) return false;
+  return true;
 }
 
 /* Whether kernel op i can anchor group k with the members downstream of it
@@ -349,12 +375,14 @@ sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
     bool join = false;
     if (any && same && !is_out && cg >= 0 && !gi[cg].alone) {
       switch (kd) {
-      case SC_LOWER_POINT: join = !feeds_step(g, gi, cg, i); break;
+      case SC_LOWER_POINT:
+        join = !feeds_step(g, gi, group, cg, i) || gemm_operand(g, gi, cg, i, uoff, users);
+        break;
       case SC_LOWER_VIEW: {
         int32_t src = n->n_inputs > 0 ? n->inputs[0] : -1;
         int32_t pn = src >= 0 ? g->values[src].producer : -1;
         join = pn >= 0 && kind_of(&g->nodes[pn]) == SC_LOWER_POINT &&
-               !feeds_step(g, gi, cg, i);
+               !feeds_step(g, gi, group, cg, i);
         break;
       }
       case SC_LOWER_KERNEL: case SC_LOWER_STEP:

@@ -50,4 +50,15 @@ typedef struct sc_lowering {
 /* Lowering of op `op` (from the ops.def column). */
 const sc_lowering *sc_lowering_of(sc_op op);
 
+/* Operand transposes a GEMM takes as trans_a / trans_b. When input `in` (0:
+ * A, 1: B) of MatMul node mn is the output of a live Transpose whose perm
+ * swaps the last two axes and keeps the others (rank >= 2), returns that
+ * Transpose's node id, else -1. The fuse pass puts such a Transpose, when
+ * the MatMul is its only consumer, into the MatMul's group; the MatMul's
+ * GEMM step then reads the Transpose's input with the transposed flag
+ * (lower_linalg.c), so no transposed copy is ever written: the tied LM head
+ * MatMul(h, Transpose(wte)), and the Transpose(B) that MatMul's gradient
+ * rules emit. */
+int32_t sc_lower_gemm_operand_transpose(sc_graph *g, const sc_node *mn, int32_t in);
+
 #endif

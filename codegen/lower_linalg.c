@@ -212,6 +212,34 @@ static int64_t batch_stride(const mm *s, int32_t r, const int64_t *d, int64_t ma
   return mat;
 }
 
+int32_t sc_lower_gemm_operand_transpose(sc_graph *g, const sc_node *mn, int32_t in) {
+  if (mn->op != SC_OP_MATMUL || in < 0 || in > 1 || in >= mn->n_inputs) return -1;
+  int32_t v = mn->inputs[in];
+  int32_t pn = v >= 0 ? g->values[v].producer : -1;
+  if (pn < 0) return -1;
+  const sc_node *t = &g->nodes[pn];
+  if (t->op != SC_OP_TRANSPOSE || (t->flags & SC_NODE_DEAD) || t->n_inputs < 1) return -1;
+  const sc_value *x = sc_node_input(g, t, 0);
+  int32_t r = x ? x->rank : 0;
+  if (r < 2) return -1;
+  const int64_t *perm;
+  int64_t np = sc_attr_ints(g, t, "perm", &perm);
+  if (np < 0) return r == 2 ? pn : -1; /* default perm reverses: a swap at rank 2 */
+  if (np != r) return -1;
+  for (int32_t i = 0; i < r - 2; i++)
+    if (perm[i] != i) return -1;
+  return perm[r - 2] == r - 1 && perm[r - 1] == r - 2 ? pn : -1;
+}
+
+/* The buffer holding MatMul operand `in` transposed, when fusion put the
+ * Transpose producing it into this group (sc_lower_gemm_operand_transpose);
+ * else -1. */
+static int32_t transposed_source(sc_lower_ctx *cx, const sc_node *n, int32_t in) {
+  int32_t t = sc_lower_gemm_operand_transpose(cx->g, n, in);
+  if (t < 0 || !cx->node_group || cx->node_group[t] != cx->group) return -1;
+  return sc_lower_buffer_of(cx, cx->g->nodes[t].inputs[0]);
+}
+
 static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *a = sc_node_input(cx->g, n, 0), *b = sc_node_input(cx->g, n, 1);
   const sc_value *y = sc_node_output(cx->g, n, 0);
@@ -221,19 +249,29 @@ static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
   bool big = sc_mul_i64(s.m, s.n, &macs) && sc_mul_i64(macs, s.k, &macs) &&
              sc_mul_i64(macs, s.nbatch, &macs) && macs >= GEMM_MIN_MACS;
   if (y->dtype != SC_DTYPE_F32 || !big || s.k == 0) return matmul_kernel(cx, n, &s);
-  int32_t ba = sc_lower_buffer_of(cx, n->inputs[0]), bb = sc_lower_buffer_of(cx, n->inputs[1]);
-  int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
-  if (ba < 0 || bb < 0 || by < 0) return failed(cx);
   int64_t sa = batch_stride(&s, s.ra, a->dims, s.m * s.k);
   int64_t sb = batch_stride(&s, s.rb, b->dims, s.k * s.n);
+  /* an operand whose batch one stride cannot express is copied (reading
+   * through a fused Transpose); otherwise a fused Transpose's input is
+   * read in place, transposed */
+  bool ta = false, tb = false;
+  int32_t ba, bb;
   if (sa < 0) {
-    if ((ba = matmul_materialise(cx, n, 0, &s)) < 0) return failed(cx);
+    ba = matmul_materialise(cx, n, 0, &s);
     sa = s.m * s.k;
+  } else {
+    ta = (ba = transposed_source(cx, n, 0)) >= 0;
+    if (!ta) ba = sc_lower_buffer_of(cx, n->inputs[0]);
   }
   if (sb < 0) {
-    if ((bb = matmul_materialise(cx, n, 1, &s)) < 0) return failed(cx);
+    bb = matmul_materialise(cx, n, 1, &s);
     sb = s.k * s.n;
+  } else {
+    tb = (bb = transposed_source(cx, n, 1)) >= 0;
+    if (!tb) bb = sc_lower_buffer_of(cx, n->inputs[1]);
   }
+  int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
+  if (ba < 0 || bb < 0 || by < 0) return failed(cx);
   sc_step st;
   memset(&st, 0, sizeof st);
   st.kind = SC_STEP_GEMM;
@@ -242,10 +280,11 @@ static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
   sc_gemm *gm = &st.gemm;
   gm->a = ba, gm->b = bb, gm->c = by, gm->bias = -1;
   gm->m = s.m, gm->n = s.n, gm->k = s.k, gm->batch = s.nbatch;
-  gm->lda = s.k, gm->ldb = s.n, gm->ldc = s.n;
+  gm->trans_a = ta, gm->trans_b = tb;
+  gm->lda = ta ? s.m : s.k, gm->ldb = tb ? s.k : s.n, gm->ldc = s.n;
   gm->stride_a = sa, gm->stride_b = sb, gm->stride_c = s.m * s.n;
   gm->alpha = 1.0f, gm->beta = 0.0f;
-  if (sb == 0 && sa != 0 && s.nbatch > 1) { /* B shared: one tall product */
+  if (sb == 0 && sa != 0 && s.nbatch > 1 && !ta) { /* B shared: one tall product */
     gm->m = s.m * s.nbatch;
     gm->batch = 1;
     gm->stride_a = gm->stride_c = 0;

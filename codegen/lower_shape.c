@@ -124,6 +124,23 @@ static int32_t transpose_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
 }
 const sc_lowering sc_lw_transpose = {SC_LOWER_POINT, transpose_point, NULL};
 
+/* ---- DepthToSpace, SpaceToDepth: a Transpose of a 6-D view ---- */
+
+static int32_t depth_space_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                                 const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0), *y = out_val(cx, n, 0);
+  int64_t d6[6], o6[6];
+  int32_t perm[6], i6[6], x6[6], xi[4];
+  if (sc_op_depth_space_view(cx->g, n, d6, perm) != SC_OK) return graph_failed(cx, n);
+  for (int32_t i = 0; i < 6; i++) o6[i] = d6[perm[i]];
+  sc_lower_unflatten(cx, sc_lower_offset(cx, 4, y->dims, idx), 6, o6, i6);
+  for (int32_t i = 0; i < 6; i++) x6[perm[i]] = i6[i];
+  sc_lower_unflatten(cx, sc_lower_offset(cx, 6, d6, x6), 4, x->dims, xi);
+  return sc_lower_input_at(cx, n, 0, xi);
+}
+const sc_lowering sc_lw_depth_space = {SC_LOWER_POINT, depth_space_point, NULL};
+
 /* ---- Concat ---- */
 
 static int32_t concat_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,

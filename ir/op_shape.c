@@ -430,6 +430,21 @@ sc_status sc_op_infer_transpose(sc_graph *g, sc_node *n) {
   return sc_set_output(g, n, 0, x->dtype, x->rank, d);
 }
 
+/* out = in (dims xd, rank r <= SC_MAX_RANK) transposed by perm, elements of
+ * es bytes: Transpose's fold, and DepthToSpace's on its 6-D view. */
+_Static_assert(SC_MAX_RANK >= 6, "DepthToSpace's view has rank 6");
+static void permuted_copy(const uint8_t *in, uint8_t *out, int32_t r, const int64_t *xd,
+                          const int32_t *perm, size_t es) {
+  int64_t xs[SC_MAX_RANK], yd[SC_MAX_RANK], idx[SC_MAX_RANK] = {0}, o = 0;
+  sc_strides(r, xd, xs);
+  for (int32_t i = 0; i < r; i++) yd[i] = xd[perm[i]];
+  do {
+    int64_t off = 0;
+    for (int32_t i = 0; i < r; i++) off += idx[i] * xs[perm[i]];
+    memcpy(out + (size_t)o++ * es, in + (size_t)off * es, es);
+  } while (sc_next_index(r, yd, idx));
+}
+
 sc_status sc_op_eval_transpose(sc_graph *g, sc_node *n) {
   const uint8_t *in;
   uint8_t *out;
@@ -439,15 +454,81 @@ sc_status sc_op_eval_transpose(sc_graph *g, sc_node *n) {
   int32_t perm[SC_MAX_RANK];
   if ((st = transpose_perm(g, n, x->rank, perm)) != SC_OK) return st;
   if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
-  if (sc_value_numel(y) == 0) return SC_OK;
-  size_t es = sc_dtype_size(x->dtype);
-  int64_t xs[SC_MAX_RANK], idx[SC_MAX_RANK] = {0}, o = 0;
-  sc_strides(x->rank, x->dims, xs);
-  do {
-    int64_t off = 0;
-    for (int32_t i = 0; i < y->rank; i++) off += idx[i] * xs[perm[i]];
-    memcpy(out + (size_t)o++ * es, in + (size_t)off * es, es);
-  } while (sc_next_index(y->rank, y->dims, idx));
+  if (sc_value_numel(y) > 0) permuted_copy(in, out, x->rank, x->dims, perm, sc_dtype_size(x->dtype));
+  return SC_OK;
+}
+
+/* ---- DepthToSpace, SpaceToDepth ---- */
+
+sc_status sc_op_depth_space_view(sc_graph *g, const sc_node *n, int64_t *d6, int32_t *perm) {
+  const sc_value *x = sc_node_input(g, n, 0);
+  if (x->rank != 4)
+    return sc_node_error(g, n, SC_ERR_INVALID, "input must be 4-D [N, C, H, W], got rank %d",
+                         x->rank);
+  if (!sc_node_attr(n, "blocksize"))
+    return sc_node_error(g, n, SC_ERR_INVALID, "attribute 'blocksize' is missing");
+  int64_t b = sc_attr_int(g, n, "blocksize", 0);
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if (b < 1 || b > (int64_t)1 << 20)
+    return sc_node_error(g, n, SC_ERR_INVALID, "blocksize %lld is not positive", (long long)b);
+  int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+  if (n->op == SC_OP_DEPTH_TO_SPACE) {
+    const char *mode = sc_attr_string(g, n, "mode", "DCR");
+    if (g->diag.status != SC_OK) return g->diag.status;
+    bool crd = strcmp(mode, "CRD") == 0;
+    if (!crd && strcmp(mode, "DCR") != 0)
+      return sc_node_error(g, n, SC_ERR_INVALID, "mode '%s' is neither DCR nor CRD", mode);
+    if (C % (b * b) != 0)
+      return sc_node_error(g, n, SC_ERR_INVALID,
+                           "channels %lld are not a multiple of blocksize^2 = %lld",
+                           (long long)C, (long long)(b * b));
+    int64_t c = C / (b * b);
+    static const int32_t dcr[6] = {0, 3, 4, 1, 5, 2}, crdp[6] = {0, 1, 4, 2, 5, 3};
+    int64_t dd[6] = {N, b, b, c, H, W}, dc[6] = {N, c, b, b, H, W};
+    memcpy(d6, crd ? dc : dd, sizeof dd);
+    memcpy(perm, crd ? crdp : dcr, sizeof dcr);
+    return SC_OK;
+  }
+  if (H % b != 0 || W % b != 0)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "height %lld and width %lld are not multiples of blocksize %lld",
+                         (long long)H, (long long)W, (long long)b);
+  static const int32_t s2d[6] = {0, 3, 5, 1, 2, 4};
+  int64_t ds[6] = {N, C, H / b, b, W / b, b};
+  memcpy(d6, ds, sizeof ds);
+  memcpy(perm, s2d, sizeof s2d);
+  return SC_OK;
+}
+
+sc_status sc_op_infer_depth_space(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  int64_t d6[6];
+  int32_t perm[6];
+  if ((st = sc_op_depth_space_view(g, n, d6, perm)) != SC_OK) return st;
+  int64_t d[4] = {x->dims[0], 0, 0, 0};
+  if (n->op == SC_OP_DEPTH_TO_SPACE) {
+    int64_t b = d6[perm[3]];
+    d[1] = x->dims[1] / (b * b), d[2] = x->dims[2] * b, d[3] = x->dims[3] * b;
+  } else {
+    int64_t b = d6[3];
+    d[1] = x->dims[1] * b * b, d[2] = x->dims[2] / b, d[3] = x->dims[3] / b;
+  }
+  return sc_set_output(g, n, 0, x->dtype, 4, d);
+}
+
+sc_status sc_op_eval_depth_space(sc_graph *g, sc_node *n) {
+  const uint8_t *in;
+  uint8_t *out;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0), *y = sc_node_output(g, n, 0);
+  int64_t d6[6];
+  int32_t perm[6];
+  if ((st = sc_op_depth_space_view(g, n, d6, perm)) != SC_OK) return st;
+  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
+  if (sc_value_numel(y) > 0) permuted_copy(in, out, 6, d6, perm, sc_dtype_size(x->dtype));
   return SC_OK;
 }
 

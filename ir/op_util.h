@@ -94,6 +94,13 @@ int64_t sc_bcast_offset(int32_t rout, const int64_t *idx, int32_t rin,
  * Used by eval and by codegen's Slice lowering. */
 sc_status sc_op_slice_params(sc_graph *g, const sc_node *n, int64_t *start,
                              int64_t *step, int64_t *dout);
+/* DepthToSpace and SpaceToDepth (op_shape.c) are one Transpose of a 6-D
+ * view of the input: d6 receives that view's dims and perm the
+ * permutation; the output, flattened, is the permuted view flattened.
+ * DepthToSpace DCR: [N, b, b, C', H, W] by {0, 3, 4, 1, 5, 2}; CRD:
+ * [N, C', b, b, H, W] by {0, 1, 4, 2, 5, 3}; SpaceToDepth: [N, C, H/b, b,
+ * W/b, b] by {0, 3, 5, 1, 2, 4}. Used by infer, eval and the lowering. */
+sc_status sc_op_depth_space_view(sc_graph *g, const sc_node *n, int64_t *d6, int32_t *perm);
 /* Advances a multi-index over dims; false after the last element. */
 bool sc_next_index(int32_t rank, const int64_t *dims, int64_t *idx);
 

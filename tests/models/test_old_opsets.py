@@ -20,8 +20,15 @@ never zero), outputs equal within rtol 1e-5, atol 1e-6, no NaN:
   batchnorm_spatial  BatchNormalization with spatial = 1 (opset 7)
   transformer_ish    opset 11: MatMul, Add, Softmax(axis = -1) over
                      [b, h, s, s] scores, Transpose, Reshape, Unsqueeze
+                     (the Transpose is read by the GEMM as trans_b)
+  depth_space        DepthToSpace DCR and CRD, SpaceToDepth (blocksize 3)
+                     and a Relu fused after it (opset 11)
+  depth_space_default  SpaceToDepth then DepthToSpace with the default
+                     mode, its inverse, and a DepthToSpace CRD of a
+                     constant, folded at compile time (opset 13)
 And refused with a clear error (exit 1): BatchNormalization with spatial = 0
-(opset 7), and opset 6 ("opset 6 is not supported").
+(opset 7), opset 6 ("opset 6 is not supported"), and DepthToSpace on 6
+channels with blocksize 2.
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure.
 """
@@ -99,6 +106,19 @@ def cases(rng):
          helper.make_node("Softmax", ["s"], ["p"], axis=-1),
          helper.make_node("MatMul", ["p", "q4"], ["y"])],
         [("x", [8, 8])], [("y", [2, 1, 4, 8])], [w, shape])
+    add("depth_space", 11,
+        [helper.make_node("DepthToSpace", ["x"], ["d"], blocksize=2, mode="DCR"),
+         helper.make_node("DepthToSpace", ["x"], ["c"], blocksize=2, mode="CRD"),
+         helper.make_node("SpaceToDepth", ["z"], ["s"], blocksize=3),
+         helper.make_node("Relu", ["s"], ["y"])],
+        [("x", [2, 8, 3, 5]), ("z", [2, 3, 6, 9])],
+        [("d", [2, 2, 6, 10]), ("c", [2, 2, 6, 10]), ("y", [2, 27, 2, 3])])
+    k = helper.make_tensor("k", T.FLOAT, [1, 8, 1, 2], rand(rng, [16]))
+    add("depth_space_default", 13,
+        [helper.make_node("SpaceToDepth", ["x"], ["s"], blocksize=2),
+         helper.make_node("DepthToSpace", ["s"], ["y"], blocksize=2),   # mode DCR: inverse
+         helper.make_node("DepthToSpace", ["k"], ["kd"], blocksize=2, mode="CRD")],  # folded
+        [("x", [1, 3, 4, 6])], [("y", [1, 3, 4, 6]), ("kd", [1, 2, 2, 4])], [k])
     return out
 
 
@@ -121,6 +141,11 @@ def main():
                               [vi("x", [2])], [vi("y", [2])])
         refused_model(SHARDC, tmp, "opset6", helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)]),
                 "opset 6 is not supported")
+        g = helper.make_graph([helper.make_node("DepthToSpace", ["x"], ["y"], blocksize=2)], "d2s",
+                              [vi("x", [1, 6, 2, 2])], [vi("y", [1, 1, 4, 4])])
+        refused_model(SHARDC, tmp, "depth_to_space_channels",
+                      helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
+                      "not a multiple of blocksize")
     return finish()
 
 

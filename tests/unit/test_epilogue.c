@@ -4,7 +4,9 @@
  *
  * Cases: MatMul -> Add(bias) -> Relu, 2-D and batched with a shared B (one
  * tall GEMM), where fusion must attach Add+Relu to the GEMM step as its
- * epilogue kernel; Conv(bias) -> Relu through im2col + GEMM (groups with
+ * epilogue kernel; the same with both operands coming out of Transposes
+ * that swap their last two axes, which the GEMM must read in place
+ * (trans_a, trans_b); Conv(bias) -> Relu through im2col + GEMM (groups with
  * N > 1, so the weight copy and the strided batch are exercised by the real
  * BLAS, and the bias prefill with beta 1), and a 1x1 conv that reads its
  * input directly. Each is compared with naive loops in double precision on
@@ -31,10 +33,12 @@ static int64_t numel(int32_t rank, const int64_t *dims) {
   return n;
 }
 
-/* Compiles g (one input x, one output), runs it on x and returns the
- * output (malloc'd copy). *prog_out keeps the program for inspection. */
-static float *compile_and_run(sc_graph *g, const float *x, int32_t xrank, const int64_t *xdims,
-                              sc_program **prog_out) {
+/* Compiles g (inputs x and, when w is not NULL, w; one output), runs it
+ * and returns the output (malloc'd copy). *prog_out keeps the program for
+ * inspection. */
+static float *compile_and_run2(sc_graph *g, const float *x, int32_t xrank, const int64_t *xdims,
+                               const float *w, int32_t wrank, const int64_t *wdims,
+                               sc_program **prog_out) {
   sc_compile_opts co;
   sc_compile_opts_init(&co);
   co.quiet = true;
@@ -47,16 +51,19 @@ static float *compile_and_run(sc_graph *g, const float *x, int32_t xrank, const 
   so.threads = 2;
   sc_session *s = NULL;
   if (sc_session_create(p, &so, &s, &d) != SC_OK) fail_msg("session: %s", d.msg);
-  sc_tensor_view in, out;
-  memset(&in, 0, sizeof in);
+  sc_tensor_view in[2], out;
+  memset(in, 0, sizeof in);
   memset(&out, 0, sizeof out);
-  in.dtype = SC_DTYPE_F32;
-  in.rank = xrank;
-  memcpy(in.dims, xdims, sizeof(int64_t) * (size_t)xrank);
-  in.data = (void *)x;
-  assert_int_equal(p->n_inputs, 1);
+  int32_t nin = w ? 2 : 1;
+  for (int32_t i = 0; i < nin; i++) {
+    in[i].dtype = SC_DTYPE_F32;
+    in[i].rank = i ? wrank : xrank;
+    memcpy(in[i].dims, i ? wdims : xdims, sizeof(int64_t) * (size_t)in[i].rank);
+    in[i].data = (void *)(i ? w : x);
+  }
+  assert_int_equal(p->n_inputs, nin);
   assert_int_equal(p->n_outputs, 1);
-  if (sc_session_run(s, &in, 1, &out, 1, &d) != SC_OK) fail_msg("run: %s", d.msg);
+  if (sc_session_run(s, in, nin, &out, 1, &d) != SC_OK) fail_msg("run: %s", d.msg);
   int64_t n = numel(out.rank, out.dims);
   float *y = malloc(sizeof(float) * (size_t)n);
   assert_non_null(y);
@@ -64,6 +71,11 @@ static float *compile_and_run(sc_graph *g, const float *x, int32_t xrank, const 
   sc_session_destroy(s);
   *prog_out = p;
   return y;
+}
+
+static float *compile_and_run(sc_graph *g, const float *x, int32_t xrank, const int64_t *xdims,
+                              sc_program **prog_out) {
+  return compile_and_run2(g, x, xrank, xdims, NULL, 0, NULL, prog_out);
 }
 
 /* The GEMM steps of p, and how many of them carry an epilogue kernel. */
@@ -122,6 +134,81 @@ static void test_matmul_bias_relu(void **state) {
   rng_seed(21);
   matmul_case(0, 6, 32, 40);
   matmul_case(3, 7, 24, 33); /* B shared over the batch */
+}
+
+/* Y = relu(Transpose(-XT) @ Transpose(WT) + b), XT [batch?, K, M] and WT
+ * [batch?, N, K] inputs (WT shared over the batch when wbatch is 0; an
+ * input, as a constant's Transpose would be folded at compile time), both
+ * transposed by a perm that swaps the last two axes (perm attribute given,
+ * or the default at rank 2). Fusion puts both Transposes into the MatMul's
+ * group and the GEMM reads XT and WT in place (trans_a, trans_b): one step,
+ * no transposed copy. The Neg must stay out of that group (the GEMM reads
+ * its output from a buffer). With perm_b3 (rank-3 WT, perm [2, 1, 0]: not a swap of
+ * the last two axes), the Transpose of WT stays a kernel of its own. */
+static void transposed_case(int64_t batch, int64_t wbatch, int64_t M, int64_t K, int64_t N,
+                            bool perm_b3) {
+  sc_graph *g = sc_graph_create("t");
+  assert_non_null(g);
+  g->opset = 21;
+  int32_t xr = batch ? 3 : 2, wr = wbatch || perm_b3 ? 3 : 2;
+  int64_t xd[3] = {batch, K, M}, wd[3] = {wbatch, N, K}, bd[1] = {N};
+  if (perm_b3) wd[0] = N, wd[1] = K, wd[2] = 1; /* [N, K, 1] -> [1, K, N] */
+  const int64_t *xdims = batch ? xd : xd + 1, *wdims = wbatch || perm_b3 ? wd : wd + 1;
+  float *XT = rand_buf(numel(xr, xdims)), *WT = rand_buf(numel(wr, wdims)), *B = rand_buf(N);
+  int32_t x = inp(g, SC_DTYPE_F32, xr, xdims);
+  int32_t w = inp(g, SC_DTYPE_F32, wr, wdims), b = cst(g, SC_DTYPE_F32, 1, bd, B);
+  int32_t xn, xt, wt, mm, ad, y;
+  node1(g, SC_OP_NEG, "neg", &x, 1, &xn); /* its own kernel: the GEMM reads its output */
+  int32_t tx = node1(g, SC_OP_TRANSPOSE, "tx", &xn, 1, &xt);
+  int64_t perm3[3] = {0, 2, 1}, rev3[3] = {2, 1, 0};
+  if (batch) set_ints(g, tx, "perm", 3, perm3);
+  int32_t tw = node1(g, SC_OP_TRANSPOSE, "tw", &w, 1, &wt);
+  if (perm_b3) set_ints(g, tw, "perm", 3, rev3);
+  else if (wbatch) set_ints(g, tw, "perm", 3, perm3);
+  int32_t ins[2] = {xt, wt};
+  node1(g, SC_OP_MATMUL, "mm", ins, 2, &mm);
+  int32_t ins2[2] = {mm, b};
+  node1(g, SC_OP_ADD, "add", ins2, 2, &ad);
+  node1(g, SC_OP_RELU, "relu", &ad, 1, &y);
+  assert_int_equal(sc_graph_add_output(g, y), SC_OK);
+  sc_program *p;
+  float *got = compile_and_run2(g, XT, xr, xdims, WT, wr, wdims, &p);
+  int epi, ng = gemm_steps(p, &epi);
+  assert_int_equal(ng, 1);
+  assert_int_equal(epi, 1);
+  const sc_gemm *gm = NULL;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == SC_STEP_GEMM) gm = &p->steps[i].gemm;
+  assert_true(gm->trans_a);
+  assert_int_equal(gm->trans_b, !perm_b3);
+  /* Neg's kernel, the GEMM, and the non-swap Transpose's kernel */
+  assert_int_equal(p->n_steps, perm_b3 ? 3 : 2);
+  int64_t nb = batch ? batch : 1;
+  for (int64_t q = 0; q < nb; q++)
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < N; j++) {
+        double acc = B[j];
+        for (int64_t k = 0; k < K; k++) {
+          double wv = WT[(wbatch ? q * N * K : 0) + j * K + k];
+          acc -= (double)XT[q * K * M + k * M + i] * wv;
+        }
+        near(got[(q * M + i) * N + j], acc > 0 ? acc : 0, 1e-4);
+      }
+  free(got);
+  free(XT);
+  free(WT);
+  free(B);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+static void test_matmul_transposed_operands(void **state) {
+  (void)state;
+  rng_seed(23);
+  transposed_case(0, 0, 6, 32, 40, false); /* default perms at rank 2 */
+  transposed_case(3, 3, 7, 24, 33, false); /* batched, perm [0, 2, 1] */
+  transposed_case(3, 0, 5, 20, 36, false); /* B shared over the batch: no tall product */
+  transposed_case(2, 0, 6, 16, 48, true);  /* [2, 1, 0] is no operand transpose */
 }
 
 /* Y = relu(conv(X[N, C, H, W], Wt[M, C/group, k, k], b[M])), square
@@ -186,6 +273,7 @@ static void test_conv_bias_relu(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_bias_relu),
+      cmocka_unit_test(test_matmul_transposed_operands),
       cmocka_unit_test(test_conv_bias_relu),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
