@@ -223,6 +223,18 @@ int32_t sc_lower_buffer_of(sc_lower_ctx *cx, int32_t value) {
                                -1);
 }
 
+int32_t sc_lower_buffer_at(sc_lower_ctx *cx, int32_t b, const int32_t *idx) {
+  if (!cx->k || b < 0 || b >= cx->p->n_buffers) {
+    sc_diag_set(cx->diag, SC_ERR_INVALID, NULL, NULL, "bad buffer read %d", b);
+    return -1;
+  }
+  const sc_buffer *buf = &cx->p->buffers[b];
+  int32_t pi = param_for(cx, b, false);
+  int32_t off = sc_lower_offset(cx, buf->rank, buf->dims, idx);
+  if (pi < 0 || off < 0) return -1;
+  return kir_load(cx->arena, cx->k, pi, off);
+}
+
 int32_t sc_lower_scratch(sc_lower_ctx *cx, const char *name, sc_dtype dtype, int32_t rank,
                          const int64_t *dims) {
   sc_buffer b;

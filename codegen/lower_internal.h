@@ -80,6 +80,9 @@ int32_t sc_lower_buffer_of(sc_lower_ctx *cx, int32_t value);
  * diag set (too large, out of memory). */
 int32_t sc_lower_value_buffer(sc_lower_ctx *cx, int32_t v, sc_buf_kind kind,
                               int32_t alias_of);
+/* Element idx (the buffer's rank entries) of buffer b, read inside the
+ * kernel being built: for helper kernels reading a scratch buffer. */
+int32_t sc_lower_buffer_at(sc_lower_ctx *cx, int32_t b, const int32_t *idx);
 /* A scratch TEMP buffer (e.g. im2col) of the given dtype and shape. */
 int32_t sc_lower_scratch(sc_lower_ctx *cx, const char *name, sc_dtype dtype,
                          int32_t rank, const int64_t *dims);

@@ -20,7 +20,12 @@
  * which no single stride gives for N > 1 and G > 1: then W is first
  * copied N times into a scratch [N, M, K] (weights are small). A 1x1,
  * stride-1, unpadded conv needs no im2col: cols is the input itself
- * (stride cpg * P). The bias is per output channel, i.e. per ROW of the
+ * (stride cpg * P). A padded conv first copies its input into a scratch
+ * xpad with the padding written out as zeros (a pass over the input, K
+ * times smaller than cols), so the im2col kernel reads in-range indices
+ * only: no clamp and no select, each cols row a strided copy the vectoriser
+ * turns into vector loads (it halved ResNet-18's im2col time). The bias is
+ * per output channel, i.e. per ROW of the
  * GEMM, which sc_gemm's bias (per column) cannot express: a kernel first
  * fills the output with bias[m] and the GEMM accumulates onto it (beta 1).
  * So the GEMM is the group's last step and a fused POINT consumer (Relu,
@@ -468,22 +473,45 @@ typedef struct conv_g {
   const win *w;
   int64_t group, cpg, mpg;
   int64_t kdims[SC_MAX_RANK]; /* [cpg, kernel...]: the K axis unflattened */
+  int32_t xpad;               /* the padded input's scratch buffer, or -1 */
 } conv_g;
 
-/* cols[n, g, kk, o...] = x[n, g*cpg + c, o*s - pad + k*dil] (0 outside),
- * kk = (c, k...) flattened. */
-static int32_t conv_im2col_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+/* xpad[n, c, q...] = x[n, c, q - begin...] inside x, else 0: the input with
+ * the padding written out (a pass over the input, not over the K times
+ * larger cols), so that im2col reads it without bounds checks or clamping:
+ * its rows are then plain strided copies the vectoriser handles. */
+static int32_t conv_pad_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
   const conv_g *c = ud;
   const sc_value *x = sc_node_input(cx->g, c->n, 0);
-  int32_t nsp = c->w->nsp, ri[SC_MAX_RANK], pos[SC_MAX_RANK], xi[SC_MAX_RANK], inside;
-  sc_lower_unflatten(cx, idx[2], nsp + 1, c->kdims, ri);
-  win_taps(cx, c->w, x, idx + 3, ri + 1, pos, &inside, NULL);
-  xi[0] = idx[0];
-  xi[1] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[1], C(cx, c->cpg)), ri[0]);
-  for (int32_t d = 0; d < nsp; d++) xi[2 + d] = pos[d];
+  int32_t xi[SC_MAX_RANK], inside = -1;
+  xi[0] = idx[0], xi[1] = idx[1];
+  for (int32_t d = 0; d < c->w->nsp; d++) {
+    int64_t dim = x->dims[2 + d];
+    int32_t p = bin(cx, KIR_SUB, idx[2 + d], C(cx, c->w->begin[d]));
+    inside = and2(cx, inside, in_range(cx, p, 0, dim));
+    xi[2 + d] = clamp(cx, p, 0, dim - 1);
+  }
   int32_t v = sc_lower_input_at(cx, c->n, 0, xi);
   if (v < 0 || inside < 0) return v;
   return sel(cx, inside, v, fconst(cx, x->dtype, 0));
+}
+
+/* cols[n, g, kk, o...] = x[n, g*cpg + c, o*s - pad + k*dil] (0 outside),
+ * kk = (c, k...) flattened: read from xpad at o*s + k*dil when the conv
+ * pads, else from x at o*s + k*dil - begin (always inside: begin <= 0). */
+static int32_t conv_im2col_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const conv_g *c = ud;
+  int32_t nsp = c->w->nsp, ri[SC_MAX_RANK], xi[SC_MAX_RANK];
+  sc_lower_unflatten(cx, idx[2], nsp + 1, c->kdims, ri);
+  xi[0] = idx[0];
+  xi[1] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[1], C(cx, c->cpg)), ri[0]);
+  for (int32_t d = 0; d < nsp; d++) {
+    int64_t shift = c->xpad >= 0 ? 0 : -c->w->begin[d]; /* begin <= 0 without xpad */
+    xi[2 + d] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[3 + d], C(cx, c->w->strides[d])),
+                    bin(cx, KIR_ADD, bin(cx, KIR_MUL, ri[1 + d], C(cx, c->w->dilations[d])),
+                        C(cx, shift)));
+  }
+  return c->xpad >= 0 ? sc_lower_buffer_at(cx, c->xpad, xi) : sc_lower_input_at(cx, c->n, 0, xi);
 }
 
 /* wrep[n, m, kk] = W[m, kk] (W flattened to [M, K]). */
@@ -508,19 +536,30 @@ static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int
   const sc_value *x = sc_node_input(cx->g, n, 0), *wt = sc_node_input(cx->g, n, 1);
   const sc_value *y = sc_node_output(cx->g, n, 0);
   int64_t N = x->dims[0], M = wt->dims[0];
-  conv_g c = {.n = n, .w = w, .group = group, .cpg = cpg, .mpg = mpg};
+  conv_g c = {.n = n, .w = w, .group = group, .cpg = cpg, .mpg = mpg, .xpad = -1};
   c.kdims[0] = cpg;
   bool pointwise = true; /* 1x1, stride 1, no padding: cols = x */
+  bool pads = false;
+  int64_t pd[SC_MAX_RANK] = {N, x->dims[1]}; /* the padded input's dims */
   for (int32_t d = 0; d < w->nsp; d++) {
     c.kdims[1 + d] = w->kernel[d];
     pointwise &= w->kernel[d] == 1 && w->strides[d] == 1 && w->begin[d] == 0 &&
                  w->end[d] == 0 && x->dims[2 + d] == y->dims[2 + d];
+    pads |= w->begin[d] > 0 || w->end[d] > 0;
+    /* the last tap read: (out - 1) * stride + (kernel - 1) * dilation */
+    int64_t reach = (y->dims[2 + d] - 1) * w->strides[d] + (w->kernel[d] - 1) * w->dilations[d] + 1;
+    pd[2 + d] = w->begin[d] + x->dims[2 + d] + (w->end[d] > 0 ? w->end[d] : 0);
+    if (pd[2 + d] < reach) pd[2 + d] = reach;
   }
   int32_t bx = sc_lower_buffer_of(cx, n->inputs[0]), bw = sc_lower_buffer_of(cx, n->inputs[1]);
   int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
   if (bx < 0 || bw < 0 || by < 0) return failed(cx);
   sc_status st;
   int32_t cols = bx;
+  if (!pointwise && pads) {
+    if ((c.xpad = sc_lower_scratch(cx, "xpad", x->dtype, x->rank, pd)) < 0) return failed(cx);
+    if ((st = sc_lower_pointwise_kernel(cx, "pad", c.xpad, conv_pad_at, &c)) != SC_OK) return st;
+  }
   if (!pointwise) {
     int64_t d[SC_MAX_RANK] = {N, group, kk};
     for (int32_t i = 0; i < w->nsp; i++) d[3 + i] = y->dims[2 + i];

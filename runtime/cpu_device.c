@@ -1,5 +1,5 @@
 /* cpu_device.c — the CPU device: LLVM-compiled kernels on a thread pool,
- * OpenBLAS for matrix products.
+ * BLIS for matrix products.
  *
  * The thread pool is created once per session (threads - 1 pthreads; the
  * calling thread works too). It is built for back-to-back small jobs: a
@@ -13,7 +13,7 @@
  * the thread count or the split.
  *
  * A GEMM step is cut into fixed tiles (see cpu_run_gemm) run on the pool,
- * each a single-threaded cblas_sgemm plus its bias add in C, then the
+ * each a single-threaded bli_sgemm plus its bias add in C, then the
  * epilogue kernel runs if there is one. GEMMs are f32 only: lowering turns
  * other dtypes into kir.
  *
@@ -21,7 +21,7 @@
  * buffers (dtypes, extents, int range of BLAS arguments); bind() fixes every
  * buffer's address and builds each kernel's argument array, so a run does
  * no allocation and no lookups. */
-#include <cblas.h>
+#include <blis.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -238,8 +238,9 @@ static sc_status cpu_create(const sc_device_opts *o, void **out, sc_diag *diag) 
     sc_free(c);
     return st;
   }
-  /* tiles run on our pool, one single-threaded BLAS call each */
-  openblas_set_num_threads(1);
+  /* tiles run on our pool, one single-threaded BLIS call each (the serial
+   * build; this also pins a threaded one to one thread) */
+  bli_thread_set_num_threads(1);
   *out = c;
   return SC_OK;
 }
@@ -509,16 +510,17 @@ static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->
 
 /* GEMMs are cut into tiles (batch entry x tile_m rows x tile_n columns)
  * whose boundaries depend only on the problem's shape, never on the thread
- * count; each tile is one single-threaded cblas_sgemm call (plus its bias),
- * and the pool runs the tiles. So every element is computed by the same
- * BLAS call whatever the thread count: results are bit-identical with 1 or
- * N threads (OpenBLAS's own threading and its small-matrix paths are not).
+ * count; each tile is one single-threaded bli_sgemm call (BLIS, the serial
+ * build; plus its bias), and the pool runs the tiles. So every element is
+ * computed by the same BLAS call whatever the thread count: results are
+ * bit-identical with 1 or N threads (a library's own threading is not).
  *
- * The tile shape (gemm_tiling) follows what single-threaded cblas_sgemm
- * was measured to do on a 2-core Zen machine with Debian's OpenBLAS 0.3.21
- * (docs/runtime.md#gemm-tiles): a call with n <= 320 runs at ~12 GFLOPS,
+ * The tile shape (gemm_tiling) was chosen when OpenBLAS was the engine,
+ * from what its single-threaded sgemm did on a 2-core Zen machine
+ * (docs/runtime.md#gemm-tiles): a call with n <= 320 ran at ~12 GFLOPS,
  * one with n >= 384 at 30-35 GFLOPS, whatever m (64 or more) and k (128 to
- * 50257); m 128 is a little faster than m 64. So tiles are 448 to 895
+ * 50257); m 128 was a little faster than m 64. BLIS runs the same tiles
+ * near two cores' practical peak, so they stayed. Tiles are 448 to 895
  * columns wide (all of n when it is below that), and 128 rows high unless
  * that leaves fewer than GEMM_TILES_WANTED tiles to share out, then 64. */
 enum { GEMM_TILE_N_MIN = 448, GEMM_TILE_M_BIG = 128, GEMM_TILE_M_SMALL = 64,
@@ -564,9 +566,11 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
           *e = g->beta == 0.0f ? 0.0f : g->beta * *e;
         }
     } else {
-      cblas_sgemm(CblasRowMajor, g->trans_a ? CblasTrans : CblasNoTrans,
-                  g->trans_b ? CblasTrans : CblasNoTrans, m, n, (int)g->k, g->alpha, A,
-                  (int)g->lda, B, (int)g->ldb, g->beta, C, (int)g->ldc);
+      /* row-major: row stride ld, column stride 1, of each matrix as stored */
+      float alpha = g->alpha, beta = g->beta;
+      bli_sgemm(g->trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
+                g->trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, g->k, &alpha,
+                (float *)A, g->lda, 1, (float *)B, g->ldb, 1, &beta, C, g->ldc, 1);
     }
     if (!j->bias) continue;
     const float *bb = j->bias_per_batch ? j->bias + b * g->m * g->n : j->bias;

@@ -617,13 +617,20 @@ static void compute_levels(emitter *e) {
 
 /* ---- loop metadata ---- */
 
-/* !llvm.loop !{self, !{"llvm.loop.vectorize.enable", i1 true}}: lets the
- * vectoriser reassociate a float reduction (clang's vectorize(enable)). */
-static void mark_vectorize(emitter *e, LLVMValueRef latch_br) {
+/* !llvm.loop !{self, !{"llvm.loop.vectorize.enable", i1 true}} on a loop's
+ * latch branch: lets the vectoriser reassociate a float reduction (clang's
+ * vectorize(enable)). With vectorize false, !{self,
+ * !{"llvm.loop.unroll.full"}}: a short in-order loop (a pooling window, an
+ * ARGMAX over a few classes) is unrolled whole, its index arithmetic
+ * folded; the pipeline's own unrolling is off (target.c) but a forced full
+ * unroll still runs. */
+enum { UNROLL_MAX_INNER = 16 };
+static void mark_loop(emitter *e, LLVMValueRef latch_br, bool vectorize) {
   LLVMMetadataRef md[2];
-  md[0] = LLVMMDStringInContext2(e->ctx, "llvm.loop.vectorize.enable", 26);
+  const char *name = vectorize ? "llvm.loop.vectorize.enable" : "llvm.loop.unroll.full";
+  md[0] = LLVMMDStringInContext2(e->ctx, name, strlen(name));
   md[1] = LLVMValueAsMetadata(LLVMConstInt(e->i1, 1, 0));
-  LLVMMetadataRef hint = LLVMMDNodeInContext2(e->ctx, md, 2);
+  LLVMMetadataRef hint = LLVMMDNodeInContext2(e->ctx, md, vectorize ? 2 : 1);
   LLVMMetadataRef tmp = LLVMTemporaryMDNode(e->ctx, NULL, 0);
   LLVMMetadataRef ops[2] = {tmp, hint};
   LLVMMetadataRef id = LLVMMDNodeInContext2(e->ctx, ops, 2);
@@ -788,7 +795,9 @@ static void emit_phases(emitter *e, LLVMBasicBlockRef *cursor) {
     LLVMValueRef latch = LLVMBuildBr(lb, head);
     if (ph->kind == KIR_PHASE_REDUCE && is_f(rs.vt) &&
         (ph->rop == KIR_RED_SUM || ph->rop == KIR_RED_PROD))
-      mark_vectorize(e, latch);
+      mark_loop(e, latch, true);
+    else if (k->inner <= UNROLL_MAX_INNER)
+      mark_loop(e, latch, false);
     LLVMDisposeBuilder(lb);
     e->b[L_INNER] = NULL;
     e->inner = NULL;

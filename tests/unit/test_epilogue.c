@@ -8,10 +8,12 @@
  * that swap their last two axes, which the GEMM must read in place
  * (trans_a, trans_b); Conv(bias) -> Relu through im2col + GEMM (groups with
  * N > 1, so the weight copy and the strided batch are exercised by the real
- * BLAS, and the bias prefill with beta 1), and a 1x1 conv that reads its
- * input directly. Each is compared with naive loops in double precision on
- * seeded random inputs. Tolerance 1e-4 relative (absolute below 1): f32
- * sums of at most 64 products of values in [-1, 1], in another order. */
+ * BLAS, and the bias prefill with beta 1), a 1x1 conv that reads its
+ * input directly, an unpadded 3x3 whose im2col reads the input and padded
+ * ones whose im2col reads the input's padded copy. Each is compared with
+ * naive loops in double precision on seeded random inputs. Tolerance 1e-4
+ * relative (absolute below 1): f32 sums of at most 75 products of values in
+ * [-1, 1], in another order. */
 #include <stdlib.h>
 
 #include "test_util.h"
@@ -268,6 +270,8 @@ static void test_conv_bias_relu(void **state) {
   conv_case(2, 6, 9, 8, 2, 3, 2, 1); /* groups x batch: W copied, im2col */
   conv_case(3, 4, 10, 6, 1, 3, 1, 1); /* batch over N, W shared */
   conv_case(2, 8, 8, 12, 2, 1, 1, 0); /* 1x1: the input is the GEMM's B */
+  conv_case(2, 4, 11, 6, 1, 3, 2, 0); /* unpadded 3x3: im2col reads x directly */
+  conv_case(1, 3, 7, 4, 1, 5, 1, 2); /* 5x5, pad 2: im2col reads the padded copy */
 }
 
 int main(void) {
