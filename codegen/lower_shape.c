@@ -1,11 +1,17 @@
 /* lower_shape.c — lowerings of the shape and data-movement ops: Transpose,
- * Concat, Split, Slice, Gather, GatherElements, GatherND, Expand, Tile,
- * Range, ConstantOfShape, Trilu, Pad, OneHot (POINT: an index function), the
- * scatters ScatterND and ScatterElements (KERNEL), and sc_lw_none for ops
- * that never reach codegen (Shape, Size, Constant, NonZero are folded).
+ * DepthToSpace, SpaceToDepth, Concat, Split, Slice, Gather, GatherElements,
+ * GatherND, Expand, Tile, Range, ConstantOfShape, Trilu, Pad, OneHot, Resize
+ * (POINT: an index function), the scatters ScatterND and ScatterElements
+ * (KERNEL), and sc_lw_none for ops that never reach codegen (Shape, Size,
+ * Constant, NonZero are folded).
  *
  * The reference semantics are the eval functions of ir/op_shape.c and
  * ir/op_move.c; a lowering computes the same element for every dtype.
+ * Resize has no eval: its reference is ONNX's (onnx/reference/ops/
+ * op_resize.py), whose per-axis neighbours and coefficients resize_taps
+ * builds in f64, summing the product of the axes' weights over every
+ * combination of taps (separable, so equal to the reference's axis by axis
+ * passes up to rounding), then converting to the output dtype.
  * Invariants and deliberate differences:
  *   - every load is in bounds, even on the arm of a SELECT that is not
  *     taken (backends may evaluate both arms): indices feeding such loads
@@ -140,6 +146,192 @@ static int32_t depth_space_point(sc_lower_ctx *cx, const sc_node *n, int32_t out
   return sc_lower_input_at(cx, n, 0, xi);
 }
 const sc_lowering sc_lw_depth_space = {SC_LOWER_POINT, depth_space_point, NULL};
+
+/* ---- Resize ---- */
+
+/* One axis of a Resize: its taps (input index, f64 weight; weight -1:
+ * exactly 1; sc_resize_taps of them) and, for tf_crop_and_resize, the
+ * "outside the roi" flag. */
+typedef struct resize_axis {
+  int32_t n, idx[SC_RESIZE_MAX_TAPS], w[SC_RESIZE_MAX_TAPS], outside;
+} resize_axis;
+
+static int32_t f64c(sc_lower_ctx *cx, double v) {
+  return kir_const_f(cx->arena, cx->k, SC_DTYPE_F64, v);
+}
+
+/* The source coordinate of output index y along axis d, as the ONNX
+ * reference computes it (f64). */
+static int32_t resize_source(sc_lower_ctx *cx, const sc_resize *r, int32_t d, int64_t in,
+                             int32_t y, int32_t *outside) {
+  double s = r->scale[d], width = s * (double)in; /* the output width as a real */
+  int32_t yf = kir_cast(cx->arena, cx->k, SC_DTYPE_F64, y);
+  int32_t shifted = bin(cx, KIR_ADD, yf, f64c(cx, 0.5));
+  int32_t half = bin(cx, KIR_SUB, bin(cx, KIR_DIV, shifted, f64c(cx, s)), f64c(cx, 0.5));
+  *outside = -1;
+  switch (r->coord) {
+  case SC_RESIZE_HALF_PIXEL: return half;
+  case SC_RESIZE_HALF_PIXEL_SYMMETRIC: {
+    double adjust = (double)r->out[d] / width, center = (double)in / 2.0;
+    return bin(cx, KIR_ADD, f64c(cx, center * (1.0 - adjust)), half);
+  }
+  case SC_RESIZE_PYTORCH_HALF_PIXEL: return width == 1.0 ? f64c(cx, -0.5) : half;
+  case SC_RESIZE_ALIGN_CORNERS:
+    if (width == 1.0) return f64c(cx, 0.0);
+    return bin(cx, KIR_DIV, bin(cx, KIR_MUL, yf, f64c(cx, (double)(in - 1))),
+               f64c(cx, width - 1.0));
+  case SC_RESIZE_ASYMMETRIC: return bin(cx, KIR_DIV, yf, f64c(cx, s));
+  case SC_RESIZE_TF_CROP_AND_RESIZE: {
+    double span = (r->roi_end[d] - r->roi_start[d]) * (double)(in - 1);
+    int32_t x = width == 1.0 ? f64c(cx, span / 2.0)
+                             : bin(cx, KIR_DIV, bin(cx, KIR_MUL, yf, f64c(cx, span)),
+                                   f64c(cx, width - 1.0));
+    x = bin(cx, KIR_ADD, x, f64c(cx, r->roi_start[d] * (double)(in - 1)));
+    *outside = bin(cx, KIR_OR, bin(cx, KIR_LT, x, f64c(cx, 0.0)),
+                   bin(cx, KIR_GT, x, f64c(cx, (double)(in - 1))));
+    return x;
+  }
+  }
+  return -1;
+}
+
+/* The taps of axis d for output index y: the reference's neighbours of the
+ * source coordinate x (the n nearest, the left one preferred, so with
+ * base = ceil(x) - 1 they are base + 1 - n/2 .. base + n/2), edge-clamped,
+ * weighted by the mode's coefficients of ratio = x - base (in (0, 1]). */
+static void resize_taps(sc_lower_ctx *cx, const sc_resize *r, const int64_t *in_dims, int32_t d,
+                        int32_t y, resize_axis *ax) {
+  int64_t in = in_dims[d];
+  int32_t x = resize_source(cx, r, d, in, y, &ax->outside);
+  int32_t fl = kir_unary(cx->arena, cx->k, KIR_FLOOR, x);
+  int32_t is_int = bin(cx, KIR_EQ, x, fl);
+  int32_t base = bin(cx, KIR_SUB, as_i64(cx, fl), sel(cx, is_int, C(cx, 1), C(cx, 0)));
+  int32_t t = sel(cx, is_int, f64c(cx, 1.0), bin(cx, KIR_SUB, x, fl)); /* ratio */
+  if (r->mode == SC_RESIZE_NEAREST) {
+    int32_t up; /* whether the right neighbour (base + 1) is the nearest */
+    switch (r->nearest) {
+    case SC_RESIZE_PREFER_FLOOR: up = bin(cx, KIR_GT, t, f64c(cx, 0.5)); break;
+    case SC_RESIZE_PREFER_CEIL: up = bin(cx, KIR_GE, t, f64c(cx, 0.5)); break;
+    case SC_RESIZE_FLOOR: up = is_int; break;
+    default: up = kir_const_i(cx->arena, cx->k, SC_DTYPE_BOOL, 1); break;
+    }
+    ax->n = 1;
+    ax->idx[0] = clamp(cx, bin(cx, KIR_ADD, base, sel(cx, up, C(cx, 1), C(cx, 0))), 0, in - 1);
+    ax->w[0] = -1;
+    return;
+  }
+  int32_t one = f64c(cx, 1.0), u = bin(cx, KIR_SUB, one, t);
+  int32_t first;
+  if (r->antialias) { /* the reference's filters at scale min(s, 1), normalised */
+    double s = r->scale[d] < 1.0 ? r->scale[d] : 1.0, A = r->cubic_a;
+    ax->n = sc_resize_taps(r, in_dims, d, &first);
+    for (int32_t i = 0; i < ax->n; i++) {
+      /* |(first + i - t) s| */
+      int32_t a = kir_unary(cx->arena, cx->k, KIR_ABS,
+                            bin(cx, KIR_MUL, bin(cx, KIR_SUB, f64c(cx, (double)(first + i)), t),
+                                f64c(cx, s)));
+      if (r->mode == SC_RESIZE_LINEAR) {
+        ax->w[i] = bin(cx, KIR_MAX, bin(cx, KIR_SUB, one, a), f64c(cx, 0.0));
+      } else { /* the cubic kernel: (A+2)a^3 - (A+3)a^2 + 1 below 1,
+                * A a^3 - 5A a^2 + 8A a - 4A below 2, else 0 */
+        int32_t a2 = bin(cx, KIR_MUL, a, a), a3 = bin(cx, KIR_MUL, a2, a);
+        int32_t near = bin(cx, KIR_ADD,
+                           bin(cx, KIR_SUB, bin(cx, KIR_MUL, f64c(cx, A + 2), a3),
+                               bin(cx, KIR_MUL, f64c(cx, A + 3), a2)), one);
+        int32_t far = bin(cx, KIR_SUB,
+                          bin(cx, KIR_ADD,
+                              bin(cx, KIR_SUB, bin(cx, KIR_MUL, f64c(cx, A), a3),
+                                  bin(cx, KIR_MUL, f64c(cx, 5 * A), a2)),
+                              bin(cx, KIR_MUL, f64c(cx, 8 * A), a)), f64c(cx, 4 * A));
+        ax->w[i] = sel(cx, bin(cx, KIR_LE, a, one), near,
+                       sel(cx, bin(cx, KIR_LT, a, f64c(cx, 2.0)), far, f64c(cx, 0.0)));
+      }
+    }
+  } else if (r->mode == SC_RESIZE_LINEAR) {
+    ax->n = 2, first = 0;
+    ax->w[0] = u, ax->w[1] = t;
+  } else { /* cubic, A = cubic_coeff_a: the reference's four polynomials */
+    double A = r->cubic_a;
+    int32_t t1 = bin(cx, KIR_ADD, t, one), u1 = bin(cx, KIR_ADD, u, one);
+    ax->n = 4, first = -1;
+    for (int32_t i = 0; i < 4; i++) {
+      int32_t v = i == 0 ? t1 : i == 1 ? t : i == 2 ? u : u1;
+      if (i == 0 || i == 3) /* ((A v - 5A) v + 8A) v - 4A */
+        ax->w[i] = bin(cx, KIR_SUB,
+                       bin(cx, KIR_MUL,
+                           bin(cx, KIR_ADD,
+                               bin(cx, KIR_MUL, bin(cx, KIR_SUB, bin(cx, KIR_MUL, f64c(cx, A), v),
+                                                    f64c(cx, 5 * A)), v),
+                               f64c(cx, 8 * A)), v),
+                       f64c(cx, 4 * A));
+      else /* ((A + 2) v - (A + 3)) v v + 1 */
+        ax->w[i] = bin(cx, KIR_ADD,
+                       bin(cx, KIR_MUL,
+                           bin(cx, KIR_MUL,
+                               bin(cx, KIR_SUB, bin(cx, KIR_MUL, f64c(cx, A + 2), v),
+                                   f64c(cx, A + 3)), v), v),
+                       one);
+    }
+  }
+  int32_t sum = -1;
+  for (int32_t i = 0; i < ax->n; i++) {
+    int32_t j = bin(cx, KIR_ADD, base, C(cx, first + i));
+    if (r->exclude_outside) /* taps outside the input weigh 0, the rest renormalised */
+      ax->w[i] = sel(cx, in_range(cx, j, 0, in), ax->w[i], f64c(cx, 0.0));
+    sum = sum < 0 ? ax->w[i] : bin(cx, KIR_ADD, sum, ax->w[i]);
+    ax->idx[i] = clamp(cx, j, 0, in - 1);
+  }
+  if (r->exclude_outside || r->antialias)
+    for (int32_t i = 0; i < ax->n; i++) ax->w[i] = bin(cx, KIR_DIV, ax->w[i], sum);
+}
+
+static int32_t resize_point(sc_lower_ctx *cx, const sc_node *n, int32_t out, const int32_t *idx) {
+  (void)out;
+  const sc_value *x = in_val(cx, n, 0), *y = out_val(cx, n, 0);
+  sc_resize r;
+  if (sc_resize_params(cx->g, n, &r) != SC_OK) return graph_failed(cx, n);
+  resize_axis ax[SC_MAX_RANK];
+  int32_t outside = -1;
+  int64_t combos = 1;
+  for (int32_t d = 0; d < x->rank; d++) {
+    if (sc_resize_keeps(&r, x->dims, d)) { /* an axis not resized is read where it is */
+      ax[d].n = 1, ax[d].idx[0] = idx[d], ax[d].w[0] = -1, ax[d].outside = -1;
+    } else {
+      resize_taps(cx, &r, x->dims, d, idx[d], &ax[d]);
+    }
+    if (ax[d].outside >= 0)
+      outside = outside < 0 ? ax[d].outside : bin(cx, KIR_OR, outside, ax[d].outside);
+    combos *= ax[d].n;
+  }
+  /* the sum over every combination of taps of the product of their weights
+   * times the input there, in f64 (nearest: the one input element) */
+  int32_t acc = -1, tap[SC_MAX_RANK] = {0};
+  for (int64_t c = 0; c < combos; c++) {
+    int32_t xi[SC_MAX_RANK], w = -1;
+    int64_t rest = c;
+    for (int32_t d = x->rank - 1; d >= 0; d--) {
+      tap[d] = (int32_t)(rest % ax[d].n);
+      rest /= ax[d].n;
+      xi[d] = ax[d].idx[tap[d]];
+      int32_t wd = ax[d].w[tap[d]];
+      if (wd >= 0) w = w < 0 ? wd : bin(cx, KIR_MUL, w, wd);
+    }
+    int32_t v = sc_lower_input_at(cx, n, 0, xi);
+    if (v < 0) return -1;
+    if (w < 0) {
+      acc = v; /* nearest or no axis resized: one tap, weight 1 */
+      continue;
+    }
+    int32_t term = bin(cx, KIR_MUL, kir_cast(cx->arena, cx->k, SC_DTYPE_F64, v), w);
+    acc = acc < 0 ? term : bin(cx, KIR_ADD, acc, term);
+  }
+  if (acc < 0) return -1;
+  int32_t res = kir_cast(cx->arena, cx->k, y->dtype, acc);
+  if (outside >= 0)
+    res = sel(cx, outside, const_of(cx, y->dtype, r.extrapolation, (int64_t)r.extrapolation), res);
+  return res;
+}
+const sc_lowering sc_lw_resize = {SC_LOWER_POINT, resize_point, NULL};
 
 /* ---- Concat ---- */
 

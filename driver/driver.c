@@ -61,6 +61,7 @@ static sc_status step_specialise(job *j) {
                          f->name, sc_dtype_name(f->dtype), (int)f->rank, sc_dtype_name(v->dtype),
                          (int)v->rank);
     v->flags &= ~(uint32_t)SC_VALUE_INPUT;
+    v->flags |= SC_VALUE_SPECIALISED;
     if (sc_value_set_data(g, id, f->dtype, f->rank, f->dims, f->data, f->bytes, true) != SC_OK) {
       *j->d = g->diag;
       return j->d->status;

@@ -16,7 +16,10 @@
  *   Pad (< 11)        pads attribute → an int64 input, value (non-zero) →
  *       a float scalar input (the data's dtype must then be float32);
  *   BatchNormalization (< 9)  `spatial` = 0 (per-element statistics) is
- *       refused; otherwise the attribute is dropped.
+ *       refused; otherwise the attribute is dropped;
+ *   Upsample (< 10; scales an attribute at 7, an input at 9), Resize (< 11;
+ *       X and scales)  → Resize(X, "", scales) with the asymmetric
+ *       coordinates and the floor nearest rounding they had.
  *
  * The same mechanism reads onnxruntime's com.microsoft ops, which exports
  * optimised by its transformer tools contain, as IR ops (their semantics
@@ -109,15 +112,28 @@ static Onnx__AttributeProto *int_attr(adapter *ad, const char *name, int64_t v) 
   return a;
 }
 
+static Onnx__AttributeProto *str_attr(adapter *ad, const char *name, const char *v) {
+  Onnx__AttributeProto *a = sc_arena_array(A(ad), 1, sizeof *a);
+  if (!a) return NULL;
+  onnx__attribute_proto__init(a);
+  a->name = (char *)name;
+  a->has_type = 1;
+  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+  a->has_s = 1;
+  a->s.data = (uint8_t *)v;
+  a->s.len = strlen(v);
+  return a;
+}
+
 /* A Constant node whose output `value` is the int64 vector v[n] (or, with
- * f, the float scalar *f). */
+ * f, the float vector f[n], or the float scalar *f when n is 0). */
 static sc_status constant(adapter *ad, const char *value, const int64_t *v, size_t n,
                           const float *f) {
   Onnx__TensorProto *t = sc_arena_array(A(ad), 1, sizeof *t);
   Onnx__AttributeProto *a = sc_arena_array(A(ad), 1, sizeof *a);
   int64_t *dims = sc_arena_array(A(ad), 1, sizeof *dims);
   int64_t *data = sc_arena_array(A(ad), n + 1, sizeof *data);
-  float *fd = sc_arena_array(A(ad), 1, sizeof *fd);
+  float *fd = sc_arena_array(A(ad), n + 1, sizeof *fd);
   const char *name = sc_arena_printf(A(ad), "%s/const", value);
   Onnx__NodeProto *np = node(ad, "Constant", name, NULL, 0, &value, 1, 1);
   if (!t || !a || !dims || !data || !fd || !np) return nomem(ad);
@@ -125,9 +141,14 @@ static sc_status constant(adapter *ad, const char *value, const int64_t *v, size
   t->has_data_type = 1;
   if (f) {
     t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
-    fd[0] = *f;
+    memcpy(fd, f, (n ? n : 1) * sizeof *fd);
     t->float_data = fd;
-    t->n_float_data = 1;
+    t->n_float_data = n ? n : 1;
+    if (n) {
+      dims[0] = (int64_t)n;
+      t->dims = dims;
+      t->n_dims = 1;
+    }
   } else {
     t->data_type = ONNX__TENSOR_PROTO__DATA_TYPE__INT64;
     dims[0] = (int64_t)n;
@@ -231,6 +252,36 @@ static sc_status pad(adapter *ad, const Onnx__NodeProto *np) {
   if (!p) return nomem(ad);
   if (mode) p->attribute[p->n_attribute++] = (Onnx__AttributeProto *)mode;
   return emit(ad, p);
+}
+
+/* Upsample (opset 7: scales an attribute; 9: input 1) and Resize-10 (X,
+ * scales) become Resize(X, "", scales): both scaled with the asymmetric
+ * coordinates (x / scale) and, in nearest mode, took the element at the
+ * floor, so those are the attributes set. */
+static sc_status upsample(adapter *ad, const Onnx__NodeProto *np) {
+  if (np->n_input < 1 || np->n_output != 1)
+    return sc_onnx_error(ad->c, SC_ERR_INVALID, "%s takes X and scales", np->op_type);
+  const char *b = base_name(ad, np), *in[3] = {np->input[0], "", NULL};
+  sc_status st;
+  if (np->n_input >= 2 && np->input[1] && np->input[1][0]) {
+    in[2] = np->input[1];
+  } else {
+    const Onnx__AttributeProto *sc = attr(np, "scales");
+    if (!sc || sc->n_floats == 0)
+      return sc_onnx_error(ad->c, SC_ERR_INVALID, "%s without scales", np->op_type);
+    if (!(in[2] = sc_arena_printf(A(ad), "%s/scales", b))) return nomem(ad);
+    if ((st = constant(ad, in[2], NULL, sc->n_floats, sc->floats)) != SC_OK) return st;
+  }
+  const Onnx__AttributeProto *mode = attr(np, "mode");
+  const char *out = np->output[0];
+  Onnx__NodeProto *r = node(ad, "Resize", b, in, 3, &out, 1, 3);
+  Onnx__AttributeProto *ct = str_attr(ad, "coordinate_transformation_mode", "asymmetric");
+  Onnx__AttributeProto *nm = str_attr(ad, "nearest_mode", "floor");
+  if (!r || !ct || !nm) return nomem(ad);
+  r->attribute[r->n_attribute++] = ct;
+  r->attribute[r->n_attribute++] = nm;
+  if (mode) r->attribute[r->n_attribute++] = (Onnx__AttributeProto *)mode;
+  return emit(ad, r);
 }
 
 static sc_status batch_norm(adapter *ad, const Onnx__NodeProto *np) {
@@ -498,6 +549,8 @@ static const struct {
     {NULL, "Slice", 10, slice},
     {NULL, "Pad", 11, pad},
     {NULL, "BatchNormalization", 9, batch_norm},
+    {NULL, "Upsample", 10, upsample},
+    {NULL, "Resize", 11, upsample},
     /* onnxruntime registers this one in the default domain */
     {NULL, "SimplifiedLayerNormalization", INT64_MAX, ms_layer_norm},
     {"com.microsoft", "Gelu", INT64_MAX, ms_gelu},

@@ -43,6 +43,10 @@ enum sc_value_flags {
   SC_VALUE_CONST = 1u << 2,  /* constant: initializer, Constant or folded */
   SC_VALUE_PARAM = 1u << 3,  /* came from an initializer (a weight) */
   SC_VALUE_DEAD = 1u << 4,   /* removed; dropped by sc_graph_compact */
+  /* a graph input given its value at compile time (the driver's specialise
+   * step): now a constant, the same on every rank; a plan's sharding of it
+   * is ignored */
+  SC_VALUE_SPECIALISED = 1u << 5,
 };
 
 typedef enum sc_data_kind {

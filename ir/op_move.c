@@ -1,5 +1,7 @@
 /* op_move.c — data movement by index: Gather, GatherElements, GatherND,
- * ScatterND, ScatterElements, and Trilu, Pad, OneHot (ONNX opsets 13–25).
+ * ScatterND, ScatterElements, and Trilu, Pad, OneHot (ONNX opsets 13–25),
+ * and Resize (opset 11's form and later; Upsample and Resize-10 become it
+ * in frontend/onnx_adapters.c).
  * Their cost function, cost_move, is in op_shape.c with the rest of the "S"
  * family.
  *
@@ -10,6 +12,7 @@
  * Scatter reductions (add, mul, max, min) compute in double for float types
  * (exact for one operation on f32/f16/bf16) and in 64-bit integers for
  * integer types, wrapping like the hardware would. */
+#include <math.h>
 #include <string.h>
 
 #include "op_move.h"
@@ -633,4 +636,189 @@ sc_status sc_op_eval_onehot(sc_graph *g, sc_node *n) {
       memcpy(out + (size_t)((o * depth + v) * inner + i) * es, vp + es, es);
     }
   return SC_OK;
+}
+
+/* ---- Resize ---- */
+
+static const char *const RESIZE_MODE[] = {"nearest", "linear", "cubic"};
+static const char *const RESIZE_COORD[] = {"half_pixel",    "half_pixel_symmetric",
+                                           "pytorch_half_pixel", "align_corners",
+                                           "asymmetric",    "tf_crop_and_resize"};
+static const char *const RESIZE_NEAREST_MODE[] = {"round_prefer_floor", "round_prefer_ceil",
+                                                  "floor", "ceil"};
+static const char *const RESIZE_POLICY[] = {"stretch", "not_larger", "not_smaller"};
+
+/* The index of string attribute `name` (default dflt) in names[count]. */
+static sc_status resize_choice(sc_graph *g, const sc_node *n, const char *name, const char *dflt,
+                               const char *const *names, int count, int *out) {
+  const char *s;
+  sc_status st = sc_read_attr_string(g, n, name, dflt, &s);
+  if (st != SC_OK) return st;
+  for (int i = 0; i < count; i++)
+    if (strcmp(s, names[i]) == 0) {
+      *out = i;
+      return SC_OK;
+    }
+  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "%s '%s' is not supported", name, s);
+}
+
+/* The elements of float input idx (omitted or empty: *count 0). */
+static sc_status resize_floats(sc_graph *g, const sc_node *n, int32_t idx, double *buf,
+                               int64_t cap, int64_t *count) {
+  *count = 0;
+  const sc_value *v = sc_node_input(g, n, idx);
+  if (!v || sc_value_numel(v) == 0) return SC_OK;
+  if (!sc_dtype_is_float(v->dtype) || v->rank != 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' must be a 1-D float tensor",
+                         v->name);
+  sc_status st = sc_require_const(g, n, v);
+  if (st != SC_OK) return st;
+  int64_t m = sc_value_numel(v);
+  if (m > cap)
+    return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' has %lld entries, more than %lld",
+                         v->name, (long long)m, (long long)cap);
+  for (int64_t i = 0; i < m; i++) buf[i] = sc_load_f64(v->dtype, v->data, i);
+  *count = m;
+  return SC_OK;
+}
+
+sc_status sc_resize_params(sc_graph *g, const sc_node *n, sc_resize *r) {
+  memset(r, 0, sizeof *r);
+  const sc_value *x = sc_node_input(g, n, 0);
+  int32_t rank = r->rank = x->rank;
+  int mode = 0, coord = 0, nearest = 0, policy = 0;
+  int64_t antialias = 0, exclude = 0;
+  sc_status st;
+  if ((st = resize_choice(g, n, "mode", "nearest", RESIZE_MODE, 3, &mode)) != SC_OK ||
+      (st = resize_choice(g, n, "coordinate_transformation_mode", "half_pixel", RESIZE_COORD, 6,
+                          &coord)) != SC_OK ||
+      (st = resize_choice(g, n, "nearest_mode", "round_prefer_floor", RESIZE_NEAREST_MODE, 4,
+                          &nearest)) != SC_OK ||
+      (st = resize_choice(g, n, "keep_aspect_ratio_policy", "stretch", RESIZE_POLICY, 3,
+                          &policy)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "cubic_coeff_a", -0.75, &r->cubic_a)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "extrapolation_value", 0.0, &r->extrapolation)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "exclude_outside", 0, &exclude)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "antialias", 0, &antialias)) != SC_OK)
+    return st;
+  r->mode = (sc_resize_mode)mode;
+  r->coord = (sc_resize_coord)coord;
+  r->nearest = (sc_resize_nearest)nearest;
+  r->exclude_outside = exclude != 0;
+  r->antialias = antialias != 0 && r->mode != SC_RESIZE_NEAREST;
+  if (r->mode != SC_RESIZE_NEAREST && !sc_dtype_is_float(x->dtype))
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "%s mode on %s needs a float input",
+                         RESIZE_MODE[mode], sc_dtype_name(x->dtype));
+  /* the axes the scales, sizes and roi speak of */
+  int32_t axes[SC_MAX_RANK], na = rank;
+  for (int32_t d = 0; d < rank; d++) axes[d] = d;
+  const int64_t *av;
+  int64_t m = sc_attr_ints(g, n, "axes", &av);
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if (m >= 0) {
+    bool seen[SC_MAX_RANK] = {false};
+    if (m > rank) return sc_node_error(g, n, SC_ERR_INVALID, "axes has %lld entries for rank %d",
+                                       (long long)m, rank);
+    na = (int32_t)m;
+    for (int32_t i = 0; i < na; i++) {
+      if ((st = sc_norm_axis(g, n, av[i], rank, &axes[i])) != SC_OK) return st;
+      if (seen[axes[i]]) return sc_node_error(g, n, SC_ERR_INVALID, "axes repeat %lld",
+                                              (long long)av[i]);
+      seen[axes[i]] = true;
+    }
+  }
+  double roi[2 * SC_MAX_RANK], scales[SC_MAX_RANK];
+  int64_t sizes[SC_MAX_RANK], nroi = 0, nsc = 0, nsz = 0;
+  if ((st = resize_floats(g, n, 1, roi, 2 * SC_MAX_RANK, &nroi)) != SC_OK ||
+      (st = resize_floats(g, n, 2, scales, SC_MAX_RANK, &nsc)) != SC_OK)
+    return st;
+  const sc_value *sv = sc_node_input(g, n, 3);
+  if (sv && sc_value_numel(sv) != 0 &&
+      (st = sc_input_ints(g, n, 3, sizes, SC_MAX_RANK, &nsz)) != SC_OK)
+    return st;
+  if ((nsc > 0) == (nsz > 0))
+    return sc_node_error(g, n, SC_ERR_INVALID, "exactly one of scales and sizes must be given");
+  if ((nsc ? nsc : nsz) != na)
+    return sc_node_error(g, n, SC_ERR_INVALID, "%s has %lld entries for %d axes",
+                         nsc ? "scales" : "sizes", (long long)(nsc ? nsc : nsz), na);
+  for (int32_t d = 0; d < rank; d++) {
+    r->out[d] = x->dims[d];
+    r->scale[d] = 1.0;
+    r->roi_start[d] = 0.0, r->roi_end[d] = 1.0;
+  }
+  if (r->coord == SC_RESIZE_TF_CROP_AND_RESIZE) {
+    if (nroi != 2 * na)
+      return sc_node_error(g, n, SC_ERR_INVALID,
+                           "tf_crop_and_resize needs a roi of %d entries, got %lld", 2 * na,
+                           (long long)nroi);
+    for (int32_t i = 0; i < na; i++)
+      r->roi_start[axes[i]] = roi[i], r->roi_end[axes[i]] = roi[na + i];
+  }
+  for (int32_t i = 0; i < na; i++)
+    if (x->dims[axes[i]] <= 0)
+      return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "resizing an axis of extent %lld",
+                           (long long)x->dims[axes[i]]);
+  if (nsc) {
+    for (int32_t i = 0; i < na; i++) {
+      int32_t d = axes[i];
+      double o = (double)x->dims[d] * (r->roi_end[d] - r->roi_start[d]) * scales[i];
+      if (!(scales[i] > 0.0) || !(o >= 0.0) || o > 1e15)
+        return sc_node_error(g, n, SC_ERR_INVALID, "scale %g on axis %d is not usable",
+                             scales[i], d);
+      r->scale[d] = scales[i];
+      r->out[d] = (int64_t)floor(o);
+    }
+    return SC_OK;
+  }
+  double keep = policy == 1 ? INFINITY : 0.0;
+  for (int32_t i = 0; i < na; i++) {
+    if (sizes[i] < 0 || sizes[i] > ((int64_t)1 << 40))
+      return sc_node_error(g, n, SC_ERR_INVALID, "size %lld on axis %d is out of range",
+                           (long long)sizes[i], axes[i]);
+    double s = (double)sizes[i] / (double)x->dims[axes[i]];
+    if (policy == 0) r->scale[axes[i]] = s, r->out[axes[i]] = sizes[i];
+    else keep = policy == 1 ? fmin(keep, s) : fmax(keep, s);
+  }
+  if (policy != 0)
+    for (int32_t i = 0; i < na; i++) { /* round half up, as the reference */
+      r->scale[axes[i]] = keep;
+      r->out[axes[i]] = (int64_t)(keep * (double)x->dims[axes[i]] + 0.5);
+    }
+  return SC_OK;
+}
+
+bool sc_resize_keeps(const sc_resize *r, const int64_t *in_dims, int32_t d) {
+  return r->scale[d] == 1.0 && r->out[d] == in_dims[d] && r->coord != SC_RESIZE_TF_CROP_AND_RESIZE;
+}
+
+int32_t sc_resize_taps(const sc_resize *r, const int64_t *in_dims, int32_t d, int32_t *start) {
+  *start = 0;
+  if (sc_resize_keeps(r, in_dims, d) || r->mode == SC_RESIZE_NEAREST) return 1;
+  *start = r->mode == SC_RESIZE_CUBIC ? -1 : 0;
+  if (r->antialias) {
+    double s = r->scale[d] < 1.0 ? r->scale[d] : 1.0;
+    double st = floor((r->mode == SC_RESIZE_CUBIC ? -2.0 : -1.0) / s) + 1.0;
+    if (st < -(double)SC_RESIZE_MAX_TAPS) st = -(double)SC_RESIZE_MAX_TAPS;
+    *start = (int32_t)st;
+  }
+  return 2 - 2 * *start;
+}
+
+sc_status sc_op_infer_resize(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  sc_resize r;
+  if ((st = sc_resize_params(g, n, &r)) != SC_OK) return st;
+  int64_t reads = 1;
+  for (int32_t d = 0; d < x->rank; d++) {
+    int32_t start, taps = sc_resize_taps(&r, x->dims, d, &start);
+    reads *= taps;
+    if (taps > SC_RESIZE_MAX_TAPS || reads > SC_RESIZE_MAX_READS)
+      return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                           "an antialiased downscale by %g reads %d elements along axis %d "
+                           "(at most %d per axis and %d in all are supported)",
+                           r.scale[d], taps, d, SC_RESIZE_MAX_TAPS, SC_RESIZE_MAX_READS);
+  }
+  return sc_set_output(g, n, 0, x->dtype, x->rank, r.out);
 }

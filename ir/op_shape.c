@@ -454,7 +454,8 @@ sc_status sc_op_eval_transpose(sc_graph *g, sc_node *n) {
   int32_t perm[SC_MAX_RANK];
   if ((st = transpose_perm(g, n, x->rank, perm)) != SC_OK) return st;
   if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
-  if (sc_value_numel(y) > 0) permuted_copy(in, out, x->rank, x->dims, perm, sc_dtype_size(x->dtype));
+  if (sc_value_numel(y) > 0)
+    permuted_copy(in, out, x->rank, x->dims, perm, sc_dtype_size(x->dtype));
   return SC_OK;
 }
 

@@ -101,6 +101,40 @@ sc_status sc_op_slice_params(sc_graph *g, const sc_node *n, int64_t *start,
  * [N, C', b, b, H, W] by {0, 1, 4, 2, 5, 3}; SpaceToDepth: [N, C, H/b, b,
  * W/b, b] by {0, 3, 5, 1, 2, 4}. Used by infer, eval and the lowering. */
 sc_status sc_op_depth_space_view(sc_graph *g, const sc_node *n, int64_t *d6, int32_t *perm);
+/* Resize (op_move.c): its attributes and constant inputs, read once for
+ * shape inference and the lowering (codegen/lower_shape.c). Per axis: the
+ * output extent, the scale (output / input: from `scales`, or sizes / input
+ * when `sizes` is given) and, for tf_crop_and_resize, the roi. */
+typedef enum sc_resize_mode { SC_RESIZE_NEAREST, SC_RESIZE_LINEAR, SC_RESIZE_CUBIC } sc_resize_mode;
+typedef enum sc_resize_coord {
+  SC_RESIZE_HALF_PIXEL, SC_RESIZE_HALF_PIXEL_SYMMETRIC, SC_RESIZE_PYTORCH_HALF_PIXEL,
+  SC_RESIZE_ALIGN_CORNERS, SC_RESIZE_ASYMMETRIC, SC_RESIZE_TF_CROP_AND_RESIZE
+} sc_resize_coord;
+typedef enum sc_resize_nearest {
+  SC_RESIZE_PREFER_FLOOR, SC_RESIZE_PREFER_CEIL, SC_RESIZE_FLOOR, SC_RESIZE_CEIL
+} sc_resize_nearest;
+typedef struct sc_resize {
+  sc_resize_mode mode;
+  sc_resize_coord coord;
+  sc_resize_nearest nearest;
+  double cubic_a, extrapolation;
+  bool exclude_outside, antialias;
+  int32_t rank;
+  int64_t out[SC_MAX_RANK];
+  double scale[SC_MAX_RANK];
+  double roi_start[SC_MAX_RANK], roi_end[SC_MAX_RANK]; /* 0 and 1 but for tf_crop */
+} sc_resize;
+sc_status sc_resize_params(sc_graph *g, const sc_node *n, sc_resize *r);
+/* How many input elements axis d of a Resize reads per output element
+ * (1 when the axis is not resized or the mode is nearest; 2 linear, 4
+ * cubic; an antialiased downscale by s: the reference's footprint at
+ * min(s, 1), 2 - 2 start) and, in *start, the first one's offset from
+ * ceil(x) - 1, x the source coordinate. sc_resize_params refuses more than
+ * SC_RESIZE_MAX_TAPS on an axis or SC_RESIZE_MAX_READS in all. */
+enum { SC_RESIZE_MAX_TAPS = 24, SC_RESIZE_MAX_READS = 1024 };
+/* Whether axis d is not resized (scale 1, same extent, no roi): read as is. */
+bool sc_resize_keeps(const sc_resize *r, const int64_t *in_dims, int32_t d);
+int32_t sc_resize_taps(const sc_resize *r, const int64_t *in_dims, int32_t d, int32_t *start);
 /* Advances a multi-index over dims; false after the last element. */
 bool sc_next_index(int32_t rank, const int64_t *dims, int64_t *idx);
 

@@ -222,6 +222,7 @@ static sc_status apply_overrides(sc_graph *g, const sc_plan *plan) {
     int32_t id = sc_graph_find_value(g, o->name);
     if (id < 0)
       return sc_graph_error(g, SC_ERR_INVALID, "plan override: no initializer '%s'", o->name);
+    if (g->values[id].flags & SC_VALUE_SPECIALISED) continue; /* a constant: replicated */
     sc_sharding s;
     sc_status st = sc_sharding_parse(o->sharding, strlen(o->sharding), m,
                                      g->values[id].rank, &s, &g->diag);
