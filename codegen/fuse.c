@@ -15,13 +15,13 @@
  *   POINT   G is not a lone view and the node does not feed G's library call
  *           (a STEP reads buffers): chains of elementwise/broadcast ops
  *           become one group; producers of a reduction or row kernel inline
- *           as its prologue;
+ *           as its prologue. The one exception: a Transpose that G's MatMul
+ *           reads as a transposed operand (sc_lower_gemm_operand_transpose)
+ *           joins, and the GEMM step takes it as trans_a / trans_b (its own
+ *           producers then feed the library call, and stay out);
  *   VIEW    as POINT, and only inside a POINT chain (its input comes from a
  *           POINT node): there the view becomes index arithmetic; anywhere
  *           else it stays alone and costs nothing (an aliased buffer);
- *           The one exception: a Transpose that G's MatMul reads as a
- *           transposed operand (sc_lower_gemm_operand_transpose), which the
- *           GEMM step takes as trans_a / trans_b;
  *   KERNEL, STEP   G has no kernel op yet, exactly one output of the node is
  *           used, and every member of G downstream of the node is an
  *           elementwise POINT op whose outputs have that output's shape: they

@@ -25,9 +25,9 @@
  * times smaller than cols), so the im2col kernel reads in-range indices
  * only: no clamp and no select, each cols row a strided copy the vectoriser
  * turns into vector loads (it halved ResNet-18's im2col time). The bias is
- * per output channel, i.e. per ROW of the
- * GEMM, which sc_gemm's bias (per column) cannot express: a kernel first
- * fills the output with bias[m] and the GEMM accumulates onto it (beta 1).
+ * per output channel, i.e. per ROW of the GEMM, which sc_gemm's bias (per
+ * column) cannot express: a kernel first fills the output with bias[m] and
+ * the GEMM accumulates onto it (beta 1).
  * So the GEMM is the group's last step and a fused POINT consumer (Relu,
  * residual Add) becomes its epilogue kernel (from_graph.c). Other convs
  * (other dtypes, tiny ones, depthwise) are a direct kir kernel (outer =
@@ -547,7 +547,8 @@ static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int
                  w->end[d] == 0 && x->dims[2 + d] == y->dims[2 + d];
     pads |= w->begin[d] > 0 || w->end[d] > 0;
     /* the last tap read: (out - 1) * stride + (kernel - 1) * dilation */
-    int64_t reach = (y->dims[2 + d] - 1) * w->strides[d] + (w->kernel[d] - 1) * w->dilations[d] + 1;
+    int64_t reach =
+        (y->dims[2 + d] - 1) * w->strides[d] + (w->kernel[d] - 1) * w->dilations[d] + 1;
     pd[2 + d] = w->begin[d] + x->dims[2 + d] + (w->end[d] > 0 ? w->end[d] : 0);
     if (pd[2 + d] < reach) pd[2 + d] = reach;
   }

@@ -222,9 +222,9 @@ static void resize_taps(sc_lower_ctx *cx, const sc_resize *r, const int64_t *in_
   }
   int32_t one = f64c(cx, 1.0), u = bin(cx, KIR_SUB, one, t);
   int32_t first;
+  ax->n = sc_resize_taps(r, in_dims, d, &first); /* 2 linear, 4 cubic, or antialias's */
   if (r->antialias) { /* the reference's filters at scale min(s, 1), normalised */
     double s = r->scale[d] < 1.0 ? r->scale[d] : 1.0, A = r->cubic_a;
-    ax->n = sc_resize_taps(r, in_dims, d, &first);
     for (int32_t i = 0; i < ax->n; i++) {
       /* |(first + i - t) s| */
       int32_t a = kir_unary(cx->arena, cx->k, KIR_ABS,
@@ -247,13 +247,12 @@ static void resize_taps(sc_lower_ctx *cx, const sc_resize *r, const int64_t *in_
                        sel(cx, bin(cx, KIR_LT, a, f64c(cx, 2.0)), far, f64c(cx, 0.0)));
       }
     }
-  } else if (r->mode == SC_RESIZE_LINEAR) {
-    ax->n = 2, first = 0;
+  } else if (r->mode == SC_RESIZE_LINEAR) { /* taps base, base + 1 */
     ax->w[0] = u, ax->w[1] = t;
-  } else { /* cubic, A = cubic_coeff_a: the reference's four polynomials */
+  } else { /* cubic, taps base - 1 .. base + 2, A = cubic_coeff_a: the
+            * reference's four polynomials */
     double A = r->cubic_a;
     int32_t t1 = bin(cx, KIR_ADD, t, one), u1 = bin(cx, KIR_ADD, u, one);
-    ax->n = 4, first = -1;
     for (int32_t i = 0; i < 4; i++) {
       int32_t v = i == 0 ? t1 : i == 1 ? t : i == 2 ? u : u1;
       if (i == 0 || i == 3) /* ((A v - 5A) v + 8A) v - 4A */
@@ -305,15 +304,15 @@ static int32_t resize_point(sc_lower_ctx *cx, const sc_node *n, int32_t out, con
   }
   /* the sum over every combination of taps of the product of their weights
    * times the input there, in f64 (nearest: the one input element) */
-  int32_t acc = -1, tap[SC_MAX_RANK] = {0};
+  int32_t acc = -1;
   for (int64_t c = 0; c < combos; c++) {
     int32_t xi[SC_MAX_RANK], w = -1;
     int64_t rest = c;
     for (int32_t d = x->rank - 1; d >= 0; d--) {
-      tap[d] = (int32_t)(rest % ax[d].n);
+      int32_t tap = (int32_t)(rest % ax[d].n);
       rest /= ax[d].n;
-      xi[d] = ax[d].idx[tap[d]];
-      int32_t wd = ax[d].w[tap[d]];
+      xi[d] = ax[d].idx[tap];
+      int32_t wd = ax[d].w[tap];
       if (wd >= 0) w = w < 0 ? wd : bin(cx, KIR_MUL, w, wd);
     }
     int32_t v = sc_lower_input_at(cx, n, 0, xi);

@@ -100,28 +100,27 @@ static Onnx__NodeProto *node(adapter *ad, const char *op, const char *name, cons
   return np;
 }
 
-static Onnx__AttributeProto *int_attr(adapter *ad, const char *name, int64_t v) {
+/* A new attribute `name` of `type`, its value still unset. */
+static Onnx__AttributeProto *new_attr(adapter *ad, const char *name,
+                                      Onnx__AttributeProto__AttributeType type) {
   Onnx__AttributeProto *a = sc_arena_array(A(ad), 1, sizeof *a);
   if (!a) return NULL;
   onnx__attribute_proto__init(a);
   a->name = (char *)name;
   a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-  a->has_i = 1;
-  a->i = v;
+  a->type = type;
+  return a;
+}
+
+static Onnx__AttributeProto *int_attr(adapter *ad, const char *name, int64_t v) {
+  Onnx__AttributeProto *a = new_attr(ad, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+  if (a) a->has_i = 1, a->i = v;
   return a;
 }
 
 static Onnx__AttributeProto *str_attr(adapter *ad, const char *name, const char *v) {
-  Onnx__AttributeProto *a = sc_arena_array(A(ad), 1, sizeof *a);
-  if (!a) return NULL;
-  onnx__attribute_proto__init(a);
-  a->name = (char *)name;
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
-  a->has_s = 1;
-  a->s.data = (uint8_t *)v;
-  a->s.len = strlen(v);
+  Onnx__AttributeProto *a = new_attr(ad, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+  if (a) a->has_s = 1, a->s.data = (uint8_t *)v, a->s.len = strlen(v);
   return a;
 }
 
@@ -130,7 +129,7 @@ static Onnx__AttributeProto *str_attr(adapter *ad, const char *name, const char 
 static sc_status constant(adapter *ad, const char *value, const int64_t *v, size_t n,
                           const float *f) {
   Onnx__TensorProto *t = sc_arena_array(A(ad), 1, sizeof *t);
-  Onnx__AttributeProto *a = sc_arena_array(A(ad), 1, sizeof *a);
+  Onnx__AttributeProto *a = new_attr(ad, "value", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR);
   int64_t *dims = sc_arena_array(A(ad), 1, sizeof *dims);
   int64_t *data = sc_arena_array(A(ad), n + 1, sizeof *data);
   float *fd = sc_arena_array(A(ad), n + 1, sizeof *fd);
@@ -158,10 +157,6 @@ static sc_status constant(adapter *ad, const char *value, const int64_t *v, size
     t->int64_data = data;
     t->n_int64_data = n;
   }
-  onnx__attribute_proto__init(a);
-  a->name = "value";
-  a->has_type = 1;
-  a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
   a->t = t;
   np->attribute[np->n_attribute++] = a;
   return emit(ad, np);

@@ -648,20 +648,6 @@ static const char *const RESIZE_NEAREST_MODE[] = {"round_prefer_floor", "round_p
                                                   "floor", "ceil"};
 static const char *const RESIZE_POLICY[] = {"stretch", "not_larger", "not_smaller"};
 
-/* The index of string attribute `name` (default dflt) in names[count]. */
-static sc_status resize_choice(sc_graph *g, const sc_node *n, const char *name, const char *dflt,
-                               const char *const *names, int count, int *out) {
-  const char *s;
-  sc_status st = sc_read_attr_string(g, n, name, dflt, &s);
-  if (st != SC_OK) return st;
-  for (int i = 0; i < count; i++)
-    if (strcmp(s, names[i]) == 0) {
-      *out = i;
-      return SC_OK;
-    }
-  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "%s '%s' is not supported", name, s);
-}
-
 /* The elements of float input idx (omitted or empty: *count 0). */
 static sc_status resize_floats(sc_graph *g, const sc_node *n, int32_t idx, double *buf,
                                int64_t cap, int64_t *count) {
@@ -689,13 +675,13 @@ sc_status sc_resize_params(sc_graph *g, const sc_node *n, sc_resize *r) {
   int mode = 0, coord = 0, nearest = 0, policy = 0;
   int64_t antialias = 0, exclude = 0;
   sc_status st;
-  if ((st = resize_choice(g, n, "mode", "nearest", RESIZE_MODE, 3, &mode)) != SC_OK ||
-      (st = resize_choice(g, n, "coordinate_transformation_mode", "half_pixel", RESIZE_COORD, 6,
-                          &coord)) != SC_OK ||
-      (st = resize_choice(g, n, "nearest_mode", "round_prefer_floor", RESIZE_NEAREST_MODE, 4,
-                          &nearest)) != SC_OK ||
-      (st = resize_choice(g, n, "keep_aspect_ratio_policy", "stretch", RESIZE_POLICY, 3,
-                          &policy)) != SC_OK ||
+  if ((st = sc_read_attr_choice(g, n, "mode", "nearest", RESIZE_MODE, 3, &mode)) != SC_OK ||
+      (st = sc_read_attr_choice(g, n, "coordinate_transformation_mode", "half_pixel",
+                                RESIZE_COORD, 6, &coord)) != SC_OK ||
+      (st = sc_read_attr_choice(g, n, "nearest_mode", "round_prefer_floor",
+                                RESIZE_NEAREST_MODE, 4, &nearest)) != SC_OK ||
+      (st = sc_read_attr_choice(g, n, "keep_aspect_ratio_policy", "stretch", RESIZE_POLICY, 3,
+                                &policy)) != SC_OK ||
       (st = sc_read_attr_float(g, n, "cubic_coeff_a", -0.75, &r->cubic_a)) != SC_OK ||
       (st = sc_read_attr_float(g, n, "extrapolation_value", 0.0, &r->extrapolation)) != SC_OK ||
       (st = sc_read_attr_int(g, n, "exclude_outside", 0, &exclude)) != SC_OK ||

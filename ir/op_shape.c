@@ -430,11 +430,19 @@ sc_status sc_op_infer_transpose(sc_graph *g, sc_node *n) {
   return sc_set_output(g, n, 0, x->dtype, x->rank, d);
 }
 
-/* out = in (dims xd, rank r <= SC_MAX_RANK) transposed by perm, elements of
- * es bytes: Transpose's fold, and DepthToSpace's on its 6-D view. */
+/* The fold of a node whose output is its input 0, viewed with dims xd
+ * (rank r <= SC_MAX_RANK, the same elements), transposed by perm:
+ * Transpose itself, and DepthToSpace/SpaceToDepth on their 6-D view. */
 _Static_assert(SC_MAX_RANK >= 6, "DepthToSpace's view has rank 6");
-static void permuted_copy(const uint8_t *in, uint8_t *out, int32_t r, const int64_t *xd,
-                          const int32_t *perm, size_t es) {
+static sc_status eval_permuted(sc_graph *g, sc_node *n, int32_t r, const int64_t *xd,
+                               const int32_t *perm) {
+  const uint8_t *in;
+  uint8_t *out;
+  sc_status st = fold_input0(g, n, &in);
+  if (st != SC_OK) return st;
+  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
+  if (sc_value_numel(sc_node_output(g, n, 0)) == 0) return SC_OK;
+  size_t es = sc_dtype_size(sc_node_input(g, n, 0)->dtype);
   int64_t xs[SC_MAX_RANK], yd[SC_MAX_RANK], idx[SC_MAX_RANK] = {0}, o = 0;
   sc_strides(r, xd, xs);
   for (int32_t i = 0; i < r; i++) yd[i] = xd[perm[i]];
@@ -443,20 +451,14 @@ static void permuted_copy(const uint8_t *in, uint8_t *out, int32_t r, const int6
     for (int32_t i = 0; i < r; i++) off += idx[i] * xs[perm[i]];
     memcpy(out + (size_t)o++ * es, in + (size_t)off * es, es);
   } while (sc_next_index(r, yd, idx));
+  return SC_OK;
 }
 
 sc_status sc_op_eval_transpose(sc_graph *g, sc_node *n) {
-  const uint8_t *in;
-  uint8_t *out;
-  sc_status st = fold_input0(g, n, &in);
-  if (st != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0), *y = sc_node_output(g, n, 0);
+  const sc_value *x = sc_node_input(g, n, 0);
   int32_t perm[SC_MAX_RANK];
-  if ((st = transpose_perm(g, n, x->rank, perm)) != SC_OK) return st;
-  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
-  if (sc_value_numel(y) > 0)
-    permuted_copy(in, out, x->rank, x->dims, perm, sc_dtype_size(x->dtype));
-  return SC_OK;
+  sc_status st = transpose_perm(g, n, x->rank, perm);
+  return st != SC_OK ? st : eval_permuted(g, n, x->rank, x->dims, perm);
 }
 
 /* ---- DepthToSpace, SpaceToDepth ---- */
@@ -474,11 +476,10 @@ sc_status sc_op_depth_space_view(sc_graph *g, const sc_node *n, int64_t *d6, int
     return sc_node_error(g, n, SC_ERR_INVALID, "blocksize %lld is not positive", (long long)b);
   int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
   if (n->op == SC_OP_DEPTH_TO_SPACE) {
-    const char *mode = sc_attr_string(g, n, "mode", "DCR");
-    if (g->diag.status != SC_OK) return g->diag.status;
-    bool crd = strcmp(mode, "CRD") == 0;
-    if (!crd && strcmp(mode, "DCR") != 0)
-      return sc_node_error(g, n, SC_ERR_INVALID, "mode '%s' is neither DCR nor CRD", mode);
+    static const char *const modes[] = {"DCR", "CRD"};
+    int crd;
+    sc_status st = sc_read_attr_choice(g, n, "mode", "DCR", modes, 2, &crd);
+    if (st != SC_OK) return st;
     if (C % (b * b) != 0)
       return sc_node_error(g, n, SC_ERR_INVALID,
                            "channels %lld are not a multiple of blocksize^2 = %lld",
@@ -520,17 +521,10 @@ sc_status sc_op_infer_depth_space(sc_graph *g, sc_node *n) {
 }
 
 sc_status sc_op_eval_depth_space(sc_graph *g, sc_node *n) {
-  const uint8_t *in;
-  uint8_t *out;
-  sc_status st = fold_input0(g, n, &in);
-  if (st != SC_OK) return st;
-  const sc_value *x = sc_node_input(g, n, 0), *y = sc_node_output(g, n, 0);
   int64_t d6[6];
   int32_t perm[6];
-  if ((st = sc_op_depth_space_view(g, n, d6, perm)) != SC_OK) return st;
-  if ((st = sc_move_output(g, n, 0, &out)) != SC_OK || !out) return st;
-  if (sc_value_numel(y) > 0) permuted_copy(in, out, 6, d6, perm, sc_dtype_size(x->dtype));
-  return SC_OK;
+  sc_status st = sc_op_depth_space_view(g, n, d6, perm);
+  return st != SC_OK ? st : eval_permuted(g, n, 6, d6, perm);
 }
 
 /* ---- Concat ---- */

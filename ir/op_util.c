@@ -173,3 +173,16 @@ READ_ATTR(sc_read_attr_int, int64_t, SC_ATTR_INT, i, "an int")
 READ_ATTR(sc_read_attr_float, double, SC_ATTR_FLOAT, f, "a float")
 READ_ATTR(sc_read_attr_string, const char *, SC_ATTR_STRING, s, "a string")
 #undef READ_ATTR
+
+sc_status sc_read_attr_choice(sc_graph *g, const sc_node *n, const char *name, const char *dflt,
+                              const char *const *names, int count, int *out) {
+  const char *s;
+  sc_status st = sc_read_attr_string(g, n, name, dflt, &s);
+  if (st != SC_OK) return st;
+  for (int i = 0; i < count; i++)
+    if (strcmp(s, names[i]) == 0) {
+      *out = i;
+      return SC_OK;
+    }
+  return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "%s '%s' is not supported", name, s);
+}

@@ -72,6 +72,10 @@ sc_status sc_read_attr_float(sc_graph *g, const sc_node *n, const char *name,
                              double dflt, double *out);
 sc_status sc_read_attr_string(sc_graph *g, const sc_node *n, const char *name,
                               const char *dflt, const char **out);
+/* A string attribute that names one of names[count] (default dflt): *out is
+ * its index; another string is SC_ERR_UNSUPPORTED naming it. */
+sc_status sc_read_attr_choice(sc_graph *g, const sc_node *n, const char *name, const char *dflt,
+                              const char *const *names, int count, int *out);
 
 /* Sets output idx's dtype and shape (checked for negative dims, overflow). */
 sc_status sc_set_output(sc_graph *g, const sc_node *n, int32_t idx, sc_dtype dtype,

@@ -92,6 +92,17 @@ static int gemm_steps(const sc_program *p, int *with_epilogue) {
   return c;
 }
 
+/* The graph output relu(a @ w + b): MatMul, Add, Relu. */
+static void matmul_bias_relu(sc_graph *g, int32_t a, int32_t w, int32_t b) {
+  int32_t mm, ad, y;
+  int32_t ins[2] = {a, w};
+  node1(g, SC_OP_MATMUL, "mm", ins, 2, &mm);
+  int32_t ins2[2] = {mm, b};
+  node1(g, SC_OP_ADD, "add", ins2, 2, &ad);
+  node1(g, SC_OP_RELU, "relu", &ad, 1, &y);
+  assert_int_equal(sc_graph_add_output(g, y), SC_OK);
+}
+
 /* Y = relu(X[batch?, M, K] @ W[K, N] + b[N]) */
 static void matmul_case(int64_t batch, int64_t M, int64_t K, int64_t N) {
   sc_graph *g = sc_graph_create("t");
@@ -103,13 +114,7 @@ static void matmul_case(int64_t batch, int64_t M, int64_t K, int64_t N) {
   float *X = rand_buf(numel(xr, xdims)), *W = rand_buf(K * N), *B = rand_buf(N);
   int32_t x = inp(g, SC_DTYPE_F32, xr, xdims);
   int32_t w = cst(g, SC_DTYPE_F32, 2, wd, W), b = cst(g, SC_DTYPE_F32, 1, bd, B);
-  int32_t mm, ad, y;
-  int32_t ins[2] = {x, w};
-  node1(g, SC_OP_MATMUL, "mm", ins, 2, &mm);
-  int32_t ins2[2] = {mm, b};
-  node1(g, SC_OP_ADD, "add", ins2, 2, &ad);
-  node1(g, SC_OP_RELU, "relu", &ad, 1, &y);
-  assert_int_equal(sc_graph_add_output(g, y), SC_OK);
+  matmul_bias_relu(g, x, w, b);
   sc_program *p;
   float *got = compile_and_run(g, X, xr, xdims, &p);
   int epi, ng = gemm_steps(p, &epi);
@@ -159,7 +164,7 @@ static void transposed_case(int64_t batch, int64_t wbatch, int64_t M, int64_t K,
   float *XT = rand_buf(numel(xr, xdims)), *WT = rand_buf(numel(wr, wdims)), *B = rand_buf(N);
   int32_t x = inp(g, SC_DTYPE_F32, xr, xdims);
   int32_t w = inp(g, SC_DTYPE_F32, wr, wdims), b = cst(g, SC_DTYPE_F32, 1, bd, B);
-  int32_t xn, xt, wt, mm, ad, y;
+  int32_t xn, xt, wt;
   node1(g, SC_OP_NEG, "neg", &x, 1, &xn); /* its own kernel: the GEMM reads its output */
   int32_t tx = node1(g, SC_OP_TRANSPOSE, "tx", &xn, 1, &xt);
   int64_t perm3[3] = {0, 2, 1}, rev3[3] = {2, 1, 0};
@@ -167,12 +172,7 @@ static void transposed_case(int64_t batch, int64_t wbatch, int64_t M, int64_t K,
   int32_t tw = node1(g, SC_OP_TRANSPOSE, "tw", &w, 1, &wt);
   if (perm_b3) set_ints(g, tw, "perm", 3, rev3);
   else if (wbatch) set_ints(g, tw, "perm", 3, perm3);
-  int32_t ins[2] = {xt, wt};
-  node1(g, SC_OP_MATMUL, "mm", ins, 2, &mm);
-  int32_t ins2[2] = {mm, b};
-  node1(g, SC_OP_ADD, "add", ins2, 2, &ad);
-  node1(g, SC_OP_RELU, "relu", &ad, 1, &y);
-  assert_int_equal(sc_graph_add_output(g, y), SC_OK);
+  matmul_bias_relu(g, xt, wt, b);
   sc_program *p;
   float *got = compile_and_run2(g, XT, xr, xdims, WT, wr, wdims, &p);
   int epi, ng = gemm_steps(p, &epi);
