@@ -1,5 +1,5 @@
 /* cpu_device.c — the CPU device: LLVM-compiled kernels on a thread pool,
- * BLIS for matrix products.
+ * oneDNN for matrix products.
  *
  * The thread pool is created once per session (threads - 1 pthreads; the
  * calling thread works too). It is built for back-to-back small jobs: a
@@ -13,7 +13,7 @@
  * the thread count or the split.
  *
  * A GEMM step is cut into fixed tiles (see cpu_run_gemm) run on the pool,
- * each a single-threaded bli_sgemm plus its bias add in C, then the
+ * each a single-threaded dnnl_sgemm plus its bias add in C, then the
  * epilogue kernel runs if there is one. GEMMs are f32 only: lowering turns
  * other dtypes into kir.
  *
@@ -21,8 +21,9 @@
  * buffers (dtypes, extents, int range of BLAS arguments); bind() fixes every
  * buffer's address and builds each kernel's argument array, so a run does
  * no allocation and no lookups. */
-#include <blis.h>
 #include <limits.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -238,9 +239,6 @@ static sc_status cpu_create(const sc_device_opts *o, void **out, sc_diag *diag) 
     sc_free(c);
     return st;
   }
-  /* tiles run on our pool, one single-threaded BLIS call each (the serial
-   * build; this also pins a threaded one to one thread) */
-  bli_thread_set_num_threads(1);
   *out = c;
   return SC_OK;
 }
@@ -510,17 +508,16 @@ static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->
 
 /* GEMMs are cut into tiles (batch entry x tile_m rows x tile_n columns)
  * whose boundaries depend only on the problem's shape, never on the thread
- * count; each tile is one single-threaded bli_sgemm call (BLIS, the serial
- * build; plus its bias), and the pool runs the tiles. So every element is
- * computed by the same BLAS call whatever the thread count: results are
- * bit-identical with 1 or N threads (a library's own threading is not).
+ * count; each tile is one single-threaded dnnl_sgemm call (oneDNN; plus its
+ * bias), and the pool runs the tiles. So every element is computed by the
+ * same call whatever the thread count: results are bit-identical with 1 or
+ * N threads (a library's own threading is not).
  *
  * The tile shape (gemm_tiling) was chosen when OpenBLAS was the engine,
  * from what its single-threaded sgemm did on a 2-core Zen machine
  * (docs/runtime.md#gemm-tiles): a call with n <= 320 ran at ~12 GFLOPS,
  * one with n >= 384 at 30-35 GFLOPS, whatever m (64 or more) and k (128 to
- * 50257); m 128 was a little faster than m 64. BLIS runs the same tiles
- * near two cores' practical peak, so they stayed. Tiles are 448 to 895
+ * 50257); m 128 was a little faster than m 64. Tiles are 448 to 895
  * columns wide (all of n when it is below that), and 128 rows high unless
  * that leaves fewer than GEMM_TILES_WANTED tiles to share out, then 64. */
 enum { GEMM_TILE_N_MIN = 448, GEMM_TILE_M_BIG = 128, GEMM_TILE_M_SMALL = 64,
@@ -546,9 +543,20 @@ typedef struct gemm_job {
   bool bias_per_batch;
 } gemm_job;
 
+/* Debian's oneDNN runs on OpenMP: a call from a thread whose OpenMP
+ * thread count is N would start a team of N. Each thread that runs tiles
+ * sets its own count (a per-thread setting) to 1 once. */
+static void engine_on_this_thread_only(void) {
+  static _Thread_local bool pinned;
+  if (pinned) return;
+  omp_set_num_threads(1);
+  pinned = true;
+}
+
 static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   const gemm_job *j = ud;
   const sc_gemm *g = j->g;
+  engine_on_this_thread_only();
   for (int64_t t = begin; t < end; t++) {
     int64_t b = t / (j->tiles_m * j->tiles_n), r = t % (j->tiles_m * j->tiles_n);
     int64_t m0 = (r / j->tiles_n) * j->tile_m, n0 = (r % j->tiles_n) * j->tile_n;
@@ -566,11 +574,11 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
           *e = g->beta == 0.0f ? 0.0f : g->beta * *e;
         }
     } else {
-      /* row-major: row stride ld, column stride 1, of each matrix as stored */
-      float alpha = g->alpha, beta = g->beta;
-      bli_sgemm(g->trans_a ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE,
-                g->trans_b ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, g->k, &alpha,
-                (float *)A, g->lda, 1, (float *)B, g->ldb, 1, &beta, C, g->ldc, 1);
+      /* row-major; prepare() checked the leading dimensions, so the call
+       * cannot refuse its arguments */
+      dnnl_status_t st = dnnl_sgemm(g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', m, n, g->k,
+                                    g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+      if (st != dnnl_success) abort();
     }
     if (!j->bias) continue;
     const float *bb = j->bias_per_batch ? j->bias + b * g->m * g->n : j->bias;

@@ -13,7 +13,7 @@ DEB_PKGS=(
   cmake make gcc g++ pkg-config
   protobuf-c-compiler libprotobuf-c-dev libonnx-dev
   llvm-14-dev llvm-14-tools clang-14 libclang-rt-14-dev
-  libblis-serial-dev
+  libdnnl-dev
   openmpi-bin libopenmpi-dev
   libcmocka-dev
   graphviz
