@@ -123,7 +123,7 @@ typedef struct sc_parallel_opts {
 } sc_parallel_opts;
 
 typedef enum sc_target_kind {
-  SC_TARGET_CPU,   /* LLVM kernels, BLIS: runs here */
+  SC_TARGET_CPU,   /* LLVM kernels, oneDNN: runs here */
   SC_TARGET_CUDA   /* CUDA C compiled to PTX by NVRTC: save only (the GPU
                       runtime is not built yet); one rank */
 } sc_target_kind;

@@ -10,7 +10,7 @@
  *             Row-major C = op(A) op(B) is computed as the column-major
  *             Cᵀ = op(B)ᵀ op(A)ᵀ. A bias over the columns is the BIAS
  *             epilogue; a full [m, n] bias is the C operand with beta 1.
- *   host      on the emulated GPU: sc_host_gemm_f32 (BLIS, the CPU
+ *   host      on the emulated GPU: sc_host_gemm_f32 (oneDNN, the CPU
  *             device's tiles) run as a host function on the stream, on the
  *             device memory that is host memory there.
  *

@@ -8,7 +8,7 @@
  *
  * Devices are a table of functions plus a context (runtime/device.h), like
  * ggml's backends: `cpu` today (LLVM-compiled kernels on a thread pool,
- * BLIS GEMMs); `cuda` in the GPU-runtime issue.
+ * oneDNN GEMMs); `cuda` in the GPU-runtime issue.
  *
  * Threading: a session is used by one thread at a time; the CPU device runs
  * each step on its own thread pool (--threads, default all cores). */

@@ -361,7 +361,7 @@ static double now_ms(void) {
 static void print_help(void) {
   printf("usage: %s\n\n"
          "Compiles an ONNX model for the CPU (canonical passes, fusion, LLVM\n"
-         "kernels, BLIS matrix products, a static memory plan), runs it once\n"
+         "kernels, oneDNN matrix products, a static memory plan), runs it once\n"
          "and writes every graph output to DIR/<output name>.npy.\n\n"
          "  --dim NAME=V          bind symbolic dim NAME (repeatable; others get 1)\n"
          "  --input NAME=FILE     read input NAME from a .npy file (C order; its\n"
