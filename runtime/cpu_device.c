@@ -26,6 +26,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -575,10 +576,16 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
         }
     } else {
       /* row-major; prepare() checked the leading dimensions, so the call
-       * cannot refuse its arguments */
+       * cannot refuse its arguments: a failure here is the library's own
+       * (out of memory for its packing buffers), and a worker has no way
+       * to return it, so it is reported and the process ends */
       dnnl_status_t st = dnnl_sgemm(g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', m, n, g->k,
                                     g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
-      if (st != dnnl_success) abort();
+      if (st != dnnl_success) {
+        fprintf(stderr, "shardc: oneDNN sgemm failed (status %d) on a %d x %d x %lld tile\n",
+                (int)st, m, n, (long long)g->k);
+        abort();
+      }
     }
     if (!j->bias) continue;
     const float *bb = j->bias_per_batch ? j->bias + b * g->m * g->n : j->bias;
