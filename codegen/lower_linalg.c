@@ -556,10 +556,11 @@ static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int
   int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
   if (bx < 0 || bw < 0 || by < 0) return failed(cx);
   sc_status st;
-  int32_t cols = bx;
+  int32_t cols = bx, prep[2] = {-1, -1};
   if (!pointwise && pads) {
     if ((c.xpad = sc_lower_scratch(cx, "xpad", x->dtype, x->rank, pd)) < 0) return failed(cx);
     if ((st = sc_lower_pointwise_kernel(cx, "pad", c.xpad, conv_pad_at, &c)) != SC_OK) return st;
+    prep[0] = cx->p->n_kernels - 1;
   }
   if (!pointwise) {
     int64_t d[SC_MAX_RANK] = {N, group, kk};
@@ -567,6 +568,7 @@ static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int
     if ((cols = sc_lower_scratch(cx, "cols", x->dtype, 3 + w->nsp, d)) < 0) return failed(cx);
     if ((st = sc_lower_pointwise_kernel(cx, "im2col", cols, conv_im2col_at, &c)) != SC_OK)
       return st;
+    prep[1] = cx->p->n_kernels - 1;
   }
   int32_t wa = bw;
   int64_t batch = N * group, sa = mpg * kk;
@@ -595,6 +597,21 @@ static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int
   gm->stride_c = batch > 1 ? mpg * pix : 0;
   gm->alpha = 1.0f;
   gm->beta = has_bias ? 1.0f : 0.0f;
+  if (!pointwise && group == 1 && w->nsp == 2 && x->dtype == SC_DTYPE_F32 && w->begin[0] >= 0 &&
+      w->begin[1] >= 0 && w->end[0] >= 0 && w->end[1] >= 0) {
+    /* the same product described as a convolution, for a device that
+     * convolves x directly (program.h, sc_conv_geom) */
+    sc_conv_geom *v = &gm->conv;
+    v->on = true;
+    v->x = bx;
+    v->prep[0] = prep[0], v->prep[1] = prep[1];
+    v->c = x->dims[1], v->h = x->dims[2], v->w = x->dims[3];
+    v->kh = w->kernel[0], v->kw = w->kernel[1];
+    v->sh = w->strides[0], v->sw = w->strides[1];
+    v->dh = w->dilations[0], v->dw = w->dilations[1];
+    v->pt = w->begin[0], v->pl = w->begin[1], v->pb = w->end[0], v->pr = w->end[1];
+    v->oh = y->dims[2], v->ow = y->dims[3];
+  }
   return sc_lower_add_step(cx, &s);
 }
 

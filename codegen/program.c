@@ -273,6 +273,7 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     const sc_gemm *g = &s->gemm;
     fn(ud, g->a, false);
     fn(ud, g->b, false);
+    if (g->conv.on) fn(ud, g->conv.x, false); /* read when the device convolves */
     if (g->bias >= 0) fn(ud, g->bias, false);
     if (g->beta != 0.0f) fn(ud, g->c, false);
     fn(ud, g->c, true);
@@ -356,6 +357,15 @@ void sc_program_print(const sc_program *p, FILE *out) {
               (long long)g->lda, (long long)g->ldb, (long long)g->ldc, (long long)g->stride_a,
               (long long)g->stride_b, (long long)g->stride_c, (double)g->alpha, (double)g->beta);
       if (g->bias >= 0) fprintf(out, " bias=b%d%s", (int)g->bias, g->bias_full ? " full" : "");
+      const sc_conv_geom *v = &g->conv;
+      if (v->on)
+        fprintf(out, " conv x=b%d prep k%d,k%d c %lld hw %lldx%lld kernel %lldx%lld stride %lld,%lld "
+                     "dil %lld,%lld pads %lld,%lld,%lld,%lld out %lldx%lld",
+                (int)v->x, (int)v->prep[0], (int)v->prep[1], (long long)v->c, (long long)v->h,
+                (long long)v->w, (long long)v->kh, (long long)v->kw, (long long)v->sh,
+                (long long)v->sw, (long long)v->dh, (long long)v->dw, (long long)v->pt,
+                (long long)v->pl, (long long)v->pb, (long long)v->pr, (long long)v->oh,
+                (long long)v->ow);
       if (s->kernel >= 0)
         fprintf(out, " epilogue k%d %s", (int)s->kernel,
                 s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");

@@ -54,6 +54,24 @@ typedef struct sc_buffer {
 
 /* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, batched with
  * element strides between batches (0 = broadcast the same matrix). */
+/* A GEMM that is a 2-D convolution, group 1, f32 (set by the Conv lowering,
+ * codegen/lower_linalg.c): B is the im2col of the input x [N, C, H, W],
+ * written by the kernels prep[] (the padded copy, when the conv pads, and
+ * the im2col kernel), A the weights [M, C*KH*KW], C the output [N, M, OH,
+ * OW], batch N. A device that convolves x directly (the CPU device, through
+ * oneDNN: docs/runtime.md#convolutions) skips the prep kernels' steps; any
+ * other runs them and the GEMM as written. Zeroed (on false): an ordinary
+ * GEMM. */
+typedef struct sc_conv_geom {
+  bool on;
+  int32_t x;                /* the input buffer */
+  int32_t prep[2];          /* kernel ids, -1 where none */
+  int64_t c, h, w;          /* input channels, height, width */
+  int64_t kh, kw, sh, sw, dh, dw;
+  int64_t pt, pl, pb, pr;   /* padding: top, left, bottom, right */
+  int64_t oh, ow;
+} sc_conv_geom;
+
 typedef struct sc_gemm {
   int32_t a, b, c;            /* buffer ids */
   bool trans_a, trans_b;
@@ -64,6 +82,7 @@ typedef struct sc_gemm {
   int32_t bias;               /* buffer added to C before the epilogue, or -1:
                                  broadcast over rows (shape [n]) or full [m,n] */
   bool bias_full;             /* bias has shape [batch?,m,n], else [n] */
+  sc_conv_geom conv;          /* the convolution this GEMM computes, if on */
 } sc_gemm;
 
 typedef enum sc_comm_kind {

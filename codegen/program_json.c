@@ -144,6 +144,10 @@ static json_t *write_kernel(const kir_kernel *k) {
   return o;
 }
 
+/* sc_conv_geom's sizes, in its order */
+static const char *const CONV_FIELDS[] = {"c",  "h",  "w",  "kh", "kw", "sh", "sw", "dh",
+                                          "dw", "pt", "pl", "pb", "pr", "oh", "ow"};
+
 static json_t *write_step(const sc_step *s) {
   json_t *o = json_object();
   json_object_set_new(o, "kind", json_string(STEP_KINDS[s->kind]));
@@ -171,6 +175,18 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(go, "beta", jreal(g->beta));
     json_object_set_new(go, "bias", json_integer(g->bias));
     json_object_set_new(go, "bias_full", json_boolean(g->bias_full));
+    if (g->conv.on) {
+      const sc_conv_geom *v = &g->conv;
+      json_t *co = json_object();
+      json_object_set_new(co, "x", json_integer(v->x));
+      json_object_set_new(co, "prep", json_pack("[II]", (json_int_t)v->prep[0],
+                                                (json_int_t)v->prep[1]));
+      const int64_t *f[] = {&v->c,  &v->h,  &v->w,  &v->kh, &v->kw, &v->sh, &v->sw, &v->dh,
+                            &v->dw, &v->pt, &v->pl, &v->pb, &v->pr, &v->oh, &v->ow};
+      for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        json_object_set_new(co, CONV_FIELDS[i], json_integer(*f[i]));
+      json_object_set_new(go, "conv", co);
+    }
     json_object_set_new(o, "gemm", go);
   } else if (s->kind == SC_STEP_CHECK) {
     json_t *co = json_object();
@@ -827,6 +843,41 @@ static sc_status check_waits(reader *r) {
   return st;
 }
 
+
+/* The convolution a GEMM computes (sc_conv_geom): ids in range, sizes
+ * non-negative, x large enough for [batch, c, h, w]. Whether the sizes
+ * describe this GEMM is the device's check when it convolves
+ * (runtime/cpu_conv.c); otherwise they are not used. */
+static sc_status read_conv(reader *r, json_t *co, sc_gemm *m) {
+  sc_program *p = r->p;
+  sc_conv_geom *v = &m->conv;
+  if (!json_is_object(co)) return fail(r, SC_ERR_PARSE, "'conv' must be an object");
+  sc_status st;
+  if ((st = get_range(r, co, "x", true, 0, 0, p->n_buffers - 1, &v->x))) return st;
+  json_t *prep = json_object_get(co, "prep");
+  if (!json_is_array(prep) || json_array_size(prep) != 2)
+    return fail(r, SC_ERR_PARSE, "conv 'prep' must be an array of 2 kernel ids");
+  for (size_t i = 0; i < 2; i++) {
+    json_t *e = json_array_get(prep, i);
+    if (!json_is_integer(e) || json_integer_value(e) < -1 ||
+        json_integer_value(e) >= p->n_kernels)
+      return fail(r, SC_ERR_INVALID, "conv prep[%d] is not a kernel id or -1", (int)i);
+    v->prep[i] = (int32_t)json_integer_value(e);
+  }
+  int64_t *f[] = {&v->c,  &v->h,  &v->w,  &v->kh, &v->kw, &v->sh, &v->sw, &v->dh,
+                  &v->dw, &v->pt, &v->pl, &v->pb, &v->pr, &v->oh, &v->ow};
+  for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+    if ((st = get_int(r, co, CONV_FIELDS[i], true, 0, f[i]))) return st;
+    else if (*f[i] < 0) return fail(r, SC_ERR_INVALID, "conv '%s' is negative", CONV_FIELDS[i]);
+  int64_t need = m->batch, bytes;
+  if (!sc_mul_i64(need, v->c, &need) || !sc_mul_i64(need, v->h, &need) ||
+      !sc_mul_i64(need, v->w, &need) || !sc_mul_i64(need, 4, &bytes) ||
+      p->buffers[v->x].bytes < bytes)
+    return fail(r, SC_ERR_INVALID, "conv input buffer %d is smaller than its sizes", v->x);
+  v->on = true;
+  return SC_OK;
+}
+
 static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   const sc_program *p = r->p;
   at(r, "steps[%d]", sid);
@@ -915,7 +966,8 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
       return fail(r, SC_ERR_INVALID, "bias buffer %d is smaller than %lld elements", m->bias,
                   (long long)need);
   }
-  return SC_OK;
+  json_t *co = json_object_get(g, "conv");
+  return co ? read_conv(r, co, m) : SC_OK;
 }
 
 static sc_status read_ids(reader *r, json_t *root, const char *key, int32_t *n, int32_t **ids) {

@@ -22,7 +22,6 @@
  * buffer's address and builds each kernel's argument array, so a run does
  * no allocation and no lookups. */
 #include <limits.h>
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -39,6 +38,7 @@
 #endif
 
 #include "codegen/cpu/cpu.h"
+#include "cpu_conv.h"
 #include "device.h"
 
 /* ------------------------------------------------------------------ */
@@ -220,6 +220,9 @@ typedef struct cpu_ctx {
   int64_t *work;          /* per kernel: points x inner x phases (saturated) */
   void ***args;           /* per kernel: param pointers (after bind) */
   void **ptrs;            /* per buffer (after bind) */
+  bool *skip;             /* per kernel: a prep kernel of a direct convolution */
+  sc_cpu_convs *convs;    /* the GEMMs run as direct convolutions, or NULL */
+  bool im2col_convs;      /* none: sc_device_opts.im2col_convs */
   double compile_s;
 } cpu_ctx;
 
@@ -235,6 +238,7 @@ static sc_status cpu_create(const sc_device_opts *o, void **out, sc_diag *diag) 
   c->threads = o && o->threads > 0 ? o->threads : online_cores();
   c->given = o ? o->cpu_module : NULL;
   c->const_data = o ? o->const_data : NULL;
+  c->im2col_convs = o && o->im2col_convs;
   sc_status st = sc_thread_pool_create(c->threads, &c->pool, diag);
   if (st != SC_OK) {
     sc_free(c);
@@ -252,6 +256,8 @@ static void cpu_destroy(void *ctx) {
   if (c->args && c->p)
     for (int32_t k = 0; k < c->p->n_kernels; k++) sc_free(c->args[k]);
   sc_free(c->args);
+  sc_cpu_convs_destroy(c->convs);
+  sc_free(c->skip);
   sc_free(c->fns);
   sc_free(c->points);
   sc_free(c->work);
@@ -354,7 +360,8 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->work = sc_calloc(nk1, sizeof *c->work);
   c->args = sc_calloc(nk1, sizeof *c->args);
   c->ptrs = sc_calloc(p->n_buffers > 0 ? (size_t)p->n_buffers : 1, sizeof *c->ptrs);
-  if (!c->fns || !c->points || !c->work || !c->args || !c->ptrs)
+  c->skip = sc_calloc(nk1, sizeof *c->skip);
+  if (!c->fns || !c->points || !c->work || !c->args || !c->ptrs || !c->skip)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t k = 0; k < nk; k++) {
     const kir_kernel *kk = p->kernels[k];
@@ -391,7 +398,7 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
                            "cpu device: kernel %s was not compiled", p->kernels[k]->name);
     }
   }
-  return SC_OK;
+  return c->im2col_convs ? SC_OK : sc_cpu_convs_prepare(p, c->skip, &c->convs, diag);
 }
 
 static void *cpu_alloc_arena(void *ctx, int64_t bytes) {
@@ -470,6 +477,7 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   for (int32_t k = 0; st == SC_OK && k < p->n_kernels; k++)
     for (int32_t i = 0; i < p->kernels[k]->n_params; i++)
       c->args[k][i] = c->ptrs[p->kernels[k]->params[i].buffer];
+  if (st == SC_OK && c->convs) st = sc_cpu_convs_bind(c->convs, c->ptrs, diag);
   return st;
 }
 
@@ -492,7 +500,7 @@ static void kernel_chunk(void *ud, int64_t begin, int64_t end) {
 
 static void run_kernel_id(cpu_ctx *c, int32_t k) {
   int64_t pts = c->points[k];
-  if (pts <= 0) return;
+  if (pts <= 0 || c->skip[k]) return;
   int64_t w = c->work[k];
   if (c->threads == 1 || pts < 2 || w < SPLIT_MIN_WORK) {
     c->fns[k](c->args[k], 0, pts);
@@ -544,20 +552,10 @@ typedef struct gemm_job {
   bool bias_per_batch;
 } gemm_job;
 
-/* Debian's oneDNN runs on OpenMP: a call from a thread whose OpenMP
- * thread count is N would start a team of N. Each thread that runs tiles
- * sets its own count (a per-thread setting) to 1 once. */
-static void engine_on_this_thread_only(void) {
-  static _Thread_local bool pinned;
-  if (pinned) return;
-  omp_set_num_threads(1);
-  pinned = true;
-}
-
 static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   const gemm_job *j = ud;
   const sc_gemm *g = j->g;
-  engine_on_this_thread_only();
+  sc_cpu_engine_one_thread(); /* oneDNN runs on OpenMP: held to this thread */
   for (int64_t t = begin; t < end; t++) {
     int64_t b = t / (j->tiles_m * j->tiles_n), r = t % (j->tiles_m * j->tiles_n);
     int64_t m0 = (r / j->tiles_n) * j->tile_m, n0 = (r % j->tiles_n) * j->tile_n;
@@ -619,9 +617,20 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
 static void cpu_run_gemm(void *ctx, const sc_step *s) {
   cpu_ctx *c = ctx;
   const sc_gemm *g = &s->gemm;
-  sc_host_gemm_f32(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
-                   g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool);
+  if (!sc_cpu_convs_run(c->convs, s, c->pool))
+    sc_host_gemm_f32(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
+                     g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool);
   if (s->kernel >= 0) run_kernel_id(c, s->kernel);
+}
+
+static const char *cpu_step_note(void *ctx, int32_t i) {
+  cpu_ctx *c = ctx;
+  if (!c->p || i < 0 || i >= c->p->n_steps) return NULL;
+  const sc_step *s = &c->p->steps[i];
+  if (s->kind == SC_STEP_KERNEL && s->kernel >= 0 && s->kernel < c->p->n_kernels &&
+      c->skip[s->kernel])
+    return "skipped: its convolution reads the input directly";
+  return sc_cpu_convs_note(c->convs, s);
 }
 
 static int cpu_threads(void *ctx) { return ((cpu_ctx *)ctx)->threads; }
@@ -633,6 +642,7 @@ const sc_device_iface sc_device_cpu = {
     .create = cpu_create,
     .destroy = cpu_destroy,
     .prepare = cpu_prepare,
+    .step_note = cpu_step_note,
     .supports_step = cpu_supports_step,
     .alloc_arena = cpu_alloc_arena,
     .free_arena = cpu_free_arena,

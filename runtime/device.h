@@ -45,6 +45,8 @@ typedef struct sc_device_opts {
   int rank;    /* this rank in the mesh (0 alone): the GPU is LOCAL_RANK, or
                   rank modulo the device count */
   bool no_graph; /* CUDA: never capture the step as a graph */
+  bool im2col_convs; /* CPU: run every convolution as written (im2col and
+                        a GEMM), none directly (cpu_conv.h) */
   const char *gpu_arch; /* CUDA: "sm_90", or NULL = the device's own */
   /* the communicators of the program's COMM steps (borrowed): step i uses
    * comms[comm_of[i]]; comm_of[i] < 0 for other steps */
@@ -97,6 +99,10 @@ typedef struct sc_device_iface {
   void (*run_check)(void *ctx, int32_t i);
   /* SCATTER_ADD step i, queued (as run_check for a bad index) */
   void (*run_scatter)(void *ctx, int32_t i);
+  /* How the device runs step i when that is not what the step says (the
+   * CPU device's direct convolutions), for SHARDC_PROFILE; NULL (the
+   * function or its result): as written. */
+  const char *(*step_note)(void *ctx, int32_t i);
 } sc_device_iface;
 
 /* The device called `name` ("cpu"), or NULL. */

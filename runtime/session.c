@@ -174,6 +174,11 @@ static void print_profile(const sc_session *s) {
       snprintf(what, sizeof what, "%s (%lld x %lld)", k->name, (long long)pts,
                (long long)k->inner);
     }
+    const char *note = s->dev->step_note ? s->dev->step_note(s->ctx, i) : NULL;
+    if (note) {
+      size_t len = strlen(what);
+      snprintf(what + len, sizeof what - len, " (%s)", note);
+    }
     fprintf(stderr, "  %5.1f%% %10.3f %8.1f %8.1f  step %d: %s  [%s]\n",
             total > 0 ? 100.0 * s->prof_s[i] / total : 0.0, s->prof_s[i] * 1e3,
             s->prof_s[i] * 1e6 / (double)runs, s->prof_min[i] * 1e6, (int)i, what,
@@ -548,6 +553,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                           .const_data = o->const_data,
                           .rank = s->world ? sc_comm_rank(s->world) : 0,
                           .no_graph = o->device.no_graph,
+                          .im2col_convs = o->im2col_convs,
                           .gpu_arch = o->device.gpu_arch,
                           .n_comms = s->n_groups,
                           .comms = s->groups,

@@ -232,7 +232,8 @@ static void walk_steps(const char *name, const sc_program *p, checker *ck) {
   if (sc_cpu_jit(p, NULL, &mod, &d) != SC_OK) fail_msg("%s: jit: %s", name, d.msg);
   const sc_device_iface *dev = sc_device_find("cpu");
   assert_ptr_equal(dev, &sc_device_cpu);
-  sc_device_opts dopts = {.threads = 2, .cpu_module = mod};
+  /* every kernel as written: no direct convolutions (they skip kernels) */
+  sc_device_opts dopts = {.threads = 2, .cpu_module = mod, .im2col_convs = true};
   void *ctx = NULL;
   if (dev->create(&dopts, &ctx, &d) != SC_OK) fail_msg("%s: %s", name, d.msg);
   if (dev->prepare(ctx, p, &d) != SC_OK) fail_msg("%s: prepare: %s", name, d.msg);
@@ -285,6 +286,7 @@ static void walk_steps(const char *name, const sc_program *p, checker *ck) {
   sc_session_opts_init(&so);
   so.threads = 2;
   so.cpu_module = mod;
+  so.im2col_convs = true;
   sc_session *sess = NULL;
   if (sc_session_create(p, &so, &sess, &d) != SC_OK) fail_msg("%s: session: %s", name, d.msg);
   sc_tensor_view *out = calloc((size_t)p->n_outputs + 1, sizeof *out);

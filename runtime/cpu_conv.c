@@ -1,0 +1,479 @@
+/* cpu_conv.c — the CPU device's direct convolutions through oneDNN
+ * (cpu_conv.h; docs/runtime.md#convolutions).
+ *
+ * For each GEMM step that carries a convolution and passes conv_fits, one
+ * oneDNN forward-inference direct convolution primitive is made for a tile
+ * (one image, tm output channels, all pixels) with every layout left to
+ * the library ("any"), and declined unless oneDNN picks one of its JIT
+ * kernels (implementations named "jit..." or "brg..." (brgemm); not
+ * "ref...", its reference loops, nor "gemm...", im2col as ours). A
+ * run is then:
+ *   1. each image's input, in oneDNN's layout for it (a reorder into the
+ *      scratch), unless that layout is the model's own NCHW;
+ *   2. each tile: the convolution into the scratch, then a reorder into
+ *      the output's NCHW slice that adds beta times what is there (the
+ *      bias the GEMM's bias kernel wrote).
+ * Every oneDNN call runs on the calling pool thread alone, and the tiles
+ * depend only on the shape: results do not depend on the thread count.
+ * The weights are constants: they are put in oneDNN's layout once, at bind. */
+#include "cpu_conv.h"
+
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sc_cpu_engine_one_thread(void) {
+  static _Thread_local bool pinned;
+  if (pinned) return;
+  omp_set_num_threads(1);
+  pinned = true;
+}
+
+/* ---- the engine and the threads' streams (process-wide) ---- */
+
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t engine; /* NULL if oneDNN has no CPU engine */
+
+static void engine_init(void) {
+  if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = NULL;
+}
+
+/* Each thread that runs a convolution has its own stream (a stream is not
+ * meant to be shared between threads) and its own scratchpad: every
+ * primitive is made with a user scratchpad, since the library's own may be
+ * one buffer shared by all threads, and two tiles running at once then
+ * overwrite each other's (seen: a 1.0-scale error with 2 threads). Kept
+ * for the life of the process, listed so that they stay reachable. */
+typedef struct thread_state {
+  dnnl_stream_t stream;
+  char *scratch;
+  size_t cap;
+} thread_state;
+
+static pthread_mutex_t states_mu = PTHREAD_MUTEX_INITIALIZER;
+static thread_state **states;
+static size_t n_states, cap_states;
+static _Thread_local thread_state *me;
+
+static thread_state *this_thread(size_t scratch_bytes) {
+  if (!me) {
+    thread_state *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    if (dnnl_stream_create(&t->stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+      free(t);
+      return NULL;
+    }
+    pthread_mutex_lock(&states_mu);
+    if (n_states == cap_states) {
+      size_t cap = cap_states ? 2 * cap_states : 16;
+      thread_state **grown = realloc(states, cap * sizeof *grown);
+      if (!grown) {
+        pthread_mutex_unlock(&states_mu);
+        dnnl_stream_destroy(t->stream);
+        free(t);
+        return NULL;
+      }
+      states = grown, cap_states = cap;
+    }
+    states[n_states++] = t;
+    pthread_mutex_unlock(&states_mu);
+    me = t;
+  }
+  if (scratch_bytes > me->cap) {
+    char *grown = NULL;
+    if (posix_memalign((void **)&grown, 64, scratch_bytes)) return NULL;
+    free(me->scratch);
+    me->scratch = grown, me->cap = scratch_bytes;
+  }
+  return me;
+}
+
+/* ---- one convolution step ---- */
+
+typedef struct conv {
+  const sc_gemm *g;
+  char note[96];                  /* "direct convolution, oneDNN <impl>" */
+  int64_t N, T, tm;               /* images, tiles per image, channels per tile */
+  dnnl_primitive_t prim;          /* the tile's convolution */
+  dnnl_primitive_t src_reorder;   /* NCHW image -> src_md, or NULL (src_md is NCHW) */
+  dnnl_primitive_t dst_reorder;   /* dst_md -> the output's NCHW slice, + beta x it */
+  dnnl_memory_desc_t x_user, src_md, w_user, w_md, dst_md, y_user;
+  dnnl_memory_desc_t pad_conv, pad_src, pad_dst; /* the primitives' scratchpads */
+  size_t src_bytes, w_bytes, dst_bytes, pad_bytes;
+  char *w_blk;                    /* T tiles' weights in w_md */
+  dnnl_memory_t *x_mem, *xb_mem;  /* per image: NCHW input; in src_md (or NULL) */
+  dnnl_memory_t *w_mem;           /* per tile */
+  dnnl_memory_t *d_mem, *y_mem;   /* per image x tile: dst_md scratch; output slice */
+} conv;
+
+struct sc_cpu_convs {
+  const sc_program *p;
+  int32_t n;
+  conv *v;
+  int32_t *of_kernel;   /* im2col kernel id -> index in v, or -1 */
+  char *scratch;        /* the blocked input and output of the step running */
+  size_t scratch_bytes;
+};
+
+static bool f32_buffer(const sc_program *p, int32_t b, int64_t numel) {
+  if (b < 0 || b >= p->n_buffers || p->buffers[b].dtype != SC_DTYPE_F32) return false;
+  int64_t bytes;
+  return sc_mul_i64(numel, 4, &bytes) && p->buffers[b].bytes >= bytes;
+}
+
+/* ONNX's output size for one axis, or -1 */
+static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1) {
+  if (k < 1 || s < 1 || d < 1 || p0 < 0 || p1 < 0) return -1;
+  int64_t span = (k - 1) * d + 1, room = in + p0 + p1 - span;
+  return room < 0 ? -1 : room / s + 1;
+}
+
+/* Whether GEMM g is exactly the convolution it carries, in a form this
+ * file runs: f32, constant weights, alpha 1, no bias operand, output
+ * channels a multiple of 16, consistent sizes and strides. */
+static bool conv_fits(const sc_program *p, const sc_gemm *g) {
+  const sc_conv_geom *v = &g->conv;
+  if (!v->on || g->trans_a || g->trans_b || g->alpha != 1.0f || g->bias >= 0) return false;
+  if (v->prep[1] < 0 || v->prep[1] >= p->n_kernels || v->prep[0] < -1 ||
+      v->prep[0] >= p->n_kernels)
+    return false;
+  if (g->m <= 0 || g->m % 16 != 0 || g->batch < 1) return false;
+  int64_t k, n, taps;
+  if (!sc_mul_i64(v->kh, v->kw, &taps) || !sc_mul_i64(v->c, taps, &k) || k != g->k) return false;
+  if (out_size(v->h, v->kh, v->sh, v->dh, v->pt, v->pb) != v->oh ||
+      out_size(v->w, v->kw, v->sw, v->dw, v->pl, v->pr) != v->ow ||
+      !sc_mul_i64(v->oh, v->ow, &n) || n != g->n || n <= 0)
+    return false;
+  if (g->lda != k || g->ldc != n) return false;
+  int64_t mn, img, wn;
+  if (!sc_mul_i64(g->m, n, &mn) || !sc_mul_i64(v->c, v->h, &img) ||
+      !sc_mul_i64(img, v->w, &img) || !sc_mul_i64(g->m, k, &wn))
+    return false;
+  if (g->batch > 1 && (g->stride_a != 0 || g->stride_c != mn)) return false;
+  int32_t ra = sc_program_root(p, g->a);
+  if (ra < 0 || p->buffers[ra].kind != SC_BUF_CONST) return false;
+  int64_t xn, cn;
+  return sc_mul_i64(img, g->batch, &xn) && sc_mul_i64(mn, g->batch, &cn) &&
+         f32_buffer(p, g->a, wn) && f32_buffer(p, v->x, xn) && f32_buffer(p, g->c, cn);
+}
+
+/* Tiles per image: the most blocks of 16 channels, up to TILES_WANTED
+ * tiles per step over all images, that divide the channels evenly. Fewer,
+ * larger tiles run faster in oneDNN (each tile reads the whole image); on
+ * ResNet-18 with 2 threads, 2 to 8 tiles per image measured within noise
+ * of each other and 16 slower (docs/runtime.md#convolutions). */
+enum { TILES_WANTED = 4 };
+
+static int64_t tiles_per_image(int64_t m, int64_t images) {
+  int64_t W = TILES_WANTED;
+  int64_t blocks = m / 16, want = images >= W ? 1 : W / images, t = 1;
+  for (int64_t d = 1; d <= blocks && d <= want; d++)
+    if (blocks % d == 0) t = d;
+  return t;
+}
+
+static void conv_free(conv *c) {
+  if (c->prim) dnnl_primitive_destroy(c->prim);
+  if (c->src_reorder) dnnl_primitive_destroy(c->src_reorder);
+  if (c->dst_reorder) dnnl_primitive_destroy(c->dst_reorder);
+  dnnl_memory_t *arrays[] = {c->x_mem, c->xb_mem, c->w_mem, c->d_mem, c->y_mem};
+  int64_t counts[] = {c->N, c->N, c->T, c->N * c->T, c->N * c->T};
+  for (int i = 0; i < 5; i++) {
+    if (!arrays[i]) continue;
+    for (int64_t j = 0; j < counts[i]; j++)
+      if (arrays[i][j]) dnnl_memory_destroy(arrays[i][j]);
+    free(arrays[i]);
+  }
+  free(c->w_blk);
+  memset(c, 0, sizeof *c);
+}
+
+/* A reorder from -> to that adds beta times what `to` holds (beta 0: it
+ * overwrites), with a user scratchpad described in *pad. */
+static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to,
+                                     float beta, dnnl_memory_desc_t *pad) {
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_primitive_t prim = NULL;
+  bool ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
+            dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+                dnnl_success;
+  if (ok && beta != 0.0f)
+    ok = dnnl_post_ops_create(&po) == dnnl_success &&
+         dnnl_post_ops_append_sum(po, beta) == dnnl_success &&
+         dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+  if (ok)
+    ok = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, attr) == dnnl_success;
+  if (ok) *pad = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  if (ok && dnnl_primitive_create(&prim, pd) != dnnl_success) prim = NULL;
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return prim;
+}
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* The primitives of one convolution; false when oneDNN declines it or has
+ * no JIT kernel for it (the step then stays a GEMM). */
+static bool conv_build(conv *c, const sc_gemm *g) {
+  const sc_conv_geom *v = &g->conv;
+  c->g = g;
+  c->N = g->batch;
+  c->T = tiles_per_image(g->m, g->batch);
+  c->tm = g->m / c->T;
+  dnnl_dims_t sd = {1, v->c, v->h, v->w}, wd = {c->tm, v->c, v->kh, v->kw};
+  dnnl_dims_t dd = {1, c->tm, v->oh, v->ow};
+  dnnl_dims_t strides = {v->sh, v->sw}, dil = {v->dh - 1, v->dw - 1};
+  dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
+  dnnl_memory_desc_t s_any, w_any, d_any;
+  if (dnnl_memory_desc_init_by_tag(&s_any, 4, sd, dnnl_f32, dnnl_format_tag_any) ||
+      dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any) ||
+      dnnl_memory_desc_init_by_tag(&d_any, 4, dd, dnnl_f32, dnnl_format_tag_any) ||
+      dnnl_memory_desc_init_by_tag(&c->x_user, 4, sd, dnnl_f32, dnnl_nchw) ||
+      dnnl_memory_desc_init_by_tag(&c->w_user, 4, wd, dnnl_f32, dnnl_oihw) ||
+      dnnl_memory_desc_init_by_tag(&c->y_user, 4, dd, dnnl_f32, dnnl_nchw))
+    return false;
+  dnnl_convolution_desc_t cd;
+  if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                 dnnl_convolution_direct, &s_any, &w_any, NULL,
+                                                 &d_any, strides, dil, pad_l, pad_r))
+    return false;
+  dnnl_primitive_attr_t attr = NULL;
+  if (dnnl_primitive_attr_create(&attr)) return false;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t made =
+      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success
+          ? dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL)
+          : dnnl_runtime_error;
+  dnnl_primitive_attr_destroy(attr);
+  if (made != dnnl_success) return false;
+  const char *impl = NULL;
+  bool ok = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+            impl && (strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0);
+  if (ok) {
+    snprintf(c->note, sizeof c->note, "direct convolution, oneDNN %s", impl);
+    c->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+    c->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    c->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+    c->pad_conv = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    ok = dnnl_primitive_create(&c->prim, pd) == dnnl_success;
+  }
+  dnnl_primitive_desc_destroy(pd);
+  if (!ok) return false;
+  c->src_bytes = dnnl_memory_desc_equal(&c->src_md, &c->x_user)
+                     ? 0
+                     : (dnnl_memory_desc_get_size(&c->src_md) + 63) / 64 * 64;
+  c->w_bytes = (dnnl_memory_desc_get_size(&c->w_md) + 63) / 64 * 64;
+  c->dst_bytes = (dnnl_memory_desc_get_size(&c->dst_md) + 63) / 64 * 64;
+  memset(&c->pad_src, 0, sizeof c->pad_src);
+  if (c->src_bytes && !(c->src_reorder = make_reorder(&c->x_user, &c->src_md, 0.0f, &c->pad_src)))
+    return false;
+  if (!(c->dst_reorder = make_reorder(&c->dst_md, &c->y_user, g->beta, &c->pad_dst)))
+    return false;
+  c->pad_bytes = max3(dnnl_memory_desc_get_size(&c->pad_conv),
+                      dnnl_memory_desc_get_size(&c->pad_src),
+                      dnnl_memory_desc_get_size(&c->pad_dst));
+  return true;
+}
+
+sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_convs **out,
+                               sc_diag *diag) {
+  *out = NULL;
+  int32_t fit = 0;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == SC_STEP_GEMM && conv_fits(p, &p->steps[i].gemm)) fit++;
+  if (fit == 0) return SC_OK;
+  pthread_once(&engine_once, engine_init);
+  if (!engine) return SC_OK;
+  sc_cpu_engine_one_thread();
+  sc_cpu_convs *cv = sc_calloc(1, sizeof *cv);
+  if (cv) cv->v = sc_calloc((size_t)fit, sizeof *cv->v);
+  if (cv) cv->of_kernel = sc_calloc((size_t)p->n_kernels, sizeof *cv->of_kernel);
+  if (!cv || !cv->v || !cv->of_kernel) {
+    sc_cpu_convs_destroy(cv);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  cv->p = p;
+  for (int32_t k = 0; k < p->n_kernels; k++) cv->of_kernel[k] = -1;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_gemm *g = &p->steps[i].gemm;
+    if (p->steps[i].kind != SC_STEP_GEMM || !conv_fits(p, g)) continue;
+    conv *c = &cv->v[cv->n];
+    if (cv->of_kernel[g->conv.prep[1]] >= 0 || !conv_build(c, g)) {
+      conv_free(c);
+      continue;
+    }
+    size_t need = (size_t)c->N * c->src_bytes + (size_t)(c->N * c->T) * c->dst_bytes;
+    if (need > cv->scratch_bytes) cv->scratch_bytes = need;
+    cv->of_kernel[g->conv.prep[1]] = cv->n++;
+    for (int j = 0; j < 2; j++)
+      if (g->conv.prep[j] >= 0) skip_kernel[g->conv.prep[j]] = true;
+  }
+  if (cv->n == 0) {
+    sc_cpu_convs_destroy(cv);
+    return SC_OK;
+  }
+  if (posix_memalign((void **)&cv->scratch, 64, cv->scratch_bytes ? cv->scratch_bytes : 64)) {
+    cv->scratch = NULL;
+    sc_cpu_convs_destroy(cv);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  *out = cv;
+  return SC_OK;
+}
+
+static bool new_mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void *ptr) {
+  return dnnl_memory_create(m, md, engine, ptr) == dnnl_success;
+}
+
+/* Runs prim with args (and, when it has one, the scratchpad pad in this
+ * thread's scratch) on this thread's stream. */
+static bool run(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad, size_t pad_bytes, int n,
+                dnnl_exec_arg_t *args) {
+  thread_state *t = this_thread(pad_bytes);
+  if (!t) return false;
+  dnnl_memory_t m = NULL;
+  dnnl_exec_arg_t all[4];
+  memcpy(all, args, (size_t)n * sizeof *args);
+  if (dnnl_memory_desc_get_size(pad) > 0) {
+    if (!new_mem(&m, pad, t->scratch)) return false;
+    all[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m};
+  }
+  bool ok = dnnl_primitive_execute(prim, t->stream, n, all) == dnnl_success;
+  if (m) dnnl_memory_destroy(m);
+  return ok;
+}
+
+static bool exec2(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad, size_t pad_bytes, int a0,
+                  dnnl_memory_t m0, int a1, dnnl_memory_t m1) {
+  dnnl_exec_arg_t args[2] = {{a0, m0}, {a1, m1}};
+  return run(prim, pad, pad_bytes, 2, args);
+}
+
+static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
+  const sc_gemm *g = c->g;
+  int64_t NT = c->N * c->T, img = g->conv.c * g->conv.h * g->conv.w, mn = g->m * g->n;
+  c->x_mem = calloc((size_t)c->N, sizeof *c->x_mem);
+  c->xb_mem = calloc((size_t)c->N, sizeof *c->xb_mem);
+  c->w_mem = calloc((size_t)c->T, sizeof *c->w_mem);
+  c->d_mem = calloc((size_t)NT, sizeof *c->d_mem);
+  c->y_mem = calloc((size_t)NT, sizeof *c->y_mem);
+  if (posix_memalign((void **)&c->w_blk, 64, (size_t)c->T * c->w_bytes)) c->w_blk = NULL;
+  if (!c->x_mem || !c->xb_mem || !c->w_mem || !c->d_mem || !c->y_mem || !c->w_blk) return false;
+  float *x = ptrs[g->conv.x], *a = ptrs[g->a], *y = ptrs[g->c];
+  char *dst = scratch + (size_t)c->N * c->src_bytes;
+  for (int64_t i = 0; i < c->N; i++) {
+    if (!new_mem(&c->x_mem[i], &c->x_user, x + i * img)) return false;
+    if (c->src_bytes && !new_mem(&c->xb_mem[i], &c->src_md, scratch + i * c->src_bytes))
+      return false;
+  }
+  /* the weights, once: each tile's rows of A (OIHW) into w_md */
+  dnnl_memory_desc_t wpad;
+  dnnl_primitive_t wr = make_reorder(&c->w_user, &c->w_md, 0.0f, &wpad);
+  bool ok = wr != NULL;
+  for (int64_t t = 0; ok && t < c->T; t++) {
+    dnnl_memory_t from = NULL;
+    ok = new_mem(&from, &c->w_user, a + t * c->tm * g->k) &&
+         new_mem(&c->w_mem[t], &c->w_md, c->w_blk + t * c->w_bytes) &&
+         exec2(wr, &wpad, dnnl_memory_desc_get_size(&wpad), DNNL_ARG_FROM, from, DNNL_ARG_TO,
+               c->w_mem[t]);
+    if (from) dnnl_memory_destroy(from);
+  }
+  if (wr) dnnl_primitive_destroy(wr);
+  for (int64_t t = 0; ok && t < NT; t++) {
+    int64_t i = t / c->T, j = t % c->T;
+    ok = new_mem(&c->d_mem[t], &c->dst_md, dst + t * c->dst_bytes) &&
+         new_mem(&c->y_mem[t], &c->y_user, y + i * mn + j * c->tm * g->n);
+  }
+  return ok;
+}
+
+sc_status sc_cpu_convs_bind(sc_cpu_convs *cv, void *const *ptrs, sc_diag *diag) {
+  sc_cpu_engine_one_thread();
+  for (int32_t i = 0; i < cv->n; i++) {
+    conv *c = &cv->v[i];
+    if (!conv_bind(c, ptrs, cv->scratch))
+      return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
+                         "cpu device: could not set up the direct convolution of a %lld x %lld "
+                         "x %lld product (oneDNN memory)",
+                         (long long)c->g->m, (long long)c->g->n, (long long)c->g->k);
+  }
+  return SC_OK;
+}
+
+/* A oneDNN call that fails here has been set up and checked at prepare and
+ * bind; what is left is the library's own failure, which a pool worker has
+ * no way to return: it is reported and the process ends. */
+static void must(bool ok, const conv *c, const char *what) {
+  if (ok) return;
+  fprintf(stderr, "shardc: oneDNN %s failed in the convolution of a %lld x %lld x %lld product\n",
+          what, (long long)c->g->m, (long long)c->g->n, (long long)c->g->k);
+  abort();
+}
+
+static void src_images(void *ud, int64_t begin, int64_t end) {
+  const conv *c = ud;
+  sc_cpu_engine_one_thread();
+  for (int64_t i = begin; i < end; i++)
+    must(exec2(c->src_reorder, &c->pad_src, c->pad_bytes, DNNL_ARG_FROM, c->x_mem[i],
+               DNNL_ARG_TO, c->xb_mem[i]),
+         c, "input reorder");
+}
+
+static void conv_tiles(void *ud, int64_t begin, int64_t end) {
+  const conv *c = ud;
+  sc_cpu_engine_one_thread();
+  for (int64_t t = begin; t < end; t++) {
+    int64_t i = t / c->T;
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, c->src_bytes ? c->xb_mem[i] : c->x_mem[i]},
+                               {DNNL_ARG_WEIGHTS, c->w_mem[t % c->T]},
+                               {DNNL_ARG_DST, c->d_mem[t]}};
+    must(run(c->prim, &c->pad_conv, c->pad_bytes, 3, args), c, "convolution");
+    must(exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->d_mem[t],
+               DNNL_ARG_TO, c->y_mem[t]),
+         c, "output reorder");
+  }
+}
+
+static void on_pool(sc_thread_pool *tp, sc_pool_fn fn, void *ud, int64_t n) {
+  if (tp && n > 1 && sc_thread_pool_threads(tp) > 1)
+    sc_thread_pool_run(tp, fn, ud, n, n);
+  else
+    fn(ud, 0, n);
+}
+
+static conv *conv_of(const sc_cpu_convs *cv, const sc_step *s) {
+  const sc_conv_geom *v = &s->gemm.conv;
+  if (!cv || s->kind != SC_STEP_GEMM || !v->on || v->prep[1] < 0 ||
+      v->prep[1] >= cv->p->n_kernels)
+    return NULL;
+  int32_t i = cv->of_kernel[v->prep[1]];
+  return i < 0 ? NULL : &cv->v[i];
+}
+
+const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s) {
+  const conv *c = conv_of(cv, s);
+  return c ? c->note : NULL;
+}
+
+bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
+  conv *c = conv_of(cv, s);
+  if (!c) return false;
+  if (c->src_bytes) on_pool(tp, src_images, c, c->N);
+  on_pool(tp, conv_tiles, c, c->N * c->T);
+  return true;
+}
+
+void sc_cpu_convs_destroy(sc_cpu_convs *cv) {
+  if (!cv) return;
+  for (int32_t i = 0; cv->v && i < cv->n; i++) conv_free(&cv->v[i]);
+  sc_free(cv->v);
+  sc_free(cv->of_kernel);
+  free(cv->scratch);
+  sc_free(cv);
+}

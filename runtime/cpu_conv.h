@@ -1,0 +1,44 @@
+/* cpu_conv.h — the CPU device's direct convolutions (oneDNN), private to
+ * the CPU device (runtime/cpu_device.c).
+ *
+ * A GEMM step that carries a convolution (sc_gemm.conv, codegen/program.h)
+ * is run, when the checks below pass, as oneDNN direct convolutions from
+ * its input x, and the steps of its prep kernels (the padded copy and
+ * im2col) are skipped. The work is cut into tiles (image x a block of
+ * output channels) whose boundaries depend only on the shape, each one
+ * single-threaded oneDNN call, so results are the same with 1 or N threads.
+ * docs/runtime.md#convolutions. */
+#ifndef SHARDC_RUNTIME_CPU_CONV_H
+#define SHARDC_RUNTIME_CPU_CONV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "codegen/program.h"
+#include "device.h"
+
+typedef struct sc_cpu_convs sc_cpu_convs;
+
+/* Holds every oneDNN call made on this thread to this thread (Debian's
+ * oneDNN runs on OpenMP; the setting is per thread). */
+void sc_cpu_engine_one_thread(void);
+
+/* Decides, for every GEMM step of p that carries a convolution, whether it
+ * runs as direct convolutions, and builds their primitives; sets
+ * skip_kernel[k] for the prep kernels of those that do. *out is NULL when
+ * none does. Errors: out of memory only (a convolution oneDNN declines
+ * stays a GEMM). */
+sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_convs **out,
+                               sc_diag *diag);
+/* After the buffers have addresses (ptrs, per buffer): the memory objects
+ * of every tile, and the weights in oneDNN's layout (they are constants). */
+sc_status sc_cpu_convs_bind(sc_cpu_convs *cv, void *const *ptrs, sc_diag *diag);
+/* Runs GEMM step s if it is one of the direct convolutions (found by its
+ * im2col kernel, prep[1]): true; else false and nothing is done. */
+bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp);
+/* "direct convolution, oneDNN <implementation>" when GEMM step s runs as
+ * one, else NULL. */
+const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s);
+void sc_cpu_convs_destroy(sc_cpu_convs *cv);
+
+#endif

@@ -1,0 +1,163 @@
+"""test_direct_conv.py — the CPU device's direct convolutions (oneDNN,
+runtime/cpu_conv.c) against onnxruntime, and the products it leaves to the
+im2col GEMM.
+
+Each case is a Conv (weights and bias as initializers, so constants) with
+a Relu or a residual Add + Relu after it, built with onnx.helper, run by
+`shardc run` (--no-fuse and fused) and by onnxruntime on the same seeded
+inputs (uniform in ±[0.05, 2), never zero); outputs within rtol 1e-4,
+atol 1e-4 (sums of up to 784 products of order 1, in other orders), no
+NaN. The cases cover 3x3 with padding, strides, dilations, asymmetric
+pads, auto_pad SAME_UPPER, a 7x7 first layer on 3 channels, a 1x1 stride-2
+downsample, no bias, a residual add (the GEMM's beta of 1), batch 1 to 8
+and 16 to 64 output channels.
+
+Then, from `SHARDC_PROFILE=1 shardc run --repeat 2` on the same models:
+every case above runs as a direct convolution on a CPU with AVX2 (oneDNN
+has JIT kernels for it; elsewhere it may decline and the GEMM runs, which
+is then checked instead), its pad and im2col steps are skipped, and a
+conv with 24 output channels (not a multiple of 16) or two groups stays
+an im2col GEMM and is still right. Finally a direct convolution gives
+bit-identical outputs with 1 and 2 threads, and a compiled bundle of it
+(program.json carries the convolution) runs it directly with the same
+outputs.
+
+Environment: SHARDC. Exit 0 on success, 1 on any failure.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto as T, helper, numpy_helper
+from checks import check, equals_onnxruntime, finish
+
+SHARDC = os.environ.get("SHARDC")
+
+
+def rand(rng, shape):
+    return (rng.uniform(0.05, 2.0, shape) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
+
+
+def conv_model(rng, name, x, w, bias=True, residual=False, **attrs):
+    """Conv(x, W[, B]) then Relu, or + x then Relu when residual."""
+    inits = [numpy_helper.from_array(rand(rng, w) * 0.2, "W")]
+    ins = ["x", "W"]
+    if bias:
+        inits.append(numpy_helper.from_array(rand(rng, [w[0]]), "B"))
+        ins.append("B")
+    nodes = [helper.make_node("Conv", ins, ["c"], name="conv", **attrs)]
+    if residual:
+        nodes.append(helper.make_node("Add", ["c", "x"], ["s"]))
+        nodes.append(helper.make_node("Relu", ["s"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", T.FLOAT, x)],
+                          [helper.make_tensor_value_info("y", T.FLOAT, ["n", "m", "h", "w"])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def direct_cases(rng):
+    return [
+        ("pad1", conv_model(rng, "pad1", [1, 8, 10, 12], [16, 8, 3, 3], pads=[1, 1, 1, 1])),
+        ("stride_dil_asym", conv_model(rng, "sda", [2, 5, 13, 11], [32, 5, 3, 2], bias=False,
+                                       strides=[2, 1], dilations=[2, 2], pads=[0, 1, 2, 1])),
+        ("first_layer_7x7", conv_model(rng, "f7", [1, 3, 20, 20], [16, 3, 7, 7], strides=[2, 2],
+                                       pads=[3, 3, 3, 3])),
+        ("downsample_1x1", conv_model(rng, "d1", [3, 16, 9, 9], [32, 16, 1, 1], strides=[2, 2])),
+        ("residual", conv_model(rng, "res", [1, 16, 8, 8], [16, 16, 3, 3], residual=True,
+                                pads=[1, 1, 1, 1])),
+        ("same_upper", conv_model(rng, "su", [1, 4, 7, 9], [16, 4, 3, 3], strides=[2, 2],
+                                  auto_pad="SAME_UPPER")),
+        ("batch8_m64", conv_model(rng, "b8", [8, 16, 6, 6], [64, 16, 3, 3], pads=[1, 1, 1, 1])),
+    ]
+
+
+def gemm_cases(rng):
+    return [
+        ("m24", conv_model(rng, "m24", [1, 8, 6, 6], [24, 8, 3, 3], pads=[1, 1, 1, 1])),
+        ("group2", conv_model(rng, "g2", [1, 8, 6, 6], [32, 4, 3, 3], group=2, pads=[1, 1, 1, 1])),
+    ]
+
+
+def profile(tmp, name, extra=()):
+    path = os.path.join(tmp, name + ".onnx")
+    r = subprocess.run([SHARDC, "run", path, "--random-inputs", "1", "--repeat", "2", "-q",
+                        "--output-dir", os.path.join(tmp, name + "_prof")] + list(extra),
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, SHARDC_PROFILE="1"))
+    check(r.returncode == 0, f"{name}: profile run: exit {r.returncode}: {r.stderr.strip()}")
+    return r.stderr
+
+
+def has_avx2():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx2" in line for line in f)
+    except OSError:
+        return False
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC not set")
+        return 1
+    rng = np.random.default_rng(20261202)
+    avx2 = has_avx2()
+    with tempfile.TemporaryDirectory() as tmp:
+        for direct, cases in ((True, direct_cases(rng)), (False, gemm_cases(rng))):
+            for name, m in cases:
+                shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+                equals_onnxruntime(SHARDC, tmp, name, m, {"x": rand(rng, shape)}, 1e-4, 1e-4)
+                text = profile(tmp, name)
+                ran_direct = "direct convolution, oneDNN" in text
+                if direct and avx2:
+                    check(ran_direct, f"{name}: not run as a direct convolution:\n{text}")
+                    check("skipped: its convolution reads the input directly" in text,
+                          f"{name}: the im2col step was not skipped:\n{text}")
+                if not direct:
+                    check(not ran_direct, f"{name}: ran as a direct convolution:\n{text}")
+                print(f"ok: {name} runs as {'a direct convolution' if ran_direct else 'im2col + GEMM'}")
+        # bit-identical with 1 and 2 threads
+        path = os.path.join(tmp, "batch8_m64.onnx")
+        outs = []
+        for threads in ("1", "2"):
+            out = os.path.join(tmp, "threads" + threads)
+            r = subprocess.run([SHARDC, "run", path, "--random-inputs", "7", "-q", "--threads",
+                                threads, "--output-dir", out], capture_output=True, text=True,
+                               timeout=120)
+            check(r.returncode == 0, f"threads {threads}: exit {r.returncode}: {r.stderr.strip()}")
+            outs.append(np.load(os.path.join(out, "y.npy")) if r.returncode == 0 else None)
+        if outs[0] is not None and outs[1] is not None:
+            check(outs[0].tobytes() == outs[1].tobytes(),
+                  "batch8_m64: 1 and 2 threads differ: max |diff| "
+                  f"{np.max(np.abs(outs[0] - outs[1]))}")
+            print("ok: 1 and 2 threads give bit-identical outputs")
+        # a bundle carries the convolution (program.json's gemm.conv): run from it, the step
+        # is still direct and the outputs are those of the JIT run
+        bundle = os.path.join(tmp, "bundle")
+        r = subprocess.run([SHARDC, "compile", path, "-o", bundle], capture_output=True,
+                           text=True, timeout=120)
+        check(r.returncode == 0, f"compile: exit {r.returncode}: {r.stderr.strip()}")
+        out = os.path.join(tmp, "from_bundle")
+        r = subprocess.run([SHARDC, "run", bundle, "--random-inputs", "7", "-q", "--repeat", "2",
+                            "--output-dir", out], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, SHARDC_PROFILE="1"))
+        if check(r.returncode == 0, f"bundle run: exit {r.returncode}: {r.stderr.strip()}"):
+            if avx2:
+                check("direct convolution, oneDNN" in r.stderr,
+                      f"bundle: not run as a direct convolution:\n{r.stderr}")
+            got = np.load(os.path.join(out, "y.npy"))
+            if outs[1] is not None:
+                check(got.tobytes() == outs[1].tobytes(), "bundle run differs from the JIT run")
+                print("ok: the bundle runs the direct convolution, same outputs")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
