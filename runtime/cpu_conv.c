@@ -175,19 +175,26 @@ static int64_t tiles_per_image(int64_t m, int64_t images) {
   return t;
 }
 
+/* Releases what bind made (memory objects, the weights in oneDNN's layout). */
+static void conv_unbind(conv *c) {
+  dnnl_memory_t **arrays[] = {&c->x_mem, &c->xb_mem, &c->w_mem, &c->d_mem, &c->y_mem};
+  int64_t counts[] = {c->N, c->N, c->T, c->N * c->T, c->N * c->T};
+  for (int i = 0; i < 5; i++) {
+    if (!*arrays[i]) continue;
+    for (int64_t j = 0; j < counts[i]; j++)
+      if ((*arrays[i])[j]) dnnl_memory_destroy((*arrays[i])[j]);
+    free(*arrays[i]);
+    *arrays[i] = NULL;
+  }
+  free(c->w_blk);
+  c->w_blk = NULL;
+}
+
 static void conv_free(conv *c) {
+  conv_unbind(c);
   if (c->prim) dnnl_primitive_destroy(c->prim);
   if (c->src_reorder) dnnl_primitive_destroy(c->src_reorder);
   if (c->dst_reorder) dnnl_primitive_destroy(c->dst_reorder);
-  dnnl_memory_t *arrays[] = {c->x_mem, c->xb_mem, c->w_mem, c->d_mem, c->y_mem};
-  int64_t counts[] = {c->N, c->N, c->T, c->N * c->T, c->N * c->T};
-  for (int i = 0; i < 5; i++) {
-    if (!arrays[i]) continue;
-    for (int64_t j = 0; j < counts[i]; j++)
-      if (arrays[i][j]) dnnl_memory_destroy(arrays[i][j]);
-    free(arrays[i]);
-  }
-  free(c->w_blk);
   memset(c, 0, sizeof *c);
 }
 
@@ -357,6 +364,7 @@ static bool exec2(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad, size_t p
 
 static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
   const sc_gemm *g = c->g;
+  conv_unbind(c); /* a second bind starts over */
   int64_t NT = c->N * c->T, img = g->conv.c * g->conv.h * g->conv.w, mn = g->m * g->n;
   c->x_mem = calloc((size_t)c->N, sizeof *c->x_mem);
   c->xb_mem = calloc((size_t)c->N, sizeof *c->xb_mem);

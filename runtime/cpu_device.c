@@ -629,7 +629,7 @@ static const char *cpu_step_note(void *ctx, int32_t i) {
   const sc_step *s = &c->p->steps[i];
   if (s->kind == SC_STEP_KERNEL && s->kernel >= 0 && s->kernel < c->p->n_kernels &&
       c->skip[s->kernel])
-    return "skipped: its convolution reads the input directly";
+    return "skipped: its convolution runs directly";
   return sc_cpu_convs_note(c->convs, s);
 }
 
