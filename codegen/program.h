@@ -52,8 +52,6 @@ typedef struct sc_buffer {
   int32_t value;        /* graph value id it came from, or -1 */
 } sc_buffer;
 
-/* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, batched with
- * element strides between batches (0 = broadcast the same matrix). */
 /* A GEMM that is a 2-D convolution, group 1, f32 (set by the Conv lowering,
  * codegen/lower_linalg.c): B is the im2col of the input x [N, C, H, W],
  * written by the kernels prep[] (the padded copy, when the conv pads, and
@@ -72,6 +70,8 @@ typedef struct sc_conv_geom {
   int64_t oh, ow;
 } sc_conv_geom;
 
+/* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, batched with
+ * element strides between batches (0 = broadcast the same matrix). */
 typedef struct sc_gemm {
   int32_t a, b, c;            /* buffer ids */
   bool trans_a, trans_b;

@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,9 +145,16 @@ static json_t *write_kernel(const kir_kernel *k) {
   return o;
 }
 
-/* sc_conv_geom's sizes, in its order */
-static const char *const CONV_FIELDS[] = {"c",  "h",  "w",  "kh", "kw", "sh", "sw", "dh",
-                                          "dw", "pt", "pl", "pb", "pr", "oh", "ow"};
+/* sc_conv_geom's sizes: JSON key and field, one table for writer and reader */
+#define CONV_FIELD(f) {#f, offsetof(sc_conv_geom, f)}
+static const struct {
+  const char *key;
+  size_t offset;
+} CONV_FIELDS[] = {CONV_FIELD(c),  CONV_FIELD(h),  CONV_FIELD(w),  CONV_FIELD(kh), CONV_FIELD(kw),
+                   CONV_FIELD(sh), CONV_FIELD(sw), CONV_FIELD(dh), CONV_FIELD(dw), CONV_FIELD(pt),
+                   CONV_FIELD(pl), CONV_FIELD(pb), CONV_FIELD(pr), CONV_FIELD(oh), CONV_FIELD(ow)};
+#undef CONV_FIELD
+enum { N_CONV_FIELDS = sizeof CONV_FIELDS / sizeof *CONV_FIELDS };
 
 static json_t *write_step(const sc_step *s) {
   json_t *o = json_object();
@@ -181,10 +189,9 @@ static json_t *write_step(const sc_step *s) {
       json_object_set_new(co, "x", json_integer(v->x));
       json_object_set_new(co, "prep", json_pack("[II]", (json_int_t)v->prep[0],
                                                 (json_int_t)v->prep[1]));
-      const int64_t *f[] = {&v->c,  &v->h,  &v->w,  &v->kh, &v->kw, &v->sh, &v->sw, &v->dh,
-                            &v->dw, &v->pt, &v->pl, &v->pb, &v->pr, &v->oh, &v->ow};
-      for (size_t i = 0; i < sizeof f / sizeof *f; i++)
-        json_object_set_new(co, CONV_FIELDS[i], json_integer(*f[i]));
+      for (size_t i = 0; i < N_CONV_FIELDS; i++)
+        json_object_set_new(co, CONV_FIELDS[i].key,
+                            json_integer(*(const int64_t *)((const char *)v + CONV_FIELDS[i].offset)));
       json_object_set_new(go, "conv", co);
     }
     json_object_set_new(o, "gemm", go);
@@ -843,7 +850,6 @@ static sc_status check_waits(reader *r) {
   return st;
 }
 
-
 /* The convolution a GEMM computes (sc_conv_geom): ids in range, sizes
  * non-negative, x large enough for [batch, c, h, w]. Whether the sizes
  * describe this GEMM is the device's check when it convolves
@@ -864,11 +870,11 @@ static sc_status read_conv(reader *r, json_t *co, sc_gemm *m) {
       return fail(r, SC_ERR_INVALID, "conv prep[%d] is not a kernel id or -1", (int)i);
     v->prep[i] = (int32_t)json_integer_value(e);
   }
-  int64_t *f[] = {&v->c,  &v->h,  &v->w,  &v->kh, &v->kw, &v->sh, &v->sw, &v->dh,
-                  &v->dw, &v->pt, &v->pl, &v->pb, &v->pr, &v->oh, &v->ow};
-  for (size_t i = 0; i < sizeof f / sizeof *f; i++)
-    if ((st = get_int(r, co, CONV_FIELDS[i], true, 0, f[i]))) return st;
-    else if (*f[i] < 0) return fail(r, SC_ERR_INVALID, "conv '%s' is negative", CONV_FIELDS[i]);
+  for (size_t i = 0; i < N_CONV_FIELDS; i++) {
+    int64_t *f = (int64_t *)((char *)v + CONV_FIELDS[i].offset);
+    if ((st = get_int(r, co, CONV_FIELDS[i].key, true, 0, f))) return st;
+    if (*f < 0) return fail(r, SC_ERR_INVALID, "conv '%s' is negative", CONV_FIELDS[i].key);
+  }
   int64_t need = m->batch, bytes;
   if (!sc_mul_i64(need, v->c, &need) || !sc_mul_i64(need, v->h, &need) ||
       !sc_mul_i64(need, v->w, &need) || !sc_mul_i64(need, 4, &bytes) ||

@@ -101,7 +101,8 @@ typedef struct conv {
   dnnl_primitive_t src_reorder;   /* NCHW image -> src_md, or NULL (src_md is NCHW) */
   dnnl_primitive_t dst_reorder;   /* dst_md -> the output's NCHW slice, + beta x it */
   dnnl_memory_desc_t x_user, src_md, w_user, w_md, dst_md, y_user;
-  dnnl_memory_desc_t pad_conv, pad_src, pad_dst; /* the primitives' scratchpads */
+  dnnl_memory_desc_t pad_conv, pad_src, pad_dst; /* the primitives' scratchpads (pad_src
+                                                    zeroed, size 0, without src_reorder) */
   size_t src_bytes, w_bytes, dst_bytes, pad_bytes;
   char *w_blk;                    /* T tiles' weights in w_md */
   dnnl_memory_t *x_mem, *xb_mem;  /* per image: NCHW input; in src_md (or NULL) */
@@ -277,7 +278,6 @@ static bool conv_build(conv *c, const sc_gemm *g) {
                      : (dnnl_memory_desc_get_size(&c->src_md) + 63) / 64 * 64;
   c->w_bytes = (dnnl_memory_desc_get_size(&c->w_md) + 63) / 64 * 64;
   c->dst_bytes = (dnnl_memory_desc_get_size(&c->dst_md) + 63) / 64 * 64;
-  memset(&c->pad_src, 0, sizeof c->pad_src);
   if (c->src_bytes && !(c->src_reorder = make_reorder(&c->x_user, &c->src_md, 0.0f, &c->pad_src)))
     return false;
   if (!(c->dst_reorder = make_reorder(&c->dst_md, &c->y_user, g->beta, &c->pad_dst)))
@@ -291,15 +291,15 @@ static bool conv_build(conv *c, const sc_gemm *g) {
 sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_convs **out,
                                sc_diag *diag) {
   *out = NULL;
-  int32_t fit = 0;
+  int32_t convs = 0; /* GEMMs that carry a convolution: conv_fits says which run directly */
   for (int32_t i = 0; i < p->n_steps; i++)
-    if (p->steps[i].kind == SC_STEP_GEMM && conv_fits(p, &p->steps[i].gemm)) fit++;
-  if (fit == 0) return SC_OK;
+    if (p->steps[i].kind == SC_STEP_GEMM && p->steps[i].gemm.conv.on) convs++;
+  if (convs == 0) return SC_OK;
   pthread_once(&engine_once, engine_init);
   if (!engine) return SC_OK;
   sc_cpu_engine_one_thread();
   sc_cpu_convs *cv = sc_calloc(1, sizeof *cv);
-  if (cv) cv->v = sc_calloc((size_t)fit, sizeof *cv->v);
+  if (cv) cv->v = sc_calloc((size_t)convs, sizeof *cv->v);
   if (cv) cv->of_kernel = sc_calloc((size_t)p->n_kernels, sizeof *cv->of_kernel);
   if (!cv || !cv->v || !cv->of_kernel) {
     sc_cpu_convs_destroy(cv);

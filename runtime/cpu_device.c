@@ -20,7 +20,9 @@
  * prepare() JIT-compiles every kernel and checks every GEMM against its
  * buffers (dtypes, extents, int range of BLAS arguments); bind() fixes every
  * buffer's address and builds each kernel's argument array, so a run does
- * no allocation and no lookups. */
+ * no allocation and no lookups (but for the direct convolutions of
+ * cpu_conv.c, which wrap the running thread's scratchpad in a oneDNN memory
+ * object per call). */
 #include <limits.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
