@@ -36,6 +36,13 @@
  *       skip (+ bias; output 3 is that sum), LayerNormalization from opset
  *       17, its decomposition before, and the RMS form x / sqrt(mean(x^2)
  *       + eps) * gamma; the mean and inverse-deviation outputs are refused.
+ *   MultiHeadAttention (separate Q, K, V; bias, a [B, T] key_padding_mask,
+ *       attention_bias, past_key/value), Attention (the packed projection
+ *       weights, split by qkv_hidden_sizes or in three; a [B, T] mask_index,
+ *       attention_bias; no past), RotaryEmbedding (inputs reordered): the
+ *       default domain's Attention and RotaryEmbedding, composite ops of
+ *       the IR (passes/composite.c); masks become onnxruntime's additive
+ *       mask_filter_value;
  * Their scalar constants take the data's dtype through CastLike from opset
  * 15 (float32 before).
  * Made nodes and values are named after the node ("N/flatten",
@@ -532,6 +539,187 @@ static sc_status ms_layer_norm(adapter *ad, const Onnx__NodeProto *np) {
   return contrib_done(ad, beta ? op2(ad, b, "Add", n, beta, y) : n);
 }
 
+/* The attention family, onto the default domain's Attention (a composite
+ * op, passes/composite.c) with q_num_heads = kv_num_heads = num_heads,
+ * is_causal = unidirectional and the scale; onnxruntime's masks become the
+ * float mask it adds: mask_filter_value (-10000) where a key-padding /
+ * raw mask is 0, plus attention_bias. */
+
+/* An attribute of np copied under another name (NULL when absent). */
+static Onnx__AttributeProto *renamed(adapter *ad, const Onnx__NodeProto *np, const char *from,
+                                     const char *to) {
+  const Onnx__AttributeProto *a = attr(np, from);
+  if (!a) return NULL;
+  Onnx__AttributeProto *b = sc_arena_array(A(ad), 1, sizeof *b);
+  if (b) {
+    *b = *a;
+    b->name = (char *)to;
+  }
+  return b;
+}
+
+static sc_status refuse_input(adapter *ad, const Onnx__NodeProto *np, size_t i, const char *why) {
+  return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "%s's input %zu ('%s'): %s", np->op_type, i,
+                       np->input[i], why);
+}
+
+/* The float mask from a [B, T] key mask (0: masked) at input `mi` and an
+ * additive attention_bias at input `bi`, or NULL when neither is given. */
+static const char *ms_mask(adapter *ad, const char *b, const Onnx__NodeProto *np, size_t mi,
+                           size_t bi, const char *like, sc_status *st) {
+  const char *m = NULL, *bias = input(np, bi);
+  if (input(np, mi)) {
+    if (rank_of(ad, np->input[mi]) != 2) {
+      *st = refuse_input(ad, np, mi, "only a [batch, keys] mask given as a graph input or "
+                         "initializer is supported");
+      return NULL;
+    }
+    const char *keep = tmp_name(ad, b);
+    Onnx__NodeProto *cast = keep ? node(ad, "Cast", sc_arena_printf(A(ad), "%s/keep", b),
+                                        (const char *[]){np->input[mi]}, 1, &keep, 1, 1)
+                                 : NULL;
+    Onnx__AttributeProto *to = int_attr(ad, "to", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL);
+    if (!cast || !to) return NULL;
+    cast->attribute[cast->n_attribute++] = to;
+    if (emit(ad, cast) != SC_OK) return NULL;
+    const char *in[3] = {keep, scalar(ad, b, 0.0f, like),
+                         scalar(ad, b, float_attr(np, "mask_filter_value", -10000.0f), like)};
+    const char *w = tmp_name(ad, b);
+    Onnx__NodeProto *where = w ? node(ad, "Where", sc_arena_printf(A(ad), "%s/mask", b), in, 3,
+                                      &w, 1, 0)
+                               : NULL;
+    if (!where || !in[1] || !in[2] || emit(ad, where) != SC_OK) return NULL;
+    const int64_t axes[2] = {1, 2};
+    const char *ax = tmp_name(ad, b);
+    if (!ax || constant(ad, ax, axes, 2, NULL) != SC_OK) return NULL;
+    m = op2(ad, b, "Unsqueeze", w, ax, NULL); /* [B, 1, 1, T] */
+  }
+  if (m && bias) return op2(ad, b, "Add", m, bias, NULL);
+  return m ? m : bias;
+}
+
+/* Attention(q, k, v, mask, past_key, past_value) -> outputs 0..2 of np. */
+static sc_status ms_attention_node(adapter *ad, const char *b, const Onnx__NodeProto *np,
+                                   const char *q, const char *k, const char *v,
+                                   const char *mask, const char *pk, const char *pv) {
+  if (!q || !k || !v) return contrib_done(ad, NULL);
+  const char *in[6] = {q, k, v, mask ? mask : "", pk ? pk : "", pv ? pv : ""};
+  size_t n_in = pk ? 6 : mask ? 4 : 3;
+  const char *out[3] = {np->output[0], output(np, 1) ? np->output[1] : "",
+                        output(np, 2) ? np->output[2] : ""};
+  size_t n_out = output(np, 2) ? 3 : output(np, 1) ? 2 : 1;
+  Onnx__NodeProto *at = node(ad, "Attention", b, in, n_in, out, n_out, 4);
+  const Onnx__AttributeProto *h = attr(np, "num_heads");
+  if (!at) return nomem(ad);
+  if (!h || h->i <= 0)
+    return sc_onnx_error(ad->c, SC_ERR_INVALID, "%s needs a positive num_heads", np->op_type);
+  Onnx__AttributeProto *qh = int_attr(ad, "q_num_heads", h->i);
+  Onnx__AttributeProto *kh = int_attr(ad, "kv_num_heads", h->i);
+  if (!qh || !kh) return nomem(ad);
+  at->attribute[at->n_attribute++] = qh;
+  at->attribute[at->n_attribute++] = kh;
+  Onnx__AttributeProto *causal = renamed(ad, np, "unidirectional", "is_causal");
+  Onnx__AttributeProto *scale = renamed(ad, np, "scale", "scale");
+  if (causal) at->attribute[at->n_attribute++] = causal;
+  if (scale) at->attribute[at->n_attribute++] = scale;
+  return emit(ad, at);
+}
+
+/* q + bias[0], k + bias[1], v + bias[2]: the bias split in three equal
+ * parts (or by qkv_hidden_sizes) along its only axis. */
+static bool split3(adapter *ad, const char *b, const Onnx__NodeProto *np, const char *x,
+                   int64_t axis, const char **parts) {
+  const Onnx__AttributeProto *sizes = attr(np, "qkv_hidden_sizes");
+  const char *sz = NULL;
+  if (sizes) {
+    if (sizes->n_ints != 3) {
+      sc_onnx_error(ad->c, SC_ERR_INVALID, "qkv_hidden_sizes needs 3 values");
+      return false;
+    }
+    sz = tmp_name(ad, b);
+    if (!sz || constant(ad, sz, sizes->ints, 3, NULL) != SC_OK) return false;
+  }
+  for (int k = 0; k < 3; k++)
+    if (!(parts[k] = tmp_name(ad, b))) return false;
+  const char *in[2] = {x, sz};
+  Onnx__NodeProto *sp = node(ad, "Split", sc_arena_printf(A(ad), "%s/split_%d", b, ad->tmp++),
+                             in, sz ? 2 : 1, parts, 3, 1);
+  Onnx__AttributeProto *ax = int_attr(ad, "axis", axis);
+  if (!sp || !ax) return false;
+  sp->attribute[sp->n_attribute++] = ax;
+  return emit(ad, sp) == SC_OK;
+}
+
+/* MultiHeadAttention(query, key, value[, bias, key_padding_mask,
+ * attention_bias, past_key, past_value]): the separate Q, K, V form. */
+static sc_status ms_mha(adapter *ad, const Onnx__NodeProto *np) {
+  sc_status st = need_io(ad, np, 1, 3);
+  if (st != SC_OK) return st;
+  if (!input(np, 1) || !input(np, 2))
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "MultiHeadAttention with packed QKV or KV "
+                         "(no separate key and value) is not supported");
+  for (size_t i = 8; i < np->n_input; i++)
+    if (input(np, i)) return refuse_input(ad, np, i, "buffer sharing and beam search are not "
+                                          "supported");
+  const char *b = base_name(ad, np), *q = np->input[0], *k = np->input[1], *v = np->input[2];
+  if (input(np, 3)) {
+    const char *bias[3];
+    if (!split3(ad, b, np, np->input[3], 0, bias)) return contrib_done(ad, NULL);
+    q = op2(ad, b, "Add", q, bias[0], NULL);
+    k = op2(ad, b, "Add", k, bias[1], NULL);
+    v = op2(ad, b, "Add", v, bias[2], NULL);
+  }
+  st = SC_OK;
+  const char *mask = ms_mask(ad, b, np, 4, 5, np->input[0], &st);
+  if (st != SC_OK) return st;
+  if ((input(np, 4) || input(np, 5)) && !mask) return contrib_done(ad, NULL);
+  return ms_attention_node(ad, b, np, q, k, v, mask, input(np, 6), input(np, 7));
+}
+
+/* Attention(input, weights[, bias, mask_index, past, attention_bias]): Q,
+ * K and V from one projection, split by qkv_hidden_sizes or in three. */
+static sc_status ms_attention(adapter *ad, const Onnx__NodeProto *np) {
+  sc_status st = need_io(ad, np, 2, 1);
+  if (st != SC_OK) return st;
+  if (input(np, 4)) return refuse_input(ad, np, 4, "the past state is not supported");
+  if (input(np, 6)) return refuse_input(ad, np, 6, "buffer sharing is not supported");
+  const Onnx__AttributeProto *rot = attr(np, "do_rotary"), *share = attr(np,
+                                                                         "past_present_share_buffer");
+  if ((rot && rot->i) || (share && share->i))
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "Attention with %s is not supported",
+                         rot && rot->i ? "do_rotary" : "past_present_share_buffer");
+  const char *b = base_name(ad, np), *qkv[3];
+  const char *x = op2(ad, b, "MatMul", np->input[0], np->input[1], NULL);
+  if (x && input(np, 2)) x = op2(ad, b, "Add", x, np->input[2], NULL);
+  if (!x || !split3(ad, b, np, x, -1, qkv)) return contrib_done(ad, NULL);
+  const char *mask = ms_mask(ad, b, np, 3, 5, np->input[0], &st);
+  if (st != SC_OK) return st;
+  if ((input(np, 3) || input(np, 5)) && !mask) return contrib_done(ad, NULL);
+  return ms_attention_node(ad, b, np, qkv[0], qkv[1], qkv[2], mask, NULL, NULL);
+}
+
+/* RotaryEmbedding(input, position_ids, cos_cache, sin_cache): the default
+ * domain's op, its inputs reordered (position_ids [1] is read there as the
+ * first position). */
+static sc_status ms_rotary(adapter *ad, const Onnx__NodeProto *np) {
+  sc_status st = need_io(ad, np, 4, 1);
+  if (st != SC_OK) return st;
+  const Onnx__AttributeProto *packed = attr(np, "is_packed_batching"), *sc = attr(np, "scale");
+  if ((packed && packed->i) || (sc && sc->f != 1.0f))
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "RotaryEmbedding with %s is not supported",
+                         packed && packed->i ? "is_packed_batching" : "a scale other than 1");
+  const char *in[4] = {np->input[0], np->input[2], np->input[3], np->input[1]};
+  Onnx__NodeProto *r = node(ad, "RotaryEmbedding", base_name(ad, np), in, 4,
+                            (const char *[]){np->output[0]}, 1, 3);
+  if (!r) return nomem(ad);
+  static const char *const keep[] = {"interleaved", "num_heads", "rotary_embedding_dim"};
+  for (size_t k = 0; k < 3; k++) {
+    Onnx__AttributeProto *a = renamed(ad, np, keep[k], keep[k]);
+    if (a) r->attribute[r->n_attribute++] = a;
+  }
+  return emit(ad, r);
+}
+
 typedef sc_status (*adapt_fn)(adapter *ad, const Onnx__NodeProto *np);
 static const struct {
   const char *domain; /* NULL: the default domain */
@@ -556,6 +744,9 @@ static const struct {
     {"com.microsoft", "SkipLayerNormalization", INT64_MAX, ms_layer_norm},
     {"com.microsoft", "SkipSimplifiedLayerNormalization", INT64_MAX, ms_layer_norm},
     {"com.microsoft", "SimplifiedLayerNormalization", INT64_MAX, ms_layer_norm},
+    {"com.microsoft", "MultiHeadAttention", INT64_MAX, ms_mha},
+    {"com.microsoft", "Attention", INT64_MAX, ms_attention},
+    {"com.microsoft", "RotaryEmbedding", INT64_MAX, ms_rotary},
 };
 
 static adapt_fn adapter_of(const Onnx__NodeProto *np, int64_t opset) {

@@ -734,7 +734,9 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
     if (op == SC_OP_COUNT || (sc_ops[op].flags & SC_OPF_INTERNAL))
       return sc_onnx_error(c, SC_ERR_UNSUPPORTED, "unsupported op '%s'", np->op_type);
     const sc_op_info *info = &sc_ops[op];
-    if (info->since > g->opset)
+    /* a composite op means the same at every opset (other ops define it),
+     * so the com.microsoft adapters may emit one at any */
+    if (info->since > g->opset && !(info->flags & SC_OPF_COMPOSITE))
       return sc_onnx_error(c, SC_ERR_INVALID, "%s needs opset %d, the model imports %lld",
                            np->op_type, info->since, (long long)g->opset);
     if ((int64_t)np->n_input < info->min_in ||

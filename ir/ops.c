@@ -17,6 +17,14 @@ const sc_op_info sc_ops[SC_OP_COUNT] = {
 };
 #undef sc_op_NOEVAL
 
+/* A composite op (SC_OPF_COMPOSITE) has no shape rule of its own: the
+ * infer-shapes pass expands it before it would be asked. */
+sc_status sc_op_infer_composite(struct sc_graph *g, struct sc_node *n) {
+  return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                       "%s is expanded into other ops by the infer-shapes pass and has no "
+                       "shape rule of its own", sc_op_name(n->op));
+}
+
 sc_op sc_op_lookup(const char *onnx_name) {
   for (int i = 0; i < SC_OP_COUNT; i++)
     if (strcmp(sc_ops[i].name, onnx_name) == 0) return (sc_op)i;

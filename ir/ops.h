@@ -44,6 +44,10 @@ enum sc_op_flags {
   SC_OPF_INTERNAL = 1u << 7,    /* not an ONNX op */
   SC_OPF_SIDE_EFFECT = 1u << 8, /* must run even when its outputs are unused
                                    (Send, Recv): dce keeps it */
+  SC_OPF_COMPOSITE = 1u << 9,   /* defined by other ops: infer-shapes
+                                   replaces the node by its expansion
+                                   (passes/composite.c), so no later stage
+                                   sees it; its infer rule only refuses */
 };
 
 typedef struct sc_cost {

@@ -64,8 +64,8 @@ int32_t gb_begin(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, int3
     snprintf(name, sizeof name, "train/%d", (int)(*c->counter)++);
   } else {
     const char *fwd = gb_fwd(c)->name;
-    snprintf(name, sizeof name, "%s/grad/%d", fwd ? fwd : sc_op_name(gb_fwd(c)->op),
-             (int)(*c->counter)++);
+    snprintf(name, sizeof name, "%s/%s/%d", fwd ? fwd : sc_op_name(gb_fwd(c)->op),
+             c->tag ? c->tag : "grad", (int)(*c->counter)++);
   }
   int32_t out = sc_graph_new_value(g, name);
   if (out < 0) return -1;
@@ -123,15 +123,39 @@ static sc_attr *ints_attr(sc_grad_ctx *c, int32_t node, const char *name, const 
   return a;
 }
 
-int32_t gb_reduce_sum(sc_grad_ctx *c, int32_t x, const int64_t *axes, int32_t n, bool keep) {
+int32_t gb_reduce(sc_grad_ctx *c, sc_op op, int32_t x, const int64_t *axes, int32_t n,
+                  bool keep) {
   if (x < 0) return -1;
-  if (n == 0) return x;
-  int32_t node = -1, out = gb_begin(c, SC_OP_REDUCE_SUM, &x, 1, &node);
+  int32_t node = -1, out = gb_begin(c, op, &x, 1, &node);
   if (out < 0 || !ints_attr(c, node, "axes", axes, n)) return -1;
   sc_attr *k = sc_node_add_attr(c->g, node, "keepdims", SC_ATTR_INT);
   if (!k) return -1;
   k->i = keep;
   return gb_end(c, node, out);
+}
+
+int32_t gb_op_i(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, const char *attr,
+                int64_t v) {
+  for (int32_t i = 0; i < n_in; i++)
+    if (in[i] < 0) return -1;
+  int32_t node = -1, out = gb_begin(c, op, in, n_in, &node);
+  sc_attr *a = out < 0 ? NULL : sc_node_add_attr(c->g, node, attr, SC_ATTR_INT);
+  if (!a) return -1;
+  a->i = v;
+  return gb_end(c, node, out);
+}
+
+int32_t gb_cast(sc_grad_ctx *c, int32_t x, sc_dtype t) {
+  if (x >= 0 && c->g->values[x].dtype == t) return x;
+  return gb_op_i(c, SC_OP_CAST, &x, 1, "to", sc_dtype_to_onnx(t));
+}
+
+int32_t gb_where(sc_grad_ctx *c, int32_t cond, int32_t a, int32_t b) {
+  return gb_op(c, SC_OP_WHERE, (int32_t[]){cond, a, b}, 3);
+}
+
+int32_t gb_reduce_sum(sc_grad_ctx *c, int32_t x, const int64_t *axes, int32_t n, bool keep) {
+  return n == 0 ? x : gb_reduce(c, SC_OP_REDUCE_SUM, x, axes, n, keep);
 }
 
 int32_t gb_reshape(sc_grad_ctx *c, int32_t x, int32_t rank, const int64_t *dims) {
@@ -230,11 +254,7 @@ sc_status sc_grad_leaky_relu(sc_grad_ctx *c) {
 sc_status sc_grad_cast(sc_grad_ctx *c) {
   int32_t x = in_v(c, 0);
   if (!c->want[0] || c->dy[0] < 0 || !sc_dtype_is_float(dtype_of(c, x))) return SC_OK;
-  int32_t node = -1, out = gb_begin(c, SC_OP_CAST, &c->dy[0], 1, &node);
-  sc_attr *to = out < 0 ? NULL : sc_node_add_attr(c->g, node, "to", SC_ATTR_INT);
-  if (!to) return c->g->diag.status;
-  to->i = sc_dtype_to_onnx(dtype_of(c, x));
-  c->dx[0] = gb_end(c, node, out);
+  c->dx[0] = gb_cast(c, c->dy[0], dtype_of(c, x));
   return c->dx[0] < 0 ? c->g->diag.status : SC_OK;
 }
 
@@ -279,14 +299,8 @@ sc_status sc_grad_pow(sc_grad_ctx *c) {
   sc_dtype t = dtype_of(c, a);
   int32_t ga = -1, ge = -1;
   if (c->want[0]) { /* dy · e · a^(e−1): e cast to a's dtype when it differs */
-    int32_t ef = dtype_of(c, e) == t ? e : -1;
-    if (ef < 0) {
-      int32_t node = -1, out = gb_begin(c, SC_OP_CAST, &e, 1, &node);
-      sc_attr *to = out < 0 ? NULL : sc_node_add_attr(c->g, node, "to", SC_ATTR_INT);
-      if (!to) return c->g->diag.status;
-      to->i = sc_dtype_to_onnx(t);
-      ef = gb_end(c, node, out);
-    }
+    int32_t ef = gb_cast(c, e, t);
+    if (ef < 0) return c->g->diag.status;
     int32_t em1 = gb_2(c, SC_OP_SUB, ef, gb_scalar(c, t, 1.0));
     ga = gb_2(c, SC_OP_MUL, dy, gb_2(c, SC_OP_MUL, ef, gb_2(c, SC_OP_POW, a, em1)));
   }
@@ -558,9 +572,6 @@ sc_status sc_grad_where(sc_grad_ctx *c) {
 
 /* ---- activations and elementwise ops with attributes ---- */
 
-static int32_t gb_where(sc_grad_ctx *c, int32_t cond, int32_t a, int32_t b) {
-  return gb_op(c, SC_OP_WHERE, (int32_t[]){cond, a, b}, 3);
-}
 static int32_t mul3(sc_grad_ctx *c, int32_t a, int32_t b, int32_t d) {
   return gb_2(c, SC_OP_MUL, a, gb_2(c, SC_OP_MUL, b, d));
 }
@@ -1047,17 +1058,8 @@ sc_status sc_grad_tile(sc_grad_ctx *c) {
 
 /* ---- normalisations and pooling ---- */
 
-static int32_t gb_reduce(sc_grad_ctx *c, sc_op op, int32_t x, const int64_t *axes, int32_t n) {
-  if (x < 0) return -1;
-  int32_t node = -1, out = gb_begin(c, op, &x, 1, &node);
-  if (out < 0 || !ints_attr(c, node, "axes", axes, n)) return -1;
-  sc_attr *k = sc_node_add_attr(c->g, node, "keepdims", SC_ATTR_INT);
-  if (!k) return -1;
-  k->i = 1;
-  return gb_end(c, node, out);
-}
 static int32_t mean_keep(sc_grad_ctx *c, int32_t x, const int64_t *axes, int32_t n) {
-  return gb_reduce(c, SC_OP_REDUCE_MEAN, x, axes, n);
+  return gb_reduce(c, SC_OP_REDUCE_MEAN, x, axes, n, true);
 }
 
 /* 1/√(v + ε) */
@@ -1166,9 +1168,9 @@ sc_status sc_grad_global_pool(sc_grad_ctx *c) {
     c->dx[0] = scaled(c, e, 1.0 / (double)(count ? count : 1));
   } else {
     sc_dtype t = xv.dtype;
-    int32_t hit = gb_where(c, gb_2(c, SC_OP_EQUAL, x, gb_reduce(c, SC_OP_REDUCE_MAX, x, axes, na)),
+    int32_t hit = gb_where(c, gb_2(c, SC_OP_EQUAL, x, gb_reduce(c, SC_OP_REDUCE_MAX, x, axes, na, true)),
                            gb_scalar(c, t, 1.0), gb_scalar(c, t, 0.0));
-    int32_t cnt = gb_reduce(c, SC_OP_REDUCE_SUM, hit, axes, na);
+    int32_t cnt = gb_reduce(c, SC_OP_REDUCE_SUM, hit, axes, na, true);
     c->dx[0] = gb_2(c, SC_OP_MUL, e, gb_2(c, SC_OP_DIV, hit, cnt));
   }
   return done_dx0(c);
@@ -1381,10 +1383,10 @@ sc_status sc_grad_pool(sc_grad_ctx *c) {
   if (maxp) {
     int32_t cols = im2col(c, win_pad(c, x, &w, -INFINITY), &w);
     /* the maxima recomputed from the windows (folds where X does) */
-    int32_t mx = gb_reduce(c, SC_OP_REDUCE_MAX, cols, (int64_t[]){2}, 1);
+    int32_t mx = gb_reduce(c, SC_OP_REDUCE_MAX, cols, (int64_t[]){2}, 1, true);
     int32_t hit = gb_where(c, gb_2(c, SC_OP_EQUAL, cols, mx),
                            gb_scalar(c, t, 1.0), gb_scalar(c, t, 0.0));
-    int32_t cnt = gb_reduce(c, SC_OP_REDUCE_SUM, hit, (int64_t[]){2}, 1);
+    int32_t cnt = gb_reduce(c, SC_OP_REDUCE_SUM, hit, (int64_t[]){2}, 1, true);
     col = gb_2(c, SC_OP_MUL, gb_2(c, SC_OP_DIV, dy5, cnt), hit);
   } else {
     if (sc_attr_int(g, n, "ceil_mode", 0))

@@ -12,9 +12,18 @@
  * The first error stops the pass; the op's rule has set g->diag. An eval
  * that reports SC_ERR_UNSUPPORTED or SC_ERR_LIMIT (a dtype or size its kernel
  * does not handle) is not an error: the node is left unevaluated. Shape and
- * Size are evaluated from their input's static shape alone. */
+ * Size are evaluated from their input's static shape alone.
+ *
+ * A composite op (SC_OPF_COMPOSITE) is replaced by its expansion
+ * (passes/composite.c), built for its inputs' shapes and appended to the
+ * graph; the loop reaches the new nodes later (their shapes are already
+ * set; constant ones are evaluated then), and the pass ends by compacting
+ * and re-sorting the graph, so that no later pass sees the op. A composite
+ * op, and the ops of an expansion, are not checked against the graph's
+ * opset: they mean the same at every one. */
 
 #include "ir/op_util.h"
+#include "passes/composite.h"
 #include "passes/pass.h"
 
 /* True when node n can be evaluated now (shapes of its outputs known). */
@@ -79,16 +88,25 @@ sc_status sc_pass_try_eval(sc_graph *g, sc_node *n, bool *evaluated) {
 
 sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts) {
   (void)opts;
+  bool expanded = false;
+  int32_t n0 = g->n_nodes; /* nodes from n0 on are expansions' */
   for (int32_t i = 0; i < g->n_nodes; i++) {
     sc_node *n = sc_nod(g, i);
     if (n->flags & SC_NODE_DEAD) continue;
     if ((unsigned)n->op >= SC_OP_COUNT)
       return sc_node_error(g, n, SC_ERR_INVALID, "unknown op %d", (int)n->op);
     const sc_op_info *info = &sc_ops[n->op];
-    if (info->since > g->opset)
+    if (info->since > g->opset && i < n0 && !(info->flags & SC_OPF_COMPOSITE))
       return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
                            "%s needs opset %d or later; the graph is opset %lld",
                            info->name, info->since, (long long)g->opset);
+    if (info->flags & SC_OPF_COMPOSITE) {
+      /* its expansion is appended (shapes inferred) and visited again below */
+      sc_status st = sc_expand_composite(g, i);
+      if (st != SC_OK) return st;
+      expanded = true;
+      continue;
+    }
     sc_status st = info->infer(g, n);
     if (st != SC_OK) {
       if (g->diag.status == SC_OK) sc_node_error(g, n, st, "shape inference failed");
@@ -104,5 +122,7 @@ sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts) {
     st = sc_pass_try_eval(g, n, &evaluated);
     if (st != SC_OK) return st;
   }
-  return SC_OK;
+  if (!expanded) return SC_OK;
+  sc_status st = sc_graph_compact(g);
+  return st == SC_OK ? sc_graph_toposort(g) : st;
 }

@@ -76,6 +76,41 @@ def equals_onnxruntime(shardc, tmp, name, m, feeds, rtol, atol):
         print(f"ok: {name} equals onnxruntime")
 
 
+def gradient_matches_fd(what, m, saved, loss, rel, abs_tol, per_weight=1, n=4):
+    """A one-step SGD run at lr 1 changed each initializer of the onnx
+    ModelProto m into saved[name] (its gradient is the change): the n
+    largest changes (taking per_weight per initializer) must equal central
+    finite differences of loss(m) (a float, e.g. onnxruntime's loss) within
+    rel relative plus abs_tol. m is restored. Returns the worst relative
+    difference."""
+    import numpy as np
+    from onnx import numpy_helper
+    init = {t.name: t for t in m.graph.initializer}
+    cand = []
+    for k, w1 in saved.items():
+        g = (numpy_helper.to_array(init[k]).astype(np.float64) - w1.astype(np.float64)).reshape(-1)
+        for i in np.argsort(-np.abs(g), kind="stable")[:per_weight]:
+            cand.append((abs(g[i]), k, int(i), g[i]))
+    cand.sort(reverse=True)
+    worst = 0.0
+    for _, k, i, g in cand[:n]:
+        t = init[k]
+        w0 = numpy_helper.to_array(t).astype(np.float32)
+        h = 1e-2 * max(1.0, abs(float(w0.reshape(-1)[i])))
+        ls = []
+        for sgn in (1, -1):
+            w = w0.copy().reshape(-1)
+            w[i] += sgn * h
+            t.CopyFrom(numpy_helper.from_array(w.reshape(w0.shape), k))
+            ls.append(loss(m))
+        t.CopyFrom(numpy_helper.from_array(w0, k))
+        fd = (ls[0] - ls[1]) / (2 * h)
+        worst = max(worst, abs(g - fd) / max(abs(fd), 1e-12))
+        check(np.isfinite(g) and abs(g - fd) <= rel * abs(fd) + abs_tol,
+              f"{what}: dL/d{k}[{i}] = {g:.6g}, finite differences {fd:.6g}")
+    return worst
+
+
 def comm_traces_match(folder):
     """The collective traces a run wrote with SHARDC_COMM_TRACE=folder
     (runtime/comm.h): within every group, every member made the same

@@ -1,0 +1,219 @@
+"""test_composite_ops.py — the composite ops (ir/ops.def, flag
+SC_OPF_COMPOSITE; expanded by passes/composite.c during infer-shapes) and
+the com.microsoft attention ops the frontend maps onto them, inside small
+models where their operands are computed values (not graph inputs), against
+onnxruntime.
+
+Each case runs through `shardc run` (--no-fuse and fused) and onnxruntime on
+the same seeded inputs (floats uniform in ±[0.05, 2), never zero); outputs
+equal within rtol 1e-4, atol 1e-5, no NaN:
+  attention_gqa_causal  3-D Q/K/V from projections, 4 query heads over 2
+      key/value heads, is_causal, an output projection (opset 23);
+  attention_past_mask   4-D, past_key/past_value, a boolean mask, softcap,
+      all four outputs (qk_matmul_output_mode 3), at opset 24 (a mask
+      shorter than the keys, which onnxruntime refuses, is in the node
+      tests);
+  attention_window      opset 25's left/right windows with nonpad_kv_seqlen;
+  rotary_*              RotaryEmbedding: 3-D with position_ids, partial and
+      interleaved; 4-D with per-token caches;
+  ms_mha                com.microsoft MultiHeadAttention: bias, a [B, T]
+      int32 key_padding_mask with padded keys, attention_bias,
+      unidirectional (opset 17);
+  ms_attention          com.microsoft Attention (BERT's packed QKV weights,
+      bias, a [B, T] mask_index) at opset 14;
+  ms_rotary             com.microsoft RotaryEmbedding, position_ids [B, S]
+      and [1] (the first position);
+  sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
+      log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
+      [N, C, d] input) on computed scores.
+Trained: a model computing its own loss (GQA Attention, then
+SoftmaxCrossEntropyLoss with class weights and an ignored label) takes one
+SGD step with `shardc train --loss output:ce --lr 1`: the step's loss
+equals onnxruntime's (rtol 1e-4), and the 4 largest weight changes (the
+gradient) equal central finite differences of onnxruntime's loss within 2%.
+Refused with an error naming the node and the reason: a 3-D Attention
+without q_num_heads; MultiHeadAttention with packed QKV; a key_padding_mask
+that is not a graph input.
+
+Environment: SHARDC. Exit 0 on success, 1 on any failure.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto as T, helper
+from safetensors.numpy import load_file
+from checks import check, equals_onnxruntime, finish, gradient_matches_fd, refused_model
+
+SHARDC = os.environ.get("SHARDC")
+MS = "com.microsoft"
+
+
+def rand(rng, shape):
+    return (rng.uniform(0.05, 2.0, shape) * rng.choice([-1.0, 1.0], shape)).astype(np.float32)
+
+
+def vi(name, shape, t=T.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def model(name, nodes, inputs, outputs, inits=(), opset=23, ms=False):
+    g = helper.make_graph(nodes, name, inputs, outputs, list(inits))
+    ops = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(MS, 1)] if ms else [])
+    return helper.make_model(g, opset_imports=ops)
+
+
+def cases(rng):
+    def w(name, shape, scale=0.3):
+        return helper.make_tensor(name, T.FLOAT, shape, (rand(rng, shape) * scale).ravel())
+
+    n = helper.make_node
+    out = []
+    # GQA over projections
+    out.append(("attention_gqa_causal", model("gqa", [
+        n("MatMul", ["x", "wq"], ["q"]), n("MatMul", ["x", "wk"], ["k"]),
+        n("MatMul", ["x", "wv"], ["v"]),
+        n("Attention", ["q", "k", "v"], ["a"], q_num_heads=4, kv_num_heads=2, is_causal=1),
+        n("MatMul", ["a", "wo"], ["y"])],
+        [vi("x", [2, 5, 16])], [vi("y", [2, 5, 16])],
+        [w("wq", [16, 16]), w("wk", [16, 8]), w("wv", [16, 8]), w("wo", [16, 16])]), {}))
+    # 4-D with a cache, a short boolean mask, softcap, every output
+    out.append(("attention_past_mask", model("past", [
+        n("Relu", ["q0"], ["q"]),
+        n("Attention", ["q", "k", "v", "m", "pk", "pv"], ["y", "pko", "pvo", "qk"],
+          softcap=2.0, qk_matmul_output_mode=3)],
+        [vi("q0", [1, 2, 3, 4]), vi("k", [1, 2, 3, 4]), vi("v", [1, 2, 3, 4]),
+         vi("m", [3, 5], T.BOOL), vi("pk", [1, 2, 2, 4]), vi("pv", [1, 2, 2, 4])],
+        [vi("y", [1, 2, 3, 4]), vi("pko", [1, 2, 5, 4]), vi("pvo", [1, 2, 5, 4]),
+         vi("qk", [1, 2, 3, 5])], opset=24),
+        {"m": np.array([[1, 0, 1, 1, 0], [1, 1, 0, 1, 1], [0, 1, 1, 1, 1]], bool)}))
+    out.append(("attention_window", model("window", [
+        n("Attention", ["q", "k", "v", "", "", "", "len"], ["y"], is_causal=1,
+          left_window_size=2, right_window_size=0)],
+        [vi("q", [2, 2, 3, 4]), vi("k", [2, 2, 6, 4]), vi("v", [2, 2, 6, 4]),
+         vi("len", [2], T.INT64)], [vi("y", [2, 2, 3, 4])], opset=25),
+        {"len": np.array([6, 4], np.int64)}))
+    pos = np.array([[0, 3, 1, 5], [2, 2, 7, 0]], np.int64)
+    out.append(("rotary_3d_partial_interleaved", model("rot3", [
+        n("Add", ["x0", "x0"], ["x"]),
+        n("RotaryEmbedding", ["x", "c", "s", "p"], ["y"], num_heads=2, interleaved=1,
+          rotary_embedding_dim=4)],
+        [vi("x0", [2, 4, 16]), vi("c", [8, 2]), vi("s", [8, 2]), vi("p", [2, 4], T.INT64)],
+        [vi("y", [2, 4, 16])]), {"p": pos}))
+    out.append(("rotary_4d_token_caches", model("rot4", [
+        n("RotaryEmbedding", ["x", "c", "s"], ["y"])],
+        [vi("x", [2, 3, 4, 6]), vi("c", [2, 4, 3]), vi("s", [2, 4, 3])],
+        [vi("y", [2, 3, 4, 6])]), {}))
+    kpm = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
+    out.append(("ms_mha", model("mha", [
+        n("MatMul", ["x", "wq"], ["q"]), n("MatMul", ["x", "wk"], ["k"]),
+        n("MatMul", ["x", "wv"], ["v"]),
+        n("MultiHeadAttention", ["q", "k", "v", "b", "kpm", "ab"], ["y"], domain=MS,
+          num_heads=2, unidirectional=1)],
+        [vi("x", [2, 5, 8]), vi("kpm", [2, 5], T.INT32), vi("ab", [1, 2, 5, 5])],
+        [vi("y", [2, 5, 8])], [w("wq", [8, 8]), w("wk", [8, 8]), w("wv", [8, 8]),
+                                w("b", [24])], opset=17, ms=True), {"kpm": kpm}))
+    out.append(("ms_attention", model("bert_attn", [
+        n("Attention", ["x", "w", "b", "mask"], ["y"], domain=MS, num_heads=2)],
+        [vi("x", [2, 5, 8]), vi("mask", [2, 5], T.INT32)], [vi("y", [2, 5, 8])],
+        [w("w", [8, 24]), w("b", [24])], opset=14, ms=True), {"mask": kpm}))
+    for name, p in (("ms_rotary", pos), ("ms_rotary_offset", np.array([3], np.int64))):
+        out.append((name, model("msrot", [
+            n("RotaryEmbedding", ["x", "p", "c", "s"], ["y"], domain=MS, num_heads=2)],
+            [vi("x", [2, 4, 16]), vi("p", list(p.shape), T.INT64), vi("c", [8, 4]),
+             vi("s", [8, 4])], [vi("y", [2, 4, 16])], opset=17, ms=True), {"p": p}))
+    lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
+    out.append(("sce_loss", model("sce", [
+        n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
+        n("SoftmaxCrossEntropyLoss", ["s", "lab", "cw"], ["loss", "logp"], ignore_index=2)],
+        [vi("x", [2, 3, 4]), vi("lab", [2, 3], T.INT64)],
+        [vi("loss", []), vi("logp", [2, 5, 3])], [w("w", [4, 5]), w("cw", [5], 1.0)],
+        opset=13), {"lab": lab}))
+    out.append(("nll_loss", model("nll", [
+        n("LogSoftmax", ["x"], ["lp"], axis=1),
+        n("NegativeLogLikelihoodLoss", ["lp", "lab"], ["loss"], reduction="none")],
+        [vi("x", [2, 5, 3]), vi("lab", [2, 3], T.INT64)], [vi("loss", [2, 3])],
+        opset=13), {"lab": lab}))
+    return out
+
+
+def train_check(rng, tmp):
+    """One SGD step through Attention and SoftmaxCrossEntropyLoss against
+    finite differences of onnxruntime's loss."""
+    def w(name, shape):
+        return helper.make_tensor(name, T.FLOAT, shape, (rand(rng, shape) * 0.3).ravel())
+    n = helper.make_node
+    m = model("train", [
+        n("MatMul", ["x", "wq"], ["q"]), n("MatMul", ["x", "wk"], ["k"]),
+        n("MatMul", ["x", "wv"], ["v"]),
+        n("Attention", ["q", "k", "v"], ["a"], q_num_heads=4, kv_num_heads=2, is_causal=1),
+        n("MatMul", ["a", "wo"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
+        n("SoftmaxCrossEntropyLoss", ["s", "lab", "cw"], ["ce"], ignore_index=1)],
+        [vi("x", [2, 5, 8]), vi("lab", [2, 5], T.INT64)], [vi("ce", [])],
+        [w("wq", [8, 8]), w("wk", [8, 4]), w("wv", [8, 4]), w("wo", [8, 6]),
+         helper.make_tensor("cw", T.FLOAT, [6], rng.uniform(0.5, 1.5, 6))])
+    feeds = {"x": rand(rng, [2, 5, 8]), "lab": rng.integers(0, 6, (2, 5)).astype(np.int64)}
+    path = os.path.join(tmp, "train.onnx")
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+    args = []
+    for k, v in feeds.items():
+        np.save(os.path.join(tmp, k + ".npy"), v)
+        args += ["--data", f"{k}={os.path.join(tmp, k + '.npy')}"]
+    ck, log = os.path.join(tmp, "ck"), os.path.join(tmp, "log.jsonl")
+    freeze = ["--freeze", "cw"]
+    p = subprocess.run([SHARDC, "train", path, "--loss", "output:ce", "--steps", "1",
+                        "--optimizer", "sgd", "--lr", "1", "--save", ck, "--log-json", log,
+                        "--quiet"] + freeze + args, capture_output=True, text=True, timeout=300)
+    if not check(p.returncode == 0, f"train: {p.stderr[-600:]}"):
+        return
+
+    def loss(model_proto):
+        return float(ort.InferenceSession(model_proto.SerializeToString()).run(None, feeds)[0])
+    step = json.loads(open(log).readline())
+    want = loss(m)
+    check(abs(step["loss"] - want) <= 1e-6 + 1e-4 * abs(want),
+          f"train: step loss {step['loss']} vs onnxruntime {want}")
+    saved = load_file(os.path.join(ck, "weights.safetensors"))
+    worst = gradient_matches_fd("train", m, saved, loss, 0.02, 1e-4, per_weight=2)
+    print(f"ok: train: step loss {step['loss']:.6f}, 4 gradients within {100 * worst:.3f}% of "
+          f"finite differences")
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC not set")
+        return 1
+    rng = np.random.default_rng(20261202)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, m, fixed in cases(rng):
+            feeds = {}
+            for i in m.graph.input:
+                shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+                feeds[i.name] = fixed[i.name] if i.name in fixed else rand(rng, shape)
+            equals_onnxruntime(SHARDC, tmp, name, m, feeds, 1e-4, 1e-5)
+        train_check(rng, tmp)
+        n = helper.make_node
+        refused_model(SHARDC, tmp, "no_heads", model("nh", [
+            n("Attention", ["q", "k", "v"], ["y"], name="attn0")],
+            [vi("q", [1, 3, 8]), vi("k", [1, 3, 8]), vi("v", [1, 3, 8])],
+            [vi("y", [1, 3, 8])]), ["attn0", "q_num_heads"])
+        refused_model(SHARDC, tmp, "packed", model("pk", [
+            n("MultiHeadAttention", ["qkv"], ["y"], domain=MS, num_heads=2)],
+            [vi("qkv", [1, 3, 2, 3, 4])], [vi("y", [1, 3, 8])], opset=17, ms=True),
+            ["MultiHeadAttention", "packed"])
+        refused_model(SHARDC, tmp, "computed_mask", model("cm", [
+            n("Not", ["m0"], ["m"]),
+            n("MultiHeadAttention", ["q", "k", "v", "", "m"], ["y"], domain=MS, num_heads=2)],
+            [vi("q", [1, 3, 8]), vi("k", [1, 3, 8]), vi("v", [1, 3, 8]),
+             vi("m0", [1, 3], T.BOOL)], [vi("y", [1, 3, 8])], opset=17, ms=True),
+            ["MultiHeadAttention", "input 4", "graph input"])
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
