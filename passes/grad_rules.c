@@ -119,7 +119,7 @@ static sc_attr *ints_attr(sc_grad_ctx *c, int32_t node, const char *name, const 
   a->n = n;
   a->ints = sc_arena_array(&g->arena, (size_t)(n ? n : 1), sizeof(int64_t));
   if (!a->ints) return NULL;
-  memcpy(a->ints, v, (size_t)n * sizeof(int64_t));
+  if (n) memcpy(a->ints, v, (size_t)n * sizeof(int64_t));
   return a;
 }
 

@@ -11,6 +11,10 @@ cache folder (about 10 s) and reuses it while the onnx version is unchanged.
 Generation is seeded (np.random.seed(0) before the generators run), so the
 inputs, and with them the manifest's expectations, are the same on every
 machine with the same onnx and NumPy versions.
+
+`converted_dir()` makes the same tests at an older opset: each model taken
+down by onnx.version_converter (the expected outputs unchanged), for the
+runner's --opsets mode.
 """
 import os
 import shutil
@@ -97,6 +101,65 @@ def node_dir(cache_root):
         print(f"generating the ONNX node tests (onnx {onnx.__version__}) into {cache} ...",
               file=sys.stderr, flush=True)
         generate(tmp)
+        if os.path.exists(cache):
+            shutil.rmtree(cache)
+        os.rename(tmp, cache)
+    return cache
+
+
+def _convert(src, dst, target):
+    """Writes src's test converted to opset `target` into dst (model.onnx and
+    a link to its data set), or dst/NOT_CONVERTIBLE holding the reason."""
+    import onnx
+    from onnx import version_converter
+    os.makedirs(dst, exist_ok=True)
+    try:
+        m = onnx.load(os.path.join(src, "model.onnx"))
+        c = version_converter.convert_version(m, target)
+        onnx.checker.check_model(c)
+    except Exception as e:  # the converter has no adapter down to target
+        with open(os.path.join(dst, "NOT_CONVERTIBLE"), "w") as f:
+            f.write(str(e).strip().splitlines()[-1][:200] + "\n")
+        return False
+    with open(os.path.join(dst, "model.onnx"), "wb") as f:
+        f.write(c.SerializeToString())
+    os.symlink(os.path.abspath(os.path.join(src, "test_data_set_0")),
+               os.path.join(dst, "test_data_set_0"))
+    return True
+
+
+def converted_dir(root, cache_root, target, names):
+    """The node tests `names` of root whose default-domain opset is above
+    `target`, converted down to it by onnx.version_converter (the expected
+    outputs are the original ones): a folder per test under
+    cache_root/onnx-node-tests-opset<target>/, made once per onnx version and
+    set of names (atomically, like node_dir). A test the converter cannot
+    take down holds NOT_CONVERTIBLE and no model."""
+    import hashlib
+    import onnx
+    root = os.path.abspath(root)
+    want = (f"onnx {onnx.__version__} root {root} names "
+            f"{hashlib.sha256(' '.join(sorted(names)).encode()).hexdigest()}\n")
+    cache = os.path.join(cache_root, f"onnx-node-tests-opset{target}")
+    stamp = os.path.join(cache, STAMP)
+    if os.path.exists(stamp) and open(stamp).read() == want:
+        return cache
+    os.makedirs(cache_root, exist_ok=True)
+    import fcntl
+    with open(os.path.join(cache_root, f"onnx-node-tests-opset{target}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(stamp) and open(stamp).read() == want:
+            return cache
+        tmp = tempfile.mkdtemp(prefix=f"onnx-node-tests-opset{target}.", dir=cache_root)
+        print(f"converting the node tests to opset {target} into {cache} ...", file=sys.stderr,
+              flush=True)
+        for n in names:
+            m = onnx.load(os.path.join(root, n, "model.onnx"), load_external_data=False)
+            ver = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
+            if ver and ver[0] > target:
+                _convert(os.path.join(root, n), os.path.join(tmp, n), target)
+        with open(os.path.join(tmp, STAMP), "w") as f:
+            f.write(want)
         if os.path.exists(cache):
             shutil.rmtree(cache)
         os.rename(tmp, cache)

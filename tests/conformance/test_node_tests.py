@@ -419,6 +419,8 @@ MANIFEST_HEADER = """\
 #   xfail  known not to pass (reason: shardc's error, or how the numbers differ)
 #   opset  supported ops, but an opset shardc does not read: not run
 #   dtype  supported ops, but an element type shardc has no dtype for: not run
+# NAME@N is test NAME converted down to opset N by onnx.version_converter
+# (--opsets; manifest-opsets.txt), against the same expected outputs.
 # Regenerate with: tests/conformance/test_node_tests.py --update-manifest
 # (review the diff: a pass turned xfail is a regression).
 """
@@ -477,6 +479,10 @@ def main():
     ap.add_argument("--split-last", type=int, default=0,
                     help="run every test partitioned with each input's last dim split this "
                          "many ways (a plan): passing tests must still pass")
+    ap.add_argument("--opsets", default=None,
+                    help="comma-separated opsets (e.g. 7,8,9,10,11,12): run the counted tests "
+                         "converted down to each by onnx.version_converter, as NAME@OPSET "
+                         "(use with --manifest tests/conformance/manifest-opsets.txt)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     global MESH, SPLIT_LAST
@@ -496,22 +502,37 @@ def main():
     root = args.corpus or node_data.node_dir(os.path.join(cache, "conformance"))
     names = sorted(n for n in os.listdir(root)
                    if os.path.isfile(os.path.join(root, n, "model.onnx")))
-    corpus = set(names)
     if not names:
         print(f"FAIL: no node tests in {root} (an empty corpus checks nothing)")
         return 1
+    dirs = {n: os.path.join(root, n) for n in names}
+    if args.opsets:  # the counted tests, converted down to each opset
+        counted = [n for n in names if classify(dirs[n], ops)[0] == "run"]
+        dirs = {}
+        for t in sorted({int(x) for x in args.opsets.split(",")}, reverse=True):
+            cdir = node_data.converted_dir(root, os.path.join(cache, "conformance"), t, counted)
+            for n in counted:
+                if os.path.isdir(os.path.join(cdir, n)):
+                    dirs[f"{n}@{t}"] = os.path.join(cdir, n)
+        names = sorted(dirs)
+    corpus = set(names)
     if args.filters:
         names = [n for n in names if any(f in n for f in args.filters)]
 
     kinds = {}
     for n in names:
-        kinds[n], _ = classify(os.path.join(root, n), ops)
+        if os.path.exists(os.path.join(dirs[n], "NOT_CONVERTIBLE")):
+            kinds[n] = "convert"
+        else:
+            kinds[n], _ = classify(dirs[n], ops)
     todo = [n for n in names if kinds[n] == "run"]
     count = collections.Counter(kinds.values())
-    print(f"{len(names)} node tests in {root}: {len(todo)} to run "
+    print(f"{len(names)} node tests in {root}{' converted to opsets ' + args.opsets if args.opsets else ''}: "
+          f"{len(todo)} to run "
           f"(supported ops, opset {OPSET_MIN}..{OPSET_MAX}); not counted: "
           f"{count['opset']} opset, {count['unsupported']} unsupported op, {count['io']} non-tensor io, "
-          f"{count['dtype']} element types shardc has no dtype for",
+          f"{count['dtype']} element types shardc has no dtype for"
+          f"{', %d not convertible by onnx.version_converter' % count['convert'] if args.opsets else ''}",
           flush=True)
 
     if not todo:
@@ -522,7 +543,7 @@ def main():
     results = {}
 
     def one(n):
-        d = os.path.join(root, n)
+        d = dirs[n]
         try:
             if args.backend == "ort":
                 return run_ort(d, n, args.threads)
@@ -548,6 +569,14 @@ def main():
     print("  " + ", ".join(f"{by[s]} {s}" for s in ("pass", "fail", "error", "crash", "timeout")))
     print(f"  pass rate over tests of supported ops: {pct:.1f}% (target >= 95%: "
           f"{'met' if pct >= 95.0 else 'NOT met'})")
+
+    if args.opsets:
+        print("  per opset (converted tests: pass / run; not convertible):")
+        for t in sorted({int(x) for x in args.opsets.split(",")}):
+            mine = [r for n, r in results.items() if n.endswith(f"@{t}")]
+            nc = sum(1 for n in names if n.endswith(f"@{t}") and kinds[n] == "convert")
+            ok = sum(1 for r in mine if r.status == "pass")
+            print(f"    opset {t:2d}: {ok} / {len(mine)} pass; {nc} not convertible")
 
     groups = collections.defaultdict(list)
     for r in results.values():
