@@ -23,6 +23,11 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
       bias, a [B, T] mask_index) at opset 14;
   ms_rotary             com.microsoft RotaryEmbedding, position_ids [B, S]
       and [1] (the first position);
+  lstm_bidirectional_lens, gru_reverse_lens_lbr0/1, rnn_activations
+      the recurrences (unrolled): per-sequence lengths, both directions,
+      initial states, peepholes, clip, both linear_before_reset forms,
+      activations with alpha and beta (layout 1, which onnxruntime
+      refuses, is in the node tests);
   sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
       log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
       [N, C, d] input) on computed scores.
@@ -126,6 +131,31 @@ def cases(rng):
             n("RotaryEmbedding", ["x", "p", "c", "s"], ["y"], domain=MS, num_heads=2)],
             [vi("x", [2, 4, 16]), vi("p", list(p.shape), T.INT64), vi("c", [8, 4]),
              vi("s", [8, 4])], [vi("y", [2, 4, 16])], opset=17, ms=True), {"p": p}))
+    # the recurrences, unrolled: lengths per sequence, both directions,
+    # initial states, peepholes, clip, the batch-first layout, activations
+    S, B, I, H = 5, 3, 4, 3
+    lens = np.array([5, 2, 4], np.int32)
+    out.append(("lstm_bidirectional_lens", model("lstm", [
+        n("LSTM", ["x", "W", "R", "B", "lens", "h0", "c0", "P"], ["y", "yh", "yc"],
+          hidden_size=H, direction="bidirectional", clip=3.0)],
+        [vi("x", [S, B, I]), vi("lens", [B], T.INT32), vi("h0", [2, B, H]), vi("c0", [2, B, H])],
+        [vi("y", [S, 2, B, H]), vi("yh", [2, B, H]), vi("yc", [2, B, H])],
+        [w("W", [2, 4 * H, I]), w("R", [2, 4 * H, H]), w("B", [2, 8 * H]), w("P", [2, 3 * H])],
+        opset=14), {"lens": lens}))
+    for lbr in (0, 1):
+        out.append((f"gru_reverse_lens_lbr{lbr}", model("gru", [
+            n("GRU", ["x", "W", "R", "B", "lens"], ["y", "yh"], hidden_size=H,
+              direction="reverse", linear_before_reset=lbr)],
+            [vi("x", [S, B, I]), vi("lens", [B], T.INT32)],
+            [vi("y", [S, 1, B, H]), vi("yh", [1, B, H])],
+            [w("W", [1, 3 * H, I]), w("R", [1, 3 * H, H]), w("B", [1, 6 * H])], opset=14),
+            {"lens": lens}))
+    out.append(("rnn_activations", model("rnn", [
+        n("RNN", ["x", "W", "R", "B"], ["y", "yh"], hidden_size=H, direction="bidirectional",
+          activations=["LeakyRelu", "HardSigmoid"], activation_alpha=[0.2, 0.3],
+          activation_beta=[0.4])],
+        [vi("x", [S, B, I])], [vi("y", [S, 2, B, H]), vi("yh", [2, B, H])],
+        [w("W", [2, H, I]), w("R", [2, H, H]), w("B", [2, 2 * H])], opset=14), {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
