@@ -40,6 +40,12 @@
  *       both directions, layout 1, initial states; sequence_lens keeps a
  *       sequence's state and writes zeros past its end (a reverse walk then
  *       starts each sequence at its own last element);
+ *   ConvTranspose  a Conv (stride 1, the given dilations and group) over
+ *       X with stride − 1 zeros between its elements, cropped where a pad
+ *       exceeds the dilated kernel, padded by the rest (and output_padding,
+ *       or what output_shape asks, at the end); the weights [C, M/g, k…]
+ *       regrouped to [M, C/g, k…] and flipped in space (constant weights
+ *       fold away); auto_pad SAME splits the padding as onnx's reference;
  *   NegativeLogLikelihoodLoss  −input[n, t, d…] · weight[t] per element,
  *       0 where t = ignore_index; reduced by "none", "sum" or "mean" (the
  *       sum over the sum of the weights taken);
@@ -649,6 +655,140 @@ static sc_status expand_rnn(sc_grad_ctx *c, int32_t *out) {
   return y < 0 || yh < 0 || yc < 0 ? built(c) : SC_OK;
 }
 
+/* ---- ConvTranspose ---- */
+
+/* x[.., a:b, ..] along `axis` (step 1, or -1 from a down to b exclusive). */
+static int32_t axis_slice(sc_grad_ctx *c, int32_t x, int64_t axis, int64_t a, int64_t b,
+                          int64_t step) {
+  if (x < 0) return -1;
+  return gb_op(c, SC_OP_SLICE, (int32_t[]){x, gb_ints(c, &a, 1), gb_ints(c, &b, 1),
+                                           gb_ints(c, &axis, 1), gb_ints(c, &step, 1)}, 5);
+}
+
+/* A Conv with stride 1 over x's zeros-dilated copy: x gets (stride - 1)
+ * zeros between neighbours, is cropped where a pad is negative, and the
+ * Conv pads it by k' - 1 - pad (k' the dilated kernel) at each side (plus
+ * output_padding at the end); the weights [C, M/g, k...] become [M, C/g,
+ * k...] per group, flipped in space (constant weights fold away). */
+static sc_status expand_conv_transpose(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  const sc_node *n = N(c);
+  int32_t x = in_v(c, 0), w = in_v(c, 1), b = in_v(c, 2);
+  const sc_value x0 = *V(c, x), w0 = *V(c, w);
+  int32_t r = x0.rank, ns = r - 2;
+  if (r < 3 || r > 5 || w0.rank != r)
+    return sc_node_error(g, n, SC_ERR_INVALID, "X and W must have one rank, 3 to 5");
+  int64_t group;
+  sc_status st = sc_read_attr_int(g, n, "group", 1, &group);
+  if (st != SC_OK) return st;
+  int64_t cin = x0.dims[1], mg = w0.dims[1];
+  if (group < 1 || cin % group || w0.dims[0] != cin)
+    return sc_node_error(g, n, SC_ERR_INVALID, "W [%lld, ...] does not match %lld input "
+                         "channels in %lld groups", (long long)w0.dims[0], (long long)cin,
+                         (long long)group);
+  int64_t strides[3], dil[3], opad[3], pads[6], oshape[3], k[3];
+  bool has_oshape = false;
+  const int64_t *v;
+  struct { const char *name; int64_t *dst; int64_t n, dflt; } lists[] = {
+      {"strides", strides, ns, 1}, {"dilations", dil, ns, 1}, {"output_padding", opad, ns, 0},
+      {"pads", pads, 2 * ns, 0}, {"kernel_shape", k, ns, -1}};
+  for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+    int64_t cnt = sc_attr_ints(g, n, lists[i].name, &v);
+    if (cnt >= 0 && cnt != lists[i].n)
+      return sc_node_error(g, n, SC_ERR_INVALID, "%s has %lld values, expected %lld",
+                           lists[i].name, (long long)cnt, (long long)lists[i].n);
+    for (int64_t j = 0; j < lists[i].n; j++)
+      lists[i].dst[j] = cnt >= 0 ? v[j] : lists[i].dflt == -1 ? w0.dims[2 + j] : lists[i].dflt;
+  }
+  bool has_pads = sc_node_attr(n, "pads") != NULL;
+  int64_t cnt = sc_attr_ints(g, n, "output_shape", &v);
+  if (cnt >= 0) { /* spatial dims, or the whole shape */
+    if (cnt != ns && cnt != r)
+      return sc_node_error(g, n, SC_ERR_INVALID, "output_shape has %lld values",
+                           (long long)cnt);
+    for (int32_t j = 0; j < ns; j++) oshape[j] = v[cnt - ns + j];
+    has_oshape = true;
+  }
+  const char *ap;
+  if ((st = sc_read_attr_string(g, n, "auto_pad", "NOTSET", &ap)) != SC_OK) return st;
+  bool same = !strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER");
+  for (int32_t j = 0; j < ns; j++) {
+    if (strides[j] < 1 || dil[j] < 1 || k[j] != w0.dims[2 + j] || opad[j] < 0)
+      return sc_node_error(g, n, SC_ERR_INVALID, "strides, dilations, kernel_shape or "
+                           "output_padding of spatial dim %d", (int)j);
+    int64_t full = strides[j] * (x0.dims[2 + j] - 1) + opad[j] + (k[j] - 1) * dil[j] + 1;
+    if (!has_pads && same) { /* onnx's reference: the total padding split */
+      int64_t want = has_oshape ? oshape[j] : x0.dims[2 + j] * strides[j];
+      int64_t total = full - want;
+      bool upper = !strcmp(ap, "SAME_UPPER");
+      pads[j] = upper ? total / 2 : total - total / 2;
+      pads[ns + j] = total - pads[j];
+    } else if (!has_pads && !strcmp(ap, "VALID")) {
+      pads[j] = pads[ns + j] = 0;
+    }
+    /* output_shape with explicit or no pads: the output is cut or extended
+     * at the end */
+    if (has_oshape && !same) pads[ns + j] = full - pads[j] - oshape[j];
+  }
+  /* zeros between the input's elements, along each strided dim: [.., L, ..]
+   * -> [.., L, 1, ..] beside zeros [.., L, s-1, ..] -> [.., L·s, ..], cut to
+   * (L-1)·s + 1 */
+  int32_t xs = x;
+  for (int32_t j = 0; j < ns && xs >= 0; j++) {
+    if (strides[j] == 1) continue;
+    int64_t s = strides[j], len = V(c, xs)->dims[2 + j], d[SC_MAX_RANK + 1];
+    int32_t col = unsqueeze(c, xs, 3 + j, 1);
+    if (col < 0) return built(c);
+    memcpy(d, V(c, col)->dims, (size_t)(r + 1) * sizeof *d);
+    d[3 + j] = s - 1;
+    int32_t z = gb_expand(c, gb_scalar(c, x0.dtype, 0.0), r + 1, d);
+    int32_t both = gb_op_i(c, SC_OP_CONCAT, (int32_t[]){col, z}, 2, "axis", 3 + j);
+    memcpy(d, V(c, xs)->dims, (size_t)r * sizeof *d);
+    d[2 + j] = len * s;
+    xs = axis_slice(c, gb_reshape(c, both, r, d), 2 + j, 0, (len - 1) * s + 1, 1);
+  }
+  if (xs < 0) return built(c);
+  /* the Conv's pads: k' - 1 - pad, cropping first where that is negative */
+  int64_t cp[6];
+  for (int32_t j = 0; j < ns; j++) {
+    int64_t kk = (k[j] - 1) * dil[j], lo = kk - pads[j], hi = kk - pads[ns + j] + opad[j];
+    int64_t len = V(c, xs)->dims[2 + j];
+    if (lo < 0 || hi < 0) {
+      xs = axis_slice(c, xs, 2 + j, lo < 0 ? -lo : 0, hi < 0 ? len + hi : len, 1);
+      if (xs < 0) return built(c);
+    }
+    cp[j] = lo > 0 ? lo : 0;
+    cp[ns + j] = hi > 0 ? hi : 0;
+  }
+  /* weights: [C, M/g, k...] -> [g, C/g, M/g, k...] -> [g, M/g, C/g, k...] -> [M, C/g, k...],
+   * flipped along every spatial axis */
+  int64_t wd[SC_MAX_RANK + 1], perm[SC_MAX_RANK + 1];
+  wd[0] = group;
+  wd[1] = cin / group;
+  wd[2] = mg;
+  for (int32_t j = 0; j < ns; j++) wd[3 + j] = k[j];
+  for (int32_t j = 0; j < r + 1; j++) perm[j] = j;
+  perm[1] = 2;
+  perm[2] = 1;
+  int32_t wt = gb_transpose(c, gb_reshape(c, w, r + 1, wd), perm, r + 1);
+  int64_t wn[SC_MAX_RANK];
+  wn[0] = group * mg;
+  wn[1] = cin / group;
+  for (int32_t j = 0; j < ns; j++) wn[2 + j] = k[j];
+  wt = gb_reshape(c, wt, r, wn);
+  for (int32_t j = 0; j < ns; j++) wt = axis_slice(c, wt, 2 + j, -1, INT64_MIN, -1);
+  int32_t in[3] = {xs, wt, b}, node = -1;
+  if (xs < 0 || wt < 0) return built(c);
+  int32_t y = gb_begin(c, SC_OP_CONV, in, b >= 0 ? 3 : 2, &node);
+  sc_attr *ga = y < 0 ? NULL : sc_node_add_attr(g, node, "group", SC_ATTR_INT);
+  if (!ga) return built(c);
+  ga->i = group; /* before more attributes move the array */
+  if (!gb_ints_attr(c, node, "pads", cp, 2 * ns) || !gb_ints_attr(c, node, "dilations", dil, ns))
+    return built(c);
+  out[0] = gb_end(c, node, y);
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
 /* ---- the losses ---- */
 
 static sc_status nll(sc_grad_ctx *c, int32_t x, int32_t *out) {
@@ -724,6 +864,7 @@ static expand_fn expansion(sc_op op) {
   case SC_OP_SCE_LOSS: return expand_sce_loss;
   case SC_OP_ROTARY_EMBEDDING: return expand_rotary;
   case SC_OP_RNN: case SC_OP_GRU: case SC_OP_LSTM: return expand_rnn;
+  case SC_OP_CONV_TRANSPOSE: return expand_conv_transpose;
   default: return NULL;
   }
 }

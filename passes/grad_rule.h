@@ -51,6 +51,9 @@ int32_t gb_2(sc_grad_ctx *c, sc_op op, int32_t a, int32_t b);
 int32_t gb_op_i(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, const char *attr,
                 int64_t v);
 int32_t gb_cast(sc_grad_ctx *c, int32_t x, sc_dtype t); /* x itself when already t */
+/* An INTS attribute on a node made by gb_begin. */
+sc_attr *gb_ints_attr(sc_grad_ctx *c, int32_t node, const char *name, const int64_t *v,
+                      int32_t n);
 int32_t gb_where(sc_grad_ctx *c, int32_t cond, int32_t a, int32_t b);
 int32_t gb_scalar(sc_grad_ctx *c, sc_dtype t, double v);
 /* A 1-D int64 constant. */

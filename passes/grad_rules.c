@@ -111,8 +111,8 @@ int32_t gb_ints(sc_grad_ctx *c, const int64_t *v, int32_t n) {
   return new_const(c, SC_DTYPE_I64, 1, dims, v, (uint64_t)n * sizeof(int64_t));
 }
 
-static sc_attr *ints_attr(sc_grad_ctx *c, int32_t node, const char *name, const int64_t *v,
-                          int32_t n) {
+sc_attr *gb_ints_attr(sc_grad_ctx *c, int32_t node, const char *name, const int64_t *v,
+                      int32_t n) {
   sc_graph *g = c->g;
   sc_attr *a = sc_node_add_attr(g, node, name, SC_ATTR_INTS);
   if (!a) return NULL;
@@ -127,7 +127,7 @@ int32_t gb_reduce(sc_grad_ctx *c, sc_op op, int32_t x, const int64_t *axes, int3
                   bool keep) {
   if (x < 0) return -1;
   int32_t node = -1, out = gb_begin(c, op, &x, 1, &node);
-  if (out < 0 || !ints_attr(c, node, "axes", axes, n)) return -1;
+  if (out < 0 || !gb_ints_attr(c, node, "axes", axes, n)) return -1;
   sc_attr *k = sc_node_add_attr(c->g, node, "keepdims", SC_ATTR_INT);
   if (!k) return -1;
   k->i = keep;
@@ -168,7 +168,7 @@ int32_t gb_reshape(sc_grad_ctx *c, int32_t x, int32_t rank, const int64_t *dims)
 int32_t gb_transpose(sc_grad_ctx *c, int32_t x, const int64_t *perm, int32_t n) {
   if (x < 0) return -1;
   int32_t node = -1, out = gb_begin(c, SC_OP_TRANSPOSE, &x, 1, &node);
-  if (out < 0 || !ints_attr(c, node, "perm", perm, n)) return -1;
+  if (out < 0 || !gb_ints_attr(c, node, "perm", perm, n)) return -1;
   return gb_end(c, node, out);
 }
 

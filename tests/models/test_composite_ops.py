@@ -28,6 +28,9 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
       initial states, peepholes, clip, both linear_before_reset forms,
       activations with alpha and beta (layout 1, which onnxruntime
       refuses, is in the node tests);
+  conv_transpose_*      ConvTranspose: a 2x upsampling after a Conv, and
+      groups of 3 output channels with strides, asymmetric pads,
+      output_padding, dilation and bias;
   sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
       log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
       [N, C, d] input) on computed scores.
@@ -156,6 +159,18 @@ def cases(rng):
           activation_beta=[0.4])],
         [vi("x", [S, B, I])], [vi("y", [S, 2, B, H]), vi("yh", [2, B, H])],
         [w("W", [2, H, I]), w("R", [2, H, H]), w("B", [2, 2 * H])], opset=14), {}))
+    # ConvTranspose: a decoder's 2x upsampling after a Conv; groups with
+    # several output channels each, pads, output_padding, dilation, bias
+    out.append(("conv_transpose_upsample", model("up", [
+        n("Conv", ["x", "wc"], ["h"], pads=[1, 1, 1, 1]), n("Relu", ["h"], ["hr"]),
+        n("ConvTranspose", ["hr", "wt", "bt"], ["y"], strides=[2, 2], kernel_shape=[2, 2])],
+        [vi("x", [2, 3, 6, 5])], [vi("y", [2, 16, 12, 10])],
+        [w("wc", [8, 3, 3, 3]), w("wt", [8, 16, 2, 2]), w("bt", [16])], opset=17), {}))
+    out.append(("conv_transpose_groups", model("ctg", [
+        n("ConvTranspose", ["x", "wt", "bt"], ["y"], strides=[3, 2], pads=[1, 0, 2, 1],
+          output_padding=[1, 1], dilations=[1, 2], group=2)],
+        [vi("x", [1, 4, 4, 5])], [vi("y", [1, 6, 10, 13])],
+        [w("wt", [4, 3, 3, 3]), w("bt", [6])], opset=17), {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
