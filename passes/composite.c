@@ -46,6 +46,10 @@
  *       or what output_shape asks, at the end); the weights [C, M/g, k…]
  *       regrouped to [M, C/g, k…] and flipped in space (constant weights
  *       fold away); auto_pad SAME splits the padding as onnx's reference;
+ *   TopK  k rounds, each taking the first untaken element equal to the
+ *       largest (smallest) untaken value, so ties come out lower index
+ *       first; always sorted; k a constant (input, or the attribute before
+ *       opset 10); O(k·n) per row;
  *   NegativeLogLikelihoodLoss  −input[n, t, d…] · weight[t] per element,
  *       0 where t = ignore_index; reduced by "none", "sum" or "mean" (the
  *       sum over the sum of the weights taken);
@@ -789,6 +793,79 @@ static sc_status expand_conv_transpose(sc_grad_ctx *c, int32_t *out) {
   return out[0] < 0 ? built(c) : SC_OK;
 }
 
+/* ---- TopK ---- */
+
+/* ArgMax of x along axis, kept as a size-1 axis. */
+static int32_t argmax_keep(sc_grad_ctx *c, int32_t x, int64_t axis) {
+  if (x < 0) return -1;
+  int32_t node = -1, y = gb_begin(c, SC_OP_ARG_MAX, &x, 1, &node);
+  sc_attr *a = y < 0 ? NULL : sc_node_add_attr(c->g, node, "axis", SC_ATTR_INT);
+  if (!a) return -1;
+  a->i = axis; /* before another attribute moves the array */
+  sc_attr *k = sc_node_add_attr(c->g, node, "keepdims", SC_ATTR_INT);
+  if (!k) return -1;
+  k->i = 1;
+  return gb_end(c, node, y);
+}
+
+/* k rounds, each taking the first not-yet-taken element equal to the
+ * largest (smallest) of those left: m = max over the untaken, then the
+ * first untaken index holding m (an ArgMax over a 0/1 mask). Exact for
+ * ties (lower index first) and any value; O(k n) per row. Outputs: the
+ * values gathered at the indices. */
+static sc_status expand_topk(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  int64_t axis, largest, kv[1], nk = 0;
+  sc_status st;
+  if ((st = sc_read_attr_int(g, N(c), "axis", -1, &axis)) != SC_OK ||
+      (st = sc_read_attr_int(g, N(c), "largest", 1, &largest)) != SC_OK)
+    return st;
+  if (in_v(c, 1) >= 0) {
+    if ((st = sc_input_ints(g, N(c), 1, kv, 1, &nk)) != SC_OK) return st;
+  } else { /* before opset 10: the k attribute */
+    if ((st = sc_read_attr_int(g, N(c), "k", -1, kv)) != SC_OK) return st;
+    nk = 1;
+  }
+  int32_t x = in_v(c, 0);
+  const sc_value x0 = *V(c, x);
+  if (x0.rank < 1) return sc_node_error(g, N(c), SC_ERR_INVALID, "X must have rank >= 1");
+  if (axis < -x0.rank || axis >= x0.rank)
+    return sc_node_error(g, N(c), SC_ERR_INVALID, "axis %lld for rank %d", (long long)axis,
+                         x0.rank);
+  if (axis < 0) axis += x0.rank;
+  int64_t len = x0.dims[axis], k = kv[0];
+  if (nk != 1 || k < 0 || k > len)
+    return sc_node_error(g, N(c), SC_ERR_INVALID, "k must be one value in 0..%lld",
+                         (long long)len);
+  if (k > 4096)
+    return sc_node_error(g, N(c), SC_ERR_LIMIT, "k %lld: the expansion takes one round per "
+                         "element (at most 4096)", (long long)k);
+  if (k == 0)
+    return sc_node_error(g, N(c), SC_ERR_UNSUPPORTED, "k = 0 (empty outputs)");
+  /* the taken elements read as the row's smallest (largest) value, which
+   * is no greater (less) than any untaken one: no sentinel of the dtype */
+  int32_t fill = gb_reduce(c, largest ? SC_OP_REDUCE_MIN : SC_OP_REDUCE_MAX, x,
+                           (int64_t[]){axis}, 1, true);
+  int32_t pos = iota(c, len, x0.rank, (int32_t)axis), taken = -1, *idx;
+  idx = sc_arena_array(&g->arena, (size_t)k, sizeof *idx);
+  if (!idx || pos < 0) return built(c);
+  for (int64_t r = 0; r < k; r++) {
+    int32_t left = taken < 0 ? x : gb_where(c, taken, fill, x);
+    int32_t m = gb_reduce(c, largest ? SC_OP_REDUCE_MAX : SC_OP_REDUCE_MIN, left,
+                          (int64_t[]){axis}, 1, true);
+    int32_t hit = gb_2(c, SC_OP_EQUAL, x, m);
+    if (taken >= 0) hit = gb_2(c, SC_OP_AND, hit, gb_1(c, SC_OP_NOT, taken));
+    idx[r] = argmax_keep(c, gb_cast(c, hit, SC_DTYPE_I32), axis);
+    int32_t now = gb_2(c, SC_OP_EQUAL, pos, idx[r]);
+    taken = taken < 0 ? now : gb_2(c, SC_OP_OR, taken, now);
+    if (taken < 0) return built(c);
+  }
+  int32_t ind = k == 1 ? idx[0] : gb_op_i(c, SC_OP_CONCAT, idx, (int32_t)k, "axis", axis);
+  out[0] = gb_op_i(c, SC_OP_GATHER_ELEMENTS, (int32_t[]){x, ind}, 2, "axis", axis);
+  out[1] = ind;
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
 /* ---- the losses ---- */
 
 static sc_status nll(sc_grad_ctx *c, int32_t x, int32_t *out) {
@@ -865,6 +942,7 @@ static expand_fn expansion(sc_op op) {
   case SC_OP_ROTARY_EMBEDDING: return expand_rotary;
   case SC_OP_RNN: case SC_OP_GRU: case SC_OP_LSTM: return expand_rnn;
   case SC_OP_CONV_TRANSPOSE: return expand_conv_transpose;
+  case SC_OP_TOP_K: return expand_topk;
   default: return NULL;
   }
 }

@@ -31,6 +31,8 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
   conv_transpose_*      ConvTranspose: a 2x upsampling after a Conv, and
       groups of 3 output channels with strides, asymmetric pads,
       output_padding, dilation and bias;
+  topk_*                TopK: ties (lower index first), largest and
+      smallest, an int32 input, opset 9's k attribute;
   sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
       log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
       [N, C, d] input) on computed scores.
@@ -171,6 +173,26 @@ def cases(rng):
           output_padding=[1, 1], dilations=[1, 2], group=2)],
         [vi("x", [1, 4, 4, 5])], [vi("y", [1, 6, 10, 13])],
         [w("wt", [4, 3, 3, 3]), w("bt", [6])], opset=17), {}))
+    # TopK: ties (small integers as floats), both directions, an int32
+    # input, and opset 9's k attribute
+    ties = rng.integers(-3, 4, (2, 3, 40)).astype(np.float32)
+    out.append(("topk_ties", model("topk", [
+        n("Mul", ["x", "two"], ["s"]), n("Constant", [], ["k"], value_ints=[7]),
+        n("TopK", ["s", "k"], ["v", "i"]),
+        n("TopK", ["x", "k1"], ["v2", "i2"], axis=1, largest=0)],
+        [vi("x", [2, 3, 40])],
+        [vi("v", [2, 3, 7]), vi("i", [2, 3, 7], T.INT64), vi("v2", [2, 2, 40]),
+         vi("i2", [2, 2, 40], T.INT64)],
+        [helper.make_tensor("two", T.FLOAT, [], [2.0]),
+         helper.make_tensor("k1", T.INT64, [1], [2])], opset=13), {"x": ties}))
+    out.append(("topk_int32", model("topki", [
+        n("TopK", ["x", "k"], ["v", "i"], axis=0, largest=0)],
+        [vi("x", [30, 4], T.INT32)], [vi("v", [5, 4], T.INT32), vi("i", [5, 4], T.INT64)],
+        [helper.make_tensor("k", T.INT64, [1], [5])], opset=13),
+        {"x": rng.integers(-5, 5, (30, 4)).astype(np.int32)}))
+    out.append(("topk_opset9", model("topk9", [n("TopK", ["x"], ["v", "i"], k=3)],
+                                     [vi("x", [4, 10])],
+                                     [vi("v", [4, 3]), vi("i", [4, 3], T.INT64)], opset=9), {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
