@@ -50,6 +50,12 @@
  *       largest (smallest) untaken value, so ties come out lower index
  *       first; always sorted; k a constant (input, or the attribute before
  *       opset 10); O(k·n) per row;
+ *   Einsum  per operand, its repeated labels' diagonals and the sums of
+ *       labels no one else needs; then each further operand joins the
+ *       running product as one batched MatMul ([batch, m, k] @ [batch, k,
+ *       n], the labels grouped by where they occur); the output's order by
+ *       a Transpose; "..." broadcast as numpy does; an implicit output is
+ *       the ellipsis and the labels used once, in alphabetical order;
  *   NegativeLogLikelihoodLoss  −input[n, t, d…] · weight[t] per element,
  *       0 where t = ignore_index; reduced by "none", "sum" or "mean" (the
  *       sum over the sum of the weights taken);
@@ -866,6 +872,244 @@ static sc_status expand_topk(sc_grad_ctx *c, int32_t *out) {
   return out[0] < 0 ? built(c) : SC_OK;
 }
 
+/* ---- Einsum ---- */
+
+enum { EIN_MAX_IN = 8, EIN_ELL = 52 }; /* labels: a-z 0..25, A-Z 26..51, "..." dims 52.. */
+
+typedef struct ein_term {
+  int32_t n;                /* labels, one per axis */
+  int8_t l[SC_MAX_RANK];
+} ein_term;
+
+/* One term of the equation ("bij", "...ii", ""), its ellipsis expanded to
+ * `rank` axes labelled EIN_ELL, EIN_ELL + 1, ... (the caller right-aligns
+ * them once every operand's count is known, as numpy broadcasts); rank <
+ * 0: the output's, whose ellipsis spans *ell labels. *ell becomes the
+ * largest ellipsis of the operands. */
+static bool ein_parse(const char **p, int32_t rank, int32_t *ell, ein_term *t) {
+  int32_t letters = 0, at = -1;
+  int8_t raw[SC_MAX_RANK + 1];
+  for (;;) {
+    char ch = **p;
+    if (ch == ' ') { (*p)++; continue; }
+    if (ch == '.') {
+      if (at >= 0 || strncmp(*p, "...", 3) != 0) return false;
+      at = letters;
+      *p += 3;
+      continue;
+    }
+    int8_t id = ch >= 'a' && ch <= 'z' ? (int8_t)(ch - 'a') : ch >= 'A' && ch <= 'Z'
+                                                                ? (int8_t)(26 + ch - 'A') : -1;
+    if (id < 0) break;
+    if (letters >= SC_MAX_RANK) return false;
+    raw[letters++] = id;
+    (*p)++;
+  }
+  int32_t e = at < 0 ? 0 : rank >= 0 ? rank - letters : *ell;
+  if (e < 0 || (rank >= 0 && at < 0 && letters != rank) || letters + e > SC_MAX_RANK)
+    return false;
+  if (rank >= 0 && e > *ell) *ell = e;
+  t->n = 0;
+  for (int32_t i = 0; i <= letters; i++) {
+    if (i == at)
+      for (int32_t k = 0; k < e; k++) t->l[t->n++] = (int8_t)(EIN_ELL + k);
+    if (i < letters) t->l[t->n++] = raw[i];
+  }
+  return true;
+}
+
+static int32_t ein_find(const ein_term *t, int8_t l) {
+  for (int32_t i = 0; i < t->n; i++)
+    if (t->l[i] == l) return i;
+  return -1;
+}
+
+/* x's term without repeated labels: each repeat's diagonal (x times an
+ * identity over the two axes, summed over the second). */
+static int32_t ein_diagonal(sc_grad_ctx *c, int32_t x, ein_term *t) {
+  for (int32_t q = 1; q < t->n && x >= 0; q++) {
+    int32_t p = -1;
+    for (int32_t i = 0; i < q; i++)
+      if (t->l[i] == t->l[q]) p = i;
+    if (p < 0) continue;
+    int64_t n = V(c, x)->dims[p], d[SC_MAX_RANK];
+    if (V(c, x)->dims[q] != n) return -1;
+    int64_t *eye = sc_arena_array(&c->g->arena, (size_t)(n > 0 ? n * n : 1), sizeof *eye);
+    if (!eye) return -1;
+    for (int64_t i = 0; i < n * n; i++) eye[i] = i / n == i % n;
+    for (int32_t i = 0; i < t->n; i++) d[i] = i == p || i == q ? n : 1;
+    int32_t mask = gb_cast(c, gb_reshape(c, gb_ints(c, eye, (int32_t)(n * n)), t->n, d),
+                           V(c, x)->dtype);
+    x = gb_reduce(c, SC_OP_REDUCE_SUM, gb_2(c, SC_OP_MUL, x, mask), (int64_t[]){q}, 1, false);
+    memmove(t->l + q, t->l + q + 1, (size_t)(t->n - q - 1));
+    t->n--;
+    q--;
+  }
+  return x;
+}
+
+/* Sums out the axes of x whose labels `keep` does not hold. */
+static int32_t ein_sum_out(sc_grad_ctx *c, int32_t x, ein_term *t, const bool *keep) {
+  int64_t axes[SC_MAX_RANK];
+  int32_t na = 0, m = 0;
+  for (int32_t i = 0; i < t->n; i++)
+    if (!keep[t->l[i]]) axes[na++] = i;
+    else t->l[m++] = t->l[i];
+  t->n = m;
+  return na ? gb_reduce(c, SC_OP_REDUCE_SUM, x, axes, na, false) : x;
+}
+
+/* x (term t) transposed to the label order `to`, then reshaped to dims
+ * (the groups' products). */
+static int32_t ein_arrange(sc_grad_ctx *c, int32_t x, const ein_term *t, const int8_t *to,
+                           int32_t n, int32_t rank, const int64_t *dims) {
+  int64_t perm[SC_MAX_RANK];
+  bool id = true;
+  for (int32_t i = 0; i < n; i++) {
+    perm[i] = ein_find(t, to[i]);
+    id = id && perm[i] == i;
+  }
+  if (!id) x = gb_transpose(c, x, perm, n);
+  return gb_reshape(c, x, rank, dims);
+}
+
+static sc_status expand_einsum(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  const char *eq;
+  sc_status st = sc_read_attr_string(g, N(c), "equation", NULL, &eq);
+  if (st != SC_OK) return st;
+  int32_t nin = N(c)->n_inputs, ell = 0, x[EIN_MAX_IN];
+  ein_term t[EIN_MAX_IN], o;
+  if (!eq || nin > EIN_MAX_IN)
+    return sc_node_error(g, N(c), SC_ERR_INVALID, eq ? "more than %d operands" :
+                         "needs an equation", EIN_MAX_IN);
+  const char *p = eq;
+  for (int32_t i = 0; i < nin; i++) {
+    x[i] = in_v(c, i);
+    while (*p == ' ') p++;
+    if (x[i] < 0 || !ein_parse(&p, V(c, x[i])->rank, &ell, &t[i]) ||
+        (i + 1 < nin ? *p++ != ',' : false))
+      return sc_node_error(g, N(c), SC_ERR_INVALID, "equation '%s' does not match operand %d "
+                           "(rank %d)", eq, (int)i, x[i] < 0 ? -1 : V(c, x[i])->rank);
+  }
+  /* the ellipsis of a shorter operand takes the last of the ellipsis labels */
+  for (int32_t i = 0; i < nin; i++) {
+    int32_t e = 0;
+    for (int32_t k = 0; k < t[i].n; k++) e += t[i].l[k] >= EIN_ELL;
+    for (int32_t k = 0; k < t[i].n; k++)
+      if (t[i].l[k] >= EIN_ELL) t[i].l[k] = (int8_t)(t[i].l[k] + ell - e);
+  }
+  while (*p == ' ') p++;
+  int32_t count[EIN_ELL + SC_MAX_RANK] = {0};
+  for (int32_t i = 0; i < nin; i++)
+    for (int32_t k = 0; k < t[i].n; k++) count[t[i].l[k]]++;
+  if (p[0] == '-' && p[1] == '>') {
+    p += 2;
+    if (!ein_parse(&p, -1, &ell, &o) || *p)
+      return sc_node_error(g, N(c), SC_ERR_INVALID, "equation '%s': bad output term", eq);
+  } else if (*p) {
+    return sc_node_error(g, N(c), SC_ERR_INVALID, "equation '%s' is malformed", eq);
+  } else { /* implicit: the ellipsis, then the labels used once, in order */
+    o.n = 0;
+    for (int32_t k = 0; k < ell; k++) o.l[o.n++] = (int8_t)(EIN_ELL + k);
+    for (int8_t l = 0; l < EIN_ELL; l++)
+      if (count[l] == 1 && o.n < SC_MAX_RANK) o.l[o.n++] = l;
+  }
+  int64_t size[EIN_ELL + SC_MAX_RANK];
+  for (int32_t i = 0; i < EIN_ELL + SC_MAX_RANK; i++) size[i] = 1;
+  for (int32_t i = 0; i < nin; i++)
+    for (int32_t k = 0; k < t[i].n; k++) {
+      int64_t d = V(c, x[i])->dims[k];
+      if (d != 1 && size[t[i].l[k]] != 1 && size[t[i].l[k]] != d)
+        return sc_node_error(g, N(c), SC_ERR_INVALID, "label '%c' has sizes %lld and %lld",
+                             t[i].l[k] < 26 ? 'a' + t[i].l[k] : t[i].l[k] < EIN_ELL
+                             ? 'A' + t[i].l[k] - 26 : '.', (long long)size[t[i].l[k]],
+                             (long long)d);
+      if (d != 1) size[t[i].l[k]] = d;
+    }
+  for (int32_t k = 0; k < o.n; k++)
+    if (!count[o.l[k]] || ein_find(&o, o.l[k]) != k)
+      return sc_node_error(g, N(c), SC_ERR_INVALID, "equation '%s': an output label is not an "
+                           "input's, or repeats", eq);
+  /* operands one by one into the running product r */
+  int32_t r = -1;
+  ein_term rt = {0};
+  for (int32_t i = 0; i < nin; i++) {
+    int32_t xi = ein_diagonal(c, x[i], &t[i]);
+    if (xi < 0) return built(c);
+    /* labels needed later: the output's and the remaining operands' */
+    bool later[EIN_ELL + SC_MAX_RANK] = {false};
+    for (int32_t k = 0; k < o.n; k++) later[o.l[k]] = true;
+    for (int32_t j = i + 1; j < nin; j++)
+      for (int32_t k = 0; k < t[j].n; k++) later[t[j].l[k]] = true;
+    bool keep[EIN_ELL + SC_MAX_RANK];
+    for (int32_t k = 0; k < EIN_ELL + SC_MAX_RANK; k++)
+      keep[k] = later[k] || (r >= 0 && ein_find(&rt, (int8_t)k) >= 0);
+    xi = ein_sum_out(c, xi, &t[i], keep);
+    if (r < 0) {
+      r = xi;
+      rt = t[i];
+      continue;
+    }
+    /* r [batch, m, k] @ xi [batch, k, n]: batch in both and needed later,
+     * k in both and not, m / n in one only */
+    int8_t bl[SC_MAX_RANK], ml[SC_MAX_RANK], kl[SC_MAX_RANK], nl[SC_MAX_RANK];
+    int32_t nb = 0, nm = 0, nk = 0, nn = 0;
+    for (int32_t k = 0; k < rt.n; k++) {
+      bool both = ein_find(&t[i], rt.l[k]) >= 0;
+      if (both && later[rt.l[k]]) bl[nb++] = rt.l[k];
+      else if (both) kl[nk++] = rt.l[k];
+      else ml[nm++] = rt.l[k];
+    }
+    for (int32_t k = 0; k < t[i].n; k++)
+      if (ein_find(&rt, t[i].l[k]) < 0) nl[nn++] = t[i].l[k];
+    /* size-1 axes meeting larger ones broadcast first */
+    int32_t *ops[2] = {&r, &xi};
+    ein_term *terms[2] = {&rt, &t[i]};
+    for (int32_t s2 = 0; s2 < 2; s2++) {
+      int64_t d[SC_MAX_RANK];
+      bool grow = false;
+      for (int32_t k = 0; k < terms[s2]->n; k++) {
+        d[k] = size[terms[s2]->l[k]];
+        grow = grow || (d[k] != V(c, *ops[s2])->dims[k] && (ein_find(terms[1 - s2], terms[s2]->l[k]) >= 0));
+        if (ein_find(terms[1 - s2], terms[s2]->l[k]) < 0) d[k] = V(c, *ops[s2])->dims[k];
+      }
+      if (grow) *ops[s2] = gb_expand(c, *ops[s2], terms[s2]->n, d);
+    }
+    int64_t B = 1, M = 1, K = 1, Nn = 1;
+    for (int32_t k = 0; k < nb; k++) B *= size[bl[k]];
+    for (int32_t k = 0; k < nm; k++) M *= V(c, r)->dims[ein_find(&rt, ml[k])];
+    for (int32_t k = 0; k < nk; k++) K *= size[kl[k]];
+    for (int32_t k = 0; k < nn; k++) Nn *= V(c, xi)->dims[ein_find(&t[i], nl[k])];
+    int8_t ao[SC_MAX_RANK * 2], bo[SC_MAX_RANK * 2];
+    int32_t na = 0, nbo = 0;
+    for (int32_t k = 0; k < nb; k++) ao[na++] = bl[k], bo[nbo++] = bl[k];
+    for (int32_t k = 0; k < nm; k++) ao[na++] = ml[k];
+    for (int32_t k = 0; k < nk; k++) ao[na++] = kl[k], bo[nbo++] = kl[k];
+    for (int32_t k = 0; k < nn; k++) bo[nbo++] = nl[k];
+    ein_term nt = {0};
+    int64_t rd[SC_MAX_RANK];
+    for (int32_t k = 0; k < nb; k++) nt.l[nt.n] = bl[k], rd[nt.n++] = size[bl[k]];
+    for (int32_t k = 0; k < nm; k++) nt.l[nt.n] = ml[k], rd[nt.n++] = V(c, r)->dims[ein_find(&rt, ml[k])];
+    for (int32_t k = 0; k < nn; k++) nt.l[nt.n] = nl[k], rd[nt.n++] = V(c, xi)->dims[ein_find(&t[i], nl[k])];
+    if (nt.n > SC_MAX_RANK)
+      return sc_node_error(g, N(c), SC_ERR_LIMIT, "an intermediate product has rank %d",
+                           (int)nt.n);
+    int32_t a3 = ein_arrange(c, r, &rt, ao, na, 3, (int64_t[]){B, M, K});
+    int32_t b3 = ein_arrange(c, xi, &t[i], bo, nbo, 3, (int64_t[]){B, K, Nn});
+    r = gb_reshape(c, gb_2(c, SC_OP_MATMUL, a3, b3), nt.n, rd);
+    rt = nt;
+    if (r < 0) return built(c);
+  }
+  bool keep[EIN_ELL + SC_MAX_RANK] = {false};
+  for (int32_t k = 0; k < o.n; k++) keep[o.l[k]] = true;
+  r = ein_sum_out(c, r, &rt, keep);
+  int64_t od[SC_MAX_RANK];
+  for (int32_t k = 0; k < o.n; k++) od[k] = r < 0 ? 0 : V(c, r)->dims[ein_find(&rt, o.l[k])];
+  out[0] = r < 0 ? -1 : ein_arrange(c, r, &rt, o.l, o.n, o.n, od);
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
 /* ---- the losses ---- */
 
 static sc_status nll(sc_grad_ctx *c, int32_t x, int32_t *out) {
@@ -943,6 +1187,7 @@ static expand_fn expansion(sc_op op) {
   case SC_OP_RNN: case SC_OP_GRU: case SC_OP_LSTM: return expand_rnn;
   case SC_OP_CONV_TRANSPOSE: return expand_conv_transpose;
   case SC_OP_TOP_K: return expand_topk;
+  case SC_OP_EINSUM: return expand_einsum;
   default: return NULL;
   }
 }

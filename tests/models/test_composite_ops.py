@@ -33,6 +33,8 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
       output_padding, dilation and bias;
   topk_*                TopK: ties (lower index first), largest and
       smallest, an int32 input, opset 9's k attribute;
+  einsum                Einsum: attention scores, broadcast ellipsis batch
+      matmul, a three-operand chain, a diagonal, implicit outputs, a trace;
   sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
       log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
       [N, C, d] input) on computed scores.
@@ -193,6 +195,20 @@ def cases(rng):
     out.append(("topk_opset9", model("topk9", [n("TopK", ["x"], ["v", "i"], k=3)],
                                      [vi("x", [4, 10])],
                                      [vi("v", [4, 3]), vi("i", [4, 3], T.INT64)], opset=9), {}))
+    # Einsum: contractions, batch and broadcast ellipsis, implicit output,
+    # diagonals, sums, three operands, spaces
+    out.append(("einsum", model("einsum", [
+        n("Einsum", ["q", "k"], ["s"], equation="b h q d, b h k d -> b h q k"),
+        n("Einsum", ["a", "b"], ["mm"], equation="...ij,...jk->...ik"),
+        n("Einsum", ["a2", "w1", "w2"], ["chain"], equation="abc,cd,de->abe"),
+        n("Einsum", ["sq"], ["diag"], equation="...ii->...i"),
+        n("Einsum", ["a2", "w1"], ["impl"], equation="abc,cd"),
+        n("Einsum", ["sq"], ["tr"], equation="bii")],
+        [vi("q", [2, 3, 4, 5]), vi("k", [2, 3, 6, 5]), vi("a", [2, 1, 3, 4]), vi("b", [1, 5, 4, 6]),
+         vi("a2", [2, 3, 4]), vi("sq", [3, 5, 5])],
+        [vi("s", [2, 3, 4, 6]), vi("mm", [2, 5, 3, 6]), vi("chain", [2, 3, 6]),
+         vi("diag", [3, 5]), vi("impl", [2, 3, 5]), vi("tr", [3])],
+        [w("w1", [4, 5]), w("w2", [5, 6])], opset=13), {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
