@@ -8,7 +8,7 @@
  * Split, ReduceSum before 13 and the other reductions before 18; Clip's
  * bounds as attributes before 11; Dropout's ratio attribute, ignored in
  * inference) no adapter is needed. The adapted ops:
- *   Softmax, LogSoftmax (< 13)  coerced the input to 2-D around `axis`
+ *   Softmax, LogSoftmax, Hardmax (< 13)  coerced the input to 2-D around `axis`
  *       (default 1): Y = Reshape(Softmax(Flatten(X, axis), axis = 1),
  *       Shape(X)); Flatten and Reshape are views, and the result equals
  *       the per-axis form when axis is the last one;
@@ -729,6 +729,7 @@ static const struct {
 } ADAPTERS[] = {
     {NULL, "Softmax", 13, softmax},
     {NULL, "LogSoftmax", 13, softmax},
+    {NULL, "Hardmax", 13, softmax},
     {NULL, "Slice", 10, slice},
     {NULL, "Pad", 11, pad},
     {NULL, "BatchNormalization", 9, batch_norm},

@@ -56,6 +56,9 @@
  *       n], the labels grouped by where they occur); the output's order by
  *       a Transpose; "..." broadcast as numpy does; an implicit output is
  *       the ellipsis and the labels used once, in alphabetical order;
+ *   small ones, each above its expansion: Hardmax, LpNormalization,
+ *       Swish, ReduceLogSum, MeanVarianceNormalization, EyeLike,
+ *       CenterCropPad, LRN, the Hann/Hamming/Blackman windows;
  *   NegativeLogLikelihoodLoss  −input[n, t, d…] · weight[t] per element,
  *       0 where t = ignore_index; reduced by "none", "sum" or "mean" (the
  *       sum over the sum of the weights taken);
@@ -1110,6 +1113,210 @@ static sc_status expand_einsum(sc_grad_ctx *c, int32_t *out) {
   return out[0] < 0 ? built(c) : SC_OK;
 }
 
+/* ---- small definitions ---- */
+
+/* The node's attributes copied onto a node made by gb_begin. */
+static bool copy_attrs(sc_grad_ctx *c, int32_t node) {
+  int32_t na = N(c)->n_attrs;
+  for (int32_t k = 0; k < na; k++) {
+    sc_attr a = N(c)->attrs[k]; /* a copy: adding moves the array */
+    sc_attr *b = sc_node_add_attr(c->g, node, a.name, a.kind);
+    if (!b) return false;
+    const char *name = b->name;
+    *b = a;
+    b->name = name;
+  }
+  return true;
+}
+
+/* Hardmax(axis): 1 at the first maximum along axis, 0 elsewhere. */
+static sc_status expand_hardmax(sc_grad_ctx *c, int32_t *out) {
+  int64_t axis;
+  sc_status st = sc_read_attr_int(c->g, N(c), "axis", -1, &axis);
+  if (st != SC_OK) return st;
+  int32_t x = in_v(c, 0), r = V(c, x)->rank;
+  if (axis < -r || axis >= r)
+    return sc_node_error(c->g, N(c), SC_ERR_INVALID, "axis %lld for rank %d", (long long)axis, r);
+  if (axis < 0) axis += r;
+  int32_t hit = gb_2(c, SC_OP_EQUAL, iota(c, V(c, x)->dims[axis], r, (int32_t)axis),
+                     argmax_keep(c, x, axis));
+  out[0] = gb_cast(c, hit, V(c, x)->dtype);
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
+/* LpNormalization(axis, p 1 or 2): x / ||x||_p along axis (0 where the
+ * norm is 0, as onnx's reference). */
+static sc_status expand_lp_norm(sc_grad_ctx *c, int32_t *out) {
+  int64_t axis, pw;
+  sc_status st;
+  if ((st = sc_read_attr_int(c->g, N(c), "axis", -1, &axis)) != SC_OK ||
+      (st = sc_read_attr_int(c->g, N(c), "p", 2, &pw)) != SC_OK)
+    return st;
+  if (pw != 1 && pw != 2)
+    return sc_node_error(c->g, N(c), SC_ERR_INVALID, "p %lld is not 1 or 2", (long long)pw);
+  int32_t x = in_v(c, 0);
+  int32_t nrm = gb_reduce(c, pw == 1 ? SC_OP_REDUCE_L1 : SC_OP_REDUCE_L2, x, &axis, 1, true);
+  int32_t zero = gb_scalar(c, V(c, x)->dtype, 0.0);
+  out[0] = gb_where(c, gb_2(c, SC_OP_EQUAL, nrm, zero), zero, gb_2(c, SC_OP_DIV, x, nrm));
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
+/* Swish(alpha) = x sigmoid(alpha x). */
+static sc_status expand_swish(sc_grad_ctx *c, int32_t *out) {
+  double alpha;
+  sc_status st = sc_read_attr_float(c->g, N(c), "alpha", 1.0, &alpha);
+  if (st != SC_OK) return st;
+  int32_t x = in_v(c, 0);
+  out[0] = gb_2(c, SC_OP_MUL, x, gb_1(c, SC_OP_SIGMOID, gb_2(c, SC_OP_MUL, x,
+                                                            gb_scalar(c, V(c, x)->dtype, alpha))));
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
+/* ReduceLogSum = log(ReduceSum(...)), with the node's inputs and
+ * attributes. */
+static sc_status expand_reduce_log_sum(sc_grad_ctx *c, int32_t *out) {
+  int32_t in[2] = {in_v(c, 0), in_v(c, 1)}, node = -1;
+  int32_t s = gb_begin(c, SC_OP_REDUCE_SUM, in, in[1] >= 0 ? 2 : 1, &node);
+  if (s < 0 || !copy_attrs(c, node)) return built(c);
+  out[0] = gb_1(c, SC_OP_LOG, gb_end(c, node, s));
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
+/* MeanVarianceNormalization(axes = 0, 2, 3): (x - E x) / (sqrt(E x^2 -
+ * (E x)^2) + 1e-9), as ONNX's function body. */
+static sc_status expand_mvn(sc_grad_ctx *c, int32_t *out) {
+  const int64_t *ax = NULL, dflt[3] = {0, 2, 3};
+  int64_t na = sc_attr_ints(c->g, N(c), "axes", &ax);
+  if (na < 0) ax = dflt, na = 3;
+  int32_t x = in_v(c, 0);
+  sc_dtype t = V(c, x)->dtype;
+  int32_t m = gb_reduce(c, SC_OP_REDUCE_MEAN, x, ax, (int32_t)na, true);
+  int32_t m2 = gb_reduce(c, SC_OP_REDUCE_MEAN, gb_2(c, SC_OP_MUL, x, x), ax, (int32_t)na, true);
+  int32_t sd = gb_1(c, SC_OP_SQRT, gb_2(c, SC_OP_SUB, m2, gb_2(c, SC_OP_MUL, m, m)));
+  out[0] = gb_2(c, SC_OP_DIV, gb_2(c, SC_OP_SUB, x, m),
+                gb_2(c, SC_OP_ADD, sd, gb_scalar(c, t, 1e-9)));
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
+/* EyeLike(dtype, k): the input's [rows, cols] shape, ones on diagonal k. */
+static sc_status expand_eye_like(sc_grad_ctx *c, int32_t *out) {
+  int64_t k, dt;
+  sc_status st;
+  if ((st = sc_read_attr_int(c->g, N(c), "k", 0, &k)) != SC_OK ||
+      (st = sc_read_attr_int(c->g, N(c), "dtype", 0, &dt)) != SC_OK)
+    return st;
+  int32_t x = in_v(c, 0);
+  if (V(c, x)->rank != 2)
+    return sc_node_error(c->g, N(c), SC_ERR_INVALID, "the input must be 2-D");
+  sc_dtype t = dt ? sc_dtype_from_onnx((int32_t)dt) : V(c, x)->dtype;
+  if (t == SC_DTYPE_COUNT)
+    return sc_node_error(c->g, N(c), SC_ERR_UNSUPPORTED, "dtype %lld", (long long)dt);
+  int64_t rows = V(c, x)->dims[0], cols = V(c, x)->dims[1];
+  int32_t i = iota(c, rows, 2, 0), j = iota(c, cols, 2, 1);
+  int32_t on = gb_2(c, SC_OP_EQUAL, gb_2(c, SC_OP_ADD, i, gb_scalar(c, SC_DTYPE_I64, (double)k)),
+                    j);
+  out[0] = gb_cast(c, on, t);
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
+/* CenterCropPad(input, shape[, axes]): each axis cut or zero-padded to its
+ * size around the centre (the odd element at the end), as onnx's
+ * reference. */
+static sc_status expand_center_crop_pad(sc_grad_ctx *c, int32_t *out) {
+  int32_t x = in_v(c, 0), r = V(c, x)->rank;
+  int64_t shape[SC_MAX_RANK], ns = 0, axes[SC_MAX_RANK];
+  sc_status st = sc_input_ints(c->g, N(c), 1, shape, SC_MAX_RANK, &ns);
+  if (st != SC_OK) return st;
+  const int64_t *ax = NULL;
+  int64_t na = sc_attr_ints(c->g, N(c), "axes", &ax);
+  if (na < 0)
+    for (na = 0; na < r; na++) axes[na] = na;
+  else
+    for (int64_t i = 0; i < na; i++) axes[i] = ax[i] < 0 ? ax[i] + r : ax[i];
+  if (na != ns)
+    return sc_node_error(c->g, N(c), SC_ERR_INVALID, "%lld sizes for %lld axes", (long long)ns,
+                         (long long)na);
+  int64_t pads[2 * SC_MAX_RANK] = {0};
+  bool pad = false;
+  for (int64_t i = 0; i < na && x >= 0; i++) {
+    if (axes[i] < 0 || axes[i] >= r || shape[i] < 0)
+      return sc_node_error(c->g, N(c), SC_ERR_INVALID, "axis or size %lld", (long long)i);
+    int64_t dim = V(c, x)->dims[axes[i]], want = shape[i];
+    if (want < dim) {
+      int64_t lo = (dim - want) / 2;
+      x = axis_slice(c, x, axes[i], lo, lo + want, 1);
+    } else if (want > dim) {
+      pads[axes[i]] = (want - dim) / 2;
+      pads[r + axes[i]] = want - dim - pads[axes[i]];
+      pad = true;
+    }
+  }
+  if (pad) x = gb_2(c, SC_OP_PAD, x, gb_ints(c, pads, 2 * r));
+  out[0] = x;
+  return x < 0 ? built(c) : SC_OK;
+}
+
+/* LRN(size, alpha, beta, bias) over channels: x / (bias + alpha / size *
+ * sum of x^2 over [c - floor((size-1)/2), c + ceil((size-1)/2)])^beta. */
+static sc_status expand_lrn(sc_grad_ctx *c, int32_t *out) {
+  int64_t size;
+  double alpha, beta, bias;
+  sc_status st;
+  if ((st = sc_read_attr_int(c->g, N(c), "size", 0, &size)) != SC_OK ||
+      (st = sc_read_attr_float(c->g, N(c), "alpha", 1e-4, &alpha)) != SC_OK ||
+      (st = sc_read_attr_float(c->g, N(c), "beta", 0.75, &beta)) != SC_OK ||
+      (st = sc_read_attr_float(c->g, N(c), "bias", 1.0, &bias)) != SC_OK)
+    return st;
+  int32_t x = in_v(c, 0), r = V(c, x)->rank;
+  sc_dtype t = V(c, x)->dtype;
+  if (size < 1 || r < 3)
+    return sc_node_error(c->g, N(c), SC_ERR_INVALID, "size must be >= 1 and X [N, C, ...]");
+  int64_t ch = V(c, x)->dims[1], lo = (size - 1) / 2, hi = size - 1 - lo;
+  int64_t pads[2 * SC_MAX_RANK] = {0};
+  pads[1] = lo;
+  pads[r + 1] = hi;
+  int32_t sq = gb_2(c, SC_OP_PAD, gb_2(c, SC_OP_MUL, x, x), gb_ints(c, pads, 2 * r));
+  int32_t sum = -1;
+  for (int64_t k = 0; k < size; k++) {
+    int32_t part = axis_slice(c, sq, 1, k, k + ch, 1);
+    sum = sum < 0 ? part : gb_2(c, SC_OP_ADD, sum, part);
+  }
+  int32_t den = gb_2(c, SC_OP_ADD, gb_scalar(c, t, bias),
+                     gb_2(c, SC_OP_MUL, gb_scalar(c, t, alpha / (double)size), sum));
+  out[0] = gb_2(c, SC_OP_DIV, x, gb_2(c, SC_OP_POW, den, gb_scalar(c, t, beta)));
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
+/* Hann, Hamming and Blackman windows of a constant size, made here. */
+static sc_status expand_window(sc_grad_ctx *c, int32_t *out) {
+  int64_t size = 0, n = 0, periodic, dt;
+  sc_status st;
+  if ((st = sc_input_ints(c->g, N(c), 0, &size, 1, &n)) != SC_OK ||
+      (st = sc_read_attr_int(c->g, N(c), "periodic", 1, &periodic)) != SC_OK ||
+      (st = sc_read_attr_int(c->g, N(c), "output_datatype", 1, &dt)) != SC_OK)
+    return st;
+  sc_dtype t = sc_dtype_from_onnx((int32_t)dt);
+  if (n != 1 || size < 1 || size > (1 << 24) || t == SC_DTYPE_COUNT)
+    return sc_node_error(c->g, N(c), SC_ERR_INVALID, "size must be one value in 1..2^24 and "
+                         "output_datatype a dtype shardc has");
+  double *w = sc_arena_array(&c->g->arena, (size_t)size, sizeof *w);
+  if (!w) return built(c);
+  double den = (double)(periodic ? size : size - 1), pi2 = 2.0 * M_PI;
+  sc_op op = N(c)->op;
+  for (int64_t i = 0; i < size; i++) {
+    double a = den > 0 ? pi2 * (double)i / den : 0.0;
+    w[i] = op == SC_OP_HANN_WINDOW      ? 0.5 - 0.5 * cos(a)
+           : op == SC_OP_HAMMING_WINDOW ? 25.0 / 46.0 - (21.0 / 46.0) * cos(a)
+                                        : 0.42 - 0.5 * cos(a) + 0.08 * cos(2.0 * a);
+  }
+  int32_t v = sc_graph_new_value(c->g, "window");
+  if (v < 0 || sc_value_set_data(c->g, v, SC_DTYPE_F64, 1, &size, w,
+                                 (uint64_t)size * sizeof *w, false) != SC_OK)
+    return built(c);
+  out[0] = gb_cast(c, v, t);
+  return out[0] < 0 ? built(c) : SC_OK;
+}
+
 /* ---- the losses ---- */
 
 static sc_status nll(sc_grad_ctx *c, int32_t x, int32_t *out) {
@@ -1188,6 +1395,16 @@ static expand_fn expansion(sc_op op) {
   case SC_OP_CONV_TRANSPOSE: return expand_conv_transpose;
   case SC_OP_TOP_K: return expand_topk;
   case SC_OP_EINSUM: return expand_einsum;
+  case SC_OP_HARDMAX: return expand_hardmax;
+  case SC_OP_LP_NORM: return expand_lp_norm;
+  case SC_OP_SWISH: return expand_swish;
+  case SC_OP_REDUCE_LOG_SUM: return expand_reduce_log_sum;
+  case SC_OP_MVN: return expand_mvn;
+  case SC_OP_EYE_LIKE: return expand_eye_like;
+  case SC_OP_CENTER_CROP_PAD: return expand_center_crop_pad;
+  case SC_OP_LRN: return expand_lrn;
+  case SC_OP_HANN_WINDOW: case SC_OP_HAMMING_WINDOW: case SC_OP_BLACKMAN_WINDOW:
+    return expand_window;
   default: return NULL;
   }
 }

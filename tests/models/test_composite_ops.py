@@ -35,6 +35,9 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
       smallest, an int32 input, opset 9's k attribute;
   einsum                Einsum: attention scores, broadcast ellipsis batch
       matmul, a three-operand chain, a diagonal, implicit outputs, a trace;
+  small_ops_opset11/13, hardmax_opset11_3d  Hardmax (before opset 13 over
+      the 2-D coercion), LpNormalization, MeanVarianceNormalization, LRN,
+      EyeLike;
   sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
       log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
       [N, C, d] input) on computed scores.
@@ -209,6 +212,19 @@ def cases(rng):
         [vi("s", [2, 3, 4, 6]), vi("mm", [2, 5, 3, 6]), vi("chain", [2, 3, 6]),
          vi("diag", [3, 5]), vi("impl", [2, 3, 5]), vi("tr", [3])],
         [w("w1", [4, 5]), w("w2", [5, 6])], opset=13), {}))
+    # the small definitions, Hardmax also at opset 11 (its 2-D coercion)
+    for op in (11, 13):
+        out.append((f"small_ops_opset{op}", model("small", [
+            n("Hardmax", ["x"], ["hm"], axis=1), n("LpNormalization", ["x"], ["lp"], axis=1, p=1),
+            n("MeanVarianceNormalization", ["x4"], ["mvn"]),
+            n("LRN", ["x4"], ["lrn"], size=3, alpha=1e-3, beta=0.5, bias=2.0),
+            n("EyeLike", ["x"], ["eye"], k=1)],
+            [vi("x", [3, 5]), vi("x4", [2, 5, 3, 4])],
+            [vi("hm", [3, 5]), vi("lp", [3, 5]), vi("mvn", [2, 5, 3, 4]), vi("lrn", [2, 5, 3, 4]),
+             vi("eye", [3, 5])], opset=op), {}))
+    out.append(("hardmax_opset11_3d", model("hm3", [n("Hardmax", ["x"], ["y"], axis=1)],
+                                           [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])], opset=11),
+                {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
