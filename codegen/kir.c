@@ -141,6 +141,7 @@ static kval eval_unary(kir_op op, sc_dtype t, sc_dtype ta, kval a) {
     case KIR_SQRT: y = sqrt(x); break;
     case KIR_RSQRT: y = 1.0 / sqrt(x); break;
     case KIR_TANH: y = tanh(x); break;
+    case KIR_ATAN: y = atan(x); break;
     case KIR_ERF: y = erf(x); break;
     case KIR_SIN: y = sin(x); break;
     case KIR_COS: y = cos(x); break;
@@ -248,7 +249,7 @@ static kval eval_binary(kir_op op, sc_dtype t, sc_dtype ta, kval a, kval b) {
 static bool is_float_math(kir_op op) {
   switch (op) {
   case KIR_EXP: case KIR_LOG: case KIR_SQRT: case KIR_RSQRT: case KIR_TANH:
-  case KIR_ERF: case KIR_SIN: case KIR_COS: case KIR_RECIP: case KIR_SIGMOID:
+  case KIR_ERF: case KIR_SIN: case KIR_COS: case KIR_ATAN: case KIR_RECIP: case KIR_SIGMOID:
     return true;
   default: return false;
   }

@@ -56,7 +56,8 @@
   /* unary math */                                                        \
   X(NEG, "neg", 1) X(ABS, "abs", 1) X(EXP, "exp", 1) X(LOG, "log", 1)     \
   X(SQRT, "sqrt", 1) X(RSQRT, "rsqrt", 1) X(TANH, "tanh", 1)              \
-  X(ERF, "erf", 1) X(SIN, "sin", 1) X(COS, "cos", 1) X(FLOOR, "floor", 1) \
+  X(ERF, "erf", 1) X(SIN, "sin", 1) X(COS, "cos", 1) X(ATAN, "atan", 1)     \
+  X(FLOOR, "floor", 1)                                                    \
   X(CEIL, "ceil", 1) X(ROUND, "round", 1) X(RECIP, "recip", 1)            \
   X(SIGMOID, "sigmoid", 1) X(ISNAN, "isnan", 1) X(ISINF, "isinf", 1)      \
   /* conversion: operand a converted to the node's dtype */               \

@@ -96,6 +96,7 @@ static int32_t expm1_e(sc_lower_ctx *cx, sc_dtype t, int32_t x) {
 #define SQRT(a) UN(SQRT, a)
 #define RECIP(a) UN(RECIP, a)
 #define TANH(a) UN(TANH, a)
+#define ATAN(a) UN(ATAN, a)
 #define ERF(a) UN(ERF, a)
 #define SIN(a) UN(SIN, a)
 #define COS(a) UN(COS, a)

@@ -232,6 +232,7 @@ static inline double d_bool(bool b) { return b ? 1.0 : 0.0; }
 #define SQRT(a) sqrt(a)
 #define RECIP(a) (1.0 / (a))
 #define TANH(a) tanh(a)
+#define ATAN(a) atan(a)
 #define ERF(a) erf(a)
 #define SIN(a) sin(a)
 #define COS(a) cos(a)
@@ -340,6 +341,7 @@ static inline double d_bool(bool b) { return b ? 1.0 : 0.0; }
 #undef SQRT
 #undef RECIP
 #undef TANH
+#undef ATAN
 #undef ERF
 #undef SIN
 #undef COS

@@ -509,6 +509,7 @@ static LLVMValueRef emit_unary(emitter *e, LLVMBuilderRef b, kir_op op, sc_dtype
   case KIR_ERF: return f64 ? libm1(e, b, "erf", x) : fast_erf(e, b, x);
   case KIR_SIN: return intr1(e, b, "llvm.sin", x);
   case KIR_COS: return intr1(e, b, "llvm.cos", x);
+  case KIR_ATAN: return libm1(e, b, f64 ? "atan" : "atanf", x);
   case KIR_FLOOR: return intr1(e, b, "llvm.floor", x);
   case KIR_CEIL: return intr1(e, b, "llvm.ceil", x);
   case KIR_ROUND: return intr1(e, b, "llvm.roundeven", x);
@@ -960,7 +961,7 @@ sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
                              const sc_program *p, const kir_kernel *k, sc_diag *diag) {
   sc_status st = kir_verify(k, diag);
   if (st != SC_OK) return st;
-  static const char *const reserved[] = {"tanhf", "erff", "tanh", "erf"};
+  static const char *const reserved[] = {"tanhf", "erff", "atanf", "tanh", "erf", "atan"};
   for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
     if (!strcmp(k->name, reserved[i]))
       return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,

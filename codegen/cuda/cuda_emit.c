@@ -517,6 +517,7 @@ static const char *unary_fn(kir_op op, bool dbl) {
   case KIR_TANH: return dbl ? "tanh" : "tanhf";
   case KIR_ERF: return dbl ? "erf" : "erff";
   case KIR_SIN: return dbl ? "sin" : "sinf";
+  case KIR_ATAN: return dbl ? "atan" : "atanf";
   case KIR_COS: return dbl ? "cos" : "cosf";
   case KIR_FLOOR: return dbl ? "floor" : "floorf";
   case KIR_CEIL: return dbl ? "ceil" : "ceilf";
@@ -594,7 +595,7 @@ static void emit_expr(emitter *e, int32_t x, int lane) {
   case KIR_RSQRT: sb_printf(b, "%s / %s(%s)", dbl ? "1.0" : "1.0f", dbl ? "sqrt" : "sqrtf", a); break;
   case KIR_RECIP: sb_printf(b, "%s / %s", dbl ? "1.0" : "1.0f", a); break;
   case KIR_EXP: case KIR_LOG: case KIR_SQRT: case KIR_TANH: case KIR_ERF:
-  case KIR_SIN: case KIR_COS: case KIR_FLOOR: case KIR_CEIL: case KIR_ROUND:
+  case KIR_SIN: case KIR_COS: case KIR_ATAN: case KIR_FLOOR: case KIR_CEIL: case KIR_ROUND:
   case KIR_SIGMOID:
     if (!fl) {
       if (ex->op == KIR_FLOOR || ex->op == KIR_CEIL || ex->op == KIR_ROUND) sb_printf(b, "%s", a);

@@ -500,7 +500,7 @@ static void test_math(void **state) {
   int32_t px = kir_add_param(A, k, 0, SC_DTYPE_F32, n, false);
   int32_t pd = kir_add_param(A, k, 1, SC_DTYPE_F64, n, false);
   kir_op ops[] = {KIR_EXP, KIR_LOG, KIR_SQRT, KIR_RSQRT, KIR_TANH, KIR_ERF, KIR_SIN,
-                  KIR_COS, KIR_FLOOR, KIR_CEIL, KIR_ROUND, KIR_RECIP, KIR_SIGMOID, KIR_ABS};
+                  KIR_COS, KIR_ATAN, KIR_FLOOR, KIR_CEIL, KIR_ROUND, KIR_RECIP, KIR_SIGMOID, KIR_ABS};
   int nops = (int)(sizeof ops / sizeof *ops);
   int32_t i = V(k, p, 0);
   int32_t x = kir_load(A, k, px, i), xd = kir_load(A, k, pd, i);

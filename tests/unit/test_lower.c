@@ -360,7 +360,7 @@ static const char *const unary_float[] = {
     "Abs", "Neg", "Exp", "Sqrt", "Log", "Reciprocal", "Relu", "Sigmoid", "Tanh", "Erf",
     "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Softplus", "HardSigmoid",
     "HardSwish", "LeakyRelu", "Elu", "Selu", "Mish", "Gelu", "IsNaN", "IsInf", "Identity",
-    "Celu", "ThresholdedRelu", "Softsign", "Shrink", "Sinh", "Cosh", "Asinh"};
+    "Celu", "ThresholdedRelu", "Softsign", "Shrink", "Sinh", "Cosh", "Asinh", "Atan"};
 
 static void test_unary_float(void **state) {
   (void)state;
@@ -382,6 +382,10 @@ static void test_unary_float(void **state) {
       {"  input %x : f32[4,5]\n  %y = Elu(%x) {alpha = 0.7}\n  output %y\n", -0.3, 0.3, 0, 0, NULL},
       {"  input %x : f32[4,5]\n  %y = Celu(%x) {alpha = 0.6}\n  output %y\n", -2, 2, 0, 0, NULL},
       {"  input %x : f32[4,5]\n  %y = Tan(%x)\n  output %y\n", -1.2, 1.2, 0, 0, NULL},
+      /* the inverse functions inside their domains */
+      {"  input %x : f32[4,5]\n  %a = Asin(%x)\n  %b = Acos(%x)\n  %c = Atanh(%x)\n"
+       "  output %a\n  output %b\n  output %c\n", -0.95, 0.95, 0, 0, NULL},
+      {"  input %x : f64[4,5]\n  %y = Acosh(%x)\n  output %y\n", 1.0, 6, 0, 0, NULL},
       {"  input %x : f32[4,5]\n  %y = ThresholdedRelu(%x) {alpha = 0.3}\n  output %y\n", -2, 2,
        0, 0, NULL},
       {"  input %x : f32[4,5]\n  %y = Shrink(%x) {lambd = 0.4, bias = 0.25}\n  output %y\n", -2,
