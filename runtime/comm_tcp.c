@@ -20,7 +20,9 @@
  * died) does the same with "the connection was lost", and the rank that
  * sees it first sends that as an ABORT to the others before it acts on it,
  * so that every rank names the rank that died (not one that ended because
- * of it). A rank that ends cleanly says BYE: only a wait for it fails
+ * of it). A close is acted on only after the frames already readable on
+ * every socket, and a short grace (LOST_GRACE_S) for an ABORT still on its
+ * way: a rank that ended because another aborted is not blamed for it. A rank that ends cleanly says BYE: only a wait for it fails
  * then. Waits are bounded.
  *
  * Communicators. A communicator is the world's sockets, a context id and
@@ -161,14 +163,40 @@ static bool read_frame(world *w, int r) {
 static sc_status write_frame(world *w, int r, uint32_t kind, uint64_t ctx, int tag,
                              const void *buf, int64_t bytes, sc_diag *d);
 
+/* A lost connection is often the consequence of another rank's abort
+ * (rank 1 ends because rank 2 aborted): before blaming the lost rank, read
+ * what the other open sockets hold for up to LOST_GRACE_S, so that an
+ * ABORT frame already on its way names the rank that failed first. */
+#define LOST_GRACE_S 0.25
+
+static void drain_for_abort(world *w, struct pollfd *p, bool *open) {
+  double until = sc_comm_now_s() + LOST_GRACE_S;
+  for (;;) {
+    pthread_mutex_lock(&w->mu);
+    bool done = w->aborted;
+    pthread_mutex_unlock(&w->mu);
+    double left = until - sc_comm_now_s();
+    if (done || left <= 0) return;
+    int n = 0;
+    for (int r = 0; r < w->size; r++)
+      p[n++] = (struct pollfd){.fd = open[r] ? w->fd[r] : -1, .events = POLLIN};
+    if (poll(p, (nfds_t)n, (int)(left * 1000) + 1) <= 0) continue;
+    for (int r = 0; r < w->size; r++)
+      if (open[r] && (p[r].revents & (POLLIN | POLLHUP | POLLERR)) && !read_frame(w, r))
+        open[r] = false; /* another close: the loop below reports it */
+  }
+}
+
 static void *receiver(void *arg) {
   world *w = arg;
   struct pollfd *p = sc_calloc((size_t)w->size + 1, sizeof *p);
   bool *open = sc_calloc((size_t)w->size + 1, sizeof *open);
-  if (!p || !open) {
+  bool *lost = sc_calloc((size_t)w->size + 1, sizeof *lost);
+  if (!p || !open || !lost) {
     set_aborted(w, "the receiver is out of memory");
     sc_free(p);
     sc_free(open);
+    sc_free(lost);
     return NULL;
   }
   for (int r = 0; r < w->size; r++) open[r] = w->fd[r] >= 0;
@@ -179,10 +207,20 @@ static void *receiver(void *arg) {
     p[n++] = (struct pollfd){.fd = w->wake[0], .events = POLLIN};
     if (poll(p, (nfds_t)n, -1) < 0 && errno != EINTR) break;
     if (p[w->size].revents) break; /* destroy */
+    /* every ready socket's frame first (an ABORT among them names the
+     * failing rank), then the closes */
+    int n_lost = 0;
     for (int r = 0; r < w->size; r++) {
+      lost[r] = false;
       if (!open[r] || !(p[r].revents & (POLLIN | POLLHUP | POLLERR))) continue;
       if (read_frame(w, r)) continue;
       open[r] = false;
+      lost[r] = true;
+      n_lost++;
+    }
+    if (n_lost) drain_for_abort(w, p, open);
+    for (int r = 0; r < w->size; r++) {
+      if (!lost[r]) continue;
       pthread_mutex_lock(&w->mu);
       bool stopping = w->stop || w->gone[r];
       pthread_mutex_unlock(&w->mu);
@@ -206,6 +244,7 @@ static void *receiver(void *arg) {
   }
   sc_free(p);
   sc_free(open);
+  sc_free(lost);
   return NULL;
 }
 
