@@ -273,7 +273,11 @@ static int32_t ein_diagonal(sc_grad_ctx *c, int32_t x, ein_term *t) {
       if (t->l[i] == t->l[q]) p = i;
     if (p < 0) continue;
     int64_t n = cx_val(c, x)->dims[p], d[SC_MAX_RANK];
-    if (cx_val(c, x)->dims[q] != n) return -1;
+    if (cx_val(c, x)->dims[q] != n) {
+      sc_node_error(c->g, cx_node(c), SC_ERR_INVALID, "a repeated label spans sizes %lld and "
+                    "%lld", (long long)n, (long long)cx_val(c, x)->dims[q]);
+      return -1;
+    }
     int64_t *eye = sc_arena_array(&c->g->arena, (size_t)(n > 0 ? n * n : 1), sizeof *eye);
     if (!eye) return -1;
     for (int64_t i = 0; i < n * n; i++) eye[i] = i / n == i % n;
@@ -349,11 +353,14 @@ sc_status cx_expand_einsum(sc_grad_ctx *c, int32_t *out) {
       return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "equation '%s': bad output term", eq);
   } else if (*p) {
     return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "equation '%s' is malformed", eq);
-  } else { /* implicit: the ellipsis, then the labels used once, in order */
+  } else { /* implicit: the ellipsis, then the labels used once, in ASCII
+            * order (numpy's: A-Z before a-z) */
     o.n = 0;
     for (int32_t k = 0; k < ell; k++) o.l[o.n++] = (int8_t)(EIN_ELL + k);
-    for (int8_t l = 0; l < EIN_ELL; l++)
+    for (int32_t k = 0; k < EIN_ELL; k++) {
+      int8_t l = (int8_t)((k + 26) % EIN_ELL);
       if (count[l] == 1 && o.n < SC_MAX_RANK) o.l[o.n++] = l;
+    }
   }
   int64_t size[EIN_ELL + SC_MAX_RANK];
   for (int32_t i = 0; i < EIN_ELL + SC_MAX_RANK; i++) size[i] = 1;
