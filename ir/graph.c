@@ -222,6 +222,19 @@ sc_attr *sc_node_add_attr(sc_graph *g, int32_t node_id, const char *name,
   return a->name ? a : NULL;
 }
 
+sc_status sc_node_copy_attrs(sc_graph *g, int32_t node_id, const sc_node *src) {
+  int32_t na = src->n_attrs;
+  const sc_attr *from = src->attrs; /* adding to node_id does not move these */
+  for (int32_t k = 0; k < na; k++) {
+    sc_attr *a = sc_node_add_attr(g, node_id, from[k].name, from[k].kind);
+    if (!a) return SC_ERR_NOMEM;
+    const char *name = a->name;
+    *a = from[k];
+    a->name = name;
+  }
+  return SC_OK;
+}
+
 sc_status sc_graph_add_input(sc_graph *g, int32_t value_id) {
   if (grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1,
            sizeof *g->inputs) != SC_OK)

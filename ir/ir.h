@@ -190,6 +190,10 @@ int32_t sc_graph_add_node(sc_graph *g, sc_op op, const char *name,
                           const int32_t *outputs, int32_t n_outputs);
 sc_attr *sc_node_add_attr(sc_graph *g, int32_t node_id, const char *name,
                           sc_attr_kind kind);
+/* Adds src's attributes to node node_id of the same graph (values shared,
+ * not deep-copied; src may be a node of g or a copy of one).
+ * SC_ERR_NOMEM on failure. */
+sc_status sc_node_copy_attrs(sc_graph *g, int32_t node_id, const sc_node *src);
 sc_status sc_graph_add_input(sc_graph *g, int32_t value_id);
 sc_status sc_graph_add_output(sc_graph *g, int32_t value_id);
 

@@ -29,7 +29,6 @@
  *       ReduceLogSum, MeanVarianceNormalization, EyeLike, CenterCropPad,
  *       LRN, the Hann/Hamming/Blackman windows. */
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "ir/op_util.h"
@@ -68,15 +67,12 @@ int32_t cx_iota(sc_grad_ctx *c, int64_t n, int32_t rank, int32_t axis) {
 
 /* x[..., a:b] along the last axis. */
 int32_t cx_last_slice(sc_grad_ctx *c, int32_t x, int64_t a, int64_t b) {
-  if (x < 0) return -1;
-  int64_t axis = -1;
-  return gb_op(c, SC_OP_SLICE, (int32_t[]){x, gb_ints(c, &a, 1), gb_ints(c, &b, 1),
-                                           gb_ints(c, &axis, 1)}, 4);
+  return cx_axis_slice(c, x, -1, a, b, 1);
 }
 
 /* x[.., a:b, ..] along `axis` (step 1, or -1 from a down to b exclusive). */
 int32_t cx_axis_slice(sc_grad_ctx *c, int32_t x, int64_t axis, int64_t a, int64_t b,
-                          int64_t step) {
+                      int64_t step) {
   if (x < 0) return -1;
   return gb_op(c, SC_OP_SLICE, (int32_t[]){x, gb_ints(c, &a, 1), gb_ints(c, &b, 1),
                                            gb_ints(c, &axis, 1), gb_ints(c, &step, 1)}, 5);
@@ -96,20 +92,6 @@ int32_t cx_argmax_keep(sc_grad_ctx *c, int32_t x, int64_t axis) {
 }
 
 /* ---- small definitions ---- */
-
-/* The node's attributes copied onto a node made by gb_begin. */
-static bool copy_attrs(sc_grad_ctx *c, int32_t node) {
-  int32_t na = cx_node(c)->n_attrs;
-  for (int32_t k = 0; k < na; k++) {
-    sc_attr a = cx_node(c)->attrs[k]; /* a copy: adding moves the array */
-    sc_attr *b = sc_node_add_attr(c->g, node, a.name, a.kind);
-    if (!b) return false;
-    const char *name = b->name;
-    *b = a;
-    b->name = name;
-  }
-  return true;
-}
 
 /* Hardmax(axis): 1 at the first maximum along axis, 0 elsewhere. */
 static sc_status expand_hardmax(sc_grad_ctx *c, int32_t *out) {
@@ -159,7 +141,7 @@ static sc_status expand_swish(sc_grad_ctx *c, int32_t *out) {
 static sc_status expand_reduce_log_sum(sc_grad_ctx *c, int32_t *out) {
   int32_t in[2] = {cx_in(c, 0), cx_in(c, 1)}, node = -1;
   int32_t s = gb_begin(c, SC_OP_REDUCE_SUM, in, in[1] >= 0 ? 2 : 1, &node);
-  if (s < 0 || !copy_attrs(c, node)) return cx_built(c);
+  if (s < 0 || sc_node_copy_attrs(c->g, node, cx_node(c)) != SC_OK) return cx_built(c);
   out[0] = gb_1(c, SC_OP_LOG, gb_end(c, node, s));
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
@@ -400,29 +382,25 @@ static cx_expand_fn expansion(sc_op op) {
  * Identity copies it. */
 static sc_status retarget(sc_grad_ctx *c, int32_t first, int32_t from, int32_t to, bool copy) {
   sc_graph *g = c->g;
-  int32_t p = g->values[from].producer;
-  if (!copy && p >= first) {
-    sc_node *pn = &g->nodes[p];
-    for (int32_t j = 0; j < pn->n_outputs; j++)
-      if (pn->outputs[j] == from) pn->outputs[j] = to;
-    for (int32_t i = first; i < g->n_nodes; i++)
-      for (int32_t j = 0; j < g->nodes[i].n_inputs; j++)
-        if (g->nodes[i].inputs[j] == from) g->nodes[i].inputs[j] = to;
-    sc_value *tv = &g->values[to], *fv = &g->values[from];
-    tv->producer = p;
-    tv->dtype = fv->dtype;
-    tv->rank = fv->rank;
-    memcpy(tv->dims, fv->dims, sizeof tv->dims);
-    fv->flags |= SC_VALUE_DEAD;
-    fv->producer = -1;
-    return SC_OK;
+  if (copy || g->values[from].producer < first) {
+    from = gb_1(c, SC_OP_IDENTITY, from);
+    if (from < 0) return cx_built(c);
   }
-  char name[512];
-  snprintf(name, sizeof name, "%s/def/%d", cx_node(c)->name ? cx_node(c)->name : sc_op_name(cx_node(c)->op),
-           (int)(*c->counter)++);
-  int32_t id = sc_graph_add_node(g, SC_OP_IDENTITY, name, &from, 1, &to, 1);
-  if (id < 0) return cx_built(c);
-  return sc_ops[SC_OP_IDENTITY].infer(g, &g->nodes[id]);
+  int32_t p = g->values[from].producer;
+  sc_node *pn = &g->nodes[p];
+  for (int32_t j = 0; j < pn->n_outputs; j++)
+    if (pn->outputs[j] == from) pn->outputs[j] = to;
+  for (int32_t i = first; i < g->n_nodes; i++)
+    for (int32_t j = 0; j < g->nodes[i].n_inputs; j++)
+      if (g->nodes[i].inputs[j] == from) g->nodes[i].inputs[j] = to;
+  sc_value *tv = &g->values[to], *fv = &g->values[from];
+  tv->producer = p;
+  tv->dtype = fv->dtype;
+  tv->rank = fv->rank;
+  memcpy(tv->dims, fv->dims, sizeof tv->dims);
+  fv->flags |= SC_VALUE_DEAD;
+  fv->producer = -1;
+  return SC_OK;
 }
 
 sc_status sc_expand_composite(sc_graph *g, int32_t node) {

@@ -46,7 +46,6 @@ int32_t gb_end(sc_grad_ctx *c, int32_t node, int32_t out);
 int32_t gb_op(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in);
 int32_t gb_1(sc_grad_ctx *c, sc_op op, int32_t a);
 int32_t gb_2(sc_grad_ctx *c, sc_op op, int32_t a, int32_t b);
-/* A scalar constant of dtype t. */
 /* op(in) with one INT attribute `attr` = v (Cast's to, Concat's axis). */
 int32_t gb_op_i(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, const char *attr,
                 int64_t v);
@@ -55,11 +54,13 @@ int32_t gb_cast(sc_grad_ctx *c, int32_t x, sc_dtype t); /* x itself when already
 sc_attr *gb_ints_attr(sc_grad_ctx *c, int32_t node, const char *name, const int64_t *v,
                       int32_t n);
 int32_t gb_where(sc_grad_ctx *c, int32_t cond, int32_t a, int32_t b);
+/* A scalar constant of dtype t. */
 int32_t gb_scalar(sc_grad_ctx *c, sc_dtype t, double v);
 /* A 1-D int64 constant. */
 int32_t gb_ints(sc_grad_ctx *c, const int64_t *v, int32_t n);
-/* ReduceSum of x over axes (keepdims as given). */
+/* Reduce op of x over axes (none: all), keepdims as given. */
 int32_t gb_reduce(sc_grad_ctx *c, sc_op op, int32_t x, const int64_t *axes, int32_t n, bool keep);
+/* ReduceSum of x over axes (keepdims as given); x itself for no axes. */
 int32_t gb_reduce_sum(sc_grad_ctx *c, int32_t x, const int64_t *axes, int32_t n, bool keep);
 /* Reshape of x to dims. */
 int32_t gb_reshape(sc_grad_ctx *c, int32_t x, int32_t rank, const int64_t *dims);

@@ -1023,11 +1023,7 @@ sc_status sc_grad_split(sc_grad_ctx *c) {
     parts[j] = c->dy[j] >= 0 ? c->dy[j] : zeros(c, ov.dtype, ov.rank, ov.dims);
     if (parts[j] < 0) return g->diag.status;
   }
-  int32_t node = -1, out = gb_begin(c, SC_OP_CONCAT, parts, m, &node);
-  sc_attr *ax = out < 0 ? NULL : sc_node_add_attr(g, node, "axis", SC_ATTR_INT);
-  if (!ax) return g->diag.status;
-  ax->i = axis;
-  c->dx[0] = gb_end(c, node, out);
+  c->dx[0] = gb_op_i(c, SC_OP_CONCAT, parts, m, "axis", axis);
   return done_dx0(c);
 }
 
@@ -1258,14 +1254,6 @@ static int32_t gb_slice(sc_grad_ctx *c, int32_t x, int32_t n, const int64_t *sta
   return gb_op(c, SC_OP_SLICE, in, steps ? 5 : 4);
 }
 
-static int32_t gb_concat(sc_grad_ctx *c, const int32_t *parts, int32_t n, int64_t axis) {
-  int32_t node = -1, out = gb_begin(c, SC_OP_CONCAT, parts, n, &node);
-  sc_attr *a = out < 0 ? NULL : sc_node_add_attr(c->g, node, "axis", SC_ATTR_INT);
-  if (!a) return -1;
-  a->i = axis;
-  return gb_end(c, node, out);
-}
-
 /* The K windows of the padded xp: [N, C, K, OH, OW], K in row-major
  * (kernel row, kernel column) order. */
 static int32_t im2col(sc_grad_ctx *c, int32_t xp, const win2d *w) {
@@ -1278,7 +1266,7 @@ static int32_t im2col(sc_grad_ctx *c, int32_t xp, const win2d *w) {
       int64_t en[2] = {st[0] + (w->oh - 1) * w->s[0] + 1, st[1] + (w->ow - 1) * w->s[1] + 1};
       parts[k++] = gb_reshape(c, gb_slice(c, xp, 2, st, en, axes, w->s), 5, dims);
     }
-  return k == 1 ? parts[0] : gb_concat(c, parts, k, 2);
+  return k == 1 ? parts[0] : gb_op_i(c, SC_OP_CONCAT, parts, k, "axis", 2);
 }
 
 /* The adjoint of im2col (without padding): col [N, C, K, OH, OW] → the

@@ -193,15 +193,9 @@ sc_status sc_recompute(sc_graph *g, sc_recompute_kind kind, int32_t n_fwd,
         st = d->status ? d->status : SC_ERR_NOMEM;
         break;
       }
-      for (int32_t a = 0; a < src.n_attrs; a++) {
-        sc_attr *at = sc_node_add_attr(g, id, src.attrs[a].name, src.attrs[a].kind);
-        if (!at) {
-          st = nomem(d);
-          break;
-        }
-        const char *keep = at->name;
-        *at = src.attrs[a];
-        at->name = keep;
+      if (sc_node_copy_attrs(g, id, &src) != SC_OK) {
+        st = nomem(d);
+        break;
       }
       r->nodes++;
       if (sc_ops[src.op].cost) {

@@ -332,11 +332,8 @@ static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts
   int32_t labels = new_input(g, "labels", SC_DTYPE_I64, lv.rank - 1, lv.dims, d);
   if (labels < 0) return -1;
   int64_t last = lv.rank - 1, minus1 = -1, v = lv.dims[last];
-  int32_t n, logp = gb_begin(c, SC_OP_LOG_SOFTMAX, &logits, 1, &n);
-  sc_attr *ax = logp < 0 ? NULL : sc_node_add_attr(g, n, "axis", SC_ATTR_INT);
-  if (!ax) return -1;
-  ax->i = -1;
-  logp = gb_end(c, n, logp);
+  int32_t logp = gb_op_i(c, SC_OP_LOG_SOFTMAX, &logits, 1, "axis", -1);
+  if (logp < 0) return -1;
   int64_t zero = 0, one = 1;
   /* the class ids Range(0, V, 1) */
   int32_t r0 = sc_graph_new_value(g, "train_c"), r1 = sc_graph_new_value(g, "train_c"),
@@ -349,22 +346,16 @@ static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts
   int32_t cls = gb_op(c, SC_OP_RANGE, (int32_t[]){r0, r1, r2}, 3);
   int32_t lab = gb_2(c, SC_OP_UNSQUEEZE, labels, gb_ints(c, &minus1, 1));
   int32_t hit = gb_2(c, SC_OP_EQUAL, lab, cls);
-  int32_t cn, onehot = gb_begin(c, SC_OP_CAST, &hit, 1, &cn);
-  sc_attr *to = onehot < 0 ? NULL : sc_node_add_attr(g, cn, "to", SC_ATTR_INT);
-  if (!to) return -1;
-  to->i = sc_dtype_to_onnx(lv.dtype);
-  onehot = gb_end(c, cn, onehot);
+  int32_t onehot = gb_cast(c, hit, lv.dtype);
+  if (onehot < 0) return -1;
   int32_t picked = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, logp, onehot), &last, 1, false);
   int64_t ig = o->ignore_index;
   int32_t igc = sc_graph_new_value(g, "train_c");
   if (igc < 0 || sc_value_set_data(g, igc, SC_DTYPE_I64, 0, NULL, &ig, sizeof ig, true) != SC_OK)
     return -1;
   int32_t keep = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_EQUAL, labels, igc));
-  int32_t vn, valid = gb_begin(c, SC_OP_CAST, &keep, 1, &vn);
-  to = valid < 0 ? NULL : sc_node_add_attr(g, vn, "to", SC_ATTR_INT);
-  if (!to) return -1;
-  to->i = sc_dtype_to_onnx(lv.dtype);
-  valid = gb_end(c, vn, valid);
+  int32_t valid = gb_cast(c, keep, lv.dtype);
+  if (valid < 0) return -1;
   int64_t all[SC_MAX_RANK];
   for (int32_t k = 0; k < lv.rank - 1; k++) all[k] = k;
   int32_t num = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, picked, valid), all, lv.rank - 1, false);
@@ -482,15 +473,6 @@ static int32_t applied_flag(sc_grad_ctx *c, const sc_train_opts *o, int32_t loss
   return new_output(c, "train:applied", ok, d) < 0 ? -1 : ok;
 }
 
-/* A Cast of value x to dtype t (shape inferred). */
-static int32_t cast_to(sc_grad_ctx *c, int32_t x, sc_dtype t) {
-  int32_t n, y = gb_begin(c, SC_OP_CAST, &x, 1, &n);
-  sc_attr *to = y < 0 ? NULL : sc_node_add_attr(c->g, n, "to", SC_ATTR_INT);
-  if (!to) return -1;
-  to->i = sc_dtype_to_onnx(t);
-  return gb_end(c, n, y);
-}
-
 /* Mixed precision: each f32 MatMul/Gemm of the forward graph computes in
  * low (bf16 or f16) between casts (train.h); the casts are appended, then
  * the node order is restored. */
@@ -506,7 +488,7 @@ static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
     for (int32_t k = 0; k < ni; k++) {
       int32_t x = g->nodes[i].inputs[k];
       if (x < 0 || g->values[x].dtype != SC_DTYPE_F32) continue;
-      int32_t xb = cast_to(c, x, low);
+      int32_t xb = gb_cast(c, x, low);
       if (xb < 0) return built(g, -1, "bf16 casts", d);
       g->nodes[i].inputs[k] = xb;
     }
@@ -654,13 +636,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     for (int32_t a = 0; a < gv.rank; a++) axes[a] = a;
     int32_t sq = gb_2(&c, SC_OP_MUL, grads[k], grads[k]);
     int32_t s = gb_reduce_sum(&c, sq, axes, gv.rank, false);
-    if (gv.dtype != t) {
-      int32_t cn, cs = gb_begin(&c, SC_OP_CAST, &s, 1, &cn);
-      sc_attr *to = cs < 0 ? NULL : sc_node_add_attr(g, cn, "to", SC_ATTR_INT);
-      if (!to) return built(g, -1, "gradient norm", d);
-      to->i = sc_dtype_to_onnx(t);
-      s = gb_end(&c, cn, cs);
-    }
+    s = gb_cast(&c, s, t); /* s is gv.dtype: a Cast only when that is not t */
     norm2 = norm2 < 0 ? s : gb_2(&c, SC_OP_ADD, norm2, s);
     if ((st = built(g, norm2, "gradient norm", d)) != SC_OK) return st;
   }
