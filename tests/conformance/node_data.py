@@ -47,7 +47,6 @@ def generate(out_dir):
     outputs are not plain tensors — sequences, maps, optionals — get the model
     only and a NOT_TENSOR marker). Returns the number of tests written."""
     import numpy as np
-    import onnx
     np.random.seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -70,41 +69,46 @@ def generate(out_dir):
                 _write_tensor(os.path.join(ds, f"input_{j}.pb"), v, g.input[j].name)
             for j, v in enumerate(outputs):
                 _write_tensor(os.path.join(ds, f"output_{j}.pb"), v, g.output[j].name)
-    with open(os.path.join(out_dir, STAMP), "w") as f:
-        f.write(f"onnx {onnx.__version__} numpy {np.__version__}\n")
     return len(cases)
+
+
+def _cached(cache_root, name, want, fill, what):
+    """cache_root/name, made by fill(folder) unless its stamp already reads
+    `want`: built in a temporary folder and renamed into place under a lock,
+    so a half-written cache is never used and two suites starting at once
+    under ctest -j (test_conformance.sh, test_conformance_mesh.sh) neither
+    build it twice nor replace the folder the other is reading."""
+    cache = os.path.join(cache_root, name)
+    stamp = os.path.join(cache, STAMP)
+    if os.path.exists(stamp) and open(stamp).read() == want:
+        return cache
+    os.makedirs(cache_root, exist_ok=True)
+    import fcntl
+    with open(os.path.join(cache_root, name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(stamp) and open(stamp).read() == want:
+            return cache
+        tmp = tempfile.mkdtemp(prefix=name + ".", dir=cache_root)
+        print(f"{what} into {cache} ...", file=sys.stderr, flush=True)
+        fill(tmp)
+        with open(os.path.join(tmp, STAMP), "w") as f:
+            f.write(want)
+        if os.path.exists(cache):
+            shutil.rmtree(cache)
+        os.rename(tmp, cache)
+    return cache
 
 
 def node_dir(cache_root):
     """The folder of node tests: the shipped one, else a generated cache under
-    cache_root (created atomically: a half-written cache is never used)."""
+    cache_root."""
     d = shipped_dir()
     if d:
         return d
     import numpy as np
     import onnx
-    want = f"onnx {onnx.__version__} numpy {np.__version__}\n"
-    cache = os.path.join(cache_root, "onnx-node-tests")
-    stamp = os.path.join(cache, STAMP)
-    if os.path.exists(stamp) and open(stamp).read() == want:
-        return cache
-    os.makedirs(cache_root, exist_ok=True)
-    # Two suites (test_conformance.sh, test_conformance_mesh.sh) may start at
-    # once under ctest -j: one generates while the other waits, so neither
-    # replaces the folder the other is reading.
-    import fcntl
-    with open(os.path.join(cache_root, "onnx-node-tests.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(stamp) and open(stamp).read() == want:
-            return cache
-        tmp = tempfile.mkdtemp(prefix="onnx-node-tests.", dir=cache_root)
-        print(f"generating the ONNX node tests (onnx {onnx.__version__}) into {cache} ...",
-              file=sys.stderr, flush=True)
-        generate(tmp)
-        if os.path.exists(cache):
-            shutil.rmtree(cache)
-        os.rename(tmp, cache)
-    return cache
+    return _cached(cache_root, "onnx-node-tests", f"onnx {onnx.__version__} numpy {np.__version__}\n",
+                   generate, f"generating the ONNX node tests (onnx {onnx.__version__})")
 
 
 def _convert(src, dst, target):
@@ -133,34 +137,20 @@ def converted_dir(root, cache_root, target, names):
     `target`, converted down to it by onnx.version_converter (the expected
     outputs are the original ones): a folder per test under
     cache_root/onnx-node-tests-opset<target>/, made once per onnx version and
-    set of names (atomically, like node_dir). A test the converter cannot
-    take down holds NOT_CONVERTIBLE and no model."""
+    set of names. A test the converter cannot take down holds
+    NOT_CONVERTIBLE and no model."""
     import hashlib
     import onnx
     root = os.path.abspath(root)
     want = (f"onnx {onnx.__version__} root {root} names "
             f"{hashlib.sha256(' '.join(sorted(names)).encode()).hexdigest()}\n")
-    cache = os.path.join(cache_root, f"onnx-node-tests-opset{target}")
-    stamp = os.path.join(cache, STAMP)
-    if os.path.exists(stamp) and open(stamp).read() == want:
-        return cache
-    os.makedirs(cache_root, exist_ok=True)
-    import fcntl
-    with open(os.path.join(cache_root, f"onnx-node-tests-opset{target}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(stamp) and open(stamp).read() == want:
-            return cache
-        tmp = tempfile.mkdtemp(prefix=f"onnx-node-tests-opset{target}.", dir=cache_root)
-        print(f"converting the node tests to opset {target} into {cache} ...", file=sys.stderr,
-              flush=True)
+
+    def fill(tmp):
         for n in names:
             m = onnx.load(os.path.join(root, n, "model.onnx"), load_external_data=False)
             ver = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
             if ver and ver[0] > target:
                 _convert(os.path.join(root, n), os.path.join(tmp, n), target)
-        with open(os.path.join(tmp, STAMP), "w") as f:
-            f.write(want)
-        if os.path.exists(cache):
-            shutil.rmtree(cache)
-        os.rename(tmp, cache)
-    return cache
+
+    return _cached(cache_root, f"onnx-node-tests-opset{target}", want, fill,
+                   f"converting the node tests to opset {target}")
