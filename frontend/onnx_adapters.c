@@ -42,7 +42,14 @@
  *       attention_bias; no past), RotaryEmbedding (inputs reordered): the
  *       default domain's Attention and RotaryEmbedding, composite ops of
  *       the IR (passes/composite.c); masks become onnxruntime's additive
- *       mask_filter_value;
+ *       mask_filter_value; EmbedLayerNormalization's [B] mask_index (the
+ *       count of ones per row) masks the keys from that count on;
+ *   EmbedLayerNormalization  Gathers of the word, position and segment
+ *       embeddings, their sum and LayerNormalization; mask_index as above.
+ * Softmax before 13 over the last axis of an input whose rank is known (a
+ * graph input, an initializer, Flatten's output) means what it means from
+ * 13 and is kept as it is: so the export of an adapted graph, read again,
+ * is not adapted twice.
  * Their scalar constants take the data's dtype through CastLike from opset
  * 15 (float32 before).
  * Made nodes and values are named after the node ("N/flatten",
@@ -184,12 +191,43 @@ static sc_status ints_attr(adapter *ad, const Onnx__NodeProto *np, const char *n
   return SC_OK;
 }
 
+/* The rank of a graph input or initializer named x, or of an output whose
+ * rank its op fixes (Flatten's: 2; EmbedLayerNormalization's mask_index:
+ * [batch]), or -1. */
+static int rank_of(const adapter *ad, const char *x) {
+  const Onnx__GraphProto *g = ad->graph;
+  for (size_t k = 0; k < g->n_node; k++) {
+    const Onnx__NodeProto *np = g->node[k];
+    if (np && np->op_type && strcmp(np->op_type, "Flatten") == 0 &&
+        sc_onnx_default_domain(np->domain) && np->n_output == 1 && np->output[0] &&
+        strcmp(np->output[0], x) == 0)
+      return 2;
+    if (np && np->op_type && strcmp(np->op_type, "EmbedLayerNormalization") == 0 &&
+        np->domain && strcmp(np->domain, "com.microsoft") == 0 && np->n_output > 1 &&
+        np->output[1] && strcmp(np->output[1], x) == 0)
+      return 1;
+  }
+  for (size_t k = 0; k < g->n_initializer; k++)
+    if (g->initializer[k] && g->initializer[k]->name && strcmp(g->initializer[k]->name, x) == 0)
+      return (int)g->initializer[k]->n_dims;
+  for (size_t k = 0; k < g->n_input; k++) {
+    const Onnx__ValueInfoProto *v = g->input[k];
+    if (v && v->name && strcmp(v->name, x) == 0 && v->type && v->type->tensor_type &&
+        v->type->tensor_type->shape)
+      return (int)v->type->tensor_type->shape->n_dim;
+  }
+  return -1;
+}
+
 /* ---- the adapters ---- */
 
 static sc_status softmax(adapter *ad, const Onnx__NodeProto *np) {
   if (np->n_input != 1 || np->n_output != 1) return emit(ad, (Onnx__NodeProto *)np);
   const Onnx__AttributeProto *ax = attr(np, "axis");
   int64_t axis = ax ? ax->i : 1;
+  int rank = rank_of(ad, np->input[0]);
+  if (rank > 0 && (axis == rank - 1 || axis == -1)) /* the last axis: both meanings agree */
+    return emit(ad, (Onnx__NodeProto *)np);   /* (an absent axis, 1, is read as -1) */
   const char *b = base_name(ad, np);
   const char *x = np->input[0], *y = np->output[0];
   const char *shape = sc_arena_printf(A(ad), "%s/shape", b);
@@ -321,6 +359,25 @@ static const char *op2(adapter *ad, const char *b, const char *op, const char *x
   return np && emit(ad, np) == SC_OK ? o : NULL;
 }
 
+/* Cast(x, to) as a new node. */
+static const char *cast(adapter *ad, const char *b, const char *x, int64_t to) {
+  const char *o = tmp_name(ad, b);
+  Onnx__NodeProto *np = o && x ? node(ad, "Cast", sc_arena_printf(A(ad), "%s/Cast_%d", b,
+                                                                  ad->tmp++), &x, 1, &o, 1, 1)
+                               : NULL;
+  Onnx__AttributeProto *a = int_attr(ad, "to", to);
+  if (!np || !a) return NULL;
+  np->attribute[np->n_attribute++] = a;
+  return emit(ad, np) == SC_OK ? o : NULL;
+}
+
+/* An int64 constant: the vector v[n], or with n = 0 the scalar *v. */
+static const char *int_const(adapter *ad, const char *b, const int64_t *v, size_t n) {
+  const char *c = tmp_name(ad, b);
+  if (!c || constant(ad, c, v, n ? n : 1, NULL) != SC_OK) return NULL;
+  return n ? c : op2(ad, b, "Squeeze", c, NULL, NULL);
+}
+
 /* A float scalar constant in X's dtype (CastLike from opset 15; before,
  * float32). */
 static const char *scalar(adapter *ad, const char *b, float v, const char *like) {
@@ -427,21 +484,6 @@ static sc_status ms_quick_gelu(adapter *ad, const Onnx__NodeProto *np) {
                               np->output[0]));
 }
 
-/* The rank of a graph input or initializer named x, or -1. */
-static int rank_of(const adapter *ad, const char *x) {
-  const Onnx__GraphProto *g = ad->graph;
-  for (size_t k = 0; k < g->n_initializer; k++)
-    if (g->initializer[k] && g->initializer[k]->name && strcmp(g->initializer[k]->name, x) == 0)
-      return (int)g->initializer[k]->n_dims;
-  for (size_t k = 0; k < g->n_input; k++) {
-    const Onnx__ValueInfoProto *v = g->input[k];
-    if (v && v->name && strcmp(v->name, x) == 0 && v->type && v->type->tensor_type &&
-        v->type->tensor_type->shape)
-      return (int)v->type->tensor_type->shape->n_dim;
-  }
-  return -1;
-}
-
 /* x with its last two dims swapped (its rank known from the graph). */
 static const char *swap_last(adapter *ad, const char *b, const Onnx__NodeProto *np, const char *x) {
   int r = rank_of(ad, x);
@@ -489,6 +531,35 @@ static sc_status ms_fused_matmul(adapter *ad, const Onnx__NodeProto *np) {
   return contrib_done(ad, op2(ad, b, "Mul", p, scalar(ad, b, alpha, p), np->output[0]));
 }
 
+/* y = LayerNormalization(x, gamma[, beta]; epsilon) over the last axis
+ * (opset 17's op, its decomposition before), or with rms the simplified
+ * form x / sqrt(mean(x^2) + eps) * gamma. Returns y, NULL on an error. */
+static const char *layer_norm(adapter *ad, const char *b, const char *x, const char *gamma,
+                              const char *beta, bool rms, float eps, const char *y) {
+  if (!x) return NULL;
+  if (!rms && ad->opset >= 17) {
+    const char *in[3] = {x, gamma, beta};
+    Onnx__NodeProto *ln = node(ad, "LayerNormalization", b, in, beta ? 3 : 2, &y, 1, 2);
+    Onnx__AttributeProto *ax = int_attr(ad, "axis", -1), *ep = sc_arena_array(A(ad), 1, sizeof *ep);
+    if (!ln || !ax || !ep) return NULL;
+    onnx__attribute_proto__init(ep);
+    ep->name = "epsilon";
+    ep->has_type = 1;
+    ep->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    ep->has_f = 1;
+    ep->f = eps;
+    ln->attribute[ln->n_attribute++] = ax;
+    ln->attribute[ln->n_attribute++] = ep;
+    return emit(ad, ln) == SC_OK ? y : NULL;
+  }
+  const char *d = rms ? x : op2(ad, b, "Sub", x, reduce_mean_last(ad, b, x), NULL);
+  const char *var = reduce_mean_last(ad, b, op2(ad, b, "Mul", d, d, NULL));
+  const char *den = op2(ad, b, "Sqrt", op2(ad, b, "Add", var, scalar(ad, b, eps, x), NULL), NULL,
+                        NULL);
+  const char *n = op2(ad, b, "Mul", op2(ad, b, "Div", d, den, NULL), gamma, beta ? NULL : y);
+  return beta ? op2(ad, b, "Add", n, beta, y) : n;
+}
+
 /* (Skip)(Simplified)LayerNormalization over the last axis: S = input +
  * skip (+ bias) for the Skip forms (output 3 is S); LayerNormalization
  * (opset 17) or its decomposition; the simplified (RMS) form X /
@@ -515,28 +586,63 @@ static sc_status ms_layer_norm(adapter *ad, const Onnx__NodeProto *np) {
     x = bias ? op2(ad, b, "Add", s, bias, output(np, 3)) : s;
     if (!x) return contrib_done(ad, NULL);
   }
-  const char *y = np->output[0];
-  if (!rms && ad->opset >= 17) {
-    const char *in[3] = {x, gamma, beta};
-    Onnx__NodeProto *ln = node(ad, "LayerNormalization", b, in, beta ? 3 : 2, &y, 1, 2);
-    Onnx__AttributeProto *ax = int_attr(ad, "axis", -1), *ep = sc_arena_array(A(ad), 1, sizeof *ep);
-    if (!ln || !ax || !ep) return nomem(ad);
-    onnx__attribute_proto__init(ep);
-    ep->name = "epsilon";
-    ep->has_type = 1;
-    ep->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
-    ep->has_f = 1;
-    ep->f = eps;
-    ln->attribute[ln->n_attribute++] = ax;
-    ln->attribute[ln->n_attribute++] = ep;
-    return emit(ad, ln);
+  return contrib_done(ad, layer_norm(ad, b, x, gamma, beta, rms, eps, np->output[0]));
+}
+
+/* EmbedLayerNormalization(input_ids, segment_ids, word_embedding,
+ * position_embedding, segment_embedding, gamma, beta[, mask, position_ids])
+ * -> output, mask_index, embedding_sum: S = word[ids] + position[pos] (+
+ * segment[segment_ids]), pos = position_ids or 0..S-1; output =
+ * LayerNormalization(S) (epsilon); mask_index[b] = the count of mask[b, :]
+ * equal to 1 (int32, as onnxruntime's kernel counts). */
+static sc_status ms_embed_layer_norm(adapter *ad, const Onnx__NodeProto *np) {
+  sc_status st = need_io(ad, np, 7, 3);
+  if (st != SC_OK) return st;
+  if (!input(np, 2) || !input(np, 3) || !input(np, 5))
+    return sc_onnx_error(ad->c, SC_ERR_INVALID, "EmbedLayerNormalization needs the word and "
+                         "position embeddings and gamma (inputs 2, 3, 5)");
+  if (output(np, 1) && !input(np, 7))
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "EmbedLayerNormalization's mask_index "
+                         "without a mask (input 7) is not supported");
+  const char *b = base_name(ad, np), *ids = np->input[0];
+  const int64_t zero = 0, one = 1;
+  const char *pos;
+  if (input(np, 8)) {
+    pos = op2(ad, b, "Gather", np->input[3], np->input[8], NULL);
+  } else { /* position_embedding[0 : S] */
+    const char *s = op2(ad, b, "Gather", op2(ad, b, "Shape", ids, NULL, NULL),
+                        int_const(ad, b, &one, 1), NULL);
+    const char *in[4] = {np->input[3], int_const(ad, b, &zero, 1), s, int_const(ad, b, &zero, 1)};
+    const char *o = tmp_name(ad, b);
+    Onnx__NodeProto *sl = o && in[1] && s && in[3]
+                              ? node(ad, "Slice", sc_arena_printf(A(ad), "%s/Slice_%d", b,
+                                                                  ad->tmp++), in, 4, &o, 1, 0)
+                              : NULL;
+    pos = sl && emit(ad, sl) == SC_OK ? o : NULL;
   }
-  const char *d = rms ? x : op2(ad, b, "Sub", x, reduce_mean_last(ad, b, x), NULL);
-  const char *var = reduce_mean_last(ad, b, op2(ad, b, "Mul", d, d, NULL));
-  const char *den = op2(ad, b, "Sqrt", op2(ad, b, "Add", var, scalar(ad, b, eps, x), NULL), NULL,
+  const char *sum = op2(ad, b, "Add", op2(ad, b, "Gather", np->input[2], ids, NULL), pos,
                         NULL);
-  const char *n = op2(ad, b, "Mul", op2(ad, b, "Div", d, den, NULL), gamma, beta ? NULL : y);
-  return contrib_done(ad, beta ? op2(ad, b, "Add", n, beta, y) : n);
+  bool seg = input(np, 1) && input(np, 4);
+  if (seg) sum = op2(ad, b, "Add", sum, op2(ad, b, "Gather", np->input[4], np->input[1], NULL),
+                     output(np, 2));
+  else if (sum && output(np, 2)) sum = op2(ad, b, "Identity", sum, NULL, np->output[2]);
+  if (!layer_norm(ad, b, sum, np->input[5], input(np, 6), false,
+                  float_attr(np, "epsilon", 1e-12f), np->output[0]))
+    return contrib_done(ad, NULL);
+  if (!output(np, 1)) return SC_OK;
+  const char *ones = cast(ad, b, op2(ad, b, "Equal", np->input[7],
+                                     cast(ad, b, int_const(ad, b, &one, 0),
+                                          ONNX__TENSOR_PROTO__DATA_TYPE__INT32), NULL),
+                          ONNX__TENSOR_PROTO__DATA_TYPE__INT32);
+  const char *in[2] = {ones, int_const(ad, b, &one, 1)}, *mi = np->output[1];
+  Onnx__NodeProto *sum_n = in[0] && in[1] ? node(ad, "ReduceSum", sc_arena_printf(
+                                                     A(ad), "%s/ReduceSum_%d", b, ad->tmp++),
+                                                 in, 2, &mi, 1, 1)
+                                          : NULL;
+  Onnx__AttributeProto *keep = int_attr(ad, "keepdims", 0);
+  if (!sum_n || !keep) return contrib_done(ad, NULL);
+  sum_n->attribute[sum_n->n_attribute++] = keep;
+  return emit(ad, sum_n);
 }
 
 /* The attention family, onto the default domain's Attention (a composite
@@ -563,36 +669,52 @@ static sc_status refuse_input(adapter *ad, const Onnx__NodeProto *np, size_t i, 
                        np->input[i], why);
 }
 
-/* The float mask from a [B, T] key mask (0: masked) at input `mi` and an
- * additive attention_bias at input `bi`, or NULL when neither is given. */
+/* keep[b, j] = j < len[b] ([B, T] bool) from onnxruntime's 1-D mask_index
+ * [B] (right padding: the valid keys' count per row); T is dim 1 of keys. */
+static const char *mask_from_lengths(adapter *ad, const char *b, const char *len,
+                                     const char *keys) {
+  const int64_t zero = 0, one = 1, axis1 = 1;
+  const char *t = op2(ad, b, "Squeeze",
+                      op2(ad, b, "Gather", op2(ad, b, "Shape", keys, NULL, NULL),
+                          int_const(ad, b, &axis1, 1), NULL),
+                      NULL, NULL);
+  const char *in[3] = {int_const(ad, b, &zero, 0), t, int_const(ad, b, &one, 0)};
+  const char *r = tmp_name(ad, b);
+  Onnx__NodeProto *range = r && in[0] && in[1] && in[2]
+                               ? node(ad, "Range", sc_arena_printf(A(ad), "%s/Range_%d", b,
+                                                                   ad->tmp++), in, 3, &r, 1, 0)
+                               : NULL;
+  if (!range || emit(ad, range) != SC_OK) return NULL;
+  const char *l = op2(ad, b, "Unsqueeze", cast(ad, b, len, ONNX__TENSOR_PROTO__DATA_TYPE__INT64),
+                      int_const(ad, b, &axis1, 1), NULL); /* [B, 1] */
+  return op2(ad, b, "Less", r, l, NULL);
+}
+
+/* The float mask from a key mask at input `mi` — [B, T] (0: masked), or
+ * EmbedLayerNormalization's mask_index [B] (the valid keys' count) — and
+ * an additive attention_bias at input `bi`, or NULL when neither is given.
+ * `keys` holds the keys ([B, T, ...]). */
 static const char *ms_mask(adapter *ad, const char *b, const Onnx__NodeProto *np, size_t mi,
-                           size_t bi, const char *like, sc_status *st) {
+                           size_t bi, const char *like, const char *keys, sc_status *st) {
   const char *m = NULL, *bias = input(np, bi);
   if (input(np, mi)) {
-    if (rank_of(ad, np->input[mi]) != 2) {
+    int rank = rank_of(ad, np->input[mi]);
+    if (rank != 2 && rank != 1) {
       *st = refuse_input(ad, np, mi, "only a [batch, keys] mask given as a graph input or "
-                         "initializer is supported");
+                         "initializer, or EmbedLayerNormalization's mask_index, is supported");
       return NULL;
     }
-    const char *keep = tmp_name(ad, b);
-    Onnx__NodeProto *cast = keep ? node(ad, "Cast", sc_arena_printf(A(ad), "%s/keep", b),
-                                        (const char *[]){np->input[mi]}, 1, &keep, 1, 1)
-                                 : NULL;
-    Onnx__AttributeProto *to = int_attr(ad, "to", ONNX__TENSOR_PROTO__DATA_TYPE__BOOL);
-    if (!cast || !to) return NULL;
-    cast->attribute[cast->n_attribute++] = to;
-    if (emit(ad, cast) != SC_OK) return NULL;
+    const char *keep = rank == 2 ? cast(ad, b, np->input[mi], ONNX__TENSOR_PROTO__DATA_TYPE__BOOL)
+                                 : mask_from_lengths(ad, b, np->input[mi], keys);
     const char *in[3] = {keep, scalar(ad, b, 0.0f, like),
                          scalar(ad, b, float_attr(np, "mask_filter_value", -10000.0f), like)};
     const char *w = tmp_name(ad, b);
-    Onnx__NodeProto *where = w ? node(ad, "Where", sc_arena_printf(A(ad), "%s/mask", b), in, 3,
-                                      &w, 1, 0)
-                               : NULL;
+    Onnx__NodeProto *where = w && keep ? node(ad, "Where", sc_arena_printf(A(ad), "%s/mask", b),
+                                              in, 3, &w, 1, 0)
+                                       : NULL;
     if (!where || !in[1] || !in[2] || emit(ad, where) != SC_OK) return NULL;
     const int64_t axes[2] = {1, 2};
-    const char *ax = tmp_name(ad, b);
-    if (!ax || constant(ad, ax, axes, 2, NULL) != SC_OK) return NULL;
-    m = op2(ad, b, "Unsqueeze", w, ax, NULL); /* [B, 1, 1, T] */
+    m = op2(ad, b, "Unsqueeze", w, int_const(ad, b, axes, 2), NULL); /* [B, 1, 1, T] */
   }
   if (m && bias) return op2(ad, b, "Add", m, bias, NULL);
   return m ? m : bias;
@@ -670,7 +792,7 @@ static sc_status ms_mha(adapter *ad, const Onnx__NodeProto *np) {
     v = op2(ad, b, "Add", v, bias[2], NULL);
   }
   st = SC_OK;
-  const char *mask = ms_mask(ad, b, np, 4, 5, np->input[0], &st);
+  const char *mask = ms_mask(ad, b, np, 4, 5, np->input[0], k, &st);
   if (st != SC_OK) return st;
   if ((input(np, 4) || input(np, 5)) && !mask) return contrib_done(ad, NULL);
   return ms_attention_node(ad, b, np, q, k, v, mask, input(np, 6), input(np, 7));
@@ -692,7 +814,7 @@ static sc_status ms_attention(adapter *ad, const Onnx__NodeProto *np) {
   const char *x = op2(ad, b, "MatMul", np->input[0], np->input[1], NULL);
   if (x && input(np, 2)) x = op2(ad, b, "Add", x, np->input[2], NULL);
   if (!x || !split3(ad, b, np, x, -1, qkv)) return contrib_done(ad, NULL);
-  const char *mask = ms_mask(ad, b, np, 3, 5, np->input[0], &st);
+  const char *mask = ms_mask(ad, b, np, 3, 5, np->input[0], np->input[0], &st);
   if (st != SC_OK) return st;
   if ((input(np, 3) || input(np, 5)) && !mask) return contrib_done(ad, NULL);
   return ms_attention_node(ad, b, np, qkv[0], qkv[1], qkv[2], mask, NULL, NULL);
@@ -748,6 +870,7 @@ static const struct {
     {"com.microsoft", "MultiHeadAttention", INT64_MAX, ms_mha},
     {"com.microsoft", "Attention", INT64_MAX, ms_attention},
     {"com.microsoft", "RotaryEmbedding", INT64_MAX, ms_rotary},
+    {"com.microsoft", "EmbedLayerNormalization", INT64_MAX, ms_embed_layer_norm},
 };
 
 static adapt_fn adapter_of(const Onnx__NodeProto *np, int64_t opset) {

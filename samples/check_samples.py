@@ -32,7 +32,9 @@ import onnx
 from onnx import TensorProto
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SAMPLES = ["mlp", "resnet", "gpt2", "bert", "llama", "vit", "gpt_1p5b"]
+SAMPLES = ["mlp", "resnet", "gpt2", "bert", "llama", "vit", "gpt_1p5b",
+           "gpt2_opset11", "bert_opset11", "vit_opset11", "gpt2_dynamo", "bert_ortopt",
+           "gpt2_ortopt"]
 BATCHES = (1, 3)
 
 

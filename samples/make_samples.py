@@ -30,6 +30,7 @@ import contextlib
 import inspect
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -155,8 +156,10 @@ def compare_with_onnxruntime(model, args, path, input_names):
         sys.exit("%s: exported model does not match torch" % path)
 
 
-def export(model, args, path, input_names, output_names, batch_axes=None):
-    """Export `model` with the TorchScript exporter, opset 17, symbolic batch."""
+def export(model, args, path, input_names, output_names, batch_axes=None,
+           opset=OPSET, dynamo=False):
+    """Export `model` with the TorchScript exporter (or, with dynamo=True, the
+    torch.export-based one), at `opset` (17 unless told), symbolic batch."""
     torch = _torch()
     model.eval()
     with torch.no_grad():
@@ -168,14 +171,37 @@ def export(model, args, path, input_names, output_names, batch_axes=None):
         input_names=input_names,
         output_names=output_names,
         dynamic_axes=batch_axes,
-        opset_version=OPSET,
+        opset_version=opset,
     )
     if "dynamo" in inspect.signature(torch.onnx.export).parameters:
-        kwargs["dynamo"] = False
+        kwargs["dynamo"] = dynamo
+    elif dynamo:
+        sys.exit("this torch has no dynamo exporter")
+    if dynamo:
+        # torch.export's batch dimension (dynamic_axes is converted to it);
+        # the weights are embedded in the file like the other samples'.
+        kwargs["external_data"] = False
     with torch.no_grad():
         torch.onnx.export(model, args, path, **kwargs)
     m = onnx.load(path)
-    _rename_initializers(m, model)
+    if dynamo:
+        # torch.export names the batch dimension after its symbol (s72):
+        # call it "batch", as the other samples do (it is the only one).
+        syms = {d.dim_param for vi in m.graph.input
+                for d in vi.type.tensor_type.shape.dim if d.HasField("dim_param")}
+        assert len(syms) == 1, syms
+        sym = re.compile(r"\b%s\b" % re.escape(syms.pop()))
+        for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_param"):
+                    d.dim_param = sym.sub("batch", d.dim_param)
+        # Reproducible files: no stack traces (they hold source paths).
+        for n in m.graph.node:
+            keep = [p for p in n.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+            del n.metadata_props[:]
+            n.metadata_props.extend(keep)
+    else:               # the new exporter names initializers after the
+        _rename_initializers(m, model)   # state_dict already
     # Only the batch is symbolic: pin the other output dims (the exporter
     # names them e.g. MatMullogits_dim_1) to the example's sizes.
     for vi, t in zip(m.graph.output, example):
@@ -373,18 +399,18 @@ def hf_model(cls, config):
         return cls(config)
 
 
-def make_gpt2(out):
+def gpt2_sample():
+    """(module, example args, input names, output names) of the gpt2 sample."""
     torch = _torch()
     from transformers import GPT2LMHeadModel
     torch.manual_seed(3)
     model = hf_model(GPT2LMHeadModel, gpt2_tiny_config()).eval()
     perturb(model, 30)
     ids = torch.randint(0, VOCAB, (2, SEQ))
-    export(LogitsOnly.make(model), (ids,), os.path.join(out, "gpt2.onnx"),
-           ["input_ids"], ["logits"])
+    return LogitsOnly.make(model), (ids,), ["input_ids"], ["logits"]
 
 
-def make_bert(out):
+def bert_sample():
     torch = _torch()
     from transformers import BertModel
     torch.manual_seed(4)
@@ -402,22 +428,21 @@ def make_bert(out):
 
     ids = torch.randint(0, VOCAB, (2, SEQ))
     mask = torch.ones(2, SEQ, dtype=torch.int64)
-    export(Wrap(model), (ids, mask), os.path.join(out, "bert.onnx"),
-           ["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"])
+    return (Wrap(model), (ids, mask), ["input_ids", "attention_mask"],
+            ["last_hidden_state", "pooler_output"])
 
 
-def make_llama(out):
+def llama_sample():
     torch = _torch()
     from transformers import LlamaForCausalLM
     torch.manual_seed(5)
     model = hf_model(LlamaForCausalLM, llama_tiny_config()).eval()
     perturb(model, 50)
     ids = torch.randint(0, VOCAB, (2, SEQ))
-    export(LogitsOnly.make(model), (ids,), os.path.join(out, "llama.onnx"),
-           ["input_ids"], ["logits"])
+    return LogitsOnly.make(model), (ids,), ["input_ids"], ["logits"]
 
 
-def make_vit(out):
+def vit_sample():
     torch = _torch()
     from transformers import ViTForImageClassification
     torch.manual_seed(6)
@@ -433,8 +458,42 @@ def make_vit(out):
             return self.m(pixel_values=pixel_values).logits
 
     x = torch.randn(2, 3, 32, 32)
-    export(Wrap(model), (x,), os.path.join(out, "vit.onnx"),
-           ["pixel_values"], ["logits"])
+    return Wrap(model), (x,), ["pixel_values"], ["logits"]
+
+
+def exported(sample, name, **kw):
+    """A SAMPLES entry: export sample() to OUT/name.onnx (export's options)."""
+    def make(out):
+        model, args, inputs, outputs = sample()
+        export(model, args, os.path.join(out, name + ".onnx"), inputs, outputs, **kw)
+    return make
+
+
+def ort_optimized(sample, name, model_type, num_heads, hidden_size):
+    """A SAMPLES entry: the opset-17 export of sample(), passed through
+    onnxruntime's transformer optimizer with its default options for
+    model_type (the com.microsoft fused ops: Attention, SkipLayerNormalization,
+    EmbedLayerNormalization, FastGelu, BiasGelu, ...), then compared with torch."""
+    import tempfile
+
+    def make(out):
+        from onnxruntime.transformers import optimizer
+        model, args, inputs, outputs = sample()
+        path = os.path.join(out, name + ".onnx")
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "src.onnx")
+            export(model, args, src, inputs, outputs)
+            opt = optimizer.optimize_model(src, model_type=model_type,
+                                           num_heads=num_heads, hidden_size=hidden_size)
+            print("  fused ops: %s" % opt.get_fused_operator_statistics())
+            m = opt.model
+            m.doc_string = ""
+            for n in m.graph.node:
+                n.doc_string = ""
+            onnx.checker.check_model(m)
+            onnx.save(m, path)
+        compare_with_onnxruntime(model, args, path, inputs)
+    return make
 
 
 # --------------------------------------------------------------------------
@@ -630,11 +689,20 @@ def sanity_gpt2_generator():
 SAMPLES = {
     "mlp": make_mlp,
     "resnet": make_resnet,
-    "gpt2": make_gpt2,
-    "bert": make_bert,
-    "llama": make_llama,
-    "vit": make_vit,
+    "gpt2": exported(gpt2_sample, "gpt2"),
+    "bert": exported(bert_sample, "bert"),
+    "llama": exported(llama_sample, "llama"),
+    "vit": exported(vit_sample, "vit"),
     "gpt_1p5b": make_gpt_1p5b,
+    # The same models as other exporters and tools write them (issue 12 §4):
+    # the TorchScript exporter at opset 11, torch.export's exporter (newer
+    # opset, its own op forms), onnxruntime's transformer optimizer.
+    "gpt2_opset11": exported(gpt2_sample, "gpt2_opset11", opset=11),
+    "bert_opset11": exported(bert_sample, "bert_opset11", opset=11),
+    "vit_opset11": exported(vit_sample, "vit_opset11", opset=11),
+    "gpt2_dynamo": exported(gpt2_sample, "gpt2_dynamo", opset=18, dynamo=True),
+    "bert_ortopt": ort_optimized(bert_sample, "bert_ortopt", "bert", 4, 64),
+    "gpt2_ortopt": ort_optimized(gpt2_sample, "gpt2_ortopt", "gpt2", 4, 64),
 }
 
 

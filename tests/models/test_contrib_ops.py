@@ -12,7 +12,11 @@ libm), no NaN:
   transA on a [3,4] graph input), skip_layer_norm (gamma, beta, bias; the
   sum output 3 too) at opset 17 (LayerNormalization) and at opset 14 (its
   decomposition), skip_simplified_layer_norm, and SimplifiedLayerNormalization
-  (default domain, as onnxruntime registers it).
+  (default domain, as onnxruntime registers it); embed_layer_norm (word,
+  position and segment embeddings, its mask_index and embedding_sum
+  outputs, the mask_index read by com.microsoft Attention; rows padded on
+  the left, on the right and not at all) at opset 17, and at opset 14 with
+  position_ids.
 Refused, naming the op: FusedMatMul with transBatchA, SkipLayerNormalization
 asked for its mean output, an unknown com.microsoft op.
 
@@ -87,6 +91,49 @@ def cases(rng):
     return out
 
 
+def embed_cases(rng):
+    """EmbedLayerNormalization (BERT's embeddings, as onnxruntime's optimizer
+    fuses them) with its mask_index feeding com.microsoft Attention, and
+    the int32 feeds they take: ids and segment ids in range; the mask has
+    row 0 padded on the left, row 1 on the right, row 2 not at all (the
+    mask_index counts the ones, and Attention masks the keys at and after
+    that count: onnxruntime's right-padding reading)."""
+    B, S, H, V = 3, 6, 8, 11
+
+    def init(n, shape):
+        return helper.make_tensor(n, T.FLOAT, shape, rand(rng, shape).ravel())
+
+    def ivi(n, shape):
+        return helper.make_tensor_value_info(n, T.INT32, shape)
+
+    mask = np.ones((B, S), np.int32)
+    mask[0, :2] = 0
+    mask[1, -3:] = 0
+    ids = rng.integers(0, V, (B, S)).astype(np.int32)
+    seg = rng.integers(0, 2, (B, S)).astype(np.int32)
+    pos = rng.integers(0, 10, (B, S)).astype(np.int32)
+    out = []
+    for opset, with_pos in ((17, False), (14, True)):
+        ins = ["ids", "seg", "word", "posw", "segw", "g", "b", "mask"] + (["pos"] if with_pos else [])
+        eln = helper.make_node("EmbedLayerNormalization", ins, ["e", "mi", "sum"], domain=MS,
+                               epsilon=1e-5)
+        att = helper.make_node("Attention", ["e", "w", "wb", "mi"], ["y"], domain=MS,
+                               num_heads=2)
+        g = helper.make_graph(
+            [eln, att], "eln", [ivi("ids", [B, S]), ivi("seg", [B, S]), ivi("mask", [B, S])] +
+            ([ivi("pos", [B, S])] if with_pos else []),
+            [vi("e", [B, S, H]), ivi("mi", [B]), vi("sum", [B, S, H]), vi("y", [B, S, H])],
+            [init("word", [V, H]), init("posw", [10, H]), init("segw", [2, H]), init("g", [H]),
+             init("b", [H]), init("w", [H, 3 * H]), init("wb", [3 * H])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset),
+                                                helper.make_opsetid(MS, 1)])
+        feeds = {"ids": ids, "seg": seg, "mask": mask}
+        if with_pos:
+            feeds["pos"] = pos
+        out.append((f"embed_layer_norm_op{opset}" + ("_pos" if with_pos else ""), m, feeds))
+    return out
+
+
 def run_case(tmp, rng, name, m):
     feeds = {i.name: rand(rng, [d.dim_value for d in i.type.tensor_type.shape.dim])
              for i in m.graph.input}
@@ -101,6 +148,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for name, m in cases(rng):
             run_case(tmp, rng, name, m)
+        for name, m, feeds in embed_cases(rng):
+            equals_onnxruntime(SHARDC, tmp, name, m, feeds, 1e-4, 1e-5)
         w = helper.make_tensor("w", T.FLOAT, [2, 5, 6], np.ones(60, np.float32))
         refused_model(SHARDC, tmp, "trans_batch", build("tb", [helper.make_node(
             "FusedMatMul", ["a", "w"], ["y"], domain=MS, transBatchA=1)],

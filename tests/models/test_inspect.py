@@ -122,6 +122,12 @@ def mlp_flops(model, batch):
     return total
 
 
+# Composite ops of the IR and the contrib ops read as them (docs/ops.md).
+COMPOSITE = {"Attention", "MultiHeadAttention", "RotaryEmbedding", "RNN", "GRU", "LSTM",
+             "ConvTranspose", "TopK", "Einsum", "SoftmaxCrossEntropyLoss",
+             "NegativeLogLikelihoodLoss"}
+
+
 def test_sample(path):
     name = os.path.basename(path)
     model = onnx.load(path, load_external_data=False)
@@ -145,7 +151,11 @@ def test_sample(path):
     check(j["opset"] == next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
           f"{name}: opset {j['opset']}")
     check(sum(j["ops"].values()) == j["nodes"], f"{name}: op histogram does not add up to nodes")
-    check(0 < j["nodes"] <= j["nodes_before_fold"], f"{name}: nodes {j['nodes']} / before {j['nodes_before_fold']}")
+    # Folding only removes nodes; a composite op (docs/ops.md) is replaced
+    # by the several ops that define it, so a model with one may grow.
+    grows = any(n.op_type in COMPOSITE for n in model.graph.node)
+    check(0 < j["nodes"] and (grows or j["nodes"] <= j["nodes_before_fold"]),
+          f"{name}: nodes {j['nodes']} / before {j['nodes_before_fold']}")
     check(j["flops"] > 0, f"{name}: flops {j['flops']}")
     la = j["largest_activation"]
     sizes = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i16": 2,
@@ -241,7 +251,7 @@ def main():
         print("SHARDC is not set", file=sys.stderr)
         return 1
     samples = sorted(glob.glob(os.path.join(SRC, "samples", "*.onnx")))
-    check(len(samples) >= 7, f"expected the 7 samples, found {len(samples)}")
+    check(len(samples) >= 13, f"expected the 13 samples, found {len(samples)}")
     for path in samples:
         try:
             test_sample(path)

@@ -232,7 +232,7 @@ def main():
         print("SHARDC is not set")
         return 1
     models = sorted(glob.glob(os.path.join(SRC, "samples", "*.onnx")))
-    check(len(models) >= 7, f"expected the 7 samples, found {len(models)}")
+    check(len(models) >= 13, f"expected the 13 samples, found {len(models)}")
     with tempfile.TemporaryDirectory() as tmp:
         test_cli(tmp)
         test_odd_outputs(tmp)
