@@ -225,6 +225,8 @@ typedef struct cpu_ctx {
   bool *skip;             /* per kernel: a prep kernel of a direct convolution */
   sc_cpu_convs *convs;    /* the GEMMs run as direct convolutions, or NULL */
   bool im2col_convs;      /* none: sc_device_opts.im2col_convs */
+  float *repitch;         /* B operands copied to a pitch that does not alias
+                             (sized for the largest: sc_gemm_repitch_numel) */
   double compile_s;
 } cpu_ctx;
 
@@ -264,6 +266,7 @@ static void cpu_destroy(void *ctx) {
   sc_free(c->points);
   sc_free(c->work);
   sc_free(c->ptrs);
+  free(c->repitch);
   sc_free(c);
 }
 
@@ -400,7 +403,21 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
                            "cpu device: kernel %s was not compiled", p->kernels[k]->name);
     }
   }
-  return c->im2col_convs ? SC_OK : sc_cpu_convs_prepare(p, c->skip, &c->convs, diag);
+  sc_status st = c->im2col_convs ? SC_OK : sc_cpu_convs_prepare(p, c->skip, &c->convs, diag);
+  int64_t scratch = 0;
+  for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
+    const sc_step *s = &p->steps[i];
+    int64_t n = s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s) /* a direct convolution */
+                    ? sc_gemm_repitch_numel(&s->gemm)
+                    : 0;
+    if (n > scratch) scratch = n;
+  }
+  if (st == SC_OK && scratch > 0 &&
+      posix_memalign((void **)&c->repitch, 64, (size_t)scratch * sizeof(float)) != 0) {
+    c->repitch = NULL;
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  return st;
 }
 
 static void *cpu_alloc_arena(void *ctx, int64_t bytes) {
@@ -524,26 +541,70 @@ static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->
  * same call whatever the thread count: results are bit-identical with 1 or
  * N threads (a library's own threading is not).
  *
- * The tile shape (gemm_tiling) was chosen when OpenBLAS was the engine,
- * from what its single-threaded sgemm did on a 2-core Zen machine
- * (docs/runtime.md#gemm-tiles): a call with n <= 320 ran at ~12 GFLOPS,
- * one with n >= 384 at 30-35 GFLOPS, whatever m (64 or more) and k (128 to
- * 50257); m 128 was a little faster than m 64. Tiles are 448 to 895
- * columns wide (all of n when it is below that), and 128 rows high unless
- * that leaves fewer than GEMM_TILES_WANTED tiles to share out, then 64. */
-enum { GEMM_TILE_N_MIN = 448, GEMM_TILE_M_BIG = 128, GEMM_TILE_M_SMALL = 64,
-       GEMM_TILES_WANTED = 8 };
+ * The tile shape (gemm_tiling) suits oneDNN's single-threaded sgemm on a
+ * 2-core Zen machine (docs/runtime.md#gemm-tiles): tiles of 128 rows run
+ * at 85-90 GFLOP/s per core for any width from 384 to 3072 columns (64
+ * rows: ~5% less), so what matters is that the tiles share out evenly.
+ * Tiles are at most 768 columns wide (all of n when it is narrower); the
+ * column count grows while the tile count is not a multiple of 4 and tiles
+ * stay at least 384 wide (128 x 2304 alone: 4 tiles of 576, ~167 GFLOP/s on
+ * 2 cores, against ~150 for the 10 tiles of 64 x 464 of the earlier rule;
+ * in the whole GPT-2-small run the two rules are within 2%). Rows are 128
+ * per tile, 64 when that leaves fewer than GEMM_TILES_WANTED tiles. */
+enum { GEMM_TILE_N_MAX = 768, GEMM_TILE_N_MIN = 384, GEMM_TILE_M_BIG = 128,
+       GEMM_TILE_M_SMALL = 64, GEMM_TILES_WANTED = 4 };
 
 static void gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
-  int64_t cols = g->n / GEMM_TILE_N_MIN > 1 ? g->n / GEMM_TILE_N_MIN : 1;
+  int64_t rows = g->batch * ((g->m + GEMM_TILE_M_BIG - 1) / GEMM_TILE_M_BIG);
+  int64_t cols = (g->n + GEMM_TILE_N_MAX - 1) / GEMM_TILE_N_MAX;
+  while ((rows * cols) % GEMM_TILES_WANTED != 0 && g->n / (cols + 1) >= GEMM_TILE_N_MIN) cols++;
   int64_t tn = (g->n + cols - 1) / cols;
   tn = (tn + 15) / 16 * 16; /* column tiles start on a 64-byte boundary */
   if (tn > g->n) tn = g->n;
-  int64_t tm = GEMM_TILE_M_BIG;
-  int64_t tiles = g->batch * ((g->m + tm - 1) / tm) * ((g->n + tn - 1) / tn);
-  if (tiles < GEMM_TILES_WANTED) tm = GEMM_TILE_M_SMALL;
-  *tile_m = tm;
+  *tile_m = rows * ((g->n + tn - 1) / tn) < GEMM_TILES_WANTED ? GEMM_TILE_M_SMALL
+                                                               : GEMM_TILE_M_BIG;
   *tile_n = tn;
+}
+
+/* Tiles of at most 128 rows are few enough that oneDNN runs them with its
+ * no-copy kernels, which read B in place. When B's row pitch is a multiple
+ * of 4 KiB, the rows of a panel fall into the same cache sets and a tile
+ * runs at a third of its speed (128 x 3072 x 768 with pitch 3072: ~31
+ * GFLOP/s on one Zen core, ~90 with pitch 3088; docs/runtime.md#gemm-tiles).
+ * Such a B is first copied, by the pool, into a scratch whose pitch is
+ * longer by 16 floats (the row length rounded up to 16 floats, plus 16
+ * when that is a multiple of 4 KiB again): K x N floats moved, the product
+ * 2-3x faster. The copy is exact, so results do not change. */
+enum { GEMM_ALIAS_PITCH = 1024, GEMM_PITCH_PAD = 16, GEMM_REPITCH_MAX = 1 << 26 };
+
+static int64_t repitched_ld(int64_t cols) {
+  int64_t ld = (cols + GEMM_PITCH_PAD - 1) / GEMM_PITCH_PAD * GEMM_PITCH_PAD;
+  return ld % GEMM_ALIAS_PITCH == 0 ? ld + GEMM_PITCH_PAD : ld;
+}
+
+int64_t sc_gemm_repitch_numel(const sc_gemm *g) {
+  if (g->ldb % GEMM_ALIAS_PITCH != 0 || g->batch <= 0 || g->m <= 0 || g->n <= 0 || g->k <= 0)
+    return 0;
+  int64_t rows = g->trans_b ? g->n : g->k, cols = g->trans_b ? g->k : g->n;
+  int64_t entries = g->stride_b ? g->batch : 1, n;
+  if (g->stride_b && g->stride_b < rows * g->ldb) return 0; /* entries overlap: as it is */
+  if (!sc_mul_i64(entries, rows, &n) || !sc_mul_i64(n, repitched_ld(cols), &n) ||
+      n > GEMM_REPITCH_MAX)
+    return 0;
+  return n;
+}
+
+typedef struct repitch_job {
+  const float *B;
+  float *dst;
+  int64_t rows, cols, ldb, stride_b, ld;
+} repitch_job;
+
+static void repitch_rows(void *ud, int64_t begin, int64_t end) {
+  const repitch_job *j = ud;
+  for (int64_t r = begin; r < end; r++)
+    memcpy(j->dst + r * j->ld, j->B + (r / j->rows) * j->stride_b + (r % j->rows) * j->ldb,
+           (size_t)j->cols * sizeof(float));
 }
 
 typedef struct gemm_job {
@@ -598,8 +659,24 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
 }
 
 void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
-                      int64_t bias_numel, float *C, sc_thread_pool *tp) {
+                      int64_t bias_numel, float *C, sc_thread_pool *tp, float *scratch) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
+  sc_gemm rg;
+  if (scratch && sc_gemm_repitch_numel(g) > 0) {
+    rg = *g;
+    repitch_job r = {.B = B, .dst = scratch, .rows = g->trans_b ? g->n : g->k,
+                     .cols = g->trans_b ? g->k : g->n, .ldb = g->ldb, .stride_b = g->stride_b};
+    r.ld = repitched_ld(r.cols);
+    int64_t rows = (g->stride_b ? g->batch : 1) * r.rows;
+    if (tp)
+      sc_thread_pool_run(tp, repitch_rows, &r, rows, (int64_t)sc_thread_pool_threads(tp));
+    else
+      repitch_rows(&r, 0, rows);
+    rg.ldb = r.ld;
+    rg.stride_b = g->stride_b ? r.rows * r.ld : 0;
+    g = &rg;
+    B = scratch;
+  }
   gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias};
   gemm_tiling(g, &j.tile_m, &j.tile_n);
   j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
@@ -621,7 +698,8 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
   const sc_gemm *g = &s->gemm;
   if (!sc_cpu_convs_run(c->convs, s, c->pool))
     sc_host_gemm_f32(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
-                     g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool);
+                     g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
+                     c->repitch);
   if (s->kernel >= 0) run_kernel_id(c, s->kernel);
 }
 

@@ -132,9 +132,13 @@ bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]);
 /* C = alpha op(A) op(B) + beta C (+ bias) for f32 GEMM g on host memory,
  * cut into tiles whose boundaries depend only on the shape (the same
  * result on any thread count), run on tp (NULL: this thread). bias_numel:
- * the bias buffer's element count (bias may be NULL). */
+ * the bias buffer's element count (bias may be NULL). scratch (or NULL):
+ * sc_gemm_repitch_numel(g) floats, where a B whose row pitch aliases in
+ * the cache (a multiple of 4 KiB) is first copied with a longer pitch. */
 void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
-                      int64_t bias_numel, float *C, struct sc_thread_pool *tp);
+                      int64_t bias_numel, float *C, struct sc_thread_pool *tp, float *scratch);
+/* Floats of scratch sc_host_gemm_f32 uses for g's B (0: B is read in place). */
+int64_t sc_gemm_repitch_numel(const sc_gemm *g);
 /* The first of n indices of dtype t outside [-dim, dim) (unsigned: [0,
  * dim)), or -1; *shown: its value. */
 int64_t sc_check_indices(sc_dtype t, const void *data, int64_t n, int64_t dim, long long *shown);
