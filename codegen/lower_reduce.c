@@ -17,10 +17,11 @@
  * ArgMax/ArgMin reduce with KIR_RED_ARGMAX/ARGMIN (first extreme);
  * select_last_index walks the axis backwards and maps the index back.
  *
- * CumSum has no scan in kir: it is a POINT op whose element i is the sum of
- * the elements j <= i (j < i exclusive; reversed with `reverse`) along the
- * axis, unrolled as a chain of selects — O(extent) per element, so it is
- * limited to axes of at most 64 elements (SC_ERR_UNSUPPORTED beyond). */
+ * CumSum has no scan in kir: element i is a REDUCE phase over the whole
+ * axis of the elements j <= i (j < i exclusive; j >= i, j > i with
+ * `reverse`), the others selected to 0 — O(extent) per element, O(extent^2)
+ * per line, any length, in the accumulator dtype (f32 for f16/bf16, i64 or
+ * u64 for integers) and stored in the input's. */
 #include <math.h>
 #include <string.h>
 
@@ -31,8 +32,6 @@
 #define BIN(op, a, b) sc_lower_bin(cx, KIR_##op, (a), (b))
 #define SEL(c, a, b) sc_lower_sel(cx, (c), (a), (b))
 #define C(t, v) sc_lower_const(cx, (t), (v))
-
-enum { CUMSUM_MAX_EXTENT = 64 };
 
 static sc_dtype acc_of(sc_dtype t) {
   if (sc_dtype_is_float(t)) return t == SC_DTYPE_F64 ? SC_DTYPE_F64 : SC_DTYPE_F32;
@@ -200,45 +199,35 @@ const sc_lowering sc_lw_argminmax = {SC_LOWER_KERNEL, NULL, argminmax_build};
 
 /* ---- CumSum ---- */
 
-static int32_t cumsum_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
-                            const int32_t *idx) {
-  (void)out;
+static sc_status cumsum_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *x = sc_node_input(cx->g, n, 0), *ax = sc_node_input(cx->g, n, 1);
-  if (!ax || !sc_value_has_data(ax) || sc_value_numel(ax) != 1) {
-    sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "CumSum with a computed axis");
-    return -1;
-  }
+  const sc_value *o = sc_node_output(cx->g, n, 0);
+  if (!ax || !sc_value_has_data(ax) || sc_value_numel(ax) != 1)
+    return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "CumSum with a computed axis");
   int64_t a = sc_load_i64(ax->dtype, ax->data, 0);
   if (a < 0) a += x->rank;
-  if (a < 0 || a >= x->rank) {
-    sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
-    return -1;
-  }
-  int64_t len = x->dims[a];
-  if (len > CUMSUM_MAX_EXTENT) {
-    sc_lower_error(cx, n, SC_ERR_UNSUPPORTED,
-                   "CumSum over an axis longer than %d (%lld elements)", CUMSUM_MAX_EXTENT,
-                   (long long)len);
-    return -1;
-  }
+  if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
   bool excl = sc_attr_int(cx->g, n, "exclusive", 0) != 0;
   bool rev = sc_attr_int(cx->g, n, "reverse", 0) != 0;
-  sc_dtype t = x->dtype;
-  int32_t i = idx[a], j[SC_MAX_RANK];
-  memcpy(j, idx, sizeof(int32_t) * (size_t)x->rank);
-  int32_t acc = C(t, 0);
-  /* walk in the evaluator's order so float sums round the same way */
-  for (int64_t s = 0; s < len; s++) {
-    int64_t k = rev ? len - 1 - s : s;
-    j[a] = sc_lower_i64(cx, k);
-    int32_t kk = j[a];
-    int32_t take = rev ? (excl ? BIN(GT, kk, i) : BIN(GE, kk, i))
-                       : (excl ? BIN(LT, kk, i) : BIN(LE, kk, i));
-    int32_t xv = sc_lower_value_at(cx, n->inputs[0], j);
-    acc = SEL(take, BIN(ADD, acc, xv), acc);
-    if (acc < 0) return -1;
-  }
-  return acc;
+  int64_t len = x->dims[a];
+  int32_t oidx[SC_MAX_RANK], xi[SC_MAX_RANK];
+  sc_status st = sc_lower_begin_kernel(cx, n, o->rank, o->dims, len > 0 ? len : 1);
+  if (st != SC_OK) return st;
+  sc_lower_outer_index(cx, oidx);
+  if (len == 0) return SC_OK; /* nothing to store */
+  memcpy(xi, oidx, sizeof(int32_t) * (size_t)x->rank);
+  int32_t i = oidx[a], k = kir_var(cx->arena, cx->k, KIR_INNER);
+  xi[a] = k;
+  int32_t take = rev ? (excl ? BIN(GT, k, i) : BIN(GE, k, i))
+                     : (excl ? BIN(LT, k, i) : BIN(LE, k, i));
+  sc_dtype at = acc_of(x->dtype);
+  int32_t v = sc_lower_cast(cx, at, sc_lower_input_at(cx, n, 0, xi));
+  int32_t val = v < 0 || take < 0 ? -1 : SEL(take, v, C(at, 0));
+  if (val < 0) return fail(cx);
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, at, val);
+  if (ph < 0) return fail(cx);
+  return sc_lower_store(cx, n, 0, oidx,
+                        sc_lower_cast(cx, o->dtype, kir_reg(cx->arena, cx->k, ph)));
 }
 
-const sc_lowering sc_lw_cumsum = {SC_LOWER_POINT, cumsum_point, NULL};
+const sc_lowering sc_lw_cumsum = {SC_LOWER_KERNEL, NULL, cumsum_build};
