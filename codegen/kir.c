@@ -130,7 +130,7 @@ static kval eval_unary(kir_op op, sc_dtype t, sc_dtype ta, kval a) {
   if (op == KIR_CAST) return cast_val(t, ta, a);
   if (op == KIR_ISNAN) { r.i = is_flt(ta) && isnan(a.f); return r; }
   if (op == KIR_ISINF) { r.i = is_flt(ta) && isinf(a.f); return r; }
-  if (op == KIR_NOT) { r.i = !a.i; return r; }
+  if (op == KIR_NOT) { r.i = ta == SC_DTYPE_BOOL ? !a.i : wrap_i(t, ~a.i); return r; }
   if (is_flt(t)) {
     double x = a.f, y;
     switch (op) {
@@ -217,9 +217,15 @@ static kval eval_binary(kir_op op, sc_dtype t, sc_dtype ta, kval a, kval b) {
   case KIR_LE: r.i = !lt_i(ta, y, x); return r;
   case KIR_GT: r.i = lt_i(ta, y, x); return r;
   case KIR_GE: r.i = !lt_i(ta, x, y); return r;
-  case KIR_AND: r.i = (x != 0) & (y != 0); return r;
-  case KIR_OR: r.i = (x != 0) | (y != 0); return r;
-  case KIR_XOR: r.i = (x != 0) ^ (y != 0); return r;
+  case KIR_AND: r.i = x & y; break; /* bools are 0/1: logic is bitwise */
+  case KIR_OR: r.i = x | y; break;
+  case KIR_XOR: r.i = x ^ y; break;
+  case KIR_SHL: case KIR_SHR: { /* unsigned; narrow values are held zero-extended */
+    uint64_t bits = 8u * sc_dtype_size(ta);
+    if ((uint64_t)y >= bits) r.i = 0;
+    else r.i = (int64_t)(op == KIR_SHL ? (uint64_t)x << y : (uint64_t)x >> y);
+    break;
+  }
   case KIR_ADD: r.i = (int64_t)((uint64_t)x + (uint64_t)y); break;
   case KIR_SUB: r.i = (int64_t)((uint64_t)x - (uint64_t)y); break;
   case KIR_MUL: r.i = (int64_t)((uint64_t)x * (uint64_t)y); break;
@@ -256,6 +262,7 @@ static bool is_float_math(kir_op op) {
 }
 static bool is_cmp(kir_op op) { return op >= KIR_EQ && op <= KIR_GE; }
 static bool is_logic(kir_op op) { return op >= KIR_AND && op <= KIR_NOT; }
+static bool is_shift(kir_op op) { return op == KIR_SHL || op == KIR_SHR; }
 static bool is_commutative(kir_op op) {
   switch (op) {
   case KIR_ADD: case KIR_MUL: case KIR_MIN: case KIR_MAX: case KIR_EQ:
@@ -365,8 +372,15 @@ static bool check_expr(const kir_kernel *k, int32_t id, const kir_expr *e,
     return true;
   }
   if (is_logic(e->op)) {
-    if (t != SC_DTYPE_BOOL || ta != SC_DTYPE_BOOL || (ar > 1 && tb != SC_DTYPE_BOOL)) {
-      snprintf(msg, n, "%s: operands and result must be bool", on);
+    if ((t != SC_DTYPE_BOOL && !is_intt(t)) || ta != t || (ar > 1 && tb != t)) {
+      snprintf(msg, n, "%s: operands and result must be bool or one integer dtype", on);
+      return false;
+    }
+    return true;
+  }
+  if (is_shift(e->op)) {
+    if (!is_intt(t) || sc_dtype_is_signed(t) || ta != t || tb != t) {
+      snprintf(msg, n, "%s: operands and result must be one unsigned integer dtype", on);
       return false;
     }
     return true;

@@ -53,6 +53,8 @@
   /* binary arithmetic (operands and result of the node's dtype) */       \
   X(ADD, "add", 2) X(SUB, "sub", 2) X(MUL, "mul", 2) X(DIV, "div", 2)     \
   X(MOD, "mod", 2) X(MIN, "min", 2) X(MAX, "max", 2) X(POW, "pow", 2)     \
+  /* shifts (unsigned integers; a count >= the width gives 0) */          \
+  X(SHL, "shl", 2) X(SHR, "shr", 2)                                       \
   /* unary math */                                                        \
   X(NEG, "neg", 1) X(ABS, "abs", 1) X(EXP, "exp", 1) X(LOG, "log", 1)     \
   X(SQRT, "sqrt", 1) X(RSQRT, "rsqrt", 1) X(TANH, "tanh", 1)              \
@@ -62,7 +64,7 @@
   X(SIGMOID, "sigmoid", 1) X(ISNAN, "isnan", 1) X(ISINF, "isinf", 1)      \
   /* conversion: operand a converted to the node's dtype */               \
   X(CAST, "cast", 1)                                                      \
-  /* comparisons (result bool) and logic (bool operands) */               \
+  /* comparisons (result bool); logic on bools, bitwise on integers */   \
   X(EQ, "eq", 2) X(NE, "ne", 2) X(LT, "lt", 2) X(LE, "le", 2)             \
   X(GT, "gt", 2) X(GE, "ge", 2) X(AND, "and", 2) X(OR, "or", 2)           \
   X(XOR, "xor", 2) X(NOT, "not", 1)                                       \

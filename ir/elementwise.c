@@ -68,6 +68,8 @@ bool sc_ew_class_accepts(sc_ew_class c, sc_dtype t) {
   case SC_EW_SIGNED: return sc_dtype_is_float(t) || sc_dtype_is_signed(t);
   case SC_EW_FLOAT: return sc_dtype_is_float(t);
   case SC_EW_BOOL: return t == SC_DTYPE_BOOL;
+  case SC_EW_INT: return sc_dtype_is_int(t);
+  case SC_EW_UINT: return sc_dtype_is_int(t) && !sc_dtype_is_signed(t);
   default: return sc_dtype_is_numeric(t);
   }
 }
@@ -124,6 +126,14 @@ sc_status sc_ew_attrs_read(sc_graph *g, const sc_node *n, sc_ew_attrs *a) {
                            "attribute 'approximate' is '%s' (expects \"none\" or \"tanh\")",
                            s);
     a->gelu_tanh = strcmp(s, "tanh") == 0;
+  }
+  if (n->op == SC_OP_BIT_SHIFT) {
+    const char *s;
+    if ((st = sc_read_attr_string(g, n, "direction", "", &s)) != SC_OK) return st;
+    if (strcmp(s, "LEFT") != 0 && strcmp(s, "RIGHT") != 0)
+      return sc_node_error(g, n, SC_ERR_INVALID,
+                           "attribute 'direction' is '%s' (expects \"LEFT\" or \"RIGHT\")", s);
+    a->shift_left = strcmp(s, "LEFT") == 0;
   }
   if (n->op == SC_OP_CLIP && n->n_inputs == 1) {
     /* opset < 11: the bounds are attributes (inputs take precedence) */
@@ -276,6 +286,10 @@ static inline double d_bool(bool b) { return b ? 1.0 : 0.0; }
 #define EW_D_SIGNED(x) x
 #define EW_D_FLOAT(x) x
 #define EW_D_BOOL(x)
+#define EW_D_INT(x)
+#define EW_D_UINT(x)
+#define EW_I_INT(x) x
+#define EW_I_UINT(x) x
 #define EW_I_ANY(x) x
 #define EW_I_ARITH(x) x
 #define EW_I_SIGNED(x) x
@@ -410,6 +424,14 @@ static inline int64_t i_pow(ew_job *J, int64_t b, int64_t e) {
   return r;
 }
 
+/* a << b, a >> b in the unsigned compute dtype (narrow values are held
+ * zero-extended); a count of the width or more gives 0 */
+static inline int64_t i_shift(const ew_job *J, int64_t a, int64_t b, bool left) {
+  uint64_t bits = 8u * sc_dtype_size(J->t);
+  if ((uint64_t)b >= bits) return 0;
+  return (int64_t)(left ? (uint64_t)a << b : (uint64_t)a >> b);
+}
+
 #define CONST(c) ((int64_t)(c))
 #define FALSE ((int64_t)0)
 #define ADD(a, b) wadd((a), (b))
@@ -433,6 +455,12 @@ static inline int64_t i_pow(ew_job *J, int64_t b, int64_t e) {
 #define OR(a, b) ((int64_t)((a) != 0 || (b) != 0))
 #define XOR(a, b) ((int64_t)(((a) != 0) != ((b) != 0)))
 #define NOT(a) ((int64_t)((a) == 0))
+#define BAND(a, b) ((a) & (b))
+#define BOR(a, b) ((a) | (b))
+#define BXOR(a, b) ((a) ^ (b))
+#define BNOT(a) (~(a))
+#define SHL(a, b) i_shift(J, (a), (b), true)
+#define SHR(a, b) i_shift(J, (a), (b), false)
 #define SELECT(c, a, b) ((c) != 0 ? (a) : (b))
 
 #define EW(id, kind, cls, f) EW_I_##cls(EW_FN(I, int64_t, id, kind, f))

@@ -34,6 +34,8 @@ typedef enum sc_ew_class {
   SC_EW_SIGNED, /* float or signed integer */
   SC_EW_FLOAT,
   SC_EW_BOOL,
+  SC_EW_INT,    /* integer (not bool) */
+  SC_EW_UINT,   /* unsigned integer */
 } sc_ew_class;
 
 typedef struct sc_ew_row {
@@ -53,6 +55,7 @@ typedef struct sc_ew_attrs {
   bool gelu_tanh;                      /* Gelu approximate = "tanh" */
   bool detect_negative, detect_positive; /* IsInf */
   bool fmod;                           /* Mod */
+  bool shift_left;                     /* BitShift direction = "LEFT" */
   bool has_min, has_max;               /* Clip bounds given as attributes */
   double min, max;                     /*   (opset < 11 form) */
 } sc_ew_attrs;

@@ -37,7 +37,8 @@ static sc_status check_type(sc_graph *g, const sc_node *n, const sc_value *v,
   static const char *const want[] = {
       [SC_EW_ANY] = "a numeric or bool", [SC_EW_ARITH] = "a numeric",
       [SC_EW_SIGNED] = "a signed numeric", [SC_EW_FLOAT] = "a floating-point",
-      [SC_EW_BOOL] = "a bool"};
+      [SC_EW_BOOL] = "a bool", [SC_EW_INT] = "an integer",
+      [SC_EW_UINT] = "an unsigned integer"};
   if (!sc_ew_class_accepts(c, v->dtype))
     return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' has dtype %s; expects %s type",
                          v->name, sc_dtype_name(v->dtype), want[c]);

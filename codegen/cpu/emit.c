@@ -450,6 +450,12 @@ static LLVMValueRef emit_binary(emitter *e, LLVMBuilderRef b, kir_op op, sc_dtyp
   case KIR_AND: return LLVMBuildAnd(b, x, y, "");
   case KIR_OR: return LLVMBuildOr(b, x, y, "");
   case KIR_XOR: return LLVMBuildXor(b, x, y, "");
+  case KIR_SHL: case KIR_SHR: { /* a count >= the width gives 0 (LLVM: poison) */
+    LLVMTypeRef ty = LLVMTypeOf(x);
+    LLVMValueRef wide = LLVMBuildICmp(b, LLVMIntUGE, y, ci(ty, 8 * (int64_t)sc_dtype_size(t)), "");
+    LLVMValueRef sh = op == KIR_SHL ? LLVMBuildShl(b, x, y, "") : LLVMBuildLShr(b, x, y, "");
+    return LLVMBuildSelect(b, wide, ci(ty, 0), sh, "");
+  }
   default: break;
   }
   SC_ASSERT(!"emit_binary: not a binary arithmetic op");

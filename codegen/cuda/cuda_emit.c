@@ -576,6 +576,10 @@ static void emit_expr(emitter *e, int32_t x, int lane) {
     if (fl) sb_printf(b, "%s(%s, %s)", dbl ? "fmod" : "fmodf", a, bb);
     else sb_printf(b, "sc_imod<%s>(%s, %s)", ct, a, bb);
     break;
+  case KIR_SHL: case KIR_SHR: /* unsigned; a count >= the width gives 0 */
+    sb_printf(b, "(%s >= %d ? (%s)0 : (%s)(%s %s %s))", bb, 8 * (int)sc_dtype_size(ex->dtype), ct,
+              ct, a, ex->op == KIR_SHL ? "<<" : ">>", bb);
+    break;
   case KIR_MIN: sb_printf(b, "sc_min(%s, %s)", a, bb); break;
   case KIR_MAX: sb_printf(b, "sc_max(%s, %s)", a, bb); break;
   case KIR_POW:
@@ -620,10 +624,22 @@ static void emit_expr(emitter *e, int32_t x, int lane) {
   case KIR_LE: sb_printf(b, "(%s <= %s)", a, bb); break;
   case KIR_GT: sb_printf(b, "(%s > %s)", a, bb); break;
   case KIR_GE: sb_printf(b, "(%s >= %s)", a, bb); break;
-  case KIR_AND: sb_printf(b, "(%s && %s)", a, bb); break;
-  case KIR_OR: sb_printf(b, "(%s || %s)", a, bb); break;
-  case KIR_XOR: sb_printf(b, "(%s != %s)", a, bb); break;
-  case KIR_NOT: sb_printf(b, "(!%s)", a); break;
+  case KIR_AND:
+    if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(%s && %s)", a, bb);
+    else sb_printf(b, "(%s)(%s & %s)", ct, a, bb);
+    break;
+  case KIR_OR:
+    if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(%s || %s)", a, bb);
+    else sb_printf(b, "(%s)(%s | %s)", ct, a, bb);
+    break;
+  case KIR_XOR:
+    if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(%s != %s)", a, bb);
+    else sb_printf(b, "(%s)(%s ^ %s)", ct, a, bb);
+    break;
+  case KIR_NOT:
+    if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(!%s)", a);
+    else sb_printf(b, "(%s)(~%s)", ct, a);
+    break;
   case KIR_SELECT: sb_printf(b, "(%s ? %s : %s)", a, bb, c); break;
   default: fail(e, SC_ERR_UNSUPPORTED, "kir op %d", (int)ex->op);
   }

@@ -26,6 +26,8 @@ never zero), outputs equal within rtol 1e-5, atol 1e-6, no NaN:
   depth_space_default  SpaceToDepth then DepthToSpace with the default
                      mode, its inverse, and a DepthToSpace CRD of a
                      constant, folded at compile time (opset 13)
+  bitshift_uN        BitShift LEFT and RIGHT (opset 11) on uint8, 16, 32 and
+                     64 with a broadcast count below the width, exactly
 And refused with a clear error (exit 1): BatchNormalization with spatial = 0
 (opset 7), opset 6 ("opset 6 is not supported"), and DepthToSpace on 6
 channels with blocksize 2.
@@ -146,7 +148,33 @@ def main():
         refused_model(SHARDC, tmp, "depth_to_space_channels",
                       helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]),
                       "not a multiple of blocksize")
+        for name, m, feeds in bitshift_cases(rng):
+            equals_onnxruntime(SHARDC, tmp, name, m, feeds, 0, 0)
     return finish()
+
+
+def bitshift_cases(rng):
+    """BitShift (opset 11, unsigned integers) LEFT and RIGHT with a
+    broadcast count, at every width: counts below the width (onnxruntime
+    shifts with C++'s operators, which leave wider counts undefined; shardc
+    gives 0 there, checked by unit.test_cpu and unit.test_lower)."""
+    out = []
+    for np_t, onnx_t, bits in ((np.uint8, T.UINT8, 8), (np.uint16, T.UINT16, 16),
+                               (np.uint32, T.UINT32, 32), (np.uint64, T.UINT64, 64)):
+        x = helper.make_tensor_value_info("x", onnx_t, [3, 5])
+        c = helper.make_tensor_value_info("c", onnx_t, [5])
+        ys = [helper.make_tensor_value_info(y, onnx_t, [3, 5]) for y in ("l", "r")]
+        g = helper.make_graph([helper.make_node("BitShift", ["x", "c"], ["l"], direction="LEFT"),
+                               helper.make_node("BitShift", ["x", "c"], ["r"], direction="RIGHT")],
+                              "bitshift", [x, c], ys)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+        m.ir_version = 7
+        onnx.checker.check_model(m)
+        hi = np.iinfo(np_t).max
+        feeds = {"x": rng.integers(1, hi, (3, 5), dtype=np_t, endpoint=True),
+                 "c": rng.integers(0, bits - 1, 5, dtype=np_t, endpoint=True)}
+        out.append((f"bitshift_u{bits}_opset11", m, feeds))
+    return out
 
 
 if __name__ == "__main__":

@@ -315,6 +315,45 @@ static void test_int_math(void **state) {
   sc_program_destroy(p);
 }
 
+/* Bitwise and, or, xor, not on i16 and u64, shifts of u8, u32 and u64 by
+ * counts from 0 to 70 (a count of the width or more gives 0): the JIT
+ * against kir_interpret. */
+static void test_bitwise(void **state) {
+  (void)state;
+  rng_seed(17);
+  sc_program *p = new_program();
+  kir_kernel *k = new_kernel(p, "bitwise");
+  int64_t n = 263;
+  k->outer_rank = 1;
+  k->outer_dims[0] = n;
+  int32_t ps = kir_add_param(A, k, 0, SC_DTYPE_I16, n, false);
+  int32_t pt = kir_add_param(A, k, 1, SC_DTYPE_I16, n, false);
+  int32_t pu = kir_add_param(A, k, 2, SC_DTYPE_U64, n, false);
+  int32_t pc = kir_add_param(A, k, 3, SC_DTYPE_U8, n, false);
+  int32_t o1 = kir_add_param(A, k, 4, SC_DTYPE_I16, n, true);
+  int32_t o2 = kir_add_param(A, k, 5, SC_DTYPE_U64, n, true);
+  int32_t o3 = kir_add_param(A, k, 6, SC_DTYPE_U8, n, true);
+  int32_t o4 = kir_add_param(A, k, 7, SC_DTYPE_U32, n, true);
+  int32_t i = V(k, p, 0);
+  int32_t a = kir_load(A, k, ps, i), b = kir_load(A, k, pt, i);
+  int32_t u = kir_load(A, k, pu, i), c = kir_load(A, k, pc, i);
+  int32_t e16 = BIN(k, p, KIR_XOR, BIN(k, p, KIR_AND, a, b), kir_unary(A, k, KIR_NOT, b));
+  kir_add_store(A, k, o1, i, BIN(k, p, KIR_OR, e16, BIN(k, p, KIR_AND, a, kir_const_i(A, k, SC_DTYPE_I16, 0x0f0f))));
+  int32_t c64 = kir_cast(A, k, SC_DTYPE_U64, c);
+  int32_t e64 = BIN(k, p, KIR_XOR, BIN(k, p, KIR_SHL, u, c64), kir_unary(A, k, KIR_NOT, u));
+  kir_add_store(A, k, o2, i, BIN(k, p, KIR_OR, e64, BIN(k, p, KIR_SHR, u, c64)));
+  int32_t c8 = BIN(k, p, KIR_SHL, c, kir_const_i(A, k, SC_DTYPE_U8, 3));
+  kir_add_store(A, k, o3, i, BIN(k, p, KIR_OR, c8, BIN(k, p, KIR_SHR, c, c)));
+  int32_t u32 = kir_cast(A, k, SC_DTYPE_U32, u), c32 = kir_cast(A, k, SC_DTYPE_U32, c);
+  kir_add_store(A, k, o4, i,
+                BIN(k, p, KIR_AND, BIN(k, p, KIR_SHL, u32, c32), BIN(k, p, KIR_SHR, u32, c32)));
+  sc_cpu_module *m = jit_ok(p);
+  spec s[8] = {{-30000, 30000, 0}, {-30000, 30000, 0}, {0, 4e18, 0}, {0, 70, 0}};
+  check_kernel(p, m, 0, s, 0, 0);
+  sc_cpu_module_destroy(m);
+  sc_program_destroy(p);
+}
+
 /* Casts: f32 → i8, u8, i32, u64, bool (saturate to i64, NaN → 0, then
  * wrap, as ONNX Cast in sc_store_f64), i64 → f32 / f16 / f64, bool → f32. */
 static void test_casts(void **state) {
@@ -726,7 +765,8 @@ static void test_object_file(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_broadcast_relu), cmocka_unit_test(test_half_types),
-      cmocka_unit_test(test_int_math),       cmocka_unit_test(test_casts),
+      cmocka_unit_test(test_int_math),       cmocka_unit_test(test_bitwise),
+      cmocka_unit_test(test_casts),
       cmocka_unit_test(test_softmax),        cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_gather_select),  cmocka_unit_test(test_math),
       cmocka_unit_test(test_fast_math),

@@ -186,7 +186,39 @@ static kir_kernel *k_inplace(sc_arena *arena) {
   return k;
 }
 
-enum { N_KERNELS = 9 };
+/* bitwise on u16 and i32, shifts of u8 and u64 by counts that cross the
+ * width: o16 = (a & b) ^ ~b | (a >> 3); o8 = c << c | c >> 2; o64 = (w << c)
+ * | (w >> c); o32 = ~(x | y) */
+static kir_kernel *k_bits(sc_arena *arena) {
+  kir_kernel *k = mk(arena, "k_bits", 1, (int64_t[]){67}, 1);
+  int32_t pa = kir_add_param(A, k, 0, SC_DTYPE_U16, 67, false);
+  int32_t pb = kir_add_param(A, k, 1, SC_DTYPE_U16, 67, false);
+  int32_t pc = kir_add_param(A, k, 2, SC_DTYPE_U8, 67, false);
+  int32_t pw = kir_add_param(A, k, 3, SC_DTYPE_U64, 67, false);
+  int32_t px = kir_add_param(A, k, 4, SC_DTYPE_I32, 67, false);
+  int32_t o16 = kir_add_param(A, k, 5, SC_DTYPE_U16, 67, true);
+  int32_t o8 = kir_add_param(A, k, 6, SC_DTYPE_U8, 67, true);
+  int32_t o64 = kir_add_param(A, k, 7, SC_DTYPE_U64, 67, true);
+  int32_t o32 = kir_add_param(A, k, 8, SC_DTYPE_I32, 67, true);
+  int32_t i = kir_var(A, k, 0);
+  int32_t a = kir_load(A, k, pa, i), b = kir_load(A, k, pb, i), c = kir_load(A, k, pc, i);
+  int32_t w = kir_load(A, k, pw, i), x = kir_load(A, k, px, i);
+  int32_t v = kir_binary(A, k, KIR_XOR, kir_binary(A, k, KIR_AND, a, b), kir_unary(A, k, KIR_NOT, b));
+  v = kir_binary(A, k, KIR_OR, v, kir_binary(A, k, KIR_SHR, a, C(SC_DTYPE_U16, 3)));
+  kir_add_store(A, k, o16, i, v);
+  kir_add_store(A, k, o8, i,
+                kir_binary(A, k, KIR_OR, kir_binary(A, k, KIR_SHL, c, c),
+                           kir_binary(A, k, KIR_SHR, c, C(SC_DTYPE_U8, 2))));
+  int32_t c64 = kir_cast(A, k, SC_DTYPE_U64, c);
+  kir_add_store(A, k, o64, i,
+                kir_binary(A, k, KIR_OR, kir_binary(A, k, KIR_SHL, w, c64),
+                           kir_binary(A, k, KIR_SHR, w, c64)));
+  kir_add_store(A, k, o32, i,
+                kir_unary(A, k, KIR_NOT, kir_binary(A, k, KIR_OR, x, C(SC_DTYPE_I32, 0x5a5a))));
+  return k;
+}
+
+enum { N_KERNELS = 10 };
 static void build_all(sc_arena *arena, kir_kernel **ks) {
   ks[0] = k_bcast(arena);
   ks[1] = k_half(arena);
@@ -197,6 +229,7 @@ static void build_all(sc_arena *arena, kir_kernel **ks) {
   ks[6] = k_gather(arena);
   ks[7] = k_select(arena);
   ks[8] = k_cast(arena);
+  ks[9] = k_bits(arena);
   sc_diag d = {0};
   for (int i = 0; i < N_KERNELS; i++) {
     sc_diag_clear(&d);

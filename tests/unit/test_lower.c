@@ -455,6 +455,25 @@ static void test_binary(void **state) {
       {"  input %a : bool[3,4]\n  input %b : bool[4]\n  %x = And(%a, %b)\n  %o = Or(%a, %b)\n"
        "  %e = Xor(%a, %b)\n  %q = Equal(%a, %b)\n  output %x\n  output %o\n  output %e\n"
        "  output %q\n", 0, 0, 0, 0, NULL},
+      /* bitwise ops on signed and unsigned integers, broadcast */
+      {"  input %a : i8[3,4]\n  input %b : i8[4]\n  %x = BitwiseAnd(%a, %b)\n"
+       "  %o = BitwiseOr(%a, %b)\n  %e = BitwiseXor(%a, %b)\n  %n = BitwiseNot(%a)\n"
+       "  output %x\n  output %o\n  output %e\n  output %n\n", 0, 0, -120, 120, NULL},
+      {"  input %a : u16[2,5]\n  input %b : u16[2,1]\n  %x = BitwiseAnd(%a, %b)\n"
+       "  %n = BitwiseNot(%b)\n  output %x\n  output %n\n", 0, 0, 1, 60000, NULL},
+      {"  input %a : i64[2,5]\n  input %b : i64[5]\n  %x = BitwiseXor(%a, %b)\n"
+       "  %n = BitwiseNot(%a)\n  output %x\n  output %n\n", 0, 0, -90000, 90000, NULL},
+      /* shifts: counts from 1 to 70 cross every width (a count >= it gives 0) */
+      {"  input %a : u8[4,6]\n  input %b : u8[6]\n  %l = BitShift(%a, %b) {direction = \"LEFT\"}\n"
+       "  %r = BitShift(%a, %b) {direction = \"RIGHT\"}\n  output %l\n  output %r\n",
+       0, 0, 1, 70, NULL},
+      {"  input %a : u32[4,6]\n  input %b : u32[4,1]\n"
+       "  %l = BitShift(%a, %b) {direction = \"LEFT\"}\n"
+       "  %r = BitShift(%a, %b) {direction = \"RIGHT\"}\n  output %l\n  output %r\n",
+       0, 0, 1, 70, NULL},
+      {"  input %a : u64[4,6]\n  input %b : u64[6]\n  %l = BitShift(%a, %b) {direction = \"LEFT\"}\n"
+       "  %r = BitShift(%a, %b) {direction = \"RIGHT\"}\n  output %l\n  output %r\n",
+       0, 0, 1, 70, NULL},
   };
   run_cases(cs, sizeof cs / sizeof cs[0], 500);
 }
