@@ -183,6 +183,63 @@ static sc_status expand_eye_like(sc_grad_ctx *c, int32_t *out) {
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 
+/* MaxUnpool(X, I[, output_shape]; kernel_shape, pads, strides): zeros of
+ * the inferred shape ((in - 1) stride + kernel - pads per spatial dim)
+ * with X's values at I's flat indices — a ScatterElements over the
+ * flattened tensor — then, as onnx's reference, zero-padded at the end to
+ * output_shape (a constant, no smaller). */
+static sc_status expand_max_unpool(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  int32_t x = cx_in(c, 0), ind = cx_in(c, 1);
+  const sc_value x0 = *cx_val(c, x);
+  int32_t r = x0.rank, ns = r - 2;
+  int64_t od[SC_MAX_RANK], want[SC_MAX_RANK], n = 0, total = 1, flat = sc_value_numel(&x0);
+  const int64_t *ks, *pv, *sv;
+  int64_t nk = sc_attr_ints(g, cx_node(c), "kernel_shape", &ks);
+  int64_t np = sc_attr_ints(g, cx_node(c), "pads", &pv);
+  int64_t nst = sc_attr_ints(g, cx_node(c), "strides", &sv);
+  if (r < 3 || cx_val(c, ind)->rank != r || nk != ns || (np >= 0 && np != 2 * ns) ||
+      (nst >= 0 && nst != ns))
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "X and I must be [N, C, ...] alike, "
+                         "and kernel_shape, pads and strides match their spatial dims");
+  od[0] = x0.dims[0];
+  od[1] = x0.dims[1];
+  for (int32_t j = 0; j < ns; j++)
+    od[2 + j] = (x0.dims[2 + j] - 1) * (nst >= 0 ? sv[j] : 1) + ks[j] -
+                (np >= 0 ? pv[j] + pv[ns + j] : 0);
+  for (int32_t j = 0; j < r; j++) {
+    if (od[j] < 1 || !sc_mul_i64(total, od[j], &total))
+      return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "output dim %d is %lld", (int)j,
+                           (long long)od[j]);
+  }
+  sc_status st = SC_OK;
+  bool pad = false;
+  if (cx_in(c, 2) >= 0) {
+    if ((st = sc_input_ints(g, cx_node(c), 2, want, SC_MAX_RANK, &n)) != SC_OK) return st;
+    for (int32_t j = 0; j < r && n == r; j++) {
+      if (want[j] < od[j]) n = -1;
+      pad |= want[j] != od[j];
+    }
+    if (n != r)
+      return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "output_shape must have %d values, "
+                           "none below the inferred shape", r);
+  }
+  int32_t zeros = gb_expand(c, gb_scalar(c, x0.dtype, 0.0), 1, &total);
+  int32_t in[3] = {zeros, gb_reshape(c, gb_cast(c, ind, SC_DTYPE_I64), 1, &flat),
+                   gb_reshape(c, x, 1, &flat)};
+  int32_t y = in[0] < 0 || in[1] < 0 || in[2] < 0 ? -1
+                                                   : gb_op_i(c, SC_OP_SCATTER_ELEMENTS, in, 3,
+                                                             "axis", 0);
+  y = gb_reshape(c, y, r, od);
+  if (pad) {
+    int64_t pads[2 * SC_MAX_RANK] = {0};
+    for (int32_t j = 0; j < r; j++) pads[r + j] = want[j] - od[j];
+    y = gb_2(c, SC_OP_PAD, y, gb_ints(c, pads, 2 * r));
+  }
+  out[0] = y;
+  return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
 /* CenterCropPad(input, shape[, axes]): each axis cut or zero-padded to its
  * size around the centre (the odd element at the end), as onnx's
  * reference. */
@@ -248,6 +305,43 @@ static sc_status expand_lrn(sc_grad_ctx *c, int32_t *out) {
   int32_t den = gb_2(c, SC_OP_ADD, gb_scalar(c, t, bias),
                      gb_2(c, SC_OP_MUL, gb_scalar(c, t, alpha / (double)size), sum));
   out[0] = gb_2(c, SC_OP_DIV, x, gb_2(c, SC_OP_POW, den, gb_scalar(c, t, beta)));
+  return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
+/* LpPool(p; the pooling window attributes): (the sum over each window of
+ * |x|^p)^(1/p), an AveragePool of |x|^p with the same window and
+ * count_include_pad = 1 (padding holds zeros), times the window's size. */
+static sc_status expand_lp_pool(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  int64_t pw;
+  sc_status st = sc_read_attr_int(g, cx_node(c), "p", 2, &pw);
+  if (st != SC_OK) return st;
+  const sc_attr *ks = sc_node_attr(cx_node(c), "kernel_shape");
+  if (pw < 1 || !ks || ks->kind != SC_ATTR_INTS)
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "LpPool needs p >= 1 and kernel_shape");
+  double size = 1;
+  for (int64_t j = 0; j < ks->n; j++) size *= (double)ks->ints[j];
+  int32_t x = cx_in(c, 0);
+  sc_dtype t = cx_val(c, x)->dtype;
+  int32_t ax = pw == 2 ? gb_2(c, SC_OP_MUL, x, x) : gb_1(c, SC_OP_ABS, x);
+  if (pw > 2) ax = gb_2(c, SC_OP_POW, ax, gb_scalar(c, t, (double)pw));
+  int32_t node = -1, avg = ax < 0 ? -1 : gb_begin(c, SC_OP_AVERAGE_POOL, &ax, 1, &node);
+  if (avg < 0) return cx_built(c);
+  static const char *const keep[] = {"kernel_shape", "strides", "pads", "auto_pad",
+                                     "dilations", "ceil_mode"};
+  for (size_t k = 0; k < sizeof keep / sizeof *keep; k++) {
+    const sc_attr *a = sc_node_attr(cx_node(c), keep[k]);
+    sc_attr *b = a ? sc_node_add_attr(g, node, keep[k], a->kind) : NULL;
+    if (a && !b) return cx_built(c);
+    if (b) *b = *a; /* values shared, as sc_node_copy_attrs shares them */
+  }
+  sc_attr *inc = sc_node_add_attr(g, node, "count_include_pad", SC_ATTR_INT);
+  if (!inc) return cx_built(c);
+  inc->i = 1;
+  int32_t sum = gb_2(c, SC_OP_MUL, gb_end(c, node, avg), gb_scalar(c, t, size));
+  out[0] = pw == 1 ? sum
+           : pw == 2 ? gb_1(c, SC_OP_SQRT, sum)
+                     : gb_2(c, SC_OP_POW, sum, gb_scalar(c, t, 1.0 / (double)pw));
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 
@@ -357,6 +451,7 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_ROTARY_EMBEDDING: return cx_expand_rotary;
   case SC_OP_RNN: case SC_OP_GRU: case SC_OP_LSTM: return cx_expand_rnn;
   case SC_OP_CONV_TRANSPOSE: return cx_expand_conv_transpose;
+  case SC_OP_COL2IM: return cx_expand_col2im;
   case SC_OP_TOP_K: return cx_expand_topk;
   case SC_OP_EINSUM: return cx_expand_einsum;
   case SC_OP_HARDMAX: return expand_hardmax;
@@ -367,10 +462,28 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_EYE_LIKE: return expand_eye_like;
   case SC_OP_CENTER_CROP_PAD: return expand_center_crop_pad;
   case SC_OP_LRN: return expand_lrn;
+  case SC_OP_LP_POOL: return expand_lp_pool;
+  case SC_OP_MAX_UNPOOL: return expand_max_unpool;
   case SC_OP_HANN_WINDOW: case SC_OP_HAMMING_WINDOW: case SC_OP_BLACKMAN_WINDOW:
     return expand_window;
   default: return NULL;
   }
+}
+
+int32_t cx_expand_nested(sc_grad_ctx *c, int32_t node, cx_expand_fn fn) {
+  if (node < 0) return -1;
+  int32_t out[MAX_OUT];
+  for (int32_t j = 0; j < MAX_OUT; j++) out[j] = -1;
+  sc_grad_ctx nc = *c;
+  nc.node = node;
+  sc_status st = fn(&nc, out);
+  sc_node *n = &c->g->nodes[node];
+  n->flags |= SC_NODE_DEAD;
+  for (int32_t j = 0; j < n->n_outputs; j++) { /* its values, never given a type, go too */
+    if (n->outputs[j] >= 0) c->g->values[n->outputs[j]].flags |= SC_VALUE_DEAD;
+    n->outputs[j] = -1;
+  }
+  return st == SC_OK ? out[0] : -1;
 }
 
 /* ---- the driver ---- */

@@ -42,11 +42,17 @@ int32_t cx_axis_slice(sc_grad_ctx *c, int32_t x, int64_t axis, int64_t a, int64_
 /* ArgMax of x along axis, kept as a size-1 axis (int64). */
 int32_t cx_argmax_keep(sc_grad_ctx *c, int32_t x, int64_t axis);
 
+/* Another composite op inside an expansion: node (made by gb_begin, its
+ * attributes set, never inferred) is expanded by fn in place and marked
+ * dead; returns the value of its output 0, or -1. */
+int32_t cx_expand_nested(sc_grad_ctx *c, int32_t node, cx_expand_fn fn);
+
 /* The expansions of the other files (composite.c holds the small ones). */
 sc_status cx_expand_attention(sc_grad_ctx *c, int32_t *out);  /* composite_attention.c */
 sc_status cx_expand_rotary(sc_grad_ctx *c, int32_t *out);     /* composite_attention.c */
 sc_status cx_expand_rnn(sc_grad_ctx *c, int32_t *out);        /* composite_rnn.c */
 sc_status cx_expand_conv_transpose(sc_grad_ctx *c, int32_t *out); /* composite_linalg.c */
+sc_status cx_expand_col2im(sc_grad_ctx *c, int32_t *out);     /* composite_linalg.c */
 sc_status cx_expand_topk(sc_grad_ctx *c, int32_t *out);       /* composite_linalg.c */
 sc_status cx_expand_einsum(sc_grad_ctx *c, int32_t *out);     /* composite_linalg.c */
 

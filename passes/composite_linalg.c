@@ -152,6 +152,79 @@ sc_status cx_expand_conv_transpose(sc_grad_ctx *c, int32_t *out) {
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 
+/* ---- Col2Im ---- */
+
+/* Col2Im(input [N, C·K, L], image_shape, block_shape; dilations, pads,
+ * strides) -> [N, C, image...]: every column's K values added into the
+ * image at their block positions — a ConvTranspose (expanded as above) of
+ * the input viewed as [N, C·K, blocks...], in C groups, with one-hot
+ * weights [C·K, 1, block...] (column k of a group lands at kernel position
+ * k), its output_padding making up what the strides leave uncovered at the
+ * end. image_shape and block_shape must be constants. */
+sc_status cx_expand_col2im(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  int64_t img[3], blk[3], ni = 0, nb = 0;
+  sc_status st = sc_input_ints(g, cx_node(c), 1, img, 3, &ni);
+  if (st == SC_OK) st = sc_input_ints(g, cx_node(c), 2, blk, 3, &nb);
+  if (st != SC_OK) return st;
+  int32_t x = cx_in(c, 0);
+  const sc_value x0 = *cx_val(c, x);
+  int32_t ns = (int32_t)ni;
+  if (ns < 1 || nb != ni || x0.rank != 3)
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "Col2Im needs input [N, C*K, L] and "
+                         "image_shape and block_shape of 1 to 3 equal lengths");
+  int64_t strides[3], dil[3], pads[6], opad[3], k = 1, blocks = 1, bd[3];
+  const int64_t *v;
+  struct { const char *name; int64_t *dst; int64_t n, dflt; } lists[] = {
+      {"strides", strides, ns, 1}, {"dilations", dil, ns, 1}, {"pads", pads, 2 * ns, 0}};
+  for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+    int64_t cnt = sc_attr_ints(g, cx_node(c), lists[i].name, &v);
+    if (cnt >= 0 && cnt != lists[i].n)
+      return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "%s has %lld values, expected %lld",
+                           lists[i].name, (long long)cnt, (long long)lists[i].n);
+    for (int64_t j = 0; j < lists[i].n; j++) lists[i].dst[j] = cnt >= 0 ? v[j] : lists[i].dflt;
+  }
+  for (int32_t j = 0; j < ns; j++) {
+    int64_t span = img[j] + pads[j] + pads[ns + j] - dil[j] * (blk[j] - 1) - 1;
+    if (blk[j] < 1 || strides[j] < 1 || dil[j] < 1 || span < 0)
+      return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "block, strides or dilations of "
+                           "spatial dim %d do not fit the image", (int)j);
+    bd[j] = span / strides[j] + 1;
+    opad[j] = span % strides[j];
+    k *= blk[j];
+    blocks *= bd[j];
+  }
+  if (x0.dims[1] % k || x0.dims[2] != blocks)
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "input [%lld, %lld, %lld] is not [N, "
+                         "C*%lld, %lld]", (long long)x0.dims[0], (long long)x0.dims[1],
+                         (long long)x0.dims[2], (long long)k, (long long)blocks);
+  int64_t ch = x0.dims[1] / k, xd[SC_MAX_RANK] = {x0.dims[0], x0.dims[1]}, wd[SC_MAX_RANK];
+  wd[0] = x0.dims[1];
+  wd[1] = 1;
+  for (int32_t j = 0; j < ns; j++) xd[2 + j] = bd[j], wd[2 + j] = blk[j];
+  /* one-hot weights: W[c*K + q, 0, q's position] = 1 */
+  size_t es = sc_dtype_size(x0.dtype), bytes = (size_t)(x0.dims[1] * k) * es;
+  unsigned char *wb = sc_calloc(bytes ? bytes : 1, 1);
+  if (!wb) return SC_ERR_NOMEM;
+  for (int64_t q = 0; q < x0.dims[1]; q++) sc_store_f64(x0.dtype, wb, q * k + q % k, 1.0);
+  int32_t w = sc_graph_new_value(g, "col2im_weights");
+  st = w < 0 ? SC_ERR_NOMEM
+             : sc_value_set_data(g, w, x0.dtype, 2 + ns, wd, wb, (uint64_t)bytes, true);
+  sc_free(wb);
+  if (st != SC_OK) return st;
+  int32_t in[2] = {gb_reshape(c, x, 2 + ns, xd), w}, node = -1;
+  int32_t y = in[0] < 0 ? -1 : gb_begin(c, SC_OP_CONV_TRANSPOSE, in, 2, &node);
+  sc_attr *ga = y < 0 ? NULL : sc_node_add_attr(g, node, "group", SC_ATTR_INT);
+  if (!ga) return cx_built(c);
+  ga->i = ch; /* before more attributes move the array */
+  if (!gb_ints_attr(c, node, "strides", strides, ns) ||
+      !gb_ints_attr(c, node, "dilations", dil, ns) || !gb_ints_attr(c, node, "pads", pads, 2 * ns) ||
+      !gb_ints_attr(c, node, "output_padding", opad, ns))
+    return cx_built(c);
+  out[0] = cx_expand_nested(c, node, cx_expand_conv_transpose);
+  return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
 /* ---- TopK ---- */
 
 /* k rounds, each taking the first not-yet-taken element equal to the

@@ -38,6 +38,12 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
   small_ops_opset11/13, hardmax_opset11_3d  Hardmax (before opset 13 over
       the 2-D coercion), LpNormalization, MeanVarianceNormalization, LRN,
       EyeLike;
+  lp_pool_opset11       LpPool: p 2 with strides and pads, p 1 with
+      SAME_UPPER, p 3 over 1-D windows;
+  col2im                Col2Im of computed columns: 2 channels, strides,
+      asymmetric pads, a dilation, a row the strides leave uncovered;
+  max_unpool_opset11    MaxUnpool at windows' maxima (output_shape: only
+      the node tests, where onnx's reference and onnxruntime differ);
   sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
       log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
       [N, C, d] input) on computed scores.
@@ -222,6 +228,40 @@ def cases(rng):
             [vi("x", [3, 5]), vi("x4", [2, 5, 3, 4])],
             [vi("hm", [3, 5]), vi("lp", [3, 5]), vi("mvn", [2, 5, 3, 4]), vi("lrn", [2, 5, 3, 4]),
              vi("eye", [3, 5])], opset=op), {}))
+    # LpPool: p 2 (the default) with strides and pads, p 1 with auto_pad
+    # SAME_UPPER, p 3 over 1-D windows
+    out.append(("lp_pool_opset11", model("lpp", [
+        n("LpPool", ["x4"], ["l2"], kernel_shape=[2, 3], strides=[1, 2], pads=[1, 0, 0, 1]),
+        n("LpPool", ["x4"], ["l1"], kernel_shape=[3, 3], auto_pad="SAME_UPPER", p=1),
+        n("LpPool", ["x3"], ["l3"], kernel_shape=[3], p=3)],
+        [vi("x4", [2, 3, 5, 6]), vi("x3", [2, 3, 7])],
+        [vi("l2", [2, 3, 5, 3]), vi("l1", [2, 3, 5, 6]), vi("l3", [2, 3, 5])], opset=11), {}))
+    # Col2Im: 2 channels of 2x2 blocks, strides, asymmetric pads, a dilation,
+    # and an image row the strides leave uncovered at the end
+    out.append(("col2im", model("c2i", [
+        n("MatMul", ["x", "w"], ["cols"]),
+        n("Col2Im", ["cols", "img", "blk"], ["y"], strides=[2, 2], pads=[1, 0, 0, 1],
+          dilations=[1, 2])],
+        [vi("x", [2, 8, 5])], [vi("y", [2, 2, 6, 6])],
+        [w("w", [5, 9]), helper.make_tensor("img", T.INT64, [2], [6, 6]),
+         helper.make_tensor("blk", T.INT64, [2], [2, 2])], opset=18), {}))
+    # MaxUnpool: X computed, I the flat indices of each 2x2 window's maximum
+    # (as MaxPool's Indices, which shardc does not compute) of a [2,3,4,6]
+    # image, strides 2. (With an output_shape, onnx's reference and its node
+    # tests place the inferred-shape result at the start of the larger
+    # output, which shardc follows; onnxruntime reads the indices in the
+    # larger shape instead, so that case is left to the node tests.)
+    xi = rng.standard_normal((2, 3, 4, 6))
+    ind = np.zeros((2, 3, 2, 3), np.int64)
+    for b, ch, i, j in np.ndindex(2, 3, 2, 3):
+        win = xi[b, ch, 2 * i:2 * i + 2, 2 * j:2 * j + 2]
+        di, dj = np.unravel_index(np.argmax(win), (2, 2))
+        ind[b, ch, i, j] = ((b * 3 + ch) * 4 + 2 * i + di) * 6 + 2 * j + dj
+    out.append(("max_unpool_opset11", model("mup", [
+        n("Relu", ["x"], ["r"]),
+        n("MaxUnpool", ["r", "ind"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+        [vi("x", [2, 3, 2, 3]), vi("ind", [2, 3, 2, 3], T.INT64)],
+        [vi("y", [2, 3, 4, 6])], opset=11), {"ind": ind}))
     out.append(("hardmax_opset11_3d", model("hm3", [n("Hardmax", ["x"], ["y"], axis=1)],
                                            [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])], opset=11),
                 {}))
