@@ -19,7 +19,9 @@
  *       refused; otherwise the attribute is dropped;
  *   Upsample (< 10; scales an attribute at 7, an input at 9), Resize (< 11;
  *       X and scales)  → Resize(X, "", scales) with the asymmetric
- *       coordinates and the floor nearest rounding they had.
+ *       coordinates and the floor nearest rounding they had;
+ *   Scatter (9, 10)   → ScatterElements, its later name (the same op; the
+ *       table's row accepts it from opset 9 for that).
  *
  * The same mechanism reads onnxruntime's com.microsoft ops, which exports
  * optimised by its transformer tools contain, as IR ops (their semantics
@@ -322,6 +324,16 @@ static sc_status upsample(adapter *ad, const Onnx__NodeProto *np) {
   r->attribute[r->n_attribute++] = nm;
   if (mode) r->attribute[r->n_attribute++] = (Onnx__AttributeProto *)mode;
   return emit(ad, r);
+}
+
+/* Scatter (opsets 9 and 10) is ScatterElements under its former name: the
+ * same node, renamed. */
+static sc_status scatter(adapter *ad, const Onnx__NodeProto *np) {
+  Onnx__NodeProto *cp = sc_arena_array(A(ad), 1, sizeof *cp);
+  if (!cp) return nomem(ad);
+  *cp = *np;
+  cp->op_type = "ScatterElements";
+  return emit(ad, cp);
 }
 
 static sc_status batch_norm(adapter *ad, const Onnx__NodeProto *np) {
@@ -857,6 +869,7 @@ static const struct {
     {NULL, "BatchNormalization", 9, batch_norm},
     {NULL, "Upsample", 10, upsample},
     {NULL, "Resize", 11, upsample},
+    {NULL, "Scatter", 11, scatter},
     /* onnxruntime registers this one in the default domain */
     {NULL, "SimplifiedLayerNormalization", INT64_MAX, ms_layer_norm},
     {"com.microsoft", "Gelu", INT64_MAX, ms_gelu},

@@ -101,10 +101,14 @@ def read_opset_bounds():
 
 
 def supported_ops():
-    """ONNX op names of the ops table (ir/ops.def, second column)."""
+    """ONNX op names of the ops table (ir/ops.def, second column) and the
+    default-domain ops the frontend reads into them through its version
+    adapters (frontend/onnx_adapters.c's ADAPTERS: Upsample, Scatter)."""
     text = open(os.path.join(SRC, "ir", "ops.def")).read()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return set(re.findall(r'^\s*OP\(\s*\w+\s*,\s*"(\w+)"', text, flags=re.M))
+    ops = set(re.findall(r'^\s*OP\(\s*\w+\s*,\s*"(\w+)"', text, flags=re.M))
+    adapters = open(os.path.join(SRC, "frontend", "onnx_adapters.c")).read()
+    return ops | set(re.findall(r'\{\s*NULL\s*,\s*"(\w+)"\s*,', adapters))
 
 
 def graph_ops(g):
