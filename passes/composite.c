@@ -240,6 +240,58 @@ static sc_status expand_max_unpool(sc_grad_ctx *c, int32_t *out) {
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 
+/* AffineGrid(theta [N, k, k+1], size [N, C, (D,) H, W]; align_corners):
+ * the sampling grid [N, (D,) H, W, k] = theta applied to each output
+ * point's normalised coordinates (x along W, y along H, z along D, then
+ * 1): one MatMul of the constant [points, k+1] grid by theta transposed.
+ * A coordinate i of n is -1 + 2i/(n-1) with align_corners (-1 when n is
+ * 1), else -1 + (2i+1)/n, as onnx's reference. size must be a constant. */
+static sc_status expand_affine_grid(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  int64_t align, size[5], ns = 0;
+  sc_status st = sc_read_attr_int(g, cx_node(c), "align_corners", 0, &align);
+  if (st == SC_OK) st = sc_input_ints(g, cx_node(c), 1, size, 5, &ns);
+  if (st != SC_OK) return st;
+  int32_t theta = cx_in(c, 0);
+  const sc_value t0 = *cx_val(c, theta);
+  int64_t k = ns - 2, pts = 1;
+  if ((ns != 4 && ns != 5) || t0.rank != 3 || t0.dims[0] != size[0] || t0.dims[1] != k ||
+      t0.dims[2] != k + 1 || !sc_dtype_is_float(t0.dtype))
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "theta must be float [N, %lld, %lld] "
+                         "for size [N, C, ...] of 4 or 5 values", (long long)k,
+                         (long long)k + 1);
+  for (int64_t j = 2; j < ns; j++)
+    if (size[j] < 1 || !sc_mul_i64(pts, size[j], &pts) || pts > (1 << 24))
+      return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "size %lld of dim %lld",
+                           (long long)size[j], (long long)j);
+  size_t es = sc_dtype_size(t0.dtype);
+  unsigned char *base = sc_calloc((size_t)(pts * (k + 1)), es);
+  if (!base) return SC_ERR_NOMEM;
+  for (int64_t p = 0; p < pts; p++) {
+    int64_t rest = p;
+    for (int64_t j = 0; j < k; j++) { /* component j runs along spatial dim k - 1 - j */
+      int64_t n = size[ns - 1 - j], i = rest % n;
+      rest /= n;
+      double v = align ? (n == 1 ? -1.0 : -1.0 + 2.0 * (double)i / (double)(n - 1))
+                       : -1.0 + (2.0 * (double)i + 1.0) / (double)n;
+      sc_store_f64(t0.dtype, base, p * (k + 1) + j, v);
+    }
+    sc_store_f64(t0.dtype, base, p * (k + 1) + k, 1.0);
+  }
+  int64_t bd[2] = {pts, k + 1}, od[SC_MAX_RANK];
+  int32_t b = sc_graph_new_value(g, "affine_grid_base");
+  st = b < 0 ? SC_ERR_NOMEM
+             : sc_value_set_data(g, b, t0.dtype, 2, bd, base, (uint64_t)(pts * (k + 1)) * es,
+                                 true);
+  sc_free(base);
+  if (st != SC_OK) return st;
+  od[0] = size[0];
+  for (int64_t j = 2; j < ns; j++) od[j - 1] = size[j];
+  od[ns - 1] = k;
+  out[0] = gb_reshape(c, gb_2(c, SC_OP_MATMUL, b, gb_swap_last(c, theta)), (int32_t)ns, od);
+  return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
 /* CenterCropPad(input, shape[, axes]): each axis cut or zero-padded to its
  * size around the centre (the odd element at the end), as onnx's
  * reference. */
@@ -464,6 +516,7 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_LRN: return expand_lrn;
   case SC_OP_LP_POOL: return expand_lp_pool;
   case SC_OP_MAX_UNPOOL: return expand_max_unpool;
+  case SC_OP_AFFINE_GRID: return expand_affine_grid;
   case SC_OP_HANN_WINDOW: case SC_OP_HAMMING_WINDOW: case SC_OP_BLACKMAN_WINDOW:
     return expand_window;
   default: return NULL;

@@ -44,6 +44,8 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
       asymmetric pads, a dilation, a row the strides leave uncovered;
   max_unpool_opset11    MaxUnpool at windows' maxima (output_shape: only
       the node tests, where onnx's reference and onnxruntime differ);
+  affine_grid           AffineGrid of computed thetas, 2-D, and 3-D with
+      align_corners;
   sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
       log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
       [N, C, d] input) on computed scores.
@@ -262,6 +264,15 @@ def cases(rng):
         n("MaxUnpool", ["r", "ind"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
         [vi("x", [2, 3, 2, 3]), vi("ind", [2, 3, 2, 3], T.INT64)],
         [vi("y", [2, 3, 4, 6])], opset=11), {"ind": ind}))
+    # AffineGrid of computed thetas, 2-D without and 3-D with align_corners
+    out.append(("affine_grid", model("ag", [
+        n("Tanh", ["t2"], ["th2"]), n("Tanh", ["t3"], ["th3"]),
+        n("AffineGrid", ["th2", "s2"], ["g2"]),
+        n("AffineGrid", ["th3", "s3"], ["g3"], align_corners=1)],
+        [vi("t2", [2, 2, 3]), vi("t3", [2, 3, 4])],
+        [vi("g2", [2, 4, 5, 2]), vi("g3", [2, 3, 4, 5, 3])],
+        [helper.make_tensor("s2", T.INT64, [4], [2, 3, 4, 5]),
+         helper.make_tensor("s3", T.INT64, [5], [2, 3, 3, 4, 5])], opset=20), {}))
     out.append(("hardmax_opset11_3d", model("hm3", [n("Hardmax", ["x"], ["y"], axis=1)],
                                            [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])], opset=11),
                 {}))
