@@ -362,25 +362,33 @@ static const char *tmp_name(adapter *ad, const char *b) {
 }
 
 /* out = op(a[, b]) as a new node; out NULL: a fresh name. */
+/* out = op(in[0..n_in)) as a new node "<b>/<op>_<k>", with attribute a
+ * when given; out NULL: a fresh name. NULL when an input is NULL (a step
+ * before failed) or on no memory. */
+static const char *opn(adapter *ad, const char *b, const char *op, const char **in, size_t n_in,
+                       const char *out, Onnx__AttributeProto *a) {
+  for (size_t k = 0; k < n_in; k++)
+    if (!in[k]) return NULL;
+  const char *o = out ? out : tmp_name(ad, b);
+  Onnx__NodeProto *np = o ? node(ad, op, sc_arena_printf(A(ad), "%s/%s_%d", b, op, ad->tmp++),
+                                 in, n_in, &o, 1, 1)
+                          : NULL;
+  if (!np) return NULL;
+  if (a) np->attribute[np->n_attribute++] = a;
+  return emit(ad, np) == SC_OK ? o : NULL;
+}
+
+/* out = op(x[, y]) as a new node; out NULL: a fresh name. */
 static const char *op2(adapter *ad, const char *b, const char *op, const char *x, const char *y,
                        const char *out) {
-  const char *in[2] = {x, y}, *o = out ? out : tmp_name(ad, b);
-  Onnx__NodeProto *np = o ? node(ad, op, sc_arena_printf(A(ad), "%s/%s_%d", b, op, ad->tmp++),
-                                 in, y ? 2 : 1, &o, 1, 1)
-                          : NULL;
-  return np && emit(ad, np) == SC_OK ? o : NULL;
+  const char *in[2] = {x, y};
+  return opn(ad, b, op, in, y ? 2 : 1, out, NULL);
 }
 
 /* Cast(x, to) as a new node. */
 static const char *cast(adapter *ad, const char *b, const char *x, int64_t to) {
-  const char *o = tmp_name(ad, b);
-  Onnx__NodeProto *np = o && x ? node(ad, "Cast", sc_arena_printf(A(ad), "%s/Cast_%d", b,
-                                                                  ad->tmp++), &x, 1, &o, 1, 1)
-                               : NULL;
   Onnx__AttributeProto *a = int_attr(ad, "to", to);
-  if (!np || !a) return NULL;
-  np->attribute[np->n_attribute++] = a;
-  return emit(ad, np) == SC_OK ? o : NULL;
+  return a ? opn(ad, b, "Cast", &x, 1, NULL, a) : NULL;
 }
 
 /* An int64 constant: the vector v[n], or with n = 0 the scalar *v. */
@@ -625,12 +633,7 @@ static sc_status ms_embed_layer_norm(adapter *ad, const Onnx__NodeProto *np) {
     const char *s = op2(ad, b, "Gather", op2(ad, b, "Shape", ids, NULL, NULL),
                         int_const(ad, b, &one, 1), NULL);
     const char *in[4] = {np->input[3], int_const(ad, b, &zero, 1), s, int_const(ad, b, &zero, 1)};
-    const char *o = tmp_name(ad, b);
-    Onnx__NodeProto *sl = o && in[1] && s && in[3]
-                              ? node(ad, "Slice", sc_arena_printf(A(ad), "%s/Slice_%d", b,
-                                                                  ad->tmp++), in, 4, &o, 1, 0)
-                              : NULL;
-    pos = sl && emit(ad, sl) == SC_OK ? o : NULL;
+    pos = opn(ad, b, "Slice", in, 4, NULL, NULL);
   }
   const char *sum = op2(ad, b, "Add", op2(ad, b, "Gather", np->input[2], ids, NULL), pos,
                         NULL);
@@ -646,15 +649,9 @@ static sc_status ms_embed_layer_norm(adapter *ad, const Onnx__NodeProto *np) {
                                      cast(ad, b, int_const(ad, b, &one, 0),
                                           ONNX__TENSOR_PROTO__DATA_TYPE__INT32), NULL),
                           ONNX__TENSOR_PROTO__DATA_TYPE__INT32);
-  const char *in[2] = {ones, int_const(ad, b, &one, 1)}, *mi = np->output[1];
-  Onnx__NodeProto *sum_n = in[0] && in[1] ? node(ad, "ReduceSum", sc_arena_printf(
-                                                     A(ad), "%s/ReduceSum_%d", b, ad->tmp++),
-                                                 in, 2, &mi, 1, 1)
-                                          : NULL;
+  const char *in[2] = {ones, int_const(ad, b, &one, 1)};
   Onnx__AttributeProto *keep = int_attr(ad, "keepdims", 0);
-  if (!sum_n || !keep) return contrib_done(ad, NULL);
-  sum_n->attribute[sum_n->n_attribute++] = keep;
-  return emit(ad, sum_n);
+  return contrib_done(ad, keep ? opn(ad, b, "ReduceSum", in, 2, np->output[1], keep) : NULL);
 }
 
 /* The attention family, onto the default domain's Attention (a composite
@@ -691,12 +688,7 @@ static const char *mask_from_lengths(adapter *ad, const char *b, const char *len
                           int_const(ad, b, &axis1, 1), NULL),
                       NULL, NULL);
   const char *in[3] = {int_const(ad, b, &zero, 0), t, int_const(ad, b, &one, 0)};
-  const char *r = tmp_name(ad, b);
-  Onnx__NodeProto *range = r && in[0] && in[1] && in[2]
-                               ? node(ad, "Range", sc_arena_printf(A(ad), "%s/Range_%d", b,
-                                                                   ad->tmp++), in, 3, &r, 1, 0)
-                               : NULL;
-  if (!range || emit(ad, range) != SC_OK) return NULL;
+  const char *r = opn(ad, b, "Range", in, 3, NULL, NULL);
   const char *l = op2(ad, b, "Unsqueeze", cast(ad, b, len, ONNX__TENSOR_PROTO__DATA_TYPE__INT64),
                       int_const(ad, b, &axis1, 1), NULL); /* [B, 1] */
   return op2(ad, b, "Less", r, l, NULL);
@@ -720,13 +712,10 @@ static const char *ms_mask(adapter *ad, const char *b, const Onnx__NodeProto *np
                                  : mask_from_lengths(ad, b, np->input[mi], keys);
     const char *in[3] = {keep, scalar(ad, b, 0.0f, like),
                          scalar(ad, b, float_attr(np, "mask_filter_value", -10000.0f), like)};
-    const char *w = tmp_name(ad, b);
-    Onnx__NodeProto *where = w && keep ? node(ad, "Where", sc_arena_printf(A(ad), "%s/mask", b),
-                                              in, 3, &w, 1, 0)
-                                       : NULL;
-    if (!where || !in[1] || !in[2] || emit(ad, where) != SC_OK) return NULL;
     const int64_t axes[2] = {1, 2};
-    m = op2(ad, b, "Unsqueeze", w, int_const(ad, b, axes, 2), NULL); /* [B, 1, 1, T] */
+    m = op2(ad, b, "Unsqueeze", opn(ad, b, "Where", in, 3, NULL, NULL), int_const(ad, b, axes, 2),
+            NULL); /* [B, 1, 1, T] */
+    if (!m) return NULL;
   }
   if (m && bias) return op2(ad, b, "Add", m, bias, NULL);
   return m ? m : bias;

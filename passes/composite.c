@@ -56,6 +56,20 @@ int32_t cx_unsqueeze(sc_grad_ctx *c, int32_t x, int32_t at, int32_t n) {
 
 /* An int64 constant of `rank` dims, all 1 but dims[axis] = n, holding
  * 0..n-1 along it. */
+void *cx_const_data(sc_grad_ctx *c, const char *name, sc_dtype t, int32_t rank,
+                    const int64_t *dims, int32_t *value) {
+  sc_graph *g = c->g;
+  int64_t bytes = (int64_t)sc_dtype_size(t);
+  for (int32_t j = 0; j < rank; j++)
+    if (dims[j] < 0 || !sc_mul_i64(bytes, dims[j], &bytes)) return NULL;
+  void *p = sc_arena_alloc(&g->arena, bytes > 0 ? (size_t)bytes : 1);
+  *value = p ? sc_graph_new_value(g, name) : -1;
+  if (*value < 0) return NULL;
+  memset(p, 0, (size_t)bytes);
+  return sc_value_set_data(g, *value, t, rank, dims, p, (uint64_t)bytes, false) == SC_OK ? p
+                                                                                         : NULL;
+}
+
 int32_t cx_iota(sc_grad_ctx *c, int64_t n, int32_t rank, int32_t axis) {
   int64_t *v = sc_arena_array(&c->g->arena, (size_t)(n ? n : 1), sizeof *v);
   if (!v) return -1;
@@ -264,9 +278,10 @@ static sc_status expand_affine_grid(sc_grad_ctx *c, int32_t *out) {
     if (size[j] < 1 || !sc_mul_i64(pts, size[j], &pts) || pts > (1 << 24))
       return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "size %lld of dim %lld",
                            (long long)size[j], (long long)j);
-  size_t es = sc_dtype_size(t0.dtype);
-  unsigned char *base = sc_calloc((size_t)(pts * (k + 1)), es);
-  if (!base) return SC_ERR_NOMEM;
+  int64_t bd[2] = {pts, k + 1}, od[SC_MAX_RANK];
+  int32_t b;
+  void *base = cx_const_data(c, "affine_grid_base", t0.dtype, 2, bd, &b);
+  if (!base) return cx_built(c);
   for (int64_t p = 0; p < pts; p++) {
     int64_t rest = p;
     for (int64_t j = 0; j < k; j++) { /* component j runs along spatial dim k - 1 - j */
@@ -278,13 +293,6 @@ static sc_status expand_affine_grid(sc_grad_ctx *c, int32_t *out) {
     }
     sc_store_f64(t0.dtype, base, p * (k + 1) + k, 1.0);
   }
-  int64_t bd[2] = {pts, k + 1}, od[SC_MAX_RANK];
-  int32_t b = sc_graph_new_value(g, "affine_grid_base");
-  st = b < 0 ? SC_ERR_NOMEM
-             : sc_value_set_data(g, b, t0.dtype, 2, bd, base, (uint64_t)(pts * (k + 1)) * es,
-                                 true);
-  sc_free(base);
-  if (st != SC_OK) return st;
   od[0] = size[0];
   for (int64_t j = 2; j < ns; j++) od[j - 1] = size[j];
   od[ns - 1] = k;
@@ -409,7 +417,8 @@ static sc_status expand_window(sc_grad_ctx *c, int32_t *out) {
   if (n != 1 || size < 1 || size > (1 << 24) || t == SC_DTYPE_COUNT)
     return sc_node_error(c->g, cx_node(c), SC_ERR_INVALID, "size must be one value in 1..2^24 and "
                          "output_datatype a dtype shardc has");
-  double *w = sc_arena_array(&c->g->arena, (size_t)size, sizeof *w);
+  int32_t v;
+  double *w = cx_const_data(c, "window", SC_DTYPE_F64, 1, &size, &v);
   if (!w) return cx_built(c);
   double den = (double)(periodic ? size : size - 1), pi2 = 2.0 * M_PI;
   sc_op op = cx_node(c)->op;
@@ -419,10 +428,6 @@ static sc_status expand_window(sc_grad_ctx *c, int32_t *out) {
            : op == SC_OP_HAMMING_WINDOW ? 25.0 / 46.0 - (21.0 / 46.0) * cos(a)
                                         : 0.42 - 0.5 * cos(a) + 0.08 * cos(2.0 * a);
   }
-  int32_t v = sc_graph_new_value(c->g, "window");
-  if (v < 0 || sc_value_set_data(c->g, v, SC_DTYPE_F64, 1, &size, w,
-                                 (uint64_t)size * sizeof *w, false) != SC_OK)
-    return cx_built(c);
   out[0] = gb_cast(c, v, t);
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }

@@ -39,6 +39,11 @@ int32_t cx_last_slice(sc_grad_ctx *c, int32_t x, int64_t a, int64_t b);
 /* x[.., a:b:step, ..] along `axis`. */
 int32_t cx_axis_slice(sc_grad_ctx *c, int32_t x, int64_t axis, int64_t a, int64_t b,
                       int64_t step);
+/* A new constant `name` of dtype t and shape dims, zeros, whose data (in
+ * the graph's arena) the caller then fills (sc_store_f64); *value is its
+ * id. NULL on no memory or a size that overflows. */
+void *cx_const_data(sc_grad_ctx *c, const char *name, sc_dtype t, int32_t rank,
+                    const int64_t *dims, int32_t *value);
 /* ArgMax of x along axis, kept as a size-1 axis (int64). */
 int32_t cx_argmax_keep(sc_grad_ctx *c, int32_t x, int64_t axis);
 

@@ -203,15 +203,10 @@ sc_status cx_expand_col2im(sc_grad_ctx *c, int32_t *out) {
   wd[1] = 1;
   for (int32_t j = 0; j < ns; j++) xd[2 + j] = bd[j], wd[2 + j] = blk[j];
   /* one-hot weights: W[c*K + q, 0, q's position] = 1 */
-  size_t es = sc_dtype_size(x0.dtype), bytes = (size_t)(x0.dims[1] * k) * es;
-  unsigned char *wb = sc_calloc(bytes ? bytes : 1, 1);
-  if (!wb) return SC_ERR_NOMEM;
+  int32_t w;
+  void *wb = cx_const_data(c, "col2im_weights", x0.dtype, 2 + ns, wd, &w);
+  if (!wb) return cx_built(c);
   for (int64_t q = 0; q < x0.dims[1]; q++) sc_store_f64(x0.dtype, wb, q * k + q % k, 1.0);
-  int32_t w = sc_graph_new_value(g, "col2im_weights");
-  st = w < 0 ? SC_ERR_NOMEM
-             : sc_value_set_data(g, w, x0.dtype, 2 + ns, wd, wb, (uint64_t)bytes, true);
-  sc_free(wb);
-  if (st != SC_OK) return st;
   int32_t in[2] = {gb_reshape(c, x, 2 + ns, xd), w}, node = -1;
   int32_t y = in[0] < 0 ? -1 : gb_begin(c, SC_OP_CONV_TRANSPOSE, in, 2, &node);
   sc_attr *ga = y < 0 ? NULL : sc_node_add_attr(g, node, "group", SC_ATTR_INT);

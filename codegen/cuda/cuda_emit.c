@@ -624,18 +624,14 @@ static void emit_expr(emitter *e, int32_t x, int lane) {
   case KIR_LE: sb_printf(b, "(%s <= %s)", a, bb); break;
   case KIR_GT: sb_printf(b, "(%s > %s)", a, bb); break;
   case KIR_GE: sb_printf(b, "(%s >= %s)", a, bb); break;
-  case KIR_AND:
-    if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(%s && %s)", a, bb);
-    else sb_printf(b, "(%s)(%s & %s)", ct, a, bb);
+  case KIR_AND: case KIR_OR: case KIR_XOR: { /* logic on bools, bitwise on integers */
+    static const char *const logic[] = {"&&", "||", "!="}, *const bits[] = {"&", "|", "^"};
+    _Static_assert(KIR_OR == KIR_AND + 1 && KIR_XOR == KIR_AND + 2, "and, or, xor in a row");
+    int j = (int)(ex->op - KIR_AND);
+    if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(%s %s %s)", a, logic[j], bb);
+    else sb_printf(b, "(%s)(%s %s %s)", ct, a, bits[j], bb);
     break;
-  case KIR_OR:
-    if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(%s || %s)", a, bb);
-    else sb_printf(b, "(%s)(%s | %s)", ct, a, bb);
-    break;
-  case KIR_XOR:
-    if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(%s != %s)", a, bb);
-    else sb_printf(b, "(%s)(%s ^ %s)", ct, a, bb);
-    break;
+  }
   case KIR_NOT:
     if (ex->dtype == SC_DTYPE_BOOL) sb_printf(b, "(!%s)", a);
     else sb_printf(b, "(%s)(~%s)", ct, a);
