@@ -220,10 +220,13 @@ static kval eval_binary(kir_op op, sc_dtype t, sc_dtype ta, kval a, kval b) {
   case KIR_AND: r.i = x & y; break; /* bools are 0/1: logic is bitwise */
   case KIR_OR: r.i = x | y; break;
   case KIR_XOR: r.i = x ^ y; break;
-  case KIR_SHL: case KIR_SHR: { /* unsigned; narrow values are held zero-extended */
+  case KIR_SHL: case KIR_SHR: { /* SHR of a signed type is arithmetic; a
+                                    * negative count reads as a huge one */
     uint64_t bits = 8u * sc_dtype_size(ta);
-    if ((uint64_t)y >= bits) r.i = 0;
-    else r.i = (int64_t)(op == KIR_SHL ? (uint64_t)x << y : (uint64_t)x >> y);
+    bool sgn = sc_dtype_is_signed(ta);
+    if ((uint64_t)y >= bits) r.i = op == KIR_SHR && sgn && x < 0 ? -1 : 0;
+    else if (op == KIR_SHL) r.i = (int64_t)((uint64_t)x << y);
+    else r.i = sgn ? x >> y : (int64_t)((uint64_t)x >> y);
     break;
   }
   case KIR_ADD: r.i = (int64_t)((uint64_t)x + (uint64_t)y); break;
@@ -379,8 +382,8 @@ static bool check_expr(const kir_kernel *k, int32_t id, const kir_expr *e,
     return true;
   }
   if (is_shift(e->op)) {
-    if (!is_intt(t) || sc_dtype_is_signed(t) || ta != t || tb != t) {
-      snprintf(msg, n, "%s: operands and result must be one unsigned integer dtype", on);
+    if (!is_intt(t) || ta != t || tb != t) {
+      snprintf(msg, n, "%s: operands and result must be one integer dtype", on);
       return false;
     }
     return true;

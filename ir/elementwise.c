@@ -69,7 +69,6 @@ bool sc_ew_class_accepts(sc_ew_class c, sc_dtype t) {
   case SC_EW_FLOAT: return sc_dtype_is_float(t);
   case SC_EW_BOOL: return t == SC_DTYPE_BOOL;
   case SC_EW_INT: return sc_dtype_is_int(t);
-  case SC_EW_UINT: return sc_dtype_is_int(t) && !sc_dtype_is_signed(t);
   default: return sc_dtype_is_numeric(t);
   }
 }
@@ -287,9 +286,7 @@ static inline double d_bool(bool b) { return b ? 1.0 : 0.0; }
 #define EW_D_FLOAT(x) x
 #define EW_D_BOOL(x)
 #define EW_D_INT(x)
-#define EW_D_UINT(x)
 #define EW_I_INT(x) x
-#define EW_I_UINT(x) x
 #define EW_I_ANY(x) x
 #define EW_I_ARITH(x) x
 #define EW_I_SIGNED(x) x
@@ -424,12 +421,16 @@ static inline int64_t i_pow(ew_job *J, int64_t b, int64_t e) {
   return r;
 }
 
-/* a << b, a >> b in the unsigned compute dtype (narrow values are held
- * zero-extended); a count of the width or more gives 0 */
+/* a << b, a >> b (arithmetic for a signed T). Narrow values are held
+ * sign-extended (signed T) or zero-extended, so a negative count of a signed
+ * T reads as a huge unsigned one; a count of the width or more shifts every
+ * bit out. The store truncates a left shift to T. */
 static inline int64_t i_shift(const ew_job *J, int64_t a, int64_t b, bool left) {
   uint64_t bits = 8u * sc_dtype_size(J->t);
-  if ((uint64_t)b >= bits) return 0;
-  return (int64_t)(left ? (uint64_t)a << b : (uint64_t)a >> b);
+  bool sgn = sc_dtype_is_signed(J->t);
+  if ((uint64_t)b >= bits) return left || !sgn || a >= 0 ? 0 : -1;
+  if (left) return (int64_t)((uint64_t)a << b);
+  return sgn ? a >> b : (int64_t)((uint64_t)a >> b);
 }
 
 #define CONST(c) ((int64_t)(c))

@@ -35,7 +35,6 @@ typedef enum sc_ew_class {
   SC_EW_FLOAT,
   SC_EW_BOOL,
   SC_EW_INT,    /* integer (not bool) */
-  SC_EW_UINT,   /* unsigned integer */
 } sc_ew_class;
 
 typedef struct sc_ew_row {

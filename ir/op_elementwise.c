@@ -37,8 +37,7 @@ static sc_status check_type(sc_graph *g, const sc_node *n, const sc_value *v,
   static const char *const want[] = {
       [SC_EW_ANY] = "a numeric or bool", [SC_EW_ARITH] = "a numeric",
       [SC_EW_SIGNED] = "a signed numeric", [SC_EW_FLOAT] = "a floating-point",
-      [SC_EW_BOOL] = "a bool", [SC_EW_INT] = "an integer",
-      [SC_EW_UINT] = "an unsigned integer"};
+      [SC_EW_BOOL] = "a bool", [SC_EW_INT] = "an integer"};
   if (!sc_ew_class_accepts(c, v->dtype))
     return sc_node_error(g, n, SC_ERR_INVALID, "input '%s' has dtype %s; expects %s type",
                          v->name, sc_dtype_name(v->dtype), want[c]);
@@ -320,11 +319,6 @@ sc_status sc_op_infer_binary(sc_graph *g, sc_node *n) {
   if ((st = same_dtype(g, n, a, b)) != SC_OK) return st;
   sc_ew_attrs at;
   if ((st = sc_ew_attrs_read(g, n, &at)) != SC_OK) return st;
-  if (n->op == SC_OP_MOD) {
-    if (!at.fmod && sc_dtype_is_float(a->dtype))
-      return sc_node_error(g, n, SC_ERR_INVALID,
-                           "floating-point Mod needs attribute fmod=1");
-  }
   if (n->op == SC_OP_PRELU) {
     /* slope broadcasts to X (unidirectionally): the output is X's shape */
     int32_t r;

@@ -475,11 +475,11 @@ sc_status sc_op_depth_space_view(sc_graph *g, const sc_node *n, int64_t *d6, int
   if (b < 1 || b > (int64_t)1 << 20)
     return sc_node_error(g, n, SC_ERR_INVALID, "blocksize %lld is not positive", (long long)b);
   int64_t N = x->dims[0], C = x->dims[1], H = x->dims[2], W = x->dims[3];
+  static const char *const modes[] = {"DCR", "CRD"}; /* SpaceToDepth's since opset 28 */
+  int crd;
+  sc_status st = sc_read_attr_choice(g, n, "mode", "DCR", modes, 2, &crd);
+  if (st != SC_OK) return st;
   if (n->op == SC_OP_DEPTH_TO_SPACE) {
-    static const char *const modes[] = {"DCR", "CRD"};
-    int crd;
-    sc_status st = sc_read_attr_choice(g, n, "mode", "DCR", modes, 2, &crd);
-    if (st != SC_OK) return st;
     if (C % (b * b) != 0)
       return sc_node_error(g, n, SC_ERR_INVALID,
                            "channels %lld are not a multiple of blocksize^2 = %lld",
@@ -495,10 +495,10 @@ sc_status sc_op_depth_space_view(sc_graph *g, const sc_node *n, int64_t *d6, int
     return sc_node_error(g, n, SC_ERR_INVALID,
                          "height %lld and width %lld are not multiples of blocksize %lld",
                          (long long)H, (long long)W, (long long)b);
-  static const int32_t s2d[6] = {0, 3, 5, 1, 2, 4};
+  static const int32_t s2d[6] = {0, 3, 5, 1, 2, 4}, s2d_crd[6] = {0, 1, 3, 5, 2, 4};
   int64_t ds[6] = {N, C, H / b, b, W / b, b};
   memcpy(d6, ds, sizeof ds);
-  memcpy(perm, s2d, sizeof s2d);
+  memcpy(perm, crd ? s2d_crd : s2d, sizeof s2d);
   return SC_OK;
 }
 
@@ -873,6 +873,20 @@ sc_status sc_op_eval_tile(sc_graph *g, sc_node *n) {
 
 /* ---- Range ---- */
 
+/* The type a float16 or bfloat16 Range computes in (attribute stash_type,
+ * opset 27: FLOAT, the default, or DOUBLE): start + i * delta there, each
+ * rounded to T. */
+static sc_status range_stash(sc_graph *g, const sc_node *n, sc_dtype *stash) {
+  int64_t s = sc_attr_int(g, n, "stash_type", 1);
+  if (g->diag.status != SC_OK) return g->diag.status;
+  if (s != 1 && s != 11)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "stash_type %lld: Range computes in FLOAT (1) or DOUBLE (11)",
+                         (long long)s);
+  *stash = s == 1 ? SC_DTYPE_F32 : SC_DTYPE_F64;
+  return SC_OK;
+}
+
 static sc_status range_count(sc_graph *g, const sc_node *n, int64_t *count) {
   const sc_value *s = sc_node_input(g, n, 0);
   sc_dtype t = s->dtype;
@@ -895,6 +909,13 @@ static sc_status range_count(sc_graph *g, const sc_node *n, int64_t *count) {
     q = ceil((double)((fl - fs) / fd)); /* in float, as ONNX and onnxruntime do */
   } else if (t == SC_DTYPE_F64) {
     double ds = *(const double *)ps, dl = *(const double *)pl, dd = *(const double *)pd;
+    if (dd == 0) return sc_node_error(g, n, SC_ERR_INVALID, "delta is 0");
+    q = ceil((dl - ds) / dd);
+  } else if (t == SC_DTYPE_F16 || t == SC_DTYPE_BF16) {
+    sc_dtype stash;
+    sc_status st = range_stash(g, n, &stash);
+    if (st != SC_OK) return st;
+    double ds = sc_load_f64(t, ps, 0), dl = sc_load_f64(t, pl, 0), dd = sc_load_f64(t, pd, 0);
     if (dd == 0) return sc_node_error(g, n, SC_ERR_INVALID, "delta is 0");
     q = ceil((dl - ds) / dd);
   } else if (t == SC_DTYPE_I16 || t == SC_DTYPE_I32 || t == SC_DTYPE_I64) {
@@ -939,6 +960,14 @@ sc_status sc_op_eval_range(sc_graph *g, sc_node *n) {
   } else if (t == SC_DTYPE_F64) {
     double v = *(const double *)ps, d = *(const double *)pd;
     for (int64_t i = 0; i < k; i++, v += d) ((double *)out)[i] = v;
+  } else if (t == SC_DTYPE_F16 || t == SC_DTYPE_BF16) {
+    sc_dtype stash;
+    if ((st = range_stash(g, n, &stash)) != SC_OK) return st;
+    double s = sc_load_f64(t, ps, 0), d = sc_load_f64(t, pd, 0);
+    for (int64_t i = 0; i < k; i++) {
+      double v = stash == SC_DTYPE_F32 ? (double)((float)s + (float)i * (float)d) : s + (double)i * d;
+      sc_store_f64(t, out, i, v);
+    }
   } else {
     int64_t v = sc_load_i64(t, ps, 0), d = sc_load_i64(t, pd, 0);
     for (int64_t i = 0; i < k; i++, v = (int64_t)((uint64_t)v + (uint64_t)d))

@@ -103,7 +103,7 @@ sc_status sc_op_slice_params(sc_graph *g, const sc_node *n, int64_t *start,
  * permutation; the output, flattened, is the permuted view flattened.
  * DepthToSpace DCR: [N, b, b, C', H, W] by {0, 3, 4, 1, 5, 2}; CRD:
  * [N, C', b, b, H, W] by {0, 1, 4, 2, 5, 3}; SpaceToDepth: [N, C, H/b, b,
- * W/b, b] by {0, 3, 5, 1, 2, 4}. Used by infer, eval and the lowering. */
+ * W/b, b] by {0, 3, 5, 1, 2, 4} (DCR) or {0, 1, 3, 5, 2, 4} (CRD). Used by infer, eval and the lowering. */
 sc_status sc_op_depth_space_view(sc_graph *g, const sc_node *n, int64_t *d6, int32_t *perm);
 /* Resize (op_move.c): its attributes and constant inputs, read once for
  * shape inference and the lowering (codegen/lower_shape.c). Per axis: the

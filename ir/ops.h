@@ -79,6 +79,6 @@ static inline const char *sc_op_name(sc_op op) {
 }
 
 /* Default-domain opsets shardc accepts. */
-enum { SC_OPSET_MIN = 7, SC_OPSET_MAX = 25 };
+enum { SC_OPSET_MIN = 7, SC_OPSET_MAX = 28 };
 
 #endif

@@ -450,9 +450,15 @@ static LLVMValueRef emit_binary(emitter *e, LLVMBuilderRef b, kir_op op, sc_dtyp
   case KIR_AND: return LLVMBuildAnd(b, x, y, "");
   case KIR_OR: return LLVMBuildOr(b, x, y, "");
   case KIR_XOR: return LLVMBuildXor(b, x, y, "");
-  case KIR_SHL: case KIR_SHR: { /* a count >= the width gives 0 (LLVM: poison) */
+  case KIR_SHL: case KIR_SHR: { /* a count >= the width (unsigned: a negative
+                                    * one too) is poison in LLVM: every bit
+                                    * goes out, filled with the sign for a
+                                    * signed SHR */
     LLVMTypeRef ty = LLVMTypeOf(x);
-    LLVMValueRef wide = LLVMBuildICmp(b, LLVMIntUGE, y, ci(ty, 8 * (int64_t)sc_dtype_size(t)), "");
+    int64_t w = 8 * (int64_t)sc_dtype_size(t);
+    LLVMValueRef wide = LLVMBuildICmp(b, LLVMIntUGE, y, ci(ty, w), "");
+    if (op == KIR_SHR && sc_dtype_is_signed(t))
+      return LLVMBuildAShr(b, x, LLVMBuildSelect(b, wide, ci(ty, w - 1), y, ""), "");
     LLVMValueRef sh = op == KIR_SHL ? LLVMBuildShl(b, x, y, "") : LLVMBuildLShr(b, x, y, "");
     return LLVMBuildSelect(b, wide, ci(ty, 0), sh, "");
   }

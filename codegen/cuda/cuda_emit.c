@@ -174,6 +174,17 @@ static const char prelude[] =
   "  while (x) { if (x & 1) r *= base; base *= base; x >>= 1; }\n"
   "  return (T)r;\n"
   "}\n"
+  /* shifts: a count of the width or more (or a negative one) shifts every
+     bit out; >> of a signed type is arithmetic */
+  "template <typename T> SC_DEV T sc_shl(T a, T b) {\n"
+  "  if ((unsigned long long)(long long)b >= 8 * sizeof(T)) return (T)0;\n"
+  "  return (T)((unsigned long long)(long long)a << (int)b);\n"
+  "}\n"
+  "template <typename T> SC_DEV T sc_shr(T a, T b) {\n"
+  "  bool sgn = (T)-1 < (T)0;\n"
+  "  if ((unsigned long long)(long long)b >= 8 * sizeof(T)) return sgn && a < (T)0 ? (T)-1 : (T)0;\n"
+  "  return sgn ? (T)((long long)a >> (int)b) : (T)((unsigned long long)a >> (int)b);\n"
+  "}\n"
   "SC_DEV long long sc_ineg(long long a) { return (long long)(0ull - (unsigned long long)a); }\n"
   "SC_DEV float sc_min(float a, float b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }\n"
   "SC_DEV float sc_max(float a, float b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }\n"
@@ -576,9 +587,8 @@ static void emit_expr(emitter *e, int32_t x, int lane) {
     if (fl) sb_printf(b, "%s(%s, %s)", dbl ? "fmod" : "fmodf", a, bb);
     else sb_printf(b, "sc_imod<%s>(%s, %s)", ct, a, bb);
     break;
-  case KIR_SHL: case KIR_SHR: /* unsigned; a count >= the width gives 0 */
-    sb_printf(b, "(%s >= %d ? (%s)0 : (%s)(%s %s %s))", bb, 8 * (int)sc_dtype_size(ex->dtype), ct,
-              ct, a, ex->op == KIR_SHL ? "<<" : ">>", bb);
+  case KIR_SHL: case KIR_SHR:
+    sb_printf(b, "sc_sh%c<%s>(%s, %s)", ex->op == KIR_SHL ? 'l' : 'r', ct, a, bb);
     break;
   case KIR_MIN: sb_printf(b, "sc_min(%s, %s)", a, bb); break;
   case KIR_MAX: sb_printf(b, "sc_max(%s, %s)", a, bb); break;

@@ -347,8 +347,20 @@ static void test_bitwise(void **state) {
   int32_t u32 = kir_cast(A, k, SC_DTYPE_U32, u), c32 = kir_cast(A, k, SC_DTYPE_U32, c);
   kir_add_store(A, k, o4, i,
                 BIN(k, p, KIR_AND, BIN(k, p, KIR_SHL, u32, c32), BIN(k, p, KIR_SHR, u32, c32)));
+  /* signed: SHR is arithmetic; counts from -20 (negative: every bit out)
+   * through the width and past it */
+  int32_t o5 = kir_add_param(A, k, 8, SC_DTYPE_I16, n, true);
+  int32_t o6 = kir_add_param(A, k, 9, SC_DTYPE_I16, n, true);
+  int32_t o7 = kir_add_param(A, k, 10, SC_DTYPE_I64, n, true);
+  int32_t s16 = BIN(k, p, KIR_SUB, kir_cast(A, k, SC_DTYPE_I16, c), kir_const_i(A, k, SC_DTYPE_I16, 20));
+  kir_add_store(A, k, o5, i, BIN(k, p, KIR_SHR, a, s16));
+  kir_add_store(A, k, o6, i, BIN(k, p, KIR_SHL, a, s16));
+  int32_t a64 = kir_cast(A, k, SC_DTYPE_I64, a), s64 = kir_cast(A, k, SC_DTYPE_I64, s16);
+  kir_add_store(A, k, o7, i,
+                BIN(k, p, KIR_XOR, BIN(k, p, KIR_SHR, a64, BIN(k, p, KIR_ADD, s64, s64)),
+                    BIN(k, p, KIR_SHL, a64, s64)));
   sc_cpu_module *m = jit_ok(p);
-  spec s[8] = {{-30000, 30000, 0}, {-30000, 30000, 0}, {0, 4e18, 0}, {0, 70, 0}};
+  spec s[11] = {{-30000, 30000, 0}, {-30000, 30000, 0}, {0, 4e18, 0}, {0, 70, 0}};
   check_kernel(p, m, 0, s, 0, 0);
   sc_cpu_module_destroy(m);
   sc_program_destroy(p);

@@ -188,7 +188,8 @@ static kir_kernel *k_inplace(sc_arena *arena) {
 
 /* bitwise on u16 and i32, shifts of u8 and u64 by counts that cross the
  * width: o16 = (a & b) ^ ~b | (a >> 3); o8 = c << c | c >> 2; o64 = (w << c)
- * | (w >> c); o32 = ~(x | y) */
+ * | (w >> c); o32 = (x >> x) ^ ~((x << x) | 0x5a5a) (signed: arithmetic >>,
+ * negative counts) */
 static kir_kernel *k_bits(sc_arena *arena) {
   kir_kernel *k = mk(arena, "k_bits", 1, (int64_t[]){67}, 1);
   int32_t pa = kir_add_param(A, k, 0, SC_DTYPE_U16, 67, false);
@@ -214,7 +215,10 @@ static kir_kernel *k_bits(sc_arena *arena) {
                 kir_binary(A, k, KIR_OR, kir_binary(A, k, KIR_SHL, w, c64),
                            kir_binary(A, k, KIR_SHR, w, c64)));
   kir_add_store(A, k, o32, i,
-                kir_unary(A, k, KIR_NOT, kir_binary(A, k, KIR_OR, x, C(SC_DTYPE_I32, 0x5a5a))));
+                kir_binary(A, k, KIR_XOR, kir_binary(A, k, KIR_SHR, x, x),
+                           kir_unary(A, k, KIR_NOT,
+                                     kir_binary(A, k, KIR_OR, kir_binary(A, k, KIR_SHL, x, x),
+                                                C(SC_DTYPE_I32, 0x5a5a)))));
   return k;
 }
 
