@@ -124,10 +124,23 @@ static kval cast_val(sc_dtype to, sc_dtype from, kval v) {
   return r;
 }
 
+/* v's bits (dtype from) read as dtype to, of the same size, through memory
+ * as a store and a load would. */
+static kval bitcast_val(sc_dtype to, sc_dtype from, kval v) {
+  uint8_t bytes[8] = {0};
+  if (is_flt(from)) sc_store_f64(from, bytes, 0, v.f);
+  else sc_store_i64(from, bytes, 0, v.i);
+  kval r = {0, 0};
+  if (is_flt(to)) r.f = sc_load_f64(to, bytes, 0);
+  else r.i = to == SC_DTYPE_BOOL ? bytes[0] != 0 : sc_load_i64(to, bytes, 0);
+  return r;
+}
+
 /* Unary op on operand of dtype ta, result of dtype t. */
 static kval eval_unary(kir_op op, sc_dtype t, sc_dtype ta, kval a) {
   kval r = {0, 0};
   if (op == KIR_CAST) return cast_val(t, ta, a);
+  if (op == KIR_BITCAST) return bitcast_val(t, ta, a);
   if (op == KIR_ISNAN) { r.i = is_flt(ta) && isnan(a.f); return r; }
   if (op == KIR_ISINF) { r.i = is_flt(ta) && isinf(a.f); return r; }
   if (op == KIR_NOT) { r.i = ta == SC_DTYPE_BOOL ? !a.i : wrap_i(t, ~a.i); return r; }
@@ -353,6 +366,13 @@ static bool check_expr(const kir_kernel *k, int32_t id, const kir_expr *e,
     }
     return true;
   case KIR_CAST:
+    return true;
+  case KIR_BITCAST:
+    if (sc_dtype_size(t) != sc_dtype_size(ta) || t == ta) {
+      snprintf(msg, n, "bitcast: %s to %s (sizes must match, dtypes differ)", sc_dtype_name(ta),
+               sc_dtype_name(t));
+      return false;
+    }
     return true;
   case KIR_SELECT:
     if (ta != SC_DTYPE_BOOL) {
@@ -611,10 +631,21 @@ int32_t kir_cast(sc_arena *arena, kir_kernel *k, sc_dtype to, int32_t a) {
   return intern(arena, k, &e);
 }
 
+int32_t kir_bitcast(sc_arena *arena, kir_kernel *k, sc_dtype to, int32_t a) {
+  check_id(k, a);
+  const kir_expr *x = &k->exprs[a];
+  if (x->dtype == to) return a;
+  if (x->op == KIR_CONST) return const_val_expr(arena, k, to, bitcast_val(to, x->dtype, const_val(x)));
+  kir_expr e = mk(KIR_BITCAST, to, a, -1, -1);
+  char msg[256];
+  if (!check_expr(k, k->n_exprs, &e, k->n_phases, msg, sizeof msg)) builder_misuse(k, msg);
+  return intern(arena, k, &e);
+}
+
 int32_t kir_unary(sc_arena *arena, kir_kernel *k, kir_op op, int32_t a) {
   check_id(k, a);
   if (kir_op_arity(op) != 1 || op == KIR_LOAD) builder_misuse(k, "kir_unary with a non-unary op");
-  if (op == KIR_CAST) builder_misuse(k, "use kir_cast for casts");
+  if (op == KIR_CAST || op == KIR_BITCAST) builder_misuse(k, "use kir_cast, kir_bitcast");
   const kir_expr *x = &k->exprs[a];
   sc_dtype t = (op == KIR_ISNAN || op == KIR_ISINF) ? SC_DTYPE_BOOL : x->dtype;
   kir_expr e = mk(op, t, a, -1, -1);

@@ -53,7 +53,7 @@
   /* binary arithmetic (operands and result of the node's dtype) */       \
   X(ADD, "add", 2) X(SUB, "sub", 2) X(MUL, "mul", 2) X(DIV, "div", 2)     \
   X(MOD, "mod", 2) X(MIN, "min", 2) X(MAX, "max", 2) X(POW, "pow", 2)     \
-  /* shifts (unsigned integers; a count >= the width gives 0) */          \
+  /* shifts (>> arithmetic on signed types; counts out of range: docs) */ \
   X(SHL, "shl", 2) X(SHR, "shr", 2)                                       \
   /* unary math */                                                        \
   X(NEG, "neg", 1) X(ABS, "abs", 1) X(EXP, "exp", 1) X(LOG, "log", 1)     \
@@ -64,6 +64,8 @@
   X(SIGMOID, "sigmoid", 1) X(ISNAN, "isnan", 1) X(ISINF, "isinf", 1)      \
   /* conversion: operand a converted to the node's dtype */               \
   X(CAST, "cast", 1)                                                      \
+  /* reinterpretation: operand a's bits as the node's dtype (same width) */ \
+  X(BITCAST, "bitcast", 1)                                                \
   /* comparisons (result bool); logic on bools, bitwise on integers */   \
   X(EQ, "eq", 2) X(NE, "ne", 2) X(LT, "lt", 2) X(LE, "le", 2)             \
   X(GT, "gt", 2) X(GE, "ge", 2) X(AND, "and", 2) X(OR, "or", 2)           \
@@ -150,6 +152,9 @@ int32_t kir_unary(sc_arena *arena, kir_kernel *k, kir_op op, int32_t a);
 int32_t kir_binary(sc_arena *arena, kir_kernel *k, kir_op op, int32_t a, int32_t b);
 int32_t kir_select(sc_arena *arena, kir_kernel *k, int32_t c, int32_t a, int32_t b);
 int32_t kir_cast(sc_arena *arena, kir_kernel *k, sc_dtype to, int32_t a);
+/* a's bits read as dtype `to`, of the same size (bool and u8/i8 are one byte:
+ * a byte read as bool is true when nonzero). */
+int32_t kir_bitcast(sc_arena *arena, kir_kernel *k, sc_dtype to, int32_t a);
 int32_t kir_add_reduce(sc_arena *arena, kir_kernel *k, kir_reduce_op rop,
                        sc_dtype acc, int32_t value); /* returns the phase index */
 int32_t kir_add_store(sc_arena *arena, kir_kernel *k, int32_t param,

@@ -225,6 +225,17 @@ const sc_lowering sc_lw_where = {SC_LOWER_POINT, ew_point, NULL};
 const sc_lowering sc_lw_cast = {SC_LOWER_POINT, ew_point, NULL};
 const sc_lowering sc_lw_clip = {SC_LOWER_POINT, ew_point, NULL};
 
+/* BitCast: kir's bitcast of the input element. */
+static int32_t bitcast_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                             const int32_t *idx) {
+  (void)out;
+  int32_t x = sc_lower_input_at(cx, n, 0, idx);
+  if (x < 0) return -1;
+  return kir_bitcast(cx->arena, cx->k, sc_node_output(cx->g, n, 0)->dtype, x);
+}
+
+const sc_lowering sc_lw_bitcast = {SC_LOWER_POINT, bitcast_point, NULL};
+
 /* ---- Dropout (inference only) ---- */
 
 static int32_t dropout_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,

@@ -197,13 +197,15 @@ static sc_status argminmax_build(sc_lower_ctx *cx, const sc_node *n) {
 
 const sc_lowering sc_lw_argminmax = {SC_LOWER_KERNEL, NULL, argminmax_build};
 
-/* ---- CumSum ---- */
+/* ---- CumSum, CumProd: per output element, a masked sum (product) over
+ * the axis ---- */
 
 static sc_status cumsum_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *x = sc_node_input(cx->g, n, 0), *ax = sc_node_input(cx->g, n, 1);
   const sc_value *o = sc_node_output(cx->g, n, 0);
   if (!ax || !sc_value_has_data(ax) || sc_value_numel(ax) != 1)
-    return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "CumSum with a computed axis");
+    return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED, "%s with a computed axis",
+                          sc_op_name(n->op));
   int64_t a = sc_load_i64(ax->dtype, ax->data, 0);
   if (a < 0) a += x->rank;
   if (a < 0 || a >= x->rank) return sc_lower_error(cx, n, SC_ERR_INVALID, "axis out of range");
@@ -222,9 +224,10 @@ static sc_status cumsum_build(sc_lower_ctx *cx, const sc_node *n) {
                      : (excl ? BIN(LT, k, i) : BIN(LE, k, i));
   sc_dtype at = acc_of(x->dtype);
   int32_t v = sc_lower_cast(cx, at, sc_lower_input_at(cx, n, 0, xi));
-  int32_t val = v < 0 || take < 0 ? -1 : SEL(take, v, C(at, 0));
+  bool prod = n->op == SC_OP_CUM_PROD;
+  int32_t val = v < 0 || take < 0 ? -1 : SEL(take, v, C(at, prod ? 1 : 0));
   if (val < 0) return fail(cx);
-  int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, at, val);
+  int32_t ph = kir_add_reduce(cx->arena, cx->k, prod ? KIR_RED_PROD : KIR_RED_SUM, at, val);
   if (ph < 0) return fail(cx);
   return sc_lower_store(cx, n, 0, oidx,
                         sc_lower_cast(cx, o->dtype, kir_reg(cx->arena, cx->k, ph)));

@@ -103,7 +103,8 @@ void sc_op_cost_elementwise(sc_graph *g, const sc_node *n, sc_cost *c) {
     if (b > 0) bytes += (double)b;
   }
   switch (n->op) {
-  case SC_OP_IDENTITY: case SC_OP_CAST: case SC_OP_CAST_LIKE: case SC_OP_DROPOUT:
+  case SC_OP_IDENTITY: case SC_OP_CAST: case SC_OP_CAST_LIKE: case SC_OP_BIT_CAST:
+  case SC_OP_DROPOUT:
     per = 0;
     break;
   case SC_OP_MAX: case SC_OP_MIN: case SC_OP_SUM: case SC_OP_MEAN:
@@ -204,6 +205,49 @@ sc_status sc_op_eval_cast(sc_graph *g, sc_node *n) {
   if (to != o->dtype || sc_value_numel(x) != m || !sc_dtype_is_numeric(x->dtype))
     return sc_node_error(g, n, SC_ERR_INVALID, "output does not match the cast");
   return fold(g, n);
+}
+
+/* ---- BitCast (opset 26): the bytes read as another dtype of their width ---- */
+
+static sc_status bitcast_target(sc_graph *g, const sc_node *n, sc_dtype *to) {
+  const sc_value *x = sc_node_input(g, n, 0);
+  sc_status st = cast_target(g, n, to);
+  if (st != SC_OK) return st;
+  if (!sc_dtype_is_numeric(x->dtype) && x->dtype != SC_DTYPE_BOOL)
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "cannot reinterpret dtype %s",
+                         sc_dtype_name(x->dtype));
+  if (sc_dtype_size(*to) != sc_dtype_size(x->dtype))
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "BitCast from %s to %s: the widths differ (%u and %u bytes)",
+                         sc_dtype_name(x->dtype), sc_dtype_name(*to),
+                         sc_dtype_size(x->dtype), sc_dtype_size(*to));
+  return SC_OK;
+}
+
+sc_status sc_op_infer_bitcast(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0);
+  sc_dtype to;
+  if ((st = bitcast_target(g, n, &to)) != SC_OK) return st;
+  return sc_set_output(g, n, 0, to, x->rank, x->dims);
+}
+
+sc_status sc_op_eval_bitcast(sc_graph *g, sc_node *n) {
+  int64_t m = 0;
+  sc_status st = eval_check(g, n, &m);
+  if (st != SC_OK) return st;
+  const sc_value *x = sc_node_input(g, n, 0), *o = sc_node_output(g, n, 0);
+  sc_dtype to;
+  if ((st = bitcast_target(g, n, &to)) != SC_OK) return st;
+  if (to != o->dtype || sc_value_numel(x) != m)
+    return sc_node_error(g, n, SC_ERR_INVALID, "output does not match the input");
+  uint8_t *out = alloc_output(g, n, 0, &st);
+  if (!out) return st;
+  memcpy(out, x->data, (size_t)m * sc_dtype_size(to));
+  if (to == SC_DTYPE_BOOL) /* a nonzero byte is true: shardc's bools are 0 and 1 */
+    for (int64_t i = 0; i < m; i++) out[i] = out[i] != 0;
+  return SC_OK;
 }
 
 /* ---- Clip ---- */

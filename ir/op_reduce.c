@@ -392,7 +392,7 @@ sc_status sc_op_eval_argminmax(sc_graph *g, sc_node *n) {
   return SC_OK;
 }
 
-/* ---- CumSum ---- */
+/* ---- CumSum, CumProd ---- */
 
 static sc_status cumsum_attrs(sc_graph *g, const sc_node *n, bool *excl, bool *rev) {
   int64_t e = 0, r = 0;
@@ -452,24 +452,22 @@ sc_status sc_op_eval_cumsum(sc_graph *g, sc_node *n) {
   int64_t outer, len, inner;
   split_axis(x, axis, &outer, &len, &inner);
   sc_dtype t = x->dtype;
-  bool fl = sc_dtype_is_float(t);
+  bool fl = sc_dtype_is_float(t), prod = n->op == SC_OP_CUM_PROD;
   for (int64_t p = 0; p < outer; p++)
     for (int64_t q = 0; q < inner; q++) {
-      double sf = 0;
-      int64_t si = 0;
+      double sf = prod ? 1 : 0;
+      int64_t si = prod ? 1 : 0;
       for (int64_t s = 0; s < len; s++) {
         int64_t k = rev ? len - 1 - s : s;
         int64_t i = p * len * inner + k * inner + q;
         if (fl) {
-          double v = sc_load_f64(t, x->data, i);
-          if (!excl) sf += v;
-          sc_store_f64(t, out, i, sf);
-          if (excl) sf += v;
+          double v = sc_load_f64(t, x->data, i), next = prod ? sf * v : sf + v;
+          sc_store_f64(t, out, i, excl ? sf : next);
+          sf = next;
         } else {
-          int64_t v = sc_load_i64(t, x->data, i);
-          if (!excl) si = wadd(si, v);
-          sc_store_i64(t, out, i, si);
-          if (excl) si = wadd(si, v);
+          int64_t v = sc_load_i64(t, x->data, i), next = prod ? wmul(si, v) : wadd(si, v);
+          sc_store_i64(t, out, i, excl ? si : next);
+          si = next;
         }
       }
     }

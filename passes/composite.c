@@ -25,9 +25,9 @@
  *       reduced by "none", "sum" or "mean" — the sum over the sum of the
  *       weights taken; SoftmaxCrossEntropyLoss: the same over
  *       LogSoftmax(scores, axis 1), which is output 1) and the small ones,
- *       each above its expansion: Hardmax, LpNormalization, Swish,
+ *       each above its expansion: Hardmax, LpNormalization, Swish, SwiGLU,
  *       ReduceLogSum, MeanVarianceNormalization, EyeLike, CenterCropPad,
- *       LRN, the Hann/Hamming/Blackman windows. */
+ *       LRN, the Hann/Hamming/Blackman windows, CausalConvWithState. */
 #include <math.h>
 #include <string.h>
 
@@ -139,14 +139,24 @@ static sc_status expand_lp_norm(sc_grad_ctx *c, int32_t *out) {
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 
-/* Swish(alpha) = x sigmoid(alpha x). */
+/* Swish(alpha) = x sigmoid(alpha x); SwiGLU(a, b) = Swish(alpha)(a) b, a and
+ * b of one shape (no broadcasting). */
 static sc_status expand_swish(sc_grad_ctx *c, int32_t *out) {
   double alpha;
   sc_status st = sc_read_attr_float(c->g, cx_node(c), "alpha", 1.0, &alpha);
   if (st != SC_OK) return st;
   int32_t x = cx_in(c, 0);
+  if (cx_node(c)->op == SC_OP_SWIGLU) {
+    const sc_value *a = cx_val(c, x), *b = cx_val(c, cx_in(c, 1));
+    if (a->dtype != b->dtype || a->rank != b->rank ||
+        memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank) != 0)
+      return sc_node_error(c->g, cx_node(c), SC_ERR_INVALID,
+                           "gate '%s' and value '%s' must have one dtype and shape", a->name,
+                           b->name);
+  }
   out[0] = gb_2(c, SC_OP_MUL, x, gb_1(c, SC_OP_SIGMOID, gb_2(c, SC_OP_MUL, x,
                                                             gb_scalar(c, cx_val(c, x)->dtype, alpha))));
+  if (cx_node(c)->op == SC_OP_SWIGLU) out[0] = gb_2(c, SC_OP_MUL, out[0], cx_in(c, 1));
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 
@@ -337,6 +347,41 @@ static sc_status expand_center_crop_pad(sc_grad_ctx *c, int32_t *out) {
   return x < 0 ? cx_built(c) : SC_OK;
 }
 
+/* CausalConvWithState(x [B, C, L], w [C, 1, k], bias [C]?, past [B, C,
+ * k-1]?): padded = past (zeros when absent) followed by x along the length;
+ * output = the depthwise Conv of padded (group C, no padding), then SiLU
+ * when activation is "silu" or "swish"; present_state = padded's last k-1
+ * positions. */
+static sc_status expand_causal_conv(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  static const char *const acts[] = {"none", "silu", "swish"};
+  int act;
+  sc_status st = sc_read_attr_choice(g, cx_node(c), "activation", "none", acts, 3, &act);
+  if (st != SC_OK) return st;
+  int32_t x = cx_in(c, 0), w = cx_in(c, 1), bias = cx_in(c, 2), past = cx_in(c, 3);
+  const sc_value *xv = cx_val(c, x), *wv = cx_val(c, w);
+  if (xv->rank != 3 || wv->rank != 3 || wv->dims[0] != xv->dims[1] || wv->dims[1] != 1 ||
+      wv->dims[2] < 1)
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID,
+                         "input must be [B, C, L] and weight [C, 1, k]");
+  int64_t B = xv->dims[0], C = xv->dims[1], L = xv->dims[2], k = wv->dims[2];
+  if (past >= 0) {
+    const sc_value *pv = cx_val(c, past);
+    if (pv->rank != 3 || pv->dims[0] != B || pv->dims[1] != C || pv->dims[2] != k - 1)
+      return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "past_state '%s' must be [%lld, %lld, %lld]",
+                           pv->name, (long long)B, (long long)C, (long long)(k - 1));
+  }
+  int32_t padded = x;
+  if (past >= 0) padded = gb_op_i(c, SC_OP_CONCAT, (int32_t[]){past, x}, 2, "axis", 2);
+  else if (k > 1) padded = gb_2(c, SC_OP_PAD, x, gb_ints(c, (int64_t[]){0, 0, k - 1, 0, 0, 0}, 6));
+  int32_t in[3] = {padded, w, bias};
+  int32_t y = padded < 0 ? -1 : gb_op_i(c, SC_OP_CONV, in, bias >= 0 ? 3 : 2, "group", C);
+  if (act) y = gb_2(c, SC_OP_MUL, y, gb_1(c, SC_OP_SIGMOID, y));
+  out[0] = y;
+  out[1] = cx_axis_slice(c, padded, 2, L, L + k - 1, 1);
+  return y < 0 || out[1] < 0 ? cx_built(c) : SC_OK;
+}
+
 /* LRN(size, alpha, beta, bias) over channels: x / (bias + alpha / size *
  * sum of x^2 over [c - floor((size-1)/2), c + ceil((size-1)/2)])^beta. */
 static sc_status expand_lrn(sc_grad_ctx *c, int32_t *out) {
@@ -513,13 +558,14 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_EINSUM: return cx_expand_einsum;
   case SC_OP_HARDMAX: return expand_hardmax;
   case SC_OP_LP_NORM: return expand_lp_norm;
-  case SC_OP_SWISH: return expand_swish;
+  case SC_OP_SWISH: case SC_OP_SWIGLU: return expand_swish;
   case SC_OP_REDUCE_LOG_SUM: return expand_reduce_log_sum;
   case SC_OP_MVN: return expand_mvn;
   case SC_OP_EYE_LIKE: return expand_eye_like;
   case SC_OP_CENTER_CROP_PAD: return expand_center_crop_pad;
   case SC_OP_LRN: return expand_lrn;
   case SC_OP_LP_POOL: return expand_lp_pool;
+  case SC_OP_CAUSAL_CONV_WITH_STATE: return expand_causal_conv;
   case SC_OP_MAX_UNPOOL: return expand_max_unpool;
   case SC_OP_AFFINE_GRID: return expand_affine_grid;
   case SC_OP_HANN_WINDOW: case SC_OP_HAMMING_WINDOW: case SC_OP_BLACKMAN_WINDOW:

@@ -578,6 +578,11 @@ static LLVMValueRef emit_one(emitter *e, int32_t id) {
     return widen(e, b, ld, p->dtype);
   }
   case KIR_CAST: return convert(e, b, a, e->k->exprs[x->a].dtype, x->dtype);
+  case KIR_BITCAST: { /* through the memory forms: half, bf16 as i16, bool as i8 */
+    sc_dtype from = e->k->exprs[x->a].dtype;
+    LLVMValueRef m = LLVMBuildBitCast(b, narrow(e, b, a, from), sty(e, x->dtype), "");
+    return widen(e, b, m, x->dtype);
+  }
   case KIR_EQ: case KIR_NE: case KIR_LT: case KIR_LE: case KIR_GT: case KIR_GE:
     return emit_compare(b, x->op, e->k->exprs[x->a].dtype, a, bb);
   case KIR_SELECT: return LLVMBuildSelect(b, a, bb, c, "");

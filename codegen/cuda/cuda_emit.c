@@ -109,6 +109,7 @@ static const char emu_prelude[] =
   "static inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }\n"
   "static inline unsigned __float_as_uint(float f) { unsigned i; memcpy(&i, &f, 4); return i; }\n"
   "static inline double __longlong_as_double(long long i) { double d; memcpy(&d, &i, 8); return d; }\n"
+  "static inline long long __double_as_longlong(double d) { long long i; memcpy(&i, &d, 8); return i; }\n"
   "struct alignas(16) float4 { float x, y, z, w; };\n"
   "static inline float4 make_float4(float x, float y, float z, float w) { float4 r = {x, y, z, w}; return r; }\n"
   "#endif\n";
@@ -510,6 +511,27 @@ static void emit_cast(emitter *e, sc_dtype to, sc_dtype from, const char *s) {
   }
 }
 
+/* s's bits (dtype from, in its register form) read as dtype to: through the
+ * memory form, as an unsigned 64-bit pattern. */
+static void emit_bitcast(emitter *e, sc_dtype to, sc_dtype from, const char *s) {
+  char bits[160];
+  switch (from) {
+  case SC_DTYPE_F32: snprintf(bits, sizeof bits, "(unsigned long long)__float_as_uint(%s)", s); break;
+  case SC_DTYPE_F64: snprintf(bits, sizeof bits, "(unsigned long long)__double_as_longlong(%s)", s); break;
+  case SC_DTYPE_F16: snprintf(bits, sizeof bits, "(unsigned long long)sc_f2h(%s)", s); break;
+  case SC_DTYPE_BF16: snprintf(bits, sizeof bits, "(unsigned long long)sc_f2bf(%s)", s); break;
+  case SC_DTYPE_BOOL: snprintf(bits, sizeof bits, "(%s ? 1ull : 0ull)", s); break;
+  default: snprintf(bits, sizeof bits, "(unsigned long long)%s", s); break;
+  }
+  switch (to) {
+  case SC_DTYPE_F32: sb_printf(e->b, "__uint_as_float((unsigned)%s)", bits); break;
+  case SC_DTYPE_F64: sb_printf(e->b, "__longlong_as_double((long long)%s)", bits); break;
+  case SC_DTYPE_F16: sb_printf(e->b, "sc_h2f((unsigned short)%s)", bits); break;
+  case SC_DTYPE_BF16: sb_printf(e->b, "sc_bf2f((unsigned short)%s)", bits); break;
+  case SC_DTYPE_BOOL: sb_printf(e->b, "((unsigned char)%s != 0)", bits); break;
+  default: sb_printf(e->b, "(%s)%s", ctype(to), bits); break;
+  }
+}
 
 static void emit_load_value(emitter *e, sc_dtype t, const char *ptr, const char *idx) {
   switch (t) {
@@ -628,6 +650,7 @@ static void emit_expr(emitter *e, int32_t x, int lane) {
     else sb_printf(b, "false");
     break;
   case KIR_CAST: emit_cast(e, ex->dtype, ta, a); break;
+  case KIR_BITCAST: emit_bitcast(e, ex->dtype, ta, a); break;
   case KIR_EQ: sb_printf(b, "(%s == %s)", a, bb); break;
   case KIR_NE: sb_printf(b, "(%s != %s)", a, bb); break;
   case KIR_LT: sb_printf(b, "(%s < %s)", a, bb); break;

@@ -366,6 +366,46 @@ static void test_bitwise(void **state) {
   sc_program_destroy(p);
 }
 
+/* BitCast: f32 ↔ i32, u16 bits as f16 and bf16 (their register form is
+ * f32), f16 back to i16, bytes as bool, i64 as f64; against kir_interpret. */
+static void test_bitcast(void **state) {
+  (void)state;
+  rng_seed(23);
+  sc_program *p = new_program();
+  kir_kernel *k = new_kernel(p, "bitcast");
+  int64_t n = 157;
+  k->outer_rank = 1;
+  k->outer_dims[0] = n;
+  int32_t pf = kir_add_param(A, k, 0, SC_DTYPE_F32, n, false);
+  int32_t ph = kir_add_param(A, k, 1, SC_DTYPE_U16, n, false);
+  int32_t pb = kir_add_param(A, k, 2, SC_DTYPE_U8, n, false);
+  int32_t pl = kir_add_param(A, k, 3, SC_DTYPE_I64, n, false);
+  static const sc_dtype od[] = {SC_DTYPE_I32, SC_DTYPE_F16, SC_DTYPE_F32, SC_DTYPE_I16,
+                                SC_DTYPE_BOOL, SC_DTYPE_F64, SC_DTYPE_F32};
+  int32_t o[7];
+  for (int32_t j = 0; j < 7; j++) o[j] = kir_add_param(A, k, 4 + j, od[j], n, true);
+  int32_t i = V(k, p, 0);
+  int32_t f = kir_load(A, k, pf, i), h = kir_load(A, k, ph, i);
+  int32_t u8 = kir_load(A, k, pb, i), l = kir_load(A, k, pl, i);
+  kir_add_store(A, k, o[0], i, kir_bitcast(A, k, SC_DTYPE_I32, f));
+  int32_t hf = kir_bitcast(A, k, SC_DTYPE_F16, h);
+  kir_add_store(A, k, o[1], i, hf);
+  kir_add_store(A, k, o[2], i, BIN(k, p, KIR_MUL, kir_cast(A, k, SC_DTYPE_F32, hf),
+                                   kir_cast(A, k, SC_DTYPE_F32, kir_bitcast(A, k, SC_DTYPE_BF16, h))));
+  kir_add_store(A, k, o[3], i, kir_bitcast(A, k, SC_DTYPE_I16, kir_cast(A, k, SC_DTYPE_F16, f)));
+  kir_add_store(A, k, o[4], i, kir_bitcast(A, k, SC_DTYPE_BOOL, u8));
+  kir_add_store(A, k, o[5], i, kir_bitcast(A, k, SC_DTYPE_F64, l));
+  kir_add_store(A, k, o[6], i,
+                kir_bitcast(A, k, SC_DTYPE_F32, BIN(k, p, KIR_ADD, kir_bitcast(A, k, SC_DTYPE_I32, f),
+                                                    kir_const_i(A, k, SC_DTYPE_I32, 1))));
+  sc_cpu_module *m = jit_ok(p);
+  /* finite f16 and bf16 patterns, both signs (NaN payloads are not kept) */
+  spec s[11] = {{-1e4, 1e4, 0}, {0, 31743, 0}, {0, 3, 0}, {0, 4.6e18, 0}};
+  check_kernel(p, m, 0, s, 0, 0);
+  sc_cpu_module_destroy(m);
+  sc_program_destroy(p);
+}
+
 /* Casts: f32 → i8, u8, i32, u64, bool (saturate to i64, NaN → 0, then
  * wrap, as ONNX Cast in sc_store_f64), i64 → f32 / f16 / f64, bool → f32. */
 static void test_casts(void **state) {
@@ -778,6 +818,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_broadcast_relu), cmocka_unit_test(test_half_types),
       cmocka_unit_test(test_int_math),       cmocka_unit_test(test_bitwise),
+      cmocka_unit_test(test_bitcast),
       cmocka_unit_test(test_casts),
       cmocka_unit_test(test_softmax),        cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_gather_select),  cmocka_unit_test(test_math),

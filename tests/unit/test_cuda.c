@@ -159,7 +159,8 @@ static kir_kernel *k_select(sc_arena *arena) {
 }
 
 /* o32[i] = i32(x[i] * 1e10) (saturating), o8[i] = i8(x[i] * 300) (wraps),
- * r[i] = round(x[i] * 4) + erf(x) (half to even) */
+ * r[i] = round(x[i] * 4) + erf(x) (half to even); bits[i] = x's bits as
+ * i32, h[i] = f16(x * 3) through its i16 bits and back */
 static kir_kernel *k_cast(sc_arena *arena) {
   kir_kernel *k = mk(arena, "k_cast", 1, (int64_t[]){40}, 1);
   int32_t px = kir_add_param(A, k, 0, SC_DTYPE_F32, 40, false);
@@ -173,6 +174,12 @@ static kir_kernel *k_cast(sc_arena *arena) {
   kir_add_store(A, k, p8, i, kir_cast(A, k, SC_DTYPE_I8, kir_binary(A, k, KIR_MUL, x, F(300))));
   int32_t r = kir_unary(A, k, KIR_ROUND, kir_binary(A, k, KIR_MUL, x, F(4)));
   kir_add_store(A, k, pr, i, kir_binary(A, k, KIR_ADD, r, kir_unary(A, k, KIR_ERF, x)));
+  int32_t pbits = kir_add_param(A, k, 4, SC_DTYPE_I32, 40, true);
+  int32_t ph = kir_add_param(A, k, 5, SC_DTYPE_F32, 40, true);
+  kir_add_store(A, k, pbits, i, kir_bitcast(A, k, SC_DTYPE_I32, x));
+  int32_t h = kir_cast(A, k, SC_DTYPE_F16, kir_binary(A, k, KIR_MUL, x, F(3)));
+  kir_add_store(A, k, ph, i,
+                kir_bitcast(A, k, SC_DTYPE_F16, kir_bitcast(A, k, SC_DTYPE_I16, h)));
   return k;
 }
 
