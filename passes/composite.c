@@ -20,6 +20,8 @@
  *   composite_attention.c  Attention, RotaryEmbedding;
  *   composite_rnn.c        RNN, GRU, LSTM;
  *   composite_linalg.c     ConvTranspose, TopK, Einsum;
+ *   composite_quant.c      QuantizeLinear, DequantizeLinear,
+ *                          DynamicQuantizeLinear;
  *   here                   the losses (NegativeLogLikelihoodLoss:
  *       −input[n, t, d…] · weight[t] per element, 0 where t = ignore_index,
  *       reduced by "none", "sum" or "mean" — the sum over the sum of the
@@ -556,6 +558,9 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_COL2IM: return cx_expand_col2im;
   case SC_OP_TOP_K: return cx_expand_topk;
   case SC_OP_EINSUM: return cx_expand_einsum;
+  case SC_OP_QUANTIZE_LINEAR: return cx_expand_quantize;
+  case SC_OP_DEQUANTIZE_LINEAR: return cx_expand_dequantize;
+  case SC_OP_DYNAMIC_QUANTIZE_LINEAR: return cx_expand_dynamic_quantize;
   case SC_OP_HARDMAX: return expand_hardmax;
   case SC_OP_LP_NORM: return expand_lp_norm;
   case SC_OP_SWISH: case SC_OP_SWIGLU: return expand_swish;

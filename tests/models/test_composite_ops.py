@@ -46,6 +46,10 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
       the node tests, where onnx's reference and onnxruntime differ);
   affine_grid           AffineGrid of computed thetas, 2-D, and 3-D with
       align_corners;
+  qdq_opset13, dynamic_quantize_opset11   QuantizeLinear and
+      DequantizeLinear per tensor (uint8) and per axis (int8, zero points
+      per channel), the codes and the round trip; DynamicQuantizeLinear's
+      codes, scale and zero point;
   sce_loss, nll_loss    SoftmaxCrossEntropyLoss (weights, ignore_index, the
       log_prob output) and NegativeLogLikelihoodLoss (reduction none, a
       [N, C, d] input) on computed scores.
@@ -276,6 +280,28 @@ def cases(rng):
     out.append(("hardmax_opset11_3d", model("hm3", [n("Hardmax", ["x"], ["y"], axis=1)],
                                            [vi("x", [2, 3, 4])], [vi("y", [2, 3, 4])], opset=11),
                 {}))
+    # QuantizeLinear / DequantizeLinear of computed values: per tensor to
+    # uint8 (a zero point of 128; both the codes and the round trip are
+    # outputs), per axis to int8 (axis 1, a zero point per channel), and
+    # DynamicQuantizeLinear's three outputs
+    out.append(("qdq_opset13", model("qdq", [
+        n("Tanh", ["x"], ["t"]),
+        n("QuantizeLinear", ["t", "s", "z"], ["q"]),
+        n("DequantizeLinear", ["q", "s", "z"], ["d"]),
+        n("Mul", ["x", "x"], ["x2"]),
+        n("QuantizeLinear", ["x2", "sc", "zc"], ["qc"], axis=1),
+        n("DequantizeLinear", ["qc", "sc", "zc"], ["dc"], axis=1)],
+        [vi("x", [2, 3, 7])],
+        [vi("q", [2, 3, 7], T.UINT8), vi("d", [2, 3, 7]), vi("qc", [2, 3, 7], T.INT8),
+         vi("dc", [2, 3, 7])],
+        [helper.make_tensor("s", T.FLOAT, [], [0.0078]),
+         helper.make_tensor("z", T.UINT8, [], [128]),
+         helper.make_tensor("sc", T.FLOAT, [3], [0.01, 0.02, 0.035]),
+         helper.make_tensor("zc", T.INT8, [3], [-20, 0, 7])], opset=13), {}))
+    out.append(("dynamic_quantize_opset11", model("dq", [
+        n("Sin", ["x"], ["t"]), n("DynamicQuantizeLinear", ["t"], ["y", "ys", "yz"])],
+        [vi("x", [4, 6])],
+        [vi("y", [4, 6], T.UINT8), vi("ys", []), vi("yz", [], T.UINT8)], opset=11), {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
