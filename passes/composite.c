@@ -17,7 +17,7 @@
  *
  * The ops, by file (each file opens with the definitions it implements;
  * the semantics are the ONNX operator docs'):
- *   composite_attention.c  Attention, RotaryEmbedding;
+ *   composite_attention.c  Attention, RotaryEmbedding, LinearAttention;
  *   composite_rnn.c        RNN, GRU, LSTM;
  *   composite_linalg.c     ConvTranspose, TopK, Einsum;
  *   composite_quant.c      QuantizeLinear, DequantizeLinear,
@@ -553,6 +553,7 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_NLL_LOSS: return expand_nll_loss;
   case SC_OP_SCE_LOSS: return expand_sce_loss;
   case SC_OP_ROTARY_EMBEDDING: return cx_expand_rotary;
+  case SC_OP_LINEAR_ATTENTION: return cx_expand_linear_attention;
   case SC_OP_RNN: case SC_OP_GRU: case SC_OP_LSTM: return cx_expand_rnn;
   case SC_OP_CONV_TRANSPOSE: return cx_expand_conv_transpose;
   case SC_OP_COL2IM: return cx_expand_col2im;

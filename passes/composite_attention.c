@@ -19,7 +19,10 @@
  * interleaved — by the cos and sin caches of the token's position: (cos x1
  * − sin x2, sin x1 + cos x2); the caches are [B, S, rot/2], or [positions,
  * rot/2] read at position_ids ([B, S]; a 1-D [1] is onnxruntime's first
- * position, the tokens following it). */
+ * position, the tokens following it).
+ *
+ * LinearAttention (27): the recurrence of each update rule unrolled over
+ * the tokens (at its definition below). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -310,3 +313,115 @@ sc_status cx_expand_rotary(sc_grad_ctx *c, int32_t *out) {
   return y < 0 ? cx_built(c) : SC_OK;
 }
 
+
+/* ---- LinearAttention (opset 27) ----
+ * The recurrence unrolled over the T tokens, in f32, the state S [B, Hkv,
+ * dk, dv] starting at past_state (zeros when absent); per token t:
+ *   gated rules: S = exp(g_t) · S (g_t per head or per key dim);
+ *   delta rules: v_t = β_t · (v_t − Sᵀ k_t) (with the decayed S);
+ *   S = S + k_t ⊗ v_t;  o_t = scale · q_tᵀ S,
+ * each key/value head serving q_num_heads / kv_num_heads query heads in a
+ * row (heads h = kv · G + g). Output [B, T, Hq·dv] in the query's dtype;
+ * present_state the last S in past_state's dtype (else the query's). */
+sc_status cx_expand_linear_attention(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  const sc_node *n = cx_node(c);
+  static const char *const rules[] = {"linear", "gated", "delta", "gated_delta"};
+  int rule;
+  int64_t hq, hkv;
+  double scale;
+  sc_status st;
+  if ((st = sc_read_attr_choice(g, n, "update_rule", "gated_delta", rules, 4, &rule)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "q_num_heads", 0, &hq)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "kv_num_heads", 0, &hkv)) != SC_OK ||
+      (st = sc_read_attr_float(g, n, "scale", 0.0, &scale)) != SC_OK)
+    return st;
+  bool gated = rule == 1 || rule == 3, delta = rule >= 2;
+  int32_t q = cx_in(c, 0), k = cx_in(c, 1), v = cx_in(c, 2), past = cx_in(c, 3);
+  int32_t decay = cx_in(c, 4), beta = cx_in(c, 5);
+  const sc_value *qv = cx_val(c, q), *kv = cx_val(c, k), *vv = cx_val(c, v);
+  if (hq <= 0 || hkv <= 0 || hq % hkv != 0)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "q_num_heads %lld must be a positive multiple of kv_num_heads %lld",
+                         (long long)hq, (long long)hkv);
+  if (qv->rank != 3 || kv->rank != 3 || vv->rank != 3 || qv->dims[2] % hq != 0 ||
+      kv->dims[2] % hkv != 0 || vv->dims[2] % hkv != 0 || kv->dims[2] / hkv != qv->dims[2] / hq)
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "query, key and value must be [B, T, heads * dim], the key's dim the "
+                         "query's");
+  if (gated != (decay >= 0) || delta != (beta >= 0))
+    return sc_node_error(g, n, SC_ERR_INVALID, "update_rule '%s' %s decay and %s beta",
+                         rules[rule], gated ? "needs" : "takes no", delta ? "needs" : "takes no");
+  int64_t B = qv->dims[0], T = qv->dims[1], dk = qv->dims[2] / hq, dv = vv->dims[2] / hkv;
+  int64_t G = hq / hkv;
+  sc_dtype out_t = qv->dtype, state_t = past >= 0 ? cx_val(c, past)->dtype : out_t;
+  /* (qv, kv, vv point into the value array, which the builders below may
+   * move: only the copies above are used from here) */
+  if (T > 65536)
+    return sc_node_error(g, n, SC_ERR_LIMIT, "%lld tokens: the expansion unrolls every one "
+                         "(at most 65536)", (long long)T);
+  if (scale == 0.0) scale = 1.0 / sqrt((double)dk);
+  /* [B, T, H·D] → f32 [B, H, T, D] */
+  int32_t q4 = perm4(c, gb_reshape(c, gb_cast(c, q, SC_DTYPE_F32), 4, (int64_t[]){B, T, hq, dk}),
+                     0, 2, 1, 3);
+  int32_t k4 = perm4(c, gb_reshape(c, gb_cast(c, k, SC_DTYPE_F32), 4, (int64_t[]){B, T, hkv, dk}),
+                     0, 2, 1, 3);
+  int32_t v4 = perm4(c, gb_reshape(c, gb_cast(c, v, SC_DTYPE_F32), 4, (int64_t[]){B, T, hkv, dv}),
+                     0, 2, 1, 3);
+  int32_t eg = -1, b4 = -1;
+  int64_t gl = 0, bl = 0;
+  if (gated) { /* exp(decay) as [B, Hkv, T, 1 or dk] */
+    const sc_value *dv_ = cx_val(c, decay);
+    gl = dv_->rank == 3 ? dv_->dims[2] : 0;
+    if (dv_->rank != 3 || dv_->dims[0] != B || dv_->dims[1] != T || (gl != hkv && gl != hkv * dk))
+      return sc_node_error(g, n, SC_ERR_INVALID, "decay '%s' must be [B, T, kv_num_heads (* dk)]",
+                           dv_->name);
+    gl /= hkv;
+    eg = gb_1(c, SC_OP_EXP, perm4(c, gb_reshape(c, gb_cast(c, decay, SC_DTYPE_F32), 4,
+                                                (int64_t[]){B, T, hkv, gl}), 0, 2, 1, 3));
+  }
+  if (delta) { /* [B, Hkv or 1, T, 1] */
+    const sc_value *bv = cx_val(c, beta);
+    bl = bv->rank == 3 ? bv->dims[2] : 0;
+    if (bv->rank != 3 || bv->dims[0] != B || bv->dims[1] != T || (bl != hkv && bl != 1))
+      return sc_node_error(g, n, SC_ERR_INVALID, "beta '%s' must be [B, T, kv_num_heads or 1]",
+                           bv->name);
+    b4 = perm4(c, gb_reshape(c, gb_cast(c, beta, SC_DTYPE_F32), 4, (int64_t[]){B, T, bl, 1}),
+               0, 2, 1, 3);
+  }
+  int64_t sd[4] = {B, hkv, dk, dv};
+  int32_t s;
+  if (past >= 0) {
+    const sc_value *pv = cx_val(c, past);
+    if (pv->rank != 4 || memcmp(pv->dims, sd, sizeof sd) != 0)
+      return sc_node_error(g, n, SC_ERR_INVALID, "past_state '%s' must be [%lld, %lld, %lld, %lld]",
+                           pv->name, (long long)B, (long long)hkv, (long long)dk, (long long)dv);
+    s = gb_cast(c, past, SC_DTYPE_F32);
+  } else {
+    s = gb_expand(c, gb_scalar(c, SC_DTYPE_F32, 0), 4, sd);
+  }
+  int32_t *ys = sc_arena_array(&g->arena, (size_t)(T ? T : 1), sizeof *ys);
+  if (!ys) return cx_built(c);
+  int32_t sc = gb_scalar(c, SC_DTYPE_F32, scale);
+  for (int64_t t = 0; t < T; t++) {
+    int32_t kt = cx_axis_slice(c, k4, 2, t, t + 1, 1); /* [B, Hkv, 1, dk] */
+    int32_t vt = cx_axis_slice(c, v4, 2, t, t + 1, 1); /* [B, Hkv, 1, dv] */
+    if (gated) /* [B, Hkv, 1, gl] as a column */
+      s = gb_2(c, SC_OP_MUL, s,
+               gb_reshape(c, cx_axis_slice(c, eg, 2, t, t + 1, 1), 4, (int64_t[]){B, hkv, gl, 1}));
+    if (delta)
+      vt = gb_2(c, SC_OP_MUL, cx_axis_slice(c, b4, 2, t, t + 1, 1),
+                gb_2(c, SC_OP_SUB, vt, gb_2(c, SC_OP_MATMUL, kt, s)));
+    s = gb_2(c, SC_OP_ADD, s, gb_2(c, SC_OP_MATMUL,
+                                   gb_reshape(c, kt, 4, (int64_t[]){B, hkv, dk, 1}), vt));
+    int32_t qt = gb_reshape(c, cx_axis_slice(c, q4, 2, t, t + 1, 1), 4, (int64_t[]){B, hkv, G, dk});
+    int32_t ot = gb_2(c, SC_OP_MUL, gb_2(c, SC_OP_MATMUL, qt, s), sc); /* [B, Hkv, G, dv] */
+    ys[t] = gb_reshape(c, ot, 4, (int64_t[]){B, hq, 1, dv});
+    if (s < 0 || ys[t] < 0) return cx_built(c);
+  }
+  int32_t y = T == 1 ? ys[0] : gb_op_i(c, SC_OP_CONCAT, ys, (int32_t)T, "axis", 2);
+  y = gb_reshape(c, perm4(c, y, 0, 2, 1, 3), 3, (int64_t[]){B, T, hq * dv});
+  out[0] = gb_cast(c, y, out_t);
+  out[1] = gb_cast(c, s, state_t);
+  return out[0] < 0 || out[1] < 0 ? cx_built(c) : SC_OK;
+}

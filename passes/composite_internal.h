@@ -55,6 +55,7 @@ int32_t cx_expand_nested(sc_grad_ctx *c, int32_t node, cx_expand_fn fn);
 /* The expansions of the other files (composite.c holds the small ones). */
 sc_status cx_expand_attention(sc_grad_ctx *c, int32_t *out);  /* composite_attention.c */
 sc_status cx_expand_rotary(sc_grad_ctx *c, int32_t *out);     /* composite_attention.c */
+sc_status cx_expand_linear_attention(sc_grad_ctx *c, int32_t *out); /* composite_attention.c */
 sc_status cx_expand_rnn(sc_grad_ctx *c, int32_t *out);        /* composite_rnn.c */
 sc_status cx_expand_conv_transpose(sc_grad_ctx *c, int32_t *out); /* composite_linalg.c */
 sc_status cx_expand_col2im(sc_grad_ctx *c, int32_t *out);     /* composite_linalg.c */

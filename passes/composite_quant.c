@@ -118,7 +118,8 @@ static int32_t quantize(sc_grad_ctx *c, int32_t x, int32_t scale, int32_t zp, sc
 
 sc_status cx_expand_quantize(sc_grad_ctx *c, int32_t *out) {
   int32_t x = cx_in(c, 0), scale = cx_in(c, 1), zp = cx_in(c, 2);
-  const sc_value *xv = cx_val(c, x), *sv = cx_val(c, scale);
+  /* a copy of x's value: the builders may move the value array */
+  const sc_value xc = *cx_val(c, x), *xv = &xc, *sv = cx_val(c, scale);
   int64_t axis, block;
   sc_status st = quant_axis(c, &axis, &block);
   sc_dtype t, p;
@@ -147,7 +148,8 @@ sc_status cx_expand_quantize(sc_grad_ctx *c, int32_t *out) {
 
 sc_status cx_expand_dequantize(sc_grad_ctx *c, int32_t *out) {
   int32_t x = cx_in(c, 0), scale = cx_in(c, 1), zp = cx_in(c, 2);
-  const sc_value *xv = cx_val(c, x), *sv = cx_val(c, scale);
+  /* a copy of x's value: the builders may move the value array */
+  const sc_value xc = *cx_val(c, x), *xv = &xc, *sv = cx_val(c, scale);
   int64_t axis, block;
   sc_status st = quant_axis(c, &axis, &block);
   sc_dtype t;
