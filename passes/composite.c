@@ -20,6 +20,7 @@
  *   composite_attention.c  Attention, RotaryEmbedding, LinearAttention;
  *   composite_rnn.c        RNN, GRU, LSTM;
  *   composite_linalg.c     ConvTranspose, TopK, Einsum;
+ *   composite_sample.c     GridSample;
  *   composite_quant.c      QuantizeLinear, DequantizeLinear,
  *                          DynamicQuantizeLinear;
  *   here                   the losses (NegativeLogLikelihoodLoss:
@@ -560,6 +561,7 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_TOP_K: return cx_expand_topk;
   case SC_OP_EINSUM: return cx_expand_einsum;
   case SC_OP_QUANTIZE_LINEAR: return cx_expand_quantize;
+  case SC_OP_GRID_SAMPLE: return cx_expand_grid_sample;
   case SC_OP_DEQUANTIZE_LINEAR: return cx_expand_dequantize;
   case SC_OP_DYNAMIC_QUANTIZE_LINEAR: return cx_expand_dynamic_quantize;
   case SC_OP_HARDMAX: return expand_hardmax;

@@ -61,6 +61,7 @@ sc_status cx_expand_conv_transpose(sc_grad_ctx *c, int32_t *out); /* composite_l
 sc_status cx_expand_col2im(sc_grad_ctx *c, int32_t *out);     /* composite_linalg.c */
 sc_status cx_expand_topk(sc_grad_ctx *c, int32_t *out);       /* composite_linalg.c */
 sc_status cx_expand_einsum(sc_grad_ctx *c, int32_t *out);     /* composite_linalg.c */
+sc_status cx_expand_grid_sample(sc_grad_ctx *c, int32_t *out); /* composite_sample.c */
 sc_status cx_expand_quantize(sc_grad_ctx *c, int32_t *out);   /* composite_quant.c */
 sc_status cx_expand_dequantize(sc_grad_ctx *c, int32_t *out); /* composite_quant.c */
 sc_status cx_expand_dynamic_quantize(sc_grad_ctx *c, int32_t *out); /* composite_quant.c */

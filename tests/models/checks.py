@@ -43,17 +43,23 @@ def refused_model(shardc, tmp, name, m, needles):
     return refused(shardc, path, needles, name)
 
 
-def equals_onnxruntime(shardc, tmp, name, m, feeds, rtol, atol):
+def equals_onnxruntime(shardc, tmp, name, m, feeds, rtol, atol, reference=False):
     """Saves m as TMP/NAME.onnx and runs it on feeds (name -> array) in
-    onnxruntime and through `shardc run`, with --no-fuse and fused: every
-    output must have onnxruntime's shape, no NaN, and lie within rtol/atol
-    of it. Prints "ok: NAME ..." when all of that holds."""
+    onnxruntime (or, with reference, onnx's ReferenceEvaluator: for what
+    onnxruntime computes otherwise than the ONNX spec) and through `shardc
+    run`, with --no-fuse and fused: every output must have the reference's
+    shape, no NaN, and lie within rtol/atol of it. Prints "ok: NAME ..."
+    when all of that holds."""
     import numpy as np
     import onnx
     import onnxruntime as ort
     path = os.path.join(tmp, name + ".onnx")
     onnx.save(m, path)
-    want = ort.InferenceSession(path).run(None, feeds)
+    if reference:
+        from onnx.reference import ReferenceEvaluator
+        want = ReferenceEvaluator(m).run(None, feeds)
+    else:
+        want = ort.InferenceSession(path).run(None, feeds)
     args = []
     for k, v in feeds.items():
         np.save(os.path.join(tmp, f"{name}_{k}.npy"), v)
@@ -73,7 +79,7 @@ def equals_onnxruntime(shardc, tmp, name, m, feeds, rtol, atol):
                   f"{what}: output {o.name}: {got.shape} vs {w.shape}, max |diff| "
                   f"{np.max(np.abs(got - w)) if same else 'n/a'}")
     if len(failures) == n_fail:
-        print(f"ok: {name} equals onnxruntime")
+        print(f"ok: {name} equals {'onnx.reference' if reference else 'onnxruntime'}")
 
 
 def gradient_matches_fd(what, m, saved, loss, rel, abs_tol, per_weight=1, n=4):
