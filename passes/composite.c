@@ -21,6 +21,7 @@
  *   composite_rnn.c        RNN, GRU, LSTM;
  *   composite_linalg.c     ConvTranspose, TopK, Einsum;
  *   composite_sample.c     GridSample;
+ *   composite_signal.c     DFT, STFT;
  *   composite_quant.c      QuantizeLinear, DequantizeLinear,
  *                          DynamicQuantizeLinear;
  *   here                   the losses (NegativeLogLikelihoodLoss:
@@ -561,6 +562,8 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_TOP_K: return cx_expand_topk;
   case SC_OP_EINSUM: return cx_expand_einsum;
   case SC_OP_QUANTIZE_LINEAR: return cx_expand_quantize;
+  case SC_OP_DFT: return cx_expand_dft;
+  case SC_OP_STFT: return cx_expand_stft;
   case SC_OP_GRID_SAMPLE: return cx_expand_grid_sample;
   case SC_OP_DEQUANTIZE_LINEAR: return cx_expand_dequantize;
   case SC_OP_DYNAMIC_QUANTIZE_LINEAR: return cx_expand_dynamic_quantize;

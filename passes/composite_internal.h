@@ -62,6 +62,8 @@ sc_status cx_expand_col2im(sc_grad_ctx *c, int32_t *out);     /* composite_linal
 sc_status cx_expand_topk(sc_grad_ctx *c, int32_t *out);       /* composite_linalg.c */
 sc_status cx_expand_einsum(sc_grad_ctx *c, int32_t *out);     /* composite_linalg.c */
 sc_status cx_expand_grid_sample(sc_grad_ctx *c, int32_t *out); /* composite_sample.c */
+sc_status cx_expand_dft(sc_grad_ctx *c, int32_t *out);        /* composite_signal.c */
+sc_status cx_expand_stft(sc_grad_ctx *c, int32_t *out);       /* composite_signal.c */
 sc_status cx_expand_quantize(sc_grad_ctx *c, int32_t *out);   /* composite_quant.c */
 sc_status cx_expand_dequantize(sc_grad_ctx *c, int32_t *out); /* composite_quant.c */
 sc_status cx_expand_dynamic_quantize(sc_grad_ctx *c, int32_t *out); /* composite_quant.c */

@@ -51,6 +51,9 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
       nearest with zeros, border and reflection padding and both
       align_corners; 5-D linear and nearest; cubic with border padding
       against onnx's reference evaluator (onnxruntime differs there);
+  dft_opset17, dft_stft_opset20   DFT (real forward, onesided, a
+      dft_length that pads and one that cuts, complex inverse along axis 1
+      of 4-D, axis as an input) and STFT with a Hann window;
   qdq_opset13, dynamic_quantize_opset11   QuantizeLinear and
       DequantizeLinear per tensor (uint8) and per axis (int8, zero points
       per channel), the codes and the round trip; DynamicQuantizeLinear's
@@ -337,6 +340,30 @@ def cases(rng):
         [vi("x", [2, 3, 5, 6]), vi("g0", [2, 4, 7, 2])],
         [vi("y0", [2, 3, 4, 7]), vi("y1", [2, 3, 4, 7])],
         [helper.make_tensor("k", T.FLOAT, [], [1.3])], opset=20), {}))
+    # DFT and STFT of computed signals: real forward (full, onesided, a
+    # dft_length that pads and one that cuts), complex inverse along axis 1
+    # of a 4-D input; STFT with a window
+    out.append(("dft_opset17", model("dft17", [
+        n("Tanh", ["x"], ["s"]),
+        n("DFT", ["s"], ["y0"], axis=1),
+        n("DFT", ["s", "l12"], ["y1"], axis=1, onesided=1),
+        n("DFT", ["s", "l5"], ["y2"], axis=1),
+        n("Tanh", ["z"], ["zc"]),
+        n("DFT", ["zc"], ["y3"], axis=1, inverse=1)],
+        [vi("x", [2, 8, 1]), vi("z", [2, 6, 3, 2])],
+        [vi("y0", [2, 8, 2]), vi("y1", [2, 7, 2]), vi("y2", [2, 5, 2]), vi("y3", [2, 6, 3, 2])],
+        [helper.make_tensor("l12", T.INT64, [], [12]), helper.make_tensor("l5", T.INT64, [], [5])],
+        opset=17), {}))
+    out.append(("dft_stft_opset20", model("dft20", [
+        n("Sin", ["x"], ["s"]),
+        n("DFT", ["s", "", "ax"], ["y0"]),
+        n("STFT", ["s2", "step", "win"], ["y1"]),
+        n("Sin", ["x2"], ["s2"])],
+        [vi("x", [3, 4, 10, 1]), vi("x2", [2, 40, 1])],
+        [vi("y0", [3, 4, 10, 2]), vi("y1", [2, 7, 9, 2])],
+        [helper.make_tensor("ax", T.INT64, [], [2]), helper.make_tensor("step", T.INT64, [], [4]),
+         helper.make_tensor("win", T.FLOAT, [16], np.hanning(16).astype(np.float32))],
+        opset=20), {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
