@@ -31,7 +31,8 @@
  *       LogSoftmax(scores, axis 1), which is output 1) and the small ones,
  *       each above its expansion: Hardmax, LpNormalization, Swish, SwiGLU,
  *       ReduceLogSum, MeanVarianceNormalization, EyeLike, CenterCropPad,
- *       LRN, the Hann/Hamming/Blackman windows, CausalConvWithState. */
+ *       LRN, the Hann/Hamming/Blackman windows, CausalConvWithState,
+ *       ReverseSequence, TensorScatter. */
 #include <math.h>
 #include <string.h>
 
@@ -386,6 +387,74 @@ static sc_status expand_causal_conv(sc_grad_ctx *c, int32_t *out) {
   return y < 0 || out[1] < 0 ? cx_built(c) : SC_OK;
 }
 
+/* ReverseSequence(x, lens; batch_axis, time_axis): along the time axis,
+ * position t < lens[b] reads lens[b] − 1 − t, the others themselves: one
+ * GatherElements of computed indices. */
+static sc_status expand_reverse_sequence(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  int64_t ba, ta;
+  sc_status st;
+  if ((st = sc_read_attr_int(g, cx_node(c), "batch_axis", 1, &ba)) != SC_OK ||
+      (st = sc_read_attr_int(g, cx_node(c), "time_axis", 0, &ta)) != SC_OK)
+    return st;
+  int32_t x = cx_in(c, 0), lens = cx_in(c, 1);
+  const sc_value xv = *cx_val(c, x), lv = *cx_val(c, lens);
+  if (xv.rank < 2 || !((ba == 0 && ta == 1) || (ba == 1 && ta == 0)) || lv.rank != 1 ||
+      lv.dims[0] != xv.dims[ba] || !sc_dtype_is_int(lv.dtype))
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID,
+                         "needs rank >= 2, batch and time axes 0 and 1, and one integer length "
+                         "per batch row");
+  int64_t d[SC_MAX_RANK];
+  for (int32_t i = 0; i < xv.rank; i++) d[i] = i == ba ? xv.dims[ba] : 1;
+  int32_t len = gb_reshape(c, gb_cast(c, lens, SC_DTYPE_I64), xv.rank, d);
+  int32_t t = cx_iota(c, xv.dims[ta], xv.rank, (int32_t)ta);
+  int32_t rev = gb_2(c, SC_OP_SUB, gb_2(c, SC_OP_SUB, len, gb_scalar(c, SC_DTYPE_I64, 1)), t);
+  int32_t idx = gb_where(c, gb_2(c, SC_OP_LESS, t, len), rev, t);
+  idx = gb_expand(c, idx, xv.rank, xv.dims);
+  out[0] = gb_op_i(c, SC_OP_GATHER_ELEMENTS, (int32_t[]){x, idx}, 2, "axis", ta);
+  return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
+/* TensorScatter(past, update, write_indices?; axis, mode): past with
+ * update written along the sequence axis from write_indices[b] (0 when
+ * absent), modulo the axis' length in "circular" mode: one
+ * ScatterElements of computed indices. */
+static sc_status expand_tensor_scatter(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  static const char *const modes[] = {"linear", "circular"};
+  int circ;
+  int64_t axis;
+  sc_status st;
+  if ((st = sc_read_attr_choice(g, cx_node(c), "mode", "linear", modes, 2, &circ)) != SC_OK ||
+      (st = sc_read_attr_int(g, cx_node(c), "axis", -2, &axis)) != SC_OK)
+    return st;
+  int32_t past = cx_in(c, 0), up = cx_in(c, 1), wi = cx_in(c, 2);
+  const sc_value pv = *cx_val(c, past), uv = *cx_val(c, up);
+  int32_t a;
+  if ((st = sc_norm_axis(g, cx_node(c), axis, pv.rank, &a)) != SC_OK) return st;
+  bool ok = a > 0 && uv.rank == pv.rank && uv.dtype == pv.dtype && uv.dims[a] <= pv.dims[a];
+  for (int32_t i = 0; ok && i < pv.rank; i++) ok = i == a || uv.dims[i] == pv.dims[i];
+  if (!ok)
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID,
+                         "the update must have the cache's shape but a shorter sequence axis "
+                         "(not 0)");
+  int64_t d[SC_MAX_RANK], S = pv.dims[a];
+  int32_t idx = cx_iota(c, uv.dims[a], pv.rank, a);
+  if (wi >= 0) {
+    for (int32_t i = 0; i < pv.rank; i++) d[i] = i == 0 ? pv.dims[0] : 1;
+    idx = gb_2(c, SC_OP_ADD, idx, gb_reshape(c, gb_cast(c, wi, SC_DTYPE_I64), pv.rank, d));
+  }
+  if (circ) idx = gb_2(c, SC_OP_MOD, idx, gb_scalar(c, SC_DTYPE_I64, (double)S));
+  idx = gb_expand(c, idx, uv.rank, uv.dims);
+  int32_t node = -1, y = idx < 0 ? -1 : gb_begin(c, SC_OP_SCATTER_ELEMENTS,
+                                                 (int32_t[]){past, idx, up}, 3, &node);
+  sc_attr *at = y < 0 ? NULL : sc_node_add_attr(g, node, "axis", SC_ATTR_INT);
+  if (!at) return cx_built(c);
+  at->i = a;
+  out[0] = gb_end(c, node, y);
+  return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
 /* LRN(size, alpha, beta, bias) over channels: x / (bias + alpha / size *
  * sum of x^2 over [c - floor((size-1)/2), c + ceil((size-1)/2)])^beta. */
 static sc_status expand_lrn(sc_grad_ctx *c, int32_t *out) {
@@ -576,6 +645,8 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_CENTER_CROP_PAD: return expand_center_crop_pad;
   case SC_OP_LRN: return expand_lrn;
   case SC_OP_LP_POOL: return expand_lp_pool;
+  case SC_OP_REVERSE_SEQUENCE: return expand_reverse_sequence;
+  case SC_OP_TENSOR_SCATTER: return expand_tensor_scatter;
   case SC_OP_CAUSAL_CONV_WITH_STATE: return expand_causal_conv;
   case SC_OP_MAX_UNPOOL: return expand_max_unpool;
   case SC_OP_AFFINE_GRID: return expand_affine_grid;

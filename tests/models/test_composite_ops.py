@@ -54,6 +54,9 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
   dft_opset17, dft_stft_opset20   DFT (real forward, onesided, a
       dft_length that pads and one that cuts, complex inverse along axis 1
       of 4-D, axis as an input) and STFT with a Hann window;
+  reverse_sequence_opset10, tensor_scatter_opset24   ReverseSequence over
+      either axis with run-time lengths; TensorScatter, linear and circular,
+      with per-row write positions;
   qdq_opset13, dynamic_quantize_opset11   QuantizeLinear and
       DequantizeLinear per tensor (uint8) and per axis (int8, zero points
       per channel), the codes and the round trip; DynamicQuantizeLinear's
@@ -364,6 +367,24 @@ def cases(rng):
         [helper.make_tensor("ax", T.INT64, [], [2]), helper.make_tensor("step", T.INT64, [], [4]),
          helper.make_tensor("win", T.FLOAT, [16], np.hanning(16).astype(np.float32))],
         opset=20), {}))
+    # ReverseSequence of computed values with lengths given at run time, time
+    # axis 0 and 1; TensorScatter of a computed update into a cache, linear
+    # and circular, per-row write positions
+    out.append(("reverse_sequence_opset10", model("rs", [
+        n("Neg", ["x"], ["xn"]),
+        n("ReverseSequence", ["xn", "lt"], ["y0"], batch_axis=1, time_axis=0),
+        n("Transpose", ["xn"], ["xt"], perm=[1, 0, 2]),
+        n("ReverseSequence", ["xt", "lt"], ["y1"], batch_axis=0, time_axis=1)],
+        [vi("x", [5, 3, 2]), vi("lt", [3], T.INT64)],
+        [vi("y0", [5, 3, 2]), vi("y1", [3, 5, 2])], opset=10),
+        {"lt": np.array([5, 2, 1], np.int64)}))
+    out.append(("tensor_scatter_opset24", model("ts", [
+        n("Tanh", ["u"], ["ut"]),
+        n("TensorScatter", ["cache", "ut", "wi"], ["y0"]),
+        n("TensorScatter", ["cache", "ut", "wi"], ["y1"], mode="circular")],
+        [vi("cache", [2, 3, 6, 4]), vi("u", [2, 3, 3, 4]), vi("wi", [2], T.INT64)],
+        [vi("y0", [2, 3, 6, 4]), vi("y1", [2, 3, 6, 4])], opset=24),
+        {"wi": np.array([1, 3], np.int64)}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
