@@ -23,7 +23,8 @@
  *   composite_sample.c     GridSample;
  *   composite_signal.c     DFT, STFT;
  *   composite_quant.c      QuantizeLinear, DequantizeLinear,
- *                          DynamicQuantizeLinear;
+ *                          DynamicQuantizeLinear, MatMulInteger,
+ *                          ConvInteger, QLinearMatMul, QLinearConv;
  *   here                   the losses (NegativeLogLikelihoodLoss:
  *       −input[n, t, d…] · weight[t] per element, 0 where t = ignore_index,
  *       reduced by "none", "sum" or "mean" — the sum over the sum of the
@@ -636,6 +637,9 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_GRID_SAMPLE: return cx_expand_grid_sample;
   case SC_OP_DEQUANTIZE_LINEAR: return cx_expand_dequantize;
   case SC_OP_DYNAMIC_QUANTIZE_LINEAR: return cx_expand_dynamic_quantize;
+  case SC_OP_MATMUL_INTEGER: case SC_OP_CONV_INTEGER: case SC_OP_QLINEAR_MATMUL:
+  case SC_OP_QLINEAR_CONV:
+    return cx_expand_int_product;
   case SC_OP_HARDMAX: return expand_hardmax;
   case SC_OP_LP_NORM: return expand_lp_norm;
   case SC_OP_SWISH: case SC_OP_SWIGLU: return expand_swish;

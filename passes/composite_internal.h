@@ -67,5 +67,6 @@ sc_status cx_expand_stft(sc_grad_ctx *c, int32_t *out);       /* composite_signa
 sc_status cx_expand_quantize(sc_grad_ctx *c, int32_t *out);   /* composite_quant.c */
 sc_status cx_expand_dequantize(sc_grad_ctx *c, int32_t *out); /* composite_quant.c */
 sc_status cx_expand_dynamic_quantize(sc_grad_ctx *c, int32_t *out); /* composite_quant.c */
+sc_status cx_expand_int_product(sc_grad_ctx *c, int32_t *out); /* composite_quant.c */
 
 #endif

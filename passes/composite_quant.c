@@ -16,7 +16,10 @@
  * or, with `block_size` B, x's shape with ceil(Di / B) along `axis` (blocked:
  * each element repeated B times along it, the last block cut to Di).
  * shardc's integer dtypes only: the float8, float4 and 2/4-bit types have no
- * dtype here and are refused by the importer. */
+ * dtype here and are refused by the importer.
+ *
+ * The integer and quantized products (MatMulInteger, ConvInteger,
+ * QLinearMatMul, QLinearConv) are at their definitions below. */
 #include <string.h>
 
 #include "ir/op_util.h"
@@ -185,5 +188,103 @@ sc_status cx_expand_dynamic_quantize(sc_grad_ctx *c, int32_t *out) {
   out[0] = quantize(c, x, s, z, SC_DTYPE_F32, SC_DTYPE_U8);
   out[1] = s;
   out[2] = z;
+  return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
+/* ---- integer and quantized products ----
+ *   MatMulInteger(A, B, azp?, bzp?) = (A − azp) @ (B − bzp) in int32, azp
+ *     per tensor or per row of A ([M]), bzp per tensor or per column;
+ *   ConvInteger(x, w, xzp?, wzp?) = Conv(x − xzp, w − wzp) in int32, wzp
+ *     per tensor or per output channel;
+ *   QLinearMatMul, QLinearConv: the same integer product (QLinearConv plus
+ *     its int32 bias), times a_scale · b_scale / y_scale (in the scales'
+ *     type), plus y_zero_point, rounded half to even and clipped to the
+ *     output type (y_zero_point's).
+ * Integer products run as int32 MatMul; convolutions in f64, exact for
+ * any sum of 8-bit products shardc can hold. */
+
+/* x − zp in t (zp: -1 for none); a 1-D zp of several values lies along
+ * x's axis `ax` (a MatMul's rows, a Conv's output channels), or along the
+ * last axis when ax < 0. */
+static int32_t centred(sc_grad_ctx *c, int32_t x, int32_t zp, sc_dtype t, int32_t ax) {
+  const sc_value xv = *cx_val(c, x);
+  int32_t y = gb_cast(c, x, t);
+  if (zp < 0) return y;
+  const sc_value zv = *cx_val(c, zp);
+  int32_t z = gb_cast(c, zp, t);
+  if (ax >= 0 && ax < xv.rank && zv.rank == 1 && sc_value_numel(&zv) > 1) {
+    int64_t d[SC_MAX_RANK];
+    for (int32_t i = 0; i < xv.rank; i++) d[i] = 1;
+    d[ax] = zv.dims[0];
+    z = gb_reshape(c, z, xv.rank, d);
+  }
+  return gb_2(c, SC_OP_SUB, y, z);
+}
+
+/* The Conv (attributes of the node) of x and w, and bias if given. */
+static int32_t conv_like(sc_grad_ctx *c, int32_t x, int32_t w, int32_t bias) {
+  int32_t in[3] = {x, w, bias}, node = -1;
+  int32_t y = gb_begin(c, SC_OP_CONV, in, bias >= 0 ? 3 : 2, &node);
+  if (y < 0 || sc_node_copy_attrs(c->g, node, cx_node(c)) != SC_OK) return -1;
+  return gb_end(c, node, y);
+}
+
+/* round(p · a_scale · b_scale / y_scale + yzp) clipped to yzp's type; p an
+ * exact integer product in f64, the scales per tensor or per channel
+ * (wshape: the shape b_scale takes, NULL as it is). */
+static int32_t requantize(sc_grad_ctx *c, int32_t p, int32_t as, int32_t bs, int32_t ys,
+                          int32_t yzp, int32_t brank, const int64_t *bshape) {
+  double lo, hi;
+  sc_dtype t = cx_val(c, yzp)->dtype;
+  if (!quant_range(t, &lo, &hi))
+    return sc_node_error(c->g, cx_node(c), SC_ERR_UNSUPPORTED,
+                         "y_zero_point of %s: shardc quantizes to 8- and 16-bit integers",
+                         sc_dtype_name(t)), -1;
+  if (bshape) bs = gb_reshape(c, bs, brank, bshape);
+  int32_t m = gb_2(c, SC_OP_DIV, gb_2(c, SC_OP_MUL, as, bs), ys);
+  int32_t d = gb_2(c, SC_OP_MUL, gb_cast(c, p, SC_DTYPE_F64), gb_cast(c, m, SC_DTYPE_F64));
+  d = gb_2(c, SC_OP_ADD, d, gb_cast(c, yzp, SC_DTYPE_F64));
+  d = gb_op(c, SC_OP_CLIP, (int32_t[]){gb_1(c, SC_OP_ROUND, d), gb_scalar(c, SC_DTYPE_F64, lo),
+                                       gb_scalar(c, SC_DTYPE_F64, hi)}, 3);
+  return gb_cast(c, d, t);
+}
+
+sc_status cx_expand_int_product(sc_grad_ctx *c, int32_t *out) {
+  sc_op op = cx_node(c)->op;
+  bool conv = op == SC_OP_CONV_INTEGER || op == SC_OP_QLINEAR_CONV;
+  bool q = op == SC_OP_QLINEAR_MATMUL || op == SC_OP_QLINEAR_CONV;
+  /* operand positions: (a, azp, b, bzp) */
+  int32_t a = cx_in(c, 0), b = cx_in(c, q ? 3 : 1);
+  int32_t azp = cx_in(c, 2), bzp = cx_in(c, q ? 5 : 3);
+  for (int32_t k = 0; k < 2; k++) {
+    const sc_value *v = cx_val(c, k ? b : a);
+    if (v->dtype != SC_DTYPE_I8 && v->dtype != SC_DTYPE_U8)
+      return sc_node_error(c->g, cx_node(c), SC_ERR_UNSUPPORTED,
+                           "'%s' is %s: shardc's integer products take int8 and uint8", v->name,
+                           sc_dtype_name(v->dtype));
+  }
+  sc_dtype t = conv ? SC_DTYPE_F64 : SC_DTYPE_I32;
+  /* per row of a MatMul's A, per output channel of a Conv's w */
+  int32_t ar = cx_val(c, a)->rank;
+  int32_t ca = centred(c, a, azp, t, conv ? -1 : ar >= 2 ? ar - 2 : -1);
+  int32_t cb = centred(c, b, bzp, t, conv ? 0 : -1);
+  int32_t p;
+  if (conv) {
+    int32_t bias = op == SC_OP_QLINEAR_CONV ? cx_in(c, 8) : -1;
+    p = conv_like(c, ca, cb, bias >= 0 ? gb_cast(c, bias, t) : -1);
+  } else {
+    p = gb_2(c, SC_OP_MATMUL, ca, cb);
+  }
+  if (!q) {
+    out[0] = gb_cast(c, p, SC_DTYPE_I32);
+    return out[0] < 0 ? cx_built(c) : SC_OK;
+  }
+  int32_t as = cx_in(c, 1), bs = cx_in(c, 4), ys = cx_in(c, 6), yzp = cx_in(c, 7);
+  int64_t shape[SC_MAX_RANK];
+  const sc_value bsv = *cx_val(c, bs);
+  int32_t r = cx_val(c, p)->rank;
+  bool per_channel = conv && bsv.rank == 1 && bsv.dims[0] > 1;
+  for (int32_t i = 0; per_channel && i < r; i++) shape[i] = i == 1 ? bsv.dims[0] : 1;
+  out[0] = p < 0 ? -1 : requantize(c, p, as, bs, ys, yzp, r, per_channel ? shape : NULL);
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }

@@ -57,6 +57,11 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
   reverse_sequence_opset10, tensor_scatter_opset24   ReverseSequence over
       either axis with run-time lengths; TensorScatter, linear and circular,
       with per-row write positions;
+  int_products_opset13  MatMulInteger (per-column zero points),
+      ConvInteger (pads; onnxruntime takes only per-tensor zero points
+      there), QLinearMatMul,
+      QLinearConv (per-channel weight scales, bias, strides) on computed
+      codes;
   qdq_opset13, dynamic_quantize_opset11   QuantizeLinear and
       DequantizeLinear per tensor (uint8) and per axis (int8, zero points
       per channel), the codes and the round trip; DynamicQuantizeLinear's
@@ -385,6 +390,32 @@ def cases(rng):
         [vi("cache", [2, 3, 6, 4]), vi("u", [2, 3, 3, 4]), vi("wi", [2], T.INT64)],
         [vi("y0", [2, 3, 6, 4]), vi("y1", [2, 3, 6, 4])], opset=24),
         {"wi": np.array([1, 3], np.int64)}))
+    # the integer products on computed codes (QuantizeLinear of computed
+    # values): MatMulInteger with per-column zero points, ConvInteger with
+    # per-output-channel weight zero points and pads, QLinearMatMul, and
+    # QLinearConv with per-channel weight scales, a bias and strides (uint8
+    # codes throughout: onnxruntime's uint8 x int8 kernels saturate their
+    # 16-bit pair sums, up to 45 codes off onnx's reference, which shardc
+    # equals; the node tests cover int8)
+    s_ = lambda nm, v, t=T.FLOAT: helper.make_tensor(nm, t, [] if np.ndim(v) == 0 else
+                                                     [len(v)], np.atleast_1d(v))
+    out.append(("int_products_opset13", model("ip", [
+        n("QuantizeLinear", ["a", "sa", "za"], ["qa"]),
+        n("QuantizeLinear", ["b", "sb", "zb"], ["qb"]),
+        n("QuantizeLinear", ["x", "sa", "za"], ["qx"]),
+        n("QuantizeLinear", ["w", "sb", "zb"], ["qw"]),
+        n("MatMulInteger", ["qa", "qb", "za", "zbc"], ["y0"]),
+        n("QLinearMatMul", ["qa", "sa", "za", "qb", "sb", "zb", "sy", "zy"], ["y1"]),
+        n("ConvInteger", ["qx", "qw", "za", "zb"], ["y2"], pads=[1, 0, 1, 1]),
+        n("QLinearConv", ["qx", "sa", "za", "qw", "swc", "zb", "sy", "zy", "bias"], ["y3"],
+          strides=[2, 1], pads=[1, 1, 1, 1])],
+        [vi("a", [2, 3, 5]), vi("b", [5, 4]), vi("x", [2, 3, 6, 5]), vi("w", [4, 3, 3, 2])],
+        [vi("y0", [2, 3, 4], T.INT32), vi("y1", [2, 3, 4], T.UINT8),
+         vi("y2", [2, 4, 6, 5], T.INT32), vi("y3", [2, 4, 3, 6], T.UINT8)],
+        [s_("sa", 0.02), s_("za", 128, T.UINT8), s_("sb", 0.015), s_("zb", 131, T.UINT8),
+         s_("zbc", [130, 125, 128, 133], T.UINT8), s_("sy", 0.05), s_("zy", 100, T.UINT8),
+         s_("swc", [0.015, 0.02, 0.01, 0.03]), s_("bias", [100, -50, 0, 7], T.INT32)],
+        opset=13), {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
