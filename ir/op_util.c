@@ -61,9 +61,28 @@ sc_status sc_norm_axis(sc_graph *g, const sc_node *n, int64_t axis, int32_t rank
   return SC_OK;
 }
 
+/* A graph input (not constant) that value vid is computed from, found
+ * depth-first within a budget of visits, or -1. */
+static int32_t input_ancestor(const sc_graph *g, int32_t vid, int32_t *budget) {
+  if (vid < 0 || vid >= g->n_values || --*budget < 0) return -1;
+  const sc_value *v = &g->values[vid];
+  if (sc_value_is_const(v)) return -1;
+  if (v->flags & SC_VALUE_INPUT) return vid;
+  if (v->producer < 0 || v->producer >= g->n_nodes) return -1;
+  const sc_node *p = &g->nodes[v->producer];
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    int32_t r = input_ancestor(g, p->inputs[i], budget);
+    if (r >= 0) return r;
+  }
+  return -1;
+}
+
 sc_status sc_require_const(sc_graph *g, const sc_node *n, const sc_value *v) {
   if (!sc_value_is_const(v)) {
-    if (v->flags & SC_VALUE_INPUT) g->want_const = (int32_t)(v - g->values);
+    /* the graph input it is (or is computed from): given a value, it may
+     * make this one constant (`shardc run` specialises, docs/runtime.md) */
+    int32_t budget = 4096;
+    g->want_const = input_ancestor(g, (int32_t)(v - g->values), &budget);
     return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
                          "input '%s' must be a constant (data-dependent shapes are "
                          "not supported)", v->name);

@@ -37,7 +37,8 @@ sc_status sc_norm_axis(sc_graph *g, const sc_node *n, int64_t axis, int32_t rank
 /* Reads input idx (a constant integer tensor of rank 0 or 1, any int dtype)
  * into buf (at most cap elements). Error when it is not constant, its data is
  * absent, or it is too long. When the input is a graph input (not constant),
- * g->want_const is set to its value id before the error returns: a caller
+ * or is computed from one, g->want_const is set to that graph input's value
+ * id before the error returns: a caller
  * that has the input's data (`shardc run`) can make it a constant and retry
  * (docs/runtime.md, "specialisation"). */
 /* Which axes of input 0 a Reduce* node reduces (mask[SC_MAX_RANK]), whether
@@ -60,7 +61,8 @@ sc_status sc_gemm_read_attrs(sc_graph *g, const sc_node *n, bool *trans_a, bool 
 sc_status sc_input_ints(sc_graph *g, const sc_node *n, int32_t idx, int64_t *buf,
                         int64_t cap, int64_t *count);
 /* SC_OK when v is a constant with data; else an error on n ("must be a
- * constant"), setting g->want_const when v is a graph input, as above. For
+ * constant"), setting g->want_const when v is (computed from) a graph
+ * input, as above. For
  * operands whose contents a shape or a lowering needs. */
 sc_status sc_require_const(sc_graph *g, const sc_node *n, const sc_value *v);
 

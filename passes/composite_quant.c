@@ -42,7 +42,7 @@ static bool quant_range(sc_dtype t, double *lo, double *hi) {
 static int32_t granular(sc_grad_ctx *c, int32_t v, const sc_value *x, int64_t axis,
                         int64_t block) {
   if (v < 0) return -1;
-  const sc_value *s = cx_val(c, v);
+  const sc_value sv = *cx_val(c, v), *s = &sv; /* a copy: the builders move values */
   int64_t numel = sc_value_numel(s);
   if (numel == 1) return s->rank == 0 ? v : gb_reshape(c, v, 0, NULL);
   int32_t a; /* the axis matters (and must be valid) only now */
@@ -174,7 +174,7 @@ sc_status cx_expand_dequantize(sc_grad_ctx *c, int32_t *out) {
 
 sc_status cx_expand_dynamic_quantize(sc_grad_ctx *c, int32_t *out) {
   int32_t x = cx_in(c, 0);
-  const sc_value *xv = cx_val(c, x);
+  const sc_value x0 = *cx_val(c, x), *xv = &x0; /* a copy: the builders move values */
   if (xv->dtype != SC_DTYPE_F32)
     return sc_node_error(c->g, cx_node(c), SC_ERR_INVALID, "x must be float32, not %s",
                          sc_dtype_name(xv->dtype));

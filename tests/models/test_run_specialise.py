@@ -10,6 +10,8 @@ random data:
     for two different shape values (the program follows the given value);
   * Slice with starts/ends/axes as graph inputs (three inputs frozen in turn);
   * CumSum whose axis is a graph input (the lowering needs it constant);
+  * a Pad's pads and a Range's limit computed from graph inputs: traced back
+    to those inputs, each specialised in turn;
   * the shape input given with the wrong dtype is an error naming it (exit 1,
     no crash); without --input for it (even with --random-inputs, which is
     never used to specialise) the compile error naming it (exit 1).
@@ -109,6 +111,36 @@ def main():
         want = np.flip(np.cumsum(np.flip(x, 1), axis=1), 1)
         check(np.allclose(output(work, "y"), want, rtol=1e-5, atol=1e-6),
               "cumsum: wrong values")
+
+    # Pad whose pads are computed from a graph input (a target length minus
+    # the static length, both sides): traced back to the input 't', which is
+    # specialised; and a Range whose limit is a computed value of 'n'
+    m = os.path.join(work, "computed.onnx")
+    model(m, [h.make_node("Shape", ["x"], ["sh"], start=2),
+              h.make_node("Sub", ["t", "sh"], ["extra"]),
+              h.make_node("Concat", ["z2", "extra", "z2", "extra"], ["pads"], axis=0),
+              h.make_node("Pad", ["x", "pads"], ["y"]),
+              h.make_node("Mul", ["n", "two"], ["lim"]),
+              h.make_node("Range", ["zero", "lim", "one"], ["r"])],
+          [h.make_tensor_value_info("x", T.FLOAT, [2, 3, 4]),
+           h.make_tensor_value_info("t", T.INT64, [1]),
+           h.make_tensor_value_info("n", T.INT64, [])],
+          [h.make_tensor_value_info("y", T.FLOAT, None),
+           h.make_tensor_value_info("r", T.INT64, None)])
+    g = onnx.load(m)
+    g.graph.initializer.extend([
+        onnx.numpy_helper.from_array(np.zeros(2, np.int64), "z2"),
+        onnx.numpy_helper.from_array(np.array(2, np.int64), "two"),
+        onnx.numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        onnx.numpy_helper.from_array(np.array(1, np.int64), "one")])
+    onnx.save(g, m)
+    rc, err = run(work, m, {"x": x, "t": np.array([7], np.int64), "n": np.array(3, np.int64)})
+    check(rc == 0 and "input 't' determines shapes" in err and "input 'n' determines shapes" in err,
+          f"computed operands: exit {rc}: {err}")
+    if rc == 0:
+        check(np.array_equal(output(work, "y"), np.pad(x, [(0, 0), (0, 0), (3, 3)])),
+              "computed pads: wrong values")
+        check(np.array_equal(output(work, "r"), np.arange(6)), "computed range: wrong values")
 
     print("ok" if not failures else f"{len(failures)} failures")
     return 1 if failures else 0

@@ -289,11 +289,19 @@ static void test_int_div_mod_signs(void **state) {
     assert_int_equal(rm[i], (int32_t)(a[i] - floor(q) * b[i]));  /* Python */
     assert_int_equal(rf[i], (int32_t)fmod(a[i], b[i]));          /* C */
   }
-  /* float Mod needs fmod=1 */
-  int32_t fx = inp(g, SC_DTYPE_F32, 1, d), fins[2] = {fx, fx}, o;
-  expect_error(g, infer(g, node1(g, SC_OP_MOD, "mod_f", fins, 2, &o)), SC_ERR_INVALID,
-               "mod_f", "fmod");
-  sc_diag_clear(&g->diag);
+  /* float Mod with fmod=0 (opset 28): x - floor(x / y) y, the sign of y; a
+   * zero result takes y's sign; a finite x over an infinite y of the other
+   * sign gives y */
+  float fa[8] = {5.5f, -5.5f, 5.5f, -5.5f, 0.0f, 3.0f, -3.0f, 7.0f};
+  float fb[8] = {2.0f, 2.0f, -2.0f, -2.0f, -3.0f, INFINITY, INFINITY, -INFINITY};
+  float fw[8] = {1.5f, 0.5f, -0.5f, -1.5f, -0.0f, 3.0f, INFINITY, -INFINITY};
+  int32_t fins[2] = {cst(g, SC_DTYPE_F32, 1, d, fa), cst(g, SC_DTYPE_F32, 1, d, fb)}, o;
+  run_ok(g, node1(g, SC_OP_MOD, "mod_f", fins, 2, &o));
+  const float *rff = g->values[o].data;
+  for (int i = 0; i < 8; i++) {
+    assert_true(rff[i] == fw[i]);
+    assert_int_equal(signbit(rff[i]) != 0, signbit(fw[i]) != 0);
+  }
   /* integer division by zero is an error, not a crash */
   int32_t z[8] = {1, 2, 3, 4, 5, 6, 0, 8};
   int32_t zins[2] = {ins[0], cst(g, SC_DTYPE_I32, 1, d, z)};
