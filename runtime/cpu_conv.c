@@ -161,16 +161,19 @@ static bool conv_fits(const sc_program *p, const sc_gemm *g) {
          f32_buffer(p, g->a, wn) && f32_buffer(p, v->x, xn) && f32_buffer(p, g->c, cn);
 }
 
-/* Tiles per image: the most blocks of 16 channels, up to TILES_WANTED
- * tiles per step over all images, that divide the channels evenly. Fewer,
- * larger tiles run faster in oneDNN (each tile reads the whole image); on
- * ResNet-18 with 2 threads, 2 to 8 tiles per image measured within noise
- * of each other and 16 slower (docs/runtime.md#convolutions). */
+/* Tiles per image: the most blocks of 32 channels (16 when 32 does not
+ * divide them), up to TILES_WANTED tiles per step over all images, that
+ * divide the channels evenly. Fewer, larger tiles run faster in oneDNN
+ * (each tile reads the whole image); on ResNet-18 with 2 threads, 2 to 8
+ * tiles per image measured within noise of each other and 16 slower on an
+ * AVX-512 machine, while on an AVX2 one tiles of 16 channels ran its 64-
+ * channel convolutions at 110 GFLOP/s and tiles of 32 at 160
+ * (docs/runtime.md#convolutions). */
 enum { TILES_WANTED = 4 };
 
 static int64_t tiles_per_image(int64_t m, int64_t images) {
   int64_t W = TILES_WANTED;
-  int64_t blocks = m / 16, want = images >= W ? 1 : W / images, t = 1;
+  int64_t blocks = m % 32 == 0 ? m / 32 : m / 16, want = images >= W ? 1 : W / images, t = 1;
   for (int64_t d = 1; d <= blocks && d <= want; d++)
     if (blocks % d == 0) t = d;
   return t;
