@@ -583,6 +583,9 @@ static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int
   bool has_bias = sc_node_input(cx->g, n, 2) != NULL;
   if (has_bias && (st = sc_lower_pointwise_kernel(cx, "bias", by, conv_bias_at, &c)) != SC_OK)
     return st;
+  int32_t bias_kernel = has_bias ? cx->p->n_kernels - 1 : -1;
+  int32_t bias_buf = has_bias ? sc_lower_buffer_of(cx, n->inputs[2]) : -1;
+  if (has_bias && bias_buf < 0) return failed(cx);
   sc_step s;
   memset(&s, 0, sizeof s);
   s.kind = SC_STEP_GEMM;
@@ -605,6 +608,7 @@ static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int
     v->on = true;
     v->x = bx;
     v->prep[0] = prep[0], v->prep[1] = prep[1];
+    v->bias = bias_buf, v->bias_kernel = bias_kernel;
     v->c = x->dims[1], v->h = x->dims[2], v->w = x->dims[3];
     v->kh = w->kernel[0], v->kw = w->kernel[1];
     v->sh = w->strides[0], v->sw = w->strides[1];

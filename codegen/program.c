@@ -274,6 +274,7 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     fn(ud, g->a, false);
     fn(ud, g->b, false);
     if (g->conv.on) fn(ud, g->conv.x, false); /* read when the device convolves */
+    if (g->conv.on && g->conv.bias >= 0) fn(ud, g->conv.bias, false);
     if (g->bias >= 0) fn(ud, g->bias, false);
     if (g->beta != 0.0f) fn(ud, g->c, false);
     fn(ud, g->c, true);

@@ -64,6 +64,10 @@ typedef struct sc_conv_geom {
   bool on;
   int32_t x;                /* the input buffer */
   int32_t prep[2];          /* kernel ids, -1 where none */
+  int32_t bias;             /* the per-channel bias buffer [m], or -1 */
+  int32_t bias_kernel;      /* the kernel that fills C with it first, or -1:
+                               a device that adds the bias itself skips it
+                               and takes beta as 0 */
   int64_t c, h, w;          /* input channels, height, width */
   int64_t kh, kw, sh, sw, dh, dw;
   int64_t pt, pl, pb, pr;   /* padding: top, left, bottom, right */

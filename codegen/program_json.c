@@ -189,6 +189,8 @@ static json_t *write_step(const sc_step *s) {
       json_object_set_new(co, "x", json_integer(v->x));
       json_object_set_new(co, "prep", json_pack("[II]", (json_int_t)v->prep[0],
                                                 (json_int_t)v->prep[1]));
+      json_object_set_new(co, "bias", json_integer(v->bias));
+      json_object_set_new(co, "bias_kernel", json_integer(v->bias_kernel));
       for (size_t i = 0; i < N_CONV_FIELDS; i++)
         json_object_set_new(co, CONV_FIELDS[i].key,
                             json_integer(*(const int64_t *)((const char *)v + CONV_FIELDS[i].offset)));
@@ -870,6 +872,11 @@ static sc_status read_conv(reader *r, json_t *co, sc_gemm *m) {
       return fail(r, SC_ERR_INVALID, "conv prep[%d] is not a kernel id or -1", (int)i);
     v->prep[i] = (int32_t)json_integer_value(e);
   }
+  if ((st = get_range(r, co, "bias", false, -1, -1, p->n_buffers - 1, &v->bias)) ||
+      (st = get_range(r, co, "bias_kernel", false, -1, -1, p->n_kernels - 1, &v->bias_kernel)))
+    return st;
+  if ((v->bias < 0) != (v->bias_kernel < 0))
+    return fail(r, SC_ERR_INVALID, "conv 'bias' and 'bias_kernel' are given together");
   for (size_t i = 0; i < N_CONV_FIELDS; i++) {
     int64_t *f = (int64_t *)((char *)v + CONV_FIELDS[i].offset);
     if ((st = get_int(r, co, CONV_FIELDS[i].key, true, 0, f))) return st;

@@ -11,8 +11,10 @@
  *   1. each image's input, in oneDNN's layout for it (a reorder into the
  *      scratch), unless that layout is the model's own NCHW;
  *   2. each tile: the convolution into the scratch, then a reorder into
- *      the output's NCHW slice that adds beta times what is there (the
- *      bias the GEMM's bias kernel wrote).
+ *      the output's NCHW slice. A constant per-channel bias (the step's
+ *      sc_conv_geom.bias) is the convolution's own bias operand, and the
+ *      kernel that would have filled the output with it first is skipped;
+ *      otherwise the reorder adds beta times what the output holds.
  * Every oneDNN call runs on the calling pool thread alone, and the tiles
  * depend only on the shape: results do not depend on the thread count.
  * The weights are constants: they are put in oneDNN's layout once, at bind. */
@@ -97,16 +99,17 @@ typedef struct conv {
   const sc_gemm *g;
   char note[96];                  /* "direct convolution, oneDNN <impl>" */
   int64_t N, T, tm;               /* images, tiles per image, channels per tile */
+  bool bias;                      /* the convolution adds conv.bias itself */
   dnnl_primitive_t prim;          /* the tile's convolution */
   dnnl_primitive_t src_reorder;   /* NCHW image -> src_md, or NULL (src_md is NCHW) */
   dnnl_primitive_t dst_reorder;   /* dst_md -> the output's NCHW slice, + beta x it */
-  dnnl_memory_desc_t x_user, src_md, w_user, w_md, dst_md, y_user;
+  dnnl_memory_desc_t x_user, src_md, w_user, w_md, dst_md, y_user, b_md;
   dnnl_memory_desc_t pad_conv, pad_src, pad_dst; /* the primitives' scratchpads (pad_src
                                                     zeroed, size 0, without src_reorder) */
   size_t src_bytes, w_bytes, dst_bytes, pad_bytes;
   char *w_blk;                    /* T tiles' weights in w_md */
   dnnl_memory_t *x_mem, *xb_mem;  /* per image: NCHW input; in src_md (or NULL) */
-  dnnl_memory_t *w_mem;           /* per tile */
+  dnnl_memory_t *w_mem, *b_mem;   /* per tile (b_mem: with bias) */
   dnnl_memory_t *d_mem, *y_mem;   /* per image x tile: dst_md scratch; output slice */
 } conv;
 
@@ -133,7 +136,8 @@ static int64_t out_size(int64_t in, int64_t k, int64_t s, int64_t d, int64_t p0,
 }
 
 /* Whether GEMM g is exactly the convolution it carries, in a form this
- * file runs: f32, constant weights, alpha 1, no bias operand, output
+ * file runs: f32, constant weights, alpha 1, no GEMM bias operand (the
+ * per-channel conv.bias, when there is one, is an f32 [m] buffer), output
  * channels a multiple of 16, consistent sizes and strides. */
 static bool conv_fits(const sc_program *p, const sc_gemm *g) {
   const sc_conv_geom *v = &g->conv;
@@ -156,6 +160,9 @@ static bool conv_fits(const sc_program *p, const sc_gemm *g) {
   if (g->batch > 1 && (g->stride_a != 0 || g->stride_c != mn)) return false;
   int32_t ra = sc_program_root(p, g->a);
   if (ra < 0 || p->buffers[ra].kind != SC_BUF_CONST) return false;
+  if (v->bias >= 0 && (v->bias_kernel < 0 || v->bias_kernel >= p->n_kernels ||
+                       !f32_buffer(p, v->bias, g->m)))
+    return false;
   int64_t xn, cn;
   return sc_mul_i64(img, g->batch, &xn) && sc_mul_i64(mn, g->batch, &cn) &&
          f32_buffer(p, g->a, wn) && f32_buffer(p, v->x, xn) && f32_buffer(p, g->c, cn);
@@ -181,9 +188,9 @@ static int64_t tiles_per_image(int64_t m, int64_t images) {
 
 /* Releases what bind made (memory objects, the weights in oneDNN's layout). */
 static void conv_unbind(conv *c) {
-  dnnl_memory_t **arrays[] = {&c->x_mem, &c->xb_mem, &c->w_mem, &c->d_mem, &c->y_mem};
-  int64_t counts[] = {c->N, c->N, c->T, c->N * c->T, c->N * c->T};
-  for (int i = 0; i < 5; i++) {
+  dnnl_memory_t **arrays[] = {&c->x_mem, &c->xb_mem, &c->w_mem, &c->b_mem, &c->d_mem, &c->y_mem};
+  int64_t counts[] = {c->N, c->N, c->T, c->T, c->N * c->T, c->N * c->T};
+  for (int i = 0; i < 6; i++) {
     if (!*arrays[i]) continue;
     for (int64_t j = 0; j < counts[i]; j++)
       if ((*arrays[i])[j]) dnnl_memory_destroy((*arrays[i])[j]);
@@ -238,7 +245,8 @@ static bool conv_build(conv *c, const sc_gemm *g) {
   c->T = tiles_per_image(g->m, g->batch);
   c->tm = g->m / c->T;
   dnnl_dims_t sd = {1, v->c, v->h, v->w}, wd = {c->tm, v->c, v->kh, v->kw};
-  dnnl_dims_t dd = {1, c->tm, v->oh, v->ow};
+  dnnl_dims_t dd = {1, c->tm, v->oh, v->ow}, bd = {c->tm};
+  c->bias = v->bias >= 0;
   dnnl_dims_t strides = {v->sh, v->sw}, dil = {v->dh - 1, v->dw - 1};
   dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
   dnnl_memory_desc_t s_any, w_any, d_any;
@@ -247,12 +255,14 @@ static bool conv_build(conv *c, const sc_gemm *g) {
       dnnl_memory_desc_init_by_tag(&d_any, 4, dd, dnnl_f32, dnnl_format_tag_any) ||
       dnnl_memory_desc_init_by_tag(&c->x_user, 4, sd, dnnl_f32, dnnl_nchw) ||
       dnnl_memory_desc_init_by_tag(&c->w_user, 4, wd, dnnl_f32, dnnl_oihw) ||
-      dnnl_memory_desc_init_by_tag(&c->y_user, 4, dd, dnnl_f32, dnnl_nchw))
+      dnnl_memory_desc_init_by_tag(&c->y_user, 4, dd, dnnl_f32, dnnl_nchw) ||
+      dnnl_memory_desc_init_by_tag(&c->b_md, 1, bd, dnnl_f32, dnnl_a))
     return false;
   dnnl_convolution_desc_t cd;
   if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                 dnnl_convolution_direct, &s_any, &w_any, NULL,
-                                                 &d_any, strides, dil, pad_l, pad_r))
+                                                 dnnl_convolution_direct, &s_any, &w_any,
+                                                 c->bias ? &c->b_md : NULL, &d_any, strides, dil,
+                                                 pad_l, pad_r))
     return false;
   dnnl_primitive_attr_t attr = NULL;
   if (dnnl_primitive_attr_create(&attr)) return false;
@@ -283,7 +293,8 @@ static bool conv_build(conv *c, const sc_gemm *g) {
   c->dst_bytes = (dnnl_memory_desc_get_size(&c->dst_md) + 63) / 64 * 64;
   if (c->src_bytes && !(c->src_reorder = make_reorder(&c->x_user, &c->src_md, 0.0f, &c->pad_src)))
     return false;
-  if (!(c->dst_reorder = make_reorder(&c->dst_md, &c->y_user, g->beta, &c->pad_dst)))
+  if (!(c->dst_reorder =
+            make_reorder(&c->dst_md, &c->y_user, c->bias ? 0.0f : g->beta, &c->pad_dst)))
     return false;
   c->pad_bytes = max3(dnnl_memory_desc_get_size(&c->pad_conv),
                       dnnl_memory_desc_get_size(&c->pad_src),
@@ -323,6 +334,7 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
     cv->of_kernel[g->conv.prep[1]] = cv->n++;
     for (int j = 0; j < 2; j++)
       if (g->conv.prep[j] >= 0) skip_kernel[g->conv.prep[j]] = true;
+    if (c->bias) skip_kernel[g->conv.bias_kernel] = true;
   }
   if (cv->n == 0) {
     sc_cpu_convs_destroy(cv);
@@ -348,7 +360,7 @@ static bool run(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad, size_t pad
   thread_state *t = this_thread(pad_bytes);
   if (!t) return false;
   dnnl_memory_t m = NULL;
-  dnnl_exec_arg_t all[4];
+  dnnl_exec_arg_t all[5];
   memcpy(all, args, (size_t)n * sizeof *args);
   if (dnnl_memory_desc_get_size(pad) > 0) {
     if (!new_mem(&m, pad, t->scratch)) return false;
@@ -372,10 +384,12 @@ static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
   c->x_mem = calloc((size_t)c->N, sizeof *c->x_mem);
   c->xb_mem = calloc((size_t)c->N, sizeof *c->xb_mem);
   c->w_mem = calloc((size_t)c->T, sizeof *c->w_mem);
+  c->b_mem = calloc((size_t)c->T, sizeof *c->b_mem);
   c->d_mem = calloc((size_t)NT, sizeof *c->d_mem);
   c->y_mem = calloc((size_t)NT, sizeof *c->y_mem);
   if (posix_memalign((void **)&c->w_blk, 64, (size_t)c->T * c->w_bytes)) c->w_blk = NULL;
-  if (!c->x_mem || !c->xb_mem || !c->w_mem || !c->d_mem || !c->y_mem || !c->w_blk) return false;
+  if (!c->x_mem || !c->xb_mem || !c->w_mem || !c->b_mem || !c->d_mem || !c->y_mem || !c->w_blk)
+    return false;
   float *x = ptrs[g->conv.x], *a = ptrs[g->a], *y = ptrs[g->c];
   char *dst = scratch + (size_t)c->N * c->src_bytes;
   for (int64_t i = 0; i < c->N; i++) {
@@ -396,6 +410,9 @@ static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
     if (from) dnnl_memory_destroy(from);
   }
   if (wr) dnnl_primitive_destroy(wr);
+  float *bias = c->bias ? ptrs[g->conv.bias] : NULL; /* a constant: read in place */
+  for (int64_t t = 0; ok && bias && t < c->T; t++)
+    ok = new_mem(&c->b_mem[t], &c->b_md, bias + t * c->tm);
   for (int64_t t = 0; ok && t < NT; t++) {
     int64_t i = t / c->T, j = t % c->T;
     ok = new_mem(&c->d_mem[t], &c->dst_md, dst + t * c->dst_bytes) &&
@@ -441,10 +458,11 @@ static void conv_tiles(void *ud, int64_t begin, int64_t end) {
   sc_cpu_engine_one_thread();
   for (int64_t t = begin; t < end; t++) {
     int64_t i = t / c->T;
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, c->src_bytes ? c->xb_mem[i] : c->x_mem[i]},
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, c->src_bytes ? c->xb_mem[i] : c->x_mem[i]},
                                {DNNL_ARG_WEIGHTS, c->w_mem[t % c->T]},
-                               {DNNL_ARG_DST, c->d_mem[t]}};
-    must(run(c->prim, &c->pad_conv, c->pad_bytes, 3, args), c, "convolution");
+                               {DNNL_ARG_DST, c->d_mem[t]},
+                               {DNNL_ARG_BIAS, c->b_mem[t % c->T]}};
+    must(run(c->prim, &c->pad_conv, c->pad_bytes, c->bias ? 4 : 3, args), c, "convolution");
     must(exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->d_mem[t],
                DNNL_ARG_TO, c->y_mem[t]),
          c, "output reorder");

@@ -15,7 +15,9 @@ and 16 to 64 output channels.
 Then, from `SHARDC_PROFILE=1 shardc run --repeat 2` on the same models:
 every case above runs as a direct convolution on a CPU with AVX2 (oneDNN
 has JIT kernels for it; elsewhere it may decline and the GEMM runs, which
-is then checked instead), its pad and im2col steps are skipped, and a
+is then checked instead), its pad and im2col steps are skipped (and, with a
+bias, the kernel that would fill the output with it: the convolution adds
+its bias itself), and a
 conv with 24 output channels (not a multiple of 16) or two groups stays
 an im2col GEMM and is still right. Finally a direct convolution gives
 bit-identical outputs with 1 and 2 threads, and a compiled bundle of it
@@ -120,6 +122,12 @@ def main():
                     check(ran_direct, f"{name}: not run as a direct convolution:\n{text}")
                     check("skipped: its convolution runs directly" in text,
                           f"{name}: the im2col step was not skipped:\n{text}")
+                    # with a bias, the convolution adds it: the kernel that
+                    # filled the output with it first is skipped too
+                    bias_steps = [ln for ln in text.splitlines() if "_bias (" in ln]
+                    has_bias = any(i.name == "B" for i in m.graph.initializer)
+                    check(not has_bias or (bias_steps and all("skipped" in ln for ln in bias_steps)),
+                          f"{name}: the bias kernel still runs:\n{text}")
                 if not direct:
                     check(not ran_direct, f"{name}: ran as a direct convolution:\n{text}")
                 print(f"ok: {name} runs as {'a direct convolution' if ran_direct else 'im2col + GEMM'}")
