@@ -45,8 +45,11 @@
  * (SAME_UPPER) or the beginning (SAME_LOWER). AveragePool divides by the
  * number of taps inside the input (count_include_pad=0) or inside the padded
  * input (count_include_pad=1, as onnxruntime clips the window to it); the
- * count is a second REDUCE phase. MaxPool's Indices output is not
- * supported. */
+ * count is a second REDUCE phase. MaxPool's Indices output is an ARGMAX
+ * phase beside the MAX one (the first tap holding the maximum, in the
+ * window's row-major order, as onnx's reference scans it), turned into the
+ * flat position in X: (n·C + c)·H·W + h·W + w, or h + w·H for
+ * storage_order 1 (generally: the spatial position row- or column-major). */
 #include <string.h>
 
 #include "codegen/lower_internal.h"
@@ -687,12 +690,35 @@ const sc_lowering sc_lw_conv = {SC_LOWER_STEP, NULL, conv_build};
 
 /* ---- MaxPool, AveragePool ---- */
 
+/* The lowest value of dtype t (padding for a maximum). */
+static int32_t lowest(sc_lower_ctx *cx, sc_dtype t) {
+  if (sc_dtype_is_float(t)) return fconst(cx, t, -__builtin_inf());
+  return kir_const_i(cx->arena, cx->k, t, t == SC_DTYPE_U64 ? 0 : INT64_MIN);
+}
+
+/* MaxPool's Indices: the flat position in X of window tap r (i64). */
+static int32_t pool_index(sc_lower_ctx *cx, const sc_node *n, const win *w, const sc_value *x,
+                          const int32_t *idx, int32_t r) {
+  int32_t kk[SC_MAX_RANK], pos[SC_MAX_RANK], inside;
+  sc_lower_unflatten(cx, r, w->nsp, w->kernel, kk);
+  win_taps(cx, w, x, idx + 2, kk, pos, &inside, NULL);
+  bool col = sc_attr_int(cx->g, n, "storage_order", 0) != 0;
+  int32_t flat = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[0], C(cx, x->dims[1])), idx[1]);
+  int32_t sp = -1;
+  int64_t scale = 1;
+  for (int32_t j = 0; j < w->nsp; j++) { /* row-major: last axis fastest */
+    int32_t d = col ? j : w->nsp - 1 - j;
+    int32_t term = bin(cx, KIR_MUL, pos[d], C(cx, scale));
+    sp = sp < 0 ? term : bin(cx, KIR_ADD, sp, term);
+    scale *= x->dims[2 + d];
+  }
+  return bin(cx, KIR_ADD, bin(cx, KIR_MUL, flat, C(cx, scale)), sp);
+}
+
 static sc_status pool_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
   bool is_max = n->op == SC_OP_MAX_POOL;
-  if (is_max && sc_node_output(cx->g, n, 1))
-    return sc_lower_error(cx, n, SC_ERR_UNSUPPORTED,
-                         "MaxPool's Indices output is not supported by code generation");
+  bool indices = is_max && sc_node_output(cx->g, n, 1);
   win w;
   sc_status st = win_params(cx, n, x, y, NULL, &w);
   if (st != SC_OK) return st;
@@ -713,10 +739,17 @@ static sc_status pool_build(sc_lower_ctx *cx, const sc_node *n) {
   if (v < 0) return failed(cx);
   int32_t r;
   if (is_max) {
-    int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_MAX, acc,
-                                sel(cx, inside, v, fconst(cx, acc, -__builtin_inf())));
+    int32_t masked = sel(cx, inside, v, lowest(cx, acc));
+    int32_t ph = kir_add_reduce(cx->arena, cx->k, KIR_RED_MAX, acc, masked);
     if (ph < 0) return failed(cx);
     r = kir_reg(cx->arena, cx->k, ph);
+    if (indices) {
+      int32_t pa = kir_add_reduce(cx->arena, cx->k, KIR_RED_ARGMAX, acc, masked);
+      if (pa < 0) return failed(cx);
+      int32_t at = pool_index(cx, n, &w, x, idx, kir_reg(cx->arena, cx->k, pa));
+      if (at < 0) return failed(cx);
+      if ((st = sc_lower_store(cx, n, 1, idx, at)) != SC_OK) return st;
+    }
   } else {
     int32_t p0 = kir_add_reduce(cx->arena, cx->k, KIR_RED_SUM, acc,
                                 sel(cx, inside, v, fconst(cx, acc, 0)));

@@ -512,7 +512,10 @@ static sc_status spatial_input(sc_graph *g, const sc_node *n, const sc_value **x
   sc_status st = sc_check_inputs(g, n);
   if (st != SC_OK) return st;
   *x = sc_node_input(g, n, 0);
-  if ((st = need_float(g, n, *x)) != SC_OK) return st;
+  /* MaxPool (since opset 12) and GlobalMaxPool also take 8-bit integers */
+  bool ints = (n->op == SC_OP_MAX_POOL || n->op == SC_OP_GLOBAL_MAX_POOL) &&
+              ((*x)->dtype == SC_DTYPE_I8 || (*x)->dtype == SC_DTYPE_U8);
+  if (!ints && (st = need_float(g, n, *x)) != SC_OK) return st;
   if ((*x)->rank < 3)
     return sc_node_error(g, n, SC_ERR_INVALID, "X has rank %d (expects N, C and >= 1 spatial dim)",
                          (*x)->rank);

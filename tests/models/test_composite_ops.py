@@ -62,6 +62,9 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
       there), QLinearMatMul,
       QLinearConv (per-channel weight scales, bias, strides) on computed
       codes;
+  maxpool_indices_opset12   (not a composite op) MaxPool's Indices output
+      with pads, strides, dilations, both storage orders, 1-D and 3-D, and
+      MaxPool of uint8;
   qdq_opset13, dynamic_quantize_opset11   QuantizeLinear and
       DequantizeLinear per tensor (uint8) and per axis (int8, zero points
       per channel), the codes and the round trip; DynamicQuantizeLinear's
@@ -416,6 +419,25 @@ def cases(rng):
          s_("zbc", [130, 125, 128, 133], T.UINT8), s_("sy", 0.05), s_("zy", 100, T.UINT8),
          s_("swc", [0.015, 0.02, 0.01, 0.03]), s_("bias", [100, -50, 0, 7], T.INT32)],
         opset=13), {}))
+    # MaxPool's Indices (an ARGMAX beside the MAX in the pool kernel): pads,
+    # strides, dilations, both storage orders, 1-D and 3-D; MaxPool of uint8
+    out.append(("maxpool_indices_opset12", model("mpi", [
+        n("Tanh", ["x"], ["t"]),
+        n("MaxPool", ["t"], ["y0", "i0"], kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1]),
+        n("MaxPool", ["t"], ["y1", "i1"], kernel_shape=[2, 2], dilations=[2, 1], storage_order=1),
+        n("Sin", ["x1"], ["s1"]),
+        n("MaxPool", ["s1"], ["y2", "i2"], kernel_shape=[3], strides=[2], pads=[1, 1]),
+        n("Cos", ["x3"], ["s3"]),
+        n("MaxPool", ["s3"], ["y3", "i3"], kernel_shape=[2, 2, 2], strides=[2, 1, 2]),
+        n("Mul", ["x", "k"], ["xs"]), n("Abs", ["xs"], ["xa"]), n("Cast", ["xa"], ["u"], to=T.UINT8),
+        n("MaxPool", ["u"], ["y4"], kernel_shape=[2, 3], pads=[0, 1, 1, 1])],
+        [vi("x", [2, 3, 7, 6]), vi("x1", [2, 2, 9]), vi("x3", [1, 2, 4, 5, 6])],
+        [vi("y0", [2, 3, 4, 6]), vi("i0", [2, 3, 4, 6], T.INT64),
+         vi("y1", [2, 3, 5, 5]), vi("i1", [2, 3, 5, 5], T.INT64),
+         vi("y2", [2, 2, 5]), vi("i2", [2, 2, 5], T.INT64),
+         vi("y3", [1, 2, 2, 4, 3]), vi("i3", [1, 2, 2, 4, 3], T.INT64),
+         vi("y4", [2, 3, 7, 6], T.UINT8)],
+        [helper.make_tensor("k", T.FLOAT, [], [100.0])], opset=12), {}))
     lab = np.array([[1, 3, 0], [2, 2, 4]], np.int64)
     out.append(("sce_loss", model("sce", [
         n("MatMul", ["x", "w"], ["s0"]), n("Transpose", ["s0"], ["s"], perm=[0, 2, 1]),
