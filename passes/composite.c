@@ -33,7 +33,8 @@
  *       each above its expansion: Hardmax, LpNormalization, Swish, SwiGLU,
  *       ReduceLogSum, MeanVarianceNormalization, EyeLike, CenterCropPad,
  *       LRN, the Hann/Hamming/Blackman windows, CausalConvWithState,
- *       ReverseSequence, TensorScatter. */
+ *       ReverseSequence, TensorScatter; and BatchNormalization in training
+ *       mode (sc_expands_here). */
 #include <math.h>
 #include <string.h>
 
@@ -456,6 +457,58 @@ static sc_status expand_tensor_scatter(sc_grad_ctx *c, int32_t *out) {
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 
+/* BatchNormalization in training mode (opsets 14+: training_mode 1): Y =
+ * scale (x − μ) / sqrt(σ² + ε) + B with μ and σ² the batch statistics over
+ * every axis but the channels (σ² the population variance), and the running
+ * statistics input_mean · momentum + μ (1 − momentum), likewise for the
+ * variance, as outputs 1 and 2. */
+static sc_status expand_bn_training(sc_grad_ctx *c, int32_t *out) {
+  double eps, momentum;
+  sc_status st;
+  if ((st = sc_norm_epsilon(c->g, cx_node(c), &eps)) != SC_OK ||
+      (st = sc_read_attr_float(c->g, cx_node(c), "momentum", 0.9, &momentum)) != SC_OK)
+    return st;
+  int32_t x = cx_in(c, 0);
+  const sc_value xv = *cx_val(c, x);
+  if (xv.rank < 2 || !sc_dtype_is_float(xv.dtype))
+    return sc_node_error(c->g, cx_node(c), SC_ERR_INVALID, "X must be a float [N, C, ...]");
+  for (int32_t i = 1; i < 5; i++) {
+    const sc_value *p = cx_val(c, cx_in(c, i));
+    if (p->rank != 1 || p->dims[0] != xv.dims[1] || !sc_dtype_is_float(p->dtype))
+      return sc_node_error(c->g, cx_node(c), SC_ERR_INVALID,
+                           "input %d '%s' must be a float [%lld]", (int)i, p->name,
+                           (long long)xv.dims[1]);
+  }
+  int64_t axes[SC_MAX_RANK], d[SC_MAX_RANK];
+  int32_t na = 0;
+  for (int32_t i = 0; i < xv.rank; i++) {
+    if (i != 1) axes[na++] = i;
+    d[i] = i == 1 ? xv.dims[1] : 1;
+  }
+  sc_dtype t = xv.dtype, st_t = cx_val(c, cx_in(c, 3))->dtype;
+  int64_t ch = xv.dims[1];
+  int32_t mu = gb_reduce(c, SC_OP_REDUCE_MEAN, x, axes, na, true);
+  int32_t dx = gb_2(c, SC_OP_SUB, x, mu);
+  int32_t var = gb_reduce(c, SC_OP_REDUCE_MEAN, gb_2(c, SC_OP_MUL, dx, dx), axes, na, true);
+  int32_t inv = gb_1(c, SC_OP_SQRT, gb_2(c, SC_OP_ADD, var, gb_scalar(c, t, eps)));
+  int32_t sc = gb_reshape(c, gb_cast(c, cx_in(c, 1), t), xv.rank, d);
+  int32_t b = gb_reshape(c, gb_cast(c, cx_in(c, 2), t), xv.rank, d);
+  out[0] = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_DIV, gb_2(c, SC_OP_MUL, dx, sc), inv), b);
+  for (int k = 0; k < 2; k++) { /* running mean, running variance */
+    int32_t batch = gb_cast(c, gb_reshape(c, k ? var : mu, 1, &ch), st_t);
+    int32_t run = gb_2(c, SC_OP_MUL, cx_in(c, 3 + k), gb_scalar(c, st_t, momentum));
+    out[1 + k] = gb_2(c, SC_OP_ADD, run, gb_2(c, SC_OP_MUL, batch, gb_scalar(c, st_t, 1 - momentum)));
+  }
+  return out[0] < 0 || out[1] < 0 || out[2] < 0 ? cx_built(c) : SC_OK;
+}
+
+bool sc_expands_here(const sc_graph *g, const sc_node *n) {
+  if (n->op != SC_OP_BATCH_NORM) return false;
+  const sc_attr *a = sc_node_attr(n, "training_mode");
+  (void)g;
+  return a && a->kind == SC_ATTR_INT && a->i == 1;
+}
+
 /* LRN(size, alpha, beta, bias) over channels: x / (bias + alpha / size *
  * sum of x^2 over [c - floor((size-1)/2), c + ceil((size-1)/2)])^beta. */
 static sc_status expand_lrn(sc_grad_ctx *c, int32_t *out) {
@@ -649,6 +702,7 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_CENTER_CROP_PAD: return expand_center_crop_pad;
   case SC_OP_LRN: return expand_lrn;
   case SC_OP_LP_POOL: return expand_lp_pool;
+  case SC_OP_BATCH_NORM: return expand_bn_training; /* only in training mode */
   case SC_OP_REVERSE_SEQUENCE: return expand_reverse_sequence;
   case SC_OP_TENSOR_SCATTER: return expand_tensor_scatter;
   case SC_OP_CAUSAL_CONV_WITH_STATE: return expand_causal_conv;

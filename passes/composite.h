@@ -12,4 +12,9 @@
  * (a malformed node: ranks, heads, attributes) name the node. */
 sc_status sc_expand_composite(sc_graph *g, int32_t node);
 
+/* Whether node n is expanded like a composite op although its op is not
+ * one: a BatchNormalization in training mode (batch statistics and the
+ * running ones; in inference it is a kernel of its own). */
+bool sc_expands_here(const sc_graph *g, const sc_node *n);
+
 #endif

@@ -100,7 +100,7 @@ sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts) {
       return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
                            "%s needs opset %d or later; the graph is opset %lld",
                            info->name, info->since, (long long)g->opset);
-    if (info->flags & SC_OPF_COMPOSITE) {
+    if ((info->flags & SC_OPF_COMPOSITE) || sc_expands_here(g, n)) {
       /* its expansion is appended (shapes inferred) and visited again below */
       sc_status st = sc_expand_composite(g, i);
       if (st != SC_OK) return st;
