@@ -198,10 +198,14 @@ static void test_conv_im2col(void **state) {
   conv_case_path(g, 1, 2, 4, 4, 2, 1, &plain, true, 0, 0); /* tiny: direct */
 }
 
-static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad) {
+/* with_indices: MaxPool's Indices too, each the flat position in X of the
+ * first tap (row-major window order) holding the maximum */
+static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad, bool with_indices) {
   int64_t N = 2, C = 3, H = 7, W = 6, dx[4] = {N, C, H, W};
-  int32_t y, x = rand_f32(g, 4, dx);
-  int32_t nid = node1(g, op, "pool", &x, 1, &y);
+  int32_t y, x = rand_f32(g, 4, dx), outs[2] = {outv(g), outv(g)};
+  int32_t nid = with_indices ? sc_graph_add_node(g, op, "pool_idx", &x, 1, outs, 2)
+                             : node1(g, op, "pool", &x, 1, &y);
+  if (with_indices) y = outs[0];
   set_win(g, nid, w, true);
   if (op == SC_OP_AVERAGE_POOL) set_int(g, nid, "count_include_pad", include_pad);
   if (infer(g, nid) != SC_OK) fail_msg("infer: %s", g->diag.msg);
@@ -210,11 +214,13 @@ static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad) {
   execute(&L);
   const sc_value *yv = &g->values[y];
   const float *X = fdata(g, x), *got = L.bufs[L.vb[y]];
+  const int64_t *got_i = with_indices ? L.bufs[L.vb[outs[1]]] : NULL;
   int64_t OH = yv->dims[2], OW = yv->dims[3];
   for (int64_t nc = 0; nc < N * C; nc++)
     for (int64_t oh = 0; oh < OH; oh++)
       for (int64_t ow = 0; ow < OW; ow++) {
         double sum = 0, mx = -INFINITY, cnt = 0, cnt_pad = 0;
+        int64_t at = -1;
         for (int64_t i = 0; i < w->kh; i++)
           for (int64_t j = 0; j < w->kw; j++) {
             int64_t ih = oh * w->sh - w->ph0 + i * w->dh, iw = ow * w->sw - w->pw0 + j * w->dw;
@@ -223,10 +229,11 @@ static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad) {
             double v = X[(nc * H + ih) * W + iw];
             sum += v;
             cnt++;
-            if (v > mx) mx = v;
+            if (v > mx) mx = v, at = (nc * H + ih) * W + iw;
           }
         double want = op == SC_OP_MAX_POOL ? mx : sum / (include_pad ? cnt_pad : cnt);
         near(got[(nc * OH + oh) * OW + ow], want, 1e-5);
+        if (got_i) assert_int_equal(got_i[(nc * OH + oh) * OW + ow], at);
       }
   lowered_free(&L);
 }
@@ -235,22 +242,14 @@ static void test_pools(void **state) {
   sc_graph *g = *state;
   rng_seed(14);
   win2 w = {3, 2, 2, 1, 1, 1, 1, 0, 1, 1};
-  pool_case(g, SC_OP_MAX_POOL, &w, 0);
-  pool_case(g, SC_OP_AVERAGE_POOL, &w, 0);
-  pool_case(g, SC_OP_AVERAGE_POOL, &w, 1);
+  pool_case(g, SC_OP_MAX_POOL, &w, 0, false);
+  pool_case(g, SC_OP_AVERAGE_POOL, &w, 0, false);
+  pool_case(g, SC_OP_AVERAGE_POOL, &w, 1, false);
   win2 dil = {2, 2, 1, 2, 2, 1, 1, 1, 0, 1};
-  pool_case(g, SC_OP_MAX_POOL, &dil, 0);
-  /* MaxPool's Indices output is refused */
-  int64_t dx[4] = {1, 1, 4, 4};
-  int32_t x = rand_f32(g, 4, dx), outs[2] = {outv(g), outv(g)};
-  int32_t nid = sc_graph_add_node(g, SC_OP_MAX_POOL, "mp_idx", &x, 1, outs, 2);
-  int64_t k[2] = {2, 2};
-  set_ints(g, nid, "kernel_shape", 2, k);
-  assert_int_equal(infer(g, nid), SC_OK);
-  lowered L;
-  assert_int_equal(lower_node(g, nid, &L), SC_ERR_UNSUPPORTED);
-  assert_non_null(strstr(L.diag.msg, "Indices"));
-  lowered_free(&L);
+  pool_case(g, SC_OP_MAX_POOL, &dil, 0, false);
+  /* MaxPool's Indices: pads, strides, dilations */
+  pool_case(g, SC_OP_MAX_POOL, &w, 0, true);
+  pool_case(g, SC_OP_MAX_POOL, &dil, 0, true);
 }
 
 static void test_global_pools(void **state) {
