@@ -86,6 +86,11 @@ int32_t cx_iota(sc_grad_ctx *c, int64_t n, int32_t rank, int32_t axis) {
   return gb_reshape(c, gb_ints(c, v, (int32_t)n), rank, d);
 }
 
+int32_t cx_clip(sc_grad_ctx *c, int32_t x, sc_dtype t, double lo, double hi) {
+  if (x < 0) return -1;
+  return gb_op(c, SC_OP_CLIP, (int32_t[]){x, gb_scalar(c, t, lo), gb_scalar(c, t, hi)}, 3);
+}
+
 /* x[..., a:b] along the last axis. */
 int32_t cx_last_slice(sc_grad_ctx *c, int32_t x, int64_t a, int64_t b) {
   return cx_axis_slice(c, x, -1, a, b, 1);
@@ -448,12 +453,8 @@ static sc_status expand_tensor_scatter(sc_grad_ctx *c, int32_t *out) {
   }
   if (circ) idx = gb_2(c, SC_OP_MOD, idx, gb_scalar(c, SC_DTYPE_I64, (double)S));
   idx = gb_expand(c, idx, uv.rank, uv.dims);
-  int32_t node = -1, y = idx < 0 ? -1 : gb_begin(c, SC_OP_SCATTER_ELEMENTS,
-                                                 (int32_t[]){past, idx, up}, 3, &node);
-  sc_attr *at = y < 0 ? NULL : sc_node_add_attr(g, node, "axis", SC_ATTR_INT);
-  if (!at) return cx_built(c);
-  at->i = a;
-  out[0] = gb_end(c, node, y);
+  out[0] = idx < 0 ? -1
+                   : gb_op_i(c, SC_OP_SCATTER_ELEMENTS, (int32_t[]){past, idx, up}, 3, "axis", a);
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 

@@ -34,6 +34,8 @@ int32_t cx_unsqueeze(sc_grad_ctx *c, int32_t x, int32_t at, int32_t n);
 /* An int64 constant of `rank` dims, all 1 but dims[axis] = n, holding
  * 0..n-1 along it. */
 int32_t cx_iota(sc_grad_ctx *c, int64_t n, int32_t rank, int32_t axis);
+/* Clip of x (dtype t) to [lo, hi]: constant bounds. */
+int32_t cx_clip(sc_grad_ctx *c, int32_t x, sc_dtype t, double lo, double hi);
 /* x[..., a:b] along the last axis. */
 int32_t cx_last_slice(sc_grad_ctx *c, int32_t x, int64_t a, int64_t b);
 /* x[.., a:b:step, ..] along `axis`. */

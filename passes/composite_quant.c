@@ -115,8 +115,7 @@ static int32_t quantize(sc_grad_ctx *c, int32_t x, int32_t scale, int32_t zp, sc
   int32_t q = gb_cast(c, gb_2(c, SC_OP_DIV, gb_cast(c, x, p), gb_cast(c, scale, p)), w);
   q = gb_1(c, SC_OP_ROUND, q);
   if (zp >= 0) q = gb_2(c, SC_OP_ADD, q, gb_cast(c, zp, w));
-  q = gb_op(c, SC_OP_CLIP, (int32_t[]){q, gb_scalar(c, w, lo), gb_scalar(c, w, hi)}, 3);
-  return gb_cast(c, q, t);
+  return gb_cast(c, cx_clip(c, q, w, lo, hi), t);
 }
 
 sc_status cx_expand_quantize(sc_grad_ctx *c, int32_t *out) {
@@ -244,9 +243,7 @@ static int32_t requantize(sc_grad_ctx *c, int32_t p, int32_t as, int32_t bs, int
   int32_t m = gb_2(c, SC_OP_DIV, gb_2(c, SC_OP_MUL, as, bs), ys);
   int32_t d = gb_2(c, SC_OP_MUL, gb_cast(c, p, SC_DTYPE_F64), gb_cast(c, m, SC_DTYPE_F64));
   d = gb_2(c, SC_OP_ADD, d, gb_cast(c, yzp, SC_DTYPE_F64));
-  d = gb_op(c, SC_OP_CLIP, (int32_t[]){gb_1(c, SC_OP_ROUND, d), gb_scalar(c, SC_DTYPE_F64, lo),
-                                       gb_scalar(c, SC_DTYPE_F64, hi)}, 3);
-  return gb_cast(c, d, t);
+  return gb_cast(c, cx_clip(c, gb_1(c, SC_OP_ROUND, d), SC_DTYPE_F64, lo, hi), t);
 }
 
 sc_status cx_expand_int_product(sc_grad_ctx *c, int32_t *out) {

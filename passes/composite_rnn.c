@@ -128,8 +128,7 @@ static int32_t pick(sc_grad_ctx *c, int32_t x, int64_t d, int64_t axis) {
 
 static int32_t clip_(sc_grad_ctx *c, const rnn_spec *s, int32_t x, sc_dtype t) {
   if (!s->has_clip || x < 0) return x;
-  return gb_op(c, SC_OP_CLIP, (int32_t[]){x, gb_scalar(c, t, -s->clip),
-                                          gb_scalar(c, t, s->clip)}, 3);
+  return cx_clip(c, x, t, -s->clip, s->clip);
 }
 
 /* One direction over all steps: ys[t] (each [B, H]) and the last H (and

@@ -54,10 +54,6 @@ static int32_t reflect(sc_grad_ctx *c, sc_dtype t, int32_t x, double lo, double 
   return gb_where(c, out, y, x);
 }
 
-static int32_t clamp(sc_grad_ctx *c, sc_dtype t, int32_t x, double lo, double hi) {
-  return gb_op(c, SC_OP_CLIP, (int32_t[]){x, gb_scalar(c, t, lo), gb_scalar(c, t, hi)}, 3);
-}
-
 /* Keys' cubic convolution weight k of offset t (a = −0.75). */
 static int32_t cubic_w(sc_grad_ctx *c, sc_dtype t, int32_t tt, int k) {
   const double A = -0.75;
@@ -86,7 +82,7 @@ static void axis_taps(sc_grad_ctx *c, sc_dtype t, int mode, int pad, gs_axis *ax
   if (pad == 1) {
     int32_t out = gb_2(c, SC_OP_OR, gb_2(c, SC_OP_LESS, v, gb_scalar(c, t, ax->lo)),
                        gb_2(c, SC_OP_GREATER, v, gb_scalar(c, t, ax->hi)));
-    v = gb_where(c, out, clamp(c, t, v, 0, (double)(ax->d - 1)), v);
+    v = gb_where(c, out, cx_clip(c, v, t, 0, (double)(ax->d - 1)), v);
   } else if (pad == 2 && ax->hi > ax->lo) {
     v = reflect(c, t, v, ax->lo, ax->hi);
   }
@@ -102,7 +98,7 @@ static void axis_taps(sc_grad_ctx *c, sc_dtype t, int mode, int pad, gs_axis *ax
     else if (pad == 2 && ax->hi > ax->lo)
       j = reflect(c, t, j, ax->lo, ax->hi);
     /* an integer index (truncating, as the reference's int()), kept in range */
-    ax->idx[k] = gb_cast(c, clamp(c, t, j, 0, (double)(ax->d - 1)), SC_DTYPE_I64);
+    ax->idx[k] = gb_cast(c, cx_clip(c, j, t, 0, (double)(ax->d - 1)), SC_DTYPE_I64);
     if (mode == 1) ax->w[k] = -1;
     else if (mode == 0) ax->w[k] = k == 0 ? gb_2(c, SC_OP_SUB, gb_scalar(c, t, 1), frac) : frac;
     else ax->w[k] = cubic_w(c, t, frac, k);
