@@ -79,6 +79,8 @@ static int64_t wrap_i(sc_dtype t, int64_t v) {
   case SC_DTYPE_I32: return (int32_t)v;
   case SC_DTYPE_U32: return (uint32_t)v;
   case SC_DTYPE_BOOL: return v != 0;
+  case SC_DTYPE_I4: case SC_DTYPE_U4: case SC_DTYPE_I2: case SC_DTYPE_U2:
+    return sc_narrow_wrap(t, v);
   default: return v;
   }
 }
@@ -100,10 +102,14 @@ static kval cast_val(sc_dtype to, sc_dtype from, kval v) {
       case SC_DTYPE_F64: r.f = x; break;
       case SC_DTYPE_F16: r.f = sc_f16_to_f32(sc_f32_to_f16((float)x)); break;
       case SC_DTYPE_BF16: r.f = sc_bf16_to_f32(sc_f32_to_bf16((float)x)); break;
-      default: r.f = (double)(float)x; break;
+      default:
+        r.f = sc_dtype_is_narrow(to) ? sc_narrow_round(to, (float)x) : (double)(float)x;
+        break;
       }
     } else if (to == SC_DTYPE_BOOL) {
       r.i = x != 0;
+    } else if (sc_dtype_is_narrow(to)) { /* through f32, as the backends */
+      r.i = (int64_t)sc_narrow_round(to, (float)x);
     } else {
       int64_t y;
       if (isnan(x)) y = 0;

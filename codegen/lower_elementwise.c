@@ -74,6 +74,54 @@ static int32_t expm1_e(sc_lower_ctx *cx, sc_dtype t, int32_t x) {
   return SEL(BIN(EQ, u, C(t, 1)), x, SEL(BIN(EQ, um1, C(t, -1)), C(t, -1), r));
 }
 
+/* NARROW(x) of elementwise.def for node n's output dtype: the bounds of a
+ * saturating Cast to float8/float4 (a bound beyond an integer T's range is
+ * not needed), or f8e8m0's round_mode as sc_e8m0_prepare does it, on the
+ * f32 bits. */
+static int32_t narrow_e(sc_lower_ctx *cx, const sc_node *n, const sc_ew_attrs *A, sc_dtype T,
+                        int32_t x) {
+  sc_dtype to = sc_node_output(cx->g, n, 0)->dtype;
+  if (x < 0 || !sc_dtype_is_narrow(to) || !sc_dtype_is_float(to)) return x;
+  const sc_dtype I = SC_DTYPE_I32;
+  if (to == SC_DTYPE_F8E8M0) {
+    if (!sc_dtype_is_float(T)) return x; /* integers: round up only (infer_cast) */
+    if (A->round_mode == SC_E8M0_UP && A->saturate) return x;
+    int32_t u = kir_bitcast(cx->arena, cx->k, I, sc_lower_cast(cx, SC_DTYPE_F32, x));
+    if (u < 0) return -1;
+    int32_t e = BIN(AND, BIN(SHR, u, C(I, 23)), C(I, 0xff));
+    int32_t frac = BIN(NE, BIN(AND, u, C(I, 0x7fffff)), C(I, 0));
+    int32_t top = BIN(EQ, e, C(I, 0xfe));
+    int32_t nan = C(SC_DTYPE_F32, NAN), pow2;
+    switch (A->round_mode) {
+    case SC_E8M0_UP: /* not saturating: past the top exponent is NaN */
+      return SEL(BIN(AND, frac, top), nan, sc_lower_cast(cx, SC_DTYPE_F32, x));
+    case SC_E8M0_DOWN:
+      pow2 = e;
+      break;
+    default: { /* nearest, as to_float8e8m0: g && (r || s || e > 0) */
+      int32_t g = BIN(NE, BIN(AND, u, C(I, 0x400000)), C(I, 0));
+      int32_t rs = BIN(NE, BIN(AND, u, C(I, 0x3fffff)), C(I, 0));
+      int32_t up = BIN(AND, g, BIN(OR, rs, BIN(GT, e, C(I, 0))));
+      if (A->saturate) up = BIN(AND, up, UN(NOT, top));
+      pow2 = BIN(ADD, e, sc_lower_cast(cx, I, up));
+      break;
+    }
+    }
+    int32_t v = kir_bitcast(cx->arena, cx->k, SC_DTYPE_F32, BIN(SHL, pow2, C(I, 23)));
+    if (v < 0) return -1;
+    /* NaN and inf (e == 0xff) stay: their code is 0xff either way */
+    return SEL(BIN(EQ, e, C(I, 0xff)), sc_lower_cast(cx, SC_DTYPE_F32, x), v);
+  }
+  if (!A->saturate) return x;
+  double m = sc_narrow_max(to);
+  bool fl = sc_dtype_is_float(T);
+  double tmax = fl ? INFINITY : sc_dtype_is_signed(T) ? ldexp(1, 8 * (int)sc_dtype_size(T) - 1) - 1
+                                                   : ldexp(1, 8 * (int)sc_dtype_size(T)) - 1;
+  if (m < tmax) x = BIN(MIN, x, C(T, m));
+  if ((fl || sc_dtype_is_signed(T)) && m < tmax) x = BIN(MAX, x, C(T, -m));
+  return x;
+}
+
 /* ---- the formulas of elementwise.def as kir ---- */
 
 #define X0 x[0]
@@ -131,6 +179,7 @@ static int32_t expm1_e(sc_lower_ctx *cx, sc_dtype t, int32_t x) {
 #define PRESENT(k) (present[k])
 #define IS_FLOAT sc_dtype_is_float(T)
 #define IS_SIGNED (sc_dtype_is_float(T) || sc_dtype_is_signed(T))
+#define NARROW(a) narrow_e(cx, n, A, T, (a))
 
 /* One builder per row: the formula over operands x (kir exprs of dtype T,
  * WHERE's condition bool); for variadic rows the step and the finish. */

@@ -51,8 +51,8 @@ static sc_status step_specialise(job *j) {
       if (g->inputs[i] == id) pos = i;
     if (pos < 0) continue; /* not an input: nothing to freeze */
     sc_value *v = sc_val(g, id);
-    /* .npy has no bfloat16: u16 data given for a bf16 input is its bits */
-    sc_dtype t = f->dtype == SC_DTYPE_U16 && v->dtype == SC_DTYPE_BF16 ? SC_DTYPE_BF16 : f->dtype;
+    /* .npy has no bfloat16, float8...: their memory form (runtime/npy.h) */
+    sc_dtype t = sc_dtype_holds(f->dtype, v->dtype) ? v->dtype : f->dtype;
     bool ok = t == v->dtype && f->rank == v->rank;
     for (int32_t dd = 0; ok && dd < f->rank; dd++)
       ok = v->dims[dd] == SC_DIM_UNKNOWN || v->dims[dd] == f->dims[dd];

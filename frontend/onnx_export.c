@@ -59,6 +59,16 @@ static Onnx__TensorProto *tensor(exporter *e, const char *name, sc_dtype dt, int
   t->dims = arr(e, t->n_dims, sizeof(int64_t));
   if (!t->dims) return NULL;
   for (size_t i = 0; i < t->n_dims; i++) t->dims[i] = dims[i];
+  if ((data || bytes == 0) && sc_dtype_file_bits(dt) < 8) { /* 4/2-bit: packed */
+    uint64_t n = bytes / sc_dtype_size(dt), fb = sc_dtype_file_bytes(dt, n);
+    uint8_t *packed = fb ? sc_arena_alloc(&e->a, (size_t)fb) : NULL;
+    if (fb && !packed) return NULL;
+    if (fb) sc_narrow_pack(dt, data, n, packed);
+    t->has_raw_data = 1;
+    t->raw_data.len = (size_t)fb;
+    t->raw_data.data = packed;
+    return t;
+  }
   if (data || bytes == 0) {
     t->has_raw_data = 1;
     t->raw_data.len = (size_t)bytes;

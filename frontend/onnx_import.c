@@ -231,13 +231,26 @@ static sc_status read_typed(sc_onnx_ctx *c, const Onnx__TensorProto *t,
     return sc_onnx_error(c, SC_ERR_INVALID,
                          "tensor '%s' of type %s has its data in %s (expected %s)", what,
                          sc_dtype_name(out->dtype), f[used].name, want);
-  if ((uint64_t)f[used].n != (uint64_t)numel)
+  /* packed types hold 2 or 4 elements per int32_data entry (onnx.proto) */
+  uint64_t entries = sc_dtype_file_bits(out->dtype) < 8
+                         ? sc_dtype_file_bytes(out->dtype, (uint64_t)numel)
+                         : (uint64_t)numel;
+  if ((uint64_t)f[used].n != entries)
     return sc_onnx_error(c, SC_ERR_INVALID,
-                         "tensor '%s': %zu values in %s, its shape needs %lld", what,
-                         f[used].n, f[used].name, (long long)numel);
+                         "tensor '%s': %zu values in %s, its shape needs %llu", what,
+                         f[used].n, f[used].name, (unsigned long long)entries);
   void *dst = sc_arena_alloc(&c->g->arena, (size_t)out->data_bytes);
   if (!dst) return sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
   size_t n = (size_t)numel;
+  if (sc_dtype_is_narrow(out->dtype)) {
+    uint8_t *bytes = sc_arena_alloc(&c->g->arena, (size_t)entries);
+    if (!bytes) return sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < entries; i++) bytes[i] = (uint8_t)t->int32_data[i];
+    sc_narrow_unpack(out->dtype, bytes, (uint64_t)numel, dst);
+    out->data = dst;
+    out->kind = SC_DATA_ARENA;
+    return SC_OK;
+  }
   switch (out->dtype) {
   case SC_DTYPE_F32: memcpy(dst, t->float_data, n * 4); break;
   case SC_DTYPE_F64: memcpy(dst, t->double_data, n * 8); break;
@@ -297,7 +310,26 @@ static sc_status read_tensor(sc_onnx_ctx *c, const Onnx__TensorProto *t,
   if ((external && (t->has_raw_data || typed)) || (t->has_raw_data && typed))
     return sc_onnx_error(c, SC_ERR_INVALID,
                          "tensor '%s': data given in more than one way", what);
+  bool packed = sc_dtype_file_bits(out->dtype) < 8;
+  if (external && packed)
+    return sc_onnx_error(c, SC_ERR_UNSUPPORTED,
+                         "tensor '%s': external data of a %s tensor (packed) is not supported",
+                         what, sc_dtype_name(out->dtype));
   if (external) return sc_onnx_read_external(c, t, what, out);
+  if (t->has_raw_data && packed) { /* unpacked into the arena, a byte each */
+    uint64_t want = sc_dtype_file_bytes(out->dtype, (uint64_t)numel);
+    if ((uint64_t)t->raw_data.len != want)
+      return sc_onnx_error(c, SC_ERR_INVALID,
+                           "tensor '%s': raw_data has %zu bytes, its type and shape "
+                           "need %llu", what, t->raw_data.len, (unsigned long long)want);
+    if (numel == 0) return SC_OK;
+    void *dst = sc_arena_alloc(&c->g->arena, (size_t)out->data_bytes);
+    if (!dst) return sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
+    sc_narrow_unpack(out->dtype, t->raw_data.data, (uint64_t)numel, dst);
+    out->data = dst;
+    out->kind = SC_DATA_ARENA;
+    return SC_OK;
+  }
   if (t->has_raw_data) {
     if ((uint64_t)t->raw_data.len != out->data_bytes)
       return sc_onnx_error(c, SC_ERR_INVALID,

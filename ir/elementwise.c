@@ -126,6 +126,17 @@ sc_status sc_ew_attrs_read(sc_graph *g, const sc_node *n, sc_ew_attrs *a) {
                            s);
     a->gelu_tanh = strcmp(s, "tanh") == 0;
   }
+  if (n->op == SC_OP_CAST || n->op == SC_OP_CAST_LIKE) {
+    const char *s;
+    if ((st = sc_read_attr_string(g, n, "round_mode", "up", &s)) != SC_OK) return st;
+    if (strcmp(s, "up") == 0) a->round_mode = SC_E8M0_UP;
+    else if (strcmp(s, "down") == 0) a->round_mode = SC_E8M0_DOWN;
+    else if (strcmp(s, "nearest") == 0) a->round_mode = SC_E8M0_NEAREST;
+    else
+      return sc_node_error(g, n, SC_ERR_INVALID,
+                           "attribute 'round_mode' is '%s' (expects \"up\", \"down\" or "
+                           "\"nearest\")", s);
+  }
   if (n->op == SC_OP_BIT_SHIFT) {
     const char *s;
     if ((st = sc_read_attr_string(g, n, "direction", "", &s)) != SC_OK) return st;
@@ -220,6 +231,13 @@ static inline double d_sigmoid(double x) {
   return x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
 }
 static inline double d_bool(bool b) { return b ? 1.0 : 0.0; }
+/* NARROW: see elementwise.def */
+static inline double d_narrow(const ew_job *J, double x) {
+  if (!sc_dtype_is_narrow(J->out_t) || !sc_dtype_is_float(J->out_t)) return x;
+  if (J->out_t == SC_DTYPE_F8E8M0) return sc_e8m0_prepare((float)x, J->A->round_mode, J->A->saturate);
+  double m = sc_narrow_max(J->out_t);
+  return J->A->saturate ? d_min(d_max(x, -m), m) : x;
+}
 
 #define X0 x0
 #define X1 x1
@@ -270,6 +288,7 @@ static inline double d_bool(bool b) { return b ? 1.0 : 0.0; }
 #define PRESENT(k) (J->present[k])
 #define IS_FLOAT (J->is_float)
 #define IS_SIGNED (J->is_signed)
+#define NARROW(a) d_narrow(J, (a))
 
 /* Arity of the formula's operands per kind (VARIADIC loops over all). */
 #define EW_ARITY_UNARY 1
@@ -433,6 +452,18 @@ static inline int64_t i_shift(const ew_job *J, int64_t a, int64_t b, bool left) 
   return sgn ? a >> b : (int64_t)((uint64_t)a >> b);
 }
 
+/* NARROW of an integer: limited to a narrow float output's range (f8e8m0's
+ * is beyond any int64; its round_mode of integers is refused by Cast's
+ * shape rule) */
+static inline int64_t i_narrow(const ew_job *J, int64_t x) {
+  if (!sc_dtype_is_narrow(J->out_t) || !sc_dtype_is_float(J->out_t) || !J->A->saturate ||
+      J->out_t == SC_DTYPE_F8E8M0)
+    return x;
+  int64_t m = (int64_t)sc_narrow_max(J->out_t);
+  if (J->t == SC_DTYPE_U64) return (uint64_t)x > (uint64_t)m ? m : x;
+  return x > m ? m : x < -m ? -m : x;
+}
+
 #define CONST(c) ((int64_t)(c))
 #define FALSE ((int64_t)0)
 #define ADD(a, b) wadd((a), (b))
@@ -463,6 +494,8 @@ static inline int64_t i_shift(const ew_job *J, int64_t a, int64_t b, bool left) 
 #define SHL(a, b) i_shift(J, (a), (b), true)
 #define SHR(a, b) i_shift(J, (a), (b), false)
 #define SELECT(c, a, b) ((c) != 0 ? (a) : (b))
+#undef NARROW
+#define NARROW(a) i_narrow(J, (a))
 
 #define EW(id, kind, cls, f) EW_I_##cls(EW_FN(I, int64_t, id, kind, f))
 #define EW_N(id, cls, step, finish) EW_I_##cls(EW_FN_N(I, int64_t, id, step, finish))

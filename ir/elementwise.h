@@ -55,6 +55,8 @@ typedef struct sc_ew_attrs {
   bool detect_negative, detect_positive; /* IsInf */
   bool fmod;                           /* Mod */
   bool shift_left;                     /* BitShift direction = "LEFT" */
+  bool saturate;                       /* Cast, CastLike to float8/float4 */
+  sc_e8m0_round round_mode;            /*   and to f8e8m0: "up", "down", "nearest" */
   bool has_min, has_max;               /* Clip bounds given as attributes */
   double min, max;                     /*   (opset < 11 form) */
 } sc_ew_attrs;

@@ -187,10 +187,15 @@ sc_status sc_op_infer_cast(sc_graph *g, sc_node *n) {
   if (!sc_dtype_is_numeric(x->dtype))
     return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "cannot cast from dtype %s",
                          sc_dtype_name(x->dtype));
-  int64_t sat;
-  if ((st = sc_read_attr_int(g, n, "saturate", 1, &sat)) != SC_OK) return st;
   sc_dtype to;
   if ((st = cast_target(g, n, &to)) != SC_OK) return st;
+  sc_ew_attrs a;
+  if ((st = sc_ew_attrs_read(g, n, &a)) != SC_OK) return st;
+  if (to == SC_DTYPE_F8E8M0 && !sc_dtype_is_float(x->dtype) &&
+      (a.round_mode != SC_E8M0_UP || !a.saturate))
+    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                         "a cast of %s to f8e8m0 rounds up and saturates (round_mode 'up', "
+                         "saturate 1) only", sc_dtype_name(x->dtype));
   return sc_set_output(g, n, 0, to, x->rank, x->dims);
 }
 

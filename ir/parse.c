@@ -479,6 +479,8 @@ static bool int_in_range(sc_dtype t, int64_t v) {
   case SC_DTYPE_U16: return v >= 0 && v <= UINT16_MAX;
   case SC_DTYPE_I32: return v >= INT32_MIN && v <= INT32_MAX;
   case SC_DTYPE_U32: return v >= 0 && v <= (int64_t)UINT32_MAX;
+  case SC_DTYPE_I4: case SC_DTYPE_U4: case SC_DTYPE_I2: case SC_DTYPE_U2:
+    return sc_narrow_wrap(t, v) == v;
   default: return true;
   }
 }

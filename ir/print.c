@@ -142,7 +142,10 @@ static void put_elem(FILE *f, sc_dtype t, const void *data, int64_t i) {
   case SC_DTYPE_U64:
     fprintf(f, "%llu", (unsigned long long)((const uint64_t *)data)[i]);
     break;
-  default: fprintf(f, "%lld", (long long)sc_load_i64(t, data, i)); break;
+  default:
+    if (sc_dtype_is_float(t)) put_float(f, sc_load_f64(t, data, i), 9); /* float8, float4 */
+    else fprintf(f, "%lld", (long long)sc_load_i64(t, data, i));
+    break;
   }
 }
 

@@ -15,8 +15,10 @@
  * for the whole tensor; a 1-D tensor of x's length along `axis` (per axis);
  * or, with `block_size` B, x's shape with ceil(Di / B) along `axis` (blocked:
  * each element repeated B times along it, the last block cut to Di).
- * shardc's integer dtypes only: the float8, float4 and 2/4-bit types have no
- * dtype here and are refused by the importer.
+ * Integers of 16, 8, 4 and 2 bits round and clip; float8 and float4 outputs
+ * are x / scale converted by a Cast (nearest even, saturating unless
+ * `saturate` is 0), a float8 zero point (which must be 0) ignored, a float4
+ * one added, as onnx's reference does.
  *
  * The integer and quantized products (MatMulInteger, ConvInteger,
  * QLinearMatMul, QLinearConv) are at their definitions below. */
@@ -32,6 +34,10 @@ static bool quant_range(sc_dtype t, double *lo, double *hi) {
   case SC_DTYPE_I8: *lo = -128, *hi = 127; return true;
   case SC_DTYPE_U16: *lo = 0, *hi = 65535; return true;
   case SC_DTYPE_I16: *lo = -32768, *hi = 32767; return true;
+  case SC_DTYPE_U4: case SC_DTYPE_I4: case SC_DTYPE_U2: case SC_DTYPE_I2:
+    *hi = sc_narrow_max(t);
+    *lo = sc_dtype_is_signed(t) ? -*hi - 1 : 0;
+    return true;
   default: return false;
   }
 }
@@ -105,14 +111,28 @@ static sc_status dtype_attr(sc_grad_ctx *c, const char *name, sc_dtype dflt, sc_
 /* clip(round(x / scale) + zp) as t: the division in p, the rest in f32 (or
  * f64 when p is f64), which holds every integer of the range exactly. */
 static int32_t quantize(sc_grad_ctx *c, int32_t x, int32_t scale, int32_t zp, sc_dtype p,
-                        sc_dtype t) {
+                        sc_dtype t, bool saturate) {
   double lo, hi;
-  if (!quant_range(t, &lo, &hi))
+  bool narrow_float = sc_dtype_is_narrow(t) && sc_dtype_is_float(t) && t != SC_DTYPE_F8E8M0;
+  if (!quant_range(t, &lo, &hi) && !narrow_float)
     return sc_node_error(c->g, cx_node(c), SC_ERR_UNSUPPORTED,
-                         "quantizing to %s: shardc quantizes to int8, uint8, int16 and uint16",
-                         sc_dtype_name(t)), -1;
+                         "quantizing to %s: shardc quantizes to 16-, 8-, 4- and 2-bit "
+                         "integers, float8 and float4", sc_dtype_name(t)), -1;
   sc_dtype w = p == SC_DTYPE_F64 ? SC_DTYPE_F64 : SC_DTYPE_F32;
   int32_t q = gb_cast(c, gb_2(c, SC_OP_DIV, gb_cast(c, x, p), gb_cast(c, scale, p)), w);
+  if (narrow_float) {
+    /* x / scale converted (nearest even, saturating unless told not to);
+     * a float8 zero point must be 0 and is not added (onnx's reference),
+     * float4's is */
+    if (zp >= 0 && t == SC_DTYPE_F4E2M1) q = gb_2(c, SC_OP_ADD, q, gb_cast(c, zp, w));
+    int32_t node = -1, out = q < 0 ? -1 : gb_begin(c, SC_OP_CAST, &q, 1, &node);
+    sc_attr *a = out < 0 ? NULL : sc_node_add_attr(c->g, node, "to", SC_ATTR_INT);
+    if (!a) return -1;
+    a->i = sc_dtype_to_onnx(t); /* before the next attribute moves the array */
+    if (!(a = sc_node_add_attr(c->g, node, "saturate", SC_ATTR_INT))) return -1;
+    a->i = saturate;
+    return gb_end(c, node, out);
+  }
   q = gb_1(c, SC_OP_ROUND, q);
   if (zp >= 0) q = gb_2(c, SC_OP_ADD, q, gb_cast(c, zp, w));
   return gb_cast(c, cx_clip(c, q, w, lo, hi), t);
@@ -135,7 +155,9 @@ sc_status cx_expand_quantize(sc_grad_ctx *c, int32_t *out) {
                            "output_dtype %s differs from the zero point's %s", sc_dtype_name(t),
                            sc_dtype_name(zv->dtype));
     t = zv->dtype;
-    if (zv->rank != sv->rank || sc_value_numel(zv) != sc_value_numel(sv))
+    /* one shape; a scalar and a [1] (onnx's own tests mix them) are one */
+    if ((zv->rank != sv->rank && sc_value_numel(zv) != 1) ||
+        sc_value_numel(zv) != sc_value_numel(sv))
       return sc_node_error(c->g, cx_node(c), SC_ERR_INVALID,
                            "the zero point and the scale must have one shape");
   }
@@ -144,7 +166,9 @@ sc_status cx_expand_quantize(sc_grad_ctx *c, int32_t *out) {
                          sc_dtype_name(p));
   scale = granular(c, scale, xv, axis, block);
   if (zp >= 0) zp = granular(c, zp, xv, axis, block);
-  out[0] = scale < 0 ? -1 : quantize(c, x, scale, zp, p, t);
+  int64_t saturate;
+  if ((st = sc_read_attr_int(c->g, cx_node(c), "saturate", 1, &saturate)) != SC_OK) return st;
+  out[0] = scale < 0 ? -1 : quantize(c, x, scale, zp, p, t, saturate != 0);
   return out[0] < 0 ? cx_built(c) : SC_OK;
 }
 
@@ -183,8 +207,8 @@ sc_status cx_expand_dynamic_quantize(sc_grad_ctx *c, int32_t *out) {
   int32_t mx = gb_2(c, SC_OP_MAX, gb_reduce(c, SC_OP_REDUCE_MAX, x, axes, xv->rank, false), zero);
   int32_t mn = gb_2(c, SC_OP_MIN, gb_reduce(c, SC_OP_REDUCE_MIN, x, axes, xv->rank, false), zero);
   int32_t s = gb_2(c, SC_OP_DIV, gb_2(c, SC_OP_SUB, mx, mn), gb_scalar(c, SC_DTYPE_F32, 255));
-  int32_t z = quantize(c, gb_1(c, SC_OP_NEG, mn), s, -1, SC_DTYPE_F32, SC_DTYPE_U8);
-  out[0] = quantize(c, x, s, z, SC_DTYPE_F32, SC_DTYPE_U8);
+  int32_t z = quantize(c, gb_1(c, SC_OP_NEG, mn), s, -1, SC_DTYPE_F32, SC_DTYPE_U8, true);
+  out[0] = quantize(c, x, s, z, SC_DTYPE_F32, SC_DTYPE_U8, true);
   out[1] = s;
   out[2] = z;
   return out[0] < 0 ? cx_built(c) : SC_OK;

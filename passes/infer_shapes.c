@@ -86,6 +86,39 @@ sc_status sc_pass_try_eval(sc_graph *g, sc_node *n, bool *evaluated) {
   return SC_OK;
 }
 
+/* The narrow dtypes (float8, float4, 4/2-bit integers: ir/dtype.h) are
+ * storage types: ONNX lets only casts, quantization (composite: expanded
+ * into casts) and data movement take them, and so does shardc (the
+ * collectives that move bytes too: a partitioned graph gathers them). */
+static bool takes_narrow(sc_op op) {
+  switch (op) {
+  case SC_OP_CAST: case SC_OP_CAST_LIKE: case SC_OP_BIT_CAST: case SC_OP_IDENTITY:
+  case SC_OP_CONSTANT: case SC_OP_CONSTANT_OF_SHAPE: case SC_OP_SHAPE: case SC_OP_SIZE:
+  case SC_OP_RESHAPE: case SC_OP_FLATTEN: case SC_OP_SQUEEZE: case SC_OP_UNSQUEEZE:
+  case SC_OP_TRANSPOSE: case SC_OP_CONCAT: case SC_OP_SPLIT: case SC_OP_SLICE:
+  case SC_OP_GATHER: case SC_OP_GATHER_ELEMENTS: case SC_OP_GATHER_ND: case SC_OP_EXPAND:
+  case SC_OP_TILE: case SC_OP_PAD: case SC_OP_WHERE:
+  case SC_OP_ALL_GATHER: case SC_OP_ALL_TO_ALL: case SC_OP_SEND: case SC_OP_RECV: /* bytes */
+    return true;
+  default:
+    return false;
+  }
+}
+
+static sc_status check_narrow(sc_graph *g, const sc_node *n) {
+  if (takes_narrow(n->op)) return SC_OK;
+  for (int32_t j = 0; j < n->n_inputs + n->n_outputs; j++) {
+    const sc_value *v = j < n->n_inputs ? sc_node_input(g, n, j)
+                                        : sc_node_output(g, n, j - n->n_inputs);
+    if (v && sc_dtype_is_narrow(v->dtype))
+      return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
+                           "%s of %s ('%s'): only casts, quantization and data movement "
+                           "take the float8, float4 and 4/2-bit integer types",
+                           sc_ops[n->op].name, sc_dtype_name(v->dtype), v->name);
+  }
+  return SC_OK;
+}
+
 sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts) {
   (void)opts;
   bool expanded = false;
@@ -108,6 +141,7 @@ sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts) {
       continue;
     }
     sc_status st = info->infer(g, n);
+    if (st == SC_OK) st = check_narrow(g, n);
     if (st != SC_OK) {
       if (g->diag.status == SC_OK) sc_node_error(g, n, st, "shape inference failed");
       return st;

@@ -48,8 +48,26 @@ const char *sc_npy_descr(sc_dtype t) {
   case SC_DTYPE_U32: return "<u4";
   case SC_DTYPE_U64: return "<u8";
   case SC_DTYPE_BOOL: return "|b1";
-  default: return NULL;
+  default:
+    if (sc_dtype_is_narrow(t)) return sc_dtype_is_signed(t) ? "|i1" : "|u1";
+    return NULL;
   }
+}
+
+bool sc_npy_check_narrow(sc_dtype t, const void *data, int64_t n, int64_t *bad) {
+  if (!sc_dtype_is_narrow(t)) return true;
+  const uint8_t *b = data;
+  for (int64_t i = 0; i < n; i++) {
+    bool ok = sc_dtype_is_float(t) ? sc_dtype_file_bits(t) >= 8 || b[i] < 16
+                                   : sc_narrow_wrap(t, b[i]) == (sc_dtype_is_signed(t)
+                                                                     ? (int8_t)b[i]
+                                                                     : (int64_t)b[i]);
+    if (!ok) {
+      *bad = i;
+      return false;
+    }
+  }
+  return true;
 }
 
 /* ---- header dict parser ---- */

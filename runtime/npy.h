@@ -49,6 +49,10 @@ void sc_npy_free(sc_npy *a);
 /* The .npy descr of a dtype ("<f4"); NULL when NumPy cannot hold it
  * (string, complex, undef). BF16 gives "<u2". */
 const char *sc_npy_descr(sc_dtype t);
+/* For a narrow dtype t: whether every one of the n bytes is a value of t
+ * (a 4/2-bit integer in range, a float4 code below 16); *bad = the first
+ * that is not. */
+bool sc_npy_check_narrow(sc_dtype t, const void *data, int64_t n, int64_t *bad);
 
 /* Writes a version 1.0 file (2.0 when the header needs more than 65535
  * bytes, which needs a very high rank — never in practice), under a

@@ -181,6 +181,17 @@ static void fill_random(const sc_buffer *b, void *data, int64_t numel, uint64_t 
   }
 }
 
+/* An input of a narrow dtype (float8, float4, 4/2-bit integers) given as
+ * its memory form (runtime/npy.h): every byte must be one of its values. */
+static bool narrow_ok(const char *name, const char *file, sc_dtype t, const sc_npy *a) {
+  int64_t n = 1, bad = 0;
+  for (int32_t d = 0; d < a->rank; d++) n *= a->dims[d];
+  if (sc_npy_check_narrow(t, a->data, n, &bad)) return true;
+  fprintf(stderr, "shardc: error: input '%s' (%s): element %lld, %d, is not a %s value\n",
+          name, file, (long long)bad, (int)((const int8_t *)a->data)[bad], sc_dtype_name(t));
+  return false;
+}
+
 /* ---- output files ---- */
 
 static void safe_name(const char *name, char *buf, size_t n) {
@@ -540,12 +551,13 @@ static int gather_inputs(run_state *st, run_opts *r, const char *model) {
         return 1;
       }
       st->in_data[i] = a.data;
-      bool dtype_ok = a.dtype == b->dtype || (b->dtype == SC_DTYPE_BF16 && a.dtype == SC_DTYPE_U16);
+      bool dtype_ok = sc_dtype_holds(a.dtype, b->dtype);
       bool shape_ok = a.rank == b->rank;
       for (int32_t dd = 0; shape_ok && dd < a.rank; dd++) shape_ok = a.dims[dd] == b->dims[dd];
       if (!dtype_ok || !shape_ok)
         return input_mismatch(b->name, r->in_file[k], &a, b->dtype, b->rank, b->dims,
                               shape_ok ? "" : " (bind symbolic dims with --dim NAME=V)");
+      if (!narrow_ok(b->name, r->in_file[k], b->dtype, &a)) return 1;
       v->data = a.data;
       continue;
     }
@@ -691,10 +703,10 @@ static int read_global_inputs(const run_opts *r, const sc_dist_program *dp, cons
         return 1;
       }
       data[i] = t->data = a.data;
-      bool ok = (a.dtype == t->dtype || (t->dtype == SC_DTYPE_BF16 && a.dtype == SC_DTYPE_U16)) &&
-                a.rank == t->rank;
+      bool ok = sc_dtype_holds(a.dtype, t->dtype) && a.rank == t->rank;
       for (int32_t dd = 0; ok && dd < a.rank; dd++) ok = a.dims[dd] == t->dims[dd];
       if (!ok) return input_mismatch(v->name, r->in_file[k], &a, t->dtype, t->rank, t->dims, "");
+      if (!narrow_ok(v->name, r->in_file[k], t->dtype, &a)) return 1;
       continue;
     }
     if (!r->random)

@@ -66,6 +66,7 @@ static bool is_signed(sc_dtype t) { return sc_dtype_is_signed(t); }
 
 /* The type a value of dtype t has in registers. */
 static LLVMTypeRef vty(emitter *e, sc_dtype t) {
+  if (sc_dtype_is_narrow(t)) return vty(e, sc_dtype_compute(t));
   switch (t) {
   case SC_DTYPE_F32: case SC_DTYPE_F16: case SC_DTYPE_BF16: return e->f32;
   case SC_DTYPE_F64: return e->f64;
@@ -84,7 +85,7 @@ static LLVMTypeRef sty(emitter *e, sc_dtype t) {
   case SC_DTYPE_F16: return e->f16;
   case SC_DTYPE_BF16: return e->i16;
   case SC_DTYPE_BOOL: return e->i8;
-  default: return vty(e, t);
+  default: return sc_dtype_is_narrow(t) ? e->i8 : vty(e, t);
   }
 }
 
@@ -277,12 +278,135 @@ static LLVMValueRef bf16_bits_to_f32(emitter *e, LLVMBuilderRef b, LLVMValueRef 
   return LLVMBuildBitCast(b, u, e->f32, "");
 }
 
+/* ---- narrow float formats (float8, float4): sc_narrow_* in ir/dtype.c,
+ * step for step ---- */
+
+static LLVMValueRef pow2_bits(emitter *e, LLVMBuilderRef b, LLVMValueRef k) {
+  LLVMValueRef u = LLVMBuildShl(b, LLVMBuildAdd(b, k, ci(e->i32, 127), ""), ci(e->i32, 23), "");
+  return LLVMBuildBitCast(b, u, e->f32, "");
+}
+
+static LLVMValueRef smax_i32(LLVMBuilderRef b, LLVMValueRef x, int64_t c, bool max) {
+  LLVMValueRef k = ci(LLVMTypeOf(x), c);
+  LLVMValueRef cmp = LLVMBuildICmp(b, max ? LLVMIntSGT : LLVMIntSLT, x, k, "");
+  return LLVMBuildSelect(b, cmp, x, k, "");
+}
+
+/* sc_narrow_round for a float format t: x (f32) rounded to t's values. */
+static LLVMValueRef mf_round(emitter *e, LLVMBuilderRef b, LLVMValueRef x, sc_dtype t) {
+  LLVMValueRef u = LLVMBuildBitCast(b, x, e->i32, "");
+  LLVMValueRef ex = LLVMBuildAnd(b, LLVMBuildLShr(b, u, ci(e->i32, 23), ""), ci(e->i32, 0xff), "");
+  LLVMValueRef fnan = LLVMConstReal(e->f32, NAN);
+  if (t == SC_DTYPE_F8E8M0) { /* round up, saturate */
+    LLVMValueRef frac = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, u, ci(e->i32, 0x7fffff), ""),
+                                      ci(e->i32, 0), "");
+    LLVMValueRef up = LLVMBuildAnd(b, frac, LLVMBuildICmp(b, LLVMIntULT, ex, ci(e->i32, 0xfe), ""), "");
+    LLVMValueRef least = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, u, ci(e->i32, 0x7fffffff), ""),
+                                       ci(e->i32, 0x00400000), ""); /* 2^-127: code 0 */
+    up = LLVMBuildAnd(b, up, LLVMBuildNot(b, least, ""), "");
+    LLVMValueRef e2 = LLVMBuildAdd(b, ex, LLVMBuildZExt(b, up, e->i32, ""), "");
+    LLVMValueRef v = LLVMBuildBitCast(b, LLVMBuildShl(b, e2, ci(e->i32, 23), ""), e->f32, "");
+    LLVMValueRef zero = LLVMBuildICmp(b, LLVMIntEQ, e2, ci(e->i32, 0), "");
+    v = LLVMBuildSelect(b, zero, LLVMConstReal(e->f32, 0x1p-127), v, "");
+    return LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, ex, ci(e->i32, 0xff), ""), fnan, v, "");
+  }
+  sc_minifloat f;
+  SC_ASSERT(sc_minifloat_of(t, &f));
+  LLVMValueRef a = intr1(e, b, "llvm.fabs", x);
+  /* E = clamp(exponent of a, 1 - bias, 127) */
+  LLVMValueRef E = smax_i32(b, LLVMBuildSub(b, ex, ci(e->i32, 127), ""), 1 - f.bias, true);
+  E = smax_i32(b, E, 127, false);
+  LLVMValueRef up = pow2_bits(e, b, LLVMBuildSub(b, ci(e->i32, f.man), E, ""));
+  LLVMValueRef down = pow2_bits(e, b, LLVMBuildSub(b, E, ci(e->i32, f.man), ""));
+  LLVMValueRef r = LLVMBuildFMul(b, intr1(e, b, "llvm.roundeven", LLVMBuildFMul(b, a, up, "")),
+                                 down, "");
+  double over = f.kind == SC_MF_IEEE ? INFINITY : f.kind == SC_MF_NONE ? f.max : NAN;
+  LLVMValueRef big = LLVMBuildFCmp(b, LLVMRealOGT, r, LLVMConstReal(e->f32, f.max), "");
+  r = LLVMBuildSelect(b, big, LLVMConstReal(e->f32, over), r, "");
+  LLVMTypeRef ft = e->f32;
+  LLVMValueRef args[2] = {r, x};
+  LLVMValueRef s = call_intr(e, b, "llvm.copysign", &ft, 1, args, 2);
+  if (f.kind == SC_MF_FNUZ) { /* no -0 */
+    LLVMValueRef z = LLVMBuildFCmp(b, LLVMRealOEQ, r, LLVMConstReal(e->f32, 0), "");
+    s = LLVMBuildSelect(b, z, LLVMConstReal(e->f32, 0), s, "");
+  }
+  if (f.kind == SC_MF_NONE) { /* NaN: the zero of the other sign, as ml_dtypes */
+    LLVMValueRef isnan = LLVMBuildFCmp(b, LLVMRealUNO, x, x, "");
+    LLVMValueRef nz = LLVMBuildFNeg(b, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, u,
+                                                                       ci(e->i32, 0), ""),
+                                                       LLVMConstReal(e->f32, -0.0),
+                                                       LLVMConstReal(e->f32, 0.0), ""), "");
+    s = LLVMBuildSelect(b, isnan, nz, s, "");
+  }
+  return s;
+}
+
+/* sc_narrow_encode's last step: the code (i8) of r, a value of format t. */
+static LLVMValueRef mf_encode(emitter *e, LLVMBuilderRef b, LLVMValueRef r, sc_dtype t) {
+  LLVMValueRef u = LLVMBuildBitCast(b, r, e->i32, "");
+  if (t == SC_DTYPE_F8E8M0)
+    return LLVMBuildTrunc(b, LLVMBuildLShr(b, u, ci(e->i32, 23), ""), e->i8, "");
+  sc_minifloat f;
+  SC_ASSERT(sc_minifloat_of(t, &f));
+  LLVMValueRef sign = LLVMBuildShl(b, LLVMBuildLShr(b, u, ci(e->i32, 31), ""),
+                                   ci(e->i32, f.bits - 1), "");
+  LLVMValueRef a = LLVMBuildAnd(b, u, ci(e->i32, 0x7fffffff), "");
+  LLVMValueRef ex = LLVMBuildAdd(b, LLVMBuildLShr(b, a, ci(e->i32, 23), ""),
+                                 ci(e->i32, f.bias - 127), "");
+  LLVMValueRef normal = LLVMBuildICmp(b, LLVMIntSGE, ex, ci(e->i32, 1), "");
+  LLVMValueRef cn = LLVMBuildOr(
+      b, LLVMBuildShl(b, ex, ci(e->i32, f.man), ""),
+      LLVMBuildAnd(b, LLVMBuildLShr(b, a, ci(e->i32, 23 - f.man), ""), ci(e->i32, (1 << f.man) - 1), ""),
+      "");
+  LLVMValueRef scaled = LLVMBuildFMul(b, LLVMBuildBitCast(b, a, e->f32, ""),
+                                      LLVMConstReal(e->f32, ldexp(1.0, f.bias - 1 + f.man)), "");
+  /* subnormal codes are < 2^man: clamp before converting (no poison) */
+  scaled = fsel_lt(b, scaled, 16.0, LLVMConstReal(e->f32, 16.0), true);
+  LLVMValueRef cs = LLVMBuildFPToUI(b, scaled, e->i32, "");
+  LLVMValueRef code = LLVMBuildOr(b, LLVMBuildSelect(b, normal, cn, cs, ""), sign, "");
+  if (f.kind == SC_MF_IEEE) {
+    LLVMValueRef inf = LLVMBuildICmp(b, LLVMIntEQ, a, ci(e->i32, 0x7f800000), "");
+    code = LLVMBuildSelect(b, inf, LLVMBuildOr(b, sign, ci(e->i32, 0x7c), ""), code, "");
+  }
+  if (f.kind != SC_MF_NONE) {
+    LLVMValueRef nan = LLVMBuildICmp(b, LLVMIntUGT, a, ci(e->i32, 0x7f800000), "");
+    LLVMValueRef nc = f.kind == SC_MF_FNUZ
+                          ? ci(e->i32, 0x80)
+                          : LLVMBuildOr(b, sign, ci(e->i32, f.kind == SC_MF_FN ? 0x7f : 0x7e), "");
+    code = LLVMBuildSelect(b, nan, nc, code, "");
+  }
+  return LLVMBuildTrunc(b, code, e->i8, "");
+}
+
+/* The value of a code (i8) of float format t: a load from a table of all
+ * codes' values (sc_narrow_decode), one per module. */
+static LLVMValueRef mf_decode(emitter *e, LLVMBuilderRef b, LLVMValueRef code, sc_dtype t) {
+  char name[32];
+  snprintf(name, sizeof name, "sc.codes.%s", sc_dtype_name(t));
+  LLVMTypeRef at = LLVMArrayType(e->f32, 256);
+  LLVMValueRef g = LLVMGetNamedGlobal(e->m, name);
+  if (!g) {
+    LLVMValueRef vals[256];
+    for (int c = 0; c < 256; c++)
+      vals[c] = LLVMConstReal(e->f32, sc_narrow_decode(t, (uint8_t)c));
+    g = LLVMAddGlobal(e->m, at, name);
+    LLVMSetInitializer(g, LLVMConstArray(e->f32, vals, 256));
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, LLVMPrivateLinkage);
+    LLVMSetUnnamedAddr(g, 1);
+  }
+  LLVMValueRef idx[2] = {ci(e->i64, 0), LLVMBuildZExt(b, code, e->i64, "")};
+  LLVMValueRef p = LLVMBuildInBoundsGEP2(b, at, g, idx, 2, "");
+  return LLVMBuildLoad2(b, e->f32, p, "");
+}
+
 /* Rounds an f32 register value to the precision of t (f16/bf16), keeping
  * it in f32. */
 static LLVMValueRef round_to(emitter *e, LLVMBuilderRef b, LLVMValueRef x, sc_dtype t) {
   if (t == SC_DTYPE_F16)
     return LLVMBuildFPExt(b, LLVMBuildFPTrunc(b, x, e->f16, ""), e->f32, "");
   if (t == SC_DTYPE_BF16) return bf16_bits_to_f32(e, b, f32_to_bf16_bits(e, b, x));
+  if (sc_dtype_is_narrow(t)) return mf_round(e, b, x, t);
   return x;
 }
 
@@ -292,7 +416,7 @@ static LLVMValueRef widen(emitter *e, LLVMBuilderRef b, LLVMValueRef x, sc_dtype
   case SC_DTYPE_F16: return LLVMBuildFPExt(b, x, e->f32, "");
   case SC_DTYPE_BF16: return bf16_bits_to_f32(e, b, x);
   case SC_DTYPE_BOOL: return LLVMBuildICmp(b, LLVMIntNE, x, ci(e->i8, 0), "");
-  default: return x;
+  default: return sc_dtype_is_narrow(t) && is_f(t) ? mf_decode(e, b, x, t) : x;
   }
 }
 
@@ -302,7 +426,7 @@ static LLVMValueRef narrow(emitter *e, LLVMBuilderRef b, LLVMValueRef x, sc_dtyp
   case SC_DTYPE_F16: return LLVMBuildFPTrunc(b, x, e->f16, "");
   case SC_DTYPE_BF16: return f32_to_bf16_bits(e, b, x);
   case SC_DTYPE_BOOL: return LLVMBuildZExt(b, x, e->i8, "");
-  default: return x;
+  default: return sc_dtype_is_narrow(t) && is_f(t) ? mf_encode(e, b, mf_round(e, b, x, t), t) : x;
   }
 }
 
@@ -332,6 +456,17 @@ static LLVMValueRef convert(emitter *e, LLVMBuilderRef b, LLVMValueRef x,
     if (to == SC_DTYPE_F64) return LLVMBuildFPExt(b, y, e->f64, "");
     return round_to(e, b, y, to);
   }
+  if (is_f(from) && sc_dtype_is_narrow(to)) {
+    /* through f32, truncated; out of range or NaN → 0 (sc_narrow_round) */
+    LLVMValueRef y = from == SC_DTYPE_F64 ? LLVMBuildFPTrunc(b, x, e->f32, "") : x;
+    y = intr1(e, b, "llvm.trunc", y);
+    double hi = sc_narrow_max(to), lo = sc_dtype_is_signed(to) ? -hi - 1 : 0;
+    LLVMValueRef in = LLVMBuildAnd(
+        b, LLVMBuildFCmp(b, LLVMRealOGE, y, LLVMConstReal(e->f32, lo), ""),
+        LLVMBuildFCmp(b, LLVMRealOLE, y, LLVMConstReal(e->f32, hi), ""), "");
+    y = LLVMBuildSelect(b, in, y, LLVMConstReal(e->f32, 0), "");
+    return LLVMBuildFPToSI(b, y, e->i8, "");
+  }
   if (is_f(from)) {
     /* As sc_store_f64: saturate to the i64 range (NaN → 0), then wrap to
      * the target's width (U64 keeps the bits). */
@@ -347,6 +482,12 @@ static LLVMValueRef convert(emitter *e, LLVMBuilderRef b, LLVMValueRef x,
     return convert(e, b, y, SC_DTYPE_F64, to);
   }
   unsigned fw = LLVMGetIntTypeWidth(LLVMTypeOf(x)), tw = LLVMGetIntTypeWidth(tt);
+  if (sc_dtype_is_narrow(to)) { /* wrap to its bits (sc_narrow_wrap) */
+    LLVMValueRef y = fw > 8 ? LLVMBuildTrunc(b, x, e->i8, "") : x;
+    int sh = 8 - (int)sc_dtype_file_bits(to);
+    if (!is_signed(to)) return LLVMBuildAnd(b, y, ci(e->i8, (1 << (8 - sh)) - 1), "");
+    return LLVMBuildAShr(b, LLVMBuildShl(b, y, ci(e->i8, sh), ""), ci(e->i8, sh), "");
+  }
   if (fw == tw) return x;
   if (fw > tw) return LLVMBuildTrunc(b, x, tt, "");
   return is_signed(from) ? LLVMBuildSExt(b, x, tt, "") : LLVMBuildZExt(b, x, tt, "");

@@ -157,6 +157,53 @@ static const char prelude[] =
   "}\n"
   "SC_DEV float sc_round_h(float f) { return sc_h2f(sc_f2h(f)); }\n"
   "SC_DEV float sc_round_bf(float f) { return sc_bf2f(sc_f2bf(f)); }\n"
+  /* the narrow float formats (ir/dtype.c's sc_narrow_*, step for step):
+     mantissa bits, bias, width, kind (0 IEEE, 1 FN, 2 FNUZ, 3 none), max */
+  "SC_DEV float sc_pow2(int k) { return __uint_as_float((unsigned)(k + 127) << 23); }\n"
+  "SC_DEV float sc_mf_round(float x, int man, int bias, int kind, float mx) {\n"
+  "  unsigned u = __float_as_uint(x);\n"
+  "  if (x != x) return kind == 3 ? ((u >> 31) ? 0.0f : -0.0f) : x;\n"
+  "  float a = fabsf(x);\n"
+  "  int E = (int)((u >> 23) & 0xffu) - 127;\n"
+  "  if (E < 1 - bias) E = 1 - bias;\n"
+  "  float r = E > 127 ? a : rintf(a * sc_pow2(man - E)) * sc_pow2(E - man);\n"
+  "  if (r > mx) r = kind == 0 ? __int_as_float(0x7f800000) : kind == 3 ? mx : __int_as_float(0x7fc00000);\n"
+  "  if (kind == 2 && r == 0.0f) return 0.0f;\n"
+  "  return (u >> 31) ? -r : r;\n"
+  "}\n"
+  "SC_DEV unsigned char sc_mf_enc(float r, int man, int bias, int bits, int kind) {\n"
+  "  unsigned u = __float_as_uint(r), sign = (u >> 31) << (bits - 1), a = u & 0x7fffffffu;\n"
+  "  if (a > 0x7f800000u) return (unsigned char)(kind == 2 ? 0x80u : sign | (kind == 1 ? 0x7fu : 0x7eu));\n"
+  "  if (a == 0x7f800000u) return (unsigned char)(sign | 0x7cu);\n"
+  "  int e = (int)(a >> 23) - 127 + bias;\n"
+  "  unsigned c = e >= 1 ? ((unsigned)e << man) | ((a >> (23 - man)) & ((1u << man) - 1u))\n"
+  "                      : (unsigned)(__uint_as_float(a) * sc_pow2(bias - 1 + man));\n"
+  "  return (unsigned char)(sign | c);\n"
+  "}\n"
+  "SC_DEV float sc_mf_dec(unsigned char c, int man, int bias, int bits, int kind) {\n"
+  "  unsigned mag = c & ((1u << (bits - 1)) - 1u), s = (c >> (bits - 1)) & 1u;\n"
+  "  unsigned e = mag >> man, m = mag & ((1u << man) - 1u);\n"
+  "  float nan = __int_as_float(0x7fc00000);\n"
+  "  if (kind == 2 && c == 0x80) return nan;\n"
+  "  if (kind == 1 && mag == 0x7fu) return s ? -nan : nan;\n"
+  "  if (kind == 0 && e == (1u << (bits - 1 - man)) - 1u) { float v = m ? nan : __int_as_float(0x7f800000); return s ? -v : v; }\n"
+  "  float v = e ? (float)((1u << man) + m) * sc_pow2((int)e - bias - man) : (float)m * sc_pow2(1 - bias - man);\n"
+  "  return s ? -v : v;\n"
+  "}\n"
+  "SC_DEV float sc_e8m0_round(float x) {\n"
+  "  unsigned u = __float_as_uint(x), e = (u >> 23) & 0xffu;\n"
+  "  if (e == 0xffu) return __int_as_float(0x7fc00000);\n"
+  "  if ((u & 0x7fffffu) && e < 0xfeu && (u & 0x7fffffffu) != 0x00400000u) e++;\n"
+  "  return e ? __uint_as_float(e << 23) : __uint_as_float(0x00400000u);\n"
+  "}\n"
+  "SC_DEV float sc_e8m0_dec(unsigned char c) {\n"
+  "  return c == 0xffu ? __int_as_float(0x7fc00000) : c ? __uint_as_float((unsigned)c << 23) : __uint_as_float(0x00400000u);\n"
+  "}\n"
+  /* float → 4/2-bit integer: truncated; out of range or NaN → 0 */
+  "SC_DEV signed char sc_f2n(float x, float lo, float hi) {\n"
+  "  float t = truncf(x);\n"
+  "  return (signed char)(t >= lo && t <= hi ? (int)t : 0);\n"
+  "}\n"
   /* integer division and remainder: truncating, x/0 == 0, x%0 == 0, and
      MIN/-1 wraps (no trap) */
   "template <typename T> SC_DEV T sc_idiv(T a, T b) {\n"
@@ -254,6 +301,7 @@ static const char prelude[] =
 
 /* Type of a value in registers. */
 static const char *ctype(sc_dtype t) {
+  if (sc_dtype_is_narrow(t)) return sc_dtype_is_float(t) ? "float" : sc_dtype_is_signed(t) ? "signed char" : "unsigned char";
   switch (t) {
   case SC_DTYPE_F32: case SC_DTYPE_F16: case SC_DTYPE_BF16: return "float";
   case SC_DTYPE_F64: return "double";
@@ -276,11 +324,29 @@ static const char *stype(sc_dtype t) {
   case SC_DTYPE_F16: return "sc_half_bits";
   case SC_DTYPE_BF16: return "sc_bf16_bits";
   case SC_DTYPE_BOOL: return "unsigned char";
-  default: return ctype(t);
+  default: return sc_dtype_is_narrow(t) ? (sc_dtype_is_signed(t) ? "signed char" : "unsigned char") : ctype(t);
   }
 }
 
 static bool is_float(sc_dtype t) { return sc_dtype_is_float(t); }
+static bool is_narrow_float(sc_dtype t) { return sc_dtype_is_narrow(t) && is_float(t); }
+
+/* A narrow float format's arguments to the prelude's sc_mf_* ("man, bias"
+ * then ", bits, kind" or ", kind, max"), as ir/dtype.c's sc_minifloat. */
+static void mf_args(char *buf, size_t n, sc_dtype t, bool enc) {
+  sc_minifloat f;
+  SC_ASSERT(sc_minifloat_of(t, &f));
+  if (enc) snprintf(buf, n, "%d, %d, %d, %d", f.man, f.bias, f.bits, (int)f.kind);
+  else snprintf(buf, n, "%d, %d, %d, %.1ff", f.man, f.bias, (int)f.kind, (double)f.max);
+}
+
+/* The rounding of f32 expression `s` to narrow float t (a register value). */
+static void emit_mf_round(sbuf *b, sc_dtype t, const char *s) {
+  char a[64];
+  if (t == SC_DTYPE_F8E8M0) { sb_printf(b, "sc_e8m0_round(%s)", s); return; }
+  mf_args(a, sizeof a, t, false);
+  sb_printf(b, "sc_mf_round(%s, %s)", s, a);
+}
 
 /* ------------------------------------------------------- kernel analysis -- */
 
@@ -497,6 +563,18 @@ static void emit_cast(emitter *e, sc_dtype to, sc_dtype from, const char *s) {
     sb_printf(b, "(%s != 0)", s);
   } else if (from == SC_DTYPE_BOOL) {
     sb_printf(b, "(%s)(%s ? 1 : 0)", ctype(to), s);
+  } else if (is_float(from) && sc_dtype_is_narrow(to) && !is_float(to)) {
+    double hi = sc_narrow_max(to);
+    sb_printf(b, "(%s)sc_f2n((float)%s, %.1ff, %.1ff)", ctype(to), s,
+              sc_dtype_is_signed(to) ? -hi - 1 : 0.0, hi);
+  } else if (sc_dtype_is_narrow(to) && !is_float(to)) { /* int → wrap to its bits */
+    int sh = 8 - (int)sc_dtype_file_bits(to);
+    if (sc_dtype_is_signed(to)) sb_printf(b, "(signed char)((signed char)((unsigned char)%s << %d) >> %d)", s, sh, sh);
+    else sb_printf(b, "(unsigned char)((unsigned char)%s & %du)", s, (1 << (8 - sh)) - 1);
+  } else if (is_narrow_float(to)) {
+    char x[512];
+    snprintf(x, sizeof x, "(float)%s%s", is_float(from) ? "" : "(double)", s);
+    emit_mf_round(b, to, x);
   } else if (is_float(from) && sc_dtype_is_int(to)) {
     if (to == SC_DTYPE_U64) sb_printf(b, "sc_f2u((double)%s)", s);
     else sb_printf(b, "(%s)sc_f2i((double)%s)", ctype(to), s);
@@ -521,7 +599,29 @@ static void emit_bitcast(emitter *e, sc_dtype to, sc_dtype from, const char *s) 
   case SC_DTYPE_F16: snprintf(bits, sizeof bits, "(unsigned long long)sc_f2h(%s)", s); break;
   case SC_DTYPE_BF16: snprintf(bits, sizeof bits, "(unsigned long long)sc_f2bf(%s)", s); break;
   case SC_DTYPE_BOOL: snprintf(bits, sizeof bits, "(%s ? 1ull : 0ull)", s); break;
-  default: snprintf(bits, sizeof bits, "(unsigned long long)%s", s); break;
+  default:
+    if (from == SC_DTYPE_F8E8M0) {
+      snprintf(bits, sizeof bits, "(unsigned long long)(__float_as_uint(%s) >> 23)", s);
+    } else if (is_narrow_float(from)) {
+      char a[64];
+      mf_args(a, sizeof a, from, true);
+      snprintf(bits, sizeof bits, "(unsigned long long)sc_mf_enc(%s, %s)", s, a);
+    } else {
+      snprintf(bits, sizeof bits, "(unsigned long long)(%s)%s", stype(from), s);
+    }
+    break;
+  }
+  if (is_narrow_float(to)) {
+    char p[200];
+    snprintf(p, sizeof p, "(unsigned char)%s", bits);
+    if (to == SC_DTYPE_F8E8M0) {
+      sb_printf(e->b, "sc_e8m0_dec(%s)", p);
+    } else {
+      char a[64];
+      mf_args(a, sizeof a, to, true);
+      sb_printf(e->b, "sc_mf_dec(%s, %s)", p, a);
+    }
+    return;
   }
   switch (to) {
   case SC_DTYPE_F32: sb_printf(e->b, "__uint_as_float((unsigned)%s)", bits); break;
@@ -534,6 +634,16 @@ static void emit_bitcast(emitter *e, sc_dtype to, sc_dtype from, const char *s) 
 }
 
 static void emit_load_value(emitter *e, sc_dtype t, const char *ptr, const char *idx) {
+  if (is_narrow_float(t)) {
+    char a[64];
+    if (t == SC_DTYPE_F8E8M0) {
+      sb_printf(e->b, "sc_e8m0_dec(%s[%s])", ptr, idx);
+    } else {
+      mf_args(a, sizeof a, t, true);
+      sb_printf(e->b, "sc_mf_dec(%s[%s], %s)", ptr, idx, a);
+    }
+    return;
+  }
   switch (t) {
   case SC_DTYPE_F16: sb_printf(e->b, "sc_h2f(%s[%s])", ptr, idx); break;
   case SC_DTYPE_BF16: sb_printf(e->b, "sc_bf2f(%s[%s])", ptr, idx); break;
@@ -764,6 +874,23 @@ static void emit_store(emitter *e, const kir_phase *ph, int lane) {
   case SC_DTYPE_BF16: sb_printf(e->b, "      p%d[%s] = sc_f2bf((float)%s%s);\n", p, idx, dbl, v); break;
   case SC_DTYPE_BOOL: sb_printf(e->b, "      p%d[%s] = (unsigned char)(%s != 0);\n", p, idx, v); break;
   default:
+    if (is_narrow_float(t)) {
+      char x[160];
+      snprintf(x, sizeof x, "(float)%s%s", dbl, v);
+      sb_printf(e->b, "      p%d[%s] = ", p, idx);
+      if (t == SC_DTYPE_F8E8M0) {
+        sb_printf(e->b, "(unsigned char)(__float_as_uint(");
+        emit_mf_round(e->b, t, x);
+        sb_printf(e->b, ") >> 23);\n");
+      } else {
+        char a[64];
+        mf_args(a, sizeof a, t, true);
+        sb_printf(e->b, "sc_mf_enc(");
+        emit_mf_round(e->b, t, x);
+        sb_printf(e->b, ", %s);\n", a);
+      }
+      break;
+    }
     if (t == vt) {
       sb_printf(e->b, "      p%d[%s] = %s;\n", p, idx, v);
     } else {

@@ -140,9 +140,17 @@ def classify(test_dir, ops):
     return "run", used
 
 
-# ONNX element types shardc has no dtype for (ir/dtype.h): float8 (17-20),
-# uint4/int4 (21, 22), float4e2m1 (23), float8e8m0 (24), uint2/int2 (25, 26).
-NO_DTYPE = set(range(17, 27))
+# ONNX element types shardc has no dtype for (ir/dtype.h): float6 (27, 28).
+NO_DTYPE = {27, 28}
+
+# The types .npy has not, by NumPy's (ml_dtypes') name, and the .npy dtype
+# shardc reads and writes them as (their memory form: ir/dtype.h,
+# sc_dtype_holds): bf16 and float8/float4 as bits, 4/2-bit integers as
+# values.
+AS_BITS = {"bfloat16": np.uint16, "float8_e4m3fn": np.uint8, "float8_e4m3fnuz": np.uint8,
+           "float8_e5m2": np.uint8, "float8_e5m2fnuz": np.uint8, "float4_e2m1fn": np.uint8,
+           "float8_e8m0fnu": np.uint8}
+AS_VALUES = {"int4": np.int8, "int2": np.int8, "uint4": np.uint8, "uint2": np.uint8}
 
 
 def uses_no_dtype(g):
@@ -188,11 +196,24 @@ def load_case(test_dir):
 
 
 def to_npy(arr):
-    """NumPy has no bfloat16 in .npy: shardc reads bf16 inputs as '<u2' raw
-    bits (runtime/npy.h)."""
-    if str(arr.dtype) == "bfloat16":
-        return arr.view(np.uint16)
+    """The array in a dtype .npy has (AS_BITS, AS_VALUES)."""
+    name = str(arr.dtype)
+    if name in AS_BITS:
+        return arr.view(AS_BITS[name])
+    if name in AS_VALUES:
+        return arr.astype(AS_VALUES[name])
     return arr
+
+
+def from_npy(got, want):
+    """shardc's output file read back as want's dtype when that is one .npy
+    has not (the inverse of to_npy); otherwise unchanged."""
+    name = str(want.dtype)
+    if name in AS_BITS and got.dtype == AS_BITS[name]:
+        return got.view(want.dtype)
+    if name in AS_VALUES and got.dtype == AS_VALUES[name]:
+        return got.astype(want.dtype)
+    return got
 
 
 def dim_bindings(m, ins):
@@ -245,7 +266,11 @@ def compare(name, got, want):
             return (f"{name}: {int(bad.sum())}/{bad.size} values off, max abs err "
                     f"{err.max():.3g} (rtol {rtol:g}, atol {atol:g})")
         return None
-    if got.dtype.kind in "fc":  # other float kinds (float8...): exact
+    if str(want.dtype) in AS_BITS:  # float8, float4: the same codes (any NaN for NaN)
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        both_nan = np.isnan(g) & np.isnan(w)
+        ok = bool(((got.view(np.uint8) == want.view(np.uint8)) | both_nan).all())
+    elif got.dtype.kind in "fc":
         ok = np.array_equal(got.astype(np.float64), want.astype(np.float64), equal_nan=True)
     else:
         ok = np.array_equal(got, want)
@@ -370,8 +395,7 @@ def run_shardc_once(shardc, test_dir, name, timeout, threads, frozen=()):
                 got = np.load(f, allow_pickle=False)
             except Exception as e:  # a malformed .npy is a failure of shardc
                 return Result(name, "fail", f"{oname}: unreadable .npy ({e})", dt)
-            if str(want.dtype) == "bfloat16" and got.dtype == np.uint16:
-                got = got.view(want.dtype)  # shardc writes bf16 as its raw bits
+            got = from_npy(got, want)
             why = compare(oname, got, want)
             if why:
                 return Result(name, "fail", why, dt)

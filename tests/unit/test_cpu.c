@@ -406,6 +406,59 @@ static void test_bitcast(void **state) {
   sc_program_destroy(p);
 }
 
+/* The narrow types (float8, float4, 4/2-bit integers): casts from f32
+ * (wide and tiny values, specials), f16 and i32 into each, stored (the
+ * store encodes) and widened back to f32 in registers; loads of each (the
+ * decode) cast to f32 and f16 — the JIT against the interpreter, bitwise
+ * (ir/dtype.c is the reference both follow, checked against ml_dtypes by
+ * models.test_narrow_dtypes). */
+static void test_narrow_casts(void **state) {
+  (void)state;
+  rng_seed(41);
+  static const sc_dtype nt[] = {SC_DTYPE_F8E4M3FN, SC_DTYPE_F8E4M3FNUZ, SC_DTYPE_F8E5M2,
+                                SC_DTYPE_F8E5M2FNUZ, SC_DTYPE_F4E2M1, SC_DTYPE_F8E8M0,
+                                SC_DTYPE_I4, SC_DTYPE_U4, SC_DTYPE_I2, SC_DTYPE_U2};
+  enum { NT = sizeof nt / sizeof nt[0] };
+  for (int32_t j = 0; j < NT; j++) {
+    sc_program *p = new_program();
+    char name[64];
+    snprintf(name, sizeof name, "narrow_%s", sc_dtype_name(nt[j]));
+    kir_kernel *k = new_kernel(p, name);
+    int64_t n = 997;
+    k->outer_rank = 1;
+    k->outer_dims[0] = n;
+    int32_t pw = kir_add_param(A, k, 0, SC_DTYPE_F32, n, false);
+    int32_t ps = kir_add_param(A, k, 1, SC_DTYPE_F32, n, false);
+    int32_t ph = kir_add_param(A, k, 2, SC_DTYPE_F16, n, false);
+    int32_t pi = kir_add_param(A, k, 3, SC_DTYPE_I32, n, false);
+    int32_t pn = kir_add_param(A, k, 4, nt[j], n, false);
+    int32_t i = V(k, p, 0);
+    int32_t src[4] = {kir_load(A, k, pw, i), kir_load(A, k, ps, i), kir_load(A, k, ph, i),
+                      kir_load(A, k, pi, i)};
+    int32_t o = 5;
+    for (int32_t s = 0; s < 4; s++) {
+      int32_t c = kir_cast(A, k, nt[j], src[s]);
+      kir_add_store(A, k, kir_add_param(A, k, o, nt[j], n, true), i, c);
+      kir_add_store(A, k, kir_add_param(A, k, o + 1, SC_DTYPE_F32, n, true), i,
+                    kir_cast(A, k, SC_DTYPE_F32, c));
+      o += 2;
+    }
+    int32_t x = kir_load(A, k, pn, i);
+    kir_add_store(A, k, kir_add_param(A, k, o++, SC_DTYPE_F32, n, true), i,
+                  kir_cast(A, k, SC_DTYPE_F32, x));
+    kir_add_store(A, k, kir_add_param(A, k, o++, SC_DTYPE_F16, n, true), i,
+                  kir_cast(A, k, SC_DTYPE_F16, x));
+    kir_add_store(A, k, kir_add_param(A, k, o++, SC_DTYPE_I32, n, true), i,
+                  kir_cast(A, k, SC_DTYPE_I32, x));
+    sc_cpu_module *m = jit_ok(p);
+    spec sp[16] = {{-700, 700, 0.1}, {-0.02, 0.02, 0.1}, {-70000, 70000, 0.1}, {-40, 40, 0},
+                   {-600, 600, 0.05}};
+    check_kernel(p, m, 0, sp, 0, 0);
+    sc_cpu_module_destroy(m);
+    sc_program_destroy(p);
+  }
+}
+
 /* Casts: f32 → i8, u8, i32, u64, bool (saturate to i64, NaN → 0, then
  * wrap, as ONNX Cast in sc_store_f64), i64 → f32 / f16 / f64, bool → f32. */
 static void test_casts(void **state) {
@@ -819,6 +872,7 @@ int main(void) {
       cmocka_unit_test(test_broadcast_relu), cmocka_unit_test(test_half_types),
       cmocka_unit_test(test_int_math),       cmocka_unit_test(test_bitwise),
       cmocka_unit_test(test_bitcast),
+      cmocka_unit_test(test_narrow_casts),
       cmocka_unit_test(test_casts),
       cmocka_unit_test(test_softmax),        cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_gather_select),  cmocka_unit_test(test_math),

@@ -229,7 +229,34 @@ static kir_kernel *k_bits(sc_arena *arena) {
   return k;
 }
 
-enum { N_KERNELS = 10 };
+/* the narrow types: x scaled into each one's range, cast and stored (the
+ * encode), cast back to f32 (the rounding in registers); a float8 and an
+ * int4 input loaded (the decode) */
+static kir_kernel *k_narrow(sc_arena *arena) {
+  kir_kernel *k = mk(arena, "k_narrow", 1, (int64_t[]){53}, 1);
+  static const struct { sc_dtype t; double scale; } to[] = {
+      {SC_DTYPE_F8E4M3FN, 600}, {SC_DTYPE_F8E4M3FNUZ, 0.05}, {SC_DTYPE_F8E5M2, 7e4},
+      {SC_DTYPE_F8E5M2FNUZ, 1e-4}, {SC_DTYPE_F4E2M1, 8}, {SC_DTYPE_F8E8M0, 5},
+      {SC_DTYPE_I4, 20}, {SC_DTYPE_U2, 6}};
+  int32_t px = kir_add_param(A, k, 0, SC_DTYPE_F32, 53, false);
+  int32_t pf8 = kir_add_param(A, k, 1, SC_DTYPE_F8E5M2, 53, false);
+  int32_t pi4 = kir_add_param(A, k, 2, SC_DTYPE_I4, 53, false);
+  int32_t i = kir_var(A, k, 0);
+  int32_t x = kir_load(A, k, px, i), o = 3;
+  for (size_t j = 0; j < sizeof to / sizeof *to; j++) {
+    int32_t c = kir_cast(A, k, to[j].t, kir_binary(A, k, KIR_MUL, x, F(to[j].scale)));
+    kir_add_store(A, k, kir_add_param(A, k, o++, to[j].t, 53, true), i, c);
+    kir_add_store(A, k, kir_add_param(A, k, o++, SC_DTYPE_F32, 53, true), i,
+                  kir_cast(A, k, SC_DTYPE_F32, c));
+  }
+  kir_add_store(A, k, kir_add_param(A, k, o++, SC_DTYPE_F32, 53, true), i,
+                kir_cast(A, k, SC_DTYPE_F32, kir_load(A, k, pf8, i)));
+  kir_add_store(A, k, kir_add_param(A, k, o++, SC_DTYPE_F16, 53, true), i,
+                kir_cast(A, k, SC_DTYPE_F16, kir_load(A, k, pi4, i)));
+  return k;
+}
+
+enum { N_KERNELS = 11 };
 static void build_all(sc_arena *arena, kir_kernel **ks) {
   ks[0] = k_bcast(arena);
   ks[1] = k_half(arena);
@@ -241,6 +268,7 @@ static void build_all(sc_arena *arena, kir_kernel **ks) {
   ks[7] = k_select(arena);
   ks[8] = k_cast(arena);
   ks[9] = k_bits(arena);
+  ks[10] = k_narrow(arena);
   sc_diag d = {0};
   for (int i = 0; i < N_KERNELS; i++) {
     sc_diag_clear(&d);
