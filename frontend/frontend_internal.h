@@ -34,6 +34,7 @@ typedef struct sc_onnx_ctx {
   char *base_real;      /* realpath(base_dir), malloc'd on first use */
   sc_onnx_map *maps;
   int32_t n_maps, cap_maps;
+  int32_t sub_depth;    /* subgraphs being imported (read_subgraph) */
 } sc_onnx_ctx;
 
 /* A decoded TensorProto. */

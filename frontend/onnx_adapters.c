@@ -48,6 +48,10 @@
  *       count of ones per row) masks the keys from that count on;
  *   EmbedLayerNormalization  Gathers of the word, position and segment
  *       embeddings, their sum and LayerNormalization; mask_index as above.
+ * And ONNX's preview domains' FlexAttention (ai.onnx.preview) and
+ * Momentum, Adagrad, Adam (ai.onnx.preview.training), and ai.onnx.ml's
+ * Binarizer and ArrayFeatureExtractor, composite ops of the IR's table:
+ * read as they are, in the default domain.
  * Softmax before 13 over the last axis of an input whose rank is known (a
  * graph input, an initializer, Flatten's output) means what it means from
  * 13 and is kept as it is: so the export of an adapted graph, read again,
@@ -843,6 +847,18 @@ static sc_status ms_rotary(adapter *ad, const Onnx__NodeProto *np) {
   return emit(ad, r);
 }
 
+/* ONNX's preview domains (ai.onnx.preview: FlexAttention; .training:
+ * Momentum, Adagrad, Adam) and two of ai.onnx.ml's (Binarizer,
+ * ArrayFeatureExtractor): ops of the IR's table under their own names,
+ * read into the default domain as they are. */
+static sc_status preview(adapter *ad, const Onnx__NodeProto *np) {
+  Onnx__NodeProto *cp = sc_arena_array(A(ad), 1, sizeof *cp);
+  if (!cp) return sc_onnx_error(ad->c, SC_ERR_NOMEM, "out of memory");
+  *cp = *np;
+  cp->domain = NULL;
+  return emit(ad, cp);
+}
+
 typedef sc_status (*adapt_fn)(adapter *ad, const Onnx__NodeProto *np);
 static const struct {
   const char *domain; /* NULL: the default domain */
@@ -873,6 +889,12 @@ static const struct {
     {"com.microsoft", "Attention", INT64_MAX, ms_attention},
     {"com.microsoft", "RotaryEmbedding", INT64_MAX, ms_rotary},
     {"com.microsoft", "EmbedLayerNormalization", INT64_MAX, ms_embed_layer_norm},
+    {"ai.onnx.preview", "FlexAttention", INT64_MAX, preview},
+    {"ai.onnx.preview.training", "Momentum", INT64_MAX, preview},
+    {"ai.onnx.preview.training", "Adagrad", INT64_MAX, preview},
+    {"ai.onnx.preview.training", "Adam", INT64_MAX, preview},
+    {"ai.onnx.ml", "Binarizer", INT64_MAX, preview},
+    {"ai.onnx.ml", "ArrayFeatureExtractor", INT64_MAX, preview},
 };
 
 static adapt_fn adapter_of(const Onnx__NodeProto *np, int64_t opset) {

@@ -463,6 +463,52 @@ static sc_status to_sc_tensor(sc_onnx_ctx *c, const Onnx__TensorProto *t,
   return SC_OK;
 }
 
+static sc_status import_body(sc_onnx_ctx *c, const Onnx__GraphProto *gp, bool sub);
+
+/* A value of an enclosing scope that the subgraph being imported reads. */
+static int32_t outer_value(sc_onnx_ctx *c, const char *name) {
+  int32_t vid = sc_graph_add_value(c->g, name);
+  if (vid < 0) {
+    from_graph(c, SC_ERR_INVALID);
+    return -1;
+  }
+  sc_val(c->g, vid)->flags |= SC_VALUE_OUTER;
+  return vid;
+}
+
+static void destroy_subgraph(void *p) { sc_graph_destroy(p); }
+
+/* Subgraphs nest at most this deep (a hostile file's nesting is bounded
+ * already by the message depth check; this keeps the recursion small). */
+enum { SC_ONNX_MAX_SUBGRAPH_DEPTH = 16 };
+
+/* A GRAPH attribute: the subgraph imported into a graph of its own, which
+ * the enclosing graph owns (attr->graph). */
+static sc_status read_subgraph(sc_onnx_ctx *c, const Onnx__GraphProto *gp, sc_attr *at) {
+  if (!gp) return SC_OK; /* typed GRAPH without one: the kind only (an op needing it says so) */
+  if (c->sub_depth >= SC_ONNX_MAX_SUBGRAPH_DEPTH)
+    return sc_onnx_error(c, SC_ERR_LIMIT, "subgraphs nest deeper than %d",
+                         SC_ONNX_MAX_SUBGRAPH_DEPTH);
+  sc_graph *parent = c->g;
+  sc_graph *sub = sc_graph_create(gp->name && gp->name[0] ? gp->name : at->name);
+  if (!sub) return sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
+  if (sc_graph_add_cleanup(parent, destroy_subgraph, sub) != SC_OK) {
+    sc_graph_destroy(sub);
+    return sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
+  }
+  sub->opset = parent->opset;
+  const char *node = c->cur_node, *op = c->cur_op;
+  c->g = sub;
+  c->sub_depth++;
+  sc_status st = sc_onnx_adapt_opset(c, sub->opset, &gp);
+  if (st == SC_OK) st = import_body(c, gp, true);
+  c->sub_depth--;
+  c->g = parent;
+  c->cur_node = node, c->cur_op = op;
+  at->graph = sub;
+  return st;
+}
+
 static sc_status read_attr(sc_onnx_ctx *c, int32_t node_id,
                            const Onnx__AttributeProto *a) {
   sc_graph *g = c->g;
@@ -550,10 +596,11 @@ static sc_status read_attr(sc_onnx_ctx *c, int32_t node_id,
     }
     break;
   }
+  case SC_ATTR_GRAPH: return read_subgraph(c, a->g, at);
   case SC_ATTR_GRAPHS: at->n = (int64_t)a->n_graphs; break;
   case SC_ATTR_SPARSE_TENSORS: at->n = (int64_t)a->n_sparse_tensors; break;
   case SC_ATTR_TYPE_PROTOS: at->n = (int64_t)a->n_type_protos; break;
-  default: break; /* GRAPH, SPARSE_TENSOR, TYPE_PROTO: kind only */
+  default: break; /* SPARSE_TENSOR, TYPE_PROTO: kind only */
   }
   return SC_OK;
 }
@@ -635,6 +682,8 @@ static sc_status define_output(sc_onnx_ctx *c, const char *name, int32_t *vid) {
   return *vid < 0 ? from_graph(c, SC_ERR_INVALID) : SC_OK;
 }
 
+static sc_status import_body(sc_onnx_ctx *c, const Onnx__GraphProto *gp, bool sub);
+
 static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
   sc_graph *g = c->g;
   const Onnx__GraphProto *gp = m->graph;
@@ -655,8 +704,12 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
                            (long long)ver, SC_OPSET_MIN, SC_OPSET_MAX);
     g->opset = ver;
   }
-  if (!have_default)
-    return sc_onnx_error(c, SC_ERR_INVALID, "model imports no default-domain opset");
+  if (!have_default) { /* allowed when no node is of the default domain */
+    for (size_t i = 0; i < m->graph->n_node; i++)
+      if (m->graph->node[i] && sc_onnx_default_domain(m->graph->node[i]->domain))
+        return sc_onnx_error(c, SC_ERR_INVALID, "model imports no default-domain opset");
+    g->opset = SC_OPSET_MAX;
+  }
   if ((st = sc_onnx_inline_functions(c, m, g->opset, &gp)) != SC_OK ||
       (st = sc_onnx_adapt_opset(c, g->opset, &gp)) != SC_OK)
     return st;
@@ -665,6 +718,16 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
     g->producer = sc_arena_strdup(&g->arena, m->producer_name);
     if (!g->producer) return sc_onnx_error(c, SC_ERR_NOMEM, "out of memory");
   }
+  return import_body(c, gp, false);
+}
+
+/* A graph's initializers, inputs, nodes and outputs into c->g. A subgraph
+ * (sub: If's branches, Loop's and Scan's bodies) may read values of the
+ * enclosing scopes: a name it does not define becomes an SC_VALUE_OUTER
+ * value of that name; its inputs' types may be left out. */
+static sc_status import_body(sc_onnx_ctx *c, const Onnx__GraphProto *gp, bool sub) {
+  sc_graph *g = c->g;
+  sc_status st = SC_OK;
   if (gp->n_node > (size_t)INT32_MAX / 4 || gp->n_initializer > (size_t)INT32_MAX / 4 ||
       gp->n_input > (size_t)INT32_MAX / 4)
     return sc_onnx_error(c, SC_ERR_LIMIT, "graph too large");
@@ -700,7 +763,8 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
     }
     int32_t vid = sc_graph_add_value(g, vi->name);
     if (vid < 0) return from_graph(c, SC_ERR_INVALID);
-    if ((st = read_value_type(c, vi, vid, "graph input")) != SC_OK) return st;
+    if ((!sub || vi->type) && (st = read_value_type(c, vi, vid, "graph input")) != SC_OK)
+      return st;
     if (sc_graph_add_input(g, vid) != SC_OK) return from_graph(c, SC_ERR_NOMEM);
   }
 
@@ -811,6 +875,7 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
     for (size_t j = 0; j < np->n_input; j++) {
       if (!np->input[j][0]) continue; /* omitted optional input */
       int32_t vid = sc_graph_find_value(g, np->input[j]);
+      if (vid < 0 && sub && (vid = outer_value(c, np->input[j])) < 0) return c->diag->status;
       if (vid < 0)
         return sc_onnx_error(c, SC_ERR_INVALID,
                              "input '%s' is not produced by any node, nor a graph input "
@@ -826,11 +891,12 @@ static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
     if (!vi || !vi->name || !vi->name[0])
       return sc_onnx_error(c, SC_ERR_INVALID, "graph output %zu has no name", i);
     int32_t vid = sc_graph_find_value(g, vi->name);
+    if (vid < 0 && sub && (vid = outer_value(c, vi->name)) < 0) return c->diag->status;
     if (vid < 0)
       return sc_onnx_error(c, SC_ERR_INVALID,
                            "graph output '%s' is not produced by any node", vi->name);
     /* a computed output takes its declared type (inference checks/replaces it) */
-    if (sc_val(g, vid)->producer >= 0 && vi->type &&
+    if (!sub && sc_val(g, vid)->producer >= 0 && vi->type &&
         (st = read_value_type(c, vi, vid, "graph output")) != SC_OK)
       return st;
     if (sc_graph_add_output(g, vid) != SC_OK) return from_graph(c, SC_ERR_NOMEM);

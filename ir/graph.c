@@ -475,7 +475,7 @@ sc_status sc_graph_toposort(sc_graph *g) {
       const sc_value *val = &g->values[v];
       if (val->producer >= 0) {
         pending[i]++;
-      } else if (!(val->flags & (SC_VALUE_INPUT | SC_VALUE_CONST))) {
+      } else if (!(val->flags & (SC_VALUE_INPUT | SC_VALUE_CONST | SC_VALUE_OUTER))) {
         st = sc_node_error(g, n, SC_ERR_INVALID,
                            "input '%s' is not produced by any node, nor a graph "
                            "input or initializer", val->name);

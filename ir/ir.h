@@ -47,6 +47,8 @@ enum sc_value_flags {
    * step): now a constant, the same on every rank; a plan's sharding of it
    * is ignored */
   SC_VALUE_SPECIALISED = 1u << 5,
+  /* in a subgraph: a value of the enclosing scope it reads (by name) */
+  SC_VALUE_OUTER = 1u << 6,
 };
 
 typedef enum sc_data_kind {
@@ -110,8 +112,15 @@ typedef struct sc_attr {
   double *floats;        /* FLOATS */
   const char **strings;  /* STRINGS */
   sc_tensor *t;          /* TENSOR: one; TENSORS: n of them */
-  /* GRAPH(S), SPARSE_TENSOR(S), TYPE_PROTO(S) are recorded by kind only:
-   * no supported op uses them, and an op that needs one is rejected. */
+  /* GRAPH: the subgraph (If's branches, Loop's and Scan's body), a graph
+   * of its own that the owner graph destroys (a cleanup); the values it
+   * reads from the enclosing scope are SC_VALUE_OUTER values named as
+   * there. `scope`: where those names are looked up when the node was
+   * copied out of another subgraph (passes/composite_control.c), NULL at
+   * the top. GRAPHS, SPARSE_TENSOR(S), TYPE_PROTO(S) are recorded by kind
+   * only: no supported op uses them. */
+  struct sc_graph *graph;
+  const char *scope;
 } sc_attr;
 
 enum sc_node_flags {

@@ -311,6 +311,14 @@ sc_status sc_op_infer_dropout(sc_graph *g, sc_node *n) {
   if (train && (train->dtype != SC_DTYPE_BOOL || sc_value_numel(train) != 1))
     return sc_node_error(g, n, SC_ERR_INVALID, "training_mode '%s' must be a bool scalar",
                          train->name);
+  /* whether it drops anything must be known when compiling: training_mode,
+   * then (in training) the ratio, are needed as constants (`shardc run`
+   * specialises to given inputs); training with a ratio above 0 is random
+   * and refused by the lowering */
+  if (train && (st = sc_require_const(g, n, train)) != SC_OK) return st;
+  if (train && sc_load_i64(train->dtype, train->data, 0) != 0 && ratio &&
+      (st = sc_require_const(g, n, ratio)) != SC_OK)
+    return st;
   int64_t seed;
   if ((st = sc_read_attr_int(g, n, "seed", 0, &seed)) != SC_OK) return st;
   if ((st = sc_same_as_input(g, n, 0, 0)) != SC_OK) return st;

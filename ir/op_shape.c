@@ -1040,10 +1040,9 @@ sc_status sc_op_infer_nonzero(sc_graph *g, sc_node *n) {
   sc_status st = sc_check_inputs(g, n);
   if (st != SC_OK) return st;
   const sc_value *x = sc_node_input(g, n, 0);
-  if (!sc_value_has_data(x))
-    return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
-                         "data-dependent output shape (input '%s' is not a constant)",
-                         x->name);
+  /* the output shape is the count of nonzeros: x must be known (`shardc
+   * run` specialises to the given input, docs/runtime.md) */
+  if ((st = sc_require_const(g, n, x)) != SC_OK) return st;
   if (!sc_dtype_is_numeric(x->dtype))
     return sc_node_error(g, n, SC_ERR_UNSUPPORTED, "input of dtype %s",
                          sc_dtype_name(x->dtype));

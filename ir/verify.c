@@ -122,7 +122,7 @@ sc_status sc_graph_verify(sc_graph *g, bool require_shapes) {
   sc_status st = SC_OK;
   for (int32_t i = 0; i < nv; i++) {
     const sc_value *v = &g->values[i];
-    if (v->producer < 0 && (v->flags & (SC_VALUE_INPUT | SC_VALUE_CONST))) defined[i] = 1;
+    if (v->producer < 0 && (v->flags & (SC_VALUE_INPUT | SC_VALUE_CONST | SC_VALUE_OUTER))) defined[i] = 1;
   }
   for (int32_t i = 0; i < g->n_nodes && st == SC_OK; i++) {
     const sc_node *n = &g->nodes[i];

@@ -20,8 +20,13 @@
  *   composite_attention.c  Attention, RotaryEmbedding, LinearAttention;
  *   composite_rnn.c        RNN, GRU, LSTM;
  *   composite_linalg.c     ConvTranspose, TopK, Einsum;
- *   composite_sample.c     GridSample;
+ *   composite_sample.c     GridSample, DeformConv, RoiAlign;
  *   composite_signal.c     DFT, STFT;
+ *   composite_control.c    If, Loop, Scan (their subgraphs inlined),
+ *                          FlexAttention;
+ *   composite_misc.c       Det, MelWeightMatrix, Binarizer,
+ *                          ArrayFeatureExtractor, OptionalHasElement,
+ *                          OptionalGetElement;
  *   composite_quant.c      QuantizeLinear, DequantizeLinear,
  *                          DynamicQuantizeLinear, MatMulInteger,
  *                          ConvInteger, QLinearMatMul, QLinearConv;
@@ -41,7 +46,7 @@
 #include "ir/op_util.h"
 #include "passes/composite_internal.h"
 
-enum { MAX_OUT = 8 }; /* outputs of a composite op, at most */
+enum { MAX_OUT = 64 }; /* outputs of a composite op, at most (Loop, Scan: checked) */
 
 /* ---- shared builders (composite_internal.h) ---- */
 
@@ -217,6 +222,126 @@ static sc_status expand_eye_like(sc_grad_ctx *c, int32_t *out) {
                     j);
   out[0] = gb_cast(c, on, t);
   return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
+/* Compress(x, condition; axis?): the slices along axis (of x flattened
+ * when there is none) whose condition entry is true, entries past the
+ * condition's length false — a Gather of those positions. The condition
+ * must be a constant (it gives the output's shape; `shardc run`
+ * specialises to a given one); x may be computed. */
+static sc_status expand_compress(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  int32_t x = cx_in(c, 0), cond = cx_in(c, 1);
+  const sc_value x0 = *cx_val(c, x), c0 = *cx_val(c, cond);
+  sc_status st = sc_require_const(g, cx_node(c), cx_val(c, cond));
+  if (st != SC_OK) return st;
+  if (c0.rank != 1)
+    return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "the condition must be 1-D");
+  const sc_attr *a = sc_node_attr(cx_node(c), "axis");
+  int32_t axis = 0;
+  int64_t len = sc_value_numel(&x0);
+  if (a) {
+    int64_t v;
+    if ((st = sc_read_attr_int(g, cx_node(c), "axis", 0, &v)) != SC_OK ||
+        (st = sc_norm_axis(g, cx_node(c), v, x0.rank, &axis)) != SC_OK)
+      return st;
+    len = x0.dims[axis];
+  } else {
+    x = gb_reshape(c, x, 1, &len);
+  }
+  int64_t m = 0, n = c0.dims[0] < len ? c0.dims[0] : len;
+  for (int64_t i = 0; i < n; i++) m += sc_load_i64(c0.dtype, c0.data, i) != 0;
+  int32_t idx;
+  int64_t *iv = cx_const_data(c, "compress_indices", SC_DTYPE_I64, 1, &m, &idx);
+  if (!iv && m) return cx_built(c);
+  for (int64_t i = 0, k = 0; i < n; i++)
+    if (sc_load_i64(c0.dtype, c0.data, i) != 0) iv[k++] = i;
+  out[0] = gb_op_i(c, SC_OP_GATHER, (int32_t[]){x, idx}, 2, "axis", axis);
+  return out[0] < 0 ? cx_built(c) : SC_OK;
+}
+
+/* The optimizers of ai.onnx.preview.training, per tensor group i of their
+ * inputs (R, T, X1..Xn, G1..Gn, then the state tensors), as onnx's
+ * reference: g = norm_coefficient·x + grad, then
+ *   Momentum: v' = α v + β' g (β' = β when T > 0, else 1);
+ *     x' = x − R v' ("standard") or x − R (g + α v') ("nesterov");
+ *   Adagrad: h' = h + g²; x' = x − R / (1 + T·decay) · g / (√h' + ε);
+ *   Adam: v' = α v + (1 − α) g; h' = β h + (1 − β) g²; x' = (1 −
+ *     norm_coefficient_post)(x − R' v' / (√h' + ε)), R' = R √(1 − β^T) /
+ *     (1 − α^T) when T > 0, else R.
+ * Outputs: the new X's, then each state's. Computed in f32. */
+static sc_status expand_optimizer(sc_grad_ctx *c, int32_t *out) {
+  sc_graph *g = c->g;
+  const sc_node *n = cx_node(c); /* until the first builder moves the nodes */
+  const sc_op op = n->op;
+  int states = op == SC_OP_ADAM ? 2 : 1;
+  int32_t groups = (n->n_inputs - 2) / (2 + states);
+  if (groups < 1 || 2 + groups * (2 + states) != n->n_inputs ||
+      n->n_outputs != groups * (1 + states) || n->n_outputs > MAX_OUT)
+    return sc_node_error(g, n, SC_ERR_INVALID, "%d inputs and %d outputs do not make groups of "
+                         "X, G and %d state(s)", n->n_inputs, n->n_outputs, states);
+  double a = 0, b = 0, eps = 0, nc = 0, post = 0, decay = 0;
+  sc_status st = sc_read_attr_float(g, n, "norm_coefficient", 0, &nc);
+  bool nesterov = false;
+  if (st == SC_OK && n->op == SC_OP_MOMENTUM) {
+    const char *mode;
+    if ((st = sc_read_attr_float(g, n, "alpha", 0, &a)) != SC_OK ||
+        (st = sc_read_attr_float(g, n, "beta", 0, &b)) != SC_OK ||
+        (st = sc_read_attr_string(g, n, "mode", "standard", &mode)) != SC_OK)
+      return st;
+    if (strcmp(mode, "standard") != 0 && strcmp(mode, "nesterov") != 0)
+      return sc_node_error(g, n, SC_ERR_INVALID, "mode '%s' (standard or nesterov)", mode);
+    nesterov = mode[0] == 'n';
+  } else if (st == SC_OK && n->op == SC_OP_ADAGRAD) {
+    if ((st = sc_read_attr_float(g, n, "decay_factor", 0, &decay)) != SC_OK ||
+        (st = sc_read_attr_float(g, n, "epsilon", 1e-6, &eps)) != SC_OK)
+      return st;
+  } else if (st == SC_OK) {
+    if ((st = sc_read_attr_float(g, n, "alpha", 0.9, &a)) != SC_OK ||
+        (st = sc_read_attr_float(g, n, "beta", 0.999, &b)) != SC_OK ||
+        (st = sc_read_attr_float(g, n, "epsilon", 1e-6, &eps)) != SC_OK ||
+        (st = sc_read_attr_float(g, n, "norm_coefficient_post", 0, &post)) != SC_OK)
+      return st;
+  }
+  if (st != SC_OK) return st;
+  const sc_dtype F = SC_DTYPE_F32;
+#define K(v) gb_scalar(c, F, (v))
+  int32_t r = gb_cast(c, cx_in(c, 0), F), t = gb_cast(c, cx_in(c, 1), F);
+  int32_t started = gb_2(c, SC_OP_GREATER, t, K(0));
+  for (int32_t i = 0; i < groups; i++) {
+    int32_t x = cx_in(c, 2 + i), gr = cx_in(c, 2 + groups + i);
+    int32_t s1 = cx_in(c, 2 + 2 * groups + i);
+    int32_t gg = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, K(nc), x), gr), xn, s1n, s2n = -1;
+    if (op == SC_OP_MOMENTUM) {
+      int32_t bb = gb_where(c, started, K(b), K(1));
+      s1n = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, K(a), s1), gb_2(c, SC_OP_MUL, bb, gg));
+      int32_t step = nesterov ? gb_2(c, SC_OP_ADD, gg, gb_2(c, SC_OP_MUL, K(a), s1n)) : s1n;
+      xn = gb_2(c, SC_OP_SUB, x, gb_2(c, SC_OP_MUL, r, step));
+    } else if (op == SC_OP_ADAGRAD) {
+      int32_t rr = gb_2(c, SC_OP_DIV, r, gb_2(c, SC_OP_ADD, K(1), gb_2(c, SC_OP_MUL, t, K(decay))));
+      s1n = gb_2(c, SC_OP_ADD, s1, gb_2(c, SC_OP_MUL, gg, gg));
+      int32_t den = gb_2(c, SC_OP_ADD, gb_1(c, SC_OP_SQRT, s1n), K(eps));
+      xn = gb_2(c, SC_OP_SUB, x, gb_2(c, SC_OP_DIV, gb_2(c, SC_OP_MUL, rr, gg), den));
+    } else {
+      int32_t s2 = cx_in(c, 2 + 3 * groups + i);
+      s1n = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, K(a), s1), gb_2(c, SC_OP_MUL, K(1 - a), gg));
+      s2n = gb_2(c, SC_OP_ADD, gb_2(c, SC_OP_MUL, K(b), s2),
+                 gb_2(c, SC_OP_MUL, K(1 - b), gb_2(c, SC_OP_MUL, gg, gg)));
+      int32_t corr = gb_2(c, SC_OP_DIV,
+                          gb_1(c, SC_OP_SQRT, gb_2(c, SC_OP_SUB, K(1), gb_2(c, SC_OP_POW, K(b), t))),
+                          gb_2(c, SC_OP_SUB, K(1), gb_2(c, SC_OP_POW, K(a), t)));
+      int32_t rr = gb_where(c, started, gb_2(c, SC_OP_MUL, r, corr), r);
+      int32_t den = gb_2(c, SC_OP_ADD, gb_1(c, SC_OP_SQRT, s2n), K(eps));
+      xn = gb_2(c, SC_OP_SUB, x, gb_2(c, SC_OP_MUL, rr, gb_2(c, SC_OP_DIV, s1n, den)));
+      xn = gb_2(c, SC_OP_MUL, K(1 - post), xn);
+    }
+    out[i] = xn;
+    out[groups + i] = s1n;
+    if (states == 2) out[2 * groups + i] = s2n;
+    if (xn < 0 || s1n < 0 || (states == 2 && s2n < 0)) return cx_built(c);
+  }
+#undef K
+  return SC_OK;
 }
 
 /* MaxUnpool(X, I[, output_shape]; kernel_shape, pads, strides): zeros of
@@ -705,6 +830,19 @@ static cx_expand_fn expansion(sc_op op) {
   case SC_OP_LP_POOL: return expand_lp_pool;
   case SC_OP_BATCH_NORM: return expand_bn_training; /* only in training mode */
   case SC_OP_REVERSE_SEQUENCE: return expand_reverse_sequence;
+  case SC_OP_COMPRESS: return expand_compress;
+  case SC_OP_IF: return cx_expand_if;
+  case SC_OP_DET: return cx_expand_det;
+  case SC_OP_OPTIONAL_HAS_ELEMENT: case SC_OP_OPTIONAL_GET_ELEMENT: return cx_expand_optional;
+  case SC_OP_DEFORM_CONV: return cx_expand_deform_conv;
+  case SC_OP_ROI_ALIGN: return cx_expand_roi_align;
+  case SC_OP_MEL_WEIGHT_MATRIX: return cx_expand_mel;
+  case SC_OP_BINARIZER: return cx_expand_binarizer;
+  case SC_OP_ARRAY_FEATURE_EXTRACTOR: return cx_expand_array_feature_extractor;
+  case SC_OP_FLEX_ATTENTION: return cx_expand_flex_attention;
+  case SC_OP_MOMENTUM: case SC_OP_ADAGRAD: case SC_OP_ADAM: return expand_optimizer;
+  case SC_OP_LOOP: return cx_expand_loop;
+  case SC_OP_SCAN: return cx_expand_scan;
   case SC_OP_TENSOR_SCATTER: return expand_tensor_scatter;
   case SC_OP_CAUSAL_CONV_WITH_STATE: return expand_causal_conv;
   case SC_OP_MAX_UNPOOL: return expand_max_unpool;
@@ -737,9 +875,20 @@ int32_t cx_expand_nested(sc_grad_ctx *c, int32_t node, cx_expand_fn fn) {
  * node of the expansion that made `from` writes `to` instead (its readers
  * in the expansion follow), or, when `from` is not the expansion's own (an
  * input passed through) or with `copy` (another output's value), an
- * Identity copies it. */
+ * Identity copies it; a constant `from` (folded) makes `to` that constant. */
 static sc_status retarget(sc_grad_ctx *c, int32_t first, int32_t from, int32_t to, bool copy) {
   sc_graph *g = c->g;
+  const sc_value *fc = &g->values[from];
+  if (sc_value_is_const(fc) && sc_value_has_data(fc)) {
+    /* folded (an inlined branch's constant): `to` is that constant, so
+     * that the nodes reading it, already placed, see one */
+    const sc_value f = *fc;
+    sc_status st = sc_value_set_data(g, to, f.dtype, f.rank, f.dims, f.data,
+                                     (uint64_t)sc_value_bytes(&f), true);
+    if (st != SC_OK) return st;
+    g->values[to].producer = -1;
+    return SC_OK;
+  }
   if (copy || g->values[from].producer < first) {
     from = gb_1(c, SC_OP_IDENTITY, from);
     if (from < 0) return cx_built(c);

@@ -56,6 +56,17 @@ int32_t cx_expand_nested(sc_grad_ctx *c, int32_t node, cx_expand_fn fn);
 
 /* The expansions of the other files (composite.c holds the small ones). */
 sc_status cx_expand_attention(sc_grad_ctx *c, int32_t *out);  /* composite_attention.c */
+sc_status cx_expand_if(sc_grad_ctx *c, int32_t *out);         /* composite_control.c */
+sc_status cx_expand_loop(sc_grad_ctx *c, int32_t *out);       /* composite_control.c */
+sc_status cx_expand_scan(sc_grad_ctx *c, int32_t *out);       /* composite_control.c */
+sc_status cx_expand_flex_attention(sc_grad_ctx *c, int32_t *out); /* composite_control.c */
+sc_status cx_expand_det(sc_grad_ctx *c, int32_t *out);        /* composite_misc.c */
+sc_status cx_expand_optional(sc_grad_ctx *c, int32_t *out);   /* composite_misc.c */
+sc_status cx_expand_deform_conv(sc_grad_ctx *c, int32_t *out); /* composite_sample.c */
+sc_status cx_expand_roi_align(sc_grad_ctx *c, int32_t *out);  /* composite_sample.c */
+sc_status cx_expand_mel(sc_grad_ctx *c, int32_t *out);        /* composite_misc.c */
+sc_status cx_expand_binarizer(sc_grad_ctx *c, int32_t *out);  /* composite_misc.c */
+sc_status cx_expand_array_feature_extractor(sc_grad_ctx *c, int32_t *out); /* composite_misc.c */
 sc_status cx_expand_rotary(sc_grad_ctx *c, int32_t *out);     /* composite_attention.c */
 sc_status cx_expand_linear_attention(sc_grad_ctx *c, int32_t *out); /* composite_attention.c */
 sc_status cx_expand_rnn(sc_grad_ctx *c, int32_t *out);        /* composite_rnn.c */

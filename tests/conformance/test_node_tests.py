@@ -111,6 +111,14 @@ def supported_ops():
     return ops | set(re.findall(r'\{\s*NULL\s*,\s*"(\w+)"\s*,', adapters))
 
 
+def domain_ops():
+    """(domain, op) pairs of other domains the frontend reads into the ops
+    table (frontend/onnx_adapters.c's ADAPTERS: ONNX's preview and ML
+    domains)."""
+    adapters = open(os.path.join(SRC, "frontend", "onnx_adapters.c")).read()
+    return set(re.findall(r'\{\s*"(ai\.onnx\.[\w.]+)"\s*,\s*"(\w+)"\s*,', adapters))
+
+
 def graph_ops(g):
     """(domain, op_type) of every node, subgraphs included."""
     for n in g.node:
@@ -130,9 +138,13 @@ def classify(test_dir, ops):
     used = sorted({t for d, t in graph_ops(m.graph)})
     if os.path.exists(os.path.join(test_dir, "NOT_TENSOR")):
         return "io", used
-    if any(d not in ("", "ai.onnx") or t not in ops for d, t in graph_ops(m.graph)):
+    other = domain_ops()
+    if any((d not in ("", "ai.onnx") and (d, t) not in other) or t not in ops
+           for d, t in graph_ops(m.graph)):
         return "unsupported", used
     ver = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
+    if not ver and all(d not in ("", "ai.onnx") for d, _ in graph_ops(m.graph)):
+        ver = [OPSET_MAX]  # no default-domain op: the frontend reads it at the newest
     if not ver or not OPSET_MIN <= ver[0] <= OPSET_MAX:
         return "opset", used
     if uses_no_dtype(m.graph):

@@ -54,6 +54,18 @@ equal within rtol 1e-4, atol 1e-5, no NaN:
   dft_opset17, dft_stft_opset20   DFT (real forward, onesided, a
       dft_length that pads and one that cuts, complex inverse along axis 1
       of 4-D, axis as an input) and STFT with a Hann window;
+  control_flow_opset17  If (condition from shapes, branches reading outer
+      values), Loop (trip count, carried value, scan output), Scan (state,
+      a backward scan input, an output stacked along axis 1 in reverse);
+  det_deform_roi@reference, mel_ml@reference  Det of matrices needing pivots,
+      DeformConv (offset groups, mask, bias, pads, strides), RoiAlign (rois
+      given at run time), MelWeightMatrix, Binarizer, ArrayFeatureExtractor;
+  flex_attention@reference, adam@reference  FlexAttention with grouped
+      heads and score/prob modifiers; Adam over two tensors;
+  data_dependent_opset11  Compress (computed x, an axis and flattened),
+      NonMaxSuppression (computed scores, thresholds), Unique (rows sorted;
+      elements unsorted with all outputs), NonZero of a computed mask: the
+      values that shape them given at run time;
   reverse_sequence_opset10, tensor_scatter_opset24   ReverseSequence over
       either axis with run-time lengths; TensorScatter, linear and circular,
       with per-row write positions;
@@ -107,9 +119,10 @@ def vi(name, shape, t=T.FLOAT):
     return helper.make_tensor_value_info(name, t, shape)
 
 
-def model(name, nodes, inputs, outputs, inits=(), opset=23, ms=False):
+def model(name, nodes, inputs, outputs, inits=(), opset=23, ms=False, domains=()):
     g = helper.make_graph(nodes, name, inputs, outputs, list(inits))
     ops = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(MS, 1)] if ms else [])
+    ops += [helper.make_opsetid(d, 1) for d in domains]
     return helper.make_model(g, opset_imports=ops)
 
 
@@ -386,6 +399,117 @@ def cases(rng):
         [vi("x", [5, 3, 2]), vi("lt", [3], T.INT64)],
         [vi("y0", [5, 3, 2]), vi("y1", [3, 5, 2])], opset=10),
         {"lt": np.array([5, 2, 1], np.int64)}))
+    # the ops whose output shape follows input values, given at run time
+    # (`shardc run` specialises to them): Compress of a computed tensor
+    # along an axis and flattened, NonMaxSuppression of boxes and of scores
+    # computed from an input (two classes, a score threshold), Unique of
+    # rows (sorted) and of elements (in first-occurrence order, all four
+    # outputs), NonZero of a computed mask
+    out.append(("data_dependent_opset11", model("dd", [
+        n("Neg", ["x"], ["xn"]),
+        n("Compress", ["xn", "cond"], ["c0"], axis=1),
+        n("Compress", ["xn", "cond"], ["c1"]),
+        n("Sigmoid", ["s"], ["sg"]),
+        n("NonMaxSuppression", ["boxes", "sg", "maxb", "iou", "sth"], ["sel"]),
+        n("Unique", ["u"], ["uy"], axis=0),
+        n("Unique", ["u"], ["vy", "vi", "vinv", "vc"], sorted=0),
+        n("Greater", ["xn", "zero"], ["pos"]),
+        n("NonZero", ["pos"], ["nz"])],
+        [vi("x", [3, 5]), vi("cond", [4], T.BOOL), vi("s", [1, 2, 6]), vi("boxes", [1, 6, 4]),
+         vi("u", [5, 2], T.INT64)],
+        [vi("c0", None), vi("c1", None), vi("sel", None, T.INT64), vi("uy", None, T.INT64),
+         vi("vy", None, T.INT64), vi("vi", None, T.INT64), vi("vinv", None, T.INT64),
+         vi("vc", None, T.INT64), vi("nz", None, T.INT64)],
+        [helper.make_tensor("maxb", T.INT64, [1], [3]), helper.make_tensor("iou", T.FLOAT, [1], [0.2]),
+         helper.make_tensor("sth", T.FLOAT, [1], [0.3]), helper.make_tensor("zero", T.FLOAT, [], [0.0])],
+        opset=11),
+        {"cond": np.array([True, False, True, True]),
+         "u": np.array([[3, 1], [0, 2], [3, 1], [-4, 9], [0, 2]], np.int64),
+         "x": np.array([[1, -2, 3, -4, 5], [-6, 7, -8, 9, -1], [2, -3, 4, -5, 6]], np.float32)}))
+    # control flow, its subgraphs inlined: an If whose condition comes from
+    # shapes (its branches read x from outside), a Loop with a trip count,
+    # a carried value, a scan output and a condition the body keeps, and a
+    # Scan with a state, two scan inputs (one backwards) and a scan output
+    # stacked along axis 1 in reverse
+    f = T.FLOAT
+    then_g = helper.make_graph([n("Relu", ["x"], ["t0"]), n("Mul", ["t0", "x"], ["t1"])], "then",
+                               [], [vi("t1", None)])
+    else_g = helper.make_graph([n("Neg", ["x"], ["e1"])], "else", [], [vi("e1", None)])
+    body = helper.make_graph([
+        n("Identity", ["c_in"], ["c_out"]),
+        n("Mul", ["v_in", "half"], ["vh"]), n("Add", ["vh", "x"], ["v_out"]),
+        n("ReduceSum", ["v_out"], ["s_out"], keepdims=0)], "body",
+        [vi("i", [], T.INT64), vi("c_in", [], T.BOOL), vi("v_in", None)],
+        [vi("c_out", [], T.BOOL), vi("v_out", None), vi("s_out", None)],
+        [helper.make_tensor("half", f, [], [0.5])])
+    sbody = helper.make_graph([
+        n("Add", ["st", "a_t"], ["st1"]), n("Mul", ["st1", "b_t"], ["o_t"])], "sbody",
+        [vi("st", [4]), vi("a_t", [4]), vi("b_t", [4])], [vi("st1", [4]), vi("o_t", [4])])
+    out.append(("control_flow_opset17", model("cf", [
+        n("Size", ["x"], ["sz"]), n("Equal", ["sz", "twelve"], ["is12"]),
+        n("If", ["is12"], ["y"], then_branch=then_g, else_branch=else_g),
+        n("Loop", ["trip", "yes", "y"], ["v_last", "sums"], body=body),
+        n("Scan", ["s0", "a", "b"], ["s_last", "o"], body=sbody, num_scan_inputs=2,
+          scan_input_directions=[0, 1], scan_output_axes=[1], scan_output_directions=[1])],
+        [vi("x", [3, 4]), vi("s0", [4]), vi("a", [5, 4]), vi("b", [5, 4])],
+        [vi("y", [3, 4]), vi("v_last", [3, 4]), vi("sums", [4]), vi("s_last", [4]),
+         vi("o", [4, 5])],
+        [helper.make_tensor("twelve", T.INT64, [], [12]), helper.make_tensor("trip", T.INT64, [], [4]),
+         helper.make_tensor("yes", T.BOOL, [], [True])], opset=17), {}))
+    # FlexAttention (ai.onnx.preview) with grouped heads, a causal score_mod
+    # and a prob_mod; the training domain's Adam over two tensors (against
+    # onnx's reference: onnxruntime has neither)
+    smod = helper.make_graph([
+        n("Trilu", ["ones"], ["tri"], upper=0), n("Cast", ["tri"], ["keep"], to=T.BOOL),
+        n("Where", ["keep", "scores", "ninf"], ["masked"])], "causal",
+        [vi("scores", [1, 4, 3, 3])], [vi("masked", [1, 4, 3, 3])],
+        [helper.make_tensor("ones", T.INT64, [3, 3], [1] * 9), helper.make_tensor("ninf", f, [], [-1e9])])
+    pmod = helper.make_graph([n("Mul", ["p", "k"], ["pk"])], "scale", [vi("p", [1, 4, 3, 3])],
+                             [vi("pk", [1, 4, 3, 3])], [helper.make_tensor("k", f, [], [0.75])])
+    out.append(("flex_attention@reference", model("fa", [
+        n("Tanh", ["q0"], ["q"]),
+        n("FlexAttention", ["q", "k", "v"], ["y"], domain="ai.onnx.preview", score_mod=smod,
+          prob_mod=pmod)],
+        [vi("q0", [1, 4, 3, 8]), vi("k", [1, 2, 3, 8]), vi("v", [1, 2, 3, 5])], [vi("y", [1, 4, 3, 5])],
+        opset=26, domains=["ai.onnx.preview"]), {}))
+    out.append(("adam@reference", model("ad", [
+        n("Adam", ["r", "t", "x1", "x2", "g1", "g2", "v1", "v2", "h1", "h2"],
+          ["x1n", "x2n", "v1n", "v2n", "h1n", "h2n"], domain="ai.onnx.preview.training",
+          alpha=0.9, beta=0.99, epsilon=1e-3, norm_coefficient=0.01, norm_coefficient_post=0.02)],
+        [vi("r", []), vi("t", [], T.INT64), vi("x1", [3]), vi("x2", [2, 2]), vi("g1", [3]),
+         vi("g2", [2, 2]), vi("v1", [3]), vi("v2", [2, 2]), vi("h1", [3]), vi("h2", [2, 2])],
+        [vi("x1n", [3]), vi("x2n", [2, 2]), vi("v1n", [3]), vi("v2n", [2, 2]), vi("h1n", [3]),
+         vi("h2n", [2, 2])], opset=26, domains=["ai.onnx.preview.training"]),
+        {"r": np.array(0.1, np.float32), "t": np.array(3, np.int64),
+         "h1": np.abs(rand(rng, [3])), "h2": np.abs(rand(rng, [2, 2]))}))
+    # Det of computed matrices (pivoting needed: a zero on the diagonal),
+    # DeformConv with two offset groups, a mask, a bias, pads and strides,
+    # RoiAlign (avg, half_pixel; rois given at run time), MelWeightMatrix,
+    # and ai.onnx.ml's Binarizer and ArrayFeatureExtractor
+    out.append(("det_deform_roi@reference", model("ddr", [
+        n("Mul", ["m", "perm"], ["mp"]), n("Det", ["mp"], ["det"]),
+        n("Tanh", ["x"], ["xt"]),
+        n("DeformConv", ["xt", "w", "off", "b", "mask"], ["dc"], offset_group=2, pads=[1, 1, 1, 1],
+          strides=[2, 1]),
+        n("RoiAlign", ["xt", "rois", "bidx"], ["ra"], output_height=3, output_width=2,
+          sampling_ratio=0, spatial_scale=0.5)],
+        [vi("m", [2, 3, 3]), vi("x", [2, 4, 5, 6]), vi("off", [2, 36, 3, 6]),
+         vi("mask", [2, 18, 3, 6]), vi("rois", [3, 4]), vi("bidx", [3], T.INT64)],
+        [vi("det", [2]), vi("dc", [2, 3, 3, 6]), vi("ra", [3, 4, 3, 2])],
+        [helper.make_tensor("perm", T.FLOAT, [3, 3], [0, 1, 1, 1, 0, 1, 1, 1, 1]),
+         w("w", [3, 4, 3, 3]), w("b", [3])], opset=22),
+        {"rois": np.array([[0, 0, 9, 7], [2, 1, 7, 9], [1.5, 2.5, 4, 6]], np.float32),
+         "bidx": np.array([0, 1, 1], np.int64)}))
+    out.append(("mel_ml@reference", model("mm", [
+        n("MelWeightMatrix", ["nb", "dl", "sr", "lo", "hi"], ["mel"]),
+        n("Binarizer", ["x"], ["bz"], domain="ai.onnx.ml", threshold=0.25),
+        n("ArrayFeatureExtractor", ["x", "ix"], ["fe"], domain="ai.onnx.ml")],
+        [vi("x", [3, 5]), vi("ix", [2], T.INT64)],
+        [vi("mel", [17, 6]), vi("bz", [3, 5]), vi("fe", [3, 2])],
+        [helper.make_tensor("nb", T.INT64, [], [6]), helper.make_tensor("dl", T.INT64, [], [32]),
+         helper.make_tensor("sr", T.INT64, [], [16000]), helper.make_tensor("lo", T.FLOAT, [], [100]),
+         helper.make_tensor("hi", T.FLOAT, [], [6000])], opset=17, domains=["ai.onnx.ml"]),
+        {"ix": np.array([4, 1], np.int64)}))
     out.append(("tensor_scatter_opset24", model("ts", [
         n("Tanh", ["u"], ["ut"]),
         n("TensorScatter", ["cache", "ut", "wi"], ["y0"]),
@@ -515,6 +639,21 @@ def main():
             n("Attention", ["q", "k", "v"], ["y"], name="attn0")],
             [vi("q", [1, 3, 8]), vi("k", [1, 3, 8]), vi("v", [1, 3, 8])],
             [vi("y", [1, 3, 8])]), ["attn0", "q_num_heads"])
+        # a loop whose exit depends on run-time data is not unrolled
+        wbody = helper.make_graph([
+            n("Mul", ["v_in", "v_in"], ["v_out"]), n("ReduceSum", ["v_out"], ["sm"], keepdims=0),
+            n("Less", ["sm", "lim"], ["c_out"])], "wb",
+            [vi("i", [], T.INT64), vi("c_in", [], T.BOOL), vi("v_in", [3])],
+            [vi("c_out", [], T.BOOL), vi("v_out", [3])], [helper.make_tensor("lim", T.FLOAT, [], [100.0])])
+        refused_model(SHARDC, tmp, "while_data", model("wd", [
+            n("Loop", ["", "go", "v"], ["vf"], body=wbody, name="while0")],
+            [vi("v", [3])], [vi("vf", [3])], [helper.make_tensor("go", T.BOOL, [], [True])],
+            opset=17), ["while0", "computed from run-time data"])
+        # a data-dependent shape without the data (inspect has no inputs)
+        refused_model(SHARDC, tmp, "nms_no_data", model("nm", [
+            n("NonMaxSuppression", ["boxes", "scores"], ["sel"], name="nms0")],
+            [vi("boxes", [1, 6, 4]), vi("scores", [1, 2, 6])], [vi("sel", None, T.INT64)],
+            opset=11), ["nms0", "'boxes' must be a constant"])
         refused_model(SHARDC, tmp, "packed", model("pk", [
             n("MultiHeadAttention", ["qkv"], ["y"], domain=MS, num_heads=2)],
             [vi("qkv", [1, 3, 2, 3, 4])], [vi("y", [1, 3, 8])], opset=17, ms=True),
