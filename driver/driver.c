@@ -64,6 +64,12 @@ static sc_status step_specialise(job *j) {
                          (int)v->rank);
     v->flags &= ~(uint32_t)SC_VALUE_INPUT;
     v->flags |= SC_VALUE_SPECIALISED;
+    const char **names = sc_arena_array(&g->arena, (size_t)g->n_specialised + 1, sizeof *names);
+    if (!names) return sc_diag_set(j->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    if (g->n_specialised) memcpy(names, g->specialised, (size_t)g->n_specialised * sizeof *names);
+    names[g->n_specialised] = v->name;
+    g->specialised = names;
+    g->n_specialised++;
     if (sc_value_set_data(g, id, t, f->rank, f->dims, f->data, f->bytes, true) != SC_OK) {
       *j->d = g->diag;
       return j->d->status;

@@ -606,3 +606,9 @@ int sc_graph_bind_dim(sc_graph *g, const char *name, int64_t value) {
   }
   return count;
 }
+
+bool sc_graph_was_specialised(const sc_graph *g, const char *name) {
+  for (int32_t k = 0; g && k < g->n_specialised; k++)
+    if (strcmp(g->specialised[k], name) == 0) return true;
+  return false;
+}

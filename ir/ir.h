@@ -171,6 +171,10 @@ typedef struct sc_graph {
 
   sc_diag diag;           /* first problem found */
   int32_t want_const;     /* value whose contents a shape depends on, or -1 */
+  /* the graph inputs the driver made constants (SC_VALUE_SPECIALISED), by
+   * name: the value may be folded away, the name still means "given" */
+  const char **specialised;
+  int32_t n_specialised;
   struct sc_shardings *shardings; /* per-value sharding, NULL until a plan assigns them (ir/sharding.h) */
 } sc_graph;
 
@@ -214,6 +218,10 @@ sc_status sc_value_set_data(sc_graph *g, int32_t value_id, sc_dtype dtype,
 /* Sets dtype and shape (rank <= SC_MAX_RANK; dims >= 0; checked). */
 sc_status sc_value_set_shape(sc_graph *g, int32_t value_id, sc_dtype dtype,
                              int32_t rank, const int64_t *dims);
+
+/* Whether `name` was a graph input the driver made a constant (given at
+ * compile time: g->specialised), even if it has been folded away since. */
+bool sc_graph_was_specialised(const sc_graph *g, const char *name);
 
 /* ---- reading ---- */
 static inline sc_value *sc_val(sc_graph *g, int32_t id) { return &g->values[id]; }

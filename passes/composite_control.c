@@ -28,8 +28,9 @@
  * loop's condition, see constants.
  *
  * Unrolling is bounded: at most CTL_MAX_STEPS steps and CTL_MAX_NODES
- * inlined nodes per op, so that a hostile trip count cannot exhaust memory
- * (an error names the node). */
+ * inlined nodes per op, and no inlining once the graph holds
+ * CTL_MAX_GRAPH_NODES (nested loops), so that a hostile trip count cannot
+ * exhaust memory (an error names the node). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -38,7 +39,7 @@
 #include "passes/composite_internal.h"
 #include "passes/pass.h"
 
-enum { CTL_MAX_STEPS = 4096, CTL_MAX_NODES = 1 << 18 };
+enum { CTL_MAX_STEPS = 4096, CTL_MAX_NODES = 1 << 18, CTL_MAX_GRAPH_NODES = 1 << 21 };
 
 typedef struct inliner {
   sc_grad_ctx *c;
@@ -98,9 +99,10 @@ static int32_t resolve(inliner *in, int32_t v) {
 static sc_status inline_node(inliner *in, const sc_node *sn) {
   sc_grad_ctx *c = in->c;
   sc_graph *g = c->g;
-  if (++*in->nodes > CTL_MAX_NODES)
+  if (++*in->nodes > CTL_MAX_NODES || g->n_nodes > CTL_MAX_GRAPH_NODES)
     return sc_node_error(g, cx_node(c), SC_ERR_LIMIT,
-                         "unrolled, it makes more than %d nodes", CTL_MAX_NODES);
+                         "unrolled, it makes more than %d nodes (or the graph more than %d)",
+                         CTL_MAX_NODES, CTL_MAX_GRAPH_NODES);
   int32_t ins[64], outs[64];
   if (sn->n_inputs > 64 || sn->n_outputs > 64)
     return sc_node_error(g, cx_node(c), SC_ERR_LIMIT, "subgraph node '%s' has over 64 operands",
@@ -258,10 +260,15 @@ static sc_status scan_core(sc_grad_ctx *c, scan_spec *sp, int32_t *outs, int32_t
   for (int64_t t = 0; t < T; t++) {
     for (int32_t j = 0; j < sp->n_state; j++) actual[j] = state[j];
     for (int32_t j = 0; j < sp->m; j++) {
-      int64_t at = sp->in_dir[j] ? T - 1 - t : t;
-      int32_t idx = gb_scalar(c, SC_DTYPE_I64, (double)at);
-      actual[sp->n_state + j] = gb_op_i(c, SC_OP_GATHER, (int32_t[]){sp->xs[j], idx}, 2, "axis",
-                                        sp->axes[j]);
+      /* step t's slice, the scan axis dropped (a Slice and a Reshape:
+       * plain data movement wherever the input is sharded) */
+      int64_t at = sp->in_dir[j] ? T - 1 - t : t, d[SC_MAX_RANK];
+      const sc_value *xv = cx_val(c, sp->xs[j]);
+      int32_t r = 0;
+      for (int32_t i = 0; i < xv->rank; i++)
+        if (i != sp->axes[j]) d[r++] = xv->dims[i];
+      actual[sp->n_state + j] =
+          gb_reshape(c, cx_axis_slice(c, sp->xs[j], sp->axes[j], at, at + 1, 1), r, d);
       if (actual[sp->n_state + j] < 0) return cx_built(c);
     }
     char *prefix = step_prefix(c, sp->tag, t);

@@ -206,6 +206,9 @@ sc_status cx_expand_deform_conv(sc_grad_ctx *c, int32_t *out) {
                          "[N, offset_group·kh·kw·2, oh, ow] are supported");
   int64_t kh = wv.dims[2], kw = wv.dims[3], oh = ov.dims[2], ow = ov.dims[3];
   int64_t N = xv.dims[0], C = xv.dims[1], H = xv.dims[2], W = xv.dims[3], cg = C / og;
+  if (og * kh * kw > 1024)
+    return sc_node_error(g, cx_node(c), SC_ERR_LIMIT, "%lld offset groups x %lld x %lld taps "
+                         "(at most 1024 sampled)", (long long)og, (long long)kh, (long long)kw);
   if (ov.dims[1] != og * kh * kw * 2)
     return sc_node_error(g, cx_node(c), SC_ERR_INVALID, "offset has %lld channels, not %lld",
                          (long long)ov.dims[1], (long long)(og * kh * kw * 2));

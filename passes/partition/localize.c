@@ -573,10 +573,11 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
   }
   int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, NULL);
   int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t below = new_value(z, "below", SC_DTYPE_BOOL, r, li->dims, NULL);
   int32_t lt = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
   int32_t ok = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
   int32_t safe = new_value(z, "safe_index", li->dtype, r, li->dims, NULL);
-  if (rel < 0 || ge < 0 || lt < 0 || ok < 0 || safe < 0) return lerr(z);
+  if (rel < 0 || ge < 0 || below < 0 || lt < 0 || ok < 0 || safe < 0) return lerr(z);
   /* negative ids count from the end of the whole table */
   const sc_attr *voc = sc_node_attr(gn, "__vocab");
   int64_t total = voc && voc->kind == SC_ATTR_INT ? voc->i : data->dims[0];
@@ -598,7 +599,10 @@ static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want
       emit(z, SC_OP_WHERE, (int32_t[]){neg, wrapped, ids}, 3, &idx, 1) < 0)
     return z->d->status;
   if (emit(z, SC_OP_SUB, (int32_t[]){idx, off}, 2, &rel, 1) < 0 ||
-      emit(z, SC_OP_GREATER_EQUAL, (int32_t[]){rel, zero}, 2, &ge, 1) < 0 ||
+      /* rel >= 0 as not(rel < 0): Less and Not exist at every opset the
+       * graph may be read at (GreaterOrEqual only from 12) */
+      emit(z, SC_OP_LESS, (int32_t[]){rel, zero}, 2, &below, 1) < 0 ||
+      emit(z, SC_OP_NOT, (int32_t[]){below}, 1, &ge, 1) < 0 ||
       emit(z, SC_OP_LESS, (int32_t[]){rel, lim}, 2, &lt, 1) < 0 ||
       emit(z, SC_OP_AND, (int32_t[]){ge, lt}, 2, &ok, 1) < 0 ||
       emit(z, SC_OP_WHERE, (int32_t[]){ok, rel, zero}, 3, &safe, 1) < 0)

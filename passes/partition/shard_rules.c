@@ -652,9 +652,10 @@ sc_status sc_shard_gather(sc_shard_ctx *c) {
   sc_sharding *wd = &c->want[0], *wi = &c->want[1], *out = &c->out[0];
   wd->partial = wi->partial = 0;
   sc_axes masked = 0;
-  /* the partitioner's masked form (localize.c) gathers rows: axis 0, int64 */
+  /* the partitioner's masked form (localize.c) gathers rows: axis 0, int64
+   * indices of rank 1 or more (a scalar index drops the axis: gathered whole) */
   if (axis == 0 && wd->n_dim_axes[0] && sc_sharding_stride(wd, 0) == 1 && !c->in[1].partial &&
-      idx->dtype == SC_DTYPE_I64) {
+      idx->dtype == SC_DTYPE_I64 && q >= 1) {
     c->expand = SC_SHARD_EXPAND_MASKED_GATHER;
     masked = dim_mask(wd, axis);
   } else {

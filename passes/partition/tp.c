@@ -220,6 +220,7 @@ static sc_status apply_overrides(sc_graph *g, const sc_plan *plan) {
   for (int32_t i = 0; i < plan->n_overrides; i++) {
     const sc_plan_override *o = &plan->overrides[i];
     int32_t id = sc_graph_find_value(g, o->name);
+    if (id < 0 && sc_graph_was_specialised(g, o->name)) continue; /* given, folded away */
     if (id < 0)
       return sc_graph_error(g, SC_ERR_INVALID, "plan override: no initializer '%s'", o->name);
     if (g->values[id].flags & SC_VALUE_SPECIALISED) continue; /* a constant: replicated */

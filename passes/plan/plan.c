@@ -204,6 +204,7 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
     int32_t id = sc_graph_find_value(g, o->name);
     const sc_value *v = id >= 0 ? &g->values[id] : NULL;
     if (v && (v->flags & SC_VALUE_SPECIALISED)) continue; /* a constant now: not sharded */
+    if (sc_graph_was_specialised(g, o->name)) continue; /* given, then folded away */
     if (!v || (v->flags & SC_VALUE_DEAD) || !(v->flags & (SC_VALUE_PARAM | SC_VALUE_INPUT)))
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "plan: sharding override names '%s', which is not an initializer "

@@ -286,6 +286,29 @@ def test_alltoall(tmp):
     print("ok: X + X^T over dp=2 moves the split with one AllToAll")
 
 
+def test_scalar_gather(tmp):
+    """A Gather of one row (a scalar index drops the axis) of a tensor split
+    along that axis over dp=3 keeps the single-rank shape [2] (the masked
+    row gather takes indices of rank 1 or more only)."""
+    from onnx import helper, TensorProto
+    g = helper.make_graph([helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], "sg",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor("i", TensorProto.INT64, [], [1])])
+    path = os.path.join(tmp, "scalar_gather.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+    outs = {}
+    for tag, extra in (("one", []), ("dp3", ["--mesh", "dp=3"])):
+        d = os.path.join(tmp, "sg_" + tag)
+        r = run(["run", path, "--random-inputs", "5", "-q", "--output-dir", d] + extra)
+        if not check(r.returncode == 0, f"scalar gather {tag}: {r.stderr}"):
+            return
+        outs[tag] = np.load(os.path.join(d, "y.npy"))
+    check(outs["dp3"].shape == (2,), f"scalar gather over dp=3: shape {outs['dp3'].shape}")
+    compare("scalar gather dp=3 output y", outs["dp3"], outs["one"])
+    print("ok: a scalar-index Gather along a dp-split axis keeps its shape")
+
+
 def test_vocab_padding(tmp):
     """A vocabulary that does not divide by tp (1001 rows, tied embedding and
     LM head) is padded, split and sliced back: the logits and their softmax
@@ -410,6 +433,7 @@ def main():
         test_mpi(tmp, models)
         test_planned_memory(tmp)
         test_alltoall(tmp)
+        test_scalar_gather(tmp)
         test_vocab_padding(tmp)
         test_tp_blocks(tmp)
         test_repeat(tmp)
