@@ -47,12 +47,7 @@ typedef struct slices {
 static double slice_elem(const slices *s, int64_t j, int64_t e, bool *nan) {
   int64_t o = e / s->inner, i = e % s->inner;
   int64_t at = (o * s->m + j) * s->inner + i;
-  double v = sc_load_f64(s->x->dtype, s->data, at);
-  if (s->x->dtype == SC_DTYPE_I64 || s->x->dtype == SC_DTYPE_U64) {
-    /* exact order of 64-bit integers: compared as such below */
-    *nan = false;
-    return v;
-  }
+  double v = sc_load_f64(s->x->dtype, s->data, at); /* 64-bit integers: cmp_slices */
   *nan = isnan(v);
   return v;
 }
@@ -79,6 +74,12 @@ static int cmp_slices(const void *ctx, int64_t a, int64_t b) {
     if (x != y) return x < y ? -1 : 1;
   }
   return 0;
+}
+
+/* Groups by their first index (ctx: the first indices). */
+static int cmp_first(const void *ctx, int64_t a, int64_t b) {
+  const int64_t *first = ctx;
+  return first[a] < first[b] ? -1 : first[a] > first[b];
 }
 
 typedef struct unique_result {
@@ -152,12 +153,7 @@ static sc_status select_unique(sc_graph *g, const sc_node *n, const slices *s, b
   if (!sorted) { /* groups in the order of their first occurrence */
     int64_t *pos = tmp; /* group (sorted order) → output position */
     for (int64_t k = 0; k < u; k++) ord[k] = k;
-    for (int64_t a = 1; a < u; a++) /* insertion by first index (u is small) */
-      for (int64_t b = a; b > 0 && r->first[ord[b - 1]] > r->first[ord[b]]; b--) {
-        int64_t t = ord[b];
-        ord[b] = ord[b - 1];
-        ord[b - 1] = t;
-      }
+    merge_sort(ord, tmp, u, cmp_first, r->first); /* by first index; tmp is free until pos */
     int64_t *f = malloc((size_t)(u ? u : 1) * sizeof *f), *c = malloc((size_t)(u ? u : 1) * sizeof *c);
     if (!f || !c) {
       free(f);
