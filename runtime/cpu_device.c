@@ -1,5 +1,5 @@
 /* cpu_device.c — the CPU device: LLVM-compiled kernels on a thread pool,
- * oneDNN for matrix products.
+ * matrix products through our own AVX2 kernel (cpu_gemm.h) or oneDNN.
  *
  * The thread pool is created once per session (threads - 1 pthreads; the
  * calling thread works too). It is built for back-to-back small jobs: a
@@ -13,7 +13,9 @@
  * the thread count or the split.
  *
  * A GEMM step is cut into fixed tiles (see cpu_run_gemm) run on the pool,
- * each a single-threaded dnnl_sgemm plus its bias add in C, then the
+ * each a single-threaded call of the GEMM engine (sc_gemm_engine_get: the
+ * own kernel, which reads constant B operands packed at bind, or
+ * dnnl_sgemm) plus its bias add in C, then the
  * epilogue kernel runs if there is one. GEMMs are f32 only: lowering turns
  * other dtypes into kir.
  *
@@ -41,6 +43,7 @@
 
 #include "codegen/cpu/cpu.h"
 #include "cpu_conv.h"
+#include "cpu_gemm.h"
 #include "device.h"
 
 /* ------------------------------------------------------------------ */
@@ -227,6 +230,10 @@ typedef struct cpu_ctx {
   bool im2col_convs;      /* none: sc_device_opts.im2col_convs */
   float *repitch;         /* B operands copied to a pitch that does not alias
                              (sized for the largest: sc_gemm_repitch_numel) */
+  sc_gemm_packed_b *packed; /* per step: its constant B packed for the own
+                               GEMM kernel (data NULL: none; see pack_weights) */
+  bool *packed_owner;     /* per step: packed[i].data is this step's to free
+                             (steps reading the same B share one) */
   double compile_s;
 } cpu_ctx;
 
@@ -252,6 +259,14 @@ static sc_status cpu_create(const sc_device_opts *o, void **out, sc_diag *diag) 
   return SC_OK;
 }
 
+static void free_packed(cpu_ctx *c) {
+  for (int32_t i = 0; c->packed && c->p && i < c->p->n_steps; i++) {
+    if (c->packed_owner[i]) free(c->packed[i].data);
+    c->packed[i].data = NULL;
+    c->packed_owner[i] = false;
+  }
+}
+
 static void cpu_destroy(void *ctx) {
   cpu_ctx *c = ctx;
   if (!c) return;
@@ -261,6 +276,9 @@ static void cpu_destroy(void *ctx) {
     for (int32_t k = 0; k < c->p->n_kernels; k++) sc_free(c->args[k]);
   sc_free(c->args);
   sc_cpu_convs_destroy(c->convs);
+  free_packed(c);
+  sc_free(c->packed);
+  sc_free(c->packed_owner);
   sc_free(c->skip);
   sc_free(c->fns);
   sc_free(c->points);
@@ -366,7 +384,11 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->args = sc_calloc(nk1, sizeof *c->args);
   c->ptrs = sc_calloc(p->n_buffers > 0 ? (size_t)p->n_buffers : 1, sizeof *c->ptrs);
   c->skip = sc_calloc(nk1, sizeof *c->skip);
-  if (!c->fns || !c->points || !c->work || !c->args || !c->ptrs || !c->skip)
+  size_t ns1 = p->n_steps > 0 ? (size_t)p->n_steps : 1;
+  c->packed = sc_calloc(ns1, sizeof *c->packed);
+  c->packed_owner = sc_calloc(ns1, sizeof *c->packed_owner);
+  if (!c->fns || !c->points || !c->work || !c->args || !c->ptrs || !c->skip || !c->packed ||
+      !c->packed_owner)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t k = 0; k < nk; k++) {
     const kir_kernel *kk = p->kernels[k];
@@ -472,6 +494,66 @@ sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag) {
   return SC_OK;
 }
 
+/* Whether GEMM step s's B is a constant that the own kernel reads packed:
+ * one matrix (no batch, or the same for every entry), not a direct
+ * convolution. */
+static bool packs_b(const cpu_ctx *c, const sc_step *s) {
+  const sc_gemm *g = &s->gemm;
+  if (s->kind != SC_STEP_GEMM || sc_cpu_convs_note(c->convs, s) || g->m <= 0 || g->n <= 0 ||
+      g->k <= 0 || g->batch <= 0 || (g->batch > 1 && g->stride_b != 0))
+    return false;
+  int32_t r = sc_program_root(c->p, g->b);
+  return r >= 0 && c->p->buffers[r].kind == SC_BUF_CONST;
+}
+
+typedef struct pack_job {
+  const sc_gemm *g;
+  const float *B;
+  sc_gemm_packed_b *out;
+} pack_job;
+
+enum { PACK_ROWS = 256 }; /* the kernel's block of k (cpu_gemm.c's KC) */
+
+static void pack_rows(void *ud, int64_t begin, int64_t end) {
+  const pack_job *j = ud;
+  sc_gemm_pack_b(j->g->trans_b, j->g->k, j->g->n, j->B, j->g->ldb, begin * PACK_ROWS,
+                 end * PACK_ROWS, j->out);
+}
+
+/* With the own GEMM kernel (cpu_gemm.h), every constant B is packed once
+ * here, into the layout the kernel reads: no packing per run, rows read in
+ * order from aligned memory. Steps reading the same matrix the same way
+ * share one packing. The packed copies are the device's own memory,
+ * outside the arena (k x n rounded up to 16 floats each). */
+static sc_status pack_weights(cpu_ctx *c, sc_diag *diag) {
+  free_packed(c); /* a second bind starts over */
+  if (sc_gemm_engine_get() != SC_GEMM_ENGINE_OWN) return SC_OK;
+  const sc_program *p = c->p;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (!packs_b(c, s)) continue;
+    const sc_gemm *g = &s->gemm;
+    for (int32_t j = 0; j < i && !c->packed[i].data; j++) {
+      const sc_gemm *h = &p->steps[j].gemm;
+      if (c->packed[j].data && c->ptrs[h->b] == c->ptrs[g->b] && h->trans_b == g->trans_b &&
+          h->k == g->k && h->n == g->n && h->ldb == g->ldb)
+        c->packed[i] = c->packed[j];
+    }
+    if (c->packed[i].data) continue;
+    int64_t numel = sc_gemm_packed_b_numel(g->k, g->n);
+    if (numel < 0 || numel > INT64_MAX / 4 ||
+        posix_memalign((void **)&c->packed[i].data, 64, (size_t)numel * sizeof(float)))
+      return sc_diag_set(diag, SC_ERR_NOMEM, s->origin, NULL,
+                         "cpu device: no memory to pack a %lld x %lld weight matrix",
+                         (long long)g->k, (long long)g->n);
+    c->packed_owner[i] = true;
+    pack_job j = {.g = g, .B = c->ptrs[g->b], .out = &c->packed[i]};
+    int64_t blocks = (g->k + PACK_ROWS - 1) / PACK_ROWS;
+    sc_thread_pool_run(c->pool, pack_rows, &j, blocks, blocks);
+  }
+  return SC_OK;
+}
+
 static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   cpu_ctx *c = ctx;
   const sc_program *p = c->p;
@@ -497,6 +579,7 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
     for (int32_t i = 0; i < p->kernels[k]->n_params; i++)
       c->args[k][i] = c->ptrs[p->kernels[k]->params[i].buffer];
   if (st == SC_OK && c->convs) st = sc_cpu_convs_bind(c->convs, c->ptrs, diag);
+  if (st == SC_OK) st = pack_weights(c, diag);
   return st;
 }
 
@@ -536,7 +619,7 @@ static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->
 
 /* GEMMs are cut into tiles (batch entry x tile_m rows x tile_n columns)
  * whose boundaries depend only on the problem's shape, never on the thread
- * count; each tile is one single-threaded dnnl_sgemm call (oneDNN; plus its
+ * count; each tile is one single-threaded call of the engine (plus its
  * bias), and the pool runs the tiles. So every element is computed by the
  * same call whatever the thread count: results are bit-identical with 1 or
  * N threads (a library's own threading is not).
@@ -552,12 +635,20 @@ static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->
  * in the whole GPT-2-small run the two rules are within 2%). Rows are 128
  * per tile, 64 when that leaves fewer than GEMM_TILES_WANTED tiles. */
 enum { GEMM_TILE_N_MAX = 768, GEMM_TILE_N_MIN = 384, GEMM_TILE_M_BIG = 128,
-       GEMM_TILE_M_SMALL = 64, GEMM_TILES_WANTED = 4 };
+       GEMM_TILE_M_SMALL = 64, GEMM_TILES_WANTED = 4, OWN_TILE_N_MIN = 128 };
 
-static void gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
+static void gemm_tiling(const sc_gemm *g, bool own, int64_t *tile_m, int64_t *tile_n) {
   int64_t rows = g->batch * ((g->m + GEMM_TILE_M_BIG - 1) / GEMM_TILE_M_BIG);
   int64_t cols = (g->n + GEMM_TILE_N_MAX - 1) / GEMM_TILE_N_MAX;
-  while ((rows * cols) % GEMM_TILES_WANTED != 0 && g->n / (cols + 1) >= GEMM_TILE_N_MIN) cols++;
+  int64_t n_min = own ? OWN_TILE_N_MIN : GEMM_TILE_N_MIN;
+  while ((rows * cols) % GEMM_TILES_WANTED != 0 && g->n / (cols + 1) >= n_min) cols++;
+  if (own) { /* 128 rows per tile: the kernel reuses each panel of B over them */
+    int64_t tn = (g->n + cols - 1) / cols;
+    tn = (tn + 15) / 16 * 16;
+    *tile_m = GEMM_TILE_M_BIG;
+    *tile_n = tn > g->n ? g->n : tn;
+    return;
+  }
   int64_t tn = (g->n + cols - 1) / cols;
   tn = (tn + 15) / 16 * 16; /* column tiles start on a 64-byte boundary */
   if (tn > g->n) tn = g->n;
@@ -613,6 +704,8 @@ typedef struct gemm_job {
   float *C;
   int64_t tile_m, tile_n, tiles_m, tiles_n;
   bool bias_per_batch;
+  bool own; /* sc_cpu_gemm_tile, else dnnl_sgemm */
+  const sc_gemm_packed_b *packed; /* own: op(B) packed, or NULL */
 } gemm_job;
 
 static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
@@ -635,6 +728,12 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
           float *e = &C[(int64_t)i * g->ldc + jj];
           *e = g->beta == 0.0f ? 0.0f : g->beta * *e;
         }
+    } else if (j->own) {
+      if (!sc_cpu_gemm_tile(g->trans_a, g->trans_b, m, n, g->k, g->alpha, A, g->lda, B, g->ldb,
+                            j->packed, n0, g->beta, C, g->ldc)) {
+        fprintf(stderr, "shardc: no memory for the GEMM packing buffers of a thread\n");
+        abort();
+      }
     } else {
       /* row-major; prepare() checked the leading dimensions, so the call
        * cannot refuse its arguments: a failure here is the library's own
@@ -659,10 +758,12 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
 }
 
 void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
-                      int64_t bias_numel, float *C, sc_thread_pool *tp, float *scratch) {
+                      int64_t bias_numel, float *C, sc_thread_pool *tp, float *scratch,
+                      const sc_gemm_packed_b *packed) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
   sc_gemm rg;
-  if (scratch && sc_gemm_repitch_numel(g) > 0) {
+  bool own = sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN; /* packs B: no aliasing pitch */
+  if (!own && scratch && sc_gemm_repitch_numel(g) > 0) {
     rg = *g;
     repitch_job r = {.B = B, .dst = scratch, .rows = g->trans_b ? g->n : g->k,
                      .cols = g->trans_b ? g->k : g->n, .ldb = g->ldb, .stride_b = g->stride_b};
@@ -677,8 +778,9 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
     g = &rg;
     B = scratch;
   }
-  gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias};
-  gemm_tiling(g, &j.tile_m, &j.tile_n);
+  gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias, .own = own,
+               .packed = own && packed && packed->data ? packed : NULL};
+  gemm_tiling(g, false, &j.tile_m, &j.tile_n);
   j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
   j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
   j.bias_per_batch = bias && g->bias_full && bias_numel != g->m * g->n;
@@ -686,11 +788,23 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
   /* multiply-adds per tile, roughly; small products stay on one thread */
   double flops = (double)g->batch * (double)g->m * (double)g->n * (double)(g->k + 1);
   int threads = tp ? sc_thread_pool_threads(tp) : 1;
-  int64_t chunks = flops < 65536.0 || !tp ? 1 : (int64_t)threads * CHUNKS_PER_THREAD;
+  /* one tile per chunk: a tile is thousands of cycles of work, and larger
+   * chunks leave a thread idle at the end (66 tiles in chunks of 9 on 2
+   * threads: up to 9 tiles' time) */
+  int64_t chunks = flops < 65536.0 || !tp || threads < 2 ? 1 : tiles;
   if (chunks <= 1)
     gemm_tiles(&j, 0, tiles);
   else
     sc_thread_pool_run(tp, gemm_tiles, &j, tiles, chunks);
+}
+
+/* Step s's packed B, or NULL (s may also be a copy of a step, made by a
+ * caller that runs steps one by one: then it is not in the program's
+ * array and reads its B in place). */
+static const sc_gemm_packed_b *packed_of(const cpu_ctx *c, const sc_step *s) {
+  uintptr_t at = (uintptr_t)s, first = (uintptr_t)c->p->steps;
+  if (at < first || at >= first + (uintptr_t)c->p->n_steps * sizeof *s) return NULL;
+  return &c->packed[s - c->p->steps];
 }
 
 static void cpu_run_gemm(void *ctx, const sc_step *s) {
@@ -699,7 +813,7 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
   if (!sc_cpu_convs_run(c->convs, s, c->pool))
     sc_host_gemm_f32(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
                      g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
-                     c->repitch);
+                     c->repitch, packed_of(c, s));
   if (s->kernel >= 0) run_kernel_id(c, s->kernel);
 }
 

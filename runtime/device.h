@@ -38,6 +38,7 @@
 #include "codegen/program.h"
 
 struct sc_comm;
+struct sc_gemm_packed_b;
 typedef struct sc_thread_pool sc_thread_pool;
 
 typedef struct sc_device_opts {
@@ -134,9 +135,13 @@ bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]);
  * result on any thread count), run on tp (NULL: this thread). bias_numel:
  * the bias buffer's element count (bias may be NULL). scratch (or NULL):
  * sc_gemm_repitch_numel(g) floats, where a B whose row pitch aliases in
- * the cache (a multiple of 4 KiB) is first copied with a longer pitch. */
+ * the cache (a multiple of 4 KiB) is first copied with a longer pitch
+ * (oneDNN only). packed (or NULL, or with data NULL): op(B) already packed
+ * for the own kernel (runtime/cpu_gemm.h), read instead of B when that
+ * kernel runs. */
 void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
-                      int64_t bias_numel, float *C, struct sc_thread_pool *tp, float *scratch);
+                      int64_t bias_numel, float *C, struct sc_thread_pool *tp, float *scratch,
+                      const struct sc_gemm_packed_b *packed);
 /* Floats of scratch sc_host_gemm_f32 uses for g's B (0: B is read in place). */
 int64_t sc_gemm_repitch_numel(const sc_gemm *g);
 /* The first of n indices of dtype t outside [-dim, dim) (unsigned: [0,

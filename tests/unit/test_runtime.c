@@ -20,6 +20,7 @@
 
 #include "codegen/program.h"
 #include "codegen/memplan.h"
+#include "runtime/cpu_gemm.h"
 #include "runtime/device.h"
 #include "runtime/runtime.h"
 
@@ -391,6 +392,152 @@ static void test_gemm_aliasing_pitch(void **state) {
   }
 }
 
+/* ---- the own GEMM kernel (runtime/cpu_gemm.c) ---- */
+
+/* op(X)[r][c] of a row-major X with leading dimension ld */
+static float op_at(const float *x, bool trans, int64_t ld, int64_t r, int64_t c) {
+  return trans ? x[c * ld + r] : x[r * ld + c];
+}
+
+/* One tile through sc_cpu_gemm_tile against the float64 reference, for
+ * every transposition, alpha and beta (beta 0 over a C of NaNs, which must
+ * not be read), at shapes that cut every block of the kernel (6 rows, 16
+ * columns, 256 of k, 128 rows per A block) in the middle; then the same
+ * tile reading op(B) packed (sc_gemm_pack_b) from column n0 of a wider
+ * matrix gives the same bits. */
+static void test_own_gemm_tile(void **state) {
+  (void)state;
+  if (!sc_cpu_gemm_own_supported()) {
+    puts("own GEMM kernel: this CPU has no AVX2/FMA; oneDNN runs every product");
+    return;
+  }
+  rng_seed(21);
+  static const int64_t shapes[][3] = {{1, 1, 1},   {7, 17, 3},   {6, 16, 256}, {13, 33, 257},
+                                      {64, 48, 600}, {131, 40, 70}, {5, 100, 513}};
+  static const float alphas[] = {1.0f, 0.5f}, betas[] = {0.0f, 1.0f, -0.5f};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int tr = 0; tr < 4; tr++) {
+      bool ta = tr & 1, tb = tr & 2;
+      int64_t m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+      int64_t n0 = 32, nw = n0 + n + 5; /* the tile's columns inside a wider B */
+      int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : nw) + 2, ldc = n + 7;
+      float *a = malloc(sizeof(float) * (size_t)((ta ? k : m) * lda));
+      float *b = malloc(sizeof(float) * (size_t)((tb ? nw : k) * ldb));
+      float *c0 = malloc(sizeof(float) * (size_t)(m * ldc)), *c = malloc(sizeof *c * m * ldc);
+      float *c2 = malloc(sizeof(float) * (size_t)(m * ldc));
+      for (int64_t i = 0; i < (ta ? k : m) * lda; i++) a[i] = (float)rnd(-1, 1);
+      for (int64_t i = 0; i < (tb ? nw : k) * ldb; i++) b[i] = (float)rnd(-1, 1);
+      for (int64_t i = 0; i < m * ldc; i++) c0[i] = (float)rnd(-1, 1);
+      /* the tile's op(B) starts at column n0 */
+      const float *bt = tb ? b + n0 * ldb : b + n0;
+      int64_t pn = sc_gemm_packed_b_numel(k, nw);
+      assert_true(pn >= k * nw);
+      sc_gemm_packed_b pb = {.data = aligned_alloc(64, sizeof(float) * (size_t)((pn + 15) / 16 * 16))};
+      sc_gemm_pack_b(tb, k, nw, b, ldb, 0, k, &pb);
+      for (size_t ai = 0; ai < 2; ai++)
+        for (size_t bi = 0; bi < 3; bi++) {
+          float alpha = alphas[ai], beta = betas[bi];
+          for (int64_t i = 0; i < m * ldc; i++) c[i] = beta == 0.0f ? NAN : c0[i];
+          memcpy(c2, c, sizeof(float) * (size_t)(m * ldc));
+          assert_true(sc_cpu_gemm_tile(ta, tb, m, n, k, alpha, a, lda, bt, ldb, NULL, 0, beta, c,
+                                       ldc));
+          assert_true(sc_cpu_gemm_tile(ta, tb, m, n, k, alpha, a, lda, NULL, 0, &pb, n0, beta, c2,
+                                       ldc));
+          for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < ldc; j++) {
+              double got = c[i * ldc + j];
+              if (j >= n) { /* outside the tile: untouched */
+                assert_memory_equal(&c[i * ldc + j], beta == 0.0f ? &c[i * ldc + j]
+                                                                  : &c0[i * ldc + j],
+                                    sizeof(float));
+                continue;
+              }
+              double want = beta == 0.0f ? 0.0 : (double)beta * c0[i * ldc + j];
+              double acc = 0;
+              for (int64_t q = 0; q < k; q++)
+                acc += (double)op_at(a, ta, lda, i, q) * op_at(bt, tb, ldb, q, j);
+              want += alpha * acc;
+              if (!close_to(got, want))
+                fail_msg("%lldx%lldx%lld trans %d%d alpha %g beta %g: c[%lld,%lld] = %g, want %g",
+                         (long long)m, (long long)n, (long long)k, ta, tb, alpha, beta,
+                         (long long)i, (long long)j, got, want);
+            }
+          for (int64_t i = 0; i < m; i++) /* packed B: the same bits */
+            assert_memory_equal(c + i * ldc, c2 + i * ldc, sizeof(float) * (size_t)n);
+        }
+      free(pb.data);
+      free(a);
+      free(b);
+      free(c0);
+      free(c);
+      free(c2);
+    }
+}
+
+/* A session whose product reads a constant, transposed B that the CPU
+ * device packs at bind (m, n, k off every block boundary), with each
+ * engine: the float64 reference's result, the same bits on 1 and 3
+ * threads. */
+static void test_gemm_engines(void **state) {
+  (void)state;
+  rng_seed(23);
+  enum { M5 = 70, N5 = 100, K5 = 300 };
+  float *w = malloc(sizeof(float) * N5 * K5), *a = malloc(sizeof(float) * M5 * K5);
+  for (int i = 0; i < N5 * K5; i++) w[i] = (float)rnd(-1, 1);
+  for (int i = 0; i < M5 * K5; i++) a[i] = (float)rnd(-1, 1);
+  sc_program *p = sc_program_create();
+  int64_t da[] = {M5, K5}, dw[] = {N5, K5}, dc[] = {M5, N5};
+  int64_t oc = (M5 * K5 * 4 + 63) / 64 * 64;
+  int32_t ba = add_buf(p, "a", SC_BUF_INPUT, 2, da, 0, NULL, -1);
+  int32_t bw = add_buf(p, "w", SC_BUF_CONST, 2, dw, -1, w, -1);
+  int32_t bc = add_buf(p, "c", SC_BUF_OUTPUT, 2, dc, oc, NULL, -1);
+  p->arena_bytes = oc + M5 * N5 * 4;
+  sc_step st;
+  memset(&st, 0, sizeof st);
+  st.kind = SC_STEP_GEMM;
+  st.kernel = -1;
+  st.gemm = (sc_gemm){.a = ba, .b = bw, .c = bc, .trans_b = true, .batch = 1, .m = M5, .n = N5,
+                      .k = K5, .lda = K5, .ldb = K5, .ldc = N5, .alpha = 1.0f, .beta = 0.0f,
+                      .bias = -1};
+  assert_true(sc_program_add_step(p, &st) >= 0);
+  assert_int_equal(sc_program_add_input(p, ba), SC_OK);
+  assert_int_equal(sc_program_add_output(p, bc), SC_OK);
+  sc_gemm_engine engines[] = {SC_GEMM_ENGINE_ONEDNN, SC_GEMM_ENGINE_OWN};
+  for (int e = 0; e < 2; e++) {
+    sc_gemm_engine_set(engines[e]);
+    if (engines[e] == SC_GEMM_ENGINE_OWN && !sc_cpu_gemm_own_supported())
+      assert_int_equal(sc_gemm_engine_get(), SC_GEMM_ENGINE_ONEDNN);
+    float *res[2];
+    for (int t = 0; t < 2; t++) {
+      sc_session *ss = make_session(p, t ? 3 : 1);
+      sc_tensor_view in = {.name = "a", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {M5, K5},
+                           .data = a};
+      sc_tensor_view out;
+      sc_diag d = {0};
+      sc_diag_clear(&d);
+      assert_int_equal(sc_session_run(ss, &in, 1, &out, 1, &d), SC_OK);
+      res[t] = malloc(sizeof(float) * M5 * N5);
+      memcpy(res[t], out.data, sizeof(float) * M5 * N5);
+      sc_session_destroy(ss);
+    }
+    for (int i = 0; i < M5; i++)
+      for (int j = 0; j < N5; j++) {
+        double want = 0;
+        for (int q = 0; q < K5; q++) want += (double)a[i * K5 + q] * w[j * K5 + q];
+        if (!close_to(res[0][i * N5 + j], want))
+          fail_msg("%s: c[%d,%d] = %g, want %g", sc_gemm_engine_name(sc_gemm_engine_get()), i, j,
+                   res[0][i * N5 + j], want);
+      }
+    assert_memory_equal(res[0], res[1], sizeof(float) * M5 * N5);
+    free(res[0]);
+    free(res[1]);
+  }
+  sc_gemm_engine_set(SC_GEMM_ENGINE_AUTO);
+  sc_program_destroy(p);
+  free(w);
+  free(a);
+}
+
 static void test_input_validation(void **state) {
   (void)state;
   rng_seed(9);
@@ -476,6 +623,8 @@ int main(void) {
       cmocka_unit_test(test_threads_identical),
       cmocka_unit_test(test_batched_transposed_gemm),
       cmocka_unit_test(test_gemm_aliasing_pitch),
+      cmocka_unit_test(test_own_gemm_tile),
+      cmocka_unit_test(test_gemm_engines),
       cmocka_unit_test(test_input_validation),
       cmocka_unit_test(test_thread_pool),
   };
