@@ -321,6 +321,21 @@ sc_status sc_lower_pointwise_kernel(sc_lower_ctx *cx, const char *name, int32_t 
                                     sc_lower_index_fn fn, void *ud) {
   if (buffer < 0 || buffer >= cx->p->n_buffers)
     return sc_diag_set(cx->diag, SC_ERR_INVALID, NULL, NULL, "bad buffer %d", buffer);
+  const sc_buffer *b = &cx->p->buffers[buffer];
+  return sc_lower_pointwise_kernel_at(cx, name, buffer, b->rank, b->dims, NULL, fn, ud);
+}
+
+sc_status sc_lower_pointwise_kernel_at(sc_lower_ctx *cx, const char *name, int32_t buffer,
+                                       int32_t rank, const int64_t *domain, const int64_t *shift,
+                                       sc_lower_index_fn fn, void *ud) {
+  if (buffer < 0 || buffer >= cx->p->n_buffers || rank != cx->p->buffers[buffer].rank)
+    return sc_diag_set(cx->diag, SC_ERR_INVALID, NULL, NULL, "bad buffer %d", buffer);
+  for (int32_t d = 0; d < rank; d++) {
+    int64_t at = shift ? shift[d] : 0;
+    if (domain[d] < 0 || at < 0 || at > cx->p->buffers[buffer].dims[d] - domain[d])
+      return sc_diag_set(cx->diag, SC_ERR_INVALID, NULL, NULL,
+                         "pointwise kernel outside buffer %d", buffer);
+  }
   kir_kernel *saved_k = cx->k;
   int32_t *saved_map = NULL;
   size_t map_bytes = sizeof(int32_t) * (size_t)cx->cap_param_of_buffer;
@@ -330,16 +345,20 @@ sc_status sc_lower_pointwise_kernel(sc_lower_ctx *cx, const char *name, int32_t 
     memcpy(saved_map, cx->param_of_buffer, map_bytes);
   }
   const sc_buffer *b = &cx->p->buffers[buffer];
-  int64_t dims[SC_MAX_RANK];
-  int32_t rank = b->rank;
-  memcpy(dims, b->dims, sizeof(int64_t) * (size_t)rank);
+  int64_t dims[SC_MAX_RANK], bdims[SC_MAX_RANK];
+  memcpy(dims, domain, sizeof(int64_t) * (size_t)rank);
+  memcpy(bdims, b->dims, sizeof(int64_t) * (size_t)rank);
   sc_status st = new_kernel(cx, name ? name : "pw", rank, dims, 1);
   if (st == SC_OK) {
-    int32_t idx[SC_MAX_RANK];
+    int32_t idx[SC_MAX_RANK], at[SC_MAX_RANK];
     sc_lower_outer_index(cx, idx);
     int32_t e = fn(cx, ud, idx);
     int32_t pi = param_for(cx, buffer, true);
-    int32_t off = sc_lower_offset(cx, rank, dims, idx);
+    for (int32_t d = 0; d < rank; d++)
+      at[d] = shift && shift[d] ? sc_lower_bin(cx, KIR_ADD, idx[d],
+                                               sc_lower_const(cx, SC_DTYPE_I64, (double)shift[d]))
+                                : idx[d];
+    int32_t off = sc_lower_offset(cx, rank, bdims, at);
     if (e < 0 || pi < 0 || off < 0 || kir_add_store(cx->arena, cx->k, pi, off, e) < 0)
       st = failed(cx);
   }

@@ -96,6 +96,12 @@ sc_status sc_lower_add_step(sc_lower_ctx *cx, const sc_step *s);
 typedef int32_t (*sc_lower_index_fn)(sc_lower_ctx *cx, void *ud, const int32_t *idx);
 sc_status sc_lower_pointwise_kernel(sc_lower_ctx *cx, const char *name, int32_t buffer,
                                     sc_lower_index_fn fn, void *ud);
+/* The same over the outer domain `domain` (rank = the buffer's), element
+ * idx stored at buffer[idx + shift] (shift NULL: 0): a part of the buffer,
+ * e.g. the inside of a padded copy. */
+sc_status sc_lower_pointwise_kernel_at(sc_lower_ctx *cx, const char *name, int32_t buffer,
+                                       int32_t rank, const int64_t *domain, const int64_t *shift,
+                                       sc_lower_index_fn fn, void *ud);
 
 /* --- expression shorthands: -1 in, -1 out (so errors propagate) --- */
 int32_t sc_lower_un(sc_lower_ctx *cx, kir_op op, int32_t a);

@@ -715,6 +715,86 @@ static int32_t pool_index(sc_lower_ctx *cx, const sc_node *n, const win *w, cons
   return bin(cx, KIR_ADD, bin(cx, KIR_MUL, flat, C(cx, scale)), sp);
 }
 
+/* A small max window (at most POOL_UNROLL_MAX taps) without Indices is
+ * lowered as one expression per output, the maximum of its taps unrolled
+ * (inner extent 1), read from a copy of the input with the padding (and a
+ * ceil_mode window's overhang) written out as the lowest value: the taps'
+ * indices are then affine in the output position (no clamping, no masks),
+ * and the vectoriser runs the kernel across output columns with strided
+ * loads. The copy is two kernels whose indices are affine too: the lowest
+ * value everywhere, then x into the inside (a single copy with clamped
+ * reads does not vectorise: 0.51 ms alone). ResNet-18's 3x3 / 2 max-pool,
+ * batch 1, 2 threads: 0.85 ms as a 9-tap reduction per output, 0.38 ms so
+ * (fill 0.15, copy 0.11, maximum 0.12). */
+enum { POOL_UNROLL_MAX = 27 };
+
+typedef struct pool_g {
+  const sc_node *n;
+  const win *w;
+  int32_t xpad; /* the padded input, or -1 (no padding: x itself) */
+} pool_g;
+
+/* xpad's border: the lowest value (the whole buffer, before its inside) */
+static int32_t pool_fill_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const pool_g *c = ud;
+  return lowest(cx, sc_node_input(cx->g, c->n, 0)->dtype);
+}
+
+/* xpad's inside: xpad[n, c, q + begin...] = x[n, c, q...] (a kernel over
+ * x's shape, so that loads and stores are both affine) */
+static int32_t pool_copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const pool_g *c = ud;
+  return sc_lower_input_at(cx, c->n, 0, idx);
+}
+
+static sc_status max_pool_unrolled(sc_lower_ctx *cx, const sc_node *n, const win *w,
+                                   int64_t taps) {
+  const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
+  pool_g c = {.n = n, .w = w, .xpad = -1};
+  bool pads = false;
+  int64_t pd[SC_MAX_RANK] = {x->dims[0], x->dims[1]};
+  for (int32_t d = 0; d < w->nsp; d++) {
+    pads |= w->begin[d] > 0 || w->end[d] > 0;
+    int64_t reach =
+        (y->dims[2 + d] - 1) * w->strides[d] + (w->kernel[d] - 1) * w->dilations[d] + 1;
+    pd[2 + d] = w->begin[d] + x->dims[2 + d] + (w->end[d] > 0 ? w->end[d] : 0);
+    if (pd[2 + d] < reach) pd[2 + d] = reach;
+    pads |= pd[2 + d] > x->dims[2 + d]; /* ceil_mode: the last window passes the end */
+  }
+  sc_status st;
+  if (pads) {
+    if ((c.xpad = sc_lower_scratch(cx, "xpad", x->dtype, x->rank, pd)) < 0) return failed(cx);
+    int64_t shift[SC_MAX_RANK] = {0, 0};
+    for (int32_t d = 0; d < w->nsp; d++) shift[2 + d] = w->begin[d];
+    if ((st = sc_lower_pointwise_kernel(cx, "fill", c.xpad, pool_fill_at, &c)) != SC_OK ||
+        (st = sc_lower_pointwise_kernel_at(cx, "pad", c.xpad, x->rank, x->dims, shift,
+                                           pool_copy_at, &c)) != SC_OK)
+      return st;
+  }
+  if ((st = sc_lower_begin_kernel(cx, n, y->rank, y->dims, 1)) != SC_OK) return st;
+  int32_t idx[SC_MAX_RANK], xi[SC_MAX_RANK];
+  sc_lower_outer_index(cx, idx);
+  xi[0] = idx[0], xi[1] = idx[1];
+  sc_dtype acc = acc_dtype(y->dtype);
+  int32_t m = -1;
+  for (int64_t r = 0; r < taps; r++) {
+    int64_t rem = r;
+    for (int32_t d = w->nsp - 1; d >= 0; d--) { /* tap r's position, last axis fastest */
+      int64_t k = rem % w->kernel[d];
+      rem /= w->kernel[d];
+      /* from xpad: o*s + k*dil; from x (no padding: begin 0): the same */
+      xi[2 + d] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[2 + d], C(cx, w->strides[d])),
+                      C(cx, k * w->dilations[d]));
+    }
+    int32_t v = cast_to(cx, acc, c.xpad >= 0 ? sc_lower_buffer_at(cx, c.xpad, xi)
+                                             : sc_lower_input_at(cx, n, 0, xi));
+    if (v < 0) return failed(cx);
+    /* max(acc, x), as the reduction folds (a tie keeps x) */
+    m = m < 0 ? v : bin(cx, KIR_MAX, m, v);
+  }
+  return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, m));
+}
+
 static sc_status pool_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
   bool is_max = n->op == SC_OP_MAX_POOL;
@@ -722,6 +802,14 @@ static sc_status pool_build(sc_lower_ctx *cx, const sc_node *n) {
   win w;
   sc_status st = win_params(cx, n, x, y, NULL, &w);
   if (st != SC_OK) return st;
+  if (is_max && !indices) {
+    int64_t taps = 1;
+    bool small = true;
+    for (int32_t d = 0; d < w.nsp && small; d++)
+      small = w.kernel[d] >= 1 && w.begin[d] >= 0 && w.end[d] >= 0 &&
+              sc_mul_i64(taps, w.kernel[d], &taps) && taps <= POOL_UNROLL_MAX;
+    if (small) return max_pool_unrolled(cx, n, &w, taps);
+  }
   bool include_pad = !is_max && sc_attr_int(cx->g, n, "count_include_pad", 0) != 0;
   int64_t inner = 1;
   for (int32_t d = 0; d < w.nsp; d++) inner *= w.kernel[d];

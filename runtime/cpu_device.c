@@ -714,7 +714,11 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   sc_cpu_engine_one_thread(); /* oneDNN runs on OpenMP: held to this thread */
   for (int64_t t = begin; t < end; t++) {
     int64_t b = t / (j->tiles_m * j->tiles_n), r = t % (j->tiles_m * j->tiles_n);
-    int64_t m0 = (r / j->tiles_n) * j->tile_m, n0 = (r % j->tiles_n) * j->tile_n;
+    /* the own kernel: the row tiles of one column of tiles in turn, so
+     * that the column's packed B is still in the caches for the next */
+    int64_t rw = j->own ? r % j->tiles_m : r / j->tiles_n;
+    int64_t col = j->own ? r / j->tiles_m : r % j->tiles_n;
+    int64_t m0 = rw * j->tile_m, n0 = col * j->tile_n;
     int m = (int)(g->m - m0 < j->tile_m ? g->m - m0 : j->tile_m);
     int n = (int)(g->n - n0 < j->tile_n ? g->n - n0 : j->tile_n);
     /* rows m0.. of op(A): A + m0 * lda, or columns m0.. when transposed */
