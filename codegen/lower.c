@@ -110,8 +110,97 @@ int32_t sc_lower_offset(sc_lower_ctx *cx, int32_t rank, const int64_t *dims,
   return lin;
 }
 
+/* lin as sum(coef[t] * var[t]) + c over the kernel's loop variables, every
+ * coefficient and c >= 0 (what offsets built by sc_lower_offset are). */
+enum { AFFINE_TERMS = 2 * SC_MAX_RANK + 2 };
+typedef struct affine {
+  int32_t n;
+  int32_t var[AFFINE_TERMS];  /* outer dim, or KIR_INNER */
+  int64_t coef[AFFINE_TERMS];
+  int64_t c;
+} affine;
+
+static bool affine_of(const kir_kernel *k, int32_t e, int64_t scale, affine *a, int depth) {
+  if (e < 0 || e >= k->n_exprs || depth > 64 || scale <= 0) return false;
+  const kir_expr *x = &k->exprs[e];
+  if (x->dtype != SC_DTYPE_I64) return false;
+  int64_t v;
+  switch (x->op) {
+  case KIR_CONST: return x->i >= 0 && sc_mul_i64(x->i, scale, &v) && sc_add_i64(a->c, v, &a->c);
+  case KIR_VAR:
+    for (int32_t t = 0; t < a->n; t++)
+      if (a->var[t] == x->var) return sc_add_i64(a->coef[t], scale, &a->coef[t]);
+    if (a->n == AFFINE_TERMS) return false;
+    a->var[a->n] = x->var, a->coef[a->n++] = scale;
+    return true;
+  case KIR_ADD:
+    return affine_of(k, x->a, scale, a, depth + 1) && affine_of(k, x->b, scale, a, depth + 1);
+  case KIR_MUL: {
+    const kir_expr *l = &k->exprs[x->a], *r = x->b >= 0 ? &k->exprs[x->b] : NULL;
+    if (r && r->op == KIR_CONST && r->i > 0 && sc_mul_i64(scale, r->i, &v))
+      return affine_of(k, x->a, v, a, depth + 1);
+    if (l->op == KIR_CONST && l->i > 0 && sc_mul_i64(scale, l->i, &v))
+      return affine_of(k, x->b, v, a, depth + 1);
+    return false;
+  }
+  default: return false;
+  }
+}
+
+static int64_t var_extent(const kir_kernel *k, int32_t var) {
+  return var == KIR_INNER ? k->inner : k->outer_dims[var];
+}
+
+/* floor(lin / s) mod D (D <= 0: no mod) as an affine expression, when the
+ * terms that are not multiples of s stay below s and those left after the
+ * mod below D (then the division and the mod only regroup terms: a
+ * reshape's index, re-flattened then unflattened, becomes the loop
+ * variables again, which the vectoriser reads as consecutive). -1 when
+ * that does not hold. */
+static int32_t affine_digit(sc_lower_ctx *cx, const affine *a, int64_t s, int64_t D) {
+  const kir_kernel *k = cx->k;
+  int64_t lo = a->c % s, hi_c = a->c / s;
+  if (D > 0) hi_c %= D;
+  int64_t hi_max = hi_c;
+  for (int32_t t = 0; t < a->n; t++) {
+    int64_t span = var_extent(k, a->var[t]) - 1, v;
+    if (span < 0) return -1;
+    if (a->coef[t] % s != 0) {
+      if (!sc_mul_i64(a->coef[t], span, &v) || !sc_add_i64(lo, v, &lo)) return -1;
+    } else if (D <= 0 || (a->coef[t] / s) % D != 0) {
+      if (!sc_mul_i64(a->coef[t] / s, span, &v) || !sc_add_i64(hi_max, v, &hi_max)) return -1;
+    }
+  }
+  if (lo >= s || (D > 0 && hi_max >= D)) return -1;
+  int32_t r = -1;
+  for (int32_t t = 0; t < a->n; t++) {
+    if (a->coef[t] % s != 0 || (D > 0 && (a->coef[t] / s) % D == 0)) continue;
+    int32_t term = kir_var(cx->arena, cx->k, a->var[t]);
+    if (a->coef[t] / s != 1)
+      term = sc_lower_bin(cx, KIR_MUL, term, sc_lower_i64(cx, a->coef[t] / s));
+    r = r < 0 ? term : sc_lower_bin(cx, KIR_ADD, r, term);
+  }
+  if (r < 0) return sc_lower_i64(cx, hi_c);
+  return hi_c ? sc_lower_bin(cx, KIR_ADD, r, sc_lower_i64(cx, hi_c)) : r;
+}
+
 void sc_lower_unflatten(sc_lower_ctx *cx, int32_t lin, int32_t rank, const int64_t *dims,
                         int32_t *idx) {
+  affine a = {0};
+  if (cx->k && affine_of(cx->k, lin, 1, &a, 0)) {
+    int64_t stride = 1;
+    int32_t first = 0, d;
+    while (first < rank && dims[first] == 1) first++;
+    for (d = rank - 1; d >= 0; d--) {
+      if (dims[d] == 1) {
+        idx[d] = sc_lower_i64(cx, 0);
+        continue;
+      }
+      if ((idx[d] = affine_digit(cx, &a, stride, d == first ? 0 : dims[d])) < 0) break;
+      if (!sc_mul_i64(stride, dims[d], &stride)) break;
+    }
+    if (d < 0) return;
+  }
   int64_t stride = 1;
   int32_t first = 0; /* outermost dim of extent > 1 needs no mod */
   while (first < rank && dims[first] == 1) first++;

@@ -284,9 +284,74 @@ static void test_onehot(void **state) {
   run(g, node1(g, SC_OP_ONE_HOT, "oh_last", ins, 3, &y));
 }
 
+/* ---- sc_lower_unflatten of an affine offset (codegen/lower.c) ---- */
+
+typedef struct unflat_ud {
+  int32_t rout, rin;
+  const int64_t *out, *in;
+} unflat_ud;
+
+/* element idx of a [out] kernel: the [in] index of its flat offset,
+ * encoded as sum j[d] * 1000^(rin-1-d) */
+static int32_t unflat_cb(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const unflat_ud *u = ud;
+  int32_t j[SC_MAX_RANK];
+  sc_lower_unflatten(cx, sc_lower_offset(cx, u->rout, u->out, idx), u->rin, u->in, j);
+  int32_t code = -1;
+  for (int32_t d = 0; d < u->rin; d++) {
+    if (code >= 0) code = sc_lower_bin(cx, KIR_MUL, code, sc_lower_i64(cx, 1000));
+    code = code < 0 ? j[d] : sc_lower_bin(cx, KIR_ADD, code, j[d]);
+  }
+  return code;
+}
+
+/* A reshape's index (the output's offset unflattened in the input's shape)
+ * is the loop variables regrouped, without a division or a mod, when the
+ * shapes' boundaries line up ([2,3,4,5] read as [6,20]); when they do not
+ * ([4,6] as [3,8]) the div/mod stay. Either way every element's index is
+ * right (kir's interpreter against the C arithmetic). */
+static void test_unflatten_affine(void **state) {
+  (void)state;
+  static const int64_t out1[] = {2, 3, 4, 5}, in1[] = {6, 20}, out2[] = {4, 6}, in2[] = {3, 8};
+  const unflat_ud cases[] = {{4, 2, out1, in1}, {2, 2, out2, in2}};
+  for (int c = 0; c < 2; c++) {
+    const unflat_ud *u = &cases[c];
+    lowered L;
+    memset(&L, 0, sizeof L);
+    L.p = sc_program_create();
+    sc_lower_ctx cx;
+    memset(&cx, 0, sizeof cx);
+    cx.p = L.p, cx.arena = &L.p->arena, cx.diag = &L.diag;
+    int32_t b = sc_lower_scratch(&cx, "u", SC_DTYPE_I64, u->rout, u->out);
+    assert_true(b >= 0);
+    assert_int_equal(sc_lower_pointwise_kernel(&cx, "unflat", b, unflat_cb, (void *)u), SC_OK);
+    sc_free(cx.param_of_buffer);
+    const kir_kernel *k = L.p->kernels[L.p->n_kernels - 1];
+    int divmod = 0;
+    for (int32_t e = 0; e < k->n_exprs; e++)
+      divmod += k->exprs[e].op == KIR_DIV || k->exprs[e].op == KIR_MOD;
+    if (c == 0)
+      assert_int_equal(divmod, 0);
+    else
+      assert_true(divmod > 0);
+    execute(&L);
+    const int64_t *got = L.bufs[b];
+    int64_t n = 1;
+    for (int32_t d = 0; d < u->rout; d++) n *= u->out[d];
+    for (int64_t i = 0; i < n; i++) {
+      int64_t rem = i, want = 0, j[SC_MAX_RANK];
+      for (int32_t d = u->rin - 1; d >= 0; d--) j[d] = rem % u->in[d], rem /= u->in[d];
+      for (int32_t d = 0; d < u->rin; d++) want = want * 1000 + j[d];
+      assert_int_equal(got[i], want);
+    }
+    lowered_free(&L);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_transpose, setup_graph, teardown_graph),
+      cmocka_unit_test(test_unflatten_affine),
       cmocka_unit_test_setup_teardown(test_concat_three, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_split_uneven, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_slice_negative_steps, setup_graph, teardown_graph),

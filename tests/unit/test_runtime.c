@@ -432,7 +432,8 @@ static void test_own_gemm_tile(void **state) {
       const float *bt = tb ? b + n0 * ldb : b + n0;
       int64_t pn = sc_gemm_packed_b_numel(k, nw);
       assert_true(pn >= k * nw);
-      sc_gemm_packed_b pb = {.data = aligned_alloc(64, sizeof(float) * (size_t)((pn + 15) / 16 * 16))};
+      size_t pbytes = sizeof(float) * (size_t)((pn + 15) / 16 * 16);
+      sc_gemm_packed_b pb = {.data = aligned_alloc(64, pbytes)};
       sc_gemm_pack_b(tb, k, nw, b, ldb, 0, k, &pb);
       for (size_t ai = 0; ai < 2; ai++)
         for (size_t bi = 0; bi < 3; bi++) {
