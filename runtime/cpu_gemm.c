@@ -18,8 +18,8 @@
  * where oneDNN's single-threaded sgemm runs the same tile at ~95.
  *
  * Each thread packs into its own buffers (apack: MC rounded up to MR rows
- * x KC; bpack: KC x NR), allocated on its first call and kept for the
- * life of the process, listed so that they stay reachable. */
+ * x KC; bpack: KC x NC), allocated on its first call and freed when the
+ * thread ends. */
 #include "cpu_gemm.h"
 
 #include <pthread.h>
@@ -87,29 +87,26 @@ const char *sc_gemm_engine_name(sc_gemm_engine e) {
 
 enum { APACK_FLOATS = MC_PANELS * MR * KC, BPACK_FLOATS = KC * NC };
 
-static pthread_mutex_t packs_mu = PTHREAD_MUTEX_INITIALIZER;
-static float **packs; /* every thread's buffer, so that they stay reachable */
-static size_t n_packs, cap_packs;
-static _Thread_local float *my_pack;
+/* Each thread's buffer is its value of pack_key, freed by the key's
+ * destructor when the thread ends (pool threads come and go with their
+ * sessions; a list kept for the process would grow with every one). */
+static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
+static pthread_key_t pack_key;
+static bool pack_key_ok;
+
+static void pack_key_init(void) { pack_key_ok = pthread_key_create(&pack_key, free) == 0; }
 
 static float *thread_pack(void) {
-  if (my_pack) return my_pack;
-  float *p = NULL;
+  pthread_once(&pack_once, pack_key_init);
+  if (!pack_key_ok) return NULL;
+  float *p = pthread_getspecific(pack_key);
+  if (p) return p;
   if (posix_memalign((void **)&p, 64, (APACK_FLOATS + BPACK_FLOATS) * sizeof(float))) return NULL;
-  pthread_mutex_lock(&packs_mu);
-  if (n_packs == cap_packs) {
-    size_t cap = cap_packs ? 2 * cap_packs : 16;
-    float **grown = realloc(packs, cap * sizeof *grown);
-    if (!grown) {
-      pthread_mutex_unlock(&packs_mu);
-      free(p);
-      return NULL;
-    }
-    packs = grown, cap_packs = cap;
+  if (pthread_setspecific(pack_key, p) != 0) {
+    free(p);
+    return NULL;
   }
-  packs[n_packs++] = p;
-  pthread_mutex_unlock(&packs_mu);
-  return my_pack = p;
+  return p;
 }
 
 #if SC_X86

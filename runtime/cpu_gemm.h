@@ -58,8 +58,8 @@ void sc_gemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *B, int64_t 
  * (not NULL), op(B) is read from it instead of B, the tile's columns
  * starting at column n0 (a multiple of 16) of the packed matrix. beta == 0
  * never reads C. Needs sc_cpu_gemm_own_supported(); uses this thread's
- * packing buffers (allocated on the thread's first call; false when that
- * allocation fails, and nothing is computed). */
+ * packing buffers (allocated on the thread's first call, freed when it
+ * ends; false when that allocation fails, and nothing is computed). */
 bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *A, int64_t lda, const float *B, int64_t ldb,
                       const sc_gemm_packed_b *packed, int64_t n0, float beta, float *C,
