@@ -444,8 +444,7 @@ sc_status sc_lower_pointwise_kernel_at(sc_lower_ctx *cx, const char *name, int32
     int32_t e = fn(cx, ud, idx);
     int32_t pi = param_for(cx, buffer, true);
     for (int32_t d = 0; d < rank; d++)
-      at[d] = shift && shift[d] ? sc_lower_bin(cx, KIR_ADD, idx[d],
-                                               sc_lower_const(cx, SC_DTYPE_I64, (double)shift[d]))
+      at[d] = shift && shift[d] ? sc_lower_bin(cx, KIR_ADD, idx[d], sc_lower_i64(cx, shift[d]))
                                 : idx[d];
     int32_t off = sc_lower_offset(cx, rank, bdims, at);
     if (e < 0 || pi < 0 || off < 0 || kir_add_store(cx->arena, cx->k, pi, off, e) < 0)

@@ -469,6 +469,20 @@ static void win_taps(sc_lower_ctx *cx, const win *w, const sc_value *x, const in
   if (inside_padded) *inside_padded = inp;
 }
 
+/* The extents of x with window w's padding written out, into pd (pd[0],
+ * pd[1] = x's): the begin pads, x, the end pads, and at least as far as the
+ * last tap of y reads ((out - 1) * stride + (kernel - 1) * dilation + 1:
+ * a ceil_mode window may pass the end pads). */
+static void padded_dims(const win *w, const sc_value *x, const sc_value *y, int64_t *pd) {
+  pd[0] = x->dims[0], pd[1] = x->dims[1];
+  for (int32_t d = 0; d < w->nsp; d++) {
+    int64_t reach =
+        (y->dims[2 + d] - 1) * w->strides[d] + (w->kernel[d] - 1) * w->dilations[d] + 1;
+    pd[2 + d] = w->begin[d] + x->dims[2 + d] + (w->end[d] > 0 ? w->end[d] : 0);
+    if (pd[2 + d] < reach) pd[2 + d] = reach;
+  }
+}
+
 /* ---- Conv through im2col + GEMM ---- */
 
 typedef struct conv_g {
@@ -543,17 +557,13 @@ static sc_status conv_gemm(sc_lower_ctx *cx, const sc_node *n, const win *w, int
   c.kdims[0] = cpg;
   bool pointwise = true; /* 1x1, stride 1, no padding: cols = x */
   bool pads = false;
-  int64_t pd[SC_MAX_RANK] = {N, x->dims[1]}; /* the padded input's dims */
+  int64_t pd[SC_MAX_RANK]; /* the padded input's dims */
+  padded_dims(w, x, y, pd);
   for (int32_t d = 0; d < w->nsp; d++) {
     c.kdims[1 + d] = w->kernel[d];
     pointwise &= w->kernel[d] == 1 && w->strides[d] == 1 && w->begin[d] == 0 &&
                  w->end[d] == 0 && x->dims[2 + d] == y->dims[2 + d];
     pads |= w->begin[d] > 0 || w->end[d] > 0;
-    /* the last tap read: (out - 1) * stride + (kernel - 1) * dilation */
-    int64_t reach =
-        (y->dims[2 + d] - 1) * w->strides[d] + (w->kernel[d] - 1) * w->dilations[d] + 1;
-    pd[2 + d] = w->begin[d] + x->dims[2 + d] + (w->end[d] > 0 ? w->end[d] : 0);
-    if (pd[2 + d] < reach) pd[2 + d] = reach;
   }
   int32_t bx = sc_lower_buffer_of(cx, n->inputs[0]), bw = sc_lower_buffer_of(cx, n->inputs[1]);
   int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
@@ -728,47 +738,35 @@ static int32_t pool_index(sc_lower_ctx *cx, const sc_node *n, const win *w, cons
  * (fill 0.15, copy 0.11, maximum 0.12). */
 enum { POOL_UNROLL_MAX = 27 };
 
-typedef struct pool_g {
-  const sc_node *n;
-  const win *w;
-  int32_t xpad; /* the padded input, or -1 (no padding: x itself) */
-} pool_g;
-
-/* xpad's border: the lowest value (the whole buffer, before its inside) */
+/* xpad's border: the lowest value (the whole buffer, before its inside);
+ * ud is the MaxPool node */
 static int32_t pool_fill_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
-  const pool_g *c = ud;
-  return lowest(cx, sc_node_input(cx->g, c->n, 0)->dtype);
+  return lowest(cx, sc_node_input(cx->g, ud, 0)->dtype);
 }
 
 /* xpad's inside: xpad[n, c, q + begin...] = x[n, c, q...] (a kernel over
  * x's shape, so that loads and stores are both affine) */
 static int32_t pool_copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
-  const pool_g *c = ud;
-  return sc_lower_input_at(cx, c->n, 0, idx);
+  return sc_lower_input_at(cx, ud, 0, idx);
 }
 
 static sc_status max_pool_unrolled(sc_lower_ctx *cx, const sc_node *n, const win *w,
                                    int64_t taps) {
   const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
-  pool_g c = {.n = n, .w = w, .xpad = -1};
-  bool pads = false;
-  int64_t pd[SC_MAX_RANK] = {x->dims[0], x->dims[1]};
-  for (int32_t d = 0; d < w->nsp; d++) {
-    pads |= w->begin[d] > 0 || w->end[d] > 0;
-    int64_t reach =
-        (y->dims[2 + d] - 1) * w->strides[d] + (w->kernel[d] - 1) * w->dilations[d] + 1;
-    pd[2 + d] = w->begin[d] + x->dims[2 + d] + (w->end[d] > 0 ? w->end[d] : 0);
-    if (pd[2 + d] < reach) pd[2 + d] = reach;
-    pads |= pd[2 + d] > x->dims[2 + d]; /* ceil_mode: the last window passes the end */
-  }
+  int32_t xpad = -1; /* the padded input, or -1 (no padding: x itself) */
+  int64_t pd[SC_MAX_RANK];
+  padded_dims(w, x, y, pd);
+  bool pads = false; /* pads, or a ceil_mode window passes the end */
+  for (int32_t d = 0; d < w->nsp; d++) pads |= pd[2 + d] > x->dims[2 + d];
   sc_status st;
   if (pads) {
-    if ((c.xpad = sc_lower_scratch(cx, "xpad", x->dtype, x->rank, pd)) < 0) return failed(cx);
+    void *ud = (void *)n;
+    if ((xpad = sc_lower_scratch(cx, "xpad", x->dtype, x->rank, pd)) < 0) return failed(cx);
     int64_t shift[SC_MAX_RANK] = {0, 0};
     for (int32_t d = 0; d < w->nsp; d++) shift[2 + d] = w->begin[d];
-    if ((st = sc_lower_pointwise_kernel(cx, "fill", c.xpad, pool_fill_at, &c)) != SC_OK ||
-        (st = sc_lower_pointwise_kernel_at(cx, "pad", c.xpad, x->rank, x->dims, shift,
-                                           pool_copy_at, &c)) != SC_OK)
+    if ((st = sc_lower_pointwise_kernel(cx, "fill", xpad, pool_fill_at, ud)) != SC_OK ||
+        (st = sc_lower_pointwise_kernel_at(cx, "pad", xpad, x->rank, x->dims, shift,
+                                           pool_copy_at, ud)) != SC_OK)
       return st;
   }
   if ((st = sc_lower_begin_kernel(cx, n, y->rank, y->dims, 1)) != SC_OK) return st;
@@ -786,8 +784,8 @@ static sc_status max_pool_unrolled(sc_lower_ctx *cx, const sc_node *n, const win
       xi[2 + d] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[2 + d], C(cx, w->strides[d])),
                       C(cx, k * w->dilations[d]));
     }
-    int32_t v = cast_to(cx, acc, c.xpad >= 0 ? sc_lower_buffer_at(cx, c.xpad, xi)
-                                             : sc_lower_input_at(cx, n, 0, xi));
+    int32_t v = cast_to(cx, acc, xpad >= 0 ? sc_lower_buffer_at(cx, xpad, xi)
+                                           : sc_lower_input_at(cx, n, 0, xi));
     if (v < 0) return failed(cx);
     /* max(acc, x), as the reduction folds (a tie keeps x) */
     m = m < 0 ? v : bin(cx, KIR_MAX, m, v);

@@ -429,7 +429,10 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   int64_t scratch = 0;
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
     const sc_step *s = &p->steps[i];
-    int64_t n = s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s) /* a direct convolution */
+    /* oneDNN's only: the own kernel never reads B in place; a direct
+     * convolution is no GEMM here */
+    int64_t n = s->kind == SC_STEP_GEMM && sc_gemm_engine_get() != SC_GEMM_ENGINE_OWN &&
+                        !sc_cpu_convs_note(c->convs, s)
                     ? sc_gemm_repitch_numel(&s->gemm)
                     : 0;
     if (n > scratch) scratch = n;
@@ -512,12 +515,11 @@ typedef struct pack_job {
   sc_gemm_packed_b *out;
 } pack_job;
 
-enum { PACK_ROWS = 256 }; /* the kernel's block of k (cpu_gemm.c's KC) */
-
+/* blocks [begin, end) of SC_GEMM_KC rows of op(B) */
 static void pack_rows(void *ud, int64_t begin, int64_t end) {
   const pack_job *j = ud;
-  sc_gemm_pack_b(j->g->trans_b, j->g->k, j->g->n, j->B, j->g->ldb, begin * PACK_ROWS,
-                 end * PACK_ROWS, j->out);
+  sc_gemm_pack_b(j->g->trans_b, j->g->k, j->g->n, j->B, j->g->ldb, begin * SC_GEMM_KC,
+                 end * SC_GEMM_KC, j->out);
 }
 
 /* With the own GEMM kernel (cpu_gemm.h), every constant B is packed once
@@ -548,7 +550,7 @@ static sc_status pack_weights(cpu_ctx *c, sc_diag *diag) {
                          (long long)g->k, (long long)g->n);
     c->packed_owner[i] = true;
     pack_job j = {.g = g, .B = c->ptrs[g->b], .out = &c->packed[i]};
-    int64_t blocks = (g->k + PACK_ROWS - 1) / PACK_ROWS;
+    int64_t blocks = (g->k + SC_GEMM_KC - 1) / SC_GEMM_KC;
     sc_thread_pool_run(c->pool, pack_rows, &j, blocks, blocks);
   }
   return SC_OK;
@@ -635,20 +637,12 @@ static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->
  * in the whole GPT-2-small run the two rules are within 2%). Rows are 128
  * per tile, 64 when that leaves fewer than GEMM_TILES_WANTED tiles. */
 enum { GEMM_TILE_N_MAX = 768, GEMM_TILE_N_MIN = 384, GEMM_TILE_M_BIG = 128,
-       GEMM_TILE_M_SMALL = 64, GEMM_TILES_WANTED = 4, OWN_TILE_N_MIN = 128 };
+       GEMM_TILE_M_SMALL = 64, GEMM_TILES_WANTED = 4 };
 
-static void gemm_tiling(const sc_gemm *g, bool own, int64_t *tile_m, int64_t *tile_n) {
+static void gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
   int64_t rows = g->batch * ((g->m + GEMM_TILE_M_BIG - 1) / GEMM_TILE_M_BIG);
   int64_t cols = (g->n + GEMM_TILE_N_MAX - 1) / GEMM_TILE_N_MAX;
-  int64_t n_min = own ? OWN_TILE_N_MIN : GEMM_TILE_N_MIN;
-  while ((rows * cols) % GEMM_TILES_WANTED != 0 && g->n / (cols + 1) >= n_min) cols++;
-  if (own) { /* 128 rows per tile: the kernel reuses each panel of B over them */
-    int64_t tn = (g->n + cols - 1) / cols;
-    tn = (tn + 15) / 16 * 16;
-    *tile_m = GEMM_TILE_M_BIG;
-    *tile_n = tn > g->n ? g->n : tn;
-    return;
-  }
+  while ((rows * cols) % GEMM_TILES_WANTED != 0 && g->n / (cols + 1) >= GEMM_TILE_N_MIN) cols++;
   int64_t tn = (g->n + cols - 1) / cols;
   tn = (tn + 15) / 16 * 16; /* column tiles start on a 64-byte boundary */
   if (tn > g->n) tn = g->n;
@@ -784,7 +778,7 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
   }
   gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias, .own = own,
                .packed = own && packed && packed->data ? packed : NULL};
-  gemm_tiling(g, false, &j.tile_m, &j.tile_n);
+  gemm_tiling(g, &j.tile_m, &j.tile_n);
   j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
   j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
   j.bias_per_batch = bias && g->bias_full && bias_numel != g->m * g->n;

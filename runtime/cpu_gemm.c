@@ -37,7 +37,7 @@
 #define AVX2
 #endif
 
-enum { MR = 6, NR = 16, KC = 256, MC = 128, MC_PANELS = (MC + MR - 1) / MR, NC = 256 };
+enum { MR = 6, NR = 16, KC = SC_GEMM_KC, MC = 128, MC_PANELS = (MC + MR - 1) / MR, NC = 256 };
 
 /* ---- engine choice ---- */
 
@@ -83,6 +83,8 @@ const char *sc_gemm_engine_name(sc_gemm_engine e) {
   return e == SC_GEMM_ENGINE_OWN ? "shardc avx2" : "oneDNN";
 }
 
+#if SC_X86
+
 /* ---- per-thread packing buffers ---- */
 
 enum { APACK_FLOATS = MC_PANELS * MR * KC, BPACK_FLOATS = KC * NC };
@@ -108,8 +110,6 @@ static float *thread_pack(void) {
   }
   return p;
 }
-
-#if SC_X86
 
 /* ---- packing ---- */
 

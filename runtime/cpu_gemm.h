@@ -35,6 +35,10 @@ void sc_gemm_engine_set(sc_gemm_engine e);
 /* "oneDNN" or "shardc avx2" */
 const char *sc_gemm_engine_name(sc_gemm_engine e);
 
+/* The kernel's block of k: sc_gemm_pack_b packs whole blocks of this many
+ * rows of op(B). */
+enum { SC_GEMM_KC = 256 };
+
 /* op(B) of a product, packed once for every tile that reads it (a
  * constant B: the weights of a layer): for each block of KC rows, its
  * panels of 16 columns, [panel][row][16], the last panel padded with
@@ -46,8 +50,8 @@ typedef struct sc_gemm_packed_b {
 
 /* Floats of op(B)'s packed form (k x n), or -1 on overflow or k, n < 1. */
 int64_t sc_gemm_packed_b_numel(int64_t k, int64_t n);
-/* Packs rows [k0, k1) of op(B) (k x n; k0 a multiple of 256, the block
- * size; rounded down otherwise) into out->data; sets out->n_pad. Row
+/* Packs rows [k0, k1) of op(B) (k x n; k0 a multiple of SC_GEMM_KC,
+ * rounded down otherwise) into out->data; sets out->n_pad. Row
  * ranges are independent: threads may pack disjoint ones. */
 void sc_gemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *B, int64_t ldb, int64_t k0,
                     int64_t k1, sc_gemm_packed_b *out);
