@@ -210,6 +210,9 @@ int32_t sc_program_add_kernel(sc_program *p, kir_kernel *k);
 int32_t sc_program_add_step(sc_program *p, const sc_step *s);
 /* Storage root of a buffer (follows VIEW aliases). */
 int32_t sc_program_root(const sc_program *p, int32_t buffer);
+/* Whether buffers a and b share storage in the memory plan: the same root
+ * (views start at their root), or two arena roots at the same offset. */
+bool sc_program_same_address(const sc_program *p, int32_t a, int32_t b);
 void sc_program_print(const sc_program *p, FILE *out);
 /* Appends a buffer id to p->inputs / p->outputs (graph order).
  * SC_ERR_USAGE for an id out of range, SC_ERR_NOMEM. */

@@ -116,6 +116,8 @@ typedef struct conv {
   dnnl_memory_desc_t xp_user, srcp_md; /* one part of the image: NCHW; blocked */
   dnnl_memory_t *w_mem, *b_mem;   /* per tile (b_mem: with bias) */
   dnnl_memory_t *d_mem, *y_mem;   /* per image x tile: dst_md scratch; output slice */
+  bool x_blocked, y_blocked;      /* x, y held in src_md / dst_md (nChw8c) between steps:
+                                     no reorder (see "Blocked activations") */
 } conv;
 
 struct sc_cpu_convs {
@@ -125,6 +127,17 @@ struct sc_cpu_convs {
   int32_t *of_kernel;   /* im2col kernel id -> index in v, or -1 */
   char *scratch;        /* the blocked input and output of the step running */
   size_t scratch_bytes;
+  /* blocked activations (see "Blocked activations"), per buffer */
+  bool *blocked;        /* held in nChw8c */
+  int64_t (*dims)[4];   /* its N, C, H, W (blocked ones) */
+  float **shadow;       /* an NCHW copy for the kernels that read or write it so */
+  int32_t n_hooks;
+  struct layout_hook {
+    int32_t kernel, buffer;
+    bool after;         /* after the kernel: shadow -> blocked; before: blocked -> shadow */
+  } *hooks;
+  bool *hooked;         /* per kernel: has hooks */
+  bool *foreign;        /* per kernel: reads or writes blocked buffers through shadows */
 };
 
 static bool f32_buffer(const sc_program *p, int32_t b, int64_t numel) {
@@ -343,6 +356,8 @@ static bool conv_build(conv *c, const sc_gemm *g) {
   return true;
 }
 
+static bool layout_plan(sc_cpu_convs *cv, const bool *skip);
+
 sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_convs **out,
                                sc_diag *diag) {
   *out = NULL;
@@ -381,7 +396,8 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
     sc_cpu_convs_destroy(cv);
     return SC_OK;
   }
-  if (posix_memalign((void **)&cv->scratch, 64, cv->scratch_bytes ? cv->scratch_bytes : 64)) {
+  if (!layout_plan(cv, skip_kernel) ||
+      posix_memalign((void **)&cv->scratch, 64, cv->scratch_bytes ? cv->scratch_bytes : 64)) {
     cv->scratch = NULL;
     sc_cpu_convs_destroy(cv);
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -439,7 +455,9 @@ static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
   int64_t part = img / c->P; /* floats of a part, in both layouts */
   for (int64_t i = 0; i < c->N; i++) {
     if (!new_mem(&c->x_mem[i], &c->x_user, x + i * img)) return false;
-    if (c->src_bytes && !new_mem(&c->xb_mem[i], &c->src_md, scratch + i * c->src_bytes))
+    if (c->x_blocked ? !new_mem(&c->xb_mem[i], &c->src_md, x + i * img)
+                     : c->src_bytes &&
+                           !new_mem(&c->xb_mem[i], &c->src_md, scratch + i * c->src_bytes))
       return false;
     for (int64_t q = 0; c->src_bytes && q < c->P; q++)
       if (!new_mem(&c->xp_mem[i * c->P + q], &c->xp_user, x + i * img + q * part) ||
@@ -465,7 +483,8 @@ static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
     ok = new_mem(&c->b_mem[t], &c->b_md, bias + t * c->tm);
   for (int64_t t = 0; ok && t < NT; t++) {
     int64_t i = t / c->T, j = t % c->T;
-    ok = new_mem(&c->d_mem[t], &c->dst_md, dst + t * c->dst_bytes) &&
+    ok = new_mem(&c->d_mem[t], &c->dst_md,
+                 c->y_blocked ? (void *)(y + i * mn + j * c->tm * g->n) : dst + t * c->dst_bytes) &&
          new_mem(&c->y_mem[t], &c->y_user, y + i * mn + j * c->tm * g->n);
   }
   return ok;
@@ -508,12 +527,14 @@ static void conv_tiles(void *ud, int64_t begin, int64_t end) {
   sc_cpu_engine_one_thread();
   for (int64_t t = begin; t < end; t++) {
     int64_t i = t / c->T;
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, c->src_bytes ? c->xb_mem[i] : c->x_mem[i]},
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, c->src_bytes || c->x_blocked ? c->xb_mem[i]
+                                                                           : c->x_mem[i]},
                                {DNNL_ARG_WEIGHTS, c->w_mem[t % c->T]},
                                {DNNL_ARG_DST, c->d_mem[t]},
                                {DNNL_ARG_BIAS, c->b_mem[t % c->T]}};
     must(run(c->prim, &c->pad_conv, c->pad_bytes, c->bias ? 4 : 3, args), c, "convolution");
-    must(exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->d_mem[t],
+    if (!c->y_blocked)
+      must(exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->d_mem[t],
                DNNL_ARG_TO, c->y_mem[t]),
          c, "output reorder");
   }
@@ -540,10 +561,417 @@ const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s) {
   return c ? c->note : NULL;
 }
 
+/* ---- blocked activations ----
+ *
+ * oneDNN's AVX2 convolutions read and write activations in nChw8c (blocks
+ * of 8 channels innermost); converting every input from NCHW and every
+ * output back cost ResNet-18 ~1.3 ms of ~26 at batch 1 and ~9 of ~200 at
+ * batch 8. So a buffer that only direct convolutions and pointwise kernels
+ * touch is kept in nChw8c for its whole life, the convolutions reading and
+ * writing it in place. A kernel is pointwise ("uniform") when it reads and
+ * writes every operand at the same element, the row-major index of its
+ * outer point, and uses the point nowhere else: it computes out[i] =
+ * f(a[i], b[i], ...) for every i, so it computes the same thing on any one
+ * permutation of all its operands' elements (the ReLU and residual-add
+ * epilogues are such kernels). Its operands' buffers share a layout:
+ * classes of buffers joined by uniform kernels are blocked or not as a
+ * whole. A class is blocked when
+ *   - a direct convolution reads or writes one of its buffers, and every
+ *     convolution that does agrees on the shape [N, C, H, W] (C a multiple
+ *     of 8) and holds it in nChw8c (oneDNN's choice for it), writing its
+ *     output fresh (its own bias, or beta 0);
+ *   - every buffer is an f32 temporary of N*C*H*W elements that no view
+ *     aliases;
+ *   - every other access is a kernel ("foreign": the max-pool that makes a
+ *     block's input, the average-pool that reads the last one), and either
+ *     the buffer's only writer is that kernel (it writes an NCHW shadow,
+ *     converted into the buffer after it runs; other foreign kernels read
+ *     the shadow too), or only class members write the buffer (the buffer
+ *     is converted into the shadow before each foreign reader runs);
+ *   - the program has only kernel and GEMM steps, and no GEMM that is not
+ *     a direct convolution touches the class.
+ * Shadows are the device's own memory, outside the arena. Conversions are
+ * exact copies, so results are bit-identical to the NCHW ones. */
+
+/* e's value as cst + sum coef[d] * outer var d, times scale; false when e
+ * is not such an affine form. */
+static bool affine(const kir_kernel *kk, int32_t e, int64_t scale, int64_t *coef, int64_t *cst,
+                   int depth) {
+  if (e < 0 || e >= kk->n_exprs || depth > 64) return false;
+  const kir_expr *x = &kk->exprs[e];
+  if (x->dtype != SC_DTYPE_I64) return false;
+  switch (x->op) {
+  case KIR_CONST: *cst += scale * x->i; return true;
+  case KIR_VAR:
+    if (x->var < 0 || x->var >= kk->outer_rank) return false;
+    coef[x->var] += scale;
+    return true;
+  case KIR_ADD:
+    return affine(kk, x->a, scale, coef, cst, depth + 1) &&
+           affine(kk, x->b, scale, coef, cst, depth + 1);
+  case KIR_MUL: {
+    const kir_expr *a = &kk->exprs[x->a], *b = &kk->exprs[x->b];
+    if (b->op == KIR_CONST) return affine(kk, x->a, scale * b->i, coef, cst, depth + 1);
+    if (a->op == KIR_CONST) return affine(kk, x->b, scale * a->i, coef, cst, depth + 1);
+    return false;
+  }
+  default: return false;
+  }
+}
+
+static bool uniform_kernel(const kir_kernel *kk) {
+  if (kk->inner != 1 || kk->n_phases < 1 || kk->n_params < 1) return false;
+  int32_t E = kk->phases[0].out_index;
+  if (E < 0 || E >= kk->n_exprs) return false;
+  int64_t pts = 1, coef[SC_MAX_RANK] = {0}, cst = 0;
+  for (int32_t d = 0; d < kk->outer_rank; d++) pts *= kk->outer_dims[d];
+  if (!affine(kk, E, 1, coef, &cst, 0) || cst != 0) return false;
+  int64_t stride = 1;
+  for (int32_t d = kk->outer_rank - 1; d >= 0; stride *= kk->outer_dims[d--])
+    if (kk->outer_dims[d] > 1 && coef[d] != stride) return false;
+  for (int32_t i = 0; i < kk->n_params; i++)
+    if (kk->params[i].numel != pts) return false;
+  for (int32_t h = 0; h < kk->n_phases; h++)
+    if (kk->phases[h].kind != KIR_PHASE_STORE || kk->phases[h].out_index != E) return false;
+  /* E's operands are index arithmetic only: the values stored may use
+   * them (or a loop variable) only through E, and E only as a load's
+   * index. Operands precede their users, so one pass down from E marks
+   * E's subtree, and one down from the stored values theirs. */
+  uint8_t *mark = calloc((size_t)kk->n_exprs, 1); /* 1: in E's subtree, 2: a value's */
+  if (!mark) return false;
+  mark[E] = 1;
+  for (int32_t h = 0; h < kk->n_phases; h++) mark[kk->phases[h].value] |= 2;
+  bool ok = !(mark[E] & 2);
+  for (int32_t e = kk->n_exprs - 1; e >= 0 && ok; e--) {
+    const kir_expr *x = &kk->exprs[e];
+    int32_t ops[3] = {x->a, x->b, x->c};
+    if (mark[e] & 1)
+      for (int j = 0; j < kir_op_arity(x->op); j++)
+        if (ops[j] >= 0) mark[ops[j]] |= 1;
+    if (!(mark[e] & 2)) continue;
+    if (x->op == KIR_VAR || x->op == KIR_REG) ok = false;
+    for (int j = 0; j < kir_op_arity(x->op) && ok; j++) {
+      if (ops[j] < 0) continue;
+      if (x->op == KIR_LOAD)
+        ok = ops[j] == E;
+      else
+        mark[ops[j]] |= 2;
+    }
+  }
+  /* an expression both in E's subtree and a value's is index arithmetic
+   * used as a value */
+  for (int32_t e = 0; e < kk->n_exprs && ok; e++) ok = mark[e] != 3;
+  free(mark);
+  return ok;
+}
+
+static int32_t find(int32_t *up, int32_t b) {
+  while (up[b] != b) b = up[b] = up[up[b]];
+  return b;
+}
+
+/* What a class holds, while it is planned. */
+typedef struct layout_class {
+  bool conv;      /* a direct convolution touches it */
+  int32_t saved;  /* reorders the convolutions skip when it is blocked */
+  int32_t cost;   /* conversions it then needs */
+  bool bad;       /* it stays NCHW */
+  int64_t dims[4];
+} layout_class;
+
+static bool is_nchw8c(const dnnl_memory_desc_t *md, int64_t c, int64_t h, int64_t w) {
+  dnnl_memory_desc_t t;
+  dnnl_dims_t d = {1, c, h, w};
+  return c % 8 == 0 &&
+         dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_nChw8c) == dnnl_success &&
+         dnnl_memory_desc_equal(&t, md);
+}
+
+/* One access of a direct convolution to buffer b: in class cl with shape
+ * [n, c, h, w], held as md says. */
+static void conv_access(layout_class *cl, const sc_program *p, int32_t b, bool ok_md, int64_t n,
+                        int64_t c, int64_t h, int64_t w) {
+  int64_t d[4] = {n, c, h, w};
+  if (!ok_md || p->buffers[b].kind != SC_BUF_TEMP) cl->bad = true;
+  if (cl->conv && memcmp(cl->dims, d, sizeof d) != 0) cl->bad = true;
+  cl->conv = true;
+  cl->saved++;
+  memcpy(cl->dims, d, sizeof d);
+}
+
+static bool add_hook(sc_cpu_convs *cv, int32_t k, int32_t b, bool after) {
+  for (int32_t i = 0; i < cv->n_hooks; i++)
+    if (cv->hooks[i].kernel == k && cv->hooks[i].buffer == b && cv->hooks[i].after == after)
+      return true;
+  struct layout_hook *grown = realloc(cv->hooks, (size_t)(cv->n_hooks + 1) * sizeof *grown);
+  if (!grown) return false;
+  cv->hooks = grown;
+  cv->hooks[cv->n_hooks++] = (struct layout_hook){k, b, after};
+  cv->hooked[k] = true;
+  return true;
+}
+
+/* Plans which buffers are blocked (cv->blocked), their shadows and hooks,
+ * and which convolutions then skip their reorders. false: out of memory. */
+static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
+  const sc_program *p = cv->p;
+  int32_t nb = p->n_buffers, nk = p->n_kernels;
+  const char *env = getenv("SHARDC_CONV_LAYOUT"); /* "nchw": every buffer as it is (A/B) */
+  if (env && strcmp(env, "nchw") == 0) return true;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind != SC_STEP_KERNEL && p->steps[i].kind != SC_STEP_GEMM) return true;
+  cv->blocked = calloc((size_t)nb, sizeof *cv->blocked);
+  cv->dims = calloc((size_t)nb, sizeof *cv->dims);
+  cv->shadow = calloc((size_t)nb, sizeof *cv->shadow);
+  cv->hooked = calloc((size_t)nk, sizeof *cv->hooked);
+  cv->foreign = calloc((size_t)nk, sizeof *cv->foreign);
+  int32_t *up = malloc((size_t)nb * sizeof *up);
+  layout_class *cls = calloc((size_t)nb, sizeof *cls);
+  bool *uni = calloc((size_t)nk, sizeof *uni);
+  int32_t *writers = calloc((size_t)nb, sizeof *writers), *fwriter = malloc((size_t)nb * sizeof *fwriter);
+  bool *freader = calloc((size_t)nb, sizeof *freader);
+  bool ok = cv->blocked && cv->dims && cv->shadow && cv->hooked && cv->foreign && up && cls && uni && writers &&
+            fwriter && freader;
+  if (!ok) goto done;
+  for (int32_t b = 0; b < nb; b++) up[b] = b, fwriter[b] = -1;
+  /* views: their roots (and they) stay as they are */
+  for (int32_t b = 0; b < nb; b++)
+    if (p->buffers[b].kind == SC_BUF_VIEW) {
+      int32_t r = sc_program_root(p, b);
+      cls[b].bad = true;
+      if (r >= 0) cls[r].bad = true;
+    }
+  for (int32_t k = 0; k < nk; k++) {
+    if (skip[k] || !(uni[k] = uniform_kernel(p->kernels[k]))) continue;
+    const kir_kernel *kk = p->kernels[k];
+    for (int32_t i = 1; i < kk->n_params; i++) {
+      int32_t a = find(up, kk->params[0].buffer), b = find(up, kk->params[i].buffer);
+      if (a != b) up[a] = b;
+    }
+  }
+  for (int32_t b = 0; b < nb; b++)
+    if (cls[b].bad) cls[find(up, b)].bad = true;
+  /* the convolutions' accesses */
+  for (int32_t i = 0; i < cv->n; i++) {
+    conv *c = &cv->v[i];
+    const sc_gemm *g = c->g;
+    const sc_conv_geom *v = &g->conv;
+    conv_access(&cls[find(up, v->x)], p, v->x, is_nchw8c(&c->src_md, v->c, v->h, v->w), g->batch,
+                v->c, v->h, v->w);
+    conv_access(&cls[find(up, g->c)], p, g->c,
+                is_nchw8c(&c->dst_md, c->tm, v->oh, v->ow) && g->m % 8 == 0 &&
+                    (c->bias || g->beta == 0.0f),
+                g->batch, g->m, v->oh, v->ow);
+    writers[g->c]++;
+  }
+  /* every other step: GEMMs (not direct convolutions) and foreign kernels */
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind == SC_STEP_GEMM && !conv_of(cv, s)) {
+      const sc_gemm *g = &s->gemm;
+      int32_t bs[4] = {g->a, g->b, g->c, g->bias};
+      for (int j = 0; j < 4; j++)
+        if (bs[j] >= 0) cls[find(up, bs[j])].bad = true;
+    }
+  }
+  for (int32_t k = 0; k < nk; k++) {
+    if (skip[k]) continue;
+    const kir_kernel *kk = p->kernels[k];
+    for (int32_t i = 0; i < kk->n_params; i++) {
+      int32_t b = kk->params[i].buffer;
+      if (kk->params[i].written) writers[b]++;
+      if (uni[k]) continue;
+      if (kk->params[i].written) {
+        if (fwriter[b] >= 0 && fwriter[b] != k) cls[find(up, b)].bad = true;
+        fwriter[b] = k;
+      } else {
+        freader[b] = true;
+      }
+    }
+  }
+  for (int32_t b = 0; b < nb; b++) {
+    layout_class *cl = &cls[find(up, b)];
+    if (p->buffers[b].kind != SC_BUF_TEMP || p->buffers[b].dtype != SC_DTYPE_F32) cl->bad = true;
+    /* a foreign writer must be the only one */
+    if (fwriter[b] >= 0 && writers[b] != 1) cl->bad = true;
+    if (cl->conv && !cl->bad &&
+        p->buffers[b].bytes != 4 * cl->dims[0] * cl->dims[1] * cl->dims[2] * cl->dims[3])
+      cl->bad = true;
+  }
+  /* a foreign kernel with two params at one address (a buffer read and
+   * written, or an input whose memory the memory plan gives to the output:
+   * the generated code then reads it through the output's pointer, which a
+   * shadow would not redirect) leaves their classes alone */
+  for (int32_t k = 0; k < nk; k++) {
+    if (skip[k] || uni[k]) continue;
+    const kir_kernel *kk = p->kernels[k];
+    for (int32_t i = 0; i < kk->n_params; i++)
+      for (int32_t j = 0; j < kk->n_params; j++)
+        if (i != j && sc_program_same_address(p, kk->params[i].buffer, kk->params[j].buffer)) {
+          cls[find(up, kk->params[i].buffer)].bad = true;
+          cls[find(up, kk->params[j].buffer)].bad = true;
+        }
+  }
+  /* what blocking costs: a conversion per foreign write, and per foreign
+   * read of a buffer class members write; worth it only when it saves more
+   * reorders than that (a convolution's output that only a max-pool reads
+   * would just trade oneDNN's reorder for a conversion) */
+  for (int32_t k = 0; k < nk; k++) {
+    if (skip[k] || uni[k]) continue;
+    const kir_kernel *kk = p->kernels[k];
+    for (int32_t i = 0; i < kk->n_params; i++) {
+      int32_t b = kk->params[i].buffer;
+      if (kk->params[i].written || fwriter[b] < 0) cls[find(up, b)].cost++;
+    }
+  }
+  for (int32_t b = 0; b < nb; b++) {
+    layout_class *cl = &cls[find(up, b)];
+    if (!cl->conv || cl->bad || cl->saved <= cl->cost) continue;
+    cv->blocked[b] = true;
+    memcpy(cv->dims[b], cl->dims, sizeof cl->dims);
+  }
+  /* shadows and hooks */
+  for (int32_t k = 0; k < nk && ok; k++) {
+    if (skip[k] || uni[k]) continue;
+    const kir_kernel *kk = p->kernels[k];
+    for (int32_t i = 0; i < kk->n_params && ok; i++) {
+      int32_t b = kk->params[i].buffer;
+      if (!cv->blocked[b]) continue;
+      cv->foreign[k] = true;
+      if (!cv->shadow[b] &&
+          posix_memalign((void **)&cv->shadow[b], 64, (size_t)p->buffers[b].bytes)) {
+        cv->shadow[b] = NULL;
+        ok = false;
+        break;
+      }
+      /* written by this kernel: converted after it; read, with class
+       * writers: converted before it (a foreign writer's shadow is read
+       * as it is) */
+      if (kk->params[i].written)
+        ok = add_hook(cv, k, b, true);
+      else if (fwriter[b] < 0)
+        ok = add_hook(cv, k, b, false);
+    }
+  }
+  for (int32_t i = 0; i < cv->n; i++) {
+    conv *c = &cv->v[i];
+    c->x_blocked = cv->blocked[c->g->conv.x];
+    c->y_blocked = cv->blocked[c->g->c];
+    static const char *const held[4] = {"", ", output nChw8c", ", input nChw8c",
+                                        ", input and output nChw8c"};
+    size_t len = strlen(c->note);
+    snprintf(c->note + len, sizeof c->note - len, "%s", held[2 * c->x_blocked + c->y_blocked]);
+  }
+done:
+  free(up);
+  free(cls);
+  free(uni);
+  free(writers);
+  free(fwriter);
+  free(freader);
+  return ok;
+}
+
+/* ---- conversions between NCHW and nChw8c ---- */
+
+typedef struct convert_job {
+  const float *from;
+  float *to;
+  int64_t cb, hw; /* channel blocks, pixels per channel */
+  bool to_blocked;
+} convert_job;
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* r[i] <- column i of the 8 x 8 block r */
+__attribute__((target("avx"))) static void transpose8(__m256 r[8]) {
+  __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* the first (hw / 8) * 8 pixels of one block of 8 channels */
+__attribute__((target("avx"))) static int64_t convert_avx(const float *f, float *t, int64_t hw,
+                                                          bool to_blocked) {
+  int64_t q = 0;
+  for (__m256 r[8]; q + 8 <= hw; q += 8) {
+    for (int i = 0; i < 8; i++)
+      r[i] = _mm256_loadu_ps(to_blocked ? f + i * hw + q : f + (q + i) * 8);
+    transpose8(r);
+    for (int i = 0; i < 8; i++) _mm256_storeu_ps(to_blocked ? t + (q + i) * 8 : t + i * hw + q, r[i]);
+  }
+  return q;
+}
+#endif
+
+/* units [begin, end) of (image, channel block) */
+static void convert_units(void *ud, int64_t begin, int64_t end) {
+  const convert_job *j = ud;
+#if defined(__x86_64__)
+  static int avx = -1;
+  if (avx < 0) avx = __builtin_cpu_supports("avx") ? 1 : 0;
+#endif
+  for (int64_t u = begin; u < end; u++) {
+    const float *f = j->from + u * 8 * j->hw;
+    float *t = j->to + u * 8 * j->hw;
+    int64_t q0 = 0;
+#if defined(__x86_64__)
+    if (avx) q0 = convert_avx(f, t, j->hw, j->to_blocked);
+#endif
+    if (j->to_blocked)
+      for (int64_t q = q0; q < j->hw; q++)
+        for (int c = 0; c < 8; c++) t[q * 8 + c] = f[c * j->hw + q];
+    else
+      for (int c = 0; c < 8; c++)
+        for (int64_t q = q0; q < j->hw; q++) t[c * j->hw + q] = f[q * 8 + c];
+  }
+}
+
+static void convert(const sc_cpu_convs *cv, int32_t b, void *const *ptrs, bool to_blocked,
+                    sc_thread_pool *tp) {
+  const int64_t *d = cv->dims[b];
+  convert_job j = {.from = to_blocked ? cv->shadow[b] : ptrs[b],
+                   .to = to_blocked ? ptrs[b] : cv->shadow[b],
+                   .cb = d[1] / 8, .hw = d[2] * d[3], .to_blocked = to_blocked};
+  int64_t units = d[0] * j.cb;
+  if (tp && units > 1 && sc_thread_pool_threads(tp) > 1)
+    sc_thread_pool_run(tp, convert_units, &j, units, units);
+  else
+    convert_units(&j, 0, units);
+}
+
+void sc_cpu_convs_kernel_hooks(const sc_cpu_convs *cv, int32_t k, bool after, void *const *ptrs,
+                               sc_thread_pool *tp) {
+  if (!cv || !cv->hooked || !cv->hooked[k]) return;
+  for (int32_t i = 0; i < cv->n_hooks; i++)
+    if (cv->hooks[i].kernel == k && cv->hooks[i].after == after)
+      convert(cv, cv->hooks[i].buffer, ptrs, after, tp);
+}
+
+void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i) {
+  if (!cv || !cv->foreign || k < 0 || k >= cv->p->n_kernels || !cv->foreign[k]) return NULL;
+  const kir_kernel *kk = cv->p->kernels[k];
+  if (i < 0 || i >= kk->n_params) return NULL;
+  return cv->shadow[kk->params[i].buffer];
+}
+
+bool sc_cpu_convs_blocked(const sc_cpu_convs *cv, int32_t buffer) {
+  return cv && cv->blocked && buffer >= 0 && buffer < cv->p->n_buffers && cv->blocked[buffer];
+}
+
 bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
   conv *c = conv_of(cv, s);
   if (!c) return false;
-  if (c->src_bytes) on_pool(tp, src_parts, c, c->N * c->P);
+  if (c->src_bytes && !c->x_blocked) on_pool(tp, src_parts, c, c->N * c->P);
   on_pool(tp, conv_tiles, c, c->N * c->T);
   return true;
 }
@@ -554,5 +982,12 @@ void sc_cpu_convs_destroy(sc_cpu_convs *cv) {
   sc_free(cv->v);
   sc_free(cv->of_kernel);
   free(cv->scratch);
+  for (int32_t b = 0; cv->shadow && b < cv->p->n_buffers; b++) free(cv->shadow[b]);
+  free(cv->shadow);
+  free(cv->blocked);
+  free(cv->dims);
+  free(cv->hooks);
+  free(cv->hooked);
+  free(cv->foreign);
   sc_free(cv);
 }

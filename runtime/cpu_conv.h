@@ -41,4 +41,17 @@ bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp);
 const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s);
 void sc_cpu_convs_destroy(sc_cpu_convs *cv);
 
+/* Blocked activations (docs/runtime.md#blocked-activations): buffers that
+ * only direct convolutions and pointwise kernels touch are held in
+ * nChw8c. Whether buffer b is; */
+bool sc_cpu_convs_blocked(const sc_cpu_convs *cv, int32_t buffer);
+/* the address kernel k's param i reads or writes instead of its buffer (an
+ * NCHW shadow of a blocked buffer), or NULL; */
+void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i);
+/* and the conversions to run before (after false) and after kernel k:
+ * blocked buffers into the shadows it reads, the shadows it wrote into
+ * their blocked buffers. ptrs: every buffer's address. */
+void sc_cpu_convs_kernel_hooks(const sc_cpu_convs *cv, int32_t k, bool after, void *const *ptrs,
+                               sc_thread_pool *tp);
+
 #endif

@@ -580,6 +580,11 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   for (int32_t k = 0; st == SC_OK && k < p->n_kernels; k++)
     for (int32_t i = 0; i < p->kernels[k]->n_params; i++)
       c->args[k][i] = c->ptrs[p->kernels[k]->params[i].buffer];
+  for (int32_t k = 0; st == SC_OK && k < p->n_kernels; k++)
+    for (int32_t i = 0; i < p->kernels[k]->n_params; i++) {
+      void *shadow = sc_cpu_convs_param_ptr(c->convs, k, i);
+      if (shadow) c->args[k][i] = shadow;
+    }
   if (st == SC_OK && c->convs) st = sc_cpu_convs_bind(c->convs, c->ptrs, diag);
   if (st == SC_OK) st = pack_weights(c, diag);
   return st;
@@ -602,19 +607,24 @@ static void kernel_chunk(void *ud, int64_t begin, int64_t end) {
   j->fn(j->args, begin, end);
 }
 
-static void run_kernel_id(cpu_ctx *c, int32_t k) {
-  int64_t pts = c->points[k];
-  if (pts <= 0 || c->skip[k]) return;
-  int64_t w = c->work[k];
-  if (c->threads == 1 || pts < 2 || w < SPLIT_MIN_WORK) {
-    c->fns[k](c->args[k], 0, pts);
-    return;
-  }
+static void run_kernel_pool(cpu_ctx *c, int32_t k, int64_t pts, int64_t w) {
   int64_t chunks = (int64_t)c->threads * CHUNKS_PER_THREAD;
   if (chunks > w / CHUNK_MIN_WORK) chunks = w / CHUNK_MIN_WORK;
   if (chunks > pts) chunks = pts;
   kernel_job j = {c->fns[k], c->args[k]};
   sc_thread_pool_run(c->pool, kernel_chunk, &j, pts, chunks);
+}
+
+static void run_kernel_id(cpu_ctx *c, int32_t k) {
+  int64_t pts = c->points[k];
+  if (pts <= 0 || c->skip[k]) return;
+  sc_cpu_convs_kernel_hooks(c->convs, k, false, c->ptrs, c->pool);
+  int64_t w = c->work[k];
+  if (c->threads == 1 || pts < 2 || w < SPLIT_MIN_WORK)
+    c->fns[k](c->args[k], 0, pts);
+  else
+    run_kernel_pool(c, k, pts, w);
+  sc_cpu_convs_kernel_hooks(c->convs, k, true, c->ptrs, c->pool);
 }
 
 static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->kernel); }

@@ -972,18 +972,9 @@ static void emit_phases(emitter *e, LLVMBasicBlockRef *cursor) {
 /* ---- the function ---- */
 
 /* Whether params a and b of the kernel are bound to the same address by
- * the program's memory plan: the same storage root (views start at their
- * root), or two arena roots at the same offset. */
+ * the program's memory plan. */
 static bool same_address(const emitter *e, int32_t a, int32_t b) {
-  const sc_program *p = e->prog;
-  int32_t ba = e->k->params[a].buffer, bb = e->k->params[b].buffer;
-  if (!p || ba < 0 || bb < 0 || ba >= p->n_buffers || bb >= p->n_buffers) return false;
-  int32_t ra = sc_program_root(p, ba), rb = sc_program_root(p, bb);
-  if (ra == rb) return true;
-  const sc_buffer *x = &p->buffers[ra], *y = &p->buffers[rb];
-  bool ax = x->kind == SC_BUF_INPUT || x->kind == SC_BUF_OUTPUT || x->kind == SC_BUF_TEMP;
-  bool ay = y->kind == SC_BUF_INPUT || y->kind == SC_BUF_OUTPUT || y->kind == SC_BUF_TEMP;
-  return ax && ay && x->offset >= 0 && x->offset == y->offset;
+  return sc_program_same_address(e->prog, e->k->params[a].buffer, e->k->params[b].buffer);
 }
 
 /* In-place pairs (see sc_cpu_emit_kernel in cpu_internal.h): a read param
