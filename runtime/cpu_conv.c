@@ -728,12 +728,19 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   int32_t *up = malloc((size_t)nb * sizeof *up);
   layout_class *cls = calloc((size_t)nb, sizeof *cls);
   bool *uni = calloc((size_t)nk, sizeof *uni);
-  int32_t *writers = calloc((size_t)nb, sizeof *writers), *fwriter = malloc((size_t)nb * sizeof *fwriter);
-  bool *freader = calloc((size_t)nb, sizeof *freader);
-  bool ok = cv->blocked && cv->dims && cv->shadow && cv->hooked && cv->foreign && up && cls && uni && writers &&
-            fwriter && freader;
+  /* per buffer: class members' writes; the last foreign writer (kernel id)
+   * and the first class member's access (step index); per kernel: its step */
+  int32_t *mwrites = calloc((size_t)nb, sizeof *mwrites);
+  int32_t *fwriter = malloc((size_t)nb * sizeof *fwriter);
+  int32_t *first = malloc((size_t)nb * sizeof *first);
+  int32_t *kstep = malloc((size_t)(nk > 0 ? nk : 1) * sizeof *kstep);
+  bool ok = cv->blocked && cv->dims && cv->shadow && cv->hooked && cv->foreign && up && cls &&
+            uni && mwrites && fwriter && first && kstep;
   if (!ok) goto done;
-  for (int32_t b = 0; b < nb; b++) up[b] = b, fwriter[b] = -1;
+  for (int32_t b = 0; b < nb; b++) up[b] = b, fwriter[b] = -1, first[b] = INT32_MAX;
+  for (int32_t k = 0; k < nk; k++) kstep[k] = -1;
+  for (int32_t i = p->n_steps - 1; i >= 0; i--)
+    if (p->steps[i].kernel >= 0 && p->steps[i].kernel < nk) kstep[p->steps[i].kernel] = i;
   /* views: their roots (and they) stay as they are */
   for (int32_t b = 0; b < nb; b++)
     if (p->buffers[b].kind == SC_BUF_VIEW) {
@@ -751,49 +758,49 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   }
   for (int32_t b = 0; b < nb; b++)
     if (cls[b].bad) cls[find(up, b)].bad = true;
-  /* the convolutions' accesses */
-  for (int32_t i = 0; i < cv->n; i++) {
-    conv *c = &cv->v[i];
-    const sc_gemm *g = c->g;
-    const sc_conv_geom *v = &g->conv;
-    conv_access(&cls[find(up, v->x)], p, v->x, is_nchw8c(&c->src_md, v->c, v->h, v->w), g->batch,
-                v->c, v->h, v->w);
-    conv_access(&cls[find(up, g->c)], p, g->c,
-                is_nchw8c(&c->dst_md, c->tm, v->oh, v->ow) && g->m % 8 == 0 &&
-                    (c->bias || g->beta == 0.0f),
-                g->batch, g->m, v->oh, v->ow);
-    writers[g->c]++;
-  }
-  /* every other step: GEMMs (not direct convolutions) and foreign kernels */
+  /* every step in order: the direct convolutions' accesses, GEMMs that
+   * are not one (their buffers stay NCHW), kernels (uniform: members;
+   * else foreign) */
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
-    if (s->kind == SC_STEP_GEMM && !conv_of(cv, s)) {
+    const conv *c = s->kind == SC_STEP_GEMM ? conv_of(cv, s) : NULL;
+    if (c) {
+      const sc_gemm *g = c->g;
+      const sc_conv_geom *v = &g->conv;
+      conv_access(&cls[find(up, v->x)], p, v->x, is_nchw8c(&c->src_md, v->c, v->h, v->w),
+                  g->batch, v->c, v->h, v->w);
+      conv_access(&cls[find(up, g->c)], p, g->c,
+                  is_nchw8c(&c->dst_md, c->tm, v->oh, v->ow) && g->m % 8 == 0 &&
+                      (c->bias || g->beta == 0.0f),
+                  g->batch, g->m, v->oh, v->ow);
+      mwrites[g->c]++;
+      if (first[v->x] > i) first[v->x] = i;
+      if (first[g->c] > i) first[g->c] = i;
+    } else if (s->kind == SC_STEP_GEMM) {
       const sc_gemm *g = &s->gemm;
       int32_t bs[4] = {g->a, g->b, g->c, g->bias};
       for (int j = 0; j < 4; j++)
         if (bs[j] >= 0) cls[find(up, bs[j])].bad = true;
     }
-  }
-  for (int32_t k = 0; k < nk; k++) {
-    if (skip[k]) continue;
+    int32_t k = s->kernel;
+    if (k < 0 || k >= nk || skip[k]) continue;
     const kir_kernel *kk = p->kernels[k];
-    for (int32_t i = 0; i < kk->n_params; i++) {
-      int32_t b = kk->params[i].buffer;
-      if (kk->params[i].written) writers[b]++;
-      if (uni[k]) continue;
-      if (kk->params[i].written) {
-        if (fwriter[b] >= 0 && fwriter[b] != k) cls[find(up, b)].bad = true;
+    for (int32_t j = 0; j < kk->n_params; j++) {
+      int32_t b = kk->params[j].buffer;
+      if (uni[k]) {
+        if (kk->params[j].written) mwrites[b]++;
+        if (first[b] > i) first[b] = i;
+      } else if (kk->params[j].written) {
         fwriter[b] = k;
-      } else {
-        freader[b] = true;
       }
     }
   }
   for (int32_t b = 0; b < nb; b++) {
     layout_class *cl = &cls[find(up, b)];
     if (p->buffers[b].kind != SC_BUF_TEMP || p->buffers[b].dtype != SC_DTYPE_F32) cl->bad = true;
-    /* a foreign writer must be the only one */
-    if (fwriter[b] >= 0 && writers[b] != 1) cl->bad = true;
+    /* foreign writers: no member writes it, and members read it only after
+     * the last of them (a max-pool's two kernels, interior and edges) */
+    if (fwriter[b] >= 0 && (mwrites[b] > 0 || first[b] <= kstep[fwriter[b]])) cl->bad = true;
     if (cl->conv && !cl->bad &&
         p->buffers[b].bytes != 4 * cl->dims[0] * cl->dims[1] * cl->dims[2] * cl->dims[3])
       cl->bad = true;
@@ -821,7 +828,7 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
     const kir_kernel *kk = p->kernels[k];
     for (int32_t i = 0; i < kk->n_params; i++) {
       int32_t b = kk->params[i].buffer;
-      if (kk->params[i].written || fwriter[b] < 0) cls[find(up, b)].cost++;
+      if (kk->params[i].written ? fwriter[b] == k : fwriter[b] < 0) cls[find(up, b)].cost++;
     }
   }
   for (int32_t b = 0; b < nb; b++) {
@@ -844,11 +851,12 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
         ok = false;
         break;
       }
-      /* written by this kernel: converted after it; read, with class
+      /* written: converted after the last foreign writer; read, with class
        * writers: converted before it (a foreign writer's shadow is read
        * as it is) */
-      if (kk->params[i].written)
-        ok = add_hook(cv, k, b, true);
+      if (kk->params[i].written) {
+        if (fwriter[b] == k) ok = add_hook(cv, k, b, true);
+      }
       else if (fwriter[b] < 0)
         ok = add_hook(cv, k, b, false);
     }
@@ -866,9 +874,10 @@ done:
   free(up);
   free(cls);
   free(uni);
-  free(writers);
+  free(mwrites);
   free(fwriter);
-  free(freader);
+  free(first);
+  free(kstep);
   return ok;
 }
 

@@ -199,8 +199,11 @@ static void test_conv_im2col(void **state) {
 }
 
 /* with_indices: MaxPool's Indices too, each the flat position in X of the
- * first tap (row-major window order) holding the maximum */
-static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad, bool with_indices) {
+ * first tap (row-major window order) holding the maximum; kernels > 0: the
+ * lowering's kernel count (a MaxPool read at clamped edges: its inside
+ * columns and its edge columns, no padded copy; else fill, copy, maximum) */
+static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad, bool with_indices,
+                      int32_t kernels) {
   int64_t N = 2, C = 3, H = 7, W = 6, dx[4] = {N, C, H, W};
   int32_t y, x = rand_f32(g, 4, dx), outs[2] = {outv(g), outv(g)};
   int32_t nid = with_indices ? sc_graph_add_node(g, op, "pool_idx", &x, 1, outs, 2)
@@ -211,6 +214,8 @@ static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad, boo
   if (infer(g, nid) != SC_OK) fail_msg("infer: %s", g->diag.msg);
   lowered L;
   if (lower_node(g, nid, &L) != SC_OK) fail_msg("lower: %s", L.diag.msg);
+  if (kernels > 0 && L.p->n_kernels != kernels)
+    fail_msg("%d kernels, want %d", (int)L.p->n_kernels, (int)kernels);
   execute(&L);
   const sc_value *yv = &g->values[y];
   const float *X = fdata(g, x), *got = L.bufs[L.vb[y]];
@@ -242,14 +247,18 @@ static void test_pools(void **state) {
   sc_graph *g = *state;
   rng_seed(14);
   win2 w = {3, 2, 2, 1, 1, 1, 1, 0, 1, 1};
-  pool_case(g, SC_OP_MAX_POOL, &w, 0, false);
-  pool_case(g, SC_OP_AVERAGE_POOL, &w, 0, false);
-  pool_case(g, SC_OP_AVERAGE_POOL, &w, 1, false);
+  pool_case(g, SC_OP_MAX_POOL, &w, 0, false, 2); /* clamped: columns 0..4, then 5 */
+  pool_case(g, SC_OP_AVERAGE_POOL, &w, 0, false, 0);
+  pool_case(g, SC_OP_AVERAGE_POOL, &w, 1, false, 0);
+  win2 resnet = {3, 3, 2, 2, 1, 1, 1, 1, 1, 1}; /* 3x3 / 2, padding 1 */
+  pool_case(g, SC_OP_MAX_POOL, &resnet, 0, false, 2);
+  win2 wide = {2, 7, 1, 1, 1, 1, 1, 1, 0, 1}; /* a 7-wide window on 6 columns: no inside */
+  pool_case(g, SC_OP_MAX_POOL, &wide, 0, false, 1);
   win2 dil = {2, 2, 1, 2, 2, 1, 1, 1, 0, 1};
-  pool_case(g, SC_OP_MAX_POOL, &dil, 0, false);
+  pool_case(g, SC_OP_MAX_POOL, &dil, 0, false, 3); /* dilated: the padded copy */
   /* MaxPool's Indices: pads, strides, dilations */
-  pool_case(g, SC_OP_MAX_POOL, &w, 0, true);
-  pool_case(g, SC_OP_MAX_POOL, &dil, 0, true);
+  pool_case(g, SC_OP_MAX_POOL, &w, 0, true, 0);
+  pool_case(g, SC_OP_MAX_POOL, &dil, 0, true, 0);
 }
 
 static void test_global_pools(void **state) {
