@@ -1216,33 +1216,49 @@ done:
 /* ---- in-place legality (for passes/memplan.c) ---- */
 
 /* Decomposes i64 expression id into sum(coef[v] * var v) + c (v = outer
- * dims, then the inner index at slot outer_rank). */
-static bool affine(const kir_kernel *k, int32_t id, int64_t scale, int64_t *coef, int depth) {
+ * dims, then the inner index at slot outer_rank); c is added to *cst when
+ * cst is not NULL. */
+static bool affine(const kir_kernel *k, int32_t id, int64_t scale, int64_t *coef, int64_t *cst,
+                   int depth) {
   const kir_expr *e = &k->exprs[id];
   if (depth > 16 || e->dtype != SC_DTYPE_I64) return false;
   int64_t t;
   switch (e->op) {
-  case KIR_CONST: return true; /* constants shift, never break injectivity */
+  case KIR_CONST: /* constants shift, never break injectivity */
+    return !cst || (sc_mul_i64(scale, e->i, &t) && sc_add_i64(*cst, t, cst));
   case KIR_VAR: {
     if (e->var != KIR_INNER && (e->var < 0 || e->var >= k->outer_rank)) return false;
     int32_t slot = e->var == KIR_INNER ? k->outer_rank : e->var;
     return sc_add_i64(coef[slot], scale, &coef[slot]);
   }
   case KIR_ADD:
-    return affine(k, e->a, scale, coef, depth + 1) && affine(k, e->b, scale, coef, depth + 1);
+    return affine(k, e->a, scale, coef, cst, depth + 1) &&
+           affine(k, e->b, scale, coef, cst, depth + 1);
   case KIR_MUL:
     if (!is_const(k, e->b)) return false;
     if (!sc_mul_i64(scale, k->exprs[e->b].i, &t)) return false;
-    return affine(k, e->a, t, coef, depth + 1);
+    return affine(k, e->a, t, coef, cst, depth + 1);
   default: return false;
   }
+}
+
+bool kir_is_point_index(const kir_kernel *k, int32_t id) {
+  if (id < 0 || id >= k->n_exprs) return false;
+  int64_t coef[SC_MAX_RANK + 1] = {0}, cst = 0, stride = 1;
+  if (!affine(k, id, 1, coef, &cst, 0) || cst != 0) return false;
+  if (k->inner > 1 && coef[k->outer_rank] != 0) return false;
+  for (int32_t d = k->outer_rank - 1; d >= 0; d--) {
+    if (k->outer_dims[d] > 1 && coef[d] != stride) return false;
+    if (!sc_mul_i64(stride, k->outer_dims[d], &stride)) return false;
+  }
+  return true;
 }
 
 /* True when index expression id takes a distinct value at every point of
  * the domain (outer x inner). */
 static bool injective(const kir_kernel *k, int32_t id) {
   int64_t coef[SC_MAX_RANK + 1] = {0};
-  if (!affine(k, id, 1, coef, 0)) return false;
+  if (!affine(k, id, 1, coef, NULL, 0)) return false;
   int32_t nv = k->outer_rank + 1;
   int64_t ext[SC_MAX_RANK + 1];
   for (int32_t v = 0; v < k->outer_rank; v++) ext[v] = k->outer_dims[v];

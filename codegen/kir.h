@@ -177,4 +177,10 @@ sc_status kir_interpret(const kir_kernel *k, void *const *bufs, sc_diag *diag);
  * that store. Conservative: false when unsure. Used by passes/memplan.c. */
 bool kir_reads_aligned(const kir_kernel *k, int32_t param, int32_t out_param);
 
+/* True when i64 expression id is the row-major offset of the outer point:
+ * the sum over outer dims d of var d times the product of the dims after d
+ * (a dim of extent 1 may have any coefficient), without a constant term or
+ * the inner index (when inner > 1). */
+bool kir_is_point_index(const kir_kernel *k, int32_t id);
+
 #endif

@@ -593,42 +593,12 @@ const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s) {
  * Shadows are the device's own memory, outside the arena. Conversions are
  * exact copies, so results are bit-identical to the NCHW ones. */
 
-/* e's value as cst + sum coef[d] * outer var d, times scale; false when e
- * is not such an affine form. */
-static bool affine(const kir_kernel *kk, int32_t e, int64_t scale, int64_t *coef, int64_t *cst,
-                   int depth) {
-  if (e < 0 || e >= kk->n_exprs || depth > 64) return false;
-  const kir_expr *x = &kk->exprs[e];
-  if (x->dtype != SC_DTYPE_I64) return false;
-  switch (x->op) {
-  case KIR_CONST: *cst += scale * x->i; return true;
-  case KIR_VAR:
-    if (x->var < 0 || x->var >= kk->outer_rank) return false;
-    coef[x->var] += scale;
-    return true;
-  case KIR_ADD:
-    return affine(kk, x->a, scale, coef, cst, depth + 1) &&
-           affine(kk, x->b, scale, coef, cst, depth + 1);
-  case KIR_MUL: {
-    const kir_expr *a = &kk->exprs[x->a], *b = &kk->exprs[x->b];
-    if (b->op == KIR_CONST) return affine(kk, x->a, scale * b->i, coef, cst, depth + 1);
-    if (a->op == KIR_CONST) return affine(kk, x->b, scale * a->i, coef, cst, depth + 1);
-    return false;
-  }
-  default: return false;
-  }
-}
-
 static bool uniform_kernel(const kir_kernel *kk) {
   if (kk->inner != 1 || kk->n_phases < 1 || kk->n_params < 1) return false;
   int32_t E = kk->phases[0].out_index;
-  if (E < 0 || E >= kk->n_exprs) return false;
-  int64_t pts = 1, coef[SC_MAX_RANK] = {0}, cst = 0;
+  if (!kir_is_point_index(kk, E)) return false;
+  int64_t pts = 1;
   for (int32_t d = 0; d < kk->outer_rank; d++) pts *= kk->outer_dims[d];
-  if (!affine(kk, E, 1, coef, &cst, 0) || cst != 0) return false;
-  int64_t stride = 1;
-  for (int32_t d = kk->outer_rank - 1; d >= 0; stride *= kk->outer_dims[d--])
-    if (kk->outer_dims[d] > 1 && coef[d] != stride) return false;
   for (int32_t i = 0; i < kk->n_params; i++)
     if (kk->params[i].numel != pts) return false;
   for (int32_t h = 0; h < kk->n_phases; h++)

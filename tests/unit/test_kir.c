@@ -553,6 +553,20 @@ static void test_reads_aligned(void **state) {
   /* a row kernel reading x in reduce phases and storing at the same index */
   kir_kernel *r = row_kernel(f, 3, 7);
   assert_true(kir_reads_aligned(r, 0, 1));
+
+  /* the row-major index of the outer point, and what is not */
+  assert_true(kir_is_point_index(k, idx));     /* o0 * 6 + o1 over [4, 6] */
+  assert_false(kir_is_point_index(k, o1));     /* a column only */
+  assert_false(kir_is_point_index(t, on));     /* the transpose's o1 * 4 + o0 */
+  assert_false(kir_is_point_index(u, ui));     /* o0 + o1 */
+  assert_false(kir_is_point_index(k, bin(f, k, KIR_ADD, idx, ci(f, k, 1)))); /* shifted */
+  int64_t d3[3] = {4, 1, 6};                   /* an axis of extent 1: any coefficient */
+  kir_kernel *w = mk_kernel(&f->a, "unit", 3, d3, 1);
+  int32_t w0 = kir_var(&f->a, w, 0), w1 = kir_var(&f->a, w, 1), w2 = kir_var(&f->a, w, 2);
+  int32_t wi = bin(f, w, KIR_ADD, bin(f, w, KIR_MUL, w0, ci(f, w, 6)),
+                   bin(f, w, KIR_ADD, bin(f, w, KIR_MUL, w1, ci(f, w, 5)), w2));
+  assert_true(kir_is_point_index(w, wi));
+  assert_false(kir_is_point_index(w, bin(f, w, KIR_MUL, wi, ci(f, w, 2))));
 }
 
 int main(void) {
