@@ -858,6 +858,7 @@ typedef struct convert_job {
   float *to;
   int64_t cb, hw; /* channel blocks, pixels per channel */
   bool to_blocked;
+  bool avx;       /* the 8 x 8 transposes (this CPU has AVX) */
 } convert_job;
 
 #if defined(__x86_64__)
@@ -895,16 +896,12 @@ __attribute__((target("avx"))) static int64_t convert_avx(const float *f, float 
 /* units [begin, end) of (image, channel block) */
 static void convert_units(void *ud, int64_t begin, int64_t end) {
   const convert_job *j = ud;
-#if defined(__x86_64__)
-  static int avx = -1;
-  if (avx < 0) avx = __builtin_cpu_supports("avx") ? 1 : 0;
-#endif
   for (int64_t u = begin; u < end; u++) {
     const float *f = j->from + u * 8 * j->hw;
     float *t = j->to + u * 8 * j->hw;
     int64_t q0 = 0;
 #if defined(__x86_64__)
-    if (avx) q0 = convert_avx(f, t, j->hw, j->to_blocked);
+    if (j->avx) q0 = convert_avx(f, t, j->hw, j->to_blocked);
 #endif
     if (j->to_blocked)
       for (int64_t q = q0; q < j->hw; q++)
@@ -921,6 +918,9 @@ static void convert(const sc_cpu_convs *cv, int32_t b, void *const *ptrs, bool t
   convert_job j = {.from = to_blocked ? cv->shadow[b] : ptrs[b],
                    .to = to_blocked ? ptrs[b] : cv->shadow[b],
                    .cb = d[1] / 8, .hw = d[2] * d[3], .to_blocked = to_blocked};
+#if defined(__x86_64__)
+  j.avx = __builtin_cpu_supports("avx");
+#endif
   int64_t units = d[0] * j.cb;
   if (tp && units > 1 && sc_thread_pool_threads(tp) > 1)
     sc_thread_pool_run(tp, convert_units, &j, units, units);
