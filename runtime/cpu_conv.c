@@ -584,12 +584,16 @@ const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s) {
  *     aliases;
  *   - every other access is a kernel ("foreign": the max-pool that makes a
  *     block's input, the average-pool that reads the last one), and either
- *     the buffer's only writer is that kernel (it writes an NCHW shadow,
- *     converted into the buffer after it runs; other foreign kernels read
- *     the shadow too), or only class members write the buffer (the buffer
- *     is converted into the shadow before each foreign reader runs);
+ *     foreign kernels are the buffer's only writers and no class member
+ *     reads it before the last of them (they write an NCHW shadow,
+ *     converted into the buffer after the last one runs; other foreign
+ *     kernels read the shadow too), or only class members write the buffer
+ *     (it is converted into the shadow before each foreign reader runs);
+ *     no foreign kernel has two params at one address (the generated code
+ *     would read the input through the output's pointer, not the shadow);
  *   - the program has only kernel and GEMM steps, and no GEMM that is not
- *     a direct convolution touches the class.
+ *     a direct convolution touches the class;
+ *   - it saves more reorders than it needs conversions.
  * Shadows are the device's own memory, outside the arena. Conversions are
  * exact copies, so results are bit-identical to the NCHW ones. */
 
