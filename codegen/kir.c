@@ -1220,8 +1220,9 @@ done:
  * cst is not NULL. */
 static bool affine(const kir_kernel *k, int32_t id, int64_t scale, int64_t *coef, int64_t *cst,
                    int depth) {
+  if (id < 0 || id >= k->n_exprs || depth > 64) return false;
   const kir_expr *e = &k->exprs[id];
-  if (depth > 16 || e->dtype != SC_DTYPE_I64) return false;
+  if (e->dtype != SC_DTYPE_I64) return false;
   int64_t t;
   switch (e->op) {
   case KIR_CONST: /* constants shift, never break injectivity */
@@ -1234,12 +1235,18 @@ static bool affine(const kir_kernel *k, int32_t id, int64_t scale, int64_t *coef
   case KIR_ADD:
     return affine(k, e->a, scale, coef, cst, depth + 1) &&
            affine(k, e->b, scale, coef, cst, depth + 1);
-  case KIR_MUL:
-    if (!is_const(k, e->b)) return false;
-    if (!sc_mul_i64(scale, k->exprs[e->b].i, &t)) return false;
-    return affine(k, e->a, t, coef, cst, depth + 1);
+  case KIR_MUL: /* by a constant, on either side */
+    if (is_const(k, e->b))
+      return sc_mul_i64(scale, k->exprs[e->b].i, &t) && affine(k, e->a, t, coef, cst, depth + 1);
+    if (is_const(k, e->a))
+      return sc_mul_i64(scale, k->exprs[e->a].i, &t) && affine(k, e->b, t, coef, cst, depth + 1);
+    return false;
   default: return false;
   }
+}
+
+bool kir_affine(const kir_kernel *k, int32_t id, int64_t *coef, int64_t *cst) {
+  return affine(k, id, 1, coef, cst, 0);
 }
 
 bool kir_is_point_index(const kir_kernel *k, int32_t id) {

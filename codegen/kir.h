@@ -177,6 +177,14 @@ sc_status kir_interpret(const kir_kernel *k, void *const *bufs, sc_diag *diag);
  * that store. Conservative: false when unsure. Used by passes/memplan.c. */
 bool kir_reads_aligned(const kir_kernel *k, int32_t param, int32_t out_param);
 
+/* Whether i64 expression id is an affine form of the loop variables:
+ * sum(coef[v] * var v) + *cst, slots v = 0 .. outer_rank - 1 the outer dims
+ * and slot outer_rank the inner index (coef has outer_rank + 1 entries;
+ * the caller zeroes them and *cst, and the form is added to them).
+ * Constants may multiply from either side; false for anything else or on
+ * overflow. */
+bool kir_affine(const kir_kernel *k, int32_t id, int64_t *coef, int64_t *cst);
+
 /* True when i64 expression id is the row-major offset of the outer point:
  * the sum over outer dims d of var d times the product of the dims after d
  * (a dim of extent 1 may have any coefficient), without a constant term or

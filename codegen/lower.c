@@ -110,45 +110,29 @@ int32_t sc_lower_offset(sc_lower_ctx *cx, int32_t rank, const int64_t *dims,
   return lin;
 }
 
-/* lin as sum(coef[t] * var[t]) + c over the kernel's loop variables, every
+/* lin as sum(coef[v] * var v) + c over the kernel's loop variables
+ * (kir_affine's slots: the outer dims, then the inner index), every
  * coefficient and c >= 0 (what offsets built by sc_lower_offset are). */
-enum { AFFINE_TERMS = 2 * SC_MAX_RANK + 2 };
 typedef struct affine {
-  int32_t n;
-  int32_t var[AFFINE_TERMS];  /* outer dim, or KIR_INNER */
-  int64_t coef[AFFINE_TERMS];
+  int64_t coef[SC_MAX_RANK + 1];
   int64_t c;
 } affine;
 
-static bool affine_of(const kir_kernel *k, int32_t e, int64_t scale, affine *a, int depth) {
-  if (e < 0 || e >= k->n_exprs || depth > 64 || scale <= 0) return false;
-  const kir_expr *x = &k->exprs[e];
-  if (x->dtype != SC_DTYPE_I64) return false;
-  int64_t v;
-  switch (x->op) {
-  case KIR_CONST: return x->i >= 0 && sc_mul_i64(x->i, scale, &v) && sc_add_i64(a->c, v, &a->c);
-  case KIR_VAR:
-    for (int32_t t = 0; t < a->n; t++)
-      if (a->var[t] == x->var) return sc_add_i64(a->coef[t], scale, &a->coef[t]);
-    if (a->n == AFFINE_TERMS) return false;
-    a->var[a->n] = x->var, a->coef[a->n++] = scale;
-    return true;
-  case KIR_ADD:
-    return affine_of(k, x->a, scale, a, depth + 1) && affine_of(k, x->b, scale, a, depth + 1);
-  case KIR_MUL: {
-    const kir_expr *l = &k->exprs[x->a], *r = x->b >= 0 ? &k->exprs[x->b] : NULL;
-    if (r && r->op == KIR_CONST && r->i > 0 && sc_mul_i64(scale, r->i, &v))
-      return affine_of(k, x->a, v, a, depth + 1);
-    if (l->op == KIR_CONST && l->i > 0 && sc_mul_i64(scale, l->i, &v))
-      return affine_of(k, x->b, v, a, depth + 1);
-    return false;
-  }
-  default: return false;
-  }
+static bool affine_of(const kir_kernel *k, int32_t e, affine *a) {
+  memset(a, 0, sizeof *a);
+  if (!kir_affine(k, e, a->coef, &a->c) || a->c < 0) return false;
+  for (int32_t v = 0; v <= k->outer_rank; v++)
+    if (a->coef[v] < 0) return false;
+  return true;
 }
 
-static int64_t var_extent(const kir_kernel *k, int32_t var) {
-  return var == KIR_INNER ? k->inner : k->outer_dims[var];
+/* the extent of slot v's variable, and the variable (KIR_VAR's var) */
+static int64_t slot_extent(const kir_kernel *k, int32_t v) {
+  return v == k->outer_rank ? k->inner : k->outer_dims[v];
+}
+
+static int32_t slot_var(const kir_kernel *k, int32_t v) {
+  return v == k->outer_rank ? KIR_INNER : v;
 }
 
 /* floor(lin / s) mod D (D <= 0: no mod) as an affine expression, when the
@@ -162,8 +146,9 @@ static int32_t affine_digit(sc_lower_ctx *cx, const affine *a, int64_t s, int64_
   int64_t lo = a->c % s, hi_c = a->c / s;
   if (D > 0) hi_c %= D;
   int64_t hi_max = hi_c;
-  for (int32_t t = 0; t < a->n; t++) {
-    int64_t span = var_extent(k, a->var[t]) - 1, v;
+  for (int32_t t = 0; t <= k->outer_rank; t++) {
+    if (a->coef[t] == 0) continue;
+    int64_t span = slot_extent(k, t) - 1, v;
     if (span < 0) return -1;
     if (a->coef[t] % s != 0) {
       if (!sc_mul_i64(a->coef[t], span, &v) || !sc_add_i64(lo, v, &lo)) return -1;
@@ -173,9 +158,9 @@ static int32_t affine_digit(sc_lower_ctx *cx, const affine *a, int64_t s, int64_
   }
   if (lo >= s || (D > 0 && hi_max >= D)) return -1;
   int32_t r = -1;
-  for (int32_t t = 0; t < a->n; t++) {
-    if (a->coef[t] % s != 0 || (D > 0 && (a->coef[t] / s) % D == 0)) continue;
-    int32_t term = kir_var(cx->arena, cx->k, a->var[t]);
+  for (int32_t t = 0; t <= k->outer_rank; t++) {
+    if (a->coef[t] == 0 || a->coef[t] % s != 0 || (D > 0 && (a->coef[t] / s) % D == 0)) continue;
+    int32_t term = kir_var(cx->arena, cx->k, slot_var(k, t));
     if (a->coef[t] / s != 1)
       term = sc_lower_bin(cx, KIR_MUL, term, sc_lower_i64(cx, a->coef[t] / s));
     r = r < 0 ? term : sc_lower_bin(cx, KIR_ADD, r, term);
@@ -186,8 +171,8 @@ static int32_t affine_digit(sc_lower_ctx *cx, const affine *a, int64_t s, int64_
 
 void sc_lower_unflatten(sc_lower_ctx *cx, int32_t lin, int32_t rank, const int64_t *dims,
                         int32_t *idx) {
-  affine a = {0};
-  if (cx->k && affine_of(cx->k, lin, 1, &a, 0)) {
+  affine a;
+  if (cx->k && affine_of(cx->k, lin, &a)) {
     int64_t stride = 1;
     int32_t first = 0, d;
     while (first < rank && dims[first] == 1) first++;

@@ -891,7 +891,8 @@ __attribute__((target("avx"))) static int64_t convert_avx(const float *f, float 
     for (int i = 0; i < 8; i++)
       r[i] = _mm256_loadu_ps(to_blocked ? f + i * hw + q : f + (q + i) * 8);
     transpose8(r);
-    for (int i = 0; i < 8; i++) _mm256_storeu_ps(to_blocked ? t + (q + i) * 8 : t + i * hw + q, r[i]);
+    for (int i = 0; i < 8; i++)
+      _mm256_storeu_ps(to_blocked ? t + (q + i) * 8 : t + i * hw + q, r[i]);
   }
   return q;
 }

@@ -567,6 +567,18 @@ static void test_reads_aligned(void **state) {
                    bin(f, w, KIR_ADD, bin(f, w, KIR_MUL, w1, ci(f, w, 5)), w2));
   assert_true(kir_is_point_index(w, wi));
   assert_false(kir_is_point_index(w, bin(f, w, KIR_MUL, wi, ci(f, w, 2))));
+
+  /* the affine form itself: 3 * (o1 + 2) + o0 * 6 - 1, constants on either side */
+  int32_t left = bin(f, k, KIR_MUL, ci(f, k, 3), bin(f, k, KIR_ADD, o1, ci(f, k, 2)));
+  int32_t ex = bin(f, k, KIR_ADD, left,
+                   bin(f, k, KIR_ADD, bin(f, k, KIR_MUL, o0, ci(f, k, 6)), ci(f, k, -1)));
+  int64_t coef[SC_MAX_RANK + 1] = {0}, cst = 0;
+  assert_true(kir_affine(k, ex, coef, &cst));
+  assert_int_equal(coef[0], 6);
+  assert_int_equal(coef[1], 3);
+  assert_int_equal(coef[2], 0); /* the inner index */
+  assert_int_equal(cst, 5);
+  assert_false(kir_affine(k, bin(f, k, KIR_MUL, o0, o1), coef, &cst)); /* not affine */
 }
 
 int main(void) {
