@@ -751,6 +751,37 @@ static int32_t pool_copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
   return sc_lower_input_at(cx, ud, 0, idx);
 }
 
+/* The maximum of the taps of the window at output position idx, in y's
+ * dtype: read from the padded copy xpad (>= 0; tap k of an axis at o * s +
+ * k * dilation) or from x (tap k at o * s + k * dilation - begin, clamped
+ * into x on the axes where clamp is set), folded as the reduction folds
+ * (max(acc, x): a tie keeps x). -1 on failure. */
+static int32_t max_of_taps(sc_lower_ctx *cx, const sc_node *n, const win *w, int64_t taps,
+                           const int32_t *idx, int32_t xpad, const bool *clamp) {
+  const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
+  int32_t xi[SC_MAX_RANK] = {idx[0], idx[1]};
+  sc_dtype acc = acc_dtype(y->dtype);
+  int32_t m = -1;
+  for (int64_t r = 0; r < taps; r++) {
+    int64_t rem = r;
+    for (int32_t d = w->nsp - 1; d >= 0; d--) { /* tap r's position, last axis fastest */
+      int64_t k = rem % w->kernel[d];
+      rem /= w->kernel[d];
+      int64_t off = k * w->dilations[d] - (xpad >= 0 ? 0 : w->begin[d]);
+      int32_t at = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[2 + d], C(cx, w->strides[d])),
+                       C(cx, off));
+      if (clamp[d])
+        at = bin(cx, KIR_MIN, bin(cx, KIR_MAX, at, C(cx, 0)), C(cx, x->dims[2 + d] - 1));
+      xi[2 + d] = at;
+    }
+    int32_t v = cast_to(cx, acc, xpad >= 0 ? sc_lower_buffer_at(cx, xpad, xi)
+                                           : sc_lower_input_at(cx, n, 0, xi));
+    if (v < 0) return -1;
+    m = m < 0 ? v : bin(cx, KIR_MAX, m, v);
+  }
+  return cast_to(cx, y->dtype, m);
+}
+
 /* Without dilation, when the padding is less than the window on every
  * axis and every window starts inside the input, a tap in the padding can
  * be read at the nearest edge instead: that position is in the same window
@@ -774,37 +805,21 @@ static bool pool_clamps(const win *w, const sc_value *x, const sc_value *y) {
  * last axis, or, with edges, the columns [0, lo) then [hi, OW) */
 static sc_status max_pool_part(sc_lower_ctx *cx, const sc_node *n, const win *w, int64_t taps,
                                int64_t lo, int64_t hi, bool edges) {
-  const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
+  const sc_value *y = sc_node_output(cx->g, n, 0);
   int32_t last = y->rank - 1;
   int64_t dom[SC_MAX_RANK];
   memcpy(dom, y->dims, sizeof(int64_t) * (size_t)y->rank);
   dom[last] = edges ? lo + (y->dims[last] - hi) : hi - lo;
   sc_status st = sc_lower_begin_kernel(cx, n, y->rank, dom, 1);
   if (st != SC_OK) return st;
-  int32_t idx[SC_MAX_RANK], xi[SC_MAX_RANK];
+  int32_t idx[SC_MAX_RANK];
   sc_lower_outer_index(cx, idx);
   int32_t j = idx[last];
   idx[last] = edges ? sel(cx, bin(cx, KIR_LT, j, C(cx, lo)), j, bin(cx, KIR_ADD, j, C(cx, hi - lo)))
                     : bin(cx, KIR_ADD, j, C(cx, lo));
-  xi[0] = idx[0], xi[1] = idx[1];
-  sc_dtype acc = acc_dtype(y->dtype);
-  int32_t m = -1;
-  for (int64_t r = 0; r < taps; r++) {
-    int64_t rem = r;
-    for (int32_t d = w->nsp - 1; d >= 0; d--) {
-      int64_t k = rem % w->kernel[d];
-      rem /= w->kernel[d];
-      int32_t at = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[2 + d], C(cx, w->strides[d])),
-                       C(cx, k - w->begin[d]));
-      if (2 + d != last || edges)
-        at = bin(cx, KIR_MIN, bin(cx, KIR_MAX, at, C(cx, 0)), C(cx, x->dims[2 + d] - 1));
-      xi[2 + d] = at;
-    }
-    int32_t v = cast_to(cx, acc, sc_lower_input_at(cx, n, 0, xi));
-    if (v < 0) return failed(cx);
-    m = m < 0 ? v : bin(cx, KIR_MAX, m, v); /* as the reduction folds (a tie keeps x) */
-  }
-  return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, m));
+  bool clamp[SC_MAX_RANK]; /* the outer axes; the last one at its ends */
+  for (int32_t d = 0; d < w->nsp; d++) clamp[d] = 2 + d != last || edges;
+  return sc_lower_store(cx, n, 0, idx, max_of_taps(cx, n, w, taps, idx, -1, clamp));
 }
 
 static sc_status max_pool_clamped(sc_lower_ctx *cx, const sc_node *n, const win *w,
@@ -843,27 +858,10 @@ static sc_status max_pool_unrolled(sc_lower_ctx *cx, const sc_node *n, const win
       return st;
   }
   if ((st = sc_lower_begin_kernel(cx, n, y->rank, y->dims, 1)) != SC_OK) return st;
-  int32_t idx[SC_MAX_RANK], xi[SC_MAX_RANK];
+  int32_t idx[SC_MAX_RANK];
   sc_lower_outer_index(cx, idx);
-  xi[0] = idx[0], xi[1] = idx[1];
-  sc_dtype acc = acc_dtype(y->dtype);
-  int32_t m = -1;
-  for (int64_t r = 0; r < taps; r++) {
-    int64_t rem = r;
-    for (int32_t d = w->nsp - 1; d >= 0; d--) { /* tap r's position, last axis fastest */
-      int64_t k = rem % w->kernel[d];
-      rem /= w->kernel[d];
-      /* from xpad: o*s + k*dil; from x (no padding: begin 0): the same */
-      xi[2 + d] = bin(cx, KIR_ADD, bin(cx, KIR_MUL, idx[2 + d], C(cx, w->strides[d])),
-                      C(cx, k * w->dilations[d]));
-    }
-    int32_t v = cast_to(cx, acc, xpad >= 0 ? sc_lower_buffer_at(cx, xpad, xi)
-                                           : sc_lower_input_at(cx, n, 0, xi));
-    if (v < 0) return failed(cx);
-    /* max(acc, x), as the reduction folds (a tie keeps x) */
-    m = m < 0 ? v : bin(cx, KIR_MAX, m, v);
-  }
-  return sc_lower_store(cx, n, 0, idx, cast_to(cx, y->dtype, m));
+  bool clamp[SC_MAX_RANK] = {false};
+  return sc_lower_store(cx, n, 0, idx, max_of_taps(cx, n, w, taps, idx, xpad, clamp));
 }
 
 static sc_status pool_build(sc_lower_ctx *cx, const sc_node *n) {
