@@ -128,7 +128,6 @@ struct sc_cpu_convs {
   char *scratch;        /* the blocked input and output of the step running */
   size_t scratch_bytes;
   /* blocked activations (see "Blocked activations"), per buffer */
-  bool *blocked;        /* held in nChw8c */
   int64_t (*dims)[4];   /* its N, C, H, W (blocked ones) */
   float **shadow;       /* an NCHW copy for the kernels that read or write it so */
   int32_t n_hooks;
@@ -685,7 +684,7 @@ static bool add_hook(sc_cpu_convs *cv, int32_t k, int32_t b, bool after) {
   return true;
 }
 
-/* Plans which buffers are blocked (cv->blocked), their shadows and hooks,
+/* Plans which buffers are blocked, their shadows and hooks,
  * and which convolutions then skip their reorders. false: out of memory. */
 static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   const sc_program *p = cv->p;
@@ -694,7 +693,7 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   if (env && strcmp(env, "nchw") == 0) return true;
   for (int32_t i = 0; i < p->n_steps; i++)
     if (p->steps[i].kind != SC_STEP_KERNEL && p->steps[i].kind != SC_STEP_GEMM) return true;
-  cv->blocked = calloc((size_t)nb, sizeof *cv->blocked);
+  bool *blocked = calloc((size_t)nb, sizeof *blocked); /* held in nChw8c */
   cv->dims = calloc((size_t)nb, sizeof *cv->dims);
   cv->shadow = calloc((size_t)nb, sizeof *cv->shadow);
   cv->hooked = calloc((size_t)nk, sizeof *cv->hooked);
@@ -708,7 +707,7 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   int32_t *fwriter = malloc((size_t)nb * sizeof *fwriter);
   int32_t *first = malloc((size_t)nb * sizeof *first);
   int32_t *kstep = malloc((size_t)(nk > 0 ? nk : 1) * sizeof *kstep);
-  bool ok = cv->blocked && cv->dims && cv->shadow && cv->hooked && cv->foreign && up && cls &&
+  bool ok = blocked && cv->dims && cv->shadow && cv->hooked && cv->foreign && up && cls &&
             uni && mwrites && fwriter && first && kstep;
   if (!ok) goto done;
   for (int32_t b = 0; b < nb; b++) up[b] = b, fwriter[b] = -1, first[b] = INT32_MAX;
@@ -808,7 +807,7 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   for (int32_t b = 0; b < nb; b++) {
     layout_class *cl = &cls[find(up, b)];
     if (!cl->conv || cl->bad || cl->saved <= cl->cost) continue;
-    cv->blocked[b] = true;
+    blocked[b] = true;
     memcpy(cv->dims[b], cl->dims, sizeof cl->dims);
   }
   /* shadows and hooks */
@@ -817,7 +816,7 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
     const kir_kernel *kk = p->kernels[k];
     for (int32_t i = 0; i < kk->n_params && ok; i++) {
       int32_t b = kk->params[i].buffer;
-      if (!cv->blocked[b]) continue;
+      if (!blocked[b]) continue;
       cv->foreign[k] = true;
       if (!cv->shadow[b] &&
           posix_memalign((void **)&cv->shadow[b], 64, (size_t)p->buffers[b].bytes)) {
@@ -837,14 +836,15 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   }
   for (int32_t i = 0; i < cv->n; i++) {
     conv *c = &cv->v[i];
-    c->x_blocked = cv->blocked[c->g->conv.x];
-    c->y_blocked = cv->blocked[c->g->c];
+    c->x_blocked = blocked[c->g->conv.x];
+    c->y_blocked = blocked[c->g->c];
     static const char *const held[4] = {"", ", output nChw8c", ", input nChw8c",
                                         ", input and output nChw8c"};
     size_t len = strlen(c->note);
     snprintf(c->note + len, sizeof c->note - len, "%s", held[2 * c->x_blocked + c->y_blocked]);
   }
 done:
+  free(blocked);
   free(up);
   free(cls);
   free(uni);
@@ -948,9 +948,6 @@ void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i) {
   return cv->shadow[kk->params[i].buffer];
 }
 
-bool sc_cpu_convs_blocked(const sc_cpu_convs *cv, int32_t buffer) {
-  return cv && cv->blocked && buffer >= 0 && buffer < cv->p->n_buffers && cv->blocked[buffer];
-}
 
 bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
   conv *c = conv_of(cv, s);
@@ -968,7 +965,6 @@ void sc_cpu_convs_destroy(sc_cpu_convs *cv) {
   free(cv->scratch);
   for (int32_t b = 0; cv->shadow && b < cv->p->n_buffers; b++) free(cv->shadow[b]);
   free(cv->shadow);
-  free(cv->blocked);
   free(cv->dims);
   free(cv->hooks);
   free(cv->hooked);

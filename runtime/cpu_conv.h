@@ -43,10 +43,8 @@ void sc_cpu_convs_destroy(sc_cpu_convs *cv);
 
 /* Blocked activations (docs/runtime.md#blocked-activations): buffers that
  * only direct convolutions and pointwise kernels touch are held in
- * nChw8c. Whether buffer b is; */
-bool sc_cpu_convs_blocked(const sc_cpu_convs *cv, int32_t buffer);
-/* the address kernel k's param i reads or writes instead of its buffer (an
- * NCHW shadow of a blocked buffer), or NULL; */
+ * nChw8c. The address kernel k's param i reads or writes instead of its
+ * buffer (an NCHW shadow of a blocked buffer), or NULL; */
 void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i);
 /* and the conversions to run before (after false) and after kernel k:
  * blocked buffers into the shadows it reads, the shadows it wrote into

@@ -578,12 +578,9 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   }
   sc_status st = sc_check_kernel_params(p, diag);
   for (int32_t k = 0; st == SC_OK && k < p->n_kernels; k++)
-    for (int32_t i = 0; i < p->kernels[k]->n_params; i++)
-      c->args[k][i] = c->ptrs[p->kernels[k]->params[i].buffer];
-  for (int32_t k = 0; st == SC_OK && k < p->n_kernels; k++)
     for (int32_t i = 0; i < p->kernels[k]->n_params; i++) {
-      void *shadow = sc_cpu_convs_param_ptr(c->convs, k, i);
-      if (shadow) c->args[k][i] = shadow;
+      void *shadow = sc_cpu_convs_param_ptr(c->convs, k, i); /* see cpu_conv.h */
+      c->args[k][i] = shadow ? shadow : c->ptrs[p->kernels[k]->params[i].buffer];
     }
   if (st == SC_OK && c->convs) st = sc_cpu_convs_bind(c->convs, c->ptrs, diag);
   if (st == SC_OK) st = pack_weights(c, diag);
