@@ -228,8 +228,10 @@ typedef struct cpu_ctx {
   bool *skip;             /* per kernel: a prep kernel of a direct convolution */
   sc_cpu_convs *convs;    /* the GEMMs run as direct convolutions, or NULL */
   bool im2col_convs;      /* none: sc_device_opts.im2col_convs */
-  float *repitch;         /* B operands copied to a pitch that does not alias
-                             (sized for the largest: sc_gemm_repitch_numel) */
+  float *repitch;         /* GEMM scratch (sized for the largest:
+                             sc_gemm_scratch_numel): oneDNN's B operands
+                             copied to a pitch that does not alias, or the
+                             own kernel's op(A) packed once */
   sc_gemm_packed_b *packed; /* per step: its constant B packed for the own
                                GEMM kernel (data NULL: none; see pack_weights) */
   bool *packed_owner;     /* per step: packed[i].data is this step's to free
@@ -429,11 +431,9 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   int64_t scratch = 0;
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
     const sc_step *s = &p->steps[i];
-    /* oneDNN's only: the own kernel never reads B in place; a direct
-     * convolution is no GEMM here */
-    int64_t n = s->kind == SC_STEP_GEMM && sc_gemm_engine_get() != SC_GEMM_ENGINE_OWN &&
-                        !sc_cpu_convs_note(c->convs, s)
-                    ? sc_gemm_repitch_numel(&s->gemm)
+    /* a direct convolution is no GEMM here */
+    int64_t n = s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s)
+                    ? sc_gemm_scratch_numel(&s->gemm)
                     : 0;
     if (n > scratch) scratch = n;
   }
@@ -707,7 +707,50 @@ typedef struct gemm_job {
   bool bias_per_batch;
   bool own; /* sc_cpu_gemm_tile, else dnnl_sgemm */
   const sc_gemm_packed_b *packed; /* own: op(B) packed, or NULL */
+  float *packed_a;     /* own: each row tile of op(A) packed (pack_a_tiles), or NULL */
+  int64_t packed_a_tile; /* floats per row tile there */
 } gemm_job;
+
+/* With the own kernel, a product cut into several columns of tiles reads
+ * each row tile of op(A) once per column: every tile packed those rows
+ * again (GPT-2-small's LM head at batch 1: the same 128 x 768 rows 66
+ * times, ~4% of the product). When the caller gives scratch, they are
+ * packed once instead, by the pool, before the tiles run: one packed row
+ * tile per batch entry of A (one in all when A is broadcast). Floats of
+ * that scratch for g cut into tiles of tile_m rows, or 0 when it is not
+ * worth it (one column of tiles) or too large. */
+enum { GEMM_PACK_A_MAX = 1 << 25 };
+
+static int64_t packed_a_numel(const sc_gemm *g, int64_t tile_m, int64_t tile_n,
+                              int64_t *per_tile) {
+  int64_t tiles_m = (g->m + tile_m - 1) / tile_m, n;
+  *per_tile = sc_gemm_packed_a_numel(tile_m, g->k);
+  if ((g->n + tile_n - 1) / tile_n < 2 || *per_tile <= 0 ||
+      !sc_mul_i64((g->stride_a ? g->batch : 1) * tiles_m, *per_tile, &n) || n > GEMM_PACK_A_MAX)
+    return 0;
+  return n;
+}
+
+int64_t sc_gemm_scratch_numel(const sc_gemm *g) {
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
+  if (sc_gemm_engine_get() != SC_GEMM_ENGINE_OWN) return sc_gemm_repitch_numel(g);
+  int64_t tile_m, tile_n, per_tile;
+  gemm_tiling(g, &tile_m, &tile_n);
+  return packed_a_numel(g, tile_m, tile_n, &per_tile);
+}
+
+/* row tiles [begin, end) of op(A), over every batch entry that has its own */
+static void pack_a_tiles(void *ud, int64_t begin, int64_t end) {
+  const gemm_job *j = ud;
+  const sc_gemm *g = j->g;
+  for (int64_t t = begin; t < end; t++) {
+    int64_t b = t / j->tiles_m, m0 = t % j->tiles_m * j->tile_m;
+    int64_t m = g->m - m0 < j->tile_m ? g->m - m0 : j->tile_m;
+    sc_gemm_pack_a(g->trans_a, m, g->k,
+                   j->A + b * g->stride_a + (g->trans_a ? m0 : m0 * g->lda), g->lda,
+                   j->packed_a + t * j->packed_a_tile);
+  }
+}
 
 static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   const gemm_job *j = ud;
@@ -734,8 +777,11 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
           *e = g->beta == 0.0f ? 0.0f : g->beta * *e;
         }
     } else if (j->own) {
-      if (!sc_cpu_gemm_tile(g->trans_a, g->trans_b, m, n, g->k, g->alpha, A, g->lda, B, g->ldb,
-                            j->packed, n0, g->beta, C, g->ldc)) {
+      const float *pa = j->packed_a ? j->packed_a + ((g->stride_a ? b : 0) * j->tiles_m + rw) *
+                                                        j->packed_a_tile
+                                    : NULL;
+      if (!sc_cpu_gemm_tile(g->trans_a, g->trans_b, m, n, g->k, g->alpha, A, g->lda, pa, B,
+                            g->ldb, j->packed, n0, g->beta, C, g->ldc)) {
         fprintf(stderr, "shardc: no memory for the GEMM packing buffers of a thread\n");
         abort();
       }
@@ -797,6 +843,14 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
    * chunks leave a thread idle at the end (66 tiles in chunks of 9 on 2
    * threads: up to 9 tiles' time) */
   int64_t chunks = flops < 65536.0 || !tp || threads < 2 ? 1 : tiles;
+  if (own && scratch && packed_a_numel(g, j.tile_m, j.tile_n, &j.packed_a_tile) > 0) {
+    j.packed_a = scratch;
+    int64_t units = (g->stride_a ? g->batch : 1) * j.tiles_m;
+    if (chunks <= 1)
+      pack_a_tiles(&j, 0, units);
+    else
+      sc_thread_pool_run(tp, pack_a_tiles, &j, units, units);
+  }
   if (chunks <= 1)
     gemm_tiles(&j, 0, tiles);
   else

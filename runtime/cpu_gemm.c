@@ -218,10 +218,14 @@ AVX2 static void kernel_edge(int64_t kc, const float *a, const float *b, float *
     }
 }
 
+/* One block of at most MC rows of a tile. pa (or NULL): op(A)'s rows
+ * already packed, the blocks of k one after the other (pack_a_rows);
+ * else each block of k is packed into apack here. */
 AVX2 static void tile_block(bool trans_a, bool trans_b, int64_t mb, int64_t n, int64_t k,
-                            float alpha, const float *A, int64_t lda, const float *B, int64_t ldb,
-                            const sc_gemm_packed_b *pb, int64_t n0, float beta, float *C,
-                            int64_t ldc, float *apack, float *bpack) {
+                            float alpha, const float *A, int64_t lda, const float *pa,
+                            const float *B, int64_t ldb, const sc_gemm_packed_b *pb, int64_t n0,
+                            float beta, float *C, int64_t ldc, float *apack, float *bpack) {
+  int64_t mb_pad = (mb + MR - 1) / MR * MR;
   for (int64_t k0 = 0; k0 < k; k0 += KC) {
     int64_t kc = k - k0 < KC ? k - k0 : KC;
     bool first = k0 == 0;
@@ -229,7 +233,10 @@ AVX2 static void tile_block(bool trans_a, bool trans_b, int64_t mb, int64_t n, i
      * others accumulate */
     float bk = first ? beta : 1.0f;
     bool load = !first || beta != 0.0f;
-    pack_a(trans_a, A, lda, mb, k0, kc, apack);
+    if (pa)
+      apack = (float *)(pa + k0 * mb_pad);
+    else
+      pack_a(trans_a, A, lda, mb, k0, kc, apack);
     for (int64_t jc = 0; jc < n; jc += NC) {
       int64_t nc = n - jc < NC ? n - jc : NC;
       const float *bb = bpack;
@@ -269,18 +276,35 @@ AVX2 static void tile_block(bool trans_a, bool trans_b, int64_t mb, int64_t n, i
 }
 
 bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *A, int64_t lda, const float *B, int64_t ldb,
-                      const sc_gemm_packed_b *packed, int64_t n0, float beta, float *C,
-                      int64_t ldc) {
+                      const float *A, int64_t lda, const float *packed_a, const float *B,
+                      int64_t ldb, const sc_gemm_packed_b *packed, int64_t n0, float beta,
+                      float *C, int64_t ldc) {
   float *pack = thread_pack();
   if (!pack) return false;
   for (int64_t i0 = 0; i0 < m; i0 += MC) {
     int64_t mb = m - i0 < MC ? m - i0 : MC;
     const float *Ai = trans_a ? A + i0 : A + i0 * lda;
-    tile_block(trans_a, trans_b, mb, n, k, alpha, Ai, lda, B, ldb, packed, n0, beta,
+    const float *pa = packed_a ? packed_a + i0 / MC * (MC_PANELS * MR) * k : NULL;
+    tile_block(trans_a, trans_b, mb, n, k, alpha, Ai, lda, pa, B, ldb, packed, n0, beta,
                C + i0 * ldc, ldc, pack, pack + APACK_FLOATS);
   }
   return true;
+}
+
+int64_t sc_gemm_packed_a_numel(int64_t m, int64_t k) {
+  /* whole blocks of MC rows take MC_PANELS micro-panels, the last its own */
+  int64_t rows = m / MC * (MC_PANELS * MR) + (m % MC + MR - 1) / MR * MR, numel;
+  return m > 0 && k > 0 && sc_mul_i64(rows, k, &numel) ? numel : -1;
+}
+
+void sc_gemm_pack_a(bool trans_a, int64_t m, int64_t k, const float *A, int64_t lda, float *out) {
+  for (int64_t i0 = 0; i0 < m; i0 += MC) {
+    int64_t mb = m - i0 < MC ? m - i0 : MC, mb_pad = (mb + MR - 1) / MR * MR;
+    const float *Ai = trans_a ? A + i0 : A + i0 * lda;
+    float *dst = out + i0 / MC * (MC_PANELS * MR) * k;
+    for (int64_t k0 = 0; k0 < k; k0 += KC)
+      pack_a(trans_a, Ai, lda, mb, k0, k - k0 < KC ? k - k0 : KC, dst + k0 * mb_pad);
+  }
 }
 
 int64_t sc_gemm_packed_b_numel(int64_t k, int64_t n) {
@@ -302,11 +326,15 @@ void sc_gemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *B, int64_t 
 #else /* not x86-64: never chosen (sc_cpu_gemm_own_supported is false) */
 
 bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *A, int64_t lda, const float *B, int64_t ldb,
-                      const sc_gemm_packed_b *packed, int64_t n0, float beta, float *C,
-                      int64_t ldc) {
+                      const float *A, int64_t lda, const float *packed_a, const float *B,
+                      int64_t ldb, const sc_gemm_packed_b *packed, int64_t n0, float beta,
+                      float *C, int64_t ldc) {
   return false;
 }
+
+int64_t sc_gemm_packed_a_numel(int64_t m, int64_t k) { return -1; }
+
+void sc_gemm_pack_a(bool trans_a, int64_t m, int64_t k, const float *A, int64_t lda, float *out) {}
 
 int64_t sc_gemm_packed_b_numel(int64_t k, int64_t n) { return -1; }
 

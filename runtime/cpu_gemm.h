@@ -56,17 +56,29 @@ int64_t sc_gemm_packed_b_numel(int64_t k, int64_t n);
 void sc_gemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *B, int64_t ldb, int64_t k0,
                     int64_t k1, sc_gemm_packed_b *out);
 
+/* Floats of the packed form of m rows of op(A) (all k columns), or -1 on
+ * overflow or m, k < 1. */
+int64_t sc_gemm_packed_a_numel(int64_t m, int64_t k);
+/* Packs the m rows of op(A) that start at A (as sc_cpu_gemm_tile reads
+ * them) into out (sc_gemm_packed_a_numel(m, k) floats, 32-byte aligned):
+ * the micro-panels the kernel would pack for itself, every block of rows
+ * and of k, so that tiles sharing those rows read them packed once. */
+void sc_gemm_pack_a(bool trans_a, int64_t m, int64_t k, const float *A, int64_t lda, float *out);
+
 /* C = alpha * op(A) @ op(B) + beta * C for one m x n tile with k > 0,
  * row-major: A, B and C point at the tile's first element of op(A)'s
- * rows, op(B)'s columns and C (op(X) = X^T when trans_x). With packed
- * (not NULL), op(B) is read from it instead of B, the tile's columns
- * starting at column n0 (a multiple of 16) of the packed matrix. beta == 0
- * never reads C. Needs sc_cpu_gemm_own_supported(); uses this thread's
- * packing buffers (allocated on the thread's first call, freed when it
- * ends; false when that allocation fails, and nothing is computed). */
+ * rows, op(B)'s columns and C (op(X) = X^T when trans_x). With packed_a
+ * (not NULL), op(A)'s rows are read from it (sc_gemm_pack_a of these m
+ * rows) instead of A. With packed (not NULL), op(B) is read from it
+ * instead of B, the tile's columns starting at column n0 (a multiple of
+ * 16) of the packed matrix. The bits of C are the same either way.
+ * beta == 0 never reads C. Needs sc_cpu_gemm_own_supported(); uses this
+ * thread's packing buffers (allocated on the thread's first call, freed
+ * when it ends; false when that allocation fails, and nothing is
+ * computed). */
 bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const float *A, int64_t lda, const float *B, int64_t ldb,
-                      const sc_gemm_packed_b *packed, int64_t n0, float beta, float *C,
-                      int64_t ldc);
+                      const float *A, int64_t lda, const float *packed_a, const float *B,
+                      int64_t ldb, const sc_gemm_packed_b *packed, int64_t n0, float beta,
+                      float *C, int64_t ldc);
 
 #endif

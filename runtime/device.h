@@ -134,15 +134,19 @@ bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]);
  * cut into tiles whose boundaries depend only on the shape (the same
  * result on any thread count), run on tp (NULL: this thread). bias_numel:
  * the bias buffer's element count (bias may be NULL). scratch (or NULL):
- * sc_gemm_repitch_numel(g) floats, where a B whose row pitch aliases in
- * the cache (a multiple of 4 KiB) is first copied with a longer pitch
- * (oneDNN only). packed (or NULL, or with data NULL): op(B) already packed
+ * sc_gemm_scratch_numel(g) floats, where oneDNN first copies a B whose row
+ * pitch aliases in the cache (a multiple of 4 KiB) with a longer pitch,
+ * and the own kernel packs op(A) once for all the tiles that read the
+ * same rows. packed (or NULL, or with data NULL): op(B) already packed
  * for the own kernel (runtime/cpu_gemm.h), read instead of B when that
  * kernel runs. */
 void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, struct sc_thread_pool *tp, float *scratch,
                       const struct sc_gemm_packed_b *packed);
-/* Floats of scratch sc_host_gemm_f32 uses for g's B (0: B is read in place). */
+/* Floats of scratch sc_host_gemm_f32 uses for g with the engine in use
+ * (0: none). */
+int64_t sc_gemm_scratch_numel(const sc_gemm *g);
+/* Floats of scratch oneDNN's products use for g's B (0: B is read in place). */
 int64_t sc_gemm_repitch_numel(const sc_gemm *g);
 /* The first of n indices of dtype t outside [-dim, dim) (unsigned: [0,
  * dim)), or -1; *shown: its value. */

@@ -404,7 +404,7 @@ static float op_at(const float *x, bool trans, int64_t ld, int64_t r, int64_t c)
  * not be read), at shapes that cut every block of the kernel (6 rows, 16
  * columns, 256 of k, 128 rows per A block) in the middle; then the same
  * tile reading op(B) packed (sc_gemm_pack_b) from column n0 of a wider
- * matrix gives the same bits. */
+ * matrix and op(A) packed (sc_gemm_pack_a) gives the same bits. */
 static void test_own_gemm_tile(void **state) {
   (void)state;
   if (!sc_cpu_gemm_own_supported()) {
@@ -413,7 +413,8 @@ static void test_own_gemm_tile(void **state) {
   }
   rng_seed(21);
   static const int64_t shapes[][3] = {{1, 1, 1},   {7, 17, 3},   {6, 16, 256}, {13, 33, 257},
-                                      {64, 48, 600}, {131, 40, 70}, {5, 100, 513}};
+                                      {64, 48, 600}, {131, 40, 70}, {5, 100, 513},
+                                      {270, 20, 300}};
   static const float alphas[] = {1.0f, 0.5f}, betas[] = {0.0f, 1.0f, -0.5f};
   for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
     for (int tr = 0; tr < 4; tr++) {
@@ -435,15 +436,25 @@ static void test_own_gemm_tile(void **state) {
       size_t pbytes = sizeof(float) * (size_t)((pn + 15) / 16 * 16);
       sc_gemm_packed_b pb = {.data = aligned_alloc(64, pbytes)};
       sc_gemm_pack_b(tb, k, nw, b, ldb, 0, k, &pb);
+      size_t asz = sizeof(float) * (size_t)((ta ? k : m) * lda);
+      float *a2 = malloc(asz);
+      int64_t pan = sc_gemm_packed_a_numel(m, k);
+      assert_true(pan >= m * k);
+      float *pa = aligned_alloc(64, sizeof(float) * (size_t)((pan + 15) / 16 * 16));
       for (size_t ai = 0; ai < 2; ai++)
         for (size_t bi = 0; bi < 3; bi++) {
           float alpha = alphas[ai], beta = betas[bi];
           for (int64_t i = 0; i < m * ldc; i++) c[i] = beta == 0.0f ? NAN : c0[i];
           memcpy(c2, c, sizeof(float) * (size_t)(m * ldc));
-          assert_true(sc_cpu_gemm_tile(ta, tb, m, n, k, alpha, a, lda, bt, ldb, NULL, 0, beta, c,
-                                       ldc));
-          assert_true(sc_cpu_gemm_tile(ta, tb, m, n, k, alpha, a, lda, NULL, 0, &pb, n0, beta, c2,
-                                       ldc));
+          assert_true(sc_cpu_gemm_tile(ta, tb, m, n, k, alpha, a, lda, NULL, bt, ldb, NULL, 0,
+                                       beta, c, ldc));
+          /* both operands packed beforehand: A's rows from a copy of A
+           * that is then spoiled, so that only the packed form is read */
+          memcpy(a2, a, asz);
+          sc_gemm_pack_a(ta, m, k, a2, lda, pa);
+          for (int64_t i = 0; i < (ta ? k : m) * lda; i++) a2[i] = NAN;
+          assert_true(sc_cpu_gemm_tile(ta, tb, m, n, k, alpha, a2, lda, pa, NULL, 0, &pb, n0,
+                                       beta, c2, ldc));
           for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < ldc; j++) {
               double got = c[i * ldc + j];
@@ -467,6 +478,8 @@ static void test_own_gemm_tile(void **state) {
             assert_memory_equal(c + i * ldc, c2 + i * ldc, sizeof(float) * (size_t)n);
         }
       free(pb.data);
+      free(pa);
+      free(a2);
       free(a);
       free(b);
       free(c0);
