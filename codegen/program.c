@@ -251,6 +251,20 @@ bool sc_program_same_address(const sc_program *p, int32_t a, int32_t b) {
   return ax && ay && x->offset >= 0 && x->offset == y->offset;
 }
 
+bool sc_program_disjoint(const sc_program *p, int32_t a, int32_t b) {
+  if (!p || a < 0 || b < 0 || a >= p->n_buffers || b >= p->n_buffers) return false;
+  int32_t ra = sc_program_root(p, a), rb = sc_program_root(p, b);
+  if (ra < 0 || rb < 0 || ra == rb) return false;
+  const sc_buffer *x = &p->buffers[ra], *y = &p->buffers[rb];
+  bool ax = x->kind == SC_BUF_INPUT || x->kind == SC_BUF_OUTPUT || x->kind == SC_BUF_TEMP;
+  bool ay = y->kind == SC_BUF_INPUT || y->kind == SC_BUF_OUTPUT || y->kind == SC_BUF_TEMP;
+  if (ax && ay)
+    return x->offset >= 0 && y->offset >= 0 && x->bytes >= 0 && y->bytes >= 0 &&
+           (x->offset >= y->offset + y->bytes || y->offset >= x->offset + x->bytes);
+  /* a constant lives outside the arena (its own data), never written */
+  return (ax && y->kind == SC_BUF_CONST) || (ay && x->kind == SC_BUF_CONST);
+}
+
 #define SCATTER_ROWS(T)                                                                \
   for (int64_t t = 0; t < c->n; t++) {                                                 \
     int64_t i = idx64 ? idx64[t] : idx32[t];                                           \

@@ -213,6 +213,11 @@ int32_t sc_program_root(const sc_program *p, int32_t buffer);
 /* Whether buffers a and b share storage in the memory plan: the same root
  * (views start at their root), or two arena roots at the same offset. */
 bool sc_program_same_address(const sc_program *p, int32_t a, int32_t b);
+/* Whether buffers a and b can never share a byte in the memory plan:
+ * different roots that are two arena buffers whose byte ranges do not
+ * meet, or an arena buffer and a constant (constants live outside the
+ * arena). False before the plan places them (offset -1). */
+bool sc_program_disjoint(const sc_program *p, int32_t a, int32_t b);
 void sc_program_print(const sc_program *p, FILE *out);
 /* Appends a buffer id to p->inputs / p->outputs (graph order).
  * SC_ERR_USAGE for an id out of range, SC_ERR_NOMEM. */

@@ -19,8 +19,9 @@
  * Level-3 values are re-emitted in each phase loop that uses them. For
  * elementwise kernels the j loop is a simple counted loop over affine
  * indices: LLVM's loop vectoriser handles it, inserting run-time overlap
- * checks between the buffers (the memory plan may run a kernel in place, so
- * nothing is declared noalias). Float SUM/PROD reductions carry
+ * checks between the buffers the memory plan may place together (a kernel
+ * may run in place); params it keeps apart carry scoped-noalias metadata
+ * (alias_scopes), which needs no check. Float SUM/PROD reductions carry
  * llvm.loop.vectorize.enable, which licenses reassociation (kir leaves
  * reduction order unspecified); MAX/MIN/ARG* loops stay in order.
  *
@@ -49,6 +50,8 @@ typedef struct emitter {
   LLVMBuilderRef b[L_COUNT]; /* insertion point of each level */
   LLVMBuilderRef ab;         /* allocas, at the top of the entry block */
   LLVMValueRef *ptr;         /* per param: typed pointer to its elements */
+  LLVMValueRef *scope;       /* per param: !alias.scope of its accesses, or NULL */
+  LLVMValueRef *noalias;     /* per param: !noalias of its accesses, or NULL */
   LLVMValueRef *val;         /* per expr: emitted value or NULL */
   uint8_t *lvl;              /* per expr: level */
   uint8_t *mark;             /* scratch: exprs a root needs */
@@ -58,6 +61,8 @@ typedef struct emitter {
   int32_t rank;              /* outer rank, >= 1 (rank 0 runs as [1]) */
   int64_t dims[SC_MAX_RANK];
 } emitter;
+
+static void set_alias_md(emitter *e, LLVMValueRef access, int32_t param);
 
 /* ---- types ---- */
 
@@ -716,6 +721,7 @@ static LLVMValueRef emit_one(emitter *e, int32_t id) {
     LLVMValueRef gep = LLVMBuildInBoundsGEP2(b, st, e->ptr[x->var], &a, 1, "");
     LLVMValueRef ld = LLVMBuildLoad2(b, st, gep, "");
     LLVMSetAlignment(ld, sc_dtype_size(p->dtype));
+    set_alias_md(e, ld, x->var);
     return widen(e, b, ld, p->dtype);
   }
   case KIR_CAST: return convert(e, b, a, e->k->exprs[x->a].dtype, x->dtype);
@@ -798,6 +804,63 @@ static void mark_loop(emitter *e, LLVMValueRef latch_br, bool vectorize) {
   LLVMMetadataReplaceAllUsesWith(tmp, id); /* also frees tmp */
   unsigned kind = LLVMGetMDKindIDInContext(e->ctx, "llvm.loop", 9);
   LLVMSetMetadata(latch_br, kind, LLVMMetadataAsValue(e->ctx, id));
+}
+
+/* ---- alias scopes ---- */
+
+/* Which params never overlap, from the program's memory plan
+ * (sc_program_disjoint), told to LLVM as scoped-noalias metadata: one
+ * scope per param in a domain of the kernel's; an access to param i
+ * carries !alias.scope {i} and !noalias {every param disjoint from i}.
+ * Without it the vectoriser guards each loop with run-time overlap checks
+ * between every store and every other access, and gives up past its limit
+ * of checks (a bias add that splits one buffer into three: five pointers,
+ * scalar code). Params the plan may place together (in place, views of
+ * one root, no plan yet) get nothing, and stay guarded. */
+static LLVMMetadataRef self_node(emitter *e, LLVMMetadataRef *ops, size_t n) {
+  LLVMMetadataRef tmp = LLVMTemporaryMDNode(e->ctx, NULL, 0);
+  ops[0] = tmp;
+  LLVMMetadataRef node = LLVMMDNodeInContext2(e->ctx, ops, n);
+  LLVMMetadataReplaceAllUsesWith(tmp, node); /* also frees tmp */
+  return node;
+}
+
+static void alias_scopes(emitter *e) {
+  const kir_kernel *k = e->k;
+  int32_t n = k->n_params;
+  bool any = false;
+  for (int32_t i = 0; i < n && !any; i++)
+    for (int32_t j = 0; j < n && !any; j++)
+      any = sc_program_disjoint(e->prog, k->params[i].buffer, k->params[j].buffer);
+  if (!any) return;
+  LLVMMetadataRef ops[2];
+  LLVMMetadataRef *sc = sc_calloc((size_t)n, sizeof *sc);
+  LLVMMetadataRef *list = sc_calloc((size_t)n, sizeof *list);
+  if (!sc || !list) goto done; /* no metadata: the code is only slower */
+  ops[1] = LLVMMDStringInContext2(e->ctx, k->name, strlen(k->name));
+  LLVMMetadataRef domain = self_node(e, ops, 2);
+  for (int32_t i = 0; i < n; i++) {
+    ops[1] = domain;
+    sc[i] = self_node(e, ops, 2);
+  }
+  for (int32_t i = 0; i < n; i++) {
+    e->scope[i] = LLVMMetadataAsValue(e->ctx, LLVMMDNodeInContext2(e->ctx, &sc[i], 1));
+    size_t m = 0;
+    for (int32_t j = 0; j < n; j++)
+      if (sc_program_disjoint(e->prog, k->params[i].buffer, k->params[j].buffer))
+        list[m++] = sc[j];
+    if (m) e->noalias[i] = LLVMMetadataAsValue(e->ctx, LLVMMDNodeInContext2(e->ctx, list, m));
+  }
+done:
+  sc_free(sc);
+  sc_free(list);
+}
+
+static void set_alias_md(emitter *e, LLVMValueRef access, int32_t param) {
+  if (!e->scope[param]) return;
+  LLVMSetMetadata(access, LLVMGetMDKindIDInContext(e->ctx, "alias.scope", 11), e->scope[param]);
+  if (e->noalias[param])
+    LLVMSetMetadata(access, LLVMGetMDKindIDInContext(e->ctx, "noalias", 7), e->noalias[param]);
 }
 
 /* ---- phases ---- */
@@ -899,6 +962,7 @@ static void emit_store(emitter *e, LLVMBuilderRef b, const kir_phase *ph) {
   LLVMValueRef gep = LLVMBuildInBoundsGEP2(b, st, e->ptr[ph->out_param], &idx, 1, "");
   LLVMValueRef s = LLVMBuildStore(b, narrow(e, b, v, p->dtype), gep);
   LLVMSetAlignment(s, sc_dtype_size(p->dtype));
+  set_alias_md(e, s, ph->out_param);
 }
 
 /* Emits all phases for one outer point; the point builder is at the end
@@ -1160,7 +1224,9 @@ sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
   e.mark = sc_calloc(n ? n : 1, 1);
   e.ptr = sc_calloc(k->n_params ? (size_t)k->n_params : 1, sizeof *e.ptr);
   e.reg = sc_calloc(k->n_phases ? (size_t)k->n_phases : 1, sizeof *e.reg);
-  if (!e.val || !e.lvl || !e.mark || !e.ptr || !e.reg) {
+  e.scope = sc_calloc(k->n_params ? (size_t)k->n_params : 1, sizeof *e.scope);
+  e.noalias = sc_calloc(k->n_params ? (size_t)k->n_params : 1, sizeof *e.noalias);
+  if (!e.val || !e.lvl || !e.mark || !e.ptr || !e.reg || !e.scope || !e.noalias) {
     st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "CPU backend: out of memory");
     goto done;
   }
@@ -1195,6 +1261,7 @@ sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
     LLVMDisposeMessage(cpu);
     LLVMDisposeMessage(feat);
   }
+  alias_scopes(&e);
   for (int l = 0; l < L_INNER; l++) e.b[l] = LLVMCreateBuilderInContext(e.ctx);
   e.ab = LLVMCreateBuilderInContext(e.ctx);
   st = emit_body(&e);
@@ -1206,5 +1273,7 @@ done:
   sc_free(e.mark);
   sc_free(e.ptr);
   sc_free(e.reg);
+  sc_free(e.scope);
+  sc_free(e.noalias);
   return st;
 }

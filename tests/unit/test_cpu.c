@@ -749,6 +749,70 @@ static void test_emit_llvm(void **state) {
   sc_program_destroy(p);
 }
 
+/* The memory plan's disjoint params become scoped-noalias metadata
+ * (codegen/cpu/emit.c alias_scopes); params it may overlap get none, and
+ * neither does a program without a plan. build_broadcast's params are
+ * buffers 0 (a), 1 (b), 2 (out), 3 (out2): a, out and out2 in the arena,
+ * out2 overlapping a's range; b a constant. The kernel still matches the
+ * interpreter. */
+static char *llvm_text(const sc_program *p) {
+  sc_cpu_opts o;
+  sc_cpu_opts_init(&o);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_status st = sc_cpu_emit_llvm_ir(p, &o, f, &d);
+  fclose(f);
+  if (st != SC_OK) fail_msg("emit_llvm_ir: %s", d.msg);
+  return text;
+}
+
+static void test_alias_scopes(void **state) {
+  (void)state;
+  rng_seed(12);
+  for (int planned = 0; planned < 2; planned++) {
+    sc_program *p = new_program();
+    static const float bvals[7 * 33];
+    const int64_t n = 3 * 7 * 33, bytes = n * 4;
+    const int64_t offs[4] = {0, -1, 2 * bytes, 64};
+    for (int i = 0; i < 4; i++) {
+      sc_buffer b = {.name = "x", .kind = i == 1 ? SC_BUF_CONST : SC_BUF_TEMP,
+                     .dtype = SC_DTYPE_F32, .rank = 1, .dims = {i == 1 ? 7 * 33 : n},
+                     .bytes = i == 1 ? 7 * 33 * 4 : bytes, .offset = planned ? offs[i] : -1,
+                     .data = i == 1 ? bvals : NULL, .alias_of = -1, .value = -1};
+      assert_true(sc_program_add_buffer(p, &b) == i);
+    }
+    build_broadcast(p, "alias_md");
+    assert_int_equal(sc_program_disjoint(p, 0, 2), planned);
+    assert_true(sc_program_disjoint(p, 0, 1)); /* a constant: planned or not */
+    assert_false(sc_program_disjoint(p, 0, 3)); /* [0, bytes) and [64, 64 + bytes) */
+    assert_false(sc_program_disjoint(p, 2, 2));
+    char *text = llvm_text(p);
+    /* planned or not, a and b (a constant) are apart: the kernel's scope
+     * domain (named after it) is there; the text is the optimised module,
+     * where the vectoriser adds scopes of its own ("LVerDomain") to loops
+     * it guards with run-time checks */
+    assert_non_null(strstr(text, "!noalias"));
+    assert_non_null(strstr(text, "!\"alias_md\"}"));
+    free(text);
+    sc_cpu_module *m = jit_ok(p);
+    spec sp[4] = {{-2, 2, 0.05}, {-2, 2, 0.05}, Z, Z};
+    check_kernel(p, m, 0, sp, 0, 0);
+    sc_cpu_module_destroy(m);
+    sc_program_destroy(p);
+  }
+  /* nothing apart: no metadata */
+  sc_program *p = new_program();
+  build_broadcast(p, "alias_none");
+  char *text = llvm_text(p);
+  assert_null(strstr(text, "!\"alias_none\"}"));
+  free(text);
+  sc_program_destroy(p);
+}
+
 /* Two kernels with one name is an error, not a crash. */
 static void test_duplicate_name(void **state) {
   (void)state;
@@ -877,7 +941,8 @@ int main(void) {
       cmocka_unit_test(test_softmax),        cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_gather_select),  cmocka_unit_test(test_math),
       cmocka_unit_test(test_fast_math),
-      cmocka_unit_test(test_emit_llvm),      cmocka_unit_test(test_duplicate_name),
+      cmocka_unit_test(test_emit_llvm),      cmocka_unit_test(test_alias_scopes),
+      cmocka_unit_test(test_duplicate_name),
       cmocka_unit_test(test_jit_many),       cmocka_unit_test(test_object_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
