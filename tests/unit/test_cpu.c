@@ -726,35 +726,7 @@ static void test_fast_math(void **state) {
 
 /* The optimised IR: kernels are defined and the elementwise loop is
  * vectorised for the host (every x86-64 has at least SSE2: <4 x float>). */
-static void test_emit_llvm(void **state) {
-  (void)state;
-  sc_program *p = new_program();
-  build_broadcast(p, "bcast_ir");
-  build_softmax(p, "softmax_ir", 8, 256);
-  sc_cpu_opts o;
-  sc_cpu_opts_init(&o);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  assert_non_null(f);
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  sc_status st = sc_cpu_emit_llvm_ir(p, &o, f, &d);
-  fclose(f);
-  if (st != SC_OK) fail_msg("emit_llvm_ir: %s", d.msg);
-  assert_non_null(strstr(text, "define void @bcast_ir("));
-  assert_non_null(strstr(text, "define void @softmax_ir("));
-  assert_non_null(strstr(text, " x float>"));
-  free(text);
-  sc_program_destroy(p);
-}
-
-/* The memory plan's disjoint params become scoped-noalias metadata
- * (codegen/cpu/emit.c alias_scopes); params it may overlap get none, and
- * neither does a program without a plan. build_broadcast's params are
- * buffers 0 (a), 1 (b), 2 (out), 3 (out2): a, out and out2 in the arena,
- * out2 overlapping a's range; b a constant. The kernel still matches the
- * interpreter. */
+/* The optimised module's text (sc_cpu_emit_llvm_ir). */
 static char *llvm_text(const sc_program *p) {
   sc_cpu_opts o;
   sc_cpu_opts_init(&o);
@@ -770,6 +742,25 @@ static char *llvm_text(const sc_program *p) {
   return text;
 }
 
+static void test_emit_llvm(void **state) {
+  (void)state;
+  sc_program *p = new_program();
+  build_broadcast(p, "bcast_ir");
+  build_softmax(p, "softmax_ir", 8, 256);
+  char *text = llvm_text(p);
+  assert_non_null(strstr(text, "define void @bcast_ir("));
+  assert_non_null(strstr(text, "define void @softmax_ir("));
+  assert_non_null(strstr(text, " x float>"));
+  free(text);
+  sc_program_destroy(p);
+}
+
+/* The memory plan's disjoint params become scoped-noalias metadata
+ * (codegen/cpu/emit.c alias_scopes); params it may overlap get none, and
+ * neither does a program whose kernels name no buffers. build_broadcast's
+ * params are buffers 0 (a), 1 (b), 2 (out), 3 (out2): a, out and out2 in
+ * the arena (placed or not), out2 overlapping a's range; b a constant. The
+ * kernel still matches the interpreter. */
 static void test_alias_scopes(void **state) {
   (void)state;
   rng_seed(12);
