@@ -23,7 +23,9 @@
  * may run in place); params it keeps apart carry scoped-noalias metadata
  * (alias_scopes), which needs no check. Float SUM/PROD reductions carry
  * llvm.loop.vectorize.enable, which licenses reassociation (kir leaves
- * reduction order unspecified); MAX/MIN/ARG* loops stay in order.
+ * reduction order unspecified); float MAX/MIN loops over more than 16
+ * elements try a vectorised integer-key loop first (fast_minmax), and
+ * otherwise MAX/MIN/ARG* loops stay in order.
  *
  * Loop state lives in allocas that SROA/mem2reg promote; f16 is handled as
  * LLVM `half` (fpext/fptrunc: round to nearest even), bf16 by integer bit
@@ -965,6 +967,130 @@ static void emit_store(emitter *e, LLVMBuilderRef b, const kir_phase *ph) {
   set_alias_md(e, s, ph->out_param);
 }
 
+/* A counted loop over r in [0, inner) for one phase: the point builder is
+ * at the end of the unterminated block *cursor; body(e, lb, r, ud) fills
+ * the loop body (lb); afterwards the point builder is at the end of the
+ * loop's exit block, which becomes *cursor. Returns the latch branch (for
+ * loop metadata). Point-level values the body needs are emitted before
+ * the loop's first branch. */
+typedef void (*r_body_fn)(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, void *ud);
+
+static LLVMValueRef emit_r_loop(emitter *e, LLVMBasicBlockRef *cursor, r_body_fn body,
+                                void *ud) {
+  const kir_kernel *k = e->k;
+  LLVMValueRef ra = alloca_of(e, e->i64, "r");
+  LLVMBuilderRef pb = e->b[L_POINT];
+  LLVMBuildStore(pb, ci(e->i64, 0), ra);
+  LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.head");
+  LLVMBasicBlockRef bb = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.body");
+  LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.exit");
+  LLVMValueRef br = LLVMBuildBr(pb, head);
+  LLVMPositionBuilderBefore(pb, br); /* later level-2 values go before it */
+  LLVMBuilderRef lb = LLVMCreateBuilderInContext(e->ctx);
+  LLVMPositionBuilderAtEnd(lb, head);
+  LLVMValueRef r = LLVMBuildLoad2(lb, e->i64, ra, "r");
+  LLVMBuildCondBr(lb, LLVMBuildICmp(lb, LLVMIntSLT, r, ci(e->i64, k->inner), ""), bb, exit);
+  LLVMPositionBuilderAtEnd(lb, bb);
+  e->inner = r;
+  e->b[L_INNER] = lb;
+  for (int32_t i = 0; i < k->n_exprs; i++)
+    if (e->lvl[i] == L_INNER) e->val[i] = NULL;
+  body(e, lb, r, ud);
+  LLVMBuildStore(lb, LLVMBuildAdd(lb, r, ci(e->i64, 1), ""), ra);
+  LLVMValueRef latch = LLVMBuildBr(lb, head);
+  LLVMDisposeBuilder(lb);
+  e->b[L_INNER] = NULL;
+  e->inner = NULL;
+  LLVMPositionBuilderAtEnd(pb, exit);
+  *cursor = exit;
+  return latch;
+}
+
+typedef struct phase_body {
+  const kir_phase *ph;
+  reduce_state *rs;
+  LLVMValueRef key, nan; /* fast MAX/MIN: allocas of the key and the NaN flag */
+} phase_body;
+
+static void store_or_reduce(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, void *ud) {
+  phase_body *pb = ud;
+  if (pb->ph->kind == KIR_PHASE_STORE) {
+    emit_store(e, lb, pb->ph);
+  } else {
+    emit_expr(e, pb->ph->value);
+    reduce_step(e, lb, pb->ph, pb->rs, r);
+  }
+}
+
+/* A float MAX/MIN reduction in order is a chain of compares and selects,
+ * one element at a time (softmax's row maximum was a quarter of the
+ * kernel). Its result does not depend on the order, except for which of
+ * +0 and -0 wins a tie and which NaN comes out; so a first loop, which
+ * the vectoriser takes, folds the values as order-preserving integer keys
+ * (the float's bits, the magnitude bits flipped when negative: signed
+ * integer order is float order, -0 below +0) with a signed max (min) and
+ * notes any NaN. When there was none and the result is not a zero, it is
+ * the in-order result bit for bit (equal nonzero floats have equal bits);
+ * otherwise the in-order loop runs. */
+static bool fast_minmax(const emitter *e, const kir_phase *ph) {
+  sc_dtype t = ph->acc_dtype;
+  return ph->kind == KIR_PHASE_REDUCE && (ph->rop == KIR_RED_MAX || ph->rop == KIR_RED_MIN) &&
+         (t == SC_DTYPE_F32 || t == SC_DTYPE_F64) && e->k->inner > UNROLL_MAX_INNER;
+}
+
+/* key <-> bits: x ^ ((x >> (w - 1)) & INT_MAX), its own inverse */
+static LLVMValueRef flip_key(emitter *e, LLVMBuilderRef b, LLVMValueRef x, unsigned w) {
+  LLVMTypeRef it = LLVMTypeOf(x);
+  LLVMValueRef sign = LLVMBuildAShr(b, x, LLVMConstInt(it, w - 1, 0), "");
+  LLVMValueRef mag = LLVMBuildAnd(b, sign, LLVMConstInt(it, (1ull << (w - 1)) - 1, 0), "");
+  return LLVMBuildXor(b, x, mag, "");
+}
+
+static void minmax_keys(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, void *ud) {
+  phase_body *pb = ud;
+  const kir_phase *ph = pb->ph;
+  sc_dtype vt = ph->acc_dtype;
+  unsigned w = vt == SC_DTYPE_F64 ? 64 : 32;
+  LLVMTypeRef it = w == 64 ? e->i64 : e->i32;
+  LLVMValueRef v = convert(e, lb, emit_expr(e, ph->value), e->k->exprs[ph->value].dtype, vt);
+  LLVMValueRef key = flip_key(e, lb, LLVMBuildBitCast(lb, v, it, ""), w);
+  LLVMValueRef acc = LLVMBuildLoad2(lb, it, pb->key, "");
+  LLVMValueRef better =
+      LLVMBuildICmp(lb, ph->rop == KIR_RED_MAX ? LLVMIntSGT : LLVMIntSLT, key, acc, "");
+  LLVMBuildStore(lb, LLVMBuildSelect(lb, better, key, acc, ""), pb->key);
+  LLVMValueRef isnan = LLVMBuildZExt(lb, LLVMBuildFCmp(lb, LLVMRealUNO, v, v, ""), e->i8, "");
+  LLVMValueRef seen = LLVMBuildLoad2(lb, e->i8, pb->nan, "");
+  LLVMBuildStore(lb, LLVMBuildOr(lb, seen, isnan, ""), pb->nan);
+}
+
+/* The fast loop of fast_minmax; on return the point builder is in the
+ * block where the in-order loop must run (its result, when the fast one
+ * holds, already in rs->acc), and *merge is the block both go on to. */
+static void emit_fast_minmax(emitter *e, LLVMBasicBlockRef *cursor, const kir_phase *ph,
+                             reduce_state *rs, LLVMBasicBlockRef *merge) {
+  unsigned w = ph->acc_dtype == SC_DTYPE_F64 ? 64 : 32;
+  LLVMTypeRef it = w == 64 ? e->i64 : e->i32;
+  LLVMBuilderRef pb = e->b[L_POINT];
+  phase_body body = {.ph = ph, .rs = rs, .key = alloca_of(e, it, "key"),
+                     .nan = alloca_of(e, e->i8, "nan")};
+  unsigned long long init = ph->rop == KIR_RED_MAX ? 1ull << (w - 1) : (1ull << (w - 1)) - 1;
+  LLVMBuildStore(pb, LLVMConstInt(it, init, 0), body.key);
+  LLVMBuildStore(pb, LLVMConstInt(e->i8, 0, 0), body.nan);
+  mark_loop(e, emit_r_loop(e, cursor, minmax_keys, &body), true);
+  LLVMValueRef key = LLVMBuildLoad2(pb, it, body.key, "");
+  LLVMValueRef res = LLVMBuildBitCast(pb, flip_key(e, pb, key, w), vty(e, ph->acc_dtype), "");
+  LLVMBuildStore(pb, res, rs->acc);
+  LLVMValueRef clean = LLVMBuildICmp(pb, LLVMIntEQ, LLVMBuildLoad2(pb, e->i8, body.nan, ""),
+                                     LLVMConstInt(e->i8, 0, 0), "");
+  LLVMValueRef nonzero =
+      LLVMBuildFCmp(pb, LLVMRealONE, res, LLVMConstReal(LLVMTypeOf(res), 0.0), "");
+  LLVMBasicBlockRef slow = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "minmax.inorder");
+  *merge = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "minmax.done");
+  LLVMBuildCondBr(pb, LLVMBuildAnd(pb, clean, nonzero, ""), *merge, slow);
+  LLVMPositionBuilderAtEnd(pb, slow);
+  *cursor = slow;
+}
+
 /* Emits all phases for one outer point; the point builder is at the end
  * of an unterminated block `*cursor`, and is left at the end of the new
  * cursor block. */
@@ -989,47 +1115,26 @@ static void emit_phases(emitter *e, LLVMBasicBlockRef *cursor) {
       }
       continue;
     }
-    /* counted loop over r in [0, inner) */
-    LLVMValueRef ra = alloca_of(e, e->i64, "r");
     reduce_state rs = {0};
     if (ph->kind == KIR_PHASE_REDUCE) reduce_begin(e, ph, &rs);
-    LLVMBuilderRef pb = e->b[L_POINT];
-    LLVMBuildStore(pb, ci(e->i64, 0), ra);
-    LLVMBasicBlockRef head = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.head");
-    LLVMBasicBlockRef body = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.body");
-    LLVMBasicBlockRef exit = LLVMAppendBasicBlockInContext(e->ctx, e->fn, "r.exit");
-    LLVMValueRef br = LLVMBuildBr(pb, head);
-    LLVMPositionBuilderBefore(pb, br); /* later level-2 values go before it */
-    LLVMBuilderRef lb = LLVMCreateBuilderInContext(e->ctx);
-    LLVMPositionBuilderAtEnd(lb, head);
-    LLVMValueRef r = LLVMBuildLoad2(lb, e->i64, ra, "r");
-    LLVMBuildCondBr(lb, LLVMBuildICmp(lb, LLVMIntSLT, r, ci(e->i64, k->inner), ""),
-                    body, exit);
-    LLVMPositionBuilderAtEnd(lb, body);
-    e->inner = r;
-    e->b[L_INNER] = lb;
-    for (int32_t i = 0; i < k->n_exprs; i++)
-      if (e->lvl[i] == L_INNER) e->val[i] = NULL;
-    if (ph->kind == KIR_PHASE_STORE) {
-      emit_store(e, lb, ph);
-    } else {
-      emit_expr(e, ph->value);
-      reduce_step(e, lb, ph, &rs, r);
-    }
-    LLVMBuildStore(lb, LLVMBuildAdd(lb, r, ci(e->i64, 1), ""), ra);
-    LLVMValueRef latch = LLVMBuildBr(lb, head);
+    LLVMBasicBlockRef merge = NULL;
+    if (fast_minmax(e, ph)) emit_fast_minmax(e, cursor, ph, &rs, &merge);
+    phase_body body = {.ph = ph, .rs = &rs};
+    if (merge) /* the in-order loop starts over */
+      LLVMBuildStore(e->b[L_POINT], reduce_init(e, ph->rop, rs.vt), rs.acc);
+    LLVMValueRef latch = emit_r_loop(e, cursor, store_or_reduce, &body);
     if (ph->kind == KIR_PHASE_REDUCE && is_f(rs.vt) &&
         (ph->rop == KIR_RED_SUM || ph->rop == KIR_RED_PROD))
       mark_loop(e, latch, true);
     else if (ph->kind == KIR_PHASE_REDUCE && ph->rop != KIR_RED_SUM && ph->rop != KIR_RED_PROD &&
              k->inner <= UNROLL_MAX_INNER)
       mark_loop(e, latch, false); /* in order, so never vectorised: unrolled instead */
-    LLVMDisposeBuilder(lb);
-    e->b[L_INNER] = NULL;
-    e->inner = NULL;
-    LLVMPositionBuilderAtEnd(pb, exit);
-    *cursor = exit;
-    if (ph->kind == KIR_PHASE_REDUCE) e->reg[p] = reduce_end(e, pb, ph, &rs);
+    if (merge) {
+      LLVMBuildBr(e->b[L_POINT], merge);
+      LLVMPositionBuilderAtEnd(e->b[L_POINT], merge);
+      *cursor = merge;
+    }
+    if (ph->kind == KIR_PHASE_REDUCE) e->reg[p] = reduce_end(e, e->b[L_POINT], ph, &rs);
   }
 }
 

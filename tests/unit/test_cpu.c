@@ -572,12 +572,36 @@ static void test_reductions(void **state) {
   kir_add_store(A, t, po, kir_const_i(A, t, SC_DTYPE_I64, 0), kir_reg(A, t, s0));
   kir_add_store(A, t, po, kir_const_i(A, t, SC_DTYPE_I64, 1), kir_reg(A, t, s1));
 
+  /* MAX and MIN over rows longer than 16 first fold integer keys, and
+   * fall back to the in-order loop on a NaN or a zero result (emit.c
+   * fast_minmax): rows of [-1, 0] with zeros of both signs and -inf, whose
+   * maximum (and the minimum of their negation) is +0 or -0 as the last
+   * zero in the row is; bitwise. reduce_axis1 covers the fast path. */
+  kir_kernel *z = new_kernel(p, "minmax_zeros");
+  z->outer_rank = 1;
+  z->outer_dims[0] = 30;
+  z->inner = 40;
+  int32_t pz = kir_add_param(A, z, 0, SC_DTYPE_F32, 1200, false);
+  int32_t zi = BIN(z, p, KIR_ADD, BIN(z, p, KIR_MUL, V(z, p, 0), CI(z, p, 40)), V(z, p, KIR_INNER));
+  int32_t zx = kir_load(A, z, pz, zi);
+  int32_t bad = kir_binary(A, z, KIR_OR, kir_binary(A, z, KIR_NE, zx, zx),
+                           BIN(z, p, KIR_GT, zx, kir_const_f(A, z, SC_DTYPE_F32, 0)));
+  int32_t zv = kir_select(A, z, bad, kir_const_f(A, z, SC_DTYPE_F32, -0.5), zx);
+  int32_t zmax = kir_add_reduce(A, z, KIR_RED_MAX, SC_DTYPE_F32, zv);
+  int32_t zmin = kir_add_reduce(A, z, KIR_RED_MIN, SC_DTYPE_F32, kir_unary(A, z, KIR_NEG, zv));
+  int32_t zo = kir_add_param(A, z, 1, SC_DTYPE_F32, 60, true);
+  int32_t zo0 = BIN(z, p, KIR_MUL, V(z, p, 0), CI(z, p, 2));
+  kir_add_store(A, z, zo, zo0, kir_reg(A, z, zmax));
+  kir_add_store(A, z, zo, BIN(z, p, KIR_ADD, zo0, CI(z, p, 1)), kir_reg(A, z, zmin));
+
   sc_cpu_module *m = jit_ok(p);
   /* pn: NaNs in some columns (special 3%: about 1/3 of them NaN) */
   spec s[9] = {{-2, 2, 0}, {-2, 2, 0.03}};
   check_kernel(p, m, 0, s, 1e-5, 0);
   spec s2[2] = {{-2000000, 2000000, 0.01}};
   check_kernel(p, m, 1, s2, 0, 0);
+  spec s3[2] = {{-1, 0, 0.4}};
+  check_kernel(p, m, 2, s3, 0, 0);
   sc_cpu_module_destroy(m);
   sc_program_destroy(p);
 }
