@@ -948,7 +948,6 @@ void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i) {
   return cv->shadow[kk->params[i].buffer];
 }
 
-
 bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
   conv *c = conv_of(cv, s);
   if (!c) return false;

@@ -218,14 +218,20 @@ AVX2 static void kernel_edge(int64_t kc, const float *a, const float *b, float *
     }
 }
 
-/* One block of at most MC rows of a tile. pa (or NULL): op(A)'s rows
- * already packed, the blocks of k one after the other (pack_a_rows);
- * else each block of k is packed into apack here. */
+/* Where packed op(A) keeps the block of MC rows starting at row i0, and
+ * the rows a block of mb rows takes there (its micro-panels): the blocks
+ * of k follow one another, the one at k0 starting k0 * panel_rows(mb) in
+ * (sc_gemm_pack_a, tile_block). */
+static int64_t panel_rows(int64_t mb) { return (mb + MR - 1) / MR * MR; }
+static int64_t a_block_at(int64_t i0, int64_t k) { return i0 / MC * (MC_PANELS * MR) * k; }
+
+/* One block of at most MC rows of a tile. pa (or NULL): these rows of
+ * op(A) already packed (sc_gemm_pack_a); else each block of k is packed
+ * into apack here. */
 AVX2 static void tile_block(bool trans_a, bool trans_b, int64_t mb, int64_t n, int64_t k,
                             float alpha, const float *A, int64_t lda, const float *pa,
                             const float *B, int64_t ldb, const sc_gemm_packed_b *pb, int64_t n0,
                             float beta, float *C, int64_t ldc, float *apack, float *bpack) {
-  int64_t mb_pad = (mb + MR - 1) / MR * MR;
   for (int64_t k0 = 0; k0 < k; k0 += KC) {
     int64_t kc = k - k0 < KC ? k - k0 : KC;
     bool first = k0 == 0;
@@ -233,10 +239,8 @@ AVX2 static void tile_block(bool trans_a, bool trans_b, int64_t mb, int64_t n, i
      * others accumulate */
     float bk = first ? beta : 1.0f;
     bool load = !first || beta != 0.0f;
-    if (pa)
-      apack = (float *)(pa + k0 * mb_pad);
-    else
-      pack_a(trans_a, A, lda, mb, k0, kc, apack);
+    const float *ablock = pa ? pa + k0 * panel_rows(mb) : apack;
+    if (!pa) pack_a(trans_a, A, lda, mb, k0, kc, apack);
     for (int64_t jc = 0; jc < n; jc += NC) {
       int64_t nc = n - jc < NC ? n - jc : NC;
       const float *bb = bpack;
@@ -262,7 +266,7 @@ AVX2 static void tile_block(bool trans_a, bool trans_b, int64_t mb, int64_t n, i
         }
         for (int64_t i0 = 0; i0 < mb; i0 += MR) {
           int64_t rows = mb - i0 < MR ? mb - i0 : MR;
-          const float *ap = apack + (i0 / MR) * MR * kc;
+          const float *ap = ablock + (i0 / MR) * MR * kc;
           float *cp = C + i0 * ldc + jc + j0;
           const char *pf = next ? next + (i0 / MR) * per * 64 : NULL;
           if (rows == MR && cols == NR)
@@ -284,7 +288,7 @@ bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   for (int64_t i0 = 0; i0 < m; i0 += MC) {
     int64_t mb = m - i0 < MC ? m - i0 : MC;
     const float *Ai = trans_a ? A + i0 : A + i0 * lda;
-    const float *pa = packed_a ? packed_a + i0 / MC * (MC_PANELS * MR) * k : NULL;
+    const float *pa = packed_a ? packed_a + a_block_at(i0, k) : NULL;
     tile_block(trans_a, trans_b, mb, n, k, alpha, Ai, lda, pa, B, ldb, packed, n0, beta,
                C + i0 * ldc, ldc, pack, pack + APACK_FLOATS);
   }
@@ -293,17 +297,17 @@ bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
 
 int64_t sc_gemm_packed_a_numel(int64_t m, int64_t k) {
   /* whole blocks of MC rows take MC_PANELS micro-panels, the last its own */
-  int64_t rows = m / MC * (MC_PANELS * MR) + (m % MC + MR - 1) / MR * MR, numel;
+  int64_t rows = m / MC * (MC_PANELS * MR) + panel_rows(m % MC), numel;
   return m > 0 && k > 0 && sc_mul_i64(rows, k, &numel) ? numel : -1;
 }
 
 void sc_gemm_pack_a(bool trans_a, int64_t m, int64_t k, const float *A, int64_t lda, float *out) {
   for (int64_t i0 = 0; i0 < m; i0 += MC) {
-    int64_t mb = m - i0 < MC ? m - i0 : MC, mb_pad = (mb + MR - 1) / MR * MR;
+    int64_t mb = m - i0 < MC ? m - i0 : MC;
     const float *Ai = trans_a ? A + i0 : A + i0 * lda;
-    float *dst = out + i0 / MC * (MC_PANELS * MR) * k;
+    float *dst = out + a_block_at(i0, k);
     for (int64_t k0 = 0; k0 < k; k0 += KC)
-      pack_a(trans_a, Ai, lda, mb, k0, k - k0 < KC ? k - k0 : KC, dst + k0 * mb_pad);
+      pack_a(trans_a, Ai, lda, mb, k0, k - k0 < KC ? k - k0 : KC, dst + k0 * panel_rows(mb));
   }
 }
 

@@ -784,6 +784,16 @@ static void compute_levels(emitter *e) {
 
 /* ---- loop metadata ---- */
 
+/* A metadata node whose first operand is itself (ops[0] is set here):
+ * what loop ids and alias scopes and domains must be, to stay distinct. */
+static LLVMMetadataRef self_node(emitter *e, LLVMMetadataRef *ops, size_t n) {
+  LLVMMetadataRef tmp = LLVMTemporaryMDNode(e->ctx, NULL, 0);
+  ops[0] = tmp;
+  LLVMMetadataRef node = LLVMMDNodeInContext2(e->ctx, ops, n);
+  LLVMMetadataReplaceAllUsesWith(tmp, node); /* also frees tmp */
+  return node;
+}
+
 /* !llvm.loop !{self, !{"llvm.loop.vectorize.enable", i1 true}} on a loop's
  * latch branch: lets the vectoriser reassociate a float reduction (clang's
  * vectorize(enable)). With vectorize false, !{self,
@@ -799,11 +809,8 @@ static void mark_loop(emitter *e, LLVMValueRef latch_br, bool vectorize) {
   const char *name = vectorize ? "llvm.loop.vectorize.enable" : "llvm.loop.unroll.full";
   md[0] = LLVMMDStringInContext2(e->ctx, name, strlen(name));
   md[1] = LLVMValueAsMetadata(LLVMConstInt(e->i1, 1, 0));
-  LLVMMetadataRef hint = LLVMMDNodeInContext2(e->ctx, md, vectorize ? 2 : 1);
-  LLVMMetadataRef tmp = LLVMTemporaryMDNode(e->ctx, NULL, 0);
-  LLVMMetadataRef ops[2] = {tmp, hint};
-  LLVMMetadataRef id = LLVMMDNodeInContext2(e->ctx, ops, 2);
-  LLVMMetadataReplaceAllUsesWith(tmp, id); /* also frees tmp */
+  LLVMMetadataRef ops[2] = {NULL, LLVMMDNodeInContext2(e->ctx, md, vectorize ? 2 : 1)};
+  LLVMMetadataRef id = self_node(e, ops, 2);
   unsigned kind = LLVMGetMDKindIDInContext(e->ctx, "llvm.loop", 9);
   LLVMSetMetadata(latch_br, kind, LLVMMetadataAsValue(e->ctx, id));
 }
@@ -819,14 +826,6 @@ static void mark_loop(emitter *e, LLVMValueRef latch_br, bool vectorize) {
  * of checks (a bias add that splits one buffer into three: five pointers,
  * scalar code). Params the plan may place together (in place, views of
  * one root, no plan yet) get nothing, and stay guarded. */
-static LLVMMetadataRef self_node(emitter *e, LLVMMetadataRef *ops, size_t n) {
-  LLVMMetadataRef tmp = LLVMTemporaryMDNode(e->ctx, NULL, 0);
-  ops[0] = tmp;
-  LLVMMetadataRef node = LLVMMDNodeInContext2(e->ctx, ops, n);
-  LLVMMetadataReplaceAllUsesWith(tmp, node); /* also frees tmp */
-  return node;
-}
-
 static void alias_scopes(emitter *e) {
   const kir_kernel *k = e->k;
   int32_t n = k->n_params;
