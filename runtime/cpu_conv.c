@@ -97,27 +97,33 @@ static thread_state *this_thread(size_t scratch_bytes) {
 
 typedef struct conv {
   const sc_gemm *g;
-  char note[96];                  /* "direct convolution, oneDNN <impl>" */
-  int64_t N, T, tm;               /* images, tiles per image, channels per tile */
+  char note[128];                 /* "direct convolution, oneDNN <impl>, ..." */
+  int64_t N, T, tm;               /* images, tiles per image group, channels per tile */
+  int64_t G;                      /* images per group: a tile is G images x tm channels */
   int64_t P;                      /* parts per image of the input reorder */
   bool bias;                      /* the convolution adds conv.bias itself */
   dnnl_primitive_t prim;          /* the tile's convolution */
   dnnl_primitive_t src_reorder;   /* NCHW image (or a part: P > 1) -> src_md, or NULL
                                      (src_md is NCHW) */
   dnnl_primitive_t dst_reorder;   /* dst_md -> the output's NCHW slice, + beta x it */
-  dnnl_memory_desc_t x_user, src_md, w_user, w_md, dst_md, y_user, b_md;
+  dnnl_memory_desc_t x_user, src_md, w_user, w_md, dst_md, y_user, b_md; /* one image */
+  dnnl_memory_desc_t src_g, dst_g; /* the convolution's: G images in src_md's, dst_md's layout */
   dnnl_memory_desc_t pad_conv, pad_src, pad_dst; /* the primitives' scratchpads (pad_src
                                                     zeroed, size 0, without src_reorder) */
-  size_t src_bytes, w_bytes, dst_bytes, pad_bytes;
+  size_t src_bytes, w_bytes, dst_bytes, pad_bytes; /* dst_bytes: a tile's, G images */
   char *w_blk;                    /* T tiles' weights in w_md */
-  dnnl_memory_t *x_mem, *xb_mem;  /* per image: NCHW input; in src_md (or NULL) */
+  dnnl_memory_t *s_mem;           /* per group: the convolution's input (src_g) */
   dnnl_memory_t *xp_mem, *xbp_mem; /* per image x part: the reorder's NCHW part and its
                                       place in src_md (P > 1 only) */
   dnnl_memory_desc_t xp_user, srcp_md; /* one part of the image: NCHW; blocked */
   dnnl_memory_t *w_mem, *b_mem;   /* per tile (b_mem: with bias) */
-  dnnl_memory_t *d_mem, *y_mem;   /* per image x tile: dst_md scratch; output slice */
+  dnnl_memory_t *d_mem;           /* per group x tile: the convolution's output (dst_g) */
+  dnnl_memory_t *r_mem, *y_mem;   /* per image x tile: its part of d_mem (dst_md); its
+                                     output slice (NCHW), both unless y_direct */
   bool x_blocked, y_blocked;      /* x, y held in src_md / dst_md (nChw8c) between steps:
                                      no reorder (see "Blocked activations") */
+  bool y_direct;                  /* tiles write the output in place: y_blocked and a tile's
+                                     part of it contiguous (G or T is 1) */
 } conv;
 
 struct sc_cpu_convs {
@@ -203,6 +209,42 @@ static int64_t tiles_per_image(int64_t m, int64_t images) {
   return t;
 }
 
+/* Images per tile. A convolution whose output plane is small (under
+ * SMALL_PLANE pixels: ResNet's last stage, 7 x 7) reads all its weights
+ * for few products per image, and run one image at a time it streams them
+ * from the outer caches for every image; one primitive over several
+ * images keeps a block of weights for all of them. So such a step groups
+ * images, the most that divide the batch with at most GROUP_PIXELS output
+ * pixels in all. On the AVX2 EPYC (one thread, oneDNN jit:avx2, 512 -> 512
+ * channels at 7 x 7): one image x 512 channels 74 GFLOP/s, 8 images x 128
+ * channels 86-88; at 14 x 14 and for the strided 14 -> 7 one, grouping
+ * measured the same as not (docs/runtime.md#convolutions). */
+enum { SMALL_PLANE = 64, GROUP_PIXELS = 512 };
+
+static int64_t images_per_tile(const sc_conv_geom *v, int64_t images) {
+  int64_t plane = v->oh * v->ow, G = 1;
+  if (plane >= SMALL_PLANE) return 1;
+  for (int64_t d = 1; d <= images && d * plane <= GROUP_PIXELS; d++)
+    if (images % d == 0) G = d;
+  return G;
+}
+
+/* *out: `one` (a single image's layout, one of the plain or channel-
+ * blocked ones with images outermost) for n images; false for another. */
+static bool with_images(const dnnl_memory_desc_t *one, int64_t n, dnnl_memory_desc_t *out) {
+  static const dnnl_format_tag_t tags[] = {dnnl_nchw, dnnl_nChw8c, dnnl_nChw16c, dnnl_nhwc};
+  const dnnl_dims_t *d = &one->dims;
+  dnnl_dims_t dn = {n, (*d)[1], (*d)[2], (*d)[3]};
+  if (one->ndims != 4 || (*d)[0] != 1) return false;
+  for (size_t i = 0; i < sizeof tags / sizeof *tags; i++) {
+    dnnl_memory_desc_t t;
+    if (dnnl_memory_desc_init_by_tag(&t, 4, *d, dnnl_f32, tags[i]) == dnnl_success &&
+        dnnl_memory_desc_equal(&t, one))
+      return dnnl_memory_desc_init_by_tag(out, 4, dn, dnnl_f32, tags[i]) == dnnl_success;
+  }
+  return false;
+}
+
 /* Parts per image of the input reorder: with fewer images than
  * TILES_WANTED, a blocked input (nChw8c or nChw16c, whose blocks of
  * channels are contiguous, as they are in NCHW) is reordered in up to
@@ -229,9 +271,11 @@ static int64_t reorder_parts(const conv *c, const sc_conv_geom *v, int64_t *bloc
 
 /* Releases what bind made (memory objects, the weights in oneDNN's layout). */
 static void conv_unbind(conv *c) {
-  dnnl_memory_t **arrays[] = {&c->x_mem, &c->xb_mem, &c->w_mem,   &c->b_mem,
-                              &c->d_mem, &c->y_mem,  &c->xp_mem, &c->xbp_mem};
-  int64_t counts[] = {c->N, c->N, c->T, c->T, c->N * c->T, c->N * c->T, c->N * c->P, c->N * c->P};
+  int64_t NG = c->G ? c->N / c->G : 0;
+  dnnl_memory_t **arrays[] = {&c->s_mem,  &c->w_mem,  &c->b_mem,  &c->d_mem,
+                              &c->r_mem,  &c->y_mem,  &c->xp_mem, &c->xbp_mem};
+  int64_t counts[] = {NG,         c->T,       c->T,       NG * c->T,
+                      c->N * c->T, c->N * c->T, c->N * c->P, c->N * c->P};
   for (int i = 0; i < 8; i++) {
     if (!*arrays[i]) continue;
     for (int64_t j = 0; j < counts[i]; j++)
@@ -278,19 +322,49 @@ static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
-/* The primitives of one convolution; false when oneDNN declines it or has
- * no JIT kernel for it (the step then stays a GEMM). */
-static bool conv_build(conv *c, const sc_gemm *g) {
+/* A primitive descriptor for c's convolution (geometry v) with these
+ * layouts, or NULL when oneDNN declines it or has no JIT kernel for it. */
+static dnnl_primitive_desc_t conv_pd(const conv *c, const sc_conv_geom *v,
+                                     const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *w,
+                                     const dnnl_memory_desc_t *dst) {
+  dnnl_dims_t strides = {v->sh, v->sw}, dil = {v->dh - 1, v->dw - 1};
+  dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
+  dnnl_convolution_desc_t cd;
+  if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                 dnnl_convolution_direct, src, w,
+                                                 c->bias ? &c->b_md : NULL, dst, strides, dil,
+                                                 pad_l, pad_r))
+    return NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  if (dnnl_primitive_attr_create(&attr)) return NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t made =
+      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success
+          ? dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL)
+          : dnnl_runtime_error;
+  dnnl_primitive_attr_destroy(attr);
+  if (made != dnnl_success) return NULL;
+  const char *impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
+      (strncmp(impl, "jit", 3) != 0 && strncmp(impl, "brg", 3) != 0)) {
+    dnnl_primitive_desc_destroy(pd);
+    return NULL;
+  }
+  return pd;
+}
+
+/* The primitives of one convolution with G images per tile; false when
+ * oneDNN declines it or has no JIT kernel for it. */
+static bool conv_build_with(conv *c, const sc_gemm *g, int64_t G) {
   const sc_conv_geom *v = &g->conv;
   c->g = g;
   c->N = g->batch;
-  c->T = tiles_per_image(g->m, g->batch);
+  c->G = G;
+  c->T = tiles_per_image(g->m, c->N / G);
   c->tm = g->m / c->T;
   dnnl_dims_t sd = {1, v->c, v->h, v->w}, wd = {c->tm, v->c, v->kh, v->kw};
   dnnl_dims_t dd = {1, c->tm, v->oh, v->ow}, bd = {c->tm};
   c->bias = v->bias >= 0;
-  dnnl_dims_t strides = {v->sh, v->sw}, dil = {v->dh - 1, v->dw - 1};
-  dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
   dnnl_memory_desc_t s_any, w_any, d_any;
   if (dnnl_memory_desc_init_by_tag(&s_any, 4, sd, dnnl_f32, dnnl_format_tag_any) ||
       dnnl_memory_desc_init_by_tag(&w_any, 4, wd, dnnl_f32, dnnl_format_tag_any) ||
@@ -300,39 +374,37 @@ static bool conv_build(conv *c, const sc_gemm *g) {
       dnnl_memory_desc_init_by_tag(&c->y_user, 4, dd, dnnl_f32, dnnl_nchw) ||
       dnnl_memory_desc_init_by_tag(&c->b_md, 1, bd, dnnl_f32, dnnl_a))
     return false;
-  dnnl_convolution_desc_t cd;
-  if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                 dnnl_convolution_direct, &s_any, &w_any,
-                                                 c->bias ? &c->b_md : NULL, &d_any, strides, dil,
-                                                 pad_l, pad_r))
-    return false;
-  dnnl_primitive_attr_t attr = NULL;
-  if (dnnl_primitive_attr_create(&attr)) return false;
-  dnnl_primitive_desc_t pd = NULL;
-  dnnl_status_t made =
-      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success
-          ? dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL)
-          : dnnl_runtime_error;
-  dnnl_primitive_attr_destroy(attr);
-  if (made != dnnl_success) return false;
-  const char *impl = NULL;
-  bool ok = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-            impl && (strncmp(impl, "jit", 3) == 0 || strncmp(impl, "brg", 3) == 0);
-  if (ok) {
-    snprintf(c->note, sizeof c->note, "direct convolution, oneDNN %s", impl);
-    c->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-    c->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    c->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-    c->pad_conv = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    ok = dnnl_primitive_create(&c->prim, pd) == dnnl_success;
+  /* the layouts oneDNN picks for one image; a group of images is those
+   * images one after another, whole 64-byte lines each (the input scratch
+   * holds each image at a multiple of 64 bytes) */
+  dnnl_primitive_desc_t pd = conv_pd(c, v, &s_any, &w_any, &d_any);
+  if (!pd) return false;
+  c->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+  c->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+  c->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+  c->src_g = c->src_md, c->dst_g = c->dst_md;
+  if (G > 1) {
+    dnnl_primitive_desc_destroy(pd);
+    pd = with_images(&c->src_md, G, &c->src_g) && with_images(&c->dst_md, G, &c->dst_g) &&
+                 dnnl_memory_desc_get_size(&c->src_md) % 64 == 0
+             ? conv_pd(c, v, &c->src_g, &c->w_md, &c->dst_g)
+             : NULL;
+    if (!pd) return false;
   }
+  const char *impl = NULL;
+  dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  int len = snprintf(c->note, sizeof c->note, "direct convolution, oneDNN %s", impl ? impl : "?");
+  if (G > 1 && len > 0 && (size_t)len < sizeof c->note)
+    snprintf(c->note + len, sizeof c->note - (size_t)len, ", %lld images per tile", (long long)G);
+  c->pad_conv = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  bool ok = dnnl_primitive_create(&c->prim, pd) == dnnl_success;
   dnnl_primitive_desc_destroy(pd);
   if (!ok) return false;
   c->src_bytes = dnnl_memory_desc_equal(&c->src_md, &c->x_user)
                      ? 0
                      : (dnnl_memory_desc_get_size(&c->src_md) + 63) / 64 * 64;
   c->w_bytes = (dnnl_memory_desc_get_size(&c->w_md) + 63) / 64 * 64;
-  c->dst_bytes = (dnnl_memory_desc_get_size(&c->dst_md) + 63) / 64 * 64;
+  c->dst_bytes = (dnnl_memory_desc_get_size(&c->dst_g) + 63) / 64 * 64;
   int64_t block = 1;
   c->P = c->src_bytes ? reorder_parts(c, v, &block) : 1;
   c->xp_user = c->x_user, c->srcp_md = c->src_md;
@@ -353,6 +425,18 @@ static bool conv_build(conv *c, const sc_gemm *g) {
                       dnnl_memory_desc_get_size(&c->pad_src),
                       dnnl_memory_desc_get_size(&c->pad_dst));
   return true;
+}
+
+/* The primitives of one convolution: with images grouped when
+ * images_per_tile says so and oneDNN takes the group, else one image per
+ * tile; false when oneDNN declines it (the step then stays a GEMM). */
+static bool conv_build(conv *c, const sc_gemm *g) {
+  int64_t G = images_per_tile(&g->conv, g->batch);
+  if (G > 1) {
+    if (conv_build_with(c, g, G)) return true;
+    conv_free(c);
+  }
+  return conv_build_with(c, g, 1);
 }
 
 static bool layout_plan(sc_cpu_convs *cv, const bool *skip);
@@ -384,7 +468,7 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
       conv_free(c);
       continue;
     }
-    size_t need = (size_t)c->N * c->src_bytes + (size_t)(c->N * c->T) * c->dst_bytes;
+    size_t need = (size_t)c->N * c->src_bytes + (size_t)(c->N / c->G * c->T) * c->dst_bytes;
     if (need > cv->scratch_bytes) cv->scratch_bytes = need;
     cv->of_kernel[g->conv.prep[1]] = cv->n++;
     for (int j = 0; j < 2; j++)
@@ -436,15 +520,17 @@ static bool exec2(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad, size_t p
 static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
   const sc_gemm *g = c->g;
   conv_unbind(c); /* a second bind starts over */
-  int64_t NT = c->N * c->T, img = g->conv.c * g->conv.h * g->conv.w, mn = g->m * g->n;
-  c->x_mem = calloc((size_t)c->N, sizeof *c->x_mem);
-  c->xb_mem = calloc((size_t)c->N, sizeof *c->xb_mem);
+  int64_t NG = c->N / c->G, NT = c->N * c->T, img = g->conv.c * g->conv.h * g->conv.w,
+          mn = g->m * g->n;
+  c->y_direct = c->y_blocked && (c->G == 1 || c->T == 1);
+  c->s_mem = calloc((size_t)NG, sizeof *c->s_mem);
   c->w_mem = calloc((size_t)c->T, sizeof *c->w_mem);
   c->b_mem = calloc((size_t)c->T, sizeof *c->b_mem);
-  c->d_mem = calloc((size_t)NT, sizeof *c->d_mem);
+  c->d_mem = calloc((size_t)(NG * c->T), sizeof *c->d_mem);
+  c->r_mem = calloc((size_t)NT, sizeof *c->r_mem);
   c->y_mem = calloc((size_t)NT, sizeof *c->y_mem);
   if (posix_memalign((void **)&c->w_blk, 64, (size_t)c->T * c->w_bytes)) c->w_blk = NULL;
-  if (!c->x_mem || !c->xb_mem || !c->w_mem || !c->b_mem || !c->d_mem || !c->y_mem || !c->w_blk)
+  if (!c->s_mem || !c->w_mem || !c->b_mem || !c->d_mem || !c->r_mem || !c->y_mem || !c->w_blk)
     return false;
   c->xp_mem = calloc((size_t)(c->N * c->P), sizeof *c->xp_mem);
   c->xbp_mem = calloc((size_t)(c->N * c->P), sizeof *c->xbp_mem);
@@ -452,18 +538,19 @@ static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
   float *x = ptrs[g->conv.x], *a = ptrs[g->a], *y = ptrs[g->c];
   char *dst = scratch + (size_t)c->N * c->src_bytes;
   int64_t part = img / c->P; /* floats of a part, in both layouts */
-  for (int64_t i = 0; i < c->N; i++) {
-    if (!new_mem(&c->x_mem[i], &c->x_user, x + i * img)) return false;
-    if (c->x_blocked ? !new_mem(&c->xb_mem[i], &c->src_md, x + i * img)
-                     : c->src_bytes &&
-                           !new_mem(&c->xb_mem[i], &c->src_md, scratch + i * c->src_bytes))
+  /* the input: as it is (NCHW, or held in src_md), or reordered into the
+   * scratch, each image at a multiple of src_bytes */
+  bool in_place = c->x_blocked || !c->src_bytes;
+  for (int64_t i = 0; i < NG; i++)
+    if (!new_mem(&c->s_mem[i], &c->src_g,
+                 in_place ? (void *)(x + i * c->G * img) : scratch + i * c->G * c->src_bytes))
       return false;
-    for (int64_t q = 0; c->src_bytes && q < c->P; q++)
+  for (int64_t i = 0; i < c->N; i++)
+    for (int64_t q = 0; !in_place && q < c->P; q++)
       if (!new_mem(&c->xp_mem[i * c->P + q], &c->xp_user, x + i * img + q * part) ||
           !new_mem(&c->xbp_mem[i * c->P + q], &c->srcp_md,
                    (float *)(scratch + i * c->src_bytes) + q * part))
         return false;
-  }
   /* the weights, once: each tile's rows of A (OIHW) into w_md */
   dnnl_memory_desc_t wpad;
   dnnl_primitive_t wr = make_reorder(&c->w_user, &c->w_md, 0.0f, &wpad);
@@ -480,11 +567,19 @@ static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
   float *bias = c->bias ? ptrs[g->conv.bias] : NULL; /* a constant: read in place */
   for (int64_t t = 0; ok && bias && t < c->T; t++)
     ok = new_mem(&c->b_mem[t], &c->b_md, bias + t * c->tm);
-  for (int64_t t = 0; ok && t < NT; t++) {
+  /* the output: tile (group i, channels j) in place, or into the scratch
+   * and from there per image (r_mem) into its slice of the output */
+  size_t one = dnnl_memory_desc_get_size(&c->dst_md);
+  for (int64_t t = 0; ok && t < NG * c->T; t++) {
     int64_t i = t / c->T, j = t % c->T;
-    ok = new_mem(&c->d_mem[t], &c->dst_md,
-                 c->y_blocked ? (void *)(y + i * mn + j * c->tm * g->n) : dst + t * c->dst_bytes) &&
-         new_mem(&c->y_mem[t], &c->y_user, y + i * mn + j * c->tm * g->n);
+    ok = new_mem(&c->d_mem[t], &c->dst_g,
+                 c->y_direct ? (void *)(y + i * c->G * mn + j * c->tm * g->n)
+                             : dst + t * c->dst_bytes);
+    for (int64_t e = 0; ok && !c->y_direct && e < c->G; e++) {
+      int64_t u = (i * c->G + e) * c->T + j; /* image i * G + e, tile j */
+      ok = new_mem(&c->r_mem[u], &c->dst_md, dst + t * c->dst_bytes + e * one) &&
+           new_mem(&c->y_mem[u], &c->y_user, y + (i * c->G + e) * mn + j * c->tm * g->n);
+    }
   }
   return ok;
 }
@@ -521,21 +616,33 @@ static void src_parts(void *ud, int64_t begin, int64_t end) {
          c, "input reorder");
 }
 
+static void *mem_ptr(dnnl_memory_t m) {
+  void *p = NULL;
+  dnnl_memory_get_data_handle(m, &p);
+  return p;
+}
+
 static void conv_tiles(void *ud, int64_t begin, int64_t end) {
   const conv *c = ud;
   sc_cpu_engine_one_thread();
   for (int64_t t = begin; t < end; t++) {
-    int64_t i = t / c->T;
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, c->src_bytes || c->x_blocked ? c->xb_mem[i]
-                                                                           : c->x_mem[i]},
-                               {DNNL_ARG_WEIGHTS, c->w_mem[t % c->T]},
+    int64_t i = t / c->T, j = t % c->T;
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, c->s_mem[i]},
+                               {DNNL_ARG_WEIGHTS, c->w_mem[j]},
                                {DNNL_ARG_DST, c->d_mem[t]},
-                               {DNNL_ARG_BIAS, c->b_mem[t % c->T]}};
+                               {DNNL_ARG_BIAS, c->b_mem[j]}};
     must(run(c->prim, &c->pad_conv, c->pad_bytes, c->bias ? 4 : 3, args), c, "convolution");
-    if (!c->y_blocked)
-      must(exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->d_mem[t],
-               DNNL_ARG_TO, c->y_mem[t]),
-         c, "output reorder");
+    if (c->y_direct) continue;
+    for (int64_t e = 0; e < c->G; e++) {
+      int64_t u = (i * c->G + e) * c->T + j;
+      if (c->y_blocked) /* the image's run of channel blocks, as it is */
+        memcpy(mem_ptr(c->y_mem[u]), mem_ptr(c->r_mem[u]),
+               dnnl_memory_desc_get_size(&c->dst_md));
+      else
+        must(exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->r_mem[u],
+                   DNNL_ARG_TO, c->y_mem[u]),
+             c, "output reorder");
+    }
   }
 }
 
@@ -952,7 +1059,7 @@ bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
   conv *c = conv_of(cv, s);
   if (!c) return false;
   if (c->src_bytes && !c->x_blocked) on_pool(tp, src_parts, c, c->N * c->P);
-  on_pool(tp, conv_tiles, c, c->N * c->T);
+  on_pool(tp, conv_tiles, c, c->N / c->G * c->T);
   return true;
 }
 

@@ -27,7 +27,9 @@ outputs.
 Blocked activations (docs/runtime.md#blocked-activations): a chain of
 residual blocks between a max-pool (which writes the chain's first buffer)
 and a BatchNormalization and a global average pool (which read its last),
-batch 2 on 7x7 images (49 pixels: not a whole number of 8-pixel blocks),
+batch 2 on 7x7 images (49 pixels: not a whole number of 8-pixel blocks;
+a plane that small puts both images in one tile), of 16 channels (one
+tile, written in place) and of 64 (two tiles, copied image by image),
 fused and --no-fuse (where the BatchNormalization reads its input in place
 of its output): equal to onnxruntime, its inner convolutions hold their
 input and output in nChw8c (the profile's note says so; unfused, where the
@@ -91,10 +93,9 @@ def direct_cases(rng):
     ]
 
 
-def chain_model(rng):
-    """MaxPool, two residual blocks, then BatchNormalization, Relu and
-    GlobalAveragePool."""
-    c = 16
+def chain_model(rng, c):
+    """MaxPool, two residual blocks of c channels, then BatchNormalization,
+    Relu and GlobalAveragePool."""
     inits, nodes = [], [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3],
                                          pads=[1, 1, 1, 1])]
 
@@ -119,7 +120,7 @@ def chain_model(rng):
                                                       "bn_var"], ["n"]),
               helper.make_node("Relu", ["n"], ["nr"]),
               helper.make_node("GlobalAveragePool", ["nr"], ["y"])]
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", T.FLOAT, [2, c, 7, 7])],
+    g = helper.make_graph(nodes, f"chain{c}", [helper.make_tensor_value_info("x", T.FLOAT, [2, c, 7, 7])],
                           [helper.make_tensor_value_info("y", T.FLOAT, [2, c, 1, 1])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
@@ -130,20 +131,21 @@ def chain_model(rng):
 def run_chain(tmp, path, tag, threads, layout, extra):
     out = os.path.join(tmp, f"chain_{tag}_{threads}_{layout}")
     env = dict(os.environ, SHARDC_PROFILE="1", SHARDC_CONV_LAYOUT=layout)
-    r = subprocess.run([SHARDC, "run", path, "--input", "x=" + os.path.join(tmp, "chain_x.npy"),
+    x = os.path.join(tmp, "chain_x.npy")
+    r = subprocess.run([SHARDC, "run", path, "--input", "x=" + x,
                         "-q", "--repeat", "2", "--threads", threads, "--output-dir", out]
                        + extra, capture_output=True, text=True, timeout=120, env=env)
     check(r.returncode == 0, f"chain {tag}: exit {r.returncode}: {r.stderr.strip()}")
     return (np.load(os.path.join(out, "y.npy")) if r.returncode == 0 else None), r.stderr
 
 
-def blocked_chain(tmp, rng, avx2):
-    m = chain_model(rng)
+def blocked_chain(tmp, rng, avx2, c):
+    m = chain_model(rng, c)
     path = os.path.join(tmp, "chain.onnx")
     onnx.save(m, path)
-    x = rand(rng, [2, 16, 7, 7])
+    x = rand(rng, [2, c, 7, 7])
     np.save(os.path.join(tmp, "chain_x.npy"), x)
-    equals_onnxruntime(SHARDC, tmp, "chain", m, {"x": x}, 1e-4, 1e-4)
+    equals_onnxruntime(SHARDC, tmp, f"chain{c}", m, {"x": x}, 1e-4, 1e-4)
     for tag, extra in (("fused", []), ("no_fuse", ["--no-fuse"])):
         base, _ = run_chain(tmp, path, tag, "1", "nchw", extra)
         for threads in ("1", "2"):
@@ -154,11 +156,14 @@ def blocked_chain(tmp, rng, avx2):
             if avx2:
                 check(want in text,
                       f"chain {tag}: no convolution holds its activations blocked:\n{text}")
+                # 49-pixel planes: both images in one tile (images_per_tile)
+                check("2 images per tile" in text, f"chain {tag}: images not grouped:\n{text}")
             if got is not None and base is not None:
                 check(got.tobytes() == base.tobytes(),
                       f"chain {tag}, {threads} threads: blocked and NCHW differ: max |diff| "
                       f"{np.max(np.abs(got - base))}")
-        print(f"ok: chain ({tag}): blocked activations, bit-identical to NCHW, 1 and 2 threads")
+        print(f"ok: chain of {c} channels ({tag}): blocked activations, bit-identical to NCHW, "
+              "1 and 2 threads")
 
 
 def gemm_cases(rng):
@@ -212,7 +217,10 @@ def main():
                 if not direct:
                     check(not ran_direct, f"{name}: ran as a direct convolution:\n{text}")
                 print(f"ok: {name} runs as {'a direct convolution' if ran_direct else 'im2col + GEMM'}")
-        blocked_chain(tmp, rng, avx2)
+        # 16 channels: one tile of both images, written in place; 64: two
+        # tiles of 32 channels, each copied image by image into the output
+        for c in (16, 64):
+            blocked_chain(tmp, rng, avx2, c)
         # bit-identical with 1 and 2 threads
         path = os.path.join(tmp, "batch8_m64.onnx")
         outs = []
