@@ -124,6 +124,8 @@ typedef struct conv {
                                      no reorder (see "Blocked activations") */
   bool y_direct;                  /* tiles write the output in place: y_blocked and a tile's
                                      part of it contiguous (G or T is 1) */
+  int32_t kernel;                 /* the step's epilogue kernel, or -1 */
+  bool epi_tiles;                 /* it runs on each tile's output as the tile ends */
 } conv;
 
 struct sc_cpu_convs {
@@ -440,6 +442,7 @@ static bool conv_build(conv *c, const sc_gemm *g) {
 }
 
 static bool layout_plan(sc_cpu_convs *cv, const bool *skip);
+static void epilogue_plan(sc_cpu_convs *cv, const bool *skip);
 
 sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_convs **out,
                                sc_diag *diag) {
@@ -470,6 +473,7 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
     }
     size_t need = (size_t)c->N * c->src_bytes + (size_t)(c->N / c->G * c->T) * c->dst_bytes;
     if (need > cv->scratch_bytes) cv->scratch_bytes = need;
+    c->kernel = p->steps[i].kernel;
     cv->of_kernel[g->conv.prep[1]] = cv->n++;
     for (int j = 0; j < 2; j++)
       if (g->conv.prep[j] >= 0) skip_kernel[g->conv.prep[j]] = true;
@@ -485,6 +489,7 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
     sc_cpu_convs_destroy(cv);
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
+  epilogue_plan(cv, skip_kernel);
   *out = cv;
   return SC_OK;
 }
@@ -622,8 +627,18 @@ static void *mem_ptr(dnnl_memory_t m) {
   return p;
 }
 
+/* A step's run: the convolution, and the epilogue kernel when it runs on
+ * each tile's output (epi_tiles). */
+typedef struct conv_job {
+  const conv *c;
+  sc_cpu_kernel_fn epi;
+  void *const *epi_args;
+} conv_job;
+
 static void conv_tiles(void *ud, int64_t begin, int64_t end) {
-  const conv *c = ud;
+  const conv_job *job = ud;
+  const conv *c = job->c;
+  int64_t mn = c->g->m * c->g->n, part = c->tm * c->g->n; /* an image's, a tile's elements */
   sc_cpu_engine_one_thread();
   for (int64_t t = begin; t < end; t++) {
     int64_t i = t / c->T, j = t % c->T;
@@ -632,17 +647,25 @@ static void conv_tiles(void *ud, int64_t begin, int64_t end) {
                                {DNNL_ARG_DST, c->d_mem[t]},
                                {DNNL_ARG_BIAS, c->b_mem[j]}};
     must(run(c->prim, &c->pad_conv, c->pad_bytes, c->bias ? 4 : 3, args), c, "convolution");
-    if (c->y_direct) continue;
-    for (int64_t e = 0; e < c->G; e++) {
+    for (int64_t e = 0; !c->y_direct && e < c->G; e++) {
       int64_t u = (i * c->G + e) * c->T + j;
       if (c->y_blocked) /* the image's run of channel blocks, as it is */
-        memcpy(mem_ptr(c->y_mem[u]), mem_ptr(c->r_mem[u]),
-               dnnl_memory_desc_get_size(&c->dst_md));
+        memcpy(mem_ptr(c->y_mem[u]), mem_ptr(c->r_mem[u]), dnnl_memory_desc_get_size(&c->dst_md));
       else
         must(exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->r_mem[u],
                    DNNL_ARG_TO, c->y_mem[u]),
              c, "output reorder");
     }
+    /* the tile's output, image by image: a contiguous run of elements in
+     * either layout (whole images when T is 1), still in the caches */
+    if (!job->epi) continue;
+    if (c->T == 1)
+      job->epi(job->epi_args, i * c->G * mn, (i + 1) * c->G * mn);
+    else
+      for (int64_t e = 0; e < c->G; e++) {
+        int64_t at = (i * c->G + e) * mn + j * part;
+        job->epi(job->epi_args, at, at + part);
+      }
   }
 }
 
@@ -962,6 +985,43 @@ done:
   return ok;
 }
 
+/* ---- epilogues on each tile ----
+ *
+ * A convolution step's epilogue kernel (ReLU, residual add + ReLU) read
+ * the whole output back from memory after the last tile. When it is
+ * pointwise (uniform_kernel: it computes element i of every operand from
+ * element i of the others, in any layout), each tile runs it on the
+ * elements it has just written, while they are in the caches; the kernel's
+ * own code on the same elements, so the results are the same bits. That
+ * needs its written buffers to be either the convolution's output itself
+ * or apart from it (another tile's elements are not yet computed), and
+ * apart from the convolution's input (other tiles still read it). */
+static void epilogue_plan(sc_cpu_convs *cv, const bool *skip) {
+  const sc_program *p = cv->p;
+  for (int32_t i = 0; i < cv->n; i++) {
+    conv *c = &cv->v[i];
+    const sc_gemm *g = c->g;
+    int32_t k = c->kernel;
+    c->epi_tiles = false;
+    if (k < 0 || k >= p->n_kernels || skip[k] || (cv->foreign && cv->foreign[k]) ||
+        (cv->hooked && cv->hooked[k]) || !uniform_kernel(p->kernels[k]))
+      continue;
+    const kir_kernel *kk = p->kernels[k];
+    int64_t pts = 1;
+    for (int32_t d = 0; d < kk->outer_rank; d++) pts *= kk->outer_dims[d];
+    bool ok = pts == g->batch * g->m * g->n;
+    for (int32_t j = 0; j < kk->n_params && ok; j++) {
+      int32_t b = kk->params[j].buffer;
+      if (!kk->params[j].written) continue;
+      ok = (sc_program_same_address(p, b, g->c) || sc_program_disjoint(p, b, g->c)) &&
+           sc_program_disjoint(p, b, g->conv.x);
+    }
+    c->epi_tiles = ok;
+    size_t len = strlen(c->note);
+    if (ok) snprintf(c->note + len, sizeof c->note - len, ", epilogue per tile");
+  }
+}
+
 /* ---- conversions between NCHW and nChw8c ---- */
 
 typedef struct convert_job {
@@ -1055,11 +1115,18 @@ void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i) {
   return cv->shadow[kk->params[i].buffer];
 }
 
-bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
+bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp,
+                      sc_cpu_kernel_fn epi, void *const *epi_args, bool *epi_ran) {
   conv *c = conv_of(cv, s);
+  *epi_ran = false;
   if (!c) return false;
   if (c->src_bytes && !c->x_blocked) on_pool(tp, src_parts, c, c->N * c->P);
-  on_pool(tp, conv_tiles, c, c->N / c->G * c->T);
+  conv_job job = {c, NULL, NULL};
+  if (c->epi_tiles && epi && s->kernel == c->kernel) {
+    job.epi = epi, job.epi_args = epi_args;
+    *epi_ran = true;
+  }
+  on_pool(tp, conv_tiles, &job, c->N / c->G * c->T);
   return true;
 }
 

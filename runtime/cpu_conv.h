@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "codegen/cpu/cpu.h"
 #include "codegen/program.h"
 #include "device.h"
 
@@ -34,8 +35,12 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
  * of every tile, and the weights in oneDNN's layout (they are constants). */
 sc_status sc_cpu_convs_bind(sc_cpu_convs *cv, void *const *ptrs, sc_diag *diag);
 /* Runs GEMM step s if it is one of the direct convolutions (found by its
- * im2col kernel, prep[1]): true; else false and nothing is done. */
-bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp);
+ * im2col kernel, prep[1]): true; else false and nothing is done. epi and
+ * epi_args: the step's epilogue kernel (s->kernel) and its arguments, or
+ * NULL; *epi_ran says whether the step ran it too (on each tile's output
+ * as the tile ends, when that computes the same: docs/runtime.md). */
+bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp,
+                      sc_cpu_kernel_fn epi, void *const *epi_args, bool *epi_ran);
 /* "direct convolution, oneDNN <implementation>" when GEMM step s runs as
  * one, else NULL. */
 const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s);

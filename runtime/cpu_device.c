@@ -869,11 +869,15 @@ static const sc_gemm_packed_b *packed_of(const cpu_ctx *c, const sc_step *s) {
 static void cpu_run_gemm(void *ctx, const sc_step *s) {
   cpu_ctx *c = ctx;
   const sc_gemm *g = &s->gemm;
-  if (!sc_cpu_convs_run(c->convs, s, c->pool))
+  bool epi = s->kernel >= 0 && s->kernel < c->p->n_kernels && !c->skip[s->kernel] &&
+             c->points[s->kernel] > 0;
+  bool epi_ran = false;
+  if (!sc_cpu_convs_run(c->convs, s, c->pool, epi ? c->fns[s->kernel] : NULL,
+                        epi ? c->args[s->kernel] : NULL, &epi_ran))
     sc_host_gemm_f32(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
                      g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
                      c->repitch, packed_of(c, s));
-  if (s->kernel >= 0) run_kernel_id(c, s->kernel);
+  if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
 }
 
 static const char *cpu_step_note(void *ctx, int32_t i) {

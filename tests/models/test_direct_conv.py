@@ -158,6 +158,10 @@ def blocked_chain(tmp, rng, avx2, c):
                       f"chain {tag}: no convolution holds its activations blocked:\n{text}")
                 # 49-pixel planes: both images in one tile (images_per_tile)
                 check("2 images per tile" in text, f"chain {tag}: images not grouped:\n{text}")
+                # fused, the ReLU and residual add + ReLU run on each tile's
+                # output (unfused they are steps of their own)
+                check(tag != "fused" or "epilogue per tile" in text,
+                      f"chain {tag}: no epilogue runs on the tiles:\n{text}")
             if got is not None and base is not None:
                 check(got.tobytes() == base.tobytes(),
                       f"chain {tag}, {threads} threads: blocked and NCHW differ: max |diff| "
