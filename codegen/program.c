@@ -10,6 +10,7 @@
  * plan and the runtime share. */
 #include "codegen/program.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 sc_program *sc_program_create(void) {
@@ -263,6 +264,33 @@ bool sc_program_disjoint(const sc_program *p, int32_t a, int32_t b) {
            (x->offset >= y->offset + y->bytes || y->offset >= x->offset + x->bytes);
   /* a constant lives outside the arena (its own data), never written */
   return (ax && y->kind == SC_BUF_CONST) || (ay && x->kind == SC_BUF_CONST);
+}
+
+bool sc_program_pointwise_after(const sc_program *p, int32_t k, int32_t c) {
+  if (!p || k < 0 || k >= p->n_kernels || c < 0 || c >= p->n_buffers) return false;
+  const kir_kernel *kk = p->kernels[k];
+  const sc_buffer *cb = &p->buffers[c];
+  int64_t pts = 1, size = sc_dtype_size(cb->dtype);
+  for (int32_t d = 0; d < kk->outer_rank; d++) pts *= kk->outer_dims[d];
+  if (kk->inner != 1 || kk->n_phases < 1 || size <= 0 || cb->bytes != pts * size) return false;
+  for (int32_t h = 0; h < kk->n_phases; h++)
+    if (kk->phases[h].kind != KIR_PHASE_STORE || !kir_is_point_index(kk, kk->phases[h].out_index))
+      return false;
+  bool *at_c = calloc((size_t)kk->n_params + 1, sizeof *at_c);
+  if (!at_c) return false;
+  bool ok = true;
+  for (int32_t i = 0; i < kk->n_params && ok; i++) {
+    int32_t b = kk->params[i].buffer;
+    at_c[i] = sc_program_same_address(p, b, c);
+    ok = at_c[i] ? kk->params[i].dtype == cb->dtype : sc_program_disjoint(p, b, c);
+  }
+  for (int32_t e = 0; e < kk->n_exprs && ok; e++) {
+    const kir_expr *x = &kk->exprs[e];
+    if (x->op == KIR_LOAD && x->var >= 0 && x->var < kk->n_params && at_c[x->var])
+      ok = kir_is_point_index(kk, x->a);
+  }
+  free(at_c);
+  return ok;
 }
 
 #define SCATTER_ROWS(T)                                                                \

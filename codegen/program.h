@@ -218,6 +218,14 @@ bool sc_program_same_address(const sc_program *p, int32_t a, int32_t b);
  * meet, or an arena buffer and a constant (constants live outside the
  * arena). False before the plan places them (offset -1). */
 bool sc_program_disjoint(const sc_program *p, int32_t a, int32_t b);
+/* Whether kernel k, run on any range of its points as soon as the same
+ * range of buffer c's elements is computed, computes what it computes run
+ * after all of c: one point per element of c (inner 1), every store and
+ * every read of c (or of a buffer at c's address, of c's dtype) at the
+ * point's own element, and every param either at c's address or apart from
+ * c. (Whether what k writes is apart from the other inputs of whatever
+ * computes c is the caller's to check.) */
+bool sc_program_pointwise_after(const sc_program *p, int32_t k, int32_t c);
 void sc_program_print(const sc_program *p, FILE *out);
 /* Appends a buffer id to p->inputs / p->outputs (graph order).
  * SC_ERR_USAGE for an id out of range, SC_ERR_NOMEM. */

@@ -994,28 +994,23 @@ done:
  * elements it has just written, while they are in the caches; the kernel's
  * own code on the same elements, so the results are the same bits. That
  * needs its written buffers to be either the convolution's output itself
- * or apart from it (another tile's elements are not yet computed), and
- * apart from the convolution's input (other tiles still read it). */
+ * or apart from it (another tile's elements are not yet computed:
+ * sc_program_pointwise_after), and apart from the convolution's input
+ * (other tiles still read it). */
 static void epilogue_plan(sc_cpu_convs *cv, const bool *skip) {
   const sc_program *p = cv->p;
-  for (int32_t i = 0; i < cv->n; i++) {
+  for (int32_t i = 0; i < cv->n && sc_cpu_epilogue_tiles(); i++) {
     conv *c = &cv->v[i];
     const sc_gemm *g = c->g;
     int32_t k = c->kernel;
     c->epi_tiles = false;
-    if (k < 0 || k >= p->n_kernels || skip[k] || (cv->foreign && cv->foreign[k]) ||
-        (cv->hooked && cv->hooked[k]) || !uniform_kernel(p->kernels[k]))
+    if (k < 0 || k >= p->n_kernels || skip[k] || sc_cpu_convs_kernel_hooked(cv, k) ||
+        !uniform_kernel(p->kernels[k]))
       continue;
     const kir_kernel *kk = p->kernels[k];
-    int64_t pts = 1;
-    for (int32_t d = 0; d < kk->outer_rank; d++) pts *= kk->outer_dims[d];
-    bool ok = pts == g->batch * g->m * g->n;
-    for (int32_t j = 0; j < kk->n_params && ok; j++) {
-      int32_t b = kk->params[j].buffer;
-      if (!kk->params[j].written) continue;
-      ok = (sc_program_same_address(p, b, g->c) || sc_program_disjoint(p, b, g->c)) &&
-           sc_program_disjoint(p, b, g->conv.x);
-    }
+    bool ok = sc_program_pointwise_after(p, k, g->c);
+    for (int32_t j = 0; j < kk->n_params && ok; j++)
+      ok = !kk->params[j].written || sc_program_disjoint(p, kk->params[j].buffer, g->conv.x);
     c->epi_tiles = ok;
     size_t len = strlen(c->note);
     if (ok) snprintf(c->note + len, sizeof c->note - len, ", epilogue per tile");
@@ -1106,6 +1101,16 @@ void sc_cpu_convs_kernel_hooks(const sc_cpu_convs *cv, int32_t k, bool after, vo
   for (int32_t i = 0; i < cv->n_hooks; i++)
     if (cv->hooks[i].kernel == k && cv->hooks[i].after == after)
       convert(cv, cv->hooks[i].buffer, ptrs, after, tp);
+}
+
+bool sc_cpu_epilogue_tiles(void) {
+  const char *env = getenv("SHARDC_EPILOGUE_TILES");
+  return !env || strcmp(env, "0") != 0;
+}
+
+bool sc_cpu_convs_kernel_hooked(const sc_cpu_convs *cv, int32_t k) {
+  if (!cv || k < 0 || k >= cv->p->n_kernels) return false;
+  return (cv->hooked && cv->hooked[k]) || (cv->foreign && cv->foreign[k]);
 }
 
 void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i) {

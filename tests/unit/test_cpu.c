@@ -828,6 +828,44 @@ static void test_alias_scopes(void **state) {
   sc_program_destroy(p);
 }
 
+/* sc_program_pointwise_after on the broadcast kernel (out = relu(a + b[j]),
+ * out2 = a * b[j] - a over a [3, 7, 33] a) as the epilogue of a's
+ * producer: a read at the point's element, b at a column, the outputs at
+ * the point's element; it holds only while every param is at a's address
+ * or apart from a, and a param at a's address is read at the point's own
+ * element. */
+static void test_pointwise_after(void **state) {
+  (void)state;
+  const int64_t n = 3 * 7 * 33, bytes = n * 4;
+  struct {
+    int64_t off[4];
+    bool b_const, want;
+  } cases[] = {
+      {{0, -1, 2 * bytes, 3 * bytes}, true, true},  /* all apart */
+      {{0, -1, 2 * bytes, 0}, true, true},          /* out2 in place of a */
+      {{0, -1, 2 * bytes, 64}, true, false},        /* out2 overlaps a, shifted */
+      {{0, 0, 2 * bytes, 3 * bytes}, false, false}, /* b at a's address, read at a column */
+      {{0, -1, -1, 3 * bytes}, true, false},        /* out not placed: not known apart */
+  };
+  for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+    sc_program *p = new_program();
+    static const float bvals[7 * 33];
+    for (int i = 0; i < 4; i++) {
+      bool cst = i == 1 && cases[t].b_const;
+      sc_buffer b = {.name = "x", .kind = cst ? SC_BUF_CONST : SC_BUF_TEMP,
+                     .dtype = SC_DTYPE_F32, .rank = 1, .dims = {i == 1 ? 7 * 33 : n},
+                     .bytes = i == 1 ? 7 * 33 * 4 : bytes, .offset = cases[t].off[i],
+                     .data = cst ? bvals : NULL, .alias_of = -1, .value = -1};
+      assert_true(sc_program_add_buffer(p, &b) == i);
+    }
+    build_broadcast(p, "pw");
+    if (sc_program_pointwise_after(p, 0, 0) != cases[t].want) fail_msg("case %zu", t);
+    /* b is no whole output of the kernel's points */
+    assert_false(sc_program_pointwise_after(p, 0, 1));
+    sc_program_destroy(p);
+  }
+}
+
 /* Two kernels with one name is an error, not a crash. */
 static void test_duplicate_name(void **state) {
   (void)state;
@@ -957,6 +995,7 @@ int main(void) {
       cmocka_unit_test(test_gather_select),  cmocka_unit_test(test_math),
       cmocka_unit_test(test_fast_math),
       cmocka_unit_test(test_emit_llvm),      cmocka_unit_test(test_alias_scopes),
+      cmocka_unit_test(test_pointwise_after),
       cmocka_unit_test(test_duplicate_name),
       cmocka_unit_test(test_jit_many),       cmocka_unit_test(test_object_file),
   };
