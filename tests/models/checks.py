@@ -154,3 +154,12 @@ def comm_traces_match(folder):
             return False, (f"group {key[0]}: rank {key[1]} -> {key[2]} tag {key[3]}: sent "
                            f"{sends.get(key, [])[:3]}..., received {recvs.get(key, [])[:3]}..."), calls
     return True, "", calls
+
+
+def has_avx2():
+    """Whether this CPU reports AVX2 (oneDNN then has JIT convolutions)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx2" in line for line in f)
+    except OSError:
+        return False

@@ -47,7 +47,7 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
-from checks import check, equals_onnxruntime, finish
+from checks import check, equals_onnxruntime, finish, has_avx2
 
 SHARDC = os.environ.get("SHARDC")
 
@@ -185,14 +185,6 @@ def profile(tmp, name, extra=()):
                        env=dict(os.environ, SHARDC_PROFILE="1"))
     check(r.returncode == 0, f"{name}: profile run: exit {r.returncode}: {r.stderr.strip()}")
     return r.stderr
-
-
-def has_avx2():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx2" in line for line in f)
-    except OSError:
-        return False
 
 
 def main():

@@ -30,7 +30,7 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
-from checks import check, equals_onnxruntime, finish
+from checks import check, equals_onnxruntime, finish, has_avx2
 
 SHARDC = os.environ.get("SHARDC")
 
@@ -95,14 +95,6 @@ def run(tmp, name, threads, tiles):
                        capture_output=True, text=True, timeout=120, env=env)
     check(r.returncode == 0, f"{name}: exit {r.returncode}: {r.stderr.strip()}")
     return (np.load(os.path.join(out, "y.npy")) if r.returncode == 0 else None), r.stderr
-
-
-def has_avx2():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and " avx2" in line for line in f)
-    except OSError:
-        return False
 
 
 def main():
