@@ -999,13 +999,15 @@ done:
  * (other tiles still read it). */
 static void epilogue_plan(sc_cpu_convs *cv, const bool *skip) {
   const sc_program *p = cv->p;
-  for (int32_t i = 0; i < cv->n && sc_cpu_epilogue_tiles(); i++) {
+  const char *env = getenv("SHARDC_EPILOGUE_TILES"); /* "0": after the last tile (A/B) */
+  if (env && strcmp(env, "0") == 0) return;
+  for (int32_t i = 0; i < cv->n; i++) {
     conv *c = &cv->v[i];
     const sc_gemm *g = c->g;
     int32_t k = c->kernel;
     c->epi_tiles = false;
-    if (k < 0 || k >= p->n_kernels || skip[k] || sc_cpu_convs_kernel_hooked(cv, k) ||
-        !uniform_kernel(p->kernels[k]))
+    if (k < 0 || k >= p->n_kernels || skip[k] || (cv->hooked && cv->hooked[k]) ||
+        (cv->foreign && cv->foreign[k]) || !uniform_kernel(p->kernels[k]))
       continue;
     const kir_kernel *kk = p->kernels[k];
     bool ok = sc_program_pointwise_after(p, k, g->c);
@@ -1101,16 +1103,6 @@ void sc_cpu_convs_kernel_hooks(const sc_cpu_convs *cv, int32_t k, bool after, vo
   for (int32_t i = 0; i < cv->n_hooks; i++)
     if (cv->hooks[i].kernel == k && cv->hooks[i].after == after)
       convert(cv, cv->hooks[i].buffer, ptrs, after, tp);
-}
-
-bool sc_cpu_epilogue_tiles(void) {
-  const char *env = getenv("SHARDC_EPILOGUE_TILES");
-  return !env || strcmp(env, "0") != 0;
-}
-
-bool sc_cpu_convs_kernel_hooked(const sc_cpu_convs *cv, int32_t k) {
-  if (!cv || k < 0 || k >= cv->p->n_kernels) return false;
-  return (cv->hooked && cv->hooked[k]) || (cv->foreign && cv->foreign[k]);
 }
 
 void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i) {

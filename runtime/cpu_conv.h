@@ -56,11 +56,6 @@ void *sc_cpu_convs_param_ptr(const sc_cpu_convs *cv, int32_t k, int32_t i);
  * their blocked buffers. ptrs: every buffer's address. */
 void sc_cpu_convs_kernel_hooks(const sc_cpu_convs *cv, int32_t k, bool after, void *const *ptrs,
                                sc_thread_pool *tp);
-/* Whether epilogue kernels may run on each tile of their GEMM or
- * convolution (docs/runtime.md): yes unless SHARDC_EPILOGUE_TILES=0 (for
- * A/B runs and tests, which compare the two). */
-bool sc_cpu_epilogue_tiles(void);
-/* Whether kernel k has such conversions or reads or writes a shadow. */
-bool sc_cpu_convs_kernel_hooked(const sc_cpu_convs *cv, int32_t k);
+
 
 #endif

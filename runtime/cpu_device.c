@@ -236,8 +236,6 @@ typedef struct cpu_ctx {
                                GEMM kernel (data NULL: none; see pack_weights) */
   bool *packed_owner;     /* per step: packed[i].data is this step's to free
                              (steps reading the same B share one) */
-  bool *epi_tiles;        /* per GEMM step: its epilogue kernel runs on each tile
-                             (gemm_epilogue_fits) */
   double compile_s;
 } cpu_ctx;
 
@@ -283,7 +281,6 @@ static void cpu_destroy(void *ctx) {
   free_packed(c);
   sc_free(c->packed);
   sc_free(c->packed_owner);
-  sc_free(c->epi_tiles);
   sc_free(c->skip);
   sc_free(c->fns);
   sc_free(c->points);
@@ -370,31 +367,6 @@ static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) 
   }
 }
 
-/* Whether GEMM step s's epilogue kernel runs on each tile of the product
- * as the tile ends (sc_host_gemm_f32's epi), on the part of C still in the
- * caches: the step is not a direct convolution (those run theirs on their
- * own tiles), C is contiguous, the kernel computes the same run on parts of
- * C (sc_program_pointwise_after), it has no layout hooks, and it writes
- * nothing the product still reads (A, B, the bias). */
-static bool gemm_epilogue_fits(const cpu_ctx *c, const sc_step *s) {
-  const sc_program *p = c->p;
-  const sc_gemm *g = &s->gemm;
-  int32_t k = s->kernel;
-  if (s->kind != SC_STEP_GEMM || k < 0 || k >= p->n_kernels || c->skip[k] ||
-      !sc_cpu_epilogue_tiles() || sc_cpu_convs_note(c->convs, s) ||
-      sc_cpu_convs_kernel_hooked(c->convs, k))
-    return false;
-  if (g->ldc != g->n || (g->batch > 1 && g->stride_c != g->m * g->n) ||
-      !sc_program_pointwise_after(p, k, g->c))
-    return false;
-  const kir_kernel *kk = p->kernels[k];
-  int32_t in[3] = {g->a, g->b, g->bias};
-  for (int32_t i = 0; i < kk->n_params; i++)
-    for (int j = 0; j < 3 && kk->params[i].written; j++)
-      if (in[j] >= 0 && !sc_program_disjoint(p, kk->params[i].buffer, in[j])) return false;
-  return true;
-}
-
 static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   cpu_ctx *c = ctx;
   c->p = p;
@@ -417,9 +389,8 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   size_t ns1 = p->n_steps > 0 ? (size_t)p->n_steps : 1;
   c->packed = sc_calloc(ns1, sizeof *c->packed);
   c->packed_owner = sc_calloc(ns1, sizeof *c->packed_owner);
-  c->epi_tiles = sc_calloc(ns1, sizeof *c->epi_tiles);
   if (!c->fns || !c->points || !c->work || !c->args || !c->ptrs || !c->skip || !c->packed ||
-      !c->packed_owner || !c->epi_tiles)
+      !c->packed_owner)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t k = 0; k < nk; k++) {
     const kir_kernel *kk = p->kernels[k];
@@ -460,7 +431,6 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   int64_t scratch = 0;
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
     const sc_step *s = &p->steps[i];
-    c->epi_tiles[i] = gemm_epilogue_fits(c, s);
     /* a direct convolution is no GEMM here */
     int64_t n = s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s)
                     ? sc_gemm_scratch_numel(&s->gemm)
@@ -739,7 +709,6 @@ typedef struct gemm_job {
   const sc_gemm_packed_b *packed; /* own: op(B) packed, or NULL */
   float *packed_a;     /* own: each row tile of op(A) packed (pack_a_tiles), or NULL */
   int64_t packed_a_tile; /* floats per row tile there */
-  const sc_gemm_epilogue *epi; /* run on each tile, or NULL */
 } gemm_job;
 
 /* With the own kernel, a product cut into several columns of tiles reads
@@ -829,23 +798,19 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
         abort();
       }
     }
-    if (j->bias) {
-      const float *bb = j->bias_per_batch ? j->bias + b * g->m * g->n : j->bias;
-      for (int i = 0; i < m; i++) {
-        float *row = C + (int64_t)i * g->ldc;
-        const float *brow = g->bias_full ? bb + (m0 + i) * g->n + n0 : bb + n0;
-        for (int jj = 0; jj < n; jj++) row[jj] += brow[jj];
-      }
+    if (!j->bias) continue;
+    const float *bb = j->bias_per_batch ? j->bias + b * g->m * g->n : j->bias;
+    for (int i = 0; i < m; i++) {
+      float *row = C + (int64_t)i * g->ldc;
+      const float *brow = g->bias_full ? bb + (m0 + i) * g->n + n0 : bb + n0;
+      for (int jj = 0; jj < n; jj++) row[jj] += brow[jj];
     }
-    /* the epilogue on the tile's rows: element e of C is its point e */
-    int64_t at = b * g->stride_c + m0 * g->ldc + n0;
-    for (int i = 0; j->epi && i < m; i++, at += g->ldc) j->epi->fn(j->epi->args, at, at + n);
   }
 }
 
 void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, sc_thread_pool *tp, float *scratch,
-                      const sc_gemm_packed_b *packed, const sc_gemm_epilogue *epi) {
+                      const sc_gemm_packed_b *packed) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
   sc_gemm rg;
   bool own = sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN; /* packs B: no aliasing pitch */
@@ -865,11 +830,7 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
     B = scratch;
   }
   gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias, .own = own,
-               .packed = own && packed && packed->data ? packed : NULL,
-               .epi = epi && epi->fn && g->ldc == g->n &&
-                              (g->batch == 1 || g->stride_c == g->m * g->n)
-                          ? epi
-                          : NULL};
+               .packed = own && packed && packed->data ? packed : NULL};
   gemm_tiling(g, &j.tile_m, &j.tile_n);
   j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
   j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
@@ -899,15 +860,10 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
 /* Step s's packed B, or NULL (s may also be a copy of a step, made by a
  * caller that runs steps one by one: then it is not in the program's
  * array and reads its B in place). */
-static int32_t step_index(const cpu_ctx *c, const sc_step *s) {
-  uintptr_t at = (uintptr_t)s, first = (uintptr_t)c->p->steps;
-  if (at < first || at >= first + (uintptr_t)c->p->n_steps * sizeof *s) return -1;
-  return (int32_t)(s - c->p->steps);
-}
-
 static const sc_gemm_packed_b *packed_of(const cpu_ctx *c, const sc_step *s) {
-  int32_t i = step_index(c, s);
-  return i < 0 ? NULL : &c->packed[i];
+  uintptr_t at = (uintptr_t)s, first = (uintptr_t)c->p->steps;
+  if (at < first || at >= first + (uintptr_t)c->p->n_steps * sizeof *s) return NULL;
+  return &c->packed[s - c->p->steps];
 }
 
 static void cpu_run_gemm(void *ctx, const sc_step *s) {
@@ -917,14 +873,10 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
              c->points[s->kernel] > 0;
   bool epi_ran = false;
   if (!sc_cpu_convs_run(c->convs, s, c->pool, epi ? c->fns[s->kernel] : NULL,
-                        epi ? c->args[s->kernel] : NULL, &epi_ran)) {
-    int32_t i = step_index(c, s);
-    sc_gemm_epilogue e = {epi ? c->fns[s->kernel] : NULL, epi ? c->args[s->kernel] : NULL};
-    epi_ran = epi && i >= 0 && c->epi_tiles[i];
+                        epi ? c->args[s->kernel] : NULL, &epi_ran))
     sc_host_gemm_f32(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
                      g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
-                     c->repitch, packed_of(c, s), epi_ran ? &e : NULL);
-  }
+                     c->repitch, packed_of(c, s));
   if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
 }
 
@@ -935,8 +887,6 @@ static const char *cpu_step_note(void *ctx, int32_t i) {
   if (s->kind == SC_STEP_KERNEL && s->kernel >= 0 && s->kernel < c->p->n_kernels &&
       c->skip[s->kernel])
     return "skipped: its convolution runs directly";
-  if (s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s) && c->epi_tiles[i])
-    return "epilogue per tile";
   return sc_cpu_convs_note(c->convs, s);
 }
 

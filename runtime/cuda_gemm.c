@@ -235,7 +235,7 @@ static void host_gemm(void *ud) {
   const gemm_entry *x = ud;
   sc_host_gemm_f32(x->g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
                    x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
-                   (float *)(uintptr_t)x->c, NULL, NULL, NULL, NULL);
+                   (float *)(uintptr_t)x->c, NULL, NULL, NULL);
 }
 
 sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *diag) {

@@ -140,19 +140,9 @@ bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]);
  * same rows. packed (or NULL, or with data NULL): op(B) already packed
  * for the own kernel (runtime/cpu_gemm.h), read instead of B when that
  * kernel runs. */
-/* A kernel run on each tile's part of C as soon as the tile is done, one
- * call per row of the tile with the row's range of C's elements (see
- * sc_program_pointwise_after: the caller has checked it computes the same
- * as after the whole product). */
-typedef struct sc_gemm_epilogue {
-  void (*fn)(void *const *args, int64_t begin, int64_t end);
-  void *const *args;
-} sc_gemm_epilogue;
-/* epi (or NULL): run on each tile; it needs C contiguous (ldc n, and
- * stride_c m * n when batched). */
 void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, struct sc_thread_pool *tp, float *scratch,
-                      const struct sc_gemm_packed_b *packed, const sc_gemm_epilogue *epi);
+                      const struct sc_gemm_packed_b *packed);
 /* Floats of scratch sc_host_gemm_f32 uses for g with the engine in use
  * (0: none). */
 int64_t sc_gemm_scratch_numel(const sc_gemm *g);
