@@ -33,6 +33,7 @@
  * bool as i8 0/1 in memory and i1 in registers. Integer DIV/MOD never trap:
  * x/0 = x%0 = 0 and MIN/-1 wraps, as kir_interpret defines. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <llvm-c/DebugInfo.h>
@@ -58,6 +59,8 @@ typedef struct emitter {
   uint8_t *lvl;              /* per expr: level */
   uint8_t *mark;             /* scratch: exprs a root needs */
   LLVMValueRef *reg;         /* per phase: its register (REDUCE) */
+  int32_t *fill;             /* per expr: the phase that keeps it in a row cache, or -1 */
+  LLVMValueRef *cache;       /* per expr: that row cache ([inner] x its type), or NULL */
   LLVMValueRef outer[SC_MAX_RANK];
   LLVMValueRef inner;        /* the r index (i64) */
   int32_t rank;              /* outer rank, >= 1 (rank 0 runs as [1]) */
@@ -864,6 +867,109 @@ static void set_alias_md(emitter *e, LLVMValueRef access, int32_t param) {
     LLVMSetMetadata(access, LLVMGetMDKindIDInContext(e->ctx, "noalias", 7), e->noalias[param]);
 }
 
+/* ---- row caches ----
+ *
+ * A row kernel's phases are loops over the row, one after another, and
+ * each computes its value from scratch: softmax's sum phase computes
+ * exp(x - max) and its store phase computes it again. So an expression
+ * that varies along the row, holds a transcendental function (the costly
+ * part), and is used by two or more looped phases is kept, by the first
+ * of them, in a row cache on the stack (one element per step of the row),
+ * and the later ones load it from there. The same value either way: the
+ * results are the same bits. Only the topmost such expressions are kept
+ * (exp(x - max), not x - max beneath it), rows up to ROW_CACHE_MAX long. */
+enum { ROW_CACHE_MAX = 4096 };
+
+static bool costly_op(kir_op op) {
+  switch (op) {
+  case KIR_EXP: case KIR_LOG: case KIR_TANH: case KIR_ERF: case KIR_SIN: case KIR_COS:
+  case KIR_ATAN: case KIR_SIGMOID: case KIR_POW:
+    return true;
+  default:
+    return false;
+  }
+}
+
+static bool looped_phase(const emitter *e, const kir_phase *ph) {
+  return e->k->inner > 1 && (ph->kind == KIR_PHASE_REDUCE || e->lvl[ph->value] == L_INNER ||
+                             e->lvl[ph->out_index] == L_INNER);
+}
+
+static bool plan_row_caches(emitter *e) {
+  const kir_kernel *k = e->k;
+  int32_t n = k->n_exprs;
+  for (int32_t i = 0; i < n; i++) e->fill[i] = -1;
+  const char *env = getenv("SHARDC_ROW_CACHE"); /* "0": none (A/B runs, tests) */
+  if (k->inner <= 1 || k->inner > ROW_CACHE_MAX || k->n_phases < 2 || k->n_phases > 64 ||
+      (env && strcmp(env, "0") == 0))
+    return true;
+  uint64_t *reach = sc_calloc((size_t)n, sizeof *reach); /* per expr: looped phases that
+                                                            evaluate it */
+  bool *costly = sc_calloc((size_t)n, sizeof *costly);   /* a costly op at or below it */
+  if (!reach || !costly) {
+    sc_free(reach);
+    sc_free(costly);
+    return false;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    const kir_expr *x = &k->exprs[i];
+    int32_t ops[3] = {x->a, x->b, x->c};
+    costly[i] = costly_op(x->op);
+    for (int j = 0; j < 3; j++)
+      if (ops[j] >= 0 && costly[ops[j]]) costly[i] = true;
+  }
+  for (int32_t p = 0; p < k->n_phases; p++) {
+    const kir_phase *ph = &k->phases[p];
+    if (!looped_phase(e, ph)) continue;
+    reach[ph->value] |= 1ull << p;
+    if (ph->kind == KIR_PHASE_STORE) reach[ph->out_index] |= 1ull << p;
+  }
+  /* users have larger ids: when i is visited, every phase that reaches it
+   * is known; a kept expression's operands are evaluated by its filling
+   * phase alone */
+  for (int32_t i = n - 1; i >= 0; i--) {
+    if (!reach[i]) continue;
+    const kir_expr *x = &k->exprs[i];
+    uint64_t pass = reach[i];
+    if (e->lvl[i] == L_INNER && costly[i] && (reach[i] & (reach[i] - 1)) != 0 &&
+        x->op != KIR_LOAD && x->dtype != SC_DTYPE_BOOL) {
+      e->fill[i] = __builtin_ctzll(reach[i]);
+      pass = 1ull << e->fill[i];
+    }
+    int32_t ops[3] = {x->a, x->b, x->c};
+    for (int j = 0; j < 3; j++)
+      if (ops[j] >= 0) reach[ops[j]] |= pass;
+  }
+  sc_free(reach);
+  sc_free(costly);
+  return true;
+}
+
+/* In a looped phase's body (builder lb, row index r), before its trees are
+ * emitted: the values later phases keep are loaded from their caches. */
+static void load_row_caches(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, int32_t phase) {
+  for (int32_t i = 0; i < e->k->n_exprs; i++) {
+    if (e->fill[i] < 0 || e->fill[i] >= phase || !e->cache[i]) continue;
+    LLVMTypeRef t = vty(e, e->k->exprs[i].dtype);
+    LLVMValueRef idx[2] = {ci(e->i64, 0), r};
+    LLVMValueRef gep = LLVMBuildInBoundsGEP2(
+        lb, LLVMArrayType(t, (unsigned)e->k->inner), e->cache[i], idx, 2, "");
+    e->val[i] = LLVMBuildLoad2(lb, t, gep, "cached");
+  }
+}
+
+/* After phase `phase`'s trees are emitted: the values it keeps, stored. */
+static void store_row_caches(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, int32_t phase) {
+  for (int32_t i = 0; i < e->k->n_exprs; i++) {
+    if (e->fill[i] != phase || !e->val[i]) continue;
+    LLVMTypeRef t = vty(e, e->k->exprs[i].dtype);
+    LLVMTypeRef at = LLVMArrayType(t, (unsigned)e->k->inner);
+    if (!e->cache[i]) e->cache[i] = LLVMBuildAlloca(e->ab, at, "rowcache");
+    LLVMValueRef idx[2] = {ci(e->i64, 0), r};
+    LLVMBuildStore(lb, e->val[i], LLVMBuildInBoundsGEP2(lb, at, e->cache[i], idx, 2, ""));
+  }
+}
+
 /* ---- phases ---- */
 
 static LLVMValueRef alloca_of(emitter *e, LLVMTypeRef t, const char *name) {
@@ -1007,18 +1113,21 @@ static LLVMValueRef emit_r_loop(emitter *e, LLVMBasicBlockRef *cursor, r_body_fn
 
 typedef struct phase_body {
   const kir_phase *ph;
+  int32_t phase;         /* its index */
   reduce_state *rs;
   LLVMValueRef key, nan; /* fast MAX/MIN: allocas of the key and the NaN flag */
 } phase_body;
 
 static void store_or_reduce(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, void *ud) {
   phase_body *pb = ud;
+  load_row_caches(e, lb, r, pb->phase);
   if (pb->ph->kind == KIR_PHASE_STORE) {
     emit_store(e, lb, pb->ph);
   } else {
     emit_expr(e, pb->ph->value);
     reduce_step(e, lb, pb->ph, pb->rs, r);
   }
+  store_row_caches(e, lb, r, pb->phase);
 }
 
 /* A float MAX/MIN reduction in order is a chain of compares and selects,
@@ -1051,7 +1160,9 @@ static void minmax_keys(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, void *ud)
   sc_dtype vt = ph->acc_dtype;
   unsigned w = vt == SC_DTYPE_F64 ? 64 : 32;
   LLVMTypeRef it = w == 64 ? e->i64 : e->i32;
+  load_row_caches(e, lb, r, pb->phase);
   LLVMValueRef v = convert(e, lb, emit_expr(e, ph->value), e->k->exprs[ph->value].dtype, vt);
+  store_row_caches(e, lb, r, pb->phase); /* the in-order loop, when it runs, stores again */
   LLVMValueRef key = flip_key(e, lb, LLVMBuildBitCast(lb, v, it, ""), w);
   LLVMValueRef acc = LLVMBuildLoad2(lb, it, pb->key, "");
   LLVMValueRef better =
@@ -1070,8 +1181,8 @@ static void emit_fast_minmax(emitter *e, LLVMBasicBlockRef *cursor, const kir_ph
   unsigned w = ph->acc_dtype == SC_DTYPE_F64 ? 64 : 32;
   LLVMTypeRef it = w == 64 ? e->i64 : e->i32;
   LLVMBuilderRef pb = e->b[L_POINT];
-  phase_body body = {.ph = ph, .rs = rs, .key = alloca_of(e, it, "key"),
-                     .nan = alloca_of(e, e->i8, "nan")};
+  phase_body body = {.ph = ph, .phase = (int32_t)(ph - e->k->phases), .rs = rs,
+                     .key = alloca_of(e, it, "key"), .nan = alloca_of(e, e->i8, "nan")};
   unsigned long long init = ph->rop == KIR_RED_MAX ? 1ull << (w - 1) : (1ull << (w - 1)) - 1;
   LLVMBuildStore(pb, LLVMConstInt(it, init, 0), body.key);
   LLVMBuildStore(pb, LLVMConstInt(e->i8, 0, 0), body.nan);
@@ -1118,7 +1229,7 @@ static void emit_phases(emitter *e, LLVMBasicBlockRef *cursor) {
     if (ph->kind == KIR_PHASE_REDUCE) reduce_begin(e, ph, &rs);
     LLVMBasicBlockRef merge = NULL;
     if (fast_minmax(e, ph)) emit_fast_minmax(e, cursor, ph, &rs, &merge);
-    phase_body body = {.ph = ph, .rs = &rs};
+    phase_body body = {.ph = ph, .phase = p, .rs = &rs};
     if (merge) /* the in-order loop starts over */
       LLVMBuildStore(e->b[L_POINT], reduce_init(e, ph->rop, rs.vt), rs.acc);
     LLVMValueRef latch = emit_r_loop(e, cursor, store_or_reduce, &body);
@@ -1330,11 +1441,18 @@ sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
   e.reg = sc_calloc(k->n_phases ? (size_t)k->n_phases : 1, sizeof *e.reg);
   e.scope = sc_calloc(k->n_params ? (size_t)k->n_params : 1, sizeof *e.scope);
   e.noalias = sc_calloc(k->n_params ? (size_t)k->n_params : 1, sizeof *e.noalias);
-  if (!e.val || !e.lvl || !e.mark || !e.ptr || !e.reg || !e.scope || !e.noalias) {
+  e.fill = sc_calloc(n ? n : 1, sizeof *e.fill);
+  e.cache = sc_calloc(n ? n : 1, sizeof *e.cache);
+  if (!e.val || !e.lvl || !e.mark || !e.ptr || !e.reg || !e.scope || !e.noalias || !e.fill ||
+      !e.cache) {
     st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "CPU backend: out of memory");
     goto done;
   }
   compute_levels(&e);
+  if (!plan_row_caches(&e)) {
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "CPU backend: out of memory");
+    goto done;
+  }
 
   LLVMTypeRef i8pp = LLVMPointerType(LLVMPointerType(e.i8, 0), 0);
   LLVMTypeRef args[3] = {i8pp, e.i64, e.i64};
@@ -1379,5 +1497,7 @@ done:
   sc_free(e.reg);
   sc_free(e.scope);
   sc_free(e.noalias);
+  sc_free(e.fill);
+  sc_free(e.cache);
   return st;
 }

@@ -866,6 +866,102 @@ static void test_pointwise_after(void **state) {
   }
 }
 
+/* Row caches (codegen/cpu/emit.c): softmax's exp(x - max), used by its sum
+ * and its store phase, is kept by the first and loaded by the second; in a
+ * kernel where it feeds two store phases and x - max also feeds one
+ * directly (log-softmax's d - log s), the same. The optimised IR has the
+ * cache; the outputs equal the interpreter's and, bit for bit, those of
+ * the kernels compiled without caches (SHARDC_ROW_CACHE=0); a row longer
+ * than ROW_CACHE_MAX (4096) has none. */
+static void build_two_stores(sc_program *p, const char *name, int64_t rows, int64_t cols) {
+  kir_kernel *k = new_kernel(p, name);
+  k->outer_rank = 1;
+  k->outer_dims[0] = rows;
+  k->inner = cols;
+  int32_t px = kir_add_param(A, k, 0, SC_DTYPE_F32, rows * cols, false);
+  int32_t po = kir_add_param(A, k, 1, SC_DTYPE_F32, rows * cols, true);
+  int32_t po2 = kir_add_param(A, k, 2, SC_DTYPE_F32, rows * cols, true);
+  int32_t i = BIN(k, p, KIR_ADD, BIN(k, p, KIR_MUL, V(k, p, 0), CI(k, p, cols)),
+                  V(k, p, KIR_INNER));
+  int32_t x = kir_load(A, k, px, i);
+  int32_t mx = kir_add_reduce(A, k, KIR_RED_MAX, SC_DTYPE_F32, x);
+  int32_t d = BIN(k, p, KIR_SUB, x, kir_reg(A, k, mx));
+  int32_t e = kir_unary(A, k, KIR_EXP, d);
+  int32_t sm = kir_add_reduce(A, k, KIR_RED_SUM, SC_DTYPE_F32, e);
+  int32_t s = kir_reg(A, k, sm);
+  kir_add_store(A, k, po, i, BIN(k, p, KIR_SUB, d, kir_unary(A, k, KIR_LOG, s)));
+  kir_add_store(A, k, po2, i, BIN(k, p, KIR_MUL, e, kir_unary(A, k, KIR_RECIP, s)));
+}
+
+/* Runs every kernel of p over its whole range on the same seeded inputs
+ * with m; returns the written params' bytes, one malloc'd block each. */
+static void run_all(const sc_program *p, const sc_cpu_module *m, void **outs) {
+  for (int32_t kid = 0; kid < p->n_kernels; kid++) {
+    const kir_kernel *k = p->kernels[kid];
+    void *bufs[16];
+    assert_true(k->n_params <= 16);
+    rng_seed(40 + (uint64_t)kid);
+    for (int32_t i = 0; i < k->n_params; i++) {
+      size_t bytes = (size_t)k->params[i].numel * sc_dtype_size(k->params[i].dtype);
+      bufs[i] = malloc(bytes);
+      assert_non_null(bufs[i]);
+      if (k->params[i].written) memset(bufs[i], 0xA5, bytes);
+      else fill(k->params[i].dtype, bufs[i], k->params[i].numel, (spec){-8, 8, 0.02});
+    }
+    sc_cpu_kernel(m, kid)(bufs, 0, outer_total(k));
+    for (int32_t i = 0; i < k->n_params; i++)
+      if (k->params[i].written) *outs++ = bufs[i];
+      else free(bufs[i]);
+  }
+}
+
+/* Whether the body of function `fn` in module text has `needle`. */
+static bool body_has(const char *text, const char *fn, const char *needle) {
+  char head[128];
+  snprintf(head, sizeof head, "define void @%s(", fn);
+  const char *at = strstr(text, head);
+  assert_non_null(at);
+  const char *end = strstr(at, "\n}\n");
+  const char *hit = strstr(at, needle);
+  return hit && (!end || hit < end);
+}
+
+static void test_row_cache(void **state) {
+  (void)state;
+  rng_seed(16);
+  sc_program *p = new_program();
+  build_softmax(p, "rc_softmax", 7, 131);
+  build_two_stores(p, "rc_two", 5, 67);
+  build_softmax(p, "rc_long", 2, 4100);
+  char *text = llvm_text(p);
+  assert_true(body_has(text, "rc_softmax", "rowcache"));
+  assert_true(body_has(text, "rc_two", "rowcache"));
+  assert_false(body_has(text, "rc_long", "rowcache"));
+  free(text);
+  sc_cpu_module *m = jit_ok(p);
+  spec s[3] = {{-8, 8, 0}, Z, Z};
+  for (int32_t kid = 0; kid < 3; kid++) check_kernel(p, m, kid, s, 1e-5, 1e-6);
+  void *with[4], *without[4];
+  run_all(p, m, with);
+  sc_cpu_module_destroy(m);
+  setenv("SHARDC_ROW_CACHE", "0", 1);
+  text = llvm_text(p);
+  assert_null(strstr(text, "rowcache"));
+  free(text);
+  m = jit_ok(p);
+  unsetenv("SHARDC_ROW_CACHE");
+  run_all(p, m, without);
+  int64_t sizes[4] = {7 * 131, 5 * 67, 5 * 67, 2 * 4100};
+  for (int i = 0; i < 4; i++) {
+    if (memcmp(with[i], without[i], (size_t)sizes[i] * 4) != 0)
+      fail_msg("output %d differs with and without row caches", i);
+    free(with[i]);
+    free(without[i]);
+  }
+  sc_cpu_module_destroy(m);
+  sc_program_destroy(p);
+}
+
 /* Two kernels with one name is an error, not a crash. */
 static void test_duplicate_name(void **state) {
   (void)state;
@@ -992,6 +1088,7 @@ int main(void) {
       cmocka_unit_test(test_narrow_casts),
       cmocka_unit_test(test_casts),
       cmocka_unit_test(test_softmax),        cmocka_unit_test(test_reductions),
+      cmocka_unit_test(test_row_cache),
       cmocka_unit_test(test_gather_select),  cmocka_unit_test(test_math),
       cmocka_unit_test(test_fast_math),
       cmocka_unit_test(test_emit_llvm),      cmocka_unit_test(test_alias_scopes),
