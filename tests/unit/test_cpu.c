@@ -498,21 +498,36 @@ static void test_casts(void **state) {
   sc_program_destroy(p);
 }
 
-/* Softmax over rows of [5,129]: max, sum of exp, normalise. */
-static void build_softmax(sc_program *p, const char *name, int64_t rows, int64_t cols) {
-  kir_kernel *k = new_kernel(p, name);
+/* A softmax row kernel over [rows, cols] with `outs` written params (1 +
+ * i): its row index, x - max (d), exp(d) (e) and the row's sum of e (s). */
+typedef struct softmax_parts {
+  kir_kernel *k;
+  int32_t out[2], i, d, e, s;
+} softmax_parts;
+
+static softmax_parts softmax_of(sc_program *p, const char *name, int64_t rows, int64_t cols,
+                                int outs) {
+  softmax_parts r;
+  kir_kernel *k = r.k = new_kernel(p, name);
   k->outer_rank = 1;
   k->outer_dims[0] = rows;
   k->inner = cols;
   int32_t px = kir_add_param(A, k, 0, SC_DTYPE_F32, rows * cols, false);
-  int32_t po = kir_add_param(A, k, 1, SC_DTYPE_F32, rows * cols, true);
-  int32_t i = BIN(k, p, KIR_ADD, BIN(k, p, KIR_MUL, V(k, p, 0), CI(k, p, cols)),
-                  V(k, p, KIR_INNER));
-  int32_t x = kir_load(A, k, px, i);
+  for (int o = 0; o < outs; o++)
+    r.out[o] = kir_add_param(A, k, 1 + o, SC_DTYPE_F32, rows * cols, true);
+  r.i = BIN(k, p, KIR_ADD, BIN(k, p, KIR_MUL, V(k, p, 0), CI(k, p, cols)), V(k, p, KIR_INNER));
+  int32_t x = kir_load(A, k, px, r.i);
   int32_t mx = kir_add_reduce(A, k, KIR_RED_MAX, SC_DTYPE_F32, x);
-  int32_t e = kir_unary(A, k, KIR_EXP, BIN(k, p, KIR_SUB, x, kir_reg(A, k, mx)));
-  int32_t sm = kir_add_reduce(A, k, KIR_RED_SUM, SC_DTYPE_F32, e);
-  kir_add_store(A, k, po, i, BIN(k, p, KIR_DIV, e, kir_reg(A, k, sm)));
+  r.d = BIN(k, p, KIR_SUB, x, kir_reg(A, k, mx));
+  r.e = kir_unary(A, k, KIR_EXP, r.d);
+  r.s = kir_reg(A, k, kir_add_reduce(A, k, KIR_RED_SUM, SC_DTYPE_F32, r.e));
+  return r;
+}
+
+/* Softmax over rows of [5,129]: max, sum of exp, normalise. */
+static void build_softmax(sc_program *p, const char *name, int64_t rows, int64_t cols) {
+  softmax_parts r = softmax_of(p, name, rows, cols, 1);
+  kir_add_store(A, r.k, r.out[0], r.i, BIN(r.k, p, KIR_DIV, r.e, r.s));
 }
 
 static void test_softmax(void **state) {
@@ -874,23 +889,10 @@ static void test_pointwise_after(void **state) {
  * the kernels compiled without caches (SHARDC_ROW_CACHE=0); a row longer
  * than ROW_CACHE_MAX (4096) has none. */
 static void build_two_stores(sc_program *p, const char *name, int64_t rows, int64_t cols) {
-  kir_kernel *k = new_kernel(p, name);
-  k->outer_rank = 1;
-  k->outer_dims[0] = rows;
-  k->inner = cols;
-  int32_t px = kir_add_param(A, k, 0, SC_DTYPE_F32, rows * cols, false);
-  int32_t po = kir_add_param(A, k, 1, SC_DTYPE_F32, rows * cols, true);
-  int32_t po2 = kir_add_param(A, k, 2, SC_DTYPE_F32, rows * cols, true);
-  int32_t i = BIN(k, p, KIR_ADD, BIN(k, p, KIR_MUL, V(k, p, 0), CI(k, p, cols)),
-                  V(k, p, KIR_INNER));
-  int32_t x = kir_load(A, k, px, i);
-  int32_t mx = kir_add_reduce(A, k, KIR_RED_MAX, SC_DTYPE_F32, x);
-  int32_t d = BIN(k, p, KIR_SUB, x, kir_reg(A, k, mx));
-  int32_t e = kir_unary(A, k, KIR_EXP, d);
-  int32_t sm = kir_add_reduce(A, k, KIR_RED_SUM, SC_DTYPE_F32, e);
-  int32_t s = kir_reg(A, k, sm);
-  kir_add_store(A, k, po, i, BIN(k, p, KIR_SUB, d, kir_unary(A, k, KIR_LOG, s)));
-  kir_add_store(A, k, po2, i, BIN(k, p, KIR_MUL, e, kir_unary(A, k, KIR_RECIP, s)));
+  softmax_parts r = softmax_of(p, name, rows, cols, 2);
+  kir_kernel *k = r.k;
+  kir_add_store(A, k, r.out[0], r.i, BIN(k, p, KIR_SUB, r.d, kir_unary(A, k, KIR_LOG, r.s)));
+  kir_add_store(A, k, r.out[1], r.i, BIN(k, p, KIR_MUL, r.e, kir_unary(A, k, KIR_RECIP, r.s)));
 }
 
 /* Runs every kernel of p over its whole range on the same seeded inputs
