@@ -877,8 +877,9 @@ static void set_alias_md(emitter *e, LLVMValueRef access, int32_t param) {
  * of them, in a row cache on the stack (one element per step of the row),
  * and the later ones load it from there. The same value either way: the
  * results are the same bits. Only the topmost such expressions are kept
- * (exp(x - max), not x - max beneath it), rows up to ROW_CACHE_MAX long. */
-enum { ROW_CACHE_MAX = 4096 };
+ * (exp(x - max), not x - max beneath it), rows up to ROW_CACHE_MAX long,
+ * at most ROW_CACHE_BYTES of stack in all. */
+enum { ROW_CACHE_MAX = 4096, ROW_CACHE_BYTES = 64 << 10 /* all of a kernel's, on the stack */ };
 
 static bool costly_op(kir_op op) {
   switch (op) {
@@ -927,14 +928,17 @@ static bool plan_row_caches(emitter *e) {
   /* users have larger ids: when i is visited, every phase that reaches it
    * is known; a kept expression's operands are evaluated by its filling
    * phase alone */
+  int64_t bytes = 0;
   for (int32_t i = n - 1; i >= 0; i--) {
     if (!reach[i]) continue;
     const kir_expr *x = &k->exprs[i];
     uint64_t pass = reach[i];
+    int64_t row = k->inner * 8; /* the widest element a value has */
     if (e->lvl[i] == L_INNER && costly[i] && (reach[i] & (reach[i] - 1)) != 0 &&
-        x->op != KIR_LOAD && x->dtype != SC_DTYPE_BOOL) {
+        x->op != KIR_LOAD && x->dtype != SC_DTYPE_BOOL && bytes + row <= ROW_CACHE_BYTES) {
       e->fill[i] = __builtin_ctzll(reach[i]);
       pass = 1ull << e->fill[i];
+      bytes += row;
     }
     int32_t ops[3] = {x->a, x->b, x->c};
     for (int j = 0; j < 3; j++)
