@@ -156,8 +156,10 @@ def blocked_chain(tmp, rng, avx2, c):
             if avx2:
                 check(want in text,
                       f"chain {tag}: no convolution holds its activations blocked:\n{text}")
-                # 49-pixel planes: both images in one tile (images_per_tile)
-                check("2 images per tile" in text, f"chain {tag}: images not grouped:\n{text}")
+                # 49-pixel planes: both images in one tile (images_per_tile;
+                # measured with oneDNN's AVX2 kernels, which take the group)
+                check("jit:avx2" not in text or "2 images per tile" in text,
+                      f"chain {tag}: images not grouped:\n{text}")
                 # fused, the ReLU and residual add + ReLU run on each tile's
                 # output (unfused they are steps of their own)
                 check(tag != "fused" or "epilogue per tile" in text,
