@@ -37,6 +37,14 @@ BatchNormalization reads in place, only those of the inner blocks), and the outp
 are bit-identical to those with every buffer in NCHW
 (SHARDC_CONV_LAYOUT=nchw), with 1 and 2 threads.
 
+Epilogues on each tile (docs/runtime.md#epilogues-on-each-tile): a
+residual convolution + add + ReLU, batch 3 with 32 channels on 9x9 (the
+epilogue on whole images) and batch 2 with 64 channels on 7x7 (on each
+image's part of a two-image tile): equal to onnxruntime; on a CPU with
+AVX2 the profile notes "epilogue per tile" on the step; outputs
+bit-identical to those with the epilogue after the last tile
+(SHARDC_EPILOGUE_TILES=0, whose profile notes none), with 1 and 2 threads.
+
 Environment: SHARDC. Exit 0 on success, 1 on any failure.
 """
 import os
@@ -128,15 +136,30 @@ def chain_model(rng, c):
     return m
 
 
-def run_chain(tmp, path, tag, threads, layout, extra):
-    out = os.path.join(tmp, f"chain_{tag}_{threads}_{layout}")
-    env = dict(os.environ, SHARDC_PROFILE="1", SHARDC_CONV_LAYOUT=layout)
-    x = os.path.join(tmp, "chain_x.npy")
-    r = subprocess.run([SHARDC, "run", path, "--input", "x=" + x,
-                        "-q", "--repeat", "2", "--threads", threads, "--output-dir", out]
-                       + extra, capture_output=True, text=True, timeout=120, env=env)
-    check(r.returncode == 0, f"chain {tag}: exit {r.returncode}: {r.stderr.strip()}")
+def same_bits(got, want, what):
+    """got equals want bit for bit (either None: a run failed, already
+    reported)."""
+    if got is not None and want is not None:
+        check(got.tobytes() == want.tobytes(),
+              f"{what}: max |diff| {np.max(np.abs(got - want))}")
+
+
+def run_profiled(tmp, name, out, threads, env, extra=()):
+    """`shardc run` of TMP/NAME.onnx on TMP/NAME_x.npy with SHARDC_PROFILE=1
+    and env, outputs in TMP/OUT: (y or None, the profile text)."""
+    out = os.path.join(tmp, out)
+    r = subprocess.run([SHARDC, "run", os.path.join(tmp, name + ".onnx"), "--input",
+                        "x=" + os.path.join(tmp, name + "_x.npy"), "-q", "--repeat", "2",
+                        "--threads", threads, "--output-dir", out] + list(extra),
+                       capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, SHARDC_PROFILE="1", **env))
+    check(r.returncode == 0, f"{out}: exit {r.returncode}: {r.stderr.strip()}")
     return (np.load(os.path.join(out, "y.npy")) if r.returncode == 0 else None), r.stderr
+
+
+def run_chain(tmp, tag, threads, layout, extra):
+    return run_profiled(tmp, "chain", f"chain_{tag}_{threads}_{layout}", threads,
+                        {"SHARDC_CONV_LAYOUT": layout}, extra)
 
 
 def blocked_chain(tmp, rng, avx2, c):
@@ -147,9 +170,9 @@ def blocked_chain(tmp, rng, avx2, c):
     np.save(os.path.join(tmp, "chain_x.npy"), x)
     equals_onnxruntime(SHARDC, tmp, f"chain{c}", m, {"x": x}, 1e-4, 1e-4)
     for tag, extra in (("fused", []), ("no_fuse", ["--no-fuse"])):
-        base, _ = run_chain(tmp, path, tag, "1", "nchw", extra)
+        base, _ = run_chain(tmp, tag, "1", "nchw", extra)
         for threads in ("1", "2"):
-            got, text = run_chain(tmp, path, tag, threads, "blocked", extra)
+            got, text = run_chain(tmp, tag, threads, "blocked", extra)
             # unfused, the BatchNormalization reads the last block's output in
             # place of its own: that class stays NCHW, the inner ones do not
             want = "input and output nChw8c" if tag == "fused" else "nChw8c"
@@ -164,11 +187,33 @@ def blocked_chain(tmp, rng, avx2, c):
                 # output (unfused they are steps of their own)
                 check(tag != "fused" or "epilogue per tile" in text,
                       f"chain {tag}: no epilogue runs on the tiles:\n{text}")
-            if got is not None and base is not None:
-                check(got.tobytes() == base.tobytes(),
-                      f"chain {tag}, {threads} threads: blocked and NCHW differ: max |diff| "
-                      f"{np.max(np.abs(got - base))}")
+            same_bits(got, base, f"chain {tag}, {threads} threads: blocked and NCHW differ")
         print(f"ok: chain of {c} channels ({tag}): blocked activations, bit-identical to NCHW, "
+              "1 and 2 threads")
+
+
+def tile_epilogues(tmp, rng, avx2):
+    """A residual convolution's add + ReLU run on each tile's output:
+    whole images (batch 3, 32 channels on 9x9: a tile per image) and image
+    parts (batch 2, 64 channels on 7x7: both images in tiles of 32
+    channels)."""
+    for name, x_shape in (("tiles_whole", [3, 32, 9, 9]), ("tiles_parts", [2, 64, 7, 7])):
+        c = x_shape[1]
+        m = conv_model(rng, name, x_shape, [c, c, 3, 3], residual=True, pads=[1, 1, 1, 1])
+        x = rand(rng, x_shape)
+        np.save(os.path.join(tmp, name + "_x.npy"), x)
+        equals_onnxruntime(SHARDC, tmp, name, m, {"x": x}, 1e-4, 1e-4)
+        base, text = run_profiled(tmp, name, name + "_after", "1", {"SHARDC_EPILOGUE_TILES": "0"})
+        check("epilogue per tile" not in text,
+              f"{name}: SHARDC_EPILOGUE_TILES=0 still runs an epilogue per tile:\n{text}")
+        for threads in ("1", "2"):
+            got, text = run_profiled(tmp, name, f"{name}_{threads}", threads, {})
+            steps = [ln for ln in text.splitlines() if "epilogue per tile" in ln]
+            if avx2:
+                check(len(steps) == 1,
+                      f"{name}: {len(steps)} steps run their epilogue per tile, want 1:\n{text}")
+            same_bits(got, base, f"{name}, {threads} threads: per tile and after differ")
+        print(f"ok: {name}: the epilogue per tile, bit-identical to after the last tile, "
               "1 and 2 threads")
 
 
@@ -219,6 +264,7 @@ def main():
         # tiles of 32 channels, each copied image by image into the output
         for c in (16, 64):
             blocked_chain(tmp, rng, avx2, c)
+        tile_epilogues(tmp, rng, avx2)
         # bit-identical with 1 and 2 threads
         path = os.path.join(tmp, "batch8_m64.onnx")
         outs = []
