@@ -119,7 +119,9 @@ typedef struct conv {
   dnnl_memory_t *w_mem, *b_mem;   /* per tile (b_mem: with bias) */
   dnnl_memory_t *d_mem;           /* per group x tile: the convolution's output (dst_g) */
   dnnl_memory_t *r_mem, *y_mem;   /* per image x tile: its part of d_mem (dst_md); its
-                                     output slice (NCHW), both unless y_direct */
+                                     output slice (y_user, NCHW; when y_blocked, the same
+                                     place holds the slice's channel blocks, copied raw),
+                                     both unless y_direct */
   bool x_blocked, y_blocked;      /* x, y held in src_md / dst_md (nChw8c) between steps:
                                      no reorder (see "Blocked activations") */
   bool y_direct;                  /* tiles write the output in place: y_blocked and a tile's

@@ -928,12 +928,11 @@ static bool plan_row_caches(emitter *e) {
   /* users have larger ids: when i is visited, every phase that reaches it
    * is known; a kept expression's operands are evaluated by its filling
    * phase alone */
-  int64_t bytes = 0;
+  int64_t bytes = 0, row = k->inner * 8; /* a row of the widest element a value has */
   for (int32_t i = n - 1; i >= 0; i--) {
     if (!reach[i]) continue;
     const kir_expr *x = &k->exprs[i];
     uint64_t pass = reach[i];
-    int64_t row = k->inner * 8; /* the widest element a value has */
     if (e->lvl[i] == L_INNER && costly[i] && (reach[i] & (reach[i] - 1)) != 0 &&
         x->op != KIR_LOAD && x->dtype != SC_DTYPE_BOOL && bytes + row <= ROW_CACHE_BYTES) {
       e->fill[i] = __builtin_ctzll(reach[i]);
@@ -949,29 +948,28 @@ static bool plan_row_caches(emitter *e) {
   return true;
 }
 
+/* Element r of expression i's row cache (made on first use). */
+static LLVMValueRef row_cache_at(emitter *e, LLVMBuilderRef lb, int32_t i, LLVMValueRef r) {
+  LLVMTypeRef at = LLVMArrayType(vty(e, e->k->exprs[i].dtype), (unsigned)e->k->inner);
+  if (!e->cache[i]) e->cache[i] = LLVMBuildAlloca(e->ab, at, "rowcache");
+  LLVMValueRef idx[2] = {ci(e->i64, 0), r};
+  return LLVMBuildInBoundsGEP2(lb, at, e->cache[i], idx, 2, "");
+}
+
 /* In a looped phase's body (builder lb, row index r), before its trees are
- * emitted: the values later phases keep are loaded from their caches. */
+ * emitted: the values earlier phases kept are loaded from their caches. */
 static void load_row_caches(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, int32_t phase) {
-  for (int32_t i = 0; i < e->k->n_exprs; i++) {
-    if (e->fill[i] < 0 || e->fill[i] >= phase || !e->cache[i]) continue;
-    LLVMTypeRef t = vty(e, e->k->exprs[i].dtype);
-    LLVMValueRef idx[2] = {ci(e->i64, 0), r};
-    LLVMValueRef gep = LLVMBuildInBoundsGEP2(
-        lb, LLVMArrayType(t, (unsigned)e->k->inner), e->cache[i], idx, 2, "");
-    e->val[i] = LLVMBuildLoad2(lb, t, gep, "cached");
-  }
+  for (int32_t i = 0; i < e->k->n_exprs; i++)
+    if (e->fill[i] >= 0 && e->fill[i] < phase)
+      e->val[i] = LLVMBuildLoad2(lb, vty(e, e->k->exprs[i].dtype), row_cache_at(e, lb, i, r),
+                                 "cached");
 }
 
 /* After phase `phase`'s trees are emitted: the values it keeps, stored. */
 static void store_row_caches(emitter *e, LLVMBuilderRef lb, LLVMValueRef r, int32_t phase) {
-  for (int32_t i = 0; i < e->k->n_exprs; i++) {
-    if (e->fill[i] != phase || !e->val[i]) continue;
-    LLVMTypeRef t = vty(e, e->k->exprs[i].dtype);
-    LLVMTypeRef at = LLVMArrayType(t, (unsigned)e->k->inner);
-    if (!e->cache[i]) e->cache[i] = LLVMBuildAlloca(e->ab, at, "rowcache");
-    LLVMValueRef idx[2] = {ci(e->i64, 0), r};
-    LLVMBuildStore(lb, e->val[i], LLVMBuildInBoundsGEP2(lb, at, e->cache[i], idx, 2, ""));
-  }
+  for (int32_t i = 0; i < e->k->n_exprs; i++)
+    if (e->fill[i] == phase && e->val[i])
+      LLVMBuildStore(lb, e->val[i], row_cache_at(e, lb, i, r));
 }
 
 /* ---- phases ---- */
