@@ -18,7 +18,10 @@
  *           as its prologue. The one exception: a Transpose that G's MatMul
  *           reads as a transposed operand (sc_lower_gemm_operand_transpose)
  *           joins, and the GEMM step takes it as trans_a / trans_b (its own
- *           producers then feed the library call, and stay out);
+ *           producers then feed the library call, and stay out). A node
+ *           that reads a Conv's output (its only use, same shape) does not
+ *           join a group anchored by a kernel op: it stays for the Conv's
+ *           epilogue (conv_epilogue: ResNet's ReLU before its max-pool);
  *   VIEW    as POINT, and only inside a POINT chain (its input comes from a
  *           POINT node): there the view becomes index arithmetic; anywhere
  *           else it stays alone and costs nothing (an aliased buffer);
@@ -82,6 +85,32 @@ static bool feeds_step(sc_graph *g, const ginfo *gi, const int32_t *group, int32
     if (v >= 0 && g->values[v].producer == i) return true;
     int32_t t = j < 2 ? sc_lower_gemm_operand_transpose(g, an, j) : -1;
     if (t >= 0 && group[t] == k && g->values[g->nodes[t].inputs[0]].producer == i) return true;
+  }
+  return false;
+}
+
+/* Whether POINT node i, bound for group k whose anchor is a kernel op (a
+ * max-pool, a reduction), is better left to a convolution that only it
+ * reads, as that Conv's epilogue: an input of i of i's own shape is the
+ * Conv's output, used by i alone and not a graph output. A convolution's epilogue runs on each
+ * tile as the tile ends (the CPU device's direct convolutions), and the
+ * kernel op then reads a buffer, not an expression (so a max-pool can run
+ * as a library pooling: docs/runtime.md#max-pools). */
+static bool conv_epilogue(sc_graph *g, const ginfo *gi, int32_t k, int32_t i,
+                          const int32_t *uoff, const int32_t *users, const bool *gout) {
+  int32_t a = gi[k].anchor;
+  const sc_node *n = &g->nodes[i];
+  if (a < 0 || kind_of(&g->nodes[a]) != SC_LOWER_KERNEL || n->n_outputs < 1 || n->outputs[0] < 0)
+    return false;
+  for (int32_t j = 0; j < n->n_inputs; j++) {
+    int32_t v = n->inputs[j];
+    int32_t pn = v >= 0 ? g->values[v].producer : -1;
+    if (pn < 0 || g->nodes[pn].op != SC_OP_CONV || !live(&g->nodes[pn]) || gout[v] ||
+        !same_shape(&g->values[v], &g->values[n->outputs[0]]))
+      continue;
+    int32_t uses = 0;
+    for (int32_t u = uoff[v]; u < uoff[v + 1]; u++) uses += live(&g->nodes[users[u]]);
+    if (uses == 1) return true;
   }
   return false;
 }
@@ -376,7 +405,8 @@ sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
     if (any && same && !is_out && cg >= 0 && !gi[cg].alone) {
       switch (kd) {
       case SC_LOWER_POINT:
-        join = !feeds_step(g, gi, group, cg, i) || gemm_operand(g, gi, cg, i, uoff, users);
+        join = (!feeds_step(g, gi, group, cg, i) && !conv_epilogue(g, gi, cg, i, uoff, users, gout)) ||
+               gemm_operand(g, gi, cg, i, uoff, users);
         break;
       case SC_LOWER_VIEW: {
         int32_t src = n->n_inputs > 0 ? n->inputs[0] : -1;

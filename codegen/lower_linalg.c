@@ -822,6 +822,46 @@ static sc_status max_pool_part(sc_lower_ctx *cx, const sc_node *n, const win *w,
   return sc_lower_store(cx, n, 0, idx, max_of_taps(cx, n, w, taps, idx, -1, clamp));
 }
 
+/* Marks the last step (the pool's last kernel; the ones from kernel
+ * `first` on are its others) as the 2-D max-pool it completes
+ * (sc_pool_geom), when it is one a device may run directly: f32, and every
+ * kernel of it reads only x's buffer and writes only y's (no fused producer
+ * or epilogue). Called after max_pool_clamped, whose windows all start
+ * inside x. */
+static void pool_geom(sc_lower_ctx *cx, const sc_node *n, const win *w, int32_t first) {
+  const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
+  sc_program *p = cx->p;
+  int32_t bx = cx->value_buffer[n->inputs[0]], by = cx->value_buffer[n->outputs[0]];
+  int32_t last = p->n_kernels - 1;
+  if (w->nsp != 2 || x->dtype != SC_DTYPE_F32 || y->dtype != SC_DTYPE_F32 || bx < 0 || by < 0 ||
+      p->n_steps < 1 || p->steps[p->n_steps - 1].kernel != last || last - first > 2 ||
+      last < first)
+    return;
+  for (int32_t k = first; k <= last; k++) {
+    const kir_kernel *kk = p->kernels[k];
+    if (kk->n_params != 2) return;
+    for (int32_t i = 0; i < 2; i++)
+      if (kk->params[i].buffer != (kk->params[i].written ? by : bx)) return;
+    if (kk->params[0].written == kk->params[1].written) return;
+  }
+  sc_pool_geom *v = &p->steps[p->n_steps - 1].pool;
+  v->on = true;
+  v->x = bx, v->y = by;
+  v->prep[0] = first < last ? first : -1;
+  v->prep[1] = first + 1 < last ? first + 1 : -1;
+  v->n = x->dims[0], v->c = x->dims[1], v->h = x->dims[2], v->w = x->dims[3];
+  v->kh = w->kernel[0], v->kw = w->kernel[1];
+  v->sh = w->strides[0], v->sw = w->strides[1];
+  v->oh = y->dims[2], v->ow = y->dims[3];
+  v->pt = w->begin[0], v->pl = w->begin[1];
+  /* the far padding the last window reaches (a ceil_mode overhang
+   * included), at least 0: with it the usual formula gives oh, ow */
+  v->pb = (v->oh - 1) * v->sh + v->kh - v->h - v->pt;
+  v->pr = (v->ow - 1) * v->sw + v->kw - v->w - v->pl;
+  if (v->pb < 0) v->pb = 0;
+  if (v->pr < 0) v->pr = 0;
+}
+
 static sc_status max_pool_clamped(sc_lower_ctx *cx, const sc_node *n, const win *w,
                                   int64_t taps) {
   const sc_value *x = sc_node_input(cx->g, n, 0), *y = sc_node_output(cx->g, n, 0);
@@ -832,8 +872,10 @@ static sc_status max_pool_clamped(sc_lower_ctx *cx, const sc_node *n, const win 
   if (hi > Y) hi = Y;
   if (lo > hi) lo = hi;
   sc_status st = SC_OK;
+  int32_t first = cx->p->n_kernels;
   if (hi > lo) st = max_pool_part(cx, n, w, taps, lo, hi, false);
   if (st == SC_OK && lo + (Y - hi) > 0) st = max_pool_part(cx, n, w, taps, lo, hi, true);
+  if (st == SC_OK) pool_geom(cx, n, w, first);
   return st;
 }
 

@@ -459,6 +459,15 @@ void sc_program_print(const sc_program *p, FILE *out) {
     } else {
       fprintf(out, "kernel k%d %s", (int)s->kernel,
               s->kernel >= 0 && s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");
+      const sc_pool_geom *v = &s->pool;
+      if (s->kind == SC_STEP_KERNEL && v->on)
+        fprintf(out, " max_pool x=b%d y=b%d prep k%d,k%d n %lld c %lld hw %lldx%lld kernel "
+                     "%lldx%lld stride %lld,%lld pads %lld,%lld,%lld,%lld out %lldx%lld",
+                (int)v->x, (int)v->y, (int)v->prep[0], (int)v->prep[1], (long long)v->n,
+                (long long)v->c, (long long)v->h, (long long)v->w, (long long)v->kh,
+                (long long)v->kw, (long long)v->sh, (long long)v->sw, (long long)v->pt,
+                (long long)v->pl, (long long)v->pb, (long long)v->pr, (long long)v->oh,
+                (long long)v->ow);
     }
     if (s->origin) fprintf(out, " (%s)", s->origin);
     fputc('\n', out);

@@ -164,11 +164,33 @@ typedef enum sc_step_kind {
   SC_STEP_KIND_COUNT
 } sc_step_kind;
 
+/* A KERNEL step that completes a 2-D max-pool, f32, without Indices (set
+ * by the MaxPool lowering, codegen/lower_linalg.c): y [n, c, oh, ow] holds
+ * the maximum of each window of x [n, c, h, w], every window starting
+ * inside x (pads below the kernel, no dilation). The pool's kernels are
+ * this step's and the earlier ones prep[] names (the interior columns:
+ * this step's kernel does the edges), -1 where none; each reads only x
+ * and writes only y. A device that pools x directly (the CPU device,
+ * through oneDNN: docs/runtime.md#max-pools) skips prep[]'s steps and runs
+ * this one as one pooling; any other runs the kernels as written. Zeroed
+ * (on false): an ordinary kernel step. */
+typedef struct sc_pool_geom {
+  bool on;
+  int32_t x, y;            /* buffers */
+  int32_t prep[2];         /* kernel ids, -1 where none */
+  int64_t n, c, h, w;      /* x's sizes */
+  int64_t kh, kw, sh, sw;
+  int64_t pt, pl, pb, pr;  /* padding: top, left, bottom, right (a ceil_mode
+                              window's overhang counts as padding) */
+  int64_t oh, ow;
+} sc_pool_geom;
+
 typedef struct sc_step {
   sc_step_kind kind;
   int32_t kernel;     /* KERNEL: kernel id; GEMM: epilogue kernel id or -1;
                          COMM, CHECK: -1 */
   sc_gemm gemm;       /* GEMM */
+  sc_pool_geom pool;  /* KERNEL: the max-pool it completes, if on */
   sc_comm_step comm;  /* COMM */
   sc_check_step check; /* CHECK */
   sc_scatter_step scatter; /* SCATTER_ADD */

@@ -156,6 +156,18 @@ static const struct {
 #undef CONV_FIELD
 enum { N_CONV_FIELDS = sizeof CONV_FIELDS / sizeof *CONV_FIELDS };
 
+/* sc_pool_geom's sizes, as "pool" keys (each >= 0) */
+#define POOL_FIELD(f) {#f, offsetof(sc_pool_geom, f)}
+static const struct {
+  const char *key;
+  size_t offset;
+} POOL_FIELDS[] = {POOL_FIELD(n),  POOL_FIELD(c),  POOL_FIELD(h),  POOL_FIELD(w),
+                   POOL_FIELD(kh), POOL_FIELD(kw), POOL_FIELD(sh), POOL_FIELD(sw),
+                   POOL_FIELD(pt), POOL_FIELD(pl), POOL_FIELD(pb), POOL_FIELD(pr),
+                   POOL_FIELD(oh), POOL_FIELD(ow)};
+#undef POOL_FIELD
+enum { N_POOL_FIELDS = sizeof POOL_FIELDS / sizeof *POOL_FIELDS };
+
 static json_t *write_step(const sc_step *s) {
   json_t *o = json_object();
   json_object_set_new(o, "kind", json_string(STEP_KINDS[s->kind]));
@@ -197,6 +209,17 @@ static json_t *write_step(const sc_step *s) {
       json_object_set_new(go, "conv", co);
     }
     json_object_set_new(o, "gemm", go);
+  } else if (s->kind == SC_STEP_KERNEL && s->pool.on) {
+    const sc_pool_geom *v = &s->pool;
+    json_t *po = json_object();
+    json_object_set_new(po, "x", json_integer(v->x));
+    json_object_set_new(po, "y", json_integer(v->y));
+    json_object_set_new(po, "prep", json_pack("[II]", (json_int_t)v->prep[0],
+                                              (json_int_t)v->prep[1]));
+    for (size_t i = 0; i < N_POOL_FIELDS; i++)
+      json_object_set_new(po, POOL_FIELDS[i].key,
+                          json_integer(*(const int64_t *)((const char *)v + POOL_FIELDS[i].offset)));
+    json_object_set_new(o, "pool", po);
   } else if (s->kind == SC_STEP_CHECK) {
     json_t *co = json_object();
     json_object_set_new(co, "buffer", json_integer(s->check.buffer));
@@ -856,22 +879,38 @@ static sc_status check_waits(reader *r) {
  * non-negative, x large enough for [batch, c, h, w]. Whether the sizes
  * describe this GEMM is the device's check when it convolves
  * (runtime/cpu_conv.c); otherwise they are not used. */
+/* The 'prep' array of a conv or pool object: 2 kernel ids or -1. */
+static sc_status read_prep(reader *r, json_t *o, const char *what, int32_t prep[2]) {
+  json_t *a = json_object_get(o, "prep");
+  if (!json_is_array(a) || json_array_size(a) != 2)
+    return fail(r, SC_ERR_PARSE, "%s 'prep' must be an array of 2 kernel ids", what);
+  for (size_t i = 0; i < 2; i++) {
+    json_t *e = json_array_get(a, i);
+    if (!json_is_integer(e) || json_integer_value(e) < -1 ||
+        json_integer_value(e) >= r->p->n_kernels)
+      return fail(r, SC_ERR_INVALID, "%s prep[%d] is not a kernel id or -1", what, (int)i);
+    prep[i] = (int32_t)json_integer_value(e);
+  }
+  return SC_OK;
+}
+
+/* Whether buffer b holds at least n*c*h*w floats. */
+static bool holds_floats(const sc_program *p, int32_t b, int64_t n, int64_t c, int64_t h,
+                         int64_t w) {
+  int64_t need = n, bytes;
+  return sc_mul_i64(need, c, &need) && sc_mul_i64(need, h, &need) &&
+         sc_mul_i64(need, w, &need) && sc_mul_i64(need, 4, &bytes) &&
+         p->buffers[b].bytes >= bytes;
+}
+
 static sc_status read_conv(reader *r, json_t *co, sc_gemm *m) {
   sc_program *p = r->p;
   sc_conv_geom *v = &m->conv;
   if (!json_is_object(co)) return fail(r, SC_ERR_PARSE, "'conv' must be an object");
   sc_status st;
-  if ((st = get_range(r, co, "x", true, 0, 0, p->n_buffers - 1, &v->x))) return st;
-  json_t *prep = json_object_get(co, "prep");
-  if (!json_is_array(prep) || json_array_size(prep) != 2)
-    return fail(r, SC_ERR_PARSE, "conv 'prep' must be an array of 2 kernel ids");
-  for (size_t i = 0; i < 2; i++) {
-    json_t *e = json_array_get(prep, i);
-    if (!json_is_integer(e) || json_integer_value(e) < -1 ||
-        json_integer_value(e) >= p->n_kernels)
-      return fail(r, SC_ERR_INVALID, "conv prep[%d] is not a kernel id or -1", (int)i);
-    v->prep[i] = (int32_t)json_integer_value(e);
-  }
+  if ((st = get_range(r, co, "x", true, 0, 0, p->n_buffers - 1, &v->x)) ||
+      (st = read_prep(r, co, "conv", v->prep)))
+    return st;
   if ((st = get_range(r, co, "bias", false, -1, -1, p->n_buffers - 1, &v->bias)) ||
       (st = get_range(r, co, "bias_kernel", false, -1, -1, p->n_kernels - 1, &v->bias_kernel)))
     return st;
@@ -882,11 +921,32 @@ static sc_status read_conv(reader *r, json_t *co, sc_gemm *m) {
     if ((st = get_int(r, co, CONV_FIELDS[i].key, true, 0, f))) return st;
     if (*f < 0) return fail(r, SC_ERR_INVALID, "conv '%s' is negative", CONV_FIELDS[i].key);
   }
-  int64_t need = m->batch, bytes;
-  if (!sc_mul_i64(need, v->c, &need) || !sc_mul_i64(need, v->h, &need) ||
-      !sc_mul_i64(need, v->w, &need) || !sc_mul_i64(need, 4, &bytes) ||
-      p->buffers[v->x].bytes < bytes)
+  if (!holds_floats(p, v->x, m->batch, v->c, v->h, v->w))
     return fail(r, SC_ERR_INVALID, "conv input buffer %d is smaller than its sizes", v->x);
+  v->on = true;
+  return SC_OK;
+}
+
+/* The max-pool a KERNEL step completes (sc_pool_geom): ids in range, sizes
+ * non-negative, x and y large enough for them. Whether the kernels compute
+ * that pool is the lowering's promise; a device that pools directly checks
+ * the geometry itself (runtime/cpu_conv.c). */
+static sc_status read_pool(reader *r, json_t *po, sc_pool_geom *v) {
+  sc_program *p = r->p;
+  if (!json_is_object(po)) return fail(r, SC_ERR_PARSE, "'pool' must be an object");
+  sc_status st;
+  if ((st = get_range(r, po, "x", true, 0, 0, p->n_buffers - 1, &v->x)) ||
+      (st = get_range(r, po, "y", true, 0, 0, p->n_buffers - 1, &v->y)) ||
+      (st = read_prep(r, po, "pool", v->prep)))
+    return st;
+  for (size_t i = 0; i < N_POOL_FIELDS; i++) {
+    int64_t *f = (int64_t *)((char *)v + POOL_FIELDS[i].offset);
+    if ((st = get_int(r, po, POOL_FIELDS[i].key, true, 0, f))) return st;
+    if (*f < 0) return fail(r, SC_ERR_INVALID, "pool '%s' is negative", POOL_FIELDS[i].key);
+  }
+  if (!holds_floats(p, v->x, v->n, v->c, v->h, v->w) ||
+      !holds_floats(p, v->y, v->n, v->c, v->oh, v->ow))
+    return fail(r, SC_ERR_INVALID, "pool buffers %d, %d are smaller than its sizes", v->x, v->y);
   v->on = true;
   return SC_OK;
 }
@@ -932,7 +992,8 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
     return st;
   if (s->kind != SC_STEP_GEMM) {
     s->gemm.a = s->gemm.b = s->gemm.c = s->gemm.bias = 0;
-    return SC_OK;
+    json_t *po = json_object_get(o, "pool");
+    return po ? read_pool(r, po, &s->pool) : SC_OK;
   }
   json_t *g = json_object_get(o, "gemm");
   if (!json_is_object(g)) return fail(r, SC_ERR_PARSE, "'gemm' must be an object");

@@ -130,15 +130,42 @@ typedef struct conv {
   bool epi_tiles;                 /* it runs on each tile's output as the tile ends */
 } conv;
 
+/* ---- one max-pool step (docs/runtime.md#max-pools) ---- */
+
+enum { N_BLOCKS = 2 };
+static const int64_t BLOCKS[N_BLOCKS] = {8, 16}; /* nChw8c, nChw16c */
+
+typedef struct pool {
+  const sc_pool_geom *v;
+  int32_t kernel;                 /* its step's kernel */
+  bool takes_part;                /* in the layout plan (a convolution writes its input) */
+  bool on;                        /* runs directly: its buffers are blocked (set by the
+                                     layout plan; otherwise its kernels run as written) */
+  int bi;                         /* then in BLOCKS[bi] */
+  int64_t parts;                  /* parts per image, cp channels each */
+  int64_t cp;
+  /* per block of BLOCKS (NULL prim: oneDNN has no JIT kernel for it);
+   * after the plan, only bi's */
+  char note[N_BLOCKS][96];        /* "direct max-pool, oneDNN <impl>, nChw8c" */
+  dnnl_primitive_t prim[N_BLOCKS]; /* one part: [1, cp, h, w] -> [1, cp, oh, ow] */
+  dnnl_memory_desc_t src_md[N_BLOCKS], dst_md[N_BLOCKS], pad[N_BLOCKS];
+  dnnl_memory_t *x_mem, *y_mem;   /* per image x part (bind) */
+} pool;
+
 struct sc_cpu_convs {
   const sc_program *p;
   int32_t n;
   conv *v;
   int32_t *of_kernel;   /* im2col kernel id -> index in v, or -1 */
+  int32_t n_pools;
+  pool *pools;
+  int32_t *pool_of_kernel; /* a pool's kernel (its step's, or a prep one) -> index in pools,
+                              or -1 */
   char *scratch;        /* the blocked input and output of the step running */
   size_t scratch_bytes;
   /* blocked activations (see "Blocked activations"), per buffer */
   int64_t (*dims)[4];   /* its N, C, H, W (blocked ones) */
+  int64_t *block;       /* its block of channels (8: nChw8c, 16: nChw16c), 0: NCHW */
   float **shadow;       /* an NCHW copy for the kernels that read or write it so */
   int32_t n_hooks;
   struct layout_hook {
@@ -231,6 +258,22 @@ static int64_t images_per_tile(const sc_conv_geom *v, int64_t images) {
   for (int64_t d = 1; d <= images && d * plane <= GROUP_PIXELS; d++)
     if (images % d == 0) G = d;
   return G;
+}
+
+/* The block of channels of md, one image [1, c, h, w] in nChw8c (8) or
+ * nChw16c (16) with c a multiple of it; 0 for another layout. */
+static int64_t block_of(const dnnl_memory_desc_t *md, int64_t c, int64_t h, int64_t w) {
+  static const dnnl_format_tag_t tags[] = {dnnl_nChw8c, dnnl_nChw16c};
+  static const int64_t blocks[] = {8, 16};
+  dnnl_dims_t d = {1, c, h, w};
+  for (int i = 0; i < 2; i++) {
+    dnnl_memory_desc_t t;
+    if (c % blocks[i] == 0 &&
+        dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, tags[i]) == dnnl_success &&
+        dnnl_memory_desc_equal(&t, md))
+      return blocks[i];
+  }
+  return 0;
 }
 
 /* *out: `one` (a single image's layout, one of the plain or channel-
@@ -383,6 +426,19 @@ static bool conv_build_with(conv *c, const sc_gemm *g, int64_t G) {
    * holds each image at a multiple of 64 bytes) */
   dnnl_primitive_desc_t pd = conv_pd(c, v, &s_any, &w_any, &d_any);
   if (!pd) return false;
+  if (block_of(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), c->tm, v->oh, v->ow) == 0) {
+    /* blocks of channels rather than oneDNN's own choice (its AVX-512
+     * brgemm kernels take NHWC): held between steps without reorders
+     * (layout_plan), they ran ResNet-18 faster than NHWC with them */
+    dnnl_memory_desc_t s16, d16;
+    if (dnnl_memory_desc_init_by_tag(&s16, 4, sd, dnnl_f32,
+                                     v->c % 16 == 0 ? dnnl_nChw16c : dnnl_format_tag_any) ==
+            dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&d16, 4, dd, dnnl_f32, dnnl_nChw16c) == dnnl_success) {
+      dnnl_primitive_desc_t pd16 = conv_pd(c, v, &s16, &w_any, &d16);
+      if (pd16) dnnl_primitive_desc_destroy(pd), pd = pd16;
+    }
+  }
   c->src_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
   c->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   c->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
@@ -443,7 +499,144 @@ static bool conv_build(conv *c, const sc_gemm *g) {
   return conv_build_with(c, g, 1);
 }
 
-static bool layout_plan(sc_cpu_convs *cv, const bool *skip);
+/* Whether KERNEL step s completes a max-pool this file can run: its
+ * geometry consistent (ONNX's output sizes), f32 buffers of those sizes,
+ * apart from each other, channels in whole blocks of 8. */
+static bool pool_fits(const sc_program *p, const sc_step *s) {
+  const sc_pool_geom *v = &s->pool;
+  if (s->kind != SC_STEP_KERNEL || !v->on || s->kernel < 0 || s->kernel >= p->n_kernels)
+    return false;
+  for (int i = 0; i < 2; i++)
+    if (v->prep[i] < -1 || v->prep[i] >= p->n_kernels || v->prep[i] == s->kernel) return false;
+  if (v->n < 1 || v->c < 8 || v->c % 8 != 0 || v->pt >= v->kh || v->pl >= v->kw ||
+      v->pb >= v->kh || v->pr >= v->kw ||
+      out_size(v->h, v->kh, v->sh, 1, v->pt, v->pb) != v->oh ||
+      out_size(v->w, v->kw, v->sw, 1, v->pl, v->pr) != v->ow || v->oh < 1 || v->ow < 1)
+    return false;
+  int64_t xn, yn;
+  return sc_mul_i64(v->n * v->c, v->h * v->w, &xn) && sc_mul_i64(v->n * v->c, v->oh * v->ow, &yn) &&
+         f32_buffer(p, v->x, xn) && f32_buffer(p, v->y, yn) &&
+         sc_program_disjoint(p, v->x, v->y);
+}
+
+/* Parts per image of a pool: the most, up to TILES_WANTED over all images,
+ * whole blocks of 16 channels (8 when 16 does not divide them) each, that
+ * divide the channels: whole blocks in either layout. */
+static int64_t pool_parts(const sc_pool_geom *v) {
+  int64_t blocks = v->c % 16 == 0 ? v->c / 16 : v->c / 8, want = v->n >= TILES_WANTED ? 1 : TILES_WANTED / v->n, t = 1;
+  for (int64_t d = 1; d <= blocks && d <= want; d++)
+    if (blocks % d == 0) t = d;
+  return t;
+}
+
+static void pool_unbind(pool *o) {
+  int64_t n = o->v ? o->v->n * o->parts : 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (o->x_mem && o->x_mem[i]) dnnl_memory_destroy(o->x_mem[i]);
+    if (o->y_mem && o->y_mem[i]) dnnl_memory_destroy(o->y_mem[i]);
+  }
+  free(o->x_mem);
+  free(o->y_mem);
+  o->x_mem = o->y_mem = NULL;
+}
+
+static void pool_free(pool *o) {
+  pool_unbind(o);
+  for (int i = 0; i < N_BLOCKS; i++)
+    if (o->prim[i]) dnnl_primitive_destroy(o->prim[i]);
+  memset(o, 0, sizeof *o);
+}
+
+/* Pool o's primitive on parts in BLOCKS[i]; false (prim[i] NULL) when
+ * oneDNN declines it or has no JIT kernel for it. */
+static bool pool_build_in(pool *o, int i) {
+  const sc_pool_geom *v = o->v;
+  static const dnnl_format_tag_t tags[N_BLOCKS] = {dnnl_nChw8c, dnnl_nChw16c};
+  dnnl_dims_t sd = {1, o->cp, v->h, v->w}, dd = {1, o->cp, v->oh, v->ow};
+  dnnl_dims_t strides = {v->sh, v->sw}, kernel = {v->kh, v->kw}, dil = {0, 0};
+  dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
+  dnnl_pooling_v2_desc_t d;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  bool ok = o->cp % BLOCKS[i] == 0 &&
+            dnnl_memory_desc_init_by_tag(&o->src_md[i], 4, sd, dnnl_f32, tags[i]) ==
+                dnnl_success &&
+            dnnl_memory_desc_init_by_tag(&o->dst_md[i], 4, dd, dnnl_f32, tags[i]) ==
+                dnnl_success &&
+            dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, dnnl_pooling_max,
+                                              &o->src_md[i], &o->dst_md[i], strides, kernel, dil,
+                                              pad_l, pad_r) == dnnl_success &&
+            dnnl_primitive_attr_create(&attr) == dnnl_success &&
+            dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+                dnnl_success &&
+            dnnl_primitive_desc_create(&pd, &d, attr, engine, NULL) == dnnl_success;
+  const char *impl = NULL;
+  ok = ok && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+       impl && strncmp(impl, "jit", 3) == 0;
+  if (ok) {
+    snprintf(o->note[i], sizeof o->note[i], "direct max-pool, oneDNN %s, nChw%lldc", impl,
+             (long long)BLOCKS[i]);
+    o->pad[i] = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (dnnl_primitive_create(&o->prim[i], pd) != dnnl_success) o->prim[i] = NULL;
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return o->prim[i] != NULL;
+}
+
+/* The primitives of step s's max-pool, in every block oneDNN has a JIT
+ * kernel for; false when it has none. */
+static bool pool_build(pool *o, const sc_step *s) {
+  o->v = &s->pool;
+  o->kernel = s->kernel;
+  o->parts = pool_parts(o->v);
+  o->cp = o->v->c / o->parts;
+  bool any = false;
+  for (int i = 0; i < N_BLOCKS; i++) any |= pool_build_in(o, i);
+  return any;
+}
+
+/* Every kernel of pool o skipped (or run again) */
+static void pool_skip(const pool *o, bool *skip_kernel, bool skip) {
+  skip_kernel[o->kernel] = skip;
+  for (int i = 0; i < 2; i++)
+    if (o->v->prep[i] >= 0) skip_kernel[o->v->prep[i]] = skip;
+}
+
+/* The max-pools that may run directly: their primitives, their kernels
+ * skipped while the layout plan runs (it then says which do). false: out
+ * of memory. */
+static bool pools_prepare(sc_cpu_convs *cv, bool *skip_kernel) {
+  const sc_program *p = cv->p;
+  int32_t n = 0;
+  for (int32_t i = 0; i < p->n_steps; i++) n += p->steps[i].kind == SC_STEP_KERNEL && p->steps[i].pool.on;
+  if (n == 0) return true;
+  cv->pools = sc_calloc((size_t)n, sizeof *cv->pools);
+  cv->pool_of_kernel = sc_calloc((size_t)p->n_kernels, sizeof *cv->pool_of_kernel);
+  if (!cv->pools || !cv->pool_of_kernel) return false;
+  for (int32_t k = 0; k < p->n_kernels; k++) cv->pool_of_kernel[k] = -1;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (!pool_fits(p, s)) continue;
+    const sc_pool_geom *v = &s->pool;
+    bool taken = skip_kernel[s->kernel] || cv->pool_of_kernel[s->kernel] >= 0;
+    for (int j = 0; j < 2; j++)
+      taken |= v->prep[j] >= 0 && (skip_kernel[v->prep[j]] || cv->pool_of_kernel[v->prep[j]] >= 0);
+    pool *o = &cv->pools[cv->n_pools];
+    if (taken || !pool_build(o, s)) {
+      pool_free(o);
+      continue;
+    }
+    pool_skip(o, skip_kernel, true);
+    cv->pool_of_kernel[s->kernel] = cv->n_pools;
+    for (int j = 0; j < 2; j++)
+      if (v->prep[j] >= 0) cv->pool_of_kernel[v->prep[j]] = cv->n_pools;
+    cv->n_pools++;
+  }
+  return true;
+}
+
+static bool layout_plan(sc_cpu_convs *cv, bool *skip);
 static void epilogue_plan(sc_cpu_convs *cv, const bool *skip);
 
 sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_convs **out,
@@ -485,12 +678,15 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
     sc_cpu_convs_destroy(cv);
     return SC_OK;
   }
-  if (!layout_plan(cv, skip_kernel) ||
+  if (!pools_prepare(cv, skip_kernel) || !layout_plan(cv, skip_kernel) ||
       posix_memalign((void **)&cv->scratch, 64, cv->scratch_bytes ? cv->scratch_bytes : 64)) {
     cv->scratch = NULL;
     sc_cpu_convs_destroy(cv);
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
+  /* a pool whose buffers stay NCHW runs as written */
+  for (int32_t i = 0; i < cv->n_pools; i++)
+    if (!cv->pools[i].on) pool_skip(&cv->pools[i], skip_kernel, false);
   epilogue_plan(cv, skip_kernel);
   *out = cv;
   return SC_OK;
@@ -591,8 +787,29 @@ static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
   return ok;
 }
 
+/* Pool o's memory objects: part q of image i at its channels' offset (in
+ * nChw8c as in NCHW, whole blocks of channels are contiguous). */
+static bool pool_bind(pool *o, void *const *ptrs) {
+  const sc_pool_geom *v = o->v;
+  pool_unbind(o);
+  int64_t n = v->n * o->parts;
+  o->x_mem = calloc((size_t)n, sizeof *o->x_mem);
+  o->y_mem = calloc((size_t)n, sizeof *o->y_mem);
+  if (!o->x_mem || !o->y_mem) return false;
+  float *x = ptrs[v->x], *y = ptrs[v->y];
+  for (int64_t u = 0; u < n; u++) /* channel u * cp of all n * c */
+    if (!new_mem(&o->x_mem[u], &o->src_md[o->bi], x + u * o->cp * v->h * v->w) ||
+        !new_mem(&o->y_mem[u], &o->dst_md[o->bi], y + u * o->cp * v->oh * v->ow))
+      return false;
+  return true;
+}
+
 sc_status sc_cpu_convs_bind(sc_cpu_convs *cv, void *const *ptrs, sc_diag *diag) {
   sc_cpu_engine_one_thread();
+  for (int32_t i = 0; i < cv->n_pools; i++)
+    if (cv->pools[i].on && !pool_bind(&cv->pools[i], ptrs))
+      return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
+                         "cpu device: could not set up a direct max-pool (oneDNN memory)");
   for (int32_t i = 0; i < cv->n; i++) {
     conv *c = &cv->v[i];
     if (!conv_bind(c, ptrs, cv->scratch))
@@ -687,9 +904,24 @@ static conv *conv_of(const sc_cpu_convs *cv, const sc_step *s) {
   return i < 0 ? NULL : &cv->v[i];
 }
 
+/* The pool step s completes (on or not yet decided), or NULL */
+static pool *pool_of(const sc_cpu_convs *cv, const sc_step *s) {
+  if (!cv || !cv->pool_of_kernel || s->kind != SC_STEP_KERNEL || s->kernel < 0 ||
+      s->kernel >= cv->p->n_kernels)
+    return NULL;
+  int32_t i = cv->pool_of_kernel[s->kernel];
+  return i >= 0 && cv->pools[i].kernel == s->kernel ? &cv->pools[i] : NULL;
+}
+
 const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s) {
   const conv *c = conv_of(cv, s);
-  return c ? c->note : NULL;
+  if (c) return c->note;
+  if (!cv || !cv->pool_of_kernel || s->kind != SC_STEP_KERNEL || s->kernel < 0 ||
+      s->kernel >= cv->p->n_kernels || cv->pool_of_kernel[s->kernel] < 0)
+    return NULL;
+  const pool *o = &cv->pools[cv->pool_of_kernel[s->kernel]];
+  if (!o->on) return NULL;
+  return o->kernel == s->kernel ? o->note[o->bi] : "skipped: its max-pool runs directly";
 }
 
 /* ---- blocked activations ----
@@ -778,30 +1010,37 @@ static int32_t find(int32_t *up, int32_t b) {
 /* What a class holds, while it is planned. */
 typedef struct layout_class {
   bool conv;      /* a direct convolution touches it */
+  bool sized;     /* a convolution or pool gave dims */
   int32_t saved;  /* reorders the convolutions skip when it is blocked */
   int32_t cost;   /* conversions it then needs */
   bool bad;       /* it stays NCHW */
+  int64_t block;  /* the convolutions' block of channels (8, 16), 0 before the first */
   int64_t dims[4];
 } layout_class;
 
-static bool is_nchw8c(const dnnl_memory_desc_t *md, int64_t c, int64_t h, int64_t w) {
-  dnnl_memory_desc_t t;
-  dnnl_dims_t d = {1, c, h, w};
-  return c % 8 == 0 &&
-         dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, dnnl_nChw8c) == dnnl_success &&
-         dnnl_memory_desc_equal(&t, md);
+
+/* Joins block b into *into (0: none yet); false when they differ. */
+static bool same_block(int64_t *into, int64_t b) {
+  if (*into && b && *into != b) return false;
+  if (b) *into = b;
+  return true;
 }
 
-/* One access of a direct convolution to buffer b: in class cl with shape
- * [n, c, h, w], held as md says. */
-static void conv_access(layout_class *cl, const sc_program *p, int32_t b, bool ok_md, int64_t n,
-                        int64_t c, int64_t h, int64_t w) {
+/* One access of a direct convolution or max-pool to buffer b: in class cl
+ * with shape [n, c, h, w]; a convolution's in blocks of `block` channels
+ * (0: another layout), saving a reorder when the class is blocked; a
+ * pool's (block -1) in whichever block the class takes. */
+static void class_access(layout_class *cl, const sc_program *p, int32_t b, int64_t block,
+                         int64_t n, int64_t c, int64_t h, int64_t w) {
   int64_t d[4] = {n, c, h, w};
-  if (!ok_md || p->buffers[b].kind != SC_BUF_TEMP) cl->bad = true;
-  if (cl->conv && memcmp(cl->dims, d, sizeof d) != 0) cl->bad = true;
-  cl->conv = true;
-  cl->saved++;
+  if (block == 0 || p->buffers[b].kind != SC_BUF_TEMP) cl->bad = true;
+  if (cl->sized && memcmp(cl->dims, d, sizeof d) != 0) cl->bad = true;
+  cl->sized = true;
   memcpy(cl->dims, d, sizeof d);
+  if (block > 0) {
+    if (!same_block(&cl->block, block)) cl->bad = true;
+    cl->conv = true, cl->saved++;
+  }
 }
 
 static bool add_hook(sc_cpu_convs *cv, int32_t k, int32_t b, bool after) {
@@ -818,7 +1057,7 @@ static bool add_hook(sc_cpu_convs *cv, int32_t k, int32_t b, bool after) {
 
 /* Plans which buffers are blocked, their shadows and hooks,
  * and which convolutions then skip their reorders. false: out of memory. */
-static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
+static bool layout_plan(sc_cpu_convs *cv, bool *skip) {
   const sc_program *p = cv->p;
   int32_t nb = p->n_buffers, nk = p->n_kernels;
   const char *env = getenv("SHARDC_CONV_LAYOUT"); /* "nchw": every buffer as it is (A/B) */
@@ -827,6 +1066,7 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
     if (p->steps[i].kind != SC_STEP_KERNEL && p->steps[i].kind != SC_STEP_GEMM) return true;
   bool *blocked = calloc((size_t)nb, sizeof *blocked); /* held in nChw8c */
   cv->dims = calloc((size_t)nb, sizeof *cv->dims);
+  cv->block = calloc((size_t)nb, sizeof *cv->block);
   cv->shadow = calloc((size_t)nb, sizeof *cv->shadow);
   cv->hooked = calloc((size_t)nk, sizeof *cv->hooked);
   cv->foreign = calloc((size_t)nk, sizeof *cv->foreign);
@@ -839,8 +1079,10 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   int32_t *fwriter = malloc((size_t)nb * sizeof *fwriter);
   int32_t *first = malloc((size_t)nb * sizeof *first);
   int32_t *kstep = malloc((size_t)(nk > 0 ? nk : 1) * sizeof *kstep);
-  bool ok = blocked && cv->dims && cv->shadow && cv->hooked && cv->foreign && up && cls &&
-            uni && mwrites && fwriter && first && kstep;
+  int32_t *lay = malloc((size_t)nb * sizeof *lay);
+  layout_class *dec = calloc((size_t)nb, sizeof *dec);
+  bool ok = blocked && cv->dims && cv->block && cv->shadow && cv->hooked && cv->foreign && up && cls &&
+            uni && mwrites && fwriter && first && kstep && lay && dec;
   if (!ok) goto done;
   for (int32_t b = 0; b < nb; b++) up[b] = b, fwriter[b] = -1, first[b] = INT32_MAX;
   for (int32_t k = 0; k < nk; k++) kstep[k] = -1;
@@ -863,24 +1105,43 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
   }
   for (int32_t b = 0; b < nb; b++)
     if (cls[b].bad) cls[find(up, b)].bad = true;
+  /* a max-pool takes part when a direct convolution writes its input's
+   * class (ResNet's stem): else (a max-pool of the model's input) its
+   * kernels run as written, and its output may still be blocked with a
+   * conversion after them */
+  for (int32_t i = 0; i < cv->n; i++) mwrites[find(up, cv->v[i].g->c)]++;
+  for (int32_t i = 0; i < cv->n_pools; i++) {
+    pool *o = &cv->pools[i];
+    o->takes_part = mwrites[find(up, o->v->x)] > 0;
+    if (!o->takes_part) pool_skip(o, skip, false);
+  }
+  memset(mwrites, 0, (size_t)nb * sizeof *mwrites);
   /* every step in order: the direct convolutions' accesses, GEMMs that
    * are not one (their buffers stay NCHW), kernels (uniform: members;
    * else foreign) */
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
     const conv *c = s->kind == SC_STEP_GEMM ? conv_of(cv, s) : NULL;
+    const pool *o = pool_of(cv, s);
+    if (o && !o->takes_part) o = NULL;
     if (c) {
       const sc_gemm *g = c->g;
       const sc_conv_geom *v = &g->conv;
-      conv_access(&cls[find(up, v->x)], p, v->x, is_nchw8c(&c->src_md, v->c, v->h, v->w),
-                  g->batch, v->c, v->h, v->w);
-      conv_access(&cls[find(up, g->c)], p, g->c,
-                  is_nchw8c(&c->dst_md, c->tm, v->oh, v->ow) && g->m % 8 == 0 &&
-                      (c->bias || g->beta == 0.0f),
-                  g->batch, g->m, v->oh, v->ow);
+      class_access(&cls[find(up, v->x)], p, v->x, block_of(&c->src_md, v->c, v->h, v->w),
+                   g->batch, v->c, v->h, v->w);
+      class_access(&cls[find(up, g->c)], p, g->c,
+                   c->bias || g->beta == 0.0f ? block_of(&c->dst_md, c->tm, v->oh, v->ow) : 0,
+                   g->batch, g->m, v->oh, v->ow);
       mwrites[g->c]++;
       if (first[v->x] > i) first[v->x] = i;
       if (first[g->c] > i) first[g->c] = i;
+    } else if (o) {
+      const sc_pool_geom *v = o->v;
+      class_access(&cls[find(up, v->x)], p, v->x, -1, v->n, v->c, v->h, v->w);
+      class_access(&cls[find(up, v->y)], p, v->y, -1, v->n, v->c, v->oh, v->ow);
+      mwrites[v->y]++;
+      if (first[v->x] > i) first[v->x] = i;
+      if (first[v->y] > i) first[v->y] = i;
     } else if (s->kind == SC_STEP_GEMM) {
       const sc_gemm *g = &s->gemm;
       int32_t bs[4] = {g->a, g->b, g->c, g->bias};
@@ -906,7 +1167,7 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
     /* foreign writers: no member writes it, and members read it only after
      * the last of them (a max-pool's two kernels, interior and edges) */
     if (fwriter[b] >= 0 && (mwrites[b] > 0 || first[b] <= kstep[fwriter[b]])) cl->bad = true;
-    if (cl->conv && !cl->bad &&
+    if (cl->sized && !cl->bad &&
         p->buffers[b].bytes != 4 * cl->dims[0] * cl->dims[1] * cl->dims[2] * cl->dims[3])
       cl->bad = true;
   }
@@ -936,10 +1197,34 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
       if (kk->params[i].written ? fwriter[b] == k : fwriter[b] < 0) cls[find(up, b)].cost++;
     }
   }
+  /* a max-pool reads and writes one layout: the classes of its input and
+   * output are decided together (dec: their sums, at the root of lay), in
+   * a block it has a primitive for */
+  for (int32_t b = 0; b < nb; b++) lay[b] = b;
+  for (int32_t i = 0; i < cv->n_pools; i++) {
+    if (!cv->pools[i].takes_part) continue;
+    int32_t a = find(lay, find(up, cv->pools[i].v->x)), b = find(lay, find(up, cv->pools[i].v->y));
+    if (a != b) lay[a] = b;
+  }
   for (int32_t b = 0; b < nb; b++) {
-    layout_class *cl = &cls[find(up, b)];
-    if (!cl->conv || cl->bad || cl->saved <= cl->cost) continue;
+    if (find(up, b) != b) continue;
+    layout_class *d = &dec[find(lay, b)];
+    d->conv |= cls[b].conv, d->bad |= cls[b].bad;
+    d->saved += cls[b].saved, d->cost += cls[b].cost;
+    if (!same_block(&d->block, cls[b].block)) d->bad = true;
+  }
+  for (int32_t i = 0; i < cv->n_pools; i++) {
+    pool *o = &cv->pools[i];
+    if (!o->takes_part) continue;
+    layout_class *d = &dec[find(lay, find(up, o->v->x))];
+    for (o->bi = 0; o->bi < N_BLOCKS && BLOCKS[o->bi] != d->block; o->bi++) {}
+    if (o->bi == N_BLOCKS || !o->prim[o->bi]) d->bad = true;
+  }
+  for (int32_t b = 0; b < nb; b++) {
+    layout_class *cl = &cls[find(up, b)], *d = &dec[find(lay, find(up, b))];
+    if (!d->conv || d->bad || d->saved <= d->cost || !cl->sized) continue;
     blocked[b] = true;
+    cv->block[b] = d->block;
     memcpy(cv->dims[b], cl->dims, sizeof cl->dims);
   }
   /* shadows and hooks */
@@ -966,14 +1251,25 @@ static bool layout_plan(sc_cpu_convs *cv, const bool *skip) {
         ok = add_hook(cv, k, b, false);
     }
   }
+  for (int32_t i = 0; i < cv->n_pools; i++) {
+    pool *o = &cv->pools[i];
+    if (!o->takes_part) continue;
+    /* decided together, both sized: both or neither */
+    SC_ASSERT(blocked[o->v->x] == blocked[o->v->y]);
+    o->on = blocked[o->v->x];
+    for (int j = 0; j < N_BLOCKS; j++) /* the other blocks' primitives are not used */
+      if (j != o->bi && o->prim[j]) dnnl_primitive_destroy(o->prim[j]), o->prim[j] = NULL;
+  }
   for (int32_t i = 0; i < cv->n; i++) {
     conv *c = &cv->v[i];
     c->x_blocked = blocked[c->g->conv.x];
     c->y_blocked = blocked[c->g->c];
-    static const char *const held[4] = {"", ", output nChw8c", ", input nChw8c",
-                                        ", input and output nChw8c"};
+    static const char *const held[4] = {"", ", output", ", input", ", input and output"};
+    int64_t blk = cv->block[c->x_blocked ? c->g->conv.x : c->g->c];
     size_t len = strlen(c->note);
-    snprintf(c->note + len, sizeof c->note - len, "%s", held[2 * c->x_blocked + c->y_blocked]);
+    if (c->x_blocked || c->y_blocked)
+      snprintf(c->note + len, sizeof c->note - len, "%s nChw%lldc",
+               held[2 * c->x_blocked + c->y_blocked], (long long)blk);
   }
 done:
   free(blocked);
@@ -984,6 +1280,8 @@ done:
   free(fwriter);
   free(first);
   free(kstep);
+  free(lay);
+  free(dec);
   return ok;
 }
 
@@ -1021,12 +1319,12 @@ static void epilogue_plan(sc_cpu_convs *cv, const bool *skip) {
   }
 }
 
-/* ---- conversions between NCHW and nChw8c ---- */
+/* ---- conversions between NCHW and nChw8c or nChw16c ---- */
 
 typedef struct convert_job {
   const float *from;
   float *to;
-  int64_t cb, hw; /* channel blocks, pixels per channel */
+  int64_t blk, hw; /* channels per block, pixels per channel */
   bool to_blocked;
   bool avx;       /* the 8 x 8 transposes (this CPU has AVX) */
 } convert_job;
@@ -1049,16 +1347,17 @@ __attribute__((target("avx"))) static void transpose8(__m256 r[8]) {
   r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* the first (hw / 8) * 8 pixels of one block of 8 channels */
+/* The first (hw / 8) * 8 pixels of 8 channels: NCHW rows f (to_blocked)
+ * or t, the blocked pixels (every blk floats) the other. */
 __attribute__((target("avx"))) static int64_t convert_avx(const float *f, float *t, int64_t hw,
-                                                          bool to_blocked) {
+                                                          int64_t blk, bool to_blocked) {
   int64_t q = 0;
   for (__m256 r[8]; q + 8 <= hw; q += 8) {
     for (int i = 0; i < 8; i++)
-      r[i] = _mm256_loadu_ps(to_blocked ? f + i * hw + q : f + (q + i) * 8);
+      r[i] = _mm256_loadu_ps(to_blocked ? f + i * hw + q : f + (q + i) * blk);
     transpose8(r);
     for (int i = 0; i < 8; i++)
-      _mm256_storeu_ps(to_blocked ? t + (q + i) * 8 : t + i * hw + q, r[i]);
+      _mm256_storeu_ps(to_blocked ? t + (q + i) * blk : t + i * hw + q, r[i]);
   }
   return q;
 }
@@ -1067,19 +1366,24 @@ __attribute__((target("avx"))) static int64_t convert_avx(const float *f, float 
 /* units [begin, end) of (image, channel block) */
 static void convert_units(void *ud, int64_t begin, int64_t end) {
   const convert_job *j = ud;
+  int64_t B = j->blk, hw = j->hw;
   for (int64_t u = begin; u < end; u++) {
-    const float *f = j->from + u * 8 * j->hw;
-    float *t = j->to + u * 8 * j->hw;
-    int64_t q0 = 0;
+    const float *f = j->from + u * B * hw;
+    float *t = j->to + u * B * hw;
+    for (int64_t c0 = 0; c0 < B; c0 += 8) { /* 8 channels at a time */
+      const float *f8 = j->to_blocked ? f + c0 * hw : f + c0;
+      float *t8 = j->to_blocked ? t + c0 : t + c0 * hw;
+      int64_t q0 = 0;
 #if defined(__x86_64__)
-    if (j->avx) q0 = convert_avx(f, t, j->hw, j->to_blocked);
+      if (j->avx) q0 = convert_avx(f8, t8, hw, B, j->to_blocked);
 #endif
-    if (j->to_blocked)
-      for (int64_t q = q0; q < j->hw; q++)
-        for (int c = 0; c < 8; c++) t[q * 8 + c] = f[c * j->hw + q];
-    else
-      for (int c = 0; c < 8; c++)
-        for (int64_t q = q0; q < j->hw; q++) t[c * j->hw + q] = f[q * 8 + c];
+      if (j->to_blocked)
+        for (int64_t q = q0; q < hw; q++)
+          for (int c = 0; c < 8; c++) t8[q * B + c] = f8[c * hw + q];
+      else
+        for (int c = 0; c < 8; c++)
+          for (int64_t q = q0; q < hw; q++) t8[c * hw + q] = f8[q * B + c];
+    }
   }
 }
 
@@ -1088,11 +1392,11 @@ static void convert(const sc_cpu_convs *cv, int32_t b, void *const *ptrs, bool t
   const int64_t *d = cv->dims[b];
   convert_job j = {.from = to_blocked ? cv->shadow[b] : ptrs[b],
                    .to = to_blocked ? ptrs[b] : cv->shadow[b],
-                   .cb = d[1] / 8, .hw = d[2] * d[3], .to_blocked = to_blocked};
+                   .blk = cv->block[b], .hw = d[2] * d[3], .to_blocked = to_blocked};
 #if defined(__x86_64__)
   j.avx = __builtin_cpu_supports("avx");
 #endif
-  int64_t units = d[0] * j.cb;
+  int64_t units = d[0] * d[1] / j.blk;
   if (tp && units > 1 && sc_thread_pool_threads(tp) > 1)
     sc_thread_pool_run(tp, convert_units, &j, units, units);
   else
@@ -1129,15 +1433,39 @@ bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp,
   return true;
 }
 
+static void pool_parts_run(void *ud, int64_t begin, int64_t end) {
+  const pool *o = ud;
+  sc_cpu_engine_one_thread();
+  const dnnl_memory_desc_t *pad = &o->pad[o->bi];
+  for (int64_t u = begin; u < end; u++)
+    if (!exec2(o->prim[o->bi], pad, dnnl_memory_desc_get_size(pad), DNNL_ARG_SRC, o->x_mem[u],
+               DNNL_ARG_DST, o->y_mem[u])) {
+      fprintf(stderr, "shardc: oneDNN max-pool failed (%lld channels at %lld x %lld)\n",
+              (long long)o->v->c, (long long)o->v->h, (long long)o->v->w);
+      abort();
+    }
+}
+
+bool sc_cpu_convs_pool(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
+  const pool *o = pool_of(cv, s);
+  if (!o || !o->on) return false;
+  on_pool(tp, pool_parts_run, (void *)o, o->v->n * o->parts);
+  return true;
+}
+
 void sc_cpu_convs_destroy(sc_cpu_convs *cv) {
   if (!cv) return;
   for (int32_t i = 0; cv->v && i < cv->n; i++) conv_free(&cv->v[i]);
   sc_free(cv->v);
   sc_free(cv->of_kernel);
+  for (int32_t i = 0; cv->pools && i < cv->n_pools; i++) pool_free(&cv->pools[i]);
+  sc_free(cv->pools);
+  sc_free(cv->pool_of_kernel);
   free(cv->scratch);
   for (int32_t b = 0; cv->shadow && b < cv->p->n_buffers; b++) free(cv->shadow[b]);
   free(cv->shadow);
   free(cv->dims);
+  free(cv->block);
   free(cv->hooks);
   free(cv->hooked);
   free(cv->foreign);

@@ -41,8 +41,14 @@ sc_status sc_cpu_convs_bind(sc_cpu_convs *cv, void *const *ptrs, sc_diag *diag);
  * as the tile ends, when that computes the same: docs/runtime.md). */
 bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp,
                       sc_cpu_kernel_fn epi, void *const *epi_args, bool *epi_ran);
+/* Runs KERNEL step s if it completes a max-pool that runs directly
+ * (sc_pool_geom: a oneDNN pooling over its input and output, held in
+ * nChw8c; docs/runtime.md#max-pools): true; else false and nothing is
+ * done (its kernels run as written). */
+bool sc_cpu_convs_pool(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp);
 /* "direct convolution, oneDNN <implementation>" when GEMM step s runs as
- * one, else NULL. */
+ * one, "direct max-pool, ..." for a KERNEL step that runs a max-pool,
+ * "skipped: ..." for the step of another of its kernels, else NULL. */
 const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s);
 void sc_cpu_convs_destroy(sc_cpu_convs *cv);
 

@@ -624,7 +624,10 @@ static void run_kernel_id(cpu_ctx *c, int32_t k) {
   sc_cpu_convs_kernel_hooks(c->convs, k, true, c->ptrs, c->pool);
 }
 
-static void cpu_run_kernel(void *ctx, const sc_step *s) { run_kernel_id(ctx, s->kernel); }
+static void cpu_run_kernel(void *ctx, const sc_step *s) {
+  cpu_ctx *c = ctx;
+  if (!sc_cpu_convs_pool(c->convs, s, c->pool)) run_kernel_id(c, s->kernel);
+}
 
 /* GEMMs are cut into tiles (batch entry x tile_m rows x tile_n columns)
  * whose boundaries depend only on the problem's shape, never on the thread
@@ -884,10 +887,12 @@ static const char *cpu_step_note(void *ctx, int32_t i) {
   cpu_ctx *c = ctx;
   if (!c->p || i < 0 || i >= c->p->n_steps) return NULL;
   const sc_step *s = &c->p->steps[i];
+  const char *note = sc_cpu_convs_note(c->convs, s);
+  if (note) return note;
   if (s->kind == SC_STEP_KERNEL && s->kernel >= 0 && s->kernel < c->p->n_kernels &&
       c->skip[s->kernel])
     return "skipped: its convolution runs directly";
-  return sc_cpu_convs_note(c->convs, s);
+  return NULL;
 }
 
 static int cpu_threads(void *ctx) { return ((cpu_ctx *)ctx)->threads; }

@@ -618,6 +618,41 @@ static void test_json_scatter_and_pairs(void **state) {
   sc_program_destroy(p);
 }
 
+/* A KERNEL step's max-pool (sc_pool_geom) survives JSON; damaged ones are
+ * refused. */
+static void test_json_pool(void **state) {
+  (void)state;
+  float w[12] = {0};
+  sc_program *p = build_program(w);
+  /* y [1, 1, 2, 4] pooled 2 x 2 / 2 into z [1, 1, 1, 2] by kernel 1 after
+   * kernel 0 (not what those kernels compute: the reader checks the
+   * geometry's form and sizes, the device the rest) */
+  sc_pool_geom *v = &p->steps[2].pool;
+  *v = (sc_pool_geom){.on = true, .x = 2, .y = 3, .prep = {0, -1}, .n = 1, .c = 1, .h = 2,
+                      .w = 4, .kh = 2, .kw = 2, .sh = 2, .sw = 2, .oh = 1, .ow = 2};
+  char *json = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_program_write_json(p, NULL, &json, &d), SC_OK);
+  assert_non_null(strstr(json, "\"pool\""));
+  sc_program *r = NULL;
+  if (sc_program_read_json(json, strlen(json), NULL, 0, &r, &d) != SC_OK) fail_msg("%s", d.msg);
+  assert_memory_equal(&r->steps[2].pool, v, sizeof *v);
+  assert_false(r->steps[1].pool.on);
+  sc_program_destroy(r);
+  static const edit_case cases[] = {
+      {"\"ow\": 2", "\"ow\": 200", "smaller than its sizes"},
+      {"\"h\": 2", "\"h\": 3", "smaller than its sizes"},
+      {"\"kh\": 2", "\"kh\": -2", "negative"},
+      {"\"y\": 3", "\"y\": 99", "'y' = 99"},
+      {"\"x\": 2", "\"x\": -1", "'x' = -1"},
+      {"\"prep\": [", "\"prep\": [7, ", "pool 'prep'"},
+  };
+  expect_refused(json, cases, sizeof cases / sizeof cases[0]);
+  sc_free(json);
+  sc_program_destroy(p);
+}
+
 /* ------------------------------------------------------------ the bundle */
 
 static void write_all(const char *path, const void *data, size_t n) {
@@ -890,6 +925,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_json_hostile, setup, teardown),
       cmocka_unit_test(test_json_comm),
       cmocka_unit_test(test_json_scatter_and_pairs),
+      cmocka_unit_test(test_json_pool),
       cmocka_unit_test_setup_teardown(test_bundle_write_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_object_kernels, setup, teardown),
   };

@@ -215,12 +215,40 @@ static void test_matmul_transposed_operands(void **state) {
 
 /* Y = relu(conv(X[N, C, H, W], Wt[M, C/group, k, k], b[M])), square
  * stride/pad */
+/* conv(X[N, C, H, H], Wt[M, C/group, k, k], b[M]) in double, square
+ * stride/pad: out[N, M, OH, OH] (malloc'd), OH in *oh */
+static double *conv_ref(const float *X, const float *Wt, const float *B, int64_t N, int64_t C,
+                        int64_t H, int64_t M, int64_t group, int64_t k, int64_t stride,
+                        int64_t pad, int64_t *oh_out) {
+  int64_t cpg = C / group, mpg = M / group, OH = (H + 2 * pad - k) / stride + 1;
+  double *out = malloc(sizeof(double) * (size_t)(N * M * OH * OH));
+  assert_non_null(out);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t m = 0; m < M; m++)
+      for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OH; ow++) {
+          double acc = B[m];
+          for (int64_t c = 0; c < cpg; c++)
+            for (int64_t i = 0; i < k; i++)
+              for (int64_t j = 0; j < k; j++) {
+                int64_t ih = oh * stride - pad + i, iw = ow * stride - pad + j;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= H) continue;
+                int64_t ci = (m / mpg) * cpg + c;
+                acc += (double)X[((n * C + ci) * H + ih) * H + iw] *
+                       Wt[((m * cpg + c) * k + i) * k + j];
+              }
+          out[((n * M + m) * OH + oh) * OH + ow] = acc;
+        }
+  *oh_out = OH;
+  return out;
+}
+
 static void conv_case(int64_t N, int64_t C, int64_t H, int64_t M, int64_t group, int64_t k,
                       int64_t stride, int64_t pad) {
   sc_graph *g = sc_graph_create("t");
   assert_non_null(g);
   g->opset = 21;
-  int64_t cpg = C / group, mpg = M / group;
+  int64_t cpg = C / group;
   int64_t xd[4] = {N, C, H, H}, wd[4] = {M, cpg, k, k}, bd[1] = {M};
   float *X = rand_buf(numel(4, xd)), *Wt = rand_buf(numel(4, wd)), *B = rand_buf(M);
   int32_t x = inp(g, SC_DTYPE_F32, 4, xd);
@@ -239,29 +267,93 @@ static void conv_case(int64_t N, int64_t C, int64_t H, int64_t M, int64_t group,
   int epi, ng = gemm_steps(p, &epi);
   assert_int_equal(ng, 1);   /* im2col + GEMM, not the direct kernel */
   assert_int_equal(epi, 1);  /* Relu fused as the GEMM's epilogue */
-  int64_t OH = (H + 2 * pad - k) / stride + 1;
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t m = 0; m < M; m++)
-      for (int64_t oh = 0; oh < OH; oh++)
-        for (int64_t ow = 0; ow < OH; ow++) {
-          double acc = B[m];
-          for (int64_t c = 0; c < cpg; c++)
-            for (int64_t i = 0; i < k; i++)
-              for (int64_t j = 0; j < k; j++) {
-                int64_t ih = oh * stride - pad + i, iw = ow * stride - pad + j;
-                if (ih < 0 || ih >= H || iw < 0 || iw >= H) continue;
-                int64_t ci = (m / mpg) * cpg + c;
-                acc += (double)X[((n * C + ci) * H + ih) * H + iw] *
-                       Wt[((m * cpg + c) * k + i) * k + j];
-              }
-          near(got[((n * M + m) * OH + oh) * OH + ow], acc > 0 ? acc : 0, 1e-4);
-        }
+  int64_t OH;
+  double *want = conv_ref(X, Wt, B, N, C, H, M, group, k, stride, pad, &OH);
+  for (int64_t i = 0; i < N * M * OH * OH; i++) near(got[i], want[i] > 0 ? want[i] : 0, 1e-4);
+  free(want);
   free(got);
   free(X);
   free(Wt);
   free(B);
   sc_program_destroy(p);
   sc_graph_destroy(g);
+}
+
+/* Conv(bias) -> Relu -> MaxPool 3x3 / 2, pads 1 (ResNet's stem): the Relu
+ * is the convolution's epilogue (fusion leaves it to the Conv rather than
+ * inlining it into the max-pool kernel), and the max-pool's last step
+ * carries the pool (sc_pool_geom) on the Relu's output buffer. Then
+ * MaxPool(Relu(c) + c): the convolution's output has two uses, the Relu
+ * and the Add join the max-pool kernel as its producers, and that kernel
+ * carries no pool. */
+static void conv_relu_pool_case(bool twice) {
+  sc_graph *g = sc_graph_create("t");
+  assert_non_null(g);
+  g->opset = 21;
+  int64_t N = 2, C = 3, H = 9, M = 4, PH = 5;
+  int64_t xd[4] = {N, C, H, H}, wd[4] = {M, C, 3, 3}, bd[1] = {M};
+  float *X = rand_buf(numel(4, xd)), *Wt = rand_buf(numel(4, wd)), *B = rand_buf(M);
+  int32_t x = inp(g, SC_DTYPE_F32, 4, xd);
+  int32_t ins[3] = {x, cst(g, SC_DTYPE_F32, 4, wd, Wt), cst(g, SC_DTYPE_F32, 1, bd, B)};
+  int32_t cv, r, y;
+  int32_t nid = node1(g, SC_OP_CONV, "conv", ins, 3, &cv);
+  int64_t k3[2] = {3, 3}, s1[2] = {1, 1}, s2[2] = {2, 2}, p1[4] = {1, 1, 1, 1};
+  set_ints(g, nid, "kernel_shape", 2, k3);
+  set_ints(g, nid, "strides", 2, s1);
+  set_ints(g, nid, "pads", 4, p1);
+  node1(g, SC_OP_RELU, "relu", &cv, 1, &r);
+  if (twice) {
+    int32_t rc[2] = {r, cv};
+    node1(g, SC_OP_ADD, "add", rc, 2, &r);
+  }
+  int32_t pid = node1(g, SC_OP_MAX_POOL, "pool", &r, 1, &y);
+  set_ints(g, pid, "kernel_shape", 2, k3);
+  set_ints(g, pid, "strides", 2, s2);
+  set_ints(g, pid, "pads", 4, p1);
+  assert_int_equal(sc_graph_add_output(g, y), SC_OK);
+  sc_program *p;
+  float *got = compile_and_run(g, X, 4, xd, &p);
+  int epi, ng = gemm_steps(p, &epi);
+  assert_int_equal(ng, 1);
+  assert_int_equal(epi, twice ? 0 : 1);
+  int pools = 0;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == SC_STEP_KERNEL && p->steps[i].pool.on) {
+      pools++;
+      assert_int_equal(p->steps[i].pool.c, M);
+      assert_int_equal(p->steps[i].pool.oh, PH);
+    }
+  assert_int_equal(pools, twice ? 0 : 1);
+  int64_t OH;
+  double *c = conv_ref(X, Wt, B, N, C, H, M, 1, 3, 1, 1, &OH);
+  for (int64_t i = 0; i < N * M * OH * OH; i++) /* the max-pool's input */
+    c[i] = (c[i] > 0 ? c[i] : 0) + (twice ? c[i] : 0);
+  for (int64_t nm = 0; nm < N * M; nm++)
+    for (int64_t ph = 0; ph < PH; ph++)
+      for (int64_t pw = 0; pw < PH; pw++) {
+        double mx = -INFINITY;
+        for (int64_t i = 0; i < 3; i++)
+          for (int64_t j = 0; j < 3; j++) {
+            int64_t ih = 2 * ph - 1 + i, iw = 2 * pw - 1 + j;
+            if (ih >= 0 && ih < OH && iw >= 0 && iw < OH && c[(nm * OH + ih) * OH + iw] > mx)
+              mx = c[(nm * OH + ih) * OH + iw];
+          }
+        near(got[(nm * PH + ph) * PH + pw], mx, 1e-4);
+      }
+  free(c);
+  free(got);
+  free(X);
+  free(Wt);
+  free(B);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+static void test_conv_relu_max_pool(void **state) {
+  (void)state;
+  rng_seed(31);
+  conv_relu_pool_case(false);
+  conv_relu_pool_case(true);
 }
 
 static void test_conv_bias_relu(void **state) {
@@ -279,6 +371,7 @@ int main(void) {
       cmocka_unit_test(test_matmul_bias_relu),
       cmocka_unit_test(test_matmul_transposed_operands),
       cmocka_unit_test(test_conv_bias_relu),
+      cmocka_unit_test(test_conv_relu_max_pool),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

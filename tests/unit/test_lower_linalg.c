@@ -216,6 +216,28 @@ static void pool_case(sc_graph *g, sc_op op, const win2 *w, int include_pad, boo
   if (lower_node(g, nid, &L) != SC_OK) fail_msg("lower: %s", L.diag.msg);
   if (kernels > 0 && L.p->n_kernels != kernels)
     fail_msg("%d kernels, want %d", (int)L.p->n_kernels, (int)kernels);
+  /* a max-pool read at clamped edges (no dilation, no Indices): its last
+   * step carries the pool (sc_pool_geom), the other kernel as prep[0] */
+  bool geom = op == SC_OP_MAX_POOL && !with_indices && w->dh == 1 && w->dw == 1;
+  for (int32_t i = 0; i < L.p->n_steps; i++)
+    assert_int_equal(L.p->steps[i].pool.on, geom && i == L.p->n_steps - 1);
+  if (geom) {
+    const sc_pool_geom *v = &L.p->steps[L.p->n_steps - 1].pool;
+    const sc_value *yv = &g->values[y];
+    assert_int_equal(v->x, L.vb[x]);
+    assert_int_equal(v->y, L.vb[y]);
+    assert_int_equal(v->prep[0], L.p->n_kernels == 2 ? 0 : -1);
+    assert_int_equal(v->prep[1], -1);
+    int64_t want[] = {N, C, H, W, w->kh, w->kw, w->sh, w->sw, w->ph0, w->pw0, yv->dims[2],
+                      yv->dims[3]};
+    int64_t got[] = {v->n, v->c, v->h, v->w, v->kh, v->kw, v->sh, v->sw, v->pt, v->pl, v->oh,
+                     v->ow};
+    assert_memory_equal(got, want, sizeof want);
+    /* the far padding the last window reaches: ONNX's sizes with it */
+    assert_true(v->pb >= 0 && v->pb < v->kh && v->pr >= 0 && v->pr < v->kw);
+    assert_int_equal((v->h + v->pt + v->pb - v->kh) / v->sh + 1, v->oh);
+    assert_int_equal((v->w + v->pl + v->pr - v->kw) / v->sw + 1, v->ow);
+  }
   execute(&L);
   const sc_value *yv = &g->values[y];
   const float *X = fdata(g, x), *got = L.bufs[L.vb[y]];
