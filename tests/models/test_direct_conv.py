@@ -32,7 +32,7 @@ a plane that small puts both images in one tile), of 16 channels (one
 tile, written in place) and of 64 (two tiles, copied image by image),
 fused and --no-fuse (where the BatchNormalization reads its input in place
 of its output): equal to onnxruntime, its inner convolutions hold their
-input and output in nChw8c (the profile's note says so; unfused, where the
+input and output blocked (the profile's note says so; unfused, where the
 BatchNormalization reads in place, only those of the inner blocks), and the outputs
 are bit-identical to those with every buffer in NCHW
 (SHARDC_CONV_LAYOUT=nchw), with 1 and 2 threads.
@@ -44,6 +44,20 @@ image's part of a two-image tile): equal to onnxruntime; on a CPU with
 AVX2 the profile notes "epilogue per tile" on the step; outputs
 bit-identical to those with the epilogue after the last tile
 (SHARDC_EPILOGUE_TILES=0, whose profile notes none), with 1 and 2 threads.
+
+Max-pools (docs/runtime.md#max-pools): ResNet's stem in small (7x7
+stride-2 Conv, Relu, MaxPool, a residual 3x3 Conv, GlobalAveragePool) with
+a 3x3 stride-2 padded pool (batch 2), a ceil_mode one whose last window
+passes the end (batch 1) and a 2x2 stride-2 one without pads: equal to
+onnxruntime; on a CPU with AVX2 the profile notes "direct max-pool, oneDNN
+jit..., nChw8c" (or nChw16c) and the interior kernel's step skipped; outputs
+bit-identical to those with every buffer in NCHW (the pool then runs as its
+kernels), 1 and 2 threads.
+
+Blocked layouts are nChw8c with oneDNN's AVX2 kernels and nChw16c with its
+AVX-512 ones; ctest runs this file twice, the second time with
+ONEDNN_MAX_CPU_ISA=AVX2 (models.test_direct_conv_avx2), so that an AVX-512
+machine checks both.
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure.
 """
