@@ -405,7 +405,8 @@ sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
     if (any && same && !is_out && cg >= 0 && !gi[cg].alone) {
       switch (kd) {
       case SC_LOWER_POINT:
-        join = (!feeds_step(g, gi, group, cg, i) && !conv_epilogue(g, gi, cg, i, uoff, users, gout)) ||
+        join = (!feeds_step(g, gi, group, cg, i) &&
+                !conv_epilogue(g, gi, cg, i, uoff, users, gout)) ||
                gemm_operand(g, gi, cg, i, uoff, users);
         break;
       case SC_LOWER_VIEW: {

@@ -216,9 +216,10 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(po, "y", json_integer(v->y));
     json_object_set_new(po, "prep", json_pack("[II]", (json_int_t)v->prep[0],
                                               (json_int_t)v->prep[1]));
-    for (size_t i = 0; i < N_POOL_FIELDS; i++)
-      json_object_set_new(po, POOL_FIELDS[i].key,
-                          json_integer(*(const int64_t *)((const char *)v + POOL_FIELDS[i].offset)));
+    for (size_t i = 0; i < N_POOL_FIELDS; i++) {
+      const int64_t *f = (const int64_t *)((const char *)v + POOL_FIELDS[i].offset);
+      json_object_set_new(po, POOL_FIELDS[i].key, json_integer(*f));
+    }
     json_object_set_new(o, "pool", po);
   } else if (s->kind == SC_STEP_CHECK) {
     json_t *co = json_object();

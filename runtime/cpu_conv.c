@@ -130,10 +130,13 @@ typedef struct conv {
   bool epi_tiles;                 /* it runs on each tile's output as the tile ends */
 } conv;
 
-/* ---- one max-pool step (docs/runtime.md#max-pools) ---- */
-
+/* The channel-blocked layouts activations are held in between steps
+ * (docs/runtime.md#blocked-activations). */
 enum { N_BLOCKS = 2 };
-static const int64_t BLOCKS[N_BLOCKS] = {8, 16}; /* nChw8c, nChw16c */
+static const int64_t BLOCKS[N_BLOCKS] = {8, 16};
+static const dnnl_format_tag_t BLOCK_TAGS[N_BLOCKS] = {dnnl_nChw8c, dnnl_nChw16c};
+
+/* ---- one max-pool step (docs/runtime.md#max-pools) ---- */
 
 typedef struct pool {
   const sc_pool_geom *v;
@@ -263,15 +266,13 @@ static int64_t images_per_tile(const sc_conv_geom *v, int64_t images) {
 /* The block of channels of md, one image [1, c, h, w] in nChw8c (8) or
  * nChw16c (16) with c a multiple of it; 0 for another layout. */
 static int64_t block_of(const dnnl_memory_desc_t *md, int64_t c, int64_t h, int64_t w) {
-  static const dnnl_format_tag_t tags[] = {dnnl_nChw8c, dnnl_nChw16c};
-  static const int64_t blocks[] = {8, 16};
   dnnl_dims_t d = {1, c, h, w};
-  for (int i = 0; i < 2; i++) {
+  for (int i = 0; i < N_BLOCKS; i++) {
     dnnl_memory_desc_t t;
-    if (c % blocks[i] == 0 &&
-        dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, tags[i]) == dnnl_success &&
+    if (c % BLOCKS[i] == 0 &&
+        dnnl_memory_desc_init_by_tag(&t, 4, d, dnnl_f32, BLOCK_TAGS[i]) == dnnl_success &&
         dnnl_memory_desc_equal(&t, md))
-      return blocks[i];
+      return BLOCKS[i];
   }
   return 0;
 }
@@ -299,21 +300,11 @@ static bool with_images(const dnnl_memory_desc_t *one, int64_t n, dnnl_memory_de
  * (at batch 1 the whole reorder ran on one thread while the other waited:
  * ~1.6 ms of ResNet-18's 23 on 2 threads). 1 when it cannot be split. */
 static int64_t reorder_parts(const conv *c, const sc_conv_geom *v, int64_t *block) {
-  static const dnnl_format_tag_t tags[] = {dnnl_nChw8c, dnnl_nChw16c};
-  static const int64_t blocks[] = {8, 16};
-  dnnl_dims_t sd = {1, v->c, v->h, v->w};
-  for (int i = 0; i < 2; i++) {
-    dnnl_memory_desc_t t;
-    if (dnnl_memory_desc_init_by_tag(&t, 4, sd, dnnl_f32, tags[i]) != dnnl_success ||
-        !dnnl_memory_desc_equal(&t, &c->src_md) || v->c % blocks[i] != 0)
-      continue;
-    *block = blocks[i];
-    int64_t n = v->c / blocks[i], want = c->N >= TILES_WANTED ? 1 : TILES_WANTED / c->N, p = 1;
-    for (int64_t d = 1; d <= n && d <= want; d++)
-      if (n % d == 0) p = d;
-    return p;
-  }
-  return 1;
+  if (!(*block = block_of(&c->src_md, v->c, v->h, v->w))) return 1;
+  int64_t n = v->c / *block, want = c->N >= TILES_WANTED ? 1 : TILES_WANTED / c->N, p = 1;
+  for (int64_t d = 1; d <= n && d <= want; d++)
+    if (n % d == 0) p = d;
+  return p;
 }
 
 /* Releases what bind made (memory objects, the weights in oneDNN's layout). */
@@ -426,7 +417,7 @@ static bool conv_build_with(conv *c, const sc_gemm *g, int64_t G) {
    * holds each image at a multiple of 64 bytes) */
   dnnl_primitive_desc_t pd = conv_pd(c, v, &s_any, &w_any, &d_any);
   if (!pd) return false;
-  if (block_of(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), c->tm, v->oh, v->ow) == 0) {
+  if (!block_of(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), c->tm, v->oh, v->ow)) {
     /* blocks of channels rather than oneDNN's own choice (its AVX-512
      * brgemm kernels take NHWC): held between steps without reorders
      * (layout_plan), they ran ResNet-18 faster than NHWC with them */
@@ -513,17 +504,18 @@ static bool pool_fits(const sc_program *p, const sc_step *s) {
       out_size(v->h, v->kh, v->sh, 1, v->pt, v->pb) != v->oh ||
       out_size(v->w, v->kw, v->sw, 1, v->pl, v->pr) != v->ow || v->oh < 1 || v->ow < 1)
     return false;
-  int64_t xn, yn;
-  return sc_mul_i64(v->n * v->c, v->h * v->w, &xn) && sc_mul_i64(v->n * v->c, v->oh * v->ow, &yn) &&
-         f32_buffer(p, v->x, xn) && f32_buffer(p, v->y, yn) &&
-         sc_program_disjoint(p, v->x, v->y);
+  int64_t nc, xn, yn;
+  return sc_mul_i64(v->n, v->c, &nc) && sc_mul_i64(nc, v->h, &xn) && sc_mul_i64(xn, v->w, &xn) &&
+         sc_mul_i64(nc, v->oh, &yn) && sc_mul_i64(yn, v->ow, &yn) && f32_buffer(p, v->x, xn) &&
+         f32_buffer(p, v->y, yn) && sc_program_disjoint(p, v->x, v->y);
 }
 
 /* Parts per image of a pool: the most, up to TILES_WANTED over all images,
  * whole blocks of 16 channels (8 when 16 does not divide them) each, that
  * divide the channels: whole blocks in either layout. */
 static int64_t pool_parts(const sc_pool_geom *v) {
-  int64_t blocks = v->c % 16 == 0 ? v->c / 16 : v->c / 8, want = v->n >= TILES_WANTED ? 1 : TILES_WANTED / v->n, t = 1;
+  int64_t blocks = v->c % 16 == 0 ? v->c / 16 : v->c / 8;
+  int64_t want = v->n >= TILES_WANTED ? 1 : TILES_WANTED / v->n, t = 1;
   for (int64_t d = 1; d <= blocks && d <= want; d++)
     if (blocks % d == 0) t = d;
   return t;
@@ -551,7 +543,6 @@ static void pool_free(pool *o) {
  * oneDNN declines it or has no JIT kernel for it. */
 static bool pool_build_in(pool *o, int i) {
   const sc_pool_geom *v = o->v;
-  static const dnnl_format_tag_t tags[N_BLOCKS] = {dnnl_nChw8c, dnnl_nChw16c};
   dnnl_dims_t sd = {1, o->cp, v->h, v->w}, dd = {1, o->cp, v->oh, v->ow};
   dnnl_dims_t strides = {v->sh, v->sw}, kernel = {v->kh, v->kw}, dil = {0, 0};
   dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
@@ -559,9 +550,9 @@ static bool pool_build_in(pool *o, int i) {
   dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t pd = NULL;
   bool ok = o->cp % BLOCKS[i] == 0 &&
-            dnnl_memory_desc_init_by_tag(&o->src_md[i], 4, sd, dnnl_f32, tags[i]) ==
+            dnnl_memory_desc_init_by_tag(&o->src_md[i], 4, sd, dnnl_f32, BLOCK_TAGS[i]) ==
                 dnnl_success &&
-            dnnl_memory_desc_init_by_tag(&o->dst_md[i], 4, dd, dnnl_f32, tags[i]) ==
+            dnnl_memory_desc_init_by_tag(&o->dst_md[i], 4, dd, dnnl_f32, BLOCK_TAGS[i]) ==
                 dnnl_success &&
             dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, dnnl_pooling_max,
                                               &o->src_md[i], &o->dst_md[i], strides, kernel, dil,
@@ -609,7 +600,8 @@ static void pool_skip(const pool *o, bool *skip_kernel, bool skip) {
 static bool pools_prepare(sc_cpu_convs *cv, bool *skip_kernel) {
   const sc_program *p = cv->p;
   int32_t n = 0;
-  for (int32_t i = 0; i < p->n_steps; i++) n += p->steps[i].kind == SC_STEP_KERNEL && p->steps[i].pool.on;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    n += p->steps[i].kind == SC_STEP_KERNEL && p->steps[i].pool.on;
   if (n == 0) return true;
   cv->pools = sc_calloc((size_t)n, sizeof *cv->pools);
   cv->pool_of_kernel = sc_calloc((size_t)p->n_kernels, sizeof *cv->pool_of_kernel);
@@ -1018,7 +1010,6 @@ typedef struct layout_class {
   int64_t dims[4];
 } layout_class;
 
-
 /* Joins block b into *into (0: none yet); false when they differ. */
 static bool same_block(int64_t *into, int64_t b) {
   if (*into && b && *into != b) return false;
@@ -1064,7 +1055,7 @@ static bool layout_plan(sc_cpu_convs *cv, bool *skip) {
   if (env && strcmp(env, "nchw") == 0) return true;
   for (int32_t i = 0; i < p->n_steps; i++)
     if (p->steps[i].kind != SC_STEP_KERNEL && p->steps[i].kind != SC_STEP_GEMM) return true;
-  bool *blocked = calloc((size_t)nb, sizeof *blocked); /* held in nChw8c */
+  bool *blocked = calloc((size_t)nb, sizeof *blocked); /* held in nChw8c or nChw16c */
   cv->dims = calloc((size_t)nb, sizeof *cv->dims);
   cv->block = calloc((size_t)nb, sizeof *cv->block);
   cv->shadow = calloc((size_t)nb, sizeof *cv->shadow);
@@ -1081,8 +1072,8 @@ static bool layout_plan(sc_cpu_convs *cv, bool *skip) {
   int32_t *kstep = malloc((size_t)(nk > 0 ? nk : 1) * sizeof *kstep);
   int32_t *lay = malloc((size_t)nb * sizeof *lay);
   layout_class *dec = calloc((size_t)nb, sizeof *dec);
-  bool ok = blocked && cv->dims && cv->block && cv->shadow && cv->hooked && cv->foreign && up && cls &&
-            uni && mwrites && fwriter && first && kstep && lay && dec;
+  bool ok = blocked && cv->dims && cv->block && cv->shadow && cv->hooked && cv->foreign && up &&
+            cls && uni && mwrites && fwriter && first && kstep && lay && dec;
   if (!ok) goto done;
   for (int32_t b = 0; b < nb; b++) up[b] = b, fwriter[b] = -1, first[b] = INT32_MAX;
   for (int32_t k = 0; k < nk; k++) kstep[k] = -1;
@@ -1203,7 +1194,8 @@ static bool layout_plan(sc_cpu_convs *cv, bool *skip) {
   for (int32_t b = 0; b < nb; b++) lay[b] = b;
   for (int32_t i = 0; i < cv->n_pools; i++) {
     if (!cv->pools[i].takes_part) continue;
-    int32_t a = find(lay, find(up, cv->pools[i].v->x)), b = find(lay, find(up, cv->pools[i].v->y));
+    const sc_pool_geom *v = cv->pools[i].v;
+    int32_t a = find(lay, find(up, v->x)), b = find(lay, find(up, v->y));
     if (a != b) lay[a] = b;
   }
   for (int32_t b = 0; b < nb; b++) {
