@@ -122,7 +122,7 @@ typedef struct conv {
                                      output slice (y_user, NCHW; when y_blocked, the same
                                      place holds the slice's channel blocks, copied raw),
                                      both unless y_direct */
-  bool x_blocked, y_blocked;      /* x, y held in src_md / dst_md (nChw8c) between steps:
+  bool x_blocked, y_blocked;      /* x, y held in src_md / dst_md (nChw8c or nChw16c) between steps:
                                      no reorder (see "Blocked activations") */
   bool y_direct;                  /* tiles write the output in place: y_blocked and a tile's
                                      part of it contiguous (G or T is 1) */
@@ -235,12 +235,18 @@ static bool conv_fits(const sc_program *p, const sc_gemm *g) {
  * (docs/runtime.md#convolutions). */
 enum { TILES_WANTED = 4 };
 
-static int64_t tiles_per_image(int64_t m, int64_t images) {
-  int64_t W = TILES_WANTED;
-  int64_t blocks = m % 32 == 0 ? m / 32 : m / 16, want = images >= W ? 1 : W / images, t = 1;
+/* Parts per image of `blocks` blocks: the most that divide them, up to
+ * TILES_WANTED over all `images` (the tiles here, the input reorder's and a
+ * max-pool's parts). */
+static int64_t split(int64_t blocks, int64_t images) {
+  int64_t want = images >= TILES_WANTED ? 1 : TILES_WANTED / images, t = 1;
   for (int64_t d = 1; d <= blocks && d <= want; d++)
     if (blocks % d == 0) t = d;
   return t;
+}
+
+static int64_t tiles_per_image(int64_t m, int64_t images) {
+  return split(m % 32 == 0 ? m / 32 : m / 16, images);
 }
 
 /* Images per tile. A convolution whose output plane is small (under
@@ -301,10 +307,7 @@ static bool with_images(const dnnl_memory_desc_t *one, int64_t n, dnnl_memory_de
  * ~1.6 ms of ResNet-18's 23 on 2 threads). 1 when it cannot be split. */
 static int64_t reorder_parts(const conv *c, const sc_conv_geom *v, int64_t *block) {
   if (!(*block = block_of(&c->src_md, v->c, v->h, v->w))) return 1;
-  int64_t n = v->c / *block, want = c->N >= TILES_WANTED ? 1 : TILES_WANTED / c->N, p = 1;
-  for (int64_t d = 1; d <= n && d <= want; d++)
-    if (n % d == 0) p = d;
-  return p;
+  return split(v->c / *block, c->N);
 }
 
 /* Releases what bind made (memory objects, the weights in oneDNN's layout). */
@@ -358,6 +361,26 @@ static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_
   return prim;
 }
 
+/* A primitive descriptor for op_desc (a oneDNN operation descriptor) with a
+ * user scratchpad, and in *impl its implementation's name; NULL when
+ * oneDNN declines it. */
+static dnnl_primitive_desc_t user_pd(const void *op_desc, const char **impl) {
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  *impl = NULL;
+  if (dnnl_primitive_attr_create(&attr) != dnnl_success) return NULL;
+  if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
+      dnnl_primitive_desc_create(&pd, op_desc, attr, engine, NULL) != dnnl_success)
+    pd = NULL;
+  dnnl_primitive_attr_destroy(attr);
+  if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, impl) != dnnl_success ||
+             !*impl)) {
+    dnnl_primitive_desc_destroy(pd);
+    return NULL;
+  }
+  return pd;
+}
+
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
 /* A primitive descriptor for c's convolution (geometry v) with these
@@ -373,18 +396,9 @@ static dnnl_primitive_desc_t conv_pd(const conv *c, const sc_conv_geom *v,
                                                  c->bias ? &c->b_md : NULL, dst, strides, dil,
                                                  pad_l, pad_r))
     return NULL;
-  dnnl_primitive_attr_t attr = NULL;
-  if (dnnl_primitive_attr_create(&attr)) return NULL;
-  dnnl_primitive_desc_t pd = NULL;
-  dnnl_status_t made =
-      dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success
-          ? dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL)
-          : dnnl_runtime_error;
-  dnnl_primitive_attr_destroy(attr);
-  if (made != dnnl_success) return NULL;
-  const char *impl = NULL;
-  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success || !impl ||
-      (strncmp(impl, "jit", 3) != 0 && strncmp(impl, "brg", 3) != 0)) {
+  const char *impl;
+  dnnl_primitive_desc_t pd = user_pd(&cd, &impl);
+  if (pd && strncmp(impl, "jit", 3) != 0 && strncmp(impl, "brg", 3) != 0) {
     dnnl_primitive_desc_destroy(pd);
     return NULL;
   }
@@ -514,11 +528,7 @@ static bool pool_fits(const sc_program *p, const sc_step *s) {
  * whole blocks of 16 channels (8 when 16 does not divide them) each, that
  * divide the channels: whole blocks in either layout. */
 static int64_t pool_parts(const sc_pool_geom *v) {
-  int64_t blocks = v->c % 16 == 0 ? v->c / 16 : v->c / 8;
-  int64_t want = v->n >= TILES_WANTED ? 1 : TILES_WANTED / v->n, t = 1;
-  for (int64_t d = 1; d <= blocks && d <= want; d++)
-    if (blocks % d == 0) t = d;
-  return t;
+  return split(v->c % 16 == 0 ? v->c / 16 : v->c / 8, v->n);
 }
 
 static void pool_unbind(pool *o) {
@@ -547,8 +557,8 @@ static bool pool_build_in(pool *o, int i) {
   dnnl_dims_t strides = {v->sh, v->sw}, kernel = {v->kh, v->kw}, dil = {0, 0};
   dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
   dnnl_pooling_v2_desc_t d;
-  dnnl_primitive_attr_t attr = NULL;
   dnnl_primitive_desc_t pd = NULL;
+  const char *impl = NULL;
   bool ok = o->cp % BLOCKS[i] == 0 &&
             dnnl_memory_desc_init_by_tag(&o->src_md[i], 4, sd, dnnl_f32, BLOCK_TAGS[i]) ==
                 dnnl_success &&
@@ -557,13 +567,7 @@ static bool pool_build_in(pool *o, int i) {
             dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, dnnl_pooling_max,
                                               &o->src_md[i], &o->dst_md[i], strides, kernel, dil,
                                               pad_l, pad_r) == dnnl_success &&
-            dnnl_primitive_attr_create(&attr) == dnnl_success &&
-            dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
-                dnnl_success &&
-            dnnl_primitive_desc_create(&pd, &d, attr, engine, NULL) == dnnl_success;
-  const char *impl = NULL;
-  ok = ok && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-       impl && strncmp(impl, "jit", 3) == 0;
+            (pd = user_pd(&d, &impl)) && strncmp(impl, "jit", 3) == 0;
   if (ok) {
     snprintf(o->note[i], sizeof o->note[i], "direct max-pool, oneDNN %s, nChw%lldc", impl,
              (long long)BLOCKS[i]);
@@ -571,7 +575,6 @@ static bool pool_build_in(pool *o, int i) {
     if (dnnl_primitive_create(&o->prim[i], pd) != dnnl_success) o->prim[i] = NULL;
   }
   if (pd) dnnl_primitive_desc_destroy(pd);
-  if (attr) dnnl_primitive_attr_destroy(attr);
   return o->prim[i] != NULL;
 }
 
@@ -896,23 +899,27 @@ static conv *conv_of(const sc_cpu_convs *cv, const sc_step *s) {
   return i < 0 ? NULL : &cv->v[i];
 }
 
-/* The pool step s completes (on or not yet decided), or NULL */
-static pool *pool_of(const sc_cpu_convs *cv, const sc_step *s) {
+/* The pool whose kernels include KERNEL step s's (on or not yet decided),
+ * or NULL */
+static pool *pool_with(const sc_cpu_convs *cv, const sc_step *s) {
   if (!cv || !cv->pool_of_kernel || s->kind != SC_STEP_KERNEL || s->kernel < 0 ||
       s->kernel >= cv->p->n_kernels)
     return NULL;
   int32_t i = cv->pool_of_kernel[s->kernel];
-  return i >= 0 && cv->pools[i].kernel == s->kernel ? &cv->pools[i] : NULL;
+  return i >= 0 ? &cv->pools[i] : NULL;
+}
+
+/* The pool step s completes, or NULL */
+static pool *pool_of(const sc_cpu_convs *cv, const sc_step *s) {
+  pool *o = pool_with(cv, s);
+  return o && o->kernel == s->kernel ? o : NULL;
 }
 
 const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s) {
   const conv *c = conv_of(cv, s);
   if (c) return c->note;
-  if (!cv || !cv->pool_of_kernel || s->kind != SC_STEP_KERNEL || s->kernel < 0 ||
-      s->kernel >= cv->p->n_kernels || cv->pool_of_kernel[s->kernel] < 0)
-    return NULL;
-  const pool *o = &cv->pools[cv->pool_of_kernel[s->kernel]];
-  if (!o->on) return NULL;
+  const pool *o = pool_with(cv, s);
+  if (!o || !o->on) return NULL;
   return o->kernel == s->kernel ? o->note[o->bi] : "skipped: its max-pool runs directly";
 }
 

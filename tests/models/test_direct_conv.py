@@ -207,6 +207,20 @@ def blocked_chain(tmp, rng, avx2, c):
               "1 and 2 threads")
 
 
+def against_base(tmp, name, m, x, base_env, base_lacks, check_run):
+    """m against onnxruntime on x; then `shardc run` with base_env, 1
+    thread, whose profile must not contain base_lacks, and as it is with 1
+    and 2 threads: check_run(profile text) on each, and outputs bit-identical
+    to the base run."""
+    equals_onnxruntime(SHARDC, tmp, name, m, {"x": x}, 1e-4, 1e-4)  # saves m and x
+    base, text = run_profiled(tmp, name, name + "_base", "1", base_env)
+    check(base_lacks not in text, f"{name}: {base_env} still shows '{base_lacks}':\n{text}")
+    for threads in ("1", "2"):
+        got, text = run_profiled(tmp, name, f"{name}_{threads}", threads, {})
+        check_run(text)
+        same_bits(got, base, f"{name}, {threads} threads: differs from the run with {base_env}")
+
+
 def tile_epilogues(tmp, rng, avx2):
     """A residual convolution's add + ReLU run on each tile's output:
     whole images (batch 3, 32 channels on 9x9: a tile per image) and image
@@ -215,19 +229,14 @@ def tile_epilogues(tmp, rng, avx2):
     for name, x_shape in (("tiles_whole", [3, 32, 9, 9]), ("tiles_parts", [2, 64, 7, 7])):
         c = x_shape[1]
         m = conv_model(rng, name, x_shape, [c, c, 3, 3], residual=True, pads=[1, 1, 1, 1])
-        x = rand(rng, x_shape)
-        np.save(os.path.join(tmp, name + "_x.npy"), x)
-        equals_onnxruntime(SHARDC, tmp, name, m, {"x": x}, 1e-4, 1e-4)
-        base, text = run_profiled(tmp, name, name + "_after", "1", {"SHARDC_EPILOGUE_TILES": "0"})
-        check("epilogue per tile" not in text,
-              f"{name}: SHARDC_EPILOGUE_TILES=0 still runs an epilogue per tile:\n{text}")
-        for threads in ("1", "2"):
-            got, text = run_profiled(tmp, name, f"{name}_{threads}", threads, {})
+
+        def per_tile(text, name=name):
             steps = [ln for ln in text.splitlines() if "epilogue per tile" in ln]
             if avx2:
                 check(len(steps) == 1,
                       f"{name}: {len(steps)} steps run their epilogue per tile, want 1:\n{text}")
-            same_bits(got, base, f"{name}, {threads} threads: per tile and after differ")
+        against_base(tmp, name, m, rand(rng, x_shape), {"SHARDC_EPILOGUE_TILES": "0"},
+                     "epilogue per tile", per_tile)
         print(f"ok: {name}: the epilogue per tile, bit-identical to after the last tile, "
               "1 and 2 threads")
 
@@ -259,7 +268,7 @@ def stem_model(rng, name, x_shape, c, **pool):
 
 def stem_pools(tmp, rng, avx2):
     """A max-pool between two convolutions runs as a oneDNN pooling on
-    their nChw8c buffers: 3x3 stride 2 with pads (the stem's: edge columns),
+    their blocked buffers: 3x3 stride 2 with pads (the stem's: edge columns),
     ceil_mode with the last window past the end, 2x2 stride 2 without pads;
     batch 1 (parts of 8 channels) and 2."""
     cases = (("pool_stem", [2, 3, 20, 20], 16, dict(kernel_shape=[3, 3], strides=[2, 2],
@@ -269,22 +278,17 @@ def stem_pools(tmp, rng, avx2):
              ("pool_2x2", [2, 3, 24, 24], 16, dict(kernel_shape=[2, 2], strides=[2, 2])))
     for name, x_shape, c, pool in cases:
         m = stem_model(rng, name, x_shape, c, **pool)
-        onnx.save(m, os.path.join(tmp, name + ".onnx"))
-        x = rand(rng, x_shape)
-        np.save(os.path.join(tmp, name + "_x.npy"), x)
-        equals_onnxruntime(SHARDC, tmp, name, m, {"x": x}, 1e-4, 1e-4)
-        base, text = run_profiled(tmp, name, name + "_nchw", "1", {"SHARDC_CONV_LAYOUT": "nchw"})
-        check("direct max-pool" not in text,
-              f"{name}: the max-pool runs directly on NCHW buffers:\n{text}")
-        for threads in ("1", "2"):
-            got, text = run_profiled(tmp, name, f"{name}_{threads}", threads, {})
+
+        def direct(text, name=name):
             # the convolutions hold both buffers in nChw8c (AVX2) or nChw16c
             if avx2:
                 check(re.search(r"direct max-pool, oneDNN jit[^,]*, nChw(8|16)c", text) is not None,
                       f"{name}: the max-pool does not run directly:\n{text}")
                 check("skipped: its max-pool runs directly" in text or "pool_2x2" == name,
                       f"{name}: the pool's interior kernel still runs:\n{text}")
-            same_bits(got, base, f"{name}, {threads} threads: direct and as written differ")
+        # SHARDC_CONV_LAYOUT=nchw: the max-pool runs as its kernels
+        against_base(tmp, name, m, rand(rng, x_shape), {"SHARDC_CONV_LAYOUT": "nchw"},
+                     "direct max-pool", direct)
         print(f"ok: {name}: the max-pool as a oneDNN pooling, bit-identical to its kernels, "
               "1 and 2 threads")
 
