@@ -102,6 +102,7 @@ typedef struct conv {
   int64_t G;                      /* images per group: a tile is G images x tm channels */
   int64_t P;                      /* parts per image of the input reorder */
   bool bias;                      /* the convolution adds conv.bias itself */
+  bool wino;                      /* Winograd's F(4x4, 3x3), not direct */
   dnnl_primitive_t prim;          /* the tile's convolution */
   dnnl_primitive_t src_reorder;   /* NCHW image (or a part: P > 1) -> src_md, or NULL
                                      (src_md is NCHW) */
@@ -362,47 +363,85 @@ static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_
 }
 
 /* A primitive descriptor for op_desc (a oneDNN operation descriptor) with a
- * user scratchpad, and in *impl its implementation's name; NULL when
- * oneDNN declines it. */
-static dnnl_primitive_desc_t user_pd(const void *op_desc, const char **impl) {
+ * user scratchpad, and in *impl its implementation's name: oneDNN's first
+ * choice, or with `want` its first implementation whose name starts so;
+ * NULL when there is none. */
+static dnnl_primitive_desc_t user_pd(const void *op_desc, const char *want, const char **impl) {
   dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_iterator_t it = NULL;
   dnnl_primitive_desc_t pd = NULL;
   *impl = NULL;
   if (dnnl_primitive_attr_create(&attr) != dnnl_success) return NULL;
-  if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) != dnnl_success ||
-      dnnl_primitive_desc_create(&pd, op_desc, attr, engine, NULL) != dnnl_success)
-    pd = NULL;
+  if (dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success &&
+      dnnl_primitive_desc_iterator_create(&it, op_desc, attr, engine, NULL) == dnnl_success) {
+    do {
+      pd = dnnl_primitive_desc_iterator_fetch(it);
+      if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, impl) !=
+                     dnnl_success ||
+                 !*impl || (want && strncmp(*impl, want, strlen(want)) != 0))) {
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
+      }
+    } while (!pd && want && dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+  }
   dnnl_primitive_attr_destroy(attr);
-  if (pd && (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, impl) != dnnl_success ||
-             !*impl)) {
+  return pd;
+}
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* The Winograd implementation taken when oneDNN offers it: of its two
+ * for f32 (AVX-512 only), F(4x4, 3x3) ran every tile shape of ResNet-18
+ * faster than F(2x2, 3x3), which oneDNN often lists first
+ * (docs/runtime.md#winograd-convolutions). */
+static const char WINO_IMPL[] = "jit_wino_4x3";
+
+/* A primitive descriptor for c's convolution (geometry v, algorithm alg:
+ * dnnl_convolution_direct or _winograd) with these layouts, or NULL when
+ * oneDNN declines it or has no JIT kernel for it (for Winograd: not
+ * WINO_IMPL). */
+static dnnl_primitive_desc_t conv_pd(const conv *c, const sc_conv_geom *v, dnnl_alg_kind_t alg,
+                                     const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *w,
+                                     const dnnl_memory_desc_t *dst) {
+  dnnl_dims_t strides = {v->sh, v->sw}, dil = {v->dh - 1, v->dw - 1};
+  dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
+  dnnl_convolution_desc_t cd;
+  if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, alg, src, w,
+                                                 c->bias ? &c->b_md : NULL, dst, strides, dil,
+                                                 pad_l, pad_r))
+    return NULL;
+  const char *impl;
+  dnnl_primitive_desc_t pd = user_pd(&cd, alg == dnnl_convolution_winograd ? WINO_IMPL : NULL,
+                                     &impl);
+  if (pd && strncmp(impl, "jit", 3) != 0 && strncmp(impl, "brg", 3) != 0) {
     dnnl_primitive_desc_destroy(pd);
     return NULL;
   }
   return pd;
 }
 
-static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+/* Winograd's F(4x4, 3x3) does 2.25 times fewer multiplications than a
+ * direct convolution, but its weights, transformed to 6 x 6 per pair of
+ * channels, are 4 times larger, and a tile streams all of its share of
+ * them from memory. Per tile of P output pixels (G images), it saves
+ * ~18 P (1 - 1/2.25) = 10 P flops per pair of channels and reads 108 more
+ * bytes; at ~8 flops per byte of memory bandwidth (2 threads, ~240 GFLOP/s
+ * against ~31 GB/s, the AVX-512 EPYC) it wins above ~86 pixels. Measured
+ * in ResNet-18 at batch 1: 14 x 14 planes 0.99 -> 0.77-0.93 ms per
+ * convolution, 7 x 7 ones 1.13 -> 1.21-1.33 ms (9.4 MB of weights become
+ * 37.7 MB). */
+enum { WINO_PIXELS = 100 };
 
-/* A primitive descriptor for c's convolution (geometry v) with these
- * layouts, or NULL when oneDNN declines it or has no JIT kernel for it. */
-static dnnl_primitive_desc_t conv_pd(const conv *c, const sc_conv_geom *v,
-                                     const dnnl_memory_desc_t *src, const dnnl_memory_desc_t *w,
-                                     const dnnl_memory_desc_t *dst) {
-  dnnl_dims_t strides = {v->sh, v->sw}, dil = {v->dh - 1, v->dw - 1};
-  dnnl_dims_t pad_l = {v->pt, v->pl}, pad_r = {v->pb, v->pr};
-  dnnl_convolution_desc_t cd;
-  if (dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
-                                                 dnnl_convolution_direct, src, w,
-                                                 c->bias ? &c->b_md : NULL, dst, strides, dil,
-                                                 pad_l, pad_r))
-    return NULL;
-  const char *impl;
-  dnnl_primitive_desc_t pd = user_pd(&cd, &impl);
-  if (pd && strncmp(impl, "jit", 3) != 0 && strncmp(impl, "brg", 3) != 0) {
-    dnnl_primitive_desc_destroy(pd);
-    return NULL;
-  }
-  return pd;
+/* Whether c's convolution (G images per tile) may run as Winograd's
+ * F(4x4, 3x3): 3 x 3, stride 1, not dilated, channels in blocks of 16, at
+ * least WINO_PIXELS output pixels per tile, and SHARDC_CONV_ALGO is not
+ * "direct" (A/B runs, tests). */
+static bool wino_fits(const conv *c, const sc_conv_geom *v) {
+  const char *env = getenv("SHARDC_CONV_ALGO");
+  if (env && strcmp(env, "direct") == 0) return false;
+  return v->kh == 3 && v->kw == 3 && v->sh == 1 && v->sw == 1 && v->dh == 1 && v->dw == 1 &&
+         v->c % 16 == 0 && c->tm % 16 == 0 && c->G * v->oh * v->ow >= WINO_PIXELS;
 }
 
 /* The primitives of one convolution with G images per tile; false when
@@ -429,9 +468,19 @@ static bool conv_build_with(conv *c, const sc_gemm *g, int64_t G) {
   /* the layouts oneDNN picks for one image; a group of images is those
    * images one after another, whole 64-byte lines each (the input scratch
    * holds each image at a multiple of 64 bytes) */
-  dnnl_primitive_desc_t pd = conv_pd(c, v, &s_any, &w_any, &d_any);
+  dnnl_primitive_desc_t pd = NULL;
+  c->wino = false;
+  if (wino_fits(c, v)) {
+    /* Winograd on channel blocks of 16, the layout its kernels take */
+    dnnl_memory_desc_t s16, d16;
+    if (dnnl_memory_desc_init_by_tag(&s16, 4, sd, dnnl_f32, dnnl_nChw16c) == dnnl_success &&
+        dnnl_memory_desc_init_by_tag(&d16, 4, dd, dnnl_f32, dnnl_nChw16c) == dnnl_success)
+      pd = conv_pd(c, v, dnnl_convolution_winograd, &s16, &w_any, &d16);
+    c->wino = pd != NULL;
+  }
+  if (!pd) pd = conv_pd(c, v, dnnl_convolution_direct, &s_any, &w_any, &d_any);
   if (!pd) return false;
-  if (!block_of(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), c->tm, v->oh, v->ow)) {
+  if (!c->wino && !block_of(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), c->tm, v->oh, v->ow)) {
     /* blocks of channels rather than oneDNN's own choice (its AVX-512
      * brgemm kernels take NHWC): held between steps without reorders
      * (layout_plan), they ran ResNet-18 faster than NHWC with them */
@@ -440,7 +489,7 @@ static bool conv_build_with(conv *c, const sc_gemm *g, int64_t G) {
                                      v->c % 16 == 0 ? dnnl_nChw16c : dnnl_format_tag_any) ==
             dnnl_success &&
         dnnl_memory_desc_init_by_tag(&d16, 4, dd, dnnl_f32, dnnl_nChw16c) == dnnl_success) {
-      dnnl_primitive_desc_t pd16 = conv_pd(c, v, &s16, &w_any, &d16);
+      dnnl_primitive_desc_t pd16 = conv_pd(c, v, dnnl_convolution_direct, &s16, &w_any, &d16);
       if (pd16) dnnl_primitive_desc_destroy(pd), pd = pd16;
     }
   }
@@ -452,13 +501,17 @@ static bool conv_build_with(conv *c, const sc_gemm *g, int64_t G) {
     dnnl_primitive_desc_destroy(pd);
     pd = with_images(&c->src_md, G, &c->src_g) && with_images(&c->dst_md, G, &c->dst_g) &&
                  dnnl_memory_desc_get_size(&c->src_md) % 64 == 0
-             ? conv_pd(c, v, &c->src_g, &c->w_md, &c->dst_g)
+             ? conv_pd(c, v, c->wino ? dnnl_convolution_winograd : dnnl_convolution_direct,
+                       &c->src_g, c->wino ? &w_any : &c->w_md, &c->dst_g)
              : NULL;
     if (!pd) return false;
+    /* Winograd's weights layout depends on the problem, the images included */
+    c->w_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
   }
   const char *impl = NULL;
   dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-  int len = snprintf(c->note, sizeof c->note, "direct convolution, oneDNN %s", impl ? impl : "?");
+  int len = snprintf(c->note, sizeof c->note, "%s convolution, oneDNN %s",
+                     c->wino ? "Winograd" : "direct", impl ? impl : "?");
   if (G > 1 && len > 0 && (size_t)len < sizeof c->note)
     snprintf(c->note + len, sizeof c->note - (size_t)len, ", %lld images per tile", (long long)G);
   c->pad_conv = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
@@ -567,7 +620,7 @@ static bool pool_build_in(pool *o, int i) {
             dnnl_pooling_v2_forward_desc_init(&d, dnnl_forward_inference, dnnl_pooling_max,
                                               &o->src_md[i], &o->dst_md[i], strides, kernel, dil,
                                               pad_l, pad_r) == dnnl_success &&
-            (pd = user_pd(&d, &impl)) && strncmp(impl, "jit", 3) == 0;
+            (pd = user_pd(&d, NULL, &impl)) && strncmp(impl, "jit", 3) == 0;
   if (ok) {
     snprintf(o->note[i], sizeof o->note[i], "direct max-pool, oneDNN %s, nChw%lldc", impl,
              (long long)BLOCKS[i]);

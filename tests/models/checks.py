@@ -156,6 +156,21 @@ def comm_traces_match(folder):
     return True, "", calls
 
 
+def has_avx512():
+    """Whether oneDNN may use its AVX-512 kernels here: the CPU reports
+    AVX-512 (F, BW, VL, DQ: oneDNN's avx512_core) and ONEDNN_MAX_CPU_ISA, if
+    set, does not hold it to less."""
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if isa not in ("ALL", "DEFAULT") and not isa.startswith("AVX512"):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return all(x in flags for x in ("avx512f", "avx512bw", "avx512vl", "avx512dq"))
+
+
 def has_avx2():
     """Whether this CPU reports AVX2 (oneDNN then has JIT convolutions)."""
     try:

@@ -70,9 +70,11 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import TensorProto as T, helper, numpy_helper
-from checks import check, equals_onnxruntime, finish, has_avx2
+from checks import check, equals_onnxruntime, finish, has_avx2, has_avx512
 
 SHARDC = os.environ.get("SHARDC")
+# a oneDNN convolution runs the step (not im2col + GEMM)
+RAN_DIRECT = r"(direct|Winograd) convolution, oneDNN"
 
 
 def rand(rng, shape):
@@ -293,6 +295,42 @@ def stem_pools(tmp, rng, avx2):
               "1 and 2 threads")
 
 
+def winograd(tmp, rng, avx512):
+    """3x3 stride-1 convolutions with at least 100 output pixels per tile
+    run as oneDNN's Winograd F(4x4, 3x3) where it has it (AVX-512): one
+    image of 16x16 (tiles of channels), four 7x7 images in one tile (196
+    pixels; its weights laid out for the group); one 7x7 image (49 pixels)
+    stays direct. Equal to onnxruntime; within 1e-5 of the largest output
+    from the direct convolution (SHARDC_CONV_ALGO=direct); 1 and 2 threads
+    bit-identical."""
+    for name, x_shape, c, wino in (("wino_plane", [1, 32, 16, 16], 64, True),
+                                   ("wino_group", [4, 64, 7, 7], 64, True),
+                                   ("wino_small", [1, 64, 7, 7], 64, False)):
+        m = conv_model(rng, name, x_shape, [c, x_shape[1], 3, 3], residual=x_shape[1] == c,
+                       pads=[1, 1, 1, 1])
+        equals_onnxruntime(SHARDC, tmp, name, m, {"x": rand(rng, x_shape)}, 1e-4, 1e-4)
+        direct, text = run_profiled(tmp, name, name + "_direct", "1",
+                                    {"SHARDC_CONV_ALGO": "direct"})
+        check("Winograd" not in text, f"{name}: SHARDC_CONV_ALGO=direct runs Winograd:\n{text}")
+        outs = []
+        for threads in ("1", "2"):
+            got, text = run_profiled(tmp, name, f"{name}_{threads}", threads, {})
+            outs.append(got)
+            ran = re.search(r"Winograd convolution, oneDNN jit_wino_4x3", text) is not None
+            if avx512:
+                check(ran == wino, f"{name}: Winograd {'not ' if wino else ''}taken:\n{text}")
+            if got is not None and direct is not None:
+                # Winograd's rounding error scales with the whole output's
+                # magnitude, not each element's
+                err = float(np.max(np.abs(got - direct)) / np.max(np.abs(direct)))
+                check(np.isfinite(got).all() and err <= 1e-5,
+                      f"{name}: {err:.2e} (of the largest output) from the direct convolution")
+                print(f"   {name}: {err:.1e} of the largest output from the direct convolution")
+        same_bits(outs[1], outs[0], f"{name}: 1 and 2 threads differ")
+        print(f"ok: {name} runs as {'Winograd' if avx512 and wino else 'direct'}, within 1e-5 "
+              "of direct, 1 and 2 threads bit-identical")
+
+
 def gemm_cases(rng):
     return [
         ("m24", conv_model(rng, "m24", [1, 8, 6, 6], [24, 8, 3, 3], pads=[1, 1, 1, 1])),
@@ -322,7 +360,7 @@ def main():
                 shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
                 equals_onnxruntime(SHARDC, tmp, name, m, {"x": rand(rng, shape)}, 1e-4, 1e-4)
                 text = profile(tmp, name)
-                ran_direct = "direct convolution, oneDNN" in text
+                ran_direct = re.search(RAN_DIRECT, text) is not None
                 if direct and avx2:
                     check(ran_direct, f"{name}: not run as a direct convolution:\n{text}")
                     check("skipped: its convolution runs directly" in text,
@@ -342,6 +380,7 @@ def main():
             blocked_chain(tmp, rng, avx2, c)
         tile_epilogues(tmp, rng, avx2)
         stem_pools(tmp, rng, avx2)
+        winograd(tmp, rng, has_avx512())
         # bit-identical with 1 and 2 threads
         path = os.path.join(tmp, "batch8_m64.onnx")
         outs = []
@@ -369,7 +408,7 @@ def main():
                            env=dict(os.environ, SHARDC_PROFILE="1"))
         if check(r.returncode == 0, f"bundle run: exit {r.returncode}: {r.stderr.strip()}"):
             if avx2:
-                check("direct convolution, oneDNN" in r.stderr,
+                check(re.search(RAN_DIRECT, r.stderr) is not None,
                       f"bundle: not run as a direct convolution:\n{r.stderr}")
             got = np.load(os.path.join(out, "y.npy"))
             if outs[1] is not None:
