@@ -12,16 +12,22 @@ Figures printed (never fails on a time; `make bench` runs it):
   4. (listed last, printed last) Real-size models (bench/real_models.py:
      GPT-2-small's shapes at sequence 128, ResNet-18 at 224x224, random
      weights) at batch 1 and 8, shardc against onnxruntime as in 1, median
-     of --real-runs runs after 1 warm-up; target <= 1.0x. --skip-real
+     of --real-runs runs after 1 warm-up, in --real-rounds rounds that
+     alternate which of the two runs first; the ratio is the median of the
+     rounds' ratios (each round printed); target <= 1.0x. --skip-real
      leaves them out (building GPT-2-small takes ~20 s once; files are
      cached in --cache).
   3. CPU GEMM: a 1024x1024x1024 float32 MatMul model (built here with
      onnx.helper) through shardc and onnxruntime, in GFLOP/s (2*M*N*K / t),
-     against the machine's peak, estimated as
+     against the machine's peak, measured by bench/fma_peak.c (built here
+     with cc -O3 -march=native: T threads of register-only FMA loops, 256-
+     and 512-bit, the better taken; AMD's Zen 4 runs 512-bit FMAs at half
+     the rate per instruction, so flags alone overstate it twofold), or,
+     when that does not build, estimated as
        threads x GHz x FLOPs/cycle/core
      with GHz from /proc/cpuinfo ("cpu MHz", or the model name) and
      FLOPs/cycle from the CPU flags: AVX-512F+FMA 64, AVX2+FMA 32, AVX 16,
-     else 8 (fp32, two FMA pipes assumed). The assumption is printed.
+     else 8 (fp32, two FMA pipes assumed). Both are printed.
 
 How shardc's run time excludes compilation. When `shardc run --help`
 offers --repeat, shardc is run once per (model, batch) with
@@ -40,7 +46,8 @@ bound if compile is missing). That difference is coarse (process start,
 
 usage: bench_run.py [--shardc build/shardc] [--threads T] [--runs N]
                     [--warmup W] [--only gpt2,bert] [--skip-gemm]
-                    [--skip-real] [--real-runs N] [--real gpt2-small,resnet18]
+                    [--skip-real] [--real-runs N] [--real-rounds R]
+                    [--real gpt2-small,resnet18]
                     [--cache DIR]
 """
 import argparse
@@ -90,7 +97,41 @@ def cpu_info():
     return name, mhz, flags
 
 
+def measured_peak(threads):
+    """(GFLOP/s, note) of bench/fma_peak.c (register-only FMA loops on
+    `threads` threads, built here with cc -O3 -march=native), or None when
+    it cannot be built or run."""
+    with tempfile.TemporaryDirectory(prefix="sc-peak-") as d:
+        exe = os.path.join(d, "fma_peak")
+        try:
+            subprocess.run([os.environ.get("CC", "cc"), "-O3", "-march=native", "-pthread",
+                            os.path.join(HERE, "fma_peak.c"), "-o", exe],
+                           check=True, capture_output=True, timeout=60)
+            out = subprocess.run([exe, str(threads)], check=True, capture_output=True,
+                                 text=True, timeout=120).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+    got = {k: float(v) for k, v in (ln.split() for ln in out.splitlines() if ln.strip())}
+    if not got:
+        return None
+    isa = max(got, key=got.get)
+    detail = ", ".join(f"{k} {v:.0f}" for k, v in sorted(got.items()))
+    return got[isa], (f"measured: {threads} thread(s) of register-only FMA loops "
+                      f"(bench/fma_peak.c; {detail} GFLOP/s) = {got[isa]:.0f} GFLOP/s")
+
+
 def peak_gflops(threads):
+    """The peak that GEMM figures are compared with: measured when
+    bench/fma_peak.c builds here, else estimated from the flags and clock
+    (the estimate is printed too)."""
+    est, est_note = estimated_peak(threads)
+    m = measured_peak(threads)
+    if m is None:
+        return est, est_note + " (estimated: bench/fma_peak.c did not build or run)"
+    return m[0], f"{m[1]}; estimated from the flags: {est_note}"
+
+
+def estimated_peak(threads):
     name, mhz, flags = cpu_info()
     if "avx512f" in flags and "fma" in flags:
         fpc, isa = 64, "AVX-512 FMA"
@@ -119,14 +160,20 @@ def sample_feeds(model, batch, seed=1):
 
 # ---------------------------------------------------------------- onnxruntime
 
-def ort_latency(path, feeds, threads, runs, warmup):
+def ort_session(path, threads):
     import onnxruntime as ort
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 3
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def ort_latency(path, feeds, threads, runs, warmup, sess=None):
+    """Median seconds of `runs` runs after `warmup`, in sess or a new
+    session of path."""
+    sess = sess or ort_session(path, threads)
     for _ in range(warmup):
         sess.run(None, feeds)
     times = []
@@ -292,13 +339,13 @@ def main():
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--real", default="gpt2-small,resnet18")
     ap.add_argument("--real-runs", type=int, default=5)
+    ap.add_argument("--real-rounds", type=int, default=3)
     ap.add_argument("--cache", default=os.path.join(SRC, "build", "bench-models"))
     args = ap.parse_args()
     samples = [s for s in args.only.split(",") if s] or SAMPLES
     batches = [int(b) for b in args.batches.split(",")]
 
     sc = Shardc(args.shardc, args.threads)
-    peak, peak_note = peak_gflops(args.threads)
     print(f"threads: {args.threads} (shardc --threads, onnxruntime intra_op_num_threads); "
           f"median of {args.runs} runs after {args.warmup} warm-up")
     if not sc.has_run:
@@ -362,7 +409,8 @@ def main():
     if not args.skip_gemm:
         n = 1024
         flops = 2.0 * n * n * n
-        print(f"\n3. GEMM {n}x{n}x{n} float32 (peak estimate: {peak_note})")
+        peak, peak_note = peak_gflops(args.threads)
+        print(f"\n3. GEMM {n}x{n}x{n} float32 (peak {peak_note})")
         with tempfile.TemporaryDirectory(prefix="sc-gemm-") as d:
             path = os.path.join(d, "gemm.onnx")
             feeds = gemm_model(path, n)
@@ -371,8 +419,8 @@ def main():
             print(f"   onnxruntime {flops / t_ort / 1e9:8.1f} GFLOP/s ({t_ort * 1e3:.2f} ms), "
                   f"{100 * flops / t_ort / 1e9 / peak:.0f}% of peak")
             if flops / t_ort / 1e9 > peak:
-                print("   (above the estimate: the clock in /proc/cpuinfo is below the boost "
-                      "clock, or a virtual machine reports a nominal one)")
+                print("   (above the peak: an estimated one assumes the clock in /proc/cpuinfo, "
+                      "below the boost clock, or a measured one ran on a busy machine)")
             if sc.has_run:
                 try:
                     t_sc, _, method = sc.latency(path, feeds, {}, runs, 2)
@@ -389,23 +437,43 @@ def main():
 
 
 def real_section(sc, args, batches):
+    """Each (model, batch) in --real-rounds rounds, each the median of
+    --real-runs runs after 1 warm-up of onnxruntime (one session for all
+    rounds) and of shardc (a process per round), the two in turns (odd
+    rounds onnxruntime first, even ones shardc first), so that a slow
+    spell of a shared machine falls on both rather than on one; the ratio
+    is the median of the rounds' ratios, and every round is printed."""
     import real_models
-    print(f"\n4. real-size models (ms; median of {args.real_runs} runs after 1 warm-up; "
+    print(f"\n4. real-size models (ms; median of {args.real_runs} runs after 1 warm-up, "
+          f"{args.real_rounds} alternating rounds; ratio: median of the rounds'; "
           f"target <= {TARGET_REAL_RATIO}x)")
     for name in [s for s in args.real.split(",") if s]:
         path = real_models.model_path(name, args.cache)
         for b in batches:
             feeds = real_models.feeds(name, b)
-            t_ort = ort_latency(path, feeds, args.threads, args.real_runs, 1)
+            sess = ort_session(path, args.threads)
+            rounds, method = [], ""
             try:
-                t_sc, _, method = sc.latency(path, feeds, {"batch": b}, args.real_runs, 1)
+                for r in range(args.real_rounds):
+                    t = {}
+                    for who in (("ort", "sc") if r % 2 == 0 else ("sc", "ort")):
+                        if who == "ort":
+                            t[who] = ort_latency(path, feeds, args.threads, args.real_runs, 1, sess)
+                        else:
+                            t[who], _, method = sc.latency(path, feeds, {"batch": b},
+                                                           args.real_runs, 1)
+                    rounds.append((t["sc"], t["ort"]))
             except (RuntimeError, subprocess.TimeoutExpired) as e:
                 print(f"   {name:10s} batch {b:<3d} FAILED: {str(e).splitlines()[-1][:80]}")
                 continue
-            r = t_sc / t_ort
+            del sess
+            r = statistics.median(a / o for a, o in rounds)
+            t_sc = statistics.median(a for a, _ in rounds)
+            t_ort = statistics.median(o for _, o in rounds)
+            each = ", ".join(f"{a * 1e3:.1f}/{o * 1e3:.1f} {a / o:.2f}x" for a, o in rounds)
             print(f"   {name:10s} batch {b:<3d} {fmt_ms(t_sc)} {fmt_ms(t_ort)} {r:5.2f}x  {method}"
-                  f"  (target <= {TARGET_REAL_RATIO}x: {'met' if r <= TARGET_REAL_RATIO else 'NOT met'})",
-                  flush=True)
+                  f"  (target <= {TARGET_REAL_RATIO}x: {'met' if r <= TARGET_REAL_RATIO else 'NOT met'})"
+                  f"\n      rounds (shardc/onnxruntime ms): {each}", flush=True)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,13 @@ jit..., nChw8c" (or nChw16c) and the interior kernel's step skipped; outputs
 bit-identical to those with every buffer in NCHW (the pool then runs as its
 kernels), 1 and 2 threads.
 
+Winograd (docs/runtime.md#winograd-convolutions): 3x3 stride-1
+convolutions of one 16x16 image and of four 7x7 images in one tile run as
+oneDNN's F(4x4, 3x3) on an AVX-512 machine, one 7x7 image (49 pixels per
+tile) stays direct; each equals onnxruntime, lies within 1e-5 of the
+largest output from the direct convolution (SHARDC_CONV_ALGO=direct), and
+1 and 2 threads give the same bits.
+
 Blocked layouts are nChw8c with oneDNN's AVX2 kernels and nChw16c with its
 AVX-512 ones; ctest runs this file twice, the second time with
 ONEDNN_MAX_CPU_ISA=AVX2 (models.test_direct_conv_avx2), so that an AVX-512
