@@ -236,6 +236,10 @@ typedef struct cpu_ctx {
                                GEMM kernel (data NULL: none; see pack_weights) */
   bool *packed_owner;     /* per step: packed[i].data is this step's to free
                              (steps reading the same B share one) */
+  float **pitched;        /* per step, with oneDNN: its constant B copied at bind
+                             to a pitch that does not alias in the cache
+                             (repitched_ld), or NULL (see pitch_weights) */
+  bool *pitched_owner;    /* per step: pitched[i] is this step's to free */
   double compile_s;
 } cpu_ctx;
 
@@ -266,6 +270,9 @@ static void free_packed(cpu_ctx *c) {
     if (c->packed_owner[i]) free(c->packed[i].data);
     c->packed[i].data = NULL;
     c->packed_owner[i] = false;
+    if (c->pitched_owner[i]) free(c->pitched[i]);
+    c->pitched[i] = NULL;
+    c->pitched_owner[i] = false;
   }
 }
 
@@ -281,6 +288,8 @@ static void cpu_destroy(void *ctx) {
   free_packed(c);
   sc_free(c->packed);
   sc_free(c->packed_owner);
+  sc_free(c->pitched);
+  sc_free(c->pitched_owner);
   sc_free(c->skip);
   sc_free(c->fns);
   sc_free(c->points);
@@ -367,6 +376,8 @@ static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) 
   }
 }
 
+static bool packs_b(const cpu_ctx *c, const sc_step *s);
+
 static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   cpu_ctx *c = ctx;
   c->p = p;
@@ -389,8 +400,10 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   size_t ns1 = p->n_steps > 0 ? (size_t)p->n_steps : 1;
   c->packed = sc_calloc(ns1, sizeof *c->packed);
   c->packed_owner = sc_calloc(ns1, sizeof *c->packed_owner);
+  c->pitched = sc_calloc(ns1, sizeof *c->pitched);
+  c->pitched_owner = sc_calloc(ns1, sizeof *c->pitched_owner);
   if (!c->fns || !c->points || !c->work || !c->args || !c->ptrs || !c->skip || !c->packed ||
-      !c->packed_owner)
+      !c->packed_owner || !c->pitched || !c->pitched_owner)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t k = 0; k < nk; k++) {
     const kir_kernel *kk = p->kernels[k];
@@ -431,8 +444,10 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   int64_t scratch = 0;
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
     const sc_step *s = &p->steps[i];
-    /* a direct convolution is no GEMM here */
-    int64_t n = s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s)
+    /* a direct convolution is no GEMM here; with oneDNN, a constant B is
+     * re-pitched at bind (pitch_weights), not into the scratch */
+    int64_t n = s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s) &&
+                        (sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN || !packs_b(c, s))
                     ? sc_gemm_scratch_numel(&s->gemm)
                     : 0;
     if (n > scratch) scratch = n;
@@ -497,9 +512,9 @@ sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag) {
   return SC_OK;
 }
 
-/* Whether GEMM step s's B is a constant that the own kernel reads packed:
- * one matrix (no batch, or the same for every entry), not a direct
- * convolution. */
+/* Whether GEMM step s's B is a constant that is laid out again at bind
+ * (pack_weights, pitch_weights): one matrix (no batch, or the same for
+ * every entry), not a direct convolution. */
 static bool packs_b(const cpu_ctx *c, const sc_step *s) {
   const sc_gemm *g = &s->gemm;
   if (s->kind != SC_STEP_GEMM || sc_cpu_convs_note(c->convs, s) || g->m <= 0 || g->n <= 0 ||
@@ -527,6 +542,14 @@ static void pack_rows(void *ud, int64_t begin, int64_t end) {
  * order from aligned memory. Steps reading the same matrix the same way
  * share one packing. The packed copies are the device's own memory,
  * outside the arena (k x n rounded up to 16 floats each). */
+static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag);
+
+/* Whether GEMMs h and g read the same op(B) the same way. */
+static bool same_b(const cpu_ctx *c, const sc_gemm *h, const sc_gemm *g) {
+  return c->ptrs[h->b] == c->ptrs[g->b] && h->trans_b == g->trans_b && h->k == g->k &&
+         h->n == g->n && h->ldb == g->ldb;
+}
+
 static sc_status pack_weights(cpu_ctx *c, sc_diag *diag) {
   free_packed(c); /* a second bind starts over */
   if (sc_gemm_engine_get() != SC_GEMM_ENGINE_OWN) return SC_OK;
@@ -535,12 +558,8 @@ static sc_status pack_weights(cpu_ctx *c, sc_diag *diag) {
     const sc_step *s = &p->steps[i];
     if (!packs_b(c, s)) continue;
     const sc_gemm *g = &s->gemm;
-    for (int32_t j = 0; j < i && !c->packed[i].data; j++) {
-      const sc_gemm *h = &p->steps[j].gemm;
-      if (c->packed[j].data && c->ptrs[h->b] == c->ptrs[g->b] && h->trans_b == g->trans_b &&
-          h->k == g->k && h->n == g->n && h->ldb == g->ldb)
-        c->packed[i] = c->packed[j];
-    }
+    for (int32_t j = 0; j < i && !c->packed[i].data; j++)
+      if (c->packed[j].data && same_b(c, &p->steps[j].gemm, g)) c->packed[i] = c->packed[j];
     if (c->packed[i].data) continue;
     int64_t numel = sc_gemm_packed_b_numel(g->k, g->n);
     if (numel < 0 || numel > INT64_MAX / 4 ||
@@ -584,6 +603,7 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
     }
   if (st == SC_OK && c->convs) st = sc_cpu_convs_bind(c->convs, c->ptrs, diag);
   if (st == SC_OK) st = pack_weights(c, diag);
+  if (st == SC_OK) st = pitch_weights(c, diag);
   return st;
 }
 
@@ -700,6 +720,38 @@ static void repitch_rows(void *ud, int64_t begin, int64_t end) {
   for (int64_t r = begin; r < end; r++)
     memcpy(j->dst + r * j->ld, j->B + (r / j->rows) * j->stride_b + (r % j->rows) * j->ldb,
            (size_t)j->cols * sizeof(float));
+}
+
+/* With oneDNN, a constant B whose pitch aliases in the cache (see
+ * sc_gemm_repitch_numel) is copied to a pitch that does not once, here at
+ * bind, rather than into the scratch at every run: GPT-2-small's MLP
+ * weights (768 x 3072) were 12 copies of 9.4 MB from memory per run. The
+ * copies are the device's own memory, outside the arena; steps reading
+ * the same matrix the same way share one. */
+static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag) {
+  if (sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN) return SC_OK;
+  const sc_program *p = c->p;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    int64_t numel;
+    if (!packs_b(c, s) || (numel = sc_gemm_repitch_numel(&s->gemm)) <= 0) continue;
+    const sc_gemm *g = &s->gemm;
+    for (int32_t j = 0; j < i && !c->pitched[i]; j++)
+      if (c->pitched[j] && same_b(c, &p->steps[j].gemm, g)) c->pitched[i] = c->pitched[j];
+    if (c->pitched[i]) continue;
+    if (posix_memalign((void **)&c->pitched[i], 64, (size_t)numel * sizeof(float))) {
+      c->pitched[i] = NULL;
+      return sc_diag_set(diag, SC_ERR_NOMEM, s->origin, NULL,
+                         "cpu device: no memory to copy a %lld x %lld weight matrix",
+                         (long long)g->k, (long long)g->n);
+    }
+    c->pitched_owner[i] = true;
+    repitch_job r = {.B = c->ptrs[g->b], .dst = c->pitched[i], .rows = g->trans_b ? g->n : g->k,
+                     .cols = g->trans_b ? g->k : g->n, .ldb = g->ldb};
+    r.ld = repitched_ld(r.cols);
+    sc_thread_pool_run(c->pool, repitch_rows, &r, r.rows, r.rows);
+  }
+  return SC_OK;
 }
 
 typedef struct gemm_job {
@@ -869,6 +921,11 @@ static const sc_gemm_packed_b *packed_of(const cpu_ctx *c, const sc_step *s) {
   return &c->packed[s - c->p->steps];
 }
 
+/* Step s's B re-pitched at bind (pitch_weights), or NULL (as packed_of) */
+static const float *pitched_of(const cpu_ctx *c, const sc_step *s) {
+  return packed_of(c, s) ? c->pitched[s - c->p->steps] : NULL;
+}
+
 static void cpu_run_gemm(void *ctx, const sc_step *s) {
   cpu_ctx *c = ctx;
   const sc_gemm *g = &s->gemm;
@@ -876,10 +933,21 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
              c->points[s->kernel] > 0;
   bool epi_ran = false;
   if (!sc_cpu_convs_run(c->convs, s, c->pool, epi ? c->fns[s->kernel] : NULL,
-                        epi ? c->args[s->kernel] : NULL, &epi_ran))
-    sc_host_gemm_f32(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
+                        epi ? c->args[s->kernel] : NULL, &epi_ran)) {
+    const float *B = c->ptrs[g->b];
+    const float *pitched = pitched_of(c, s);
+    sc_gemm rg;
+    if (pitched) { /* B re-pitched at bind (pitch_weights) */
+      rg = *g;
+      rg.ldb = repitched_ld(g->trans_b ? g->k : g->n);
+      rg.stride_b = 0;
+      g = &rg;
+      B = pitched;
+    }
+    sc_host_gemm_f32(g, c->ptrs[g->a], B, g->bias >= 0 ? c->ptrs[g->bias] : NULL,
                      g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
                      c->repitch, packed_of(c, s));
+  }
   if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
 }
 
