@@ -480,7 +480,8 @@ static bool conv_build_with(conv *c, const sc_gemm *g, int64_t G) {
   }
   if (!pd) pd = conv_pd(c, v, dnnl_convolution_direct, &s_any, &w_any, &d_any);
   if (!pd) return false;
-  if (!c->wino && !block_of(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), c->tm, v->oh, v->ow)) {
+  if (!c->wino &&
+      !block_of(dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), c->tm, v->oh, v->ow)) {
     /* blocks of channels rather than oneDNN's own choice (its AVX-512
      * brgemm kernels take NHWC): held between steps without reorders
      * (layout_plan), they ran ResNet-18 faster than NHWC with them */

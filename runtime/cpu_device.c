@@ -537,19 +537,17 @@ static void pack_rows(void *ud, int64_t begin, int64_t end) {
                  end * SC_GEMM_KC, j->out);
 }
 
-/* With the own GEMM kernel (cpu_gemm.h), every constant B is packed once
- * here, into the layout the kernel reads: no packing per run, rows read in
- * order from aligned memory. Steps reading the same matrix the same way
- * share one packing. The packed copies are the device's own memory,
- * outside the arena (k x n rounded up to 16 floats each). */
-static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag);
-
 /* Whether GEMMs h and g read the same op(B) the same way. */
 static bool same_b(const cpu_ctx *c, const sc_gemm *h, const sc_gemm *g) {
   return c->ptrs[h->b] == c->ptrs[g->b] && h->trans_b == g->trans_b && h->k == g->k &&
          h->n == g->n && h->ldb == g->ldb;
 }
 
+/* With the own GEMM kernel (cpu_gemm.h), every constant B is packed once
+ * here, into the layout the kernel reads: no packing per run, rows read in
+ * order from aligned memory. Steps reading the same matrix the same way
+ * share one packing. The packed copies are the device's own memory,
+ * outside the arena (k x n rounded up to 16 floats each). */
 static sc_status pack_weights(cpu_ctx *c, sc_diag *diag) {
   free_packed(c); /* a second bind starts over */
   if (sc_gemm_engine_get() != SC_GEMM_ENGINE_OWN) return SC_OK;
@@ -574,6 +572,8 @@ static sc_status pack_weights(cpu_ctx *c, sc_diag *diag) {
   }
   return SC_OK;
 }
+
+static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag);
 
 static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   cpu_ctx *c = ctx;
