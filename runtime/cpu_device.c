@@ -715,6 +715,20 @@ typedef struct repitch_job {
   int64_t rows, cols, ldb, stride_b, ld;
 } repitch_job;
 
+/* The copy of g's op(B) (at B) into dst at a pitch that does not alias,
+ * and in *rg g reading it there (its ldb and stride_b; rg may be NULL). */
+static repitch_job repitch_of(const sc_gemm *g, const float *B, float *dst, sc_gemm *rg) {
+  repitch_job r = {.B = B, .dst = dst, .rows = g->trans_b ? g->n : g->k,
+                   .cols = g->trans_b ? g->k : g->n, .ldb = g->ldb, .stride_b = g->stride_b};
+  r.ld = repitched_ld(r.cols);
+  if (rg) {
+    *rg = *g;
+    rg->ldb = r.ld;
+    rg->stride_b = g->stride_b ? r.rows * r.ld : 0;
+  }
+  return r;
+}
+
 static void repitch_rows(void *ud, int64_t begin, int64_t end) {
   const repitch_job *j = ud;
   for (int64_t r = begin; r < end; r++)
@@ -746,9 +760,8 @@ static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag) {
                          (long long)g->k, (long long)g->n);
     }
     c->pitched_owner[i] = true;
-    repitch_job r = {.B = c->ptrs[g->b], .dst = c->pitched[i], .rows = g->trans_b ? g->n : g->k,
-                     .cols = g->trans_b ? g->k : g->n, .ldb = g->ldb};
-    r.ld = repitched_ld(r.cols);
+    /* one matrix (packs_b): its rows alone */
+    repitch_job r = repitch_of(g, c->ptrs[g->b], c->pitched[i], NULL);
     sc_thread_pool_run(c->pool, repitch_rows, &r, r.rows, r.rows);
   }
   return SC_OK;
@@ -870,17 +883,12 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
   sc_gemm rg;
   bool own = sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN; /* packs B: no aliasing pitch */
   if (!own && scratch && sc_gemm_repitch_numel(g) > 0) {
-    rg = *g;
-    repitch_job r = {.B = B, .dst = scratch, .rows = g->trans_b ? g->n : g->k,
-                     .cols = g->trans_b ? g->k : g->n, .ldb = g->ldb, .stride_b = g->stride_b};
-    r.ld = repitched_ld(r.cols);
+    repitch_job r = repitch_of(g, B, scratch, &rg);
     int64_t rows = (g->stride_b ? g->batch : 1) * r.rows;
     if (tp)
       sc_thread_pool_run(tp, repitch_rows, &r, rows, (int64_t)sc_thread_pool_threads(tp));
     else
       repitch_rows(&r, 0, rows);
-    rg.ldb = r.ld;
-    rg.stride_b = g->stride_b ? r.rows * r.ld : 0;
     g = &rg;
     B = scratch;
   }
@@ -912,18 +920,25 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
     sc_thread_pool_run(tp, gemm_tiles, &j, tiles, chunks);
 }
 
-/* Step s's packed B, or NULL (s may also be a copy of a step, made by a
- * caller that runs steps one by one: then it is not in the program's
- * array and reads its B in place). */
-static const sc_gemm_packed_b *packed_of(const cpu_ctx *c, const sc_step *s) {
+/* s's index in the program's steps, or -1 (s may also be a copy of a
+ * step, made by a caller that runs steps one by one: then it is not in
+ * the program's array and reads its B in place). */
+static int64_t step_index(const cpu_ctx *c, const sc_step *s) {
   uintptr_t at = (uintptr_t)s, first = (uintptr_t)c->p->steps;
-  if (at < first || at >= first + (uintptr_t)c->p->n_steps * sizeof *s) return NULL;
-  return &c->packed[s - c->p->steps];
+  if (at < first || at >= first + (uintptr_t)c->p->n_steps * sizeof *s) return -1;
+  return s - c->p->steps;
+}
+
+/* Step s's packed B, or NULL */
+static const sc_gemm_packed_b *packed_of(const cpu_ctx *c, const sc_step *s) {
+  int64_t i = step_index(c, s);
+  return i < 0 ? NULL : &c->packed[i];
 }
 
 /* Step s's B re-pitched at bind (pitch_weights), or NULL (as packed_of) */
 static const float *pitched_of(const cpu_ctx *c, const sc_step *s) {
-  return packed_of(c, s) ? c->pitched[s - c->p->steps] : NULL;
+  int64_t i = step_index(c, s);
+  return i < 0 ? NULL : c->pitched[i];
 }
 
 static void cpu_run_gemm(void *ctx, const sc_step *s) {
@@ -938,9 +953,7 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
     const float *pitched = pitched_of(c, s);
     sc_gemm rg;
     if (pitched) { /* B re-pitched at bind (pitch_weights) */
-      rg = *g;
-      rg.ldb = repitched_ld(g->trans_b ? g->k : g->n);
-      rg.stride_b = 0;
+      repitch_of(g, B, NULL, &rg);
       g = &rg;
       B = pitched;
     }
