@@ -236,9 +236,10 @@ typedef struct cpu_ctx {
                                GEMM kernel (data NULL: none; see pack_weights) */
   bool *packed_owner;     /* per step: packed[i].data is this step's to free
                              (steps reading the same B share one) */
-  float **pitched;        /* per step, with oneDNN: its constant B copied at bind
-                             to a pitch that does not alias in the cache
-                             (repitched_ld), or NULL (see pitch_weights) */
+  float **pitched;        /* per step, with oneDNN: its constant op(B) copied at
+                             bind, untransposed, to a pitch that does not alias
+                             in the cache (repitched_ld), or NULL (see
+                             pitch_weights) */
   bool *pitched_owner;    /* per step: pitched[i] is this step's to free */
   double compile_s;
 } cpu_ctx;
@@ -445,7 +446,7 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
     const sc_step *s = &p->steps[i];
     /* a direct convolution is no GEMM here; with oneDNN, a constant B is
-     * re-pitched at bind (pitch_weights), not into the scratch */
+     * laid out at bind (pitch_weights), not into the scratch */
     int64_t n = s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s) &&
                         (sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN || !packs_b(c, s))
                     ? sc_gemm_scratch_numel(&s->gemm)
@@ -689,7 +690,9 @@ static void gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
  * Such a B is first copied, by the pool, into a scratch whose pitch is
  * longer by 16 floats (the row length rounded up to 16 floats, plus 16
  * when that is a multiple of 4 KiB again): K x N floats moved, the product
- * 2-3x faster. The copy is exact, so results do not change. */
+ * 2-3x faster. The copy is op(B) itself, k rows of n, so a transposed B is
+ * transposed on the way (the copy is exact; the product then reads B
+ * untransposed, see pitch_weights for why). */
 enum { GEMM_ALIAS_PITCH = 1024, GEMM_PITCH_PAD = 16, GEMM_REPITCH_MAX = 1 << 26 };
 
 static int64_t repitched_ld(int64_t cols) {
@@ -697,59 +700,94 @@ static int64_t repitched_ld(int64_t cols) {
   return ld % GEMM_ALIAS_PITCH == 0 ? ld + GEMM_PITCH_PAD : ld;
 }
 
-int64_t sc_gemm_repitch_numel(const sc_gemm *g) {
-  if (g->ldb % GEMM_ALIAS_PITCH != 0 || g->batch <= 0 || g->m <= 0 || g->n <= 0 || g->k <= 0)
-    return 0;
-  int64_t rows = g->trans_b ? g->n : g->k, cols = g->trans_b ? g->k : g->n;
+/* Floats of g's op(B) laid out again (every batch entry that has its own:
+ * k rows of repitched_ld(n)), or 0 when too large or entries overlap. */
+static int64_t relaid_numel(const sc_gemm *g) {
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
   int64_t entries = g->stride_b ? g->batch : 1, n;
-  if (g->stride_b && g->stride_b < rows * g->ldb) return 0; /* entries overlap: as it is */
-  if (!sc_mul_i64(entries, rows, &n) || !sc_mul_i64(n, repitched_ld(cols), &n) ||
+  if (g->stride_b && g->stride_b < (g->trans_b ? g->n : g->k) * g->ldb)
+    return 0; /* entries overlap: as it is */
+  if (!sc_mul_i64(entries, g->k, &n) || !sc_mul_i64(n, repitched_ld(g->n), &n) ||
       n > GEMM_REPITCH_MAX)
     return 0;
   return n;
 }
 
+int64_t sc_gemm_repitch_numel(const sc_gemm *g) {
+  return g->ldb % GEMM_ALIAS_PITCH == 0 ? relaid_numel(g) : 0;
+}
+
+enum { REPITCH_ROWS = 16, REPITCH_COLS = 64 }; /* rows of op(B) per unit; a transpose's block */
+
 typedef struct repitch_job {
   const float *B;
   float *dst;
-  int64_t rows, cols, ldb, stride_b, ld;
+  int64_t k, n;   /* op(B): k x n */
+  bool trans_b;   /* B holds op(B)^T: n rows of k */
+  int64_t ldb, stride_b, ld, units;
 } repitch_job;
 
-/* The copy of g's op(B) (at B) into dst at a pitch that does not alias,
- * and in *rg g reading it there (its ldb and stride_b; rg may be NULL). */
+/* The copy of g's op(B) (at B) into dst, k rows at a pitch that does not
+ * alias, and in *rg g reading it there, untransposed (rg may be NULL). The
+ * copy runs in units of REPITCH_ROWS rows of one batch entry. */
 static repitch_job repitch_of(const sc_gemm *g, const float *B, float *dst, sc_gemm *rg) {
-  repitch_job r = {.B = B, .dst = dst, .rows = g->trans_b ? g->n : g->k,
-                   .cols = g->trans_b ? g->k : g->n, .ldb = g->ldb, .stride_b = g->stride_b};
-  r.ld = repitched_ld(r.cols);
+  repitch_job r = {.B = B, .dst = dst, .k = g->k, .n = g->n, .trans_b = g->trans_b,
+                   .ldb = g->ldb, .stride_b = g->stride_b, .ld = repitched_ld(g->n)};
+  r.units = (g->stride_b ? g->batch : 1) * ((g->k + REPITCH_ROWS - 1) / REPITCH_ROWS);
   if (rg) {
     *rg = *g;
+    rg->trans_b = false;
     rg->ldb = r.ld;
-    rg->stride_b = g->stride_b ? r.rows * r.ld : 0;
+    rg->stride_b = g->stride_b ? g->k * r.ld : 0;
   }
   return r;
 }
 
 static void repitch_rows(void *ud, int64_t begin, int64_t end) {
   const repitch_job *j = ud;
-  for (int64_t r = begin; r < end; r++)
-    memcpy(j->dst + r * j->ld, j->B + (r / j->rows) * j->stride_b + (r % j->rows) * j->ldb,
-           (size_t)j->cols * sizeof(float));
+  int64_t per_entry = (j->k + REPITCH_ROWS - 1) / REPITCH_ROWS;
+  for (int64_t u = begin; u < end; u++) {
+    int64_t k0 = u % per_entry * REPITCH_ROWS;
+    int64_t k1 = k0 + REPITCH_ROWS < j->k ? k0 + REPITCH_ROWS : j->k;
+    const float *src = j->B + u / per_entry * j->stride_b;
+    float *dst = j->dst + u / per_entry * j->k * j->ld;
+    if (!j->trans_b) {
+      for (int64_t r = k0; r < k1; r++)
+        memcpy(dst + r * j->ld, src + r * j->ldb, (size_t)j->n * sizeof(float));
+      continue;
+    }
+    /* B's rows are op(B)'s columns: blocks of REPITCH_COLS of them, each
+     * read once for all the unit's rows */
+    for (int64_t c0 = 0; c0 < j->n; c0 += REPITCH_COLS) {
+      int64_t c1 = c0 + REPITCH_COLS < j->n ? c0 + REPITCH_COLS : j->n;
+      for (int64_t r = k0; r < k1; r++)
+        for (int64_t c = c0; c < c1; c++) dst[r * j->ld + c] = src[c * j->ldb + r];
+    }
+  }
 }
 
-/* With oneDNN, a constant B whose pitch aliases in the cache (see
- * sc_gemm_repitch_numel) is copied to a pitch that does not once, here at
- * bind, rather than into the scratch at every run: GPT-2-small's MLP
- * weights (768 x 3072) were 12 copies of 9.4 MB from memory per run. The
- * copies are the device's own memory, outside the arena; steps reading
+/* With oneDNN, two kinds of constant B are copied once, here at bind,
+ * into k rows of n at a pitch that does not alias (repitch_of), which the
+ * product then reads untransposed:
+ * - one whose pitch aliases in the cache (sc_gemm_repitch_numel): else it
+ *   would be copied into the scratch at every run (GPT-2-small's MLP
+ *   weights, 768 x 3072: 12 copies of 9.4 MB from memory per run);
+ * - a transposed one (Y = X W^T: Gemm with transB, a tied LM head): oneDNN's
+ *   single-threaded sgemm runs 10-20% slower on a transposed B at every
+ *   shape tried (GPT-2-small's LM head, 128 x 50257 x 768 on 2 threads:
+ *   ~195 GFLOP/s against ~215 untransposed; docs/runtime.md#gemm-tiles).
+ * The copies are the device's own memory, outside the arena; steps reading
  * the same matrix the same way share one. */
 static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag) {
   if (sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN) return SC_OK;
   const sc_program *p = c->p;
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
-    int64_t numel;
-    if (!packs_b(c, s) || (numel = sc_gemm_repitch_numel(&s->gemm)) <= 0) continue;
     const sc_gemm *g = &s->gemm;
+    int64_t numel;
+    if (!packs_b(c, s) || (!g->trans_b && g->ldb % GEMM_ALIAS_PITCH != 0) ||
+        (numel = relaid_numel(g)) <= 0)
+      continue;
     for (int32_t j = 0; j < i && !c->pitched[i]; j++)
       if (c->pitched[j] && same_b(c, &p->steps[j].gemm, g)) c->pitched[i] = c->pitched[j];
     if (c->pitched[i]) continue;
@@ -760,9 +798,8 @@ static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag) {
                          (long long)g->k, (long long)g->n);
     }
     c->pitched_owner[i] = true;
-    /* one matrix (packs_b): its rows alone */
     repitch_job r = repitch_of(g, c->ptrs[g->b], c->pitched[i], NULL);
-    sc_thread_pool_run(c->pool, repitch_rows, &r, r.rows, r.rows);
+    sc_thread_pool_run(c->pool, repitch_rows, &r, r.units, r.units);
   }
   return SC_OK;
 }
@@ -884,11 +921,10 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
   bool own = sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN; /* packs B: no aliasing pitch */
   if (!own && scratch && sc_gemm_repitch_numel(g) > 0) {
     repitch_job r = repitch_of(g, B, scratch, &rg);
-    int64_t rows = (g->stride_b ? g->batch : 1) * r.rows;
     if (tp)
-      sc_thread_pool_run(tp, repitch_rows, &r, rows, (int64_t)sc_thread_pool_threads(tp));
+      sc_thread_pool_run(tp, repitch_rows, &r, r.units, (int64_t)sc_thread_pool_threads(tp));
     else
-      repitch_rows(&r, 0, rows);
+      repitch_rows(&r, 0, r.units);
     g = &rg;
     B = scratch;
   }
@@ -920,13 +956,19 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
     sc_thread_pool_run(tp, gemm_tiles, &j, tiles, chunks);
 }
 
-/* s's index in the program's steps, or -1 (s may also be a copy of a
- * step, made by a caller that runs steps one by one: then it is not in
- * the program's array and reads its B in place). */
+/* The index of the program's step whose B layout (packed, pitched) s
+ * reads, or -1. s may be a copy of a step, made by a caller that runs
+ * steps one by one (with another epilogue): then it is not in the
+ * program's array, and it reads the layout of a step with the same
+ * constant B read the same way, so that it computes the same bits. */
 static int64_t step_index(const cpu_ctx *c, const sc_step *s) {
   uintptr_t at = (uintptr_t)s, first = (uintptr_t)c->p->steps;
-  if (at < first || at >= first + (uintptr_t)c->p->n_steps * sizeof *s) return -1;
-  return s - c->p->steps;
+  if (at >= first && at < first + (uintptr_t)c->p->n_steps * sizeof *s) return s - c->p->steps;
+  if (!packs_b(c, s)) return -1;
+  for (int32_t i = 0; i < c->p->n_steps; i++)
+    if ((c->packed[i].data || c->pitched[i]) && same_b(c, &c->p->steps[i].gemm, &s->gemm))
+      return i;
+  return -1;
 }
 
 /* Step s's packed B, or NULL */
@@ -935,7 +977,7 @@ static const sc_gemm_packed_b *packed_of(const cpu_ctx *c, const sc_step *s) {
   return i < 0 ? NULL : &c->packed[i];
 }
 
-/* Step s's B re-pitched at bind (pitch_weights), or NULL (as packed_of) */
+/* Step s's op(B) laid out at bind (pitch_weights), or NULL (as packed_of) */
 static const float *pitched_of(const cpu_ctx *c, const sc_step *s) {
   int64_t i = step_index(c, s);
   return i < 0 ? NULL : c->pitched[i];
@@ -952,7 +994,7 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
     const float *B = c->ptrs[g->b];
     const float *pitched = pitched_of(c, s);
     sc_gemm rg;
-    if (pitched) { /* B re-pitched at bind (pitch_weights) */
+    if (pitched) { /* op(B) laid out at bind (pitch_weights) */
       repitch_of(g, B, NULL, &rg);
       g = &rg;
       B = pitched;
