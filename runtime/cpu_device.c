@@ -773,8 +773,8 @@ static void repitch_rows(void *ud, int64_t begin, int64_t end) {
  *   would be copied into the scratch at every run (GPT-2-small's MLP
  *   weights, 768 x 3072: 12 copies of 9.4 MB from memory per run);
  * - a transposed one (Y = X W^T: Gemm with transB, a tied LM head): oneDNN's
- *   single-threaded sgemm runs 10-20% slower on a transposed B at every
- *   shape tried (GPT-2-small's LM head, 128 x 50257 x 768 on 2 threads:
+ *   single-threaded sgemm runs 10-20% slower on a transposed B at five of
+ *   six shapes tried (GPT-2-small's LM head, 128 x 50257 x 768 on 2 threads:
  *   ~195 GFLOP/s against ~215 untransposed; docs/runtime.md#gemm-tiles).
  * The copies are the device's own memory, outside the arena; steps reading
  * the same matrix the same way share one. */
