@@ -785,8 +785,8 @@ static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag) {
     const sc_step *s = &p->steps[i];
     const sc_gemm *g = &s->gemm;
     int64_t numel;
-    if (!packs_b(c, s) || (!g->trans_b && g->ldb % GEMM_ALIAS_PITCH != 0) ||
-        (numel = relaid_numel(g)) <= 0)
+    if (!packs_b(c, s) ||
+        (numel = g->trans_b ? relaid_numel(g) : sc_gemm_repitch_numel(g)) <= 0)
       continue;
     for (int32_t j = 0; j < i && !c->pitched[i]; j++)
       if (c->pitched[j] && same_b(c, &p->steps[j].gemm, g)) c->pitched[i] = c->pitched[j];
