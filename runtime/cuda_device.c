@@ -68,7 +68,7 @@
 #include "runtime/cuda_gemm.h"
 #include "runtime/device.h"
 
-enum { STAGING_BYTES = 64 << 20, CONST_ALIGN = 256 };
+enum { STAGING_BYTES = 64 << 20, CONST_ALIGN = 256, RUN_TIMES = 4096 };
 
 typedef struct cuda_ctx cuda_ctx;
 
@@ -134,6 +134,9 @@ struct cuda_ctx {
   scatter_job *scatters; /* [n_steps] */
 
   int64_t runs;
+  CUevent ev_t0, ev_t1; /* a run's steps, from begin_run to end_run (timing) */
+  float *run_ms;        /* [RUN_TIMES] the device time of each run, the first ones */
+  int32_t n_run_ms;
   bool capturing;
   CUgraph graph;
   CUgraphExec exec;
@@ -210,6 +213,8 @@ static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag)
   size_t total = 0;
   CK(cu->mem_get_info(&c->free_at_create, &total), NULL);
   CK(cu->stream_create(&c->compute, SC_CU_STREAM_NON_BLOCKING), "the compute stream");
+  CK(cu->event_create(&c->ev_t0, 0), "a timing event");
+  CK(cu->event_create(&c->ev_t1, 0), "a timing event");
   /* one stream per communicator when they may run at once, else one */
   bool concurrent = true;
   for (int32_t i = 0; i < o->n_comms; i++) {
@@ -247,6 +252,25 @@ static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag)
   return SC_OK;
 }
 
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* SHARDC_CUDA_VERBOSE=1, at the end: the GPU's time for a run's steps (from
+ * begin_run to end_run on the compute stream, by events), without the
+ * copies of inputs in and outputs out that `shardc run --repeat` times. */
+static void report_times(cuda_ctx *c) {
+  const char *v = getenv("SHARDC_CUDA_VERBOSE");
+  if (!v || strcmp(v, "1") != 0 || c->n_run_ms == 0) return;
+  int32_t n = c->n_run_ms;
+  qsort(c->run_ms, (size_t)n, sizeof *c->run_ms, cmp_float);
+  fprintf(stderr,
+          "shardc: cuda: rank %d: device time of a run's steps: median %.3f ms, min %.3f ms "
+          "over %d runs\n",
+          c->o.rank, (double)c->run_ms[n / 2], (double)c->run_ms[0], (int)n);
+}
+
 static void cuda_destroy(void *ctx) {
   cuda_ctx *c = ctx;
   if (!c) return;
@@ -256,6 +280,10 @@ static void cuda_destroy(void *ctx) {
     if (c->cstreams[i]) cu->stream_synchronize(c->cstreams[i]);
   for (int32_t i = 0; c->on_stream && i < c->o.n_comms; i++)
     if (c->on_stream[i]) sc_comm_set_stream(c->o.comms[i], NULL, &(sc_diag){0});
+  report_times(c);
+  if (c->ev_t0) cu->event_destroy(c->ev_t0);
+  if (c->ev_t1) cu->event_destroy(c->ev_t1);
+  sc_free(c->run_ms);
   if (c->exec) cu->graph_exec_destroy(c->exec);
   if (c->graph) cu->graph_destroy(c->graph);
   for (int32_t i = 0; c->p && i < c->p->n_steps; i++) {
@@ -684,6 +712,7 @@ static bool cuda_begin_run(void *ctx) {
   pthread_mutex_lock(&c->mu);
   sc_diag_clear(&c->err);
   pthread_mutex_unlock(&c->mu);
+  check_run(c, c->cu->event_record(c->ev_t0, c->compute), "cuEventRecord");
   if (c->exec) {
     check_run(c, c->cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
     return true;
@@ -753,12 +782,18 @@ static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
                             "cuGraphInstantiateWithFlags");
     if (c->exec) check_run(c, cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
   }
+  check_run(c, cu->event_record(c->ev_t1, c->compute), "cuEventRecord");
   wait_stream(c, c->compute);
   for (int32_t i = 0; i < c->n_cstreams; i++) wait_stream(c, c->cstreams[i]);
   c->runs++;
   pthread_mutex_lock(&c->mu);
   sc_diag e = c->err;
   pthread_mutex_unlock(&c->mu);
+  float ms = 0;
+  if (e.status == SC_OK && c->n_run_ms < RUN_TIMES &&
+      (c->run_ms || (c->run_ms = sc_malloc(RUN_TIMES * sizeof *c->run_ms))) &&
+      cu->event_elapsed(&ms, c->ev_t0, c->ev_t1) == SC_CUDA_SUCCESS)
+    c->run_ms[c->n_run_ms++] = ms;
   if (e.status == SC_OK) return SC_OK;
   *diag = e;
   return e.status;

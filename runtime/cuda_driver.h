@@ -136,6 +136,7 @@ enum {
   X(event_destroy, cuEventDestroy_v2, CUresult, (CUevent e))                                \
   X(event_record, cuEventRecord, CUresult, (CUevent e, CUstream s))                         \
   X(event_synchronize, cuEventSynchronize, CUresult, (CUevent e))                           \
+  X(event_elapsed, cuEventElapsedTime, CUresult, (float *ms, CUevent start, CUevent end))   \
   X(module_load, cuModuleLoadDataEx, CUresult,                                              \
     (CUmodule * m, const void *image, unsigned n_opts, int *opts, void **values))             \
   X(module_unload, cuModuleUnload, CUresult, (CUmodule m))                                  \

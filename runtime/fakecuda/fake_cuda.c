@@ -65,6 +65,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_emu.h"
@@ -175,6 +176,7 @@ typedef struct fevent {
   fgraph *captured;      /* recorded while capturing: into this graph */
   fstream *cap_stream;
   long cap_pos;          /* the graph's node count at the record */
+  double t;              /* when its last record ran, in seconds (ev_mu) */
 } fevent;
 
 typedef struct range {
@@ -348,14 +350,18 @@ static void run_op(fstream *s, fop *o) {
     logln("run stream=%d memset %zu", s->id, o->u.set.n);
     memset(o->u.set.dst, o->u.set.v, o->u.set.n);
     break;
-  case OP_RECORD:
+  case OP_RECORD: {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     pthread_mutex_lock(&ev_mu);
+    o->u.ev.e->t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     if (o->u.ev.gen > o->u.ev.e->done) o->u.ev.e->done = o->u.ev.gen;
     pthread_cond_broadcast(&ev_cv);
     pthread_mutex_unlock(&ev_mu);
     logln("run stream=%d record %p gen=%llu", s->id, (void *)o->u.ev.e,
           (unsigned long long)o->u.ev.gen);
     break;
+  }
   case OP_WAIT:
     pthread_mutex_lock(&ev_mu);
     while (o->u.ev.e->done < o->u.ev.gen) pthread_cond_wait(&ev_cv, &ev_mu);
@@ -1091,6 +1097,19 @@ EXPORT CUresult cuEventSynchronize(CUevent h) {
   pthread_mutex_unlock(&ev_mu);
   race_host_waited(e->vc);
   return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
+}
+
+/* The milliseconds between two events' last records (host clock), as the
+ * driver: NOT_READY while either is still queued or was never recorded. */
+EXPORT CUresult cuEventElapsedTime(float *ms, CUevent h0, CUevent h1) {
+  if (!ms || !h0 || !h1) return SC_CUDA_ERROR_INVALID_HANDLE;
+  fevent *a = (fevent *)h0, *b = (fevent *)h1;
+  pthread_mutex_lock(&ev_mu);
+  bool ready = a->issued > 0 && b->issued > 0 && a->done == a->issued && b->done == b->issued;
+  *ms = ready ? (float)((b->t - a->t) * 1e3) : 0.0f;
+  pthread_mutex_unlock(&ev_mu);
+  logln("call cuEventElapsedTime %p %p%s", (void *)a, (void *)b, ready ? "" : " (not ready)");
+  return ready ? SC_CUDA_SUCCESS : SC_CUDA_ERROR_NOT_READY;
 }
 
 /* Writes msg into the JIT error log option, if the caller gave one. */

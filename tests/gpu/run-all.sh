@@ -12,6 +12,14 @@
 #                                        GPT-2 small) and the samples check's
 #                                        mesh matrices
 #   --json FILE                          also write the summary there
+#   --only CHECK,...                     only these checks (env, modules, arena,
+#                                        nccl, kernels, gemm, real-models, samples)
+#   --deadline S                         checks that would start after S seconds
+#                                        are skipped, commands are cut at it
+#   --log FILE                           every command with its whole output
+#
+# On a GPU machine without the build's libraries (LLVM, oneDNN, ...):
+# tests/gpu/pack.sh here, then SC_BINARY_DIR=kit/build there (pack.sh says how).
 #
 # Environment: SC_BINARY_DIR (the build folder; default build/, built
 # first when it has no shardc), PYTHON (with numpy and onnx; default the

@@ -23,9 +23,9 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
                emulated) and at GPT-2 small's shapes (1024 tokens)
   nccl         one-rank NCCL (a GPU holds one rank): GPT-2 on a one-rank
                mesh with --comm nccl (torchrun variables), against the CPU
-  gpt2-small   a GPT-2-small-shaped export (bench/bench_train.py's cache, or
-               exported here when PyTorch and transformers are installed):
-               latency with --device cuda
+  real-models  GPT-2 small and ResNet-18 at real size (bench/real_models.py):
+               latency at batch 1 and 8 with --device cuda (and cpu at batch
+               1), against PyTorch eager on the same GPU where it is installed
 """
 import argparse
 import json
@@ -47,10 +47,37 @@ def record(name, status, detail="", **figures):
     print(f"[{status}] {name}: {detail}", flush=True)
 
 
-def sh(cmd, env=None, timeout=600):
+LOG = None       # --log FILE: every command, its exit status, time and output
+DEADLINE = None  # --deadline S: the time.time() after which checks are skipped
+
+
+def left(cap):
+    """Seconds a command may take: `cap`, or what is left before the
+    deadline (at least 10)."""
+    return cap if DEADLINE is None else max(10, min(cap, int(DEADLINE - time.time())))
+
+
+def sh(cmd, env=None, timeout=300):
+    """Runs cmd; a command past its timeout is killed and comes back with
+    status 124 and the output it had written (a hang on a GPU must not take
+    the whole run with it)."""
     e = dict(os.environ)
     e.update(env or {})
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+    t0 = time.time()
+    timeout = left(timeout)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+    except subprocess.TimeoutExpired as x:
+        def text(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        r = subprocess.CompletedProcess(cmd, 124, text(x.stdout),
+                                        text(x.stderr) + f"\n[killed after {timeout} s]")
+    if LOG:
+        with open(LOG, "a") as f:
+            f.write(f"$ {' '.join(f'{k}={v}' for k, v in (env or {}).items())} "
+                    f"{' '.join(cmd)}\n[rc {r.returncode}, {time.time() - t0:.1f} s]\n"
+                    f"--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}\n\n")
+    return r
 
 
 def check_env(a):
@@ -87,11 +114,11 @@ def check_modules(a, tmp):
     gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
     base = ["run", gpt2, "--dim", "batch=2", "--random-inputs", "3", "-q"]
     cpu = os.path.join(tmp, "mod.cpu")
-    sh([a.shardc] + base + ["--output-dir", cpu])
+    sh([a.shardc] + base + ["--output-dir", cpu], timeout=90)
     for kind in ("cubin", "ptx"):
         out = os.path.join(tmp, "mod." + kind)
         r = sh([a.shardc] + base + ["--device", "cuda", "--output-dir", out],
-               {"SHARDC_CUDA_MODULE": kind, "SHARDC_CUDA_VERBOSE": "1"})
+               {"SHARDC_CUDA_MODULE": kind, "SHARDC_CUDA_VERBOSE": "1"}, timeout=90)
         loaded = re.search(r"kernels (\w+)", r.stderr)
         ok = r.returncode == 0 and loaded and loaded.group(1) == kind
         close, err = npy_close(cpu, out, 1e-5) if ok else (False, None)
@@ -110,7 +137,7 @@ def check_kernels(a):
                (f"{ok.group(1)} passed" if ok else r.stdout.strip()[-300:]))
         return
     r = sh(["bash", os.path.join(HERE, "test_gpu.sh")],
-           {"SC_BINARY_DIR": a.build, "SC_SOURCE_DIR": SRC})
+           {"SC_BINARY_DIR": a.build, "SC_SOURCE_DIR": SRC}, timeout=150)
     record("kernels", "pass" if r.returncode == 0 else "fail", (r.stdout + r.stderr)[-400:])
 
 
@@ -126,7 +153,7 @@ def check_samples(a):
 def check_arena(a):
     gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
     r = sh([a.shardc, "run", gpt2, "--random-inputs", "1", "-q", "--device", "cuda",
-            "--output-dir", os.devnull + ".d"], {"SHARDC_CUDA_VERBOSE": "1"})
+            "--output-dir", os.devnull + ".d"], {"SHARDC_CUDA_VERBOSE": "1"}, timeout=60)
     m = re.search(r"arena (\d+) bytes \(the plan's (\d+)\), weights (\d+) bytes; device memory "
                   r"taken since the context: (-?\d+)", r.stderr)
     if not m:
@@ -140,6 +167,12 @@ def check_arena(a):
     record("arena", "pass" if ok else "fail",
            f"arena {arena} = plan {plan}; device memory taken {taken}, arena + weights + "
            f"workspace {expect}", arena=arena, plan=plan, taken=taken)
+
+
+def device_ms(stderr):
+    """The median device time of a run's steps (SHARDC_CUDA_VERBOSE), or None."""
+    m = re.search(r"device time of a run's steps: median ([0-9.]+) ms", stderr)
+    return float(m.group(1)) if m else None
 
 
 def gemm_model(path, m, k, n, bias):
@@ -196,15 +229,18 @@ def check_gemm(a, tmp):
         path = os.path.join(tmp, f"{name}.onnx")
         gemm_model(path, m, k, n, False)
         r = sh([a.shardc, "run", path, "--random-inputs", "1", "-q", "--device", "cuda",
-                "--repeat", "10", "--warmup", "3", "--output-dir", os.path.join(tmp, "gb")])
-        med = re.search(r"median ([0-9.]+) ms", r.stderr)
-        if r.returncode != 0 or not med:
+                "--repeat", "10", "--warmup", "3", "--output-dir", os.path.join(tmp, "gb")],
+               {"SHARDC_CUDA_VERBOSE": "1"})
+        med = re.search(r"run: median ([0-9.]+) ms", r.stderr)
+        dev = device_ms(r.stderr)
+        if r.returncode != 0 or not med or not dev:
             record(f"gemm.{name}", "fail", r.stderr[-300:])
             continue
         ms = float(med.group(1))
-        tflops = 2.0 * m * k * n / (ms * 1e-3) / 1e12
-        record(f"gemm.{name}", "info", f"{m}x{k}x{n} f32: {ms:.3f} ms, {tflops:.2f} TFLOP/s "
-               "(the whole run: copies of A in and Y out included)", ms=ms, tflops=tflops)
+        tflops = 2.0 * m * k * n / (dev * 1e-3) / 1e12
+        record(f"gemm.{name}", "info", f"{m}x{k}x{n} f32: {dev:.3f} ms on the GPU, "
+               f"{tflops:.2f} TFLOP/s; {ms:.3f} ms with the copies of A in and Y out",
+               ms=ms, device_ms=dev, tflops=tflops)
 
 
 def check_nccl(a, tmp):
@@ -219,40 +255,102 @@ def check_nccl(a, tmp):
     gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
     base = ["run", gpt2, "--dim", "batch=2", "--random-inputs", "3", "-q", "--mesh", "dp=1"]
     cpu, out = os.path.join(tmp, "nccl.cpu"), os.path.join(tmp, "nccl.gpu")
-    sh([a.shardc] + base + ["--output-dir", cpu])
-    r = sh([a.shardc] + base + ["--device", "cuda", "--comm", "nccl", "--output-dir", out], env)
+    sh([a.shardc] + base + ["--output-dir", cpu], timeout=90)
+    r = sh([a.shardc] + base + ["--device", "cuda", "--comm", "nccl", "--output-dir", out], env,
+           timeout=90)
     close, err = npy_close(cpu, out, 1e-5) if r.returncode == 0 else (False, None)
     record("nccl", "pass" if close else "fail",
            f"one rank, --comm nccl: rc {r.returncode}, max error {err} {r.stderr[-300:]}")
 
 
-def check_gpt2_small(a, tmp):
-    if EMU:
-        record("gpt2-small", "skip", "minutes per run on the emulated GPU: on a real one only")
-        return
-    cache = os.path.join(SRC, "build", "bench-cache")
+TORCH_REF = r"""
+import sys, time, torch
+name, batch = sys.argv[1], int(sys.argv[2])
+torch.manual_seed(0)
+if name == "gpt2-small":
+    from transformers import GPT2Config, GPT2LMHeadModel
+    cfg = GPT2Config(n_layer=12, n_embd=768, n_head=12, vocab_size=50257, n_positions=1024)
+    model = GPT2LMHeadModel(cfg)
+    x = torch.randint(0, 50257, (batch, 128))
+else:
+    import torchvision
+    model = torchvision.models.resnet18()
+    x = torch.randn(batch, 3, 224, 224)
+model = model.cuda().eval()
+x = x.cuda()
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+def once(host_io):
+    torch.cuda.synchronize(); t0 = time.perf_counter()
+    y = model(xh.cuda() if host_io else x)
+    y = y.logits if hasattr(y, "logits") else y
+    if host_io:
+        y.cpu()
+    torch.cuda.synchronize(); return time.perf_counter() - t0
+xh = x.cpu()
+with torch.no_grad():
+    for host_io in (False, True):
+        ts = sorted([once(host_io) for i in range(13)][3:])
+        print(f"{'host' if host_io else 'device'} median {ts[5] * 1e3:.3f} ms")
+"""
 
-    def cached():
-        found = [os.path.join(cache, f) for f in sorted(os.listdir(cache))
-                 if f.startswith("gpt2-small")] if os.path.isdir(cache) else []
-        return found[0] if found else None
-    path = cached()
-    if not path:  # export it (bench_train.py's cache)
-        sh([a.python, os.path.join(SRC, "bench", "bench_train.py"), "--only", "gpt2-small",
-            "--export-only"], timeout=600)
-        path = cached()
-    if not path:
-        record("gpt2-small", "skip", "no GPT-2-small export (needs PyTorch and transformers "
-               "here, or bench/bench_train.py's cache)")
+
+def check_real_models(a, tmp):
+    """GPT-2 small and ResNet-18 at their real sizes (bench/real_models.py:
+    onnx.helper and seeded weights, no download): shardc's latency with
+    --device cuda (CUDA graphs, and at batch 1 without) and --device cpu, each
+    a `shardc run` from host input to host output; PyTorch's on the same GPU
+    where it is installed (fp32, TF32 off, eager), on device tensors and from
+    host input to host output."""
+    if EMU:
+        record("real-models", "skip", "minutes per run on the emulated GPU: on a real one only")
         return
-    for dev in ("cuda", "cpu"):
-        r = sh([a.shardc, "run", path, "--dim", "batch=1", "--random-inputs", "1", "-q",
-                "--device", dev, "--repeat", "10", "--warmup", "2",
-                "--output-dir", os.path.join(tmp, "g2s")], timeout=900)
-        med = re.search(r"median ([0-9.]+) ms", r.stderr)
-        record(f"gpt2-small.{dev}", "info" if med else "fail",
-               f"batch 1, seq 128: median {med.group(1)} ms" if med else r.stderr[-300:],
-               ms=float(med.group(1)) if med else None)
+    sys.path.insert(0, os.path.join(SRC, "bench"))
+    try:
+        import numpy as np
+        import real_models
+    except ImportError as e:
+        record("real-models", "skip", f"bench/real_models.py needs numpy and onnx: {e}")
+        return
+    cache = os.path.join(tmp, "real")
+    for name in ("gpt2-small", "resnet18"):
+        try:
+            path = real_models.model_path(name, cache)
+        except Exception as e:  # noqa: BLE001 (reported, not raised)
+            record(name, "fail", f"building the model: {e}")
+            continue
+        for batch in (1, 8):
+            inputs = []
+            for k, v in real_models.feeds(name, batch).items():
+                np.save(os.path.join(tmp, f"real.{k}.npy"), v)
+                inputs += ["--input", f"{k}={os.path.join(tmp, f'real.{k}.npy')}"]
+            for dev in ("cuda", "cuda-nograph", "cpu"):
+                if dev != "cuda" and batch != 1:
+                    continue
+                flags = ["--device", "cuda", "--no-cuda-graph"] if dev == "cuda-nograph" else [
+                    "--device", dev]
+                r = sh([a.shardc, "run", path, "--dim", f"batch={batch}"] + inputs + flags +
+                       ["-q", "--repeat", "10", "--warmup", "2",
+                        "--output-dir", os.path.join(tmp, "real.out")],
+                       {"SHARDC_CUDA_VERBOSE": "1"}, timeout=240)
+                med = re.search(r"run: median ([0-9.]+) ms", r.stderr)
+                how = " ".join(sorted(set(re.findall(r"(engine \w+|kernels \w+)", r.stderr))))
+                on_gpu = device_ms(r.stderr)
+                gpu = f", {on_gpu:.3f} ms of it on the GPU (steps only)" if on_gpu else ""
+                record(f"{name}.b{batch}.{dev}", "info" if med else "fail",
+                       f"batch {batch}: median {med.group(1)} ms{gpu} {how}" if med
+                       else r.stderr[-400:], ms=float(med.group(1)) if med else None,
+                       device_ms=on_gpu)
+            r = sh([a.python, "-c", TORCH_REF, name, str(batch)], timeout=180)
+            dev = re.search(r"device median ([0-9.]+) ms", r.stdout)
+            host = re.search(r"host median ([0-9.]+) ms", r.stdout)
+            record(f"{name}.b{batch}.torch", "info" if dev and host else "skip",
+                   f"PyTorch eager fp32 on the GPU: median {dev.group(1)} ms on device "
+                   f"tensors, {host.group(1)} ms with the input from and the output to host "
+                   "memory (as shardc run)" if dev and host
+                   else "PyTorch: " + (r.stderr.strip()[-300:] or "no figure"),
+                   ms=float(dev.group(1)) if dev else None,
+                   ms_host_io=float(host.group(1)) if host else None)
 
 
 def main():
@@ -261,21 +359,38 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json")
+    ap.add_argument("--log", help="write every command and its whole output here")
+    ap.add_argument("--deadline", type=float,
+                    help="seconds: checks that would start later are skipped, and commands "
+                         "are cut at it")
+    ap.add_argument("--only", help="run only these checks (comma-separated names)")
     ap.add_argument("--quick", action="store_true",
                     help="no timings (GEMM, GPT-2 small), no mesh matrices in the samples check")
     a = ap.parse_args()
+    global LOG, DEADLINE
+    LOG = a.log
     t0 = time.time()
+    DEADLINE = t0 + a.deadline if a.deadline else None
+    # the quick checks first, the long samples matrix last
+    checks = [("env", lambda tmp: check_env(a)), ("modules", lambda tmp: check_modules(a, tmp)),
+              ("arena", lambda tmp: check_arena(a)), ("nccl", lambda tmp: check_nccl(a, tmp)),
+              ("kernels", lambda tmp: check_kernels(a))]
+    if not a.quick:
+        checks += [("gemm", lambda tmp: check_gemm(a, tmp)),
+                   ("real-models", lambda tmp: check_real_models(a, tmp))]
+    checks += [("samples", lambda tmp: check_samples(a))]
+    if a.only:
+        want = set(a.only.split(","))
+        checks = [c for c in checks if c[0] in want]
     with tempfile.TemporaryDirectory() as tmp:
-        check_env(a)
-        check_modules(a, tmp)
-        check_kernels(a)
-        check_samples(a)
-        check_arena(a)
-        if not a.quick:
-            check_gemm(a, tmp)
-        check_nccl(a, tmp)
-        if not a.quick:
-            check_gpt2_small(a, tmp)
+        for name, run in checks:
+            if DEADLINE is not None and time.time() > DEADLINE - 10:
+                record(name, "skip", f"past the --deadline of {a.deadline:.0f} s")
+                continue
+            try:
+                run(tmp)
+            except Exception as e:  # noqa: BLE001 (one broken check must not hide the rest)
+                record(name, "fail", f"the check raised {type(e).__name__}: {e}")
     passed = sum(r["status"] == "pass" for r in results)
     failed = sum(r["status"] == "fail" for r in results)
     summary = {"emulated": EMU, "seconds": round(time.time() - t0, 1), "passed": passed,

@@ -35,6 +35,8 @@ Checked, against the CPU device on the same seeded random inputs:
     same collectives in the same order, and sends match receives
     (checks.comm_traces_match); a run without a mesh makes none;
   - a Gather index out of range fails the run with the CPU's message;
+  - SHARDC_CUDA_VERBOSE=1 reports the device time of a run's steps (events
+    around them): one per run, no more than the run's wall time;
   - without SHARDC_CUDA_EMU on a machine without a driver, --device cuda
     exits 1 saying "no CUDA driver" (skipped where libcuda.so.1 loads).
 """
@@ -240,6 +242,18 @@ def main():
                        ["--data", "pixel_values=" + pix, "--labels", lab],
                        ["--dim", "batch=4", "--optimizer", "sgd", "--momentum", "0.9",
                         "--mesh", "fsdp=2,tp=2"], 2)
+
+        # the GPU's own time for a run's steps (events around them), beside --repeat's
+        # figure, which has the copies in and out too
+        r = shardc(["run", gpt2, "--dim", "batch=2", "--random-inputs", "1", "-q", "--device",
+                    "cuda", "--repeat", "3", "--output-dir", os.path.join(tmp, "timed")],
+                   dict(emulated(os.path.join(tmp, "timed.log")), SHARDC_CUDA_VERBOSE="1"))
+        dt = re.search(r"device time of a run's steps: median ([0-9.]+) ms, min ([0-9.]+) ms "
+                       r"over (\d+) runs", r.stderr)
+        wall = re.search(r"run: median ([0-9.]+) ms", r.stderr)
+        check(r.returncode == 0 and dt and wall and int(dt.group(3)) == 4 and
+              0 < float(dt.group(2)) <= float(dt.group(1)) <= 2 * float(wall.group(1)),
+              f"device time of a run: {r.stderr[-400:]}")
 
         bad = os.path.join(tmp, "bad.npy")
         np.save(bad, np.full((2, 16), 99999, dtype=np.int64))

@@ -3,7 +3,8 @@
 # (SHARDC_CUDA_EMU=1, --quick: no timings), so that the script a GPU
 # machine runs is known to work before a device is lent: it must end with
 # "N passed, 0 failed" (N >= 3: with --quick, the kernels, the samples and
-# the arena) and write a JSON summary whose counts agree.
+# the arena) and write a JSON summary whose counts agree. Then --only,
+# --deadline (a deadline already past skips every check) and --log.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mktemp -d)
@@ -25,4 +26,29 @@ assert s["passed"] == passed and s["failed"] == 0, s
 names = {c["name"] for c in s["checks"] if c["status"] == "pass"}
 assert {"kernels", "samples", "arena"} <= names, names
 print("ok")
+PY
+
+# --only picks checks; --log keeps every command's output; a --deadline
+# already past skips what would start after it (as skips, not failures)
+SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" --only env,arena,gemm --deadline 1 \
+  --log "$out/cmds.log" --json "$out/short.json" >"$out/log2" 2>&1
+rc=$?
+"$py" - "$out/short.json" "$out/cmds.log" "$rc" <<'PY' || { tail -n 20 "$out/log2"; exit 1; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+got = {c["name"]: c["status"] for c in s["checks"]}
+assert int(sys.argv[3]) == 0, sys.argv[3]
+assert got == {"env": "skip", "arena": "skip", "gemm": "skip"}, got
+assert all("--deadline" in c["detail"] for c in s["checks"]), s["checks"]
+assert s["passed"] == 0 and s["failed"] == 0, s
+PY
+SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" --only arena --log "$out/cmds.log" \
+  --json "$out/one.json" >"$out/log3" 2>&1
+"$py" - "$out/one.json" "$out/cmds.log" <<'PY' || { tail -n 20 "$out/log3"; exit 1; }
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert [(c["name"], c["status"]) for c in s["checks"]] == [("arena", "pass")], s["checks"]
+log = open(sys.argv[2]).read()
+assert "SHARDC_CUDA_VERBOSE=1" in log and "[rc 0," in log and "arena" in log, log[-500:]
+print("ok: --only, --deadline, --log")
 PY

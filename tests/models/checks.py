@@ -8,10 +8,13 @@ import os
 import subprocess
 
 failures = []
+checked = 0
 
 
 def check(cond, what):
     """Records and prints `what` as a failure when cond is false; returns cond."""
+    global checked
+    checked += 1
     if not cond:
         failures.append(what)
         print("FAIL:", what)
@@ -31,7 +34,7 @@ def finish():
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
-    print("ok")
+    print(f"ok ({checked} checks)")
     return 0
 
 
