@@ -2,10 +2,12 @@
  * (STEP: library GEMM steps and helper kernels) and MaxPool, AveragePool,
  * GlobalAveragePool, GlobalMaxPool (KERNEL).
  *
- * MatMul and Gemm on f32 with at least GEMM_MIN_MACS multiply-adds become one
- * sc_gemm step (batched, stride 0 for an operand broadcast over the batch;
- * an operand broadcast in a way one stride cannot express is first copied
- * into a scratch buffer by a broadcast kernel). Other dtypes and small
+ * MatMul and Gemm on f32 or bf16 with at least GEMM_MIN_MACS multiply-adds
+ * become one sc_gemm step (batched, stride 0 for an operand broadcast over
+ * the batch; an operand broadcast in a way one stride cannot express is
+ * first copied into a scratch buffer by a broadcast kernel). In bf16 every
+ * operand is bf16 (the buffers' dtype says so) and the sums are f32, as in
+ * the kernel below. Other dtypes and small
  * products become one kir kernel: outer = output elements, a REDUCE SUM over
  * K in the accumulator dtype (f32 for f16/bf16, i64/u64 for integers, which
  * then wrap like the fold does), then a STORE.
@@ -95,6 +97,11 @@ static sc_dtype acc_dtype(sc_dtype t) {
     return SC_DTYPE_U64;
   return SC_DTYPE_I64;
 }
+
+/* Whether products in t are GEMM steps: f32, and bf16 (its operands and
+ * result in bf16, summed in f32 as the kernel would: the devices' GEMMs
+ * convert, or cuBLASLt computes in f32). */
+static bool gemm_dtype(sc_dtype t) { return t == SC_DTYPE_F32 || t == SC_DTYPE_BF16; }
 
 static sc_status failed(sc_lower_ctx *cx) {
   return cx->diag->status != SC_OK ? cx->diag->status : SC_ERR_INVALID;
@@ -256,7 +263,7 @@ static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
   int64_t macs = 0;
   bool big = sc_mul_i64(s.m, s.n, &macs) && sc_mul_i64(macs, s.k, &macs) &&
              sc_mul_i64(macs, s.nbatch, &macs) && macs >= GEMM_MIN_MACS;
-  if (y->dtype != SC_DTYPE_F32 || !big || s.k == 0) return matmul_kernel(cx, n, &s);
+  if (!gemm_dtype(y->dtype) || !big || s.k == 0) return matmul_kernel(cx, n, &s);
   int64_t sa = batch_stride(&s, s.ra, a->dims, s.m * s.k);
   int64_t sb = batch_stride(&s, s.rb, b->dims, s.k * s.n);
   /* an operand whose batch one stride cannot express is copied (reading
@@ -371,7 +378,7 @@ static sc_status gemm_build(sc_lower_ctx *cx, const sc_node *n) {
   int64_t macs = 0;
   bool big = sc_mul_i64(p.m, p.n, &macs) && sc_mul_i64(macs, p.k, &macs) &&
              macs >= GEMM_MIN_MACS;
-  if (y->dtype != SC_DTYPE_F32 || !big) return gemm_kernel(cx, n, &p);
+  if (!gemm_dtype(y->dtype) || !big) return gemm_kernel(cx, n, &p);
   int32_t ba = sc_lower_buffer_of(cx, n->inputs[0]), bb = sc_lower_buffer_of(cx, n->inputs[1]);
   int32_t by = sc_lower_buffer_of(cx, n->outputs[0]);
   if (ba < 0 || bb < 0 || by < 0) return failed(cx);

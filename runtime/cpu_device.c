@@ -337,10 +337,10 @@ const char *sc_gemm_problem(const sc_program *p, const sc_step *s) {
   if (!valid_buffer(p, g->a) || !valid_buffer(p, g->b) || !valid_buffer(p, g->c) ||
       (g->bias >= 0 && !valid_buffer(p, g->bias)))
     return "buffer id out of range";
-  if (p->buffers[g->a].dtype != SC_DTYPE_F32 || p->buffers[g->b].dtype != SC_DTYPE_F32 ||
-      p->buffers[g->c].dtype != SC_DTYPE_F32 ||
-      (g->bias >= 0 && p->buffers[g->bias].dtype != SC_DTYPE_F32))
-    return "only f32 matrix products run through BLAS";
+  sc_dtype t = p->buffers[g->c].dtype;
+  if ((t != SC_DTYPE_F32 && t != SC_DTYPE_BF16) || p->buffers[g->a].dtype != t ||
+      p->buffers[g->b].dtype != t || (g->bias >= 0 && p->buffers[g->bias].dtype != t))
+    return "a matrix product runs as a GEMM in f32 or bf16, every operand the same";
   if (g->batch < 0 || g->m < 0 || g->n < 0 || g->k < 0 || g->m > INT_MAX || g->n > INT_MAX ||
       g->k > INT_MAX || g->lda > INT_MAX || g->ldb > INT_MAX || g->ldc > INT_MAX)
     return "extents outside BLAS's int range";
@@ -378,6 +378,11 @@ static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) 
 }
 
 static bool packs_b(const cpu_ctx *c, const sc_step *s);
+
+/* Whether GEMM g's operands are bf16 (sc_gemm_problem: all or none). */
+static bool is_bf16(const sc_program *p, const sc_gemm *g) {
+  return g->c >= 0 && g->c < p->n_buffers && p->buffers[g->c].dtype == SC_DTYPE_BF16;
+}
 
 static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   cpu_ctx *c = ctx;
@@ -447,10 +452,13 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     const sc_step *s = &p->steps[i];
     /* a direct convolution is no GEMM here; with oneDNN, a constant B is
      * laid out at bind (pitch_weights), not into the scratch */
-    int64_t n = s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s) &&
-                        (sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN || !packs_b(c, s))
-                    ? sc_gemm_scratch_numel(&s->gemm)
-                    : 0;
+    const sc_gemm *g = &s->gemm;
+    int64_t n = 0;
+    if (s->kind == SC_STEP_GEMM && is_bf16(p, g))
+      n = sc_gemm_bf16_scratch_numel(g, g->bias >= 0 ? buf_numel(p, g->bias) : 0);
+    else if (s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s) &&
+             (sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN || !packs_b(c, s)))
+      n = sc_gemm_scratch_numel(g);
     if (n > scratch) scratch = n;
   }
   if (st == SC_OK && scratch > 0 &&
@@ -518,8 +526,9 @@ sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag) {
  * every entry), not a direct convolution. */
 static bool packs_b(const cpu_ctx *c, const sc_step *s) {
   const sc_gemm *g = &s->gemm;
-  if (s->kind != SC_STEP_GEMM || sc_cpu_convs_note(c->convs, s) || g->m <= 0 || g->n <= 0 ||
-      g->k <= 0 || g->batch <= 0 || (g->batch > 1 && g->stride_b != 0))
+  if (s->kind != SC_STEP_GEMM || is_bf16(c->p, g) || sc_cpu_convs_note(c->convs, s) ||
+      g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0 ||
+      (g->batch > 1 && g->stride_b != 0))
     return false;
   int32_t r = sc_program_root(c->p, g->b);
   return r >= 0 && c->p->buffers[r].kind == SC_BUF_CONST;
@@ -956,6 +965,77 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
     sc_thread_pool_run(tp, gemm_tiles, &j, tiles, chunks);
 }
 
+/* ---- bf16 products: widened to f32, rounded back once ---- */
+
+typedef struct widen_job {
+  const uint16_t *x;
+  float *out;
+} widen_job;
+
+enum { WIDEN_CHUNK = 1 << 16 };
+
+static void widen_chunks(void *ud, int64_t begin, int64_t end) {
+  const widen_job *w = ud;
+  for (int64_t i = begin * WIDEN_CHUNK; i < end * WIDEN_CHUNK; i++)
+    w->out[i] = sc_bf16_to_f32(w->x[i]);
+}
+
+/* out[0, n) = x[0, n) in f32, on tp (NULL: this thread) */
+static void widen(const uint16_t *x, int64_t n, float *out, sc_thread_pool *tp) {
+  int64_t whole = n / WIDEN_CHUNK;
+  widen_job w = {x, out};
+  if (whole > 1 && tp)
+    sc_thread_pool_run(tp, widen_chunks, &w, whole, (int64_t)sc_thread_pool_threads(tp));
+  else
+    widen_chunks(&w, 0, whole);
+  for (int64_t i = whole * WIDEN_CHUNK; i < n; i++) out[i] = sc_bf16_to_f32(x[i]);
+}
+
+typedef struct narrow_job {
+  const sc_gemm *g;
+  const float *c32;
+  uint16_t *C;
+} narrow_job;
+
+/* rows [begin, end) of every batch entry's m rows (row r: entry r / m) */
+static void narrow_rows(void *ud, int64_t begin, int64_t end) {
+  const narrow_job *j = ud;
+  const sc_gemm *g = j->g;
+  for (int64_t r = begin; r < end; r++) {
+    int64_t at = r / g->m * g->stride_c + r % g->m * g->ldc;
+    for (int64_t x = 0; x < g->n; x++) j->C[at + x] = sc_f32_to_bf16(j->c32[at + x]);
+  }
+}
+
+static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
+
+int64_t sc_gemm_bf16_scratch_numel(const sc_gemm *g, int64_t bias_numel) {
+  int64_t span[3];
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || !sc_gemm_spans(g, span)) return 0;
+  return align16(span[0]) + align16(span[1]) + align16(span[2]) + align16(bias_numel) +
+         sc_gemm_scratch_numel(g);
+}
+
+void sc_host_gemm_bf16(const sc_gemm *g, const uint16_t *A, const uint16_t *B,
+                       const uint16_t *bias, int64_t bias_numel, uint16_t *C,
+                       sc_thread_pool *tp, float *scratch) {
+  int64_t span[3];
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || !sc_gemm_spans(g, span)) return;
+  float *a32 = scratch, *b32 = a32 + align16(span[0]), *c32 = b32 + align16(span[1]);
+  float *bias32 = c32 + align16(span[2]), *rest = bias32 + align16(bias_numel);
+  widen(A, span[0], a32, tp);
+  widen(B, span[1], b32, tp);
+  if (g->beta != 0.0f) widen(C, span[2], c32, tp);
+  if (bias) widen(bias, bias_numel, bias32, tp);
+  sc_host_gemm_f32(g, a32, b32, bias ? bias32 : NULL, bias_numel, c32, tp, rest, NULL);
+  narrow_job j = {g, c32, C};
+  int64_t rows = g->batch * g->m;
+  if (tp && (double)rows * (double)g->n > 65536.0)
+    sc_thread_pool_run(tp, narrow_rows, &j, rows, (int64_t)sc_thread_pool_threads(tp));
+  else
+    narrow_rows(&j, 0, rows);
+}
+
 /* The index of the program's step whose B layout (packed, pitched) s
  * reads, or -1. s may be a copy of a step, made by a caller that runs
  * steps one by one (with another epilogue): then it is not in the
@@ -989,8 +1069,12 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
   bool epi = s->kernel >= 0 && s->kernel < c->p->n_kernels && !c->skip[s->kernel] &&
              c->points[s->kernel] > 0;
   bool epi_ran = false;
-  if (!sc_cpu_convs_run(c->convs, s, c->pool, epi ? c->fns[s->kernel] : NULL,
-                        epi ? c->args[s->kernel] : NULL, &epi_ran)) {
+  if (is_bf16(c->p, g)) {
+    sc_host_gemm_bf16(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
+                      g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
+                      c->repitch);
+  } else if (!sc_cpu_convs_run(c->convs, s, c->pool, epi ? c->fns[s->kernel] : NULL,
+                               epi ? c->args[s->kernel] : NULL, &epi_ran)) {
     const float *B = c->ptrs[g->b];
     const float *pitched = pitched_of(c, s);
     sc_gemm rg;

@@ -27,6 +27,7 @@ typedef struct sc_lt_heuristic {
 enum {
   SC_CUBLAS_COMPUTE_32F = 68,
   SC_CUDA_R_32F = 0,
+  SC_CUDA_R_16BF = 14,
   SC_CUBLAS_OP_N = 0,
   SC_CUBLAS_OP_T = 1,
   SC_CUBLASLT_MATMUL_DESC_TRANSA = 3,

@@ -618,10 +618,12 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
     const sc_step *s = &p->steps[i];
     if (s->kind == SC_STEP_GEMM) {
       const sc_gemm *g = &s->gemm;
-      st = sc_gpu_gemm_add(c->gemm, g, c->ptrs[g->a], c->ptrs[g->b],
+      sc_dtype t = p->buffers[g->c].dtype; /* sc_gemm_problem: A, B, bias alike */
+      st = sc_gpu_gemm_add(c->gemm, g, t, c->ptrs[g->a], c->ptrs[g->b],
                            g->bias >= 0 ? c->ptrs[g->bias] : 0,
-                           g->bias >= 0 ? p->buffers[g->bias].bytes / 4 : 0, c->ptrs[g->c],
-                           &c->gemm_id[i], diag);
+                           g->bias >= 0 ? p->buffers[g->bias].bytes / (int64_t)sc_dtype_size(t)
+                                        : 0,
+                           c->ptrs[g->c], &c->gemm_id[i], diag);
       if (st != SC_OK) return st;
     }
     if (s->kind == SC_STEP_CHECK || s->kind == SC_STEP_SCATTER_ADD) {

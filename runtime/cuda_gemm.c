@@ -51,6 +51,7 @@ enum { WORKSPACE_BYTES = 32 << 20 };
 typedef struct gemm_entry {
   struct sc_gpu_gemm *e;
   const sc_gemm *g;
+  sc_dtype t; /* f32 or bf16 */
   CUdeviceptr a, b, bias, c;
   int64_t bias_numel;
   /* cublaslt */
@@ -68,6 +69,8 @@ struct sc_gpu_gemm {
   lt_api lt;
   sc_lt_handle handle;
   CUdeviceptr ws;
+  float *host_scratch; /* host: sc_host_gemm_bf16's, for the largest bf16 GEMM */
+  int64_t host_scratch_numel;
   int32_t n, cap;
   gemm_entry *entries;
 };
@@ -130,6 +133,7 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
       if (ls[k]) e->lt.layout_destroy(ls[k]);
   }
   if (e->ws) e->cu->mem_free(e->ws);
+  sc_free(e->host_scratch);
   if (e->handle) e->lt.destroy(e->handle);
   sc_free(e->entries);
   sc_free(e);
@@ -137,10 +141,11 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
 
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e) { return e->host ? "host" : "cublaslt"; }
 
-/* A column-major layout of rows x cols with leading dim ld, batched. */
-static sc_status layout(sc_gpu_gemm *e, sc_lt_layout *l, int64_t rows, int64_t cols,
+/* A column-major layout of rows x cols of type (SC_CUDA_R_*) with leading
+ * dim ld, batched. */
+static sc_status layout(sc_gpu_gemm *e, sc_lt_layout *l, int type, int64_t rows, int64_t cols,
                         int64_t ld, int64_t batch, int64_t stride, sc_diag *diag) {
-  LT(e->lt.layout_create(l, SC_CUDA_R_32F, (uint64_t)rows, (uint64_t)cols, ld > 0 ? ld : 1),
+  LT(e->lt.layout_create(l, type, (uint64_t)rows, (uint64_t)cols, ld > 0 ? ld : 1),
      "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     int32_t count = (int32_t)batch;
@@ -179,19 +184,22 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
     LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
     LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "BIAS");
   }
-  /* column-major: our B [k,n] (or [n,k] transposed) is cuBLAS's A */
+  /* column-major: our B [k,n] (or [n,k] transposed) is cuBLAS's A; bf16
+   * operands (the bias too: its type defaults to D's) with f32 compute */
+  int type = x->t == SC_DTYPE_BF16 ? SC_CUDA_R_16BF : SC_CUDA_R_32F;
   sc_status st =
-      layout(e, &x->la, g->trans_b ? g->k : g->n, g->trans_b ? g->n : g->k, g->ldb, g->batch,
-             g->stride_b, diag);
+      layout(e, &x->la, type, g->trans_b ? g->k : g->n, g->trans_b ? g->n : g->k, g->ldb,
+             g->batch, g->stride_b, diag);
   if (st == SC_OK)
-    st = layout(e, &x->lb, g->trans_a ? g->m : g->k, g->trans_a ? g->k : g->m, g->lda,
+    st = layout(e, &x->lb, type, g->trans_a ? g->m : g->k, g->trans_a ? g->k : g->m, g->lda,
                 g->batch, g->stride_a, diag);
   /* a full bias is [m, n] for every batch entry, or one per entry */
   int64_t bias_stride = x->bias_numel == g->m * g->n ? 0 : g->m * g->n;
   if (st == SC_OK)
-    st = layout(e, &x->lc, g->n, g->m, full_bias ? g->n : g->ldc, g->batch,
+    st = layout(e, &x->lc, type, g->n, g->m, full_bias ? g->n : g->ldc, g->batch,
                 full_bias ? bias_stride : g->stride_c, diag);
-  if (st == SC_OK) st = layout(e, &x->ld, g->n, g->m, g->ldc, g->batch, g->stride_c, diag);
+  if (st == SC_OK)
+    st = layout(e, &x->ld, type, g->n, g->m, g->ldc, g->batch, g->stride_c, diag);
   if (st != SC_OK) return st;
   sc_lt_pref pref = NULL;
   LT(e->lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
@@ -213,9 +221,19 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   return SC_OK;
 }
 
-sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, CUdeviceptr a, CUdeviceptr b,
-                          CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c, int32_t *id,
-                          sc_diag *diag) {
+sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
+                          CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
+                          int32_t *id, sc_diag *diag) {
+  if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda device: a GEMM on %s (f32 and bf16 only)", sc_dtype_name(t));
+  int64_t need = t == SC_DTYPE_BF16 && e->host ? sc_gemm_bf16_scratch_numel(g, bias_numel) : 0;
+  if (need > e->host_scratch_numel) {
+    float *s = sc_realloc(e->host_scratch, (size_t)need * sizeof *s);
+    if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    e->host_scratch = s;
+    e->host_scratch_numel = need;
+  }
   if (e->n == e->cap) {
     int32_t cap = e->cap ? 2 * e->cap : 16;
     gemm_entry *n = sc_realloc(e->entries, (size_t)cap * sizeof *n);
@@ -224,7 +242,7 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, CUdeviceptr a, CUdev
     e->cap = cap;
   }
   gemm_entry *x = &e->entries[e->n];
-  *x = (gemm_entry){.e = e, .g = g, .a = a, .b = b, .bias = bias, .c = c,
+  *x = (gemm_entry){.e = e, .g = g, .t = t, .a = a, .b = b, .bias = bias, .c = c,
                     .bias_numel = bias_numel};
   e->n++; /* counted at once: destroy frees what a failed plan made */
   *id = e->n - 1;
@@ -233,6 +251,12 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, CUdeviceptr a, CUdev
 
 static void host_gemm(void *ud) {
   const gemm_entry *x = ud;
+  if (x->t == SC_DTYPE_BF16) {
+    sc_host_gemm_bf16(x->g, (const uint16_t *)(uintptr_t)x->a, (const uint16_t *)(uintptr_t)x->b,
+                      x->bias ? (const uint16_t *)(uintptr_t)x->bias : NULL, x->bias_numel,
+                      (uint16_t *)(uintptr_t)x->c, NULL, x->e->host_scratch);
+    return;
+  }
   sc_host_gemm_f32(x->g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
                    x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
                    (float *)(uintptr_t)x->c, NULL, NULL, NULL);
@@ -246,11 +270,12 @@ sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *d
     if (e->cu->host_access) { /* the fake driver's race check: what it touches */
       int64_t span[3] = {0, 0, 0};
       sc_gemm_spans(g, span); /* checked at prepare (sc_gemm_problem) */
-      e->cu->host_access((const void *)(uintptr_t)x->a, (size_t)span[0] * 4, 0);
-      e->cu->host_access((const void *)(uintptr_t)x->b, (size_t)span[1] * 4, 0);
+      size_t es = sc_dtype_size(x->t);
+      e->cu->host_access((const void *)(uintptr_t)x->a, (size_t)span[0] * es, 0);
+      e->cu->host_access((const void *)(uintptr_t)x->b, (size_t)span[1] * es, 0);
       if (x->bias)
-        e->cu->host_access((const void *)(uintptr_t)x->bias, (size_t)x->bias_numel * 4, 0);
-      e->cu->host_access((const void *)(uintptr_t)x->c, (size_t)span[2] * 4, 1);
+        e->cu->host_access((const void *)(uintptr_t)x->bias, (size_t)x->bias_numel * es, 0);
+      e->cu->host_access((const void *)(uintptr_t)x->c, (size_t)span[2] * es, 1);
     }
     return sc_cu_check(e->cu, e->cu->launch_host_func(s, host_gemm, x), "cuLaunchHostFunc",
                        "the host GEMM", diag);

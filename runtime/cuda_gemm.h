@@ -3,7 +3,7 @@
  * One interface, two engines, chosen by the driver that is loaded:
  *
  *   cublaslt  on a GPU: cuBLASLt (libcublasLt.so.13, opened with dlopen),
- *             f32 with f32 compute; per GEMM a matmul descriptor, its
+ *             f32 or bf16 operands with f32 compute; per GEMM a matmul descriptor, its
  *             layouts and the heuristic's best algorithm, chosen once when
  *             the GEMM is added (at bind: the cache per shape is the GEMM's
  *             own entry); a 32 MiB workspace allocated with the engine.
@@ -11,8 +11,10 @@
  *             Cᵀ = op(B)ᵀ op(A)ᵀ. A bias over the columns is the BIAS
  *             epilogue; a full [m, n] bias is the C operand with beta 1.
  *   host      on the emulated GPU: sc_host_gemm_f32 (oneDNN, the CPU
- *             device's tiles) run as a host function on the stream, on the
- *             device memory that is host memory there.
+ *             device's tiles; sc_host_gemm_bf16 for bf16, with a scratch
+ *             the engine keeps for its largest GEMM) run as a host function
+ *             on the stream, on the device memory that is host memory
+ *             there.
  *
  * sc_gpu_gemm_add fixes a GEMM's operands (device addresses, stable for
  * the session, which is what lets CUDA graphs replay it) and returns its
@@ -31,10 +33,11 @@ sc_status sc_gpu_gemm_create(const sc_cu *cu, sc_gpu_gemm **out, sc_diag *diag);
 void sc_gpu_gemm_destroy(sc_gpu_gemm *e);
 /* "cublaslt" or "host" */
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
-/* g must outlive the engine. bias may be 0 (none); bias_numel its length. */
-sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, CUdeviceptr a, CUdeviceptr b,
-                          CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c, int32_t *id,
-                          sc_diag *diag);
+/* g must outlive the engine. t: its operands' dtype, f32 or bf16 (A, B,
+ * C and the bias alike). bias may be 0 (none); bias_numel its length. */
+sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
+                          CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
+                          int32_t *id, sc_diag *diag);
 sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *diag);
 
 #endif

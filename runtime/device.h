@@ -125,7 +125,7 @@ sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64
 sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag);
 
 /* Why GEMM step s cannot run on shardc's devices (bad buffer ids, extents
- * beyond the buffers, non-f32 operands), or NULL. */
+ * beyond the buffers, operands other than all f32 or all bf16), or NULL. */
 const char *sc_gemm_problem(const sc_program *p, const sc_step *s);
 /* Elements each operand of g spans (A, B, C: the last element of the last
  * batch entry + 1); false on overflow. */
@@ -146,6 +146,17 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
 /* Floats of scratch sc_host_gemm_f32 uses for g with the engine in use
  * (0: none). */
 int64_t sc_gemm_scratch_numel(const sc_gemm *g);
+/* The same product for a GEMM whose operands are bfloat16 (A, B, C and the
+ * bias: the buffers' dtype), as cuBLASLt computes it with f32 compute:
+ * the operands widened to f32 (a product of two bf16 values is exact in
+ * f32), sc_host_gemm_f32 on the copies, and each element of C rounded to
+ * bf16 once, at the end. Only C's m x n elements of each batch entry are
+ * written. scratch: sc_gemm_bf16_scratch_numel(g, bias_numel) floats. */
+void sc_host_gemm_bf16(const sc_gemm *g, const uint16_t *A, const uint16_t *B,
+                       const uint16_t *bias, int64_t bias_numel, uint16_t *C,
+                       struct sc_thread_pool *tp, float *scratch);
+/* Floats of scratch sc_host_gemm_bf16 needs for g (0 for an empty product). */
+int64_t sc_gemm_bf16_scratch_numel(const sc_gemm *g, int64_t bias_numel);
 /* Floats of scratch oneDNN's products use for g's B (0: B is read in place). */
 int64_t sc_gemm_repitch_numel(const sc_gemm *g);
 /* The first of n indices of dtype t outside [-dim, dim) (unsigned: [0,

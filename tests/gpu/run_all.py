@@ -18,9 +18,10 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
   arena        SHARDC_CUDA_VERBOSE's line: the arena allocated is the plan's,
                and the device memory the session took is arena + weights
                (+ the GEMM workspace, 32 MiB with cuBLASLt)
-  gemm         one MatMul (with and without a bias) against numpy (relative
-               1e-4 of the largest |value|), and TFLOP/s at 8192^3 (1024^3
-               emulated) and at GPT-2 small's shapes (1024 tokens)
+  gemm         one MatMul (with and without a bias) against numpy, in f32
+               (relative 1e-4 of the largest |value|) and bf16 (1e-2), and
+               TFLOP/s at 8192^3 (1024^3 emulated) in f32 and bf16 and at
+               GPT-2 small's shapes (1024 tokens)
   nccl         one-rank NCCL (a GPU holds one rank): GPT-2 on a one-rank
                mesh with --comm nccl (torchrun variables), against the CPU
   real-models  GPT-2 small and ResNet-18 at real size (bench/real_models.py):
@@ -175,7 +176,9 @@ def device_ms(stderr):
     return float(m.group(1)) if m else None
 
 
-def gemm_model(path, m, k, n, bias):
+def gemm_model(path, m, k, n, bias, bf16=False):
+    """Y = A @ W (+ B): f32, or with bf16 (every operand cast to bf16, the
+    product cast back to f32)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper
@@ -184,11 +187,21 @@ def gemm_model(path, m, k, n, bias):
     rng = np.random.default_rng(5)
     w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     inits = [onnx.numpy_helper.from_array(w, "W")]
-    nodes = [helper.make_node("MatMul", ["A", "W"], ["P" if bias else "Y"])]
     if bias:
         inits.append(onnx.numpy_helper.from_array(
             rng.standard_normal(n).astype(np.float32), "B"))
-        nodes.append(helper.make_node("Add", ["P", "B"], ["Y"]))
+    nodes, ops = [], {"A": "A", "W": "W", "B": "B"}
+    if bf16:
+        for x in ("A", "W") + (("B",) if bias else ()):
+            nodes.append(helper.make_node("Cast", [x], [x + "h"], to=TensorProto.BFLOAT16))
+            ops[x] = x + "h"
+    last = "Y" if not bias and not bf16 else "P"
+    nodes.append(helper.make_node("MatMul", [ops["A"], ops["W"]], [last]))
+    if bias:
+        nodes.append(helper.make_node("Add", [last, ops["B"]], ["Y" if not bf16 else "Q"]))
+        last = "Q"
+    if bf16:
+        nodes.append(helper.make_node("Cast", [last], ["Y"], to=TensorProto.FLOAT))
     g = helper.make_graph(nodes, "gemm", [a], [y], inits)
     mod = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     mod.ir_version = 8
@@ -203,31 +216,42 @@ def check_gemm(a, tmp):
     except ImportError as e:
         record("gemm", "skip", f"needs numpy and onnx: {e}")
         return
-    # correctness, with and without the bias epilogue
-    for bias in (False, True):
-        path = os.path.join(tmp, f"g{int(bias)}.onnx")
-        w, b = gemm_model(path, 96, 160, 200, bias)
-        x = np.random.default_rng(9).standard_normal((96, 160)).astype(np.float32)
-        np.save(os.path.join(tmp, "x.npy"), x)
-        out = os.path.join(tmp, f"gout{int(bias)}")
-        r = sh([a.shardc, "run", path, "--input", "A=" + os.path.join(tmp, "x.npy"), "-q",
-                "--device", "cuda", "--output-dir", out])
-        if r.returncode != 0:
-            record(f"gemm.bias{int(bias)}", "fail", r.stderr[-300:])
-            continue
-        want = x.astype(np.float64) @ w + (b if bias else 0)
-        got = np.load(os.path.join(out, "Y.npy"))
-        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-        record(f"gemm.bias{int(bias)}", "pass" if err <= 1e-4 else "fail", f"max error {err:.2e}")
+    # correctness, with and without the bias, f32 (1e-4 of the largest |value|) and bf16
+    # (1e-2; the reference rounds the operands to bf16 first)
+    def as_bf16(v):
+        u = np.ascontiguousarray(v, np.float32).view(np.uint32).astype(np.uint64)
+        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16  # round to nearest even
+        return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    for bf16 in (False, True):
+        for bias in (False, True):
+            tag = f"{'bf16.' if bf16 else ''}bias{int(bias)}"
+            path = os.path.join(tmp, f"g.{tag}.onnx")
+            w, b = gemm_model(path, 96, 160, 200, bias, bf16)
+            x = np.random.default_rng(9).standard_normal((96, 160)).astype(np.float32)
+            np.save(os.path.join(tmp, "x.npy"), x)
+            out = os.path.join(tmp, f"gout.{tag}")
+            r = sh([a.shardc, "run", path, "--input", "A=" + os.path.join(tmp, "x.npy"), "-q",
+                    "--device", "cuda", "--output-dir", out])
+            if r.returncode != 0:
+                record(f"gemm.{tag}", "fail", r.stderr[-300:])
+                continue
+            f = as_bf16 if bf16 else (lambda v: np.asarray(v, np.float64))
+            want = f(x) @ f(w) + (f(b) if bias else 0)
+            got = np.load(os.path.join(out, "Y.npy"))
+            err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+            tol = 1e-2 if bf16 else 1e-4
+            record(f"gemm.{tag}", "pass" if err <= tol and not np.isnan(got).any() else "fail",
+                   f"max error {err:.2e} (tolerance {tol:g})")
     big = 1024 if EMU else 8192
     shapes = [("square", big, big, big)] + [
         (f"gpt2-{n1}x{n2}", 1024, n1, n2) for n1, n2 in
         ((768, 2304), (768, 768), (768, 3072), (3072, 768), (768, 50257))]
+    shapes += [("square-bf16", big, big, big)]
     for name, m, k, n in shapes:
-        if EMU and name != "square":
+        if EMU and not name.startswith("square"):
             continue
         path = os.path.join(tmp, f"{name}.onnx")
-        gemm_model(path, m, k, n, False)
+        gemm_model(path, m, k, n, False, name.endswith("bf16"))
         r = sh([a.shardc, "run", path, "--random-inputs", "1", "-q", "--device", "cuda",
                 "--repeat", "10", "--warmup", "3", "--output-dir", os.path.join(tmp, "gb")],
                {"SHARDC_CUDA_VERBOSE": "1"})
@@ -238,7 +262,8 @@ def check_gemm(a, tmp):
             continue
         ms = float(med.group(1))
         tflops = 2.0 * m * k * n / (dev * 1e-3) / 1e12
-        record(f"gemm.{name}", "info", f"{m}x{k}x{n} f32: {dev:.3f} ms on the GPU, "
+        kind = "bf16 (with the casts in and out)" if name.endswith("bf16") else "f32"
+        record(f"gemm.{name}", "info", f"{m}x{k}x{n} {kind}: {dev:.3f} ms on the GPU, "
                f"{tflops:.2f} TFLOP/s; {ms:.3f} ms with the copies of A in and Y out",
                ms=ms, device_ms=dev, tflops=tflops)
 

@@ -22,8 +22,8 @@ Checked, against the CPU device on the same seeded random inputs:
   - GPT-2 over thread-ranks: tp=2, dp=2, pp=2 (send/recv), dp=2 x tp=2:
     collectives on the communication streams, ordered by events, one graph
     per rank; the other samples at tp=2 and pp=2 (graphs);
-  - training: the MLP (AdamW, 6 steps) and GPT-2 under fsdp=2 (ZeRO-3,
-    2 steps): every loss and gradient norm within rtol 2e-5 of the CPU's
+  - training: the MLP (AdamW, 6 steps; and 3 in bf16, its products bf16
+    GEMM steps) and GPT-2 under fsdp=2 (ZeRO-3, 2 steps): every loss and gradient norm within rtol 2e-5 of the CPU's
     (as test_train_dist.py's tolerance); then the MLP, 2 steps, under every
     mesh test_train_dist.py checks it with (dp, ZeRO 1/2/3, HSDP both ways,
     tp with and without sequence parallelism, fsdp x tp, pp=2 under gpipe,
@@ -214,6 +214,9 @@ def main():
         train_case(tmp, "mlp", os.path.join(SAMPLES, "mlp.onnx"),
                    ["--data", "x=" + x, "--labels", lab],
                    ["--dim", "batch=8", "--optimizer", "adamw"], 6)
+        train_case(tmp, "mlp-bf16", os.path.join(SAMPLES, "mlp.onnx"),  # bf16 GEMM steps
+                   ["--data", "x=" + x, "--labels", lab],
+                   ["--dim", "batch=8", "--optimizer", "adamw", "--precision", "bf16"], 3)
         ids, glab = os.path.join(tmp, "ids.npy"), os.path.join(tmp, "glab.npy")
         np.save(ids, rng.integers(0, 1000, (8, 16)).astype(np.int64))
         np.save(glab, rng.integers(0, 1000, (8, 16)).astype(np.int64))

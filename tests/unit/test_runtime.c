@@ -322,6 +322,80 @@ static void test_batched_transposed_gemm(void **state) {
   sc_program_destroy(p);
 }
 
+/* bf16 products (sc_host_gemm_bf16): a batched, transposed-A product with
+ * a row bias and beta, C at a pitch wider than its rows. Each element is the
+ * float64 product of the bf16 values rounded to bf16 (within one bf16 unit:
+ * the f32 sum may round the other way), the pitch's gaps are not written,
+ * and 1 and 2 threads give the same bits. sc_gemm_problem takes all-bf16
+ * operands and refuses mixed ones. */
+static void test_gemm_bf16(void **state) {
+  (void)state;
+  rng_seed(11);
+  enum { B = 2, M3 = 37, N3 = 70, K3 = 300, LDC = 80 };
+  sc_gemm g = {.trans_a = true, .batch = B, .m = M3, .n = N3, .k = K3, .lda = M3, .ldb = N3,
+               .ldc = LDC, .stride_a = (int64_t)K3 * M3, .stride_b = 0,
+               .stride_c = (int64_t)M3 * LDC, .alpha = 1.0f, .beta = 1.0f, .bias = 0};
+  uint16_t *a = malloc(sizeof *a * B * K3 * M3), *b = malloc(sizeof *b * K3 * N3);
+  uint16_t bias[N3], *c0 = malloc(sizeof *c0 * B * M3 * LDC);
+  uint16_t *c1 = malloc(sizeof *c1 * B * M3 * LDC), *c2 = malloc(sizeof *c2 * B * M3 * LDC);
+  assert_true(a && b && c0 && c1 && c2);
+  for (int i = 0; i < B * K3 * M3; i++) a[i] = sc_f32_to_bf16((float)rnd(-1, 1));
+  for (int i = 0; i < K3 * N3; i++) b[i] = sc_f32_to_bf16((float)rnd(-1, 1));
+  for (int i = 0; i < N3; i++) bias[i] = sc_f32_to_bf16((float)rnd(-1, 1));
+  for (int i = 0; i < B * M3 * LDC; i++) c0[i] = sc_f32_to_bf16((float)rnd(-1, 1));
+  memcpy(c1, c0, sizeof *c0 * B * M3 * LDC);
+  memcpy(c2, c0, sizeof *c0 * B * M3 * LDC);
+  int64_t ns = sc_gemm_bf16_scratch_numel(&g, N3);
+  assert_true(ns >= (int64_t)B * K3 * M3 + K3 * N3 + B * M3 * LDC + N3);
+  float *scratch = malloc(sizeof *scratch * (size_t)ns);
+  sc_thread_pool *tp = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_thread_pool_create(2, &tp, &d), SC_OK);
+  sc_host_gemm_bf16(&g, a, b, bias, N3, c1, NULL, scratch);
+  sc_host_gemm_bf16(&g, a, b, bias, N3, c2, tp, scratch);
+  assert_memory_equal(c1, c2, sizeof *c1 * B * M3 * LDC);
+  int inexact = 0;
+  for (int bb = 0; bb < B; bb++)
+    for (int m = 0; m < M3; m++)
+      for (int n = 0; n < LDC; n++) {
+        int64_t at = ((int64_t)bb * M3 + m) * LDC + n;
+        if (n >= N3) { /* the pitch's gap: untouched */
+          if (c1[at] != c0[at]) fail_msg("gap c[%d,%d,%d] written", bb, m, n);
+          continue;
+        }
+        double want = (double)sc_bf16_to_f32(c0[at]) + sc_bf16_to_f32(bias[n]);
+        for (int k = 0; k < K3; k++)
+          want += (double)sc_bf16_to_f32(a[(int64_t)bb * K3 * M3 + (int64_t)k * M3 + m]) *
+                  sc_bf16_to_f32(b[(int64_t)k * N3 + n]);
+        float got = sc_bf16_to_f32(c1[at]), rounded = sc_bf16_to_f32(sc_f32_to_bf16((float)want));
+        if (isnan(got) || fabs(got - rounded) > fabs(rounded) * 0x1p-7 + 1e-30)
+          fail_msg("c[%d,%d,%d] = %g, want %g (bf16 of %g)", bb, m, n, got, rounded, want);
+        inexact += got != rounded;
+      }
+  assert_true(inexact < B * M3 * N3 / 20); /* one unit off only where the sum rounds across */
+  sc_thread_pool_destroy(tp);
+
+  /* all bf16 is a GEMM; a bf16 C over f32 operands is not */
+  sc_program *p = sc_program_create();
+  int64_t da[] = {B, K3, M3}, db[] = {K3, N3}, dc[] = {B, M3, LDC};
+  int32_t ia = add_buf(p, "a", SC_BUF_INPUT, 3, da, 0, NULL, -1);
+  int32_t ib = add_buf(p, "b", SC_BUF_INPUT, 2, db, 0, NULL, -1);
+  int32_t ic = add_buf(p, "c", SC_BUF_OUTPUT, 3, dc, 0, NULL, -1);
+  for (int32_t i = 0; i < p->n_buffers; i++) p->buffers[i].dtype = SC_DTYPE_BF16;
+  sc_step st;
+  memset(&st, 0, sizeof st);
+  st.kind = SC_STEP_GEMM;
+  st.kernel = -1;
+  st.gemm = g;
+  st.gemm.a = ia, st.gemm.b = ib, st.gemm.c = ic, st.gemm.bias = -1;
+  assert_null(sc_gemm_problem(p, &st));
+  p->buffers[ia].dtype = SC_DTYPE_F32;
+  assert_non_null(sc_gemm_problem(p, &st));
+  sc_program_destroy(p);
+  free(a), free(b), free(c0), free(c1), free(c2), free(scratch);
+}
+
 /* B operands whose row pitch is a multiple of 4 KiB (1024 floats) are
  * copied to another pitch before the product (runtime/cpu_device.c): a
  * batched B [2, 24, 1024] and a transposed, broadcast B [40, 2048] give
@@ -728,6 +802,7 @@ int main(void) {
       cmocka_unit_test(test_batched_transposed_gemm),
       cmocka_unit_test(test_gemm_aliasing_pitch),
       cmocka_unit_test(test_gemm_aliasing_pitch_const),
+      cmocka_unit_test(test_gemm_bf16),
       cmocka_unit_test(test_own_gemm_tile),
       cmocka_unit_test(test_gemm_engines),
       cmocka_unit_test(test_input_validation),
