@@ -20,6 +20,7 @@ DEB_PKGS=(
   libjansson-dev
   zlib1g-dev libzstd-dev libtinfo-dev libxml2-dev libedit-dev libffi-dev
   python3-venv strace
+  patchelf xz-utils  # tests/gpu/pack.sh: a build for a GPU machine without these libraries
 )
 
 missing=()

@@ -7,15 +7,18 @@
 #   bash tests/gpu/pack.sh [BUILD] [OUT.tar.xz]     (default build/, shardc-gpu.tar.xz)
 #
 # The tarball holds build/ (shardc, libshardc.so, the NCCL communicator
-# module, the unit binaries test_cuda and test_cuda_samples) and lib/ (every
+# module, the fake driver, the unit binaries test_cuda and
+# test_cuda_samples) and lib/ (every
 # library they load that is not the C runtime, the C++ runtime, zlib or
 # CUDA's own). Each binary's and library's RUNPATH is rewritten relative to
 # itself ($ORIGIN), so that nothing needs LD_LIBRARY_PATH but CUDA's
 # libraries (libcudart, libnccl, libcublasLt, libnvrtc), which come from
 # the GPU machine. There, from the source tree:
 #
-#   tar -xJf shardc-gpu.tar.xz -C kit
-#   SC_BINARY_DIR=kit/build bash tests/gpu/run-all.sh
+#   bash tests/gpu/run-kit.sh shardc-gpu.tar.xz [run-all.sh's options]
+#
+# (it unpacks the kit, finds CUDA's libraries and runs run-all.sh on it;
+# with SHARDC_CUDA_EMU=1 the same runs here, on the emulated GPU).
 #
 # Needs patchelf. The host's glibc must be no older than the build's.
 set -eu
@@ -27,6 +30,9 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/build/tests" "$stage/lib"
 cp -P "$bin"/shardc "$bin"/libshardc.so* "$stage/build/"
 [ -f "$bin/libshardc_comm_nccl.so" ] && cp "$bin/libshardc_comm_nccl.so" "$stage/build/"
+# the fake driver too, so that the kit can be rehearsed on the emulated GPU
+[ -f "$bin/fakecuda/libcuda.so.1" ] && mkdir -p "$stage/build/fakecuda" &&
+  cp "$bin/fakecuda/libcuda.so.1" "$stage/build/fakecuda/"
 for t in test_cuda test_cuda_samples; do cp "$bin/tests/$t" "$stage/build/tests/"; done
 
 # what the host has, or must come from CUDA: left out
@@ -37,7 +43,7 @@ ldd $objs 2>/dev/null | awk '/=> \//{print $3}' | sort -u | grep -vE "$keep_out"
 
 for f in $objs; do
   case $f in
-    */tests/*) patchelf --set-rpath '$ORIGIN/..:$ORIGIN/../../lib' "$f" ;;
+    */tests/* | */fakecuda/*) patchelf --set-rpath '$ORIGIN/..:$ORIGIN/../../lib' "$f" ;;
     *) patchelf --set-rpath '$ORIGIN:$ORIGIN/../lib' "$f" ;;
   esac
 done
