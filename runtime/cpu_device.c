@@ -452,11 +452,12 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     const sc_step *s = &p->steps[i];
     /* a direct convolution is no GEMM here; with oneDNN, a constant B is
      * laid out at bind (pitch_weights), not into the scratch */
+    if (s->kind != SC_STEP_GEMM) continue;
     const sc_gemm *g = &s->gemm;
     int64_t n = 0;
-    if (s->kind == SC_STEP_GEMM && is_bf16(p, g))
+    if (is_bf16(p, g))
       n = sc_gemm_bf16_scratch_numel(g, g->bias >= 0 ? buf_numel(p, g->bias) : 0);
-    else if (s->kind == SC_STEP_GEMM && !sc_cpu_convs_note(c->convs, s) &&
+    else if (!sc_cpu_convs_note(c->convs, s) &&
              (sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN || !packs_b(c, s)))
       n = sc_gemm_scratch_numel(g);
     if (n > scratch) scratch = n;

@@ -215,6 +215,8 @@ static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag)
   CK(cu->stream_create(&c->compute, SC_CU_STREAM_NON_BLOCKING), "the compute stream");
   CK(cu->event_create(&c->ev_t0, 0), "a timing event");
   CK(cu->event_create(&c->ev_t1, 0), "a timing event");
+  c->run_ms = sc_malloc(RUN_TIMES * sizeof *c->run_ms);
+  if (!c->run_ms) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   /* one stream per communicator when they may run at once, else one */
   bool concurrent = true;
   for (int32_t i = 0; i < o->n_comms; i++) {
@@ -793,7 +795,6 @@ static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
   pthread_mutex_unlock(&c->mu);
   float ms = 0;
   if (e.status == SC_OK && c->n_run_ms < RUN_TIMES &&
-      (c->run_ms || (c->run_ms = sc_malloc(RUN_TIMES * sizeof *c->run_ms))) &&
       cu->event_elapsed(&ms, c->ev_t0, c->ev_t1) == SC_CUDA_SUCCESS)
     c->run_ms[c->n_run_ms++] = ms;
   if (e.status == SC_OK) return SC_OK;

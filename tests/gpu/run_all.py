@@ -218,10 +218,10 @@ def check_gemm(a, tmp):
         return
     # correctness, with and without the bias, f32 (1e-4 of the largest |value|) and bf16
     # (1e-2; the reference rounds the operands to bf16 first)
-    def as_bf16(v):
-        u = np.ascontiguousarray(v, np.float32).view(np.uint32).astype(np.uint64)
-        u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16  # round to nearest even
-        return u.astype(np.uint32).view(np.float32).astype(np.float64)
+    import ml_dtypes  # onnx's own dependency
+
+    def as_bf16(v):  # rounded to the nearest bf16, ties to even
+        return np.asarray(v, np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
     for bf16 in (False, True):
         for bias in (False, True):
             tag = f"{'bf16.' if bf16 else ''}bias{int(bias)}"
