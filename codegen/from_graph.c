@@ -39,10 +39,12 @@
  * here, at compile time; indices computed inside the Gather's own group are
  * not (the kernel reads the clamped element, lower_shape.c). */
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "codegen/lower_internal.h"
+#include "ir/elementwise.h"
 
 typedef struct fg {
   sc_graph *g;
@@ -497,6 +499,102 @@ static sc_status setup_epilogue(fg *f, sc_lower_ctx *cx, int32_t k, int32_t a,
   return SC_OK;
 }
 
+/* ---- a GEMM epilogue that is one activation (sc_gemm.act) ---- */
+
+enum { ACT_PROBES = 96 };
+
+/* The value of member output v at x (the GEMM's output value c there),
+ * in double, or NAN when v is not computed by the ops below from c and
+ * one-element constants. val[] caches the members' values (NAN: not yet). */
+static double act_eval(const sc_graph *g, int32_t c, int32_t v, double x, const bool *member,
+                       double *val, int depth) {
+  if (v == c) return x;
+  const sc_value *vv = &g->values[v];
+  if (sc_value_is_const(vv)) return vv->data && sc_value_numel(vv) == 1
+                                        ? sc_load_f64(vv->dtype, vv->data, 0) : NAN;
+  int32_t pn = vv->producer;
+  if (pn < 0 || !member[pn] || depth > 64) return NAN;
+  if (!isnan(val[pn])) return val[pn];
+  const sc_node *n = &g->nodes[pn];
+  double a = n->n_inputs > 0 && n->inputs[0] >= 0
+                 ? act_eval(g, c, n->inputs[0], x, member, val, depth + 1) : NAN;
+  double b = n->n_inputs > 1 && n->inputs[1] >= 0
+                 ? act_eval(g, c, n->inputs[1], x, member, val, depth + 1) : NAN;
+  double r = NAN;
+  switch (n->op) {
+  case SC_OP_IDENTITY: case SC_OP_RESHAPE: case SC_OP_FLATTEN: case SC_OP_SQUEEZE:
+  case SC_OP_UNSQUEEZE: r = a; break;
+  case SC_OP_ADD: r = a + b; break;
+  case SC_OP_SUB: r = a - b; break;
+  case SC_OP_MUL: r = a * b; break;
+  case SC_OP_DIV: r = a / b; break;
+  case SC_OP_POW: r = pow(a, b); break;
+  case SC_OP_TANH: r = tanh(a); break;
+  case SC_OP_RELU: r = a > 0 ? a : 0; break;
+  case SC_OP_GELU: {
+    sc_ew_attrs at;
+    if (sc_ew_attrs_read((sc_graph *)g, n, &at) == SC_OK && at.gelu_tanh)
+      r = 0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+    break;
+  }
+  default: break;
+  }
+  val[pn] = r;
+  return r;
+}
+
+/* The activation GEMM step s's epilogue kernel computes (sc_gemm.act), the
+ * group's other members mem[0..nm) over the GEMM's output value c: NONE
+ * unless the kernel reads only C and writes only one buffer, nothing
+ * outside the group reads c, and that buffer's value, computed by the
+ * members from c and scalar constants, equals the activation at every
+ * probe point in [-12, 12] (ReLU exactly, tanh GELU within 1e-6 of
+ * max(1, |x|): erf GELU differs from it by up to 2e-4, so it is not
+ * taken for it). */
+static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32_t c,
+                                const int32_t *mem, int32_t nm, int32_t *out_buf) {
+  const sc_graph *g = f->g;
+  const sc_program *p = f->p;
+  const kir_kernel *k = p->kernels[s->kernel];
+  if (k->n_params != 2 || k->params[0].written == k->params[1].written || f->is_gout[c])
+    return SC_GEMM_ACT_NONE;
+  int32_t w = k->params[0].written ? 0 : 1;
+  if (k->params[1 - w].buffer != s->gemm.c) return SC_GEMM_ACT_NONE;
+  int32_t ob = k->params[w].buffer, ov = -1;
+  bool *member = sc_calloc((size_t)g->n_nodes + 1, sizeof *member);
+  double *val = sc_calloc((size_t)g->n_nodes + 1, sizeof *val);
+  sc_gemm_act act = SC_GEMM_ACT_NONE;
+  if (!member || !val) goto done;
+  for (int32_t j = 0; j < nm; j++) member[mem[j]] = true;
+  for (int32_t u = f->uoff[c]; u < f->uoff[c + 1]; u++)
+    if (node_live(&g->nodes[f->users[u]]) && !member[f->users[u]]) goto done;
+  for (int32_t j = 0; j < nm; j++) { /* exactly one member output has a buffer: ob's */
+    const sc_node *n = &g->nodes[mem[j]];
+    for (int32_t o = 0; o < n->n_outputs; o++) {
+      int32_t v = n->outputs[o];
+      if (v < 0 || cx->value_buffer[v] < 0) continue;
+      if (cx->value_buffer[v] != ob || ov >= 0) goto done;
+      ov = v;
+    }
+  }
+  if (ov < 0 || sc_value_numel(&g->values[ov]) != sc_value_numel(&g->values[c])) goto done;
+  bool relu = true, gelu = true;
+  for (int i = 0; i <= ACT_PROBES && (relu || gelu); i++) {
+    double x = -12.0 + 24.0 * i / ACT_PROBES + (i % 2 ? 1e-3 : 0);
+    for (int32_t j = 0; j < g->n_nodes; j++) val[j] = NAN;
+    double y = act_eval(g, c, ov, x, member, val, 0);
+    double ge = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+    relu = relu && y == (x > 0 ? x : 0);
+    gelu = gelu && fabs(y - ge) <= 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
+  }
+  act = relu ? SC_GEMM_ACT_RELU : gelu ? SC_GEMM_ACT_GELU_TANH : SC_GEMM_ACT_NONE;
+  *out_buf = ob;
+done:
+  sc_free(member);
+  sc_free(val);
+  return act;
+}
+
 static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   sc_graph *g = f->g;
   sc_lower_group grp;
@@ -530,14 +628,18 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
           rest[nr++] = mem[j];
       int32_t first_step = f->p->n_steps;
       st = lower_points(f, cx, rest, nr, &nk);
-      sc_free(rest);
       /* one epilogue kernel right after a GEMM step: attach it there */
       sc_program *p = f->p;
       if (st == SC_OK && nk == 1 && first_step >= 1 && p->n_steps == first_step + 1 &&
           p->steps[first_step - 1].kind == SC_STEP_GEMM && p->steps[first_step - 1].kernel < 0) {
-        p->steps[first_step - 1].kernel = p->steps[first_step].kernel;
+        sc_step *gs = &p->steps[first_step - 1];
+        gs->kernel = p->steps[first_step].kernel;
         p->n_steps--;
+        int32_t c = an->n_outputs > 0 ? an->outputs[0] : -1;
+        if (c >= 0 && !gs->gemm.conv.on)
+          gs->gemm.act = epilogue_act(f, cx, gs, c, rest, nr, &gs->gemm.act_out);
       }
+      sc_free(rest);
     }
   } else {
     const sc_node *an = &g->nodes[a];

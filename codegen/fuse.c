@@ -23,13 +23,16 @@
  *           join a group anchored by a kernel op: it stays for the Conv's
  *           epilogue (conv_epilogue: ResNet's ReLU before its max-pool);
  *   VIEW    as POINT, and only inside a POINT chain (its input comes from a
- *           POINT node): there the view becomes index arithmetic; anywhere
- *           else it stays alone and costs nothing (an aliased buffer);
+ *           POINT node, or a STEP one: the reshape between a GEMM and its
+ *           activation, GPT-2's Conv1D): there the view becomes index
+ *           arithmetic; anywhere else it stays alone and costs nothing (an
+ *           aliased buffer);
  *   KERNEL, STEP   G has no kernel op yet, exactly one output of the node is
  *           used, and every member of G downstream of the node is an
- *           elementwise POINT op whose outputs have that output's shape: they
- *           become the reduction's epilogue, or the GEMM's (bias add,
- *           activation).
+ *           elementwise POINT op (or, after a STEP, a view: views reshape,
+ *           keeping the elements' order) whose outputs have as many elements
+ *           as that output: they become the reduction's epilogue, or the
+ *           GEMM's (bias add, activation).
  * Because a node joins only when ALL its consumers are in the group, every
  * member but the root has all its users inside the group, so groups are
  * convex and the group graph stays acyclic.
@@ -70,6 +73,12 @@ static bool same_shape(const sc_value *a, const sc_value *b) {
   for (int32_t d = 0; d < a->rank; d++)
     if (a->dims[d] != b->dims[d]) return false;
   return true;
+}
+
+static int64_t numel(const sc_value *v) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < v->rank; d++) n *= v->dims[d];
+  return n;
 }
 
 /* Whether node i feeds the STEP anchor of group k: directly, or through a
@@ -150,6 +159,7 @@ static bool epilogue_ok(sc_graph *g, const int32_t *group, const int32_t *uoff,
   }
   if (fused < 0) return false;
   const sc_value *fv = &g->values[fused];
+  bool step = kind_of(n) == SC_LOWER_STEP;
   bool ok = true;
   mark[i] = true;
   for (int32_t j = i + 1; j < g->n_nodes; j++) {
@@ -163,10 +173,15 @@ static bool epilogue_ok(sc_graph *g, const int32_t *group, const int32_t *uoff,
     }
     if (!down) continue;
     mark[j] = true;
-    if (kind_of(m) != SC_LOWER_POINT || !(sc_ops[m->op].flags & SC_OPF_ELEMENTWISE))
+    sc_lower_kind mk = kind_of(m);
+    bool view = mk == SC_LOWER_VIEW && step; /* a GEMM's epilogue reads C through it */
+    if (!view && (mk != SC_LOWER_POINT || !(sc_ops[m->op].flags & SC_OPF_ELEMENTWISE)))
       ok = false;
+    /* a view (a reshape) keeps the elements' order, so members of the
+     * fused value's element count are elementwise over its elements,
+     * whatever their shape */
     for (int32_t o = 0; o < m->n_outputs && ok; o++)
-      if (m->outputs[o] >= 0 && !same_shape(&g->values[m->outputs[o]], fv)) ok = false;
+      if (m->outputs[o] >= 0 && numel(&g->values[m->outputs[o]]) != numel(fv)) ok = false;
   }
   for (int32_t j = i; j < g->n_nodes; j++) mark[j] = false;
   return ok;
@@ -412,7 +427,8 @@ sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
       case SC_LOWER_VIEW: {
         int32_t src = n->n_inputs > 0 ? n->inputs[0] : -1;
         int32_t pn = src >= 0 ? g->values[src].producer : -1;
-        join = pn >= 0 && kind_of(&g->nodes[pn]) == SC_LOWER_POINT &&
+        sc_lower_kind pk = pn >= 0 ? kind_of(&g->nodes[pn]) : SC_LOWER_NONE;
+        join = (pk == SC_LOWER_POINT || pk == SC_LOWER_STEP) &&
                !feeds_step(g, gi, group, cg, i);
         break;
       }

@@ -133,11 +133,22 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
 /* Can root `to` overwrite root `from`'s storage at kernel step s, where
  * `from` is last read and `to` first written? Same size; `to` is one
  * written param of the kernel and every param of `from` reads only the
- * elements written there (the kinds are the callers' business). */
+ * elements written there (the kinds are the callers' business). The
+ * kernel may be a GEMM step's epilogue (a gradient accumulated into its
+ * state: new:acc = acc + product): the product runs first, and only reads
+ * `from` (if at all), its C being neither root. */
 static bool kernel_inplace(const sc_program *p, const life *l, int32_t s, int32_t from,
                            int32_t to) {
   const sc_step *st = &p->steps[s];
-  if (st->kind != SC_STEP_KERNEL || st->kernel < 0 || st->kernel >= p->n_kernels) return false;
+  if ((st->kind != SC_STEP_KERNEL && st->kind != SC_STEP_GEMM) || st->kernel < 0 ||
+      st->kernel >= p->n_kernels)
+    return false;
+  if (st->kind == SC_STEP_GEMM) {
+    const sc_gemm *g = &st->gemm;
+    if (g->c < 0 || g->c >= p->n_buffers || l->root[g->c] == from || l->root[g->c] == to ||
+        g->act != SC_GEMM_ACT_NONE)
+      return false;
+  }
   const sc_buffer *bf = &p->buffers[from], *bt = &p->buffers[to];
   if (bf->bytes != bt->bytes || bf->bytes <= 0) return false;
   const kir_kernel *k = p->kernels[st->kernel];

@@ -69,6 +69,7 @@ int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
     return -1;
   sc_step ns = *s;
   if (ns.origin && !(ns.origin = sc_arena_strdup(&p->arena, ns.origin))) return -1;
+  if (ns.kind == SC_STEP_GEMM && ns.gemm.act == SC_GEMM_ACT_NONE) ns.gemm.act_out = -1;
   p->steps[p->n_steps] = ns;
   return p->n_steps++;
 }
@@ -315,6 +316,11 @@ int64_t sc_scatter_add_rows(const sc_scatter_step *c, sc_dtype dt, sc_dtype it, 
 }
 #undef SCATTER_ROWS
 
+const char *sc_gemm_act_name(sc_gemm_act a) {
+  static const char *const names[SC_GEMM_ACT_COUNT] = {"none", "relu", "gelu_tanh"};
+  return a >= 0 && a < SC_GEMM_ACT_COUNT ? names[a] : "?";
+}
+
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud) {
   if (s->kind == SC_STEP_WAIT) {
     if (s->started >= 0 && s->started < p->n_steps &&
@@ -423,6 +429,8 @@ void sc_program_print(const sc_program *p, FILE *out) {
       if (s->kernel >= 0)
         fprintf(out, " epilogue k%d %s", (int)s->kernel,
                 s->kernel < p->n_kernels ? p->kernels[s->kernel]->name : "?");
+      if (g->act != SC_GEMM_ACT_NONE)
+        fprintf(out, " act %s->b%d", sc_gemm_act_name(g->act), (int)g->act_out);
     } else if (s->kind == SC_STEP_CHECK) {
       fprintf(out, "check b%d in [-%lld, %lld)", (int)s->check.buffer, (long long)s->check.dim,
               (long long)s->check.dim);

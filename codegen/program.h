@@ -74,6 +74,17 @@ typedef struct sc_conv_geom {
   int64_t oh, ow;
 } sc_conv_geom;
 
+/* An activation a GEMM's epilogue kernel computes (sc_gemm.act). */
+typedef enum sc_gemm_act {
+  SC_GEMM_ACT_NONE,
+  SC_GEMM_ACT_RELU,      /* max(x, 0) */
+  SC_GEMM_ACT_GELU_TANH, /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+  SC_GEMM_ACT_COUNT
+} sc_gemm_act;
+
+/* "none", "relu", "gelu_tanh" */
+const char *sc_gemm_act_name(sc_gemm_act a);
+
 /* C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b], row-major, batched with
  * element strides between batches (0 = broadcast the same matrix). */
 typedef struct sc_gemm {
@@ -87,6 +98,14 @@ typedef struct sc_gemm {
                                  broadcast over rows (shape [n]) or full [m,n] */
   bool bias_full;             /* bias has shape [batch?,m,n], else [n] */
   sc_conv_geom conv;          /* the convolution this GEMM computes, if on */
+  /* When act is not NONE (set by sc_program_from_graph, codegen/
+   * from_graph.c), the step's epilogue kernel computes exactly act_out =
+   * act(C), element by element (act_out has C's layout: ldc, stride_c),
+   * and nothing else reads C: a device may apply act in the product
+   * instead (cuBLASLt's RELU and GELU epilogues), writing act_out and not
+   * C, and skip the kernel. Any other device runs the kernel. */
+  sc_gemm_act act;
+  int32_t act_out;            /* that buffer (meaningful with act only) */
 } sc_gemm;
 
 typedef enum sc_comm_kind {

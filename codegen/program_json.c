@@ -195,6 +195,10 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(go, "beta", jreal(g->beta));
     json_object_set_new(go, "bias", json_integer(g->bias));
     json_object_set_new(go, "bias_full", json_boolean(g->bias_full));
+    if (g->act != SC_GEMM_ACT_NONE) {
+      json_object_set_new(go, "act", json_string(sc_gemm_act_name(g->act)));
+      json_object_set_new(go, "act_out", json_integer(g->act_out));
+    }
     if (g->conv.on) {
       const sc_conv_geom *v = &g->conv;
       json_t *co = json_object();
@@ -1040,6 +1044,23 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
     if (!sc_mul_i64(need, 4, &bytes) || p->buffers[m->bias].bytes < bytes)
       return fail(r, SC_ERR_INVALID, "bias buffer %d is smaller than %lld elements", m->bias,
                   (long long)need);
+  }
+  m->act = SC_GEMM_ACT_NONE;
+  m->act_out = -1;
+  if (json_object_get(g, "act")) { /* the epilogue kernel computes act_out = act(C) */
+    static const char *const acts[SC_GEMM_ACT_COUNT] = {"none", "relu", "gelu_tanh"};
+    int a;
+    if ((st = get_enum(r, g, "act", acts, SC_GEMM_ACT_COUNT, &a)) ||
+        (st = get_range(r, g, "act_out", true, 0, 0, hi, &m->act_out)))
+      return st;
+    m->act = (sc_gemm_act)a;
+    const sc_buffer *ab = &p->buffers[m->act_out];
+    if (m->act != SC_GEMM_ACT_NONE && (s->kernel < 0 || ab->kind == SC_BUF_CONST ||
+                                       ab->kind == SC_BUF_INPUT))
+      return fail(r, SC_ERR_INVALID, "GEMM activation without an epilogue kernel, or into %s "
+                  "buffer %d", BUF_KINDS[ab->kind], m->act_out);
+    if ((st = check_matrix(r, "act_out", m->act_out, m->batch, m->m, m->n, m->ldc, m->stride_c)))
+      return st;
   }
   json_t *co = json_object_get(g, "conv");
   return co ? read_conv(r, co, m) : SC_OK;

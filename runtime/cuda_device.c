@@ -128,6 +128,8 @@ struct cuda_ctx {
   CUdeviceptr *ptrs;   /* [n_buffers] */
   sc_gpu_gemm *gemm;
   int32_t *gemm_id;    /* [n_steps] a GEMM step's entry in the engine */
+  bool *gemm_fused;    /* [n_steps] it applies its activation: no epilogue kernel */
+  int32_t n_fused;     /* how many do */
   CUevent *ev_fork, *ev_done; /* [n_steps] per COMM step */
   comm_job *jobs;      /* [n_steps] */
   check_job *checks;   /* [n_steps] */
@@ -309,6 +311,7 @@ static void cuda_destroy(void *ctx) {
   sc_free(c->launch);
   sc_free(c->ptrs);
   sc_free(c->gemm_id);
+  sc_free(c->gemm_fused);
   sc_free(c->ev_fork);
   sc_free(c->ev_done);
   for (int32_t i = 0; c->checks && c->p && i < c->p->n_steps; i++)
@@ -445,9 +448,10 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->ev_done = sc_calloc(ns, sizeof *c->ev_done);
   c->jobs = sc_calloc(ns, sizeof *c->jobs);
   c->gemm_id = sc_calloc(ns, sizeof *c->gemm_id);
+  c->gemm_fused = sc_calloc(ns, sizeof *c->gemm_fused);
   c->checks = sc_calloc(ns, sizeof *c->checks);
   c->scatters = sc_calloc(ns, sizeof *c->scatters);
-  if (!c->gemm_id || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
+  if (!c->gemm_id || !c->gemm_fused || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
       !c->jobs)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < p->n_steps; i++) {
@@ -588,11 +592,12 @@ static void report(cuda_ctx *c) {
   size_t free_now = 0, total = 0;
   c->cu->mem_get_info(&free_now, &total);
   fprintf(stderr,
-          "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s; arena %lld bytes "
-          "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
-          "bytes\n",
+          "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
+          "in the product); arena %lld bytes (the plan's %lld), weights %lld bytes; device "
+          "memory taken since the context: %lld bytes\n",
           c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
-          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (long long)c->arena_bytes,
+          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
+          (long long)c->arena_bytes,
           (long long)c->p->arena_bytes, (long long)c->const_bytes,
           (long long)c->free_at_create - (long long)free_now);
 }
@@ -616,6 +621,7 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
     c->vals[k][kk->n_params] = 0;                                   /* begin */
     c->vals[k][kk->n_params + 1] = (uint64_t)c->launch[k].points; /* end */
   }
+  c->n_fused = 0;
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
     if (s->kind == SC_STEP_GEMM) {
@@ -625,8 +631,10 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
                            g->bias >= 0 ? c->ptrs[g->bias] : 0,
                            g->bias >= 0 ? p->buffers[g->bias].bytes / (int64_t)sc_dtype_size(t)
                                         : 0,
-                           c->ptrs[g->c], &c->gemm_id[i], diag);
+                           c->ptrs[g->c], g->act != SC_GEMM_ACT_NONE ? c->ptrs[g->act_out] : 0,
+                           &c->gemm_id[i], &c->gemm_fused[i], diag);
       if (st != SC_OK) return st;
+      c->n_fused += c->gemm_fused[i];
     }
     if (s->kind == SC_STEP_CHECK || s->kind == SC_STEP_SCATTER_ADD) {
       check_job *j = &c->checks[i];
@@ -700,7 +708,7 @@ static void cuda_run_gemm(void *ctx, const sc_step *s) {
   sc_diag d = {0};
   if (sc_gpu_gemm_enqueue(c->gemm, c->gemm_id[s - c->p->steps], c->compute, &d) != SC_OK)
     fail(c, &d);
-  if (s->kernel >= 0) launch_kernel(c, s->kernel);
+  if (s->kernel >= 0 && !c->gemm_fused[s - c->p->steps]) launch_kernel(c, s->kernel);
 }
 
 static int cuda_threads(void *ctx) {

@@ -7,6 +7,7 @@
 #include "runtime/cuda_gemm.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,6 +54,8 @@ typedef struct gemm_entry {
   const sc_gemm *g;
   sc_dtype t; /* f32 or bf16 */
   CUdeviceptr a, b, bias, c;
+  CUdeviceptr d;  /* where the product goes: c, or act_out when fused */
+  bool fused;     /* g->act applied in the product (cuda_gemm.h) */
   int64_t bias_numel;
   /* cublaslt */
   sc_lt_desc desc;
@@ -123,15 +126,20 @@ sc_status sc_gpu_gemm_create(const sc_cu *cu, sc_gpu_gemm **out, sc_diag *diag) 
   return SC_OK;
 }
 
+/* Frees what plan_cublaslt made for x. */
+static void unplan(sc_gpu_gemm *e, gemm_entry *x) {
+  if (x->desc) e->lt.desc_destroy(x->desc);
+  sc_lt_layout *ls[4] = {&x->la, &x->lb, &x->lc, &x->ld};
+  for (int k = 0; k < 4; k++) {
+    if (*ls[k]) e->lt.layout_destroy(*ls[k]);
+    *ls[k] = NULL;
+  }
+  x->desc = NULL;
+}
+
 void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
   if (!e) return;
-  for (int32_t i = 0; i < e->n; i++) {
-    gemm_entry *x = &e->entries[i];
-    if (x->desc) e->lt.desc_destroy(x->desc);
-    sc_lt_layout ls[4] = {x->la, x->lb, x->lc, x->ld};
-    for (int k = 0; k < 4; k++)
-      if (ls[k]) e->lt.layout_destroy(ls[k]);
-  }
+  for (int32_t i = 0; i < e->n; i++) unplan(e, &e->entries[i]);
   if (e->ws) e->cu->mem_free(e->ws);
   sc_free(e->host_scratch);
   if (e->handle) e->lt.destroy(e->handle);
@@ -178,10 +186,13 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   int32_t tb = g->trans_a ? SC_CUBLAS_OP_T : SC_CUBLAS_OP_N;
   LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "TRANSA");
   LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "TRANSB");
-  if (x->bias && !full_bias) {
-    uint32_t epi = SC_CUBLASLT_EPILOGUE_BIAS;
-    void *bp = (void *)(uintptr_t)x->bias;
+  uint32_t epi = x->bias && !full_bias ? SC_CUBLASLT_EPILOGUE_BIAS : 0;
+  if (x->fused)
+    epi |= g->act == SC_GEMM_ACT_RELU ? SC_CUBLASLT_EPILOGUE_RELU : SC_CUBLASLT_EPILOGUE_GELU;
+  if (epi)
     LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
+  if (x->bias && !full_bias) {
+    void *bp = (void *)(uintptr_t)x->bias;
     LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp), "BIAS");
   }
   /* column-major: our B [k,n] (or [n,k] transposed) is cuBLAS's A; bf16
@@ -223,7 +234,7 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
 
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
-                          int32_t *id, sc_diag *diag) {
+                          CUdeviceptr act_out, int32_t *id, bool *fused, sc_diag *diag) {
   if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16)
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
                        "cuda device: a GEMM on %s (f32 and bf16 only)", sc_dtype_name(t));
@@ -242,24 +253,59 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
     e->cap = cap;
   }
   gemm_entry *x = &e->entries[e->n];
+  /* the activation goes into the product where C is not read (beta 0, no
+   * full bias as the C operand) */
+  bool fuse = g->act > SC_GEMM_ACT_NONE && g->act < SC_GEMM_ACT_COUNT && act_out &&
+              g->beta == 0.0f && !(bias && g->bias_full);
   *x = (gemm_entry){.e = e, .g = g, .t = t, .a = a, .b = b, .bias = bias, .c = c,
-                    .bias_numel = bias_numel};
+                    .d = fuse ? act_out : c, .fused = fuse, .bias_numel = bias_numel};
   e->n++; /* counted at once: destroy frees what a failed plan made */
   *id = e->n - 1;
-  return e->host ? SC_OK : plan_cublaslt(e, x, diag);
+  *fused = fuse;
+  if (e->host) return SC_OK;
+  sc_status st = plan_cublaslt(e, x, diag);
+  if (st != SC_OK && fuse) { /* no algorithm with the epilogue: plan it without */
+    unplan(e, x);
+    x->fused = *fused = false;
+    x->d = c;
+    sc_diag_clear(diag);
+    st = plan_cublaslt(e, x, diag);
+  }
+  return st;
+}
+
+/* The activations as cuBLASLt's epilogues compute them (in f32). */
+static float host_act(sc_gemm_act a, float v) {
+  if (a == SC_GEMM_ACT_RELU) return v > 0.0f ? v : 0.0f;
+  return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
 }
 
 static void host_gemm(void *ud) {
   const gemm_entry *x = ud;
-  if (x->t == SC_DTYPE_BF16) {
-    sc_host_gemm_bf16(x->g, (const uint16_t *)(uintptr_t)x->a, (const uint16_t *)(uintptr_t)x->b,
+  const sc_gemm *g = x->g;
+  if (x->t == SC_DTYPE_BF16)
+    sc_host_gemm_bf16(g, (const uint16_t *)(uintptr_t)x->a, (const uint16_t *)(uintptr_t)x->b,
                       x->bias ? (const uint16_t *)(uintptr_t)x->bias : NULL, x->bias_numel,
-                      (uint16_t *)(uintptr_t)x->c, NULL, x->e->host_scratch);
-    return;
-  }
-  sc_host_gemm_f32(x->g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
-                   x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
-                   (float *)(uintptr_t)x->c, NULL, NULL, NULL);
+                      (uint16_t *)(uintptr_t)x->d, NULL, x->e->host_scratch);
+  else
+    sc_host_gemm_f32(g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
+                     x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
+                     (float *)(uintptr_t)x->d, NULL, NULL, NULL);
+  if (!x->fused) return;
+  /* the activation over D's m x n elements of each batch entry (in bf16,
+   * on the rounded product: cuBLASLt rounds once, after it) */
+  for (int64_t b = 0; b < g->batch; b++)
+    for (int64_t i = 0; i < g->m; i++) {
+      int64_t row = b * g->stride_c + i * g->ldc;
+      if (x->t == SC_DTYPE_BF16) {
+        uint16_t *d = (uint16_t *)(uintptr_t)x->d + row;
+        for (int64_t j = 0; j < g->n; j++)
+          d[j] = sc_f32_to_bf16(host_act(g->act, sc_bf16_to_f32(d[j])));
+      } else {
+        float *d = (float *)(uintptr_t)x->d + row;
+        for (int64_t j = 0; j < g->n; j++) d[j] = host_act(g->act, d[j]);
+      }
+    }
 }
 
 sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *diag) {
@@ -275,15 +321,16 @@ sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *d
       e->cu->host_access((const void *)(uintptr_t)x->b, (size_t)span[1] * es, 0);
       if (x->bias)
         e->cu->host_access((const void *)(uintptr_t)x->bias, (size_t)x->bias_numel * es, 0);
-      e->cu->host_access((const void *)(uintptr_t)x->c, (size_t)span[2] * es, 1);
+      e->cu->host_access((const void *)(uintptr_t)x->d, (size_t)span[2] * es, 1);
     }
     return sc_cu_check(e->cu, e->cu->launch_host_func(s, host_gemm, x), "cuLaunchHostFunc",
                        "the host GEMM", diag);
   }
-  const void *cop = (const void *)(uintptr_t)(x->bias_as_c ? x->bias : x->c);
+  /* beta is 0 when fused: C is not read, D is act_out */
+  const void *cop = (const void *)(uintptr_t)(x->bias_as_c ? x->bias : x->d);
   LT(e->lt.matmul(e->handle, x->desc, &x->alpha, (const void *)(uintptr_t)x->b, x->la,
                   (const void *)(uintptr_t)x->a, x->lb, &x->beta, cop, x->lc,
-                  (void *)(uintptr_t)x->c, x->ld, &x->algo, (void *)(uintptr_t)e->ws,
+                  (void *)(uintptr_t)x->d, x->ld, &x->algo, (void *)(uintptr_t)e->ws,
                   WORKSPACE_BYTES, s),
      "cublasLtMatmul");
   return SC_OK;

@@ -10,11 +10,14 @@
  *             Row-major C = op(A) op(B) is computed as the column-major
  *             Cᵀ = op(B)ᵀ op(A)ᵀ. A bias over the columns is the BIAS
  *             epilogue; a full [m, n] bias is the C operand with beta 1.
+ *             An activation the step's epilogue kernel computes
+ *             (sc_gemm.act) is the RELU or GELU epilogue (cuBLASLt's GELU
+ *             is the tanh form), written to act_out.
  *   host      on the emulated GPU: sc_host_gemm_f32 (oneDNN, the CPU
  *             device's tiles; sc_host_gemm_bf16 for bf16, with a scratch
  *             the engine keeps for its largest GEMM) run as a host function
  *             on the stream, on the device memory that is host memory
- *             there.
+ *             there; a fused activation is applied after it, in f32.
  *
  * sc_gpu_gemm_add fixes a GEMM's operands (device addresses, stable for
  * the session, which is what lets CUDA graphs replay it) and returns its
@@ -34,10 +37,16 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e);
 /* "cublaslt" or "host" */
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
 /* g must outlive the engine. t: its operands' dtype, f32 or bf16 (A, B,
- * C and the bias alike). bias may be 0 (none); bias_numel its length. */
+ * C and the bias alike). bias may be 0 (none); bias_numel its length.
+ * act_out: g->act_out's address, or 0. *fused: whether the product
+ * applies g->act itself (program.h: sc_gemm.act), writing act_out and not
+ * C, so that the caller must skip the step's epilogue kernel: when g->act
+ * is set, beta is 0 and no full bias is the C operand, and on a GPU when
+ * cuBLASLt has an algorithm with the RELU or GELU epilogue (else the
+ * plain product, and the kernel runs). */
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
-                          int32_t *id, sc_diag *diag);
+                          CUdeviceptr act_out, int32_t *id, bool *fused, sc_diag *diag);
 sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *diag);
 
 #endif

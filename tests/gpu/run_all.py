@@ -19,7 +19,9 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
                and the device memory the session took is arena + weights
                (+ the GEMM workspace, 32 MiB with cuBLASLt)
   gemm         one MatMul (with and without a bias) against numpy, in f32
-               (relative 1e-4 of the largest |value|) and bf16 (1e-2), and
+               (relative 1e-4 of the largest |value|) and bf16 (1e-2), a Gemm
+               with a ReLU or tanh GELU (the activation in the product:
+               cuBLASLt's epilogue; its count reported) the same way, and
                TFLOP/s at 8192^3 (1024^3 emulated) in f32 and bf16 and at
                GPT-2 small's shapes (1024 tokens)
   nccl         one-rank NCCL (a GPU holds one rank): GPT-2 on a one-rank
@@ -209,6 +211,29 @@ def gemm_model(path, m, k, n, bias, bf16=False):
     return w, (onnx.numpy_helper.to_array(inits[1]) if bias else None)
 
 
+def act_model(path, m, k, n, act):
+    """Y = act(Gemm(A, W, B)) in f32, act "relu" or "gelu" (ONNX Gelu,
+    approximate="tanh", opset 20): one GEMM step whose activation goes into
+    the product (cuBLASLt's RELU_BIAS or GELU_BIAS epilogue)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal((k, n)) * 2 / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    inits = [onnx.numpy_helper.from_array(w, "W"), onnx.numpy_helper.from_array(b, "B")]
+    nodes = [helper.make_node("Gemm", ["A", "W", "B"], ["P"]),
+             helper.make_node("Relu", ["P"], ["Y"]) if act == "relu" else
+             helper.make_node("Gelu", ["P"], ["Y"], approximate="tanh")]
+    g = helper.make_graph(nodes, "gemm_act",
+                          [helper.make_tensor_value_info("A", TensorProto.FLOAT, [m, k])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [m, n])], inits)
+    mod = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    mod.ir_version = 9
+    onnx.save(mod, path)
+    return w, b
+
+
 def check_gemm(a, tmp):
     try:
         import numpy as np
@@ -242,6 +267,33 @@ def check_gemm(a, tmp):
             tol = 1e-2 if bf16 else 1e-4
             record(f"gemm.{tag}", "pass" if err <= tol and not np.isnan(got).any() else "fail",
                    f"max error {err:.2e} (tolerance {tol:g})")
+    # the activation in the product: relu and tanh GELU against numpy, f32
+    # (cuBLASLt's GELU epilogue measured against the tanh form: 1e-4)
+    for act in ("relu", "gelu"):
+        tag = f"act.{act}"
+        path = os.path.join(tmp, f"g.{tag}.onnx")
+        w, b = act_model(path, 96, 160, 200, act)
+        x = np.random.default_rng(10).standard_normal((96, 160)).astype(np.float32)
+        np.save(os.path.join(tmp, "x.npy"), x)
+        out = os.path.join(tmp, f"gout.{tag}")
+        r = sh([a.shardc, "run", path, "--input", "A=" + os.path.join(tmp, "x.npy"), "-q",
+                "--device", "cuda", "--output-dir", out], {"SHARDC_CUDA_VERBOSE": "1"})
+        if r.returncode != 0:
+            record(f"gemm.{tag}", "fail", r.stderr[-300:])
+            continue
+        p = x.astype(np.float64) @ w.astype(np.float64) + b.astype(np.float64)
+        want = np.maximum(p, 0) if act == "relu" else \
+            0.5 * p * (1 + np.tanh(np.sqrt(2 / np.pi) * (p + 0.044715 * p ** 3)))
+        got = np.load(os.path.join(out, "Y.npy"))
+        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+        fused = re.search(r"\((\d+) activations in the product\)", r.stderr)
+        n = int(fused.group(1)) if fused else -1
+        # on a GPU, cuBLASLt may have no algorithm with the epilogue: then 0, and the
+        # epilogue kernel runs; emulated, the activation is always in the product
+        ok = err <= 1e-4 and not np.isnan(got).any() and (n == 1 or (n == 0 and not EMU))
+        record(f"gemm.{tag}", "pass" if ok else "fail",
+               f"max error {err:.2e} (tolerance 1e-4); {n} activation(s) in the product",
+               fused=n)
     big = 1024 if EMU else 8192
     shapes = [("square", big, big, big)] + [
         (f"gpt2-{n1}x{n2}", 1024, n1, n2) for n1, n2 in

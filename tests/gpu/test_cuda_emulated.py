@@ -138,8 +138,10 @@ def run_case(tmp, name, model, extra, batch=2, modes=("graph", "stream")):
         c = summary(log)
         check(c.get("violations", -1) == 0, f"{name} ({mode}): fake driver violations {c}")
         if mode == "graph":
+            # (a graph of GEMMs alone, their activations in the product, launches no
+            # kernel: its host functions are what it replays)
             check(c.get("graphs", 0) >= 1 and c.get("replays", 0) >= 2 * c.get("graphs", 1)
-                  and c.get("graph_launches", 0) > 0,
+                  and c.get("graph_launches", 0) + c.get("host_fns", 0) > 0,
                   f"{name}: expected a captured graph per rank replayed: {c}")
         elif not REAL:
             check(c.get("graphs", -1) == 0 and c.get("launches", 0) > 0,
