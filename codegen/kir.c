@@ -1288,6 +1288,21 @@ static bool injective(const kir_kernel *k, int32_t id) {
   }
 }
 
+/* Whether index expressions a and b take the same value at every point:
+ * the same expression, or affine ones with the same constant and the same
+ * coefficient for every variable whose extent is above 1 (a view's
+ * reshape reads an element through other arithmetic than the store's). */
+static bool same_index(const kir_kernel *k, int32_t a, int32_t b) {
+  if (a == b) return true;
+  int64_t ca[SC_MAX_RANK + 1] = {0}, cb[SC_MAX_RANK + 1] = {0}, ka = 0, kb = 0;
+  if (!affine(k, a, 1, ca, &ka, 0) || !affine(k, b, 1, cb, &kb, 0) || ka != kb) return false;
+  for (int32_t v = 0; v <= k->outer_rank; v++) {
+    int64_t ext = v < k->outer_rank ? k->outer_dims[v] : k->inner;
+    if (ext > 1 && ca[v] != cb[v]) return false;
+  }
+  return true;
+}
+
 bool kir_reads_aligned(const kir_kernel *k, int32_t param, int32_t out_param) {
   if (param < 0 || param >= k->n_params || out_param < 0 || out_param >= k->n_params ||
       param == out_param)
@@ -1309,7 +1324,7 @@ bool kir_reads_aligned(const kir_kernel *k, int32_t param, int32_t out_param) {
   /* every load of param uses `index` */
   for (int32_t i = 0; i < k->n_exprs; i++) {
     const kir_expr *e = &k->exprs[i];
-    if (e->op == KIR_LOAD && e->var == param && e->a != index) return false;
+    if (e->op == KIR_LOAD && e->var == param && !same_index(k, e->a, index)) return false;
   }
   /* no phase after the store reads param */
   if (k->n_exprs == 0) return true;

@@ -63,6 +63,24 @@ static void touch(void *ud, int32_t buffer, bool written) {
   if (t->step > t->l->last[r]) t->l->last[r] = t->step;
 }
 
+/* Lifetimes are in times, two per step: step s's work is at SC_TIME(s) =
+ * 2s + 1, except that a GEMM step with an epilogue kernel (not a
+ * convolution, whose epilogue a device may run on each tile as the tile
+ * ends) touches the product's operands at 2s, before the kernel: so a
+ * buffer the epilogue writes may take the storage of one only the product
+ * reads, or the product's own in place (a device that applies the
+ * activation in the product, sc_gemm.act, checks that act_out is C's
+ * storage or apart from the operands). INPUTs are live from 0, OUTPUTs to
+ * SC_TIME_END, after every step. */
+#define SC_TIME(s) (2 * (s) + 1)
+#define SC_TIME_END(p) (2 * (p)->n_steps)
+#define SC_STEP_AT(t) ((t) / 2)
+
+static bool split_gemm(const sc_program *p, const sc_step *st) {
+  return st->kind == SC_STEP_GEMM && st->kernel >= 0 && st->kernel < p->n_kernels &&
+         !st->gemm.conv.on;
+}
+
 /* Roots (checking VIEW chains without trusting them) and lifetimes. */
 static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
   memset(l, 0, sizeof *l);
@@ -91,9 +109,13 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
     l->first[i] = INT32_MAX;
     l->last[i] = -1;
   }
+  if (p->n_steps > (INT32_MAX - 2) / 2) {
+    life_free(l);
+    return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "memory plan: %d steps",
+                       (int)p->n_steps);
+  }
   touch_ctx t = {p, l, 0, false, 0};
   for (int32_t s = 0; s < p->n_steps; s++) {
-    t.step = s;
     const sc_step *st = &p->steps[s];
     if (st->kind == SC_STEP_KERNEL && (st->kernel < 0 || st->kernel >= p->n_kernels)) {
       life_free(l);
@@ -101,7 +123,18 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
                          "memory plan: step %d runs kernel %d that does not exist", (int)s,
                          (int)st->kernel);
     }
-    sc_step_buffers(p, st, touch, &t);
+    t.step = SC_TIME(s);
+    if (split_gemm(p, st)) { /* the product at 2s, then its epilogue kernel */
+      sc_step gemm_part = *st;
+      gemm_part.kernel = -1;
+      t.step = 2 * s;
+      sc_step_buffers(p, &gemm_part, touch, &t);
+      t.step = SC_TIME(s);
+      const kir_kernel *k = p->kernels[st->kernel];
+      for (int32_t i = 0; i < k->n_params; i++) touch(&t, k->params[i].buffer, true);
+    } else {
+      sc_step_buffers(p, st, touch, &t);
+    }
     if (t.bad) {
       life_free(l);
       return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
@@ -116,11 +149,11 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
   for (int32_t i = 0; i < p->n_buffers; i++) {
     if (l->root[i] != i) continue;
     if (p->buffers[i].kind == SC_BUF_INPUT) l->first[i] = 0;
-    if (p->buffers[i].kind == SC_BUF_OUTPUT) l->last[i] = p->n_steps;
+    if (p->buffers[i].kind == SC_BUF_OUTPUT) l->last[i] = SC_TIME_END(p);
   }
   for (int32_t i = 0; i < p->n_outputs; i++) {
     int32_t b = p->outputs[i];
-    if (b >= 0 && b < p->n_buffers && l->root[b] >= 0) l->last[l->root[b]] = p->n_steps;
+    if (b >= 0 && b < p->n_buffers && l->root[b] >= 0) l->last[l->root[b]] = SC_TIME_END(p);
   }
   for (int32_t i = 0; i < p->n_buffers; i++) {
     if (l->root[i] != i) continue;
@@ -145,8 +178,7 @@ static bool kernel_inplace(const sc_program *p, const life *l, int32_t s, int32_
     return false;
   if (st->kind == SC_STEP_GEMM) {
     const sc_gemm *g = &st->gemm;
-    if (g->c < 0 || g->c >= p->n_buffers || l->root[g->c] == from || l->root[g->c] == to ||
-        g->act != SC_GEMM_ACT_NONE)
+    if (!split_gemm(p, st) || g->c < 0 || g->c >= p->n_buffers || l->root[g->c] == to)
       return false;
   }
   const sc_buffer *bf = &p->buffers[from], *bt = &p->buffers[to];
@@ -199,7 +231,8 @@ static bool pair_roots(const sc_program *p, const life *l, int32_t j, int32_t *x
  * very kernel, element for element. */
 static bool pair_ordered(const sc_program *p, const life *l, int32_t x, int32_t o) {
   if (l->last[x] < l->first[o]) return true;
-  return l->last[x] == l->first[o] && kernel_inplace(p, l, l->first[o], x, o);
+  return l->last[x] == l->first[o] && (l->first[o] & 1) &&
+         kernel_inplace(p, l, SC_STEP_AT(l->first[o]), x, o);
 }
 
 static int64_t align_up(int64_t v, int64_t a, bool *ok) {
@@ -262,19 +295,19 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
     parent[o] = x;
   }
 
-  /* in-place reuse, step by step */
+  /* in-place reuse, step by step (a GEMM's epilogue too) */
   for (int32_t s = 0; s < p->n_steps; s++) {
     const sc_step *sp = &p->steps[s];
-    if (sp->kind != SC_STEP_KERNEL) continue;
+    if (sp->kind != SC_STEP_KERNEL && !split_gemm(p, sp)) continue;
     const kir_kernel *k = p->kernels[sp->kernel];
     for (int32_t w = 0; w < k->n_params; w++) {
       if (!k->params[w].written) continue;
       int32_t bw = k->params[w].buffer, to = l.root[bw];
-      if (to < 0 || l.first[to] != s || find(parent, to) != to) continue;
+      if (to < 0 || l.first[to] != SC_TIME(s) || find(parent, to) != to) continue;
       for (int32_t r = 0; r < k->n_params; r++) {
         int32_t from = l.root[k->params[r].buffer];
         if (k->params[r].written || from < 0 || from == to || donated[from]) continue;
-        if (l.last[from] != s || !inplace_ok(p, &l, s, from, to)) continue;
+        if (l.last[from] != SC_TIME(s) || !inplace_ok(p, &l, s, from, to)) continue;
         donated[from] = true;
         parent[to] = find(parent, from);
         break;
@@ -464,15 +497,20 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
       /* a legal in-place pair: one dies at the kernel step the other is born */
       if (a->offset == b->offset && a->bytes == b->bytes) {
         if (pair[i] == j) continue; /* a state pair, checked above */
-        if (l.last[i] == l.first[j] && inplace_ok(p, &l, l.last[i], i, j)) continue;
-        if (l.last[j] == l.first[i] && inplace_ok(p, &l, l.last[j], j, i)) continue;
+        if (l.last[i] == l.first[j] && (l.last[i] & 1) &&
+            inplace_ok(p, &l, SC_STEP_AT(l.last[i]), i, j))
+          continue;
+        if (l.last[j] == l.first[i] && (l.last[j] & 1) &&
+            inplace_ok(p, &l, SC_STEP_AT(l.last[j]), j, i))
+          continue;
       }
       st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                        "memory plan: '%s' (b%d, steps %d..%d, bytes [%lld, %lld)) and '%s' (b%d, "
                        "steps %d..%d, bytes [%lld, %lld)) are live together and overlap",
-                       bname(p, i), (int)i, (int)l.first[i], (int)l.last[i], (long long)a->offset,
-                       (long long)(a->offset + a->bytes), bname(p, j), (int)j, (int)l.first[j],
-                       (int)l.last[j], (long long)b->offset, (long long)(b->offset + b->bytes));
+                       bname(p, i), (int)i, (int)SC_STEP_AT(l.first[i]), (int)SC_STEP_AT(l.last[i]),
+                       (long long)a->offset, (long long)(a->offset + a->bytes), bname(p, j),
+                       (int)j, (int)SC_STEP_AT(l.first[j]), (int)SC_STEP_AT(l.last[j]),
+                       (long long)b->offset, (long long)(b->offset + b->bytes));
     }
     act[n_act++] = cur;
   }
@@ -501,8 +539,8 @@ sc_status sc_memplan_lifetimes(const sc_program *p, int32_t *first, int32_t *las
   if (st != SC_OK) return st;
   for (int32_t i = 0; i < p->n_buffers; i++) {
     bool root = l.root[i] == i;
-    first[i] = root ? l.first[i] : -1;
-    last[i] = root ? l.last[i] : -1;
+    first[i] = root ? SC_STEP_AT(l.first[i]) : -1;
+    last[i] = root ? SC_STEP_AT(l.last[i]) : -1;
   }
   life_free(&l);
   return SC_OK;
@@ -514,7 +552,7 @@ sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bo
   sc_status st = compute_life(p, &l, diag);
   if (st != SC_OK) return st;
   int64_t align = p->arena_align > 0 ? p->arena_align : 64;
-  int64_t *delta = sc_calloc((size_t)p->n_steps + 2, sizeof *delta);
+  int64_t *delta = sc_calloc((size_t)SC_TIME_END(p) + 2, sizeof *delta);
   if (!delta) {
     life_free(&l);
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "memory plan: out of memory");
@@ -523,7 +561,7 @@ sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bo
     int32_t x, o;
     if (!pair_roots(p, &l, j, &x, &o)) continue;
     l.first[x] = 0;
-    l.last[x] = p->n_steps;
+    l.last[x] = SC_TIME_END(p);
     l.root[o] = -1;
   }
   /* an in-place successor (same slot, born at the step its donor is last
@@ -556,16 +594,16 @@ sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bo
   }
   int64_t cur = 0, best = -1;
   int32_t at = 0;
-  for (int32_t s = 0; s <= p->n_steps; s++) {
-    cur += delta[s];
+  for (int32_t t = 0; t <= SC_TIME_END(p); t++) {
+    cur += delta[t];
     if (cur > best) {
       best = cur;
-      at = s;
+      at = t;
     }
   }
   for (int32_t i = 0; live && i < p->n_buffers; i++)
     live[i] = l.root[i] == i && l.first[i] <= at && at <= l.last[i];
-  *step = at;
+  *step = SC_STEP_AT(at);
   *bytes = best > 0 ? best : 0;
   sc_free(delta);
   life_free(&l);

@@ -103,7 +103,9 @@ typedef struct sc_gemm {
    * act(C), element by element (act_out has C's layout: ldc, stride_c),
    * and nothing else reads C: a device may apply act in the product
    * instead (cuBLASLt's RELU and GELU epilogues), writing act_out and not
-   * C, and skip the kernel. Any other device runs the kernel. */
+   * C, and skip the kernel, when act_out is C's storage or apart from A, B
+   * and the bias (the memory plan may give it an operand's storage: they
+   * die before the epilogue). Any other device runs the kernel. */
   sc_gemm_act act;
   int32_t act_out;            /* that buffer (meaningful with act only) */
 } sc_gemm;

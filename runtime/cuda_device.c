@@ -23,7 +23,16 @@
  *   steps     kernels are cuLaunchKernel on the compute stream with
  *             argument arrays built once at bind; GEMMs go to the GEMM
  *             engine (runtime/cuda_gemm.h: cuBLASLt on a GPU, the host GEMM
- *             on the emulated one), then their epilogue kernel.
+ *             on the emulated one), then their epilogue kernel (unless the
+ *             engine applied its activation: sc_gemm.act). A GEMM step
+ *             that is a convolution runs as the codegen's implicit-GEMM
+ *             kernel for it (codegen/cuda/cuda.h: sc_cuda_conv, its dynamic
+ *             shared memory above 48 KB allowed through
+ *             cuFuncSetAttribute), and the steps of its im2col, padded copy
+ *             and bias kernels are skipped; not with opts.im2col_convs or
+ *             SHARDC_CUDA_CONV=im2col, nor for a bundle compiled without
+ *             it, nor where the device offers too little shared memory:
+ *             then as written (im2col kernels, one GEMM).
  *   comms     a COMM step is handed to its communicator's stream: an event
  *             recorded on the compute stream is waited for there, the
  *             layout change (pack) is a 2-D device copy, the collective
@@ -96,6 +105,14 @@ typedef struct check_job {
   int64_t bytes;
 } check_job;
 
+/* a convolution run by its implicit-GEMM kernel (fn NULL: as written) */
+typedef struct conv_job {
+  CUfunction fn;
+  sc_cuda_conv cfg;
+  uint64_t vals[4]; /* x, w, bias (or 0), y */
+  void *args[4];
+} conv_job;
+
 /* a SCATTER_ADD step's kernel and its arguments */
 typedef struct scatter_job {
   CUfunction fn;
@@ -130,6 +147,9 @@ struct cuda_ctx {
   int32_t *gemm_id;    /* [n_steps] a GEMM step's entry in the engine */
   bool *gemm_fused;    /* [n_steps] it applies its activation: no epilogue kernel */
   int32_t n_fused;     /* how many do */
+  conv_job *convs;     /* [n_steps] */
+  int32_t n_convs;     /* convolutions run by their implicit-GEMM kernel */
+  bool *skip;          /* [n_kernels] their prep and bias kernels: not launched */
   CUevent *ev_fork, *ev_done; /* [n_steps] per COMM step */
   comm_job *jobs;      /* [n_steps] */
   check_job *checks;   /* [n_steps] */
@@ -312,6 +332,8 @@ static void cuda_destroy(void *ctx) {
   sc_free(c->ptrs);
   sc_free(c->gemm_id);
   sc_free(c->gemm_fused);
+  sc_free(c->convs);
+  sc_free(c->skip);
   sc_free(c->ev_fork);
   sc_free(c->ev_done);
   for (int32_t i = 0; c->checks && c->p && i < c->p->n_steps; i++)
@@ -426,6 +448,57 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
   return st;
 }
 
+/* Whether GEMM g may apply its activation in the product (sc_gemm.act):
+ * act_out is then written during the product, so it must be C's own
+ * storage or apart from every operand (the memory plan may give it the
+ * storage of an operand that dies before the epilogue kernel would run). */
+static bool act_in_product(const sc_program *p, const sc_gemm *g) {
+  if (g->act == SC_GEMM_ACT_NONE || g->act_out < 0 || g->act_out >= p->n_buffers) return false;
+  if (sc_program_same_address(p, g->act_out, g->c)) return true;
+  return sc_program_disjoint(p, g->act_out, g->a) && sc_program_disjoint(p, g->act_out, g->b) &&
+         (g->bias < 0 || sc_program_disjoint(p, g->act_out, g->bias)) &&
+         sc_program_disjoint(p, g->act_out, g->c);
+}
+
+/* The convolutions that run as the codegen's implicit-GEMM kernels (see the
+ * top of the file). */
+static sc_status prepare_convs(cuda_ctx *c, sc_diag *diag) {
+#if SHARDC_HAVE_CUDA
+  const sc_program *p = c->p;
+  const sc_cu *cu = c->cu;
+  const char *mode = getenv("SHARDC_CUDA_CONV");
+  if (c->o.im2col_convs || (mode && strcmp(mode, "im2col") == 0)) return SC_OK;
+  int optin = 48 * 1024;
+  if (cu->device_attribute(&optin, SC_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                           c->dev) != SC_CUDA_SUCCESS)
+    optin = 48 * 1024;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    conv_job *j = &c->convs[i];
+    if (!sc_cuda_conv_config(p, i, &j->cfg) || j->cfg.shared_bytes > optin) continue;
+    CUfunction fn = NULL;
+    if (cu->module_function(&fn, c->mod, j->cfg.name) != SC_CUDA_SUCCESS) {
+      continue; /* a bundle's source from before: as written */
+    }
+    if (j->cfg.shared_bytes > 48 * 1024) {
+      CUresult r = cu->func_set_attribute(fn, SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          j->cfg.shared_bytes);
+      if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuFuncSetAttribute", j->cfg.name, diag);
+    }
+    j->fn = fn;
+    for (int a = 0; a < 4; a++) j->args[a] = &j->vals[a];
+    const sc_conv_geom *v = &p->steps[i].gemm.conv;
+    int32_t ks[3] = {v->prep[0], v->prep[1], v->bias_kernel};
+    for (int q = 0; q < 3; q++)
+      if (ks[q] >= 0 && ks[q] < p->n_kernels) c->skip[ks[q]] = true;
+    c->n_convs++;
+  }
+#else
+  (void)c;
+  (void)diag;
+#endif
+  return SC_OK;
+}
+
 static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   cuda_ctx *c = ctx;
   const sc_cu *cu = c->cu;
@@ -449,9 +522,11 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->jobs = sc_calloc(ns, sizeof *c->jobs);
   c->gemm_id = sc_calloc(ns, sizeof *c->gemm_id);
   c->gemm_fused = sc_calloc(ns, sizeof *c->gemm_fused);
+  c->convs = sc_calloc(ns, sizeof *c->convs);
+  c->skip = sc_calloc((size_t)p->n_kernels + 1, sizeof *c->skip);
   c->checks = sc_calloc(ns, sizeof *c->checks);
   c->scatters = sc_calloc(ns, sizeof *c->scatters);
-  if (!c->gemm_id || !c->gemm_fused || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
+  if (!c->gemm_id || !c->gemm_fused || !c->convs || !c->skip || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
       !c->jobs)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < p->n_steps; i++) {
@@ -512,7 +587,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     CUresult r = cu->module_function(&c->scatters[i].fn, c->mod, name);
     if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuModuleGetFunction", name, diag);
   }
-  return SC_OK;
+  return prepare_convs(c, diag);
 }
 
 static void *cuda_alloc_arena(void *ctx, int64_t bytes) {
@@ -593,10 +668,10 @@ static void report(cuda_ctx *c) {
   c->cu->mem_get_info(&free_now, &total);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
-          "in the product); arena %lld bytes (the plan's %lld), weights %lld bytes; device "
-          "memory taken since the context: %lld bytes\n",
+          "in the product), %d convolutions as implicit GEMMs; arena %lld bytes (the plan's "
+          "%lld), weights %lld bytes; device memory taken since the context: %lld bytes\n",
           c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
-          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
+          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused, (int)c->n_convs,
           (long long)c->arena_bytes,
           (long long)c->p->arena_bytes, (long long)c->const_bytes,
           (long long)c->free_at_create - (long long)free_now);
@@ -624,14 +699,21 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
   c->n_fused = 0;
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
-    if (s->kind == SC_STEP_GEMM) {
+    if (s->kind == SC_STEP_GEMM && c->convs[i].fn) {
+      const sc_gemm *g = &s->gemm;
+      conv_job *j = &c->convs[i];
+      j->vals[0] = c->ptrs[g->conv.x];
+      j->vals[1] = c->ptrs[g->a];
+      j->vals[2] = j->cfg.bias_bytes ? c->ptrs[g->conv.bias] : 0;
+      j->vals[3] = c->ptrs[g->c];
+    } else if (s->kind == SC_STEP_GEMM) {
       const sc_gemm *g = &s->gemm;
       sc_dtype t = p->buffers[g->c].dtype; /* sc_gemm_problem: A, B, bias alike */
       st = sc_gpu_gemm_add(c->gemm, g, t, c->ptrs[g->a], c->ptrs[g->b],
                            g->bias >= 0 ? c->ptrs[g->bias] : 0,
                            g->bias >= 0 ? p->buffers[g->bias].bytes / (int64_t)sc_dtype_size(t)
                                         : 0,
-                           c->ptrs[g->c], g->act != SC_GEMM_ACT_NONE ? c->ptrs[g->act_out] : 0,
+                           c->ptrs[g->c], act_in_product(p, g) ? c->ptrs[g->act_out] : 0,
                            &c->gemm_id[i], &c->gemm_fused[i], diag);
       if (st != SC_OK) return st;
       c->n_fused += c->gemm_fused[i];
@@ -701,12 +783,22 @@ static void launch_kernel(cuda_ctx *c, int32_t k) {
             "cuLaunchKernel");
 }
 
-static void cuda_run_kernel(void *ctx, const sc_step *s) { launch_kernel(ctx, s->kernel); }
+static void cuda_run_kernel(void *ctx, const sc_step *s) {
+  cuda_ctx *c = ctx;
+  if (!c->skip[s->kernel]) launch_kernel(c, s->kernel);
+}
 
 static void cuda_run_gemm(void *ctx, const sc_step *s) {
   cuda_ctx *c = ctx;
   sc_diag d = {0};
-  if (sc_gpu_gemm_enqueue(c->gemm, c->gemm_id[s - c->p->steps], c->compute, &d) != SC_OK)
+  const conv_job *j = &c->convs[s - c->p->steps];
+  if (j->fn)
+    check_run(c,
+              c->cu->launch_kernel(j->fn, (unsigned)j->cfg.grid, 1, 1, (unsigned)j->cfg.block, 1,
+                                   1, (unsigned)j->cfg.shared_bytes, c->compute,
+                                   (void **)j->args, NULL),
+              "cuLaunchKernel");
+  else if (sc_gpu_gemm_enqueue(c->gemm, c->gemm_id[s - c->p->steps], c->compute, &d) != SC_OK)
     fail(c, &d);
   if (s->kernel >= 0 && !c->gemm_fused[s - c->p->steps]) launch_kernel(c, s->kernel);
 }

@@ -62,7 +62,7 @@ typedef struct emu_dim3 {
 } emu_dim3;
 typedef struct emu_thread {
   emu_dim3 tid, bid, bdim, gdim;
-  unsigned char *xchg;
+  unsigned char *xchg, *dyn;
 } emu_thread;
 typedef struct emu_api {
   const emu_thread *(*current)(void);
@@ -70,7 +70,7 @@ typedef struct emu_api {
   void (*warp_sync)(void);
 } emu_api;
 
-enum { STACK_BYTES = 64 * 1024, MAX_BLOCK = 1024 };
+enum { STACK_BYTES = 64 * 1024, MAX_BLOCK = 1024, MAX_DYN_SHARED = 227 * 1024 };
 
 enum { RUNNABLE, AT_BARRIER, AT_WARP_SYNC, DONE };
 
@@ -91,6 +91,8 @@ struct sc_cuda_emu {
   double compile_s;
   fiber *f;                /* [MAX_BLOCK], stacks made on first use */
   unsigned char *xchg;     /* [MAX_BLOCK][16] the shuffles' exchange area */
+  unsigned char *dyn;      /* the block's dynamic shared memory */
+  size_t dyn_bytes;
 };
 
 /* The calling thread's launch: the running fiber (or plain thread), the
@@ -435,6 +437,15 @@ sc_status sc_cuda_emu_launch(sc_cuda_emu *e, const char *name, const sc_cuda_lau
     return sc_diag_set(d, SC_ERR_INVALID, name, NULL,
                        "cuda emulation: launch of %lld blocks of %d threads", (long long)l->grid,
                        l->block);
+  if (l->shared_bytes < 0 || l->shared_bytes > MAX_DYN_SHARED)
+    return sc_diag_set(d, SC_ERR_INVALID, name, NULL,
+                       "cuda emulation: %d bytes of dynamic shared memory", l->shared_bytes);
+  if ((size_t)l->shared_bytes > e->dyn_bytes) {
+    unsigned char *m = sc_realloc(e->dyn, (size_t)l->shared_bytes);
+    if (!m) return sc_diag_set(d, SC_ERR_NOMEM, name, NULL, "cuda emulation: out of memory");
+    e->dyn = m;
+    e->dyn_bytes = (size_t)l->shared_bytes;
+  }
   bool fibers = l->mode == SC_CUDA_BLOCK_PER_POINT;
   L.fn = fn;
   L.args = args;
@@ -447,7 +458,7 @@ sc_status sc_cuda_emu_launch(sc_cuda_emu *e, const char *name, const sc_cuda_lau
       emu_thread *th = fibers ? &e->f[t].th : &plain;
       *th = (emu_thread){.tid = {(unsigned)t, 0, 0}, .bid = {(unsigned)b, 0, 0},
                          .bdim = {(unsigned)l->block, 1, 1}, .gdim = {(unsigned)l->grid, 1, 1},
-                         .xchg = e->xchg};
+                         .xchg = e->xchg, .dyn = l->shared_bytes ? e->dyn : NULL};
       if (!fibers) {
         L.cur = th;
         fn(args);
@@ -481,6 +492,7 @@ void sc_cuda_emu_close(sc_cuda_emu *e) {
   for (int t = 0; e->f && t < MAX_BLOCK; t++) sc_free(e->f[t].stack);
   sc_free(e->f);
   sc_free(e->xchg);
+  sc_free(e->dyn);
   if (e->so) close_unit(e->so);
   sc_free(e);
 }

@@ -26,7 +26,10 @@
  * passes barrier k before every thread has reached it. A shuffle writes the
  * lane's value into the block's exchange area, meets the block at a
  * barrier, reads its partner's, and meets it again. __shared__ storage is
- * per OS thread: the block's fibers all run on it, and one block at a time.
+ * per OS thread: the block's fibers all run on it, and one block at a time;
+ * dynamic shared memory (l->shared_bytes, at most 227 KiB) is one buffer
+ * of the emulator's, handed to the block's threads (not cleared between
+ * blocks, as on a GPU).
  * Fiber switches are annotated for AddressSanitizer.
  *
  * What the emulation checks and what it cannot: the kernels' arithmetic,

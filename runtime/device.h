@@ -46,8 +46,9 @@ typedef struct sc_device_opts {
   int rank;    /* this rank in the mesh (0 alone): the GPU is LOCAL_RANK, or
                   rank modulo the device count */
   bool no_graph; /* CUDA: never capture the step as a graph */
-  bool im2col_convs; /* CPU: run every convolution as written (im2col and
-                        a GEMM), none directly (cpu_conv.h) */
+  bool im2col_convs; /* run every convolution as written (im2col and a GEMM):
+                        none directly (CPU: cpu_conv.h), none as an
+                        implicit-GEMM kernel (CUDA: cuda_device.c) */
   const char *gpu_arch; /* CUDA: "sm_90", or NULL = the device's own */
   /* the communicators of the program's COMM steps (borrowed): step i uses
    * comms[comm_of[i]]; comm_of[i] < 0 for other steps */

@@ -47,7 +47,8 @@ typedef struct sc_session_opts {
   const char (*cuda_ptx_archs)[32];
   char *const *cuda_ptx;
   int threads;        /* 0 = all cores */
-  bool im2col_convs;  /* cpu: no direct convolutions (sc_device_opts) */
+  bool im2col_convs;  /* no direct (cpu) or implicit-GEMM (cuda) convolutions
+                         (sc_device_opts) */
   /* cpu: kernels already compiled for this program (sc_cpu_load_object on
    * a bundle's kernels.o, or sc_cpu_jit), borrowed: must outlive the
    * session. NULL = JIT-compile the kir. */

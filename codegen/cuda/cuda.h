@@ -84,6 +84,8 @@ typedef struct sc_cuda_launch {
   int points_per_thread; /* THREAD_PER_POINT: 1, or 4 when vectorised */
   int64_t points;        /* prod(outer_dims) */
   int64_t grid;          /* gridDim.x covering [0, points) once (>= 1) */
+  int shared_bytes;      /* dynamic shared memory per block (0 for kir kernels;
+                            the convolutions' tiles: sc_cuda_conv) */
 } sc_cuda_launch;
 
 /* How to launch kernel k (as emitted by this module). */
@@ -100,7 +102,37 @@ sc_status sc_cuda_emit_kernels(kir_kernel *const *kernels, int32_t n_kernels,
  * of a row (thread per point, 256 per block). sc_cuda_emit_source adds one
  * per pair the program's SCATTER_ADD steps use. */
 void sc_cuda_scatter_kernel_name(sc_dtype vt, sc_dtype it, char *buf, size_t n);
-/* CUDA C for every kernel of p (--emit=cuda, the bundle's source). */
+/* Implicit-GEMM convolutions (cuda_emit.c): a GEMM step that carries a
+ * 2-D convolution (sc_gemm.conv) with an im2col kernel (prep[1]: not the
+ * 1x1 convolution whose B is its input) gets a kernel of its own,
+ *   extern "C" __global__ void NAME(const float *x, const float *w,
+ *                                   const float *bias, float *y);
+ * y[n, m, p] = bias[m] (bias may be NULL: 0) + sum over k of w[m, k] times
+ * the im2col of x at (k, n·P + p), the columns computed from x as the
+ * tiles are loaded (none written to memory): a device that runs it skips
+ * the step's prep kernels and its bias kernel, and runs the epilogue kernel
+ * after it. Tiles of bm x bn outputs over (M, N·P), bk deep, double
+ * buffered in dynamic shared memory (shared_bytes: above 48 KB for the
+ * large tile, which needs cuFuncSetAttribute), grid-stride over the tiles,
+ * `block` threads each computing a register tile; geometry as compile-time
+ * constants. The large tile (128 x 128 x 32, 64 KiB) where the output has
+ * at least 128 channels and two waves of 132 blocks, else 64 x 64 x 16
+ * (16 KiB). */
+typedef struct sc_cuda_conv {
+  char name[32];        /* "sc_conv<step>" */
+  int block;            /* threads per block (256) */
+  int shared_bytes;     /* dynamic shared memory per block */
+  int64_t grid;         /* blocks: one per tile */
+  int bm, bn, bk;
+  int64_t x_bytes, w_bytes, bias_bytes, y_bytes; /* what it reads and writes */
+} sc_cuda_conv;
+/* Whether GEMM step `step` of p is such a convolution (f32 buffers, the
+ * product as lower_linalg.c writes it, its buffers large enough, beta 0 or
+ * the bias kernel's 1), and its kernel's launch in *out. */
+bool sc_cuda_conv_config(const sc_program *p, int32_t step, sc_cuda_conv *out);
+
+/* CUDA C for every kernel of p (--emit=cuda, the bundle's source), with
+ * the scatter kernels and implicit-GEMM convolutions its steps use. */
 sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag);
 
 /* One NVRTC compile of src for arch ("sm_80", "sm_90", "compute_90").

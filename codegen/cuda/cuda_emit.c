@@ -73,7 +73,7 @@ static const char emu_prelude[] =
   "#include <math.h>\n"
   "#include <string.h>\n"
   "struct sc_emu_dim3 { unsigned x, y, z; };\n"
-  "struct sc_emu_thread { sc_emu_dim3 tid, bid, bdim, gdim; unsigned char *xchg; };\n"
+  "struct sc_emu_thread { sc_emu_dim3 tid, bid, bdim, gdim; unsigned char *xchg, *dyn; };\n"
   "struct sc_emu_api {\n"
   "  const sc_emu_thread *(*current)(void);\n"
   "  void (*barrier)(void);   /* the block's */\n"
@@ -1222,6 +1222,176 @@ void sc_cuda_scatter_kernel_name(sc_dtype vt, sc_dtype it, char *buf, size_t n) 
            it == SC_DTYPE_I64 ? "i64" : "i32");
 }
 
+
+/* ------------------------------------------- implicit-GEMM convolutions -- */
+
+enum { CONV_THREADS = 256, CONV_SMALL = 64, CONV_LARGE = 128 };
+
+static bool buf_f32(const sc_program *p, int32_t b, int64_t need) {
+  if (b < 0 || b >= p->n_buffers || p->buffers[b].dtype != SC_DTYPE_F32) return false;
+  int64_t bytes;
+  return sc_mul_i64(need, 4, &bytes) && p->buffers[b].bytes >= bytes;
+}
+
+bool sc_cuda_conv_config(const sc_program *p, int32_t step, sc_cuda_conv *out) {
+  memset(out, 0, sizeof *out);
+  if (!p || step < 0 || step >= p->n_steps || p->steps[step].kind != SC_STEP_GEMM) return false;
+  const sc_gemm *g = &p->steps[step].gemm;
+  const sc_conv_geom *v = &g->conv;
+  if (!v->on || v->prep[1] < 0 || g->trans_a || g->trans_b || g->alpha != 1.0f) return false;
+  bool bias = v->bias >= 0 && v->bias_kernel >= 0;
+  if (!(g->beta == 0.0f || (g->beta == 1.0f && bias)) || g->bias >= 0) return false;
+  int64_t dims[] = {v->c, v->h, v->w, v->kh, v->kw, v->sh, v->sw, v->dh, v->dw, v->oh, v->ow,
+                    g->m, g->batch};
+  for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+    if (dims[i] < 1) return false;
+  if (v->pt < 0 || v->pl < 0) return false;
+  int64_t K, P, NP, MK, xn, yn;
+  if (!sc_mul_i64(v->c, v->kh, &K) || !sc_mul_i64(K, v->kw, &K) || K != g->k ||
+      !sc_mul_i64(v->oh, v->ow, &P) || P != g->n || !sc_mul_i64(P, g->batch, &NP) ||
+      !sc_mul_i64(g->m, K, &MK) || !sc_mul_i64(v->c * v->h, v->w, &xn) ||
+      !sc_mul_i64(xn, g->batch, &xn) || !sc_mul_i64(NP, g->m, &yn) || xn > (INT64_MAX >> 4) ||
+      v->c * v->h > (INT64_MAX >> 8))
+    return false;
+  if (g->lda != K || (g->batch > 1 && g->stride_a != 0) || g->ldc != P ||
+      (g->batch > 1 && g->stride_c != g->m * P))
+    return false;
+  if (!buf_f32(p, g->a, MK) || !buf_f32(p, v->x, xn) || !buf_f32(p, g->c, yn) ||
+      (bias && !buf_f32(p, v->bias, g->m)))
+    return false;
+  int64_t large_tiles = ((g->m + CONV_LARGE - 1) / CONV_LARGE) * ((NP + CONV_LARGE - 1) / CONV_LARGE);
+  bool large = g->m >= CONV_LARGE && large_tiles >= 2 * 132;
+  out->bm = out->bn = large ? CONV_LARGE : CONV_SMALL;
+  out->bk = large ? 32 : 16;
+  out->block = CONV_THREADS;
+  out->shared_bytes = 2 * (out->bm + out->bn) * out->bk * (int)sizeof(float);
+  out->grid = ((g->m + out->bm - 1) / out->bm) * ((NP + out->bn - 1) / out->bn);
+  if (out->grid > 0x7fffffff) out->grid = 0x7fffffff; /* grid-stride */
+  out->x_bytes = xn * 4, out->w_bytes = MK * 4, out->bias_bytes = bias ? g->m * 4 : 0;
+  out->y_bytes = yn * 4;
+  snprintf(out->name, sizeof out->name, "sc_conv%d", (int)step);
+  return true;
+}
+
+/* The tile loop every convolution kernel instantiates (sc_cuda_conv in
+ * cuda.h). G holds the geometry as constants. Loads of the next k-slice
+ * go to registers while the current one is multiplied out of shared
+ * memory, one barrier per slice: slice s is stored into half s % 2, and a
+ * thread storing slice s + 1 has passed the barrier after slice s's store,
+ * which every thread reached after multiplying slice s - 1 (the half it
+ * overwrites). */
+static const char conv_prelude[] =
+  "#ifdef SC_CUDA_EMU\n"
+  "#define SC_DYN_SHARED() ((float *)sc_emu->current()->dyn)\n"
+  "#define SC_UNROLL\n"
+  "#else\n"
+  "#define SC_DYN_SHARED() sc_dyn_shared()\n"
+  "#define SC_UNROLL _Pragma(\"unroll\")\n"
+  "SC_DEV float *sc_dyn_shared() { extern __shared__ __align__(16) float sc_dyn[]; return sc_dyn; }\n"
+  "#endif\n"
+  "template <class G, int BM, int BN, int BK, int TM, int TN>\n"
+  "SC_DEV void sc_conv_igemm(const float *__restrict__ x, const float *__restrict__ w,\n"
+  "                          const float *__restrict__ bias, float *__restrict__ y) {\n"
+  "  constexpr long long K = G::C * G::KH * G::KW, P = G::OH * G::OW, NP = G::N * P;\n"
+  "  constexpr int T = (BM / TM) * (BN / TN), AL = BM * BK / T, BL = BN * BK / T;\n"
+  "  static_assert(T % BK == 0 && T % BN == 0 && AL * T == BM * BK && BL * T == BN * BK, \"tile\");\n"
+  "  constexpr long long TILES_N = (NP + BN - 1) / BN, TILES = (G::M + BM - 1) / BM * TILES_N;\n"
+  "  constexpr long long KT = (K + BK - 1) / BK;\n"
+  "  float *As = SC_DYN_SHARED(), *Bs = As + 2 * BK * BM; /* [2][BK][BM], [2][BK][BN] */\n"
+  "  const int tid = (int)threadIdx.x, tx = tid % (BN / TN), ty = tid / (BN / TN);\n"
+  "  const int a_k = tid % BK, a_m = tid / BK, b_j = tid % BN, b_k = tid / BN;\n"
+  "  int half = 0;\n"
+  "  for (long long t = blockIdx.x; t < TILES; t += gridDim.x) {\n"
+  "    const long long m0 = t / TILES_N * BM, j0 = t % TILES_N * BN, j = j0 + b_j;\n"
+  "    const bool jin = j < NP;\n"
+  "    const long long pix = jin ? j % P : 0;\n"
+  "    const long long ih0 = pix / G::OW * G::SH - G::PT, iw0 = pix % G::OW * G::SW - G::PL;\n"
+  "    const float *xn = x + (jin ? j / P : 0) * (G::C * G::H * G::W);\n"
+  "    float ra[AL], rb[BL], acc[TM][TN];\n"
+  "    SC_UNROLL for (int i = 0; i < TM; i++)\n"
+  "      SC_UNROLL for (int q = 0; q < TN; q++) acc[i][q] = 0.0f;\n"
+  "    for (long long kt = 0; kt <= KT; kt++) {\n"
+  "      if (kt > 0) { /* slice kt - 1: registers -> shared half, then multiplied */\n"
+  "        float *a = As + half * BK * BM, *b = Bs + half * BK * BN;\n"
+  "        SC_UNROLL for (int i = 0; i < AL; i++) a[a_k * BM + a_m + i * (T / BK)] = ra[i];\n"
+  "        SC_UNROLL for (int i = 0; i < BL; i++) b[(b_k + i * (T / BN)) * BN + b_j] = rb[i];\n"
+  "        __syncthreads();\n"
+  "      }\n"
+  "      if (kt < KT) { /* slice kt: global -> registers (the im2col computed here) */\n"
+  "        const long long k0 = kt * BK;\n"
+  "        SC_UNROLL for (int i = 0; i < AL; i++) {\n"
+  "          const long long m = m0 + a_m + i * (T / BK), k = k0 + a_k;\n"
+  "          ra[i] = m < G::M && k < K ? w[m * K + k] : 0.0f;\n"
+  "        }\n"
+  "        SC_UNROLL for (int i = 0; i < BL; i++) {\n"
+  "          const long long k = k0 + b_k + i * (T / BN);\n"
+  "          float v = 0.0f;\n"
+  "          if (jin && k < K) {\n"
+  "            const long long c = k / (G::KH * G::KW), r = k % (G::KH * G::KW);\n"
+  "            const long long ih = ih0 + r / G::KW * G::DH, iw = iw0 + r % G::KW * G::DW;\n"
+  "            if (ih >= 0 && ih < G::H && iw >= 0 && iw < G::W) v = xn[(c * G::H + ih) * G::W + iw];\n"
+  "          }\n"
+  "          rb[i] = v;\n"
+  "        }\n"
+  "      }\n"
+  "      if (kt > 0) {\n"
+  "        const float *a = As + half * BK * BM, *b = Bs + half * BK * BN;\n"
+  "        SC_UNROLL for (int kk = 0; kk < BK; kk++) {\n"
+  "          float av[TM], bv[TN];\n"
+  "          SC_UNROLL for (int i = 0; i < TM; i++) av[i] = a[kk * BM + ty * TM + i];\n"
+  "          SC_UNROLL for (int q = 0; q < TN; q++) bv[q] = b[kk * BN + tx * TN + q];\n"
+  "          SC_UNROLL for (int i = 0; i < TM; i++)\n"
+  "            SC_UNROLL for (int q = 0; q < TN; q++) acc[i][q] = fmaf(av[i], bv[q], acc[i][q]);\n"
+  "        }\n"
+  "        half ^= 1;\n"
+  "      }\n"
+  "    }\n"
+  "    SC_UNROLL for (int i = 0; i < TM; i++) {\n"
+  "      const long long m = m0 + ty * TM + i;\n"
+  "      if (m >= G::M) continue;\n"
+  "      const float bm = bias ? bias[m] : 0.0f;\n"
+  "      SC_UNROLL for (int q = 0; q < TN; q++) {\n"
+  "        const long long jj = j0 + tx * TN + q;\n"
+  "        if (jj < NP) y[(jj / P * G::M + m) * P + jj % P] = acc[i][q] + bm;\n"
+  "      }\n"
+  "    }\n"
+  "  }\n"
+  "}\n\n";
+
+static void emit_conv(sbuf *b, const sc_program *p, int32_t step, const sc_cuda_conv *cv) {
+  const sc_gemm *g = &p->steps[step].gemm;
+  const sc_conv_geom *v = &g->conv;
+  int tm = cv->bm / 16, tn = cv->bn / 16; /* 16 x 16 threads */
+  sb_printf(b,
+            "struct %s_geom {\n"
+            "  static constexpr long long N = %lld, M = %lld, C = %lld, H = %lld, W = %lld;\n"
+            "  static constexpr long long KH = %lld, KW = %lld, SH = %lld, SW = %lld, DH = %lld, "
+            "DW = %lld;\n"
+            "  static constexpr long long PT = %lld, PL = %lld, OH = %lld, OW = %lld;\n"
+            "};\n"
+            "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+            "%s(const float *__restrict__ x, const float *__restrict__ w,\n"
+            "    const float *__restrict__ bias, float *__restrict__ y) {\n"
+            "  sc_conv_igemm<%s_geom, %d, %d, %d, %d, %d>(x, w, bias, y);\n"
+            "}\n"
+            "#ifdef SC_CUDA_EMU\n"
+            "extern \"C\" __attribute__((visibility(\"default\"))) void %s" SC_CUDA_EMU_SUFFIX
+            "(void **a) {\n"
+            "  %s(*(const float **)a[0], *(const float **)a[1], *(const float **)a[2],\n"
+            "     *(float **)a[3]);\n"
+            "}\n"
+            "extern \"C\" __attribute__((visibility(\"default\"))) const long long %s"
+            SC_CUDA_EMU_INFO_SUFFIX "[] = {4, 1, 4, 0, %lld, 0, %lld, 0, %lld, 1, %lld};\n"
+            "#endif\n\n",
+            cv->name, (long long)g->batch, (long long)g->m, (long long)v->c, (long long)v->h,
+            (long long)v->w, (long long)v->kh, (long long)v->kw, (long long)v->sh,
+            (long long)v->sw, (long long)v->dh, (long long)v->dw, (long long)v->pt,
+            (long long)v->pl, (long long)v->oh, (long long)v->ow, cv->block, cv->name, cv->name,
+            cv->bm, cv->bn, cv->bk, tm, tn, cv->name, cv->name, cv->name,
+            (long long)cv->x_bytes, (long long)cv->w_bytes, (long long)cv->bias_bytes,
+            (long long)cv->y_bytes);
+}
+
 sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag) {
   sc_status st = sc_cuda_emit_kernels(p->kernels, p->n_kernels, p, src, diag);
   if (st != SC_OK) return st;
@@ -1237,6 +1407,14 @@ sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag) {
     for (int x = 0; x < 2; x++)
       if (need[v][x])
         emit_scatter(&b, v ? SC_DTYPE_F64 : SC_DTYPE_F32, x ? SC_DTYPE_I64 : SC_DTYPE_I32);
+  bool conv_prelude_done = false;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    sc_cuda_conv cv;
+    if (!sc_cuda_conv_config(p, i, &cv)) continue;
+    if (!conv_prelude_done) sb_printf(&b, "%s", conv_prelude);
+    conv_prelude_done = true;
+    emit_conv(&b, p, i, &cv);
+  }
   *src = b.s;
   if (b.oom) {
     sc_free(b.s);

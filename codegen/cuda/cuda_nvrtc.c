@@ -210,7 +210,11 @@ static sc_status build(kir_kernel *const *kernels, int32_t n_kernels,
   if (!archs) archs = SC_CUDA_DEFAULT_ARCHS;
   sc_cuda_build *b = sc_calloc(1, sizeof *b);
   if (!b) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
-  sc_status st = sc_cuda_emit_kernels(kernels, n_kernels, p, &b->source, diag);
+  /* a program's unit also has the kernels its steps use (scatter-adds,
+   * implicit-GEMM convolutions): the one cuda_device.c emits */
+  sc_status st = p && kernels == p->kernels ? sc_cuda_emit_source(p, &b->source, diag)
+                                            : sc_cuda_emit_kernels(kernels, n_kernels, p,
+                                                                   &b->source, diag);
   if (st != SC_OK) goto fail;
   b->n_kernels = n_kernels;
   b->launch = sc_calloc((size_t)(n_kernels > 0 ? n_kernels : 1), sizeof *b->launch);

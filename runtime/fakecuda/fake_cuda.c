@@ -157,6 +157,8 @@ typedef struct ffunc {
   sc_cuda_mode mode;
   int n_ptrs;              /* pointer args whose extents are known */
   const long long *extents; /* [n_ptrs] pairs: written, bytes (the unit's) */
+  int max_dyn_shared;      /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (48 KiB
+                              until set, as on a GPU) */
   struct ffunc *next;
 } ffunc;
 
@@ -193,7 +195,7 @@ typedef struct fop {
   union {
     struct {
       ffunc *f;
-      unsigned grid, block;
+      unsigned grid, block, shared;
       uint64_t *args;
     } launch;
     struct {
@@ -314,7 +316,8 @@ static void run_op(fstream *s, fop *o) {
     void *argv[MAX_ARGS];
     for (int i = 0; i < f->n_args; i++) argv[i] = &o->u.launch.args[i];
     sc_cuda_launch l = {.mode = f->mode, .block = (int)o->u.launch.block,
-                        .grid = (int64_t)o->u.launch.grid};
+                        .grid = (int64_t)o->u.launch.grid,
+                        .shared_bytes = (int)o->u.launch.shared};
     sc_diag d = {0};
     pthread_mutex_lock(&f->mod->mu);
     sc_status st = atomic_load(&sticky) ? SC_OK
@@ -1183,6 +1186,7 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *nam
     return SC_CUDA_ERROR_NOT_FOUND;
   }
   snprintf(f->name, sizeof f->name, "%s", name);
+  f->max_dyn_shared = 48 * 1024;
   f->mod = m;
   f->next = m->funcs;
   m->funcs = f;
@@ -1190,11 +1194,13 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *nam
   return SC_CUDA_SUCCESS;
 }
 
-EXPORT CUresult cuFuncSetAttribute(CUfunction f, int attr, int value) {
-  if (!f) return SC_CUDA_ERROR_INVALID_HANDLE;
-  if (attr == SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES &&
-      (value < 0 || value > 227 * 1024))
-    return SC_CUDA_ERROR_INVALID_VALUE;
+EXPORT CUresult cuFuncSetAttribute(CUfunction h, int attr, int value) {
+  if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
+  if (attr == SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
+    if (value < 0 || value > 227 * 1024) return SC_CUDA_ERROR_INVALID_VALUE;
+    ((ffunc *)h)->max_dyn_shared = value;
+    logln("call cuFuncSetAttribute %s max_dynamic_shared=%d", ((ffunc *)h)->name, value);
+  }
   return SC_CUDA_SUCCESS;
 }
 
@@ -1206,6 +1212,11 @@ EXPORT CUresult cuLaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned 
   if (gx < 1 || gy != 1 || gz != 1 || bx < 1 || bx > 1024 || by != 1 || bz != 1 || extra ||
       shared_bytes > 227 * 1024 || (f->n_args > 0 && !params))
     return SC_CUDA_ERROR_INVALID_VALUE;
+  if ((int)shared_bytes > f->max_dyn_shared) { /* a GPU's answer too */
+    violation("launch of %s with %u bytes of dynamic shared memory, above the %d its "
+              "attribute allows (cuFuncSetAttribute)", f->name, shared_bytes, f->max_dyn_shared);
+    return SC_CUDA_ERROR_INVALID_VALUE;
+  }
   fop *o = new_op(OP_LAUNCH);
   uint64_t *args = malloc((size_t)(f->n_args > 0 ? f->n_args : 1) * sizeof *args);
   if (!o || !args) {
@@ -1217,6 +1228,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned 
   o->u.launch.f = f;
   o->u.launch.grid = gx;
   o->u.launch.block = bx;
+  o->u.launch.shared = shared_bytes;
   o->u.launch.args = args;
   fstream *s = stream_of(sh);
   logln("call cuLaunchKernel %s stream=%d%s", f->name, s->id, s->capturing ? " (captured)" : "");

@@ -28,7 +28,8 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
                mesh with --comm nccl (torchrun variables), against the CPU
   real-models  GPT-2 small and ResNet-18 at real size (bench/real_models.py):
                latency at batch 1 and 8 with --device cuda (and cpu at batch
-               1), against PyTorch eager on the same GPU where it is installed
+               1; ResNet-18 also with SHARDC_CUDA_CONV=im2col), against
+               PyTorch eager on the same GPU where it is installed
 """
 import argparse
 import json
@@ -375,8 +376,10 @@ with torch.no_grad():
 def check_real_models(a, tmp):
     """GPT-2 small and ResNet-18 at their real sizes (bench/real_models.py:
     onnx.helper and seeded weights, no download): shardc's latency with
-    --device cuda (CUDA graphs, and at batch 1 without) and --device cpu, each
-    a `shardc run` from host input to host output; PyTorch's on the same GPU
+    --device cuda (CUDA graphs, and at batch 1 without; ResNet-18 also with
+    SHARDC_CUDA_CONV=im2col: its convolutions as im2col and cuBLASLt rather
+    than the implicit-GEMM kernels) and --device cpu, each a `shardc run` from
+    host input to host output; PyTorch's on the same GPU
     where it is installed (fp32, TF32 off, eager), on device tensors and from
     host input to host output."""
     if EMU:
@@ -401,17 +404,24 @@ def check_real_models(a, tmp):
             for k, v in real_models.feeds(name, batch).items():
                 np.save(os.path.join(tmp, f"real.{k}.npy"), v)
                 inputs += ["--input", f"{k}={os.path.join(tmp, f'real.{k}.npy')}"]
-            for dev in ("cuda", "cuda-nograph", "cpu"):
-                if dev != "cuda" and batch != 1:
+            for dev in ("cuda", "cuda-nograph", "cuda-im2col", "cpu"):
+                if (dev in ("cuda-nograph", "cpu") and batch != 1) or (
+                        dev == "cuda-im2col" and name != "resnet18"):
                     continue
                 flags = ["--device", "cuda", "--no-cuda-graph"] if dev == "cuda-nograph" else [
-                    "--device", dev]
+                    "--device", dev.split("-")[0]]
+                # cuda-im2col: the convolutions as im2col kernels and cuBLASLt, against the
+                # default's implicit-GEMM kernels
+                env = {"SHARDC_CUDA_VERBOSE": "1"}
+                if dev == "cuda-im2col":
+                    env["SHARDC_CUDA_CONV"] = "im2col"
                 r = sh([a.shardc, "run", path, "--dim", f"batch={batch}"] + inputs + flags +
                        ["-q", "--repeat", "10", "--warmup", "2",
-                        "--output-dir", os.path.join(tmp, "real.out")],
-                       {"SHARDC_CUDA_VERBOSE": "1"}, timeout=240)
+                        "--output-dir", os.path.join(tmp, "real.out")], env, timeout=240)
                 med = re.search(r"run: median ([0-9.]+) ms", r.stderr)
-                how = " ".join(sorted(set(re.findall(r"(engine \w+|kernels \w+)", r.stderr))))
+                how = " ".join(sorted(set(re.findall(
+                    r"(engine \w+|kernels \w+|\d+ convolutions as implicit GEMMs|"
+                    r"\d+ activations in the product)", r.stderr))))
                 on_gpu = device_ms(r.stderr)
                 gpu = f", {on_gpu:.3f} ms of it on the GPU (steps only)" if on_gpu else ""
                 record(f"{name}.b{batch}.{dev}", "info" if med else "fail",

@@ -43,7 +43,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "models"))
-from checks import check, finish  # noqa: E402
+from checks import check, finish, within  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC", "shardc")
 REAL = os.environ.get("SC_CUDA_REAL") == "1"
@@ -145,16 +145,6 @@ def fused_count(stderr):
     return int(m.group(1)) if m else None
 
 
-def close(got, want, tol, what):
-    if not check(got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"):
-        return
-    check(not np.isnan(got).any(), f"{what}: NaN")
-    scale = float(np.max(np.abs(want)))
-    err = float(np.max(np.abs(got.astype(np.float64) - want)))
-    check(err <= tol * scale, f"{what}: max error {err:.3g} over largest {scale:.3g} "
-          f"(tolerance {tol:g} of it)")
-
-
 def main():
     rng = np.random.default_rng(20261204)
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,14 +176,14 @@ def main():
                 if not check(r.returncode == 0, f"{case} on {dev}: {r.stderr[-400:]}"):
                     continue
                 outs[dev] = np.load(os.path.join(od, "Y.npy"))
-                close(outs[dev], want, 1e-4, f"{case} on {dev} against numpy")
+                within(outs[dev], want, 1e-4, f"{case} on {dev} against numpy")
                 if dev == "cuda":
                     n = fused_count(r.stderr)
                     check(n == (1 if want_act else 0),
                           f"{case}: {n} activations in the product, want "
                           f"{1 if want_act else 0}")
             if len(outs) == 2:
-                close(outs["cuda"], outs["cpu"].astype(np.float64), 1e-5,
+                within(outs["cuda"], outs["cpu"].astype(np.float64), 1e-5,
                       f"{case}: cuda against cpu")
             if case != "gelu_spelled" or "cpu" not in outs:
                 continue
@@ -212,7 +202,7 @@ def main():
                    cuda_env())
             if check(r.returncode == 0, f"bundle run: {r.stderr[-400:]}"):
                 check(fused_count(r.stderr) == 1, "bundle run: activation not in the product")
-                close(np.load(os.path.join(od, "Y.npy")), outs["cpu"].astype(np.float64),
+                within(np.load(os.path.join(od, "Y.npy")), outs["cpu"].astype(np.float64),
                       1e-5, "bundle on cuda against cpu")
     return finish()
 

@@ -181,3 +181,16 @@ def has_avx2():
             return any(line.startswith("flags") and " avx2" in line for line in f)
     except OSError:
         return False
+
+
+def within(got, want, tol, what):
+    """Checks that array got has want's shape, no NaN, and differs from
+    want (float64) by at most tol times want's largest magnitude."""
+    import numpy as np
+    if not check(got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"):
+        return False
+    ok = check(not np.isnan(got).any(), f"{what}: NaN")
+    scale = float(np.max(np.abs(want))) if want.size else 0.0
+    err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
+    return check(err <= tol * scale, f"{what}: max error {err:.3g} over largest {scale:.3g} "
+                 f"(tolerance {tol:g} of it)") and ok

@@ -24,7 +24,12 @@
  *   - freeing memory while work is queued counts a violation
  *     (sc_fake_cuda_violations);
  *   - a PTX image is refused with CUDA_ERROR_INVALID_PTX and the reason
- *     in the JIT error log. */
+ *     in the JIT error log;
+ *   - dynamic shared memory: a block's threads share it (a kernel that
+ *     reverses each block's 256 floats through it, across a barrier); a
+ *     launch with more than 48 KiB is refused (CUDA_ERROR_INVALID_VALUE, one
+ *     violation) until cuFuncSetAttribute allows that much, as on a GPU,
+ *     and above 227 KiB it is refused always. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -39,7 +44,7 @@
 
 static const sc_cu *cu;
 static CUmodule mod;
-static CUfunction f_bump, f_copy;
+static CUfunction f_bump, f_copy, f_rev;
 static long (*violations)(void); /* the fake driver's count */
 
 static const char KERNELS[] =
@@ -51,7 +56,24 @@ static const char KERNELS[] =
     "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
     "       i += (long long)gridDim.x * blockDim.x) d[i] = s[i];\n"
     "}\n"
+    "extern \"C\" __global__ void rev(float *p) {\n"
     "#ifdef SC_CUDA_EMU\n"
+    "  float *sh = (float *)sc_emu->current()->dyn;\n"
+    "#else\n"
+    "  extern __shared__ float sh[];\n"
+    "#endif\n"
+    "  unsigned t = threadIdx.x, n = blockDim.x;\n"
+    "  float *q = p + blockIdx.x * n;\n"
+    "  sh[t] = q[t];\n"
+    "  __syncthreads();\n"
+    "  q[t] = sh[n - 1 - t];\n"
+    "}\n"
+    "#ifdef SC_CUDA_EMU\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) void rev__emu(void **a) {\n"
+    "  rev(*(float **)a[0]);\n"
+    "}\n"
+    "extern \"C\" __attribute__((visibility(\"default\"))) const long long rev__emu_info[] = "
+    "{1, 1, 1, 1, 262144};\n"
     "extern \"C\" __attribute__((visibility(\"default\"))) void bump__emu(void **a) {\n"
     "  bump(*(float **)a[0], *(long long *)a[1]);\n"
     "}\n"
@@ -86,7 +108,8 @@ static int setup(void **state) {
   *(void **)&violations = dlsym(cu->lib, "sc_fake_cuda_violations");
   if (!violations) return -1;
   if (cu->module_function(&f_bump, mod, "bump") != SC_CUDA_SUCCESS ||
-      cu->module_function(&f_copy, mod, "copy") != SC_CUDA_SUCCESS)
+      cu->module_function(&f_copy, mod, "copy") != SC_CUDA_SUCCESS ||
+      cu->module_function(&f_rev, mod, "rev") != SC_CUDA_SUCCESS)
     return -1;
   return 0;
 }
@@ -262,8 +285,43 @@ static void test_ptx_refused(void **state) {
   assert_int_equal(cu->module_function(&f, mod, "no_such_kernel"), SC_CUDA_ERROR_NOT_FOUND);
 }
 
+static void test_dynamic_shared(void **state) {
+  (void)state;
+  CUstream s;
+  CUdeviceptr a;
+  CU(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING));
+  CU(cu->mem_alloc(&a, N * sizeof(float)));
+  float *h = malloc(N * sizeof *h);
+  for (int i = 0; i < N; i++) h[i] = (float)i;
+  CU(cu->memcpy_htod(a, h, N * sizeof *h, s));
+  void *args[1] = {&a};
+  CU(cu->launch_kernel(f_rev, 4, 1, 1, 256, 1, 1, 256 * sizeof(float), s, args, NULL));
+  CU(cu->stream_synchronize(s)); /* the copy in reads h */
+  free(h);
+  h = host_copy(a, s);
+  for (int b = 0; b < 4; b++)
+    for (int t = 0; t < 256; t++) assert_float_equal(h[b * 256 + t], (float)(b * 256 + 255 - t), 0);
+  assert_float_equal(h[1024], 1024.0f, 0); /* past the grid: untouched */
+  free(h);
+  long before = violations();
+  assert_int_equal(cu->launch_kernel(f_rev, 1, 1, 1, 256, 1, 1, 64 << 10, s, args, NULL),
+                   SC_CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(violations(), before + 1);
+  CU(cu->func_set_attribute(f_rev, SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 64 << 10));
+  CU(cu->launch_kernel(f_rev, 1, 1, 1, 256, 1, 1, 64 << 10, s, args, NULL));
+  assert_int_equal(cu->launch_kernel(f_rev, 1, 1, 1, 256, 1, 1, 228 << 10, s, args, NULL),
+                   SC_CUDA_ERROR_INVALID_VALUE);
+  assert_int_equal(cu->func_set_attribute(f_rev, SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          228 << 10),
+                   SC_CUDA_ERROR_INVALID_VALUE);
+  CU(cu->stream_synchronize(s));
+  CU(cu->mem_free(a));
+  CU(cu->stream_destroy(s));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dynamic_shared),
       cmocka_unit_test(test_event_orders_streams), cmocka_unit_test(test_graph_replays),
       cmocka_unit_test(test_capture_misuse),       cmocka_unit_test(test_free_while_queued),
       cmocka_unit_test(test_ptx_refused),

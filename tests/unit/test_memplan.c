@@ -91,6 +91,19 @@ static void ew_step(sc_program *p, const int32_t *ins, int n_in, int32_t out, in
   assert_true(sc_program_add_step(p, &s) >= 0);
 }
 
+/* An 8 x 8 x 8 GEMM step c = a·b (no epilogue yet); its index. */
+static int32_t gemm_step(sc_program *p, int32_t a, int32_t b, int32_t c) {
+  sc_step g;
+  memset(&g, 0, sizeof g);
+  g.kind = SC_STEP_GEMM;
+  g.kernel = -1;
+  g.gemm = (sc_gemm){.a = a, .b = b, .c = c, .batch = 1, .m = 8, .n = 8, .k = 8, .lda = 8,
+                     .ldb = 8, .ldc = 8, .alpha = 1, .beta = 0, .bias = -1};
+  int32_t i = sc_program_add_step(p, &g);
+  assert_true(i >= 0);
+  return i;
+}
+
 static void plan_ok(sc_program *p) {
   sc_diag d = {0};
   sc_diag_clear(&d);
@@ -153,13 +166,7 @@ static void test_overlapping_never_share(void **state) {
   assert_int_equal(sc_program_root(p, a), a);
   ew_step(p, &x, 1, a, EW_REVERSED);
   ew_step(p, &x, 1, b, EW_REVERSED);
-  sc_step g;
-  memset(&g, 0, sizeof g);
-  g.kind = SC_STEP_GEMM;
-  g.kernel = -1;
-  g.gemm = (sc_gemm){.a = a, .b = b, .c = c, .batch = 1, .m = 8, .n = 8, .k = 8, .lda = 8,
-                     .ldb = 8, .ldc = 8, .alpha = 1, .beta = 0, .bias = -1};
-  assert_true(sc_program_add_step(p, &g) >= 0);
+  gemm_step(p, a, b, c);
   int32_t in3[2] = {va, c}, in4[2] = {d, b};
   ew_step(p, in3, 2, d, EW_ALIGNED); /* a dies here but is read through a view of
                                         another shape, c dies too: in-place is legal */
@@ -287,6 +294,54 @@ static void test_verify_catches_broken_plan(void **state) {
   p->buffers[y].offset = p->buffers[t2].offset;
   expect_verify_error(p, "'y'");
   sc_program_destroy(p);
+}
+
+/* A GEMM step with an epilogue kernel: x -> a, b (reversed copies) ->
+ * c = a·b -> epilogue e = c (ALIGNED: in place; REVERSED: not) -> y. The
+ * product touches a, b and c before the kernel runs, so e may take the
+ * storage of a or b, which die with the product (three 256-byte slots at
+ * most); not when the GEMM is a convolution, whose epilogue a device runs
+ * on each tile as the tile ends (four). An aligned epilogue writes over c. */
+static void test_gemm_epilogue_phases(void **state) {
+  (void)state;
+  for (int variant = 0; variant < 3; variant++) {
+    bool conv = variant == 2;
+    int mode = variant == 0 ? EW_ALIGNED : EW_REVERSED;
+    sc_program *p = sc_program_create();
+    int32_t x = buf(p, "x", SC_BUF_INPUT, 64);
+    int32_t a = buf(p, "a", SC_BUF_TEMP, 64);
+    int32_t b = buf(p, "b", SC_BUF_TEMP, 64);
+    int32_t c = buf(p, "c", SC_BUF_TEMP, 64);
+    int32_t e = buf(p, "e", SC_BUF_TEMP, 64);
+    int32_t y = buf(p, "y", SC_BUF_OUTPUT, 64);
+    ew_step(p, &x, 1, a, EW_REVERSED);
+    ew_step(p, &x, 1, b, EW_REVERSED);
+    int32_t gi = gemm_step(p, a, b, c);
+    if (conv) p->steps[gi].gemm.conv = (sc_conv_geom){.on = true, .x = a, .bias = -1,
+                                                      .bias_kernel = -1, .prep = {-1, -1}};
+    ew_step(p, &c, 1, e, mode); /* its kernel becomes the GEMM's epilogue */
+    p->steps[gi].kernel = p->steps[--p->n_steps].kernel;
+    ew_step(p, &e, 1, y, EW_REVERSED);
+    plan_ok(p);
+    assert_true(disjoint(p, c, a) && disjoint(p, c, b));
+    if (variant == 0) {
+      assert_int_equal(p->buffers[e].offset, p->buffers[c].offset);
+    } else if (variant == 1) {
+      assert_true(disjoint(p, e, c));
+      assert_int_equal(p->arena_bytes, 3 * 256);
+    } else {
+      assert_true(disjoint(p, e, a) && disjoint(p, e, b) && disjoint(p, e, c));
+      assert_int_equal(p->arena_bytes, 4 * 256);
+    }
+    int32_t first[8], last[8];
+    sc_diag d = {0};
+    sc_diag_clear(&d);
+    assert_int_equal(sc_memplan_lifetimes(p, first, last, &d), SC_OK);
+    assert_int_equal(first[e], 2); /* in steps, as before */
+    assert_int_equal(last[a], 2);
+    assert_int_equal(last[y], p->n_steps);
+    sc_program_destroy(p);
+  }
 }
 
 static void test_inplace(void **state) {
@@ -538,7 +593,7 @@ int main(void) {
       cmocka_unit_test(test_overlapping_never_share),
       cmocka_unit_test(test_step_buffers_and_print),
       cmocka_unit_test(test_verify_catches_broken_plan),
-      cmocka_unit_test(test_inplace),
+      cmocka_unit_test(test_inplace), cmocka_unit_test(test_gemm_epilogue_phases),
       cmocka_unit_test(test_chain_peak_is_minimum),
       cmocka_unit_test(test_state_pairs),
       cmocka_unit_test(test_overlap),
