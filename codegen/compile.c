@@ -91,6 +91,11 @@ sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **o
   if (st == SC_OK && sc_program_pair_state(p) != SC_OK)
     st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   if (st == SC_OK && o->overlap) st = sc_program_overlap(p, NULL, NULL, diag);
+  if (st == SC_OK && o->workspace_bytes > 0) {
+    bool gemm = false;
+    for (int32_t i = 0; i < p->n_steps; i++) gemm |= p->steps[i].kind == SC_STEP_GEMM;
+    p->workspace_bytes = gemm ? o->workspace_bytes : 0;
+  }
   if (st == SC_OK) st = sc_memplan_run(p, diag);
   if (st == SC_OK) st = sc_memplan_verify(p, diag);
   double t2 = now_ms();

@@ -30,6 +30,10 @@ typedef struct sc_compile_opts {
   bool quiet;              /* no notes (e.g. dims bound to 1) on stderr */
   bool skip_canonical;     /* the graph already went through
                               SC_CANONICAL_PASSES (the driver ran them) */
+  int64_t workspace_bytes; /* device scratch to reserve in the arena when the
+                              program has a GEMM step (program.h; the CUDA
+                              device's cuBLASLt workspace:
+                              SC_GEMM_WORKSPACE_BYTES); default 0 */
 } sc_compile_opts;
 void sc_compile_opts_init(sc_compile_opts *o);
 sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **out,

@@ -394,6 +394,17 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
     p->buffers[i].offset = l.root[i] == i ? slots[slot_of[i]].offset : -1;
   }
   p->arena_bytes = peak;
+  p->workspace_offset = 0;
+  if (p->workspace_bytes > 0) { /* the device's scratch, above every buffer */
+    bool ok = true;
+    int64_t ws = align_up(p->workspace_bytes, align, &ok), top = 0;
+    if (!ok || !sc_add_i64(peak, ws, &top)) {
+      st = sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "memory plan: arena size overflows");
+      goto done;
+    }
+    p->workspace_offset = peak;
+    p->arena_bytes = top;
+  }
 done:
   life_free(&l);
   sc_free(parent);
@@ -425,6 +436,16 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
   if (p->arena_bytes < 0)
     return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "memory plan: arena of %lld bytes",
                        (long long)p->arena_bytes);
+  int64_t ws_end, top = p->arena_bytes; /* where the buffers must end */
+  if (p->workspace_bytes < 0 || (p->workspace_bytes > 0 &&
+      (p->workspace_offset < 0 || p->workspace_offset % p->arena_align != 0 ||
+       !sc_add_i64(p->workspace_offset, p->workspace_bytes, &ws_end) ||
+       ws_end > p->arena_bytes)))
+    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "memory plan: workspace [%lld, +%lld) outside the arena of %lld bytes",
+                       (long long)p->workspace_offset, (long long)p->workspace_bytes,
+                       (long long)p->arena_bytes);
+  if (p->workspace_bytes > 0) top = p->workspace_offset;
   life l;
   sc_status st = compute_life(p, &l, diag);
   if (st != SC_OK) return st;
@@ -463,12 +484,12 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
     }
     int64_t end;
     if (b->offset < 0 || b->offset % p->arena_align != 0 || b->bytes < 0 ||
-        !sc_add_i64(b->offset, b->bytes, &end) || end > p->arena_bytes)
+        !sc_add_i64(b->offset, b->bytes, &end) || end > top)
       st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                        "memory plan: buffer '%s' (b%d) at [%lld, +%lld) is not an aligned slot "
-                       "inside the arena of %lld bytes",
+                       "inside the arena's %lld bytes of buffers",
                        bname(p, i), (int)i, (long long)b->offset, (long long)b->bytes,
-                       (long long)p->arena_bytes);
+                       (long long)top);
   }
   /* every pair live together, by a sweep over the steps: roots in order of
    * their first step, each compared with those still live (not all pairs:

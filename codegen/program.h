@@ -220,6 +220,11 @@ typedef struct sc_step {
   const char *origin; /* graph node name(s), for --print and errors */
 } sc_step;
 
+/* The GEMM library's workspace on a GPU (cuBLASLt, Hopper's recommended
+ * size): what a program compiled for the CUDA device reserves in its arena
+ * (sc_program.workspace_bytes, sc_compile_opts.workspace_bytes). */
+#define SC_GEMM_WORKSPACE_BYTES ((int64_t)32 << 20)
+
 typedef struct sc_program {
   sc_arena arena;               /* owns everything below */
   int32_t n_buffers, cap_buffers;
@@ -232,6 +237,12 @@ typedef struct sc_program {
   int32_t *inputs, *outputs;    /* buffer ids, in graph order */
   int64_t arena_bytes;          /* peak from the memory plan */
   int64_t arena_align;          /* alignment of every arena offset (64) */
+  /* Device scratch the memory plan reserves at the top of the arena, for a
+   * device's library calls (cuBLASLt's workspace: SC_GEMM_WORKSPACE_BYTES
+   * when compiled for CUDA with a GEMM step, sc_compile_opts):
+   * [workspace_offset, workspace_offset + workspace_bytes), above every
+   * buffer, inside arena_bytes; 0 bytes: none. */
+  int64_t workspace_bytes, workspace_offset;
   sc_mesh mesh;                 /* the graph's mesh when it has COMM steps,
                                    else the one-rank mesh (n_axes 0) */
   /* In-place state (training): updates[j] is the input index whose arena

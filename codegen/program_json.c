@@ -284,6 +284,10 @@ sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offse
   json_object_set_new(root, "version", json_integer(SC_PROGRAM_JSON_VERSION));
   json_object_set_new(root, "arena_bytes", json_integer(p->arena_bytes));
   json_object_set_new(root, "arena_align", json_integer(p->arena_align));
+  if (p->workspace_bytes > 0) {
+    json_object_set_new(root, "workspace_bytes", json_integer(p->workspace_bytes));
+    json_object_set_new(root, "workspace_offset", json_integer(p->workspace_offset));
+  }
   if (p->mesh.n_axes > 0) { /* absent: the one-rank mesh (older bundles have none) */
     char mesh[SC_MESH_MAX_AXES * (SC_MESH_NAME_MAX + 24)];
     sc_mesh_format(&p->mesh, mesh, sizeof mesh);
@@ -1128,6 +1132,9 @@ static sc_status read_program(reader *r, json_t *root) {
                 (long long)version, SC_PROGRAM_JSON_VERSION);
   if ((st = get_int(r, root, "arena_bytes", true, 0, &p->arena_bytes))) return st;
   if ((st = get_int(r, root, "arena_align", true, 0, &p->arena_align))) return st;
+  if ((st = get_int(r, root, "workspace_bytes", false, 0, &p->workspace_bytes)) ||
+      (st = get_int(r, root, "workspace_offset", false, 0, &p->workspace_offset)))
+    return st; /* checked by sc_memplan_verify */
   json_t *mesh = json_object_get(root, "mesh");
   if (mesh) {
     sc_diag md = {0};

@@ -668,10 +668,14 @@ static void report(cuda_ctx *c) {
   c->cu->mem_get_info(&free_now, &total);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
-          "in the product), %d convolutions as implicit GEMMs; arena %lld bytes (the plan's "
-          "%lld), weights %lld bytes; device memory taken since the context: %lld bytes\n",
+          "in the product, workspace %s), %d convolutions as implicit GEMMs; arena %lld bytes "
+          "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
+          "bytes\n",
           c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
-          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused, (int)c->n_convs,
+          c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
+          !c->gemm || !strcmp(sc_gpu_gemm_engine(c->gemm), "host") ? "none"
+          : sc_gpu_gemm_own_workspace(c->gemm) ? "allocated" : "in the arena",
+          (int)c->n_convs,
           (long long)c->arena_bytes,
           (long long)c->p->arena_bytes, (long long)c->const_bytes,
           (long long)c->free_at_create - (long long)free_now);
@@ -696,6 +700,11 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
     c->vals[k][kk->n_params] = 0;                                   /* begin */
     c->vals[k][kk->n_params + 1] = (uint64_t)c->launch[k].points; /* end */
   }
+  /* cuBLASLt's workspace: the arena's top, where the memory plan reserved it */
+  if (c->gemm && p->workspace_bytes >= ((int64_t)1 << 20) && p->workspace_offset >= 0 &&
+      p->workspace_offset + p->workspace_bytes <= p->arena_bytes)
+    sc_gpu_gemm_set_workspace(c->gemm, base + (CUdeviceptr)p->workspace_offset,
+                              (size_t)p->workspace_bytes);
   c->n_fused = 0;
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];

@@ -47,7 +47,6 @@ typedef struct lt_api {
   const char *(*status_string)(sc_lt_status s); /* optional */
 } lt_api;
 
-enum { WORKSPACE_BYTES = 32 << 20 };
 
 typedef struct gemm_entry {
   struct sc_gpu_gemm *e;
@@ -71,7 +70,9 @@ struct sc_gpu_gemm {
   void *lib;
   lt_api lt;
   sc_lt_handle handle;
-  CUdeviceptr ws;
+  CUdeviceptr ws;      /* the workspace: the arena's (set_workspace) or our own */
+  size_t ws_bytes;
+  bool ws_own;
   float *host_scratch; /* host: sc_host_gemm_bf16's, for the largest bf16 GEMM */
   int64_t host_scratch_numel;
   int32_t n, cap;
@@ -107,8 +108,13 @@ static sc_status open_cublaslt(sc_gpu_gemm *e, sc_diag *diag) {
 #undef SC_LT_RESOLVE
   *(void **)&e->lt.status_string = dlsym(e->lib, "cublasLtGetStatusString");
   LT(e->lt.create(&e->handle), "cublasLtCreate");
-  CUresult r = e->cu->mem_alloc(&e->ws, WORKSPACE_BYTES);
-  return sc_cu_check(e->cu, r, "cuMemAlloc", "the cuBLASLt workspace", diag);
+  return SC_OK;
+}
+
+void sc_gpu_gemm_set_workspace(sc_gpu_gemm *e, CUdeviceptr ws, size_t bytes) {
+  if (e->n > 0 || e->ws_own) return; /* planned with the one it has */
+  e->ws = ws;
+  e->ws_bytes = ws ? bytes : 0;
 }
 
 sc_status sc_gpu_gemm_create(const sc_cu *cu, sc_gpu_gemm **out, sc_diag *diag) {
@@ -140,7 +146,7 @@ static void unplan(sc_gpu_gemm *e, gemm_entry *x) {
 void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
   if (!e) return;
   for (int32_t i = 0; i < e->n; i++) unplan(e, &e->entries[i]);
-  if (e->ws) e->cu->mem_free(e->ws);
+  if (e->ws_own) e->cu->mem_free(e->ws);
   sc_free(e->host_scratch);
   if (e->handle) e->lt.destroy(e->handle);
   sc_free(e->entries);
@@ -148,6 +154,8 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
 }
 
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e) { return e->host ? "host" : "cublaslt"; }
+
+bool sc_gpu_gemm_own_workspace(const sc_gpu_gemm *e) { return e->ws_own; }
 
 /* A column-major layout of rows x cols of type (SC_CUDA_R_*) with leading
  * dim ld, batched. */
@@ -214,7 +222,7 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   if (st != SC_OK) return st;
   sc_lt_pref pref = NULL;
   LT(e->lt.pref_create(&pref), "cublasLtMatmulPreferenceCreate");
-  uint64_t ws = WORKSPACE_BYTES;
+  uint64_t ws = e->ws_bytes;
   sc_lt_status r = e->lt.pref_set(pref, SC_CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                     sizeof ws);
   sc_lt_heuristic res;
@@ -263,6 +271,13 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
   *id = e->n - 1;
   *fused = fuse;
   if (e->host) return SC_OK;
+  if (!e->ws) { /* no workspace in the arena: one of our own */
+    CUresult r = e->cu->mem_alloc(&e->ws, (size_t)SC_GEMM_WORKSPACE_BYTES);
+    sc_status st = sc_cu_check(e->cu, r, "cuMemAlloc", "the cuBLASLt workspace", diag);
+    if (st != SC_OK) return st;
+    e->ws_bytes = (size_t)SC_GEMM_WORKSPACE_BYTES;
+    e->ws_own = true;
+  }
   sc_status st = plan_cublaslt(e, x, diag);
   if (st != SC_OK && fuse) { /* no algorithm with the epilogue: plan it without */
     unplan(e, x);
@@ -331,7 +346,7 @@ sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *d
   LT(e->lt.matmul(e->handle, x->desc, &x->alpha, (const void *)(uintptr_t)x->b, x->la,
                   (const void *)(uintptr_t)x->a, x->lb, &x->beta, cop, x->lc,
                   (void *)(uintptr_t)x->d, x->ld, &x->algo, (void *)(uintptr_t)e->ws,
-                  WORKSPACE_BYTES, s),
+                  e->ws_bytes, s),
      "cublasLtMatmul");
   return SC_OK;
 }

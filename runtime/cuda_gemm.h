@@ -6,7 +6,10 @@
  *             f32 or bf16 operands with f32 compute; per GEMM a matmul descriptor, its
  *             layouts and the heuristic's best algorithm, chosen once when
  *             the GEMM is added (at bind: the cache per shape is the GEMM's
- *             own entry); a 32 MiB workspace allocated with the engine.
+ *             own entry); the workspace is the arena's (the memory plan
+ *             reserves SC_GEMM_WORKSPACE_BYTES for a program compiled for
+ *             CUDA: sc_gpu_gemm_set_workspace), else 32 MiB of its own,
+ *             allocated with the first GEMM.
  *             Row-major C = op(A) op(B) is computed as the column-major
  *             Cᵀ = op(B)ᵀ op(A)ᵀ. A bias over the columns is the BIAS
  *             epilogue; a full [m, n] bias is the C operand with beta 1.
@@ -34,6 +37,12 @@ typedef struct sc_gpu_gemm sc_gpu_gemm;
 
 sc_status sc_gpu_gemm_create(const sc_cu *cu, sc_gpu_gemm **out, sc_diag *diag);
 void sc_gpu_gemm_destroy(sc_gpu_gemm *e);
+/* The workspace cuBLASLt may use (device memory of at least 1 MiB that
+ * outlives the engine), before the first sc_gpu_gemm_add; without one the
+ * engine allocates its own. */
+void sc_gpu_gemm_set_workspace(sc_gpu_gemm *e, CUdeviceptr ws, size_t bytes);
+/* Whether the engine allocated a workspace of its own. */
+bool sc_gpu_gemm_own_workspace(const sc_gpu_gemm *e);
 /* "cublaslt" or "host" */
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
 /* g must outlive the engine. t: its operands' dtype, f32 or bf16 (A, B,

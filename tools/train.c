@@ -352,6 +352,7 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, &a->pa);
   bs.compile.quiet = true;
+  if (!sc_device_choice_is_cpu(&a->dev)) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
   if ((rc = sc_train_args_build(&a->g, &a->pa, o, &bs.build, &src->build)) != 0) return rc;
   if (a->list_params) {
     list_model_params(src->build);

@@ -24,7 +24,9 @@ Checked, on seeded inputs, per model:
     of the largest |value|, and both agree with a float64 numpy reference
     within 1e-4 of it; no NaN;
   * a CUDA bundle (`shardc compile --target cuda`) keeps the activation in
-    program.json and runs with the same outputs.
+    program.json, reserves cuBLASLt's 32 MiB workspace at the top of its
+    arena (workspace_bytes, workspace_offset), and runs with the same
+    outputs.
 
 Environment: SHARDC, SC_CUDA_REAL. Exit 0 on success, 1 on any failure.
 """
@@ -141,7 +143,7 @@ def cuda_env():
 
 
 def fused_count(stderr):
-    m = re.search(r"\((\d+) activations in the product\)", stderr)
+    m = re.search(r"\((\d+) activations in the product", stderr)
     return int(m.group(1)) if m else None
 
 
@@ -197,6 +199,10 @@ def main():
             steps = [s for s in prog["steps"] if s.get("kind") == "gemm"]
             check(len(steps) == 1 and steps[0]["gemm"].get("act") == "gelu_tanh",
                   f"bundle: GEMM steps {[s['gemm'].get('act') for s in steps]}")
+            # cuBLASLt's workspace is part of the plan: 32 MiB at the arena's top
+            ws, wo = prog.get("workspace_bytes"), prog.get("workspace_offset")
+            check(ws == 32 << 20 and wo is not None and wo + ws == prog["arena_bytes"],
+                  f"bundle: workspace {ws} at {wo} in an arena of {prog['arena_bytes']}")
             od = os.path.join(tmp, "bundle.out")
             r = sh(["run", bdir, "-q", "--device", "cuda", "--output-dir", od] + args,
                    cuda_env())

@@ -344,6 +344,32 @@ static void test_gemm_epilogue_phases(void **state) {
   }
 }
 
+/* A device workspace (sc_program.workspace_bytes) sits above every buffer,
+ * aligned, inside the arena; a plan that puts it over a buffer, or past
+ * the arena, is refused. */
+static void test_workspace(void **state) {
+  (void)state;
+  sc_program *p = sc_program_create();
+  int32_t x = buf(p, "x", SC_BUF_INPUT, 512);
+  int32_t t = buf(p, "t", SC_BUF_TEMP, 512);
+  int32_t y = buf(p, "y", SC_BUF_OUTPUT, 512);
+  ew_step(p, &x, 1, t, EW_REVERSED);
+  ew_step(p, &t, 1, y, EW_REVERSED);
+  plan_ok(p);
+  int64_t bare = p->arena_bytes;
+  p->workspace_bytes = 1000;
+  plan_ok(p);
+  assert_int_equal(p->workspace_offset, bare);
+  assert_int_equal(p->arena_bytes, bare + 1024);
+  for (int32_t i = 0; i < p->n_buffers; i++)
+    assert_true(p->buffers[i].offset + p->buffers[i].bytes <= p->workspace_offset);
+  p->workspace_offset = 0; /* over x */
+  expect_verify_error(p, "inside the arena's");
+  p->workspace_offset = bare + 64; /* past the arena's end */
+  expect_verify_error(p, "workspace");
+  sc_program_destroy(p);
+}
+
 static void test_inplace(void **state) {
   (void)state;
   for (int mode = EW_ALIGNED; mode <= EW_TRANSPOSED; mode++) {
@@ -593,7 +619,7 @@ int main(void) {
       cmocka_unit_test(test_overlapping_never_share),
       cmocka_unit_test(test_step_buffers_and_print),
       cmocka_unit_test(test_verify_catches_broken_plan),
-      cmocka_unit_test(test_inplace), cmocka_unit_test(test_gemm_epilogue_phases),
+      cmocka_unit_test(test_inplace), cmocka_unit_test(test_gemm_epilogue_phases), cmocka_unit_test(test_workspace),
       cmocka_unit_test(test_chain_peak_is_minimum),
       cmocka_unit_test(test_state_pairs),
       cmocka_unit_test(test_overlap),
