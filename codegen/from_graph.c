@@ -503,6 +503,11 @@ static sc_status setup_epilogue(fg *f, sc_lower_ctx *cx, int32_t k, int32_t a,
 
 enum { ACT_PROBES = 96 };
 
+/* ONNX's Gelu with approximate="tanh" (cuBLASLt's GELU epilogue). */
+static double gelu_tanh(double x) {
+  return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
 /* The value of member output v at x (the GEMM's output value c there),
  * in double, or NAN when v is not computed by the ops below from c and
  * one-element constants. val[] caches the members' values (NAN: not yet). */
@@ -533,8 +538,7 @@ static double act_eval(const sc_graph *g, int32_t c, int32_t v, double x, const 
   case SC_OP_RELU: r = a > 0 ? a : 0; break;
   case SC_OP_GELU: {
     sc_ew_attrs at;
-    if (sc_ew_attrs_read((sc_graph *)g, n, &at) == SC_OK && at.gelu_tanh)
-      r = 0.5 * a * (1 + tanh(0.7978845608028654 * (a + 0.044715 * a * a * a)));
+    if (sc_ew_attrs_read((sc_graph *)g, n, &at) == SC_OK && at.gelu_tanh) r = gelu_tanh(a);
     break;
   }
   default: break;
@@ -581,11 +585,10 @@ static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32
   bool relu = true, gelu = true;
   for (int i = 0; i <= ACT_PROBES && (relu || gelu); i++) {
     double x = -12.0 + 24.0 * i / ACT_PROBES + (i % 2 ? 1e-3 : 0);
-    for (int32_t j = 0; j < g->n_nodes; j++) val[j] = NAN;
+    for (int32_t j = 0; j < nm; j++) val[mem[j]] = NAN; /* only members are cached */
     double y = act_eval(g, c, ov, x, member, val, 0);
-    double ge = 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
     relu = relu && y == (x > 0 ? x : 0);
-    gelu = gelu && fabs(y - ge) <= 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
+    gelu = gelu && fabs(y - gelu_tanh(x)) <= 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
   }
   act = relu ? SC_GEMM_ACT_RELU : gelu ? SC_GEMM_ACT_GELU_TANH : SC_GEMM_ACT_NONE;
   *out_buf = ob;

@@ -75,12 +75,6 @@ static bool same_shape(const sc_value *a, const sc_value *b) {
   return true;
 }
 
-static int64_t numel(const sc_value *v) {
-  int64_t n = 1;
-  for (int32_t d = 0; d < v->rank; d++) n *= v->dims[d];
-  return n;
-}
-
 /* Whether node i feeds the STEP anchor of group k: directly, or through a
  * transposed operand in k (gemm_operand below), whose input the GEMM reads
  * from a buffer too. */
@@ -181,7 +175,7 @@ static bool epilogue_ok(sc_graph *g, const int32_t *group, const int32_t *uoff,
      * fused value's element count are elementwise over its elements,
      * whatever their shape */
     for (int32_t o = 0; o < m->n_outputs && ok; o++)
-      if (m->outputs[o] >= 0 && numel(&g->values[m->outputs[o]]) != numel(fv)) ok = false;
+      if (m->outputs[o] >= 0 && sc_value_numel(&g->values[m->outputs[o]]) != sc_value_numel(fv)) ok = false;
   }
   for (int32_t j = i; j < g->n_nodes; j++) mark[j] = false;
   return ok;

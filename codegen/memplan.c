@@ -131,7 +131,8 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
       sc_step_buffers(p, &gemm_part, touch, &t);
       t.step = SC_TIME(s);
       const kir_kernel *k = p->kernels[st->kernel];
-      for (int32_t i = 0; i < k->n_params; i++) touch(&t, k->params[i].buffer, true);
+      for (int32_t i = 0; i < k->n_params; i++)
+        touch(&t, k->params[i].buffer, k->params[i].written);
     } else {
       sc_step_buffers(p, st, touch, &t);
     }
@@ -167,19 +168,18 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
  * `from` is last read and `to` first written? Same size; `to` is one
  * written param of the kernel and every param of `from` reads only the
  * elements written there (the kinds are the callers' business). The
- * kernel may be a GEMM step's epilogue (a gradient accumulated into its
- * state: new:acc = acc + product): the product runs first, and only reads
- * `from` (if at all), its C being neither root. */
+ * kernel may be a GEMM step's epilogue (split_gemm: a gradient accumulated
+ * into its state, new:acc = acc + product; an activation over the product
+ * in place): the product has run by then, and its C is not `to`. */
 static bool kernel_inplace(const sc_program *p, const life *l, int32_t s, int32_t from,
                            int32_t to) {
   const sc_step *st = &p->steps[s];
-  if ((st->kind != SC_STEP_KERNEL && st->kind != SC_STEP_GEMM) || st->kernel < 0 ||
-      st->kernel >= p->n_kernels)
-    return false;
   if (st->kind == SC_STEP_GEMM) {
     const sc_gemm *g = &st->gemm;
     if (!split_gemm(p, st) || g->c < 0 || g->c >= p->n_buffers || l->root[g->c] == to)
       return false;
+  } else if (st->kind != SC_STEP_KERNEL || st->kernel < 0 || st->kernel >= p->n_kernels) {
+    return false;
   }
   const sc_buffer *bf = &p->buffers[from], *bt = &p->buffers[to];
   if (bf->bytes != bt->bytes || bf->bytes <= 0) return false;

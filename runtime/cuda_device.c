@@ -468,18 +468,17 @@ static sc_status prepare_convs(cuda_ctx *c, sc_diag *diag) {
   const sc_cu *cu = c->cu;
   const char *mode = getenv("SHARDC_CUDA_CONV");
   if (c->o.im2col_convs || (mode && strcmp(mode, "im2col") == 0)) return SC_OK;
-  int optin = 48 * 1024;
+  int optin = SC_CU_SHARED_DEFAULT_BYTES;
   if (cu->device_attribute(&optin, SC_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                            c->dev) != SC_CUDA_SUCCESS)
-    optin = 48 * 1024;
+    optin = SC_CU_SHARED_DEFAULT_BYTES;
   for (int32_t i = 0; i < p->n_steps; i++) {
     conv_job *j = &c->convs[i];
     if (!sc_cuda_conv_config(p, i, &j->cfg) || j->cfg.shared_bytes > optin) continue;
     CUfunction fn = NULL;
-    if (cu->module_function(&fn, c->mod, j->cfg.name) != SC_CUDA_SUCCESS) {
+    if (cu->module_function(&fn, c->mod, j->cfg.name) != SC_CUDA_SUCCESS)
       continue; /* a bundle's source from before: as written */
-    }
-    if (j->cfg.shared_bytes > 48 * 1024) {
+    if (j->cfg.shared_bytes > SC_CU_SHARED_DEFAULT_BYTES) {
       CUresult r = cu->func_set_attribute(fn, SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                           j->cfg.shared_bytes);
       if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuFuncSetAttribute", j->cfg.name, diag);

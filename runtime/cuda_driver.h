@@ -93,6 +93,10 @@ enum {
   SC_CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
   SC_CU_MEMORYTYPE_DEVICE = 2,
 };
+/* Dynamic shared memory per block: what a kernel may use before
+ * cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) raises its limit, and
+ * the most a block may opt in to on Hopper (the emulated device's). */
+enum { SC_CU_SHARED_DEFAULT_BYTES = 48 * 1024, SC_CU_SHARED_OPTIN_BYTES = 227 * 1024 };
 
 /* The module image the fake driver takes: this line, then the CUDA C of
  * the unit (codegen/cuda/cuda.h), which it compiles with the host C++

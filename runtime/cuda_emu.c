@@ -4,6 +4,7 @@
 #include "runtime/cuda_emu.h"
 
 #include "codegen/program_json.h" /* sc_sha256_hex */
+#include "runtime/cuda_driver.h"    /* SC_CU_SHARED_OPTIN_BYTES */
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -70,7 +71,7 @@ typedef struct emu_api {
   void (*warp_sync)(void);
 } emu_api;
 
-enum { STACK_BYTES = 64 * 1024, MAX_BLOCK = 1024, MAX_DYN_SHARED = 227 * 1024 };
+enum { STACK_BYTES = 64 * 1024, MAX_BLOCK = 1024, MAX_DYN_SHARED = SC_CU_SHARED_OPTIN_BYTES };
 
 enum { RUNNABLE, AT_BARRIER, AT_WARP_SYNC, DONE };
 

@@ -1246,12 +1246,12 @@ bool sc_cuda_conv_config(const sc_program *p, int32_t step, sc_cuda_conv *out) {
   for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
     if (dims[i] < 1) return false;
   if (v->pt < 0 || v->pl < 0) return false;
-  int64_t K, P, NP, MK, xn, yn;
+  int64_t K, P, NP, MK, xn, yn; /* the byte counts: buf_f32 checks them */
   if (!sc_mul_i64(v->c, v->kh, &K) || !sc_mul_i64(K, v->kw, &K) || K != g->k ||
       !sc_mul_i64(v->oh, v->ow, &P) || P != g->n || !sc_mul_i64(P, g->batch, &NP) ||
-      !sc_mul_i64(g->m, K, &MK) || !sc_mul_i64(v->c * v->h, v->w, &xn) ||
-      !sc_mul_i64(xn, g->batch, &xn) || !sc_mul_i64(NP, g->m, &yn) || xn > (INT64_MAX >> 4) ||
-      v->c * v->h > (INT64_MAX >> 8))
+      !sc_mul_i64(g->m, K, &MK) || !sc_mul_i64(v->c, v->h, &xn) ||
+      !sc_mul_i64(xn, v->w, &xn) || !sc_mul_i64(xn, g->batch, &xn) ||
+      !sc_mul_i64(NP, g->m, &yn))
     return false;
   if (g->lda != K || (g->batch > 1 && g->stride_a != 0) || g->ldc != P ||
       (g->batch > 1 && g->stride_c != g->m * P))

@@ -775,7 +775,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
   case SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
   case SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
   case SC_CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
-  case SC_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 227 * 1024; break;
+  case SC_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = SC_CU_SHARED_OPTIN_BYTES; break;
   default: *v = 0;
   }
   return SC_CUDA_SUCCESS;
@@ -1186,7 +1186,7 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *nam
     return SC_CUDA_ERROR_NOT_FOUND;
   }
   snprintf(f->name, sizeof f->name, "%s", name);
-  f->max_dyn_shared = 48 * 1024;
+  f->max_dyn_shared = SC_CU_SHARED_DEFAULT_BYTES;
   f->mod = m;
   f->next = m->funcs;
   m->funcs = f;
@@ -1197,7 +1197,7 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *nam
 EXPORT CUresult cuFuncSetAttribute(CUfunction h, int attr, int value) {
   if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
   if (attr == SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES) {
-    if (value < 0 || value > 227 * 1024) return SC_CUDA_ERROR_INVALID_VALUE;
+    if (value < 0 || value > SC_CU_SHARED_OPTIN_BYTES) return SC_CUDA_ERROR_INVALID_VALUE;
     ((ffunc *)h)->max_dyn_shared = value;
     logln("call cuFuncSetAttribute %s max_dynamic_shared=%d", ((ffunc *)h)->name, value);
   }
@@ -1210,7 +1210,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction h, unsigned gx, unsigned gy, unsigned 
   if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
   ffunc *f = (ffunc *)h;
   if (gx < 1 || gy != 1 || gz != 1 || bx < 1 || bx > 1024 || by != 1 || bz != 1 || extra ||
-      shared_bytes > 227 * 1024 || (f->n_args > 0 && !params))
+      shared_bytes > SC_CU_SHARED_OPTIN_BYTES || (f->n_args > 0 && !params))
     return SC_CUDA_ERROR_INVALID_VALUE;
   if ((int)shared_bytes > f->max_dyn_shared) { /* a GPU's answer too */
     violation("launch of %s with %u bytes of dynamic shared memory, above the %d its "
