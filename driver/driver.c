@@ -158,6 +158,15 @@ static sc_status step_train(job *j) {
     o.pipeline = true;
     o.grad_accum = plan->microbatches > 1 ? plan->microbatches : 1;
   }
+  /* dims left unbound get 1 here, with run's note (sc_train_build binds
+   * quietly) */
+  sc_pass_opts bind;
+  sc_pass_opts_init(&bind);
+  bind.quiet = j->pass.quiet;
+  if (sc_run_passes(j->b->graph, "bind-dims", &bind) != SC_OK) {
+    *j->d = j->b->graph->diag;
+    return j->d->status;
+  }
   return sc_train_build(j->b->graph, &o, &j->b->train, j->d);
 }
 

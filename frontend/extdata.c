@@ -98,7 +98,10 @@ static sc_status map_file(sc_onnx_ctx *c, const char *what, const char *loc,
   sc_free(joined);
   if (!real)
     return sc_onnx_error(c, SC_ERR_IO, "tensor '%s': external data file '%s': %s",
-                         what, loc, err == ENOENT ? "not found" : strerror(err));
+                         what, loc,
+                         err == ENOENT ? "not found (--no-weights reads the model's shapes "
+                                         "without its weight files)"
+                                       : strerror(err));
   size_t rlen = strlen(c->base_real);
   bool inside = strcmp(c->base_real, "/") == 0
                     ? real[0] == '/'

@@ -228,6 +228,13 @@ int sc_cmd_compile(int argc, char **argv) {
     sc_status st = partitioned ? sc_dist_program_write(dp, &bo, co.out, &d)
                                : sc_bundle_write(dp->stages[0].program, &bo, co.out, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
+    else {
+      char mesh[256] = "";
+      if (partitioned) sc_mesh_format(&dp->mesh, mesh, sizeof mesh);
+      fprintf(stderr, "shardc: wrote %s: a %s%s bundle%s%s (docs/bundle.md)\n", co.out,
+              co.train ? "training " : "", bo.target == SC_BUNDLE_CUDA ? "cuda" : "cpu",
+              partitioned ? " over the mesh " : "", mesh);
+    }
   }
   sc_train_manifest_destroy(tm);
   sc_build_destroy(b);

@@ -30,7 +30,7 @@ static const command COMMANDS[] = {
     {"run", sc_cmd_run, "compile a model for the CPU, run it, write its outputs as .npy"},
     {"compile", sc_cmd_compile, "compile a model into a bundle directory, or print its code (--emit)"},
     {"plan", sc_cmd_plan, "partition a model over a device mesh; report stages, memory, collectives"},
-    {"train", sc_cmd_train, "train a model on one rank (loss, autodiff, SGD/AdamW) on .npy data"},
+    {"train", sc_cmd_train, "train a model (loss, autodiff, SGD/AdamW; one rank or a mesh) on .npy data"},
     {"export", sc_cmd_export, "write a model with a training checkpoint's weights as ONNX"},
 };
 enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };

@@ -35,9 +35,73 @@ sc_status sc_partition_world(const char *comm, sc_comm **world, sc_diag *d) {
   return sc_comm_nccl_create(&o, world, d);
 }
 
+sc_status sc_partition_world_check(const char *comm, const sc_comm *world, int64_t n_ranks,
+                                   sc_diag *d) {
+  int size = sc_comm_size(world);
+  if (size == n_ranks) return SC_OK;
+  char hint[256];
+  if (strcmp(comm, "mpi") == 0)
+    snprintf(hint, sizeof hint, "start one process per rank with mpirun -np %lld",
+             (long long)n_ranks);
+  else
+    snprintf(hint, sizeof hint, "start one process per rank, each with WORLD_SIZE=%lld, RANK, "
+             "MASTER_ADDR and MASTER_PORT (torchrun and Slurm set them)", (long long)n_ranks);
+  return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                     "--comm %s: the mesh has %lld ranks but this job has %d process%s: %s (or "
+                     "leave out --comm: ranks as threads of this process)",
+                     comm, (long long)n_ranks, size, size == 1 ? "" : "es", hint);
+}
+
 void sc_partition_args_init(sc_partition_args *p) {
   memset(p, 0, sizeof *p);
   p->comm = "local";
+}
+
+void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
+  fprintf(f,
+          "partitioning (docs/partitioning.md%s):\n"
+          "  --mesh AXES            split over ranks, e.g. dp=2,tp=2,pp=2; the ranks are\n"
+          "                         the product of the sizes. Axes: dp data parallel (the\n"
+          "                         batch split; it must divide the batch)%s, tp tensor\n"
+          "                         parallel (Megatron column/row splits, attention by\n"
+          "                         heads, vocabulary-parallel embedding), pp pipeline\n"
+          "                         stages (balanced by cost)\n",
+          training ? ", docs/training.md" : "",
+          training ? ", fsdp\n"
+                     "                         sharded data parallel (the batch split too, and\n"
+                     "                         the training state sharded: ZeRO/FSDP)"
+                   : "");
+  if (training)
+    fprintf(f,
+            "  --zero 1|2|3           what fsdp shards: 1 optimizer state, 2 also gradients,\n"
+            "                         3 also parameters, gathered for each use (default 3)\n"
+            "  --hybrid-shard-degree S  the dp axis of N ranks becomes dp=N/S,fsdp=S\n"
+            "                         (HSDP: shard within groups of S, replicate across)\n"
+            "  --no-reshard-after-forward  ZeRO-3: keep the gathered parameters from the\n"
+            "                         forward to the backward (no second all-gather)\n"
+            "  --schedule KIND        pipeline schedule: gpipe (default: all forwards, then\n"
+            "                         all backwards), 1f1b (one forward one backward: less\n"
+            "                         stash), interleaved (1f1b over --virtual-stages V\n"
+            "                         chunks per rank: a smaller bubble), zb-h1 (weight\n"
+            "                         gradients apart from input gradients)\n"
+            "  --virtual-stages V     chunks per pipeline rank (--schedule interleaved)\n");
+  fprintf(f,
+          "  --microbatches M       pipeline microbatches: the batch is divided by M\n"
+          "  --stage-boundaries A,B  nodes starting pipeline stages 1, 2, ...\n"
+          "  --sequence-parallel    tp: reduce-scatter + all-gather over the sequence\n"
+          "                         instead of all-reduce (activations split by tp)\n"
+          "  --no-vocab-parallel    keep the embedding and LM head whole\n"
+          "  --no-overlap           collectives run where they are, to completion (no\n"
+          "                         async start and wait, no prefetch)\n"
+          "  --ranks-per-node N     which ranks share a node\n"
+          "  --plan FILE.json       replay a plan written by `shardc plan --json`\n");
+  if (allow_comm)
+    fprintf(f,
+            "  --comm local|mpi|tcp|nccl  ranks as threads of this process (default), or\n"
+            "                         one process per rank: under mpirun (mpi), from\n"
+            "                         torchrun's or Slurm's variables (tcp), or one GPU\n"
+            "                         each with --device cuda (nccl); all but local need\n"
+            "                         a mesh\n");
 }
 
 bool sc_partition_args_active(const sc_partition_args *p) { return p->mesh || p->plan_file; }

@@ -35,6 +35,7 @@
 #define SC_TOOLS_PARTITION_ARGS_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "driver/driver.h"
 #include "runtime/comm.h"
@@ -67,6 +68,10 @@ void sc_partition_args_init(sc_partition_args *p);
  * value). allow_comm: --comm accepted. */
 int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
                            bool allow_comm);
+/* Prints the options above, one or two lines each, for a subcommand's
+ * --help: training's (--zero, --hybrid-shard-degree, the four schedules)
+ * when training, the communicators when allow_comm. */
+void sc_partition_args_help(FILE *f, bool training, bool allow_comm);
 /* Whether a partitioned build was asked for (--mesh or --plan). */
 bool sc_partition_args_active(const sc_partition_args *p);
 /* Whether any option above but --comm was given (what a bundle has
@@ -107,5 +112,9 @@ bool sc_partition_comm_is_world(const char *comm);
  * without --device cuda). */
 int sc_partition_comm_device_check(const char *comm, const sc_device_choice *dev);
 sc_status sc_partition_world(const char *comm, sc_comm **world, sc_diag *d);
+/* SC_OK when world has the mesh's n_ranks ranks; else a usage error that
+ * says how to start that many (mpirun -np N, or WORLD_SIZE for tcp). */
+sc_status sc_partition_world_check(const char *comm, const sc_comm *world, int64_t n_ranks,
+                                   sc_diag *d);
 
 #endif

@@ -396,26 +396,13 @@ static void print_help(void) {
          "                        min Y ms over N runs' on stderr\n"
          "  --warmup W            untimed runs before the timed ones (default 1: the\n"
          "                        first run; 0 times the first run too)\n"
-         "partitioned runs (docs/partitioning.md):\n"
-         "  --mesh SPEC           e.g. pp=2,dp=2,tp=2: split the model over that many\n"
-         "                        ranks (axes dp, tp, pp: data, tensor and pipeline\n"
-         "                        parallel; no other names)\n"
-         "  --plan FILE.json      replay a plan written by `shardc plan --json`\n"
-         "  --comm local|mpi|tcp|nccl  ranks as threads (default), or one process per\n"
-         "                        rank: an mpirun's (mpi; required under mpirun),\n"
-         "                        torchrun's variables (tcp), or one GPU each with\n"
-         "                        --device cuda (nccl); all but local need a mesh\n"
-         "  --microbatches M      pipeline microbatches (the batch is divided by M)\n"
-         "  --stage-boundaries A,B  nodes starting pipeline stages 1, 2, ...\n"
-         "  --sequence-parallel   reduce-scatter + all-gather over the sequence\n"
-         "  --no-vocab-parallel   keep the embedding and LM head whole\n"
-         "  --no-overlap          collectives run where they are, to completion\n"
-         "  --ranks-per-node N    which ranks share a node\n"
+         "partitioned runs: see the options below, and\n"
          "  -v                    also list what each rank allocated\n"
          "  --repeat N            also with --mesh: rank 0 times each run between two\n"
          "                        barriers of all ranks\n"
-         "MODEL may also be an artifact of `shardc compile --mesh -o DIR`.\n",
+         "MODEL may also be an artifact of `shardc compile --mesh -o DIR`.\n\n",
          USAGE);
+  sc_partition_args_help(stdout, false, true);
 }
 
 typedef struct run_state {
@@ -780,10 +767,7 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
     sc_status s;
     if (sc_partition_comm_is_world(r->pc.comm)) {
       s = sc_partition_world(r->pc.comm, &world, &d);
-      if (s == SC_OK && sc_comm_size(world) != n_ranks)
-        s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                        "--comm %s: the mesh has %lld ranks but the world has %d",
-                        r->pc.comm, (long long)n_ranks, sc_comm_size(world));
+      if (s == SC_OK) s = sc_partition_world_check(r->pc.comm, world, n_ranks, &d);
       if (s == SC_OK) s = sc_dist_run_rank(dp, &dop, world, in, ni, out, no, NULL, &d);
     } else {
       stats = sc_calloc((size_t)n_ranks, sizeof *stats);

@@ -1,4 +1,4 @@
-/* train.c — `shardc train MODEL`: train a model on one rank.
+/* train.c — `shardc train MODEL`: train a model, on one rank or a mesh.
  *
  * Parses the options, builds the training step (driver/driver.h with
  * sc_train_opts: loss, autodiff, optimizer; passes/train.h), reads the
@@ -49,7 +49,7 @@ static const char *const USAGE =
     "shardc train (MODEL.onnx | BUNDLE) --data NAME=FILE.npy...\n"
     "                       (--labels FILE.npy | --targets FILE.npy)\n"
     "                       [--loss cross-entropy|mse|output:NAME] [--logits NAME]\n"
-    "                       [--ignore-index N] [--dim NAME=V]... [--steps N]\n"
+    "                       [--ignore-index N] [--dim NAME=V]... --steps N\n"
     "                       [--optimizer sgd|adamw] [--lr X] [--momentum M] [--nesterov]\n"
     "                       [--weight-decay W] [--betas B1,B2] [--eps E]\n"
     "                       [--clip-grad-norm X] [--lr-schedule constant|cosine|linear]\n"
@@ -58,6 +58,8 @@ static const char *const USAGE =
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--untie] [--log-json FILE]\n"
     "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
+    "                       [--hybrid-shard-degree S] [--no-reshard-after-forward]\n"
+    "                       [--sequence-parallel] [--comm local|mpi|tcp|nccl]\n"
     "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
     "                       [--virtual-stages V]\n"
     "                       [--threads N] [--list-params] [--quiet]\n"
@@ -187,16 +189,18 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
 
 static void print_help(void) {
   printf("usage: %s\n\n"
-         "Trains the model on one rank (docs/training.md): the loss, reverse-mode\n"
-         "autodiff over the graph and the optimizer update become one compiled\n"
-         "step, run --steps times on the data. BUNDLE: a training bundle written by\n"
+         "Trains the model (docs/training.md), on one rank or over a --mesh of ranks:\n"
+         "the loss, reverse-mode autodiff over the graph and the optimizer update\n"
+         "become one compiled step, run --steps times on the data. A mesh trains\n"
+         "exactly as one rank does (ZeRO/FSDP, tensor and pipeline parallel,\n"
+         "recompute). BUNDLE: a training bundle written by\n"
          "`shardc compile MODEL --train -o BUNDLE` (docs/bundle.md), the step and the\n"
          "options below marked * compiled into it (they are refused with it).\n\n"
          "  --data NAME=FILE.npy   the model input NAME: dim 0 counts examples\n"
          "  --labels FILE.npy      int64 class ids (cross-entropy); dim 0 examples\n"
          "  --targets FILE.npy     float targets (mse), the logits' shape per example\n"
          "  --dim NAME=V           * bind symbolic dim NAME; the batch dim is B\n"
-         "  --steps N              train until step N (default 0)\n"
+         "  --steps N              train until step N (required)\n"
          "  --lr X                 learning rate (default 1e-3)\n"
          "  --lr-schedule KIND     constant (default), or cosine / linear decay to --min-lr\n"
          "                         (default 0) at --steps, after --warmup-steps W of\n"
@@ -216,6 +220,7 @@ static void print_help(void) {
          "The step's options (*):\n",
          USAGE);
   sc_train_args_help(stdout);
+  sc_partition_args_help(stdout, true, true);
 }
 
 static double now_ms(void) {
@@ -232,6 +237,14 @@ typedef struct dataset {
   char *buf;
 } dataset;
 
+/* "f32[4,64]" into buf: a dtype and dims. */
+static void format_dims(sc_dtype t, int32_t rank, const int64_t *dims, char *buf, size_t n) {
+  size_t pos = (size_t)snprintf(buf, n, "%s[", sc_dtype_name(t));
+  for (int32_t k = 0; k < rank && pos < n; k++)
+    pos += (size_t)snprintf(buf + pos, n - pos, "%s%lld", k ? "," : "", (long long)dims[k]);
+  if (pos < n) snprintf(buf + pos, n - pos, "]");
+}
+
 /* The program's data input b from file: dtype and per-example dims must
  * match; dim 0 counts examples. A step takes accum microbatches of b's
  * dim 0 examples each. Returns an exit status. */
@@ -244,13 +257,22 @@ static int load_data(const char *name, const char *file, const sc_buffer *b, int
     fprintf(stderr, "shardc: error: --data %s: %s\n", name, d.msg);
     return 1;
   }
-  bool ok = ds->a.dtype == b->dtype && ds->a.rank == b->rank && b->rank >= 1 && ds->a.dims[0] >= 1;
-  for (int32_t k = 1; ok && k < b->rank; k++) ok = ds->a.dims[k] == b->dims[k];
-  if (!ok) {
-    fprintf(stderr, "shardc: error: %s: '%s' takes %s of rank %d with per-example dims as the "
-            "model's (bind the batch with --dim), the file holds %s of rank %d\n",
-            file, name, sc_dtype_name(b->dtype), (int)b->rank, sc_dtype_name(ds->a.dtype),
-            (int)ds->a.rank);
+  char want[160], got[160], why[160] = "";
+  format_dims(b->dtype, b->rank, b->dims, want, sizeof want);
+  format_dims(ds->a.dtype, ds->a.rank, ds->a.dims, got, sizeof got);
+  if (ds->a.dtype != b->dtype)
+    snprintf(why, sizeof why, "the dtype differs");
+  else if (ds->a.rank != b->rank || b->rank < 1)
+    snprintf(why, sizeof why, "the rank differs");
+  else if (ds->a.dims[0] < 1)
+    snprintf(why, sizeof why, "it holds no examples");
+  for (int32_t k = 1; !why[0] && k < b->rank; k++)
+    if (ds->a.dims[k] != b->dims[k])
+      snprintf(why, sizeof why, "dim %d is %lld, the model's is %lld (bind symbolic dims "
+               "with --dim NAME=V)", (int)k, (long long)ds->a.dims[k], (long long)b->dims[k]);
+  if (why[0]) {
+    fprintf(stderr, "shardc: error: %s: '%s' takes examples of %s (dim 0 counts them), the file "
+            "holds %s: %s\n", file, name, want, got, why);
     return 1;
   }
   ds->row_bytes = b->bytes / (b->dims[0] > 0 ? b->dims[0] : 1);
@@ -358,11 +380,6 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
     list_model_params(src->build);
     return -1; /* done */
   }
-  const sc_train_info *info = &src->build->train;
-  for (int32_t k = 0; k < info->n_ties && !a->quiet; k++)
-    fprintf(stderr, "shardc: note: %s is the transpose of %s: trained as that one parameter "
-            "(tied, as in PyTorch; --untie trains it apart)\n", info->ties[k].name,
-            info->ties[k].source);
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_build_train_manifest(src->build, &a->g.t, &src->own, &d) != SC_OK)
@@ -521,6 +538,9 @@ static int check_run_args(const train_args *a) {
   if (a->min_lr < 0) return sc_cli_usage_error("--min-lr must be >= 0");
   if (a->loss_scale < 0) return sc_cli_usage_error("--loss-scale must be > 0");
   if (a->save_every && !a->save) return sc_cli_usage_error("--save-every needs --save DIR");
+  if (a->steps < 0 && !a->list_params)
+    return sc_cli_usage_error("--steps N is required: the step to train until (with --resume, "
+                              "the step to reach)");
   return 0;
 }
 
@@ -530,6 +550,7 @@ int sc_cmd_train(int argc, char **argv) {
   sc_train_args_init(&a.g);
   sc_partition_args_init(&a.pa);
   a.lr = 1e-3;
+  a.steps = -1; /* required */
   char *rest[MAX_ARGS];
   int n_rest = 0, rc = split_args(argc, argv, &a, rest, &n_rest);
   sc_cli_opts o;
@@ -569,7 +590,9 @@ int sc_cmd_train(int argc, char **argv) {
     goto done;
   }
   if ((rc = sc_partition_comm_device_check(a.pa.comm, &a.dev)) != 0) goto done;
-  if ((per_process ? sc_partition_world(a.pa.comm, &world, &d) : SC_OK) != SC_OK) {
+  if (per_process && (sc_partition_world(a.pa.comm, &world, &d) != SC_OK ||
+                      sc_partition_world_check(a.pa.comm, world, src.mesh->mesh.n_ranks, &d) !=
+                          SC_OK)) {
     rc = sc_cli_report(&d, o.file);
     goto done;
   }
@@ -582,12 +605,20 @@ int sc_cmd_train(int argc, char **argv) {
     a.quiet = true;
     a.log_json = NULL;
   }
+  for (int32_t k = 0; src.build && k < src.build->train.n_ties && !a.quiet; k++)
+    fprintf(stderr, "shardc: note: %s is the transpose of %s: trained as that one parameter "
+            "(tied, as in PyTorch; --untie trains it apart)\n", src.build->train.ties[k].name,
+            src.build->train.ties[k].source);
   /* the trainer holds the weights now: the model's copy goes (the memory
    * of the step is then the plan's) */
   if (src.build) sc_build_release_initial_weights(src.build, src.own);
   if ((rc = load_all_data(&a, &o, tr, m->grad_accum, ds, &n_ds)) != 0 ||
       (rc = check_labels(&a, m, ds, n_ds)) != 0)
     goto done;
+  if (n_ds && !a.quiet && ds[0].a.dims[0] < ds[0].batch.dims[0] * m->grad_accum)
+    fprintf(stderr, "shardc: note: the data hold %lld examples, fewer than the %lld a step "
+            "takes: examples repeat within each step\n", (long long)ds[0].a.dims[0],
+            (long long)(ds[0].batch.dims[0] * m->grad_accum));
   if (a.log_json && !(log = fopen(a.log_json, "w"))) {
     fprintf(stderr, "shardc: error: %s: cannot write the log\n", a.log_json);
     rc = 1;

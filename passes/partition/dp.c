@@ -1,8 +1,10 @@
 /* dp.c — data-parallel seeds: the batch (dim 0 of every graph input whose
  * dim 0 divides) is split over the plan's dp axis. Propagation carries the
  * split through the graph; weights stay replicated (ZeRO sharding of them is
- * training's work). An input whose dim 0 does not divide stays
- * replicated (every rank reads all of it) and is recorded as a fallback. */
+ * training's work). A symbolic batch (an input's dim 0 bound with --dim)
+ * that does not divide is an error naming the batches that would; a fixed
+ * dim 0 that does not divide stays replicated (every rank reads all of it)
+ * and is recorded as a fallback. */
 #include "partition.h"
 
 sc_status sc_partition_seed_dp(sc_partition *p, const sc_plan *plan) {
@@ -16,6 +18,8 @@ sc_status sc_partition_seed_dp(sc_partition *p, const sc_plan *plan) {
     const sc_value *v = &g->values[id];
     if (v->rank < 1 || v->dims[0] <= 0 || n == 1) continue;
     if (v->dims[0] % n != 0) {
+      if (v->dim_param && v->dim_param[0]) /* the user's batch: their mistake */
+        return sc_partition_batch_error(p, v, &ax, 1, n);
       if (sc_partition_note_fallback(p, v->name, "input",
                                      "dim 0 (%lld) does not divide by %s=%lld: not split",
                                      (long long)v->dims[0], m->axes[ax].name, (long long)n) != SC_OK)

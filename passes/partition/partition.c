@@ -233,6 +233,29 @@ void sc_partition_destroy(sc_partition *p) {
   sc_free(p);
 }
 
+sc_status sc_partition_batch_error(sc_partition *p, const sc_value *v, const int32_t *axes,
+                                   int32_t n_axes, int64_t parts) {
+  char mesh[256] = "", works[96];
+  size_t used = 0;
+  for (int32_t k = 0; k < n_axes && used < sizeof mesh; k++) {
+    int w = snprintf(mesh + used, sizeof mesh - used, "%s%s=%lld", k ? " x " : "",
+                     p->mesh.axes[axes[k]].name, (long long)p->mesh.axes[axes[k]].size);
+    if (w < 0) break;
+    used += (size_t)w;
+  }
+  int64_t b = v->dims[0], lo = b / parts * parts, hi = lo + parts;
+  if (lo > 0) snprintf(works, sizeof works, "%lld or %lld", (long long)lo, (long long)hi);
+  else snprintf(works, sizeof works, "%lld", (long long)hi);
+  const char *sym = v->dim_param && v->dim_param[0] ? v->dim_param[0] : NULL;
+  return sc_graph_error(p->global, SC_ERR_USAGE,
+                        "input '%s': the batch (dim 0%s%s%s = %lld) does not divide by the "
+                        "%lld data-parallel ranks of %s; batches that do: %s (or a mesh whose "
+                        "data-parallel size divides %lld)",
+                        v->name ? v->name : "?", sym ? ", '" : "", sym ? sym : "",
+                        sym ? "'" : "", (long long)b, (long long)parts, mesh, works,
+                        (long long)b);
+}
+
 sc_status sc_partition_note_fallback(sc_partition *p, const char *node, const char *op,
                                      const char *fmt, ...) {
   if (p->n_fallbacks == p->cap_fallbacks) {

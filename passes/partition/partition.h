@@ -113,6 +113,12 @@ const sc_shard_source *sc_partition_source(const sc_partition *p, const char *na
  * SC_ERR_NOMEM only. */
 sc_status sc_partition_note_fallback(sc_partition *p, const char *node, const char *op,
                                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The error for a batch that a data-parallel split does not divide: input
+ * v's dim 0 over `parts` ranks of the axes `axes` (their names and sizes are
+ * printed, e.g. "dp=2 x fsdp=2"), naming the nearest batches that divide.
+ * Records it in the global graph's diagnostic; returns SC_ERR_USAGE. */
+sc_status sc_partition_batch_error(sc_partition *p, const sc_value *v, const int32_t *axes,
+                                   int32_t n_axes, int64_t parts);
 /* Prints the fallbacks, one per line, each line starting with prefix (e.g.
  * "shardc: warning: "), after a first line saying how many there are; nothing
  * when there are none. */

@@ -7,8 +7,10 @@
  * "P.exp_avg" ..., accumulators "accum:P"), each with its output "new:X";
  * the gradient of parameter P is the value "grad:P". With the plan's data
  * axes D (dp and fsdp, mesh order) and its fsdp axis F of size S:
- *   data        dim 0 split over D (a batch that does not divide stays
- *               whole: a fallback, still correct);
+ *   data        dim 0 split over D; a batch that does not divide is an
+ *               error naming the batches that do (a symbolic one, or when
+ *               no data input divides); a fixed dim 0 beside a split batch
+ *               stays whole: a fallback, still correct;
  *   base(P)     P's sharding from the tensor-parallel seeds (or replicated);
  *   shard(P)    base(P) plus F on the first dim whose piece divides by S,
  *               dim 0 first (FSDP2's dim-0 chunks; a parameter with no such
@@ -69,11 +71,16 @@ sc_status sc_partition_seed_train_data(sc_partition *p) {
   int64_t parts = 1;
   for (int32_t k = 0; k < n_axes; k++) parts *= p->mesh.axes[axes[k]].size;
   if (parts == 1) return SC_OK;
+  const sc_value *whole = NULL; /* the first data input left whole */
+  int32_t n_split = 0;
   for (int32_t i = 0; i < g->n_inputs; i++) {
     int32_t id = g->inputs[i];
     const sc_value *v = &g->values[id];
     if (v->rank < 1 || is_scalar_input(v) || new_of(g, id) >= 0) continue;
     if (v->dims[0] <= 0 || v->dims[0] % parts != 0) {
+      if (v->dim_param && v->dim_param[0])
+        return sc_partition_batch_error(p, v, axes, n_axes, parts);
+      if (!whole) whole = v;
       if (sc_partition_note_fallback(p, v->name, "input",
                                      "the batch (dim 0, %lld) does not divide by the %lld "
                                      "data-parallel ranks: not split",
@@ -86,7 +93,11 @@ sc_status sc_partition_seed_train_data(sc_partition *p) {
     for (int32_t k = 0; k < n_axes; k++) sc_sharding_split(&s, 0, axes[k]);
     sc_status st = sc_graph_set_sharding(g, id, &s);
     if (st != SC_OK) return st;
+    n_split++;
   }
+  /* Data-parallel ranks that all see the whole batch would average one
+   * gradient with itself: the mesh would be printed but not used. */
+  if (!n_split && whole) return sc_partition_batch_error(p, whole, axes, n_axes, parts);
   return SC_OK;
 }
 
