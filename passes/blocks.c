@@ -390,11 +390,11 @@ static sc_status find_structure(finder *f, sc_blocks *b) {
     goto done;
   }
   for (int32_t i = m - 1, r = end; i >= 0; i--, r = pred[r]) chain[i] = r;
-  for (int32_t v = 0; v < nv; v++) last[v] = -1; /* now: the segment of each value */
   for (int32_t v = 0; v < nv; v++) bnd[v] = -1;
   for (int32_t i = 0; i < m; i++) bnd[skip[chain[i]]] = i;
   bnd[g->nodes[chain[m - 1]].outputs[0]] = m;
-  for (int32_t i = 0; i < n; i++) {
+  for (int32_t v = 0; v < nv; v++) last[v] = bnd[v]; /* B_0 may be a graph input */
+  for (int32_t i = 0; i < n; i++) { /* last: now the segment of each value */
     const sc_node *nd = &g->nodes[i];
     seg[i] = -1;
     if (!node_live(nd)) continue;

@@ -212,10 +212,13 @@ static void note_try(const sc_build *b, int k, int64_t need, int64_t budget) {
     sc_stats_format_bytes((double)m.live[SC_MEM_ACTIVATIONS], act, sizeof act);
   }
   sc_stats_format_bytes((double)(need > budget ? need - budget : budget - need), by, sizeof by);
+  char what[64] = "";
+  if (k > 0)
+    snprintf(what, sizeof what, "; %d blocks, %d nodes recomputed", (int)b->train.recompute.blocks,
+             (int)b->train.recompute.nodes);
   fprintf(stderr, "  %-9s step %s per rank (activations saved for the backward %s, live at "
-          "the peak %s; %d blocks, %d nodes recomputed): %s by %s\n",
-          recompute_names[k], step, saved, act, (int)b->train.recompute.blocks,
-          (int)b->train.recompute.nodes, need <= budget ? "fits" : "over", by);
+          "the peak %s%s): %s by %s\n",
+          recompute_names[k], step, saved, act, what, need <= budget ? "fits" : "over", by);
 }
 
 /* What would fit when even full recompute does not: ZeRO-3 over N ranks
