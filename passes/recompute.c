@@ -10,9 +10,9 @@
  * parameter, a value that leaves the block: those stay saved). The
  * originals of internal values then die in the forward.
  *
- * R per transformer block (blocks: passes/stats.h's key, "transformer.h",
- * "model.layers"; a node without an index of its own takes its producers'
- * largest):
+ * R per block (passes/blocks.h: the repeated blocks between residual
+ * additions, found from the graph's structure, whatever the names say; by
+ * names alone only when the structure shows none):
  *   full       every forward node of the block: the block's input (and the
  *              parameters) is all that stays saved;
  *   selective  the attention core, as Korthikanti et al. recompute it: each
@@ -28,37 +28,26 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "passes/stats.h"
+#include "passes/blocks.h"
 
 static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }
 
-/* Block of each forward node (-1: outside). */
-static sc_status node_blocks(sc_graph *g, int32_t n_fwd, int64_t *blk, sc_diag *d) {
-  sc_stats s;
-  if (sc_stats_begin(g, &s) != SC_OK) {
-    *d = g->diag;
-    return d->status;
-  }
-  int64_t *vblk = sc_calloc((size_t)g->n_values + 1, sizeof *vblk);
-  if (!vblk) {
-    sc_stats_free(&s);
-    return nomem(d);
-  }
-  for (int32_t v = 0; v < g->n_values; v++) vblk[v] = -1;
-  for (int32_t i = 0; i < n_fwd; i++) {
-    const sc_node *n = &g->nodes[i];
-    int64_t b = s.block_key ? sc_stats_block_of_name(s.block_key, n->name) : -1;
-    if (b < 0 && s.block_key) /* no index of its own: its producers' largest */
-      for (int32_t k = 0; k < n->n_inputs; k++)
-        if (n->inputs[k] >= 0 && vblk[n->inputs[k]] > b) b = vblk[n->inputs[k]];
-    blk[i] = b;
-    for (int32_t j = 0; j < n->n_outputs; j++)
-      if (n->outputs[j] >= 0) vblk[n->outputs[j]] = b;
-  }
-  sc_free(vblk);
-  sc_stats_free(&s);
+/* Block of each forward node (-1: outside), from passes/blocks.h. */
+static sc_status node_blocks(sc_graph *g, int32_t n_fwd, const int32_t *params, int32_t n_params,
+                             int64_t *blk, sc_recompute_report *r, sc_diag *d) {
+  char *key = NULL;
+  if (sc_blocks_name_key(g, n_fwd, &key) != SC_OK) return nomem(d);
+  sc_blocks b;
+  sc_status st = sc_blocks_find(g, n_fwd, key, params, n_params, &b, d);
+  sc_free(key);
+  if (st != SC_OK) return st;
+  for (int32_t i = 0; i < n_fwd; i++) blk[i] = i < b.n_nodes ? b.node_block[i] : -1;
+  r->blocks = b.n_blocks;
+  r->found_by = b.how;
+  r->adds_per_block = b.adds_per_block;
+  sc_blocks_free(&b);
   return SC_OK;
 }
 
@@ -104,8 +93,8 @@ static void attention_core(const sc_graph *g, int32_t n_fwd, const int64_t *blk,
   }
 }
 
-sc_status sc_recompute(sc_graph *g, sc_recompute_kind kind, int32_t n_fwd,
-                       sc_recompute_report *r, sc_diag *d) {
+sc_status sc_recompute(sc_graph *g, sc_recompute_kind kind, int32_t n_fwd, const int32_t *params,
+                       int32_t n_params, sc_recompute_report *r, sc_diag *d) {
   memset(r, 0, sizeof *r);
   if (kind == SC_RECOMPUTE_NONE || n_fwd <= 0) return SC_OK;
   int32_t nn = g->n_nodes, nv = g->n_values;
@@ -113,7 +102,7 @@ sc_status sc_recompute(sc_graph *g, sc_recompute_kind kind, int32_t n_fwd,
   bool *in_r = sc_calloc((size_t)nn + 1, sizeof *in_r);
   int32_t *clone_of = sc_malloc(((size_t)nv + 1) * sizeof *clone_of); /* value -> clone */
   sc_status st = blk && in_r && clone_of ? SC_OK : nomem(d);
-  if (st == SC_OK) st = node_blocks(g, n_fwd, blk, d);
+  if (st == SC_OK) st = node_blocks(g, n_fwd, params, n_params, blk, r, d);
   if (st == SC_OK) {
     for (int32_t v = 0; v < nv; v++) clone_of[v] = -1;
     if (kind == SC_RECOMPUTE_FULL)

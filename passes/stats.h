@@ -5,22 +5,20 @@
  * Statistics are gathered in two steps because folding changes the graph:
  *   sc_stats_begin  right after import (before any pass): node count before
  *                   folding, parameters (every SC_VALUE_PARAM value, i.e. every
- *                   initializer, whether its data is present or absent),
- *                   detection of repeated blocks and the parameters of each;
+ *                   initializer, whether its data is present or absent), the
+ *                   name key of the blocks (passes/blocks.h) in block_key;
  *   sc_stats_finish after the canonical passes: node count, op histogram,
  *                   forward FLOPs (sum of sc_ops[op].cost over live nodes),
- *                   largest activation, nodes and FLOPs of each block.
+ *                   largest activation, the repeated blocks (passes/blocks.h:
+ *                   by structure, labelled by names when they agree, else by
+ *                   names alone) with the nodes, FLOPs and parameters of each.
  * Constant-node tensors and folded constants are not parameters.
  *
- * Block detection (docs/inspect.md has the full rules): names of nodes and
- * parameters are split into components at '/' and '.'; the first component
- * that is a decimal integer preceded by a non-numeric component gives a
- * candidate (prefix path, index). The prefix path shared by the most names,
- * with at least two distinct indices, is the block key ("transformer.h",
- * "model.layers"). Nodes without an index of their own take it from the
- * names of the constants they read, then from their producers (the largest
- * index among them). Nodes or parameters whose names say otherwise belong
- * "outside blocks".
+ * Block detection: docs/inspect.md. A parameter belongs to the block its own
+ * name says when names label the blocks, else to the block of all its
+ * readers, else "outside blocks". After sc_stats_finish block_key is the key
+ * that labels the blocks (NULL when the blocks are found by structure and
+ * the names do not agree, or when there are none).
  *
  * Not thread-safe with respect to the graph; sc_stats owns its memory (free
  * with sc_stats_free). */
@@ -37,6 +35,11 @@ typedef struct sc_block_stats {
   double flops;
 } sc_block_stats;
 
+typedef struct sc_stats_param {
+  const char *name; /* graph-owned */
+  int64_t numel, bytes;
+} sc_stats_param;
+
 typedef struct sc_stats {
   int64_t n_nodes_before_fold;
   int64_t n_nodes;                          /* after the passes */
@@ -52,9 +55,13 @@ typedef struct sc_stats {
   int32_t largest_value;                    /* its value id after the passes, or -1 */
   int64_t largest_bytes;
 
-  char *block_key;        /* e.g. "transformer.h" (owned), NULL if no blocks */
+  char *block_key;        /* e.g. "transformer.h" (owned), NULL if none */
   int32_t n_blocks;
-  sc_block_stats *blocks; /* sorted by index (owned) */
+  sc_block_stats *blocks; /* in graph order: index is the name label, else the
+                             position (owned) */
+  int32_t found_by;       /* sc_blocks_how (passes/blocks.h) */
+  int32_t adds_per_block; /* residual additions per block (by structure) */
+  sc_stats_param *param_list; /* the n_params parameters of begin (owned) */
   sc_block_stats outside; /* nodes and params in no block (index -1) */
 } sc_stats;
 
@@ -65,8 +72,8 @@ sc_status sc_stats_begin(sc_graph *g, sc_stats *s);
 sc_status sc_stats_finish(sc_graph *g, sc_stats *s);
 void sc_stats_free(sc_stats *s);
 
-/* Block index of a name under key ("transformer.h"), or -1. Exposed for
- * tests. */
+/* Block index of a name under key ("transformer.h"), or -1
+ * (sc_blocks_index_of_name). */
 int64_t sc_stats_block_of_name(const char *key, const char *name);
 
 /* "1.23 GFLOP" style: value scaled by 1000s with the unit after. */

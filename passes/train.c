@@ -588,7 +588,9 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   }
   int32_t n_fwd = g->n_nodes; /* the forward and the loss; autodiff appends the backward */
   if ((st = sc_autodiff(g, seed_loss, params, info->n_params, grads, d)) != SC_OK) return st;
-  if ((st = sc_recompute(g, o->recompute, n_fwd, &info->recompute, d)) != SC_OK) return st;
+  if ((st = sc_recompute(g, o->recompute, n_fwd, params, info->n_params, &info->recompute, d)) !=
+      SC_OK)
+    return st;
   /* the gradients "grad:P" stay values (the update reads them) but are not
    * outputs: an output keeps its own buffer to the end of the step */
   for (int32_t k = 0; k < info->n_params; k++)

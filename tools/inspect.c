@@ -16,6 +16,7 @@
 #include "ir/fileio.h"
 #include "frontend/onnx.h"
 #include "passes/pass.h"
+#include "passes/blocks.h"
 #include "passes/stats.h"
 
 static const char *const USAGE =
@@ -124,7 +125,11 @@ static int print_json(sc_graph *g, const sc_stats *s, const char *path) {
   json_t *blocks = json_array();
   for (int32_t i = 0; i < s->n_blocks; i++) json_array_append_new(blocks, json_block(&s->blocks[i]));
   json_object_set_new(root, "blocks", blocks);
-  json_object_set_new(root, "outside_blocks", s->block_key ? json_block(&s->outside) : json_null());
+  json_object_set_new(root, "outside_blocks", s->n_blocks ? json_block(&s->outside) : json_null());
+  static const char *const found_by[] = {NULL, "structure", "names"};
+  const char *fb = s->found_by > 0 && s->found_by < 3 ? found_by[s->found_by] : NULL;
+  json_object_set_new(root, "blocks_found_by", fb ? json_string(fb) : json_null());
+  json_object_set_new(root, "residual_adds_per_block", json_integer(s->adds_per_block));
 
   int rc = json_dumpf(root, stdout, JSON_INDENT(2)) == 0 ? 0 : 1;
   fputc('\n', stdout);
@@ -179,11 +184,16 @@ static void print_text(sc_graph *g, const sc_stats *s, const char *path) {
            shape, b, (long long)s->largest_bytes);
   }
 
-  if (!s->block_key) {
+  if (s->n_blocks == 0) {
     printf("\nblocks: no repeated blocks found\n");
     return;
   }
-  printf("\nblocks: %d repeated blocks of '%s'\n", s->n_blocks, s->block_key);
+  sc_blocks bl = {.how = (sc_blocks_how)s->found_by, .n_blocks = s->n_blocks,
+                  .adds_per_block = s->adds_per_block, .key = s->block_key};
+  char how[256];
+  sc_blocks_describe(&bl, how, sizeof how);
+  if (s->block_key) printf("\nblocks: %d repeated blocks of '%s', found %s\n", s->n_blocks, s->block_key, how);
+  else printf("\nblocks: %d repeated blocks, found %s\n", s->n_blocks, how);
   printf("  %-8s %8s %16s %14s\n", "block", "nodes", "params", "FLOPs");
   for (int32_t i = 0; i < s->n_blocks; i++) {
     const sc_block_stats *bs = &s->blocks[i];

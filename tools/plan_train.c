@@ -24,6 +24,7 @@
 #include "codegen/pipe_schedule.h"
 #include "driver/train_memory.h"
 #include "passes/partition/partition.h"
+#include "passes/blocks.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
 
@@ -298,10 +299,14 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     printf(", \"saved_activations\": %lld", (long long)m.saved);
     printf(", \"arena\": %lld, \"constants\": %lld, \"total\": %lld", (long long)m.arena,
            (long long)m.constants, (long long)(m.arena + m.constants));
-    printf(", \"recompute\": {\"kind\": \"%s\", \"nodes\": %d, \"flops\": %.0f}",
+    static const char *const found_by[] = {"null", "\"structure\"", "\"names\""};
+    const sc_recompute_report *rr = &b->train.recompute;
+    printf(", \"recompute\": {\"kind\": \"%s\", \"blocks\": %d, \"found_by\": %s, "
+           "\"residual_adds_per_block\": %d, \"nodes\": %d, \"flops\": %.0f}",
            t->recompute == SC_RECOMPUTE_FULL ? "full"
            : t->recompute == SC_RECOMPUTE_SELECTIVE ? "selective" : "none",
-           (int)b->train.recompute.nodes, b->train.recompute.flops);
+           (int)rr->blocks, rr->found_by > 0 && rr->found_by < 3 ? found_by[rr->found_by] : "null",
+           (int)rr->adds_per_block, (int)rr->nodes, rr->flops);
     if (part) {
       printf(",\n \"mesh\": ");
       json_str(mesh);
@@ -337,11 +342,16 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            (long long)part->mesh.n_ranks, zero);
   }
   if (t->recompute != SC_RECOMPUTE_NONE) {
-    char fl[32];
-    sc_stats_format_si(b->train.recompute.flops, "FLOP", fl, sizeof fl);
-    printf("recompute %s: %d forward nodes run again before the backward, %s more per step\n",
-           t->recompute == SC_RECOMPUTE_FULL ? "full" : "selective",
-           (int)b->train.recompute.nodes, fl);
+    const sc_recompute_report *rr = &b->train.recompute;
+    char fl[32], how[160];
+    sc_stats_format_si(rr->flops, "FLOP", fl, sizeof fl);
+    sc_blocks bl = {.how = (sc_blocks_how)rr->found_by, .n_blocks = rr->blocks,
+                    .adds_per_block = rr->adds_per_block};
+    sc_blocks_describe(&bl, how, sizeof how);
+    printf("recompute %s: %d blocks found %s; %d forward nodes run again before the backward, "
+           "%s more per step\n",
+           t->recompute == SC_RECOMPUTE_FULL ? "full" : "selective", (int)rr->blocks,
+           rr->blocks ? how : "(nothing to recompute)", (int)rr->nodes, fl);
   }
   printf("\nmemory of the step (planned = allocated: one arena, allocated once):\n");
   printf("  %-18s %12s  %14s\n", "", "", "bytes");

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "driver/train_memory.h"
+#include "passes/blocks.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
 #include "tools/partition_args.h"
@@ -187,6 +189,64 @@ static int64_t step_memory(const sc_build *b) {
   return m;
 }
 
+static const char *const recompute_names[] = {"none", "selective", "full"};
+
+/* A warning when --recompute found no block to recompute: never nothing
+ * silently. */
+static void warn_no_blocks(const sc_build *b, const sc_train_opts *t, const char *file) {
+  if (t->recompute == SC_RECOMPUTE_NONE || b->train.recompute.blocks > 0) return;
+  fprintf(stderr, "shardc: warning: %s: --recompute %s: no repeated blocks found (no chain of "
+          "residual additions whose groups repeat, nor layer indices in the names): nothing is "
+          "recomputed\n", file, recompute_names[t->recompute]);
+}
+
+/* One line of --recompute auto's tries. */
+static void note_try(const sc_build *b, int k, int64_t need, int64_t budget) {
+  sc_train_memory m;
+  sc_diag d;
+  sc_diag_clear(&d);
+  char step[32], saved[32] = "?", act[32] = "?", by[64];
+  sc_stats_format_bytes((double)need, step, sizeof step);
+  if (sc_train_memory_of(b->program->stages[0].program, &m, &d) == SC_OK) {
+    sc_stats_format_bytes((double)m.saved, saved, sizeof saved);
+    sc_stats_format_bytes((double)m.live[SC_MEM_ACTIVATIONS], act, sizeof act);
+  }
+  sc_stats_format_bytes((double)(need > budget ? need - budget : budget - need), by, sizeof by);
+  char what[64] = "";
+  if (k > 0)
+    snprintf(what, sizeof what, "; %d blocks, %d nodes recomputed", (int)b->train.recompute.blocks,
+             (int)b->train.recompute.nodes);
+  fprintf(stderr, "  %-9s step %s per rank (activations saved for the backward %s, live at "
+          "the peak %s%s): %s by %s\n",
+          recompute_names[k], step, saved, act, what, need <= budget ? "fits" : "over", by);
+}
+
+/* What would fit when even full recompute does not: ZeRO-3 over N ranks
+ * divides the parameters, gradients and optimizer state by N (an estimate:
+ * the communication buffers it adds are not counted), else a smaller
+ * batch. */
+static void suggest(const sc_build *b, int64_t need, int64_t budget) {
+  sc_train_memory m;
+  sc_diag d;
+  sc_diag_clear(&d);
+  char over[32];
+  sc_stats_format_bytes((double)(need - budget), over, sizeof over);
+  fprintf(stderr, "shardc: note: full recompute needs %s more than the budget", over);
+  if (sc_train_memory_of(b->program->stages[0].program, &m, &d) == SC_OK) {
+    int64_t states = m.live[SC_MEM_PARAMS] + m.live[SC_MEM_OPTIMIZER] + m.live[SC_MEM_GRADIENTS];
+    int64_t n = 2;
+    while (n <= 4096 && states - states / n < need - budget) n *= 2;
+    if (n <= 4096 && b->part == NULL) {
+      fprintf(stderr, "; try --mesh fsdp=%lld (ZeRO-3 shards the %lld bytes of parameters, "
+              "gradients and optimizer state: about %lld per rank), a smaller batch (--dim) or "
+              "--precision bf16\n", (long long)n, (long long)states, (long long)(states / n));
+      return;
+    }
+  }
+  fprintf(stderr, "; try a smaller batch (--dim), more ranks (--mesh fsdp=N, tp=N, pp=N) or "
+          "--precision bf16\n");
+}
+
 int sc_train_args_build(sc_train_args *a, const sc_partition_args *pa, const sc_cli_opts *o,
                         sc_build_opts *bo, sc_build **out) {
   bo->train = &a->t;
@@ -200,38 +260,55 @@ int sc_train_args_build(sc_train_args *a, const sc_partition_args *pa, const sc_
                                 "--memory-budget BYTES (per rank)");
     pa = &with;
   }
-  if (!a->recompute_auto) return sc_partition_args_build(pa, o, bo, out, NULL);
-  static const char *const names[] = {"none", "selective", "full"};
+  if (!a->recompute_auto) {
+    int rc = sc_partition_args_build(pa, o, bo, out, NULL);
+    if (rc == 0) warn_no_blocks(*out, &a->t, o->file);
+    return rc;
+  }
   int64_t need[3] = {0};
-  char text[3][32];
+  char budget[32];
+  sc_stats_format_bytes((double)a->memory_budget, budget, sizeof budget);
+  fprintf(stderr, "shardc: note: --recompute auto, --memory-budget %s (%lld bytes) per rank, "
+          "tries:\n", budget, (long long)a->memory_budget);
   for (int k = 0; k < 3; k++) {
     a->t.recompute = (sc_recompute_kind)k;
     int rc = sc_partition_args_build(pa, o, bo, out, NULL);
     if (rc) return rc;
     need[k] = step_memory(*out);
-    sc_stats_format_bytes((double)need[k], text[k], sizeof text[k]);
+    note_try(*out, k, need[k], a->memory_budget);
+    bool last = k == 2 || (k == 1 && (*out)->train.recompute.blocks == 0);
+    if (k == 1 && (*out)->train.recompute.blocks == 0)
+      fprintf(stderr, "  (no repeated blocks found: full recompute would recompute nothing "
+              "either)\n");
     if (need[k] <= a->memory_budget) {
-      char budget[32], tried[160] = "";
-      sc_stats_format_bytes((double)a->memory_budget, budget, sizeof budget);
-      for (int j = 0; j < k; j++) {
-        size_t n = strlen(tried);
-        snprintf(tried + n, sizeof tried - n, "%s%s needs %s", j ? ", " : "; ", names[j], text[j]);
+      char how[160] = "";
+      if (k > 0) {
+        const sc_recompute_report *r = &(*out)->train.recompute;
+        sc_blocks bl = {.how = (sc_blocks_how)r->found_by, .n_blocks = r->blocks,
+                        .adds_per_block = r->adds_per_block};
+        char d[128];
+        sc_blocks_describe(&bl, d, sizeof d);
+        snprintf(how, sizeof how, ": %d blocks found %s", (int)r->blocks, d);
       }
-      fprintf(stderr, "shardc: note: --recompute auto: %s, the least recompute whose step fits "
-              "--memory-budget %s per rank (it needs %s%s)\n", names[k], budget, text[k], tried);
+      fprintf(stderr, "shardc: note: --recompute auto chose %s, the least recompute whose step "
+              "fits%s\n", recompute_names[k], how);
+      warn_no_blocks(*out, &a->t, o->file);
       return 0;
     }
-    if (k < 2) {
+    if (last) {
+      fprintf(stderr, "shardc: error: %s: --memory-budget %lld bytes per rank: no recompute fits "
+              "(none %lld, selective %lld, full %lld bytes)\n", o->file,
+              (long long)a->memory_budget, (long long)need[0], (long long)need[1],
+              (long long)(k == 2 ? need[2] : need[1]));
+      suggest(*out, need[k], a->memory_budget);
       sc_build_destroy(*out);
       *out = NULL;
+      return 1;
     }
+    sc_build_destroy(*out);
+    *out = NULL;
   }
-  sc_build_destroy(*out);
-  *out = NULL;
-  fprintf(stderr, "shardc: error: %s: --memory-budget %lld bytes per rank: even full recompute "
-          "needs %lld (none %lld, selective %lld)\n", o->file, (long long)a->memory_budget,
-          (long long)need[2], (long long)need[0], (long long)need[1]);
-  return 1;
+  return 1; /* not reached: k == 2 is the last try */
 }
 
 int sc_train_args_refuse_with_bundle(const sc_train_args *a, const char *bundle) {

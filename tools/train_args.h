@@ -48,10 +48,11 @@ int sc_train_args_finish(sc_train_args *a);
  * after a usage error naming the first ("compiled into the bundle"). */
 int sc_train_args_refuse_with_bundle(const sc_train_args *a, const char *bundle);
 /* The build the options ask for (partition_args.h's sc_partition_args_build
- * with bo->train = &a->t); with --recompute auto, the first of none,
- * selective and full whose step memory per rank (arena and constants)
- * fits --memory-budget, said on stderr with the others' figures. 0, 1
- * (error printed: even full recompute does not fit), 2 (usage). */
+ * with bo->train = &a->t), with a warning when --recompute finds no
+ * blocks; with --recompute auto, the first of none, selective and full
+ * whose step memory per rank (arena and constants) fits --memory-budget,
+ * each try and the choice said on stderr. 0, 1 (error printed: even full
+ * recompute does not fit, with what would), 2 (usage). */
 struct sc_partition_args;
 struct sc_cli_opts;
 int sc_train_args_build(sc_train_args *a, const struct sc_partition_args *pa,
