@@ -3,15 +3,21 @@
  * Save: check the state and build the manifest's state part first (nothing
  * is created for a bad argument), refuse a DIR that is neither empty nor a
  * checkpoint, then write the two safetensors files and the manifest (last)
- * into the temporary folder, each fsync'd as it is closed, fsync the
- * folder, swap it with DIR, fsync DIR's parent. The file names inside the
- * folder are fixed (k_files); the manifest records them but a loader never
- * opens a name taken from the text.
+ * into the temporary folder (created O_EXCL | O_NOFOLLOW), each fsync'd as
+ * it is closed, fsync the folder, swap it with DIR, fsync DIR's parent.
+ * The file names inside the folder are fixed (k_files); the manifest
+ * records them but a loader never opens a name taken from the text. A
+ * DIR that holds anything else is refused (the swap removes the old
+ * tree); stale temporaries are emptied relative to their opened folder,
+ * never through a symbolic link.
  *
  * Load: manifest first (checksum over its canonical form, then each
  * field), then per group: read the file whole, compare size and SHA-256
  * with the manifest, parse it as safetensors, match its tensors one to one
- * with the manifest's list. The loaded checkpoint keeps the file buffers;
+ * with the manifest's list (version 2: and with the file's own record of
+ * its writer and boxes). Members that are symbolic links are refused;
+ * every integer is in [0, 2^53] (k_max_int), so sums of two cannot
+ * overflow. The loaded checkpoint keeps the file buffers;
  * its tensors point into them. */
 #include <dirent.h>
 #include <errno.h>

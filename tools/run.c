@@ -22,7 +22,9 @@
  * Checked before the model is read: each --input name at most once, --mesh
  * axes that take roles, --comm mpi only with a mesh, no mpirun launch
  * without --comm mpi (each process would write the same files), the
- * output directory (created with its parents).
+ * output directory (created with its parents). The outputs are written as
+ * one commit (runtime/npy.h sc_npy_write_all): an interruption leaves
+ * every old file or every new one.
  *
  * Exit status: 0, 1 (a problem in the model or an input file), 2 (usage,
  * including missing inputs and --input names the model does not have). */

@@ -6,9 +6,11 @@
  * per step — rewritten in place on a terminal — with examples per second
  * and the time left (and, with --log-json FILE, one JSON object per step:
  * step, loss, lr, grad_norm, time_ms). Data: every --data file's dim 0 counts
- * examples, and so does --labels' (or --targets'); step i takes examples
- * (i−1)·B … i·B−1, wrapping around, B the bound batch dim. Labels are
- * checked before step 1: each in [0, classes) or the ignore index.
+ * examples, and so does --labels' (or --targets'), the same count in
+ * every file; step i takes examples (i−1)·B … i·B−1, wrapping around, B the
+ * bound batch dim. Float data must be finite and labels each in [0,
+ * classes) or the ignore index, checked before step 1. The JSON log is
+ * created with its first line (a run that fails before leaves none).
  *
  * --grad-accum K: a step takes K·B examples, run as K microbatches.
  * --save DIR [--save-every N] writes checkpoints (runtime/checkpoint.h);
