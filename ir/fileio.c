@@ -168,6 +168,21 @@ static void remove_tree_at(int dirfd, const char *name, int depth) {
 
 static void remove_tree(const char *path) { remove_tree_at(AT_FDCWD, path, 0); }
 
+/* A group commit's renames in progress: 0 none, 1 renaming, GROUP_SIGNAL +
+ * sig when sig arrived meanwhile (raised again when they end). */
+enum { GROUP_SIGNAL = 1000 };
+static atomic_int g_group;
+static pthread_mutex_t g_group_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool sc_tmp_defer_signal(int sig) {
+  for (;;) {
+    int v = atomic_load(&g_group);
+    if (v == 0) return false;
+    if (v > GROUP_SIGNAL) return true; /* one is pending already */
+    if (atomic_compare_exchange_strong(&g_group, &v, GROUP_SIGNAL + sig)) return true;
+  }
+}
+
 void sc_tmp_remove_all(void) {
   for (int i = 0; i < TMP_SLOTS; i++) {
     int u = atomic_load(&g_tmp[i].used);
@@ -275,6 +290,40 @@ sc_status sc_file_commit_end(sc_file_commit *c, sc_diag *diag) {
   }
   if (st != SC_OK) unlink(c->tmp);
   file_commit_free(c);
+  return st;
+}
+
+sc_status sc_file_commit_end_all(sc_file_commit *c, int32_t n, sc_diag *diag) {
+  sc_status st = SC_OK;
+  for (int32_t i = 0; i < n; i++) { /* every file complete first */
+    bool ok = fflush(c[i].f) == 0 && !ferror(c[i].f);
+    int e = errno;
+    if (fclose(c[i].f) != 0 && ok) {
+      ok = false;
+      e = errno;
+    }
+    c[i].f = NULL;
+    if (!ok && st == SC_OK)
+      st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: write failed: %s", c[i].path,
+                       strerror(e));
+  }
+  if (st == SC_OK && n > 0) test_delay(c[0].path); /* a signal here: nothing new */
+  /* the renames with the interrupting signals deferred (sc_tmp_defer_signal),
+   * on whichever thread they land: one arriving now acts after the last */
+  pthread_mutex_lock(&g_group_lock);
+  atomic_store(&g_group, 1);
+  for (int32_t i = 0; i < n; i++) {
+    if (st == SC_OK && i > 0) test_delay(c[i].path);
+    bool moved = st == SC_OK && rename(c[i].tmp, c[i].path) == 0;
+    if (!moved && st == SC_OK)
+      st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: cannot replace: %s", c[i].path,
+                       strerror(errno));
+    if (!moved) unlink(c[i].tmp);
+    file_commit_free(&c[i]);
+  }
+  int deferred = atomic_exchange(&g_group, 0);
+  pthread_mutex_unlock(&g_group_lock);
+  if (deferred > GROUP_SIGNAL) raise(deferred - GROUP_SIGNAL); /* now it may act */
   return st;
 }
 

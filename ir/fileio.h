@@ -68,6 +68,17 @@ sc_status sc_file_commit_begin(sc_file_commit *c, const char *path, sc_diag *dia
  * On failure the temporary file is removed. Frees c in both cases. */
 sc_status sc_file_commit_end(sc_file_commit *c, sc_diag *diag);
 void sc_file_commit_abort(sc_file_commit *c);
+/* Ends n commits as one: closes every file (a write error fails them all,
+ * every temporary removed), then renames them into place in order with
+ * SIGINT, SIGTERM and SIGHUP deferred, so that such a signal either comes
+ * before the first rename (no new file) or acts after the last (every new
+ * file), whichever thread it lands on (sc_tmp_defer_signal). A rename that
+ * fails (not expected within one folder) leaves the earlier ones done and
+ * removes the later temporaries. SIGKILL or a crash between two renames
+ * can still leave some renamed. Frees them all. With
+ * SHARDC_TEST_COMMIT_DELAY_MS, the delay comes before the first rename
+ * and again (signals held) before each later one. */
+sc_status sc_file_commit_end_all(sc_file_commit *c, int32_t n, sc_diag *diag);
 
 /* ---- writing whole directories ---- */
 typedef struct sc_dir_commit {
@@ -91,5 +102,11 @@ sc_status sc_dir_commit_finish(sc_dir_commit *c, sc_status st, sc_diag *diag);
 /* ---- interruption ---- */
 /* Removes every registered temporary path; async-signal-safe. */
 void sc_tmp_remove_all(void);
+/* For a signal handler, before sc_tmp_remove_all: true while a group
+ * commit (sc_file_commit_end_all) is renaming its files; the signal is
+ * then recorded and raised again once the last rename is done, so the
+ * handler should return at once (keeping itself installed). False
+ * otherwise. Async-signal-safe. */
+bool sc_tmp_defer_signal(int sig);
 
 #endif

@@ -3,15 +3,21 @@
  * Save: check the state and build the manifest's state part first (nothing
  * is created for a bad argument), refuse a DIR that is neither empty nor a
  * checkpoint, then write the two safetensors files and the manifest (last)
- * into the temporary folder, each fsync'd as it is closed, fsync the
- * folder, swap it with DIR, fsync DIR's parent. The file names inside the
- * folder are fixed (k_files); the manifest records them but a loader never
- * opens a name taken from the text.
+ * into the temporary folder (created O_EXCL | O_NOFOLLOW), each fsync'd as
+ * it is closed, fsync the folder, swap it with DIR, fsync DIR's parent.
+ * The file names inside the folder are fixed (k_files); the manifest
+ * records them but a loader never opens a name taken from the text. A
+ * DIR that holds anything else is refused (the swap removes the old
+ * tree); stale temporaries are emptied relative to their opened folder,
+ * never through a symbolic link.
  *
  * Load: manifest first (checksum over its canonical form, then each
  * field), then per group: read the file whole, compare size and SHA-256
  * with the manifest, parse it as safetensors, match its tensors one to one
- * with the manifest's list. The loaded checkpoint keeps the file buffers;
+ * with the manifest's list (version 2: and with the file's own record of
+ * its writer and boxes). Members that are symbolic links are refused;
+ * every integer is in [0, 2^53] (k_max_int), so sums of two cannot
+ * overflow. The loaded checkpoint keeps the file buffers;
  * its tensors point into them. */
 #include <dirent.h>
 #include <errno.h>
@@ -31,6 +37,10 @@
 #include "runtime/checkpoint.h"
 
 enum { MAX_MANIFEST_BYTES = 256 << 20 };
+/* The largest integer a manifest may hold (a count, a position, a size,
+ * an offset, a dim): 2^53, the largest every JSON reader keeps exact.
+ * Sums of two such numbers cannot overflow. */
+static const int64_t k_max_int = (int64_t)1 << 53;
 
 static const char *const k_files[SC_CKPT_GROUP_COUNT] = {"weights.safetensors",
                                                          "optimizer.safetensors"};
@@ -98,6 +108,9 @@ static sc_status put_state(json_t *root, const char *dir, const sc_ckpt_state *s
     if (ints[i].v < 0)
       return sc_diag_set_prefixed(d, SC_ERR_INVALID, dir, "%s = %lld is negative", ints[i].key,
                                   (long long)ints[i].v);
+    if (ints[i].v > k_max_int)
+      return sc_diag_set_prefixed(d, SC_ERR_INVALID, dir, "%s = %lld is above 2^53", ints[i].key,
+                                  (long long)ints[i].v);
     if (json_object_set_new(root, ints[i].key, json_integer(ints[i].v))) return nomem(d);
   }
   if (!isfinite(s->loss_scale) || s->loss_scale <= 0)
@@ -146,10 +159,15 @@ static json_t *tensor_list(sc_ckpt_group g, const sc_ckpt_tensor *t, int32_t n) 
   return list;
 }
 
-/* Closes f after flushing it to the disk. */
-static bool close_synced(FILE *f) {
-  bool ok = fflush(f) == 0 && !ferror(f) && fsync(fileno(f)) == 0;
-  return fclose(f) == 0 && ok;
+/* Closes f after flushing it to the disk: 0, or the errno of the first
+ * failure. */
+static int close_synced(FILE *f) {
+  errno = 0;
+  int err = 0;
+  if (fflush(f) != 0 || ferror(f)) err = errno ? errno : EIO;
+  else if (fsync(fileno(f)) != 0) err = errno;
+  if (fclose(f) != 0 && !err) err = errno;
+  return err;
 }
 
 static bool sync_dir(const char *path) {
@@ -167,87 +185,74 @@ static bool injected_failure(int k) {
   return s && *s && k >= atoi(s);
 }
 
-/* Writes group g's file into tmp and records it in files. */
-static sc_status write_group(const char *dir, const char *tmp, sc_ckpt_group g,
-                             const sc_ckpt_tensor *t, int32_t n, json_t *files, sc_diag *d) {
+/* Creates the new file tmp/name, file number k of the save (O_EXCL and
+ * O_NOFOLLOW: never an existing file, never through a symbolic link). */
+static sc_status create_in(const char *dir, const char *tmp, const char *name, int k, FILE **f,
+                           sc_diag *d) {
   char path[4096];
-  if (!join(path, sizeof path, tmp, k_files[g]))
+  *f = NULL;
+  if (!join(path, sizeof path, tmp, name))
     return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "path too long");
-  if (injected_failure((int)g))
+  if (injected_failure(k))
     return sc_diag_set_prefixed(d, SC_ERR_IO, dir,
-                                "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)", k_files[g]);
-  FILE *f = fopen(path, "wbx");
-  if (!f)
-    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: cannot create: %s", k_files[g],
-                                strerror(errno));
-  const sc_safetensors_meta meta[] = {{"format", SC_CKPT_FORMAT}, {"group", k_groups[g]}};
-  uint8_t digest[32];
-  int64_t bytes = 0;
-  sc_status st = sc_safetensors_write_stream(f, k_files[g], t, n, meta, 2, digest, &bytes, d);
-  if (!close_synced(f) && st == SC_OK)
-    st = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: write failed: %s", k_files[g],
-                              strerror(errno));
-  if (st != SC_OK) return st;
-  char hex[65];
-  sc_sha256_digest_hex(digest, hex);
-  json_t *e = json_pack("{s:s, s:s, s:I, s:s}", "name", k_files[g], "group", k_groups[g], "bytes",
-                        (json_int_t)bytes, "sha256", hex);
-  return e && json_array_append_new(files, e) == 0 ? SC_OK : nomem(d);
-}
-
-static sc_status write_manifest(const char *dir, const char *tmp, json_t *root, sc_diag *d) {
-  char hex[65], path[4096];
-  if (!manifest_digest(root, hex) || json_object_set_new(root, k_self_sha, json_string(hex)))
-    return nomem(d);
-  if (!join(path, sizeof path, tmp, k_manifest))
-    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "path too long");
-  if (injected_failure(SC_CKPT_GROUP_COUNT))
-    return sc_diag_set_prefixed(d, SC_ERR_IO, dir,
-                                "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)", k_manifest);
-  FILE *f = fopen(path, "wbx");
-  if (!f)
-    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: cannot create: %s", k_manifest,
-                                strerror(errno));
-  bool ok = json_dumpf(root, f, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 && fputc('\n', f) != EOF;
-  if (!close_synced(f) || !ok)
-    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: write failed: %s", k_manifest,
+                                "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)", name);
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+  if (fd >= 0 && !(*f = fdopen(fd, "wb"))) close(fd);
+  if (!*f)
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: cannot create: %s", name,
                                 strerror(errno));
   return SC_OK;
 }
 
-/* Refuses an existing dir that is neither empty nor a checkpoint. */
-static sc_status check_target(const char *dir, sc_diag *d) {
-  struct stat sb;
-  if (lstat(dir, &sb) != 0) return SC_OK; /* sc_dir_commit_begin reports other errors */
-  if (!S_ISDIR(sb.st_mode))
-    return sc_diag_set_prefixed(d, SC_ERR_IO, dir,
-                                "exists and is %s, not a shardc checkpoint; not replacing it",
-                                sc_file_kind_name(sb.st_mode));
-  if (sc_ckpt_is_dir(dir)) return SC_OK;
-  DIR *dd = opendir(dir);
-  if (!dd) return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s", strerror(errno));
-  bool empty = true;
-  for (struct dirent *e; empty && (e = readdir(dd)) != NULL;)
-    empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
-  closedir(dd);
-  return empty ? SC_OK
-               : sc_diag_set_prefixed(
-                     d, SC_ERR_IO, dir,
-                     "exists and is not a shardc checkpoint (no %s of format %s); not "
-                     "replacing it",
-                     k_manifest, SC_CKPT_FORMAT);
+/* Writes the safetensors file tmp/name (file number k) of group g holding
+ * the n views, with meta after the format and group entries, and records
+ * it in files. */
+static sc_status write_tensor_file(const char *dir, const char *tmp, const char *name, int k,
+                                   sc_ckpt_group g, const sc_tensor_view *v, int32_t n,
+                                   const sc_safetensors_meta *more, int32_t n_more,
+                                   json_t *files, sc_diag *d) {
+  sc_safetensors_meta meta[4] = {{"format", SC_CKPT_FORMAT}, {"group", k_groups[g]}};
+  SC_ASSERT(n_more <= 2);
+  for (int32_t i = 0; i < n_more; i++) meta[2 + i] = more[i];
+  FILE *f;
+  sc_status st = create_in(dir, tmp, name, k, &f, d);
+  if (st != SC_OK) return st;
+  uint8_t digest[32];
+  int64_t bytes = 0;
+  sc_diag wd;
+  sc_diag_clear(&wd);
+  st = sc_safetensors_write_stream(f, name, v, n, meta, 2 + n_more, digest, &bytes, &wd);
+  int err = close_synced(f);
+  if (st != SC_OK) return sc_diag_set_prefixed(d, st, dir, "%s", wd.msg);
+  if (err)
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: write failed: %s", name, strerror(err));
+  char hex[65];
+  sc_sha256_digest_hex(digest, hex);
+  json_t *e = json_pack("{s:s, s:s, s:I, s:s}", "name", name, "group", k_groups[g], "bytes",
+                        (json_int_t)bytes, "sha256", hex);
+  return e && json_array_append_new(files, e) == 0 ? SC_OK : nomem(d);
 }
 
-/* The parent folder of dir (without trailing slashes) into buf. */
-static void parent_of(const char *dir, char *buf, size_t n) {
-  size_t len = strlen(dir);
-  while (len > 1 && dir[len - 1] == '/') len--;
-  while (len > 0 && dir[len - 1] != '/') len--;
-  while (len > 1 && dir[len - 1] == '/') len--;
-  if (len == 0)
-    snprintf(buf, n, ".");
-  else
-    snprintf(buf, n, "%.*s", (int)len, dir);
+/* Writes group g's file into tmp and records it in files. */
+static sc_status write_group(const char *dir, const char *tmp, sc_ckpt_group g,
+                             const sc_ckpt_tensor *t, int32_t n, json_t *files, sc_diag *d) {
+  return write_tensor_file(dir, tmp, k_files[g], (int)g, g, t, n, NULL, 0, files, d);
+}
+
+static sc_status write_manifest(const char *dir, const char *tmp, json_t *root, sc_diag *d) {
+  char hex[65];
+  if (!manifest_digest(root, hex) || json_object_set_new(root, k_self_sha, json_string(hex)))
+    return nomem(d);
+  FILE *f;
+  sc_status st = create_in(dir, tmp, k_manifest, SC_CKPT_GROUP_COUNT, &f, d);
+  if (st != SC_OK) return st;
+  errno = 0;
+  bool ok = json_dumpf(root, f, JSON_INDENT(2) | JSON_SORT_KEYS) == 0 && fputc('\n', f) != EOF;
+  int err = ok ? 0 : errno ? errno : EIO, cerr = close_synced(f);
+  if (err || cerr)
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: write failed: %s", k_manifest,
+                                strerror(err ? err : cerr));
+  return SC_OK;
 }
 
 /* The group of a sharded save's file name ("weights-rank<R>.safetensors",
@@ -266,6 +271,88 @@ static int shard_file_group(const char *name) {
 
 static void shard_file_name(char *buf, size_t n, sc_ckpt_group g, int32_t writer) {
   snprintf(buf, n, "%s-rank%05d.safetensors", k_groups[g], (int)writer);
+}
+
+/* Whether name is one a save writes into a checkpoint folder. */
+static bool is_own_name(const char *name) {
+  return strcmp(name, k_manifest) == 0 || strcmp(name, k_files[0]) == 0 ||
+         strcmp(name, k_files[1]) == 0 || shard_file_group(name) >= 0;
+}
+
+/* The entries of the open folder fd (borrowed) that a save did not write:
+ * other names, and our names that are not regular files (a symbolic link,
+ * a folder). Lists them, comma-separated, into buf (n bytes, "..." when it
+ * does not fit); *n_entries counts every entry. Returns how many are
+ * foreign, or -1 (errno set) when the folder cannot be read. */
+static int foreign_entries(int fd, char *buf, size_t n, int *n_entries) {
+  int dup_fd = dup(fd);
+  DIR *dd = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+  if (!dd) {
+    if (dup_fd >= 0) close(dup_fd);
+    return -1;
+  }
+  rewinddir(dd);
+  int foreign = 0;
+  buf[0] = 0;
+  *n_entries = 0;
+  for (struct dirent *e; (e = readdir(dd)) != NULL;) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    ++*n_entries;
+    struct stat sb;
+    bool stat_ok = fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+    if (is_own_name(e->d_name) && stat_ok && S_ISREG(sb.st_mode)) continue;
+    size_t len = strlen(buf);
+    int k = snprintf(buf + len, n - len, "%s%.200s%s", foreign ? ", " : "", e->d_name,
+                     !stat_ok ? "" : S_ISLNK(sb.st_mode) ? " (a symbolic link)"
+                                 : S_ISDIR(sb.st_mode)  ? "/" : "");
+    if (k < 0 || (size_t)k >= n - len) snprintf(buf + (n > 4 ? n - 4 : 0), n > 4 ? 4 : n, "...");
+    foreign++;
+  }
+  closedir(dd);
+  return foreign;
+}
+
+/* Refuses an existing dir that is neither empty nor a checkpoint, and a
+ * checkpoint holding anything a save does not write (named): the swap
+ * removes the old tree, so nothing else may be in it. */
+static sc_status check_target(const char *dir, sc_diag *d) {
+  struct stat sb;
+  if (lstat(dir, &sb) != 0) return SC_OK; /* sc_dir_commit_begin reports other errors */
+  if (!S_ISDIR(sb.st_mode))
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir,
+                                "exists and is %s, not a shardc checkpoint; not replacing it",
+                                sc_file_kind_name(sb.st_mode));
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s", strerror(errno));
+  char foreign[512] = "";
+  int n_entries = 0, n_foreign = foreign_entries(fd, foreign, sizeof foreign, &n_entries);
+  close(fd);
+  if (n_foreign < 0) return sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s", strerror(errno));
+  if (n_entries == 0) return SC_OK;
+  if (!sc_ckpt_is_dir(dir))
+    return sc_diag_set_prefixed(d, SC_ERR_IO, dir,
+                                "exists and is not a shardc checkpoint (no %s of format %s); not "
+                                "replacing it",
+                                k_manifest, SC_CKPT_FORMAT);
+  if (n_foreign > 0)
+    return sc_diag_set_prefixed(
+        d, SC_ERR_IO, dir,
+        "holds %d entr%s a save does not write (%s); not replacing it (move %s away or save "
+        "elsewhere)",
+        n_foreign, n_foreign == 1 ? "y" : "ies", foreign, n_foreign == 1 ? "it" : "them");
+  return SC_OK;
+}
+
+/* The parent folder of dir (without trailing slashes) into buf. */
+static void parent_of(const char *dir, char *buf, size_t n) {
+  size_t len = strlen(dir);
+  while (len > 1 && dir[len - 1] == '/') len--;
+  while (len > 0 && dir[len - 1] != '/') len--;
+  while (len > 1 && dir[len - 1] == '/') len--;
+  if (len == 0)
+    snprintf(buf, n, ".");
+  else
+    snprintf(buf, n, "%.*s", (int)len, dir);
 }
 
 void sc_ckpt_copy_box(size_t esz, int32_t rank, const int64_t *shape, const void *src,
@@ -305,14 +392,19 @@ static bool boxes_meet(int32_t rank, const int64_t *ao, const int64_t *as, const
   return true;
 }
 
+/* The element count of shape, or -1 when it passes 2^63. */
 static int64_t volume(int32_t rank, const int64_t *shape) {
   int64_t v = 1;
-  for (int32_t k = 0; k < rank; k++) v *= shape[k];
+  for (int32_t k = 0; k < rank; k++)
+    if (!sc_mul_i64(v, shape[k], &v)) return -1;
   return v;
 }
 
 /* Removes "DIR.tmp-PID-N" folders left by saves whose process is gone,
- * when they hold nothing but a checkpoint's files. */
+ * when they hold nothing but a checkpoint's regular files. Everything is
+ * looked at and removed relative to the open folders (fstatat, openat
+ * with O_NOFOLLOW, unlinkat): an entry of that name that is a symbolic
+ * link, or a link inside one, is left alone and never followed. */
 static void remove_stale_temporaries(const char *dir) {
   char parent[4096], prefix[1024];
   size_t len = strlen(dir);
@@ -322,8 +414,12 @@ static void remove_stale_temporaries(const char *dir) {
   if (len - base + 6 >= sizeof prefix) return;
   snprintf(prefix, sizeof prefix, "%.*s.tmp-", (int)(len - base), dir + base);
   parent_of(dir, parent, sizeof parent);
-  DIR *dd = opendir(parent);
-  if (!dd) return;
+  int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dd = pfd >= 0 ? fdopendir(pfd) : NULL;
+  if (!dd) {
+    if (pfd >= 0) close(pfd);
+    return;
+  }
   for (struct dirent *e; (e = readdir(dd)) != NULL;) {
     if (strncmp(e->d_name, prefix, strlen(prefix)) != 0) continue;
     char *end;
@@ -331,23 +427,21 @@ static void remove_stale_temporaries(const char *dir) {
     if (pid <= 0 || *end != '-' || pid == (long)getpid() ||
         !(kill((pid_t)pid, 0) != 0 && errno == ESRCH))
       continue;
-    char path[4096], file[4096];
-    if (!join(path, sizeof path, parent, e->d_name)) continue;
-    bool ours = true;
-    DIR *td = opendir(path);
-    for (struct dirent *f; td && ours && (f = readdir(td)) != NULL;)
-      ours = strcmp(f->d_name, ".") == 0 || strcmp(f->d_name, "..") == 0 ||
-             strcmp(f->d_name, k_manifest) == 0 || strcmp(f->d_name, k_files[0]) == 0 ||
-             strcmp(f->d_name, k_files[1]) == 0 || shard_file_group(f->d_name) >= 0;
-    if (td) closedir(td);
-    if (!td || !ours) continue;
-    td = opendir(path);
-    for (struct dirent *f; td && (f = readdir(td)) != NULL;)
-      if (strcmp(f->d_name, ".") != 0 && strcmp(f->d_name, "..") != 0 &&
-          join(file, sizeof file, path, f->d_name))
-        unlink(file);
-    if (td) closedir(td);
-    rmdir(path);
+    int tfd = openat(pfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (tfd < 0) continue; /* a symbolic link (ELOOP), not a folder, gone */
+    char foreign[8];
+    int n_entries = 0;
+    if (foreign_entries(tfd, foreign, sizeof foreign, &n_entries) == 0) {
+      int dup_fd = dup(tfd);
+      DIR *td = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+      if (!td && dup_fd >= 0) close(dup_fd);
+      if (td) rewinddir(td); /* the descriptor's offset is shared with the listing's */
+      for (struct dirent *f; td && (f = readdir(td)) != NULL;)
+        if (is_own_name(f->d_name)) unlinkat(tfd, f->d_name, 0);
+      if (td) closedir(td);
+      unlinkat(pfd, e->d_name, AT_REMOVEDIR);
+    }
+    close(tfd);
   }
   closedir(dd);
 }
@@ -441,6 +535,17 @@ static int32_t *shard_keys(const sc_ckpt_shard *sh, int32_t n) {
   return key;
 }
 
+/* The box a shard holds as its file records it: {"offsets": [...],
+ * "shape": [...]} (the manifest's form). */
+static json_t *box_json(int32_t rank, const int64_t *offsets, const int64_t *shape) {
+  json_t *off = json_array(), *bs = json_array();
+  for (int32_t k = 0; off && bs && k < rank; k++) {
+    json_array_append_new(off, json_integer(offsets[k]));
+    json_array_append_new(bs, json_integer(shape[k]));
+  }
+  return off && bs ? json_pack("{s:o, s:o}", "offsets", off, "shape", bs) : NULL;
+}
+
 /* The manifest's tensor lists of a sharded save. */
 static json_t *shard_lists(const sc_ckpt_shard *sh, int32_t n, const int32_t *key) {
   json_t *tensors = json_object();
@@ -460,13 +565,13 @@ static json_t *shard_lists(const sc_ckpt_shard *sh, int32_t n, const int32_t *ke
         char file[64], k_name[1100];
         shard_file_name(file, sizeof file, sh[j].group, sh[j].writer);
         snprintf(k_name, sizeof k_name, "%s@%d", sh[j].name, (int)key[j]);
-        json_t *off = json_array(), *bs = json_array();
-        for (int32_t k = 0; off && bs && k < sh[j].rank; k++) {
-          json_array_append_new(off, json_integer(sh[j].offsets[k]));
-          json_array_append_new(bs, json_integer(sh[j].shape[k]));
+        json_t *box = box_json(sh[j].rank, sh[j].offsets, sh[j].shape);
+        if (box && (json_object_set_new(box, "file", json_string(file)) ||
+                    json_object_set_new(box, "key", json_string(k_name)))) {
+          json_decref(box);
+          box = NULL;
         }
-        json_array_append_new(shards, json_pack("{s:s, s:s, s:o, s:o}", "file", file, "key",
-                                                k_name, "offsets", off, "shape", bs));
+        json_array_append_new(shards, box);
       }
       json_array_append_new(list, json_pack("{s:s, s:s, s:o, s:o}", "name", sh[i].name,
                                             "dtype", sc_safetensors_dtype_name(sh[i].dtype),
@@ -480,55 +585,50 @@ static json_t *shard_lists(const sc_ckpt_shard *sh, int32_t n, const int32_t *ke
   return tensors;
 }
 
-/* Writes the file of (group g, writer w) into tmp and records it. */
+/* Writes the file of (group g, writer w) into tmp and records it. Its
+ * __metadata__ says which writer it is ("writer") and which box of its
+ * tensor each key holds ("boxes": JSON {key: {"offsets", "shape"}}), which
+ * a load checks against the manifest. */
 static sc_status write_shard_file(const char *dir, const char *tmp, sc_ckpt_group g, int32_t w,
                                   const sc_ckpt_shard *sh, int32_t n, const int32_t *key,
                                   int *n_written, json_t *files, sc_diag *d) {
-  char name[64], path[4096];
+  char name[64], writer[16];
   shard_file_name(name, sizeof name, g, w);
+  snprintf(writer, sizeof writer, "%d", (int)w);
   sc_tensor_view *v = sc_calloc((size_t)n + 1, sizeof *v);
   char (*keys)[1100] = sc_calloc((size_t)n + 1, sizeof *keys);
+  json_t *boxes = json_object();
   int32_t m = 0;
-  sc_status st = v && keys ? SC_OK : nomem(d);
+  sc_status st = v && keys && boxes ? SC_OK : nomem(d);
   for (int32_t i = 0; st == SC_OK && i < n; i++) {
     if (sh[i].group != g || sh[i].writer != w) continue;
     snprintf(keys[m], sizeof keys[m], "%s@%d", sh[i].name, (int)key[i]);
     v[m] = (sc_tensor_view){.name = keys[m], .dtype = sh[i].dtype, .rank = sh[i].rank,
                             .data = (void *)sh[i].data};
     memcpy(v[m].dims, sh[i].shape, sizeof v[m].dims);
+    json_t *box = box_json(sh[i].rank, sh[i].offsets, sh[i].shape);
+    if (!box || json_object_set_new(boxes, keys[m], box)) st = nomem(d);
     m++;
   }
-  if (st == SC_OK && !join(path, sizeof path, tmp, name))
-    st = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "path too long");
-  if (st == SC_OK && injected_failure((*n_written)++))
-    st = sc_diag_set_prefixed(d, SC_ERR_IO, dir,
-                              "%s: injected failure (SHARDC_TEST_CKPT_FAIL_AFTER)", name);
-  FILE *f = st == SC_OK ? fopen(path, "wbx") : NULL;
-  if (st == SC_OK && !f)
-    st = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: cannot create: %s", name, strerror(errno));
-  uint8_t digest[32];
-  int64_t bytes = 0;
-  if (f) {
-    const sc_safetensors_meta meta[] = {{"format", SC_CKPT_FORMAT}, {"group", k_groups[g]}};
-    st = sc_safetensors_write_stream(f, name, v, m, meta, 2, digest, &bytes, d);
-    if (!close_synced(f) && st == SC_OK)
-      st = sc_diag_set_prefixed(d, SC_ERR_IO, dir, "%s: write failed: %s", name, strerror(errno));
+  char *text = st == SC_OK ? json_dumps(boxes, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  if (st == SC_OK && !text) st = nomem(d);
+  if (st == SC_OK) {
+    const sc_safetensors_meta more[] = {{"writer", writer}, {"boxes", text}};
+    st = write_tensor_file(dir, tmp, name, (*n_written)++, g, v, m, more, 2, files, d);
   }
+  free(text); /* jansson's */
+  json_decref(boxes);
   sc_free(v);
   sc_free(keys);
-  if (st != SC_OK) return st;
-  char hex[65];
-  sc_sha256_digest_hex(digest, hex);
-  json_t *e = json_pack("{s:s, s:s, s:I, s:s}", "name", name, "group", k_groups[g], "bytes",
-                        (json_int_t)bytes, "sha256", hex);
-  return e && json_array_append_new(files, e) == 0 ? SC_OK : nomem(d);
+  return st;
 }
 
 static bool int_list(json_t *a, int32_t rank, int64_t *out) {
   if (!json_is_array(a) || json_array_size(a) != (size_t)rank) return false;
   for (int32_t k = 0; k < rank; k++) {
     json_t *v = json_array_get(a, (size_t)k);
-    if (!json_is_integer(v) || json_integer_value(v) < 0) return false;
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > k_max_int)
+      return false;
     out[k] = (int64_t)json_integer_value(v);
   }
   return true;
@@ -636,7 +736,7 @@ static sc_status check_tiled(const char *dir, json_t *tensors, sc_diag *d) {
       json_t *shape = json_object_get(t, "shape"), *sh = json_object_get(t, "shards");
       int32_t rank = (int32_t)json_array_size(shape);
       int64_t dims[SC_MAX_RANK] = {0}, covered = 0;
-      bool ok = rank <= SC_MAX_RANK && int_list(shape, rank, dims);
+      bool ok = rank <= SC_MAX_RANK && int_list(shape, rank, dims) && volume(rank, dims) >= 0;
       size_t n = json_array_size(sh);
       for (size_t a = 0; ok && a < n; a++) {
         int64_t ao[SC_MAX_RANK], as[SC_MAX_RANK];
@@ -732,9 +832,9 @@ typedef struct loader {
 
 static sc_status get_count(loader *l, json_t *o, const char *key, const char *where, int64_t *out) {
   json_t *v = json_object_get(o, key);
-  if (!json_is_integer(v) || json_integer_value(v) < 0)
+  if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > k_max_int)
     return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
-                                "%s: '%s' missing or not an integer >= 0", where, key);
+                                "%s: '%s' missing or not an integer in [0, 2^53]", where, key);
   *out = (int64_t)json_integer_value(v);
   return SC_OK;
 }
@@ -787,6 +887,25 @@ static json_t *file_entry(json_t *files, sc_ckpt_group g) {
   return NULL;
 }
 
+/* Reads the checkpoint's file `name` whole (at most max_bytes) into
+ * *data: a regular file inside the folder, never a symbolic link (which
+ * could point anywhere). */
+static sc_status read_member(loader *l, const char *name, int64_t max_bytes, char **data,
+                             size_t *n) {
+  char path[4096];
+  struct stat sb;
+  if (!join(path, sizeof path, l->dir, name))
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "path too long");
+  if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode))
+    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir,
+                                "%s is a symbolic link; a checkpoint's files are regular files "
+                                "inside its folder (not following it)", name);
+  sc_diag fd;
+  sc_diag_clear(&fd);
+  sc_status st = sc_file_read_all(path, name, max_bytes, data, n, &fd);
+  return st == SC_OK ? SC_OK : sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
+}
+
 /* Reads file f (its entry e of 'files'), checks its size and SHA-256 and
  * parses it into *out. f is a name this code chose or validated. */
 static sc_status read_checked(loader *l, json_t *e, const char *f, sc_safetensors **out) {
@@ -797,19 +916,19 @@ static sc_status read_checked(loader *l, json_t *e, const char *f, sc_safetensor
   if (!sha || strlen(sha) != 64)
     return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
                                 "%s: 'sha256' of %s missing or not 64 hex digits", k_manifest, f);
-  char path[4096];
-  if (!join(path, sizeof path, l->dir, f))
-    return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "path too long");
   char *data = NULL;
   size_t n = 0;
-  sc_diag fd;
-  sc_diag_clear(&fd);
-  st = sc_file_read_all(path, f, bytes < INT64_MAX ? bytes + 1 : bytes, &data, &n, &fd);
+  sc_diag sub;
+  sc_diag_clear(&sub);
+  loader quiet = {.dir = l->dir, .d = &sub, .c = l->c};
+  st = read_member(&quiet, f, bytes + 1, &data, &n);
   if (st == SC_ERR_LIMIT)
     return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
                                 "%s: larger than the %lld bytes the manifest records", f,
                                 (long long)bytes);
-  if (st != SC_OK) return sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
+  if (st != SC_OK) return sc_diag_set(l->d, st, NULL, NULL, "%s", sub.msg);
+  sc_diag fd;
+  sc_diag_clear(&fd);
   if ((int64_t)n != bytes) {
     sc_free(data);
     return sc_diag_set_prefixed(
@@ -929,10 +1048,8 @@ static sc_status read_manifest(loader *l, json_t **root) {
     return sc_diag_set_prefixed(l->d, SC_ERR_IO, l->dir, "not a checkpoint (no %s)", k_manifest);
   char *text = NULL;
   size_t n = 0;
-  sc_diag fd;
-  sc_diag_clear(&fd);
-  sc_status st = sc_file_read_all(path, k_manifest, MAX_MANIFEST_BYTES, &text, &n, &fd);
-  if (st != SC_OK) return sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
+  sc_status st = read_member(l, k_manifest, MAX_MANIFEST_BYTES, &text, &n);
+  if (st != SC_OK) return st;
   json_error_t err;
   *root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &err);
   sc_free(text);
@@ -972,6 +1089,8 @@ typedef struct part {
   int group;
   sc_safetensors *f;
   bool *used;             /* [f->n_tensors] */
+  json_t *boxes;          /* the file's own record of its keys' boxes; NULL in
+                             files saved before files recorded them */
 } part;
 
 /* Reads, checks and parses the file of entry e (version 2). */
@@ -988,7 +1107,44 @@ static sc_status read_part(loader *l, json_t *e, part *p) {
   p->name = name;
   p->group = g;
   p->used = sc_calloc((size_t)p->f->n_tensors + 1, sizeof *p->used);
-  return p->used ? SC_OK : nomem(l->d);
+  if (!p->used) return nomem(l->d);
+  /* the file's own word on what it is: its group, its writer (the rank in
+   * its name), and the box of each key */
+  const char *fg = sc_safetensors_meta_get(p->f, "group");
+  const char *writer = sc_safetensors_meta_get(p->f, "writer");
+  const char *boxes = sc_safetensors_meta_get(p->f, "boxes");
+  const char *digits = name + strlen(k_groups[g]) + 5;
+  if (fg && strcmp(fg, k_groups[g]) != 0)
+    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                "%s says it holds %.20s, not %s: renamed or swapped files", name,
+                                fg, k_groups[g]);
+  if (!writer && !boxes) return SC_OK; /* saved before shards recorded their boxes */
+  char *end = NULL;
+  long w = writer ? strtol(writer, &end, 10) : -1;
+  if (!writer || !boxes || !end || *end || w != strtol(digits, NULL, 10))
+    return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                "%s says it was written by rank %.20s, not the rank its name "
+                                "gives (or lacks its boxes): renamed or swapped files", name,
+                                writer ? writer : "?");
+  p->boxes = json_loads(boxes, JSON_REJECT_DUPLICATES, NULL);
+  if (!json_is_object(p->boxes))
+    return sc_diag_set_prefixed(l->d, SC_ERR_PARSE, l->dir,
+                                "%s: __metadata__ 'boxes' is not a JSON object", name);
+  return SC_OK;
+}
+
+/* Whether part p's own record of key's box (when it has one) is the box
+ * (off, bs) of the manifest. */
+static bool box_agrees(const part *p, const char *key, int32_t rank, const int64_t *off,
+                       const int64_t *bs) {
+  if (!p->boxes) return true;
+  json_t *b = json_object_get(p->boxes, key);
+  int64_t fo[SC_MAX_RANK], fs[SC_MAX_RANK];
+  if (!int_list(json_object_get(b, "offsets"), rank, fo) ||
+      !int_list(json_object_get(b, "shape"), rank, fs))
+    return false;
+  return memcmp(fo, off, (size_t)rank * sizeof *off) == 0 &&
+         memcmp(fs, bs, (size_t)rank * sizeof *bs) == 0;
 }
 
 /* Group g's tensors, each assembled from its shards. */
@@ -1057,6 +1213,12 @@ static sc_status assemble(loader *l, json_t *list, sc_ckpt_group g, part *parts,
                                     "%s: tensor '%.200s', shard %zu: not in a listed file of its "
                                     "group, of another dtype or shape, outside the tensor or "
                                     "overlapping another shard", k_manifest, name, k);
+      if (!box_agrees(p, key, t->rank, off, bs))
+        return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
+                                    "%s: tensor '%.200s', shard %zu: %s records key '%.200s' as "
+                                    "another box of the tensor than the manifest's offsets: "
+                                    "swapped or renamed shard files", k_manifest, name, k,
+                                    p->name, key);
       p->used[x - p->f->tensors] = true;
       int64_t zero[SC_MAX_RANK] = {0};
       sc_ckpt_copy_box(esz, t->rank, bs, x->data, bs, zero, t->data, t->dims, off);
@@ -1095,6 +1257,7 @@ static sc_status load_v2(loader *l, json_t *files, json_t *tensors) {
   for (size_t i = 0; parts && i < nf; i++) {
     sc_safetensors_destroy(parts[i].f);
     sc_free(parts[i].used);
+    json_decref(parts[i].boxes);
   }
   sc_free(parts);
   return st;

@@ -28,13 +28,20 @@
  * (ir/fileio.h) and the parent folder fsync'd. Until that rename DIR is the
  * previous checkpoint, whole; a crash leaves it loadable. A save removes
  * the temporary folders of earlier saves into the same DIR whose process
- * is gone. An existing DIR is replaced only when it is a checkpoint or
- * empty; anything else is refused, never deleted. For tests, with
+ * is gone (through openat/unlinkat, never following a symbolic link). An
+ * existing DIR is replaced only when it is empty or a checkpoint holding
+ * nothing but what a save writes (regular files of its names); anything
+ * else is refused, naming the foreign entries, never deleted. Each shard
+ * file of version 2 records its writer and the box of each key in its
+ * __metadata__. For tests, with
  * SHARDC_TEST_CKPT_FAIL_AFTER=N in the environment a save fails after
  * writing N of its files (as a full disk would).
  *
  * Loading verifies before anything is used: the manifest's own checksum,
- * every field's type and range, each file's size and SHA-256, each
+ * every field's type and range (integers in [0, 2^53]), that no member is
+ * a symbolic link, each file's size and SHA-256, each shard file's own
+ * record of its writer and boxes against the manifest (a file without
+ * one, from an older save, loads on its hashes alone), each
  * safetensors file (runtime/safetensors.h), and that the tensors in the
  * files are exactly those the manifest lists, with its dtypes and shapes.
  * A problem is an error naming the file (and tensor): SC_ERR_IO (not a

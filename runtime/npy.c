@@ -282,8 +282,10 @@ sc_status sc_npy_read(const char *path, sc_npy *out, sc_diag *diag) {
   return st;
 }
 
-sc_status sc_npy_write(const char *path, sc_dtype dtype, int32_t rank, const int64_t *dims,
-                       const void *data, sc_diag *diag) {
+/* Writes the whole file (header and data) to f; path names it in
+ * messages. */
+static sc_status write_stream(FILE *f, const char *path, sc_dtype dtype, int32_t rank,
+                              const int64_t *dims, const void *data, sc_diag *diag) {
   const char *descr = sc_npy_descr(dtype);
   if (!descr)
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
@@ -317,21 +319,45 @@ sc_status sc_npy_write(const char *path, sc_dtype dtype, int32_t rank, const int
   pre[8] = (unsigned char)(hlen & 0xff);
   pre[9] = (unsigned char)(hlen >> 8);
 
-  /* under a temporary name, renamed into place when complete */
-  sc_file_commit c;
-  sc_status st = sc_file_commit_begin(&c, path, diag);
-  if (st != SC_OK) return st;
-  FILE *f = c.f;
+  errno = 0;
   bool ok = fwrite(pre, 1, sizeof pre, f) == sizeof pre &&
             fwrite(dict, 1, (size_t)len, f) == (size_t)len;
   for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', f) != EOF;
   ok = ok && fputc('\n', f) != EOF;
   if (ok && bytes > 0) ok = fwrite(data, 1, (size_t)bytes, f) == (size_t)bytes;
-  if (!ok) {
-    st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: write failed: %s", path,
-                     strerror(errno));
-    sc_file_commit_abort(&c);
-    return st;
+  if (!ok)
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "%s: write failed: %s", path,
+                       strerror(errno ? errno : EIO));
+  return SC_OK;
+}
+
+sc_status sc_npy_write(const char *path, sc_dtype dtype, int32_t rank, const int64_t *dims,
+                       const void *data, sc_diag *diag) {
+  if (rank < 0 || rank > SC_MAX_RANK)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "%s: bad rank %d", path, (int)rank);
+  sc_tensor_view v = {.name = path, .dtype = dtype, .rank = rank, .data = (void *)data};
+  if (rank > 0) memcpy(v.dims, dims, (size_t)rank * sizeof *dims);
+  return sc_npy_write_all(&path, &v, 1, diag);
+}
+
+sc_status sc_npy_write_all(const char *const *paths, const sc_tensor_view *views, int32_t n,
+                           sc_diag *diag) {
+  sc_file_commit *c = sc_calloc((size_t)n + 1, sizeof *c);
+  if (!c) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = SC_OK;
+  int32_t open_n = 0;
+  for (; st == SC_OK && open_n < n; open_n++) {
+    const sc_tensor_view *v = &views[open_n];
+    st = sc_file_commit_begin(&c[open_n], paths[open_n], diag);
+    if (st != SC_OK) break;
+    st = write_stream(c[open_n].f, paths[open_n], v->dtype, v->rank, v->dims, v->data, diag);
   }
-  return sc_file_commit_end(&c, diag);
+  if (st == SC_OK) {
+    st = sc_file_commit_end_all(c, n, diag);
+  } else {
+    for (int32_t i = 0; i < open_n && i < n; i++)
+      if (c[i].f) sc_file_commit_abort(&c[i]);
+  }
+  sc_free(c);
+  return st;
 }

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
+#include "runtime/runtime.h"
 
 typedef struct sc_npy {
   sc_dtype dtype;
@@ -60,5 +61,12 @@ bool sc_npy_check_narrow(sc_dtype t, const void *data, int64_t n, int64_t *bad);
  * truncated (ir/fileio.h). */
 sc_status sc_npy_write(const char *path, sc_dtype dtype, int32_t rank, const int64_t *dims,
                        const void *data, sc_diag *diag);
+/* Writes n files, paths[i] from views[i] (its dtype, rank, dims, data; the
+ * name is not used), as one commit (ir/fileio.h sc_file_commit_end_all):
+ * each is written whole under a temporary name first, then all are
+ * renamed into place with the interrupting signals held, so an
+ * interruption leaves every old file or every new one. */
+sc_status sc_npy_write_all(const char *const *paths, const sc_tensor_view *views, int32_t n,
+                           sc_diag *diag);
 
 #endif

@@ -9,6 +9,7 @@
  * header with jansson, pads it with spaces to 8 bytes and streams header and
  * data through SHA-256 so that a caller (the checkpoint) gets the digest of
  * what it wrote without reading it back. */
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -318,11 +319,14 @@ typedef struct out_stream {
   sc_sha256 sha;
   int64_t bytes;
   bool ok;
+  int err; /* errno of the failed write */
 } out_stream;
 
 static void put(out_stream *w, const void *p, size_t n) {
   if (!w->ok || n == 0) return;
+  errno = 0;
   w->ok = fwrite(p, 1, n, w->f) == n;
+  if (!w->ok) w->err = errno ? errno : EIO;
   sc_sha256_update(&w->sha, p, n);
   w->bytes += (int64_t)n;
 }
@@ -433,7 +437,7 @@ sc_status sc_safetensors_write_stream(FILE *f, const char *name, const sc_tensor
       sc_tensor_view_size(&tensors[ord[i]], &numel, &nb);
       put(&w, tensors[ord[i]].data, (size_t)nb);
     }
-    if (!w.ok) st = fail(diag, SC_ERR_IO, name, NULL, "write failed");
+    if (!w.ok) st = fail(diag, SC_ERR_IO, name, NULL, "write failed: %s", strerror(w.err));
     if (sha256) sc_sha256_final(&w.sha, sha256);
     if (bytes) *bytes = w.bytes;
   }

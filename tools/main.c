@@ -5,7 +5,9 @@
  * Artifacts are written under temporary names and renamed into place when
  * complete (ir/fileio.h); on SIGINT, SIGTERM or SIGHUP the handler removes
  * the temporary paths then dies of the same signal, so an interrupted
- * compile, run or plan leaves no half-written bundle or truncated file. */
+ * compile, run or plan leaves no half-written bundle or truncated file.
+ * While several files are renamed as one commit (run's outputs) the
+ * signal waits for the last rename (sc_tmp_defer_signal). */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,7 +45,13 @@ static void usage(FILE *f) {
   fprintf(f, "\n'shardc <command> --help' describes a command's options.\n");
 }
 
+static void install_signal_handlers(void);
+
 static void on_signal(int sig) {
+  if (sc_tmp_defer_signal(sig)) { /* files are being renamed as one: it comes back after */
+    install_signal_handlers();     /* SA_RESETHAND took ours off */
+    return;
+  }
   sc_tmp_remove_all();
   signal(sig, SIG_DFL); /* SA_RESETHAND did too; die of sig as without us */
   raise(sig);

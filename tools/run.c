@@ -22,7 +22,9 @@
  * Checked before the model is read: each --input name at most once, --mesh
  * axes that take roles, --comm mpi only with a mesh, no mpirun launch
  * without --comm mpi (each process would write the same files), the
- * output directory (created with its parents).
+ * output directory (created with its parents). The outputs are written as
+ * one commit (runtime/npy.h sc_npy_write_all): an interruption leaves
+ * every old file or every new one.
  *
  * Exit status: 0, 1 (a problem in the model or an input file), 2 (usage,
  * including missing inputs and --input names the model does not have). */
@@ -573,35 +575,48 @@ static int gather_inputs(run_state *st, run_opts *r, const char *model) {
   return 0;
 }
 
-static int write_outputs(run_state *st, const run_opts *r) {
-  const sc_program *p = st->p;
+/* Writes the n outputs v (those without data belong to another rank
+ * under mpi and are skipped) as DIR/<name>.npy, all in one commit (every
+ * old file or every new one, runtime/npy.h), each summarised on stdout
+ * unless --quiet. Returns 0 or 1 after printing the error. */
+static int write_output_files(const run_opts *r, const sc_tensor_view *v, int32_t n) {
   const char *dir = r->out_dir ? r->out_dir : ".";
   if (make_dir(dir)) return 1;
-  char(*names)[256] = sc_calloc(p->n_outputs > 0 ? (size_t)p->n_outputs : 1, sizeof *names);
-  if (!names) return 1;
-  int rc = 0;
-  for (int32_t i = 0; i < p->n_outputs && rc == 0; i++) {
-    const sc_tensor_view *v = &st->out[i];
-    safe_name(v->name, names[i], sizeof names[i] - 16);
-    for (int32_t j = 0; j < i; j++)
-      if (strcmp(names[i], names[j]) == 0) {
-        size_t len = strlen(names[i]);
-        snprintf(names[i] + len, sizeof names[i] - len, "_%d", (int)i);
+  char(*names)[256] = sc_calloc((size_t)n + 1, sizeof *names);
+  char(*paths)[4096] = sc_calloc((size_t)n + 1, sizeof *paths);
+  const char **ptr = sc_calloc((size_t)n + 1, sizeof *ptr);
+  sc_tensor_view *mine = sc_calloc((size_t)n + 1, sizeof *mine);
+  int rc = names && paths && ptr && mine ? 0 : 1;
+  int32_t m = 0;
+  for (int32_t i = 0; rc == 0 && i < n; i++) {
+    if (!v[i].data) continue;
+    safe_name(v[i].name, names[m], sizeof names[m] - 16);
+    for (int32_t j = 0; j < m; j++) /* two outputs of one name: the later one numbered */
+      if (strcmp(names[m], names[j]) == 0) {
+        size_t len = strlen(names[m]);
+        snprintf(names[m] + len, sizeof names[m] - len, "_%d", (int)i);
         break;
       }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s.npy", dir, names[i]);
-    sc_diag d = {0};
-    sc_diag_clear(&d);
-    if (sc_npy_write(path, v->dtype, v->rank, v->dims, v->data, &d) != SC_OK) {
-      fprintf(stderr, "shardc: error: %s\n", d.msg);
-      rc = 1;
-    } else if (!r->quiet) {
-      print_summary(v, path);
-    }
+    snprintf(paths[m], sizeof paths[m], "%s/%s.npy", dir, names[m]);
+    ptr[m] = paths[m];
+    mine[m++] = v[i];
   }
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (rc == 0 && sc_npy_write_all(ptr, mine, m, &d) != SC_OK) {
+    fprintf(stderr, "shardc: error: %s\n", d.msg);
+    rc = 1;
+  }
+  for (int32_t i = 0; rc == 0 && !r->quiet && i < m; i++) print_summary(&mine[i], paths[i]);
   sc_free(names);
+  sc_free(paths);
+  sc_free(ptr);
+  sc_free(mine);
   return rc;
+}
+
+static int write_outputs(run_state *st, const run_opts *r) {
+  return write_output_files(r, st->out, st->p->n_outputs);
 }
 
 /* MODEL is a bundle (`shardc compile -o DIR`, docs/bundle.md): its program
@@ -709,28 +724,17 @@ static int read_global_inputs(const run_opts *r, const sc_dist_program *dp, cons
   return 0;
 }
 
-/* Writes the outputs this process holds (an entry without data belongs to
- * another rank under mpi) as DIR/<name>.npy, each summarised on stdout
- * unless --quiet. Returns 0 or 1 after printing the error. */
+/* The outputs this process holds as DIR/<name>.npy (write_output_files). */
 static int write_dist_outputs(const run_opts *r, const sc_dist_output *out, int32_t no) {
-  const char *dir = r->out_dir ? r->out_dir : ".";
-  if (make_dir(dir)) return 1;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
+  sc_tensor_view *v = sc_calloc((size_t)no + 1, sizeof *v);
+  if (!v) return 1;
   for (int32_t i = 0; i < no; i++) {
-    if (!out[i].data) continue;
-    char name[256], path[4096];
-    safe_name(out[i].name, name, sizeof name - 16);
-    snprintf(path, sizeof path, "%s/%s.npy", dir, name);
-    sc_tensor_view v = {out[i].name, out[i].dtype, out[i].rank, {0}, out[i].data};
-    memcpy(v.dims, out[i].dims, sizeof v.dims);
-    if (sc_npy_write(path, v.dtype, v.rank, v.dims, v.data, &d) != SC_OK) {
-      fprintf(stderr, "shardc: error: %s\n", d.msg);
-      return 1;
-    }
-    if (!r->quiet) print_summary(&v, path);
+    v[i] = (sc_tensor_view){out[i].name, out[i].dtype, out[i].rank, {0}, out[i].data};
+    memcpy(v[i].dims, out[i].dims, sizeof v[i].dims);
   }
-  return 0;
+  int rc = write_output_files(r, v, no);
+  sc_free(v);
+  return rc;
 }
 
 /* Runs dp on every rank (or this process's rank under --comm mpi) and

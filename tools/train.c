@@ -6,9 +6,11 @@
  * per step — rewritten in place on a terminal — with examples per second
  * and the time left (and, with --log-json FILE, one JSON object per step:
  * step, loss, lr, grad_norm, time_ms). Data: every --data file's dim 0 counts
- * examples, and so does --labels' (or --targets'); step i takes examples
- * (i−1)·B … i·B−1, wrapping around, B the bound batch dim. Labels are
- * checked before step 1: each in [0, classes) or the ignore index.
+ * examples, and so does --labels' (or --targets'), the same count in
+ * every file; step i takes examples (i−1)·B … i·B−1, wrapping around, B the
+ * bound batch dim. Float data must be finite and labels each in [0,
+ * classes) or the ignore index, checked before step 1. The JSON log is
+ * created with its first line (a run that fails before leaves none).
  *
  * --grad-accum K: a step takes K·B examples, run as K microbatches.
  * --save DIR [--save-every N] writes checkpoints (runtime/checkpoint.h);
@@ -23,6 +25,7 @@
  * compiled into it and refused. Either way the trainer starts from a
  * training manifest (driver/train_bundle.h, runtime/train_bundle.h), so a
  * bundle trains bit for bit as the model it was compiled from. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,6 +234,8 @@ static double now_ms(void) {
 
 typedef struct dataset {
   const char *name;
+  const char *file;            /* the .npy file */
+  char option[80];             /* how the command line named it: "--labels", "--data x" */
   sc_npy a;
   int64_t row_bytes;           /* bytes of one example */
   sc_tensor_view batch;        /* the program's view, data in buf */
@@ -245,16 +250,19 @@ static void format_dims(sc_dtype t, int32_t rank, const int64_t *dims, char *buf
   if (pos < n) snprintf(buf + pos, n - pos, "]");
 }
 
-/* The program's data input b from file: dtype and per-example dims must
- * match; dim 0 counts examples. A step takes accum microbatches of b's
- * dim 0 examples each. Returns an exit status. */
-static int load_data(const char *name, const char *file, const sc_buffer *b, int32_t accum,
-                     dataset *ds) {
+/* The program's data input b from file (option: how the command line
+ * named it): dtype and per-example dims must match; dim 0 counts examples;
+ * float data must be finite. A step takes accum microbatches of b's dim 0
+ * examples each. Returns an exit status. */
+static int load_data(const char *name, const char *option, const char *file, const sc_buffer *b,
+                     int32_t accum, dataset *ds) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   ds->name = name;
+  ds->file = file;
+  snprintf(ds->option, sizeof ds->option, "%s", option);
   if (sc_npy_read(file, &ds->a, &d) != SC_OK) {
-    fprintf(stderr, "shardc: error: --data %s: %s\n", name, d.msg);
+    fprintf(stderr, "shardc: error: %s: %s\n", option, d.msg);
     return 1;
   }
   char want[160], got[160], why[160] = "";
@@ -274,6 +282,19 @@ static int load_data(const char *name, const char *file, const sc_buffer *b, int
     fprintf(stderr, "shardc: error: %s: '%s' takes examples of %s (dim 0 counts them), the file "
             "holds %s: %s\n", file, name, want, got, why);
     return 1;
+  }
+  if (sc_dtype_is_float(ds->a.dtype)) {
+    int64_t n = 1;
+    for (int32_t k = 0; k < ds->a.rank; k++) n *= ds->a.dims[k]; /* the file's size bounds it */
+    for (int64_t e = 0; e < n; e++) {
+      double v = sc_load_f64(ds->a.dtype, ds->a.data, e);
+      if (!isfinite(v)) {
+        fprintf(stderr, "shardc: error: %s: %s: element %lld (example %lld) is %g; training "
+                "data must be finite\n", option, file, (long long)e,
+                (long long)(e / (n / ds->a.dims[0])), v);
+        return 1;
+      }
+    }
   }
   ds->row_bytes = b->bytes / (b->dims[0] > 0 ? b->dims[0] : 1);
   ds->buf = sc_malloc(b->bytes > 0 ? (size_t)b->bytes * (size_t)accum : 1);
@@ -469,8 +490,20 @@ static int load_all_data(const train_args *a, const sc_cli_opts *o, const runner
     for (int k = 0; !file && k < a->n_data; k++)
       if (strcmp(a->data_name[k], db->name) == 0) file = a->data_file[k];
     if (!file) return sc_cli_usage_error("%s: missing --data %s=FILE.npy", o->file, db->name);
-    int rc = load_data(db->name, file, db, accum, &ds[(*n_ds)++]);
+    char option[80];
+    if (file == a->labels || file == a->targets)
+      snprintf(option, sizeof option, "--%s", db->name);
+    else
+      snprintf(option, sizeof option, "--data %.60s", db->name);
+    int rc = load_data(db->name, option, file, db, accum, &ds[(*n_ds)++]);
     if (rc) return rc;
+    const dataset *x = &ds[0], *y = &ds[*n_ds - 1];
+    if (x->a.dims[0] != y->a.dims[0]) {
+      fprintf(stderr, "shardc: error: %s (%s) holds %lld examples but %s (%s) %lld; every data "
+              "file needs one row per example\n", x->option, x->file, (long long)x->a.dims[0],
+              y->option, y->file, (long long)y->a.dims[0]);
+      return 1;
+    }
   }
   for (int k = 0; k < a->n_data; k++) {
     bool used = false;
@@ -503,6 +536,14 @@ static int check_labels(const train_args *a, const sc_train_manifest *m, const d
   return 0;
 }
 
+/* A checkpoint's error: its messages name the folder already (the
+ * trainer's may not). */
+static int report_ckpt(sc_diag *d, const char *dir) {
+  size_t n = strlen(dir);
+  bool named = strncmp(d->msg, dir, n) == 0 && d->msg[n] == ':';
+  return sc_cli_report(d, named || d->file[0] ? NULL : dir);
+}
+
 /* --resume: the trainer's state, step and data position from a
  * checkpoint of the same optimizer. */
 static int resume(const train_args *a, runner *tr, const char *opt_name, int64_t *first,
@@ -510,7 +551,7 @@ static int resume(const train_args *a, runner *tr, const char *opt_name, int64_t
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_ckpt *ck = NULL;
-  if (sc_ckpt_load(a->resume, &ck, &d) != SC_OK) return sc_cli_report(&d, a->resume);
+  if (sc_ckpt_load(a->resume, &ck, &d) != SC_OK) return report_ckpt(&d, a->resume);
   const sc_ckpt_state *cs = sc_ckpt_state_of(ck);
   sc_status st = strcmp(cs->optimizer, opt_name) != 0
                      ? sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
@@ -523,10 +564,7 @@ static int resume(const train_args *a, runner *tr, const char *opt_name, int64_t
   if (tr->dist) sc_dist_trainer_set_loss_scale(tr->dist, cs->loss_scale, cs->loss_scale_growth);
   else sc_trainer_set_loss_scale(tr->one, cs->loss_scale, cs->loss_scale_growth);
   sc_ckpt_destroy(ck);
-  if (st != SC_OK) {
-    if (!d.file[0]) sc_diag_set_file(&d, a->resume);
-    return sc_cli_report(&d, a->resume);
-  }
+  if (st != SC_OK) return report_ckpt(&d, a->resume);
   if (!a->quiet) printf("resumed from %s at step %lld\n", a->resume, (long long)(*first - 1));
   return 0;
 }
@@ -619,11 +657,6 @@ int sc_cmd_train(int argc, char **argv) {
     fprintf(stderr, "shardc: note: the data hold %lld examples, fewer than the %lld a step "
             "takes: examples repeat within each step\n", (long long)ds[0].a.dims[0],
             (long long)(ds[0].batch.dims[0] * m->grad_accum));
-  if (a.log_json && !(log = fopen(a.log_json, "w"))) {
-    fprintf(stderr, "shardc: error: %s: cannot write the log\n", a.log_json);
-    rc = 1;
-    goto done;
-  }
   if (!a.quiet) {
     int64_t numel = 0;
     for (int32_t k = 0; k < m->n_params; k++) {
@@ -705,6 +738,14 @@ int sc_cmd_train(int argc, char **argv) {
              live ? (step == a.steps ? "\n" : "\033[K") : "\n");
       if (live) fflush(stdout);
     }
+    /* the log is created with its first line: a run that fails before
+     * leaves none, one that fails later a log of the steps it ran */
+    if (a.log_json && !log && !(log = fopen(a.log_json, "w"))) {
+      fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
+              strerror(errno));
+      rc = 1;
+      goto done;
+    }
     if (log) { /* JSON has no NaN or infinity: null */
       char ls[32] = "null", ns[32] = "null";
       if (isfinite(loss)) snprintf(ls, sizeof ls, "%.9g", loss);
@@ -715,7 +756,12 @@ int sc_cmd_train(int argc, char **argv) {
       fprintf(log, "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
               "\"time_ms\": %.4f%s%s}\n", (long long)step, ls, lr, ns, ms,
               applied ? "" : ", \"skipped\": true", scale);
-      fflush(log); /* a line per step as it ends, for whoever follows the file */
+      if (fflush(log) != 0) { /* a line per step as it ends, for whoever follows the file */
+        fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
+                strerror(errno));
+        rc = 1;
+        goto done;
+      }
     }
     if (!a.quiet && step == a.steps && run.dist && src.mesh->pipe_chunks > 0) {
       printf("pipeline: handed-over values kept at once, per pipeline rank:");
@@ -731,7 +777,7 @@ int sc_cmd_train(int argc, char **argv) {
                           .optimizer = m->optimizer, .optimizer_json = hyper};
       if ((run.dist ? sc_dist_trainer_save(run.dist, a.save, &cs, &d)
                     : sc_trainer_save(run.one, a.save, &cs, &d)) != SC_OK) {
-        rc = sc_cli_report(&d, a.save);
+        rc = report_ckpt(&d, a.save);
         if (world) sc_dist_trainer_abort(run.dist, d.msg); /* the others wait in a step */
         goto done;
       }
@@ -739,7 +785,8 @@ int sc_cmd_train(int argc, char **argv) {
   }
 done:
   if (log && fclose(log) != 0 && !rc) {
-    fprintf(stderr, "shardc: error: %s: cannot write the log\n", a.log_json);
+    fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
+            strerror(errno));
     rc = 1;
   }
   fflush(stdout);

@@ -311,6 +311,13 @@ static void negative_step(json_t *r) { json_object_set_new(r, "step", json_integ
 static void bad_rng(json_t *r) {
   json_object_set_new(r, "rng_state", json_string("18446744073709551616"));
 }
+static void huge_position(json_t *r) { /* 2^63 - 1: would overflow the data index */
+  json_object_set_new(r, "data_position", json_integer(INT64_MAX));
+}
+static void huge_bytes(json_t *r) {
+  json_object_set_new(json_array_get(json_object_get(r, "files"), 0), "bytes",
+                      json_integer(INT64_MAX));
+}
 static void bad_loss_scale(json_t *r) { json_object_set_new(r, "loss_scale", json_string("1")); }
 static void no_files(json_t *r) { json_object_del(r, "files"); }
 static json_t *weight0(json_t *r) {
@@ -354,6 +361,8 @@ static void test_edited_manifest(void **state) {
       {set_version, false, SC_ERR_UNSUPPORTED, "format version 3", NULL},
       {negative_step, true, SC_ERR_PARSE, "'step'", NULL},
       {bad_rng, true, SC_ERR_PARSE, "'rng_state'", NULL},
+      {huge_position, true, SC_ERR_PARSE, "'data_position'", "[0, 2^53]"},
+      {huge_bytes, true, SC_ERR_PARSE, "'bytes'", "[0, 2^53]"},
       {bad_loss_scale, true, SC_ERR_PARSE, "'loss_scale'", NULL},
       {no_files, true, SC_ERR_PARSE, "'files'", NULL},
       {wrong_shape, true, SC_ERR_INVALID, "tensor 'fc1.weight'", "shape differs"},
@@ -480,7 +489,7 @@ static void test_sharded_manifest(void **state) {
     void (*edit)(json_t *);
     const char *n1, *n2;
   } cases[] = {
-      {shard_gap, "tensor 'w'", "overlapping"},
+      {shard_gap, "tensor 'w'", "another box"}, /* the file's own record of w@0 */
       {shard_path, "not a shard file name", NULL},
       {shard_dropped, "tensor 'w'", "cover 18 of its 24"},
   };
@@ -656,6 +665,111 @@ static void test_save_refusals(void **state) {
   assert_int_equal(count_entries(scratch_path("r")), 3); /* user, bundle, empty: nothing else */
 }
 
+/* ---- symbolic links and foreign files ---- */
+
+static void test_links_and_foreign_files(void **state) {
+  (void)state;
+  fixture a, b;
+  prepare("l", &a, &b, 12);
+  char victim[600], link[600], ck[600];
+  snprintf(victim, sizeof victim, "%s", scratch_path("l/victim"));
+  save_ok(victim, &a);
+  /* a symbolic link named as a dead save's temporary folder, pointing at
+   * another checkpoint: left alone, never followed */
+  snprintf(link, sizeof link, "%s", scratch_path("l/ck.tmp-99999999-0"));
+  assert_int_equal(symlink("victim", link), 0);
+  snprintf(ck, sizeof ck, "%s", scratch_path("l/ck"));
+  save_ok(ck, &b);
+  assert_int_equal(count_entries(victim), 3);
+  sc_ckpt *c = load_ok(victim);
+  expect_same(c, &a);
+  sc_ckpt_destroy(c);
+  struct stat sb;
+  assert_int_equal(lstat(link, &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
+
+  /* a member that is a symbolic link (out of the folder) is not followed */
+  char member[700];
+  snprintf(member, sizeof member, "%s/weights.safetensors", ck);
+  assert_int_equal(unlink(member), 0);
+  assert_int_equal(symlink("/etc/passwd", member), 0);
+  expect_load_fails(ck, SC_ERR_IO, "weights.safetensors is a symbolic link", NULL);
+
+  /* a checkpoint holding files a save did not write is not replaced */
+  save_ok(victim, &b); /* replacing a checkpoint of ours is fine */
+  snprintf(member, sizeof member, "%s/notes.txt", victim);
+  FILE *f = fopen(member, "w");
+  fputs("keep me", f);
+  fclose(f);
+  snprintf(member, sizeof member, "%s/link", victim);
+  assert_int_equal(symlink("/etc", member), 0);
+  expect_save_fails(victim, &a.st, a.weights, 4, SC_ERR_IO, "notes.txt");
+  expect_save_fails(victim, &a.st, a.weights, 4, SC_ERR_IO, "link (a symbolic link)");
+  assert_int_equal(count_entries(victim), 5);
+  c = load_ok(victim);
+  expect_same(c, &b);
+  sc_ckpt_destroy(c);
+}
+
+/* Swaps the "bytes" and "sha256" of the two optimizer files' entries
+ * (their contents were swapped on disk). */
+static void swap_optimizer_entries(json_t *r) {
+  json_t *files = json_object_get(r, "files"), *e[2] = {NULL, NULL};
+  size_t i;
+  json_t *x;
+  json_array_foreach(files, i, x) {
+    const char *name = json_string_value(json_object_get(x, "name"));
+    if (strcmp(name, "optimizer-rank00000.safetensors") == 0) e[0] = x;
+    if (strcmp(name, "optimizer-rank00001.safetensors") == 0) e[1] = x;
+  }
+  assert_non_null(e[0]);
+  assert_non_null(e[1]);
+  json_t *bytes = json_copy(json_object_get(e[0], "bytes"));
+  json_t *sha = json_copy(json_object_get(e[0], "sha256"));
+  json_object_set(e[0], "bytes", json_object_get(e[1], "bytes"));
+  json_object_set(e[0], "sha256", json_object_get(e[1], "sha256"));
+  json_object_set_new(e[1], "bytes", bytes);
+  json_object_set_new(e[1], "sha256", sha);
+}
+
+/* The two row halves of w.exp_avg listed at each other's offsets. */
+static void swap_optimizer_offsets(json_t *r) {
+  json_t *m = json_array_get(json_object_get(json_object_get(r, "tensors"), "optimizer"), 0);
+  json_t *sh = json_object_get(m, "shards");
+  json_t *o0 = json_copy(json_object_get(json_array_get(sh, 0), "offsets"));
+  json_object_set(json_array_get(sh, 0), "offsets",
+                  json_object_get(json_array_get(sh, 1), "offsets"));
+  json_object_set_new(json_array_get(sh, 1), "offsets", o0);
+}
+
+static void test_swapped_shards(void **state) {
+  (void)state;
+  sharded x;
+  make_sharded(&x);
+  sc_diag d;
+  sc_diag_clear(&d);
+  char a[700], b[700], t[700];
+  /* the two optimizer files swapped on disk, the manifest's hashes with
+   * them: every hash holds, the file's own writer does not */
+  assert_int_equal(sc_ckpt_save_shards(scratch_path("sw"), &x.st, x.sh, 7, &d), SC_OK);
+  snprintf(a, sizeof a, "%s/optimizer-rank00000.safetensors", scratch_path("sw"));
+  snprintf(b, sizeof b, "%s/optimizer-rank00001.safetensors", scratch_path("sw"));
+  snprintf(t, sizeof t, "%s/swap", scratch_path("sw"));
+  assert_int_equal(rename(a, t), 0);
+  assert_int_equal(rename(b, a), 0);
+  assert_int_equal(rename(t, b), 0);
+  edit_manifest(scratch_path("sw"), swap_optimizer_entries, true);
+  expect_load_fails(scratch_path("sw"), SC_ERR_INVALID, "optimizer-rank00000.safetensors",
+                    "written by rank 1");
+  /* the manifest's boxes swapped: each file's record of its box differs */
+  char cmd[800];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch_path("sw"));
+  assert_int_equal(system(cmd), 0);
+  assert_int_equal(sc_ckpt_save_shards(scratch_path("sw"), &x.st, x.sh, 7, &d), SC_OK);
+  edit_manifest(scratch_path("sw"), swap_optimizer_offsets, true);
+  expect_load_fails(scratch_path("sw"), SC_ERR_INVALID, "tensor 'w.exp_avg'", "another box");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
@@ -667,6 +781,8 @@ int main(void) {
       cmocka_unit_test(test_save_refusals),
       cmocka_unit_test(test_sharded),
       cmocka_unit_test(test_sharded_manifest),
+      cmocka_unit_test(test_links_and_foreign_files),
+      cmocka_unit_test(test_swapped_shards),
   };
   return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);
 }
