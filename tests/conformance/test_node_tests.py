@@ -19,7 +19,7 @@ replaced by '_', see safe_name) is compared with the stored output.
 
 Comparison. Shape and dtype must match exactly. Integers, bool and strings:
 exactly equal. Floats: |got - want| <= atol + rtol * |want| elementwise, with
-  float32/float64: rtol 1e-4, atol 1e-5 (the issue's tolerance: float32
+  float32/float64: rtol 1e-4, atol 1e-5 (the project's tolerance: float32
                    kernels that reorder sums or use other libm
                    approximations stay well inside it)
   float16:         rtol 1e-3, atol 1e-3 (fp16 has 11 significant bits: one

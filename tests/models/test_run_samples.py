@@ -11,7 +11,7 @@ weights are not in the repository), on three seeded random inputs (batch
   * `shardc run MODEL --dim batch=B --input ... --output-dir DIR` succeeds
     and writes DIR/<output>.npy for every graph output;
   * each output has onnxruntime's dtype and shape, contains no NaN, and
-    matches within rtol 1e-4, atol 1e-5 (the issue's float32 tolerance:
+    matches within rtol 1e-4, atol 1e-5 (the project's float32 tolerance:
     shardc and onnxruntime sum in different orders).
 Also the command line around it: missing inputs (exit 2, all missing names
 listed), a .npy of the wrong shape or dtype (exit 1, naming the input and
