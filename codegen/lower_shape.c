@@ -354,15 +354,18 @@ static int32_t concat_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
     at += in_val(cx, n, i)->dims[axis];
   }
   int32_t v = -1;
+  bool any = false; /* an input with elements: v < 0 then is a builder failure */
   for (int32_t i = ni - 1; i >= 0; i--) {
     int64_t dim = in_val(cx, n, i)->dims[axis];
     if (dim == 0) continue;
     xi[axis] = clamp(cx, bin(cx, KIR_SUB, idx[axis], C(cx, starts[i])), 0, dim - 1);
     int32_t e = sc_lower_input_at(cx, n, i, xi);
     if (e < 0) return -1;
-    v = v < 0 ? e : sel(cx, bin(cx, KIR_LT, idx[axis], C(cx, starts[i] + dim)), e, v);
+    v = !any ? e : sel(cx, bin(cx, KIR_LT, idx[axis], C(cx, starts[i] + dim)), e, v);
+    any = true;
+    if (v < 0) return -1;
   }
-  if (v < 0) sc_lower_error(cx, n, SC_ERR_INVALID, "Concat of empty inputs has no elements");
+  if (!any) sc_lower_error(cx, n, SC_ERR_INVALID, "Concat of empty inputs has no elements");
   return v;
 }
 const sc_lowering sc_lw_concat = {SC_LOWER_POINT, concat_point, NULL};

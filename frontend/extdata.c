@@ -139,6 +139,12 @@ static sc_status map_file(sc_onnx_ctx *c, const char *what, const char *loc,
   sb.st_size = (off_t)file_bytes;
   if (sb.st_size > 0) {
     addr = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED && errno == ENOMEM) {
+      addr = NULL;
+      st = sc_onnx_error(c, SC_ERR_NOMEM, "tensor '%s': out of memory: needed %lld bytes for "
+                         "mapping '%s'", what, (long long)sb.st_size, loc);
+      goto fail;
+    }
     if (addr == MAP_FAILED) {
       addr = NULL;
       st = sc_onnx_error(c, SC_ERR_IO, "tensor '%s': cannot map '%s': %s", what, loc,

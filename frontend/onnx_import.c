@@ -941,6 +941,19 @@ sc_status sc_onnx_nodes_finish(sc_onnx_ctx *c, sc_onnx_nodes *l, sc_status st,
 
 static void free_model(void *p) { onnx__model_proto__free_unpacked(p, NULL); }
 
+/* protobuf-c's allocator for the unpack: malloc and free, as its default
+ * (free_model frees with that), and a note of a request that failed, so
+ * that a model that did not fit in memory is not called malformed. */
+static void *unpack_alloc(void *ud, size_t n) {
+  void *p = malloc(n);
+  if (!p && *(size_t *)ud < n) *(size_t *)ud = n;
+  return p;
+}
+static void unpack_free(void *ud, void *p) {
+  (void)ud;
+  free(p);
+}
+
 static sc_status import_buffer(const uint8_t *data, size_t size, const char *base_dir,
                                const sc_import_opts *opts, sc_graph **out,
                                sc_diag *diag) {
@@ -954,7 +967,12 @@ static sc_status import_buffer(const uint8_t *data, size_t size, const char *bas
     return sc_onnx_error(&c, SC_ERR_LIMIT,
                          "not a valid ONNX model: messages nest deeper than %d levels",
                          SC_ONNX_MAX_DEPTH);
-  Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, data);
+  size_t failed = 0;
+  ProtobufCAllocator pa = {unpack_alloc, unpack_free, &failed};
+  Onnx__ModelProto *m = onnx__model_proto__unpack(&pa, size, data);
+  if (!m && failed)
+    return sc_onnx_error(&c, SC_ERR_NOMEM, "out of memory: needed %zu bytes for decoding the model",
+                         failed);
   if (!m) return sc_onnx_error(&c, SC_ERR_PARSE, "not a valid ONNX model");
   if (!m->graph) {
     onnx__model_proto__free_unpacked(m, NULL);
@@ -1009,6 +1027,8 @@ sc_status sc_onnx_import(const char *path, const sc_import_opts *opts, sc_graph 
   size_t size = (size_t)file_bytes;
   void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
+  if (map == MAP_FAILED && errno == ENOMEM)
+    return sc_diag_nomem(diag, size, "mapping the model");
   if (map == MAP_FAILED)
     return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "cannot map: %s", strerror(errno));
 

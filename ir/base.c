@@ -1,9 +1,21 @@
-/* base.c — status names, diagnostics, allocation hook and the arena. */
+/* base.c — status names, diagnostics, allocation hook, the address-space
+ * probe and the arena. An allocation through the hook that fails leaves its
+ * size with the thread, so that a later bare "out of memory" diagnostic
+ * says how much was asked for. */
 #include "base.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+
+static _Thread_local uint64_t failed_bytes; /* the last failed request, or 0 */
+
+uint64_t sc_alloc_take_failed_bytes(void) {
+  uint64_t n = failed_bytes;
+  failed_bytes = 0;
+  return n;
+}
 
 const char *sc_status_name(sc_status s) {
   static const char *const names[SC_STATUS_COUNT] = {
@@ -34,7 +46,35 @@ sc_status sc_diag_vset(sc_diag *d, sc_status status, const char *node,
   copy_str(d->node, sizeof d->node, node);
   copy_str(d->op, sizeof d->op, op);
   vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+  /* a bare "...out of memory": with the size of the request that failed */
+  static const char oom[] = "out of memory";
+  size_t len = strlen(d->msg), ol = sizeof oom - 1;
+  uint64_t bytes = status == SC_ERR_NOMEM ? sc_alloc_take_failed_bytes() : 0;
+  if (bytes && len >= ol && strcmp(d->msg + len - ol, oom) == 0)
+    snprintf(d->msg + len, sizeof d->msg - len, ": needed %llu bytes", (unsigned long long)bytes);
   return status;
+}
+
+sc_status sc_diag_nomem(sc_diag *d, uint64_t bytes, const char *what_fmt, ...) {
+  if (!d || d->status != SC_OK) return SC_ERR_NOMEM;
+  sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory: needed %llu bytes for ",
+              (unsigned long long)bytes);
+  size_t n = strlen(d->msg);
+  va_list ap;
+  va_start(ap, what_fmt);
+  vsnprintf(d->msg + n, sizeof d->msg - n, what_fmt, ap);
+  va_end(ap);
+  return SC_ERR_NOMEM;
+}
+
+bool sc_mem_probe(uint64_t bytes) {
+  if (bytes == 0) return true;
+  if (bytes > SIZE_MAX) return false;
+  void *p = mmap(NULL, (size_t)bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  if (p == MAP_FAILED) return false;
+  munmap(p, (size_t)bytes);
+  return true;
 }
 
 sc_status sc_diag_set(sc_diag *d, sc_status status, const char *node,
@@ -126,7 +166,11 @@ void sc_set_allocator(const sc_allocator *a) {
   else
     g_alloc = (sc_allocator){def_alloc, def_realloc, def_free, NULL};
 }
-void *sc_malloc(size_t n) { return g_alloc.alloc(g_alloc.ud, n ? n : 1); }
+void *sc_malloc(size_t n) {
+  void *p = g_alloc.alloc(g_alloc.ud, n ? n : 1);
+  if (!p) failed_bytes = n ? n : 1;
+  return p;
+}
 void *sc_calloc(size_t count, size_t size) {
   size_t n;
   if (__builtin_mul_overflow(count, size, &n)) return NULL;
@@ -135,7 +179,9 @@ void *sc_calloc(size_t count, size_t size) {
   return p;
 }
 void *sc_realloc(void *p, size_t n) {
-  return g_alloc.realloc(g_alloc.ud, p, n ? n : 1);
+  void *q = g_alloc.realloc(g_alloc.ud, p, n ? n : 1);
+  if (!q) failed_bytes = n ? n : 1;
+  return q;
 }
 void sc_free(void *p) {
   if (p) g_alloc.free(g_alloc.ud, p);

@@ -45,6 +45,10 @@ sc_status sc_diag_set_prefixed(sc_diag *d, sc_status status, const char *prefix,
 sc_status sc_diag_vset_prefixed(sc_diag *d, sc_status status, const char *prefix,
                                 const char *fmt, va_list ap);
 void sc_diag_set_file(sc_diag *d, const char *file);
+/* SC_ERR_NOMEM with "out of memory: needed BYTES bytes for WHAT", the one
+ * wording the CLI and the tests look for. */
+sc_status sc_diag_nomem(sc_diag *d, uint64_t bytes, const char *what_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* "FILE: node 'N' (Op): msg" into buf. */
 void sc_diag_format(const sc_diag *d, char *buf, size_t n);
 
@@ -77,6 +81,17 @@ typedef struct sc_allocator {
 } sc_allocator;
 void sc_set_allocator(const sc_allocator *a); /* NULL restores the default */
 void *sc_malloc(size_t n);
+/* Bytes of the calling thread's last sc_malloc/sc_calloc/sc_realloc that
+ * failed, 0 once read (or when none has): sc_diag_set adds it to a bare
+ * SC_ERR_NOMEM message ("out of memory: needed N bytes ..."). */
+uint64_t sc_alloc_take_failed_bytes(void);
+/* Whether `bytes` more of address space can be mapped now: maps that much
+ * (PROT_NONE, nothing committed) and unmaps it at once. For calls into
+ * libraries that cannot return an allocation failure (LLVM aborts, oneDNN's
+ * first-call set-up may crash): probed just before the call, a shortfall
+ * under an address-space limit (ulimit -v) is found where an error can
+ * still be returned. It says nothing of physical memory. */
+bool sc_mem_probe(uint64_t bytes);
 void *sc_calloc(size_t count, size_t size); /* overflow-checked */
 void *sc_realloc(void *p, size_t n);
 void sc_free(void *p);

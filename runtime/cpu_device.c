@@ -24,7 +24,13 @@
  * buffer's address and builds each kernel's argument array, so a run does
  * no allocation and no lookups (but for the direct convolutions of
  * cpu_conv.c, which wrap the running thread's scratchpad in a oneDNN memory
- * object per call). */
+ * object per call).
+ *
+ * Out of memory: prepare makes oneDNN's first sgemm itself, after probing
+ * for the address space it takes (onednn_setup); a GEMM tile whose engine
+ * later finds no memory for its buffers is recorded, the run's remaining
+ * GEMMs are skipped and the run fails at end_run (docs/runtime.md#out-of-memory). */
+#include <errno.h>
 #include <limits.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -146,10 +152,21 @@ sc_status sc_thread_pool_create(int threads, sc_thread_pool **out, sc_diag *diag
       return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     }
     for (int i = 0; i < threads - 1; i++) {
-      if (pthread_create(&tp->workers[i], NULL, worker_main, tp) != 0) {
+      int err = pthread_create(&tp->workers[i], NULL, worker_main, tp);
+      if (err != 0) {
         sc_thread_pool_destroy(tp);
-        return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
-                           "cannot start thread %d of %d", i + 2, threads);
+        if (err != EAGAIN)
+          return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "cannot start thread %d of %d: %s",
+                             i + 2, threads, strerror(err));
+        /* EAGAIN: most often no room for the thread's stack */
+        size_t stack = 0;
+        pthread_attr_t attr;
+        if (pthread_attr_init(&attr) == 0) {
+          pthread_attr_getstacksize(&attr, &stack);
+          pthread_attr_destroy(&attr);
+        }
+        return sc_diag_nomem(diag, stack, "the stack of thread %d of %d (or the system's "
+                             "limit on threads; --threads N uses fewer)", i + 2, threads);
       }
       tp->n_workers++;
     }
@@ -242,6 +259,8 @@ typedef struct cpu_ctx {
                              pitch_weights) */
   bool *pitched_owner;    /* per step: pitched[i] is this step's to free */
   double compile_s;
+  sc_gemm_failure run_failed; /* the run's first GEMM whose engine ran out of
+                                 memory (bytes 0: none), for cpu_end_run */
 } cpu_ctx;
 
 static int online_cores(void) {
@@ -384,6 +403,27 @@ static bool is_bf16(const sc_program *p, const sc_gemm *g) {
   return g->c >= 0 && g->c < p->n_buffers && p->buffers[g->c].dtype == SC_DTYPE_BF16;
 }
 
+/* oneDNN sets itself up on its first sgemm (its kernels generated, under a
+ * pthread_once) and does not survive an allocation failing there: seen as
+ * a SIGSEGV inside it under a tight ulimit -v. So prepare makes that first
+ * call, on a 1 x 1 x 1 product, after probing for the address space it
+ * takes (measured with oneDNN 2.7: 5.5 MB of VmPeak, with room to spare);
+ * later calls report a failure as a status (cpu_end_run). */
+enum { ONEDNN_SETUP_BYTES = 8 << 20 };
+
+static sc_status onednn_setup(sc_diag *diag) {
+  static atomic_bool done;
+  if (atomic_load(&done)) return SC_OK;
+  if (!sc_mem_probe(ONEDNN_SETUP_BYTES))
+    return sc_diag_nomem(diag, ONEDNN_SETUP_BYTES, "oneDNN's set-up (its GEMM kernels)");
+  sc_cpu_engine_one_thread();
+  float a = 1.0f, b = 1.0f, c = 0.0f;
+  if (dnnl_sgemm('N', 'N', 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1) != dnnl_success)
+    return sc_diag_nomem(diag, ONEDNN_SETUP_BYTES, "oneDNN's set-up (its GEMM kernels)");
+  atomic_store(&done, true);
+  return SC_OK;
+}
+
 static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   cpu_ctx *c = ctx;
   c->p = p;
@@ -446,7 +486,14 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
                            "cpu device: kernel %s was not compiled", p->kernels[k]->name);
     }
   }
-  sc_status st = c->im2col_convs ? SC_OK : sc_cpu_convs_prepare(p, c->skip, &c->convs, diag);
+  sc_status st = SC_OK;
+  bool onednn = false; /* a product runs on oneDNN */
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == SC_STEP_GEMM &&
+        (sc_gemm_engine_get() == SC_GEMM_ENGINE_ONEDNN || p->steps[i].gemm.conv.on))
+      onednn = true;
+  if (onednn) st = onednn_setup(diag);
+  if (st == SC_OK && !c->im2col_convs) st = sc_cpu_convs_prepare(p, c->skip, &c->convs, diag);
   int64_t scratch = 0;
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
     const sc_step *s = &p->steps[i];
@@ -824,7 +871,23 @@ typedef struct gemm_job {
   const sc_gemm_packed_b *packed; /* own: op(B) packed, or NULL */
   float *packed_a;     /* own: each row tile of op(A) packed (pack_a_tiles), or NULL */
   int64_t packed_a_tile; /* floats per row tile there */
+  atomic_bool failed;  /* a tile's engine could not allocate its buffers */
+  sc_gemm_failure *failure; /* the first such tile, written by its finder */
 } gemm_job;
+
+/* A tile whose engine found no memory for its buffers: the first one is
+ * kept; the tiles after it still run (they may find memory), but C is not
+ * the product and the run fails (cpu_end_run). A worker cannot return an
+ * error; the process must not end either. */
+static void tile_failed(gemm_job *j, bool own, int m, int n, int64_t k) {
+  bool was = false;
+  if (!atomic_compare_exchange_strong(&j->failed, &was, true) || !j->failure) return;
+  /* own: its per-thread buffers (cpu_gemm.c); oneDNN: its packed copies of
+   * both operand tiles, as far as can be told from outside */
+  uint64_t bytes = own ? (uint64_t)sc_cpu_gemm_thread_buffer_bytes()
+                       : ((uint64_t)m * (uint64_t)k + (uint64_t)k * (uint64_t)n) * sizeof(float);
+  *j->failure = (sc_gemm_failure){.bytes = bytes, .m = m, .n = n, .k = k, .own = own};
+}
 
 /* With the own kernel, a product cut into several columns of tiles reads
  * each row tile of op(A) once per column: every tile packed those rows
@@ -868,7 +931,7 @@ static void pack_a_tiles(void *ud, int64_t begin, int64_t end) {
 }
 
 static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
-  const gemm_job *j = ud;
+  gemm_job *j = ud;
   const sc_gemm *g = j->g;
   sc_cpu_engine_one_thread(); /* oneDNN runs on OpenMP: held to this thread */
   for (int64_t t = begin; t < end; t++) {
@@ -896,22 +959,15 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
                                                         j->packed_a_tile
                                     : NULL;
       if (!sc_cpu_gemm_tile(g->trans_a, g->trans_b, m, n, g->k, g->alpha, A, g->lda, pa, B,
-                            g->ldb, j->packed, n0, g->beta, C, g->ldc)) {
-        fprintf(stderr, "shardc: no memory for the GEMM packing buffers of a thread\n");
-        abort();
-      }
+                            g->ldb, j->packed, n0, g->beta, C, g->ldc))
+        tile_failed(j, true, m, n, g->k);
     } else {
       /* row-major; prepare() checked the leading dimensions, so the call
        * cannot refuse its arguments: a failure here is the library's own
-       * (out of memory for its packing buffers), and a worker has no way
-       * to return it, so it is reported and the process ends */
+       * (out of memory for its packing buffers) */
       dnnl_status_t st = dnnl_sgemm(g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', m, n, g->k,
                                     g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
-      if (st != dnnl_success) {
-        fprintf(stderr, "shardc: oneDNN sgemm failed (status %d) on a %d x %d x %lld tile\n",
-                (int)st, m, n, (long long)g->k);
-        abort();
-      }
+      if (st != dnnl_success) tile_failed(j, false, m, n, g->k);
     }
     if (!j->bias) continue;
     const float *bb = j->bias_per_batch ? j->bias + b * g->m * g->n : j->bias;
@@ -923,10 +979,10 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   }
 }
 
-void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
+bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, sc_thread_pool *tp, float *scratch,
-                      const sc_gemm_packed_b *packed) {
-  if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return;
+                      const sc_gemm_packed_b *packed, sc_gemm_failure *failure) {
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return true;
   sc_gemm rg;
   bool own = sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN; /* packs B: no aliasing pitch */
   if (!own && scratch && sc_gemm_repitch_numel(g) > 0) {
@@ -939,7 +995,8 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
     B = scratch;
   }
   gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias, .own = own,
-               .packed = own && packed && packed->data ? packed : NULL};
+               .packed = own && packed && packed->data ? packed : NULL, .failure = failure};
+  atomic_init(&j.failed, false);
   gemm_tiling(g, &j.tile_m, &j.tile_n);
   j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
   j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
@@ -964,6 +1021,7 @@ void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
     gemm_tiles(&j, 0, tiles);
   else
     sc_thread_pool_run(tp, gemm_tiles, &j, tiles, chunks);
+  return !atomic_load(&j.failed);
 }
 
 /* ---- bf16 products: widened to f32, rounded back once ---- */
@@ -1017,24 +1075,26 @@ int64_t sc_gemm_bf16_scratch_numel(const sc_gemm *g, int64_t bias_numel) {
          sc_gemm_scratch_numel(g);
 }
 
-void sc_host_gemm_bf16(const sc_gemm *g, const uint16_t *A, const uint16_t *B,
+bool sc_host_gemm_bf16(const sc_gemm *g, const uint16_t *A, const uint16_t *B,
                        const uint16_t *bias, int64_t bias_numel, uint16_t *C,
-                       sc_thread_pool *tp, float *scratch) {
+                       sc_thread_pool *tp, float *scratch, sc_gemm_failure *failure) {
   int64_t span[3];
-  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || !sc_gemm_spans(g, span)) return;
+  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || !sc_gemm_spans(g, span)) return true;
   float *a32 = scratch, *b32 = a32 + align16(span[0]), *c32 = b32 + align16(span[1]);
   float *bias32 = c32 + align16(span[2]), *rest = bias32 + align16(bias_numel);
   widen(A, span[0], a32, tp);
   widen(B, span[1], b32, tp);
   if (g->beta != 0.0f) widen(C, span[2], c32, tp);
   if (bias) widen(bias, bias_numel, bias32, tp);
-  sc_host_gemm_f32(g, a32, b32, bias ? bias32 : NULL, bias_numel, c32, tp, rest, NULL);
+  bool ok = sc_host_gemm_f32(g, a32, b32, bias ? bias32 : NULL, bias_numel, c32, tp, rest, NULL,
+                             failure);
   narrow_job j = {g, c32, C};
   int64_t rows = g->batch * g->m;
   if (tp && (double)rows * (double)g->n > 65536.0)
     sc_thread_pool_run(tp, narrow_rows, &j, rows, (int64_t)sc_thread_pool_threads(tp));
   else
     narrow_rows(&j, 0, rows);
+  return ok;
 }
 
 /* The index of the program's step whose B layout (packed, pitched) s
@@ -1070,10 +1130,14 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
   bool epi = s->kernel >= 0 && s->kernel < c->p->n_kernels && !c->skip[s->kernel] &&
              c->points[s->kernel] > 0;
   bool epi_ran = false;
-  if (is_bf16(c->p, g)) {
+  /* after a failed GEMM the run's results are lost: the rest of its GEMMs
+   * are skipped (the kernels run on, over buffers whose bounds are fixed) */
+  sc_gemm_failure *fail = c->run_failed.bytes ? NULL : &c->run_failed;
+  if (!fail) {
+  } else if (is_bf16(c->p, g)) {
     sc_host_gemm_bf16(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
                       g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
-                      c->repitch);
+                      c->repitch, fail);
   } else if (!sc_cpu_convs_run(c->convs, s, c->pool, epi ? c->fns[s->kernel] : NULL,
                                epi ? c->args[s->kernel] : NULL, &epi_ran)) {
     const float *B = c->ptrs[g->b];
@@ -1086,9 +1150,20 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
     }
     sc_host_gemm_f32(g, c->ptrs[g->a], B, g->bias >= 0 ? c->ptrs[g->bias] : NULL,
                      g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
-                     c->repitch, packed_of(c, s));
+                     c->repitch, packed_of(c, s), fail);
   }
   if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
+}
+
+/* The run's first GEMM that found no memory, as its error (then cleared
+ * for the next run). */
+static sc_status cpu_end_run(void *ctx, sc_diag *diag) {
+  cpu_ctx *c = ctx;
+  sc_gemm_failure f = c->run_failed;
+  if (!f.bytes) return SC_OK;
+  c->run_failed = (sc_gemm_failure){0};
+  return sc_diag_nomem(diag, f.bytes, "the %s packing buffers of a %d x %d x %lld GEMM tile",
+                       f.own ? "GEMM kernel's" : "oneDNN sgemm's", f.m, f.n, (long long)f.k);
 }
 
 static const char *cpu_step_note(void *ctx, int32_t i) {
@@ -1122,6 +1197,7 @@ const sc_device_iface sc_device_cpu = {
     .copy_out = cpu_copy,
     .run_kernel = cpu_run_kernel,
     .run_gemm = cpu_run_gemm,
+    .end_run = cpu_end_run,
     .threads = cpu_threads,
     .compile_seconds = cpu_compile_seconds,
 };

@@ -89,6 +89,10 @@ const char *sc_gemm_engine_name(sc_gemm_engine e) {
 
 enum { APACK_FLOATS = MC_PANELS * MR * KC, BPACK_FLOATS = KC * NC };
 
+int64_t sc_cpu_gemm_thread_buffer_bytes(void) {
+  return (int64_t)(APACK_FLOATS + BPACK_FLOATS) * (int64_t)sizeof(float);
+}
+
 /* Each thread's buffer is its value of pack_key, freed by the key's
  * destructor when the thread ends (pool threads come and go with their
  * sessions; a list kept for the process would grow with every one). */
@@ -335,6 +339,8 @@ bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       float *C, int64_t ldc) {
   return false;
 }
+
+int64_t sc_cpu_gemm_thread_buffer_bytes(void) { return 0; }
 
 int64_t sc_gemm_packed_a_numel(int64_t m, int64_t k) { return -1; }
 

@@ -80,5 +80,7 @@ bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
                       const float *A, int64_t lda, const float *packed_a, const float *B,
                       int64_t ldb, const sc_gemm_packed_b *packed, int64_t n0, float beta,
                       float *C, int64_t ldc);
+/* Bytes of one thread's packing buffers (what sc_cpu_gemm_tile allocates). */
+int64_t sc_cpu_gemm_thread_buffer_bytes(void);
 
 #endif

@@ -301,11 +301,11 @@ static void host_gemm(void *ud) {
   if (x->t == SC_DTYPE_BF16)
     sc_host_gemm_bf16(g, (const uint16_t *)(uintptr_t)x->a, (const uint16_t *)(uintptr_t)x->b,
                       x->bias ? (const uint16_t *)(uintptr_t)x->bias : NULL, x->bias_numel,
-                      (uint16_t *)(uintptr_t)x->d, NULL, x->e->host_scratch);
+                      (uint16_t *)(uintptr_t)x->d, NULL, x->e->host_scratch, NULL);
   else
     sc_host_gemm_f32(g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
                      x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
-                     (float *)(uintptr_t)x->d, NULL, NULL, NULL);
+                     (float *)(uintptr_t)x->d, NULL, NULL, NULL, NULL);
   if (!x->fused) return;
   /* the activation over D's m x n elements of each batch entry (in bf16,
    * on the rounded product: cuBLASLt rounds once, after it) */

@@ -89,7 +89,8 @@ typedef struct sc_device_iface {
   void (*run_gemm)(void *ctx, const sc_step *s);
   int (*threads)(void *ctx);
   double (*compile_seconds)(void *ctx);
-  /* async (NULL on the CPU) */
+  /* async (begin_run NULL on the CPU); end_run also reports a failure
+   * that a step could not return (the CPU device: a GEMM out of memory) */
   bool (*begin_run)(void *ctx);
   sc_status (*end_run)(void *ctx, sc_diag *diag);
   void (*sync)(void *ctx);
@@ -141,9 +142,17 @@ bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]);
  * same rows. packed (or NULL, or with data NULL): op(B) already packed
  * for the own kernel (runtime/cpu_gemm.h), read instead of B when that
  * kernel runs. */
-void sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
+typedef struct sc_gemm_failure {
+  uint64_t bytes; /* what its buffers are estimated to need; 0: no failure */
+  int m, n;       /* the tile */
+  int64_t k;
+  bool own;       /* the own kernel (cpu_gemm.h), else oneDNN */
+} sc_gemm_failure;
+/* ... false when a tile's engine could not allocate its packing buffers
+ * (C is then not the product; *failure, when not NULL, says which tile). */
+bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, struct sc_thread_pool *tp, float *scratch,
-                      const struct sc_gemm_packed_b *packed);
+                      const struct sc_gemm_packed_b *packed, sc_gemm_failure *failure);
 /* Floats of scratch sc_host_gemm_f32 uses for g with the engine in use
  * (0: none). */
 int64_t sc_gemm_scratch_numel(const sc_gemm *g);
@@ -153,9 +162,9 @@ int64_t sc_gemm_scratch_numel(const sc_gemm *g);
  * f32), sc_host_gemm_f32 on the copies, and each element of C rounded to
  * bf16 once, at the end. Only C's m x n elements of each batch entry are
  * written. scratch: sc_gemm_bf16_scratch_numel(g, bias_numel) floats. */
-void sc_host_gemm_bf16(const sc_gemm *g, const uint16_t *A, const uint16_t *B,
+bool sc_host_gemm_bf16(const sc_gemm *g, const uint16_t *A, const uint16_t *B,
                        const uint16_t *bias, int64_t bias_numel, uint16_t *C,
-                       struct sc_thread_pool *tp, float *scratch);
+                       struct sc_thread_pool *tp, float *scratch, sc_gemm_failure *failure);
 /* Floats of scratch sc_host_gemm_bf16 needs for g (0 for an empty product). */
 int64_t sc_gemm_bf16_scratch_numel(const sc_gemm *g, int64_t bias_numel);
 /* Floats of scratch oneDNN's products use for g's B (0: B is read in place). */

@@ -573,8 +573,8 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
     s->arena = dev->alloc_arena(s->ctx, p->arena_bytes);
     s->arena_bytes = p->arena_bytes;
     if (!s->arena)
-      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
-                       "cannot allocate the %lld-byte arena", (long long)p->arena_bytes);
+      st = sc_diag_nomem(diag, (uint64_t)p->arena_bytes, "the %s device's tensor arena",
+                         dev->name);
   }
   if (st == SC_OK) st = dev->bind(s->ctx, s->arena, diag);
   if (st == SC_OK) st = start_queues(s, diag);

@@ -58,6 +58,12 @@ sc_status sc_cpu_build_module(const sc_program *p, const sc_cpu_opts *o,
 sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
                              const sc_program *p, const kir_kernel *k, sc_diag *diag);
 
+/* SC_ERR_NOMEM ("out of memory: needed N bytes for LLVM to compile ...")
+ * when the address space that compiling p's kernels is estimated to take
+ * cannot be mapped now; SC_OK otherwise. Called just before a compile,
+ * since LLVM aborts where an allocation fails. */
+sc_status sc_cpu_probe_compile(const sc_program *p, sc_diag *diag);
+
 /* Turns an LLVMErrorRef (consumed) into a diagnostic "WHAT: message". */
 sc_status sc_cpu_llvm_error(sc_diag *diag, LLVMErrorRef err, const char *what);
 

@@ -6,7 +6,9 @@
  * The main JITDylib gets a generator for the symbols of the current process
  * (libm's tanhf/erff and whatever the code generator calls). Every kernel is
  * looked up once, eagerly: compilation happens inside sc_cpu_jit, not on the
- * first call, and sc_cpu_compile_seconds reports all of it.
+ * first call, and sc_cpu_compile_seconds reports all of it. The address
+ * space the compile takes is probed first (sc_cpu_probe_compile): LLVM
+ * aborts where an allocation fails.
  *
  * The module object owns the LLJIT (and so the code); function pointers are
  * valid until sc_cpu_module_destroy. Looking up kernels and calling them is
@@ -51,6 +53,8 @@ sc_status sc_cpu_jit(const sc_program *p, const sc_cpu_opts *o,
     sc_cpu_opts_init(&defaults);
     o = &defaults;
   }
+  sc_status st = sc_cpu_probe_compile(p, diag);
+  if (st != SC_OK) return st;
   sc_cpu_module *m = sc_calloc(1, sizeof *m);
   if (!m) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "CPU JIT: out of memory");
   m->n_kernels = p->n_kernels;
@@ -60,7 +64,6 @@ sc_status sc_cpu_jit(const sc_program *p, const sc_cpu_opts *o,
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "CPU JIT: out of memory");
   }
 
-  sc_status st = SC_OK;
   LLVMTargetMachineRef tm = sc_cpu_create_tm(o, false, diag);
   LLVMTargetMachineRef jtm = tm ? sc_cpu_create_tm(o, false, diag) : NULL;
   if (!jtm) {

@@ -21,11 +21,13 @@ static sc_status with_module(const sc_program *p, const sc_cpu_opts *o, bool pic
     sc_cpu_opts_init(&defaults);
     o = &defaults;
   }
+  sc_status st = sc_cpu_probe_compile(p, diag);
+  if (st != SC_OK) return st;
   LLVMTargetMachineRef tm = sc_cpu_create_tm(o, pic, diag);
   if (!tm) return diag->status != SC_OK ? diag->status : SC_ERR_UNSUPPORTED;
   LLVMContextRef ctx = LLVMContextCreate();
   LLVMModuleRef m = NULL;
-  sc_status st = sc_cpu_build_module(p, o, ctx, tm, &m, diag);
+  st = sc_cpu_build_module(p, o, ctx, tm, &m, diag);
   if (st == SC_OK) st = fn(m, tm, ud, diag);
   if (m) LLVMDisposeModule(m);
   LLVMContextDispose(ctx);

@@ -355,8 +355,8 @@ static void test_gemm_bf16(void **state) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_thread_pool_create(2, &tp, &d), SC_OK);
-  sc_host_gemm_bf16(&g, a, b, bias, N3, c1, NULL, scratch);
-  sc_host_gemm_bf16(&g, a, b, bias, N3, c2, tp, scratch);
+  assert_true(sc_host_gemm_bf16(&g, a, b, bias, N3, c1, NULL, scratch, NULL));
+  assert_true(sc_host_gemm_bf16(&g, a, b, bias, N3, c2, tp, scratch, NULL));
   assert_memory_equal(c1, c2, sizeof *c1 * B * M3 * LDC);
   int inexact = 0;
   for (int bb = 0; bb < B; bb++)
