@@ -779,7 +779,7 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
   if (!rc) {
     sc_status s;
     if (sc_partition_comm_is_world(r->pc.comm)) {
-      s = sc_partition_world(r->pc.comm, &world, &d);
+      s = sc_partition_world(r->pc.comm, dp, NULL, &world, &d);
       if (s == SC_OK && sc_comm_size(world) != n_ranks)
         s = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
                         "--comm %s: the mesh has %lld ranks but the world has %d",

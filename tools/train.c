@@ -569,7 +569,7 @@ int sc_cmd_train(int argc, char **argv) {
     goto done;
   }
   if ((rc = sc_partition_comm_device_check(a.pa.comm, &a.dev)) != 0) goto done;
-  if ((per_process ? sc_partition_world(a.pa.comm, &world, &d) : SC_OK) != SC_OK) {
+  if ((per_process ? sc_partition_world(a.pa.comm, src.mesh, m, &world, &d) : SC_OK) != SC_OK) {
     rc = sc_cli_report(&d, o.file);
     goto done;
   }
