@@ -1,7 +1,8 @@
 /* comm.c — the communicator interface: argument checks, dispatch to the
  * backend's table, and helpers shared by the backends (element-wise
  * reduction over dtypes, the SHARDC_COMM_TIMEOUT setting, the TCP bootstrap
- * that hands NCCL's unique id from rank 0 to the others).
+ * that hands NCCL's unique id from rank 0 to the others, through the
+ * handshake of runtime/comm_handshake.c).
  *
  * The wrappers validate once (counts, buffers, peers, tags, dtypes) so that
  * backends can assume well-formed calls; they do not check that the ranks
@@ -390,7 +391,7 @@ bool sc_comm_io_all(int fd, void *buf, size_t n, bool writing, double deadline) 
   return true;
 }
 
-static const char BOOT_MAGIC[4] = {'S', 'C', 'I', 'D'};
+static const uint32_t BOOT_MAGIC = 0x44494353; /* "SCID" */
 
 sc_status sc_comm_resolve(const char *addr, int port, struct sockaddr_in *sa, sc_diag *diag) {
   memset(sa, 0, sizeof *sa);
@@ -407,71 +408,66 @@ sc_status sc_comm_resolve(const char *addr, int port, struct sockaddr_in *sa, sc
   return SC_OK;
 }
 
-static sc_status serve_id(const struct sockaddr_in *sa, const char *addr, int port, int size,
-                          const void *id, size_t id_bytes, double deadline, sc_diag *diag) {
-  int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+static sc_status serve_id(const struct sockaddr_in *master, const char *addr, int port,
+                          int size, const void *id, size_t id_bytes, const sc_comm_ident *who,
+                          double deadline, sc_diag *diag) {
+  struct sockaddr_in sa = *master;
+  int ls = sc_comm_listen(&sa, 128, NULL);
   if (ls < 0)
-    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "bootstrap: socket: %s", strerror(errno));
-  int one = 1;
-  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(ls, (const struct sockaddr *)sa, sizeof *sa) < 0 || listen(ls, 128) < 0) {
-    int e = errno;
-    close(ls);
     return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "bootstrap: rank 0 cannot listen on %s:%d: %s",
-                       addr, port, strerror(e));
-  }
-  sc_status st = SC_OK;
+                       addr, port, strerror(errno));
+  char where[320];
+  snprintf(where, sizeof where, "rank 0 at %s:%d", addr, port);
+  sc_comm_hs_server *srv = sc_comm_hs_server_create(ls, who, BOOT_MAGIC, 0, size, where);
+  bool *taken = sc_calloc((size_t)size, sizeof *taken);
+  sc_status st = srv && taken ? SC_OK
+                              : sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "bootstrap: out of memory");
   int served = 0;
-  while (served < size - 1) {
-    if (!wait_fd(ls, POLLIN, deadline)) {
+  while (st == SC_OK && served < size - 1) {
+    int peer;
+    int32_t arg;
+    struct sockaddr_in from;
+    int fd = sc_comm_hs_accept(srv, 1, taken, deadline, &peer, &arg, &from);
+    if (fd < 0) {
+      const char *why = sc_comm_hs_refusal(srv);
       st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
                        "bootstrap: rank 0 at %s:%d: only %d of %d ranks connected before "
-                       "the timeout",
-                       addr, port, served + 1, size);
+                       "the timeout%s%s", addr, port, served + 1, size,
+                       why[0] ? "; last refused: " : "", why);
       break;
     }
-    int fd = accept4(ls, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    char hello[8];
-    int32_t peer;
-    if (sc_comm_io_all(fd, hello, sizeof hello, false, deadline) &&
-        memcmp(hello, BOOT_MAGIC, 4) == 0 && (memcpy(&peer, hello + 4, 4), true) &&
-        peer > 0 && peer < size && sc_comm_io_all(fd, (void *)id, id_bytes, true, deadline))
-      served++; /* a stranger (bad hello) is dropped and not counted */
+    if (sc_comm_io_all(fd, (void *)id, id_bytes, true, deadline)) {
+      taken[peer] = true;
+      served++;
+    }
     close(fd);
   }
+  sc_free(taken);
+  sc_comm_hs_server_destroy(srv);
   close(ls);
   return st;
 }
 
 static sc_status fetch_id(const struct sockaddr_in *sa, const char *addr, int port, int rank,
-                          void *id, size_t id_bytes, double deadline, sc_diag *diag) {
-  int last_err = 0;
-  while (sc_comm_now_s() < deadline) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-      return sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "bootstrap: socket: %s", strerror(errno));
-    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0) {
-      char hello[8];
-      int32_t r = rank;
-      memcpy(hello, BOOT_MAGIC, 4);
-      memcpy(hello + 4, &r, 4);
-      bool ok = sc_comm_io_all(fd, hello, sizeof hello, true, deadline) &&
-                sc_comm_io_all(fd, id, id_bytes, false, deadline);
-      close(fd);
-      if (ok) return SC_OK;
-      return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
-                         "bootstrap: rank %d: connection to %s:%d closed before the id came",
-                         rank, addr, port);
-    }
-    last_err = errno;
-    close(fd);
-    struct timespec ts = {0, 100 * 1000 * 1000};
-    nanosleep(&ts, NULL); /* rank 0 may not listen yet: retry */
-  }
-  return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
-                     "bootstrap: rank %d cannot reach rank 0 at %s:%d before the timeout: %s",
-                     rank, addr, port, last_err ? strerror(last_err) : "timed out");
+                          int size, void *id, size_t id_bytes, const sc_comm_ident *who,
+                          double deadline, sc_diag *diag) {
+  int err;
+  int fd = sc_comm_connect_retry(sa, deadline, &err);
+  if (fd < 0)
+    return sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
+                       "bootstrap: rank %d cannot reach rank 0 at %s:%d before the timeout: %s",
+                       rank, addr, port, strerror(err));
+  char where[320];
+  snprintf(where, sizeof where, "rank 0 at %s:%d", addr, port);
+  double hs = sc_comm_now_s() + who->handshake_s;
+  sc_status st = sc_comm_hs_connect(fd, who, BOOT_MAGIC, rank, size, 0, 0, where,
+                                    hs < deadline ? hs : deadline, diag);
+  if (st == SC_OK && !sc_comm_io_all(fd, id, id_bytes, false, deadline))
+    st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL,
+                     "bootstrap: rank %d: connection to %s:%d closed before the id came", rank,
+                     addr, port);
+  close(fd);
+  return st;
 }
 
 sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, void *id,
@@ -481,9 +477,10 @@ sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, 
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "bootstrap: bad arguments");
   if (size == 1) return SC_OK;
   struct sockaddr_in sa;
+  sc_comm_ident who;
   sc_status st = sc_comm_resolve(addr, port, &sa, diag);
-  if (st) return st;
+  if (st || (st = sc_comm_ident_init(&who, NULL, timeout_s, diag))) return st;
   double deadline = sc_comm_now_s() + (timeout_s > 0 ? timeout_s : sc_comm_timeout_s());
-  if (rank == 0) return serve_id(&sa, addr, port, size, id, id_bytes, deadline, diag);
-  return fetch_id(&sa, addr, port, rank, id, id_bytes, deadline, diag);
+  if (rank == 0) return serve_id(&sa, addr, port, size, id, id_bytes, &who, deadline, diag);
+  return fetch_id(&sa, addr, port, rank, size, id, id_bytes, &who, deadline, diag);
 }

@@ -237,11 +237,12 @@ void sc_comm_reduce_arrays(sc_dtype t, sc_reduce_op op, const void *const *srcs,
 const char *sc_reduce_op_name(sc_reduce_op op);
 
 /* The env bootstrap (NCCL's, testable without NCCL): rank 0 listens on
- * addr:port, and serves id (id_bytes, at most 4096) to each of the
- * size - 1 other ranks, which connect (retrying until the timeout) and read
- * it into id. Every step is bounded by timeout_s; a failure is SC_ERR_IO
- * naming the address and the cause. addr is a numeric IPv4 address or a
- * host name. */
+ * addr:port (sc_comm_listen_master's rule), and serves id (id_bytes, at
+ * most 4096) to each of the size - 1 other ranks, which connect (retrying
+ * until the timeout), pass the handshake below (the job's identity from
+ * the environment, no program hash) and read it into id. Every step is
+ * bounded by timeout_s; a failure is SC_ERR_IO naming the address and the
+ * cause. addr is a numeric IPv4 address or a host name. */
 sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, void *id,
                                 size_t id_bytes, double timeout_s, sc_diag *diag);
 /* Socket helpers for the TCP backends: a monotonic clock in seconds; all n
@@ -251,11 +252,97 @@ struct sockaddr_in;
 double sc_comm_now_s(void);
 bool sc_comm_io_all(int fd, void *buf, size_t n, bool writing, double deadline);
 sc_status sc_comm_resolve(const char *addr, int port, struct sockaddr_in *sa, sc_diag *diag);
+
+/* ---- who may join: the bootstrap handshake (runtime/comm_handshake.c) ----
+ *
+ * Every connection of a TCP bootstrap (the tcp communicator's, NCCL's env
+ * bootstrap) starts with a handshake before anything else is believed:
+ * the connecting rank sends a hello (protocol magic and version, its rank,
+ * the world size, the job's identity, the program's hash, a fresh random
+ * nonce); the accepting side answers with its own (or a refusal naming
+ * the cause and both sides), the connecting side confirms (or refuses),
+ * and the accepting side gives its verdict. With SHARDC_JOB_TOKEN set on
+ * both sides, each proves that it holds the token with an HMAC-SHA-256
+ * over both hellos (both nonces): the token itself never travels. The
+ * accepting side serves any number of connections at once, each with its
+ * own deadline (SHARDC_COMM_HANDSHAKE_TIMEOUT, default 5 s, at most the
+ * whole timeout): a silent, slow or garbled connection, an out-of-range or
+ * duplicate rank, another job, another program or a failed HMAC is
+ * refused and closed, with a warning on stderr, and the wait goes on for
+ * the real rank. docs/comm.md, "Security". */
+enum { SC_COMM_JOB_MAX = 160, SC_COMM_PROGRAM_MAX = 72, SC_COMM_KEY_MAX = 64 };
+
+typedef struct sc_comm_ident {
+  /* The job: "SHARDC_JOB_TOKEN" when the token is set (the token is then
+   * the identity, checked by the HMAC), else the launcher's run id
+   * ("TORCHELASTIC_RUN_ID=...", "SLURM_JOB_ID=J.S", "OMPI_JOBID=..."),
+   * else "" (none: every job matches). */
+  char job[SC_COMM_JOB_MAX];
+  char program[SC_COMM_PROGRAM_MAX]; /* the program's hash (hex), "" none */
+  bool token;
+  uint8_t key[SC_COMM_KEY_MAX];      /* the HMAC key: the token (hashed
+                                        when longer than 64 bytes) */
+  size_t key_bytes;
+  double handshake_s;                /* a connection's deadline */
+} sc_comm_ident;
+
+/* HMAC-SHA-256 (RFC 2104) of msg under key. */
+void sc_hmac_sha256(const void *key, size_t key_bytes, const void *msg, size_t n,
+                    uint8_t mac[32]);
+/* The identity of this process's job from the environment (above), with
+ * program_hash (hex digits, at most 64; NULL or "" for none) and the
+ * handshake deadline (SHARDC_COMM_HANDSHAKE_TIMEOUT seconds, default 5,
+ * at most timeout_s). SC_ERR_USAGE for a bad hash or an empty token. */
+sc_status sc_comm_ident_init(sc_comm_ident *id, const char *program_hash, double timeout_s,
+                             sc_diag *diag);
+
+/* A listening socket for the address rank 0 is reached at (sa; port 0:
+ * any free one): bound to that address when it is one of this machine's,
+ * to every interface when it is not (a multi-node job reached through an
+ * address this machine does not hold) or when SHARDC_BIND_ALL=1. Returns
+ * the socket (sa then holds what it is bound to, *all whether every
+ * interface), or -1 with errno set. */
+int sc_comm_listen(struct sockaddr_in *sa, int backlog, bool *all);
+/* Connects to sa, retrying every 50 ms while nobody listens, until
+ * deadline; the socket, or -1 with the last error in *err. */
+int sc_comm_connect_retry(const struct sockaddr_in *sa, double deadline, int *err);
+
+typedef struct sc_comm_hs_server sc_comm_hs_server;
+/* The accepting side of the handshake on listening socket ls, as rank
+ * `rank` of `size`, for protocol `magic`; where names it in messages
+ * ("rank 0 at 127.0.0.1:29500"). id must outlive it. NULL: no memory. */
+sc_comm_hs_server *sc_comm_hs_server_create(int ls, const sc_comm_ident *id, uint32_t magic,
+                                            int rank, int size, const char *where);
+/* Accepts connections and runs their handshakes until one rank in
+ * [lo, size), other than this one and not taken[rank], is admitted: its
+ * socket (blocking again), with *peer its rank, *arg its hello's argument
+ * (the tcp communicator's listening port) and *from its address; or -1
+ * when deadline passes first. Every refusal is warned about on stderr and
+ * remembered (sc_comm_hs_refusal). */
+int sc_comm_hs_accept(sc_comm_hs_server *s, int lo, const bool *taken, double deadline,
+                      int *peer, int32_t *arg, struct sockaddr_in *from);
+/* The last refusal ("connection from A:P: REASON"), or "" for none. */
+const char *sc_comm_hs_refusal(const sc_comm_hs_server *s);
+void sc_comm_hs_server_destroy(sc_comm_hs_server *s); /* closes pending ones */
+/* The connecting side on connected socket fd: rank `rank` of `size`,
+ * expecting to meet rank `peer`, sending arg; `where` names the peer.
+ * Waits for the answers until deadline. SC_OK, or SC_ERR_IO with the
+ * cause (a refusal names both sides; a failed HMAC says so). */
+sc_status sc_comm_hs_connect(int fd, const sc_comm_ident *id, uint32_t magic, int rank,
+                             int size, int peer, int32_t arg, const char *where,
+                             double deadline, sc_diag *diag);
+
 /* The `tcp` communicator: one rank per process, the world bootstrapped from
  * RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torchrun's, or Slurm's
  * SLURM_PROCID and SLURM_NTASKS when RANK and WORLD_SIZE are unset), no MPI
- * (runtime/comm_tcp.c). */
-sc_status sc_comm_tcp_create(sc_comm **out, sc_diag *diag);
+ * (runtime/comm_tcp.c). Every connection passes the handshake above with
+ * the job's identity and opts->program_hash. */
+typedef struct sc_comm_tcp_opts {
+  const char *program_hash; /* hex digest of what every rank runs (the
+                               distributed program), NULL or "": none */
+} sc_comm_tcp_opts;
+/* opts may be NULL (no program hash). */
+sc_status sc_comm_tcp_create(const sc_comm_tcp_opts *opts, sc_comm **out, sc_diag *diag);
 /* RANK, WORLD_SIZE, MASTER_ADDR (copied into addr), MASTER_PORT from the
  * environment; SC_ERR_USAGE naming the variable that is missing or bad. */
 sc_status sc_comm_env_read(int *rank, int *size, char *addr, size_t addr_bytes, int *port,

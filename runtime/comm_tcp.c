@@ -2,13 +2,21 @@
  * sockets, bootstrapped from the environment torchrun and Slurm set
  * (comm.h), so that a job runs across processes or machines without MPI.
  *
- * World. Every process opens a listening socket on a free port, then meets
- * rank 0 at MASTER_ADDR:MASTER_PORT: each rank r > 0 connects, says its
- * rank and port, and receives the table of every rank's address (the one
- * rank 0 saw it connect from) and port; the connection stays as the link
+ * World. Rank 0 listens at MASTER_ADDR:MASTER_PORT (on that address when
+ * it is this machine's: sc_comm_listen), and every rank r > 0 connects to
+ * it, opens its own listening socket on the address that reached rank 0,
+ * and passes the handshake (comm.h, runtime/comm_handshake.c: the job's
+ * identity, the program's hash, the HMAC of SHARDC_JOB_TOKEN; a stranger
+ * is refused and the wait goes on) saying its rank and port. Once every
+ * rank has been admitted (or the timeout passed) rank 0 sends each the
+ * table of every rank's address (the one rank 0 saw it connect from) and
+ * port (or why the job cannot start); the connection stays as the link
  * r–0. Then each rank r > 0 connects to every rank 1 <= k < r and accepts
- * from every k > r: a full mesh, one socket per pair. Every step is bounded
- * by SHARDC_COMM_TIMEOUT.
+ * from every k > r, each connection through the handshake again: a full
+ * mesh, one socket per pair. A rank that fails there tells the ranks it
+ * has met why (an ABORT frame). Each phase is bounded by
+ * SHARDC_COMM_TIMEOUT, each connection's handshake by
+ * SHARDC_COMM_HANDSHAKE_TIMEOUT.
  *
  * Messages. A frame is a header (magic, kind, context, source, tag, bytes)
  * and the bytes. One receiver thread per process reads every socket and
@@ -569,130 +577,224 @@ static const sc_comm_iface tcp_iface = {
 
 /* ---- bootstrap ---- */
 
-typedef struct hello {
-  uint32_t magic;
+/* Rank 0's answer once everyone has met (or the timeout passed): status 0
+ * and the table of every rank's listening address, or status 1 and why
+ * the job cannot start. */
+typedef struct table_head {
+  uint32_t magic, status;
+  int32_t size, pad;
+  char reason[512];
+} table_head;
+typedef struct peer_addr {
   int32_t rank, port;
-  uint32_t addr;            /* network order (the table's) */
-} hello;
+  uint32_t addr; /* network order, as rank 0 saw the rank connect */
+} peer_addr;
+static const uint32_t TABLE_MAGIC = 0x53435442; /* "SCTB" */
 
 static sc_status io_err(sc_diag *d, int rank, const char *what) {
   return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "tcp bootstrap: rank %d: %s: %s", rank, what,
                      errno ? strerror(errno) : "timed out or closed");
 }
 
-static int listen_on(struct sockaddr_in *sa, int backlog) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  if (fd < 0) return -1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  socklen_t len = sizeof *sa;
-  if (bind(fd, (struct sockaddr *)sa, sizeof *sa) < 0 || listen(fd, backlog) < 0 ||
-      getsockname(fd, (struct sockaddr *)sa, &len) < 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+static void addr_text(uint32_t addr, int port, char *out, size_t n) {
+  char ip[INET_ADDRSTRLEN] = "?";
+  struct in_addr a = {.s_addr = addr};
+  inet_ntop(AF_INET, &a, ip, sizeof ip);
+  snprintf(out, n, "%s:%d", ip, port);
 }
 
-/* Accepts one connection before deadline and reads its hello. */
-static int accept_hello(int ls, hello *h, struct sockaddr_in *from, double deadline) {
-  for (;;) {
-    struct pollfd p = {.fd = ls, .events = POLLIN};
-    double left = deadline - sc_comm_now_s();
-    if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) return -1;
-    socklen_t len = sizeof *from;
-    int fd = accept4(ls, (struct sockaddr *)from, &len, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    if (sc_comm_io_all(fd, h, sizeof *h, false, deadline) && h->magic == MAGIC) return fd;
-    close(fd); /* a stranger */
-  }
-}
-
-/* Connects to sa (retrying until deadline: the peer may not listen yet)
- * and says hello h. */
-static int connect_hello(const struct sockaddr_in *sa, const hello *h, double deadline) {
-  while (sc_comm_now_s() < deadline) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0) {
-      if (sc_comm_io_all(fd, (void *)h, sizeof *h, true, deadline)) return fd;
-      close(fd);
-      return -1;
-    }
-    close(fd);
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
-  return -1;
-}
-
-static sc_status build_world(world *w, const char *addr, int port, sc_diag *d) {
-  double deadline = sc_comm_now_s() + sc_comm_timeout_s();
-  struct sockaddr_in any = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
-  int ls = listen_on(&any, w->size + 1); /* for the ranks above this one */
-  if (ls < 0) return io_err(d, w->rank, "cannot listen");
-  hello *table = sc_calloc((size_t)w->size, sizeof *table);
-  sc_status st = table ? SC_OK : nomem(d);
-  hello me = {.magic = MAGIC, .rank = w->rank, .port = ntohs(any.sin_port)};
-  if (st == SC_OK && w->rank == 0) { /* meet everyone at MASTER_PORT, send the table */
-    struct sockaddr_in sa;
-    if ((st = sc_comm_resolve(addr, port, &sa, d)) == SC_OK) {
-      sa.sin_addr.s_addr = htonl(INADDR_ANY);
-      int ms = listen_on(&sa, w->size + 1);
-      if (ms < 0) st = io_err(d, 0, "cannot listen on MASTER_PORT");
-      for (int k = 1; st == SC_OK && k < w->size; k++) {
-        hello h;
-        struct sockaddr_in from;
-        int fd = accept_hello(ms, &h, &from, deadline);
-        if (fd < 0 || h.rank <= 0 || h.rank >= w->size || w->fd[h.rank] >= 0) {
-          if (fd >= 0) close(fd);
-          st = sc_diag_set(d, SC_ERR_IO, NULL, NULL,
-                           "tcp bootstrap: rank 0 at %s:%d: %d of %d ranks met before the "
-                           "timeout (or a rank came twice)", addr, port, k, w->size);
-          break;
-        }
-        w->fd[h.rank] = fd;
-        table[h.rank] = h;
-        table[h.rank].addr = from.sin_addr.s_addr;
-      }
-      if (ms >= 0) close(ms);
-      for (int r = 1; st == SC_OK && r < w->size; r++)
-        if (!sc_comm_io_all(w->fd[r], table, (size_t)w->size * sizeof *table, true, deadline))
-          st = io_err(d, 0, "sending the table");
-    }
-  } else if (st == SC_OK) {
-    struct sockaddr_in sa;
-    if ((st = sc_comm_resolve(addr, port, &sa, d)) == SC_OK) {
-      w->fd[0] = connect_hello(&sa, &me, deadline);
-      if (w->fd[0] < 0)
-        st = sc_diag_set(d, SC_ERR_IO, NULL, NULL,
-                         "tcp bootstrap: rank %d cannot reach rank 0 at %s:%d before the "
-                         "timeout", w->rank, addr, port);
-      else if (!sc_comm_io_all(w->fd[0], table, (size_t)w->size * sizeof *table, false,
-                               deadline))
-        st = io_err(d, w->rank, "receiving the table");
-    }
-    /* the ranks below (but 0) are listening: connect; then accept those above */
-    for (int k = 1; st == SC_OK && k < w->rank; k++) {
-      struct sockaddr_in to = {.sin_family = AF_INET, .sin_addr.s_addr = table[k].addr,
-                               .sin_port = htons((uint16_t)table[k].port)};
-      if ((w->fd[k] = connect_hello(&to, &me, deadline)) < 0)
-        st = io_err(d, w->rank, "cannot reach a lower rank");
-    }
-    for (int k = w->rank + 1; st == SC_OK && k < w->size; k++) {
-      hello h;
-      struct sockaddr_in from;
-      int fd = accept_hello(ls, &h, &from, deadline);
-      if (fd < 0 || h.rank <= w->rank || h.rank >= w->size || w->fd[h.rank] >= 0) {
-        if (fd >= 0) close(fd);
-        st = io_err(d, w->rank, "a higher rank did not connect");
+/* "2, 3" of the ranks in [lo, size) not taken. */
+static void missing_list(const bool *taken, int lo, int size, char *out, size_t n) {
+  size_t k = 0;
+  int shown = 0;
+  out[0] = 0;
+  for (int r = lo; r < size && k + 16 < n; r++)
+    if (!taken[r]) {
+      if (shown++ == 8) {
+        k += (size_t)snprintf(out + k, n - k, ", ...");
         break;
       }
-      w->fd[h.rank] = fd;
+      k += (size_t)snprintf(out + k, n - k, "%s%d", k ? ", " : "", r);
+    }
+}
+
+/* A rank that fails after it has met others tells them why (an ABORT
+ * frame, before the receiver thread runs: the frame waits in the socket),
+ * so that rank 0 names this rank and the cause, not a lost connection. */
+static void tell_failure(world *w, const char *text) {
+  size_t n = strlen(text);
+  frame h = {.magic = MAGIC, .kind = FRAME_ABORT, .src = w->rank, .bytes = (int64_t)n};
+  double deadline = sc_comm_now_s() + 1.0;
+  for (int r = 0; r < w->size; r++)
+    if (r != w->rank && w->fd[r] >= 0 && sc_comm_io_all(w->fd[r], &h, sizeof h, true, deadline))
+      sc_comm_io_all(w->fd[r], (void *)text, n, true, deadline);
+}
+
+/* Rank 0: admits every other rank at MASTER_ADDR:MASTER_PORT through the
+ * handshake, then sends each the table (or why the job cannot start). */
+static sc_status meet(world *w, const struct sockaddr_in *master, const char *addr, int port,
+                      const sc_comm_ident *id, sc_diag *d) {
+  double deadline = sc_comm_now_s() + sc_comm_timeout_s();
+  struct sockaddr_in sa = *master;
+  int ms = sc_comm_listen(&sa, w->size + 16, NULL);
+  if (ms < 0)
+    return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "tcp bootstrap: rank 0 cannot listen on %s:%d: %s",
+                       addr, port, strerror(errno));
+  char where[320];
+  snprintf(where, sizeof where, "rank 0 at %s:%d", addr, port);
+  sc_comm_hs_server *srv = sc_comm_hs_server_create(ms, id, MAGIC, 0, w->size, where);
+  peer_addr *table = sc_calloc((size_t)w->size, sizeof *table);
+  bool *taken = sc_calloc((size_t)w->size, sizeof *taken);
+  sc_status st = srv && table && taken ? SC_OK : nomem(d);
+  for (int met = 1; st == SC_OK && met < w->size; met++) {
+    int peer;
+    int32_t arg;
+    struct sockaddr_in from;
+    int fd = sc_comm_hs_accept(srv, 1, taken, deadline, &peer, &arg, &from);
+    if (fd < 0) {
+      char missing[128];
+      const char *why = sc_comm_hs_refusal(srv);
+      missing_list(taken, 1, w->size, missing, sizeof missing);
+      st = sc_diag_set(d, SC_ERR_IO, NULL, NULL,
+                       "tcp bootstrap: %s: %d of %d ranks met within %.0f s (SHARDC_COMM_TIMEOUT);"
+                       " missing: rank %s%s%s", where, met, w->size, sc_comm_timeout_s(), missing,
+                       why[0] ? "; last refused: " : "", why);
+      break;
+    }
+    w->fd[peer] = fd;
+    taken[peer] = true;
+    table[peer] = (peer_addr){.rank = peer, .port = arg, .addr = from.sin_addr.s_addr};
+  }
+  sc_comm_hs_server_destroy(srv);
+  close(ms); /* nobody joins later */
+  table_head head = {.magic = TABLE_MAGIC, .status = st != SC_OK, .size = w->size};
+  if (st != SC_OK) /* rank 0's own message, less the prefix the rank adds */
+    snprintf(head.reason, sizeof head.reason, "%.500s",
+             d->msg + (strncmp(d->msg, "tcp bootstrap: ", 15) == 0 ? 15 : 0));
+  for (int r = 1; taken && r < w->size; r++) {
+    if (w->fd[r] < 0) continue;
+    bool ok = sc_comm_io_all(w->fd[r], &head, sizeof head, true, deadline + 5) &&
+              (st != SC_OK || sc_comm_io_all(w->fd[r], table, (size_t)w->size * sizeof *table,
+                                             true, deadline + 5));
+    if (!ok && st == SC_OK) {
+      char what[64];
+      snprintf(what, sizeof what, "sending the table to rank %d", r);
+      st = io_err(d, 0, what);
     }
   }
-  close(ls);
   sc_free(table);
+  sc_free(taken);
+  return st;
+}
+
+/* Rank r > 0: joins rank 0 through the handshake, receives the table,
+ * then meets every other rank: connects to the ranks 1..r-1, accepts the
+ * ranks above (each connection through the handshake again). */
+static sc_status join(world *w, const struct sockaddr_in *master, const char *addr, int port,
+                      const sc_comm_ident *id, sc_diag *d) {
+  double t = sc_comm_timeout_s(), deadline = sc_comm_now_s() + t;
+  char where[320];
+  snprintf(where, sizeof where, "rank 0 at %s:%d", addr, port);
+  int err;
+  if ((w->fd[0] = sc_comm_connect_retry(master, deadline, &err)) < 0)
+    return sc_diag_set(d, SC_ERR_IO, NULL, NULL,
+                       "tcp bootstrap: rank %d cannot reach %s within %.0f s "
+                       "(SHARDC_COMM_TIMEOUT): %s", w->rank, where, t, strerror(err));
+  /* this rank's listener for the ranks above: on the address that reaches
+   * rank 0 (the one rank 0 sees, and tells them), or every interface with
+   * SHARDC_BIND_ALL=1 */
+  int ls = -1;
+  int32_t my_port = 0;
+  struct sockaddr_in me = {0};
+  socklen_t len = sizeof me;
+  if (w->rank < w->size - 1) {
+    if (getsockname(w->fd[0], (struct sockaddr *)&me, &len) < 0) return io_err(d, w->rank, "getsockname");
+    me.sin_port = 0;
+    if ((ls = sc_comm_listen(&me, w->size + 16, NULL)) < 0) return io_err(d, w->rank, "cannot listen");
+    my_port = ntohs(me.sin_port);
+  }
+  double hs = sc_comm_now_s() + id->handshake_s;
+  sc_status st = sc_comm_hs_connect(w->fd[0], id, MAGIC, w->rank, w->size, 0, my_port, where,
+                                    hs < deadline ? hs : deadline, d);
+  /* admitted: rank 0 answers when every rank has met, or when its own
+   * timeout (which began before this admission) has passed */
+  table_head head;
+  peer_addr *table = st == SC_OK ? sc_calloc((size_t)w->size, sizeof *table) : NULL;
+  if (st == SC_OK && !table) st = nomem(d);
+  double wait = sc_comm_now_s() + t + 2;
+  errno = 0;
+  if (st == SC_OK && !sc_comm_io_all(w->fd[0], &head, sizeof head, false, wait))
+    st = sc_diag_set(d, SC_ERR_IO, NULL, NULL,
+                     "tcp bootstrap: rank %d: %s admitted it but sent no table (%s)", w->rank,
+                     where, errno ? strerror(errno) : "rank 0 ended or timed out");
+  if (st == SC_OK && (head.magic != TABLE_MAGIC || head.size != w->size))
+    st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "tcp bootstrap: rank %d: %s sent a bad table",
+                     w->rank, where);
+  if (st == SC_OK && head.status != 0) {
+    head.reason[sizeof head.reason - 1] = 0;
+    st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "tcp bootstrap: rank %d: rank 0 gave up: %s",
+                     w->rank, head.reason);
+  }
+  if (st == SC_OK &&
+      !sc_comm_io_all(w->fd[0], table, (size_t)w->size * sizeof *table, false, wait))
+    st = io_err(d, w->rank, "receiving the table");
+  bool met = st == SC_OK; /* from here a failure is told to the ranks met */
+  /* the mesh: everyone is there now; a fresh bound */
+  deadline = sc_comm_now_s() + t;
+  for (int k = 1; st == SC_OK && k < w->rank; k++) {
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_addr.s_addr = table[k].addr,
+                             .sin_port = htons((uint16_t)table[k].port)};
+    char at[64];
+    addr_text(table[k].addr, table[k].port, at, sizeof at);
+    snprintf(where, sizeof where, "rank %d at %s", k, at);
+    int fd = sc_comm_connect_retry(&to, deadline, &err);
+    if (fd < 0) {
+      st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "tcp bootstrap: rank %d cannot reach %s: %s",
+                       w->rank, where, strerror(err));
+      break;
+    }
+    w->fd[k] = fd;
+    st = sc_comm_hs_connect(fd, id, MAGIC, w->rank, w->size, k, 0, where, deadline, d);
+  }
+  if (st == SC_OK && ls >= 0) {
+    char at[64];
+    addr_text(me.sin_addr.s_addr, my_port, at, sizeof at);
+    snprintf(where, sizeof where, "rank %d at %s", w->rank, at);
+    sc_comm_hs_server *srv = sc_comm_hs_server_create(ls, id, MAGIC, w->rank, w->size, where);
+    bool *taken = sc_calloc((size_t)w->size, sizeof *taken);
+    if (!srv || !taken) st = nomem(d);
+    for (int k = w->rank + 1; st == SC_OK && k < w->size; k++) {
+      int peer;
+      int32_t arg;
+      struct sockaddr_in from;
+      int fd = sc_comm_hs_accept(srv, w->rank + 1, taken, deadline, &peer, &arg, &from);
+      if (fd < 0) {
+        char missing[128];
+        const char *why = sc_comm_hs_refusal(srv);
+        missing_list(taken, w->rank + 1, w->size, missing, sizeof missing);
+        st = sc_diag_set(d, SC_ERR_IO, NULL, NULL,
+                         "tcp bootstrap: %s: rank %s did not connect within %.0f s%s%s", where,
+                         missing, t, why[0] ? "; last refused: " : "", why);
+        break;
+      }
+      w->fd[peer] = fd;
+      taken[peer] = true;
+    }
+    sc_free(taken);
+    sc_comm_hs_server_destroy(srv);
+  }
+  if (ls >= 0) close(ls);
+  sc_free(table);
+  if (st != SC_OK && met) tell_failure(w, d->msg);
+  return st;
+}
+
+static sc_status build_world(world *w, const char *addr, int port, const sc_comm_ident *id,
+                             sc_diag *d) {
+  struct sockaddr_in master;
+  sc_status st = sc_comm_resolve(addr, port, &master, d);
+  if (st == SC_OK)
+    st = w->rank == 0 ? meet(w, &master, addr, port, id, d) : join(w, &master, addr, port, id, d);
   for (int r = 0; st == SC_OK && r < w->size; r++)
     if (w->fd[r] >= 0) {
       int one = 1;
@@ -708,13 +810,14 @@ static void slurm_env(void) {
   if (!getenv("WORLD_SIZE") && n) setenv("WORLD_SIZE", n, 0);
 }
 
-sc_status sc_comm_tcp_create(sc_comm **out, sc_diag *diag) {
+sc_status sc_comm_tcp_create(const sc_comm_tcp_opts *opts, sc_comm **out, sc_diag *diag) {
   *out = NULL;
   slurm_env();
   int rank, size, port;
   char addr[256];
+  sc_comm_ident id;
   sc_status st = sc_comm_env_read(&rank, &size, addr, sizeof addr, &port, diag);
-  if (st) return st;
+  if (st || (st = sc_comm_ident_init(&id, opts ? opts->program_hash : NULL, 0, diag))) return st;
   world *w = sc_calloc(1, sizeof *w);
   if (!w) return nomem(diag);
   w->rank = rank;
@@ -736,7 +839,7 @@ sc_status sc_comm_tcp_create(sc_comm **out, sc_diag *diag) {
     members[r] = r;
     pthread_mutex_init(&w->wmu[r], NULL);
   }
-  st = build_world(w, addr, port, diag);
+  st = build_world(w, addr, port, &id, diag);
   if (st == SC_OK && pthread_create(&w->th, NULL, receiver, w) != 0)
     st = sc_diag_set(diag, SC_ERR_IO, NULL, NULL, "tcp communicator: cannot start its thread");
   w->started = st == SC_OK;

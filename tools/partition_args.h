@@ -106,15 +106,27 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
 
 /* Whether --comm COMM runs one rank per process (mpi, tcp, nccl), and that
  * process's world communicator (nccl: bootstrapped over MPI under mpirun,
- * else over RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT). */
+ * else over RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT). dp (and m, the
+ * training step's manifest, or NULL): what this rank runs; the tcp
+ * communicator admits only ranks whose sc_partition_program_hash is the
+ * same (runtime/comm.h). */
 bool sc_partition_comm_is_world(const char *comm);
 /* 0, or 2 after the usage error of a --comm the device cannot use (nccl
  * without --device cuda). */
 int sc_partition_comm_device_check(const char *comm, const sc_device_choice *dev);
-sc_status sc_partition_world(const char *comm, sc_comm **world, sc_diag *d);
+sc_status sc_partition_world(const char *comm, const sc_dist_program *dp,
+                             const struct sc_train_manifest *m, sc_comm **world, sc_diag *d);
 /* SC_OK when world has the mesh's n_ranks ranks; else a usage error that
  * says how to start that many (mpirun -np N, or WORLD_SIZE for tcp). */
 sc_status sc_partition_world_check(const char *comm, const sc_comm *world, int64_t n_ranks,
                                    sc_diag *d);
+/* A SHA-256 (64 hex digits into hex) of what a rank of dp runs and must
+ * agree on with the others: the mesh and its roles, the schedule, the
+ * model's inputs and outputs, every stage's program (its JSON, as a bundle
+ * holds it, without the weights) and its inputs' shardings; with m, the
+ * training step's optimizer, loss and precision. Not the weights, the
+ * data, the learning rate or the thread count. */
+sc_status sc_partition_program_hash(const sc_dist_program *dp, const struct sc_train_manifest *m,
+                                    char hex[65], sc_diag *d);
 
 #endif

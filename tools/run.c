@@ -770,7 +770,7 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
   if (!rc) {
     sc_status s;
     if (sc_partition_comm_is_world(r->pc.comm)) {
-      s = sc_partition_world(r->pc.comm, &world, &d);
+      s = sc_partition_world(r->pc.comm, dp, NULL, &world, &d);
       if (s == SC_OK) s = sc_partition_world_check(r->pc.comm, world, n_ranks, &d);
       if (s == SC_OK) s = sc_dist_run_rank(dp, &dop, world, in, ni, out, no, NULL, &d);
     } else {

@@ -170,7 +170,9 @@ int main(int argc, char **argv) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   const char *backend = getenv("SHARDC_TEST_COMM"); /* "tcp": RANK, WORLD_SIZE, ... */
-  if (backend && strcmp(backend, "tcp") == 0 ? sc_comm_tcp_create(&world, &d)
+  /* SHARDC_TEST_PROGRAM: the program hash this rank says it runs */
+  sc_comm_tcp_opts to = {.program_hash = getenv("SHARDC_TEST_PROGRAM")};
+  if (backend && strcmp(backend, "tcp") == 0 ? sc_comm_tcp_create(&to, &world, &d)
                                              : sc_comm_mpi_create(&world, &d)) {
     fprintf(stderr, "comm_driver: %s\n", d.msg);
     return 2;

@@ -13,7 +13,10 @@
  * Failure paths are timed: an abort on one rank ends the others' pending
  * collectives (also on a different sub-group) with that rank's message
  * within 2 s; a collective that a rank never joins fails after a tiny
- * SHARDC_COMM_TIMEOUT. Threads never call cmocka (not thread-safe): each
+ * SHARDC_COMM_TIMEOUT. Who may join a TCP bootstrap: HMAC-SHA-256 against
+ * RFC 4231, the job's identity from the environment, the bound address
+ * of a listener, the NCCL bootstrap past a silent socket and refusing
+ * another token. Threads never call cmocka (not thread-safe): each
  * records its first problem in a string that the main thread asserts. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -523,6 +526,155 @@ static void test_bootstrap_tcp(void **state) {
   unsetenv("MASTER_PORT");
 }
 
+/* ---- who may join (runtime/comm_handshake.c) ---- */
+
+static void hex_of(const uint8_t *b, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+/* RFC 4231's test cases 1, 2 and 6 (a key longer than a block). */
+static void test_hmac_sha256(void **state) {
+  (void)state;
+  uint8_t key[131], mac[32];
+  char hex[65];
+  memset(key, 0x0b, 20);
+  sc_hmac_sha256(key, 20, "Hi There", 8, mac);
+  hex_of(mac, 32, hex);
+  assert_string_equal(hex, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  sc_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, mac);
+  hex_of(mac, 32, hex);
+  assert_string_equal(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  memset(key, 0xaa, sizeof key);
+  const char *m = "Test Using Larger Than Block-Size Key - Hash Key First";
+  sc_hmac_sha256(key, sizeof key, m, strlen(m), mac);
+  hex_of(mac, 32, hex);
+  assert_string_equal(hex, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+/* The job's identity: the token wins, else the launcher's run id. */
+static void test_comm_ident(void **state) {
+  (void)state;
+  static const char *vars[] = {"SHARDC_JOB_TOKEN", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",
+                               "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid",
+                               "SHARDC_COMM_HANDSHAKE_TIMEOUT"};
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+  sc_comm_ident id;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_comm_ident_init(&id, NULL, 0, &d), SC_OK);
+  assert_string_equal(id.job, "");
+  assert_false(id.token);
+  assert_true(id.handshake_s == 5.0);
+  setenv("OMPI_MCA_ess_base_jobid", "123456", 1);
+  assert_int_equal(sc_comm_ident_init(&id, "00ff", 2.0, &d), SC_OK);
+  assert_string_equal(id.job, "OMPI_MCA_ess_base_jobid=123456");
+  assert_string_equal(id.program, "00ff");
+  assert_true(id.handshake_s == 2.0); /* at most the whole timeout */
+  setenv("SLURM_JOB_ID", "77", 1);
+  setenv("SLURM_STEP_ID", "3", 1);
+  assert_int_equal(sc_comm_ident_init(&id, NULL, 0, &d), SC_OK);
+  assert_string_equal(id.job, "SLURM_JOB_ID=77.3");
+  setenv("TORCHELASTIC_RUN_ID", "run-9", 1);
+  setenv("SHARDC_COMM_HANDSHAKE_TIMEOUT", "0.5", 1);
+  assert_int_equal(sc_comm_ident_init(&id, NULL, 0, &d), SC_OK);
+  assert_string_equal(id.job, "TORCHELASTIC_RUN_ID=run-9");
+  assert_true(id.handshake_s == 0.5);
+  setenv("SHARDC_JOB_TOKEN", "secret", 1);
+  assert_int_equal(sc_comm_ident_init(&id, NULL, 0, &d), SC_OK);
+  assert_string_equal(id.job, "SHARDC_JOB_TOKEN"); /* never the token itself */
+  assert_true(id.token && id.key_bytes == 6 && memcmp(id.key, "secret", 6) == 0);
+  setenv("SHARDC_JOB_TOKEN", "", 1);
+  assert_int_equal(sc_comm_ident_init(&id, NULL, 0, &d), SC_ERR_USAGE);
+  sc_diag_clear(&d);
+  unsetenv("SHARDC_JOB_TOKEN");
+  assert_int_equal(sc_comm_ident_init(&id, "not hex", 0, &d), SC_ERR_USAGE);
+  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) unsetenv(vars[i]);
+}
+
+/* A listener for 127.0.0.1 is bound to it alone; with SHARDC_BIND_ALL=1
+ * to every interface. */
+static void test_comm_listen(void **state) {
+  (void)state;
+  unsetenv("SHARDC_BIND_ALL");
+  for (int all = 0; all < 2; all++) {
+    if (all) setenv("SHARDC_BIND_ALL", "1", 1);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bool every = !all;
+    int fd = sc_comm_listen(&sa, 4, &every);
+    assert_true(fd >= 0);
+    struct sockaddr_in got;
+    socklen_t len = sizeof got;
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&got, &len), 0);
+    assert_int_equal(ntohl(got.sin_addr.s_addr), all ? INADDR_ANY : INADDR_LOOPBACK);
+    assert_int_equal(every, all);
+    assert_int_equal(got.sin_port, sa.sin_port);
+    assert_true(ntohs(got.sin_port) > 0);
+    close(fd);
+  }
+  unsetenv("SHARDC_BIND_ALL");
+}
+
+/* The NCCL env bootstrap passes the handshake too: a silent connection
+ * does not hold rank 0 up, and a rank with another token is refused. */
+static void test_bootstrap_strangers(void **state) {
+  (void)state;
+  enum { N = 2 };
+  boot_arg a[N];
+  pthread_t th[N];
+  int port = free_port();
+  setenv("SHARDC_COMM_HANDSHAKE_TIMEOUT", "1", 1);
+  a[0] = (boot_arg){.port = port, .rank = 0, .size = N};
+  memset(a[0].id, 7, sizeof a[0].id);
+  assert_int_equal(pthread_create(&th[0], NULL, boot_thread, &a[0]), 0);
+  usleep(100 * 1000);
+  int silent = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(connect(silent, (struct sockaddr *)&sa, sizeof sa), 0);
+  double t0 = now_s();
+  a[1] = (boot_arg){.port = port, .rank = 1, .size = N};
+  assert_int_equal(pthread_create(&th[1], NULL, boot_thread, &a[1]), 0);
+  for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+  close(silent);
+  for (int r = 0; r < N; r++)
+    if (a[r].st) fail_msg("rank %d: %s", r, a[r].msg);
+  assert_true(now_s() - t0 < 1.0); /* not after the silent one's deadline */
+  assert_int_equal(a[1].id[0], 7);
+  /* another token: refused, both sides saying why (the token is read by
+   * each call: rank 1 gets its own before rank 0 starts) */
+  setenv("SHARDC_JOB_TOKEN", "the-token-of-rank-1", 1);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  port = free_port();
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  sa.sin_port = htons((uint16_t)port);
+  int one = 1;
+  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(listen(ls, 4), 0);
+  sc_comm_ident other;
+  setenv("SHARDC_JOB_TOKEN", "the-token-of-rank-0", 1);
+  assert_int_equal(sc_comm_ident_init(&other, NULL, 2.0, &d), SC_OK);
+  setenv("SHARDC_JOB_TOKEN", "the-token-of-rank-1", 1);
+  a[1] = (boot_arg){.port = port, .rank = 1, .size = N};
+  assert_int_equal(pthread_create(&th[1], NULL, boot_thread, &a[1]), 0);
+  sc_comm_hs_server *srv = sc_comm_hs_server_create(ls, &other, 0x44494353, 0, N, "rank 0");
+  bool taken[N] = {false};
+  int peer;
+  int32_t arg;
+  struct sockaddr_in from;
+  assert_int_equal(sc_comm_hs_accept(srv, 1, taken, now_s() + 1.5, &peer, &arg, &from), -1);
+  assert_non_null(strstr(sc_comm_hs_refusal(srv), "authentication failed"));
+  sc_comm_hs_server_destroy(srv);
+  close(ls);
+  pthread_join(th[1], NULL);
+  assert_int_equal(a[1].st, SC_ERR_IO);
+  assert_non_null(strstr(a[1].msg, "authentication failed"));
+  unsetenv("SHARDC_JOB_TOKEN");
+  unsetenv("SHARDC_COMM_HANDSHAKE_TIMEOUT");
+}
+
 /* ---- one communication queue per communicator (runtime/session.c) ----
  *
  * A session's program on a 2x2 mesh (axes a, b): an async all-gather over
@@ -698,6 +850,8 @@ int main(void) {
       cmocka_unit_test(test_split_mesh),    cmocka_unit_test(test_abort),
       cmocka_unit_test(test_timeout),       cmocka_unit_test(test_bad_args),
       cmocka_unit_test(test_bootstrap_tcp), cmocka_unit_test(test_queue_per_communicator),
+      cmocka_unit_test(test_hmac_sha256),   cmocka_unit_test(test_comm_ident),
+      cmocka_unit_test(test_comm_listen),   cmocka_unit_test(test_bootstrap_strangers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
