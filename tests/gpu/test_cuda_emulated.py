@@ -242,7 +242,7 @@ def main():
                            ["--data", "input_ids=" + ids, "--labels", glab],
                            ["--dim", "batch=4", "--optimizer", "sgd", "--momentum", "0.9"] + mesh, 2)
             pix = os.path.join(tmp, "pix.npy")
-            np.save(pix, rng.uniform(-1, 1, (8, 3, 32, 32)).astype(np.float32))
+            np.save(pix, rng.uniform(-1, 1, (16, 3, 32, 32)).astype(np.float32))  # as many as lab
             train_case(tmp, "vit fsdp=2,tp=2", os.path.join(SAMPLES, "vit.onnx"),
                        ["--data", "pixel_values=" + pix, "--labels", lab],
                        ["--dim", "batch=4", "--optimizer", "sgd", "--momentum", "0.9",
