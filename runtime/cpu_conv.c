@@ -1506,6 +1506,16 @@ bool sc_cpu_convs_pool(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
   return true;
 }
 
+int64_t sc_cpu_convs_bytes(const sc_cpu_convs *cv) {
+  if (!cv) return 0;
+  int64_t bytes = cv->scratch ? (int64_t)(cv->scratch_bytes ? cv->scratch_bytes : 64) : 0;
+  for (int32_t i = 0; i < cv->n; i++)
+    if (cv->v[i].w_blk) bytes += (int64_t)cv->v[i].T * (int64_t)cv->v[i].w_bytes;
+  for (int32_t b = 0; cv->shadow && b < cv->p->n_buffers; b++)
+    if (cv->shadow[b]) bytes += cv->p->buffers[b].bytes;
+  return bytes;
+}
+
 void sc_cpu_convs_destroy(sc_cpu_convs *cv) {
   if (!cv) return;
   for (int32_t i = 0; cv->v && i < cv->n; i++) conv_free(&cv->v[i]);

@@ -51,6 +51,11 @@ bool sc_cpu_convs_pool(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp);
  * "skipped: ..." for the step of another of its kernels, else NULL. */
 const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s);
 void sc_cpu_convs_destroy(sc_cpu_convs *cv);
+/* Bytes of the large buffers cv allocated (after bind): the weights in
+ * oneDNN's layout, the scratch of the step running, the NCHW shadows of
+ * blocked buffers (not the threads' scratchpads, which each thread grows
+ * as it runs and keeps for the process). 0 for NULL. */
+int64_t sc_cpu_convs_bytes(const sc_cpu_convs *cv);
 
 /* Blocked activations (docs/runtime.md#blocked-activations): buffers that
  * only direct convolutions and pointwise kernels touch are held in

@@ -259,6 +259,10 @@ typedef struct cpu_ctx {
                              pitch_weights) */
   bool *pitched_owner;    /* per step: pitched[i] is this step's to free */
   double compile_s;
+  bool reserve_threads;   /* a product runs on the own kernel: every pool
+                             thread's packing buffers are reserved at bind */
+  sc_device_memory planned;   /* this program's lines on this device */
+  sc_device_memory allocated; /* what prepare and bind allocated, per line */
   sc_gemm_failure run_failed; /* the run's first GEMM whose engine ran out of
                                  memory (bytes 0: none), for cpu_end_run */
 } cpu_ctx;
@@ -286,6 +290,7 @@ static sc_status cpu_create(const sc_device_opts *o, void **out, sc_diag *diag) 
 }
 
 static void free_packed(cpu_ctx *c) {
+  c->allocated.bytes[SC_MEM_PACKED_WEIGHTS] = c->allocated.bytes[SC_MEM_PITCHED_WEIGHTS] = 0;
   for (int32_t i = 0; c->packed && c->p && i < c->p->n_steps; i++) {
     if (c->packed_owner[i]) free(c->packed[i].data);
     c->packed[i].data = NULL;
@@ -322,30 +327,6 @@ static void cpu_destroy(void *ctx) {
 static int64_t buf_numel(const sc_program *p, int32_t b) {
   unsigned es = sc_dtype_size(p->buffers[b].dtype);
   return es ? p->buffers[b].bytes / es : 0;
-}
-
-/* Elements a strided batched matrix operand spans: the last element of the
- * last batch entry + 1. false on overflow. */
-static bool operand_span(int64_t batch, int64_t stride, int64_t rows, int64_t cols,
-                         int64_t ld, int64_t *span) {
-  if (rows == 0 || cols == 0 || batch == 0) {
-    *span = 0;
-    return true;
-  }
-  int64_t a, b, s;
-  if (!sc_mul_i64(batch - 1, stride, &a) || !sc_mul_i64(rows - 1, ld, &b) ||
-      !sc_add_i64(a, b, &s) || !sc_add_i64(s, cols, &s))
-    return false;
-  *span = s;
-  return true;
-}
-
-bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]) {
-  int64_t ar = g->trans_a ? g->k : g->m, ac = g->trans_a ? g->m : g->k;
-  int64_t br = g->trans_b ? g->n : g->k, bc = g->trans_b ? g->k : g->n;
-  return operand_span(g->batch, g->stride_a, ar, ac, g->lda, &span[0]) &&
-         operand_span(g->batch, g->stride_b, br, bc, g->ldb, &span[1]) &&
-         operand_span(g->batch, g->stride_c, g->m, g->n, g->ldc, &span[2]);
 }
 
 static bool valid_buffer(const sc_program *p, int32_t b) { return b >= 0 && b < p->n_buffers; }
@@ -494,26 +475,30 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
       onednn = true;
   if (onednn) st = onednn_setup(diag);
   if (st == SC_OK && !c->im2col_convs) st = sc_cpu_convs_prepare(p, c->skip, &c->convs, diag);
+  /* the device's own memory outside the arena, as the plan sizes it for
+   * this device (codegen/device_memory.h); what bind allocates is counted
+   * against it, line by line */
+  sc_device_target t = {.device = "cpu", .engine = sc_gemm_engine_get(), .threads = c->threads,
+                        .direct_convs = !c->im2col_convs};
+  if (st == SC_OK) st = sc_device_memory_plan(p, &t, &c->planned, diag);
   int64_t scratch = 0;
+  bool own_runs = false; /* a product runs on the own kernel */
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
     const sc_step *s = &p->steps[i];
-    /* a direct convolution is no GEMM here; with oneDNN, a constant B is
-     * laid out at bind (pitch_weights), not into the scratch */
-    if (s->kind != SC_STEP_GEMM) continue;
-    const sc_gemm *g = &s->gemm;
-    int64_t n = 0;
-    if (is_bf16(p, g))
-      n = sc_gemm_bf16_scratch_numel(g, g->bias >= 0 ? buf_numel(p, g->bias) : 0);
-    else if (!sc_cpu_convs_note(c->convs, s) &&
-             (sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN || !packs_b(c, s)))
-      n = sc_gemm_scratch_numel(g);
+    /* a direct convolution is no GEMM here */
+    if (s->kind != SC_STEP_GEMM || (!is_bf16(p, &s->gemm) && sc_cpu_convs_note(c->convs, s)))
+      continue;
+    own_runs |= sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN;
+    int64_t n = sc_gemm_step_scratch_numel(p, s, sc_gemm_engine_get());
     if (n > scratch) scratch = n;
   }
+  c->reserve_threads = own_runs;
   if (st == SC_OK && scratch > 0 &&
       posix_memalign((void **)&c->repitch, 64, (size_t)scratch * sizeof(float)) != 0) {
     c->repitch = NULL;
-    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    return sc_diag_nomem(diag, (uint64_t)scratch * sizeof(float), "the cpu device's GEMM scratch");
   }
+  c->allocated.bytes[SC_MEM_GEMM_SCRATCH] = scratch * (int64_t)sizeof(float);
   return st;
 }
 
@@ -570,16 +555,10 @@ sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag) {
 }
 
 /* Whether GEMM step s's B is a constant that is laid out again at bind
- * (pack_weights, pitch_weights): one matrix (no batch, or the same for
- * every entry), not a direct convolution. */
+ * (pack_weights, pitch_weights; sc_gemm_b_relaid), not a direct
+ * convolution. */
 static bool packs_b(const cpu_ctx *c, const sc_step *s) {
-  const sc_gemm *g = &s->gemm;
-  if (s->kind != SC_STEP_GEMM || is_bf16(c->p, g) || sc_cpu_convs_note(c->convs, s) ||
-      g->m <= 0 || g->n <= 0 || g->k <= 0 || g->batch <= 0 ||
-      (g->batch > 1 && g->stride_b != 0))
-    return false;
-  int32_t r = sc_program_root(c->p, g->b);
-  return r >= 0 && c->p->buffers[r].kind == SC_BUF_CONST;
+  return sc_gemm_b_relaid(c->p, s) && !sc_cpu_convs_note(c->convs, s);
 }
 
 typedef struct pack_job {
@@ -595,10 +574,10 @@ static void pack_rows(void *ud, int64_t begin, int64_t end) {
                  end * SC_GEMM_KC, j->out);
 }
 
-/* Whether GEMMs h and g read the same op(B) the same way. */
+/* Whether GEMMs h and g read the same op(B) the same way (one root: its
+ * data overrides are per root, so one address too). */
 static bool same_b(const cpu_ctx *c, const sc_gemm *h, const sc_gemm *g) {
-  return c->ptrs[h->b] == c->ptrs[g->b] && h->trans_b == g->trans_b && h->k == g->k &&
-         h->n == g->n && h->ldb == g->ldb;
+  return sc_gemm_same_b(c->p, h, g);
 }
 
 /* With the own GEMM kernel (cpu_gemm.h), every constant B is packed once
@@ -617,13 +596,14 @@ static sc_status pack_weights(cpu_ctx *c, sc_diag *diag) {
     for (int32_t j = 0; j < i && !c->packed[i].data; j++)
       if (c->packed[j].data && same_b(c, &p->steps[j].gemm, g)) c->packed[i] = c->packed[j];
     if (c->packed[i].data) continue;
-    int64_t numel = sc_gemm_packed_b_numel(g->k, g->n);
-    if (numel < 0 || numel > INT64_MAX / 4 ||
+    int64_t numel = sc_gemm_weight_copy_numel(p, s, SC_GEMM_ENGINE_OWN);
+    if (numel <= 0 || numel > INT64_MAX / 4 ||
         posix_memalign((void **)&c->packed[i].data, 64, (size_t)numel * sizeof(float)))
       return sc_diag_set(diag, SC_ERR_NOMEM, s->origin, NULL,
                          "cpu device: no memory to pack a %lld x %lld weight matrix",
                          (long long)g->k, (long long)g->n);
     c->packed_owner[i] = true;
+    c->allocated.bytes[SC_MEM_PACKED_WEIGHTS] += numel * (int64_t)sizeof(float);
     pack_job j = {.g = g, .B = c->ptrs[g->b], .out = &c->packed[i]};
     int64_t blocks = (g->k + SC_GEMM_KC - 1) / SC_GEMM_KC;
     sc_thread_pool_run(c->pool, pack_rows, &j, blocks, blocks);
@@ -632,6 +612,7 @@ static sc_status pack_weights(cpu_ctx *c, sc_diag *diag) {
 }
 
 static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag);
+static sc_status reserve_threads(cpu_ctx *c, sc_diag *diag);
 
 static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   cpu_ctx *c = ctx;
@@ -662,7 +643,47 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   if (st == SC_OK && c->convs) st = sc_cpu_convs_bind(c->convs, c->ptrs, diag);
   if (st == SC_OK) st = pack_weights(c, diag);
   if (st == SC_OK) st = pitch_weights(c, diag);
+  if (st == SC_OK) st = reserve_threads(c, diag);
+  c->allocated.bytes[SC_MEM_ARENA] = c->p->arena_bytes;
+  c->allocated.bytes[SC_MEM_CONV] = sc_cpu_convs_bytes(c->convs);
   return st;
+}
+
+/* Every pool thread's packing buffers for the own kernel, allocated now
+ * (else each thread allocates them at its first tile): one chunk per
+ * thread, each held until all have started, so that no thread takes two. */
+typedef struct reserve_job {
+  atomic_int started, reserved;
+  int threads;
+} reserve_job;
+
+static void reserve_chunk(void *ud, int64_t begin, int64_t end) {
+  reserve_job *j = ud;
+  for (int64_t i = begin; i < end; i++) {
+    if (sc_cpu_gemm_thread_reserve()) atomic_fetch_add(&j->reserved, 1);
+    atomic_fetch_add(&j->started, 1);
+  }
+  while (atomic_load(&j->started) < j->threads) cpu_relax();
+}
+
+static sc_status reserve_threads(cpu_ctx *c, sc_diag *diag) {
+  c->allocated.bytes[SC_MEM_GEMM_THREADS] = 0;
+  if (!c->reserve_threads) return SC_OK;
+  reserve_job j = {.threads = c->threads};
+  atomic_init(&j.started, 0);
+  atomic_init(&j.reserved, 0);
+  sc_thread_pool_run(c->pool, reserve_chunk, &j, c->threads, c->threads);
+  int64_t one = sc_cpu_gemm_thread_buffer_bytes();
+  c->allocated.bytes[SC_MEM_GEMM_THREADS] = (int64_t)atomic_load(&j.reserved) * one;
+  if (atomic_load(&j.reserved) < c->threads)
+    return sc_diag_nomem(diag, (uint64_t)one, "the GEMM kernel's packing buffers of a thread");
+  return SC_OK;
+}
+
+static void cpu_memory(void *ctx, sc_device_memory *planned, sc_device_memory *allocated) {
+  cpu_ctx *c = ctx;
+  if (planned) *planned = c->planned;
+  if (allocated) *allocated = c->allocated;
 }
 
 static void *cpu_buffer_ptr(void *ctx, int32_t b) { return ((cpu_ctx *)ctx)->ptrs[b]; }
@@ -714,7 +735,7 @@ static void cpu_run_kernel(void *ctx, const sc_step *s) {
  * same call whatever the thread count: results are bit-identical with 1 or
  * N threads (a library's own threading is not).
  *
- * The tile shape (gemm_tiling) suits oneDNN's single-threaded sgemm on a
+ * The tile shape (sc_gemm_tiling, codegen/device_memory.c) suits oneDNN's single-threaded sgemm on a
  * 2-core Zen machine (docs/runtime.md#gemm-tiles): tiles of 128 rows run
  * at 85-90 GFLOP/s per core for any width from 384 to 3072 columns (64
  * rows: ~5% less), so what matters is that the tiles share out evenly.
@@ -723,23 +744,9 @@ static void cpu_run_kernel(void *ctx, const sc_step *s) {
  * stay at least 384 wide (128 x 2304 alone: 4 tiles of 576, ~167 GFLOP/s on
  * 2 cores, against ~150 for the 10 tiles of 64 x 464 of the earlier rule;
  * in the whole GPT-2-small run the two rules are within 2%). Rows are 128
- * per tile, 64 when that leaves fewer than GEMM_TILES_WANTED tiles. */
-enum { GEMM_TILE_N_MAX = 768, GEMM_TILE_N_MIN = 384, GEMM_TILE_M_BIG = 128,
-       GEMM_TILE_M_SMALL = 64, GEMM_TILES_WANTED = 4 };
-
-static void gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
-  int64_t rows = g->batch * ((g->m + GEMM_TILE_M_BIG - 1) / GEMM_TILE_M_BIG);
-  int64_t cols = (g->n + GEMM_TILE_N_MAX - 1) / GEMM_TILE_N_MAX;
-  while ((rows * cols) % GEMM_TILES_WANTED != 0 && g->n / (cols + 1) >= GEMM_TILE_N_MIN) cols++;
-  int64_t tn = (g->n + cols - 1) / cols;
-  tn = (tn + 15) / 16 * 16; /* column tiles start on a 64-byte boundary */
-  if (tn > g->n) tn = g->n;
-  *tile_m = rows * ((g->n + tn - 1) / tn) < GEMM_TILES_WANTED ? GEMM_TILE_M_SMALL
-                                                               : GEMM_TILE_M_BIG;
-  *tile_n = tn;
-}
-
-/* Tiles of at most 128 rows are few enough that oneDNN runs them with its
+ * per tile, 64 when that leaves fewer than 4 tiles.
+ *
+ * Tiles of at most 128 rows are few enough that oneDNN runs them with its
  * no-copy kernels, which read B in place. When B's row pitch is a multiple
  * of 4 KiB, the rows of a panel fall into the same cache sets and a tile
  * runs at a third of its speed (128 x 3072 x 768 with pitch 3072: ~31
@@ -750,30 +757,6 @@ static void gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
  * 2-3x faster. The copy is op(B) itself, k rows of n, so a transposed B is
  * transposed on the way (the copy is exact; the product then reads B
  * untransposed, see pitch_weights for why). */
-enum { GEMM_ALIAS_PITCH = 1024, GEMM_PITCH_PAD = 16, GEMM_REPITCH_MAX = 1 << 26 };
-
-static int64_t repitched_ld(int64_t cols) {
-  int64_t ld = (cols + GEMM_PITCH_PAD - 1) / GEMM_PITCH_PAD * GEMM_PITCH_PAD;
-  return ld % GEMM_ALIAS_PITCH == 0 ? ld + GEMM_PITCH_PAD : ld;
-}
-
-/* Floats of g's op(B) laid out again (every batch entry that has its own:
- * k rows of repitched_ld(n)), or 0 when too large or entries overlap. */
-static int64_t relaid_numel(const sc_gemm *g) {
-  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
-  int64_t entries = g->stride_b ? g->batch : 1, n;
-  if (g->stride_b && g->stride_b < (g->trans_b ? g->n : g->k) * g->ldb)
-    return 0; /* entries overlap: as it is */
-  if (!sc_mul_i64(entries, g->k, &n) || !sc_mul_i64(n, repitched_ld(g->n), &n) ||
-      n > GEMM_REPITCH_MAX)
-    return 0;
-  return n;
-}
-
-int64_t sc_gemm_repitch_numel(const sc_gemm *g) {
-  return g->ldb % GEMM_ALIAS_PITCH == 0 ? relaid_numel(g) : 0;
-}
-
 enum { REPITCH_ROWS = 16, REPITCH_COLS = 64 }; /* rows of op(B) per unit; a transpose's block */
 
 typedef struct repitch_job {
@@ -789,7 +772,7 @@ typedef struct repitch_job {
  * copy runs in units of REPITCH_ROWS rows of one batch entry. */
 static repitch_job repitch_of(const sc_gemm *g, const float *B, float *dst, sc_gemm *rg) {
   repitch_job r = {.B = B, .dst = dst, .k = g->k, .n = g->n, .trans_b = g->trans_b,
-                   .ldb = g->ldb, .stride_b = g->stride_b, .ld = repitched_ld(g->n)};
+                   .ldb = g->ldb, .stride_b = g->stride_b, .ld = sc_gemm_repitched_ld(g->n)};
   r.units = (g->stride_b ? g->batch : 1) * ((g->k + REPITCH_ROWS - 1) / REPITCH_ROWS);
   if (rg) {
     *rg = *g;
@@ -842,8 +825,7 @@ static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag) {
     const sc_step *s = &p->steps[i];
     const sc_gemm *g = &s->gemm;
     int64_t numel;
-    if (!packs_b(c, s) ||
-        (numel = g->trans_b ? relaid_numel(g) : sc_gemm_repitch_numel(g)) <= 0)
+    if (!packs_b(c, s) || (numel = sc_gemm_weight_copy_numel(p, s, SC_GEMM_ENGINE_ONEDNN)) <= 0)
       continue;
     for (int32_t j = 0; j < i && !c->pitched[i]; j++)
       if (c->pitched[j] && same_b(c, &p->steps[j].gemm, g)) c->pitched[i] = c->pitched[j];
@@ -855,6 +837,7 @@ static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag) {
                          (long long)g->k, (long long)g->n);
     }
     c->pitched_owner[i] = true;
+    c->allocated.bytes[SC_MEM_PITCHED_WEIGHTS] += numel * (int64_t)sizeof(float);
     repitch_job r = repitch_of(g, c->ptrs[g->b], c->pitched[i], NULL);
     sc_thread_pool_run(c->pool, repitch_rows, &r, r.units, r.units);
   }
@@ -894,28 +877,8 @@ static void tile_failed(gemm_job *j, bool own, int m, int n, int64_t k) {
  * again (GPT-2-small's LM head at batch 1: the same 128 x 768 rows 66
  * times, ~4% of the product). When the caller gives scratch, they are
  * packed once instead, by the pool, before the tiles run: one packed row
- * tile per batch entry of A (one in all when A is broadcast). Floats of
- * that scratch for g cut into tiles of tile_m rows, or 0 when it is not
- * worth it (one column of tiles) or too large. */
-enum { GEMM_PACK_A_MAX = 1 << 25 };
-
-static int64_t packed_a_numel(const sc_gemm *g, int64_t tile_m, int64_t tile_n,
-                              int64_t *per_tile) {
-  int64_t tiles_m = (g->m + tile_m - 1) / tile_m, n;
-  *per_tile = sc_gemm_packed_a_numel(tile_m, g->k);
-  if ((g->n + tile_n - 1) / tile_n < 2 || *per_tile <= 0 ||
-      !sc_mul_i64((g->stride_a ? g->batch : 1) * tiles_m, *per_tile, &n) || n > GEMM_PACK_A_MAX)
-    return 0;
-  return n;
-}
-
-int64_t sc_gemm_scratch_numel(const sc_gemm *g) {
-  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || g->k <= 0) return 0;
-  if (sc_gemm_engine_get() != SC_GEMM_ENGINE_OWN) return sc_gemm_repitch_numel(g);
-  int64_t tile_m, tile_n, per_tile;
-  gemm_tiling(g, &tile_m, &tile_n);
-  return packed_a_numel(g, tile_m, tile_n, &per_tile);
-}
+ * tile per batch entry of A (one in all when A is broadcast;
+ * sc_gemm_packed_a_scratch_numel). */
 
 /* row tiles [begin, end) of op(A), over every batch entry that has its own */
 static void pack_a_tiles(void *ud, int64_t begin, int64_t end) {
@@ -997,7 +960,7 @@ bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
   gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias, .own = own,
                .packed = own && packed && packed->data ? packed : NULL, .failure = failure};
   atomic_init(&j.failed, false);
-  gemm_tiling(g, &j.tile_m, &j.tile_n);
+  sc_gemm_tiling(g, &j.tile_m, &j.tile_n);
   j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
   j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
   j.bias_per_batch = bias && g->bias_full && bias_numel != g->m * g->n;
@@ -1009,7 +972,7 @@ bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const fl
    * chunks leave a thread idle at the end (66 tiles in chunks of 9 on 2
    * threads: up to 9 tiles' time) */
   int64_t chunks = flops < 65536.0 || !tp || threads < 2 ? 1 : tiles;
-  if (own && scratch && packed_a_numel(g, j.tile_m, j.tile_n, &j.packed_a_tile) > 0) {
+  if (own && scratch && sc_gemm_packed_a_scratch_numel(g, j.tile_m, j.tile_n, &j.packed_a_tile) > 0) {
     j.packed_a = scratch;
     int64_t units = (g->stride_a ? g->batch : 1) * j.tiles_m;
     if (chunks <= 1)
@@ -1066,22 +1029,15 @@ static void narrow_rows(void *ud, int64_t begin, int64_t end) {
   }
 }
 
-static int64_t align16(int64_t n) { return (n + 15) / 16 * 16; }
-
-int64_t sc_gemm_bf16_scratch_numel(const sc_gemm *g, int64_t bias_numel) {
-  int64_t span[3];
-  if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || !sc_gemm_spans(g, span)) return 0;
-  return align16(span[0]) + align16(span[1]) + align16(span[2]) + align16(bias_numel) +
-         sc_gemm_scratch_numel(g);
-}
-
 bool sc_host_gemm_bf16(const sc_gemm *g, const uint16_t *A, const uint16_t *B,
                        const uint16_t *bias, int64_t bias_numel, uint16_t *C,
                        sc_thread_pool *tp, float *scratch, sc_gemm_failure *failure) {
   int64_t span[3];
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0 || !sc_gemm_spans(g, span)) return true;
-  float *a32 = scratch, *b32 = a32 + align16(span[0]), *c32 = b32 + align16(span[1]);
-  float *bias32 = c32 + align16(span[2]), *rest = bias32 + align16(bias_numel);
+  /* the layout sc_gemm_bf16_scratch_numel sizes: each part rounded up to 16 floats */
+  float *a32 = scratch, *b32 = a32 + (span[0] + 15) / 16 * 16;
+  float *c32 = b32 + (span[1] + 15) / 16 * 16;
+  float *bias32 = c32 + (span[2] + 15) / 16 * 16, *rest = bias32 + (bias_numel + 15) / 16 * 16;
   widen(A, span[0], a32, tp);
   widen(B, span[1], b32, tp);
   if (g->beta != 0.0f) widen(C, span[2], c32, tp);
@@ -1200,6 +1156,7 @@ const sc_device_iface sc_device_cpu = {
     .end_run = cpu_end_run,
     .threads = cpu_threads,
     .compile_seconds = cpu_compile_seconds,
+    .memory = cpu_memory,
 };
 
 static const sc_device_iface *const DEVICES[] = {&sc_device_cpu, &sc_device_cuda};

@@ -18,8 +18,10 @@
  * where oneDNN's single-threaded sgemm runs the same tile at ~95.
  *
  * Each thread packs into its own buffers (apack: MC rounded up to MR rows
- * x KC; bpack: KC x NC), allocated on its first call and freed when the
- * thread ends. */
+ * x KC; bpack: KC x NC; sc_cpu_gemm_thread_buffer_bytes), allocated on its
+ * first call (or reserved at bind, sc_cpu_gemm_thread_reserve) and freed
+ * when the thread ends. The blocking and the sizes of packed forms are in
+ * codegen/device_memory.h, where the memory plan sizes them too. */
 #include "cpu_gemm.h"
 
 #include <pthread.h>
@@ -37,61 +39,26 @@
 #define AVX2
 #endif
 
-enum { MR = 6, NR = 16, KC = SC_GEMM_KC, MC = 128, MC_PANELS = (MC + MR - 1) / MR, NC = 256 };
+enum { MR = SC_GEMM_MR, NR = SC_GEMM_NR, KC = SC_GEMM_KC, MC = SC_GEMM_MC,
+       MC_PANELS = (MC + MR - 1) / MR, NC = SC_GEMM_NC };
 
 /* ---- engine choice ---- */
 
-bool sc_cpu_gemm_own_supported(void) {
-#if SC_X86
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
-}
-
 static atomic_int engine_set; /* sc_gemm_engine; AUTO: not set */
-static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
-static sc_gemm_engine auto_engine;
-
-static void auto_init(void) {
-  bool own = sc_cpu_gemm_own_supported();
-  const char *env = getenv("SHARDC_GEMM");
-  if (env && strcmp(env, "onednn") == 0)
-    auto_engine = SC_GEMM_ENGINE_ONEDNN;
-  else if (env && strcmp(env, "own") == 0)
-    auto_engine = own ? SC_GEMM_ENGINE_OWN : SC_GEMM_ENGINE_ONEDNN;
-  else {
-#if SC_X86
-    own = own && !__builtin_cpu_supports("avx512f");
-#endif
-    auto_engine = own ? SC_GEMM_ENGINE_OWN : SC_GEMM_ENGINE_ONEDNN;
-  }
-}
 
 sc_gemm_engine sc_gemm_engine_get(void) {
   sc_gemm_engine e = (sc_gemm_engine)atomic_load(&engine_set);
   if (e == SC_GEMM_ENGINE_OWN && !sc_cpu_gemm_own_supported()) e = SC_GEMM_ENGINE_ONEDNN;
-  if (e != SC_GEMM_ENGINE_AUTO) return e;
-  pthread_once(&auto_once, auto_init);
-  return auto_engine;
+  return e != SC_GEMM_ENGINE_AUTO ? e : sc_gemm_engine_host();
 }
 
 void sc_gemm_engine_set(sc_gemm_engine e) { atomic_store(&engine_set, (int)e); }
-
-const char *sc_gemm_engine_name(sc_gemm_engine e) {
-  return e == SC_GEMM_ENGINE_OWN ? "shardc avx2" : "oneDNN";
-}
 
 #if SC_X86
 
 /* ---- per-thread packing buffers ---- */
 
 enum { APACK_FLOATS = MC_PANELS * MR * KC, BPACK_FLOATS = KC * NC };
-
-int64_t sc_cpu_gemm_thread_buffer_bytes(void) {
-  return (int64_t)(APACK_FLOATS + BPACK_FLOATS) * (int64_t)sizeof(float);
-}
 
 /* Each thread's buffer is its value of pack_key, freed by the key's
  * destructor when the thread ends (pool threads come and go with their
@@ -100,19 +67,36 @@ static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
 static pthread_key_t pack_key;
 static bool pack_key_ok;
 
-static void pack_key_init(void) { pack_key_ok = pthread_key_create(&pack_key, free) == 0; }
+static atomic_llong held; /* buffers allocated and not yet freed */
+
+static void pack_free(void *p) {
+  free(p);
+  atomic_fetch_sub(&held, 1);
+}
+
+static void pack_key_init(void) { pack_key_ok = pthread_key_create(&pack_key, pack_free) == 0; }
 
 static float *thread_pack(void) {
   pthread_once(&pack_once, pack_key_init);
   if (!pack_key_ok) return NULL;
   float *p = pthread_getspecific(pack_key);
   if (p) return p;
-  if (posix_memalign((void **)&p, 64, (APACK_FLOATS + BPACK_FLOATS) * sizeof(float))) return NULL;
+  /* the size the memory plan counts (codegen/device_memory.c) */
+  int64_t bytes = sc_cpu_gemm_thread_buffer_bytes();
+  SC_ASSERT(bytes == (int64_t)((APACK_FLOATS + BPACK_FLOATS) * sizeof(float)));
+  if (posix_memalign((void **)&p, 64, (size_t)bytes)) return NULL;
   if (pthread_setspecific(pack_key, p) != 0) {
     free(p);
     return NULL;
   }
+  atomic_fetch_add(&held, 1);
   return p;
+}
+
+bool sc_cpu_gemm_thread_reserve(void) { return thread_pack() != NULL; }
+
+int64_t sc_cpu_gemm_thread_buffers_held(void) {
+  return (int64_t)atomic_load(&held) * sc_cpu_gemm_thread_buffer_bytes();
 }
 
 /* ---- packing ---- */
@@ -299,12 +283,6 @@ bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   return true;
 }
 
-int64_t sc_gemm_packed_a_numel(int64_t m, int64_t k) {
-  /* whole blocks of MC rows take MC_PANELS micro-panels, the last its own */
-  int64_t rows = m / MC * (MC_PANELS * MR) + panel_rows(m % MC), numel;
-  return m > 0 && k > 0 && sc_mul_i64(rows, k, &numel) ? numel : -1;
-}
-
 void sc_gemm_pack_a(bool trans_a, int64_t m, int64_t k, const float *A, int64_t lda, float *out) {
   for (int64_t i0 = 0; i0 < m; i0 += MC) {
     int64_t mb = m - i0 < MC ? m - i0 : MC;
@@ -313,11 +291,6 @@ void sc_gemm_pack_a(bool trans_a, int64_t m, int64_t k, const float *A, int64_t 
     for (int64_t k0 = 0; k0 < k; k0 += KC)
       pack_a(trans_a, Ai, lda, mb, k0, k - k0 < KC ? k - k0 : KC, dst + k0 * panel_rows(mb));
   }
-}
-
-int64_t sc_gemm_packed_b_numel(int64_t k, int64_t n) {
-  int64_t n_pad = (n + NR - 1) / NR * NR, numel;
-  return k > 0 && n > 0 && sc_mul_i64(k, n_pad, &numel) ? numel : -1;
 }
 
 void sc_gemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *B, int64_t ldb,
@@ -340,13 +313,11 @@ bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t 
   return false;
 }
 
-int64_t sc_cpu_gemm_thread_buffer_bytes(void) { return 0; }
+bool sc_cpu_gemm_thread_reserve(void) { return true; }
 
-int64_t sc_gemm_packed_a_numel(int64_t m, int64_t k) { return -1; }
+int64_t sc_cpu_gemm_thread_buffers_held(void) { return 0; }
 
 void sc_gemm_pack_a(bool trans_a, int64_t m, int64_t k, const float *A, int64_t lda, float *out) {}
-
-int64_t sc_gemm_packed_b_numel(int64_t k, int64_t n) { return -1; }
 
 void sc_gemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *B, int64_t ldb,
                     int64_t k0, int64_t k1, sc_gemm_packed_b *out) {}

@@ -14,30 +14,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Which engine runs the CPU's f32 GEMM tiles. */
-typedef enum sc_gemm_engine {
-  SC_GEMM_ENGINE_AUTO,   /* the faster one for this CPU (below) */
-  SC_GEMM_ENGINE_ONEDNN, /* oneDNN's dnnl_sgemm */
-  SC_GEMM_ENGINE_OWN,    /* sc_cpu_gemm_tile (needs AVX2 and FMA) */
-} sc_gemm_engine;
+#include "codegen/device_memory.h" /* the engines, sizes of packed forms */
 
-/* Whether this CPU can run sc_cpu_gemm_tile (x86-64 with AVX2 and FMA). */
-bool sc_cpu_gemm_own_supported(void);
 /* The engine in use, never AUTO: the one set by sc_gemm_engine_set, else
- * the environment's SHARDC_GEMM ("onednn" or "own"), else ours on a CPU
- * with AVX2 and FMA but without AVX-512 (there it beats oneDNN's AVX2
- * kernels; on AVX-512 CPUs oneDNN's wider kernels win). OWN is taken only
- * where it is supported. */
+ * the host's (sc_gemm_engine_host, codegen/device_memory.h). OWN is taken
+ * only where it is supported. */
 sc_gemm_engine sc_gemm_engine_get(void);
 /* Sets the engine for the process (AUTO: back to the default choice).
  * For tests and benchmarks; not meant to change while products run. */
 void sc_gemm_engine_set(sc_gemm_engine e);
-/* "oneDNN" or "shardc avx2" */
-const char *sc_gemm_engine_name(sc_gemm_engine e);
-
-/* The kernel's block of k: sc_gemm_pack_b packs whole blocks of this many
- * rows of op(B). */
-enum { SC_GEMM_KC = 256 };
 
 /* op(B) of a product, packed once for every tile that reads it (a
  * constant B: the weights of a layer): for each block of KC rows, its
@@ -48,17 +33,12 @@ typedef struct sc_gemm_packed_b {
   int64_t n_pad; /* n rounded up to 16 */
 } sc_gemm_packed_b;
 
-/* Floats of op(B)'s packed form (k x n), or -1 on overflow or k, n < 1. */
-int64_t sc_gemm_packed_b_numel(int64_t k, int64_t n);
 /* Packs rows [k0, k1) of op(B) (k x n; k0 a multiple of SC_GEMM_KC,
  * rounded down otherwise) into out->data; sets out->n_pad. Row
  * ranges are independent: threads may pack disjoint ones. */
 void sc_gemm_pack_b(bool trans_b, int64_t k, int64_t n, const float *B, int64_t ldb, int64_t k0,
                     int64_t k1, sc_gemm_packed_b *out);
 
-/* Floats of the packed form of m rows of op(A) (all k columns), or -1 on
- * overflow or m, k < 1. */
-int64_t sc_gemm_packed_a_numel(int64_t m, int64_t k);
 /* Packs the m rows of op(A) that start at A (as sc_cpu_gemm_tile reads
  * them) into out (sc_gemm_packed_a_numel(m, k) floats, 32-byte aligned):
  * the micro-panels the kernel would pack for itself, every block of rows
@@ -73,14 +53,19 @@ void sc_gemm_pack_a(bool trans_a, int64_t m, int64_t k, const float *A, int64_t 
  * instead of B, the tile's columns starting at column n0 (a multiple of
  * 16) of the packed matrix. The bits of C are the same either way.
  * beta == 0 never reads C. Needs sc_cpu_gemm_own_supported(); uses this
- * thread's packing buffers (allocated on the thread's first call, freed
- * when it ends; false when that allocation fails, and nothing is
- * computed). */
+ * thread's packing buffers (allocated on the thread's first call, or by
+ * sc_cpu_gemm_thread_reserve, freed when it ends; false when that
+ * allocation fails, and nothing is computed). */
 bool sc_cpu_gemm_tile(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                       const float *A, int64_t lda, const float *packed_a, const float *B,
                       int64_t ldb, const sc_gemm_packed_b *packed, int64_t n0, float beta,
                       float *C, int64_t ldc);
-/* Bytes of one thread's packing buffers (what sc_cpu_gemm_tile allocates). */
-int64_t sc_cpu_gemm_thread_buffer_bytes(void);
+/* Bytes of the own kernel's per-thread packing buffers now allocated in
+ * the process (sc_cpu_gemm_thread_buffer_bytes each; a thread's is freed
+ * when it ends). */
+int64_t sc_cpu_gemm_thread_buffers_held(void);
+/* Allocates this thread's packing buffers now, if it has none; false when
+ * that fails. */
+bool sc_cpu_gemm_thread_reserve(void);
 
 #endif

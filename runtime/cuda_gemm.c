@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/cpu_gemm.h"
 #include "runtime/cublaslt.h"
 #include "runtime/device.h"
 
@@ -246,7 +247,9 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
   if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16)
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
                        "cuda device: a GEMM on %s (f32 and bf16 only)", sc_dtype_name(t));
-  int64_t need = t == SC_DTYPE_BF16 && e->host ? sc_gemm_bf16_scratch_numel(g, bias_numel) : 0;
+  int64_t need = t == SC_DTYPE_BF16 && e->host
+                     ? sc_gemm_bf16_scratch_numel(g, bias_numel, sc_gemm_engine_get())
+                     : 0;
   if (need > e->host_scratch_numel) {
     float *s = sc_realloc(e->host_scratch, (size_t)need * sizeof *s);
     if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");

@@ -35,6 +35,7 @@
 #ifndef SC_RUNTIME_DEVICE_H
 #define SC_RUNTIME_DEVICE_H
 
+#include "codegen/device_memory.h"
 #include "codegen/program.h"
 
 struct sc_comm;
@@ -106,6 +107,11 @@ typedef struct sc_device_iface {
    * CPU device's direct convolutions), for SHARDC_PROFILE; NULL (the
    * function or its result): as written. */
   const char *(*step_note)(void *ctx, int32_t i);
+  /* After bind: the program's memory on this device as planned for it
+   * (sc_device_memory_plan with the device's engine, threads and
+   * convolutions) and what the device allocated, line by line
+   * (codegen/device_memory.h); NULL: the arena only. Either may be NULL. */
+  void (*memory)(void *ctx, sc_device_memory *planned, sc_device_memory *allocated);
 } sc_device_iface;
 
 /* The device called `name` ("cpu"), or NULL. */
@@ -129,17 +135,14 @@ sc_status sc_check_kernel_params(const sc_program *p, sc_diag *diag);
 /* Why GEMM step s cannot run on shardc's devices (bad buffer ids, extents
  * beyond the buffers, operands other than all f32 or all bf16), or NULL. */
 const char *sc_gemm_problem(const sc_program *p, const sc_step *s);
-/* Elements each operand of g spans (A, B, C: the last element of the last
- * batch entry + 1); false on overflow. */
-bool sc_gemm_spans(const sc_gemm *g, int64_t span[3]);
 /* C = alpha op(A) op(B) + beta C (+ bias) for f32 GEMM g on host memory,
  * cut into tiles whose boundaries depend only on the shape (the same
  * result on any thread count), run on tp (NULL: this thread). bias_numel:
  * the bias buffer's element count (bias may be NULL). scratch (or NULL):
- * sc_gemm_scratch_numel(g) floats, where oneDNN first copies a B whose row
- * pitch aliases in the cache (a multiple of 4 KiB) with a longer pitch,
- * and the own kernel packs op(A) once for all the tiles that read the
- * same rows. packed (or NULL, or with data NULL): op(B) already packed
+ * sc_gemm_scratch_numel(g, sc_gemm_engine_get()) floats (device_memory.h),
+ * where oneDNN first copies a B whose row pitch aliases in the cache (a
+ * multiple of 4 KiB) with a longer pitch, and the own kernel packs op(A)
+ * once for all the tiles that read the same rows. packed (or NULL, or with data NULL): op(B) already packed
  * for the own kernel (runtime/cpu_gemm.h), read instead of B when that
  * kernel runs. */
 typedef struct sc_gemm_failure {
@@ -153,22 +156,16 @@ typedef struct sc_gemm_failure {
 bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, struct sc_thread_pool *tp, float *scratch,
                       const struct sc_gemm_packed_b *packed, sc_gemm_failure *failure);
-/* Floats of scratch sc_host_gemm_f32 uses for g with the engine in use
- * (0: none). */
-int64_t sc_gemm_scratch_numel(const sc_gemm *g);
 /* The same product for a GEMM whose operands are bfloat16 (A, B, C and the
  * bias: the buffers' dtype), as cuBLASLt computes it with f32 compute:
  * the operands widened to f32 (a product of two bf16 values is exact in
  * f32), sc_host_gemm_f32 on the copies, and each element of C rounded to
  * bf16 once, at the end. Only C's m x n elements of each batch entry are
- * written. scratch: sc_gemm_bf16_scratch_numel(g, bias_numel) floats. */
+ * written. scratch: sc_gemm_bf16_scratch_numel(g, bias_numel,
+ * sc_gemm_engine_get()) floats. */
 bool sc_host_gemm_bf16(const sc_gemm *g, const uint16_t *A, const uint16_t *B,
                        const uint16_t *bias, int64_t bias_numel, uint16_t *C,
                        struct sc_thread_pool *tp, float *scratch, sc_gemm_failure *failure);
-/* Floats of scratch sc_host_gemm_bf16 needs for g (0 for an empty product). */
-int64_t sc_gemm_bf16_scratch_numel(const sc_gemm *g, int64_t bias_numel);
-/* Floats of scratch oneDNN's products use for g's B (0: B is read in place). */
-int64_t sc_gemm_repitch_numel(const sc_gemm *g);
 /* The first of n indices of dtype t outside [-dim, dim) (unsigned: [0,
  * dim)), or -1; *shown: its value. */
 int64_t sc_check_indices(sc_dtype t, const void *data, int64_t n, int64_t dim, long long *shown);

@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 
+#include "codegen/device_memory.h"
 #include "codegen/program.h"
 
 /* A tensor handed in or out: dtype, shape and a pointer to packed row-major
@@ -91,6 +92,23 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
  * there from step to step. */
 void *sc_session_input_slot(sc_session *s, int32_t i);
 int64_t sc_session_arena_bytes(const sc_session *s); /* bytes allocated */
+/* The program's memory on the session's device, line by line
+ * (codegen/device_memory.h): *planned as the memory plan sizes it for this
+ * device (its GEMM engine, threads and convolutions), *allocated what the
+ * device allocated at prepare and bind (a device that reports no lines:
+ * the arena alone, both). Equal line for line but SC_MEM_CONV, which
+ * oneDNN sizes (planned 0); unit.test_runtime asserts it. *rss_before and
+ * *peak_before: the process's resident set and its peak so far
+ * (sc_process_memory) after prepare (model loaded, kernels compiled),
+ * before the arena and the device's own memory were allocated; -1 where
+ * unknown. Any pointer may be NULL. */
+void sc_session_memory(const sc_session *s, sc_device_memory *planned,
+                       sc_device_memory *allocated, int64_t *rss_before,
+                       int64_t *peak_before);
+/* The process's resident set now (*rss, VmRSS) and at its peak (*peak,
+ * VmHWM), in bytes, from /proc/self/status; false (both -1) where it
+ * cannot be read. Either pointer may be NULL. */
+bool sc_process_memory(int64_t *rss, int64_t *peak);
 double sc_session_compile_seconds(const sc_session *s);
 int sc_session_threads(const sc_session *s); /* threads the device uses */
 void sc_session_destroy(sc_session *s);

@@ -71,6 +71,8 @@ struct sc_session {
   const sc_program *p;
   void *arena;
   int64_t arena_bytes; /* what was asked of the device */
+  int64_t rss_before, peak_before; /* the process's VmRSS and VmHWM after
+                                      prepare, before the arena */
   double *prof_s;      /* SHARDC_PROFILE: seconds per step, summed over runs */
   double *prof_min;    /* per step: the fastest run */
   double *prof_first;  /* per step: the first run, kept apart */
@@ -545,6 +547,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   sc_session *s = sc_calloc(1, sizeof *s);
   if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   s->dev = dev;
+  s->rss_before = s->peak_before = -1;
   s->p = p;
   s->world = o->world;
   sc_status st = make_groups(s, o->split_mesh, diag);
@@ -569,6 +572,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                        sc_comm_backend(s->groups[g]));
   if (st == SC_OK) st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
+  if (st == SC_OK) sc_process_memory(&s->rss_before, &s->peak_before);
   if (st == SC_OK) {
     s->arena = dev->alloc_arena(s->ctx, p->arena_bytes);
     s->arena_bytes = p->arena_bytes;
@@ -800,6 +804,42 @@ void *sc_session_input_slot(sc_session *s, int32_t i) {
 }
 
 int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }
+
+void sc_session_memory(const sc_session *s, sc_device_memory *planned,
+                       sc_device_memory *allocated, int64_t *rss_before,
+                       int64_t *peak_before) {
+  sc_device_memory arena = {.bytes = {[SC_MEM_ARENA] = s->arena_bytes}};
+  if (planned) *planned = arena;
+  if (allocated) *allocated = arena;
+  if (s->dev->memory) s->dev->memory(s->ctx, planned, allocated);
+  if (rss_before) *rss_before = s->rss_before;
+  if (peak_before) *peak_before = s->peak_before;
+}
+
+/* "VmRSS:    1234 kB" -> bytes */
+static int64_t status_kib(const char *line, const char *key) {
+  size_t n = strlen(key);
+  if (strncmp(line, key, n) != 0) return -1;
+  long long kib = -1;
+  return sscanf(line + n, " %lld", &kib) == 1 && kib >= 0 ? (int64_t)kib * 1024 : -1;
+}
+
+bool sc_process_memory(int64_t *rss, int64_t *peak) {
+  int64_t r = -1, h = -1;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f) {
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+      int64_t v;
+      if ((v = status_kib(line, "VmRSS:")) >= 0) r = v;
+      if ((v = status_kib(line, "VmHWM:")) >= 0) h = v;
+    }
+    fclose(f);
+  }
+  if (rss) *rss = r;
+  if (peak) *peak = h;
+  return r >= 0 && h >= 0;
+}
 
 double sc_session_compile_seconds(const sc_session *s) {
   return s->dev->compile_seconds(s->ctx);

@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/device_memory.h"
 #include "ir/mesh.h"
+#include "passes/stats.h"
 #include "runtime/runtime.h"
 
 int sc_cli_usage_error(const char *fmt, ...) {
@@ -271,4 +273,44 @@ void sc_cli_format_axes(const sc_mesh *m, uint32_t set, char *buf, size_t n) {
     if (w < 0 || (size_t)w >= n - pos) return;
     pos += (size_t)w;
   }
+}
+
+void sc_cli_format_target(const sc_device_target *t, char *buf, size_t n) {
+  if (t->device && strcmp(t->device, "cpu") != 0)
+    snprintf(buf, n, "%s", t->device);
+  else
+    snprintf(buf, n, "cpu: %s GEMMs, %d thread%s%s", sc_gemm_engine_name(t->engine), t->threads,
+             t->threads == 1 ? "" : "s", t->direct_convs ? "" : ", convolutions as GEMMs");
+}
+
+static void memory_row(FILE *f, const char *indent, const char *name, int64_t planned,
+                       const int64_t *allocated, const char *what) {
+  char b[32];
+  sc_stats_format_bytes((double)planned, b, sizeof b);
+  if (allocated)
+    fprintf(f, "%s%-16s %14lld %12s %14lld%s  %s\n", indent, name, (long long)planned, b,
+            (long long)*allocated, *allocated == planned ? "        " : " differs", what);
+  else
+    fprintf(f, "%s%-16s %14lld %12s  %s\n", indent, name, (long long)planned, b, what);
+}
+
+void sc_cli_print_memory(FILE *f, const char *indent, const sc_device_memory *planned,
+                         const sc_device_memory *allocated, const char *extra_name,
+                         int64_t extra_bytes, const char *extra_what) {
+  if (allocated)
+    fprintf(f, "%s%-16s %14s %12s %14s%s\n", indent, "", "planned", "", "allocated", "");
+  for (int l = 0; l < SC_MEM_LINE_COUNT; l++) {
+    const int64_t *a = allocated ? &allocated->bytes[l] : NULL;
+    if (l != SC_MEM_ARENA && planned->bytes[l] == 0 && (!a || *a == 0)) continue;
+    memory_row(f, indent, sc_mem_line_name((sc_mem_line)l), planned->bytes[l], a,
+               sc_mem_line_what((sc_mem_line)l));
+  }
+  int64_t total = sc_device_memory_total(planned);
+  int64_t total_a = allocated ? sc_device_memory_total(allocated) : 0;
+  if (extra_name) {
+    memory_row(f, indent, extra_name, extra_bytes, allocated ? &extra_bytes : NULL, extra_what);
+    total += extra_bytes;
+    total_a += extra_bytes;
+  }
+  memory_row(f, indent, "total", total, allocated ? &total_a : NULL, "");
 }

@@ -67,6 +67,21 @@ void sc_cli_format_count(int64_t v, char *buf, size_t n);
 /* The axes of set, by name, "dp,tp" ("-" for none), into buf. */
 void sc_cli_format_axes(const sc_mesh *m, uint32_t set, char *buf, size_t n);
 
+struct sc_device_memory;
+struct sc_device_target;
+/* "cpu: oneDNN GEMMs, 2 threads" (the target of a memory plan) into buf. */
+void sc_cli_format_target(const struct sc_device_target *t, char *buf, size_t n);
+/* The lines of a program's memory (codegen/device_memory.h), one a line,
+ * each indented by `indent`, then their total: bytes, readable size and
+ * what the line holds. With allocated (not NULL), a column of what the
+ * device allocated beside the plan's, and "differs" where they differ.
+ * extra_name/extra_bytes (or NULL): one more line before the total (the
+ * weights, mapped from the model). Lines of 0 bytes in both are left out
+ * (but the arena). */
+void sc_cli_print_memory(FILE *f, const char *indent, const struct sc_device_memory *planned,
+                         const struct sc_device_memory *allocated, const char *extra_name,
+                         int64_t extra_bytes, const char *extra_what);
+
 /* --device cpu|cuda, --no-cuda-graph, --gpu-arch sm_NN at argv[*i] (run,
  * train): 1 when taken (into *d, *i advanced past a value), 0 when
  * argv[*i] is none of them, 2 after a usage error (printed). */

@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codegen/device_memory.h"
 #include "ir/fileio.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -44,6 +45,7 @@ static const char *const USAGE =
     "                      [--stage-boundaries A,B] [--sequence-parallel]\n"
     "                      [--no-vocab-parallel] [--no-overlap] [--json] [--dot FILE]\n"
     "                      [--no-weights] [--print-after=PASS] [--time-passes]\n"
+    "                      [--gemm-engine own|onednn] [--threads N]\n"
     "       shardc plan MODEL.onnx --train [--dim NAME=V]... [--loss KIND]\n"
     "                      [--mesh pp=P,... --schedule 1f1b --microbatches M]\n"
     "                      [--schedule-table]\n"
@@ -82,6 +84,7 @@ typedef struct stage_info {
   int64_t params, params_rank;
   double flops, flops_rank;
   int64_t weight_bytes, arena_bytes, comm_bytes;
+  sc_device_memory device; /* every line on the plan's target */
 } stage_info;
 
 typedef struct coll_row {
@@ -93,6 +96,7 @@ typedef struct coll_row {
 } coll_row;
 
 typedef struct report {
+  sc_device_target target; /* what the device memory is planned for */
   const sc_build *b;
   const sc_partition *part;
   sc_graph *g;
@@ -216,6 +220,8 @@ static sc_status program_contents(report *r) {
     stage_info *si = &r->st[s];
     if (!p) continue;
     si->arena_bytes = p->arena_bytes;
+    sc_diag d = {0};
+    if (sc_device_memory_plan(p, &r->target, &si->device, &d) != SC_OK) return d.status;
     for (int32_t i = 0; i < p->n_buffers; i++)
       if (p->buffers[i].kind == SC_BUF_CONST) si->weight_bytes += p->buffers[i].bytes;
     /* Comm scratch: the most any one COMM step needs (pack + unpack);
@@ -318,6 +324,31 @@ static void print_memory(const report *r) {
     sc_stats_format_bytes((double)total, d, sizeof d);
     printf("  %-5d %-12s %12s %12s %12s %12s %14lld\n", s, si->ranks, a, b, c, d,
            (long long)total);
+  }
+}
+
+/* Every line of each stage's memory on the target: the arena and the
+ * device's own memory beside it (codegen/device_memory.h), the weights,
+ * and their total. */
+static void print_device_memory(const report *r) {
+  char t[96], v[32];
+  sc_cli_format_target(&r->target, t, sizeof t);
+  printf("\nmemory per rank, every line (%s; the lines depend on the machine: "
+         "--gemm-engine, --threads):\n", t);
+  printf("  %-5s %-16s %14s\n", "stage", "line", "bytes");
+  for (int32_t s = 0; s < r->part->n_stages; s++) {
+    const stage_info *si = &r->st[s];
+    for (int l = 0; l < SC_MEM_LINE_COUNT; l++) {
+      if (l != SC_MEM_ARENA && si->device.bytes[l] == 0) continue;
+      sc_stats_format_bytes((double)si->device.bytes[l], v, sizeof v);
+      printf("  %-5d %-16s %14lld %12s\n", s, sc_mem_line_name((sc_mem_line)l),
+             (long long)si->device.bytes[l], v);
+    }
+    sc_stats_format_bytes((double)si->weight_bytes, v, sizeof v);
+    printf("  %-5d %-16s %14lld %12s\n", s, "weights", (long long)si->weight_bytes, v);
+    int64_t total = sc_device_memory_total(&si->device) + si->weight_bytes;
+    sc_stats_format_bytes((double)total, v, sizeof v);
+    printf("  %-5d %-16s %14lld %12s\n", s, "total", (long long)total, v);
   }
 }
 
@@ -481,8 +512,33 @@ static int print_help(void) {
 
 /* Takes the partitioning and training options out of argv; the rest go to
  * sc_cli_parse. */
+/* --gemm-engine own|onednn and --threads N at argv[*i] into t: 1 when
+ * taken, 0 when not such an option, 2 after a usage error. */
+static int target_option(int argc, char **argv, int *i, sc_device_target *t) {
+  bool missing = false;
+  const char *v;
+  int64_t n;
+  if ((v = sc_cli_opt_value(argc, argv, i, "--gemm-engine", &missing))) {
+    if (missing) return sc_cli_usage_error("--gemm-engine needs a value");
+    (*i)++;
+    if (strcmp(v, "own") == 0) t->engine = SC_GEMM_ENGINE_OWN;
+    else if (strcmp(v, "onednn") == 0) t->engine = SC_GEMM_ENGINE_ONEDNN;
+    else return sc_cli_usage_error("--gemm-engine takes own or onednn, not '%s'", v);
+    return 1;
+  }
+  if ((v = sc_cli_opt_value(argc, argv, i, "--threads", &missing))) {
+    if (missing) return sc_cli_usage_error("--threads needs a value");
+    (*i)++;
+    if (!sc_cli_parse_i64(v, 1, 4096, &n))
+      return sc_cli_usage_error("--threads takes a count in [1, 4096], not '%s'", v);
+    t->threads = (int)n;
+    return 1;
+  }
+  return 0;
+}
+
 static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, bool *table,
-                      sc_train_args *ta, char **rest, int *n_rest) {
+                      sc_train_args *ta, sc_device_target *target, char **rest, int *n_rest) {
   *n_rest = 0;
   rest[(*n_rest)++] = argv[0];
   bool only_files = false;
@@ -499,7 +555,10 @@ static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, 
         i++;
         continue;
       }
-      int rc = sc_partition_args_take(p, argc, argv, &i, false);
+      int rc = target_option(argc, argv, &i, target);
+      if (rc == 1) continue;
+      if (rc) return rc;
+      rc = sc_partition_args_take(p, argc, argv, &i, false);
       if (rc == 1) continue;
       if (rc) return rc;
       if ((rc = sc_train_args_take(ta, argc, argv, &i)) == 1) continue;
@@ -511,8 +570,9 @@ static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, 
   return 0;
 }
 
-static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, const char *path) {
-  report r = {.b = b, .part = b->part, .g = g, .stats = stats};
+static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, const char *path,
+                      const sc_device_target *target) {
+  report r = {.target = *target, .b = b, .part = b->part, .g = g, .stats = stats};
   r.st = sc_calloc((size_t)b->part->n_stages, sizeof *r.st);
   int rc = 1;
   if (!r.st) goto nomem;
@@ -522,6 +582,7 @@ static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, con
   print_header(&r, path);
   print_stages(&r);
   print_memory(&r);
+  print_device_memory(&r);
   print_collectives(&r);
   print_shardings(&r);
   if (b->part->n_fallbacks) {
@@ -540,7 +601,7 @@ done:
 
 /* --train: the training step's memory (per rank with --mesh). */
 static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o,
-                      bool table) {
+                      bool table, const sc_device_target *target) {
   if (o->dot) return sc_cli_usage_error("plan --train does not take --dot");
   int rc = sc_train_args_finish(ta);
   if (rc) return rc;
@@ -551,7 +612,7 @@ static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cl
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;
   if ((rc = sc_train_args_build(ta, p, o, &bs.build, &b)) != 0) return rc;
-  rc = sc_plan_train_report(b, &ta->t, o->json, table, o->file);
+  rc = sc_plan_train_report(b, &ta->t, o->json, table, o->file, target);
   fflush(stdout);
   sc_build_destroy(b);
   return rc;
@@ -565,7 +626,9 @@ int sc_cmd_plan(int argc, char **argv) {
   bool train = false, table = false;
   char *rest[MAX_ARGS];
   int n_rest = 0;
-  int rc = split_args(argc, argv, &p, &train, &table, &ta, rest, &n_rest);
+  sc_device_target target;
+  sc_device_target_host(&target);
+  int rc = split_args(argc, argv, &p, &train, &table, &ta, &target, rest, &n_rest);
   if (rc) return rc;
   sc_cli_opts o;
   rc = sc_cli_parse(n_rest, rest,
@@ -574,7 +637,7 @@ int sc_cmd_plan(int argc, char **argv) {
                     USAGE, &o);
   if (rc) return rc;
   if (o.help) return print_help();
-  if (train) return plan_train(&p, &ta, &o, table);
+  if (train) return plan_train(&p, &ta, &o, table, &target);
   if (table) return sc_cli_usage_error("--schedule-table needs --train (a pipelined step)");
   if (ta.first) return sc_cli_usage_error("%s needs --train", ta.first);
   if (!sc_partition_args_active(&p))
@@ -615,7 +678,7 @@ int sc_cmd_plan(int argc, char **argv) {
     if (st == SC_OK) st = sc_plan_write_json(b->plan, stdout, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   } else if (!rc) {
-    rc = report_all(b, g, &b->stats, o.file);
+    rc = report_all(b, g, &b->stats, o.file, &target);
   }
   fflush(stdout);
   sc_build_destroy(b);

@@ -258,7 +258,7 @@ done:
 }
 
 int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
-                         const char *file) {
+                         const char *file, const sc_device_target *target) {
   if (b->program->pipe_chunks > 0) return pipe_report(b, t, json, table, file);
   if (table) {
     fprintf(stderr, "shardc: error: %s: --schedule-table: the step is not pipelined (a pp "
@@ -271,6 +271,9 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_train_memory_of(p, &m, &d) != SC_OK) return sc_cli_report(&d, file);
+  sc_device_memory dm;
+  if (sc_device_memory_plan(p, target, &dm, &d) != SC_OK) return sc_cli_report(&d, file);
+  int64_t outside = sc_device_memory_outside(&dm);
   sc_train_comm *cm = NULL;
   int32_t n_cm = 0;
   if (part && sc_train_comm_of(p, &cm, &n_cm, &d) != SC_OK) return sc_cli_report(&d, file);
@@ -299,6 +302,13 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     printf(", \"saved_activations\": %lld", (long long)m.saved);
     printf(", \"arena\": %lld, \"constants\": %lld, \"total\": %lld", (long long)m.arena,
            (long long)m.constants, (long long)(m.arena + m.constants));
+    printf(",\n \"device\": {");
+    for (int l = 1; l < SC_MEM_LINE_COUNT; l++) {
+      printf("%s", l > 1 ? ", " : "");
+      json_str(sc_mem_line_name((sc_mem_line)l));
+      printf(": %lld", (long long)dm.bytes[l]);
+    }
+    printf("}, \"total_with_device\": %lld", (long long)(m.arena + m.constants + outside));
     static const char *const found_by[] = {"null", "\"structure\"", "\"names\""};
     const sc_recompute_report *rr = &b->train.recompute;
     printf(", \"recompute\": {\"kind\": \"%s\", \"blocks\": %d, \"found_by\": %s, "
@@ -372,6 +382,14 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   row("arena", m.arena, lost);
   row("constants", m.constants, "frozen weights, folded values (outside the arena)");
   row("total", m.arena + m.constants, "");
+  char tg[96];
+  sc_cli_format_target(target, tg, sizeof tg);
+  for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
+    if (dm.bytes[l]) row(sc_mem_line_name((sc_mem_line)l), dm.bytes[l],
+                         sc_mem_line_what((sc_mem_line)l));
+  char with[160];
+  snprintf(with, sizeof with, "+ the device's own memory beside the arena (%s)", tg);
+  row("total, all", m.arena + m.constants + outside, with);
   if (m.backward_step >= 0) {
     char at[96];
     snprintf(at, sizeof at, "forward values live when the backward begins (step %d)",

@@ -5,12 +5,14 @@
 
 #include <stdbool.h>
 
+#include "codegen/device_memory.h"
 #include "driver/driver.h"
 
 /* b: a build with opts.train and codegen (one rank, a mesh, or a pipelined
  * step: then per pipeline rank, and with table every rank's action list).
- * 0 or 1 (error printed). */
+ * target: what the device's own memory beside the arena is planned for
+ * (codegen/device_memory.h; one rank's step). 0 or 1 (error printed). */
 int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
-                         const char *file);
+                         const char *file, const sc_device_target *target);
 
 #endif

@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "runtime/bundle.h"
+#include "runtime/cpu_gemm.h"
 #include "runtime/dist.h"
 #include "runtime/dist_load.h"
 #include "runtime/npy.h"
@@ -631,6 +632,32 @@ static sc_status load_bundle(run_state *st, const char *dir, sc_diag *d) {
   return s;
 }
 
+/* --verbose: the program's memory on the device, planned and allocated
+ * line by line, then the process's resident set after prepare (the model
+ * loaded, the kernels compiled: before the arena), after the run, and at
+ * its peak, which should be the larger of the peak after prepare (the
+ * import's, the JIT's) and the resident set after prepare + the plan's
+ * total (models.test_memory checks it). */
+static void print_memory(const run_state *st) {
+  sc_device_memory planned, allocated;
+  int64_t before, peak_before, rss, peak, constants = 0;
+  sc_session_memory(st->s, &planned, &allocated, &before, &peak_before);
+  for (int32_t i = 0; i < st->p->n_buffers; i++)
+    if (st->p->buffers[i].kind == SC_BUF_CONST) constants += st->p->buffers[i].bytes;
+  fprintf(stderr, "memory (on a cpu device: %s GEMMs, %d threads):\n",
+          sc_gemm_engine_name(sc_gemm_engine_get()), sc_session_threads(st->s));
+  sc_cli_print_memory(stderr, "  ", &planned, &allocated, "constants", constants,
+                      "weights and folded values, mapped from the model");
+  if (!sc_process_memory(&rss, &peak) || before < 0) return;
+  int64_t total = sc_device_memory_total(&planned);
+  int64_t expect = before + total > peak_before ? before + total : peak_before;
+  fprintf(stderr, "process: resident %lld bytes after prepare (peak %lld), %lld after the run, "
+          "peak %lld; expected peak max(peak after prepare, resident after prepare + planned "
+          "total but constants) = %lld, measured - expected = %lld bytes\n",
+          (long long)before, (long long)peak_before, (long long)rss, (long long)peak,
+          (long long)expect, (long long)(peak - expect));
+}
+
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -998,6 +1025,7 @@ int sc_cmd_run(int argc, char **argv) {
             "run %.3f ms on %d threads, arena %lld bytes\n",
             t1 - t0, t2 - t1, sc_session_compile_seconds(st.s) * 1e3, t3 - t2,
             sc_session_threads(st.s), (long long)sc_session_arena_bytes(st.s));
+  if (r.verbose) print_memory(&st);
   if (r.repeat > 0 && (rc = repeat_runs(&st, &r, t2 - t_file, t3 - t2, &d)) != 0) {
     run_state_free(&st, &r);
     return sc_cli_report(&d, o.file);

@@ -348,7 +348,7 @@ static void test_gemm_bf16(void **state) {
   for (int i = 0; i < B * M3 * LDC; i++) c0[i] = sc_f32_to_bf16((float)rnd(-1, 1));
   memcpy(c1, c0, sizeof *c0 * B * M3 * LDC);
   memcpy(c2, c0, sizeof *c0 * B * M3 * LDC);
-  int64_t ns = sc_gemm_bf16_scratch_numel(&g, N3);
+  int64_t ns = sc_gemm_bf16_scratch_numel(&g, N3, sc_gemm_engine_get());
   assert_true(ns >= (int64_t)B * K3 * M3 + K3 * N3 + B * M3 * LDC + N3);
   float *scratch = malloc(sizeof *scratch * (size_t)ns);
   sc_thread_pool *tp = NULL;
@@ -467,6 +467,121 @@ static void test_gemm_aliasing_pitch(void **state) {
     free(b);
     sc_program_destroy(p);
   }
+}
+
+/* Planned == allocated for every line of the CPU device's memory
+ * (codegen/device_memory.h): a program with a constant [24, 1024] B (its
+ * pitch aliases), a transposed constant [40, 2048] B read by two steps
+ * (one copy), and a product of 8 x 2000 x 64 with B an input (several
+ * columns of tiles: the own kernel packs A into the scratch), on each
+ * engine and on 1 and 3 threads. The lines are those the engine lays out
+ * (packed weights on the own kernel: k x n rounded up to 16 floats, each
+ * matrix once; pitched on oneDNN: the aliasing and the transposed one),
+ * the plan for the same target equals the session's, and a run of the
+ * bound program allocates nothing more (the per-thread buffers are held
+ * from bind). */
+static void test_device_memory_planned(void **state) {
+  (void)state;
+  rng_seed(21);
+  enum { MR8 = 8, K3 = 64, N3 = 2000 };
+  float *b1 = malloc(24 * 1024 * 4), *b2 = malloc(40 * 2048 * 4);
+  for (int i = 0; i < 24 * 1024; i++) b1[i] = (float)rnd(-1, 1);
+  for (int i = 0; i < 40 * 2048; i++) b2[i] = (float)rnd(-1, 1);
+  sc_program *p = sc_program_create();
+  int64_t off = 0;
+#define SLOT(bytes) (off += ((bytes) + 63) / 64 * 64, off - ((bytes) + 63) / 64 * 64)
+  int64_t da1[] = {MR8, 24}, db1[] = {24, 1024}, dc1[] = {MR8, 1024};
+  int64_t da2[] = {MR8, 2048}, db2[] = {40, 2048}, dc2[] = {MR8, 40};
+  int64_t da3[] = {MR8, K3}, db3[] = {K3, N3}, dc3[] = {MR8, N3};
+  int32_t a1 = add_buf(p, "a1", SC_BUF_INPUT, 2, da1, SLOT(MR8 * 24 * 4), NULL, -1);
+  int32_t a2 = add_buf(p, "a2", SC_BUF_INPUT, 2, da2, SLOT(MR8 * 2048 * 4), NULL, -1);
+  int32_t a3 = add_buf(p, "a3", SC_BUF_INPUT, 2, da3, SLOT(MR8 * K3 * 4), NULL, -1);
+  int32_t w3 = add_buf(p, "b3", SC_BUF_INPUT, 2, db3, SLOT(K3 * N3 * 4), NULL, -1);
+  int32_t w1 = add_buf(p, "w1", SC_BUF_CONST, 2, db1, -1, b1, -1);
+  int32_t w2 = add_buf(p, "w2", SC_BUF_CONST, 2, db2, -1, b2, -1);
+  int32_t c1 = add_buf(p, "c1", SC_BUF_OUTPUT, 2, dc1, SLOT(MR8 * 1024 * 4), NULL, -1);
+  int32_t c2 = add_buf(p, "c2", SC_BUF_OUTPUT, 2, dc2, SLOT(MR8 * 40 * 4), NULL, -1);
+  int32_t c2b = add_buf(p, "c2b", SC_BUF_OUTPUT, 2, dc2, SLOT(MR8 * 40 * 4), NULL, -1);
+  int32_t c3 = add_buf(p, "c3", SC_BUF_OUTPUT, 2, dc3, SLOT(MR8 * N3 * 4), NULL, -1);
+#undef SLOT
+  p->arena_bytes = off;
+  sc_gemm gs[4] = {
+      {.a = a1, .b = w1, .c = c1, .m = MR8, .n = 1024, .k = 24, .lda = 24, .ldb = 1024},
+      {.a = a2, .b = w2, .c = c2, .trans_b = true, .m = MR8, .n = 40, .k = 2048, .lda = 2048,
+       .ldb = 2048},
+      {.a = a2, .b = w2, .c = c2b, .trans_b = true, .m = MR8, .n = 40, .k = 2048, .lda = 2048,
+       .ldb = 2048},
+      {.a = a3, .b = w3, .c = c3, .m = MR8, .n = N3, .k = K3, .lda = K3, .ldb = N3}};
+  for (int i = 0; i < 4; i++) {
+    sc_step st;
+    memset(&st, 0, sizeof st);
+    st.kind = SC_STEP_GEMM;
+    st.kernel = -1;
+    st.gemm = gs[i];
+    st.gemm.batch = 1, st.gemm.ldc = gs[i].n, st.gemm.alpha = 1.0f, st.gemm.bias = -1;
+    assert_true(sc_program_add_step(p, &st) >= 0);
+  }
+  int32_t ins[] = {a1, a2, a3, w3}, outs[] = {c1, c2, c2b, c3};
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(sc_program_add_input(p, ins[i]), SC_OK);
+    assert_int_equal(sc_program_add_output(p, outs[i]), SC_OK);
+  }
+  float *in_data[4];
+  int64_t in_numel[] = {MR8 * 24, MR8 * 2048, MR8 * K3, K3 * N3};
+  for (int i = 0; i < 4; i++) {
+    in_data[i] = malloc((size_t)in_numel[i] * 4);
+    for (int64_t j = 0; j < in_numel[i]; j++) in_data[i][j] = (float)rnd(-1, 1);
+  }
+  sc_gemm_engine engines[] = {SC_GEMM_ENGINE_OWN, SC_GEMM_ENGINE_ONEDNN};
+  for (int e = 0; e < 2; e++) {
+    if (engines[e] == SC_GEMM_ENGINE_OWN && !sc_cpu_gemm_own_supported()) continue;
+    sc_gemm_engine_set(engines[e]);
+    for (int threads = 1; threads <= 3; threads += 2) {
+      sc_session *ss = make_session(p, threads);
+      sc_device_memory planned, allocated, want;
+      sc_session_memory(ss, &planned, &allocated, NULL, NULL);
+      for (int l = 0; l < SC_MEM_LINE_COUNT; l++)
+        if (planned.bytes[l] != allocated.bytes[l])
+          fail_msg("%s, %d threads: %s planned %lld, allocated %lld",
+                   sc_gemm_engine_name(engines[e]), threads, sc_mem_line_name((sc_mem_line)l),
+                   (long long)planned.bytes[l], (long long)allocated.bytes[l]);
+      sc_device_target t = {.device = "cpu", .engine = engines[e], .threads = threads,
+                            .direct_convs = true};
+      sc_diag d = {0};
+      assert_int_equal(sc_device_memory_plan(p, &t, &want, &d), SC_OK);
+      assert_memory_equal(&want, &planned, sizeof want);
+      assert_int_equal(planned.bytes[SC_MEM_ARENA], p->arena_bytes);
+      if (engines[e] == SC_GEMM_ENGINE_OWN) {
+        assert_int_equal(planned.bytes[SC_MEM_PACKED_WEIGHTS], (24 * 1024 + 2048 * 48) * 4);
+        assert_int_equal(planned.bytes[SC_MEM_PITCHED_WEIGHTS], 0);
+        assert_int_equal(planned.bytes[SC_MEM_GEMM_THREADS],
+                         threads * sc_cpu_gemm_thread_buffer_bytes());
+        assert_true(planned.bytes[SC_MEM_GEMM_SCRATCH] > 0); /* A packed once: 3 column tiles */
+      } else {
+        /* 24 rows at pitch 1040, 2048 rows of 40 untransposed (pitch 48) */
+        assert_int_equal(planned.bytes[SC_MEM_PITCHED_WEIGHTS], (24 * 1040 + 2048 * 48) * 4);
+        assert_int_equal(planned.bytes[SC_MEM_PACKED_WEIGHTS], 0);
+        assert_int_equal(planned.bytes[SC_MEM_GEMM_THREADS], 0);
+        assert_int_equal(planned.bytes[SC_MEM_GEMM_SCRATCH], 0); /* no input B aliases */
+      }
+      sc_tensor_view in[4], out[4];
+      const char *names[] = {"a1", "a2", "a3", "b3"};
+      for (int i = 0; i < 4; i++) {
+        const sc_buffer *bb = &p->buffers[ins[i]];
+        in[i] = (sc_tensor_view){.name = names[i], .dtype = SC_DTYPE_F32, .rank = 2,
+                                 .dims = {bb->dims[0], bb->dims[1]}, .data = in_data[i]};
+      }
+      int64_t held = sc_cpu_gemm_thread_buffers_held();
+      assert_int_equal(sc_session_run(ss, in, 4, out, 4, &d), SC_OK);
+      assert_int_equal(sc_cpu_gemm_thread_buffers_held(), held); /* reserved at bind */
+      sc_session_destroy(ss);
+    }
+  }
+  sc_gemm_engine_set(SC_GEMM_ENGINE_AUTO);
+  for (int i = 0; i < 4; i++) free(in_data[i]);
+  sc_program_destroy(p);
+  free(b1);
+  free(b2);
 }
 
 /* With oneDNN, a constant B whose pitch aliases is copied to another
@@ -808,6 +923,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_bf16),
       cmocka_unit_test(test_own_gemm_tile),
       cmocka_unit_test(test_gemm_engines),
+      cmocka_unit_test(test_device_memory_planned),
       cmocka_unit_test(test_input_validation),
       cmocka_unit_test(test_thread_pool),
   };
