@@ -7,7 +7,11 @@
  * temporary sibling folder that replaces the bundle directory whole when
  * complete (sc_dir_commit, ir/fileio.h): an interrupted write leaves the
  * old one as it was. Everything written comes
- * from the distributed program: no graph, no partition. */
+ * from the distributed program: no graph, no partition.
+ *
+ * Also the program's hash (sc_dist_program_hash): what the ranks of one
+ * job compare when they meet (the tcp communicator's handshake), over the
+ * same JSON a bundle holds. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -16,6 +20,8 @@
 #include <sys/stat.h>
 
 #include "codegen/dist_bundle.h"
+#include "codegen/program_json.h"
+#include "codegen/train_manifest.h"
 #include "ir/sharding.h"
 
 static sc_status make_dir(const char *dir, sc_diag *d) {
@@ -241,4 +247,68 @@ static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, 
   json_decref(root);
   sc_free(path);
   return st;
+}
+
+/* ---- the program's hash: what every rank of a job must agree on ---- */
+
+static void h_bytes(sc_sha256 *s, const void *p, size_t n) { sc_sha256_update(s, p, n); }
+static void h_str(sc_sha256 *s, const char *x) { h_bytes(s, x ? x : "", strlen(x ? x : "") + 1); }
+static void h_i64(sc_sha256 *s, int64_t v) { h_bytes(s, &v, sizeof v); }
+static void h_f64(sc_sha256 *s, double v) {
+  char t[40];
+  snprintf(t, sizeof t, "%.17g", v);
+  h_str(s, t);
+}
+static void h_value(sc_sha256 *s, const sc_dist_value *v) {
+  h_str(s, v->name);
+  h_i64(s, v->dtype);
+  h_i64(s, v->rank);
+  for (int32_t k = 0; k < v->rank; k++) h_i64(s, v->dims[k]);
+}
+
+sc_status sc_dist_program_hash(const sc_dist_program *dp, const struct sc_train_manifest *m,
+                                    char hex[65], sc_diag *d) {
+  sc_sha256 s;
+  sc_sha256_init(&s);
+  char text[2048];
+  h_str(&s, "shardc distributed program 1");
+  sc_mesh_format(&dp->mesh, text, sizeof text);
+  h_str(&s, text);
+  int64_t head[] = {dp->pp_axis, dp->dp_axis, dp->tp_axis, dp->n_stages, dp->pipe_chunks,
+                    dp->pipe_ranks, dp->schedule.kind, dp->schedule.microbatches,
+                    dp->n_inputs, dp->n_outputs};
+  for (size_t k = 0; k < sizeof head / sizeof *head; k++) h_i64(&s, head[k]);
+  for (int32_t i = 0; i < dp->n_inputs; i++) h_value(&s, &dp->inputs[i]);
+  for (int32_t i = 0; i < dp->n_outputs; i++) {
+    h_value(&s, &dp->outputs[i]);
+    h_i64(&s, dp->output_stage[i]);
+  }
+  for (int32_t k = 0; k < dp->n_stages; k++) { /* each stage's program, as a bundle has it */
+    const sc_dist_stage *st = &dp->stages[k];
+    char *json = NULL;
+    if (st->program && sc_program_write_json(st->program, NULL, &json, d) != SC_OK) return d->status;
+    h_str(&s, json);
+    sc_free(json);
+    for (int32_t i = 0; st->program && i < st->program->n_inputs; i++) {
+      sc_sharding_format(&st->input_sharding[i], &dp->mesh, text, sizeof text);
+      h_str(&s, text);
+    }
+    for (int32_t i = 0; st->program && i < st->program->n_outputs; i++)
+      h_i64(&s, st->output_global[i]);
+  }
+  if (m) { /* the step: optimizer, loss, precision */
+    h_str(&s, m->optimizer);
+    double f[] = {m->momentum, m->weight_decay, m->beta1, m->beta2, m->eps, m->clip_grad_norm};
+    for (size_t k = 0; k < sizeof f / sizeof *f; k++) h_f64(&s, f[k]);
+    int64_t n[] = {m->nesterov, m->ignore_index, m->classes, m->grad_accum, m->n_params};
+    for (size_t k = 0; k < sizeof n / sizeof *n; k++) h_i64(&s, n[k]);
+    h_str(&s, m->loss);
+    h_str(&s, m->logits);
+    h_str(&s, m->precision);
+    for (int32_t k = 0; k < m->n_params; k++) h_str(&s, m->params[k].name);
+  }
+  uint8_t digest[32];
+  sc_sha256_final(&s, digest);
+  sc_sha256_digest_hex(digest, hex);
+  return SC_OK;
 }

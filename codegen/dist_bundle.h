@@ -38,4 +38,13 @@ enum { SC_PARTITION_JSON_VERSION = 1 };
 sc_status sc_dist_program_write(const sc_dist_program *dp, const sc_bundle_opts *o,
                                 const char *dir, sc_diag *d);
 
+/* A SHA-256 (64 hex digits into hex) of what a rank of dp runs and must
+ * agree on with the others: the mesh and its roles, the schedule, the
+ * model's inputs and outputs, every stage's program (its JSON, as a bundle
+ * holds it, without the weights) and its inputs' shardings; with m, the
+ * training step's optimizer, loss and precision. Not the weights, the
+ * data, the learning rate or the thread count. */
+sc_status sc_dist_program_hash(const sc_dist_program *dp, const struct sc_train_manifest *m,
+                               char hex[65], sc_diag *d);
+
 #endif

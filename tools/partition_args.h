@@ -120,13 +120,5 @@ sc_status sc_partition_world(const char *comm, const sc_dist_program *dp,
  * says how to start that many (mpirun -np N, or WORLD_SIZE for tcp). */
 sc_status sc_partition_world_check(const char *comm, const sc_comm *world, int64_t n_ranks,
                                    sc_diag *d);
-/* A SHA-256 (64 hex digits into hex) of what a rank of dp runs and must
- * agree on with the others: the mesh and its roles, the schedule, the
- * model's inputs and outputs, every stage's program (its JSON, as a bundle
- * holds it, without the weights) and its inputs' shardings; with m, the
- * training step's optimizer, loss and precision. Not the weights, the
- * data, the learning rate or the thread count. */
-sc_status sc_partition_program_hash(const sc_dist_program *dp, const struct sc_train_manifest *m,
-                                    char hex[65], sc_diag *d);
 
 #endif
