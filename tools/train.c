@@ -59,7 +59,7 @@ static const char *const USAGE =
     "                       [--warmup-steps W] [--min-lr X] [--on-nan stop|skip]\n"
     "                       [--grad-accum K] [--precision fp32|bf16|fp16] [--loss-scale S]\n"
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
-    "                       [--freeze GLOB]... [--untie] [--log-json FILE]\n"
+    "                       [--freeze GLOB]... [--untie] [--log-json FILE] [--log-every N]\n"
     "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
     "                       [--hybrid-shard-degree S] [--no-reshard-after-forward]\n"
     "                       [--sequence-parallel] [--comm local|mpi|tcp|nccl]\n"
@@ -81,6 +81,7 @@ typedef struct train_args {
   sc_partition_args pa;          /* --mesh and the other partition options */
   bool list_params, quiet;
   int64_t steps, warmup;
+  int64_t log_every;             /* progress every N steps (0: every step) */
   double lr, min_lr;
   sc_lr_schedule schedule;
   bool skip_nan;                 /* --on-nan skip */
@@ -135,6 +136,10 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
     if (VALUE("--labels")) a->labels = v;
     else if (VALUE("--targets")) a->targets = v;
     else if (VALUE("--log-json")) a->log_json = v;
+    else if (VALUE("--log-every")) {
+      if (!missing && !sc_cli_parse_i64(v, 1, INT64_MAX / 2, &a->log_every))
+        return sc_cli_usage_error("--log-every expects a positive integer, got '%s'", v);
+    }
     else if (VALUE("--steps")) {
       if (!missing && !sc_cli_parse_i64(v, 0, INT64_MAX / 2, &a->steps))
         return sc_cli_usage_error("--steps expects a non-negative integer, got '%s'", v);
@@ -217,6 +222,8 @@ static void print_help(void) {
          "                         step and data position (bit-exact); --steps is the\n"
          "                         step to reach, as without resuming\n"
          "  --log-json FILE        one JSON object per step\n"
+         "  --log-every N          the progress line every N steps (and the first, the\n"
+         "                         last and any skipped one; default every step)\n"
          "  --list-params          print the trainable parameters (and tied copies) and stop\n"
          "  --threads N, --quiet\n"
          SC_CLI_DEVICE_USAGE "\n"
@@ -724,7 +731,9 @@ int sc_cmd_train(int argc, char **argv) {
       rc = 1;
       goto done;
     }
-    if (!a.quiet) {
+    bool shown = !a.log_every || step % a.log_every == 0 || step == first ||
+                 step == a.steps || !applied;
+    if (!a.quiet && shown) {
       double spent = (now_ms() - t_start) / 1e3, per = spent / (double)(step - first + 1);
       double eta = per * (double)(a.steps - step);
       double rate = per > 0 ? (double)examples / per : 0.0;

@@ -481,7 +481,8 @@ def build_cases(out):
         _w_model(_ext_tensor("weights.bin", (1 << 64) - 1, 48)), files=ok)
     add(Case("ext_offset_garbage", "error", what="offset '12abc'"),
         _w_model(_ext_tensor("weights.bin", "12abc", 48)), files=ok)
-    add(Case("ext_missing_file", "error", what="location nothere.bin"),
+    add(Case("ext_missing_file", "error", what="location nothere.bin",
+             msg_re=r"'nothere.bin': not found \(--no-weights reads the model's shapes"),
         _w_model(_ext_tensor("nothere.bin", 0, 48)), files=ok)
     add(Case("ext_empty_location", "error", what="location ''"),
         _w_model(_ext_tensor("", 0, 48)), files=ok)

@@ -75,6 +75,16 @@ compare "$TMP/local4_last.jsonl" "$TMP/resumed.jsonl" 1e-5 \
 compare "$TMP/local4_last.jsonl" "$TMP/resumed_pp.jsonl" 1e-5 \
   "the mpirun pp=2 checkpoint resumed on one rank: step 4" || fails=$((fails + 1))
 
+# the rank that speaks says each note once: GPT-2's tied LM head is one note
+# from 2 processes, not one per rank
+LOUD=()
+for a in "${ARGS[@]}"; do [ "$a" = --quiet ] || LOUD+=("$a"); done
+timeout 120 "${MPIRUN[@]}" -np 2 "$SHARDC" train "${LOUD[@]}" --steps 1 --mesh dp=2 \
+  --comm mpi >"$TMP/out" 2>"$TMP/err" || fail "dp=2 without --quiet: $(tail -3 "$TMP/err")"
+notes=$(grep -c "is the transpose of" "$TMP/err")
+if [ "$notes" -eq 1 ]; then echo "ok: the tied-weight note printed once by 2 ranks"
+else fail "the tied-weight note printed $notes times by 2 ranks"; fi
+
 # a failing rank ends the job
 start=$(date +%s)
 SHARDC_FAIL_RANK=1 timeout 60 "${MPIRUN[@]}" -np 2 "$SHARDC" train "${ARGS[@]}" --steps 3 \
