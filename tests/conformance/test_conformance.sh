@@ -5,7 +5,8 @@
 # shardc binary (ctest sets PYTHON, SHARDC, SC_SOURCE_DIR, SC_BINARY_DIR).
 # Fails on a manifest mismatch, a crash or a timeout; exits 77 (skipped)
 # while the shardc binary has no `run` command. Generated node-test data is
-# cached under $SC_BINARY_DIR/conformance/. See tests/conformance/README.md.
+# cached under $SC_BINARY_DIR/conformance/. Arguments go to the runner: ctest
+# passes --shard I/4 (tests/CMakeLists.txt). See tests/conformance/README.md.
 set -u
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY="${PYTHON:-$HERE/../../.venv/bin/python}"

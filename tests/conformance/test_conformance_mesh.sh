@@ -8,7 +8,11 @@
 # exercises uneven group sizes in the communicators. Then again with every
 # float input's last dim split 2 ways (--split-last 2, through a plan's
 # per-input overrides): the splits meet the dims ops reduce, contract,
-# slice and reshape.
+# slice and reshape. Each run prints how many tests ran split, split with a
+# fallback, or replicated (no input split), and fails when the split count
+# falls below the runner's SPLIT_FLOOR. Arguments go to test_node_tests.py:
+# ctest passes --shard I/4 (tests/CMakeLists.txt), so that four tests
+# together run every node test once.
 set -u
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY="${PYTHON:-$HERE/../../.venv/bin/python}"

@@ -5,7 +5,8 @@
 # adapters: the statuses must match manifest-opsets.txt (names NAME@OPSET).
 # The converter has down-adapters for few ops, so most tests stay at their
 # own opset ("not convertible", not counted). Converted models are cached
-# under $SC_BINARY_DIR/conformance/onnx-node-tests-opsetN/.
+# under $SC_BINARY_DIR/conformance/onnx-node-tests-opsetN/. Arguments go to
+# the runner: ctest passes --shard I/4 (tests/CMakeLists.txt).
 set -u
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 PY="${PYTHON:-$HERE/../../.venv/bin/python}"

@@ -51,7 +51,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "models"))
-from checks import check, comm_traces_match, finish  # noqa: E402
+from checks import check, comm_traces_match, finish, has_cuda_target, skip_all  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
 # SC_CUDA_REAL=1 (tests/gpu/run-all.sh on a GPU): the same checks on the
@@ -187,6 +187,8 @@ def main():
     if not SHARDC:
         print("SHARDC not set")
         return 1
+    if not has_cuda_target(SHARDC):
+        return skip_all("this shardc has no cuda target (built without NVRTC)")
     with tempfile.TemporaryDirectory() as tmp:
         # the trace checker catches what it is for: a rank whose collective
         # differs, a send nobody receives

@@ -5,8 +5,16 @@
 # "N passed, 0 failed" (N >= 3: with --quick, the kernels, the samples and
 # the arena) and write a JSON summary whose counts agree. Then --only,
 # --deadline (a deadline already past skips every check) and --log.
+# Exits 77 (skipped) when shardc was built without NVRTC: no GPU path.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+py=${PYTHON:-python3}
+# a build without NVRTC has no GPU path to rehearse
+if [ -n "${SHARDC:-}" ] && ! "$py" -c "import sys; sys.path.insert(0, sys.argv[1])
+from checks import has_cuda_target; sys.exit(0 if has_cuda_target(sys.argv[2]) else 1)" \
+    "$here/../models" "$SHARDC"; then
+  echo "SKIPPED: $SHARDC has no cuda target (built without NVRTC)"; exit 77
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" --quick --json "$out/summary.json" >"$out/log" 2>&1
@@ -16,7 +24,6 @@ echo "run-all: exit $rc, '$last'"
 if [ $rc -ne 0 ] || ! echo "$last" | grep -Eq '^[3-9][0-9]* passed, 0 failed$'; then
   echo "FAIL: run-all.sh rehearsal"; tail -n 40 "$out/log"; exit 1
 fi
-py=${PYTHON:-python3}
 "$py" - "$out/summary.json" "$last" <<'PY' || exit 1
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -1,14 +1,46 @@
 """checks.py — what the tests in this folder share to report: each calls
 check(cond, what) for every requirement (a failure is printed at once and
 listed in `failures`) and exits 1 at the end when `failures` is not empty
-(finish()). refused(...) checks that shardc refuses a model file,
-refused_model(...) an onnx model, and equals_onnxruntime(...) that `shardc
-run` computes what onnxruntime does."""
+(finish()). A part that cannot run here (no NVRTC, no mpirun, ...) is
+reported with skip_part(what, why); a test none of whose parts can run
+returns skip_all(why): 77, which ctest reports as skipped. refused(...)
+checks that shardc refuses a model file, refused_model(...) an onnx model,
+and equals_onnxruntime(...) that `shardc run` computes what onnxruntime
+does."""
 import os
+import re
 import subprocess
 
 failures = []
 checked = 0
+skipped = []  # "what: why" of each part not run
+
+
+def skip_part(what, why):
+    """Records and prints a part of the test that did not run, and why."""
+    skipped.append(f"{what}: {why}")
+    print(f"PARTIAL SKIP: {what}: {why}")
+
+
+def skip_all(why):
+    """Prints why nothing of the test can run here; returns 77 (the exit
+    status ctest reports as skipped)."""
+    print(f"SKIPPED: {why}")
+    return 77
+
+
+def has_cuda_target(shardc):
+    """Whether shardc was built with the CUDA emitter (NVRTC): SHARDC_CUDA on
+    in its build folder's CMake cache and nvrtc.h present (as lit's
+    shardc-cuda feature). Without a cache beside it, assumed so (a failing
+    compile then says why)."""
+    cache = os.path.join(os.path.dirname(os.path.abspath(shardc)), "CMakeCache.txt")
+    if not os.path.exists(cache):
+        return True
+    text = open(cache).read()
+    home = re.search(r"^SHARDC_CUDA_HOME:PATH=(.*)$", text, re.M)
+    home = home.group(1) if home else "/usr/local/cuda"
+    return "SHARDC_CUDA:BOOL=ON" in text and os.path.exists(os.path.join(home, "include", "nvrtc.h"))
 
 
 def check(cond, what):
@@ -30,10 +62,16 @@ def refused(shardc, path, needles, what):
 
 
 def finish():
-    """The exit status: 1 (after a count) when a check failed, else 0."""
+    """The exit status: 1 (after a count) when a check failed; else 77 when
+    parts were skipped and nothing was checked; else 0 (the skipped parts
+    listed again)."""
     if failures:
         print(f"{len(failures)} failure(s)")
         return 1
+    if skipped and not checked:
+        return skip_all("every part skipped: " + "; ".join(skipped))
+    if skipped:
+        print(f"PARTIAL SKIP: {len(skipped)} part(s) not run: " + "; ".join(skipped))
     print(f"ok ({checked} checks)")
     return 0
 

@@ -38,7 +38,7 @@ import sys
 import tempfile
 
 import numpy as np
-from checks import check, failures
+from checks import check, finish, has_cuda_target, skip_part
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -157,19 +157,9 @@ def test_gpt2_bundle(tmp):
         check(np.array_equal(outs[0][k], outs[1][k]), "gpt2 %s: bundle differs" % k)
 
 
-def cuda_available():
-    cache = os.path.join(os.path.dirname(os.path.abspath(SHARDC)), "CMakeCache.txt")
-    if not os.path.exists(cache):
-        return True  # assume so; a failing compile then says why
-    text = open(cache).read()
-    home = re.search(r"^SHARDC_CUDA_HOME:PATH=(.*)$", text, re.M)
-    home = home.group(1) if home else "/usr/local/cuda"
-    return "SHARDC_CUDA:BOOL=ON" in text and os.path.exists(os.path.join(home, "include", "nvrtc.h"))
-
-
 def test_cuda_bundle(tmp):
-    if not cuda_available():
-        print("skip: this shardc has no NVRTC (cuda target)")
+    if not has_cuda_target(SHARDC):
+        skip_part("the CUDA bundle", "this shardc has no NVRTC (built without the cuda target)")
         return
     bundle = os.path.join(tmp, "mlp.cuda")
     r = run(["compile", MLP, "--dim", "batch=2", "--target", "cuda", "--gpu-arch", "sm_80,sm_90",
@@ -309,7 +299,7 @@ def test_object_kernels(tmp, bundle, xp):
         rewrite_manifest(bad, lambda m: None)
         expect_error("kernels.o without %s" % kname, ["kernels.o", "'%s'" % kname, "recompile"])
     else:
-        print("note: no objcopy, missing-symbol case skipped")
+        skip_part("the missing-symbol case", "no objcopy")
 
     fresh()
     def add_feature(m):
@@ -337,11 +327,7 @@ def main():
         test_cuda_bundle(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if failures:
-        print("%d failure(s)" % len(failures))
-        return 1
-    print("ok")
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

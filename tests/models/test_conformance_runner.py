@@ -8,7 +8,11 @@ Abs test, with its data; one test of an op shardc does not have):
     unsupported-op test excluded by kind, not listed;
   * the Abs test missing from the manifest fails ("not in the manifest");
   * a manifest entry naming a test the corpus lacks fails ("no such test");
-  * the Abs test marked xfail fails ("now passes").
+  * the Abs test marked xfail fails ("now passes");
+  * partitioned: at --mesh dp=3 its [3,4] input is split (the summary
+    counts 1 of 1 run split, exit 0); at dp=2 nothing divides, so it runs
+    replicated and the run fails (0 split: below the floor);
+  * --shard 0/2 runs the one counted test, --shard 1/2 has none and fails.
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -45,12 +49,12 @@ def node_test(root, name, op):
             f.write(numpy_helper.from_array(a, vname).SerializeToString())
 
 
-def runner(corpus, manifest_lines, tmp):
+def runner(corpus, manifest_lines, tmp, extra=()):
     manifest = os.path.join(tmp, "manifest.txt")
     with open(manifest, "w") as f:
         f.write("".join(ln + "\n" for ln in manifest_lines))
     return subprocess.run([sys.executable, RUNNER, "--shardc", SHARDC, "--jobs", "1",
-                           "--corpus", corpus, "--manifest", manifest],
+                           "--corpus", corpus, "--manifest", manifest, *extra],
                           capture_output=True, text=True, timeout=300)
 
 
@@ -75,9 +79,15 @@ def main():
              "test_gone: in the manifest as pass, but no such test"),
             ("xfail that passes", ["test_abs_tiny xfail was wrong"], 1,
              "test_abs_tiny: marked xfail, now passes"),
+            ("split at dp=3", ["test_abs_tiny pass"], 0, "1 of 1 tests ran split", "--mesh", "dp=3"),
+            ("replicated at dp=2", ["test_abs_tiny pass"], 1, "fewer than the floor",
+             "--mesh", "dp=2"),
+            ("shard 0/2", ["test_abs_tiny pass"], 0, "shard 0/2: 1 of the 1 tests", "--shard", "0/2"),
+            ("shard 1/2, empty", ["test_abs_tiny pass"], 1, "this shard has no test to run",
+             "--shard", "1/2"),
         ]
-        for what, lines, rc, needle in cases:
-            r = runner(corpus, lines, tmp)
+        for what, lines, rc, needle, *extra in cases:
+            r = runner(corpus, lines, tmp, extra)
             if check(r.returncode == rc and needle in r.stdout,
                      f"{what}: exit {r.returncode} (want {rc}), want '{needle}' in: "
                      f"{r.stdout[-800:]}{r.stderr[-500:]}"):

@@ -36,7 +36,7 @@ from onnx import helper as h
 from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.ops.op_cast import cast_to
-from checks import check, finish, refused_model
+from checks import check, finish, has_cuda_target, refused_model, skip_part
 
 SHARDC = os.environ.get("SHARDC")
 
@@ -217,9 +217,8 @@ def test_quantize(work, rng):
 
 
 def test_emulated_gpu(work, path, src):
-    cache = os.path.join(os.path.dirname(os.path.abspath(SHARDC)), "CMakeCache.txt")
-    if os.path.exists(cache) and "SHARDC_CUDA:BOOL=ON" not in open(cache).read():
-        print("skip: this shardc has no cuda target")
+    if not has_cuda_target(SHARDC):
+        skip_part("cast_to on the emulated GPU", "this shardc has no cuda target (no NVRTC)")
         return
     r, out_gpu = run(work, path, src, extra=["--device", "cuda"],
                      env={"SHARDC_CUDA_EMU": "1"}, tag="gpu")

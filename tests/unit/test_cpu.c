@@ -1004,10 +1004,8 @@ static void test_jit_many(void **state) {
  * its outputs with the interpreter's. Skipped where there is no `cc`. */
 static void test_object_file(void **state) {
   (void)state;
-  if (system("cc --version > /dev/null 2>&1") != 0) {
-    skip();
-    return;
-  }
+  if (system("cc --version > /dev/null 2>&1") != 0)
+    SC_SKIP("no system C compiler (cc) to link the object file with");
   rng_seed(20);
   sc_program *p = new_program();
   build_broadcast(p, "obj_bcast");
@@ -1098,5 +1096,5 @@ int main(void) {
       cmocka_unit_test(test_duplicate_name),
       cmocka_unit_test(test_jit_many),       cmocka_unit_test(test_object_file),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return SC_RUN_TESTS(tests, NULL, NULL);
 }

@@ -680,8 +680,7 @@ static void test_gpu_matches_interpreter(void **state) {
   char why[128];
   if (!cuda_load(why, sizeof why)) {
     if (require) fail_msg("SC_CUDA_REQUIRE_GPU=1 but %s", why);
-    printf("[  SKIP    ] no GPU: %s\n", why);
-    skip();
+    SC_SKIP("no GPU: %s", why);
   }
   int dev = 0, major = 0, minor = 0;
   CU(cu.device_get(&dev, 0));
@@ -728,7 +727,7 @@ int main(void) {
       cmocka_unit_test(test_emulated_matches_interpreter),
       cmocka_unit_test(test_gpu_matches_interpreter),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return SC_RUN_TESTS(tests, NULL, NULL);
 }
 
 #else /* !SHARDC_HAVE_CUDA */

@@ -553,8 +553,7 @@ static void test_gpu_samples_match_cpu(void **state) {
   char why[128];
   if (!cuda_load(why, sizeof why)) {
     if (cuda_gpu_required()) fail_msg("SC_CUDA_REQUIRE_GPU=1 but %s", why);
-    printf("[  SKIP    ] no GPU: %s\n", why);
-    skip();
+    SC_SKIP("no GPU: %s", why);
   }
   int dev = 0, major = 0, minor = 0;
   CU(cu.device_get(&dev, 0));
@@ -581,7 +580,7 @@ int main(void) {
       cmocka_unit_test(test_emulated_samples_match_cpu),
       cmocka_unit_test(test_gpu_samples_match_cpu),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return SC_RUN_TESTS(tests, NULL, NULL);
 }
 #else
 SC_TEST_MAIN_SKIPPED("built without the CUDA backend (NVRTC)")

@@ -689,10 +689,8 @@ static float op_at(const float *x, bool trans, int64_t ld, int64_t r, int64_t c)
  * matrix and op(A) packed (sc_gemm_pack_a) gives the same bits. */
 static void test_own_gemm_tile(void **state) {
   (void)state;
-  if (!sc_cpu_gemm_own_supported()) {
-    puts("own GEMM kernel: this CPU has no AVX2/FMA; oneDNN runs every product");
-    return;
-  }
+  if (!sc_cpu_gemm_own_supported())
+    SC_SKIP("this CPU has no AVX2/FMA: no own GEMM kernel to test (oneDNN runs every product)");
   rng_seed(21);
   static const int64_t shapes[][3] = {{1, 1, 1},   {7, 17, 3},   {6, 16, 256}, {13, 33, 257},
                                       {64, 48, 600}, {131, 40, 70}, {5, 100, 513},
@@ -927,5 +925,5 @@ int main(void) {
       cmocka_unit_test(test_input_validation),
       cmocka_unit_test(test_thread_pool),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return SC_RUN_TESTS(tests, NULL, NULL);
 }

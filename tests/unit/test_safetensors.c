@@ -430,7 +430,7 @@ static const char k_script[] =
 static void test_python_interop(void **state) {
   (void)state;
   const char *py = python();
-  if (!py) skip();
+  if (!py) SC_SKIP("no Python with the safetensors package in %s/.venv", SC_SOURCE_DIR);
   rng_seed(11);
   /* the dtypes NumPy holds (no BF16 without ml_dtypes) */
   const sc_dtype dts[] = {SC_DTYPE_BOOL, SC_DTYPE_U8,  SC_DTYPE_I8,  SC_DTYPE_I16,
@@ -518,5 +518,5 @@ int main(void) {
       cmocka_unit_test(test_writer_refusals),
       cmocka_unit_test(test_python_interop),
   };
-  return cmocka_run_group_tests(tests, scratch_setup, scratch_teardown);
+  return SC_RUN_TESTS(tests, scratch_setup, scratch_teardown);
 }

@@ -19,6 +19,7 @@
  *   fixtures        setup_graph / teardown_graph (a fresh graph, opset 21,
  *                   in *state)
  *   textual IR      parse_ok (parse or fail the test with the diagnostic)
+ *   skips           SC_SKIP, SC_RUN_TESTS, SC_TEST_MAIN_SKIPPED (test_skip.h)
  *   files           scratch_setup / scratch_teardown (a fresh folder under
  *                   /tmp per test program, removed after), scratch_path
  *                   (a name in it), count_entries (of a folder),
@@ -41,6 +42,7 @@
 
 #include "ir/ir.h"
 #include "ir/text.h"
+#include "test_skip.h"
 
 /* ---- seeded RNG (a 64-bit LCG) ---- */
 
@@ -274,18 +276,5 @@ static inline sc_graph *parse_ok(const char *text) {
   assert_non_null(g);
   return g;
 }
-
-/* The main() of a test binary whose subject this build lacks (no NVRTC,
- * no toolkit headers): one test, skipped, saying why. */
-#define SC_TEST_MAIN_SKIPPED(why)                                                   \
-  static void test_not_built(void **state) {                                        \
-    (void)state;                                                                    \
-    printf("[  SKIP    ] %s\n", why);                                               \
-    skip();                                                                         \
-  }                                                                                 \
-  int main(void) {                                                                  \
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_not_built)};          \
-    return cmocka_run_group_tests(tests, NULL, NULL);                               \
-  }
 
 #endif
