@@ -388,12 +388,14 @@ static sc_status load_image(cuda_ctx *c, const void *image, const char *kind, sc
                      text ? text : "?", (int)r, err_log, info_log[0] ? "; " : "", info_log);
 }
 
+#if SHARDC_HAVE_CUDA
 /* Which images to try (SHARDC_CUDA_MODULE=cubin|ptx forces one): a CUBIN
  * for the architecture first, then the PTX. */
 static bool want_image(const char *kind) {
   const char *m = getenv("SHARDC_CUDA_MODULE");
   return !m || !*m || strcmp(m, kind) == 0;
 }
+#endif
 
 /* Loads the module: the CUDA C on the emulated driver; else a CUBIN that
  * NVRTC makes for the architecture, falling back to a bundle's PTX for it
@@ -402,13 +404,13 @@ static bool want_image(const char *kind) {
 static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
   const sc_cu *cu = c->cu;
   char *image = NULL;
-  size_t len = 0;
   sc_status st = SC_OK;
   const char *arch = c->o.gpu_arch ? c->o.gpu_arch : c->arch;
   const char *given = NULL;
   for (int32_t i = 0; !cu->emulated && i < c->o.n_ptx; i++)
     if (strcmp(c->o.ptx_archs[i], arch) == 0) given = c->o.ptx[i];
 #if SHARDC_HAVE_CUDA
+  size_t len = 0;
   if (!cu->emulated && want_image("cubin")) {
     sc_diag cd = {0};
     char *log = NULL;
@@ -441,6 +443,10 @@ static sc_status load_module(cuda_ctx *c, const char *src, sc_diag *diag) {
     st = sc_cuda_compile_ptx(src, arch, &image, &len, &log, diag);
     sc_free(log);
     if (st != SC_OK) return st;
+#else
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda device: built without NVRTC, so kernels for %s cannot be "
+                       "compiled here (a cuda bundle with PTX for it can run)", arch);
 #endif
   }
   st = load_image(c, image, cu->emulated ? "emulated" : "ptx", diag);
