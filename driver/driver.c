@@ -116,6 +116,14 @@ static sc_status step_bind(job *j) {
     const sc_dim_value *dv = &j->o->dims[i];
     int64_t value = dv->value;
     if (m > 1 && is_batch_dim(g, dv->name)) {
+      if (value % m != 0 && j->o->plan_file) { /* the plan file's number */
+        sc_diag_set(j->d, SC_ERR_INVALID, NULL, NULL,
+                    "plan: pipeline.microbatches is %lld, which does not divide the batch "
+                    "(--dim %s=%lld)",
+                    (long long)m, dv->name, (long long)value);
+        sc_diag_set_file(j->d, j->o->plan_file);
+        return SC_ERR_INVALID;
+      }
       if (value % m != 0)
         return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,
                            "--dim %s=%lld: the batch does not divide into %lld microbatches",

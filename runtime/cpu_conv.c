@@ -17,12 +17,20 @@
  *      otherwise the reorder adds beta times what the output holds.
  * Every oneDNN call runs on the calling pool thread alone, and the tiles
  * depend only on the shape: results do not depend on the thread count.
- * The weights are constants: they are put in oneDNN's layout once, at bind. */
+ * The weights are constants: they are put in oneDNN's layout once, at bind.
+ * A oneDNN call that fails during a run (a thread's scratchpad not
+ * allocated, or the library's own failure) cannot be returned by the pool
+ * worker that made it, and must not end the process: the first is
+ * recorded, the run's remaining convolutions and max-pools are skipped,
+ * and the CPU device reports it at end_run (sc_cpu_convs_end_run;
+ * docs/runtime.md#out-of-memory). */
 #include "cpu_conv.h"
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,12 +63,23 @@ typedef struct thread_state {
   size_t cap;
 } thread_state;
 
+/* oneDNN's execute builds C++ containers of its arguments on every call and
+ * lets std::bad_alloc end the process when one cannot be allocated (seen
+ * under ulimit -v, on a pool thread's first call, just after its scratch
+ * took the last of the address space). So when a thread's state is made
+ * or its scratch grows, this much more address space must be free
+ * (sc_mem_probe), or the call fails as out of memory. Another thread may
+ * still take that room before the call: the probe narrows the window, it
+ * cannot close it. */
+enum { EXEC_HEADROOM = 1 << 20 };
+
 static pthread_mutex_t states_mu = PTHREAD_MUTEX_INITIALIZER;
 static thread_state **states;
 static size_t n_states, cap_states;
 static _Thread_local thread_state *me;
 
 static thread_state *this_thread(size_t scratch_bytes) {
+  bool grew = !me || scratch_bytes > me->cap;
   if (!me) {
     thread_state *t = calloc(1, sizeof *t);
     if (!t) return NULL;
@@ -90,7 +109,7 @@ static thread_state *this_thread(size_t scratch_bytes) {
     free(me->scratch);
     me->scratch = grown, me->cap = scratch_bytes;
   }
-  return me;
+  return grew && !sc_mem_probe(EXEC_HEADROOM) ? NULL : me;
 }
 
 /* ---- one convolution step ---- */
@@ -156,8 +175,34 @@ typedef struct pool {
   dnnl_memory_t *x_mem, *y_mem;   /* per image x part (bind) */
 } pool;
 
+/* The run's first oneDNN call that failed (see the file's opening). */
+typedef struct run_failure {
+  atomic_bool failed;
+  dnnl_status_t status; /* dnnl_out_of_memory, or the call's other status */
+  uint64_t bytes;       /* the thread's scratchpad and headroom it needed (run); 0:
+                           oneDNN's own failure */
+  char what[160];       /* "the direct convolution of a 16 x 256 x 144 product" */
+} run_failure;
+
+static void record_failure(run_failure *f, dnnl_status_t status, uint64_t bytes,
+                           const char *fmt, ...) {
+  bool was = false;
+  if (!atomic_compare_exchange_strong(&f->failed, &was, true)) return;
+  f->status = status;
+  f->bytes = bytes;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f->what, sizeof f->what, fmt, ap);
+  va_end(ap);
+}
+
+static bool has_failed(run_failure *f) {
+  return atomic_load_explicit(&f->failed, memory_order_relaxed);
+}
+
 struct sc_cpu_convs {
   const sc_program *p;
+  run_failure fail;     /* this run's, until end_run */
   int32_t n;
   conv *v;
   int32_t *of_kernel;   /* im2col kernel id -> index in v, or -1 */
@@ -727,11 +772,15 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
     sc_cpu_convs_destroy(cv);
     return SC_OK;
   }
-  if (!pools_prepare(cv, skip_kernel) || !layout_plan(cv, skip_kernel) ||
-      posix_memalign((void **)&cv->scratch, 64, cv->scratch_bytes ? cv->scratch_bytes : 64)) {
-    cv->scratch = NULL;
+  if (!pools_prepare(cv, skip_kernel) || !layout_plan(cv, skip_kernel)) {
     sc_cpu_convs_destroy(cv);
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  if (posix_memalign((void **)&cv->scratch, 64, cv->scratch_bytes ? cv->scratch_bytes : 64)) {
+    cv->scratch = NULL;
+    size_t bytes = cv->scratch_bytes;
+    sc_cpu_convs_destroy(cv);
+    return sc_diag_nomem(diag, bytes, "the direct convolutions' blocked inputs and outputs");
   }
   /* a pool whose buffers stay NCHW runs as written */
   for (int32_t i = 0; i < cv->n_pools; i++)
@@ -746,27 +795,36 @@ static bool new_mem(dnnl_memory_t *m, const dnnl_memory_desc_t *md, void *ptr) {
 }
 
 /* Runs prim with args (and, when it has one, the scratchpad pad in this
- * thread's scratch) on this thread's stream. */
-static bool run(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad, size_t pad_bytes, int n,
-                dnnl_exec_arg_t *args) {
+ * thread's scratch, grown to pad_bytes) on this thread's stream:
+ * dnnl_success, or the failing call's status; dnnl_out_of_memory with
+ * *scratch_bytes = pad_bytes + EXEC_HEADROOM when this thread's state or
+ * scratch could not be allocated with that room left (else 0). */
+static dnnl_status_t run(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad, size_t pad_bytes,
+                         int n, dnnl_exec_arg_t *args, uint64_t *scratch_bytes) {
+  *scratch_bytes = 0;
   thread_state *t = this_thread(pad_bytes);
-  if (!t) return false;
+  if (!t) {
+    *scratch_bytes = (uint64_t)pad_bytes + EXEC_HEADROOM;
+    return dnnl_out_of_memory;
+  }
   dnnl_memory_t m = NULL;
   dnnl_exec_arg_t all[5];
   memcpy(all, args, (size_t)n * sizeof *args);
+  dnnl_status_t st;
   if (dnnl_memory_desc_get_size(pad) > 0) {
-    if (!new_mem(&m, pad, t->scratch)) return false;
+    if ((st = dnnl_memory_create(&m, pad, engine, t->scratch)) != dnnl_success) return st;
     all[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m};
   }
-  bool ok = dnnl_primitive_execute(prim, t->stream, n, all) == dnnl_success;
+  st = dnnl_primitive_execute(prim, t->stream, n, all);
   if (m) dnnl_memory_destroy(m);
-  return ok;
+  return st;
 }
 
-static bool exec2(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad, size_t pad_bytes, int a0,
-                  dnnl_memory_t m0, int a1, dnnl_memory_t m1) {
+static dnnl_status_t exec2(dnnl_primitive_t prim, const dnnl_memory_desc_t *pad,
+                           size_t pad_bytes, int a0, dnnl_memory_t m0, int a1, dnnl_memory_t m1,
+                           uint64_t *scratch_bytes) {
   dnnl_exec_arg_t args[2] = {{a0, m0}, {a1, m1}};
-  return run(prim, pad, pad_bytes, 2, args);
+  return run(prim, pad, pad_bytes, 2, args, scratch_bytes);
 }
 
 static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
@@ -809,10 +867,11 @@ static bool conv_bind(conv *c, void *const *ptrs, char *scratch) {
   bool ok = wr != NULL;
   for (int64_t t = 0; ok && t < c->T; t++) {
     dnnl_memory_t from = NULL;
+    uint64_t pad_need;
     ok = new_mem(&from, &c->w_user, a + t * c->tm * g->k) &&
          new_mem(&c->w_mem[t], &c->w_md, c->w_blk + t * c->w_bytes) &&
          exec2(wr, &wpad, dnnl_memory_desc_get_size(&wpad), DNNL_ARG_FROM, from, DNNL_ARG_TO,
-               c->w_mem[t]);
+               c->w_mem[t], &pad_need) == dnnl_success;
     if (from) dnnl_memory_destroy(from);
   }
   if (wr) dnnl_primitive_destroy(wr);
@@ -858,35 +917,49 @@ sc_status sc_cpu_convs_bind(sc_cpu_convs *cv, void *const *ptrs, sc_diag *diag) 
   for (int32_t i = 0; i < cv->n_pools; i++)
     if (cv->pools[i].on && !pool_bind(&cv->pools[i], ptrs))
       return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
-                         "cpu device: could not set up a direct max-pool (oneDNN memory)");
+                         "cpu device: a direct max-pool's oneDNN memory objects: out of memory");
   for (int32_t i = 0; i < cv->n; i++) {
     conv *c = &cv->v[i];
     if (!conv_bind(c, ptrs, cv->scratch))
-      return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
-                         "cpu device: could not set up the direct convolution of a %lld x %lld "
-                         "x %lld product (oneDNN memory)",
-                         (long long)c->g->m, (long long)c->g->n, (long long)c->g->k);
+      return sc_diag_nomem(diag, (uint64_t)c->T * c->w_bytes,
+                           "the weights of the direct convolution of a %lld x %lld x %lld "
+                           "product in oneDNN's layout (and its memory objects)",
+                           (long long)c->g->m, (long long)c->g->n, (long long)c->g->k);
   }
   return SC_OK;
 }
 
+/* A step's run: the convolution, and the epilogue kernel when it runs on
+ * each tile's output (epi_tiles); a failed oneDNN call goes to fail. */
+typedef struct conv_job {
+  const conv *c;
+  sc_cpu_kernel_fn epi;
+  void *const *epi_args;
+  run_failure *fail;
+} conv_job;
+
 /* A oneDNN call that fails here has been set up and checked at prepare and
- * bind; what is left is the library's own failure, which a pool worker has
- * no way to return: it is reported and the process ends. */
-static void must(bool ok, const conv *c, const char *what) {
-  if (ok) return;
-  fprintf(stderr, "shardc: oneDNN %s failed in the convolution of a %lld x %lld x %lld product\n",
-          what, (long long)c->g->m, (long long)c->g->n, (long long)c->g->k);
-  abort();
+ * bind: what is left is memory (this thread's scratchpad, or the library's
+ * own) or the library's own failure. The first is recorded; false then. */
+static bool conv_call(const conv_job *job, dnnl_status_t st, uint64_t scratch_bytes,
+                      const char *part) {
+  if (st == dnnl_success) return true;
+  const sc_gemm *g = job->c->g;
+  record_failure(job->fail, st, scratch_bytes, "%sthe direct convolution of a %lld x %lld x %lld "
+                 "product", part, (long long)g->m, (long long)g->n, (long long)g->k);
+  return false;
 }
 
 static void src_parts(void *ud, int64_t begin, int64_t end) {
-  const conv *c = ud;
+  const conv_job *job = ud;
+  const conv *c = job->c;
   sc_cpu_engine_one_thread();
-  for (int64_t i = begin; i < end; i++)
-    must(exec2(c->src_reorder, &c->pad_src, c->pad_bytes, DNNL_ARG_FROM, c->xp_mem[i],
-               DNNL_ARG_TO, c->xbp_mem[i]),
-         c, "input reorder");
+  for (int64_t i = begin; i < end && !has_failed(job->fail); i++) {
+    uint64_t scratch;
+    dnnl_status_t st = exec2(c->src_reorder, &c->pad_src, c->pad_bytes, DNNL_ARG_FROM,
+                             c->xp_mem[i], DNNL_ARG_TO, c->xbp_mem[i], &scratch);
+    conv_call(job, st, scratch, "the input reorder of ");
+  }
 }
 
 static void *mem_ptr(dnnl_memory_t m) {
@@ -895,34 +968,29 @@ static void *mem_ptr(dnnl_memory_t m) {
   return p;
 }
 
-/* A step's run: the convolution, and the epilogue kernel when it runs on
- * each tile's output (epi_tiles). */
-typedef struct conv_job {
-  const conv *c;
-  sc_cpu_kernel_fn epi;
-  void *const *epi_args;
-} conv_job;
-
 static void conv_tiles(void *ud, int64_t begin, int64_t end) {
   const conv_job *job = ud;
   const conv *c = job->c;
   int64_t mn = c->g->m * c->g->n, part = c->tm * c->g->n; /* an image's, a tile's elements */
   sc_cpu_engine_one_thread();
-  for (int64_t t = begin; t < end; t++) {
+  for (int64_t t = begin; t < end && !has_failed(job->fail); t++) {
     int64_t i = t / c->T, j = t % c->T;
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, c->s_mem[i]},
                                {DNNL_ARG_WEIGHTS, c->w_mem[j]},
                                {DNNL_ARG_DST, c->d_mem[t]},
                                {DNNL_ARG_BIAS, c->b_mem[j]}};
-    must(run(c->prim, &c->pad_conv, c->pad_bytes, c->bias ? 4 : 3, args), c, "convolution");
+    uint64_t scratch;
+    dnnl_status_t st = run(c->prim, &c->pad_conv, c->pad_bytes, c->bias ? 4 : 3, args, &scratch);
+    if (!conv_call(job, st, scratch, "")) return;
     for (int64_t e = 0; !c->y_direct && e < c->G; e++) {
       int64_t u = (i * c->G + e) * c->T + j;
-      if (c->y_blocked) /* the image's run of channel blocks, as it is */
+      if (c->y_blocked) { /* the image's run of channel blocks, as it is */
         memcpy(mem_ptr(c->y_mem[u]), mem_ptr(c->r_mem[u]), dnnl_memory_desc_get_size(&c->dst_md));
-      else
-        must(exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->r_mem[u],
-                   DNNL_ARG_TO, c->y_mem[u]),
-             c, "output reorder");
+        continue;
+      }
+      st = exec2(c->dst_reorder, &c->pad_dst, c->pad_bytes, DNNL_ARG_FROM, c->r_mem[u],
+                 DNNL_ARG_TO, c->y_mem[u], &scratch);
+      if (!conv_call(job, st, scratch, "the output reorder of ")) return;
     }
     /* the tile's output, image by image: a contiguous run of elements in
      * either layout (whole images when T is 1), still in the caches */
@@ -1476,8 +1544,9 @@ bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp,
   conv *c = conv_of(cv, s);
   *epi_ran = false;
   if (!c) return false;
-  if (c->src_bytes && !c->x_blocked) on_pool(tp, src_parts, c, c->N * c->P);
-  conv_job job = {c, NULL, NULL};
+  conv_job job = {c, NULL, NULL, &cv->fail};
+  if (has_failed(&cv->fail)) return true; /* the run's results are lost */
+  if (c->src_bytes && !c->x_blocked) on_pool(tp, src_parts, &job, c->N * c->P);
   if (c->epi_tiles && epi && s->kernel == c->kernel) {
     job.epi = epi, job.epi_args = epi_args;
     *epi_ran = true;
@@ -1486,23 +1555,31 @@ bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp,
   return true;
 }
 
+typedef struct pool_job {
+  const pool *o;
+  run_failure *fail;
+} pool_job;
+
 static void pool_parts_run(void *ud, int64_t begin, int64_t end) {
-  const pool *o = ud;
+  const pool_job *job = ud;
+  const pool *o = job->o;
   sc_cpu_engine_one_thread();
   const dnnl_memory_desc_t *pad = &o->pad[o->bi];
-  for (int64_t u = begin; u < end; u++)
-    if (!exec2(o->prim[o->bi], pad, dnnl_memory_desc_get_size(pad), DNNL_ARG_SRC, o->x_mem[u],
-               DNNL_ARG_DST, o->y_mem[u])) {
-      fprintf(stderr, "shardc: oneDNN max-pool failed (%lld channels at %lld x %lld)\n",
-              (long long)o->v->c, (long long)o->v->h, (long long)o->v->w);
-      abort();
-    }
+  for (int64_t u = begin; u < end && !has_failed(job->fail); u++) {
+    uint64_t scratch;
+    dnnl_status_t st = exec2(o->prim[o->bi], pad, dnnl_memory_desc_get_size(pad), DNNL_ARG_SRC,
+                             o->x_mem[u], DNNL_ARG_DST, o->y_mem[u], &scratch);
+    if (st != dnnl_success)
+      record_failure(job->fail, st, scratch, "the direct max-pool of %lld channels at %lld x %lld",
+                     (long long)o->v->c, (long long)o->v->h, (long long)o->v->w);
+  }
 }
 
 bool sc_cpu_convs_pool(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
   const pool *o = pool_of(cv, s);
   if (!o || !o->on) return false;
-  on_pool(tp, pool_parts_run, (void *)o, o->v->n * o->parts);
+  pool_job job = {o, &cv->fail};
+  if (!has_failed(&cv->fail)) on_pool(tp, pool_parts_run, &job, o->v->n * o->parts);
   return true;
 }
 
@@ -1514,6 +1591,23 @@ int64_t sc_cpu_convs_bytes(const sc_cpu_convs *cv) {
   for (int32_t b = 0; cv->shadow && b < cv->p->n_buffers; b++)
     if (cv->shadow[b]) bytes += cv->p->buffers[b].bytes;
   return bytes;
+}
+
+bool sc_cpu_convs_failed(sc_cpu_convs *cv) { return cv && has_failed(&cv->fail); }
+
+sc_status sc_cpu_convs_end_run(sc_cpu_convs *cv, sc_diag *diag) {
+  if (!sc_cpu_convs_failed(cv)) return SC_OK;
+  run_failure f = {.status = cv->fail.status, .bytes = cv->fail.bytes};
+  memcpy(f.what, cv->fail.what, sizeof f.what);
+  atomic_store(&cv->fail.failed, false);
+  if (f.bytes)
+    return sc_diag_nomem(diag, f.bytes, "a thread's oneDNN scratchpad and 1 MiB of headroom for %s",
+                         f.what);
+  if (f.status == dnnl_out_of_memory)
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
+                       "out of memory: oneDNN could not allocate what it needed for %s", f.what);
+  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "oneDNN failed (status %d) in %s",
+                     (int)f.status, f.what);
 }
 
 void sc_cpu_convs_destroy(sc_cpu_convs *cv) {

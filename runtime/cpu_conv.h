@@ -46,6 +46,16 @@ bool sc_cpu_convs_run(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp,
  * nChw8c; docs/runtime.md#max-pools): true; else false and nothing is
  * done (its kernels run as written). */
 bool sc_cpu_convs_pool(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp);
+/* Whether a oneDNN call of this run failed (its thread's scratchpad could
+ * not be allocated, or the library failed): the run's remaining
+ * convolutions and max-pools are then skipped, and so should the device's
+ * other products be (the run's results are lost). cv may be NULL. */
+bool sc_cpu_convs_failed(sc_cpu_convs *cv);
+/* At the end of a run: that failure as the run's error, then cleared for
+ * the next run: SC_ERR_NOMEM ("out of memory: needed N bytes for a
+ * thread's oneDNN scratchpad for the direct convolution of a M x N x K
+ * product"), or SC_ERR_UNSUPPORTED with oneDNN's status; SC_OK when none. */
+sc_status sc_cpu_convs_end_run(sc_cpu_convs *cv, sc_diag *diag);
 /* "direct convolution, oneDNN <implementation>" when GEMM step s runs as
  * one, "direct max-pool, ..." for a KERNEL step that runs a max-pool,
  * "skipped: ..." for the step of another of its kernels, else NULL. */

@@ -28,8 +28,10 @@
  *
  * Out of memory: prepare makes oneDNN's first sgemm itself, after probing
  * for the address space it takes (onednn_setup); a GEMM tile whose engine
- * later finds no memory for its buffers is recorded, the run's remaining
- * GEMMs are skipped and the run fails at end_run (docs/runtime.md#out-of-memory). */
+ * later finds no memory for its buffers, or a direct convolution or
+ * max-pool whose oneDNN call fails (cpu_conv.c), is recorded, the run's
+ * remaining products are skipped and the run fails at end_run
+ * (docs/runtime.md#out-of-memory). */
 #include <errno.h>
 #include <limits.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -1086,9 +1088,11 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
   bool epi = s->kernel >= 0 && s->kernel < c->p->n_kernels && !c->skip[s->kernel] &&
              c->points[s->kernel] > 0;
   bool epi_ran = false;
-  /* after a failed GEMM the run's results are lost: the rest of its GEMMs
-   * are skipped (the kernels run on, over buffers whose bounds are fixed) */
-  sc_gemm_failure *fail = c->run_failed.bytes ? NULL : &c->run_failed;
+  /* after a failed GEMM or convolution the run's results are lost: the
+   * rest of its products are skipped (the kernels run on, over buffers
+   * whose bounds are fixed) */
+  sc_gemm_failure *fail =
+      c->run_failed.bytes || sc_cpu_convs_failed(c->convs) ? NULL : &c->run_failed;
   if (!fail) {
   } else if (is_bf16(c->p, g)) {
     sc_host_gemm_bf16(g, c->ptrs[g->a], c->ptrs[g->b], g->bias >= 0 ? c->ptrs[g->bias] : NULL,
@@ -1111,13 +1115,16 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
   if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
 }
 
-/* The run's first GEMM that found no memory, as its error (then cleared
- * for the next run). */
+/* The run's first GEMM that found no memory, or else its failed direct
+ * convolution or max-pool, as its error (both cleared for the next run).
+ * A GEMM failure recorded with a convolution's came first: after either,
+ * the products are skipped, but a max-pool step still looks at its own. */
 static sc_status cpu_end_run(void *ctx, sc_diag *diag) {
   cpu_ctx *c = ctx;
   sc_gemm_failure f = c->run_failed;
-  if (!f.bytes) return SC_OK;
+  if (!f.bytes) return sc_cpu_convs_end_run(c->convs, diag);
   c->run_failed = (sc_gemm_failure){0};
+  sc_cpu_convs_end_run(c->convs, &(sc_diag){0});
   return sc_diag_nomem(diag, f.bytes, "the %s packing buffers of a %d x %d x %lld GEMM tile",
                        f.own ? "GEMM kernel's" : "oneDNN sgemm's", f.m, f.n, (long long)f.k);
 }

@@ -59,6 +59,13 @@ static sc_status retag(sc_partition *p, sc_diag *d) {
   return SC_OK;
 }
 
+/* d's error, about what the plan says: it names the plan's file when the
+ * plan was read from one (else the model, as the caller sets). */
+static sc_status plan_file_error(const sc_partition_opts *o, sc_diag *d) {
+  if (o->plan_file) snprintf(d->file, sizeof d->file, "%s", o->plan_file);
+  return d->status;
+}
+
 /* Each global node's stage: the plan's table (a replay), or assigned. */
 static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
   sc_graph *g = p->global;
@@ -75,17 +82,21 @@ static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
         if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0)
           p->node_stage[i] = plan->node_stages[k].stage;
     }
-    int32_t last = 0;
+    int32_t last = 0, last_node = -1;
     for (int32_t i = 0; i < g->n_nodes; i++) {
       if (g->nodes[i].flags & SC_NODE_DEAD) continue;
       if (p->node_stage[i] < 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                           "plan: node '%s' has no stage", g->nodes[i].name);
+                           "plan: pipeline.node_stages has no stage for node '%s' (it lists "
+                           "every node of the graph)",
+                           g->nodes[i].name);
       if (p->node_stage[i] < last)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                           "plan: node '%s' is in stage %d after a node of stage %d",
-                           g->nodes[i].name, (int)p->node_stage[i], (int)last);
-      last = p->node_stage[i];
+                           "plan: pipeline.node_stages: stages must not decrease along the "
+                           "graph's order: node '%s' (stage %d) comes before node '%s' (stage %d)",
+                           g->nodes[last_node].name, (int)last, g->nodes[i].name,
+                           (int)p->node_stage[i]);
+      last = p->node_stage[i], last_node = i;
     }
     return SC_OK;
   }
@@ -124,10 +135,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
     *d = g->diag;
     return st;
   }
-  if ((st = sc_plan_validate(plan, g, d)) != SC_OK) {
-    if (o->plan_file) snprintf(d->file, sizeof d->file, "%s", o->plan_file);
-    return st;
-  }
+  if ((st = sc_plan_validate(plan, g, d)) != SC_OK) return plan_file_error(o, d);
   sc_partition *p = sc_calloc(1, sizeof *p);
   if (!p) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_arena_init(&p->arena);
@@ -165,18 +173,30 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
                 : strcmp(sched, "1f1b") == 0    ? 1
                 : strcmp(sched, "zb-h1") == 0   ? 3
                                                 : 0;
+  /* a plan file's choices are named by their keys, in that file (exit 1);
+   * the options' by the options (usage, exit 2) */
+  const char *pf = o->plan_file;
   if (p->n_stages > 1 && !p->training && strcmp(sched, "gpipe") != 0) {
     sc_partition_destroy(p);
-    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
-                       "the %s schedule interleaves forward and backward passes: it needs a "
-                       "training step (inference pipelines with gpipe)", sched);
+    sc_diag_set(d, pf ? SC_ERR_INVALID : SC_ERR_USAGE, NULL, NULL,
+                "%sthe %s schedule interleaves forward and backward passes: it needs a "
+                "training step (inference pipelines with gpipe)",
+                pf ? "plan: pipeline.schedule: " : "", sched);
+    return plan_file_error(o, d);
   }
   if (p->n_stages > 1 && interleaved != (plan->virtual_stages > 1)) {
     sc_partition_destroy(p);
-    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
-                       interleaved ? "the interleaved schedule needs --virtual-stages V >= 2"
-                                   : "--virtual-stages %d needs --schedule interleaved",
-                       (int)plan->virtual_stages);
+    if (pf)
+      sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                  "plan: pipeline.virtual_stages is %d and pipeline.schedule '%s': virtual "
+                  "stages (2 or more) go with the interleaved schedule, and only with it",
+                  (int)plan->virtual_stages, sched);
+    else
+      sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                  interleaved ? "the interleaved schedule needs --virtual-stages V >= 2"
+                              : "--virtual-stages %d needs --schedule interleaved",
+                  (int)plan->virtual_stages);
+    return plan_file_error(o, d);
   }
   p->microbatches = plan->microbatches > 0 ? plan->microbatches : 1;
   p->sequence_parallel = plan->sequence_parallel && p->tp_axis >= 0;
@@ -191,8 +211,10 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   }
   p->n_seed_fallbacks = p->n_fallbacks;
   if (print_at(po, "seed") && (st = print_graph(po, "seed", g, -1)) != SC_OK) goto fail;
-  if ((st = p->n_chunks ? sc_partition_pipe_pieces(p, plan, d) : stages_of(p, plan, d)) != SC_OK)
+  if ((st = p->n_chunks ? sc_partition_pipe_pieces(p, plan, d) : stages_of(p, plan, d)) != SC_OK) {
+    if (!p->n_chunks && plan->n_node_stages > 0) plan_file_error(o, d); /* its table's fault */
     goto fail;
+  }
   if (!p->local && (st = sc_partition_localize(p, d)) != SC_OK) goto fail;
   if ((st = verify(po, p->local, d)) != SC_OK) goto fail;
   if (p->training && (st = sc_partition_bucket_gathers(p, d)) != SC_OK) goto fail;

@@ -130,6 +130,46 @@ static sc_status check_axis(const sc_plan *p, const char *what, const char *axis
   return SC_OK;
 }
 
+/* Why override o names no initializer or input of g (v: its value, or
+ * NULL): the weight was replaced by its vocabulary-padded copy (vocab_pad.c:
+ * at this tp size its vocabulary does not divide; a plan written for
+ * another tp size names the original, which is gone), the value is
+ * computed by a node, or there is no such value. */
+static sc_status override_not_found(const sc_plan *p, sc_graph *g, const sc_plan_override *o,
+                                    const sc_value *v, sc_diag *d) {
+  char padded[512];
+  snprintf(padded, sizeof padded, "%s.vocab_padded", o->name);
+  int32_t pid = sc_graph_find_value(g, padded);
+  const sc_value *pv = pid >= 0 ? &g->values[pid] : NULL;
+  if (pv && p->tp_axis) {
+    char shape[160] = "";
+    size_t n = 0;
+    for (int32_t i = 0; i < pv->rank && n < sizeof shape; i++) {
+      int w = snprintf(shape + n, sizeof shape - n, "%s%lld", i ? " x " : "",
+                       (long long)pv->dims[i]);
+      if (w < 0) break;
+      n += (size_t)w;
+    }
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: override of '%s' %s: at %s=%lld this weight's vocabulary does not "
+                       "divide, so the weight is padded (to %s) and replaced by '%s'; a plan "
+                       "written for another %s size names the weights as they were there "
+                       "(write the plan again for this mesh, or override '%s')",
+                       o->name, o->sharding, p->tp_axis,
+                       (long long)sc_mesh_axis_size(&p->mesh, p->tp_axis), shape, padded,
+                       p->tp_axis, padded);
+  }
+  if (v && !(v->flags & SC_VALUE_DEAD) && v->producer >= 0 && v->producer < g->n_nodes)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: override of '%s': it is computed by node '%s'; only initializers "
+                       "and graph inputs take a sharding override",
+                       o->name, g->nodes[v->producer].name ? g->nodes[v->producer].name : "?");
+  return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "plan: sharding override names '%s', which is not an initializer "
+                     "or an input of the graph",
+                     o->name);
+}
+
 static bool known_schedule(const char *s) {
   return strcmp(s, "gpipe") == 0 || strcmp(s, "1f1b") == 0 || strcmp(s, "interleaved") == 0 ||
          strcmp(s, "zb-h1") == 0;
@@ -154,6 +194,16 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
                            "plan: mesh axis '%s' has two roles (data, sharded data, tensor, "
                            "pipeline)",
                            roles[i]);
+  for (int32_t i = 0; i < p->mesh.n_axes; i++) {
+    bool has_role = false;
+    for (int k = 0; k < 4 && !has_role; k++)
+      has_role = roles[k] && strcmp(roles[k], p->mesh.axes[i].name) == 0;
+    if (!has_role)
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "plan: mesh axis '%s' has no role: it is none of data_parallel.axis, "
+                         "training.fsdp_axis, tensor_parallel.axis and pipeline.axis",
+                         p->mesh.axes[i].name);
+  }
   int64_t pp = p->pp_axis ? sc_mesh_axis_size(&p->mesh, p->pp_axis) : 1;
   if (p->n_stages != pp)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
@@ -206,17 +256,15 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
     if (v && (v->flags & SC_VALUE_SPECIALISED)) continue; /* a constant now: not sharded */
     if (sc_graph_was_specialised(g, o->name)) continue; /* given, then folded away */
     if (!v || (v->flags & SC_VALUE_DEAD) || !(v->flags & (SC_VALUE_PARAM | SC_VALUE_INPUT)))
-      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "plan: sharding override names '%s', which is not an initializer "
-                         "or an input of the graph",
-                         o->name);
+      return override_not_found(p, g, o, v, d);
     if (v->rank >= 0) {
       int64_t local[SC_MAX_RANK];
       sc_diag sd2 = {0};
       sc_diag_clear(&sd2);
       if (sc_sharding_local_shape(&sh, &p->mesh, v->rank, v->dims, local, v->name, &sd2) !=
           SC_OK)
-        return sc_diag_set(d, sd2.status, NULL, NULL, "plan: override: %s", sd2.msg);
+        return sc_diag_set(d, sd2.status, NULL, NULL, "plan: override of '%s' %s: %s", o->name,
+                           o->sharding, sd2.msg);
     }
   }
   bool nomem;

@@ -96,7 +96,8 @@ sc_status sc_plan_set_override(sc_plan *p, const char *name, const char *shardin
                                sc_diag *d);
 
 /* Checks the plan on its own and, when g is not NULL, against the graph:
- * axes named exist in the mesh and are distinct; n_stages equals the pp
+ * axes named exist in the mesh and are distinct, and every mesh axis has a
+ * role; n_stages equals the pp
  * axis size; boundaries are n_stages-1 distinct nodes of g in graph order;
  * microbatches >= 1; schedule known; overrides parse against the mesh, name
  * an initializer of g with that rank, and divide its shape; node stages name

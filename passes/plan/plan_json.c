@@ -282,7 +282,8 @@ static sc_status read_root(rd *r, json_t *root) {
       const char *key;
       json_t *val;
       json_object_foreach(ns, key, val) {
-        if (!json_is_integer(val) || json_integer_value(val) < 0 ||
+        /* in int32_t's range; whether it is a stage, sc_plan_validate says */
+        if (!json_is_integer(val) || json_integer_value(val) < INT32_MIN ||
             json_integer_value(val) > INT32_MAX)
           return sc_diag_set(r->d, SC_ERR_PARSE, NULL, NULL,
                              "plan: 'pipeline.node_stages.%s' must be a stage number", key);

@@ -1,7 +1,9 @@
 """test_oom.py — running out of memory is an error, not a crash.
 
 The GPT-2 sample is trained (2 AdamW steps, batch 2) and run (random
-inputs, outputs written) under a series of address-space limits (ulimit -v)
+inputs, outputs written), and the ResNet sample run (batch 2: on a CPU
+where oneDNN has JIT kernels for them, its convolutions and max-pools run
+directly, cpu_conv.c), under a series of address-space limits (ulimit -v)
 from just above the lowest at which shardc starts at all (found by
 bisecting `shardc --version`: below it the loader or LLVM's static
 constructors fail, before main) upwards in 3 MiB steps, until a run
@@ -10,7 +12,9 @@ memory" on stderr; no signal, no "LLVM ERROR", no "terminate called". At
 least one run of each command must have failed for memory and one must have
 succeeded, so that the series covered the window where allocations fail
 (the model's mapping and decoding, the thread stacks, LLVM's compile,
-oneDNN's set-up, the arena).
+oneDNN's set-up, the arena; for ResNet a thread's oneDNN scratchpad, which
+aborted the process before the failure was recorded and reported at the
+run's end).
 
 Threads are fixed at 2 (each thread's stack is address space). Skipped
 (exit 77) under AddressSanitizer, which reserves terabytes of address
@@ -29,6 +33,7 @@ import numpy as np
 SHARDC = os.environ["SHARDC"]
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 MODEL = os.path.join(SRC, "samples", "gpt2.onnx")
+RESNET = os.path.join(SRC, "samples", "resnet.onnx")
 STEP_KIB = 3 * 1024
 MAX_VALUES = 16
 
@@ -101,6 +106,9 @@ def main():
                "--output-dir", os.path.join(d, "out"), "--threads", "2"]
         ok = sweep("train", train, floor, d)
         ok = sweep("run", run, floor, d) and ok
+        resnet = [SHARDC, "run", RESNET, "--dim", "batch=2", "--random-inputs", "1",
+                  "--output-dir", os.path.join(d, "out-resnet"), "--threads", "2"]
+        ok = sweep("resnet", resnet, floor, d) and ok
     if not ok:
         sys.exit(1)
     print("ok")

@@ -135,7 +135,7 @@ static void test_strict(void **state) {
   bad_edit(g, "\"microbatches\": 4", "\"microbatches\": 0", SC_ERR_INVALID, "outside 1..");
   bad_edit(g, "\"w1\"", "\"w9\"", SC_ERR_INVALID, "names 'w9', which is not an initializer");
   bad_edit(g, "\"w1\"", "\"h\"", SC_ERR_INVALID,
-           "names 'h', which is not an initializer or an input");
+           "override of 'h': it is computed by node 'h.0/fc1'; only initializers and graph inputs");
   bad_edit(g, "\"[_,tp]\"", "\"[_,ep]\"", SC_ERR_INVALID, "unknown mesh axis 'ep'");
   bad_edit(g, "\"[_,tp]\"", "\"[tp]\"", SC_ERR_INVALID, "rank 2");
   bad_edit(g, "\"h.1/fc2\"", "\"nope\"", SC_ERR_INVALID, "boundary 'nope' is not a node");
