@@ -103,6 +103,9 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
           "  --no-overlap           collectives run where they are, to completion (no\n"
           "                         async start and wait, no prefetch)\n"
           "  --ranks-per-node N     which ranks share a node\n"
+          "  --cluster C            a cluster file (.json) or preset (h100-sxm:8x4,\n"
+          "                         a100-80g:GxN, h200:GxN, cpu:local): axes ordered\n"
+          "                         and placed on its nodes\n"
           "  --plan FILE.json       replay a plan written by `shardc plan --json`\n");
   if (allow_comm)
     fprintf(f,
@@ -116,7 +119,8 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
 bool sc_partition_args_active(const sc_partition_args *p) { return p->mesh || p->plan_file; }
 
 bool sc_partition_args_any(const sc_partition_args *p) {
-  return p->mesh || p->plan_file || p->ranks_per_node || p->microbatches || p->boundaries ||
+  return p->mesh || p->plan_file || p->ranks_per_node || p->cluster || p->microbatches ||
+         p->boundaries ||
          p->schedule || p->virtual_stages || p->sequence_parallel || p->no_vocab_parallel ||
          p->zero || p->keep_after_forward || p->no_overlap || p->hybrid_shard_degree;
 }
@@ -153,6 +157,9 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
     if (!missing && !sc_cli_parse_i64(v, 1, SC_MESH_MAX_RANKS, &n))
       return sc_cli_usage_error("--ranks-per-node expects a positive integer, got '%s'", v);
     if (!missing) p->ranks_per_node = n;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--cluster", &missing))) {
+    if (!missing && !*v) return sc_cli_usage_error("--cluster needs a file or a preset");
+    if (!missing) p->cluster = v;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--microbatches", &missing))) {
     if (!missing && !sc_cli_parse_i64(v, 1, 1 << 20, &n))
       return sc_cli_usage_error("--microbatches expects a positive integer, got '%s'", v);
@@ -198,7 +205,8 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
  * not come with it. */
 static int check_conflicts(const sc_partition_args *p) {
   if (!p->plan_file) {
-    if (!p->mesh && (p->ranks_per_node || p->microbatches || p->boundaries || p->schedule ||
+    if (!p->mesh && (p->ranks_per_node || p->cluster || p->microbatches || p->boundaries ||
+                     p->schedule ||
                      p->virtual_stages ||
                      p->sequence_parallel || p->no_vocab_parallel || p->zero ||
                      p->keep_after_forward || p->hybrid_shard_degree || p->no_overlap))
@@ -207,6 +215,7 @@ static int check_conflicts(const sc_partition_args *p) {
   }
   const char *bad = p->mesh                ? "--mesh"
                     : p->ranks_per_node    ? "--ranks-per-node"
+                    : p->cluster           ? "--cluster"
                     : p->microbatches      ? "--microbatches"
                     : p->boundaries        ? "--stage-boundaries"
                     : p->schedule          ? "--schedule"
@@ -288,7 +297,11 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
       if ((rc = hybrid_mesh(p, hybrid, sizeof hybrid)) != 0) return rc;
       mesh = hybrid;
     }
+    sc_cluster cluster;
+    if (p->cluster && sc_cluster_load(p->cluster, &cluster, &d) != SC_OK)
+      return sc_cli_report(&d, NULL);
     sc_plan_options po = {.mesh = mesh,
+                          .cluster = p->cluster ? &cluster : NULL,
                           .zero_stage = p->zero,
                           .keep_after_forward = p->keep_after_forward,
                           .ranks_per_node = p->ranks_per_node,
@@ -299,7 +312,9 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
                           .sequence_parallel = p->sequence_parallel,
                           .no_vocab_parallel = p->no_vocab_parallel};
     if (sc_plan_from_options(&po, &plan, &d) != SC_OK)
-      return sc_cli_usage_error("--mesh %s: %s", p->mesh, d.msg);
+      return p->cluster ? sc_cli_usage_error("--mesh %s --cluster %s: %s", p->mesh, p->cluster,
+                                             d.msg)
+                        : sc_cli_usage_error("--mesh %s: %s", p->mesh, d.msg);
   }
   sc_dim_value dims[SC_CLI_MAX_DIMS];
   for (int i = 0; i < opts->n_dims; i++)

@@ -7,6 +7,10 @@
  *   --mesh SPEC              e.g. pp=2,dp=2,tp=2 (ir/mesh.h); axes named
  *                            dp, tp, pp play those roles
  *   --ranks-per-node N
+ *   --cluster C              a cluster file or preset (passes/plan/cluster.h):
+ *                            the mesh's axes are ordered and placed on it;
+ *                            sets the ranks per node (--ranks-per-node may
+ *                            only repeat it)
  *   --microbatches M         pipeline microbatches (>= 1, default 1)
  *   --stage-boundaries A,B   node names starting stages 1, 2, ...
  *   --schedule gpipe|1f1b|interleaved|zb-h1  pipeline schedule (training: 1f1b,
@@ -45,6 +49,7 @@
 typedef struct sc_partition_args {
   const char *mesh;            /* --mesh, or NULL: not partitioned */
   int64_t ranks_per_node;
+  const char *cluster;         /* --cluster, or NULL */
   int32_t microbatches;        /* 0 = not given */
   const char *boundaries;      /* comma-separated, or NULL */
   const char *schedule;        /* --schedule, or NULL */

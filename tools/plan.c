@@ -41,7 +41,7 @@
 
 static const char *const USAGE =
     "shardc plan MODEL.onnx (--mesh AXES | --plan FILE.json) [--dim NAME=V]...\n"
-    "                      [--ranks-per-node N] [--microbatches M]\n"
+    "                      [--ranks-per-node N] [--cluster C] [--microbatches M]\n"
     "                      [--stage-boundaries A,B] [--sequence-parallel]\n"
     "                      [--no-vocab-parallel] [--no-overlap] [--json] [--dot FILE]\n"
     "                      [--no-weights] [--print-after=PASS] [--time-passes]\n"
@@ -256,6 +256,28 @@ static sc_status program_contents(report *r) {
 
 /* ---- text report ---- */
 
+/* --cluster: the cluster and where each mesh axis sits on it
+ * (passes/plan/cluster.h). */
+static void print_placement(const sc_plan *pl, const sc_mesh *m) {
+  sc_placement p;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  printf("cluster:      %s (%lld node%s of %lld; the mesh uses %lld)\n", pl->cluster,
+         (long long)pl->cluster_nodes, pl->cluster_nodes == 1 ? "" : "s",
+         (long long)m->ranks_per_node, (long long)((m->n_ranks + m->ranks_per_node - 1) /
+                                                   m->ranks_per_node));
+  if (sc_placement_compute(m, &p, &d) != SC_OK) { /* validated: cannot happen */
+    printf("placement:    ? (%s)\n", d.msg);
+    return;
+  }
+  printf("placement:    %-6s %6s %8s  %-10s  %s\n", "axis", "size", "stride", "groups",
+         "nodes/group");
+  for (int32_t a = 0; a < p.n_axes; a++)
+    printf("              %-6s %6lld %8lld  %-10s  %lld\n", p.axes[a].name,
+           (long long)p.axes[a].size, (long long)p.axes[a].stride,
+           p.axes[a].intra_node ? "intra-node" : "cross-node", (long long)p.axes[a].nodes_spanned);
+}
+
 static void print_header(const report *r, const char *path) {
   const sc_plan *pl = r->b->plan;
   const sc_partition *part = r->part;
@@ -267,6 +289,7 @@ static void print_header(const report *r, const char *path) {
   if (part->mesh.ranks_per_node)
     printf(", %lld per node", (long long)part->mesh.ranks_per_node);
   printf(")\n");
+  if (pl->cluster) print_placement(pl, &part->mesh);
   printf("roles:        data parallel %s, tensor parallel %s, pipeline %s\n",
          pl->dp_axis ? pl->dp_axis : "-", pl->tp_axis ? pl->tp_axis : "-",
          pl->pp_axis ? pl->pp_axis : "-");

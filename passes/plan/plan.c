@@ -181,6 +181,21 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "plan: format version %d; this shardc reads version %d", p->version,
                        SC_PLAN_FORMAT_VERSION);
+  if (p->cluster) { /* the placement: the mesh fits the cluster's nodes, evenly */
+    sc_placement pl;
+    if (p->mesh.ranks_per_node < 1 || p->cluster_nodes < 1)
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "plan: a placement needs mesh.ranks_per_node and placement.nodes");
+    if (p->mesh.n_ranks > p->cluster_nodes * p->mesh.ranks_per_node ||
+        (p->mesh.n_ranks > p->mesh.ranks_per_node &&
+         p->mesh.n_ranks % p->mesh.ranks_per_node != 0))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "plan: %lld ranks are not whole nodes of %lld within the %lld nodes "
+                         "of cluster %s",
+                         (long long)p->mesh.n_ranks, (long long)p->mesh.ranks_per_node,
+                         (long long)p->cluster_nodes, p->cluster);
+    if ((st = sc_placement_compute(&p->mesh, &pl, d)) != SC_OK) return st;
+  }
   if ((st = check_axis(p, "data-parallel", p->dp_axis, d)) != SC_OK ||
       (st = check_axis(p, "sharded data-parallel", p->fsdp_axis, d)) != SC_OK ||
       (st = check_axis(p, "tensor-parallel", p->tp_axis, d)) != SC_OK ||
@@ -347,6 +362,15 @@ sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag 
   if (st == SC_OK && o->ranks_per_node)
     st = sc_mesh_set_ranks_per_node(&plan->mesh, o->ranks_per_node, d);
   if (st == SC_OK) st = sc_mesh_check_roles(&plan->mesh, d); /* only dp, tp, pp mean something */
+  if (st == SC_OK && o->cluster) { /* put on the cluster: ordered, fitted, placed */
+    sc_placement pl;
+    sc_cluster_order_mesh(&plan->mesh);
+    st = sc_cluster_fit_mesh(o->cluster, &plan->mesh, d);
+    if (st == SC_OK) st = sc_placement_compute(&plan->mesh, &pl, d);
+    if (st == SC_OK && !(plan->cluster = sc_plan_strdup(plan, o->cluster->name)))
+      st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    plan->cluster_nodes = o->cluster->nodes;
+  }
   if (st != SC_OK) {
     sc_plan_destroy(plan);
     return st;

@@ -26,6 +26,7 @@
 #include "ir/ir.h"
 #include "ir/mesh.h"
 #include "ir/sharding.h"
+#include "passes/plan/cluster.h"
 
 #define SC_PLAN_FORMAT_VERSION 1
 
@@ -83,6 +84,10 @@ typedef struct sc_plan {
   int32_t n_recompute;
   const char *precision;      /* "f32" now; "bf16-mixed" later */
   int64_t shard_group_size;   /* 0 = the whole dp axis (hybrid sharding) */
+
+  /* placement (cluster.h): the mesh was put on a cluster */
+  const char *cluster;        /* its name ("h100-sxm:8x4"), or NULL: none */
+  int64_t cluster_nodes;      /* its nodes; its ranks a node are the mesh's */
 } sc_plan;
 
 /* An empty plan: trivial mesh, no axes, 1 stage, 1 microbatch, "gpipe",
@@ -102,7 +107,8 @@ sc_status sc_plan_set_override(sc_plan *p, const char *name, const char *shardin
  * microbatches >= 1; schedule known; overrides parse against the mesh, name
  * an initializer of g with that rank, and divide its shape; node stages name
  * nodes of g, each once, in range; recompute names nodes; zero_stage 0..3;
- * shard_group_size divides the dp axis. The first problem goes to d. */
+ * shard_group_size divides the dp axis; with a cluster, the mesh fits its
+ * nodes and its placement is even (sc_placement_compute). The first problem goes to d. */
 sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d);
 
 /* The plan the command-line options describe: the mesh (parsed here, once)
@@ -122,6 +128,9 @@ typedef struct sc_plan_options {
   bool no_vocab_parallel;
   int32_t zero_stage;          /* --zero (0: the default) */
   bool keep_after_forward;     /* --no-reshard-after-forward */
+  const sc_cluster *cluster;   /* --cluster, or NULL: the mesh's axes are
+                                  ordered (sc_cluster_order_mesh) and put on
+                                  it (sc_cluster_fit_mesh) */
 } sc_plan_options;
 sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag *d);
 

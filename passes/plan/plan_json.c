@@ -29,6 +29,15 @@ static json_t *str_array(const char **a, int32_t n) {
   return arr;
 }
 
+/* One axis of the placement: {"axis", "size", "stride", "groups",
+ * "nodes_spanned"}; the reader compares with it. */
+static json_t *placement_axis_json(const sc_placement_axis *x) {
+  return json_pack("{s:s, s:I, s:I, s:s, s:I}", "axis", x->name, "size", (json_int_t)x->size,
+                   "stride", (json_int_t)x->stride, "groups",
+                   x->intra_node ? "intra-node" : "cross-node", "nodes_spanned",
+                   (json_int_t)x->nodes_spanned);
+}
+
 static json_t *plan_to_json(const sc_plan *p) {
   char mesh[1024];
   sc_mesh_format(&p->mesh, mesh, sizeof mesh);
@@ -71,6 +80,17 @@ static json_t *plan_to_json(const sc_plan *p) {
   json_object_set_new(tr, "shard_group_size", json_integer(p->shard_group_size));
   json_object_set_new(tr, "recompute", str_array(p->recompute, p->n_recompute));
   json_object_set_new(root, "training", tr);
+  sc_placement pl;
+  sc_diag pd = {0};
+  sc_diag_clear(&pd);
+  if (p->cluster && sc_placement_compute(&p->mesh, &pl, &pd) == SC_OK) {
+    json_t *axes = json_array();
+    for (int32_t a = 0; axes && a < pl.n_axes; a++)
+      json_array_append_new(axes, placement_axis_json(&pl.axes[a]));
+    json_object_set_new(root, "placement",
+                        json_pack("{s:s, s:I, s:o}", "cluster", p->cluster, "nodes",
+                                  (json_int_t)p->cluster_nodes, "axes", axes));
+  }
   return root;
 }
 
@@ -195,11 +215,52 @@ static sc_status str_list(rd *r, json_t *arr, const char *path, const char ***ou
     if (st_ != SC_OK) return st_; \
   } while (0)
 
+/* "placement": the cluster's name and nodes; its axes are derived from the
+ * mesh, and must be what the mesh gives (an edited stride is refused, not
+ * silently recomputed). */
+static sc_status read_placement(rd *r, json_t *o) {
+  sc_plan *p = r->p;
+  static const char *const k[] = {"cluster", "nodes", "axes", NULL};
+  TRY(only_keys(r, o, "placement", k));
+  json_t *c = json_object_get(o, "cluster"), *axes = json_object_get(o, "axes");
+  if (!c || !json_is_string(c)) return bad(r, "placement.cluster", "must be a string");
+  if (!(p->cluster = sc_plan_strdup(p, json_string_value(c))))
+    return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (!json_object_get(o, "nodes")) return bad(r, "placement.nodes", "is missing");
+  TRY(get_int(r, o, "nodes", "placement.nodes", 1, SC_CLUSTER_MAX_NODES, &p->cluster_nodes));
+  if (!axes || !json_is_array(axes)) return bad(r, "placement.axes", "must be an array");
+  sc_placement pl;
+  if (p->mesh.ranks_per_node < 1)
+    return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: 'placement' needs mesh.ranks_per_node");
+  TRY(sc_placement_compute(&p->mesh, &pl, r->d));
+  if (json_array_size(axes) != (size_t)pl.n_axes)
+    return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: 'placement.axes' has %zu entries; the mesh has %d axes",
+                       json_array_size(axes), (int)pl.n_axes);
+  for (int32_t a = 0; a < pl.n_axes; a++) {
+    json_t *want = placement_axis_json(&pl.axes[a]);
+    bool same = want && json_equal(want, json_array_get(axes, (size_t)a));
+    json_decref(want);
+    if (!same)
+      return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL,
+                         "plan: 'placement.axes[%d]' is not what the mesh gives for axis '%s' "
+                         "(size %lld, stride %lld, %s, %lld node%s)",
+                         (int)a, pl.axes[a].name, (long long)pl.axes[a].size,
+                         (long long)pl.axes[a].stride,
+                         pl.axes[a].intra_node ? "intra-node" : "cross-node",
+                         (long long)pl.axes[a].nodes_spanned,
+                         pl.axes[a].nodes_spanned == 1 ? "" : "s");
+  }
+  return SC_OK;
+}
+
 static sc_status read_root(rd *r, json_t *root) {
   sc_plan *p = r->p;
   if (!json_is_object(root)) return bad(r, "", "must be an object");
   static const char *const top[] = {"version", "mesh", "data_parallel", "tensor_parallel",
-                                    "pipeline", "shardings", "precision", "training", NULL};
+                                    "pipeline", "shardings", "precision", "training",
+                                    "placement", NULL};
   TRY(only_keys(r, root, "", top));
   json_t *v = json_object_get(root, "version");
   if (!v) return bad(r, "version", "is missing");
@@ -329,6 +390,8 @@ static sc_status read_root(rd *r, json_t *root) {
     json_t *rc = json_object_get(o, "recompute");
     if (rc) TRY(str_list(r, rc, "training.recompute", &p->recompute, &p->n_recompute));
   }
+  TRY(get_obj(r, root, "placement", "placement", false, &o));
+  if (o) TRY(read_placement(r, o));
   return SC_OK;
 }
 

@@ -1,0 +1,117 @@
+/* cluster.h — the cluster a plan is made for, and where the mesh's axes sit
+ * on it (docs/planner.md).
+ *
+ * A cluster is `nodes` machines of `devices_per_node` identical devices:
+ * each device's memory, peak FLOP/s per dtype and memory bandwidth, and two
+ * links, inside a node and between nodes (the latter per device). It comes
+ * from a JSON file (docs/planner.md, "The cluster file") or a preset by name
+ * with a count: `h100-sxm:8x4` is 4 nodes of 8 H100s. The presets are the
+ * files of samples/clusters/, compiled in. `cpu:local` is this machine:
+ * one node, one rank per core, its memory from /proc/meminfo; what it cannot
+ * know without measuring (peak FLOP/s, bandwidths, latencies) is 0, which
+ * means unknown everywhere in this header: a figure is never invented.
+ *
+ * The placement puts a mesh on the cluster: ranks fill a node before the
+ * next (rank r on node r / devices_per_node), so an axis's stride in ranks
+ * decides whether its groups stay in a node. sc_cluster_order_mesh orders
+ * the axes so that the busiest links are the fastest (pp outermost, then
+ * dp, fsdp, other axes, tp innermost); sc_placement_compute describes
+ * where each axis lands and refuses a mesh whose groups straddle nodes
+ * unevenly or that does not fit.
+ *
+ * sc_cluster and sc_placement are plain values (no pointers). Nothing here
+ * keeps state or takes locks. Errors: SC_ERR_PARSE (malformed JSON, wrong
+ * type), SC_ERR_INVALID (unknown key, a number that is not positive and
+ * finite, a missing key, a mesh that does not fit), SC_ERR_USAGE (an unknown
+ * preset or a malformed count), SC_ERR_IO, with the file and key named in
+ * the diag. */
+#ifndef SC_PLAN_CLUSTER_H
+#define SC_PLAN_CLUSTER_H
+
+#include "ir/base.h"
+#include "ir/mesh.h"
+
+typedef enum sc_cluster_dtype {
+  SC_CLUSTER_FP8,
+  SC_CLUSTER_BF16,
+  SC_CLUSTER_FP16,
+  SC_CLUSTER_TF32,
+  SC_CLUSTER_FP32,
+  SC_CLUSTER_DTYPE_COUNT
+} sc_cluster_dtype;
+/* "fp8", "bf16", "fp16", "tf32", "fp32": the keys of gpu.peak_flops. */
+extern const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT];
+
+enum { SC_CLUSTER_NAME_MAX = 64 }; /* name bytes, NUL included */
+/* Most nodes, and most devices a node, a cluster may have. */
+#define SC_CLUSTER_MAX_NODES ((int64_t)1 << 16)
+#define SC_CLUSTER_MAX_PER_NODE ((int64_t)1 << 12)
+
+typedef struct sc_cluster_link {
+  double bandwidth_bytes_per_s; /* one direction, per device; 0 = unknown */
+  double latency_s;             /* one small message; 0 = unknown */
+} sc_cluster_link;
+
+typedef struct sc_cluster {
+  char name[SC_CLUSTER_NAME_MAX];        /* "h100-sxm:8x4", or the file's */
+  char device_name[SC_CLUSTER_NAME_MAX]; /* "H100-SXM5-80GB", "cpu" */
+  int64_t nodes;                         /* >= 1 */
+  int64_t devices_per_node;              /* >= 1: ranks a node */
+  int64_t device_memory_bytes;           /* per device; 0 = unknown */
+  double peak_flops[SC_CLUSTER_DTYPE_COUNT]; /* per device; 0 = unknown */
+  double memory_bytes_per_s;             /* per device (HBM); 0 = unknown */
+  sc_cluster_link intra_node;            /* between devices of a node */
+  sc_cluster_link inter_node;            /* between nodes, per device */
+} sc_cluster;
+
+/* Reads a cluster file (docs/planner.md). name labels errors ("x.json");
+ * text need not be NUL-terminated. Strict: an unknown key, a duplicate
+ * key, a wrong type, a number that is not positive and finite, or a missing
+ * required key is an error naming the key ("gpu.peak_flops.bf16"). The
+ * name defaults to `name`. *out is zeroed on failure. */
+sc_status sc_cluster_read_json(const char *text, size_t len, const char *name, sc_cluster *out,
+                               sc_diag *d);
+/* _file: path must be a regular file of at most 1 MiB. */
+sc_status sc_cluster_read_json_file(const char *path, sc_cluster *out, sc_diag *d);
+/* A preset: "NAME:GxN" (G devices a node, N nodes; G at most the preset's
+ * board) for the names of sc_cluster_preset_names, or "cpu:local". */
+sc_status sc_cluster_preset(const char *spec, sc_cluster *out, sc_diag *d);
+/* --cluster's value: a preset when spec has the form NAME:..., else a file. */
+sc_status sc_cluster_load(const char *spec, sc_cluster *out, sc_diag *d);
+/* The presets' names, NULL-terminated ("a100-80g", "h100-sxm", "h200"). */
+extern const char *const sc_cluster_preset_names[];
+/* nodes * devices_per_node (both bounded: no overflow). */
+int64_t sc_cluster_devices(const sc_cluster *c);
+
+/* ---- placement ---- */
+
+typedef struct sc_placement_axis {
+  char name[SC_MESH_NAME_MAX];
+  int64_t size;          /* the axis's size */
+  int64_t stride;        /* ranks between neighbours of a group */
+  bool intra_node;       /* every group inside one node */
+  int64_t nodes_spanned; /* nodes one group touches (1 when intra_node) */
+} sc_placement_axis;
+
+typedef struct sc_placement {
+  int32_t n_axes;                            /* the mesh's, major to minor */
+  sc_placement_axis axes[SC_MESH_MAX_AXES];
+  int64_t ranks_per_node;                    /* the mesh's (>= 1) */
+  int64_t nodes;                             /* nodes the mesh occupies */
+} sc_placement;
+
+/* Sorts m's axes, stably, into the order that puts the heaviest traffic
+ * on the fastest links: pp, dp, fsdp, any other name, tp (major to minor). */
+void sc_cluster_order_mesh(sc_mesh *m);
+/* Puts m on c: refuses a mesh with more ranks than c has devices, or, over
+ * more than one node, a rank count that is not whole nodes; sets
+ * m->ranks_per_node to c's devices_per_node (an m that already has another
+ * one is refused: --ranks-per-node disagreeing with --cluster). */
+sc_status sc_cluster_fit_mesh(const sc_cluster *c, sc_mesh *m, sc_diag *d);
+/* Where each axis of m sits (m->ranks_per_node must be set): its stride,
+ * whether its groups stay in a node and how many nodes a group spans.
+ * Refuses an axis whose groups straddle nodes unevenly (tp=3 on nodes of
+ * 8 ranks) naming it. */
+sc_status sc_placement_compute(const sc_mesh *m, sc_placement *out, sc_diag *d);
+
+#endif
