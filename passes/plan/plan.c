@@ -209,14 +209,26 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
                            "plan: mesh axis '%s' has two roles (data, sharded data, tensor, "
                            "pipeline)",
                            roles[i]);
+  /* An axis without a role is allowed only when a sharding override splits
+   * something over it (a plan that places splits by hand); otherwise it
+   * would multiply the ranks and split nothing. */
+  sc_axes overridden = 0;
+  for (int32_t k = 0; k < p->n_overrides; k++) {
+    sc_sharding sh;
+    sc_diag sd = {0};
+    const char *t = p->overrides[k].sharding;
+    if (t && sc_sharding_parse(t, strlen(t), &p->mesh, -1, &sh, &sd) == SC_OK)
+      overridden |= sc_sharding_dim_axes(&sh) | sh.partial; /* bad ones are named below */
+  }
   for (int32_t i = 0; i < p->mesh.n_axes; i++) {
-    bool has_role = false;
+    bool has_role = (overridden >> i) & 1u;
     for (int k = 0; k < 4 && !has_role; k++)
       has_role = roles[k] && strcmp(roles[k], p->mesh.axes[i].name) == 0;
     if (!has_role)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "plan: mesh axis '%s' has no role: it is none of data_parallel.axis, "
-                         "training.fsdp_axis, tensor_parallel.axis and pipeline.axis",
+                         "training.fsdp_axis, tensor_parallel.axis and pipeline.axis, and no "
+                         "sharding override splits over it",
                          p->mesh.axes[i].name);
   }
   int64_t pp = p->pp_axis ? sc_mesh_axis_size(&p->mesh, p->pp_axis) : 1;

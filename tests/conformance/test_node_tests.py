@@ -349,7 +349,8 @@ SPLIT_LAST = 0  # --split-last N: every input's last dim split N ways (a plan)
 def split_last_plan(path, ins, n):
     """A plan (docs/plan-format.md) over the mesh x=n that splits the last
     dim of every input where it divides: sharding rules meet splits on the
-    dims that ops reduce, contract, slice and reshape."""
+    dims that ops reduce, contract, slice and reshape. False, and no file,
+    when no input divides (a plan whose axis splits nothing is refused)."""
     import json
     sh = {}
     for name, arr in ins:
@@ -358,8 +359,11 @@ def split_last_plan(path, ins, n):
         # shardc specialises to constants (tools/run.c)
         if a.dtype.kind == "f" and a.ndim >= 1 and a.shape[-1] > 0 and a.shape[-1] % n == 0:
             sh[name] = "[" + ",".join(["_"] * (a.ndim - 1) + ["x"]) + "]"
+    if not sh:
+        return False  # nothing to split: the test runs on one rank ("replicated")
     with open(path, "w") as f:
         json.dump({"version": 1, "mesh": {"axes": f"x={n}"}, "shardings": sh}, f)
+    return True
 
 
 def run_shardc(shardc, test_dir, name, timeout, threads, freeze=False):
@@ -414,8 +418,8 @@ def run_shardc_once(shardc, test_dir, name, timeout, threads, frozen=()):
             cmd += ["--mesh", MESH]
         if SPLIT_LAST:
             plan = os.path.join(work, "plan.json")
-            split_last_plan(plan, ins, SPLIT_LAST)
-            cmd += ["--plan", plan]
+            if split_last_plan(plan, ins, SPLIT_LAST):
+                cmd += ["--plan", plan]
         if MESH or SPLIT_LAST:
             cmd += ["--print-after=seed"]  # which inputs split: split_kind()
         for d, v in dim_bindings(m, ins).items():
