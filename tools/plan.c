@@ -36,6 +36,7 @@
 #include "tools/commands.h"
 #include "tools/dot.h"
 #include "tools/partition_args.h"
+#include "tools/plan_predict.h"
 #include "tools/plan_train.h"
 #include "tools/train_args.h"
 
@@ -607,6 +608,7 @@ static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, con
   print_memory(&r);
   print_device_memory(&r);
   print_collectives(&r);
+  sc_plan_print_predicted(b->program, b->plan);
   print_shardings(&r);
   if (b->part->n_fallbacks) {
     printf("\n");

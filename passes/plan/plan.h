@@ -88,6 +88,10 @@ typedef struct sc_plan {
   /* placement (cluster.h): the mesh was put on a cluster */
   const char *cluster;        /* its name ("h100-sxm:8x4"), or NULL: none */
   int64_t cluster_nodes;      /* its nodes; its ranks a node are the mesh's */
+  sc_cluster cluster_figures; /* its figures (cluster.h), for the cost model:
+                                 from --cluster, or the preset of that name
+                                 when read from a file; nodes 0: unknown (a
+                                 plan for a cluster file, replayed) */
 } sc_plan;
 
 /* An empty plan: trivial mesh, no axes, 1 stage, 1 microbatch, "gpipe",

@@ -228,6 +228,12 @@ static sc_status read_placement(rd *r, json_t *o) {
     return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   if (!json_object_get(o, "nodes")) return bad(r, "placement.nodes", "is missing");
   TRY(get_int(r, o, "nodes", "placement.nodes", 1, SC_CLUSTER_MAX_NODES, &p->cluster_nodes));
+  { /* a preset's figures come back by its name; a file's are not kept */
+    sc_diag pd = {0};
+    if (strchr(p->cluster, ':') &&
+        sc_cluster_preset(p->cluster, &p->cluster_figures, &pd) != SC_OK)
+      memset(&p->cluster_figures, 0, sizeof p->cluster_figures);
+  }
   if (!axes || !json_is_array(axes)) return bad(r, "placement.axes", "must be an array");
   sc_placement pl;
   if (p->mesh.ranks_per_node < 1)
