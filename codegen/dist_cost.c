@@ -6,6 +6,7 @@
  * (sc_step_buffers), and a COMM step its group and buffers. Each stage
  * program is costed once and added to every row whose rank runs it, times
  * the runs per step. */
+#include <stdio.h>
 #include <string.h>
 
 #include "codegen/dist_cost.h"
@@ -197,5 +198,46 @@ sc_status sc_dist_cost_predict(const sc_dist_program *dp, const sc_cluster *c,
   }
   out->step_time_s = out->rows[out->slowest].step_s;
   out->tokens = step_tokens(dp);
+  if (out->step_time_s > 0) {
+    double flops = 0;
+    for (int32_t q = 0; q < rows; q++) flops += out->rows[q].flops;
+    out->flops_per_s_per_gpu = flops / rows / out->step_time_s;
+    out->tokens_per_s = out->tokens / out->step_time_s;
+  }
   return SC_OK;
+}
+
+void sc_dist_cost_to_plan(const sc_dist_program *dp, sc_plan *pl) {
+  sc_plan_predicted *pr = &pl->predicted;
+  memset(pr, 0, sizeof *pr);
+  if (!pl->cluster || pl->cluster_figures.nodes < 1) return;
+  pr->on = true;
+  sc_dist_cost cost;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_dist_cost_predict(dp, &pl->cluster_figures, &cost, &d) != SC_OK) {
+    sc_diag_format(&d, pr->unknown, sizeof pr->unknown);
+    if (!pr->unknown[0]) snprintf(pr->unknown, sizeof pr->unknown, "cost model failed");
+    return;
+  }
+  const sc_dist_cost_row *r = &cost.rows[cost.slowest];
+  pr->pipe_rank = r->pipe_rank;
+  pr->step_time_s = cost.step_time_s;
+  pr->compute_s = r->compute_s;
+  for (int32_t i = 0; i < r->n_comm && i < SC_PLAN_PREDICTED_MAX_GROUPS; i++) {
+    size_t pos = 0;
+    char *buf = pr->comm[i].axes;
+    buf[0] = 0;
+    for (int32_t a = 0; a < dp->mesh.n_axes; a++) {
+      if (!(r->comm[i].axes & (1u << a))) continue;
+      int w = snprintf(buf + pos, sizeof pr->comm[i].axes - pos, "%s%s", pos ? "," : "",
+                       dp->mesh.axes[a].name);
+      if (w < 0 || (size_t)w >= sizeof pr->comm[i].axes - pos) break;
+      pos += (size_t)w;
+    }
+    pr->comm[i].seconds = r->comm[i].seconds;
+    pr->n_comm = i + 1;
+  }
+  pr->tokens_per_s = cost.tokens_per_s;
+  pr->flops_per_s_per_gpu = cost.flops_per_s_per_gpu;
 }

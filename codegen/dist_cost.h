@@ -26,6 +26,7 @@
 
 #include "codegen/dist_program.h"
 #include "passes/plan/cost.h"
+#include "passes/plan/plan.h"
 
 enum { SC_DIST_COST_MAX_ROWS = 64, SC_DIST_COST_MAX_GROUPS = 16 };
 
@@ -54,11 +55,17 @@ typedef struct sc_dist_cost {
   double step_time_s;   /* rows[slowest].step_s */
   double tokens;        /* per step: batch x sequence of the first integer
                            input of rank >= 2 (token ids), 0 when none */
+  double tokens_per_s;  /* tokens / step_time_s, 0 when either is unknown */
+  double flops_per_s_per_gpu; /* the rows' mean GEMM FLOPs / step_time_s */
 } sc_dist_cost;
 
 /* The step of dp on c, compute and communication summed (above). dp's mesh
  * must carry the cluster's ranks per node (sc_cluster_fit_mesh). */
 sc_status sc_dist_cost_predict(const sc_dist_program *dp, const sc_cluster *c,
                                sc_dist_cost *out, sc_diag *d);
+/* pl->predicted from the step of dp on pl's cluster (pl->cluster_figures):
+ * the slowest rank's figures, or `unknown` saying which figure is missing.
+ * Leaves it off when pl has no cluster figures. */
+void sc_dist_cost_to_plan(const sc_dist_program *dp, sc_plan *pl);
 
 #endif

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "codegen/device_memory.h"
+#include "codegen/dist_cost.h"
 #include "ir/fileio.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -700,6 +701,7 @@ int sc_cmd_plan(int argc, char **argv) {
     sc_diag d = {0};
     sc_diag_clear(&d);
     sc_status st = sc_partition_complete_plan(b->part, b->plan, &d);
+    sc_dist_cost_to_plan(b->program, b->plan);
     if (st == SC_OK) st = sc_plan_write_json(b->plan, stdout, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   } else if (!rc) {

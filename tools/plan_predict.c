@@ -34,10 +34,8 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl) {
   char a[64], b[64], c[64], e[64], axes[128];
   printf("  %-9s %-6s %12s %14s %12s %12s\n", "pp rank", "rank", "compute", "FLOPs",
          "comm", "total");
-  double flops = 0;
   for (int32_t q = 0; q < cost.n_rows; q++) {
     const sc_dist_cost_row *r = &cost.rows[q];
-    flops += r->flops;
     fmt_time(r->compute_s, a, sizeof a);
     sc_stats_format_si(r->flops, "FLOP", b, sizeof b);
     fmt_time(r->comm_s, c, sizeof c);
@@ -54,8 +52,7 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl) {
   fmt_time(cost.step_time_s, a, sizeof a);
   printf("  step time:  %s (the slowest rank; summed, not simulated)\n", a);
   if (cost.step_time_s > 0) {
-    printf("  per GPU:    %.1f TFLOP/s (GEMM FLOPs)\n",
-           flops / cost.n_rows / cost.step_time_s / 1e12);
-    if (cost.tokens > 0) printf("  tokens/s:   %.0f\n", cost.tokens / cost.step_time_s);
+    printf("  per GPU:    %.1f TFLOP/s (GEMM FLOPs)\n", cost.flops_per_s_per_gpu / 1e12);
+    if (cost.tokens_per_s > 0) printf("  tokens/s:   %.0f\n", cost.tokens_per_s);
   }
 }
