@@ -31,11 +31,13 @@
 #include <string.h>
 
 #include "codegen/device_memory.h"
+#include "codegen/dist_cost.h"
 #include "ir/fileio.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/dot.h"
 #include "tools/partition_args.h"
+#include "tools/plan_predict.h"
 #include "tools/plan_train.h"
 #include "tools/train_args.h"
 
@@ -607,6 +609,7 @@ static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, con
   print_memory(&r);
   print_device_memory(&r);
   print_collectives(&r);
+  sc_plan_print_predicted(b->program, b->plan);
   print_shardings(&r);
   if (b->part->n_fallbacks) {
     printf("\n");
@@ -698,6 +701,7 @@ int sc_cmd_plan(int argc, char **argv) {
     sc_diag d = {0};
     sc_diag_clear(&d);
     sc_status st = sc_partition_complete_plan(b->part, b->plan, &d);
+    sc_dist_cost_to_plan(b->program, b->plan);
     if (st == SC_OK) st = sc_plan_write_json(b->plan, stdout, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   } else if (!rc) {

@@ -27,6 +27,7 @@
 #include "passes/blocks.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
+#include "tools/plan_predict.h"
 
 static const char *const COMM_NAMES[SC_COMM_KIND_COUNT] = {
     "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv"};
@@ -243,6 +244,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
   if (table) print_table(dp, rows);
+  sc_plan_print_predicted(dp, b->plan);
 done:
   for (int32_t q = 0; q < P; q++) {
     sc_free(rows[q].acts);
@@ -416,6 +418,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            "parameters in fp32); the ZeRO paper's figure for its data-parallel axes: %.4f Psi\n",
            (long long)sent, psi > 0 ? (double)sent / psi : 0.0, psi, zero_figure(part));
   }
+  sc_plan_print_predicted(b->program, b->plan);
   sc_free(cm);
   return 0;
 }

@@ -382,6 +382,7 @@ sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag 
     if (st == SC_OK && !(plan->cluster = sc_plan_strdup(plan, o->cluster->name)))
       st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     plan->cluster_nodes = o->cluster->nodes;
+    plan->cluster_figures = *o->cluster;
   }
   if (st != SC_OK) {
     sc_plan_destroy(plan);

@@ -40,6 +40,25 @@ typedef struct sc_plan_node_stage {
   int32_t stage;    /* 0 .. n_stages-1 */
 } sc_plan_node_stage;
 
+/* A predicted step time, as the plan JSON writes it (docs/planner.md,
+ * "Cost model"): the slowest pipeline rank's compute and communication,
+ * summed without overlap. */
+enum { SC_PLAN_PREDICTED_MAX_GROUPS = 16 };
+typedef struct sc_plan_predicted {
+  bool on;                 /* written only when on */
+  char unknown[256];       /* why no time was predicted (a figure the
+                              cluster does not know), or "" */
+  int32_t pipe_rank;       /* the slowest rank's pipeline coordinate */
+  double step_time_s, compute_s;
+  int32_t n_comm;
+  struct {
+    char axes[64];         /* "tp", "dp,tp" */
+    double seconds;
+  } comm[SC_PLAN_PREDICTED_MAX_GROUPS]; /* exposed (all of it: no overlap) */
+  double tokens_per_s;     /* 0: unknown */
+  double flops_per_s_per_gpu; /* GEMM FLOPs */
+} sc_plan_predicted;
+
 typedef struct sc_plan {
   sc_arena arena;
   int32_t version;            /* SC_PLAN_FORMAT_VERSION */
@@ -88,6 +107,13 @@ typedef struct sc_plan {
   /* placement (cluster.h): the mesh was put on a cluster */
   const char *cluster;        /* its name ("h100-sxm:8x4"), or NULL: none */
   int64_t cluster_nodes;      /* its nodes; its ranks a node are the mesh's */
+  sc_cluster cluster_figures; /* its figures (cluster.h), for the cost model:
+                                 from --cluster, or the preset of that name
+                                 when read from a file; nodes 0: unknown (a
+                                 plan for a cluster file, replayed) */
+  /* the predicted step (codegen/dist_cost.h: sc_dist_cost_to_plan), written
+   * under "predicted" when on; derived, so the reader skips it */
+  sc_plan_predicted predicted;
 } sc_plan;
 
 /* An empty plan: trivial mesh, no axes, 1 stage, 1 microbatch, "gpipe",

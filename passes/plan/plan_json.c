@@ -6,7 +6,9 @@
  * define, a value of the wrong JSON type, a duplicate key or a format
  * version other than SC_PLAN_FORMAT_VERSION is an error naming the key's
  * path (e.g. "pipeline.microbatches"); then sc_plan_validate checks the
- * meaning, against the graph when one is given. */
+ * meaning, against the graph when one is given. "predicted" (the cost
+ * model's step time, docs/planner.md) is written when the plan has one and
+ * skipped when read: it is derived from the compiled program. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,29 @@ static json_t *placement_axis_json(const sc_placement_axis *x) {
                    "stride", (json_int_t)x->stride, "groups",
                    x->intra_node ? "intra-node" : "cross-node", "nodes_spanned",
                    (json_int_t)x->nodes_spanned);
+}
+
+/* "predicted": derived from the compiled program (docs/planner.md). */
+static json_t *predicted_json(const sc_plan_predicted *pr) {
+  json_t *o = json_object();
+  json_object_set_new(o, "simulated", json_string("no: compute and communication summed per "
+                                                  "rank; overlap, bubbles and the critical path "
+                                                  "not simulated"));
+  if (pr->unknown[0]) {
+    json_object_set_new(o, "unknown", json_string(pr->unknown));
+    return o;
+  }
+  json_object_set_new(o, "step_time_s", json_real(pr->step_time_s));
+  json_object_set_new(o, "pipe_rank", json_integer(pr->pipe_rank));
+  json_t *comm = json_object();
+  for (int32_t i = 0; comm && i < pr->n_comm; i++)
+    json_object_set_new(comm, pr->comm[i].axes, json_real(pr->comm[i].seconds));
+  json_object_set_new(o, "breakdown",
+                      json_pack("{s:f, s:o}", "compute_s", pr->compute_s, "exposed_comm_s", comm));
+  json_object_set_new(o, "tokens_per_s",
+                      pr->tokens_per_s > 0 ? json_real(pr->tokens_per_s) : json_null());
+  json_object_set_new(o, "flops_per_s_per_gpu", json_real(pr->flops_per_s_per_gpu));
+  return o;
 }
 
 static json_t *plan_to_json(const sc_plan *p) {
@@ -91,6 +116,7 @@ static json_t *plan_to_json(const sc_plan *p) {
                         json_pack("{s:s, s:I, s:o}", "cluster", p->cluster, "nodes",
                                   (json_int_t)p->cluster_nodes, "axes", axes));
   }
+  if (p->predicted.on) json_object_set_new(root, "predicted", predicted_json(&p->predicted));
   return root;
 }
 
@@ -228,6 +254,12 @@ static sc_status read_placement(rd *r, json_t *o) {
     return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   if (!json_object_get(o, "nodes")) return bad(r, "placement.nodes", "is missing");
   TRY(get_int(r, o, "nodes", "placement.nodes", 1, SC_CLUSTER_MAX_NODES, &p->cluster_nodes));
+  { /* a preset's figures come back by its name; a file's are not kept */
+    sc_diag pd = {0};
+    if (strchr(p->cluster, ':') &&
+        sc_cluster_preset(p->cluster, &p->cluster_figures, &pd) != SC_OK)
+      memset(&p->cluster_figures, 0, sizeof p->cluster_figures);
+  }
   if (!axes || !json_is_array(axes)) return bad(r, "placement.axes", "must be an array");
   sc_placement pl;
   if (p->mesh.ranks_per_node < 1)
@@ -260,7 +292,7 @@ static sc_status read_root(rd *r, json_t *root) {
   if (!json_is_object(root)) return bad(r, "", "must be an object");
   static const char *const top[] = {"version", "mesh", "data_parallel", "tensor_parallel",
                                     "pipeline", "shardings", "precision", "training",
-                                    "placement", NULL};
+                                    "placement", "predicted", NULL};
   TRY(only_keys(r, root, "", top));
   json_t *v = json_object_get(root, "version");
   if (!v) return bad(r, "version", "is missing");
