@@ -7,7 +7,10 @@
  * temporary sibling folder that replaces the bundle directory whole when
  * complete (sc_dir_commit, ir/fileio.h): an interrupted write leaves the
  * old one as it was. Everything written comes
- * from the distributed program: no graph, no partition.
+ * from the distributed program: no graph, no partition. With ranks a node
+ * given, partition.json also says where the mesh's axes sit on the nodes
+ * (sc_placement_compute, in the plan's JSON form; left out for a mesh whose
+ * groups straddle nodes unevenly).
  *
  * Also the program's hash (sc_dist_program_hash): what the ranks of one
  * job compare when they meet (the tcp communicator's handshake), over the
@@ -22,7 +25,9 @@
 #include "codegen/dist_bundle.h"
 #include "codegen/program_json.h"
 #include "codegen/train_manifest.h"
+#include "ir/placement.h"
 #include "ir/sharding.h"
+#include "passes/plan/plan.h" /* sc_plan_placement_axes_json */
 
 static sc_status make_dir(const char *dir, sc_diag *d) {
   struct stat sb;
@@ -221,6 +226,13 @@ static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, 
   json_object_set_new(root, "version", json_integer(SC_PARTITION_JSON_VERSION));
   json_object_set_new(root, "mesh", json_string(mesh));
   json_object_set_new(root, "ranks_per_node", json_integer(m->ranks_per_node));
+  sc_placement place;
+  sc_diag pd = {0};
+  sc_diag_clear(&pd);
+  if (m->ranks_per_node > 0 && sc_placement_compute(m, &place, &pd) == SC_OK)
+    json_object_set_new(root, "placement",
+                        json_pack("{s:I, s:o}", "nodes", (json_int_t)place.nodes, "axes",
+                                  sc_plan_placement_axes_json(&place)));
   json_object_set_new(root, "pp_axis", jaxis(m, dp->pp_axis));
   json_object_set_new(root, "dp_axis", jaxis(m, dp->dp_axis));
   json_object_set_new(root, "tp_axis", jaxis(m, dp->tp_axis));

@@ -470,8 +470,9 @@ static sc_status fetch_id(const struct sockaddr_in *sa, const char *addr, int po
   return st;
 }
 
-sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, void *id,
-                                size_t id_bytes, double timeout_s, sc_diag *diag) {
+sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size,
+                                const char *program_hash, void *id, size_t id_bytes,
+                                double timeout_s, sc_diag *diag) {
   if (!addr || !id || id_bytes == 0 || id_bytes > 4096 || size < 1 || rank < 0 ||
       rank >= size || port < 1 || port > 65535)
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "bootstrap: bad arguments");
@@ -479,7 +480,7 @@ sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, 
   struct sockaddr_in sa;
   sc_comm_ident who;
   sc_status st = sc_comm_resolve(addr, port, &sa, diag);
-  if (st || (st = sc_comm_ident_init(&who, NULL, timeout_s, diag))) return st;
+  if (st || (st = sc_comm_ident_init(&who, program_hash, timeout_s, diag))) return st;
   double deadline = sc_comm_now_s() + (timeout_s > 0 ? timeout_s : sc_comm_timeout_s());
   if (rank == 0) return serve_id(&sa, addr, port, size, id, id_bytes, &who, deadline, diag);
   return fetch_id(&sa, addr, port, rank, size, id, id_bytes, &who, deadline, diag);

@@ -151,6 +151,9 @@ typedef struct sc_comm_nccl_opts {
                             MASTER_PORT); NULL = "env" */
   int device;            /* CUDA device index; < 0 = LOCAL_RANK or rank % n */
   double timeout_s;      /* bootstrap and wait bound; <= 0 = SHARDC_COMM_TIMEOUT */
+  const char *program_hash; /* the "env" bootstrap admits only ranks with this
+                               hex digest of what every rank runs (as
+                               sc_comm_tcp_opts's); NULL or "": none */
 } sc_comm_nccl_opts;
 
 /* A NCCL communicator over the GPU `device` on its own CUDA stream; every
@@ -240,11 +243,14 @@ const char *sc_reduce_op_name(sc_reduce_op op);
  * addr:port (sc_comm_listen_master's rule), and serves id (id_bytes, at
  * most 4096) to each of the size - 1 other ranks, which connect (retrying
  * until the timeout), pass the handshake below (the job's identity from
- * the environment, no program hash) and read it into id. Every step is
- * bounded by timeout_s; a failure is SC_ERR_IO naming the address and the
- * cause. addr is a numeric IPv4 address or a host name. */
-sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size, void *id,
-                                size_t id_bytes, double timeout_s, sc_diag *diag);
+ * the environment and program_hash, as the tcp communicator's; NULL or ""
+ * for none) and read it into id. Every step is bounded by timeout_s; a
+ * failure is SC_ERR_IO naming the address and the cause (a program that
+ * differs names both hashes). addr is a numeric IPv4 address or a host
+ * name. */
+sc_status sc_comm_bootstrap_tcp(const char *addr, int port, int rank, int size,
+                                const char *program_hash, void *id, size_t id_bytes,
+                                double timeout_s, sc_diag *diag);
 /* Socket helpers for the TCP backends: a monotonic clock in seconds; all n
  * bytes read or written on fd before deadline (false on error, EOF or
  * timeout); addr (numeric IPv4 or a host name) and port resolved. */

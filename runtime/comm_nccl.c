@@ -6,7 +6,8 @@
  * communicator, which stays alive as the world's out-of-band channel) or
  * over TCP from the environment torchrun and Slurm set (bootstrap "env":
  * RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; sc_comm_bootstrap_tcp in
- * comm.c). The communicator is created non-blocking (ncclConfig_t.blocking
+ * comm.c, whose handshake admits only ranks with the same job, token and
+ * opts->program_hash, as the tcp communicator's). The communicator is created non-blocking (ncclConfig_t.blocking
  * = 0) so that initialisation, too, is polled with a deadline.
  *
  * Every operation is enqueued on the communicator's own CUDA stream and
@@ -346,7 +347,8 @@ sc_status sc_comm_nccl_module_create(const sc_comm_nccl_opts *o, sc_comm **out,
     if ((st = sc_comm_env_read(&rank, &size, addr, sizeof addr, &port, diag))) return st;
     ncclResult_t r = rank == 0 ? ncclGetUniqueId(&id) : ncclSuccess;
     if (r != ncclSuccess) return nccl_fail(r, "ncclGetUniqueId", rank, diag);
-    if ((st = sc_comm_bootstrap_tcp(addr, port, rank, size, &id, sizeof id, timeout_s, diag)))
+    if ((st = sc_comm_bootstrap_tcp(addr, port, rank, size, o->program_hash, &id, sizeof id,
+                                     timeout_s, diag)))
       return st;
   } else {
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,

@@ -2,9 +2,9 @@
  * (dist_load.h).
  *
  * partition.json is read in one pass, each part checked before the next
- * uses it: the header (mesh, axes, counts), the model's inputs and outputs,
- * the stages (each stage bundle loaded and cross-checked, its inputs'
- * shardings parsed against the mesh), then the ranks (each weight file
+ * uses it: the header (mesh, its placement on the nodes, axes, counts), the
+ * model's inputs and outputs, the stages (each stage bundle loaded and
+ * cross-checked, its inputs' shardings parsed against the mesh), then the ranks (each weight file
  * read, its size and SHA-256 checked, then its index against the rank's
  * stage program). Names of files inside the bundle are never taken from
  * the text: the text's "dir"/"file" must equal the names the layout
@@ -20,6 +20,7 @@
 #include "codegen/program_json.h"
 #include "ir/sharding.h"
 #include "ir/pipe.h"
+#include "ir/placement.h"
 #include "runtime/dist_load.h"
 
 #include "ir/fileio.h"
@@ -360,6 +361,49 @@ static sc_status read_training(loader *l, json_t *list) {
   return st;
 }
 
+/* "placement" (optional: absent without ranks_per_node, and in bundles
+ * written before it was): the nodes and each axis's stride and groups must
+ * be what mesh gives (sc_placement_compute), field by field. */
+static sc_status read_placement(loader *l, json_t *root, const sc_mesh *mesh) {
+  json_t *o = json_object_get(root, "placement");
+  if (!o) return SC_OK;
+  sc_placement pl;
+  sc_diag pd = {0};
+  sc_diag_clear(&pd);
+  if (!json_is_object(o) || mesh->ranks_per_node < 1)
+    return fail(l, SC_ERR_INVALID, "partition.json: 'placement' must be an object, and needs "
+                "ranks_per_node");
+  if (sc_placement_compute(mesh, &pl, &pd) != SC_OK)
+    return fail(l, SC_ERR_INVALID, "partition.json: 'placement': %s", pd.msg);
+  json_t *nodes = json_object_get(o, "nodes");
+  if (!json_is_integer(nodes) || json_integer_value(nodes) != pl.nodes)
+    return fail(l, SC_ERR_INVALID, "partition.json: 'placement.nodes' must be %lld: the mesh's "
+                "%lld ranks at %lld a node", (long long)pl.nodes, (long long)mesh->n_ranks,
+                (long long)pl.ranks_per_node);
+  json_t *axes = json_object_get(o, "axes");
+  if (!json_is_array(axes) || json_array_size(axes) != (size_t)pl.n_axes)
+    return fail(l, SC_ERR_INVALID, "partition.json: 'placement.axes' must be an array of %d "
+                "entries, one per mesh axis", (int)pl.n_axes);
+  for (int32_t a = 0; a < pl.n_axes; a++) {
+    const sc_placement_axis *x = &pl.axes[a];
+    json_t *e = json_array_get(axes, (size_t)a);
+    const char *name = get_str(e, "axis"), *groups = get_str(e, "groups");
+    json_t *size = json_object_get(e, "size"), *stride = json_object_get(e, "stride"),
+           *spanned = json_object_get(e, "nodes_spanned");
+    if (!json_is_object(e) || json_object_size(e) != 5 || !name || strcmp(name, x->name) != 0 ||
+        !groups || strcmp(groups, sc_placement_groups_name(x)) != 0 ||
+        !json_is_integer(size) || json_integer_value(size) != x->size ||
+        !json_is_integer(stride) || json_integer_value(stride) != x->stride ||
+        !json_is_integer(spanned) || json_integer_value(spanned) != x->nodes_spanned) {
+      char what[160];
+      sc_placement_axis_describe(x, what, sizeof what);
+      return fail(l, SC_ERR_INVALID, "partition.json: 'placement.axes[%d]' is not what the mesh "
+                  "gives for axis '%s' (%s)", (int)a, x->name, what);
+    }
+  }
+  return SC_OK;
+}
+
 static sc_status read_root(loader *l, json_t *root) {
   sc_status st;
   const char *fmt = get_str(root, "format"), *mesh_text = get_str(root, "mesh");
@@ -379,6 +423,7 @@ static sc_status read_root(loader *l, json_t *root) {
     return st;
   if (rpn && sc_mesh_set_ranks_per_node(&mesh, rpn, &md) != SC_OK)
     return fail(l, SC_ERR_INVALID, "partition.json: ranks_per_node: %s", md.msg);
+  if ((st = read_placement(l, root, &mesh))) return st;
   int32_t pp, dpa, tp;
   if ((st = get_axis(l, root, &mesh, "pp_axis", &pp)) ||
       (st = get_axis(l, root, &mesh, "dp_axis", &dpa)) ||

@@ -31,16 +31,19 @@ sc_status sc_partition_world(const char *comm, const sc_dist_program *dp,
                              const struct sc_train_manifest *m, sc_comm **world, sc_diag *d) {
   *world = NULL;
   if (strcmp(comm, "mpi") == 0) return sc_comm_mpi_create(world, d);
-  if (strcmp(comm, "tcp") == 0) { /* admits only ranks that run the same */
-    char hash[65];
-    sc_status st = sc_dist_program_hash(dp, m, hash, d);
+  /* tcp and NCCL's env bootstrap admit only ranks that run the same */
+  char hash[65];
+  sc_status st = sc_dist_program_hash(dp, m, hash, d);
+  if (st) return st;
+  if (strcmp(comm, "tcp") == 0) {
     sc_comm_tcp_opts o = {.program_hash = hash};
-    return st ? st : sc_comm_tcp_create(&o, world, d);
+    return sc_comm_tcp_create(&o, world, d);
   }
   /* nccl: the unique id over MPI under mpirun, else over the torchrun
    * variables; the GPU is LOCAL_RANK's, or the rank's modulo the count */
   bool mpirun = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
-  sc_comm_nccl_opts o = {.bootstrap = mpirun ? "mpi" : "env", .device = -1};
+  sc_comm_nccl_opts o = {.bootstrap = mpirun ? "mpi" : "env", .device = -1,
+                         .program_hash = hash};
   return sc_comm_nccl_create(&o, world, d);
 }
 

@@ -113,8 +113,8 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
  * process's world communicator (nccl: bootstrapped over MPI under mpirun,
  * else over RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT). dp (and m, the
  * training step's manifest, or NULL): what this rank runs; the tcp
- * communicator admits only ranks whose sc_partition_program_hash is the
- * same (runtime/comm.h). */
+ * communicator and NCCL's env bootstrap admit only ranks whose
+ * sc_dist_program_hash is the same (runtime/comm.h). */
 bool sc_partition_comm_is_world(const char *comm);
 /* 0, or 2 after the usage error of a --comm the device cannot use (nccl
  * without --device cuda). */

@@ -277,7 +277,7 @@ static void print_placement(const sc_plan *pl, const sc_mesh *m) {
   for (int32_t a = 0; a < p.n_axes; a++)
     printf("              %-6s %6lld %8lld  %-10s  %lld\n", p.axes[a].name,
            (long long)p.axes[a].size, (long long)p.axes[a].stride,
-           p.axes[a].intra_node ? "intra-node" : "cross-node", (long long)p.axes[a].nodes_spanned);
+           sc_placement_groups_name(&p.axes[a]), (long long)p.axes[a].nodes_spanned);
 }
 
 static void print_header(const report *r, const char *path) {

@@ -15,9 +15,9 @@
  * next (rank r on node r / devices_per_node), so an axis's stride in ranks
  * decides whether its groups stay in a node. sc_cluster_order_mesh orders
  * the axes so that the busiest links are the fastest (pp outermost, then
- * dp, fsdp, other axes, tp innermost); sc_placement_compute describes
- * where each axis lands and refuses a mesh whose groups straddle nodes
- * unevenly or that does not fit.
+ * dp, fsdp, other axes, tp innermost); sc_cluster_fit_mesh refuses a mesh
+ * that does not fit; sc_placement_compute (ir/placement.h) describes where
+ * each axis lands and refuses a mesh whose groups straddle nodes unevenly.
  *
  * sc_cluster and sc_placement are plain values (no pointers). Nothing here
  * keeps state or takes locks. Errors: SC_ERR_PARSE (malformed JSON, wrong
@@ -30,6 +30,7 @@
 
 #include "ir/base.h"
 #include "ir/mesh.h"
+#include "ir/placement.h"
 
 typedef enum sc_cluster_dtype {
   SC_CLUSTER_FP8,
@@ -85,20 +86,7 @@ int64_t sc_cluster_devices(const sc_cluster *c);
 
 /* ---- placement ---- */
 
-typedef struct sc_placement_axis {
-  char name[SC_MESH_NAME_MAX];
-  int64_t size;          /* the axis's size */
-  int64_t stride;        /* ranks between neighbours of a group */
-  bool intra_node;       /* every group inside one node */
-  int64_t nodes_spanned; /* nodes one group touches (1 when intra_node) */
-} sc_placement_axis;
-
-typedef struct sc_placement {
-  int32_t n_axes;                            /* the mesh's, major to minor */
-  sc_placement_axis axes[SC_MESH_MAX_AXES];
-  int64_t ranks_per_node;                    /* the mesh's (>= 1) */
-  int64_t nodes;                             /* nodes the mesh occupies */
-} sc_placement;
+/* sc_placement and sc_placement_compute: ir/placement.h. */
 
 /* Sorts m's axes, stably, into the order that puts the heaviest traffic
  * on the fastest links: pp, dp, fsdp, any other name, tp (major to minor). */
@@ -108,10 +96,5 @@ void sc_cluster_order_mesh(sc_mesh *m);
  * m->ranks_per_node to c's devices_per_node (an m that already has another
  * one is refused: --ranks-per-node disagreeing with --cluster). */
 sc_status sc_cluster_fit_mesh(const sc_cluster *c, sc_mesh *m, sc_diag *d);
-/* Where each axis of m sits (m->ranks_per_node must be set): its stride,
- * whether its groups stay in a node and how many nodes a group spans.
- * Refuses an axis whose groups straddle nodes unevenly (tp=3 on nodes of
- * 8 ranks) naming it. */
-sc_status sc_placement_compute(const sc_mesh *m, sc_placement *out, sc_diag *d);
 
 #endif

@@ -171,5 +171,9 @@ sc_status sc_plan_read_json(const char *text, size_t len, const char *name,
 /* _file: path must be a regular file of at most 64 MiB (ir/fileio.h). */
 sc_status sc_plan_read_json_file(const char *path, sc_graph *g, sc_plan **out,
                                  sc_diag *d);
+/* The placement's axes as the JSON forms write them (the plan's
+ * `placement.axes`, partition.json's): one {"axis", "size", "stride",
+ * "groups", "nodes_spanned"} per axis. A new reference; NULL: no memory. */
+struct json_t *sc_plan_placement_axes_json(const sc_placement *pl);
 
 #endif

@@ -31,13 +31,20 @@ static json_t *str_array(const char **a, int32_t n) {
   return arr;
 }
 
-/* One axis of the placement: {"axis", "size", "stride", "groups",
- * "nodes_spanned"}; the reader compares with it. */
-static json_t *placement_axis_json(const sc_placement_axis *x) {
-  return json_pack("{s:s, s:I, s:I, s:s, s:I}", "axis", x->name, "size", (json_int_t)x->size,
-                   "stride", (json_int_t)x->stride, "groups",
-                   x->intra_node ? "intra-node" : "cross-node", "nodes_spanned",
-                   (json_int_t)x->nodes_spanned);
+json_t *sc_plan_placement_axes_json(const sc_placement *pl) {
+  json_t *axes = json_array();
+  for (int32_t a = 0; axes && a < pl->n_axes; a++) {
+    const sc_placement_axis *x = &pl->axes[a];
+    if (json_array_append_new(axes, json_pack("{s:s, s:I, s:I, s:s, s:I}", "axis", x->name,
+                                              "size", (json_int_t)x->size, "stride",
+                                              (json_int_t)x->stride, "groups",
+                                              sc_placement_groups_name(x), "nodes_spanned",
+                                              (json_int_t)x->nodes_spanned)) != 0) {
+      json_decref(axes);
+      return NULL;
+    }
+  }
+  return axes;
 }
 
 /* "predicted": derived from the compiled program (docs/planner.md). */
@@ -109,9 +116,7 @@ static json_t *plan_to_json(const sc_plan *p) {
   sc_diag pd = {0};
   sc_diag_clear(&pd);
   if (p->cluster && sc_placement_compute(&p->mesh, &pl, &pd) == SC_OK) {
-    json_t *axes = json_array();
-    for (int32_t a = 0; axes && a < pl.n_axes; a++)
-      json_array_append_new(axes, placement_axis_json(&pl.axes[a]));
+    json_t *axes = sc_plan_placement_axes_json(&pl);
     json_object_set_new(root, "placement",
                         json_pack("{s:s, s:I, s:o}", "cluster", p->cluster, "nodes",
                                   (json_int_t)p->cluster_nodes, "axes", axes));
@@ -270,20 +275,20 @@ static sc_status read_placement(rd *r, json_t *o) {
     return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL,
                        "plan: 'placement.axes' has %zu entries; the mesh has %d axes",
                        json_array_size(axes), (int)pl.n_axes);
+  json_t *want = sc_plan_placement_axes_json(&pl);
+  if (!want) return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t a = 0; a < pl.n_axes; a++) {
-    json_t *want = placement_axis_json(&pl.axes[a]);
-    bool same = want && json_equal(want, json_array_get(axes, (size_t)a));
-    json_decref(want);
-    if (!same)
+    bool same = json_equal(json_array_get(want, (size_t)a), json_array_get(axes, (size_t)a));
+    if (!same) {
+      json_decref(want);
+      char what[160];
+      sc_placement_axis_describe(&pl.axes[a], what, sizeof what);
       return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL,
                          "plan: 'placement.axes[%d]' is not what the mesh gives for axis '%s' "
-                         "(size %lld, stride %lld, %s, %lld node%s)",
-                         (int)a, pl.axes[a].name, (long long)pl.axes[a].size,
-                         (long long)pl.axes[a].stride,
-                         pl.axes[a].intra_node ? "intra-node" : "cross-node",
-                         (long long)pl.axes[a].nodes_spanned,
-                         pl.axes[a].nodes_spanned == 1 ? "" : "s");
+                         "(%s)", (int)a, pl.axes[a].name, what);
+    }
   }
+  json_decref(want);
   return SC_OK;
 }
 

@@ -15,8 +15,8 @@
  * within 2 s; a collective that a rank never joins fails after a tiny
  * SHARDC_COMM_TIMEOUT. Who may join a TCP bootstrap: HMAC-SHA-256 against
  * RFC 4231, the job's identity from the environment, the bound address
- * of a listener, the NCCL bootstrap past a silent socket and refusing
- * another token. Threads never call cmocka (not thread-safe): each
+ * of a listener, the NCCL bootstrap past a silent socket, refusing
+ * another token and another program hash. Threads never call cmocka (not thread-safe): each
  * records its first problem in a string that the main thread asserts. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -451,6 +451,8 @@ static int free_port(void) {
 
 typedef struct boot_arg {
   int port, rank, size;
+  const char *program; /* the program hash, NULL for none */
+  double timeout_s;    /* 0: 5 s */
   unsigned char id[128];
   sc_status st;
   char msg[1024];
@@ -461,8 +463,8 @@ static void *boot_thread(void *p) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (a->rank > 1) usleep(100 * 1000); /* late ranks: rank 0 must wait for them */
-  a->st = sc_comm_bootstrap_tcp("127.0.0.1", a->port, a->rank, a->size, a->id, sizeof a->id,
-                                5.0, &d);
+  a->st = sc_comm_bootstrap_tcp("127.0.0.1", a->port, a->rank, a->size, a->program, a->id,
+                                sizeof a->id, a->timeout_s > 0 ? a->timeout_s : 5.0, &d);
   snprintf(a->msg, sizeof a->msg, "%s", d.msg);
   return NULL;
 }
@@ -492,14 +494,14 @@ static void test_bootstrap_tcp(void **state) {
   sc_diag_clear(&d);
   unsigned char id[128];
   double t0 = now_s();
-  assert_int_equal(sc_comm_bootstrap_tcp("127.0.0.1", free_port(), 1, 2, id, sizeof id, 0.5, &d),
+  assert_int_equal(sc_comm_bootstrap_tcp("127.0.0.1", free_port(), 1, 2, NULL, id, sizeof id, 0.5, &d),
                    SC_ERR_IO);
   assert_true(now_s() - t0 < 2.0);
   assert_non_null(strstr(d.msg, "127.0.0.1"));
   /* rank 0 alone: the others never come */
   sc_diag_clear(&d);
   t0 = now_s();
-  assert_int_equal(sc_comm_bootstrap_tcp("127.0.0.1", free_port(), 0, 3, id, sizeof id, 0.4, &d),
+  assert_int_equal(sc_comm_bootstrap_tcp("127.0.0.1", free_port(), 0, 3, NULL, id, sizeof id, 0.4, &d),
                    SC_ERR_IO);
   assert_true(now_s() - t0 < 2.0);
   assert_non_null(strstr(d.msg, "only 1 of 3 ranks"));
@@ -672,6 +674,43 @@ static void test_bootstrap_strangers(void **state) {
   assert_int_equal(a[1].st, SC_ERR_IO);
   assert_non_null(strstr(a[1].msg, "authentication failed"));
   unsetenv("SHARDC_JOB_TOKEN");
+  unsetenv("SHARDC_COMM_HANDSHAKE_TIMEOUT");
+}
+
+/* The NCCL env bootstrap checks the program as the tcp communicator does:
+ * ranks with one hash get the id; a rank running another program is
+ * refused, both sides naming both hashes, and never gets the id. */
+static void test_bootstrap_program(void **state) {
+  (void)state;
+  enum { N = 2 };
+  setenv("SHARDC_COMM_HANDSHAKE_TIMEOUT", "1", 1);
+  static const char *progs[2][N] = {{"00ab", "00ab"}, {"00ab", "00cd"}};
+  for (int c = 0; c < 2; c++) {
+    boot_arg a[N];
+    pthread_t th[N];
+    int port = free_port();
+    for (int r = 0; r < N; r++) {
+      a[r] = (boot_arg){.port = port, .rank = r, .size = N, .program = progs[c][r],
+                        .timeout_s = 1.5}; /* rank 0 waits it out when rank 1 is refused */
+      memset(a[r].id, r == 0 ? 9 : 0, sizeof a[r].id);
+    }
+    for (int r = 0; r < N; r++)
+      assert_int_equal(pthread_create(&th[r], NULL, boot_thread, &a[r]), 0);
+    for (int r = 0; r < N; r++) pthread_join(th[r], NULL);
+    if (c == 0) {
+      for (int r = 0; r < N; r++)
+        if (a[r].st) fail_msg("rank %d: %s", r, a[r].msg);
+      assert_int_equal(a[1].id[0], 9);
+      continue;
+    }
+    assert_int_equal(a[1].st, SC_ERR_IO);
+    assert_non_null(strstr(a[1].msg, "program differs"));
+    assert_non_null(strstr(a[1].msg, "00cd"));
+    assert_non_null(strstr(a[1].msg, "00ab"));
+    assert_int_equal(a[1].id[0], 0);
+    assert_int_equal(a[0].st, SC_ERR_IO);
+    assert_non_null(strstr(a[0].msg, "program differs"));
+  }
   unsetenv("SHARDC_COMM_HANDSHAKE_TIMEOUT");
 }
 
@@ -849,7 +888,7 @@ int main(void) {
       cmocka_unit_test(test_reduce_arrays), cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_split_mesh),    cmocka_unit_test(test_abort),
       cmocka_unit_test(test_timeout),       cmocka_unit_test(test_bad_args),
-      cmocka_unit_test(test_bootstrap_tcp), cmocka_unit_test(test_queue_per_communicator),
+      cmocka_unit_test(test_bootstrap_tcp), cmocka_unit_test(test_bootstrap_program), cmocka_unit_test(test_queue_per_communicator),
       cmocka_unit_test(test_hmac_sha256),   cmocka_unit_test(test_comm_ident),
       cmocka_unit_test(test_comm_listen),   cmocka_unit_test(test_bootstrap_strangers),
   };
