@@ -219,14 +219,17 @@ int64_t sc_gemm_step_scratch_numel(const sc_program *p, const sc_step *s, sc_gem
 
 static const char *const LINE_NAMES[SC_MEM_LINE_COUNT] = {
     "arena", "packed weights", "pitched weights", "gemm scratch", "gemm threads",
-    "convolutions"};
+    "conv weights", "conv scratch", "conv shadows", "conv threads"};
 static const char *const LINE_WHAT[SC_MEM_LINE_COUNT] = {
     "tensors at offsets of the memory plan",
     "constant B packed for the own GEMM kernel, at bind",
     "constant B re-pitched or untransposed for oneDNN, at bind",
     "one scratch for the largest product (packed A, re-pitched B, bf16 widening)",
     "the own GEMM kernel's packing buffers, one per pool thread",
-    "oneDNN's direct convolutions (sized by oneDNN at prepare: not planned)"};
+    "direct convolutions' weights in oneDNN's blocked layout, at bind",
+    "the blocked input and output of the direct convolution running",
+    "NCHW shadows of buffers held in oneDNN's blocked layout",
+    "oneDNN's scratchpads of the convolutions and max-pools, one per pool thread"};
 _Static_assert(sizeof LINE_NAMES / sizeof *LINE_NAMES == SC_MEM_LINE_COUNT, "line names");
 _Static_assert(sizeof LINE_WHAT / sizeof *LINE_WHAT == SC_MEM_LINE_COUNT, "line texts");
 
@@ -277,9 +280,9 @@ sc_status sc_device_memory_plan(const sc_program *p, const sc_device_target *t,
   out->bytes[e == SC_GEMM_ENGINE_OWN ? SC_MEM_PACKED_WEIGHTS : SC_MEM_PITCHED_WEIGHTS] = copies;
   if (scratch > INT64_MAX / 4) return too_large(diag, &p->steps[0]);
   out->bytes[SC_MEM_GEMM_SCRATCH] = scratch * 4;
-  if (own_runs)
-    out->bytes[SC_MEM_GEMM_THREADS] =
-        (int64_t)(t->threads > 0 ? t->threads : 1) * sc_cpu_gemm_thread_buffer_bytes();
+  int threads = t->threads > 0 ? t->threads : 1;
+  if (own_runs) out->bytes[SC_MEM_GEMM_THREADS] = (int64_t)threads * sc_cpu_gemm_thread_buffer_bytes();
+  if (t->direct_convs && t->conv_memory) return t->conv_memory(p, threads, out, diag);
   return SC_OK;
 }
 

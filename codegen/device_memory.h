@@ -15,12 +15,16 @@
  * what it allocated per line, runtime/device.h), so the plan and the
  * device cannot drift apart.
  *
- * Not planned (SC_MEM_CONV): the objects of oneDNN's direct convolutions
- * (weights in its layout, the step's scratch, blocked-layout shadows,
- * per-thread scratchpads), whose sizes only oneDNN's primitive descriptors
- * give at prepare; the device reports what it allocated for them, the plan
- * says 0. oneDNN's sgemm also allocates its own packing buffers inside
- * each call and frees them before it returns.
+ The objects of oneDNN's direct convolutions (SC_MEM_CONV_*: weights in
+ * its layout, the step's scratch, blocked-layout shadows, per-thread
+ * scratchpads) are sized by oneDNN's primitive descriptors, which only the
+ * runtime (that links oneDNN) can make: the target carries a function that
+ * sizes them (sc_device_target.conv_memory), which the runtime provides
+ * (runtime/runtime.h: sc_runtime_target_host; the CPU device uses the same
+ * sizing on the convolutions it prepared) and the caller above both passes
+ * down, so no arrow points up the stages. Without it those lines are
+ * planned as 0. oneDNN's sgemm also allocates its own packing buffers
+ * inside each call and frees them before it returns (not planned).
  *
  * Pure functions of their arguments (but sc_device_target_host, which
  * reads the CPU and the environment once); thread-safe. */
@@ -124,7 +128,10 @@ typedef enum sc_mem_line {
   SC_MEM_PITCHED_WEIGHTS, /* constant B re-pitched / untransposed for oneDNN */
   SC_MEM_GEMM_SCRATCH,    /* one scratch for the largest product */
   SC_MEM_GEMM_THREADS,    /* the own kernel's packing buffers, per thread */
-  SC_MEM_CONV,            /* oneDNN's convolution objects: not planned */
+  SC_MEM_CONV_WEIGHTS,    /* direct convolutions' weights in oneDNN's layout, at bind */
+  SC_MEM_CONV_SCRATCH,    /* the blocked input and output of the convolution running */
+  SC_MEM_CONV_SHADOWS,    /* NCHW shadows of the buffers held blocked */
+  SC_MEM_CONV_THREADS,    /* oneDNN's scratchpads, one per pool thread, at bind */
   SC_MEM_LINE_COUNT
 } sc_mem_line;
 
@@ -133,24 +140,32 @@ const char *sc_mem_line_name(sc_mem_line l);
 /* A few words on what the line holds, for printouts. */
 const char *sc_mem_line_what(sc_mem_line l);
 
+typedef struct sc_device_memory {
+  int64_t bytes[SC_MEM_LINE_COUNT];
+} sc_device_memory;
+
+/* Sets the direct convolutions' lines (SC_MEM_CONV_*) of *m for program p
+ * run by `threads` pool threads; leaves the others. */
+typedef sc_status (*sc_conv_memory_fn)(const sc_program *p, int threads, sc_device_memory *m,
+                                       sc_diag *diag);
+
 /* What a plan is for. */
 typedef struct sc_device_target {
   const char *device;    /* "cpu" or "cuda" */
   sc_gemm_engine engine; /* the CPU's GEMM engine (never AUTO after _host) */
   int threads;           /* the CPU device's pool threads, caller included */
   bool direct_convs;     /* the CPU runs convolutions directly (oneDNN) */
+  sc_conv_memory_fn conv_memory; /* sizes them (direct_convs), or NULL: planned as 0 */
 } sc_device_target;
 
 /* The host: the CPU device, sc_gemm_engine_host(), every online core,
- * direct convolutions. */
+ * direct convolutions, conv_memory NULL (runtime/runtime.h's
+ * sc_runtime_target_host sets it). */
 void sc_device_target_host(sc_device_target *t);
 
-typedef struct sc_device_memory {
-  int64_t bytes[SC_MEM_LINE_COUNT];
-} sc_device_memory;
-
 /* Every line of program p on target t (a CUDA target: the arena only; its
- * workspace is inside it). SC_ERR_LIMIT when a size overflows. */
+ * workspace is inside it; the convolutions' lines: t->conv_memory's).
+ * SC_ERR_LIMIT when a size overflows; conv_memory's errors. */
 sc_status sc_device_memory_plan(const sc_program *p, const sc_device_target *t,
                                 sc_device_memory *out, sc_diag *diag);
 /* The sum of the lines (saturated at INT64_MAX). */

@@ -18,6 +18,12 @@
  * Every oneDNN call runs on the calling pool thread alone, and the tiles
  * depend only on the shape: results do not depend on the thread count.
  * The weights are constants: they are put in oneDNN's layout once, at bind.
+ * Every buffer is sized from the primitive descriptors made at prepare
+ * (sc_cpu_convs_plan_memory): the weights, the step scratch, the NCHW
+ * shadows of blocked buffers, and each pool thread's scratchpad (the
+ * largest primitive's), grown at bind (sc_cpu_convs_thread_reserve) so that
+ * no run grows it; sc_cpu_plan_convs makes the same descriptors for the
+ * memory plan without a device (codegen/device_memory.h).
  * A oneDNN call that fails during a run (a thread's scratchpad not
  * allocated, or the library's own failure) cannot be returned by the pool
  * worker that made it, and must not end the process: the first is
@@ -25,6 +31,7 @@
  * and the CPU device reports it at end_run (sc_cpu_convs_end_run;
  * docs/runtime.md#out-of-memory). */
 #include "cpu_conv.h"
+#include "runtime.h"
 
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -212,6 +219,8 @@ struct sc_cpu_convs {
                               or -1 */
   char *scratch;        /* the blocked input and output of the step running */
   size_t scratch_bytes;
+  size_t thread_pad;    /* the largest scratchpad of a primitive: each pool thread's */
+  atomic_int reserved;  /* pool threads whose scratchpad holds thread_pad (bind) */
   /* blocked activations (see "Blocked activations"), per buffer */
   int64_t (*dims)[4];   /* its N, C, H, W (blocked ones) */
   int64_t *block;       /* its block of channels (8: nChw8c, 16: nChw16c), 0: NCHW */
@@ -785,6 +794,13 @@ sc_status sc_cpu_convs_prepare(const sc_program *p, bool *skip_kernel, sc_cpu_co
   /* a pool whose buffers stay NCHW runs as written */
   for (int32_t i = 0; i < cv->n_pools; i++)
     if (!cv->pools[i].on) pool_skip(&cv->pools[i], skip_kernel, false);
+  for (int32_t i = 0; i < cv->n; i++)
+    if (cv->v[i].pad_bytes > cv->thread_pad) cv->thread_pad = cv->v[i].pad_bytes;
+  for (int32_t i = 0; i < cv->n_pools; i++) {
+    const pool *o = &cv->pools[i];
+    size_t pad = o->on ? dnnl_memory_desc_get_size(&o->pad[o->bi]) : 0;
+    if (pad > cv->thread_pad) cv->thread_pad = pad;
+  }
   epilogue_plan(cv, skip_kernel);
   *out = cv;
   return SC_OK;
@@ -914,6 +930,7 @@ static bool pool_bind(pool *o, void *const *ptrs) {
 
 sc_status sc_cpu_convs_bind(sc_cpu_convs *cv, void *const *ptrs, sc_diag *diag) {
   sc_cpu_engine_one_thread();
+  atomic_store(&cv->reserved, 0); /* the threads reserve again after a bind */
   for (int32_t i = 0; i < cv->n_pools; i++)
     if (cv->pools[i].on && !pool_bind(&cv->pools[i], ptrs))
       return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL,
@@ -1583,14 +1600,62 @@ bool sc_cpu_convs_pool(sc_cpu_convs *cv, const sc_step *s, sc_thread_pool *tp) {
   return true;
 }
 
-int64_t sc_cpu_convs_bytes(const sc_cpu_convs *cv) {
-  if (!cv) return 0;
-  int64_t bytes = cv->scratch ? (int64_t)(cv->scratch_bytes ? cv->scratch_bytes : 64) : 0;
-  for (int32_t i = 0; i < cv->n; i++)
-    if (cv->v[i].w_blk) bytes += (int64_t)cv->v[i].T * (int64_t)cv->v[i].w_bytes;
-  for (int32_t b = 0; cv->shadow && b < cv->p->n_buffers; b++)
-    if (cv->shadow[b]) bytes += cv->p->buffers[b].bytes;
-  return bytes;
+static int64_t scratch_alloc_bytes(const sc_cpu_convs *cv) {
+  return cv->scratch_bytes ? (int64_t)cv->scratch_bytes : 64; /* never 0 (prepare) */
+}
+
+void sc_cpu_convs_plan_memory(const sc_cpu_convs *cv, int threads, sc_device_memory *m) {
+  int64_t w = 0, shadows = 0;
+  for (int32_t i = 0; cv && i < cv->n; i++) w += cv->v[i].T * (int64_t)cv->v[i].w_bytes;
+  for (int32_t b = 0; cv && cv->shadow && b < cv->p->n_buffers; b++)
+    if (cv->shadow[b]) shadows += cv->p->buffers[b].bytes;
+  m->bytes[SC_MEM_CONV_WEIGHTS] = w;
+  m->bytes[SC_MEM_CONV_SCRATCH] = cv ? scratch_alloc_bytes(cv) : 0;
+  m->bytes[SC_MEM_CONV_SHADOWS] = shadows;
+  m->bytes[SC_MEM_CONV_THREADS] = cv ? (int64_t)(threads > 0 ? threads : 1) *
+                                           (int64_t)cv->thread_pad : 0;
+}
+
+void sc_cpu_convs_memory(const sc_cpu_convs *cv, sc_device_memory *m) {
+  int64_t w = 0, shadows = 0;
+  for (int32_t i = 0; cv && i < cv->n; i++)
+    if (cv->v[i].w_blk) w += cv->v[i].T * (int64_t)cv->v[i].w_bytes;
+  for (int32_t b = 0; cv && cv->shadow && b < cv->p->n_buffers; b++)
+    if (cv->shadow[b]) shadows += cv->p->buffers[b].bytes;
+  m->bytes[SC_MEM_CONV_WEIGHTS] = w;
+  m->bytes[SC_MEM_CONV_SCRATCH] = cv && cv->scratch ? scratch_alloc_bytes(cv) : 0;
+  m->bytes[SC_MEM_CONV_SHADOWS] = shadows;
+  m->bytes[SC_MEM_CONV_THREADS] =
+      cv ? (int64_t)atomic_load(&((sc_cpu_convs *)cv)->reserved) * (int64_t)cv->thread_pad : 0;
+}
+
+bool sc_cpu_convs_thread_reserve(sc_cpu_convs *cv) {
+  if (!cv || !cv->thread_pad) return true;
+  sc_cpu_engine_one_thread();
+  thread_state *t = this_thread(cv->thread_pad);
+  if (!t) return false;
+  /* touched now: the pages are the plan's from bind on, not faulted in
+   * by whichever run first needs them (a primitive may use a fraction) */
+  memset(t->scratch, 0, cv->thread_pad);
+  atomic_fetch_add(&cv->reserved, 1);
+  return true;
+}
+
+sc_status sc_cpu_plan_convs(const sc_program *p, int threads, sc_device_memory *m,
+                            sc_diag *diag) {
+  bool *skip = sc_calloc((size_t)(p->n_kernels > 0 ? p->n_kernels : 1), sizeof *skip);
+  if (!skip) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_cpu_convs *cv = NULL;
+  sc_status st = sc_cpu_convs_prepare(p, skip, &cv, diag);
+  if (st == SC_OK) sc_cpu_convs_plan_memory(cv, threads, m);
+  sc_cpu_convs_destroy(cv);
+  sc_free(skip);
+  return st;
+}
+
+void sc_runtime_target_host(sc_device_target *t) {
+  sc_device_target_host(t);
+  t->conv_memory = sc_cpu_plan_convs;
 }
 
 bool sc_cpu_convs_failed(sc_cpu_convs *cv) { return cv && has_failed(&cv->fail); }

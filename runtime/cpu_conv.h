@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "codegen/cpu/cpu.h"
+#include "codegen/device_memory.h"
 #include "codegen/program.h"
 #include "device.h"
 
@@ -61,11 +62,20 @@ sc_status sc_cpu_convs_end_run(sc_cpu_convs *cv, sc_diag *diag);
  * "skipped: ..." for the step of another of its kernels, else NULL. */
 const char *sc_cpu_convs_note(const sc_cpu_convs *cv, const sc_step *s);
 void sc_cpu_convs_destroy(sc_cpu_convs *cv);
-/* Bytes of the large buffers cv allocated (after bind): the weights in
- * oneDNN's layout, the scratch of the step running, the NCHW shadows of
- * blocked buffers (not the threads' scratchpads, which each thread grows
- * as it runs and keeps for the process). 0 for NULL. */
-int64_t sc_cpu_convs_bytes(const sc_cpu_convs *cv);
+/* The direct convolutions' lines of the device's memory (SC_MEM_CONV_*,
+ * codegen/device_memory.h) as cv's primitive descriptors size them, for a
+ * pool of `threads` threads: the weights in oneDNN's layout (bind), the
+ * step scratch and the NCHW shadows (prepare), a scratchpad of the largest
+ * primitive's size per thread (bind: sc_cpu_convs_thread_reserve). cv may
+ * be NULL (all 0). The other lines of *m are left as they are. */
+void sc_cpu_convs_plan_memory(const sc_cpu_convs *cv, int threads, sc_device_memory *m);
+/* Those lines as allocated so far (the threads': those reserved). */
+void sc_cpu_convs_memory(const sc_cpu_convs *cv, sc_device_memory *m);
+/* On a pool thread, at bind: this thread's scratchpad grown to the planned
+ * size now and its pages touched (a thread keeps it for the process), so
+ * that no run grows it;
+ * false when out of memory (or the headroom after it is not free). */
+bool sc_cpu_convs_thread_reserve(sc_cpu_convs *cv);
 
 /* Blocked activations (docs/runtime.md#blocked-activations): buffers that
  * only direct convolutions and pointwise kernels touch are held in

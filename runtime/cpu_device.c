@@ -483,6 +483,8 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   sc_device_target t = {.device = "cpu", .engine = sc_gemm_engine_get(), .threads = c->threads,
                         .direct_convs = !c->im2col_convs};
   if (st == SC_OK) st = sc_device_memory_plan(p, &t, &c->planned, diag);
+  /* the convolutions it prepared, sized as sc_cpu_plan_convs sizes them */
+  if (st == SC_OK && !c->im2col_convs) sc_cpu_convs_plan_memory(c->convs, c->threads, &c->planned);
   int64_t scratch = 0;
   bool own_runs = false; /* a product runs on the own kernel */
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
@@ -647,22 +649,27 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
   if (st == SC_OK) st = pitch_weights(c, diag);
   if (st == SC_OK) st = reserve_threads(c, diag);
   c->allocated.bytes[SC_MEM_ARENA] = c->p->arena_bytes;
-  c->allocated.bytes[SC_MEM_CONV] = sc_cpu_convs_bytes(c->convs);
+  sc_cpu_convs_memory(c->convs, &c->allocated);
   return st;
 }
 
-/* Every pool thread's packing buffers for the own kernel, allocated now
- * (else each thread allocates them at its first tile): one chunk per
- * thread, each held until all have started, so that no thread takes two. */
+/* Every pool thread's packing buffers for the own kernel and its oneDNN
+ * scratchpad for the direct convolutions, allocated now at their planned
+ * sizes (else each thread allocates or grows them at its first tile): one
+ * chunk per thread, each held until all have started, so that no thread
+ * takes two. */
 typedef struct reserve_job {
-  atomic_int started, reserved;
+  atomic_int started, reserved, conv_failed;
   int threads;
+  bool gemm;
+  sc_cpu_convs *convs;
 } reserve_job;
 
 static void reserve_chunk(void *ud, int64_t begin, int64_t end) {
   reserve_job *j = ud;
   for (int64_t i = begin; i < end; i++) {
-    if (sc_cpu_gemm_thread_reserve()) atomic_fetch_add(&j->reserved, 1);
+    if (j->gemm && sc_cpu_gemm_thread_reserve()) atomic_fetch_add(&j->reserved, 1);
+    if (!sc_cpu_convs_thread_reserve(j->convs)) atomic_fetch_add(&j->conv_failed, 1);
     atomic_fetch_add(&j->started, 1);
   }
   while (atomic_load(&j->started) < j->threads) cpu_relax();
@@ -670,15 +677,20 @@ static void reserve_chunk(void *ud, int64_t begin, int64_t end) {
 
 static sc_status reserve_threads(cpu_ctx *c, sc_diag *diag) {
   c->allocated.bytes[SC_MEM_GEMM_THREADS] = 0;
-  if (!c->reserve_threads) return SC_OK;
-  reserve_job j = {.threads = c->threads};
+  if (!c->reserve_threads && !c->planned.bytes[SC_MEM_CONV_THREADS]) return SC_OK;
+  reserve_job j = {.threads = c->threads, .gemm = c->reserve_threads, .convs = c->convs};
   atomic_init(&j.started, 0);
   atomic_init(&j.reserved, 0);
+  atomic_init(&j.conv_failed, 0);
   sc_thread_pool_run(c->pool, reserve_chunk, &j, c->threads, c->threads);
   int64_t one = sc_cpu_gemm_thread_buffer_bytes();
   c->allocated.bytes[SC_MEM_GEMM_THREADS] = (int64_t)atomic_load(&j.reserved) * one;
-  if (atomic_load(&j.reserved) < c->threads)
+  if (c->reserve_threads && atomic_load(&j.reserved) < c->threads)
     return sc_diag_nomem(diag, (uint64_t)one, "the GEMM kernel's packing buffers of a thread");
+  if (atomic_load(&j.conv_failed) > 0)
+    return sc_diag_nomem(diag, (uint64_t)(c->planned.bytes[SC_MEM_CONV_THREADS] / c->threads),
+                         "a thread's oneDNN scratchpad for the direct convolutions (and 1 MiB "
+                         "of headroom after it)");
   return SC_OK;
 }
 

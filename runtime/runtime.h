@@ -96,8 +96,8 @@ int64_t sc_session_arena_bytes(const sc_session *s); /* bytes allocated */
  * (codegen/device_memory.h): *planned as the memory plan sizes it for this
  * device (its GEMM engine, threads and convolutions), *allocated what the
  * device allocated at prepare and bind (a device that reports no lines:
- * the arena alone, both). Equal line for line but SC_MEM_CONV, which
- * oneDNN sizes (planned 0); unit.test_runtime asserts it. *rss_before and
+ * the arena alone, both). Equal line for line; unit.test_runtime and
+ * models.test_memory assert it. *rss_before and
  * *peak_before: the process's resident set and its peak so far
  * (sc_process_memory) after prepare (model loaded, kernels compiled),
  * before the arena and the device's own memory were allocated; -1 where
@@ -109,6 +109,15 @@ void sc_session_memory(const sc_session *s, sc_device_memory *planned,
  * VmHWM), in bytes, from /proc/self/status; false (both -1) where it
  * cannot be read. Either pointer may be NULL. */
 bool sc_process_memory(int64_t *rss, int64_t *peak);
+/* The CPU device's direct convolutions' lines (SC_MEM_CONV_*) of program
+ * p run by `threads` pool threads on this host (an sc_conv_memory_fn):
+ * oneDNN's primitives are made as the device makes them at prepare (its
+ * step scratch and shadows allocated, untouched, and freed), sized and
+ * destroyed. Errors: out of memory. */
+sc_status sc_cpu_plan_convs(const sc_program *p, int threads, sc_device_memory *m,
+                            sc_diag *diag);
+/* sc_device_target_host with its conv_memory: sc_cpu_plan_convs. */
+void sc_runtime_target_host(sc_device_target *t);
 double sc_session_compile_seconds(const sc_session *s);
 int sc_session_threads(const sc_session *s); /* threads the device uses */
 void sc_session_destroy(sc_session *s);

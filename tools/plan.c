@@ -33,6 +33,7 @@
 #include "codegen/device_memory.h"
 #include "codegen/dist_cost.h"
 #include "ir/fileio.h"
+#include "runtime/runtime.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/dot.h"
@@ -653,7 +654,7 @@ int sc_cmd_plan(int argc, char **argv) {
   char *rest[MAX_ARGS];
   int n_rest = 0;
   sc_device_target target;
-  sc_device_target_host(&target);
+  sc_runtime_target_host(&target); /* with oneDNN's sizing of direct convolutions */
   int rc = split_args(argc, argv, &p, &train, &table, &ta, &target, rest, &n_rest);
   if (rc) return rc;
   sc_cli_opts o;

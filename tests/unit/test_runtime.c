@@ -480,6 +480,43 @@ static void test_gemm_aliasing_pitch(void **state) {
  * the plan for the same target equals the session's, and a run of the
  * bound program allocates nothing more (the per-thread buffers are held
  * from bind). */
+/* A stand-in for the runtime's sizing of direct convolutions. */
+static sc_status fake_conv_memory(const sc_program *p, int threads, sc_device_memory *m,
+                                  sc_diag *diag) {
+  (void)p, (void)diag;
+  m->bytes[SC_MEM_CONV_WEIGHTS] = 4096;
+  m->bytes[SC_MEM_CONV_THREADS] = (int64_t)threads * 1000;
+  return SC_OK;
+}
+
+/* The plan takes the convolutions' lines from its target's conv_memory,
+ * for the target's threads; none without direct convolutions or on CUDA;
+ * sc_runtime_target_host supplies the runtime's. */
+static void test_device_memory_conv_lines(void **state) {
+  (void)state;
+  sc_program *p = sc_program_create();
+  p->arena_bytes = 64;
+  sc_device_target t = {.device = "cpu", .engine = SC_GEMM_ENGINE_ONEDNN, .threads = 3,
+                        .direct_convs = true, .conv_memory = fake_conv_memory};
+  sc_device_memory m;
+  sc_diag d = {0};
+  assert_int_equal(sc_device_memory_plan(p, &t, &m, &d), SC_OK);
+  assert_int_equal(m.bytes[SC_MEM_CONV_WEIGHTS], 4096);
+  assert_int_equal(m.bytes[SC_MEM_CONV_THREADS], 3000);
+  assert_int_equal(sc_device_memory_total(&m), 64 + 4096 + 3000);
+  t.direct_convs = false;
+  assert_int_equal(sc_device_memory_plan(p, &t, &m, &d), SC_OK);
+  assert_int_equal(sc_device_memory_outside(&m), 0);
+  t.direct_convs = true, t.device = "cuda";
+  assert_int_equal(sc_device_memory_plan(p, &t, &m, &d), SC_OK);
+  assert_int_equal(sc_device_memory_outside(&m), 0);
+  sc_runtime_target_host(&t);
+  assert_true(t.conv_memory == sc_cpu_plan_convs);
+  assert_int_equal(sc_device_memory_plan(p, &t, &m, &d), SC_OK); /* no convolutions: 0 */
+  assert_int_equal(sc_device_memory_outside(&m), 0);
+  sc_program_destroy(p);
+}
+
 static void test_device_memory_planned(void **state) {
   (void)state;
   rng_seed(21);
@@ -922,6 +959,7 @@ int main(void) {
       cmocka_unit_test(test_own_gemm_tile),
       cmocka_unit_test(test_gemm_engines),
       cmocka_unit_test(test_device_memory_planned),
+      cmocka_unit_test(test_device_memory_conv_lines),
       cmocka_unit_test(test_input_validation),
       cmocka_unit_test(test_thread_pool),
   };
