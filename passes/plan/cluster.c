@@ -27,6 +27,7 @@
 
 #include "cluster.h"
 #include "ir/fileio.h"
+#include "json_keys.h"
 
 const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT] = {"fp8", "bf16", "fp16", "tf32",
                                                                     "fp32"};
@@ -60,16 +61,7 @@ static sc_status bad(rd *r, sc_status st, const char *path, const char *what) {
 }
 
 static sc_status only_keys(rd *r, json_t *obj, const char *path, const char *const *allowed) {
-  const char *k;
-  json_t *v;
-  json_object_foreach(obj, k, v) {
-    bool ok = false;
-    for (int i = 0; allowed[i] && !ok; i++) ok = strcmp(k, allowed[i]) == 0;
-    if (!ok)
-      return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL, "cluster: unknown key '%s%s%s'", path,
-                         path[0] ? "." : "", k);
-  }
-  return SC_OK;
+  return sc_json_only_keys(obj, "cluster", path, allowed, r->d);
 }
 
 static void join(char *buf, size_t n, const char *path, const char *key) {

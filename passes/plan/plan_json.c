@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "ir/fileio.h"
+#include "json_keys.h"
 #include "plan.h"
 
 /* The largest plan file read: a plan of the 1.5B GPT at 64 ranks is well
@@ -166,18 +167,8 @@ static sc_status bad(rd *r, const char *path, const char *what) {
   return sc_diag_set(r->d, SC_ERR_PARSE, NULL, NULL, "plan: '%s' %s", path, what);
 }
 
-/* Fails on any key of obj not in allowed (NULL-terminated). */
 static sc_status only_keys(rd *r, json_t *obj, const char *path, const char *const *allowed) {
-  const char *k;
-  json_t *v;
-  json_object_foreach(obj, k, v) {
-    bool ok = false;
-    for (int i = 0; allowed[i] && !ok; i++) ok = strcmp(k, allowed[i]) == 0;
-    if (!ok)
-      return sc_diag_set(r->d, SC_ERR_INVALID, NULL, NULL, "plan: unknown key '%s%s%s'", path,
-                         path[0] ? "." : "", k);
-  }
-  return SC_OK;
+  return sc_json_only_keys(obj, "plan", path, allowed, r->d);
 }
 
 static sc_status get_obj(rd *r, json_t *parent, const char *key, const char *path,
