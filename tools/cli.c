@@ -210,6 +210,19 @@ static bool is_input_dim_name(const sc_graph *g, const char *p) {
   return false;
 }
 
+void sc_cli_format_type(sc_dtype t, int32_t rank, const int64_t *dims, char *buf, size_t n) {
+  size_t pos = 0;
+  int w = snprintf(buf, n, "%s[", sc_dtype_name(t));
+  if (w < 0 || (size_t)w >= n) return;
+  pos = (size_t)w;
+  for (int32_t d = 0; d < rank; d++) {
+    w = snprintf(buf + pos, n - pos, "%s%lld", d ? "," : "", (long long)dims[d]);
+    if (w < 0 || (size_t)w >= n - pos) return;
+    pos += (size_t)w;
+  }
+  snprintf(buf + pos, n - pos, "]");
+}
+
 void sc_cli_format_shape(const sc_graph *g, const sc_value *v, char *buf, size_t n) {
   size_t pos = 0;
   if (n == 0) return;

@@ -118,5 +118,7 @@ void sc_cli_pass_opts(const sc_cli_opts *opts, sc_pass_opts *po);
 /* One shape as "[batch=8,16]" (symbolic names shown for dims whose
  * dim_param names a dim of some graph input) into buf. */
 void sc_cli_format_shape(const sc_graph *g, const sc_value *v, char *buf, size_t n);
+/* "f32[4,64]" into buf: a dtype and dims (cut short when buf is). */
+void sc_cli_format_type(sc_dtype t, int32_t rank, const int64_t *dims, char *buf, size_t n);
 
 #endif

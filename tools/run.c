@@ -208,26 +208,13 @@ static void safe_name(const char *name, char *buf, size_t n) {
   buf[pos] = 0;
 }
 
-static void format_type(sc_dtype t, int32_t rank, const int64_t *dims, char *buf, size_t n) {
-  size_t pos = 0;
-  int w = snprintf(buf, n, "%s[", sc_dtype_name(t));
-  if (w < 0 || (size_t)w >= n) return;
-  pos = (size_t)w;
-  for (int32_t d = 0; d < rank; d++) {
-    w = snprintf(buf + pos, n - pos, "%s%lld", d ? "," : "", (long long)dims[d]);
-    if (w < 0 || (size_t)w >= n - pos) return;
-    pos += (size_t)w;
-  }
-  snprintf(buf + pos, n - pos, "]");
-}
-
 /* "input 'NAME': FILE holds TYPE, the model expects TYPE" + hint on stderr;
  * returns 1. */
 static int input_mismatch(const char *name, const char *file, const sc_npy *a, sc_dtype t,
                           int32_t rank, const int64_t *dims, const char *hint) {
   char want[256], got[256];
-  format_type(t, rank, dims, want, sizeof want);
-  format_type(a->dtype, a->rank, a->dims, got, sizeof got);
+  sc_cli_format_type(t, rank, dims, want, sizeof want);
+  sc_cli_format_type(a->dtype, a->rank, a->dims, got, sizeof got);
   fprintf(stderr, "shardc: error: input '%s': %s holds %s, the model expects %s%s\n", name, file,
           got, want, hint);
   return 1;
@@ -235,7 +222,7 @@ static int input_mismatch(const char *name, const char *file, const sc_npy *a, s
 
 static void print_summary(const sc_tensor_view *v, const char *path) {
   char type[256];
-  format_type(v->dtype, v->rank, v->dims, type, sizeof type);
+  sc_cli_format_type(v->dtype, v->rank, v->dims, type, sizeof type);
   int64_t numel = 1;
   for (int32_t d = 0; d < v->rank; d++) numel *= v->dims[d];
   printf("%s %s [", v->name ? v->name : "?", type);

@@ -249,14 +249,6 @@ typedef struct dataset {
   char *buf;
 } dataset;
 
-/* "f32[4,64]" into buf: a dtype and dims. */
-static void format_dims(sc_dtype t, int32_t rank, const int64_t *dims, char *buf, size_t n) {
-  size_t pos = (size_t)snprintf(buf, n, "%s[", sc_dtype_name(t));
-  for (int32_t k = 0; k < rank && pos < n; k++)
-    pos += (size_t)snprintf(buf + pos, n - pos, "%s%lld", k ? "," : "", (long long)dims[k]);
-  if (pos < n) snprintf(buf + pos, n - pos, "]");
-}
-
 /* The program's data input b from file (option: how the command line
  * named it): dtype and per-example dims must match; dim 0 counts examples;
  * float data must be finite. A step takes accum microbatches of b's dim 0
@@ -273,8 +265,8 @@ static int load_data(const char *name, const char *option, const char *file, con
     return 1;
   }
   char want[160], got[160], why[160] = "";
-  format_dims(b->dtype, b->rank, b->dims, want, sizeof want);
-  format_dims(ds->a.dtype, ds->a.rank, ds->a.dims, got, sizeof got);
+  sc_cli_format_type(b->dtype, b->rank, b->dims, want, sizeof want);
+  sc_cli_format_type(ds->a.dtype, ds->a.rank, ds->a.dims, got, sizeof got);
   if (ds->a.dtype != b->dtype)
     snprintf(why, sizeof why, "the dtype differs");
   else if (ds->a.rank != b->rank || b->rank < 1)
