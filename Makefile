@@ -37,7 +37,7 @@ test-asan: deps
 	cmake --build $(BUILD_ASAN) -j $(JOBS)
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS) -E '^fuzz\.'
+	  bash $(CURDIR)/scripts/ctest-sanitized.sh -j $(JOBS) -E '^fuzz\.'
 
 demo: deps build
 	BUILD=$(BUILD) bash scripts/demo.sh
