@@ -221,7 +221,9 @@ void sc_dist_cost_to_plan(const sc_dist_program *dp, sc_plan *pl) {
     return;
   }
   const sc_dist_cost_row *r = &cost.rows[cost.slowest];
+  snprintf(pr->source, sizeof pr->source, "summed");
   pr->pipe_rank = r->pipe_rank;
+  pr->rank = r->rank;
   pr->step_time_s = cost.step_time_s;
   pr->compute_s = r->compute_s;
   for (int32_t i = 0; i < r->n_comm && i < SC_PLAN_PREDICTED_MAX_GROUPS; i++) {

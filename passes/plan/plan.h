@@ -40,23 +40,44 @@ typedef struct sc_plan_node_stage {
   int32_t stage;    /* 0 .. n_stages-1 */
 } sc_plan_node_stage;
 
-/* A predicted step time, as the plan JSON writes it (docs/planner.md,
- * "Cost model"): the slowest pipeline rank's compute and communication,
- * summed without overlap. */
+/* A predicted step, as the plan JSON writes it under "predicted"
+ * (docs/planner.md, "Cost model"; docs/plan-format.md). The same object
+ * for a plan given by --mesh and for each candidate of the search
+ * ("auto"): the search's chosen plan is evaluated by the same path as
+ * --mesh, so the two agree. Times are per training (or inference) step.
+ * A figure that could not be had is 0 (tokens_per_s, mfu) and `unknown`
+ * says why no time was predicted at all. */
 enum { SC_PLAN_PREDICTED_MAX_GROUPS = 16 };
 typedef struct sc_plan_predicted {
   bool on;                 /* written only when on */
   char unknown[256];       /* why no time was predicted (a figure the
                               cluster does not know), or "" */
-  int32_t pipe_rank;       /* the slowest rank's pipeline coordinate */
-  double step_time_s, compute_s;
+  char source[32];         /* how: "simulated" (each rank's action list run
+                              on the cluster), "summed" (no overlap), or
+                              "estimate" (the search's block model) */
+  int32_t pipe_rank;       /* the critical (slowest) rank's pipeline coordinate */
+  int64_t rank;            /* and its rank */
+  double step_time_s;      /* the step: the last rank's finish */
+  double tokens_per_s;     /* 0: unknown (no token ids) */
+  double flops_per_s_per_gpu; /* GEMM FLOPs of the step / step time, mean over ranks */
+  double mfu;              /* model FLOPs utilization: the model's FLOPs per
+                              step (6 x params x tokens for training, 2 x for
+                              inference, plus attention) / (step time x GPUs x
+                              the cluster's peak in the plan's dtype); 0 unknown */
+  int64_t peak_bytes_per_rank; /* the largest rank's exact memory (memory
+                              plan + device lines); 0: not computed */
+  bool fits;               /* peak_bytes_per_rank <= the device's memory */
+  /* The critical rank's step, broken down (they sum to step_time_s up to
+   * overlap: exposed communication is what compute did not hide). */
+  double compute_s;        /* forward + backward compute, recompute excluded */
+  double bubble_s;         /* pipeline idle time waiting for a neighbour */
+  double recompute_s;      /* recomputed forward steps */
+  double optimizer_s;      /* the optimizer update (and gradient norm) */
   int32_t n_comm;
   struct {
     char axes[64];         /* "tp", "dp,tp" */
-    double seconds;
-  } comm[SC_PLAN_PREDICTED_MAX_GROUPS]; /* exposed (all of it: no overlap) */
-  double tokens_per_s;     /* 0: unknown */
-  double flops_per_s_per_gpu; /* GEMM FLOPs */
+    double seconds;        /* exposed: not hidden behind compute */
+  } comm[SC_PLAN_PREDICTED_MAX_GROUPS];
 } sc_plan_predicted;
 
 typedef struct sc_plan {
