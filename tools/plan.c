@@ -38,6 +38,7 @@
 #include "tools/commands.h"
 #include "tools/dot.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 #include "tools/plan_predict.h"
 #include "tools/plan_train.h"
 #include "tools/train_args.h"
@@ -527,6 +528,8 @@ static int print_help(void) {
          "  --schedule gpipe|1f1b|interleaved|zb-h1  the pipeline schedule (training: all)\n"
          "  --virtual-stages V      chunks per pipeline rank (--schedule interleaved)\n"
          "  --schedule-table        with --train: every pipeline rank's action list\n"
+         "  --auto                  with --train --cluster C --global-batch B: search the\n"
+         "                          plan (docs/planner.md; shardc plan --auto --help)\n"
          "  --train                 the training step on one rank instead: its memory\n"
          "                          (params, optimizer state, gradients, activations,\n"
          "                          workspace at the peak; the arena, allocated once).\n"
@@ -646,6 +649,7 @@ static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cl
 }
 
 int sc_cmd_plan(int argc, char **argv) {
+  if (sc_plan_auto_asked(argc, argv)) return sc_cmd_plan_auto(argc, argv);
   sc_partition_args p;
   sc_partition_args_init(&p);
   sc_train_args ta;

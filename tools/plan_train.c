@@ -19,8 +19,12 @@
 #include "tools/plan_train.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "codegen/dist_cost.h"
 #include "codegen/pipe_schedule.h"
 #include "driver/train_memory.h"
 #include "passes/partition/partition.h"
@@ -60,6 +64,16 @@ static void row(const char *what, int64_t bytes, const char *note) {
   char b[32];
   sc_stats_format_bytes((double)bytes, b, sizeof b);
   printf("  %-18s %12s  %14lld  %s\n", what, b, (long long)bytes, note);
+}
+
+/* --json: ", \"predicted\": {...}" when the plan has a cluster. */
+static void print_predicted_json(const sc_build *b) {
+  if (!b->plan || !b->plan->predicted.on) return;
+  json_t *o = sc_plan_predicted_json(&b->plan->predicted);
+  char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+  if (s) printf(",\n \"predicted\": %s", s);
+  free(s);
+  json_decref(o);
 }
 
 /* ---- a pipelined step ---- */
@@ -213,7 +227,9 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
       }
       printf("]}");
     }
-    printf("]}}\n");
+    printf("]}");
+    print_predicted_json(b);
+    printf("}\n");
     goto done;
   }
   char count[64];
@@ -259,8 +275,76 @@ done:
   return rc;
 }
 
+/* The largest rank's memory: per pipeline rank its arenas, state and
+ * stash (pipe_row_of); one rank's arena, constants and the device's lines
+ * beside them (sc_device_memory_plan) otherwise. */
+static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
+                            int32_t *pipe_rank, sc_diag *d) {
+  const sc_dist_program *dp = b->program;
+  *peak = 0;
+  *pipe_rank = 0;
+  if (dp->pipe_chunks > 0) {
+    sc_pipe_handoffs ho;
+    sc_status st = sc_pipe_handoffs_of(dp, &ho, d);
+    for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
+      pipe_row r;
+      st = pipe_row_of(dp, &ho, q, &r, d);
+      int64_t total = r.arenas + r.state + r.stash;
+      if (st == SC_OK && total > *peak) {
+        *peak = total;
+        *pipe_rank = q;
+      }
+      sc_free(r.acts);
+      sc_free(r.from);
+      sc_free(r.to);
+    }
+    sc_pipe_handoffs_free(&ho);
+    return st;
+  }
+  const sc_program *p = dp->stages[0].program;
+  sc_train_memory m;
+  sc_device_memory dm;
+  sc_status st = sc_train_memory_of(p, &m, d);
+  if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
+  if (st == SC_OK) *peak = m.arena + m.constants + sc_device_memory_outside(&dm);
+  return st;
+}
+
+sc_status sc_plan_train_predict(const sc_build *b, const sc_train_opts *t,
+                                const sc_device_target *target, int64_t budget, sc_diag *d) {
+  sc_plan *pl = b->plan;
+  if (!pl) return SC_OK;
+  sc_dist_cost_to_plan(b->program, pl);
+  sc_plan_predicted *pr = &pl->predicted;
+  if (!pr->on) return SC_OK;
+  if (pr->peak_bytes_per_rank == 0) {
+    int64_t peak;
+    int32_t q;
+    sc_status st = train_peak(b, target, &peak, &q, d);
+    if (st != SC_OK) return st;
+    pr->peak_bytes_per_rank = peak;
+    int64_t limit = budget > 0 ? budget : pl->cluster_figures.device_memory_bytes;
+    pr->fits = limit <= 0 || peak <= limit;
+  }
+  if (pr->mfu == 0 && pr->step_time_s > 0 && pr->tokens_per_s > 0) {
+    double peak = pl->cluster_figures.peak_flops[t->bf16   ? SC_CLUSTER_BF16
+                                                 : t->fp16 ? SC_CLUSTER_FP16
+                                                           : SC_CLUSTER_FP32];
+    double tokens = pr->tokens_per_s * pr->step_time_s;
+    if (peak > 0)
+      pr->mfu = 6.0 * (double)b->train.trainable_numel * tokens /
+                (pr->step_time_s * (double)pl->mesh.n_ranks * peak);
+  }
+  return SC_OK;
+}
+
 int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
                          const char *file, const sc_device_target *target) {
+  {
+    sc_diag pd = {0};
+    sc_diag_clear(&pd);
+    if (sc_plan_train_predict(b, t, target, 0, &pd) != SC_OK) return sc_cli_report(&pd, file);
+  }
   if (b->program->pipe_chunks > 0) return pipe_report(b, t, json, table, file);
   if (table) {
     fprintf(stderr, "shardc: error: %s: --schedule-table: the step is not pipelined (a pp "
@@ -337,6 +421,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
       printf("], \"sent_per_rank\": %lld, \"psi_bytes\": %.0f, \"zero_figure\": %.6f",
              (long long)sent, psi, zero_figure(part));
     }
+    print_predicted_json(b);
     printf("}\n");
     sc_free(cm);
     return 0;

@@ -255,6 +255,12 @@ void sc_partition_destroy(sc_partition *p) {
   sc_free(p);
 }
 
+void sc_partition_batches_that_divide(int64_t b, int64_t parts, char *buf, size_t n) {
+  int64_t lo = b / parts * parts, hi = lo + parts;
+  if (lo > 0) snprintf(buf, n, "%lld or %lld", (long long)lo, (long long)hi);
+  else snprintf(buf, n, "%lld", (long long)hi);
+}
+
 sc_status sc_partition_batch_error(sc_partition *p, const sc_value *v, const int32_t *axes,
                                    int32_t n_axes, int64_t parts) {
   char mesh[256] = "", works[96];
@@ -265,9 +271,8 @@ sc_status sc_partition_batch_error(sc_partition *p, const sc_value *v, const int
     if (w < 0) break;
     used += (size_t)w;
   }
-  int64_t b = v->dims[0], lo = b / parts * parts, hi = lo + parts;
-  if (lo > 0) snprintf(works, sizeof works, "%lld or %lld", (long long)lo, (long long)hi);
-  else snprintf(works, sizeof works, "%lld", (long long)hi);
+  int64_t b = v->dims[0];
+  sc_partition_batches_that_divide(b, parts, works, sizeof works);
   const char *sym = v->dim_param && v->dim_param[0] ? v->dim_param[0] : NULL;
   return sc_graph_error(p->global, SC_ERR_USAGE,
                         "input '%s': the batch (dim 0%s%s%s = %lld) does not divide by the "

@@ -119,6 +119,10 @@ sc_status sc_partition_note_fallback(sc_partition *p, const char *node, const ch
  * Records it in the global graph's diagnostic; returns SC_ERR_USAGE. */
 sc_status sc_partition_batch_error(sc_partition *p, const sc_value *v, const int32_t *axes,
                                    int32_t n_axes, int64_t parts);
+/* The nearest batches to b that `parts` divides ("12 or 16", or "4" when
+ * the lower one is 0), into buf: the words of sc_partition_batch_error,
+ * shared with the planner's search. */
+void sc_partition_batches_that_divide(int64_t b, int64_t parts, char *buf, size_t n);
 /* Prints the fallbacks, one per line, each line starting with prefix (e.g.
  * "shardc: warning: "), after a first line saying how many there are; nothing
  * when there are none. */

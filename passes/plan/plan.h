@@ -196,5 +196,8 @@ sc_status sc_plan_read_json_file(const char *path, sc_graph *g, sc_plan **out,
  * `placement.axes`, partition.json's): one {"axis", "size", "stride",
  * "groups", "nodes_spanned"} per axis. A new reference; NULL: no memory. */
 struct json_t *sc_plan_placement_axes_json(const sc_placement *pl);
+/* The "predicted" object as the plan writes it (also what `plan --train
+ * --json` and `plan --auto --json` write for each plan). A new reference. */
+struct json_t *sc_plan_predicted_json(const sc_plan_predicted *pr);
 
 #endif

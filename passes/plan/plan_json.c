@@ -68,8 +68,20 @@ static json_t *predicted_json(const sc_plan_predicted *pr) {
   json_object_set_new(o, "tokens_per_s",
                       pr->tokens_per_s > 0 ? json_real(pr->tokens_per_s) : json_null());
   json_object_set_new(o, "flops_per_s_per_gpu", json_real(pr->flops_per_s_per_gpu));
+  /* the planner's figures, when they were had */
+  if (pr->source[0]) json_object_set_new(o, "source", json_string(pr->source));
+  if (pr->mfu > 0) json_object_set_new(o, "mfu", json_real(pr->mfu));
+  if (pr->peak_bytes_per_rank > 0) {
+    json_object_set_new(o, "peak_bytes_per_rank", json_integer(pr->peak_bytes_per_rank));
+    json_object_set_new(o, "fits", json_boolean(pr->fits));
+  }
+  if (pr->bubble_s > 0) json_object_set_new(o, "bubble_s", json_real(pr->bubble_s));
+  if (pr->recompute_s > 0) json_object_set_new(o, "recompute_s", json_real(pr->recompute_s));
+  if (pr->optimizer_s > 0) json_object_set_new(o, "optimizer_s", json_real(pr->optimizer_s));
   return o;
 }
+
+json_t *sc_plan_predicted_json(const sc_plan_predicted *pr) { return predicted_json(pr); }
 
 static json_t *plan_to_json(const sc_plan *p) {
   char mesh[1024];

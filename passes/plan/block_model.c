@@ -1,0 +1,160 @@
+/* block_model.c — the planner's model of a transformer (block_model.h):
+ * one walk over the forward graph, node by node, adding each node's
+ * figures to the first block's part or to the outside part. */
+#include "passes/plan/block_model.h"
+
+#include <string.h>
+
+#include "ir/ops.h"
+#include "passes/blocks.h"
+
+/* Views: no kernel, no new memory (lowered to a view of their input). */
+static bool is_view(sc_op op) {
+  return op == SC_OP_IDENTITY || op == SC_OP_RESHAPE || op == SC_OP_FLATTEN ||
+         op == SC_OP_SQUEEZE || op == SC_OP_UNSQUEEZE;
+}
+
+static double out_bytes(const sc_graph *g, const sc_node *n) {
+  double b = 0;
+  for (int32_t j = 0; j < n->n_outputs; j++) {
+    if (n->outputs[j] < 0) continue;
+    int64_t x = sc_value_bytes(&g->values[n->outputs[j]]);
+    if (x > 0) b += (double)x;
+  }
+  return b;
+}
+
+/* The output's rank, or -1. */
+static int32_t out_rank(const sc_graph *g, const sc_node *n) {
+  return n->n_outputs > 0 && n->outputs[0] >= 0 ? g->values[n->outputs[0]].rank : -1;
+}
+
+/* The smallest of a GEMM's m, n, k (m: the rows of one example). */
+static int64_t gemm_min_dim(sc_graph *g, const sc_node *n) {
+  const sc_value *a = sc_node_input(g, n, 0), *b = sc_node_input(g, n, 1);
+  if (!a || !b || a->rank < 2 || b->rank < 2) return 0;
+  int64_t m = a->dims[a->rank - 2], k = a->dims[a->rank - 1], nn = b->dims[b->rank - 1];
+  int64_t lo = m < k ? m : k;
+  return nn < lo ? nn : lo;
+}
+
+/* Whether n writes a value of the residual stream: [.., seq, hidden]. */
+static bool on_stream(const sc_graph *g, const sc_node *n, int64_t seq, int64_t hidden) {
+  if (n->n_outputs < 1 || n->outputs[0] < 0 || !hidden) return false;
+  const sc_value *o = &g->values[n->outputs[0]];
+  return o->rank >= 2 && o->dims[o->rank - 1] == hidden && o->dims[o->rank - 2] == seq;
+}
+
+static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t mark,
+                     bool in_core, bool whole, sc_block_part *p) {
+  const sc_op_info *info = (unsigned)n->op < SC_OP_COUNT ? &sc_ops[n->op] : NULL;
+  sc_cost c = {0, 0};
+  if (info && info->cost) info->cost(g, n, &c);
+  bool gemm = info && (info->flags & SC_OPF_MATMUL);
+  if (gemm) {
+    p->gemm_flops += c.flops;
+    if (in_core) p->attn_flops += c.flops;
+    int64_t md = gemm_min_dim(g, n);
+    if (md > 0 && (p->gemm_min_dim == 0 || md < p->gemm_min_dim)) p->gemm_min_dim = md;
+  } else if (!is_view(n->op)) {
+    p->mem_bytes += c.bytes;
+    if (in_core) p->attn_mem_bytes += c.bytes;
+    if (whole) p->whole_mem_bytes += c.bytes;
+  }
+  if (!is_view(n->op)) {
+    double ob = out_bytes(g, n);
+    p->saved_bytes += ob;
+    if (in_core) p->attn_saved_bytes += ob;
+    if (whole) p->whole_saved_bytes += ob;
+  }
+  for (int32_t j = 0; j < n->n_inputs; j++) {
+    int32_t v = n->inputs[j];
+    if (v < 0 || !(g->values[v].flags & SC_VALUE_PARAM) || seen_param[v] == mark) continue;
+    seen_param[v] = mark;
+    int64_t e = sc_value_numel(&g->values[v]);
+    if (e <= 0) continue;
+    p->params += e;
+    p->param_tensors++;
+    /* a weight matrix of a GEMM: column- or row-split by tensor parallelism */
+    if (gemm && g->values[v].rank == 2) p->split_params += e;
+  }
+}
+
+sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
+  memset(bm, 0, sizeof *bm);
+  int32_t n_nodes = g->n_nodes;
+  char *key = NULL;
+  sc_status st = sc_blocks_name_key(g, n_nodes, &key);
+  if (st != SC_OK) return sc_diag_set(d, st, NULL, NULL, "block model: out of memory");
+  sc_blocks b = {0};
+  st = sc_blocks_find(g, n_nodes, key, NULL, 0, &b, d);
+  sc_free(key);
+  if (st != SC_OK) return st;
+  sc_blocks_describe(&b, bm->found, sizeof bm->found);
+  bm->n_blocks = b.n_blocks;
+  int32_t *seen = g->n_values ? sc_calloc((size_t)g->n_values, sizeof *seen) : NULL;
+  if (g->n_values && !seen) {
+    sc_blocks_free(&b);
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "block model: out of memory");
+  }
+  /* The attention core of block 0: from its first rank-4 GEMM (the
+   * scores) up to, not including, its second (the context). */
+  int32_t core_state = 0; /* 0 before, 1 inside, 2 after */
+  int32_t live = 0;
+  for (int32_t i = 0; i < n_nodes; i++) {
+    sc_node *n = &g->nodes[i];
+    if (n->flags & SC_NODE_DEAD) continue;
+    live++;
+    int32_t blk = i < b.n_nodes ? b.node_block[i] : -1;
+    if (blk > 0) continue; /* block 0 stands for every block */
+    bool gemm4 = (sc_ops[n->op].flags & SC_OPF_MATMUL) && out_rank(g, n) == 4;
+    bool in_core = false;
+    if (blk == 0) {
+      if (gemm4 && core_state == 0) {
+        core_state = 1;
+        const sc_value *o = &g->values[n->outputs[0]];
+        bm->heads = o->dims[1];
+      } else if (gemm4 && core_state == 1) {
+        core_state = 2;
+      }
+      in_core = core_state == 1;
+      if (bm->block.input_bytes == 0 && n->n_inputs > 0) {
+        const sc_value *in = sc_node_input(g, n, 0);
+        if (in && !(in->flags & SC_VALUE_PARAM) && in->rank == 3) {
+          bm->block.input_bytes = (double)sc_value_bytes(in);
+          bm->hidden = in->dims[2];
+          bm->seq = in->dims[1];
+        }
+      }
+    }
+    /* block 0's parameters are its own; the outside's are counted once
+     * (mark 1 and 2: a tied weight read by both counts in both) */
+    bool whole = !in_core && on_stream(g, n, bm->seq, bm->hidden);
+    add_node(g, n, seen, blk == 0 ? 1 : 2, in_core, whole, blk == 0 ? &bm->block : &bm->outside);
+  }
+  sc_blocks_free(&b);
+  sc_free(seen);
+  if (!live) return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "block model: no live node");
+  for (int32_t i = 0; i < g->n_values; i++)
+    if (g->values[i].flags & SC_VALUE_PARAM) {
+      bm->param_bytes = (int32_t)sc_dtype_size(g->values[i].dtype);
+      break;
+    }
+  if (!bm->param_bytes) bm->param_bytes = 4;
+  if (g->n_outputs > 0) {
+    const sc_value *o = &g->values[g->outputs[0]];
+    if (o->rank >= 1) bm->vocab = o->dims[o->rank - 1];
+    if (!bm->seq && o->rank == 3) bm->seq = o->dims[1];
+  }
+  if (!bm->seq) bm->seq = 1;
+  if (!bm->hidden && bm->block.input_bytes > 0) bm->hidden = 1;
+  return SC_OK;
+}
+
+int64_t sc_block_model_params(const sc_block_model *bm) {
+  return bm->block.params * bm->n_blocks + bm->outside.params;
+}
+
+double sc_block_model_flops(const sc_block_model *bm) {
+  return bm->block.gemm_flops * bm->n_blocks + bm->outside.gemm_flops;
+}

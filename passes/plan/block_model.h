@@ -1,0 +1,72 @@
+/* block_model.h — the planner's model of a transformer, built once from
+ * the graph, from which the search composes every candidate's cost and
+ * memory without compiling it (docs/planner.md, "Search").
+ *
+ * The repeated blocks are passes/blocks.h's (by structure first). The
+ * first block is measured node by node and stands for all of them (the
+ * detector only makes blocks of identical ops and output shapes); what is
+ * outside every block (embedding, final norm, LM head, loss) is measured
+ * once. Figures are per example (the graph is imported with its batch dim
+ * bound to 1) in the graph's own dtypes:
+ *   GEMM FLOPs and the GEMM's smallest dimension (for its efficiency);
+ *   memory-bound bytes: every other node's bytes read and written
+ *     (ir/ops.h cost), which the roofline costs over HBM bandwidth;
+ *   parameters (elements, tensors), and which of them the tensor-parallel
+ *     split shards (GEMM weights of rank 2) and which stay whole;
+ *   the values the backward keeps (every node output of the block: the
+ *     forward values its gradients read), the part of them in the
+ *     attention core (from the first rank-4 product to the second:
+ *     scores, softmax, their shape-preserving neighbours) that selective
+ *     recompute drops, and the block input that full recompute keeps;
+ *   which of those values and kernels are the residual stream's (whole
+ *     under tensor parallelism unless sequence parallel);
+ *   the hidden size (the block output's last dim), the sequence length,
+ *     the heads (dim 1 of the first rank-4 product's output; 0 unknown).
+ * Invariants: plain data, no pointers; n_blocks 0 means no repeated block
+ * was found (everything is "outside"). Errors: SC_ERR_NOMEM, and
+ * SC_ERR_INVALID for a graph without a live node. */
+#ifndef SC_PLAN_BLOCK_MODEL_H
+#define SC_PLAN_BLOCK_MODEL_H
+
+#include "ir/ir.h"
+
+typedef struct sc_block_part {
+  double gemm_flops;        /* forward GEMM FLOPs per example */
+  double attn_flops;        /* of which in the attention core */
+  double mem_bytes;         /* forward memory-bound bytes per example */
+  double attn_mem_bytes;    /* of which in the attention core */
+  int64_t gemm_min_dim;     /* the smallest dimension of its GEMMs (m per example) */
+  int64_t params;           /* parameter elements */
+  int64_t split_params;     /* of which tensor parallelism splits */
+  int32_t param_tensors;    /* parameter tensors (one collective each) */
+  double saved_bytes;       /* values the backward keeps, per example */
+  double attn_saved_bytes;  /* of which in the attention core */
+  double input_bytes;       /* the block's input, per example */
+  double whole_saved_bytes; /* of saved_bytes, the residual stream's values
+                               ([seq, hidden]: norms, residual adds, the
+                               projections' outputs), which tensor
+                               parallelism without sequence parallelism
+                               keeps whole on every rank */
+  double whole_mem_bytes;   /* of mem_bytes, the kernels writing them */
+} sc_block_part;
+
+typedef struct sc_block_model {
+  int32_t n_blocks;         /* repeated blocks (layers) */
+  int64_t seq;              /* tokens per example (dim 1 of the token ids) */
+  int64_t hidden;           /* the block output's last dim */
+  int64_t heads;            /* attention heads, 0: unknown */
+  int64_t vocab;            /* the last dim of the first output (logits) */
+  int32_t param_bytes;      /* bytes of a parameter element in the graph */
+  sc_block_part block;      /* one block */
+  sc_block_part outside;    /* everything else */
+  char found[96];           /* how the blocks were found (sc_blocks_describe) */
+} sc_block_model;
+
+/* The model of g (a forward graph after the canonical passes, batch 1). */
+sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d);
+/* Parameters of the whole model (elements). */
+int64_t sc_block_model_params(const sc_block_model *bm);
+/* Forward FLOPs per example (every GEMM). */
+double sc_block_model_flops(const sc_block_model *bm);
+
+#endif

@@ -1,0 +1,586 @@
+/* search.c — the planner's search (search.h): enumerate, prune, estimate
+ * from the block model, keep the ten fastest that fit. */
+#include "passes/plan/search.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "passes/partition/partition.h"
+#include "passes/plan/cost.h"
+
+/* Bytes a parameter element costs in the training state: its fp32 master
+ * copy and gradient, and AdamW's two fp32 moments (SGD without momentum
+ * keeps none). The optimizer step reads and writes them: AdamW reads the
+ * gradient and reads and writes the parameter and both moments (28 bytes
+ * an element), SGD reads the gradient and reads and writes the parameter
+ * (12). */
+enum { PARAM_B = 4, GRAD_B = 4, ADAM_B = 8, ADAM_STEP_B = 28, SGD_STEP_B = 12 };
+/* Mixed precision: a bf16 copy of every GEMM weight per microbatch (read
+ * 4, write 2 bytes an element; kept for the backward: 2); gradient
+ * accumulation per microbatch (read 4 + 4, write 4). */
+enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
+/* The backward of a block costs twice its forward (a GEMM's gradient is
+ * two GEMMs of its size; elementwise backward reads and writes about twice
+ * what the forward did): the usual 3x of a training step. */
+#define BACKWARD_FACTOR 2.0
+/* The compiled step fuses elementwise chains into kernels, so its
+ * memory-bound time is below the sum of its nodes' bytes: 0.45 of it, the
+ * ratio measured on samples/gpt_1p5b.onnx (bf16, 1F1B over pp=4 and
+ * ZeRO-1 over pp=2: the exact path's compute time less its GEMMs' and its
+ * optimizer's, over the block model's node bytes). A calibration constant
+ * of this model, not of the cluster. */
+#define FUSED_MEMORY 0.45
+/* Memory the compiled step holds that the block model cannot see node by
+ * node, measured on samples/gpt_1p5b.onnx (bf16, AdamW) against the exact
+ * path's memory plan (plan --train: the workspace line, the pipeline
+ * ranks' arenas and stash):
+ *   WORK_GRAD_B: bytes per parameter element whose gradient the backward
+ *     holds whole (the stage's, or ZeRO-3's shard): its fp32 gradient,
+ *     its bf16 casts and the backward's temporaries (16);
+ *   WORK_UPDATE_B: bytes per element the optimizer updates: the update's
+ *     temporaries (24);
+ *   SAVED_ONE: the fraction of a block's node outputs the one-program
+ *     step keeps for its backward (8 MB of 57 MB an example: fused chains
+ *     keep only what the gradients read) and SAVED_PIPE the fraction a
+ *     pipeline stage's backward piece receives from its forward piece
+ *     (21 MB of 57: every value it reads is handed over);
+ *   ACCUM_STATE_B: a pipeline stage's gradient accumulators (fp32). */
+enum { WORK_GRAD_B = 16, WORK_UPDATE_B = 24, ACCUM_STATE_B = 4 };
+#define SAVED_ONE 0.15
+#define SAVED_PIPE 0.37
+/* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
+ * to about a third by filling it with the weight-gradient halves. */
+#define ZB_H1_BUBBLE 3.0
+
+const char *sc_search_recompute_name(sc_search_recompute k) {
+  return k == SC_SEARCH_RECOMPUTE_FULL ? "full" : k == SC_SEARCH_RECOMPUTE_SELECTIVE ? "selective"
+                                                                                     : "none";
+}
+
+void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n) {
+  size_t pos = 0;
+  buf[0] = 0;
+  const char *names[4] = {"pp", "dp", "fsdp", "tp"};
+  int64_t sizes[4] = {c->pp, c->dp, c->fsdp, c->tp};
+  for (int i = 0; i < 4 && pos < n; i++) {
+    if (sizes[i] < 2) continue;
+    int w = snprintf(buf + pos, n - pos, "%s%s=%lld", pos ? "," : "", names[i],
+                     (long long)sizes[i]);
+    if (w < 0) return;
+    pos += (size_t)w;
+  }
+  if (!buf[0]) snprintf(buf, n, "dp=1");
+}
+
+/* The nodes a group of `size` ranks at `stride` spans on nodes of P
+ * devices, or 0 when the placement would split it unevenly (placement.h). */
+static int64_t span(int64_t stride, int64_t size, int64_t P) {
+  if (size <= 1) return 1;
+  if (P % (stride * size) == 0) return 1;
+  if (stride % P == 0) return size;
+  if (P % stride == 0 && (stride * size) % P == 0) return stride * size / P;
+  return 0;
+}
+
+typedef struct ctx {
+  const sc_block_model *bm;
+  const sc_search_opts *o;
+  const sc_cluster *c;
+  int64_t limit;   /* bytes per rank */
+  double hbm;      /* memory-bound bytes per second */
+  double hbm_nodes; /* the same for the graph's nodes' bytes (fused) */
+} ctx;
+
+static sc_status coll(const ctx *x, sc_coll_kind k, double bytes, int64_t ranks, int64_t nodes,
+                      double ops, double *s, sc_diag *d) {
+  if (ranks <= 1 || ops <= 0) return SC_OK;
+  sc_coll_cost cc;
+  /* ops collectives of bytes/ops each: the ring's time is linear in bytes,
+   * so their sum is ops times one of the mean size */
+  sc_status st = sc_cost_collective(x->c, k, bytes / ops, (sc_coll_group){ranks, nodes}, &cc, d);
+  if (st == SC_OK) *s += ops * cc.seconds;
+  return st;
+}
+
+/* GEMM time of flops with one efficiency (the smallest dimension's). */
+static sc_status gemm(const ctx *x, double flops, int64_t m, int64_t n, int64_t k, double *s,
+                      sc_diag *d) {
+  if (flops <= 0) return SC_OK;
+  double t = 0;
+  sc_status st = sc_cost_gemm_time(x->c, x->o->dtype, flops, 0,
+                                   sc_cost_gemm_efficiency(m < 1 ? 1 : m, n < 1 ? 1 : n,
+                                                           k < 1 ? 1 : k), &t, d);
+  *s += t;
+  return st;
+}
+
+/* Per microbatch on one rank of the critical stage: one block's forward
+ * and the recomputed part, and the outside part's forward. */
+typedef struct mb_times {
+  double block_fwd, block_re, outside_fwd;
+} mb_times;
+
+static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t, sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  const sc_block_part *b = &bm->block;
+  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  int64_t rows = c->micro_batch_size * bm->seq;
+  int64_t h = bm->hidden > 0 ? bm->hidden : 1;
+  int64_t hd = bm->heads > 0 ? h / bm->heads : h;
+  memset(t, 0, sizeof *t);
+  double core = 0, rest = 0;
+  sc_status st = gemm(x, b->attn_flops * mbs / tp, bm->seq, bm->seq, hd, &core, d);
+  if (st == SC_OK)
+    st = gemm(x, (b->gemm_flops - b->attn_flops) * mbs / tp, rows, h / c->tp, h, &rest, d);
+  if (st != SC_OK) return st;
+  /* memory-bound kernels: the residual stream's are whole on every tp rank
+   * unless sequence parallel splits them; the rest (heads, the MLP's wide
+   * values) are split */
+  double whole = b->whole_mem_bytes * mbs, split = (b->mem_bytes - b->whole_mem_bytes) * mbs;
+  double mem = (c->sequence_parallel ? (whole + split) / tp : whole + split / tp) / x->hbm_nodes;
+  double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
+  t->block_fwd = core + rest + mem;
+  t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd
+                : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE ? core + core_mem
+                                                                : 0;
+  const sc_block_part *ou = &bm->outside;
+  double og = 0;
+  /* the LM head's GEMM: vocabulary-parallel over tp */
+  st = gemm(x, ou->gemm_flops * mbs / tp, rows, bm->vocab / c->tp, h, &og, d);
+  t->outside_fwd = og + ou->mem_bytes * mbs / tp / x->hbm_nodes;
+  return st;
+}
+
+/* Parameter elements one rank of the critical stage holds before ZeRO's
+ * sharding: its blocks' (split by tp where tp splits them) and the
+ * outside's (vocabulary-parallel over tp). */
+static double stage_params(const sc_block_model *bm, const sc_search_cand *c, int64_t blocks) {
+  const sc_block_part *b = &bm->block;
+  double per_block = (double)b->split_params / (double)c->tp + (double)(b->params - b->split_params);
+  return (double)blocks * per_block + (double)bm->outside.params / (double)c->tp;
+}
+
+/* Bytes of training state per rank for e parameter elements. */
+static double state_bytes(const ctx *x, const sc_search_cand *c, double e) {
+  double f = c->fsdp > 1 ? (double)c->fsdp : 1;
+  double p = PARAM_B, g = GRAD_B, o = x->o->adamw ? ADAM_B : 0;
+  if (c->zero >= 1) o /= f;
+  if (c->zero >= 2) g /= f;
+  if (c->zero >= 3) p /= f;
+  return e * (p + g + o);
+}
+
+sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
+                             sc_search_cand *c, sc_diag *d);
+
+static void init_ctx(ctx *x, const sc_block_model *bm, const sc_search_opts *o) {
+  x->bm = bm;
+  x->o = o;
+  x->c = o->cluster;
+  x->limit = o->memory_budget > 0 ? o->memory_budget : o->cluster->device_memory_bytes;
+  x->hbm = o->cluster->memory_bytes_per_s * SC_COST_MEMORY_EFF;
+  x->hbm_nodes = x->hbm / FUSED_MEMORY;
+}
+
+/* The estimate, with the lower bound first: *bound is compute alone;
+ * when it is not below cutoff the rest is skipped (returns with *cut). */
+static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
+                          sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  const sc_block_part *b = &bm->block;
+  int64_t L = bm->n_blocks, P = x->c->devices_per_node;
+  int64_t Ls = (L + c->pp - 1) / c->pp;
+  double M = c->microbatches, V = c->virtual_stages;
+  *cut = false;
+  mb_times t;
+  sc_status st = block_times(x, c, &t, d);
+  if (st != SC_OK) return st;
+  /* the critical stage: the last (its blocks and the LM head and loss) */
+  double fwd = (double)Ls * t.block_fwd + t.outside_fwd;
+  double re = (double)Ls * t.block_re;
+  double e_stage = stage_params(bm, c, Ls);
+  c->compute_s = M * fwd * (1 + BACKWARD_FACTOR);
+  c->recompute_s = M * re;
+  double e_opt = c->zero >= 1 ? e_stage / (double)c->fsdp : e_stage;
+  c->optimizer_s = e_opt * (x->o->adamw ? ADAM_STEP_B : SGD_STEP_B) / x->hbm;
+  /* per microbatch, the stage's parameters are read again: their bf16
+   * casts for the GEMMs (read 4, write 2 bytes an element) and the
+   * gradient accumulation (read the new, read and write the sum: 12) */
+  double e_pass = e_stage * ((x->o->dtype != SC_CLUSTER_FP32 ? CAST_B : 0) + ACCUM_B) / x->hbm;
+  c->compute_s += M * e_pass;
+  double per_mb = fwd * (1 + BACKWARD_FACTOR) + re + e_pass;
+  c->bubble_s = 0;
+  if (c->pp > 1) {
+    double slots = (double)(c->pp - 1) / V;
+    if (strcmp(c->schedule, "zb-h1") == 0 && c->microbatches >= c->pp) slots /= ZB_H1_BUBBLE;
+    c->bubble_s = slots * per_mb;
+  }
+  double bound = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s;
+  if (bound >= cutoff) {
+    *cut = true;
+    return SC_OK;
+  }
+  /* communication: tp (stride 1), fsdp (stride tp), dp (stride tp fsdp),
+   * pp (stride tp fsdp dp) */
+  int64_t n_tp = span(1, c->tp, P), n_fs = span(c->tp, c->fsdp, P),
+          n_dp = span(c->tp * c->fsdp, c->dp, P), n_pp = span(c->tp * c->fsdp * c->dp, c->pp, P);
+  double act = (double)c->micro_batch_size * b->input_bytes; /* one [mbs, seq, hidden] */
+  c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = 0;
+  if (c->tp > 1) {
+    /* Megatron: two all-reduces forward (attention, MLP), two backward,
+     * two more when the forward runs again; sequence parallel: an
+     * all-gather and a reduce-scatter in place of each */
+    double per_block = 4 + (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 0);
+    double ops = M * (double)Ls * per_block;
+    if (c->sequence_parallel) {
+      st = coll(x, SC_COLL_ALL_GATHER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+      if (st == SC_OK)
+        st = coll(x, SC_COLL_REDUCE_SCATTER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+    } else {
+      st = coll(x, SC_COLL_ALL_REDUCE, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+    }
+    if (st != SC_OK) return st;
+  }
+  double tensors = (double)Ls * b->param_tensors + bm->outside.param_tensors;
+  double pbytes = e_stage * PARAM_B;
+  if (c->fsdp > 1) {
+    /* ZeRO-3 gathers the parameters for every microbatch and
+     * reduce-scatters their gradients; so does every stage of a pipeline
+     * (each microbatch's backward piece reduces its gradients); ZeRO-1/2
+     * without one reduce-scatter the gradients and gather the updated
+     * parameters once a step */
+    double times = c->zero >= 3 || c->pp > 1 ? M : 1;
+    st = coll(x, SC_COLL_ALL_GATHER, times * pbytes, c->fsdp, n_fs, times * tensors, &c->fsdp_s,
+              d);
+    if (st == SC_OK)
+      st = coll(x, SC_COLL_REDUCE_SCATTER, times * pbytes, c->fsdp, n_fs, times * tensors,
+                &c->fsdp_s, d);
+    if (st != SC_OK) return st;
+  }
+  if (c->dp > 1) {
+    /* the gradients (their fsdp shard under hybrid sharding), once a
+     * step; a pipeline stage's backward piece reduces them for every
+     * microbatch */
+    double times = c->pp > 1 ? M : 1;
+    double bytes = pbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * tensors, &c->dp_s, d);
+    if (st != SC_OK) return st;
+  }
+  if (c->pp > 1) {
+    /* the critical rank receives each chunk's activation and sends its
+     * gradient back: two messages per microbatch and chunk */
+    st = coll(x, SC_COLL_SEND, 2 * M * V * act, 2, n_pp > 1 ? 2 : 1, 2 * M * V, &c->pp_s, d);
+    if (st != SC_OK) return st;
+  }
+  c->step_s = bound + c->tp_s + c->fsdp_s + c->dp_s + c->pp_s;
+  return SC_OK;
+}
+
+/* Memory of pipeline rank q (0: the most microbatches in flight; pp-1:
+ * the LM head's logits). */
+static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q) {
+  const sc_block_model *bm = x->bm;
+  const sc_block_part *b = &bm->block;
+  int64_t L = bm->n_blocks, Ls = (L + c->pp - 1) / c->pp;
+  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  bool last = q == c->pp - 1;
+  double e = stage_params(bm, c, Ls);
+  if (!last && c->pp > 1) e -= (double)bm->outside.params / tp / 2; /* the head is the last's */
+  double mem = state_bytes(x, c, e);
+  double f = c->fsdp > 1 ? (double)c->fsdp : 1;
+  mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + (c->zero >= 1 ? e / f : e) * WORK_UPDATE_B;
+  if (c->pp > 1) mem += e * ACCUM_STATE_B;
+  if (c->zero >= 3)
+    mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */
+  /* values kept for the backward, per block and microbatch */
+  double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
+  double keep_all = c->sequence_parallel ? (whole + split) / tp : whole + split / tp;
+  double keep = keep_all;
+  if (c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE) keep -= b->attn_saved_bytes / tp;
+  if (c->recompute == SC_SEARCH_RECOMPUTE_FULL)
+    keep = c->sequence_parallel ? b->input_bytes / tp : b->input_bytes;
+  double in_flight; /* microbatches of a stage's blocks kept at once */
+  if (c->pp == 1 || strcmp(c->schedule, "gpipe") == 0) in_flight = c->microbatches;
+  else if (strcmp(c->schedule, "interleaved") == 0) {
+    double V = c->virtual_stages, chunks = (double)((c->pp - q - 1) * 2 + (V - 1) * c->pp + 1);
+    if (chunks > c->microbatches * V) chunks = c->microbatches * V;
+    in_flight = chunks / V;
+  } else {
+    in_flight = (double)(c->pp - q) < c->microbatches ? (double)(c->pp - q) : c->microbatches;
+  }
+  keep *= c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 1.0 : c->pp > 1 ? SAVED_PIPE : SAVED_ONE;
+  mem += in_flight * (double)Ls * keep * mbs;
+  if (x->o->dtype != SC_CLUSTER_FP32) /* the GEMM weights' bf16 casts, kept per microbatch */
+    mem += (in_flight + 1) * (double)Ls * (double)b->split_params / tp * CAST_KEEP_B;
+  /* working values: one block's forward values while its backward runs */
+  mem += keep_all * mbs;
+  if (last || c->pp == 1) mem += bm->outside.saved_bytes * mbs / tp;
+  return mem;
+}
+
+static void memory(const ctx *x, sc_search_cand *c) {
+  c->peak_bytes = 0;
+  c->peak_pipe_rank = 0;
+  int64_t qs[2] = {0, c->pp - 1};
+  for (int i = 0; i < (c->pp > 1 ? 2 : 1); i++) {
+    double m = rank_memory(x, c, qs[i]);
+    if ((int64_t)m > c->peak_bytes) {
+      c->peak_bytes = (int64_t)m;
+      c->peak_pipe_rank = (int32_t)qs[i];
+    }
+  }
+  c->fits = c->peak_bytes <= x->limit;
+}
+
+static void finish(const ctx *x, sc_search_cand *c, double model_flops) {
+  double peak = x->c->peak_flops[x->o->dtype];
+  int64_t N = c->dp * c->fsdp * c->tp * c->pp;
+  c->mfu = c->step_s > 0 && peak > 0 ? model_flops / (c->step_s * (double)N * peak) : 0;
+}
+
+sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
+                             sc_search_cand *c, sc_diag *d) {
+  ctx x;
+  init_ctx(&x, bm, o);
+  bool cut;
+  sc_status st = estimate(&x, c, INFINITY, &cut, d);
+  if (st != SC_OK) return st;
+  memory(&x, c);
+  finish(&x, c, 3.0 * sc_block_model_flops(bm) * (double)o->global_batch);
+  return SC_OK;
+}
+
+/* Inserts c into the top list (fastest first), keeping SC_SEARCH_TOP. */
+/* Faster first; at the same time, the smaller memory (more headroom). */
+static bool before(const sc_search_cand *a, const sc_search_cand *b) {
+  return a->step_s < b->step_s || (a->step_s == b->step_s && a->peak_bytes < b->peak_bytes);
+}
+
+static void keep_top(sc_search_result *r, const sc_search_cand *c) {
+  int32_t i = r->n_top;
+  if (i == SC_SEARCH_TOP) {
+    if (!before(c, &r->top[i - 1])) return;
+    i--;
+  } else {
+    r->n_top++;
+  }
+  while (i > 0 && before(c, &r->top[i - 1])) {
+    r->top[i] = r->top[i - 1];
+    i--;
+  }
+  r->top[i] = *c;
+}
+
+static double cutoff_of(const sc_search_result *r) {
+  return r->n_top == SC_SEARCH_TOP ? r->top[SC_SEARCH_TOP - 1].step_s : INFINITY;
+}
+
+static const char *const SCHEDULES[] = {"gpipe", "1f1b", "zb-h1", "interleaved"};
+
+/* Every microbatch count, schedule and recompute of one mesh and ZeRO
+ * choice. */
+static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
+                             sc_search_result *r, sc_diag *d) {
+  int64_t L = x->bm->n_blocks;
+  for (int64_t M = 1; M <= batch; M++) {
+    if (batch % M) {
+      if (base.pp > 1) r->pruned_microbatch++;
+      continue;
+    }
+    if (base.pp == 1 && M > 1) break; /* microbatches pipeline stages */
+    for (int s = 0; s < (base.pp > 1 ? 4 : 1); s++) {
+      int32_t vmax = 1;
+      if (s == 3) {
+        if (M % base.pp) {
+          r->pruned_microbatch++;
+          continue;
+        }
+        vmax = (int32_t)(L / base.pp);
+      }
+      for (int32_t V = s == 3 ? 2 : 1; V <= vmax; V *= 2) {
+        for (int k = 0; k < 3; k++) {
+          sc_search_cand c = base;
+          c.schedule = base.pp > 1 ? SCHEDULES[s] : "gpipe";
+          c.virtual_stages = V;
+          c.microbatches = (int32_t)M;
+          c.micro_batch_size = batch / M;
+          c.recompute = (sc_search_recompute)k;
+          memory(x, &c);
+          if (!c.fits) {
+            r->evaluated++;
+            bool cut;
+            sc_status st = estimate(x, &c, INFINITY, &cut, d);
+            if (st != SC_OK) return st;
+            if (!r->have_closest || c.peak_bytes < r->closest.peak_bytes) {
+              finish(x, &c, r->model_flops);
+              r->closest = c;
+              r->have_closest = true;
+            }
+            continue;
+          }
+          bool cut;
+          sc_status st = estimate(x, &c, cutoff_of(r), &cut, d);
+          if (st != SC_OK) return st;
+          if (cut) {
+            r->pruned_bound++;
+            continue;
+          }
+          r->evaluated++;
+          finish(x, &c, r->model_flops);
+          keep_top(r, &c);
+        }
+      }
+    }
+  }
+  return SC_OK;
+}
+
+static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  int64_t N = sc_cluster_devices(x->c), P = x->c->devices_per_node, B = x->o->global_batch;
+  for (int64_t tp = 1; tp <= N; tp++) {
+    if (N % tp) continue;
+    if (bm->heads > 0 ? bm->heads % tp : (bm->hidden > 0 && bm->hidden % tp)) {
+      r->pruned_heads++;
+      continue;
+    }
+    if (!tp_anywhere && tp > P) {
+      r->pruned_node++;
+      continue;
+    }
+    if (tp_anywhere && tp <= P) continue; /* the second pass: only what the first left out */
+    for (int64_t pp = 1; pp <= N / tp && pp <= bm->n_blocks; pp++) {
+      if ((N / tp) % pp) continue;
+      int64_t dd = N / tp / pp;
+      for (int64_t fsdp = 1; fsdp <= dd; fsdp++) {
+        if (dd % fsdp) continue;
+        int64_t dp = dd / fsdp;
+        if (B % dd) {
+          r->pruned_batch++;
+          if (!r->batch_parts || dd < r->batch_parts) r->batch_parts = dd;
+          continue;
+        }
+        if (!span(1, tp, P) || !span(tp, fsdp, P) || !span(tp * fsdp, dp, P) ||
+            !span(tp * fsdp * dp, pp, P)) {
+          r->pruned_node++;
+          continue;
+        }
+        for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
+          for (int sp = 0; sp < (tp > 1 ? 2 : 1); sp++) {
+            sc_search_cand base = {.dp = dp, .fsdp = fsdp, .tp = tp, .pp = pp, .cp = 1,
+                                   .zero = zero, .sequence_parallel = sp == 1,
+                                   .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
+            /* the training state alone, at the largest stage */
+            base.micro_batch_size = 0;
+            double e = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp);
+            if (state_bytes(x, &base, e) > (double)x->limit) {
+              r->pruned_state++;
+              /* still a candidate for the closest when nothing fits: its
+               * least memory (full recompute, the smallest micro-batch) */
+              sc_search_cand c = base;
+              c.schedule = pp > 1 ? "1f1b" : "gpipe";
+              c.virtual_stages = 1;
+              c.microbatches = pp > 1 ? (int32_t)(B / dd) : 1;
+              c.micro_batch_size = pp > 1 ? 1 : B / dd;
+              c.recompute = SC_SEARCH_RECOMPUTE_FULL;
+              memory(x, &c);
+              if (!r->have_closest || c.peak_bytes < r->closest.peak_bytes) {
+                bool cut;
+                sc_status st = estimate(x, &c, INFINITY, &cut, d);
+                if (st != SC_OK) return st;
+                finish(x, &c, r->model_flops);
+                r->closest = c;
+                r->have_closest = true;
+              }
+              continue;
+            }
+            sc_status st = search_mesh(x, base, B / dd, r, d);
+            if (st != SC_OK) return st;
+          }
+        }
+      }
+    }
+  }
+  return SC_OK;
+}
+
+sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_search_result *r,
+                        sc_diag *d) {
+  memset(r, 0, sizeof *r);
+  if (bm->n_blocks < 1)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan --auto: no repeated blocks found in the model (the search composes "
+                       "plans from its transformer blocks); give --mesh instead");
+  if (o->global_batch < 1)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "plan --auto: --global-batch must be >= 1");
+  ctx x;
+  init_ctx(&x, bm, o);
+  if (x.limit <= 0 || x.hbm <= 0)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan --auto: cluster %s: the device's memory and HBM bandwidth must be "
+                       "known (uncalibrated: run shardc calibrate)", o->cluster->name);
+  r->model_flops = 3.0 * sc_block_model_flops(bm) * (double)o->global_batch;
+  sc_status st = search(&x, false, r, d);
+  if (st == SC_OK && r->n_top == 0) {
+    r->tp_left_node = true;
+    st = search(&x, true, r, d);
+  }
+  if (st != SC_OK) return st;
+  r->pruned = r->pruned_heads + r->pruned_node + r->pruned_batch + r->pruned_microbatch +
+              r->pruned_state + r->pruned_bound;
+  if (r->n_top == 0 && !r->have_closest && r->pruned_batch > 0) {
+    /* no data-parallel size divides the batch: name the batches that do
+     * for the smallest one refused */
+    int64_t N = sc_cluster_devices(o->cluster);
+    char works[96];
+    sc_partition_batches_that_divide(o->global_batch, r->batch_parts, works, sizeof works);
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "plan --auto: the global batch %lld does not divide by the data-parallel "
+                       "size (dp x fsdp) of any plan on %lld devices; batches that do: %s",
+                       (long long)o->global_batch, (long long)N, works);
+  }
+  return SC_OK;
+}
+
+static const char *dominant_comm(const sc_search_cand *a, const sc_search_cand *b) {
+  double diff[5] = {b->tp_s - a->tp_s, b->fsdp_s - a->fsdp_s, b->dp_s - a->dp_s,
+                    b->pp_s - a->pp_s, b->bubble_s - a->bubble_s};
+  double more[3] = {b->compute_s - a->compute_s, b->recompute_s - a->recompute_s,
+                    b->optimizer_s - a->optimizer_s};
+  static const char *const names[8] = {"more exposed tp comm", "more exposed fsdp comm",
+                                       "more exposed dp comm", "more pipeline p2p",
+                                       "a larger pipeline bubble", "more compute per rank",
+                                       "more recompute", "a longer optimizer step"};
+  int best = 0;
+  double bv = diff[0];
+  for (int i = 1; i < 8; i++) {
+    double v = i < 5 ? diff[i] : more[i - 5];
+    if (v > bv) {
+      bv = v;
+      best = i;
+    }
+  }
+  return names[best];
+}
+
+void sc_search_why(const sc_search_cand *a, const sc_search_cand *b, int64_t limit, char *buf,
+                   size_t n) {
+  if (!b->fits) {
+    snprintf(buf, n, "does not fit: pipeline rank %d over by %.2f GiB", (int)b->peak_pipe_rank,
+             (double)(b->peak_bytes - limit) / (1024.0 * 1024.0 * 1024.0));
+    return;
+  }
+  if (a == b) {
+    snprintf(buf, n, "chosen");
+    return;
+  }
+  double pct = a->step_s > 0 ? 100.0 * (b->step_s - a->step_s) / a->step_s : 0;
+  if (pct < 0.05) {
+    snprintf(buf, n, "as fast (%+.3f %%), %.2f GiB %s memory per rank", pct,
+             fabs((double)(b->peak_bytes - a->peak_bytes)) / (1024.0 * 1024.0 * 1024.0),
+             b->peak_bytes >= a->peak_bytes ? "more" : "less");
+    return;
+  }
+  snprintf(buf, n, "%.1f %% slower: %s", pct, dominant_comm(a, b));
+}

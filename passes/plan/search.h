@@ -1,0 +1,104 @@
+/* search.h — the planner's search (docs/planner.md, "Search"): every
+ * training strategy shardc runs, for a model on a cluster and a global
+ * batch, costed from the block model (block_model.h) with the formulas of
+ * cost.h, pruned, and ranked by predicted step time.
+ *
+ * Space: the cluster's devices N = pp x dp x fsdp x tp; with fsdp > 1
+ * the ZeRO stage 1, 2 or 3, and with dp > 1 as well the hybrid shard
+ * degree (= fsdp); tp with and without sequence parallelism; for pp > 1
+ * the microbatch count M (dividing the replica's batch) and the schedule
+ * (gpipe, 1f1b, zb-h1, interleaved with V virtual stages: V dividing the
+ * blocks per stage, M a multiple of pp); recompute none, selective, full.
+ * Stage boundaries are balanced by cost (the partitioner's default).
+ *
+ * Pruning, each counted: tp not dividing the heads or leaving the node
+ * (the latter lifted when nothing fits), dp x fsdp not dividing the global
+ * batch, M not dividing the replica's batch, the training state alone
+ * (parameters, gradients, optimizer state after sharding) over the
+ * device's memory or the budget, and the lower bound (compute alone, no
+ * communication nor bubble) no better than the 10th best full estimate.
+ *
+ * The estimates compose per rank what the exact path (codegen/dist_cost.h)
+ * sums per step: compute (forward, backward as twice the forward,
+ * recompute, the optimizer), communication (tp per block, fsdp gathers
+ * and reduce-scatters, dp all-reduce, pipeline sends) summed with it, and
+ * the pipeline's bubble. Memory: the state per rank, the values the
+ * backward keeps (per microbatch in flight), one block's working values.
+ * Pure computation; no allocation after sc_search_run's table.
+ * Errors: SC_ERR_INVALID (a figure the cluster does not know, a model
+ * without blocks), SC_ERR_USAGE (no data-parallel size divides the global
+ * batch: the message names the batches that work). */
+#ifndef SC_PLAN_SEARCH_H
+#define SC_PLAN_SEARCH_H
+
+#include "passes/plan/block_model.h"
+#include "passes/plan/cluster.h"
+#include "passes/plan/plan.h"
+
+enum { SC_SEARCH_TOP = 10 };
+
+typedef enum sc_search_recompute {
+  SC_SEARCH_RECOMPUTE_NONE, SC_SEARCH_RECOMPUTE_SELECTIVE, SC_SEARCH_RECOMPUTE_FULL
+} sc_search_recompute;
+
+/* One strategy, and its block-model figures. */
+typedef struct sc_search_cand {
+  int64_t dp, fsdp, tp, pp, cp; /* mesh sizes (cp: context parallel, 1) */
+  int32_t zero;                 /* 0 without fsdp, else 1..3 */
+  int64_t hybrid_shard_degree;  /* fsdp when dp > 1 and fsdp > 1, else 0 */
+  bool sequence_parallel;
+  const char *schedule;         /* "gpipe", "1f1b", "interleaved", "zb-h1"
+                                   (static strings) */
+  int32_t virtual_stages;       /* 1 unless interleaved */
+  int32_t microbatches;
+  int64_t micro_batch_size;     /* examples per microbatch per replica */
+  sc_search_recompute recompute;
+  /* the estimate */
+  double step_s, compute_s, recompute_s, optimizer_s, bubble_s;
+  double tp_s, fsdp_s, dp_s, pp_s; /* communication by axis group */
+  double mfu;
+  int64_t peak_bytes;           /* the largest rank's estimate */
+  int32_t peak_pipe_rank;       /* which pipeline rank it is */
+  bool fits;
+} sc_search_cand;
+
+typedef struct sc_search_opts {
+  const sc_cluster *cluster;
+  int64_t global_batch;
+  sc_cluster_dtype dtype;       /* the GEMMs' (bf16, fp16 or fp32) */
+  bool adamw;                   /* AdamW (two moments) or SGD without momentum */
+  int64_t memory_budget;        /* per rank, 0: the device's memory */
+} sc_search_opts;
+
+typedef struct sc_search_result {
+  int64_t evaluated;            /* candidates whose estimate was computed */
+  int64_t pruned;               /* candidates dropped before it */
+  int64_t pruned_heads, pruned_node, pruned_batch, pruned_microbatch, pruned_state,
+      pruned_bound;
+  bool tp_left_node;            /* nothing fitted with tp inside a node */
+  int64_t batch_parts;          /* the smallest dp x fsdp refused for the batch */
+  int32_t n_top;
+  sc_search_cand top[SC_SEARCH_TOP]; /* fitting, fastest first */
+  bool have_closest;
+  sc_search_cand closest;       /* when nothing fits: the least over */
+  double model_flops;           /* per step (6 N tokens-like: 3 x forward GEMMs) */
+} sc_search_result;
+
+/* Searches (above). */
+sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_search_result *r,
+                        sc_diag *d);
+/* Costs one candidate c (its strategy fields set) into its estimate
+ * fields; what sc_search_run does for every survivor. */
+sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
+                             sc_search_cand *c, sc_diag *d);
+/* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
+ * tp=8"; "dp=1" for one rank). */
+void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);
+/* "none", "selective", "full". */
+const char *sc_search_recompute_name(sc_search_recompute k);
+/* Why b loses against the chosen a, in words ("2.1 % slower: more exposed
+ * tp comm", "does not fit: pipeline rank 3 over by 1.2 GiB"). */
+void sc_search_why(const sc_search_cand *a, const sc_search_cand *b, int64_t limit, char *buf,
+                   size_t n);
+
+#endif

@@ -1,0 +1,203 @@
+/* test_search.c — the planner's block model and search
+ * (passes/plan/block_model.h, passes/plan/search.h) on the shape-only
+ * samples/gpt_1p5b.onnx (48 blocks, hidden 1600, 25 heads, sequence 128)
+ * and the tiny samples/gpt2.onnx.
+ *
+ * Block model: the blocks and their figures against the model's
+ * configuration by hand (a GPT-2 block's GEMMs are 2·s·12h² + 4·s²·h
+ * FLOPs; its parameters 12h² + 13h), and the parameters against the
+ * graph's own count. Search: every kept candidate is a strategy shardc
+ * runs (the devices factor into pp·dp·fsdp·tp, tp divides the heads and
+ * stays in a node, dp·fsdp divides the batch, M x micro-batch x dp x fsdp
+ * = the batch), fits the memory, and the list is sorted; the pruned
+ * counts add up; re-estimating the best gives its figures again; more
+ * GPUs for the same batch never give a slower best; a memory budget
+ * below every plan keeps none and names the closest; a batch no
+ * data-parallel size divides is refused naming batches that do. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "driver/driver.h"
+#include "passes/plan/search.h"
+
+#define GPT_1P5B SC_SOURCE_DIR "/samples/gpt_1p5b.onnx"
+#define GPT2 SC_SOURCE_DIR "/samples/gpt2.onnx"
+
+/* The forward graph of one example, shapes only, and its block model. */
+static void model_of(const char *path, sc_block_model *bm, int64_t *graph_params) {
+  sc_pass_opts po;
+  sc_pass_opts_init(&po);
+  po.quiet = true;
+  sc_build_opts o;
+  sc_build_opts_init(&o);
+  o.model = path;
+  o.no_weights = true;
+  o.codegen = false;
+  o.pass = &po;
+  sc_build *b = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_build_run(&o, &b, &d), SC_OK);
+  *graph_params = 0;
+  for (int32_t i = 0; i < b->graph->n_values; i++) {
+    const sc_value *v = &b->graph->values[i];
+    if ((v->flags & SC_VALUE_PARAM) && !(v->flags & SC_VALUE_DEAD))
+      *graph_params += sc_value_numel(v);
+  }
+  assert_int_equal(sc_block_model_build(b->graph, bm, &d), SC_OK);
+  sc_build_destroy(b);
+}
+
+static sc_cluster preset(const char *spec) {
+  sc_cluster c;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_preset(spec, &c, &d), SC_OK);
+  return c;
+}
+
+static void test_block_model(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  assert_int_equal(bm.n_blocks, 48);
+  assert_int_equal(bm.hidden, 1600);
+  assert_int_equal(bm.heads, 25);
+  assert_int_equal(bm.seq, 128);
+  assert_int_equal(bm.vocab, 50257);
+  double h = 1600, s = 128;
+  assert_true(bm.block.gemm_flops == 2 * s * 12 * h * h + 4 * s * s * h);
+  assert_int_equal(bm.block.params, (int64_t)(12 * h * h + 13 * h));
+  assert_int_equal(bm.block.split_params, (int64_t)(12 * h * h));
+  assert_int_equal(bm.block.param_tensors, 12);
+  assert_int_equal(sc_block_model_params(&bm), n);
+  /* full recompute keeps the block input: [seq, hidden] in f32 */
+  assert_true(bm.block.input_bytes == s * h * 4);
+  assert_true(bm.block.attn_saved_bytes > 0 && bm.block.attn_saved_bytes < bm.block.saved_bytes);
+  assert_true(bm.block.whole_saved_bytes > 0 &&
+              bm.block.whole_saved_bytes + bm.block.attn_saved_bytes < bm.block.saved_bytes);
+}
+
+static sc_status run(const sc_block_model *bm, const char *cluster, int64_t batch, int64_t budget,
+                     sc_search_result *r, sc_diag *d) {
+  static sc_cluster c;
+  c = preset(cluster);
+  sc_search_opts o = {.cluster = &c, .global_batch = batch, .dtype = SC_CLUSTER_BF16,
+                      .adamw = true, .memory_budget = budget};
+  sc_diag_clear(d);
+  return sc_search_run(bm, &o, r, d);
+}
+
+static void test_search_space(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  sc_search_result r;
+  sc_diag d = {0};
+  assert_int_equal(run(&bm, "h100-sxm:8x2", 64, 0, &r, &d), SC_OK);
+  assert_int_equal(r.n_top, SC_SEARCH_TOP);
+  assert_true(r.evaluated > 0);
+  assert_int_equal(r.pruned, r.pruned_heads + r.pruned_node + r.pruned_batch +
+                                 r.pruned_microbatch + r.pruned_state + r.pruned_bound);
+  assert_true(r.pruned_heads > 0); /* 2, 4, 8, 16 do not divide 25 heads */
+  for (int32_t i = 0; i < r.n_top; i++) {
+    const sc_search_cand *c = &r.top[i];
+    assert_int_equal(c->pp * c->dp * c->fsdp * c->tp, 16);
+    assert_int_equal(bm.heads % c->tp, 0);
+    assert_true(c->tp <= 8);
+    assert_int_equal(64 % (c->dp * c->fsdp), 0);
+    assert_int_equal(c->micro_batch_size * c->microbatches * c->dp * c->fsdp, 64);
+    assert_true(c->fits && c->peak_bytes > 0);
+    assert_true(c->peak_bytes <= 81559LL * 1024 * 1024);
+    assert_true(c->step_s > 0 && c->step_s == c->step_s);
+    assert_true(c->mfu > 0 && c->mfu < 1);
+    if (i) assert_true(r.top[i - 1].step_s <= c->step_s);
+    if (c->pp == 1) assert_int_equal(c->microbatches, 1);
+    if (strcmp(c->schedule, "interleaved") == 0) assert_int_equal(c->microbatches % c->pp, 0);
+  }
+  /* the estimate of the best, recomputed alone, is the search's */
+  sc_search_cand again = r.top[0];
+  again.step_s = 0;
+  again.peak_bytes = 0;
+  sc_cluster c = preset("h100-sxm:8x2");
+  sc_search_opts o = {.cluster = &c, .global_batch = 64, .dtype = SC_CLUSTER_BF16, .adamw = true};
+  assert_int_equal(sc_search_estimate(&bm, &o, &again, &d), SC_OK);
+  assert_true(again.step_s == r.top[0].step_s);
+  assert_int_equal(again.peak_bytes, r.top[0].peak_bytes);
+}
+
+/* More GPUs for the same global batch: the best estimate is never slower. */
+static void test_more_gpus(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  const char *clusters[] = {"h100-sxm:8x1", "h100-sxm:8x2", "h100-sxm:8x4", "h100-sxm:8x8"};
+  double prev = 0;
+  for (int i = 0; i < 4; i++) {
+    sc_search_result r;
+    sc_diag d = {0};
+    assert_int_equal(run(&bm, clusters[i], 64, 0, &r, &d), SC_OK);
+    assert_true(r.n_top > 0);
+    if (i) assert_true(r.top[0].step_s <= prev);
+    prev = r.top[0].step_s;
+  }
+}
+
+static void test_budget(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  sc_search_result r;
+  sc_diag d = {0};
+  int64_t budget = 2LL << 30;
+  assert_int_equal(run(&bm, "h100-sxm:8x1", 64, budget, &r, &d), SC_OK);
+  assert_int_equal(r.n_top, 0);
+  assert_true(r.have_closest);
+  assert_true(r.closest.peak_bytes > budget && !r.closest.fits);
+  char why[256];
+  sc_search_why(&r.closest, &r.closest, budget, why, sizeof why);
+  assert_non_null(strstr(why, "does not fit: pipeline rank"));
+  /* a budget that the training state of a plan exceeds prunes it */
+  assert_true(r.pruned_state > 0);
+  /* a budget every plan fits keeps as many as the device's memory does */
+  sc_search_result r2;
+  assert_int_equal(run(&bm, "h100-sxm:8x1", 64, 0, &r2, &d), SC_OK);
+  assert_true(r2.n_top > 0 && r2.pruned_state < r.pruned_state);
+}
+
+static void test_batch_refused(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT2, &bm, &n);
+  assert_int_equal(bm.n_blocks, 2);
+  assert_int_equal(bm.heads, 4);
+  sc_search_result r;
+  sc_diag d = {0};
+  /* 16 devices, tp <= 4 (heads), pp <= 2 (blocks): dp x fsdp >= 2 */
+  assert_int_equal(run(&bm, "h100-sxm:8x2", 3, 0, &r, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "global batch 3 does not divide"));
+  assert_non_null(strstr(d.msg, "batches that do: 2 or 4"));
+  assert_int_equal(run(&bm, "h100-sxm:8x2", 4, 0, &r, &d), SC_OK);
+  assert_true(r.n_top > 0);
+  for (int32_t i = 0; i < r.n_top; i++) assert_int_equal(4 % (r.top[i].dp * r.top[i].fsdp), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
+      cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_batch_refused),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,578 @@
+/* plan_auto.c — `shardc plan MODEL --train --auto` (plan_auto.h).
+ *
+ * Data flow: the model is built once as a forward graph of one example
+ * (shapes only, no plan, no codegen) and measured into a block model
+ * (passes/plan/block_model.h); the search (passes/plan/search.h) ranks
+ * every strategy from it. The fastest that fits is then built for real
+ * through the same options as `plan --train --cluster C --mesh ...`
+ * (sc_train_args_build) and its step predicted by the same call
+ * (sc_plan_train_predict): its "predicted" is the exact one, so the
+ * prediction of a mesh is the same whether --auto reached it or --mesh
+ * gave it. When its exact memory does not fit, the next candidate is
+ * compiled, and the report says so. The other candidates' figures are
+ * the block model's ("source": "estimate"). */
+#include "tools/plan_auto.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "passes/partition/partition.h"
+#include "passes/plan/search.h"
+#include "runtime/runtime.h"
+#include "tools/cli.h"
+#include "tools/partition_args.h"
+#include "tools/plan_train.h"
+#include "tools/train_args.h"
+
+static const char *const USAGE =
+    "shardc plan MODEL.onnx --train --auto --cluster C --global-batch B\n"
+    "                      [--memory-budget BYTES|P%] [--precision fp32|bf16|fp16]\n"
+    "                      [--optimizer sgd|adamw] [--dim NAME=V]... [--json]";
+
+enum { MAX_ARGS = 1024, MAX_TRIES = SC_SEARCH_TOP };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bool sc_plan_auto_asked(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--") == 0) return false;
+    if (strcmp(argv[i], "--auto") == 0) return true;
+  }
+  return false;
+}
+
+typedef struct auto_args {
+  int64_t global_batch;
+  char train_opts[512];     /* the training options given, as written (for the replay) */
+  const char *budget;       /* --memory-budget's text */
+  int64_t budget_bytes;     /* or */
+  double budget_fraction;   /* of the device's memory (P%) */
+} auto_args;
+
+/* --memory-budget: BYTES with an optional K, M, G suffix, or P% of the
+ * device's memory. */
+static int parse_budget(const char *v, auto_args *a) {
+  char *end = NULL;
+  double x = strtod(v, &end);
+  if (!end || end == v || !isfinite(x) || x <= 0)
+    return sc_cli_usage_error("--memory-budget takes BYTES (K, M, G suffixes) or P%%, not '%s'",
+                              v);
+  if (strcmp(end, "%") == 0) {
+    if (x > 100) return sc_cli_usage_error("--memory-budget %s: at most 100%%", v);
+    a->budget_fraction = x / 100;
+    return 0;
+  }
+  double unit = !*end ? 1 : strcmp(end, "K") == 0 ? 1024.0 : strcmp(end, "M") == 0 ? 1048576.0
+                        : strcmp(end, "G") == 0 ? 1073741824.0 : 0;
+  if (unit == 0)
+    return sc_cli_usage_error("--memory-budget takes BYTES (K, M, G suffixes) or P%%, not '%s'",
+                              v);
+  a->budget_bytes = (int64_t)(x * unit);
+  return 0;
+}
+
+static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
+                      sc_train_args *ta, char **rest, int *n_rest) {
+  *n_rest = 0;
+  rest[(*n_rest)++] = argv[0];
+  bool train = false;
+  for (int i = 1; i < argc;) {
+    if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
+    bool missing = false;
+    const char *v;
+    if (strcmp(argv[i], "--auto") == 0 || strcmp(argv[i], "--train") == 0) {
+      train |= argv[i][2] == 't';
+      i++;
+      continue;
+    }
+    if ((v = sc_cli_opt_value(argc, argv, &i, "--global-batch", &missing))) {
+      if (missing) return sc_cli_usage_error("--global-batch needs a value");
+      if (!sc_cli_parse_i64(v, 1, (int64_t)1 << 40, &a->global_batch))
+        return sc_cli_usage_error("--global-batch takes a count >= 1, not '%s'", v);
+      i++;
+      continue;
+    }
+    if ((v = sc_cli_opt_value(argc, argv, &i, "--memory-budget", &missing))) {
+      if (missing) return sc_cli_usage_error("--memory-budget needs a value");
+      a->budget = v;
+      if (parse_budget(v, a)) return 2;
+      i++;
+      continue;
+    }
+    int rc = sc_partition_args_take(p, argc, argv, &i, false);
+    if (rc == 1) continue;
+    if (rc) return rc;
+    int at = i;
+    if ((rc = sc_train_args_take(ta, argc, argv, &i)) == 1) {
+      for (int k = at; k < i; k++) {
+        size_t len = strlen(a->train_opts);
+        snprintf(a->train_opts + len, sizeof a->train_opts - len, " %s", argv[k]);
+      }
+      continue;
+    }
+    if (rc) return rc;
+    rest[(*n_rest)++] = argv[i++];
+  }
+  if (!train) return sc_cli_usage_error("--auto searches training plans: it needs --train");
+  sc_partition_args bare;
+  sc_partition_args_init(&bare);
+  bare.cluster = p->cluster;
+  if (memcmp(&bare, p, sizeof bare) != 0)
+    return sc_cli_usage_error("--auto chooses the mesh and every partitioning option itself: "
+                              "give only --cluster (not --mesh, --plan, --zero, --schedule, ...)");
+  if (ta->recompute_auto) return sc_cli_usage_error("--auto chooses the recompute itself");
+  if (!p->cluster) return sc_cli_usage_error("--auto needs --cluster C (the devices to plan for)");
+  if (!a->global_batch)
+    return sc_cli_usage_error("--auto needs --global-batch B (examples per optimizer step)");
+  return 0;
+}
+
+/* The token ids' batch dim: dim 0's symbolic name of the first integer
+ * input of rank >= 2, or NULL. */
+static const char *batch_dim(sc_graph *g) {
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const sc_value *v = &g->values[g->inputs[i]];
+    if (sc_dtype_is_int(v->dtype) && v->rank >= 2 && v->dim_param && v->dim_param[0])
+      return v->dim_param[0];
+  }
+  return NULL;
+}
+
+/* ---- the exact evaluation of one candidate ---- */
+
+typedef struct exact {
+  sc_build *b;
+  double seconds;
+} exact;
+
+static int compile(const sc_search_cand *c, const char *cluster, const sc_cli_opts *base,
+                   const char *dim, int64_t batch, sc_train_args *ta, exact *out) {
+  char mesh[128];
+  sc_search_mesh(c, mesh, sizeof mesh);
+  sc_partition_args p;
+  sc_partition_args_init(&p);
+  p.mesh = mesh;
+  p.cluster = cluster;
+  p.zero = c->zero;
+  p.microbatches = c->microbatches;
+  p.schedule = c->pp > 1 ? c->schedule : NULL;
+  p.virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
+  p.sequence_parallel = c->sequence_parallel;
+  sc_cli_opts o = *base;
+  o.no_weights = true; /* shapes only */
+  int k = 0;
+  while (k < o.n_dims && strcmp(o.dims[k].name, dim) != 0) k++;
+  if (k == o.n_dims) {
+    if (k == SC_CLI_MAX_DIMS) return sc_cli_usage_error("too many --dim");
+    o.n_dims++;
+  }
+  snprintf(o.dims[k].name, sizeof o.dims[k].name, "%s", dim);
+  o.dims[k].value = batch;
+  ta->t.recompute = (sc_recompute_kind)c->recompute;
+  ta->t.shape_only = true;
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, &o, &p);
+  bs.compile.quiet = true;
+  bs.pass.quiet = true;
+  bs.build.no_weights = true;
+  double t0 = now_s();
+  int rc = sc_train_args_build(ta, &p, &o, &bs.build, &out->b);
+  out->seconds = now_s() - t0;
+  return rc;
+}
+
+/* ---- printing ---- */
+
+static void fmt_time(double s, char *buf, size_t n) {
+  if (s >= 1) snprintf(buf, n, "%.3f s", s);
+  else if (s >= 1e-3) snprintf(buf, n, "%.3f ms", s * 1e3);
+  else snprintf(buf, n, "%.3f us", s * 1e6);
+}
+
+static void fmt_bytes(double b, char *buf, size_t n) { sc_stats_format_bytes(b, buf, n); }
+
+/* The candidate's estimate as a predicted object (source "estimate"). */
+static void estimate_predicted(const sc_search_cand *c, double tokens, sc_plan_predicted *pr) {
+  memset(pr, 0, sizeof *pr);
+  pr->on = true;
+  snprintf(pr->source, sizeof pr->source, "estimate");
+  pr->pipe_rank = c->pp > 1 ? (int32_t)(c->pp - 1) : 0;
+  pr->step_time_s = c->step_s;
+  pr->tokens_per_s = c->step_s > 0 ? tokens / c->step_s : 0;
+  pr->mfu = c->mfu;
+  pr->peak_bytes_per_rank = c->peak_bytes;
+  pr->fits = c->fits;
+  pr->compute_s = c->compute_s;
+  pr->bubble_s = c->bubble_s;
+  pr->recompute_s = c->recompute_s;
+  pr->optimizer_s = c->optimizer_s;
+  const char *names[4] = {"tp", "fsdp", "dp", "pp"};
+  double secs[4] = {c->tp_s, c->fsdp_s, c->dp_s, c->pp_s};
+  for (int i = 0; i < 4; i++)
+    if (secs[i] > 0) {
+      snprintf(pr->comm[pr->n_comm].axes, sizeof pr->comm[0].axes, "%s", names[i]);
+      pr->comm[pr->n_comm++].seconds = secs[i];
+    }
+}
+
+/* c's options as plan --train takes them. */
+static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
+  char mesh[128];
+  sc_search_mesh(c, mesh, sizeof mesh);
+  size_t pos = 0;
+  int w = snprintf(buf, n, "--mesh %s", mesh);
+#define ADD(...)                                                        \
+  do {                                                                  \
+    if (w >= 0 && (pos += (size_t)w) < n) w = snprintf(buf + pos, n - pos, __VA_ARGS__); \
+  } while (0)
+  if (c->zero) ADD(" --zero %d", c->zero);
+  if (c->pp > 1) ADD(" --schedule %s", c->schedule);
+  if (c->virtual_stages > 1) ADD(" --virtual-stages %d", c->virtual_stages);
+  ADD(" --microbatches %d --recompute %s", c->microbatches,
+      sc_search_recompute_name(c->recompute));
+  if (c->sequence_parallel) ADD(" --sequence-parallel");
+#undef ADD
+}
+
+static json_t *cand_json(const sc_search_cand *c, const sc_plan_predicted *pr, const char *why) {
+  json_t *pj = sc_plan_predicted_json(pr);
+  if (strcmp(pr->source, "estimate") == 0) json_object_del(pj, "simulated");
+  json_t *o = json_pack("{s:{s:I,s:I,s:I,s:I,s:I}, s:i, s:I, s:b, s:s, s:i, s:i, s:I, s:s}",
+                        "mesh", "dp", (json_int_t)c->dp, "fsdp", (json_int_t)c->fsdp, "tp",
+                        (json_int_t)c->tp, "pp", (json_int_t)c->pp, "cp", (json_int_t)c->cp,
+                        "zero", c->zero, "hybrid_shard_degree",
+                        (json_int_t)c->hybrid_shard_degree, "sequence_parallel",
+                        c->sequence_parallel, "schedule", c->schedule, "virtual_stages",
+                        c->virtual_stages, "microbatches", c->microbatches, "micro_batch_size",
+                        (json_int_t)c->micro_batch_size, "recompute",
+                        sc_search_recompute_name(c->recompute));
+  json_object_set_new(o, "predicted", pj);
+  char opts[384];
+  cand_options(c, opts, sizeof opts);
+  json_object_set_new(o, "options", json_string(opts));
+  if (why) json_object_set_new(o, "why", json_string(why));
+  return o;
+}
+
+static void cand_line(int i, const sc_search_cand *c, const sc_plan_predicted *pr,
+                      const char *why) {
+  char mesh[128], t[32], mem[32];
+  sc_search_mesh(c, mesh, sizeof mesh);
+  fmt_time(pr->step_time_s, t, sizeof t);
+  fmt_bytes((double)pr->peak_bytes_per_rank, mem, sizeof mem);
+  char sched[32];
+  if (c->pp > 1 && c->virtual_stages > 1)
+    snprintf(sched, sizeof sched, "%s/%d", c->schedule, c->virtual_stages);
+  else snprintf(sched, sizeof sched, "%s", c->pp > 1 ? c->schedule : "-");
+  printf("  %2d  %-22s %4d %3s  %-14s %4d %5lld  %-9s %12s %6.1f%% %11s  %s%s\n", i, mesh,
+         c->zero, c->sequence_parallel ? "on" : "-", sched, c->microbatches,
+         (long long)c->micro_batch_size, sc_search_recompute_name(c->recompute), t,
+         100 * pr->mfu, mem, strcmp(pr->source, "estimate") ? "[exact] " : "", why);
+}
+
+/* When nothing fits: which rank of the least-over candidate is over, by
+ * how much, and what would make it fit. */
+static int no_fit(const sc_search_result *r, int64_t limit, const char *file, bool all_over,
+                  bool bf16) {
+  char over[32], lim[32];
+  fmt_bytes((double)limit, lim, sizeof lim);
+  if (!r->have_closest) {
+    fprintf(stderr, "shardc: error: %s: plan --auto: no plan fits %s per rank\n", file, lim);
+    return 1;
+  }
+  const sc_search_cand *c = &r->closest;
+  fmt_bytes((double)(c->peak_bytes - limit), over, sizeof over);
+  char opts[384];
+  cand_options(c, opts, sizeof opts);
+  fprintf(stderr, "shardc: error: %s: plan --auto: no plan fits %s per rank%s; the closest, "
+          "%s (micro-batch %lld), is over on pipeline rank %d by %s (%lld bytes, block-model "
+          "estimate); what would make it fit: more GPUs (a larger --cluster)%s%s%s%s\n", file,
+          lim, all_over ? " (the best by the estimate, compiled, were all over)" : "", opts,
+          (long long)c->micro_batch_size, (int)c->peak_pipe_rank, over,
+          (long long)(c->peak_bytes - limit),
+          c->zero < 3 ? ", a larger ZeRO stage (--zero 3 over more fsdp ranks)" : "",
+          c->recompute != SC_SEARCH_RECOMPUTE_FULL ? ", full recompute" : "",
+          c->micro_batch_size > 1 ? ", a smaller micro-batch (a smaller --global-batch)" : "",
+          bf16 ? "" : ", --precision bf16");
+  return 1;
+}
+
+int sc_cmd_plan_auto(int argc, char **argv) {
+  auto_args a = {0};
+  sc_partition_args p;
+  sc_partition_args_init(&p);
+  sc_train_args ta;
+  sc_train_args_init(&ta);
+  char *rest[MAX_ARGS];
+  int n_rest = 0;
+  int rc = split_args(argc, argv, &a, &p, &ta, rest, &n_rest);
+  if (rc) return rc;
+  sc_cli_opts o;
+  rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_NO_WEIGHTS | SC_CLI_JSON, USAGE, &o);
+  if (rc) return rc;
+  if (o.help) {
+    printf("usage: %s\n\nSearches every training plan shardc runs on the cluster (docs/"
+           "planner.md, section 4) and prints the chosen one, evaluated exactly, and the ten "
+           "best with why each loses.\n", USAGE);
+    return 0;
+  }
+  if ((rc = sc_train_args_finish(&ta)) != 0) return rc;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_cluster cluster;
+  if (sc_cluster_load(p.cluster, &cluster, &d) != SC_OK) return sc_cli_report(&d, NULL);
+  sc_device_target target;
+  sc_runtime_target_host(&target);
+
+  /* 1. the block model, from the forward graph of one example */
+  double t0 = now_s();
+  sc_partition_args none;
+  sc_partition_args_init(&none);
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, &o, NULL);
+  bs.compile.quiet = true;
+  bs.pass.quiet = true; /* the batch dim left unbound is 1, without a note */
+  bs.build.no_weights = true;
+  bs.build.codegen = false;
+  sc_build *fb = NULL;
+  if ((rc = sc_partition_args_build(&none, &o, &bs.build, &fb, NULL)) != 0) return rc;
+  const char *dim = batch_dim(fb->graph);
+  sc_block_model bm;
+  sc_status st = SC_OK;
+  if (!dim)
+    st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                     "plan --auto: the token ids (the first integer input of rank >= 2) have no "
+                     "symbolic batch dim for --global-batch to set");
+  char dim_name[128] = "";
+  if (st == SC_OK) {
+    snprintf(dim_name, sizeof dim_name, "%s", dim);
+    st = sc_block_model_build(fb->graph, &bm, &d);
+  }
+  sc_build_destroy(fb);
+  if (st != SC_OK) return sc_cli_report(&d, o.file);
+  double t_model = now_s() - t0;
+
+  /* 2. the search */
+  sc_search_opts so = {.cluster = &cluster,
+                       .global_batch = a.global_batch,
+                       .dtype = ta.t.bf16 ? SC_CLUSTER_BF16 : ta.t.fp16 ? SC_CLUSTER_FP16
+                                                                         : SC_CLUSTER_FP32,
+                       .adamw = ta.t.optimizer != SC_OPTIMIZER_SGD,
+                       .memory_budget = a.budget_bytes};
+  if (a.budget_fraction > 0)
+    so.memory_budget = (int64_t)(a.budget_fraction * (double)cluster.device_memory_bytes);
+  int64_t limit = so.memory_budget > 0 ? so.memory_budget : cluster.device_memory_bytes;
+  sc_search_result *r = sc_calloc(1, sizeof *r);
+  if (!r) {
+    fprintf(stderr, "shardc: error: out of memory\n");
+    return 1;
+  }
+  t0 = now_s();
+  st = sc_search_run(&bm, &so, r, &d);
+  double t_search = now_s() - t0;
+  if (st != SC_OK) {
+    sc_free(r);
+    return st == SC_ERR_USAGE ? (fprintf(stderr, "shardc: error: %s: %s\n", o.file, d.msg), 2)
+                              : sc_cli_report(&d, o.file);
+  }
+  if (r->n_top == 0) {
+    rc = no_fit(r, limit, o.file, false, ta.t.bf16 || ta.t.fp16);
+    sc_free(r);
+    return rc;
+  }
+
+  /* 3. the exact evaluation: the fastest whose compiled step fits */
+  exact ex = {0};
+  int32_t chosen = -1;
+  double t_exact = 0;
+  char skipped[MAX_TRIES][320];
+  int32_t n_skipped = 0;
+  for (int32_t i = 0; i < r->n_top && chosen < 0; i++) {
+    rc = compile(&r->top[i], p.cluster, &o, dim_name, a.global_batch, &ta, &ex);
+    t_exact += ex.seconds;
+    if (rc) break;
+    st = sc_plan_train_predict(ex.b, &ta.t, &target, 0, &d);
+    if (st != SC_OK) {
+      rc = sc_cli_report(&d, o.file);
+      break;
+    }
+    const sc_plan_predicted *pr = &ex.b->plan->predicted;
+    if (pr->peak_bytes_per_rank <= limit) {
+      chosen = i;
+      break;
+    }
+    char mesh[128], over[32];
+    sc_search_mesh(&r->top[i], mesh, sizeof mesh);
+    fmt_bytes((double)(pr->peak_bytes_per_rank - limit), over, sizeof over);
+    snprintf(skipped[n_skipped++], sizeof skipped[0],
+             "does not fit: candidate %d (%s, recompute %s) compiled is over by %s on its "
+             "largest rank (the estimate said it fits); the next one taken",
+             (int)i + 1, mesh, sc_search_recompute_name(r->top[i].recompute), over);
+    sc_build_destroy(ex.b);
+    ex.b = NULL;
+  }
+  if (rc || chosen < 0) {
+    if (!rc) rc = no_fit(r, limit, o.file, true, ta.t.bf16 || ta.t.fp16);
+    sc_build_destroy(ex.b);
+    sc_free(r);
+    return rc;
+  }
+  const sc_search_cand *ch = &r->top[chosen];
+  const sc_plan_predicted *exact_pr = &ex.b->plan->predicted;
+  double tokens = (double)a.global_batch * (double)bm.seq;
+  double err = ch->step_s > 0 && exact_pr->step_time_s > 0
+                   ? (ch->step_s - exact_pr->step_time_s) / exact_pr->step_time_s
+                   : 0;
+  /* the exact path sums compute and communication without the bubble
+   * (codegen/dist_cost.h, until it simulates the schedule): the error on
+   * the same terms */
+  double err_nb = ch->step_s - ch->bubble_s > 0 && exact_pr->step_time_s > 0
+                      ? (ch->step_s - ch->bubble_s - exact_pr->step_time_s) /
+                            exact_pr->step_time_s
+                      : 0;
+  char why[SC_SEARCH_TOP][320];
+  for (int32_t i = 0; i < r->n_top; i++) {
+    if (i == chosen) snprintf(why[i], sizeof why[i], "chosen");
+    else if (i < chosen) snprintf(why[i], sizeof why[i], "%s", skipped[i]);
+    else sc_search_why(ch, &r->top[i], limit, why[i], sizeof why[i]);
+  }
+
+  if (o.json) {
+    json_t *cands = json_array();
+    for (int32_t i = 0; i < r->n_top; i++) {
+      sc_plan_predicted pr;
+      if (i == chosen) pr = *exact_pr;
+      else estimate_predicted(&r->top[i], tokens, &pr);
+      json_array_append_new(cands, cand_json(&r->top[i], &pr, why[i]));
+    }
+    json_t *cj = cand_json(ch, exact_pr, NULL);
+    sc_plan_predicted est;
+    estimate_predicted(ch, tokens, &est);
+    json_t *ej = sc_plan_predicted_json(&est);
+    json_object_del(ej, "simulated");
+    json_object_set_new(cj, "estimate", ej);
+    json_object_set_new(cj, "estimate_error", json_real(err));
+    json_object_set_new(cj, "estimate_error_without_bubble", json_real(err_nb));
+    /* the plan file of the chosen plan: `--plan` replays it */
+    sc_diag pd = {0};
+    sc_diag_clear(&pd);
+    char *plan_text = NULL;
+    if (sc_partition_complete_plan(ex.b->part, ex.b->plan, &pd) == SC_OK)
+      plan_text = sc_plan_write_json_string(ex.b->plan, &pd);
+    json_t *plan = plan_text ? json_loads(plan_text, 0, NULL) : NULL;
+    sc_free(plan_text);
+    json_object_set_new(cj, "plan", plan ? plan : json_null());
+    char replay[1024], opts[384];
+    cand_options(ch, opts, sizeof opts);
+    size_t pos = (size_t)snprintf(replay, sizeof replay, "--train --cluster %s %s%s", p.cluster,
+                                  opts, a.train_opts);
+    for (int k = 0; k < o.n_dims && pos < sizeof replay; k++)
+      if (strcmp(o.dims[k].name, dim_name) != 0)
+        pos += (size_t)snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld",
+                                o.dims[k].name, (long long)o.dims[k].value);
+    if (pos < sizeof replay)
+      snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld --no-weights", dim_name,
+               (long long)a.global_batch);
+    json_object_set_new(cj, "replay", json_string(replay));
+    json_t *root = json_pack(
+        "{s:{s:f, s:f, s:f, s:I, s:I, s:o, s:o, s:o}}", "auto", "time_s",
+        t_model + t_search + t_exact, "search_time_s", t_search, "exact_time_s", t_exact,
+        "candidates_evaluated", (json_int_t)r->evaluated, "candidates_pruned",
+        (json_int_t)r->pruned,
+        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "heads", (json_int_t)r->pruned_heads,
+                            "node", (json_int_t)r->pruned_node, "batch",
+                            (json_int_t)r->pruned_batch, "microbatches",
+                            (json_int_t)r->pruned_microbatch, "state",
+                            (json_int_t)r->pruned_state, "bound", (json_int_t)r->pruned_bound),
+        "chosen", cj, "candidates", cands);
+    json_t *au = json_object_get(root, "auto");
+    json_object_set_new(au, "block_model_time_s", json_real(t_model));
+    const sc_block_part *bp = &bm.block;
+    json_object_set_new(
+        au, "block_model",
+        json_pack("{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:I, s:I, s:f, s:f, "
+                  "s:f, s:f}, s:{s:f, s:f, s:I, s:f}}",
+                  "blocks", bm.n_blocks, "found", bm.found, "hidden", (json_int_t)bm.hidden,
+                  "heads", (json_int_t)bm.heads, "seq", (json_int_t)bm.seq, "vocab",
+                  (json_int_t)bm.vocab, "parameters", (json_int_t)sc_block_model_params(&bm),
+                  "block", "gemm_flops", bp->gemm_flops, "attention_flops", bp->attn_flops,
+                  "memory_bytes", bp->mem_bytes, "params", (json_int_t)bp->params,
+                  "split_params", (json_int_t)bp->split_params, "saved_bytes",
+                  bp->saved_bytes, "attention_saved_bytes", bp->attn_saved_bytes,
+                  "stream_saved_bytes", bp->whole_saved_bytes, "input_bytes", bp->input_bytes,
+                  "outside", "gemm_flops", bm.outside.gemm_flops, "memory_bytes",
+                  bm.outside.mem_bytes, "params", (json_int_t)bm.outside.params, "saved_bytes",
+                  bm.outside.saved_bytes));
+    json_object_set_new(au, "memory_limit_bytes", json_integer(limit));
+    json_object_set_new(au, "tp_left_node", json_boolean(r->tp_left_node));
+    json_t *sk = json_array();
+    for (int32_t i = 0; i < n_skipped; i++) json_array_append_new(sk, json_string(skipped[i]));
+    json_object_set_new(au, "skipped", sk);
+    char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    if (text) printf("%s\n", text);
+    free(text);
+    json_decref(root);
+  } else {
+    char lim[32], t1[32], t2[32], t3[32], count[32];
+    fmt_bytes((double)limit, lim, sizeof lim);
+    sc_cli_format_count(sc_block_model_params(&bm), count, sizeof count);
+    printf("plan --auto: %s on %s (%lld devices), global batch %lld, %s, memory per rank %s\n",
+           o.file, cluster.name, (long long)sc_cluster_devices(&cluster),
+           (long long)a.global_batch, ta.t.bf16 ? "bf16" : ta.t.fp16 ? "fp16" : "fp32", lim);
+    printf("block model: %d blocks found %s; hidden %lld, heads %lld, sequence %lld, %s "
+           "parameters\n", (int)bm.n_blocks, bm.found, (long long)bm.hidden,
+           (long long)bm.heads, (long long)bm.seq, count);
+    fmt_time(t_model, t1, sizeof t1);
+    fmt_time(t_search, t2, sizeof t2);
+    fmt_time(t_exact, t3, sizeof t3);
+    printf("searched: %lld candidates evaluated, %lld pruned (tp not dividing the heads %lld, "
+           "tp leaving a node or uneven placement %lld, batch not dividing %lld, microbatches "
+           "%lld, training state over memory %lld, lower bound no better than the 10th %lld)\n",
+           (long long)r->evaluated, (long long)r->pruned, (long long)r->pruned_heads,
+           (long long)r->pruned_node, (long long)r->pruned_batch,
+           (long long)r->pruned_microbatch, (long long)r->pruned_state,
+           (long long)r->pruned_bound);
+    if (r->tp_left_node) printf("  (nothing fitted with tp inside a node: tp may span nodes)\n");
+    printf("time: block model %s, search %s, exact evaluation %s\n", t1, t2, t3);
+    for (int32_t i = 0; i < n_skipped; i++) printf("note: %s\n", skipped[i]);
+    char mesh[128], et[32], xt[32], pk[32];
+    sc_search_mesh(ch, mesh, sizeof mesh);
+    fmt_time(exact_pr->step_time_s, xt, sizeof xt);
+    fmt_time(ch->step_s, et, sizeof et);
+    fmt_bytes((double)exact_pr->peak_bytes_per_rank, pk, sizeof pk);
+    char opts[384];
+    cand_options(ch, opts, sizeof opts);
+    printf("\nchosen: %s (micro-batch %lld per replica)\n", opts, (long long)ch->micro_batch_size);
+    if (exact_pr->unknown[0]) printf("  exact: unknown: %s\n", exact_pr->unknown);
+    else
+      printf("  exact (compiled, as plan --train --mesh): step %s, MFU %.1f%%, peak %s per "
+             "rank (%lld bytes), %s\n", xt, 100 * exact_pr->mfu, pk,
+             (long long)exact_pr->peak_bytes_per_rank, exact_pr->fits ? "fits" : "over");
+    printf("  estimate (block model): step %s (%+.1f %% against the exact; %+.1f %% without its "
+           "pipeline bubble, which the exact path does not count yet)\n", et, 100 * err,
+           100 * err_nb);
+    printf("\nbest %d (block-model estimates; the chosen one's figures exact):\n",
+           (int)r->n_top);
+    printf("  %2s  %-22s %4s %3s  %-14s %4s %5s  %-9s %12s %7s %11s  %s\n", "#", "mesh", "zero",
+           "sp", "schedule", "M", "mb", "recompute", "step", "MFU", "peak/rank", "why");
+    for (int32_t i = 0; i < r->n_top; i++) {
+      sc_plan_predicted pr;
+      if (i == chosen) pr = *exact_pr;
+      else estimate_predicted(&r->top[i], tokens, &pr);
+      cand_line(i + 1, &r->top[i], &pr, why[i]);
+    }
+  }
+  fflush(stdout);
+  sc_build_destroy(ex.b);
+  sc_free(r);
+  return 0;
+}
