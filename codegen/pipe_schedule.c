@@ -353,14 +353,22 @@ int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, i
   return x->mb_readers[q] + (k == t->M - 1 ? x->step_readers[q] : 0);
 }
 
-/* The handoff piece s's input j reads (*h, -1 when none) and its cell
- * h * M + the microbatch it reads. */
-static size_t input_cell(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t s,
-                         int32_t j, int32_t mb, int32_t *h) {
+/* The handoff piece s's input j reads, or -1 when none (a name lookup:
+ * sc_pipe_traffic asks once per piece and input, not per action). */
+static int32_t input_handoff(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t s,
+                             int32_t j) {
   const sc_program *p = dp->stages[s].program;
   const char *name = p->buffers[p->inputs[j]].name;
   int32_t o, src = sc_dist_find_input(dp, name) >= 0 ? -1 : sc_dist_handoff_source(dp, s, name, &o);
-  *h = src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
+  return src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
+}
+
+/* Piece s's input j's handoff (*h, from the table hof filled by
+ * sc_pipe_traffic: first[s] + j) and its cell h * M + the microbatch it
+ * reads. */
+static size_t input_cell(const sc_pipe_handoffs *t, const int32_t *hof, const int32_t *first,
+                         int32_t s, int32_t j, int32_t mb, int32_t *h) {
+  *h = hof[first[s] + j];
   if (*h < 0) return 0;
   int32_t k = t->h[*h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
   return (size_t)*h * (size_t)t->M + (size_t)k;
@@ -373,6 +381,18 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   int32_t *left = sc_calloc(cells, sizeof *left);
   bool *kept = sc_calloc(cells, 1);
   int64_t live = 0, peak = 0, out = 0;
+  /* every piece's inputs' handoffs, looked up once */
+  int32_t *first = sc_calloc((size_t)dp->n_stages + 1, sizeof *first);
+  for (int32_t st = 0; first && st < dp->n_stages; st++)
+    first[st + 1] = first[st] + dp->stages[st].program->n_inputs;
+  int32_t *hof = first ? sc_calloc((size_t)first[dp->n_stages] + 1, sizeof *hof) : NULL;
+  for (int32_t st = 0; hof && st < dp->n_stages; st++)
+    for (int32_t j = 0; j < dp->stages[st].program->n_inputs; j++)
+      hof[first[st] + j] = input_handoff(t, dp, st, j);
+  if (!hof) { /* out of memory: nothing counted */
+    sc_free(left);
+    left = NULL;
+  }
   for (int32_t h = 0; left && h < t->n; h++)
     for (int32_t k = 0; k < t->M; k++)
       left[(size_t)h * t->M + k] = sc_pipe_handoff_reads(t, h, q, k);
@@ -382,7 +402,7 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
     /* inputs received before the run */
     for (int32_t j = 0; j < p->n_inputs; j++) {
       int32_t h;
-      size_t c = input_cell(t, dp, s, j, mb, &h);
+      size_t c = input_cell(t, hof, first, s, j, mb, &h);
       if (h >= 0 && !kept[c]) {
         kept[c] = true;
         if ((live += t->h[h].bytes) > peak) peak = live;
@@ -393,7 +413,7 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
     /* after the run: the last reads release, then outputs are kept */
     for (int32_t j = 0; j < p->n_inputs; j++) {
       int32_t h;
-      size_t c = input_cell(t, dp, s, j, mb, &h);
+      size_t c = input_cell(t, hof, first, s, j, mb, &h);
       if (h >= 0 && --left[c] <= 0 && kept[c]) {
         kept[c] = false;
         live -= t->h[h].bytes;
@@ -416,6 +436,8 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   }
   sc_free(left);
   sc_free(kept);
+  sc_free(hof);
+  sc_free(first);
   *peak_stash = peak;
   *sent = out;
 }

@@ -34,7 +34,9 @@ static const char *const USAGE =
     "                      [--memory-budget BYTES|P%] [--precision fp32|bf16|fp16]\n"
     "                      [--optimizer sgd|adamw] [--dim NAME=V]... [--json]";
 
-enum { MAX_ARGS = 1024, MAX_TRIES = SC_SEARCH_TOP };
+/* Searches at most: each one after the exact plan of the previous best
+ * did not fit. */
+enum { MAX_ARGS = 1024, MAX_ROUNDS = 4 };
 
 static double now_s(void) {
   struct timespec ts;
@@ -296,7 +298,7 @@ static int no_fit(const sc_search_result *r, int64_t limit, const char *file, bo
   fprintf(stderr, "shardc: error: %s: plan --auto: no plan fits %s per rank%s; the closest, "
           "%s (micro-batch %lld), is over on pipeline rank %d by %s (%lld bytes, block-model "
           "estimate); what would make it fit: more GPUs (a larger --cluster)%s%s%s%s\n", file,
-          lim, all_over ? " (the best by the estimate, compiled, were all over)" : "", opts,
+          lim, all_over ? " (after the exact plans above)" : "", opts,
           (long long)c->micro_batch_size, (int)c->peak_pipe_rank, over,
           (long long)(c->peak_bytes - limit),
           c->zero < 3 ? ", a larger ZeRO stage (--zero 3 over more fsdp ranks)" : "",
@@ -376,56 +378,76 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     fprintf(stderr, "shardc: error: out of memory\n");
     return 1;
   }
-  t0 = now_s();
-  st = sc_search_run(&bm, &so, r, &d);
-  double t_search = now_s() - t0;
-  if (st != SC_OK) {
-    sc_free(r);
-    return st == SC_ERR_USAGE ? (fprintf(stderr, "shardc: error: %s: %s\n", o.file, d.msg), 2)
-                              : sc_cli_report(&d, o.file);
-  }
-  if (r->n_top == 0) {
-    rc = no_fit(r, limit, o.file, false, ta.t.bf16 || ta.t.fp16);
-    sc_free(r);
-    return rc;
-  }
-
-  /* 3. the exact evaluation: the fastest whose compiled step fits */
+  /* 2 and 3: search, then compile the best; when its exact memory does
+   * not fit, the block model's memory is scaled by what the exact plan
+   * measured (exact / estimate, never down) and the search runs again */
   exact ex = {0};
   int32_t chosen = -1;
-  double t_exact = 0;
-  char skipped[MAX_TRIES][320];
+  double t_search = 0, t_exact = 0, scale = 1;
+  char skipped[MAX_ROUNDS][768];
   int32_t n_skipped = 0;
-  for (int32_t i = 0; i < r->n_top && chosen < 0; i++) {
-    rc = compile(&r->top[i], p.cluster, &o, dim_name, a.global_batch, &ta, &ex);
+  int64_t evaluated = 0, pruned = 0;
+  for (int32_t round = 0; round < MAX_ROUNDS && chosen < 0; round++) {
+    so.activation_scale = scale;
+    t0 = now_s();
+    st = sc_search_run(&bm, &so, r, &d);
+    t_search += now_s() - t0;
+    if (st != SC_OK) {
+      sc_free(r);
+      return st == SC_ERR_USAGE ? (fprintf(stderr, "shardc: error: %s: %s\n", o.file, d.msg), 2)
+                                : sc_cli_report(&d, o.file);
+    }
+    evaluated += r->evaluated;
+    pruned += r->pruned;
+    if (r->n_top == 0) break;
+    rc = compile(&r->top[0], p.cluster, &o, dim_name, a.global_batch, &ta, &ex);
     t_exact += ex.seconds;
     if (rc) break;
+    t0 = now_s();
     st = sc_plan_train_predict(ex.b, &ta.t, &target, 0, &d);
+    t_exact += now_s() - t0;
     if (st != SC_OK) {
       rc = sc_cli_report(&d, o.file);
       break;
     }
     const sc_plan_predicted *pr = &ex.b->plan->predicted;
     if (pr->peak_bytes_per_rank <= limit) {
-      chosen = i;
+      chosen = 0;
       break;
     }
-    char mesh[128], over[32];
-    sc_search_mesh(&r->top[i], mesh, sizeof mesh);
+    char opts[384], over[32];
+    cand_options(&r->top[0], opts, sizeof opts);
     fmt_bytes((double)(pr->peak_bytes_per_rank - limit), over, sizeof over);
+    /* what the exact plan says the activations take: its peak less the
+     * estimate's state and working memory, against the estimate's */
+    const sc_search_cand *t = &r->top[0];
+    double est_act = (double)t->peak_activation_bytes / scale;
+    double fixed = (double)(t->peak_bytes - t->peak_activation_bytes);
+    double want = (double)pr->peak_bytes_per_rank - fixed;
+    double next = est_act > 0 && want > (double)t->peak_activation_bytes ? want / est_act
+                                                                        : scale * 1.1;
+    scale = next > scale * 1.1 ? next : scale * 1.1; /* never down, at least 10 % up */
     snprintf(skipped[n_skipped++], sizeof skipped[0],
-             "does not fit: candidate %d (%s, recompute %s) compiled is over by %s on its "
-             "largest rank (the estimate said it fits); the next one taken",
-             (int)i + 1, mesh, sc_search_recompute_name(r->top[i].recompute), over);
+             "the best by the estimate, %s, compiled is over by %s on its largest rank (%lld "
+             "bytes exact, %lld estimated): the block model's activation memory scaled by "
+             "%.3g and searched again", opts, over, (long long)pr->peak_bytes_per_rank,
+             (long long)t->peak_bytes, scale);
     sc_build_destroy(ex.b);
     ex.b = NULL;
   }
   if (rc || chosen < 0) {
-    if (!rc) rc = no_fit(r, limit, o.file, true, ta.t.bf16 || ta.t.fp16);
+    for (int32_t i = 0; i < n_skipped; i++)
+      fprintf(stderr, "shardc: note: %s\n", skipped[i]);
+    fprintf(stderr, "shardc: note: %lld candidates evaluated, %lld pruned; block model %.6f s, "
+            "search %.6f s, exact evaluation %.6f s\n", (long long)evaluated, (long long)pruned,
+            t_model, t_search, t_exact);
+    if (!rc) rc = no_fit(r, limit, o.file, n_skipped > 0, ta.t.bf16 || ta.t.fp16);
     sc_build_destroy(ex.b);
     sc_free(r);
     return rc;
   }
+  r->evaluated = evaluated;
+  r->pruned = pruned;
   const sc_search_cand *ch = &r->top[chosen];
   const sc_plan_predicted *exact_pr = &ex.b->plan->predicted;
   double tokens = (double)a.global_batch * (double)bm.seq;
@@ -442,7 +464,6 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   char why[SC_SEARCH_TOP][320];
   for (int32_t i = 0; i < r->n_top; i++) {
     if (i == chosen) snprintf(why[i], sizeof why[i], "chosen");
-    else if (i < chosen) snprintf(why[i], sizeof why[i], "%s", skipped[i]);
     else sc_search_why(ch, &r->top[i], limit, why[i], sizeof why[i]);
   }
 
@@ -516,7 +537,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_object_set_new(au, "tp_left_node", json_boolean(r->tp_left_node));
     json_t *sk = json_array();
     for (int32_t i = 0; i < n_skipped; i++) json_array_append_new(sk, json_string(skipped[i]));
-    json_object_set_new(au, "skipped", sk);
+    json_object_set_new(au, "rounds", sk);
+    json_object_set_new(au, "activation_scale", json_real(scale));
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     if (text) printf("%s\n", text);
     free(text);

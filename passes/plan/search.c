@@ -115,6 +115,12 @@ static sc_status gemm(const ctx *x, double flops, int64_t m, int64_t n, int64_t 
   return st;
 }
 
+/* What tensor parallelism divides the LM head's values by: tp when it
+ * divides the vocabulary (vocabulary-parallel), else 1. */
+static double vocab_split(const sc_block_model *bm, const sc_search_cand *c) {
+  return bm->vocab > 0 && bm->vocab % c->tp == 0 ? (double)c->tp : 1;
+}
+
 /* Per microbatch on one rank of the critical stage: one block's forward
  * and the recomputed part, and the outside part's forward. */
 typedef struct mb_times {
@@ -147,8 +153,9 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   const sc_block_part *ou = &bm->outside;
   double og = 0;
   /* the LM head's GEMM: vocabulary-parallel over tp */
-  st = gemm(x, ou->gemm_flops * mbs / tp, rows, bm->vocab / c->tp, h, &og, d);
-  t->outside_fwd = og + ou->mem_bytes * mbs / tp / x->hbm_nodes;
+  double vs = vocab_split(bm, c);
+  st = gemm(x, ou->gemm_flops * mbs / vs, rows, (int64_t)((double)bm->vocab / vs), h, &og, d);
+  t->outside_fwd = og + ou->mem_bytes * mbs / vocab_split(bm, c) / x->hbm_nodes;
   return st;
 }
 
@@ -279,7 +286,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
 
 /* Memory of pipeline rank q (0: the most microbatches in flight; pp-1:
  * the LM head's logits). */
-static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q) {
+static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, double *act_out) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
   int64_t L = bm->n_blocks, Ls = (L + c->pp - 1) / c->pp;
@@ -310,13 +317,21 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q) {
     in_flight = (double)(c->pp - q) < c->microbatches ? (double)(c->pp - q) : c->microbatches;
   }
   keep *= c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 1.0 : c->pp > 1 ? SAVED_PIPE : SAVED_ONE;
-  mem += in_flight * (double)Ls * keep * mbs;
+  double act = in_flight * (double)Ls * keep * mbs;
   if (x->o->dtype != SC_CLUSTER_FP32) /* the GEMM weights' bf16 casts, kept per microbatch */
     mem += (in_flight + 1) * (double)Ls * (double)b->split_params / tp * CAST_KEEP_B;
   /* working values: one block's forward values while its backward runs */
-  mem += keep_all * mbs;
-  if (last || c->pp == 1) mem += bm->outside.saved_bytes * mbs / tp;
-  return mem;
+  act += keep_all * mbs;
+  /* the LM head and loss: their values per microbatch in flight on the
+   * last stage (1F1B: one; GPipe: all), split by tp when the vocabulary
+   * divides */
+  if (last || c->pp == 1) {
+    double head_flight = c->pp > 1 ? in_flight : c->microbatches;
+    act += head_flight * bm->outside.saved_bytes * mbs / vocab_split(bm, c);
+  }
+  double scale = x->o->activation_scale > 0 ? x->o->activation_scale : 1;
+  *act_out = act * scale;
+  return mem + act * scale;
 }
 
 static void memory(const ctx *x, sc_search_cand *c) {
@@ -324,9 +339,11 @@ static void memory(const ctx *x, sc_search_cand *c) {
   c->peak_pipe_rank = 0;
   int64_t qs[2] = {0, c->pp - 1};
   for (int i = 0; i < (c->pp > 1 ? 2 : 1); i++) {
-    double m = rank_memory(x, c, qs[i]);
+    double act;
+    double m = rank_memory(x, c, qs[i], &act);
     if ((int64_t)m > c->peak_bytes) {
       c->peak_bytes = (int64_t)m;
+      c->peak_activation_bytes = (int64_t)act;
       c->peak_pipe_rank = (int32_t)qs[i];
     }
   }

@@ -58,6 +58,8 @@ typedef struct sc_search_cand {
   double tp_s, fsdp_s, dp_s, pp_s; /* communication by axis group */
   double mfu;
   int64_t peak_bytes;           /* the largest rank's estimate */
+  int64_t peak_activation_bytes; /* of which activations (the rest: the
+                                   training state and update's working memory) */
   int32_t peak_pipe_rank;       /* which pipeline rank it is */
   bool fits;
 } sc_search_cand;
@@ -68,6 +70,10 @@ typedef struct sc_search_opts {
   sc_cluster_dtype dtype;       /* the GEMMs' (bf16, fp16 or fp32) */
   bool adamw;                   /* AdamW (two moments) or SGD without momentum */
   int64_t memory_budget;        /* per rank, 0: the device's memory */
+  double activation_scale;      /* the estimates' activation memory (values
+                                   kept for the backward, working values)
+                                   times this (0: 1): what an exact plan
+                                   measured against them */
 } sc_search_opts;
 
 typedef struct sc_search_result {

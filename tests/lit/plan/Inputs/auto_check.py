@@ -1,0 +1,90 @@
+"""Checks of `shardc plan --train --auto --json` (tests/lit/plan/auto.test).
+
+  auto_check.py check SHARDC MODEL AUTO.json TMP
+      the chosen plan is exact ("summed", the path of plan --train --mesh),
+      fits its memory, and is the first candidate; the others are the block
+      model's estimates, best first; the counts are there. Then the chosen
+      plan's options given to `plan --train --cluster C --mesh ... --json`
+      predict the same object, and the plan file written from
+      auto.chosen.plan replayed with --plan (and the recompute and training
+      options, which the plan file does not hold) predicts it again.
+  auto_check.py faster A.json B.json
+      B's chosen plan (more GPUs, the same batch) is not slower than A's.
+"""
+import json
+import shlex
+import subprocess
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)["auto"]
+
+
+def predicted_of(shardc, model, args):
+    out = subprocess.run([shardc, "plan", model] + args + ["--json"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)["predicted"]
+
+
+def check(shardc, model, path, tmp):
+    a = load(path)
+    for k in ("time_s", "search_time_s", "exact_time_s", "candidates_evaluated",
+              "candidates_pruned"):
+        assert k in a, k
+    assert a["candidates_evaluated"] > 0 and a["candidates_pruned"] > 0, a
+    assert sum(a["pruned"].values()) == a["candidates_pruned"], a["pruned"]
+    ch, cands = a["chosen"], a["candidates"]
+    p = ch["predicted"]
+    assert p["source"] == "summed", p
+    assert p["fits"] and 0 < p["peak_bytes_per_rank"] <= a["memory_limit_bytes"], p
+    assert p["step_time_s"] > 0 and 0 < p["mfu"] < 1, p
+    assert set(ch["mesh"]) == {"dp", "fsdp", "tp", "pp", "cp"}, ch["mesh"]
+    assert ch["estimate"]["source"] == "estimate"
+    first = [c for c in cands if c["why"] == "chosen"]
+    assert len(first) == 1 and first[0]["predicted"] == p, first
+    assert first[0]["options"] == ch["options"]
+    est = [c for c in cands if c["why"] != "chosen"]
+    assert est and all(c["predicted"]["source"] == "estimate" for c in est)
+    steps = [c["predicted"]["step_time_s"] for c in est]
+    assert steps == sorted(steps), steps
+    # the same mesh given by --mesh: the same predicted object
+    replay = shlex.split(ch["replay"])
+    got = predicted_of(shardc, model, replay)
+    assert got == p, (got, p)
+    # the plan file, replayed with --plan
+    with open(tmp + ".plan.json", "w") as f:
+        json.dump(ch["plan"], f)
+    train = []
+    skip = {"--cluster", "--mesh", "--zero", "--schedule", "--virtual-stages",
+            "--microbatches"}
+    i = 0
+    while i < len(replay):
+        if replay[i] in skip:
+            i += 2
+            continue
+        if replay[i] == "--sequence-parallel":
+            i += 1
+            continue
+        train.append(replay[i])
+        i += 1
+    got = predicted_of(shardc, model, ["--plan", tmp + ".plan.json"] + train)
+    assert got == p, (got, p)
+    print("auto ok: %s, %d evaluated, %d pruned" % (ch["options"], a["candidates_evaluated"],
+                                                    a["candidates_pruned"]))
+
+
+def faster(pa, pb):
+    a, b = load(pa)["chosen"]["predicted"], load(pb)["chosen"]["predicted"]
+    assert b["step_time_s"] <= a["step_time_s"], (a["step_time_s"], b["step_time_s"])
+    print("more GPUs ok")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "check":
+        check(*sys.argv[2:6])
+    elif sys.argv[1] == "faster":
+        faster(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit("unknown command " + sys.argv[1])
