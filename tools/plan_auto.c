@@ -355,11 +355,17 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                      "plan --auto: the token ids (the first integer input of rank >= 2) have no "
                      "symbolic batch dim for --global-batch to set");
   char dim_name[128] = "";
+  for (int k = 0; st == SC_OK && k < o.n_dims; k++)
+    if (strcmp(o.dims[k].name, dim) == 0)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                       "plan --auto: --global-batch sets the batch dim '%s'; give no --dim %s",
+                       dim, dim);
   if (st == SC_OK) {
     snprintf(dim_name, sizeof dim_name, "%s", dim);
     st = sc_block_model_build(fb->graph, &bm, &d);
   }
   sc_build_destroy(fb);
+  if (st == SC_ERR_USAGE) return sc_cli_usage_error("%s", d.msg);
   if (st != SC_OK) return sc_cli_report(&d, o.file);
   double t_model = now_s() - t0;
 
