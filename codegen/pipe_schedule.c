@@ -278,6 +278,8 @@ void sc_pipe_handoffs_free(sc_pipe_handoffs *t) {
     sc_free(t->h[h].step_readers);
   }
   sc_free(t->h);
+  sc_free(t->input_first);
+  sc_free(t->input_h);
   memset(t, 0, sizeof *t);
 }
 
@@ -317,10 +319,21 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
   t->M = dp->schedule.microbatches;
   if (t->C < 1 || t->P < 1 || dp->n_stages != SC_PIPE_PHASES * t->C)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
+  t->input_first = sc_calloc((size_t)dp->n_stages + 1, sizeof *t->input_first);
+  for (int32_t s = 0; t->input_first && s < dp->n_stages; s++)
+    t->input_first[s + 1] = t->input_first[s] + dp->stages[s].program->n_inputs;
+  t->input_h = t->input_first ? sc_malloc(((size_t)t->input_first[dp->n_stages] + 1) *
+                                          sizeof *t->input_h)
+                              : NULL;
+  if (!t->input_h) {
+    sc_pipe_handoffs_free(t);
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
   for (int32_t s = 0; s < dp->n_stages; s++) {
     const sc_program *p = dp->stages[s].program;
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const char *name = p->buffers[p->inputs[i]].name;
+      t->input_h[t->input_first[s] + i] = -1;
       if (sc_dist_find_input(dp, name) >= 0) continue;
       int32_t j, src = sc_dist_handoff_source(dp, s, name, &j);
       sc_status st = SC_OK;
@@ -338,6 +351,7 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
         sc_pipe_handoffs_free(t);
         return st;
       }
+      t->input_h[t->input_first[s] + i] = h;
       int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
       if (t->h[h].per_mb) t->h[h].mb_readers[q] += per_mb(t->C, s);
       /* once per step: a state copy is read from slot 0 in every microbatch */
@@ -353,22 +367,11 @@ int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, i
   return x->mb_readers[q] + (k == t->M - 1 ? x->step_readers[q] : 0);
 }
 
-/* The handoff piece s's input j reads, or -1 when none (a name lookup:
- * sc_pipe_traffic asks once per piece and input, not per action). */
-static int32_t input_handoff(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t s,
-                             int32_t j) {
-  const sc_program *p = dp->stages[s].program;
-  const char *name = p->buffers[p->inputs[j]].name;
-  int32_t o, src = sc_dist_find_input(dp, name) >= 0 ? -1 : sc_dist_handoff_source(dp, s, name, &o);
-  return src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
-}
-
-/* Piece s's input j's handoff (*h, from the table hof filled by
- * sc_pipe_traffic: first[s] + j) and its cell h * M + the microbatch it
- * reads. */
-static size_t input_cell(const sc_pipe_handoffs *t, const int32_t *hof, const int32_t *first,
-                         int32_t s, int32_t j, int32_t mb, int32_t *h) {
-  *h = hof[first[s] + j];
+/* Piece s's input j's handoff (*h, -1 when none: sc_pipe_handoffs_of
+ * looked it up) and its cell h * M + the microbatch it reads. */
+static size_t input_cell(const sc_pipe_handoffs *t, int32_t s, int32_t j, int32_t mb,
+                         int32_t *h) {
+  *h = t->input_h[t->input_first[s] + j];
   if (*h < 0) return 0;
   int32_t k = t->h[*h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
   return (size_t)*h * (size_t)t->M + (size_t)k;
@@ -381,18 +384,6 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   int32_t *left = sc_calloc(cells, sizeof *left);
   bool *kept = sc_calloc(cells, 1);
   int64_t live = 0, peak = 0, out = 0;
-  /* every piece's inputs' handoffs, looked up once */
-  int32_t *first = sc_calloc((size_t)dp->n_stages + 1, sizeof *first);
-  for (int32_t st = 0; first && st < dp->n_stages; st++)
-    first[st + 1] = first[st] + dp->stages[st].program->n_inputs;
-  int32_t *hof = first ? sc_calloc((size_t)first[dp->n_stages] + 1, sizeof *hof) : NULL;
-  for (int32_t st = 0; hof && st < dp->n_stages; st++)
-    for (int32_t j = 0; j < dp->stages[st].program->n_inputs; j++)
-      hof[first[st] + j] = input_handoff(t, dp, st, j);
-  if (!hof) { /* out of memory: nothing counted */
-    sc_free(left);
-    left = NULL;
-  }
   for (int32_t h = 0; left && h < t->n; h++)
     for (int32_t k = 0; k < t->M; k++)
       left[(size_t)h * t->M + k] = sc_pipe_handoff_reads(t, h, q, k);
@@ -402,7 +393,7 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
     /* inputs received before the run */
     for (int32_t j = 0; j < p->n_inputs; j++) {
       int32_t h;
-      size_t c = input_cell(t, hof, first, s, j, mb, &h);
+      size_t c = input_cell(t, s, j, mb, &h);
       if (h >= 0 && !kept[c]) {
         kept[c] = true;
         if ((live += t->h[h].bytes) > peak) peak = live;
@@ -413,7 +404,7 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
     /* after the run: the last reads release, then outputs are kept */
     for (int32_t j = 0; j < p->n_inputs; j++) {
       int32_t h;
-      size_t c = input_cell(t, hof, first, s, j, mb, &h);
+      size_t c = input_cell(t, s, j, mb, &h);
       if (h >= 0 && --left[c] <= 0 && kept[c]) {
         kept[c] = false;
         live -= t->h[h].bytes;
@@ -436,8 +427,6 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   }
   sc_free(left);
   sc_free(kept);
-  sc_free(hof);
-  sc_free(first);
   *peak_stash = peak;
   *sent = out;
 }

@@ -92,6 +92,10 @@ typedef struct sc_pipe_handoffs {
   int32_t P, C, M;
   int32_t n;
   sc_pipe_handoff *h;
+  /* the handoff each piece's input reads (-1: a program input, none):
+   * input_h[input_first[piece] + input], looked up by name once */
+  int32_t *input_first;    /* [n_stages + 1] */
+  int32_t *input_h;
 } sc_pipe_handoffs;
 /* Errors: an input of no source, a once-per-step value read per
  * microbatch (SC_ERR_INVALID). */
