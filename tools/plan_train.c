@@ -74,6 +74,9 @@ static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M
 typedef struct pipe_row {
   int32_t q;
   int64_t arenas, state, stash, p2p, coll;
+  int64_t outside;       /* the device's lines beside the arenas: the most
+                            any of its pieces needs (one context, one
+                            workspace, reused by the pieces in turn) */
   int32_t stashed, formula;
   sc_pipe_action *acts;
   uint64_t *from, *to;   /* [n_acts] pipeline ranks each action receives from, sends to */
@@ -89,7 +92,7 @@ static bool listed(const char *const *names, int32_t n, const char *name) {
 /* Pipeline coordinate q's figures: its pieces' arenas, the state it keeps,
  * its stash and what it sends, by its action list. */
 static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, int32_t q,
-                             pipe_row *r, sc_diag *d) {
+                             const sc_device_target *target, pipe_row *r, sc_diag *d) {
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
   memset(r, 0, sizeof *r);
   r->q = q;
@@ -105,6 +108,9 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
     if (sc_pipe_piece_chunk(C, s) % P != q) continue;
     const sc_program *p = dp->stages[s].program;
     r->arenas += p->arena_bytes;
+    sc_device_memory dm;
+    if ((st = sc_device_memory_plan(p, target, &dm, d)) != SC_OK) break;
+    if (sc_device_memory_outside(&dm) > r->outside) r->outside = sc_device_memory_outside(&dm);
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const sc_buffer *b = &p->buffers[p->inputs[i]];
       if (!sc_dist_is_state(dp, b->name) || listed(seen, n_seen, b->name)) continue;
@@ -152,8 +158,13 @@ static void print_table(const sc_dist_program *dp, const pipe_row *rows) {
   }
 }
 
+/* --precision's name: the dtype of matrix products. */
+static const char *precision_name(const sc_train_opts *t) {
+  return t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
+}
+
 static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
-                       const char *file) {
+                       const char *file, const sc_device_target *target) {
   const sc_dist_program *dp = b->program;
   const sc_partition *part = b->part;
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
@@ -174,7 +185,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   sc_status st = sc_pipe_handoffs_of(dp, &ho, &d);
   if (st == SC_OK) st = sc_pipe_deps_of(dp, &deps, &d);
   for (int32_t q = 0; st == SC_OK && q < P; q++) {
-    st = pipe_row_of(dp, &ho, q, &rows[q], &d);
+    st = pipe_row_of(dp, &ho, q, target, &rows[q], &d);
     lists[q] = rows[q].acts;
     ns[q] = rows[q].n_acts;
   }
@@ -244,7 +255,13 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
   if (table) print_table(dp, rows);
-  sc_plan_print_predicted(dp, b->plan);
+  int64_t peak = 0;
+  for (int32_t q = 0; q < P; q++) {
+    const pipe_row *r = &rows[q];
+    if (r->arenas + r->state + r->stash + r->outside > peak)
+      peak = r->arenas + r->state + r->stash + r->outside;
+  }
+  sc_plan_print_predicted(dp, b->plan, precision_name(t), peak);
 done:
   for (int32_t q = 0; q < P; q++) {
     sc_free(rows[q].acts);
@@ -261,7 +278,7 @@ done:
 
 int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
                          const char *file, const sc_device_target *target) {
-  if (b->program->pipe_chunks > 0) return pipe_report(b, t, json, table, file);
+  if (b->program->pipe_chunks > 0) return pipe_report(b, t, json, table, file, target);
   if (table) {
     fprintf(stderr, "shardc: error: %s: --schedule-table: the step is not pipelined (a pp "
             "axis of 2 or more)\n", file);
@@ -285,7 +302,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   char mesh[256] = "";
   if (part) sc_mesh_format(&part->mesh, mesh, sizeof mesh);
   const char *opt = t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw";
-  const char *prec = t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
+  const char *prec = precision_name(t);
   if (json) {
     printf("{\"model\": ");
     json_str(file);
@@ -418,7 +435,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            "parameters in fp32); the ZeRO paper's figure for its data-parallel axes: %.4f Psi\n",
            (long long)sent, psi > 0 ? (double)sent / psi : 0.0, psi, zero_figure(part));
   }
-  sc_plan_print_predicted(b->program, b->plan);
+  sc_plan_print_predicted(b->program, b->plan, prec, m.arena + m.constants + outside);
   sc_free(cm);
   return 0;
 }
