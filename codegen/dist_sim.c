@@ -555,16 +555,14 @@ static sc_status setup_pipeline(sim_ctx *x) {
     io->out = sc_calloc((size_t)p->n_outputs + 1, sizeof *io->out);
     if (!io->in || !io->out) return nomem(x->d);
     for (int32_t i = 0; i < p->n_inputs; i++) {
-      const char *name = p->buffers[p->inputs[i]].name;
-      int32_t o, src = sc_dist_find_input(dp, name) >= 0 ? -1
-                                                         : sc_dist_handoff_source(dp, s, name, &o);
-      int32_t h = src >= 0 ? sc_pipe_handoff_find(&x->ho, src, o) : -1;
-      if (h >= 0 && sc_pipe_piece_chunk(dp->pipe_chunks, src) % x->P != me) io->in[io->n_in++] = h;
+      int32_t h = x->ho.input_handoff[s][i];
+      if (h >= 0 && sc_pipe_piece_chunk(dp->pipe_chunks, x->ho.h[h].piece) % x->P != me)
+        io->in[io->n_in++] = h;
     }
-    for (int32_t j = 0; j < p->n_outputs; j++) {
-      int32_t h = sc_pipe_handoff_find(&x->ho, s, j);
-      if (h >= 0) io->out[io->n_out++] = h;
-    }
+  }
+  for (int32_t h = 0; h < x->ho.n; h++) {
+    piece_io *io = &x->io[x->ho.h[h].piece];
+    io->out[io->n_out++] = h;
   }
   for (int32_t q = 0; q < x->P; q++) {
     rank_state *r = &x->r[q];

@@ -3,6 +3,7 @@
 #include "codegen/pipe_schedule.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static sc_status nomem(sc_diag *d) {
@@ -277,6 +278,8 @@ void sc_pipe_handoffs_free(sc_pipe_handoffs *t) {
     sc_free(t->h[h].mb_readers);
     sc_free(t->h[h].step_readers);
   }
+  for (int32_t s = 0; t->input_handoff && s < t->n_pieces; s++) sc_free(t->input_handoff[s]);
+  sc_free(t->input_handoff);
   sc_free(t->h);
   memset(t, 0, sizeof *t);
 }
@@ -310,34 +313,66 @@ static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   return t->n++;
 }
 
-sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc_diag *d) {
-  memset(t, 0, sizeof *t);
-  t->P = dp->pipe_ranks;
-  t->C = dp->pipe_chunks;
-  t->M = dp->schedule.microbatches;
-  if (t->C < 1 || t->P < 1 || dp->n_stages != SC_PIPE_PHASES * t->C)
-    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
+/* Every piece's outputs by name, to find an input's source without
+ * scanning the pieces before it (sc_dist_handoff_source's answer: the
+ * latest earlier piece with an output of that name, its first such one). */
+typedef struct named_out {
+  const char *name;
+  int32_t piece, out;
+} named_out;
+
+static int cmp_named(const void *x, const void *y) {
+  const named_out *a = x, *b = y;
+  int c = strcmp(a->name, b->name);
+  if (c) return c;
+  if (a->piece != b->piece) return a->piece > b->piece ? -1 : 1; /* latest first */
+  return a->out < b->out ? -1 : a->out > b->out;
+}
+
+static int cmp_name(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* The source of `name` read by piece s: *src -1 when none. */
+static void source_of(const named_out *o, size_t n, const char *name, int32_t s, int32_t *src,
+                      int32_t *out) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) { /* the first entry not below name */
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(o[mid].name, name) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  *src = -1;
+  for (; lo < n && strcmp(o[lo].name, name) == 0; lo++)
+    if (o[lo].piece < s) {
+      *src = o[lo].piece;
+      *out = o[lo].out;
+      return;
+    }
+}
+
+static sc_status handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, const named_out *o,
+                             size_t n_o, const char **inputs, int32_t n_in, sc_diag *d) {
   for (int32_t s = 0; s < dp->n_stages; s++) {
     const sc_program *p = dp->stages[s].program;
+    if (!(t->input_handoff[s] = sc_calloc((size_t)p->n_inputs + 1, sizeof(int32_t))))
+      return nomem(d);
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const char *name = p->buffers[p->inputs[i]].name;
-      if (sc_dist_find_input(dp, name) >= 0) continue;
-      int32_t j, src = sc_dist_handoff_source(dp, s, name, &j);
-      sc_status st = SC_OK;
+      t->input_handoff[s][i] = -1;
+      if (name && bsearch(&name, inputs, (size_t)n_in, sizeof *inputs, cmp_name)) continue;
+      int32_t j = 0, src = -1;
+      if (name) source_of(o, n_o, name, s, &src, &j);
       if (src < 0)
-        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
-                         (int)s, name ? name : "?");
-      int32_t h = st == SC_OK ? add_handoff(t, dp, src, j, d) : -1;
-      if (st == SC_OK && h < 0) st = d->status;
-      if (st == SC_OK && !t->h[h].per_mb && per_mb(t->C, s) &&
-          !per_mb(t->C, t->h[h].piece))
-        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "piece %d reads '%s', made once per step, in every microbatch", (int)s,
-                         name);
-      if (st != SC_OK) {
-        sc_pipe_handoffs_free(t);
-        return st;
-      }
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
+                           (int)s, name ? name : "?");
+      int32_t h = add_handoff(t, dp, src, j, d);
+      if (h < 0) return d->status;
+      if (!t->h[h].per_mb && per_mb(t->C, s) && !per_mb(t->C, t->h[h].piece))
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "piece %d reads '%s', made once per step, in every microbatch",
+                           (int)s, name);
+      t->input_handoff[s][i] = h;
       int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
       if (t->h[h].per_mb) t->h[h].mb_readers[q] += per_mb(t->C, s);
       /* once per step: a state copy is read from slot 0 in every microbatch */
@@ -345,6 +380,43 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
     }
   }
   return SC_OK;
+}
+
+sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc_diag *d) {
+  memset(t, 0, sizeof *t);
+  t->P = dp->pipe_ranks;
+  t->C = dp->pipe_chunks;
+  t->M = dp->schedule.microbatches;
+  if (t->C < 1 || t->P < 1 || dp->n_stages != SC_PIPE_PHASES * t->C)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
+  size_t n_o = 0;
+  for (int32_t s = 0; s < dp->n_stages; s++) n_o += (size_t)dp->stages[s].program->n_outputs;
+  named_out *o = sc_malloc((n_o + 1) * sizeof *o);
+  const char **inputs = sc_malloc(((size_t)dp->n_inputs + 1) * sizeof *inputs);
+  t->n_pieces = dp->n_stages;
+  t->input_handoff = sc_calloc((size_t)dp->n_stages, sizeof *t->input_handoff);
+  sc_status st = SC_OK;
+  if (!o || !inputs || !t->input_handoff) st = nomem(d);
+  size_t k = 0;
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t j = 0; j < p->n_outputs; j++) {
+      const char *name = p->buffers[p->outputs[j]].name;
+      if (name) o[k++] = (named_out){name, s, j};
+    }
+  }
+  int32_t n_in = 0;
+  for (int32_t i = 0; st == SC_OK && i < dp->n_inputs; i++)
+    if (dp->inputs[i].name) inputs[n_in++] = dp->inputs[i].name;
+  if (st == SC_OK) {
+    qsort(o, k, sizeof *o, cmp_named);
+    qsort(inputs, (size_t)n_in, sizeof *inputs, cmp_name);
+    st = handoffs_of(dp, t, o, k, inputs, n_in, d);
+  }
+  sc_free(o);
+  sc_free(inputs);
+  if (st != SC_OK) sc_pipe_handoffs_free(t);
+  return st;
 }
 
 int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, int32_t k) {
@@ -355,12 +427,8 @@ int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, i
 
 /* The handoff piece s's input j reads (*h, -1 when none) and its cell
  * h * M + the microbatch it reads. */
-static size_t input_cell(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t s,
-                         int32_t j, int32_t mb, int32_t *h) {
-  const sc_program *p = dp->stages[s].program;
-  const char *name = p->buffers[p->inputs[j]].name;
-  int32_t o, src = sc_dist_find_input(dp, name) >= 0 ? -1 : sc_dist_handoff_source(dp, s, name, &o);
-  *h = src >= 0 ? sc_pipe_handoff_find(t, src, o) : -1;
+static size_t input_cell(const sc_pipe_handoffs *t, int32_t s, int32_t j, int32_t mb, int32_t *h) {
+  *h = t->input_handoff[s][j];
   if (*h < 0) return 0;
   int32_t k = t->h[*h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
   return (size_t)*h * (size_t)t->M + (size_t)k;
@@ -382,7 +450,7 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
     /* inputs received before the run */
     for (int32_t j = 0; j < p->n_inputs; j++) {
       int32_t h;
-      size_t c = input_cell(t, dp, s, j, mb, &h);
+      size_t c = input_cell(t, s, j, mb, &h);
       if (h >= 0 && !kept[c]) {
         kept[c] = true;
         if ((live += t->h[h].bytes) > peak) peak = live;
@@ -393,7 +461,7 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
     /* after the run: the last reads release, then outputs are kept */
     for (int32_t j = 0; j < p->n_inputs; j++) {
       int32_t h;
-      size_t c = input_cell(t, dp, s, j, mb, &h);
+      size_t c = input_cell(t, s, j, mb, &h);
       if (h >= 0 && --left[c] <= 0 && kept[c]) {
         kept[c] = false;
         live -= t->h[h].bytes;
