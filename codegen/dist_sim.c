@@ -167,11 +167,12 @@ static bool recomputed(const char *origin) {
 
 /* The optimizer of one training program (not pipelined): the steps only
  * the updated state ("new:X", X not an accumulator), "train:grad_norm"
- * and "train:applied" need. Every other output (the loss, gradients,
- * accumulators, inference outputs) is a root; a step that writes a buffer
- * a root needs is needed, and so is everything it reads. Buffers are
- * followed through their views. opt[k] is set for the others; none when
- * the program updates no state. */
+ * and "train:applied" need. Every other output (the loss, accumulators,
+ * inference outputs) and every gradient (a buffer named "grad:P", the
+ * value autodiff summed) is a root; a step that writes a buffer a root
+ * needs is needed, and so is everything it reads. Buffers are followed
+ * through their views. opt[k] is set for the others; none when the
+ * program updates no state. */
 typedef struct need_ctx {
   const sc_program *p;
   bool *need;
@@ -206,6 +207,9 @@ static sc_status optimizer_steps(const sc_program *p, bool *opt, sc_diag *d) {
   for (int32_t j = 0; j < p->n_outputs; j++)
     if (!optimizer_output(p->buffers[p->outputs[j]].name))
       x.need[sc_program_root(p, p->outputs[j])] = true;
+  for (int32_t b = 0; b < p->n_buffers; b++) /* the gradients (passes/train.h) */
+    if (p->buffers[b].name && strncmp(p->buffers[b].name, "grad:", 5) == 0)
+      x.need[sc_program_root(p, b)] = true;
   for (int32_t k = p->n_steps - 1; k >= 0; k--) {
     const sc_step *st = &p->steps[k];
     if (st->kind == SC_STEP_WAIT) continue;

@@ -7,8 +7,9 @@
  * summed (by hand, 1e-9 relative); with the all-reduce async and a WAIT
  * after a second GEMM, the step is max(GEMM, all-reduce) + the rest by
  * hand, at most the summed step and at least the compute and each queue's
- * busy time. Its optimizer steps (only "new:W" needs them) and a
- * recompute clone's step are attributed as such. An f64 GEMM has no peak.
+ * busy time. Its optimizer steps (only "new:W" needs them, a gradient
+ * "grad:W" being backward) and a recompute clone's step are attributed as
+ * such. An f64 GEMM has no peak.
  *
  * Pipelines of equal stages (a pipelined training step built by hand: on
  * P = 4 ranks, chunk forward, backward and weight pieces of one GEMM each,
@@ -191,25 +192,27 @@ static void test_terms(void **state) {
   int32_t w = add_buffer(p, "W", SC_DTYPE_BF16, mm), y = add_buffer(p, "y", SC_DTYPE_BF16, mm),
           yr = add_buffer(p, "y/recompute", SC_DTYPE_BF16, mm),
           loss = add_buffer(p, "loss", SC_DTYPE_BF16, mm),
+          gw = add_buffer(p, "grad:W", SC_DTYPE_BF16, mm),
           nw = add_buffer(p, "new:W", SC_DTYPE_BF16, mm);
   assert_int_equal(sc_program_add_input(p, a), SC_OK);
   assert_int_equal(sc_program_add_input(p, w), SC_OK);
   add_gemm(p, a, w, y, 1, "fwd");
   add_gemm(p, a, w, yr, 1, "fwd/recompute");
   add_gemm(p, yr, y, loss, 1, "bwd");
-  add_gemm(p, w, loss, nw, 1, "train/7");
+  add_gemm(p, yr, a, gw, 1, "bwd/w"); /* a gradient: backward, though only new:W reads it */
+  add_gemm(p, w, gw, nw, 1, "train/7");
   assert_int_equal(sc_program_add_output(p, loss), SC_OK);
   assert_int_equal(sc_program_add_output(p, nw), SC_OK);
   sc_dist_sim s;
   assert_int_equal(sc_dist_sim_run(dp, &c, &s, &d), SC_OK);
   double gemm = 2.0 * mm * 1024 / (989.4e12 * 0.8);
   const sc_dist_sim_rank *r = &s.ranks[0];
-  assert_close(r->compute_s, 2 * gemm);
+  assert_close(r->compute_s, 3 * gemm);
   assert_close(r->recompute_s, gemm);
   assert_close(r->optimizer_s, gemm);
-  assert_close(r->flops, 4 * 2.0 * mm * 1024);
-  assert_close(r->model_flops, 3 * 2.0 * mm * 1024);
-  assert_close(s.model_flops, 8 * 3 * 2.0 * mm * 1024); /* tp=8: eight GPUs */
+  assert_close(r->flops, 5 * 2.0 * mm * 1024);
+  assert_close(r->model_flops, 4 * 2.0 * mm * 1024);
+  assert_close(s.model_flops, 8 * 4 * 2.0 * mm * 1024); /* tp=8: eight GPUs */
   assert_close(sc_dist_sim_mfu(&s, &c, SC_CLUSTER_BF16),
                s.model_flops / (s.step_time_s * 8 * 989.4e12));
   check_terms(&s);
