@@ -36,7 +36,7 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
   sc_status st = sc_dist_sim_run(dp, c, &sim, &d);
   double took = now_s() - t0;
   printf("\npredicted step on %s (simulated: each pipeline rank's action list, a compute queue "
-         "and one queue per communicator; %.1f ms to simulate):\n", pl->cluster, took * 1e3);
+         "and one queue per communicator; %.2f ms to simulate):\n", pl->cluster, took * 1e3);
   if (st != SC_OK) {
     char msg[1200];
     sc_diag_format(&d, msg, sizeof msg);
