@@ -443,6 +443,10 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
     case T_SEND:
     case T_RECV: {
       int32_t peer = (int32_t)st->comm.peer, tag = st->comm.tag;
+      if (!r->seq) /* a pipelined piece hands its values over outside its program */
+        return sc_diag_set(x->d, SC_ERR_INVALID, st->origin, NULL,
+                           "stage %d, step %d: a SEND or RECV step in a pipelined piece", s,
+                           r->i);
       if (peer < 0 || peer >= x->P || tag < 0 || tag >= x->max_tag)
         return sc_diag_set(x->d, SC_ERR_INVALID, st->origin, NULL,
                            "stage %d, step %d: peer %d or tag %d out of range", s, r->i, peer,
@@ -587,14 +591,20 @@ static sc_status setup_runs(sim_ctx *x) {
   const sc_dist_program *dp = x->dp;
   x->stage_of = sc_calloc((size_t)x->P, sizeof *x->stage_of);
   if (!x->stage_of) return nomem(x->d);
-  x->max_tag = 1;
+  int32_t most = 0;
   for (int32_t s = 0; s < dp->n_stages; s++) {
     const sc_program *p = dp->stages[s].program;
-    for (int32_t k = 0; p && k < p->n_steps; k++)
-      if (p->steps[k].kind == SC_STEP_COMM && p->steps[k].comm.tag >= x->max_tag &&
-          (p->steps[k].comm.kind == SC_COMM_SEND || p->steps[k].comm.kind == SC_COMM_RECV))
-        x->max_tag = p->steps[k].comm.tag + 1;
+    for (int32_t k = 0; p && k < p->n_steps; k++) {
+      const sc_comm_step *cs = &p->steps[k].comm;
+      if (p->steps[k].kind != SC_STEP_COMM || (cs->kind != SC_COMM_SEND && cs->kind != SC_COMM_RECV))
+        continue;
+      if (cs->tag < 0 || cs->tag > 32767) /* ir/op_comm.c's bound */
+        return sc_diag_set(x->d, SC_ERR_INVALID, p->steps[k].origin, NULL,
+                           "stage %d, step %d: tag %d outside [0, 32767]", s, k, cs->tag);
+      if (cs->tag > most) most = cs->tag;
+    }
   }
+  x->max_tag = most + 1;
   for (int32_t q = 0; q < x->P; q++) {
     rank_state *r = &x->r[q];
     x->stage_of[q] = -1;

@@ -46,7 +46,8 @@
  * dtype without a peak), prefixed with the stage, step and node;
  * SC_ERR_LIMIT (more than SC_DIST_SIM_MAX_RANKS pipeline ranks or
  * SC_DIST_SIM_MAX_GROUPS groups); SC_ERR_INVALID (a list that blocks: a
- * receive no rank sends); SC_ERR_NOMEM. */
+ * receive no rank sends; a SEND or RECV step with a peer or tag out of
+ * range, or inside a pipelined piece); SC_ERR_NOMEM. */
 #ifndef SC_CODEGEN_DIST_SIM_H
 #define SC_CODEGEN_DIST_SIM_H
 
