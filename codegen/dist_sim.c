@@ -331,7 +331,7 @@ typedef struct piece_io {
 
 /* ---- ranks ---- */
 
-/* A program run's async collectives: when each started one ends. */
+/* One simulated rank: where it is in its actions, its queues' clocks. */
 typedef struct rank_state {
   sc_dist_sim_rank *row;
   int32_t q;               /* pipeline coordinate */
@@ -343,7 +343,8 @@ typedef struct rank_state {
   double t;                /* the compute queue's clock */
   double qfree[SC_DIST_SIM_MAX_GROUPS]; /* each communication queue's */
   double send_free;        /* the point-to-point queue's */
-  double *done;            /* [steps of the largest program] async ends */
+  double *done;            /* [steps of the largest program] when each async
+                              COMM step of the current run ends */
   bool *have;              /* pipelined: [n_h * M] received or made here */
   int32_t *seq;            /* inference: [2 * P * tags] sends and receives so far */
 } rank_state;
@@ -412,7 +413,9 @@ static int32_t *seq_of(sim_ctx *x, rank_state *r, bool sending, int32_t peer, in
                  (size_t)tag];
 }
 
-/* Runs steps of stage s from r->i; false when blocked on a receive. */
+/* Runs the steps of stage s from r->i to the end of the run (draining
+ * the queues), or until a receive whose transfer is not yet sent
+ * (*blocked; r->i stays on it). */
 static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) {
   const sc_program *p = x->dp->stages[s].program;
   const step_cost *tab = x->tab[s];
