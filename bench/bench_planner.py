@@ -67,7 +67,7 @@ def one(shardc, model, cluster, batch):
         return dict(wall=wall, search=a["search_time_s"], model=a["block_model_time_s"],
                     exact=a["exact_time_s"], evaluated=a["candidates_evaluated"],
                     pruned=a["candidates_pruned"], chosen=ch["options"],
-                    error=ch["estimate_error"], error_nb=ch["estimate_error_without_bubble"],
+                    error=ch["estimate_error"],
                     step=ch["predicted"]["step_time_s"], fits=True)
     m = NOTE.search(err)
     if not m:
@@ -110,10 +110,8 @@ def main():
                       "target: %.4f" % (target, med["search"] / target,
                                         (med["search"] + med["model"]) / target))
             if r["fits"]:
-                print("            chosen: %s; exact step %.4f s; estimate error %+.1f %% "
-                      "(%+.1f %% without the bubble)" % (r["chosen"], r["step"],
-                                                         100 * r["error"],
-                                                         100 * r["error_nb"]))
+                print("            chosen: %s; exact step %.4f s; estimate error %+.1f %%"
+                      % (r["chosen"], r["step"], 100 * r["error"]))
             else:
                 print("            %s" % r["chosen"])
 

@@ -3,6 +3,7 @@
 #include "codegen/pipe_schedule.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static sc_status nomem(sc_diag *d) {
@@ -277,9 +278,9 @@ void sc_pipe_handoffs_free(sc_pipe_handoffs *t) {
     sc_free(t->h[h].mb_readers);
     sc_free(t->h[h].step_readers);
   }
+  for (int32_t s = 0; t->input_handoff && s < t->n_pieces; s++) sc_free(t->input_handoff[s]);
+  sc_free(t->input_handoff);
   sc_free(t->h);
-  sc_free(t->input_first);
-  sc_free(t->input_h);
   memset(t, 0, sizeof *t);
 }
 
@@ -312,46 +313,66 @@ static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   return t->n++;
 }
 
-sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc_diag *d) {
-  memset(t, 0, sizeof *t);
-  t->P = dp->pipe_ranks;
-  t->C = dp->pipe_chunks;
-  t->M = dp->schedule.microbatches;
-  if (t->C < 1 || t->P < 1 || dp->n_stages != SC_PIPE_PHASES * t->C)
-    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
-  t->input_first = sc_calloc((size_t)dp->n_stages + 1, sizeof *t->input_first);
-  for (int32_t s = 0; t->input_first && s < dp->n_stages; s++)
-    t->input_first[s + 1] = t->input_first[s] + dp->stages[s].program->n_inputs;
-  t->input_h = t->input_first ? sc_malloc(((size_t)t->input_first[dp->n_stages] + 1) *
-                                          sizeof *t->input_h)
-                              : NULL;
-  if (!t->input_h) {
-    sc_pipe_handoffs_free(t);
-    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+/* Every piece's outputs by name, to find an input's source without
+ * scanning the pieces before it (sc_dist_handoff_source's answer: the
+ * latest earlier piece with an output of that name, its first such one). */
+typedef struct named_out {
+  const char *name;
+  int32_t piece, out;
+} named_out;
+
+static int cmp_named(const void *x, const void *y) {
+  const named_out *a = x, *b = y;
+  int c = strcmp(a->name, b->name);
+  if (c) return c;
+  if (a->piece != b->piece) return a->piece > b->piece ? -1 : 1; /* latest first */
+  return a->out < b->out ? -1 : a->out > b->out;
+}
+
+static int cmp_name(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+/* The source of `name` read by piece s: *src -1 when none. */
+static void source_of(const named_out *o, size_t n, const char *name, int32_t s, int32_t *src,
+                      int32_t *out) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) { /* the first entry not below name */
+    size_t mid = lo + (hi - lo) / 2;
+    if (strcmp(o[mid].name, name) < 0) lo = mid + 1;
+    else hi = mid;
   }
+  *src = -1;
+  for (; lo < n && strcmp(o[lo].name, name) == 0; lo++)
+    if (o[lo].piece < s) {
+      *src = o[lo].piece;
+      *out = o[lo].out;
+      return;
+    }
+}
+
+static sc_status handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, const named_out *o,
+                             size_t n_o, const char **inputs, int32_t n_in, sc_diag *d) {
   for (int32_t s = 0; s < dp->n_stages; s++) {
     const sc_program *p = dp->stages[s].program;
+    if (!(t->input_handoff[s] = sc_calloc((size_t)p->n_inputs + 1, sizeof(int32_t))))
+      return nomem(d);
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const char *name = p->buffers[p->inputs[i]].name;
-      t->input_h[t->input_first[s] + i] = -1;
-      if (sc_dist_find_input(dp, name) >= 0) continue;
-      int32_t j, src = sc_dist_handoff_source(dp, s, name, &j);
-      sc_status st = SC_OK;
+      t->input_handoff[s][i] = -1;
+      if (name && bsearch(&name, inputs, (size_t)n_in, sizeof *inputs, cmp_name)) continue;
+      int32_t j = 0, src = -1;
+      if (name) source_of(o, n_o, name, s, &src, &j);
       if (src < 0)
-        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
-                         (int)s, name ? name : "?");
-      int32_t h = st == SC_OK ? add_handoff(t, dp, src, j, d) : -1;
-      if (st == SC_OK && h < 0) st = d->status;
-      if (st == SC_OK && !t->h[h].per_mb && per_mb(t->C, s) &&
-          !per_mb(t->C, t->h[h].piece))
-        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "piece %d reads '%s', made once per step, in every microbatch", (int)s,
-                         name);
-      if (st != SC_OK) {
-        sc_pipe_handoffs_free(t);
-        return st;
-      }
-      t->input_h[t->input_first[s] + i] = h;
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
+                           (int)s, name ? name : "?");
+      int32_t h = add_handoff(t, dp, src, j, d);
+      if (h < 0) return d->status;
+      if (!t->h[h].per_mb && per_mb(t->C, s) && !per_mb(t->C, t->h[h].piece))
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "piece %d reads '%s', made once per step, in every microbatch",
+                           (int)s, name);
+      t->input_handoff[s][i] = h;
       int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
       if (t->h[h].per_mb) t->h[h].mb_readers[q] += per_mb(t->C, s);
       /* once per step: a state copy is read from slot 0 in every microbatch */
@@ -361,17 +382,53 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
   return SC_OK;
 }
 
+sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc_diag *d) {
+  memset(t, 0, sizeof *t);
+  t->P = dp->pipe_ranks;
+  t->C = dp->pipe_chunks;
+  t->M = dp->schedule.microbatches;
+  if (t->C < 1 || t->P < 1 || dp->n_stages != SC_PIPE_PHASES * t->C)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a pipelined training program");
+  size_t n_o = 0;
+  for (int32_t s = 0; s < dp->n_stages; s++) n_o += (size_t)dp->stages[s].program->n_outputs;
+  named_out *o = sc_malloc((n_o + 1) * sizeof *o);
+  const char **inputs = sc_malloc(((size_t)dp->n_inputs + 1) * sizeof *inputs);
+  t->n_pieces = dp->n_stages;
+  t->input_handoff = sc_calloc((size_t)dp->n_stages, sizeof *t->input_handoff);
+  sc_status st = SC_OK;
+  if (!o || !inputs || !t->input_handoff) st = nomem(d);
+  size_t k = 0;
+  for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t j = 0; j < p->n_outputs; j++) {
+      const char *name = p->buffers[p->outputs[j]].name;
+      if (name) o[k++] = (named_out){name, s, j};
+    }
+  }
+  int32_t n_in = 0;
+  for (int32_t i = 0; st == SC_OK && i < dp->n_inputs; i++)
+    if (dp->inputs[i].name) inputs[n_in++] = dp->inputs[i].name;
+  if (st == SC_OK) {
+    qsort(o, k, sizeof *o, cmp_named);
+    qsort(inputs, (size_t)n_in, sizeof *inputs, cmp_name);
+    st = handoffs_of(dp, t, o, k, inputs, n_in, d);
+  }
+  sc_free(o);
+  sc_free(inputs);
+  if (st != SC_OK) sc_pipe_handoffs_free(t);
+  return st;
+}
+
 int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, int32_t k) {
   const sc_pipe_handoff *x = &t->h[h];
   if (!x->per_mb) return k == 0 ? x->step_readers[q] : 0;
   return x->mb_readers[q] + (k == t->M - 1 ? x->step_readers[q] : 0);
 }
 
-/* Piece s's input j's handoff (*h, -1 when none: sc_pipe_handoffs_of
- * looked it up) and its cell h * M + the microbatch it reads. */
-static size_t input_cell(const sc_pipe_handoffs *t, int32_t s, int32_t j, int32_t mb,
-                         int32_t *h) {
-  *h = t->input_h[t->input_first[s] + j];
+/* The handoff piece s's input j reads (*h, -1 when none) and its cell
+ * h * M + the microbatch it reads. */
+static size_t input_cell(const sc_pipe_handoffs *t, int32_t s, int32_t j, int32_t mb, int32_t *h) {
+  *h = t->input_handoff[s][j];
   if (*h < 0) return 0;
   int32_t k = t->h[*h].per_mb ? (mb >= 0 ? mb : t->M - 1) : 0;
   return (size_t)*h * (size_t)t->M + (size_t)k;

@@ -92,10 +92,9 @@ typedef struct sc_pipe_handoffs {
   int32_t P, C, M;
   int32_t n;
   sc_pipe_handoff *h;
-  /* the handoff each piece's input reads (-1: a program input, none):
-   * input_h[input_first[piece] + input], looked up by name once */
-  int32_t *input_first;    /* [n_stages + 1] */
-  int32_t *input_h;
+  int32_t n_pieces;
+  int32_t **input_handoff; /* [n_pieces][the piece's inputs]: the handoff each
+                              input reads, -1 for a model input */
 } sc_pipe_handoffs;
 /* Errors: an input of no source, a once-per-step value read per
  * microbatch (SC_ERR_INVALID). */

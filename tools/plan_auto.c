@@ -247,7 +247,6 @@ static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
 
 static json_t *cand_json(const sc_search_cand *c, const sc_plan_predicted *pr, const char *why) {
   json_t *pj = sc_plan_predicted_json(pr);
-  if (strcmp(pr->source, "estimate") == 0) json_object_del(pj, "simulated");
   json_t *o = json_pack("{s:{s:I,s:I,s:I,s:I,s:I}, s:i, s:I, s:b, s:s, s:i, s:i, s:I, s:s}",
                         "mesh", "dp", (json_int_t)c->dp, "fsdp", (json_int_t)c->fsdp, "tp",
                         (json_int_t)c->tp, "pp", (json_int_t)c->pp, "cp", (json_int_t)c->cp,
@@ -410,7 +409,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     t_exact += ex.seconds;
     if (rc) break;
     t0 = now_s();
-    st = sc_plan_train_predict(ex.b, &ta.t, &target, 0, &d);
+    st = sc_plan_train_predict(ex.b, &ta.t, &target, &d);
     t_exact += now_s() - t0;
     if (st != SC_OK) {
       rc = sc_cli_report(&d, o.file);
@@ -460,13 +459,6 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   double err = ch->step_s > 0 && exact_pr->step_time_s > 0
                    ? (ch->step_s - exact_pr->step_time_s) / exact_pr->step_time_s
                    : 0;
-  /* the exact path sums compute and communication without the bubble
-   * (codegen/dist_cost.h, until it simulates the schedule): the error on
-   * the same terms */
-  double err_nb = ch->step_s - ch->bubble_s > 0 && exact_pr->step_time_s > 0
-                      ? (ch->step_s - ch->bubble_s - exact_pr->step_time_s) /
-                            exact_pr->step_time_s
-                      : 0;
   char why[SC_SEARCH_TOP][320];
   for (int32_t i = 0; i < r->n_top; i++) {
     if (i == chosen) snprintf(why[i], sizeof why[i], "chosen");
@@ -485,10 +477,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     sc_plan_predicted est;
     estimate_predicted(ch, tokens, &est);
     json_t *ej = sc_plan_predicted_json(&est);
-    json_object_del(ej, "simulated");
     json_object_set_new(cj, "estimate", ej);
     json_object_set_new(cj, "estimate_error", json_real(err));
-    json_object_set_new(cj, "estimate_error_without_bubble", json_real(err_nb));
     /* the plan file of the chosen plan: `--plan` replays it */
     sc_diag pd = {0};
     sc_diag_clear(&pd);
@@ -585,9 +575,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
       printf("  exact (compiled, as plan --train --mesh): step %s, MFU %.1f%%, peak %s per "
              "rank (%lld bytes), %s\n", xt, 100 * exact_pr->mfu, pk,
              (long long)exact_pr->peak_bytes_per_rank, exact_pr->fits ? "fits" : "over");
-    printf("  estimate (block model): step %s (%+.1f %% against the exact; %+.1f %% without its "
-           "pipeline bubble, which the exact path does not count yet)\n", et, 100 * err,
-           100 * err_nb);
+    printf("  estimate (block model): step %s (%+.1f %% against the exact)\n", et, 100 * err);
     printf("\nbest %d (block-model estimates; the chosen one's figures exact):\n",
            (int)r->n_top);
     printf("  %2s  %-22s %4s %3s  %-14s %4s %5s  %-9s %12s %7s %11s  %s\n", "#", "mesh", "zero",

@@ -1,12 +1,14 @@
 /* plan_predict.c — prints the predicted step of `shardc plan --cluster`
- * (plan_predict.h): per pipeline rank its compute time, its communication
- * time per group of mesh axes and their sum; then the step time (the
- * slowest rank) and, when the model's token ids say the batch and the
- * sequence, tokens/s and TFLOP/s per GPU. The figures are
- * sc_dist_cost_predict's; this file only formats them. */
+ * (plan_predict.h): the step time (the last pipeline rank's finish), which
+ * rank that is, tokens/s, TFLOP/s per GPU and MFU, the largest rank's
+ * memory against the device's, then one row per pipeline rank: compute,
+ * exposed communication per group of mesh axes, bubble, recompute,
+ * optimizer and their sum (the rank's finish). The figures are
+ * sc_dist_sim_run's; this file only formats them. */
 #include <stdio.h>
+#include <time.h>
 
-#include "codegen/dist_cost.h"
+#include "codegen/dist_sim.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
 #include "tools/plan_predict.h"
@@ -17,42 +19,88 @@ static void fmt_time(double s, char *buf, size_t n) {
   else snprintf(buf, n, "%.3f us", s * 1e6);
 }
 
-void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl) {
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const char *precision,
+                             int64_t peak_bytes) {
   if (!pl || !pl->cluster || pl->cluster_figures.nodes < 1) return;
-  printf("\npredicted step on %s (no overlap: compute and communication summed; overlap, "
-         "pipeline bubbles and the schedule's critical path are not simulated):\n",
-         pl->cluster);
-  sc_dist_cost cost;
+  const sc_cluster *c = &pl->cluster_figures;
+  sc_dist_sim sim;
   sc_diag d = {0};
   sc_diag_clear(&d);
-  if (sc_dist_cost_predict(dp, &pl->cluster_figures, &cost, &d) != SC_OK) {
+  double t0 = now_s();
+  sc_status st = sc_dist_sim_run(dp, c, &sim, &d);
+  double took = now_s() - t0;
+  printf("\npredicted step on %s (simulated: each pipeline rank's action list, a compute queue "
+         "and one queue per communicator; %.2f ms to simulate):\n", pl->cluster, took * 1e3);
+  if (st != SC_OK) {
     char msg[1200];
     sc_diag_format(&d, msg, sizeof msg);
     printf("  unknown: %s\n", msg);
     return;
   }
-  char a[64], b[64], c[64], e[64], axes[128];
-  printf("  %-9s %-6s %12s %14s %12s %12s\n", "pp rank", "rank", "compute", "FLOPs",
-         "comm", "total");
-  for (int32_t q = 0; q < cost.n_rows; q++) {
-    const sc_dist_cost_row *r = &cost.rows[q];
-    fmt_time(r->compute_s, a, sizeof a);
-    sc_stats_format_si(r->flops, "FLOP", b, sizeof b);
-    fmt_time(r->comm_s, c, sizeof c);
-    fmt_time(r->step_s, e, sizeof e);
-    printf("  %-9d %-6lld %12s %14s %12s %12s\n", r->pipe_rank, (long long)r->rank, a, b, c, e);
-    for (int32_t j = 0; j < r->n_comm; j++) {
-      const sc_dist_cost_comm *cm = &r->comm[j];
-      sc_cli_format_axes(&dp->mesh, cm->axes, axes, sizeof axes);
-      sc_stats_format_bytes(cm->bytes, b, sizeof b);
-      fmt_time(cm->seconds, c, sizeof c);
-      printf("    comm over %-10s %6lld ops %12s %12s\n", axes, (long long)cm->ops, b, c);
+  char a[64], b[64], axes[128];
+  const sc_dist_sim_rank *cr = &sim.ranks[sim.critical];
+  fmt_time(sim.step_time_s, a, sizeof a);
+  printf("  step time:  %s (pipeline rank %d, rank %lld, finishes last)\n", a,
+         (int)cr->pipe_rank, (long long)cr->rank);
+  if (sim.tokens_per_s > 0) printf("  tokens/s:   %.0f\n", sim.tokens_per_s);
+  sc_cluster_dtype t;
+  bool known = sc_dist_sim_precision_dtype(precision, &t);
+  double mfu = known ? sc_dist_sim_mfu(&sim, c, t) : 0;
+  printf("  per GPU:    %.1f TFLOP/s (GEMM FLOPs); MFU ", sim.flops_per_s_per_gpu / 1e12);
+  if (mfu > 0)
+    printf("%.1f %% (model FLOPs: GEMMs not recomputed, over %s peak)\n", 100 * mfu,
+           sc_cluster_dtype_names[t]);
+  else printf("unknown (no %s peak)\n", known ? sc_cluster_dtype_names[t] : precision);
+  if (peak_bytes > 0) {
+    sc_stats_format_bytes((double)peak_bytes, a, sizeof a);
+    if (c->device_memory_bytes > 0) {
+      sc_stats_format_bytes((double)c->device_memory_bytes, b, sizeof b);
+      printf("  memory:     %s on the largest rank, of %s: %s\n", a, b,
+             peak_bytes <= c->device_memory_bytes ? "fits" : "does NOT fit");
+    } else
+      printf("  memory:     %s on the largest rank (the device's memory is unknown)\n", a);
+  }
+  /* the groups any rank waited for or used, first seen first */
+  sc_axes cols[SC_DIST_SIM_MAX_GROUPS];
+  int32_t n_cols = 0;
+  for (int32_t q = 0; q < sim.n_ranks; q++)
+    for (int32_t j = 0; j < sim.ranks[q].n_comm; j++) {
+      int32_t k = 0;
+      while (k < n_cols && cols[k] != sim.ranks[q].comm[j].axes) k++;
+      if (k == n_cols && n_cols < SC_DIST_SIM_MAX_GROUPS) cols[n_cols++] = sim.ranks[q].comm[j].axes;
     }
+  printf("  %-8s %-6s %12s", "pp rank", "rank", "compute");
+  for (int32_t k = 0; k < n_cols; k++) {
+    char h[160];
+    sc_cli_format_axes(&dp->mesh, cols[k], axes, sizeof axes);
+    snprintf(h, sizeof h, "comm %s", axes);
+    printf(" %12s", h);
   }
-  fmt_time(cost.step_time_s, a, sizeof a);
-  printf("  step time:  %s (the slowest rank; summed, not simulated)\n", a);
-  if (cost.step_time_s > 0) {
-    printf("  per GPU:    %.1f TFLOP/s (GEMM FLOPs)\n", cost.flops_per_s_per_gpu / 1e12);
-    if (cost.tokens_per_s > 0) printf("  tokens/s:   %.0f\n", cost.tokens_per_s);
+  printf(" %12s %12s %12s %12s\n", "bubble", "recompute", "optimizer", "total");
+  for (int32_t q = 0; q < sim.n_ranks; q++) {
+    const sc_dist_sim_rank *r = &sim.ranks[q];
+    fmt_time(r->compute_s, a, sizeof a);
+    printf("  %-8d %-6lld %12s", (int)r->pipe_rank, (long long)r->rank, a);
+    for (int32_t k = 0; k < n_cols; k++) {
+      double s = 0;
+      for (int32_t j = 0; j < r->n_comm; j++)
+        if (r->comm[j].axes == cols[k]) s = r->comm[j].exposed_s;
+      fmt_time(s, a, sizeof a);
+      printf(" %12s", a);
+    }
+    double terms[4] = {r->bubble_s, r->recompute_s, r->optimizer_s, r->finish_s};
+    for (int i = 0; i < 4; i++) {
+      fmt_time(terms[i], a, sizeof a);
+      printf(" %12s", a);
+    }
+    printf("\n");
   }
+  printf("  comm: exposed communication (what compute waited for; async collectives hidden "
+         "behind compute are not counted); bubble: waiting for a neighbour's hand-off\n");
 }

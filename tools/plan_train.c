@@ -24,7 +24,7 @@
 
 #include <jansson.h>
 
-#include "codegen/dist_cost.h"
+#include "codegen/dist_sim.h"
 #include "codegen/pipe_schedule.h"
 #include "driver/train_memory.h"
 #include "passes/partition/partition.h"
@@ -88,6 +88,9 @@ static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M
 typedef struct pipe_row {
   int32_t q;
   int64_t arenas, state, stash, p2p, coll;
+  int64_t outside;       /* the device's lines beside the arenas: the most
+                            any of its pieces needs (one context, one
+                            workspace, reused by the pieces in turn) */
   int32_t stashed, formula;
   sc_pipe_action *acts;
   uint64_t *from, *to;   /* [n_acts] pipeline ranks each action receives from, sends to */
@@ -103,7 +106,7 @@ static bool listed(const char *const *names, int32_t n, const char *name) {
 /* Pipeline coordinate q's figures: its pieces' arenas, the state it keeps,
  * its stash and what it sends, by its action list. */
 static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, int32_t q,
-                             pipe_row *r, sc_diag *d) {
+                             const sc_device_target *target, pipe_row *r, sc_diag *d) {
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
   memset(r, 0, sizeof *r);
   r->q = q;
@@ -119,6 +122,9 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
     if (sc_pipe_piece_chunk(C, s) % P != q) continue;
     const sc_program *p = dp->stages[s].program;
     r->arenas += p->arena_bytes;
+    sc_device_memory dm;
+    if ((st = sc_device_memory_plan(p, target, &dm, d)) != SC_OK) break;
+    if (sc_device_memory_outside(&dm) > r->outside) r->outside = sc_device_memory_outside(&dm);
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const sc_buffer *b = &p->buffers[p->inputs[i]];
       if (!sc_dist_is_state(dp, b->name) || listed(seen, n_seen, b->name)) continue;
@@ -166,8 +172,13 @@ static void print_table(const sc_dist_program *dp, const pipe_row *rows) {
   }
 }
 
+/* --precision's name: the dtype of matrix products. */
+static const char *precision_name(const sc_train_opts *t) {
+  return t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
+}
+
 static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
-                       const char *file) {
+                       const char *file, const sc_device_target *target) {
   const sc_dist_program *dp = b->program;
   const sc_partition *part = b->part;
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
@@ -188,7 +199,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   sc_status st = sc_pipe_handoffs_of(dp, &ho, &d);
   if (st == SC_OK) st = sc_pipe_deps_of(dp, &deps, &d);
   for (int32_t q = 0; st == SC_OK && q < P; q++) {
-    st = pipe_row_of(dp, &ho, q, &rows[q], &d);
+    st = pipe_row_of(dp, &ho, q, target, &rows[q], &d);
     lists[q] = rows[q].acts;
     ns[q] = rows[q].n_acts;
   }
@@ -260,7 +271,13 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
   if (table) print_table(dp, rows);
-  sc_plan_print_predicted(dp, b->plan);
+  int64_t peak = 0;
+  for (int32_t q = 0; q < P; q++) {
+    const pipe_row *r = &rows[q];
+    if (r->arenas + r->state + r->stash + r->outside > peak)
+      peak = r->arenas + r->state + r->stash + r->outside;
+  }
+  sc_plan_print_predicted(dp, b->plan, precision_name(t), peak);
 done:
   for (int32_t q = 0; q < P; q++) {
     sc_free(rows[q].acts);
@@ -275,25 +292,21 @@ done:
   return rc;
 }
 
-/* The largest rank's memory: per pipeline rank its arenas, state and
- * stash (pipe_row_of); one rank's arena, constants and the device's lines
- * beside them (sc_device_memory_plan) otherwise. */
+/* The largest rank's memory, as the reports print it: per pipeline rank
+ * its arenas, state, stash and the device's lines beside them
+ * (pipe_row_of); one rank's arena, constants and device lines otherwise. */
 static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
-                            int32_t *pipe_rank, sc_diag *d) {
+                            sc_diag *d) {
   const sc_dist_program *dp = b->program;
   *peak = 0;
-  *pipe_rank = 0;
   if (dp->pipe_chunks > 0) {
     sc_pipe_handoffs ho;
     sc_status st = sc_pipe_handoffs_of(dp, &ho, d);
     for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
       pipe_row r;
-      st = pipe_row_of(dp, &ho, q, &r, d);
-      int64_t total = r.arenas + r.state + r.stash;
-      if (st == SC_OK && total > *peak) {
-        *peak = total;
-        *pipe_rank = q;
-      }
+      st = pipe_row_of(dp, &ho, q, target, &r, d);
+      int64_t total = r.arenas + r.state + r.stash + r.outside;
+      if (st == SC_OK && total > *peak) *peak = total;
       sc_free(r.acts);
       sc_free(r.from);
       sc_free(r.to);
@@ -311,30 +324,17 @@ static sc_status train_peak(const sc_build *b, const sc_device_target *target, i
 }
 
 sc_status sc_plan_train_predict(const sc_build *b, const sc_train_opts *t,
-                                const sc_device_target *target, int64_t budget, sc_diag *d) {
+                                const sc_device_target *target, sc_diag *d) {
   sc_plan *pl = b->plan;
-  if (!pl) return SC_OK;
-  sc_dist_cost_to_plan(b->program, pl);
-  sc_plan_predicted *pr = &pl->predicted;
-  if (!pr->on) return SC_OK;
-  if (pr->peak_bytes_per_rank == 0) {
-    int64_t peak;
-    int32_t q;
-    sc_status st = train_peak(b, target, &peak, &q, d);
-    if (st != SC_OK) return st;
-    pr->peak_bytes_per_rank = peak;
-    int64_t limit = budget > 0 ? budget : pl->cluster_figures.device_memory_bytes;
-    pr->fits = limit <= 0 || peak <= limit;
-  }
-  if (pr->mfu == 0 && pr->step_time_s > 0 && pr->tokens_per_s > 0) {
-    double peak = pl->cluster_figures.peak_flops[t->bf16   ? SC_CLUSTER_BF16
-                                                 : t->fp16 ? SC_CLUSTER_FP16
-                                                           : SC_CLUSTER_FP32];
-    double tokens = pr->tokens_per_s * pr->step_time_s;
-    if (peak > 0)
-      pr->mfu = 6.0 * (double)b->train.trainable_numel * tokens /
-                (pr->step_time_s * (double)pl->mesh.n_ranks * peak);
-  }
+  if (!pl || !pl->cluster || pl->cluster_figures.nodes < 1) return SC_OK;
+  int64_t peak;
+  sc_status st = train_peak(b, target, &peak, d);
+  if (st != SC_OK) return st;
+  /* the MFU in the step's precision, not the plan's (reserved) one */
+  const char *precision = pl->precision;
+  pl->precision = precision_name(t);
+  sc_dist_sim_to_plan(b->program, pl, peak);
+  pl->precision = precision;
   return SC_OK;
 }
 
@@ -343,9 +343,9 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   {
     sc_diag pd = {0};
     sc_diag_clear(&pd);
-    if (sc_plan_train_predict(b, t, target, 0, &pd) != SC_OK) return sc_cli_report(&pd, file);
+    if (sc_plan_train_predict(b, t, target, &pd) != SC_OK) return sc_cli_report(&pd, file);
   }
-  if (b->program->pipe_chunks > 0) return pipe_report(b, t, json, table, file);
+  if (b->program->pipe_chunks > 0) return pipe_report(b, t, json, table, file, target);
   if (table) {
     fprintf(stderr, "shardc: error: %s: --schedule-table: the step is not pipelined (a pp "
             "axis of 2 or more)\n", file);
@@ -369,7 +369,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   char mesh[256] = "";
   if (part) sc_mesh_format(&part->mesh, mesh, sizeof mesh);
   const char *opt = t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw";
-  const char *prec = t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
+  const char *prec = precision_name(t);
   if (json) {
     printf("{\"model\": ");
     json_str(file);
@@ -503,7 +503,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            "parameters in fp32); the ZeRO paper's figure for its data-parallel axes: %.4f Psi\n",
            (long long)sent, psi > 0 ? (double)sent / psi : 0.0, psi, zero_figure(part));
   }
-  sc_plan_print_predicted(b->program, b->plan);
+  sc_plan_print_predicted(b->program, b->plan, prec, m.arena + m.constants + outside);
   sc_free(cm);
   return 0;
 }

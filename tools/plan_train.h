@@ -16,15 +16,14 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
                          const char *file, const sc_device_target *target);
 
 /* The exact predicted step of b on its plan's cluster, into
- * b->plan->predicted: sc_dist_cost_to_plan's figures, and, where it left
- * them 0, the largest rank's memory (per pipeline rank its arenas, state
- * and stash; else one rank's arena, constants and device lines on target),
- * whether it fits budget (0: the device's memory), and the MFU (6 x
- * trainable parameters x tokens over step time x ranks x the peak in the
- * step's precision). The one path of `plan --train --cluster` and of the
- * search's chosen plan (plan_auto.c): they agree by construction. Nothing
- * without a cluster. Errors: the memory plan's. */
+ * b->plan->predicted: codegen/dist_sim.h's simulated step
+ * (sc_dist_sim_to_plan) with the largest rank's memory as the report
+ * counts it (per pipeline rank its arenas, state, stash and device lines;
+ * else one rank's arena, constants and device lines on target) and the MFU
+ * in the step's precision. The one path of `plan --train --cluster` and of
+ * the search's chosen plan (plan_auto.c): they agree by construction.
+ * Nothing without a cluster. Errors: the memory plan's. */
 sc_status sc_plan_train_predict(const sc_build *b, const sc_train_opts *t,
-                                const sc_device_target *target, int64_t budget, sc_diag *d);
+                                const sc_device_target *target, sc_diag *d);
 
 #endif

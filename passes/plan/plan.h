@@ -53,22 +53,22 @@ typedef struct sc_plan_predicted {
   char unknown[256];       /* why no time was predicted (a figure the
                               cluster does not know), or "" */
   char source[32];         /* how: "simulated" (each rank's action list run
-                              on the cluster), "summed" (no overlap), or
+                              on the cluster, codegen/dist_sim.h), or
                               "estimate" (the search's block model) */
   int32_t pipe_rank;       /* the critical (slowest) rank's pipeline coordinate */
   int64_t rank;            /* and its rank */
   double step_time_s;      /* the step: the last rank's finish */
   double tokens_per_s;     /* 0: unknown (no token ids) */
   double flops_per_s_per_gpu; /* GEMM FLOPs of the step / step time, mean over ranks */
-  double mfu;              /* model FLOPs utilization: the model's FLOPs per
-                              step (6 x params x tokens for training, 2 x for
-                              inference, plus attention) / (step time x GPUs x
-                              the cluster's peak in the plan's dtype); 0 unknown */
+  double mfu;              /* model FLOPs utilization: the GEMM FLOPs of
+                              every GPU's step, recomputed ones left out /
+                              (step time x GPUs x the cluster's peak in the
+                              plan's dtype); 0 unknown */
   int64_t peak_bytes_per_rank; /* the largest rank's exact memory (memory
                               plan + device lines); 0: not computed */
   bool fits;               /* peak_bytes_per_rank <= the device's memory */
-  /* The critical rank's step, broken down (they sum to step_time_s up to
-   * overlap: exposed communication is what compute did not hide). */
+  /* The critical rank's step, broken down: the terms sum to step_time_s
+   * (exposed communication is what compute waited for, not what it hid). */
   double compute_s;        /* forward + backward compute, recompute excluded */
   double bubble_s;         /* pipeline idle time waiting for a neighbour */
   double recompute_s;      /* recomputed forward steps */
@@ -132,7 +132,7 @@ typedef struct sc_plan {
                                  from --cluster, or the preset of that name
                                  when read from a file; nodes 0: unknown (a
                                  plan for a cluster file, replayed) */
-  /* the predicted step (codegen/dist_cost.h: sc_dist_cost_to_plan), written
+  /* the predicted step (codegen/dist_sim.h: sc_dist_sim_to_plan), written
    * under "predicted" when on; derived, so the reader skips it */
   sc_plan_predicted predicted;
 } sc_plan;

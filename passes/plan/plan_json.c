@@ -51,33 +51,30 @@ json_t *sc_plan_placement_axes_json(const sc_placement *pl) {
 /* "predicted": derived from the compiled program (docs/planner.md). */
 static json_t *predicted_json(const sc_plan_predicted *pr) {
   json_t *o = json_object();
-  json_object_set_new(o, "simulated", json_string("no: compute and communication summed per "
-                                                  "rank; overlap, bubbles and the critical path "
-                                                  "not simulated"));
+  json_object_set_new(o, "source", json_string(pr->source[0] ? pr->source : "simulated"));
   if (pr->unknown[0]) {
     json_object_set_new(o, "unknown", json_string(pr->unknown));
     return o;
   }
   json_object_set_new(o, "step_time_s", json_real(pr->step_time_s));
+  json_object_set_new(o, "rank", json_integer(pr->rank));
   json_object_set_new(o, "pipe_rank", json_integer(pr->pipe_rank));
   json_t *comm = json_object();
   for (int32_t i = 0; comm && i < pr->n_comm; i++)
     json_object_set_new(comm, pr->comm[i].axes, json_real(pr->comm[i].seconds));
   json_object_set_new(o, "breakdown",
-                      json_pack("{s:f, s:o}", "compute_s", pr->compute_s, "exposed_comm_s", comm));
+                      json_pack("{s:f, s:o, s:f, s:f, s:f}", "compute_s", pr->compute_s,
+                                "exposed_comm_s", comm, "bubble_s", pr->bubble_s, "recompute_s",
+                                pr->recompute_s, "optimizer_s", pr->optimizer_s));
   json_object_set_new(o, "tokens_per_s",
                       pr->tokens_per_s > 0 ? json_real(pr->tokens_per_s) : json_null());
-  json_object_set_new(o, "flops_per_s_per_gpu", json_real(pr->flops_per_s_per_gpu));
-  /* the planner's figures, when they were had */
-  if (pr->source[0]) json_object_set_new(o, "source", json_string(pr->source));
-  if (pr->mfu > 0) json_object_set_new(o, "mfu", json_real(pr->mfu));
-  if (pr->peak_bytes_per_rank > 0) {
-    json_object_set_new(o, "peak_bytes_per_rank", json_integer(pr->peak_bytes_per_rank));
-    json_object_set_new(o, "fits", json_boolean(pr->fits));
-  }
-  if (pr->bubble_s > 0) json_object_set_new(o, "bubble_s", json_real(pr->bubble_s));
-  if (pr->recompute_s > 0) json_object_set_new(o, "recompute_s", json_real(pr->recompute_s));
-  if (pr->optimizer_s > 0) json_object_set_new(o, "optimizer_s", json_real(pr->optimizer_s));
+  json_object_set_new(o, "tflops_per_gpu", json_real(pr->flops_per_s_per_gpu / 1e12));
+  json_object_set_new(o, "mfu", pr->mfu > 0 ? json_real(pr->mfu) : json_null());
+  json_object_set_new(o, "peak_bytes_per_rank", pr->peak_bytes_per_rank > 0
+                                                    ? json_integer(pr->peak_bytes_per_rank)
+                                                    : json_null());
+  json_object_set_new(o, "fits", pr->peak_bytes_per_rank > 0 ? json_boolean(pr->fits)
+                                                             : json_null());
   return o;
 }
 

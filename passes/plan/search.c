@@ -406,7 +406,8 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
       continue;
     }
     if (base.pp == 1 && M > 1) break; /* microbatches pipeline stages */
-    for (int s = 0; s < (base.pp > 1 ? 4 : 1); s++) {
+    /* one microbatch: every schedule is GPipe's (one forward, one backward) */
+    for (int s = 0; s < (base.pp > 1 && M > 1 ? 4 : 1); s++) {
       int32_t vmax = 1;
       if (s == 3) {
         if (M % base.pp) {

@@ -1,5 +1,4 @@
-/* test_cost.c — the cost model's formulas (passes/plan/cost.h) and the
- * per-rank sum over a distributed program (codegen/dist_cost.h), against
+/* test_cost.c — the cost model's formulas (passes/plan/cost.h), against
  * values computed by hand from the h100-sxm preset (NVLink 450 GB/s, 3 us a
  * hop; network 50 GB/s per GPU, 10 us a hop; bf16 989.4 TFLOP/s, HBM
  * 3.35 TB/s).
@@ -11,8 +10,7 @@
  * costs nothing; time grows with bytes; all-gather moves half an
  * all-reduce's bytes; cpu:local is uncalibrated and says so. Roofline: a
  * 1024^3 bf16 GEMM is compute-bound at 80 %; an unknown peak names its
- * dtype. The program: a GEMM, a check and an all-reduce over tp=8, twice
- * (two microbatches), summed by hand. */
+ * dtype. (A program's simulated step: test_dist_sim.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "codegen/dist_cost.h"
+#include "passes/plan/cost.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
@@ -136,73 +134,11 @@ static void test_roofline(void **state) {
   assert_non_null(strstr(d.msg, "uncalibrated: run shardc calibrate"));
 }
 
-static int32_t add_buffer(sc_program *p, const char *name, sc_dtype t, int64_t n) {
-  sc_buffer b = {.name = name, .kind = SC_BUF_TEMP, .dtype = t, .rank = 1, .dims = {n},
-                 .bytes = n * (int64_t)sc_dtype_size(t), .offset = -1, .alias_of = -1,
-                 .value = -1};
-  return sc_program_add_buffer(p, &b);
-}
-
-/* One stage over tp=8: C = A @ B (bf16, 1024^3), a check of 1024 i64
- * indices, an all-reduce of C over tp; two microbatches. */
-static void test_program(void **state) {
-  (void)state;
-  sc_cluster c = preset("h100-sxm:8x1");
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  sc_mesh m;
-  assert_int_equal(sc_mesh_parse("tp=8", &m, &d), SC_OK);
-  assert_int_equal(sc_cluster_fit_mesh(&c, &m, &d), SC_OK);
-  sc_dist_program *dp = sc_dist_program_create(&m, 1);
-  assert_non_null(dp);
-  dp->schedule.microbatches = 2;
-  sc_program *p = sc_program_create();
-  assert_non_null(p);
-  dp->stages[0].program = p;
-  int64_t mm = 1024 * 1024;
-  int32_t a = add_buffer(p, "A", SC_DTYPE_BF16, mm), b = add_buffer(p, "B", SC_DTYPE_BF16, mm),
-          cc = add_buffer(p, "C", SC_DTYPE_BF16, mm), ix = add_buffer(p, "i", SC_DTYPE_I64, 1024);
-  sc_step g = {.kind = SC_STEP_GEMM, .kernel = -1, .started = -1};
-  g.gemm = (sc_gemm){.a = a, .b = b, .c = cc, .batch = 1, .m = 1024, .n = 1024, .k = 1024,
-                     .alpha = 1, .bias = -1};
-  sc_step ck = {.kind = SC_STEP_CHECK, .kernel = -1, .started = -1, .check = {ix, 10}};
-  sc_step ar = {.kind = SC_STEP_COMM, .kernel = -1, .started = -1};
-  ar.comm = (sc_comm_step){.kind = SC_COMM_ALL_REDUCE, .in = cc, .out = cc, .pack = -1,
-                           .unpack = -1, .count = mm, .axes = 1u, .group_size = 8};
-  assert_true(sc_program_add_step(p, &g) >= 0);
-  assert_true(sc_program_add_step(p, &ck) >= 0);
-  assert_true(sc_program_add_step(p, &ar) >= 0);
-
-  sc_dist_cost cost;
-  assert_int_equal(sc_dist_cost_predict(dp, &c, &cost, &d), SC_OK);
-  assert_int_equal(cost.n_rows, 1);
-  double gemm = 2.0 * mm * 1024 / (989.4e12 * 0.8), check = 8192 / (3.35e12 * 0.8);
-  double comm = 2.0 * 7 / 8 * 2 * mm / 450e9 + 14 * 3e-6;
-  const sc_dist_cost_row *r = &cost.rows[0];
-  assert_close(r->flops, 2 * 2.0 * mm * 1024);
-  assert_close(r->compute_s, 2 * (gemm + check));
-  assert_int_equal(r->n_comm, 1);
-  assert_int_equal(r->comm[0].axes, 1u);
-  assert_int_equal(r->comm[0].ops, 2);
-  assert_close(r->comm_s, 2 * comm);
-  assert_close(cost.step_time_s, 2 * (gemm + check + comm));
-  assert_true(cost.tokens == 0); /* no token ids */
-
-  /* an f64 GEMM has no peak: an error naming the dtype and the step */
-  p->buffers[a].dtype = SC_DTYPE_F64;
-  p->steps[0].origin = "MatMul_1";
-  sc_diag_clear(&d);
-  assert_int_equal(sc_dist_cost_predict(dp, &c, &cost, &d), SC_ERR_INVALID);
-  assert_non_null(strstr(d.msg, "f64"));
-  sc_dist_program_destroy(dp);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_group_nodes),
       cmocka_unit_test(test_roofline),
-      cmocka_unit_test(test_program),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 """Checks of `shardc plan --train --auto --json` (tests/lit/plan/auto.test).
 
   auto_check.py check SHARDC MODEL AUTO.json TMP
-      the chosen plan is exact ("summed", the path of plan --train --mesh),
+      the chosen plan is exact ("simulated", the path of plan --train --mesh),
       fits its memory, and is the first candidate; the others are the block
       model's estimates, best first; the counts are there. Then the chosen
       plan's options given to `plan --train --cluster C --mesh ... --json`
@@ -37,7 +37,7 @@ def check(shardc, model, path, tmp):
     assert sum(a["pruned"].values()) == a["candidates_pruned"], a["pruned"]
     ch, cands = a["chosen"], a["candidates"]
     p = ch["predicted"]
-    assert p["source"] == "summed", p
+    assert p["source"] == "simulated", p
     assert p["fits"] and 0 < p["peak_bytes_per_rank"] <= a["memory_limit_bytes"], p
     assert p["step_time_s"] > 0 and 0 < p["mfu"] < 1, p
     assert set(ch["mesh"]) == {"dp", "fsdp", "tp", "pp", "cp"}, ch["mesh"]

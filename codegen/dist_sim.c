@@ -1,0 +1,796 @@
+/* dist_sim.c — a distributed program's step, simulated rank by rank on a
+ * cluster (dist_sim.h).
+ *
+ * FLOPs and bytes are not recounted from the graph: a GEMM step carries its
+ * shape, every step names the buffers it reads and writes
+ * (sc_step_buffers), and a COMM step its group and buffers. Each stage
+ * program's steps are costed once into a table (time, FLOPs, the term it
+ * is attributed to, its queue); the walk then only adds times. A rank is a
+ * cursor over its actions (a program run, with the hand-offs received
+ * before it and sent after it in a pipelined training step): it advances
+ * until it ends or needs a hand-off not yet sent, and the ranks are walked
+ * round-robin until all have ended (or none can advance: an error). */
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/dist_sim.h"
+#include "codegen/pipe_schedule.h"
+#include "ir/pipe.h"
+
+static double buffer_bytes(const sc_program *p, int32_t id) {
+  return id >= 0 && id < p->n_buffers ? (double)p->buffers[id].bytes : 0;
+}
+
+static sc_status nomem(sc_diag *d) {
+  return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+/* ---- the cost of one step ---- */
+
+/* The bytes a memory-bound step touches: each buffer it names, once. */
+typedef struct touched {
+  const sc_program *p;
+  int32_t ids[64];
+  int32_t n;
+  double bytes;
+} touched;
+
+static void touch(void *ud, int32_t buffer, bool written) {
+  (void)written;
+  touched *t = ud;
+  for (int32_t i = 0; i < t->n; i++)
+    if (t->ids[i] == buffer) return;
+  if (t->n < (int32_t)(sizeof t->ids / sizeof t->ids[0])) t->ids[t->n++] = buffer;
+  t->bytes += buffer_bytes(t->p, buffer);
+}
+
+static bool cluster_dtype(sc_dtype t, sc_cluster_dtype *out) {
+  switch (t) {
+  case SC_DTYPE_F32: *out = SC_CLUSTER_FP32; return true;
+  case SC_DTYPE_BF16: *out = SC_CLUSTER_BF16; return true;
+  case SC_DTYPE_F16: *out = SC_CLUSTER_FP16; return true;
+  default: return false;
+  }
+}
+
+sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, const sc_step *st,
+                                    double *seconds, double *flops, sc_diag *d) {
+  *seconds = *flops = 0;
+  switch (st->kind) {
+  case SC_STEP_COMM:
+  case SC_STEP_WAIT:
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "a communication step is no computation");
+  case SC_STEP_GEMM: {
+    const sc_gemm *g = &st->gemm;
+    sc_dtype dt = g->a >= 0 && g->a < p->n_buffers ? p->buffers[g->a].dtype : SC_DTYPE_COUNT;
+    sc_cluster_dtype cd;
+    if (!cluster_dtype(dt, &cd))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "GEMM in %s: the cost model knows peaks for fp32, bf16 and fp16",
+                         dt < SC_DTYPE_COUNT ? sc_dtype_name(dt) : "?");
+    double f = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
+    double bytes = buffer_bytes(p, g->a) + buffer_bytes(p, g->b) + buffer_bytes(p, g->c) +
+                   buffer_bytes(p, g->bias);
+    if (sc_cost_gemm_time(c, cd, f, bytes, sc_cost_gemm_efficiency(g->m, g->n, g->k), seconds,
+                          d) != SC_OK)
+      return d->status;
+    *flops = f;
+    return SC_OK;
+  }
+  default: { /* KERNEL, CHECK, SCATTER_ADD: memory-bound */
+    touched t = {.p = p};
+    sc_step_buffers(p, st, touch, &t);
+    return sc_cost_memory_time(c, t.bytes, seconds, d);
+  }
+  }
+}
+
+/* B of cost.h for a COMM step: the whole buffer (gathered output,
+ * scattered input, what one rank sends). */
+static double comm_bytes(const sc_program *p, const sc_comm_step *cs) {
+  return cs->kind == SC_COMM_ALL_GATHER || cs->kind == SC_COMM_RECV ? buffer_bytes(p, cs->out)
+                                                                     : buffer_bytes(p, cs->in);
+}
+
+static sc_status collective_time(const sc_dist_program *dp, const sc_comm_step *cs, double bytes,
+                                 const sc_cluster *c, double *seconds, sc_diag *d) {
+  static const sc_coll_kind KIND[SC_COMM_KIND_COUNT] = {
+      SC_COLL_ALL_REDUCE, SC_COLL_ALL_GATHER, SC_COLL_REDUCE_SCATTER,
+      SC_COLL_ALL_TO_ALL, SC_COLL_SEND,       SC_COLL_SEND};
+  if ((unsigned)cs->kind >= SC_COMM_KIND_COUNT)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "unknown collective kind %d", cs->kind);
+  sc_coll_group g = {cs->group_size < 1 ? 1 : cs->group_size,
+                     sc_cost_group_nodes(&dp->mesh, cs->axes)};
+  sc_coll_cost cc;
+  if (sc_cost_collective(c, KIND[cs->kind], bytes, g, &cc, d) != SC_OK) return d->status;
+  *seconds = cc.seconds;
+  return SC_OK;
+}
+
+/* A point-to-point transfer of `bytes` between ranks a and b: one message
+ * over the link between them (the network when their nodes differ). */
+static sc_status p2p_time(const sc_dist_program *dp, int64_t a, int64_t b, double bytes,
+                          const sc_cluster *c, double *seconds, sc_diag *d) {
+  bool apart = sc_mesh_node_of(&dp->mesh, a) != sc_mesh_node_of(&dp->mesh, b);
+  sc_coll_cost cc;
+  if (sc_cost_collective(c, SC_COLL_SEND, bytes, (sc_coll_group){2, apart ? 2 : 1}, &cc, d) !=
+      SC_OK)
+    return d->status;
+  *seconds = cc.seconds;
+  return SC_OK;
+}
+
+/* ---- step tables ---- */
+
+/* What a step's time is attributed to (the breakdown of dist_sim.h). */
+enum { T_COMPUTE, T_RECOMPUTE, T_OPTIMIZER, T_COMM, T_WAIT, T_SEND, T_RECV };
+
+typedef struct step_cost {
+  double s;        /* its time alone */
+  double flops;    /* GEMM FLOPs */
+  double bytes;    /* COMM: B */
+  int8_t term;     /* T_* */
+  int8_t group;    /* COMM, WAIT, SEND, RECV: the group's index */
+} step_cost;
+
+typedef struct groups {
+  int32_t n;
+  sc_axes axes[SC_DIST_SIM_MAX_GROUPS];
+} groups;
+
+static int32_t group_of(groups *g, sc_axes axes, sc_diag *d) {
+  for (int32_t i = 0; i < g->n; i++)
+    if (g->axes[i] == axes) return i;
+  if (g->n == SC_DIST_SIM_MAX_GROUPS) {
+    sc_diag_set(d, SC_ERR_LIMIT, NULL, NULL, "more than %d groups of mesh axes",
+                SC_DIST_SIM_MAX_GROUPS);
+    return -1;
+  }
+  g->axes[g->n] = axes;
+  return g->n++;
+}
+
+/* Whether every node named in a step's origin ("a,b,c") is a recompute
+ * clone ("<name>/recompute", passes/recompute.c). */
+static bool recomputed(const char *origin) {
+  static const char SUFFIX[] = "/recompute";
+  const size_t k = sizeof SUFFIX - 1;
+  if (!origin || !*origin) return false;
+  for (const char *s = origin; *s;) {
+    const char *e = strchr(s, ',');
+    size_t n = e ? (size_t)(e - s) : strlen(s);
+    if (n <= k || memcmp(s + n - k, SUFFIX, k) != 0) return false;
+    s += n + (e ? 1 : 0);
+  }
+  return true;
+}
+
+/* The optimizer of one training program (not pipelined): the steps only
+ * the updated state ("new:X", X not an accumulator), "train:grad_norm"
+ * and "train:applied" need. Every other output (the loss, accumulators,
+ * inference outputs) and every gradient (a buffer named "grad:P", the
+ * value autodiff summed) is a root; a step that writes a buffer a root
+ * needs is needed, and so is everything it reads. Buffers are followed
+ * through their views. opt[k] is set for the others; none when the
+ * program updates no state. */
+typedef struct need_ctx {
+  const sc_program *p;
+  bool *need;
+  bool hit;
+} need_ctx;
+
+static void need_written(void *ud, int32_t b, bool written) {
+  need_ctx *x = ud;
+  if (written && x->need[sc_program_root(x->p, b)]) x->hit = true;
+}
+
+static void need_read(void *ud, int32_t b, bool written) {
+  need_ctx *x = ud;
+  if (!written) x->need[sc_program_root(x->p, b)] = true;
+}
+
+static bool optimizer_output(const char *name) {
+  if (!name) return false;
+  if (strncmp(name, "new:", 4) == 0) return strncmp(name + 4, "accum:", 6) != 0;
+  return strcmp(name, "train:grad_norm") == 0 || strcmp(name, "train:applied") == 0;
+}
+
+static sc_status optimizer_steps(const sc_program *p, bool *opt, sc_diag *d) {
+  bool any = false;
+  for (int32_t j = 0; j < p->n_outputs; j++) {
+    const char *n = p->buffers[p->outputs[j]].name;
+    any |= n && strncmp(n, "new:", 4) == 0 && strncmp(n + 4, "accum:", 6) != 0;
+  }
+  if (!any) return SC_OK;
+  need_ctx x = {.p = p, .need = sc_calloc((size_t)p->n_buffers + 1, sizeof(bool))};
+  if (!x.need) return nomem(d);
+  for (int32_t j = 0; j < p->n_outputs; j++)
+    if (!optimizer_output(p->buffers[p->outputs[j]].name))
+      x.need[sc_program_root(p, p->outputs[j])] = true;
+  for (int32_t b = 0; b < p->n_buffers; b++) /* the gradients (passes/train.h) */
+    if (p->buffers[b].name && strncmp(p->buffers[b].name, "grad:", 5) == 0)
+      x.need[sc_program_root(p, b)] = true;
+  for (int32_t k = p->n_steps - 1; k >= 0; k--) {
+    const sc_step *st = &p->steps[k];
+    if (st->kind == SC_STEP_WAIT) continue;
+    x.hit = false;
+    sc_step_buffers(p, st, need_written, &x);
+    if (x.hit) sc_step_buffers(p, st, need_read, &x);
+    else opt[k] = true;
+  }
+  sc_free(x.need);
+  return SC_OK;
+}
+
+/* Stage s's table (tab[k] for every step k). */
+static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_cluster *c,
+                             groups *g, step_cost *tab, sc_diag *d) {
+  const sc_program *p = dp->stages[s].program;
+  bool optimizer_piece = false;
+  if (dp->pipe_chunks) {
+    sc_pipe_phase ph = sc_pipe_piece_phase(dp->pipe_chunks, s);
+    optimizer_piece = ph == SC_PIPE_NORM || ph == SC_PIPE_UPDATE;
+  }
+  bool *opt = sc_calloc((size_t)p->n_steps + 1, sizeof *opt);
+  if (!opt) return nomem(d);
+  sc_status st = dp->pipe_chunks ? SC_OK : optimizer_steps(p, opt, d);
+  for (int32_t k = 0; st == SC_OK && k < p->n_steps; k++) {
+    const sc_step *x = &p->steps[k];
+    step_cost *t = &tab[k];
+    memset(t, 0, sizeof *t);
+    sc_diag inner = {0};
+    sc_diag_clear(&inner);
+    sc_status r = SC_OK;
+    if (x->kind == SC_STEP_WAIT) {
+      t->term = T_WAIT;
+      t->group = x->started >= 0 && x->started < k ? tab[x->started].group : 0;
+    } else if (x->kind == SC_STEP_COMM) {
+      const sc_comm_step *cs = &x->comm;
+      int32_t gi = group_of(g, cs->axes, &inner);
+      if (gi < 0) r = inner.status;
+      t->group = (int8_t)gi;
+      t->bytes = comm_bytes(p, cs);
+      t->term = cs->kind == SC_COMM_SEND ? T_SEND : cs->kind == SC_COMM_RECV ? T_RECV : T_COMM;
+      /* a send's time is its transfer's, between this rank and its peer:
+         costed when it runs; a receive costs only its wait */
+      if (r == SC_OK && t->term == T_COMM)
+        r = collective_time(dp, cs, t->bytes, c, &t->s, &inner);
+    } else {
+      r = sc_dist_step_compute_time(c, p, x, &t->s, &t->flops, &inner);
+      t->term = optimizer_piece || opt[k] ? T_OPTIMIZER
+                : recomputed(x->origin)   ? T_RECOMPUTE
+                                          : T_COMPUTE;
+    }
+    if (r != SC_OK)
+      st = sc_diag_set(d, inner.status, x->origin, NULL, "stage %d, step %d: %s", s, k, inner.msg);
+  }
+  sc_free(opt);
+  return st;
+}
+
+/* ---- hand-offs ---- */
+
+/* Sent transfers, by (from, to, tag, seq): when each started and arrived.
+ * Open addressing; grows at half full. */
+typedef struct mail {
+  int32_t from, to, tag, seq; /* from -1: empty */
+  double start, end;
+} mail;
+
+typedef struct mailbox {
+  mail *m;
+  size_t cap, n;
+} mailbox;
+
+static size_t mail_hash(int32_t from, int32_t to, int32_t tag, int32_t seq, size_t cap) {
+  uint64_t h = (uint64_t)(uint32_t)from * 0x9E3779B97F4A7C15ull;
+  h ^= (uint64_t)(uint32_t)to * 0xC2B2AE3D27D4EB4Full + (h >> 29);
+  h ^= (uint64_t)(uint32_t)tag * 0x165667B19E3779F9ull + (h >> 31);
+  h ^= (uint64_t)(uint32_t)seq * 0x27D4EB2F165667C5ull + (h >> 27);
+  return (size_t)(h & (cap - 1));
+}
+
+static mail *mail_find(mailbox *b, int32_t from, int32_t to, int32_t tag, int32_t seq) {
+  if (!b->cap) return NULL;
+  for (size_t i = mail_hash(from, to, tag, seq, b->cap);; i = (i + 1) & (b->cap - 1)) {
+    mail *x = &b->m[i];
+    if (x->from < 0) return NULL;
+    if (x->from == from && x->to == to && x->tag == tag && x->seq == seq) return x;
+  }
+}
+
+static bool mail_put(mailbox *b, mail x) {
+  if (2 * (b->n + 1) > b->cap) {
+    size_t cap = b->cap ? 2 * b->cap : 256;
+    mail *m = sc_malloc(cap * sizeof *m);
+    if (!m) return false;
+    for (size_t i = 0; i < cap; i++) m[i].from = -1;
+    for (size_t i = 0; i < b->cap; i++) {
+      if (b->m[i].from < 0) continue;
+      size_t j = mail_hash(b->m[i].from, b->m[i].to, b->m[i].tag, b->m[i].seq, cap);
+      while (m[j].from >= 0) j = (j + 1) & (cap - 1);
+      m[j] = b->m[i];
+    }
+    sc_free(b->m);
+    b->m = m;
+    b->cap = cap;
+  }
+  size_t j = mail_hash(x.from, x.to, x.tag, x.seq, b->cap);
+  while (b->m[j].from >= 0) j = (j + 1) & (b->cap - 1);
+  b->m[j] = x;
+  b->n++;
+  return true;
+}
+
+/* A pipelined piece's hand-offs: what it receives from other pipeline
+ * ranks before it runs, and sends after. */
+typedef struct piece_io {
+  int32_t n_in, *in;    /* handoff ids read from another rank */
+  int32_t n_out, *out;  /* handoff ids it makes */
+} piece_io;
+
+/* ---- ranks ---- */
+
+/* One simulated rank: where it is in its actions, its queues' clocks. */
+typedef struct rank_state {
+  sc_dist_sim_rank *row;
+  int32_t q;               /* pipeline coordinate */
+  const sc_pipe_action *acts; /* pipelined: its list; else NULL */
+  int32_t n_acts;          /* actions (runs) */
+  int32_t a;               /* the current action */
+  int32_t part;            /* 0 receives, 1 steps, 2 sends, 3 done with it */
+  int32_t i;               /* index within the part */
+  double t;                /* the compute queue's clock */
+  double qfree[SC_DIST_SIM_MAX_GROUPS]; /* each communication queue's */
+  double send_free;        /* the point-to-point queue's */
+  double *done;            /* [steps of the largest program] when each async
+                              COMM step of the current run ends */
+  bool *have;              /* pipelined: [n_h * M] received or made here */
+  int32_t *seq;            /* inference: [2 * P * tags] sends and receives so far */
+} rank_state;
+
+typedef struct sim_ctx {
+  const sc_dist_program *dp;
+  const sc_cluster *c;
+  sc_diag *d;
+  groups g;
+  int32_t pp_group;        /* the pipeline's group, or -1 */
+  step_cost **tab;         /* [n_stages] */
+  int32_t P, M;
+  sc_pipe_handoffs ho;     /* pipelined */
+  piece_io *io;            /* [n_stages] pipelined */
+  int32_t max_tag;         /* inference: tags are below it */
+  mailbox box;
+  rank_state *r;           /* [P] */
+  int32_t *stage_of;       /* [P] inference: its stage */
+} sim_ctx;
+
+static sc_dist_sim_comm *comm_row(sim_ctx *x, sc_dist_sim_rank *row, int32_t gi) {
+  sc_axes axes = x->g.axes[gi];
+  int32_t j = 0;
+  while (j < row->n_comm && row->comm[j].axes != axes) j++;
+  if (j == row->n_comm) row->comm[row->n_comm++] = (sc_dist_sim_comm){.axes = axes};
+  return &row->comm[j];
+}
+
+/* Compute waits until `until` for group gi (exposed communication). */
+static void expose(sim_ctx *x, rank_state *r, int32_t gi, double until) {
+  if (until <= r->t) return;
+  comm_row(x, r->row, gi)->exposed_s += until - r->t;
+  r->row->exposed_comm_s += until - r->t;
+  r->t = until;
+}
+
+/* A receive of a transfer m: the bubble until it started, then the
+ * pipeline's exposed communication until it arrives. */
+static void receive(sim_ctx *x, rank_state *r, const mail *m) {
+  if (m->start > r->t) {
+    r->row->bubble_s += m->start - r->t;
+    r->t = m->start;
+  }
+  expose(x, r, x->pp_group, m->end);
+}
+
+/* A send of `bytes` to pipeline coordinate `to` on the point-to-point
+ * queue; the sender goes on. */
+static sc_status send(sim_ctx *x, rank_state *r, int32_t to, int32_t tag, int32_t seq, double bytes) {
+  double s = 0;
+  if (p2p_time(x->dp, r->row->rank, x->r[to].row->rank, bytes, x->c, &s, x->d) != SC_OK)
+    return x->d->status;
+  double start = r->t > r->send_free ? r->t : r->send_free;
+  r->send_free = start + s;
+  sc_dist_sim_comm *cm = comm_row(x, r->row, x->pp_group);
+  cm->ops++;
+  cm->bytes += bytes;
+  cm->busy_s += s;
+  r->row->busy_comm_s += s;
+  if (!mail_put(&x->box, (mail){r->q, to, tag, seq, start, start + s})) return nomem(x->d);
+  return SC_OK;
+}
+
+static int32_t *seq_of(sim_ctx *x, rank_state *r, bool sending, int32_t peer, int32_t tag) {
+  return &r->seq[((size_t)(sending ? 1 : 0) * (size_t)x->P + (size_t)peer) * (size_t)x->max_tag +
+                 (size_t)tag];
+}
+
+/* Runs the steps of stage s from r->i to the end of the run (draining
+ * the queues), or until a receive whose transfer is not yet sent
+ * (*blocked; r->i stays on it). */
+static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) {
+  const sc_program *p = x->dp->stages[s].program;
+  const step_cost *tab = x->tab[s];
+  sc_dist_sim_rank *row = r->row;
+  for (; r->i < p->n_steps; r->i++) {
+    const step_cost *t = &tab[r->i];
+    const sc_step *st = &p->steps[r->i];
+    switch (t->term) {
+    case T_COMPUTE: row->compute_s += t->s; r->t += t->s; row->model_flops += t->flops; break;
+    case T_RECOMPUTE: row->recompute_s += t->s; r->t += t->s; break;
+    case T_OPTIMIZER: row->optimizer_s += t->s; r->t += t->s; row->model_flops += t->flops; break;
+    case T_COMM: {
+      double start = r->t > r->qfree[t->group] ? r->t : r->qfree[t->group];
+      double end = start + t->s;
+      r->qfree[t->group] = end;
+      sc_dist_sim_comm *cm = comm_row(x, row, t->group);
+      cm->ops++;
+      cm->bytes += t->bytes;
+      cm->busy_s += t->s;
+      row->busy_comm_s += t->s;
+      if (st->comm.async) r->done[r->i] = end;
+      else expose(x, r, t->group, end);
+      break;
+    }
+    case T_WAIT:
+      if (st->started >= 0 && st->started < r->i) expose(x, r, t->group, r->done[st->started]);
+      break;
+    case T_SEND:
+    case T_RECV: {
+      int32_t peer = (int32_t)st->comm.peer, tag = st->comm.tag;
+      if (!r->seq) /* a pipelined piece hands its values over outside its program */
+        return sc_diag_set(x->d, SC_ERR_INVALID, st->origin, NULL,
+                           "stage %d, step %d: a SEND or RECV step in a pipelined piece", s,
+                           r->i);
+      if (peer < 0 || peer >= x->P || tag < 0 || tag >= x->max_tag)
+        return sc_diag_set(x->d, SC_ERR_INVALID, st->origin, NULL,
+                           "stage %d, step %d: peer %d or tag %d out of range", s, r->i, peer,
+                           tag);
+      int32_t *n = seq_of(x, r, t->term == T_SEND, peer, tag);
+      if (t->term == T_SEND) {
+        if (send(x, r, peer, tag, *n, t->bytes) != SC_OK) return x->d->status;
+      } else {
+        mail *m = mail_find(&x->box, peer, r->q, tag, *n);
+        if (!m) {
+          *blocked = true;
+          return SC_OK;
+        }
+        receive(x, r, m);
+      }
+      ++*n;
+      break;
+    }
+    }
+    row->flops += t->flops;
+  }
+  /* the run ends when its queues are drained */
+  for (int32_t gi = 0; gi < x->g.n; gi++) expose(x, r, gi, r->qfree[gi]);
+  return SC_OK;
+}
+
+/* The stage and microbatch of r's action a. */
+static int32_t action_stage(const sim_ctx *x, const rank_state *r, int32_t a, int32_t *mb) {
+  if (!r->acts) {
+    *mb = a;
+    return x->stage_of[r->q];
+  }
+  *mb = r->acts[a].mb;
+  return sc_pipe_piece(x->dp->pipe_chunks, (sc_pipe_phase)r->acts[a].phase, r->acts[a].chunk);
+}
+
+static int32_t cell_mb(const sim_ctx *x, int32_t h, int32_t mb) {
+  return x->ho.h[h].per_mb ? (mb >= 0 ? mb : x->M - 1) : 0;
+}
+
+/* Advances r as far as it goes; *progress when it moved. */
+static sc_status advance(sim_ctx *x, rank_state *r, bool *progress) {
+  while (r->a < r->n_acts) {
+    int32_t mb, s = action_stage(x, r, r->a, &mb);
+    if (r->part == 0) { /* hand-offs from other ranks, before the run */
+      const piece_io *io = r->acts ? &x->io[s] : NULL;
+      for (; io && r->i < io->n_in; r->i++) {
+        int32_t h = io->in[r->i], k = cell_mb(x, h, mb);
+        bool *have = &r->have[(size_t)h * (size_t)x->M + (size_t)k];
+        if (*have) continue;
+        int32_t from = sc_pipe_piece_chunk(x->dp->pipe_chunks, x->ho.h[h].piece) % x->P;
+        mail *m = mail_find(&x->box, from, r->q, h, k);
+        if (!m) return SC_OK;
+        receive(x, r, m);
+        *have = true;
+        *progress = true;
+      }
+      r->part = 1;
+      r->i = 0;
+    }
+    if (r->part == 1) {
+      bool blocked = false;
+      int32_t before = r->i;
+      if (run_steps(x, r, s, &blocked) != SC_OK) return x->d->status;
+      if (r->i != before) *progress = true;
+      if (blocked) return SC_OK;
+      r->part = 2;
+      r->i = 0;
+    }
+    /* hand-offs to other ranks, after the run */
+    const piece_io *io = r->acts ? &x->io[s] : NULL;
+    for (int32_t j = 0; io && j < io->n_out; j++) {
+      int32_t h = io->out[j];
+      const sc_pipe_handoff *hx = &x->ho.h[h];
+      if (!hx->per_mb && mb > 0) continue; /* a state copy: handed over once */
+      int32_t k = hx->per_mb ? (mb >= 0 ? mb : x->M - 1) : 0;
+      r->have[(size_t)h * (size_t)x->M + (size_t)k] = true;
+      for (int32_t q = 0; q < x->P; q++)
+        if (q != r->q && sc_pipe_handoff_reads(&x->ho, h, q, k) &&
+            send(x, r, q, h, k, (double)hx->bytes) != SC_OK)
+          return x->d->status;
+    }
+    r->a++;
+    r->part = 0;
+    r->i = 0;
+    *progress = true;
+  }
+  return SC_OK;
+}
+
+/* Tokens a step processes: batch x sequence of the token ids (the first
+ * integer input of rank >= 2; dims are one microbatch's). */
+static double step_tokens(const sc_dist_program *dp) {
+  for (int32_t i = 0; i < dp->n_inputs; i++) {
+    const sc_dist_value *v = &dp->inputs[i];
+    if (!sc_dtype_is_int(v->dtype) || v->rank < 2 || sc_dist_is_state(dp, v->name)) continue;
+    double m = dp->schedule.microbatches < 1 ? 1 : dp->schedule.microbatches;
+    return m * (double)v->dims[0] * (double)v->dims[1];
+  }
+  return 0;
+}
+
+/* The pipelined step's hand-off tables and every rank's list. */
+static sc_status setup_pipeline(sim_ctx *x) {
+  const sc_dist_program *dp = x->dp;
+  if (sc_pipe_handoffs_of(dp, &x->ho, x->d) != SC_OK) return x->d->status;
+  x->io = sc_calloc((size_t)dp->n_stages, sizeof *x->io);
+  if (!x->io) return nomem(x->d);
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    piece_io *io = &x->io[s];
+    int32_t me = sc_pipe_piece_chunk(dp->pipe_chunks, s) % x->P;
+    io->in = sc_calloc((size_t)p->n_inputs + 1, sizeof *io->in);
+    io->out = sc_calloc((size_t)p->n_outputs + 1, sizeof *io->out);
+    if (!io->in || !io->out) return nomem(x->d);
+    for (int32_t i = 0; i < p->n_inputs; i++) {
+      int32_t h = x->ho.input_handoff[s][i];
+      if (h >= 0 && sc_pipe_piece_chunk(dp->pipe_chunks, x->ho.h[h].piece) % x->P != me)
+        io->in[io->n_in++] = h;
+    }
+  }
+  for (int32_t h = 0; h < x->ho.n; h++) {
+    piece_io *io = &x->io[x->ho.h[h].piece];
+    io->out[io->n_out++] = h;
+  }
+  for (int32_t q = 0; q < x->P; q++) {
+    rank_state *r = &x->r[q];
+    sc_pipe_action *acts;
+    if (sc_pipe_schedule(dp->schedule.kind, x->P, dp->pipe_chunks / x->P, x->M, q, &acts,
+                         &r->n_acts, x->d) != SC_OK)
+      return x->d->status;
+    r->acts = acts;
+    r->have = sc_calloc((size_t)x->ho.n * (size_t)x->M + 1, sizeof *r->have);
+    if (!r->have) return nomem(x->d);
+  }
+  return SC_OK;
+}
+
+/* An inference pipeline (or none): each coordinate's stage, run once per
+ * microbatch; the tags its SEND and RECV steps use. */
+static sc_status setup_runs(sim_ctx *x) {
+  const sc_dist_program *dp = x->dp;
+  x->stage_of = sc_calloc((size_t)x->P, sizeof *x->stage_of);
+  if (!x->stage_of) return nomem(x->d);
+  int32_t most = 0;
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    for (int32_t k = 0; p && k < p->n_steps; k++) {
+      const sc_comm_step *cs = &p->steps[k].comm;
+      if (p->steps[k].kind != SC_STEP_COMM || (cs->kind != SC_COMM_SEND && cs->kind != SC_COMM_RECV))
+        continue;
+      if (cs->tag < 0 || cs->tag > 32767) /* ir/op_comm.c's bound */
+        return sc_diag_set(x->d, SC_ERR_INVALID, p->steps[k].origin, NULL,
+                           "stage %d, step %d: tag %d outside [0, 32767]", s, k, cs->tag);
+      if (cs->tag > most) most = cs->tag;
+    }
+  }
+  x->max_tag = most + 1;
+  for (int32_t q = 0; q < x->P; q++) {
+    rank_state *r = &x->r[q];
+    x->stage_of[q] = -1;
+    for (int32_t s = 0; s < dp->n_stages && x->stage_of[q] < 0; s++)
+      if (dp->stages[s].program && sc_dist_rank_runs(dp, r->row->rank, s)) x->stage_of[q] = s;
+    r->n_acts = x->stage_of[q] >= 0 ? x->M : 0;
+    r->seq = sc_calloc(2 * (size_t)x->P * (size_t)x->max_tag, sizeof *r->seq);
+    if (!r->seq) return nomem(x->d);
+  }
+  return SC_OK;
+}
+
+static sc_status simulate(sim_ctx *x, sc_dist_sim *out) {
+  const sc_dist_program *dp = x->dp;
+  int32_t most = 1;
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    if (p && p->n_steps > most) most = p->n_steps;
+  }
+  for (int32_t q = 0; q < x->P; q++) {
+    x->r[q].row = &out->ranks[q];
+    x->r[q].q = q;
+    if (!(x->r[q].done = sc_calloc((size_t)most, sizeof(double)))) return nomem(x->d);
+  }
+  x->tab = sc_calloc((size_t)dp->n_stages, sizeof *x->tab);
+  if (!x->tab) return nomem(x->d);
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    if (!p) continue;
+    if (!(x->tab[s] = sc_calloc((size_t)p->n_steps + 1, sizeof **x->tab))) return nomem(x->d);
+    if (stage_table(dp, s, x->c, &x->g, x->tab[s], x->d) != SC_OK) return x->d->status;
+  }
+  if (x->P > 1 || dp->pipe_chunks) {
+    x->pp_group = group_of(&x->g, dp->pp_axes, x->d);
+    if (x->pp_group < 0) return x->d->status;
+  }
+  if ((dp->pipe_chunks ? setup_pipeline(x) : setup_runs(x)) != SC_OK) return x->d->status;
+  for (;;) {
+    bool progress = false, all = true;
+    for (int32_t q = 0; q < x->P; q++) {
+      if (advance(x, &x->r[q], &progress) != SC_OK) return x->d->status;
+      all &= x->r[q].a >= x->r[q].n_acts;
+    }
+    if (all) break;
+    if (!progress) {
+      char msg[512];
+      size_t pos = 0;
+      for (int32_t q = 0; q < x->P && pos < sizeof msg; q++) {
+        const rank_state *r = &x->r[q];
+        if (r->a >= r->n_acts) continue;
+        int32_t mb, s = action_stage(x, r, r->a, &mb);
+        int w = snprintf(msg + pos, sizeof msg - pos, "%spipeline rank %d at stage %d, "
+                         "microbatch %d", pos ? "; " : "", (int)q, (int)s, (int)mb);
+        if (w < 0) break;
+        pos += (size_t)w;
+      }
+      return sc_diag_set(x->d, SC_ERR_INVALID, NULL, NULL,
+                         "simulation: every rank waits for a hand-off nobody sends (%s)", msg);
+    }
+  }
+  for (int32_t q = 0; q < x->P; q++) {
+    sc_dist_sim_rank *row = &out->ranks[q];
+    row->finish_s = x->r[q].t;
+    if (row->finish_s > out->ranks[out->critical].finish_s) out->critical = q;
+  }
+  return SC_OK;
+}
+
+sc_status sc_dist_sim_run(const sc_dist_program *dp, const sc_cluster *c, sc_dist_sim *out,
+                          sc_diag *d) {
+  memset(out, 0, sizeof *out);
+  const sc_mesh *m = &dp->mesh;
+  int32_t P = dp->pipe_chunks ? dp->pipe_ranks
+              : dp->pp_axis >= 0 ? (int32_t)m->axes[dp->pp_axis].size
+                                 : 1;
+  if (P < 1 || P > SC_DIST_SIM_MAX_RANKS)
+    return sc_diag_set(d, SC_ERR_LIMIT, NULL, NULL, "simulation: %d pipeline ranks (at most %d)",
+                       P, SC_DIST_SIM_MAX_RANKS);
+  for (int32_t q = 0; q < P; q++) {
+    int64_t coords[SC_MESH_MAX_AXES] = {0};
+    if (dp->pp_axis >= 0) coords[dp->pp_axis] = q;
+    out->ranks[q].rank = m->n_axes ? sc_mesh_coords_to_rank(m, coords) : 0;
+    out->ranks[q].pipe_rank = q;
+  }
+  out->n_ranks = P;
+  sim_ctx x = {.dp = dp, .c = c, .d = d, .pp_group = -1, .P = P,
+           .M = dp->schedule.microbatches < 1 ? 1 : dp->schedule.microbatches};
+  x.r = sc_calloc((size_t)P, sizeof *x.r);
+  sc_status st = x.r ? simulate(&x, out) : nomem(d);
+  for (int32_t q = 0; x.r && q < P; q++) {
+    sc_free((void *)x.r[q].acts);
+    sc_free(x.r[q].done);
+    sc_free(x.r[q].have);
+    sc_free(x.r[q].seq);
+  }
+  for (int32_t s = 0; x.tab && s < dp->n_stages; s++) sc_free(x.tab[s]);
+  for (int32_t s = 0; x.io && s < dp->n_stages; s++) {
+    sc_free(x.io[s].in);
+    sc_free(x.io[s].out);
+  }
+  sc_free(x.tab);
+  sc_free(x.io);
+  sc_free(x.r);
+  sc_free(x.stage_of);
+  sc_free(x.box.m);
+  if (dp->pipe_chunks) sc_pipe_handoffs_free(&x.ho);
+  if (st != SC_OK) return st;
+
+  out->step_time_s = out->ranks[out->critical].finish_s;
+  out->gpus = m->n_ranks > 0 ? m->n_ranks : 1;
+  out->tokens = step_tokens(dp);
+  double flops = 0, model = 0;
+  for (int32_t q = 0; q < P; q++) {
+    flops += out->ranks[q].flops;
+    model += out->ranks[q].model_flops;
+  }
+  /* every coordinate stands for gpus / P ranks that run what it runs */
+  out->model_flops = model * (double)out->gpus / P;
+  if (out->step_time_s > 0) {
+    out->flops_per_s_per_gpu = flops / P / out->step_time_s;
+    out->tokens_per_s = out->tokens / out->step_time_s;
+  }
+  return SC_OK;
+}
+
+double sc_dist_sim_mfu(const sc_dist_sim *s, const sc_cluster *c, sc_cluster_dtype t) {
+  double peak = (unsigned)t < SC_CLUSTER_DTYPE_COUNT ? c->peak_flops[t] : 0;
+  if (peak <= 0 || s->step_time_s <= 0 || s->gpus < 1) return 0;
+  return s->model_flops / (s->step_time_s * (double)s->gpus * peak);
+}
+
+bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out) {
+  if (!precision || strcmp(precision, "f32") == 0 || strcmp(precision, "fp32") == 0)
+    *out = SC_CLUSTER_FP32;
+  else if (strncmp(precision, "bf16", 4) == 0) *out = SC_CLUSTER_BF16;
+  else if (strncmp(precision, "f16", 3) == 0 || strncmp(precision, "fp16", 4) == 0)
+    *out = SC_CLUSTER_FP16;
+  else return false;
+  return true;
+}
+
+void sc_dist_sim_to_plan(const sc_dist_program *dp, sc_plan *pl, int64_t peak_bytes_per_rank) {
+  sc_plan_predicted *pr = &pl->predicted;
+  memset(pr, 0, sizeof *pr);
+  if (!pl->cluster || pl->cluster_figures.nodes < 1) return;
+  pr->on = true;
+  snprintf(pr->source, sizeof pr->source, "simulated");
+  pr->peak_bytes_per_rank = peak_bytes_per_rank;
+  pr->fits = peak_bytes_per_rank > 0 && pl->cluster_figures.device_memory_bytes > 0 &&
+             peak_bytes_per_rank <= pl->cluster_figures.device_memory_bytes;
+  sc_dist_sim sim;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_dist_sim_run(dp, &pl->cluster_figures, &sim, &d) != SC_OK) {
+    sc_diag_format(&d, pr->unknown, sizeof pr->unknown);
+    if (!pr->unknown[0]) snprintf(pr->unknown, sizeof pr->unknown, "cost model failed");
+    return;
+  }
+  const sc_dist_sim_rank *r = &sim.ranks[sim.critical];
+  pr->pipe_rank = r->pipe_rank;
+  pr->rank = r->rank;
+  pr->step_time_s = sim.step_time_s;
+  pr->compute_s = r->compute_s;
+  pr->bubble_s = r->bubble_s;
+  pr->recompute_s = r->recompute_s;
+  pr->optimizer_s = r->optimizer_s;
+  for (int32_t i = 0; i < r->n_comm && i < SC_PLAN_PREDICTED_MAX_GROUPS; i++) {
+    size_t pos = 0;
+    char *buf = pr->comm[i].axes;
+    buf[0] = 0;
+    for (int32_t a = 0; a < dp->mesh.n_axes; a++) {
+      if (!(r->comm[i].axes & (1u << a))) continue;
+      int w = snprintf(buf + pos, sizeof pr->comm[i].axes - pos, "%s%s", pos ? "," : "",
+                       dp->mesh.axes[a].name);
+      if (w < 0 || (size_t)w >= sizeof pr->comm[i].axes - pos) break;
+      pos += (size_t)w;
+    }
+    pr->comm[i].seconds = r->comm[i].exposed_s;
+    pr->n_comm = i + 1;
+  }
+  pr->tokens_per_s = sim.tokens_per_s;
+  pr->flops_per_s_per_gpu = sim.flops_per_s_per_gpu;
+  sc_cluster_dtype t;
+  if (sc_dist_sim_precision_dtype(pl->precision, &t))
+    pr->mfu = sc_dist_sim_mfu(&sim, &pl->cluster_figures, t);
+}

@@ -1,0 +1,124 @@
+/* dist_sim.h — the predicted step of a distributed program on a cluster,
+ * by simulating each pipeline rank's action list (docs/planner.md, "Cost
+ * model": "Built: simulating the action lists").
+ *
+ * Every rank has a compute queue and one communication queue per group of
+ * mesh axes, as the runtime has them (runtime/session.c: one queue per
+ * communicator; the CUDA device: one stream per communicator). The steps
+ * of a program run in order on the compute queue; a step's time comes from
+ * the formulas of passes/plan/cost.h (sc_dist_step_compute_time for
+ * computation; a collective over its group's link). A synchronous COMM
+ * step starts when both its queue and the compute queue are free and
+ * blocks compute until it ends; an async one starts the same way but only
+ * occupies its queue, and its WAIT blocks compute for what is left; a
+ * program run ends when its queues are drained (the session's run does).
+ * Point-to-point hand-offs between pipeline ranks (a pipelined training
+ * step's values between pieces, runtime/pipe_rank.c; an inference
+ * pipeline's SEND and RECV steps, runtime/dist.c) are buffered sends: the
+ * transfer runs on the sender's point-to-point queue over the link between
+ * the two ranks (intra- or inter-node), the sender goes on, and the
+ * receive blocks until the transfer has arrived.
+ *
+ * One simulated rank per pipeline coordinate (the rank whose other
+ * coordinates are 0): the ranks of a stage differ only in their dp, fsdp
+ * and tp coordinates and run the same program, so their collectives are
+ * symmetric and nobody waits for anybody inside a group. A pipelined
+ * training step runs each rank's list from sc_pipe_schedule; any other
+ * program runs its stage's program once per microbatch. Each rank's time
+ * advances only through its own steps and the arrival of what it receives,
+ * so walking the ranks round-robin, each until it blocks on a receive not
+ * yet sent, gives the same times as an event-ordered walk.
+ *
+ * Every advance of a rank's clock is attributed to exactly one term, so
+ * compute + recompute + optimizer + exposed communication + bubble = the
+ * rank's finish: computation to compute (forward and backward), recompute
+ * (a step every node of which is a "<name>/recompute" clone,
+ * passes/recompute.c) or optimizer (a pipelined step's NORM and UPDATE
+ * pieces; in one training program the steps that only the updated state
+ * "new:X", "train:grad_norm" and "train:applied" need); a wait for a
+ * collective to the exposed time of its group; a wait for a hand-off to
+ * the bubble until the sender started it, then to the exposed time of the
+ * pipeline's axes. The step is the last rank's finish; that rank is the
+ * critical one.
+ *
+ * Nothing is stored; the result owns no pointers. Not thread-safe per
+ * result. Errors: the cost formulas' (a figure the cluster does not know, a
+ * dtype without a peak), prefixed with the stage, step and node;
+ * SC_ERR_LIMIT (more than SC_DIST_SIM_MAX_RANKS pipeline ranks or
+ * SC_DIST_SIM_MAX_GROUPS groups); SC_ERR_INVALID (a list that blocks: a
+ * receive no rank sends; a SEND or RECV step with a peer or tag out of
+ * range, or inside a pipelined piece); SC_ERR_NOMEM. */
+#ifndef SC_CODEGEN_DIST_SIM_H
+#define SC_CODEGEN_DIST_SIM_H
+
+#include "codegen/dist_program.h"
+#include "passes/plan/cost.h"
+#include "passes/plan/plan.h"
+
+enum { SC_DIST_SIM_MAX_RANKS = 64, SC_DIST_SIM_MAX_GROUPS = 16 };
+
+typedef struct sc_dist_sim_comm {
+  sc_axes axes;       /* the group's mesh axes */
+  int64_t ops;        /* transfers per step (collectives, sends) */
+  double bytes;       /* their buffers' bytes (B of cost.h), per step */
+  double busy_s;      /* their summed durations: the queue's busy time */
+  double exposed_s;   /* what compute waited for them */
+} sc_dist_sim_comm;
+
+typedef struct sc_dist_sim_rank {
+  int64_t rank;             /* the simulated rank */
+  int32_t pipe_rank;        /* its pipeline coordinate */
+  double flops;             /* GEMM FLOPs per step */
+  double model_flops;       /* of them, not recomputed */
+  double compute_s;         /* forward and backward computation */
+  double recompute_s;       /* recomputed forward steps */
+  double optimizer_s;       /* the optimizer update and gradient norm */
+  double bubble_s;          /* waiting for a neighbour to start a hand-off */
+  double exposed_comm_s;    /* the groups' exposed_s, summed */
+  double busy_comm_s;       /* the groups' busy_s, summed */
+  double finish_s;          /* the sum of the five terms above it */
+  int32_t n_comm;
+  sc_dist_sim_comm comm[SC_DIST_SIM_MAX_GROUPS]; /* by group, first seen first */
+} sc_dist_sim_rank;
+
+typedef struct sc_dist_sim {
+  int32_t n_ranks;          /* pipeline coordinates simulated */
+  sc_dist_sim_rank ranks[SC_DIST_SIM_MAX_RANKS];
+  int32_t critical;         /* the rank that finishes last */
+  double step_time_s;       /* ranks[critical].finish_s */
+  int64_t gpus;             /* the mesh's ranks */
+  double tokens;            /* per step: batch x sequence of the first
+                               integer input of rank >= 2 (token ids), 0
+                               when none */
+  double tokens_per_s;      /* tokens / step_time_s, 0 when either is 0 */
+  double flops_per_s_per_gpu; /* the ranks' mean GEMM FLOPs / step_time_s */
+  double model_flops;       /* the non-recomputed GEMM FLOPs of every GPU */
+} sc_dist_sim;
+
+/* The step of dp on c (above). dp's mesh must carry the cluster's ranks
+ * per node (sc_cluster_fit_mesh). */
+sc_status sc_dist_sim_run(const sc_dist_program *dp, const sc_cluster *c, sc_dist_sim *out,
+                          sc_diag *d);
+/* Model FLOPs utilization: s->model_flops / (step time x GPUs x c's peak
+ * in dtype t); 0 when the peak or the step is unknown. */
+double sc_dist_sim_mfu(const sc_dist_sim *s, const sc_cluster *c, sc_cluster_dtype t);
+/* The cluster dtype of a precision's name (a plan's "f32" or
+ * "bf16-mixed", training's "fp32", "bf16", "fp16"; NULL: fp32); false
+ * when there is none. */
+bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out);
+/* The time and GEMM FLOPs of one computing step of p (GEMM: its roofline
+ * from its own shape and operands' dtype; KERNEL, CHECK, SCATTER_ADD: the
+ * bytes of the buffers it touches over HBM). The one place a step's
+ * computation is costed. SC_ERR_INVALID: a COMM or WAIT step, a dtype
+ * without a peak, a figure c does not know. */
+sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, const sc_step *st,
+                                    double *seconds, double *flops, sc_diag *d);
+/* pl->predicted (source "simulated") from the step of dp on pl's cluster
+ * (pl->cluster_figures): the critical rank's figures, the MFU in pl's
+ * precision, and peak_bytes_per_rank (the caller's exact count of the
+ * largest rank's memory, device lines included; 0: not computed) against
+ * the device's memory; or `unknown` saying which figure is missing. Leaves
+ * it off when pl has no cluster figures. */
+void sc_dist_sim_to_plan(const sc_dist_program *dp, sc_plan *pl, int64_t peak_bytes_per_rank);
+
+#endif

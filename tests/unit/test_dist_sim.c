@@ -1,0 +1,352 @@
+/* test_dist_sim.c — the simulated step of a distributed program
+ * (codegen/dist_sim.h) on the h100-sxm preset (bf16 989.4 TFLOP/s at 80 %
+ * for 1024^3 GEMMs; HBM 3.35 TB/s at 80 %; NVLink 450 GB/s, 3 us a hop).
+ *
+ * One program over tp=8 (a GEMM, a check, an all-reduce; two
+ * microbatches): synchronous, the step is compute plus communication
+ * summed (by hand, 1e-9 relative); with the all-reduce async and a WAIT
+ * after a second GEMM, the step is max(GEMM, all-reduce) + the rest by
+ * hand, at most the summed step and at least the compute and each queue's
+ * busy time. Its optimizer steps (only "new:W" needs them, a gradient
+ * "grad:W" being backward) and a recompute clone's step are attributed as
+ * such. An f64 GEMM has no peak.
+ *
+ * Pipelines of equal stages (a pipelined training step built by hand: on
+ * P = 4 ranks, chunk forward, backward and weight pieces of one GEMM each,
+ * hand-offs of 4 bytes): GPipe and 1F1B with M = 8 microbatches idle
+ * (P-1)/(M+P-1) of the step on the critical rank, interleaved 1F1B with V
+ * = 2 chunks of half the work (P-1)/(V·M+P-1), both within 0.002 (the
+ * hand-offs' 3 us latencies against GEMMs of 2.7 ms a unit of 1000
+ * batches); with the weight gradients apart (F = B = W), 1F1B idles
+ * (P-1)(F+B) and ZB-H1's lists (P-1)(F+B+W), so ZB-H1 is the slower
+ * here (see test_bubbles); on every rank the five terms sum to its finish (1e-9 relative),
+ * and the step is at least every rank's compute. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "codegen/dist_sim.h"
+#include "codegen/pipe_schedule.h"
+
+static sc_cluster preset(const char *spec) {
+  sc_cluster c;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_preset(spec, &c, &d), SC_OK);
+  return c;
+}
+
+static void assert_close(double got, double want) {
+  double err = got > want ? got - want : want - got;
+  if (!(err <= 1e-9 * (want > 0 ? want : 1))) fail_msg("got %.12g, want %.12g", got, want);
+}
+
+static int32_t add_buffer(sc_program *p, const char *name, sc_dtype t, int64_t n) {
+  sc_buffer b = {.name = name, .kind = SC_BUF_TEMP, .dtype = t, .rank = 1, .dims = {n},
+                 .bytes = n * (int64_t)sc_dtype_size(t), .offset = -1, .alias_of = -1,
+                 .value = -1};
+  return sc_program_add_buffer(p, &b);
+}
+
+static int32_t add_gemm(sc_program *p, int32_t a, int32_t b, int32_t c, int64_t batch,
+                        const char *origin) {
+  sc_step g = {.kind = SC_STEP_GEMM, .kernel = -1, .started = -1, .origin = origin};
+  g.gemm = (sc_gemm){.a = a, .b = b, .c = c, .batch = batch, .m = 1024, .n = 1024, .k = 1024,
+                     .alpha = 1, .bias = -1};
+  int32_t k = sc_program_add_step(p, &g);
+  assert_true(k >= 0);
+  return k;
+}
+
+/* The five terms of every rank sum to its finish; the step is the last
+ * finish and at least every rank's compute. */
+static void check_terms(const sc_dist_sim *s) {
+  double last = 0;
+  for (int32_t q = 0; q < s->n_ranks; q++) {
+    const sc_dist_sim_rank *r = &s->ranks[q];
+    double exposed = 0;
+    for (int32_t j = 0; j < r->n_comm; j++) exposed += r->comm[j].exposed_s;
+    assert_close(exposed, r->exposed_comm_s);
+    assert_close(r->compute_s + r->recompute_s + r->optimizer_s + r->exposed_comm_s + r->bubble_s,
+                 r->finish_s);
+    assert_true(s->step_time_s >= r->compute_s + r->recompute_s + r->optimizer_s);
+    if (r->finish_s > last) last = r->finish_s;
+  }
+  assert_close(s->step_time_s, last);
+  assert_close(s->ranks[s->critical].finish_s, s->step_time_s);
+}
+
+static sc_dist_program *tp8_program(sc_cluster *c, int32_t *a_id) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_mesh m;
+  assert_int_equal(sc_mesh_parse("tp=8", &m, &d), SC_OK);
+  assert_int_equal(sc_cluster_fit_mesh(c, &m, &d), SC_OK);
+  sc_dist_program *dp = sc_dist_program_create(&m, 1);
+  assert_non_null(dp);
+  dp->schedule.microbatches = 2;
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  dp->stages[0].program = p;
+  *a_id = add_buffer(p, "A", SC_DTYPE_BF16, 1024 * 1024);
+  return dp;
+}
+
+/* C = A @ B, check i, all-reduce C over tp (sync, or async with a second
+ * GEMM E = A @ B before its WAIT), then F = C @ B. */
+static sc_dist_program *program(sc_cluster *c, bool async) {
+  int32_t a;
+  sc_dist_program *dp = tp8_program(c, &a);
+  sc_program *p = dp->stages[0].program;
+  int64_t mm = 1024 * 1024;
+  int32_t b = add_buffer(p, "B", SC_DTYPE_BF16, mm), cc = add_buffer(p, "C", SC_DTYPE_BF16, mm),
+          e = add_buffer(p, "E", SC_DTYPE_BF16, mm), f = add_buffer(p, "F", SC_DTYPE_BF16, mm),
+          ix = add_buffer(p, "i", SC_DTYPE_I64, 1024);
+  add_gemm(p, a, b, cc, 1, "MatMul_1");
+  sc_step ck = {.kind = SC_STEP_CHECK, .kernel = -1, .started = -1, .check = {ix, 10}};
+  assert_true(sc_program_add_step(p, &ck) >= 0);
+  sc_step ar = {.kind = SC_STEP_COMM, .kernel = -1, .started = -1};
+  ar.comm = (sc_comm_step){.kind = SC_COMM_ALL_REDUCE, .in = cc, .out = cc, .pack = -1,
+                           .unpack = -1, .count = mm, .axes = 1u, .group_size = 8,
+                           .async = async};
+  int32_t k = sc_program_add_step(p, &ar);
+  add_gemm(p, a, b, e, 1, "MatMul_2");
+  if (async) {
+    sc_step w = {.kind = SC_STEP_WAIT, .kernel = -1, .started = k};
+    assert_true(sc_program_add_step(p, &w) >= 0);
+  }
+  add_gemm(p, cc, b, f, 1, "MatMul_3");
+  return dp;
+}
+
+static void test_overlap(void **state) {
+  (void)state;
+  sc_cluster c = preset("h100-sxm:8x1");
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  int64_t mm = 1024 * 1024;
+  double gemm = 2.0 * mm * 1024 / (989.4e12 * 0.8), check = 8192 / (3.35e12 * 0.8);
+  double comm = 2.0 * 7 / 8 * 2 * mm / 450e9 + 14 * 3e-6;
+  assert_true(comm > gemm); /* the async all-reduce outlasts the GEMM it hides behind */
+
+  /* synchronous: everything summed */
+  sc_dist_program *dp = program(&c, false);
+  sc_dist_sim s;
+  assert_int_equal(sc_dist_sim_run(dp, &c, &s, &d), SC_OK);
+  assert_int_equal(s.n_ranks, 1);
+  const sc_dist_sim_rank *r = &s.ranks[0];
+  assert_close(r->flops, 2 * 3 * 2.0 * mm * 1024);
+  assert_close(r->compute_s, 2 * (3 * gemm + check));
+  assert_int_equal(r->n_comm, 1);
+  assert_int_equal(r->comm[0].axes, 1u);
+  assert_int_equal(r->comm[0].ops, 2);
+  assert_close(r->comm[0].busy_s, 2 * comm);
+  assert_close(r->comm[0].exposed_s, 2 * comm);
+  assert_close(s.step_time_s, r->compute_s + r->busy_comm_s);
+  assert_close(s.step_time_s, 2 * (3 * gemm + check + comm));
+  assert_true(s.tokens == 0); /* no token ids */
+  check_terms(&s);
+  double summed = s.step_time_s;
+  sc_dist_program_destroy(dp);
+
+  /* async: the all-reduce runs beside the second GEMM */
+  dp = program(&c, true);
+  assert_int_equal(sc_dist_sim_run(dp, &c, &s, &d), SC_OK);
+  r = &s.ranks[0];
+  assert_close(r->compute_s, 2 * (3 * gemm + check));
+  assert_close(r->comm[0].busy_s, 2 * comm);
+  assert_close(r->comm[0].exposed_s, 2 * (comm - gemm));
+  assert_close(s.step_time_s, 2 * (gemm + check + comm + gemm));
+  assert_true(s.step_time_s <= summed);
+  assert_true(s.step_time_s >= r->compute_s && s.step_time_s >= r->comm[0].busy_s);
+  check_terms(&s);
+
+  /* an f64 GEMM has no peak: an error naming the dtype and the step */
+  sc_program *p = dp->stages[0].program;
+  p->buffers[0].dtype = SC_DTYPE_F64;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_dist_sim_run(dp, &c, &s, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, "f64"));
+  assert_non_null(strstr(d.msg, "step 0"));
+  sc_dist_program_destroy(dp);
+}
+
+/* A training program's optimizer (what only "new:W" needs) and a
+ * recompute clone's step, attributed as such; MFU counts neither clone. */
+static void test_terms(void **state) {
+  (void)state;
+  sc_cluster c = preset("h100-sxm:8x1");
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  int32_t a;
+  sc_dist_program *dp = tp8_program(&c, &a);
+  dp->schedule.microbatches = 1;
+  sc_program *p = dp->stages[0].program;
+  int64_t mm = 1024 * 1024;
+  int32_t w = add_buffer(p, "W", SC_DTYPE_BF16, mm), y = add_buffer(p, "y", SC_DTYPE_BF16, mm),
+          yr = add_buffer(p, "y/recompute", SC_DTYPE_BF16, mm),
+          loss = add_buffer(p, "loss", SC_DTYPE_BF16, mm),
+          gw = add_buffer(p, "grad:W", SC_DTYPE_BF16, mm),
+          nw = add_buffer(p, "new:W", SC_DTYPE_BF16, mm);
+  assert_int_equal(sc_program_add_input(p, a), SC_OK);
+  assert_int_equal(sc_program_add_input(p, w), SC_OK);
+  add_gemm(p, a, w, y, 1, "fwd");
+  add_gemm(p, a, w, yr, 1, "fwd/recompute");
+  add_gemm(p, yr, y, loss, 1, "bwd");
+  add_gemm(p, yr, a, gw, 1, "bwd/w"); /* a gradient: backward, though only new:W reads it */
+  add_gemm(p, w, gw, nw, 1, "train/7");
+  assert_int_equal(sc_program_add_output(p, loss), SC_OK);
+  assert_int_equal(sc_program_add_output(p, nw), SC_OK);
+  sc_dist_sim s;
+  assert_int_equal(sc_dist_sim_run(dp, &c, &s, &d), SC_OK);
+  double gemm = 2.0 * mm * 1024 / (989.4e12 * 0.8);
+  const sc_dist_sim_rank *r = &s.ranks[0];
+  assert_close(r->compute_s, 3 * gemm);
+  assert_close(r->recompute_s, gemm);
+  assert_close(r->optimizer_s, gemm);
+  assert_close(r->flops, 5 * 2.0 * mm * 1024);
+  assert_close(r->model_flops, 4 * 2.0 * mm * 1024);
+  assert_close(s.model_flops, 8 * 4 * 2.0 * mm * 1024); /* tp=8: eight GPUs */
+  assert_close(sc_dist_sim_mfu(&s, &c, SC_CLUSTER_BF16),
+               s.model_flops / (s.step_time_s * 8 * 989.4e12));
+  check_terms(&s);
+  sc_dist_program_destroy(dp);
+}
+
+/* ---- pipelines of equal stages ---- */
+
+/* A pipelined training step by hand: C = P·V chunks; F_c reads a<c> (the
+ * model's input x for c = 0) and makes a<c+1>; B_c reads a<C> (c = C-1)
+ * or g<c+1> and makes g<c> (c > 0) and w<c>; W_c reads w<c>; each runs one
+ * bf16 1024^3 GEMM of batch[phase] (0: none); N and U pieces are empty. */
+static sc_dist_program *pipeline(sc_cluster *c, sc_schedule_kind kind, int32_t P, int32_t V,
+                                 int32_t M, const int64_t batch[3]) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  char spec[32];
+  snprintf(spec, sizeof spec, "pp=%d", (int)P);
+  sc_mesh m;
+  assert_int_equal(sc_mesh_parse(spec, &m, &d), SC_OK);
+  assert_int_equal(sc_cluster_fit_mesh(c, &m, &d), SC_OK);
+  int32_t C = P * V;
+  sc_dist_program *dp = sc_dist_program_create(&m, SC_PIPE_PHASES * C);
+  assert_non_null(dp);
+  sc_dist_program_set_roles(dp, 0, -1, -1);
+  dp->pipe_chunks = C;
+  dp->pipe_ranks = P;
+  dp->schedule.kind = kind;
+  dp->schedule.microbatches = M;
+  dp->inputs = sc_arena_array(&dp->arena, 1, sizeof *dp->inputs);
+  assert_non_null(dp->inputs);
+  dp->inputs[0] = (sc_dist_value){.name = "x", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {1}};
+  dp->n_inputs = 1;
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    sc_program *p = sc_program_create();
+    assert_non_null(p);
+    dp->stages[s].program = p;
+    sc_pipe_phase ph = sc_pipe_piece_phase(C, s);
+    int32_t k = sc_pipe_piece_chunk(C, s);
+    if (ph != SC_PIPE_FORWARD && ph != SC_PIPE_BACKWARD && ph != SC_PIPE_WEIGHT) continue;
+    char in[32], out1[32], out2[32] = "";
+    if (ph == SC_PIPE_FORWARD) {
+      snprintf(in, sizeof in, k ? "a%d" : "x", (int)k);
+      snprintf(out1, sizeof out1, "a%d", (int)k + 1);
+    } else if (ph == SC_PIPE_BACKWARD) {
+      snprintf(in, sizeof in, k == C - 1 ? "a%d" : "g%d", (int)k + 1);
+      snprintf(out1, sizeof out1, "w%d", (int)k);
+      if (k > 0) snprintf(out2, sizeof out2, "g%d", (int)k);
+    } else {
+      snprintf(in, sizeof in, "w%d", (int)k);
+      out1[0] = 0;
+    }
+    int64_t mm = 1024 * 1024;
+    int32_t x = add_buffer(p, sc_arena_strdup(&dp->arena, in), SC_DTYPE_F32, 1);
+    int32_t a = add_buffer(p, "A", SC_DTYPE_BF16, mm), b = add_buffer(p, "B", SC_DTYPE_BF16, mm),
+            cc = add_buffer(p, "C", SC_DTYPE_BF16, mm);
+    assert_int_equal(sc_program_add_input(p, x), SC_OK);
+    if (batch[ph]) add_gemm(p, a, b, cc, batch[ph], "piece");
+    const char *outs[2] = {out1, out2};
+    for (int i = 0; i < 2; i++)
+      if (outs[i][0]) {
+        int32_t o = add_buffer(p, sc_arena_strdup(&dp->arena, outs[i]), SC_DTYPE_F32, 1);
+        assert_int_equal(sc_program_add_output(p, o), SC_OK);
+      }
+  }
+  return dp;
+}
+
+/* The critical rank's bubble over the step. F, B, W of a chunk cost
+ * batch[] GEMMs each. */
+static double bubble_fraction(sc_schedule_kind kind, int32_t P, int32_t V, int32_t M,
+                              const int64_t batch[3], sc_dist_sim *s) {
+  sc_cluster c = preset("h100-sxm:8x1");
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_dist_program *dp = pipeline(&c, kind, P, V, M, batch);
+  if (sc_dist_sim_run(dp, &c, s, &d) != SC_OK) fail_msg("%s", d.msg);
+  sc_dist_program_destroy(dp);
+  assert_int_equal(s->n_ranks, P);
+  check_terms(s);
+  const sc_dist_sim_rank *r = &s->ranks[s->critical];
+  return r->bubble_s / s->step_time_s;
+}
+
+static void test_bubbles(void **state) {
+  (void)state;
+  const int32_t P = 4, M = 8;
+  const double tol = 0.002;
+  sc_dist_sim s;
+  double want = (double)(P - 1) / (M + P - 1);
+  /* a backward twice the forward, the weight gradients in it (the
+   * formulas' model: one backward unit handed on when done); V chunks
+   * share the same work */
+  const int64_t one[3] = {2000, 4000, 0}, half[3] = {1000, 2000, 0},
+                split[3] = {2000, 2000, 2000};
+  double gpipe = bubble_fraction(SC_SCHEDULE_GPIPE, P, 1, M, one, &s);
+  double gpipe_step = s.step_time_s;
+  printf("gpipe: bubble %.5f of the step (formula %.5f)\n", gpipe, want);
+  assert_true(gpipe > want - tol && gpipe < want + tol);
+  double f1b1 = bubble_fraction(SC_SCHEDULE_1F1B, P, 1, M, one, &s);
+  double f1b1_step = s.step_time_s;
+  printf("1f1b: bubble %.5f of the step (formula %.5f)\n", f1b1, want);
+  assert_true(f1b1 > want - tol && f1b1 < want + tol);
+  /* the same bubble (1F1B saves memory, not time), up to the hand-offs */
+  assert_true(f1b1_step < gpipe_step * (1 + 1e-3) && f1b1_step > gpipe_step * (1 - 1e-3));
+  double want_v = (double)(P - 1) / (2 * M + P - 1);
+  double inter = bubble_fraction(SC_SCHEDULE_INTERLEAVED, P, 2, M, half, &s);
+  printf("interleaved V=2: bubble %.5f of the step (formula %.5f)\n", inter, want_v);
+  assert_true(inter < f1b1);
+  assert_true(inter > want_v - tol && inter < want_v + tol);
+  /* the weight gradients apart, F = B = W = one unit t: a backward piece
+   * hands its input gradient on before its W runs, so 1F1B's cool-down
+   * chain passes B pieces only: bubble (P-1)(F+B) of a step M(F+B+W) +
+   * (P-1)(F+B). ZB-H1's lists (pipe_schedule.h) hold P-r W pieces of
+   * rank r back to after its last B; rank 0's then end the step: bubble
+   * (P-1)(F+B+W) (worked by hand for P = 4, M = 8: 30 t against 33 t) */
+  double split_1f1b = bubble_fraction(SC_SCHEDULE_1F1B, P, 1, M, split, &s);
+  double split_step = s.step_time_s;
+  double want_1f1b = 2.0 * (P - 1) / (3.0 * M + 2.0 * (P - 1));
+  printf("1f1b, W apart: bubble %.5f (formula %.5f)\n", split_1f1b, want_1f1b);
+  assert_true(split_1f1b > want_1f1b - tol && split_1f1b < want_1f1b + tol);
+  double zb = bubble_fraction(SC_SCHEDULE_ZB_H1, P, 1, M, split, &s);
+  double want_zb = 3.0 * (P - 1) / (3.0 * M + 3.0 * (P - 1));
+  printf("zb-h1: bubble %.5f (formula %.5f), step %.6g s against 1f1b's %.6g s\n", zb, want_zb,
+         s.step_time_s, split_step);
+  assert_true(zb > want_zb - tol && zb < want_zb + tol);
+  assert_true(s.step_time_s > split_step);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_overlap),
+      cmocka_unit_test(test_terms),
+      cmocka_unit_test(test_bubbles),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
