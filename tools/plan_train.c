@@ -340,7 +340,7 @@ sc_status sc_plan_train_predict(const sc_build *b, const sc_train_opts *t,
 
 int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
                          const char *file, const sc_device_target *target) {
-  {
+  if (json) { /* the text prints it (sc_plan_print_predicted) */
     sc_diag pd = {0};
     sc_diag_clear(&pd);
     if (sc_plan_train_predict(b, t, target, &pd) != SC_OK) return sc_cli_report(&pd, file);

@@ -15,16 +15,18 @@
  * (the latter lifted when nothing fits), dp x fsdp not dividing the global
  * batch, M not dividing the replica's batch, the training state alone
  * (parameters, gradients, optimizer state after sharding) over the
- * device's memory or the budget, and the lower bound (compute alone, no
- * communication nor bubble) no better than the 10th best full estimate.
+ * device's memory or the budget, and the lower bound (compute,
+ * recompute, optimizer and bubble: no communication) no better than the
+ * 10th best full estimate.
  *
- * The estimates compose per rank what the exact path (codegen/dist_cost.h)
- * sums per step: compute (forward, backward as twice the forward,
+ * The estimates compose per rank what the exact path (codegen/dist_sim.h)
+ * simulates per step: compute (forward, backward as twice the forward,
  * recompute, the optimizer), communication (tp per block, fsdp gathers
- * and reduce-scatters, dp all-reduce, pipeline sends) summed with it, and
- * the pipeline's bubble. Memory: the state per rank, the values the
- * backward keeps (per microbatch in flight), one block's working values.
- * Pure computation; no allocation after sc_search_run's table.
+ * and reduce-scatters, dp all-reduce, pipeline sends) added to it without
+ * overlap, and the pipeline's bubble. Memory: the state per rank, the
+ * values the backward keeps (per microbatch in flight), one block's
+ * working values (docs/planner.md section 4 has every term and constant).
+ * Pure computation: no allocation, no state.
  * Errors: SC_ERR_INVALID (a figure the cluster does not know, a model
  * without blocks), SC_ERR_USAGE (no data-parallel size divides the global
  * batch: the message names the batches that work). */
