@@ -37,6 +37,9 @@ static const char *const USAGE =
 /* Searches at most: each one after the exact plan of the previous best
  * did not fit. */
 enum { MAX_ARGS = 1024, MAX_ROUNDS = 4 };
+/* Plans faster than the chosen one but over the memory, shown first in the
+ * table (at most). */
+enum { SHOWN_OVER = 3 };
 
 static double now_s(void) {
   struct timespec ts;
@@ -459,19 +462,27 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   double err = ch->step_s > 0 && exact_pr->step_time_s > 0
                    ? (ch->step_s - exact_pr->step_time_s) / exact_pr->step_time_s
                    : 0;
+  /* the table: up to SHOWN_OVER plans faster than the chosen one that do
+   * not fit (why they lose: memory), then the fastest that fit */
+  sc_search_cand shown[SC_SEARCH_TOP];
+  int32_t n_shown = 0;
+  for (int32_t i = 0; i < r->n_over && n_shown < SHOWN_OVER; i++)
+    if (r->over[i].step_s < ch->step_s) shown[n_shown++] = r->over[i];
+  int32_t chosen_at = n_shown;
+  for (int32_t i = 0; i < r->n_top && n_shown < SC_SEARCH_TOP; i++) shown[n_shown++] = r->top[i];
   char why[SC_SEARCH_TOP][320];
-  for (int32_t i = 0; i < r->n_top; i++) {
-    if (i == chosen) snprintf(why[i], sizeof why[i], "chosen");
-    else sc_search_why(ch, &r->top[i], limit, why[i], sizeof why[i]);
+  for (int32_t i = 0; i < n_shown; i++) {
+    if (i == chosen_at) snprintf(why[i], sizeof why[i], "chosen");
+    else sc_search_why(ch, &shown[i], limit, why[i], sizeof why[i]);
   }
 
   if (o.json) {
     json_t *cands = json_array();
-    for (int32_t i = 0; i < r->n_top; i++) {
+    for (int32_t i = 0; i < n_shown; i++) {
       sc_plan_predicted pr;
-      if (i == chosen) pr = *exact_pr;
-      else estimate_predicted(&r->top[i], tokens, &pr);
-      json_array_append_new(cands, cand_json(&r->top[i], &pr, why[i]));
+      if (i == chosen_at) pr = *exact_pr;
+      else estimate_predicted(&shown[i], tokens, &pr);
+      json_array_append_new(cands, cand_json(&shown[i], &pr, why[i]));
     }
     json_t *cj = cand_json(ch, exact_pr, NULL);
     sc_plan_predicted est;
@@ -577,14 +588,14 @@ int sc_cmd_plan_auto(int argc, char **argv) {
              (long long)exact_pr->peak_bytes_per_rank, exact_pr->fits ? "fits" : "over");
     printf("  estimate (block model): step %s (%+.1f %% against the exact)\n", et, 100 * err);
     printf("\nbest %d (block-model estimates; the chosen one's figures exact):\n",
-           (int)r->n_top);
+           (int)n_shown);
     printf("  %2s  %-22s %4s %3s  %-14s %4s %5s  %-9s %12s %7s %11s  %s\n", "#", "mesh", "zero",
            "sp", "schedule", "M", "mb", "recompute", "step", "MFU", "peak/rank", "why");
-    for (int32_t i = 0; i < r->n_top; i++) {
+    for (int32_t i = 0; i < n_shown; i++) {
       sc_plan_predicted pr;
-      if (i == chosen) pr = *exact_pr;
-      else estimate_predicted(&r->top[i], tokens, &pr);
-      cand_line(i + 1, &r->top[i], &pr, why[i]);
+      if (i == chosen_at) pr = *exact_pr;
+      else estimate_predicted(&shown[i], tokens, &pr);
+      cand_line(i + 1, &shown[i], &pr, why[i]);
     }
   }
   fflush(stdout);

@@ -374,19 +374,24 @@ static bool before(const sc_search_cand *a, const sc_search_cand *b) {
   return a->step_s < b->step_s || (a->step_s == b->step_s && a->peak_bytes < b->peak_bytes);
 }
 
-static void keep_top(sc_search_result *r, const sc_search_cand *c) {
-  int32_t i = r->n_top;
+/* Inserts c into list (n of it kept, SC_SEARCH_TOP at most), best first. */
+static void keep_best(sc_search_cand *list, int32_t *n, const sc_search_cand *c) {
+  int32_t i = *n;
   if (i == SC_SEARCH_TOP) {
-    if (!before(c, &r->top[i - 1])) return;
+    if (!before(c, &list[i - 1])) return;
     i--;
   } else {
-    r->n_top++;
+    (*n)++;
   }
-  while (i > 0 && before(c, &r->top[i - 1])) {
-    r->top[i] = r->top[i - 1];
+  while (i > 0 && before(c, &list[i - 1])) {
+    list[i] = list[i - 1];
     i--;
   }
-  r->top[i] = *c;
+  list[i] = *c;
+}
+
+static void keep_top(sc_search_result *r, const sc_search_cand *c) {
+  keep_best(r->top, &r->n_top, c);
 }
 
 static double cutoff_of(const sc_search_result *r) {
@@ -430,8 +435,9 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
             bool cut;
             sc_status st = estimate(x, &c, INFINITY, &cut, d);
             if (st != SC_OK) return st;
+            finish(x, &c, r->model_flops);
+            keep_best(r->over, &r->n_over, &c);
             if (!r->have_closest || c.peak_bytes < r->closest.peak_bytes) {
-              finish(x, &c, r->model_flops);
               r->closest = c;
               r->have_closest = true;
             }

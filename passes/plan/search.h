@@ -87,6 +87,9 @@ typedef struct sc_search_result {
   int64_t batch_parts;          /* the smallest dp x fsdp refused for the batch */
   int32_t n_top;
   sc_search_cand top[SC_SEARCH_TOP]; /* fitting, fastest first */
+  int32_t n_over;
+  sc_search_cand over[SC_SEARCH_TOP]; /* over the memory, fastest first (what
+                                   the report shows when they beat the chosen) */
   bool have_closest;
   sc_search_cand closest;       /* when nothing fits: the least over */
   double model_flops;           /* per step (6 N tokens-like: 3 x forward GEMMs) */
