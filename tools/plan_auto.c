@@ -128,10 +128,9 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
     rest[(*n_rest)++] = argv[i++];
   }
   if (!train) return sc_cli_usage_error("--auto searches training plans: it needs --train");
-  sc_partition_args bare;
-  sc_partition_args_init(&bare);
-  bare.cluster = p->cluster;
-  if (memcmp(&bare, p, sizeof bare) != 0)
+  sc_partition_args others = *p;
+  others.cluster = NULL;
+  if (sc_partition_args_any(&others))
     return sc_cli_usage_error("--auto chooses the mesh and every partitioning option itself: "
                               "give only --cluster (not --mesh, --plan, --zero, --schedule, ...)");
   if (ta->recompute_auto) return sc_cli_usage_error("--auto chooses the recompute itself");
