@@ -133,12 +133,15 @@ static sc_status prog_time(timed_prog *t, double min_s, double *out, sc_diag *d)
   return SC_OK;
 }
 
+/* The median seconds of a run of text's program; *threads_used and *steps
+ * (the program's steps), when not NULL. */
 static sc_status time_text(const char *text, bool fuse, int threads, double min_s, double *out,
-                           int *threads_used, sc_diag *d) {
+                           int *threads_used, int32_t *steps, sc_diag *d) {
   timed_prog t;
   sc_status st = prog_open(text, fuse, threads, &t, d);
   if (st == SC_OK) st = prog_time(&t, min_s, out, d);
   if (st == SC_OK && threads_used) *threads_used = sc_session_threads(t.s);
+  if (st == SC_OK && steps) *steps = t.p->n_steps;
   prog_close(&t);
   return st;
 }
@@ -168,34 +171,43 @@ static double floored(ctx *c, double s, const char *what) {
   return SC_PROFILE_FIT_FLOOR_S;
 }
 
-/* A chain of n Neg steps on 16 floats, unfused: n kernel steps. */
-static char *chain_text(int n) {
+/* A chain of n Adds on `floats` floats, each adding the input to the
+ * previous sum, unfused: n kernel steps (nothing for the canonical passes
+ * to fold, as a chain of Negs would be). */
+static char *chain_text(int n, int64_t floats) {
   size_t cap = 256 + (size_t)n * 64;
   char *s = malloc(cap);
   if (!s) return NULL;
-  size_t pos = (size_t)snprintf(s, cap, "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%x0 : f32[16]\n");
+  size_t pos = (size_t)snprintf(s, cap, "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%x0 : f32[%lld]\n",
+                                (long long)floats);
   for (int i = 1; i <= n; i++)
-    pos += (size_t)snprintf(s + pos, cap - pos, "  %%x%d : f32[16] = Neg(%%x%d) \"n%d\"\n", i,
-                            i - 1, i);
+    pos += (size_t)snprintf(s + pos, cap - pos, "  %%x%d : f32[%lld] = Add(%%x%d, %%x0) \"a%d\"\n",
+                            i, (long long)floats, i - 1, i);
   snprintf(s + pos, cap - pos, "  output %%x%d\n}\n", n);
   return s;
 }
 
 static sc_status measure_overhead(ctx *c, sc_diag *d) {
-  char *one = chain_text(1), *many = chain_text(OVERHEAD_STEPS);
+  char *one = chain_text(1, 16), *many = chain_text(OVERHEAD_STEPS, 16);
   double t1 = 0, tk = 0;
   int threads = 0;
+  int32_t s1 = 0, sk = 0;
   sc_status st = one && many ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  if (st == SC_OK) st = time_text(one, false, c->o->threads, c->min_s, &t1, &threads, d);
-  if (st == SC_OK) st = time_text(many, false, c->o->threads, c->min_s, &tk, NULL, d);
+  if (st == SC_OK) st = time_text(one, false, c->o->threads, c->min_s, &t1, &threads, &s1, d);
+  if (st == SC_OK) st = time_text(many, false, c->o->threads, c->min_s, &tk, NULL, &sk, d);
   free(one);
   free(many);
   TRY(st);
+  if (sk <= s1)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "calibrate: the %d-step chain compiled to %d steps, the 1-step one to %d",
+                       OVERHEAD_STEPS, (int)sk, (int)s1);
   c->run1_s = t1;
   c->p->threads = threads;
-  c->p->step_overhead_s = floored(c, (tk - t1) / (OVERHEAD_STEPS - 1), "step overhead");
-  note(c, "step overhead: %.2f us a step (1 step: %.2f us a run, %d: %.2f us; %d threads)\n",
-       c->p->step_overhead_s * 1e6, t1 * 1e6, OVERHEAD_STEPS, tk * 1e6, threads);
+  c->p->step_overhead_s = floored(c, (tk - t1) / (double)(sk - s1), "step overhead");
+  note(c, "step overhead: %.3f us a step (%d step%s: %.2f us a run, %d: %.2f us; %d threads)\n",
+       c->p->step_overhead_s * 1e6, (int)s1, s1 == 1 ? "" : "s", t1 * 1e6, (int)sk, tk * 1e6,
+       threads);
   return SC_OK;
 }
 
@@ -207,7 +219,7 @@ static sc_status measure_memory(ctx *c, sc_diag *d) {
            "  %%c : f32[%lld] = Add(%%a, %%b) \"add\"\n  output %%c\n}\n",
            (long long)n, (long long)n, (long long)n);
   double t = 0;
-  TRY(time_text(text, true, c->o->threads, c->min_s, &t, NULL, d));
+  TRY(time_text(text, true, c->o->threads, c->min_s, &t, NULL, NULL, d));
   double bytes = 3.0 * 4.0 * (double)n;
   c->p->memory_bytes_per_s = bytes / floored(c, t - c->run1_s, "memory");
   note(c, "memory: %.2f GB/s (Add of 2 x %lld floats: %.3f ms)\n", c->p->memory_bytes_per_s / 1e9,
@@ -237,7 +249,7 @@ static sc_status measure_gemms(ctx *c, sc_diag *d) {
                    ty, (long long)m, (long long)k, ty, (long long)k, (long long)n, ty,
                    (long long)m, (long long)n);
           double t = 0;
-          TRY(time_text(text, true, c->o->threads, c->min_s, &t, NULL, d));
+          TRY(time_text(text, true, c->o->threads, c->min_s, &t, NULL, NULL, d));
           if (c->p->n_gemms == SC_PROFILE_MAX_GEMMS) continue;
           sc_profile_gemm *g = &c->p->gemms[c->p->n_gemms++];
           g->m = m, g->n = n, g->k = k, g->dtype = TYPES[ti].t;

@@ -5,8 +5,8 @@
  * real pipeline (codegen/compile.h) and times them through a CPU session
  * (runtime/runtime.h), the path `shardc run` and `shardc train` take:
  *
- *   step overhead   programs of 1 and K unfused elementwise steps on 16
- *                   floats: (t_K - t_1) / (K - 1) per step
+ *   step overhead   programs of 1 and K unfused Add steps on 16 floats:
+ *                   (t_K - t_1) / (their difference in compiled steps)
  *   GEMM table      one MatMul of every (m, n, k) of a grid, f32 and bf16,
  *                   minus the 1-step run (the run's fixed cost and one
  *                   step's overhead): seconds of the product alone
