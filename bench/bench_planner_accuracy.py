@@ -19,6 +19,9 @@ Figures printed (never fails on a time; `make bench` runs it):
   3. A table: predicted and measured ms per step, their ratio, and whether
      the prediction is within 15 %; per rank count, whether the mesh the
      prediction ranks fastest measures within 10 % of the fastest measured.
+     The load average before and after is printed: on a machine shared with
+     other work, both the profile and the steps measure that work too (on
+     2 busy cores a step has been seen to take 10x its quiet time).
 
 Cases:
   gpt2        samples/gpt2.onnx (2 layers, d 64, 4 heads, vocabulary 1000,
@@ -218,6 +221,9 @@ def main():
     a.profile_dir = a.profile_dir or tmp.name
     os.makedirs(a.profile_dir, exist_ok=True)
     t_start = time.monotonic()
+    load = os.getloadavg()[0]
+    print(f"load average {load:.2f} on {cores()} cores"
+          + (" (busy: figures will include other work)" if load > 0.5 * cores() else ""))
     profiles = {}
     for ranks in sorted({1, 2, 4}):
         t = threads_for(ranks)
@@ -274,7 +280,8 @@ def main():
         print(f"{n} ranks: fastest predicted {best_pred[2]} measures {best_pred[1] * 1e3:.2f} ms; "
               f"fastest measured {best_meas[2]} {best_meas[1] * 1e3:.2f} ms: "
               f"{'within' if ok else 'NOT within'} 10 %")
-    print(f"bench took {time.monotonic() - t_start:.0f} s")
+    print(f"bench took {time.monotonic() - t_start:.0f} s; load average now "
+          f"{os.getloadavg()[0]:.2f} on {cores()} cores")
 
 
 def fmt(x):

@@ -16,7 +16,13 @@
  * "NAME:GxN" then sets the count. `cpu:local` asks this machine: its
  * online cores (sysconf) are the ranks of one node, MemTotal of
  * /proc/meminfo the memory; peaks, bandwidths and latencies stay unknown
- * until measured. */
+ * until measured.
+ *
+ * A profile (profile.h) comes from the file's "profile" key, a path that
+ * must stay inside the cluster file's folder (checked textually, then on
+ * the resolved path), or from SPEC@FILE in sc_cluster_load; either way
+ * sc_cluster_apply_profile copies its figures in. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +30,6 @@
 #include <unistd.h>
 
 #include <jansson.h>
-#include <limits.h>
 
 #include "cluster.h"
 #include "ir/fileio.h"
