@@ -58,6 +58,7 @@ int64_t sc_cluster_devices(const sc_cluster *c) { return c->nodes * c->devices_p
 typedef struct rd {
   sc_diag *d;
   const char *file; /* the cluster file's path: a profile is relative to its folder */
+  bool in_profile;  /* the error is the profile's (its diag names that file) */
 } rd;
 
 static sc_status bad(rd *r, sc_status st, const char *path, const char *what) {
@@ -132,6 +133,7 @@ static sc_status read_profile_key(rd *r, json_t *root, sc_cluster *c) {
   if (!p) return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_status st = sc_profile_read_json_file(path, p, r->d);
   if (st == SC_OK) sc_cluster_apply_profile(c, p);
+  r->in_profile = st != SC_OK;
   sc_free(p);
   return st;
 }
@@ -187,13 +189,13 @@ sc_status sc_cluster_read_json(const char *text, size_t len, const char *name, s
     sc_diag_set_file(d, file);
     return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "cluster: line %d: %s", err.line, err.text);
   }
-  rd r = {d, file};
+  rd r = {d, file, false};
   sc_cluster c;
   memset(&c, 0, sizeof c);
   sc_status st = read_root(&r, root, &c);
   json_decref(root);
   if (st != SC_OK) {
-    if (!d->file[0]) sc_diag_set_file(d, file); /* a profile's error names the profile */
+    if (!r.in_profile) sc_diag_set_file(d, file); /* a profile's names the profile */
     return st;
   }
   if (!c.name[0]) default_name(file, c.name);

@@ -244,6 +244,9 @@ static void test_cluster_profile_paths(void **state) {
   assert_int_equal(load_cluster_with("bad.json", &c, &d), SC_ERR_INVALID);
   assert_non_null(strstr(d.file, "bad.json"));
   assert_non_null(strstr(d.msg, "unknown key 'x'"));
+  /* the next error, the cluster file's own, names the cluster file again */
+  assert_int_equal(load_cluster_with("../p.json", &c, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.file, "c.json"));
 
   /* cpu:local@FILE: measured figures, ranks up to max_ranks */
   char spec[256];
