@@ -19,9 +19,11 @@ Figures printed (never fails on a time; `make bench` runs it):
   3. A table: predicted and measured ms per step, their ratio, and whether
      the prediction is within 15 %; per rank count, whether the mesh the
      prediction ranks fastest measures within 10 % of the fastest measured.
-     The load average before and after is printed: on a machine shared with
-     other work, both the profile and the steps measure that work too (on
-     2 busy cores a step has been seen to take 10x its quiet time).
+     The load average before and after is printed, and after a case whose
+     training ended with the 1-minute load above cores/2 + 1 (its own
+     process counts for about 1): on a machine shared with other work, both
+     the profile and the steps measure that work too (on 2 busy cores a
+     step has been seen to take 10-30x its quiet time).
 
 Cases:
   gpt2        samples/gpt2.onnx (2 layers, d 64, 4 heads, vocabulary 1000,
@@ -152,7 +154,7 @@ def predict(a, model, opts, prof):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     m = re.search(r"step time:\s+([0-9.]+)\s*(s|ms|us|ns)\b", r.stdout)
     if m:
-        return float(m.group(1)) * UNITS[m.group(2)], "(text)"
+        return float(m.group(1)) * UNITS[m.group(2)], ""
     m = re.search(r"unknown: (.*)", r.stdout)
     return None, m.group(1) if m else "no prediction"
 
@@ -168,7 +170,9 @@ def measure(a, model, opts, data, steps, warmup, folder):
     if r.returncode != 0:
         return None, (r.stderr.strip().splitlines() or ["train failed"])[-1]
     ms = [json.loads(ln)["time_ms"] for ln in open(log) if ln.strip()]
-    return statistics.median(ms[warmup:]) / 1e3, ""
+    load = os.getloadavg()[0]
+    return statistics.median(ms[warmup:]) / 1e3, \
+        (f"load {load:.1f}" if load > 0.5 * cores() + 1 else "")
 
 
 def write_data(folder, batch, seq, vocab):
