@@ -78,18 +78,18 @@ int sc_cmd_calibrate(int argc, char **argv) {
   sc_diag_clear(&d);
   int rc = 0;
   if (sc_calibrate(&o, p, &d) != SC_OK) {
-    rc = d.status == SC_ERR_USAGE ? sc_cli_report(&d, NULL) : (sc_cli_report(&d, NULL), 1);
-  } else if (!out) {
+    rc = sc_cli_report(&d, NULL); /* 2 for SC_ERR_USAGE, else 1 */
+  } else if (memset(&d, 0, sizeof d), !out) { /* a fresh diag: no file of the measuring */
     if (sc_profile_write_json(p, stdout, &d) != SC_OK) rc = sc_cli_report(&d, "<stdout>");
   } else {
     sc_file_commit c;
     if (sc_file_commit_begin(&c, out, &d) != SC_OK) {
-      rc = sc_cli_report(&d, out);
+      rc = sc_cli_report(&d, NULL); /* the message names the file */
     } else if (sc_profile_write_json(p, c.f, &d) != SC_OK) {
       sc_file_commit_abort(&c);
       rc = sc_cli_report(&d, out);
     } else if (sc_file_commit_end(&c, &d) != SC_OK) {
-      rc = sc_cli_report(&d, out);
+      rc = sc_cli_report(&d, NULL); /* the message names the file */
     }
   }
   if (rc == 0)
