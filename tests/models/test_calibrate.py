@@ -15,8 +15,9 @@ machine (docs/planner.md, section 5).
     and 1 TB/s; the step overhead under 1 ms; the local communicator's
     latency under 10 ms a hop, its bandwidth between 1 MB/s and 1 TB/s, its
     groups up to at least 2 ranks;
-  * `--device cuda` exits 1 saying the GPU measurement is not built, and a
-    bad option exits 2.
+  * `--device cuda` exits 1 saying the GPU measurement is not built; a
+    profile that cannot be written exits 1 naming its path once; a bad
+    option exits 2.
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -120,6 +121,11 @@ def main():
                            text=True, timeout=60)
         check(r.returncode == 1 and "not built" in r.stderr, f"--device cuda: exit "
               f"{r.returncode}: {r.stderr}")
+        bad = os.path.join(d, "no-such-dir", "p.json")
+        r = subprocess.run([SHARDC, "calibrate", "--quick", "--quiet", "-o", bad],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 1 and r.stderr.count(bad) == 1 and "calibrate.ir" not in r.stderr,
+              f"-o into a missing folder: exit {r.returncode}: {r.stderr}")
         r = subprocess.run([SHARDC, "calibrate", "--bogus"], capture_output=True, text=True,
                            timeout=60)
         check(r.returncode == 2 and "--bogus" in r.stderr, f"--bogus: exit {r.returncode}")
