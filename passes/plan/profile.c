@@ -27,6 +27,21 @@ const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT] = {"fp8", "bf16
 
 static const char WHAT[] = "profile";
 enum { MAX_DIM = (int64_t)1 << 20, MAX_THREADS = 1 << 16, MAX_RANKS = 1 << 16 };
+#define MIN_S SC_PROFILE_MIN_S
+#define MAX_S SC_PROFILE_MAX_S
+#define MAX_RATE SC_PROFILE_MAX_RATE
+#define MAX_BW SC_PROFILE_MAX_BW
+
+/* A required number at obj.key in [lo, hi]. */
+static sc_status get_range(json_t *o, const char *path, const char *key, double lo, double hi,
+                           double *out, sc_diag *d) {
+  TRY(sc_json_get_num(o, WHAT, path, key, true, out, d));
+  if (*out >= lo && *out <= hi) return SC_OK;
+  char p[128], msg[96];
+  sc_json_join(p, sizeof p, path, key);
+  snprintf(msg, sizeof msg, "must be in [%g, %g]", lo, hi);
+  return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, msg);
+}
 
 static sc_status read_gemm(json_t *o, const char *path, sc_profile_gemm *g, sc_diag *d) {
   if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
@@ -45,8 +60,8 @@ static sc_status read_gemm(json_t *o, const char *path, sc_profile_gemm *g, sc_d
     return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be fp8, bf16, fp16, tf32 or fp32");
   }
   g->dtype = (sc_cluster_dtype)t;
-  TRY(sc_json_get_num(o, WHAT, path, "seconds", true, &g->seconds, d));
-  TRY(sc_json_get_num(o, WHAT, path, "flops_per_s", true, &g->flops_per_s, d));
+  TRY(get_range(o, path, "seconds", MIN_S, MAX_S, &g->seconds, d));
+  TRY(get_range(o, path, "flops_per_s", 1, MAX_RATE, &g->flops_per_s, d));
   /* the two must agree: the rate is 2mnk / seconds (to rounding) */
   double want = 2.0 * (double)g->m * (double)g->n * (double)g->k / g->seconds;
   if (fabs(g->flops_per_s - want) > 1e-6 * want) {
@@ -63,15 +78,21 @@ static sc_status read_comm(json_t *o, const char *path, sc_profile_comm *c, sc_d
                                   "bandwidth_bytes_per_s", "overhead_s", NULL};
   TRY(sc_json_only_keys(o, WHAT, path, k, d));
   TRY(sc_json_get_name(o, WHAT, path, "name", true, c->name, sizeof c->name, d));
+  if (strcmp(c->name, "local") != 0 && strcmp(c->name, "tcp") != 0 &&
+      strcmp(c->name, "mpi") != 0 && strcmp(c->name, "nccl") != 0) {
+    char p[128];
+    sc_json_join(p, sizeof p, path, "name");
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be local, tcp, mpi or nccl");
+  }
   TRY(sc_json_get_count(o, WHAT, path, "max_ranks", true, MAX_RANKS, &c->max_ranks, d));
   if (c->max_ranks < 2) {
     char p[128];
     sc_json_join(p, sizeof p, path, "max_ranks");
     return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be at least 2");
   }
-  TRY(sc_json_get_num(o, WHAT, path, "latency_s", true, &c->latency_s, d));
-  TRY(sc_json_get_num(o, WHAT, path, "bandwidth_bytes_per_s", true, &c->bandwidth_bytes_per_s, d));
-  return sc_json_get_num(o, WHAT, path, "overhead_s", true, &c->overhead_s, d);
+  TRY(get_range(o, path, "latency_s", MIN_S, MAX_S, &c->latency_s, d));
+  TRY(get_range(o, path, "bandwidth_bytes_per_s", 1, MAX_BW, &c->bandwidth_bytes_per_s, d));
+  return get_range(o, path, "overhead_s", MIN_S, MAX_S, &c->overhead_s, d);
 }
 
 static sc_status read_array(json_t *root, const char *key, bool required, int32_t max,
@@ -118,8 +139,8 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
     TRY(read_gemm(v, path, &p->gemms[i], d));
     p->n_gemms = (int32_t)i + 1;
   }
-  TRY(sc_json_get_num(root, WHAT, "", "memory_bytes_per_s", true, &p->memory_bytes_per_s, d));
-  TRY(sc_json_get_num(root, WHAT, "", "step_overhead_s", true, &p->step_overhead_s, d));
+  TRY(get_range(root, "", "memory_bytes_per_s", 1, MAX_BW, &p->memory_bytes_per_s, d));
+  TRY(get_range(root, "", "step_overhead_s", MIN_S, MAX_S, &p->step_overhead_s, d));
   TRY(read_array(root, "comms", false, SC_PROFILE_MAX_COMMS, &arr, d));
   json_array_foreach(arr, i, v) {
     char path[32];
@@ -130,7 +151,8 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
         return sc_json_bad(d, SC_ERR_INVALID, WHAT, path, "repeats a communicator's name");
     p->n_comms = (int32_t)i + 1;
   }
-  return sc_json_get_num(root, WHAT, "", "calibrate_s", false, &p->calibrate_s, d);
+  if (!json_object_get(root, "calibrate_s")) return SC_OK;
+  return get_range(root, "", "calibrate_s", MIN_S, MAX_S, &p->calibrate_s, d);
 }
 
 sc_status sc_profile_read_json(const char *text, size_t len, const char *name, sc_profile *out,
@@ -344,6 +366,7 @@ sc_status sc_profile_fit_comm(const sc_profile_coll_sample *s, int32_t n, sc_pro
   out->overhead_s = x[0] > SC_PROFILE_FIT_FLOOR_S ? x[0] : SC_PROFILE_FIT_FLOOR_S;
   out->latency_s = x[1] > SC_PROFILE_FIT_FLOOR_S ? x[1] : SC_PROFILE_FIT_FLOOR_S;
   double max_bw = (max_moved > 0 ? max_moved : 1) / SC_PROFILE_FIT_FLOOR_S;
+  if (max_bw > SC_PROFILE_MAX_BW) max_bw = SC_PROFILE_MAX_BW;
   out->bandwidth_bytes_per_s = x[2] > 1 / max_bw ? 1 / x[2] : max_bw;
   return SC_OK;
 }

@@ -18,6 +18,9 @@
  * a duplicate, a wrong type, a number that is not positive and finite, a
  * count out of range, or a missing key is an error naming the file and the
  * key ("p.json: profile: 'gemm[2].seconds' must be positive and finite").
+ * Figures must also lie within bounds no measurement reaches, so that no
+ * cost derived from them overflows: times in [1e-12, 1e4] s, GEMM rates in
+ * [1, 1e18] FLOP/s, bandwidths in [1, 1e16] bytes/s.
  * Errors: SC_ERR_PARSE, SC_ERR_INVALID, SC_ERR_IO. No state, no locks. */
 #ifndef SC_PLAN_PROFILE_H
 #define SC_PLAN_PROFILE_H
@@ -46,6 +49,11 @@ enum {
   SC_PROFILE_MAX_FIT = 4,     /* unknowns of sc_profile_nnls */
 };
 #define SC_PROFILE_MAX_BYTES (1 << 20) /* a profile file's size limit */
+/* Bounds beyond any measurement: a figure outside them is refused. */
+#define SC_PROFILE_MIN_S 1e-12   /* seconds: below a picosecond nothing is timed */
+#define SC_PROFILE_MAX_S 1e4     /* seconds: a calibration step of hours is not one */
+#define SC_PROFILE_MAX_RATE 1e18 /* FLOP/s: 500x an H100's fp8 peak (1.98e15) */
+#define SC_PROFILE_MAX_BW 1e16   /* bytes/s: 2,000x an H200's HBM (4.8e12) */
 
 typedef struct sc_profile_gemm {
   int64_t m, n, k;          /* one product C[m,n] = A[m,k] B[k,n] */
@@ -55,7 +63,7 @@ typedef struct sc_profile_gemm {
 } sc_profile_gemm;
 
 typedef struct sc_profile_comm {
-  char name[16];                /* "local", "tcp", "mpi", "nccl" */
+  char name[16];                /* "local", "tcp", "mpi" or "nccl" (no other) */
   int64_t max_ranks;            /* the largest group measured (>= 2) */
   double latency_s;             /* α: one ring step (hop) */
   double bandwidth_bytes_per_s; /* β: bytes moved per rank per second */
@@ -111,8 +119,9 @@ typedef struct sc_profile_coll_sample {
  * weighted by 1/seconds (relative error: small and large messages count
  * alike). A coefficient the fit sets to 0 becomes the floor
  * SC_PROFILE_FIT_FLOOR_S (overhead, α) or, for 1/β, the largest bandwidth
- * the samples can resolve (the largest bytes_moved over the floor), so
- * every figure stays positive as the reader requires. SC_ERR_INVALID with
+ * the samples can resolve (the largest bytes_moved over the floor, at
+ * most SC_PROFILE_MAX_BW), so every figure stays within the reader's
+ * bounds. SC_ERR_INVALID with
  * fewer than 3 samples or a non-positive time. */
 #define SC_PROFILE_FIT_FLOOR_S 1e-9
 sc_status sc_profile_fit_comm(const sc_profile_coll_sample *s, int32_t n, sc_profile_comm *out,

@@ -123,6 +123,12 @@ static void test_hostile(void **state) {
       {"\"gemm\": [", "\"gemm\": {\"a\": [", "line"},
       {"\"memory_bytes_per_s\": 2e10,\n", "", "'memory_bytes_per_s' is missing"},
       {"\"name\": \"local\"", "\"name\": \"\"", "'comms[0].name' must be 1 to"},
+      {"\"memory_bytes_per_s\": 2e10", "\"memory_bytes_per_s\": 1e300", "'memory_bytes_per_s' must be in [1, 1e+16]"},
+      {"\"latency_s\": 1e-5", "\"latency_s\": 1e-300", "'comms[0].latency_s' must be in"},
+      {"\"seconds\": 2.62144e-6, \"flops_per_s\": 2e11", "\"seconds\": 5.24288e-307, \"flops_per_s\": 1e300",
+       "'gemm[0].seconds' must be in [1e-12, 10000]"},
+      {"\"calibrate_s\": 3.5", "\"calibrate_s\": 1e9", "'calibrate_s' must be in"},
+      {"\"name\": \"local\"", "\"name\": \"lo\\\"cal\"", "'comms[0].name' must be local, tcp"},
   };
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
     sc_diag d;
