@@ -58,6 +58,7 @@ bench: deps build
 	.venv/bin/python bench/bench_run.py --shardc $(BUILD)/shardc
 	.venv/bin/python bench/bench_partition.py --shardc $(BUILD)/shardc
 	.venv/bin/python bench/bench_planner.py --shardc $(BUILD)/shardc
+	.venv/bin/python bench/bench_planner_accuracy.py --shardc $(BUILD)/shardc
 	bash samples/install-torch.sh
 	.venv-samples/bin/python bench/bench_train.py --shardc $(BUILD)/shardc
 

@@ -108,7 +108,8 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
           "  --ranks-per-node N     which ranks share a node\n"
           "  --cluster C            a cluster file (.json) or preset (h100-sxm:8x4,\n"
           "                         a100-80g:GxN, h200:GxN, cpu:local): axes ordered\n"
-          "                         and placed on its nodes\n"
+          "                         and placed on its nodes; C@PROFILE.json adds the\n"
+          "                         figures `shardc calibrate` measured\n"
           "  --plan FILE.json       replay a plan written by `shardc plan --json`\n");
   if (allow_comm)
     fprintf(f,

@@ -16,7 +16,13 @@
  * "NAME:GxN" then sets the count. `cpu:local` asks this machine: its
  * online cores (sysconf) are the ranks of one node, MemTotal of
  * /proc/meminfo the memory; peaks, bandwidths and latencies stay unknown
- * until measured. */
+ * until measured.
+ *
+ * A profile (profile.h) comes from the file's "profile" key, a path that
+ * must stay inside the cluster file's folder (checked textually, then on
+ * the resolved path), or from SPEC@FILE in sc_cluster_load; either way
+ * sc_cluster_apply_profile copies its figures in. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,9 +34,6 @@
 #include "cluster.h"
 #include "ir/fileio.h"
 #include "json_keys.h"
-
-const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT] = {"fp8", "bf16", "fp16", "tf32",
-                                                                    "fp32"};
 
 typedef struct preset {
   const char *name;
@@ -54,78 +57,36 @@ int64_t sc_cluster_devices(const sc_cluster *c) { return c->nodes * c->devices_p
 
 typedef struct rd {
   sc_diag *d;
+  const char *file; /* the cluster file's path: a profile is relative to its folder */
+  bool in_profile;  /* the error is the profile's (its diag names that file) */
 } rd;
 
 static sc_status bad(rd *r, sc_status st, const char *path, const char *what) {
-  return sc_diag_set(r->d, st, NULL, NULL, "cluster: '%s' %s", path, what);
+  return sc_json_bad(r->d, st, "cluster", path, what);
 }
 
 static sc_status only_keys(rd *r, json_t *obj, const char *path, const char *const *allowed) {
   return sc_json_only_keys(obj, "cluster", path, allowed, r->d);
 }
 
-static void join(char *buf, size_t n, const char *path, const char *key) {
-  snprintf(buf, n, "%s%s%s", path, path[0] ? "." : "", key);
-}
-
-/* A positive finite number at obj.key; *out untouched when absent and not
- * required. */
 static sc_status get_num(rd *r, json_t *obj, const char *path, const char *key, bool required,
                          double *out) {
-  char p[128];
-  join(p, sizeof p, path, key);
-  json_t *v = json_object_get(obj, key);
-  if (!v) return required ? bad(r, SC_ERR_INVALID, p, "is missing") : SC_OK;
-  if (!json_is_number(v)) return bad(r, SC_ERR_PARSE, p, "must be a number");
-  double x = json_number_value(v);
-  if (!isfinite(x) || x <= 0) return bad(r, SC_ERR_INVALID, p, "must be positive and finite");
-  *out = x;
-  return SC_OK;
+  return sc_json_get_num(obj, "cluster", path, key, required, out, r->d);
 }
 
-/* A whole number in 1..hi (written as an integer or as 8e10). */
 static sc_status get_count(rd *r, json_t *obj, const char *path, const char *key, bool required,
                            int64_t hi, int64_t *out) {
-  char p[128];
-  join(p, sizeof p, path, key);
-  double x = 0;
-  json_t *v = json_object_get(obj, key);
-  if (v && json_is_integer(v)) {
-    json_int_t i = json_integer_value(v);
-    if (i < 1 || i > hi) return bad(r, SC_ERR_INVALID, p, "must be a positive count in range");
-    *out = i;
-    return SC_OK;
-  }
-  sc_status st = get_num(r, obj, path, key, required, &x);
-  if (st != SC_OK || !v) return st;
-  if (x != floor(x) || x > (double)hi) return bad(r, SC_ERR_INVALID, p, "must be a whole count in range");
-  *out = (int64_t)x;
-  return SC_OK;
+  return sc_json_get_count(obj, "cluster", path, key, required, hi, out, r->d);
 }
 
 static sc_status get_obj(rd *r, json_t *obj, const char *path, const char *key, bool required,
                          json_t **out) {
-  char p[128];
-  join(p, sizeof p, path, key);
-  *out = json_object_get(obj, key);
-  if (!*out) return required ? bad(r, SC_ERR_INVALID, p, "is missing") : SC_OK;
-  if (!json_is_object(*out)) return bad(r, SC_ERR_PARSE, p, "must be an object");
-  return SC_OK;
+  return sc_json_get_obj(obj, "cluster", path, key, required, out, r->d);
 }
 
 static sc_status get_name(rd *r, json_t *obj, const char *path, const char *key, bool required,
                           char *out) {
-  char p[128];
-  join(p, sizeof p, path, key);
-  json_t *v = json_object_get(obj, key);
-  if (!v) return required ? bad(r, SC_ERR_INVALID, p, "is missing") : SC_OK;
-  if (!json_is_string(v)) return bad(r, SC_ERR_PARSE, p, "must be a string");
-  const char *s = json_string_value(v);
-  size_t n = strlen(s);
-  if (n == 0 || n >= SC_CLUSTER_NAME_MAX || n != json_string_length(v))
-    return bad(r, SC_ERR_INVALID, p, "must be 1 to 63 bytes, without NUL");
-  memcpy(out, s, n + 1);
-  return SC_OK;
+  return sc_json_get_name(obj, "cluster", path, key, required, out, SC_CLUSTER_NAME_MAX, r->d);
 }
 
 #define TRY(x)                    \
@@ -145,10 +106,42 @@ static sc_status read_link(rd *r, json_t *root, const char *key, bool required,
   return get_num(r, o, key, "latency_s", true, &out->latency_s);
 }
 
+/* "profile": a relative path inside the cluster file's folder: no
+ * absolute path, no ".." component, and (resolved) no link out of it. */
+static sc_status read_profile_key(rd *r, json_t *root, sc_cluster *c) {
+  char rel[PATH_MAX];
+  rel[0] = 0;
+  TRY(sc_json_get_name(root, "cluster", "", "profile", false, rel, sizeof rel, r->d));
+  if (!rel[0]) return SC_OK;
+  bool up = false;
+  for (const char *s = rel; *s; s = strchr(s, '/') ? strchr(s, '/') + 1 : s + strlen(s))
+    up |= strncmp(s, "..", 2) == 0 && (s[2] == '/' || s[2] == 0);
+  if (rel[0] == '/' || up)
+    return bad(r, SC_ERR_INVALID, "profile", "must be a path inside the cluster file's folder");
+  const char *slash = strrchr(r->file, '/');
+  char dir[PATH_MAX], path[PATH_MAX];
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - r->file) : 1, slash ? r->file : ".");
+  if (snprintf(path, sizeof path, "%s/%s", dir, rel) >= (int)sizeof path)
+    return bad(r, SC_ERR_INVALID, "profile", "is too long");
+  char rdir[PATH_MAX], rpath[PATH_MAX];
+  if (!realpath(dir, rdir) || !realpath(path, rpath))
+    return bad(r, SC_ERR_IO, "profile", "names no file");
+  size_t n = strlen(rdir);
+  if (strncmp(rpath, rdir, n) != 0 || (rdir[n - 1] != '/' && rpath[n] != '/'))
+    return bad(r, SC_ERR_INVALID, "profile", "leaves the cluster file's folder (a link)");
+  sc_profile *p = sc_malloc(sizeof *p);
+  if (!p) return sc_diag_set(r->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = sc_profile_read_json_file(path, p, r->d);
+  if (st == SC_OK) sc_cluster_apply_profile(c, p);
+  r->in_profile = st != SC_OK;
+  sc_free(p);
+  return st;
+}
+
 static sc_status read_root(rd *r, json_t *root, sc_cluster *c) {
   if (!json_is_object(root)) return sc_diag_set(r->d, SC_ERR_PARSE, NULL, NULL, "cluster: must be an object");
   static const char *const top[] = {"name", "nodes", "gpus_per_node", "gpu", "intra_node",
-                                    "inter_node", NULL};
+                                    "inter_node", "profile", NULL};
   TRY(only_keys(r, root, "", top));
   TRY(get_name(r, root, "", "name", false, c->name));
   c->nodes = 1;
@@ -171,7 +164,8 @@ static sc_status read_root(rd *r, json_t *root, sc_cluster *c) {
   }
   if (!any) return bad(r, SC_ERR_INVALID, "gpu.peak_flops", "needs at least one of fp8, bf16, fp16, tf32, fp32");
   TRY(read_link(r, root, "intra_node", c->devices_per_node > 1, &c->intra_node));
-  return read_link(r, root, "inter_node", c->nodes > 1, &c->inter_node);
+  TRY(read_link(r, root, "inter_node", c->nodes > 1, &c->inter_node));
+  return read_profile_key(r, root, c);
 }
 
 /* The file's base name without ".json", as the default cluster name. */
@@ -195,13 +189,13 @@ sc_status sc_cluster_read_json(const char *text, size_t len, const char *name, s
     sc_diag_set_file(d, file);
     return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "cluster: line %d: %s", err.line, err.text);
   }
-  rd r = {d};
+  rd r = {d, file, false};
   sc_cluster c;
   memset(&c, 0, sizeof c);
   sc_status st = read_root(&r, root, &c);
   json_decref(root);
   if (st != SC_OK) {
-    sc_diag_set_file(d, file);
+    if (!r.in_profile) sc_diag_set_file(d, file); /* a profile's names the profile */
     return st;
   }
   if (!c.name[0]) default_name(file, c.name);
@@ -306,7 +300,43 @@ sc_status sc_cluster_preset(const char *spec, sc_cluster *out, sc_diag *d) {
   return SC_OK;
 }
 
+void sc_cluster_apply_profile(sc_cluster *c, const sc_profile *p) {
+  SC_ASSERT(p->present);
+  c->profile = *p;
+  for (int t = 0; t < SC_CLUSTER_DTYPE_COUNT; t++) {
+    double best = sc_profile_peak_rate(p, (sc_cluster_dtype)t);
+    if (best > 0) c->peak_flops[t] = best;
+  }
+  c->memory_bytes_per_s = p->memory_bytes_per_s;
+  if (p->n_comms > 0) {
+    c->intra_node.latency_s = p->comms[0].latency_s;
+    c->intra_node.bandwidth_bytes_per_s = p->comms[0].bandwidth_bytes_per_s;
+    /* cpu:local: thread-ranks may outnumber the cores */
+    if (strcmp(c->device_name, "cpu") == 0 && c->nodes == 1 &&
+        p->comms[0].max_ranks > c->devices_per_node)
+      c->devices_per_node = p->comms[0].max_ranks;
+  }
+}
+
+/* SPEC@PROFILE: the cluster of SPEC with the profile's figures. */
+static sc_status load_with_profile(const char *spec, const char *at, sc_cluster *out, sc_diag *d) {
+  char base[PATH_MAX];
+  if ((size_t)(at - spec) >= sizeof base || !at[1])
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "--cluster %s: expects SPEC@PROFILE.json", spec);
+  snprintf(base, sizeof base, "%.*s", (int)(at - spec), spec);
+  if (sc_cluster_load(base, out, d) != SC_OK) return d->status;
+  sc_profile *p = sc_malloc(sizeof *p);
+  if (!p) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = sc_profile_read_json_file(at + 1, p, d);
+  if (st == SC_OK) sc_cluster_apply_profile(out, p);
+  else memset(out, 0, sizeof *out);
+  sc_free(p);
+  return st;
+}
+
 sc_status sc_cluster_load(const char *spec, sc_cluster *out, sc_diag *d) {
+  const char *at = strrchr(spec, '@');
+  if (at) return load_with_profile(spec, at, out, d);
   size_t n = strlen(spec);
   bool file = strchr(spec, '/') || (n > 5 && strcmp(spec + n - 5, ".json") == 0) ||
               !strchr(spec, ':');

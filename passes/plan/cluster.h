@@ -24,24 +24,27 @@
  * type), SC_ERR_INVALID (unknown key, a number that is not positive and
  * finite, a missing key, a mesh that does not fit), SC_ERR_USAGE (an unknown
  * preset or a malformed count), SC_ERR_IO, with the file and key named in
- * the diag. */
+ * the diag.
+ *
+ * A profile (profile.h, `shardc calibrate`) gives a cluster measured
+ * figures: a cluster file names one with "profile": "x.json" (relative to
+ * the cluster file's folder, which it may not leave), a preset or
+ * cpu:local takes one as SPEC@FILE (`cpu:local@prof.json`). With a
+ * profile, the peaks of the dtypes it measured become its best measured
+ * GEMM rates, the memory bandwidth its streaming bandwidth, and the
+ * intra-node link its first communicator's fitted latency and bandwidth;
+ * cpu:local's ranks a node become the most ranks its communicator was
+ * measured with, when that exceeds the cores (thread-ranks may
+ * oversubscribe the cores; the profile says what that costs). */
 #ifndef SC_PLAN_CLUSTER_H
 #define SC_PLAN_CLUSTER_H
 
 #include "ir/base.h"
 #include "ir/mesh.h"
 #include "ir/placement.h"
+#include "passes/plan/profile.h"
 
-typedef enum sc_cluster_dtype {
-  SC_CLUSTER_FP8,
-  SC_CLUSTER_BF16,
-  SC_CLUSTER_FP16,
-  SC_CLUSTER_TF32,
-  SC_CLUSTER_FP32,
-  SC_CLUSTER_DTYPE_COUNT
-} sc_cluster_dtype;
-/* "fp8", "bf16", "fp16", "tf32", "fp32": the keys of gpu.peak_flops. */
-extern const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT];
+/* sc_cluster_dtype and its names: profile.h. */
 
 enum { SC_CLUSTER_NAME_MAX = 64 }; /* name bytes, NUL included */
 /* Most nodes, and most devices a node, a cluster may have. */
@@ -63,6 +66,9 @@ typedef struct sc_cluster {
   double memory_bytes_per_s;             /* per device (HBM); 0 = unknown */
   sc_cluster_link intra_node;            /* between devices of a node */
   sc_cluster_link inter_node;            /* between nodes, per device */
+  sc_profile profile;                    /* measured figures of the device
+                                            (profile.h); present: cost.h uses
+                                            them instead of the defaults */
 } sc_cluster;
 
 /* Reads a cluster file (docs/planner.md). name labels errors ("x.json");
@@ -77,8 +83,11 @@ sc_status sc_cluster_read_json_file(const char *path, sc_cluster *out, sc_diag *
 /* A preset: "NAME:GxN" (G devices a node, N nodes; G at most the preset's
  * board) for the names of sc_cluster_preset_names, or "cpu:local". */
 sc_status sc_cluster_preset(const char *spec, sc_cluster *out, sc_diag *d);
-/* --cluster's value: a preset when spec has the form NAME:..., else a file. */
+/* --cluster's value: a preset when spec has the form NAME:..., else a
+ * file; either may end in @PROFILE (a profile file, read strictly). */
 sc_status sc_cluster_load(const char *spec, sc_cluster *out, sc_diag *d);
+/* Gives c the figures of profile p (above); p->present must be true. */
+void sc_cluster_apply_profile(sc_cluster *c, const sc_profile *p);
 /* The presets' names, NULL-terminated ("a100-80g", "h100-sxm", "h200"). */
 extern const char *const sc_cluster_preset_names[];
 /* nodes * devices_per_node (both bounded: no overflow). */

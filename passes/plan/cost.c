@@ -86,6 +86,7 @@ sc_status sc_cost_collective_algo(const sc_cluster *c, sc_coll_kind k, sc_coll_a
     out->latency_s = steps * l->latency_s;
     out->bytes_per_rank = moved;
   }
+  if (!cross && c->profile.n_comms > 0) out->latency_s += c->profile.comms[0].overhead_s;
   out->transfer_s = out->bytes_per_rank / l->bandwidth_bytes_per_s;
   out->seconds = out->latency_s + out->transfer_s;
   return SC_OK;
@@ -136,9 +137,27 @@ static sc_status need_hbm(const sc_cluster *c, sc_diag *d) {
                      "calibrate)", c->name);
 }
 
-sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops, double bytes,
-                            double eff, double *seconds, sc_diag *d) {
-  *seconds = 0;
+double sc_cost_step_overhead(const sc_cluster *c) {
+  return c->profile.present ? c->profile.step_overhead_s : 0;
+}
+
+/* The profile's time of `flops` at the rate of an m x n x k product of t,
+ * with the bytes at its streaming bandwidth, plus the step overhead. */
+static sc_status profile_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops,
+                                   double bytes, double m, double n, double k, double *seconds,
+                                   sc_diag *d) {
+  double rate = sc_profile_gemm_rate(&c->profile, t, m, n, k);
+  if (!(rate > 0))
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "cluster %s: its profile has no %s GEMM (calibrate measured none)",
+                       c->name, sc_cluster_dtype_names[t]);
+  double tc = flops / rate, tm = bytes / c->profile.memory_bytes_per_s;
+  *seconds = (tc > tm ? tc : tm) + sc_cost_step_overhead(c);
+  return SC_OK;
+}
+
+static sc_status check_gemm(const sc_cluster *c, sc_cluster_dtype t, double flops, double bytes,
+                            double eff, sc_diag *d) {
   if ((unsigned)t >= SC_CLUSTER_DTYPE_COUNT || !(c->peak_flops[t] > 0))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "cluster %s: gpu.peak_flops.%s is unknown%s", c->name,
@@ -149,10 +168,35 @@ sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flop
   if (!(eff > 0 && eff <= 1) || !(flops >= 0) || !(bytes >= 0))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "GEMM: %g FLOPs, %g bytes, efficiency %g",
                        flops, bytes, eff);
+  return SC_OK;
+}
+
+sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops, double bytes,
+                            double eff, double *seconds, sc_diag *d) {
+  *seconds = 0;
+  if (check_gemm(c, t, flops, bytes, eff, d) != SC_OK) return d->status;
+  if (c->profile.present) { /* the shape is unknown here: a cube of the same FLOPs */
+    double side = cbrt(flops / 2);
+    return profile_gemm_time(c, t, flops, bytes, side, side, side, seconds, d);
+  }
   double tc = flops / (c->peak_flops[t] * eff);
   double tm = bytes / (c->memory_bytes_per_s * SC_COST_MEMORY_EFF);
   *seconds = tc > tm ? tc : tm;
   return SC_OK;
+}
+
+sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, int64_t batch,
+                                  int64_t m, int64_t n, int64_t k, double bytes, double *seconds,
+                                  sc_diag *d) {
+  *seconds = 0;
+  double flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
+  if (batch < 1 || m < 1 || n < 1 || k < 1)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "GEMM: shape %lld x %lld x %lld x %lld",
+                       (long long)batch, (long long)m, (long long)n, (long long)k);
+  double eff = sc_cost_gemm_efficiency(m, n, k);
+  if (!c->profile.present) return sc_cost_gemm_time(c, t, flops, bytes, eff, seconds, d);
+  if (check_gemm(c, t, flops, bytes, eff, d) != SC_OK) return d->status;
+  return profile_gemm_time(c, t, flops, bytes, (double)m, (double)n, (double)k, seconds, d);
 }
 
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d) {
@@ -160,6 +204,10 @@ sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds
   if (need_hbm(c, d) != SC_OK) return d->status;
   if (!(bytes >= 0))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "memory-bound step of %g bytes", bytes);
+  if (c->profile.present) { /* measured: no efficiency on top */
+    *seconds = bytes / c->profile.memory_bytes_per_s + sc_cost_step_overhead(c);
+    return SC_OK;
+  }
   *seconds = bytes / (c->memory_bytes_per_s * SC_COST_MEMORY_EFF);
   return SC_OK;
 }

@@ -19,6 +19,15 @@
  * efficiencies are the model's defaults (SC_COST_* below, their sources in
  * docs/planner.md) until calibration measures them.
  *
+ * A cluster with a calibration profile (profile.h, docs/planner.md
+ * section 5) is costed from it instead: a GEMM at the profile's rate
+ * interpolated by shape and dtype (the efficiency argument is then not
+ * used), a memory-bound step at the measured streaming bandwidth (no
+ * efficiency on top), a collective inside a node with the fitted α, β and
+ * per-call overhead of the profile's first communicator; and each compute
+ * step (GEMM or memory-bound) includes sc_cost_step_overhead once — a
+ * caller must not add it again.
+ *
  * Invariants: a figure the cluster does not know (0) is never replaced:
  * a cost that needs it is an error naming it (cpu:local is uncalibrated:
  * "run shardc calibrate"). Pure functions; no state, no allocation.
@@ -96,5 +105,18 @@ double sc_cost_gemm_efficiency(int64_t m, int64_t n, int64_t k);
 sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops, double bytes,
                             double eff, double *seconds, sc_diag *d);
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d);
+/* The GEMM of batch products m x n x k by its shape: with a profile, at the
+ * rate measured for that shape (sc_cost_gemm_time, which has only the
+ * FLOPs, uses the cube of the same FLOPs); without, sc_cost_gemm_time with
+ * sc_cost_gemm_efficiency(m, n, k). SC_ERR_INVALID: a dimension < 1, and
+ * as sc_cost_gemm_time. */
+sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, int64_t batch,
+                                  int64_t m, int64_t n, int64_t k, double bytes, double *seconds,
+                                  sc_diag *d);
+/* The fixed cost of one compute step (a kernel launch, a GEMM call):
+ * the profile's measured step overhead; 0 without a profile, meaning not
+ * modelled (the presets do not know it). Already inside the compute times
+ * above. */
+double sc_cost_step_overhead(const sc_cluster *c);
 
 #endif

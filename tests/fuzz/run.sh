@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # run.sh — builds the libFuzzer targets with clang-14 and fuzzes them.
 #
-#   FUZZ_SECONDS  total fuzzing time (default 60), split 26:10:7:10:6:5 over
+#   FUZZ_SECONDS  total fuzzing time (default 60), split 23:10:7:10:6:5:3 over
 #                 fuzz_import (ONNX import + canonical passes), fuzz_text (IR
 #                 parser), fuzz_npy (.npy reader), fuzz_program_json (bundle
 #                 program.json reader/writer), fuzz_plan_json (plan JSON
-#                 reader/writer) and fuzz_cluster_json (cluster file reader
-#                 and placement); each target gets at least 1 s
+#                 reader/writer), fuzz_cluster_json (cluster file reader
+#                 and placement) and fuzz_profile_json (calibration profile
+#                 reader/writer); each target gets at least 1 s
 #   FUZZ_ONLY     run only these targets (space-separated names, e.g.
 #                 "fuzz_npy"); each still gets its share of FUZZ_SECONDS
 #   FUZZ_BUILD    build folder (default build-fuzz at the repo root)
@@ -20,7 +21,8 @@
 # NumPy (make_npy_seeds.py), the program.json of the samples compiled with
 # `shardc compile --target cpu` ($SHARDC, else the fuzz build's own shardc),
 # the example of docs/plan-format.md plus a few hand-written plans, the
-# cluster presets of samples/clusters/ plus a minimal cluster file, and every
+# cluster presets of samples/clusters/ plus a minimal cluster file, two
+# hand-written calibration profiles, and every
 # file in tests/fuzz/regressions/<target>/ (inputs that once found a bug,
 # replayed on every run). A crash, leak, timeout (10 s per
 # input), out-of-memory (2 GiB) or UB report leaves its input in
@@ -60,7 +62,7 @@ rm -f "$FUZZ_BUILD.configure.log" "$FUZZ_BUILD.build.log"
 # Seeds (read-only inputs) and corpora (where new coverage is written).
 SEEDS=$FUZZ_BUILD/seeds
 ART=$FUZZ_BUILD/artifacts
-TARGETS="import text npy program_json plan_json cluster_json"
+TARGETS="import text npy program_json plan_json cluster_json profile_json"
 rm -rf "$SEEDS"
 for t in $TARGETS; do mkdir -p "$SEEDS/$t" "$FUZZ_BUILD/corpus/$t"; done
 mkdir -p "$ART"
@@ -104,6 +106,15 @@ cp "$ROOT"/samples/clusters/*.json "$SEEDS/cluster_json/"
 printf '{"gpus_per_node": 1, "gpu": {"name": "x", "memory_bytes": 1e9, "peak_flops": {"fp32": 1e12},
  "hbm_bytes_per_s": 1e11}}\n' \
   >"$SEEDS/cluster_json/minimal.json"
+printf '{"format": "shardc-profile-1", "device": {"kind": "cpu", "name": "c", "threads": 1},
+ "gemm": [{"m": 1, "n": 1, "k": 1, "dtype": "fp32", "seconds": 1, "flops_per_s": 2}],
+ "memory_bytes_per_s": 1e10, "step_overhead_s": 1e-6}\n' >"$SEEDS/profile_json/minimal.json"
+printf '{"format": "shardc-profile-1", "device": {"kind": "cpu", "name": "AMD EPYC", "threads": 2},
+ "gemm": [{"m": 64, "n": 64, "k": 64, "dtype": "fp32", "seconds": 2.62144e-6, "flops_per_s": 2e11},
+  {"m": 256, "n": 256, "k": 256, "dtype": "bf16", "seconds": 8.388608e-5, "flops_per_s": 4e11}],
+ "memory_bytes_per_s": 2e10, "step_overhead_s": 1e-6,
+ "comms": [{"name": "local", "max_ranks": 4, "latency_s": 1e-5, "bandwidth_bytes_per_s": 5e9,
+  "overhead_s": 2e-6}], "calibrate_s": 3.5}\n' >"$SEEDS/profile_json/two.json"
 for t in $TARGETS; do
   if [ -d "$ROOT/tests/fuzz/regressions/$t" ]; then
     find "$ROOT/tests/fuzz/regressions/$t" -type f ! -name '*.md' -exec cp {} "$SEEDS/$t/" \;
@@ -111,7 +122,8 @@ for t in $TARGETS; do
 done
 echo "fuzz: seeds: $(ls "$SEEDS/import" | wc -l) models, $(ls "$SEEDS/text" | wc -l) IR files," \
      "$(ls "$SEEDS/npy" | wc -l) .npy, $(ls "$SEEDS/program_json" | wc -l) program.json," \
-     "$(ls "$SEEDS/plan_json" | wc -l) plans, $(ls "$SEEDS/cluster_json" | wc -l) clusters"
+     "$(ls "$SEEDS/plan_json" | wc -l) plans, $(ls "$SEEDS/cluster_json" | wc -l) clusters," \
+     "$(ls "$SEEDS/profile_json" | wc -l) profiles"
 
 # Dictionaries: op names from ir/ops.def (both targets), the IR grammar's
 # tokens (docs/ir.md) for the text parser, ONNX attribute and field names for
@@ -146,6 +158,7 @@ json_dict() { # source file
 json_dict "$ROOT/codegen/program_json.c" >"$DICT/program_json.dict"
 json_dict "$ROOT/passes/plan/plan_json.c" >"$DICT/plan_json.dict"
 json_dict "$ROOT/passes/plan/cluster.c" >"$DICT/cluster_json.dict"
+json_dict "$ROOT/passes/plan/profile.c" >"$DICT/profile_json.dict"
 {
   printf '"\\x93NUMPY"\n"\\x01\\x00"\n"\\x02\\x00"\n"\\x03\\x00"\n'
   for t in descr fortran_order shape True False "'<f4'" "'>f8'" "'|b1'" "'<f2'" "'|u1'" \
@@ -168,8 +181,9 @@ t_npy=$(share 7)
 t_program=$(share 10)
 t_plan=$(share 6)
 t_cluster=$(share 5)
-# The importer gets the rest (at FUZZ_SECONDS=60: 27, 9, 6, 9, 5, 4).
-t_import=$((FUZZ_SECONDS - t_text - t_npy - t_program - t_plan - t_cluster))
+t_profile=$(share 3)
+# The importer gets the rest (at FUZZ_SECONDS=60: 25, 9, 6, 9, 5, 4, 2).
+t_import=$((FUZZ_SECONDS - t_text - t_npy - t_program - t_plan - t_cluster - t_profile))
 [ "$t_import" -ge 1 ] || t_import=1
 
 status=0
@@ -201,4 +215,5 @@ run_target fuzz_npy "$t_npy"
 run_target fuzz_program_json "$t_program"
 run_target fuzz_plan_json "$t_plan"
 run_target fuzz_cluster_json "$t_cluster"
+run_target fuzz_profile_json "$t_profile"
 exit $status

@@ -1,0 +1,424 @@
+/* calibrate.c — the measurements of calibrate.h.
+ *
+ * Each measured program is textual IR compiled by sc_compile_graph and run
+ * by a CPU session, so the GEMMs go through the runtime's engine (oneDNN or
+ * shardc's own kernel, as `shardc train` would pick) with its thread pool,
+ * and the elementwise steps through LLVM-compiled kernels. A run's inputs
+ * are its arena slots, filled once with seeded values in [-1, 1).
+ *
+ * Invariants: every figure written is positive and finite (a difference
+ * that comes out at or below 0 is floored at the clock's resolution, 1 ns,
+ * and says so in the log); nothing is guessed. */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "calibrate.h"
+#include "codegen/compile.h"
+#include "ir/dtype.h"
+#include "ir/text.h"
+#include "passes/plan/profile.h"
+#include "runtime/comm.h"
+#include "runtime/runtime.h"
+
+#define TRY(x)                    \
+  do {                            \
+    sc_status st_ = (x);          \
+    if (st_ != SC_OK) return st_; \
+  } while (0)
+
+enum { OVERHEAD_STEPS = 64, MAX_IO = 4, MAX_GROUP = 8 };
+
+void sc_calibrate_opts_init(sc_calibrate_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->device = "cpu";
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- one compiled program in a session ---- */
+
+typedef struct timed_prog {
+  sc_graph *g;
+  sc_program *p;
+  sc_session *s;
+  int32_t n_in, n_out;
+  sc_tensor_view in[MAX_IO];
+} timed_prog;
+
+static void prog_close(timed_prog *t) {
+  sc_session_destroy(t->s);
+  sc_program_destroy(t->p);
+  sc_graph_destroy(t->g);
+  memset(t, 0, sizeof *t);
+}
+
+static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static float rng_unit(uint64_t *s) { /* [-1, 1) */
+  return (float)((double)(rng_next(s) >> 11) / 9007199254740992.0 * 2 - 1);
+}
+
+static sc_status prog_open(const char *text, bool fuse, int threads, timed_prog *t, sc_diag *d) {
+  memset(t, 0, sizeof *t);
+  TRY(sc_ir_parse(text, strlen(text), "calibrate.ir", &t->g, d));
+  sc_compile_opts co;
+  sc_compile_opts_init(&co);
+  co.quiet = true;
+  co.fuse = fuse;
+  if (sc_compile_graph(t->g, &co, &t->p, d) != SC_OK) return d->status;
+  sc_session_opts so;
+  sc_session_opts_init(&so);
+  so.threads = threads;
+  if (sc_session_create(t->p, &so, &t->s, d) != SC_OK) return d->status;
+  t->n_in = t->p->n_inputs;
+  t->n_out = t->p->n_outputs;
+  SC_ASSERT(t->n_in <= MAX_IO && t->n_out <= MAX_IO);
+  uint64_t seed = 0x5eed;
+  for (int32_t i = 0; i < t->n_in; i++) {
+    const sc_buffer *b = &t->p->buffers[t->p->inputs[i]];
+    sc_tensor_view *v = &t->in[i];
+    v->name = b->name, v->dtype = b->dtype, v->rank = b->rank;
+    memcpy(v->dims, b->dims, sizeof v->dims);
+    v->data = sc_session_input_slot(t->s, i);
+    if (!v->data)
+      return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL, "calibrate: no host input slot");
+    int64_t n = b->bytes / (b->dtype == SC_DTYPE_BF16 ? 2 : 4);
+    for (int64_t j = 0; j < n; j++) {
+      float x = rng_unit(&seed);
+      if (b->dtype == SC_DTYPE_BF16) ((uint16_t *)v->data)[j] = sc_f32_to_bf16(x);
+      else ((float *)v->data)[j] = x;
+    }
+  }
+  return SC_OK;
+}
+
+/* The median seconds of one run: one warm-up, then runs until min_s has
+ * passed (at least 3, at most 200). */
+static sc_status prog_time(timed_prog *t, double min_s, double *out, sc_diag *d) {
+  sc_tensor_view outs[MAX_IO];
+  double v[200];
+  int n = 0;
+  TRY(sc_session_run(t->s, t->in, t->n_in, outs, t->n_out, d));
+  double start = now_s();
+  while (n < 200 && (n < 3 || now_s() - start < min_s)) {
+    double t0 = now_s();
+    TRY(sc_session_run(t->s, t->in, t->n_in, outs, t->n_out, d));
+    v[n++] = now_s() - t0;
+  }
+  *out = median(v, n);
+  return SC_OK;
+}
+
+/* The median seconds of a run of text's program; *threads_used and *steps
+ * (the program's steps), when not NULL. */
+static sc_status time_text(const char *text, bool fuse, int threads, double min_s, double *out,
+                           int *threads_used, int32_t *steps, sc_diag *d) {
+  timed_prog t;
+  sc_status st = prog_open(text, fuse, threads, &t, d);
+  if (st == SC_OK) st = prog_time(&t, min_s, out, d);
+  if (st == SC_OK && threads_used) *threads_used = sc_session_threads(t.s);
+  if (st == SC_OK && steps) *steps = t.p->n_steps;
+  prog_close(&t);
+  return st;
+}
+
+/* ---- the measurements ---- */
+
+typedef struct ctx {
+  const sc_calibrate_opts *o;
+  double min_s;    /* time each figure is measured for */
+  double run1_s;   /* a run of one tiny step */
+  sc_profile *p;
+} ctx;
+
+static void note(ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(ctx *c, const char *fmt, ...) {
+  if (!c->o->log) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(c->o->log, fmt, ap);
+  va_end(ap);
+  fflush(c->o->log);
+}
+
+static double floored(ctx *c, double s, const char *what) {
+  if (s > SC_PROFILE_FIT_FLOOR_S) return s;
+  note(c, "  %s: not resolved above the run's own cost; floored at 1 ns\n", what);
+  return SC_PROFILE_FIT_FLOOR_S;
+}
+
+/* A chain of n Adds on `floats` floats, each adding the input to the
+ * previous sum, unfused: n kernel steps (nothing for the canonical passes
+ * to fold, as a chain of Negs would be). */
+static char *chain_text(int n, int64_t floats) {
+  size_t cap = 256 + (size_t)n * 64;
+  char *s = malloc(cap);
+  if (!s) return NULL;
+  size_t pos = (size_t)snprintf(s, cap, "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%x0 : f32[%lld]\n",
+                                (long long)floats);
+  for (int i = 1; i <= n; i++)
+    pos += (size_t)snprintf(s + pos, cap - pos, "  %%x%d : f32[%lld] = Add(%%x%d, %%x0) \"a%d\"\n",
+                            i, (long long)floats, i - 1, i);
+  snprintf(s + pos, cap - pos, "  output %%x%d\n}\n", n);
+  return s;
+}
+
+static sc_status measure_overhead(ctx *c, sc_diag *d) {
+  char *one = chain_text(1, 16), *many = chain_text(OVERHEAD_STEPS, 16);
+  double t1 = 0, tk = 0;
+  int threads = 0;
+  int32_t s1 = 0, sk = 0;
+  sc_status st = one && many ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (st == SC_OK) st = time_text(one, false, c->o->threads, c->min_s, &t1, &threads, &s1, d);
+  if (st == SC_OK) st = time_text(many, false, c->o->threads, c->min_s, &tk, NULL, &sk, d);
+  free(one);
+  free(many);
+  TRY(st);
+  if (sk <= s1)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "calibrate: the %d-step chain compiled to %d steps, the 1-step one to %d",
+                       OVERHEAD_STEPS, (int)sk, (int)s1);
+  c->run1_s = t1;
+  c->p->threads = threads;
+  c->p->step_overhead_s = floored(c, (tk - t1) / (double)(sk - s1), "step overhead");
+  note(c, "step overhead: %.3f us a step (%d step%s: %.2f us a run, %d: %.2f us; %d threads)\n",
+       c->p->step_overhead_s * 1e6, (int)s1, s1 == 1 ? "" : "s", t1 * 1e6, (int)sk, tk * 1e6,
+       threads);
+  return SC_OK;
+}
+
+static sc_status measure_memory(ctx *c, sc_diag *d) {
+  int64_t n = c->o->quick ? (int64_t)4 << 20 : (int64_t)16 << 20; /* floats a tensor */
+  char text[512];
+  snprintf(text, sizeof text,
+           "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%a : f32[%lld]\n  input %%b : f32[%lld]\n"
+           "  %%c : f32[%lld] = Add(%%a, %%b) \"add\"\n  output %%c\n}\n",
+           (long long)n, (long long)n, (long long)n);
+  double t = 0;
+  TRY(time_text(text, true, c->o->threads, c->min_s, &t, NULL, NULL, d));
+  double bytes = 3.0 * 4.0 * (double)n;
+  c->p->memory_bytes_per_s = bytes / floored(c, t - c->run1_s, "memory");
+  note(c, "memory: %.2f GB/s (Add of 2 x %lld floats: %.3f ms)\n", c->p->memory_bytes_per_s / 1e9,
+       (long long)n, t * 1e3);
+  return SC_OK;
+}
+
+static sc_status measure_gemms(ctx *c, sc_diag *d) {
+  static const int64_t FULL[] = {16, 128, 1024}, QUICK[] = {32, 256};
+  const int64_t *dims = c->o->quick ? QUICK : FULL;
+  int nd = c->o->quick ? 2 : 3;
+  static const struct {
+    const char *ir;
+    sc_cluster_dtype t;
+  } TYPES[] = {{"f32", SC_CLUSTER_FP32}, {"bf16", SC_CLUSTER_BF16}};
+  for (int ti = 0; ti < 2; ti++)
+    for (int a = 0; a < nd; a++)
+      for (int b = 0; b < nd; b++)
+        for (int e = 0; e < nd; e++) {
+          int64_t m = dims[a], n = dims[b], k = dims[e];
+          const char *ty = TYPES[ti].ir;
+          char text[512];
+          snprintf(text, sizeof text,
+                   "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%a : %s[%lld,%lld]\n"
+                   "  input %%b : %s[%lld,%lld]\n  %%c : %s[%lld,%lld] = MatMul(%%a, %%b) \"mm\"\n"
+                   "  output %%c\n}\n",
+                   ty, (long long)m, (long long)k, ty, (long long)k, (long long)n, ty,
+                   (long long)m, (long long)n);
+          double t = 0;
+          TRY(time_text(text, true, c->o->threads, c->min_s, &t, NULL, NULL, d));
+          if (c->p->n_gemms == SC_PROFILE_MAX_GEMMS) continue;
+          sc_profile_gemm *g = &c->p->gemms[c->p->n_gemms++];
+          g->m = m, g->n = n, g->k = k, g->dtype = TYPES[ti].t;
+          g->seconds = floored(c, t - c->run1_s, "GEMM");
+          g->flops_per_s = 2.0 * (double)m * (double)n * (double)k / g->seconds;
+          note(c, "GEMM %-4s %5lld x %5lld x %5lld: %9.2f us, %7.2f GFLOP/s\n", ty, (long long)m,
+               (long long)n, (long long)k, g->seconds * 1e6, g->flops_per_s / 1e9);
+        }
+  return SC_OK;
+}
+
+/* ---- collectives over local thread-ranks ---- */
+
+enum { KINDS = 3 }; /* all-reduce, all-gather, reduce-scatter */
+
+typedef struct coll_job {
+  sc_comm *comm;
+  int64_t count;   /* elements of the collective's B / size (per-rank chunk) */
+  int kind;
+  int reps;
+  float *buf;      /* size * count floats, twice */
+  double seconds;  /* rank's time per call */
+  sc_status st;
+  char err[sizeof(((sc_diag *)0)->msg)];
+} coll_job;
+
+static void *coll_main(void *arg) {
+  coll_job *j = arg;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  int n = sc_comm_size(j->comm);
+  float *in = j->buf, *out = j->buf + (size_t)n * (size_t)j->count;
+  double t0 = 0;
+  for (int r = -1; r < j->reps && j->st == SC_OK; r++) { /* r = -1: warm-up */
+    if (r == 0) {
+      j->st = sc_comm_barrier(j->comm, &d);
+      t0 = now_s();
+    }
+    if (j->st != SC_OK) break;
+    switch (j->kind) {
+    case 0: j->st = sc_comm_all_reduce(j->comm, in, out, (int64_t)n * j->count, SC_DTYPE_F32,
+                                       SC_REDUCE_SUM, &d); break;
+    case 1: j->st = sc_comm_all_gather(j->comm, in, out, j->count, SC_DTYPE_F32, &d); break;
+    default: j->st = sc_comm_reduce_scatter(j->comm, in, out, j->count, SC_DTYPE_F32,
+                                            SC_REDUCE_SUM, &d); break;
+    }
+  }
+  j->seconds = (now_s() - t0) / j->reps;
+  if (j->st != SC_OK) snprintf(j->err, sizeof j->err, "%s", d.msg);
+  return NULL;
+}
+
+/* One sample: kind over n ranks, B = n * count floats. */
+static sc_status time_coll(int n, int kind, int64_t count, int reps, sc_profile_coll_sample *out,
+                           sc_diag *d) {
+  sc_comm *comms[MAX_GROUP];
+  coll_job jobs[MAX_GROUP];
+  pthread_t th[MAX_GROUP];
+  TRY(sc_comm_local_create_group(n, comms, d));
+  sc_status st = SC_OK;
+  int started = 0;
+  for (int r = 0; r < n; r++) {
+    memset(&jobs[r], 0, sizeof jobs[r]);
+    jobs[r] = (coll_job){.comm = comms[r], .count = count, .kind = kind, .reps = reps};
+    jobs[r].buf = malloc(sizeof(float) * 2 * (size_t)n * (size_t)count);
+    if (!jobs[r].buf) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    else
+      for (int64_t i = 0; i < 2 * n * count; i++) jobs[r].buf[i] = (float)(i % 7) - 3;
+  }
+  for (int r = 0; st == SC_OK && r < n; r++, started++)
+    if (pthread_create(&th[r], NULL, coll_main, &jobs[r]) != 0)
+      st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "calibrate: cannot start a thread");
+  if (st != SC_OK)
+    for (int r = 0; r < n; r++) sc_comm_abort(comms[r], "calibrate failed");
+  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+  double slowest = 0;
+  for (int r = 0; r < n; r++) {
+    if (st == SC_OK && jobs[r].st != SC_OK)
+      st = sc_diag_set(d, jobs[r].st, NULL, NULL, "calibrate: rank %d: %s", r, jobs[r].err);
+    if (jobs[r].seconds > slowest) slowest = jobs[r].seconds;
+    free(jobs[r].buf);
+    sc_comm_destroy(comms[r]);
+  }
+  TRY(st);
+  double B = 4.0 * (double)n * (double)count, nn = n;
+  out->seconds = slowest;
+  out->steps = kind == 0 ? 2 * (nn - 1) : nn - 1; /* cost.c's ring */
+  out->bytes_moved = (kind == 0 ? 2 * (nn - 1) / nn : (nn - 1) / nn) * B;
+  return SC_OK;
+}
+
+static sc_status measure_comms(ctx *c, sc_diag *d) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int hi = c->o->max_ranks > 0 ? c->o->max_ranks : (cores > 4 ? (int)cores : 4);
+  if (hi > MAX_GROUP) hi = MAX_GROUP;
+  if (hi < 2) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "calibrate: --max-ranks below 2");
+  /* per-rank chunks of 64 B .. 4 MiB (quick: .. 256 KiB), x16 apart */
+  int64_t top = c->o->quick ? (int64_t)64 << 10 : (int64_t)1 << 20;
+  sc_profile_coll_sample s[MAX_GROUP * KINDS * 8];
+  int32_t ns = 0;
+  static const char *const KNAME[KINDS] = {"all-reduce", "all-gather", "reduce-scatter"};
+  for (int n = 2; n <= hi; n++)
+    for (int kind = 0; kind < KINDS; kind++)
+      for (int64_t count = 16; count <= top; count *= 16) {
+        double bytes = 4.0 * (double)count * n;
+        int reps = bytes < 1e5 ? (c->o->quick ? 50 : 200) : bytes < 4e6 ? 20 : 5;
+        TRY(time_coll(n, kind, count, reps, &s[ns], d));
+        note(c, "local %-14s %d ranks, %9.0f B: %9.2f us\n", KNAME[kind], n, bytes,
+             s[ns].seconds * 1e6);
+        ns++;
+      }
+  sc_profile_comm *pc = &c->p->comms[c->p->n_comms];
+  TRY(sc_profile_fit_comm(s, ns, pc, d));
+  snprintf(pc->name, sizeof pc->name, "local");
+  pc->max_ranks = hi;
+  c->p->n_comms++;
+  note(c, "local: latency %.3f us a hop, bandwidth %.3f GB/s, overhead %.3f us a call "
+          "(NNLS over %d samples)\n",
+       pc->latency_s * 1e6, pc->bandwidth_bytes_per_s / 1e9, pc->overhead_s * 1e6, ns);
+  return SC_OK;
+}
+
+static void cpu_name(char *out, size_t n) {
+  snprintf(out, n, "cpu");
+  FILE *f = fopen("/proc/cpuinfo", "re");
+  if (!f) return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    char *colon = strchr(line, ':');
+    if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+    char *v = colon + 1;
+    while (*v == ' ' || *v == '\t') v++;
+    v[strcspn(v, "\n")] = 0;
+    for (char *q = v; *q; q++)
+      if ((unsigned char)*q < 0x20 || *q == '"' || *q == '\\') *q = ' ';
+    if (*v) snprintf(out, n, "%s", v);
+    break;
+  }
+  fclose(f);
+}
+
+sc_status sc_calibrate(const sc_calibrate_opts *o, sc_profile *out, sc_diag *d) {
+  memset(out, 0, sizeof *out);
+  const char *dev = o->device ? o->device : "cpu";
+  if (strcmp(dev, "cuda") == 0)
+    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "calibrate --device cuda: measuring a GPU is not built; only the CPU "
+                       "device is measured (the GPU presets carry datasheet figures)");
+  if (strcmp(dev, "cpu") != 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "calibrate: unknown device '%s' (cpu, cuda)",
+                       dev);
+  if (o->threads < 0 || o->max_ranks < 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "calibrate: negative threads or ranks");
+  sc_profile *p = sc_malloc(sizeof *p);
+  if (!p) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  memset(p, 0, sizeof *p);
+  double t0 = now_s();
+  ctx c = {.o = o, .min_s = o->quick ? 0.01 : 0.1, .p = p};
+  snprintf(p->device, sizeof p->device, "cpu");
+  cpu_name(p->device_name, sizeof p->device_name);
+  sc_status st = measure_overhead(&c, d);
+  if (st == SC_OK) st = measure_memory(&c, d);
+  if (st == SC_OK) st = measure_gemms(&c, d);
+  if (st == SC_OK) st = measure_comms(&c, d);
+  if (st == SC_OK) {
+    p->calibrate_s = now_s() - t0;
+    p->present = true;
+    *out = *p;
+  }
+  sc_free(p);
+  return st;
+}

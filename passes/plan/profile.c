@@ -1,0 +1,372 @@
+/* profile.c — the calibration profile of profile.h: its strict reader and
+ * writer (jansson), the GEMM-rate interpolation, and the non-negative
+ * least squares that fits a communicator's latency and bandwidth.
+ *
+ * The reader follows cluster.c: every object's keys are checked against
+ * its list (json_keys.h), every number is positive and finite, counts are
+ * whole and bounded, and the first error names the key's path. The writer
+ * prints every number with %.17g so a profile reads back bit for bit. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ir/fileio.h"
+#include "json_keys.h"
+#include "profile.h"
+
+const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT] = {"fp8", "bf16", "fp16", "tf32",
+                                                                    "fp32"};
+
+#define TRY(x)                    \
+  do {                            \
+    sc_status st_ = (x);          \
+    if (st_ != SC_OK) return st_; \
+  } while (0)
+
+static const char WHAT[] = "profile";
+enum { MAX_DIM = (int64_t)1 << 20, MAX_THREADS = 1 << 16, MAX_RANKS = 1 << 16 };
+#define MIN_S SC_PROFILE_MIN_S
+#define MAX_S SC_PROFILE_MAX_S
+#define MAX_RATE SC_PROFILE_MAX_RATE
+#define MAX_BW SC_PROFILE_MAX_BW
+
+/* A required number at obj.key in [lo, hi]. */
+static sc_status get_range(json_t *o, const char *path, const char *key, double lo, double hi,
+                           double *out, sc_diag *d) {
+  TRY(sc_json_get_num(o, WHAT, path, key, true, out, d));
+  if (*out >= lo && *out <= hi) return SC_OK;
+  char p[128], msg[96];
+  sc_json_join(p, sizeof p, path, key);
+  snprintf(msg, sizeof msg, "must be in [%g, %g]", lo, hi);
+  return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, msg);
+}
+
+static sc_status read_gemm(json_t *o, const char *path, sc_profile_gemm *g, sc_diag *d) {
+  if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
+  static const char *const k[] = {"m", "n", "k", "dtype", "seconds", "flops_per_s", NULL};
+  TRY(sc_json_only_keys(o, WHAT, path, k, d));
+  TRY(sc_json_get_count(o, WHAT, path, "m", true, MAX_DIM, &g->m, d));
+  TRY(sc_json_get_count(o, WHAT, path, "n", true, MAX_DIM, &g->n, d));
+  TRY(sc_json_get_count(o, WHAT, path, "k", true, MAX_DIM, &g->k, d));
+  char dt[16] = "";
+  TRY(sc_json_get_name(o, WHAT, path, "dtype", true, dt, sizeof dt, d));
+  int t = 0;
+  while (t < SC_CLUSTER_DTYPE_COUNT && strcmp(dt, sc_cluster_dtype_names[t]) != 0) t++;
+  if (t == SC_CLUSTER_DTYPE_COUNT) {
+    char p[128];
+    sc_json_join(p, sizeof p, path, "dtype");
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be fp8, bf16, fp16, tf32 or fp32");
+  }
+  g->dtype = (sc_cluster_dtype)t;
+  TRY(get_range(o, path, "seconds", MIN_S, MAX_S, &g->seconds, d));
+  TRY(get_range(o, path, "flops_per_s", 1, MAX_RATE, &g->flops_per_s, d));
+  /* the two must agree: the rate is 2mnk / seconds (to rounding) */
+  double want = 2.0 * (double)g->m * (double)g->n * (double)g->k / g->seconds;
+  if (fabs(g->flops_per_s - want) > 1e-6 * want) {
+    char p[128];
+    sc_json_join(p, sizeof p, path, "flops_per_s");
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be 2*m*n*k / seconds");
+  }
+  return SC_OK;
+}
+
+static sc_status read_comm(json_t *o, const char *path, sc_profile_comm *c, sc_diag *d) {
+  if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
+  static const char *const k[] = {"name",         "max_ranks",  "latency_s",
+                                  "bandwidth_bytes_per_s", "overhead_s", NULL};
+  TRY(sc_json_only_keys(o, WHAT, path, k, d));
+  TRY(sc_json_get_name(o, WHAT, path, "name", true, c->name, sizeof c->name, d));
+  if (strcmp(c->name, "local") != 0 && strcmp(c->name, "tcp") != 0 &&
+      strcmp(c->name, "mpi") != 0 && strcmp(c->name, "nccl") != 0) {
+    char p[128];
+    sc_json_join(p, sizeof p, path, "name");
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be local, tcp, mpi or nccl");
+  }
+  TRY(sc_json_get_count(o, WHAT, path, "max_ranks", true, MAX_RANKS, &c->max_ranks, d));
+  if (c->max_ranks < 2) {
+    char p[128];
+    sc_json_join(p, sizeof p, path, "max_ranks");
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be at least 2");
+  }
+  TRY(get_range(o, path, "latency_s", MIN_S, MAX_S, &c->latency_s, d));
+  TRY(get_range(o, path, "bandwidth_bytes_per_s", 1, MAX_BW, &c->bandwidth_bytes_per_s, d));
+  return get_range(o, path, "overhead_s", MIN_S, MAX_S, &c->overhead_s, d);
+}
+
+static sc_status read_array(json_t *root, const char *key, bool required, int32_t max,
+                            json_t **out, sc_diag *d) {
+  *out = json_object_get(root, key);
+  if (!*out) return required ? sc_json_bad(d, SC_ERR_INVALID, WHAT, key, "is missing") : SC_OK;
+  if (!json_is_array(*out)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, key, "must be an array");
+  if (json_array_size(*out) > (size_t)max) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "has more than %d entries", max);
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, key, msg);
+  }
+  return SC_OK;
+}
+
+static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
+  if (!json_is_object(root))
+    return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "profile: must be an object");
+  static const char *const top[] = {"format", "device", "gemm", "memory_bytes_per_s",
+                                    "step_overhead_s", "comms", "calibrate_s", NULL};
+  TRY(sc_json_only_keys(root, WHAT, "", top, d));
+  char fmt[32] = "";
+  TRY(sc_json_get_name(root, WHAT, "", "format", true, fmt, sizeof fmt, d));
+  if (strcmp(fmt, "shardc-profile-1") != 0)
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, "format", "must be \"shardc-profile-1\"");
+  json_t *dev;
+  TRY(sc_json_get_obj(root, WHAT, "", "device", true, &dev, d));
+  static const char *const dk[] = {"kind", "name", "threads", NULL};
+  TRY(sc_json_only_keys(dev, WHAT, "device", dk, d));
+  TRY(sc_json_get_name(dev, WHAT, "device", "kind", true, p->device, sizeof p->device, d));
+  if (strcmp(p->device, "cpu") != 0 && strcmp(p->device, "cuda") != 0)
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, "device.kind", "must be \"cpu\" or \"cuda\"");
+  TRY(sc_json_get_name(dev, WHAT, "device", "name", true, p->device_name, sizeof p->device_name, d));
+  TRY(sc_json_get_count(dev, WHAT, "device", "threads", true, MAX_THREADS, &p->threads, d));
+  json_t *arr;
+  TRY(read_array(root, "gemm", true, SC_PROFILE_MAX_GEMMS, &arr, d));
+  if (json_array_size(arr) == 0)
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, "gemm", "needs at least one entry");
+  size_t i;
+  json_t *v;
+  json_array_foreach(arr, i, v) {
+    char path[32];
+    snprintf(path, sizeof path, "gemm[%zu]", i);
+    TRY(read_gemm(v, path, &p->gemms[i], d));
+    p->n_gemms = (int32_t)i + 1;
+  }
+  TRY(get_range(root, "", "memory_bytes_per_s", 1, MAX_BW, &p->memory_bytes_per_s, d));
+  TRY(get_range(root, "", "step_overhead_s", MIN_S, MAX_S, &p->step_overhead_s, d));
+  TRY(read_array(root, "comms", false, SC_PROFILE_MAX_COMMS, &arr, d));
+  json_array_foreach(arr, i, v) {
+    char path[32];
+    snprintf(path, sizeof path, "comms[%zu]", i);
+    TRY(read_comm(v, path, &p->comms[i], d));
+    for (size_t j = 0; j < i; j++)
+      if (strcmp(p->comms[j].name, p->comms[i].name) == 0)
+        return sc_json_bad(d, SC_ERR_INVALID, WHAT, path, "repeats a communicator's name");
+    p->n_comms = (int32_t)i + 1;
+  }
+  if (!json_object_get(root, "calibrate_s")) return SC_OK;
+  return get_range(root, "", "calibrate_s", MIN_S, MAX_S, &p->calibrate_s, d);
+}
+
+sc_status sc_profile_read_json(const char *text, size_t len, const char *name, sc_profile *out,
+                               sc_diag *d) {
+  memset(out, 0, sizeof *out);
+  const char *file = name ? name : "<profile>";
+  json_error_t err;
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+  if (!root) {
+    sc_diag_set_file(d, file);
+    return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "profile: line %d: %s", err.line, err.text);
+  }
+  sc_profile *p = sc_malloc(sizeof *p);
+  if (!p) {
+    json_decref(root);
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  memset(p, 0, sizeof *p);
+  sc_status st = read_root(root, p, d);
+  json_decref(root);
+  if (st == SC_OK) {
+    p->present = true;
+    *out = *p;
+  } else {
+    sc_diag_set_file(d, file);
+  }
+  sc_free(p);
+  return st;
+}
+
+sc_status sc_profile_read_json_file(const char *path, sc_profile *out, sc_diag *d) {
+  memset(out, 0, sizeof *out);
+  char *buf = NULL;
+  size_t len = 0;
+  sc_status st = sc_file_read_all(path, NULL, SC_PROFILE_MAX_BYTES, &buf, &len, d);
+  if (st != SC_OK) {
+    sc_diag_set_file(d, path);
+    return st;
+  }
+  st = sc_profile_read_json(buf, len, path, out, d);
+  sc_free(buf);
+  return st;
+}
+
+sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
+  fprintf(f, "{\"format\": \"shardc-profile-1\",\n");
+  json_t *name = json_string(p->device_name); /* escaped as JSON */
+  char *esc = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
+  json_decref(name);
+  fprintf(f, " \"device\": {\"kind\": \"%s\", \"name\": %s, \"threads\": %lld},\n", p->device,
+          esc ? esc : "\"?\"", (long long)p->threads);
+  free(esc);
+  fprintf(f, " \"gemm\": [");
+  for (int32_t i = 0; i < p->n_gemms; i++) {
+    const sc_profile_gemm *g = &p->gemms[i];
+    fprintf(f, "%s\n  {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"dtype\": \"%s\", \"seconds\": %.17g, "
+               "\"flops_per_s\": %.17g}",
+            i ? "," : "", (long long)g->m, (long long)g->n, (long long)g->k,
+            sc_cluster_dtype_names[g->dtype], g->seconds, g->flops_per_s);
+  }
+  fprintf(f, "],\n \"memory_bytes_per_s\": %.17g,\n \"step_overhead_s\": %.17g,\n \"comms\": [",
+          p->memory_bytes_per_s, p->step_overhead_s);
+  for (int32_t i = 0; i < p->n_comms; i++) {
+    const sc_profile_comm *c = &p->comms[i];
+    fprintf(f, "%s\n  {\"name\": \"%s\", \"max_ranks\": %lld, \"latency_s\": %.17g, "
+               "\"bandwidth_bytes_per_s\": %.17g, \"overhead_s\": %.17g}",
+            i ? "," : "", c->name, (long long)c->max_ranks, c->latency_s,
+            c->bandwidth_bytes_per_s, c->overhead_s);
+  }
+  fprintf(f, "]");
+  if (p->calibrate_s > 0) fprintf(f, ",\n \"calibrate_s\": %.17g", p->calibrate_s);
+  fprintf(f, "}\n");
+  if (ferror(f)) return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "profile: write failed");
+  return SC_OK;
+}
+
+/* ---- the GEMM table ---- */
+
+double sc_profile_gemm_rate(const sc_profile *p, sc_cluster_dtype t, double m, double n,
+                            double k) {
+  double q[3] = {log2(m < 1 ? 1 : m), log2(n < 1 ? 1 : n), log2(k < 1 ? 1 : k)};
+  double wsum = 0, lsum = 0;
+  for (int32_t i = 0; i < p->n_gemms; i++) {
+    const sc_profile_gemm *g = &p->gemms[i];
+    if (g->dtype != t) continue;
+    double e[3] = {log2((double)g->m), log2((double)g->n), log2((double)g->k)};
+    double d2 = 0;
+    for (int j = 0; j < 3; j++) d2 += (q[j] - e[j]) * (q[j] - e[j]);
+    if (d2 < 1e-12) return g->flops_per_s; /* the shape was measured */
+    wsum += 1 / d2;
+    lsum += log(g->flops_per_s) / d2;
+  }
+  return wsum > 0 ? exp(lsum / wsum) : 0;
+}
+
+double sc_profile_peak_rate(const sc_profile *p, sc_cluster_dtype t) {
+  double best = 0;
+  for (int32_t i = 0; i < p->n_gemms; i++)
+    if (p->gemms[i].dtype == t && p->gemms[i].flops_per_s > best) best = p->gemms[i].flops_per_s;
+  return best;
+}
+
+const sc_profile_comm *sc_profile_find_comm(const sc_profile *p, const char *name) {
+  for (int32_t i = 0; i < p->n_comms; i++)
+    if (strcmp(p->comms[i].name, name) == 0) return &p->comms[i];
+  return NULL;
+}
+
+/* ---- non-negative least squares ---- */
+
+/* Solves the k x k system g x = r by Gaussian elimination with partial
+ * pivoting; false when singular. */
+static bool solve(double g[SC_PROFILE_MAX_FIT][SC_PROFILE_MAX_FIT], double *r, int k, double *x) {
+  for (int c = 0; c < k; c++) {
+    int piv = c;
+    for (int i = c + 1; i < k; i++)
+      if (fabs(g[i][c]) > fabs(g[piv][c])) piv = i;
+    if (!(fabs(g[piv][c]) > 1e-300)) return false;
+    for (int j = 0; j < k; j++) {
+      double t = g[c][j];
+      g[c][j] = g[piv][j];
+      g[piv][j] = t;
+    }
+    double t = r[c];
+    r[c] = r[piv];
+    r[piv] = t;
+    for (int i = c + 1; i < k; i++) {
+      double f = g[i][c] / g[c][c];
+      for (int j = c; j < k; j++) g[i][j] -= f * g[c][j];
+      r[i] -= f * r[c];
+    }
+  }
+  for (int c = k - 1; c >= 0; c--) {
+    double s = r[c];
+    for (int j = c + 1; j < k; j++) s -= g[c][j] * x[j];
+    x[c] = s / g[c][c];
+  }
+  return true;
+}
+
+bool sc_profile_nnls(const double *a, const double *b, int32_t n_rows, int32_t n_x, double *x) {
+  SC_ASSERT(n_x >= 1 && n_x <= SC_PROFILE_MAX_FIT);
+  double best = INFINITY;
+  bool found = false;
+  for (int i = 0; i < n_x; i++) x[i] = 0;
+  for (unsigned set = 1; set < (1u << n_x); set++) {
+    int cols[SC_PROFILE_MAX_FIT], k = 0;
+    for (int j = 0; j < n_x; j++)
+      if (set & (1u << j)) cols[k++] = j;
+    /* normal equations over the active columns, scaled by each column's
+     * norm so that columns of very different magnitude stay solvable */
+    double scale[SC_PROFILE_MAX_FIT] = {0};
+    for (int u = 0; u < k; u++) {
+      for (int32_t i = 0; i < n_rows; i++) scale[u] += a[i * n_x + cols[u]] * a[i * n_x + cols[u]];
+      scale[u] = scale[u] > 0 ? sqrt(scale[u]) : 1;
+    }
+    double g[SC_PROFILE_MAX_FIT][SC_PROFILE_MAX_FIT] = {{0}}, r[SC_PROFILE_MAX_FIT] = {0},
+           y[SC_PROFILE_MAX_FIT] = {0};
+    for (int u = 0; u < k; u++) {
+      for (int v = 0; v < k; v++)
+        for (int32_t i = 0; i < n_rows; i++)
+          g[u][v] += a[i * n_x + cols[u]] / scale[u] * a[i * n_x + cols[v]] / scale[v];
+      for (int32_t i = 0; i < n_rows; i++) r[u] += a[i * n_x + cols[u]] / scale[u] * b[i];
+    }
+    if (!solve(g, r, k, y)) continue;
+    bool ok = true;
+    double trial[SC_PROFILE_MAX_FIT] = {0};
+    for (int u = 0; u < k; u++) {
+      trial[cols[u]] = y[u] / scale[u];
+      ok &= trial[cols[u]] >= 0 && isfinite(trial[cols[u]]);
+    }
+    if (!ok) continue;
+    double res = 0;
+    for (int32_t i = 0; i < n_rows; i++) {
+      double e = -b[i];
+      for (int j = 0; j < n_x; j++) e += a[i * n_x + j] * trial[j];
+      res += e * e;
+    }
+    if (res < best) {
+      best = res, found = true;
+      memcpy(x, trial, sizeof(double) * (size_t)n_x);
+    }
+  }
+  return found;
+}
+
+sc_status sc_profile_fit_comm(const sc_profile_coll_sample *s, int32_t n, sc_profile_comm *out,
+                              sc_diag *d) {
+  if (n < 3)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "fit: %d samples (at least 3)", n);
+  double *a = sc_malloc(sizeof(double) * 4 * (size_t)n);
+  if (!a) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  double *b = a + 3 * (size_t)n, max_moved = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (!(s[i].seconds > 0) || !isfinite(s[i].seconds) || !(s[i].bytes_moved >= 0)) {
+      sc_free(a);
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "fit: sample %d took %g s", i,
+                         s[i].seconds);
+    }
+    double w = 1 / s[i].seconds; /* relative error */
+    a[i * 3 + 0] = w;
+    a[i * 3 + 1] = s[i].steps * w;
+    a[i * 3 + 2] = s[i].bytes_moved * w;
+    b[i] = 1;
+    if (s[i].bytes_moved > max_moved) max_moved = s[i].bytes_moved;
+  }
+  double x[3];
+  bool ok = sc_profile_nnls(a, b, n, 3, x);
+  sc_free(a);
+  if (!ok) return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "fit: no solution");
+  out->overhead_s = x[0] > SC_PROFILE_FIT_FLOOR_S ? x[0] : SC_PROFILE_FIT_FLOOR_S;
+  out->latency_s = x[1] > SC_PROFILE_FIT_FLOOR_S ? x[1] : SC_PROFILE_FIT_FLOOR_S;
+  double max_bw = (max_moved > 0 ? max_moved : 1) / SC_PROFILE_FIT_FLOOR_S;
+  if (max_bw > SC_PROFILE_MAX_BW) max_bw = SC_PROFILE_MAX_BW;
+  out->bandwidth_bytes_per_s = x[2] > 1 / max_bw ? 1 / x[2] : max_bw;
+  return SC_OK;
+}

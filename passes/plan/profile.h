@@ -1,0 +1,130 @@
+/* profile.h — a calibration profile: what `shardc calibrate` measured on
+ * one device, and how the cost model (cost.h) reads it (docs/planner.md,
+ * "5. Calibration").
+ *
+ * A profile holds a GEMM table (shape, dtype → seconds and FLOP/s of one
+ * product through the runtime's GEMM path), the device's streaming memory
+ * bandwidth, the fixed cost of one program step (launch overhead), and per
+ * communicator the latency α, bandwidth β and per-call overhead fitted by
+ * non-negative least squares (sc_profile_fit_comm) to timed collectives.
+ *
+ * Rates by shape: sc_profile_gemm_rate interpolates the table in log
+ * space: the rate of (m, n, k) is the weighted geometric mean of the
+ * measured rates of its dtype, each weighted by 1/d² with d the distance
+ * between log2(m, n, k) and the entry's; an exact shape gives its own rate.
+ *
+ * sc_profile is a plain value (fixed arrays, no pointers), embedded in
+ * sc_cluster. Reading is strict like the cluster file's: an unknown key,
+ * a duplicate, a wrong type, a number that is not positive and finite, a
+ * count out of range, or a missing key is an error naming the file and the
+ * key ("p.json: profile: 'gemm[2].seconds' must be positive and finite").
+ * Figures must also lie within bounds no measurement reaches, so that no
+ * cost derived from them overflows: times in [1e-12, 1e4] s, GEMM rates in
+ * [1, 1e18] FLOP/s, bandwidths in [1, 1e16] bytes/s.
+ * Errors: SC_ERR_PARSE, SC_ERR_INVALID, SC_ERR_IO. No state, no locks. */
+#ifndef SC_PLAN_PROFILE_H
+#define SC_PLAN_PROFILE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "ir/base.h"
+
+typedef enum sc_cluster_dtype {
+  SC_CLUSTER_FP8,
+  SC_CLUSTER_BF16,
+  SC_CLUSTER_FP16,
+  SC_CLUSTER_TF32,
+  SC_CLUSTER_FP32,
+  SC_CLUSTER_DTYPE_COUNT
+} sc_cluster_dtype;
+/* "fp8", "bf16", "fp16", "tf32", "fp32": the keys of gpu.peak_flops and
+ * the profile's GEMM dtypes. */
+extern const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT];
+
+enum {
+  SC_PROFILE_MAX_GEMMS = 64,  /* GEMM table rows */
+  SC_PROFILE_MAX_COMMS = 4,   /* communicators (local, tcp, mpi, nccl) */
+  SC_PROFILE_NAME_MAX = 64,   /* name bytes, NUL included */
+  SC_PROFILE_MAX_FIT = 4,     /* unknowns of sc_profile_nnls */
+};
+#define SC_PROFILE_MAX_BYTES (1 << 20) /* a profile file's size limit */
+/* Bounds beyond any measurement: a figure outside them is refused. */
+#define SC_PROFILE_MIN_S 1e-12   /* seconds: below a picosecond nothing is timed */
+#define SC_PROFILE_MAX_S 1e4     /* seconds: a calibration step of hours is not one */
+#define SC_PROFILE_MAX_RATE 1e18 /* FLOP/s: 500x an H100's fp8 peak (1.98e15) */
+#define SC_PROFILE_MAX_BW 1e16   /* bytes/s: 2,000x an H200's HBM (4.8e12) */
+
+typedef struct sc_profile_gemm {
+  int64_t m, n, k;          /* one product C[m,n] = A[m,k] B[k,n] */
+  sc_cluster_dtype dtype;   /* fp32 or bf16 (any of the enum is accepted) */
+  double seconds;           /* one product, median of the timed runs */
+  double flops_per_s;       /* 2mnk / seconds */
+} sc_profile_gemm;
+
+typedef struct sc_profile_comm {
+  char name[16];                /* "local", "tcp", "mpi" or "nccl" (no other) */
+  int64_t max_ranks;            /* the largest group measured (>= 2) */
+  double latency_s;             /* α: one ring step (hop) */
+  double bandwidth_bytes_per_s; /* β: bytes moved per rank per second */
+  double overhead_s;            /* fixed cost of one call */
+} sc_profile_comm;
+
+typedef struct sc_profile {
+  bool present;                         /* false: no profile (all zero) */
+  char device[16];                      /* "cpu" or "cuda" */
+  char device_name[SC_PROFILE_NAME_MAX]; /* "Intel(R) Xeon(R) ...", "H200" */
+  int64_t threads;                      /* the runtime's threads per rank */
+  int32_t n_gemms;
+  sc_profile_gemm gemms[SC_PROFILE_MAX_GEMMS];
+  double memory_bytes_per_s;            /* a streaming kernel's bytes read+written / s */
+  double step_overhead_s;               /* one program step's fixed cost */
+  int32_t n_comms;                      /* 0..SC_PROFILE_MAX_COMMS; [0] is used */
+  sc_profile_comm comms[SC_PROFILE_MAX_COMMS];
+  double calibrate_s;                   /* how long the measurement took */
+} sc_profile;
+
+/* Reads a profile from text (name labels errors). *out zeroed on error;
+ * present set on success. */
+sc_status sc_profile_read_json(const char *text, size_t len, const char *name, sc_profile *out,
+                               sc_diag *d);
+/* _file: a regular file of at most SC_PROFILE_MAX_BYTES. */
+sc_status sc_profile_read_json_file(const char *path, sc_profile *out, sc_diag *d);
+/* Writes p as JSON (docs/planner.md, "The profile file") to f; the
+ * reader reads it back exactly (numbers in %.17g). SC_ERR_IO. */
+sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d);
+
+/* The interpolated rate (FLOP/s) of an m x n x k product in dtype t (see
+ * above); 0 when the table has no row of t. */
+double sc_profile_gemm_rate(const sc_profile *p, sc_cluster_dtype t, double m, double n, double k);
+/* The highest measured rate of t (0: none). */
+double sc_profile_peak_rate(const sc_profile *p, sc_cluster_dtype t);
+/* The communicator named name, or NULL. */
+const sc_profile_comm *sc_profile_find_comm(const sc_profile *p, const char *name);
+
+/* Non-negative least squares: x >= 0 (n_x unknowns, at most
+ * SC_PROFILE_MAX_FIT) minimising sum_i (a[i] . x - b[i])^2 over n_rows
+ * rows of a (row-major, n_rows x n_x). Exact: every active set is solved
+ * (2^n_x of them) and the feasible one of least residual kept. false when
+ * no subset has a solvable system (x then all 0). */
+bool sc_profile_nnls(const double *a, const double *b, int32_t n_rows, int32_t n_x, double *x);
+
+/* One timed collective for the fit below. */
+typedef struct sc_profile_coll_sample {
+  double steps;        /* ring steps (latency hops) the cost model counts */
+  double bytes_moved;  /* bytes through each rank's link (cost.h) */
+  double seconds;      /* measured */
+} sc_profile_coll_sample;
+/* Fits seconds ≈ overhead + α·steps + bytes_moved/β by NNLS, each row
+ * weighted by 1/seconds (relative error: small and large messages count
+ * alike). A coefficient the fit sets to 0 becomes the floor
+ * SC_PROFILE_FIT_FLOOR_S (overhead, α) or, for 1/β, the largest bandwidth
+ * the samples can resolve (the largest bytes_moved over the floor, at
+ * most SC_PROFILE_MAX_BW), so every figure stays within the reader's
+ * bounds. SC_ERR_INVALID with
+ * fewer than 3 samples or a non-positive time. */
+#define SC_PROFILE_FIT_FLOOR_S 1e-9
+sc_status sc_profile_fit_comm(const sc_profile_coll_sample *s, int32_t n, sc_profile_comm *out,
+                              sc_diag *d);
+
+#endif

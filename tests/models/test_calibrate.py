@@ -1,0 +1,136 @@
+"""test_calibrate.py — `shardc calibrate --device cpu --quick -o FILE` on this
+machine (docs/planner.md, section 5).
+
+  * it exits 0 within 60 s and writes a profile that parses as JSON with
+    every key of the format (docs/planner.md, "The profile file"), and that
+    shardc itself reads back strictly: `shardc plan --train --cluster
+    cpu:local@FILE --mesh dp=2` predicts a step time (before, cpu:local is
+    "uncalibrated");
+  * every figure is positive and finite, and sane: each GEMM rate at most
+    cores x frequency x 64 FLOP/cycle x 2 (64: two 16-lane fp32 FMA pipes of
+    AVX-512, the widest x86 has; 2: the turbo over the base frequency that
+    /proc/cpuinfo reports — this test's 2-core AMD EPYC reports 2.6 GHz and
+    bench/fma_peak.c measures 516 GFLOP/s, 99 FLOP/cycle at that clock), and
+    its seconds equal to 2mnk / rate; the memory bandwidth between 0.5 GB/s
+    and 1 TB/s; the step overhead under 1 ms; the local communicator's
+    latency under 10 ms a hop, its bandwidth between 1 MB/s and 1 TB/s, its
+    groups up to at least 2 ranks;
+  * `--device cuda` exits 1 saying the GPU measurement is not built; a
+    profile that cannot be written exits 1 naming its path once; a bad
+    option exits 2.
+
+Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+from checks import check, finish
+
+SHARDC = os.environ.get("SHARDC")
+SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def cpu_hz():
+    """The highest frequency /proc/cpuinfo or cpufreq report, in Hz."""
+    best = 0.0
+    try:
+        for ln in open("/proc/cpuinfo"):
+            if ln.startswith("cpu MHz"):
+                best = max(best, float(ln.split(":")[1]) * 1e6)
+    except OSError:
+        pass
+    try:
+        best = max(best, float(open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+                               .read()) * 1e3)
+    except (OSError, ValueError):
+        pass
+    return best or 5e9  # unknown: 5 GHz, above any x86 part's base clock
+
+
+def positive(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def main():
+    gpt2 = os.path.join(SRC, "samples", "gpt2.onnx")
+    with tempfile.TemporaryDirectory(prefix="sc-calibrate-") as d:
+        prof = os.path.join(d, "profile.json")
+        plan = [SHARDC, "plan", gpt2, "--train", "--dim", "batch=8", "--mesh", "dp=2"]
+        r = subprocess.run(plan + ["--cluster", "cpu:local"], capture_output=True, text=True,
+                           timeout=300)
+        check("uncalibrated" in r.stdout + r.stderr,
+              f"cpu:local without a profile should say uncalibrated: {r.stdout[-300:]}")
+
+        t0 = time.monotonic()
+        r = subprocess.run([SHARDC, "calibrate", "--device", "cpu", "--quick", "-o", prof],
+                           capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+        print(f"calibrate --quick took {took:.1f} s")
+        if not check(r.returncode == 0, f"calibrate exit {r.returncode}: {r.stderr[-2000:]}"):
+            return finish()
+        check(took < 60, f"calibrate --quick took {took:.1f} s (want a few seconds)")
+        p = json.load(open(prof))
+        check(set(p) == {"format", "device", "gemm", "memory_bytes_per_s", "step_overhead_s",
+                         "comms", "calibrate_s"}, f"profile keys {sorted(p)}")
+        check(p["format"] == "shardc-profile-1", f"format {p['format']}")
+        dev = p["device"]
+        cores = os.cpu_count() or 1
+        check(dev["kind"] == "cpu" and dev["name"] and 1 <= dev["threads"] <= cores,
+              f"device {dev}")
+        bound = cores * cpu_hz() * 64 * 2
+        dtypes = set()
+        for g in p["gemm"]:
+            dtypes.add(g["dtype"])
+            ok = all(positive(g[k]) for k in ("m", "n", "k", "seconds", "flops_per_s"))
+            check(ok and g["flops_per_s"] < bound,
+                  f"GEMM {g}: rate not positive or above {bound / 1e9:.0f} GFLOP/s")
+            if ok:
+                want = 2 * g["m"] * g["n"] * g["k"] / g["seconds"]
+                check(abs(g["flops_per_s"] - want) <= 1e-9 * want, f"GEMM {g}: rate != 2mnk/s")
+        check(dtypes == {"fp32", "bf16"}, f"GEMM dtypes {dtypes}")
+        check(len(p["gemm"]) >= 8, f"{len(p['gemm'])} GEMM rows")
+        bw = p["memory_bytes_per_s"]
+        check(positive(bw) and 0.5e9 <= bw <= 1e12, f"memory bandwidth {bw}")
+        so = p["step_overhead_s"]
+        check(positive(so) and so < 1e-3, f"step overhead {so}")
+        local = [c for c in p["comms"] if c["name"] == "local"]
+        if check(len(local) == 1, f"comms {p['comms']}"):
+            c = local[0]
+            check(positive(c["latency_s"]) and c["latency_s"] < 1e-2, f"local latency {c}")
+            check(positive(c["bandwidth_bytes_per_s"]) and
+                  1e6 <= c["bandwidth_bytes_per_s"] <= 1e12, f"local bandwidth {c}")
+            check(positive(c["overhead_s"]) and c["max_ranks"] >= 2, f"local {c}")
+        check(positive(p["calibrate_s"]) and p["calibrate_s"] <= took + 1,
+              f"calibrate_s {p['calibrate_s']} against {took:.1f} s measured outside")
+        for k, v in (("GEMM rows", len(p["gemm"])), ("memory GB/s", bw / 1e9),
+                     ("step overhead us", so * 1e6)):
+            print(f"  {k}: {v:.3g}")
+
+        # shardc reads it back strictly and predicts a time with it
+        r = subprocess.run(plan + ["--cluster", f"cpu:local@{prof}"], capture_output=True,
+                           text=True, timeout=300)
+        check(r.returncode == 0 and "step time:" in r.stdout and "uncalibrated" not in r.stdout,
+              f"plan with the profile: exit {r.returncode}: {r.stdout[-500:]} {r.stderr[-500:]}")
+
+        r = subprocess.run([SHARDC, "calibrate", "--device", "cuda"], capture_output=True,
+                           text=True, timeout=60)
+        check(r.returncode == 1 and "not built" in r.stderr, f"--device cuda: exit "
+              f"{r.returncode}: {r.stderr}")
+        bad = os.path.join(d, "no-such-dir", "p.json")
+        r = subprocess.run([SHARDC, "calibrate", "--quick", "--quiet", "-o", bad],
+                           capture_output=True, text=True, timeout=120)
+        check(r.returncode == 1 and r.stderr.count(bad) == 1 and "calibrate.ir" not in r.stderr,
+              f"-o into a missing folder: exit {r.returncode}: {r.stderr}")
+        r = subprocess.run([SHARDC, "calibrate", "--bogus"], capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 2 and "--bogus" in r.stderr, f"--bogus: exit {r.returncode}")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

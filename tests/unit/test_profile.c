@@ -1,0 +1,385 @@
+/* test_profile.c — the calibration profile (passes/plan/profile.h) and how
+ * the cost model uses it (passes/plan/cost.h).
+ *
+ * The reader is strict: a hostile edit of a valid profile (unknown keys at
+ * each level, NaN, negative, zero and huge numbers, wrong types, a rate
+ * that disagrees with its time, too many rows, a duplicate key or name) is
+ * refused with the file and the key named; a cluster file's "profile" may
+ * not leave the cluster file's folder (absolute, "..", a link out). The
+ * writer's output reads back bit for bit. A known profile gives times
+ * computed by hand (each number below is written out); the NNLS fit
+ * recovers the α, β and overhead that generated exact samples. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <math.h>
+
+#include <cmocka.h>
+
+#include "passes/plan/cost.h"
+
+/* 2*64^3 = 524288 FLOPs in 2.62144 us = 200 GFLOP/s; 2*256^3 = 33554432 in
+ * 83.88608 us = 400 GFLOP/s; bf16 64^3 in 52.4288 us = 10 GFLOP/s. */
+static const char GOOD[] =
+    "{\"format\": \"shardc-profile-1\",\n"
+    " \"device\": {\"kind\": \"cpu\", \"name\": \"test cpu\", \"threads\": 2},\n"
+    " \"gemm\": [\n"
+    "  {\"m\": 64, \"n\": 64, \"k\": 64, \"dtype\": \"fp32\", \"seconds\": 2.62144e-6, "
+    "\"flops_per_s\": 2e11},\n"
+    "  {\"m\": 256, \"n\": 256, \"k\": 256, \"dtype\": \"fp32\", \"seconds\": 8.388608e-5, "
+    "\"flops_per_s\": 4e11},\n"
+    "  {\"m\": 64, \"n\": 64, \"k\": 64, \"dtype\": \"bf16\", \"seconds\": 5.24288e-5, "
+    "\"flops_per_s\": 1e10}],\n"
+    " \"memory_bytes_per_s\": 2e10,\n"
+    " \"step_overhead_s\": 1e-6,\n"
+    " \"comms\": [{\"name\": \"local\", \"max_ranks\": 4, \"latency_s\": 1e-5, "
+    "\"bandwidth_bytes_per_s\": 5e9, \"overhead_s\": 2e-6}],\n"
+    " \"calibrate_s\": 3.5}";
+
+static void assert_close(double got, double want) {
+  double err = got > want ? got - want : want - got;
+  if (err > 1e-9 * (want > 0 ? want : 1)) fail_msg("got %.12g, want %.12g", got, want);
+}
+
+static sc_status read_text(const char *text, sc_profile *p, sc_diag *d) {
+  sc_diag_clear(d);
+  return sc_profile_read_json(text, strlen(text), "p.json", p, d);
+}
+
+/* GOOD with the first occurrence of from replaced by to. */
+static sc_status read_edited(const char *from, const char *to, sc_diag *d) {
+  static char buf[16384];
+  const char *at = strstr(GOOD, from);
+  if (!at) fail_msg("'%s' is not in the profile", from);
+  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - GOOD), GOOD, to, at + strlen(from));
+  sc_profile p;
+  return read_text(buf, &p, d);
+}
+
+static void test_reads_good(void **state) {
+  (void)state;
+  sc_profile p;
+  sc_diag d;
+  assert_int_equal(read_text(GOOD, &p, &d), SC_OK);
+  assert_true(p.present);
+  assert_string_equal(p.device, "cpu");
+  assert_string_equal(p.device_name, "test cpu");
+  assert_int_equal(p.threads, 2);
+  assert_int_equal(p.n_gemms, 3);
+  assert_int_equal(p.gemms[2].dtype, SC_CLUSTER_BF16);
+  assert_close(p.gemms[1].flops_per_s, 4e11);
+  assert_close(p.memory_bytes_per_s, 2e10);
+  assert_close(p.step_overhead_s, 1e-6);
+  assert_int_equal(p.n_comms, 1);
+  assert_string_equal(p.comms[0].name, "local");
+  assert_close(p.comms[0].bandwidth_bytes_per_s, 5e9);
+  assert_close(p.calibrate_s, 3.5);
+
+  /* written and read back: the same bits */
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_int_equal(sc_profile_write_json(&p, f, &d), SC_OK);
+  fclose(f);
+  sc_profile q;
+  assert_int_equal(sc_profile_read_json(text, len, "w.json", &q, &d), SC_OK);
+  free(text);
+  assert_memory_equal(&p, &q, sizeof p);
+}
+
+static void test_hostile(void **state) {
+  (void)state;
+  static const struct {
+    const char *from, *to, *want;
+  } CASES[] = {
+      {"\"format\"", "\"bogus\": 1, \"format\"", "unknown key 'bogus'"},
+      {"\"threads\": 2", "\"threads\": 2, \"cores\": 2", "unknown key 'device.cores'"},
+      {"\"m\": 64,", "\"m\": 64, \"x\": 1,", "unknown key 'gemm[0].x'"},
+      {"\"overhead_s\"", "\"alpha\": 1, \"overhead_s\"", "unknown key 'comms[0].alpha'"},
+      {"\"seconds\": 2.62144e-6", "\"seconds\": NaN", "line"},
+      {"\"seconds\": 2.62144e-6", "\"seconds\": -2.62144e-6", "'gemm[0].seconds' must be positive"},
+      {"\"memory_bytes_per_s\": 2e10", "\"memory_bytes_per_s\": 0", "'memory_bytes_per_s' must be positive"},
+      {"\"memory_bytes_per_s\": 2e10", "\"memory_bytes_per_s\": 1e400", "line"},
+      {"\"step_overhead_s\": 1e-6", "\"step_overhead_s\": \"1e-6\"", "'step_overhead_s' must be a number"},
+      {"\"m\": 64,", "\"m\": 1e12,", "'gemm[0].m' must be a whole count in range"},
+      {"\"m\": 64,", "\"m\": 64.5,", "'gemm[0].m' must be a whole count"},
+      {"\"m\": 64,", "\"m\": -64,", "'gemm[0].m' must be a positive count"},
+      {"\"threads\": 2", "\"threads\": [2]", "'device.threads' must be a number"},
+      {"\"device\": {", "\"device\": [{", "line"}, /* unbalanced: not JSON */
+      {"\"dtype\": \"fp32\"", "\"dtype\": \"fp64\"", "'gemm[0].dtype' must be fp8"},
+      {"\"dtype\": \"fp32\"", "\"dtype\": 32", "'gemm[0].dtype' must be a string"},
+      {"\"flops_per_s\": 2e11", "\"flops_per_s\": 3e11", "'gemm[0].flops_per_s' must be 2*m*n*k"},
+      {"\"format\": \"shardc-profile-1\"", "\"format\": \"shardc-profile-2\"", "'format' must be"},
+      {"\"kind\": \"cpu\"", "\"kind\": \"tpu\"", "'device.kind' must be"},
+      {"\"max_ranks\": 4", "\"max_ranks\": 1", "'comms[0].max_ranks' must be at least 2"},
+      {"\"latency_s\": 1e-5", "\"latency_s\": 1e-5, \"latency_s\": 2e-5", "line"}, /* duplicate */
+      {"\"comms\": [{", "\"comms\": [7, {", "'comms[0]' must be an object"},
+      {"\"gemm\": [", "\"gemm\": {\"a\": [", "line"},
+      {"\"memory_bytes_per_s\": 2e10,\n", "", "'memory_bytes_per_s' is missing"},
+      {"\"name\": \"local\"", "\"name\": \"\"", "'comms[0].name' must be 1 to"},
+      {"\"memory_bytes_per_s\": 2e10", "\"memory_bytes_per_s\": 1e300", "'memory_bytes_per_s' must be in [1, 1e+16]"},
+      {"\"latency_s\": 1e-5", "\"latency_s\": 1e-300", "'comms[0].latency_s' must be in"},
+      {"\"seconds\": 2.62144e-6, \"flops_per_s\": 2e11", "\"seconds\": 5.24288e-307, \"flops_per_s\": 1e300",
+       "'gemm[0].seconds' must be in [1e-12, 10000]"},
+      {"\"calibrate_s\": 3.5", "\"calibrate_s\": 1e9", "'calibrate_s' must be in"},
+      {"\"name\": \"local\"", "\"name\": \"lo\\\"cal\"", "'comms[0].name' must be local, tcp"},
+  };
+  for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+    sc_diag d;
+    sc_status st = read_edited(CASES[i].from, CASES[i].to, &d);
+    if (st == SC_OK) fail_msg("case %zu (%s): accepted", i, CASES[i].to);
+    if (!strstr(d.msg, CASES[i].want))
+      fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, CASES[i].want);
+    assert_string_equal(d.file, "p.json");
+  }
+  /* the array limits: 65 GEMM rows, two communicators of one name, none */
+  char *big = malloc(65 * 128 + 1024);
+  size_t pos = (size_t)sprintf(big, "{\"format\": \"shardc-profile-1\", \"device\": {\"kind\": "
+                                    "\"cpu\", \"name\": \"c\", \"threads\": 1}, \"gemm\": [");
+  for (int i = 0; i < 65; i++)
+    pos += (size_t)sprintf(big + pos, "%s{\"m\": 1, \"n\": 1, \"k\": 1, \"dtype\": \"fp32\", "
+                                      "\"seconds\": 1, \"flops_per_s\": 2}", i ? "," : "");
+  sprintf(big + pos, "], \"memory_bytes_per_s\": 1, \"step_overhead_s\": 1}");
+  sc_profile p;
+  sc_diag d;
+  assert_int_equal(read_text(big, &p, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, "'gemm' has more than 64"));
+  free(big);
+  assert_int_equal(read_edited("\"comms\": [{", "\"comms\": [{\"name\": \"local\", \"max_ranks\": 2, "
+                               "\"latency_s\": 1, \"bandwidth_bytes_per_s\": 1, \"overhead_s\": 1}, {",
+                               &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, "'comms[1]' repeats"));
+  assert_int_equal(read_edited("\"gemm\": [\n", "\"gemm\": [], \"x\": [", &d), SC_ERR_INVALID);
+  assert_int_equal(read_text("[]", &p, &d), SC_ERR_PARSE);
+  assert_int_equal(read_text("", &p, &d), SC_ERR_PARSE);
+  assert_false(p.present);
+}
+
+/* ---- files: the cluster's "profile" key and SPEC@FILE ---- */
+
+static char dir[64];
+
+static void write_file(const char *name, const char *text) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static sc_status load_cluster_with(const char *profile_value, sc_cluster *c, sc_diag *d) {
+  char text[1024], path[256];
+  snprintf(text, sizeof text,
+           "{\"gpus_per_node\": 4, \"gpu\": {\"name\": \"box\", \"memory_bytes\": 1e9, "
+           "\"peak_flops\": {\"fp32\": 1e12}, \"hbm_bytes_per_s\": 1e11},"
+           " \"intra_node\": {\"bandwidth_bytes_per_s\": 1e9, \"latency_s\": 1e-3},"
+           " \"profile\": \"%s\"}",
+           profile_value);
+  write_file("c.json", text);
+  snprintf(path, sizeof path, "%s/c.json", dir);
+  sc_diag_clear(d);
+  return sc_cluster_load(path, c, d);
+}
+
+static int setup_dir(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/sc-test-profile-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  char sub[128];
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  mkdir(sub, 0700);
+  write_file("p.json", GOOD);
+  write_file("sub/p.json", GOOD);
+  write_file("bad.json", "{\"format\": \"shardc-profile-1\", \"x\": 1}");
+  char outside[128];
+  snprintf(outside, sizeof outside, "%s-outside.json", dir);
+  FILE *f = fopen(outside, "w");
+  if (!f) return -1;
+  fputs(GOOD, f);
+  fclose(f);
+  return 0;
+}
+
+static int teardown_dir(void **state) {
+  (void)state;
+  static const char *const names[] = {"p.json", "sub/p.json", "bad.json", "c.json", "out",
+                                      "sub", NULL};
+  for (int i = 0; names[i]; i++) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    if (remove(path) != 0) rmdir(path);
+  }
+  rmdir(dir);
+  char outside[128];
+  snprintf(outside, sizeof outside, "%s-outside.json", dir);
+  remove(outside);
+  return 0;
+}
+
+static void test_cluster_profile_paths(void **state) {
+  (void)state;
+  sc_cluster c;
+  sc_diag d;
+  assert_int_equal(load_cluster_with("p.json", &c, &d), SC_OK);
+  assert_true(c.profile.present);
+  assert_close(c.intra_node.latency_s, 1e-5); /* the profile's, not the file's 1 ms */
+  assert_close(c.peak_flops[SC_CLUSTER_FP32], 4e11);
+  assert_int_equal(load_cluster_with("sub/p.json", &c, &d), SC_OK);
+  assert_int_equal(load_cluster_with("./sub/../p.json", &c, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, "'profile' must be a path inside"));
+  assert_int_equal(load_cluster_with("../p.json", &c, &d), SC_ERR_INVALID);
+  assert_int_equal(load_cluster_with("/etc/passwd", &c, &d), SC_ERR_INVALID);
+  assert_int_equal(load_cluster_with("none.json", &c, &d), SC_ERR_IO);
+  assert_non_null(strstr(d.msg, "'profile' names no file"));
+  /* dir/out -> /tmp, where a real profile lies outside dir */
+  char link[256], rel[300];
+  snprintf(link, sizeof link, "%s/out", dir);
+  assert_int_equal(symlink("/tmp", link), 0);
+  assert_int_equal(load_cluster_with("out/no-such-profile.json", &c, &d), SC_ERR_IO);
+  snprintf(rel, sizeof rel, "out/%s-outside.json", strrchr(dir, '/') + 1);
+  assert_int_equal(load_cluster_with(rel, &c, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, "leaves the cluster file's folder"));
+  /* a bad profile: its error names the profile file */
+  assert_int_equal(load_cluster_with("bad.json", &c, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.file, "bad.json"));
+  assert_non_null(strstr(d.msg, "unknown key 'x'"));
+  /* the next error, the cluster file's own, names the cluster file again */
+  assert_int_equal(load_cluster_with("../p.json", &c, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.file, "c.json"));
+
+  /* cpu:local@FILE: measured figures, ranks up to max_ranks */
+  char spec[256];
+  snprintf(spec, sizeof spec, "cpu:local@%s/p.json", dir);
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_load(spec, &c, &d), SC_OK);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  assert_int_equal(c.devices_per_node, cores > 4 ? cores : 4);
+  assert_close(c.memory_bytes_per_s, 2e10);
+  snprintf(spec, sizeof spec, "h100-sxm:8x1@%s/bad.json", dir);
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_load(spec, &c, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.file, "bad.json"));
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_load("cpu:local@", &c, &d), SC_ERR_USAGE);
+}
+
+/* ---- the cost model with a profile: every figure by hand ---- */
+
+static void test_known_times(void **state) {
+  (void)state;
+  sc_cluster c;
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_preset("cpu:local", &c, &d), SC_OK);
+  assert_true(sc_cost_step_overhead(&c) == 0); /* not modelled without a profile */
+  sc_profile p;
+  assert_int_equal(read_text(GOOD, &p, &d), SC_OK);
+  sc_cluster_apply_profile(&c, &p);
+  assert_close(sc_cost_step_overhead(&c), 1e-6);
+  double s;
+  /* a measured shape: 524288 / 2e11 = 2.62144 us (bytes 49152 / 2e10 =
+   * 2.4576 us, less), + 1 us */
+  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, 1, 64, 64, 64, 49152, &s, &d),
+                   SC_OK);
+  assert_close(s, 3.62144e-6);
+  /* 128^3 lies halfway (in log2) between 64^3 and 256^3: the geometric
+   * mean sqrt(2e11 * 4e11) = 282.842712474619 GFLOP/s; 4194304 FLOPs */
+  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, 1, 128, 128, 128, 196608, &s, &d),
+                   SC_OK);
+  assert_close(s, 4194304 / 282.842712474619e9 + 1e-6);
+  /* batch 2 of 64^3: twice the FLOPs at 64^3's rate */
+  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, 2, 64, 64, 64, 0, &s, &d), SC_OK);
+  assert_close(s, 2 * 2.62144e-6 + 1e-6);
+  /* memory-bound inside a GEMM: 1e6 bytes / 2e10 = 50 us */
+  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, 1, 64, 64, 64, 1e6, &s, &d), SC_OK);
+  assert_close(s, 5e-5 + 1e-6);
+  /* by FLOPs alone: the cube of 2*256^3 FLOPs is 256^3 (the efficiency
+   * argument is not used) */
+  assert_int_equal(sc_cost_gemm_time(&c, SC_CLUSTER_FP32, 33554432, 0, 0.5, &s, &d), SC_OK);
+  assert_close(s, 8.388608e-5 + 1e-6);
+  assert_int_equal(sc_cost_gemm_time(&c, SC_CLUSTER_BF16, 524288, 0, 0.5, &s, &d), SC_OK);
+  assert_close(s, 5.24288e-5 + 1e-6);
+  /* fp16 was not measured: refused, naming it */
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cost_gemm_time(&c, SC_CLUSTER_FP16, 1e6, 0, 0.5, &s, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, "fp16"));
+  /* peaks: the best measured rates */
+  assert_close(c.peak_flops[SC_CLUSTER_FP32], 4e11);
+  assert_close(c.peak_flops[SC_CLUSTER_BF16], 1e10);
+  /* a memory-bound step: 1e6 / 2e10 + 1 us */
+  assert_int_equal(sc_cost_memory_time(&c, 1e6, &s, &d), SC_OK);
+  assert_close(s, 5.1e-5);
+  /* all-reduce of 1 MiB over 4 ranks: ring, 6 hops of 10 us + 2 us a call
+   * + 1.5 MiB / 5 GB/s = 62 us + 314.5728 us (the tree: 2 * 3 hops + 2 us =
+   * 62 us, but 2 MiB / 5 GB/s = 419.4304 us) */
+  sc_coll_cost cc;
+  assert_int_equal(sc_cost_collective(&c, SC_COLL_ALL_REDUCE, 1048576, (sc_coll_group){4, 1}, &cc,
+                                      &d), SC_OK);
+  assert_int_equal(cc.algo, SC_COLL_RING);
+  assert_close(cc.latency_s, 6.2e-5);
+  assert_close(cc.seconds, 6.2e-5 + 1572864 / 5e9);
+  /* all-gather of 64 KiB over 2: 1 hop + a call, 32 KiB / 5 GB/s */
+  assert_int_equal(sc_cost_collective(&c, SC_COLL_ALL_GATHER, 65536, (sc_coll_group){2, 1}, &cc,
+                                      &d), SC_OK);
+  assert_close(cc.seconds, 1e-5 + 2e-6 + 32768 / 5e9);
+  /* the interpolation itself: an exact row, and no row of a dtype */
+  assert_close(sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, 256, 256, 256), 4e11);
+  assert_true(sc_profile_gemm_rate(&p, SC_CLUSTER_TF32, 256, 256, 256) == 0);
+}
+
+static void test_fit(void **state) {
+  (void)state;
+  /* exact samples of 3 us + 10 us a hop + bytes / 4 GB/s over groups of
+   * 2..4 and sizes 1 KiB .. 16 MiB */
+  sc_profile_coll_sample s[64];
+  int32_t n = 0;
+  for (int g = 2; g <= 4; g++)
+    for (double b = 1024; b <= 16777216; b *= 16)
+      for (int kind = 0; kind < 2; kind++) {
+        double steps = kind ? g - 1 : 2 * (g - 1);
+        double moved = (kind ? 1.0 : 2.0) * (g - 1) / g * b;
+        s[n++] = (sc_profile_coll_sample){steps, moved, 3e-6 + 1e-5 * steps + moved / 4e9};
+      }
+  sc_profile_comm c;
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_profile_fit_comm(s, n, &c, &d), SC_OK);
+  if (fabs(c.overhead_s - 3e-6) > 1e-9 || fabs(c.latency_s - 1e-5) > 1e-9 ||
+      fabs(c.bandwidth_bytes_per_s / 4e9 - 1) > 1e-6)
+    fail_msg("fit: overhead %g, latency %g, bandwidth %g", c.overhead_s, c.latency_s,
+             c.bandwidth_bytes_per_s);
+  /* no fixed cost in the samples: NNLS gives 0, floored at 1 ns (the
+   * reader's positive figures) */
+  for (int32_t i = 0; i < n; i++) s[i].seconds -= 3e-6;
+  assert_int_equal(sc_profile_fit_comm(s, n, &c, &d), SC_OK);
+  assert_true(c.overhead_s > 0 && c.overhead_s < 1e-8);
+  assert_true(fabs(c.latency_s - 1e-5) < 1e-8);
+  /* too few samples, or a time of 0 */
+  assert_int_equal(sc_profile_fit_comm(s, 2, &c, &d), SC_ERR_INVALID);
+  s[0].seconds = 0;
+  assert_int_equal(sc_profile_fit_comm(s, n, &c, &d), SC_ERR_INVALID);
+  /* NNLS: the unconstrained optimum has x1 < 0; the constrained one is
+   * x1 = 0 and x0 = mean(b) */
+  double a[] = {1, 1, 1, 2, 1, 3}, b[] = {3, 2, 1}, x[2];
+  assert_true(sc_profile_nnls(a, b, 3, 2, x));
+  assert_close(x[0], 2);
+  assert_true(x[1] == 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_reads_good),
+      cmocka_unit_test(test_hostile),
+      cmocka_unit_test_setup_teardown(test_cluster_profile_paths, setup_dir, teardown_dir),
+      cmocka_unit_test(test_known_times),
+      cmocka_unit_test(test_fit),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
