@@ -363,8 +363,12 @@ static bool is_prefix(const sc_sharding *a, const sc_sharding *b, int32_t d) {
 static int32_t scalar_one(lz *z, sc_dtype t, sc_axes partial) {
   static const float f32 = 1.0f;
   static const double f64 = 1.0;
-  const void *data = t == SC_DTYPE_F32 ? (const void *)&f32
-                     : t == SC_DTYPE_F64 ? (const void *)&f64 : NULL;
+  static const uint16_t bf16 = 0x3f80, f16 = 0x3c00; /* 1.0 in bfloat16, in IEEE half */
+  const void *data = t == SC_DTYPE_F32    ? (const void *)&f32
+                     : t == SC_DTYPE_F64  ? (const void *)&f64
+                     : t == SC_DTYPE_BF16 ? (const void *)&bf16
+                     : t == SC_DTYPE_F16  ? (const void *)&f16
+                                          : NULL;
   if (!data) {
     sc_diag_set(z->d, SC_ERR_UNSUPPORTED, NULL, NULL,
                 "node '%s': a %s value cannot join a pending sum", z->origin,

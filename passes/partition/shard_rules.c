@@ -359,10 +359,12 @@ sc_status sc_shard_matmul(sc_shard_ctx *c) {
 /* Whether v, not partial now (in), may be asked to join a pending sum: a
  * constant (its data goes to the group's first rank), or a float value the
  * partitioner multiplies by a partial 1 (a training step's bias, an input
- * of the step like any computed value). */
+ * of the step like any computed value; in a mixed-precision step the bias's
+ * bf16 or f16 cast: x·1 and x·0 are exact in every float type). */
 static bool can_join_sum(const sc_value *v, const sc_sharding *in) {
   return sc_value_has_data(v) ||
-         (in->partial == 0 && (v->dtype == SC_DTYPE_F32 || v->dtype == SC_DTYPE_F64));
+         (in->partial == 0 && (v->dtype == SC_DTYPE_F32 || v->dtype == SC_DTYPE_F64 ||
+                               v->dtype == SC_DTYPE_BF16 || v->dtype == SC_DTYPE_F16));
 }
 
 /* Y = alpha·A'·B' + beta·C: C joins a pending sum (or already is one over

@@ -23,6 +23,10 @@
  *                    is split like the product's columns, as Megatron's
  *                    ColumnParallelLinear holds it: its gradient is then
  *                    computed split and needs no all-gather.
+ * A mixed-precision training step (passes/train.c: --precision bf16|fp16)
+ * computes each product between casts: the patterns look through them, so
+ * the weight seeded is the parameter behind the cast of a MatMul's operand,
+ * and a Cast passes like a Reshape on the way from a product to its reader.
  * A dim that does not divide by the tp size is left whole (recorded as a
  * fallback: `shardc plan` lists it). The plan's
  * tp_blocks (prefixes of the reading node's name) restrict the weights
@@ -60,7 +64,23 @@ static bool computed(const sc_partition *p, int32_t id) {
          !is_train_param(p, &p->global->values[id]);
 }
 
-/* Follows value id through Reshape / Identity / constant-bias Add; returns
+/* The parameter behind value id when id is a Cast of a weight (the
+ * low-precision copy a mixed-precision step multiplies), else id. */
+static int32_t uncast(const sc_partition *p, int32_t id) {
+  const sc_graph *g = p->global;
+  int32_t pr = id >= 0 ? g->values[id].producer : -1;
+  if (pr < 0 || g->nodes[pr].op != SC_OP_CAST || g->nodes[pr].n_inputs != 1) return id;
+  int32_t x = g->nodes[pr].inputs[0];
+  return x >= 0 && is_weight(p, &g->values[x]) ? x : id;
+}
+
+/* Passed through on the way from a product to its reader: a Reshape, an
+ * Identity, a Cast (mixed precision's cast back). */
+static bool passes_through(const sc_node *n) {
+  return n->op == SC_OP_RESHAPE || n->op == SC_OP_IDENTITY || n->op == SC_OP_CAST;
+}
+
+/* Follows value id through Reshape / Identity / Cast / constant-bias Add; returns
  * the first other node reading it (or -1), the value it reads in *val. */
 static int32_t follow(const sc_partition *p, const int32_t *off, const int32_t *users,
                       int32_t id, int32_t *val) {
@@ -69,7 +89,7 @@ static int32_t follow(const sc_partition *p, const int32_t *off, const int32_t *
     int32_t r = only_reader(off, users, id);
     if (r < 0) break;
     const sc_node *n = &g->nodes[r];
-    bool pass = n->op == SC_OP_RESHAPE || n->op == SC_OP_IDENTITY ||
+    bool pass = passes_through(n) ||
                 (n->op == SC_OP_ADD && (!computed(p, n->inputs[0]) || !computed(p, n->inputs[1])));
     if (!pass) {
       *val = id;
@@ -82,7 +102,7 @@ static int32_t follow(const sc_partition *p, const int32_t *off, const int32_t *
 }
 
 /* The 1-D bias of n elements added to column-parallel product n's result
- * (Gemm's C, or a constant Add after Reshape / Identity), or -1. */
+ * (Gemm's C, or a constant Add after Reshape / Identity / Cast), or -1. */
 static int32_t column_bias(const sc_partition *p, const int32_t *off, const int32_t *users,
                            const sc_node *n, int64_t cols) {
   const sc_graph *g = p->global;
@@ -103,7 +123,7 @@ static int32_t column_bias(const sc_partition *p, const int32_t *off, const int3
       const sc_value *v = &g->values[b];
       return !computed(p, b) && is_weight(p, v) && v->rank == 1 && v->dims[0] == cols ? b : -1;
     }
-    if (x->op != SC_OP_RESHAPE && x->op != SC_OP_IDENTITY) return -1;
+    if (!passes_through(x)) return -1;
     id = x->outputs[0];
   }
   return -1;
@@ -116,7 +136,7 @@ static bool reaches_output(const sc_graph *g, const int32_t *off, const int32_t 
     int32_t r = only_reader(off, users, id);
     if (r < 0) return false;
     const sc_node *n = &g->nodes[r];
-    if (n->op != SC_OP_RESHAPE && n->op != SC_OP_IDENTITY && n->op != SC_OP_ADD) return false;
+    if (!passes_through(n) && n->op != SC_OP_ADD) return false;
     id = n->outputs[0];
   }
   return false;
@@ -179,7 +199,7 @@ static sc_status seed_patterns(sc_partition *p, const sc_plan *plan, int32_t ax,
     }
     if (n->op != SC_OP_MATMUL && n->op != SC_OP_GEMM) continue;
     if (n->n_inputs < 2 || !computed(p, n->inputs[0])) continue;
-    int32_t wid = n->inputs[1];
+    int32_t wid = uncast(p, n->inputs[1]);
     const sc_value *w = &g->values[wid];
     if (!is_weight(p, w) || w->rank != 2 || !in_blocks(plan, n->name)) continue;
     bool tb = n->op == SC_OP_GEMM && sc_attr_int(g, n, "transB", 0) != 0;

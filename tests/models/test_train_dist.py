@@ -554,6 +554,25 @@ def main():
                      if c["op"] == "AllGather")
             check(ag < 4096, f"gpt2 tp=2: all-gathers send {ag} bytes per rank")
 
+        # tensor parallel in a bf16 step (products between casts): split as
+        # in fp32, nothing computed whole, the losses one rank's in bf16 to
+        # 1e-3 relative (the row-parallel products' partial sums are added
+        # in bf16, 8 significant bits, where one rank adds in the GEMM's
+        # fp32 accumulator; measured 1e-4)
+        bf16_logs = []
+        for mesh in ([], ["--mesh", "tp=2"]):
+            log = os.path.join(tmp, "bf16_%d.jsonl" % len(mesh))
+            p = run(base + ["--steps", "3", "--precision", "bf16", "--log-json", log] + mesh)
+            if check(p.returncode == 0 and "fallback" not in p.stderr,
+                     f"gpt2 bf16 {mesh or 'one rank'}: {p.stderr[-500:]}"):
+                bf16_logs.append([s["loss"] for s in losses(log)])
+        if len(bf16_logs) == 2:
+            one, tp2 = bf16_logs
+            rel = max(abs(a - b) / abs(a) for a, b in zip(one, tp2))
+            check(len(one) == len(tp2) == 3 and rel <= 1e-3,
+                  f"gpt2 bf16 tp=2 losses {tp2} vs one rank {one}: rel {rel:.2e}")
+            print(f"gpt2 bf16 tp=2: losses within {rel:.2e} of one rank's")
+
         # SMP v2 configuration
         smp = os.path.join(tmp, "smp.json")
         with open(smp, "w") as f:
