@@ -69,7 +69,11 @@
  * also a latency), which pending inputs it flows from, and what the
  * reductions the walk made of it moved. A minimum cut of that graph is the
  * cheapest set of values to reduce where they are made (a tie keeps the
- * lazy reductions); the second walk reshards those right after their
+ * lazy reductions); in a pipelined training step a reduction in a piece
+ * that runs once per microbatch (forward, backward, weight) costs M times
+ * what it moves, one in the norm or update piece once, so a gradient that
+ * accumulates pending over the microbatches is reduced once, at the norm
+ * (not a narrower bf16 copy of it every microbatch); the second walk reshards those right after their
  * node, and what flowed only through them is no longer pending. At tp=2 it
  * turns GPT-2's backward into Megatron's: the gradient of each
  * column-parallel input (the norms' outputs, the LM head's input) is
@@ -79,6 +83,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/pipe.h"
 #include "partition.h"
 #include "shard_rule.h"
 
@@ -352,6 +357,16 @@ static int32_t local_slice(lz *z, int32_t x, const sc_value *gv, const sc_shardi
   return y;
 }
 
+/* How many times the piece of the node being localized runs per step: M in
+ * a pipelined step's forward, backward and weight pieces, else once (the
+ * cut's weight on a reduction there). */
+static double runs_per_step(const lz *z) {
+  const sc_partition *p = z->p;
+  if (!p->n_chunks || p->microbatches <= 1) return 1.0;
+  return sc_pipe_per_mb(sc_pipe_piece_phase(p->n_chunks, z->stage)) ? (double)p->microbatches
+                                                                      : 1.0;
+}
+
 static bool is_prefix(const sc_sharding *a, const sc_sharding *b, int32_t d) {
   if (a->n_dim_axes[d] > b->n_dim_axes[d]) return false;
   for (int32_t k = 0; k < a->n_dim_axes[d]; k++)
@@ -416,7 +431,7 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
        * reduce-scatter (ring), M the local bytes; and a collective's latency */
       double bytes = (double)sc_value_numel(&z->L->values[x]) * sc_dtype_size(gv->dtype);
       sc_cut_reduce(z->cg, z->pnode[(size_t)gid * z->m->n_axes + ax],
-                    (dim >= 0 ? 1.0 : 2.0) * bytes + SC_CUT_LATENCY_BYTES);
+                    runs_per_step(z) * ((dim >= 0 ? 1.0 : 2.0) * bytes + SC_CUT_LATENCY_BYTES));
       if (dim >= 0) {
         sc_sharding_split(&next, dim, ax);
         x = collective(z, SC_OP_REDUCE_SCATTER, x, gv, ax, dim, &next);
@@ -831,7 +846,8 @@ static void note_pending(lz *z, const sc_node *n, const sc_sharding *in,
        * the sequence moves M, an all-reduce 2M */
       sc_sharding r;
       double per = cut_target(z, v, ax, &out[j], &r) ? 1.0 : 2.0;
-      int32_t node = sc_cut_node(z->cg, per * b + SC_CUT_LATENCY_BYTES + 1.0, !brought);
+      int32_t node =
+          sc_cut_node(z->cg, runs_per_step(z) * (per * b + SC_CUT_LATENCY_BYTES) + 1.0, !brought);
       z->pnode[k] = node;
       for (int32_t i = 0; brought && i < n->n_inputs; i++)
         if (n->inputs[i] >= 0 && (in[i].partial & want[i].partial & (1u << ax)))

@@ -21,6 +21,15 @@
  *               it is computed): shard(P) under ZeRO >= 1 — a reduce-scatter
  *               over F, then an all-reduce over dp of the shard (HSDP) —
  *               else base(P): an all-reduce over D (DDP);
+ *   accumulated a pipelined step of several microbatches (state
+ *               "accum:P") without ZeRO on P: grad:P, accum:P and
+ *               new:accum:P are base(P) pending over D, so each rank sums
+ *               its microbatches' gradients unreduced and the sum is
+ *               all-reduced once, where the norm piece first reads it
+ *               (Megatron's accumulation, DDP's no_sync), not once a
+ *               microbatch. Not without a pipeline: --grad-accum runs the
+ *               whole step (norm included) every microbatch, so reducing
+ *               in the backward, overlapped, costs less there;
  *   new:X       a constraint and the output's sharding: X's.
  * Parameters stored split over F are gathered before each forward and
  * backward use (localize.c, "storage axis"); the update reads them, their
@@ -142,6 +151,17 @@ static bool fsdp_sharding(const sc_partition *p, const sc_value *v, const sc_sha
   return false;
 }
 
+/* base pending over the data axes: a gradient or its accumulator that
+ * each rank sums unreduced over the step's microbatches; the first reader
+ * that needs the sum whole (the gradient norm, the update: once per step)
+ * reduces it. */
+static void pending_over_data(const sc_partition *p, const sc_sharding *base,
+                              sc_sharding *out) {
+  int32_t axes[SC_MESH_MAX_AXES], n = data_axes(p, axes);
+  *out = *base;
+  for (int32_t k = 0; k < n; k++) out->partial |= (sc_axes)(1u << axes[k]);
+}
+
 sc_status sc_partition_seed_train_state(sc_partition *p) {
   sc_graph *g = p->global;
   int32_t zero = p->zero_stage;
@@ -176,15 +196,26 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     for (int32_t j = 0; pid >= 0 && j < n_in; j++)
       if (g->inputs[j] == pid) k = j;
     if (k < 0) continue; /* state of no parameter input: left as seeded */
-    int32_t need = pid == id ? 3 : strncmp(name, "accum:", 6) == 0 ? 2 : 1;
+    bool accum = strncmp(name, "accum:", 6) == 0;
+    int32_t need = pid == id ? 3 : accum ? 2 : 1;
     const sc_sharding *s = split[k] && zero >= need ? &shard[k] : &base[k];
+    sc_sharding pending;
+    if (accum && p->n_chunks > 0 && !(split[k] && zero >= 1)) {
+      pending_over_data(p, &base[k], &pending);
+      s = &pending;
+    }
     if ((st = sc_graph_set_sharding(g, id, s)) != SC_OK ||
         (st = sc_graph_set_sharding(g, out, s)) != SC_OK)
       break;
     if (pid != id) continue;
     int32_t grad = value_named(g, "grad:", name);
-    if (grad >= 0)
-      st = sc_graph_set_sharding(g, grad, split[k] && zero >= 1 ? &shard[k] : &base[k]);
+    if (grad < 0) continue;
+    s = split[k] && zero >= 1 ? &shard[k] : &base[k];
+    if (s == &base[k] && p->n_chunks > 0 && value_named(g, "accum:", name) >= 0) {
+      pending_over_data(p, &base[k], &pending);
+      s = &pending;
+    }
+    st = sc_graph_set_sharding(g, grad, s);
   }
   sc_free(base);
   sc_free(shard);
