@@ -150,13 +150,9 @@ static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
     memcpy(pc->iv[i].dims, b->dims, sizeof pc->iv[i].dims);
     binding *x = &pc->in[i];
     int32_t k;
-    if (sc_dist_find_input(dp, name) < 0) { /* handed over */
-      int32_t j, t = sc_dist_handoff_source(dp, s, name, &j);
+    if (r->t.input_handoff[s][i] >= 0) { /* handed over (tables: every other has a source) */
       x->kind = B_HANDOFF;
-      x->index = t >= 0 ? sc_pipe_handoff_find(&r->t, t, j) : -1;
-      if (x->index < 0)
-        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
-                           (int)s, name);
+      x->index = r->t.input_handoff[s][i];
     } else if (strcmp(name, "train:lr") == 0 || strcmp(name, "train:bc1") == 0 ||
                strcmp(name, "train:bc2") == 0) {
       x->kind = name[6] == 'l' ? B_LR : name[8] == '1' ? B_BC1 : B_BC2;

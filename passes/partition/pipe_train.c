@@ -371,36 +371,48 @@ static int32_t add_node_like(pipe_ctx *c, sc_op op, const char *name, const int3
  * through an Identity in the owner's forward (see the top). */
 static sc_status copy_remote_state(pipe_ctx *c) {
   sc_graph *g = c->g;
-  int32_t n0 = g->n_nodes, nv0 = g->n_values;
-  for (int32_t k = 0; k < g->n_inputs; k++) {
+  int32_t nv0 = g->n_values;
+  int32_t *off = NULL, *users = NULL; /* the readers of each value, before any copy */
+  sc_status st = sc_graph_users(g, &off, &users);
+  if (st != SC_OK) {
+    *c->d = g->diag;
+    return c->d->status;
+  }
+  for (int32_t k = 0; st == SC_OK && k < g->n_inputs; k++) {
     int32_t v = g->inputs[k];
     if (v >= nv0 || c->owner[v] < 0) continue;
     int32_t copy = -1, home = c->owner[v] % c->P;
-    for (int32_t i = 0; i < n0; i++) {
+    for (int32_t u = off[v]; st == SC_OK && u < off[v + 1]; u++) {
+      int32_t i = users[u];
       if (c->chunk[i] % c->P == home) continue;
       /* g->nodes moves when the copy is added: index it, keep no pointer */
       for (int32_t j = 0; j < g->nodes[i].n_inputs; j++) {
         if (g->nodes[i].inputs[j] != v) continue;
         const char *param = sc_partition_param_of(c->p, g->values[v].name);
-        if (!param || strcmp(param, g->values[v].name) != 0) /* read-modify-write state */
-          return sc_diag_set(c->d, SC_ERR_INVALID, g->nodes[i].name, sc_op_name(g->nodes[i].op),
-                             "pipelined training: reads '%s' on pipeline rank %d, but it is "
-                             "kept and updated on rank %d", g->values[v].name,
-                             (int)(c->chunk[i] % c->P), (int)home);
+        if (!param || strcmp(param, g->values[v].name) != 0) { /* read-modify-write state */
+          st = sc_diag_set(c->d, SC_ERR_INVALID, g->nodes[i].name, sc_op_name(g->nodes[i].op),
+                           "pipelined training: reads '%s' on pipeline rank %d, but it is "
+                           "kept and updated on rank %d", g->values[v].name,
+                           (int)(c->chunk[i] % c->P), (int)home);
+          break;
+        }
         if (copy < 0) {
           char name[600];
           snprintf(name, sizeof name, "%s" SC_PIPE_COPY_SUFFIX, g->values[v].name);
           if ((copy = add_node_like(c, SC_OP_IDENTITY, name, &v, 1, v, SC_PIPE_FORWARD,
                                     c->owner[v])) < 0) {
             *c->d = g->diag;
-            return c->d->status;
+            st = c->d->status;
+            break;
           }
         }
         g->nodes[i].inputs[j] = copy;
       }
     }
   }
-  return SC_OK;
+  sc_free(off);
+  sc_free(users);
+  return st;
 }
 
 /* The leaves of the sum that made v: through Adds of the backward whose
