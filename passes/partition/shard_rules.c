@@ -774,13 +774,27 @@ sc_shard_fn sc_shard_rule(sc_op op) {
  * leading (row) dims: each rank adds its rows into its own copy, and the
  * sum over those axes is the whole — the output is pending over them, the
  * data joins the pending sum (its first rank holds it). The updates'
- * trailing dims follow the data's. Anything else is computed whole. */
+ * trailing dims follow the data's. With "add", the scatter is linear in
+ * the data and the updates: updates pending over some axes (the gradient
+ * of a position embedding read with constant indices: the batch's rows
+ * summed, pending over the data axes) keep it pending, whole, the data
+ * joining the sum, so a pipelined step reduces it once per step, not per
+ * microbatch. Anything else is computed whole. */
 sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   const sc_value *data = inv(c, 0), *idx = inv(c, 1), *upd = inv(c, 2);
   const char *red = sc_attr_string(c->g, c->n, "reduction", "none");
   if (!data || !idx || !upd || strcmp(red, "add") != 0 || idx->rank < 1 ||
       idx->dims[idx->rank - 1] < 0)
     return sc_shard_replicate_all(c);
+  sc_axes pend = c->in[2].partial;
+  if (pend && !c->in[1].partial && !(c->in[0].partial & ~pend)) {
+    sc_sharding_replicated(&c->want[0], data->rank);
+    sc_sharding_replicated(&c->want[1], idx->rank);
+    sc_sharding_replicated(&c->want[2], upd->rank);
+    c->want[0].partial = c->want[2].partial = pend;
+    c->out[0] = c->want[0];
+    return SC_OK;
+  }
   int32_t lead = idx->rank - 1, k = (int32_t)idx->dims[idx->rank - 1];
   if (upd->rank != lead + data->rank - k || c->in[0].partial || c->in[1].partial ||
       c->in[2].partial)
