@@ -14,8 +14,11 @@ replica in microbatches of one sequence; R: full for the A100 rows, whose
 published FLOP count includes the recomputed forward, none for the H100
 rows, whose figure is model FLOPs), and prints per row: model, GPUs, batch,
 the plan (mesh, microbatches), the published TFLOP/s per GPU, the
-predicted one (`predicted.flops_per_s_per_gpu`), their ratio, and how long
-`plan` took. Figures and ratios only: it never fails on a value (the test
+predicted one (`predicted.tflops_per_gpu`), their ratio, and how long
+`plan` took; then `plan --train --auto` on the same model, GPUs and global
+batch (memory per rank up to the published plan's predicted peak, or the
+device's if more): the chosen plan's tokens/s over the published plan's,
+how long the search took, and the plan it chose. Figures and ratios only: it never fails on a value (the test
 models.test_megatron_table asserts the 20 % band). `make bench` runs it.
 
 usage: bench_megatron.py [--shardc build/shardc] [--only NAME,...] [--out DIR]
@@ -58,26 +61,67 @@ def predict(shardc, model_dir, c, timeout=600):
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     out = {"rc": p.returncode, "seconds": time.perf_counter() - t, "predicted": None,
-           "step_s": None, "stderr": p.stderr[-1000:], "command": cmd}
+           "step_s": None, "tokens_per_s": None, "peak_bytes": None,
+           "stderr": p.stderr[-1000:], "command": cmd}
     if p.returncode == 0:
         pr = json.loads(p.stdout).get("predicted") or {}
-        if pr.get("flops_per_s_per_gpu"):
-            out["predicted"] = pr["flops_per_s_per_gpu"] / 1e12
+        if pr.get("tflops_per_gpu"):
+            out["predicted"] = pr["tflops_per_gpu"]
             out["step_s"] = pr.get("step_time_s")
+            out["tokens_per_s"] = pr.get("tokens_per_s")
+            out["peak_bytes"] = pr.get("peak_bytes_per_rank")
     return out
+
+
+def search(shardc, model_dir, c, budget_bytes, timeout=600):
+    """`plan --train --auto` on c's model, GPUs and global batch (bf16,
+    AdamW), memory per rank at most budget_bytes (the published plan's
+    predicted peak when that is above the device's: the search is then
+    held to the memory the published plan is predicted to need, and
+    compared on speed). Returns rc, seconds, tokens_per_s, tflops, fits,
+    the chosen plan's options, stderr."""
+    nodes = max(1, c["gpus"] // 8)
+    cmd = [shardc, "plan", os.path.join(model_dir, c["name"] + ".onnx"), "--train", "--auto",
+           "--cluster", f"{c['cluster']}:8x{nodes}", "--global-batch", str(c["batch"]),
+           "--precision", "bf16", "--optimizer", "adamw", "--json"]
+    if budget_bytes:
+        cmd += ["--memory-budget", str(int(budget_bytes))]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    out = {"rc": p.returncode, "seconds": time.perf_counter() - t, "tokens_per_s": None,
+           "tflops": None, "plan": "", "stderr": p.stderr[-1000:]}
+    if p.returncode == 0:
+        ch = json.loads(p.stdout)["auto"]["chosen"]
+        pr = ch.get("predicted") or {}
+        out["tokens_per_s"] = pr.get("tokens_per_s")
+        out["tflops"] = pr.get("tflops_per_gpu")
+        out["plan"] = ch.get("replay", "")
+    return out
+
+
+def device_bytes(c):
+    """The device memory of c's cluster preset, as `plan` reads it."""
+    return {"a100-80g": 81920 << 20, "h100-sxm": 81559 << 20}[c["cluster"]]
 
 
 def header():
     return (f"{'model':10s} {'GPUs':>5s} {'batch':>5s} {'plan':24s} {'published':>9s} "
-            f"{'predicted':>9s} {'ratio':>6s} {'plan s':>7s}")
+            f"{'predicted':>9s} {'ratio':>6s} {'plan s':>7s} {'auto/pub':>8s} {'auto s':>6s}  "
+            f"auto's plan")
 
 
-def row(c, r):
+def row(c, r, a=None):
+    """One line of the table: r from predict, a from search (or None)."""
     plan = mesh_of(c) + (f" M={c['microbatches']}" if c["pp"] > 1 else "")
     pred = f"{r['predicted']:9.1f}" if r["predicted"] else f"{'-':>9s}"
     ratio = f"{r['predicted'] / c['published_tflops']:6.3f}" if r["predicted"] else f"{'-':>6s}"
-    return (f"{c['name']:10s} {c['gpus']:5d} {c['batch']:5d} {plan:24s} "
+    line = (f"{c['name']:10s} {c['gpus']:5d} {c['batch']:5d} {plan:24s} "
             f"{c['published_tflops']:9.1f} {pred} {ratio} {r['seconds']:7.2f}")
+    if a is not None:
+        speed = (f"{a['tokens_per_s'] / r['tokens_per_s']:8.3f}"
+                 if a["tokens_per_s"] and r["tokens_per_s"] else f"{'-':>8s}")
+        line += f" {speed} {a['seconds']:6.2f}  {a['plan'] or 'none: ' + a['stderr'][-120:].strip()}"
+    return line
 
 
 def main():
@@ -94,13 +138,14 @@ def main():
         for n in names:
             write(CONFIGS[n], out)
         print(f"generated {len(names)} shape-only models in {time.perf_counter() - t:.2f} s")
-        print("predicted = shardc plan --train's predicted.flops_per_s_per_gpu (TFLOP/s per "
-              "GPU); published: samples/make_gpt_shapes.py, docs/planner.md")
+        print("predicted = shardc plan --train's predicted.tflops_per_gpu (the simulated step); "
+              "published: samples/make_gpt_shapes.py, docs/planner.md")
         print(header())
         for n in names:
             c = CONFIGS[n]
             r = predict(a.shardc, out, c)
-            print(row(c, r), flush=True)
+            s = search(a.shardc, out, c, max(r["peak_bytes"] or 0, device_bytes(c)))
+            print(row(c, r, s), flush=True)
             if r["rc"] != 0:
                 print(f"  plan failed ({r['rc']}): {r['stderr'].strip()}")
 
