@@ -18,8 +18,9 @@ predicted one (`predicted.tflops_per_gpu`), their ratio, and how long
 `plan` took; then `plan --train --auto` on the same model, GPUs and global
 batch (memory per rank up to the published plan's predicted peak, or the
 device's if more): the chosen plan's tokens/s over the published plan's,
-how long the search took, and the plan it chose. Figures and ratios only: it never fails on a value (the test
-models.test_megatron_table asserts the 20 % band). `make bench` runs it.
+how long the search took, and the plan it chose. Figures and ratios only:
+it never fails on a value (tests/models/test_megatron_table.py asserts the
+20 % band and the search). `make bench` runs it.
 
 usage: bench_megatron.py [--shardc build/shardc] [--only NAME,...] [--out DIR]
 """
