@@ -61,9 +61,18 @@ sc_status sc_pipe_schedule(sc_schedule_kind kind, int32_t P, int32_t V, int32_t 
                        (int)M, (int)P);
   list l = {0};
   bool ok = true;
-  /* weight pieces: right after their backward, or (ZB-H1) up to P-r-1 of
-   * them held back to the end, where the rank would wait for gradients */
-  int32_t hold = kind == SC_SCHEDULE_ZB_H1 ? P - r - 1 : 0, *held = NULL, n_held = 0;
+  /* weight pieces: right after their backward, or (ZB-H1) the rank's r
+   * oldest held back, W of microbatch m after B of m + r, and the rest after
+   * its last backward. With equal piece times the last rank then runs
+   * without a gap from its first forward (the W it holds fill the waits for
+   * forwards of the steady state) and ends on P W pieces; rank r's last
+   * backward comes P-1-r B pieces after the last rank's and is followed by
+   * r+1 W pieces, so every rank ends at M(F+B+W) + (P-1)(F+B-W) (B >= W;
+   * Qi et al., Zero Bubble Pipeline Parallelism, ZB-H1), where 1F1B's rank 0
+   * ends at M(F+B+W) + (P-1)(F+B). Holding more W back on the first ranks
+   * (the cool-down's idle time is there) makes rank 0's last W pieces wait
+   * for its last B and ends the step later. */
+  int32_t hold = kind == SC_SCHEDULE_ZB_H1 ? r : 0, *held = NULL, n_held = 0;
   if (hold > 0 && !(held = sc_malloc((size_t)M * sizeof *held))) return nomem(d);
   if (kind == SC_SCHEDULE_GPIPE) {
     for (int32_t m = 0; ok && m < M; m++) ok = push(&l, SC_PIPE_FORWARD, r, m);

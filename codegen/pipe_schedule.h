@@ -19,11 +19,17 @@
  *                ((k / P) mod V)·P + r of microbatch (k / (P·V))·P + k mod P
  *                (backwards the same with chunks in reverse), after
  *                (P-r-1)·2 + (V-1)·P warm-up forwards; M a multiple of P;
+ *   zb-h1        1f1b's forwards and backwards; the WEIGHT of microbatch m
+ *                right after the BACKWARD of min(m + r, M-1) (zero bubble
+ *                H1, Qi et al. 2023: with equal piece times and M >= P the
+ *                step idles (P-1)(F+B-W), 1F1B's (P-1)(F+B));
+ * the other schedules run each WEIGHT right after its BACKWARD;
  * then every chunk's NORM, then every chunk's UPDATE, chunks ascending.
  *
  * Stash: the microbatches whose forward of a chunk ran and whose backward
- * has not (sc_pipe_peak_stash): GPipe M, 1F1B min(P-r, M) on rank r,
- * interleaved the warm-up count + 1 over its V chunks. */
+ * has not (sc_pipe_peak_stash): GPipe M, 1F1B and ZB-H1 min(P-r, M) on
+ * rank r, interleaved the warm-up count + 1 over its V chunks. A held-back
+ * WEIGHT keeps what it reads (sc_pipe_traffic counts those bytes). */
 #ifndef SC_CODEGEN_PIPE_SCHEDULE_H
 #define SC_CODEGEN_PIPE_SCHEDULE_H
 

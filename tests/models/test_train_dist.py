@@ -27,7 +27,8 @@ with 4 microbatches under gpipe, 1f1b and interleaved (2 virtual stages);
 pp=2 x fsdp=2 (ZeRO-3) with full recompute and dp=2 x tp=2 x pp=2, 1f1b, 2
 microbatches (the step's batch of 4 is the same; its gradient the mean of
 the microbatches'); pp=2 with zb-h1 (weight gradients apart from input
-gradients, rank 0 holding one back).
+gradients, the last rank holding one back); GPT-2 also pp=4 with zb-h1
+(ranks 1, 2, 3 holding 1, 2, 3 weight pieces back).
 
 Also:
   - memory: with --no-overlap, under fsdp=2 (ZeRO-3) each rank's arena is
@@ -140,7 +141,8 @@ SAMPLES = {
              lambda r: r.randint(0, 1000, (8, 16)),
              ["--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"],
             ALL + [["--recompute", "selective"], ["--recompute", "full"],
-                   ["--mesh", "fsdp=2,tp=2", "--recompute", "full"]] + PP),
+                   ["--mesh", "fsdp=2,tp=2", "--recompute", "full"],
+                   ["--mesh", "pp=4", "--microbatches", "4", "--schedule", "zb-h1"]] + PP),
     "llama": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
               lambda r: r.randint(0, 1000, (8, 16)),
               ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"], SOME + PP),
@@ -406,8 +408,10 @@ def main():
         p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
                             "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
                             "--schedule", "zb-h1"], capture_output=True, text=True, timeout=300)
-        check(p.returncode == 0 and "B0.3 W0.2<1 W0.3<1 N0<1>1" in p.stdout,
-              f"zb-h1 table: rank 0 holds a weight piece back: {p.stdout[-600:]}")
+        check(p.returncode == 0 and "B1.2>0 W1.1 F1.3<0 B1.3>0 W1.2 W1.3" in p.stdout
+              and "B0.2 W0.2<1 B0.3 W0.3<1 N0" in p.stdout,
+              f"zb-h1 table: rank 1 (the last) holds a weight piece back, rank 0 none: "
+              f"{p.stdout[-600:]}")
 
         # communication volume against the ZeRO formulas (MLP, n = 2)
         mlp = os.path.join(SRC, "samples", "mlp.onnx")

@@ -8,8 +8,11 @@
  * its end under the runtime's rules on the dependencies of a pipelined
  * transformer (sc_pipe_deps_chain), and stashes at most the schedule's
  * formula of microbatches at once (GPipe M, 1F1B min(P - r, M),
- * interleaved min((P-r-1)·2 + (V-1)·P + 1, M·V)), ZB-H1 as 1F1B; ZB-H1's
- * rank r runs P-r-1 weight pieces after its last backward. Broken lists are refused with the reason: a backward before
+ * interleaved min((P-r-1)·2 + (V-1)·P + 1, M·V)), ZB-H1 as 1F1B. ZB-H1's
+ * rank r is 1F1B's list with the weight piece of microbatch m moved to
+ * right after the backward of min(m + r, M-1): r weight pieces held back at
+ * most, min(r + 1, M) after its last backward (its step's timing:
+ * test_dist_sim). Broken lists are refused with the reason: a backward before
  * its forward on one rank, an action missing, one run twice, one on the
  * wrong rank, and a cycle between two ranks (each waits for the other's
  * later action), named in the message. Bad arguments: an interleaved
@@ -83,22 +86,52 @@ static void test_all_schedules(void **state) {
   assert_true(checked > 900);
 }
 
-/* ZB-H1 at P = 4, M = 8: rank r holds back P-r-1 weight pieces to its end
- * (the last rank none: W right after each B), and every list still runs. */
+/* ZB-H1 for P = 1..8, M = 1..32: rank r's list is 1F1B's with each W
+ * moved back: W of microbatch m right after B of min(m + r, M-1), so r
+ * weight pieces held at most and min(r + 1, M) after the last backward
+ * (the last rank's P fill its waits; rank 0 none held); the stash of every
+ * rank equals 1F1B's. */
 static void test_zb_h1(void **state) {
   (void)state;
   sc_diag d;
   sc_diag_clear(&d);
-  for (int32_t r = 0; r < 4; r++) {
-    sc_pipe_action *a = NULL;
-    int32_t n = 0;
-    assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_ZB_H1, 4, 1, 8, r, &a, &n, &d), SC_OK);
-    int32_t tail = 0; /* weight pieces after the last backward */
-    for (int32_t i = n - 1; i >= 0 && a[i].phase != SC_PIPE_BACKWARD; i--)
-      tail += a[i].phase == SC_PIPE_WEIGHT;
-    assert_int_equal(tail, 4 - r - 1 + 1); /* the held ones and the last B's own */
-    sc_free(a);
-  }
+  for (int32_t P = 1; P <= 8; P++)
+    for (int32_t M = 1; M <= 32; M++)
+      for (int32_t r = 0; r < P; r++) {
+        sc_pipe_action *a = NULL, *o = NULL;
+        int32_t n = 0, no = 0;
+        assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_ZB_H1, P, 1, M, r, &a, &n, &d), SC_OK);
+        assert_int_equal(sc_pipe_schedule(SC_SCHEDULE_1F1B, P, 1, M, r, &o, &no, &d), SC_OK);
+        assert_int_equal(n, no);
+        assert_int_equal(sc_pipe_peak_stash(a, n), sc_pipe_peak_stash(o, no));
+        /* forward and backward pieces in 1F1B's order */
+        for (int32_t i = 0, j = 0; i < n; i++) {
+          if (a[i].phase != SC_PIPE_FORWARD && a[i].phase != SC_PIPE_BACKWARD) continue;
+          while (o[j].phase != SC_PIPE_FORWARD && o[j].phase != SC_PIPE_BACKWARD) j++;
+          assert_true(a[i].phase == o[j].phase && a[i].mb == o[j].mb);
+          j++;
+        }
+        int32_t last_b = -1, tail = 0, held = 0, peak_held = 0;
+        for (int32_t i = 0; i < n; i++) {
+          if (a[i].phase == SC_PIPE_BACKWARD) {
+            last_b = a[i].mb;
+            held++;
+          }
+          if (a[i].phase == SC_PIPE_WEIGHT) {
+            int32_t after = a[i].mb + r < M - 1 ? a[i].mb + r : M - 1;
+            if (last_b != after)
+              fail_msg("P %d M %d rank %d: W%d.%d after B of microbatch %d, not %d", (int)P,
+                       (int)M, (int)r, (int)r, (int)a[i].mb, (int)last_b, (int)after);
+            tail += last_b == M - 1;
+            held--;
+          }
+          if (a[i].phase == SC_PIPE_BACKWARD && held - 1 > peak_held) peak_held = held - 1;
+        }
+        assert_int_equal(tail, r + 1 < M ? r + 1 : M);
+        assert_true(peak_held <= r);
+        sc_free(a);
+        sc_free(o);
+      }
 }
 
 /* 1F1B at P = 4, M = 8 with one change to the lists; the check's message
