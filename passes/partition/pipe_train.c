@@ -23,9 +23,16 @@
  *             differentiates runs), but at most the smallest chunk of the
  *             backward values it reads: gradients flow from larger chunks
  *             to smaller ones;
- *   norm      the largest chunk among its inputs': each chunk adds its
- *             parameters' squares to the sum of the chunks before it (the
- *             train pass sums them in forward order), the last decides;
+ *   norm      the largest chunk among its inputs' (each chunk reduces its
+ *             own gradients and sums their squares), except a node that
+ *             reads only scalars (the running sum of the squares, the
+ *             square root, the decision): the last chunk. The train pass
+ *             sums the squares in forward order; kept with its parameters,
+ *             that chain made each chunk's norm piece wait for the one
+ *             before (a piece receives its inputs before it runs), so the
+ *             pieces' gradient reductions ran one after another. In the
+ *             last chunk each chunk's norm piece only sends its squares
+ *             (one scalar per parameter) and all of them run at once;
  *   update    in reverse order, the owner of the state it writes ("new:X"),
  *             else the smallest chunk among its readers.
  * A state input read on another pipeline rank than its owner's (a tied
@@ -268,6 +275,19 @@ static int32_t recomputed_from(const sc_graph *g, int32_t v) {
   return sc_graph_find_value(g, base);
 }
 
+/* Whether every input of n is a scalar (one element): a norm node that
+ * only combines the chunks' sums of squares (their sum, its square root,
+ * the decision). */
+static bool scalars_only(const sc_graph *g, const sc_node *n) {
+  bool any = false;
+  for (int32_t j = 0; j < n->n_inputs; j++) {
+    if (n->inputs[j] < 0) continue;
+    if (sc_value_numel(&g->values[n->inputs[j]]) != 1) return false;
+    any = true;
+  }
+  return any;
+}
+
 /* Backward and norm chunks, in topological order; update chunks in
  * reverse. A backward node goes where the forward node it differentiates
  * (or recomputes) runs, else where the largest chunk among the forward
@@ -313,7 +333,7 @@ static sc_status other_chunks(pipe_ctx *c) {
     }
     if (origin >= 0) want = origin;
     if (bwd) c->chunk[i] = want < 0 || want > lim ? lim : want;
-    else c->chunk[i] = want < 0 ? 0 : want;
+    else c->chunk[i] = scalars_only(g, n) ? c->C - 1 : want < 0 ? 0 : want;
   }
   sc_free(fw);
   for (int32_t i = g->n_nodes - 1; i >= 0; i--) {

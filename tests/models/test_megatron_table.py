@@ -23,8 +23,8 @@ seconds, the plan it chose).
     test_megatron_table.py [--table a100|h100|all]   (default all)
 
 Not registered with ctest while it fails: with the simulated step
-(codegen/dist_sim.h) the A100 rows up to 76B are within the band, the
-pipelined ones from 145B and every H100 row are not, and the search finds
+(codegen/dist_sim.h) every A100 row is within the band, no H100 row is,
+and the search finds
 no plan within the memory for most rows or a slower one
 (docs/planner.md, "Validation against published figures", has the table
 as measured). Run it by hand: SHARDC=build/shardc .venv/bin/python

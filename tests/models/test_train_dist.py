@@ -398,11 +398,14 @@ def main():
                 sent[batch] = [r["p2p_sent"] for r in json.loads(p.stdout)["pipeline"]["ranks"]]
         if len(sent) == 2:
             # sent = (activations per example) * batch + (once per step): the
-            # once-per-step part is the tied weight (and a few scalars)
+            # once-per-step part is the tied weight, the first chunk's squares
+            # of its gradients (one f32 per parameter, to the last chunk,
+            # which sums them: passes/partition/pipe_train.c) and a few scalars
             once = [2 * a - b for a, b in zip(sent[4], sent[8])]
-            check(all(tied <= x <= tied + 64 for x in once),
+            squares = 4 * sum(1 for t in onnx.load(model).graph.initializer if t.data_type == 1)
+            check(all(tied <= x <= tied + squares + 64 for x in once),
                   f"pipeline bytes sent once per step {once}, want the tied weight's {tied} "
-                  f"(+ scalars): sent {sent}")
+                  f"(+ at most {squares} bytes of squares, and scalars): sent {sent}")
             print(f"pipeline pp=2: sent per step {sent[4]} (batch 4), {sent[8]} (batch 8): "
                   f"{once} once per step, the tied weight {tied} bytes")
         p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
