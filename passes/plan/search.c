@@ -258,8 +258,20 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * without one reduce-scatter the gradients and gather the updated
      * parameters once a step */
     double times = c->zero >= 3 || c->pp > 1 ? M : 1;
-    st = coll(x, SC_COLL_ALL_GATHER, times * pbytes, c->fsdp, n_fs, times * tensors, &c->fsdp_s,
-              d);
+    /* ZeRO-3 (Rajbhandari et al. 2020, section 7.2.3) frees the gathered
+     * parameters after their forward use and gathers them again for the
+     * backward: 3 psi a step against ZeRO-1/2's 2 psi */
+    double ag = 0, ag_bwd = 0;
+    st = coll(x, SC_COLL_ALL_GATHER, times * pbytes, c->fsdp, n_fs, times * tensors, &ag, d);
+    if (c->zero >= 3) {
+      /* the backward's gathers, block by block, the next prefetched while
+       * the current one's backward computes: exposed is what exceeds a
+       * microbatch's backward compute */
+      double bwd = fwd * BACKWARD_FACTOR;
+      ag_bwd = ag / times > bwd ? times * (ag / times - bwd) : 0;
+    }
+    ag += ag_bwd;
+    c->fsdp_s += ag;
     if (st == SC_OK)
       st = coll(x, SC_COLL_REDUCE_SCATTER, times * pbytes, c->fsdp, n_fs, times * tensors,
                 &c->fsdp_s, d);
