@@ -47,6 +47,16 @@ enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
  *     (21 MB of 57: every value it reads is handed over);
  *   ACCUM_STATE_B: a pipeline stage's gradient accumulators (fp32). */
 enum { WORK_GRAD_B = 16, WORK_UPDATE_B = 24, ACCUM_STATE_B = 4 };
+/* The one-program step (no pipeline) updates in place and frees each
+ * gradient once reduced: its workspace per parameter element of the model
+ * (not of the shard) is 0.5 bytes without ZeRO-3 (810 MB for 1.56e9
+ * elements, gpt_1p5b dp=8; ZeRO-1/2 hold the whole gradient there, which
+ * the state counts whole for ZeRO-1 and sharded for ZeRO-2, as the ZeRO
+ * paper does) and 2.4 with it (3.73 GB: fsdp=8, the gathered blocks'
+ * bf16 casts and the backward's temporaries). Measured against plan
+ * --train's memory lines (bf16, AdamW, full recompute, h100-sxm:8x1). */
+#define WORK_ONE 0.5
+#define WORK_ONE_Z3 2.4
 #define SAVED_ONE 0.15
 #define SAVED_PIPE 0.37
 /* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
@@ -308,7 +318,10 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   if (!last && c->pp > 1) e -= (double)bm->outside.params / tp / 2; /* the head is the last's */
   double mem = state_bytes(x, c, e);
   double f = c->fsdp > 1 ? (double)c->fsdp : 1;
-  mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + (c->zero >= 1 ? e / f : e) * WORK_UPDATE_B;
+  if (c->pp > 1)
+    mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + (c->zero >= 1 ? e / f : e) * WORK_UPDATE_B;
+  else
+    mem += e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
   if (c->pp > 1) mem += e * ACCUM_STATE_B;
   if (c->zero >= 3)
     mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */

@@ -207,7 +207,11 @@ static void test_zero_stages(void **state) {
      * 15/16 of the fp32 gradients (4 B an element) at least */
     double e = (double)sc_block_model_params(&bm);
     assert_true((double)(z[1].peak_bytes - z[2].peak_bytes) >= e * 4 * 15 / 16 * 0.99);
-    assert_true((double)(z[2].peak_bytes - z[3].peak_bytes) >= e * 4 * 15 / 16 * 0.99);
+    /* 2 -> 3 drops 15/16 of the fp32 parameters (3.75 bytes an
+     * element), less ZeRO-3's working memory (the gathered blocks' casts
+     * and temporaries: 2.4 against 0.5 bytes an element, search.c) and
+     * the two gathered blocks it holds: at least 1 byte an element */
+    assert_true((double)(z[2].peak_bytes - z[3].peak_bytes) >= e);
     /* communication: 1 and 2 the same, 3 at least as much */
     assert_true(z[1].fsdp_s == z[2].fsdp_s);
     assert_true(z[1].optimizer_s == z[2].optimizer_s);
