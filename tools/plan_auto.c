@@ -44,8 +44,9 @@ enum { MAX_ARGS = 1024, MAX_ROUNDS = 4 };
  * exactly each round, and the fastest of them that fits is chosen: the
  * block model ranks within about 10 % (docs/planner.md section 4), so
  * its best few hold the exact best; each takes 0.2 to 0.7 s to compile on
- * this machine (shapes only), and after the first, no further one starts
- * once the round's exact evaluation has taken EXACT_BUDGET_S. */
+ * this machine (shapes only), and after a round's first, no further one
+ * starts once the command's exact evaluation has taken EXACT_BUDGET_S
+ * (the rounds after a plan over the memory then compile their best only). */
 enum { EXACT_TOP = 4 };
 #define EXACT_BUDGET_S 6.0
 /* Plans faster than the chosen one but over the memory, shown first in the
@@ -473,7 +474,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
       memmove(&r->top[i + 1], &r->top[i], (size_t)(pick - i) * sizeof c);
       r->top[i] = c;
     }
-    for (int32_t i = 0; i < n_want && (i == 0 || t_round < EXACT_BUDGET_S); i++) {
+    for (int32_t i = 0; i < n_want && (i == 0 || t_exact + t_round < EXACT_BUDGET_S); i++) {
       exact e = {0};
       rc = compile(&r->top[i], p.cluster, &o, dim_name, a.global_batch, &ta, &e);
       t_round += e.seconds;
