@@ -435,14 +435,15 @@ int sc_cmd_plan_auto(int argc, char **argv) {
    * (exact / estimate, never down) and the search runs again */
   exact ex = {0};
   int32_t chosen = -1;
-  double t_search = 0, t_exact = 0, scale = 1;
+  double t_search = 0, t_exact = 0, scales[2] = {1, 1}; /* without, with a pipeline */
   char skipped[MAX_ROUNDS][768];
   int32_t n_skipped = 0;
   int64_t evaluated = 0, pruned = 0;
   sc_plan_predicted exact_of[EXACT_TOP]; /* of r->top[0 .. n_exact) */
   int32_t n_exact = 0;
   for (int32_t round = 0; round < MAX_ROUNDS && chosen < 0; round++) {
-    so.activation_scale = scale;
+    so.activation_scale = scales[0];
+    so.activation_scale_pipe = scales[1];
     t0 = now_s();
     st = sc_search_run(&bm, &so, r, &d);
     t_search += now_s() - t0;
@@ -510,20 +511,30 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     char opts[384], over[32];
     cand_options(&r->top[0], opts, sizeof opts);
     fmt_bytes((double)(pr->peak_bytes_per_rank - limit), over, sizeof over);
-    /* what the exact plan says the activations take: its peak less the
-     * estimate's state and working memory, against the estimate's */
+    /* per kind (without a pipeline, pipelined), from each plan of it
+     * compiled: what the exact plan says the activations take (its peak
+     * less the estimate's state and working memory) against the
+     * estimate's; never down, at least 10 % up */
+    double next[2] = {scales[0], scales[1]};
+    for (int32_t i = 0; i < n_exact; i++) {
+      const sc_search_cand *t = &r->top[i];
+      int kind = t->pp > 1;
+      double est_act = (double)t->peak_activation_bytes / scales[kind];
+      double fixed = (double)(t->peak_bytes - t->peak_activation_bytes);
+      double want = (double)exact_of[i].peak_bytes_per_rank - fixed;
+      double s1 = est_act > 0 && want > (double)t->peak_activation_bytes ? want / est_act : 0;
+      if (s1 < scales[kind] * 1.1) s1 = scales[kind] * 1.1;
+      if (s1 > next[kind]) next[kind] = s1;
+    }
+    scales[0] = next[0];
+    scales[1] = next[1];
     const sc_search_cand *t = &r->top[0];
-    double est_act = (double)t->peak_activation_bytes / scale;
-    double fixed = (double)(t->peak_bytes - t->peak_activation_bytes);
-    double want = (double)pr->peak_bytes_per_rank - fixed;
-    double next = est_act > 0 && want > (double)t->peak_activation_bytes ? want / est_act
-                                                                        : scale * 1.1;
-    scale = next > scale * 1.1 ? next : scale * 1.1; /* never down, at least 10 % up */
     snprintf(skipped[n_skipped++], sizeof skipped[0],
              "the best %d by the estimate compiled are over the memory; the first, %s, by %s on "
              "its largest rank (%lld bytes exact, %lld estimated): the block model's "
-             "activation memory scaled by %.3g and searched again", (int)n_exact, opts, over,
-             (long long)pr->peak_bytes_per_rank, (long long)t->peak_bytes, scale);
+             "activation memory scaled by %.3g (without a pipeline) and %.3g (pipelined) and "
+             "searched again", (int)n_exact, opts, over,
+             (long long)pr->peak_bytes_per_rank, (long long)t->peak_bytes, scales[0], scales[1]);
   }
   if (rc || chosen < 0) {
     for (int32_t i = 0; i < n_skipped; i++)
@@ -659,7 +670,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_t *sk = json_array();
     for (int32_t i = 0; i < n_skipped; i++) json_array_append_new(sk, json_string(skipped[i]));
     json_object_set_new(au, "rounds", sk);
-    json_object_set_new(au, "activation_scale", json_real(scale));
+    json_object_set_new(au, "activation_scale", json_real(scales[0]));
+    json_object_set_new(au, "activation_scale_pipe", json_real(scales[1]));
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     if (text) printf("%s\n", text);
     free(text);

@@ -354,7 +354,8 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
     double head_flight = c->pp > 1 ? in_flight : c->microbatches;
     act += head_flight * bm->outside.saved_bytes * mbs / vocab_split(bm, c);
   }
-  double scale = x->o->activation_scale > 0 ? x->o->activation_scale : 1;
+  double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
+  if (scale <= 0) scale = 1;
   *act_out = act * scale;
   return mem + act * scale;
 }
