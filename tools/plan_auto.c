@@ -6,11 +6,14 @@
  * every strategy from it. The fastest that fits is then built for real
  * through the same options as `plan --train --cluster C --mesh ...`
  * (sc_train_args_build) and its step predicted by the same call
- * (sc_plan_train_predict): its "predicted" is the exact one, so the
- * prediction of a mesh is the same whether --auto reached it or --mesh
- * gave it. When its exact memory does not fit, the next candidate is
- * compiled, and the report says so. The other candidates' figures are
- * the block model's ("source": "estimate"). */
+ * (sc_plan_train_predict), and so are the next few (EXACT_TOP, within a
+ * time budget); the fastest of them, exactly, that fits is chosen. Its
+ * "predicted" is the exact one, so the prediction of a mesh is the same
+ * whether --auto reached it or --mesh gave it. When none of them fits,
+ * the block model's activation memory is scaled and the search runs
+ * again, and the report says so. The exactly evaluated candidates show
+ * their exact figures ("[exact]"); the others' are the block model's
+ * ("source": "estimate"). */
 #include "tools/plan_auto.h"
 
 #include <math.h>
@@ -37,6 +40,15 @@ static const char *const USAGE =
 /* Searches at most: each one after the exact plan of the previous best
  * did not fit. */
 enum { MAX_ARGS = 1024, MAX_ROUNDS = 4 };
+/* The best EXACT_TOP candidates by the estimate are compiled and predicted
+ * exactly each round, and the fastest of them that fits is chosen: the
+ * block model ranks within about 10 % (docs/planner.md section 4), so
+ * its best few hold the exact best; each takes 0.2 to 0.7 s to compile on
+ * this machine (shapes only), and after a round's first, no further one
+ * starts once the command's exact evaluation has taken EXACT_BUDGET_S
+ * (the rounds after a plan over the memory then compile their best only). */
+enum { EXACT_TOP = 4 };
+#define EXACT_BUDGET_S 6.0
 /* Plans faster than the chosen one but over the memory, shown first in the
  * table (at most). */
 enum { SHOWN_OVER = 3 };
@@ -282,6 +294,38 @@ static void cand_line(int i, const sc_search_cand *c, const sc_plan_predicted *p
          100 * pr->mfu, mem, strcmp(pr->source, "estimate") ? "[exact] " : "", why);
 }
 
+static bool same_mesh(const sc_search_cand *a, const sc_search_cand *b) {
+  return a->pp == b->pp && a->dp == b->dp && a->fsdp == b->fsdp && a->tp == b->tp;
+}
+
+/* c with its figures replaced by the exact prediction pr (step, memory,
+ * the critical rank's terms; each exposed communication group counted
+ * under its first axis), so that sc_search_why compares exact with exact. */
+static sc_search_cand exact_view(const sc_search_cand *c, const sc_plan_predicted *pr,
+                                 int64_t limit) {
+  sc_search_cand v = *c;
+  v.step_s = pr->step_time_s;
+  v.mfu = pr->mfu;
+  v.peak_bytes = pr->peak_bytes_per_rank;
+  v.peak_pipe_rank = pr->pipe_rank;
+  v.fits = pr->peak_bytes_per_rank <= limit;
+  v.compute_s = pr->compute_s;
+  v.bubble_s = pr->bubble_s;
+  v.recompute_s = pr->recompute_s;
+  v.optimizer_s = pr->optimizer_s;
+  v.tp_s = v.fsdp_s = v.dp_s = v.pp_s = 0;
+  for (int32_t i = 0; i < pr->n_comm; i++) {
+    const char *ax = pr->comm[i].axes;
+    size_t n = strcspn(ax, ",");
+    double *t = n == 2 && strncmp(ax, "tp", 2) == 0   ? &v.tp_s
+                : n == 4 && strncmp(ax, "fsdp", 4) == 0 ? &v.fsdp_s
+                : n == 2 && strncmp(ax, "pp", 2) == 0   ? &v.pp_s
+                                                        : &v.dp_s;
+    *t += pr->comm[i].seconds;
+  }
+  return v;
+}
+
 /* When nothing fits: which rank of the least-over candidate is over, by
  * how much, and what would make it fit. */
 static int no_fit(const sc_search_result *r, int64_t limit, const char *file, bool all_over,
@@ -385,17 +429,21 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     fprintf(stderr, "shardc: error: out of memory\n");
     return 1;
   }
-  /* 2 and 3: search, then compile the best; when its exact memory does
-   * not fit, the block model's memory is scaled by what the exact plan
-   * measured (exact / estimate, never down) and the search runs again */
+  /* 2 and 3: search, then compile the best few by the estimate and
+   * choose the fastest of them, exactly, that fits; when none fits, the
+   * block model's memory is scaled by what the best's exact plan measured
+   * (exact / estimate, never down) and the search runs again */
   exact ex = {0};
   int32_t chosen = -1;
-  double t_search = 0, t_exact = 0, scale = 1;
+  double t_search = 0, t_exact = 0, scales[2] = {1, 1}; /* without, with a pipeline */
   char skipped[MAX_ROUNDS][768];
   int32_t n_skipped = 0;
   int64_t evaluated = 0, pruned = 0;
+  sc_plan_predicted exact_of[EXACT_TOP]; /* of r->top[0 .. n_exact) */
+  int32_t n_exact = 0;
   for (int32_t round = 0; round < MAX_ROUNDS && chosen < 0; round++) {
-    so.activation_scale = scale;
+    so.activation_scale = scales[0];
+    so.activation_scale_pipe = scales[1];
     t0 = now_s();
     st = sc_search_run(&bm, &so, r, &d);
     t_search += now_s() - t0;
@@ -407,40 +455,97 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     evaluated += r->evaluated;
     pruned += r->pruned;
     if (r->n_top == 0) break;
-    rc = compile(&r->top[0], p.cluster, &o, dim_name, a.global_batch, &ta, &ex);
-    t_exact += ex.seconds;
-    if (rc) break;
-    t0 = now_s();
-    st = sc_plan_train_predict(ex.b, &ta.t, &target, &d);
-    t_exact += now_s() - t0;
-    if (st != SC_OK) {
-      rc = sc_cli_report(&d, o.file);
-      break;
+    n_exact = 0;
+    double t_round = 0;
+    /* which: the best, then the best of each other mesh, then the rest in
+     * order (the candidates of one mesh differ least; the block model
+     * errs most between meshes); moved to the front of r->top so that
+     * exact_of[i] is r->top[i]'s */
+    int32_t n_want = r->n_top < EXACT_TOP ? r->n_top : EXACT_TOP;
+    for (int32_t i = 1; i < n_want; i++) {
+      int32_t pick = -1;
+      for (int32_t j = i; j < r->n_top && pick < 0; j++) {
+        bool seen = false;
+        for (int32_t k = 0; k < i; k++)
+          seen |= same_mesh(&r->top[j], &r->top[k]);
+        if (!seen) pick = j;
+      }
+      if (pick < 0) break;
+      sc_search_cand c = r->top[pick];
+      memmove(&r->top[i + 1], &r->top[i], (size_t)(pick - i) * sizeof c);
+      r->top[i] = c;
     }
-    const sc_plan_predicted *pr = &ex.b->plan->predicted;
-    if (pr->peak_bytes_per_rank <= limit) {
-      chosen = 0;
-      break;
+    for (int32_t i = 0; i < n_want && (i == 0 || t_exact + t_round < EXACT_BUDGET_S); i++) {
+      exact e = {0};
+      rc = compile(&r->top[i], p.cluster, &o, dim_name, a.global_batch, &ta, &e);
+      t_round += e.seconds;
+      if (!rc) {
+        t0 = now_s();
+        st = sc_plan_train_predict(e.b, &ta.t, &target, &d);
+        t_round += now_s() - t0;
+        if (st != SC_OK) {
+          sc_build_destroy(e.b);
+          rc = sc_cli_report(&d, o.file);
+        }
+      }
+      if (rc) {
+        /* the estimate's best is the plan --auto stands on: its failure
+         * is the command's; a runner-up's ends the exact evaluation (the
+         * ones before it stay, exact_of[i] being r->top[i]'s) */
+        if (i > 0) {
+          fprintf(stderr, "shardc: note: candidate %d did not build (above); the exact "
+                  "evaluation stops at the %d before it\n", (int)i + 1, (int)i);
+          rc = 0;
+        }
+        break;
+      }
+      exact_of[n_exact++] = e.b->plan->predicted;
+      const sc_plan_predicted *pr = &e.b->plan->predicted;
+      /* the exact fastest that fits; at the same time the smaller memory */
+      const sc_plan_predicted *best = chosen >= 0 ? &exact_of[chosen] : NULL;
+      bool better = pr->peak_bytes_per_rank <= limit &&
+                    (!best || (!pr->unknown[0] &&
+                               (best->unknown[0] || pr->step_time_s < best->step_time_s ||
+                                (pr->step_time_s == best->step_time_s &&
+                                 pr->peak_bytes_per_rank < best->peak_bytes_per_rank))));
+      if (better) {
+        sc_build_destroy(ex.b);
+        ex = e;
+        chosen = i;
+      } else {
+        sc_build_destroy(e.b);
+      }
     }
+    t_exact += t_round;
+    if (rc || chosen >= 0 || n_exact == 0) break;
+    const sc_plan_predicted *pr = &exact_of[0];
     char opts[384], over[32];
     cand_options(&r->top[0], opts, sizeof opts);
     fmt_bytes((double)(pr->peak_bytes_per_rank - limit), over, sizeof over);
-    /* what the exact plan says the activations take: its peak less the
-     * estimate's state and working memory, against the estimate's */
+    /* per kind (without a pipeline, pipelined), from each plan of it
+     * compiled: what the exact plan says the activations take (its peak
+     * less the estimate's state and working memory) against the
+     * estimate's; never down, at least 10 % up */
+    double next[2] = {scales[0], scales[1]};
+    for (int32_t i = 0; i < n_exact; i++) {
+      const sc_search_cand *t = &r->top[i];
+      int kind = t->pp > 1;
+      double est_act = (double)t->peak_activation_bytes / scales[kind];
+      double fixed = (double)(t->peak_bytes - t->peak_activation_bytes);
+      double want = (double)exact_of[i].peak_bytes_per_rank - fixed;
+      double s1 = est_act > 0 && want > (double)t->peak_activation_bytes ? want / est_act : 0;
+      if (s1 < scales[kind] * 1.1) s1 = scales[kind] * 1.1;
+      if (s1 > next[kind]) next[kind] = s1;
+    }
+    scales[0] = next[0];
+    scales[1] = next[1];
     const sc_search_cand *t = &r->top[0];
-    double est_act = (double)t->peak_activation_bytes / scale;
-    double fixed = (double)(t->peak_bytes - t->peak_activation_bytes);
-    double want = (double)pr->peak_bytes_per_rank - fixed;
-    double next = est_act > 0 && want > (double)t->peak_activation_bytes ? want / est_act
-                                                                        : scale * 1.1;
-    scale = next > scale * 1.1 ? next : scale * 1.1; /* never down, at least 10 % up */
     snprintf(skipped[n_skipped++], sizeof skipped[0],
-             "the best by the estimate, %s, compiled is over by %s on its largest rank (%lld "
-             "bytes exact, %lld estimated): the block model's activation memory scaled by "
-             "%.3g and searched again", opts, over, (long long)pr->peak_bytes_per_rank,
-             (long long)t->peak_bytes, scale);
-    sc_build_destroy(ex.b);
-    ex.b = NULL;
+             "the best %d by the estimate compiled are over the memory; the first, %s, by %s on "
+             "its largest rank (%lld bytes exact, %lld estimated): the block model's "
+             "activation memory scaled by %.3g (without a pipeline) and %.3g (pipelined) and "
+             "searched again", (int)n_exact, opts, over,
+             (long long)pr->peak_bytes_per_rank, (long long)t->peak_bytes, scales[0], scales[1]);
   }
   if (rc || chosen < 0) {
     for (int32_t i = 0; i < n_skipped; i++)
@@ -461,27 +566,58 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   double err = ch->step_s > 0 && exact_pr->step_time_s > 0
                    ? (ch->step_s - exact_pr->step_time_s) / exact_pr->step_time_s
                    : 0;
-  /* the table: up to SHOWN_OVER plans faster than the chosen one that do
-   * not fit (why they lose: memory), then the fastest that fit */
+  /* the table: up to SHOWN_OVER plans faster (by the estimate) than the
+   * chosen one that do not fit (why they lose: memory), then the fastest
+   * that fit; shown_exact: the row's index in exact_of, or -1 */
   sc_search_cand shown[SC_SEARCH_TOP];
+  int32_t shown_exact[SC_SEARCH_TOP];
   int32_t n_shown = 0;
   for (int32_t i = 0; i < r->n_over && n_shown < SHOWN_OVER; i++)
-    if (r->over[i].step_s < ch->step_s) shown[n_shown++] = r->over[i];
-  int32_t chosen_at = n_shown;
-  for (int32_t i = 0; i < r->n_top && n_shown < SC_SEARCH_TOP; i++) shown[n_shown++] = r->top[i];
+    if (r->over[i].step_s < r->top[0].step_s) {
+      shown_exact[n_shown] = -1;
+      shown[n_shown++] = r->over[i];
+    }
+  int32_t chosen_at = n_shown + chosen;
+  for (int32_t i = 0; i < r->n_top && n_shown < SC_SEARCH_TOP; i++) {
+    shown_exact[n_shown] = i < n_exact ? i : -1;
+    shown[n_shown++] = r->top[i];
+  }
   char why[SC_SEARCH_TOP][320];
+  sc_search_cand ch_exact = exact_view(ch, exact_pr, limit);
   for (int32_t i = 0; i < n_shown; i++) {
-    if (i == chosen_at) snprintf(why[i], sizeof why[i], "chosen");
-    else sc_search_why(ch, &shown[i], limit, why[i], sizeof why[i]);
+    if (i == chosen_at) {
+      snprintf(why[i], sizeof why[i], "chosen");
+    } else if (shown_exact[i] >= 0) {
+      /* exact against exact */
+      sc_search_cand v = exact_view(&shown[i], &exact_of[shown_exact[i]], limit);
+      sc_search_why(&ch_exact, &v, limit, why[i], sizeof why[i]);
+    } else if (shown[i].fits && shown[i].step_s < ch->step_s) {
+      /* faster by the estimate than the chosen one, not compiled: the
+       * exact evaluation ranked the chosen one above the estimate's best */
+      snprintf(why[i], sizeof why[i], "estimated %.1f %% faster; not evaluated exactly",
+               100.0 * (ch->step_s - shown[i].step_s) / ch->step_s);
+    } else {
+      sc_search_why(ch, &shown[i], limit, why[i], sizeof why[i]);
+    }
+  }
+  sc_plan_predicted shown_pr[SC_SEARCH_TOP];
+  for (int32_t i = 0; i < n_shown; i++) {
+    if (i == chosen_at) shown_pr[i] = *exact_pr;
+    else if (shown_exact[i] >= 0) shown_pr[i] = exact_of[shown_exact[i]];
+    else estimate_predicted(&shown[i], tokens, &shown_pr[i]);
   }
 
   if (o.json) {
     json_t *cands = json_array();
     for (int32_t i = 0; i < n_shown; i++) {
-      sc_plan_predicted pr;
-      if (i == chosen_at) pr = *exact_pr;
-      else estimate_predicted(&shown[i], tokens, &pr);
-      json_array_append_new(cands, cand_json(&shown[i], &pr, why[i]));
+      json_t *cj1 = cand_json(&shown[i], &shown_pr[i], why[i]);
+      json_object_set_new(cj1, "exact", json_boolean(shown_exact[i] >= 0));
+      if (shown_exact[i] >= 0) { /* its estimate too, to compare */
+        sc_plan_predicted est;
+        estimate_predicted(&shown[i], tokens, &est);
+        json_object_set_new(cj1, "estimate", sc_plan_predicted_json(&est));
+      }
+      json_array_append_new(cands, cj1);
     }
     json_t *cj = cand_json(ch, exact_pr, NULL);
     sc_plan_predicted est;
@@ -511,8 +647,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                (long long)a.global_batch);
     json_object_set_new(cj, "replay", json_string(replay));
     json_t *root = json_pack(
-        "{s:{s:f, s:f, s:f, s:I, s:I, s:o, s:o, s:o}}", "auto", "time_s",
+        "{s:{s:f, s:f, s:f, s:i, s:I, s:I, s:o, s:o, s:o}}", "auto", "time_s",
         t_model + t_search + t_exact, "search_time_s", t_search, "exact_time_s", t_exact,
+        "exact_evaluated", (int)n_exact,
         "candidates_evaluated", (json_int_t)r->evaluated, "candidates_pruned",
         (json_int_t)r->pruned,
         "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "heads", (json_int_t)r->pruned_heads,
@@ -544,7 +681,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_t *sk = json_array();
     for (int32_t i = 0; i < n_skipped; i++) json_array_append_new(sk, json_string(skipped[i]));
     json_object_set_new(au, "rounds", sk);
-    json_object_set_new(au, "activation_scale", json_real(scale));
+    json_object_set_new(au, "activation_scale", json_real(scales[0]));
+    json_object_set_new(au, "activation_scale_pipe", json_real(scales[1]));
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     if (text) printf("%s\n", text);
     free(text);
@@ -586,16 +724,11 @@ int sc_cmd_plan_auto(int argc, char **argv) {
              "rank (%lld bytes), %s\n", xt, 100 * exact_pr->mfu, pk,
              (long long)exact_pr->peak_bytes_per_rank, exact_pr->fits ? "fits" : "over");
     printf("  estimate (block model): step %s (%+.1f %% against the exact)\n", et, 100 * err);
-    printf("\nbest %d (block-model estimates; the chosen one's figures exact):\n",
-           (int)n_shown);
+    printf("\nbest %d (block-model estimates; [exact]: compiled and predicted exactly, the "
+           "chosen one the fastest of those that fit):\n", (int)n_shown);
     printf("  %2s  %-22s %4s %3s  %-14s %4s %5s  %-9s %12s %7s %11s  %s\n", "#", "mesh", "zero",
            "sp", "schedule", "M", "mb", "recompute", "step", "MFU", "peak/rank", "why");
-    for (int32_t i = 0; i < n_shown; i++) {
-      sc_plan_predicted pr;
-      if (i == chosen_at) pr = *exact_pr;
-      else estimate_predicted(&shown[i], tokens, &pr);
-      cand_line(i + 1, &shown[i], &pr, why[i]);
-    }
+    for (int32_t i = 0; i < n_shown; i++) cand_line(i + 1, &shown[i], &shown_pr[i], why[i]);
   }
   fflush(stdout);
   sc_build_destroy(ex.b);

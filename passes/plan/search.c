@@ -47,6 +47,16 @@ enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
  *     (21 MB of 57: every value it reads is handed over);
  *   ACCUM_STATE_B: a pipeline stage's gradient accumulators (fp32). */
 enum { WORK_GRAD_B = 16, WORK_UPDATE_B = 24, ACCUM_STATE_B = 4 };
+/* The one-program step (no pipeline) updates in place and frees each
+ * gradient once reduced: its workspace per parameter element of the model
+ * (not of the shard) is 0.5 bytes without ZeRO-3 (810 MB for 1.56e9
+ * elements, gpt_1p5b dp=8; ZeRO-1/2 hold the whole gradient there, which
+ * the state counts whole for ZeRO-1 and sharded for ZeRO-2, as the ZeRO
+ * paper does) and 2.4 with it (3.73 GB: fsdp=8, the gathered blocks'
+ * bf16 casts and the backward's temporaries). Measured against plan
+ * --train's memory lines (bf16, AdamW, full recompute, h100-sxm:8x1). */
+#define WORK_ONE 0.5
+#define WORK_ONE_Z3 2.4
 #define SAVED_ONE 0.15
 #define SAVED_PIPE 0.37
 /* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
@@ -258,8 +268,20 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * without one reduce-scatter the gradients and gather the updated
      * parameters once a step */
     double times = c->zero >= 3 || c->pp > 1 ? M : 1;
-    st = coll(x, SC_COLL_ALL_GATHER, times * pbytes, c->fsdp, n_fs, times * tensors, &c->fsdp_s,
-              d);
+    /* ZeRO-3 (Rajbhandari et al. 2020, section 7.2.3) frees the gathered
+     * parameters after their forward use and gathers them again for the
+     * backward: 3 psi a step against ZeRO-1/2's 2 psi */
+    double ag = 0, ag_bwd = 0;
+    st = coll(x, SC_COLL_ALL_GATHER, times * pbytes, c->fsdp, n_fs, times * tensors, &ag, d);
+    if (c->zero >= 3) {
+      /* the backward's gathers, block by block, the next prefetched while
+       * the current one's backward computes: exposed is what exceeds a
+       * microbatch's backward compute */
+      double bwd = fwd * BACKWARD_FACTOR;
+      ag_bwd = ag / times > bwd ? times * (ag / times - bwd) : 0;
+    }
+    ag += ag_bwd;
+    c->fsdp_s += ag;
     if (st == SC_OK)
       st = coll(x, SC_COLL_REDUCE_SCATTER, times * pbytes, c->fsdp, n_fs, times * tensors,
                 &c->fsdp_s, d);
@@ -296,7 +318,10 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   if (!last && c->pp > 1) e -= (double)bm->outside.params / tp / 2; /* the head is the last's */
   double mem = state_bytes(x, c, e);
   double f = c->fsdp > 1 ? (double)c->fsdp : 1;
-  mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + (c->zero >= 1 ? e / f : e) * WORK_UPDATE_B;
+  if (c->pp > 1)
+    mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + (c->zero >= 1 ? e / f : e) * WORK_UPDATE_B;
+  else
+    mem += e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
   if (c->pp > 1) mem += e * ACCUM_STATE_B;
   if (c->zero >= 3)
     mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */
@@ -329,7 +354,8 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
     double head_flight = c->pp > 1 ? in_flight : c->microbatches;
     act += head_flight * bm->outside.saved_bytes * mbs / vocab_split(bm, c);
   }
-  double scale = x->o->activation_scale > 0 ? x->o->activation_scale : 1;
+  double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
+  if (scale <= 0) scale = 1;
   *act_out = act * scale;
   return mem + act * scale;
 }

@@ -75,7 +75,12 @@ typedef struct sc_search_opts {
   double activation_scale;      /* the estimates' activation memory (values
                                    kept for the backward, working values)
                                    times this (0: 1): what an exact plan
-                                   measured against them */
+                                   measured against them; for plans without
+                                   a pipeline */
+  double activation_scale_pipe; /* the same for pipelined plans (pp > 1;
+                                   0: 1): their activations are another
+                                   term (the stash), so they are scaled
+                                   apart */
 } sc_search_opts;
 
 typedef struct sc_search_result {

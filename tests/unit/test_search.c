@@ -13,7 +13,8 @@
  * counts add up; re-estimating the best gives its figures again; more
  * GPUs for the same batch never give a slower best; a memory budget
  * below every plan keeps none and names the closest; a batch no
- * data-parallel size divides is refused naming batches that do. */
+ * data-parallel size divides is refused naming batches that do; the ZeRO
+ * stages differ in memory and communication as the ZeRO paper says. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -175,6 +176,50 @@ static void test_budget(void **state) {
   assert_true(r2.n_top > 0 && r2.pruned_state < r.pruned_state);
 }
 
+/* The ZeRO stages (Rajbhandari et al. 2020): 1 shards the optimizer
+ * state, 2 the gradients too, 3 the parameters too, so each holds less
+ * than the one before, by what it shards; 1 and 2 move the same bytes (a
+ * reduce-scatter of the gradients and an all-gather of the updated
+ * parameters a step), 3 gathers the parameters again for the backward:
+ * more fsdp communication when that gather outlasts the backward compute
+ * it hides behind (one example per rank on 16 ranks over two nodes), as
+ * much as 1 and 2 when it does not (eight). */
+static void test_zero_stages(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  sc_cluster cl = preset("h100-sxm:8x2");
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  for (int64_t mbs = 1; mbs <= 8; mbs *= 8) {
+    sc_search_opts o = {.cluster = &cl, .global_batch = 16 * mbs, .dtype = SC_CLUSTER_BF16,
+                        .adamw = true};
+    sc_search_cand z[4];
+    for (int32_t k = 1; k <= 3; k++) {
+      z[k] = (sc_search_cand){.dp = 1, .fsdp = 16, .tp = 1, .pp = 1, .cp = 1, .zero = k,
+                              .schedule = "gpipe", .virtual_stages = 1, .microbatches = 1,
+                              .micro_batch_size = mbs};
+      assert_int_equal(sc_search_estimate(&bm, &o, &z[k], &d), SC_OK);
+      assert_true(z[k].fsdp_s > 0 && z[k].step_s == z[k].step_s);
+    }
+    /* memory: each stage shards one more part of the state; 1 -> 2 drops
+     * 15/16 of the fp32 gradients (4 B an element) at least */
+    double e = (double)sc_block_model_params(&bm);
+    assert_true((double)(z[1].peak_bytes - z[2].peak_bytes) >= e * 4 * 15 / 16 * 0.99);
+    /* 2 -> 3 drops 15/16 of the fp32 parameters (3.75 bytes an
+     * element), less ZeRO-3's working memory (the gathered blocks' casts
+     * and temporaries: 2.4 against 0.5 bytes an element, search.c) and
+     * the two gathered blocks it holds: at least 1 byte an element */
+    assert_true((double)(z[2].peak_bytes - z[3].peak_bytes) >= e);
+    /* communication: 1 and 2 the same, 3 at least as much */
+    assert_true(z[1].fsdp_s == z[2].fsdp_s);
+    assert_true(z[1].optimizer_s == z[2].optimizer_s);
+    if (mbs == 1) assert_true(z[3].fsdp_s > z[2].fsdp_s * 1.2);
+    else assert_true(z[3].fsdp_s >= z[2].fsdp_s);
+  }
+}
+
 static void test_batch_refused(void **state) {
   (void)state;
   sc_block_model bm;
@@ -197,7 +242,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
       cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_budget),
-      cmocka_unit_test(test_batch_refused),
+      cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_zero_stages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,15 +1,18 @@
 """Checks of `shardc plan --train --auto --json` (tests/lit/plan/auto.test).
 
   auto_check.py check SHARDC MODEL AUTO.json TMP
-      the chosen plan is exact ("simulated", the path of plan --train --mesh),
-      fits its memory, and is the first candidate; the others are the block
-      model's estimates, best first; the counts are there. Then the chosen
+      the chosen plan is exact ("simulated", the path of plan --train --mesh)
+      and fits its memory; the candidates evaluated exactly ("exact": true,
+      at least two) have simulated figures, and the chosen one is the
+      fastest of them that fits; the others are the block model's
+      estimates, best first; the counts are there. Then the chosen
       plan's options given to `plan --train --cluster C --mesh ... --json`
       predict the same object, and the plan file written from
       auto.chosen.plan replayed with --plan (and the recompute and training
       options, which the plan file does not hold) predicts it again.
   auto_check.py faster A.json B.json
-      B's chosen plan (more GPUs, the same batch) is not slower than A's.
+      B's chosen plan (more GPUs, the same batch) is not slower than A's by
+      more than 5 % (the links between nodes, below).
 """
 import json
 import shlex
@@ -45,7 +48,17 @@ def check(shardc, model, path, tmp):
     first = [c for c in cands if c["why"] == "chosen"]
     assert len(first) == 1 and first[0]["predicted"] == p, first
     assert first[0]["options"] == ch["options"]
-    est = [c for c in cands if c["why"] != "chosen"]
+    assert first[0]["exact"], first
+    # the exactly evaluated ones: their figures simulated, their estimate
+    # beside them; the chosen one is the exact fastest of those that fit
+    exact = [c for c in cands if c["exact"]]
+    assert 2 <= len(exact) == a["exact_evaluated"], (len(exact), a["exact_evaluated"])
+    for c in exact:
+        assert c["predicted"]["source"] == "simulated", c
+        assert c["estimate"]["source"] == "estimate", c
+        if c["predicted"]["peak_bytes_per_rank"] <= a["memory_limit_bytes"]:
+            assert p["step_time_s"] <= c["predicted"]["step_time_s"], (ch["options"], c["options"])
+    est = [c for c in cands if not c["exact"]]
     assert est and all(c["predicted"]["source"] == "estimate" for c in est)
     steps = [c["predicted"]["step_time_s"] for c in est]
     assert steps == sorted(steps), steps
@@ -77,7 +90,11 @@ def check(shardc, model, path, tmp):
 
 def faster(pa, pb):
     a, b = load(pa)["chosen"]["predicted"], load(pb)["chosen"]["predicted"]
-    assert b["step_time_s"] <= a["step_time_s"], (a["step_time_s"], b["step_time_s"])
+    # within 5 %: the second node's GPUs come with inter-node links for
+    # the groups that span nodes, which a plan on one node does not pay,
+    # so the exact step need not shrink strictly (gpt_1p5b, batch 64: 8
+    # GPUs dp=2,fsdp=4 59.6 ms, 16 GPUs pp=2,dp=4,fsdp=2 60.2 ms)
+    assert b["step_time_s"] <= 1.05 * a["step_time_s"], (a["step_time_s"], b["step_time_s"])
     print("more GPUs ok")
 
 
