@@ -607,8 +607,13 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
                                      "loss scaling", d)) != SC_OK)
       return st;
 
-  /* the global gradient norm, and clipping by it */
-  int32_t norm2 = -1;
+  /* the global gradient norm, and clipping by it. The squares are summed
+   * in forward order, NORM_GROUP parameters at a time, and the groups'
+   * sums then added up: a pipelined step keeps a group inside its chunk
+   * and hands the last chunk one scalar per group, not one per parameter
+   * (passes/partition/pipe_train.c, "norm") */
+  enum { NORM_GROUP = 16 };
+  int32_t norm2 = -1, part = -1, in_part = 0;
   sc_dtype t = g->values[loss].dtype;
   int32_t accum = o->grad_accum > 1 ? o->grad_accum : 1;
   int32_t *order = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *order);
@@ -639,7 +644,17 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     int32_t sq = gb_2(&c, SC_OP_MUL, grads[k], grads[k]);
     int32_t s = gb_reduce_sum(&c, sq, axes, gv.rank, false);
     s = gb_cast(&c, s, t); /* s is gv.dtype: a Cast only when that is not t */
-    norm2 = norm2 < 0 ? s : gb_2(&c, SC_OP_ADD, norm2, s);
+    part = part < 0 ? s : gb_2(&c, SC_OP_ADD, part, s);
+    if ((st = built(g, part, "gradient norm", d)) != SC_OK) return st;
+    if (++in_part == NORM_GROUP) { /* the group's sum joins the total */
+      norm2 = norm2 < 0 ? part : gb_2(&c, SC_OP_ADD, norm2, part);
+      if ((st = built(g, norm2, "gradient norm", d)) != SC_OK) return st;
+      part = -1;
+      in_part = 0;
+    }
+  }
+  if (part >= 0) {
+    norm2 = norm2 < 0 ? part : gb_2(&c, SC_OP_ADD, norm2, part);
     if ((st = built(g, norm2, "gradient norm", d)) != SC_OK) return st;
   }
   /* parameters without a gradient (the loss does not reach them, or only

@@ -25,14 +25,18 @@
  *             to smaller ones;
  *   norm      the largest chunk among its inputs' (each chunk reduces its
  *             own gradients and sums their squares), except a node that
- *             reads only scalars (the running sum of the squares, the
- *             square root, the decision): the last chunk. The train pass
- *             sums the squares in forward order; kept with its parameters,
- *             that chain made each chunk's norm piece wait for the one
- *             before (a piece receives its inputs before it runs), so the
- *             pieces' gradient reductions ran one after another. In the
- *             last chunk each chunk's norm piece only sends its squares
- *             (one scalar per parameter) and all of them run at once;
+ *             reads only scalars (the sums of the squares, the square
+ *             root, the decision): it stays in its inputs' chunk when they
+ *             all come from one, else it goes to the last chunk. The train
+ *             pass sums the squares in forward order in groups of 16
+ *             parameters and then adds the groups' sums (passes/train.c):
+ *             a group inside a chunk is summed there, and a chunk's norm
+ *             piece sends the last chunk one scalar per group (per
+ *             parameter only where a group straddles a cut). A running
+ *             sum passed from chunk to chunk instead would make each
+ *             chunk's norm piece wait for the one before (a piece receives
+ *             its inputs before it runs), so the pieces' gradient
+ *             reductions would run one after another;
  *   update    in reverse order, the owner of the state it writes ("new:X"),
  *             else the smallest chunk among its readers.
  * A state input read on another pipeline rank than its owner's (a tied
@@ -305,7 +309,7 @@ static sc_status other_chunks(pipe_ctx *c) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sc_node *n = &g->nodes[i];
     if (c->phase[i] != SC_PIPE_BACKWARD && c->phase[i] != SC_PIPE_NORM) continue;
-    int32_t want = -1, lim = c->C - 1;
+    int32_t want = -1, lo = c->C, lim = c->C - 1;
     bool bwd = c->phase[i] == SC_PIPE_BACKWARD;
     int32_t origin = bwd ? origin_chunk(fw, n_fw, n->name) : -1;
     for (int32_t j = 0; j < n->n_inputs; j++) {
@@ -327,13 +331,16 @@ static sc_status other_chunks(pipe_ctx *c) {
       if (ch < 0 || (bwd && u < 0)) continue; /* state: copied to the reader if need be */
       if (bwd && c->phase[u] == SC_PIPE_BACKWARD) {
         if (ch < lim) lim = ch;
-      } else if (ch > want) {
-        want = ch;
+      } else {
+        if (ch > want) want = ch;
+        if (ch < lo) lo = ch;
       }
     }
     if (origin >= 0) want = origin;
     if (bwd) c->chunk[i] = want < 0 || want > lim ? lim : want;
-    else c->chunk[i] = scalars_only(g, n) ? c->C - 1 : want < 0 ? 0 : want;
+    else if (scalars_only(g, n)) /* a sum within one chunk stays; others meet in the last */
+      c->chunk[i] = want >= 0 && lo == want ? want : c->C - 1;
+    else c->chunk[i] = want < 0 ? 0 : want;
   }
   sc_free(fw);
   for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
