@@ -150,8 +150,15 @@ static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
     memcpy(pc->iv[i].dims, b->dims, sizeof pc->iv[i].dims);
     binding *x = &pc->in[i];
     int32_t k;
-    if (sc_dist_find_input(dp, name) < 0) { /* handed over */
-      int32_t j, t = sc_dist_handoff_source(dp, s, name, &j);
+    int32_t j = 0, t = sc_dist_find_input(dp, name) < 0 ? sc_dist_handoff_source(dp, s, name, &j)
+                                                         : -1;
+    if (sc_pipe_reads_state(dp, s, t, name)) { /* "new:X" read from state X */
+      if ((k = state_index(r, name + 4, b, &dp->stages[s].input_sharding[i], d)) < 0)
+        return d->status;
+      x->kind = B_STATE;
+      x->index = k;
+      pc->iv[i].data = r->st[k].data;
+    } else if (sc_dist_find_input(dp, name) < 0) { /* handed over */
       x->kind = B_HANDOFF;
       x->index = t >= 0 ? sc_pipe_handoff_find(&r->t, t, j) : -1;
       if (x->index < 0)
@@ -290,7 +297,7 @@ static void drop_slot(sc_pipe_rank *r, int32_t h, int32_t k) {
   if (!x->slot[k]) return;
   sc_free(x->slot[k]);
   x->slot[k] = NULL;
-  r->stash -= r->t.h[h].bytes;
+  if (sc_pipe_handoff_stashed(&r->t, h, r->me)) r->stash -= r->t.h[h].bytes;
 }
 
 static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *src, sc_diag *d) {
@@ -301,6 +308,7 @@ static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *sr
                        r->t.h[h].name, (int)k);
   if (!(x->slot[k] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
   if (src) memcpy(x->slot[k], src, (size_t)bytes);
+  if (!sc_pipe_handoff_stashed(&r->t, h, r->me)) return SC_OK; /* the step's: not stashed */
   r->stash += bytes;
   if (r->stash > r->peak_stash) r->peak_stash = r->stash;
   return SC_OK;
