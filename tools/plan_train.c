@@ -271,9 +271,10 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          "state: parameters,\n  optimizer state and accumulators it keeps; stash peak: the "
          "most bytes of values handed over\n  per microbatch kept at once (forward to "
          "backward, across chunks); step values: that of\n  values kept once a step (state "
-         "copies, the norm's and the update's inputs); stashed: the most microbatches "
-         "whose forward ran and backward has not (formula: %s);\n  sent: bytes per step to "
-         "other pipeline ranks, and in collectives\n",
+         "copies, the norm's and the update's inputs); total: with\n  the most of both kept "
+         "at once; stashed: the most microbatches whose forward ran and\n  backward has not "
+         "(formula: %s);\n  sent: bytes per step to other pipeline ranks, and in "
+         "collectives\n",
          dp->schedule.kind == SC_SCHEDULE_GPIPE         ? "GPipe M"
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");

@@ -5,7 +5,8 @@
  *   FORWARD   ancestors of the output "loss";
  *   BACKWARD  the other ancestors of the gradients "grad:P" and of the
  *             accumulators "new:accum:P" that a lower chunk's backward
- *             needs (the input gradients: see weight_phase);
+ *             needs (the input gradients: see weight_phase), and all of
+ *             them in a chunk whose backward recomputes;
  *   WEIGHT    the rest of them (weight gradients, accumulation);
  *   NORM      the other ancestors of "train:grad_norm" and "train:applied";
  *   UPDATE    the rest (each parameter's update, the clipping factor).
