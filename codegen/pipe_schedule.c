@@ -360,6 +360,13 @@ static void source_of(const named_out *o, size_t n, const char *name, int32_t s,
     }
 }
 
+bool sc_pipe_reads_state(const sc_dist_program *dp, int32_t s, int32_t src, const char *name) {
+  int32_t C = dp->pipe_chunks, P = dp->pipe_ranks;
+  return src >= 0 && src < s && name && strncmp(name, "new:", 4) == 0 && !per_mb(C, s) &&
+         per_mb(C, src) && sc_pipe_piece_chunk(C, src) % P == sc_pipe_piece_chunk(C, s) % P &&
+         sc_dist_is_state(dp, name + 4);
+}
+
 static sc_status handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, const named_out *o,
                              size_t n_o, const char **inputs, int32_t n_in, sc_diag *d) {
   for (int32_t s = 0; s < dp->n_stages; s++) {
@@ -375,6 +382,7 @@ static sc_status handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, con
       if (src < 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "piece %d: input '%s' has no source",
                            (int)s, name ? name : "?");
+      if (sc_pipe_reads_state(dp, s, src, name)) continue;
       int32_t h = add_handoff(t, dp, src, j, d);
       if (h < 0) return d->status;
       if (!t->h[h].per_mb && per_mb(t->C, s) && !per_mb(t->C, t->h[h].piece))
@@ -443,13 +451,27 @@ static size_t input_cell(const sc_pipe_handoffs *t, int32_t s, int32_t j, int32_
   return (size_t)*h * (size_t)t->M + (size_t)k;
 }
 
+bool sc_pipe_handoff_stashed(const sc_pipe_handoffs *t, int32_t h, int32_t q) {
+  return t->h[h].per_mb && t->h[h].mb_readers[q] > 0;
+}
+
+/* Keeps (sign 1) or releases (-1) handoff h's bytes on q: live[0] the
+ * stash, live[1] the step's values, live[2] both; peak[] their most. */
+static void keep(const sc_pipe_handoffs *t, int32_t h, int32_t q, int sign, int64_t *live,
+                 int64_t *peak) {
+  int k = !sc_pipe_handoff_stashed(t, h, q);
+  if ((live[k] += sign * t->h[h].bytes) > peak[k]) peak[k] = live[k];
+  if ((live[2] += sign * t->h[h].bytes) > peak[2]) peak[2] = live[2];
+}
+
 void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
-                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent,
-                     uint64_t *from, uint64_t *to) {
+                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash,
+                     int64_t *peak_step, int64_t *peak_kept, int64_t *sent, uint64_t *from,
+                     uint64_t *to) {
   size_t cells = (size_t)t->n * (size_t)t->M + 1;
   int32_t *left = sc_calloc(cells, sizeof *left);
   bool *kept = sc_calloc(cells, 1);
-  int64_t live = 0, peak = 0, out = 0;
+  int64_t live[3] = {0, 0, 0}, peak[3] = {0, 0, 0}, out = 0;
   for (int32_t h = 0; left && h < t->n; h++)
     for (int32_t k = 0; k < t->M; k++)
       left[(size_t)h * t->M + k] = sc_pipe_handoff_reads(t, h, q, k);
@@ -462,7 +484,7 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
       size_t c = input_cell(t, s, j, mb, &h);
       if (h >= 0 && !kept[c]) {
         kept[c] = true;
-        if ((live += t->h[h].bytes) > peak) peak = live;
+        keep(t, h, q, 1, live, peak);
         int32_t r = sc_pipe_piece_chunk(t->C, t->h[h].piece) % t->P;
         if (from && r < 64) from[i] |= 1ull << r;
       }
@@ -473,7 +495,7 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
       size_t c = input_cell(t, s, j, mb, &h);
       if (h >= 0 && --left[c] <= 0 && kept[c]) {
         kept[c] = false;
-        live -= t->h[h].bytes;
+        keep(t, h, q, -1, live, peak);
       }
     }
     for (int32_t h = 0; h < t->n; h++) {
@@ -487,12 +509,14 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
       size_t c = (size_t)h * t->M + k;
       if (left[c] > 0 && !kept[c]) {
         kept[c] = true;
-        if ((live += t->h[h].bytes) > peak) peak = live;
+        keep(t, h, q, 1, live, peak);
       }
     }
   }
   sc_free(left);
   sc_free(kept);
-  *peak_stash = peak;
+  *peak_stash = peak[0];
+  *peak_step = peak[1];
+  *peak_kept = peak[2];
   *sent = out;
 }

@@ -102,6 +102,15 @@ typedef struct sc_pipe_handoffs {
   int32_t **input_handoff; /* [n_pieces][the piece's inputs]: the handoff each
                               input reads, -1 for a model input */
 } sc_pipe_handoffs;
+/* Whether piece s's input `name`, which piece src makes, is read from
+ * state instead of handed over: s runs once per step, src per microbatch
+ * on the same pipeline coordinate, and name is "new:X" of a state X (an
+ * accumulated gradient read by the norm and update pieces). The runtime
+ * copies "new:X" over X after every run of src (runtime/pipe_rank.c), so
+ * after the step's last microbatch X holds the value s reads: a copy kept
+ * in the stash would only double it. Such an input is no handoff
+ * (input_handoff -1); the runtime binds it to X. */
+bool sc_pipe_reads_state(const sc_dist_program *dp, int32_t s, int32_t src, const char *name);
 /* Errors: an input of no source, a once-per-step value read per
  * microbatch (SC_ERR_INVALID). */
 sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *out, sc_diag *d);
@@ -111,16 +120,26 @@ int32_t sc_pipe_handoff_find(const sc_pipe_handoffs *t, int32_t piece, int32_t o
 /* How many pieces of pipeline coordinate q read microbatch k of handoff h
  * (k = 0 for a value made once per step). */
 int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, int32_t k);
+/* Whether handoff h kept on pipeline coordinate q is stashed: made per
+ * microbatch and read here by a per-microbatch piece (forward values for
+ * the backward, the values and gradients crossing a chunk boundary), kept
+ * per microbatch in flight. The others (a state copy, a value read here
+ * only once per step: the norm's share, the mean gradient the update
+ * reads) are the step's values, kept once whatever the microbatches. */
+bool sc_pipe_handoff_stashed(const sc_pipe_handoffs *t, int32_t h, int32_t q);
 /* Pipeline coordinate q's traffic over one step of its action list, by the
  * runtime's rules (runtime/pipe_rank.c): a value is kept from when it is
  * made here or received (before the first piece that reads it) until its
- * last reader here has run; *peak_stash: the most bytes kept at once;
+ * last reader here has run; *peak_stash: the most bytes of stashed values
+ * (sc_pipe_handoff_stashed) kept at once, *peak_step that of the others,
+ * *peak_kept that of both together;
  * *sent: the bytes q sends to other pipeline coordinates. from and to
  * (NULL, or [n] zeroed): per action, bit r set when it receives from (a
  * value not yet here) or sends to pipeline coordinate r (r < 64). */
 void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
-                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash, int64_t *sent,
-                     uint64_t *from, uint64_t *to);
+                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash,
+                     int64_t *peak_step, int64_t *peak_kept, int64_t *sent, uint64_t *from,
+                     uint64_t *to);
 
 /* "F3.1" (forward of chunk 3, microbatch 1), "N0", "U2" into buf. */
 const char *sc_pipe_action_name(const sc_pipe_action *a, char *buf, size_t size);

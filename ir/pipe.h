@@ -11,10 +11,13 @@
  *             per microbatch;
  *   BACKWARD  the backward nodes a lower chunk's backward needs: the input
  *             gradients (and what they read: recomputed forward nodes),
- *             once per microbatch;
+ *             once per microbatch; in a chunk that recomputes, all of its
+ *             backward (the weight gradients read the recomputed values,
+ *             which die there block by block);
  *   WEIGHT    its other backward nodes: the weight gradients and their
  *             accumulation, once per microbatch, whenever the schedule
- *             says (zero-bubble schedules run them late);
+ *             says (zero-bubble schedules run them late); empty in a
+ *             chunk that recomputes;
  *   NORM      its share of the global gradient norm and the step's
  *             decision (ok, the clipping factor's input), once per step;
  *   UPDATE    its parameters' optimizer update, once per step.

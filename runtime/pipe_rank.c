@@ -153,6 +153,13 @@ static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
     if (r->t.input_handoff[s][i] >= 0) { /* handed over (tables: every other has a source) */
       x->kind = B_HANDOFF;
       x->index = r->t.input_handoff[s][i];
+    } else if (sc_dist_find_input(dp, name) < 0) {
+      /* "new:X" read from state X (sc_pipe_reads_state: the tables give it no handoff) */
+      if ((k = state_index(r, name + 4, b, &dp->stages[s].input_sharding[i], d)) < 0)
+        return d->status;
+      x->kind = B_STATE;
+      x->index = k;
+      pc->iv[i].data = r->st[k].data;
     } else if (strcmp(name, "train:lr") == 0 || strcmp(name, "train:bc1") == 0 ||
                strcmp(name, "train:bc2") == 0) {
       x->kind = name[6] == 'l' ? B_LR : name[8] == '1' ? B_BC1 : B_BC2;
@@ -286,7 +293,7 @@ static void drop_slot(sc_pipe_rank *r, int32_t h, int32_t k) {
   if (!x->slot[k]) return;
   sc_free(x->slot[k]);
   x->slot[k] = NULL;
-  r->stash -= r->t.h[h].bytes;
+  if (sc_pipe_handoff_stashed(&r->t, h, r->me)) r->stash -= r->t.h[h].bytes;
 }
 
 static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *src, sc_diag *d) {
@@ -297,6 +304,7 @@ static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *sr
                        r->t.h[h].name, (int)k);
   if (!(x->slot[k] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
   if (src) memcpy(x->slot[k], src, (size_t)bytes);
+  if (!sc_pipe_handoff_stashed(&r->t, h, r->me)) return SC_OK; /* the step's: not stashed */
   r->stash += bytes;
   if (r->stash > r->peak_stash) r->peak_stash = r->stash;
   return SC_OK;

@@ -60,8 +60,9 @@ void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffe
 /* The i-th state tensor's name (i < count), for walks over all state. */
 int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r);
 const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i);
-/* Bytes of the sessions' arenas, and the most stashed (handed-over) bytes
- * held at once in the last step. */
+/* Bytes of the sessions' arenas, and the most stashed bytes (handed-over
+ * values kept per microbatch in flight, sc_pipe_handoff_stashed) held at
+ * once in the last step. */
 int64_t sc_pipe_rank_arena_bytes(const sc_pipe_rank *r);
 int64_t sc_pipe_rank_peak_stash_bytes(const sc_pipe_rank *r);
 void sc_pipe_rank_destroy(sc_pipe_rank *r);

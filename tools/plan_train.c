@@ -88,6 +88,8 @@ static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M
 typedef struct pipe_row {
   int32_t q;
   int64_t arenas, state, stash, p2p, coll;
+  int64_t step, kept;    /* the step's handed-over values' peak, and that of
+                            all handed-over values (the total's) */
   int64_t outside;       /* the device's lines beside the arenas: the most
                             any of its pieces needs (one context, one
                             workspace, reused by the pieces in turn) */
@@ -143,7 +145,8 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
   r->from = sc_calloc((size_t)r->n_acts + 1, sizeof *r->from);
   r->to = sc_calloc((size_t)r->n_acts + 1, sizeof *r->to);
   if (!r->from || !r->to) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, &r->stash, &r->p2p, r->from, r->to);
+  sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, &r->stash, &r->step, &r->kept, &r->p2p,
+                  r->from, r->to);
   r->stashed = sc_pipe_peak_stash(r->acts, r->n_acts);
   r->formula = stash_formula((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q);
   return SC_OK;
@@ -227,10 +230,12 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
     for (int32_t q = 0; q < P; q++) {
       const pipe_row *r = &rows[q];
       printf("%s\n  {\"rank\": %d, \"arenas\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
-             "\"total\": %lld, \"stashed_microbatches\": %d, \"stash_formula\": %d, "
-             "\"p2p_sent\": %lld, \"collective_sent\": %lld, \"actions\": [",
+             "\"step_values_peak\": %lld, \"total\": %lld, \"stashed_microbatches\": %d, "
+             "\"stash_formula\": %d, \"p2p_sent\": %lld, \"collective_sent\": %lld, "
+             "\"actions\": [",
              q ? "," : "", (int)q, (long long)r->arenas, (long long)r->state,
-             (long long)r->stash, (long long)(r->arenas + r->state + r->stash), (int)r->stashed,
+             (long long)r->stash, (long long)r->step,
+             (long long)(r->arenas + r->state + r->kept), (int)r->stashed,
              (int)r->formula, (long long)r->p2p, (long long)r->coll);
       for (int32_t i = 0; i < r->n_acts; i++) {
         char name[64];
@@ -253,20 +258,23 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   printf("schedule check: every rank's action list runs to its end (no deadlock)\n");
   printf("\nper pipeline rank (one rank of its data and tensor parallel group; planned = "
          "allocated):\n");
-  printf("  %4s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arenas", "state",
-         "stash peak", "total", "stashed", "formula", "p2p sent", "coll sent");
+  printf("  %4s %12s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arenas", "state",
+         "stash peak", "step values", "total", "stashed", "formula", "p2p sent", "coll sent");
   for (int32_t q = 0; q < P; q++) {
     const pipe_row *r = &rows[q];
-    printf("  %4d %12lld %12lld %12lld %12lld %9d %9d %12lld %12lld\n", (int)q,
-           (long long)r->arenas, (long long)r->state, (long long)r->stash,
-           (long long)(r->arenas + r->state + r->stash), (int)r->stashed, (int)r->formula,
+    printf("  %4d %12lld %12lld %12lld %12lld %12lld %9d %9d %12lld %12lld\n", (int)q,
+           (long long)r->arenas, (long long)r->state, (long long)r->stash, (long long)r->step,
+           (long long)(r->arenas + r->state + r->kept), (int)r->stashed, (int)r->formula,
            (long long)r->p2p, (long long)r->coll);
   }
   printf("  arenas: its pieces' programs (forward, backward, norm, update of each chunk); "
          "state: parameters,\n  optimizer state and accumulators it keeps; stash peak: the "
-         "most bytes of handed-over values kept\n  at once; stashed: the most microbatches "
-         "whose forward ran and backward has not (formula: %s);\n  sent: bytes per step to "
-         "other pipeline ranks, and in collectives\n",
+         "most bytes of values handed over\n  per microbatch kept at once (forward to "
+         "backward, across chunks); step values: that of\n  values kept once a step (state "
+         "copies, the norm's and the update's inputs); total: with\n  the most of both kept "
+         "at once; stashed: the most microbatches whose forward ran and\n  backward has not "
+         "(formula: %s);\n  sent: bytes per step to other pipeline ranks, and in "
+         "collectives\n",
          dp->schedule.kind == SC_SCHEDULE_GPIPE         ? "GPipe M"
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
@@ -274,8 +282,8 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   int64_t peak = 0;
   for (int32_t q = 0; q < P; q++) {
     const pipe_row *r = &rows[q];
-    if (r->arenas + r->state + r->stash + r->outside > peak)
-      peak = r->arenas + r->state + r->stash + r->outside;
+    if (r->arenas + r->state + r->kept + r->outside > peak)
+      peak = r->arenas + r->state + r->kept + r->outside;
   }
   sc_plan_print_predicted(dp, b->plan, precision_name(t), peak);
 done:
@@ -305,7 +313,7 @@ static sc_status train_peak(const sc_build *b, const sc_device_target *target, i
     for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
       pipe_row r;
       st = pipe_row_of(dp, &ho, q, target, &r, d);
-      int64_t total = r.arenas + r.state + r.stash + r.outside;
+      int64_t total = r.arenas + r.state + r.kept + r.outside;
       if (st == SC_OK && total > *peak) *peak = total;
       sc_free(r.acts);
       sc_free(r.from);

@@ -765,7 +765,8 @@ int sc_cmd_train(int argc, char **argv) {
       }
     }
     if (!a.quiet && step == a.steps && run.dist && src.mesh->pipe_chunks > 0) {
-      printf("pipeline: handed-over values kept at once, per pipeline rank:");
+      printf("pipeline: stashed values (handed over per microbatch) kept at once, per pipeline "
+             "rank:");
       for (int32_t q = 0; q < (world ? 1 : src.mesh->pipe_ranks); q++)
         printf(" %lld", (long long)sc_dist_trainer_stash_bytes(run.dist, q));
       printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");

@@ -91,6 +91,7 @@ typedef struct memo {
   int32_t gid;       /* global value */
   sc_sharding s;
   int32_t lid;       /* local value holding it */
+  int32_t stage;     /* the stage (or piece) that made it */
   int32_t next;      /* next memo of the same gid, or -1 */
 } memo;
 
@@ -162,6 +163,7 @@ static sc_status add_memo(lz *z, int32_t gid, const sc_sharding *s, int32_t lid)
   }
   memo *e = &z->memos[z->n_memos];
   e->gid = gid;
+  e->stage = z->stage;
   e->s = *s;
   e->lid = lid;
   e->next = z->head[gid];
@@ -169,9 +171,17 @@ static sc_status add_memo(lz *z, int32_t gid, const sc_sharding *s, int32_t lid)
   return SC_OK;
 }
 
+/* A pipelined step's piece reshards a graph input (a parameter, state,
+ * data) itself rather than reuse another piece's reshard: every piece
+ * reads the input, and the reshard of another piece (a tp weight gathered
+ * in the forward, read again by the backward) would be handed over per
+ * microbatch, a weight-sized stash for each microbatch in flight. */
 static int32_t find_memo(lz *z, int32_t gid, const sc_sharding *s) {
+  bool own = z->p->n_chunks > 0 && z->g->values[gid].producer < 0;
   for (int32_t i = z->head[gid]; i >= 0; i = z->memos[i].next)
-    if (sc_sharding_equal(&z->memos[i].s, s)) return z->memos[i].lid;
+    if (sc_sharding_equal(&z->memos[i].s, s) &&
+        (!own || z->memos[i].stage == z->stage || z->memos[i].lid == z->lid[gid]))
+      return z->memos[i].lid;
   return -1;
 }
 

@@ -5,7 +5,8 @@
  *   FORWARD   ancestors of the output "loss";
  *   BACKWARD  the other ancestors of the gradients "grad:P" and of the
  *             accumulators "new:accum:P" that a lower chunk's backward
- *             needs (the input gradients: see weight_phase);
+ *             needs (the input gradients: see weight_phase), and all of
+ *             them in a chunk whose backward recomputes;
  *   WEIGHT    the rest of them (weight gradients, accumulation);
  *   NORM      the other ancestors of "train:grad_norm" and "train:applied";
  *   UPDATE    the rest (each parameter's update, the clipping factor).
@@ -603,23 +604,42 @@ static sc_status accumulate_remote_grads(pipe_ctx *c) {
   return st;
 }
 
+/* Whether node i is a clone recompute.c made ("<node>/recompute"). */
+static bool is_recompute_clone(const sc_graph *g, int32_t i) {
+  const char *name = g->nodes[i].name;
+  size_t n = name ? strlen(name) : 0, k = strlen("/recompute");
+  return n > k && strcmp(name + n - k, "/recompute") == 0;
+}
+
 /* Backward nodes that no lower chunk's backward needs (not even through
  * nodes of their own chunk) compute weight gradients only: the WEIGHT
  * phase, which a schedule may run late. In reverse topological order: a
  * node is needed when a backward node of a lower chunk, or a needed one of
- * its own, reads one of its outputs. */
+ * its own, reads one of its outputs.
+ * A chunk whose backward recomputes forward values (recompute.c's clones)
+ * keeps all of its backward in the BACKWARD piece: its weight gradients
+ * read the recomputed values, which die there block by block as in the
+ * one-program step; split off, the WEIGHT piece would receive every
+ * recomputed value of the chunk (and the output gradients) per microbatch,
+ * a stash as large as recompute's savings. */
 static sc_status weight_phase(pipe_ctx *c) {
   sc_graph *g = c->g;
   int32_t *uoff = NULL, *users = NULL;
   if (sc_graph_users(g, &uoff, &users) != SC_OK) return nomem(c->d);
   bool *needed = sc_calloc((size_t)g->n_nodes + 1, sizeof *needed);
-  if (!needed) {
+  bool *recomputes = sc_calloc((size_t)c->C + 1, sizeof *recomputes); /* [chunk] */
+  if (!needed || !recomputes) {
+    sc_free(needed);
+    sc_free(recomputes);
     sc_free(uoff);
     sc_free(users);
     return nomem(c->d);
   }
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (c->phase[i] == SC_PIPE_BACKWARD && is_recompute_clone(g, i)) recomputes[c->chunk[i]] = true;
   for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
     if (c->phase[i] != SC_PIPE_BACKWARD) continue;
+    needed[i] = recomputes[c->chunk[i]];
     const sc_node *n = &g->nodes[i];
     for (int32_t j = 0; j < n->n_outputs && !needed[i]; j++) {
       int32_t v = n->outputs[j];
@@ -632,7 +652,10 @@ static sc_status weight_phase(pipe_ctx *c) {
   }
   for (int32_t i = 0; i < g->n_nodes; i++)
     if (c->phase[i] == SC_PIPE_BACKWARD && !needed[i]) c->phase[i] = SC_PIPE_WEIGHT;
+    else if (c->phase[i] == SC_PIPE_WEIGHT && recomputes[c->chunk[i]]) /* a remote accumulator */
+      c->phase[i] = SC_PIPE_BACKWARD;
   sc_free(needed);
+  sc_free(recomputes);
   sc_free(uoff);
   sc_free(users);
   return SC_OK;
