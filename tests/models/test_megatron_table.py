@@ -20,16 +20,17 @@ Prints the table (model, GPUs, batch, plan, published, predicted, ratio,
 seconds of `plan`, the search's tokens/s over the published plan's, its
 seconds, the plan it chose).
 
-    test_megatron_table.py [--table a100|h100|all]   (default all)
+    test_megatron_table.py [--predictions-only] [--table a100|h100|all]
+    (default: all rows, with the search)
 
-Not registered with ctest while it fails: with the simulated step
-(codegen/dist_sim.h) every A100 row is within the band, no H100 row is,
-and the search finds
-no plan within the memory for most rows or a slower one
-(docs/planner.md, "Validation against published figures", has the table
-as measured). Run it by hand: SHARDC=build/shardc .venv/bin/python
-tests/models/test_megatron_table.py; bench/bench_megatron.py prints the
-same table in `make bench`.
+ctest runs `--predictions-only --table a100` (models.test_megatron_table_a100):
+every A100 row's prediction within the band. Not registered while they
+fail: the H100 rows' predictions (31-59 % low: unfused attention at
+sequence 4096) and the search's checks (it finds no plan within the
+memory for most rows, or a slower one; docs/planner.md, "Validation
+against published figures", has the table as measured). Run those by
+hand: SHARDC=build/shardc .venv/bin/python tests/models/test_megatron_table.py;
+bench/bench_megatron.py prints the same table in `make bench`.
 
 Environment: SHARDC, SC_SOURCE_DIR, SC_BINARY_DIR.
 """
@@ -49,11 +50,14 @@ BAND = 0.20  # the required agreement with the published figure
 
 
 def main():
-    table = "all"
-    if len(sys.argv) == 3 and sys.argv[1] == "--table" and sys.argv[2] in ("a100", "h100", "all"):
-        table = sys.argv[2]
-    elif len(sys.argv) != 1:
-        print("usage: test_megatron_table.py [--table a100|h100|all]")
+    table, search_too = "all", True
+    args = sys.argv[1:]
+    if args[:1] == ["--predictions-only"]:
+        search_too, args = False, args[1:]
+    if len(args) == 2 and args[0] == "--table" and args[1] in ("a100", "h100", "all"):
+        table = args[1]
+    elif args:
+        print("usage: test_megatron_table.py [--predictions-only] [--table a100|h100|all]")
         return 2
     shardc = os.environ.get("SHARDC")
     if not shardc:
@@ -69,7 +73,7 @@ def main():
         write(c, out)
         r = predict(shardc, out, c, timeout=300)
         a = search(shardc, out, c, max(r["peak_bytes"] or 0, device_bytes(c)), timeout=300) \
-            if r["rc"] == 0 else None
+            if r["rc"] == 0 and search_too else None
         print(row(c, r, a), flush=True)
         if not check(r["rc"] == 0, f"{n}: plan failed ({r['rc']}): {r['stderr'].strip()}"):
             continue
@@ -84,6 +88,8 @@ def main():
         # the search, on the same model, GPUs and global batch, within the
         # memory the published plan is predicted to need, finds a plan at
         # least as fast (tokens/s: TFLOP/s would favour recomputation)
+        if a is None:
+            continue
         if check(a["rc"] == 0 and a["tokens_per_s"] and math.isfinite(a["tokens_per_s"]),
                  f"{n}: plan --auto found no plan: {a['stderr'].strip()[-300:]}"):
             check(a["tokens_per_s"] >= r["tokens_per_s"] * (1 - 1e-9),
