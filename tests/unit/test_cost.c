@@ -22,21 +22,9 @@
 #include <cmocka.h>
 
 #include "passes/plan/cost.h"
+#include "test_plan_util.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
-
-static sc_cluster preset(const char *spec) {
-  sc_cluster c;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  assert_int_equal(sc_cluster_preset(spec, &c, &d), SC_OK);
-  return c;
-}
-
-static void assert_close(double got, double want) {
-  double err = got > want ? got - want : want - got;
-  if (err > 1e-9 * (want > 0 ? want : 1)) fail_msg("got %.12g, want %.12g", got, want);
-}
 
 static void test_collectives(void **state) {
   (void)state;

@@ -35,19 +35,7 @@
 
 #include "codegen/dist_sim.h"
 #include "codegen/pipe_schedule.h"
-
-static sc_cluster preset(const char *spec) {
-  sc_cluster c;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  assert_int_equal(sc_cluster_preset(spec, &c, &d), SC_OK);
-  return c;
-}
-
-static void assert_close(double got, double want) {
-  double err = got > want ? got - want : want - got;
-  if (!(err <= 1e-9 * (want > 0 ? want : 1))) fail_msg("got %.12g, want %.12g", got, want);
-}
+#include "test_plan_util.h"
 
 static int32_t add_buffer(sc_program *p, const char *name, sc_dtype t, int64_t n) {
   sc_buffer b = {.name = name, .kind = SC_BUF_TEMP, .dtype = t, .rank = 1, .dims = {n},

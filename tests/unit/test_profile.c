@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "passes/plan/cost.h"
+#include "test_plan_util.h"
 
 /* 2*64^3 = 524288 FLOPs in 2.62144 us = 200 GFLOP/s; 2*256^3 = 33554432 in
  * 83.88608 us = 400 GFLOP/s; bf16 64^3 in 52.4288 us = 10 GFLOP/s. */
@@ -41,11 +42,6 @@ static const char GOOD[] =
     " \"comms\": [{\"name\": \"local\", \"max_ranks\": 4, \"latency_s\": 1e-5, "
     "\"bandwidth_bytes_per_s\": 5e9, \"overhead_s\": 2e-6}],\n"
     " \"calibrate_s\": 3.5}";
-
-static void assert_close(double got, double want) {
-  double err = got > want ? got - want : want - got;
-  if (err > 1e-9 * (want > 0 ? want : 1)) fail_msg("got %.12g, want %.12g", got, want);
-}
 
 static sc_status read_text(const char *text, sc_profile *p, sc_diag *d) {
   sc_diag_clear(d);

@@ -26,6 +26,7 @@
 
 #include "driver/driver.h"
 #include "passes/plan/search.h"
+#include "test_plan_util.h"
 
 #define GPT_1P5B SC_SOURCE_DIR "/samples/gpt_1p5b.onnx"
 #define GPT2 SC_SOURCE_DIR "/samples/gpt2.onnx"
@@ -53,14 +54,6 @@ static void model_of(const char *path, sc_block_model *bm, int64_t *graph_params
   }
   assert_int_equal(sc_block_model_build(b->graph, bm, &d), SC_OK);
   sc_build_destroy(b);
-}
-
-static sc_cluster preset(const char *spec) {
-  sc_cluster c;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  assert_int_equal(sc_cluster_preset(spec, &c, &d), SC_OK);
-  return c;
 }
 
 static void test_block_model(void **state) {
