@@ -32,21 +32,43 @@ enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
  * of this model, not of the cluster. */
 #define FUSED_MEMORY 0.45
 /* Memory the compiled step holds that the block model cannot see node by
- * node, measured on samples/gpt_1p5b.onnx (bf16, AdamW) against the exact
- * path's memory plan (plan --train: the workspace line, the pipeline
- * ranks' arenas and stash):
+ * node, measured on samples/gpt_1p5b.onnx (bf16, AdamW, h100-sxm:8x1,
+ * batch 16) against the exact path's memory plan (plan --train --json:
+ * each pipeline rank's state, arenas, stash; the arenas hold the step
+ * values, the norm and update pieces reading the accumulators in place,
+ * and every piece's own arena: 44-60 % of a pipeline rank's total):
  *   WORK_GRAD_B: bytes per parameter element whose gradient the backward
- *     holds whole (the stage's, or ZeRO-3's shard): its fp32 gradient,
- *     its bf16 casts and the backward's temporaries (16);
- *   WORK_UPDATE_B: bytes per element the optimizer updates: the update's
- *     temporaries (24);
+ *     holds whole (the stage's, or ZeRO-3's shard) and WORK_UPDATE_B per
+ *     element of the stage, sharded or not: the pieces' arenas are 33.2 B
+ *     a stage element (pp=2 dp=4, rank 0: 27.19 GB for 818 M), 29.7 B
+ *     under ZeRO-1 (pp=2 fsdp=4: the update's arena does not shrink with
+ *     the moments' shard) and 12.8 B / 20.1 B under ZeRO-3 over 4 / 2
+ *     (10.47 GB; pp=4 fsdp=2: 9.03 GB for 450 M), i.e. about 29 B / fsdp
+ *     + 5.5 B; 32 and 6 keep the estimate above each;
+ *   ACCUM_STATE_B: what a pipeline stage's state holds beyond the
+ *     parameter, gradient and moments (the "state" column: 0.2-0.8 B an
+ *     element over them; 2 keeps it above);
  *   SAVED_ONE: the fraction of a block's node outputs the one-program
  *     step keeps for its backward (8 MB of 57 MB an example: fused chains
  *     keep only what the gradients read) and SAVED_PIPE the fraction a
- *     pipeline stage's backward piece receives from its forward piece
- *     (21 MB of 57: every value it reads is handed over);
- *   ACCUM_STATE_B: a pipeline stage's gradient accumulators (fp32). */
-enum { WORK_GRAD_B = 16, WORK_UPDATE_B = 24, ACCUM_STATE_B = 4 };
+ *     pipeline stage's stash keeps without full recompute (its stash less
+ *     the weights' casts: 25.9 MB of 57 a block and example, pp=2 dp=4;
+ *     23.6 at pp=4; selective recompute keeps as much at sequence 128);
+ *   SAVED_FULL_PIPE, SAVED_FULL_PIPE_SP: a pipeline stage's stash under
+ *     full recompute, in block inputs (whole, [seq, hidden] fp32, not
+ *     split by tp): 1.09 of it on the Megatron 39B shape (pp=2 dp=8
+ *     fsdp=4 tp=8 ZeRO-3, M=24: 7.0 GB for 2 microbatches of 2 examples
+ *     over 24 blocks) and 5.13 with sequence parallelism (pp=4 dp=8
+ *     fsdp=2 tp=8 ZeRO-1, M=32: 49.6 GB; the 7.5B at pp=4 tp=2 zb-h1:
+ *     2.24); 1.2 and 6 keep the estimate above each;
+ *   WORK_VALUES_PIPE: a pipeline rank's forward and backward pieces each
+ *     hold one block's working values in their own arena (the 39B's
+ *     arenas exceed the per-element terms by about two blocks' values).
+ * With these, the estimate is above the exact peak per rank by 5-21 % for
+ * gpt_1p5b at pp=2 and 4 (ZeRO 0, 1, 3; none, selective, full recompute),
+ * by 4-31 % for the 39B plans above and 64 % for the 7.5B's; without a
+ * pipeline the terms are as before (docs/planner.md, "The estimate"). */
+enum { WORK_GRAD_B = 32, WORK_UPDATE_B = 6, ACCUM_STATE_B = 2 };
 /* The one-program step (no pipeline) updates in place and frees each
  * gradient once reduced: its workspace per parameter element of the model
  * (not of the shard) is 0.5 bytes without ZeRO-3 (810 MB for 1.56e9
@@ -58,7 +80,10 @@ enum { WORK_GRAD_B = 16, WORK_UPDATE_B = 24, ACCUM_STATE_B = 4 };
 #define WORK_ONE 0.5
 #define WORK_ONE_Z3 2.4
 #define SAVED_ONE 0.15
-#define SAVED_PIPE 0.37
+#define SAVED_PIPE 0.46
+#define SAVED_FULL_PIPE 1.2
+#define SAVED_FULL_PIPE_SP 6.0
+#define WORK_VALUES_PIPE 2.0
 /* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
  * to about a third by filling it with the weight-gradient halves. */
 #define ZB_H1_BUBBLE 3.0
@@ -319,7 +344,7 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   double mem = state_bytes(x, c, e);
   double f = c->fsdp > 1 ? (double)c->fsdp : 1;
   if (c->pp > 1)
-    mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + (c->zero >= 1 ? e / f : e) * WORK_UPDATE_B;
+    mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + e * WORK_UPDATE_B;
   else
     mem += e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
   if (c->pp > 1) mem += e * ACCUM_STATE_B;
@@ -341,12 +366,17 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   } else {
     in_flight = (double)(c->pp - q) < c->microbatches ? (double)(c->pp - q) : c->microbatches;
   }
-  keep *= c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 1.0 : c->pp > 1 ? SAVED_PIPE : SAVED_ONE;
+  if (c->recompute == SC_SEARCH_RECOMPUTE_FULL && c->pp > 1) /* the stash: whole, not split by tp */
+    keep = b->input_bytes * (c->sequence_parallel ? SAVED_FULL_PIPE_SP : SAVED_FULL_PIPE);
+  else if (c->recompute != SC_SEARCH_RECOMPUTE_FULL)
+    keep *= c->pp > 1 ? SAVED_PIPE : SAVED_ONE;
   double act = in_flight * (double)Ls * keep * mbs;
   if (x->o->dtype != SC_CLUSTER_FP32) /* the GEMM weights' bf16 casts, kept per microbatch */
     mem += (in_flight + 1) * (double)Ls * (double)b->split_params / tp * CAST_KEEP_B;
-  /* working values: one block's forward values while its backward runs */
-  act += keep_all * mbs;
+  /* working values: one block's forward values while its backward runs;
+   * in a pipeline the forward and backward pieces each hold them in their
+   * own arena */
+  act += keep_all * mbs * (c->pp > 1 ? WORK_VALUES_PIPE : 1.0);
   /* the LM head and loss: their values per microbatch in flight on the
    * last stage (1F1B: one; GPipe: all), split by tp when the vocabulary
    * divides */
