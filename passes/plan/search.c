@@ -64,7 +64,7 @@ enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
  *   WORK_VALUES_PIPE: a pipeline rank's forward and backward pieces each
  *     hold one block's working values in their own arena (the 39B's
  *     arenas exceed the per-element terms by about two blocks' values).
- * With these, the estimate is above the exact peak per rank by 5-21 % for
+ * With these, the estimate is above the exact peak per rank by 6-23 % for
  * gpt_1p5b at pp=2 and 4 (ZeRO 0, 1, 3; none, selective, full recompute),
  * by 4-31 % for the 39B plans above and 64 % for the 7.5B's; without a
  * pipeline the terms are as before (docs/planner.md, "The estimate"). */
