@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "codegen/dist_sim.h"
 #include "passes/partition/partition.h"
 #include "passes/plan/search.h"
 #include "runtime/runtime.h"
@@ -420,7 +421,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                        .dtype = ta.t.bf16 ? SC_CLUSTER_BF16 : ta.t.fp16 ? SC_CLUSTER_FP16
                                                                          : SC_CLUSTER_FP32,
                        .adamw = ta.t.optimizer != SC_OPTIMIZER_SGD,
-                       .memory_budget = a.budget_bytes};
+                       .memory_budget = a.budget_bytes,
+                       .max_pp = SC_DIST_SIM_MAX_RANKS};
   if (a.budget_fraction > 0)
     so.memory_budget = (int64_t)(a.budget_fraction * (double)cluster.device_memory_bytes);
   int64_t limit = so.memory_budget > 0 ? so.memory_budget : cluster.device_memory_bytes;

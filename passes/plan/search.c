@@ -530,7 +530,8 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
       continue;
     }
     if (tp_anywhere && tp <= P) continue; /* the second pass: only what the first left out */
-    for (int64_t pp = 1; pp <= N / tp && pp <= bm->n_blocks; pp++) {
+    for (int64_t pp = 1; pp <= N / tp && pp <= bm->n_blocks && (!x->o->max_pp || pp <= x->o->max_pp);
+         pp++) {
       if ((N / tp) % pp) continue;
       int64_t dd = N / tp / pp;
       for (int64_t fsdp = 1; fsdp <= dd; fsdp++) {

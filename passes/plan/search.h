@@ -72,6 +72,10 @@ typedef struct sc_search_opts {
   sc_cluster_dtype dtype;       /* the GEMMs' (bf16, fp16 or fp32) */
   bool adamw;                   /* AdamW (two moments) or SGD without momentum */
   int64_t memory_budget;        /* per rank, 0: the device's memory */
+  int64_t max_pp;               /* the most pipeline ranks a plan may have,
+                                   0: no limit (the exact simulation's,
+                                   codegen/dist_sim.h: a plan it cannot
+                                   predict is not offered) */
   double activation_scale;      /* the estimates' activation memory (values
                                    kept for the backward, working values)
                                    times this (0: 1): what an exact plan
