@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "codegen/device_memory.h"
 #include "ir/mesh.h"
@@ -101,6 +102,18 @@ void sc_cli_format_count(int64_t v, char *buf, size_t n) {
     buf[pos++] = digits[i];
   }
   buf[pos] = 0;
+}
+
+void sc_cli_format_seconds(double s, char *buf, size_t n) {
+  if (s >= 1) snprintf(buf, n, "%.3f s", s);
+  else if (s >= 1e-3) snprintf(buf, n, "%.3f ms", s * 1e3);
+  else snprintf(buf, n, "%.3f us", s * 1e6);
+}
+
+double sc_cli_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int parse_dim(const char *s, sc_cli_opts *o) {

@@ -64,6 +64,10 @@ int sc_cli_parse_number(const char *opt, const char *v, double *out);
 bool sc_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 /* 1234567 -> "1,234,567" into buf. */
 void sc_cli_format_count(int64_t v, char *buf, size_t n);
+/* A duration in s, ms or us, three decimals ("1.250 ms"), into buf. */
+void sc_cli_format_seconds(double s, char *buf, size_t n);
+/* The monotonic clock, in seconds (for the commands' own timings). */
+double sc_cli_now_s(void);
 /* The axes of set, by name, "dp,tp" ("-" for none), into buf. */
 void sc_cli_format_axes(const sc_mesh *m, uint32_t set, char *buf, size_t n);
 

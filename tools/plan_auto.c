@@ -54,12 +54,6 @@ enum { EXACT_TOP = 4 };
  * table (at most). */
 enum { SHOWN_OVER = 3 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 bool sc_plan_auto_asked(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) return false;
@@ -201,19 +195,13 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cli_op
   bs.compile.quiet = true;
   bs.pass.quiet = true;
   bs.build.no_weights = true;
-  double t0 = now_s();
+  double t0 = sc_cli_now_s();
   int rc = sc_train_args_build(ta, &p, &o, &bs.build, &out->b);
-  out->seconds = now_s() - t0;
+  out->seconds = sc_cli_now_s() - t0;
   return rc;
 }
 
 /* ---- printing ---- */
-
-static void fmt_time(double s, char *buf, size_t n) {
-  if (s >= 1) snprintf(buf, n, "%.3f s", s);
-  else if (s >= 1e-3) snprintf(buf, n, "%.3f ms", s * 1e3);
-  else snprintf(buf, n, "%.3f us", s * 1e6);
-}
 
 static void fmt_bytes(double b, char *buf, size_t n) { sc_stats_format_bytes(b, buf, n); }
 
@@ -283,7 +271,7 @@ static void cand_line(int i, const sc_search_cand *c, const sc_plan_predicted *p
                       const char *why) {
   char mesh[128], t[32], mem[32];
   sc_search_mesh(c, mesh, sizeof mesh);
-  fmt_time(pr->step_time_s, t, sizeof t);
+  sc_cli_format_seconds(pr->step_time_s, t, sizeof t);
   fmt_bytes((double)pr->peak_bytes_per_rank, mem, sizeof mem);
   char sched[32];
   if (c->pp > 1 && c->virtual_stages > 1)
@@ -382,7 +370,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   sc_runtime_target_host(&target);
 
   /* 1. the block model, from the forward graph of one example */
-  double t0 = now_s();
+  double t0 = sc_cli_now_s();
   sc_partition_args none;
   sc_partition_args_init(&none);
   sc_build_setup bs;
@@ -413,7 +401,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   sc_build_destroy(fb);
   if (st == SC_ERR_USAGE) return sc_cli_usage_error("%s", d.msg);
   if (st != SC_OK) return sc_cli_report(&d, o.file);
-  double t_model = now_s() - t0;
+  double t_model = sc_cli_now_s() - t0;
 
   /* 2. the search */
   sc_search_opts so = {.cluster = &cluster,
@@ -446,9 +434,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   for (int32_t round = 0; round < MAX_ROUNDS && chosen < 0; round++) {
     so.activation_scale = scales[0];
     so.activation_scale_pipe = scales[1];
-    t0 = now_s();
+    t0 = sc_cli_now_s();
     st = sc_search_run(&bm, &so, r, &d);
-    t_search += now_s() - t0;
+    t_search += sc_cli_now_s() - t0;
     if (st != SC_OK) {
       sc_free(r);
       return st == SC_ERR_USAGE ? (fprintf(stderr, "shardc: error: %s: %s\n", o.file, d.msg), 2)
@@ -482,9 +470,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
       rc = compile(&r->top[i], p.cluster, &o, dim_name, a.global_batch, &ta, &e);
       t_round += e.seconds;
       if (!rc) {
-        t0 = now_s();
+        t0 = sc_cli_now_s();
         st = sc_plan_train_predict(e.b, &ta.t, &target, &d);
-        t_round += now_s() - t0;
+        t_round += sc_cli_now_s() - t0;
         if (st != SC_OK) {
           sc_build_destroy(e.b);
           rc = sc_cli_report(&d, o.file);
@@ -699,9 +687,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     printf("block model: %d blocks found %s; hidden %lld, heads %lld, sequence %lld, %s "
            "parameters\n", (int)bm.n_blocks, bm.found, (long long)bm.hidden,
            (long long)bm.heads, (long long)bm.seq, count);
-    fmt_time(t_model, t1, sizeof t1);
-    fmt_time(t_search, t2, sizeof t2);
-    fmt_time(t_exact, t3, sizeof t3);
+    sc_cli_format_seconds(t_model, t1, sizeof t1);
+    sc_cli_format_seconds(t_search, t2, sizeof t2);
+    sc_cli_format_seconds(t_exact, t3, sizeof t3);
     printf("searched: %lld candidates evaluated, %lld pruned (tp not dividing the heads %lld, "
            "tp leaving a node or uneven placement %lld, batch not dividing %lld, microbatches "
            "%lld, training state over memory %lld, lower bound no better than the 10th %lld)\n",
@@ -714,8 +702,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     for (int32_t i = 0; i < n_skipped; i++) printf("note: %s\n", skipped[i]);
     char mesh[128], et[32], xt[32], pk[32];
     sc_search_mesh(ch, mesh, sizeof mesh);
-    fmt_time(exact_pr->step_time_s, xt, sizeof xt);
-    fmt_time(ch->step_s, et, sizeof et);
+    sc_cli_format_seconds(exact_pr->step_time_s, xt, sizeof xt);
+    sc_cli_format_seconds(ch->step_s, et, sizeof et);
     fmt_bytes((double)exact_pr->peak_bytes_per_rank, pk, sizeof pk);
     char opts[384];
     cand_options(ch, opts, sizeof opts);

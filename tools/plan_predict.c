@@ -13,18 +13,6 @@
 #include "tools/cli.h"
 #include "tools/plan_predict.h"
 
-static void fmt_time(double s, char *buf, size_t n) {
-  if (s >= 1) snprintf(buf, n, "%.3f s", s);
-  else if (s >= 1e-3) snprintf(buf, n, "%.3f ms", s * 1e3);
-  else snprintf(buf, n, "%.3f us", s * 1e6);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const char *precision,
                              int64_t peak_bytes) {
   if (!pl || !pl->cluster || pl->cluster_figures.nodes < 1) return;
@@ -32,9 +20,9 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
   sc_dist_sim sim;
   sc_diag d = {0};
   sc_diag_clear(&d);
-  double t0 = now_s();
+  double t0 = sc_cli_now_s();
   sc_status st = sc_dist_sim_run(dp, c, &sim, &d);
-  double took = now_s() - t0;
+  double took = sc_cli_now_s() - t0;
   printf("\npredicted step on %s (simulated: each pipeline rank's action list, a compute queue "
          "and one queue per communicator; %.2f ms to simulate):\n", pl->cluster, took * 1e3);
   if (st != SC_OK) {
@@ -45,7 +33,7 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
   }
   char a[64], b[64], axes[128];
   const sc_dist_sim_rank *cr = &sim.ranks[sim.critical];
-  fmt_time(sim.step_time_s, a, sizeof a);
+  sc_cli_format_seconds(sim.step_time_s, a, sizeof a);
   printf("  step time:  %s (pipeline rank %d, rank %lld, finishes last)\n", a,
          (int)cr->pipe_rank, (long long)cr->rank);
   if (sim.tokens_per_s > 0) printf("  tokens/s:   %.0f\n", sim.tokens_per_s);
@@ -85,18 +73,18 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
   printf(" %12s %12s %12s %12s\n", "bubble", "recompute", "optimizer", "total");
   for (int32_t q = 0; q < sim.n_ranks; q++) {
     const sc_dist_sim_rank *r = &sim.ranks[q];
-    fmt_time(r->compute_s, a, sizeof a);
+    sc_cli_format_seconds(r->compute_s, a, sizeof a);
     printf("  %-8d %-6lld %12s", (int)r->pipe_rank, (long long)r->rank, a);
     for (int32_t k = 0; k < n_cols; k++) {
       double s = 0;
       for (int32_t j = 0; j < r->n_comm; j++)
         if (r->comm[j].axes == cols[k]) s = r->comm[j].exposed_s;
-      fmt_time(s, a, sizeof a);
+      sc_cli_format_seconds(s, a, sizeof a);
       printf(" %12s", a);
     }
     double terms[4] = {r->bubble_s, r->recompute_s, r->optimizer_s, r->finish_s};
     for (int i = 0; i < 4; i++) {
-      fmt_time(terms[i], a, sizeof a);
+      sc_cli_format_seconds(terms[i], a, sizeof a);
       printf(" %12s", a);
     }
     printf("\n");
