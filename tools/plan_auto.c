@@ -41,15 +41,20 @@ static const char *const USAGE =
 /* Searches at most: each one after the exact plan of the previous best
  * did not fit. */
 enum { MAX_ARGS = 1024, MAX_ROUNDS = 4 };
-/* The best EXACT_TOP candidates by the estimate are compiled and predicted
- * exactly each round, and the fastest of them that fits is chosen: the
- * block model ranks within about 10 % (docs/planner.md section 4), so
- * its best few hold the exact best; each takes 0.2 to 0.7 s to compile on
- * this machine (shapes only), and after a round's first, no further one
- * starts once the command's exact evaluation has taken EXACT_BUDGET_S
- * (the rounds after a plan over the memory then compile their best only). */
-enum { EXACT_TOP = 4 };
-#define EXACT_BUDGET_S 6.0
+/* The candidates compiled and predicted exactly: the best EXACT_TOP by
+ * the estimate each round (the best, then the best of each other mesh),
+ * at most EXACT_MAX in the command; a round after one whose plans were
+ * over the memory compiles at least its best. A count, not a time, so
+ * that the chosen plan does not depend on the machine's load: the same
+ * command gives the same plan. The block model ranks within about 10 %
+ * (docs/planner.md section 4), so its best few hold the exact best; each
+ * takes 0.2 to 2 s to compile on the development machine (shapes only;
+ * docs/planner.md, "The exact check", has the measured times).
+ * EXACT_GUARD_S is a safety net only: once the exact evaluation has
+ * taken that long, no further candidate after a round's first is
+ * compiled, and the report says so ("exact_cut"). */
+enum { EXACT_TOP = 4, EXACT_MAX = 8 };
+#define EXACT_GUARD_S 120.0
 /* Plans faster than the chosen one but over the memory, shown first in the
  * table (at most). */
 enum { SHOWN_OVER = 3 };
@@ -430,7 +435,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   int32_t n_skipped = 0;
   int64_t evaluated = 0, pruned = 0;
   sc_plan_predicted exact_of[EXACT_TOP]; /* of r->top[0 .. n_exact) */
-  int32_t n_exact = 0;
+  int32_t n_exact = 0, n_exact_all = 0; /* this round's, the command's */
+  char exact_cut[256] = ""; /* why the guard cut the exact evaluation, or "" */
   for (int32_t round = 0; round < MAX_ROUNDS && chosen < 0; round++) {
     so.activation_scale = scales[0];
     so.activation_scale_pipe = scales[1];
@@ -452,6 +458,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
      * errs most between meshes); moved to the front of r->top so that
      * exact_of[i] is r->top[i]'s */
     int32_t n_want = r->n_top < EXACT_TOP ? r->n_top : EXACT_TOP;
+    if (n_want > EXACT_MAX - n_exact_all) n_want = EXACT_MAX - n_exact_all;
+    if (n_want < 1) n_want = 1;
     for (int32_t i = 1; i < n_want; i++) {
       int32_t pick = -1;
       for (int32_t j = i; j < r->n_top && pick < 0; j++) {
@@ -465,7 +473,14 @@ int sc_cmd_plan_auto(int argc, char **argv) {
       memmove(&r->top[i + 1], &r->top[i], (size_t)(pick - i) * sizeof c);
       r->top[i] = c;
     }
-    for (int32_t i = 0; i < n_want && (i == 0 || t_exact + t_round < EXACT_BUDGET_S); i++) {
+    for (int32_t i = 0; i < n_want; i++) {
+      if (i > 0 && t_exact + t_round >= EXACT_GUARD_S) {
+        snprintf(exact_cut, sizeof exact_cut,
+                 "the exact evaluation took %.1f s, over the %.0f s guard: round %d compiled "
+                 "%d of its %d candidates", t_exact + t_round, EXACT_GUARD_S, (int)round + 1,
+                 (int)i, (int)n_want);
+        break;
+      }
       exact e = {0};
       rc = compile(&r->top[i], p.cluster, &o, dim_name, a.global_batch, &ta, &e);
       t_round += e.seconds;
@@ -490,6 +505,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
         break;
       }
       exact_of[n_exact++] = e.b->plan->predicted;
+      n_exact_all++;
       const sc_plan_predicted *pr = &e.b->plan->predicted;
       /* the exact fastest that fits; at the same time the smaller memory */
       const sc_plan_predicted *best = chosen >= 0 ? &exact_of[chosen] : NULL;
@@ -540,6 +556,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   if (rc || chosen < 0) {
     for (int32_t i = 0; i < n_skipped; i++)
       fprintf(stderr, "shardc: note: %s\n", skipped[i]);
+    if (exact_cut[0]) fprintf(stderr, "shardc: note: %s\n", exact_cut);
     fprintf(stderr, "shardc: note: %lld candidates evaluated, %lld pruned; block model %.6f s, "
             "search %.6f s, exact evaluation %.6f s\n", (long long)evaluated, (long long)pruned,
             t_model, t_search, t_exact);
@@ -551,6 +568,17 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   r->evaluated = evaluated;
   r->pruned = pruned;
   const sc_search_cand *ch = &r->top[chosen];
+  /* more devices should not be slower: the same search on half of them,
+   * compared by the estimate (docs/planner.md, "More GPUs") */
+  sc_search_fewer fewer;
+  t0 = sc_cli_now_s();
+  st = sc_search_fewer_devices(&bm, &so, ch, &fewer, &d);
+  t_search += sc_cli_now_s() - t0;
+  if (st != SC_OK) {
+    sc_build_destroy(ex.b);
+    sc_free(r);
+    return sc_cli_report(&d, o.file);
+  }
   const sc_plan_predicted *exact_pr = &ex.b->plan->predicted;
   double tokens = (double)a.global_batch * (double)bm.seq;
   double err = ch->step_s > 0 && exact_pr->step_time_s > 0
@@ -671,6 +699,23 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_t *sk = json_array();
     for (int32_t i = 0; i < n_skipped; i++) json_array_append_new(sk, json_string(skipped[i]));
     json_object_set_new(au, "rounds", sk);
+    json_t *fj = json_pack("{s:b, s:I, s:I, s:I, s:b, s:s}", "searched", fewer.searched,
+                           "devices", (json_int_t)fewer.devices, "nodes",
+                           (json_int_t)fewer.nodes, "devices_per_node",
+                           (json_int_t)fewer.devices_per_node, "slower", fewer.slower, "why",
+                           fewer.why);
+    if (fewer.have) {
+      sc_plan_predicted fp;
+      estimate_predicted(&fewer.best, tokens, &fp);
+      json_object_set_new(fj, "best", cand_json(&fewer.best, &fp, NULL));
+    }
+    json_object_set_new(fj, "chosen_estimate_s", json_real(ch->step_s));
+    json_object_set_new(au, "fewer_devices", fj);
+    json_object_set_new(au, "exact_evaluated_total", json_integer(n_exact_all));
+    json_object_set_new(au, "exact_limits",
+                        json_pack("{s:i, s:i, s:f}", "per_round", EXACT_TOP, "total", EXACT_MAX,
+                                  "guard_s", EXACT_GUARD_S));
+    json_object_set_new(au, "exact_cut", exact_cut[0] ? json_string(exact_cut) : json_null());
     json_object_set_new(au, "activation_scale", json_real(scales[0]));
     json_object_set_new(au, "activation_scale_pipe", json_real(scales[1]));
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
@@ -700,6 +745,13 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     if (r->tp_left_node) printf("  (nothing fitted with tp inside a node: tp may span nodes)\n");
     printf("time: block model %s, search %s, exact evaluation %s\n", t1, t2, t3);
     for (int32_t i = 0; i < n_skipped; i++) printf("note: %s\n", skipped[i]);
+    if (exact_cut[0]) printf("note: %s\n", exact_cut);
+    if (fewer.slower) {
+      char fo[384];
+      cand_options(&fewer.best, fo, sizeof fo);
+      printf("note: more devices, a slower plan: the chosen one is %s (the best there: %s)\n",
+             fewer.why, fo);
+    }
     char mesh[128], et[32], xt[32], pk[32];
     sc_search_mesh(ch, mesh, sizeof mesh);
     sc_cli_format_seconds(exact_pr->step_time_s, xt, sizeof xt);

@@ -20,6 +20,26 @@ enum { PARAM_B = 4, GRAD_B = 4, ADAM_B = 8, ADAM_STEP_B = 28, SGD_STEP_B = 12 };
  * 4, write 2 bytes an element; kept for the backward: 2); gradient
  * accumulation per microbatch (read 4 + 4, write 4). */
 enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
+/* The bytes of an element of a GEMM product or a GEMM weight's gathered
+ * copy or gradient in the collectives of a bf16 or fp16 step (its GEMM
+ * dtype); every other value moves in fp32 (PARAM_B). Measured on plan
+ * --train's collectives (Megatron 7.5B, a100-80g:8x16, batch 512, dp=32
+ * tp=4, full recompute): the tp all-reduces move 49.1 GB a step, 0.42 of
+ * the fp32 [mbs, seq, hidden] count (the LM head's and the loss's are
+ * fp32); the dp all-reduce 4.61 GB for 1.87e9 elements, 2.47 B an element
+ * (the GEMM weights' 2, the embedding's and norms' 4). */
+enum { COMM_LOW_B = 2 };
+/* Sequence parallelism as compiled moves more than Megatron's all-gather
+ * and reduce-scatter in place of each all-reduce: the step reshards the
+ * attention's values between the sequence and the heads (all-to-alls) and
+ * gathers the stream for more of its readers. Measured on plan --train's
+ * collectives (Megatron 7.5B, a100-80g:8x16, batch 512, dp=16 fsdp=4 tp=2
+ * ZeRO-3, full recompute): each tp rank sends 131 GB a step over tp with
+ * sequence parallelism (all-gathers 57.1, all-to-alls 71.3, reduce-scatters
+ * 2.6) against the 29 GB of Megatron's count, 4.5 times; its exposed tp
+ * time 0.39 s against the 0.098 s estimated without this factor, and the
+ * step 5.00 s against 3.19 s without sequence parallelism. */
+#define SP_COMM 4.5
 /* The backward of a block costs twice its forward (a GEMM's gradient is
  * two GEMMs of its size; elementwise backward reads and writes about twice
  * what the forward did): the usual 3x of a training step. */
@@ -203,6 +223,13 @@ static double stage_params(const sc_block_model *bm, const sc_search_cand *c, in
   return (double)blocks * per_block + (double)bm->outside.params / (double)c->tp;
 }
 
+/* Of stage_params, the GEMM weights (what tp splits). */
+static double stage_split_params(const sc_block_model *bm, const sc_search_cand *c,
+                                 int64_t blocks) {
+  return ((double)blocks * (double)bm->block.split_params +
+          (double)bm->outside.split_params) / (double)c->tp;
+}
+
 /* Bytes of training state per rank for e parameter elements. */
 static double state_bytes(const ctx *x, const sc_search_cand *c, double e) {
   double f = c->fsdp > 1 ? (double)c->fsdp : 1;
@@ -268,6 +295,13 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   int64_t n_tp = span(1, c->tp, P), n_fs = span(c->tp, c->fsdp, P),
           n_dp = span(c->tp * c->fsdp, c->dp, P), n_pp = span(c->tp * c->fsdp * c->dp, c->pp, P);
   double act = (double)c->micro_batch_size * b->input_bytes; /* one [mbs, seq, hidden] */
+  /* what the compiled step moves (its collectives' bytes, plan --train's
+   * "collectives"): the GEMM products in the GEMM dtype, so the tp
+   * reductions of [mbs, seq, hidden] and the GEMM weights' gathers and
+   * data-parallel gradient reductions in it; the rest in the graph's */
+  double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
+  double gb = (double)(bm->param_bytes > 0 ? bm->param_bytes : PARAM_B);
+  double act_tp = cb < gb ? act * cb / gb : act;
   c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = 0;
   if (c->tp > 1) {
     /* Megatron: two all-reduces forward (attention, MLP), two backward,
@@ -276,16 +310,18 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double per_block = 4 + (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 0);
     double ops = M * (double)Ls * per_block;
     if (c->sequence_parallel) {
-      st = coll(x, SC_COLL_ALL_GATHER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-      if (st == SC_OK)
-        st = coll(x, SC_COLL_REDUCE_SCATTER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+      double sp = ops * act_tp * SP_COMM;
+      st = coll(x, SC_COLL_ALL_GATHER, sp, c->tp, n_tp, ops, &c->tp_s, d);
+      if (st == SC_OK) st = coll(x, SC_COLL_REDUCE_SCATTER, sp, c->tp, n_tp, ops, &c->tp_s, d);
     } else {
-      st = coll(x, SC_COLL_ALL_REDUCE, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+      st = coll(x, SC_COLL_ALL_REDUCE, ops * act_tp, c->tp, n_tp, ops, &c->tp_s, d);
     }
     if (st != SC_OK) return st;
   }
   double tensors = (double)Ls * b->param_tensors + bm->outside.param_tensors;
   double pbytes = e_stage * PARAM_B;
+  double e_split = stage_split_params(bm, c, Ls);
+  double lbytes = e_split * cb + (e_stage - e_split) * PARAM_B; /* GEMM weights in cb */
   if (c->fsdp > 1) {
     /* ZeRO-3 gathers the parameters for every microbatch and
      * reduce-scatters their gradients; so does every stage of a pipeline
@@ -297,7 +333,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * parameters after their forward use and gathers them again for the
      * backward: 3 psi a step against ZeRO-1/2's 2 psi */
     double ag = 0, ag_bwd = 0;
-    st = coll(x, SC_COLL_ALL_GATHER, times * pbytes, c->fsdp, n_fs, times * tensors, &ag, d);
+    st = coll(x, SC_COLL_ALL_GATHER, times * lbytes, c->fsdp, n_fs, times * tensors, &ag, d);
     if (c->zero >= 3) {
       /* the backward's gathers, block by block, the next prefetched while
        * the current one's backward computes: exposed is what exceeds a
@@ -317,7 +353,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * step; a pipeline stage's backward piece reduces them for every
      * microbatch */
     double times = c->pp > 1 ? M : 1;
-    double bytes = pbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    double bytes = lbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
     st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * tensors, &c->dp_s, d);
     if (st != SC_OK) return st;
   }
@@ -664,4 +700,93 @@ void sc_search_why(const sc_search_cand *a, const sc_search_cand *b, int64_t lim
     return;
   }
   snprintf(buf, n, "%.1f %% slower: %s", pct, dominant_comm(a, b));
+}
+
+/* The terms of a candidate's estimate, in dominant_comm's order of names. */
+static void terms_of(const sc_search_cand *c, double t[8]) {
+  double v[8] = {c->tp_s,      c->fsdp_s,    c->dp_s,        c->pp_s,
+                 c->bubble_s,  c->compute_s, c->recompute_s, c->optimizer_s};
+  memcpy(t, v, sizeof v);
+}
+
+sc_status sc_search_fewer_devices(const sc_block_model *bm, const sc_search_opts *o,
+                                  const sc_search_cand *chosen, sc_search_fewer *f, sc_diag *d) {
+  memset(f, 0, sizeof *f);
+  sc_cluster half = *o->cluster;
+  if (half.nodes > 1 && half.nodes % 2 == 0) half.nodes /= 2;
+  else if (half.nodes == 1 && half.devices_per_node % 2 == 0) half.devices_per_node /= 2;
+  else {
+    snprintf(f->why, sizeof f->why, "not compared: %lld nodes of %lld devices do not halve",
+             (long long)half.nodes, (long long)half.devices_per_node);
+    return SC_OK;
+  }
+  f->nodes = half.nodes;
+  f->devices_per_node = half.devices_per_node;
+  f->devices = sc_cluster_devices(&half);
+  sc_search_opts ho = *o;
+  ho.cluster = &half;
+  sc_search_result *r = sc_calloc(1, sizeof *r);
+  if (!r) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "plan --auto: out of memory");
+  sc_diag hd = {0};
+  sc_diag_clear(&hd);
+  sc_status st = sc_search_run(bm, &ho, r, &hd);
+  f->searched = st == SC_OK || st == SC_ERR_USAGE;
+  if (st == SC_ERR_USAGE) {
+    snprintf(f->why, sizeof f->why, "not compared: on %lld devices: %.200s",
+             (long long)f->devices, hd.msg);
+    st = SC_OK;
+  } else if (st != SC_OK) {
+    *d = hd;
+  } else if (r->n_top == 0) {
+    snprintf(f->why, sizeof f->why, "no plan fits on %lld devices", (long long)f->devices);
+  } else {
+    f->have = true;
+    f->best = r->top[0];
+    const sc_search_cand *a = &f->best, *b = chosen;
+    f->slower = b->step_s > a->step_s;
+    double pct = a->step_s > 0 ? 100.0 * (b->step_s - a->step_s) / a->step_s : 0;
+    if (!f->slower) {
+      snprintf(f->why, sizeof f->why, "%.1f %% faster than the best on %lld devices (estimates)",
+               -pct, (long long)f->devices);
+    } else {
+      /* the two terms that grew most, what shrank, and the batch per GPU */
+      static const char *const names[8] = {
+          "tp comm", "fsdp comm", "dp comm", "pipeline p2p", "the pipeline bubble",
+          "compute per rank", "recompute", "the optimizer step"};
+      double ta[8], tb[8];
+      terms_of(a, ta);
+      terms_of(b, tb);
+      int i1 = -1, i2 = -1;
+      for (int i = 0; i < 8; i++) {
+        double g = tb[i] - ta[i];
+        if (g <= 0) continue;
+        if (i1 < 0 || g > tb[i1] - ta[i1]) {
+          i2 = i1;
+          i1 = i;
+        } else if (i2 < 0 || g > tb[i2] - ta[i2]) {
+          i2 = i;
+        }
+      }
+      int64_t N = chosen->dp * chosen->fsdp * chosen->tp * chosen->pp;
+      size_t pos = (size_t)snprintf(f->why, sizeof f->why,
+                                    "%.1f %% slower than the best on %lld devices (estimates)",
+                                    pct, (long long)f->devices);
+      if (i1 >= 0 && pos < sizeof f->why)
+        pos += (size_t)snprintf(f->why + pos, sizeof f->why - pos, ": more %s (+%.3g s)%s",
+                                names[i1], tb[i1] - ta[i1], i2 >= 0 ? "," : "");
+      if (i2 >= 0 && pos < sizeof f->why)
+        pos += (size_t)snprintf(f->why + pos, sizeof f->why - pos, " more %s (+%.3g s)",
+                                names[i2], tb[i2] - ta[i2]);
+      if (pos < sizeof f->why)
+        pos += (size_t)snprintf(f->why + pos, sizeof f->why - pos,
+                                "; compute per rank %.3g s against %.3g s; %.3g examples a "
+                                "GPU against %.3g (micro-batch %lld against %lld)",
+                                b->compute_s, a->compute_s,
+                                (double)o->global_batch / (double)N,
+                                (double)o->global_batch / (double)f->devices,
+                                (long long)b->micro_batch_size, (long long)a->micro_batch_size);
+    }
+  }
+  sc_free(r);
+  return st;
 }

@@ -116,6 +116,29 @@ sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);
 /* "none", "selective", "full". */
 const char *sc_search_recompute_name(sc_search_recompute k);
+/* The same search on fewer devices (docs/planner.md, "More GPUs"): half
+ * the nodes when they are even, else half of one node's devices when
+ * there is one node; what the chosen plan on the whole cluster is
+ * compared with, by the estimate on both sides. */
+typedef struct sc_search_fewer {
+  bool searched;                /* a smaller cluster was searched */
+  int64_t devices;              /* its devices (0: none smaller: why_not) */
+  int64_t nodes, devices_per_node; /* its shape */
+  bool have;                    /* a plan fits on it */
+  sc_search_cand best;          /* its best by the estimate (when have) */
+  bool slower;                  /* the chosen plan's estimate is slower than best's */
+  char why[320];                /* when slower: by how much and why, from the
+                                   breakdown; else what was compared or why not */
+} sc_search_fewer;
+
+/* Searches o's model on the smaller cluster (above) with the same global
+ * batch and options and compares its best with chosen (a candidate of the
+ * whole cluster, its estimate computed). A smaller cluster that the batch
+ * does not divide, or on which nothing fits, is not slower (said in why).
+ * Errors: those of sc_search_run other than SC_ERR_USAGE. */
+sc_status sc_search_fewer_devices(const sc_block_model *bm, const sc_search_opts *o,
+                                  const sc_search_cand *chosen, sc_search_fewer *f, sc_diag *d);
+
 /* Why b loses against the chosen a, in words ("2.1 % slower: more exposed
  * tp comm", "does not fit: pipeline rank 3 over by 1.2 GiB"). */
 void sc_search_why(const sc_search_cand *a, const sc_search_cand *b, int64_t limit, char *buf,

@@ -146,6 +146,54 @@ static void test_more_gpus(void **state) {
   }
 }
 
+/* The property plan --auto reports: the best plan on a cluster is never
+ * estimated slower than the best on half of it, or the comparison says
+ * so and why (the terms that grew, the batch per GPU). Over models,
+ * clusters and batches where both happen (gpt2's tiny blocks at a batch of
+ * 4 on 16 GPUs: more GPUs only add communication). */
+static void test_fewer_devices(void **state) {
+  (void)state;
+  struct { const char *model, *cluster; int64_t batch; } cases[] = {
+      {GPT_1P5B, "h100-sxm:8x2", 64}, {GPT_1P5B, "h100-sxm:8x4", 64},
+      {GPT_1P5B, "h100-sxm:8x2", 16}, {GPT2, "h100-sxm:8x2", 4},
+      {GPT2, "h100-sxm:8x1", 8},     {GPT2, "h100-sxm:8x4", 64}};
+  int n_slower = 0, n_faster = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    sc_block_model bm;
+    int64_t n;
+    model_of(cases[i].model, &bm, &n);
+    sc_search_result *r = sc_calloc(1, sizeof *r);
+    assert_non_null(r);
+    sc_diag d = {0};
+    assert_int_equal(run(&bm, cases[i].cluster, cases[i].batch, 0, r, &d), SC_OK);
+    assert_true(r->n_top > 0);
+    sc_cluster c = preset(cases[i].cluster);
+    sc_search_opts o = {.cluster = &c, .global_batch = cases[i].batch,
+                        .dtype = SC_CLUSTER_BF16, .adamw = true};
+    sc_search_fewer f;
+    assert_int_equal(sc_search_fewer_devices(&bm, &o, &r->top[0], &f, &d), SC_OK);
+    assert_true(f.searched);
+    assert_int_equal(f.devices * 2, sc_cluster_devices(&c));
+    assert_true(f.why[0] != 0);
+    if (f.have) {
+      /* monotone, or the reason is there */
+      assert_true(f.slower == (r->top[0].step_s > f.best.step_s));
+      assert_int_equal(f.best.pp * f.best.dp * f.best.fsdp * f.best.tp, f.devices);
+      if (f.slower) {
+        n_slower++;
+        assert_non_null(strstr(f.why, "slower than the best on"));
+        assert_non_null(strstr(f.why, "examples a GPU"));
+      } else {
+        n_faster++;
+        assert_true(r->top[0].step_s <= f.best.step_s);
+      }
+    }
+    sc_free(r);
+  }
+  /* both branches were exercised */
+  assert_true(n_slower > 0 && n_faster > 0);
+}
+
 static void test_budget(void **state) {
   (void)state;
   sc_block_model bm;
@@ -234,7 +282,8 @@ static void test_batch_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
-      cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_fewer_devices),
+      cmocka_unit_test(test_budget),
       cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_zero_stages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
