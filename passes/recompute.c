@@ -18,7 +18,9 @@
  *   selective  the attention core, as Korthikanti et al. recompute it: each
  *              Softmax of the block, the elementwise ops between it and the
  *              score product (scale, mask), and that product — what the
- *              backward reads of it is then q, k, v and the mask.
+ *              backward reads of it is then q, k, v and the mask; in a
+ *              bf16 or fp16 step the casts on that chain and of the
+ *              probabilities too.
  * Nodes outside every block (embedding, final norm, LM head, loss) are
  * never recomputed. Every clone is a new node "<name>/recompute" with
  * outputs "<value>/recompute", so the rest of the compiler sees ordinary
@@ -74,14 +76,17 @@ static void attention_core(const sc_graph *g, int32_t n_fwd, const int64_t *blk,
       }
       if (!is_elementwise_step(g->nodes[p].op)) break;
       /* the scores: the first float input of the node's own shape computed
-       * in the block (not a mask, a broadcast bias or a scale) */
+       * in the block (not a mask, a broadcast bias or a scale); in its own
+       * dtype, except through a Cast (bf16 and fp16 steps cast the score
+       * product's output back to fp32) */
       const sc_value *o = &g->values[g->nodes[p].outputs[0]];
       int32_t next = -1;
       for (int32_t k = 0; k < g->nodes[p].n_inputs && next < 0; k++) {
         int32_t x = g->nodes[p].inputs[k];
         int32_t q = x >= 0 ? g->values[x].producer : -1;
         const sc_value *xv = x >= 0 ? &g->values[x] : NULL;
-        if (q >= 0 && q < n_fwd && blk[q] == blk[i] && xv->dtype == o->dtype &&
+        if (q >= 0 && q < n_fwd && blk[q] == blk[i] &&
+            (xv->dtype == o->dtype || g->nodes[p].op == SC_OP_CAST) &&
             xv->rank == o->rank && memcmp(xv->dims, o->dims, (size_t)o->rank * sizeof *o->dims) == 0)
           next = x;
       }
@@ -90,6 +95,15 @@ static void attention_core(const sc_graph *g, int32_t n_fwd, const int64_t *blk,
     if (!found) continue;
     in_r[i] = true;
     for (int32_t k = 0; k < nc; k++) in_r[chain[k]] = true;
+    /* the probabilities' casts (a bf16 or fp16 step casts them for the
+     * context product): of the core too, else their [heads, seq, seq]
+     * copy stays saved */
+    int32_t probs = n->outputs[0];
+    for (int32_t j = i + 1; probs >= 0 && j < n_fwd; j++) {
+      const sc_node *u = &g->nodes[j];
+      if (u->op != SC_OP_CAST || blk[j] != blk[i] || (u->flags & SC_NODE_DEAD)) continue;
+      if (u->n_inputs > 0 && u->inputs[0] == probs) in_r[j] = true;
+    }
   }
 }
 

@@ -350,9 +350,13 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   }
   if (c->dp > 1) {
     /* the gradients (their fsdp shard under hybrid sharding), once a
-     * step; a pipeline stage's backward piece reduces them for every
-     * microbatch */
-    double times = c->pp > 1 ? M : 1;
+     * step: a pipeline stage accumulates them pending over dp and reduces
+     * the sum once (docs/training.md); under hybrid sharding its backward
+     * piece reduce-scatters them every microbatch and the shard's dp
+     * all-reduce follows each (plan --train, gpt_1p5b pp=2: pp=2,dp=8
+     * sends 6.03 GB a step at M=2 and at M=8; pp=2,dp=2,fsdp=4 15.4 and
+     * 51.6 GB) */
+    double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
     double bytes = lbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
     st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * tensors, &c->dp_s, d);
     if (st != SC_OK) return st;
