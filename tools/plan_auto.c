@@ -54,10 +54,19 @@ enum { MAX_ARGS = 1024, MAX_ROUNDS = 4 };
  * taken that long, no further candidate after a round's first is
  * compiled, and the report says so ("exact_cut"). */
 enum { EXACT_TOP = 4, EXACT_MAX = 8 };
+/* The smaller cluster of the "more GPUs" check (docs/planner.md, "More
+ * GPUs"): its best EXACT_FEWER by the same rule are compiled on it. */
+enum { EXACT_FEWER = 2 };
 #define EXACT_GUARD_S 120.0
 /* Plans faster than the chosen one but over the memory, shown first in the
  * table (at most). */
 enum { SHOWN_OVER = 3 };
+/* Plans over the memory by at most this fraction by the estimate are
+ * evaluated exactly when faster than the best that fits (merge_near): the
+ * estimate's memory errs over the exact plan's by 4-64 % on pipelined plans
+ * (docs/planner.md, "The estimate"); the Megatron 39B and 145B rows'
+ * published plans are estimated 20 % and 18 % over their exact peak. */
+#define NEAR_MARGIN 0.25
 
 bool sc_plan_auto_asked(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
@@ -292,6 +301,68 @@ static bool same_mesh(const sc_search_cand *a, const sc_search_cand *b) {
   return a->pp == b->pp && a->dp == b->dp && a->fsdp == b->fsdp && a->tp == b->tp;
 }
 
+/* The spec of the smaller cluster f of the preset spec "NAME:GxN[@P]"
+ * (its devices a node and nodes), into buf; false for a cluster file
+ * (nothing to halve by name: the comparison stays the estimate's). */
+static bool half_spec(const char *spec, const sc_search_fewer *f, char *buf, size_t n) {
+  const char *colon = spec ? strchr(spec, ':') : NULL;
+  if (!colon || f->devices_per_node < 1 || f->nodes < 1) return false;
+  long long g = 0, k = 0;
+  int used = 0;
+  if (sscanf(colon + 1, "%lldx%lld%n", &g, &k, &used) != 2 || g < 1 || k < 1) return false;
+  const char *rest = colon + 1 + used;
+  if (*rest && *rest != '@') return false;
+  int w = snprintf(buf, n, "%.*s:%lldx%lld%s", (int)(colon - spec), spec,
+                   (long long)f->devices_per_node, (long long)f->nodes, rest);
+  return w > 0 && (size_t)w < n;
+}
+
+/* Which of top[0 .. n) are evaluated exactly: the best, then the best of
+ * each other mesh, then the rest in order (the candidates of one mesh
+ * differ least; the block model errs most between meshes); moved to the
+ * front, n_want of them. */
+static void exact_order(sc_search_cand *top, int32_t n, int32_t n_want) {
+  for (int32_t i = 1; i < n_want; i++) {
+    int32_t pick = -1;
+    for (int32_t j = i; j < n && pick < 0; j++) {
+      bool seen = false;
+      for (int32_t k = 0; k < i; k++)
+        seen |= same_mesh(&top[j], &top[k]);
+      if (!seen) pick = j;
+    }
+    if (pick < 0) break;
+    sc_search_cand c = top[pick];
+    memmove(&top[i + 1], &top[i], (size_t)(pick - i) * sizeof c);
+    top[i] = c;
+  }
+}
+
+/* The plans the estimate puts over the memory by less than its own error
+ * (NEAR_MARGIN) and faster than the best that fits join r->top after that
+ * best, by estimated step, for the exact evaluation to decide: their exact
+ * memory may fit (the estimate errs over: docs/planner.md, "The
+ * estimate"). The best that fits stays first. */
+static void merge_near(sc_search_result *r) {
+  sc_search_cand all[2 * SC_SEARCH_TOP];
+  int32_t n = 0;
+  for (int32_t i = 1; i < r->n_top; i++) all[n++] = r->top[i];
+  for (int32_t i = 0; i < r->n_near; i++)
+    if (r->near[i].step_s < r->top[0].step_s) all[n++] = r->near[i];
+  /* insertion sort by step (stable: the top's order kept at a tie) */
+  for (int32_t i = 1; i < n; i++) {
+    sc_search_cand c = all[i];
+    int32_t j = i;
+    while (j > 0 && all[j - 1].step_s > c.step_s) {
+      all[j] = all[j - 1];
+      j--;
+    }
+    all[j] = c;
+  }
+  if (n > SC_SEARCH_TOP - 1) n = SC_SEARCH_TOP - 1;
+  memcpy(&r->top[1], all, (size_t)n * sizeof *all);
+  r->n_top = n + 1;
+}
+
 /* c with its figures replaced by the exact prediction pr (step, memory,
  * the critical rank's terms; each exposed communication group counted
  * under its first axis), so that sc_search_why compares exact with exact. */
@@ -415,7 +486,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                                                                          : SC_CLUSTER_FP32,
                        .adamw = ta.t.optimizer != SC_OPTIMIZER_SGD,
                        .memory_budget = a.budget_bytes,
-                       .max_pp = SC_DIST_SIM_MAX_RANKS};
+                       .max_pp = SC_DIST_SIM_MAX_RANKS,
+                       .near_margin = NEAR_MARGIN};
   if (a.budget_fraction > 0)
     so.memory_budget = (int64_t)(a.budget_fraction * (double)cluster.device_memory_bytes);
   int64_t limit = so.memory_budget > 0 ? so.memory_budget : cluster.device_memory_bytes;
@@ -451,6 +523,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     evaluated += r->evaluated;
     pruned += r->pruned;
     if (r->n_top == 0) break;
+    merge_near(r);
     n_exact = 0;
     double t_round = 0;
     /* which: the best, then the best of each other mesh, then the rest in
@@ -460,19 +533,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     int32_t n_want = r->n_top < EXACT_TOP ? r->n_top : EXACT_TOP;
     if (n_want > EXACT_MAX - n_exact_all) n_want = EXACT_MAX - n_exact_all;
     if (n_want < 1) n_want = 1;
-    for (int32_t i = 1; i < n_want; i++) {
-      int32_t pick = -1;
-      for (int32_t j = i; j < r->n_top && pick < 0; j++) {
-        bool seen = false;
-        for (int32_t k = 0; k < i; k++)
-          seen |= same_mesh(&r->top[j], &r->top[k]);
-        if (!seen) pick = j;
-      }
-      if (pick < 0) break;
-      sc_search_cand c = r->top[pick];
-      memmove(&r->top[i + 1], &r->top[i], (size_t)(pick - i) * sizeof c);
-      r->top[i] = c;
-    }
+    exact_order(r->top, r->n_top, n_want);
     for (int32_t i = 0; i < n_want; i++) {
       if (i > 0 && t_exact + t_round >= EXACT_GUARD_S) {
         snprintf(exact_cut, sizeof exact_cut,
@@ -580,6 +641,49 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     return sc_cli_report(&d, o.file);
   }
   const sc_plan_predicted *exact_pr = &ex.b->plan->predicted;
+  /* and exactly: the smaller cluster's best EXACT_FEWER by the same rule,
+   * compiled on it, their fastest that fits against the chosen plan */
+  sc_search_cand fewer_c;
+  sc_plan_predicted fewer_pr;
+  int32_t n_fewer_exact = 0;
+  bool fewer_exact = false;
+  char half[160];
+  if (fewer.have && half_spec(p.cluster, &fewer, half, sizeof half)) {
+    sc_recompute_kind keep = ta.t.recompute;
+    int32_t nw = fewer.n_top < EXACT_FEWER ? fewer.n_top : EXACT_FEWER;
+    exact_order(fewer.top, fewer.n_top, nw);
+    for (int32_t i = 0; i < nw; i++) {
+      exact e = {0};
+      int frc = compile(&fewer.top[i], half, &o, dim_name, a.global_batch, &ta, &e);
+      t_exact += e.seconds;
+      if (frc) break;
+      t0 = sc_cli_now_s();
+      st = sc_plan_train_predict(e.b, &ta.t, &target, &d);
+      t_exact += sc_cli_now_s() - t0;
+      if (st == SC_OK) {
+        n_fewer_exact++;
+        const sc_plan_predicted *pr = &e.b->plan->predicted;
+        if (!pr->unknown[0] && pr->peak_bytes_per_rank <= limit &&
+            (!fewer_exact || pr->step_time_s < fewer_pr.step_time_s)) {
+          fewer_exact = true;
+          fewer_c = fewer.top[i];
+          fewer_pr = *pr;
+        }
+      }
+      sc_build_destroy(e.b);
+      if (st != SC_OK) break;
+    }
+    ta.t.recompute = keep;
+    sc_diag_clear(&d);
+    st = SC_OK;
+  }
+  if (fewer_exact && !exact_pr->unknown[0]) {
+    sc_search_cand av = exact_view(&fewer_c, &fewer_pr, limit);
+    sc_search_cand bv = exact_view(ch, exact_pr, limit);
+    fewer.slower = bv.step_s > av.step_s;
+    sc_search_fewer_why(&av, &bv, fewer.devices, a.global_batch, "exact", fewer.why,
+                        sizeof fewer.why);
+  }
   double tokens = (double)a.global_batch * (double)bm.seq;
   double err = ch->step_s > 0 && exact_pr->step_time_s > 0
                    ? (ch->step_s - exact_pr->step_time_s) / exact_pr->step_time_s
@@ -591,7 +695,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   int32_t shown_exact[SC_SEARCH_TOP];
   int32_t n_shown = 0;
   for (int32_t i = 0; i < r->n_over && n_shown < SHOWN_OVER; i++)
-    if (r->over[i].step_s < r->top[0].step_s) {
+    if (r->over[i].step_s < r->top[0].step_s &&
+        (double)r->over[i].peak_bytes > (double)limit * (1 + NEAR_MARGIN)) { /* not in top */
       shown_exact[n_shown] = -1;
       shown[n_shown++] = r->over[i];
     }
@@ -709,6 +814,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
       estimate_predicted(&fewer.best, tokens, &fp);
       json_object_set_new(fj, "best", cand_json(&fewer.best, &fp, NULL));
     }
+    json_object_set_new(fj, "basis", json_string(fewer_exact ? "exact" : "estimates"));
+    json_object_set_new(fj, "exact_compiled", json_integer(n_fewer_exact));
+    if (fewer_exact) json_object_set_new(fj, "exact_best", cand_json(&fewer_c, &fewer_pr, NULL));
     json_object_set_new(fj, "chosen_estimate_s", json_real(ch->step_s));
     json_object_set_new(au, "fewer_devices", fj);
     json_object_set_new(au, "exact_evaluated_total", json_integer(n_exact_all));
@@ -748,7 +856,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     if (exact_cut[0]) printf("note: %s\n", exact_cut);
     if (fewer.slower) {
       char fo[384];
-      cand_options(&fewer.best, fo, sizeof fo);
+      cand_options(fewer_exact ? &fewer_c : &fewer.best, fo, sizeof fo);
       printf("note: more devices, a slower plan: the chosen one is %s (the best there: %s)\n",
              fewer.why, fo);
     }

@@ -113,7 +113,7 @@ static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
   double *lc = sc_malloc(((size_t)p->local->n_nodes + 1) * sizeof *lc);
   double *cost = sc_calloc((size_t)g->n_nodes + 1, sizeof *cost);
   if (!lc || !cost) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  if (st == SC_OK && sc_pp_node_costs(p->local, lc) != SC_OK)
+  if (st == SC_OK && sc_pp_node_costs(p->local, 1, lc) != SC_OK)
     st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0, j = 0; st == SC_OK && i < g->n_nodes; i++)
     for (; j < p->local_end[i]; j++) cost[i] += lc[j];

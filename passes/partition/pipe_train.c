@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/ops.h"
 #include "ir/pipe.h"
 #include "partition.h"
 #include "pp.h"
@@ -196,7 +197,22 @@ static sc_status forward_chunks(pipe_ctx *c, const sc_plan *plan) {
   sc_status st = key && cost ? SC_OK : nomem(c->d);
   for (int32_t i = 0; st == SC_OK && i < n; i++) key[i] = c->phase[i] == SC_PIPE_FORWARD ? 0 : 1;
   if (st == SC_OK) st = sort_by(c, key, 2);
-  if (st == SC_OK && sc_pp_node_costs(g, cost) != SC_OK) st = nomem(c->d);
+  /* a byte weighs what its time is worth in FLOPs on the plan's cluster:
+   * the chunks balance predicted time (docs/planner.md, "Stage
+   * boundaries") */
+  bool low = false; /* the products in bf16 or fp16 (mixed precision) */
+  for (int32_t i = 0; i < n && !low; i++) {
+    const sc_node *x = &g->nodes[i];
+    if ((unsigned)x->op < SC_OP_COUNT && (sc_ops[x->op].flags & SC_OPF_MATMUL) &&
+        x->n_outputs > 0 && x->outputs[0] >= 0) {
+      sc_dtype t = g->values[x->outputs[0]].dtype;
+      low = t == SC_DTYPE_BF16 || t == SC_DTYPE_F16;
+    }
+  }
+  double bw = sc_pp_byte_weight(plan->cluster && plan->cluster_figures.nodes >= 1
+                                    ? &plan->cluster_figures : NULL,
+                                low);
+  if (st == SC_OK && sc_pp_node_costs(g, bw, cost) != SC_OK) st = nomem(c->d);
   int32_t n_fwd = 0;
   for (int32_t i = 0; st == SC_OK && i < n; i++) {
     if (c->phase[i] == SC_PIPE_FORWARD) n_fwd++;

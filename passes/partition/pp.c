@@ -3,8 +3,9 @@
  *
  * Stage assignment. With boundaries, stage k+1 starts at the node named
  * boundaries[k]. Balanced, it is a linear-partition problem on per-node
- * costs c[i] (FLOPs + output bytes + bytes of the weights a node is first to
- * read, plus 1 so that free nodes still spread):
+ * costs c[i] (FLOPs + w x (output bytes + bytes of the weights a node is
+ * first to read), plus 1 so that free nodes still spread; w the FLOPs a
+ * byte's time is worth on the cluster, sc_pp_byte_weight, or 1):
  *   1. B* = the smallest possible largest stage cost, by bisection on the
  *      greedy test "packing runs of cost <= B needs at most n_stages runs";
  *   2. among the partitions into exactly n_stages non-empty runs of cost <=
@@ -44,6 +45,7 @@
 
 #include "ir/sharding.h"
 #include "ir/op_comm.h" /* SC_COMM_TAG_MAX */
+#include "passes/plan/cost.h"
 
 /* ---- stage assignment ---- */
 
@@ -61,7 +63,7 @@ static double finite_or_0(double x) { return isfinite(x) && x > 0 ? x : 0; }
 static double bytes_of(const sc_value *v) { return finite_or_0((double)sc_value_bytes(v)); }
 
 /* cost[i] and cross[i] (bytes live across the cut just before node i). */
-static sc_status node_costs(sc_graph *g, double *cost, double *cross) {
+static sc_status node_costs(sc_graph *g, double bw, double *cost, double *cross) {
   bool *charged = sc_calloc((size_t)g->n_values + 1, sizeof *charged);
   int32_t *last = sc_malloc(((size_t)g->n_values + 1) * sizeof *last);
   if (!charged || !last) {
@@ -74,19 +76,19 @@ static sc_status node_costs(sc_graph *g, double *cost, double *cross) {
     sc_node *n = &g->nodes[i];
     sc_cost c = {0, 0};
     if ((unsigned)n->op < SC_OP_COUNT && sc_ops[n->op].cost) sc_ops[n->op].cost(g, n, &c);
-    double total = 1 + finite_or_0(c.flops);
+    double bytes = 0;
     for (int32_t k = 0; k < n->n_outputs; k++)
-      if (n->outputs[k] >= 0) total += bytes_of(&g->values[n->outputs[k]]);
+      if (n->outputs[k] >= 0) bytes += bytes_of(&g->values[n->outputs[k]]);
     for (int32_t k = 0; k < n->n_inputs; k++) {
       int32_t v = n->inputs[k];
       if (v < 0) continue;
       last[v] = i;
       if (sc_value_is_const(&g->values[v]) && g->values[v].producer < 0 && !charged[v]) {
         charged[v] = true;
-        total += bytes_of(&g->values[v]);
+        bytes += bytes_of(&g->values[v]);
       }
     }
-    cost[i] = total;
+    cost[i] = 1 + finite_or_0(c.flops) + bw * bytes;
   }
   /* a produced value read later crosses the cuts in (producer, last reader] */
   for (int32_t i = 0; i <= g->n_nodes; i++) cross[i] = 0;
@@ -118,12 +120,20 @@ static bool fits(const double *cost, int32_t n, int32_t k, double b) {
   return true;
 }
 
-sc_status sc_pp_node_costs(sc_graph *g, double *cost) {
+sc_status sc_pp_node_costs(sc_graph *g, double byte_weight, double *cost) {
   double *cross = sc_malloc(((size_t)g->n_nodes + 1) * sizeof *cross);
   if (!cross) return SC_ERR_NOMEM;
-  sc_status st = node_costs(g, cost, cross);
+  sc_status st = node_costs(g, byte_weight, cost, cross);
   sc_free(cross);
   return st;
+}
+
+double sc_pp_byte_weight(const sc_cluster *c, bool low_precision) {
+  if (!c) return 1;
+  double peak = c->peak_flops[low_precision ? SC_CLUSTER_BF16 : SC_CLUSTER_FP32];
+  double hbm = c->memory_bytes_per_s * SC_COST_MEMORY_EFF;
+  double w = peak * SC_COST_GEMM_BEST / hbm;
+  return isfinite(w) && w > 0 ? w : 1;
 }
 
 /* The DP described at the top, writing node_stage. given: per-node costs
@@ -138,7 +148,7 @@ static sc_status balance(sc_graph *g, int32_t k, const double *given, int32_t *n
   int32_t *from = sc_calloc((size_t)k * n1, sizeof *from); /* from[j*n1+i]: cut */
   sc_status st = SC_ERR_NOMEM;
   if (!cost || !cross || !pre || !prev || !cur || !dq || !from) goto done;
-  if ((st = node_costs(g, cost, cross)) != SC_OK) goto done;
+  if ((st = node_costs(g, 1, cost, cross)) != SC_OK) goto done;
   if (given) memcpy(cost, given, (size_t)n * sizeof *cost);
   pre[0] = 0;
   for (int32_t i = 0; i < n; i++) pre[i + 1] = pre[i] + cost[i];

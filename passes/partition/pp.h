@@ -46,6 +46,7 @@
 #define SC_PASSES_PP_H
 
 #include "ir/ir.h"
+#include "passes/plan/cluster.h"
 
 /* node_stage[g->n_nodes]: filled. boundaries may be NULL when n_b == 0. */
 sc_status sc_pp_assign_stages(sc_graph *g, int32_t n_stages, const char *const *boundaries,
@@ -58,9 +59,17 @@ sc_status sc_pp_assign_stages_costed(sc_graph *g, int32_t n_stages,
                                      const char *const *boundaries, int32_t n_b,
                                      const double *node_cost, int32_t *node_stage,
                                      sc_diag *d);
-/* Each node's cost as the balancer counts it (FLOPs, output bytes, bytes
- * of the constants it is first to read, + 1) into cost[g->n_nodes]. */
-sc_status sc_pp_node_costs(sc_graph *g, double *cost);
+/* Each node's cost as the balancer counts it (FLOPs, plus byte_weight
+ * times its bytes: its outputs' and the constants' it is first to read,
+ * + 1) into cost[g->n_nodes]. byte_weight: the FLOPs a byte's time is
+ * worth (sc_pp_byte_weight), or 1 where no cluster is known. */
+sc_status sc_pp_node_costs(sc_graph *g, double byte_weight, double *cost);
+/* The FLOPs one byte of memory traffic costs in time on cluster c (its
+ * GEMM peak in the step's dtype at SC_COST_GEMM_BEST over its HBM
+ * bandwidth at SC_COST_MEMORY_EFF: 153 on an A100 in bf16, 295 on an
+ * H100), so that a stage's cost is its predicted time; 1 when c is NULL or
+ * does not know either figure. */
+double sc_pp_byte_weight(const sc_cluster *c, bool low_precision);
 
 /* stages_out[n_stages]: new graphs (caller destroys). pp_axis: the mesh
  * axis name the Send/Recv ops use (any string when n_stages == 1: no

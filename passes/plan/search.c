@@ -533,6 +533,9 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
             if (st != SC_OK) return st;
             finish(x, &c, r->model_flops);
             keep_best(r->over, &r->n_over, &c);
+            if ((double)c.peak_bytes <= (double)x->limit * (1 + x->o->near_margin) &&
+                x->o->near_margin > 0)
+              keep_best(r->near, &r->n_near, &c);
             if (!r->have_closest || c.peak_bytes < r->closest.peak_bytes) {
               r->closest = c;
               r->have_closest = true;
@@ -713,6 +716,51 @@ static void terms_of(const sc_search_cand *c, double t[8]) {
   memcpy(t, v, sizeof v);
 }
 
+void sc_search_fewer_why(const sc_search_cand *a, const sc_search_cand *b, int64_t devices_a,
+                         int64_t global_batch, const char *basis, char *buf, size_t n) {
+  double pct = a->step_s > 0 ? 100.0 * (b->step_s - a->step_s) / a->step_s : 0;
+  if (b->step_s <= a->step_s) {
+    snprintf(buf, n, "%.1f %% faster than the best on %lld devices (%s)", -pct,
+             (long long)devices_a, basis);
+    return;
+  }
+  /* the two terms that grew most, compute per rank, the batch per GPU */
+  static const char *const names[8] = {
+      "more tp comm",      "more fsdp comm",          "more dp comm",  "more pipeline p2p",
+      "a larger pipeline bubble", "more compute per rank", "more recompute",
+      "a longer optimizer step"};
+  double ta[8], tb[8];
+  terms_of(a, ta);
+  terms_of(b, tb);
+  int i1 = -1, i2 = -1;
+  for (int i = 0; i < 8; i++) {
+    double g = tb[i] - ta[i];
+    if (g <= 0) continue;
+    if (i1 < 0 || g > tb[i1] - ta[i1]) {
+      i2 = i1;
+      i1 = i;
+    } else if (i2 < 0 || g > tb[i2] - ta[i2]) {
+      i2 = i;
+    }
+  }
+  int64_t N = b->dp * b->fsdp * b->tp * b->pp;
+  size_t pos = (size_t)snprintf(buf, n, "%.1f %% slower than the best on %lld devices (%s)",
+                                pct, (long long)devices_a, basis);
+  if (i1 >= 0 && pos < n)
+    pos += (size_t)snprintf(buf + pos, n - pos, ": %s (+%.3g s)%s", names[i1],
+                            tb[i1] - ta[i1], i2 >= 0 ? "," : "");
+  if (i2 >= 0 && pos < n)
+    pos += (size_t)snprintf(buf + pos, n - pos, " %s (+%.3g s)", names[i2],
+                            tb[i2] - ta[i2]);
+  if (pos < n)
+    snprintf(buf + pos, n - pos,
+             "; compute per rank %.3g s against %.3g s; %.3g examples a GPU against %.3g "
+             "(micro-batch %lld against %lld)",
+             b->compute_s, a->compute_s, (double)global_batch / (double)N,
+             (double)global_batch / (double)devices_a, (long long)b->micro_batch_size,
+             (long long)a->micro_batch_size);
+}
+
 sc_status sc_search_fewer_devices(const sc_block_model *bm, const sc_search_opts *o,
                                   const sc_search_cand *chosen, sc_search_fewer *f, sc_diag *d) {
   memset(f, 0, sizeof *f);
@@ -746,50 +794,11 @@ sc_status sc_search_fewer_devices(const sc_block_model *bm, const sc_search_opts
   } else {
     f->have = true;
     f->best = r->top[0];
-    const sc_search_cand *a = &f->best, *b = chosen;
-    f->slower = b->step_s > a->step_s;
-    double pct = a->step_s > 0 ? 100.0 * (b->step_s - a->step_s) / a->step_s : 0;
-    if (!f->slower) {
-      snprintf(f->why, sizeof f->why, "%.1f %% faster than the best on %lld devices (estimates)",
-               -pct, (long long)f->devices);
-    } else {
-      /* the two terms that grew most, what shrank, and the batch per GPU */
-      static const char *const names[8] = {
-          "tp comm", "fsdp comm", "dp comm", "pipeline p2p", "the pipeline bubble",
-          "compute per rank", "recompute", "the optimizer step"};
-      double ta[8], tb[8];
-      terms_of(a, ta);
-      terms_of(b, tb);
-      int i1 = -1, i2 = -1;
-      for (int i = 0; i < 8; i++) {
-        double g = tb[i] - ta[i];
-        if (g <= 0) continue;
-        if (i1 < 0 || g > tb[i1] - ta[i1]) {
-          i2 = i1;
-          i1 = i;
-        } else if (i2 < 0 || g > tb[i2] - ta[i2]) {
-          i2 = i;
-        }
-      }
-      int64_t N = chosen->dp * chosen->fsdp * chosen->tp * chosen->pp;
-      size_t pos = (size_t)snprintf(f->why, sizeof f->why,
-                                    "%.1f %% slower than the best on %lld devices (estimates)",
-                                    pct, (long long)f->devices);
-      if (i1 >= 0 && pos < sizeof f->why)
-        pos += (size_t)snprintf(f->why + pos, sizeof f->why - pos, ": more %s (+%.3g s)%s",
-                                names[i1], tb[i1] - ta[i1], i2 >= 0 ? "," : "");
-      if (i2 >= 0 && pos < sizeof f->why)
-        pos += (size_t)snprintf(f->why + pos, sizeof f->why - pos, " more %s (+%.3g s)",
-                                names[i2], tb[i2] - ta[i2]);
-      if (pos < sizeof f->why)
-        pos += (size_t)snprintf(f->why + pos, sizeof f->why - pos,
-                                "; compute per rank %.3g s against %.3g s; %.3g examples a "
-                                "GPU against %.3g (micro-batch %lld against %lld)",
-                                b->compute_s, a->compute_s,
-                                (double)o->global_batch / (double)N,
-                                (double)o->global_batch / (double)f->devices,
-                                (long long)b->micro_batch_size, (long long)a->micro_batch_size);
-    }
+    f->n_top = r->n_top;
+    memcpy(f->top, r->top, (size_t)r->n_top * sizeof *r->top);
+    f->slower = chosen->step_s > f->best.step_s;
+    sc_search_fewer_why(&f->best, chosen, f->devices, o->global_batch, "estimates", f->why,
+                        sizeof f->why);
   }
   sc_free(r);
   return st;

@@ -85,6 +85,11 @@ typedef struct sc_search_opts {
                                    0: 1): their activations are another
                                    term (the stash), so they are scaled
                                    apart */
+  double near_margin;           /* candidates whose estimated memory is over
+                                   the limit by at most this fraction are
+                                   kept apart (near, below): the estimate
+                                   errs over, the exact plan may fit
+                                   (0: none kept) */
 } sc_search_opts;
 
 typedef struct sc_search_result {
@@ -99,6 +104,9 @@ typedef struct sc_search_result {
   int32_t n_over;
   sc_search_cand over[SC_SEARCH_TOP]; /* over the memory, fastest first (what
                                    the report shows when they beat the chosen) */
+  int32_t n_near;
+  sc_search_cand near[SC_SEARCH_TOP]; /* over the memory by at most
+                                   near_margin, fastest first */
   bool have_closest;
   sc_search_cand closest;       /* when nothing fits: the least over */
   double model_flops;           /* per step (6 N tokens-like: 3 x forward GEMMs) */
@@ -129,6 +137,9 @@ typedef struct sc_search_fewer {
   bool slower;                  /* the chosen plan's estimate is slower than best's */
   char why[320];                /* when slower: by how much and why, from the
                                    breakdown; else what was compared or why not */
+  int32_t n_top;
+  sc_search_cand top[SC_SEARCH_TOP]; /* the smaller cluster's best that fit
+                                   (best = top[0]), for an exact check */
 } sc_search_fewer;
 
 /* Searches o's model on the smaller cluster (above) with the same global
@@ -138,6 +149,14 @@ typedef struct sc_search_fewer {
  * Errors: those of sc_search_run other than SC_ERR_USAGE. */
 sc_status sc_search_fewer_devices(const sc_block_model *bm, const sc_search_opts *o,
                                   const sc_search_cand *chosen, sc_search_fewer *f, sc_diag *d);
+
+/* The comparison's words into buf: b (the chosen plan on the whole
+ * cluster) against a (the best on `devices_a`, fewer, devices), by the
+ * figures of `basis` ("estimates", "exact"): "X % faster than ..." or "X %
+ * slower than the best on N devices (basis): more T1 (+s), more T2 (+s);
+ * compute per rank ..; E examples a GPU against .. (micro-batch ..)". */
+void sc_search_fewer_why(const sc_search_cand *a, const sc_search_cand *b, int64_t devices_a,
+                         int64_t global_batch, const char *basis, char *buf, size_t n);
 
 /* Why b loses against the chosen a, in words ("2.1 % slower: more exposed
  * tp comm", "does not fit: pipeline rank 3 over by 1.2 GiB"). */
