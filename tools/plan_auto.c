@@ -48,7 +48,7 @@ enum { MAX_ARGS = 1024, MAX_ROUNDS = 4 };
  * that the chosen plan does not depend on the machine's load: the same
  * command gives the same plan. The block model ranks within about 10 %
  * (docs/planner.md section 4), so its best few hold the exact best; each
- * takes 0.2 to 2 s to compile on the development machine (shapes only;
+ * takes 0.2 s (gpt_1p5b) to 3 s (the Megatron 1T row) of CPU to compile (shapes only;
  * docs/planner.md, "The exact check", has the measured times).
  * EXACT_GUARD_S is a safety net only: once the exact evaluation has
  * taken that long, no further candidate after a round's first is
@@ -57,7 +57,7 @@ enum { EXACT_TOP = 4, EXACT_MAX = 8 };
 /* The smaller cluster of the "more GPUs" check (docs/planner.md, "More
  * GPUs"): its best EXACT_FEWER by the same rule are compiled on it. */
 enum { EXACT_FEWER = 2 };
-#define EXACT_GUARD_S 120.0
+#define EXACT_GUARD_S 600.0
 /* Plans faster than the chosen one but over the memory, shown first in the
  * table (at most). */
 enum { SHOWN_OVER = 3 };
@@ -338,7 +338,7 @@ static void exact_order(sc_search_cand *top, int32_t n, int32_t n_want) {
 }
 
 /* The plans the estimate puts over the memory by less than its own error
- * (NEAR_MARGIN) and faster than the best that fits join r->top after that
+ * (NEAR_MARGIN) and faster than the tenth that fits join r->top after its
  * best, by estimated step, for the exact evaluation to decide: their exact
  * memory may fit (the estimate errs over: docs/planner.md, "The
  * estimate"). The best that fits stays first. */
@@ -346,8 +346,9 @@ static void merge_near(sc_search_result *r) {
   sc_search_cand all[2 * SC_SEARCH_TOP];
   int32_t n = 0;
   for (int32_t i = 1; i < r->n_top; i++) all[n++] = r->top[i];
+  double last = r->n_top == SC_SEARCH_TOP ? r->top[r->n_top - 1].step_s : INFINITY;
   for (int32_t i = 0; i < r->n_near; i++)
-    if (r->near[i].step_s < r->top[0].step_s) all[n++] = r->near[i];
+    if (r->near[i].step_s < last) all[n++] = r->near[i];
   /* insertion sort by step (stable: the top's order kept at a tie) */
   for (int32_t i = 1; i < n; i++) {
     sc_search_cand c = all[i];
@@ -502,7 +503,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
    * (exact / estimate, never down) and the search runs again */
   exact ex = {0};
   int32_t chosen = -1;
-  double t_search = 0, t_exact = 0, scales[2] = {1, 1}; /* without, with a pipeline */
+  /* the activation scales per kind: 3 x (pp > 1) + recompute */
+  double t_search = 0, t_exact = 0, scales[6] = {1, 1, 1, 1, 1, 1};
   char skipped[MAX_ROUNDS][768];
   int32_t n_skipped = 0;
   int64_t evaluated = 0, pruned = 0;
@@ -510,8 +512,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   int32_t n_exact = 0, n_exact_all = 0; /* this round's, the command's */
   char exact_cut[256] = ""; /* why the guard cut the exact evaluation, or "" */
   for (int32_t round = 0; round < MAX_ROUNDS && chosen < 0; round++) {
-    so.activation_scale = scales[0];
-    so.activation_scale_pipe = scales[1];
+    memcpy(so.activation_scales, scales, sizeof scales);
     t0 = sc_cli_now_s();
     st = sc_search_run(&bm, &so, r, &d);
     t_search += sc_cli_now_s() - t0;
@@ -589,14 +590,15 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     char opts[384], over[32];
     cand_options(&r->top[0], opts, sizeof opts);
     fmt_bytes((double)(pr->peak_bytes_per_rank - limit), over, sizeof over);
-    /* per kind (without a pipeline, pipelined), from each plan of it
-     * compiled: what the exact plan says the activations take (its peak
-     * less the estimate's state and working memory) against the
-     * estimate's; never down, at least 10 % up */
-    double next[2] = {scales[0], scales[1]};
+    /* per kind (without a pipeline, pipelined; each recompute), from
+     * each plan of it compiled: what the exact plan says the activations
+     * take (its peak less the estimate's state and working memory)
+     * against the estimate's; never down, at least 10 % up */
+    double next[6];
+    memcpy(next, scales, sizeof next);
     for (int32_t i = 0; i < n_exact; i++) {
       const sc_search_cand *t = &r->top[i];
-      int kind = t->pp > 1;
+      int kind = 3 * (t->pp > 1) + (int)t->recompute;
       double est_act = (double)t->peak_activation_bytes / scales[kind];
       double fixed = (double)(t->peak_bytes - t->peak_activation_bytes);
       double want = (double)exact_of[i].peak_bytes_per_rank - fixed;
@@ -604,15 +606,16 @@ int sc_cmd_plan_auto(int argc, char **argv) {
       if (s1 < scales[kind] * 1.1) s1 = scales[kind] * 1.1;
       if (s1 > next[kind]) next[kind] = s1;
     }
-    scales[0] = next[0];
-    scales[1] = next[1];
+    memcpy(scales, next, sizeof scales);
     const sc_search_cand *t = &r->top[0];
     snprintf(skipped[n_skipped++], sizeof skipped[0],
              "the best %d by the estimate compiled are over the memory; the first, %s, by %s on "
              "its largest rank (%lld bytes exact, %lld estimated): the block model's "
-             "activation memory scaled by %.3g (without a pipeline) and %.3g (pipelined) and "
-             "searched again", (int)n_exact, opts, over,
-             (long long)pr->peak_bytes_per_rank, (long long)t->peak_bytes, scales[0], scales[1]);
+             "activation memory scaled by %.3g, %.3g, %.3g (without a pipeline; no, selective, "
+             "full recompute) and %.3g, %.3g, %.3g (pipelined) and searched again",
+             (int)n_exact, opts, over, (long long)pr->peak_bytes_per_rank,
+             (long long)t->peak_bytes, scales[0], scales[1], scales[2], scales[3], scales[4],
+             scales[5]);
   }
   if (rc || chosen < 0) {
     for (int32_t i = 0; i < n_skipped; i++)
@@ -824,8 +827,18 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                         json_pack("{s:i, s:i, s:f}", "per_round", EXACT_TOP, "total", EXACT_MAX,
                                   "guard_s", EXACT_GUARD_S));
     json_object_set_new(au, "exact_cut", exact_cut[0] ? json_string(exact_cut) : json_null());
-    json_object_set_new(au, "activation_scale", json_real(scales[0]));
-    json_object_set_new(au, "activation_scale_pipe", json_real(scales[1]));
+    double most[2] = {1, 1};
+    json_t *sj = json_object();
+    for (int k = 0; k < 6; k++) {
+      if (scales[k] > most[k / 3]) most[k / 3] = scales[k];
+      char key[32];
+      snprintf(key, sizeof key, "%s%s", k < 3 ? "" : "pipe_",
+               sc_search_recompute_name((sc_search_recompute)(k % 3)));
+      json_object_set_new(sj, key, json_real(scales[k]));
+    }
+    json_object_set_new(au, "activation_scale", json_real(most[0]));
+    json_object_set_new(au, "activation_scale_pipe", json_real(most[1]));
+    json_object_set_new(au, "activation_scales", sj);
     char *text = json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
     if (text) printf("%s\n", text);
     free(text);

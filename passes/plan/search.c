@@ -426,6 +426,8 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   }
   double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
   if (scale <= 0) scale = 1;
+  double kind = x->o->activation_scales[3 * (c->pp > 1) + (int)c->recompute];
+  if (kind > 0) scale *= kind;
   *act_out = act * scale;
   return mem + act * scale;
 }

@@ -85,6 +85,10 @@ typedef struct sc_search_opts {
                                    0: 1): their activations are another
                                    term (the stash), so they are scaled
                                    apart */
+  double activation_scales[6]; /* per kind, times the above: [3 x (pp > 1)
+                                   + recompute] (0: 1), so that what one
+                                   recompute's exact plans measured does
+                                   not scale another's */
   double near_margin;           /* candidates whose estimated memory is over
                                    the limit by at most this fraction are
                                    kept apart (near, below): the estimate
