@@ -62,16 +62,16 @@ enum { EXACT_FEWER = 2 };
  * table (at most). */
 enum { SHOWN_OVER = 3 };
 /* Plans over the memory by at most this fraction by the estimate, and
- * faster than the tenth that fits, are evaluated exactly too, NEAR_MAX of
- * them (the fastest) a round after the EXACT_TOP that fit (insert_near):
- * the estimate's memory errs over the exact plan's by 4-64 % on pipelined
- * plans (docs/planner.md, "The estimate"); the Megatron 39B, 145B, 310B
- * and 530B rows' published plans are estimated 20, 18, 14 and 8.5 % over
- * their exact peak. Apart from the EXACT_TOP, so that they never take the
- * place of a plan that fits by the estimate (the 1.7B row: three near
- * plans compiled, all over, the ones that fit not). */
+ * faster than the tenth that fits, compete for the exact evaluation with
+ * the plans that fit (merge_near): the estimate's memory errs over the
+ * exact plan's by 4-64 % on pipelined plans (docs/planner.md, "The
+ * estimate"); the Megatron 39B, 145B, 310B and 530B rows' published plans
+ * are estimated 20, 18, 14 and 8.5 % over their exact peak. When they take
+ * EXACT_TOP places, as many more that fit by the estimate (FIT_EXTRA at
+ * most) are compiled after them (add_fitting; the 1.7B row: three near plans
+ * compiled, all over, and the plans that fit not). */
 #define NEAR_MARGIN 0.25
-enum { NEAR_MAX = 2 };
+enum { FIT_EXTRA = 2 };
 
 bool sc_plan_auto_asked(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
@@ -343,23 +343,52 @@ static void exact_order(sc_search_cand *top, int32_t n, int32_t n_want) {
 }
 
 /* The plans the estimate puts over the memory by less than its own error
- * (NEAR_MARGIN) and faster than the tenth that fits, at most `room` of
- * them (the fastest), are put into r->top at `at` (after the ones picked
- * for the exact evaluation; the rest move down, the list stays at
- * SC_SEARCH_TOP), for the exact evaluation to decide: their exact memory
- * may fit (the estimate errs over: docs/planner.md, "The estimate").
- * Returns how many. */
-static int32_t insert_near(sc_search_result *r, int32_t at, int32_t room) {
+ * (NEAR_MARGIN) and faster than the tenth that fits join r->top after its
+ * best, by estimated step, for the exact evaluation to decide: their exact
+ * memory may fit (the estimate errs over: docs/planner.md, "The
+ * estimate"). The best that fits stays first. */
+static void merge_near(sc_search_result *r) {
+  sc_search_cand all[2 * SC_SEARCH_TOP];
+  int32_t n = 0;
+  for (int32_t i = 1; i < r->n_top; i++) all[n++] = r->top[i];
   double last = r->n_top == SC_SEARCH_TOP ? r->top[r->n_top - 1].step_s : INFINITY;
+  for (int32_t i = 0; i < r->n_near; i++)
+    if (r->near[i].step_s < last) all[n++] = r->near[i];
+  /* insertion sort by step (stable: the top's order kept at a tie) */
+  for (int32_t i = 1; i < n; i++) {
+    sc_search_cand c = all[i];
+    int32_t j = i;
+    while (j > 0 && all[j - 1].step_s > c.step_s) {
+      all[j] = all[j - 1];
+      j--;
+    }
+    all[j] = c;
+  }
+  if (n > SC_SEARCH_TOP - 1) n = SC_SEARCH_TOP - 1;
+  memcpy(&r->top[1], all, (size_t)n * sizeof *all);
+  r->n_top = n + 1;
+}
+
+/* After the n picked of r->top, up to `room` more that fit by the
+ * estimate (first the best of each mesh no fitting one picked has, then
+ * the next in order), moved up to follow them, so
+ * that near plans do not leave the ones that fit out of the exact
+ * evaluation. Returns how many. */
+static int32_t add_fitting(sc_search_result *r, int32_t n, int32_t room) {
   int32_t k = 0;
-  while (k < r->n_near && k < room && r->near[k].step_s < last) k++;
-  if (at + k > SC_SEARCH_TOP) k = SC_SEARCH_TOP - at;
-  if (k <= 0) return 0;
-  int32_t keep = r->n_top - at; /* moved down, as many as fit */
-  if (at + k + keep > SC_SEARCH_TOP) keep = SC_SEARCH_TOP - at - k;
-  memmove(&r->top[at + k], &r->top[at], (size_t)keep * sizeof *r->top);
-  memcpy(&r->top[at], r->near, (size_t)k * sizeof *r->top);
-  r->n_top = at + k + keep;
+  /* first those of a mesh no fitting one picked has, then any */
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t j = n + k; j < r->n_top && k < room; j++) {
+      if (!r->top[j].fits) continue;
+      bool seen = false;
+      for (int32_t i = 0; i < n + k && pass == 0; i++)
+        seen |= r->top[i].fits && same_mesh(&r->top[i], &r->top[j]);
+      if (seen) continue;
+      sc_search_cand c = r->top[j];
+      memmove(&r->top[n + k + 1], &r->top[n + k], (size_t)(j - n - k) * sizeof c);
+      r->top[n + k] = c;
+      k++;
+    }
   return k;
 }
 
@@ -523,6 +552,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     evaluated += r->evaluated;
     pruned += r->pruned;
     if (r->n_top == 0) break;
+    merge_near(r);
     n_exact = 0;
     double t_round = 0;
     /* which: the best, then the best of each other mesh, then the rest in
@@ -534,7 +564,10 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     int32_t n_want = r->n_top < EXACT_TOP ? r->n_top : EXACT_TOP;
     if (n_want > room) n_want = room;
     exact_order(r->top, r->n_top, n_want);
-    n_want += insert_near(r, n_want, room - n_want < NEAR_MAX ? room - n_want : NEAR_MAX);
+    int32_t n_near = 0; /* picked that do not fit by the estimate */
+    for (int32_t i = 0; i < n_want; i++) n_near += !r->top[i].fits;
+    if (n_near > FIT_EXTRA) n_near = FIT_EXTRA;
+    n_want += add_fitting(r, n_want, room - n_want < n_near ? room - n_want : n_near);
     for (int32_t i = 0; i < n_want; i++) {
       if (i > 0 && t_exact + t_round >= EXACT_GUARD_S) {
         snprintf(exact_cut, sizeof exact_cut,
