@@ -82,8 +82,8 @@ static sc_status write_event(sc_tensorboard *tb, const Tensorboard__Event *ev, s
   sc_tfrecord_frame(buf, n, header, footer);
   errno = 0;
   bool ok = fwrite(header, 1, sizeof header, tb->f) == sizeof header &&
-            fwrite(buf, 1, n, tb->f) == n && fwrite(footer, 1, sizeof footer, tb->f) == sizeof footer &&
-            fflush(tb->f) == 0;
+            fwrite(buf, 1, n, tb->f) == n &&
+            fwrite(footer, 1, sizeof footer, tb->f) == sizeof footer && fflush(tb->f) == 0;
   sc_free(buf);
   return ok ? SC_OK : write_failed(tb, d);
 }

@@ -490,7 +490,8 @@ static double run_loss_scale(const runner *r, int64_t *growth) {
  * from this record, so the two logs cannot differ. */
 typedef struct step_record {
   int64_t step;
-  double loss, lr, grad_norm;  /* the step's batch loss before its update */
+  double loss;                 /* the step's batch loss, before its update */
+  double lr, grad_norm;
   double time_ms;              /* the step's own time */
   double tokens_per_s;         /* its tokens (tokens_per_step) / time_ms */
   double loss_scale;           /* fp16: the scale after the step */
@@ -544,7 +545,8 @@ static sc_status open_tensorboard(const char *dir, const runner *tr, bool per_pr
   int64_t rank = tr->dist ? sc_dist_trainer_rank(tr->dist) : 0; /* of index 0 */
   sc_tensorboard_scalar *s = sc_calloc((size_t)n, sizeof *s);
   char(*tags)[64] = sc_calloc((size_t)n, sizeof *tags);
-  sc_status st = s && tags ? SC_OK : sc_diag_nomem(d, (uint64_t)n * 88, "TensorBoard tags");
+  sc_status st = s && tags ? SC_OK : sc_diag_nomem(d, (uint64_t)n * (sizeof *s + sizeof *tags),
+                                                         "TensorBoard tags");
   for (int64_t r = 0; st == SC_OK && r < n; r++) {
     snprintf(tags[r], sizeof tags[r], "memory/rank_%lld/arena_bytes", (long long)(rank + r));
     s[r].tag = tags[r];
@@ -681,6 +683,7 @@ int sc_cmd_train(int argc, char **argv) {
   sc_comm *world = NULL; /* --comm mpi: this process is one rank */
   FILE *log = NULL;
   sc_tensorboard *tb = NULL;
+  sc_diag tb_diag = {0}; /* the event file's close */
   if (!rc && o.help) {
     print_help();
     goto done;
@@ -785,7 +788,8 @@ int sc_cmd_train(int argc, char **argv) {
       break;
     }
   int64_t tokens = tokens_per_step(ds, n_ds, examples);
-  if (a.tensorboard && open_tensorboard(a.tensorboard, tr, world != NULL, first, &tb, &d) != SC_OK) {
+  if (a.tensorboard &&
+      open_tensorboard(a.tensorboard, tr, world != NULL, first, &tb, &d) != SC_OK) {
     rc = sc_cli_report(&d, NULL);
     if (world) sc_dist_trainer_abort(run.dist, d.msg); /* the others wait in step 1 */
     goto done;
@@ -874,9 +878,8 @@ int sc_cmd_train(int argc, char **argv) {
     }
   }
 done:
-  sc_diag cd = {0};
-  sc_diag_clear(&cd);
-  if (tb && sc_tensorboard_close(tb, &cd) != SC_OK && !rc) rc = sc_cli_report(&cd, NULL);
+  sc_diag_clear(&tb_diag);
+  if (tb && sc_tensorboard_close(tb, &tb_diag) != SC_OK && !rc) rc = sc_cli_report(&tb_diag, NULL);
   if (log && fclose(log) != 0 && !rc) {
     fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
             strerror(errno));
