@@ -36,7 +36,8 @@
 static const char *const USAGE =
     "shardc plan MODEL.onnx --train --auto --cluster C --global-batch B\n"
     "                      [--memory-budget BYTES|P%] [--precision fp32|bf16|fp16]\n"
-    "                      [--optimizer sgd|adamw] [--dim NAME=V]... [--json]";
+    "                      [--optimizer sgd|adamw] [--dim NAME=V]... [--json]\n"
+    "                      [--html FILE]";
 
 /* Searches at most: each one after the exact plan of the previous best
  * did not fit. */
@@ -68,6 +69,7 @@ typedef struct auto_args {
   const char *budget;       /* --memory-budget's text */
   int64_t budget_bytes;     /* or */
   double budget_fraction;   /* of the device's memory (P%) */
+  const char *html;         /* --html FILE: the chosen plan's page, with the table */
 } auto_args;
 
 /* --memory-budget: BYTES with an optional K, M, G suffix, or P% of the
@@ -110,6 +112,12 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
       if (missing) return sc_cli_usage_error("--global-batch needs a value");
       if (!sc_cli_parse_i64(v, 1, (int64_t)1 << 40, &a->global_batch))
         return sc_cli_usage_error("--global-batch takes a count >= 1, not '%s'", v);
+      i++;
+      continue;
+    }
+    if ((v = sc_cli_opt_value(argc, argv, &i, "--html", &missing))) {
+      if (missing) return sc_cli_usage_error("--html needs a file");
+      a->html = v;
       i++;
       continue;
     }
@@ -721,6 +729,29 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     for (int32_t i = 0; i < n_shown; i++) cand_line(i + 1, &shown[i], &shown_pr[i], why[i]);
   }
   fflush(stdout);
+  if (a.html) {
+    sc_plan_html_candidate cands[SC_SEARCH_TOP];
+    for (int32_t i = 0; i < n_shown; i++) {
+      const sc_plan_predicted *pr = &shown_pr[i];
+      cands[i] = (sc_plan_html_candidate){.step_s = pr->step_time_s,
+                                          .tokens_per_s = pr->tokens_per_s, .mfu = pr->mfu,
+                                          .peak_bytes = pr->peak_bytes_per_rank,
+                                          .fits = strcmp(pr->source, "estimate") != 0 ? pr->fits
+                                                                                 : shown[i].fits,
+                                          .chosen = i == chosen_at,
+                                          .exact = strcmp(pr->source, "estimate") != 0};
+      cand_options(&shown[i], cands[i].plan, sizeof cands[i].plan);
+      snprintf(cands[i].why, sizeof cands[i].why, "%s", why[i]);
+    }
+    sc_diag hd = {0};
+    sc_diag_clear(&hd);
+    if (sc_plan_train_html(ex.b, &ta.t, &target, o.file, "shardc plan --auto", cands, n_shown,
+                           a.html, &hd) != SC_OK) {
+      sc_build_destroy(ex.b);
+      sc_free(r);
+      return sc_cli_report(&hd, o.file);
+    }
+  }
   sc_build_destroy(ex.b);
   sc_free(r);
   return 0;

@@ -26,6 +26,7 @@
 
 #include "codegen/dist_sim.h"
 #include "codegen/pipe_schedule.h"
+#include "codegen/train_manifest.h"
 #include "driver/train_memory.h"
 #include "passes/partition/partition.h"
 #include "passes/blocks.h"
@@ -88,6 +89,8 @@ static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M
 typedef struct pipe_row {
   int32_t q;
   int64_t arenas, state, stash, p2p, coll;
+  int64_t state_by[3];   /* of state: parameters, gradient accumulators,
+                            optimizer state (for the page's bars) */
   int64_t step, kept;    /* the step's handed-over values' peak, and that of
                             all handed-over values (the total's) */
   int64_t outside;       /* the device's lines beside the arenas: the most
@@ -132,6 +135,9 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
       if (!sc_dist_is_state(dp, b->name) || listed(seen, n_seen, b->name)) continue;
       seen[n_seen++] = b->name;
       r->state += b->bytes;
+      r->state_by[strncmp(b->name, "accum:", 6) == 0        ? 1
+                  : sc_train_is_optimizer_state(b->name) ? 2
+                                                         : 0] += b->bytes;
     }
     sc_train_comm *cm = NULL;
     int32_t n_cm = 0;
@@ -514,4 +520,87 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   sc_plan_print_predicted(b->program, b->plan, prec, m.arena + m.constants + outside);
   sc_free(cm);
   return 0;
+}
+
+/* ---- --html ---- */
+
+/* Pipeline rank q's bar: its state by kind, its pieces' arenas, the
+ * handed-over values it keeps and the device's lines beside them (the
+ * terms of the report's total). */
+static void pipe_bar(const pipe_row *r, sc_plan_html_bar *bar) {
+  snprintf(bar->label, sizeof bar->label, "pipeline rank %d", (int)r->q);
+  bar->pipe_rank = r->q;
+  bar->bytes[SC_PLAN_HTML_PARAMS] = r->state_by[0];
+  bar->bytes[SC_PLAN_HTML_GRADIENTS] = r->state_by[1];
+  bar->bytes[SC_PLAN_HTML_OPTIMIZER] = r->state_by[2];
+  bar->bytes[SC_PLAN_HTML_STASH] = r->kept;
+  bar->bytes[SC_PLAN_HTML_WORKSPACE] = r->arenas;
+  bar->bytes[SC_PLAN_HTML_DEVICE] = r->outside;
+}
+
+/* One program's bar: the arena's classes at the peak (train_memory.h),
+ * what placement loses and the data as other, the constants as
+ * parameters, the device's lines beside the arena. */
+static void program_bar(const sc_train_memory *m, int64_t outside, sc_plan_html_bar *bar) {
+  snprintf(bar->label, sizeof bar->label, "every rank");
+  bar->pipe_rank = -1;
+  bar->bytes[SC_PLAN_HTML_PARAMS] = m->live[SC_MEM_PARAMS] + m->constants;
+  bar->bytes[SC_PLAN_HTML_GRADIENTS] = m->live[SC_MEM_GRADIENTS];
+  bar->bytes[SC_PLAN_HTML_OPTIMIZER] = m->live[SC_MEM_OPTIMIZER];
+  bar->bytes[SC_PLAN_HTML_ACTIVATIONS] = m->live[SC_MEM_ACTIVATIONS];
+  bar->bytes[SC_PLAN_HTML_WORKSPACE] = m->live[SC_MEM_WORKSPACE];
+  bar->bytes[SC_PLAN_HTML_COMM] = m->live[SC_MEM_COMM];
+  bar->bytes[SC_PLAN_HTML_DEVICE] = outside;
+  bar->bytes[SC_PLAN_HTML_OTHER] = m->live[SC_MEM_DATA] + (m->arena - m->peak_live);
+}
+
+sc_status sc_plan_train_html(const sc_build *b, const sc_train_opts *t,
+                             const sc_device_target *target, const char *file,
+                             const char *command, const sc_plan_html_candidate *candidates,
+                             int32_t n_candidates, const char *path, sc_diag *d) {
+  const sc_dist_program *dp = b->program;
+  sc_status st = sc_plan_train_predict(b, t, target, d);
+  if (st != SC_OK) return st;
+  int32_t n_bars = dp->pipe_chunks > 0 ? dp->pipe_ranks : 1;
+  sc_plan_html_bar *bars = sc_calloc((size_t)n_bars, sizeof *bars);
+  if (!bars) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (dp->pipe_chunks > 0) {
+    sc_pipe_handoffs ho;
+    st = sc_pipe_handoffs_of(dp, &ho, d);
+    for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
+      pipe_row r;
+      if ((st = pipe_row_of(dp, &ho, q, target, &r, d)) == SC_OK) pipe_bar(&r, &bars[q]);
+      sc_free(r.acts);
+      sc_free(r.from);
+      sc_free(r.to);
+    }
+    sc_pipe_handoffs_free(&ho);
+  } else {
+    const sc_program *p = dp->stages[0].program;
+    sc_train_memory m;
+    sc_device_memory dm;
+    st = sc_train_memory_of(p, &m, d);
+    if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
+    if (st == SC_OK) program_bar(&m, sc_device_memory_outside(&dm), &bars[0]);
+  }
+  if (st == SC_OK) {
+    sc_plan_html h = {.command = command, .model = file, .kind = "training step", .dp = dp,
+                      .plan = b->plan, .bars = bars, .n_bars = n_bars,
+                      .candidates = candidates, .n_candidates = n_candidates};
+    char count[64];
+    sc_cli_format_count(b->train.trainable_numel, count, sizeof count);
+    sc_plan_html_field(&h, "parameters", "%s in %d tensors", count, (int)b->train.n_trainable);
+    sc_plan_html_field(&h, "optimizer", "%s, %s", t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw",
+                       precision_name(t));
+    if (b->part && b->part->zero_stage)
+      sc_plan_html_field(&h, "sharded data parallel", "ZeRO-%d over %s", (int)b->part->zero_stage,
+                         b->part->mesh.axes[b->part->fsdp_axis].name);
+    sc_plan_html_field(&h, "recompute", "%s",
+                       t->recompute == SC_RECOMPUTE_FULL        ? "full"
+                       : t->recompute == SC_RECOMPUTE_SELECTIVE ? "selective"
+                                                                : "none");
+    st = sc_plan_html_write(&h, path, d);
+  }
+  sc_free(bars);
+  return st;
 }

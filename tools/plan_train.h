@@ -7,6 +7,7 @@
 
 #include "codegen/device_memory.h"
 #include "driver/driver.h"
+#include "tools/plan_html.h"
 
 /* b: a build with opts.train and codegen (one rank, a mesh, or a pipelined
  * step: then per pipeline rank, and with table every rank's action list).
@@ -25,5 +26,20 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
  * Nothing without a cluster. Errors: the memory plan's. */
 sc_status sc_plan_train_predict(const sc_build *b, const sc_train_opts *t,
                                 const sc_device_target *target, sc_diag *d);
+
+/* The plan's page (plan_html.h) of a training build b, written to path:
+ * the predicted step (sc_plan_train_predict), one memory bar per pipeline
+ * rank (its state as parameters, gradient accumulators and optimizer
+ * state; its pieces' arenas as workspace; the handed-over values it keeps
+ * as stash; the device's lines) or, unpipelined, one for every rank (the
+ * arena's classes at the peak), the timeline and collectives when b's plan
+ * has a cluster, and candidates (NULL: none; plan --auto's table).
+ * command titles the page ("shardc plan --train"); file names the model.
+ * `shardc check` writes its page with this. Errors: the memory plan's,
+ * the page's (SC_ERR_IO naming path). */
+sc_status sc_plan_train_html(const sc_build *b, const sc_train_opts *t,
+                             const sc_device_target *target, const char *file,
+                             const char *command, const sc_plan_html_candidate *candidates,
+                             int32_t n_candidates, const char *path, sc_diag *d);
 
 #endif
