@@ -720,7 +720,7 @@ static int write_html(const sc_build *b, sc_graph *g, const sc_stats *stats, con
   st = sc_plan_html_write(&h, path, &d);
   sc_free(bars);
   report_free(&r);
-  return st == SC_OK ? 0 : sc_cli_report(&d, path);
+  return st == SC_OK ? 0 : sc_cli_report(&d, file);
 }
 
 /* --train: the training step's memory (per rank with --mesh). */
