@@ -11,8 +11,9 @@ Each sample's page is opened from disk (file://) and checked:
     (training), one row per collective group the page's data lists (and at
     least one), and with --auto one row per candidate, exactly one chosen;
   - the 1F1B and interleaved steps show bubbles (blocks of kind bubble);
-  - hovering a forward block shows a tooltip naming its pipeline rank and
-    microbatch and time, a transfer's its bytes; picking a rank highlights
+  - hovering a compute block shows a tooltip naming its pipeline rank, piece,
+    microbatch and time, a transfer's its bytes (the timeline zoomed until
+    the block is 20 px wide); picking a rank highlights
     its pipeline rank's lanes;
   - a screenshot is not blank: its pixels' standard deviation over 8 (of
     255; a blank page is 0) and over 2 % of them not the background;
@@ -119,6 +120,34 @@ def count(drv, css):
     return len(drv.find_elements(By.CSS_SELECTOR, css))
 
 
+WIDEST = ("var b = Array.from(document.querySelectorAll(arguments[0])); b.sort(function (x, y) "
+          "{ return y.getAttribute('width') - x.getAttribute('width'); }); return b[0] || null;")
+
+
+def hover_widest(drv, css):
+    """Moves the pointer onto the widest block matching css, the timeline
+    zoomed (at most 40 times) until it is 20 px wide, so that the pointer
+    lands on it and not on a neighbour; the tooltip's text, None when no
+    block matches or the tooltip stays hidden. Zoom goes back to 1."""
+    block = drv.execute_script(WIDEST, css)
+    if block is None:
+        return None
+    width = float(block.get_attribute("width"))
+    zoom = min(40, max(1, int(20 / width) + 1))
+    if zoom > 1:
+        drv.execute_script("var z = document.getElementById('zoom'); z.value = arguments[0];"
+                           "z.dispatchEvent(new Event('change'));", zoom)
+        block = drv.execute_script(WIDEST, css)
+    drv.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'center'})", block)
+    ActionChains(drv).move_to_element(block).perform()
+    tip = drv.find_element(By.ID, "tip")
+    text = tip.text if tip.is_displayed() else None
+    if zoom > 1:
+        drv.execute_script("var z = document.getElementById('zoom'); z.value = 1;"
+                           "z.dispatchEvent(new Event('change'));")
+    return text
+
+
 def check_page(drv, html, what, lanes, bars, candidates=None, bubbles=False, shot=None,
                images=None):
     print(f"{what}: {os.path.getsize(html)} bytes")
@@ -145,26 +174,18 @@ def check_page(drv, html, what, lanes, bars, candidates=None, bubbles=False, sho
     if bubbles:
         check(count(drv, '.block[data-kind="bubble"]') > 0, f"{what}: the bubbles are drawn")
     if lanes:
-        block = drv.find_elements(By.CSS_SELECTOR, '.lane[data-queue="compute"] '
-                                  '.block[data-kind="compute"]')
-        check(len(block) > 0, f"{what}: compute blocks drawn")
-        if block:
-            drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", block[0])
-            ActionChains(drv).move_to_element(block[0]).perform()
-            tip = drv.find_element(By.ID, "tip")
-            text = tip.text
-            print(f"  tooltip: {text!r}")
-            check(tip.is_displayed() and "pipeline rank" in text and "microbatch" in text
-                  and " to " in text, f"{what}: hovering a block shows its step")
-        coll = drv.find_elements(By.CSS_SELECTOR, '.block[data-kind="collective"], '
-                                 '.block[data-kind="send"]')
-        check(len(coll) > 0, f"{what}: transfers drawn on the queues' lanes")
-        if coll:
-            drv.execute_script("arguments[0].scrollIntoView({block: 'center'})", coll[0])
-            ActionChains(drv).move_to_element(coll[0]).perform()
-            text = drv.find_element(By.ID, "tip").text
-            check(re.search(r"\d+ bytes\)", text) is not None and " to " in text,
-                  f"{what}: hovering a transfer shows its bytes and time ({text!r})")
+        text = hover_widest(drv, '.lane[data-queue="compute"] .block[data-kind="compute"]')
+        print(f"  tooltip: {text!r}")
+        lines = text.split("\n") if text else []
+        check(len(lines) >= 4 and "pipeline rank" in lines[0] and "compute" in lines[0]
+              and lines[1].split(":")[0] in ("forward", "backward", "weight gradients", "compute")
+              and "microbatch" in lines[2] and " to " in lines[3],
+              f"{what}: hovering a compute block shows its step")
+        text = hover_widest(drv, '.block[data-kind="collective"], .block[data-kind="send"]')
+        print(f"  tooltip: {text!r}")
+        check(text is not None and re.match(r"(collective|send)", text.split("\n")[1])
+              and re.search(r"\d+ bytes\)", text) is not None and " to " in text,
+              f"{what}: hovering a transfer shows its bytes and time")
         # any rank maps to its pipeline coordinate's lane
         ranks = d["mesh"]["ranks"]
         r = ranks - 1
