@@ -39,7 +39,7 @@ from checks import check, finish
 
 SRC = os.environ.get("SHARDC_SOURCE_DIR") or os.environ.get("SC_SOURCE_DIR") or \
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-SHARDC = os.environ.get("SHARDC") or os.path.join(SRC, "build", "shardc")
+SHARDC = os.path.abspath(os.environ.get("SHARDC") or os.path.join(SRC, "build", "shardc"))
 
 
 def skip(why):
@@ -65,12 +65,14 @@ try:
 except ImportError:
     skip("numpy and Pillow are needed to read the screenshots")
 
-SAMPLES = os.path.join(SRC, "samples")
+SAMPLES = "samples"  # relative to SRC, where shardc runs
 GPT_1P5B = os.path.join(SAMPLES, "gpt_1p5b.onnx")
 
 
 def plan(args, html):
-    r = subprocess.run([SHARDC, "plan", *args, "--html", html], capture_output=True, text=True)
+    # from the repository root, so that the pages name the samples as docs/report.md does
+    r = subprocess.run([SHARDC, "plan", *args, "--html", html], capture_output=True, text=True,
+                       cwd=SRC)
     if r.returncode != 0:
         sys.exit(f"shardc plan {' '.join(args)} failed ({r.returncode}):\n{r.stderr}")
     return html
