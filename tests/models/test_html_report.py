@@ -22,10 +22,14 @@ Each sample's page is opened from disk (file://) and checked:
   - a model whose file, graph and node names hold "</script>", "<" and
     "&" draws with them as text: no script of theirs runs, the page keeps
     its two script elements, the summary shows the names exactly.
+Before any browser: the hostile page's text has its two script elements
+only, the names written escaped, and its JSON reads them back exactly; the
+1,024-rank page's size.
 --images DIR: also save the screenshots docs/report.md shows into DIR
 (`make docs-images`). Environment: SHARDC, SHARDC_SOURCE_DIR. Exit 0 on
 success, 77 (skip, the reason printed) when Chromium, its driver or
-selenium is missing."""
+selenium is missing (after the checks that need no browser; 1 if one of
+those failed)."""
 import io
 import json
 import os
@@ -42,28 +46,30 @@ SRC = os.environ.get("SHARDC_SOURCE_DIR") or os.environ.get("SC_SOURCE_DIR") or 
 SHARDC = os.path.abspath(os.environ.get("SHARDC") or os.path.join(SRC, "build", "shardc"))
 
 
-def skip(why):
-    print(f"SKIP: {why}")
-    sys.exit(77)
-
-
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
+NO_BROWSER = None  # why the browser checks cannot run, or None
 if not CHROMIUM or not DRIVER:
-    skip("headless Chromium and its driver are not installed (scripts/install-deps.sh: "
-         "chromium, chromium-driver)")
+    NO_BROWSER = ("headless Chromium and its driver are not installed (scripts/install-deps.sh: "
+                  "chromium, chromium-driver)")
 try:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
 except ImportError:
-    skip("the selenium Python package is not installed (scripts/install-deps.sh)")
+    NO_BROWSER = NO_BROWSER or "the selenium Python package is not installed (scripts/install-deps.sh)"
 try:
     import numpy as np
     from PIL import Image
 except ImportError:
-    skip("numpy and Pillow are needed to read the screenshots")
+    NO_BROWSER = NO_BROWSER or "numpy and Pillow are needed to read the screenshots"
+
+
+def skip(why):
+    """Exits: 1 when a check already failed, else 77 (skipped) saying why."""
+    print(f"SKIP: {why}")
+    sys.exit(1 if finish() == 1 else 77)
 
 SAMPLES = "samples"  # relative to SRC, where shardc runs
 GPT_1P5B = os.path.join(SAMPLES, "gpt_1p5b.onnx")
@@ -287,6 +293,18 @@ def main():
                                                                    bubbles=True)))
         evil_path, evil_graph = hostile_model(tmp)
         evil = plan([evil_path, "--mesh", "pp=2", "--cluster", "h100-sxm:8x1"], h("hostile"))
+        # the page's text itself, before any browser: the names only inside
+        # the JSON, escaped, and read back exactly
+        raw = open(evil, encoding="utf-8").read()
+        check(raw.count("<script") == 2 and raw.count("</script>") == 2,
+              "hostile names: the page's text has its two script elements only")
+        check("__pwned" in raw and "<script>window.__pwned" not in raw
+              and "\\u003c/script\\u003e" in raw, "hostile names: written escaped")
+        summary = dict(page_data(evil)["summary"])
+        check(summary.get("model") == f"{evil_path} (graph '{evil_graph}')",
+              "hostile names: the JSON reads back the path and graph name exactly")
+        if NO_BROWSER:
+            skip(NO_BROWSER)
         drv = browser()
         try:
             for html, what, kw in pages:
@@ -318,7 +336,7 @@ def main():
             not_blank(drv.get_screenshot_as_png(), what)
         finally:
             drv.quit()
-    finish()
+    sys.exit(finish())
 
 
 if __name__ == "__main__":
