@@ -376,8 +376,8 @@ typedef struct sim_ctx {
 } sim_ctx;
 
 /* Records [start, end) of kind on r's queue, merged into the queue's last
- * event when it is of the same kind, run and peer and ends where this
- * starts. Empty intervals are not recorded. */
+ * event when it is of the same kind, run, peer and collective and ends
+ * where this starts. Empty intervals are not recorded. */
 static void record(sim_ctx *x, rank_state *r, int32_t queue, sc_dist_sim_event_kind kind,
                    int32_t peer, int32_t comm, double start, double end, double bytes) {
   sc_dist_sim_trace *tr = x->trace;
@@ -388,7 +388,7 @@ static void record(sim_ctx *x, rank_state *r, int32_t queue, sc_dist_sim_event_k
   if (*last >= 0) {
     sc_dist_sim_event *e = &tr->events[*last];
     if (e->kind == (int8_t)kind && e->stage == r->stage && e->mb == r->mb && e->peer == peer &&
-        e->end_s == start) {
+        e->comm == (int8_t)comm && e->end_s == start) {
       e->end_s = end;
       e->bytes += bytes;
       e->steps++;

@@ -48,7 +48,7 @@
  * exposed communication) tile [0, finish_s] without gaps or overlaps and
  * their durations are its terms above; consecutive steps of one run and
  * one term merge into one event (and so do back-to-back transfers of one
- * run on one queue), so a step of P pipeline ranks and A actions records
+ * run, one kind and one peer on one queue), so a step of P pipeline ranks and A actions records
  * O(P·A) events, not one per program step.
  *
  * Nothing is stored; the result owns no pointers (a trace owns its events:
@@ -125,7 +125,7 @@ typedef struct sc_dist_sim_event {
                           into the trace's axes */
   int8_t kind;         /* sc_dist_sim_event_kind */
   int8_t phase;        /* the piece's sc_pipe_phase; -1 when not pipelined */
-  int8_t comm;         /* COLLECTIVE: the first step's sc_comm_kind; else -1 */
+  int8_t comm;         /* COLLECTIVE: its steps' sc_comm_kind; else -1 */
   int32_t stage;       /* the stage program (pipelined: the piece) */
   int32_t chunk;       /* pipelined: the piece's chunk; else -1 */
   int32_t mb;          /* microbatch; -1 for once-a-step pieces */
