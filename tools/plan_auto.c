@@ -13,7 +13,8 @@
  * the block model's activation memory is scaled and the search runs
  * again, and the report says so. The exactly evaluated candidates show
  * their exact figures ("[exact]"); the others' are the block model's
- * ("source": "estimate"). */
+ * ("source": "estimate"). --html FILE writes the chosen plan's page with
+ * the table's rows and why each lost (sc_plan_train_html). */
 #include "tools/plan_auto.h"
 
 #include <math.h>

@@ -15,7 +15,8 @@
  *   count, the bytes of the whole tensors, what the rank sends with ring
  *   algorithms, and their sum in units of Ψ (the trainable parameters'
  *   fp32 bytes) next to the ZeRO paper's figure for the mesh.
- * JSON: the same numbers, in bytes. */
+ * JSON: the same numbers, in bytes. --html: the page of plan_html.h, its
+ * bars the same figures by part (sc_plan_train_html). */
 #include "tools/plan_train.h"
 
 #include <stdio.h>
