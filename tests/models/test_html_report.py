@@ -213,8 +213,14 @@ def check_page(drv, html, what, lanes, bars, candidates=None, bubbles=False, sho
     png = drv.get_screenshot_as_png()
     not_blank(png, what)
     if lanes:  # the timeline itself, as docs/report.md shows it
-        png_tl = drv.find_element(By.ID, "timeline").screenshot_as_png
+        section = drv.find_element(By.ID, "timeline")
+        drv.execute_script("arguments[0].scrollIntoView({block: 'start'})", section)
+        png_tl = section.screenshot_as_png
         not_blank(png_tl, what + " (timeline)")
+        tall = Image.open(io.BytesIO(png_tl)).size[1]
+        want = section.size["height"]
+        check(tall >= 0.95 * want, f"{what}: the timeline's screenshot is whole ({tall} of "
+              f"{want} px)")
     if images and shot:
         with open(os.path.join(images, shot + ".png"), "wb") as f:
             f.write(png)
