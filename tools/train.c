@@ -765,6 +765,12 @@ int sc_cmd_train(int argc, char **argv) {
     printf("memory: arena %s (%lld bytes), allocated once; %d of %d state tensors updated in "
            "place\n",
            arena, (long long)bytes, (int)in_place, (int)n_state);
+    if (run.dist && src.mesh->pipe_chunks > 0) {
+      printf("pipeline: one arena per pipeline rank, shared by its pieces:");
+      for (int32_t q = 0; q < (world ? 1 : src.mesh->pipe_ranks); q++)
+        printf(" %lld", (long long)sc_dist_trainer_pipe_arena_bytes(run.dist, q));
+      printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
+    }
   }
   sc_tensor_view batch[MAX_DATA + 1];
   for (int32_t i = 0; i < n_ds; i++) batch[i] = ds[i].batch;
