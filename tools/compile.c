@@ -30,6 +30,7 @@
 #include "tools/commands.h"
 #include "driver/train_bundle.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 #include "tools/train_args.h"
 #if SHARDC_HAVE_CUDA
 #include "codegen/cuda/cuda.h"
@@ -205,6 +206,8 @@ int sc_cmd_compile(int argc, char **argv) {
     return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
 
   if ((rc = check_train(&co, &bo)) != 0) return rc;
+  if (co.pa.auto_plan && (rc = sc_plan_auto_resolve(&co.pa, &o, co.train ? &co.ta : NULL)) != 0)
+    return rc;
 
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &co.pa);

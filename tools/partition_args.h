@@ -46,6 +46,7 @@
 #include <stdio.h>
 
 #include "driver/driver.h"
+#include "passes/plan/cluster.h"
 #include "runtime/comm.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
@@ -69,9 +70,11 @@ typedef struct sc_partition_args {
   bool comm_given;             /* --comm appeared */
   bool auto_plan;              /* --mesh auto or --auto: mesh still to choose */
   const char *objective;       /* --objective, or NULL (latency) */
-  const struct sc_cluster *cluster_loaded; /* the cluster already loaded (--mesh
+  const sc_cluster *cluster_loaded; /* the cluster already loaded (--mesh
                                   auto's, measured when assumed), used instead
                                   of loading --cluster again; not owned */
+  sc_cluster auto_cluster;     /* --mesh auto's cluster (cluster_loaded points
+                                  here after sc_plan_auto_resolve) */
   char auto_mesh[128];         /* the chosen mesh, which mesh then points at */
 } sc_partition_args;
 

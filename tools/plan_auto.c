@@ -504,9 +504,10 @@ static int choose(auto_search *x) {
                        "plan --auto: --global-batch sets the batch dim '%s'; give no --dim %s",
                        dim, dim);
   if (st == SC_OK && !x->dim_refused) st = batch_from_dims(&o, dim, &a.global_batch, &d);
+  char dim_kept[128];
   if (st == SC_OK && o.n_dims < x->o->n_dims) { /* the block model is of one example */
-    snprintf(dim_name, sizeof dim_name, "%s", dim);
-    dim = dim_name;
+    snprintf(dim_kept, sizeof dim_kept, "%s", dim);
+    dim = dim_kept;
     sc_build_destroy(fb);
     fb = NULL;
     if ((rc = sc_partition_args_build(&none, &o, &bs.build, &fb, NULL)) != 0) return rc;
@@ -920,5 +921,116 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   fflush(stdout);
   sc_build_destroy(ex.b);
   sc_free(r);
+  return 0;
+}
+
+/* ---- --mesh auto in run, compile and train ---- */
+
+/* The ranks a job of one process per rank has (mpirun's, torchrun's or
+ * Slurm's variables), or 0. */
+static int64_t world_ranks(const char *comm) {
+  if (!sc_partition_comm_is_world(comm)) return 0;
+  const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *v = getenv(names[i]);
+    int64_t n;
+    if (v && sc_cli_parse_i64(v, 1, SC_CLUSTER_MAX_PER_NODE, &n)) return n;
+  }
+  return 0;
+}
+
+/* The cluster --mesh auto plans for: --cluster's, or this machine
+ * (cpu:local) with the ranks the command runs (a job's processes, else
+ * the cores), measured now when it has no figures; one line on stderr
+ * says what was assumed. */
+static int auto_cluster(sc_partition_args *p) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (p->cluster) {
+    if (sc_cluster_load(p->cluster, &p->auto_cluster, &d) != SC_OK) return sc_cli_report(&d, NULL);
+    p->cluster_loaded = &p->auto_cluster;
+    return 0;
+  }
+  sc_cluster *c = &p->auto_cluster;
+  if (sc_cluster_load("cpu:local", c, &d) != SC_OK) return sc_cli_report(&d, NULL);
+  int64_t ranks = world_ranks(p->comm);
+  const char *whose = ranks ? "this job's processes" : "this machine's cores";
+  if (!ranks) ranks = c->devices_per_node;
+  double seconds = 0;
+  if (c->memory_bytes_per_s <= 0) {
+    sc_calibrate_opts co;
+    sc_calibrate_opts_init(&co);
+    co.quick = true;
+    sc_profile *prof = sc_malloc(sizeof *prof);
+    if (!prof) {
+      fprintf(stderr, "shardc: error: out of memory\n");
+      return 1;
+    }
+    double t0 = sc_cli_now_s();
+    sc_status st = sc_calibrate(&co, prof, &d);
+    seconds = sc_cli_now_s() - t0;
+    if (st == SC_OK) sc_cluster_apply_profile(c, prof);
+    sc_free(prof);
+    if (st != SC_OK) return sc_cli_report(&d, NULL);
+  }
+  c->devices_per_node = ranks;
+  p->cluster = "cpu:local";
+  p->cluster_loaded = c;
+  fprintf(stderr, "shardc: note: --mesh auto without --cluster: planning for cpu:local, %lld "
+          "ranks (%s)%s", (long long)ranks, whose, seconds > 0 ? ", its figures measured now" : "");
+  if (seconds > 0) fprintf(stderr, " (shardc calibrate --quick, %.1f s)", seconds);
+  fprintf(stderr, "\n");
+  return 0;
+}
+
+int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_args *ta) {
+  SC_ASSERT(p->auto_plan);
+  sc_partition_args others = *p;
+  others.auto_plan = false;
+  others.objective = NULL;
+  others.cluster = NULL;
+  others.comm = "local";
+  if (p->mesh || p->plan_file || sc_partition_args_any(&others))
+    return sc_cli_usage_error("--mesh auto chooses the mesh and every partitioning option "
+                              "itself: give only --cluster (not --mesh, --plan, --zero, "
+                              "--microbatches, ...)");
+  if (ta && p->objective)
+    return sc_cli_usage_error("--objective ranks inference plans; a training step is ranked by "
+                              "its time");
+  if (p->objective && strcmp(p->objective, "throughput") == 0)
+    return sc_cli_usage_error("--objective throughput: each dp replica serves a batch of its "
+                              "own, which one run does not; plan it with shardc plan --auto "
+                              "--objective throughput");
+  if (ta && ta->recompute_auto)
+    return sc_cli_usage_error("--mesh auto chooses the recompute itself (no --recompute auto)");
+  int rc = auto_cluster(p);
+  if (rc) return rc;
+  auto_search x = {.goal = ta ? SC_SEARCH_TRAIN : SC_SEARCH_LATENCY, .o = o, .ta = ta,
+                   .cluster_spec = p->cluster, .cluster = p->cluster_loaded};
+  if (ta) x.args.budget_bytes = ta->memory_budget;
+  if ((rc = choose(&x)) != 0) return rc;
+  const sc_search_cand *c = &x.r->top[x.chosen];
+  const sc_plan_predicted *pr = &x.ex.b->plan->predicted;
+  sc_search_mesh(c, p->auto_mesh, sizeof p->auto_mesh);
+  p->mesh = p->auto_mesh;
+  p->microbatches = c->microbatches > 1 ? c->microbatches : 0;
+  p->sequence_parallel = c->sequence_parallel;
+  if (!c->inference) {
+    p->zero = c->zero;
+    p->schedule = c->pp > 1 ? c->schedule : NULL;
+    p->virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
+    ta->t.recompute = (sc_recompute_kind)c->recompute;
+  }
+  char opts[384], t[32], mem[32];
+  cand_options(c, opts, sizeof opts);
+  sc_cli_format_seconds(pr->step_time_s, t, sizeof t);
+  fmt_bytes((double)pr->peak_bytes_per_rank, mem, sizeof mem);
+  fprintf(stderr, "shardc: note: --mesh auto chose --cluster %s %s\n", p->cluster, opts);
+  fprintf(stderr, "shardc: note: predicted %s %s, peak %s per rank (%lld candidates evaluated, "
+          "%lld pruned, %d compiled, %.2f s)\n", c->inference ? "batch" : "step",
+          pr->unknown[0] ? "unknown" : t, mem, (long long)x.evaluated, (long long)x.pruned,
+          (int)x.n_exact, x.t_model + x.t_search + x.t_exact);
+  sc_build_destroy(x.ex.b);
+  sc_free(x.r);
   return 0;
 }
