@@ -147,6 +147,7 @@ static int check_train(compile_opts *co, const sc_bundle_opts *bo) {
   }
   if (bo->target != SC_BUNDLE_CPU)
     return sc_cli_usage_error("--train: a training bundle is cpu only (--target cpu)");
+  co->ta.budget_for_search = co->pa.auto_plan;
   return sc_train_args_finish(&co->ta);
 }
 

@@ -390,6 +390,7 @@ static void list_bundle_params(const sc_program *p, const sc_train_manifest *m) 
 
 /* MODEL built into a training step (or, with --list-params, listed). */
 static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
+  a->g.budget_for_search = a->pa.auto_plan;
   int rc = sc_train_args_finish(&a->g);
   if (rc) return rc;
   /* --mesh auto: the planner chooses the mesh, ZeRO, schedule, recompute */

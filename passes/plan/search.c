@@ -857,6 +857,12 @@ void sc_search_why(const sc_search_cand *a, const sc_search_cand *b, int64_t lim
   }
   double pct = a->objective_s > 0 ? 100.0 * (b->objective_s - a->objective_s) / a->objective_s
                                    : 0;
+  if (b->objective_s != b->step_s && b->step_s <= a->step_s && pct >= 0.05) {
+    /* throughput: a step as short or shorter, over fewer replicas */
+    snprintf(buf, n, "%.1f %% slower per batch served: %lld replica%s against %lld", pct,
+             (long long)b->dp, b->dp == 1 ? "" : "s", (long long)a->dp);
+    return;
+  }
   if (pct < 0.05) {
     snprintf(buf, n, "as fast (%+.3f %%), %.2f GiB %s memory per rank", pct,
              fabs((double)(b->peak_bytes - a->peak_bytes)) / (1024.0 * 1024.0 * 1024.0),
