@@ -77,12 +77,17 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
           "                         batch split; it must divide the batch)%s, tp tensor\n"
           "                         parallel (Megatron column/row splits, attention by\n"
           "                         heads, vocabulary-parallel embedding), pp pipeline\n"
-          "                         stages (balanced by cost)\n",
+          "                         stages (balanced by cost)\n"
+          "  --mesh auto, --auto    the planner chooses the plan for --cluster C (default\n"
+          "                         this machine, measured first) and says it on stderr\n"
+          "                         (docs/planner.md section 4)%s\n",
           training ? ", docs/training.md" : "",
           training ? ", fsdp\n"
                      "                         sharded data parallel (the batch split too, and\n"
                      "                         the training state sharded: ZeRO/FSDP)"
-                   : "");
+                   : "",
+          training ? ";\n                         --memory-budget BYTES caps it per rank"
+                   : ";\n                         --objective latency (throughput: plan --auto)");
   if (training)
     fprintf(f,
             "  --zero 1|2|3           what fsdp shards: 1 optimizer state, 2 also gradients,\n"

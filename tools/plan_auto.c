@@ -706,7 +706,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_NO_WEIGHTS | SC_CLI_JSON, USAGE, &o);
   if (rc) return rc;
   if (o.help) {
-    printf("usage: %s\n\nSearches every training plan shardc runs on the cluster (docs/"
+    printf("usage: %s\n\nSearches every training plan (--train) or inference plan shardc runs on the cluster (docs/"
            "planner.md, section 4) and prints the chosen one, evaluated exactly, and the ten "
            "best with why each loses.\n", USAGE);
     return 0;

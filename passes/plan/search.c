@@ -596,6 +596,20 @@ static sc_status consider(const ctx *x, sc_search_cand *c, sc_search_result *r, 
   return SC_OK;
 }
 
+/* c (a plan whose state alone is over the memory, in its least-memory
+ * form) as the closest when it is less over than the closest so far. */
+static sc_status closest(const ctx *x, sc_search_cand *c, sc_search_result *r, sc_diag *d) {
+  memory(x, c);
+  if (r->have_closest && c->peak_bytes >= r->closest.peak_bytes) return SC_OK;
+  bool cut;
+  sc_status st = estimate(x, c, INFINITY, &cut, d);
+  if (st != SC_OK) return st;
+  finish(x, c, r->model_flops);
+  r->closest = *c;
+  r->have_closest = true;
+  return SC_OK;
+}
+
 static const char *const SCHEDULES[] = {"gpipe", "1f1b", "zb-h1", "interleaved"};
 
 /* Every microbatch count, schedule and recompute of one mesh and ZeRO
@@ -685,15 +699,8 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
               c.microbatches = pp > 1 ? (int32_t)(B / dd) : 1;
               c.micro_batch_size = pp > 1 ? 1 : B / dd;
               c.recompute = SC_SEARCH_RECOMPUTE_FULL;
-              memory(x, &c);
-              if (!r->have_closest || c.peak_bytes < r->closest.peak_bytes) {
-                bool cut;
-                sc_status st = estimate(x, &c, INFINITY, &cut, d);
-                if (st != SC_OK) return st;
-                finish(x, &c, r->model_flops);
-                r->closest = c;
-                r->have_closest = true;
-              }
+              sc_status st = closest(x, &c, r, d);
+              if (st != SC_OK) return st;
               continue;
             }
             sc_status st = search_mesh(x, base, B / dd, r, d);
@@ -755,15 +762,8 @@ static sc_status infer_search(const ctx *x, bool tp_anywhere, sc_search_result *
             sc_search_cand c = base;
             c.micro_batch_size = 1;
             c.microbatches = (int32_t)rb;
-            memory(x, &c);
-            if (!r->have_closest || c.peak_bytes < r->closest.peak_bytes) {
-              bool cut;
-              sc_status st = estimate(x, &c, INFINITY, &cut, d);
-              if (st != SC_OK) return st;
-              finish(x, &c, r->model_flops);
-              r->closest = c;
-              r->have_closest = true;
-            }
+            sc_status st = closest(x, &c, r, d);
+            if (st != SC_OK) return st;
             continue;
           }
           for (int64_t M = 1; M <= rb && (pp > 1 || M == 1); M++) {
