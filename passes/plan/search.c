@@ -759,9 +759,9 @@ static sc_status infer_search(const ctx *x, bool tp_anywhere, sc_search_result *
                      (double)bm->param_bytes;
           if (w > (double)x->limit) {
             r->pruned_state++;
-            sc_search_cand c = base;
-            c.micro_batch_size = 1;
-            c.microbatches = (int32_t)rb;
+            sc_search_cand c = base; /* its least memory: micro-batches of 1 */
+            c.micro_batch_size = pp > 1 ? 1 : rb;
+            c.microbatches = pp > 1 ? (int32_t)rb : 1;
             sc_status st = closest(x, &c, r, d);
             if (st != SC_OK) return st;
             continue;
