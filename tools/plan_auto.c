@@ -426,6 +426,9 @@ typedef struct auto_search {
   const sc_cluster *cluster;    /* loaded */
   bool dim_refused;             /* plan --train --auto: --global-batch sets the
                                    batch dim, --dim may not */
+  bool all_exact;               /* compile every one of the best few, whatever
+                                   the time (EXACT_BUDGET_S off): the choice
+                                   then does not depend on the machine's load */
   /* out, after choose() returned 0 */
   sc_block_model bm;
   char dim_name[128];
@@ -586,7 +589,8 @@ static int choose(auto_search *x) {
       memmove(&r->top[i + 1], &r->top[i], (size_t)(pick - i) * sizeof c);
       r->top[i] = c;
     }
-    for (int32_t i = 0; i < n_want && (i == 0 || t_exact + t_round < EXACT_BUDGET_S); i++) {
+    for (int32_t i = 0;
+         i < n_want && (i == 0 || x->all_exact || t_exact + t_round < EXACT_BUDGET_S); i++) {
       exact e = {0};
       rc = compile(&r->top[i], x->cluster_spec, x->cluster, &o, dim_name, &ta, &e);
       t_round += e.seconds;
@@ -941,8 +945,9 @@ static int64_t world_ranks(const char *comm) {
 
 /* The cluster --mesh auto plans for: --cluster's, or this machine
  * (cpu:local) with the ranks the command runs (a job's processes, else
- * the cores), measured now when it has no figures; one line on stderr
- * says what was assumed. */
+ * the cores), measured now when it has no figures (thread-ranks only:
+ * the processes of a job would each measure, and might choose apart);
+ * one line on stderr says what was assumed. */
 static int auto_cluster(sc_partition_args *p) {
   sc_diag d = {0};
   sc_diag_clear(&d);
@@ -957,6 +962,11 @@ static int auto_cluster(sc_partition_args *p) {
   const char *whose = ranks ? "this job's processes" : "this machine's cores";
   if (!ranks) ranks = c->devices_per_node;
   double seconds = 0;
+  if (c->memory_bytes_per_s <= 0 && sc_partition_comm_is_world(p->comm))
+    return sc_cli_usage_error("--mesh auto --comm %s: the processes would each measure this "
+                              "machine and might choose apart; measure it once (shardc "
+                              "calibrate -o PROFILE.json) and give --cluster "
+                              "cpu:local@PROFILE.json", p->comm);
   if (c->memory_bytes_per_s <= 0) {
     sc_calibrate_opts co;
     sc_calibrate_opts_init(&co);
@@ -1005,8 +1015,11 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
     return sc_cli_usage_error("--mesh auto chooses the recompute itself (no --recompute auto)");
   int rc = auto_cluster(p);
   if (rc) return rc;
+  /* all_exact: the processes of a job, and compile and run of one
+   * model, choose the same plan */
   auto_search x = {.goal = ta ? SC_SEARCH_TRAIN : SC_SEARCH_LATENCY, .o = o, .ta = ta,
-                   .cluster_spec = p->cluster, .cluster = p->cluster_loaded};
+                   .cluster_spec = p->cluster, .cluster = p->cluster_loaded,
+                   .all_exact = true};
   if (ta) x.args.budget_bytes = ta->memory_budget;
   if ((rc = choose(&x)) != 0) return rc;
   const sc_search_cand *c = &x.r->top[x.chosen];
