@@ -618,12 +618,12 @@ static int choose(auto_search *x) {
       const sc_plan_predicted *pr = &e.b->plan->predicted;
       /* the exact fastest that fits; at the same time the smaller memory */
       const sc_plan_predicted *best = chosen >= 0 ? &exact_of[chosen] : NULL;
+      double obj = exact_objective(&r->top[i], pr, so.goal),
+             best_obj = best ? exact_objective(&r->top[chosen], best, so.goal) : 0;
       bool better = pr->peak_bytes_per_rank <= limit &&
                     (!best || (!pr->unknown[0] &&
-                               (best->unknown[0] || exact_objective(&r->top[i], pr, so.goal) <
-                                                        exact_objective(&r->top[chosen], best, so.goal) ||
-                                (exact_objective(&r->top[i], pr, so.goal) ==
-                                     exact_objective(&r->top[chosen], best, so.goal) &&
+                               (best->unknown[0] || obj < best_obj ||
+                                (obj == best_obj &&
                                  pr->peak_bytes_per_rank < best->peak_bytes_per_rank))));
       if (better) {
         sc_build_destroy(ex.b);
