@@ -499,7 +499,7 @@ static int choose(auto_search *x) {
   if (!dim)
     st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
                      "plan --auto: the token ids (the first integer input of rank >= 2) have no "
-                     "symbolic batch dim for --global-batch to set");
+                     "symbolic batch dim for the batch to set (the search plans transformers)");
   char dim_name[128] = "";
   for (int k = 0; st == SC_OK && k < o.n_dims; k++)
     if (strcmp(o.dims[k].name, dim) == 0 && x->dim_refused)
