@@ -163,6 +163,18 @@ static double vocab_split(const sc_block_model *bm, const sc_search_cand *c) {
   return bm->vocab > 0 && bm->vocab % c->tp == 0 ? (double)c->tp : 1;
 }
 
+/* tp's collectives in the blocks into c->tp_s: ops all-reduces of act
+ * bytes each, or with sequence parallelism an all-gather and a
+ * reduce-scatter in place of each. */
+static sc_status tp_blocks(const ctx *x, sc_search_cand *c, double ops, double act,
+                           int64_t n_tp, sc_diag *d) {
+  if (!c->sequence_parallel)
+    return coll(x, SC_COLL_ALL_REDUCE, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+  sc_status st = coll(x, SC_COLL_ALL_GATHER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+  if (st == SC_OK) st = coll(x, SC_COLL_REDUCE_SCATTER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+  return st;
+}
+
 /* Per microbatch on one rank of the critical stage: one block's forward
  * and the recomputed part, and the outside part's forward. */
 typedef struct mb_times {
@@ -286,13 +298,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * all-gather and a reduce-scatter in place of each */
     double per_block = 4 + (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 0);
     double ops = M * (double)Ls * per_block;
-    if (c->sequence_parallel) {
-      st = coll(x, SC_COLL_ALL_GATHER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-      if (st == SC_OK)
-        st = coll(x, SC_COLL_REDUCE_SCATTER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-    } else {
-      st = coll(x, SC_COLL_ALL_REDUCE, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-    }
+    st = tp_blocks(x, c, ops, act, n_tp, d);
     if (st != SC_OK) return st;
   }
   double tensors = (double)Ls * b->param_tensors + bm->outside.param_tensors;
@@ -390,14 +396,7 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
       st = coll(x, SC_COLL_ALL_REDUCE, M * act, c->tp, n_tp, M, &c->tp_s, d);
     if (st == SC_OK && vocab_split(bm, c) > 1)
       st = coll(x, SC_COLL_ALL_GATHER, M * logits, c->tp, n_tp, M, &c->tp_s, d);
-    if (st != SC_OK) return st;
-    if (c->sequence_parallel) {
-      st = coll(x, SC_COLL_ALL_GATHER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-      if (st == SC_OK)
-        st = coll(x, SC_COLL_REDUCE_SCATTER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-    } else {
-      st = coll(x, SC_COLL_ALL_REDUCE, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-    }
+    if (st == SC_OK) st = tp_blocks(x, c, ops, act, n_tp, d);
     if (st != SC_OK) return st;
   }
   if (c->dp > 1) {
@@ -650,20 +649,28 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
   return SC_OK;
 }
 
+/* Whether tp is left out (counted): it does not divide the heads, or it
+ * leaves a node in the first pass; the second pass (tp_anywhere) takes
+ * only what the first left out. */
+static bool tp_skipped(const ctx *x, int64_t tp, bool tp_anywhere, sc_search_result *r) {
+  const sc_block_model *bm = x->bm;
+  int64_t P = x->c->devices_per_node;
+  if (bm->heads > 0 ? bm->heads % tp : (bm->hidden > 0 && bm->hidden % tp)) {
+    r->pruned_heads++;
+    return true;
+  }
+  if (!tp_anywhere && tp > P) {
+    r->pruned_node++;
+    return true;
+  }
+  return tp_anywhere && tp <= P;
+}
+
 static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_diag *d) {
   const sc_block_model *bm = x->bm;
   int64_t N = sc_cluster_devices(x->c), P = x->c->devices_per_node, B = x->o->global_batch;
   for (int64_t tp = 1; tp <= N; tp++) {
-    if (N % tp) continue;
-    if (bm->heads > 0 ? bm->heads % tp : (bm->hidden > 0 && bm->hidden % tp)) {
-      r->pruned_heads++;
-      continue;
-    }
-    if (!tp_anywhere && tp > P) {
-      r->pruned_node++;
-      continue;
-    }
-    if (tp_anywhere && tp <= P) continue; /* the second pass: only what the first left out */
+    if (N % tp || tp_skipped(x, tp, tp_anywhere, r)) continue;
     for (int64_t pp = 1; pp <= N / tp && pp <= bm->n_blocks && (!x->o->max_pp || pp <= x->o->max_pp);
          pp++) {
       if ((N / tp) % pp) continue;
@@ -723,16 +730,7 @@ static sc_status infer_search(const ctx *x, bool tp_anywhere, sc_search_result *
   bool latency = x->o->goal == SC_SEARCH_LATENCY;
   for (int64_t D = 1; D <= N; D++) {
     for (int64_t tp = 1; tp <= D; tp++) {
-      if (D % tp) continue;
-      if (bm->heads > 0 ? bm->heads % tp : (bm->hidden > 0 && bm->hidden % tp)) {
-        r->pruned_heads++;
-        continue;
-      }
-      if (!tp_anywhere && tp > P) {
-        r->pruned_node++;
-        continue;
-      }
-      if (tp_anywhere && tp <= P) continue;
+      if (D % tp || tp_skipped(x, tp, tp_anywhere, r)) continue;
       for (int64_t pp = 1; pp <= D / tp && pp <= bm->n_blocks &&
                            (!x->o->max_pp || pp <= x->o->max_pp); pp++) {
         if ((D / tp) % pp) continue;
