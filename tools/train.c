@@ -49,6 +49,7 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 #include "tools/train_args.h"
 
 static const char *const USAGE =
@@ -398,8 +399,11 @@ static void list_bundle_params(const sc_program *p, const sc_train_manifest *m) 
 
 /* MODEL built into a training step (or, with --list-params, listed). */
 static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
+  a->g.budget_for_search = a->pa.auto_plan;
   int rc = sc_train_args_finish(&a->g);
   if (rc) return rc;
+  /* --mesh auto: the planner chooses the mesh, ZeRO, schedule, recompute */
+  if (a->pa.auto_plan && (rc = sc_plan_auto_resolve(&a->pa, o, &a->g)) != 0) return rc;
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, &a->pa);
   bs.compile.quiet = true;
