@@ -534,8 +534,10 @@ static int print_help(void) {
          "  --schedule gpipe|1f1b|interleaved|zb-h1  the pipeline schedule (training: all)\n"
          "  --virtual-stages V      chunks per pipeline rank (--schedule interleaved)\n"
          "  --schedule-table        with --train: every pipeline rank's action list\n"
-         "  --auto                  with --train --cluster C --global-batch B: search the\n"
-         "                          plan (docs/planner.md; shardc plan --auto --help)\n"
+         "  --auto, --mesh auto     with --cluster C: search the inference plan (--batch B,\n"
+         "                          --objective latency|throughput), or with --train\n"
+         "                          --global-batch B the training plan (docs/planner.md;\n"
+         "                          shardc plan --auto --help)\n"
          "  --train                 the training step on one rank instead: its memory\n"
          "                          (params, optimizer state, gradients, activations,\n"
          "                          workspace at the peak; the arena, allocated once).\n"
@@ -614,25 +616,6 @@ static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, 
   return 0;
 }
 
-/* The largest rank's memory: its stage's device lines (the arena among
- * them) and its weights, as the per-rank memory table prints them; 0 when
- * a stage's device lines cannot be had. */
-static int64_t peak_rank_bytes(const sc_dist_program *dp, const sc_device_target *t) {
-  int64_t most = 0;
-  for (int32_t s = 0; s < dp->n_stages; s++) {
-    const sc_program *p = dp->stages[s].program;
-    if (!p) continue;
-    sc_device_memory dm;
-    sc_diag d = {0};
-    if (sc_device_memory_plan(p, t, &dm, &d) != SC_OK) return 0;
-    int64_t total = sc_device_memory_total(&dm);
-    for (int32_t i = 0; i < p->n_buffers; i++)
-      if (p->buffers[i].kind == SC_BUF_CONST) total += p->buffers[i].bytes;
-    if (total > most) most = total;
-  }
-  return most;
-}
-
 /* What the report shows (r->st, r->coll: freed by report_free). */
 static sc_status report_gather(report *r) {
   r->st = sc_calloc((size_t)r->part->n_stages, sizeof *r->st);
@@ -659,7 +642,7 @@ static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, con
   print_device_memory(&r);
   print_collectives(&r);
   sc_plan_print_predicted(b->program, b->plan, b->plan->precision,
-                          peak_rank_bytes(b->program, target));
+                          sc_plan_peak_rank_bytes(b->program, target));
   print_shardings(&r);
   if (b->part->n_fallbacks) {
     printf("\n");
@@ -702,7 +685,7 @@ static int write_html(const sc_build *b, sc_graph *g, const sc_stats *stats, con
     bar->bytes[SC_PLAN_HTML_COMM] = si->arena_bytes - (act > 0 ? act : 0);
     bar->bytes[SC_PLAN_HTML_DEVICE] = sc_device_memory_outside(&si->device);
   }
-  sc_dist_sim_to_plan(b->program, b->plan, peak_rank_bytes(b->program, target));
+  sc_dist_sim_to_plan(b->program, b->plan, sc_plan_peak_rank_bytes(b->program, target));
   sc_plan_html h = {.command = "shardc plan", .model = file, .model_name = g->name,
                     .kind = "inference", .dp = b->program, .plan = b->plan, .bars = bars,
                     .n_bars = b->part->n_stages};
@@ -808,7 +791,7 @@ int sc_cmd_plan(int argc, char **argv) {
     sc_diag d = {0};
     sc_diag_clear(&d);
     sc_status st = sc_partition_complete_plan(b->part, b->plan, &d);
-    sc_dist_sim_to_plan(b->program, b->plan, peak_rank_bytes(b->program, &target));
+    sc_dist_sim_to_plan(b->program, b->plan, sc_plan_peak_rank_bytes(b->program, &target));
     if (st == SC_OK) st = sc_plan_write_json(b->plan, stdout, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   } else if (!rc) {

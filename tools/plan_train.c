@@ -89,12 +89,12 @@ static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M
 
 typedef struct pipe_row {
   int32_t q;
-  int64_t arenas, state, stash, p2p, coll;
+  int64_t arena, state, stash, p2p, coll; /* arena: the one its pieces share */
   int64_t state_by[3];   /* of state: parameters, gradient accumulators,
                             optimizer state (for the page's bars) */
   int64_t step, kept;    /* the step's handed-over values' peak, and that of
                             all handed-over values (the total's) */
-  int64_t outside;       /* the device's lines beside the arenas: the most
+  int64_t outside;       /* the device's lines beside the arena: the most
                             any of its pieces needs (one context, one
                             workspace, reused by the pieces in turn) */
   int32_t stashed, formula;
@@ -109,13 +109,15 @@ static bool listed(const char *const *names, int32_t n, const char *name) {
   return false;
 }
 
-/* Pipeline coordinate q's figures: its pieces' arenas, the state it keeps,
+/* Pipeline coordinate q's figures: its pieces' one arena (the largest
+ * piece's: sc_pipe_arena_bytes), the state it keeps,
  * its stash and what it sends, by its action list. */
 static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, int32_t q,
                              const sc_device_target *target, pipe_row *r, sc_diag *d) {
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
   memset(r, 0, sizeof *r);
   r->q = q;
+  r->arena = sc_pipe_arena_bytes(dp, q);
   sc_status st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q, &r->acts,
                                   &r->n_acts, d);
   if (st != SC_OK) return st;
@@ -127,7 +129,6 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
   for (int32_t s = 0; s < dp->n_stages && st == SC_OK; s++) {
     if (sc_pipe_piece_chunk(C, s) % P != q) continue;
     const sc_program *p = dp->stages[s].program;
-    r->arenas += p->arena_bytes;
     sc_device_memory dm;
     if ((st = sc_device_memory_plan(p, target, &dm, d)) != SC_OK) break;
     if (sc_device_memory_outside(&dm) > r->outside) r->outside = sc_device_memory_outside(&dm);
@@ -236,13 +237,13 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
            (int)M);
     for (int32_t q = 0; q < P; q++) {
       const pipe_row *r = &rows[q];
-      printf("%s\n  {\"rank\": %d, \"arenas\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
+      printf("%s\n  {\"rank\": %d, \"arena\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
              "\"step_values_peak\": %lld, \"total\": %lld, \"stashed_microbatches\": %d, "
              "\"stash_formula\": %d, \"p2p_sent\": %lld, \"collective_sent\": %lld, "
              "\"actions\": [",
-             q ? "," : "", (int)q, (long long)r->arenas, (long long)r->state,
+             q ? "," : "", (int)q, (long long)r->arena, (long long)r->state,
              (long long)r->stash, (long long)r->step,
-             (long long)(r->arenas + r->state + r->kept), (int)r->stashed,
+             (long long)(r->arena + r->state + r->kept), (int)r->stashed,
              (int)r->formula, (long long)r->p2p, (long long)r->coll);
       for (int32_t i = 0; i < r->n_acts; i++) {
         char name[64];
@@ -265,17 +266,18 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   printf("schedule check: every rank's action list runs to its end (no deadlock)\n");
   printf("\nper pipeline rank (one rank of its data and tensor parallel group; planned = "
          "allocated):\n");
-  printf("  %4s %12s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arenas", "state",
+  printf("  %4s %12s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arena", "state",
          "stash peak", "step values", "total", "stashed", "formula", "p2p sent", "coll sent");
   for (int32_t q = 0; q < P; q++) {
     const pipe_row *r = &rows[q];
     printf("  %4d %12lld %12lld %12lld %12lld %12lld %9d %9d %12lld %12lld\n", (int)q,
-           (long long)r->arenas, (long long)r->state, (long long)r->stash, (long long)r->step,
-           (long long)(r->arenas + r->state + r->kept), (int)r->stashed, (int)r->formula,
+           (long long)r->arena, (long long)r->state, (long long)r->stash, (long long)r->step,
+           (long long)(r->arena + r->state + r->kept), (int)r->stashed, (int)r->formula,
            (long long)r->p2p, (long long)r->coll);
   }
-  printf("  arenas: its pieces' programs (forward, backward, norm, update of each chunk); "
-         "state: parameters,\n  optimizer state and accumulators it keeps; stash peak: the "
+  printf("  arena: one, shared by its pieces (forward, backward, norm, update of each "
+         "chunk): the largest\n  piece's, as they run in turn and keep nothing in it; "
+         "state: parameters, optimizer\n  state and accumulators it keeps; stash peak: the "
          "most bytes of values handed over\n  per microbatch kept at once (forward to "
          "backward, across chunks); step values: that of\n  values kept once a step (state "
          "copies, the norm's and the update's inputs); total: with\n  the most of both kept "
@@ -289,8 +291,8 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   int64_t peak = 0;
   for (int32_t q = 0; q < P; q++) {
     const pipe_row *r = &rows[q];
-    if (r->arenas + r->state + r->kept + r->outside > peak)
-      peak = r->arenas + r->state + r->kept + r->outside;
+    if (r->arena + r->state + r->kept + r->outside > peak)
+      peak = r->arena + r->state + r->kept + r->outside;
   }
   sc_plan_print_predicted(dp, b->plan, precision_name(t), peak);
 done:
@@ -308,7 +310,7 @@ done:
 }
 
 /* The largest rank's memory, as the reports print it: per pipeline rank
- * its arenas, state, stash and the device's lines beside them
+ * its arena, state, stash and the device's lines beside them
  * (pipe_row_of); one rank's arena, constants and device lines otherwise. */
 static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
                             sc_diag *d) {
@@ -320,7 +322,7 @@ static sc_status train_peak(const sc_build *b, const sc_device_target *target, i
     for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
       pipe_row r;
       st = pipe_row_of(dp, &ho, q, target, &r, d);
-      int64_t total = r.arenas + r.state + r.kept + r.outside;
+      int64_t total = r.arena + r.state + r.kept + r.outside;
       if (st == SC_OK && total > *peak) *peak = total;
       sc_free(r.acts);
       sc_free(r.from);
@@ -525,7 +527,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
 
 /* ---- --html ---- */
 
-/* Pipeline rank q's bar: its state by kind, its pieces' arenas, the
+/* Pipeline rank q's bar: its state by kind, the arena its pieces share, the
  * handed-over values it keeps and the device's lines beside them (the
  * terms of the report's total). */
 static void pipe_bar(const pipe_row *r, sc_plan_html_bar *bar) {
@@ -535,7 +537,7 @@ static void pipe_bar(const pipe_row *r, sc_plan_html_bar *bar) {
   bar->bytes[SC_PLAN_HTML_GRADIENTS] = r->state_by[1];
   bar->bytes[SC_PLAN_HTML_OPTIMIZER] = r->state_by[2];
   bar->bytes[SC_PLAN_HTML_STASH] = r->kept;
-  bar->bytes[SC_PLAN_HTML_WORKSPACE] = r->arenas;
+  bar->bytes[SC_PLAN_HTML_WORKSPACE] = r->arena;
   bar->bytes[SC_PLAN_HTML_DEVICE] = r->outside;
 }
 

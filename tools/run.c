@@ -45,13 +45,15 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 
 static const char *const USAGE =
     "shardc run MODEL.onnx [--dim NAME=V]... [--input NAME=FILE.npy]...\n"
     "                     [--random-inputs SEED] [--output-dir DIR] [--threads N]\n"
     "                     [--no-fuse] [--quiet] [--verbose] [--print-after=PASS]\n"
     "                     [--time-passes] [--repeat N [--warmup W]]\n"
-    "                     [--mesh SPEC | --plan FILE.json] [--comm local|mpi|tcp|nccl]\n"
+    "                     [--mesh SPEC | --plan FILE.json | --mesh auto [--cluster C]]\n"
+    "                     [--comm local|mpi|tcp|nccl]\n"
     "                     [--microbatches M] [--stage-boundaries A,B]\n"
     "                     [--sequence-parallel] [--no-vocab-parallel] [--no-overlap]\n"
     "                     [--ranks-per-node N] [--device cpu|cuda [--no-cuda-graph]\n"
@@ -919,6 +921,11 @@ int sc_cmd_run(int argc, char **argv) {
       run_state_free(&st, &r);
       return sc_cli_usage_error("%s: a one-rank bundle cannot be partitioned; compile the "
                                 "model with --mesh instead", o.file);
+    }
+    /* --mesh auto: the planner chooses, then the run is --mesh's */
+    if (r.pc.auto_plan && (rc = sc_plan_auto_resolve(&r.pc, &o, NULL)) != 0) {
+      run_state_free(&st, &r);
+      return rc;
     }
     int rc2 = run_partitioned(&r, &o);
     run_state_free(&st, &r); /* the --input names */

@@ -49,6 +49,7 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 #include "tools/train_args.h"
 
 static const char *const USAGE =
@@ -398,8 +399,11 @@ static void list_bundle_params(const sc_program *p, const sc_train_manifest *m) 
 
 /* MODEL built into a training step (or, with --list-params, listed). */
 static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
+  a->g.budget_for_search = a->pa.auto_plan;
   int rc = sc_train_args_finish(&a->g);
   if (rc) return rc;
+  /* --mesh auto: the planner chooses the mesh, ZeRO, schedule, recompute */
+  if (a->pa.auto_plan && (rc = sc_plan_auto_resolve(&a->pa, o, &a->g)) != 0) return rc;
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, &a->pa);
   bs.compile.quiet = true;
@@ -765,6 +769,12 @@ int sc_cmd_train(int argc, char **argv) {
     printf("memory: arena %s (%lld bytes), allocated once; %d of %d state tensors updated in "
            "place\n",
            arena, (long long)bytes, (int)in_place, (int)n_state);
+    if (run.dist && src.mesh->pipe_chunks > 0) {
+      printf("pipeline: one arena per pipeline rank, shared by its pieces:");
+      for (int32_t q = 0; q < (world ? 1 : src.mesh->pipe_ranks); q++)
+        printf(" %lld", (long long)sc_dist_trainer_pipe_arena_bytes(run.dist, q));
+      printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
+    }
   }
   sc_tensor_view batch[MAX_DATA + 1];
   for (int32_t i = 0; i < n_ds; i++) batch[i] = ds[i].batch;
