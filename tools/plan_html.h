@@ -40,7 +40,7 @@ typedef enum sc_plan_html_mem {
   SC_PLAN_HTML_OPTIMIZER,   /* optimizer state (moments) */
   SC_PLAN_HTML_ACTIVATIONS, /* activations (one program's peak) */
   SC_PLAN_HTML_STASH,       /* values a pipeline rank keeps between pieces */
-  SC_PLAN_HTML_WORKSPACE,   /* temporaries; pipelined: the pieces' arenas */
+  SC_PLAN_HTML_WORKSPACE,   /* temporaries; pipelined: the arena its pieces share */
   SC_PLAN_HTML_COMM,        /* collectives' buffers and scratch */
   SC_PLAN_HTML_DEVICE,      /* the device's own memory beside the arena */
   SC_PLAN_HTML_OTHER,       /* the batch, what arena placement loses */

@@ -30,7 +30,7 @@ sc_status sc_plan_train_predict(const sc_build *b, const sc_train_opts *t,
 /* The plan's page (plan_html.h) of a training build b, written to path:
  * the predicted step (sc_plan_train_predict), one memory bar per pipeline
  * rank (its state as parameters, gradient accumulators and optimizer
- * state; its pieces' arenas as workspace; the handed-over values it keeps
+ * state; the arena its pieces share as workspace; the handed-over values it keeps
  * as stash; the device's lines) or, unpipelined, one for every rank (the
  * arena's classes at the peak), the timeline and collectives when b's plan
  * has a cluster, and candidates (NULL: none; plan --auto's table).
