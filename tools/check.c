@@ -1,0 +1,976 @@
+/* check.c — `shardc check MODEL`: the checks a CI job runs on a model and
+ * its plan before a GPU is spent (docs/ci.md), each passed, failed (with
+ * the reason) or skipped (with why):
+ *   import        every node supported: the importer goes on past an
+ *                 unsupported node and lists them all (frontend/onnx.h)
+ *   fits          every rank's exact memory (the plan's: arenas, state,
+ *                 stash, constants, the device's lines) within the
+ *                 cluster's device memory; skipped without --cluster
+ *   performance   the predicted step (codegen/dist_sim.h, as `shardc plan
+ *                 --cluster` predicts it) and every rank's memory against
+ *                 --baseline, an earlier --report (driver/check.h compares
+ *                 and names what grew); skipped without --cluster or
+ *                 --baseline
+ *   equivalence   with --train and a mesh: EQUIV_STEPS steps of the
+ *                 partitioned step on thread-ranks against one rank, on
+ *                 seeded random data, losses, gradient norms and every
+ *                 weight within the tolerances of tests/models/
+ *                 test_train_dist.py; skipped when the ranks' memory
+ *                 would not fit in half of this host's
+ *   reproducible  the bundle (`shardc compile`'s, codegen/bundle.h)
+ *                 written from two builds, every file's SHA-256 equal
+ * The report (driver/check.h) is printed (--format text|json|github) and
+ * written (--report, --junit). Exit status: 0 nothing failed, 1 a check
+ * failed, 2 usage. This file parses, runs the builds and the trainers the
+ * other commands use (partition_args.h, train_args.h, runtime/trainer.h,
+ * runtime/dist_train.h) and prints; the report, its JSON and the
+ * comparison are the library's (driver/check.c). */
+#define _GNU_SOURCE /* nftw */
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codegen/bundle.h"
+#include "codegen/dist_bundle.h"
+#include "codegen/dist_sim.h"
+#include "codegen/program_json.h"
+#include "driver/check.h"
+#include "driver/train_bundle.h"
+#include "driver/train_memory.h"
+#include "frontend/onnx.h"
+#include "ir/fileio.h"
+#include "passes/stats.h"
+#include "runtime/dist_train.h"
+#include "runtime/train_bundle.h"
+#include "runtime/trainer.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+#include "tools/partition_args.h"
+#include "tools/plan_train.h"
+#include "tools/train_args.h"
+
+static const char *const USAGE =
+    "shardc check MODEL.onnx [--train] [--cluster C] [--mesh AXES | --plan FILE.json]\n"
+    "                       [--dim NAME=V]... [--baseline REPORT.json]\n"
+    "                       [--max-time-regression P%] [--max-memory-regression P%]\n"
+    "                       [--report OUT.json] [--junit OUT.xml] [--format text|json|github]\n"
+    "                       [--no-weights] (and the options of shardc plan)";
+
+enum { MAX_ARGS = 1024 };
+
+/* The equivalence check: steps and tolerances of test_train_dist.py (both
+ * sides sum in fp32 in different orders): losses and gradient norms within
+ * rtol 2e-5; every weight within 2e-4 of its tensor's largest update with
+ * SGD (the update is linear in the gradient), 2e-2 with AdamW (m/(sqrt(v) +
+ * eps) turns rounding noise near zero into up to lr). lr 1e-3, the
+ * default of shardc train; one pool thread per rank. */
+enum { EQUIV_STEPS = 3 };
+static const double EQUIV_LOSS_RTOL = 2e-5;
+static const double EQUIV_SGD_TOL = 2e-4, EQUIV_ADAMW_TOL = 2e-2;
+static const double EQUIV_LR = 1e-3;
+static const uint64_t EQUIV_SEED = 20261205;
+
+typedef enum out_format { FORMAT_TEXT, FORMAT_JSON, FORMAT_GITHUB } out_format;
+
+typedef struct check_args {
+  sc_partition_args pa;
+  sc_train_args ta;
+  bool train;
+  const char *baseline, *report, *junit;
+  sc_check_thresholds th;
+  out_format format;
+} check_args;
+
+/* "5%", "5" or "0.5%" as the fraction 0.05; 2 after a usage error. */
+static int parse_percent(const char *opt, const char *v, double *out) {
+  char buf[64];
+  snprintf(buf, sizeof buf, "%s", v);
+  size_t n = strlen(buf);
+  if (n && buf[n - 1] == '%') buf[n - 1] = 0;
+  double x;
+  if (sc_cli_parse_number(opt, buf, &x)) return 2;
+  if (x < 0 || x > 1e6) return sc_cli_usage_error("%s takes a percentage >= 0, not '%s'", opt, v);
+  *out = x / 100;
+  return 0;
+}
+
+/* The options of this command at argv[*i]: 1 taken, 0 not one, 2 usage. */
+static int own_option(check_args *a, int argc, char **argv, int *i) {
+  static const char *const names[] = {"--baseline", "--report", "--junit", "--format",
+                                      "--max-time-regression", "--max-memory-regression"};
+  bool missing = false;
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    const char *v = sc_cli_opt_value(argc, argv, i, names[k], &missing);
+    if (!v) continue;
+    if (missing) return sc_cli_usage_error("%s needs a value", names[k]);
+    (*i)++;
+    switch (k) {
+    case 0: a->baseline = v; break;
+    case 1: a->report = v; break;
+    case 2: a->junit = v; break;
+    case 3:
+      if (strcmp(v, "text") == 0) a->format = FORMAT_TEXT;
+      else if (strcmp(v, "json") == 0) a->format = FORMAT_JSON;
+      else if (strcmp(v, "github") == 0) a->format = FORMAT_GITHUB;
+      else return sc_cli_usage_error("--format takes text, json or github, not '%s'", v);
+      break;
+    case 4: return parse_percent(names[k], v, &a->th.time) ? 2 : 1;
+    default: return parse_percent(names[k], v, &a->th.memory) ? 2 : 1;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+static int split_args(int argc, char **argv, check_args *a, char **rest, int *n_rest) {
+  *n_rest = 0;
+  rest[(*n_rest)++] = argv[0];
+  bool only_files = false;
+  for (int i = 1; i < argc;) {
+    if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
+    if (!only_files && argv[i][0] == '-') {
+      if (strcmp(argv[i], "--train") == 0) {
+        a->train = true;
+        i++;
+        continue;
+      }
+      if (strcmp(argv[i], "--auto") == 0 || strncmp(argv[i], "--global-batch", 14) == 0)
+        return sc_cli_usage_error("check does not search plans: write the search's plan with "
+                                  "'shardc plan MODEL --train --auto --cluster C --global-batch "
+                                  "B --json > plan.json' and check it with --plan plan.json");
+      if (strncmp(argv[i], "--comm", 6) == 0)
+        return sc_cli_usage_error("check runs its ranks as threads (no --comm)");
+      int rc = own_option(a, argc, argv, &i);
+      if (rc == 1) continue;
+      if (rc) return rc;
+      if ((rc = sc_partition_args_take(&a->pa, argc, argv, &i, false)) == 1) continue;
+      if (rc) return rc;
+      if ((rc = sc_train_args_take(&a->ta, argc, argv, &i)) == 1) continue;
+      if (rc) return rc;
+      if (strcmp(argv[i], "--") == 0) only_files = true;
+    }
+    rest[(*n_rest)++] = argv[i++];
+  }
+  return 0;
+}
+
+/* ---- the builds ---- */
+
+/* The model's build with pa (NULL: one rank): 0, or the exit status
+ * after the error printed. */
+static int build(check_args *a, const sc_partition_args *pa, const sc_cli_opts *o,
+                 sc_build **out) {
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, o, pa);
+  bs.compile.quiet = true;
+  bs.build.no_weights = o->no_weights;
+  *out = NULL;
+  if (a->train) {
+    a->ta.t.shape_only = o->no_weights;
+    return sc_train_args_build(&a->ta, pa, o, &bs.build, out);
+  }
+  return sc_partition_args_build(pa, o, &bs.build, out, NULL);
+}
+
+static double elapsed(double t0) { return sc_cli_now_s() - t0; }
+
+/* ---- 1. import ---- */
+
+static void check_import(sc_check_report *r, const char *file) {
+  sc_import_unsupported u = {0};
+  sc_import_opts io = {.no_weights = true, .unsupported = &u}; /* the ops only */
+  sc_graph *g = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_status st = sc_onnx_import(file, &io, &g, &d);
+  if (st == SC_OK) {
+    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_PASSED, "every node of the %d is supported",
+                 (int)g->n_nodes);
+    sc_graph_destroy(g);
+  } else if (u.n > 0) {
+    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_FAILED, "%d node%s with an unsupported op:",
+                 (int)u.n, u.n == 1 ? "" : "s");
+    for (int32_t i = 0; i < u.n; i++)
+      sc_check_append(r, SC_CHECK_IMPORT, "  node '%s' (%s%s%s)", u.items[i].node,
+                      u.items[i].domain, u.items[i].domain[0] ? "." : "", u.items[i].op);
+  } else {
+    sc_diag_set_file(&d, file);
+    char msg[2048];
+    sc_diag_format(&d, msg, sizeof msg);
+    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_FAILED, "%s", msg);
+  }
+  sc_import_unsupported_free(&u);
+}
+
+/* ---- the figures: memory per rank, the predicted step, collectives ---- */
+
+/* Inference: each stage's ranks alike, their device lines and weights. */
+static sc_status stage_memory(const sc_build *b, const sc_device_target *t, sc_rank_memory **out,
+                              int32_t *n, sc_diag *d) {
+  const sc_dist_program *dp = b->program;
+  sc_rank_memory *m = sc_calloc((size_t)dp->n_stages, sizeof *m);
+  if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    sc_device_memory dm;
+    sc_status st = sc_device_memory_plan(p, t, &dm, d);
+    if (st != SC_OK) {
+      sc_free(m);
+      return st;
+    }
+    snprintf(m[s].rank, sizeof m[s].rank, dp->n_stages > 1 ? "stage %d" : "rank 0", (int)s);
+    for (int l = 0; l < SC_MEM_LINE_COUNT && m[s].n_parts < SC_RANK_MEMORY_MAX_PARTS; l++) {
+      if (!dm.bytes[l]) continue;
+      m[s].parts[m[s].n_parts].name = sc_mem_line_name((sc_mem_line)l);
+      m[s].parts[m[s].n_parts++].bytes = dm.bytes[l];
+      m[s].total += dm.bytes[l];
+    }
+    int64_t w = 0;
+    for (int32_t i = 0; i < p->n_buffers; i++)
+      if (p->buffers[i].kind == SC_BUF_CONST) w += p->buffers[i].bytes;
+    if (m[s].n_parts < SC_RANK_MEMORY_MAX_PARTS) {
+      m[s].parts[m[s].n_parts].name = "weights";
+      m[s].parts[m[s].n_parts++].bytes = w;
+    }
+    m[s].total += w;
+  }
+  *out = m;
+  *n = dp->n_stages;
+  return SC_OK;
+}
+
+static const char *const COMM_NAMES[SC_COMM_KIND_COUNT] = {
+    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv"};
+
+/* collective/<Op> <axes>: the bytes a rank sends in them, every stage
+ * program run once. */
+static sc_status collective_metrics(const sc_build *b, sc_check_report *r, sc_diag *d) {
+  const sc_dist_program *dp = b->program;
+  for (int32_t s = 0; b->part && s < dp->n_stages; s++) {
+    sc_train_comm *cm = NULL;
+    int32_t n = 0;
+    sc_status st = sc_train_comm_of(dp->stages[s].program, &cm, &n, d);
+    if (st != SC_OK) return st;
+    for (int32_t i = 0; i < n; i++) {
+      char axes[128], name[192];
+      sc_cli_format_axes(&dp->mesh, cm[i].axes, axes, sizeof axes);
+      snprintf(name, sizeof name, "collective/%s %s",
+               (unsigned)cm[i].kind < SC_COMM_KIND_COUNT ? COMM_NAMES[cm[i].kind] : "?", axes);
+      const double *old = sc_check_metric_get(r, name);
+      sc_check_metric_set(r, name, (old ? *old : 0) + (double)cm[i].sent);
+    }
+    sc_free(cm);
+  }
+  return SC_OK;
+}
+
+static void fmt_bytes(int64_t b, char *buf, size_t n) { sc_stats_format_bytes((double)b, buf, n); }
+
+/* ---- 2. fits ---- */
+
+static void check_fits(sc_check_report *r, const sc_build *b, const sc_rank_memory *m, int32_t n) {
+  const sc_plan *pl = b->plan;
+  int64_t dev = pl && pl->cluster ? pl->cluster_figures.device_memory_bytes : 0;
+  if (!pl || !pl->cluster) {
+    sc_check_set(r, SC_CHECK_FITS, SC_CHECK_SKIPPED,
+                 "no --cluster: the device's memory is unknown (the ranks' memory is in the "
+                 "report's metrics)");
+    return;
+  }
+  if (dev <= 0) {
+    sc_check_set(r, SC_CHECK_FITS, SC_CHECK_SKIPPED, "the cluster %s does not say its device's "
+                 "memory", pl->cluster);
+    return;
+  }
+  int32_t over = 0, most = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (m[i].total > dev) over++;
+    if (m[i].total > m[most].total) most = i;
+  }
+  char a[32], c[32], e[32];
+  fmt_bytes(dev, c, sizeof c);
+  if (!over) {
+    fmt_bytes(m[most].total, a, sizeof a);
+    fmt_bytes(dev - m[most].total, e, sizeof e);
+    sc_check_set(r, SC_CHECK_FITS, SC_CHECK_PASSED, "every rank fits: the largest, %s, needs %s "
+                 "of %s (%s to spare)", m[most].rank, a, c, e);
+    return;
+  }
+  sc_check_set(r, SC_CHECK_FITS, SC_CHECK_FAILED, "%d of %d rank%s do%s not fit the device's %s:",
+               (int)over, (int)n, n == 1 ? "" : "s", over == 1 ? "es" : "", c);
+  for (int32_t i = 0; i < n; i++) {
+    if (m[i].total <= dev) continue;
+    fmt_bytes(m[i].total, a, sizeof a);
+    fmt_bytes(m[i].total - dev, e, sizeof e);
+    char parts[1024] = "";
+    size_t len = 0;
+    for (int32_t k = 0; k < m[i].n_parts && len < sizeof parts; k++) {
+      char pb[32];
+      if (!m[i].parts[k].bytes) continue;
+      fmt_bytes(m[i].parts[k].bytes, pb, sizeof pb);
+      int w = snprintf(parts + len, sizeof parts - len, "%s%s %s", len ? ", " : "",
+                       m[i].parts[k].name, pb);
+      if (w > 0) len += (size_t)w;
+    }
+    sc_check_append(r, SC_CHECK_FITS, "  %s: %s, %s over (%s)", m[i].rank, a, e, parts);
+  }
+}
+
+/* ---- 3. performance ---- */
+
+static void predicted_metrics(sc_check_report *r, const sc_plan_predicted *p) {
+  sc_check_metric_set(r, "step_time_s", p->step_time_s);
+  if (p->tokens_per_s > 0) sc_check_metric_set(r, "tokens_per_s", p->tokens_per_s);
+  sc_check_metric_set(r, "time/compute", p->compute_s);
+  for (int32_t i = 0; i < p->n_comm; i++) {
+    char name[96];
+    snprintf(name, sizeof name, "time/comm %s", p->comm[i].axes);
+    sc_check_metric_set(r, name, p->comm[i].seconds);
+  }
+  sc_check_metric_set(r, "time/bubble", p->bubble_s);
+  sc_check_metric_set(r, "time/recompute", p->recompute_s);
+  sc_check_metric_set(r, "time/optimizer", p->optimizer_s);
+}
+
+static void check_performance(sc_check_report *r, const sc_build *b, const check_args *a) {
+  const sc_plan *pl = b->plan;
+  if (!pl || !pl->cluster) {
+    sc_check_set(r, SC_CHECK_PERFORMANCE, SC_CHECK_SKIPPED,
+                 "no --cluster: no step time is predicted");
+    return;
+  }
+  const sc_plan_predicted *p = &pl->predicted;
+  if (!p->on || p->unknown[0]) {
+    sc_check_set(r, SC_CHECK_PERFORMANCE, SC_CHECK_SKIPPED, "the step time is unknown on %s: %s",
+                 pl->cluster, p->unknown[0] ? p->unknown : "the cluster's figures are unknown");
+    return;
+  }
+  char st[64];
+  sc_cli_format_seconds(p->step_time_s, st, sizeof st);
+  if (!a->baseline) {
+    sc_check_set(r, SC_CHECK_PERFORMANCE, SC_CHECK_SKIPPED,
+                 "no --baseline to compare with (predicted step %s on %s, %.0f tokens/s; "
+                 "--report keeps them for the next run)", st, pl->cluster, p->tokens_per_s);
+    return;
+  }
+  sc_check_report base;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_check_report_read(a->baseline, &base, &d) != SC_OK) {
+    char msg[2048];
+    sc_diag_format(&d, msg, sizeof msg);
+    sc_check_set(r, SC_CHECK_PERFORMANCE, SC_CHECK_FAILED, "the baseline cannot be read: %s", msg);
+    return;
+  }
+  bool regressed = false;
+  char *msg = NULL;
+  if (sc_check_compare(&base, r, &a->th, &regressed, &msg) != SC_OK) {
+    sc_check_set(r, SC_CHECK_PERFORMANCE, SC_CHECK_FAILED, "out of memory");
+  } else {
+    sc_check_set(r, SC_CHECK_PERFORMANCE, regressed ? SC_CHECK_FAILED : SC_CHECK_PASSED,
+                 "%s against %s (limits: time %.2f %%, memory %.2f %%):\n%s",
+                 regressed ? "regressed" : "no regression", a->baseline, 100 * a->th.time,
+                 100 * a->th.memory, msg);
+    size_t n = strlen(r->checks[SC_CHECK_PERFORMANCE].message);
+    if (n && r->checks[SC_CHECK_PERFORMANCE].message[n - 1] == '\n')
+      r->checks[SC_CHECK_PERFORMANCE].message[n - 1] = 0;
+  }
+  sc_free(msg);
+  sc_check_report_free(&base);
+}
+
+/* ---- 4. equivalence ---- */
+
+static uint64_t next_random(uint64_t *s) { /* splitmix64 */
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Seeded data for each input the step takes, dims[0] times the microbatch
+ * accumulation: floats uniform in [-1, 1), integers (labels and token ids)
+ * uniform in [0, classes) (2 without classes). */
+static sc_status make_data(const sc_trainer *one, const sc_train_manifest *m, sc_tensor_view *v,
+                           int32_t *n, sc_diag *d) {
+  *n = sc_trainer_n_data(one);
+  uint64_t seed = EQUIV_SEED;
+  int64_t k = m->classes > 0 ? m->classes : 2;
+  for (int32_t i = 0; i < *n; i++) {
+    const sc_buffer *b = sc_trainer_data(one, i);
+    v[i] = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank};
+    memcpy(v[i].dims, b->dims, sizeof v[i].dims);
+    if (b->rank > 0) v[i].dims[0] *= m->grad_accum;
+    int64_t numel = 1;
+    for (int32_t j = 0; j < b->rank; j++) numel *= v[i].dims[j];
+    void *data = sc_malloc((size_t)numel * sc_dtype_size(b->dtype) + 1);
+    if (!data) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    v[i].data = data;
+    for (int64_t e = 0; e < numel; e++) {
+      uint64_t x = next_random(&seed);
+      if (sc_dtype_is_float(b->dtype))
+        sc_store_f64(b->dtype, data, e, (double)(x >> 11) * 0x1.0p-52 - 1.0);
+      else sc_store_i64(b->dtype, data, e, (int64_t)(x % (uint64_t)k));
+    }
+  }
+  return SC_OK;
+}
+
+static int64_t host_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
+}
+
+static void check_equivalence(sc_check_report *r, check_args *a, const sc_cli_opts *o,
+                              sc_build *mesh_build, const sc_rank_memory *mem, int32_t n_mem) {
+  const sc_check_id C = SC_CHECK_EQUIVALENCE;
+  if (!a->train) {
+    sc_check_set(r, C, SC_CHECK_SKIPPED, "it trains a few steps: give --train");
+    return;
+  }
+  if (!mesh_build->part || mesh_build->program->mesh.n_ranks < 2) {
+    sc_check_set(r, C, SC_CHECK_SKIPPED, "the plan has one rank: nothing is partitioned");
+    return;
+  }
+  if (o->no_weights) {
+    sc_check_set(r, C, SC_CHECK_SKIPPED, "--no-weights: the steps need the weights");
+    return;
+  }
+  /* every rank's memory (a pipeline rank's stands for its data and tensor
+   * parallel group) twice: the one-rank step needs about as much */
+  const sc_dist_program *dp = mesh_build->program;
+  int64_t per_row = n_mem > 0 ? dp->mesh.n_ranks / n_mem : 0, need = 0, host = host_memory();
+  for (int32_t i = 0; i < n_mem; i++) need += mem[i].total * per_row;
+  need *= 2;
+  if (host <= 0 || need > host / 2) {
+    char a1[32], a2[32];
+    fmt_bytes(need, a1, sizeof a1);
+    fmt_bytes(host / 2, a2, sizeof a2);
+    sc_check_set(r, C, SC_CHECK_SKIPPED, "the steps need about %s, more than half of this host's "
+                 "memory (%s): not run", a1, a2);
+    return;
+  }
+  sc_build *one_build = NULL;
+  sc_partition_args none;
+  sc_partition_args_init(&none);
+  if (build(a, &none, o, &one_build) != 0) {
+    sc_check_set(r, C, SC_CHECK_FAILED, "the one-rank step did not build (the error above)");
+    return;
+  }
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_train_manifest *m1 = NULL, *mm = NULL;
+  sc_trainer *one = NULL;
+  sc_dist_trainer *dist = NULL;
+  sc_tensor_view data[64];
+  int32_t n_data = 0;
+  double *init = NULL;
+  sc_trainer_opts to = {.threads = 1};
+  sc_status st = sc_build_train_manifest(one_build, &a->ta.t, &m1, &d);
+  if (st == SC_OK) st = sc_build_train_manifest(mesh_build, &a->ta.t, &mm, &d);
+  if (st == SC_OK)
+    st = sc_trainer_create_manifest(one_build->program->stages[0].program, m1, &to, &one, &d);
+  if (st == SC_OK) st = sc_dist_trainer_create(dp, mm, &to, NULL, &dist, &d);
+  if (st == SC_OK && sc_trainer_n_data(one) > 64)
+    st = sc_diag_set(&d, SC_ERR_LIMIT, NULL, NULL, "more than 64 data inputs");
+  if (st == SC_OK) st = make_data(one, m1, data, &n_data, &d);
+  /* the initial weights, for the size of the updates */
+  int64_t total = 0;
+  for (int32_t k = 0; st == SC_OK && k < m1->n_params; k++) {
+    const sc_buffer *pb;
+    if (sc_trainer_state(one, m1->params[k].name, &pb)) total += pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
+  }
+  if (st == SC_OK && !(init = sc_malloc((size_t)total * sizeof *init + 1)))
+    st = sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t k = 0, off = 0; st == SC_OK && k < m1->n_params; k++) {
+    const sc_buffer *pb;
+    const void *x = sc_trainer_state(one, m1->params[k].name, &pb);
+    int64_t n = x ? pb->bytes / (int64_t)sc_dtype_size(pb->dtype) : 0;
+    for (int64_t e = 0; e < n; e++) init[off + e] = sc_load_f64(pb->dtype, x, e);
+    off += (int32_t)n;
+  }
+  double worst_loss = 0;
+  bool bad = false;
+  for (int64_t step = 1; st == SC_OK && step <= EQUIV_STEPS; step++) {
+    double l1 = 0, n1 = 0, l2 = 0, n2 = 0;
+    bool ap1 = true, ap2 = true;
+    st = sc_trainer_step(one, data, n_data, EQUIV_LR, step, &l1, &n1, &ap1, &d);
+    if (st == SC_OK)
+      st = sc_dist_trainer_step(dist, data, n_data, EQUIV_LR, step, &l2, &n2, &ap2, &d);
+    if (st != SC_OK) break;
+    double el = fabs(l2 - l1) / fmax(fabs(l1), 1e-30), en = fabs(n2 - n1) / fmax(fabs(n1), 1e-30);
+    if (!isfinite(l1) || !isfinite(l2) || !isfinite(n1) || !isfinite(n2) ||
+        el > EQUIV_LOSS_RTOL || en > EQUIV_LOSS_RTOL) {
+      if (!bad) sc_check_set(r, C, SC_CHECK_FAILED, "the mesh does not train as one rank:");
+      bad = true;
+      sc_check_append(r, C, "  step %lld: loss %.9g (one rank %.9g), gradient norm %.9g (%.9g): "
+                      "relative differences %.3g and %.3g, tolerance %g", (long long)step, l2,
+                      l1, n2, n1, el, en, EQUIV_LOSS_RTOL);
+    }
+    worst_loss = fmax(worst_loss, fmax(el, en));
+  }
+  bool sgd = strcmp(m1->optimizer, "sgd") == 0;
+  double tol = sgd ? EQUIV_SGD_TOL : EQUIV_ADAMW_TOL, worst_w = 0;
+  const char *worst_name = "";
+  for (int32_t k = 0, off = 0; st == SC_OK && k < m1->n_params; k++) {
+    const sc_buffer *pb;
+    const char *name = m1->params[k].name;
+    const void *x = sc_trainer_state(one, name, &pb);
+    if (!x) continue;
+    int64_t n = pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
+    sc_tensor_view v;
+    if ((st = sc_dist_trainer_state(dist, name, &v, &d)) != SC_OK) break;
+    double update = 0, diff = 0;
+    for (int64_t e = 0; e < n; e++) {
+      double w1 = sc_load_f64(pb->dtype, x, e), w2 = sc_load_f64(v.dtype, v.data, e);
+      update = fmax(update, fabs(w1 - init[off + e]));
+      double dd = fabs(w2 - w1);
+      if (isnan(dd)) diff = NAN;
+      else if (!isnan(diff)) diff = fmax(diff, dd);
+    }
+    sc_free((void *)v.data);
+    off += (int32_t)n;
+    double rel = update > 0 ? diff / update : (diff > 0 ? INFINITY : 0);
+    if (isnan(diff) || rel > tol) {
+      if (!bad) sc_check_set(r, C, SC_CHECK_FAILED, "the mesh does not train as one rank:");
+      bad = true;
+      sc_check_append(r, C, "  weight '%s' after %d steps: differs by %.3g, %.3g of its largest "
+                      "update %.3g (tolerance %g, %s)", name, EQUIV_STEPS, diff, rel, update,
+                      tol, m1->optimizer);
+    }
+    if (!(rel <= worst_w)) {
+      worst_w = rel;
+      worst_name = name;
+    }
+  }
+  if (st != SC_OK) {
+    char msg[2048];
+    sc_diag_format(&d, msg, sizeof msg);
+    sc_check_set(r, C, SC_CHECK_FAILED, "the steps did not run: %s", msg);
+  } else if (!bad) {
+    char mesh[256];
+    sc_mesh_format(&dp->mesh, mesh, sizeof mesh);
+    sc_check_set(r, C, SC_CHECK_PASSED, "%d steps of %s on %lld thread-ranks as one rank: losses "
+                 "and gradient norms within %.3g (tolerance %g), weights within %.3g of their "
+                 "largest update (%s; tolerance %g, %s)", EQUIV_STEPS, mesh,
+                 (long long)dp->mesh.n_ranks, worst_loss, EQUIV_LOSS_RTOL, worst_w, worst_name,
+                 tol, m1->optimizer);
+  }
+  for (int32_t i = 0; i < n_data; i++) sc_free((void *)data[i].data);
+  sc_free(init);
+  sc_trainer_destroy(one);
+  sc_dist_trainer_destroy(dist);
+  sc_train_manifest_destroy(m1);
+  sc_train_manifest_destroy(mm);
+  sc_build_destroy(one_build);
+}
+
+/* ---- 5. reproducible ---- */
+
+typedef struct file_hash {
+  char path[256];
+  char sha[65];
+} file_hash;
+
+static file_hash *walk_out;
+static int32_t walk_n, walk_cap;
+static size_t walk_root;
+static bool walk_failed;
+
+static int hash_one(const char *path, const struct stat *sb, int type, struct FTW *f) {
+  (void)sb;
+  (void)f;
+  if (type != FTW_F) return 0;
+  if (walk_n == walk_cap) {
+    int32_t cap = walk_cap ? 2 * walk_cap : 32;
+    file_hash *h = sc_realloc(walk_out, (size_t)cap * sizeof *h);
+    if (!h) return walk_failed = true, 1;
+    walk_out = h;
+    walk_cap = cap;
+  }
+  FILE *in = fopen(path, "rb"); /* streamed: a weight file may be large */
+  if (!in) return walk_failed = true, 1;
+  sc_sha256 sh;
+  sc_sha256_init(&sh);
+  char buf[1 << 16];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof buf, in)) > 0) sc_sha256_update(&sh, buf, got);
+  bool bad_read = ferror(in);
+  fclose(in);
+  if (bad_read) return walk_failed = true, 1;
+  uint8_t digest[32];
+  sc_sha256_final(&sh, digest);
+  file_hash *h = &walk_out[walk_n++];
+  snprintf(h->path, sizeof h->path, "%s", path + walk_root);
+  sc_sha256_digest_hex(digest, h->sha);
+  return 0;
+}
+
+static int cmp_hash(const void *a, const void *b) {
+  return strcmp(((const file_hash *)a)->path, ((const file_hash *)b)->path);
+}
+
+/* Every file under dir with its SHA-256, sorted by path; NULL on failure. */
+static file_hash *hash_tree(const char *dir, int32_t *n) {
+  walk_out = NULL;
+  walk_n = walk_cap = 0;
+  walk_failed = false;
+  walk_root = strlen(dir) + 1;
+  if (nftw(dir, hash_one, 16, FTW_PHYS) != 0 || walk_failed) {
+    sc_free(walk_out);
+    return NULL;
+  }
+  qsort(walk_out, (size_t)walk_n, sizeof *walk_out, cmp_hash);
+  *n = walk_n;
+  return walk_out;
+}
+
+/* b written as `shardc compile` writes it (cpu), into dir. */
+static sc_status write_bundle(const sc_build *b, const check_args *a, const char *model,
+                              const char *dir, sc_diag *d) {
+  sc_bundle_opts bo;
+  sc_bundle_opts_init(&bo);
+  bo.target = SC_BUNDLE_CPU;
+  const char *slash = strrchr(model, '/');
+  bo.model = slash ? slash + 1 : model;
+  sc_train_manifest *tm = NULL;
+  sc_status st = SC_OK;
+  if (a->train && (st = sc_build_train_manifest(b, &a->ta.t, &tm, d)) != SC_OK) return st;
+  bo.train = tm;
+  st = b->part ? sc_dist_program_write(b->program, &bo, dir, d)
+               : sc_bundle_write(b->program->stages[0].program, &bo, dir, d);
+  sc_train_manifest_destroy(tm);
+  return st;
+}
+
+static void check_reproducible(sc_check_report *r, check_args *a, const sc_cli_opts *o,
+                               const sc_build *first) {
+  const sc_check_id C = SC_CHECK_REPRODUCIBLE;
+  if (o->no_weights) {
+    sc_check_set(r, C, SC_CHECK_SKIPPED, "--no-weights: a bundle holds the weights");
+    return;
+  }
+  sc_build *second = NULL;
+  if (build(a, &a->pa, o, &second) != 0) {
+    sc_check_set(r, C, SC_CHECK_FAILED, "the second build failed (the error above)");
+    return;
+  }
+  char root[512], d1[600], d2[600];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(root, sizeof root, "%s/shardc-check-%ld", tmp && tmp[0] ? tmp : "/tmp", (long)getpid());
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_dir_commit dc;
+  sc_status st = sc_dir_commit_begin(&dc, root, NULL, &d); /* removed with abort, or on a signal */
+  if (st == SC_OK) {
+    snprintf(d1, sizeof d1, "%s/first", dc.tmp);
+    snprintf(d2, sizeof d2, "%s/second", dc.tmp);
+    st = write_bundle(first, a, o->file, d1, &d);
+    if (st == SC_OK) st = write_bundle(second, a, o->file, d2, &d);
+  }
+  file_hash *h1 = NULL, *h2 = NULL;
+  int32_t n1 = 0, n2 = 0;
+  if (st == SC_OK) {
+    h1 = hash_tree(d1, &n1);
+    h2 = h1 ? hash_tree(d2, &n2) : NULL;
+    if (!h1 || !h2) st = sc_diag_set(&d, SC_ERR_IO, NULL, NULL, "cannot read the bundles back");
+  }
+  if (st != SC_OK) {
+    char msg[2048];
+    sc_diag_format(&d, msg, sizeof msg);
+    sc_check_set(r, C, SC_CHECK_FAILED, "the bundle could not be written: %s", msg);
+  } else {
+    int32_t differ = 0;
+    for (int32_t i = 0, j = 0; i < n1 || j < n2;) {
+      int c = i == n1 ? 1 : j == n2 ? -1 : strcmp(h1[i].path, h2[j].path);
+      const char *why = c < 0 ? "in the first compile only" : c > 0 ? "in the second only"
+                        : strcmp(h1[i].sha, h2[j].sha) != 0 ? "differs" : NULL;
+      if (why) {
+        if (!differ) sc_check_set(r, C, SC_CHECK_FAILED, "two compiles differ:");
+        differ++;
+        sc_check_append(r, C, "  %s: %s", c > 0 ? h2[j].path : h1[i].path, why);
+      }
+      if (c <= 0) i++;
+      if (c >= 0) j++;
+    }
+    for (int32_t i = 0; i < n1; i++) sc_check_artifact_add(r, h1[i].path, h1[i].sha);
+    if (!differ)
+      sc_check_set(r, C, SC_CHECK_PASSED, "two compiles: %d files, byte-identical (SHA-256 in "
+                   "the report's artifacts)", (int)n1);
+  }
+  sc_free(h1);
+  sc_free(h2);
+  if (st == SC_OK || dc.tmp) sc_dir_commit_abort(&dc);
+  sc_build_destroy(second);
+}
+
+/* ---- output ---- */
+
+static void print_text(const sc_check_report *r) {
+  int counts[SC_CHECK_STATE_COUNT] = {0};
+  printf("shardc check %s (%s%s%s%s)\n", r->model, r->train ? "training, " : "", r->plan,
+         r->cluster ? " on " : "", r->cluster ? r->cluster : "");
+  for (int i = 0; i < SC_CHECK_COUNT; i++) {
+    const sc_check_result *c = &r->checks[i];
+    counts[c->state]++;
+    printf("  %-13s %-8s", sc_check_name((sc_check_id)i), sc_check_state_name(c->state));
+    const char *m = c->message ? c->message : "";
+    const char *nl = strchr(m, '\n');
+    printf(" %.*s (%.2f s)\n", nl ? (int)(nl - m) : (int)strlen(m), m, c->seconds);
+    for (; nl; nl = strchr(nl + 1, '\n')) {
+      const char *e = strchr(nl + 1, '\n');
+      printf("                %.*s\n", e ? (int)(e - nl - 1) : (int)strlen(nl + 1), nl + 1);
+    }
+  }
+  printf("%d passed, %d failed, %d skipped\n", counts[SC_CHECK_PASSED], counts[SC_CHECK_FAILED],
+         counts[SC_CHECK_SKIPPED]);
+}
+
+/* GitHub Actions' workflow commands: data escapes %, CR and LF; a
+ * property value also : and ,. */
+static void gh_escape(const char *s, bool property) {
+  for (; s && *s; s++) {
+    if (*s == '%') fputs("%25", stdout);
+    else if (*s == '\r') fputs("%0D", stdout);
+    else if (*s == '\n') fputs("%0A", stdout);
+    else if (property && *s == ':') fputs("%3A", stdout);
+    else if (property && *s == ',') fputs("%2C", stdout);
+    else putchar(*s);
+  }
+}
+
+static void print_github(const sc_check_report *r) {
+  for (int i = 0; i < SC_CHECK_COUNT; i++) {
+    const sc_check_result *c = &r->checks[i];
+    const char *level = c->state == SC_CHECK_FAILED    ? "error"
+                        : c->state == SC_CHECK_SKIPPED ? "warning"
+                                                       : "notice";
+    printf("::%s file=", level);
+    gh_escape(r->model, true);
+    printf(",title=");
+    char title[128];
+    snprintf(title, sizeof title, "shardc check %s %s", sc_check_name((sc_check_id)i),
+             sc_check_state_name(c->state));
+    gh_escape(title, true);
+    printf("::");
+    gh_escape(c->message, false);
+    printf("\n");
+  }
+}
+
+static void xml_escape(FILE *f, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '&': fputs("&amp;", f); break;
+    case '"': fputs("&quot;", f); break;
+    case '\n': fputs("&#10;", f); break;
+    default:
+      if ((unsigned char)*s >= 0x20 || *s == '\t') fputc(*s, f);
+    }
+  }
+}
+
+/* JUnit XML: one testsuite, one testcase per check; a failure a
+ * <failure>, a skip a <skipped>, each with the first line as message and
+ * the whole text. */
+static void write_junit(FILE *f, const sc_check_report *r) {
+  int failures = 0, skipped = 0;
+  double total = 0;
+  for (int i = 0; i < SC_CHECK_COUNT; i++) {
+    failures += r->checks[i].state == SC_CHECK_FAILED;
+    skipped += r->checks[i].state == SC_CHECK_SKIPPED;
+    total += r->checks[i].seconds;
+  }
+  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"shardc check\" "
+          "tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"%d\" time=\"%.3f\">\n",
+          SC_CHECK_COUNT, failures, skipped, total);
+  fprintf(f, "  <testsuite name=\"");
+  xml_escape(f, r->model);
+  fprintf(f, "\" tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"%d\" time=\"%.3f\">\n",
+          SC_CHECK_COUNT, failures, skipped, total);
+  for (int i = 0; i < SC_CHECK_COUNT; i++) {
+    const sc_check_result *c = &r->checks[i];
+    fprintf(f, "    <testcase classname=\"shardc.check\" name=\"%s\" time=\"%.3f\"",
+            sc_check_name((sc_check_id)i), c->seconds);
+    const char *m = c->message ? c->message : "";
+    if (c->state != SC_CHECK_FAILED && c->state != SC_CHECK_SKIPPED) {
+      fprintf(f, ">\n      <system-out>");
+      xml_escape(f, m);
+      fprintf(f, "</system-out>\n    </testcase>\n");
+      continue;
+    }
+    const char *tag = c->state == SC_CHECK_FAILED ? "failure" : "skipped";
+    const char *nl = strchr(m, '\n');
+    char first[512];
+    snprintf(first, sizeof first, "%.*s", nl ? (int)(nl - m) : (int)strlen(m), m);
+    fprintf(f, ">\n      <%s message=\"", tag);
+    xml_escape(f, first);
+    fprintf(f, "\"%s>", c->state == SC_CHECK_FAILED ? " type=\"shardc.check\"" : "");
+    xml_escape(f, m);
+    fprintf(f, "</%s>\n    </testcase>\n", tag);
+  }
+  fprintf(f, "  </testsuite>\n</testsuites>\n");
+}
+
+/* Writes the report JSON or the JUnit XML to path (replaced whole). */
+static int write_file(const char *path, const sc_check_report *r, bool junit) {
+  sc_file_commit c;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_file_commit_begin(&c, path, &d) != SC_OK) return sc_cli_report(&d, path);
+  if (junit) write_junit(c.f, r);
+  else {
+    char *s = sc_check_report_json(r);
+    if (s) fprintf(c.f, "%s\n", s);
+    else {
+      sc_file_commit_abort(&c);
+      fprintf(stderr, "shardc: error: out of memory\n");
+      return 1;
+    }
+    sc_free(s);
+  }
+  if (ferror(c.f)) {
+    sc_file_commit_abort(&c);
+    fprintf(stderr, "shardc: error: %s: cannot write\n", path);
+    return 1;
+  }
+  if (sc_file_commit_end(&c, &d) != SC_OK) return sc_cli_report(&d, path);
+  return 0;
+}
+
+static int print_help(void) {
+  printf("usage: %s\n\n"
+         "Runs the checks a CI job gates a model and its plan on, and reports each\n"
+         "as passed, failed (with the reason) or skipped (with why):\n"
+         "  import        every node is supported (all unsupported ones listed)\n"
+         "  fits          every rank's exact memory fits its device (--cluster)\n"
+         "  performance   the predicted step time, tokens/s and per-rank memory\n"
+         "                against --baseline (--cluster)\n"
+         "  equivalence   --train with a mesh: %d steps of the partitioned step on\n"
+         "                thread-ranks equal one rank's (losses, weights)\n"
+         "  reproducible  two compiles give byte-identical bundles (SHA-256)\n\n"
+         "  --train                 check the training step (the options of shardc train\n"
+         "                          that shape it: --optimizer, --loss, ...)\n"
+         "  --mesh AXES, --plan FILE.json, --cluster C, ...  the plan (shardc plan's)\n"
+         "  --baseline REPORT.json  an earlier run's --report to compare with\n"
+         "  --max-time-regression P%%    how much step time may grow (default 5%%)\n"
+         "  --max-memory-regression P%%  how much a rank's memory may grow (default 2%%)\n"
+         "  --report OUT.json       write the report (docs/ci.md): results, figures, hashes\n"
+         "  --junit OUT.xml         write JUnit XML, one testcase per check\n"
+         "  --format text|json|github  what is printed (github: workflow annotations)\n"
+         "Exit status: 0 nothing failed, 1 a check failed, 2 usage (docs/ci.md).\n",
+         USAGE, EQUIV_STEPS);
+  return 0;
+}
+
+int sc_cmd_check(int argc, char **argv) {
+  check_args a;
+  memset(&a, 0, sizeof a);
+  sc_partition_args_init(&a.pa);
+  sc_train_args_init(&a.ta);
+  a.th.time = 0.05;
+  a.th.memory = 0.02;
+  char *rest[MAX_ARGS];
+  int n_rest = 0;
+  int rc = split_args(argc, argv, &a, rest, &n_rest);
+  if (rc) return rc;
+  sc_cli_opts o;
+  if ((rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_NO_WEIGHTS, USAGE, &o)) != 0) return rc;
+  if (o.help) return print_help();
+  if (!a.train && a.ta.first) return sc_cli_usage_error("%s needs --train", a.ta.first);
+  if (a.train && (rc = sc_train_args_finish(&a.ta)) != 0) return rc;
+  if (a.baseline && access(a.baseline, R_OK) != 0)
+    return sc_cli_usage_error("--baseline %s: no such file", a.baseline);
+
+  sc_check_report r;
+  sc_check_report_init(&r);
+  r.model = sc_strdup(o.file);
+  r.train = a.train;
+  r.plan = sc_strdup(a.pa.plan_file ? a.pa.plan_file : a.pa.mesh ? a.pa.mesh : "one rank");
+  r.cluster = a.pa.cluster ? sc_strdup(a.pa.cluster) : NULL;
+  sc_build *b = NULL;
+  sc_rank_memory *mem = NULL;
+  int32_t n_mem = 0;
+  double t0 = sc_cli_now_s();
+  check_import(&r, o.file);
+  r.checks[SC_CHECK_IMPORT].seconds = elapsed(t0);
+  const char *why = NULL;
+  if (r.checks[SC_CHECK_IMPORT].state == SC_CHECK_FAILED) why = "the model does not import";
+  t0 = sc_cli_now_s();
+  if (!why && (rc = build(&a, &a.pa, &o, &b)) != 0) {
+    if (rc == 2) goto done; /* a usage error, printed */
+    sc_check_set(&r, SC_CHECK_FITS, SC_CHECK_FAILED, "the plan does not build: %s",
+                 "the error printed above");
+    why = "the plan does not build";
+  }
+  if (!why) {
+    sc_device_target target;
+    sc_runtime_target_host(&target);
+    sc_diag d = {0};
+    sc_diag_clear(&d);
+    sc_status st = a.train ? sc_plan_train_rank_memory(b, &target, &mem, &n_mem, &d)
+                           : stage_memory(b, &target, &mem, &n_mem, &d);
+    int64_t peak = 0;
+    for (int32_t i = 0; st == SC_OK && i < n_mem; i++) {
+      char name[160];
+      snprintf(name, sizeof name, "memory/%s/peak", mem[i].rank);
+      sc_check_metric_set(&r, name, (double)mem[i].total);
+      for (int32_t k = 0; k < mem[i].n_parts; k++) {
+        snprintf(name, sizeof name, "memory/%s/%s", mem[i].rank, mem[i].parts[k].name);
+        sc_check_metric_set(&r, name, (double)mem[i].parts[k].bytes);
+      }
+      if (mem[i].total > peak) peak = mem[i].total;
+    }
+    if (st == SC_OK) st = collective_metrics(b, &r, &d);
+    if (st == SC_OK && a.train) st = sc_plan_train_predict(b, &a.ta.t, &target, &d);
+    else if (st == SC_OK && b->plan && b->plan->cluster) sc_dist_sim_to_plan(b->program, b->plan, peak);
+    if (st != SC_OK) {
+      char msg[2048];
+      sc_diag_format(&d, msg, sizeof msg);
+      sc_check_set(&r, SC_CHECK_FITS, SC_CHECK_FAILED, "the memory plan failed: %s", msg);
+      why = "the memory plan failed";
+    } else {
+      if (b->plan && b->plan->predicted.on && !b->plan->predicted.unknown[0])
+        predicted_metrics(&r, &b->plan->predicted);
+      check_fits(&r, b, mem, n_mem);
+    }
+  }
+  r.checks[SC_CHECK_FITS].seconds = elapsed(t0);
+  if (!why) {
+    t0 = sc_cli_now_s();
+    check_performance(&r, b, &a);
+    r.checks[SC_CHECK_PERFORMANCE].seconds = elapsed(t0);
+    t0 = sc_cli_now_s();
+    check_equivalence(&r, &a, &o, b, mem, n_mem);
+    r.checks[SC_CHECK_EQUIVALENCE].seconds = elapsed(t0);
+    t0 = sc_cli_now_s();
+    check_reproducible(&r, &a, &o, b);
+    r.checks[SC_CHECK_REPRODUCIBLE].seconds = elapsed(t0);
+  }
+  for (int i = 0; i < SC_CHECK_COUNT; i++) /* never silently passed */
+    if (r.checks[i].state == SC_CHECK_NOT_RUN)
+      sc_check_set(&r, (sc_check_id)i, SC_CHECK_SKIPPED, "not run: %s", why ? why : "?");
+  fflush(stdout);
+  if (a.format == FORMAT_TEXT) print_text(&r);
+  else if (a.format == FORMAT_GITHUB) print_github(&r);
+  else {
+    char *s = sc_check_report_json(&r);
+    if (s) printf("%s\n", s);
+    sc_free(s);
+  }
+  fflush(stdout);
+  rc = sc_check_any_failed(&r) ? 1 : 0;
+  if (a.report && write_file(a.report, &r, false)) rc = 1;
+  if (a.junit && write_file(a.junit, &r, true)) rc = 1;
+done:
+  sc_free(mem);
+  sc_build_destroy(b);
+  sc_check_report_free(&r);
+  return rc;
+}
