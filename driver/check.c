@@ -367,6 +367,7 @@ static void explain(text *t, const sc_check_report *base, const sc_check_report 
 static bool gate(text *t, const sc_check_report *base, const sc_check_report *cur,
                  const char *name, bool less_is_worse, double limit) {
   const double *b = sc_check_metric_get(base, name), *c = sc_check_metric_get(cur, name);
+  if (!b && !c) return false; /* neither has one (tokens/s without token ids) */
   if (!b || !c) {
     put(t, "  %s: not compared (%s)", name, !b ? "the baseline has none" : "this run has none");
     return false;

@@ -352,9 +352,11 @@ static void check_performance(sc_check_report *r, const sc_build *b, const check
   char st[64];
   sc_cli_format_seconds(p->step_time_s, st, sizeof st);
   if (!a->baseline) {
+    char rate[64] = "";
+    if (p->tokens_per_s > 0) snprintf(rate, sizeof rate, ", %.0f tokens/s", p->tokens_per_s);
     sc_check_set(r, SC_CHECK_PERFORMANCE, SC_CHECK_SKIPPED,
-                 "no --baseline to compare with (predicted step %s on %s, %.0f tokens/s; "
-                 "--report keeps them for the next run)", st, pl->cluster, p->tokens_per_s);
+                 "no --baseline to compare with (predicted step %s on %s%s; --report keeps the "
+                 "figures for the next run)", st, pl->cluster, rate);
     return;
   }
   sc_check_report base;
