@@ -22,15 +22,22 @@ GPT-2 samples; its JUnit file is read with junitparser (a JUnit consumer):
   - skips: inference without --cluster and with --no-weights skips fits,
     performance, equivalence (no --train) and reproducible, each saying why;
     exit 0;
-  - GPT-2's training step at tp=2 with AdamW trains as one rank (equivalence
-    passed);
   - usage errors exit 2: an unknown --format, a bad percentage, --auto, no
     model, a missing --baseline file; a baseline that is not a report fails
-    performance naming the file and the key.
+    performance naming the file and the key;
+  - docs/ci.md's GitHub Actions workflow and GitLab CI job are valid YAML
+    (parsed with PyYAML; without it in the venv, a partial skip) and the
+    shardc check command each runs works as written: run in a scratch
+    folder, build/shardc being this build and the baseline made first by
+    the first job's command with --report, each exits 0 with every check
+    passed in its JUnit file (GPT-2's training step at tp=2 with AdamW:
+    equivalence on thread-ranks among them).
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure."""
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -38,10 +45,11 @@ import tempfile
 import onnx
 from onnx import TensorProto, helper
 from junitparser import JUnitXml
-from checks import check, finish
+from checks import check, finish, skip_part
 
 SHARDC = os.environ.get("SHARDC")
-SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+SRC = os.path.abspath(os.environ.get("SC_SOURCE_DIR",
+                                     os.path.join(os.path.dirname(__file__), "..", "..")))
 MLP = os.path.join(SRC, "samples", "mlp.onnx")
 GPT2 = os.path.join(SRC, "samples", "gpt2.onnx")
 MLP_TRAIN = [MLP, "--train", "--dim", "batch=4", "--mesh", "dp=2", "--cluster", "h100-sxm:1x2"]
@@ -197,12 +205,6 @@ def main():
           and "--train" in cases["equivalence"][1] and "--no-weights" in cases["reproducible"][1],
           f"each skip says why: {cases}")
 
-    # GPT-2 at tp=2, AdamW
-    rc, out, err = shardc(GPT2, "--train", "--mesh", "tp=2", "--optimizer", "adamw", "--junit", junit)
-    cases = junit_cases(junit)
-    check(rc == 0 and cases["equivalence"][0] == "passed" and "adamw" in cases["equivalence"][1],
-          f"GPT-2 at tp=2 trains as one rank (exit {rc}): {out}{err}")
-
     # usage errors, and a baseline that is not a report
     for args, what in [([MLP, "--format", "xml"], "an unknown --format"),
                        ([MLP, "--max-time-regression", "five"], "a bad percentage"),
@@ -218,8 +220,56 @@ def main():
     perf = junit_cases(junit).get("performance", ("", ""))
     check(rc == 1 and perf[0] == "failed" and not_report in perf[1]
           and "metrics.step_time_s" in perf[1], f"a bad baseline is named with its key: {perf}")
+    docs_jobs(tmp)
     return finish()
 
+
+def docs_jobs(tmp):
+    """docs/ci.md's CI jobs: valid YAML, and their shardc check command
+    works as written."""
+    text = open(os.path.join(SRC, "docs", "ci.md")).read()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    check(len(blocks) == 2, f"docs/ci.md has the GitHub workflow and the GitLab job: {len(blocks)}")
+    try:
+        import yaml
+    except ImportError:
+        skip_part("docs/ci.md's jobs", "PyYAML is not in the venv (scripts/install-deps.sh)")
+        return
+    commands = []
+    for block in blocks:
+        doc = yaml.safe_load(block)
+        check(isinstance(doc, dict), f"a YAML mapping: {block[:80]}")
+        if "jobs" in doc:  # GitHub: the steps' run lines
+            runs = [s.get("run", "") for j in doc["jobs"].values() for s in j["steps"]]
+        else:  # GitLab: the jobs' script lines
+            runs = [line for j in doc.values() if isinstance(j, dict)
+                    for line in j.get("script", [])]
+        cmd = [r for r in runs if "shardc check" in r]
+        check(len(cmd) == 1, f"one shardc check command per job: {cmd}")
+        if cmd:
+            commands.append(shlex.split(cmd[0]))
+    work = os.path.join(tmp, "ci")
+    os.makedirs(os.path.join(work, "ci"))
+    os.symlink(os.path.join(SRC, "samples"), os.path.join(work, "samples"))
+    for i, argv in enumerate(commands):
+        check(argv[:2] == ["build/shardc", "check"], f"runs build/shardc check: {argv}")
+        argv = [os.path.abspath(SHARDC)] + argv[1:]
+        k = argv.index("--baseline")
+        if i == 0:  # the baseline, made once by the first job's command
+            first = argv[:k] + argv[k + 2:]
+            first[first.index("--report") + 1] = argv[k + 1]
+            p = subprocess.run(first, cwd=work, capture_output=True, text=True, timeout=300)
+            check(p.returncode == 0, f"the job's command with --report makes the baseline: "
+                  f"{p.stdout}{p.stderr}")
+        p = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
+        junit = os.path.join(work, "shardc-junit.xml")
+        cases = junit_cases(junit) if os.path.exists(junit) else {}
+        check(p.returncode == 0 and os.path.exists(os.path.join(work, "shardc-report.json"))
+              and all(cases.get(c, ("",))[0] == "passed"
+                      for c in ("import", "fits", "performance", "equivalence", "reproducible")),
+              f"job {i}'s command passes every check against the baseline: {p.stdout}{p.stderr} "
+              f"{cases}")
+        os.remove(junit)
 
 if __name__ == "__main__":
     sys.exit(main())
