@@ -420,6 +420,10 @@ sc_status sc_check_compare(const sc_check_report *base, const sc_check_report *c
         !sc_check_metric_get(cur, name))
       put(&t, "  %s: in the baseline only (a different plan?)", name);
   }
+  if (*regressed) { /* and which of the model's blocks grew, if any did */
+    put(&t, "  the model's blocks:");
+    explain(&t, base, cur, "block/", NULL);
+  }
   if (t.nomem) {
     sc_free(t.s);
     return SC_ERR_NOMEM;

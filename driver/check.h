@@ -14,9 +14,13 @@
  *   memory/<rank>/<part>        what it is made of (bytes)
  *   collective/<Op> <axes>      bytes a rank sends per step in those
  *                               collectives (ring algorithms)
+ *   block/<block>/flops         a repeated block's FLOPs (the built graph's)
+ *   block/<block>/param_bytes   and its parameters' bytes
  * The gates are step_time_s and tokens_per_s (against the time threshold)
  * and every memory/<rank>/peak (against the memory threshold); the other
- * figures explain a gate that failed: the ones that grew are named.
+ * figures explain a gate that failed: the ones that grew are named (the
+ * step's terms and collectives under the time gates, the rank's parts under
+ * its peak, the blocks under any).
  *
  * Ownership: a report owns its strings and arrays (sc_check_report_free).
  * No globals; not thread-safe per report. */

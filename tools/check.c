@@ -19,6 +19,9 @@
  *                 would not fit in half of this host's
  *   reproducible  the bundle (`shardc compile`'s, codegen/bundle.h)
  *                 written from two builds, every file's SHA-256 equal
+ * With --auto (and --global-batch) the planner's search runs first
+ * (plan_auto.h, its JSON read back) and its chosen plan, as the options of
+ * `plan --train` it replays with, replaces them.
  * The report (driver/check.h) is printed (--format text|json|github) and
  * written (--report, --junit). Exit status: 0 nothing failed, 1 a check
  * failed, 2 usage. This file parses, runs the builds and the trainers the
@@ -33,6 +36,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include "codegen/bundle.h"
 #include "codegen/dist_bundle.h"
@@ -50,11 +55,13 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 #include "tools/plan_train.h"
 #include "tools/train_args.h"
 
 static const char *const USAGE =
-    "shardc check MODEL.onnx [--train] [--cluster C] [--mesh AXES | --plan FILE.json]\n"
+    "shardc check MODEL.onnx [--train] [--cluster C]\n"
+    "                       [--mesh AXES | --plan FILE.json | --auto --global-batch B]\n"
     "                       [--dim NAME=V]... [--baseline REPORT.json]\n"
     "                       [--max-time-regression P%] [--max-memory-regression P%]\n"
     "                       [--report OUT.json] [--junit OUT.xml] [--format text|json|github]\n"
@@ -98,12 +105,17 @@ static int parse_percent(const char *opt, const char *v, double *out) {
   return 0;
 }
 
+/* This command's own options, each with a value (own_option's cases in
+ * this order). */
+static const char *const OWN_OPTIONS[] = {"--baseline", "--report", "--junit", "--format",
+                                          "--max-time-regression", "--max-memory-regression"};
+enum { N_OWN_OPTIONS = sizeof OWN_OPTIONS / sizeof OWN_OPTIONS[0] };
+
 /* The options of this command at argv[*i]: 1 taken, 0 not one, 2 usage. */
 static int own_option(check_args *a, int argc, char **argv, int *i) {
-  static const char *const names[] = {"--baseline", "--report", "--junit", "--format",
-                                      "--max-time-regression", "--max-memory-regression"};
+  const char *const *names = OWN_OPTIONS;
   bool missing = false;
-  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+  for (size_t k = 0; k < N_OWN_OPTIONS; k++) {
     const char *v = sc_cli_opt_value(argc, argv, i, names[k], &missing);
     if (!v) continue;
     if (missing) return sc_cli_usage_error("%s needs a value", names[k]);
@@ -138,10 +150,6 @@ static int split_args(int argc, char **argv, check_args *a, char **rest, int *n_
         i++;
         continue;
       }
-      if (strcmp(argv[i], "--auto") == 0 || strncmp(argv[i], "--global-batch", 14) == 0)
-        return sc_cli_usage_error("check does not search plans: write the search's plan with "
-                                  "'shardc plan MODEL --train --auto --cluster C --global-batch "
-                                  "B --json > plan.json' and check it with --plan plan.json");
       if (strncmp(argv[i], "--comm", 6) == 0)
         return sc_cli_usage_error("check runs its ranks as threads (no --comm)");
       int rc = own_option(a, argc, argv, &i);
@@ -168,6 +176,7 @@ static int build(check_args *a, const sc_partition_args *pa, const sc_cli_opts *
   sc_build_setup_init(&bs, o, pa);
   bs.compile.quiet = true;
   bs.build.no_weights = o->no_weights;
+  bs.build.stats = true; /* the blocks' figures */
   *out = NULL;
   if (a->train) {
     a->ta.t.shape_only = o->no_weights;
@@ -264,6 +273,31 @@ static sc_status collective_metrics(const sc_build *b, sc_check_report *r, sc_di
       sc_check_metric_set(r, name, (old ? *old : 0) + (double)cm[i].sent);
     }
     sc_free(cm);
+  }
+  return SC_OK;
+}
+
+/* block/<key>.<i>/flops and /param_bytes (and block/outside/...): each
+ * repeated block's FLOPs (of the built graph: the training step's with
+ * --train) and parameters (passes/stats.h's sc_stats_finish on the build's
+ * global graph), what makes a step or a rank grow when the model does. */
+static sc_status block_metrics(sc_build *b, sc_check_report *r) {
+  if (!b->has_stats) return SC_OK;
+  sc_status st = sc_stats_finish(b->graph, &b->stats); /* the build begins them */
+  if (st != SC_OK) return st;
+  const sc_stats *s = &b->stats;
+  if (s->n_blocks == 0) return SC_OK; /* no repeated blocks: nothing to name */
+  char name[160];
+  for (int32_t i = 0; i <= s->n_blocks; i++) {
+    const sc_block_stats *bs = i == s->n_blocks ? &s->outside : &s->blocks[i];
+    char block[96];
+    if (i == s->n_blocks) snprintf(block, sizeof block, "outside");
+    else snprintf(block, sizeof block, "%s%s%lld", s->block_key ? s->block_key : "",
+                  s->block_key ? "." : "", (long long)bs->index);
+    snprintf(name, sizeof name, "block/%s/flops", block);
+    sc_check_metric_set(r, name, bs->flops);
+    snprintf(name, sizeof name, "block/%s/param_bytes", block);
+    sc_check_metric_set(r, name, (double)bs->param_bytes);
   }
   return SC_OK;
 }
@@ -860,6 +894,8 @@ static int print_help(void) {
          "  --train                 check the training step (the options of shardc train\n"
          "                          that shape it: --optimizer, --loss, ...)\n"
          "  --mesh AXES, --plan FILE.json, --cluster C, ...  the plan (shardc plan's)\n"
+         "  --auto --global-batch B with --train --cluster C: the plan the search chooses\n"
+         "                          (shardc plan --auto's), said on stderr, checked\n"
          "  --baseline REPORT.json  an earlier run's --report to compare with\n"
          "  --max-time-regression P%%    how much step time may grow (default 5%%)\n"
          "  --max-memory-regression P%%  how much a rank's memory may grow (default 2%%)\n"
@@ -871,7 +907,126 @@ static int print_help(void) {
   return 0;
 }
 
+/* ---- --auto: the search's chosen plan ---- */
+
+/* Whether an argument is one of this command's own options (with its
+ * value in argv[i + 1] when *takes_value). */
+static bool own_name(const char *a, bool *takes_value) {
+  for (size_t k = 0; k < N_OWN_OPTIONS; k++) {
+    size_t n = strlen(OWN_OPTIONS[k]);
+    if (strncmp(a, OWN_OPTIONS[k], n) == 0 && (a[n] == 0 || a[n] == '=')) {
+      *takes_value = a[n] == 0;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The search's chosen plan as the options of `plan --train` (its JSON's
+ * auto.chosen.replay): `shardc plan ARGS --json` run in this process
+ * (plan_auto.h) with its stdout read back. ARGS: ours but check's own
+ * options. The replay into *replay (sc_malloc'd); 0, or the search's exit
+ * status (its error printed). */
+static int search_plan(int argc, char **argv, char **replay) {
+  *replay = NULL;
+  char **av = sc_calloc((size_t)argc + 2, sizeof *av);
+  if (!av) return 1;
+  int n = 0;
+  av[n++] = "plan";
+  for (int i = 1; i < argc; i++) {
+    bool takes = false;
+    if (own_name(argv[i], &takes)) {
+      i += takes;
+      continue;
+    }
+    av[n++] = argv[i];
+  }
+  av[n++] = "--json";
+  fflush(stdout);
+  FILE *out = tmpfile();
+  int saved = out ? dup(STDOUT_FILENO) : -1;
+  if (saved < 0 || dup2(fileno(out), STDOUT_FILENO) < 0) {
+    if (out) fclose(out);
+    if (saved >= 0) close(saved);
+    sc_free(av);
+    fprintf(stderr, "shardc: error: --auto: cannot capture the search's output\n");
+    return 1;
+  }
+  int rc = sc_cmd_plan_auto(n, av);
+  fflush(stdout);
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  sc_free(av);
+  if (rc == 0) {
+    rewind(out);
+    json_error_t je;
+    json_t *root = json_loadf(out, 0, &je);
+    const char *r = json_string_value(
+        json_object_get(json_object_get(json_object_get(root, "auto"), "chosen"), "replay"));
+    if (r) *replay = sc_strdup(r);
+    else {
+      fprintf(stderr, "shardc: error: --auto: the search wrote no chosen plan\n");
+      rc = 1;
+    }
+    json_decref(root);
+  }
+  fclose(out);
+  return rc;
+}
+
+/* check with --auto: the search's chosen plan replaces --auto and
+ * --global-batch (its --no-weights too, unless given: the search reads
+ * shapes only, the checks may run the weights), then the checks. */
+static int check_auto(int argc, char **argv) {
+  char *replay = NULL;
+  int rc = search_plan(argc, argv, &replay);
+  if (rc) return rc;
+  bool no_weights = false;
+  for (int i = 1; i < argc; i++) no_weights |= strcmp(argv[i], "--no-weights") == 0;
+  fprintf(stderr, "shardc: note: --auto: the search chose %s\n", replay);
+  char **av = sc_calloc((size_t)argc + strlen(replay) / 2 + 2, sizeof *av);
+  if (!av) {
+    sc_free(replay);
+    return 1;
+  }
+  /* what sc_cli_parse takes (the model) but --auto, --global-batch,
+   * --dim and --no-weights, which the replay says; check's own options */
+  check_args scratch;
+  memset(&scratch, 0, sizeof scratch);
+  sc_partition_args_init(&scratch.pa);
+  sc_train_args_init(&scratch.ta);
+  char *rest[MAX_ARGS];
+  int n_rest = 0, n = 0;
+  if ((rc = split_args(argc, argv, &scratch, rest, &n_rest)) != 0) {
+    sc_free(av);
+    sc_free(replay);
+    return rc;
+  }
+  av[n++] = argv[0];
+  for (int i = 1; i < n_rest; i++) {
+    const char *x = rest[i];
+    if (strcmp(x, "--global-batch") == 0 || strcmp(x, "--dim") == 0) i++; /* and its value */
+    else if (strcmp(x, "--auto") != 0 && strcmp(x, "--no-weights") != 0 &&
+             strncmp(x, "--global-batch=", 15) != 0 && strncmp(x, "--dim=", 6) != 0)
+      av[n++] = rest[i];
+  }
+  for (int i = 1; i < argc; i++) {
+    bool takes = false;
+    if (!own_name(argv[i], &takes)) continue;
+    av[n++] = argv[i];
+    if (takes && i + 1 < argc) av[n++] = argv[++i];
+  }
+  /* the replay's options (the search's --dim among them: the batch) */
+  for (char *tok = strtok(replay, " "); tok; tok = strtok(NULL, " "))
+    if (no_weights || strcmp(tok, "--no-weights") != 0) av[n++] = tok;
+  rc = sc_cmd_check(n, av);
+  sc_free(av);
+  sc_free(replay);
+  return rc;
+}
+
 int sc_cmd_check(int argc, char **argv) {
+  if (sc_plan_auto_asked(argc, argv)) return check_auto(argc, argv);
   check_args a;
   memset(&a, 0, sizeof a);
   sc_partition_args_init(&a.pa);
@@ -930,6 +1085,8 @@ int sc_cmd_check(int argc, char **argv) {
       if (mem[i].total > peak) peak = mem[i].total;
     }
     if (st == SC_OK) st = collective_metrics(b, &r, &d);
+    if (st == SC_OK && (st = block_metrics(b, &r)) != SC_OK && d.status == SC_OK)
+      sc_diag_set(&d, st, NULL, NULL, "the blocks' figures: %s", b->graph->diag.msg);
     if (st == SC_OK && a.train) st = sc_plan_train_predict(b, &a.ta.t, &target, &d);
     else if (st == SC_OK && b->plan && b->plan->cluster) sc_dist_sim_to_plan(b->program, b->plan, peak);
     if (st != SC_OK) {

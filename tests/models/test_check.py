@@ -8,10 +8,13 @@ GPT-2 samples; its JUnit file is read with junitparser (a JUnit consumer):
     0's memory, its artifacts the bundle's hashes;
   - the report round-trips as a baseline: the same command against it
     passes performance (every gate +0.00 %);
-  - a deliberately regressed baseline (its step time and its exposed dp
+  - a deliberately regressed baseline (its step time, its exposed dp
     communication halved, rank 0's gradients made smaller) fails with exit
     1, the JUnit failure naming time/comm dp and memory/rank 0/gradients as
-    what grew; --max-time-regression 150% lets the time through and the
+    what grew; GPT-2 (tp=2, inference) against a baseline with half of
+    block 1's FLOPs names that block and not block 0; at pp=2
+    (1F1B, 2 microbatches) a baseline without pipeline rank 1's stash names
+    that stash; --max-time-regression 150% lets the time through and the
     memory still fails;
   - --format github prints one workflow command per check (::error for the
     failure, ::notice for a pass, ::warning for a skip), escaped on one line;
@@ -22,7 +25,11 @@ GPT-2 samples; its JUnit file is read with junitparser (a JUnit consumer):
   - skips: inference without --cluster and with --no-weights skips fits,
     performance, equivalence (no --train) and reproducible, each saying why;
     exit 0;
-  - usage errors exit 2: an unknown --format, a bad percentage, --auto, no
+  - --auto: GPT-2 at a global batch of 8 on h100-sxm:8x1, shapes only: the
+    search's chosen plan (said on stderr) is checked, import and fits
+    passing, the rest skipped saying why;
+  - usage errors exit 2: an unknown --format, a bad percentage, --auto
+    without --cluster, no
     model, a missing --baseline file; a baseline that is not a report fails
     performance naming the file and the key;
   - docs/ci.md's GitHub Actions workflow and GitLab CI job are valid YAML
@@ -137,11 +144,48 @@ def main():
     check("step_time_s" in perf[1] and "REGRESSED" in perf[1], f"names the step time: {perf}")
     check("grew: time/comm dp" in perf[1], f"names the collective's time that grew: {perf}")
     check("grew: memory/rank 0/gradients" in perf[1], f"names rank 0's part that grew: {perf}")
+    check("block/" not in json.dumps(rep["metrics"]), "no block figures without blocks")
     check(sum(s == "failed" for s, _ in cases.values()) == 1, f"only performance fails: {cases}")
     rc, out, err = shardc(*MLP_TRAIN, "--baseline", bad_path, "--max-time-regression", "150%")
     check(rc == 1 and "step_time_s" in out and "limit +150.00 %)\n" in out
           and "memory/rank 0/peak" in out and out.count("REGRESSED") == 1,
           f"with --max-time-regression 150% only memory regresses: {out}")
+
+    # a block that grew: GPT-2's inference at tp=2, shapes only
+    g = [GPT2, "--dim", "batch=2", "--mesh", "tp=2", "--cluster", "h100-sxm:1x2", "--no-weights"]
+    g_report = os.path.join(tmp, "gpt2.json")
+    rc, out, err = shardc(*g, "--report", g_report)
+    base = json.load(open(g_report)) if rc == 0 else {"metrics": {}}
+    m = base["metrics"]
+    check(rc == 0 and m.get("block/transformer.h.1/flops", 0) > 0
+          and m.get("block/transformer.h.1/param_bytes", 0) > 0,
+          f"GPT-2's blocks in the report (exit {rc}): {m}")
+    if rc == 0:
+        m["step_time_s"] *= 0.5
+        m["block/transformer.h.1/flops"] *= 0.5
+        json.dump(base, open(g_report, "w"))
+        rc, out, err = shardc(*g, "--baseline", g_report)
+        check(rc == 1 and "grew: block/transformer.h.1/flops" in out
+              and "block/transformer.h.0" not in out, f"names the block that grew: {out}")
+
+    # a pipeline rank's stash that grew (shapes only: the figures alone)
+    pp = [MLP, "--train", "--dim", "batch=4", "--mesh", "pp=2", "--microbatches", "2",
+          "--schedule", "1f1b", "--cluster", "h100-sxm:1x2", "--no-weights"]
+    pp_report = os.path.join(tmp, "pp.json")
+    rc, out, err = shardc(*pp, "--report", pp_report)
+    base = json.load(open(pp_report)) if rc == 0 else {"metrics": {}}
+    m = base["metrics"]
+    check(rc == 0 and m.get("memory/pipeline rank 1/stash", 0) > 0,
+          f"pp=2 reports each pipeline rank's stash (exit {rc}): {m}")
+    if m.get("memory/pipeline rank 1/stash", 0) > 0:
+        m["memory/pipeline rank 1/peak"] -= m["memory/pipeline rank 1/stash"]
+        m["memory/pipeline rank 1/stash"] = 0
+        json.dump(base, open(pp_report, "w"))
+        rc, out, err = shardc(*pp, "--baseline", pp_report)
+        check(rc == 1 and "memory/pipeline rank 1/peak" in out
+              and "grew: memory/pipeline rank 1/stash" in out
+              and "memory/pipeline rank 0/peak" in out and out.count("REGRESSED") == 1,
+              f"names pipeline rank 1's stash, rank 0 unchanged: {out}")
 
     # --format github
     rc, out, err = shardc(*MLP_TRAIN, "--baseline", bad_path, "--format", "github")
@@ -205,10 +249,22 @@ def main():
           and "--train" in cases["equivalence"][1] and "--no-weights" in cases["reproducible"][1],
           f"each skip says why: {cases}")
 
+    # --auto: the search's chosen plan checked
+    rc, out, err = shardc(GPT2, "--train", "--auto", "--cluster", "h100-sxm:8x1", "--global-batch",
+                          "8", "--no-weights", "--junit", junit, "--report", report)
+    cases = junit_cases(junit)
+    check(rc == 0 and "--auto: the search chose --train --cluster h100-sxm:8x1 --mesh " in err,
+          f"--auto checks the search's choice, saying it (exit {rc}): {err}")
+    check(states(cases) == {"import": "passed", "fits": "passed", "performance": "skipped",
+                            "equivalence": "skipped", "reproducible": "skipped"},
+          f"--auto --no-weights: {cases}")
+    chosen = err.split("--mesh ")[1].split()[0] if "--mesh " in err else "?"
+    check(json.load(open(report))["plan"] == chosen, f"the report's plan is the chosen mesh {chosen}")
+
     # usage errors, and a baseline that is not a report
     for args, what in [([MLP, "--format", "xml"], "an unknown --format"),
                        ([MLP, "--max-time-regression", "five"], "a bad percentage"),
-                       ([MLP, "--train", "--auto"], "--auto"),
+                       ([MLP, "--train", "--auto"], "--auto without --cluster"),
                        ([], "no model"),
                        ([MLP, "--baseline", os.path.join(tmp, "none.json")], "a missing baseline")]:
         rc, out, err = shardc(*args)
