@@ -15,6 +15,8 @@
 
 #include <jansson.h>
 
+#include "frontend/onnx.h"
+
 static const char *const CHECK_NAMES[SC_CHECK_COUNT] = {"import", "fits", "performance",
                                                         "equivalence", "reproducible"};
 static const char *const STATE_NAMES[SC_CHECK_STATE_COUNT] = {"not run", "passed", "failed",
@@ -129,6 +131,34 @@ bool sc_check_any_failed(const sc_check_report *r) {
   for (int i = 0; i < SC_CHECK_COUNT; i++)
     if (r->checks[i].state == SC_CHECK_FAILED) return true;
   return false;
+}
+
+/* ---- the import check ---- */
+
+void sc_check_import(sc_check_report *r, const char *file) {
+  sc_import_unsupported u = {0};
+  sc_import_opts io = {.no_weights = true, .unsupported = &u}; /* the ops only */
+  sc_graph *g = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_status st = sc_onnx_import(file, &io, &g, &d);
+  if (st == SC_OK) {
+    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_PASSED, "every node of the %d is supported",
+                 (int)g->n_nodes);
+    sc_graph_destroy(g);
+  } else if (u.n > 0) {
+    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_FAILED, "%d node%s with an unsupported op:",
+                 (int)u.n, u.n == 1 ? "" : "s");
+    for (int32_t i = 0; i < u.n; i++)
+      sc_check_append(r, SC_CHECK_IMPORT, "  node '%s' (%s%s%s)", u.items[i].node,
+                      u.items[i].domain, u.items[i].domain[0] ? "." : "", u.items[i].op);
+  } else {
+    sc_diag_set_file(&d, file);
+    char msg[2048];
+    sc_diag_format(&d, msg, sizeof msg);
+    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_FAILED, "%s", msg);
+  }
+  sc_import_unsupported_free(&u);
 }
 
 /* ---- JSON ---- */

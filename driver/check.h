@@ -101,6 +101,13 @@ sc_status sc_check_artifact_add(sc_check_report *r, const char *path, const char
 /* Whether any check failed. */
 bool sc_check_any_failed(const sc_check_report *r);
 
+/* The import check: MODEL imported (shapes only) listing every node whose
+ * op is not supported (frontend/onnx.h: sc_import_opts.unsupported); sets
+ * SC_CHECK_IMPORT of r: passed, or failed naming every such node by name,
+ * domain and op, or with the importer's error when the file is not a
+ * model shardc reads. */
+void sc_check_import(sc_check_report *r, const char *model);
+
 /* The report as JSON (docs/ci.md, "The report"): a new sc_malloc'd string,
  * NULL when out of memory. */
 char *sc_check_report_json(const sc_check_report *r);

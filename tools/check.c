@@ -1,8 +1,8 @@
 /* check.c — `shardc check MODEL`: the checks a CI job runs on a model and
  * its plan before a GPU is spent (docs/ci.md), each passed, failed (with
  * the reason) or skipped (with why):
- *   import        every node supported: the importer goes on past an
- *                 unsupported node and lists them all (frontend/onnx.h)
+ *   import        every node supported, all unsupported ones listed
+ *                 (driver/check.h's sc_check_import)
  *   fits          every rank's exact memory (the plan's: arenas, state,
  *                 stash, constants, the device's lines) within the
  *                 cluster's device memory; skipped without --cluster
@@ -11,25 +11,24 @@
  *                 --baseline, an earlier --report (driver/check.h compares
  *                 and names what grew); skipped without --cluster or
  *                 --baseline
- *   equivalence   with --train and a mesh: EQUIV_STEPS steps of the
- *                 partitioned step on thread-ranks against one rank, on
- *                 seeded random data, losses, gradient norms and every
- *                 weight within the tolerances of tests/models/
- *                 test_train_dist.py; skipped when the ranks' memory
- *                 would not fit in half of this host's
- *   reproducible  the bundle (`shardc compile`'s, codegen/bundle.h)
- *                 written from two builds, every file's SHA-256 equal
+ *   equivalence   with --train and a mesh: the partitioned step on
+ *                 thread-ranks against one rank (api/check_run.h's
+ *                 sc_check_equivalence); skipped without either, with
+ *                 --no-weights, or when the ranks' memory, twice, is over
+ *                 half of this host's
+ *   reproducible  two builds written as `shardc compile` writes them, every
+ *                 file's SHA-256 equal (sc_check_reproducible); skipped
+ *                 with --no-weights
  * With --auto (and --global-batch) the planner's search runs first
  * (plan_auto.h, its JSON read back) and its chosen plan, as the options of
  * `plan --train` it replays with, replaces them.
  * The report (driver/check.h) is printed (--format text|json|github) and
  * written (--report, --junit). Exit status: 0 nothing failed, 1 a check
- * failed, 2 usage. This file parses, runs the builds and the trainers the
- * other commands use (partition_args.h, train_args.h, runtime/trainer.h,
- * runtime/dist_train.h) and prints; the report, its JSON and the
- * comparison are the library's (driver/check.c). */
-#define _GNU_SOURCE /* nftw */
-#include <ftw.h>
+ * failed, 2 usage. This file parses the options, makes the builds as the
+ * other commands do (partition_args.h, train_args.h), gathers the figures
+ * (plan_train.h's per-rank memory, the prediction), decides what is
+ * skipped, and prints; the checks that run things and the report are the
+ * library's. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,19 +38,12 @@
 
 #include <jansson.h>
 
-#include "codegen/bundle.h"
-#include "codegen/dist_bundle.h"
+#include "api/check_run.h"
 #include "codegen/dist_sim.h"
-#include "codegen/program_json.h"
 #include "driver/check.h"
-#include "driver/train_bundle.h"
 #include "driver/train_memory.h"
-#include "frontend/onnx.h"
 #include "ir/fileio.h"
 #include "passes/stats.h"
-#include "runtime/dist_train.h"
-#include "runtime/train_bundle.h"
-#include "runtime/trainer.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/partition_args.h"
@@ -68,18 +60,6 @@ static const char *const USAGE =
     "                       [--no-weights] (and the options of shardc plan)";
 
 enum { MAX_ARGS = 1024 };
-
-/* The equivalence check: steps and tolerances of test_train_dist.py (both
- * sides sum in fp32 in different orders): losses and gradient norms within
- * rtol 2e-5; every weight within 2e-4 of its tensor's largest update with
- * SGD (the update is linear in the gradient), 2e-2 with AdamW (m/(sqrt(v) +
- * eps) turns rounding noise near zero into up to lr). lr 1e-3, the
- * default of shardc train; one pool thread per rank. */
-enum { EQUIV_STEPS = 3 };
-static const double EQUIV_LOSS_RTOL = 2e-5;
-static const double EQUIV_SGD_TOL = 2e-4, EQUIV_ADAMW_TOL = 2e-2;
-static const double EQUIV_LR = 1e-3;
-static const uint64_t EQUIV_SEED = 20261205;
 
 typedef enum out_format { FORMAT_TEXT, FORMAT_JSON, FORMAT_GITHUB } out_format;
 
@@ -186,34 +166,6 @@ static int build(check_args *a, const sc_partition_args *pa, const sc_cli_opts *
 }
 
 static double elapsed(double t0) { return sc_cli_now_s() - t0; }
-
-/* ---- 1. import ---- */
-
-static void check_import(sc_check_report *r, const char *file) {
-  sc_import_unsupported u = {0};
-  sc_import_opts io = {.no_weights = true, .unsupported = &u}; /* the ops only */
-  sc_graph *g = NULL;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  sc_status st = sc_onnx_import(file, &io, &g, &d);
-  if (st == SC_OK) {
-    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_PASSED, "every node of the %d is supported",
-                 (int)g->n_nodes);
-    sc_graph_destroy(g);
-  } else if (u.n > 0) {
-    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_FAILED, "%d node%s with an unsupported op:",
-                 (int)u.n, u.n == 1 ? "" : "s");
-    for (int32_t i = 0; i < u.n; i++)
-      sc_check_append(r, SC_CHECK_IMPORT, "  node '%s' (%s%s%s)", u.items[i].node,
-                      u.items[i].domain, u.items[i].domain[0] ? "." : "", u.items[i].op);
-  } else {
-    sc_diag_set_file(&d, file);
-    char msg[2048];
-    sc_diag_format(&d, msg, sizeof msg);
-    sc_check_set(r, SC_CHECK_IMPORT, SC_CHECK_FAILED, "%s", msg);
-  }
-  sc_import_unsupported_free(&u);
-}
 
 /* ---- the figures: memory per rank, the predicted step, collectives ---- */
 
@@ -421,41 +373,6 @@ static void check_performance(sc_check_report *r, const sc_build *b, const check
 
 /* ---- 4. equivalence ---- */
 
-static uint64_t next_random(uint64_t *s) { /* splitmix64 */
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Seeded data for each input the step takes, dims[0] times the microbatch
- * accumulation: floats uniform in [-1, 1), integers (labels and token ids)
- * uniform in [0, classes) (2 without classes). */
-static sc_status make_data(const sc_trainer *one, const sc_train_manifest *m, sc_tensor_view *v,
-                           int32_t *n, sc_diag *d) {
-  *n = sc_trainer_n_data(one);
-  uint64_t seed = EQUIV_SEED;
-  int64_t k = m->classes > 0 ? m->classes : 2;
-  for (int32_t i = 0; i < *n; i++) {
-    const sc_buffer *b = sc_trainer_data(one, i);
-    v[i] = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank};
-    memcpy(v[i].dims, b->dims, sizeof v[i].dims);
-    if (b->rank > 0) v[i].dims[0] *= m->grad_accum;
-    int64_t numel = 1;
-    for (int32_t j = 0; j < b->rank; j++) numel *= v[i].dims[j];
-    void *data = sc_malloc((size_t)numel * sc_dtype_size(b->dtype) + 1);
-    if (!data) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-    v[i].data = data;
-    for (int64_t e = 0; e < numel; e++) {
-      uint64_t x = next_random(&seed);
-      if (sc_dtype_is_float(b->dtype))
-        sc_store_f64(b->dtype, data, e, (double)(x >> 11) * 0x1.0p-52 - 1.0);
-      else sc_store_i64(b->dtype, data, e, (int64_t)(x % (uint64_t)k));
-    }
-  }
-  return SC_OK;
-}
-
 static int64_t host_memory(void) {
   long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
   return pages > 0 && size > 0 ? (int64_t)pages * size : 0;
@@ -497,191 +414,11 @@ static void check_equivalence(sc_check_report *r, check_args *a, const sc_cli_op
     sc_check_set(r, C, SC_CHECK_FAILED, "the one-rank step did not build (the error above)");
     return;
   }
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  sc_train_manifest *m1 = NULL, *mm = NULL;
-  sc_trainer *one = NULL;
-  sc_dist_trainer *dist = NULL;
-  sc_tensor_view data[64];
-  int32_t n_data = 0;
-  double *init = NULL;
-  sc_trainer_opts to = {.threads = 1};
-  sc_status st = sc_build_train_manifest(one_build, &a->ta.t, &m1, &d);
-  if (st == SC_OK) st = sc_build_train_manifest(mesh_build, &a->ta.t, &mm, &d);
-  if (st == SC_OK)
-    st = sc_trainer_create_manifest(one_build->program->stages[0].program, m1, &to, &one, &d);
-  if (st == SC_OK) st = sc_dist_trainer_create(dp, mm, &to, NULL, &dist, &d);
-  if (st == SC_OK && sc_trainer_n_data(one) > 64)
-    st = sc_diag_set(&d, SC_ERR_LIMIT, NULL, NULL, "more than 64 data inputs");
-  if (st == SC_OK) st = make_data(one, m1, data, &n_data, &d);
-  /* the initial weights, for the size of the updates */
-  int64_t total = 0;
-  for (int32_t k = 0; st == SC_OK && k < m1->n_params; k++) {
-    const sc_buffer *pb;
-    if (sc_trainer_state(one, m1->params[k].name, &pb)) total += pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
-  }
-  if (st == SC_OK && !(init = sc_malloc((size_t)total * sizeof *init + 1)))
-    st = sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  for (int32_t k = 0, off = 0; st == SC_OK && k < m1->n_params; k++) {
-    const sc_buffer *pb;
-    const void *x = sc_trainer_state(one, m1->params[k].name, &pb);
-    int64_t n = x ? pb->bytes / (int64_t)sc_dtype_size(pb->dtype) : 0;
-    for (int64_t e = 0; e < n; e++) init[off + e] = sc_load_f64(pb->dtype, x, e);
-    off += (int32_t)n;
-  }
-  double worst_loss = 0;
-  bool bad = false;
-  for (int64_t step = 1; st == SC_OK && step <= EQUIV_STEPS; step++) {
-    double l1 = 0, n1 = 0, l2 = 0, n2 = 0;
-    bool ap1 = true, ap2 = true;
-    st = sc_trainer_step(one, data, n_data, EQUIV_LR, step, &l1, &n1, &ap1, &d);
-    if (st == SC_OK)
-      st = sc_dist_trainer_step(dist, data, n_data, EQUIV_LR, step, &l2, &n2, &ap2, &d);
-    if (st != SC_OK) break;
-    double el = fabs(l2 - l1) / fmax(fabs(l1), 1e-30), en = fabs(n2 - n1) / fmax(fabs(n1), 1e-30);
-    if (!isfinite(l1) || !isfinite(l2) || !isfinite(n1) || !isfinite(n2) ||
-        el > EQUIV_LOSS_RTOL || en > EQUIV_LOSS_RTOL) {
-      if (!bad) sc_check_set(r, C, SC_CHECK_FAILED, "the mesh does not train as one rank:");
-      bad = true;
-      sc_check_append(r, C, "  step %lld: loss %.9g (one rank %.9g), gradient norm %.9g (%.9g): "
-                      "relative differences %.3g and %.3g, tolerance %g", (long long)step, l2,
-                      l1, n2, n1, el, en, EQUIV_LOSS_RTOL);
-    }
-    worst_loss = fmax(worst_loss, fmax(el, en));
-  }
-  bool sgd = strcmp(m1->optimizer, "sgd") == 0;
-  double tol = sgd ? EQUIV_SGD_TOL : EQUIV_ADAMW_TOL, worst_w = 0;
-  const char *worst_name = "";
-  for (int32_t k = 0, off = 0; st == SC_OK && k < m1->n_params; k++) {
-    const sc_buffer *pb;
-    const char *name = m1->params[k].name;
-    const void *x = sc_trainer_state(one, name, &pb);
-    if (!x) continue;
-    int64_t n = pb->bytes / (int64_t)sc_dtype_size(pb->dtype);
-    sc_tensor_view v;
-    if ((st = sc_dist_trainer_state(dist, name, &v, &d)) != SC_OK) break;
-    double update = 0, diff = 0;
-    for (int64_t e = 0; e < n; e++) {
-      double w1 = sc_load_f64(pb->dtype, x, e), w2 = sc_load_f64(v.dtype, v.data, e);
-      update = fmax(update, fabs(w1 - init[off + e]));
-      double dd = fabs(w2 - w1);
-      if (isnan(dd)) diff = NAN;
-      else if (!isnan(diff)) diff = fmax(diff, dd);
-    }
-    sc_free((void *)v.data);
-    off += (int32_t)n;
-    double rel = update > 0 ? diff / update : (diff > 0 ? INFINITY : 0);
-    if (isnan(diff) || rel > tol) {
-      if (!bad) sc_check_set(r, C, SC_CHECK_FAILED, "the mesh does not train as one rank:");
-      bad = true;
-      sc_check_append(r, C, "  weight '%s' after %d steps: differs by %.3g, %.3g of its largest "
-                      "update %.3g (tolerance %g, %s)", name, EQUIV_STEPS, diff, rel, update,
-                      tol, m1->optimizer);
-    }
-    if (!(rel <= worst_w)) {
-      worst_w = rel;
-      worst_name = name;
-    }
-  }
-  if (st != SC_OK) {
-    char msg[2048];
-    sc_diag_format(&d, msg, sizeof msg);
-    sc_check_set(r, C, SC_CHECK_FAILED, "the steps did not run: %s", msg);
-  } else if (!bad) {
-    char mesh[256];
-    sc_mesh_format(&dp->mesh, mesh, sizeof mesh);
-    sc_check_set(r, C, SC_CHECK_PASSED, "%d steps of %s on %lld thread-ranks as one rank: losses "
-                 "and gradient norms within %.3g (tolerance %g), weights within %.3g of their "
-                 "largest update (%s; tolerance %g, %s)", EQUIV_STEPS, mesh,
-                 (long long)dp->mesh.n_ranks, worst_loss, EQUIV_LOSS_RTOL, worst_w, worst_name,
-                 tol, m1->optimizer);
-  }
-  for (int32_t i = 0; i < n_data; i++) sc_free((void *)data[i].data);
-  sc_free(init);
-  sc_trainer_destroy(one);
-  sc_dist_trainer_destroy(dist);
-  sc_train_manifest_destroy(m1);
-  sc_train_manifest_destroy(mm);
+  sc_check_equivalence(r, mesh_build, one_build, &a->ta.t);
   sc_build_destroy(one_build);
 }
 
 /* ---- 5. reproducible ---- */
-
-typedef struct file_hash {
-  char path[256];
-  char sha[65];
-} file_hash;
-
-static file_hash *walk_out;
-static int32_t walk_n, walk_cap;
-static size_t walk_root;
-static bool walk_failed;
-
-static int hash_one(const char *path, const struct stat *sb, int type, struct FTW *f) {
-  (void)sb;
-  (void)f;
-  if (type != FTW_F) return 0;
-  if (walk_n == walk_cap) {
-    int32_t cap = walk_cap ? 2 * walk_cap : 32;
-    file_hash *h = sc_realloc(walk_out, (size_t)cap * sizeof *h);
-    if (!h) return walk_failed = true, 1;
-    walk_out = h;
-    walk_cap = cap;
-  }
-  FILE *in = fopen(path, "rb"); /* streamed: a weight file may be large */
-  if (!in) return walk_failed = true, 1;
-  sc_sha256 sh;
-  sc_sha256_init(&sh);
-  char buf[1 << 16];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, in)) > 0) sc_sha256_update(&sh, buf, got);
-  bool bad_read = ferror(in);
-  fclose(in);
-  if (bad_read) return walk_failed = true, 1;
-  uint8_t digest[32];
-  sc_sha256_final(&sh, digest);
-  file_hash *h = &walk_out[walk_n++];
-  snprintf(h->path, sizeof h->path, "%s", path + walk_root);
-  sc_sha256_digest_hex(digest, h->sha);
-  return 0;
-}
-
-static int cmp_hash(const void *a, const void *b) {
-  return strcmp(((const file_hash *)a)->path, ((const file_hash *)b)->path);
-}
-
-/* Every file under dir with its SHA-256, sorted by path; NULL on failure. */
-static file_hash *hash_tree(const char *dir, int32_t *n) {
-  walk_out = NULL;
-  walk_n = walk_cap = 0;
-  walk_failed = false;
-  walk_root = strlen(dir) + 1;
-  if (nftw(dir, hash_one, 16, FTW_PHYS) != 0 || walk_failed) {
-    sc_free(walk_out);
-    return NULL;
-  }
-  qsort(walk_out, (size_t)walk_n, sizeof *walk_out, cmp_hash);
-  *n = walk_n;
-  return walk_out;
-}
-
-/* b written as `shardc compile` writes it (cpu), into dir. */
-static sc_status write_bundle(const sc_build *b, const check_args *a, const char *model,
-                              const char *dir, sc_diag *d) {
-  sc_bundle_opts bo;
-  sc_bundle_opts_init(&bo);
-  bo.target = SC_BUNDLE_CPU;
-  const char *slash = strrchr(model, '/');
-  bo.model = slash ? slash + 1 : model;
-  sc_train_manifest *tm = NULL;
-  sc_status st = SC_OK;
-  if (a->train && (st = sc_build_train_manifest(b, &a->ta.t, &tm, d)) != SC_OK) return st;
-  bo.train = tm;
-  st = b->part ? sc_dist_program_write(b->program, &bo, dir, d)
-               : sc_bundle_write(b->program->stages[0].program, &bo, dir, d);
-  sc_train_manifest_destroy(tm);
-  return st;
-}
 
 static void check_reproducible(sc_check_report *r, check_args *a, const sc_cli_opts *o,
                                const sc_build *first) {
@@ -695,52 +432,7 @@ static void check_reproducible(sc_check_report *r, check_args *a, const sc_cli_o
     sc_check_set(r, C, SC_CHECK_FAILED, "the second build failed (the error above)");
     return;
   }
-  char root[512], d1[600], d2[600];
-  const char *tmp = getenv("TMPDIR");
-  snprintf(root, sizeof root, "%s/shardc-check-%ld", tmp && tmp[0] ? tmp : "/tmp", (long)getpid());
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  sc_dir_commit dc;
-  sc_status st = sc_dir_commit_begin(&dc, root, NULL, &d); /* removed with abort, or on a signal */
-  if (st == SC_OK) {
-    snprintf(d1, sizeof d1, "%s/first", dc.tmp);
-    snprintf(d2, sizeof d2, "%s/second", dc.tmp);
-    st = write_bundle(first, a, o->file, d1, &d);
-    if (st == SC_OK) st = write_bundle(second, a, o->file, d2, &d);
-  }
-  file_hash *h1 = NULL, *h2 = NULL;
-  int32_t n1 = 0, n2 = 0;
-  if (st == SC_OK) {
-    h1 = hash_tree(d1, &n1);
-    h2 = h1 ? hash_tree(d2, &n2) : NULL;
-    if (!h1 || !h2) st = sc_diag_set(&d, SC_ERR_IO, NULL, NULL, "cannot read the bundles back");
-  }
-  if (st != SC_OK) {
-    char msg[2048];
-    sc_diag_format(&d, msg, sizeof msg);
-    sc_check_set(r, C, SC_CHECK_FAILED, "the bundle could not be written: %s", msg);
-  } else {
-    int32_t differ = 0;
-    for (int32_t i = 0, j = 0; i < n1 || j < n2;) {
-      int c = i == n1 ? 1 : j == n2 ? -1 : strcmp(h1[i].path, h2[j].path);
-      const char *why = c < 0 ? "in the first compile only" : c > 0 ? "in the second only"
-                        : strcmp(h1[i].sha, h2[j].sha) != 0 ? "differs" : NULL;
-      if (why) {
-        if (!differ) sc_check_set(r, C, SC_CHECK_FAILED, "two compiles differ:");
-        differ++;
-        sc_check_append(r, C, "  %s: %s", c > 0 ? h2[j].path : h1[i].path, why);
-      }
-      if (c <= 0) i++;
-      if (c >= 0) j++;
-    }
-    for (int32_t i = 0; i < n1; i++) sc_check_artifact_add(r, h1[i].path, h1[i].sha);
-    if (!differ)
-      sc_check_set(r, C, SC_CHECK_PASSED, "two compiles: %d files, byte-identical (SHA-256 in "
-                   "the report's artifacts)", (int)n1);
-  }
-  sc_free(h1);
-  sc_free(h2);
-  if (st == SC_OK || dc.tmp) sc_dir_commit_abort(&dc);
+  sc_check_reproducible(r, first, second, a->train ? &a->ta.t : NULL, o->file);
   sc_build_destroy(second);
 }
 
@@ -903,7 +595,7 @@ static int print_help(void) {
          "  --junit OUT.xml         write JUnit XML, one testcase per check\n"
          "  --format text|json|github  what is printed (github: workflow annotations)\n"
          "Exit status: 0 nothing failed, 1 a check failed, 2 usage (docs/ci.md).\n",
-         USAGE, EQUIV_STEPS);
+         USAGE, SC_CHECK_EQUIV_STEPS);
   return 0;
 }
 
@@ -1055,7 +747,7 @@ int sc_cmd_check(int argc, char **argv) {
   sc_rank_memory *mem = NULL;
   int32_t n_mem = 0;
   double t0 = sc_cli_now_s();
-  check_import(&r, o.file);
+  sc_check_import(&r, o.file);
   r.checks[SC_CHECK_IMPORT].seconds = elapsed(t0);
   const char *why = NULL;
   if (r.checks[SC_CHECK_IMPORT].state == SC_CHECK_FAILED) why = "the model does not import";
