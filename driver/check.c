@@ -417,6 +417,15 @@ sc_status sc_check_compare(const sc_check_report *base, const sc_check_report *c
   text t = {0};
   *regressed = false;
   *message = NULL;
+  /* a baseline of another model, plan or cluster is compared all the same
+   * (a plan change is what a gate is for), and said */
+  const char *what[3] = {"model", "plan", "cluster"};
+  const char *was[3] = {base->model, base->plan, base->cluster};
+  const char *now[3] = {cur->model, cur->plan, cur->cluster};
+  for (int k = 0; k < 3; k++)
+    if ((was[k] || now[k]) && (!was[k] || !now[k] || strcmp(was[k], now[k]) != 0))
+      put(&t, "  the baseline's %s was %s (this run: %s)", what[k], was[k] ? was[k] : "none",
+          now[k] ? now[k] : "none");
   bool time_worse = gate(&t, base, cur, "step_time_s", false, th->time);
   if (time_worse) {
     explain(&t, base, cur, "time/", NULL);

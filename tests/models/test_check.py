@@ -18,6 +18,7 @@ GPT-2 samples; its JUnit file is read with junitparser (a JUnit consumer):
     memory still fails;
   - --format github prints one workflow command per check (::error for the
     failure, ::notice for a pass, ::warning for a skip), escaped on one line;
+    --format json the report;
   - fits fails on a cluster whose device holds 100 000 bytes, naming the
     rank, by how much and what uses it;
   - import fails on a model with two unsupported nodes (built here with
@@ -199,6 +200,15 @@ def main():
     rc, out, err = shardc(MLP, "--format", "github", "--no-weights")
     check(rc == 0 and out.count("::warning ") == 4 and out.count("::notice ") == 1,
           f"skips are warnings: {out}{err}")
+
+    rc, out, err = shardc(MLP, "--format", "json", "--no-weights")
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        doc = {}
+    check(rc == 0 and doc.get("format") == "shardc-check-report"
+          and [c["status"] for c in doc.get("checks", [])] == ["passed"] + ["skipped"] * 4,
+          f"--format json prints the report: {out}")
 
     # fits fails on a small device
     cluster = os.path.join(tmp, "tiny.json")

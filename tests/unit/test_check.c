@@ -7,7 +7,8 @@
  * the terms and collectives that grew, most first, not the ones that
  * shrank; 10 % slower passes a 20 % gate; tokens/s 10 % lower fails; a
  * rank's peak 3 % larger fails the 2 % gate, naming its part that grew
- * and no other rank's; a figure only one side has is said, not failed; a
+ * and no other rank's; a baseline of another plan is compared and says so;
+ * a figure only one side has is said, not failed; a
  * new collective is named as new. The reader refuses, naming the file and
  * the key: not JSON, another format, another version, a metric that is
  * not a number, a check of unknown name. */
@@ -152,6 +153,16 @@ static void test_compare(void **state) {
   assert_null(strstr(msg, "grew: memory/rank 1"));
   sc_free(msg);
   assert_false(compare(&base, &cur, 0.05, 0.05, &msg));
+  sc_free(msg);
+
+  /* another plan: compared, and said */
+  sc_check_report_free(&cur);
+  base_report(&cur);
+  sc_free(cur.plan);
+  cur.plan = sc_strdup("tp=4");
+  assert_false(compare(&base, &cur, 0.05, 0.02, &msg));
+  assert_non_null(strstr(msg, "the baseline's plan was dp=2,tp=2 (this run: tp=4)"));
+  assert_null(strstr(msg, "the baseline's model"));
   sc_free(msg);
 
   /* a figure on one side only: said, not failed */
