@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "frontend/onnx.h"
+#include "ir/fileio.h"
 
 static const char *const CHECK_NAMES[SC_CHECK_COUNT] = {"import", "fits", "performance",
                                                         "equivalence", "reproducible"};
@@ -202,6 +203,10 @@ fail:
   return NULL;
 }
 
+/* A report's size limit: a plan's (passes/plan/plan_json.c); a report is
+ * some kilobytes (its figures grow with the ranks and blocks). */
+enum { REPORT_MAX_BYTES = 64 << 20 };
+
 static sc_status bad(sc_diag *d, const char *path, const char *key, const char *what) {
   sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "not a shardc check report: key '%s' %s", key, what);
   sc_diag_set_file(d, path);
@@ -217,8 +222,18 @@ static sc_status dup_str(json_t *v, char **out) {
 
 sc_status sc_check_report_read(const char *path, sc_check_report *out, sc_diag *d) {
   sc_check_report_init(out);
+  /* a regular file of at most REPORT_MAX_BYTES: a FIFO or a device is
+   * refused at once, not waited on or read until memory runs out */
+  char *buf = NULL;
+  size_t len = 0;
+  sc_status rs = sc_file_read_all(path, NULL, REPORT_MAX_BYTES, &buf, &len, d);
+  if (rs != SC_OK) {
+    sc_diag_set_file(d, path);
+    return rs;
+  }
   json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
+  json_t *root = json_loadb(buf, len, 0, &je);
+  sc_free(buf);
   if (!root) {
     sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "not valid JSON: %s (line %d)", je.text, je.line);
     sc_diag_set_file(d, path);

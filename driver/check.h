@@ -111,8 +111,10 @@ void sc_check_import(sc_check_report *r, const char *model);
 /* The report as JSON (docs/ci.md, "The report"): a new sc_malloc'd string,
  * NULL when out of memory. */
 char *sc_check_report_json(const sc_check_report *r);
-/* Reads a report written by sc_check_report_json (a baseline). A file that
- * is not one gets SC_ERR_PARSE / SC_ERR_INVALID naming the file and the key. */
+/* Reads a report written by sc_check_report_json (a baseline): a regular
+ * file of at most 64 MiB (else the file reader's error: a FIFO is refused,
+ * not waited on). A file that is not a report gets SC_ERR_PARSE /
+ * SC_ERR_INVALID naming the file and the key. */
 sc_status sc_check_report_read(const char *path, sc_check_report *out, sc_diag *d);
 
 /* Thresholds of the comparison: how much a gate may grow, as fractions

@@ -9,8 +9,8 @@
  * rank's peak 3 % larger fails the 2 % gate, naming its part that grew
  * and no other rank's; a baseline of another plan is compared and says so;
  * a figure only one side has is said, not failed; a
- * new collective is named as new. The reader refuses, naming the file and
- * the key: not JSON, another format, another version, a metric that is
+ * new collective is named as new. The reader refuses a FIFO at once, and,
+ * naming the file and the key: not JSON, another format, another version, a metric that is
  * not a number, a check of unknown name. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -191,6 +192,16 @@ static void expect_refused(const char *text, const char *needle) {
 
 static void test_bad_reports(void **state) {
   (void)state;
+  sc_check_report r;
+  sc_diag d;
+  sc_diag_clear(&d);
+  char fifo[64];
+  snprintf(fifo, sizeof fifo, "/tmp/sc-test-check-fifo-%d", (int)getpid());
+  unlink(fifo);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_not_equal(sc_check_report_read(fifo, &r, &d), SC_OK); /* not waited on */
+  unlink(fifo);
+  if (!strstr(d.msg, "FIFO")) fail_msg("a FIFO: '%s'", d.msg);
   expect_refused("{\"format\": ", "not valid JSON");
   expect_refused("[1, 2]", "(top level)");
   expect_refused("{\"format\": \"plan\", \"version\": 1, \"metrics\": {}}", "key 'format'");
