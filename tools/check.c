@@ -272,9 +272,11 @@ static void check_fits(sc_check_report *r, const sc_build *b, const sc_rank_memo
                  "memory", pl->cluster);
     return;
   }
-  int32_t over = 0, most = 0;
+  /* a row stands for the ranks of its stage (or pipeline rank): alike */
+  int64_t alike = n > 0 ? b->program->mesh.n_ranks / n : 1, over = 0;
+  int32_t most = 0;
   for (int32_t i = 0; i < n; i++) {
-    if (m[i].total > dev) over++;
+    if (m[i].total > dev) over += alike;
     if (m[i].total > m[most].total) most = i;
   }
   char a[32], c[32], e[32];
@@ -286,8 +288,10 @@ static void check_fits(sc_check_report *r, const sc_build *b, const sc_rank_memo
                  "of %s (%s to spare)", m[most].rank, a, c, e);
     return;
   }
-  sc_check_set(r, SC_CHECK_FITS, SC_CHECK_FAILED, "%d of %d rank%s do%s not fit the device's %s:",
-               (int)over, (int)n, n == 1 ? "" : "s", over == 1 ? "es" : "", c);
+  int64_t all = alike * n;
+  sc_check_set(r, SC_CHECK_FITS, SC_CHECK_FAILED, "%lld of %lld rank%s do%s not fit the device's "
+               "%s:", (long long)over, (long long)all, all == 1 ? "" : "s", over == 1 ? "es" : "",
+               c);
   for (int32_t i = 0; i < n; i++) {
     if (m[i].total <= dev) continue;
     fmt_bytes(m[i].total, a, sizeof a);
@@ -302,7 +306,11 @@ static void check_fits(sc_check_report *r, const sc_build *b, const sc_rank_memo
                        m[i].parts[k].name, pb);
       if (w > 0) len += (size_t)w;
     }
-    sc_check_append(r, SC_CHECK_FITS, "  %s: %s, %s over (%s)", m[i].rank, a, e, parts);
+    char others[64] = "";
+    if (alike > 1) snprintf(others, sizeof others, " (and the %lld rank%s alike)",
+                            (long long)(alike - 1), alike == 2 ? "" : "s");
+    sc_check_append(r, SC_CHECK_FITS, "  %s%s: %s, %s over (%s)", m[i].rank, others, a, e,
+                    parts);
   }
 }
 

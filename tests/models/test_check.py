@@ -223,7 +223,8 @@ def main():
     cases = junit_cases(junit)
     fits = cases.get("fits", ("", ""))
     check(rc == 1 and fits[0] == "failed", f"fits fails on a 100000-byte device (exit {rc}): {out}{err}")
-    check("rank 0:" in fits[1] and "over" in fits[1] and "gradients" in fits[1],
+    check("rank 0 (and the 1 rank alike):" in fits[1] and "over" in fits[1]
+          and "gradients" in fits[1] and "2 of 2 ranks" in fits[1],
           f"names the rank, by how much and what uses it: {fits}")
 
     # import fails, naming every unsupported node
