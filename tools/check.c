@@ -19,9 +19,8 @@
  *   reproducible  two builds written as `shardc compile` writes them, every
  *                 file's SHA-256 equal (sc_check_reproducible); skipped
  *                 with --no-weights
- * With --auto (and --global-batch) the planner's search runs first
- * (plan_auto.h, its JSON read back) and its chosen plan, as the options of
- * `plan --train` it replays with, replaces them.
+ * With --mesh auto (or --auto) the planner's search chooses the plan first
+ * (plan_auto.h's sc_plan_auto_resolve, as run, compile and train do).
  * The report (driver/check.h) is printed (--format text|json|github) and
  * written (--report, --junit). Exit status: 0 nothing failed, 1 a check
  * failed, 2 usage. This file parses the options, makes the builds as the
@@ -35,8 +34,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <jansson.h>
 
 #include "api/check_run.h"
 #include "codegen/dist_sim.h"
@@ -53,7 +50,7 @@
 
 static const char *const USAGE =
     "shardc check MODEL.onnx [--train] [--cluster C]\n"
-    "                       [--mesh AXES | --plan FILE.json | --auto --global-batch B]\n"
+    "                       [--mesh AXES | --plan FILE.json | --mesh auto]\n"
     "                       [--dim NAME=V]... [--baseline REPORT.json]\n"
     "                       [--max-time-regression P%] [--max-memory-regression P%]\n"
     "                       [--report OUT.json] [--junit OUT.xml] [--format text|json|github]\n"
@@ -130,6 +127,9 @@ static int split_args(int argc, char **argv, check_args *a, char **rest, int *n_
         i++;
         continue;
       }
+      if (strncmp(argv[i], "--global-batch", 14) == 0)
+        return sc_cli_usage_error("check takes the global batch as the batch dim's --dim "
+                                  "NAME=B (as run, compile and train with --mesh auto)");
       if (strncmp(argv[i], "--comm", 6) == 0)
         return sc_cli_usage_error("check runs its ranks as threads (no --comm)");
       int rc = own_option(a, argc, argv, &i);
@@ -594,8 +594,8 @@ static int print_help(void) {
          "  --train                 check the training step (the options of shardc train\n"
          "                          that shape it: --optimizer, --loss, ...)\n"
          "  --mesh AXES, --plan FILE.json, --cluster C, ...  the plan (shardc plan's)\n"
-         "  --auto --global-batch B with --train --cluster C: the plan the search chooses\n"
-         "                          (shardc plan --auto's), said on stderr, checked\n"
+         "  --mesh auto (--auto)    the plan the search chooses (shardc plan --auto's; the\n"
+         "                          global batch is the batch dim's --dim), said on stderr\n"
          "  --baseline REPORT.json  an earlier run's --report to compare with\n"
          "  --max-time-regression P%%    how much step time may grow (default 5%%)\n"
          "  --max-memory-regression P%%  how much a rank's memory may grow (default 2%%)\n"
@@ -607,126 +607,7 @@ static int print_help(void) {
   return 0;
 }
 
-/* ---- --auto: the search's chosen plan ---- */
-
-/* Whether an argument is one of this command's own options (with its
- * value in argv[i + 1] when *takes_value). */
-static bool own_name(const char *a, bool *takes_value) {
-  for (size_t k = 0; k < N_OWN_OPTIONS; k++) {
-    size_t n = strlen(OWN_OPTIONS[k]);
-    if (strncmp(a, OWN_OPTIONS[k], n) == 0 && (a[n] == 0 || a[n] == '=')) {
-      *takes_value = a[n] == 0;
-      return true;
-    }
-  }
-  return false;
-}
-
-/* The search's chosen plan as the options of `plan --train` (its JSON's
- * auto.chosen.replay): `shardc plan ARGS --json` run in this process
- * (plan_auto.h) with its stdout read back. ARGS: ours but check's own
- * options. The replay into *replay (sc_malloc'd); 0, or the search's exit
- * status (its error printed). */
-static int search_plan(int argc, char **argv, char **replay) {
-  *replay = NULL;
-  char **av = sc_calloc((size_t)argc + 2, sizeof *av);
-  if (!av) return 1;
-  int n = 0;
-  av[n++] = "plan";
-  for (int i = 1; i < argc; i++) {
-    bool takes = false;
-    if (own_name(argv[i], &takes)) {
-      i += takes;
-      continue;
-    }
-    av[n++] = argv[i];
-  }
-  av[n++] = "--json";
-  fflush(stdout);
-  FILE *out = tmpfile();
-  int saved = out ? dup(STDOUT_FILENO) : -1;
-  if (saved < 0 || dup2(fileno(out), STDOUT_FILENO) < 0) {
-    if (out) fclose(out);
-    if (saved >= 0) close(saved);
-    sc_free(av);
-    fprintf(stderr, "shardc: error: --auto: cannot capture the search's output\n");
-    return 1;
-  }
-  int rc = sc_cmd_plan_auto(n, av);
-  fflush(stdout);
-  dup2(saved, STDOUT_FILENO);
-  close(saved);
-  sc_free(av);
-  if (rc == 0) {
-    rewind(out);
-    json_error_t je;
-    json_t *root = json_loadf(out, 0, &je);
-    const char *r = json_string_value(
-        json_object_get(json_object_get(json_object_get(root, "auto"), "chosen"), "replay"));
-    if (r) *replay = sc_strdup(r);
-    else {
-      fprintf(stderr, "shardc: error: --auto: the search wrote no chosen plan\n");
-      rc = 1;
-    }
-    json_decref(root);
-  }
-  fclose(out);
-  return rc;
-}
-
-/* check with --auto: the search's chosen plan replaces --auto and
- * --global-batch (its --no-weights too, unless given: the search reads
- * shapes only, the checks may run the weights), then the checks. */
-static int check_auto(int argc, char **argv) {
-  char *replay = NULL;
-  int rc = search_plan(argc, argv, &replay);
-  if (rc) return rc;
-  bool no_weights = false;
-  for (int i = 1; i < argc; i++) no_weights |= strcmp(argv[i], "--no-weights") == 0;
-  fprintf(stderr, "shardc: note: --auto: the search chose %s\n", replay);
-  char **av = sc_calloc((size_t)argc + strlen(replay) / 2 + 2, sizeof *av);
-  if (!av) {
-    sc_free(replay);
-    return 1;
-  }
-  /* what sc_cli_parse takes (the model) but --auto, --global-batch,
-   * --dim and --no-weights, which the replay says; check's own options */
-  check_args scratch;
-  memset(&scratch, 0, sizeof scratch);
-  sc_partition_args_init(&scratch.pa);
-  sc_train_args_init(&scratch.ta);
-  char *rest[MAX_ARGS];
-  int n_rest = 0, n = 0;
-  if ((rc = split_args(argc, argv, &scratch, rest, &n_rest)) != 0) {
-    sc_free(av);
-    sc_free(replay);
-    return rc;
-  }
-  av[n++] = argv[0];
-  for (int i = 1; i < n_rest; i++) {
-    const char *x = rest[i];
-    if (strcmp(x, "--global-batch") == 0 || strcmp(x, "--dim") == 0) i++; /* and its value */
-    else if (strcmp(x, "--auto") != 0 && strcmp(x, "--no-weights") != 0 &&
-             strncmp(x, "--global-batch=", 15) != 0 && strncmp(x, "--dim=", 6) != 0)
-      av[n++] = rest[i];
-  }
-  for (int i = 1; i < argc; i++) {
-    bool takes = false;
-    if (!own_name(argv[i], &takes)) continue;
-    av[n++] = argv[i];
-    if (takes && i + 1 < argc) av[n++] = argv[++i];
-  }
-  /* the replay's options (the search's --dim among them: the batch) */
-  for (char *tok = strtok(replay, " "); tok; tok = strtok(NULL, " "))
-    if (no_weights || strcmp(tok, "--no-weights") != 0) av[n++] = tok;
-  rc = sc_cmd_check(n, av);
-  sc_free(av);
-  sc_free(replay);
-  return rc;
-}
-
 int sc_cmd_check(int argc, char **argv) {
-  if (sc_plan_auto_asked(argc, argv)) return check_auto(argc, argv);
   check_args a;
   memset(&a, 0, sizeof a);
   sc_partition_args_init(&a.pa);
@@ -741,7 +622,12 @@ int sc_cmd_check(int argc, char **argv) {
   if ((rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_NO_WEIGHTS, USAGE, &o)) != 0) return rc;
   if (o.help) return print_help();
   if (!a.train && a.ta.first) return sc_cli_usage_error("%s needs --train", a.ta.first);
+  a.ta.budget_for_search = a.pa.auto_plan;
   if (a.train && (rc = sc_train_args_finish(&a.ta)) != 0) return rc;
+  /* --mesh auto (--auto): the search chooses the plan, said on stderr,
+   * then built as --mesh builds it (plan_auto.h) */
+  if (a.pa.auto_plan && (rc = sc_plan_auto_resolve(&a.pa, &o, a.train ? &a.ta : NULL)) != 0)
+    return rc;
   if (a.baseline && access(a.baseline, R_OK) != 0)
     return sc_cli_usage_error("--baseline %s: no such file", a.baseline);
 

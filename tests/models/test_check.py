@@ -26,11 +26,11 @@ GPT-2 samples; its JUnit file is read with junitparser (a JUnit consumer):
   - skips: inference without --cluster and with --no-weights skips fits,
     performance, equivalence (no --train) and reproducible, each saying why;
     exit 0;
-  - --auto: GPT-2 at a global batch of 8 on h100-sxm:8x1, shapes only: the
-    search's chosen plan (said on stderr) is checked, import and fits
-    passing, the rest skipped saying why;
-  - usage errors exit 2: an unknown --format, a bad percentage, --auto
-    without --cluster, no
+  - --auto: GPT-2 at a global batch of 8 (--dim) on h100-sxm:8x1, shapes
+    only: the search's chosen plan (said on stderr) is checked, import and
+    fits passing, the rest skipped saying why;
+  - usage errors exit 2: an unknown --format, a bad percentage,
+    --global-batch (the batch is --dim's), no
     model, a missing --baseline file; a baseline that is not a report fails
     performance naming the file and the key;
   - docs/ci.md's GitHub Actions workflow and GitLab CI job are valid YAML
@@ -261,21 +261,22 @@ def main():
           f"each skip says why: {cases}")
 
     # --auto: the search's chosen plan checked
-    rc, out, err = shardc(GPT2, "--train", "--auto", "--cluster", "h100-sxm:8x1", "--global-batch",
-                          "8", "--no-weights", "--junit", junit, "--report", report)
+    rc, out, err = shardc(GPT2, "--train", "--auto", "--cluster", "h100-sxm:8x1", "--dim",
+                          "batch=8", "--no-weights", "--junit", junit, "--report", report)
     cases = junit_cases(junit)
-    check(rc == 0 and "--auto: the search chose --train --cluster h100-sxm:8x1 --mesh " in err,
+    check(rc == 0 and "--mesh auto chose --cluster h100-sxm:8x1 --mesh " in err,
           f"--auto checks the search's choice, saying it (exit {rc}): {err}")
     check(states(cases) == {"import": "passed", "fits": "passed", "performance": "skipped",
                             "equivalence": "skipped", "reproducible": "skipped"},
           f"--auto --no-weights: {cases}")
-    chosen = err.split("--mesh ")[1].split()[0] if "--mesh " in err else "?"
+    found = re.search(r"chose .*? --mesh (\S+)", err)
+    chosen = found.group(1) if found else "?"
     check(json.load(open(report))["plan"] == chosen, f"the report's plan is the chosen mesh {chosen}")
 
     # usage errors, and a baseline that is not a report
     for args, what in [([MLP, "--format", "xml"], "an unknown --format"),
                        ([MLP, "--max-time-regression", "five"], "a bad percentage"),
-                       ([MLP, "--train", "--auto"], "--auto without --cluster"),
+                       ([MLP, "--train", "--global-batch", "8"], "--global-batch"),
                        ([], "no model"),
                        ([MLP, "--baseline", os.path.join(tmp, "none.json")], "a missing baseline")]:
         rc, out, err = shardc(*args)
