@@ -3,7 +3,7 @@
  * the reason) or skipped (with why):
  *   import        every node supported, all unsupported ones listed
  *                 (driver/check.h's sc_check_import)
- *   fits          every rank's exact memory (the plan's: arenas, state,
+ *   fits          every rank's exact memory (the plan's: arena, state,
  *                 stash, constants, the device's lines) within the
  *                 cluster's device memory; skipped without --cluster
  *   performance   the predicted step (codegen/dist_sim.h, as `shardc plan
