@@ -309,34 +309,76 @@ done:
   return rc;
 }
 
-/* The largest rank's memory, as the reports print it: per pipeline rank
- * its arena, state, stash and the device's lines beside them
- * (pipe_row_of); one rank's arena, constants and device lines otherwise. */
-static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
-                            sc_diag *d) {
+static void part(sc_rank_memory *m, const char *name, int64_t bytes) {
+  if (m->n_parts < SC_RANK_MEMORY_MAX_PARTS) {
+    m->parts[m->n_parts].name = name;
+    m->parts[m->n_parts++].bytes = bytes;
+  }
+  m->total += bytes;
+}
+
+sc_status sc_plan_train_rank_memory(const sc_build *b, const sc_device_target *target,
+                                    sc_rank_memory **out, int32_t *n, sc_diag *d) {
   const sc_dist_program *dp = b->program;
-  *peak = 0;
+  int32_t rows = dp->pipe_chunks > 0 ? dp->pipe_ranks : 1;
+  sc_rank_memory *m = sc_calloc((size_t)rows, sizeof *m);
+  *out = NULL;
+  *n = 0;
+  if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = SC_OK;
   if (dp->pipe_chunks > 0) {
     sc_pipe_handoffs ho;
-    sc_status st = sc_pipe_handoffs_of(dp, &ho, d);
+    st = sc_pipe_handoffs_of(dp, &ho, d);
     for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
       pipe_row r;
       st = pipe_row_of(dp, &ho, q, target, &r, d);
-      int64_t total = r.arena + r.state + r.kept + r.outside;
-      if (st == SC_OK && total > *peak) *peak = total;
+      if (st == SC_OK) {
+        snprintf(m[q].rank, sizeof m[q].rank, "pipeline rank %d", (int)q);
+        part(&m[q], "arena", r.arena);
+        part(&m[q], "state", r.state);
+        part(&m[q], "stash", r.kept);
+        part(&m[q], "device", r.outside);
+      }
       sc_free(r.acts);
       sc_free(r.from);
       sc_free(r.to);
     }
     sc_pipe_handoffs_free(&ho);
+  } else {
+    const sc_program *p = dp->stages[0].program;
+    sc_train_memory tm;
+    sc_device_memory dm;
+    st = sc_train_memory_of(p, &tm, d);
+    if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
+    if (st == SC_OK) {
+      snprintf(m[0].rank, sizeof m[0].rank, "rank 0");
+      for (int c = 0; c < SC_MEM_CLASS_COUNT; c++)
+        part(&m[0], sc_mem_class_name((sc_mem_class)c), tm.live[c]);
+      part(&m[0], "placement", tm.arena - tm.peak_live);
+      part(&m[0], "constants", tm.constants);
+      part(&m[0], "device", sc_device_memory_outside(&dm));
+    }
+  }
+  if (st != SC_OK) {
+    sc_free(m);
     return st;
   }
-  const sc_program *p = dp->stages[0].program;
-  sc_train_memory m;
-  sc_device_memory dm;
-  sc_status st = sc_train_memory_of(p, &m, d);
-  if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
-  if (st == SC_OK) *peak = m.arena + m.constants + sc_device_memory_outside(&dm);
+  *out = m;
+  *n = rows;
+  return SC_OK;
+}
+
+/* The largest rank's memory, as the reports print it
+ * (sc_plan_train_rank_memory). */
+static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
+                            sc_diag *d) {
+  sc_rank_memory *m;
+  int32_t n;
+  *peak = 0;
+  sc_status st = sc_plan_train_rank_memory(b, target, &m, &n, d);
+  for (int32_t i = 0; st == SC_OK && i < n; i++)
+    if (m[i].total > *peak) *peak = m[i].total;
+  if (st == SC_OK) sc_free(m);
   return st;
 }
 
