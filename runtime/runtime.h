@@ -92,6 +92,10 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
  * there from step to step. */
 void *sc_session_input_slot(sc_session *s, int32_t i);
 int64_t sc_session_arena_bytes(const sc_session *s); /* bytes allocated */
+/* The device's own time of the last run's steps, without the copies of
+ * inputs and outputs (the CUDA device's events); negative when the device
+ * does not time them (the CPU device). */
+double sc_session_device_seconds(const sc_session *s);
 /* The program's memory on the session's device, line by line
  * (codegen/device_memory.h): *planned as the memory plan sizes it for this
  * device (its GEMM engine, threads and convolutions), *allocated what the

@@ -165,8 +165,9 @@ typedef struct exact {
   double seconds;
 } exact;
 
-static int compile(const sc_search_cand *c, const char *cluster, const sc_cli_opts *base,
-                   const char *dim, int64_t batch, sc_train_args *ta, exact *out) {
+static int compile(const sc_search_cand *c, const char *cluster, bool gpu,
+                   const sc_cli_opts *base, const char *dim, int64_t batch, sc_train_args *ta,
+                   exact *out) {
   char mesh[128];
   sc_search_mesh(c, mesh, sizeof mesh);
   sc_partition_args p;
@@ -193,6 +194,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cli_op
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
+  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES; /* as train --device cuda */
   bs.pass.quiet = true;
   bs.build.no_weights = true;
   double t0 = sc_cli_now_s();
@@ -368,6 +370,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   if (sc_cluster_load(p.cluster, &cluster, &d) != SC_OK) return sc_cli_report(&d, NULL);
   sc_device_target target;
   sc_runtime_target_host(&target);
+  bool gpu = sc_device_target_of_cluster(&cluster, &target); /* the CUDA device's lines */
 
   /* 1. the block model, from the forward graph of one example */
   double t0 = sc_cli_now_s();
@@ -467,7 +470,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     }
     for (int32_t i = 0; i < n_want && (i == 0 || t_exact + t_round < EXACT_BUDGET_S); i++) {
       exact e = {0};
-      rc = compile(&r->top[i], p.cluster, &o, dim_name, a.global_batch, &ta, &e);
+      rc = compile(&r->top[i], p.cluster, gpu, &o, dim_name, a.global_batch, &ta, &e);
       t_round += e.seconds;
       if (!rc) {
         t0 = sc_cli_now_s();

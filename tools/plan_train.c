@@ -397,8 +397,10 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     printf(", \"arena\": %lld, \"constants\": %lld, \"total\": %lld", (long long)m.arena,
            (long long)m.constants, (long long)(m.arena + m.constants));
     printf(",\n \"device\": {");
-    for (int l = 1; l < SC_MEM_LINE_COUNT; l++) {
-      printf("%s", l > 1 ? ", " : "");
+    for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
+      if (!sc_mem_line_of_device((sc_mem_line)l, target->device)) continue;
+      printf("%s", first ? "" : ", ");
+      first = 0;
       json_str(sc_mem_line_name((sc_mem_line)l));
       printf(": %lld", (long long)dm.bytes[l]);
     }
@@ -479,9 +481,12 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   row("total", m.arena + m.constants, "");
   char tg[96];
   sc_cli_format_target(target, tg, sizeof tg);
-  for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
-    if (dm.bytes[l]) row(sc_mem_line_name((sc_mem_line)l), dm.bytes[l],
-                         sc_mem_line_what((sc_mem_line)l));
+  bool cuda = target->device && !strcmp(target->device, "cuda");
+  for (int l = 1; l < SC_MEM_LINE_COUNT; l++) /* a GPU's lines all, the CPU's that are there */
+    if (cuda ? sc_mem_line_of_device((sc_mem_line)l, "cuda") : dm.bytes[l] != 0)
+      row(sc_mem_line_name((sc_mem_line)l), dm.bytes[l],
+          l == SC_MEM_CUDA_CONTEXT && !dm.bytes[l] ? "unknown: the cluster's gpu.context_bytes"
+                                                   : sc_mem_line_what((sc_mem_line)l));
   char with[160];
   snprintf(with, sizeof with, "+ the device's own memory beside the arena (%s)", tg);
   row("total, all", m.arena + m.constants + outside, with);
