@@ -77,6 +77,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_gemm.h"
 #include "runtime/device.h"
+#include "runtime/runtime.h"
 
 enum { STAGING_BYTES = 64 << 20, CONST_ALIGN = SC_CUDA_CONST_ALIGN, RUN_TIMES = 4096 };
 
@@ -203,6 +204,40 @@ static int local_ordinal(int rank, int count) {
   const char *lr = getenv("LOCAL_RANK");
   int r = lr && *lr ? atoi(lr) : rank;
   return r >= 0 ? r % count : 0;
+}
+
+sc_status sc_cuda_probe_device(sc_cuda_probe *out, sc_diag *diag) {
+  memset(out, 0, sizeof *out);
+#if !SHARDC_HAVE_CUDA
+  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "cuda device: shardc was built without the CUDA backend (NVRTC)");
+#else
+  const sc_cu *cu;
+  sc_status st = sc_cu_load(&cu, diag);
+  if (st != SC_OK) return st;
+  int count = 0;
+  CUdevice dev;
+  CUcontext ctx;
+  CUresult r = cu->device_count(&count);
+  if (r == SC_CUDA_SUCCESS) r = cu->device_get(&dev, local_ordinal(0, count > 0 ? count : 1));
+  if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuDeviceGet", "choosing the device", diag);
+  cu->device_name(out->name, sizeof out->name, dev);
+  int major = 0, minor = 0;
+  cu->device_attribute(&major, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  cu->device_attribute(&minor, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  snprintf(out->arch, sizeof out->arch, "sm_%d%d", major, minor);
+  if ((r = cu->ctx_retain(&ctx, dev)) != SC_CUDA_SUCCESS)
+    return sc_cu_check(cu, r, "cuDevicePrimaryCtxRetain", "the primary context", diag);
+  size_t free_b = 0, total = 0;
+  r = cu->ctx_set_current(ctx);
+  if (r == SC_CUDA_SUCCESS) r = cu->mem_get_info(&free_b, &total);
+  cu->ctx_release(dev);
+  if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuMemGetInfo", NULL, diag);
+  out->total_bytes = (int64_t)total;
+  out->used_bytes = total > free_b ? (int64_t)(total - free_b) : 0;
+  out->emulated = cu->emulated;
+  return SC_OK;
+#endif
 }
 
 static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag) {

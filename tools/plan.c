@@ -656,14 +656,24 @@ done:
   return rc;
 }
 
-/* --cluster C of a GPU: *t becomes the CUDA target for it (true). A
- * cluster that cannot be read is left to the build, which reports it. */
-static bool cluster_target(const char *spec, sc_device_target *t) {
-  if (!spec) return false;
-  sc_cluster *c = sc_malloc(sizeof *c);
+/* --cluster C of a GPU, or a --plan FILE placed on a GPU preset: *t
+ * becomes the CUDA target for it (true). A cluster or plan that cannot be
+ * read is left to the build, which reports it. */
+static bool cluster_target(const sc_partition_args *pa, sc_device_target *t) {
   sc_diag d = {0};
   sc_diag_clear(&d);
-  bool gpu = c && sc_cluster_load(spec, c, &d) == SC_OK && sc_device_target_of_cluster(c, t);
+  if (pa->plan_file && !pa->cluster) { /* a replay: the plan's preset */
+    sc_plan *pl = NULL;
+    bool gpu = sc_plan_read_json_file(pa->plan_file, NULL, &pl, &d) == SC_OK && pl->cluster &&
+               pl->cluster_figures.nodes > 0 &&
+               sc_device_target_of_cluster(&pl->cluster_figures, t);
+    sc_plan_destroy(pl);
+    return gpu;
+  }
+  if (!pa->cluster) return false;
+  sc_cluster *c = sc_malloc(sizeof *c);
+  bool gpu = c && sc_cluster_load(pa->cluster, c, &d) == SC_OK &&
+             sc_device_target_of_cluster(c, t);
   sc_free(c);
   return gpu;
 }
@@ -710,7 +720,7 @@ int sc_cmd_plan(int argc, char **argv) {
   if (o.help) return print_help();
   /* a GPU cluster: the memory is the CUDA device's, whose arena holds
    * cuBLASLt's workspace as `shardc train --device cuda` plans it */
-  bool gpu = cluster_target(p.cluster, &target);
+  bool gpu = cluster_target(&p, &target);
   if (train) return plan_train(&p, &ta, &o, table, &target, gpu);
   if (table) return sc_cli_usage_error("--schedule-table needs --train (a pipelined step)");
   if (ta.first) return sc_cli_usage_error("%s needs --train", ta.first);
