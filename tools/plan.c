@@ -14,7 +14,12 @@
  *   memory       per rank of each stage: weights (CONST buffers, local
  *                shapes), comm scratch (the largest pack + unpack buffers
  *                of one COMM step), activations (the rest of the arena),
- *                total = weights + arena
+ *                total = weights + arena; then every line of the device's
+ *                memory (codegen/device_memory.h) on the plan's target: the
+ *                host's CPU device, or for a GPU cluster the CUDA device's
+ *                (sc_device_target_of_cluster: its programs compiled with
+ *                cuBLASLt's workspace in the arena, the context and NCCL's
+ *                buffers as lines of their own)
  *   collectives  per (stage, op, axes): count and bytes per microbatch
  *                and per step (times the microbatches)
  *   shardings    every initializer: global shape, sharding, local shape

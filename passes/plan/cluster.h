@@ -26,6 +26,12 @@
  * preset or a malformed count), SC_ERR_IO, with the file and key named in
  * the diag.
  *
+ * A GPU cluster (sc_cluster_is_gpu) may say what the memory model of the
+ * CUDA device cannot know: the CUDA context's bytes (gpu.context_bytes, or a
+ * CUDA profile's) and NCCL's channels per link (nccl_channels); both are
+ * optional, 0 meaning not given (codegen/device_memory.h: the context then
+ * unknown, the channels its default).
+ *
  * A profile (profile.h, `shardc calibrate`) gives a cluster measured
  * figures: a cluster file names one with "profile": "x.json" (relative to
  * the cluster file's folder, which it may not leave), a preset or
