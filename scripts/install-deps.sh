@@ -39,14 +39,14 @@ if ((${#missing[@]})); then
     > /tmp/shardc-apt.log 2>&1 || { tail -30 /tmp/shardc-apt.log; exit 1; }
 fi
 
-PY_PKGS=(numpy onnx onnxruntime lit safetensors)
+PY_PKGS=(numpy onnx onnxruntime lit safetensors tensorboard)
 VENV=.venv
 PYTHON=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   echo "install-deps: creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import numpy, onnx, onnxruntime, lit, safetensors" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import numpy, onnx, onnxruntime, lit, safetensors, tensorboard" 2>/dev/null; then
   echo "install-deps: installing Python packages into $VENV: ${PY_PKGS[*]}"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q "${PY_PKGS[@]}"

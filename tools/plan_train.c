@@ -91,10 +91,10 @@ static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M
 
 typedef struct pipe_row {
   int32_t q;
-  int64_t arenas, state, stash, p2p, coll;
+  int64_t arena, state, stash, p2p, coll; /* arena: the one its pieces share */
   int64_t step, kept;    /* the step's handed-over values' peak, and that of
                             all handed-over values (the total's) */
-  int64_t outside;       /* the device's lines beside the arenas: the CPU's,
+  int64_t outside;       /* the device's lines beside the arena: the CPU's,
                             the most any of its pieces needs (one pool,
                             reused by the pieces in turn); the CUDA
                             device's, its pieces' summed (each a session
@@ -112,13 +112,15 @@ static bool listed(const char *const *names, int32_t n, const char *name) {
   return false;
 }
 
-/* Pipeline coordinate q's figures: its pieces' arenas, the state it keeps,
+/* Pipeline coordinate q's figures: its pieces' one arena (the largest
+ * piece's: sc_pipe_arena_bytes), the state it keeps,
  * its stash and what it sends, by its action list. */
 static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, int32_t q,
                              const sc_device_target *target, pipe_row *r, sc_diag *d) {
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
   memset(r, 0, sizeof *r);
   r->q = q;
+  r->arena = sc_pipe_arena_bytes(dp, q);
   sc_status st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q, &r->acts,
                                   &r->n_acts, d);
   if (st != SC_OK) return st;
@@ -130,7 +132,6 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
   for (int32_t s = 0; s < dp->n_stages && st == SC_OK; s++) {
     if (sc_pipe_piece_chunk(C, s) % P != q) continue;
     const sc_program *p = dp->stages[s].program;
-    r->arenas += p->arena_bytes;
     sc_device_memory dm;
     if ((st = sc_device_memory_plan(p, target, &dm, d)) != SC_OK) break;
     if (target->device && !strcmp(target->device, "cuda")) {
@@ -248,15 +249,15 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
            (int)M);
     for (int32_t q = 0; q < P; q++) {
       const pipe_row *r = &rows[q];
-      printf("%s\n  {\"rank\": %d, \"arenas\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
+      printf("%s\n  {\"rank\": %d, \"arena\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
              "\"step_values_peak\": %lld, \"total\": %lld, \"stashed_microbatches\": %d, "
              "\"stash_formula\": %d, \"p2p_sent\": %lld, \"collective_sent\": %lld, "
              "\"actions\": [",
-             q ? "," : "", (int)q, (long long)r->arenas, (long long)r->state,
+             q ? "," : "", (int)q, (long long)r->arena, (long long)r->state,
              (long long)r->stash, (long long)r->step,
-             (long long)(r->arenas + r->state + r->kept), (int)r->stashed,
+             (long long)(r->arena + r->state + r->kept), (int)r->stashed,
              (int)r->formula, (long long)r->p2p, (long long)r->coll);
-      if (cuda) { /* a GPU's lines beside the arenas, and the total with them */
+      if (cuda) { /* a GPU's lines beside the arena, and the total with them */
         printf("], \"device\": {");
         for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
           if (!sc_mem_line_of_device((sc_mem_line)l, "cuda")) continue;
@@ -265,7 +266,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
           first = 0;
         }
         printf("}, \"total_with_device\": %lld, \"actions\": [",
-               (long long)(r->arenas + r->state + r->kept + r->outside));
+               (long long)(r->arena + r->state + r->kept + r->outside));
       }
       for (int32_t i = 0; i < r->n_acts; i++) {
         char name[64];
@@ -288,17 +289,18 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   printf("schedule check: every rank's action list runs to its end (no deadlock)\n");
   printf("\nper pipeline rank (one rank of its data and tensor parallel group; planned = "
          "allocated):\n");
-  printf("  %4s %12s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arenas", "state",
+  printf("  %4s %12s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arena", "state",
          "stash peak", "step values", "total", "stashed", "formula", "p2p sent", "coll sent");
   for (int32_t q = 0; q < P; q++) {
     const pipe_row *r = &rows[q];
     printf("  %4d %12lld %12lld %12lld %12lld %12lld %9d %9d %12lld %12lld\n", (int)q,
-           (long long)r->arenas, (long long)r->state, (long long)r->stash, (long long)r->step,
-           (long long)(r->arenas + r->state + r->kept), (int)r->stashed, (int)r->formula,
+           (long long)r->arena, (long long)r->state, (long long)r->stash, (long long)r->step,
+           (long long)(r->arena + r->state + r->kept), (int)r->stashed, (int)r->formula,
            (long long)r->p2p, (long long)r->coll);
   }
-  printf("  arenas: its pieces' programs (forward, backward, norm, update of each chunk); "
-         "state: parameters,\n  optimizer state and accumulators it keeps; stash peak: the "
+  printf("  arena: one, shared by its pieces (forward, backward, norm, update of each "
+         "chunk): the largest\n  piece's, as they run in turn and keep nothing in it; "
+         "state: parameters, optimizer\n  state and accumulators it keeps; stash peak: the "
          "most bytes of values handed over\n  per microbatch kept at once (forward to "
          "backward, across chunks); step values: that of\n  values kept once a step (state "
          "copies, the norm's and the update's inputs); total: with\n  the most of both kept "
@@ -309,7 +311,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
   if (cuda) {
-    printf("\nthe CUDA device's lines beside the arenas, per pipeline rank (its pieces' "
+    printf("\nthe CUDA device's lines beside the arena, per pipeline rank (its pieces' "
            "summed, one context):\n");
     for (int32_t q = 0; q < P; q++) {
       const pipe_row *r = &rows[q];
@@ -318,15 +320,15 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
         if (sc_mem_line_of_device((sc_mem_line)l, "cuda"))
           printf("  %s %lld%s", sc_mem_line_name((sc_mem_line)l), (long long)r->dev.bytes[l],
                  l == SC_MEM_CUDA_CONTEXT && !r->dev.bytes[l] ? " (unknown)" : "");
-      printf("; total, all %lld\n", (long long)(r->arenas + r->state + r->kept + r->outside));
+      printf("; total, all %lld\n", (long long)(r->arena + r->state + r->kept + r->outside));
     }
   }
   if (table) print_table(dp, rows);
   int64_t peak = 0;
   for (int32_t q = 0; q < P; q++) {
     const pipe_row *r = &rows[q];
-    if (r->arenas + r->state + r->kept + r->outside > peak)
-      peak = r->arenas + r->state + r->kept + r->outside;
+    if (r->arena + r->state + r->kept + r->outside > peak)
+      peak = r->arena + r->state + r->kept + r->outside;
   }
   sc_plan_print_predicted(dp, b->plan, precision_name(t), peak);
 done:
@@ -344,7 +346,7 @@ done:
 }
 
 /* The largest rank's memory, as the reports print it: per pipeline rank
- * its arenas, state, stash and the device's lines beside them
+ * its arena, state, stash and the device's lines beside them
  * (pipe_row_of); one rank's arena, constants and device lines otherwise. */
 static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
                             sc_diag *d) {
@@ -356,7 +358,7 @@ static sc_status train_peak(const sc_build *b, const sc_device_target *target, i
     for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
       pipe_row r;
       st = pipe_row_of(dp, &ho, q, target, &r, d);
-      int64_t total = r.arenas + r.state + r.kept + r.outside;
+      int64_t total = r.arena + r.state + r.kept + r.outside;
       if (st == SC_OK && total > *peak) *peak = total;
       sc_free(r.acts);
       sc_free(r.from);

@@ -18,7 +18,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
 /* The exact predicted step of b on its plan's cluster, into
  * b->plan->predicted: codegen/dist_sim.h's simulated step
  * (sc_dist_sim_to_plan) with the largest rank's memory as the report
- * counts it (per pipeline rank its arenas, state, stash and device lines;
+ * counts it (per pipeline rank its one arena, state, stash and device lines;
  * else one rank's arena, constants and device lines on target) and the MFU
  * in the step's precision. The one path of `plan --train --cluster` and of
  * the search's chosen plan (plan_auto.c): they agree by construction.

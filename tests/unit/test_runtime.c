@@ -217,6 +217,60 @@ static void test_gemm_kernels_view(void **state) {
   free_prog1(&t);
 }
 
+/* Sessions that run in turn share one arena (sc_session_opts.arena, as a
+ * pipeline rank's pieces do): the owner allocates the larger size asked,
+ * the borrower none; a run leaves nothing the next one reads (each copies
+ * its inputs in), so the owner's result is the same after the borrower
+ * overwrote the arena; an arena smaller than the program's is refused. */
+static void test_shared_arena(void **state) {
+  (void)state;
+  rng_seed(5);
+  prog1 t;
+  build_prog1(&t);
+  float *x[2];
+  for (int i = 0; i < 2; i++) {
+    x[i] = malloc(sizeof(float) * M * K);
+    for (int j = 0; j < M * K; j++) x[i][j] = (float)rnd(-1, 1);
+  }
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.threads = 1;
+  o.arena_bytes = 2 * t.p->arena_bytes;
+  sc_session *own = NULL, *bor = NULL, *small = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_create(t.p, &o, &own, &d), SC_OK);
+  assert_int_equal(sc_session_arena_bytes(own), 2 * t.p->arena_bytes);
+  o.arena = sc_session_arena(own);
+  assert_non_null(o.arena);
+  assert_int_equal(sc_session_create(t.p, &o, &bor, &d), SC_OK);
+  assert_int_equal(sc_session_arena_bytes(bor), 0); /* borrowed: allocated nothing */
+  assert_ptr_equal(sc_session_arena(bor), o.arena);
+  o.arena_bytes = t.p->arena_bytes - 1;
+  assert_int_equal(sc_session_create(t.p, &o, &small, &d), SC_ERR_INVALID);
+  assert_null(small);
+  assert_non_null(strstr(d.msg, "shared arena"));
+  sc_tensor_view in[2], out[3];
+  for (int i = 0; i < 2; i++)
+    in[i] = (sc_tensor_view){.name = "x", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {M, K},
+                             .data = x[i]};
+  float *z0 = malloc(sizeof(float) * M * N);
+  assert_int_equal(sc_session_run(own, &in[0], 1, out, 3, &d), SC_OK);
+  memcpy(z0, out[0].data, sizeof(float) * M * N);
+  void *where = out[0].data;
+  assert_int_equal(sc_session_run(bor, &in[1], 1, out, 3, &d), SC_OK);
+  assert_ptr_equal(out[0].data, where); /* the same memory */
+  assert_true(memcmp(out[0].data, z0, sizeof(float) * M * N) != 0); /* other inputs */
+  assert_int_equal(sc_session_run(own, &in[0], 1, out, 3, &d), SC_OK);
+  assert_memory_equal(out[0].data, z0, sizeof(float) * M * N);
+  sc_session_destroy(bor);
+  sc_session_destroy(own);
+  free(z0);
+  free(x[0]);
+  free(x[1]);
+  free_prog1(&t);
+}
+
 static void test_threads_identical(void **state) {
   (void)state;
   rng_seed(7);
@@ -1074,6 +1128,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm_kernels_view),
       cmocka_unit_test(test_threads_identical),
+      cmocka_unit_test(test_shared_arena),
       cmocka_unit_test(test_batched_transposed_gemm),
       cmocka_unit_test(test_gemm_aliasing_pitch),
       cmocka_unit_test(test_gemm_aliasing_pitch_const),
