@@ -111,6 +111,26 @@ void *sc_session_input_slot(sc_session *s, int32_t i);
  * arena's address (a device address on a GPU: for sc_session_opts.arena). */
 int64_t sc_session_arena_bytes(const sc_session *s);
 void *sc_session_arena(const sc_session *s);
+/* The GPU a CUDA session of this process would run on (LOCAL_RANK's, else
+ * the first): its name, architecture, memory, and the device memory in use
+ * right after this process's primary context was made current (total -
+ * free: the context's reserve, plus whatever other processes hold). The
+ * context is released again (retained by a session, it is the same one).
+ * SC_ERR_UNSUPPORTED without a driver or device ("no CUDA driver ...",
+ * "no CUDA device"), or in a build without the CUDA backend. */
+typedef struct sc_cuda_probe {
+  char name[128];      /* "NVIDIA H200" */
+  char arch[16];       /* "sm_90" */
+  int64_t total_bytes; /* the device's memory */
+  int64_t used_bytes;  /* in use once the context exists */
+  bool emulated;       /* the fake driver (SHARDC_CUDA_EMU=1) */
+} sc_cuda_probe;
+sc_status sc_cuda_probe_device(sc_cuda_probe *out, sc_diag *diag);
+
+/* The device's own time of the last run's steps, without the copies of
+ * inputs and outputs (the CUDA device's events); negative when the device
+ * does not time them (the CPU device). */
+double sc_session_device_seconds(const sc_session *s);
 /* The program's memory on the session's device, line by line
  * (codegen/device_memory.h): *planned as the memory plan sizes it for this
  * device (its GEMM engine, threads and convolutions), *allocated what the

@@ -817,6 +817,10 @@ void *sc_session_input_slot(sc_session *s, int32_t i) {
 int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }
 void *sc_session_arena(const sc_session *s) { return s->arena; }
 
+double sc_session_device_seconds(const sc_session *s) {
+  return s->dev->last_run_seconds ? s->dev->last_run_seconds(s->ctx) : -1.0;
+}
+
 void sc_session_memory(const sc_session *s, sc_device_memory *planned,
                        sc_device_memory *allocated, int64_t *rss_before,
                        int64_t *peak_before) {

@@ -14,7 +14,12 @@
  *   memory       per rank of each stage: weights (CONST buffers, local
  *                shapes), comm scratch (the largest pack + unpack buffers
  *                of one COMM step), activations (the rest of the arena),
- *                total = weights + arena
+ *                total = weights + arena; then every line of the device's
+ *                memory (codegen/device_memory.h) on the plan's target: the
+ *                host's CPU device, or for a GPU cluster the CUDA device's
+ *                (sc_device_target_of_cluster: its programs compiled with
+ *                cuBLASLt's workspace in the arena, the context and NCCL's
+ *                buffers as lines of their own)
  *   collectives  per (stage, op, axes): count and bytes per microbatch
  *                and per step (times the microbatches)
  *   shardings    every initializer: global shape, sharding, local shape
@@ -362,23 +367,30 @@ static void print_memory(const report *r) {
  * and their total. */
 static void print_device_memory(const report *r) {
   char t[96], v[32];
+  bool cuda = !strcmp(r->target.device, "cuda");
   sc_cli_format_target(&r->target, t, sizeof t);
-  printf("\nmemory per rank, every line (%s; the lines depend on the machine: "
-         "--gemm-engine, --threads):\n", t);
-  printf("  %-5s %-16s %14s\n", "stage", "line", "bytes");
+  printf("\nmemory per rank, every line (%s; the lines depend on the machine: %s):\n", t,
+         cuda ? "the cluster's gpu.context_bytes and nccl_channels" : "--gemm-engine, --threads");
+  int w = cuda ? 18 : 16; /* "cublaslt workspace" */
+  printf("  %-5s %-*s %14s\n", "stage", w, "line", "bytes");
   for (int32_t s = 0; s < r->part->n_stages; s++) {
     const stage_info *si = &r->st[s];
     for (int l = 0; l < SC_MEM_LINE_COUNT; l++) {
-      if (l != SC_MEM_ARENA && si->device.bytes[l] == 0) continue;
+      /* the CPU lists its lines that are there; a GPU all of its own */
+      if (l != SC_MEM_ARENA && (cuda ? !sc_mem_line_of_device((sc_mem_line)l, "cuda")
+                                     : si->device.bytes[l] == 0))
+        continue;
       sc_stats_format_bytes((double)si->device.bytes[l], v, sizeof v);
-      printf("  %-5d %-16s %14lld %12s\n", s, sc_mem_line_name((sc_mem_line)l),
-             (long long)si->device.bytes[l], v);
+      printf("  %-5d %-*s %14lld %12s%s\n", s, w, sc_mem_line_name((sc_mem_line)l),
+             (long long)si->device.bytes[l], v,
+             l == SC_MEM_CUDA_CONTEXT && !si->device.bytes[l] ? "  unknown (gpu.context_bytes)"
+                                                              : "");
     }
     sc_stats_format_bytes((double)si->weight_bytes, v, sizeof v);
-    printf("  %-5d %-16s %14lld %12s\n", s, "weights", (long long)si->weight_bytes, v);
+    printf("  %-5d %-*s %14lld %12s\n", s, w, "weights", (long long)si->weight_bytes, v);
     int64_t total = sc_device_memory_total(&si->device) + si->weight_bytes;
     sc_stats_format_bytes((double)total, v, sizeof v);
-    printf("  %-5d %-16s %14lld %12s\n", s, "total", (long long)total, v);
+    printf("  %-5d %-*s %14lld %12s\n", s, w, "total", (long long)total, v);
   }
 }
 
@@ -706,15 +718,38 @@ static int write_html(const sc_build *b, sc_graph *g, const sc_stats *stats, con
   return st == SC_OK ? 0 : sc_cli_report(&d, file);
 }
 
+/* --cluster C of a GPU, or a --plan FILE placed on a GPU preset: *t
+ * becomes the CUDA target for it (true). A cluster or plan that cannot be
+ * read is left to the build, which reports it. */
+static bool cluster_target(const sc_partition_args *pa, sc_device_target *t) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (pa->plan_file && !pa->cluster) { /* a replay: the plan's preset */
+    sc_plan *pl = NULL;
+    bool gpu = sc_plan_read_json_file(pa->plan_file, NULL, &pl, &d) == SC_OK && pl->cluster &&
+               pl->cluster_figures.nodes > 0 &&
+               sc_device_target_of_cluster(&pl->cluster_figures, t);
+    sc_plan_destroy(pl);
+    return gpu;
+  }
+  if (!pa->cluster) return false;
+  sc_cluster *c = sc_malloc(sizeof *c);
+  bool gpu = c && sc_cluster_load(pa->cluster, c, &d) == SC_OK &&
+             sc_device_target_of_cluster(c, t);
+  sc_free(c);
+  return gpu;
+}
+
 /* --train: the training step's memory (per rank with --mesh). */
 static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o,
-                      bool table, const char *html, const sc_device_target *target) {
+                      bool table, const char *html, const sc_device_target *target, bool gpu) {
   if (o->dot) return sc_cli_usage_error("plan --train does not take --dot");
   int rc = sc_train_args_finish(ta);
   if (rc) return rc;
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, p);
   bs.compile.quiet = true;
+  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
   bs.build.no_weights = o->no_weights;
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;
@@ -753,7 +788,10 @@ int sc_cmd_plan(int argc, char **argv) {
                     USAGE, &o);
   if (rc) return rc;
   if (o.help) return print_help();
-  if (train) return plan_train(&p, &ta, &o, table, html, &target);
+  /* a GPU cluster: the memory is the CUDA device's, whose arena holds
+   * cuBLASLt's workspace as `shardc train --device cuda` plans it */
+  bool gpu = cluster_target(&p, &target);
+  if (train) return plan_train(&p, &ta, &o, table, html, &target, gpu);
   if (table) return sc_cli_usage_error("--schedule-table needs --train (a pipelined step)");
   if (ta.first) return sc_cli_usage_error("%s needs --train", ta.first);
   if (!sc_partition_args_active(&p))
@@ -762,6 +800,7 @@ int sc_cmd_plan(int argc, char **argv) {
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
+  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
   bs.build.no_weights = o.no_weights;
   bs.build.stats = true; /* for the block names only */
   sc_build *b = NULL;

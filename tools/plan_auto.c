@@ -208,10 +208,9 @@ typedef struct exact {
   double seconds;
 } exact;
 
-/* c built as plan --cluster C --mesh ... builds it (with --train: as plan
- * --train does), shapes only, at the batch c serves. */
 static int compile(const sc_search_cand *c, const char *cluster, const sc_cluster *loaded,
-                   const sc_cli_opts *base, const char *dim, sc_train_args *ta, exact *out) {
+                   bool gpu, const sc_cli_opts *base, const char *dim, sc_train_args *ta,
+                   exact *out) {
   char mesh[128];
   int64_t batch = c->batch;
   sc_search_mesh(c, mesh, sizeof mesh);
@@ -242,6 +241,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
+  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES; /* as train --device cuda */
   bs.pass.quiet = true;
   bs.build.no_weights = true;
   double t0 = sc_cli_now_s();
@@ -492,6 +492,7 @@ static int choose(auto_search *x) {
   sc_diag_clear(&d);
   sc_device_target target;
   sc_runtime_target_host(&target);
+  bool gpu = sc_device_target_of_cluster(&cluster, &target); /* the CUDA device's lines */
 
   /* 1. the block model, from the forward graph of one example */
   double t0 = sc_cli_now_s();
@@ -604,7 +605,7 @@ static int choose(auto_search *x) {
     for (int32_t i = 0;
          i < n_want && (i == 0 || x->all_exact || t_exact + t_round < EXACT_BUDGET_S); i++) {
       exact e = {0};
-      rc = compile(&r->top[i], x->cluster_spec, x->cluster, &o, dim_name, &ta, &e);
+      rc = compile(&r->top[i], x->cluster_spec, x->cluster, gpu, &o, dim_name, &ta, &e);
       t_round += e.seconds;
       if (!rc) {
         t0 = sc_cli_now_s();

@@ -11,6 +11,10 @@
  *                        allocates (and what placement loses)
  *     constants          frozen weights and folded values (outside the arena)
  *     total              arena + constants
+ *     the device's lines beside the arena (the CPU's that are there; on a
+ *     GPU cluster the CUDA device's, all: workspace, weights padding,
+ *     context, NCCL's buffers) and `total, all`; a pipelined step lists a
+ *     GPU's per pipeline rank (its pieces' summed, one context)
  *   with a mesh, the collectives of one rank's step: per (op, axes) the
  *   count, the bytes of the whole tensors, what the rank sends with ring
  *   algorithms, and their sum in units of Ψ (the trainable parameters'
@@ -94,9 +98,12 @@ typedef struct pipe_row {
                             optimizer state (for the page's bars) */
   int64_t step, kept;    /* the step's handed-over values' peak, and that of
                             all handed-over values (the total's) */
-  int64_t outside;       /* the device's lines beside the arena: the most
-                            any of its pieces needs (one context, one
-                            workspace, reused by the pieces in turn) */
+  int64_t outside;       /* the device's lines beside the arena: the CPU's,
+                            the most any of its pieces needs (one pool,
+                            reused by the pieces in turn); the CUDA
+                            device's, its pieces' summed (each a session
+                            with its own communicators), one context */
+  sc_device_memory dev;  /* those lines (arena: 0) */
   int32_t stashed, formula;
   sc_pipe_action *acts;
   uint64_t *from, *to;   /* [n_acts] pipeline ranks each action receives from, sends to */
@@ -131,7 +138,18 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
     const sc_program *p = dp->stages[s].program;
     sc_device_memory dm;
     if ((st = sc_device_memory_plan(p, target, &dm, d)) != SC_OK) break;
-    if (sc_device_memory_outside(&dm) > r->outside) r->outside = sc_device_memory_outside(&dm);
+    if (target->device && !strcmp(target->device, "cuda")) {
+      /* each piece is a session of its own: its CUDA device's workspace and
+       * weights, its own communicators; the process has one context */
+      for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
+        r->dev.bytes[l] = l == SC_MEM_CUDA_CONTEXT
+                              ? (dm.bytes[l] > r->dev.bytes[l] ? dm.bytes[l] : r->dev.bytes[l])
+                              : r->dev.bytes[l] + dm.bytes[l];
+      r->outside = sc_device_memory_outside(&r->dev);
+    } else if (sc_device_memory_outside(&dm) > r->outside) {
+      r->outside = sc_device_memory_outside(&dm);
+      r->dev = dm;
+    }
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const sc_buffer *b = &p->buffers[p->inputs[i]];
       if (!sc_dist_is_state(dp, b->name) || listed(seen, n_seen, b->name)) continue;
@@ -193,6 +211,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   const sc_dist_program *dp = b->program;
   const sc_partition *part = b->part;
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
+  bool cuda = target->device && !strcmp(target->device, "cuda"); /* a GPU's own lines */
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_pipe_handoffs ho;
@@ -245,6 +264,17 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
              (long long)r->stash, (long long)r->step,
              (long long)(r->arena + r->state + r->kept), (int)r->stashed,
              (int)r->formula, (long long)r->p2p, (long long)r->coll);
+      if (cuda) { /* a GPU's lines beside the arena, and the total with them */
+        printf("], \"device\": {");
+        for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
+          if (!sc_mem_line_of_device((sc_mem_line)l, "cuda")) continue;
+          printf("%s\"%s\": %lld", first ? "" : ", ", sc_mem_line_name((sc_mem_line)l),
+                 (long long)r->dev.bytes[l]);
+          first = 0;
+        }
+        printf("}, \"total_with_device\": %lld, \"actions\": [",
+               (long long)(r->arena + r->state + r->kept + r->outside));
+      }
       for (int32_t i = 0; i < r->n_acts; i++) {
         char name[64];
         printf("%s\"%s\"", i ? ", " : "", sc_pipe_action_name(&r->acts[i], name, sizeof name));
@@ -287,6 +317,19 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          dp->schedule.kind == SC_SCHEDULE_GPIPE         ? "GPipe M"
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
+  if (cuda) {
+    printf("\nthe CUDA device's lines beside the arena, per pipeline rank (its pieces' "
+           "summed, one context):\n");
+    for (int32_t q = 0; q < P; q++) {
+      const pipe_row *r = &rows[q];
+      printf("  %4d", (int)q);
+      for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
+        if (sc_mem_line_of_device((sc_mem_line)l, "cuda"))
+          printf("  %s %lld%s", sc_mem_line_name((sc_mem_line)l), (long long)r->dev.bytes[l],
+                 l == SC_MEM_CUDA_CONTEXT && !r->dev.bytes[l] ? " (unknown)" : "");
+      printf("; total, all %lld\n", (long long)(r->arena + r->state + r->kept + r->outside));
+    }
+  }
   if (table) print_table(dp, rows);
   int64_t peak = 0;
   for (int32_t q = 0; q < P; q++) {
@@ -448,8 +491,10 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     printf(", \"arena\": %lld, \"constants\": %lld, \"total\": %lld", (long long)m.arena,
            (long long)m.constants, (long long)(m.arena + m.constants));
     printf(",\n \"device\": {");
-    for (int l = 1; l < SC_MEM_LINE_COUNT; l++) {
-      printf("%s", l > 1 ? ", " : "");
+    for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
+      if (!sc_mem_line_of_device((sc_mem_line)l, target->device)) continue;
+      printf("%s", first ? "" : ", ");
+      first = 0;
       json_str(sc_mem_line_name((sc_mem_line)l));
       printf(": %lld", (long long)dm.bytes[l]);
     }
@@ -530,9 +575,12 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   row("total", m.arena + m.constants, "");
   char tg[96];
   sc_cli_format_target(target, tg, sizeof tg);
-  for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
-    if (dm.bytes[l]) row(sc_mem_line_name((sc_mem_line)l), dm.bytes[l],
-                         sc_mem_line_what((sc_mem_line)l));
+  bool cuda = target->device && !strcmp(target->device, "cuda");
+  for (int l = 1; l < SC_MEM_LINE_COUNT; l++) /* a GPU's lines all, the CPU's that are there */
+    if (cuda ? sc_mem_line_of_device((sc_mem_line)l, "cuda") : dm.bytes[l] != 0)
+      row(sc_mem_line_name((sc_mem_line)l), dm.bytes[l],
+          l == SC_MEM_CUDA_CONTEXT && !dm.bytes[l] ? "unknown: the cluster's gpu.context_bytes"
+                                                   : sc_mem_line_what((sc_mem_line)l));
   char with[160];
   snprintf(with, sizeof with, "+ the device's own memory beside the arena (%s)", tg);
   row("total, all", m.arena + m.constants + outside, with);
