@@ -9,7 +9,7 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DSHARDC_WERROR=ON
 endif
 
-.PHONY: all deps build test test-asan demo fuzz bench samples clean install
+.PHONY: all deps build test test-asan demo fuzz bench samples clean install docs-images
 
 all: build
 
@@ -62,6 +62,12 @@ bench: deps build
 	.venv/bin/python bench/bench_megatron.py --shardc $(BUILD)/shardc
 	bash samples/install-torch.sh
 	.venv-samples/bin/python bench/bench_train.py --shardc $(BUILD)/shardc
+
+# The screenshots docs/report.md shows (plan --html pages in headless
+# Chromium), into docs/images/ (not committed: regenerated from the samples).
+docs-images: deps build
+	SHARDC=$(CURDIR)/$(BUILD)/shardc SHARDC_SOURCE_DIR=$(CURDIR) \
+	  .venv/bin/python tests/models/test_html_report.py --images docs/images
 
 samples:
 	bash samples/install-torch.sh

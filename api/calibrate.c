@@ -1,10 +1,17 @@
 /* calibrate.c — the measurements of calibrate.h.
  *
  * Each measured program is textual IR compiled by sc_compile_graph and run
- * by a CPU session, so the GEMMs go through the runtime's engine (oneDNN or
- * shardc's own kernel, as `shardc train` would pick) with its thread pool,
- * and the elementwise steps through LLVM-compiled kernels. A run's inputs
- * are its arena slots, filled once with seeded values in [-1, 1).
+ * by a session of the device measured. On the CPU the GEMMs go through the
+ * runtime's engine (oneDNN or shardc's own kernel, as `shardc train` would
+ * pick) with its thread pool, and the elementwise steps through
+ * LLVM-compiled kernels; a run's inputs are its arena slots, filled once
+ * with seeded values in [-1, 1). On a GPU (device "cuda") the programs are
+ * compiled as `shardc train --device cuda` compiles them (cuBLASLt's
+ * workspace in the arena) and run by the CUDA device: GEMMs through
+ * cuBLASLt, kernels from NVRTC, a run replayed as a CUDA graph; the inputs
+ * are host buffers filled once (copied in by each run), and a run's time is
+ * the device's own time of its steps (sc_session_device_seconds: events on
+ * the compute stream), without the copies in and out.
  *
  * Invariants: every figure written is positive and finite (a difference
  * that comes out at or below 0 is floored at the clock's resolution, 1 ns,
@@ -32,6 +39,12 @@
   } while (0)
 
 enum { OVERHEAD_STEPS = 64, MAX_IO = 4, MAX_GROUP = 8 };
+
+/* How a program is compiled and run: the device, and its threads (CPU). */
+typedef struct target {
+  bool cuda;
+  int threads;
+} target;
 
 void sc_calibrate_opts_init(sc_calibrate_opts *o) {
   memset(o, 0, sizeof *o);
@@ -62,9 +75,12 @@ typedef struct timed_prog {
   sc_session *s;
   int32_t n_in, n_out;
   sc_tensor_view in[MAX_IO];
+  void *host[MAX_IO]; /* the inputs where the session has no host slot (cuda) */
+  bool device_time;   /* time runs by the device's clock */
 } timed_prog;
 
 static void prog_close(timed_prog *t) {
+  for (int i = 0; i < MAX_IO; i++) sc_free(t->host[i]);
   sc_session_destroy(t->s);
   sc_program_destroy(t->p);
   sc_graph_destroy(t->g);
@@ -82,18 +98,21 @@ static float rng_unit(uint64_t *s) { /* [-1, 1) */
   return (float)((double)(rng_next(s) >> 11) / 9007199254740992.0 * 2 - 1);
 }
 
-static sc_status prog_open(const char *text, bool fuse, int threads, timed_prog *t, sc_diag *d) {
+static sc_status prog_open(const char *text, bool fuse, target tg, timed_prog *t, sc_diag *d) {
   memset(t, 0, sizeof *t);
   TRY(sc_ir_parse(text, strlen(text), "calibrate.ir", &t->g, d));
   sc_compile_opts co;
   sc_compile_opts_init(&co);
   co.quiet = true;
   co.fuse = fuse;
+  if (tg.cuda) co.workspace_bytes = SC_GEMM_WORKSPACE_BYTES; /* as train --device cuda */
   if (sc_compile_graph(t->g, &co, &t->p, d) != SC_OK) return d->status;
   sc_session_opts so;
   sc_session_opts_init(&so);
-  so.threads = threads;
+  so.threads = tg.threads;
+  if (tg.cuda) so.device.name = "cuda";
   if (sc_session_create(t->p, &so, &t->s, d) != SC_OK) return d->status;
+  t->device_time = tg.cuda;
   t->n_in = t->p->n_inputs;
   t->n_out = t->p->n_outputs;
   SC_ASSERT(t->n_in <= MAX_IO && t->n_out <= MAX_IO);
@@ -104,8 +123,9 @@ static sc_status prog_open(const char *text, bool fuse, int threads, timed_prog 
     v->name = b->name, v->dtype = b->dtype, v->rank = b->rank;
     memcpy(v->dims, b->dims, sizeof v->dims);
     v->data = sc_session_input_slot(t->s, i);
-    if (!v->data)
-      return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL, "calibrate: no host input slot");
+    if (!v->data) /* a device arena: host buffers, copied in by each run */
+      v->data = t->host[i] = sc_malloc((size_t)(b->bytes > 0 ? b->bytes : 1));
+    if (!v->data) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     int64_t n = b->bytes / (b->dtype == SC_DTYPE_BF16 ? 2 : 4);
     for (int64_t j = 0; j < n; j++) {
       float x = rng_unit(&seed);
@@ -127,7 +147,8 @@ static sc_status prog_time(timed_prog *t, double min_s, double *out, sc_diag *d)
   while (n < 200 && (n < 3 || now_s() - start < min_s)) {
     double t0 = now_s();
     TRY(sc_session_run(t->s, t->in, t->n_in, outs, t->n_out, d));
-    v[n++] = now_s() - t0;
+    double wall = now_s() - t0, dev = t->device_time ? sc_session_device_seconds(t->s) : -1;
+    v[n++] = dev > 0 ? dev : wall;
   }
   *out = median(v, n);
   return SC_OK;
@@ -135,10 +156,10 @@ static sc_status prog_time(timed_prog *t, double min_s, double *out, sc_diag *d)
 
 /* The median seconds of a run of text's program; *threads_used and *steps
  * (the program's steps), when not NULL. */
-static sc_status time_text(const char *text, bool fuse, int threads, double min_s, double *out,
+static sc_status time_text(const char *text, bool fuse, target tg, double min_s, double *out,
                            int *threads_used, int32_t *steps, sc_diag *d) {
   timed_prog t;
-  sc_status st = prog_open(text, fuse, threads, &t, d);
+  sc_status st = prog_open(text, fuse, tg, &t, d);
   if (st == SC_OK) st = prog_time(&t, min_s, out, d);
   if (st == SC_OK && threads_used) *threads_used = sc_session_threads(t.s);
   if (st == SC_OK && steps) *steps = t.p->n_steps;
@@ -150,6 +171,7 @@ static sc_status time_text(const char *text, bool fuse, int threads, double min_
 
 typedef struct ctx {
   const sc_calibrate_opts *o;
+  target tg;       /* the device measured */
   double min_s;    /* time each figure is measured for */
   double run1_s;   /* a run of one tiny step */
   sc_profile *p;
@@ -193,8 +215,8 @@ static sc_status measure_overhead(ctx *c, sc_diag *d) {
   int threads = 0;
   int32_t s1 = 0, sk = 0;
   sc_status st = one && many ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  if (st == SC_OK) st = time_text(one, false, c->o->threads, c->min_s, &t1, &threads, &s1, d);
-  if (st == SC_OK) st = time_text(many, false, c->o->threads, c->min_s, &tk, NULL, &sk, d);
+  if (st == SC_OK) st = time_text(one, false, c->tg, c->min_s, &t1, &threads, &s1, d);
+  if (st == SC_OK) st = time_text(many, false, c->tg, c->min_s, &tk, NULL, &sk, d);
   free(one);
   free(many);
   TRY(st);
@@ -212,14 +234,16 @@ static sc_status measure_overhead(ctx *c, sc_diag *d) {
 }
 
 static sc_status measure_memory(ctx *c, sc_diag *d) {
-  int64_t n = c->o->quick ? (int64_t)4 << 20 : (int64_t)16 << 20; /* floats a tensor */
+  /* floats a tensor: past any cache (a GPU's L2 is 50-60 MiB: 64 Mi floats) */
+  int64_t n = c->tg.cuda ? (c->o->quick ? (int64_t)16 << 20 : (int64_t)64 << 20)
+                         : (c->o->quick ? (int64_t)4 << 20 : (int64_t)16 << 20);
   char text[512];
   snprintf(text, sizeof text,
            "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%a : f32[%lld]\n  input %%b : f32[%lld]\n"
            "  %%c : f32[%lld] = Add(%%a, %%b) \"add\"\n  output %%c\n}\n",
            (long long)n, (long long)n, (long long)n);
   double t = 0;
-  TRY(time_text(text, true, c->o->threads, c->min_s, &t, NULL, NULL, d));
+  TRY(time_text(text, true, c->tg, c->min_s, &t, NULL, NULL, d));
   double bytes = 3.0 * 4.0 * (double)n;
   c->p->memory_bytes_per_s = bytes / floored(c, t - c->run1_s, "memory");
   note(c, "memory: %.2f GB/s (Add of 2 x %lld floats: %.3f ms)\n", c->p->memory_bytes_per_s / 1e9,
@@ -228,8 +252,11 @@ static sc_status measure_memory(ctx *c, sc_diag *d) {
 }
 
 static sc_status measure_gemms(ctx *c, sc_diag *d) {
+  /* a GPU: from a launch-bound 256 to 4096, where cuBLASLt nears its peak */
   static const int64_t FULL[] = {16, 128, 1024}, QUICK[] = {32, 256};
-  const int64_t *dims = c->o->quick ? QUICK : FULL;
+  static const int64_t GPU_FULL[] = {256, 1024, 4096}, GPU_QUICK[] = {256, 1024};
+  const int64_t *dims = c->tg.cuda ? (c->o->quick ? GPU_QUICK : GPU_FULL)
+                                   : (c->o->quick ? QUICK : FULL);
   int nd = c->o->quick ? 2 : 3;
   static const struct {
     const char *ir;
@@ -249,7 +276,7 @@ static sc_status measure_gemms(ctx *c, sc_diag *d) {
                    ty, (long long)m, (long long)k, ty, (long long)k, (long long)n, ty,
                    (long long)m, (long long)n);
           double t = 0;
-          TRY(time_text(text, true, c->o->threads, c->min_s, &t, NULL, NULL, d));
+          TRY(time_text(text, true, c->tg, c->min_s, &t, NULL, NULL, d));
           if (c->p->n_gemms == SC_PROFILE_MAX_GEMMS) continue;
           sc_profile_gemm *g = &c->p->gemms[c->p->n_gemms++];
           g->m = m, g->n = n, g->k = k, g->dtype = TYPES[ti].t;
@@ -391,14 +418,32 @@ static void cpu_name(char *out, size_t n) {
   fclose(f);
 }
 
+/* The GPU measured: its name and the memory its context takes (a real
+ * GPU's only: the fake driver's figure is no context's), or the reason
+ * there is none ("calibrate --device cuda: no CUDA driver ..."). */
+static sc_status probe_gpu(sc_profile *p, sc_diag *d) {
+  sc_cuda_probe g;
+  if (sc_cuda_probe_device(&g, d) != SC_OK) {
+    char why[sizeof d->msg];
+    snprintf(why, sizeof why, "%s", d->msg);
+    sc_status st = d->status;
+    sc_diag_clear(d);
+    return sc_diag_set(d, st, NULL, NULL, "calibrate --device cuda: %s", why);
+  }
+  snprintf(p->device, sizeof p->device, "cuda");
+  snprintf(p->device_name, sizeof p->device_name, "%.63s", g.name[0] ? g.name : "GPU");
+  for (char *q = p->device_name; *q; q++)
+    if ((unsigned char)*q < 0x20 || *q == '"' || *q == '\\') *q = ' ';
+  p->threads = 1;
+  p->context_bytes = g.emulated ? 0 : g.used_bytes;
+  return SC_OK;
+}
+
 sc_status sc_calibrate(const sc_calibrate_opts *o, sc_profile *out, sc_diag *d) {
   memset(out, 0, sizeof *out);
   const char *dev = o->device ? o->device : "cpu";
-  if (strcmp(dev, "cuda") == 0)
-    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "calibrate --device cuda: measuring a GPU is not built; only the CPU "
-                       "device is measured (the GPU presets carry datasheet figures)");
-  if (strcmp(dev, "cpu") != 0)
+  bool cuda = strcmp(dev, "cuda") == 0;
+  if (!cuda && strcmp(dev, "cpu") != 0)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "calibrate: unknown device '%s' (cpu, cuda)",
                        dev);
   if (o->threads < 0 || o->max_ranks < 0)
@@ -407,13 +452,28 @@ sc_status sc_calibrate(const sc_calibrate_opts *o, sc_profile *out, sc_diag *d) 
   if (!p) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   memset(p, 0, sizeof *p);
   double t0 = now_s();
-  ctx c = {.o = o, .min_s = o->quick ? 0.01 : 0.1, .p = p};
-  snprintf(p->device, sizeof p->device, "cpu");
-  cpu_name(p->device_name, sizeof p->device_name);
-  sc_status st = measure_overhead(&c, d);
+  ctx c = {.o = o, .tg = {.cuda = cuda, .threads = o->threads}, .min_s = o->quick ? 0.01 : 0.1,
+           .p = p};
+  sc_status st = SC_OK;
+  if (cuda) {
+    st = probe_gpu(p, d);
+    if (st == SC_OK && p->context_bytes > 0)
+      note(&c, "cuda context: %lld bytes in use once the context exists\n",
+           (long long)p->context_bytes);
+  } else {
+    snprintf(p->device, sizeof p->device, "cpu");
+    cpu_name(p->device_name, sizeof p->device_name);
+  }
+  if (st == SC_OK) st = measure_overhead(&c, d);
+  if (cuda && st == SC_OK) p->threads = 1; /* a GPU rank: its stream, not host threads */
   if (st == SC_OK) st = measure_memory(&c, d);
   if (st == SC_OK) st = measure_gemms(&c, d);
-  if (st == SC_OK) st = measure_comms(&c, d);
+  /* one process on one GPU has no communicator of 2+ ranks to time:
+   * NCCL holds one rank per GPU, and the CPU communicators need host
+   * memory (the profile's comms stay empty; the cluster keeps its links) */
+  if (st == SC_OK && !cuda) st = measure_comms(&c, d);
+  if (st == SC_OK && cuda)
+    note(&c, "collectives: none measured (NCCL needs a GPU per rank; one process, one GPU)\n");
   if (st == SC_OK) {
     p->calibrate_s = now_s() - t0;
     p->present = true;

@@ -2,7 +2,7 @@
  * machine at hand (`shardc calibrate`, docs/planner.md section 5).
  *
  * sc_calibrate compiles tiny programs from textual IR (ir/text.h) with the
- * real pipeline (codegen/compile.h) and times them through a CPU session
+ * real pipeline (codegen/compile.h) and times them through a session
  * (runtime/runtime.h), the path `shardc run` and `shardc train` take:
  *
  *   step overhead   programs of 1 and K unfused Add steps on 16 floats:
@@ -19,12 +19,23 @@
  * Every time is the median of repeated runs after one warm-up run, the
  * inputs written once into the session's arena slots (no copy per run).
  * The runtime's thread count is the session's default (all cores) unless
- * opts->threads is set. Only the CPU device is measured: a GPU's
- * measurement is not built (SC_ERR_UNSUPPORTED for "cuda").
+ * opts->threads is set.
  *
- * Errors: SC_ERR_UNSUPPORTED (a device not measured), SC_ERR_USAGE (bad
- * options), and whatever compiling or running the programs returns. Not
- * thread-safe (it sets the process's GEMM engine to its default). */
+ * device "cuda" measures the GPU a CUDA session of this process takes
+ * (runtime/runtime.h: sc_cuda_probe_device; the emulated GPU with
+ * SHARDC_CUDA_EMU=1): the same programs compiled as for `train --device
+ * cuda` and run by the CUDA device (GEMMs through cuBLASLt in f32 and bf16,
+ * kernels from NVRTC, runs replayed as CUDA graphs), each run timed by the
+ * device's events (its steps, not the copies in and out); the GEMM grid
+ * {256, 1024, 4096} ({256, 1024} quick), the streaming Add over 64 Mi
+ * floats (16 Mi quick); no collectives (one process on one GPU has no
+ * communicator of 2+ ranks); the device memory in use once the context
+ * exists as the profile's context_bytes (not on the emulated GPU).
+ *
+ * Errors: SC_ERR_UNSUPPORTED (cuda without a driver or device: "calibrate
+ * --device cuda: no CUDA driver ..."), SC_ERR_USAGE (bad options), and
+ * whatever compiling or running the programs returns. Not thread-safe (it
+ * sets the process's GEMM engine to its default). */
 #ifndef SC_API_CALIBRATE_H
 #define SC_API_CALIBRATE_H
 
@@ -34,7 +45,7 @@
 #include "passes/plan/profile.h"
 
 typedef struct sc_calibrate_opts {
-  const char *device; /* "cpu" (NULL: cpu) or "cuda" (refused) */
+  const char *device; /* "cpu" (NULL: cpu) or "cuda" */
   bool quick;         /* a few seconds: a smaller grid, fewer repeats */
   int threads;        /* runtime threads per rank; 0 = the runtime's default */
   int max_ranks;      /* largest collective group; 0 = max(cores, 4), at most 8 */

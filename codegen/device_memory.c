@@ -5,8 +5,13 @@
  * buffers with these same functions: the plan of a line is the sum (or,
  * for the one GEMM scratch, the largest) of what the device allocates for
  * it, step by step, in the same order and with the same sharing of one
- * copy between steps that read the same constant B. */
+ * copy between steps that read the same constant B. The CUDA device
+ * (runtime/cuda_device.c, runtime/cuda_gemm.c) sizes its weights
+ * allocation and decides where cuBLASLt's workspace lives with the
+ * sc_cuda_* functions here. */
 #include "codegen/device_memory.h"
+
+#include "passes/plan/cluster.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -219,7 +224,8 @@ int64_t sc_gemm_step_scratch_numel(const sc_program *p, const sc_step *s, sc_gem
 
 static const char *const LINE_NAMES[SC_MEM_LINE_COUNT] = {
     "arena", "packed weights", "pitched weights", "gemm scratch", "gemm threads",
-    "conv weights", "conv scratch", "conv shadows", "conv threads"};
+    "conv weights", "conv scratch", "conv shadows", "conv threads",
+    "cublaslt workspace", "weights padding", "cuda context", "nccl buffers"};
 static const char *const LINE_WHAT[SC_MEM_LINE_COUNT] = {
     "tensors at offsets of the memory plan",
     "constant B packed for the own GEMM kernel, at bind",
@@ -229,9 +235,19 @@ static const char *const LINE_WHAT[SC_MEM_LINE_COUNT] = {
     "direct convolutions' weights in oneDNN's blocked layout, at bind",
     "the blocked input and output of the direct convolution running",
     "NCHW shadows of buffers held in oneDNN's blocked layout",
-    "oneDNN's scratchpads of the convolutions and max-pools, one per pool thread"};
+    "oneDNN's scratchpads of the convolutions and max-pools, one per pool thread",
+    "cuBLASLt's workspace, allocated by the GEMM engine (not in the arena)",
+    "each weight aligned to 256 bytes in the CUDA device's one allocation",
+    "the driver's memory per process (the cluster's gpu.context_bytes)",
+    "NCCL's buffers: per communicator, channels x ring peers x its protocols"};
 _Static_assert(sizeof LINE_NAMES / sizeof *LINE_NAMES == SC_MEM_LINE_COUNT, "line names");
 _Static_assert(sizeof LINE_WHAT / sizeof *LINE_WHAT == SC_MEM_LINE_COUNT, "line texts");
+
+bool sc_mem_line_of_device(sc_mem_line l, const char *device) {
+  if (l == SC_MEM_ARENA) return true;
+  bool cuda = device && strcmp(device, "cuda") == 0;
+  return cuda == (l >= SC_MEM_CUDA_WORKSPACE && l < SC_MEM_LINE_COUNT);
+}
 
 const char *sc_mem_line_name(sc_mem_line l) {
   return l >= 0 && l < SC_MEM_LINE_COUNT ? LINE_NAMES[l] : "?";
@@ -247,6 +263,90 @@ void sc_device_target_host(sc_device_target *t) {
                           .threads = n >= 1 && n <= 4096 ? (int)n : 1, .direct_convs = true};
 }
 
+void sc_device_target_cuda(sc_device_target *t, int64_t context_bytes, int64_t channels_intra,
+                           int64_t channels_inter) {
+  *t = (sc_device_target){.device = "cuda", .engine = SC_GEMM_ENGINE_AUTO, .threads = 1,
+                          .context_bytes = context_bytes > 0 ? context_bytes : 0,
+                          .nccl_channels_intra = channels_intra > 0 ? channels_intra
+                                                                    : SC_NCCL_CHANNELS_DEFAULT,
+                          .nccl_channels_inter = channels_inter > 0 ? channels_inter
+                                                                    : SC_NCCL_CHANNELS_DEFAULT};
+}
+
+bool sc_device_target_of_cluster(const sc_cluster *c, sc_device_target *t) {
+  if (!sc_cluster_is_gpu(c)) return false;
+  sc_device_target_cuda(t, c->context_bytes, c->intra_node.nccl_channels,
+                        c->inter_node.nccl_channels);
+  return true;
+}
+
+/* ---- the CUDA device's lines ---- */
+
+int64_t sc_cuda_const_bytes(const sc_program *p) {
+  int64_t total = 0;
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    const sc_buffer *rb = &p->buffers[b];
+    if (rb->kind != SC_BUF_CONST) continue;
+    if (total > INT64_MAX - SC_CUDA_CONST_ALIGN) return -1;
+    total = (total + SC_CUDA_CONST_ALIGN - 1) / SC_CUDA_CONST_ALIGN * SC_CUDA_CONST_ALIGN;
+    if (!sc_add_i64(total, rb->bytes, &total)) return -1;
+  }
+  return total;
+}
+
+bool sc_cuda_workspace_in_arena(const sc_program *p) {
+  return p->workspace_bytes >= ((int64_t)1 << 20) && p->workspace_offset >= 0 &&
+         p->workspace_offset <= p->arena_bytes - p->workspace_bytes;
+}
+
+int64_t sc_cuda_workspace_outside_bytes(const sc_program *p, bool im2col_convs) {
+  if (sc_cuda_workspace_in_arena(p)) return 0;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == SC_STEP_GEMM && (im2col_convs || !p->steps[i].gemm.conv.on))
+      return SC_GEMM_WORKSPACE_BYTES;
+  return 0;
+}
+
+int64_t sc_nccl_buffer_bytes(int64_t ranks, int64_t channels) {
+  if (ranks <= 1) return 0;
+  int64_t per = SC_NCCL_SIMPLE_BYTES + SC_NCCL_LL_BYTES + SC_NCCL_LL128_BYTES, n;
+  if (channels < 1 || !sc_mul_i64(channels, SC_NCCL_RING_PEERS, &n) || !sc_mul_i64(n, per, &n) ||
+      !sc_add_i64(n, SC_NCCL_SCRATCH_BYTES, &n))
+    return -1;
+  return n;
+}
+
+/* The CUDA target's lines (the arena set by the caller). */
+static sc_status cuda_plan(const sc_program *p, const sc_device_target *t, sc_device_memory *out,
+                           sc_diag *diag) {
+  int64_t consts = sc_cuda_const_bytes(p), raw = 0;
+  for (int32_t b = 0; b < p->n_buffers; b++)
+    if (p->buffers[b].kind == SC_BUF_CONST) raw += p->buffers[b].bytes; /* <= consts */
+  if (consts < 0)
+    return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "the program's weights overflow");
+  out->bytes[SC_MEM_CUDA_PADDING] = consts - raw;
+  out->bytes[SC_MEM_CUDA_WORKSPACE] = sc_cuda_workspace_outside_bytes(p, t->im2col_convs);
+  out->bytes[SC_MEM_CUDA_CONTEXT] = t->context_bytes > 0 ? t->context_bytes : 0;
+  /* one communicator per set of mesh axes the COMM steps use (as the
+   * session splits them, runtime/session.c) */
+  int64_t nccl = 0;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind != SC_STEP_COMM) continue;
+    bool first = true;
+    for (int32_t j = 0; j < i && first; j++)
+      first = !(p->steps[j].kind == SC_STEP_COMM && p->steps[j].comm.axes == s->comm.axes);
+    if (!first) continue;
+    bool intra = p->mesh.n_axes == 0 || sc_mesh_is_intra_node(&p->mesh, s->comm.axes);
+    int64_t ch = intra ? t->nccl_channels_intra : t->nccl_channels_inter;
+    int64_t b = sc_nccl_buffer_bytes(s->comm.group_size, ch > 0 ? ch : SC_NCCL_CHANNELS_DEFAULT);
+    if (b < 0 || !sc_add_i64(nccl, b, &nccl))
+      return sc_diag_set(diag, SC_ERR_LIMIT, s->origin, NULL, "NCCL's buffers overflow");
+  }
+  out->bytes[SC_MEM_NCCL_BUFFERS] = nccl;
+  return SC_OK;
+}
+
 static sc_status too_large(sc_diag *diag, const sc_step *s) {
   return sc_diag_set(diag, SC_ERR_LIMIT, s->origin, NULL,
                      "the device memory of a matrix product overflows");
@@ -256,6 +356,7 @@ sc_status sc_device_memory_plan(const sc_program *p, const sc_device_target *t,
                                 sc_device_memory *out, sc_diag *diag) {
   memset(out, 0, sizeof *out);
   out->bytes[SC_MEM_ARENA] = p->arena_bytes;
+  if (t->device && strcmp(t->device, "cuda") == 0) return cuda_plan(p, t, out, diag);
   if (!t->device || strcmp(t->device, "cpu") != 0) return SC_OK;
   sc_gemm_engine e = t->engine == SC_GEMM_ENGINE_AUTO ? sc_gemm_engine_host() : t->engine;
   int64_t scratch = 0, copies = 0;

@@ -26,6 +26,18 @@
  * planned as 0. oneDNN's sgemm also allocates its own packing buffers
  * inside each call and frees them before it returns (not planned).
  *
+ * The CUDA device (runtime/cuda_device.c) allocates beside its arena the
+ * weights in one allocation (each constant aligned to SC_CUDA_CONST_ALIGN:
+ * the padding is a line), and cuBLASLt's workspace when the memory plan
+ * did not reserve it in the arena (SC_GEMM_WORKSPACE_BYTES, program.h).
+ * Two more lines are what a GPU process holds that shardc does not
+ * allocate itself: the CUDA context (the driver's reserve per process:
+ * the target's context_bytes, from the cluster file or a CUDA profile, 0
+ * when unknown) and NCCL's buffers, per communicator over more than one
+ * rank (sc_nccl_buffer_bytes: NCCL's default buffer sizes of its three
+ * protocols, per channel and ring neighbour). docs/planner.md lists every
+ * constant and its source.
+ *
  * Pure functions of their arguments (but sc_device_target_host, which
  * reads the CPU and the environment once); thread-safe. */
 #ifndef SC_CODEGEN_DEVICE_MEMORY_H
@@ -132,9 +144,17 @@ typedef enum sc_mem_line {
   SC_MEM_CONV_SCRATCH,    /* the blocked input and output of the convolution running */
   SC_MEM_CONV_SHADOWS,    /* NCHW shadows of the buffers held blocked */
   SC_MEM_CONV_THREADS,    /* oneDNN's scratchpads, one per pool thread, at bind */
+  SC_MEM_CUDA_WORKSPACE,  /* cuBLASLt's workspace when not in the arena */
+  SC_MEM_CUDA_PADDING,    /* the weights' alignment in the CUDA device's allocation */
+  SC_MEM_CUDA_CONTEXT,    /* the CUDA context (the driver's, per process) */
+  SC_MEM_NCCL_BUFFERS,    /* NCCL's buffers, its communicators over 2+ ranks */
   SC_MEM_LINE_COUNT
 } sc_mem_line;
 
+/* Whether line l belongs to the device named `device` ("cpu": the arena
+ * and the CPU's lines; "cuda": the arena and the SC_MEM_CUDA_* and NCCL
+ * lines). Printouts list a device's own lines only. */
+bool sc_mem_line_of_device(sc_mem_line l, const char *device);
 /* "arena", "packed weights", ... */
 const char *sc_mem_line_name(sc_mem_line l);
 /* A few words on what the line holds, for printouts. */
@@ -149,6 +169,46 @@ typedef struct sc_device_memory {
 typedef sc_status (*sc_conv_memory_fn)(const sc_program *p, int threads, sc_device_memory *m,
                                        sc_diag *diag);
 
+/* ---- the CUDA device's lines ---- */
+
+/* Each constant's offset in the CUDA device's one weights allocation is a
+ * multiple of this (runtime/cuda_device.c). */
+enum { SC_CUDA_CONST_ALIGN = 256 };
+/* Bytes of the CUDA device's weights allocation for program p: every
+ * CONST buffer, each at an offset aligned to SC_CUDA_CONST_ALIGN (the
+ * device allocates exactly this); -1 on overflow. */
+int64_t sc_cuda_const_bytes(const sc_program *p);
+/* Whether p's memory plan holds cuBLASLt's workspace (at least 1 MiB at
+ * workspace_offset, inside the arena): the CUDA device then hands the
+ * engine that, else the engine allocates SC_GEMM_WORKSPACE_BYTES. */
+bool sc_cuda_workspace_in_arena(const sc_program *p);
+/* Bytes cuBLASLt's workspace takes beside p's arena on the CUDA device:
+ * SC_GEMM_WORKSPACE_BYTES when a GEMM step runs through the GEMM engine
+ * (a convolution runs as an implicit-GEMM kernel unless im2col_convs) and
+ * the arena does not hold it; else 0. */
+int64_t sc_cuda_workspace_outside_bytes(const sc_program *p, bool im2col_convs);
+
+/* NCCL's default buffer per channel and connection, by protocol (NCCL
+ * src/init.cc, DEFAULT_*BUFFSIZE; the environment's NCCL_BUFFSIZE,
+ * NCCL_LL_BUFFSIZE, NCCL_LL128_BUFFSIZE change them): Simple 4 MiB; LL
+ * 8 lines x 512 threads x 8 steps x 16 bytes; LL128 120 x 640 x 8 x 8. */
+#define SC_NCCL_SIMPLE_BYTES ((int64_t)1 << 22)
+#define SC_NCCL_LL_BYTES ((int64_t)8 * 512 * 8 * 16)
+#define SC_NCCL_LL128_BYTES ((int64_t)120 * 640 * 8 * 8)
+/* Ring neighbours a rank connects to per channel (the previous and the
+ * next rank: a receive and a send connection). */
+enum { SC_NCCL_RING_PEERS = 2 };
+/* Channels assumed for a communicator when the cluster does not say
+ * (docs/planner.md: an assumption, not a measurement). */
+enum { SC_NCCL_CHANNELS_DEFAULT = 16 };
+/* Device bytes comm_nccl.c allocates per communicator (a flag it polls). */
+enum { SC_NCCL_SCRATCH_BYTES = 4 };
+/* NCCL's buffers of one communicator of `ranks` ranks over `channels`
+ * channels: 0 for one rank (no peer, no connection), else channels x
+ * SC_NCCL_RING_PEERS x (Simple + LL + LL128), plus SC_NCCL_SCRATCH_BYTES;
+ * -1 on overflow or channels < 1. */
+int64_t sc_nccl_buffer_bytes(int64_t ranks, int64_t channels);
+
 /* What a plan is for. */
 typedef struct sc_device_target {
   const char *device;    /* "cpu" or "cuda" */
@@ -156,6 +216,11 @@ typedef struct sc_device_target {
   int threads;           /* the CPU device's pool threads, caller included */
   bool direct_convs;     /* the CPU runs convolutions directly (oneDNN) */
   sc_conv_memory_fn conv_memory; /* sizes them (direct_convs), or NULL: planned as 0 */
+  /* cuda */
+  int64_t context_bytes;        /* the CUDA context per process; 0 = unknown */
+  int64_t nccl_channels_intra;  /* channels of a communicator inside a node */
+  int64_t nccl_channels_inter;  /* ... of one whose groups span nodes */
+  bool im2col_convs;            /* convolutions as im2col + GEMM, not kernels */
 } sc_device_target;
 
 /* The host: the CPU device, sc_gemm_engine_host(), every online core,
@@ -163,8 +228,22 @@ typedef struct sc_device_target {
  * sc_runtime_target_host sets it). */
 void sc_device_target_host(sc_device_target *t);
 
-/* Every line of program p on target t (a CUDA target: the arena only; its
- * workspace is inside it; the convolutions' lines: t->conv_memory's).
+/* A CUDA target: context_bytes (0: unknown) and the channels of NCCL's
+ * communicators inside a node and across nodes (0: the default). */
+void sc_device_target_cuda(sc_device_target *t, int64_t context_bytes, int64_t channels_intra,
+                           int64_t channels_inter);
+
+/* The target a plan for cluster c is made for: on a GPU cluster
+ * (sc_cluster_is_gpu) the CUDA target with c's context_bytes and its
+ * links' NCCL channels, and true; false for cpu:local (t unchanged: the
+ * caller's host target). */
+struct sc_cluster;
+bool sc_device_target_of_cluster(const struct sc_cluster *c, sc_device_target *t);
+
+/* Every line of program p on target t (the convolutions' lines: the CPU's
+ * t->conv_memory's; on a CUDA target the workspace outside the arena, the
+ * weights' padding, the context, and NCCL's buffers of every group the
+ * program's COMM steps use, each group inside a node when p->mesh says so).
  * SC_ERR_LIMIT when a size overflows; conv_memory's errors. */
 sc_status sc_device_memory_plan(const sc_program *p, const sc_device_target *t,
                                 sc_device_memory *out, sc_diag *diag);

@@ -9,7 +9,12 @@
  * cursor over its actions (a program run, with the hand-offs received
  * before it and sent after it in a pipelined training step): it advances
  * until it ends or needs a hand-off not yet sent, and the ranks are walked
- * round-robin until all have ended (or none can advance: an error). */
+ * round-robin until all have ended (or none can advance: an error).
+ *
+ * With a trace, every advance of a clock is also recorded (record()) at
+ * the one place it happens: a computing step, expose() and receive() on
+ * the compute queue, a collective on its group's queue, send() on the
+ * point-to-point queue. Without one, record() returns at once. */
 #include <stdio.h>
 #include <string.h>
 
@@ -347,6 +352,9 @@ typedef struct rank_state {
                               COMM step of the current run ends */
   bool *have;              /* pipelined: [n_h * M] received or made here */
   int32_t *seq;            /* inference: [2 * P * tags] sends and receives so far */
+  int32_t stage, mb;       /* the current action's stage and microbatch */
+  int64_t last[SC_DIST_SIM_MAX_GROUPS + 2]; /* traced: the index of the last
+                              event on each queue (compute, p2p, groups), -1 */
 } rank_state;
 
 typedef struct sim_ctx {
@@ -363,7 +371,50 @@ typedef struct sim_ctx {
   mailbox box;
   rank_state *r;           /* [P] */
   int32_t *stage_of;       /* [P] inference: its stage */
+  sc_dist_sim_trace *trace; /* NULL: record nothing */
+  bool trace_nomem;        /* an event could not be stored */
 } sim_ctx;
+
+/* Records [start, end) of kind on r's queue, merged into the queue's last
+ * event when it is of the same kind, run, peer and collective and ends
+ * where this starts. Empty intervals are not recorded. */
+static void record(sim_ctx *x, rank_state *r, int32_t queue, sc_dist_sim_event_kind kind,
+                   int32_t peer, int32_t comm, double start, double end, double bytes) {
+  sc_dist_sim_trace *tr = x->trace;
+  if (!tr || !(end > start)) return;
+  int64_t *last = &r->last[queue == SC_DIST_SIM_QUEUE_COMPUTE ? 0
+                           : queue == SC_DIST_SIM_QUEUE_P2P   ? 1
+                                                              : 2 + queue];
+  if (*last >= 0) {
+    sc_dist_sim_event *e = &tr->events[*last];
+    if (e->kind == (int8_t)kind && e->stage == r->stage && e->mb == r->mb && e->peer == peer &&
+        e->comm == (int8_t)comm && e->end_s == start) {
+      e->end_s = end;
+      e->bytes += bytes;
+      e->steps++;
+      return;
+    }
+  }
+  if (tr->n == tr->cap) {
+    int64_t cap = tr->cap ? 2 * tr->cap : 1024;
+    sc_dist_sim_event *ev = sc_realloc(tr->events, (size_t)cap * sizeof *ev);
+    if (!ev) {
+      x->trace_nomem = true;
+      return;
+    }
+    tr->events = ev;
+    tr->cap = cap;
+  }
+  int32_t C = x->dp->pipe_chunks;
+  bool piece = C > 0 && r->stage >= 0;
+  tr->events[tr->n] = (sc_dist_sim_event){
+      .pipe_rank = r->q, .queue = queue, .kind = (int8_t)kind,
+      .phase = (int8_t)(piece ? (int)sc_pipe_piece_phase(C, r->stage) : -1),
+      .comm = (int8_t)comm, .stage = r->stage,
+      .chunk = piece ? sc_pipe_piece_chunk(C, r->stage) : -1, .mb = r->mb, .peer = peer,
+      .steps = 1, .start_s = start, .end_s = end, .bytes = bytes};
+  *last = tr->n++;
+}
 
 static sc_dist_sim_comm *comm_row(sim_ctx *x, sc_dist_sim_rank *row, int32_t gi) {
   sc_axes axes = x->g.axes[gi];
@@ -376,6 +427,7 @@ static sc_dist_sim_comm *comm_row(sim_ctx *x, sc_dist_sim_rank *row, int32_t gi)
 /* Compute waits until `until` for group gi (exposed communication). */
 static void expose(sim_ctx *x, rank_state *r, int32_t gi, double until) {
   if (until <= r->t) return;
+  record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_EXPOSED, -1, -1, r->t, until, 0);
   comm_row(x, r->row, gi)->exposed_s += until - r->t;
   r->row->exposed_comm_s += until - r->t;
   r->t = until;
@@ -385,6 +437,8 @@ static void expose(sim_ctx *x, rank_state *r, int32_t gi, double until) {
  * pipeline's exposed communication until it arrives. */
 static void receive(sim_ctx *x, rank_state *r, const mail *m) {
   if (m->start > r->t) {
+    record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_BUBBLE, m->from, -1, r->t, m->start,
+           0);
     r->row->bubble_s += m->start - r->t;
     r->t = m->start;
   }
@@ -399,6 +453,7 @@ static sc_status send(sim_ctx *x, rank_state *r, int32_t to, int32_t tag, int32_
     return x->d->status;
   double start = r->t > r->send_free ? r->t : r->send_free;
   r->send_free = start + s;
+  record(x, r, SC_DIST_SIM_QUEUE_P2P, SC_DIST_SIM_EV_SEND, to, -1, start, start + s, bytes);
   sc_dist_sim_comm *cm = comm_row(x, r->row, x->pp_group);
   cm->ops++;
   cm->bytes += bytes;
@@ -424,13 +479,23 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
     const step_cost *t = &tab[r->i];
     const sc_step *st = &p->steps[r->i];
     switch (t->term) {
-    case T_COMPUTE: row->compute_s += t->s; r->t += t->s; row->model_flops += t->flops; break;
-    case T_RECOMPUTE: row->recompute_s += t->s; r->t += t->s; break;
-    case T_OPTIMIZER: row->optimizer_s += t->s; r->t += t->s; row->model_flops += t->flops; break;
+    case T_COMPUTE:
+      record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_COMPUTE, -1, -1, r->t, r->t + t->s,
+             0);
+      row->compute_s += t->s; r->t += t->s; row->model_flops += t->flops; break;
+    case T_RECOMPUTE:
+      record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_RECOMPUTE, -1, -1, r->t,
+             r->t + t->s, 0);
+      row->recompute_s += t->s; r->t += t->s; break;
+    case T_OPTIMIZER:
+      record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_OPTIMIZER, -1, -1, r->t,
+             r->t + t->s, 0);
+      row->optimizer_s += t->s; r->t += t->s; row->model_flops += t->flops; break;
     case T_COMM: {
       double start = r->t > r->qfree[t->group] ? r->t : r->qfree[t->group];
       double end = start + t->s;
       r->qfree[t->group] = end;
+      record(x, r, t->group, SC_DIST_SIM_EV_COLLECTIVE, -1, st->comm.kind, start, end, t->bytes);
       sc_dist_sim_comm *cm = comm_row(x, row, t->group);
       cm->ops++;
       cm->bytes += t->bytes;
@@ -494,6 +559,8 @@ static int32_t cell_mb(const sim_ctx *x, int32_t h, int32_t mb) {
 static sc_status advance(sim_ctx *x, rank_state *r, bool *progress) {
   while (r->a < r->n_acts) {
     int32_t mb, s = action_stage(x, r, r->a, &mb);
+    r->stage = s;
+    r->mb = mb;
     if (r->part == 0) { /* hand-offs from other ranks, before the run */
       const piece_io *io = r->acts ? &x->io[s] : NULL;
       for (; io && r->i < io->n_in; r->i++) {
@@ -630,6 +697,8 @@ static sc_status simulate(sim_ctx *x, sc_dist_sim *out) {
   for (int32_t q = 0; q < x->P; q++) {
     x->r[q].row = &out->ranks[q];
     x->r[q].q = q;
+    for (size_t i = 0; i < sizeof x->r[q].last / sizeof x->r[q].last[0]; i++)
+      x->r[q].last[i] = -1;
     if (!(x->r[q].done = sc_calloc((size_t)most, sizeof(double)))) return nomem(x->d);
   }
   x->tab = sc_calloc((size_t)dp->n_stages, sizeof *x->tab);
@@ -668,6 +737,11 @@ static sc_status simulate(sim_ctx *x, sc_dist_sim *out) {
                          "simulation: every rank waits for a hand-off nobody sends (%s)", msg);
     }
   }
+  if (x->trace_nomem) return nomem(x->d);
+  if (x->trace) {
+    x->trace->n_groups = x->g.n;
+    memcpy(x->trace->axes, x->g.axes, sizeof x->trace->axes);
+  }
   for (int32_t q = 0; q < x->P; q++) {
     sc_dist_sim_rank *row = &out->ranks[q];
     row->finish_s = x->r[q].t;
@@ -678,7 +752,25 @@ static sc_status simulate(sim_ctx *x, sc_dist_sim *out) {
 
 sc_status sc_dist_sim_run(const sc_dist_program *dp, const sc_cluster *c, sc_dist_sim *out,
                           sc_diag *d) {
+  return sc_dist_sim_run_traced(dp, c, out, NULL, d);
+}
+
+void sc_dist_sim_trace_free(sc_dist_sim_trace *trace) {
+  if (!trace) return;
+  sc_free(trace->events);
+  memset(trace, 0, sizeof *trace);
+}
+
+const char *sc_dist_sim_event_kind_name(sc_dist_sim_event_kind k) {
+  static const char *const NAMES[SC_DIST_SIM_EV_KIND_COUNT] = {
+      "compute", "recompute", "optimizer", "bubble", "exposed", "collective", "send"};
+  return (unsigned)k < SC_DIST_SIM_EV_KIND_COUNT ? NAMES[k] : "?";
+}
+
+sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
+                                 sc_dist_sim *out, sc_dist_sim_trace *trace, sc_diag *d) {
   memset(out, 0, sizeof *out);
+  if (trace) memset(trace, 0, sizeof *trace);
   const sc_mesh *m = &dp->mesh;
   int32_t P = dp->pipe_chunks ? dp->pipe_ranks
               : dp->pp_axis >= 0 ? (int32_t)m->axes[dp->pp_axis].size
@@ -693,7 +785,7 @@ sc_status sc_dist_sim_run(const sc_dist_program *dp, const sc_cluster *c, sc_dis
     out->ranks[q].pipe_rank = q;
   }
   out->n_ranks = P;
-  sim_ctx x = {.dp = dp, .c = c, .d = d, .pp_group = -1, .P = P,
+  sim_ctx x = {.dp = dp, .c = c, .d = d, .pp_group = -1, .P = P, .trace = trace,
            .M = dp->schedule.microbatches < 1 ? 1 : dp->schedule.microbatches};
   x.r = sc_calloc((size_t)P, sizeof *x.r);
   sc_status st = x.r ? simulate(&x, out) : nomem(d);

@@ -41,8 +41,18 @@
  * pipeline's axes. The step is the last rank's finish; that rank is the
  * critical one.
  *
- * Nothing is stored; the result owns no pointers. Not thread-safe per
- * result. Errors: the cost formulas' (a figure the cluster does not know, a
+ * Events (sc_dist_sim_run_traced, off by default: sc_dist_sim_run records
+ * nothing and runs as fast as before): every advance of a rank's clock and
+ * every transfer on one of its queues, in the order the walk makes them.
+ * A rank's compute-queue events (computation, and the waits: bubble and
+ * exposed communication) tile [0, finish_s] without gaps or overlaps and
+ * their durations are its terms above; consecutive steps of one run and
+ * one term merge into one event (and so do back-to-back transfers of one
+ * run, one kind and one peer on one queue), so a step of P pipeline ranks and A actions records
+ * O(P·A) events, not one per program step.
+ *
+ * Nothing is stored; the result owns no pointers (a trace owns its events:
+ * sc_dist_sim_trace_free). Not thread-safe per result. Errors: the cost formulas' (a figure the cluster does not know, a
  * dtype without a peak), prefixed with the stage, step and node;
  * SC_ERR_LIMIT (more than SC_DIST_SIM_MAX_RANKS pipeline ranks or
  * SC_DIST_SIM_MAX_GROUPS groups); SC_ERR_INVALID (a list that blocks: a
@@ -95,10 +105,57 @@ typedef struct sc_dist_sim {
   double model_flops;       /* the non-recomputed GEMM FLOPs of every GPU */
 } sc_dist_sim;
 
+/* What a rank's clock or one of its queues did (the events above). */
+typedef enum sc_dist_sim_event_kind {
+  SC_DIST_SIM_EV_COMPUTE,    /* compute queue: forward and backward steps */
+  SC_DIST_SIM_EV_RECOMPUTE,  /* compute queue: recomputed forward steps */
+  SC_DIST_SIM_EV_OPTIMIZER,  /* compute queue: the optimizer and gradient norm */
+  SC_DIST_SIM_EV_BUBBLE,     /* compute queue: waiting for a neighbour's hand-off */
+  SC_DIST_SIM_EV_EXPOSED,    /* compute queue: waiting for communication */
+  SC_DIST_SIM_EV_COLLECTIVE, /* a group's queue: collectives */
+  SC_DIST_SIM_EV_SEND,       /* the point-to-point queue: a hand-off or SEND */
+  SC_DIST_SIM_EV_KIND_COUNT
+} sc_dist_sim_event_kind;
+
+enum { SC_DIST_SIM_QUEUE_COMPUTE = -1, SC_DIST_SIM_QUEUE_P2P = -2 };
+
+typedef struct sc_dist_sim_event {
+  int32_t pipe_rank;   /* the simulated rank (its pipeline coordinate) */
+  int32_t queue;       /* SC_DIST_SIM_QUEUE_COMPUTE, _P2P, or a group's index
+                          into the trace's axes */
+  int8_t kind;         /* sc_dist_sim_event_kind */
+  int8_t phase;        /* the piece's sc_pipe_phase; -1 when not pipelined */
+  int8_t comm;         /* COLLECTIVE: its steps' sc_comm_kind; else -1 */
+  int32_t stage;       /* the stage program (pipelined: the piece) */
+  int32_t chunk;       /* pipelined: the piece's chunk; else -1 */
+  int32_t mb;          /* microbatch; -1 for once-a-step pieces */
+  int32_t peer;        /* SEND: the pipeline rank it goes to; BUBBLE: the one
+                          waited for; else -1 */
+  int32_t steps;       /* program steps (or transfers) merged into it */
+  double start_s, end_s;
+  double bytes;        /* COLLECTIVE, SEND: B of cost.h, summed */
+} sc_dist_sim_event;
+
+typedef struct sc_dist_sim_trace {
+  sc_dist_sim_event *events; /* sc_malloc'd, in the walk's order */
+  int64_t n, cap;
+  int32_t n_groups;
+  sc_axes axes[SC_DIST_SIM_MAX_GROUPS]; /* each group queue's mesh axes */
+} sc_dist_sim_trace;
+
 /* The step of dp on c (above). dp's mesh must carry the cluster's ranks
  * per node (sc_cluster_fit_mesh). */
 sc_status sc_dist_sim_run(const sc_dist_program *dp, const sc_cluster *c, sc_dist_sim *out,
                           sc_diag *d);
+/* The same, recording its events into *trace (zeroed first; owned by the
+ * caller, freed with sc_dist_sim_trace_free even after an error). The
+ * figures in *out are the same as sc_dist_sim_run's. */
+sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
+                                 sc_dist_sim *out, sc_dist_sim_trace *trace, sc_diag *d);
+void sc_dist_sim_trace_free(sc_dist_sim_trace *trace);
+/* "compute", "recompute", "optimizer", "bubble", "exposed", "collective",
+ * "send". */
+const char *sc_dist_sim_event_kind_name(sc_dist_sim_event_kind k);
 /* Model FLOPs utilization: s->model_flops / (step time x GPUs x c's peak
  * in dtype t); 0 when the peak or the step is unknown. */
 double sc_dist_sim_mfu(const sc_dist_sim *s, const sc_cluster *c, sc_cluster_dtype t);

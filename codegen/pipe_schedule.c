@@ -520,3 +520,12 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   *peak_kept = peak[2];
   *sent = out;
 }
+
+int64_t sc_pipe_arena_bytes(const sc_dist_program *dp, int32_t q) {
+  int64_t n = 0;
+  for (int32_t s = 0; s < dp->n_stages; s++)
+    if (sc_pipe_piece_chunk(dp->pipe_chunks, s) % dp->pipe_ranks == q &&
+        dp->stages[s].program->arena_bytes > n)
+      n = dp->stages[s].program->arena_bytes;
+  return n;
+}

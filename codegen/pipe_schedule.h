@@ -141,6 +141,15 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
                      int64_t *peak_step, int64_t *peak_kept, int64_t *sent, uint64_t *from,
                      uint64_t *to);
 
+/* The one arena of pipeline coordinate q: the largest arena_bytes of the
+ * pieces it runs. Its pieces run one after another on its compute queue
+ * and keep nothing in their arenas between runs (every value that outlives
+ * a piece is copied out of it: the stash and the step's handed-over values
+ * into slots, sends buffered, "new:X" over state X), so they share one
+ * (runtime/pipe_rank.c allocates exactly this; tools/plan_train.c prints
+ * it as the rank's "arena"). */
+int64_t sc_pipe_arena_bytes(const sc_dist_program *dp, int32_t q);
+
 /* "F3.1" (forward of chunk 3, microbatch 1), "N0", "U2" into buf. */
 const char *sc_pipe_action_name(const sc_pipe_action *a, char *buf, size_t size);
 

@@ -35,6 +35,7 @@ typedef struct sc_onnx_ctx {
   sc_onnx_map *maps;
   int32_t n_maps, cap_maps;
   int32_t sub_depth;    /* subgraphs being imported (read_subgraph) */
+  sc_import_unsupported *unsupported; /* sc_import_opts's, or NULL */
 } sc_onnx_ctx;
 
 /* A decoded TensorProto. */

@@ -34,8 +34,26 @@
 
 #include "ir/ir.h"
 
+/* The nodes of a model whose op shardc does not support (an op outside
+ * its table, or an unknown domain), every one of them: what `shardc check`
+ * lists. Ownership: items is sc_malloc'd; sc_import_unsupported_free. */
+typedef struct sc_unsupported_node {
+  char node[128];   /* the node's name (a made-up "Op_i" when it has none) */
+  char op[96];      /* its op_type */
+  char domain[96];  /* its domain ("" the default) */
+} sc_unsupported_node;
+typedef struct sc_import_unsupported {
+  sc_unsupported_node *items;
+  int32_t n, cap;
+} sc_import_unsupported;
+void sc_import_unsupported_free(sc_import_unsupported *u);
+
 typedef struct sc_import_opts {
   bool no_weights; /* do not open external data files */
+  /* when not NULL: the import goes on past an unsupported node to the end
+   * of the top-level graph, listing every one here (appended), and then
+   * fails with the first one's error as it would have */
+  sc_import_unsupported *unsupported;
 } sc_import_opts;
 
 /* On success *out owns everything it borrows; free with sc_graph_destroy. */

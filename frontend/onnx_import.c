@@ -684,6 +684,36 @@ static sc_status define_output(sc_onnx_ctx *c, const char *name, int32_t *vid) {
 
 static sc_status import_body(sc_onnx_ctx *c, const Onnx__GraphProto *gp, bool sub);
 
+void sc_import_unsupported_free(sc_import_unsupported *u) {
+  sc_free(u->items);
+  memset(u, 0, sizeof *u);
+}
+
+/* Node np (named name) has an op shardc does not support: the error, or,
+ * when the caller lists them (sc_import_opts.unsupported), SC_OK after
+ * listing it (the first one's error kept in the diagnostic), so that the
+ * import goes on to the next node. */
+static sc_status unsupported_node(sc_onnx_ctx *c, const Onnx__NodeProto *np, const char *name,
+                                  const char *fmt, const char *what) {
+  sc_import_unsupported *u = c->unsupported;
+  if (!u || c->diag->status != SC_OK) {
+    sc_status st = sc_onnx_error(c, SC_ERR_UNSUPPORTED, fmt, what);
+    if (!u) return st;
+  }
+  if (u->n == u->cap) {
+    int32_t cap = u->cap ? 2 * u->cap : 16;
+    sc_unsupported_node *items = sc_realloc(u->items, (size_t)cap * sizeof *items);
+    if (!items) return SC_ERR_NOMEM; /* the diagnostic says the first node */
+    u->items = items;
+    u->cap = cap;
+  }
+  sc_unsupported_node *it = &u->items[u->n++];
+  snprintf(it->node, sizeof it->node, "%s", name);
+  snprintf(it->op, sizeof it->op, "%s", np->op_type);
+  snprintf(it->domain, sizeof it->domain, "%s", np->domain ? np->domain : "");
+  return SC_OK;
+}
+
 static sc_status import_graph(sc_onnx_ctx *c, const Onnx__ModelProto *m) {
   sc_graph *g = c->g;
   const Onnx__GraphProto *gp = m->graph;
@@ -809,8 +839,11 @@ static sc_status import_body(sc_onnx_ctx *c, const Onnx__GraphProto *gp, bool su
     c->cur_op = np && np->op_type ? np->op_type : "";
     if (!np || !np->op_type || !np->op_type[0])
       return sc_onnx_error(c, SC_ERR_INVALID, "node has no op_type");
-    if (!sc_onnx_default_domain(np->domain))
-      return sc_onnx_error(c, SC_ERR_UNSUPPORTED, "unknown domain '%s'", np->domain);
+    if (!sc_onnx_default_domain(np->domain)) {
+      if ((st = unsupported_node(c, np, names[i], "unknown domain '%s'", np->domain)) != SC_OK)
+        return st;
+      continue;
+    }
     for (size_t j = 0; j < np->n_input; j++)
       if (!np->input[j]) return sc_onnx_error(c, SC_ERR_INVALID, "input %zu missing", j);
     for (size_t j = 0; j < np->n_output; j++)
@@ -827,8 +860,11 @@ static sc_status import_body(sc_onnx_ctx *c, const Onnx__GraphProto *gp, bool su
       continue;
     }
     sc_op op = sc_op_lookup(np->op_type);
-    if (op == SC_OP_COUNT || (sc_ops[op].flags & SC_OPF_INTERNAL))
-      return sc_onnx_error(c, SC_ERR_UNSUPPORTED, "unsupported op '%s'", np->op_type);
+    if (op == SC_OP_COUNT || (sc_ops[op].flags & SC_OPF_INTERNAL)) {
+      if ((st = unsupported_node(c, np, names[i], "unsupported op '%s'", np->op_type)) != SC_OK)
+        return st;
+      continue;
+    }
     const sc_op_info *info = &sc_ops[op];
     /* a composite op means the same at every opset (other ops define it),
      * so the com.microsoft adapters may emit one at any */
@@ -864,6 +900,10 @@ static sc_status import_body(sc_onnx_ctx *c, const Onnx__GraphProto *gp, bool su
     for (size_t j = 0; j < np->n_attribute; j++)
       if ((st = read_attr(c, id, np->attribute[j])) != SC_OK) return st;
   }
+
+  /* every unsupported node listed: fail as the first one did */
+  if (c->unsupported && c->unsupported->n > 0 && c->diag->status != SC_OK)
+    return c->diag->status;
 
   /* nodes, pass 2: inputs by name */
   for (size_t i = 0; i < nn; i++) {
@@ -960,6 +1000,7 @@ static sc_status import_buffer(const uint8_t *data, size_t size, const char *bas
   sc_onnx_ctx c = {0};
   c.diag = diag;
   c.no_weights = opts && opts->no_weights;
+  c.unsupported = opts ? opts->unsupported : NULL;
   c.base_dir = base_dir;
   if (size == 0 || !data)
     return sc_onnx_error(&c, SC_ERR_PARSE, "not a valid ONNX model (empty file)");

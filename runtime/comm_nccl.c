@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen/device_memory.h" /* SC_NCCL_SCRATCH_BYTES: the plan counts it */
 #include "runtime/comm.h"
 
 #pragma GCC diagnostic push
@@ -260,7 +261,7 @@ static sc_status wrap(ncclComm_t comm, int device, double timeout_s, sc_comm *oo
   x->owns_oob = owns_oob;
   sc_status st = cuda_check(cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking),
                             "cudaStreamCreateWithFlags", rank, diag);
-  if (!st) st = cuda_check(cudaMalloc(&x->scratch, 4), "cudaMalloc", rank, diag);
+  if (!st) st = cuda_check(cudaMalloc(&x->scratch, SC_NCCL_SCRATCH_BYTES), "cudaMalloc", rank, diag);
   sc_comm *c = st ? NULL : sc_comm_alloc(&nccl_iface, x, rank, size);
   if (!st && !c) st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "nccl: out of memory");
   if (c) c->concurrent = false; /* streams per communicator: the GPU runtime's business */

@@ -72,12 +72,14 @@
 #include <time.h>
 
 #include "codegen/cuda/cuda.h"
+#include "codegen/device_memory.h"
 #include "runtime/comm.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/cuda_gemm.h"
 #include "runtime/device.h"
+#include "runtime/runtime.h"
 
-enum { STAGING_BYTES = 64 << 20, CONST_ALIGN = 256, RUN_TIMES = 4096 };
+enum { STAGING_BYTES = 64 << 20, CONST_ALIGN = SC_CUDA_CONST_ALIGN, RUN_TIMES = 4096 };
 
 typedef struct cuda_ctx cuda_ctx;
 
@@ -159,6 +161,7 @@ struct cuda_ctx {
   CUevent ev_t0, ev_t1; /* a run's steps, from begin_run to end_run (timing) */
   float *run_ms;        /* [RUN_TIMES] the device time of each run, the first ones */
   int32_t n_run_ms;
+  double last_run_s;    /* the last run's device time; < 0: not timed */
   bool capturing;
   CUgraph graph;
   CUgraphExec exec;
@@ -201,6 +204,40 @@ static int local_ordinal(int rank, int count) {
   const char *lr = getenv("LOCAL_RANK");
   int r = lr && *lr ? atoi(lr) : rank;
   return r >= 0 ? r % count : 0;
+}
+
+sc_status sc_cuda_probe_device(sc_cuda_probe *out, sc_diag *diag) {
+  memset(out, 0, sizeof *out);
+#if !SHARDC_HAVE_CUDA
+  return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                     "cuda device: shardc was built without the CUDA backend (NVRTC)");
+#else
+  const sc_cu *cu;
+  sc_status st = sc_cu_load(&cu, diag);
+  if (st != SC_OK) return st;
+  int count = 0;
+  CUdevice dev;
+  CUcontext ctx;
+  CUresult r = cu->device_count(&count);
+  if (r == SC_CUDA_SUCCESS) r = cu->device_get(&dev, local_ordinal(0, count > 0 ? count : 1));
+  if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuDeviceGet", "choosing the device", diag);
+  cu->device_name(out->name, sizeof out->name, dev);
+  int major = 0, minor = 0;
+  cu->device_attribute(&major, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  cu->device_attribute(&minor, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  snprintf(out->arch, sizeof out->arch, "sm_%d%d", major, minor);
+  if ((r = cu->ctx_retain(&ctx, dev)) != SC_CUDA_SUCCESS)
+    return sc_cu_check(cu, r, "cuDevicePrimaryCtxRetain", "the primary context", diag);
+  size_t free_b = 0, total = 0;
+  r = cu->ctx_set_current(ctx);
+  if (r == SC_CUDA_SUCCESS) r = cu->mem_get_info(&free_b, &total);
+  cu->ctx_release(dev);
+  if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuMemGetInfo", NULL, diag);
+  out->total_bytes = (int64_t)total;
+  out->used_bytes = total > free_b ? (int64_t)(total - free_b) : 0;
+  out->emulated = cu->emulated;
+  return SC_OK;
+#endif
 }
 
 static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag) {
@@ -624,16 +661,15 @@ static const void *const_data(const cuda_ctx *c, int32_t r) {
 static sc_status upload_consts(cuda_ctx *c, sc_diag *diag) {
   const sc_program *p = c->p;
   const sc_cu *cu = c->cu;
-  int64_t total = 0;
   for (int32_t b = 0; b < p->n_buffers; b++) {
     const sc_buffer *rb = &p->buffers[b];
-    if (rb->kind != SC_BUF_CONST) continue;
-    if (!const_data(c, b) && rb->bytes > 0)
+    if (rb->kind == SC_BUF_CONST && !const_data(c, b) && rb->bytes > 0)
       return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                          "constant '%s' has no data (loaded with --no-weights?)",
                          rb->name ? rb->name : "?");
-    total = align_up(total, CONST_ALIGN) + rb->bytes;
   }
+  int64_t total = sc_cuda_const_bytes(p); /* the plan's size of this allocation */
+  if (total < 0) return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "the weights overflow");
   if (total == 0) return SC_OK;
   CK(cu->mem_alloc(&c->consts, (size_t)total), "the weights");
   c->const_bytes = total;
@@ -686,6 +722,44 @@ static void report(cuda_ctx *c) {
           (long long)c->free_at_create - (long long)free_now);
 }
 
+/* The lines the device allocates itself beside the arena
+ * (codegen/device_memory.h), planned with the same functions the device
+ * sizes them with: cuBLASLt's workspace when the arena does not hold it
+ * (none on the emulated GPU, whose GEMMs run on the host), the weights'
+ * padding. The context and NCCL's buffers are the driver's and NCCL's, not
+ * the device's: they are planned for a cluster (shardc plan), not here. */
+static void cuda_memory(void *ctx, sc_device_memory *planned, sc_device_memory *allocated) {
+  cuda_ctx *c = ctx;
+  const sc_program *p = c->p;
+  int64_t raw = 0;
+  for (int32_t b = 0; b < p->n_buffers; b++)
+    if (p->buffers[b].kind == SC_BUF_CONST) raw += p->buffers[b].bytes;
+  bool host_gemm = !c->gemm || strcmp(sc_gpu_gemm_engine(c->gemm), "host") == 0;
+  if (planned) {
+    sc_device_target t;
+    sc_device_target_cuda(&t, 0, 0, 0);
+    t.im2col_convs = c->n_convs == 0;
+    sc_device_memory m;
+    sc_diag d = {0};
+    if (sc_device_memory_plan(p, &t, &m, &d) == SC_OK) {
+      planned->bytes[SC_MEM_CUDA_WORKSPACE] = host_gemm ? 0 : m.bytes[SC_MEM_CUDA_WORKSPACE];
+      planned->bytes[SC_MEM_CUDA_PADDING] = m.bytes[SC_MEM_CUDA_PADDING];
+    }
+  }
+  if (allocated) {
+    allocated->bytes[SC_MEM_CUDA_WORKSPACE] =
+        c->gemm && sc_gpu_gemm_own_workspace(c->gemm) ? SC_GEMM_WORKSPACE_BYTES : 0;
+    allocated->bytes[SC_MEM_CUDA_PADDING] = c->const_bytes > raw ? c->const_bytes - raw : 0;
+  }
+}
+
+/* The device time of the last run's steps (events on the compute
+ * stream), or a negative number when it was not timed. */
+static double cuda_last_run_seconds(void *ctx) {
+  cuda_ctx *c = ctx;
+  return c->runs > 0 ? c->last_run_s : -1.0;
+}
+
 static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
   cuda_ctx *c = ctx;
   const sc_program *p = c->p;
@@ -706,8 +780,7 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
     c->vals[k][kk->n_params + 1] = (uint64_t)c->launch[k].points; /* end */
   }
   /* cuBLASLt's workspace: the arena's top, where the memory plan reserved it */
-  if (c->gemm && p->workspace_bytes >= ((int64_t)1 << 20) && p->workspace_offset >= 0 &&
-      p->workspace_offset + p->workspace_bytes <= p->arena_bytes)
+  if (c->gemm && sc_cuda_workspace_in_arena(p))
     sc_gpu_gemm_set_workspace(c->gemm, base + (CUdeviceptr)p->workspace_offset,
                               (size_t)p->workspace_bytes);
   c->n_fused = 0;
@@ -908,9 +981,11 @@ static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
   sc_diag e = c->err;
   pthread_mutex_unlock(&c->mu);
   float ms = 0;
-  if (e.status == SC_OK && c->n_run_ms < RUN_TIMES &&
-      cu->event_elapsed(&ms, c->ev_t0, c->ev_t1) == SC_CUDA_SUCCESS)
-    c->run_ms[c->n_run_ms++] = ms;
+  c->last_run_s = -1.0;
+  if (e.status == SC_OK && cu->event_elapsed(&ms, c->ev_t0, c->ev_t1) == SC_CUDA_SUCCESS) {
+    c->last_run_s = 1e-3 * (double)ms;
+    if (c->n_run_ms < RUN_TIMES) c->run_ms[c->n_run_ms++] = ms;
+  }
   if (e.status == SC_OK) return SC_OK;
   *diag = e;
   return e.status;
@@ -1075,4 +1150,6 @@ const sc_device_iface sc_device_cuda = {
     .wait_comm = cuda_wait_comm,
     .run_check = cuda_run_check,
     .run_scatter = cuda_run_scatter,
+    .memory = cuda_memory,
+    .last_run_seconds = cuda_last_run_seconds,
 };

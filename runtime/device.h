@@ -112,6 +112,9 @@ typedef struct sc_device_iface {
    * convolutions) and what the device allocated, line by line
    * (codegen/device_memory.h); NULL: the arena only. Either may be NULL. */
   void (*memory)(void *ctx, sc_device_memory *planned, sc_device_memory *allocated);
+  /* The device's own time of the last run's steps, without the copies in
+   * and out (CUDA: events on its stream); negative or NULL: not timed. */
+  double (*last_run_seconds)(void *ctx);
 } sc_device_iface;
 
 /* The device called `name` ("cpu"), or NULL. */

@@ -583,14 +583,23 @@ int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t
                     : sc_trainer_state_count(t->w[r].tr, in_place);
 }
 
-int64_t sc_dist_trainer_stash_bytes(const sc_dist_trainer *t, int32_t q) {
+/* The largest f(rank) over this process's ranks of pipeline coordinate q. */
+static int64_t pipe_most(const sc_dist_trainer *t, int32_t q,
+                         int64_t (*f)(const sc_pipe_rank *r)) {
   int64_t most = 0;
   for (int64_t r = 0; t->dp->pipe_chunks > 0 && r < t->n_local; r++) {
     const worker *w = &t->w[r];
-    if (w->pr && w->coords[t->dp->pp_axis] == q && sc_pipe_rank_peak_stash_bytes(w->pr) > most)
-      most = sc_pipe_rank_peak_stash_bytes(w->pr);
+    if (w->pr && w->coords[t->dp->pp_axis] == q && f(w->pr) > most) most = f(w->pr);
   }
   return most;
+}
+
+int64_t sc_dist_trainer_stash_bytes(const sc_dist_trainer *t, int32_t q) {
+  return pipe_most(t, q, sc_pipe_rank_peak_stash_bytes);
+}
+
+int64_t sc_dist_trainer_pipe_arena_bytes(const sc_dist_trainer *t, int32_t q) {
+  return pipe_most(t, q, sc_pipe_rank_arena_bytes);
 }
 
 int64_t sc_dist_trainer_rank(const sc_dist_trainer *t) {

@@ -70,6 +70,10 @@ int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t
  * pipeline coordinate q kept at once in the last step (the largest over
  * this process's ranks of that coordinate; 0 for none). */
 int64_t sc_dist_trainer_stash_bytes(const sc_dist_trainer *t, int32_t q);
+/* A pipelined step: the arena the ranks of pipeline coordinate q allocated
+ * (one each, shared by their pieces: sc_pipe_arena_bytes; the largest over
+ * this process's ranks of that coordinate; 0 for none). */
+int64_t sc_dist_trainer_pipe_arena_bytes(const sc_dist_trainer *t, int32_t q);
 /* Checkpoints are sharded (runtime/checkpoint.h, format 2): each rank
  * writes the pieces it holds the one copy of into its own files (one
  * rank per process: rank 0 opens the folder, writes the manifest and swaps

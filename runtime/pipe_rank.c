@@ -249,7 +249,11 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
                        x->name);
   }
   /* sessions, in lockstep with the other ranks: each rank has V chunks of
-   * 4 pieces, created in piece order */
+   * 4 pieces, created in piece order. The first allocates the rank's one
+   * arena, sized by its largest piece (sc_pipe_arena_bytes); the others
+   * borrow it (module comment of pipe_rank.h) */
+  int64_t shared = sc_pipe_arena_bytes(dp, r->me);
+  void *arena = NULL;
   for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
     if (!r->pc[s].p) continue;
     sc_session_opts so;
@@ -261,7 +265,10 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
     so.cpu_module = o->kernels ? o->kernels[s] : NULL;
     st = sc_dist_stage_weights(dp, s, rank, &r->pc[s].w, d);
     so.const_data = r->pc[s].w.data;
+    so.arena = arena;
+    so.arena_bytes = shared;
     if (st == SC_OK) st = sc_session_create(r->pc[s].p, &so, &r->pc[s].s, d);
+    if (st == SC_OK && !arena) arena = sc_session_arena(r->pc[s].s);
   }
   if (st == SC_OK)
     st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, r->P, r->C / r->P, r->M, r->me,
@@ -462,7 +469,9 @@ int64_t sc_pipe_rank_peak_stash_bytes(const sc_pipe_rank *r) { return r->peak_st
 
 void sc_pipe_rank_destroy(sc_pipe_rank *r) {
   if (!r) return;
-  for (int32_t s = 0; r->pc && s < r->dp->n_stages; s++) {
+  /* the sessions that borrow the arena before the one that owns it (the
+   * rank's first piece) */
+  for (int32_t s = r->pc ? r->dp->n_stages - 1 : -1; s >= 0; s--) {
     piece *pc = &r->pc[s];
     sc_session_destroy(pc->s);
     sc_dist_weights_free(&pc->w);

@@ -19,7 +19,17 @@
  *     (the last chunk's norm piece) are kept.
  * State lives in host buffers of this rank (its piece of each parameter,
  * optimizer state and accumulator its pieces read); accumulators restart
- * at zero each step. */
+ * at zero each step.
+ * Memory: the rank's pieces share ONE arena of sc_pipe_arena_bytes (its
+ * largest piece's), allocated by the session of its first piece and
+ * borrowed by the others (sc_session_opts.arena). That is safe because
+ * the pieces run one at a time on this thread, each run returns with its
+ * collectives and device streams finished, every input is copied into the
+ * arena at the start of each run (binding writes nothing there: constants
+ * are outside it), and whatever outlives a piece is copied out before the
+ * next runs: handed-over values into their slots, sends buffered (local,
+ * tcp, MPI) or finished (NCCL), "new:X" over state X, the loss, norm and
+ * "applied" read. */
 #ifndef SC_RUNTIME_PIPE_RANK_H
 #define SC_RUNTIME_PIPE_RANK_H
 
@@ -60,9 +70,9 @@ void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffe
 /* The i-th state tensor's name (i < count), for walks over all state. */
 int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r);
 const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i);
-/* Bytes of the sessions' arenas, and the most stashed bytes (handed-over
- * values kept per microbatch in flight, sc_pipe_handoff_stashed) held at
- * once in the last step. */
+/* Bytes of arena the rank's sessions allocated (the one they share), and
+ * the most stashed bytes (handed-over values kept per microbatch in
+ * flight, sc_pipe_handoff_stashed) held at once in the last step. */
 int64_t sc_pipe_rank_arena_bytes(const sc_pipe_rank *r);
 int64_t sc_pipe_rank_peak_stash_bytes(const sc_pipe_rank *r);
 void sc_pipe_rank_destroy(sc_pipe_rank *r);

@@ -2,7 +2,8 @@
  *
  * A session binds a program (codegen/program.h) to a device and owns one
  * arena of exactly program->arena_bytes (the memory plan's peak; "planned ==
- * allocated" is a test). Each run copies the inputs into their arena slots,
+ * allocated" is a test), or borrows one shared with sessions that run in
+ * turn (sc_session_opts.arena). Each run copies the inputs into their arena slots,
  * executes the steps in order (kernels through the device's compiled code,
  * GEMM steps through BLAS), and exposes the outputs.
  *
@@ -70,6 +71,19 @@ typedef struct sc_session_opts {
    * pieces of a pipelined step (runtime/pipe_rank.c) are created in
    * lockstep by every rank, and the splits are collective. */
   const struct sc_mesh *split_mesh;
+  /* One arena for several sessions that run one after another on one
+   * thread and device (the pieces of a pipeline rank, runtime/pipe_rank.c).
+   * arena NULL: the session allocates max(program->arena_bytes,
+   * arena_bytes) bytes (a larger arena_bytes makes room for the programs
+   * that will borrow it: sc_session_arena). arena non-NULL: borrowed, an
+   * arena of arena_bytes bytes (at least program->arena_bytes, else an
+   * error) that another session on the same device allocated and that
+   * outlives this one; the session allocates none. A shared arena holds
+   * nothing from one run to the next: each run copies its inputs in, and
+   * its outputs are valid only until any session sharing it runs (or is
+   * destroyed). */
+  void *arena;
+  int64_t arena_bytes;
 } sc_session_opts;
 void sc_session_opts_init(sc_session_opts *o);
 
@@ -81,7 +95,9 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o,
                             sc_session **out, sc_diag *diag);
 /* inputs: one per program input, in order, matching dtype and shape (a
  * mismatch is an error naming the input). After success outputs[i] point
- * into the session's arena, valid until the next run or destroy. */
+ * into the session's arena, valid until the next run or destroy (of any
+ * session sharing the arena). Every asynchronous collective and device
+ * stream of the run has finished when it returns. */
 sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
                          sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag);
 /* The arena slot of input i, in host memory (NULL on a device whose arena
@@ -91,7 +107,30 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
  * input X also holds the output "new:X" after a run: training state stays
  * there from step to step. */
 void *sc_session_input_slot(sc_session *s, int32_t i);
-int64_t sc_session_arena_bytes(const sc_session *s); /* bytes allocated */
+/* Bytes of arena this session allocated (0 when it borrowed one), and the
+ * arena's address (a device address on a GPU: for sc_session_opts.arena). */
+int64_t sc_session_arena_bytes(const sc_session *s);
+void *sc_session_arena(const sc_session *s);
+/* The GPU a CUDA session of this process would run on (LOCAL_RANK's, else
+ * the first): its name, architecture, memory, and the device memory in use
+ * right after this process's primary context was made current (total -
+ * free: the context's reserve, plus whatever other processes hold). The
+ * context is released again (retained by a session, it is the same one).
+ * SC_ERR_UNSUPPORTED without a driver or device ("no CUDA driver ...",
+ * "no CUDA device"), or in a build without the CUDA backend. */
+typedef struct sc_cuda_probe {
+  char name[128];      /* "NVIDIA H200" */
+  char arch[16];       /* "sm_90" */
+  int64_t total_bytes; /* the device's memory */
+  int64_t used_bytes;  /* in use once the context exists */
+  bool emulated;       /* the fake driver (SHARDC_CUDA_EMU=1) */
+} sc_cuda_probe;
+sc_status sc_cuda_probe_device(sc_cuda_probe *out, sc_diag *diag);
+
+/* The device's own time of the last run's steps, without the copies of
+ * inputs and outputs (the CUDA device's events); negative when the device
+ * does not time them (the CPU device). */
+double sc_session_device_seconds(const sc_session *s);
 /* The program's memory on the session's device, line by line
  * (codegen/device_memory.h): *planned as the memory plan sizes it for this
  * device (its GEMM engine, threads and convolutions), *allocated what the

@@ -2,7 +2,10 @@
  *
  * Creating a session creates the device context, lets it compile the
  * program (CPU: JIT of every kernel), allocates ONE arena of exactly
- * program->arena_bytes and binds every buffer to its address. A run then
+ * program->arena_bytes (or borrows a shared one, or allocates one larger
+ * for others to borrow: sc_session_opts.arena) and binds every buffer to
+ * its address. Binding writes nothing into the arena (constants live
+ * outside it), so sessions that run in turn can share one. A run then
  * validates the inputs (count, dtype, shape), copies them into their arena
  * slots, executes the steps in order and points the output views at their
  * buffers. A run allocates nothing: everything it touches was set up by
@@ -70,7 +73,8 @@ struct sc_session {
   void *ctx;
   const sc_program *p;
   void *arena;
-  int64_t arena_bytes; /* what was asked of the device */
+  int64_t arena_bytes; /* what was asked of the device (0: borrowed) */
+  bool borrowed;       /* the arena is another session's (opts.arena) */
   int64_t rss_before, peak_before; /* the process's VmRSS and VmHWM after
                                       prepare, before the arena */
   double *prof_s;      /* SHARDC_PROFILE: seconds per step, summed over runs */
@@ -207,7 +211,7 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->prof_s);
   sc_free(s->prof_min);
   sc_free(s->prof_first);
-  if (s->arena) s->dev->free_arena(s->ctx, s->arena);
+  if (s->arena && !s->borrowed) s->dev->free_arena(s->ctx, s->arena);
   if (s->ctx) s->dev->destroy(s->ctx);
   for (int32_t i = 0; i < s->n_groups; i++) sc_comm_destroy(s->groups[i]);
   sc_free(s->groups);
@@ -573,12 +577,19 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   if (st == SC_OK) st = dev->create(&dopts, &s->ctx, diag);
   if (st == SC_OK) st = dev->prepare(s->ctx, p, diag);
   if (st == SC_OK) sc_process_memory(&s->rss_before, &s->peak_before);
-  if (st == SC_OK) {
-    s->arena = dev->alloc_arena(s->ctx, p->arena_bytes);
-    s->arena_bytes = p->arena_bytes;
+  if (st == SC_OK && o->arena) { /* shared: borrowed from another session */
+    if (o->arena_bytes < p->arena_bytes)
+      st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "the shared arena (%lld bytes) is smaller than the program's %lld",
+                       (long long)o->arena_bytes, (long long)p->arena_bytes);
+    s->arena = o->arena;
+    s->borrowed = true;
+  } else if (st == SC_OK) {
+    int64_t bytes = o->arena_bytes > p->arena_bytes ? o->arena_bytes : p->arena_bytes;
+    s->arena = dev->alloc_arena(s->ctx, bytes);
+    s->arena_bytes = bytes;
     if (!s->arena)
-      st = sc_diag_nomem(diag, (uint64_t)p->arena_bytes, "the %s device's tensor arena",
-                         dev->name);
+      st = sc_diag_nomem(diag, (uint64_t)bytes, "the %s device's tensor arena", dev->name);
   }
   if (st == SC_OK) st = dev->bind(s->ctx, s->arena, diag);
   if (st == SC_OK) st = start_queues(s, diag);
@@ -804,6 +815,11 @@ void *sc_session_input_slot(sc_session *s, int32_t i) {
 }
 
 int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }
+void *sc_session_arena(const sc_session *s) { return s->arena; }
+
+double sc_session_device_seconds(const sc_session *s) {
+  return s->dev->last_run_seconds ? s->dev->last_run_seconds(s->ctx) : -1.0;
+}
 
 void sc_session_memory(const sc_session *s, sc_device_memory *planned,
                        sc_device_memory *allocated, int64_t *rss_before,
@@ -812,6 +828,7 @@ void sc_session_memory(const sc_session *s, sc_device_memory *planned,
   if (planned) *planned = arena;
   if (allocated) *allocated = arena;
   if (s->dev->memory) s->dev->memory(s->ctx, planned, allocated);
+  if (allocated) allocated->bytes[SC_MEM_ARENA] = s->arena_bytes; /* shared: 0 or all of it */
   if (rss_before) *rss_before = s->rss_before;
   if (peak_before) *peak_before = s->peak_before;
 }

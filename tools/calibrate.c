@@ -1,4 +1,4 @@
-/* calibrate.c — `shardc calibrate --device cpu [--quick] [-o PROFILE.json]`:
+/* calibrate.c — `shardc calibrate --device cpu|cuda [--quick] [-o PROFILE.json]`:
  * measures the machine at hand for the planner's cost model (sc_calibrate,
  * api/calibrate.h, does the work) and writes the profile
  * (passes/plan/profile.h; docs/planner.md section 5). This file parses the
@@ -57,8 +57,10 @@ int sc_cmd_calibrate(int argc, char **argv) {
              "the streaming memory bandwidth, and the latency and bandwidth of the local\n"
              "(thread-rank) communicator fitted by non-negative least squares.\n"
              "`shardc plan --cluster cpu:local@PROFILE.json` then predicts times.\n\n"
-             "  --device cpu|cuda   what to measure (default cpu; cuda is not built and\n"
-             "                      exits 1)\n"
+             "  --device cpu|cuda   what to measure (default cpu); cuda: the GPU this\n"
+             "                      process would run on (GEMMs through cuBLASLt, f32 and\n"
+             "                      bf16, timed by the device's events; no collectives;\n"
+             "                      the context's memory); exits 1 without a driver\n"
              "  --quick             a few seconds: a smaller grid, fewer repeats (tests)\n"
              "  --threads N         runtime threads (default: the runtime's, all cores)\n"
              "  --max-ranks N       largest collective group, 2..8 (default: the cores,\n"

@@ -302,7 +302,12 @@ void sc_cli_format_axes(const sc_mesh *m, uint32_t set, char *buf, size_t n) {
 }
 
 void sc_cli_format_target(const sc_device_target *t, char *buf, size_t n) {
-  if (t->device && strcmp(t->device, "cpu") != 0)
+  if (t->device && strcmp(t->device, "cuda") == 0) {
+    char ctx[48] = "unknown";
+    if (t->context_bytes > 0) sc_stats_format_bytes((double)t->context_bytes, ctx, sizeof ctx);
+    snprintf(buf, n, "cuda: context %s, NCCL %lld channels in a node, %lld across", ctx,
+             (long long)t->nccl_channels_intra, (long long)t->nccl_channels_inter);
+  } else if (t->device && strcmp(t->device, "cpu") != 0)
     snprintf(buf, n, "%s", t->device);
   else
     snprintf(buf, n, "cpu: %s GEMMs, %d thread%s%s", sc_gemm_engine_name(t->engine), t->threads,

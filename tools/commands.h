@@ -14,5 +14,6 @@ int sc_cmd_plan(int argc, char **argv);
 int sc_cmd_train(int argc, char **argv);
 int sc_cmd_export(int argc, char **argv);
 int sc_cmd_calibrate(int argc, char **argv);
+int sc_cmd_check(int argc, char **argv);
 
 #endif

@@ -30,6 +30,7 @@
 #include "tools/commands.h"
 #include "driver/train_bundle.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 #include "tools/train_args.h"
 #if SHARDC_HAVE_CUDA
 #include "codegen/cuda/cuda.h"
@@ -146,6 +147,7 @@ static int check_train(compile_opts *co, const sc_bundle_opts *bo) {
   }
   if (bo->target != SC_BUNDLE_CPU)
     return sc_cli_usage_error("--train: a training bundle is cpu only (--target cpu)");
+  co->ta.budget_for_search = co->pa.auto_plan;
   return sc_train_args_finish(&co->ta);
 }
 
@@ -205,6 +207,8 @@ int sc_cmd_compile(int argc, char **argv) {
     return sc_cli_usage_error("a partitioned bundle is cpu only (--target cpu)");
 
   if ((rc = check_train(&co, &bo)) != 0) return rc;
+  if (co.pa.auto_plan && (rc = sc_plan_auto_resolve(&co.pa, &o, co.train ? &co.ta : NULL)) != 0)
+    return rc;
 
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &co.pa);

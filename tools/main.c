@@ -34,6 +34,8 @@ static const command COMMANDS[] = {
     {"plan", sc_cmd_plan, "partition a model over a device mesh; report stages, memory, collectives"},
     {"train", sc_cmd_train, "train a model (loss, autodiff, SGD/AdamW; one rank or a mesh) on .npy data"},
     {"export", sc_cmd_export, "write a model with a training checkpoint's weights as ONNX"},
+    {"check", sc_cmd_check,
+     "the checks a CI job gates a plan on: import, fits, performance, equivalence, reproducible"},
     {"calibrate", sc_cmd_calibrate,
      "measure this machine (GEMMs, memory, step overhead, collectives) for the planner"},
 };

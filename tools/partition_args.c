@@ -77,12 +77,17 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
           "                         batch split; it must divide the batch)%s, tp tensor\n"
           "                         parallel (Megatron column/row splits, attention by\n"
           "                         heads, vocabulary-parallel embedding), pp pipeline\n"
-          "                         stages (balanced by cost)\n",
+          "                         stages (balanced by cost)\n"
+          "  --mesh auto, --auto    the planner chooses the plan for --cluster C (default\n"
+          "                         this machine, measured first) and says it on stderr\n"
+          "                         (docs/planner.md section 4)%s\n",
           training ? ", docs/training.md" : "",
           training ? ", fsdp\n"
                      "                         sharded data parallel (the batch split too, and\n"
                      "                         the training state sharded: ZeRO/FSDP)"
-                   : "");
+                   : "",
+          training ? ";\n                         --memory-budget BYTES caps it per rank"
+                   : ";\n                         --objective latency (throughput: plan --auto)");
   if (training)
     fprintf(f,
             "  --zero 1|2|3           what fsdp shards: 1 optimizer state, 2 also gradients,\n"
@@ -120,10 +125,13 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
             "                         a mesh\n");
 }
 
-bool sc_partition_args_active(const sc_partition_args *p) { return p->mesh || p->plan_file; }
+bool sc_partition_args_active(const sc_partition_args *p) {
+  return p->mesh || p->plan_file || p->auto_plan;
+}
 
 bool sc_partition_args_any(const sc_partition_args *p) {
-  return p->mesh || p->plan_file || p->ranks_per_node || p->cluster || p->microbatches ||
+  return p->mesh || p->plan_file || p->auto_plan || p->objective || p->ranks_per_node ||
+         p->cluster || p->microbatches ||
          p->boundaries ||
          p->schedule || p->virtual_stages || p->sequence_parallel || p->no_vocab_parallel ||
          p->zero || p->keep_after_forward || p->no_overlap || p->hybrid_shard_degree;
@@ -154,9 +162,19 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
     (*i)++;
     return 1;
   }
+  if (strcmp(a, "--auto") == 0) {
+    p->auto_plan = true;
+    (*i)++;
+    return 1;
+  }
   if ((v = sc_cli_opt_value(argc, argv, i, "--mesh", &missing))) {
     if (!missing && !*v) return sc_cli_usage_error("--mesh needs axes, e.g. pp=2,tp=2");
-    if (!missing) p->mesh = v;
+    if (!missing && strcmp(v, "auto") == 0) p->auto_plan = true;
+    else if (!missing) p->mesh = v;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--objective", &missing))) {
+    if (!missing && strcmp(v, "latency") != 0 && strcmp(v, "throughput") != 0)
+      return sc_cli_usage_error("--objective expects latency or throughput, got '%s'", v);
+    if (!missing) p->objective = v;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--ranks-per-node", &missing))) {
     if (!missing && !sc_cli_parse_i64(v, 1, SC_MESH_MAX_RANKS, &n))
       return sc_cli_usage_error("--ranks-per-node expects a positive integer, got '%s'", v);
@@ -208,6 +226,12 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
 /* --plan carries its own mesh and choices: the options that make one may
  * not come with it. */
 static int check_conflicts(const sc_partition_args *p) {
+  if (p->auto_plan && !p->mesh) /* sc_plan_auto_resolve sets the mesh */
+    return sc_cli_usage_error("--mesh auto: the plan was not chosen before the build");
+  if (p->objective && !p->auto_plan)
+    return sc_cli_usage_error("--objective needs --mesh auto (or --auto)");
+  if (p->auto_plan && p->plan_file)
+    return sc_cli_usage_error("--mesh auto and --plan both choose the plan: give one");
   if (!p->plan_file) {
     if (!p->mesh && (p->ranks_per_node || p->cluster || p->microbatches || p->boundaries ||
                      p->schedule ||
@@ -302,10 +326,12 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
       mesh = hybrid;
     }
     sc_cluster cluster;
-    if (p->cluster && sc_cluster_load(p->cluster, &cluster, &d) != SC_OK)
+    if (p->cluster && !p->cluster_loaded && sc_cluster_load(p->cluster, &cluster, &d) != SC_OK)
       return sc_cli_report(&d, NULL);
     sc_plan_options po = {.mesh = mesh,
-                          .cluster = p->cluster ? &cluster : NULL,
+                          .cluster = p->cluster_loaded ? p->cluster_loaded
+                                     : p->cluster      ? &cluster
+                                                       : NULL,
                           .zero_stage = p->zero,
                           .keep_after_forward = p->keep_after_forward,
                           .ranks_per_node = p->ranks_per_node,

@@ -5,7 +5,11 @@
  * Options (each subcommand takes them out of argv with
  * sc_partition_args_take before its own parsing):
  *   --mesh SPEC              e.g. pp=2,dp=2,tp=2 (ir/mesh.h); axes named
- *                            dp, tp, pp play those roles
+ *                            dp, tp, pp play those roles; `--mesh auto`
+ *                            (or --auto): the planner's search chooses the
+ *                            mesh and the options below (plan_auto.h:
+ *                            sc_plan_auto_resolve, before the build)
+ *   --objective latency|throughput  what --mesh auto ranks (inference)
  *   --ranks-per-node N
  *   --cluster C              a cluster file or preset (passes/plan/cluster.h):
  *                            the mesh's axes are ordered and placed on it;
@@ -42,6 +46,7 @@
 #include <stdio.h>
 
 #include "driver/driver.h"
+#include "passes/plan/cluster.h"
 #include "runtime/comm.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
@@ -63,6 +68,14 @@ typedef struct sc_partition_args {
   const char *plan_file;
   const char *comm;            /* "local" (default) or "mpi" */
   bool comm_given;             /* --comm appeared */
+  bool auto_plan;              /* --mesh auto or --auto: mesh still to choose */
+  const char *objective;       /* --objective, or NULL (latency) */
+  const sc_cluster *cluster_loaded; /* the cluster already loaded (--mesh
+                                  auto's, measured when assumed), used instead
+                                  of loading --cluster again; not owned */
+  sc_cluster auto_cluster;     /* --mesh auto's cluster (cluster_loaded points
+                                  here after sc_plan_auto_resolve) */
+  char auto_mesh[128];         /* the chosen mesh, which mesh then points at */
 } sc_partition_args;
 
 void sc_partition_args_init(sc_partition_args *p);
@@ -77,7 +90,8 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
  * --help: training's (--zero, --hybrid-shard-degree, the four schedules)
  * when training, the communicators when allow_comm. */
 void sc_partition_args_help(FILE *f, bool training, bool allow_comm);
-/* Whether a partitioned build was asked for (--mesh or --plan). */
+/* Whether a partitioned build was asked for (--mesh, --plan, or --mesh
+ * auto). */
 bool sc_partition_args_active(const sc_partition_args *p);
 /* Whether any option above but --comm was given (what a bundle has
  * compiled in). */

@@ -14,7 +14,12 @@
  *   memory       per rank of each stage: weights (CONST buffers, local
  *                shapes), comm scratch (the largest pack + unpack buffers
  *                of one COMM step), activations (the rest of the arena),
- *                total = weights + arena
+ *                total = weights + arena; then every line of the device's
+ *                memory (codegen/device_memory.h) on the plan's target: the
+ *                host's CPU device, or for a GPU cluster the CUDA device's
+ *                (sc_device_target_of_cluster: its programs compiled with
+ *                cuBLASLt's workspace in the arena, the context and NCCL's
+ *                buffers as lines of their own)
  *   collectives  per (stage, op, axes): count and bytes per microbatch
  *                and per step (times the microbatches)
  *   shardings    every initializer: global shape, sharding, local shape
@@ -25,7 +30,8 @@
  * --json writes the plan (docs/plan-format.md) with node_stages and the
  * chosen sharding of every split initializer filled in, so that `--plan`
  * replays the same partition. --dot draws the local graph, coloured by
- * stage, collectives in red. */
+ * stage, collectives in red. --html FILE also writes the plan as one
+ * self-contained page (plan_html.h; with --train plan_train.c writes it). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +45,7 @@
 #include "tools/dot.h"
 #include "tools/partition_args.h"
 #include "tools/plan_auto.h"
+#include "tools/plan_html.h"
 #include "tools/plan_predict.h"
 #include "tools/plan_train.h"
 #include "tools/train_args.h"
@@ -49,6 +56,7 @@ static const char *const USAGE =
     "                      [--stage-boundaries A,B] [--sequence-parallel]\n"
     "                      [--no-vocab-parallel] [--no-overlap] [--json] [--dot FILE]\n"
     "                      [--no-weights] [--print-after=PASS] [--time-passes]\n"
+    "                      [--html FILE]\n"
     "                      [--gemm-engine own|onednn] [--threads N]\n"
     "       shardc plan MODEL.onnx --train [--dim NAME=V]... [--loss KIND]\n"
     "                      [--mesh pp=P,... --schedule 1f1b --microbatches M]\n"
@@ -359,23 +367,30 @@ static void print_memory(const report *r) {
  * and their total. */
 static void print_device_memory(const report *r) {
   char t[96], v[32];
+  bool cuda = !strcmp(r->target.device, "cuda");
   sc_cli_format_target(&r->target, t, sizeof t);
-  printf("\nmemory per rank, every line (%s; the lines depend on the machine: "
-         "--gemm-engine, --threads):\n", t);
-  printf("  %-5s %-16s %14s\n", "stage", "line", "bytes");
+  printf("\nmemory per rank, every line (%s; the lines depend on the machine: %s):\n", t,
+         cuda ? "the cluster's gpu.context_bytes and nccl_channels" : "--gemm-engine, --threads");
+  int w = cuda ? 18 : 16; /* "cublaslt workspace" */
+  printf("  %-5s %-*s %14s\n", "stage", w, "line", "bytes");
   for (int32_t s = 0; s < r->part->n_stages; s++) {
     const stage_info *si = &r->st[s];
     for (int l = 0; l < SC_MEM_LINE_COUNT; l++) {
-      if (l != SC_MEM_ARENA && si->device.bytes[l] == 0) continue;
+      /* the CPU lists its lines that are there; a GPU all of its own */
+      if (l != SC_MEM_ARENA && (cuda ? !sc_mem_line_of_device((sc_mem_line)l, "cuda")
+                                     : si->device.bytes[l] == 0))
+        continue;
       sc_stats_format_bytes((double)si->device.bytes[l], v, sizeof v);
-      printf("  %-5d %-16s %14lld %12s\n", s, sc_mem_line_name((sc_mem_line)l),
-             (long long)si->device.bytes[l], v);
+      printf("  %-5d %-*s %14lld %12s%s\n", s, w, sc_mem_line_name((sc_mem_line)l),
+             (long long)si->device.bytes[l], v,
+             l == SC_MEM_CUDA_CONTEXT && !si->device.bytes[l] ? "  unknown (gpu.context_bytes)"
+                                                              : "");
     }
     sc_stats_format_bytes((double)si->weight_bytes, v, sizeof v);
-    printf("  %-5d %-16s %14lld %12s\n", s, "weights", (long long)si->weight_bytes, v);
+    printf("  %-5d %-*s %14lld %12s\n", s, w, "weights", (long long)si->weight_bytes, v);
     int64_t total = sc_device_memory_total(&si->device) + si->weight_bytes;
     sc_stats_format_bytes((double)total, v, sizeof v);
-    printf("  %-5d %-16s %14lld %12s\n", s, "total", (long long)total, v);
+    printf("  %-5d %-*s %14lld %12s\n", s, w, "total", (long long)total, v);
   }
 }
 
@@ -523,13 +538,18 @@ static int print_help(void) {
          "  --no-weights            do not open external weight files (shapes only)\n"
          "  --json                  write the plan (docs/plan-format.md) on stdout\n"
          "  --dot FILE              write the local graph as Graphviz, coloured by stage\n"
+         "  --html FILE             also write the plan as a self-contained page: summary,\n"
+         "                          memory per rank, the simulated step's timeline (with\n"
+         "                          --cluster), collectives (docs/report.md)\n"
          "  --print-after=PASS      print the IR after PASS (or 'all') to stderr\n"
          "  --time-passes           per-pass wall time on stderr\n"
          "  --schedule gpipe|1f1b|interleaved|zb-h1  the pipeline schedule (training: all)\n"
          "  --virtual-stages V      chunks per pipeline rank (--schedule interleaved)\n"
          "  --schedule-table        with --train: every pipeline rank's action list\n"
-         "  --auto                  with --train --cluster C --global-batch B: search the\n"
-         "                          plan (docs/planner.md; shardc plan --auto --help)\n"
+         "  --auto, --mesh auto     with --cluster C: search the inference plan (--batch B,\n"
+         "                          --objective latency|throughput), or with --train\n"
+         "                          --global-batch B the training plan (docs/planner.md;\n"
+         "                          shardc plan --auto --help)\n"
          "  --train                 the training step on one rank instead: its memory\n"
          "                          (params, optimizer state, gradients, activations,\n"
          "                          workspace at the peak; the arena, allocated once).\n"
@@ -567,7 +587,8 @@ static int target_option(int argc, char **argv, int *i, sc_device_target *t) {
 }
 
 static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, bool *table,
-                      sc_train_args *ta, sc_device_target *target, char **rest, int *n_rest) {
+                      const char **html, sc_train_args *ta, sc_device_target *target,
+                      char **rest, int *n_rest) {
   *n_rest = 0;
   rest[(*n_rest)++] = argv[0];
   bool only_files = false;
@@ -581,6 +602,14 @@ static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, 
       }
       if (strcmp(argv[i], "--schedule-table") == 0) {
         *table = true;
+        i++;
+        continue;
+      }
+      bool missing = false;
+      const char *v = sc_cli_opt_value(argc, argv, &i, "--html", &missing);
+      if (v) {
+        if (missing) return sc_cli_usage_error("--html needs a file");
+        *html = v;
         i++;
         continue;
       }
@@ -599,41 +628,33 @@ static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, 
   return 0;
 }
 
-/* The largest rank's memory: its stage's device lines (the arena among
- * them) and its weights, as the per-rank memory table prints them; 0 when
- * a stage's device lines cannot be had. */
-static int64_t peak_rank_bytes(const sc_dist_program *dp, const sc_device_target *t) {
-  int64_t most = 0;
-  for (int32_t s = 0; s < dp->n_stages; s++) {
-    const sc_program *p = dp->stages[s].program;
-    if (!p) continue;
-    sc_device_memory dm;
-    sc_diag d = {0};
-    if (sc_device_memory_plan(p, t, &dm, &d) != SC_OK) return 0;
-    int64_t total = sc_device_memory_total(&dm);
-    for (int32_t i = 0; i < p->n_buffers; i++)
-      if (p->buffers[i].kind == SC_BUF_CONST) total += p->buffers[i].bytes;
-    if (total > most) most = total;
-  }
-  return most;
+/* What the report shows (r->st, r->coll: freed by report_free). */
+static sc_status report_gather(report *r) {
+  r->st = sc_calloc((size_t)r->part->n_stages, sizeof *r->st);
+  if (!r->st) return SC_ERR_NOMEM;
+  stage_ranks(r->part, r->st);
+  if (stage_contents(r) != SC_OK || program_contents(r) != SC_OK) return SC_ERR_NOMEM;
+  if (r->n_coll) qsort(r->coll, (size_t)r->n_coll, sizeof *r->coll, cmp_coll);
+  return SC_OK;
+}
+
+static void report_free(report *r) {
+  sc_free(r->coll);
+  sc_free(r->st);
 }
 
 static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, const char *path,
                       const sc_device_target *target) {
   report r = {.target = *target, .b = b, .part = b->part, .g = g, .stats = stats};
-  r.st = sc_calloc((size_t)b->part->n_stages, sizeof *r.st);
   int rc = 1;
-  if (!r.st) goto nomem;
-  stage_ranks(b->part, r.st);
-  if (stage_contents(&r) != SC_OK || program_contents(&r) != SC_OK) goto nomem;
-  if (r.n_coll) qsort(r.coll, (size_t)r.n_coll, sizeof *r.coll, cmp_coll);
+  if (report_gather(&r) != SC_OK) goto nomem;
   print_header(&r, path);
   print_stages(&r);
   print_memory(&r);
   print_device_memory(&r);
   print_collectives(&r);
   sc_plan_print_predicted(b->program, b->plan, b->plan->precision,
-                          peak_rank_bytes(b->program, target));
+                          sc_plan_peak_rank_bytes(b->program, target));
   print_shardings(&r);
   if (b->part->n_fallbacks) {
     printf("\n");
@@ -644,26 +665,104 @@ static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, con
 nomem:
   fprintf(stderr, "shardc: error: out of memory\n");
 done:
-  sc_free(r.coll);
-  sc_free(r.st);
+  report_free(&r);
   return rc;
+}
+
+/* --html: the page of an inference plan (plan_html.h): one bar per stage
+ * (its weights as parameters, its arena as activations and the
+ * collectives' scratch, the device's lines beside the arena), the
+ * predicted step when the plan has a cluster. */
+static int write_html(const sc_build *b, sc_graph *g, const sc_stats *stats, const char *file,
+                      const char *path, const sc_device_target *target) {
+  report r = {.target = *target, .b = b, .part = b->part, .g = g, .stats = stats};
+  sc_plan_html_bar *bars = sc_calloc((size_t)b->part->n_stages + 1, sizeof *bars);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_status st = bars ? report_gather(&r) : SC_ERR_NOMEM;
+  if (st != SC_OK) {
+    sc_free(bars);
+    report_free(&r);
+    fprintf(stderr, "shardc: error: out of memory\n");
+    return 1;
+  }
+  for (int32_t s = 0; s < b->part->n_stages; s++) {
+    const stage_info *si = &r.st[s];
+    sc_plan_html_bar *bar = &bars[s];
+    snprintf(bar->label, sizeof bar->label, "stage %d (ranks %s)", (int)s, si->ranks);
+    bar->pipe_rank = s;
+    int64_t act = si->arena_bytes - si->comm_bytes;
+    bar->bytes[SC_PLAN_HTML_PARAMS] = si->weight_bytes;
+    bar->bytes[SC_PLAN_HTML_ACTIVATIONS] = act > 0 ? act : 0;
+    bar->bytes[SC_PLAN_HTML_COMM] = si->arena_bytes - (act > 0 ? act : 0);
+    bar->bytes[SC_PLAN_HTML_DEVICE] = sc_device_memory_outside(&si->device);
+  }
+  sc_dist_sim_to_plan(b->program, b->plan, sc_plan_peak_rank_bytes(b->program, target));
+  sc_plan_html h = {.command = "shardc plan", .model = file, .model_name = g->name,
+                    .kind = "inference", .dp = b->program, .plan = b->plan, .bars = bars,
+                    .n_bars = b->part->n_stages};
+  char tg[96];
+  sc_cli_format_target(target, tg, sizeof tg);
+  sc_plan_html_field(&h, "memory planned for", "%s", tg);
+  for (int32_t s = 0; s < b->part->n_stages; s++) {
+    const stage_info *si = &r.st[s];
+    char key[32];
+    snprintf(key, sizeof key, "stage %d", (int)s);
+    if (si->first < 0) sc_plan_html_field(&h, key, "no nodes");
+    else sc_plan_html_field(&h, key, "'%s' .. '%s' (%lld nodes)", g->nodes[si->first].name,
+                            g->nodes[si->last].name, (long long)si->nodes);
+  }
+  st = sc_plan_html_write(&h, path, &d);
+  sc_free(bars);
+  report_free(&r);
+  return st == SC_OK ? 0 : sc_cli_report(&d, file);
+}
+
+/* --cluster C of a GPU, or a --plan FILE placed on a GPU preset: *t
+ * becomes the CUDA target for it (true). A cluster or plan that cannot be
+ * read is left to the build, which reports it. */
+static bool cluster_target(const sc_partition_args *pa, sc_device_target *t) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (pa->plan_file && !pa->cluster) { /* a replay: the plan's preset */
+    sc_plan *pl = NULL;
+    bool gpu = sc_plan_read_json_file(pa->plan_file, NULL, &pl, &d) == SC_OK && pl->cluster &&
+               pl->cluster_figures.nodes > 0 &&
+               sc_device_target_of_cluster(&pl->cluster_figures, t);
+    sc_plan_destroy(pl);
+    return gpu;
+  }
+  if (!pa->cluster) return false;
+  sc_cluster *c = sc_malloc(sizeof *c);
+  bool gpu = c && sc_cluster_load(pa->cluster, c, &d) == SC_OK &&
+             sc_device_target_of_cluster(c, t);
+  sc_free(c);
+  return gpu;
 }
 
 /* --train: the training step's memory (per rank with --mesh). */
 static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o,
-                      bool table, const sc_device_target *target) {
+                      bool table, const char *html, const sc_device_target *target, bool gpu) {
   if (o->dot) return sc_cli_usage_error("plan --train does not take --dot");
   int rc = sc_train_args_finish(ta);
   if (rc) return rc;
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, p);
   bs.compile.quiet = true;
+  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
   bs.build.no_weights = o->no_weights;
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;
   if ((rc = sc_train_args_build(ta, p, o, &bs.build, &b)) != 0) return rc;
   rc = sc_plan_train_report(b, &ta->t, o->json, table, o->file, target);
   fflush(stdout);
+  if (!rc && html) {
+    sc_diag d = {0};
+    sc_diag_clear(&d);
+    if (sc_plan_train_html(b, &ta->t, target, o->file, "shardc plan --train", NULL, 0, html,
+                           &d) != SC_OK)
+      rc = sc_cli_report(&d, o->file);
+  }
   sc_build_destroy(b);
   return rc;
 }
@@ -675,11 +774,12 @@ int sc_cmd_plan(int argc, char **argv) {
   sc_train_args ta;
   sc_train_args_init(&ta);
   bool train = false, table = false;
+  const char *html = NULL;
   char *rest[MAX_ARGS];
   int n_rest = 0;
   sc_device_target target;
   sc_runtime_target_host(&target); /* with oneDNN's sizing of direct convolutions */
-  int rc = split_args(argc, argv, &p, &train, &table, &ta, &target, rest, &n_rest);
+  int rc = split_args(argc, argv, &p, &train, &table, &html, &ta, &target, rest, &n_rest);
   if (rc) return rc;
   sc_cli_opts o;
   rc = sc_cli_parse(n_rest, rest,
@@ -688,7 +788,10 @@ int sc_cmd_plan(int argc, char **argv) {
                     USAGE, &o);
   if (rc) return rc;
   if (o.help) return print_help();
-  if (train) return plan_train(&p, &ta, &o, table, &target);
+  /* a GPU cluster: the memory is the CUDA device's, whose arena holds
+   * cuBLASLt's workspace as `shardc train --device cuda` plans it */
+  bool gpu = cluster_target(&p, &target);
+  if (train) return plan_train(&p, &ta, &o, table, html, &target, gpu);
   if (table) return sc_cli_usage_error("--schedule-table needs --train (a pipelined step)");
   if (ta.first) return sc_cli_usage_error("%s needs --train", ta.first);
   if (!sc_partition_args_active(&p))
@@ -697,6 +800,7 @@ int sc_cmd_plan(int argc, char **argv) {
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
+  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
   bs.build.no_weights = o.no_weights;
   bs.build.stats = true; /* for the block names only */
   sc_build *b = NULL;
@@ -726,12 +830,14 @@ int sc_cmd_plan(int argc, char **argv) {
     sc_diag d = {0};
     sc_diag_clear(&d);
     sc_status st = sc_partition_complete_plan(b->part, b->plan, &d);
-    sc_dist_sim_to_plan(b->program, b->plan, peak_rank_bytes(b->program, &target));
+    sc_dist_sim_to_plan(b->program, b->plan, sc_plan_peak_rank_bytes(b->program, &target));
     if (st == SC_OK) st = sc_plan_write_json(b->plan, stdout, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   } else if (!rc) {
     rc = report_all(b, g, &b->stats, o.file, &target);
   }
+  fflush(stdout);
+  if (!rc && html) rc = write_html(b, g, &b->stats, o.file, html, &target);
   fflush(stdout);
   sc_build_destroy(b);
   return rc;

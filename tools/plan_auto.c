@@ -1,4 +1,5 @@
-/* plan_auto.c — `shardc plan MODEL --train --auto` (plan_auto.h).
+/* plan_auto.c — `shardc plan MODEL [--train] --auto` and `--mesh auto` in
+ * run, compile and train (plan_auto.h).
  *
  * Data flow: the model is built once as a forward graph of one example
  * (shapes only, no plan, no codegen) and measured into a block model
@@ -6,14 +7,23 @@
  * every strategy from it. The fastest that fits is then built for real
  * through the same options as `plan --train --cluster C --mesh ...`
  * (sc_train_args_build) and its step predicted by the same call
- * (sc_plan_train_predict), and so are the next few (EXACT_TOP, within a
- * time budget); the fastest of them, exactly, that fits is chosen. Its
+ * (sc_plan_train_predict), and so are the next few (EXACT_TOP, a fixed
+ * count); the fastest of them, exactly, that fits is chosen. Its
  * "predicted" is the exact one, so the prediction of a mesh is the same
  * whether --auto reached it or --mesh gave it. When none of them fits,
  * the block model's activation memory is scaled and the search runs
  * again, and the report says so. The exactly evaluated candidates show
  * their exact figures ("[exact]"); the others' are the block model's
- * ("source": "estimate"). */
+ * ("source": "estimate").
+ *
+ * Inference (no --train) takes the same path with the search's inference
+ * goal (latency or throughput, search.h): each candidate is built as
+ * `plan --cluster C --mesh ...` builds it (sc_partition_args_build) and
+ * predicted by the same call (sc_dist_sim_to_plan with the largest rank's
+ * exact memory), at the batch the candidate serves. choose() is the whole
+ * search; `plan --auto` prints it, sc_plan_auto_resolve hands the chosen
+ * plan to run, compile and train. --html FILE (training) writes the chosen
+ * plan's page with the table's rows and why each lost (sc_plan_train_html). */
 #include "tools/plan_auto.h"
 
 #include <math.h>
@@ -24,19 +34,25 @@
 
 #include <jansson.h>
 
+#include "api/calibrate.h"
 #include "codegen/dist_sim.h"
 #include "passes/partition/partition.h"
 #include "passes/plan/search.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
 #include "tools/partition_args.h"
+#include "tools/plan_predict.h"
 #include "tools/plan_train.h"
 #include "tools/train_args.h"
 
 static const char *const USAGE =
     "shardc plan MODEL.onnx --train --auto --cluster C --global-batch B\n"
     "                      [--memory-budget BYTES|P%] [--precision fp32|bf16|fp16]\n"
-    "                      [--optimizer sgd|adamw] [--dim NAME=V]... [--json]";
+    "                      [--optimizer sgd|adamw] [--dim NAME=V]... [--json]\n"
+    "                      [--html FILE]\n"
+    "       shardc plan MODEL.onnx --auto --cluster C [--batch B | --dim batch=B]\n"
+    "                      [--objective latency|throughput] [--memory-budget BYTES|P%]\n"
+    "                      [--dim NAME=V]... [--json]";
 
 /* Searches at most: each one after the exact plan of the previous best
  * did not fit. */
@@ -72,21 +88,35 @@ enum { SHOWN_OVER = 3 };
  * compiled, all over, and the plans that fit not). */
 #define NEAR_MARGIN 0.25
 enum { FIT_EXTRA = 2 };
+/* The most candidates one round compiles: EXACT_TOP and the extra ones. */
+enum { EXACT_ROUND = EXACT_TOP + FIT_EXTRA };
+
+/* The near margin of a search: NEAR_MARGIN for training; 0 for inference
+ * (its memory, weights and one block's values, is what the exact plan
+ * holds: no near plans). */
+static double near_margin(sc_search_goal goal) {
+  return goal == SC_SEARCH_TRAIN ? NEAR_MARGIN : 0;
+}
 
 bool sc_plan_auto_asked(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) return false;
-    if (strcmp(argv[i], "--auto") == 0) return true;
+    if (strcmp(argv[i], "--auto") == 0 || strcmp(argv[i], "--mesh=auto") == 0 ||
+        (strcmp(argv[i], "--mesh") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0))
+      return true;
   }
   return false;
 }
 
 typedef struct auto_args {
-  int64_t global_batch;
+  bool train;               /* --train: a training step, else inference */
+  int64_t global_batch;     /* --global-batch (training) or --batch (inference) */
   char train_opts[512];     /* the training options given, as written (for the replay) */
+  const char *batch_option; /* which of them was given, or NULL */
   const char *budget;       /* --memory-budget's text */
   int64_t budget_bytes;     /* or */
   double budget_fraction;   /* of the device's memory (P%) */
+  const char *html;         /* --html FILE: the chosen plan's page, with the table */
 } auto_args;
 
 /* --memory-budget: BYTES with an optional K, M, G suffix, or P% of the
@@ -125,10 +155,18 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
       i++;
       continue;
     }
-    if ((v = sc_cli_opt_value(argc, argv, &i, "--global-batch", &missing))) {
-      if (missing) return sc_cli_usage_error("--global-batch needs a value");
+    const char *opt = strncmp(argv[i], "--global-batch", 14) == 0 ? "--global-batch" : "--batch";
+    if ((v = sc_cli_opt_value(argc, argv, &i, opt, &missing))) {
+      if (missing) return sc_cli_usage_error("%s needs a value", opt);
       if (!sc_cli_parse_i64(v, 1, (int64_t)1 << 40, &a->global_batch))
-        return sc_cli_usage_error("--global-batch takes a count >= 1, not '%s'", v);
+        return sc_cli_usage_error("%s takes a count >= 1, not '%s'", opt, v);
+      a->batch_option = opt;
+      i++;
+      continue;
+    }
+    if ((v = sc_cli_opt_value(argc, argv, &i, "--html", &missing))) {
+      if (missing) return sc_cli_usage_error("--html needs a file");
+      a->html = v;
       i++;
       continue;
     }
@@ -153,15 +191,29 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
     if (rc) return rc;
     rest[(*n_rest)++] = argv[i++];
   }
-  if (!train) return sc_cli_usage_error("--auto searches training plans: it needs --train");
+  a->train = train;
+  if (a->batch_option && (strcmp(a->batch_option, "--global-batch") == 0) != train)
+    return sc_cli_usage_error(train ? "--auto --train takes --global-batch B (examples per "
+                                      "optimizer step), not --batch"
+                                    : "--global-batch is the training step's (with --train); "
+                                      "inference takes --batch B or --dim NAME=B");
+  if (train && p->objective)
+    return sc_cli_usage_error("--objective ranks inference plans; --train ranks by step time");
+  if (!train && ta->first)
+    return sc_cli_usage_error("%s is a training option: it needs --train", ta->first);
+  if (!train && a->html)
+    return sc_cli_usage_error("--auto --html writes a training plan's page: it needs --train "
+                              "(plan --mesh ... --html draws an inference plan)");
   sc_partition_args others = *p;
   others.cluster = NULL;
+  others.auto_plan = false;
+  others.objective = NULL;
   if (sc_partition_args_any(&others))
     return sc_cli_usage_error("--auto chooses the mesh and every partitioning option itself: "
                               "give only --cluster (not --mesh, --plan, --zero, --schedule, ...)");
   if (ta->recompute_auto) return sc_cli_usage_error("--auto chooses the recompute itself");
   if (!p->cluster) return sc_cli_usage_error("--auto needs --cluster C (the devices to plan for)");
-  if (!a->global_batch)
+  if (train && !a->global_batch)
     return sc_cli_usage_error("--auto needs --global-batch B (examples per optimizer step)");
   return 0;
 }
@@ -184,14 +236,17 @@ typedef struct exact {
   double seconds;
 } exact;
 
-static int compile(const sc_search_cand *c, const char *cluster, const sc_cli_opts *base,
-                   const char *dim, int64_t batch, sc_train_args *ta, exact *out) {
+static int compile(const sc_search_cand *c, const char *cluster, const sc_cluster *loaded,
+                   bool gpu, const sc_cli_opts *base, const char *dim, sc_train_args *ta,
+                   exact *out) {
   char mesh[128];
+  int64_t batch = c->batch;
   sc_search_mesh(c, mesh, sizeof mesh);
   sc_partition_args p;
   sc_partition_args_init(&p);
   p.mesh = mesh;
   p.cluster = cluster;
+  p.cluster_loaded = loaded;
   p.zero = c->zero;
   p.microbatches = c->microbatches;
   p.schedule = c->pp > 1 ? c->schedule : NULL;
@@ -207,17 +262,38 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cli_op
   }
   snprintf(o.dims[k].name, sizeof o.dims[k].name, "%s", dim);
   o.dims[k].value = batch;
-  ta->t.recompute = (sc_recompute_kind)c->recompute;
-  ta->t.shape_only = true;
+  if (!c->inference) {
+    ta->t.recompute = (sc_recompute_kind)c->recompute;
+    ta->t.shape_only = true;
+  }
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
+  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES; /* as train --device cuda */
   bs.pass.quiet = true;
   bs.build.no_weights = true;
   double t0 = sc_cli_now_s();
-  int rc = sc_train_args_build(ta, &p, &o, &bs.build, &out->b);
+  int rc = c->inference ? sc_partition_args_build(&p, &o, &bs.build, &out->b, NULL)
+                        : sc_train_args_build(ta, &p, &o, &bs.build, &out->b);
   out->seconds = sc_cli_now_s() - t0;
   return rc;
+}
+
+/* The exact prediction of a built candidate into its plan's predicted:
+ * plan --train's (sc_plan_train_predict), or plan --mesh's for inference
+ * (the simulated step and the largest rank's exact memory). */
+static sc_status predict(const sc_search_cand *c, sc_build *b, const sc_train_args *ta,
+                         const sc_device_target *target, sc_diag *d) {
+  if (!c->inference) return sc_plan_train_predict(b, &ta->t, target, d);
+  sc_dist_sim_to_plan(b->program, b->plan, sc_plan_peak_rank_bytes(b->program, target));
+  return SC_OK;
+}
+
+/* What the goal compares of an exact prediction of c, lower first: the
+ * step, or (throughput) the seconds per batch served. */
+static double exact_objective(const sc_search_cand *c, const sc_plan_predicted *pr,
+                              sc_search_goal goal) {
+  return goal == SC_SEARCH_THROUGHPUT ? pr->step_time_s / (double)c->dp : pr->step_time_s;
 }
 
 /* ---- printing ---- */
@@ -225,7 +301,8 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cli_op
 static void fmt_bytes(double b, char *buf, size_t n) { sc_stats_format_bytes(b, buf, n); }
 
 /* The candidate's estimate as a predicted object (source "estimate"). */
-static void estimate_predicted(const sc_search_cand *c, double tokens, sc_plan_predicted *pr) {
+static void estimate_predicted(const sc_search_cand *c, int64_t seq, sc_plan_predicted *pr) {
+  double tokens = (double)c->batch * (double)seq; /* the examples the step serves */
   memset(pr, 0, sizeof *pr);
   pr->on = true;
   snprintf(pr->source, sizeof pr->source, "estimate");
@@ -258,6 +335,11 @@ static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
   do {                                                                  \
     if (w >= 0 && (pos += (size_t)w) < n) w = snprintf(buf + pos, n - pos, __VA_ARGS__); \
   } while (0)
+  if (c->inference) { /* plan --mesh's options: GPipe, no recompute */
+    if (c->microbatches > 1) ADD(" --microbatches %d", c->microbatches);
+    if (c->sequence_parallel) ADD(" --sequence-parallel");
+    return;
+  }
   if (c->zero) ADD(" --zero %d", c->zero);
   if (c->pp > 1) ADD(" --schedule %s", c->schedule);
   if (c->virtual_stages > 1) ADD(" --virtual-stages %d", c->virtual_stages);
@@ -344,21 +426,21 @@ static void exact_order(sc_search_cand *top, int32_t n, int32_t n_want) {
 
 /* The plans the estimate puts over the memory by less than its own error
  * (NEAR_MARGIN) and faster than the tenth that fits join r->top after its
- * best, by estimated step, for the exact evaluation to decide: their exact
+ * best, by estimated objective (the step), for the exact evaluation to decide: their exact
  * memory may fit (the estimate errs over: docs/planner.md, "The
  * estimate"). The best that fits stays first. */
 static void merge_near(sc_search_result *r) {
   sc_search_cand all[2 * SC_SEARCH_TOP];
   int32_t n = 0;
   for (int32_t i = 1; i < r->n_top; i++) all[n++] = r->top[i];
-  double last = r->n_top == SC_SEARCH_TOP ? r->top[r->n_top - 1].step_s : INFINITY;
+  double last = r->n_top == SC_SEARCH_TOP ? r->top[r->n_top - 1].objective_s : INFINITY;
   for (int32_t i = 0; i < r->n_near; i++)
-    if (r->near[i].step_s < last) all[n++] = r->near[i];
-  /* insertion sort by step (stable: the top's order kept at a tie) */
+    if (r->near[i].objective_s < last) all[n++] = r->near[i];
+  /* insertion sort by objective (stable: the top's order kept at a tie) */
   for (int32_t i = 1; i < n; i++) {
     sc_search_cand c = all[i];
     int32_t j = i;
-    while (j > 0 && all[j - 1].step_s > c.step_s) {
+    while (j > 0 && all[j - 1].objective_s > c.objective_s) {
       all[j] = all[j - 1];
       j--;
     }
@@ -396,9 +478,10 @@ static int32_t add_fitting(sc_search_result *r, int32_t n, int32_t room) {
  * the critical rank's terms; each exposed communication group counted
  * under its first axis), so that sc_search_why compares exact with exact. */
 static sc_search_cand exact_view(const sc_search_cand *c, const sc_plan_predicted *pr,
-                                 int64_t limit) {
+                                 int64_t limit, sc_search_goal goal) {
   sc_search_cand v = *c;
   v.step_s = pr->step_time_s;
+  v.objective_s = exact_objective(c, pr, goal);
   v.mfu = pr->mfu;
   v.peak_bytes = pr->peak_bytes_per_rank;
   v.peak_pipe_rank = pr->pipe_rank;
@@ -434,6 +517,16 @@ static int no_fit(const sc_search_result *r, int64_t limit, const char *file, bo
   fmt_bytes((double)(c->peak_bytes - limit), over, sizeof over);
   char opts[384];
   cand_options(c, opts, sizeof opts);
+  if (c->inference) {
+    fprintf(stderr, "shardc: error: %s: plan --auto: no inference plan fits %s per rank%s; the "
+            "closest, %s (micro-batch %lld), is over on pipeline rank %d by %s (%lld bytes, "
+            "block-model estimate); what would make it fit: more devices (a larger --cluster)"
+            "%s\n", file, lim, all_over ? " (after the exact plans above)" : "", opts,
+            (long long)c->micro_batch_size, (int)c->peak_pipe_rank, over,
+            (long long)(c->peak_bytes - limit),
+            c->micro_batch_size > 1 ? ", a smaller batch" : "");
+    return 1;
+  }
   fprintf(stderr, "shardc: error: %s: plan --auto: no plan fits %s per rank%s; the closest, "
           "%s (micro-batch %lld), is over on pipeline rank %d by %s (%lld bytes, block-model "
           "estimate); what would make it fit: more GPUs (a larger --cluster)%s%s%s%s\n", file,
@@ -447,32 +540,144 @@ static int no_fit(const sc_search_result *r, int64_t limit, const char *file, bo
   return 1;
 }
 
-int sc_cmd_plan_auto(int argc, char **argv) {
-  auto_args a = {0};
-  sc_partition_args p;
-  sc_partition_args_init(&p);
-  sc_train_args ta;
-  sc_train_args_init(&ta);
-  char *rest[MAX_ARGS];
-  int n_rest = 0;
-  int rc = split_args(argc, argv, &a, &p, &ta, rest, &n_rest);
-  if (rc) return rc;
-  sc_cli_opts o;
-  rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_NO_WEIGHTS | SC_CLI_JSON, USAGE, &o);
-  if (rc) return rc;
-  if (o.help) {
-    printf("usage: %s\n\nSearches every training plan shardc runs on the cluster (docs/"
-           "planner.md, section 4) and prints the chosen one, evaluated exactly, and the ten "
-           "best with why each loses.\n", USAGE);
-    return 0;
+/* ---- the search, exactly checked ---- */
+
+/* One search: what it is asked (in) and what it chose (out). */
+typedef struct auto_search {
+  sc_search_goal goal;
+  auto_args args;               /* global_batch 0: the batch dim's --dim, else 1 */
+  const sc_cli_opts *o;         /* the command's model and dims */
+  sc_train_args *ta;            /* the step's options (training), or NULL */
+  const char *cluster_spec;     /* --cluster as given (the replay's) */
+  const sc_cluster *cluster;    /* loaded */
+  bool dim_refused;             /* plan --train --auto: --global-batch sets the
+                                   batch dim, --dim may not */
+  bool fewer_check;             /* training: compare the chosen plan with the
+                                   best on half the devices (plan --auto's
+                                   report; docs/planner.md, "More GPUs") */
+  /* out, after choose() returned 0 */
+  sc_block_model bm;
+  char dim_name[128];
+  sc_search_result *r;          /* sc_free */
+  exact ex;                     /* the chosen plan built (sc_build_destroy) */
+  int32_t chosen;               /* its index in r->top */
+  sc_plan_predicted exact_of[EXACT_ROUND]; /* of r->top[0 .. n_exact) */
+  int32_t n_exact;              /* the last round's */
+  int32_t n_exact_all;          /* the command's (at most EXACT_MAX) */
+  char exact_cut[256];          /* why the guard cut the exact evaluation, or "" */
+  char skipped[MAX_ROUNDS][768];
+  int32_t n_skipped;
+  int64_t evaluated, pruned, limit;
+  double t_model, t_search, t_exact;
+  double scales[6];             /* the activation scales per kind: 3 x (pp > 1)
+                                   + recompute */
+  /* fewer_check's: the search on half the devices, and its best
+   * EXACT_FEWER compiled there (fewer_exact: their fastest that fits is
+   * fewer_c, fewer_pr) */
+  sc_search_fewer fewer;
+  bool fewer_exact;
+  int32_t n_fewer_exact;
+  sc_search_cand fewer_c;
+  sc_plan_predicted fewer_pr;
+} auto_search;
+
+/* The batch dim's --dim in o, taken out of it into *batch (the search
+ * sets the dim per candidate); a --batch given too must agree. */
+static sc_status batch_from_dims(sc_cli_opts *o, const char *dim, int64_t *batch, sc_diag *d) {
+  for (int k = 0; k < o->n_dims; k++) {
+    if (strcmp(o->dims[k].name, dim) != 0) continue;
+    if (*batch && *batch != o->dims[k].value)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "plan --auto: the batch %lld and --dim %s=%lld differ", (long long)*batch,
+                         dim, (long long)o->dims[k].value);
+    *batch = o->dims[k].value;
+    memmove(&o->dims[k], &o->dims[k + 1], (size_t)(o->n_dims - k - 1) * sizeof o->dims[0]);
+    o->n_dims--;
+    break;
   }
-  if ((rc = sc_train_args_finish(&ta)) != 0) return rc;
+  if (!*batch) *batch = 1; /* as the driver binds a batch dim left unbound */
+  return SC_OK;
+}
+
+/* More devices should not be slower (docs/planner.md, "More GPUs"): the
+ * search so on half of x's devices, by the estimate, and then exactly:
+ * the smaller cluster's best EXACT_FEWER by the same rule, compiled on it,
+ * their fastest that fits against the chosen plan (x->fewer and the
+ * fewer_ fields). 0, or an exit status after printing the error (x's
+ * outputs freed). */
+static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_opts *o,
+                         sc_train_args *ta, const sc_device_target *target, bool gpu) {
   sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_cluster cluster;
-  if (sc_cluster_load(p.cluster, &cluster, &d) != SC_OK) return sc_cli_report(&d, NULL);
+  const sc_search_cand *ch = &x->r->top[x->chosen];
+  sc_search_fewer *fewer = &x->fewer;
+  double t0 = sc_cli_now_s();
+  sc_status st = sc_search_fewer_devices(&x->bm, so, ch, fewer, &d);
+  x->t_search += sc_cli_now_s() - t0;
+  if (st != SC_OK) {
+    sc_build_destroy(x->ex.b);
+    sc_free(x->r);
+    return sc_cli_report(&d, o->file);
+  }
+  char half[160];
+  if (fewer->have && half_spec(x->cluster_spec, fewer, half, sizeof half)) {
+    sc_recompute_kind keep = ta->t.recompute;
+    int32_t nw = fewer->n_top < EXACT_FEWER ? fewer->n_top : EXACT_FEWER;
+    exact_order(fewer->top, fewer->n_top, nw);
+    for (int32_t i = 0; i < nw; i++) {
+      exact e = {0};
+      int frc = compile(&fewer->top[i], half, NULL, gpu, o, x->dim_name, ta, &e);
+      x->t_exact += e.seconds;
+      if (frc) break;
+      t0 = sc_cli_now_s();
+      st = predict(&fewer->top[i], e.b, ta, target, &d);
+      x->t_exact += sc_cli_now_s() - t0;
+      if (st == SC_OK) {
+        x->n_fewer_exact++;
+        const sc_plan_predicted *pr = &e.b->plan->predicted;
+        if (!pr->unknown[0] && pr->peak_bytes_per_rank <= x->limit &&
+            (!x->fewer_exact || pr->step_time_s < x->fewer_pr.step_time_s)) {
+          x->fewer_exact = true;
+          x->fewer_c = fewer->top[i];
+          x->fewer_pr = *pr;
+        }
+      }
+      sc_build_destroy(e.b);
+      if (st != SC_OK) break;
+    }
+    ta->t.recompute = keep;
+  }
+  const sc_plan_predicted *exact_pr = &x->ex.b->plan->predicted;
+  if (x->fewer_exact && !exact_pr->unknown[0]) {
+    sc_search_cand av = exact_view(&x->fewer_c, &x->fewer_pr, x->limit, x->goal);
+    sc_search_cand bv = exact_view(ch, exact_pr, x->limit, x->goal);
+    fewer->slower = bv.step_s > av.step_s;
+    sc_search_fewer_why(&av, &bv, fewer->devices, x->args.global_batch, "exact", fewer->why,
+                        sizeof fewer->why);
+  }
+  return 0;
+}
+
+/* The block model, the search, the exact check of the best few (above);
+ * 0 with x's outputs set, or an exit status after printing the error (1:
+ * the model, the cluster, no plan fits; 2: usage). */
+static int choose(auto_search *x) {
+  int rc = 0;
+  auto_args a = x->args;
+  sc_cli_opts o = *x->o;
+  sc_train_args ta;
+  if (x->ta) {
+    ta = *x->ta;
+  } else { /* inference: compile() and predict() do not read it */
+    sc_train_args_init(&ta);
+    if ((rc = sc_train_args_finish(&ta)) != 0) return rc;
+  }
+  const sc_cluster cluster = *x->cluster;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
   sc_device_target target;
   sc_runtime_target_host(&target);
+  bool gpu = sc_device_target_of_cluster(&cluster, &target); /* the CUDA device's lines */
 
   /* 1. the block model, from the forward graph of one example */
   double t0 = sc_cli_now_s();
@@ -492,13 +697,22 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   if (!dim)
     st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
                      "plan --auto: the token ids (the first integer input of rank >= 2) have no "
-                     "symbolic batch dim for --global-batch to set");
+                     "symbolic batch dim for the batch to set (the search plans transformers)");
   char dim_name[128] = "";
   for (int k = 0; st == SC_OK && k < o.n_dims; k++)
-    if (strcmp(o.dims[k].name, dim) == 0)
+    if (strcmp(o.dims[k].name, dim) == 0 && x->dim_refused)
       st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
                        "plan --auto: --global-batch sets the batch dim '%s'; give no --dim %s",
                        dim, dim);
+  if (st == SC_OK && !x->dim_refused) st = batch_from_dims(&o, dim, &a.global_batch, &d);
+  char dim_kept[128];
+  if (st == SC_OK && o.n_dims < x->o->n_dims) { /* the block model is of one example */
+    snprintf(dim_kept, sizeof dim_kept, "%s", dim);
+    dim = dim_kept;
+    sc_build_destroy(fb);
+    fb = NULL;
+    if ((rc = sc_partition_args_build(&none, &o, &bs.build, &fb, NULL)) != 0) return rc;
+  }
   if (st == SC_OK) {
     snprintf(dim_name, sizeof dim_name, "%s", dim);
     st = sc_block_model_build(fb->graph, &bm, &d);
@@ -510,13 +724,16 @@ int sc_cmd_plan_auto(int argc, char **argv) {
 
   /* 2. the search */
   sc_search_opts so = {.cluster = &cluster,
+                       .goal = x->goal,
                        .global_batch = a.global_batch,
                        .dtype = ta.t.bf16 ? SC_CLUSTER_BF16 : ta.t.fp16 ? SC_CLUSTER_FP16
                                                                          : SC_CLUSTER_FP32,
                        .adamw = ta.t.optimizer != SC_OPTIMIZER_SGD,
                        .memory_budget = a.budget_bytes,
                        .max_pp = SC_DIST_SIM_MAX_RANKS,
-                       .near_margin = NEAR_MARGIN};
+                       .near_margin = near_margin(x->goal)};
+  if (x->goal != SC_SEARCH_TRAIN) /* the graph's own dtype: no mixed precision */
+    so.dtype = bm.param_bytes == 2 ? SC_CLUSTER_BF16 : SC_CLUSTER_FP32;
   if (a.budget_fraction > 0)
     so.memory_budget = (int64_t)(a.budget_fraction * (double)cluster.device_memory_bytes);
   int64_t limit = so.memory_budget > 0 ? so.memory_budget : cluster.device_memory_bytes;
@@ -536,7 +753,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   char skipped[MAX_ROUNDS][768];
   int32_t n_skipped = 0;
   int64_t evaluated = 0, pruned = 0;
-  sc_plan_predicted exact_of[EXACT_TOP]; /* of r->top[0 .. n_exact) */
+  sc_plan_predicted exact_of[EXACT_ROUND]; /* of r->top[0 .. n_exact) */
   int32_t n_exact = 0, n_exact_all = 0; /* this round's, the command's */
   char exact_cut[256] = ""; /* why the guard cut the exact evaluation, or "" */
   for (int32_t round = 0; round < MAX_ROUNDS && chosen < 0; round++) {
@@ -577,11 +794,11 @@ int sc_cmd_plan_auto(int argc, char **argv) {
         break;
       }
       exact e = {0};
-      rc = compile(&r->top[i], p.cluster, &o, dim_name, a.global_batch, &ta, &e);
+      rc = compile(&r->top[i], x->cluster_spec, x->cluster, gpu, &o, dim_name, &ta, &e);
       t_round += e.seconds;
       if (!rc) {
         t0 = sc_cli_now_s();
-        st = sc_plan_train_predict(e.b, &ta.t, &target, &d);
+        st = predict(&r->top[i], e.b, &ta, &target, &d);
         t_round += sc_cli_now_s() - t0;
         if (st != SC_OK) {
           sc_build_destroy(e.b);
@@ -604,10 +821,12 @@ int sc_cmd_plan_auto(int argc, char **argv) {
       const sc_plan_predicted *pr = &e.b->plan->predicted;
       /* the exact fastest that fits; at the same time the smaller memory */
       const sc_plan_predicted *best = chosen >= 0 ? &exact_of[chosen] : NULL;
+      double obj = exact_objective(&r->top[i], pr, so.goal),
+             best_obj = best ? exact_objective(&r->top[chosen], best, so.goal) : 0;
       bool better = pr->peak_bytes_per_rank <= limit &&
                     (!best || (!pr->unknown[0] &&
-                               (best->unknown[0] || pr->step_time_s < best->step_time_s ||
-                                (pr->step_time_s == best->step_time_s &&
+                               (best->unknown[0] || obj < best_obj ||
+                                (obj == best_obj &&
                                  pr->peak_bytes_per_rank < best->peak_bytes_per_rank))));
       if (better) {
         sc_build_destroy(ex.b);
@@ -662,65 +881,83 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     sc_free(r);
     return rc;
   }
+  x->args = a;
+  x->bm = bm;
+  snprintf(x->dim_name, sizeof x->dim_name, "%s", dim_name);
+  x->r = r;
+  x->ex = ex;
+  x->chosen = chosen;
+  memcpy(x->exact_of, exact_of, sizeof exact_of);
+  x->n_exact = n_exact;
+  memcpy(x->skipped, skipped, sizeof skipped);
+  x->n_skipped = n_skipped;
+  x->evaluated = evaluated;
+  x->pruned = pruned;
+  x->limit = limit;
+  x->t_model = t_model;
+  x->t_search = t_search;
+  x->t_exact = t_exact;
+  memcpy(x->scales, scales, sizeof scales);
+  x->n_exact_all = n_exact_all;
+  snprintf(x->exact_cut, sizeof x->exact_cut, "%s", exact_cut);
+  x->fewer = (sc_search_fewer){0};
+  x->fewer_exact = false;
+  x->n_fewer_exact = 0;
+  if (x->fewer_check && x->goal == SC_SEARCH_TRAIN)
+    return fewer_devices(x, &so, &o, &ta, &target, gpu);
+  return 0;
+}
+
+int sc_cmd_plan_auto(int argc, char **argv) {
+  auto_args a = {0};
+  sc_partition_args p;
+  sc_partition_args_init(&p);
+  sc_train_args ta;
+  sc_train_args_init(&ta);
+  char *rest[MAX_ARGS];
+  int n_rest = 0;
+  int rc = split_args(argc, argv, &a, &p, &ta, rest, &n_rest);
+  if (rc) return rc;
+  sc_cli_opts o;
+  rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_NO_WEIGHTS | SC_CLI_JSON, USAGE, &o);
+  if (rc) return rc;
+  if (o.help) {
+    printf("usage: %s\n\nSearches every training plan (--train) or inference plan shardc runs on the cluster (docs/"
+           "planner.md, section 4) and prints the chosen one, evaluated exactly, and the ten "
+           "best with why each loses.\n", USAGE);
+    return 0;
+  }
+  if ((rc = sc_train_args_finish(&ta)) != 0) return rc;
+  sc_diag cd = {0};
+  sc_diag_clear(&cd);
+  sc_cluster cluster;
+  if (sc_cluster_load(p.cluster, &cluster, &cd) != SC_OK) return sc_cli_report(&cd, NULL);
+  auto_search x = {.goal = !a.train ? (p.objective && strcmp(p.objective, "throughput") == 0
+                                           ? SC_SEARCH_THROUGHPUT
+                                           : SC_SEARCH_LATENCY)
+                                    : SC_SEARCH_TRAIN,
+                   .args = a, .o = &o, .ta = &ta, .cluster_spec = p.cluster,
+                   .cluster = &cluster, .dim_refused = a.train, .fewer_check = a.train};
+  if ((rc = choose(&x)) != 0) return rc;
+  a = x.args;
+  sc_search_result *r = x.r;
+  exact ex = x.ex;
+  int32_t chosen = x.chosen, n_exact = x.n_exact, n_skipped = x.n_skipped;
+  const sc_plan_predicted *exact_of = x.exact_of;
+  char(*skipped)[768] = x.skipped;
+  int64_t evaluated = x.evaluated, pruned = x.pruned, limit = x.limit;
+  double t_model = x.t_model, t_search = x.t_search, t_exact = x.t_exact;
+  const double *scales = x.scales;
+  const sc_block_model bm = x.bm;
+  const char *dim_name = x.dim_name;
   r->evaluated = evaluated;
   r->pruned = pruned;
   const sc_search_cand *ch = &r->top[chosen];
-  /* more devices should not be slower: the same search on half of them,
-   * compared by the estimate (docs/planner.md, "More GPUs") */
-  sc_search_fewer fewer;
-  t0 = sc_cli_now_s();
-  st = sc_search_fewer_devices(&bm, &so, ch, &fewer, &d);
-  t_search += sc_cli_now_s() - t0;
-  if (st != SC_OK) {
-    sc_build_destroy(ex.b);
-    sc_free(r);
-    return sc_cli_report(&d, o.file);
-  }
+  const sc_search_fewer fewer = x.fewer;
+  const bool fewer_exact = x.fewer_exact;
+  const sc_search_cand fewer_c = x.fewer_c;
+  const sc_plan_predicted fewer_pr = x.fewer_pr;
   const sc_plan_predicted *exact_pr = &ex.b->plan->predicted;
-  /* and exactly: the smaller cluster's best EXACT_FEWER by the same rule,
-   * compiled on it, their fastest that fits against the chosen plan */
-  sc_search_cand fewer_c;
-  sc_plan_predicted fewer_pr;
-  int32_t n_fewer_exact = 0;
-  bool fewer_exact = false;
-  char half[160];
-  if (fewer.have && half_spec(p.cluster, &fewer, half, sizeof half)) {
-    sc_recompute_kind keep = ta.t.recompute;
-    int32_t nw = fewer.n_top < EXACT_FEWER ? fewer.n_top : EXACT_FEWER;
-    exact_order(fewer.top, fewer.n_top, nw);
-    for (int32_t i = 0; i < nw; i++) {
-      exact e = {0};
-      int frc = compile(&fewer.top[i], half, &o, dim_name, a.global_batch, &ta, &e);
-      t_exact += e.seconds;
-      if (frc) break;
-      t0 = sc_cli_now_s();
-      st = sc_plan_train_predict(e.b, &ta.t, &target, &d);
-      t_exact += sc_cli_now_s() - t0;
-      if (st == SC_OK) {
-        n_fewer_exact++;
-        const sc_plan_predicted *pr = &e.b->plan->predicted;
-        if (!pr->unknown[0] && pr->peak_bytes_per_rank <= limit &&
-            (!fewer_exact || pr->step_time_s < fewer_pr.step_time_s)) {
-          fewer_exact = true;
-          fewer_c = fewer.top[i];
-          fewer_pr = *pr;
-        }
-      }
-      sc_build_destroy(e.b);
-      if (st != SC_OK) break;
-    }
-    ta.t.recompute = keep;
-    sc_diag_clear(&d);
-    st = SC_OK;
-  }
-  if (fewer_exact && !exact_pr->unknown[0]) {
-    sc_search_cand av = exact_view(&fewer_c, &fewer_pr, limit);
-    sc_search_cand bv = exact_view(ch, exact_pr, limit);
-    fewer.slower = bv.step_s > av.step_s;
-    sc_search_fewer_why(&av, &bv, fewer.devices, a.global_batch, "exact", fewer.why,
-                        sizeof fewer.why);
-  }
-  double tokens = (double)a.global_batch * (double)bm.seq;
   double err = ch->step_s > 0 && exact_pr->step_time_s > 0
                    ? (ch->step_s - exact_pr->step_time_s) / exact_pr->step_time_s
                    : 0;
@@ -731,8 +968,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   int32_t shown_exact[SC_SEARCH_TOP];
   int32_t n_shown = 0;
   for (int32_t i = 0; i < r->n_over && n_shown < SHOWN_OVER; i++)
-    if (r->over[i].step_s < r->top[0].step_s &&
-        (double)r->over[i].peak_bytes > (double)limit * (1 + NEAR_MARGIN)) { /* not in top */
+    if (r->over[i].objective_s < r->top[0].objective_s &&
+        (double)r->over[i].peak_bytes > (double)limit * (1 + near_margin(x.goal))) {
+      /* (the near ones are in r->top) */
       shown_exact[n_shown] = -1;
       shown[n_shown++] = r->over[i];
     }
@@ -742,19 +980,19 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     shown[n_shown++] = r->top[i];
   }
   char why[SC_SEARCH_TOP][320];
-  sc_search_cand ch_exact = exact_view(ch, exact_pr, limit);
+  sc_search_cand ch_exact = exact_view(ch, exact_pr, limit, x.goal);
   for (int32_t i = 0; i < n_shown; i++) {
     if (i == chosen_at) {
       snprintf(why[i], sizeof why[i], "chosen");
     } else if (shown_exact[i] >= 0) {
       /* exact against exact */
-      sc_search_cand v = exact_view(&shown[i], &exact_of[shown_exact[i]], limit);
+      sc_search_cand v = exact_view(&shown[i], &exact_of[shown_exact[i]], limit, x.goal);
       sc_search_why(&ch_exact, &v, limit, why[i], sizeof why[i]);
-    } else if (shown[i].fits && shown[i].step_s < ch->step_s) {
+    } else if (shown[i].fits && shown[i].objective_s < ch->objective_s) {
       /* faster by the estimate than the chosen one, not compiled: the
        * exact evaluation ranked the chosen one above the estimate's best */
       snprintf(why[i], sizeof why[i], "estimated %.1f %% faster; not evaluated exactly",
-               100.0 * (ch->step_s - shown[i].step_s) / ch->step_s);
+               100.0 * (ch->objective_s - shown[i].objective_s) / ch->objective_s);
     } else {
       sc_search_why(ch, &shown[i], limit, why[i], sizeof why[i]);
     }
@@ -763,7 +1001,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   for (int32_t i = 0; i < n_shown; i++) {
     if (i == chosen_at) shown_pr[i] = *exact_pr;
     else if (shown_exact[i] >= 0) shown_pr[i] = exact_of[shown_exact[i]];
-    else estimate_predicted(&shown[i], tokens, &shown_pr[i]);
+    else estimate_predicted(&shown[i], bm.seq, &shown_pr[i]);
   }
 
   if (o.json) {
@@ -773,14 +1011,14 @@ int sc_cmd_plan_auto(int argc, char **argv) {
       json_object_set_new(cj1, "exact", json_boolean(shown_exact[i] >= 0));
       if (shown_exact[i] >= 0) { /* its estimate too, to compare */
         sc_plan_predicted est;
-        estimate_predicted(&shown[i], tokens, &est);
+        estimate_predicted(&shown[i], bm.seq, &est);
         json_object_set_new(cj1, "estimate", sc_plan_predicted_json(&est));
       }
       json_array_append_new(cands, cj1);
     }
     json_t *cj = cand_json(ch, exact_pr, NULL);
     sc_plan_predicted est;
-    estimate_predicted(ch, tokens, &est);
+    estimate_predicted(ch, bm.seq, &est);
     json_t *ej = sc_plan_predicted_json(&est);
     json_object_set_new(cj, "estimate", ej);
     json_object_set_new(cj, "estimate_error", json_real(err));
@@ -795,15 +1033,15 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_object_set_new(cj, "plan", plan ? plan : json_null());
     char replay[1024], opts[384];
     cand_options(ch, opts, sizeof opts);
-    size_t pos = (size_t)snprintf(replay, sizeof replay, "--train --cluster %s %s%s", p.cluster,
-                                  opts, a.train_opts);
+    size_t pos = (size_t)snprintf(replay, sizeof replay, "%s--cluster %s %s%s",
+                                  a.train ? "--train " : "", p.cluster, opts, a.train_opts);
     for (int k = 0; k < o.n_dims && pos < sizeof replay; k++)
       if (strcmp(o.dims[k].name, dim_name) != 0)
         pos += (size_t)snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld",
                                 o.dims[k].name, (long long)o.dims[k].value);
     if (pos < sizeof replay)
       snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld --no-weights", dim_name,
-               (long long)a.global_batch);
+               (long long)ch->batch);
     json_object_set_new(cj, "replay", json_string(replay));
     json_t *root = json_pack(
         "{s:{s:f, s:f, s:f, s:i, s:I, s:I, s:o, s:o, s:o}}", "auto", "time_s",
@@ -836,6 +1074,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                   bm.outside.mem_bytes, "params", (json_int_t)bm.outside.params, "saved_bytes",
                   bm.outside.saved_bytes));
     json_object_set_new(au, "memory_limit_bytes", json_integer(limit));
+    json_object_set_new(au, "objective", json_string(sc_search_goal_name(x.goal)));
     json_object_set_new(au, "tp_left_node", json_boolean(r->tp_left_node));
     json_t *sk = json_array();
     for (int32_t i = 0; i < n_skipped; i++) json_array_append_new(sk, json_string(skipped[i]));
@@ -847,19 +1086,20 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                            fewer.why);
     if (fewer.have) {
       sc_plan_predicted fp;
-      estimate_predicted(&fewer.best, tokens, &fp);
+      estimate_predicted(&fewer.best, bm.seq, &fp);
       json_object_set_new(fj, "best", cand_json(&fewer.best, &fp, NULL));
     }
     json_object_set_new(fj, "basis", json_string(fewer_exact ? "exact" : "estimates"));
-    json_object_set_new(fj, "exact_compiled", json_integer(n_fewer_exact));
+    json_object_set_new(fj, "exact_compiled", json_integer(x.n_fewer_exact));
     if (fewer_exact) json_object_set_new(fj, "exact_best", cand_json(&fewer_c, &fewer_pr, NULL));
     json_object_set_new(fj, "chosen_estimate_s", json_real(ch->step_s));
-    json_object_set_new(au, "fewer_devices", fj);
-    json_object_set_new(au, "exact_evaluated_total", json_integer(n_exact_all));
+    if (x.goal == SC_SEARCH_TRAIN) json_object_set_new(au, "fewer_devices", fj);
+    else json_decref(fj);
+    json_object_set_new(au, "exact_evaluated_total", json_integer(x.n_exact_all));
     json_object_set_new(au, "exact_limits",
                         json_pack("{s:i, s:i, s:f}", "per_round", EXACT_TOP, "total", EXACT_MAX,
                                   "guard_s", EXACT_GUARD_S));
-    json_object_set_new(au, "exact_cut", exact_cut[0] ? json_string(exact_cut) : json_null());
+    json_object_set_new(au, "exact_cut", x.exact_cut[0] ? json_string(x.exact_cut) : json_null());
     double most[2] = {1, 1};
     json_t *sj = json_object();
     for (int k = 0; k < 6; k++) {
@@ -880,9 +1120,16 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     char lim[32], t1[32], t2[32], t3[32], count[32];
     fmt_bytes((double)limit, lim, sizeof lim);
     sc_cli_format_count(sc_block_model_params(&bm), count, sizeof count);
-    printf("plan --auto: %s on %s (%lld devices), global batch %lld, %s, memory per rank %s\n",
-           o.file, cluster.name, (long long)sc_cluster_devices(&cluster),
-           (long long)a.global_batch, ta.t.bf16 ? "bf16" : ta.t.fp16 ? "fp16" : "fp32", lim);
+    if (x.goal == SC_SEARCH_TRAIN)
+      printf("plan --auto: %s on %s (%lld devices), global batch %lld, %s, memory per rank %s\n",
+             o.file, cluster.name, (long long)sc_cluster_devices(&cluster),
+             (long long)a.global_batch, ta.t.bf16 ? "bf16" : ta.t.fp16 ? "fp16" : "fp32", lim);
+    else
+      printf("plan --auto (inference, %s): %s on %s (%lld devices), batch %lld%s, %s, memory "
+             "per rank %s\n", sc_search_goal_name(x.goal), o.file, cluster.name,
+             (long long)sc_cluster_devices(&cluster), (long long)a.global_batch,
+             x.goal == SC_SEARCH_THROUGHPUT ? " per replica" : "",
+             bm.param_bytes == 2 ? "bf16" : "fp32", lim);
     printf("block model: %d blocks found %s; hidden %lld, heads %lld, sequence %lld, %s "
            "parameters\n", (int)bm.n_blocks, bm.found, (long long)bm.hidden,
            (long long)bm.heads, (long long)bm.seq, count);
@@ -891,15 +1138,16 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     sc_cli_format_seconds(t_exact, t3, sizeof t3);
     printf("searched: %lld candidates evaluated, %lld pruned (tp not dividing the heads %lld, "
            "tp leaving a node or uneven placement %lld, batch not dividing %lld, microbatches "
-           "%lld, training state over memory %lld, lower bound no better than the 10th %lld)\n",
+           "%lld, %s over memory %lld, lower bound no better than the 10th %lld)\n",
            (long long)r->evaluated, (long long)r->pruned, (long long)r->pruned_heads,
            (long long)r->pruned_node, (long long)r->pruned_batch,
-           (long long)r->pruned_microbatch, (long long)r->pruned_state,
+           (long long)r->pruned_microbatch,
+           x.goal == SC_SEARCH_TRAIN ? "training state" : "weights", (long long)r->pruned_state,
            (long long)r->pruned_bound);
     if (r->tp_left_node) printf("  (nothing fitted with tp inside a node: tp may span nodes)\n");
     printf("time: block model %s, search %s, exact evaluation %s\n", t1, t2, t3);
     for (int32_t i = 0; i < n_skipped; i++) printf("note: %s\n", skipped[i]);
-    if (exact_cut[0]) printf("note: %s\n", exact_cut);
+    if (x.exact_cut[0]) printf("note: %s\n", x.exact_cut);
     if (fewer.slower) {
       char fo[384];
       cand_options(fewer_exact ? &fewer_c : &fewer.best, fo, sizeof fo);
@@ -916,9 +1164,13 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     printf("\nchosen: %s (micro-batch %lld per replica)\n", opts, (long long)ch->micro_batch_size);
     if (exact_pr->unknown[0]) printf("  exact: unknown: %s\n", exact_pr->unknown);
     else
-      printf("  exact (compiled, as plan --train --mesh): step %s, MFU %.1f%%, peak %s per "
-             "rank (%lld bytes), %s\n", xt, 100 * exact_pr->mfu, pk,
+      printf("  exact (compiled, as plan %s--mesh): step %s, MFU %.1f%%, peak %s per "
+             "rank (%lld bytes), %s", a.train ? "--train " : "", xt, 100 * exact_pr->mfu, pk,
              (long long)exact_pr->peak_bytes_per_rank, exact_pr->fits ? "fits" : "over");
+    if (!exact_pr->unknown[0] && x.goal == SC_SEARCH_THROUGHPUT)
+      printf(", %.4g examples/s (batch %lld a step)", (double)ch->batch / exact_pr->step_time_s,
+             (long long)ch->batch);
+    if (!exact_pr->unknown[0]) printf("\n");
     printf("  estimate (block model): step %s (%+.1f %% against the exact)\n", et, 100 * err);
     printf("\nbest %d (block-model estimates; [exact]: compiled and predicted exactly, the "
            "chosen one the fastest of those that fit):\n", (int)n_shown);
@@ -927,7 +1179,151 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     for (int32_t i = 0; i < n_shown; i++) cand_line(i + 1, &shown[i], &shown_pr[i], why[i]);
   }
   fflush(stdout);
+  if (a.html) {
+    sc_plan_html_candidate cands[SC_SEARCH_TOP];
+    for (int32_t i = 0; i < n_shown; i++) {
+      const sc_plan_predicted *pr = &shown_pr[i];
+      cands[i] = (sc_plan_html_candidate){.step_s = pr->step_time_s,
+                                          .tokens_per_s = pr->tokens_per_s, .mfu = pr->mfu,
+                                          .peak_bytes = pr->peak_bytes_per_rank,
+                                          .fits = strcmp(pr->source, "estimate") != 0 ? pr->fits
+                                                                                 : shown[i].fits,
+                                          .chosen = i == chosen_at,
+                                          .exact = strcmp(pr->source, "estimate") != 0};
+      cand_options(&shown[i], cands[i].plan, sizeof cands[i].plan);
+      snprintf(cands[i].why, sizeof cands[i].why, "%s", why[i]);
+    }
+    sc_diag hd = {0};
+    sc_diag_clear(&hd);
+    sc_device_target target; /* as choose() predicted the plans for */
+    sc_runtime_target_host(&target);
+    if (sc_plan_train_html(ex.b, &ta.t, &target, o.file, "shardc plan --auto", cands, n_shown,
+                           a.html, &hd) != SC_OK) {
+      sc_build_destroy(ex.b);
+      sc_free(r);
+      return sc_cli_report(&hd, o.file);
+    }
+  }
   sc_build_destroy(ex.b);
   sc_free(r);
+  return 0;
+}
+
+/* ---- --mesh auto in run, compile and train ---- */
+
+/* The ranks a job of one process per rank has (mpirun's, torchrun's or
+ * Slurm's variables), or 0. */
+static int64_t world_ranks(const char *comm) {
+  if (!sc_partition_comm_is_world(comm)) return 0;
+  const char *names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "WORLD_SIZE", "SLURM_NTASKS"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *v = getenv(names[i]);
+    int64_t n;
+    if (v && sc_cli_parse_i64(v, 1, SC_CLUSTER_MAX_PER_NODE, &n)) return n;
+  }
+  return 0;
+}
+
+/* The cluster --mesh auto plans for: --cluster's, or this machine
+ * (cpu:local) with the ranks the command runs (a job's processes, else
+ * the cores), measured now when it has no figures (thread-ranks only:
+ * the processes of a job would each measure, and might choose apart);
+ * one line on stderr says what was assumed. */
+static int auto_cluster(sc_partition_args *p) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (p->cluster) {
+    if (sc_cluster_load(p->cluster, &p->auto_cluster, &d) != SC_OK) return sc_cli_report(&d, NULL);
+    p->cluster_loaded = &p->auto_cluster;
+    return 0;
+  }
+  sc_cluster *c = &p->auto_cluster;
+  if (sc_cluster_load("cpu:local", c, &d) != SC_OK) return sc_cli_report(&d, NULL);
+  int64_t ranks = world_ranks(p->comm);
+  const char *whose = ranks ? "this job's processes" : "this machine's cores";
+  if (!ranks) ranks = c->devices_per_node;
+  double seconds = 0;
+  if (c->memory_bytes_per_s <= 0 && sc_partition_comm_is_world(p->comm))
+    return sc_cli_usage_error("--mesh auto --comm %s: the processes would each measure this "
+                              "machine and might choose apart; measure it once (shardc "
+                              "calibrate -o PROFILE.json) and give --cluster "
+                              "cpu:local@PROFILE.json", p->comm);
+  if (c->memory_bytes_per_s <= 0) {
+    sc_calibrate_opts co;
+    sc_calibrate_opts_init(&co);
+    co.quick = true;
+    sc_profile *prof = sc_malloc(sizeof *prof);
+    if (!prof) {
+      fprintf(stderr, "shardc: error: out of memory\n");
+      return 1;
+    }
+    double t0 = sc_cli_now_s();
+    sc_status st = sc_calibrate(&co, prof, &d);
+    seconds = sc_cli_now_s() - t0;
+    if (st == SC_OK) sc_cluster_apply_profile(c, prof);
+    sc_free(prof);
+    if (st != SC_OK) return sc_cli_report(&d, NULL);
+  }
+  c->devices_per_node = ranks;
+  p->cluster = "cpu:local";
+  p->cluster_loaded = c;
+  fprintf(stderr, "shardc: note: --mesh auto without --cluster: planning for cpu:local, %lld "
+          "ranks (%s)%s", (long long)ranks, whose, seconds > 0 ? ", its figures measured now" : "");
+  if (seconds > 0) fprintf(stderr, " (shardc calibrate --quick, %.1f s)", seconds);
+  fprintf(stderr, "\n");
+  return 0;
+}
+
+int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_args *ta) {
+  SC_ASSERT(p->auto_plan);
+  sc_partition_args others = *p;
+  others.auto_plan = false;
+  others.objective = NULL;
+  others.cluster = NULL;
+  others.comm = "local";
+  if (p->mesh || p->plan_file || sc_partition_args_any(&others))
+    return sc_cli_usage_error("--mesh auto chooses the mesh and every partitioning option "
+                              "itself: give only --cluster (not --mesh, --plan, --zero, "
+                              "--microbatches, ...)");
+  if (ta && p->objective)
+    return sc_cli_usage_error("--objective ranks inference plans; a training step is ranked by "
+                              "its time");
+  if (p->objective && strcmp(p->objective, "throughput") == 0)
+    return sc_cli_usage_error("--objective throughput: each dp replica serves a batch of its "
+                              "own, which one run does not; plan it with shardc plan --auto "
+                              "--objective throughput");
+  if (ta && ta->recompute_auto)
+    return sc_cli_usage_error("--mesh auto chooses the recompute itself (no --recompute auto)");
+  int rc = auto_cluster(p);
+  if (rc) return rc;
+  /* the exact count fixed (EXACT_TOP, EXACT_MAX): the processes of a job,
+   * and compile and run of one model, choose the same plan */
+  auto_search x = {.goal = ta ? SC_SEARCH_TRAIN : SC_SEARCH_LATENCY, .o = o, .ta = ta,
+                   .cluster_spec = p->cluster, .cluster = p->cluster_loaded};
+  if (ta) x.args.budget_bytes = ta->memory_budget;
+  if ((rc = choose(&x)) != 0) return rc;
+  const sc_search_cand *c = &x.r->top[x.chosen];
+  const sc_plan_predicted *pr = &x.ex.b->plan->predicted;
+  sc_search_mesh(c, p->auto_mesh, sizeof p->auto_mesh);
+  p->mesh = p->auto_mesh;
+  p->microbatches = c->microbatches > 1 ? c->microbatches : 0;
+  p->sequence_parallel = c->sequence_parallel;
+  if (!c->inference) {
+    p->zero = c->zero;
+    p->schedule = c->pp > 1 ? c->schedule : NULL;
+    p->virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
+    ta->t.recompute = (sc_recompute_kind)c->recompute;
+  }
+  char opts[384], t[32], mem[32];
+  cand_options(c, opts, sizeof opts);
+  sc_cli_format_seconds(pr->step_time_s, t, sizeof t);
+  fmt_bytes((double)pr->peak_bytes_per_rank, mem, sizeof mem);
+  fprintf(stderr, "shardc: note: --mesh auto chose --cluster %s %s\n", p->cluster, opts);
+  fprintf(stderr, "shardc: note: predicted %s %s, peak %s per rank (%lld candidates evaluated, "
+          "%lld pruned, %d compiled, %.2f s)\n", c->inference ? "batch" : "step",
+          pr->unknown[0] ? "unknown" : t, mem, (long long)x.evaluated, (long long)x.pruned,
+          (int)x.n_exact, x.t_model + x.t_search + x.t_exact);
+  sc_build_destroy(x.ex.b);
+  sc_free(x.r);
   return 0;
 }

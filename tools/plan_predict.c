@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "codegen/device_memory.h"
 #include "codegen/dist_sim.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
@@ -91,4 +92,23 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
   }
   printf("  comm: exposed communication (what compute waited for; async collectives hidden "
          "behind compute are not counted); bubble: waiting for a neighbour's hand-off\n");
+}
+
+/* The largest rank's memory: its stage's device lines (the arena among
+ * them) and its weights, as the per-rank memory table prints them; 0 when
+ * a stage's device lines cannot be had. */
+int64_t sc_plan_peak_rank_bytes(const sc_dist_program *dp, const sc_device_target *t) {
+  int64_t most = 0;
+  for (int32_t s = 0; s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    if (!p) continue;
+    sc_device_memory dm;
+    sc_diag d = {0};
+    if (sc_device_memory_plan(p, t, &dm, &d) != SC_OK) return 0;
+    int64_t total = sc_device_memory_total(&dm);
+    for (int32_t i = 0; i < p->n_buffers; i++)
+      if (p->buffers[i].kind == SC_BUF_CONST) total += p->buffers[i].bytes;
+    if (total > most) most = total;
+  }
+  return most;
 }

@@ -5,6 +5,7 @@
 #ifndef SC_TOOLS_PLAN_PREDICT_H
 #define SC_TOOLS_PLAN_PREDICT_H
 
+#include "codegen/device_memory.h"
 #include "codegen/dist_program.h"
 #include "passes/plan/plan.h"
 
@@ -15,5 +16,10 @@
  * largest rank's exact memory, device lines included (0: not computed). */
 void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const char *precision,
                              int64_t peak_bytes);
+
+/* The largest rank's memory: its stage's device lines (the arena among
+ * them, codegen/device_memory.h on target t) and its weights, as plan's
+ * per-rank memory table prints them; 0 when a stage's lines cannot be had. */
+int64_t sc_plan_peak_rank_bytes(const sc_dist_program *dp, const sc_device_target *t);
 
 #endif

@@ -11,11 +11,16 @@
  *                        allocates (and what placement loses)
  *     constants          frozen weights and folded values (outside the arena)
  *     total              arena + constants
+ *     the device's lines beside the arena (the CPU's that are there; on a
+ *     GPU cluster the CUDA device's, all: workspace, weights padding,
+ *     context, NCCL's buffers) and `total, all`; a pipelined step lists a
+ *     GPU's per pipeline rank (its pieces' summed, one context)
  *   with a mesh, the collectives of one rank's step: per (op, axes) the
  *   count, the bytes of the whole tensors, what the rank sends with ring
  *   algorithms, and their sum in units of Ψ (the trainable parameters'
  *   fp32 bytes) next to the ZeRO paper's figure for the mesh.
- * JSON: the same numbers, in bytes. */
+ * JSON: the same numbers, in bytes. --html: the page of plan_html.h, its
+ * bars the same figures by part (sc_plan_train_html). */
 #include "tools/plan_train.h"
 
 #include <stdio.h>
@@ -26,6 +31,7 @@
 
 #include "codegen/dist_sim.h"
 #include "codegen/pipe_schedule.h"
+#include "codegen/train_manifest.h"
 #include "driver/train_memory.h"
 #include "passes/partition/partition.h"
 #include "passes/blocks.h"
@@ -87,12 +93,17 @@ static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M
 
 typedef struct pipe_row {
   int32_t q;
-  int64_t arenas, state, stash, p2p, coll;
+  int64_t arena, state, stash, p2p, coll; /* arena: the one its pieces share */
+  int64_t state_by[3];   /* of state: parameters, gradient accumulators,
+                            optimizer state (for the page's bars) */
   int64_t step, kept;    /* the step's handed-over values' peak, and that of
                             all handed-over values (the total's) */
-  int64_t outside;       /* the device's lines beside the arenas: the most
-                            any of its pieces needs (one context, one
-                            workspace, reused by the pieces in turn) */
+  int64_t outside;       /* the device's lines beside the arena: the CPU's,
+                            the most any of its pieces needs (one pool,
+                            reused by the pieces in turn); the CUDA
+                            device's, its pieces' summed (each a session
+                            with its own communicators), one context */
+  sc_device_memory dev;  /* those lines (arena: 0) */
   int32_t stashed, formula;
   sc_pipe_action *acts;
   uint64_t *from, *to;   /* [n_acts] pipeline ranks each action receives from, sends to */
@@ -105,13 +116,15 @@ static bool listed(const char *const *names, int32_t n, const char *name) {
   return false;
 }
 
-/* Pipeline coordinate q's figures: its pieces' arenas, the state it keeps,
+/* Pipeline coordinate q's figures: its pieces' one arena (the largest
+ * piece's: sc_pipe_arena_bytes), the state it keeps,
  * its stash and what it sends, by its action list. */
 static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, int32_t q,
                              const sc_device_target *target, pipe_row *r, sc_diag *d) {
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
   memset(r, 0, sizeof *r);
   r->q = q;
+  r->arena = sc_pipe_arena_bytes(dp, q);
   sc_status st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q, &r->acts,
                                   &r->n_acts, d);
   if (st != SC_OK) return st;
@@ -123,15 +136,28 @@ static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *
   for (int32_t s = 0; s < dp->n_stages && st == SC_OK; s++) {
     if (sc_pipe_piece_chunk(C, s) % P != q) continue;
     const sc_program *p = dp->stages[s].program;
-    r->arenas += p->arena_bytes;
     sc_device_memory dm;
     if ((st = sc_device_memory_plan(p, target, &dm, d)) != SC_OK) break;
-    if (sc_device_memory_outside(&dm) > r->outside) r->outside = sc_device_memory_outside(&dm);
+    if (target->device && !strcmp(target->device, "cuda")) {
+      /* each piece is a session of its own: its CUDA device's workspace and
+       * weights, its own communicators; the process has one context */
+      for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
+        r->dev.bytes[l] = l == SC_MEM_CUDA_CONTEXT
+                              ? (dm.bytes[l] > r->dev.bytes[l] ? dm.bytes[l] : r->dev.bytes[l])
+                              : r->dev.bytes[l] + dm.bytes[l];
+      r->outside = sc_device_memory_outside(&r->dev);
+    } else if (sc_device_memory_outside(&dm) > r->outside) {
+      r->outside = sc_device_memory_outside(&dm);
+      r->dev = dm;
+    }
     for (int32_t i = 0; i < p->n_inputs; i++) {
       const sc_buffer *b = &p->buffers[p->inputs[i]];
       if (!sc_dist_is_state(dp, b->name) || listed(seen, n_seen, b->name)) continue;
       seen[n_seen++] = b->name;
       r->state += b->bytes;
+      r->state_by[strncmp(b->name, "accum:", 6) == 0        ? 1
+                  : sc_train_is_optimizer_state(b->name) ? 2
+                                                         : 0] += b->bytes;
     }
     sc_train_comm *cm = NULL;
     int32_t n_cm = 0;
@@ -185,6 +211,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   const sc_dist_program *dp = b->program;
   const sc_partition *part = b->part;
   int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
+  bool cuda = target->device && !strcmp(target->device, "cuda"); /* a GPU's own lines */
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_pipe_handoffs ho;
@@ -229,14 +256,25 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
            (int)M);
     for (int32_t q = 0; q < P; q++) {
       const pipe_row *r = &rows[q];
-      printf("%s\n  {\"rank\": %d, \"arenas\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
+      printf("%s\n  {\"rank\": %d, \"arena\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
              "\"step_values_peak\": %lld, \"total\": %lld, \"stashed_microbatches\": %d, "
              "\"stash_formula\": %d, \"p2p_sent\": %lld, \"collective_sent\": %lld, "
              "\"actions\": [",
-             q ? "," : "", (int)q, (long long)r->arenas, (long long)r->state,
+             q ? "," : "", (int)q, (long long)r->arena, (long long)r->state,
              (long long)r->stash, (long long)r->step,
-             (long long)(r->arenas + r->state + r->kept), (int)r->stashed,
+             (long long)(r->arena + r->state + r->kept), (int)r->stashed,
              (int)r->formula, (long long)r->p2p, (long long)r->coll);
+      if (cuda) { /* a GPU's lines beside the arena, and the total with them */
+        printf("], \"device\": {");
+        for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
+          if (!sc_mem_line_of_device((sc_mem_line)l, "cuda")) continue;
+          printf("%s\"%s\": %lld", first ? "" : ", ", sc_mem_line_name((sc_mem_line)l),
+                 (long long)r->dev.bytes[l]);
+          first = 0;
+        }
+        printf("}, \"total_with_device\": %lld, \"actions\": [",
+               (long long)(r->arena + r->state + r->kept + r->outside));
+      }
       for (int32_t i = 0; i < r->n_acts; i++) {
         char name[64];
         printf("%s\"%s\"", i ? ", " : "", sc_pipe_action_name(&r->acts[i], name, sizeof name));
@@ -258,17 +296,18 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   printf("schedule check: every rank's action list runs to its end (no deadlock)\n");
   printf("\nper pipeline rank (one rank of its data and tensor parallel group; planned = "
          "allocated):\n");
-  printf("  %4s %12s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arenas", "state",
+  printf("  %4s %12s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arena", "state",
          "stash peak", "step values", "total", "stashed", "formula", "p2p sent", "coll sent");
   for (int32_t q = 0; q < P; q++) {
     const pipe_row *r = &rows[q];
     printf("  %4d %12lld %12lld %12lld %12lld %12lld %9d %9d %12lld %12lld\n", (int)q,
-           (long long)r->arenas, (long long)r->state, (long long)r->stash, (long long)r->step,
-           (long long)(r->arenas + r->state + r->kept), (int)r->stashed, (int)r->formula,
+           (long long)r->arena, (long long)r->state, (long long)r->stash, (long long)r->step,
+           (long long)(r->arena + r->state + r->kept), (int)r->stashed, (int)r->formula,
            (long long)r->p2p, (long long)r->coll);
   }
-  printf("  arenas: its pieces' programs (forward, backward, norm, update of each chunk); "
-         "state: parameters,\n  optimizer state and accumulators it keeps; stash peak: the "
+  printf("  arena: one, shared by its pieces (forward, backward, norm, update of each "
+         "chunk): the largest\n  piece's, as they run in turn and keep nothing in it; "
+         "state: parameters, optimizer\n  state and accumulators it keeps; stash peak: the "
          "most bytes of values handed over\n  per microbatch kept at once (forward to "
          "backward, across chunks); step values: that of\n  values kept once a step (state "
          "copies, the norm's and the update's inputs); total: with\n  the most of both kept "
@@ -278,12 +317,25 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          dp->schedule.kind == SC_SCHEDULE_GPIPE         ? "GPipe M"
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
+  if (cuda) {
+    printf("\nthe CUDA device's lines beside the arena, per pipeline rank (its pieces' "
+           "summed, one context):\n");
+    for (int32_t q = 0; q < P; q++) {
+      const pipe_row *r = &rows[q];
+      printf("  %4d", (int)q);
+      for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
+        if (sc_mem_line_of_device((sc_mem_line)l, "cuda"))
+          printf("  %s %lld%s", sc_mem_line_name((sc_mem_line)l), (long long)r->dev.bytes[l],
+                 l == SC_MEM_CUDA_CONTEXT && !r->dev.bytes[l] ? " (unknown)" : "");
+      printf("; total, all %lld\n", (long long)(r->arena + r->state + r->kept + r->outside));
+    }
+  }
   if (table) print_table(dp, rows);
   int64_t peak = 0;
   for (int32_t q = 0; q < P; q++) {
     const pipe_row *r = &rows[q];
-    if (r->arenas + r->state + r->kept + r->outside > peak)
-      peak = r->arenas + r->state + r->kept + r->outside;
+    if (r->arena + r->state + r->kept + r->outside > peak)
+      peak = r->arena + r->state + r->kept + r->outside;
   }
   sc_plan_print_predicted(dp, b->plan, precision_name(t), peak);
 done:
@@ -300,34 +352,76 @@ done:
   return rc;
 }
 
-/* The largest rank's memory, as the reports print it: per pipeline rank
- * its arenas, state, stash and the device's lines beside them
- * (pipe_row_of); one rank's arena, constants and device lines otherwise. */
-static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
-                            sc_diag *d) {
+static void part(sc_rank_memory *m, const char *name, int64_t bytes) {
+  if (m->n_parts < SC_RANK_MEMORY_MAX_PARTS) {
+    m->parts[m->n_parts].name = name;
+    m->parts[m->n_parts++].bytes = bytes;
+  }
+  m->total += bytes;
+}
+
+sc_status sc_plan_train_rank_memory(const sc_build *b, const sc_device_target *target,
+                                    sc_rank_memory **out, int32_t *n, sc_diag *d) {
   const sc_dist_program *dp = b->program;
-  *peak = 0;
+  int32_t rows = dp->pipe_chunks > 0 ? dp->pipe_ranks : 1;
+  sc_rank_memory *m = sc_calloc((size_t)rows, sizeof *m);
+  *out = NULL;
+  *n = 0;
+  if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = SC_OK;
   if (dp->pipe_chunks > 0) {
     sc_pipe_handoffs ho;
-    sc_status st = sc_pipe_handoffs_of(dp, &ho, d);
+    st = sc_pipe_handoffs_of(dp, &ho, d);
     for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
       pipe_row r;
       st = pipe_row_of(dp, &ho, q, target, &r, d);
-      int64_t total = r.arenas + r.state + r.kept + r.outside;
-      if (st == SC_OK && total > *peak) *peak = total;
+      if (st == SC_OK) {
+        snprintf(m[q].rank, sizeof m[q].rank, "pipeline rank %d", (int)q);
+        part(&m[q], "arena", r.arena);
+        part(&m[q], "state", r.state);
+        part(&m[q], "stash", r.kept);
+        part(&m[q], "device", r.outside);
+      }
       sc_free(r.acts);
       sc_free(r.from);
       sc_free(r.to);
     }
     sc_pipe_handoffs_free(&ho);
+  } else {
+    const sc_program *p = dp->stages[0].program;
+    sc_train_memory tm;
+    sc_device_memory dm;
+    st = sc_train_memory_of(p, &tm, d);
+    if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
+    if (st == SC_OK) {
+      snprintf(m[0].rank, sizeof m[0].rank, "rank 0");
+      for (int c = 0; c < SC_MEM_CLASS_COUNT; c++)
+        part(&m[0], sc_mem_class_name((sc_mem_class)c), tm.live[c]);
+      part(&m[0], "placement", tm.arena - tm.peak_live);
+      part(&m[0], "constants", tm.constants);
+      part(&m[0], "device", sc_device_memory_outside(&dm));
+    }
+  }
+  if (st != SC_OK) {
+    sc_free(m);
     return st;
   }
-  const sc_program *p = dp->stages[0].program;
-  sc_train_memory m;
-  sc_device_memory dm;
-  sc_status st = sc_train_memory_of(p, &m, d);
-  if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
-  if (st == SC_OK) *peak = m.arena + m.constants + sc_device_memory_outside(&dm);
+  *out = m;
+  *n = rows;
+  return SC_OK;
+}
+
+/* The largest rank's memory, as the reports print it
+ * (sc_plan_train_rank_memory). */
+static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
+                            sc_diag *d) {
+  sc_rank_memory *m;
+  int32_t n;
+  *peak = 0;
+  sc_status st = sc_plan_train_rank_memory(b, target, &m, &n, d);
+  for (int32_t i = 0; st == SC_OK && i < n; i++)
+    if (m[i].total > *peak) *peak = m[i].total;
+  if (st == SC_OK) sc_free(m);
   return st;
 }
 
@@ -397,8 +491,10 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     printf(", \"arena\": %lld, \"constants\": %lld, \"total\": %lld", (long long)m.arena,
            (long long)m.constants, (long long)(m.arena + m.constants));
     printf(",\n \"device\": {");
-    for (int l = 1; l < SC_MEM_LINE_COUNT; l++) {
-      printf("%s", l > 1 ? ", " : "");
+    for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
+      if (!sc_mem_line_of_device((sc_mem_line)l, target->device)) continue;
+      printf("%s", first ? "" : ", ");
+      first = 0;
       json_str(sc_mem_line_name((sc_mem_line)l));
       printf(": %lld", (long long)dm.bytes[l]);
     }
@@ -479,9 +575,12 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   row("total", m.arena + m.constants, "");
   char tg[96];
   sc_cli_format_target(target, tg, sizeof tg);
-  for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
-    if (dm.bytes[l]) row(sc_mem_line_name((sc_mem_line)l), dm.bytes[l],
-                         sc_mem_line_what((sc_mem_line)l));
+  bool cuda = target->device && !strcmp(target->device, "cuda");
+  for (int l = 1; l < SC_MEM_LINE_COUNT; l++) /* a GPU's lines all, the CPU's that are there */
+    if (cuda ? sc_mem_line_of_device((sc_mem_line)l, "cuda") : dm.bytes[l] != 0)
+      row(sc_mem_line_name((sc_mem_line)l), dm.bytes[l],
+          l == SC_MEM_CUDA_CONTEXT && !dm.bytes[l] ? "unknown: the cluster's gpu.context_bytes"
+                                                   : sc_mem_line_what((sc_mem_line)l));
   char with[160];
   snprintf(with, sizeof with, "+ the device's own memory beside the arena (%s)", tg);
   row("total, all", m.arena + m.constants + outside, with);
@@ -514,4 +613,87 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   sc_plan_print_predicted(b->program, b->plan, prec, m.arena + m.constants + outside);
   sc_free(cm);
   return 0;
+}
+
+/* ---- --html ---- */
+
+/* Pipeline rank q's bar: its state by kind, the arena its pieces share, the
+ * handed-over values it keeps and the device's lines beside them (the
+ * terms of the report's total). */
+static void pipe_bar(const pipe_row *r, sc_plan_html_bar *bar) {
+  snprintf(bar->label, sizeof bar->label, "pipeline rank %d", (int)r->q);
+  bar->pipe_rank = r->q;
+  bar->bytes[SC_PLAN_HTML_PARAMS] = r->state_by[0];
+  bar->bytes[SC_PLAN_HTML_GRADIENTS] = r->state_by[1];
+  bar->bytes[SC_PLAN_HTML_OPTIMIZER] = r->state_by[2];
+  bar->bytes[SC_PLAN_HTML_STASH] = r->kept;
+  bar->bytes[SC_PLAN_HTML_WORKSPACE] = r->arena;
+  bar->bytes[SC_PLAN_HTML_DEVICE] = r->outside;
+}
+
+/* One program's bar: the arena's classes at the peak (train_memory.h),
+ * what placement loses and the data as other, the constants as
+ * parameters, the device's lines beside the arena. */
+static void program_bar(const sc_train_memory *m, int64_t outside, sc_plan_html_bar *bar) {
+  snprintf(bar->label, sizeof bar->label, "every rank");
+  bar->pipe_rank = -1;
+  bar->bytes[SC_PLAN_HTML_PARAMS] = m->live[SC_MEM_PARAMS] + m->constants;
+  bar->bytes[SC_PLAN_HTML_GRADIENTS] = m->live[SC_MEM_GRADIENTS];
+  bar->bytes[SC_PLAN_HTML_OPTIMIZER] = m->live[SC_MEM_OPTIMIZER];
+  bar->bytes[SC_PLAN_HTML_ACTIVATIONS] = m->live[SC_MEM_ACTIVATIONS];
+  bar->bytes[SC_PLAN_HTML_WORKSPACE] = m->live[SC_MEM_WORKSPACE];
+  bar->bytes[SC_PLAN_HTML_COMM] = m->live[SC_MEM_COMM];
+  bar->bytes[SC_PLAN_HTML_DEVICE] = outside;
+  bar->bytes[SC_PLAN_HTML_OTHER] = m->live[SC_MEM_DATA] + (m->arena - m->peak_live);
+}
+
+sc_status sc_plan_train_html(const sc_build *b, const sc_train_opts *t,
+                             const sc_device_target *target, const char *file,
+                             const char *command, const sc_plan_html_candidate *candidates,
+                             int32_t n_candidates, const char *path, sc_diag *d) {
+  const sc_dist_program *dp = b->program;
+  sc_status st = sc_plan_train_predict(b, t, target, d);
+  if (st != SC_OK) return st;
+  int32_t n_bars = dp->pipe_chunks > 0 ? dp->pipe_ranks : 1;
+  sc_plan_html_bar *bars = sc_calloc((size_t)n_bars, sizeof *bars);
+  if (!bars) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (dp->pipe_chunks > 0) {
+    sc_pipe_handoffs ho;
+    st = sc_pipe_handoffs_of(dp, &ho, d);
+    for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
+      pipe_row r;
+      if ((st = pipe_row_of(dp, &ho, q, target, &r, d)) == SC_OK) pipe_bar(&r, &bars[q]);
+      sc_free(r.acts);
+      sc_free(r.from);
+      sc_free(r.to);
+    }
+    sc_pipe_handoffs_free(&ho);
+  } else {
+    const sc_program *p = dp->stages[0].program;
+    sc_train_memory m;
+    sc_device_memory dm;
+    st = sc_train_memory_of(p, &m, d);
+    if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
+    if (st == SC_OK) program_bar(&m, sc_device_memory_outside(&dm), &bars[0]);
+  }
+  if (st == SC_OK) {
+    sc_plan_html h = {.command = command, .model = file, .kind = "training step", .dp = dp,
+                      .plan = b->plan, .bars = bars, .n_bars = n_bars,
+                      .candidates = candidates, .n_candidates = n_candidates};
+    char count[64];
+    sc_cli_format_count(b->train.trainable_numel, count, sizeof count);
+    sc_plan_html_field(&h, "parameters", "%s in %d tensors", count, (int)b->train.n_trainable);
+    sc_plan_html_field(&h, "optimizer", "%s, %s", t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw",
+                       precision_name(t));
+    if (b->part && b->part->zero_stage)
+      sc_plan_html_field(&h, "sharded data parallel", "ZeRO-%d over %s", (int)b->part->zero_stage,
+                         b->part->mesh.axes[b->part->fsdp_axis].name);
+    sc_plan_html_field(&h, "recompute", "%s",
+                       t->recompute == SC_RECOMPUTE_FULL        ? "full"
+                       : t->recompute == SC_RECOMPUTE_SELECTIVE ? "selective"
+                                                                : "none");
+    st = sc_plan_html_write(&h, path, d);
+  }
+  sc_free(bars);
+  return st;
 }

@@ -45,13 +45,15 @@
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 
 static const char *const USAGE =
     "shardc run MODEL.onnx [--dim NAME=V]... [--input NAME=FILE.npy]...\n"
     "                     [--random-inputs SEED] [--output-dir DIR] [--threads N]\n"
     "                     [--no-fuse] [--quiet] [--verbose] [--print-after=PASS]\n"
     "                     [--time-passes] [--repeat N [--warmup W]]\n"
-    "                     [--mesh SPEC | --plan FILE.json] [--comm local|mpi|tcp|nccl]\n"
+    "                     [--mesh SPEC | --plan FILE.json | --mesh auto [--cluster C]]\n"
+    "                     [--comm local|mpi|tcp|nccl]\n"
     "                     [--microbatches M] [--stage-boundaries A,B]\n"
     "                     [--sequence-parallel] [--no-vocab-parallel] [--no-overlap]\n"
     "                     [--ranks-per-node N] [--device cpu|cuda [--no-cuda-graph]\n"
@@ -625,14 +627,18 @@ static sc_status load_bundle(run_state *st, const char *dir, sc_diag *d) {
  * its peak, which should be the larger of the peak after prepare (the
  * import's, the JIT's) and the resident set after prepare + the plan's
  * total (models.test_memory checks it). */
-static void print_memory(const run_state *st) {
+static void print_memory(const run_state *st, bool cpu) {
   sc_device_memory planned, allocated;
   int64_t before, peak_before, rss, peak, constants = 0;
   sc_session_memory(st->s, &planned, &allocated, &before, &peak_before);
   for (int32_t i = 0; i < st->p->n_buffers; i++)
     if (st->p->buffers[i].kind == SC_BUF_CONST) constants += st->p->buffers[i].bytes;
-  fprintf(stderr, "memory (on a cpu device: %s GEMMs, %d threads):\n",
-          sc_gemm_engine_name(sc_gemm_engine_get()), sc_session_threads(st->s));
+  if (cpu)
+    fprintf(stderr, "memory (on a cpu device: %s GEMMs, %d threads):\n",
+            sc_gemm_engine_name(sc_gemm_engine_get()), sc_session_threads(st->s));
+  else
+    fprintf(stderr, "memory (on the cuda device; the context and NCCL's buffers are the "
+            "driver's and NCCL's):\n");
   sc_cli_print_memory(stderr, "  ", &planned, &allocated, "constants", constants,
                       "weights and folded values, mapped from the model");
   if (!sc_process_memory(&rss, &peak) || before < 0) return;
@@ -920,6 +926,11 @@ int sc_cmd_run(int argc, char **argv) {
       return sc_cli_usage_error("%s: a one-rank bundle cannot be partitioned; compile the "
                                 "model with --mesh instead", o.file);
     }
+    /* --mesh auto: the planner chooses, then the run is --mesh's */
+    if (r.pc.auto_plan && (rc = sc_plan_auto_resolve(&r.pc, &o, NULL)) != 0) {
+      run_state_free(&st, &r);
+      return rc;
+    }
     int rc2 = run_partitioned(&r, &o);
     run_state_free(&st, &r); /* the --input names */
     return rc2;
@@ -1012,7 +1023,7 @@ int sc_cmd_run(int argc, char **argv) {
             "run %.3f ms on %d threads, arena %lld bytes\n",
             t1 - t0, t2 - t1, sc_session_compile_seconds(st.s) * 1e3, t3 - t2,
             sc_session_threads(st.s), (long long)sc_session_arena_bytes(st.s));
-  if (r.verbose) print_memory(&st);
+  if (r.verbose) print_memory(&st, sc_device_choice_is_cpu(&r.dev));
   if (r.repeat > 0 && (rc = repeat_runs(&st, &r, t2 - t_file, t3 - t2, &d)) != 0) {
     run_state_free(&st, &r);
     return sc_cli_report(&d, o.file);

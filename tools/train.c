@@ -5,7 +5,9 @@
  * data, runs --steps steps through runtime/trainer.h, and prints one line
  * per step — rewritten in place on a terminal — with examples per second
  * and the time left (and, with --log-json FILE, one JSON object per step:
- * step, loss, lr, grad_norm, time_ms). Data: every --data file's dim 0 counts
+ * step, loss, lr, grad_norm, time_ms, tokens_per_s; with --tensorboard DIR
+ * the same values as TensorBoard scalars, runtime/tensorboard.h, both
+ * written from one step_record). Data: every --data file's dim 0 counts
  * examples, and so does --labels' (or --targets'), the same count in
  * every file; step i takes examples (i−1)·B … i·B−1, wrapping around, B the
  * bound batch dim. Float data must be finite and labels each in [0,
@@ -42,10 +44,12 @@
 #include "runtime/dist_load.h"
 #include "runtime/dist_train.h"
 #include "runtime/npy.h"
+#include "runtime/tensorboard.h"
 #include "runtime/train_bundle.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/partition_args.h"
+#include "tools/plan_auto.h"
 #include "tools/train_args.h"
 
 static const char *const USAGE =
@@ -60,6 +64,7 @@ static const char *const USAGE =
     "                       [--grad-accum K] [--precision fp32|bf16|fp16] [--loss-scale S]\n"
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--untie] [--log-json FILE] [--log-every N]\n"
+    "                       [--tensorboard DIR]\n"
     "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
     "                       [--hybrid-shard-degree S] [--no-reshard-after-forward]\n"
     "                       [--sequence-parallel] [--comm local|mpi|tcp|nccl]\n"
@@ -75,6 +80,7 @@ typedef struct train_args {
   char *data_buf[MAX_DATA];
   int n_data;
   const char *labels, *targets, *log_json, *save, *resume;
+  const char *tensorboard;       /* --tensorboard DIR, or NULL */
   int64_t save_every;
   double loss_scale;             /* fp16: the first loss scale (0: 65536) */
   sc_train_args g;               /* the options compiled into the step */
@@ -136,6 +142,7 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
     if (VALUE("--labels")) a->labels = v;
     else if (VALUE("--targets")) a->targets = v;
     else if (VALUE("--log-json")) a->log_json = v;
+    else if (VALUE("--tensorboard")) a->tensorboard = v;
     else if (VALUE("--log-every")) {
       if (!missing && !sc_cli_parse_i64(v, 1, INT64_MAX / 2, &a->log_every))
         return sc_cli_usage_error("--log-every expects a positive integer, got '%s'", v);
@@ -222,6 +229,9 @@ static void print_help(void) {
          "                         step and data position (bit-exact); --steps is the\n"
          "                         step to reach, as without resuming\n"
          "  --log-json FILE        one JSON object per step\n"
+         "  --tensorboard DIR      TensorBoard event files in DIR, written as the run goes\n"
+         "                         (`tensorboard --logdir DIR`): the same values per step,\n"
+         "                         and each rank's arena once\n"
          "  --log-every N          the progress line every N steps (and the first, the\n"
          "                         last and any skipped one; default every step)\n"
          "  --list-params          print the trainable parameters (and tied copies) and stop\n"
@@ -389,8 +399,11 @@ static void list_bundle_params(const sc_program *p, const sc_train_manifest *m) 
 
 /* MODEL built into a training step (or, with --list-params, listed). */
 static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
+  a->g.budget_for_search = a->pa.auto_plan;
   int rc = sc_train_args_finish(&a->g);
   if (rc) return rc;
+  /* --mesh auto: the planner chooses the mesh, ZeRO, schedule, recompute */
+  if (a->pa.auto_plan && (rc = sc_plan_auto_resolve(&a->pa, o, &a->g)) != 0) return rc;
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, &a->pa);
   bs.compile.quiet = true;
@@ -475,6 +488,80 @@ static const sc_buffer *run_data(const runner *r, int32_t i) {
 static double run_loss_scale(const runner *r, int64_t *growth) {
   return r->dist ? sc_dist_trainer_loss_scale(r->dist, growth)
                  : sc_trainer_loss_scale(r->one, growth);
+}
+
+/* One step's figures as --log-json and --tensorboard write them: both
+ * from this record, so the two logs cannot differ. */
+typedef struct step_record {
+  int64_t step;
+  double loss;                 /* the step's batch loss, before its update */
+  double lr, grad_norm;
+  double time_ms;              /* the step's own time */
+  double tokens_per_s;         /* its tokens (tokens_per_step) / time_ms */
+  double loss_scale;           /* fp16: the scale after the step */
+  bool fp16, skipped;
+} step_record;
+
+/* Tokens a step takes: the elements of the model's first integer input
+ * (token ids, [B, S] for a language model), else its examples. */
+static int64_t tokens_per_step(const dataset *ds, int32_t n_ds, int64_t examples) {
+  for (int32_t i = 0; i < n_ds; i++) {
+    if (strcmp(ds[i].name, "labels") == 0 || strcmp(ds[i].name, "targets") == 0 ||
+        !sc_dtype_is_int(ds[i].batch.dtype))
+      continue;
+    int64_t n = 1;
+    for (int32_t k = 0; k < ds[i].batch.rank; k++) n *= ds[i].batch.dims[k];
+    return n;
+  }
+  return examples;
+}
+
+/* A line of the JSON log, flushed (JSON has no NaN or infinity: null).
+ * false when the write failed (errno set). */
+static bool write_json_step(FILE *log, const step_record *r) {
+  char ls[32] = "null", ns[32] = "null", scale[64] = "";
+  if (isfinite(r->loss)) snprintf(ls, sizeof ls, "%.9g", r->loss);
+  if (isfinite(r->grad_norm)) snprintf(ns, sizeof ns, "%.9g", r->grad_norm);
+  if (r->fp16) snprintf(scale, sizeof scale, ", \"loss_scale\": %.17g", r->loss_scale);
+  fprintf(log, "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
+          "\"time_ms\": %.4f, \"tokens_per_s\": %.9g%s%s}\n", (long long)r->step, ls, r->lr, ns,
+          r->time_ms, r->tokens_per_s, r->skipped ? ", \"skipped\": true" : "", scale);
+  return fflush(log) == 0; /* a line per step as it ends, for whoever follows the file */
+}
+
+/* The step's scalars, one TensorBoard event (docs/training.md lists the
+ * tags). */
+static sc_status write_tensorboard_step(sc_tensorboard *tb, const step_record *r, sc_diag *d) {
+  const sc_tensorboard_scalar s[] = {
+      {"train/loss", r->loss},           {"train/learning_rate", r->lr},
+      {"train/grad_norm", r->grad_norm}, {"train/tokens_per_second", r->tokens_per_s},
+      {"train/step_time_ms", r->time_ms}, {"train/loss_scale", r->loss_scale}};
+  return sc_tensorboard_write_scalars(tb, r->step, s, r->fp16 ? 6 : 5, d);
+}
+
+/* --tensorboard DIR: this process's event file, opened before step 1 (an
+ * unwritable DIR ends the run before any step), with the arena of each
+ * rank the process runs (memory/rank_R/arena_bytes), once, at step
+ * `first`. */
+static sc_status open_tensorboard(const char *dir, const runner *tr, bool per_process,
+                                  int64_t first, sc_tensorboard **tb, sc_diag *d) {
+  int64_t n = tr->dist && !per_process ? sc_dist_trainer_ranks(tr->dist) : 1;
+  int64_t rank = tr->dist ? sc_dist_trainer_rank(tr->dist) : 0; /* of index 0 */
+  sc_tensorboard_scalar *s = sc_calloc((size_t)n, sizeof *s);
+  char(*tags)[64] = sc_calloc((size_t)n, sizeof *tags);
+  sc_status st = s && tags ? SC_OK : sc_diag_nomem(d, (uint64_t)n * (sizeof *s + sizeof *tags),
+                                                         "TensorBoard tags");
+  for (int64_t r = 0; st == SC_OK && r < n; r++) {
+    snprintf(tags[r], sizeof tags[r], "memory/rank_%lld/arena_bytes", (long long)(rank + r));
+    s[r].tag = tags[r];
+    s[r].value = (double)(tr->dist ? sc_dist_trainer_arena_bytes(tr->dist, r)
+                                   : sc_trainer_arena_bytes(tr->one));
+  }
+  if (st == SC_OK) st = sc_tensorboard_open(dir, tb, d);
+  if (st == SC_OK) st = sc_tensorboard_write_scalars(*tb, first, s, (int32_t)n, d);
+  sc_free(s);
+  sc_free(tags);
+  return st;
 }
 
 /* Every data input of the step from its file (--data, --labels,
@@ -599,6 +686,8 @@ int sc_cmd_train(int argc, char **argv) {
   runner run = {0}, *tr = &run;
   sc_comm *world = NULL; /* --comm mpi: this process is one rank */
   FILE *log = NULL;
+  sc_tensorboard *tb = NULL;
+  sc_diag tb_diag = {0}; /* the event file's close */
   if (!rc && o.help) {
     print_help();
     goto done;
@@ -638,7 +727,8 @@ int sc_cmd_train(int argc, char **argv) {
     rc = sc_cli_report(&d, o.file);
     goto done;
   }
-  if (run.dist && sc_dist_trainer_rank(run.dist) != 0) { /* rank 0 speaks and logs */
+  bool speaks = !run.dist || sc_dist_trainer_rank(run.dist) == 0;
+  if (!speaks) { /* rank 0 speaks and logs */
     a.quiet = true;
     a.log_json = NULL;
   }
@@ -679,6 +769,12 @@ int sc_cmd_train(int argc, char **argv) {
     printf("memory: arena %s (%lld bytes), allocated once; %d of %d state tensors updated in "
            "place\n",
            arena, (long long)bytes, (int)in_place, (int)n_state);
+    if (run.dist && src.mesh->pipe_chunks > 0) {
+      printf("pipeline: one arena per pipeline rank, shared by its pieces:");
+      for (int32_t q = 0; q < (world ? 1 : src.mesh->pipe_ranks); q++)
+        printf(" %lld", (long long)sc_dist_trainer_pipe_arena_bytes(run.dist, q));
+      printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
+    }
   }
   sc_tensor_view batch[MAX_DATA + 1];
   for (int32_t i = 0; i < n_ds; i++) batch[i] = ds[i].batch;
@@ -701,6 +797,13 @@ int sc_cmd_train(int argc, char **argv) {
       examples = ds[i].batch.dims[0]; /* the model's own input: examples per step */
       break;
     }
+  int64_t tokens = tokens_per_step(ds, n_ds, examples);
+  if (a.tensorboard &&
+      open_tensorboard(a.tensorboard, tr, world != NULL, first, &tb, &d) != SC_OK) {
+    rc = sc_cli_report(&d, NULL);
+    if (world) sc_dist_trainer_abort(run.dist, d.msg); /* the others wait in step 1 */
+    goto done;
+  }
   for (int64_t step = first; step <= a.steps; step++) {
     fill_batch(ds, n_ds, pos);
     pos += per_step;
@@ -747,22 +850,21 @@ int sc_cmd_train(int argc, char **argv) {
       rc = 1;
       goto done;
     }
-    if (log) { /* JSON has no NaN or infinity: null */
-      char ls[32] = "null", ns[32] = "null";
-      if (isfinite(loss)) snprintf(ls, sizeof ls, "%.9g", loss);
-      if (isfinite(norm)) snprintf(ns, sizeof ns, "%.9g", norm);
-      char scale[64] = "";
-      if (fp16)
-        snprintf(scale, sizeof scale, ", \"loss_scale\": %.17g", run_loss_scale(tr, NULL));
-      fprintf(log, "{\"step\": %lld, \"loss\": %s, \"lr\": %.9g, \"grad_norm\": %s, "
-              "\"time_ms\": %.4f%s%s}\n", (long long)step, ls, lr, ns, ms,
-              applied ? "" : ", \"skipped\": true", scale);
-      if (fflush(log) != 0) { /* a line per step as it ends, for whoever follows the file */
-        fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
-                strerror(errno));
-        rc = 1;
-        goto done;
-      }
+    step_record rec = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .time_ms = ms,
+                       .tokens_per_s = ms > 0 ? (double)tokens / (ms / 1e3) : 0.0,
+                       .loss_scale = fp16 ? run_loss_scale(tr, NULL) : 1.0, .fp16 = fp16,
+                       .skipped = !applied};
+    if (log && !write_json_step(log, &rec)) {
+      fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
+              strerror(errno));
+      rc = 1;
+      goto done;
+    }
+    /* rank 0 logs the steps (other processes' files hold their ranks' arenas) */
+    if (tb && speaks && write_tensorboard_step(tb, &rec, &d) != SC_OK) {
+      rc = sc_cli_report(&d, NULL);
+      if (world) sc_dist_trainer_abort(run.dist, d.msg);
+      goto done;
     }
     if (!a.quiet && step == a.steps && run.dist && src.mesh->pipe_chunks > 0) {
       printf("pipeline: stashed values (handed over per microbatch) kept at once, per pipeline "
@@ -786,6 +888,8 @@ int sc_cmd_train(int argc, char **argv) {
     }
   }
 done:
+  sc_diag_clear(&tb_diag);
+  if (tb && sc_tensorboard_close(tb, &tb_diag) != SC_OK && !rc) rc = sc_cli_report(&tb_diag, NULL);
   if (log && fclose(log) != 0 && !rc) {
     fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
             strerror(errno));

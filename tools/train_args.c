@@ -175,8 +175,8 @@ int sc_train_args_finish(sc_train_args *a) {
   if (t->clip_grad_norm < 0) return sc_cli_usage_error("--clip-grad-norm must be >= 0");
   if (a->recompute_auto && !a->memory_budget)
     return sc_cli_usage_error("--recompute auto needs --memory-budget BYTES (per rank)");
-  if (a->memory_budget && !a->recompute_auto)
-    return sc_cli_usage_error("--memory-budget goes with --recompute auto");
+  if (a->memory_budget && !a->recompute_auto && !a->budget_for_search)
+    return sc_cli_usage_error("--memory-budget goes with --recompute auto or --mesh auto");
   return 0;
 }
 

@@ -31,6 +31,8 @@ typedef struct sc_train_args {
   bool wd_given;               /* --weight-decay appeared */
   bool recompute_auto;         /* --recompute auto */
   int64_t memory_budget;       /* --memory-budget BYTES (0: none) */
+  bool budget_for_search;      /* set by the caller before finishing: --mesh
+                                  auto's search reads memory_budget too */
   const char *smp_config;      /* --smp-config FILE.json, or NULL */
   const char *first;           /* the first of these options given, or NULL */
 } sc_train_args;

@@ -53,6 +53,8 @@ enum { CLUSTER_MAX_BYTES = 1 << 20 };
 
 int64_t sc_cluster_devices(const sc_cluster *c) { return c->nodes * c->devices_per_node; }
 
+bool sc_cluster_is_gpu(const sc_cluster *c) { return strcmp(c->device_name, "cpu") != 0; }
+
 /* ---- reading ---- */
 
 typedef struct rd {
@@ -100,9 +102,11 @@ static sc_status read_link(rd *r, json_t *root, const char *key, bool required,
   json_t *o;
   TRY(get_obj(r, root, "", key, required, &o));
   if (!o) return SC_OK;
-  static const char *const k[] = {"bandwidth_bytes_per_s", "latency_s", NULL};
+  static const char *const k[] = {"bandwidth_bytes_per_s", "latency_s", "nccl_channels", NULL};
   TRY(only_keys(r, o, key, k));
   TRY(get_num(r, o, key, "bandwidth_bytes_per_s", true, &out->bandwidth_bytes_per_s));
+  TRY(get_count(r, o, key, "nccl_channels", false, SC_CLUSTER_MAX_NCCL_CHANNELS,
+                &out->nccl_channels));
   return get_num(r, o, key, "latency_s", true, &out->latency_s);
 }
 
@@ -149,8 +153,10 @@ static sc_status read_root(rd *r, json_t *root, sc_cluster *c) {
   TRY(get_count(r, root, "", "gpus_per_node", true, SC_CLUSTER_MAX_PER_NODE, &c->devices_per_node));
   json_t *g, *pf;
   TRY(get_obj(r, root, "", "gpu", true, &g));
-  static const char *const gk[] = {"name", "memory_bytes", "peak_flops", "hbm_bytes_per_s", NULL};
+  static const char *const gk[] = {"name", "memory_bytes", "peak_flops", "hbm_bytes_per_s",
+                                   "context_bytes", NULL};
   TRY(only_keys(r, g, "gpu", gk));
+  TRY(get_count(r, g, "gpu", "context_bytes", false, (int64_t)1 << 40, &c->context_bytes));
   TRY(get_name(r, g, "gpu", "name", true, c->device_name));
   TRY(get_count(r, g, "gpu", "memory_bytes", true, (int64_t)1 << 50, &c->device_memory_bytes));
   TRY(get_num(r, g, "gpu", "hbm_bytes_per_s", true, &c->memory_bytes_per_s));
@@ -308,6 +314,7 @@ void sc_cluster_apply_profile(sc_cluster *c, const sc_profile *p) {
     if (best > 0) c->peak_flops[t] = best;
   }
   c->memory_bytes_per_s = p->memory_bytes_per_s;
+  if (c->context_bytes == 0) c->context_bytes = p->context_bytes; /* the file's key first */
   if (p->n_comms > 0) {
     c->intra_node.latency_s = p->comms[0].latency_s;
     c->intra_node.bandwidth_bytes_per_s = p->comms[0].bandwidth_bytes_per_s;

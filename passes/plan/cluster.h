@@ -26,6 +26,12 @@
  * preset or a malformed count), SC_ERR_IO, with the file and key named in
  * the diag.
  *
+ * A GPU cluster (sc_cluster_is_gpu) may say what the memory model of the
+ * CUDA device cannot know: the CUDA context's bytes (gpu.context_bytes, or a
+ * CUDA profile's) and NCCL's channels per link (nccl_channels); both are
+ * optional, 0 meaning not given (codegen/device_memory.h: the context then
+ * unknown, the channels its default).
+ *
  * A profile (profile.h, `shardc calibrate`) gives a cluster measured
  * figures: a cluster file names one with "profile": "x.json" (relative to
  * the cluster file's folder, which it may not leave), a preset or
@@ -54,7 +60,12 @@ enum { SC_CLUSTER_NAME_MAX = 64 }; /* name bytes, NUL included */
 typedef struct sc_cluster_link {
   double bandwidth_bytes_per_s; /* one direction, per device; 0 = unknown */
   double latency_s;             /* one small message; 0 = unknown */
+  int64_t nccl_channels;        /* NCCL's channels a communicator over this
+                                   link opens; 0 = not given (the default,
+                                   codegen/device_memory.h) */
 } sc_cluster_link;
+/* The most NCCL channels a link may name (NCCL's MAXCHANNELS). */
+#define SC_CLUSTER_MAX_NCCL_CHANNELS 64
 
 typedef struct sc_cluster {
   char name[SC_CLUSTER_NAME_MAX];        /* "h100-sxm:8x4", or the file's */
@@ -62,6 +73,9 @@ typedef struct sc_cluster {
   int64_t nodes;                         /* >= 1 */
   int64_t devices_per_node;              /* >= 1: ranks a node */
   int64_t device_memory_bytes;           /* per device; 0 = unknown */
+  int64_t context_bytes;                 /* a GPU's CUDA context per process
+                                            (gpu.context_bytes, or a CUDA
+                                            profile's); 0 = unknown */
   double peak_flops[SC_CLUSTER_DTYPE_COUNT]; /* per device; 0 = unknown */
   double memory_bytes_per_s;             /* per device (HBM); 0 = unknown */
   sc_cluster_link intra_node;            /* between devices of a node */
@@ -88,6 +102,9 @@ sc_status sc_cluster_preset(const char *spec, sc_cluster *out, sc_diag *d);
 sc_status sc_cluster_load(const char *spec, sc_cluster *out, sc_diag *d);
 /* Gives c the figures of profile p (above); p->present must be true. */
 void sc_cluster_apply_profile(sc_cluster *c, const sc_profile *p);
+/* Whether c's devices are GPUs (not cpu:local, whose device is "cpu"):
+ * its plans are made for the CUDA device. */
+bool sc_cluster_is_gpu(const sc_cluster *c);
 /* The presets' names, NULL-terminated ("a100-80g", "h100-sxm", "h200"). */
 extern const char *const sc_cluster_preset_names[];
 /* nodes * devices_per_node (both bounded: no overflow). */

@@ -120,13 +120,15 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
     return sc_json_bad(d, SC_ERR_INVALID, WHAT, "format", "must be \"shardc-profile-1\"");
   json_t *dev;
   TRY(sc_json_get_obj(root, WHAT, "", "device", true, &dev, d));
-  static const char *const dk[] = {"kind", "name", "threads", NULL};
+  static const char *const dk[] = {"kind", "name", "threads", "context_bytes", NULL};
   TRY(sc_json_only_keys(dev, WHAT, "device", dk, d));
   TRY(sc_json_get_name(dev, WHAT, "device", "kind", true, p->device, sizeof p->device, d));
   if (strcmp(p->device, "cpu") != 0 && strcmp(p->device, "cuda") != 0)
     return sc_json_bad(d, SC_ERR_INVALID, WHAT, "device.kind", "must be \"cpu\" or \"cuda\"");
   TRY(sc_json_get_name(dev, WHAT, "device", "name", true, p->device_name, sizeof p->device_name, d));
   TRY(sc_json_get_count(dev, WHAT, "device", "threads", true, MAX_THREADS, &p->threads, d));
+  TRY(sc_json_get_count(dev, WHAT, "device", "context_bytes", false, (int64_t)1 << 40,
+                        &p->context_bytes, d));
   json_t *arr;
   TRY(read_array(root, "gemm", true, SC_PROFILE_MAX_GEMMS, &arr, d));
   if (json_array_size(arr) == 0)
@@ -202,8 +204,10 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
   json_t *name = json_string(p->device_name); /* escaped as JSON */
   char *esc = name ? json_dumps(name, JSON_ENCODE_ANY) : NULL;
   json_decref(name);
-  fprintf(f, " \"device\": {\"kind\": \"%s\", \"name\": %s, \"threads\": %lld},\n", p->device,
+  fprintf(f, " \"device\": {\"kind\": \"%s\", \"name\": %s, \"threads\": %lld", p->device,
           esc ? esc : "\"?\"", (long long)p->threads);
+  if (p->context_bytes > 0) fprintf(f, ", \"context_bytes\": %lld", (long long)p->context_bytes);
+  fprintf(f, "},\n");
   free(esc);
   fprintf(f, " \"gemm\": [");
   for (int32_t i = 0; i < p->n_gemms; i++) {

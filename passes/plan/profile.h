@@ -75,6 +75,9 @@ typedef struct sc_profile {
   char device[16];                      /* "cpu" or "cuda" */
   char device_name[SC_PROFILE_NAME_MAX]; /* "Intel(R) Xeon(R) ...", "H200" */
   int64_t threads;                      /* the runtime's threads per rank */
+  int64_t context_bytes;                /* cuda: the device memory the CUDA
+                                           context took (optional; 0 = not
+                                           measured) */
   int32_t n_gemms;
   sc_profile_gemm gemms[SC_PROFILE_MAX_GEMMS];
   double memory_bytes_per_s;            /* a streaming kernel's bytes read+written / s */

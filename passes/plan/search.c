@@ -1,5 +1,8 @@
 /* search.c — the planner's search (search.h): enumerate, prune, estimate
- * from the block model, keep the ten fastest that fit. */
+ * from the block model, keep the ten fastest that fit. Training and
+ * inference share the context, the block times, the collectives, the
+ * ranking and the lists; each has its own enumeration, estimate and
+ * memory (infer_search, infer_estimate, infer_memory). */
 #include "passes/plan/search.h"
 
 #include <math.h>
@@ -84,10 +87,15 @@ enum { COMM_LOW_B = 2 };
  *   WORK_VALUES_PIPE: a pipeline rank's forward and backward pieces each
  *     hold one block's working values in their own arena (the 39B's
  *     arenas exceed the per-element terms by about two blocks' values).
- * With these, the estimate is above the exact peak per rank by 6-23 % for
+ * With these, the estimate was above the exact peak per rank by 6-23 % for
  * gpt_1p5b at pp=2 and 4 (ZeRO 0, 1, 3; none, selective, full recompute),
- * by 4-31 % for the 39B plans above and 64 % for the 7.5B's; without a
- * pipeline the terms are as before (docs/planner.md, "The estimate"). */
+ * by 4-31 % for the 39B plans above and 64 % for the 7.5B's, when each
+ * piece had an arena of its own; with one arena per pipeline rank it is
+ * 1.4-2.1 times the exact peak (gpt_1p5b, the 39B row's candidates). A
+ * refit to the shared arena made the ten best by the estimate all
+ * pipelined and the A100 rows' --auto choices slower, so these stay
+ * (docs/planner.md, "The estimate": the measurement and why); without a
+ * pipeline the terms are as before. */
 enum { WORK_GRAD_B = 32, WORK_UPDATE_B = 6, ACCUM_STATE_B = 2 };
 /* The one-program step (no pipeline) updates in place and frees each
  * gradient once reduced: its workspace per parameter element of the model
@@ -107,6 +115,10 @@ enum { WORK_GRAD_B = 32, WORK_UPDATE_B = 6, ACCUM_STATE_B = 2 };
 /* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
  * to about a third by filling it with the weight-gradient halves. */
 #define ZB_H1_BUBBLE 3.0
+
+const char *sc_search_goal_name(sc_search_goal g) {
+  return g == SC_SEARCH_LATENCY ? "latency" : g == SC_SEARCH_THROUGHPUT ? "throughput" : "train";
+}
 
 const char *sc_search_recompute_name(sc_search_recompute k) {
   return k == SC_SEARCH_RECOMPUTE_FULL ? "full" : k == SC_SEARCH_RECOMPUTE_SELECTIVE ? "selective"
@@ -174,6 +186,21 @@ static sc_status gemm(const ctx *x, double flops, int64_t m, int64_t n, int64_t 
  * divides the vocabulary (vocabulary-parallel), else 1. */
 static double vocab_split(const sc_block_model *bm, const sc_search_cand *c) {
   return bm->vocab > 0 && bm->vocab % c->tp == 0 ? (double)c->tp : 1;
+}
+
+/* tp's collectives in the blocks into c->tp_s: ops all-reduces of act
+ * bytes each (act: one [mbs, seq, hidden] in the dtype it moves in), or
+ * with sequence parallelism an all-gather and a reduce-scatter in place of
+ * each, of sp times those bytes (sp: what the compiled step moves over
+ * Megatron's count, SP_COMM for training, 1 for inference). */
+static sc_status tp_blocks(const ctx *x, sc_search_cand *c, double ops, double act, double sp,
+                           int64_t n_tp, sc_diag *d) {
+  if (!c->sequence_parallel)
+    return coll(x, SC_COLL_ALL_REDUCE, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+  double bytes = ops * act * sp;
+  sc_status st = coll(x, SC_COLL_ALL_GATHER, bytes, c->tp, n_tp, ops, &c->tp_s, d);
+  if (st == SC_OK) st = coll(x, SC_COLL_REDUCE_SCATTER, bytes, c->tp, n_tp, ops, &c->tp_s, d);
+  return st;
 }
 
 /* Per microbatch on one rank of the critical stage: one block's forward
@@ -254,8 +281,12 @@ static void init_ctx(ctx *x, const sc_block_model *bm, const sc_search_opts *o) 
 
 /* The estimate, with the lower bound first: *bound is compute alone;
  * when it is not below cutoff the rest is skipped (returns with *cut). */
+static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
+                                sc_diag *d);
+
 static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
                           sc_diag *d) {
+  if (c->inference) return infer_estimate(x, c, cutoff, cut, d);
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
   int64_t L = bm->n_blocks, P = x->c->devices_per_node;
@@ -309,13 +340,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * all-gather and a reduce-scatter in place of each */
     double per_block = 4 + (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 0);
     double ops = M * (double)Ls * per_block;
-    if (c->sequence_parallel) {
-      double sp = ops * act_tp * SP_COMM;
-      st = coll(x, SC_COLL_ALL_GATHER, sp, c->tp, n_tp, ops, &c->tp_s, d);
-      if (st == SC_OK) st = coll(x, SC_COLL_REDUCE_SCATTER, sp, c->tp, n_tp, ops, &c->tp_s, d);
-    } else {
-      st = coll(x, SC_COLL_ALL_REDUCE, ops * act_tp, c->tp, n_tp, ops, &c->tp_s, d);
-    }
+    st = tp_blocks(x, c, ops, act_tp, SP_COMM, n_tp, d);
     if (st != SC_OK) return st;
   }
   double tensors = (double)Ls * b->param_tensors + bm->outside.param_tensors;
@@ -368,6 +393,72 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     if (st != SC_OK) return st;
   }
   c->step_s = bound + c->tp_s + c->fsdp_s + c->dp_s + c->pp_s;
+  c->objective_s = c->step_s;
+  return SC_OK;
+}
+
+/* What the inference objective compares for a time t of one step of c:
+ * the step (latency), or the seconds per batch served (throughput: the
+ * dp replicas serve dp batches a step). */
+static double infer_objective(const ctx *x, const sc_search_cand *c, double t) {
+  return x->o->goal == SC_SEARCH_THROUGHPUT ? t / (double)c->dp : t;
+}
+
+/* The inference estimate (search.h): the forward of every microbatch on
+ * the critical (last) stage, the pipeline's fill, tp's collectives and
+ * the pipeline's sends; the lower bound is compute and fill. */
+static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
+                                sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  int64_t Ls = (bm->n_blocks + c->pp - 1) / c->pp, P = x->c->devices_per_node;
+  double M = c->microbatches;
+  *cut = false;
+  mb_times t;
+  sc_status st = block_times(x, c, &t, d);
+  if (st != SC_OK) return st;
+  double fwd = (double)Ls * t.block_fwd + t.outside_fwd;
+  c->compute_s = M * fwd;
+  c->recompute_s = c->optimizer_s = 0;
+  /* GPipe forward only: the last stage's first microbatch arrives after
+   * pp - 1 stages' forwards */
+  c->bubble_s = c->pp > 1 ? (double)(c->pp - 1) * fwd : 0;
+  double bound = c->compute_s + c->bubble_s;
+  if (infer_objective(x, c, bound) >= cutoff) {
+    *cut = true;
+    return SC_OK;
+  }
+  int64_t n_tp = span(1, c->tp, P), n_dp = span(c->tp, c->dp, P),
+          n_pp = span(c->tp * c->dp, c->pp, P);
+  double act = (double)c->micro_batch_size * bm->block.input_bytes;
+  /* the logits of a microbatch: [mbs, seq, vocab] in the graph's dtype */
+  double logits = (double)c->micro_batch_size * (double)bm->seq * (double)bm->vocab *
+                  (double)bm->param_bytes;
+  c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = 0;
+  if (c->tp > 1) {
+    /* Megatron's forward: two all-reduces a block (attention, MLP), or an
+     * all-gather and a reduce-scatter in place of each; the
+     * vocabulary-parallel embedding's all-reduce (on the first stage) and
+     * the LM head's all-gather of the logits */
+    double ops = M * (double)Ls * 2;
+    if (c->pp == 1 && vocab_split(bm, c) > 1)
+      st = coll(x, SC_COLL_ALL_REDUCE, M * act, c->tp, n_tp, M, &c->tp_s, d);
+    if (st == SC_OK && vocab_split(bm, c) > 1)
+      st = coll(x, SC_COLL_ALL_GATHER, M * logits, c->tp, n_tp, M, &c->tp_s, d);
+    if (st == SC_OK) st = tp_blocks(x, c, ops, act, 1, n_tp, d);
+    if (st != SC_OK) return st;
+  }
+  if (c->dp > 1) {
+    /* the outputs gathered over the replicas, per microbatch */
+    st = coll(x, SC_COLL_ALL_GATHER, M * logits * (double)c->dp, c->dp, n_dp, M, &c->dp_s, d);
+    if (st != SC_OK) return st;
+  }
+  if (c->pp > 1) {
+    /* the last stage receives each microbatch's activation once */
+    st = coll(x, SC_COLL_SEND, M * act, 2, n_pp > 1 ? 2 : 1, M, &c->pp_s, d);
+    if (st != SC_OK) return st;
+  }
+  c->step_s = bound + c->tp_s + c->dp_s + c->pp_s;
+  c->objective_s = infer_objective(x, c, c->step_s);
   return SC_OK;
 }
 
@@ -432,7 +523,34 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   return mem + act * scale;
 }
 
+/* Inference memory of the last pipeline rank (it holds the LM head): its
+ * weights in the graph's dtype, one block's values for a microbatch
+ * (every value of the block: what the forward's arena can hold at once)
+ * and the LM head's. */
+static void infer_memory(const ctx *x, sc_search_cand *c) {
+  const sc_block_model *bm = x->bm;
+  const sc_block_part *b = &bm->block;
+  int64_t Ls = (bm->n_blocks + c->pp - 1) / c->pp;
+  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  double weights = stage_params(bm, c, Ls) * (double)bm->param_bytes;
+  double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
+  double act = (c->sequence_parallel ? (whole + split) / tp : whole + split / tp) * mbs +
+               bm->outside.saved_bytes * mbs / vocab_split(bm, c);
+  double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
+  if (scale <= 0) scale = 1;
+  double kind = x->o->activation_scales[3 * (c->pp > 1) + (int)c->recompute];
+  if (kind > 0) scale *= kind;
+  c->peak_activation_bytes = (int64_t)(act * scale);
+  c->peak_bytes = (int64_t)(weights + act * scale);
+  c->peak_pipe_rank = (int32_t)(c->pp - 1);
+  c->fits = c->peak_bytes <= x->limit;
+}
+
 static void memory(const ctx *x, sc_search_cand *c) {
+  if (c->inference) {
+    infer_memory(x, c);
+    return;
+  }
   c->peak_bytes = 0;
   c->peak_pipe_rank = 0;
   int64_t qs[2] = {0, c->pp - 1};
@@ -449,6 +567,8 @@ static void memory(const ctx *x, sc_search_cand *c) {
 }
 
 static void finish(const ctx *x, sc_search_cand *c, double model_flops) {
+  if (c->inference) /* the forward of the examples the step serves */
+    model_flops = sc_block_model_flops(x->bm) * (double)c->batch;
   double peak = x->c->peak_flops[x->o->dtype];
   int64_t N = c->dp * c->fsdp * c->tp * c->pp;
   c->mfu = c->step_s > 0 && peak > 0 ? model_flops / (c->step_s * (double)N * peak) : 0;
@@ -469,7 +589,8 @@ sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
 /* Inserts c into the top list (fastest first), keeping SC_SEARCH_TOP. */
 /* Faster first; at the same time, the smaller memory (more headroom). */
 static bool before(const sc_search_cand *a, const sc_search_cand *b) {
-  return a->step_s < b->step_s || (a->step_s == b->step_s && a->peak_bytes < b->peak_bytes);
+  return a->objective_s < b->objective_s ||
+         (a->objective_s == b->objective_s && a->peak_bytes < b->peak_bytes);
 }
 
 /* Inserts c into list (n of it kept, SC_SEARCH_TOP at most), best first. */
@@ -493,7 +614,55 @@ static void keep_top(sc_search_result *r, const sc_search_cand *c) {
 }
 
 static double cutoff_of(const sc_search_result *r) {
-  return r->n_top == SC_SEARCH_TOP ? r->top[SC_SEARCH_TOP - 1].step_s : INFINITY;
+  return r->n_top == SC_SEARCH_TOP ? r->top[SC_SEARCH_TOP - 1].objective_s : INFINITY;
+}
+
+/* One candidate c (its strategy set): over the memory, into the list of
+ * those over and the closest; else estimated against the 10th best (the
+ * bound may cut it) and kept when among the best. */
+static sc_status consider(const ctx *x, sc_search_cand *c, sc_search_result *r, sc_diag *d) {
+  memory(x, c);
+  bool cut;
+  if (!c->fits) {
+    r->evaluated++;
+    sc_status st = estimate(x, c, INFINITY, &cut, d);
+    if (st != SC_OK) return st;
+    finish(x, c, r->model_flops);
+    keep_best(r->over, &r->n_over, c);
+    /* near: over by at most the estimate's margin (search.h) */
+    if (x->o->near_margin > 0 &&
+        (double)c->peak_bytes <= (double)x->limit * (1 + x->o->near_margin))
+      keep_best(r->near, &r->n_near, c);
+    if (!r->have_closest || c->peak_bytes < r->closest.peak_bytes) {
+      r->closest = *c;
+      r->have_closest = true;
+    }
+    return SC_OK;
+  }
+  sc_status st = estimate(x, c, cutoff_of(r), &cut, d);
+  if (st != SC_OK) return st;
+  if (cut) {
+    r->pruned_bound++;
+    return SC_OK;
+  }
+  r->evaluated++;
+  finish(x, c, r->model_flops);
+  keep_top(r, c);
+  return SC_OK;
+}
+
+/* c (a plan whose state alone is over the memory, in its least-memory
+ * form) as the closest when it is less over than the closest so far. */
+static sc_status closest(const ctx *x, sc_search_cand *c, sc_search_result *r, sc_diag *d) {
+  memory(x, c);
+  if (r->have_closest && c->peak_bytes >= r->closest.peak_bytes) return SC_OK;
+  bool cut;
+  sc_status st = estimate(x, c, INFINITY, &cut, d);
+  if (st != SC_OK) return st;
+  finish(x, c, r->model_flops);
+  r->closest = *c;
+  r->have_closest = true;
+  return SC_OK;
 }
 
 static const char *const SCHEDULES[] = {"gpipe", "1f1b", "zb-h1", "interleaved"};
@@ -527,33 +696,8 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
           c.microbatches = (int32_t)M;
           c.micro_batch_size = batch / M;
           c.recompute = (sc_search_recompute)k;
-          memory(x, &c);
-          if (!c.fits) {
-            r->evaluated++;
-            bool cut;
-            sc_status st = estimate(x, &c, INFINITY, &cut, d);
-            if (st != SC_OK) return st;
-            finish(x, &c, r->model_flops);
-            keep_best(r->over, &r->n_over, &c);
-            if ((double)c.peak_bytes <= (double)x->limit * (1 + x->o->near_margin) &&
-                x->o->near_margin > 0)
-              keep_best(r->near, &r->n_near, &c);
-            if (!r->have_closest || c.peak_bytes < r->closest.peak_bytes) {
-              r->closest = c;
-              r->have_closest = true;
-            }
-            continue;
-          }
-          bool cut;
-          sc_status st = estimate(x, &c, cutoff_of(r), &cut, d);
+          sc_status st = consider(x, &c, r, d);
           if (st != SC_OK) return st;
-          if (cut) {
-            r->pruned_bound++;
-            continue;
-          }
-          r->evaluated++;
-          finish(x, &c, r->model_flops);
-          keep_top(r, &c);
         }
       }
     }
@@ -561,20 +705,28 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
   return SC_OK;
 }
 
+/* Whether tp is left out (counted): it does not divide the heads, or it
+ * leaves a node in the first pass; the second pass (tp_anywhere) takes
+ * only what the first left out. */
+static bool tp_skipped(const ctx *x, int64_t tp, bool tp_anywhere, sc_search_result *r) {
+  const sc_block_model *bm = x->bm;
+  int64_t P = x->c->devices_per_node;
+  if (bm->heads > 0 ? bm->heads % tp : (bm->hidden > 0 && bm->hidden % tp)) {
+    r->pruned_heads++;
+    return true;
+  }
+  if (!tp_anywhere && tp > P) {
+    r->pruned_node++;
+    return true;
+  }
+  return tp_anywhere && tp <= P;
+}
+
 static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_diag *d) {
   const sc_block_model *bm = x->bm;
   int64_t N = sc_cluster_devices(x->c), P = x->c->devices_per_node, B = x->o->global_batch;
   for (int64_t tp = 1; tp <= N; tp++) {
-    if (N % tp) continue;
-    if (bm->heads > 0 ? bm->heads % tp : (bm->hidden > 0 && bm->hidden % tp)) {
-      r->pruned_heads++;
-      continue;
-    }
-    if (!tp_anywhere && tp > P) {
-      r->pruned_node++;
-      continue;
-    }
-    if (tp_anywhere && tp <= P) continue; /* the second pass: only what the first left out */
+    if (N % tp || tp_skipped(x, tp, tp_anywhere, r)) continue;
     for (int64_t pp = 1; pp <= N / tp && pp <= bm->n_blocks && (!x->o->max_pp || pp <= x->o->max_pp);
          pp++) {
       if ((N / tp) % pp) continue;
@@ -595,7 +747,7 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
         for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
           for (int sp = 0; sp < (tp > 1 ? 2 : 1); sp++) {
             sc_search_cand base = {.dp = dp, .fsdp = fsdp, .tp = tp, .pp = pp, .cp = 1,
-                                   .zero = zero, .sequence_parallel = sp == 1,
+                                   .zero = zero, .sequence_parallel = sp == 1, .batch = B,
                                    .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
             /* the training state alone, at the largest stage */
             base.micro_batch_size = 0;
@@ -610,18 +762,73 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
               c.microbatches = pp > 1 ? (int32_t)(B / dd) : 1;
               c.micro_batch_size = pp > 1 ? 1 : B / dd;
               c.recompute = SC_SEARCH_RECOMPUTE_FULL;
-              memory(x, &c);
-              if (!r->have_closest || c.peak_bytes < r->closest.peak_bytes) {
-                bool cut;
-                sc_status st = estimate(x, &c, INFINITY, &cut, d);
-                if (st != SC_OK) return st;
-                finish(x, &c, r->model_flops);
-                r->closest = c;
-                r->have_closest = true;
-              }
+              sc_status st = closest(x, &c, r, d);
+              if (st != SC_OK) return st;
               continue;
             }
             sc_status st = search_mesh(x, base, B / dd, r, d);
+            if (st != SC_OK) return st;
+          }
+        }
+      }
+    }
+  }
+  return SC_OK;
+}
+
+/* The inference space (search.h): every mesh of D <= N devices, D = dp x
+ * tp x pp, with the same pruning as training's (heads, nodes and uneven
+ * placement, the batch, the microbatches, the weights alone over the
+ * memory, the bound). */
+static sc_status infer_search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  int64_t N = sc_cluster_devices(x->c), P = x->c->devices_per_node, B = x->o->global_batch;
+  bool latency = x->o->goal == SC_SEARCH_LATENCY;
+  for (int64_t D = 1; D <= N; D++) {
+    for (int64_t tp = 1; tp <= D; tp++) {
+      if (D % tp || tp_skipped(x, tp, tp_anywhere, r)) continue;
+      for (int64_t pp = 1; pp <= D / tp && pp <= bm->n_blocks &&
+                           (!x->o->max_pp || pp <= x->o->max_pp); pp++) {
+        if ((D / tp) % pp) continue;
+        int64_t dp = D / tp / pp;
+        /* latency: dp splits the one batch; throughput: each replica
+         * serves a batch of its own */
+        if (latency && B % dp) {
+          r->pruned_batch++;
+          if (!r->batch_parts || dp < r->batch_parts) r->batch_parts = dp;
+          continue;
+        }
+        if (!span(1, tp, P) || !span(tp, dp, P) || !span(tp * dp, pp, P)) {
+          r->pruned_node++;
+          continue;
+        }
+        int64_t rb = latency ? B / dp : B; /* the replica's batch */
+        for (int sp = 0; sp < (tp > 1 ? 2 : 1); sp++) {
+          sc_search_cand base = {.dp = dp, .fsdp = 1, .tp = tp, .pp = pp, .cp = 1,
+                                 .sequence_parallel = sp == 1, .schedule = "gpipe",
+                                 .virtual_stages = 1, .microbatches = 1,
+                                 .micro_batch_size = rb, .inference = true,
+                                 .batch = latency ? B : dp * B};
+          double w = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp) *
+                     (double)bm->param_bytes;
+          if (w > (double)x->limit) {
+            r->pruned_state++;
+            sc_search_cand c = base; /* its least memory: micro-batches of 1 */
+            c.micro_batch_size = pp > 1 ? 1 : rb;
+            c.microbatches = pp > 1 ? (int32_t)rb : 1;
+            sc_status st = closest(x, &c, r, d);
+            if (st != SC_OK) return st;
+            continue;
+          }
+          for (int64_t M = 1; M <= rb && (pp > 1 || M == 1); M++) {
+            if (rb % M) {
+              r->pruned_microbatch++;
+              continue;
+            }
+            sc_search_cand c = base;
+            c.microbatches = (int32_t)M;
+            c.micro_batch_size = rb / M;
+            sc_status st = consider(x, &c, r, d);
             if (st != SC_OK) return st;
           }
         }
@@ -646,11 +853,12 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "plan --auto: cluster %s: the device's memory and HBM bandwidth must be "
                        "known (uncalibrated: run shardc calibrate)", o->cluster->name);
-  r->model_flops = 3.0 * sc_block_model_flops(bm) * (double)o->global_batch;
-  sc_status st = search(&x, false, r, d);
+  bool infer = o->goal != SC_SEARCH_TRAIN;
+  r->model_flops = (infer ? 1.0 : 3.0) * sc_block_model_flops(bm) * (double)o->global_batch;
+  sc_status st = infer ? infer_search(&x, false, r, d) : search(&x, false, r, d);
   if (st == SC_OK && r->n_top == 0) {
     r->tp_left_node = true;
-    st = search(&x, true, r, d);
+    st = infer ? infer_search(&x, true, r, d) : search(&x, true, r, d);
   }
   if (st != SC_OK) return st;
   r->pruned = r->pruned_heads + r->pruned_node + r->pruned_batch + r->pruned_microbatch +
@@ -701,7 +909,14 @@ void sc_search_why(const sc_search_cand *a, const sc_search_cand *b, int64_t lim
     snprintf(buf, n, "chosen");
     return;
   }
-  double pct = a->step_s > 0 ? 100.0 * (b->step_s - a->step_s) / a->step_s : 0;
+  double pct = a->objective_s > 0 ? 100.0 * (b->objective_s - a->objective_s) / a->objective_s
+                                   : 0;
+  if (b->objective_s != b->step_s && b->step_s <= a->step_s && pct >= 0.05) {
+    /* throughput: a step as short or shorter, over fewer replicas */
+    snprintf(buf, n, "%.1f %% slower per batch served: %lld replica%s against %lld", pct,
+             (long long)b->dp, b->dp == 1 ? "" : "s", (long long)a->dp);
+    return;
+  }
   if (pct < 0.05) {
     snprintf(buf, n, "as fast (%+.3f %%), %.2f GiB %s memory per rank", pct,
              fabs((double)(b->peak_bytes - a->peak_bytes)) / (1024.0 * 1024.0 * 1024.0),

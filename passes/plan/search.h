@@ -27,6 +27,21 @@
  * values the backward keeps (per microbatch in flight), one block's
  * working values (docs/planner.md section 4 has every term and constant).
  * Pure computation: no allocation, no state.
+ * Inference (opts.goal SC_SEARCH_LATENCY or SC_SEARCH_THROUGHPUT): the
+ * same machinery over what the inference path runs: meshes of D <= N
+ * devices, D = dp x tp x pp (no fsdp, no ZeRO, no recompute); tp with and
+ * without sequence parallelism; for pp > 1 the microbatch count M
+ * dividing the replica's batch, GPipe (forward only). Latency: dp splits
+ * one batch of global_batch examples, ranked by its step time.
+ * Throughput: each of the dp replicas serves its own batch of
+ * global_batch examples (a step of the mesh serves dp x global_batch),
+ * ranked by seconds per batch served (step / dp), i.e. examples per
+ * second. The estimate is the forward alone: compute, the pipeline's
+ * fill (pp - 1 microbatch forwards on the last stage), tp's two
+ * collectives per block and microbatch (and the vocabulary-parallel
+ * embedding's all-reduce and LM head's all-gather of the logits), the
+ * outputs' all-gather over dp, one pipeline send per microbatch; memory is the weights (in the graph's dtype) and one
+ * block's values and the LM head's per microbatch.
  * Errors: SC_ERR_INVALID (a figure the cluster does not know, a model
  * without blocks), SC_ERR_USAGE (no data-parallel size divides the global
  * batch: the message names the batches that work). */
@@ -38,6 +53,12 @@
 #include "passes/plan/plan.h"
 
 enum { SC_SEARCH_TOP = 10 };
+
+/* What the search ranks: a training step (its time), or an inference
+ * batch (its latency, or the examples per second of the mesh). */
+typedef enum sc_search_goal {
+  SC_SEARCH_TRAIN, SC_SEARCH_LATENCY, SC_SEARCH_THROUGHPUT, SC_SEARCH_GOAL_COUNT
+} sc_search_goal;
 
 typedef enum sc_search_recompute {
   SC_SEARCH_RECOMPUTE_NONE, SC_SEARCH_RECOMPUTE_SELECTIVE, SC_SEARCH_RECOMPUTE_FULL
@@ -64,11 +85,19 @@ typedef struct sc_search_cand {
                                    training state and update's working memory) */
   int32_t peak_pipe_rank;       /* which pipeline rank it is */
   bool fits;
+  bool inference;               /* an inference plan (no optimizer, forward only) */
+  int64_t batch;                /* examples a step of the mesh serves (the global
+                                   batch; throughput: dp x the batch) */
+  double objective_s;           /* what the ranking compares, lower first:
+                                   step_s, or under SC_SEARCH_THROUGHPUT
+                                   step_s / dp (seconds per batch served) */
 } sc_search_cand;
 
 typedef struct sc_search_opts {
   const sc_cluster *cluster;
-  int64_t global_batch;
+  sc_search_goal goal;          /* SC_SEARCH_TRAIN (0) or an inference objective */
+  int64_t global_batch;         /* training: examples per optimizer step;
+                                   inference: the batch of one request */
   sc_cluster_dtype dtype;       /* the GEMMs' (bf16, fp16 or fp32) */
   bool adamw;                   /* AdamW (two moments) or SGD without momentum */
   int64_t memory_budget;        /* per rank, 0: the device's memory */
@@ -126,6 +155,8 @@ sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
 /* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
  * tp=8"; "dp=1" for one rank). */
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);
+/* "train", "latency", "throughput". */
+const char *sc_search_goal_name(sc_search_goal g);
 /* "none", "selective", "full". */
 const char *sc_search_recompute_name(sc_search_recompute k);
 /* The same search on fewer devices (docs/planner.md, "More GPUs"): half

@@ -13,7 +13,8 @@
 #                                        mesh matrices
 #   --json FILE                          also write the summary there
 #   --only CHECK,...                     only these checks (env, modules, arena,
-#                                        nccl, kernels, gemm, real-models, samples)
+#                                        nccl, kernels, planner, gemm, real-models,
+#                                        samples)
 #   --deadline S                         checks that would start after S seconds
 #                                        are skipped, commands are cut at it
 #   --log FILE                           every command with its whole output

@@ -26,6 +26,17 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
                GPT-2 small's shapes (1024 tokens)
   nccl         one-rank NCCL (a GPU holds one rank): GPT-2 on a one-rank
                mesh with --comm nccl (torchrun variables), against the CPU
+  planner      the planner on this GPU: `shardc calibrate --device cuda`
+               (planner.calibrate: a profile of kind cuda), `shardc plan` of
+               GPT-2 small's training step (bench/bench_planner_accuracy.py's
+               generator: 12 layers, d 768, sequence 128, batch 8, AdamW,
+               fp32; --quick: batch 1) on h200:1x1 with that profile
+               (planner.plan: a predicted step time, the CUDA device's memory
+               lines), and `shardc train --device cuda` of the same step
+               (planner.train: the median step after the warm-up); then
+               planner.accuracy (info): predicted, measured, their ratio,
+               against the target of 15 %. Emulated: samples/gpt2.onnx, and
+               the ratio says nothing of a GPU
   real-models  GPT-2 small and ResNet-18 at real size (bench/real_models.py):
                latency at batch 1 and 8 with --device cuda (and cpu at batch
                1; ResNet-18 also with SHARDC_CUDA_CONV=im2col), against
@@ -332,6 +343,75 @@ def check_gemm(a, tmp):
                ms=ms, device_ms=dev, tflops=tflops)
 
 
+def check_planner(a, tmp):
+    """calibrate --device cuda, plan with its profile, train the same step
+    on the GPU: the predicted step against the measured one."""
+    prof = os.path.join(tmp, "planner.prof.json")
+    quick = a.quick or EMU
+    r = sh([a.shardc, "calibrate", "--device", "cuda", "-o", prof] +
+           (["--quick"] if quick else []), timeout=600)
+    p = None
+    if r.returncode == 0:
+        with open(prof) as f:
+            p = json.load(f)
+    ok = p is not None and p["device"]["kind"] == "cuda" and len(p["gemm"]) > 0
+    best = {t: max((g["flops_per_s"] for g in p["gemm"] if g["dtype"] == t), default=0) / 1e12
+            for t in ("fp32", "bf16")} if ok else {}
+    record("planner.calibrate", "pass" if ok else "fail",
+           f"{p['device']['name']}: best {best['fp32']:.1f} TFLOP/s fp32, {best['bf16']:.1f} "
+           f"bf16; memory {p['memory_bytes_per_s'] / 1e12:.2f} TB/s; a step "
+           f"{p['step_overhead_s'] * 1e6:.2f} us; context "
+           f"{p['device'].get('context_bytes', 0)} bytes; {p['calibrate_s']:.0f} s"
+           if ok else f"rc {r.returncode}: {r.stderr[-400:]}",
+           tflops_fp32=best.get("fp32"), tflops_bf16=best.get("bf16"),
+           context_bytes=p["device"].get("context_bytes") if ok else None)
+    if not ok:
+        return
+    sys.path.insert(0, os.path.join(SRC, "bench"))
+    sys.path.insert(0, os.path.join(SRC, "samples"))
+    import types
+    import bench_planner_accuracy as bpa
+    if EMU:  # minutes a step at GPT-2 small's size on the emulated GPU
+        model, batch, seq, vocab, steps, warmup = (os.path.join(SRC, "samples", "gpt2.onnx"),
+                                                   8, 16, 1000, 3, 1)
+    else:
+        batch = 1 if a.quick else 8
+        model = bpa.gpt2_small(types.SimpleNamespace(small_seq=128, cache=tmp))
+        seq, vocab, steps, warmup = 128, 50257, 10, 3
+    opts = ["--dim", f"batch={batch}", "--optimizer", "adamw", "--mesh", "dp=1"]
+    r = sh([a.shardc, "plan", model, "--train", "--json", "--cluster", f"h200:1x1@{prof}"] + opts,
+           timeout=600)
+    pred, mem = None, None
+    if r.returncode == 0:
+        j = json.loads(r.stdout)
+        pred = (j.get("predicted") or {}).get("step_time_s")
+        mem = j.get("device")
+    ok = pred is not None and mem is not None and "cuda context" in mem
+    record("planner.plan", "pass" if ok else "fail",
+           f"predicted {pred * 1e3:.3f} ms a step (batch {batch} x {seq}); memory "
+           f"{j['predicted'].get('peak_bytes_per_rank')} bytes a rank, lines {mem}" if ok
+           else f"rc {r.returncode}: {r.stderr[-400:]}", predicted_s=pred)
+    ids, labels = bpa.write_data(tmp, batch, seq, vocab)
+    log = os.path.join(tmp, "planner.train.json")
+    r = sh([a.shardc, "train", model, "--device", "cuda", "--data", f"input_ids={ids}",
+            "--labels", labels, "--steps", str(warmup + steps), "--lr", "1e-4", "--log-json",
+            log, "--quiet"] + opts, timeout=900)
+    ms = []
+    if r.returncode == 0 and os.path.exists(log):
+        ms = [json.loads(ln)["time_ms"] for ln in open(log) if ln.strip()]
+    meas = sorted(ms[warmup:])[len(ms[warmup:]) // 2] / 1e3 if len(ms) > warmup else None
+    record("planner.train", "pass" if meas else "fail",
+           f"measured {meas * 1e3:.3f} ms a step (median of {len(ms) - warmup} after "
+           f"{warmup})" if meas else f"rc {r.returncode}: {r.stderr[-400:]}", measured_s=meas)
+    if pred and meas:
+        ratio = pred / meas
+        record("planner.accuracy", "info",
+               f"predicted {pred * 1e3:.3f} ms, measured {meas * 1e3:.3f} ms, ratio "
+               f"{ratio:.3f} ({'within' if abs(ratio - 1) <= 0.15 else 'outside'} the 15 % "
+               f"target)" + (" (emulated: the ratio says nothing of a GPU)" if EMU else ""),
+               predicted_s=pred, measured_s=meas, ratio=ratio)
+
+
 def check_nccl(a, tmp):
     """One rank of NCCL (one GPU holds one rank of a communicator): the
     world made through the torchrun variables, GPT-2 run and trained on a
@@ -472,7 +552,8 @@ def main():
     # the quick checks first, the long samples matrix last
     checks = [("env", lambda tmp: check_env(a)), ("modules", lambda tmp: check_modules(a, tmp)),
               ("arena", lambda tmp: check_arena(a)), ("nccl", lambda tmp: check_nccl(a, tmp)),
-              ("kernels", lambda tmp: check_kernels(a))]
+              ("kernels", lambda tmp: check_kernels(a)),
+              ("planner", lambda tmp: check_planner(a, tmp))]
     if not a.quick:
         checks += [("gemm", lambda tmp: check_gemm(a, tmp)),
                    ("real-models", lambda tmp: check_real_models(a, tmp))]

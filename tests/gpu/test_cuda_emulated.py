@@ -37,6 +37,10 @@ Checked, against the CPU device on the same seeded random inputs:
   - a Gather index out of range fails the run with the CPU's message;
   - SHARDC_CUDA_VERBOSE=1 reports the device time of a run's steps (events
     around them): one per run, no more than the run's wall time;
+  - `run -v` lists the CUDA device's own lines planned and allocated
+    (codegen/device_memory.h): a MatMul + Add with constants of 60 and 12
+    bytes has 196 bytes of weights padding (the second at offset 256), the
+    same both ways;
   - without SHARDC_CUDA_EMU on a machine without a driver, --device cuda
     exits 1 saying "no CUDA driver" (skipped where libcuda.so.1 loads).
 """
@@ -273,6 +277,27 @@ def main():
             check(r.returncode == 1 and "index 99999 out of range" in r.stderr,
                   f"bad index on {dev}: exit {r.returncode}: {r.stderr[-300:]}")
         check(msgs[0] == msgs[1], f"bad index: cuda says {msgs[1]!r}, cpu {msgs[0]!r}")
+
+        # the CUDA device's own lines, planned against allocated (run -v)
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+        rng = np.random.default_rng(3)
+        inits = [numpy_helper.from_array(rng.standard_normal((5, 3)).astype(np.float32), "W"),
+                 numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "B")]
+        g = helper.make_graph(
+            [helper.make_node("MatMul", ["A", "W"], ["P"]), helper.make_node("Add", ["P", "B"], ["Y"])],
+            "pad", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [2, 5])],
+            [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3])], inits)
+        mod = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        mod.ir_version = 8
+        small = os.path.join(tmp, "pad.onnx")
+        onnx.save(mod, small)
+        r = shardc(["run", small, "--random-inputs", "1", "-q", "--device", "cuda", "-v",
+                    "--output-dir", os.path.join(tmp, "pad.out")], emulated(os.path.join(tmp, "pad.log")))
+        m = re.search(r"weights padding\s+(\d+)\s+\S+ \S+\s+(\d+)", r.stderr)
+        check(r.returncode == 0 and m and m.group(1) == m.group(2) == "196",
+              f"run -v on cuda: the weights' padding planned and allocated: "
+              f"{m.groups() if m else r.stderr[-400:]}")
 
         try:
             if REAL:

@@ -2,9 +2,10 @@
 # test_run_all.sh — rehearses tests/gpu/run-all.sh on the emulated GPU
 # (SHARDC_CUDA_EMU=1, --quick: no timings), so that the script a GPU
 # machine runs is known to work before a device is lent: it must end with
-# "N passed, 0 failed" (N >= 3: with --quick, the kernels, the samples and
-# the arena) and write a JSON summary whose counts agree. Then --only,
-# --deadline (a deadline already past skips every check) and --log.
+# "N passed, 0 failed" (N >= 3: with --quick, the kernels, the samples,
+# the arena and the planner's calibrate, plan and train, with its accuracy
+# line as information) and write a JSON summary whose counts agree. Then
+# --only, --deadline (a deadline already past skips every check) and --log.
 # Exits 77 (skipped) when shardc was built without NVRTC: no GPU path.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,13 +32,20 @@ passed = int(sys.argv[2].split()[0])
 assert s["emulated"] is True, s
 assert s["passed"] == passed and s["failed"] == 0, s
 names = {c["name"] for c in s["checks"] if c["status"] == "pass"}
-assert {"kernels", "samples", "arena"} <= names, names
+assert {"kernels", "samples", "arena", "planner.calibrate", "planner.plan",
+        "planner.train"} <= names, names
+acc = [c for c in s["checks"] if c["name"] == "planner.accuracy"]
+assert len(acc) == 1 and acc[0]["status"] == "info", acc
+a = acc[0]
+assert a["predicted_s"] > 0 and a["measured_s"] > 0, a
+assert abs(a["ratio"] - a["predicted_s"] / a["measured_s"]) < 1e-9, a
+assert "ratio" in a["detail"] and "15 %" in a["detail"], a
 print("ok")
 PY
 
 # --only picks checks; --log keeps every command's output; a --deadline
 # already past skips what would start after it (as skips, not failures)
-SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" --only env,arena,gemm --deadline 1 \
+SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" --only env,arena,gemm,planner --deadline 1 \
   --log "$out/cmds.log" --json "$out/short.json" >"$out/log2" 2>&1
 rc=$?
 "$py" - "$out/short.json" "$out/cmds.log" "$rc" <<'PY' || { tail -n 20 "$out/log2"; exit 1; }
@@ -45,7 +53,7 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 got = {c["name"]: c["status"] for c in s["checks"]}
 assert int(sys.argv[3]) == 0, sys.argv[3]
-assert got == {"env": "skip", "arena": "skip", "gemm": "skip"}, got
+assert got == {"env": "skip", "arena": "skip", "gemm": "skip", "planner": "skip"}, got
 assert all("--deadline" in c["detail"] for c in s["checks"]), s["checks"]
 assert s["passed"] == 0 and s["failed"] == 0, s
 PY

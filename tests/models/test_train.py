@@ -171,11 +171,12 @@ def kernel_stores(kir):
 
 
 def log_lines(path):
-    """The log without the step times (which differ from run to run)."""
+    """The log without the step times and rates (which differ from run to run)."""
     out = []
     for line in open(path):
         d = json.loads(line)
         d.pop("time_ms")
+        d.pop("tokens_per_s")
         out.append(d)
     return out
 

@@ -45,8 +45,10 @@ Also:
     rank and under fsdp=2, and step 3 equals the uninterrupted run's;
   - pipelines (GPT-2, pp=2, 4 microbatches): `shardc plan --train --json`
     gives each pipeline rank's stashed microbatches equal to the schedule's
-    formula (GPipe 4, 4; 1F1B and ZB-H1 2, 1; interleaved 5, 3) and the bytes of
-    handed-over values it keeps equal to what `shardc train` measures;
+    formula (GPipe 4, 4; 1F1B and ZB-H1 2, 1; interleaved 5, 3), the bytes of
+    handed-over values it keeps equal to what `shardc train` measures, and
+    its one arena (shared by its pieces) equal to the bytes `shardc train`
+    allocates for it;
     --schedule-table prints 1F1B's action lists with their sends and
     receives;
   - SHARDC_FAIL_RANK=1 ends the job with that rank's message and a non-zero
@@ -376,8 +378,17 @@ def main():
                   [int(x) for x in m.group(1).split()] == [r["stash_peak"] for r in pl["ranks"]],
                   f"{sched}: runtime stash {m and m.group(1)} vs plan "
                   f"{[r['stash_peak'] for r in pl['ranks']]}: {p.stderr[-300:]}")
+            # one arena per pipeline rank, shared by its pieces: planned =
+            # allocated
+            m = re.search(r"one arena per pipeline rank, shared by its pieces: ([\d ]+) bytes",
+                          p.stdout)
+            check(m and [int(x) for x in m.group(1).split()] == [r["arena"] for r in pl["ranks"]]
+                  and all(r["arena"] > 0 for r in pl["ranks"]),
+                  f"{sched}: runtime arenas {m and m.group(1)} vs plan "
+                  f"{[r['arena'] for r in pl['ranks']]}")
             print(f"pipeline {sched:12s} stash per rank {[r['stash_peak'] for r in pl['ranks']]} "
-                  f"bytes (planned = kept), microbatches {want}")
+                  f"bytes (planned = kept), microbatches {want}, arena per rank "
+                  f"{[r['arena'] for r in pl['ranks']]} (planned = allocated)")
         p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
                             "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
                             "--schedule", "1f1b"], capture_output=True, text=True, timeout=300)

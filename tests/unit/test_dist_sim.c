@@ -27,6 +27,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -358,12 +359,82 @@ static void test_zero_bubble(void **state) {
     }
 }
 
+/* The events of a traced run (sc_dist_sim_run_traced): each rank's
+ * compute-queue events tile [0, finish] (no gap, no overlap), their sums
+ * by kind are the rank's terms (the bubble among them), every forward and
+ * backward piece of every microbatch is one event, a queue's transfers do
+ * not overlap, and the figures are those of the run without a trace. */
+static void check_trace(sc_schedule_kind kind, int32_t P, int32_t V, int32_t M) {
+  sc_cluster c = preset("h100-sxm:8x1");
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  const int64_t split[3] = {2000, 2000, 2000};
+  sc_dist_program *dp = pipeline(&c, kind, P, V, M, split);
+  sc_dist_sim plain, s;
+  sc_dist_sim_trace tr;
+  if (sc_dist_sim_run(dp, &c, &plain, &d) != SC_OK) fail_msg("%s", d.msg);
+  if (sc_dist_sim_run_traced(dp, &c, &s, &tr, &d) != SC_OK) fail_msg("%s", d.msg);
+  assert_true(s.step_time_s == plain.step_time_s);
+  assert_true(tr.n > 0);
+  const double eps = 1e-9 * s.step_time_s;
+  for (int32_t q = 0; q < P; q++) {
+    const sc_dist_sim_rank *r = &s.ranks[q];
+    double at = 0, sums[SC_DIST_SIM_EV_KIND_COUNT] = {0}, qend[SC_DIST_SIM_MAX_GROUPS + 1] = {0};
+    int32_t forwards = 0, backwards = 0;
+    for (int64_t i = 0; i < tr.n; i++) {
+      const sc_dist_sim_event *e = &tr.events[i];
+      if (e->pipe_rank != q) continue;
+      assert_true(e->end_s > e->start_s);
+      if (e->queue != SC_DIST_SIM_QUEUE_COMPUTE) { /* a transfer queue: in order, apart */
+        int32_t k = e->queue == SC_DIST_SIM_QUEUE_P2P ? 0 : 1 + e->queue;
+        assert_true(k >= 0 && k <= tr.n_groups);
+        assert_true(e->start_s >= qend[k] - eps);
+        qend[k] = e->end_s;
+        assert_true(e->kind == SC_DIST_SIM_EV_SEND || e->kind == SC_DIST_SIM_EV_COLLECTIVE);
+        assert_true(e->bytes > 0);
+        continue;
+      }
+      assert_true(e->start_s > at - eps && e->start_s < at + eps); /* no gap, no overlap */
+      at = e->end_s;
+      sums[e->kind] += e->end_s - e->start_s;
+      if (e->kind == SC_DIST_SIM_EV_COMPUTE && e->phase == SC_PIPE_FORWARD) forwards++;
+      if (e->kind == SC_DIST_SIM_EV_COMPUTE && e->phase == SC_PIPE_BACKWARD) backwards++;
+      if (e->kind == SC_DIST_SIM_EV_COMPUTE) assert_true(e->mb >= 0 && e->mb < M);
+    }
+    printf("%s P %d V %d M %d rank %d: compute %.6g s, bubble %.6g s, finish %.6g s\n",
+           sc_schedule_name(kind), (int)P, (int)V, (int)M, (int)q,
+           sums[SC_DIST_SIM_EV_COMPUTE], sums[SC_DIST_SIM_EV_BUBBLE], r->finish_s);
+    assert_true(at > r->finish_s - eps && at < r->finish_s + eps);
+    assert_true(fabs(sums[SC_DIST_SIM_EV_COMPUTE] - r->compute_s) < eps);
+    assert_true(fabs(sums[SC_DIST_SIM_EV_BUBBLE] - r->bubble_s) < eps);
+    assert_true(fabs(sums[SC_DIST_SIM_EV_EXPOSED] - r->exposed_comm_s) < eps);
+    assert_true(fabs(sums[SC_DIST_SIM_EV_COMPUTE] + sums[SC_DIST_SIM_EV_BUBBLE] +
+                     sums[SC_DIST_SIM_EV_EXPOSED] + sums[SC_DIST_SIM_EV_RECOMPUTE] +
+                     sums[SC_DIST_SIM_EV_OPTIMIZER] - r->finish_s) < eps);
+    assert_int_equal(forwards, M * V);
+    assert_int_equal(backwards, M * V);
+    if (q < P - 1) assert_true(sums[SC_DIST_SIM_EV_BUBBLE] > 0); /* the warm-up's wait */
+  }
+  assert_true(fabs(s.ranks[s.critical].finish_s - s.step_time_s) < eps);
+  sc_dist_sim_trace_free(&tr);
+  assert_null(tr.events);
+  sc_dist_program_destroy(dp);
+}
+
+static void test_trace(void **state) {
+  (void)state;
+  check_trace(SC_SCHEDULE_1F1B, 4, 1, 8);
+  check_trace(SC_SCHEDULE_INTERLEAVED, 4, 2, 8);
+  check_trace(SC_SCHEDULE_ZB_H1, 2, 1, 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_overlap),
       cmocka_unit_test(test_terms),
       cmocka_unit_test(test_bubbles),
       cmocka_unit_test(test_zero_bubble),
+      cmocka_unit_test(test_trace),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

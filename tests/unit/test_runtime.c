@@ -20,6 +20,7 @@
 
 #include "codegen/program.h"
 #include "codegen/memplan.h"
+#include "passes/plan/cluster.h"
 #include "runtime/cpu_gemm.h"
 #include "runtime/device.h"
 #include "runtime/runtime.h"
@@ -213,6 +214,60 @@ static void test_gemm_kernels_view(void **state) {
   assert_int_equal(bad, 0);
   sc_session_destroy(s);
   free(x);
+  free_prog1(&t);
+}
+
+/* Sessions that run in turn share one arena (sc_session_opts.arena, as a
+ * pipeline rank's pieces do): the owner allocates the larger size asked,
+ * the borrower none; a run leaves nothing the next one reads (each copies
+ * its inputs in), so the owner's result is the same after the borrower
+ * overwrote the arena; an arena smaller than the program's is refused. */
+static void test_shared_arena(void **state) {
+  (void)state;
+  rng_seed(5);
+  prog1 t;
+  build_prog1(&t);
+  float *x[2];
+  for (int i = 0; i < 2; i++) {
+    x[i] = malloc(sizeof(float) * M * K);
+    for (int j = 0; j < M * K; j++) x[i][j] = (float)rnd(-1, 1);
+  }
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.threads = 1;
+  o.arena_bytes = 2 * t.p->arena_bytes;
+  sc_session *own = NULL, *bor = NULL, *small = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_create(t.p, &o, &own, &d), SC_OK);
+  assert_int_equal(sc_session_arena_bytes(own), 2 * t.p->arena_bytes);
+  o.arena = sc_session_arena(own);
+  assert_non_null(o.arena);
+  assert_int_equal(sc_session_create(t.p, &o, &bor, &d), SC_OK);
+  assert_int_equal(sc_session_arena_bytes(bor), 0); /* borrowed: allocated nothing */
+  assert_ptr_equal(sc_session_arena(bor), o.arena);
+  o.arena_bytes = t.p->arena_bytes - 1;
+  assert_int_equal(sc_session_create(t.p, &o, &small, &d), SC_ERR_INVALID);
+  assert_null(small);
+  assert_non_null(strstr(d.msg, "shared arena"));
+  sc_tensor_view in[2], out[3];
+  for (int i = 0; i < 2; i++)
+    in[i] = (sc_tensor_view){.name = "x", .dtype = SC_DTYPE_F32, .rank = 2, .dims = {M, K},
+                             .data = x[i]};
+  float *z0 = malloc(sizeof(float) * M * N);
+  assert_int_equal(sc_session_run(own, &in[0], 1, out, 3, &d), SC_OK);
+  memcpy(z0, out[0].data, sizeof(float) * M * N);
+  void *where = out[0].data;
+  assert_int_equal(sc_session_run(bor, &in[1], 1, out, 3, &d), SC_OK);
+  assert_ptr_equal(out[0].data, where); /* the same memory */
+  assert_true(memcmp(out[0].data, z0, sizeof(float) * M * N) != 0); /* other inputs */
+  assert_int_equal(sc_session_run(own, &in[0], 1, out, 3, &d), SC_OK);
+  assert_memory_equal(out[0].data, z0, sizeof(float) * M * N);
+  sc_session_destroy(bor);
+  sc_session_destroy(own);
+  free(z0);
+  free(x[0]);
+  free(x[1]);
   free_prog1(&t);
 }
 
@@ -515,6 +570,127 @@ static void test_device_memory_conv_lines(void **state) {
   assert_int_equal(sc_device_memory_plan(p, &t, &m, &d), SC_OK); /* no convolutions: 0 */
   assert_int_equal(sc_device_memory_outside(&m), 0);
   sc_program_destroy(p);
+}
+
+/* The CUDA device's lines (codegen/device_memory.h), against figures
+ * written out here: NCCL's buffers per communicator from NCCL's defaults
+ * (Simple 4 MiB, LL 512 KiB, LL128 4,915,200 B per channel and ring
+ * neighbour, plus the 4-byte flag), none for one rank; the weights' one
+ * allocation with each constant at a multiple of 256 bytes; cuBLASLt's
+ * workspace beside the arena only when a product runs through it and the
+ * arena does not hold it; the context as the target says; one
+ * communicator per set of axes, its channels those of the link it spans. */
+static void test_device_memory_cuda_lines(void **state) {
+  (void)state;
+  const int64_t per_channel = 2 * ((int64_t)4194304 + 524288 + 4915200);
+  assert_int_equal(sc_nccl_buffer_bytes(1, 16), 0);
+  assert_int_equal(sc_nccl_buffer_bytes(2, 16), 16 * per_channel + 4);
+  assert_int_equal(sc_nccl_buffer_bytes(8, 3), 3 * per_channel + 4);
+  assert_int_equal(sc_nccl_buffer_bytes(2, 0), -1);
+  assert_int_equal(sc_nccl_buffer_bytes(2, INT64_MAX / 4), -1);
+
+  sc_program *p = sc_program_create();
+  int64_t d1[] = {25}, d2[] = {75}, da[] = {4, 8}, db[] = {8, 16}, dc[] = {4, 16};
+  float w[75] = {0};
+  add_buf(p, "w1", SC_BUF_CONST, 1, d1, -1, w, -1); /* 100 bytes, then 156 of padding */
+  add_buf(p, "w2", SC_BUF_CONST, 1, d2, -1, w, -1); /* 300 bytes at offset 256 */
+  int32_t a = add_buf(p, "a", SC_BUF_INPUT, 2, da, 0, NULL, -1);
+  int32_t b = add_buf(p, "b", SC_BUF_INPUT, 2, db, 128, NULL, -1);
+  int32_t c = add_buf(p, "c", SC_BUF_OUTPUT, 2, dc, 640, NULL, -1);
+  p->arena_bytes = 1024;
+  assert_int_equal(sc_cuda_const_bytes(p), 256 + 300);
+  sc_device_target t;
+  sc_device_target_cuda(&t, 500 << 20, 0, 4);
+  assert_int_equal(t.nccl_channels_intra, SC_NCCL_CHANNELS_DEFAULT);
+  sc_device_memory m;
+  sc_diag d = {0};
+  assert_int_equal(sc_device_memory_plan(p, &t, &m, &d), SC_OK);
+  assert_int_equal(m.bytes[SC_MEM_ARENA], 1024);
+  assert_int_equal(m.bytes[SC_MEM_CUDA_PADDING], 156);
+  assert_int_equal(m.bytes[SC_MEM_CUDA_WORKSPACE], 0); /* no product */
+  assert_int_equal(m.bytes[SC_MEM_CUDA_CONTEXT], 500 << 20);
+  assert_int_equal(m.bytes[SC_MEM_NCCL_BUFFERS], 0);
+  for (int l = SC_MEM_PACKED_WEIGHTS; l <= SC_MEM_CONV_THREADS; l++)
+    assert_int_equal(m.bytes[l], 0); /* the CPU's lines */
+
+  sc_step st;
+  memset(&st, 0, sizeof st);
+  st.kind = SC_STEP_GEMM;
+  st.kernel = -1;
+  st.gemm = (sc_gemm){.a = a, .b = b, .c = c, .m = 4, .n = 16, .k = 8, .lda = 8, .ldb = 16,
+                      .ldc = 16, .batch = 1, .alpha = 1.0f, .bias = -1};
+  st.gemm.conv.on = true; /* a convolution: its implicit-GEMM kernel, no cuBLASLt */
+  assert_true(sc_program_add_step(p, &st) >= 0);
+  assert_int_equal(sc_cuda_workspace_outside_bytes(p, false), 0);
+  assert_int_equal(sc_cuda_workspace_outside_bytes(p, true), SC_GEMM_WORKSPACE_BYTES);
+  st.gemm.conv.on = false;
+  assert_true(sc_program_add_step(p, &st) >= 0);
+  assert_int_equal(sc_device_memory_plan(p, &t, &m, &d), SC_OK);
+  assert_int_equal(m.bytes[SC_MEM_CUDA_WORKSPACE], SC_GEMM_WORKSPACE_BYTES);
+  assert_false(sc_cuda_workspace_in_arena(p));
+  p->workspace_bytes = SC_GEMM_WORKSPACE_BYTES; /* the plan reserved it at the top */
+  p->workspace_offset = 1024;
+  p->arena_bytes = 1024 + SC_GEMM_WORKSPACE_BYTES;
+  assert_true(sc_cuda_workspace_in_arena(p));
+  assert_int_equal(sc_cuda_workspace_outside_bytes(p, true), 0);
+  p->workspace_offset = 1025; /* would end past the arena: not the arena's */
+  assert_false(sc_cuda_workspace_in_arena(p));
+  p->workspace_offset = 1024;
+
+  /* dp=2 x tp=4 on nodes of 4: tp stays in a node, dp spans two */
+  assert_int_equal(sc_mesh_parse("dp=2,tp=4", &p->mesh, &d), SC_OK);
+  assert_int_equal(sc_mesh_set_ranks_per_node(&p->mesh, 4, &d), SC_OK);
+  const char *tp_name[] = {"tp"}, *dp_name[] = {"dp"};
+  sc_axes tp, dp;
+  assert_true(sc_mesh_axes_of(&p->mesh, tp_name, 1, &tp));
+  assert_true(sc_mesh_axes_of(&p->mesh, dp_name, 1, &dp));
+  sc_axes sets[] = {tp, dp, tp}; /* two steps over tp: one communicator */
+  int64_t sizes[] = {4, 2, 4};
+  for (int i = 0; i < 3; i++) {
+    memset(&st, 0, sizeof st);
+    st.kind = SC_STEP_COMM;
+    st.kernel = -1;
+    st.comm.kind = SC_COMM_ALL_REDUCE;
+    st.comm.axes = sets[i];
+    st.comm.group_size = sizes[i];
+    st.comm.in = st.comm.out = c;
+    st.comm.pack = st.comm.unpack = -1;
+    assert_true(sc_program_add_step(p, &st) >= 0);
+  }
+  assert_int_equal(sc_device_memory_plan(p, &t, &m, &d), SC_OK);
+  assert_int_equal(m.bytes[SC_MEM_NCCL_BUFFERS],
+                   (SC_NCCL_CHANNELS_DEFAULT * per_channel + 4) + (4 * per_channel + 4));
+  assert_int_equal(sc_device_memory_outside(&m),
+                   156 + (500 << 20) + m.bytes[SC_MEM_NCCL_BUFFERS]);
+  /* the CPU target of the same program has none of these lines */
+  sc_device_target cpu = {.device = "cpu", .engine = SC_GEMM_ENGINE_ONEDNN, .threads = 1};
+  assert_int_equal(sc_device_memory_plan(p, &cpu, &m, &d), SC_OK);
+  for (int l = SC_MEM_CUDA_WORKSPACE; l < SC_MEM_LINE_COUNT; l++) assert_int_equal(m.bytes[l], 0);
+  assert_true(sc_mem_line_of_device(SC_MEM_ARENA, "cuda"));
+  assert_true(sc_mem_line_of_device(SC_MEM_NCCL_BUFFERS, "cuda"));
+  assert_false(sc_mem_line_of_device(SC_MEM_NCCL_BUFFERS, "cpu"));
+  assert_false(sc_mem_line_of_device(SC_MEM_GEMM_SCRATCH, "cuda"));
+  sc_program_destroy(p);
+
+  /* a cluster file's context and channels reach the target; cpu:local
+   * keeps the host's */
+  static const char CL[] =
+      "{\"gpus_per_node\": 4, \"nodes\": 2, \"gpu\": {\"name\": \"G\", \"memory_bytes\": 1000000000,"
+      " \"peak_flops\": {\"bf16\": 1e15}, \"hbm_bytes_per_s\": 3e12, \"context_bytes\": 123456},"
+      " \"intra_node\": {\"bandwidth_bytes_per_s\": 4e11, \"latency_s\": 3e-6, \"nccl_channels\": 24},"
+      " \"inter_node\": {\"bandwidth_bytes_per_s\": 5e10, \"latency_s\": 1e-5}}";
+  sc_cluster *cl = malloc(sizeof *cl);
+  assert_int_equal(sc_cluster_read_json(CL, sizeof CL - 1, "g.json", cl, &d), SC_OK);
+  assert_true(sc_device_target_of_cluster(cl, &t));
+  assert_string_equal(t.device, "cuda");
+  assert_int_equal(t.context_bytes, 123456);
+  assert_int_equal(t.nccl_channels_intra, 24);
+  assert_int_equal(t.nccl_channels_inter, SC_NCCL_CHANNELS_DEFAULT);
+  assert_int_equal(sc_cluster_preset("cpu:local", cl, &d), SC_OK);
+  sc_device_target host = {.device = "cpu"};
+  assert_false(sc_device_target_of_cluster(cl, &host));
+  assert_string_equal(host.device, "cpu");
+  free(cl);
 }
 
 static void test_device_memory_planned(void **state) {
@@ -952,6 +1128,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gemm_kernels_view),
       cmocka_unit_test(test_threads_identical),
+      cmocka_unit_test(test_shared_arena),
       cmocka_unit_test(test_batched_transposed_gemm),
       cmocka_unit_test(test_gemm_aliasing_pitch),
       cmocka_unit_test(test_gemm_aliasing_pitch_const),
@@ -960,6 +1137,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_engines),
       cmocka_unit_test(test_device_memory_planned),
       cmocka_unit_test(test_device_memory_conv_lines),
+      cmocka_unit_test(test_device_memory_cuda_lines),
       cmocka_unit_test(test_input_validation),
       cmocka_unit_test(test_thread_pool),
   };

@@ -14,7 +14,14 @@
  * GPUs for the same batch never give a slower best; a memory budget
  * below every plan keeps none and names the closest; a batch no
  * data-parallel size divides is refused naming batches that do; the ZeRO
- * stages differ in memory and communication as the ZeRO paper says. */
+ * stages differ in memory and communication as the ZeRO paper says.
+ * Inference: every kept candidate is a plan the inference path runs (dp
+ * x tp x pp on at most the cluster's devices, no fsdp, ZeRO or recompute,
+ * GPipe, dp dividing the batch for latency), sorted by the objective; the
+ * estimate has no backward, optimizer or recompute term and is below the
+ * training step of the same mesh; throughput serves dp batches a step and
+ * ranks by step / dp, and its best serves at least as many examples per
+ * second as latency's best. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -279,12 +286,73 @@ static void test_batch_refused(void **state) {
   for (int32_t i = 0; i < r.n_top; i++) assert_int_equal(4 % (r.top[i].dp * r.top[i].fsdp), 0);
 }
 
+static sc_status infer(const sc_block_model *bm, const char *cluster, sc_search_goal goal,
+                       int64_t batch, sc_search_result *r, sc_diag *d) {
+  sc_cluster c = preset(cluster);
+  sc_search_opts o = {.cluster = &c, .goal = goal, .global_batch = batch,
+                      .dtype = SC_CLUSTER_FP32};
+  return sc_search_run(bm, &o, r, d);
+}
+
+static void test_inference(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  sc_search_result lat, thr;
+  sc_diag d = {0};
+  assert_int_equal(infer(&bm, "h100-sxm:8x1", SC_SEARCH_LATENCY, 8, &lat, &d), SC_OK);
+  assert_int_equal(infer(&bm, "h100-sxm:8x1", SC_SEARCH_THROUGHPUT, 8, &thr, &d), SC_OK);
+  assert_true(lat.n_top > 1 && thr.n_top > 1);
+  for (int k = 0; k < 2; k++) {
+    const sc_search_result *r = k ? &thr : &lat;
+    assert_int_equal(r->pruned, r->pruned_heads + r->pruned_node + r->pruned_batch +
+                                    r->pruned_microbatch + r->pruned_state + r->pruned_bound);
+    for (int32_t i = 0; i < r->n_top; i++) {
+      const sc_search_cand *c = &r->top[i];
+      assert_true(c->inference && c->fits);
+      assert_true(c->pp * c->dp * c->tp <= 8);
+      assert_int_equal(c->fsdp, 1);
+      assert_int_equal(c->zero, 0);
+      assert_int_equal(c->recompute, SC_SEARCH_RECOMPUTE_NONE);
+      assert_string_equal(c->schedule, "gpipe");
+      assert_int_equal(bm.heads % c->tp, 0);
+      assert_true(c->optimizer_s == 0 && c->recompute_s == 0 && c->fsdp_s == 0);
+      if (c->pp == 1) assert_int_equal(c->microbatches, 1);
+      /* latency: dp splits the 8; throughput: each replica serves 8 */
+      int64_t served = c->micro_batch_size * c->microbatches * c->dp;
+      assert_int_equal(served, k ? 8 * c->dp : 8);
+      assert_int_equal(c->batch, served);
+      double want = k ? c->step_s / (double)c->dp : c->step_s;
+      assert_true(c->objective_s == want && c->step_s > 0);
+      if (i) assert_true(r->top[i - 1].objective_s <= c->objective_s);
+    }
+  }
+  /* examples per second: throughput's best at least latency's */
+  assert_true((double)thr.top[0].batch / thr.top[0].step_s >=
+              (double)lat.top[0].batch / lat.top[0].step_s);
+  /* the forward alone is below the training step of the same mesh */
+  sc_search_cand t = lat.top[0];
+  t.inference = false;
+  t.recompute = SC_SEARCH_RECOMPUTE_NONE;
+  sc_cluster c = preset("h100-sxm:8x1");
+  sc_search_opts o = {.cluster = &c, .global_batch = 8, .dtype = SC_CLUSTER_FP32, .adamw = true};
+  assert_int_equal(sc_search_estimate(&bm, &o, &t, &d), SC_OK);
+  assert_true(lat.top[0].step_s < t.step_s);
+  /* batch 1 by latency: no replica to split it */
+  sc_search_result one;
+  assert_int_equal(infer(&bm, "h100-sxm:8x1", SC_SEARCH_LATENCY, 1, &one, &d), SC_OK);
+  assert_true(one.n_top > 0 && one.pruned_batch > 0);
+  for (int32_t i = 0; i < one.n_top; i++) assert_int_equal(one.top[i].dp, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
       cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_fewer_devices),
       cmocka_unit_test(test_budget),
       cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_zero_stages),
+      cmocka_unit_test(test_inference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

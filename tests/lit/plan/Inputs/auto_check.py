@@ -1,4 +1,5 @@
-"""Checks of `shardc plan --train --auto --json` (tests/lit/plan/auto.test).
+"""Checks of `shardc plan [--train] --auto --json` (tests/lit/plan/auto.test,
+auto_infer.test).
 
   auto_check.py check SHARDC MODEL AUTO.json TMP
       the chosen plan is exact ("simulated", the path of plan --train --mesh)
@@ -10,6 +11,13 @@
       predict the same object, and the plan file written from
       auto.chosen.plan replayed with --plan (and the recompute and training
       options, which the plan file does not hold) predicts it again.
+  auto_check.py infer SHARDC MODEL AUTO.json TMP
+      an inference search (no --train): the same checks of the chosen plan
+      and of the exactly evaluated ones, by the objective (latency: the
+      step; throughput: the step per dp replica), every candidate an
+      inference plan (no fsdp, no ZeRO, GPipe, no recompute); the replay
+      through --mesh and through the plan file with --plan predicts the
+      chosen object again.
   auto_check.py faster A.json B.json
       B's report compares its chosen plan with the best on half its GPUs
       (auto.fewer_devices: exact against exact when that cluster's plans
@@ -95,6 +103,54 @@ def check(shardc, model, path, tmp):
                                                     a["candidates_pruned"]))
 
 
+def infer(shardc, model, path, tmp):
+    a = load(path)
+    assert a["objective"] in ("latency", "throughput"), a["objective"]
+    assert a["candidates_evaluated"] > 0, a
+    assert sum(a["pruned"].values()) == a["candidates_pruned"], a["pruned"]
+    ch, cands = a["chosen"], a["candidates"]
+    p = ch["predicted"]
+    assert p["source"] == "simulated", p
+    assert p["fits"] and 0 < p["peak_bytes_per_rank"] <= a["memory_limit_bytes"], p
+    assert p["step_time_s"] > 0 and p["tokens_per_s"] > 0, p
+
+    def objective(c):
+        t = c["predicted"]["step_time_s"]
+        return t / c["mesh"]["dp"] if a["objective"] == "throughput" else t
+
+    for c in cands + [ch]:
+        m = c["mesh"]
+        assert m["fsdp"] == 1 and c["zero"] == 0 and c["recompute"] == "none", c
+        assert c["schedule"] == "gpipe", c
+        assert "--zero" not in c["options"] and "--recompute" not in c["options"], c["options"]
+    first = [c for c in cands if c["why"] == "chosen"]
+    assert len(first) == 1 and first[0]["predicted"] == p and first[0]["exact"], first
+    exact = [c for c in cands if c["exact"]]
+    assert 2 <= len(exact) == a["exact_evaluated"], (len(exact), a["exact_evaluated"])
+    for c in exact:
+        assert c["predicted"]["source"] == "simulated", c
+        if c["predicted"]["peak_bytes_per_rank"] <= a["memory_limit_bytes"]:
+            assert objective(first[0]) <= objective(c), (ch["options"], c["options"])
+    est = [c for c in cands if not c["exact"]]
+    objs = [objective(c) for c in est]
+    assert objs == sorted(objs), objs
+    replay = shlex.split(ch["replay"])
+    assert "--train" not in replay, replay
+    got = predicted_of(shardc, model, replay)
+    assert got == p, (got, p)
+    with open(tmp + ".plan.json", "w") as f:
+        json.dump(ch["plan"], f)
+    dims = [replay[i + 1]
+            for i in range(len(replay) - 1) if replay[i] == "--dim"]
+    args = ["--plan", tmp + ".plan.json", "--no-weights"]
+    for d in dims:
+        args += ["--dim", d]
+    got = predicted_of(shardc, model, args)
+    assert got == p, (got, p)
+    print("auto %s ok: %s, batch %s, %d evaluated, %d pruned" % (
+        a["objective"], ch["options"], dims, a["candidates_evaluated"], a["candidates_pruned"]))
+
+
 def faster(pa, pb):
     a, bj = load(pa)["chosen"]["predicted"], load(pb)
     b, f = bj["chosen"]["predicted"], bj["fewer_devices"]
@@ -133,6 +189,8 @@ def same(pa, pb):
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         check(*sys.argv[2:6])
+    elif sys.argv[1] == "infer":
+        infer(*sys.argv[2:6])
     elif sys.argv[1] == "faster":
         faster(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "same":
