@@ -567,9 +567,18 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   snprintf(where, sizeof where, "at step %d of %d%s%s", (int)m.peak_step, (int)p->n_steps,
            m.peak_origin ? ": " : " (the end)", m.peak_origin ? m.peak_origin : "");
   row("live at the peak", m.peak_live, where);
-  char lost[64];
-  snprintf(lost, sizeof lost, "the memory plan's; placement adds %.1f%%",
-           m.peak_live ? 100.0 * (double)(m.arena - m.peak_live) / (double)m.peak_live : 0.0);
+  /* cuBLASLt's workspace, reserved above every value (program.h), is not
+   * placement's loss: said apart */
+  int64_t ws = p->workspace_bytes > 0 ? p->workspace_bytes : 0;
+  char lost[112], wsn[64] = "";
+  if (ws) {
+    char w[32];
+    sc_stats_format_bytes(ws, w, sizeof w);
+    snprintf(wsn, sizeof wsn, " (%s of it cuBLASLt's workspace)", w);
+  }
+  snprintf(lost, sizeof lost, "the memory plan's%s; placement adds %.1f%%", wsn,
+           m.peak_live ? 100.0 * (double)(m.arena - ws - m.peak_live) / (double)m.peak_live
+                       : 0.0);
   row("arena", m.arena, lost);
   row("constants", m.constants, "frozen weights, folded values (outside the arena)");
   row("total", m.arena + m.constants, "");
