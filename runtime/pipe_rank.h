@@ -19,14 +19,18 @@
  *     (the last chunk's norm piece) are kept.
  * State lives in host buffers of this rank (its piece of each parameter,
  * optimizer state and accumulator its pieces read); accumulators restart
- * at zero each step.
+ * at zero each step. A piece compiled with its state bound
+ * (sc_compile_opts.bind_state: the CPU) reads it there and writes each
+ * kept pair's "new:X" over X in place (sc_session_opts.bound: the buffers
+ * are allocated before the sessions and never move); otherwise the state
+ * is copied into the arena and "new:X" copied back.
  * Memory: the rank's pieces share ONE arena of sc_pipe_arena_bytes (its
  * largest piece's), allocated by the session of its first piece and
  * borrowed by the others (sc_session_opts.arena). That is safe because
  * the pieces run one at a time on this thread, each run returns with its
  * collectives and device streams finished, every input is copied into the
- * arena at the start of each run (binding writes nothing there: constants
- * are outside it), and whatever outlives a piece is copied out before the
+ * arena at the start of each run or bound outside it (binding writes
+ * nothing there: constants and bound state are outside it), and whatever outlives a piece is copied out before the
  * next runs: handed-over values into their slots, sends buffered (local,
  * tcp, MPI) or finished (NCCL), "new:X" over state X, the loss, norm and
  * "applied" read. */
