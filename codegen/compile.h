@@ -39,7 +39,8 @@ typedef struct sc_compile_opts {
    * parameter, optimizer moment or accumulator X with an output "new:X"
    * in the step, not handed over by an earlier piece), so that a pipeline
    * rank's pieces read and update its state buffers in place
-   * (runtime/pipe_rank.c). Default false: copied into the arena. */
+   * (runtime/pipe_rank.c); not for a plan placed on a cluster (its GPUs
+   * hold the state). Default false: copied into the arena. */
   bool bind_state;
   /* The names of the inputs to bind (sc_program_bind_inputs), set per
    * piece by the driver from bind_state; n_bound 0: none. */

@@ -230,7 +230,9 @@ static sc_status step_codegen(job *j) {
   co.bound = NULL;
   co.n_bound = 0;
   sc_status st = SC_OK;
-  if (co.bind_state && part && part->n_chunks > 0 && j->o->train)
+  /* a plan placed on a cluster is for its GPUs, whose arena holds the
+   * state (copied in, as the planner's exact evaluations count it) */
+  if (co.bind_state && part && part->n_chunks > 0 && j->o->train && !j->b->plan->cluster)
     st = state_names(j->b->graph, &co, j->d);
   for (int32_t s = 0; st == SC_OK && s < j->n_stages; s++)
     st = sc_compile_graph(part ? part->stages[s] : j->b->graph, &co, &j->programs[s], j->d);
