@@ -30,10 +30,11 @@
  * the pieces run one at a time on this thread, each run returns with its
  * collectives and device streams finished, every input is copied into the
  * arena at the start of each run or bound outside it (binding writes
- * nothing there: constants and bound state are outside it), and whatever outlives a piece is copied out before the
- * next runs: handed-over values into their slots, sends buffered (local,
- * tcp, MPI) or finished (NCCL), "new:X" over state X, the loss, norm and
- * "applied" read. */
+ * nothing there: constants and bound state are outside it), and whatever
+ * outlives a piece is copied out before the next runs: handed-over values
+ * into their slots, sends buffered (local, tcp, MPI) or finished (NCCL),
+ * "new:X" not written in place over state X, the loss, norm and "applied"
+ * read. */
 #ifndef SC_RUNTIME_PIPE_RANK_H
 #define SC_RUNTIME_PIPE_RANK_H
 

@@ -80,9 +80,8 @@ typedef struct sc_session_opts {
    * error) that another session on the same device allocated and that
    * outlives this one; the session allocates none. A shared arena holds
    * nothing from one run to the next: each run copies its inputs in (or
-   * they are bound outside it: bound below), and
-   * its outputs are valid only until any session sharing it runs (or is
-   * destroyed). */
+   * they are bound outside it: `bound` below), and its outputs are valid
+   * only until any session sharing it runs (or is destroyed). */
   void *arena;
   int64_t arena_bytes;
   /* NULL, or [program->n_inputs]: the storage of each bound input
