@@ -54,6 +54,7 @@ typedef struct state {
   const sc_sharding *sh;
   void *data;
   bool accum;
+  bool in_place;          /* a piece writes its new value here (a bound, kept pair) */
 } state;
 
 struct sc_pipe_rank {
@@ -244,6 +245,9 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
       const char *name = out_buf(pc->p, j)->name;
       for (int32_t k = 0; name && strncmp(name, "new:", 4) == 0 && k < r->n_st; k++)
         if (strcmp(r->st[k].name, name + 4) == 0) pc->out_state[j] = k;
+      int32_t u = sc_program_updates(pc->p, j);
+      if (pc->out_state[j] >= 0 && u >= 0 && pc->p->bound && pc->p->bound[u])
+        r->st[pc->out_state[j]].in_place = true;
     }
   }
   /* initial values: this rank's piece of each parameter */
@@ -466,7 +470,10 @@ void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffe
   return NULL;
 }
 
-int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r) { return r->n_st; }
+int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r, int32_t *in_place) {
+  for (int32_t k = 0; in_place && k < r->n_st; k++) *in_place += r->st[k].in_place;
+  return r->n_st;
+}
 const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i) {
   return i >= 0 && i < r->n_st ? r->st[i].name : NULL;
 }

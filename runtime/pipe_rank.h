@@ -72,8 +72,10 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
  * when the rank holds no such state. */
 void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffer **b,
                          const sc_sharding **sh);
-/* The i-th state tensor's name (i < count), for walks over all state. */
-int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r);
+/* The i-th state tensor's name (i < count), for walks over all state.
+ * *in_place (when non-NULL) grows by the count of those a piece updates
+ * in place, in their state buffer (bound, with a kept pair). */
+int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r, int32_t *in_place);
 const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i);
 /* Bytes of arena the rank's sessions allocated (the one they share), and
  * the most stashed bytes (handed-over values kept per microbatch in
