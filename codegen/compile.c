@@ -5,6 +5,7 @@
  *   fuse (when opts->fuse and registered)    node groups (codegen/fuse.c)
  *   sc_program_from_graph                    kernels and steps (codegen/lower*.c)
  *   sc_program_pair_state                    training state updated in place
+ *   sc_program_bind_inputs                   inputs bound outside the arena
  *   sc_program_overlap (when opts->overlap)  async collectives, prefetch (codegen/overlap.c)
  *   sc_memplan_run + sc_memplan_verify       arena offsets, checked (codegen/memplan.c)
  *
@@ -88,7 +89,8 @@ sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **o
   sc_program *p = NULL;
   st = sc_program_from_graph(g, &p, diag);
   double t1 = now_ms();
-  if (st == SC_OK && sc_program_pair_state(p) != SC_OK)
+  if (st == SC_OK && (sc_program_pair_state(p) != SC_OK ||
+                      sc_program_bind_inputs(p, o->bound, o->n_bound) != SC_OK))
     st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   if (st == SC_OK && o->overlap) st = sc_program_overlap(p, NULL, NULL, diag);
   if (st == SC_OK && o->workspace_bytes > 0) {

@@ -34,6 +34,18 @@ typedef struct sc_compile_opts {
                               program has a GEMM step (program.h; the CUDA
                               device's cuBLASLt workspace:
                               SC_GEMM_WORKSPACE_BYTES); default 0 */
+  /* Pipelined training on a device whose arena is host memory (the CPU):
+   * the driver binds each piece's state inputs outside the arena (a
+   * parameter, optimizer moment or accumulator X with an output "new:X"
+   * in the step, not handed over by an earlier piece), so that a pipeline
+   * rank's pieces read and update its state buffers in place
+   * (runtime/pipe_rank.c); not for a plan placed on a cluster (its GPUs
+   * hold the state). Default false: copied into the arena. */
+  bool bind_state;
+  /* The names of the inputs to bind (sc_program_bind_inputs), set per
+   * piece by the driver from bind_state; n_bound 0: none. */
+  const char *const *bound;
+  int32_t n_bound;
 } sc_compile_opts;
 void sc_compile_opts_init(sc_compile_opts *o);
 sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **out,

@@ -15,6 +15,8 @@
  *    the whole run when X's last use is before the output's first write, or
  *    at that same kernel step under the same alignment rule; a pair that
  *    cannot is dropped (set to -1: the runtime then copies).
+ *    A bound input (p->bound) and the output of its kept pair take no slot:
+ *    their storage is the caller's (offset -1, not in arena_bytes).
  * 3. Placement: slots in order of decreasing size (then first use, then id);
  *    each goes into the smallest gap, between already placed slots whose
  *    lifetimes overlap its own, that holds it, else after the highest one.
@@ -350,6 +352,7 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
   int32_t n_placed = 0;
   for (int32_t oi = 0; oi < n_slots; oi++) {
     slot *sl = &slots[order[oi]];
+    if (sc_program_bound(p, sl->id)) continue; /* the caller's storage: offset -1 */
     if (sl->bytes == 0) {
       sl->offset = 0;
       continue;
@@ -483,6 +486,13 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
       continue;
     }
     int64_t end;
+    if (sc_program_bound(p, i)) {
+      if (b->offset != -1)
+        st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "memory plan: bound buffer '%s' (b%d) has an arena slot", bname(p, i),
+                         (int)i);
+      continue;
+    }
     if (b->offset < 0 || b->offset % p->arena_align != 0 || b->bytes < 0 ||
         !sc_add_i64(b->offset, b->bytes, &end) || end > top)
       st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
@@ -500,7 +510,7 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
   if (st == SC_OK && (!ord || !act))
     st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "memory plan: out of memory");
   for (int32_t i = 0; st == SC_OK && i < p->n_buffers; i++)
-    if (l.root[i] == i && p->buffers[i].bytes != 0) ord[n_ord++] = i;
+    if (l.root[i] == i && p->buffers[i].bytes != 0 && !sc_program_bound(p, i)) ord[n_ord++] = i;
   if (st == SC_OK) {
     sort_life = &l;
     qsort(ord, (size_t)n_ord, sizeof *ord, cmp_first_step);
@@ -585,6 +595,8 @@ sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bo
     l.last[x] = SC_TIME_END(p);
     l.root[o] = -1;
   }
+  for (int32_t i = 0; i < p->n_buffers; i++) /* the caller's storage */
+    if (l.root[i] == i && sc_program_bound(p, i)) l.root[i] = -1;
   /* an in-place successor (same slot, born at the step its donor is last
    * read) holds the donor's bytes from that step on: the donor counts up
    * to the step before */

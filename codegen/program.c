@@ -232,6 +232,31 @@ sc_status sc_program_pair_state(sc_program *p) {
   return SC_OK;
 }
 
+sc_status sc_program_bind_inputs(sc_program *p, const char *const *names, int32_t n) {
+  p->bound = NULL;
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    const char *x = p->buffers[p->inputs[i]].name;
+    int32_t k = 0;
+    while (x && k < n && strcmp(names[k], x) != 0) k++;
+    if (!x || k == n) continue;
+    if (!p->bound && !(p->bound = sc_arena_array(&p->arena, (size_t)p->n_inputs,
+                                                 sizeof *p->bound)))
+      return SC_ERR_NOMEM;
+    p->bound[i] = true;
+  }
+  return SC_OK;
+}
+
+bool sc_program_bound(const sc_program *p, int32_t b) {
+  if (!p->bound || b < 0 || b >= p->n_buffers) return false;
+  int32_t r = sc_program_root(p, b);
+  for (int32_t i = 0; r >= 0 && i < p->n_inputs; i++)
+    if (p->bound[i] && p->inputs[i] == r) return true;
+  for (int32_t j = 0; r >= 0 && p->updates && j < p->n_outputs; j++)
+    if (p->outputs[j] == r && p->updates[j] >= 0 && p->bound[p->updates[j]]) return true;
+  return false;
+}
+
 int32_t sc_program_root(const sc_program *p, int32_t buffer) {
   int32_t b = buffer;
   for (int32_t hops = 0; b >= 0 && b < p->n_buffers && p->buffers[b].kind == SC_BUF_VIEW;
@@ -400,7 +425,7 @@ void sc_program_print(const sc_program *p, FILE *out) {
     if (b->kind == SC_BUF_VIEW) fprintf(out, " view-of b%d", (int)b->alias_of);
     else if (b->kind != SC_BUF_CONST) {
       if (b->offset >= 0) fprintf(out, " @%lld", (long long)b->offset);
-      else fputs(" @?", out);
+      else fputs(sc_program_bound(p, i) ? " bound" : " @?", out);
     }
     if (b->name) fprintf(out, " \"%s\"", b->name);
     fputc('\n', out);

@@ -255,6 +255,15 @@ typedef struct sc_program {
    * read of X comes before the write of the new value (or at that same
    * kernel, element for element) and sets the others back to -1. */
   int32_t *updates;
+  /* Inputs bound outside the arena (pipelined training's state on a device
+   * whose arena is host memory: runtime/pipe_rank.c): bound[i] true makes
+   * input i's storage, and that of the output paired with it (updates),
+   * the caller's (sc_session_opts.bound), not an arena slot: the memory
+   * plan places neither (offset -1) and a run copies nothing in. Distinct
+   * bound inputs must be given storage that does not overlap; no step
+   * writes an input, so the caller's values change only through a kept
+   * pair. NULL when none is. Set by sc_program_bind_inputs. */
+  bool *bound;
 } sc_program;
 
 sc_program *sc_program_create(void);
@@ -291,6 +300,12 @@ sc_status sc_program_add_output(sc_program *p, int32_t buffer);
  * phase after the store of "new:X" loads X, where such an order exists (so
  * the memory plan can keep the pair). SC_ERR_NOMEM. */
 sc_status sc_program_pair_state(sc_program *p);
+/* Marks bound (p->bound) every input whose name is one of names[0..n).
+ * SC_ERR_NOMEM. */
+sc_status sc_program_bind_inputs(sc_program *p, const char *const *names, int32_t n);
+/* Whether buffer b's storage root is a bound input or the output paired
+ * with one (p->bound, p->updates): storage outside the arena. */
+bool sc_program_bound(const sc_program *p, int32_t b);
 /* The input index whose slot output j shares, or -1. */
 static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
   return p->updates && j >= 0 && j < p->n_outputs ? p->updates[j] : -1;

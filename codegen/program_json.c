@@ -278,6 +278,10 @@ static json_t *jids(const int32_t *ids, int32_t n) {
 sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
                                 char **text, sc_diag *diag) {
   *text = NULL;
+  if (p->bound) /* a bundle's program keeps every input in its arena */
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "program JSON: a program with inputs bound outside the arena "
+                       "(sc_compile_opts.bind_state) is not written");
   json_t *root = json_object();
   if (!root) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "program JSON: out of memory");
   json_object_set_new(root, "format", json_string("shardc-program"));

@@ -196,6 +196,29 @@ static sc_status step_partition(job *j) {
   return sc_partition_run(j->b->graph, &po, &j->b->part, j->d);
 }
 
+/* The step's state, for sc_compile_opts.bind_state: each graph input X
+ * with an output "new:X" (the names a pipelined piece reads it by: a
+ * global input is never handed over, codegen/pipe_schedule.c). The names
+ * are the graph's; the array is the caller's to free. */
+static sc_status state_names(const sc_graph *g, sc_compile_opts *co, sc_diag *d) {
+  const char **names = sc_calloc((size_t)g->n_inputs + 1, sizeof *names);
+  if (!names) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  int32_t n = 0;
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const char *x = g->values[g->inputs[i]].name;
+    for (int32_t k = 0; x && k < g->n_outputs; k++) {
+      const char *o = g->values[g->outputs[k]].name;
+      if (o && strncmp(o, "new:", 4) == 0 && strcmp(o + 4, x) == 0) {
+        names[n++] = x;
+        break;
+      }
+    }
+  }
+  co->bound = names;
+  co->n_bound = n;
+  return SC_OK;
+}
+
 static sc_status step_codegen(job *j) {
   if (!j->o->codegen) return SC_OK;
   sc_partition *part = j->b->part;
@@ -204,12 +227,17 @@ static sc_status step_codegen(job *j) {
   if (!j->programs) return sc_diag_set(j->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_compile_opts co = j->compile;
   co.skip_canonical = !part;
-  for (int32_t s = 0; s < j->n_stages; s++) {
-    sc_status st = sc_compile_graph(part ? part->stages[s] : j->b->graph, &co, &j->programs[s],
-                                    j->d);
-    if (st != SC_OK) return st;
-  }
-  return SC_OK;
+  co.bound = NULL;
+  co.n_bound = 0;
+  sc_status st = SC_OK;
+  /* a plan placed on a cluster is for its GPUs, whose arena holds the
+   * state (copied in, as the planner's exact evaluations count it) */
+  if (co.bind_state && part && part->n_chunks > 0 && j->o->train && !j->b->plan->cluster)
+    st = state_names(j->b->graph, &co, j->d);
+  for (int32_t s = 0; st == SC_OK && s < j->n_stages; s++)
+    st = sc_compile_graph(part ? part->stages[s] : j->b->graph, &co, &j->programs[s], j->d);
+  sc_free((void *)co.bound);
+  return st;
 }
 
 static sc_status step_link(job *j) {

@@ -532,6 +532,7 @@ sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64
   case SC_BUF_INPUT:
   case SC_BUF_OUTPUT:
   case SC_BUF_TEMP:
+    if (sc_program_bound(p, r)) return SC_OK; /* the caller's storage */
     if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->arena_bytes ||
         rb->bytes > p->arena_bytes - rb->offset)
       return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
@@ -634,7 +635,9 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
     const void *data = c->const_data && c->const_data[r] ? c->const_data[r] : p->buffers[r].data;
     if (!data && p->buffers[r].bytes > 0)
       return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                         "constant '%s' has no data (loaded with --no-weights?)",
+                         p->buffers[r].kind == SC_BUF_CONST
+                             ? "constant '%s' has no data (loaded with --no-weights?)"
+                             : "bound buffer '%s' has no storage",
                          p->buffers[r].name ? p->buffers[r].name : "?");
     c->ptrs[b] = (void *)data;
   }

@@ -65,7 +65,9 @@ typedef struct sc_device_opts {
   const struct sc_cpu_module *cpu_module; /* CPU: precompiled kernels
                                              (borrowed) or NULL = JIT */
   const void *const *const_data; /* NULL or per buffer: overrides a CONST
-                                    buffer's data in bind (borrowed) */
+                                    buffer's data in bind, or gives a bound
+                                    root's storage (program->bound; set by
+                                    the session) (borrowed) */
 } sc_device_opts;
 
 typedef struct sc_device_iface {
@@ -127,7 +129,9 @@ extern const sc_device_iface sc_device_cuda;
 
 /* Where buffer b lives (every device binds the same way): its storage
  * root *root (sc_program_root) and, for an arena buffer (INPUT, OUTPUT,
- * TEMP), the root's offset *offset; -1 for a CONST root. SC_ERR_INVALID
+ * TEMP), the root's offset *offset; -1 for a CONST root and for a bound
+ * one (program->bound: the caller's storage, like a constant's given in
+ * sc_device_opts.const_data). SC_ERR_INVALID
  * for a slot outside the arena, a view without a root, or (kernel params)
  * a buffer id out of range. */
 sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64_t *offset,

@@ -579,7 +579,7 @@ int64_t sc_dist_trainer_arena_bytes(const sc_dist_trainer *t, int64_t r) {
 int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t *in_place) {
   if (in_place) *in_place = 0;
   if (r < 0 || r >= t->n_local) return 0;
-  return t->w[r].pr ? sc_pipe_rank_state_count(t->w[r].pr)
+  return t->w[r].pr ? sc_pipe_rank_state_count(t->w[r].pr, in_place)
                     : sc_trainer_state_count(t->w[r].tr, in_place);
 }
 

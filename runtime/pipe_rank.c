@@ -44,6 +44,7 @@ typedef struct piece {
   sc_tensor_view *iv, *ov;
   int32_t *out_handoff;   /* [p->n_outputs] handoff id, or -1 */
   int32_t *out_state;     /* [p->n_outputs] state index of "new:X", or -1 */
+  void **bound;           /* [p->n_inputs] its bound inputs' state buffers (p->bound) */
   void *scalars;          /* 3 x 8 bytes: lr, bc1, bc2 in the program's dtype */
 } piece;
 
@@ -53,6 +54,7 @@ typedef struct state {
   const sc_sharding *sh;
   void *data;
   bool accum;
+  bool in_place;          /* a piece writes its new value here (a bound, kept pair) */
 } state;
 
 struct sc_pipe_rank {
@@ -179,6 +181,17 @@ static sc_status bind_piece(sc_pipe_rank *r, int32_t s, sc_diag *d) {
       x->index = k;
     }
   }
+  /* a bound input (the program's, codegen/compile.h bind_state) is read
+   * and updated in its state buffer, which never moves */
+  for (int32_t i = 0; p->bound && i < p->n_inputs; i++) {
+    if (!p->bound[i]) continue;
+    if (pc->in[i].kind != B_STATE)
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "piece %d: input '%s' is bound outside the arena but is not state",
+                         (int)s, in_buf(p, i)->name ? in_buf(p, i)->name : "?");
+    if (!pc->bound && !(pc->bound = sc_calloc(ni, sizeof *pc->bound))) return nomem(d);
+    pc->bound[i] = r->st[pc->in[i].index].data;
+  }
   for (int32_t j = 0; j < p->n_outputs; j++) {
     pc->out_state[j] = -1; /* set once every piece's state is known */
     pc->out_handoff[j] = sc_pipe_handoff_find(&r->t, s, j);
@@ -232,6 +245,9 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
       const char *name = out_buf(pc->p, j)->name;
       for (int32_t k = 0; name && strncmp(name, "new:", 4) == 0 && k < r->n_st; k++)
         if (strcmp(r->st[k].name, name + 4) == 0) pc->out_state[j] = k;
+      int32_t u = sc_program_updates(pc->p, j);
+      if (pc->out_state[j] >= 0 && u >= 0 && pc->p->bound && pc->p->bound[u])
+        r->st[pc->out_state[j]].in_place = true;
     }
   }
   /* initial values: this rank's piece of each parameter */
@@ -267,6 +283,7 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
     so.const_data = r->pc[s].w.data;
     so.arena = arena;
     so.arena_bytes = shared;
+    so.bound = r->pc[s].bound;
     if (st == SC_OK) st = sc_session_create(r->pc[s].p, &so, &r->pc[s].s, d);
     if (st == SC_OK && !arena) arena = sc_session_arena(r->pc[s].s);
   }
@@ -371,7 +388,7 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
     }
     if (pc->out_state[j] >= 0) {
       state *x = &r->st[pc->out_state[j]];
-      memcpy(x->data, v->data, (size_t)x->b->bytes);
+      if (x->data != v->data) memcpy(x->data, v->data, (size_t)x->b->bytes); /* not bound */
     }
     const char *name = v->name;
     if (!name) continue;
@@ -453,7 +470,10 @@ void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffe
   return NULL;
 }
 
-int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r) { return r->n_st; }
+int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r, int32_t *in_place) {
+  for (int32_t k = 0; in_place && k < r->n_st; k++) *in_place += r->st[k].in_place;
+  return r->n_st;
+}
 const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i) {
   return i >= 0 && i < r->n_st ? r->st[i].name : NULL;
 }
@@ -480,6 +500,7 @@ void sc_pipe_rank_destroy(sc_pipe_rank *r) {
     sc_free(pc->ov);
     sc_free(pc->out_handoff);
     sc_free(pc->out_state);
+    sc_free(pc->bound);
     sc_free(pc->scalars);
   }
   for (int32_t h = 0; r->h && h < r->n_h; h++) {

@@ -19,17 +19,22 @@
  *     (the last chunk's norm piece) are kept.
  * State lives in host buffers of this rank (its piece of each parameter,
  * optimizer state and accumulator its pieces read); accumulators restart
- * at zero each step.
+ * at zero each step. A piece compiled with its state bound
+ * (sc_compile_opts.bind_state: the CPU) reads it there and writes each
+ * kept pair's "new:X" over X in place (sc_session_opts.bound: the buffers
+ * are allocated before the sessions and never move); otherwise the state
+ * is copied into the arena and "new:X" copied back.
  * Memory: the rank's pieces share ONE arena of sc_pipe_arena_bytes (its
  * largest piece's), allocated by the session of its first piece and
  * borrowed by the others (sc_session_opts.arena). That is safe because
  * the pieces run one at a time on this thread, each run returns with its
  * collectives and device streams finished, every input is copied into the
- * arena at the start of each run (binding writes nothing there: constants
- * are outside it), and whatever outlives a piece is copied out before the
- * next runs: handed-over values into their slots, sends buffered (local,
- * tcp, MPI) or finished (NCCL), "new:X" over state X, the loss, norm and
- * "applied" read. */
+ * arena at the start of each run or bound outside it (binding writes
+ * nothing there: constants and bound state are outside it), and whatever
+ * outlives a piece is copied out before the next runs: handed-over values
+ * into their slots, sends buffered (local, tcp, MPI) or finished (NCCL),
+ * "new:X" not written in place over state X, the loss, norm and "applied"
+ * read. */
 #ifndef SC_RUNTIME_PIPE_RANK_H
 #define SC_RUNTIME_PIPE_RANK_H
 
@@ -67,8 +72,10 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
  * when the rank holds no such state. */
 void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffer **b,
                          const sc_sharding **sh);
-/* The i-th state tensor's name (i < count), for walks over all state. */
-int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r);
+/* The i-th state tensor's name (i < count), for walks over all state.
+ * *in_place (when non-NULL) grows by the count of those a piece updates
+ * in place, in their state buffer (bound, with a kept pair). */
+int32_t sc_pipe_rank_state_count(const sc_pipe_rank *r, int32_t *in_place);
 const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i);
 /* Bytes of arena the rank's sessions allocated (the one they share), and
  * the most stashed bytes (handed-over values kept per microbatch in

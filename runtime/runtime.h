@@ -79,11 +79,19 @@ typedef struct sc_session_opts {
    * arena of arena_bytes bytes (at least program->arena_bytes, else an
    * error) that another session on the same device allocated and that
    * outlives this one; the session allocates none. A shared arena holds
-   * nothing from one run to the next: each run copies its inputs in, and
-   * its outputs are valid only until any session sharing it runs (or is
-   * destroyed). */
+   * nothing from one run to the next: each run copies its inputs in (or
+   * they are bound outside it: `bound` below), and its outputs are valid
+   * only until any session sharing it runs (or is destroyed). */
   void *arena;
   int64_t arena_bytes;
+  /* NULL, or [program->n_inputs]: the storage of each bound input
+   * (program->bound; NULL entries for the others), program->buffers'
+   * bytes each, where the program reads it and, through a kept state pair,
+   * writes its new value: a run copies nothing in for it and its paired
+   * output's view points there. Required when the program binds any
+   * input, only on a device whose arena is host memory (the CPU).
+   * Borrowed: must outlive the session, at the same address. */
+  void *const *bound;
 } sc_session_opts;
 void sc_session_opts_init(sc_session_opts *o);
 

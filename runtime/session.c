@@ -88,6 +88,7 @@ struct sc_session {
   sc_comm **step_comm; /* per step: its group's communicator, or NULL */
   int32_t *step_group; /* per step: index of its group in groups, or -1 */
   void *out_host;      /* a device without a host arena: the outputs' host copies */
+  const void **outside; /* [n_buffers] const_data and the bound roots' storage, or NULL */
   void **out_slot;     /* [n_outputs] into out_host */
   /* the communication queues (module comment) */
   int32_t n_queues;
@@ -220,6 +221,7 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->step_group);
   sc_free(s->out_host);
   sc_free(s->out_slot);
+  sc_free(s->outside);
   sc_free(s->queues);
   sc_free(s->step_queue);
   sc_free(s->seq);
@@ -512,6 +514,35 @@ static sc_status drain(sc_session *s, sc_status r, sc_diag *diag) {
   return r;
 }
 
+/* The storage outside the arena the device binds, per buffer (its
+ * const_data): the caller's constants and each bound input's storage
+ * (opts->bound) at its root and at that of the output paired with it. */
+static sc_status bind_outside(sc_session *s, const sc_device_iface *dev, const sc_session_opts *o,
+                              sc_diag *diag) {
+  const sc_program *p = s->p;
+  if (!dev->host_arena)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "the %s device keeps every input in its arena: a program with inputs "
+                       "bound outside it (compiled for the CPU) cannot run there",
+                       dev->name);
+  s->outside = sc_calloc((size_t)p->n_buffers + 1, sizeof *s->outside);
+  if (!s->outside) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t b = 0; o->const_data && b < p->n_buffers; b++) s->outside[b] = o->const_data[b];
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    if (!p->bound[i]) continue;
+    const sc_buffer *x = &p->buffers[p->inputs[i]];
+    if (!o->bound || !o->bound[i])
+      return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                         "input %d ('%s') is bound outside the arena and was given no storage",
+                         (int)i, x->name ? x->name : "?");
+    s->outside[p->inputs[i]] = o->bound[i];
+  }
+  for (int32_t j = 0; p->updates && j < p->n_outputs; j++)
+    if (p->updates[j] >= 0 && p->bound[p->updates[j]])
+      s->outside[p->outputs[j]] = o->bound[p->updates[j]];
+  return SC_OK;
+}
+
 /* Host memory for the outputs of a device whose arena the caller cannot
  * read: one block, each output 64-byte aligned. */
 static sc_status host_outputs(sc_session *s, sc_diag *diag) {
@@ -555,9 +586,10 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
   s->p = p;
   s->world = o->world;
   sc_status st = make_groups(s, o->split_mesh, diag);
+  if (st == SC_OK && p->bound) st = bind_outside(s, dev, o, diag);
   sc_device_opts dopts = {.threads = o->threads,
                           .cpu_module = o->cpu_module,
-                          .const_data = o->const_data,
+                          .const_data = s->outside ? s->outside : o->const_data,
                           .rank = s->world ? sc_comm_rank(s->world) : 0,
                           .no_graph = o->device.no_graph,
                           .im2col_convs = o->im2col_convs,

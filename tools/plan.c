@@ -750,6 +750,7 @@ static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cl
   sc_build_setup_init(&bs, o, p);
   bs.compile.quiet = true;
   if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  bs.compile.bind_state = strcmp(target->device, "cpu") == 0; /* as shardc train does */
   bs.build.no_weights = o->no_weights;
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;

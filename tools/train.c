@@ -408,6 +408,9 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   sc_build_setup_init(&bs, o, &a->pa);
   bs.compile.quiet = true;
   if (!sc_device_choice_is_cpu(&a->dev)) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  /* a pipeline rank's pieces read and update its state in place on the
+   * CPU; a GPU's arena is device memory, the state is copied there */
+  bs.compile.bind_state = sc_device_choice_is_cpu(&a->dev);
   if ((rc = sc_train_args_build(&a->g, &a->pa, o, &bs.build, &src->build)) != 0) return rc;
   if (a->list_params) {
     list_model_params(src->build);

@@ -50,6 +50,17 @@ static int32_t add_buf(sc_program *p, const char *name, sc_buf_kind kind, int32_
   return id;
 }
 
+/* A KERNEL step running kernel k. */
+static void add_kernel_step(sc_program *p, int32_t k, const char *origin) {
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_KERNEL;
+  s.kernel = k;
+  s.origin = origin;
+  s.gemm.bias = -1;
+  assert_true(sc_program_add_step(p, &s) >= 0);
+}
+
 static void build_prog1(prog1 *t) {
   sc_program *p = sc_program_create();
   assert_non_null(p);
@@ -116,12 +127,7 @@ static void build_prog1(prog1 *t) {
                      .lda = K, .ldb = N, .ldc = N, .alpha = 1.0f, .beta = 0.0f,
                      .bias = bb, .bias_full = false};
   assert_true(sc_program_add_step(p, &s) >= 0);
-  memset(&s, 0, sizeof s);
-  s.kind = SC_STEP_KERNEL;
-  s.kernel = 1;
-  s.origin = "rowsum";
-  s.gemm.bias = -1;
-  assert_true(sc_program_add_step(p, &s) >= 0);
+  add_kernel_step(p, 1, "rowsum");
   assert_int_equal(sc_program_add_input(p, bx), SC_OK);
   assert_int_equal(sc_program_add_output(p, bz), SC_OK);
   assert_int_equal(sc_program_add_output(p, br), SC_OK);
@@ -269,6 +275,103 @@ static void test_shared_arena(void **state) {
   free(x[0]);
   free(x[1]);
   free_prog1(&t);
+}
+
+/* State bound outside the arena (program->bound, sc_session_opts.bound, as
+ * a CPU pipeline rank's pieces use its state): new:w = w - 0.5 g, w paired
+ * with new:w and bound. The memory plan gives neither a slot (the arena
+ * holds g alone); a run reads w and writes its new value in the caller's
+ * buffer, copying nothing (the output view is that buffer), two runs
+ * apply the update twice, the same values as the program planned with w
+ * in the arena; a bound input given no storage is refused. */
+static sc_program *build_update(bool bind) {
+  enum { E = 1000 };
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  int64_t de[] = {E};
+  int32_t bw = add_buf(p, "w", SC_BUF_INPUT, 1, de, -1, NULL, -1);
+  int32_t bg = add_buf(p, "g", SC_BUF_INPUT, 1, de, -1, NULL, -1);
+  int32_t bn = add_buf(p, "new:w", SC_BUF_OUTPUT, 1, de, -1, NULL, -1);
+  sc_arena *a = &p->arena;
+  kir_kernel *k = kir_kernel_create(a, "sgd");
+  k->outer_rank = 1;
+  k->outer_dims[0] = E;
+  int32_t pw = kir_add_param(a, k, bw, SC_DTYPE_F32, E, false);
+  int32_t pg = kir_add_param(a, k, bg, SC_DTYPE_F32, E, false);
+  int32_t pn = kir_add_param(a, k, bn, SC_DTYPE_F32, E, true);
+  int32_t i = kir_var(a, k, 0);
+  int32_t v = kir_binary(a, k, KIR_SUB, kir_load(a, k, pw, i),
+                         kir_binary(a, k, KIR_MUL, kir_load(a, k, pg, i),
+                                    kir_const_f(a, k, SC_DTYPE_F32, 0.5)));
+  kir_add_store(a, k, pn, i, v);
+  assert_int_equal(sc_program_add_kernel(p, k), 0);
+  add_kernel_step(p, 0, "sgd");
+  assert_int_equal(sc_program_add_input(p, bw), SC_OK);
+  assert_int_equal(sc_program_add_input(p, bg), SC_OK);
+  assert_int_equal(sc_program_add_output(p, bn), SC_OK);
+  const char *names[] = {"w"};
+  assert_int_equal(sc_program_pair_state(p), SC_OK);
+  assert_int_equal(sc_program_bind_inputs(p, names, bind ? 1 : 0), SC_OK);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_memplan_run(p, &d), SC_OK);
+  assert_int_equal(sc_memplan_verify(p, &d), SC_OK);
+  assert_int_equal(sc_program_updates(p, 0), 0); /* the pair is kept */
+  return p;
+}
+
+static void test_bound_state(void **state) {
+  (void)state;
+  enum { E = 1000 };
+  rng_seed(9);
+  sc_program *pb = build_update(true), *pa = build_update(false);
+  assert_true(sc_program_bound(pb, pb->inputs[0]) && sc_program_bound(pb, pb->outputs[0]));
+  assert_false(sc_program_bound(pb, pb->inputs[1]) || sc_program_bound(pa, pa->inputs[0]));
+  assert_int_equal(pb->buffers[pb->inputs[0]].offset, -1);
+  assert_int_equal(pb->buffers[pb->outputs[0]].offset, -1);
+  assert_int_equal(pb->arena_bytes, E * 4 + 32); /* g alone, 64-byte aligned */
+  assert_true(pa->arena_bytes >= 2 * E * 4);     /* w (and new:w) and g */
+  float w[E], w_ref[E], g[E];
+  for (int i = 0; i < E; i++) {
+    w[i] = w_ref[i] = (float)rnd(-1, 1);
+    g[i] = (float)rnd(-1, 1);
+  }
+  float w0 = w[0], g0 = g[0];
+  void *bound[2] = {w, NULL};
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.threads = 1;
+  o.bound = bound;
+  sc_session *sb = NULL, *sa = NULL, *none = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_create(pb, &o, &sb, &d), SC_OK);
+  assert_int_equal(sc_session_arena_bytes(sb), pb->arena_bytes); /* planned == allocated */
+  o.bound = NULL;
+  assert_int_equal(sc_session_create(pa, &o, &sa, &d), SC_OK);
+  assert_int_equal(sc_session_create(pb, &o, &none, &d), SC_ERR_USAGE);
+  assert_null(none);
+  assert_non_null(strstr(d.msg, "given no storage"));
+  sc_tensor_view in[2] = {
+      {.name = "w", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {E}, .data = w},
+      {.name = "g", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {E}, .data = g}};
+  sc_tensor_view out;
+  for (int r = 0; r < 2; r++) {
+    sc_diag_clear(&d);
+    assert_int_equal(sc_session_run(sb, in, 2, &out, 1, &d), SC_OK);
+    assert_ptr_equal(out.data, w); /* written in place */
+    in[0].data = w_ref;
+    assert_int_equal(sc_session_run(sa, in, 2, &out, 1, &d), SC_OK);
+    assert_ptr_not_equal(out.data, w_ref); /* in the arena */
+    memcpy(w_ref, out.data, sizeof w_ref);
+    in[0].data = w;
+  }
+  assert_memory_equal(w, w_ref, sizeof w);
+  assert_true(w[0] == (w0 - g0 * 0.5f) - g0 * 0.5f);
+  sc_session_destroy(sa);
+  sc_session_destroy(sb);
+  sc_program_destroy(pa);
+  sc_program_destroy(pb);
 }
 
 static void test_threads_identical(void **state) {
@@ -1129,6 +1232,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_kernels_view),
       cmocka_unit_test(test_threads_identical),
       cmocka_unit_test(test_shared_arena),
+      cmocka_unit_test(test_bound_state),
       cmocka_unit_test(test_batched_transposed_gemm),
       cmocka_unit_test(test_gemm_aliasing_pitch),
       cmocka_unit_test(test_gemm_aliasing_pitch_const),
