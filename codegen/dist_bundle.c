@@ -298,7 +298,8 @@ sc_status sc_dist_program_hash(const sc_dist_program *dp, const struct sc_train_
   for (int32_t k = 0; k < dp->n_stages; k++) { /* each stage's program, as a bundle has it */
     const sc_dist_stage *st = &dp->stages[k];
     char *json = NULL;
-    if (st->program && sc_program_write_json(st->program, NULL, &json, d) != SC_OK) return d->status;
+    if (st->program && sc_program_describe_json(st->program, &json, d) != SC_OK)
+      return d->status;
     h_str(&s, json);
     sc_free(json);
     for (int32_t i = 0; st->program && i < st->program->n_inputs; i++) {

@@ -275,13 +275,11 @@ static json_t *jids(const int32_t *ids, int32_t n) {
   return a;
 }
 
-sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
-                                char **text, sc_diag *diag) {
+/* The text of both below: with_bound adds the inputs bound outside the
+ * arena ("bound": their indices), which no reader takes. */
+static sc_status write_json(const sc_program *p, const int64_t *weight_offsets, bool with_bound,
+                            char **text, sc_diag *diag) {
   *text = NULL;
-  if (p->bound) /* a bundle's program keeps every input in its arena */
-    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "program JSON: a program with inputs bound outside the arena "
-                       "(sc_compile_opts.bind_state) is not written");
   json_t *root = json_object();
   if (!root) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "program JSON: out of memory");
   json_object_set_new(root, "format", json_string("shardc-program"));
@@ -320,6 +318,12 @@ sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offse
   json_t *steps = json_array();
   for (int32_t i = 0; i < p->n_steps; i++) json_array_append_new(steps, write_step(&p->steps[i]));
   json_object_set_new(root, "steps", steps);
+  if (with_bound && p->bound) {
+    json_t *bound = json_array();
+    for (int32_t i = 0; i < p->n_inputs; i++)
+      if (p->bound[i]) json_array_append_new(bound, json_integer(i));
+    json_object_set_new(root, "bound", bound);
+  }
 
   char *s = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
   json_decref(root);
@@ -335,6 +339,20 @@ sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offse
   (*text)[n + 1] = 0;
   free(s);
   return SC_OK;
+}
+
+sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
+                                char **text, sc_diag *diag) {
+  *text = NULL;
+  if (p->bound) /* a bundle's program keeps every input in its arena */
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "program JSON: a program with inputs bound outside the arena "
+                       "(sc_compile_opts.bind_state) is not written");
+  return write_json(p, weight_offsets, false, text, diag);
+}
+
+sc_status sc_program_describe_json(const sc_program *p, char **text, sc_diag *diag) {
+  return write_json(p, NULL, true, text, diag);
 }
 
 int64_t sc_program_weights_layout(const sc_program *p, int64_t *offsets) {

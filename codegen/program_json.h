@@ -50,6 +50,12 @@ int64_t sc_program_weights_layout(const sc_program *p, int64_t *offsets);
  * text is then not readable back when the program has CONST buffers). */
 sc_status sc_program_write_json(const sc_program *p, const int64_t *weight_offsets,
                                 char **text, sc_diag *diag);
+/* The program as JSON text for comparing and hashing (the distributed
+ * program's hash, runtime/comm_handshake.c), never read back: as
+ * sc_program_write_json without weight offsets, and a program with inputs
+ * bound outside the arena (pipelined training's state on the CPU) is
+ * written too, its bound inputs' indices under "bound". */
+sc_status sc_program_describe_json(const sc_program *p, char **text, sc_diag *diag);
 /* Parses and validates program JSON. CONST buffers point into weights
  * (weights_bytes long; may be NULL/0 when there are no CONST buffers). */
 sc_status sc_program_read_json(const char *text, size_t len, const void *weights,
