@@ -62,8 +62,9 @@ static int read_log(const char *path, json_t **out, run_summary *s) {
     return 1;
   }
   json_t *run = json_object(), *steps = json_array(), *cols[N_COLUMNS];
+  json_t *name = json_string(path); /* NULL when the name is not UTF-8 */
   bool ok = run && steps;
-  json_object_set_new(run, "file", json_string(path));
+  json_object_set_new(run, "file", name ? name : json_string("(a name that is not UTF-8)"));
   json_object_set_new(run, "step", steps);
   for (int c = 0; c < N_COLUMNS; c++) {
     cols[c] = json_array();
@@ -258,7 +259,8 @@ int sc_cmd_report(int argc, char **argv) {
   fflush(stdout);
   if (!rc && html) {
     json_object_set_new(root, "command", json_string("shardc report"));
-    json_object_set_new(root, "model", json_string(names));
+    json_t *model = json_string(names); /* NULL: not UTF-8, or cut inside a character */
+    json_object_set_new(root, "model", model ? model : json_sprintf("%d logs", n));
     json_object_set(root, "runs", runs);
     sc_diag d = {0};
     sc_diag_clear(&d);
