@@ -22,7 +22,8 @@
  * With --mesh auto (or --auto) the planner's search chooses the plan first
  * (plan_auto.h's sc_plan_auto_resolve, as run, compile and train do).
  * The report (driver/check.h) is printed (--format text|json|github) and
- * written (--report, --junit). Exit status: 0 nothing failed, 1 a check
+ * written (--report, --junit); --html writes the plan's page as `shardc
+ * plan --html` does (plan_train.h / plan_html.h). Exit status: 0 nothing failed, 1 a check
  * failed, 2 usage. This file parses the options, makes the builds as the
  * other commands do (partition_args.h, train_args.h), gathers the figures
  * (plan_train.h's per-rank memory, the prediction), decides what is
@@ -54,6 +55,7 @@ static const char *const USAGE =
     "                       [--dim NAME=V]... [--baseline REPORT.json]\n"
     "                       [--max-time-regression P%] [--max-memory-regression P%]\n"
     "                       [--report OUT.json] [--junit OUT.xml] [--format text|json|github]\n"
+    "                       [--html OUT.html]\n"
     "                       [--no-weights] (and the options of shardc plan)";
 
 enum { MAX_ARGS = 1024 };
@@ -64,7 +66,7 @@ typedef struct check_args {
   sc_partition_args pa;
   sc_train_args ta;
   bool train;
-  const char *baseline, *report, *junit;
+  const char *baseline, *report, *junit, *html;
   sc_check_thresholds th;
   out_format format;
 } check_args;
@@ -85,7 +87,8 @@ static int parse_percent(const char *opt, const char *v, double *out) {
 /* This command's own options, each with a value (own_option's cases in
  * this order). */
 static const char *const OWN_OPTIONS[] = {"--baseline", "--report", "--junit", "--format",
-                                          "--max-time-regression", "--max-memory-regression"};
+                                          "--max-time-regression", "--max-memory-regression",
+                                          "--html"};
 enum { N_OWN_OPTIONS = sizeof OWN_OPTIONS / sizeof OWN_OPTIONS[0] };
 
 /* The options of this command at argv[*i]: 1 taken, 0 not one, 2 usage. */
@@ -108,7 +111,8 @@ static int own_option(check_args *a, int argc, char **argv, int *i) {
       else return sc_cli_usage_error("--format takes text, json or github, not '%s'", v);
       break;
     case 4: return parse_percent(names[k], v, &a->th.time) ? 2 : 1;
-    default: return parse_percent(names[k], v, &a->th.memory) ? 2 : 1;
+    case 5: return parse_percent(names[k], v, &a->th.memory) ? 2 : 1;
+    default: a->html = v; break;
     }
     return 1;
   }
@@ -580,6 +584,21 @@ static int write_file(const char *path, const sc_check_report *r, bool junit) {
   return 0;
 }
 
+/* --html: the page of the plan the checks built, as `shardc plan --html`
+ * writes it (plan_train.h's sc_plan_train_html with --train, plan_html.h's
+ * sc_plan_infer_html otherwise). */
+static int write_html(const check_args *a, const sc_build *b, const char *file) {
+  sc_device_target target; /* as the fits check planned the memory */
+  sc_runtime_target_host(&target);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_status st = a->train ? sc_plan_train_html(b, &a->ta.t, &target, file, "shardc check --train",
+                                               NULL, 0, a->html, &d)
+                          : sc_plan_infer_html(b, &target, file, "shardc check", NULL, 0, a->html,
+                                               &d);
+  return st == SC_OK ? 0 : sc_cli_report(&d, file);
+}
+
 static int print_help(void) {
   printf("usage: %s\n\n"
          "Runs the checks a CI job gates a model and its plan on, and reports each\n"
@@ -602,6 +621,7 @@ static int print_help(void) {
          "  --report OUT.json       write the report (docs/ci.md): results, figures, hashes\n"
          "  --junit OUT.xml         write JUnit XML, one testcase per check\n"
          "  --format text|json|github  what is printed (github: workflow annotations)\n"
+         "  --html OUT.html         write the page of the plan checked (shardc plan --html's)\n"
          "Exit status: 0 nothing failed, 1 a check failed, 2 usage (docs/ci.md).\n",
          USAGE, SC_CHECK_EQUIV_STEPS);
   return 0;
@@ -628,6 +648,9 @@ int sc_cmd_check(int argc, char **argv) {
    * then built as --mesh builds it (plan_auto.h) */
   if (a.pa.auto_plan && (rc = sc_plan_auto_resolve(&a.pa, &o, a.train ? &a.ta : NULL)) != 0)
     return rc;
+  if (a.html && !a.train && !sc_partition_args_active(&a.pa))
+    return sc_cli_usage_error("--html draws an inference plan's stages: give --mesh, --plan or "
+                              "--mesh auto (or --train)");
   if (a.baseline && access(a.baseline, R_OK) != 0)
     return sc_cli_usage_error("--baseline %s: no such file", a.baseline);
 
@@ -713,6 +736,7 @@ int sc_cmd_check(int argc, char **argv) {
   rc = sc_check_any_failed(&r) ? 1 : 0;
   if (a.report && write_file(a.report, &r, false)) rc = 1;
   if (a.junit && write_file(a.junit, &r, true)) rc = 1;
+  if (a.html && !why && write_html(&a, b, o.file)) rc = 1;
 done:
   sc_free(mem);
   sc_build_destroy(b);

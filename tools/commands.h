@@ -15,5 +15,6 @@ int sc_cmd_train(int argc, char **argv);
 int sc_cmd_export(int argc, char **argv);
 int sc_cmd_calibrate(int argc, char **argv);
 int sc_cmd_check(int argc, char **argv);
+int sc_cmd_report(int argc, char **argv);
 
 #endif

@@ -36,6 +36,8 @@ static const command COMMANDS[] = {
     {"export", sc_cmd_export, "write a model with a training checkpoint's weights as ONNX"},
     {"check", sc_cmd_check,
      "the checks a CI job gates a plan on: import, fits, performance, equivalence, reproducible"},
+    {"report", sc_cmd_report,
+     "training logs (train --log-json) compared: a line per run, --html their curves overlaid"},
     {"calibrate", sc_cmd_calibrate,
      "measure this machine (GEMMs, memory, step overhead, collectives) for the planner"},
 };

@@ -669,22 +669,24 @@ done:
   return rc;
 }
 
-/* --html: the page of an inference plan (plan_html.h): one bar per stage
- * (its weights as parameters, its arena as activations and the
- * collectives' scratch, the device's lines beside the arena), the
+/* --html: the page of an inference plan (plan_html.h's sc_plan_infer_html):
+ * one bar per stage (its weights as parameters, its arena as activations
+ * and the collectives' scratch, the device's lines beside the arena), the
  * predicted step when the plan has a cluster. */
-static int write_html(const sc_build *b, sc_graph *g, const sc_stats *stats, const char *file,
-                      const char *path, const sc_device_target *target) {
-  report r = {.target = *target, .b = b, .part = b->part, .g = g, .stats = stats};
+sc_status sc_plan_infer_html(const sc_build *b, const sc_device_target *target, const char *file,
+                             const char *command, const sc_plan_html_candidate *candidates,
+                             int32_t n_candidates, const char *path, sc_diag *d) {
+  if (!b->part)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "the inference page draws a partitioned plan: give --mesh or --plan");
+  sc_graph *g = b->graph;
+  report r = {.target = *target, .b = b, .part = b->part, .g = g, .stats = &b->stats};
   sc_plan_html_bar *bars = sc_calloc((size_t)b->part->n_stages + 1, sizeof *bars);
-  sc_diag d = {0};
-  sc_diag_clear(&d);
   sc_status st = bars ? report_gather(&r) : SC_ERR_NOMEM;
   if (st != SC_OK) {
     sc_free(bars);
     report_free(&r);
-    fprintf(stderr, "shardc: error: out of memory\n");
-    return 1;
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
   for (int32_t s = 0; s < b->part->n_stages; s++) {
     const stage_info *si = &r.st[s];
@@ -698,9 +700,10 @@ static int write_html(const sc_build *b, sc_graph *g, const sc_stats *stats, con
     bar->bytes[SC_PLAN_HTML_DEVICE] = sc_device_memory_outside(&si->device);
   }
   sc_dist_sim_to_plan(b->program, b->plan, sc_plan_peak_rank_bytes(b->program, target));
-  sc_plan_html h = {.command = "shardc plan", .model = file, .model_name = g->name,
+  sc_plan_html h = {.command = command, .model = file, .model_name = g->name,
                     .kind = "inference", .dp = b->program, .plan = b->plan, .bars = bars,
-                    .n_bars = b->part->n_stages};
+                    .n_bars = b->part->n_stages, .candidates = candidates,
+                    .n_candidates = n_candidates};
   char tg[96];
   sc_cli_format_target(target, tg, sizeof tg);
   sc_plan_html_field(&h, "memory planned for", "%s", tg);
@@ -712,10 +715,10 @@ static int write_html(const sc_build *b, sc_graph *g, const sc_stats *stats, con
     else sc_plan_html_field(&h, key, "'%s' .. '%s' (%lld nodes)", g->nodes[si->first].name,
                             g->nodes[si->last].name, (long long)si->nodes);
   }
-  st = sc_plan_html_write(&h, path, &d);
+  st = sc_plan_html_write(&h, path, d);
   sc_free(bars);
   report_free(&r);
-  return st == SC_OK ? 0 : sc_cli_report(&d, file);
+  return st;
 }
 
 /* --cluster C of a GPU, or a --plan FILE placed on a GPU preset: *t
@@ -838,7 +841,12 @@ int sc_cmd_plan(int argc, char **argv) {
     rc = report_all(b, g, &b->stats, o.file, &target);
   }
   fflush(stdout);
-  if (!rc && html) rc = write_html(b, g, &b->stats, o.file, html, &target);
+  if (!rc && html) {
+    sc_diag d = {0};
+    sc_diag_clear(&d);
+    if (sc_plan_infer_html(b, &target, o.file, "shardc plan", NULL, 0, html, &d) != SC_OK)
+      rc = sc_cli_report(&d, o.file);
+  }
   fflush(stdout);
   sc_build_destroy(b);
   return rc;

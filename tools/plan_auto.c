@@ -22,8 +22,9 @@
  * predicted by the same call (sc_dist_sim_to_plan with the largest rank's
  * exact memory), at the batch the candidate serves. choose() is the whole
  * search; `plan --auto` prints it, sc_plan_auto_resolve hands the chosen
- * plan to run, compile and train. --html FILE (training) writes the chosen
- * plan's page with the table's rows and why each lost (sc_plan_train_html). */
+ * plan to run, compile and train. --html FILE writes the chosen plan's page
+ * with the table's rows and why each lost (sc_plan_train_html, or for
+ * inference sc_plan_infer_html). */
 #include "tools/plan_auto.h"
 
 #include <math.h>
@@ -201,9 +202,6 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
     return sc_cli_usage_error("--objective ranks inference plans; --train ranks by step time");
   if (!train && ta->first)
     return sc_cli_usage_error("%s is a training option: it needs --train", ta->first);
-  if (!train && a->html)
-    return sc_cli_usage_error("--auto --html writes a training plan's page: it needs --train "
-                              "(plan --mesh ... --html draws an inference plan)");
   sc_partition_args others = *p;
   others.cluster = NULL;
   others.auto_plan = false;
@@ -1195,10 +1193,19 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     }
     sc_diag hd = {0};
     sc_diag_clear(&hd);
-    sc_device_target target; /* as choose() predicted the plans for */
+    sc_device_target target;
     sc_runtime_target_host(&target);
-    if (sc_plan_train_html(ex.b, &ta.t, &target, o.file, "shardc plan --auto", cands, n_shown,
-                           a.html, &hd) != SC_OK) {
+    sc_status hs;
+    if (a.train) {
+      hs = sc_plan_train_html(ex.b, &ta.t, &target, o.file, "shardc plan --auto", cands,
+                              n_shown, a.html, &hd);
+    } else { /* the target choose() predicted the inference plans for, so
+                that the page's prediction is the table's exact one */
+      sc_device_target_of_cluster(&cluster, &target);
+      hs = sc_plan_infer_html(ex.b, &target, o.file, "shardc plan --auto", cands, n_shown,
+                              a.html, &hd);
+    }
+    if (hs != SC_OK) {
       sc_build_destroy(ex.b);
       sc_free(r);
       return sc_cli_report(&hd, o.file);

@@ -19,17 +19,18 @@
  * queues whatever the mesh; the page's rank picker maps any rank to its
  * coordinates and its representative lane and bar.
  *
- * Callers: plan.c (inference), plan_train.c (sc_plan_train_html: training,
- * with --auto's candidates from plan_auto.c). `shardc check` can write the
- * same page for a training build with sc_plan_train_html (plan_train.h),
- * or fill an sc_plan_html itself and call sc_plan_html_write. */
+ * Callers: plan.c (sc_plan_infer_html: inference), plan_train.c
+ * (sc_plan_train_html: training); plan_auto.c passes either its --auto
+ * candidates, and `shardc check --html` calls the one of its build. */
 #ifndef SC_TOOLS_PLAN_HTML_H
 #define SC_TOOLS_PLAN_HTML_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "codegen/device_memory.h"
 #include "codegen/dist_program.h"
+#include "driver/driver.h"
 #include "passes/plan/plan.h"
 
 /* The parts of a memory bar, in drawing order. What each holds is the
@@ -95,5 +96,16 @@ void sc_plan_html_field(sc_plan_html *h, const char *key, const char *fmt, ...)
  * collectives unpriced. Errors: SC_ERR_IO naming path, SC_ERR_NOMEM; a
  * simulation that fails only leaves the timeline out (the reason shown). */
 sc_status sc_plan_html_write(const sc_plan_html *h, const char *path, sc_diag *d);
+
+/* The page of an inference build b (a partitioned plan: b->part set, else
+ * SC_ERR_INVALID), written to path (defined in plan.c, beside the text
+ * report whose figures it shows): one bar per stage, the predicted step
+ * when b's plan has a cluster, and candidates (NULL: none; plan --auto's
+ * table). command titles the page; file names the model. Errors: the
+ * page's (SC_ERR_IO naming path), SC_ERR_NOMEM. */
+sc_status sc_plan_infer_html(const sc_build *b, const sc_device_target *target,
+                             const char *file, const char *command,
+                             const sc_plan_html_candidate *candidates, int32_t n_candidates,
+                             const char *path, sc_diag *d);
 
 #endif

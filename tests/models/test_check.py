@@ -29,6 +29,11 @@ GPT-2 samples; its JUnit file is read with junitparser (a JUnit consumer):
   - --auto: GPT-2 at a global batch of 8 (--dim) on h100-sxm:8x1, shapes
     only: the search's chosen plan (said on stderr) is checked, import and
     fits passing, the rest skipped saying why;
+  - --html: the page of the plan checked (the training step at dp=2, GPT-2's
+    inference at tp=2, shapes only): its embedded data names the command,
+    each memory bar's parts sum to the report's memory/<rank>/peak, and its
+    timeline and collectives equal `shardc plan --html`'s for the same
+    options (one page writer); inference without a mesh is a usage error;
   - usage errors exit 2: an unknown --format, a bad percentage,
     --global-batch (the batch is --dim's), no
     model, a missing --baseline file; a baseline that is not a report fails
@@ -83,6 +88,35 @@ def junit_cases(path):
             else:
                 out[case.name] = ("error", "")
     return out
+
+
+def page_data(html):
+    """The plan's data embedded in a page written by --html."""
+    text = open(html, encoding="utf-8").read()
+    m = re.search(r'<script type="application/json" id="plan-data">(.*?)</script>', text, re.S)
+    return json.loads(m.group(1)) if m else {}
+
+
+def check_html(tmp, args, rank):
+    """check --html against the report's figures and plan --html's page."""
+    page, rep = os.path.join(tmp, "check.html"), os.path.join(tmp, "html-report.json")
+    rc, out, err = shardc(*args, "--no-weights", "--html", page, "--report", rep)
+    check(rc == 0 and os.path.exists(page), f"check --html writes the page (exit {rc}): {out}{err}")
+    if rc != 0:
+        return
+    d = page_data(page)
+    peak = json.load(open(rep))["metrics"].get(f"memory/{rank}/peak")
+    bars = d.get("memory", {}).get("bars", [])
+    check(d.get("command", "").startswith("shardc check") and len(bars) == 1
+          and sum(bars[0]["bytes"]) == peak,
+          f"the page's bar sums to the report's {rank} peak {peak}: {bars}")
+    plan_page = os.path.join(tmp, "plan.html")
+    p = subprocess.run([SHARDC, "plan", *args, "--no-weights", "--html", plan_page],
+                       capture_output=True, text=True, timeout=300)
+    pd = page_data(plan_page) if p.returncode == 0 else {}
+    check(p.returncode == 0 and d.get("timeline") and d["timeline"] == pd.get("timeline")
+          and d["collectives"] == pd.get("collectives") and d["mesh"] == pd.get("mesh"),
+          f"the timeline and collectives are plan --html's: {p.stderr}")
 
 
 def states(cases):
@@ -226,6 +260,13 @@ def main():
     check("rank 0 (and the 1 rank alike):" in fits[1] and "over" in fits[1]
           and "gradients" in fits[1] and "2 of 2 ranks" in fits[1],
           f"names the rank, by how much and what uses it: {fits}")
+
+    # --html
+    check_html(tmp, MLP_TRAIN, "rank 0")
+    check_html(tmp, [GPT2, "--dim", "batch=2", "--mesh", "tp=2", "--cluster", "h100-sxm:1x2"],
+               "rank 0")
+    rc, out, err = shardc(MLP, "--no-weights", "--html", os.path.join(tmp, "x.html"))
+    check(rc == 2 and "--html draws an inference plan" in err, f"inference --html needs a mesh: {err}")
 
     # import fails, naming every unsupported node
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])

@@ -22,6 +22,11 @@ Each sample's page is opened from disk (file://) and checked:
   - a model whose file, graph and node names hold "</script>", "<" and
     "&" draws with them as text: no script of theirs runs, the page keeps
     its two script elements, the summary shows the names exactly.
+  - `shardc report --html` (tools/report.c) on the MLP trained 3 steps on
+    one rank and on dp=2 with --log-json: no console error, one curve per
+    run in each of the 4 charts (8), one dot per logged value (24 each
+    run), the legend naming both files in each chart, hovering a dot shows
+    its file, step and value; the screenshot is not blank.
 Before any browser: the hostile page's text has its two script elements
 only, the names written escaped, and its JSON reads them back exactly; the
 1,024-rank page's size.
@@ -230,6 +235,41 @@ def check_page(drv, html, what, lanes, bars, candidates=None, bubbles=False, sho
     return d
 
 
+def report_page(drv, tmp):
+    """shardc report --html on two real training logs, in the browser."""
+    what = "report one rank against dp=2"
+    r = np.random.RandomState(5)
+    np.save(os.path.join(tmp, "x.npy"), r.randn(40, 64).astype(np.float32))
+    np.save(os.path.join(tmp, "lab.npy"), r.randint(0, 10, 40).astype(np.int64))
+    logs = []
+    for name, extra in (("one-rank", []), ("dp2", ["--mesh", "dp=2"])):
+        log = os.path.join(tmp, name + ".jsonl")
+        p = subprocess.run([SHARDC, "train", os.path.join(SRC, SAMPLES, "mlp.onnx"), "--dim",
+                            "batch=8", "--data", "x=" + os.path.join(tmp, "x.npy"), "--labels",
+                            os.path.join(tmp, "lab.npy"), "--steps", "3", "--quiet",
+                            "--log-json", log, *extra], capture_output=True, text=True)
+        check(p.returncode == 0, f"{what}: train {name}: {p.stderr}")
+        logs.append(log)
+    html = os.path.join(tmp, "report.html")
+    p = subprocess.run([SHARDC, "report", *logs, "--html", html], capture_output=True, text=True)
+    check(p.returncode == 0, f"{what}: shardc report: {p.stderr}")
+    if p.returncode != 0:
+        return
+    open_page(drv, html, what)
+    check(count(drv, "svg.chart") == 4, f"{what}: 4 charts")
+    check(count(drv, "polyline.curve") == 8, f"{what}: a curve per run per chart")
+    check(count(drv, 'circle.pt[data-run="0"]') == 12 and count(drv, 'circle.pt[data-run="1"]') == 12,
+          f"{what}: a dot per logged value (3 steps x 4 charts per run)")
+    names = [e.text for e in drv.find_elements(By.CSS_SELECTOR, ".legend-run")]
+    check(names == logs * 4, f"{what}: the legends name the files: {names}")
+    dot = drv.find_elements(By.CSS_SELECTOR, '#chart-loss circle.pt[data-run="1"]')[1]
+    ActionChains(drv).move_to_element(dot).perform()
+    tip = drv.find_element(By.ID, "tip")
+    check(tip.is_displayed() and tip.text.startswith(logs[1] + "\nstep 2\nLoss "),
+          f"{what}: hovering a dot shows its file, step and value: {tip.text!r}")
+    not_blank(drv.get_screenshot_as_png(), what)
+
+
 def hostile_model(folder):
     """A two-MatMul model whose names try to end the page's script."""
     import numpy as onp
@@ -340,6 +380,7 @@ def main():
                   f"{what}: the node names shown as text")
             check(count(drv, '.lane[data-queue="compute"]') == 2, f"{what}: its lanes drawn")
             not_blank(drv.get_screenshot_as_png(), what)
+            report_page(drv, tmp)
         finally:
             drv.quit()
     sys.exit(finish())
