@@ -360,6 +360,56 @@ static void part(sc_rank_memory *m, const char *name, int64_t bytes) {
   m->total += bytes;
 }
 
+/* Each memory row of b's step, as every report draws them: a pipelined
+ * step's pipeline ranks (pipe(r, ctx) for each), else its one program
+ * (one(m, outside, ctx)). The first error stops the walk. */
+typedef void (*pipe_row_fn)(const pipe_row *r, void *ctx);
+typedef void (*program_row_fn)(const sc_train_memory *m, int64_t outside, void *ctx);
+static sc_status walk_rows(const sc_build *b, const sc_device_target *target, pipe_row_fn pipe,
+                           program_row_fn one, void *ctx, sc_diag *d) {
+  const sc_dist_program *dp = b->program;
+  sc_status st = SC_OK;
+  if (dp->pipe_chunks > 0) {
+    sc_pipe_handoffs ho;
+    st = sc_pipe_handoffs_of(dp, &ho, d);
+    for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
+      pipe_row r;
+      if ((st = pipe_row_of(dp, &ho, q, target, &r, d)) == SC_OK) pipe(&r, ctx);
+      sc_free(r.acts);
+      sc_free(r.from);
+      sc_free(r.to);
+    }
+    sc_pipe_handoffs_free(&ho);
+  } else {
+    const sc_program *p = dp->stages[0].program;
+    sc_train_memory m;
+    sc_device_memory dm;
+    st = sc_train_memory_of(p, &m, d);
+    if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
+    if (st == SC_OK) one(&m, sc_device_memory_outside(&dm), ctx);
+  }
+  return st;
+}
+
+static void pipe_parts(const pipe_row *r, void *ctx) {
+  sc_rank_memory *m = (sc_rank_memory *)ctx + r->q;
+  snprintf(m->rank, sizeof m->rank, "pipeline rank %d", (int)r->q);
+  part(m, "arena", r->arena);
+  part(m, "state", r->state);
+  part(m, "stash", r->kept);
+  part(m, "device", r->outside);
+}
+
+static void program_parts(const sc_train_memory *tm, int64_t outside, void *ctx) {
+  sc_rank_memory *m = ctx;
+  snprintf(m->rank, sizeof m->rank, "rank 0");
+  for (int c = 0; c < SC_MEM_CLASS_COUNT; c++)
+    part(m, sc_mem_class_name((sc_mem_class)c), tm->live[c]);
+  part(m, "placement", tm->arena - tm->peak_live);
+  part(m, "constants", tm->constants);
+  part(m, "device", outside);
+}
+
 sc_status sc_plan_train_rank_memory(const sc_build *b, const sc_device_target *target,
                                     sc_rank_memory **out, int32_t *n, sc_diag *d) {
   const sc_dist_program *dp = b->program;
@@ -368,40 +418,7 @@ sc_status sc_plan_train_rank_memory(const sc_build *b, const sc_device_target *t
   *out = NULL;
   *n = 0;
   if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  sc_status st = SC_OK;
-  if (dp->pipe_chunks > 0) {
-    sc_pipe_handoffs ho;
-    st = sc_pipe_handoffs_of(dp, &ho, d);
-    for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
-      pipe_row r;
-      st = pipe_row_of(dp, &ho, q, target, &r, d);
-      if (st == SC_OK) {
-        snprintf(m[q].rank, sizeof m[q].rank, "pipeline rank %d", (int)q);
-        part(&m[q], "arena", r.arena);
-        part(&m[q], "state", r.state);
-        part(&m[q], "stash", r.kept);
-        part(&m[q], "device", r.outside);
-      }
-      sc_free(r.acts);
-      sc_free(r.from);
-      sc_free(r.to);
-    }
-    sc_pipe_handoffs_free(&ho);
-  } else {
-    const sc_program *p = dp->stages[0].program;
-    sc_train_memory tm;
-    sc_device_memory dm;
-    st = sc_train_memory_of(p, &tm, d);
-    if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
-    if (st == SC_OK) {
-      snprintf(m[0].rank, sizeof m[0].rank, "rank 0");
-      for (int c = 0; c < SC_MEM_CLASS_COUNT; c++)
-        part(&m[0], sc_mem_class_name((sc_mem_class)c), tm.live[c]);
-      part(&m[0], "placement", tm.arena - tm.peak_live);
-      part(&m[0], "constants", tm.constants);
-      part(&m[0], "device", sc_device_memory_outside(&dm));
-    }
-  }
+  sc_status st = walk_rows(b, target, pipe_parts, program_parts, m, d);
   if (st != SC_OK) {
     sc_free(m);
     return st;
@@ -629,7 +646,8 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
 /* Pipeline rank q's bar: its state by kind, the arena its pieces share, the
  * handed-over values it keeps and the device's lines beside them (the
  * terms of the report's total). */
-static void pipe_bar(const pipe_row *r, sc_plan_html_bar *bar) {
+static void pipe_bar(const pipe_row *r, void *bars) {
+  sc_plan_html_bar *bar = (sc_plan_html_bar *)bars + r->q;
   snprintf(bar->label, sizeof bar->label, "pipeline rank %d", (int)r->q);
   bar->pipe_rank = r->q;
   bar->bytes[SC_PLAN_HTML_PARAMS] = r->state_by[0];
@@ -643,7 +661,8 @@ static void pipe_bar(const pipe_row *r, sc_plan_html_bar *bar) {
 /* One program's bar: the arena's classes at the peak (train_memory.h),
  * what placement loses and the data as other, the constants as
  * parameters, the device's lines beside the arena. */
-static void program_bar(const sc_train_memory *m, int64_t outside, sc_plan_html_bar *bar) {
+static void program_bar(const sc_train_memory *m, int64_t outside, void *bars) {
+  sc_plan_html_bar *bar = bars;
   snprintf(bar->label, sizeof bar->label, "every rank");
   bar->pipe_rank = -1;
   bar->bytes[SC_PLAN_HTML_PARAMS] = m->live[SC_MEM_PARAMS] + m->constants;
@@ -666,25 +685,7 @@ sc_status sc_plan_train_html(const sc_build *b, const sc_train_opts *t,
   int32_t n_bars = dp->pipe_chunks > 0 ? dp->pipe_ranks : 1;
   sc_plan_html_bar *bars = sc_calloc((size_t)n_bars, sizeof *bars);
   if (!bars) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  if (dp->pipe_chunks > 0) {
-    sc_pipe_handoffs ho;
-    st = sc_pipe_handoffs_of(dp, &ho, d);
-    for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
-      pipe_row r;
-      if ((st = pipe_row_of(dp, &ho, q, target, &r, d)) == SC_OK) pipe_bar(&r, &bars[q]);
-      sc_free(r.acts);
-      sc_free(r.from);
-      sc_free(r.to);
-    }
-    sc_pipe_handoffs_free(&ho);
-  } else {
-    const sc_program *p = dp->stages[0].program;
-    sc_train_memory m;
-    sc_device_memory dm;
-    st = sc_train_memory_of(p, &m, d);
-    if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
-    if (st == SC_OK) program_bar(&m, sc_device_memory_outside(&dm), &bars[0]);
-  }
+  st = walk_rows(b, target, pipe_bar, program_bar, bars, d);
   if (st == SC_OK) {
     sc_plan_html h = {.command = command, .model = file, .kind = "training step", .dp = dp,
                       .plan = b->plan, .bars = bars, .n_bars = n_bars,
