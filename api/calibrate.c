@@ -262,29 +262,47 @@ static sc_status measure_gemms(ctx *c, sc_diag *d) {
     const char *ir;
     sc_cluster_dtype t;
   } TYPES[] = {{"f32", SC_CLUSTER_FP32}, {"bf16", SC_CLUSTER_BF16}};
+  /* the layouts a training step runs: the forward's nn, the backward's
+   * dX = dY·Wᵀ (nt) and dW = Xᵀ·dY (tn); a Transpose feeding the MatMul is
+   * folded into the GEMM's flags, as the step's are */
+  static const bool LAYOUTS[3][2] = {{false, false}, {false, true}, {true, false}};
   for (int ti = 0; ti < 2; ti++)
-    for (int a = 0; a < nd; a++)
-      for (int b = 0; b < nd; b++)
-        for (int e = 0; e < nd; e++) {
-          int64_t m = dims[a], n = dims[b], k = dims[e];
-          const char *ty = TYPES[ti].ir;
-          char text[512];
-          snprintf(text, sizeof text,
-                   "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%a : %s[%lld,%lld]\n"
-                   "  input %%b : %s[%lld,%lld]\n  %%c : %s[%lld,%lld] = MatMul(%%a, %%b) \"mm\"\n"
-                   "  output %%c\n}\n",
-                   ty, (long long)m, (long long)k, ty, (long long)k, (long long)n, ty,
-                   (long long)m, (long long)n);
-          double t = 0;
-          TRY(time_text(text, true, c->tg, c->min_s, &t, NULL, NULL, d));
-          if (c->p->n_gemms == SC_PROFILE_MAX_GEMMS) continue;
-          sc_profile_gemm *g = &c->p->gemms[c->p->n_gemms++];
-          g->m = m, g->n = n, g->k = k, g->dtype = TYPES[ti].t;
-          g->seconds = floored(c, t - c->run1_s, "GEMM");
-          g->flops_per_s = 2.0 * (double)m * (double)n * (double)k / g->seconds;
-          note(c, "GEMM %-4s %5lld x %5lld x %5lld: %9.2f us, %7.2f GFLOP/s\n", ty, (long long)m,
-               (long long)n, (long long)k, g->seconds * 1e6, g->flops_per_s / 1e9);
-        }
+    for (int l = 0; l < 3; l++)
+      for (int a = 0; a < nd; a++)
+        for (int b = 0; b < nd; b++)
+          for (int e = 0; e < nd; e++) {
+            int64_t m = dims[a], n = dims[b], k = dims[e];
+            bool ta = LAYOUTS[l][0], tb = LAYOUTS[l][1];
+            const char *ty = TYPES[ti].ir;
+            char text[1024];
+            /* A stored [k, m] when transposed, B stored [n, k] */
+            char pre[256] = "";
+            if (ta)
+              snprintf(pre, sizeof pre, "  %%at : %s[%lld,%lld] = Transpose(%%a) {perm = [1, 0]} \"ta\"\n",
+                       ty, (long long)m, (long long)k);
+            if (tb)
+              snprintf(pre + strlen(pre), sizeof pre - strlen(pre),
+                       "  %%bt : %s[%lld,%lld] = Transpose(%%b) {perm = [1, 0]} \"tb\"\n", ty,
+                       (long long)k, (long long)n);
+            snprintf(text, sizeof text,
+                     "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%a : %s[%lld,%lld]\n"
+                     "  input %%b : %s[%lld,%lld]\n%s"
+                     "  %%c : %s[%lld,%lld] = MatMul(%%%s, %%%s) \"mm\"\n  output %%c\n}\n",
+                     ty, (long long)(ta ? k : m), (long long)(ta ? m : k), ty,
+                     (long long)(tb ? n : k), (long long)(tb ? k : n), pre, ty, (long long)m,
+                     (long long)n, ta ? "at" : "a", tb ? "bt" : "b");
+            double t = 0;
+            TRY(time_text(text, true, c->tg, c->min_s, &t, NULL, NULL, d));
+            if (c->p->n_gemms == SC_PROFILE_MAX_GEMMS) continue;
+            sc_profile_gemm *g = &c->p->gemms[c->p->n_gemms++];
+            g->m = m, g->n = n, g->k = k, g->dtype = TYPES[ti].t;
+            g->trans_a = ta, g->trans_b = tb;
+            g->seconds = floored(c, t - c->run1_s, "GEMM");
+            g->flops_per_s = 2.0 * (double)m * (double)n * (double)k / g->seconds;
+            note(c, "GEMM %-4s %s %5lld x %5lld x %5lld: %9.2f us, %7.2f GFLOP/s\n", ty,
+                 ta ? "tn" : tb ? "nt" : "nn", (long long)m, (long long)n, (long long)k,
+                 g->seconds * 1e6, g->flops_per_s / 1e9);
+          }
   return SC_OK;
 }
 

@@ -77,7 +77,8 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
     double bytes = buffer_bytes(p, g->a) + buffer_bytes(p, g->b) + buffer_bytes(p, g->c) +
                    buffer_bytes(p, g->bias);
     if (f <= 0) return SC_OK; /* an empty product */
-    if (sc_cost_gemm_shape_time(c, cd, g->batch, g->m, g->n, g->k, bytes, seconds, d) != SC_OK)
+    if (sc_cost_gemm_shape_time(c, cd, g->trans_a, g->trans_b, g->batch, g->m, g->n, g->k, bytes,
+                                seconds, d) != SC_OK)
       return d->status;
     *flops = f;
     return SC_OK;

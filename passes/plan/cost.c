@@ -141,12 +141,13 @@ double sc_cost_step_overhead(const sc_cluster *c) {
   return c->profile.present ? c->profile.step_overhead_s : 0;
 }
 
-/* The profile's time of `flops` at the rate of an m x n x k product of t,
- * with the bytes at its streaming bandwidth, plus the step overhead. */
+/* The profile's time of `flops` at the rate of an m x n x k product of t
+ * in layout (ta, tb), with the bytes at its streaming bandwidth, plus the
+ * step overhead. */
 static sc_status profile_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops,
-                                   double bytes, double m, double n, double k, double *seconds,
-                                   sc_diag *d) {
-  double rate = sc_profile_gemm_rate(&c->profile, t, m, n, k);
+                                   double bytes, bool ta, bool tb, double m, double n, double k,
+                                   double *seconds, sc_diag *d) {
+  double rate = sc_profile_gemm_rate(&c->profile, t, ta, tb, m, n, k);
   if (!(rate > 0))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "cluster %s: its profile has no %s GEMM (calibrate measured none)",
@@ -177,7 +178,7 @@ sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flop
   if (check_gemm(c, t, flops, bytes, eff, d) != SC_OK) return d->status;
   if (c->profile.present) { /* the shape is unknown here: a cube of the same FLOPs */
     double side = cbrt(flops / 2);
-    return profile_gemm_time(c, t, flops, bytes, side, side, side, seconds, d);
+    return profile_gemm_time(c, t, flops, bytes, false, false, side, side, side, seconds, d);
   }
   double tc = flops / (c->peak_flops[t] * eff);
   double tm = bytes / (c->memory_bytes_per_s * SC_COST_MEMORY_EFF);
@@ -185,9 +186,9 @@ sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flop
   return SC_OK;
 }
 
-sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, int64_t batch,
-                                  int64_t m, int64_t n, int64_t k, double bytes, double *seconds,
-                                  sc_diag *d) {
+sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, bool trans_a,
+                                  bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                                  double bytes, double *seconds, sc_diag *d) {
   *seconds = 0;
   double flops = 2.0 * (double)batch * (double)m * (double)n * (double)k;
   if (batch < 1 || m < 1 || n < 1 || k < 1)
@@ -196,7 +197,8 @@ sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, int64
   double eff = sc_cost_gemm_efficiency(m, n, k);
   if (!c->profile.present) return sc_cost_gemm_time(c, t, flops, bytes, eff, seconds, d);
   if (check_gemm(c, t, flops, bytes, eff, d) != SC_OK) return d->status;
-  return profile_gemm_time(c, t, flops, bytes, (double)m, (double)n, (double)k, seconds, d);
+  return profile_gemm_time(c, t, flops, bytes, trans_a, trans_b, (double)m, (double)n, (double)k,
+                           seconds, d);
 }
 
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d) {

@@ -105,14 +105,15 @@ double sc_cost_gemm_efficiency(int64_t m, int64_t n, int64_t k);
 sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops, double bytes,
                             double eff, double *seconds, sc_diag *d);
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d);
-/* The GEMM of batch products m x n x k by its shape: with a profile, at the
- * rate measured for that shape (sc_cost_gemm_time, which has only the
+/* The GEMM of batch products m x n x k by its shape and layout (op(A) =
+ * Aᵀ when trans_a, op(B) = Bᵀ when trans_b): with a profile, at the rate
+ * measured for that shape and layout (sc_cost_gemm_time, which has only the
  * FLOPs, uses the cube of the same FLOPs); without, sc_cost_gemm_time with
  * sc_cost_gemm_efficiency(m, n, k). SC_ERR_INVALID: a dimension < 1, and
  * as sc_cost_gemm_time. */
-sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, int64_t batch,
-                                  int64_t m, int64_t n, int64_t k, double bytes, double *seconds,
-                                  sc_diag *d);
+sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, bool trans_a,
+                                  bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                                  double bytes, double *seconds, sc_diag *d);
 /* The fixed cost of one compute step (a kernel launch, a GEMM call):
  * the profile's measured step overhead; 0 without a profile, meaning not
  * modelled (the presets do not know it). Already inside the compute times

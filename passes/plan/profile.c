@@ -45,8 +45,19 @@ static sc_status get_range(json_t *o, const char *path, const char *key, double 
 
 static sc_status read_gemm(json_t *o, const char *path, sc_profile_gemm *g, sc_diag *d) {
   if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
-  static const char *const k[] = {"m", "n", "k", "dtype", "seconds", "flops_per_s", NULL};
+  static const char *const k[] = {"m", "n", "k", "trans_a", "trans_b", "dtype", "seconds",
+                                  "flops_per_s", NULL};
   TRY(sc_json_only_keys(o, WHAT, path, k, d));
+  static const char *const tk[2] = {"trans_a", "trans_b"};
+  for (int i = 0; i < 2; i++) { /* optional: false when absent */
+    json_t *b = json_object_get(o, tk[i]);
+    if (b && !json_is_boolean(b)) {
+      char p[128];
+      sc_json_join(p, sizeof p, path, tk[i]);
+      return sc_json_bad(d, SC_ERR_PARSE, WHAT, p, "must be true or false");
+    }
+    *(i ? &g->trans_b : &g->trans_a) = b && json_is_true(b);
+  }
   TRY(sc_json_get_count(o, WHAT, path, "m", true, MAX_DIM, &g->m, d));
   TRY(sc_json_get_count(o, WHAT, path, "n", true, MAX_DIM, &g->n, d));
   TRY(sc_json_get_count(o, WHAT, path, "k", true, MAX_DIM, &g->k, d));
@@ -212,9 +223,11 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
   fprintf(f, " \"gemm\": [");
   for (int32_t i = 0; i < p->n_gemms; i++) {
     const sc_profile_gemm *g = &p->gemms[i];
-    fprintf(f, "%s\n  {\"m\": %lld, \"n\": %lld, \"k\": %lld, \"dtype\": \"%s\", \"seconds\": %.17g, "
-               "\"flops_per_s\": %.17g}",
-            i ? "," : "", (long long)g->m, (long long)g->n, (long long)g->k,
+    fprintf(f, "%s\n  {\"m\": %lld, \"n\": %lld, \"k\": %lld, ", i ? "," : "", (long long)g->m,
+            (long long)g->n, (long long)g->k);
+    if (g->trans_a) fprintf(f, "\"trans_a\": true, ");
+    if (g->trans_b) fprintf(f, "\"trans_b\": true, ");
+    fprintf(f, "\"dtype\": \"%s\", \"seconds\": %.17g, \"flops_per_s\": %.17g}",
             sc_cluster_dtype_names[g->dtype], g->seconds, g->flops_per_s);
   }
   fprintf(f, "],\n \"memory_bytes_per_s\": %.17g,\n \"step_overhead_s\": %.17g,\n \"comms\": [",
@@ -235,19 +248,98 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
 
 /* ---- the GEMM table ---- */
 
-double sc_profile_gemm_rate(const sc_profile *p, sc_cluster_dtype t, double m, double n,
-                            double k) {
+/* The rows an interpolation reads: of one dtype and layout. */
+typedef struct gemm_rows {
+  sc_cluster_dtype t;
+  bool trans_a, trans_b;
+} gemm_rows;
+
+static bool in_rows(const sc_profile_gemm *g, gemm_rows r) {
+  return g->dtype == r.t && g->trans_a == r.trans_a && g->trans_b == r.trans_b;
+}
+
+/* The distinct log2 extents of axis `ax` (0 m, 1 n, 2 k) among rows r,
+ * ascending, into v[]; their count. */
+static int32_t grid_axis(const sc_profile *p, gemm_rows r, int ax, double *v) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < p->n_gemms; i++) {
+    const sc_profile_gemm *g = &p->gemms[i];
+    if (!in_rows(g, r)) continue;
+    double e = log2((double)(ax == 0 ? g->m : ax == 1 ? g->n : g->k));
+    int32_t j = 0;
+    while (j < n && v[j] < e - 1e-9) j++;
+    if (j < n && fabs(v[j] - e) < 1e-9) continue;
+    memmove(v + j + 1, v + j, (size_t)(n - j) * sizeof *v);
+    v[j] = e;
+    n++;
+  }
+  return n;
+}
+
+/* log(rate) of the row among r at grid point (a, b, c) (log2 extents), or
+ * NAN when no row is there. */
+static double grid_log_rate(const sc_profile *p, gemm_rows r, double a, double b, double c) {
+  for (int32_t i = 0; i < p->n_gemms; i++) {
+    const sc_profile_gemm *g = &p->gemms[i];
+    if (in_rows(g, r) && fabs(log2((double)g->m) - a) < 1e-9 &&
+        fabs(log2((double)g->n) - b) < 1e-9 && fabs(log2((double)g->k) - c) < 1e-9)
+      return log(g->flops_per_s);
+  }
+  return NAN;
+}
+
+double sc_profile_gemm_rate(const sc_profile *p, sc_cluster_dtype t, bool trans_a, bool trans_b,
+                            double m, double n, double k) {
+  gemm_rows r = {t, trans_a, trans_b};
+  bool have = false;
+  for (int32_t i = 0; i < p->n_gemms && !have; i++) have = in_rows(&p->gemms[i], r);
+  if (!have) r.trans_a = r.trans_b = false; /* the layout was not measured */
   double q[3] = {log2(m < 1 ? 1 : m), log2(n < 1 ? 1 : n), log2(k < 1 ? 1 : k)};
+  double ax[3][SC_PROFILE_MAX_GEMMS];
+  int32_t na[3];
+  for (int a = 0; a < 3; a++) {
+    na[a] = grid_axis(p, r, a, ax[a]);
+    if (na[a] == 0) return 0;
+    /* no extrapolation: outside the measured extents, the edge's rate */
+    if (q[a] < ax[a][0]) q[a] = ax[a][0];
+    if (q[a] > ax[a][na[a] - 1]) q[a] = ax[a][na[a] - 1];
+  }
+  /* a full grid: trilinear in (log2 m, log2 n, log2 k) on log(rate) */
+  int32_t lo[3];
+  double f[3];
+  for (int a = 0; a < 3; a++) {
+    lo[a] = 0;
+    while (lo[a] + 1 < na[a] - 1 && ax[a][lo[a] + 1] <= q[a]) lo[a]++;
+    int32_t hi = lo[a] + 1 < na[a] ? lo[a] + 1 : lo[a];
+    f[a] = hi == lo[a] ? 0 : (q[a] - ax[a][lo[a]]) / (ax[a][hi] - ax[a][lo[a]]);
+  }
+  double acc = 0;
+  bool full = true;
+  for (int corner = 0; corner < 8 && full; corner++) {
+    double w = 1, at[3];
+    for (int a = 0; a < 3; a++) {
+      int up = (corner >> a) & 1;
+      int32_t i = up && lo[a] + 1 < na[a] ? lo[a] + 1 : lo[a];
+      at[a] = ax[a][i];
+      w *= up ? f[a] : 1 - f[a];
+    }
+    if (w == 0) continue;
+    double lr = grid_log_rate(p, r, at[0], at[1], at[2]);
+    if (isnan(lr)) full = false;
+    else acc += w * lr;
+  }
+  if (full) return exp(acc);
+  /* scattered rows: weighted geometric mean, weights 1/d^4 */
   double wsum = 0, lsum = 0;
   for (int32_t i = 0; i < p->n_gemms; i++) {
     const sc_profile_gemm *g = &p->gemms[i];
-    if (g->dtype != t) continue;
+    if (!in_rows(g, r)) continue;
     double e[3] = {log2((double)g->m), log2((double)g->n), log2((double)g->k)};
     double d2 = 0;
     for (int j = 0; j < 3; j++) d2 += (q[j] - e[j]) * (q[j] - e[j]);
     if (d2 < 1e-12) return g->flops_per_s; /* the shape was measured */
-    wsum += 1 / d2;
-    lsum += log(g->flops_per_s) / d2;
+    wsum += 1 / (d2 * d2);
+    lsum += log(g->flops_per_s) / (d2 * d2);
   }
   return wsum > 0 ? exp(lsum / wsum) : 0;
 }

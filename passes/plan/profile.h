@@ -8,10 +8,12 @@
  * communicator the latency α, bandwidth β and per-call overhead fitted by
  * non-negative least squares (sc_profile_fit_comm) to timed collectives.
  *
- * Rates by shape: sc_profile_gemm_rate interpolates the table in log
- * space: the rate of (m, n, k) is the weighted geometric mean of the
- * measured rates of its dtype, each weighted by 1/d² with d the distance
- * between log2(m, n, k) and the entry's; an exact shape gives its own rate.
+ * Rates by shape: sc_profile_gemm_rate interpolates the table of the
+ * product's dtype and layout in log space, clamped to the measured extents
+ * (no extrapolation): trilinear in (log2 m, log2 n, log2 k) on log(rate)
+ * when the rows form a full grid (calibrate measures one), else the
+ * geometric mean of the rows' rates weighted by 1/d⁴, d the distance
+ * between log2(m, n, k) and the row's; an exact shape gives its own rate.
  *
  * sc_profile is a plain value (fixed arrays, no pointers), embedded in
  * sc_cluster. Reading is strict like the cluster file's: an unknown key,
@@ -43,7 +45,7 @@ typedef enum sc_cluster_dtype {
 extern const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT];
 
 enum {
-  SC_PROFILE_MAX_GEMMS = 64,  /* GEMM table rows */
+  SC_PROFILE_MAX_GEMMS = 192, /* GEMM table rows */
   SC_PROFILE_MAX_COMMS = 4,   /* communicators (local, tcp, mpi, nccl) */
   SC_PROFILE_NAME_MAX = 64,   /* name bytes, NUL included */
   SC_PROFILE_MAX_FIT = 4,     /* unknowns of sc_profile_nnls */
@@ -56,7 +58,9 @@ enum {
 #define SC_PROFILE_MAX_BW 1e16   /* bytes/s: 2,000x an H200's HBM (4.8e12) */
 
 typedef struct sc_profile_gemm {
-  int64_t m, n, k;          /* one product C[m,n] = A[m,k] B[k,n] */
+  int64_t m, n, k;          /* one product C[m,n] = op(A)[m,k] op(B)[k,n] */
+  bool trans_a, trans_b;    /* op(X) = Xᵀ: A stored k x m, B stored n x k (the
+                               backward's dX = dY·Wᵀ is nt, dW = Xᵀ·dY tn) */
   sc_cluster_dtype dtype;   /* fp32 or bf16 (any of the enum is accepted) */
   double seconds;           /* one product, median of the timed runs */
   double flops_per_s;       /* 2mnk / seconds */
@@ -97,9 +101,12 @@ sc_status sc_profile_read_json_file(const char *path, sc_profile *out, sc_diag *
  * reader reads it back exactly (numbers in %.17g). SC_ERR_IO. */
 sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d);
 
-/* The interpolated rate (FLOP/s) of an m x n x k product in dtype t (see
- * above); 0 when the table has no row of t. */
-double sc_profile_gemm_rate(const sc_profile *p, sc_cluster_dtype t, double m, double n, double k);
+/* The interpolated rate (FLOP/s) of an m x n x k product in dtype t with
+ * layout (trans_a, trans_b) (see above): from the rows of that layout, or
+ * of the untransposed one when the table has none of it; 0 when the table
+ * has no row of t. */
+double sc_profile_gemm_rate(const sc_profile *p, sc_cluster_dtype t, bool trans_a, bool trans_b,
+                            double m, double n, double k);
 /* The highest measured rate of t (0: none). */
 double sc_profile_peak_rate(const sc_profile *p, sc_cluster_dtype t);
 /* The communicator named name, or NULL. */

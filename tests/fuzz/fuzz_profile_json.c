@@ -43,7 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     SC_ASSERT(g->m >= 1 && g->n >= 1 && g->k >= 1 && (unsigned)g->dtype < SC_CLUSTER_DTYPE_COUNT);
     check_figure(g->seconds);
     check_figure(g->flops_per_s);
-    double r = sc_profile_gemm_rate(&p, g->dtype, 3, 1000, 77);
+    double r = sc_profile_gemm_rate(&p, g->dtype, g->trans_a, g->trans_b, 3, 1000, 77);
     check_figure(r);
   }
   check_figure(p.memory_bytes_per_s);

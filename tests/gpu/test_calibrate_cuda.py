@@ -64,10 +64,12 @@ def main():
         check(("emulated" in dev["name"]) != REAL, f"device name {dev['name']!r}")
         check(("context_bytes" in dev) == REAL and dev.get("context_bytes", 1) > 0,
               f"context_bytes {dev}")
-        shapes = {(g["m"], g["n"], g["k"], g["dtype"]) for g in p["gemm"]}
-        want = {(m, n, k, t) for m in (256, 1024) for n in (256, 1024) for k in (256, 1024)
-                for t in ("fp32", "bf16")}
-        check(shapes == want and len(p["gemm"]) == 16, f"GEMM rows {sorted(shapes)}")
+        shapes = {(g["m"], g["n"], g["k"], g["dtype"], g.get("trans_a", False),
+                   g.get("trans_b", False)) for g in p["gemm"]}
+        want = {(m, n, k, t, ta, tb) for m in (256, 1024) for n in (256, 1024)
+                for k in (256, 1024) for t in ("fp32", "bf16")
+                for ta, tb in ((False, False), (False, True), (True, False))}
+        check(shapes == want and len(p["gemm"]) == 48, f"GEMM rows {sorted(shapes)}")
         for g in p["gemm"]:
             flops = 2.0 * g["m"] * g["n"] * g["k"]
             ok = g["seconds"] > 0 and math.isfinite(g["flops_per_s"]) and g["flops_per_s"] > 0

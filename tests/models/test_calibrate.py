@@ -94,6 +94,9 @@ def main():
                 want = 2 * g["m"] * g["n"] * g["k"] / g["seconds"]
                 check(abs(g["flops_per_s"] - want) <= 1e-9 * want, f"GEMM {g}: rate != 2mnk/s")
         check(dtypes == {"fp32", "bf16"}, f"GEMM dtypes {dtypes}")
+        layouts = {(g.get("trans_a", False), g.get("trans_b", False)) for g in p["gemm"]}
+        check(layouts == {(False, False), (False, True), (True, False)},
+              f"GEMM layouts {sorted(layouts)}: want nn, nt and tn")
         check(len(p["gemm"]) >= 8, f"{len(p['gemm'])} GEMM rows")
         bw = p["memory_bytes_per_s"]
         check(positive(bw) and 0.5e9 <= bw <= 1e12, f"memory bandwidth {bw}")

@@ -110,6 +110,8 @@ static void test_hostile(void **state) {
       {"\"device\": {", "\"device\": [{", "line"}, /* unbalanced: not JSON */
       {"\"dtype\": \"fp32\"", "\"dtype\": \"fp64\"", "'gemm[0].dtype' must be fp8"},
       {"\"dtype\": \"fp32\"", "\"dtype\": 32", "'gemm[0].dtype' must be a string"},
+      {"\"m\": 64,", "\"m\": 64, \"trans_b\": 1,", "'gemm[0].trans_b' must be true or false"},
+      {"\"m\": 64,", "\"m\": 64, \"trans_a\": \"yes\",", "'gemm[0].trans_a' must be true or false"},
       {"\"flops_per_s\": 2e11", "\"flops_per_s\": 3e11", "'gemm[0].flops_per_s' must be 2*m*n*k"},
       {"\"format\": \"shardc-profile-1\"", "\"format\": \"shardc-profile-2\"", "'format' must be"},
       {"\"kind\": \"cpu\"", "\"kind\": \"tpu\"", "'device.kind' must be"},
@@ -134,18 +136,22 @@ static void test_hostile(void **state) {
       fail_msg("case %zu: '%s' does not say '%s'", i, d.msg, CASES[i].want);
     assert_string_equal(d.file, "p.json");
   }
-  /* the array limits: 65 GEMM rows, two communicators of one name, none */
-  char *big = malloc(65 * 128 + 1024);
+  /* the array limits: one GEMM row too many, two communicators of one
+   * name, none */
+  enum { ROWS = SC_PROFILE_MAX_GEMMS + 1 };
+  char *big = malloc(ROWS * 128 + 1024);
   size_t pos = (size_t)sprintf(big, "{\"format\": \"shardc-profile-1\", \"device\": {\"kind\": "
                                     "\"cpu\", \"name\": \"c\", \"threads\": 1}, \"gemm\": [");
-  for (int i = 0; i < 65; i++)
+  for (int i = 0; i < ROWS; i++)
     pos += (size_t)sprintf(big + pos, "%s{\"m\": 1, \"n\": 1, \"k\": 1, \"dtype\": \"fp32\", "
                                       "\"seconds\": 1, \"flops_per_s\": 2}", i ? "," : "");
   sprintf(big + pos, "], \"memory_bytes_per_s\": 1, \"step_overhead_s\": 1}");
   sc_profile p;
   sc_diag d;
   assert_int_equal(read_text(big, &p, &d), SC_ERR_INVALID);
-  assert_non_null(strstr(d.msg, "'gemm' has more than 64"));
+  char want[64];
+  snprintf(want, sizeof want, "'gemm' has more than %d", SC_PROFILE_MAX_GEMMS);
+  assert_non_null(strstr(d.msg, want));
   free(big);
   assert_int_equal(read_edited("\"comms\": [{", "\"comms\": [{\"name\": \"local\", \"max_ranks\": 2, "
                                "\"latency_s\": 1, \"bandwidth_bytes_per_s\": 1, \"overhead_s\": 1}, {",
@@ -282,19 +288,19 @@ static void test_known_times(void **state) {
   double s;
   /* a measured shape: 524288 / 2e11 = 2.62144 us (bytes 49152 / 2e10 =
    * 2.4576 us, less), + 1 us */
-  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, 1, 64, 64, 64, 49152, &s, &d),
+  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, false, false, 1, 64, 64, 64, 49152, &s, &d),
                    SC_OK);
   assert_close(s, 3.62144e-6);
   /* 128^3 lies halfway (in log2) between 64^3 and 256^3: the geometric
    * mean sqrt(2e11 * 4e11) = 282.842712474619 GFLOP/s; 4194304 FLOPs */
-  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, 1, 128, 128, 128, 196608, &s, &d),
+  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, false, false, 1, 128, 128, 128, 196608, &s, &d),
                    SC_OK);
   assert_close(s, 4194304 / 282.842712474619e9 + 1e-6);
   /* batch 2 of 64^3: twice the FLOPs at 64^3's rate */
-  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, 2, 64, 64, 64, 0, &s, &d), SC_OK);
+  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, false, false, 2, 64, 64, 64, 0, &s, &d), SC_OK);
   assert_close(s, 2 * 2.62144e-6 + 1e-6);
   /* memory-bound inside a GEMM: 1e6 bytes / 2e10 = 50 us */
-  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, 1, 64, 64, 64, 1e6, &s, &d), SC_OK);
+  assert_int_equal(sc_cost_gemm_shape_time(&c, SC_CLUSTER_FP32, false, false, 1, 64, 64, 64, 1e6, &s, &d), SC_OK);
   assert_close(s, 5e-5 + 1e-6);
   /* by FLOPs alone: the cube of 2*256^3 FLOPs is 256^3 (the efficiency
    * argument is not used) */
@@ -326,8 +332,72 @@ static void test_known_times(void **state) {
                                       &d), SC_OK);
   assert_close(cc.seconds, 1e-5 + 2e-6 + 32768 / 5e9);
   /* the interpolation itself: an exact row, and no row of a dtype */
-  assert_close(sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, 256, 256, 256), 4e11);
-  assert_true(sc_profile_gemm_rate(&p, SC_CLUSTER_TF32, 256, 256, 256) == 0);
+  assert_close(sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, false, 256, 256, 256), 4e11);
+  assert_true(sc_profile_gemm_rate(&p, SC_CLUSTER_TF32, false, false, 256, 256, 256) == 0);
+}
+
+/* A profile holding a full 2 x 2 x 2 grid of nn rows {64, 1024}^3 at rate
+ * r(m, n, k) = 1e9 * m^a n^b k^c (log-linear: trilinear interpolation in
+ * log space is exact inside the grid), and one nt row. */
+static double grid_rate(double m, double n, double k) {
+  return 1e9 * pow(m, 0.5) * pow(n, 0.25) * pow(k, 0.125);
+}
+
+static void test_interpolation(void **state) {
+  (void)state;
+  sc_profile p;
+  memset(&p, 0, sizeof p);
+  p.present = true;
+  static const int64_t E[2] = {64, 1024};
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++)
+      for (int c = 0; c < 2; c++) {
+        sc_profile_gemm *g = &p.gemms[p.n_gemms++];
+        g->m = E[a], g->n = E[b], g->k = E[c], g->dtype = SC_CLUSTER_FP32;
+        g->flops_per_s = grid_rate((double)g->m, (double)g->n, (double)g->k);
+        g->seconds = 2.0 * (double)(g->m * g->n * g->k) / g->flops_per_s;
+      }
+  /* inside: exact for a log-linear rate */
+  double r = sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, false, 256, 128, 512);
+  assert_true(fabs(r / grid_rate(256, 128, 512) - 1) < 1e-9);
+  /* outside: clamped to the edge (1024 for n), never extrapolated */
+  r = sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, false, 128, 50257, 768);
+  assert_true(fabs(r / grid_rate(128, 1024, 768) - 1) < 1e-9);
+  r = sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, false, 1, 1, 1);
+  assert_true(fabs(r / grid_rate(64, 64, 64) - 1) < 1e-9);
+  /* no nt row yet: nt reads the nn rows */
+  double nn = sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, false, 128, 768, 3072);
+  assert_true(sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, true, 128, 768, 3072) == nn);
+  /* one nt row: nt reads it alone (every shape at its rate), tn still nn */
+  sc_profile_gemm *g = &p.gemms[p.n_gemms++];
+  *g = p.gemms[7];
+  g->trans_b = true;
+  g->flops_per_s = 5e10;
+  g->seconds = 2.0 * 1024.0 * 1024.0 * 1024.0 / g->flops_per_s;
+  assert_true(fabs(sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, true, 128, 768, 3072) / 5e10 -
+                   1) < 1e-12);
+  assert_true(sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, true, false, 128, 768, 3072) == nn);
+  /* the nn grid is unchanged by the nt row */
+  assert_true(sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, false, 128, 768, 3072) == nn);
+  /* the layout is written and read back */
+  char *text = NULL;
+  size_t len = 0;
+  sc_diag d;
+  sc_diag_clear(&d);
+  p.memory_bytes_per_s = 1e10, p.step_overhead_s = 1e-7, p.threads = 1;
+  snprintf(p.device, sizeof p.device, "cpu");
+  snprintf(p.device_name, sizeof p.device_name, "t");
+  FILE *f = open_memstream(&text, &len);
+  assert_int_equal(sc_profile_write_json(&p, f, &d), SC_OK);
+  fclose(f);
+  assert_non_null(strstr(text, "\"trans_b\": true"));
+  assert_null(strstr(text, "\"trans_a\""));
+  sc_profile q;
+  assert_int_equal(sc_profile_read_json(text, len, "w.json", &q, &d), SC_OK);
+  free(text);
+  assert_true(q.gemms[8].trans_b && !q.gemms[8].trans_a && !q.gemms[7].trans_b);
+  assert_true(fabs(sc_profile_gemm_rate(&q, SC_CLUSTER_FP32, false, true, 1, 1, 1) / 5e10 - 1) <
+              1e-12);
 }
 
 static void test_fit(void **state) {
@@ -375,6 +445,7 @@ int main(void) {
       cmocka_unit_test(test_hostile),
       cmocka_unit_test_setup_teardown(test_cluster_profile_paths, setup_dir, teardown_dir),
       cmocka_unit_test(test_known_times),
+      cmocka_unit_test(test_interpolation),
       cmocka_unit_test(test_fit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
