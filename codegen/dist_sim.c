@@ -239,6 +239,8 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
   }
   bool *opt = sc_calloc((size_t)p->n_steps + 1, sizeof *opt);
   if (!opt) return nomem(d);
+  /* thread-ranks outnumbering the host's cores compute time-sliced */
+  double share = sc_cluster_core_share(c, dp->mesh.n_ranks);
   sc_status st = dp->pipe_chunks ? SC_OK : optimizer_steps(p, opt, d);
   for (int32_t k = 0; st == SC_OK && k < p->n_steps; k++) {
     const sc_step *x = &p->steps[k];
@@ -263,6 +265,7 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
         r = collective_time(dp, cs, t->bytes, c, &t->s, &inner);
     } else {
       r = sc_dist_step_compute_time(c, p, x, &t->s, &t->flops, &inner);
+      t->s *= share;
       t->term = optimizer_piece || opt[k] ? T_OPTIMIZER
                 : recomputed(x->origin)   ? T_RECOMPUTE
                                           : T_COMPUTE;

@@ -260,7 +260,12 @@ static sc_status cpu_local(sc_cluster *c, sc_diag *d) {
   c->nodes = 1;
   c->devices_per_node = cores < SC_CLUSTER_MAX_PER_NODE ? cores : SC_CLUSTER_MAX_PER_NODE;
   c->device_memory_bytes = meminfo_total(); /* the node's, shared by its ranks */
+  c->host_cores = cores;
   return SC_OK;
+}
+
+double sc_cluster_core_share(const sc_cluster *c, int64_t ranks) {
+  return c->host_cores > 0 && ranks > c->host_cores ? (double)ranks / (double)c->host_cores : 1;
 }
 
 static sc_status preset_usage(sc_diag *d, const char *spec, const char *why) {

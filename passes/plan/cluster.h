@@ -73,6 +73,11 @@ typedef struct sc_cluster {
   int64_t nodes;                         /* >= 1 */
   int64_t devices_per_node;              /* >= 1: ranks a node */
   int64_t device_memory_bytes;           /* per device; 0 = unknown */
+  int64_t host_cores;                    /* cpu:local: the online cores its
+                                            thread-ranks share, time-sliced
+                                            when they outnumber them
+                                            (sc_cluster_core_share); 0 for
+                                            devices of their own */
   int64_t context_bytes;                 /* a GPU's CUDA context per process
                                             (gpu.context_bytes, or a CUDA
                                             profile's); 0 = unknown */
@@ -102,6 +107,12 @@ sc_status sc_cluster_preset(const char *spec, sc_cluster *out, sc_diag *d);
 sc_status sc_cluster_load(const char *spec, sc_cluster *out, sc_diag *d);
 /* Gives c the figures of profile p (above); p->present must be true. */
 void sc_cluster_apply_profile(sc_cluster *c, const sc_profile *p);
+/* How many times slower each of `ranks` thread-ranks computes than alone:
+ * ranks / host_cores when they outnumber the cores (each of R ranks gets
+ * max(1, cores / R) threads, runtime/dist_train.c, so R > cores ranks of
+ * one thread share the cores time-sliced), else 1; 1 for a cluster whose
+ * ranks have devices of their own. */
+double sc_cluster_core_share(const sc_cluster *c, int64_t ranks);
 /* Whether c's devices are GPUs (not cpu:local, whose device is "cpu"):
  * its plans are made for the CUDA device. */
 bool sc_cluster_is_gpu(const sc_cluster *c);

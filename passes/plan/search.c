@@ -209,6 +209,12 @@ typedef struct mb_times {
   double block_fwd, block_re, outside_fwd;
 } mb_times;
 
+/* Thread-ranks outnumbering the host's cores compute time-sliced
+ * (sc_cluster_core_share): what every compute term is multiplied by. */
+static double core_share(const ctx *x, const sc_search_cand *c) {
+  return sc_cluster_core_share(x->c, c->dp * c->fsdp * c->tp * c->pp * c->cp);
+}
+
 static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t, sc_diag *d) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
@@ -238,6 +244,8 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   double vs = vocab_split(bm, c);
   st = gemm(x, ou->gemm_flops * mbs / vs, rows, (int64_t)((double)bm->vocab / vs), h, &og, d);
   t->outside_fwd = og + ou->mem_bytes * mbs / vocab_split(bm, c) / x->hbm_nodes;
+  double share = core_share(x, c);
+  t->block_fwd *= share, t->block_re *= share, t->outside_fwd *= share;
   return st;
 }
 
@@ -308,6 +316,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
    * casts for the GEMMs (read 4, write 2 bytes an element) and the
    * gradient accumulation (read the new, read and write the sum: 12) */
   double e_pass = e_stage * ((x->o->dtype != SC_CLUSTER_FP32 ? CAST_B : 0) + ACCUM_B) / x->hbm;
+  c->optimizer_s *= core_share(x, c);
+  e_pass *= core_share(x, c);
   c->compute_s += M * e_pass;
   double per_mb = fwd * (1 + BACKWARD_FACTOR) + re + e_pass;
   c->bubble_s = 0;

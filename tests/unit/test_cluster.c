@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -129,6 +130,16 @@ static void test_presets(void **state) {
   assert_true(c.devices_per_node >= 1);
   for (int t = 0; t < SC_CLUSTER_DTYPE_COUNT; t++) assert_true(c.peak_flops[t] == 0);
   assert_true(c.memory_bytes_per_s == 0 && c.inter_node.bandwidth_bytes_per_s == 0);
+  /* its thread-ranks share the online cores: time-sliced beyond them */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  assert_int_equal(c.host_cores, cores);
+  assert_true(sc_cluster_core_share(&c, 1) == 1);
+  assert_true(sc_cluster_core_share(&c, cores) == 1);
+  assert_true(sc_cluster_core_share(&c, 2 * cores) == 2);
+  assert_true(sc_cluster_core_share(&c, 3 * cores) == 3);
+  /* a GPU's ranks have devices of their own */
+  assert_int_equal(sc_cluster_preset("h100-sxm:8x4", &c, &d), SC_OK);
+  assert_true(c.host_cores == 0 && sc_cluster_core_share(&c, 1024) == 1);
 }
 
 /* Parses mesh, puts it on preset, computes the placement. */
