@@ -26,6 +26,7 @@
 
 #include "calibrate.h"
 #include "codegen/compile.h"
+#include "codegen/dist_sim.h"
 #include "ir/dtype.h"
 #include "ir/text.h"
 #include "passes/plan/profile.h"
@@ -306,6 +307,106 @@ static sc_status measure_gemms(ctx *c, sc_diag *d) {
   return SC_OK;
 }
 
+/* ---- the CPU's kernel model (profile.h: kernel_s) ---- */
+
+enum { KERNEL_N = 4096, KERNEL_CHAIN = 16, KERNEL_ROWS = 6 };
+
+/* A chain of KERNEL_CHAIN links over f32[shape] (x0 the input, %p the
+ * previous value): each link's lines from fmt, in which every %%d is the
+ * link's index (i) and %%p... are written out by the caller. */
+static char *kernel_text(const char *shape, const char *link) {
+  size_t cap = 512 + (size_t)KERNEL_CHAIN * 256;
+  char *s = malloc(cap);
+  if (!s) return NULL;
+  size_t pos = (size_t)snprintf(s, cap, "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%x0 : f32[%s]\n",
+                                shape);
+  for (int i = 1; i <= KERNEL_CHAIN && pos < cap; i++) {
+    /* link: printf format with the previous index, then this one, used in
+     * the order (prev, i, i, i, prev, i ...): the texts below take %1$d
+     * for the previous value and %2$d for this link */
+    pos += (size_t)snprintf(s + pos, cap - pos, link, i - 1, i);
+  }
+  if (pos < cap) snprintf(s + pos, cap - pos, "  output %%x%d\n}\n", KERNEL_CHAIN);
+  return s;
+}
+
+/* Fits kernel_s by non-negative least squares over programs whose kernels
+ * exercise each feature (visits; float operations; transcendental
+ * functions; gathered loads: transposes), each row the program's summed features
+ * against its time less the run's fixed cost and its steps' overhead.
+ * The kernels are small (KERNEL_N elements): they run on one thread, as
+ * the coefficients are defined. */
+static sc_status measure_kernels(ctx *c, sc_diag *d) {
+  static const struct {
+    const char *shape, *link;
+    bool fuse;
+  } PROGS[KERNEL_ROWS] = {
+      /* one Add a kernel: visits and an op each */
+      {"4096", "  %%x%2$d : f32[4096] = Add(%%x%1$d, %%x0) \"a%2$d\"\n", false},
+      /* one fused kernel of 2 x 16 float ops */
+      {"4096", "  %%m%2$d : f32[4096] = Mul(%%x%1$d, %%x0) \"m%2$d\"\n"
+               "  %%x%2$d : f32[4096] = Add(%%m%2$d, %%x0) \"a%2$d\"\n", true},
+      /* tanh: 16 transcendental, 16 ops, fused */
+      {"4096", "  %%m%2$d : f32[4096] = Add(%%x%1$d, %%x0) \"a%2$d\"\n"
+               "  %%x%2$d : f32[4096] = Tanh(%%m%2$d) \"t%2$d\"\n", true},
+      /* exp of minus the magnitude: bounded, 16 transcendental, 32 ops */
+      {"4096", "  %%b%2$d : f32[4096] = Abs(%%x%1$d) \"b%2$d\"\n"
+               "  %%m%2$d : f32[4096] = Neg(%%b%2$d) \"n%2$d\"\n"
+               "  %%x%2$d : f32[4096] = Exp(%%m%2$d) \"e%2$d\"\n", true},
+      /* transposes: a gather of one element an outer point, a kernel each */
+      {"16,16,16", "  %%x%2$d : f32[16,16,16] = Transpose(%%x%1$d) {perm = [2, 0, 1]} \"t%2$d\"\n",
+       false},
+      /* softmax rows: reductions, exp and divisions, unfused */
+      {"256,16", "  %%x%2$d : f32[256,16] = Softmax(%%x%1$d) {axis = -1} \"s%2$d\"\n", false},
+  };
+  double a[KERNEL_ROWS * SC_PROFILE_KERNEL_TERMS], b[KERNEL_ROWS];
+  int32_t rows = 0;
+  for (int r = 0; r < KERNEL_ROWS; r++) {
+    char *text = kernel_text(PROGS[r].shape, PROGS[r].link);
+    if (!text) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    timed_prog t;
+    double sec = 0;
+    sc_status st = prog_open(text, PROGS[r].fuse, c->tg, &t, d);
+    free(text);
+    if (st == SC_OK) st = prog_time(&t, c->min_s, &sec, d);
+    double f[SC_PROFILE_KERNEL_TERMS] = {0};
+    int32_t kernels = 0;
+    for (int32_t i = 0; st == SC_OK && i < t.p->n_steps; i++) {
+      const sc_step *s = &t.p->steps[i];
+      if (s->kind != SC_STEP_KERNEL || s->kernel < 0 || s->kernel >= t.p->n_kernels) continue;
+      double g[SC_PROFILE_KERNEL_TERMS];
+      bool split;
+      sc_dist_kernel_features(t.p->kernels[s->kernel], g, &split);
+      for (int k = 0; k < SC_PROFILE_KERNEL_TERMS; k++) f[k] += g[k];
+      kernels++;
+    }
+    int32_t steps = st == SC_OK ? t.p->n_steps : 0;
+    prog_close(&t);
+    TRY(st);
+    /* less the fixed cost of a run (its first step's included) and the
+     * other steps' overhead */
+    double work = sec - c->run1_s - (double)(steps > 1 ? steps - 1 : 0) * c->p->step_overhead_s;
+    note(c, "kernels %d: %d steps, %.2f us (%.0f visits, %.0f ops, %.0f transcendental, %.0f "
+            "gathered)\n", r, (int)steps, sec * 1e6, f[0], f[1], f[2], f[3]);
+    if (!(work > 0) || kernels == 0) continue;
+    double w = 1 / work; /* relative error */
+    for (int k = 0; k < SC_PROFILE_KERNEL_TERMS; k++) a[rows * SC_PROFILE_KERNEL_TERMS + k] = f[k] * w;
+    b[rows++] = 1;
+  }
+  double x[SC_PROFILE_KERNEL_TERMS] = {0};
+  if (rows < SC_PROFILE_KERNEL_TERMS || !sc_profile_nnls(a, b, rows, SC_PROFILE_KERNEL_TERMS, x)) {
+    note(c, "kernels: not resolved above the runs' own cost; none in the profile\n");
+    return SC_OK;
+  }
+  for (int k = 0; k < SC_PROFILE_KERNEL_TERMS; k++)
+    c->p->kernel_s[k] = x[k] > SC_PROFILE_MIN_S ? x[k] : SC_PROFILE_MIN_S;
+  c->p->has_kernel = true;
+  note(c, "kernels: %.3f ns a visit, %.3f ns an op, %.3f ns a transcendental, %.3f ns a gathered "
+          "load (one thread)\n", c->p->kernel_s[0] * 1e9, c->p->kernel_s[1] * 1e9,
+       c->p->kernel_s[2] * 1e9, c->p->kernel_s[3] * 1e9);
+  return SC_OK;
+}
+
 /* ---- collectives over local thread-ranks ---- */
 
 enum { KINDS = 3 }; /* all-reduce, all-gather, reduce-scatter */
@@ -486,6 +587,7 @@ sc_status sc_calibrate(const sc_calibrate_opts *o, sc_profile *out, sc_diag *d) 
   if (cuda && st == SC_OK) p->threads = 1; /* a GPU rank: its stream, not host threads */
   if (st == SC_OK) st = measure_memory(&c, d);
   if (st == SC_OK) st = measure_gemms(&c, d);
+  if (st == SC_OK && !cuda) st = measure_kernels(&c, d);
   /* one process on one GPU has no communicator of 2+ ranks to time:
    * NCCL holds one rank per GPU, and the CPU communicators need host
    * memory (the profile's comms stay empty; the cluster keeps its links) */

@@ -15,7 +15,9 @@
  * the one place it happens: a computing step, expose() and receive() on
  * the compute queue, a collective on its group's queue, send() on the
  * point-to-point queue. Without one, record() returns at once. */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/dist_sim.h"
@@ -58,6 +60,112 @@ static bool cluster_dtype(sc_dtype t, sc_cluster_dtype *out) {
   }
 }
 
+static bool float_dtype(sc_dtype t) {
+  return t == SC_DTYPE_F32 || t == SC_DTYPE_F64 || t == SC_DTYPE_BF16 || t == SC_DTYPE_F16;
+}
+
+static bool transcendental(kir_op op) {
+  switch (op) {
+  case KIR_EXP: case KIR_LOG: case KIR_TANH: case KIR_ERF: case KIR_SIN: case KIR_COS:
+  case KIR_ATAN: case KIR_POW: case KIR_SIGMOID: return true;
+  default: return false;
+  }
+}
+
+/* The coefficient of loop variable v in index expression e when e is
+ * linear in it (a sum of v times constants and terms without v), else
+ * NAN. depth bounds the walk (a deep expression is taken as non-linear). */
+static double stride_in(const kir_kernel *k, int32_t e, int32_t v, int depth) {
+  if (e < 0 || e >= k->n_exprs || depth > 32) return NAN;
+  const kir_expr *x = &k->exprs[e];
+  switch (x->op) {
+  case KIR_VAR: return x->var == v ? 1 : 0;
+  case KIR_CONST:
+  case KIR_REG: return 0;
+  case KIR_ADD: return stride_in(k, x->a, v, depth + 1) + stride_in(k, x->b, v, depth + 1);
+  case KIR_SUB: return stride_in(k, x->a, v, depth + 1) - stride_in(k, x->b, v, depth + 1);
+  case KIR_CAST: return stride_in(k, x->a, v, depth + 1);
+  case KIR_MUL: {
+    double sa = stride_in(k, x->a, v, depth + 1), sb = stride_in(k, x->b, v, depth + 1);
+    const kir_expr *ea = &k->exprs[x->a], *eb = &k->exprs[x->b];
+    if (sa == 0 && sb == 0) return 0;
+    if (eb->op == KIR_CONST && sb == 0) return sa * (double)eb->i;
+    if (ea->op == KIR_CONST && sa == 0) return sb * (double)ea->i;
+    return NAN;
+  }
+  default: { /* anything else is linear only when v does not reach it */
+    int32_t ops[3] = {x->a, x->b, x->c};
+    for (int j = 0; j < 3; j++)
+      if (ops[j] >= 0 && stride_in(k, ops[j], v, depth + 1) != 0) return NAN;
+    return 0;
+  }
+  }
+}
+
+/* Adds e's subtree (each expression once: seen[]) to f, each expression
+ * weighted by the visits it runs at: per inner element (inner[e]) or per
+ * outer point. v: the innermost loop's variable (gathers step along it). */
+static void count_expr(const kir_kernel *k, int32_t e, const bool *inner, bool *seen, int32_t v,
+                       double per_elem, double per_point, double *f) {
+  if (e < 0 || e >= k->n_exprs || seen[e]) return;
+  seen[e] = true;
+  const kir_expr *x = &k->exprs[e];
+  count_expr(k, x->a, inner, seen, v, per_elem, per_point, f);
+  count_expr(k, x->b, inner, seen, v, per_elem, per_point, f);
+  count_expr(k, x->c, inner, seen, v, per_elem, per_point, f);
+  double w = inner[e] ? per_elem : per_point;
+  if (x->op == KIR_LOAD && float_dtype(x->dtype)) {
+    double s = stride_in(k, x->a, v, 0);
+    if (!(s == 0 || s == 1)) f[SC_PROFILE_KERNEL_GATHER] += w;
+    return;
+  }
+  if (x->op == KIR_CONST || x->op == KIR_VAR || x->op == KIR_REG || x->op == KIR_LOAD) return;
+  bool fl = float_dtype(x->dtype) ||
+            (x->a >= 0 && x->a < k->n_exprs && float_dtype(k->exprs[x->a].dtype));
+  if (fl && transcendental(x->op)) f[SC_PROFILE_KERNEL_TRANSCENDENTAL] += w;
+  else if (fl) f[SC_PROFILE_KERNEL_OP] += w;
+}
+
+void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split) {
+  for (int t = 0; t < SC_PROFILE_KERNEL_TERMS; t++) f[t] = 0;
+  double pts = 1;
+  for (int32_t d = 0; d < k->outer_rank; d++) pts *= (double)k->outer_dims[d];
+  double elems = pts * (double)(k->inner > 0 ? k->inner : 1);
+  int32_t phases = k->n_phases > 0 ? k->n_phases : 1;
+  *split = pts >= 2 && elems * phases >= (double)KIR_SPLIT_MIN_WORK;
+  f[SC_PROFILE_KERNEL_VISIT] = elems * phases;
+  /* the innermost loop: the inner index, else the last outer dim of more
+   * than one point */
+  int32_t v = KIR_INNER;
+  if (k->inner <= 1)
+    for (int32_t d = k->outer_rank - 1; d >= 0 && v == KIR_INNER; d--)
+      if (k->outer_dims[d] > 1) v = d;
+  bool *inner = sc_calloc((size_t)k->n_exprs + 1, sizeof *inner);
+  bool *seen = sc_calloc((size_t)k->n_exprs + 1, sizeof *seen);
+  if (!inner || !seen) { /* the visits alone: a lower count, never a failure */
+    sc_free(inner);
+    sc_free(seen);
+    return;
+  }
+  /* operands precede their users (the builders append) */
+  for (int32_t e = 0; e < k->n_exprs; e++) {
+    const kir_expr *x = &k->exprs[e];
+    bool dep = x->op == KIR_VAR && x->var == KIR_INNER;
+    int32_t ops[3] = {x->a, x->b, x->c};
+    for (int j = 0; j < 3; j++)
+      if (ops[j] >= 0 && ops[j] < e) dep |= inner[ops[j]];
+    inner[e] = dep;
+  }
+  for (int32_t ph = 0; ph < k->n_phases; ph++) {
+    memset(seen, 0, (size_t)k->n_exprs * sizeof *seen);
+    count_expr(k, k->phases[ph].value, inner, seen, v, elems, pts, f);
+    if (k->phases[ph].kind == KIR_PHASE_STORE)
+      count_expr(k, k->phases[ph].out_index, inner, seen, v, elems, pts, f);
+  }
+  sc_free(inner);
+  sc_free(seen);
+}
+
 sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, const sc_step *st,
                                     double *seconds, double *flops, sc_diag *d) {
   *seconds = *flops = 0;
@@ -83,9 +191,15 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
     *flops = f;
     return SC_OK;
   }
-  default: { /* KERNEL, CHECK, SCATTER_ADD: memory-bound */
+  default: { /* KERNEL: the CPU's kernel model, else memory-bound as CHECK, SCATTER_ADD */
     touched t = {.p = p};
     sc_step_buffers(p, st, touch, &t);
+    if (st->kind == SC_STEP_KERNEL && st->kernel >= 0 && st->kernel < p->n_kernels) {
+      double f[SC_PROFILE_KERNEL_TERMS];
+      bool split;
+      sc_dist_kernel_features(p->kernels[st->kernel], f, &split);
+      return sc_cost_kernel_time(c, t.bytes, f, split, seconds, d);
+    }
     return sc_cost_memory_time(c, t.bytes, seconds, d);
   }
   }
@@ -229,6 +343,14 @@ static sc_status optimizer_steps(const sc_program *p, bool *opt, sc_diag *d) {
 }
 
 /* Stage s's table (tab[k] for every step k). */
+/* SHARDC_SIM_STEPS=1 in the environment: each stage's table of step times
+ * goes to stderr as it is built (docs/planner.md), to set beside the
+ * runtime's SHARDC_PROFILE table of the same program's steps. */
+static bool trace_steps(void) {
+  const char *e = getenv("SHARDC_SIM_STEPS");
+  return e && strcmp(e, "1") == 0;
+}
+
 static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_cluster *c,
                              groups *g, step_cost *tab, sc_diag *d) {
   const sc_program *p = dp->stages[s].program;
@@ -274,6 +396,11 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
       st = sc_diag_set(d, inner.status, x->origin, NULL, "stage %d, step %d: %s", s, k, inner.msg);
   }
   sc_free(opt);
+  if (st == SC_OK && trace_steps()) /* SHARDC_SIM_STEPS: the table, for SHARDC_PROFILE's */
+    for (int32_t k = 0; k < p->n_steps; k++)
+      fprintf(stderr, "SHARDC_SIM_STEPS: stage %d step %d: %.3f us %s [%s]\n", (int)s, (int)k,
+              tab[k].s * 1e6, p->steps[k].kind == SC_STEP_GEMM ? "gemm" : "step",
+              p->steps[k].origin ? p->steps[k].origin : "");
   return st;
 }
 

@@ -168,6 +168,14 @@ bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out);
  * bytes of the buffers it touches over HBM). The one place a step's
  * computation is costed. SC_ERR_INVALID: a COMM or WAIT step, a dtype
  * without a peak, a figure c does not know. */
+/* The features of kernel k for the CPU's kernel model (passes/plan/
+ * profile.h, SC_PROFILE_KERNEL_TERMS): its element visits (each phase's
+ * outer points x inner), and the float operations, transcendental
+ * functions and gathered loads those visits evaluate (an expression that
+ * does not vary with the inner index counts once per outer point); *split whether the CPU device splits it over its pool
+ * (work at least KIR_SPLIT_MIN_WORK, more than one outer point). The same
+ * counts for calibrate's fit and for the prediction. */
+void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split);
 sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, const sc_step *st,
                                     double *seconds, double *flops, sc_diag *d);
 /* pl->predicted (source "simulated") from the step of dp on pl's cluster

@@ -85,6 +85,12 @@ int kir_op_arity(kir_op op);
 
 enum { KIR_INNER = -1 }; /* KIR_VAR.var for the inner loop index */
 
+/* A kernel whose work (outer points x inner x phases) is below this runs on
+ * the calling thread alone on the CPU device (waking the pool costs more
+ * than it saves); at or above it, its outer points are split over the
+ * pool. The cost model (codegen/dist_sim.c) times kernels by the same rule. */
+enum { KIR_SPLIT_MIN_WORK = 16384 };
+
 typedef struct kir_expr {
   kir_op op;
   sc_dtype dtype;   /* result type (I64 for index arithmetic, BOOL for tests) */

@@ -8,7 +8,7 @@
  * finish; so the steps of a run do not pay a futex wake-up each. A kernel step runs the kernel's function over
  * its outer points [0, prod(outer_dims)) cut into chunks spread over the
  * pool; a kernel with little work (outer points x inner extent x phases
- * below SPLIT_MIN_WORK) runs on the calling thread alone. Every outer point
+ * below KIR_SPLIT_MIN_WORK) runs on the calling thread alone. Every outer point
  * is computed independently by the same code, so results do not depend on
  * the thread count or the split.
  *
@@ -228,9 +228,9 @@ void sc_thread_pool_run(sc_thread_pool *tp, sc_pool_fn fn, void *ud, int64_t tot
 /* the device                                                           */
 /* ------------------------------------------------------------------ */
 
-/* Kernels whose work (outer points x inner x phases) is below this run on
- * one thread: waking the pool costs more than it saves. */
-enum { SPLIT_MIN_WORK = 16384, CHUNK_MIN_WORK = 4096, CHUNKS_PER_THREAD = 4 };
+/* Kernels whose work (outer points x inner x phases) is below
+ * KIR_SPLIT_MIN_WORK run on one thread (kir.h); chunks of the others. */
+enum { CHUNK_MIN_WORK = 4096, CHUNKS_PER_THREAD = 4 };
 
 typedef struct cpu_ctx {
   int threads;
@@ -733,7 +733,7 @@ static void run_kernel_id(cpu_ctx *c, int32_t k) {
   if (pts <= 0 || c->skip[k]) return;
   sc_cpu_convs_kernel_hooks(c->convs, k, false, c->ptrs, c->pool);
   int64_t w = c->work[k];
-  if (c->threads == 1 || pts < 2 || w < SPLIT_MIN_WORK)
+  if (c->threads == 1 || pts < 2 || w < KIR_SPLIT_MIN_WORK)
     c->fns[k](c->args[k], 0, pts);
   else
     run_kernel_pool(c, k, pts, w);

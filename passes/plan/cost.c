@@ -201,6 +201,24 @@ sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, bool 
                            seconds, d);
 }
 
+sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f, bool split,
+                              double *seconds, sc_diag *d) {
+  if (!c->profile.present || !c->profile.has_kernel)
+    return sc_cost_memory_time(c, bytes, seconds, d);
+  *seconds = 0;
+  if (need_hbm(c, d) != SC_OK) return d->status;
+  double tc = 0;
+  for (int t = 0; t < SC_PROFILE_KERNEL_TERMS; t++) {
+    if (!(f[t] >= 0))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "kernel feature %d: %g", t, f[t]);
+    tc += c->profile.kernel_s[t] * f[t];
+  }
+  if (split && c->profile.threads > 1) tc /= (double)c->profile.threads;
+  double tm = bytes / c->profile.memory_bytes_per_s;
+  *seconds = (tc > tm ? tc : tm) + sc_cost_step_overhead(c);
+  return SC_OK;
+}
+
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d) {
   *seconds = 0;
   if (need_hbm(c, d) != SC_OK) return d->status;

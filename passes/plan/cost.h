@@ -105,6 +105,13 @@ double sc_cost_gemm_efficiency(int64_t m, int64_t n, int64_t k);
 sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops, double bytes,
                             double eff, double *seconds, sc_diag *d);
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d);
+/* A kernel step of features f (profile.h: SC_PROFILE_KERNEL_TERMS of them,
+ * on one thread; `split`: the pool runs it over the profile's threads)
+ * moving `bytes`: with a profile that measured kernels, the larger of its
+ * computing time and its memory time, plus the step overhead; else
+ * sc_cost_memory_time. */
+sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f, bool split,
+                              double *seconds, sc_diag *d);
 /* The GEMM of batch products m x n x k by its shape and layout (op(A) =
  * Aᵀ when trans_a, op(B) = Bᵀ when trans_b): with a profile, at the rate
  * measured for that shape and layout (sc_cost_gemm_time, which has only the

@@ -26,6 +26,9 @@ const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT] = {"fp8", "bf16
   } while (0)
 
 static const char WHAT[] = "profile";
+
+const char *const sc_profile_kernel_keys[SC_PROFILE_KERNEL_TERMS] = {
+    "visit_s", "op_s", "transcendental_s", "gather_s"};
 enum { MAX_DIM = (int64_t)1 << 20, MAX_THREADS = 1 << 16, MAX_RANKS = 1 << 16 };
 #define MIN_S SC_PROFILE_MIN_S
 #define MAX_S SC_PROFILE_MAX_S
@@ -123,7 +126,7 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
   if (!json_is_object(root))
     return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "profile: must be an object");
   static const char *const top[] = {"format", "device", "gemm", "memory_bytes_per_s",
-                                    "step_overhead_s", "comms", "calibrate_s", NULL};
+                                    "step_overhead_s", "kernel", "comms", "calibrate_s", NULL};
   TRY(sc_json_only_keys(root, WHAT, "", top, d));
   char fmt[32] = "";
   TRY(sc_json_get_name(root, WHAT, "", "format", true, fmt, sizeof fmt, d));
@@ -154,6 +157,17 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
   }
   TRY(get_range(root, "", "memory_bytes_per_s", 1, MAX_BW, &p->memory_bytes_per_s, d));
   TRY(get_range(root, "", "step_overhead_s", MIN_S, MAX_S, &p->step_overhead_s, d));
+  json_t *kern;
+  TRY(sc_json_get_obj(root, WHAT, "", "kernel", false, &kern, d));
+  if (kern) {
+    const char *kk[SC_PROFILE_KERNEL_TERMS + 1];
+    for (int t = 0; t < SC_PROFILE_KERNEL_TERMS; t++) kk[t] = sc_profile_kernel_keys[t];
+    kk[SC_PROFILE_KERNEL_TERMS] = NULL;
+    TRY(sc_json_only_keys(kern, WHAT, "kernel", kk, d));
+    for (int t = 0; t < SC_PROFILE_KERNEL_TERMS; t++)
+      TRY(get_range(kern, "kernel", sc_profile_kernel_keys[t], MIN_S, MAX_S, &p->kernel_s[t], d));
+    p->has_kernel = true;
+  }
   TRY(read_array(root, "comms", false, SC_PROFILE_MAX_COMMS, &arr, d));
   json_array_foreach(arr, i, v) {
     char path[32];
@@ -230,8 +244,15 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
     fprintf(f, "\"dtype\": \"%s\", \"seconds\": %.17g, \"flops_per_s\": %.17g}",
             sc_cluster_dtype_names[g->dtype], g->seconds, g->flops_per_s);
   }
-  fprintf(f, "],\n \"memory_bytes_per_s\": %.17g,\n \"step_overhead_s\": %.17g,\n \"comms\": [",
+  fprintf(f, "],\n \"memory_bytes_per_s\": %.17g,\n \"step_overhead_s\": %.17g,\n",
           p->memory_bytes_per_s, p->step_overhead_s);
+  if (p->has_kernel) {
+    fprintf(f, " \"kernel\": {");
+    for (int t = 0; t < SC_PROFILE_KERNEL_TERMS; t++)
+      fprintf(f, "%s\"%s\": %.17g", t ? ", " : "", sc_profile_kernel_keys[t], p->kernel_s[t]);
+    fprintf(f, "},\n");
+  }
+  fprintf(f, " \"comms\": [");
   for (int32_t i = 0; i < p->n_comms; i++) {
     const sc_profile_comm *c = &p->comms[i];
     fprintf(f, "%s\n  {\"name\": \"%s\", \"max_ranks\": %lld, \"latency_s\": %.17g, "

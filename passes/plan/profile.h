@@ -74,6 +74,20 @@ typedef struct sc_profile_comm {
   double overhead_s;            /* fixed cost of one call */
 } sc_profile_comm;
 
+/* The CPU's kernel model (docs/planner.md, "Kernels on the CPU"): a kernel
+ * step's computing time is sum_i kernel_s[i] * f[i] over its features
+ * (codegen/dist_sim.c sc_dist_kernel_features): element visits (each
+ * phase's outer points x inner), the float operations and transcendental
+ * functions (exp, log, tanh, erf, sin, cos, atan, pow, sigmoid) those
+ * visits evaluate, and the gathered loads among them (a float load whose
+ * index does not step by one element along the innermost loop: a
+ * transpose's, which the compiler cannot vectorise), all on one thread;
+ * the larger of that (divided by the threads for a kernel the pool splits)
+ * and its bytes over the bandwidth is its time. */
+enum { SC_PROFILE_KERNEL_VISIT, SC_PROFILE_KERNEL_OP, SC_PROFILE_KERNEL_TRANSCENDENTAL,
+       SC_PROFILE_KERNEL_GATHER, SC_PROFILE_KERNEL_TERMS };
+extern const char *const sc_profile_kernel_keys[SC_PROFILE_KERNEL_TERMS];
+
 typedef struct sc_profile {
   bool present;                         /* false: no profile (all zero) */
   char device[16];                      /* "cpu" or "cuda" */
@@ -86,6 +100,10 @@ typedef struct sc_profile {
   sc_profile_gemm gemms[SC_PROFILE_MAX_GEMMS];
   double memory_bytes_per_s;            /* a streaming kernel's bytes read+written / s */
   double step_overhead_s;               /* one program step's fixed cost */
+  bool has_kernel;                      /* kernel_s was measured (optional:
+                                           without it, kernels are costed by
+                                           their bytes alone) */
+  double kernel_s[SC_PROFILE_KERNEL_TERMS]; /* seconds per feature (above) */
   int32_t n_comms;                      /* 0..SC_PROFILE_MAX_COMMS; [0] is used */
   sc_profile_comm comms[SC_PROFILE_MAX_COMMS];
   double calibrate_s;                   /* how long the measurement took */

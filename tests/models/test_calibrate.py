@@ -77,7 +77,15 @@ def main():
         check(took < 60, f"calibrate --quick took {took:.1f} s (want a few seconds)")
         p = json.load(open(prof))
         check(set(p) == {"format", "device", "gemm", "memory_bytes_per_s", "step_overhead_s",
-                         "comms", "calibrate_s"}, f"profile keys {sorted(p)}")
+                         "kernel", "comms", "calibrate_s"}, f"profile keys {sorted(p)}")
+        # the CPU's kernel model: four positive seconds per feature, a
+        # transcendental function dearer than a float operation
+        kern = p.get("kernel", {})
+        check(set(kern) == {"visit_s", "op_s", "transcendental_s", "gather_s"} and
+              all(positive(v) and v < 1e-6 for v in kern.values()), f"kernel {kern}")
+        check(kern.get("transcendental_s", 0) > kern.get("op_s", 1),
+              f"kernel: a transcendental ({kern.get('transcendental_s')}) not above an op "
+              f"({kern.get('op_s')})")
         check(p["format"] == "shardc-profile-1", f"format {p['format']}")
         dev = p["device"]
         cores = os.cpu_count() or 1

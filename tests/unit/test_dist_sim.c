@@ -428,6 +428,92 @@ static void test_trace(void **state) {
   check_trace(SC_SCHEDULE_ZB_H1, 2, 1, 4);
 }
 
+
+/* The CPU's kernel features (sc_dist_kernel_features) of two hand-built
+ * kernels, and their time through a profile's kernel model. */
+static void test_kernel_features(void **state) {
+  (void)state;
+  sc_arena ar;
+  sc_arena_init(&ar);
+  sc_arena *A = &ar;
+  /* softmax over rows of [64, 32]: three phases (max, sum of exp, store),
+   * each 64 x 32 visits; max is 1 op, exp(v - m) 1 op + 1 exp, the store
+   * e / s 1 op (the exp shared with phase 1 is counted again: phases are
+   * separate loops) */
+  kir_kernel *k = kir_kernel_create(A, "softmax_rows");
+  k->outer_rank = 1;
+  k->outer_dims[0] = 64;
+  k->inner = 32;
+  int32_t pin = kir_add_param(A, k, 0, SC_DTYPE_F32, 2048, false);
+  int32_t pout = kir_add_param(A, k, 1, SC_DTYPE_F32, 2048, true);
+  int32_t o = kir_var(A, k, 0), r = kir_var(A, k, KIR_INNER);
+  int32_t idx = kir_binary(A, k, KIR_ADD, kir_binary(A, k, KIR_MUL, o, kir_const_i(A, k, SC_DTYPE_I64, 32)), r);
+  int32_t v = kir_load(A, k, pin, idx);
+  int32_t ph0 = kir_add_reduce(A, k, KIR_RED_MAX, SC_DTYPE_F32,
+                               kir_binary(A, k, KIR_MAX, v, kir_const_f(A, k, SC_DTYPE_F32, -INFINITY)));
+  int32_t e = kir_unary(A, k, KIR_EXP, kir_binary(A, k, KIR_SUB, v, kir_reg(A, k, ph0)));
+  int32_t ph1 = kir_add_reduce(A, k, KIR_RED_SUM, SC_DTYPE_F32, e);
+  assert_true(kir_add_store(A, k, pout, idx, kir_binary(A, k, KIR_DIV, e, kir_reg(A, k, ph1))) >= 0);
+  double f[SC_PROFILE_KERNEL_TERMS];
+  bool split;
+  sc_dist_kernel_features(k, f, &split);
+  assert_true(f[SC_PROFILE_KERNEL_VISIT] == 3 * 2048);
+  assert_true(f[SC_PROFILE_KERNEL_OP] == (1 + 1 + 2) * 2048);
+  assert_true(f[SC_PROFILE_KERNEL_TRANSCENDENTAL] == 2 * 2048);
+  assert_true(f[SC_PROFILE_KERNEL_GATHER] == 0); /* unit stride along the inner index */
+  assert_true(split == (3 * 2048 >= KIR_SPLIT_MIN_WORK));
+
+  /* a transpose of [16, 64] into [64, 16], one element an outer point: the
+   * load steps by 64 elements along the innermost loop (outer dim 1) */
+  kir_kernel *t = kir_kernel_create(A, "transpose");
+  t->outer_rank = 2;
+  t->outer_dims[0] = 64;
+  t->outer_dims[1] = 16;
+  t->inner = 1;
+  int32_t tin = kir_add_param(A, t, 0, SC_DTYPE_F32, 1024, false);
+  int32_t tout = kir_add_param(A, t, 1, SC_DTYPE_F32, 1024, true);
+  int32_t i0 = kir_var(A, t, 0), i1 = kir_var(A, t, 1);
+  int32_t src = kir_binary(A, t, KIR_ADD, kir_binary(A, t, KIR_MUL, i1, kir_const_i(A, t, SC_DTYPE_I64, 64)), i0);
+  int32_t dst = kir_binary(A, t, KIR_ADD, kir_binary(A, t, KIR_MUL, i0, kir_const_i(A, t, SC_DTYPE_I64, 16)), i1);
+  assert_true(kir_add_store(A, t, tout, dst, kir_load(A, t, tin, src)) >= 0);
+  sc_dist_kernel_features(t, f, &split);
+  assert_true(f[SC_PROFILE_KERNEL_VISIT] == 1024 && f[SC_PROFILE_KERNEL_OP] == 0);
+  assert_true(f[SC_PROFILE_KERNEL_GATHER] == 1024);
+  assert_false(split);
+
+  /* the time: computing (1024 x 1 ns = 1.024 us on one thread) above the
+   * bytes (8 KiB / 1e10 = 0.82 us), plus the step overhead */
+  sc_cluster c;
+  sc_diag d;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_preset("cpu:local", &c, &d), SC_OK);
+  sc_profile p;
+  memset(&p, 0, sizeof p);
+  p.present = true;
+  p.threads = 2;
+  p.memory_bytes_per_s = 1e10;
+  p.step_overhead_s = 1e-7;
+  p.n_gemms = 1;
+  p.gemms[0] = (sc_profile_gemm){.m = 1, .n = 1, .k = 1, .dtype = SC_CLUSTER_FP32,
+                                 .seconds = 1e-6, .flops_per_s = 2e6};
+  sc_cluster_apply_profile(&c, &p);
+  double sec;
+  /* without a kernel model: bytes alone */
+  assert_int_equal(sc_cost_kernel_time(&c, 8192, f, split, &sec, &d), SC_OK);
+  assert_true(fabs(sec - (8192 / 1e10 + 1e-7)) < 1e-15);
+  c.profile.has_kernel = true;
+  c.profile.kernel_s[SC_PROFILE_KERNEL_VISIT] = 1e-12;
+  c.profile.kernel_s[SC_PROFILE_KERNEL_OP] = 1e-12;
+  c.profile.kernel_s[SC_PROFILE_KERNEL_TRANSCENDENTAL] = 1e-12;
+  c.profile.kernel_s[SC_PROFILE_KERNEL_GATHER] = 1e-9;
+  assert_int_equal(sc_cost_kernel_time(&c, 8192, f, split, &sec, &d), SC_OK);
+  assert_true(fabs(sec - (1024 * 1e-9 + 1024 * 1e-12 + 1e-7)) < 1e-15);
+  /* split over the pool: half the computing time, the bytes now longer */
+  assert_int_equal(sc_cost_kernel_time(&c, 8192, f, true, &sec, &d), SC_OK);
+  assert_true(fabs(sec - (8192 / 1e10 + 1e-7)) < 1e-15);
+  sc_arena_free(&ar);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_overlap),
@@ -435,6 +521,7 @@ int main(void) {
       cmocka_unit_test(test_bubbles),
       cmocka_unit_test(test_zero_bubble),
       cmocka_unit_test(test_trace),
+      cmocka_unit_test(test_kernel_features),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
