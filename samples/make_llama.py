@@ -11,7 +11,7 @@ Two families, each at its real size and at a tiny size for tests:
                (TinyLlama's: 8/3·d rounded up to a multiple of 256), RMSNorm
                (eps 1e-5), rotary embeddings (theta 10000, the two halves
                rotated as transformers' rotate_half), vocabulary 32000,
-               sequence 2048, an untied LM head: 1,365,239,808 parameters
+               sequence 2048, an untied LM head: 1,364,297,728 parameters
   llama-tiny   the same graph at d 64, 2 layers, 4 heads, hidden 176,
                vocabulary 512, sequence 32
   gpt2-small   GPT-2 small (12 layers, d 768, 12 heads, vocabulary 50257,
