@@ -550,7 +550,7 @@ def torch_where(python):
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["?"])[-1]
         return None, f"PyTorch is not importable by {python} ({last})"
-    version, cuda = r.stdout.split()
+    version, cuda = r.stdout.split()[-2:]
     if EMU:
         return "cpu", ""
     return ("cuda", "") if cuda == "True" else (None, f"PyTorch {version} sees no CUDA device")

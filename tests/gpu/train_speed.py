@@ -45,7 +45,9 @@ that fails, a non-finite loss, PyTorch eager failing, the losses
 disagreeing.
 
 Written to OUT/train-speed.json (every figure) and OUT/train-speed.md
-(the table), OUT being run_all.py's --out.
+(the table), OUT being run_all.py's --out; a model measured by an earlier
+run into the same OUT stays there unless measured again (one model a
+command makes one table).
 """
 import json
 import math
@@ -249,7 +251,8 @@ def run(ctx, tmp):
                    f"{n_params:,} parameters ({n_mm:,} in matrix products), batch {batch} x "
                    f"{c['seq']}, {flops / 1e12:.4g} TFLOP a step; graph, weights and data "
                    f"written in {time.time() - t0:.1f} s")
-        m = {"model": name, "batch": batch, "seq": c["seq"], "parameters": n_params,
+        m = {"model": name, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+             "batch": batch, "seq": c["seq"], "parameters": n_params,
              "n_mm": n_mm, "flops_per_step": flops, "variants": []}
         shardc_runs, torch_runs = [], {}
         for rc in recomputes:
@@ -347,7 +350,20 @@ def compare(ctx, name, shardc_runs, torch_runs, m):
 
 
 def write_report(out, report):
+    """OUT/train-speed.json and .md. A model already in an earlier report
+    there (one model per command, as on a machine with a time limit a
+    command) is kept unless this run measured it again, so that two runs
+    with --train-models make one table."""
     os.makedirs(out, exist_ok=True)
+    try:
+        with open(os.path.join(out, "train-speed.json")) as f:
+            old = json.load(f)
+        if (old.get("emulated"), old.get("tiny")) == (report["emulated"], report["tiny"]):
+            mine = {m["model"] for m in report["models"]}
+            report["models"] = [m for m in old.get("models", []) if m["model"] not in mine] + \
+                report["models"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
     with open(os.path.join(out, "train-speed.json"), "w") as f:
         json.dump(report, f, indent=1)
     lines = ["# Training speed: shardc against PyTorch", "",
@@ -358,7 +374,8 @@ def write_report(out, report):
              ""]
     for m in report["models"]:
         lines += [f"## {m['model']} (batch {m['batch']} x {m['seq']}, {m['parameters']:,} "
-                  f"parameters, {m['flops_per_step'] / 1e12:.4g} TFLOP a step)", "",
+                  f"parameters, {m['flops_per_step'] / 1e12:.4g} TFLOP a step; "
+                  f"{m.get('date', '')})", "",
                   "| variant | step (ms) | tokens/s | MFU | peak memory | first losses | "
                   "planner (h200), ms |", "|---|---|---|---|---|---|---|"]
         for v in m["variants"]:
@@ -373,7 +390,7 @@ def write_report(out, report):
                          f"{pred} |")
         for v in m["variants"]:
             if v.get("state_in_place"):
-                lines += ["", f"{v['variant']}{host_state(v)}."]
+                lines += ["", f"{v['variant']}: {host_state(v)[2:]}."]
         if m.get("comparisons"):
             lines += ["", "| shardc | against | tokens/s ratio | losses agree | memory <= |",
                       "|---|---|---|---|---|"]
