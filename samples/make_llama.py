@@ -49,10 +49,11 @@ The real sizes are written where they run (tests/gpu/train_speed.py on the
 GPU machine: 0.5 GB for gpt2-small, 5.5 GB for llama-1p3b), never
 committed.
 
-usage: make_llama.py MODEL [--out DIR] [--seed N] [--no-weights]
-  writes DIR/MODEL.onnx and DIR/MODEL.weights (default DIR: the current
-  folder); --no-weights writes the graph only (shape-only, as gpt_1p5b),
-  enough for `shardc plan --train`.
+usage: make_llama.py MODEL --out DIR [--seed N] [--no-weights]
+  writes DIR/MODEL.onnx and DIR/MODEL.weights (DIR is required: the real
+  sizes' weights are gigabytes, kept out of the source tree); --no-weights
+  writes the graph only (shape-only, as gpt_1p5b), enough for
+  `shardc plan --train --no-weights`.
 """
 import argparse
 import json
@@ -319,7 +320,7 @@ def write_model(name, folder, seed=0, weights=True):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model", choices=sorted(MODELS))
-    ap.add_argument("--out", default=".")
+    ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-weights", action="store_true")
     a = ap.parse_args()
