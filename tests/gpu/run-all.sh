@@ -14,7 +14,16 @@
 #   --json FILE                          also write the summary there
 #   --only CHECK,...                     only these checks (env, modules, arena,
 #                                        nccl, kernels, planner, gemm, real-models,
-#                                        samples)
+#                                        samples, train-speed); the names may also
+#                                        be given as arguments
+#   train-speed                          shardc's training step against PyTorch
+#                                        (eager, torch.compile) on GPT-2 small and
+#                                        a Llama-style 1.3B: only when named;
+#                                        --train-models M,..., --tiny (implied
+#                                        emulated), --train-steps N,
+#                                        --compile-budget S (tests/gpu/train_speed.py)
+#   --out DIR                            the files a section keeps (train-speed.json,
+#                                        train-speed.md); default gpu-out/
 #   --deadline S                         checks that would start after S seconds
 #                                        are skipped, commands are cut at it
 #   --log FILE                           every command with its whole output

@@ -41,6 +41,16 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
                latency at batch 1 and 8 with --device cuda (and cpu at batch
                1; ResNet-18 also with SHARDC_CUDA_CONV=im2col), against
                PyTorch eager on the same GPU where it is installed
+
+Run only when named (`run-all.sh train-speed`, or in --only): minutes at
+real size, so not part of the default run.
+
+  train-speed  shardc's training step against PyTorch's (eager and
+               torch.compile) on GPT-2 small and a Llama-style 1.3B, the same
+               weights and batches (tests/gpu/train_speed.py): step time,
+               tokens/s, MFU, peak memory, ratios, the first losses compared;
+               OUT/train-speed.json and .md. --tiny (implied on the emulated
+               GPU): the tiny configs, PyTorch on the CPU where installed
 """
 import argparse
 import json
@@ -531,8 +541,41 @@ def check_real_models(a, tmp):
                    ms_host_io=float(host.group(1)) if host else None)
 
 
+def torch_where(python):
+    """(device, why not): where train-speed runs PyTorch's side: the GPU, or
+    on the emulated GPU the CPU; None with the reason when `python` has no
+    torch (or, on a GPU machine, no CUDA in it)."""
+    r = sh([python, "-c", "import torch; print(torch.__version__, torch.cuda.is_available())"],
+           timeout=120)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        return None, f"PyTorch is not importable by {python} ({last})"
+    version, cuda = r.stdout.split()[-2:]
+    if EMU:
+        return "cpu", ""
+    return ("cuda", "") if cuda == "True" else (None, f"PyTorch {version} sees no CUDA device")
+
+
+def check_train_speed(a, tmp):
+    import train_speed
+    tiny = a.tiny or EMU
+    device, why = torch_where(a.python)
+    if EMU and not a.tiny:
+        print("train-speed: the emulated GPU runs the tiny configs (--tiny)", flush=True)
+    ctx = train_speed.Context(
+        sh=sh, record=record, shardc=a.shardc, python=a.python, emulated=EMU, tiny=tiny,
+        models=a.train_models, warmup=a.train_warmup if a.train_warmup is not None else
+        (1 if tiny else 3), steps=a.train_steps or (3 if tiny else 10),
+        compile_budget=a.compile_budget, cmd_timeout=600, out=a.out, torch_device=device,
+        torch_why=why,
+        past_deadline=lambda: DEADLINE is not None and time.time() > DEADLINE - 10)
+    train_speed.run(ctx, tmp)
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("sections", nargs="*", metavar="CHECK",
+                    help="run only these checks (as --only); train-speed runs only when named")
     ap.add_argument("--shardc", required=True)
     ap.add_argument("--build", required=True)
     ap.add_argument("--python", default=sys.executable)
@@ -544,6 +587,18 @@ def main():
     ap.add_argument("--only", help="run only these checks (comma-separated names)")
     ap.add_argument("--quick", action="store_true",
                     help="no timings (GEMM, GPT-2 small), no mesh matrices in the samples check")
+    ap.add_argument("--out", default="gpu-out",
+                    help="where sections write the files they keep (train-speed.json, .md)")
+    ap.add_argument("--tiny", action="store_true",
+                    help="train-speed: the tiny configs (implied on the emulated GPU)")
+    ap.add_argument("--train-models", help="train-speed: only these models (comma-separated: "
+                    "gpt2-small, llama-1p3b; gpt2-tiny, llama-tiny)")
+    ap.add_argument("--train-steps", type=int, help="train-speed: steps measured after the "
+                    "warm-up (default 10; 3 with --tiny)")
+    ap.add_argument("--train-warmup", type=int, help="train-speed: warm-up steps (default 3; "
+                    "1 with --tiny)")
+    ap.add_argument("--compile-budget", type=int, default=300,
+                    help="train-speed: seconds torch.compile's run may take (default 300)")
     a = ap.parse_args()
     global LOG, DEADLINE
     LOG = a.log
@@ -558,9 +613,15 @@ def main():
         checks += [("gemm", lambda tmp: check_gemm(a, tmp)),
                    ("real-models", lambda tmp: check_real_models(a, tmp))]
     checks += [("samples", lambda tmp: check_samples(a))]
-    if a.only:
-        want = set(a.only.split(","))
-        checks = [c for c in checks if c[0] in want]
+    named = set(a.sections) | set((a.only or "").split(",")) - {""}
+    known = {c[0] for c in checks} | {"gemm", "real-models", "train-speed"}
+    if named - known:
+        ap.error(f"unknown check(s) {', '.join(sorted(named - known))} "
+                 f"(have {', '.join(sorted(known))})")
+    if "train-speed" in named:   # only when named: minutes at real size
+        checks += [("train-speed", lambda tmp: check_train_speed(a, tmp))]
+    if named:
+        checks = [c for c in checks if c[0] in named]
     with tempfile.TemporaryDirectory() as tmp:
         for name, run in checks:
             if DEADLINE is not None and time.time() > DEADLINE - 10:

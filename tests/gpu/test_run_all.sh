@@ -5,7 +5,8 @@
 # "N passed, 0 failed" (N >= 3: with --quick, the kernels, the samples,
 # the arena and the planner's calibrate, plan and train, with its accuracy
 # line as information) and write a JSON summary whose counts agree. Then
-# --only, --deadline (a deadline already past skips every check) and --log.
+# --only, --deadline (a deadline already past skips every check) and --log;
+# then the train-speed section on the tiny configs (tests/gpu/train_speed.py).
 # Exits 77 (skipped) when shardc was built without NVRTC: no GPU path.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -66,4 +67,43 @@ assert [(c["name"], c["status"]) for c in s["checks"]] == [("arena", "pass")], s
 log = open(sys.argv[2]).read()
 assert "SHARDC_CUDA_VERBOSE=1" in log and "[rc 0," in log and "arena" in log, log[-500:]
 print("ok: --only, --deadline, --log")
+PY
+
+# the train-speed section, named (it is not in the default run): the tiny
+# configs on the emulated GPU, shardc's side end to end; PyTorch's side runs
+# on the CPU where torch is installed, else is skipped saying so
+SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" train-speed --out "$out/ts" --json "$out/ts.json" \
+  >"$out/log4" 2>&1
+rc=$?
+"$py" - "$out/ts.json" "$out/ts" "$rc" <<'PY' || { tail -n 30 "$out/log4"; exit 1; }
+import json, math, os, sys
+s = json.load(open(sys.argv[1]))
+assert int(sys.argv[3]) == 0, sys.argv[3]
+got = {c["name"]: c for c in s["checks"]}
+for n in ("gpt2-tiny.shardc.none", "llama-tiny.shardc.none", "llama-tiny.shardc.selective"):
+    assert got["train-speed." + n]["status"] == "pass", got.get("train-speed." + n)
+for m in ("gpt2-tiny", "llama-tiny"):
+    for v in ("eager", "compile"):
+        c = got["train-speed.%s.%s" % (m, v)]
+        assert c["status"] in ("info", "skip"), c
+        assert c["status"] == "info" or "PyTorch" in c["detail"], c
+r = json.load(open(os.path.join(sys.argv[2], "train-speed.json")))
+assert r["emulated"] and r["tiny"] and r["peak_bf16_flops"] == 989.4e12, r
+assert [m["model"] for m in r["models"]] == ["gpt2-tiny", "llama-tiny"], r["models"]
+runs = {}
+for m in r["models"]:
+    for v in m["variants"]:
+        if v["side"] != "shardc":
+            continue
+        assert v["rc"] == 0 and len(v["losses"]) == r["warmup"] + r["steps"], v
+        assert all(math.isfinite(x) for x in v["losses"]), v
+        assert v["median_ms"] > 0 and v["tokens_per_s"] > 0 and v["mfu"] > 0, v
+        assert v["peak_bytes"] > 0 and v["state_in_place"] is not None, v
+        runs[(m["model"], v["variant"])] = v
+# recompute runs the same operations again: the losses are identical
+assert runs[("llama-tiny", "shardc (none)")]["losses"] == \
+    runs[("llama-tiny", "shardc (selective)")]["losses"], runs
+md = open(os.path.join(sys.argv[2], "train-speed.md")).read()
+assert "## llama-tiny" in md and "| shardc (selective) |" in md, md
+print("ok: train-speed rehearsal")
 PY
