@@ -189,6 +189,20 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
                                 seconds, d) != SC_OK)
       return d->status;
     *flops = f;
+    /* the epilogue kernel, on a device whose kernels have a model (the
+     * CPU's: it runs every epilogue; a GPU's activation epilogue may run
+     * inside the product) */
+    if (st->kernel >= 0 && st->kernel < p->n_kernels && c->profile.present &&
+        c->profile.has_kernel) {
+      double fe[SC_PROFILE_KERNEL_TERMS], se = 0;
+      bool split;
+      sc_dist_kernel_features(p->kernels[st->kernel], fe, &split);
+      touched t = {.p = p};
+      const kir_kernel *k = p->kernels[st->kernel];
+      for (int32_t i = 0; i < k->n_params; i++) touch(&t, k->params[i].buffer, k->params[i].written);
+      if (sc_cost_kernel_time(c, t.bytes, fe, split, &se, d) != SC_OK) return d->status;
+      *seconds += se;
+    }
     return SC_OK;
   }
   default: { /* KERNEL: the CPU's kernel model, else memory-bound as CHECK, SCATTER_ADD */
