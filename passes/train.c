@@ -534,7 +534,7 @@ static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
  * input and its pieces, the attention's scores, Q, K, V) is then low; the
  * widening Casts nothing reads die. Exp, Log, Sqrt, Reciprocal and
  * Softplus stay f32 (autocast's fp32 list). */
-static bool low_op(sc_op op) {
+bool sc_train_low_op(sc_op op) {
   switch (op) {
     case SC_OP_RESHAPE: case SC_OP_TRANSPOSE: case SC_OP_SQUEEZE: case SC_OP_UNSQUEEZE:
     case SC_OP_FLATTEN: case SC_OP_IDENTITY: case SC_OP_SPLIT: case SC_OP_SLICE:
@@ -569,6 +569,83 @@ static bool twins_fit(const sc_graph *g, int32_t **twin, int32_t *cap) {
   return true;
 }
 
+/* The Casts nothing reads any more (the widenings of values now read low,
+ * the casts to low of those) leave the graph now, last first, so that a product has
+ * its one reader again for what follows the chain (the tensor-parallel
+ * patterns, passes/partition/tp.c, follow a product to its only reader). */
+static sc_status drop_unread_casts(sc_graph *g, sc_diag *d) {
+  int32_t *readers = sc_calloc((size_t)g->n_values + 1, sizeof *readers);
+  if (!readers) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t k = 0; !(g->nodes[i].flags & SC_NODE_DEAD) && k < g->nodes[i].n_inputs; k++)
+      if (g->nodes[i].inputs[k] >= 0) readers[g->nodes[i].inputs[k]]++;
+  for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+    sc_node *n = &g->nodes[i];
+    int32_t y = n->n_outputs == 1 ? n->outputs[0] : -1;
+    if (n->op != SC_OP_CAST || (n->flags & SC_NODE_DEAD) || y < 0 || readers[y] > 0 ||
+        (g->values[y].flags & SC_VALUE_OUTPUT))
+      continue;
+    n->flags |= SC_NODE_DEAD;
+    if (n->inputs[0] >= 0) readers[n->inputs[0]]--;
+  }
+  sc_free(readers);
+  /* out of the node list (their outputs stay values nothing produces or
+   * reads, until dce): no value id moves */
+  int32_t k = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    for (int32_t j = 0; j < n->n_outputs; j++)
+      if (n->outputs[j] >= 0) g->values[n->outputs[j]].producer = n->flags & SC_NODE_DEAD ? -1 : k;
+    if (!(n->flags & SC_NODE_DEAD)) g->nodes[k++] = *n;
+  }
+  g->n_nodes = k;
+  return SC_OK;
+}
+
+/* The Casts added after node nn-1 move next to what they serve: a widening
+ * Cast right after the node that made its input, a cast of a bias, a scale
+ * or a mask right before its first reader. (A topological sort would hoist
+ * every product's weight cast to the start, ahead of a later-made bias
+ * cast: the casts would then all live from the start, and the parameters'
+ * forward order, which the gradient norm's grouping follows, would
+ * change.) */
+static sc_status place_casts(sc_graph *g, int32_t nn, sc_diag *d) {
+  int32_t total = g->n_nodes;
+  int32_t *key = sc_malloc(((size_t)total + 1) * sizeof *key); /* 2 x slot (+1: after) */
+  int32_t *order = sc_malloc(((size_t)total + 1) * sizeof *order);
+  sc_node *nodes = sc_malloc(((size_t)total + 1) * sizeof *nodes);
+  if (!key || !order || !nodes) {
+    sc_free(key);
+    sc_free(order);
+    sc_free(nodes);
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  for (int32_t i = 0; i < nn; i++) key[i] = 2 * i + 1;
+  for (int32_t i = nn; i < total; i++) {
+    int32_t x = g->nodes[i].inputs[0], p = x >= 0 ? g->values[x].producer : -1;
+    int32_t y = g->nodes[i].outputs[0], first = INT32_MAX;
+    for (int32_t j = 0; j < nn && first == INT32_MAX; j++)
+      for (int32_t k = 0; k < g->nodes[j].n_inputs; k++)
+        if (g->nodes[j].inputs[k] == y) first = j;
+    key[i] = p >= 0 && p < nn ? 2 * p + 2 : first < INT32_MAX ? 2 * first : 2 * nn + 2;
+  }
+  for (int32_t i = 0; i < total; i++) order[i] = i;
+  for (int32_t a = 1; a < total; a++) { /* insertion sort by key: stable */
+    int32_t v = order[a], b = a;
+    for (; b > 0 && key[order[b - 1]] > key[v]; b--) order[b] = order[b - 1];
+    order[b] = v;
+  }
+  for (int32_t i = 0; i < total; i++) nodes[i] = g->nodes[order[i]];
+  memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
+  for (int32_t i = 0; i < total; i++)
+    for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
+      if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
+  sc_free(key);
+  sc_free(order);
+  sc_free(nodes);
+  return SC_OK;
+}
+
 static sc_status low_chains(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
   sc_graph *g = c->g;
   int32_t nn = g->n_nodes, cap = 0, *twin = NULL; /* twin[v]: the low value f32 v widens */
@@ -593,7 +670,7 @@ static sc_status low_chains(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
         twin[y] = g->values[x].dtype == low ? x : twin[x];
       continue;
     }
-    if (!low_op(n->op) || n->n_outputs < 1 || n->n_outputs > 64 || n->n_inputs > 64) continue;
+    if (!sc_train_low_op(n->op) || n->n_outputs < 1 || n->n_outputs > 64 || n->n_inputs > 64) continue;
     bool any = false, ok = true;
     int64_t out_numel = -1;
     for (int32_t j = 0; j < n->n_outputs && ok; j++) {
@@ -638,8 +715,8 @@ static sc_status low_chains(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
     }
   }
   sc_free(twin);
-  if (st == SC_OK && sc_graph_toposort(g) != SC_OK) return built(g, -1, "node order", d);
-  return st;
+  if (st == SC_OK) st = place_casts(g, nn, d);
+  return st == SC_OK ? drop_unread_casts(g, d) : st;
 }
 
 /* order[0 .. n_params): the parameters by their first reader among the

@@ -901,6 +901,7 @@ static void saved_by_dtype(const sc_graph *g, sc_dtype low, int *widened, int *n
   for (int32_t i = 0; i < first_bwd; i++) {
     const sc_node *n = &g->nodes[i];
     uint32_t f = (unsigned)n->op < SC_OP_COUNT ? sc_ops[n->op].flags : 0;
+    if (n->flags & SC_NODE_DEAD) continue;
     if (!(f & (SC_OPF_ELEMENTWISE | SC_OPF_SHAPE)) || n->n_outputs < 1 || n->outputs[0] < 0)
       continue;
     const sc_value *o = &g->values[n->outputs[0]];
@@ -920,7 +921,7 @@ static void saved_by_dtype(const sc_graph *g, sc_dtype low, int *widened, int *n
   bool *counted = calloc((size_t)g->n_values + 1, sizeof *counted);
   assert_non_null(counted);
   for (int32_t i = first_bwd; i < g->n_nodes; i++)
-    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
+    for (int32_t k = 0; !(g->nodes[i].flags & SC_NODE_DEAD) && k < g->nodes[i].n_inputs; k++) {
       int32_t x = g->nodes[i].inputs[k], p = x >= 0 ? g->values[x].producer : -1;
       if (p < 0 || p >= first_bwd || counted[x] || g->values[x].rank < 2) continue;
       counted[x] = true;
