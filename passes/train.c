@@ -473,6 +473,20 @@ static int32_t applied_flag(sc_grad_ctx *c, const sc_train_opts *o, int32_t loss
   return new_output(c, "train:applied", ok, d) < 0 ? -1 : ok;
 }
 
+/* Value y (no producer now) becomes Cast(low value yl) to f32, a node
+ * "train/bf16/<k>". */
+static sc_status widen(sc_grad_ctx *c, int32_t yl, int32_t y, sc_diag *d) {
+  sc_graph *g = c->g;
+  char name[512];
+  snprintf(name, sizeof name, "train/bf16/%d", (int)(*c->counter)++);
+  int32_t cn = sc_graph_add_node(g, SC_OP_CAST, name, &yl, 1, &y, 1);
+  sc_attr *to = cn < 0 ? NULL : sc_node_add_attr(g, cn, "to", SC_ATTR_INT);
+  if (!to) return built(g, -1, "bf16 casts", d);
+  to->i = sc_dtype_to_onnx(SC_DTYPE_F32);
+  if (sc_ops[SC_OP_CAST].infer(g, &g->nodes[cn]) != SC_OK) return built(g, -1, "bf16 casts", d);
+  return SC_OK;
+}
+
 /* Mixed precision: each f32 MatMul/Gemm of the forward graph computes in
  * low (bf16 or f16) between casts (train.h); the casts are appended, then
  * the node order is restored. */
@@ -499,16 +513,210 @@ static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
     if (sc_ops[g->nodes[i].op].infer(g, &g->nodes[i]) != SC_OK)
       return built(g, -1, "bf16 product", d);
     /* the old value, now the cast back to f32: its readers are unchanged */
-    char name[512];
-    snprintf(name, sizeof name, "train/bf16/%d", (int)(*c->counter)++);
-    int32_t cn = sc_graph_add_node(g, SC_OP_CAST, name, &yb, 1, &out, 1);
-    sc_attr *to = cn < 0 ? NULL : sc_node_add_attr(g, cn, "to", SC_ATTR_INT);
-    if (!to) return built(g, -1, "bf16 casts", d);
-    to->i = sc_dtype_to_onnx(SC_DTYPE_F32);
-    if (sc_ops[SC_OP_CAST].infer(g, &g->nodes[cn]) != SC_OK) return built(g, -1, "bf16 casts", d);
+    sc_status st = widen(c, yb, out, d);
+    if (st != SC_OK) return st;
   }
   if (sc_graph_toposort(g) != SC_OK) return built(g, -1, "node order", d);
   return SC_OK;
+}
+
+/* Autocast's rule for what a low-precision product feeds (docs/training.md,
+ * "Mixed precision"): a node that moves data (Reshape, Transpose, Split,
+ * ...) or computes an activation-like elementwise function computes in
+ * low when an input is a low value widened to f32 and every other float
+ * input is a constant or smaller than the output (a bias, a scale, a
+ * mask: cast to low). Such a node then reads the low values, writes a low
+ * output, and its old f32 output becomes a Cast of that one, read only by
+ * what stays f32: LayerNorm, Softmax, reductions, the loss, and the
+ * residual stream (an Add of a full-size f32 value: bf16 + f32 is f32). A
+ * Cast to low of a widened value is the low value itself, so a product
+ * reads it directly. What the backward saves of such a chain (a GELU's
+ * input and its pieces, the attention's scores, Q, K, V) is then low; the
+ * widening Casts nothing reads die. Exp, Log, Sqrt, Reciprocal and
+ * Softplus stay f32 (autocast's fp32 list). */
+bool sc_train_low_op(sc_op op) {
+  switch (op) {
+    case SC_OP_RESHAPE: case SC_OP_TRANSPOSE: case SC_OP_SQUEEZE: case SC_OP_UNSQUEEZE:
+    case SC_OP_FLATTEN: case SC_OP_IDENTITY: case SC_OP_SPLIT: case SC_OP_SLICE:
+    case SC_OP_CONCAT: case SC_OP_EXPAND: case SC_OP_ADD: case SC_OP_SUB: case SC_OP_MUL:
+    case SC_OP_DIV: case SC_OP_NEG: case SC_OP_POW: case SC_OP_TANH: case SC_OP_ERF:
+    case SC_OP_SIGMOID: case SC_OP_RELU: case SC_OP_GELU: case SC_OP_LEAKY_RELU:
+    case SC_OP_WHERE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/* A new value of dtype t named "<name of v>/<t>" (an activation's name,
+ * so that the memory report counts it as one). */
+static int32_t low_value(sc_graph *g, int32_t v, sc_dtype t) {
+  char name[600];
+  snprintf(name, sizeof name, "%s/%s", g->values[v].name ? g->values[v].name : "t",
+           sc_dtype_name(t));
+  return sc_graph_new_value(g, name);
+}
+
+/* twin[0 .. g->n_values), -1 for the values added since *cap was set. */
+static bool twins_fit(const sc_graph *g, int32_t **twin, int32_t *cap) {
+  if (g->n_values <= *cap) return true;
+  int32_t n = g->n_values * 2;
+  int32_t *t = sc_realloc(*twin, (size_t)n * sizeof *t);
+  if (!t) return false;
+  for (int32_t v = *cap; v < n; v++) t[v] = -1;
+  *twin = t;
+  *cap = n;
+  return true;
+}
+
+/* The Casts nothing reads any more (the widenings of values now read low,
+ * the casts to low of those) leave the graph now, last first, so that a product has
+ * its one reader again for what follows the chain (the tensor-parallel
+ * patterns, passes/partition/tp.c, follow a product to its only reader). */
+static sc_status drop_unread_casts(sc_graph *g, sc_diag *d) {
+  int32_t *readers = sc_calloc((size_t)g->n_values + 1, sizeof *readers);
+  if (!readers) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    for (int32_t k = 0; !(g->nodes[i].flags & SC_NODE_DEAD) && k < g->nodes[i].n_inputs; k++)
+      if (g->nodes[i].inputs[k] >= 0) readers[g->nodes[i].inputs[k]]++;
+  for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
+    sc_node *n = &g->nodes[i];
+    int32_t y = n->n_outputs == 1 ? n->outputs[0] : -1;
+    if (n->op != SC_OP_CAST || (n->flags & SC_NODE_DEAD) || y < 0 || readers[y] > 0 ||
+        (g->values[y].flags & SC_VALUE_OUTPUT))
+      continue;
+    n->flags |= SC_NODE_DEAD;
+    if (n->inputs[0] >= 0) readers[n->inputs[0]]--;
+  }
+  sc_free(readers);
+  /* out of the node list (their outputs stay values nothing produces or
+   * reads, until dce): no value id moves */
+  int32_t k = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    for (int32_t j = 0; j < n->n_outputs; j++)
+      if (n->outputs[j] >= 0) g->values[n->outputs[j]].producer = n->flags & SC_NODE_DEAD ? -1 : k;
+    if (!(n->flags & SC_NODE_DEAD)) g->nodes[k++] = *n;
+  }
+  g->n_nodes = k;
+  return SC_OK;
+}
+
+/* The Casts added after node nn-1 move next to what they serve: a widening
+ * Cast right after the node that made its input, a cast of a bias, a scale
+ * or a mask right before its first reader. (A topological sort would hoist
+ * every product's weight cast to the start, ahead of a later-made bias
+ * cast: the casts would then all live from the start, and the parameters'
+ * forward order, which the gradient norm's grouping follows, would
+ * change.) */
+static sc_status place_casts(sc_graph *g, int32_t nn, sc_diag *d) {
+  int32_t total = g->n_nodes;
+  int32_t *key = sc_malloc(((size_t)total + 1) * sizeof *key); /* 2 x slot (+1: after) */
+  int32_t *order = sc_malloc(((size_t)total + 1) * sizeof *order);
+  sc_node *nodes = sc_malloc(((size_t)total + 1) * sizeof *nodes);
+  if (!key || !order || !nodes) {
+    sc_free(key);
+    sc_free(order);
+    sc_free(nodes);
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  for (int32_t i = 0; i < nn; i++) key[i] = 2 * i + 1;
+  for (int32_t i = nn; i < total; i++) {
+    int32_t x = g->nodes[i].inputs[0], p = x >= 0 ? g->values[x].producer : -1;
+    int32_t y = g->nodes[i].outputs[0], first = INT32_MAX;
+    for (int32_t j = 0; j < nn && first == INT32_MAX; j++)
+      for (int32_t k = 0; k < g->nodes[j].n_inputs; k++)
+        if (g->nodes[j].inputs[k] == y) first = j;
+    key[i] = p >= 0 && p < nn ? 2 * p + 2 : first < INT32_MAX ? 2 * first : 2 * nn + 2;
+  }
+  for (int32_t i = 0; i < total; i++) order[i] = i;
+  for (int32_t a = 1; a < total; a++) { /* insertion sort by key: stable */
+    int32_t v = order[a], b = a;
+    for (; b > 0 && key[order[b - 1]] > key[v]; b--) order[b] = order[b - 1];
+    order[b] = v;
+  }
+  for (int32_t i = 0; i < total; i++) nodes[i] = g->nodes[order[i]];
+  memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
+  for (int32_t i = 0; i < total; i++)
+    for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
+      if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
+  sc_free(key);
+  sc_free(order);
+  sc_free(nodes);
+  return SC_OK;
+}
+
+static sc_status low_chains(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
+  sc_graph *g = c->g;
+  int32_t nn = g->n_nodes, cap = 0, *twin = NULL; /* twin[v]: the low value f32 v widens */
+  sc_status st = SC_OK;
+  for (int32_t i = 0; st == SC_OK && i < nn; i++) {
+    if (!twins_fit(g, &twin, &cap)) {
+      st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      break;
+    }
+    sc_node *n = &g->nodes[i];
+    if (n->flags & SC_NODE_DEAD) continue;
+    /* a Cast to low of a widened value is that value: its readers read it */
+    for (int32_t k = 0; k < n->n_inputs; k++) {
+      int32_t x = n->inputs[k], p = x >= 0 ? g->values[x].producer : -1;
+      if (p < 0 || g->nodes[p].op != SC_OP_CAST || g->values[x].dtype != low) continue;
+      int32_t w = g->nodes[p].inputs[0];
+      if (w >= 0 && twin[w] >= 0) n->inputs[k] = twin[w];
+    }
+    if (n->op == SC_OP_CAST) { /* widening: low -> f32, or f32 -> f32 of a widened value */
+      int32_t x = n->inputs[0], y = n->outputs[0];
+      if (x >= 0 && y >= 0 && g->values[y].dtype == SC_DTYPE_F32)
+        twin[y] = g->values[x].dtype == low ? x : twin[x];
+      continue;
+    }
+    if (!sc_train_low_op(n->op) || n->n_outputs < 1 || n->n_outputs > 64 || n->n_inputs > 64) continue;
+    bool any = false, ok = true;
+    int64_t out_numel = -1;
+    for (int32_t j = 0; j < n->n_outputs && ok; j++) {
+      int32_t y = n->outputs[j];
+      ok = y >= 0 && g->values[y].dtype == SC_DTYPE_F32 && !(g->values[y].flags & SC_VALUE_OUTPUT);
+      if (ok && sc_value_numel(&g->values[y]) > out_numel) out_numel = sc_value_numel(&g->values[y]);
+    }
+    for (int32_t k = 0; k < n->n_inputs && ok; k++) {
+      int32_t x = n->inputs[k];
+      if (x < 0 || g->values[x].dtype != SC_DTYPE_F32) continue;
+      if (twin[x] >= 0) any = true;
+      else ok = (g->values[x].flags & SC_VALUE_CONST) || sc_value_numel(&g->values[x]) < out_numel;
+    }
+    if (!any || !ok) continue;
+    int32_t ni = n->n_inputs, no = n->n_outputs, old[64];
+    for (int32_t k = 0; k < ni && st == SC_OK; k++) {
+      int32_t x = g->nodes[i].inputs[k];
+      if (x < 0 || g->values[x].dtype != SC_DTYPE_F32) continue;
+      int32_t xl = twin[x] >= 0 ? twin[x] : gb_cast(c, x, low);
+      if (xl < 0) st = built(g, -1, "low-precision chains", d);
+      else g->nodes[i].inputs[k] = xl;
+    }
+    for (int32_t j = 0; j < no && st == SC_OK; j++) {
+      old[j] = g->nodes[i].outputs[j];
+      int32_t yl = low_value(g, old[j], low);
+      if (yl < 0) st = built(g, -1, "low-precision chains", d);
+      else {
+        g->nodes[i].outputs[j] = yl;
+        g->values[yl].producer = i;
+      }
+    }
+    if (st == SC_OK && sc_ops[g->nodes[i].op].infer(g, &g->nodes[i]) != SC_OK)
+      st = built(g, -1, "low-precision chains", d);
+    if (st == SC_OK && !twins_fit(g, &twin, &cap))
+      st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    /* each old output, now the widening Cast of the new one: what stays
+     * f32 reads it unchanged */
+    for (int32_t j = 0; j < no && st == SC_OK; j++) {
+      int32_t yl = g->nodes[i].outputs[j];
+      st = widen(c, yl, old[j], d);
+      twin[old[j]] = yl;
+    }
+  }
+  sc_free(twin);
+  if (st == SC_OK) st = place_casts(g, nn, d);
+  return st == SC_OK ? drop_unread_casts(g, d) : st;
 }
 
 /* order[0 .. n_params): the parameters by their first reader among the
@@ -550,7 +758,8 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
   if ((st = matmul_transposed(&c, d)) != SC_OK) return st;
   if ((o->bf16 || o->fp16) &&
-      (st = to_low_precision(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK)
+      ((st = to_low_precision(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK ||
+       (st = low_chains(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK))
     return st;
   int32_t y = find_output(g, o->logits);
   if (y < 0 && o->logits)

@@ -154,6 +154,14 @@ typedef struct sc_train_info {
                                    (in the graph's arena) */
 } sc_train_info;
 
+/* Whether a bf16 or fp16 step computes op in the low type when it reads a
+ * low value (a product, or what such an op made of one) and otherwise only
+ * constants or smaller operands: data movement and activation-like
+ * elementwise ops (autocast's rule; Exp, Log, Sqrt, Reciprocal, Softplus,
+ * norms, Softmax and reductions stay f32). The planner's block model
+ * counts those activations at 2 bytes with it (passes/plan/block_model.c). */
+bool sc_train_low_op(sc_op op);
+
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d);
 
 #endif

@@ -25,8 +25,9 @@
  *                    computed split and needs no all-gather.
  * A mixed-precision training step (passes/train.c: --precision bf16|fp16)
  * computes each product between casts: the patterns look through them, so
- * the weight seeded is the parameter behind the cast of a MatMul's operand,
- * and a Cast passes like a Reshape on the way from a product to its reader.
+ * the weight seeded is the parameter behind the cast of a MatMul's operand
+ * (or of the bias the step adds to the low product), and a Cast passes
+ * like a Reshape on the way from a product to its reader.
  * A dim that does not divide by the tp size is left whole (recorded as a
  * fallback: `shardc plan` lists it). The plan's
  * tp_blocks (prefixes of the reading node's name) restrict the weights
@@ -58,12 +59,6 @@ static bool is_weight(const sc_partition *p, const sc_value *v) {
          is_train_param(p, v);
 }
 
-/* Computed by the graph: neither a constant nor a parameter. */
-static bool computed(const sc_partition *p, int32_t id) {
-  return id >= 0 && !(p->global->values[id].flags & SC_VALUE_CONST) &&
-         !is_train_param(p, &p->global->values[id]);
-}
-
 /* The parameter behind value id when id is a Cast of a weight (the
  * low-precision copy a mixed-precision step multiplies), else id. */
 static int32_t uncast(const sc_partition *p, int32_t id) {
@@ -72,6 +67,15 @@ static int32_t uncast(const sc_partition *p, int32_t id) {
   if (pr < 0 || g->nodes[pr].op != SC_OP_CAST || g->nodes[pr].n_inputs != 1) return id;
   int32_t x = g->nodes[pr].inputs[0];
   return x >= 0 && is_weight(p, &g->values[x]) ? x : id;
+}
+
+/* Computed by the graph: neither a constant nor a parameter, nor a
+ * parameter's low-precision cast (a bf16 step adds the bias's cast to the
+ * product: passes/train.c). */
+static bool computed(const sc_partition *p, int32_t id) {
+  id = uncast(p, id);
+  return id >= 0 && !(p->global->values[id].flags & SC_VALUE_CONST) &&
+         !is_train_param(p, &p->global->values[id]);
 }
 
 /* Passed through on the way from a product to its reader: a Reshape, an
@@ -119,7 +123,7 @@ static int32_t column_bias(const sc_partition *p, const int32_t *off, const int3
     if (r < 0) return -1;
     const sc_node *x = &g->nodes[r];
     if (x->op == SC_OP_ADD && x->n_inputs == 2) {
-      int32_t b = x->inputs[0] == id ? x->inputs[1] : x->inputs[0];
+      int32_t b = uncast(p, x->inputs[0] == id ? x->inputs[1] : x->inputs[0]);
       const sc_value *v = &g->values[b];
       return !computed(p, b) && is_weight(p, v) && v->rank == 1 && v->dims[0] == cols ? b : -1;
     }

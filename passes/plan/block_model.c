@@ -7,6 +7,7 @@
 
 #include "ir/ops.h"
 #include "passes/blocks.h"
+#include "passes/train.h"
 
 /* Views: no kernel, no new memory (lowered to a view of their input). */
 static bool is_view(sc_op op) {
@@ -45,8 +46,32 @@ static bool on_stream(const sc_graph *g, const sc_node *n, int64_t seq, int64_t 
   return o->rank >= 2 && o->dims[o->rank - 1] == hidden && o->dims[o->rank - 2] == seq;
 }
 
+/* Whether a bf16 or fp16 training step computes n in that type
+ * (passes/train.c, low_chains): a GEMM with an f32 output, or an op of
+ * sc_train_low_op reading a low value and otherwise only constants or
+ * operands smaller than its output; low[v] marks the values it made. */
+static bool low_node(const sc_graph *g, const sc_node *n, bool *low) {
+  if (n->n_outputs < 1 || n->outputs[0] < 0 || g->values[n->outputs[0]].dtype != SC_DTYPE_F32)
+    return false;
+  bool any = (sc_ops[n->op].flags & SC_OPF_MATMUL) != 0, ok = true;
+  if (!any) {
+    if (!sc_train_low_op(n->op)) return false;
+    int64_t numel = sc_value_numel(&g->values[n->outputs[0]]);
+    for (int32_t k = 0; k < n->n_inputs && ok; k++) {
+      int32_t x = n->inputs[k];
+      if (x < 0 || g->values[x].dtype != SC_DTYPE_F32) continue;
+      if (low[x]) any = true;
+      else ok = (g->values[x].flags & SC_VALUE_CONST) || sc_value_numel(&g->values[x]) < numel;
+    }
+  }
+  if (!any || !ok) return false;
+  for (int32_t j = 0; j < n->n_outputs; j++)
+    if (n->outputs[j] >= 0) low[n->outputs[j]] = true;
+  return true;
+}
+
 static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t mark,
-                     bool in_core, bool whole, sc_block_part *p) {
+                     bool in_core, bool whole, bool low, sc_block_part *p) {
   const sc_op_info *info = (unsigned)n->op < SC_OP_COUNT ? &sc_ops[n->op] : NULL;
   sc_cost c = {0, 0};
   if (info && info->cost) info->cost(g, n, &c);
@@ -66,6 +91,11 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
     p->saved_bytes += ob;
     if (in_core) p->attn_saved_bytes += ob;
     if (whole) p->whole_saved_bytes += ob;
+    if (low) {
+      p->low_saved_bytes += ob;
+      if (in_core) p->attn_low_saved_bytes += ob;
+      if (whole) p->whole_low_saved_bytes += ob;
+    }
   }
   for (int32_t j = 0; j < n->n_inputs; j++) {
     int32_t v = n->inputs[j];
@@ -93,7 +123,10 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
   sc_blocks_describe(&b, bm->found, sizeof bm->found);
   bm->n_blocks = b.n_blocks;
   int32_t *seen = g->n_values ? sc_calloc((size_t)g->n_values, sizeof *seen) : NULL;
-  if (g->n_values && !seen) {
+  bool *low = g->n_values ? sc_calloc((size_t)g->n_values, sizeof *low) : NULL;
+  if (g->n_values && (!seen || !low)) {
+    sc_free(seen);
+    sc_free(low);
     sc_blocks_free(&b);
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "block model: out of memory");
   }
@@ -106,6 +139,7 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     if (n->flags & SC_NODE_DEAD) continue;
     live++;
     int32_t blk = i < b.n_nodes ? b.node_block[i] : -1;
+    bool is_low = low_node(g, n, low);
     if (blk > 0) continue; /* block 0 stands for every block */
     bool gemm4 = (sc_ops[n->op].flags & SC_OPF_MATMUL) && out_rank(g, n) == 4;
     bool in_core = false;
@@ -130,10 +164,12 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     /* block 0's parameters are its own; the outside's are counted once
      * (mark 1 and 2: a tied weight read by both counts in both) */
     bool whole = !in_core && on_stream(g, n, bm->seq, bm->hidden);
-    add_node(g, n, seen, blk == 0 ? 1 : 2, in_core, whole, blk == 0 ? &bm->block : &bm->outside);
+    add_node(g, n, seen, blk == 0 ? 1 : 2, in_core, whole, is_low,
+             blk == 0 ? &bm->block : &bm->outside);
   }
   sc_blocks_free(&b);
   sc_free(seen);
+  sc_free(low);
   if (!live) return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "block model: no live node");
   for (int32_t i = 0; i < g->n_values; i++)
     if (g->values[i].flags & SC_VALUE_PARAM) {

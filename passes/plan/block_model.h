@@ -48,6 +48,11 @@ typedef struct sc_block_part {
                                parallelism without sequence parallelism
                                keeps whole on every rank */
   double whole_mem_bytes;   /* of mem_bytes, the kernels writing them */
+  /* of saved_bytes, attn_saved_bytes and whole_saved_bytes (counted in the
+   * graph's f32): the values a bf16 or fp16 training step computes in that
+   * type, at half the bytes: the GEMM products and the data-moving and
+   * elementwise chains they feed (sc_train_low_op, passes/train.c) */
+  double low_saved_bytes, attn_low_saved_bytes, whole_low_saved_bytes;
 } sc_block_part;
 
 typedef struct sc_block_model {

@@ -76,7 +76,18 @@ enum { COMM_LOW_B = 2 };
  *     keep only what the gradients read) and SAVED_PIPE the fraction a
  *     pipeline stage's stash keeps without full recompute (its stash less
  *     the weights' casts: 25.9 MB of 57 a block and example, pp=2 dp=4;
- *     23.6 at pp=4; selective recompute keeps as much at sequence 128);
+ *     23.6 at pp=4; selective recompute keeps as much at sequence 128).
+ *     Refitted when a bf16 step began to keep its low-precision chains in
+ *     bf16 (passes/train.c) and the node outputs to count at the step's
+ *     precision (52.4 MB of the 57.3 MB a block and example are values
+ *     such a step computes low: 31.1 MB at bf16, 0.543 of the f32 count):
+ *     the exact one-program saved values went from 16.4 to 13.1 MB a
+ *     block and example (0.80: batch 16, one rank, AdamW), the stash less
+ *     the weights' casts from 24.1 to 17.3 MB (0.718: pp=2 dp=4 1F1B,
+ *     M=8, batch 64), so 0.15 x 0.80 / 0.543 = 0.22 and 0.46 x 0.718 /
+ *     0.543 = 0.61 keep the estimate where it was against the exact
+ *     plan (fp32 steps, whose count is unchanged, are then estimated
+ *     higher by the same factors: over, as the estimate means to be);
  *   SAVED_FULL_PIPE, SAVED_FULL_PIPE_SP: a pipeline stage's stash under
  *     full recompute, in block inputs (whole, [seq, hidden] fp32, not
  *     split by tp): 1.09 of it on the Megatron 39B shape (pp=2 dp=8
@@ -107,8 +118,8 @@ enum { WORK_GRAD_B = 32, WORK_UPDATE_B = 6, ACCUM_STATE_B = 2 };
  * --train's memory lines (bf16, AdamW, full recompute, h100-sxm:8x1). */
 #define WORK_ONE 0.5
 #define WORK_ONE_Z3 2.4
-#define SAVED_ONE 0.15
-#define SAVED_PIPE 0.46
+#define SAVED_ONE 0.22
+#define SAVED_PIPE 0.61
 #define SAVED_FULL_PIPE 1.2
 #define SAVED_FULL_PIPE_SP 6.0
 #define WORK_VALUES_PIPE 2.0
@@ -472,6 +483,14 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
   return SC_OK;
 }
 
+/* The part of a low value's f32 bytes a training step in the search's
+ * dtype does not keep: half in bf16 or fp16 (the block model counts the
+ * values such a step computes low, sc_block_part.low_saved_bytes), none in
+ * fp32. */
+static double low_fraction(const ctx *x) {
+  return x->o->dtype == SC_CLUSTER_FP32 || x->o->dtype == SC_CLUSTER_TF32 ? 0.0 : 0.5;
+}
+
 /* Memory of pipeline rank q (0: the most microbatches in flight; pp-1:
  * the LM head's logits). */
 static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, double *act_out) {
@@ -491,11 +510,16 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   if (c->pp > 1) mem += e * ACCUM_STATE_B;
   if (c->zero >= 3)
     mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */
-  /* values kept for the backward, per block and microbatch */
-  double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
+  /* values kept for the backward, per block and microbatch, at the step's
+   * precision (a bf16 or fp16 step keeps its low values at half the bytes) */
+  double lo = low_fraction(x);
+  double whole = b->whole_saved_bytes - lo * b->whole_low_saved_bytes;
+  double split = b->saved_bytes - b->whole_saved_bytes -
+                 lo * (b->low_saved_bytes - b->whole_low_saved_bytes);
   double keep_all = c->sequence_parallel ? (whole + split) / tp : whole + split / tp;
   double keep = keep_all;
-  if (c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE) keep -= b->attn_saved_bytes / tp;
+  if (c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE)
+    keep -= (b->attn_saved_bytes - lo * b->attn_low_saved_bytes) / tp;
   if (c->recompute == SC_SEARCH_RECOMPUTE_FULL)
     keep = c->sequence_parallel ? b->input_bytes / tp : b->input_bytes;
   double in_flight; /* microbatches of a stage's blocks kept at once */
@@ -523,7 +547,8 @@ static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
    * divides */
   if (last || c->pp == 1) {
     double head_flight = c->pp > 1 ? in_flight : c->microbatches;
-    act += head_flight * bm->outside.saved_bytes * mbs / vocab_split(bm, c);
+    act += head_flight * (bm->outside.saved_bytes - lo * bm->outside.low_saved_bytes) * mbs /
+           vocab_split(bm, c);
   }
   double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
   if (scale <= 0) scale = 1;

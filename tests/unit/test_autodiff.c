@@ -22,7 +22,13 @@
  * weight gradients as separate MatMul nodes, the gradient outputs' names,
  * a non-differentiable input left without a gradient (Where's condition,
  * Reshape's shape), and the errors: a node without a rule on the path
- * (named, with its op), a loss that is not a scalar. */
+ * (named, with its op), a loss that is not a scalar.
+ *
+ * And a bf16 or fp16 training step (passes/train.c, low_chains) saves no
+ * widened copy: no f32 value computed from low-precision products alone
+ * (a widening Cast, and elementwise or data-moving ops of such values and
+ * constants or smaller operands) is read by the backward, on the GPT-2 and
+ * MLP samples; and it saves low-precision activations instead. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,8 +39,10 @@
 
 #include <cmocka.h>
 
+#include "frontend/onnx.h"
 #include "passes/autodiff.h"
 #include "passes/pass.h"
+#include "passes/train.h"
 #include "test_util.h"
 
 enum { MAX_P = 4, MAX_E = 128 };
@@ -879,6 +887,84 @@ static void test_refused(void **state) {
   sc_graph_destroy(g);
 }
 
+/* The forward values of the built step g the backward reads ("saved":
+ * produced before the first node named ".../grad/...", read after it) of
+ * rank >= 2: *widened counts the f32 ones computed from low values alone,
+ * *low the low ones. */
+static void saved_by_dtype(const sc_graph *g, sc_dtype low, int *widened, int *n_low) {
+  int32_t first_bwd = g->n_nodes;
+  for (int32_t i = 0; i < g->n_nodes && first_bwd == g->n_nodes; i++)
+    if (g->nodes[i].name && strstr(g->nodes[i].name, "/grad/")) first_bwd = i;
+  assert_true(first_bwd < g->n_nodes);
+  bool *wide = calloc((size_t)g->n_values + 1, sizeof *wide);
+  assert_non_null(wide);
+  for (int32_t i = 0; i < first_bwd; i++) {
+    const sc_node *n = &g->nodes[i];
+    uint32_t f = (unsigned)n->op < SC_OP_COUNT ? sc_ops[n->op].flags : 0;
+    if (n->flags & SC_NODE_DEAD) continue;
+    if (!(f & (SC_OPF_ELEMENTWISE | SC_OPF_SHAPE)) || n->n_outputs < 1 || n->outputs[0] < 0)
+      continue;
+    const sc_value *o = &g->values[n->outputs[0]];
+    if (o->dtype != SC_DTYPE_F32) continue;
+    bool any = false, ok = true;
+    for (int32_t k = 0; k < n->n_inputs && ok; k++) {
+      int32_t x = n->inputs[k];
+      if (x < 0 || (g->values[x].dtype != SC_DTYPE_F32 && g->values[x].dtype != low)) continue;
+      if (g->values[x].dtype == low || wide[x]) any = true;
+      else ok = (g->values[x].flags & SC_VALUE_CONST) || sc_value_numel(&g->values[x]) < sc_value_numel(o);
+    }
+    if (n->op == SC_OP_CAST) ok = true;
+    for (int32_t j = 0; any && ok && j < n->n_outputs; j++)
+      if (n->outputs[j] >= 0) wide[n->outputs[j]] = true;
+  }
+  *widened = *n_low = 0;
+  bool *counted = calloc((size_t)g->n_values + 1, sizeof *counted);
+  assert_non_null(counted);
+  for (int32_t i = first_bwd; i < g->n_nodes; i++)
+    for (int32_t k = 0; !(g->nodes[i].flags & SC_NODE_DEAD) && k < g->nodes[i].n_inputs; k++) {
+      int32_t x = g->nodes[i].inputs[k], p = x >= 0 ? g->values[x].producer : -1;
+      if (p < 0 || p >= first_bwd || counted[x] || g->values[x].rank < 2) continue;
+      counted[x] = true;
+      if (wide[x]) {
+        print_message("saved widened: %s\n", g->values[x].name ? g->values[x].name : "?");
+        (*widened)++;
+      }
+      if (g->values[x].dtype == low) (*n_low)++;
+    }
+  free(wide);
+  free(counted);
+}
+
+static void check_low_saved(const char *model, bool fp16) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/samples/%s", SC_SOURCE_DIR, model);
+  sc_import_opts io = {0};
+  sc_graph *g = NULL;
+  sc_diag d = {0};
+  if (sc_onnx_import(path, &io, &g, &d) != SC_OK) fail_msg("%s: %s", path, d.msg);
+  sc_graph_bind_dim(g, "batch", 2);
+  sc_train_opts o;
+  sc_train_opts_init(&o, SC_OPTIMIZER_ADAMW);
+  o.bf16 = !fp16;
+  o.fp16 = fp16;
+  sc_train_info info;
+  if (sc_train_build(g, &o, &info, &d) != SC_OK) fail_msg("%s: %s", model, d.msg);
+  int widened, n_low;
+  saved_by_dtype(g, fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, &widened, &n_low);
+  print_message("%s %s: %d low activations saved, %d widened\n", model, fp16 ? "fp16" : "bf16",
+                n_low, widened);
+  assert_int_equal(widened, 0);
+  assert_true(n_low > 0);
+  sc_graph_destroy(g);
+}
+
+static void test_low_precision_saved(void **state) {
+  (void)state;
+  check_low_saved("gpt2.onnx", false);
+  check_low_saved("gpt2.onnx", true);
+  check_low_saved("mlp.onnx", false);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rules),
@@ -886,6 +972,7 @@ int main(void) {
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_ties),
       cmocka_unit_test(test_refused),
+      cmocka_unit_test(test_low_precision_saved),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
