@@ -3,9 +3,10 @@
  * One process-wide state under one lock: the file descriptor drawn on (-1:
  * disabled, the default), the stack of tasks begun and not ended (their
  * order of beginning; a task ended out of order is taken out where it is),
- * when the line was last drawn, and whether something is on the terminal
- * now. Every entry point returns at once when disabled, before the lock:
- * `fd` only changes in sc_progress_setup, which runs before any task. The
+ * when the line was last drawn, and what is on the terminal now (how many
+ * of the tasks: an ended task that is not there changes nothing on it).
+ * Every entry point returns at once when disabled, before the lock: `fd`
+ * only changes in sc_progress_setup, which runs before any task. The
  * text is built in a fixed buffer and written with write(2) (no stdio, so
  * stderr's buffer is never mixed into it). */
 #include "ir/progress.h"
@@ -23,13 +24,15 @@ enum { LINE_BYTES = 512, DEFAULT_COLUMNS = 80 };
 static struct {
   pthread_mutex_t lock;
   int fd;                       /* -1: disabled */
+  pthread_t owner;              /* the thread that enabled it: its tasks are shown */
   sc_progress *tasks[SC_PROGRESS_DEPTH];
   int n_tasks;                  /* shown: min(n_tasks, SC_PROGRESS_DEPTH) */
   int deeper;                   /* begun beyond the depth, not shown */
   double last;                  /* when the line was last drawn */
   bool drawn;                   /* something is on the terminal */
+  int n_drawn;                  /* the first n_drawn tasks are in it */
   double (*now)(void);
-} g = {PTHREAD_MUTEX_INITIALIZER, -1, {0}, 0, 0, -1e300, false, NULL};
+} g = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .last = -1e300};
 
 static double monotonic(void) {
   struct timespec ts;
@@ -46,6 +49,7 @@ bool sc_progress_setup(int fd, bool quiet) {
                                                                                           : -1;
   g.drawn = false;
   g.last = -1e300;
+  g.owner = pthread_self();
   bool on = g.fd >= 0;
   pthread_mutex_unlock(&g.lock);
   return on;
@@ -84,7 +88,8 @@ static int task_text(const sc_progress *p, double t, char *buf, size_t n) {
     if (p->total > 0)
       return snprintf(buf, n, "%s: %lld/%lld%s", p->what, (long long)p->done,
                       (long long)p->total, item);
-    return snprintf(buf, n, "%s: %lld%s", p->what, (long long)p->done, item);
+    if (p->done > 0) return snprintf(buf, n, "%s: %lld%s", p->what, (long long)p->done, item);
+    return snprintf(buf, n, "%s%s", p->what, item); /* no count: what is under way */
   }
   fmt_bytes((double)p->done, a, sizeof a);
   if (t - p->t0 > 0 && p->done > 0) {
@@ -130,6 +135,7 @@ static void draw(double t) {
   len += 3;
   put(line, len);
   g.drawn = shown > 0;
+  g.n_drawn = shown;
   g.last = t;
 }
 
@@ -144,7 +150,9 @@ void sc_progress_begin(sc_progress *p, const char *what, int64_t total, bool byt
   snprintf(p->what, sizeof p->what, "%s", what ? what : "");
   p->total = total > 0 ? total : 0;
   p->bytes = bytes;
-  if (g.fd < 0) return;
+  /* one line: the tasks of the thread that enabled it (the command's);
+   * ranks as threads add into a task it began */
+  if (g.fd < 0 || !pthread_equal(pthread_self(), g.owner)) return;
   pthread_mutex_lock(&g.lock);
   p->t0 = now();
   p->active = true;
@@ -168,21 +176,21 @@ static void set_locked(sc_progress *p, int64_t done, const char *item) {
 }
 
 void sc_progress_set(sc_progress *p, int64_t done, const char *item) {
-  if (g.fd < 0 || !p->active) return;
+  if (!p || g.fd < 0 || !p->active) return;
   pthread_mutex_lock(&g.lock);
   set_locked(p, done, item);
   pthread_mutex_unlock(&g.lock);
 }
 
 void sc_progress_add(sc_progress *p, int64_t delta, const char *item) {
-  if (g.fd < 0 || !p->active) return;
+  if (!p || g.fd < 0 || !p->active) return;
   pthread_mutex_lock(&g.lock);
   set_locked(p, p->done + delta, item);
   pthread_mutex_unlock(&g.lock);
 }
 
 void sc_progress_end(sc_progress *p) {
-  if (g.fd < 0 || !p->active) return;
+  if (!p || g.fd < 0 || !p->active) return;
   pthread_mutex_lock(&g.lock);
   p->active = false;
   int i = 0;
@@ -192,8 +200,9 @@ void sc_progress_end(sc_progress *p) {
   } else {
     memmove(&g.tasks[i], &g.tasks[i + 1], (size_t)(g.n_tasks - i - 1) * sizeof g.tasks[0]);
     g.n_tasks--;
-    /* the line without it: erased when it was the last, else redrawn */
-    if (g.drawn || g.n_tasks > 0) draw(now());
+    /* the line without it, when it is on the line: erased when it was the
+     * last, else redrawn */
+    if (g.drawn && i < g.n_drawn) draw(now());
   }
   pthread_mutex_unlock(&g.lock);
 }
@@ -204,6 +213,7 @@ void sc_progress_clear(void) {
   if (g.drawn) {
     put("\r\033[K", 4);
     g.drawn = false;
+    g.n_drawn = 0;
     g.last = -1e300; /* the next update draws it again */
   }
   pthread_mutex_unlock(&g.lock);

@@ -23,14 +23,18 @@
  * module. Enabled, the line is drawn as "\r" + text + "\033[K" (erase to the
  * end of the line), cut to the terminal's width (TIOCGWINSZ; 80 when
  * unknown) so that it never wraps, at most once every
- * SC_PROGRESS_INTERVAL_S seconds (a task's end is drawn at once), and
+ * SC_PROGRESS_INTERVAL_S seconds (a task's end at once, when it was on the
+ * line), and
  * erased ("\r\033[K") when the last task ends or before other text is
  * printed (sc_progress_clear).
  *
- * Threads: every call takes one process-wide lock, so ranks running as
- * threads may report into one shared task (sc_progress_add: each adds its
- * own), which draws one aggregated line. An sc_progress must stay valid
- * from _begin to _end; `what` and the item are copied. */
+ * Threads: every call takes one process-wide lock. Only tasks begun on the
+ * thread that called sc_progress_setup (the command's main thread) are
+ * shown; one begun on another thread (a rank running as a thread) is
+ * inert. Ranks report into a task the main thread began (sc_progress_add:
+ * each adds its own), which draws one aggregated line. An sc_progress must stay valid
+ * from _begin to _end (end it on every path out); `what` and the item are
+ * copied. _set, _add and _end take NULL (nothing to report). */
 #ifndef SC_IR_PROGRESS_H
 #define SC_IR_PROGRESS_H
 
@@ -45,7 +49,7 @@ enum { SC_PROGRESS_DEPTH = 4 };
 typedef struct sc_progress {
   char what[48];     /* "compiling", "saving checkpoint" */
   char item[64];     /* the unit under way, or "" */
-  int64_t done, total; /* total 0: unknown (done alone is shown) */
+  int64_t done, total; /* total 0: unknown (done alone is shown, when > 0) */
   bool bytes;        /* done and total are bytes: shown with the rate */
   double t0;         /* when it began (the rate's origin) */
   bool active;       /* between _begin and _end */

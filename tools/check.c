@@ -44,6 +44,7 @@
 #include "driver/check.h"
 #include "driver/train_memory.h"
 #include "ir/fileio.h"
+#include "ir/progress.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -58,7 +59,7 @@ static const char *const USAGE =
     "                       [--dim NAME=V]... [--baseline REPORT.json]\n"
     "                       [--max-time-regression P%] [--max-memory-regression P%]\n"
     "                       [--report OUT.json] [--junit OUT.xml] [--format text|json|github]\n"
-    "                       [--html OUT.html]\n"
+    "                       [--html OUT.html] [--quiet]\n"
     "                       [--no-weights] (and the options of shardc plan)";
 
 enum { MAX_ARGS = 1024 };
@@ -137,6 +138,10 @@ static int split_args(int argc, char **argv, check_args *a, char **rest, int *n_
         i++;
         continue;
       }
+      if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
+        i++; /* no progress line (main.c) */
+        continue;
+      }
       if (strncmp(argv[i], "--global-batch", 14) == 0)
         return sc_cli_usage_error("check takes the global batch as the batch dim's --dim "
                                   "NAME=B (as run, compile and train with --mesh auto)");
@@ -177,6 +182,12 @@ static int build(check_args *a, const sc_partition_args *pa, const sc_cli_opts *
 }
 
 static double elapsed(double t0) { return sc_cli_now_s() - t0; }
+
+/* Check id begins: said on the progress line; its start time. */
+static double start(sc_progress *pr, sc_check_id id) {
+  sc_progress_set(pr, id, sc_check_name(id));
+  return sc_cli_now_s();
+}
 
 /* ---- the figures: memory per rank, the predicted step, collectives ---- */
 
@@ -615,6 +626,7 @@ static int print_help(void) {
          "  --junit OUT.xml         write JUnit XML, one testcase per check\n"
          "  --format text|json|github  what is printed (github: workflow annotations)\n"
          "  --html OUT.html         write the page of the plan checked (shardc plan --html's)\n"
+         "  --quiet, -q             no progress line on a terminal's stderr (docs/cli.md)\n"
          "Exit status: 0 nothing failed, 1 a check failed, 2 usage (docs/ci.md).\n",
          USAGE, SC_CHECK_EQUIV_STEPS);
   return 0;
@@ -659,12 +671,14 @@ int sc_cmd_check(int argc, char **argv) {
   sc_build *b = NULL;
   sc_rank_memory *mem = NULL;
   int32_t n_mem = 0;
-  double t0 = sc_cli_now_s();
+  sc_progress pr; /* which check of how many (ir/progress.h): a terminal's line */
+  sc_progress_begin(&pr, "check", SC_CHECK_COUNT, false);
+  double t0 = start(&pr, SC_CHECK_IMPORT);
   sc_check_import(&r, o.file);
   r.checks[SC_CHECK_IMPORT].seconds = elapsed(t0);
   const char *why = NULL;
   if (r.checks[SC_CHECK_IMPORT].state == SC_CHECK_FAILED) why = "the model does not import";
-  t0 = sc_cli_now_s();
+  t0 = start(&pr, SC_CHECK_FITS);
   if (!why && (rc = build(&a, &a.pa, &o, &b)) != 0) {
     if (rc == 2) goto done; /* a usage error, printed */
     sc_check_set(&r, SC_CHECK_FITS, SC_CHECK_FAILED, "the plan does not build: %s",
@@ -704,16 +718,17 @@ int sc_cmd_check(int argc, char **argv) {
   }
   r.checks[SC_CHECK_FITS].seconds = elapsed(t0);
   if (!why) {
-    t0 = sc_cli_now_s();
+    t0 = start(&pr, SC_CHECK_PERFORMANCE);
     check_performance(&r, b, &a);
     r.checks[SC_CHECK_PERFORMANCE].seconds = elapsed(t0);
-    t0 = sc_cli_now_s();
+    t0 = start(&pr, SC_CHECK_EQUIVALENCE);
     check_equivalence(&r, &a, &o, b);
     r.checks[SC_CHECK_EQUIVALENCE].seconds = elapsed(t0);
-    t0 = sc_cli_now_s();
+    t0 = start(&pr, SC_CHECK_REPRODUCIBLE);
     check_reproducible(&r, &a, &o, b);
     r.checks[SC_CHECK_REPRODUCIBLE].seconds = elapsed(t0);
   }
+  sc_progress_end(&pr); /* erased before the report is printed */
   for (int i = 0; i < SC_CHECK_COUNT; i++) /* never silently passed */
     if (r.checks[i].state == SC_CHECK_NOT_RUN)
       sc_check_set(&r, (sc_check_id)i, SC_CHECK_SKIPPED, "not run: %s", why ? why : "?");
@@ -731,6 +746,7 @@ int sc_cmd_check(int argc, char **argv) {
   if (a.junit && write_file(a.junit, &r, true)) rc = 1;
   if (a.html && !why && write_html(&a, b, o.file)) rc = 1;
 done:
+  sc_progress_end(&pr);
   sc_free(mem);
   sc_build_destroy(b);
   sc_check_report_free(&r);

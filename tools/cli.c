@@ -14,12 +14,14 @@
 
 #include "codegen/device_memory.h"
 #include "ir/mesh.h"
+#include "ir/progress.h"
 #include "passes/stats.h"
 #include "runtime/runtime.h"
 
 int sc_cli_usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  sc_progress_clear(); /* the error on a line of its own */
   fputs("shardc: error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
@@ -41,6 +43,7 @@ int sc_cli_report(const sc_diag *d, const char *file) {
   if (!copy.file[0] && file) sc_diag_set_file(&copy, file);
   char buf[2048];
   sc_diag_format(&copy, buf, sizeof buf);
+  sc_progress_clear(); /* the error on a line of its own */
   fprintf(stderr, "shardc: error: %s\n", buf);
   return copy.status == SC_ERR_USAGE ? 2 : 1;
 }

@@ -11,7 +11,8 @@
  *   - nesting: two tasks side by side, the inner's end redraws the outer
  *     alone; sc_progress_clear erases a drawn line;
  *   - the line is cut to the terminal's width (TIOCSWINSZ 20 columns);
- *   - four threads adding into one task: the sum is exact, one line. */
+ *   - four threads adding into one task: the sum is exact, one line; a
+ *     task a thread begins itself (a rank's own) draws nothing. */
 #define _GNU_SOURCE /* posix_openpt, grantpt, unlockpt, ptsname, cfmakeraw */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -211,6 +212,15 @@ static void *adder(void *arg) {
   return NULL;
 }
 
+static void *own_task(void *arg) {
+  (void)arg;
+  sc_progress p;
+  sc_progress_begin(&p, "rank 1 compiling", 3, false);
+  for (int i = 0; i < 3; i++) sc_progress_set(&p, i, "stage 1");
+  sc_progress_end(&p);
+  return NULL;
+}
+
 static void test_threads(void **state) {
   (void)state;
   int m, s;
@@ -229,6 +239,10 @@ static void test_threads(void **state) {
   assert_null(strchr(buf, '\n'));     /* one line, redrawn in place */
   size_t n = strlen(buf);
   assert_true(n >= 4 && strcmp(buf + n - 4, "\r\033[K") == 0);
+  pthread_t other;
+  assert_int_equal(pthread_create(&other, NULL, own_task, NULL), 0);
+  pthread_join(other, NULL);
+  assert_int_equal(drain(m, buf, sizeof buf), 0);
   sc_progress_setup(-1, false);
   close(s);
   close(m);
