@@ -29,6 +29,17 @@ int sc_cli_usage_error(const char *fmt, ...) {
   return 2;
 }
 
+int64_t sc_cli_launcher_rank(bool any_launcher) {
+  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"};
+  size_t n_vars = any_launcher ? 5 : 3;
+  int64_t n;
+  for (size_t k = 0; k < n_vars; k++) {
+    const char *v = getenv(vars[k]);
+    if (v && sc_cli_parse_i64(v, 0, INT64_MAX, &n)) return n;
+  }
+  return 0;
+}
+
 int sc_cli_parse_number(const char *opt, const char *v, double *out) {
   char *end;
   double x = strtod(v, &end);

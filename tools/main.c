@@ -11,13 +11,15 @@
  *
  * Long work (a build's compiles, a checkpoint's bytes, check's checks)
  * draws one progress line on stderr (ir/progress.h) when stderr is a
- * terminal, TERM is set and not "dumb", and the command was not given
- * --quiet (-q); otherwise nothing of it is written. */
+ * terminal, TERM is set and not "dumb", the command was not given --quiet
+ * (-q) and the process is not a rank other than 0 of a launched job;
+ * otherwise nothing of it is written. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "ir/fileio.h"
 #include "ir/progress.h"
@@ -102,7 +104,9 @@ int main(int argc, char **argv) {
     printf("shardc %s\n", SHARDC_VERSION);
     return 0;
   }
-  bool quiet = false; /* --quiet or -q among the command's options */
+  /* --quiet or -q among the command's options; one rank of a job draws
+   * (its ranks may share a terminal) */
+  bool quiet = sc_cli_launcher_rank(true) > 0;
   for (int i = 2; i < argc && strcmp(argv[i], "--") != 0; i++)
     quiet |= strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0;
   sc_progress_setup(STDERR_FILENO, quiet);

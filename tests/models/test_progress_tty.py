@@ -14,7 +14,8 @@ stderr redirected to a file:
   - `shardc export` of that checkpoint: "loading checkpoint: ... of ...";
   - the same commands with stderr in a file write none of it (no "\\r", no
     escape, no progress text), and their exit status is the same;
-  - on the terminal, --quiet, TERM=dumb and TERM unset draw nothing.
+  - on the terminal, --quiet, TERM=dumb, TERM unset and RANK=1 (a rank
+    other than 0 of a launched job) draw nothing; RANK=0 draws.
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure,
 77 when no pseudo-terminal can be opened here."""
@@ -34,7 +35,7 @@ MLP = os.path.join(SRC, "samples", "mlp.onnx")
 ESC = b"\x1b[K"
 
 
-def on_terminal(args, term="xterm", cwd=None):
+def on_terminal(args, term="xterm", cwd=None, more_env=None):
     """Runs shardc ARGS with stderr on a new pseudo-terminal; returns
     (exit status, every byte drawn on it)."""
     master, slave = pty.openpty()
@@ -42,6 +43,7 @@ def on_terminal(args, term="xterm", cwd=None):
     env.pop("TERM", None)
     if term is not None:
         env["TERM"] = term
+    env.update(more_env or {})
     p = subprocess.Popen([SHARDC, *args], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=slave, env=env, cwd=cwd)
     os.close(slave)
@@ -138,6 +140,10 @@ def main():
     no_progress("TERM=dumb", drawn)
     rc, drawn = on_terminal(export, term=None, cwd=tmp)
     no_progress("TERM unset", drawn)
+    rc, drawn = on_terminal(export, cwd=tmp, more_env={"RANK": "1"})
+    no_progress("rank 1 of a launched job (RANK=1)", drawn)
+    rc, drawn = on_terminal(export, cwd=tmp, more_env={"RANK": "0"})
+    check(drawn.startswith(b"\rloading checkpoint: "), f"rank 0 draws: {drawn[:200]!r}")
     return finish()
 
 
