@@ -26,7 +26,7 @@ static struct {
   int fd;                       /* -1: disabled */
   pthread_t owner;              /* the thread that enabled it: its tasks are shown */
   sc_progress *tasks[SC_PROGRESS_DEPTH];
-  int n_tasks;                  /* shown: min(n_tasks, SC_PROGRESS_DEPTH) */
+  int n_tasks;                  /* tasks[0, n_tasks): the ones shown */
   int deeper;                   /* begun beyond the depth, not shown */
   double last;                  /* when the line was last drawn */
   bool drawn;                   /* something is on the terminal */
@@ -139,10 +139,10 @@ static void draw(double t) {
   g.last = t;
 }
 
-/* Redraws when the interval has passed, or at once (force). */
-static void update(bool force) {
+/* Redraws when the interval has passed since the last draw. */
+static void update(void) {
   double t = now();
-  if (force || t - g.last >= SC_PROGRESS_INTERVAL_S) draw(t);
+  if (t - g.last >= SC_PROGRESS_INTERVAL_S) draw(t);
 }
 
 void sc_progress_begin(sc_progress *p, const char *what, int64_t total, bool bytes) {
@@ -158,8 +158,7 @@ void sc_progress_begin(sc_progress *p, const char *what, int64_t total, bool byt
   p->active = true;
   if (g.n_tasks < SC_PROGRESS_DEPTH) g.tasks[g.n_tasks++] = p;
   else g.deeper++;
-  bool shown = g.tasks[g.n_tasks - 1] == p;
-  if (shown) update(false);
+  if (g.tasks[g.n_tasks - 1] == p) update();
   pthread_mutex_unlock(&g.lock);
 }
 
@@ -172,26 +171,30 @@ static bool shown_task(const sc_progress *p) {
 static void set_locked(sc_progress *p, int64_t done, const char *item) {
   p->done = done;
   if (item) snprintf(p->item, sizeof p->item, "%s", item);
-  if (shown_task(p)) update(false);
+  if (shown_task(p)) update();
 }
 
 void sc_progress_set(sc_progress *p, int64_t done, const char *item) {
-  if (!p || g.fd < 0 || !p->active) return;
+  if (!p || g.fd < 0) return;
   pthread_mutex_lock(&g.lock);
-  set_locked(p, done, item);
+  if (p->active) set_locked(p, done, item);
   pthread_mutex_unlock(&g.lock);
 }
 
 void sc_progress_add(sc_progress *p, int64_t delta, const char *item) {
-  if (!p || g.fd < 0 || !p->active) return;
+  if (!p || g.fd < 0) return;
   pthread_mutex_lock(&g.lock);
-  set_locked(p, p->done + delta, item);
+  if (p->active) set_locked(p, p->done + delta, item);
   pthread_mutex_unlock(&g.lock);
 }
 
 void sc_progress_end(sc_progress *p) {
-  if (!p || g.fd < 0 || !p->active) return;
+  if (!p || g.fd < 0) return;
   pthread_mutex_lock(&g.lock);
+  if (!p->active) {
+    pthread_mutex_unlock(&g.lock);
+    return;
+  }
   p->active = false;
   int i = 0;
   while (i < g.n_tasks && g.tasks[i] != p) i++;
