@@ -18,6 +18,8 @@
 #include <time.h>
 
 #include "frontend/onnx.h"
+#include "ir/pipe.h"
+#include "ir/progress.h"
 
 typedef struct job {
   const sc_build_opts *o;
@@ -234,8 +236,15 @@ static sc_status step_codegen(job *j) {
    * state (copied in, as the planner's exact evaluations count it) */
   if (co.bind_state && part && part->n_chunks > 0 && j->o->train && !j->b->plan->cluster)
     st = state_names(j->b->graph, &co, j->d);
-  for (int32_t s = 0; st == SC_OK && s < j->n_stages; s++)
+  sc_progress pr; /* which program of how many (ir/progress.h) */
+  sc_progress_begin(&pr, "compiling programs", j->n_stages, false);
+  for (int32_t s = 0; st == SC_OK && s < j->n_stages; s++) {
+    char label[64];
+    sc_pipe_program_label(part ? part->n_chunks : 0, s, j->n_stages, label, sizeof label);
+    sc_progress_set(&pr, s, label);
     st = sc_compile_graph(part ? part->stages[s] : j->b->graph, &co, &j->programs[s], j->d);
+  }
+  sc_progress_end(&pr);
   sc_free((void *)co.bound);
   return st;
 }

@@ -9,6 +9,7 @@
  * unlinkat, which allocate nothing (opendir would). */
 #define _GNU_SOURCE
 #include "ir/fileio.h"
+#include "ir/progress.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +72,12 @@ sc_status sc_file_open_regular(const char *path, const char *what, int64_t max_b
 
 sc_status sc_file_read_all(const char *path, const char *what, int64_t max_bytes, char **data,
                            size_t *bytes, sc_diag *diag) {
+  return sc_file_read_all_progress(path, what, max_bytes, data, bytes, NULL, diag);
+}
+
+sc_status sc_file_read_all_progress(const char *path, const char *what, int64_t max_bytes,
+                                    char **data, size_t *bytes, sc_progress *progress,
+                                    sc_diag *diag) {
   *data = NULL;
   *bytes = 0;
   int fd;
@@ -88,7 +95,8 @@ sc_status sc_file_read_all(const char *path, const char *what, int64_t max_bytes
   }
   size_t got = 0;
   while (got < (size_t)size) { /* the file may shrink while read: stop at its end */
-    ssize_t n = read(fd, buf + got, (size_t)size - got);
+    size_t want = (size_t)size - got;
+    ssize_t n = read(fd, buf + got, want < SC_FILE_READ_CHUNK ? want : SC_FILE_READ_CHUNK);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int e = errno;
@@ -98,6 +106,7 @@ sc_status sc_file_read_all(const char *path, const char *what, int64_t max_bytes
     }
     if (n == 0) break;
     got += (size_t)n;
+    if (progress) sc_progress_add(progress, n, NULL);
   }
   close(fd);
   buf[got] = 0;

@@ -52,6 +52,13 @@ sc_status sc_file_open_regular(const char *path, const char *what, int64_t max_b
  * NUL byte after the end; the caller frees it), its size in *bytes. */
 sc_status sc_file_read_all(const char *path, const char *what, int64_t max_bytes, char **data,
                            size_t *bytes, sc_diag *diag);
+/* sc_file_read_all, adding the bytes to progress as they come (NULL: none;
+ * ir/progress.h), in reads of at most SC_FILE_READ_CHUNK bytes. */
+struct sc_progress;
+enum { SC_FILE_READ_CHUNK = 16 << 20 };
+sc_status sc_file_read_all_progress(const char *path, const char *what, int64_t max_bytes,
+                                    char **data, size_t *bytes, struct sc_progress *progress,
+                                    sc_diag *diag);
 /* "a FIFO", "a directory", "a character device", ... for st_mode. */
 const char *sc_file_kind_name(unsigned mode);
 

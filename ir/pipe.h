@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef enum sc_pipe_phase {
@@ -72,6 +73,20 @@ static inline bool sc_pipe_is_state_copy(const char *name) {
 static inline const char *sc_pipe_phase_name(sc_pipe_phase ph) {
   static const char *const names[] = {"forward", "backward", "weight", "norm", "update"};
   return ph >= 0 && ph < SC_PIPE_PHASES ? names[ph] : "?";
+}
+
+/* What program `index` of a distributed program is, for a progress line
+ * or a message: "chunk 1 backward" when the step is pipelined (chunks > 0,
+ * index a piece), else "stage 2" (n_programs > 1) or "the model". */
+static inline void sc_pipe_program_label(int32_t chunks, int32_t index, int32_t n_programs,
+                                         char *buf, size_t n) {
+  if (chunks > 0)
+    snprintf(buf, n, "chunk %d %s", (int)sc_pipe_piece_chunk(chunks, index),
+             sc_pipe_phase_name(sc_pipe_piece_phase(chunks, index)));
+  else if (n_programs > 1)
+    snprintf(buf, n, "stage %d", (int)index);
+  else
+    snprintf(buf, n, "the model");
 }
 
 #endif

@@ -18,7 +18,11 @@
  * its writer and boxes). Members that are symbolic links are refused;
  * every integer is in [0, 2^53] (k_max_int), so sums of two cannot
  * overflow. The loaded checkpoint keeps the file buffers;
- * its tensors point into them. */
+ * its tensors point into them.
+ *
+ * Both say how far they are on a terminal's progress line (ir/progress.h):
+ * a save the tensors' bytes written of their total, a load the files'
+ * bytes read of what the manifest lists, each with its rate. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +38,7 @@
 
 #include "codegen/program_json.h"
 #include "ir/fileio.h"
+#include "ir/progress.h"
 #include "runtime/checkpoint.h"
 
 enum { MAX_MANIFEST_BYTES = 256 << 20 };
@@ -206,11 +211,11 @@ static sc_status create_in(const char *dir, const char *tmp, const char *name, i
 
 /* Writes the safetensors file tmp/name (file number k) of group g holding
  * the n views, with meta after the format and group entries, and records
- * it in files. */
+ * it in files; the tensors' bytes go to pr as they are written. */
 static sc_status write_tensor_file(const char *dir, const char *tmp, const char *name, int k,
                                    sc_ckpt_group g, const sc_tensor_view *v, int32_t n,
                                    const sc_safetensors_meta *more, int32_t n_more,
-                                   json_t *files, sc_diag *d) {
+                                   json_t *files, sc_progress *pr, sc_diag *d) {
   sc_safetensors_meta meta[4] = {{"format", SC_CKPT_FORMAT}, {"group", k_groups[g]}};
   SC_ASSERT(n_more <= 2);
   for (int32_t i = 0; i < n_more; i++) meta[2 + i] = more[i];
@@ -221,7 +226,8 @@ static sc_status write_tensor_file(const char *dir, const char *tmp, const char 
   int64_t bytes = 0;
   sc_diag wd;
   sc_diag_clear(&wd);
-  st = sc_safetensors_write_stream(f, name, v, n, meta, 2 + n_more, digest, &bytes, &wd);
+  sc_progress_add(pr, 0, name);
+  st = sc_safetensors_write_stream(f, name, v, n, meta, 2 + n_more, digest, &bytes, pr, &wd);
   int err = close_synced(f);
   if (st != SC_OK) return sc_diag_set_prefixed(d, st, dir, "%s", wd.msg);
   if (err)
@@ -235,8 +241,18 @@ static sc_status write_tensor_file(const char *dir, const char *tmp, const char 
 
 /* Writes group g's file into tmp and records it in files. */
 static sc_status write_group(const char *dir, const char *tmp, sc_ckpt_group g,
-                             const sc_ckpt_tensor *t, int32_t n, json_t *files, sc_diag *d) {
-  return write_tensor_file(dir, tmp, k_files[g], (int)g, g, t, n, NULL, 0, files, d);
+                             const sc_ckpt_tensor *t, int32_t n, json_t *files, sc_progress *pr,
+                             sc_diag *d) {
+  return write_tensor_file(dir, tmp, k_files[g], (int)g, g, t, n, NULL, 0, files, pr, d);
+}
+
+/* The bytes of n tensors' data (0 for one whose size overflows: the
+ * writer refuses it). */
+static int64_t data_bytes(const sc_tensor_view *t, int32_t n) {
+  int64_t total = 0, numel, bytes;
+  for (int32_t i = 0; i < n; i++)
+    if (sc_tensor_view_size(&t[i], &numel, &bytes)) total += bytes;
+  return total;
 }
 
 static sc_status write_manifest(const char *dir, const char *tmp, json_t *root, sc_diag *d) {
@@ -497,12 +513,18 @@ sc_status sc_ckpt_save(const char *dir, const sc_ckpt_state *st, const sc_ckpt_t
     json_decref(tensors);
     return s;
   }
+  sc_progress pr; /* the tensors' bytes written, and their rate */
+  sc_progress_begin(&pr, "saving checkpoint", data_bytes(weights, n_w) + data_bytes(opt, n_o),
+                    true);
   for (int g = 0; s == SC_OK && g < SC_CKPT_GROUP_COUNT; g++) {
-    s = write_group(dir, c.tmp, (sc_ckpt_group)g, groups[g], counts[g], files, d);
+    s = write_group(dir, c.tmp, (sc_ckpt_group)g, groups[g], counts[g], files, &pr, d);
     json_t *list = s == SC_OK ? tensor_list((sc_ckpt_group)g, groups[g], counts[g]) : NULL;
     if (s == SC_OK && (!list || json_object_set_new(tensors, k_groups[g], list))) s = nomem(d);
   }
-  return finish_save(dir, &c, root, files, tensors, s, d);
+  sc_progress_add(&pr, 0, "syncing");
+  s = finish_save(dir, &c, root, files, tensors, s, d);
+  sc_progress_end(&pr);
+  return s;
 }
 
 /* The shards' own fields, and every shard of a tensor of its first one's
@@ -591,7 +613,7 @@ static json_t *shard_lists(const sc_ckpt_shard *sh, int32_t n, const int32_t *ke
  * a load checks against the manifest. */
 static sc_status write_shard_file(const char *dir, const char *tmp, sc_ckpt_group g, int32_t w,
                                   const sc_ckpt_shard *sh, int32_t n, const int32_t *key,
-                                  int *n_written, json_t *files, sc_diag *d) {
+                                  int *n_written, json_t *files, sc_progress *pr, sc_diag *d) {
   char name[64], writer[16];
   shard_file_name(name, sizeof name, g, w);
   snprintf(writer, sizeof writer, "%d", (int)w);
@@ -614,7 +636,7 @@ static sc_status write_shard_file(const char *dir, const char *tmp, sc_ckpt_grou
   if (st == SC_OK && !text) st = nomem(d);
   if (st == SC_OK) {
     const sc_safetensors_meta more[] = {{"writer", writer}, {"boxes", text}};
-    st = write_tensor_file(dir, tmp, name, (*n_written)++, g, v, m, more, 2, files, d);
+    st = write_tensor_file(dir, tmp, name, (*n_written)++, g, v, m, more, 2, files, pr, d);
   }
   free(text); /* jansson's */
   json_decref(boxes);
@@ -669,6 +691,14 @@ sc_status sc_ckpt_shards_write(const char *dir, const char *tmp, const sc_ckpt_s
   s = key && files ? SC_OK : nomem(d);
   if (s == SC_OK && !(tensors = shard_lists(shards, n, key))) s = nomem(d);
   int written = 0;
+  int64_t total = 0; /* every shard's bytes, this writer's progress */
+  for (int32_t i = 0; i < n; i++) {
+    sc_tensor_view v = {.dtype = shards[i].dtype, .rank = shards[i].rank};
+    memcpy(v.dims, shards[i].shape, sizeof v.dims);
+    total += data_bytes(&v, 1);
+  }
+  sc_progress pr;
+  sc_progress_begin(&pr, "saving checkpoint", total, true);
   for (int g = 0; s == SC_OK && g < SC_CKPT_GROUP_COUNT; g++)
     for (int32_t w = 0; s == SC_OK && w <= 99999; w++) {
       bool any = false, more = false;
@@ -677,9 +707,10 @@ sc_status sc_ckpt_shards_write(const char *dir, const char *tmp, const sc_ckpt_s
         more |= shards[i].group == (sc_ckpt_group)g && shards[i].writer > w;
       }
       if (any) s = write_shard_file(dir, tmp, (sc_ckpt_group)g, w, shards, n, key, &written,
-                                    files, d);
+                                    files, &pr, d);
       if (!more) break;
     }
+  sc_progress_end(&pr);
   sc_free(key);
   json_t *root = s == SC_OK ? json_pack("{s:O, s:O}", "files", files, "tensors", tensors) : NULL;
   if (s == SC_OK && (!root || !(*part = json_dumps(root, JSON_COMPACT)))) s = nomem(d);
@@ -828,6 +859,7 @@ typedef struct loader {
   const char *dir;
   sc_diag *d;
   sc_ckpt *c;
+  sc_progress *progress; /* the files' bytes read */
 } loader;
 
 static sc_status get_count(loader *l, json_t *o, const char *key, const char *where, int64_t *out) {
@@ -902,7 +934,8 @@ static sc_status read_member(loader *l, const char *name, int64_t max_bytes, cha
                                 "inside its folder (not following it)", name);
   sc_diag fd;
   sc_diag_clear(&fd);
-  sc_status st = sc_file_read_all(path, name, max_bytes, data, n, &fd);
+  sc_progress_add(l->progress, 0, name);
+  sc_status st = sc_file_read_all_progress(path, name, max_bytes, data, n, l->progress, &fd);
   return st == SC_OK ? SC_OK : sc_diag_set_prefixed(l->d, st, l->dir, "%s", fd.msg);
 }
 
@@ -920,7 +953,7 @@ static sc_status read_checked(loader *l, json_t *e, const char *f, sc_safetensor
   size_t n = 0;
   sc_diag sub;
   sc_diag_clear(&sub);
-  loader quiet = {.dir = l->dir, .d = &sub, .c = l->c};
+  loader quiet = {.dir = l->dir, .d = &sub, .c = l->c, .progress = l->progress};
   st = read_member(&quiet, f, bytes + 1, &data, &n);
   if (st == SC_ERR_LIMIT)
     return sc_diag_set_prefixed(l->d, SC_ERR_INVALID, l->dir,
@@ -1275,12 +1308,21 @@ sc_status sc_ckpt_load(const char *dir, sc_ckpt **out, sc_diag *d) {
     st = sc_diag_set_prefixed(d, SC_ERR_PARSE, dir,
                               "%s: 'files' (array) or 'tensors' (object) missing", k_manifest);
   bool v2 = st == SC_OK && json_integer_value(json_object_get(root, "format_version")) == 2;
+  sc_progress pr; /* the bytes the manifest's files hold, read */
+  int64_t total = 0;
+  for (size_t i = 0; st == SC_OK && i < json_array_size(files); i++) {
+    json_int_t b = json_integer_value(json_object_get(json_array_get(files, i), "bytes"));
+    if (b > 0 && b <= k_max_int) total += b; /* checked again when read */
+  }
+  sc_progress_begin(&pr, "loading checkpoint", total, true);
+  l.progress = &pr;
   if (v2) st = load_v2(&l, files, tensors);
   for (int g = 0; !v2 && st == SC_OK && g < SC_CKPT_GROUP_COUNT; g++) {
     st = read_group_file(&l, files, (sc_ckpt_group)g);
     if (st == SC_OK)
       st = match_tensors(&l, json_object_get(tensors, k_groups[g]), (sc_ckpt_group)g);
   }
+  sc_progress_end(&pr);
   json_decref(root);
   if (st != SC_OK) {
     sc_ckpt_destroy(l.c);

@@ -36,6 +36,8 @@
 #include "runtime/dist.h"
 
 #include "codegen/cpu/cpu.h"
+#include "ir/pipe.h"
+#include "ir/progress.h"
 #include "ir/sharding.h"
 
 /* Most thread-ranks sc_dist_run_local starts. */
@@ -408,11 +410,17 @@ sc_status sc_dist_run_local(const sc_dist_program *dp, const sc_dist_opts *o, co
     if (!mods || !use) st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     sc_cpu_opts co;
     sc_cpu_opts_init(&co);
+    sc_progress pr; /* which stage's kernels of how many (ir/progress.h) */
+    sc_progress_begin(&pr, "compiling kernels", dp->n_stages, false);
     for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
+      char label[64];
+      sc_pipe_program_label(dp->pipe_chunks, s, dp->n_stages, label, sizeof label);
+      sc_progress_set(&pr, s, label);
       use[s] = dp->stages[s].kernels;
       if (!use[s] && (st = sc_cpu_jit(dp->stages[s].program, &co, &mods[s], d)) == SC_OK)
         use[s] = mods[s];
     }
+    sc_progress_end(&pr);
     opts.cpu_modules = use;
   }
   if (st == SC_OK) st = sc_comm_local_create_group((int)n, comms, d);

@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "codegen/cpu/cpu.h"
+#include "ir/pipe.h"
+#include "ir/progress.h"
 #include "ir/sharding.h"
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
@@ -424,13 +426,19 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
     t->mods = sc_calloc((size_t)dp->n_stages, sizeof *t->mods);
     t->kern = sc_calloc((size_t)dp->n_stages, sizeof *t->kern);
     if (!t->mods || !t->kern) st = nomem(d);
+    sc_progress pr; /* which piece's kernels of how many (ir/progress.h) */
+    sc_progress_begin(&pr, "compiling kernels", dp->n_stages, false);
     for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
       sc_cpu_opts co;
       sc_cpu_opts_init(&co);
+      char label[64];
+      sc_pipe_program_label(dp->pipe_chunks, s, dp->n_stages, label, sizeof label);
+      sc_progress_set(&pr, s, label);
       if (!(t->kern[s] = dp->stages[s].kernels) && cpu &&
           (st = sc_cpu_jit(dp->stages[s].program, &co, &t->mods[s], d)) == SC_OK)
         t->kern[s] = t->mods[s];
     }
+    sc_progress_end(&pr);
   } else if (st == SC_OK && !t->o.cpu_module && cpu) {
     sc_cpu_opts co;
     sc_cpu_opts_init(&co);

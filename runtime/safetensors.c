@@ -18,6 +18,7 @@
 
 #include "codegen/program_json.h"
 #include "ir/fileio.h"
+#include "ir/progress.h"
 #include "runtime/safetensors.h"
 
 /* X(sc_dtype suffix, safetensors name) */
@@ -320,15 +321,24 @@ typedef struct out_stream {
   int64_t bytes;
   bool ok;
   int err; /* errno of the failed write */
+  sc_progress *progress; /* or NULL */
 } out_stream;
 
+/* Writes in pieces of SC_FILE_READ_CHUNK bytes, so that progress moves
+ * within a large tensor. */
 static void put(out_stream *w, const void *p, size_t n) {
-  if (!w->ok || n == 0) return;
-  errno = 0;
-  w->ok = fwrite(p, 1, n, w->f) == n;
-  if (!w->ok) w->err = errno ? errno : EIO;
-  sc_sha256_update(&w->sha, p, n);
-  w->bytes += (int64_t)n;
+  const char *c = p;
+  while (w->ok && n > 0) {
+    size_t k = n < SC_FILE_READ_CHUNK ? n : SC_FILE_READ_CHUNK;
+    errno = 0;
+    w->ok = fwrite(c, 1, k, w->f) == k;
+    if (!w->ok) w->err = errno ? errno : EIO;
+    sc_sha256_update(&w->sha, c, k);
+    w->bytes += (int64_t)k;
+    if (w->progress) sc_progress_add(w->progress, (int64_t)k, NULL);
+    c += k;
+    n -= k;
+  }
 }
 
 /* Tensor order in the file: element size, largest first; stable. */
@@ -413,7 +423,7 @@ static sc_status check_tensor(const char *file, const sc_tensor_view *x, sc_diag
 sc_status sc_safetensors_write_stream(FILE *f, const char *name, const sc_tensor_view *tensors,
                                       int32_t n_tensors, const sc_safetensors_meta *meta,
                                       int32_t n_meta, uint8_t sha256[32], int64_t *bytes,
-                                      sc_diag *diag) {
+                                      sc_progress *progress, sc_diag *diag) {
   for (int32_t i = 0; i < n_tensors; i++) {
     sc_status st = check_tensor(name, &tensors[i], diag);
     if (st != SC_OK) return st;
@@ -432,6 +442,7 @@ sc_status sc_safetensors_write_stream(FILE *f, const char *name, const sc_tensor
     put(&w, le, 8);
     put(&w, text, len);
     put(&w, "        ", padded - len);
+    w.progress = progress; /* the tensors' bytes, what a caller's total counts */
     for (int32_t i = 0; i < n_tensors; i++) {
       int64_t numel, nb;
       sc_tensor_view_size(&tensors[ord[i]], &numel, &nb);
@@ -451,7 +462,8 @@ sc_status sc_safetensors_write(const char *path, const sc_tensor_view *tensors, 
   sc_file_commit c;
   sc_status st = sc_file_commit_begin(&c, path, diag);
   if (st != SC_OK) return st;
-  st = sc_safetensors_write_stream(c.f, path, tensors, n_tensors, meta, n_meta, NULL, NULL, diag);
+  st = sc_safetensors_write_stream(c.f, path, tensors, n_tensors, meta, n_meta, NULL, NULL, NULL,
+                                   diag);
   if (st != SC_OK) {
     sc_file_commit_abort(&c);
     return st;

@@ -89,15 +89,17 @@ const char *sc_safetensors_meta_get(const sc_safetensors *s, const char *key);
 void sc_safetensors_destroy(sc_safetensors *s);
 
 /* Writes the file to f (at its current position) and, when sha256 is not
- * NULL, the SHA-256 of every byte written; *bytes gets the file size.
+ * NULL, the SHA-256 of every byte written; *bytes gets the file size;
+ * progress (NULL: none; ir/progress.h) gets the bytes as they are written.
  * Refuses (SC_ERR_INVALID, naming the tensor) an empty or duplicate name,
  * "__metadata__" as a name, a dtype safetensors cannot name, a rank above
  * SC_MAX_RANK, a negative dim, NULL data for a non-empty tensor, and
  * metadata keys that repeat. name: the file name used in messages. */
+struct sc_progress;
 sc_status sc_safetensors_write_stream(FILE *f, const char *name, const sc_tensor_view *tensors,
                                       int32_t n_tensors, const sc_safetensors_meta *meta,
                                       int32_t n_meta, uint8_t sha256[32], int64_t *bytes,
-                                      sc_diag *diag);
+                                      struct sc_progress *progress, sc_diag *diag);
 /* The same into path, written under a temporary name and renamed into
  * place when complete (ir/fileio.h): path is never left half-written. */
 sc_status sc_safetensors_write(const char *path, const sc_tensor_view *tensors, int32_t n_tensors,

@@ -5,7 +5,10 @@
  *                 (driver/check.h's sc_check_import)
  *   fits          every rank's exact memory (the plan's: arena, state,
  *                 stash, constants, the device's lines) within the
- *                 cluster's device memory; skipped without --cluster
+ *                 cluster's device memory, planned for that device as
+ *                 `shardc plan --cluster` plans it (partition_args.h's
+ *                 sc_partition_args_target: a GPU cluster's CUDA device);
+ *                 skipped without --cluster
  *   performance   the predicted step (codegen/dist_sim.h, as `shardc plan
  *                 --cluster` predicts it) and every rank's memory against
  *                 --baseline, an earlier --report (driver/check.h compares
@@ -41,6 +44,7 @@
 #include "driver/check.h"
 #include "driver/train_memory.h"
 #include "ir/fileio.h"
+#include "ir/progress.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -55,7 +59,7 @@ static const char *const USAGE =
     "                       [--dim NAME=V]... [--baseline REPORT.json]\n"
     "                       [--max-time-regression P%] [--max-memory-regression P%]\n"
     "                       [--report OUT.json] [--junit OUT.xml] [--format text|json|github]\n"
-    "                       [--html OUT.html]\n"
+    "                       [--html OUT.html] [--quiet]\n"
     "                       [--no-weights] (and the options of shardc plan)";
 
 enum { MAX_ARGS = 1024 };
@@ -69,6 +73,9 @@ typedef struct check_args {
   const char *baseline, *report, *junit, *html;
   sc_check_thresholds th;
   out_format format;
+  sc_device_target target; /* what the memory is planned for: the cluster's
+                              GPU (partition_args.h's sc_partition_args_target,
+                              as shardc plan), else this host's CPU */
 } check_args;
 
 /* "5%", "5" or "0.5%" as the fraction 0.05; 2 after a usage error. */
@@ -131,6 +138,10 @@ static int split_args(int argc, char **argv, check_args *a, char **rest, int *n_
         i++;
         continue;
       }
+      if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
+        i++; /* no progress line (main.c) */
+        continue;
+      }
       if (strncmp(argv[i], "--global-batch", 14) == 0)
         return sc_cli_usage_error("check takes the global batch as the batch dim's --dim "
                                   "NAME=B (as run, compile and train with --mesh auto)");
@@ -159,6 +170,7 @@ static int build(check_args *a, const sc_partition_args *pa, const sc_cli_opts *
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, pa);
   bs.compile.quiet = true;
+  sc_build_setup_target(&bs, &a->target); /* as shardc plan compiles for it */
   bs.build.no_weights = o->no_weights;
   bs.build.stats = true; /* the blocks' figures */
   *out = NULL;
@@ -171,41 +183,20 @@ static int build(check_args *a, const sc_partition_args *pa, const sc_cli_opts *
 
 static double elapsed(double t0) { return sc_cli_now_s() - t0; }
 
+/* Check id begins: said on the progress line; its start time. */
+static double start(sc_progress *pr, sc_check_id id) {
+  sc_progress_set(pr, id, sc_check_name(id));
+  return sc_cli_now_s();
+}
+
 /* ---- the figures: memory per rank, the predicted step, collectives ---- */
 
-/* Inference: each stage's ranks alike, their device lines and weights. */
-static sc_status stage_memory(const sc_build *b, const sc_device_target *t, sc_rank_memory **out,
-                              int32_t *n, sc_diag *d) {
-  const sc_dist_program *dp = b->program;
-  sc_rank_memory *m = sc_calloc((size_t)dp->n_stages, sizeof *m);
-  if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  for (int32_t s = 0; s < dp->n_stages; s++) {
-    const sc_program *p = dp->stages[s].program;
-    sc_device_memory dm;
-    sc_status st = sc_device_memory_plan(p, t, &dm, d);
-    if (st != SC_OK) {
-      sc_free(m);
-      return st;
-    }
-    snprintf(m[s].rank, sizeof m[s].rank, dp->n_stages > 1 ? "stage %d" : "rank 0", (int)s);
-    for (int l = 0; l < SC_MEM_LINE_COUNT && m[s].n_parts < SC_RANK_MEMORY_MAX_PARTS; l++) {
-      if (!dm.bytes[l]) continue;
-      m[s].parts[m[s].n_parts].name = sc_mem_line_name((sc_mem_line)l);
-      m[s].parts[m[s].n_parts++].bytes = dm.bytes[l];
-      m[s].total += dm.bytes[l];
-    }
-    int64_t w = 0;
-    for (int32_t i = 0; i < p->n_buffers; i++)
-      if (p->buffers[i].kind == SC_BUF_CONST) w += p->buffers[i].bytes;
-    if (m[s].n_parts < SC_RANK_MEMORY_MAX_PARTS) {
-      m[s].parts[m[s].n_parts].name = "weights";
-      m[s].parts[m[s].n_parts++].bytes = w;
-    }
-    m[s].total += w;
-  }
-  *out = m;
-  *n = dp->n_stages;
-  return SC_OK;
+/* Each rank's memory on target t as shardc plan counts it: the training
+ * step's (plan_train.h), else each stage's (plan_predict.h). */
+static sc_status rank_memory(const check_args *a, const sc_build *b, const sc_device_target *t,
+                             sc_rank_memory **out, int32_t *n, sc_diag *d) {
+  return a->train ? sc_plan_train_rank_memory(b, t, out, n, d)
+                  : sc_plan_stage_memory(b->program, t, out, n, d);
 }
 
 static const char *const COMM_NAMES[SC_COMM_KIND_COUNT] = {
@@ -391,7 +382,7 @@ static int64_t host_memory(void) {
 }
 
 static void check_equivalence(sc_check_report *r, check_args *a, const sc_cli_opts *o,
-                              sc_build *mesh_build, const sc_rank_memory *mem, int32_t n_mem) {
+                              sc_build *mesh_build) {
   const sc_check_id C = SC_CHECK_EQUIVALENCE;
   if (!a->train) {
     sc_check_set(r, C, SC_CHECK_SKIPPED, "it trains a few steps: give --train");
@@ -405,11 +396,26 @@ static void check_equivalence(sc_check_report *r, check_args *a, const sc_cli_op
     sc_check_set(r, C, SC_CHECK_SKIPPED, "--no-weights: the steps need the weights");
     return;
   }
-  /* every rank's memory (a pipeline rank's stands for its data and tensor
-   * parallel group) twice: the one-rank step needs about as much */
+  /* every rank's memory on this host's CPU, where the steps run (not the
+   * cluster's GPU: no context, no NCCL buffers; a pipeline rank's stands for
+   * its data and tensor parallel group) twice: the one-rank step needs
+   * about as much */
   const sc_dist_program *dp = mesh_build->program;
+  sc_device_target host_target;
+  sc_runtime_target_host(&host_target);
+  sc_rank_memory *mem = NULL;
+  int32_t n_mem = 0;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (rank_memory(a, mesh_build, &host_target, &mem, &n_mem, &d) != SC_OK) {
+    char msg[2048];
+    sc_diag_format(&d, msg, sizeof msg);
+    sc_check_set(r, C, SC_CHECK_FAILED, "the memory plan on this host failed: %s", msg);
+    return;
+  }
   int64_t per_row = n_mem > 0 ? dp->mesh.n_ranks / n_mem : 0, need = 0, host = host_memory();
   for (int32_t i = 0; i < n_mem; i++) need += mem[i].total * per_row;
+  sc_free(mem);
   need *= 2;
   if (host <= 0 || need > host / 2) {
     char a1[32], a2[32];
@@ -588,14 +594,12 @@ static int write_file(const char *path, const sc_check_report *r, bool junit) {
  * writes it (plan_train.h's sc_plan_train_html with --train, plan_html.h's
  * sc_plan_infer_html otherwise). */
 static int write_html(const check_args *a, const sc_build *b, const char *file) {
-  sc_device_target target; /* as the fits check planned the memory */
-  sc_runtime_target_host(&target);
-  sc_diag d = {0};
+  sc_diag d = {0}; /* the memory planned as the fits check planned it */
   sc_diag_clear(&d);
-  sc_status st = a->train ? sc_plan_train_html(b, &a->ta.t, &target, file, "shardc check --train",
-                                               NULL, 0, a->html, &d)
-                          : sc_plan_infer_html(b, &target, file, "shardc check", NULL, 0, a->html,
-                                               &d);
+  sc_status st = a->train ? sc_plan_train_html(b, &a->ta.t, &a->target, file,
+                                               "shardc check --train", NULL, 0, a->html, &d)
+                          : sc_plan_infer_html(b, &a->target, file, "shardc check", NULL, 0,
+                                               a->html, &d);
   return st == SC_OK ? 0 : sc_cli_report(&d, file);
 }
 
@@ -622,6 +626,7 @@ static int print_help(void) {
          "  --junit OUT.xml         write JUnit XML, one testcase per check\n"
          "  --format text|json|github  what is printed (github: workflow annotations)\n"
          "  --html OUT.html         write the page of the plan checked (shardc plan --html's)\n"
+         "  --quiet, -q             no progress line on a terminal's stderr (docs/cli.md)\n"
          "Exit status: 0 nothing failed, 1 a check failed, 2 usage (docs/ci.md).\n",
          USAGE, SC_CHECK_EQUIV_STEPS);
   return 0;
@@ -653,6 +658,9 @@ int sc_cmd_check(int argc, char **argv) {
                               "--mesh auto (or --train)");
   if (a.baseline && access(a.baseline, R_OK) != 0)
     return sc_cli_usage_error("--baseline %s: no such file", a.baseline);
+  /* the memory of the cluster's device, as shardc plan plans it */
+  sc_runtime_target_host(&a.target);
+  sc_partition_args_target(&a.pa, &a.target);
 
   sc_check_report r;
   sc_check_report_init(&r);
@@ -663,12 +671,14 @@ int sc_cmd_check(int argc, char **argv) {
   sc_build *b = NULL;
   sc_rank_memory *mem = NULL;
   int32_t n_mem = 0;
-  double t0 = sc_cli_now_s();
+  sc_progress pr; /* which check of how many (ir/progress.h): a terminal's line */
+  sc_progress_begin(&pr, "check", SC_CHECK_COUNT, false);
+  double t0 = start(&pr, SC_CHECK_IMPORT);
   sc_check_import(&r, o.file);
   r.checks[SC_CHECK_IMPORT].seconds = elapsed(t0);
   const char *why = NULL;
   if (r.checks[SC_CHECK_IMPORT].state == SC_CHECK_FAILED) why = "the model does not import";
-  t0 = sc_cli_now_s();
+  t0 = start(&pr, SC_CHECK_FITS);
   if (!why && (rc = build(&a, &a.pa, &o, &b)) != 0) {
     if (rc == 2) goto done; /* a usage error, printed */
     sc_check_set(&r, SC_CHECK_FITS, SC_CHECK_FAILED, "the plan does not build: %s",
@@ -676,12 +686,9 @@ int sc_cmd_check(int argc, char **argv) {
     why = "the plan does not build";
   }
   if (!why) {
-    sc_device_target target;
-    sc_runtime_target_host(&target);
     sc_diag d = {0};
     sc_diag_clear(&d);
-    sc_status st = a.train ? sc_plan_train_rank_memory(b, &target, &mem, &n_mem, &d)
-                           : stage_memory(b, &target, &mem, &n_mem, &d);
+    sc_status st = rank_memory(&a, b, &a.target, &mem, &n_mem, &d);
     int64_t peak = 0;
     for (int32_t i = 0; st == SC_OK && i < n_mem; i++) {
       char name[160];
@@ -696,7 +703,7 @@ int sc_cmd_check(int argc, char **argv) {
     if (st == SC_OK) st = collective_metrics(b, &r, &d);
     if (st == SC_OK && (st = block_metrics(b, &r)) != SC_OK && d.status == SC_OK)
       sc_diag_set(&d, st, NULL, NULL, "the blocks' figures: %s", b->graph->diag.msg);
-    if (st == SC_OK && a.train) st = sc_plan_train_predict(b, &a.ta.t, &target, &d);
+    if (st == SC_OK && a.train) st = sc_plan_train_predict(b, &a.ta.t, &a.target, &d);
     else if (st == SC_OK && b->plan && b->plan->cluster) sc_dist_sim_to_plan(b->program, b->plan, peak);
     if (st != SC_OK) {
       char msg[2048];
@@ -711,16 +718,17 @@ int sc_cmd_check(int argc, char **argv) {
   }
   r.checks[SC_CHECK_FITS].seconds = elapsed(t0);
   if (!why) {
-    t0 = sc_cli_now_s();
+    t0 = start(&pr, SC_CHECK_PERFORMANCE);
     check_performance(&r, b, &a);
     r.checks[SC_CHECK_PERFORMANCE].seconds = elapsed(t0);
-    t0 = sc_cli_now_s();
-    check_equivalence(&r, &a, &o, b, mem, n_mem);
+    t0 = start(&pr, SC_CHECK_EQUIVALENCE);
+    check_equivalence(&r, &a, &o, b);
     r.checks[SC_CHECK_EQUIVALENCE].seconds = elapsed(t0);
-    t0 = sc_cli_now_s();
+    t0 = start(&pr, SC_CHECK_REPRODUCIBLE);
     check_reproducible(&r, &a, &o, b);
     r.checks[SC_CHECK_REPRODUCIBLE].seconds = elapsed(t0);
   }
+  sc_progress_end(&pr); /* erased before the report is printed */
   for (int i = 0; i < SC_CHECK_COUNT; i++) /* never silently passed */
     if (r.checks[i].state == SC_CHECK_NOT_RUN)
       sc_check_set(&r, (sc_check_id)i, SC_CHECK_SKIPPED, "not run: %s", why ? why : "?");
@@ -738,6 +746,7 @@ int sc_cmd_check(int argc, char **argv) {
   if (a.junit && write_file(a.junit, &r, true)) rc = 1;
   if (a.html && !why && write_html(&a, b, o.file)) rc = 1;
 done:
+  sc_progress_end(&pr);
   sc_free(mem);
   sc_build_destroy(b);
   sc_check_report_free(&r);

@@ -14,17 +14,30 @@
 
 #include "codegen/device_memory.h"
 #include "ir/mesh.h"
+#include "ir/progress.h"
 #include "passes/stats.h"
 #include "runtime/runtime.h"
 
 int sc_cli_usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  sc_progress_clear(); /* the error on a line of its own */
   fputs("shardc: error: ", stderr);
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
   va_end(ap);
   return 2;
+}
+
+int64_t sc_cli_launcher_rank(bool any_launcher) {
+  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "RANK", "SLURM_PROCID"};
+  size_t n_vars = any_launcher ? 5 : 3;
+  int64_t n;
+  for (size_t k = 0; k < n_vars; k++) {
+    const char *v = getenv(vars[k]);
+    if (v && sc_cli_parse_i64(v, 0, INT64_MAX, &n)) return n;
+  }
+  return 0;
 }
 
 int sc_cli_parse_number(const char *opt, const char *v, double *out) {
@@ -41,6 +54,7 @@ int sc_cli_report(const sc_diag *d, const char *file) {
   if (!copy.file[0] && file) sc_diag_set_file(&copy, file);
   char buf[2048];
   sc_diag_format(&copy, buf, sizeof buf);
+  sc_progress_clear(); /* the error on a line of its own */
   fprintf(stderr, "shardc: error: %s\n", buf);
   return copy.status == SC_ERR_USAGE ? 2 : 1;
 }

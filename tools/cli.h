@@ -62,6 +62,11 @@ const char *sc_cli_opt_value(int argc, char **argv, int *i, const char *name, bo
 int sc_cli_parse_number(const char *opt, const char *v, double *out);
 /* Whether s is a whole decimal integer in [lo, hi]; if so stores it. */
 bool sc_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* This process's rank in the job a launcher started: mpirun's
+ * (OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK), and with any_launcher also
+ * torchrun's or a script's RANK and Slurm's SLURM_PROCID (--comm tcp);
+ * 0 when none says. */
+int64_t sc_cli_launcher_rank(bool any_launcher);
 /* 1234567 -> "1,234,567" into buf. */
 void sc_cli_format_count(int64_t v, char *buf, size_t n);
 /* A duration in s, ms or us, three decimals ("1.250 ms"), into buf. */

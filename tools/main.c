@@ -7,13 +7,22 @@
  * the temporary paths then dies of the same signal, so an interrupted
  * compile, run or plan leaves no half-written bundle or truncated file.
  * While several files are renamed as one commit (run's outputs) the
- * signal waits for the last rename (sc_tmp_defer_signal). */
+ * signal waits for the last rename (sc_tmp_defer_signal).
+ *
+ * Long work (a build's compiles, a checkpoint's bytes, check's checks)
+ * draws one progress line on stderr (ir/progress.h) when stderr is a
+ * terminal, TERM is set and not "dumb", the command was not given --quiet
+ * (-q) and the process is not a rank other than 0 of a launched job;
+ * otherwise nothing of it is written. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "cli.h"
 #include "commands.h"
 #include "ir/fileio.h"
+#include "ir/progress.h"
 
 #ifndef SHARDC_VERSION
 #define SHARDC_VERSION "0.1.0"
@@ -59,6 +68,8 @@ static void on_signal(int sig) {
     return;
   }
   sc_tmp_remove_all();
+  if (sc_progress_enabled()) /* the prompt after us starts on a clean line */
+    (void)!write(STDERR_FILENO, "\r\033[K", 4);
   signal(sig, SIG_DFL); /* SA_RESETHAND did too; die of sig as without us */
   raise(sig);
 }
@@ -93,6 +104,12 @@ int main(int argc, char **argv) {
     printf("shardc %s\n", SHARDC_VERSION);
     return 0;
   }
+  /* --quiet or -q among the command's options; one rank of a job draws
+   * (its ranks may share a terminal) */
+  bool quiet = sc_cli_launcher_rank(true) > 0;
+  for (int i = 2; i < argc && strcmp(argv[i], "--") != 0; i++)
+    quiet |= strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0;
+  sc_progress_setup(STDERR_FILENO, quiet);
   for (int i = 0; i < N_COMMANDS; i++)
     if (strcmp(argv[1], COMMANDS[i].name) == 0) return COMMANDS[i].run(argc - 1, argv + 1);
   fprintf(stderr, "shardc: error: unknown command '%s' (see 'shardc --help')\n", argv[1]);

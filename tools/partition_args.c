@@ -307,6 +307,31 @@ void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts,
   s->build.compile = &s->compile;
 }
 
+bool sc_partition_args_target(const sc_partition_args *p, sc_device_target *t) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (p->cluster_loaded) return sc_device_target_of_cluster(p->cluster_loaded, t);
+  if (p->plan_file && !p->cluster) { /* a replay: the plan's preset */
+    sc_plan *pl = NULL;
+    bool gpu = sc_plan_read_json_file(p->plan_file, NULL, &pl, &d) == SC_OK && pl->cluster &&
+               pl->cluster_figures.nodes > 0 &&
+               sc_device_target_of_cluster(&pl->cluster_figures, t);
+    sc_plan_destroy(pl);
+    return gpu;
+  }
+  if (!p->cluster) return false;
+  sc_cluster *c = sc_malloc(sizeof *c);
+  bool gpu = c && sc_cluster_load(p->cluster, c, &d) == SC_OK &&
+             sc_device_target_of_cluster(c, t);
+  sc_free(c);
+  return gpu;
+}
+
+void sc_build_setup_target(sc_build_setup *s, const sc_device_target *t) {
+  bool cpu = !t->device || strcmp(t->device, "cpu") == 0;
+  s->compile.workspace_bytes = cpu ? 0 : SC_GEMM_WORKSPACE_BYTES;
+}
+
 int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
                             sc_build_opts *bo, sc_build **out, sc_diag *unreported) {
   *out = NULL;

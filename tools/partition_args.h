@@ -45,6 +45,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "codegen/device_memory.h"
 #include "driver/driver.h"
 #include "passes/plan/cluster.h"
 #include "runtime/comm.h"
@@ -109,6 +110,23 @@ typedef struct sc_build_setup {
 /* p (may be NULL): --no-overlap turns compile.overlap off. */
 void sc_build_setup_init(sc_build_setup *s, const sc_cli_opts *opts,
                          const sc_partition_args *p);
+
+/* The device a plan with p is made for, as `shardc plan` and `shardc check`
+ * plan its memory (one path, so that the two agree): on a GPU cluster
+ * (--cluster C, the cluster --mesh auto loaded, or the preset a replayed
+ * --plan FILE was placed on) *t becomes the CUDA target for it
+ * (codegen/device_memory.h: sc_device_target_of_cluster) and true; else *t
+ * is left as the caller set it (this host's CPU target) and false. A
+ * cluster or plan that cannot be read is left to the build, which reports
+ * it. */
+bool sc_partition_args_target(const sc_partition_args *p, sc_device_target *t);
+/* Sets s's compile options as programs for target t are compiled, as
+ * `shardc train --device` compiles them: on a CUDA target cuBLASLt's
+ * workspace reserved in the arena (SC_GEMM_WORKSPACE_BYTES), none on the
+ * CPU. (Binding a pipelined step's state outside the arena, bind_state, is
+ * the caller's: a bundle cannot hold it; with a --cluster the driver never
+ * binds.) */
+void sc_build_setup_target(sc_build_setup *s, const sc_device_target *t);
 
 /* Builds the model of opts (import → ... → distributed program) with the
  * partitioning options p (none: one rank). bo: the fields the subcommand

@@ -721,38 +721,16 @@ sc_status sc_plan_infer_html(const sc_build *b, const sc_device_target *target, 
   return st;
 }
 
-/* --cluster C of a GPU, or a --plan FILE placed on a GPU preset: *t
- * becomes the CUDA target for it (true). A cluster or plan that cannot be
- * read is left to the build, which reports it. */
-static bool cluster_target(const sc_partition_args *pa, sc_device_target *t) {
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  if (pa->plan_file && !pa->cluster) { /* a replay: the plan's preset */
-    sc_plan *pl = NULL;
-    bool gpu = sc_plan_read_json_file(pa->plan_file, NULL, &pl, &d) == SC_OK && pl->cluster &&
-               pl->cluster_figures.nodes > 0 &&
-               sc_device_target_of_cluster(&pl->cluster_figures, t);
-    sc_plan_destroy(pl);
-    return gpu;
-  }
-  if (!pa->cluster) return false;
-  sc_cluster *c = sc_malloc(sizeof *c);
-  bool gpu = c && sc_cluster_load(pa->cluster, c, &d) == SC_OK &&
-             sc_device_target_of_cluster(c, t);
-  sc_free(c);
-  return gpu;
-}
-
 /* --train: the training step's memory (per rank with --mesh). */
 static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o,
-                      bool table, const char *html, const sc_device_target *target, bool gpu) {
+                      bool table, const char *html, const sc_device_target *target) {
   if (o->dot) return sc_cli_usage_error("plan --train does not take --dot");
   int rc = sc_train_args_finish(ta);
   if (rc) return rc;
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, p);
   bs.compile.quiet = true;
-  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  sc_build_setup_target(&bs, target); /* as shardc train compiles for it */
   bs.compile.bind_state = strcmp(target->device, "cpu") == 0; /* as shardc train does */
   bs.build.no_weights = o->no_weights;
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
@@ -794,8 +772,8 @@ int sc_cmd_plan(int argc, char **argv) {
   if (o.help) return print_help();
   /* a GPU cluster: the memory is the CUDA device's, whose arena holds
    * cuBLASLt's workspace as `shardc train --device cuda` plans it */
-  bool gpu = cluster_target(&p, &target);
-  if (train) return plan_train(&p, &ta, &o, table, html, &target, gpu);
+  sc_partition_args_target(&p, &target);
+  if (train) return plan_train(&p, &ta, &o, table, html, &target);
   if (table) return sc_cli_usage_error("--schedule-table needs --train (a pipelined step)");
   if (ta.first) return sc_cli_usage_error("%s needs --train", ta.first);
   if (!sc_partition_args_active(&p))
@@ -804,7 +782,7 @@ int sc_cmd_plan(int argc, char **argv) {
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
-  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  sc_build_setup_target(&bs, &target);
   bs.build.no_weights = o.no_weights;
   bs.build.stats = true; /* for the block names only */
   sc_build *b = NULL;

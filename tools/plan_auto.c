@@ -1194,18 +1194,15 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     }
     sc_diag hd = {0};
     sc_diag_clear(&hd);
+    /* the target choose() predicted the plans for (a GPU cluster's CUDA
+     * device), so that the page's prediction is the table's exact one */
     sc_device_target target;
     sc_runtime_target_host(&target);
-    sc_status hs;
-    if (a.train) {
-      hs = sc_plan_train_html(ex.b, &ta.t, &target, o.file, "shardc plan --auto", cands,
-                              n_shown, a.html, &hd);
-    } else { /* the target choose() predicted the inference plans for, so
-                that the page's prediction is the table's exact one */
-      sc_device_target_of_cluster(&cluster, &target);
-      hs = sc_plan_infer_html(ex.b, &target, o.file, "shardc plan --auto", cands, n_shown,
-                              a.html, &hd);
-    }
+    sc_device_target_of_cluster(&cluster, &target);
+    sc_status hs = a.train ? sc_plan_train_html(ex.b, &ta.t, &target, o.file,
+                                                "shardc plan --auto", cands, n_shown, a.html, &hd)
+                           : sc_plan_infer_html(ex.b, &target, o.file, "shardc plan --auto",
+                                                cands, n_shown, a.html, &hd);
     if (hs != SC_OK) {
       sc_build_destroy(ex.b);
       sc_free(r);

@@ -94,21 +94,51 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
          "behind compute are not counted); bubble: waiting for a neighbour's hand-off\n");
 }
 
-/* The largest rank's memory: its stage's device lines (the arena among
- * them) and its weights, as the per-rank memory table prints them; 0 when
- * a stage's device lines cannot be had. */
-int64_t sc_plan_peak_rank_bytes(const sc_dist_program *dp, const sc_device_target *t) {
-  int64_t most = 0;
+static void add_part(sc_rank_memory *m, const char *name, int64_t bytes) {
+  if (m->n_parts < SC_RANK_MEMORY_MAX_PARTS) {
+    m->parts[m->n_parts].name = name;
+    m->parts[m->n_parts++].bytes = bytes;
+  }
+  m->total += bytes;
+}
+
+sc_status sc_plan_stage_memory(const sc_dist_program *dp, const sc_device_target *t,
+                               sc_rank_memory **out, int32_t *n, sc_diag *d) {
+  *out = NULL;
+  *n = 0;
+  sc_rank_memory *m = sc_calloc(dp->n_stages > 0 ? (size_t)dp->n_stages : 1, sizeof *m);
+  if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t s = 0; s < dp->n_stages; s++) {
     const sc_program *p = dp->stages[s].program;
+    snprintf(m[s].rank, sizeof m[s].rank, dp->n_stages > 1 ? "stage %d" : "rank 0", (int)s);
     if (!p) continue;
     sc_device_memory dm;
-    sc_diag d = {0};
-    if (sc_device_memory_plan(p, t, &dm, &d) != SC_OK) return 0;
-    int64_t total = sc_device_memory_total(&dm);
+    sc_status st = sc_device_memory_plan(p, t, &dm, d);
+    if (st != SC_OK) {
+      sc_free(m);
+      return st;
+    }
+    for (int l = 0; l < SC_MEM_LINE_COUNT; l++)
+      if (dm.bytes[l]) add_part(&m[s], sc_mem_line_name((sc_mem_line)l), dm.bytes[l]);
+    int64_t w = 0;
     for (int32_t i = 0; i < p->n_buffers; i++)
-      if (p->buffers[i].kind == SC_BUF_CONST) total += p->buffers[i].bytes;
-    if (total > most) most = total;
+      if (p->buffers[i].kind == SC_BUF_CONST) w += p->buffers[i].bytes;
+    add_part(&m[s], "weights", w);
   }
+  *out = m;
+  *n = dp->n_stages;
+  return SC_OK;
+}
+
+int64_t sc_plan_peak_rank_bytes(const sc_dist_program *dp, const sc_device_target *t) {
+  sc_rank_memory *m = NULL;
+  int32_t n = 0;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_plan_stage_memory(dp, t, &m, &n, &d) != SC_OK) return 0;
+  int64_t most = 0;
+  for (int32_t s = 0; s < n; s++)
+    if (m[s].total > most) most = m[s].total;
+  sc_free(m);
   return most;
 }

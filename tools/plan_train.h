@@ -8,6 +8,7 @@
 #include "codegen/device_memory.h"
 #include "driver/driver.h"
 #include "tools/plan_html.h"
+#include "tools/plan_predict.h"
 
 /* b: a build with opts.train and codegen (one rank, a mesh, or a pipelined
  * step: then per pipeline rank, and with table every rank's action list).
@@ -16,23 +17,14 @@
 int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
                          const char *file, const sc_device_target *target);
 
-/* One rank's memory in the training step, as the reports count it, in
- * parts that sum to total: per pipeline rank (a pipelined step) the one
- * arena its pieces share, the state it keeps, the handed-over values it
- * keeps at once (its stash and the step's values) and the device's lines
- * beside the arena; else the one program's classes live at the peak
- * (driver/train_memory.h), what placement loses, the constants and the
- * device's lines. parts[].name are static strings. */
-enum { SC_RANK_MEMORY_MAX_PARTS = 16 };
-typedef struct sc_rank_memory {
-  char rank[48];  /* "pipeline rank 1", "rank 0" (every rank alike) */
-  int64_t total;
-  int32_t n_parts;
-  struct {
-    const char *name;
-    int64_t bytes;
-  } parts[SC_RANK_MEMORY_MAX_PARTS];
-} sc_rank_memory;
+/* One rank's memory in the training step (plan_predict.h's
+ * sc_rank_memory), as the reports count it, in parts that sum to total:
+ * per pipeline rank (a pipelined step) the one arena its pieces share, the
+ * state it keeps, the handed-over values it keeps at once (its stash and
+ * the step's values) and the device's lines beside the arena; else the one
+ * program's classes live at the peak (driver/train_memory.h), what
+ * placement loses, the device's workspace reserved in the arena (a CUDA
+ * target's cuBLASLt workspace), the constants and the device's lines. */
 /* b's ranks' memory into a new sc_malloc'd array (*out, *n rows: one per
  * pipeline rank, or one). Errors: the memory plan's. */
 sc_status sc_plan_train_rank_memory(const sc_build *b, const sc_device_target *target,

@@ -321,17 +321,6 @@ static int64_t launcher_size(void) {
   return rank && sc_cli_parse_i64(rank, 1, INT64_MAX, &n) ? n + 1 : 1;
 }
 
-/* This process's rank in the MPI job mpirun started, or 0. */
-static int64_t launcher_rank(void) {
-  const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"};
-  int64_t n;
-  for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
-    const char *v = getenv(vars[k]);
-    if (v && sc_cli_parse_i64(v, 0, INT64_MAX, &n)) return n;
-  }
-  return 0;
-}
-
 /* Checks that need no model (they create nothing): --comm mpi comes
  * with a mesh and mpirun with --comm mpi, the output directory exists or
  * can be created (it is created, parents too, when the outputs are
@@ -852,7 +841,7 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   double t0 = now_ms();
   int rc = build_model(r, o, &bs.build, &b);
   if (rc) return rc;
-  if (launcher_rank() == 0) /* once, not once per process */
+  if (sc_cli_launcher_rank(false) == 0) /* once, not once per process */
     sc_partition_print_fallbacks(b->part, stderr, "shardc: warning: ");
   rc = run_dist(r, o, b->program, now_ms() - t0);
   sc_build_destroy(b);

@@ -23,6 +23,7 @@
 #include <llvm-c/Transforms/PassBuilder.h>
 
 #include "codegen/cpu/cpu_internal.h"
+#include "ir/progress.h"
 
 static pthread_once_t llvm_once = PTHREAD_ONCE_INIT;
 static bool llvm_ok;
@@ -131,13 +132,18 @@ sc_status sc_cpu_build_module(const sc_program *p, const sc_cpu_opts *o,
   LLVMSetModuleDataLayout(m, dl);
   LLVMDisposeTargetData(dl);
 
+  sc_progress pr; /* each kernel emitted, then the module optimised */
+  sc_progress_begin(&pr, "LLVM IR", p->n_kernels, false);
   for (int32_t i = 0; i < p->n_kernels; i++) {
+    sc_progress_set(&pr, i, p->kernels[i]->name);
     sc_status st = sc_cpu_emit_kernel(m, tm, p, p->kernels[i], diag);
     if (st != SC_OK) {
+      sc_progress_end(&pr);
       LLVMDisposeModule(m);
       return st;
     }
   }
+  sc_progress_set(&pr, p->n_kernels, "optimising");
 
   char *msg = NULL;
   if (LLVMVerifyModule(m, LLVMReturnStatusAction, &msg)) {
@@ -147,6 +153,7 @@ sc_status sc_cpu_build_module(const sc_program *p, const sc_cpu_opts *o,
                 msg ? msg : "");
     LLVMDisposeMessage(msg);
     LLVMDisposeModule(m);
+    sc_progress_end(&pr);
     return SC_ERR_INVALID;
   }
   LLVMDisposeMessage(msg);
@@ -166,6 +173,7 @@ sc_status sc_cpu_build_module(const sc_program *p, const sc_cpu_opts *o,
   LLVMPassBuilderOptionsSetLoopUnrolling(pbo, 0);
   LLVMErrorRef err = LLVMRunPasses(m, pipeline, tm, pbo);
   LLVMDisposePassBuilderOptions(pbo);
+  sc_progress_end(&pr);
   if (err) {
     LLVMDisposeModule(m);
     return sc_cpu_llvm_error(diag, err, "optimisation pipeline");

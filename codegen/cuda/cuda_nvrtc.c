@@ -24,6 +24,7 @@
 #include <nvrtc.h>
 
 #include "codegen/cuda/cuda.h"
+#include "ir/progress.h"
 
 #ifndef SHARDC_CUDA_HOME
 #define SHARDC_CUDA_HOME "/usr/local/cuda"
@@ -153,7 +154,11 @@ sc_status sc_cuda_compile(const char *src, const char *arch, bool cubin, char **
 
   NVRTC_CHECK(nvrtcCreateProgram(&prog, src, "shardc_kernels.cu", 0, NULL, NULL), diag);
   created = true;
+  sc_progress pr; /* one call, as long as it takes: said while it runs */
+  sc_progress_begin(&pr, "NVRTC", 0, false);
+  sc_progress_set(&pr, 0, arch);
   nvrtcResult crc = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+  sc_progress_end(&pr);
   size_t log_n = 0;
   NVRTC_CHECK(nvrtcGetProgramLogSize(prog, &log_n), diag);
   lg = sc_malloc(log_n + 1);

@@ -326,6 +326,12 @@ def main():
                      "--global-batch", "16", "--precision", "bf16", "--optimizer", "adamw"],
                     h("auto"))
         n_cand = len(page_data(auto)["candidates"] or [])
+        ad = page_data(auto)
+        chosen = [c for c in ad["candidates"] or [] if c.get("chosen")]
+        top = max((sum(b["bytes"]) for b in ad["memory"]["bars"]), default=0)
+        check(chosen and top == chosen[0]["peak_bytes"],
+              f"plan --auto --html: the largest bar is the chosen plan's exact peak on the GPU "
+              f"({top} vs {chosen[0]['peak_bytes'] if chosen else '?'})")
         pages.append((auto, "1.5B GPT plan --auto", dict(lanes=None, bars=None,
                                                          candidates=n_cand, shot="auto")))
         big = plan([GPT_1P5B, "--no-weights", "--train", "--dim", "batch=256", "--mesh",
