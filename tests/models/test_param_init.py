@@ -26,6 +26,7 @@ values are the same for any mesh.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -164,6 +165,7 @@ def main():
               f"{8 * state / 2**20:.0f} MiB if every rank held it")
         check(params > 15_000_000 and 0 < rss < 0.5 * 8 * state,
               f"peak RSS {rss} not below half of 8 x {state}")
+    shutil.rmtree(tmp, ignore_errors=True)
     return finish()
 
 
