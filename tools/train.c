@@ -99,6 +99,7 @@ typedef struct train_args {
   sc_device_choice dev; /* --device, --no-cuda-graph, --gpu-arch */
   sc_param_init init;   /* --init rules, --seed */
   bool residual_scale;  /* --init-residual-scale */
+  bool seed_given;      /* --seed */
 } train_args;
 
 /* Takes train's own options out of argv (the step's with train_args.h);
@@ -155,6 +156,7 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
       if (!missing && !sc_cli_parse_i64(v, 0, INT64_MAX, &seed))
         return sc_cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
       if (!missing) a->init.seed = (uint64_t)seed;
+      a->seed_given = true;
     } else if (strcmp(arg, "--init-residual-scale") == 0) {
       a->residual_scale = true;
     } else if (VALUE("--labels")) a->labels = v;
@@ -824,9 +826,11 @@ int sc_cmd_train(int argc, char **argv) {
     rc = sc_cli_usage_error("cross-entropy needs --labels FILE.npy");
   if (strcmp(m->loss, "mse") == 0 && !a.targets)
     rc = sc_cli_usage_error("mse needs --targets FILE.npy");
-  if (!rc && (a.init.n_rules || a.residual_scale))
+  if (!rc && (a.init.n_rules || a.residual_scale || a.seed_given))
     rc = a.init.n_rules ? setup_init(&a, &o, &src, &roles)
-                        : sc_cli_usage_error("--init-residual-scale goes with --init rules");
+                        : sc_cli_usage_error("%s goes with --init rules",
+                                             a.residual_scale ? "--init-residual-scale"
+                                                              : "--seed");
   if (rc) goto done;
 
   sc_diag d = {0};

@@ -14,8 +14,8 @@ values are the same for any mesh.
     (attention c_proj, MLP c_proj; GPT-2 has 2 layers) at std 0.02/sqrt(4),
     the others at 0.02 (each std within 5 standard errors); the model's own
     values are gone; a parameter no rule matches keeps the model's value;
-  - errors: an unknown initialiser, a bad glob, xavier on a vector, a
-    shape-only model (--no-weights) with a parameter no rule matches (named);
+  - errors: an unknown initialiser, a bad glob, xavier on a vector, --seed
+    without --init, a shape-only model (--no-weights) with a parameter no rule matches (named);
   - memory: a shape-only GPT (d 384, 8 layers, vocabulary 8192: 17.4M
     parameters, no weight file) trains 2 steps at fsdp=8 with
     --init '*=normal:0.02' --optimizer adamw; its peak RSS (os.wait4) must be
@@ -131,7 +131,8 @@ def main():
     # errors
     for args, needle in [(["--init", "gaussian:1"], "unknown initialiser 'gaussian'"),
                          (["--init", "*.w[=zeros"], "bad name pattern"),
-                         (["--init", "xavier"], "xavier needs a tensor of rank 2")]:
+                         (["--init", "xavier"], "xavier needs a tensor of rank 2"),
+                         (["--seed", "3"], "--seed goes with --init rules")]:
         p = train([GPT2] + data + args + ["--steps", "1"])
         check(p.returncode != 0 and needle in p.stderr,
               f"{' '.join(args)}: expected an error with '{needle}', got {p.returncode}: "
