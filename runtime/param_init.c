@@ -84,6 +84,9 @@ sc_status sc_param_init_add(sc_param_init *pi, const char *text, sc_diag *d) {
                        SC_PARAM_INIT_MAX_RULES);
   sc_init_rule r = {0};
   const char *spec = text, *eq = strrchr(text, '=');
+  if (eq && eq - text >= 1024)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "--init: a name pattern of %d characters "
+                       "(at most 1023)", (int)(eq - text));
   if (eq) {
     if (!glob_ok(text, (size_t)(eq - text)))
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
@@ -161,17 +164,14 @@ static bool fans(const sc_param_init_role *role, int32_t rank, const int64_t *di
   return true;
 }
 
-double sc_param_init_value(const sc_param_init *pi, const sc_init_rule *r,
-                           const sc_param_init_role *role, const char *name, int32_t rank,
-                           const int64_t *dims, uint64_t e) {
+/* Element e's value under rule r with name hash h, scale and fans. */
+static double value_at(const sc_init_rule *r, uint64_t seed, uint64_t h, double scale,
+                       double fi, double fo, uint64_t e) {
   if (r->kind == SC_INIT_ZEROS) return 0.0;
   if (r->kind == SC_INIT_ONES) return 1.0;
-  uint64_t h = sc_param_init_name_hash(name);
   uint32_t ctr[4] = {(uint32_t)e, (uint32_t)(e >> 32), (uint32_t)h, (uint32_t)(h >> 32)};
-  uint32_t key[2] = {(uint32_t)pi->seed, (uint32_t)(pi->seed >> 32)}, w[4];
+  uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, w[4];
   sc_philox4x32_10(ctr, key, w);
-  double scale = role && role->scale > 0 ? role->scale : 1.0, fi = 1, fo = 1;
-  fans(role, rank, dims, &fi, &fo);
   if (r->kind == SC_INIT_UNIFORM || r->kind == SC_INIT_XAVIER) {
     double u = (double)(((uint64_t)w[0] << 21) ^ (w[1] >> 11)) * 0x1p-53; /* [0, 1) */
     double a = r->kind == SC_INIT_UNIFORM ? r->arg : sqrt(6.0 / (fi + fo));
@@ -181,6 +181,14 @@ double sc_param_init_value(const sc_param_init *pi, const sc_init_rule *r,
   double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
   double std = r->kind == SC_INIT_NORMAL ? r->arg : sqrt(2.0) / sqrt(fi);
   return scale * std * z;
+}
+
+double sc_param_init_value(const sc_param_init *pi, const sc_init_rule *r,
+                           const sc_param_init_role *role, const char *name, int32_t rank,
+                           const int64_t *dims, uint64_t e) {
+  double scale = role && role->scale > 0 ? role->scale : 1.0, fi = 1, fo = 1;
+  fans(role, rank, dims, &fi, &fo);
+  return value_at(r, pi->seed, sc_param_init_name_hash(name), scale, fi, fo, e);
 }
 
 /* The name hashed and the dims indexed: a role's logical ones, or the
@@ -255,6 +263,9 @@ sc_status sc_param_init_fill(const sc_param_init *pi, const char *name, sc_dtype
     parts *= sh ? sc_sharding_dim_parts(sh, m, k) : 1;
   }
   SC_ASSERT(n * parts == whole);
+  uint64_t h = sc_param_init_name_hash(lname);
+  double scale = role && role->scale > 0 ? role->scale : 1.0, fi = 1, fo = 1;
+  fans(role, lrank, ldims, &fi, &fo);
   int64_t idx[SC_MAX_RANK] = {0};
   for (int64_t i = 0; i < n; i++) {
     /* global index of local element idx, row-major over the logical dims */
@@ -266,7 +277,7 @@ sc_status sc_param_init_fill(const sc_param_init *pi, const char *name, sc_dtype
       e = e * (uint64_t)ldims[k] + (uint64_t)g;
     }
     sc_store_f64(dtype, dst, i,
-                 pad ? 0.0 : sc_param_init_value(pi, r, role, lname, lrank, ldims, e));
+                 pad ? 0.0 : value_at(r, pi->seed, h, scale, fi, fo, e));
     for (int32_t k = rank - 1; k >= 0; k--) {
       if (++idx[k] < local[k]) break;
       idx[k] = 0;

@@ -61,7 +61,8 @@ typedef enum sc_init_kind {
 } sc_init_kind;
 
 typedef struct sc_init_rule {
-  const char *glob;    /* borrowed; NULL: every name */
+  const char *glob;    /* the rule's text (borrowed): the glob is the part
+                          before its last '='; NULL: every name */
   sc_init_kind kind;
   double arg;          /* normal: std; uniform: A; else 0 */
 } sc_init_rule;
