@@ -21,6 +21,13 @@
  * A value that is not finite is written as null in the JSON log (a skipped
  * step also says "skipped": true).
  *
+ * --init [GLOB=]SPEC... --seed N: parameters from an initialiser, each rank
+ * writing its own pieces (runtime/param_init.h); the roles only the graph
+ * knows (fan-in axis, residual projections: passes/init_roles.h) are found
+ * here from the build and every parameter is checked before the trainer
+ * is made. --no-weights: the model's external weights are not opened.
+ * --steps 0 --save DIR saves the initial state.
+ *
  * MODEL may be a training bundle (`shardc compile --train`, docs/bundle.md):
  * its program, kernels.o, initial parameters and training manifest replace
  * the build; the options that shape the step (train_args.h, --dim) are
