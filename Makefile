@@ -60,6 +60,7 @@ bench: deps build
 	.venv/bin/python bench/bench_planner.py --shardc $(BUILD)/shardc
 	.venv/bin/python bench/bench_planner_accuracy.py --shardc $(BUILD)/shardc
 	.venv/bin/python bench/bench_megatron.py --shardc $(BUILD)/shardc
+	.venv/bin/python bench/bench_param_init.py --shardc $(BUILD)/shardc
 	bash samples/install-torch.sh
 	.venv-samples/bin/python bench/bench_train.py --shardc $(BUILD)/shardc
 

@@ -100,7 +100,9 @@ typedef struct sc_train_opts {
   bool shape_only;              /* the model has shapes, no weights (`plan
                                    --train --no-weights`): every float
                                    initializer is a parameter, nothing is
-                                   tied; such a step is planned, never run */
+                                   tied; such a step is planned, or run
+                                   from an initialiser's values
+                                   (`train --no-weights --init`) */
   bool untie;                   /* train transposed copies as parameters of
                                    their own (no tie detection) */
   bool pipeline;                /* a pipelined step (passes/partition/

@@ -24,6 +24,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/comm.h"
 #include "runtime/dist.h"
+#include "runtime/param_init.h"
 #include "codegen/pipe_schedule.h"
 #include "runtime/pipe_rank.h"
 
@@ -130,13 +131,38 @@ static sc_status scratch_alloc(worker *w) {
   return w->scratch && w->scratch_cap ? SC_OK : nomem(&w->d);
 }
 
-/* CMD_CREATE: the rank's constants, its pieces of the initial values, its
- * trainer (the session's creation is collective). */
+/* sc_trainer_opts.fill of rank w: its piece of parameter `name` written
+ * by the initialiser straight into the state buffer dst. Nothing of the
+ * global tensor exists on the rank: the buffer written is the piece, and
+ * a split parameter's piece is smaller than the whole. */
+static sc_status fill_rank(void *ctx, const char *name, const sc_buffer *b, void *dst,
+                           bool *done, sc_diag *d) {
+  worker *w = ctx;
+  struct sc_dist_trainer *t = w->t;
+  const sc_dist_value *gv = global_input(t->dp, name);
+  int32_t i = input_index(t->p, name);
+  const sc_init_rule *rule = NULL;
+  sc_status st = gv && i >= 0 ? sc_param_init_check(t->o.init, name, gv->dtype, gv->rank,
+                                                    gv->dims, &rule, d)
+                              : SC_OK;
+  if (st != SC_OK || !rule) return st;
+  const sc_sharding *sh = &t->stage->input_sharding[i];
+  SC_ASSERT(sc_param_init_piece_bytes(sh, &t->dp->mesh, gv->dtype, gv->rank, gv->dims) ==
+            b->bytes);
+  *done = true;
+  return sc_param_init_fill(t->o.init, name, gv->dtype, gv->rank, gv->dims, sh, &t->dp->mesh,
+                            w->coords, dst, d);
+}
+
+/* CMD_CREATE: the rank's constants, its pieces of the initial values (or
+ * the initialiser's, written in place by fill_rank), its trainer (the
+ * session's creation is collective). */
 static sc_status create_rank(worker *w) {
   struct sc_dist_trainer *t = w->t;
   if (t->dp->pipe_chunks > 0) {
     sc_pipe_rank_opts po = {.threads = t->o.threads, .device = t->o.device, .world = w->comm,
-                            .kernels = (const struct sc_cpu_module *const *)t->kern};
+                            .kernels = (const struct sc_cpu_module *const *)t->kern,
+                            .init = t->o.init};
     sc_status st = sc_pipe_rank_create(t->dp, w->rank, t->m, &po, &w->pr, &w->d);
     return st == SC_OK ? scratch_alloc(w) : st;
   }
@@ -151,6 +177,12 @@ static sc_status create_rank(worker *w) {
     const char *name = m->params[k].name;
     int32_t i = input_index(p, name);
     const sc_dist_value *gv = global_input(t->dp, name);
+    const sc_init_rule *rule = NULL;
+    if (i >= 0 && gv && t->o.init &&
+        (st = sc_param_init_check(t->o.init, name, gv->dtype, gv->rank, gv->dims, &rule,
+                                  &w->d)) != SC_OK)
+      break;
+    if (rule) continue; /* fill_rank writes its piece in place */
     if (i < 0 || !gv || !m->params[k].data) {
       st = sc_diag_set(&w->d, SC_ERR_INVALID, NULL, NULL,
                        "parameter '%s' has no initial value or is not an input of the step",
@@ -176,6 +208,8 @@ static sc_status create_rank(worker *w) {
     o.beta2 = m->beta2;
     o.world = w->comm;
     o.const_data = w->w.data;
+    o.fill = t->o.init ? fill_rank : NULL;
+    o.fill_ctx = w;
     st = sc_trainer_create(p, init, n_init, &o, &w->tr, &w->d);
   }
   if (st == SC_OK) st = scratch_alloc(w);

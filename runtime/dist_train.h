@@ -11,7 +11,10 @@
  * the stage program: its session gets the world communicator of a local
  * group and the rank's sharded constants, and its state starts as the
  * rank's piece (the program input's sharding, sc_sharding_extract) of
- * each global initial value; the optimizer state starts at zero. The
+ * each global initial value — or, for a parameter a rule of o->init
+ * matches (runtime/param_init.h), the initialiser's values of that piece,
+ * written straight into the rank's state buffer, no global tensor made —
+ * and the optimizer state starts at zero. The
  * threads live as long as the trainer and run each step together: a step
  * hands every rank the GLOBAL batch (K microbatches with gradient
  * accumulation), of which each cuts, per microbatch, its piece; the loss,
@@ -33,7 +36,8 @@
 typedef struct sc_dist_trainer sc_dist_trainer;
 
 /* dp and m must outlive the trainer. o: threads per rank (0: cores /
- * ranks), the loss scale; its world, const_data and cpu_module are set
+ * ranks), the loss scale, the initialiser (o->init, borrowed: it must
+ * outlive the creation); its world, const_data, fill and cpu_module are set
  * here (one JIT of the stage's kernels, shared by the ranks). world: NULL
  * for every rank as a thread of this process (a local communicator
  * group); else this process is the one rank sc_comm_rank(world) of a

@@ -22,6 +22,7 @@
 #include "codegen/pipe_schedule.h"
 #include "ir/sharding.h"
 #include "runtime/comm.h"
+#include "runtime/param_init.h"
 
 enum { B_DATA, B_STATE, B_LR, B_BC1, B_BC2, B_HANDOFF };
 
@@ -250,14 +251,25 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
         r->st[pc->out_state[j]].in_place = true;
     }
   }
-  /* initial values: this rank's piece of each parameter */
+  /* initial values: this rank's piece of each parameter (cut from the
+   * model's, or written by the initialiser, runtime/param_init.h) */
   for (int32_t k = 0; st == SC_OK && k < r->n_st; k++) {
     state *x = &r->st[k];
     const sc_train_manifest_param *tp = NULL;
     for (int32_t i = 0; i < m->n_params; i++)
       if (strcmp(m->params[i].name, x->name) == 0) tp = &m->params[i];
     int32_t gi = sc_dist_find_input(dp, x->name);
-    if (tp && tp->data && gi >= 0)
+    const sc_init_rule *rule = NULL;
+    if (o->init && gi >= 0 && !x->accum && !sc_train_is_optimizer_state(x->name) &&
+        (st = sc_param_init_check(o->init, x->name, x->b->dtype, dp->inputs[gi].rank,
+                                  dp->inputs[gi].dims, &rule, d)) != SC_OK)
+      break;
+    if (rule) { /* the initialiser writes the piece in place */
+      SC_ASSERT(sc_param_init_piece_bytes(x->sh, &dp->mesh, x->b->dtype, dp->inputs[gi].rank,
+                                          dp->inputs[gi].dims) == x->b->bytes);
+      st = sc_param_init_fill(o->init, x->name, x->b->dtype, dp->inputs[gi].rank,
+                              dp->inputs[gi].dims, x->sh, &dp->mesh, r->coords, x->data, d);
+    } else if (tp && tp->data && gi >= 0)
       sc_sharding_extract(x->sh, &dp->mesh, r->coords, sc_dtype_size(x->b->dtype),
                           dp->inputs[gi].dims, tp->data, x->data);
     else if (!x->accum && !sc_train_is_optimizer_state(x->name))

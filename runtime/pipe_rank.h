@@ -51,6 +51,9 @@ typedef struct sc_pipe_rank_opts {
   const struct sc_cpu_module *const *kernels; /* [dp->n_stages] JIT-compiled
                                         once for all ranks, borrowed; NULL
                                         entries: each session compiles */
+  const struct sc_param_init *init;  /* parameters a rule matches start from
+                                        it (runtime/param_init.h), written
+                                        into the rank's piece; NULL: none */
 } sc_pipe_rank_opts;
 
 /* Collective: every rank calls it at once. */

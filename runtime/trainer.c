@@ -11,6 +11,7 @@
 
 #include "codegen/train_manifest.h"
 #include "runtime/checkpoint.h"
+#include "runtime/param_init.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -100,6 +101,17 @@ static sc_status state_buffer(sc_trainer *t, int32_t i, sc_diag *d) {
   return SC_OK;
 }
 
+/* A parameter a rule of pi matches, whole (one rank): written into its
+ * state buffer dst, *done set. */
+static sc_status fill_whole(const sc_param_init *pi, const char *name, const sc_buffer *b,
+                            void *dst, bool *done, sc_diag *d) {
+  const sc_init_rule *r;
+  sc_status st = sc_param_init_check(pi, name, b->dtype, b->rank, b->dims, &r, d);
+  if (st != SC_OK || !r) return st;
+  *done = true;
+  return sc_param_init_fill(pi, name, b->dtype, b->rank, b->dims, NULL, NULL, NULL, dst, d);
+}
+
 static int8_t kind_of(const char *name, bool has_new) {
   static const struct { const char *name; int8_t kind; } scalars[] = {
       {"train:lr", IN_LR},           {"train:bc1", IN_BC1},
@@ -158,8 +170,16 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
     memcpy(t->in[i].dims, b->dims, sizeof t->in[i].dims);
     t->kind[i] = kind_of(name, t->new_of[i] >= 0);
     if (t->kind[i] != IN_DATA) st = state_buffer(t, i, d);
-    if (st == SC_OK && t->kind[i] == IN_STATE) {
+    bool filled = false;
+    if (st == SC_OK && t->kind[i] == IN_STATE && o && o->fill &&
+        !sc_train_is_optimizer_state(name))
+      st = o->fill(o->fill_ctx, name, b, t->state[i], &filled, d);
+    else if (st == SC_OK && t->kind[i] == IN_STATE && o && o->init &&
+             !sc_train_is_optimizer_state(name))
+      st = fill_whole(o->init, name, b, t->state[i], &filled, d);
+    if (st == SC_OK && t->kind[i] == IN_STATE && !filled) {
       const sc_tensor_view *v = find_view(init, n_init, name);
+      if (v && !v->data) v = NULL; /* a model without weights */
       bool optimizer_state = !v && sc_train_is_optimizer_state(name); /* zeros at the start */
       if (v && !matches(v, b))
         st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
@@ -167,8 +187,9 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
       else if (v)
         memcpy(t->state[i], v->data, (size_t)b->bytes);
       else if (!optimizer_state)
-        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "parameter '%s' has no initial value",
-                         name);
+        st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "parameter '%s' has no initial value (the model holds none, and no "
+                         "initialiser rule matches it)", name);
     }
     if (t->kind[i] == IN_DATA) t->data_inputs[t->n_data++] = i;
     if (t->kind[i] == IN_SCALE) {

@@ -12,7 +12,8 @@
  * program writes it over X's arena slot (state pairs, codegen/program.h),
  * or, for a pair the memory plan could not keep, the trainer copies
  * "new:X" back into its own copy of X. Parameters start from the initial values given
- * at creation; optimizer state starts at zero (PyTorch's first SGD
+ * at creation, or from opts.fill, which writes them into their state
+ * buffer in place (delayed initialisation: no other copy is made); optimizer state starts at zero (PyTorch's first SGD
  * momentum step and AdamW's zero moments agree with that).
  *
  * Gradient accumulation: a program with "accum:P" inputs runs once per
@@ -52,6 +53,18 @@ typedef struct sc_trainer_opts {
    * (borrowed); NULL for one rank. */
   struct sc_comm *world;
   const void *const *const_data;
+  /* Delayed initialisation (runtime/param_init.h, borrowed): a parameter
+   * a rule of `init` matches is written by it straight into its state
+   * buffer (the arena slot, or the host copy), the whole tensor; the
+   * others take their value from init[]. NULL: all from init[]. */
+  const struct sc_param_init *init;
+  /* The same for one rank of a partitioned step (runtime/dist_train.c):
+   * called instead, for each parameter with its program buffer (the
+   * rank's piece) and its state buffer dst; it writes the piece and sets
+   * *done, or leaves *done false (init[] then). */
+  sc_status (*fill)(void *ctx, const char *name, const sc_buffer *b, void *dst, bool *done,
+                    sc_diag *d);
+  void *fill_ctx;
 } sc_trainer_opts;
 
 /* init: initial values of the parameters, by name (copied). The program

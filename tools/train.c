@@ -21,6 +21,13 @@
  * A value that is not finite is written as null in the JSON log (a skipped
  * step also says "skipped": true).
  *
+ * --init [GLOB=]SPEC... --seed N: parameters from an initialiser, each rank
+ * writing its own pieces (runtime/param_init.h); the roles only the graph
+ * knows (fan-in axis, residual projections: passes/init_roles.h) are found
+ * here from the build and every parameter is checked before the trainer
+ * is made. --no-weights: the model's external weights are not opened.
+ * --steps 0 --save DIR saves the initial state.
+ *
  * MODEL may be a training bundle (`shardc compile --train`, docs/bundle.md):
  * its program, kernels.o, initial parameters and training manifest replace
  * the build; the options that shape the step (train_args.h, --dim) are
@@ -44,6 +51,8 @@
 #include "runtime/dist_load.h"
 #include "runtime/dist_train.h"
 #include "runtime/npy.h"
+#include "runtime/param_init.h"
+#include "passes/init_roles.h"
 #include "runtime/tensorboard.h"
 #include "runtime/train_bundle.h"
 #include "tools/cli.h"
@@ -65,6 +74,8 @@ static const char *const USAGE =
     "                       [--save DIR [--save-every N]] [--resume DIR]\n"
     "                       [--freeze GLOB]... [--untie] [--log-json FILE] [--log-every N]\n"
     "                       [--tensorboard DIR]\n"
+    "                       [--init [GLOB=]SPEC]... [--seed N] [--init-residual-scale]\n"
+    "                       [--no-weights]\n"
     "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
     "                       [--hybrid-shard-degree S] [--no-reshard-after-forward]\n"
     "                       [--sequence-parallel] [--comm local|mpi|tcp|nccl]\n"
@@ -93,6 +104,9 @@ typedef struct train_args {
   bool skip_nan;                 /* --on-nan skip */
   int threads;
   sc_device_choice dev; /* --device, --no-cuda-graph, --gpu-arch */
+  sc_param_init init;   /* --init rules, --seed */
+  bool residual_scale;  /* --init-residual-scale */
+  bool seed_given;      /* --seed */
 } train_args;
 
 /* Takes train's own options out of argv (the step's with train_args.h);
@@ -139,7 +153,20 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
       a->data_file[a->n_data++] = eq + 1;
       continue;
     }
-    if (VALUE("--labels")) a->labels = v;
+    if (VALUE("--init")) {
+      sc_diag d = {0};
+      sc_diag_clear(&d);
+      if (!missing && sc_param_init_add(&a->init, v, &d) != SC_OK)
+        return sc_cli_usage_error("%s", d.msg);
+    } else if (VALUE("--seed")) {
+      int64_t seed;
+      if (!missing && !sc_cli_parse_i64(v, 0, INT64_MAX, &seed))
+        return sc_cli_usage_error("--seed expects a non-negative integer, got '%s'", v);
+      if (!missing) a->init.seed = (uint64_t)seed;
+      a->seed_given = true;
+    } else if (strcmp(arg, "--init-residual-scale") == 0) {
+      a->residual_scale = true;
+    } else if (VALUE("--labels")) a->labels = v;
     else if (VALUE("--targets")) a->targets = v;
     else if (VALUE("--log-json")) a->log_json = v;
     else if (VALUE("--tensorboard")) a->tensorboard = v;
@@ -235,6 +262,15 @@ static void print_help(void) {
          "  --log-every N          the progress line every N steps (and the first, the\n"
          "                         last and any skipped one; default every step)\n"
          "  --list-params          print the trainable parameters (and tied copies) and stop\n"
+         "  --init [GLOB=]SPEC     parameters from an initialiser, not the model (repeatable;\n"
+         "                         the first rule whose GLOB matches a name wins): normal:STD,\n"
+         "                         uniform:A, zeros, ones, xavier (Glorot uniform), kaiming\n"
+         "                         (He normal, fan-in, gain sqrt 2); each rank writes only its\n"
+         "                         own shards, the values the same for any mesh\n"
+         "  --seed N               the initialiser's seed (default 0)\n"
+         "  --init-residual-scale  residual-branch output projections: std / sqrt(2 n_layers)\n"
+         "  --no-weights           the model's weights are absent (shapes only): every float\n"
+         "                         initializer is a parameter, each needs an --init rule\n"
          "  --threads N, --quiet\n"
          SC_CLI_DEVICE_USAGE "\n"
          "The step's options (*):\n",
@@ -404,9 +440,13 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   if (rc) return rc;
   /* --mesh auto: the planner chooses the mesh, ZeRO, schedule, recompute */
   if (a->pa.auto_plan && (rc = sc_plan_auto_resolve(&a->pa, o, &a->g)) != 0) return rc;
+  if (o->no_weights && !a->init.n_rules)
+    return sc_cli_usage_error("--no-weights needs --init rules: the parameters have no values");
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, &a->pa);
   bs.compile.quiet = true;
+  /* shapes only: every float initializer is a parameter (none tied) */
+  bs.build.no_weights = a->g.t.shape_only = o->no_weights;
   if (!sc_device_choice_is_cpu(&a->dev)) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
   /* a pipeline rank's pieces read and update its state in place on the
    * CPU; a GPU's arena is device memory, the state is copied there */
@@ -431,6 +471,10 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
 static int open_bundle(const train_args *a, const sc_cli_opts *o, step_source *src) {
   int rc = sc_train_args_refuse_with_bundle(&a->g, o->file);
   if (rc) return rc;
+  if (a->residual_scale || o->no_weights)
+    return sc_cli_usage_error("%s: %s needs the model (a bundle has its weights and not the "
+                              "graph)", o->file,
+                              a->residual_scale ? "--init-residual-scale" : "--no-weights");
   if (sc_partition_args_any(&a->pa))
     return sc_cli_usage_error("%s: the mesh and its options are compiled into the bundle "
                               "(give them to shardc compile --train)", o->file);
@@ -471,6 +515,68 @@ static int open_bundle(const train_args *a, const sc_cli_opts *o, step_source *s
     list_bundle_params(src->p, src->m);
     return -1;
   }
+  return 0;
+}
+
+/* --init: each parameter's role from the build's graph (fan-in axis, a
+ * residual branch's projection, a padded copy's logical name and dims)
+ * into roles[m->n_params] (the caller frees it), then every parameter
+ * checked: an initialiser that cannot apply, or a parameter without a
+ * value and without a rule, ends the run before anything is allocated.
+ * Prints how many parameters the rules give. */
+static int setup_init(train_args *a, const sc_cli_opts *o, const step_source *src,
+                      sc_param_init_role **roles_out) {
+  const sc_train_manifest *m = src->m;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_param_init_role *roles = sc_calloc((size_t)m->n_params + 1, sizeof *roles);
+  const char **names = sc_calloc((size_t)m->n_params + 1, sizeof *names);
+  *roles_out = roles;
+  if (!roles || !names) {
+    sc_free(names);
+    return sc_cli_usage_error("out of memory");
+  }
+  sc_init_roles found = {0};
+  int rc = 0;
+  for (int32_t k = 0; k < m->n_params; k++) names[k] = m->params[k].name;
+  if (src->build && sc_init_roles_find(src->build->graph, names, m->n_params, &found, &d) != SC_OK)
+    rc = sc_cli_report(&d, o->file);
+  int64_t n_layers = found.n_residual / 2;
+  if (!rc && a->residual_scale && (found.n_residual == 0 || found.n_residual % 2))
+    rc = sc_cli_usage_error("%s: --init-residual-scale: found %d residual-branch projections "
+                            "(a MatMul whose output is added back to the stream it reads), "
+                            "not two per block", o->file, (int)found.n_residual);
+  static const char padded[] = ".vocab_padded";
+  for (int32_t k = 0; !rc && k < m->n_params; k++) {
+    sc_param_init_role *r = &roles[k];
+    r->name = names[k];
+    r->fan_in_last = found.fan_in_last && found.fan_in_last[k];
+    if (a->residual_scale && found.residual && found.residual[k])
+      r->scale = 1.0 / sqrt(2.0 * (double)n_layers);
+    size_t n = strlen(r->name), np = sizeof padded - 1;
+    for (int32_t j = 0; src->build && n > np && strcmp(r->name + n - np, padded) == 0 &&
+                        j < src->build->train.n_params;
+         j++) { /* a vocabulary-padded copy: hashed and indexed as the model's tensor */
+      const sc_train_param *tp = &src->build->train.params[j];
+      if (strlen(tp->name) == n - np && strncmp(tp->name, r->name, n - np) == 0) {
+        r->logical = tp->name;
+        r->rank = tp->rank;
+        memcpy(r->dims, tp->dims, sizeof r->dims);
+      }
+    }
+  }
+  sc_init_roles_free(&found);
+  sc_free(names);
+  if (rc) return rc;
+  a->init.roles = roles;
+  a->init.n_roles = m->n_params;
+  int32_t n_init = 0;
+  if (sc_param_init_check_params(&a->init, m, src->p, src->mesh, &n_init, &d) != SC_OK)
+    return sc_cli_report(&d, o->file);
+  if (!a->quiet)
+    printf("init: %d of %d parameter tensors from --init (seed %llu%s), the others from the "
+           "model\n", (int)n_init, (int)m->n_params, (unsigned long long)a->init.seed,
+           a->residual_scale ? "; residual projections scaled" : "");
   return 0;
 }
 
@@ -658,6 +764,24 @@ static int resume(const train_args *a, runner *tr, const char *opt_name, int64_t
   return 0;
 }
 
+/* A checkpoint of the state after `step` into dir; an exit status. */
+static int save_at(const char *dir, const runner *tr, const char *optimizer, const char *hyper,
+                   int64_t step, int64_t pos, bool per_process) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  int64_t growth = 0;
+  double scale = run_loss_scale(tr, &growth);
+  sc_ckpt_state cs = {.step = step, .data_position = pos, .schedule_position = step,
+                      .loss_scale = scale, .loss_scale_growth = growth, .optimizer = optimizer,
+                      .optimizer_json = hyper};
+  if ((tr->dist ? sc_dist_trainer_save(tr->dist, dir, &cs, &d)
+                : sc_trainer_save(tr->one, dir, &cs, &d)) == SC_OK)
+    return 0;
+  int rc = report_ckpt(&d, dir);
+  if (per_process) sc_dist_trainer_abort(tr->dist, d.msg); /* the others wait in a step */
+  return rc;
+}
+
 /* The usage errors found before anything is read. */
 static int check_run_args(const train_args *a) {
   /* PyTorch refuses these too ("Invalid learning rate", ...) */
@@ -681,12 +805,14 @@ int sc_cmd_train(int argc, char **argv) {
   char *rest[MAX_ARGS];
   int n_rest = 0, rc = split_args(argc, argv, &a, rest, &n_rest);
   sc_cli_opts o;
-  if (!rc) rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_TIME_PASSES, USAGE, &o);
+  if (!rc) rc = sc_cli_parse(n_rest, rest, SC_CLI_DIM | SC_CLI_TIME_PASSES | SC_CLI_NO_WEIGHTS,
+                           USAGE, &o);
   dataset ds[MAX_DATA + 1];
   memset(ds, 0, sizeof ds);
   int32_t n_ds = 0;
   step_source src = {0};
   runner run = {0}, *tr = &run;
+  sc_param_init_role *roles = NULL; /* --init's, borrowed by a.init */
   sc_comm *world = NULL; /* --comm mpi: this process is one rank */
   FILE *log = NULL;
   sc_tensorboard *tb = NULL;
@@ -707,12 +833,18 @@ int sc_cmd_train(int argc, char **argv) {
     rc = sc_cli_usage_error("cross-entropy needs --labels FILE.npy");
   if (strcmp(m->loss, "mse") == 0 && !a.targets)
     rc = sc_cli_usage_error("mse needs --targets FILE.npy");
+  if (!rc && (a.init.n_rules || a.residual_scale || a.seed_given))
+    rc = a.init.n_rules ? setup_init(&a, &o, &src, &roles)
+                        : sc_cli_usage_error("%s goes with --init rules",
+                                             a.residual_scale ? "--init-residual-scale"
+                                                              : "--seed");
   if (rc) goto done;
 
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_trainer_opts to = {.threads = a.threads, .device = a.dev, .loss_scale = a.loss_scale,
-                        .cpu_module = src.bundle ? src.bundle->kernels : NULL};
+                        .cpu_module = src.bundle ? src.bundle->kernels : NULL,
+                        .init = a.init.n_rules ? &a.init : NULL};
   bool per_process = sc_partition_comm_is_world(a.pa.comm);
   if (per_process && !src.mesh) {
     rc = sc_cli_usage_error("--comm %s needs --mesh AXES (one rank per process)", a.pa.comm);
@@ -876,20 +1008,14 @@ int sc_cmd_train(int argc, char **argv) {
         printf(" %lld", (long long)sc_dist_trainer_stash_bytes(run.dist, q));
       printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
     }
-    if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps)) {
-      int64_t growth = 0;
-      double scale = run_loss_scale(tr, &growth);
-      sc_ckpt_state cs = {.step = step, .data_position = pos, .schedule_position = step,
-                          .loss_scale = scale, .loss_scale_growth = growth,
-                          .optimizer = m->optimizer, .optimizer_json = hyper};
-      if ((run.dist ? sc_dist_trainer_save(run.dist, a.save, &cs, &d)
-                    : sc_trainer_save(run.one, a.save, &cs, &d)) != SC_OK) {
-        rc = report_ckpt(&d, a.save);
-        if (world) sc_dist_trainer_abort(run.dist, d.msg); /* the others wait in a step */
-        goto done;
-      }
-    }
+    if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps) &&
+        (rc = save_at(a.save, tr, m->optimizer, hyper, step, pos, world != NULL)) != 0)
+      goto done;
   }
+  /* --steps 0: the initial state (the model's, or --init's) */
+  if (a.save && a.steps == 0 && first == 1 &&
+      (rc = save_at(a.save, tr, m->optimizer, hyper, 0, pos, world != NULL)) != 0)
+    goto done;
 done:
   sc_diag_clear(&tb_diag);
   if (tb && sc_tensorboard_close(tb, &tb_diag) != SC_OK && !rc) rc = sc_cli_report(&tb_diag, NULL);
@@ -907,6 +1033,7 @@ done:
     sc_free(ds[i].buf);
   }
   source_free(&src);
+  sc_free(roles);
   for (int k = 0; k < a.n_data; k++) sc_free(a.data_buf[k]);
   return rc;
 }

@@ -1,0 +1,187 @@
+"""test_param_init.py — delayed parameter initialisation (`shardc train
+--init`, runtime/param_init.c): each rank writes only its own pieces, and the
+values are the same for any mesh.
+
+  - GPT-2 sample, the same --init rules and --seed on one rank, fsdp=2,
+    fsdp=2 x tp=2, pp=2 and dp=2 x fsdp=2 x tp=2 (thread-ranks): the initial
+    state (`--steps 0 --save`, put together from the sharded checkpoint
+    independently of shardc) is bit-identical to one rank's, tensor by tensor,
+    and 2 steps give losses within rtol 2e-5 of one rank's (the tolerance of
+    test_train_dist.py: both sides sum in fp32 in different orders);
+  - the values follow the rules: ones and zeros where the globs say, the
+    first matching rule wins (the biases' rule comes before the catch-all),
+    normal:0.02 elsewhere; --init-residual-scale: the residual projections
+    (attention c_proj, MLP c_proj; GPT-2 has 2 layers) at std 0.02/sqrt(4),
+    the others at 0.02 (each std within 5 standard errors); the model's own
+    values are gone; a parameter no rule matches keeps the model's value;
+  - errors: an unknown initialiser, a bad glob, xavier on a vector, --seed
+    without --init, a shape-only model (--no-weights) with a parameter no rule matches (named);
+  - memory: a shape-only GPT (d 384, 8 layers, vocabulary 8192: 17.4M
+    parameters, no weight file) trains 2 steps at fsdp=8 with
+    --init '*=normal:0.02' --optimizer adamw; its peak RSS (os.wait4) must be
+    below half of 8 ranks x the whole training state (fp32 weights, gradients
+    and AdamW's two moments: 16 bytes a parameter), which eight whole copies
+    would need. bench/bench_param_init.py measures a 350M model.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "samples"))
+from checks import check, finish  # noqa: E402
+from test_train_dist import load_ckpt  # noqa: E402
+
+SHARDC = os.environ.get("SHARDC")
+SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+GPT2 = os.path.join(SRC, "samples", "gpt2.onnx")
+RULES = ["--init", "*ln_*.weight=ones", "--init", "*ln_f.weight=ones", "--init",
+         "*.bias=zeros", "--init", "*=normal:0.02", "--seed", "1234", "--init-residual-scale"]
+MESHES = [[], ["--mesh", "fsdp=2"], ["--mesh", "fsdp=2,tp=2"],
+          ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"],
+          ["--mesh", "dp=2,fsdp=2,tp=2"]]
+
+
+def train(args, timeout=600):
+    return subprocess.run([SHARDC, "train"] + args, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def peak_rss(args, tmp):
+    """Runs shardc train; (exit status, stdout, stderr, peak RSS in bytes of
+    that process, from os.wait4)."""
+    out, err = os.path.join(tmp, "rss.out"), os.path.join(tmp, "rss.err")
+    with open(out, "w") as fo, open(err, "w") as fe:
+        p = subprocess.Popen([SHARDC, "train"] + args, stdout=fo, stderr=fe)
+        _, status, ru = os.wait4(p.pid, 0)
+    return os.waitstatus_to_exitcode(status), open(out).read(), open(err).read(), \
+        ru.ru_maxrss * 1024
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC is not set")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="sc_param_init_")
+    rng = np.random.default_rng(7)
+    ids, lab = os.path.join(tmp, "ids.npy"), os.path.join(tmp, "lab.npy")
+    np.save(ids, rng.integers(0, 1000, (4, 16)).astype(np.int64))
+    np.save(lab, rng.integers(0, 1000, (4, 16)).astype(np.int64))
+    data = ["--dim", "batch=4", "--data", f"input_ids={ids}", "--labels", lab, "--quiet"]
+
+    # the initial state and 2 steps on each mesh
+    ref_w, ref_log = None, None
+    for k, mesh in enumerate(MESHES):
+        what = " ".join(mesh) or "one rank"
+        ck = os.path.join(tmp, f"init{k}")
+        p = train([GPT2] + data + RULES + mesh + ["--steps", "0", "--save", ck])
+        if not check(p.returncode == 0, f"{what}: --steps 0 --save failed: {p.stderr}"):
+            continue
+        w = load_ckpt(ck, "weights")
+        log = os.path.join(tmp, f"log{k}.json")
+        p = train([GPT2] + data + RULES + mesh + ["--steps", "2", "--log-json", log])
+        if not check(p.returncode == 0, f"{what}: 2 steps failed: {p.stderr}"):
+            continue
+        losses = [json.loads(line)["loss"] for line in open(log)]
+        check(len(losses) == 2 and all(x is not None and np.isfinite(x) for x in losses),
+              f"{what}: losses {losses}")
+        if ref_w is None:
+            ref_w, ref_log = w, losses
+            continue
+        check(sorted(w) == sorted(ref_w), f"{what}: tensors {sorted(w)} vs {sorted(ref_w)}")
+        diff = [n for n in ref_w if n not in w or w[n].tobytes() != ref_w[n].tobytes()]
+        check(not diff, f"{what}: initial weights not bit-identical to one rank's: {diff[:4]}")
+        for a, b in zip(ref_log, losses):
+            check(abs(a - b) <= 2e-5 * abs(a), f"{what}: loss {b} vs one rank's {a}")
+
+    # the rules' values (one rank's state)
+    if ref_w is not None:
+        model = load_ckpt_model()
+        for name, x in ref_w.items():
+            x64 = x.astype(np.float64)
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                check((x == 1).all(), f"{name}: not ones")
+            elif name.endswith(".bias"):
+                check((x == 0).all(), f"{name}: not zeros (the first matching rule wins)")
+            else:
+                std = 0.02 / 2 if name.endswith("c_proj.weight") else 0.02  # sqrt(2 * 2)
+                n = x.size
+                check(abs(x64.mean()) < 5 * std / np.sqrt(n) and
+                      abs(x64.std() - std) < 5 * std / np.sqrt(2 * n),
+                      f"{name}: mean {x64.mean():.3g} std {x64.std():.4g}, expected 0 and {std}")
+                check(not np.array_equal(x, model[name]), f"{name}: still the model's value")
+
+    # a parameter no rule matches keeps the model's value
+    ck = os.path.join(tmp, "partial")
+    p = train([GPT2] + data + ["--init", "*.bias=zeros", "--mesh", "fsdp=2", "--steps", "0",
+                               "--save", ck])
+    if check(p.returncode == 0, f"--init '*.bias=zeros' failed: {p.stderr}"):
+        w, model = load_ckpt(ck, "weights"), load_ckpt_model()
+        kept = [n for n in w if not n.endswith(".bias") and np.array_equal(w[n], model[n])]
+        check(len(kept) == len([n for n in w if not n.endswith(".bias")]) and kept,
+              "parameters without a rule do not keep the model's values")
+
+    # errors
+    for args, needle in [(["--init", "gaussian:1"], "unknown initialiser 'gaussian'"),
+                         (["--init", "*.w[=zeros"], "bad name pattern"),
+                         (["--init", "xavier"], "xavier needs a tensor of rank 2"),
+                         (["--seed", "3"], "--seed goes with --init rules")]:
+        p = train([GPT2] + data + args + ["--steps", "1"])
+        check(p.returncode != 0 and needle in p.stderr,
+              f"{' '.join(args)}: expected an error with '{needle}', got {p.returncode}: "
+              f"{p.stderr.strip()}")
+
+    # memory: a shape-only GPT at fsdp=8, initialised on the ranks
+    from make_samples import build_gpt2_graph
+    import onnx
+    d, layers, vocab, seq = 384, 8, 8192, 64
+    model, _ = build_gpt2_graph(dict(vocab=vocab, n_positions=seq, n_embd=d, n_head=d // 64,
+                                     n_layer=layers, seq=seq), external="absent.weights")
+    path = os.path.join(tmp, "gpt_shapes.onnx")
+    onnx.save(model, path)
+    ids8, lab8 = os.path.join(tmp, "ids8.npy"), os.path.join(tmp, "lab8.npy")
+    np.save(ids8, rng.integers(0, vocab, (8, seq)).astype(np.int64))
+    np.save(lab8, rng.integers(0, vocab, (8, seq)).astype(np.int64))
+    p = train([path, "--no-weights", "--init", "*.weight=normal:0.02", "--dim", "batch=8",
+               "--data", f"input_ids={ids8}", "--labels", lab8, "--steps", "1"])
+    needle = "parameter 'transformer.h.0.ln_1.bias' has no value in the model"
+    check(p.returncode != 0 and needle in p.stderr,
+          f"a shape-only model with a parameter no rule matches: {p.stderr.strip()}")
+    rc, out, err, rss = peak_rss([path, "--no-weights", "--init", "*=normal:0.02", "--dim",
+                                  "batch=8", "--data", f"input_ids={ids8}", "--labels", lab8,
+                                  "--steps", "2", "--mesh", "fsdp=8", "--optimizer", "adamw"], tmp)
+    if check(rc == 0, f"shape-only GPT at fsdp=8: {err}"):
+        m = re.search(r"training (\d+) parameters", out)
+        params = int(m.group(1)) if m else 0
+        state = 16 * params
+        print(f"shape-only GPT, {params} parameters, fsdp=8: peak RSS {rss / 2**20:.0f} MiB; "
+              f"the training state {state / 2**20:.0f} MiB whole, 8 x {state / 2**20:.0f} = "
+              f"{8 * state / 2**20:.0f} MiB if every rank held it")
+        check(params > 15_000_000 and 0 < rss < 0.5 * 8 * state,
+              f"peak RSS {rss} not below half of 8 x {state}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return finish()
+
+
+_model = {}
+
+
+def load_ckpt_model():
+    """The GPT-2 sample's own initializers, by name."""
+    if not _model:
+        import onnx
+        from onnx import numpy_helper
+        for t in onnx.load(GPT2).graph.initializer:
+            _model[t.name] = numpy_helper.to_array(t)
+    return _model
+
+
+if __name__ == "__main__":
+    sys.exit(main())
