@@ -775,6 +775,7 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
   sc_dist_opts_init(&dop);
   dop.threads = r->threads;
   dop.device = r->dev;
+  dop.device.comm_on_device = sc_partition_comm_on_device(r->pc.comm);
   double *times = NULL;
   if (!rc && r->repeat > 0) { /* timing: as for one rank (--warmup counts the first run) */
     dop.warmup = (int)(r->warmup_given ? r->warmup : 1);

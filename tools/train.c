@@ -719,6 +719,7 @@ int sc_cmd_train(int argc, char **argv) {
     goto done;
   }
   if ((rc = sc_partition_comm_device_check(a.pa.comm, &a.dev)) != 0) goto done;
+  to.device.comm_on_device = sc_partition_comm_on_device(a.pa.comm);
   if (per_process && (sc_partition_world(a.pa.comm, src.mesh, m, &world, &d) != SC_OK ||
                       sc_partition_world_check(a.pa.comm, world, src.mesh->mesh.n_ranks, &d) !=
                           SC_OK)) {
