@@ -45,16 +45,21 @@
  * first rank that reduces.
  *
  * CUDA graphs: not with this communicator (sc_comm.capturable false; the
- * CUDA device then runs every run step by step and says so). Each rank's
- * session captures its own streams into a graph of its own, while a
- * collective makes rank q's stream wait on events recorded on rank r's:
- * within one capture such a wait joins two independent capture sequences,
- * which the driver refuses, and as a wait on an external event it would be
- * a node that waits for whatever record of r's event came last when q's
- * replay reaches it — r's host thread launches its own replay
- * independently, so that may be the previous step's record. The host
- * rendezvous that orders the records before the waits runs only when the
- * operations are issued, not on replay.
+ * CUDA device then runs every run step by step and says so at start-up).
+ * Each rank's session captures its own streams into a graph of its own,
+ * while a collective makes rank q's stream wait on an event recorded on
+ * rank r's. During capture, a plain cuStreamWaitEvent on an event recorded
+ * in r's capture would join two capture sequences, which the driver
+ * refuses (CUDA_ERROR_STREAM_CAPTURE_ISOLATION: "a dependency would have
+ * been created which crosses the capture sequence boundary"); with
+ * CU_EVENT_WAIT_EXTERNAL it becomes an event-wait node of q's graph, which
+ * on replay waits for the event's latest record when the node runs. r's
+ * and q's replays are launched by their own host threads, without the host
+ * rendezvous that orders each record before its wait when the operations
+ * are issued, so that latest record may be the previous step's: the wait
+ * would then order nothing, and q would read r's buffers while r still
+ * writes them. (One graph for every rank would need one host thread to
+ * launch them all.)
  *
  * Groups: at most SC_CUDA_REDUCE_SRCS ranks (the reduction kernel's
  * sources are arguments). Reductions on f32, f64, f16, bf16, i32, i64;
