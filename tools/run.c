@@ -53,7 +53,7 @@ static const char *const USAGE =
     "                     [--no-fuse] [--quiet] [--verbose] [--print-after=PASS]\n"
     "                     [--time-passes] [--repeat N [--warmup W]]\n"
     "                     [--mesh SPEC | --plan FILE.json | --mesh auto [--cluster C]]\n"
-    "                     [--comm local|mpi|tcp|nccl]\n"
+    "                     [--comm local|cuda-local|mpi|tcp|nccl]\n"
     "                     [--microbatches M] [--stage-boundaries A,B]\n"
     "                     [--sequence-parallel] [--no-vocab-parallel] [--no-overlap]\n"
     "                     [--ranks-per-node N] [--device cpu|cuda [--no-cuda-graph]\n"

@@ -67,7 +67,7 @@ static const char *const USAGE =
     "                       [--tensorboard DIR]\n"
     "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
     "                       [--hybrid-shard-degree S] [--no-reshard-after-forward]\n"
-    "                       [--sequence-parallel] [--comm local|mpi|tcp|nccl]\n"
+    "                       [--sequence-parallel] [--comm local|cuda-local|mpi|tcp|nccl]\n"
     "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
     "                       [--virtual-stages V]\n"
     "                       [--threads N] [--list-params] [--quiet]\n"

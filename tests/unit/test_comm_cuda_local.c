@@ -18,6 +18,8 @@
  *     staging buffers reused over rounds;
  *   - a 2 × 2 split: rows all_reduce on their own streams;
  *   - the same handles without a stream work on host memory (local's);
+ *   - the reduction kernels compile with NVRTC for sm_90 (each an entry of
+ *     the PTX): what a real GPU loads;
  *   - the fake driver's race check reports no violation (every read of
  *     another rank's buffer is ordered by events); the communicator is
  *     not capturable (sc_comm_capturable). */
@@ -30,6 +32,7 @@
 #if SHARDC_HAVE_CUDA
 #include <dlfcn.h>
 
+#include "codegen/cuda/cuda.h"
 #include "runtime/comm.h"
 #include "runtime/cuda_driver.h"
 
@@ -273,6 +276,33 @@ static void test_four_and_split(void **state) {
   run_group(4);
 }
 
+/* The reduction kernels compile with NVRTC (what a real GPU loads): every
+ * one of them is an entry of the sm_90 PTX. */
+static void test_reduce_source_compiles(void **state) {
+  (void)state;
+  char *src = NULL, *ptx = NULL, *log = NULL;
+  size_t len = 0;
+  sc_diag d = {0};
+  assert_int_equal(sc_cuda_emit_reduce_source(&src, &d), SC_OK);
+  sc_status st = sc_cuda_compile_ptx(src, "sm_90", &ptx, &len, &log, &d);
+  if (st != SC_OK) fprintf(stderr, "%s\n%s\n", d.msg, log ? log : "");
+  assert_int_equal(st, SC_OK);
+  int entries = 0;
+  for (size_t k = 0; k < sizeof TYPES / sizeof *TYPES; k++)
+    for (int op = 0; op < SC_REDUCE_COUNT; op++) {
+      char name[64], entry[96];
+      assert_true(sc_cuda_reduce_kernel_name(TYPES[k], op, name, sizeof name));
+      snprintf(entry, sizeof entry, ".entry %s(", name);
+      entries += strstr(ptx, entry) != NULL;
+    }
+  assert_int_equal(entries, (int)(sizeof TYPES / sizeof *TYPES) * SC_REDUCE_COUNT);
+  char name[64];
+  assert_false(sc_cuda_reduce_kernel_name(SC_DTYPE_U8, 0, name, sizeof name));
+  sc_free(src);
+  sc_free(ptx);
+  sc_free(log);
+}
+
 static void test_no_violations(void **state) {
   (void)state;
   if (!cu->emulated) return;
@@ -295,7 +325,8 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two), cmocka_unit_test(test_three),
-      cmocka_unit_test(test_four_and_split), cmocka_unit_test(test_no_violations)};
+      cmocka_unit_test(test_four_and_split), cmocka_unit_test(test_reduce_source_compiles),
+      cmocka_unit_test(test_no_violations)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
 #else
