@@ -33,8 +33,9 @@
  *
  * send is buffered as on `local`: the data is copied on the sender's
  * stream into a staging buffer of the group's pool, whose event `ready` is
- * recorded after it, and the message is queued; recv waits (host) for the
- * message, makes its stream wait on `ready`, copies out, records the
+ * recorded after it, and the message (which buffer, how many bytes) goes
+ * through the host side's buffered send; recv takes it from the host
+ * side's mailbox, makes its stream wait on `ready`, copies out, records the
  * staging buffer's `free` event and returns it to the pool; a sender
  * reusing it makes its stream wait on `free` first. So a send never waits
  * for its receiver, on the host or on the device.
@@ -63,21 +64,24 @@
  *
  * Groups: at most SC_CUDA_REDUCE_SRCS ranks (the reduction kernel's
  * sources are arguments). Reductions on f32, f64, f16, bf16, i32, i64;
- * data movement on any dtype. Failures: the host side's (`local`: abort,
- * timeout), and a failed driver call, which aborts the world. */
+ * data movement on any dtype. Failures are the host side's (`local`: every
+ * wait is a barrier or a receive there, bounded by SHARDC_COMM_TIMEOUT and
+ * ended by an abort); a failed driver call aborts the world. The device
+ * never waits on a record that is not already enqueued (every record
+ * precedes the barrier before its waits), so its streams cannot hang on
+ * another rank's. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "codegen/cuda/cuda.h"
 #include "runtime/comm.h"
 #include "runtime/cuda_driver.h"
 
-enum { SLICE_NS = 20 * 1000 * 1000, MAX_GRID = 4096 };
+enum { MAX_GRID = 4096 };
 
 typedef struct stage {
   struct stage *next;      /* in the world's list of every staging buffer */
@@ -88,11 +92,10 @@ typedef struct stage {
   bool freed_once; /* free_ev recorded at least once */
 } stage;
 
+/* what a send tells its receiver, through the host's mailbox */
 typedef struct cl_msg {
-  struct cl_msg *next;
-  int src, tag;
-  size_t bytes;
-  stage *st;
+  uint64_t stage; /* the staging buffer (a stage *) */
+  uint64_t bytes;
 } cl_msg;
 
 typedef struct slot {
@@ -109,17 +112,12 @@ typedef struct cl_group {
   struct cl_group *next; /* in w->groups */
   int size;
   slot *slots[2];        /* [parity][size] */
-  pthread_mutex_t mu;    /* pool and inboxes */
-  pthread_cond_t cv;
-  stage *pool;           /* staging buffers not in flight */
-  cl_msg **inbox;        /* [size] */
+  stage *pool;           /* staging buffers not in flight (under w->mu) */
 } cl_group;
 
 struct cl_world {
   pthread_mutex_t mu;
   atomic_int refs;
-  atomic_int aborted;
-  char msg[1100];
   const sc_cu *cu;
   cl_group *groups;
   stage *stages;          /* every staging buffer of every group */
@@ -148,35 +146,11 @@ static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "cuda-local: out of memory");
 }
 
-static void world_abort(cl_world *w, const char *text) {
-  pthread_mutex_lock(&w->mu);
-  if (!atomic_load(&w->aborted)) {
-    snprintf(w->msg, sizeof w->msg, "%s", text);
-    atomic_store(&w->aborted, 1);
-  }
-  pthread_mutex_unlock(&w->mu);
-  for (cl_group *g = w->groups; g; g = g->next) {
-    pthread_mutex_lock(&g->mu);
-    pthread_cond_broadcast(&g->cv);
-    pthread_mutex_unlock(&g->mu);
-  }
-}
-
-static sc_status aborted_status(cl_world *w, sc_diag *d) {
-  char m[sizeof w->msg];
-  pthread_mutex_lock(&w->mu);
-  memcpy(m, w->msg, sizeof m);
-  pthread_mutex_unlock(&w->mu);
-  return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "%s", m);
-}
-
-/* A failed driver call: its status, and the world aborted with it so that
- * no rank waits for this one. */
+/* A failed driver call: its status, and the world aborted with it (the
+ * host side's abort: every rank's next barrier or receive fails) so that no
+ * rank waits for this one. */
 static sc_status cu_fail(sc_comm *c, CUresult r, const char *call, sc_diag *d) {
   sc_status st = sc_cu_check(X(c)->g->w->cu, r, call, "cuda-local", d);
-  char m[1100];
-  snprintf(m, sizeof m, "rank %d aborted: %s", c->rank, d->msg);
-  world_abort(X(c)->g->w, m);
   X(c)->host->iface->abort(X(c)->host, d->msg);
   return st;
 }
@@ -190,16 +164,8 @@ static sc_status cu_fail(sc_comm *c, CUresult r, const char *call, sc_diag *d) {
 /* ---- groups and the world ---- */
 
 static void group_free(cl_group *g) {
-  for (int r = 0; g->inbox && r < g->size; r++)
-    for (cl_msg *m = g->inbox[r], *n; m; m = n) {
-      n = m->next;
-      sc_free(m);
-    }
-  sc_free(g->inbox);
   sc_free(g->slots[0]);
   sc_free(g->slots[1]);
-  pthread_mutex_destroy(&g->mu);
-  pthread_cond_destroy(&g->cv);
   sc_free(g);
 }
 
@@ -228,16 +194,9 @@ static cl_group *group_new(cl_world *w, int size) {
   if (!g) return NULL;
   g->w = w;
   g->size = size;
-  pthread_mutex_init(&g->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&g->cv, &ca);
-  pthread_condattr_destroy(&ca);
   g->slots[0] = sc_calloc((size_t)size, sizeof *g->slots[0]);
   g->slots[1] = sc_calloc((size_t)size, sizeof *g->slots[1]);
-  g->inbox = sc_calloc((size_t)size, sizeof *g->inbox);
-  if (!g->slots[0] || !g->slots[1] || !g->inbox) {
+  if (!g->slots[0] || !g->slots[1]) {
     group_free(g);
     return NULL;
   }
@@ -297,11 +256,6 @@ static sc_status cl_set_stream(sc_comm *c, void *stream, sc_diag *diag) {
                        SC_CUDA_REDUCE_SRCS);
   x->stream = (CUstream)stream;
   return SC_OK;
-}
-
-static sc_status cl_poll(sc_comm *c, sc_diag *diag) {
-  cl_world *w = X(c)->g->w;
-  return atomic_load(&w->aborted) ? aborted_status(w, diag) : SC_OK;
 }
 
 /* The reduction module, loaded once per world (the context is the same for
@@ -537,6 +491,14 @@ static sc_status dev_exchange(sc_comm *c, const void *send, void *recv, int64_t 
   return st;
 }
 
+/* s back in its group's pool (its last reader's copy recorded in free_ev). */
+static void stage_put(cl_group *g, stage *s) {
+  pthread_mutex_lock(&g->w->mu);
+  s->pool_next = g->pool;
+  g->pool = s;
+  pthread_mutex_unlock(&g->w->mu);
+}
+
 /* A staging buffer of at least bytes from the group's pool (or a new one),
  * the sender's stream ordered after its last reader's copy. */
 static sc_status stage_get(sc_comm *c, size_t bytes, stage **out, sc_diag *diag) {
@@ -545,14 +507,14 @@ static sc_status stage_get(sc_comm *c, size_t bytes, stage **out, sc_diag *diag)
   cl_world *w = g->w;
   const sc_cu *cu = w->cu;
   stage *s = NULL;
-  pthread_mutex_lock(&g->mu);
+  pthread_mutex_lock(&w->mu);
   for (stage **p = &g->pool; *p; p = &(*p)->pool_next)
     if ((*p)->bytes >= bytes) {
       s = *p;
       *p = s->pool_next;
       break;
     }
-  pthread_mutex_unlock(&g->mu);
+  pthread_mutex_unlock(&w->mu);
   if (s) {
     if (s->freed_once) CU(cu->stream_wait_event(x->stream, s->free_ev, 0));
     *out = s;
@@ -571,98 +533,50 @@ static sc_status stage_get(sc_comm *c, size_t bytes, stage **out, sc_diag *diag)
   return SC_OK;
 }
 
+/* The data is staged on this rank's stream and the message (the staging
+ * buffer and its size) goes through the host side's buffered send. */
 static sc_status dev_send(sc_comm *c, const void *buf, int64_t count, sc_dtype t, int peer,
                           int tag, sc_diag *diag) {
   cl_ctx *x = X(c);
-  cl_group *g = x->g;
-  const sc_cu *cu = g->w->cu;
+  const sc_cu *cu = x->g->w->cu;
   size_t bytes = (size_t)count * sc_dtype_size(t);
-  if (atomic_load(&g->w->aborted)) return aborted_status(g->w, diag);
   stage *s = NULL;
   sc_status st = stage_get(c, bytes, &s, diag);
   if (st != SC_OK) return st;
-  cl_msg *m = sc_calloc(1, sizeof *m);
-  if (!m) return nomem(diag);
   if (bytes) {
-    CUresult r = cu->memcpy_dtod(s->buf, (CUdeviceptr)(uintptr_t)buf, bytes, x->stream);
-    if (r == SC_CUDA_SUCCESS) r = cu->event_record(s->ready, x->stream);
-    if (r != SC_CUDA_SUCCESS) {
-      sc_free(m);
-      return cu_fail(c, r, "cuMemcpyDtoDAsync", diag);
-    }
+    CU(cu->memcpy_dtod(s->buf, (CUdeviceptr)(uintptr_t)buf, bytes, x->stream));
+    CU(cu->event_record(s->ready, x->stream));
   }
-  *m = (cl_msg){.src = c->rank, .tag = tag, .bytes = bytes, .st = s};
-  pthread_mutex_lock(&g->mu);
-  cl_msg **p = &g->inbox[peer];
-  while (*p) p = &(*p)->next;
-  *p = m;
-  pthread_cond_broadcast(&g->cv);
-  pthread_mutex_unlock(&g->mu);
-  return SC_OK;
+  cl_msg m = {.stage = (uint64_t)(uintptr_t)s, .bytes = bytes};
+  st = x->host->iface->send(x->host, &m, 2, SC_DTYPE_U64, peer, tag, diag);
+  if (st != SC_OK) stage_put(x->g, s);
+  return st;
 }
 
-static struct timespec ts_after(double s) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  int64_t ns = (int64_t)t.tv_nsec + (int64_t)(s * 1e9);
-  t.tv_sec += ns / 1000000000;
-  t.tv_nsec = ns % 1000000000;
-  return t;
-}
-
-/* Waits (host) for the message from (peer, tag): a send is enqueued
- * before its message is posted, so this waits for the sender's host
- * thread only, never for device work. */
+/* Waits (host, through the host side: bounded, and failing on an abort)
+ * for the message from (peer, tag). A send is enqueued before its message
+ * is posted, so this waits for the sender's host thread only, never for
+ * device work. */
 static sc_status dev_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int peer, int tag,
                           sc_diag *diag) {
   cl_ctx *x = X(c);
-  cl_group *g = x->g;
-  cl_world *w = g->w;
-  const sc_cu *cu = w->cu;
+  const sc_cu *cu = x->g->w->cu;
   size_t bytes = (size_t)count * sc_dtype_size(t);
-  double limit = sc_comm_timeout_s(), deadline = sc_comm_now_s() + limit;
-  cl_msg *m = NULL;
-  pthread_mutex_lock(&g->mu);
-  while (!m && !atomic_load(&w->aborted) && sc_comm_now_s() < deadline) {
-    for (cl_msg **p = &g->inbox[c->rank]; *p; p = &(*p)->next)
-      if ((*p)->src == peer && (*p)->tag == tag) {
-        m = *p;
-        *p = m->next;
-        break;
-      }
-    if (!m) {
-      struct timespec ts = ts_after(SLICE_NS * 1e-9);
-      pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-    }
-  }
-  pthread_mutex_unlock(&g->mu);
-  if (!m) {
-    if (atomic_load(&w->aborted)) return aborted_status(w, diag);
-    char text[512];
-    snprintf(text, sizeof text,
-             "rank %d aborted: recv timed out after %g s waiting for rank %d (tag %d) "
-             "(SHARDC_COMM_TIMEOUT)", c->rank, limit, peer, tag);
-    world_abort(w, text);
-    x->host->iface->abort(x->host, text);
-    return aborted_status(w, diag);
-  }
-  stage *s = m->st;
-  sc_status st = SC_OK;
-  if (m->bytes != bytes)
+  cl_msg m;
+  sc_status st = x->host->iface->recv(x->host, &m, 2, SC_DTYPE_U64, peer, tag, diag);
+  if (st != SC_OK) return st;
+  stage *s = (stage *)(uintptr_t)m.stage;
+  if (m.bytes != bytes)
     st = sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
                      "recv: rank %d expected %lld bytes from rank %d (tag %d), got %lld",
-                     c->rank, (long long)bytes, peer, tag, (long long)m->bytes);
-  sc_free(m);
+                     c->rank, (long long)bytes, peer, tag, (long long)m.bytes);
   if (st == SC_OK && bytes) {
     CU(cu->stream_wait_event(x->stream, s->ready, 0));
     CU(cu->memcpy_dtod((CUdeviceptr)(uintptr_t)buf, s->buf, bytes, x->stream));
     CU(cu->event_record(s->free_ev, x->stream));
     s->freed_once = true;
   }
-  pthread_mutex_lock(&g->mu);
-  s->pool_next = g->pool;
-  g->pool = s;
-  pthread_mutex_unlock(&g->mu);
+  stage_put(x->g, s);
   return st;
 }
 
@@ -741,11 +655,7 @@ static sc_status cl_split(sc_comm *c, int color, int key, sc_comm **out, sc_diag
 }
 
 static void cl_abort(sc_comm *c, const char *text) {
-  cl_ctx *x = X(c);
-  char m[1100];
-  snprintf(m, sizeof m, "rank %d aborted: %s", c->rank, text);
-  world_abort(x->g->w, m);
-  x->host->iface->abort(x->host, text);
+  X(c)->host->iface->abort(X(c)->host, text);
 }
 
 static const sc_comm_iface cl_iface = {
@@ -759,7 +669,6 @@ static const sc_comm_iface cl_iface = {
     .barrier = cl_barrier,
     .split = cl_split,
     .set_stream = cl_set_stream,
-    .poll = cl_poll,
     .abort = cl_abort,
     .destroy = cl_destroy,
 };

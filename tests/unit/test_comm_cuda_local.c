@@ -18,6 +18,8 @@
  *     staging buffers reused over rounds;
  *   - a 2 × 2 split: rows all_reduce on their own streams;
  *   - the same handles without a stream work on host memory (local's);
+ *   - an abort on rank 2 of 3 makes the others' all_reduce and recv on
+ *     their streams fail with "rank 2 aborted: bad input";
  *   - the reduction kernels compile with NVRTC for sm_90 (each an entry of
  *     the PTX): what a real GPU loads;
  *   - the fake driver's race check reports no violation (every read of
@@ -263,6 +265,52 @@ static void run_group(int n) {
   }
 }
 
+/* An abort on one rank ends the others' device-mode collectives and
+ * receives (the host side's barrier and mailbox fail). */
+static void *abort_main(void *arg) {
+  rank_job *j = arg;
+  sc_diag d = {0};
+  CUstream s = NULL;
+  cu->ctx_set_current(ctx);
+  cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING);
+  sc_comm_set_stream(j->c, s, &d);
+  float *x = dev(64 * 4);
+  if (sc_comm_rank(j->c) == 2) {
+    sc_comm_abort(j->c, "bad input");
+  } else {
+    sc_status a = sc_comm_all_reduce(j->c, x, x, 64, SC_DTYPE_F32, SC_REDUCE_SUM, &d);
+    if (a != SC_ERR_IO || !strstr(d.msg, "rank 2 aborted: bad input"))
+      FAIL(j, "all_reduce after an abort: %d %s", (int)a, d.msg);
+    a = sc_comm_recv(j->c, x, 64, SC_DTYPE_F32, 2, 0, &d);
+    if (a != SC_ERR_IO || !strstr(d.msg, "aborted"))
+      FAIL(j, "recv after an abort: %d %s", (int)a, d.msg);
+  }
+  cu->stream_synchronize(s);
+  cu->mem_free(D(x));
+  sc_comm_set_stream(j->c, NULL, &d);
+  sc_comm_destroy(j->c);
+  cu->stream_destroy(s);
+  return NULL;
+}
+
+static void test_abort(void **state) {
+  (void)state;
+  sc_comm *comms[3];
+  sc_diag d = {0};
+  assert_int_equal(sc_comm_cuda_local_create_group(3, comms, &d), SC_OK);
+  rank_job jobs[3];
+  pthread_t th[3];
+  for (int r = 0; r < 3; r++) {
+    jobs[r] = (rank_job){.c = comms[r]};
+    assert_int_equal(pthread_create(&th[r], NULL, abort_main, &jobs[r]), 0);
+  }
+  for (int r = 0; r < 3; r++) pthread_join(th[r], NULL);
+  for (int r = 0; r < 3; r++) {
+    if (jobs[r].fails) fprintf(stderr, "rank %d: %s\n", r, jobs[r].why);
+    assert_int_equal(jobs[r].fails, 0);
+  }
+}
+
 static void test_two(void **state) {
   (void)state;
   run_group(2);
@@ -325,7 +373,8 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two), cmocka_unit_test(test_three),
-      cmocka_unit_test(test_four_and_split), cmocka_unit_test(test_reduce_source_compiles),
+      cmocka_unit_test(test_four_and_split), cmocka_unit_test(test_abort),
+      cmocka_unit_test(test_reduce_source_compiles),
       cmocka_unit_test(test_no_violations)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
