@@ -39,8 +39,10 @@
  *             runs, unpack, and an event recorded after it is what the
  *             compute stream waits on: at once for a synchronous step, at
  *             its WAIT step for an async start. The collective itself runs
- *             on that stream: NCCL enqueues it there from the host thread
- *             (sc_comm_set_stream; a run's end then polls the communicators'
+ *             on that stream: NCCL and cuda-local (thread-ranks sharing
+ *             this GPU, every rank's device on the same one) enqueue it
+ *             there from the host thread (sc_comm_set_stream; a run's end
+ *             then polls the communicators'
  *             asynchronous errors while it waits, against
  *             SHARDC_COMM_TIMEOUT); the CPU communicators (local, tcp, mpi),
  *             whose buffers must be host memory, run it as a host function
