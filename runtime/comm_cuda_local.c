@@ -41,9 +41,11 @@
  * for its receiver, on the host or on the device.
  *
  * Scratch: each handle's own allocation, grown when an all_reduce needs
- * more (the old one is kept until destroy: the other ranks' streams may
- * still read it). The reduction module is loaded once per world, from the
- * first rank that reduces.
+ * more. The world owns every device resource (scratch, events, staging,
+ * the module) and frees them when its last handle goes, after every rank
+ * has synchronised its streams: a rank that is done must not free what
+ * another's stream still reads or waits on. The reduction module is
+ * loaded once per world, from the first rank that reduces.
  *
  * CUDA graphs: not with this communicator (sc_comm.capturable false; the
  * CUDA device then runs every run step by step and says so at start-up).
@@ -98,6 +100,13 @@ typedef struct cl_msg {
   uint64_t bytes;
 } cl_msg;
 
+/* device memory or an event the world frees when it goes */
+typedef struct owned {
+  struct owned *next;
+  CUdeviceptr mem;
+  CUevent ev;
+} owned;
+
 typedef struct slot {
   const void *send;
   void *recv;
@@ -121,6 +130,10 @@ struct cl_world {
   const sc_cu *cu;
   cl_group *groups;
   stage *stages;          /* every staging buffer of every group */
+  owned *owned;           /* the handles' scratch and events */
+  CUdevice dev;           /* the shared GPU and its primary context, retained */
+  CUcontext ctx;          /* at the first set_stream (have_ctx) */
+  bool have_ctx;
   bool loaded;            /* the reduction module (under mu) */
   CUmodule mod;
   sc_diag load_err;
@@ -132,10 +145,8 @@ typedef struct cl_ctx {
   CUstream stream; /* NULL: host mode */
   CUevent ev[2][2]; /* [parity][in, mid], made at the first device operation */
   uint64_t seq;     /* operations so far (their parity picks the slots) */
-  CUdeviceptr scratch;
+  CUdeviceptr scratch; /* the world's (owned) */
   size_t scratch_bytes;
-  CUdeviceptr *old;  /* outgrown scratch, freed at destroy */
-  int n_old;
 } cl_ctx;
 
 static const sc_comm_iface cl_iface;
@@ -169,24 +180,54 @@ static void group_free(cl_group *g) {
   sc_free(g);
 }
 
+/* The world owns every device resource its handles made, and frees them
+ * when its last handle goes: by then every rank has synchronised its
+ * streams (the CUDA device does before it lets go of its communicators), so
+ * no stream still reads another rank's scratch or waits on its events.
+ * Freed in the shared context, whichever thread comes last. */
 static void world_release(cl_world *w) {
   if (atomic_fetch_sub(&w->refs, 1) != 1) return;
   for (cl_group *g = w->groups, *n; g; g = n) {
     n = g->next;
     group_free(g);
   }
+  const sc_cu *cu = w->cu;
+  if (w->have_ctx) cu->ctx_set_current(w->ctx);
   for (stage *s = w->stages, *n; s; s = n) {
     n = s->next;
-    if (w->cu) {
-      w->cu->event_destroy(s->ready);
-      w->cu->event_destroy(s->free_ev);
-      w->cu->mem_free(s->buf);
-    }
+    if (s->ready) cu->event_destroy(s->ready);
+    if (s->free_ev) cu->event_destroy(s->free_ev);
+    if (s->buf) cu->mem_free(s->buf);
     sc_free(s);
   }
-  if (w->mod) w->cu->module_unload(w->mod);
+  for (owned *o = w->owned, *n; o; o = n) {
+    n = o->next;
+    if (o->ev) cu->event_destroy(o->ev);
+    if (o->mem) cu->mem_free(o->mem);
+    sc_free(o);
+  }
+  if (w->mod) cu->module_unload(w->mod);
+  if (w->have_ctx) cu->ctx_release(w->dev);
   pthread_mutex_destroy(&w->mu);
   sc_free(w);
+}
+
+/* mem or ev (the other 0) for the world to free; false: no memory (then
+ * freed here). */
+static bool own(cl_world *w, CUdeviceptr mem, CUevent ev) {
+  owned *o = sc_calloc(1, sizeof *o);
+  if (!o) {
+    if (mem) w->cu->mem_free(mem);
+    if (ev) w->cu->event_destroy(ev);
+    return false;
+  }
+  o->mem = mem;
+  o->ev = ev;
+  pthread_mutex_lock(&w->mu);
+  o->next = w->owned;
+  w->owned = o;
+  pthread_mutex_unlock(&w->mu);
+  return true;
 }
 
 static cl_group *group_new(cl_world *w, int size) {
@@ -225,16 +266,7 @@ static sc_comm *handle_new(cl_group *g, sc_comm *host, int rank) {
 static void cl_destroy(sc_comm *c) {
   cl_ctx *x = X(c);
   cl_world *w = x->g->w;
-  const sc_cu *cu = w->cu;
-  if (cu) {
-    if (x->stream) cu->stream_synchronize(x->stream);
-    for (int p = 0; p < 2; p++)
-      for (int k = 0; k < 2; k++)
-        if (x->ev[p][k]) cu->event_destroy(x->ev[p][k]);
-    if (x->scratch) cu->mem_free(x->scratch);
-    for (int i = 0; i < x->n_old; i++) cu->mem_free(x->old[i]);
-  }
-  sc_free(x->old);
+  if (x->stream) w->cu->stream_synchronize(x->stream);
   x->host->iface->destroy(x->host);
   sc_free(x);
   sc_free(c);
@@ -246,10 +278,20 @@ static void cl_destroy(sc_comm *c) {
 static sc_status cl_set_stream(sc_comm *c, void *stream, sc_diag *diag) {
   cl_ctx *x = X(c);
   cl_world *w = x->g->w;
-  if (stream && !w->cu) {
-    sc_status st = sc_cu_load(&w->cu, diag);
-    if (st != SC_OK) return st;
+  pthread_mutex_lock(&w->mu);
+  sc_status st = SC_OK;
+  if (stream && !w->have_ctx) { /* every rank's device is this GPU (cuda_device.c) */
+    int count = 0;
+    CUresult r = SC_CUDA_SUCCESS;
+    if ((st = sc_cu_load(&w->cu, diag)) == SC_OK &&
+        ((r = w->cu->device_count(&count)) != SC_CUDA_SUCCESS ||
+         (r = w->cu->device_get(&w->dev, sc_cu_ordinal(0, count))) != SC_CUDA_SUCCESS ||
+         (r = w->cu->ctx_retain(&w->ctx, w->dev)) != SC_CUDA_SUCCESS))
+      st = sc_cu_check(w->cu, r, "cuDevicePrimaryCtxRetain", "cuda-local", diag);
+    w->have_ctx = st == SC_OK;
   }
+  pthread_mutex_unlock(&w->mu);
+  if (st != SC_OK) return st;
   if (x->g->size > SC_CUDA_REDUCE_SRCS)
     return sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL,
                        "cuda-local: a group of %d ranks; at most %d share one GPU", x->g->size,
@@ -285,13 +327,10 @@ static sc_status load_module(sc_comm *c, sc_diag *diag) {
       memcpy(image + hl, src, sl + 1);
     }
   } else if (st == SC_OK) { /* a CUBIN for the device's architecture, else PTX */
-    int count = 0, major = 0, minor = 0;
-    CUdevice dev = 0;
+    int major = 0, minor = 0;
     char arch[16];
-    cu->device_count(&count);
-    cu->device_get(&dev, sc_cu_ordinal(0, count));
-    cu->device_attribute(&major, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    cu->device_attribute(&minor, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+    cu->device_attribute(&major, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, w->dev);
+    cu->device_attribute(&minor, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, w->dev);
     snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
     if (sc_cuda_compile(src, arch, true, &image, &len, &log, &d) != SC_OK) {
       sc_free(log);
@@ -325,27 +364,29 @@ static sc_status ensure_events(sc_comm *c, sc_diag *diag) {
   const sc_cu *cu = x->g->w->cu;
   for (int p = 0; p < 2; p++)
     for (int k = 0; k < 2; k++)
-      if (!x->ev[p][k]) CU(cu->event_create(&x->ev[p][k], SC_CU_EVENT_DISABLE_TIMING));
+      if (!x->ev[p][k]) {
+        CU(cu->event_create(&x->ev[p][k], SC_CU_EVENT_DISABLE_TIMING));
+        if (!own(x->g->w, 0, x->ev[p][k])) {
+          x->ev[p][k] = NULL;
+          return nomem(diag);
+        }
+      }
   return SC_OK;
 }
 
-/* This rank's scratch of at least bytes (the outgrown one kept: the other
- * ranks' streams may still read it). Called before phase 1's record, so
- * the new allocation is in place before anyone reads it. */
+/* This rank's scratch of at least bytes (the outgrown one stays the
+ * world's until it goes: the other ranks' streams may still read it).
+ * Called before phase 1's record, so the new allocation is in place
+ * before anyone reads it. */
 static sc_status ensure_scratch(sc_comm *c, size_t bytes, sc_diag *diag) {
   cl_ctx *x = X(c);
   if (bytes <= x->scratch_bytes) return SC_OK;
   const sc_cu *cu = x->g->w->cu;
-  if (x->scratch) {
-    CUdeviceptr *o = sc_realloc(x->old, (size_t)(x->n_old + 1) * sizeof *o);
-    if (!o) return nomem(diag);
-    x->old = o;
-    x->old[x->n_old++] = x->scratch;
-    x->scratch = 0;
-    x->scratch_bytes = 0;
-  }
   size_t want = bytes < 4096 ? 4096 : bytes;
-  CU(cu->mem_alloc(&x->scratch, want));
+  CUdeviceptr p = 0;
+  CU(cu->mem_alloc(&p, want));
+  if (!own(x->g->w, p, NULL)) return nomem(diag);
+  x->scratch = p;
   x->scratch_bytes = want;
   return SC_OK;
 }
