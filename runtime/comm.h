@@ -182,12 +182,12 @@ sc_status sc_comm_nccl_create(const sc_comm_nccl_opts *o, sc_comm **out, sc_diag
  * SC_ERR_UNSUPPORTED naming it when none loads (runtime/comm_module.c). */
 void *sc_module_open(const char *file, int mode, sc_diag *diag);
 
-/* Stream mode (the CUDA device, with NCCL): operations on c are enqueued on
- * the CUDA stream `stream` (a CUstream / cudaStream_t) and return without
- * waiting; the caller orders them with events and waits for the stream,
- * calling sc_comm_poll meanwhile to learn of a failed or aborted peer.
- * SC_ERR_UNSUPPORTED for a backend whose buffers are host memory (local,
- * tcp, mpi). */
+/* Stream mode (the CUDA device, with NCCL or cuda-local): operations on c
+ * are enqueued on the CUDA stream `stream` (a CUstream / cudaStream_t) and
+ * return without waiting; the caller orders them with events and waits for
+ * the stream, calling sc_comm_poll meanwhile to learn of a failed or
+ * aborted peer. SC_ERR_UNSUPPORTED for a backend whose buffers are host
+ * memory (local, tcp, mpi). */
 sc_status sc_comm_set_stream(sc_comm *c, void *stream, sc_diag *diag);
 bool sc_comm_has_streams(const sc_comm *c);
 /* c->capturable: whether operations on c's stream may be captured in a
