@@ -34,6 +34,7 @@ sc_comm *sc_comm_alloc(const sc_comm_iface *iface, void *ctx, int rank, int size
   c->size = size;
   c->any_thread = true;
   c->concurrent = true;
+  c->capturable = true;
   return c;
 }
 
@@ -201,6 +202,7 @@ sc_status sc_comm_set_stream(sc_comm *c, void *stream, sc_diag *diag) {
 }
 
 bool sc_comm_has_streams(const sc_comm *c) { return c->iface->set_stream != NULL; }
+bool sc_comm_capturable(const sc_comm *c) { return c->capturable; }
 
 sc_status sc_comm_poll(sc_comm *c, sc_diag *diag) {
   return c->iface->poll ? c->iface->poll(c, diag) : SC_OK;

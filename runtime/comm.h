@@ -1,9 +1,11 @@
 /* comm.h — communicators: collectives and point-to-point between ranks.
  *
- * One interface, three backends, chosen when the communicator is created:
+ * One interface, several backends, chosen when the communicator is created:
  *
  *   local   ranks are threads of one process (sc_comm_local_create_group
  *           makes every rank's handle at once; each thread then uses its own)
+ *   cuda-local  thread-ranks sharing one GPU (sc_comm_cuda_local_create_group):
+ *           device buffers, operations enqueued on each rank's stream
  *   mpi     ranks are Open MPI processes (sc_comm_mpi_create, under mpirun)
  *   nccl    ranks are GPUs (sc_comm_nccl_create, bootstrapped through MPI or
  *           through RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT as torchrun and
@@ -89,7 +91,7 @@ typedef struct sc_comm sc_comm;
  * supported for the operation. Each function returns SC_OK or a status
  * with a message in *diag. */
 typedef struct sc_comm_iface {
-  const char *name; /* "local", "mpi", "nccl" */
+  const char *name; /* "local", "cuda-local", "tcp", "mpi", "nccl" */
   sc_status (*all_reduce)(sc_comm *c, const void *send, void *recv, int64_t count,
                           sc_dtype t, sc_reduce_op op, sc_diag *diag);
   sc_status (*all_gather)(sc_comm *c, const void *send, void *recv, int64_t count,
@@ -124,6 +126,9 @@ struct sc_comm {
   bool any_thread; /* calls may come from a thread other than the one that
                       made the handle, one thread at a time (true unless the
                       backend says otherwise: MPI below THREAD_SERIALIZED) */
+  bool capturable; /* its stream-mode operations may be captured in a CUDA
+                      graph (true unless the backend says otherwise:
+                      cuda-local, whose ranks order each other's streams) */
   bool concurrent; /* different communicators of one world may be used at
                       once by different threads (true unless the backend
                       says otherwise: MPI below THREAD_MULTIPLE, NCCL) */
@@ -139,6 +144,15 @@ struct sc_comm {
 /* size handles, one per thread-rank, sharing one group: comms[i] has rank
  * i. Each is destroyed by its user; the group goes with the last one. */
 sc_status sc_comm_local_create_group(int size, sc_comm **comms, sc_diag *diag);
+
+/* size handles of a `cuda-local` group (runtime/comm_cuda_local.c):
+ * thread-ranks of this process sharing one CUDA device. Without a stream
+ * (sc_comm_set_stream) an operation works on host memory as `local`'s;
+ * with one, the buffers are device memory of the shared context and the
+ * operation is enqueued on the stream, ordered against the other ranks'
+ * streams by events, and returns without waiting for the device. At most
+ * SC_CUDA_REDUCE_SRCS (16) ranks per group on a stream. */
+sc_status sc_comm_cuda_local_create_group(int size, sc_comm **comms, sc_diag *diag);
 
 /* The MPI_COMM_WORLD communicator (a duplicate, errors returned, not
  * fatal). Calls MPI_Init_thread if MPI is not initialised yet; the last
@@ -168,14 +182,17 @@ sc_status sc_comm_nccl_create(const sc_comm_nccl_opts *o, sc_comm **out, sc_diag
  * SC_ERR_UNSUPPORTED naming it when none loads (runtime/comm_module.c). */
 void *sc_module_open(const char *file, int mode, sc_diag *diag);
 
-/* Stream mode (the CUDA device, with NCCL): operations on c are enqueued on
- * the CUDA stream `stream` (a CUstream / cudaStream_t) and return without
- * waiting; the caller orders them with events and waits for the stream,
- * calling sc_comm_poll meanwhile to learn of a failed or aborted peer.
- * SC_ERR_UNSUPPORTED for a backend whose buffers are host memory (local,
- * tcp, mpi). */
+/* Stream mode (the CUDA device, with NCCL or cuda-local): operations on c
+ * are enqueued on the CUDA stream `stream` (a CUstream / cudaStream_t) and
+ * return without waiting; the caller orders them with events and waits for
+ * the stream, calling sc_comm_poll meanwhile to learn of a failed or
+ * aborted peer. SC_ERR_UNSUPPORTED for a backend whose buffers are host
+ * memory (local, tcp, mpi). */
 sc_status sc_comm_set_stream(sc_comm *c, void *stream, sc_diag *diag);
 bool sc_comm_has_streams(const sc_comm *c);
+/* c->capturable: whether operations on c's stream may be captured in a
+ * CUDA graph. */
+bool sc_comm_capturable(const sc_comm *c);
 /* SC_OK, or the asynchronous failure of c's operations so far (stream
  * mode; backends without it: always SC_OK). */
 sc_status sc_comm_poll(sc_comm *c, sc_diag *diag);

@@ -39,8 +39,10 @@
  *             runs, unpack, and an event recorded after it is what the
  *             compute stream waits on: at once for a synchronous step, at
  *             its WAIT step for an async start. The collective itself runs
- *             on that stream: NCCL enqueues it there from the host thread
- *             (sc_comm_set_stream; a run's end then polls the communicators'
+ *             on that stream: NCCL and cuda-local (thread-ranks sharing
+ *             this GPU, every rank's device on the same one) enqueue it
+ *             there from the host thread (sc_comm_set_stream; a run's end
+ *             then polls the communicators'
  *             asynchronous errors while it waits, against
  *             SHARDC_COMM_TIMEOUT); the CPU communicators (local, tcp, mpi),
  *             whose buffers must be host memory, run it as a host function
@@ -66,6 +68,7 @@
  * SC_ERR_UNSUPPORTED and "no CUDA driver" / "no CUDA device". */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,12 +203,6 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int local_ordinal(int rank, int count) {
-  const char *lr = getenv("LOCAL_RANK");
-  int r = lr && *lr ? atoi(lr) : rank;
-  return r >= 0 ? r % count : 0;
-}
-
 sc_status sc_cuda_probe_device(sc_cuda_probe *out, sc_diag *diag) {
   memset(out, 0, sizeof *out);
 #if !SHARDC_HAVE_CUDA
@@ -219,7 +216,7 @@ sc_status sc_cuda_probe_device(sc_cuda_probe *out, sc_diag *diag) {
   CUdevice dev;
   CUcontext ctx;
   CUresult r = cu->device_count(&count);
-  if (r == SC_CUDA_SUCCESS) r = cu->device_get(&dev, local_ordinal(0, count > 0 ? count : 1));
+  if (r == SC_CUDA_SUCCESS) r = cu->device_get(&dev, sc_cu_ordinal(0, count > 0 ? count : 1));
   if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuDeviceGet", "choosing the device", diag);
   cu->device_name(out->name, sizeof out->name, dev);
   int major = 0, minor = 0;
@@ -260,7 +257,13 @@ static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag)
   *out = c;
   int count = 0;
   CK(cu->device_count(&count), "counting devices");
-  CK(cu->device_get(&c->dev, local_ordinal(o->rank, count)), "choosing the device");
+  /* cuda-local: every thread-rank of this process on one GPU (LOCAL_RANK's
+   * or the first), so that they share its primary context and memory */
+  bool shared_gpu = false;
+  for (int32_t i = 0; i < o->n_comms; i++)
+    shared_gpu |= strcmp(sc_comm_backend(o->comms[i]), "cuda-local") == 0;
+  CK(cu->device_get(&c->dev, sc_cu_ordinal(shared_gpu ? 0 : o->rank, count)),
+     "choosing the device");
   CK(cu->device_attribute(&c->cc_major, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, c->dev),
      NULL);
   CK(cu->device_attribute(&c->cc_minor, SC_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, c->dev),
@@ -294,21 +297,34 @@ static sc_status cuda_create(const sc_device_opts *o, void **out, sc_diag *diag)
   for (int32_t i = 0; i < o->n_comms; i++) c->stream_of[i] = concurrent ? i : 0;
   for (int32_t i = 0; i < c->n_cstreams; i++)
     CK(cu->stream_create(&c->cstreams[i], SC_CU_STREAM_NON_BLOCKING), "a communication stream");
-  /* NCCL enqueues on the communication streams; the CPU communicators run
-   * as host functions there, on the emulated GPU only (their buffers are
-   * host memory) */
+  /* NCCL and cuda-local enqueue on the communication streams; the CPU
+   * communicators run as host functions there, on the emulated GPU only
+   * (their buffers are host memory); NCCL needs a real GPU, cuda-local runs
+   * on either (its copies and kernels go through this driver) */
+  bool uncapturable = false;
   for (int32_t i = 0; i < o->n_comms; i++) {
     bool streams = sc_comm_has_streams(o->comms[i]);
-    if (streams == cu->emulated)
+    bool here = strcmp(sc_comm_backend(o->comms[i]), "cuda-local") == 0;
+    if (streams == cu->emulated && !here)
       return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
                          "cuda device: the %s communicator %s", sc_comm_backend(o->comms[i]),
                          cu->emulated ? "needs a real GPU (the emulated one has host memory)"
                                       : "works on host memory: a mesh on GPUs needs --comm "
-                                        "nccl (or SHARDC_CUDA_EMU=1 for the emulated GPU)");
+                                        "nccl, or --comm cuda-local for thread-ranks on one GPU "
+                                        "(or SHARDC_CUDA_EMU=1 for the emulated GPU)");
+    uncapturable |= streams && !sc_comm_capturable(o->comms[i]);
     if (!streams) continue;
     if ((st = sc_comm_set_stream(o->comms[i], c->cstreams[c->stream_of[i]], diag)) != SC_OK)
       return st;
     c->on_stream[i] = c->any_on_stream = true;
+  }
+  if (uncapturable && !c->o.no_graph) { /* runtime/comm_cuda_local.c says why */
+    c->o.no_graph = true;
+    static atomic_flag said = ATOMIC_FLAG_INIT; /* once per process */
+    if (!atomic_flag_test_and_set(&said))
+      fprintf(stderr, "shardc: note: cuda: --comm cuda-local runs without CUDA graphs (each "
+                      "rank's graph would wait on events of the other ranks' streams, which "
+                      "a capture cannot order on replay)\n");
   }
   return SC_OK;
 }

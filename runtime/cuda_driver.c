@@ -26,6 +26,12 @@ bool sc_cu_emulation_requested(void) {
   return e && strcmp(e, "1") == 0;
 }
 
+int sc_cu_ordinal(int rank, int count) {
+  const char *lr = getenv("LOCAL_RANK");
+  int r = lr && *lr ? atoi(lr) : rank;
+  return r >= 0 && count > 0 ? r % count : 0;
+}
+
 sc_status sc_cu_check(const sc_cu *cu, CUresult r, const char *call, const char *what,
                       sc_diag *diag) {
   if (r == SC_CUDA_SUCCESS) return SC_OK;

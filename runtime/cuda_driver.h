@@ -177,6 +177,10 @@ typedef struct sc_cu {
  * device; the same answer every call. */
 sc_status sc_cu_load(const sc_cu **out, sc_diag *diag);
 
+/* The ordinal of the GPU rank `rank` uses among count: LOCAL_RANK when set,
+ * else rank, modulo count. */
+int sc_cu_ordinal(int rank, int count);
+
 /* Whether SHARDC_CUDA_EMU=1 is set (the fake driver is used). */
 bool sc_cu_emulation_requested(void);
 

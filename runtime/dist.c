@@ -423,7 +423,9 @@ sc_status sc_dist_run_local(const sc_dist_program *dp, const sc_dist_opts *o, co
     sc_progress_end(&pr);
     opts.cpu_modules = use;
   }
-  if (st == SC_OK) st = sc_comm_local_create_group((int)n, comms, d);
+  if (st == SC_OK)
+    st = opts.device.comm_on_device ? sc_comm_cuda_local_create_group((int)n, comms, d)
+                                    : sc_comm_local_create_group((int)n, comms, d);
   int64_t started = 0;
   for (; st == SC_OK && started < n; started++) {
     local_job *j = &jobs[started];

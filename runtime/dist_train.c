@@ -479,7 +479,9 @@ sc_status sc_dist_trainer_create(const sc_dist_program *dp, const sc_train_manif
     if ((st = sc_cpu_jit(t->p, &co, &t->mod, d)) == SC_OK) t->o.cpu_module = t->mod;
   }
   if (st == SC_OK && world) t->comms[0] = world;
-  else if (st == SC_OK) st = sc_comm_local_create_group((int)n, t->comms, d);
+  else if (st == SC_OK)
+    st = t->o.device.comm_on_device ? sc_comm_cuda_local_create_group((int)n, t->comms, d)
+                                    : sc_comm_local_create_group((int)n, t->comms, d);
   for (int64_t r = 0; st == SC_OK && r < t->n_local; r++) {
     worker *w = &t->w[r];
     w->t = t;

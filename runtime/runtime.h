@@ -36,6 +36,9 @@ typedef struct sc_device_choice {
   const char *name;   /* "cpu" (NULL: cpu) or "cuda" (runtime/device.h) */
   bool no_graph;      /* cuda: issue every run step by step (--no-cuda-graph) */
   const char *gpu_arch; /* cuda: "sm_90"; NULL = the device's own */
+  bool comm_on_device; /* cuda: thread-ranks of a mesh share one GPU and their
+                          collectives run on it (--comm cuda-local:
+                          sc_comm_cuda_local_create_group), not on the host */
 } sc_device_choice;
 /* Whether c names the CPU device (the default). */
 bool sc_device_choice_is_cpu(const sc_device_choice *c);

@@ -21,9 +21,17 @@ bool sc_partition_comm_is_world(const char *comm) {
                   strcmp(comm, "nccl") == 0);
 }
 
+bool sc_partition_comm_on_device(const char *comm) {
+  return comm && strcmp(comm, "cuda-local") == 0;
+}
+
 int sc_partition_comm_device_check(const char *comm, const sc_device_choice *dev) {
-  if (comm && strcmp(comm, "nccl") == 0 && !(dev->name && strcmp(dev->name, "cuda") == 0))
+  bool cuda = dev->name && strcmp(dev->name, "cuda") == 0;
+  if (comm && strcmp(comm, "nccl") == 0 && !cuda)
     return sc_cli_usage_error("--comm nccl needs --device cuda (NCCL moves GPU memory)");
+  if (sc_partition_comm_on_device(comm) && !cuda)
+    return sc_cli_usage_error("--comm cuda-local needs --device cuda (the thread-ranks share "
+                              "one GPU and its memory)");
   return 0;
 }
 
@@ -118,11 +126,13 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
           "  --plan FILE.json       replay a plan written by `shardc plan --json`\n");
   if (allow_comm)
     fprintf(f,
-            "  --comm local|mpi|tcp|nccl  ranks as threads of this process (default), or\n"
-            "                         one process per rank: under mpirun (mpi), from\n"
+            "  --comm local|cuda-local|mpi|tcp|nccl  ranks as threads of this process\n"
+            "                         (default), as threads sharing one GPU with --device\n"
+            "                         cuda (cuda-local: collectives on the GPU), or one\n"
+            "                         process per rank: under mpirun (mpi), from\n"
             "                         torchrun's or Slurm's variables (tcp), or one GPU\n"
-            "                         each with --device cuda (nccl); all but local need\n"
-            "                         a mesh\n");
+            "                         each with --device cuda (nccl); mpi, tcp and nccl\n"
+            "                         need a mesh\n");
 }
 
 bool sc_partition_args_active(const sc_partition_args *p) {
@@ -211,8 +221,9 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
     if (!missing) p->plan_file = v;
   } else if (allow_comm && (v = sc_cli_opt_value(argc, argv, i, "--comm", &missing))) {
     if (!missing && strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "tcp") != 0 &&
-        strcmp(v, "nccl") != 0)
-      return sc_cli_usage_error("--comm expects 'local', 'mpi', 'tcp' or 'nccl', got '%s'", v);
+        strcmp(v, "nccl") != 0 && strcmp(v, "cuda-local") != 0)
+      return sc_cli_usage_error(
+          "--comm expects 'local', 'cuda-local', 'mpi', 'tcp' or 'nccl', got '%s'", v);
     if (!missing) p->comm = v;
     p->comm_given = true;
   } else {

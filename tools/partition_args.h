@@ -67,7 +67,7 @@ typedef struct sc_partition_args {
   bool no_overlap;             /* --no-overlap */
   int64_t hybrid_shard_degree; /* 0 = not given */
   const char *plan_file;
-  const char *comm;            /* "local" (default) or "mpi" */
+  const char *comm;            /* "local" (default), "cuda-local", "mpi", "tcp", "nccl" */
   bool comm_given;             /* --comm appeared */
   bool auto_plan;              /* --mesh auto or --auto: mesh still to choose */
   const char *objective;       /* --objective, or NULL (latency) */
@@ -148,6 +148,9 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
  * communicator and NCCL's env bootstrap admit only ranks whose
  * sc_dist_program_hash is the same (runtime/comm.h). */
 bool sc_partition_comm_is_world(const char *comm);
+/* Whether --comm COMM is cuda-local: the mesh's thread-ranks share one GPU
+ * (sc_device_choice.comm_on_device). */
+bool sc_partition_comm_on_device(const char *comm);
 /* 0, or 2 after the usage error of a --comm the device cannot use (nccl
  * without --device cuda). */
 int sc_partition_comm_device_check(const char *comm, const sc_device_choice *dev);

@@ -53,7 +53,7 @@ static const char *const USAGE =
     "                     [--no-fuse] [--quiet] [--verbose] [--print-after=PASS]\n"
     "                     [--time-passes] [--repeat N [--warmup W]]\n"
     "                     [--mesh SPEC | --plan FILE.json | --mesh auto [--cluster C]]\n"
-    "                     [--comm local|mpi|tcp|nccl]\n"
+    "                     [--comm local|cuda-local|mpi|tcp|nccl]\n"
     "                     [--microbatches M] [--stage-boundaries A,B]\n"
     "                     [--sequence-parallel] [--no-vocab-parallel] [--no-overlap]\n"
     "                     [--ranks-per-node N] [--device cpu|cuda [--no-cuda-graph]\n"
@@ -764,6 +764,7 @@ static int run_dist(run_opts *r, const sc_cli_opts *o, const sc_dist_program *dp
   sc_dist_opts_init(&dop);
   dop.threads = r->threads;
   dop.device = r->dev;
+  dop.device.comm_on_device = sc_partition_comm_on_device(r->pc.comm);
   double *times = NULL;
   if (!rc && r->repeat > 0) { /* timing: as for one rank (--warmup counts the first run) */
     dop.warmup = (int)(r->warmup_given ? r->warmup : 1);

@@ -78,7 +78,7 @@ static const char *const USAGE =
     "                       [--no-weights]\n"
     "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
     "                       [--hybrid-shard-degree S] [--no-reshard-after-forward]\n"
-    "                       [--sequence-parallel] [--comm local|mpi|tcp|nccl]\n"
+    "                       [--sequence-parallel] [--comm local|cuda-local|mpi|tcp|nccl]\n"
     "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
     "                       [--virtual-stages V]\n"
     "                       [--threads N] [--list-params] [--quiet]\n"
@@ -851,6 +851,7 @@ int sc_cmd_train(int argc, char **argv) {
     goto done;
   }
   if ((rc = sc_partition_comm_device_check(a.pa.comm, &a.dev)) != 0) goto done;
+  to.device.comm_on_device = sc_partition_comm_on_device(a.pa.comm);
   if (per_process && (sc_partition_world(a.pa.comm, src.mesh, m, &world, &d) != SC_OK ||
                       sc_partition_world_check(a.pa.comm, world, src.mesh->mesh.n_ranks, &d) !=
                           SC_OK)) {

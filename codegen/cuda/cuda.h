@@ -70,7 +70,9 @@ enum { SC_CUDA_SERIAL_INNER_MAX = 16 };
  * the number of arguments (all 8 bytes: pointers, then begin and end), 1
  * when the kernel runs block per point (its threads meet at barriers), the
  * number P of pointer params (the first P arguments) whose extents follow,
- * then for each: 1 when written, and its bytes (0: unknown). */
+ * then for each: 1 when written, and its bytes (0: unknown; -(i + 1): the
+ * value of argument i, for kernels whose extents are arguments, as the
+ * communicator's reductions). */
 #define SC_CUDA_EMU_INFO_SUFFIX "__emu_info"
 
 typedef enum sc_cuda_mode {
@@ -130,6 +132,22 @@ typedef struct sc_cuda_conv {
  * product as lower_linalg.c writes it, its buffers large enough, beta 0 or
  * the bias kernel's 1), and its kernel's launch in *out. */
 bool sc_cuda_conv_config(const sc_program *p, int32_t step, sc_cuda_conv *out);
+
+/* The element-wise reductions of the cuda-local communicator
+ * (runtime/comm_cuda_local.c), one translation unit with the prelude:
+ *   extern "C" __global__ void sc_comm_reduce_<t>_<op>(T *dst,
+ *       const T *s0, ..., const T *s<SC_CUDA_REDUCE_SRCS - 1>,
+ *       long long n, long long n_src, long long bytes)
+ * for t in f32, f64, f16, bf16, i32, i64 and op in sum, max, min:
+ * dst[i] = s0[i] op s1[i] op ... op s<n_src-1>[i] in that order (f16 and
+ * bf16 in f32, rounded once; floats' max and min propagate NaN; integer
+ * sums wrap), exactly as sc_comm_reduce_arrays (runtime/comm.h); bytes is
+ * n times the element size (the extent of every pointer, for the fake
+ * driver's race check). Thread per element, grid-stride, 256 per block. */
+enum { SC_CUDA_REDUCE_SRCS = 16, SC_CUDA_REDUCE_BLOCK = 256 };
+sc_status sc_cuda_emit_reduce_source(char **src, sc_diag *diag);
+/* "sc_comm_reduce_f32_sum"; false for a dtype the unit has no kernel for. */
+bool sc_cuda_reduce_kernel_name(sc_dtype t, int op, char *buf, size_t n);
 
 /* CUDA C for every kernel of p (--emit=cuda, the bundle's source), with
  * the scatter kernels and implicit-GEMM convolutions its steps use. */

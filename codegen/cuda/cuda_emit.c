@@ -1423,3 +1423,84 @@ sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag) {
   }
   return SC_OK;
 }
+
+/* ------------------------------------------- the communicator's reductions -- */
+
+typedef struct reduce_type {
+  sc_dtype t;
+  const char *name, *store, *acc, *load, *round, *wrap; /* wrap: unsigned type, or NULL */
+} reduce_type;
+
+static const reduce_type REDUCE_TYPES[] = {
+    {SC_DTYPE_F32, "f32", "float", "float", "", "", NULL},
+    {SC_DTYPE_F64, "f64", "double", "double", "", "", NULL},
+    {SC_DTYPE_F16, "f16", "unsigned short", "float", "sc_h2f", "sc_f2h", NULL},
+    {SC_DTYPE_BF16, "bf16", "unsigned short", "float", "sc_bf2f", "sc_f2bf", NULL},
+    {SC_DTYPE_I32, "i32", "int", "int", "", "", "unsigned"},
+    {SC_DTYPE_I64, "i64", "long long", "long long", "", "", "unsigned long long"},
+};
+static const char *const REDUCE_OPS[3] = {"sum", "max", "min"};
+
+bool sc_cuda_reduce_kernel_name(sc_dtype t, int op, char *buf, size_t n) {
+  if (op < 0 || op > 2) return false;
+  for (size_t i = 0; i < sizeof REDUCE_TYPES / sizeof *REDUCE_TYPES; i++)
+    if (REDUCE_TYPES[i].t == t) {
+      snprintf(buf, n, "sc_comm_reduce_%s_%s", REDUCE_TYPES[i].name, REDUCE_OPS[op]);
+      return true;
+    }
+  return false;
+}
+
+/* One reduction kernel (cuda.h: sc_cuda_emit_reduce_source), its combine
+ * step as sc_comm_reduce_arrays's. */
+static void emit_reduce(sbuf *b, const reduce_type *rt, int op) {
+  char name[64];
+  sc_cuda_reduce_kernel_name(rt->t, op, name, sizeof name);
+  const char *T = rt->store;
+  sb_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(%s *__restrict__ dst",
+            SC_CUDA_REDUCE_BLOCK, name, T);
+  for (int q = 0; q < SC_CUDA_REDUCE_SRCS; q++) sb_printf(b, ", const %s *s%d", T, q);
+  sb_printf(b, ",\n    long long n, long long n_src, long long bytes) {\n"
+               "  const %s *s[%d] = {", T, SC_CUDA_REDUCE_SRCS);
+  for (int q = 0; q < SC_CUDA_REDUCE_SRCS; q++) sb_printf(b, "%ss%d", q ? ", " : "", q);
+  sb_printf(b, "};\n  (void)bytes;\n"
+               "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;\n"
+               "       i += (long long)gridDim.x * blockDim.x) {\n"
+               "    %s a = %s(s[0][i]);\n"
+               "    for (long long q = 1; q < n_src; q++) {\n"
+               "      %s v = %s(s[q][i]);\n",
+            rt->acc, rt->load, rt->acc, rt->load);
+  if (op == 0 && rt->wrap)
+    sb_printf(b, "      a = (%s)((%s)a + (%s)v);\n", rt->acc, rt->wrap, rt->wrap);
+  else if (op == 0)
+    sb_printf(b, "      a = a + v;\n");
+  else
+    sb_printf(b, "      %sa = v %c a ? v : a;\n", rt->wrap ? "" : "if (v != v || a != a) a = a + v;\n      else ",
+              op == 1 ? '>' : '<');
+  sb_printf(b, "    }\n    dst[i] = %s(a);\n  }\n}\n", rt->round);
+  sb_printf(b, "#ifdef SC_CUDA_EMU\nextern \"C\" __attribute__((visibility(\"default\"))) void %s"
+               SC_CUDA_EMU_SUFFIX "(void **a) {\n  %s(*(%s **)a[0]", name, name, T);
+  for (int q = 0; q < SC_CUDA_REDUCE_SRCS; q++) sb_printf(b, ", *(const %s **)a[%d]", T, q + 1);
+  int na = SC_CUDA_REDUCE_SRCS + 4;
+  sb_printf(b, ",\n    *(long long *)a[%d], *(long long *)a[%d], *(long long *)a[%d]);\n}\n",
+            na - 3, na - 2, na - 1);
+  /* every pointer spans `bytes`, the last argument (cuda.h) */
+  sb_printf(b, "extern \"C\" __attribute__((visibility(\"default\"))) const long long %s"
+               SC_CUDA_EMU_INFO_SUFFIX "[] = {%d, 0, %d", name, na, SC_CUDA_REDUCE_SRCS + 1);
+  for (int q = 0; q <= SC_CUDA_REDUCE_SRCS; q++) sb_printf(b, ", %d, %d", q == 0, -na);
+  sb_printf(b, "};\n#endif\n\n");
+}
+
+sc_status sc_cuda_emit_reduce_source(char **src, sc_diag *diag) {
+  *src = NULL;
+  sbuf b = {0};
+  sb_printf(&b, "%s%s", emu_prelude, prelude);
+  for (size_t i = 0; i < sizeof REDUCE_TYPES / sizeof *REDUCE_TYPES; i++)
+    for (int op = 0; op < 3; op++) emit_reduce(&b, &REDUCE_TYPES[i], op);
+  if (b.oom) {
+    sc_free(b.s);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
+  }
+  *src = b.s;
+  return SC_OK;
+}

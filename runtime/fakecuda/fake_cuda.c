@@ -569,6 +569,8 @@ static int op_ranges(const fop *o, range *out) {
     for (int i = 0; i < f->n_ptrs && i < f->n_args && n < MAX_RANGES; i++) {
       uintptr_t p = (uintptr_t)o->u.launch.args[i];
       long long bytes = f->extents[2 * i + 1];
+      if (bytes < 0 && -bytes - 1 < f->n_args) /* the value of argument -bytes - 1 */
+        bytes = (long long)o->u.launch.args[-bytes - 1];
       if (p && bytes > 0) out[n++] = (range){p, p + (uintptr_t)bytes, f->extents[2 * i] != 0};
     }
     break;

@@ -15,6 +15,14 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
                every sample end to end against the CPU, CUDA graph replays
                bit-identical to stream launches, MLP and GPT-2 training,
                the bad-index message
+  cuda-local   a mesh's thread-ranks sharing this GPU, their collectives on it
+               (--comm cuda-local): the unit test of every collective against
+               the host's reduction, bit for bit on every rank
+               (cuda-local.collectives: test_comm_cuda_local, SC_CUDA_REAL=1),
+               then tests/gpu/test_cuda_local.py (cuda-local.meshes): GPT-2
+               trained at dp=2, fsdp=2, tp=2, pp=2 (1f1b) and dp=2 x tp=2
+               against the CPU's thread-ranks (losses, gradient norms, the
+               checkpoint), and run at tp=2 and pp=2 (not with --quick)
   arena        SHARDC_CUDA_VERBOSE's line: the arena allocated is the plan's,
                cuBLASLt's workspace is in it (the plan reserves 32 MiB), and
                the device memory the session took is arena + weights
@@ -178,6 +186,24 @@ def check_samples(a):
            {"SHARDC": a.shardc, "SC_SOURCE_DIR": SRC, "SC_CUDA_REAL": "0" if EMU else "1",
             "SC_CUDA_QUICK": "1" if a.quick else "0"}, timeout=1500)
     record("samples", outcome(r.returncode),
+           f"{time.time() - t0:.0f} s: " + (r.stdout + r.stderr).strip()[-600:])
+
+
+def check_cuda_local(a):
+    exe = os.path.join(a.build, "tests", "test_comm_cuda_local")
+    if os.path.exists(exe):
+        r = sh([exe], {"SC_CUDA_REAL": "0" if EMU else "1"}, timeout=300)
+        record("cuda-local.collectives", outcome(r.returncode), (r.stdout + r.stderr)[-400:])
+    else:
+        record("cuda-local.collectives", "skip", f"{exe} was not built (or packed)")
+    if a.quick:
+        record("cuda-local.meshes", "skip", "--quick: no mesh matrices")
+        return
+    t0 = time.time()
+    r = sh([a.python, os.path.join(HERE, "test_cuda_local.py")],
+           {"SHARDC": a.shardc, "SC_SOURCE_DIR": SRC, "SC_CUDA_REAL": "0" if EMU else "1"},
+           timeout=900)
+    record("cuda-local.meshes", outcome(r.returncode),
            f"{time.time() - t0:.0f} s: " + (r.stdout + r.stderr).strip()[-600:])
 
 
@@ -608,7 +634,8 @@ def main():
     checks = [("env", lambda tmp: check_env(a)), ("modules", lambda tmp: check_modules(a, tmp)),
               ("arena", lambda tmp: check_arena(a)), ("nccl", lambda tmp: check_nccl(a, tmp)),
               ("kernels", lambda tmp: check_kernels(a)),
-              ("planner", lambda tmp: check_planner(a, tmp))]
+              ("planner", lambda tmp: check_planner(a, tmp)),
+              ("cuda-local", lambda tmp: check_cuda_local(a))]
     if not a.quick:
         checks += [("gemm", lambda tmp: check_gemm(a, tmp)),
                    ("real-models", lambda tmp: check_real_models(a, tmp))]
