@@ -745,15 +745,14 @@ static bool cluster_target(const sc_partition_args *pa, sc_device_target *t) {
 
 /* --train: the training step's memory (per rank with --mesh). */
 static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cli_opts *o,
-                      bool table, const char *html, const sc_device_target *target, bool gpu) {
+                      bool table, const char *html, const sc_device_target *target) {
   if (o->dot) return sc_cli_usage_error("plan --train does not take --dot");
   int rc = sc_train_args_finish(ta);
   if (rc) return rc;
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, p);
   bs.compile.quiet = true;
-  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
-  bs.compile.bind_state = strcmp(target->device, "cpu") == 0; /* as shardc train does */
+  sc_plan_train_setup(&bs, target); /* as shardc train does, and plan --auto */
   bs.build.no_weights = o->no_weights;
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;
@@ -795,7 +794,7 @@ int sc_cmd_plan(int argc, char **argv) {
   /* a GPU cluster: the memory is the CUDA device's, whose arena holds
    * cuBLASLt's workspace as `shardc train --device cuda` plans it */
   bool gpu = cluster_target(&p, &target);
-  if (train) return plan_train(&p, &ta, &o, table, html, &target, gpu);
+  if (train) return plan_train(&p, &ta, &o, table, html, &target);
   if (table) return sc_cli_usage_error("--schedule-table needs --train (a pipelined step)");
   if (ta.first) return sc_cli_usage_error("%s needs --train", ta.first);
   if (!sc_partition_args_active(&p))

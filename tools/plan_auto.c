@@ -234,9 +234,14 @@ typedef struct exact {
   double seconds;
 } exact;
 
+/* Builds candidate c on cluster as `plan [--train] --cluster C --mesh ...`
+ * builds it for target (the cluster's device: sc_device_target_of_cluster):
+ * training through sc_plan_train_setup, plan --train's own options;
+ * inference with cuBLASLt's workspace in the arena on a GPU, as plan
+ * does. ta->t takes c's recompute: the options c was built with. */
 static int compile(const sc_search_cand *c, const char *cluster, const sc_cluster *loaded,
-                   bool gpu, const sc_cli_opts *base, const char *dim, sc_train_args *ta,
-                   exact *out) {
+                   const sc_device_target *target, const sc_cli_opts *base, const char *dim,
+                   sc_train_args *ta, exact *out) {
   char mesh[128];
   int64_t batch = c->batch;
   sc_search_mesh(c, mesh, sizeof mesh);
@@ -267,7 +272,8 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
-  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES; /* as train --device cuda */
+  if (!c->inference) sc_plan_train_setup(&bs, target);
+  else if (!strcmp(target->device, "cuda")) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
   bs.pass.quiet = true;
   bs.build.no_weights = true;
   double t0 = sc_cli_now_s();
@@ -558,6 +564,10 @@ typedef struct auto_search {
   char dim_name[128];
   sc_search_result *r;          /* sc_free */
   exact ex;                     /* the chosen plan built (sc_build_destroy) */
+  sc_train_opts ex_train;       /* the training options it was built with (its
+                                   recompute) */
+  sc_device_target target;      /* what every candidate was built and its
+                                   memory planned for (the cluster's device) */
   int32_t chosen;               /* its index in r->top */
   sc_plan_predicted exact_of[EXACT_ROUND]; /* of r->top[0 .. n_exact) */
   int32_t n_exact;              /* the last round's */
@@ -604,7 +614,7 @@ static sc_status batch_from_dims(sc_cli_opts *o, const char *dim, int64_t *batch
  * fewer_ fields). 0, or an exit status after printing the error (x's
  * outputs freed). */
 static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_opts *o,
-                         sc_train_args *ta, const sc_device_target *target, bool gpu) {
+                         sc_train_args *ta, const sc_device_target *target) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   const sc_search_cand *ch = &x->r->top[x->chosen];
@@ -624,7 +634,7 @@ static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_
     exact_order(fewer->top, fewer->n_top, nw);
     for (int32_t i = 0; i < nw; i++) {
       exact e = {0};
-      int frc = compile(&fewer->top[i], half, NULL, gpu, o, x->dim_name, ta, &e);
+      int frc = compile(&fewer->top[i], half, NULL, target, o, x->dim_name, ta, &e);
       x->t_exact += e.seconds;
       if (frc) break;
       t0 = sc_cli_now_s();
@@ -675,7 +685,7 @@ static int choose(auto_search *x) {
   sc_diag_clear(&d);
   sc_device_target target;
   sc_runtime_target_host(&target);
-  bool gpu = sc_device_target_of_cluster(&cluster, &target); /* the CUDA device's lines */
+  sc_device_target_of_cluster(&cluster, &target); /* a GPU's: the CUDA device's lines */
 
   /* 1. the block model, from the forward graph of one example */
   double t0 = sc_cli_now_s();
@@ -792,7 +802,7 @@ static int choose(auto_search *x) {
         break;
       }
       exact e = {0};
-      rc = compile(&r->top[i], x->cluster_spec, x->cluster, gpu, &o, dim_name, &ta, &e);
+      rc = compile(&r->top[i], x->cluster_spec, x->cluster, &target, &o, dim_name, &ta, &e);
       t_round += e.seconds;
       if (!rc) {
         t0 = sc_cli_now_s();
@@ -829,6 +839,7 @@ static int choose(auto_search *x) {
       if (better) {
         sc_build_destroy(ex.b);
         ex = e;
+        x->ex_train = ta.t;
         chosen = i;
       } else {
         sc_build_destroy(e.b);
@@ -884,6 +895,7 @@ static int choose(auto_search *x) {
   snprintf(x->dim_name, sizeof x->dim_name, "%s", dim_name);
   x->r = r;
   x->ex = ex;
+  x->target = target;
   x->chosen = chosen;
   memcpy(x->exact_of, exact_of, sizeof exact_of);
   x->n_exact = n_exact;
@@ -902,7 +914,7 @@ static int choose(auto_search *x) {
   x->fewer_exact = false;
   x->n_fewer_exact = 0;
   if (x->fewer_check && x->goal == SC_SEARCH_TRAIN)
-    return fewer_devices(x, &so, &o, &ta, &target, gpu);
+    return fewer_devices(x, &so, &o, &ta, &target);
   return 0;
 }
 
@@ -1193,18 +1205,14 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     }
     sc_diag hd = {0};
     sc_diag_clear(&hd);
-    sc_device_target target;
-    sc_runtime_target_host(&target);
-    sc_status hs;
-    if (a.train) {
-      hs = sc_plan_train_html(ex.b, &ta.t, &target, o.file, "shardc plan --auto", cands,
-                              n_shown, a.html, &hd);
-    } else { /* the target choose() predicted the inference plans for, so
-                that the page's prediction is the table's exact one */
-      sc_device_target_of_cluster(&cluster, &target);
-      hs = sc_plan_infer_html(ex.b, &target, o.file, "shardc plan --auto", cands, n_shown,
-                              a.html, &hd);
-    }
+    /* the chosen plan's page as plan [--train] --mesh ... --html draws it:
+     * the build, its options and the target choose() predicted it for, so
+     * that the page's bars, timeline and prediction are the table's exact
+     * ones (tests/lit/plan/html_auto_train.test) */
+    sc_status hs = a.train ? sc_plan_train_html(ex.b, &x.ex_train, &x.target, o.file,
+                                                "shardc plan --auto", cands, n_shown, a.html, &hd)
+                           : sc_plan_infer_html(ex.b, &x.target, o.file, "shardc plan --auto",
+                                                cands, n_shown, a.html, &hd);
     if (hs != SC_OK) {
       sc_build_destroy(ex.b);
       sc_free(r);

@@ -201,6 +201,12 @@ static void print_table(const sc_dist_program *dp, const pipe_row *rows) {
   }
 }
 
+void sc_plan_train_setup(sc_build_setup *bs, const sc_device_target *target) {
+  bool cuda = target->device && strcmp(target->device, "cuda") == 0;
+  if (cuda) bs->compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  bs->compile.bind_state = !cuda && target->device && strcmp(target->device, "cpu") == 0;
+}
+
 /* --precision's name: the dtype of matrix products. */
 static const char *precision_name(const sc_train_opts *t) {
   return t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
