@@ -37,6 +37,7 @@
 
 #include "api/calibrate.h"
 #include "codegen/dist_sim.h"
+#include "ir/pipe.h"
 #include "passes/partition/partition.h"
 #include "passes/plan/search.h"
 #include "runtime/runtime.h"
@@ -103,6 +104,7 @@ bool sc_plan_auto_asked(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) return false;
     if (strcmp(argv[i], "--auto") == 0 || strcmp(argv[i], "--mesh=auto") == 0 ||
+        strcmp(argv[i], "--estimate") == 0 ||
         (strcmp(argv[i], "--mesh") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0))
       return true;
   }
@@ -118,6 +120,8 @@ typedef struct auto_args {
   int64_t budget_bytes;     /* or */
   double budget_fraction;   /* of the device's memory (P%) */
   const char *html;         /* --html FILE: the chosen plan's page, with the table */
+  bool estimate;            /* --estimate: one plan's estimate against its exact
+                               figures (estimate_one), no search */
 } auto_args;
 
 /* --memory-budget: BYTES with an optional K, M, G suffix, or P% of the
@@ -146,13 +150,14 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
                       sc_train_args *ta, char **rest, int *n_rest) {
   *n_rest = 0;
   rest[(*n_rest)++] = argv[0];
-  bool train = false;
+  bool train = false, asked = false;
   for (int i = 1; i < argc;) {
     if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
     bool missing = false;
     const char *v;
     if (strcmp(argv[i], "--auto") == 0 || strcmp(argv[i], "--train") == 0) {
       train |= argv[i][2] == 't';
+      asked |= argv[i][2] == 'a';
       i++;
       continue;
     }
@@ -162,6 +167,11 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
       if (!sc_cli_parse_i64(v, 1, (int64_t)1 << 40, &a->global_batch))
         return sc_cli_usage_error("%s takes a count >= 1, not '%s'", opt, v);
       a->batch_option = opt;
+      i++;
+      continue;
+    }
+    if (strcmp(argv[i], "--estimate") == 0) {
+      a->estimate = true;
       i++;
       continue;
     }
@@ -193,6 +203,15 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
     rest[(*n_rest)++] = argv[i++];
   }
   a->train = train;
+  if (a->estimate) {
+    if (asked || p->auto_plan) return sc_cli_usage_error("--estimate takes one plan (--mesh ...), "
+                                                         "not --auto");
+    if (!train || !p->mesh || !p->cluster || a->html || a->budget || a->batch_option)
+      return sc_cli_usage_error("--estimate takes --train, --cluster C, --mesh and the plan's "
+                                "options, the batch as --dim NAME=B (no --global-batch, "
+                                "--memory-budget or --html)");
+    return 0;
+  }
   if (a->batch_option && (strcmp(a->batch_option, "--global-batch") == 0) != train)
     return sc_cli_usage_error(train ? "--auto --train takes --global-batch B (examples per "
                                       "optimizer step), not --batch"
@@ -666,6 +685,79 @@ static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_
   return 0;
 }
 
+/* The block model of x's model (o: its options, the batch dim's --dim
+ * taken out of it into *batch unless x->dim_refused) from the forward
+ * graph of one example, shapes only; dim_name: the batch dim. 0, or an
+ * exit status after printing the error. */
+static int model_of(const auto_search *x, sc_cli_opts *o, int64_t *batch, sc_block_model *bm,
+                    char *dim_name, size_t n_dim_name) {
+  int rc;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  int32_t n_dims = o->n_dims;
+  sc_partition_args none;
+  sc_partition_args_init(&none);
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, o, NULL);
+  bs.compile.quiet = true;
+  bs.pass.quiet = true; /* the batch dim left unbound is 1, without a note */
+  bs.build.no_weights = true;
+  bs.build.codegen = false;
+  sc_build *fb = NULL;
+  if ((rc = sc_partition_args_build(&none, o, &bs.build, &fb, NULL)) != 0) return rc;
+  const char *dim = batch_dim(fb->graph);
+  sc_status st = SC_OK;
+  if (!dim)
+    st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                     "plan --auto: the token ids (the first integer input of rank >= 2) have no "
+                     "symbolic batch dim for the batch to set (the search plans transformers)");
+  for (int k = 0; st == SC_OK && k < o->n_dims; k++)
+    if (strcmp(o->dims[k].name, dim) == 0 && x->dim_refused)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                       "plan --auto: --global-batch sets the batch dim '%s'; give no --dim %s",
+                       dim, dim);
+  if (st == SC_OK && !x->dim_refused) st = batch_from_dims(o, dim, batch, &d);
+  char dim_kept[128];
+  if (st == SC_OK && o->n_dims < n_dims) { /* the block model is of one example */
+    snprintf(dim_kept, sizeof dim_kept, "%s", dim);
+    dim = dim_kept;
+    sc_build_destroy(fb);
+    fb = NULL;
+    if ((rc = sc_partition_args_build(&none, o, &bs.build, &fb, NULL)) != 0) return rc;
+  }
+  if (st == SC_OK) {
+    snprintf(dim_name, n_dim_name, "%s", dim);
+    st = sc_block_model_build(fb->graph, bm, &d);
+  }
+  sc_build_destroy(fb);
+  if (st == SC_ERR_USAGE) return sc_cli_usage_error("%s", d.msg);
+  if (st != SC_OK) return sc_cli_report(&d, o->file);
+  return 0;
+}
+
+/* The search's options for goal on cluster: the global batch, budget and
+ * step options of a and t (the graph's own dtype for inference). */
+static sc_search_opts search_opts_of(sc_search_goal goal, const auto_args *a,
+                                     const sc_train_opts *t, const sc_block_model *bm,
+                                     const sc_cluster *cluster) {
+  sc_search_opts so = {.cluster = cluster,
+                       .goal = goal,
+                       .global_batch = a->global_batch,
+                       .dtype = t->bf16 ? SC_CLUSTER_BF16 : t->fp16 ? SC_CLUSTER_FP16
+                                                                   : SC_CLUSTER_FP32,
+                       .adamw = t->optimizer != SC_OPTIMIZER_SGD,
+                       .memory_budget = a->budget_bytes,
+                       .max_pp = SC_DIST_SIM_MAX_RANKS,
+                       .near_margin = near_margin(goal)};
+  if (goal != SC_SEARCH_TRAIN) /* the graph's own dtype: no mixed precision */
+    so.dtype = bm->param_bytes == 2 ? SC_CLUSTER_BF16 : SC_CLUSTER_FP32;
+  if (a->budget_fraction > 0)
+    so.memory_budget = (int64_t)(a->budget_fraction * (double)cluster->device_memory_bytes);
+  if (sc_cluster_is_gpu(cluster)) /* the arena holds cuBLASLt's workspace (compile()) */
+    so.arena_fixed_bytes = SC_GEMM_WORKSPACE_BYTES;
+  return so;
+}
+
 /* The block model, the search, the exact check of the best few (above);
  * 0 with x's outputs set, or an exit status after printing the error (1:
  * the model, the cluster, no plan fits; 2: usage). */
@@ -689,61 +781,14 @@ static int choose(auto_search *x) {
 
   /* 1. the block model, from the forward graph of one example */
   double t0 = sc_cli_now_s();
-  sc_partition_args none;
-  sc_partition_args_init(&none);
-  sc_build_setup bs;
-  sc_build_setup_init(&bs, &o, NULL);
-  bs.compile.quiet = true;
-  bs.pass.quiet = true; /* the batch dim left unbound is 1, without a note */
-  bs.build.no_weights = true;
-  bs.build.codegen = false;
-  sc_build *fb = NULL;
-  if ((rc = sc_partition_args_build(&none, &o, &bs.build, &fb, NULL)) != 0) return rc;
-  const char *dim = batch_dim(fb->graph);
   sc_block_model bm;
-  sc_status st = SC_OK;
-  if (!dim)
-    st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                     "plan --auto: the token ids (the first integer input of rank >= 2) have no "
-                     "symbolic batch dim for the batch to set (the search plans transformers)");
   char dim_name[128] = "";
-  for (int k = 0; st == SC_OK && k < o.n_dims; k++)
-    if (strcmp(o.dims[k].name, dim) == 0 && x->dim_refused)
-      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                       "plan --auto: --global-batch sets the batch dim '%s'; give no --dim %s",
-                       dim, dim);
-  if (st == SC_OK && !x->dim_refused) st = batch_from_dims(&o, dim, &a.global_batch, &d);
-  char dim_kept[128];
-  if (st == SC_OK && o.n_dims < x->o->n_dims) { /* the block model is of one example */
-    snprintf(dim_kept, sizeof dim_kept, "%s", dim);
-    dim = dim_kept;
-    sc_build_destroy(fb);
-    fb = NULL;
-    if ((rc = sc_partition_args_build(&none, &o, &bs.build, &fb, NULL)) != 0) return rc;
-  }
-  if (st == SC_OK) {
-    snprintf(dim_name, sizeof dim_name, "%s", dim);
-    st = sc_block_model_build(fb->graph, &bm, &d);
-  }
-  sc_build_destroy(fb);
-  if (st == SC_ERR_USAGE) return sc_cli_usage_error("%s", d.msg);
-  if (st != SC_OK) return sc_cli_report(&d, o.file);
+  if ((rc = model_of(x, &o, &a.global_batch, &bm, dim_name, sizeof dim_name)) != 0) return rc;
   double t_model = sc_cli_now_s() - t0;
+  sc_status st = SC_OK;
 
   /* 2. the search */
-  sc_search_opts so = {.cluster = &cluster,
-                       .goal = x->goal,
-                       .global_batch = a.global_batch,
-                       .dtype = ta.t.bf16 ? SC_CLUSTER_BF16 : ta.t.fp16 ? SC_CLUSTER_FP16
-                                                                         : SC_CLUSTER_FP32,
-                       .adamw = ta.t.optimizer != SC_OPTIMIZER_SGD,
-                       .memory_budget = a.budget_bytes,
-                       .max_pp = SC_DIST_SIM_MAX_RANKS,
-                       .near_margin = near_margin(x->goal)};
-  if (x->goal != SC_SEARCH_TRAIN) /* the graph's own dtype: no mixed precision */
-    so.dtype = bm.param_bytes == 2 ? SC_CLUSTER_BF16 : SC_CLUSTER_FP32;
-  if (a.budget_fraction > 0)
-    so.memory_budget = (int64_t)(a.budget_fraction * (double)cluster.device_memory_bytes);
+  sc_search_opts so = search_opts_of(x->goal, &a, &ta.t, &bm, &cluster);
   int64_t limit = so.memory_budget > 0 ? so.memory_budget : cluster.device_memory_bytes;
   sc_search_result *r = sc_calloc(1, sizeof *r);
   if (!r) {
@@ -918,6 +963,152 @@ static int choose(auto_search *x) {
   return 0;
 }
 
+/* ---- plan --train --estimate: one plan, estimated and exact ---- */
+
+/* The axis size of role `axis` (an index into part's mesh, or -1: 1). */
+static int64_t axis_size(const sc_partition *part, int32_t axis) {
+  return axis >= 0 ? part->mesh.axes[axis].size : 1;
+}
+
+/* `shardc plan MODEL --train --estimate --cluster C --mesh ... [plan
+ * options] --dim BATCH=B`: the plan built as plan --train builds it
+ * (sc_plan_train_setup, shapes only), its exact step and every pipeline
+ * rank's memory (sc_plan_train_predict, sc_plan_train_rank_memory), and
+ * the search's estimate of the same strategy, read back from the build
+ * (its mesh roles, ZeRO stage, schedule, chunks, microbatches, sequence
+ * parallelism, recompute) so that nothing is parsed twice: the estimate's
+ * memory per pipeline rank (sc_search_rank_memory) against the exact
+ * one's, without the device's lines (the estimate has none), and the two
+ * steps' terms. What docs/planner.md's estimate/exact ratios are measured
+ * with (tests/models/test_search_estimate.py). 0, 1 (the model, the
+ * cluster, a mesh with axes the search does not model), 2 (usage). */
+static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args *ta,
+                        const sc_cli_opts *o, const sc_cluster *cluster) {
+  auto_search x = {.goal = SC_SEARCH_TRAIN, .o = o, .ta = ta, .cluster_spec = p->cluster,
+                   .cluster = cluster};
+  sc_cli_opts fo = *o;
+  int64_t batch = 0;
+  sc_block_model bm;
+  char dim[128];
+  int rc = model_of(&x, &fo, &batch, &bm, dim, sizeof dim);
+  if (rc) return rc;
+  sc_device_target target;
+  sc_runtime_target_host(&target);
+  sc_device_target_of_cluster(cluster, &target);
+  p->cluster_loaded = cluster;
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, o, p);
+  bs.compile.quiet = true;
+  sc_plan_train_setup(&bs, &target);
+  bs.build.no_weights = true;
+  ta->t.shape_only = true;
+  sc_build *b = NULL;
+  if ((rc = sc_train_args_build(ta, p, o, &bs.build, &b)) != 0) return rc;
+  const sc_partition *part = b->part;
+  const sc_dist_program *dp = b->program;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_search_cand c = {.pp = axis_size(part, part->pp_axis), .dp = axis_size(part, part->dp_axis),
+                      .fsdp = axis_size(part, part->fsdp_axis),
+                      .tp = axis_size(part, part->tp_axis), .cp = 1, .zero = part->zero_stage,
+                      .sequence_parallel = part->sequence_parallel,
+                      .microbatches = dp->schedule.microbatches > 0 ? dp->schedule.microbatches : 1,
+                      .recompute = (sc_search_recompute)ta->t.recompute, .batch = batch};
+  c.hybrid_shard_degree = c.dp > 1 && c.fsdp > 1 ? c.fsdp : 0;
+  c.schedule = c.pp > 1 ? sc_schedule_name(dp->schedule.kind) : "gpipe";
+  c.virtual_stages = dp->pipe_chunks > 0 ? dp->pipe_chunks / dp->pipe_ranks : 1;
+  int64_t parts = c.dp * c.fsdp * c.microbatches;
+  sc_status st = SC_OK;
+  if (c.pp * c.dp * c.fsdp * c.tp != part->mesh.n_ranks || batch % parts)
+    st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
+                     "--estimate: the search models meshes of pp, dp, fsdp and tp axes whose "
+                     "data-parallel size times the microbatches (%lld) divides the batch %lld",
+                     (long long)parts, (long long)batch);
+  c.micro_batch_size = parts > 0 ? batch / parts : 0;
+  auto_args sa = *a;
+  sa.global_batch = batch;
+  sc_search_opts so = search_opts_of(SC_SEARCH_TRAIN, &sa, &ta->t, &bm, cluster);
+  if (st == SC_OK) st = sc_search_estimate(&bm, &so, &c, &d);
+  if (st == SC_OK) st = sc_plan_train_predict(b, &ta->t, &target, &d);
+  sc_rank_memory *rows = NULL;
+  int32_t n_rows = 0;
+  if (st == SC_OK) st = sc_plan_train_rank_memory(b, &target, &rows, &n_rows, &d);
+  if (st != SC_OK) {
+    sc_build_destroy(b);
+    return sc_cli_report(&d, o->file);
+  }
+  sc_plan_predicted est;
+  estimate_predicted(&c, bm.seq, &est);
+  char opts[384];
+  cand_options(&c, opts, sizeof opts);
+  json_t *ranks = json_array();
+  double worst = 0, peak_exact = 0;
+  for (int32_t q = 0; q < n_rows; q++) {
+    int64_t act, mem = sc_search_rank_memory(&bm, &so, &c, q, &act), device = 0;
+    for (int32_t k = 0; k < rows[q].n_parts; k++)
+      if (!strcmp(rows[q].parts[k].name, "device")) device += rows[q].parts[k].bytes;
+    double exact_b = (double)(rows[q].total - device);
+    double ratio = exact_b > 0 ? (double)mem / exact_b : 0;
+    if (q == 0 || ratio < worst) worst = ratio;
+    if (exact_b > peak_exact) peak_exact = exact_b;
+    json_t *rj = json_pack("{s:i, s:I, s:I, s:I, s:I, s:f}", "pipe_rank", (int)q,
+                           "estimate_bytes", (json_int_t)mem, "estimate_activation_bytes",
+                           (json_int_t)act, "exact_bytes", (json_int_t)rows[q].total,
+                           "exact_device_bytes", (json_int_t)device, "ratio", ratio);
+    json_t *parts_j = json_object();
+    for (int32_t k = 0; k < rows[q].n_parts; k++)
+      json_object_set_new(parts_j, rows[q].parts[k].name, json_integer(rows[q].parts[k].bytes));
+    json_object_set_new(rj, "exact_parts", parts_j);
+    if (dp->pipe_chunks > 0) { /* the largest piece's arena of each phase */
+      json_t *ph = json_object();
+      int64_t most[SC_PIPE_PHASES] = {0};
+      for (int32_t st_i = 0; st_i < dp->n_stages; st_i++)
+        if (sc_pipe_piece_chunk(dp->pipe_chunks, st_i) % dp->pipe_ranks == q) {
+          sc_pipe_phase f = sc_pipe_piece_phase(dp->pipe_chunks, st_i);
+          if (dp->stages[st_i].program->arena_bytes > most[f])
+            most[f] = dp->stages[st_i].program->arena_bytes;
+        }
+      for (int f = 0; f < SC_PIPE_PHASES; f++)
+        json_object_set_new(ph, sc_pipe_phase_name((sc_pipe_phase)f), json_integer(most[f]));
+      json_object_set_new(rj, "exact_arena_by_phase", ph);
+    }
+    json_array_append_new(ranks, rj);
+    if (!o->json) {
+      char e1[32], e2[32];
+      fmt_bytes((double)mem, e1, sizeof e1);
+      fmt_bytes(exact_b, e2, sizeof e2);
+      if (q == 0) printf("memory per rank (the search's estimate against the exact plan):\n");
+      printf("  %s: estimate %s, exact %s (without the device's lines), %.3f\n", rows[q].rank,
+             e1, e2, ratio);
+    }
+  }
+  const sc_plan_predicted *ex = &b->plan->predicted;
+  double peak_ratio = peak_exact > 0 ? (double)c.peak_bytes / peak_exact : 0;
+  if (o->json) {
+    json_t *root = json_pack("{s:s, s:I, s:o, s:o, s:o, s:f, s:f}", "options", opts, "batch",
+                             (json_int_t)batch, "estimate", sc_plan_predicted_json(&est),
+                             "exact", sc_plan_predicted_json(ex), "ranks", ranks,
+                             "peak_ratio", peak_ratio, "lowest_rank_ratio", worst);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    if (text) printf("%s\n", text);
+    free(text);
+    json_decref(root);
+  } else {
+    json_decref(ranks);
+    char t1[32], t2[32];
+    sc_cli_format_seconds(c.step_s, t1, sizeof t1);
+    sc_cli_format_seconds(ex->step_time_s, t2, sizeof t2);
+    printf("  the largest: estimate over exact %.3f (the lowest rank's %.3f)\n", peak_ratio,
+           worst);
+    printf("step: estimate %s, exact %s (%+.1f %%)\n", t1, t2,
+           ex->step_time_s > 0 ? 100 * (c.step_s - ex->step_time_s) / ex->step_time_s : 0.0);
+    printf("  %s\n", opts);
+  }
+  sc_free(rows);
+  sc_build_destroy(b);
+  return 0;
+}
+
 int sc_cmd_plan_auto(int argc, char **argv) {
   auto_args a = {0};
   sc_partition_args p;
@@ -942,6 +1133,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   sc_diag_clear(&cd);
   sc_cluster cluster;
   if (sc_cluster_load(p.cluster, &cluster, &cd) != SC_OK) return sc_cli_report(&cd, NULL);
+  if (a.estimate) return estimate_one(&a, &p, &ta, &o, &cluster);
   auto_search x = {.goal = !a.train ? (p.objective && strcmp(p.objective, "throughput") == 0
                                            ? SC_SEARCH_THROUGHPUT
                                            : SC_SEARCH_LATENCY)

@@ -55,48 +55,61 @@ enum { COMM_LOW_B = 2 };
  * of this model, not of the cluster. */
 #define FUSED_MEMORY 0.45
 /* Memory the compiled step holds that the block model cannot see node by
- * node, measured on samples/gpt_1p5b.onnx (bf16, AdamW, h100-sxm:8x1,
- * batch 16) against the exact path's memory plan (plan --train --json:
- * each pipeline rank's state, arenas, stash; the arenas hold the step
- * values, the norm and update pieces reading the accumulators in place,
- * and every piece's own arena: 44-60 % of a pipeline rank's total):
- *   WORK_GRAD_B: bytes per parameter element whose gradient the backward
- *     holds whole (the stage's, or ZeRO-3's shard) and WORK_UPDATE_B per
- *     element of the stage, sharded or not: the pieces' arenas are 33.2 B
- *     a stage element (pp=2 dp=4, rank 0: 27.19 GB for 818 M), 29.7 B
- *     under ZeRO-1 (pp=2 fsdp=4: the update's arena does not shrink with
- *     the moments' shard) and 12.8 B / 20.1 B under ZeRO-3 over 4 / 2
- *     (10.47 GB; pp=4 fsdp=2: 9.03 GB for 450 M), i.e. about 29 B / fsdp
- *     + 5.5 B; 32 and 6 keep the estimate above each;
- *   ACCUM_STATE_B: what a pipeline stage's state holds beyond the
- *     parameter, gradient and moments (the "state" column: 0.2-0.8 B an
- *     element over them; 2 keeps it above);
+ * node, measured 2026-12-05 on samples/gpt_1p5b.onnx (bf16, AdamW,
+ * h100-sxm:8x1, batch 64) against the exact count (`plan --train --estimate
+ * --json`: each pipeline rank's state, its one arena, the largest piece's,
+ * with every phase's largest piece, its stash and step values; rank 0 of
+ * pp=2 holds 24 blocks and the embedding, 818 M elements):
+ *   PIPE_STATE_EXTRA_B: a pipeline rank's state beyond the parameter,
+ *     gradient accumulator and moments (16.64 B an element against 16 at
+ *     pp=2 dp=4, 10.40 against 10 under ZeRO-1 over 4, 7.28 against 7
+ *     under ZeRO-2, 4.16 against 4 under ZeRO-3: 0.16-0.64 B; 1 keeps the
+ *     estimate above each);
+ *   PIPE_UPDATE_B: an update piece's arena beyond the chunk's state, which
+ *     it holds (the state is copied into the arena on a GPU: 13.61 GB =
+ *     the state at dp=4, 8.91 against 8.51 under ZeRO-1: 0.5 B);
+ *   PIPE_GRAD_B, PIPE_GRAD_Z12_B: a backward or weight piece's arena
+ *     beyond its microbatch's stash, per element of the chunk: 6.05 GB less
+ *     the 2.60 GB stash is 4.2 B at dp=4; 8.53 GB under ZeRO-2 over 4 and
+ *     7.60 under ZeRO-1, 7.1 and 6.1 B (the gradient whole and its
+ *     reduce-scatter's); under ZeRO-3 over 4, 2.53 GB less the 1.58 GB
+ *     stash of full recompute is 1.16 B = 4.6 B / 4;
+ *   PIPE_STEP_B: the values kept once a step (the reduced gradients the
+ *     norm and update pieces read, state copies): 4.16 B an element at
+ *     dp=4, 4.55 under ZeRO-1 over 4 (whole), 4.16 / 4 under ZeRO-2 and 3
+ *     (sharded with the gradient); not held with the stash (the stash
+ *     empties with the last backward): the rank keeps the larger;
  *   SAVED_ONE: the fraction of a block's node outputs the one-program
  *     step keeps for its backward (8 MB of 57 MB an example: fused chains
  *     keep only what the gradients read) and SAVED_PIPE the fraction a
- *     pipeline stage's stash keeps without full recompute (its stash less
- *     the weights' casts: 25.9 MB of 57 a block and example, pp=2 dp=4;
- *     23.6 at pp=4; selective recompute keeps as much at sequence 128);
+ *     pipeline stage's stash keeps without full recompute: the stash less
+ *     the weights' casts, 1.13 GB a microbatch of 2 examples over 24
+ *     blocks at pp=2 dp=4 (23.5 MB a block and example of 57: 0.41; 22.9
+ *     at micro-batch 4 under GPipe), measured at 25.9 MB before the stash's
+ *     fixes; 0.46 keeps the estimate above;
+ *   SAVED_HEAD_PIPE: the fraction of the outside part's values (the LM
+ *     head's logits and the loss's, 351 MB an example) the last pipeline
+ *     rank keeps a microbatch: its stash exceeds a middle rank's by about
+ *     1.9 GB a microbatch of 32 (pp=4 fsdp=2 ZeRO-3 GPipe, M=1), 0.17 of
+ *     them; 0.25 keeps the estimate above;
  *   SAVED_FULL_PIPE, SAVED_FULL_PIPE_SP: a pipeline stage's stash under
  *     full recompute, in block inputs (whole, [seq, hidden] fp32, not
  *     split by tp): 1.09 of it on the Megatron 39B shape (pp=2 dp=8
  *     fsdp=4 tp=8 ZeRO-3, M=24: 7.0 GB for 2 microbatches of 2 examples
  *     over 24 blocks) and 5.13 with sequence parallelism (pp=4 dp=8
  *     fsdp=2 tp=8 ZeRO-1, M=32: 49.6 GB; the 7.5B at pp=4 tp=2 zb-h1:
- *     2.24); 1.2 and 6 keep the estimate above each;
- *   WORK_VALUES_PIPE: a pipeline rank's forward and backward pieces each
- *     hold one block's working values in their own arena (the 39B's
- *     arenas exceed the per-element terms by about two blocks' values).
- * With these, the estimate was above the exact peak per rank by 6-23 % for
- * gpt_1p5b at pp=2 and 4 (ZeRO 0, 1, 3; none, selective, full recompute),
- * by 4-31 % for the 39B plans above and 64 % for the 7.5B's, when each
- * piece had an arena of its own; with one arena per pipeline rank it is
- * 1.4-2.1 times the exact peak (gpt_1p5b, the 39B row's candidates). A
- * refit to the shared arena made the ten best by the estimate all
- * pipelined and the A100 rows' --auto choices slower, so these stay
- * (docs/planner.md, "The estimate": the measurement and why); without a
- * pipeline the terms are as before. */
-enum { WORK_GRAD_B = 32, WORK_UPDATE_B = 6, ACCUM_STATE_B = 2 };
+ *     2.24); 1.2 and 6 keep the estimate above each.
+ * The pipelined terms were a sum fitted when each piece had an arena of
+ * its own (32 B a held gradient element and 6 B a stage element of
+ * working memory, 2 B of state, two blocks' working values): with the
+ * pieces sharing one arena that sum was 1.4-2.5 times the exact peak.
+ * docs/planner.md, "The estimate", has the ratios before and after. */
+#define SAVED_HEAD_PIPE 0.25
+#define PIPE_STATE_EXTRA_B 1.0
+#define PIPE_UPDATE_B 0.5
+#define PIPE_GRAD_B 4.6
+#define PIPE_GRAD_Z12_B 7.5
+#define PIPE_STEP_B 4.6
 /* The one-program step (no pipeline) updates in place and frees each
  * gradient once reduced: its workspace per parameter element of the model
  * (not of the shard) is 0.5 bytes without ZeRO-3 (810 MB for 1.56e9
@@ -111,7 +124,6 @@ enum { WORK_GRAD_B = 32, WORK_UPDATE_B = 6, ACCUM_STATE_B = 2 };
 #define SAVED_PIPE 0.46
 #define SAVED_FULL_PIPE 1.2
 #define SAVED_FULL_PIPE_SP 6.0
-#define WORK_VALUES_PIPE 2.0
 /* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
  * to about a third by filling it with the weight-gradient halves. */
 #define ZB_H1_BUBBLE 3.0
@@ -462,65 +474,139 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
   return SC_OK;
 }
 
-/* Memory of pipeline rank q (0: the most microbatches in flight; pp-1:
- * the LM head's logits). */
-static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, double *act_out) {
-  const sc_block_model *bm = x->bm;
-  const sc_block_part *b = &bm->block;
-  int64_t L = bm->n_blocks, Ls = (L + c->pp - 1) / c->pp;
-  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
-  bool last = q == c->pp - 1;
-  double e = stage_params(bm, c, Ls);
-  if (!last && c->pp > 1) e -= (double)bm->outside.params / tp / 2; /* the head is the last's */
-  double mem = state_bytes(x, c, e);
-  double f = c->fsdp > 1 ? (double)c->fsdp : 1;
-  if (c->pp > 1)
-    mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + e * WORK_UPDATE_B;
-  else
-    mem += e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
-  if (c->pp > 1) mem += e * ACCUM_STATE_B;
-  if (c->zero >= 3)
-    mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */
-  /* values kept for the backward, per block and microbatch */
-  double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
-  double keep_all = c->sequence_parallel ? (whole + split) / tp : whole + split / tp;
-  double keep = keep_all;
-  if (c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE) keep -= b->attn_saved_bytes / tp;
-  if (c->recompute == SC_SEARCH_RECOMPUTE_FULL)
-    keep = c->sequence_parallel ? b->input_bytes / tp : b->input_bytes;
-  double in_flight; /* microbatches of a stage's blocks kept at once */
-  if (c->pp == 1 || strcmp(c->schedule, "gpipe") == 0) in_flight = c->microbatches;
-  else if (strcmp(c->schedule, "interleaved") == 0) {
-    double V = c->virtual_stages, chunks = (double)((c->pp - q - 1) * 2 + (V - 1) * c->pp + 1);
-    if (chunks > c->microbatches * V) chunks = c->microbatches * V;
-    in_flight = chunks / V;
-  } else {
-    in_flight = (double)(c->pp - q) < c->microbatches ? (double)(c->pp - q) : c->microbatches;
-  }
-  if (c->recompute == SC_SEARCH_RECOMPUTE_FULL && c->pp > 1) /* the stash: whole, not split by tp */
-    keep = b->input_bytes * (c->sequence_parallel ? SAVED_FULL_PIPE_SP : SAVED_FULL_PIPE);
-  else if (c->recompute != SC_SEARCH_RECOMPUTE_FULL)
-    keep *= c->pp > 1 ? SAVED_PIPE : SAVED_ONE;
-  double act = in_flight * (double)Ls * keep * mbs;
-  if (x->o->dtype != SC_CLUSTER_FP32) /* the GEMM weights' bf16 casts, kept per microbatch */
-    mem += (in_flight + 1) * (double)Ls * (double)b->split_params / tp * CAST_KEEP_B;
-  /* working values: one block's forward values while its backward runs;
-   * in a pipeline the forward and backward pieces each hold them in their
-   * own arena */
-  act += keep_all * mbs * (c->pp > 1 ? WORK_VALUES_PIPE : 1.0);
-  /* the LM head and loss: their values per microbatch in flight on the
-   * last stage (1F1B: one; GPipe: all), split by tp when the vocabulary
-   * divides */
-  if (last || c->pp == 1) {
-    double head_flight = c->pp > 1 ? in_flight : c->microbatches;
-    act += head_flight * bm->outside.saved_bytes * mbs / vocab_split(bm, c);
-  }
+/* The activation scale of c's kind (search.h: activation_scale,
+ * activation_scale_pipe, activation_scales). */
+static double act_scale(const ctx *x, const sc_search_cand *c) {
   double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
   if (scale <= 0) scale = 1;
   double kind = x->o->activation_scales[3 * (c->pp > 1) + (int)c->recompute];
   if (kind > 0) scale *= kind;
-  *act_out = act * scale;
-  return mem + act * scale;
+  return scale;
+}
+
+/* Per block and example on one tp rank: every value of the block (*all:
+ * the residual stream's whole unless sequence parallel) and the part of
+ * them the backward keeps (*keep) for c's recompute, in a pipeline's stash
+ * or one program's arena. */
+static void block_values(const ctx *x, const sc_search_cand *c, double *all, double *keep) {
+  const sc_block_part *b = &x->bm->block;
+  double tp = (double)c->tp;
+  double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
+  *all = c->sequence_parallel ? (whole + split) / tp : whole + split / tp;
+  double k = *all;
+  if (c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE) k -= b->attn_saved_bytes / tp;
+  if (c->recompute == SC_SEARCH_RECOMPUTE_FULL && c->pp > 1) /* the stash: whole, not split by tp */
+    k = b->input_bytes * (c->sequence_parallel ? SAVED_FULL_PIPE_SP : SAVED_FULL_PIPE);
+  else if (c->recompute == SC_SEARCH_RECOMPUTE_FULL)
+    k = c->sequence_parallel ? b->input_bytes / tp : b->input_bytes;
+  else
+    k *= c->pp > 1 ? SAVED_PIPE : SAVED_ONE;
+  *keep = k;
+}
+
+/* Microbatches of a stage's blocks whose values pipeline rank q keeps at
+ * once (GPipe M, 1F1B and zb-h1 min(pp - q, M), interleaved Megatron's
+ * warm-up chunks over V); M without a pipeline. */
+static double in_flight_of(const sc_search_cand *c, int64_t q) {
+  if (c->pp == 1 || strcmp(c->schedule, "gpipe") == 0) return c->microbatches;
+  if (strcmp(c->schedule, "interleaved") == 0) {
+    double V = c->virtual_stages, chunks = (double)((c->pp - q - 1) * 2 + (V - 1) * c->pp + 1);
+    if (chunks > c->microbatches * V) chunks = c->microbatches * V;
+    return chunks / V;
+  }
+  return (double)(c->pp - q) < c->microbatches ? (double)(c->pp - q) : c->microbatches;
+}
+
+/* Memory of the one program (no pipeline): the state, the update's
+ * working memory, a gathered block and the next under ZeRO-3, the values
+ * kept for the backward, the weights' casts, one block's working values
+ * and the LM head's values, the activations times s. */
+static double one_memory(const ctx *x, const sc_search_cand *c, double s) {
+  const sc_block_model *bm = x->bm;
+  int64_t L = bm->n_blocks;
+  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  double e = stage_params(bm, c, L);
+  double mem = state_bytes(x, c, e) + e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
+  if (c->zero >= 3)
+    mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */
+  double all, keep;
+  block_values(x, c, &all, &keep);
+  double M = c->microbatches;
+  if (x->o->dtype != SC_CLUSTER_FP32) /* the GEMM weights' bf16 casts */
+    mem += (M + 1) * (double)L * (double)bm->block.split_params / tp * CAST_KEEP_B;
+  double act = M * (double)L * keep * mbs + all * mbs +
+               M * bm->outside.saved_bytes * mbs / vocab_split(bm, c);
+  return mem + act * s;
+}
+
+/* Memory of pipeline rank q of a pipelined plan, from the quantities the
+ * exact count adds (tools/plan_train.c, docs/training.md "A pipeline
+ * rank's memory"): its state, ONE arena shared by its pieces (the largest
+ * piece's: they run in turn), and the most handed-over values it keeps at
+ * once, the activations times s. The rank holds its stage's blocks (the
+ * first and the last rank also the outside part: the embedding, the LM
+ * head) in V chunks; for the chunk that holds the most:
+ *   update piece: the chunk's state, copied into the arena, and
+ *     PIPE_UPDATE_B an element;
+ *   backward (and weight) piece: one microbatch's stash of the chunk, its
+ *     gradient (PIPE_GRAD_B an element; PIPE_GRAD_Z12_B under ZeRO-1/2,
+ *     which reduce-scatter it whole; PIPE_GRAD_B / fsdp under ZeRO-3), one
+ *     block's values;
+ *   forward piece: the chunk's parameters (their shard under ZeRO-3), its
+ *     weights' casts, one microbatch's stash, one block's values.
+ * Kept: the larger (they are not held together: the step's values are
+ * made after the last backward) of the stash, the microbatches in flight
+ * times the stage's kept values and weights' casts (the LM head's values
+ * on the last rank), and the step's values, PIPE_STEP_B a parameter
+ * element (sharded with the gradient under ZeRO-2/3). */
+static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, double s) {
+  const sc_block_model *bm = x->bm;
+  const sc_block_part *b = &bm->block;
+  int64_t Ls = (bm->n_blocks + c->pp - 1) / c->pp;
+  int64_t V = c->virtual_stages > 1 ? c->virtual_stages : 1;
+  int64_t Lc = (Ls + V - 1) / V; /* blocks of the largest chunk */
+  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  double f = c->fsdp > 1 ? (double)c->fsdp : 1;
+  bool ends = q == 0 || q == c->pp - 1; /* holds the outside part */
+  double out_e = ends ? (double)bm->outside.params / tp : 0;
+  double out_split = ends ? (double)bm->outside.split_params / tp : 0;
+  double blk_e = stage_params(bm, c, 1) - (double)bm->outside.params / tp;
+  double blk_split = (double)b->split_params / tp;
+  double e = (double)Ls * blk_e + out_e, e_c = (double)Lc * blk_e + out_e;
+  /* the weights handed from the forward to the backward per microbatch:
+   * their casts (whole, also under ZeRO-3: the gathered weights'), or the
+   * gathered fp32 weights under ZeRO-3 */
+  double wb = x->o->dtype != SC_CLUSTER_FP32 ? CAST_KEEP_B : c->zero >= 3 ? PARAM_B : 0;
+  double casts = ((double)Ls * blk_split + out_split) * wb;
+  double casts_c = ((double)Lc * blk_split + out_split) * wb;
+  double all, keep;
+  block_values(x, c, &all, &keep);
+  double head = q == c->pp - 1 ? bm->outside.saved_bytes * SAVED_HEAD_PIPE * mbs /
+                                     vocab_split(bm, c) : 0;
+  double stash_mb = ((double)Ls * keep * mbs + head) * s;      /* the stage's, one microbatch */
+  double stash_mb_c = ((double)Lc * keep * mbs + head) * s;    /* one chunk's */
+  double work = all * mbs * s;                                 /* one block's values */
+  double state = state_bytes(x, c, e) + e * PIPE_STATE_EXTRA_B;
+  double update = state_bytes(x, c, e_c) + e_c * PIPE_UPDATE_B;
+  double grad_b = c->zero >= 3 ? PIPE_GRAD_B / f : c->zero >= 1 ? PIPE_GRAD_Z12_B : PIPE_GRAD_B;
+  double backward = stash_mb_c + casts_c + e_c * grad_b + work;
+  double forward = e_c * (c->zero >= 3 ? PARAM_B / f : PARAM_B) + casts_c + stash_mb_c + work;
+  double arena = update > backward ? update : backward;
+  if (forward > arena) arena = forward;
+  double stash = in_flight_of(c, q) * (stash_mb + casts);
+  double step = e * (c->zero >= 2 ? PIPE_STEP_B / f : PIPE_STEP_B);
+  return state + arena + (stash > step ? stash : step);
+}
+
+/* Memory of pipeline rank q (the one program's when c has no pipeline);
+ * *act_out: of which activations (what the activation scale multiplies:
+ * the memory less its value at scale 0). */
+static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, double *act_out) {
+  double s = act_scale(x, c);
+  double m = c->pp > 1 ? pipe_memory(x, c, q, s) : one_memory(x, c, s);
+  double fixed = c->pp > 1 ? pipe_memory(x, c, q, 0) : one_memory(x, c, 0);
+  *act_out = m - fixed;
+  return m + (double)x->o->arena_fixed_bytes;
 }
 
 /* Inference memory of the last pipeline rank (it holds the LM head): its
@@ -536,12 +622,9 @@ static void infer_memory(const ctx *x, sc_search_cand *c) {
   double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
   double act = (c->sequence_parallel ? (whole + split) / tp : whole + split / tp) * mbs +
                bm->outside.saved_bytes * mbs / vocab_split(bm, c);
-  double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
-  if (scale <= 0) scale = 1;
-  double kind = x->o->activation_scales[3 * (c->pp > 1) + (int)c->recompute];
-  if (kind > 0) scale *= kind;
+  double scale = act_scale(x, c);
   c->peak_activation_bytes = (int64_t)(act * scale);
-  c->peak_bytes = (int64_t)(weights + act * scale);
+  c->peak_bytes = (int64_t)(weights + act * scale) + x->o->arena_fixed_bytes;
   c->peak_pipe_rank = (int32_t)(c->pp - 1);
   c->fits = c->peak_bytes <= x->limit;
 }
@@ -586,7 +669,17 @@ sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
   return SC_OK;
 }
 
-/* Inserts c into the top list (fastest first), keeping SC_SEARCH_TOP. */
+int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
+                              const sc_search_cand *c, int64_t q, int64_t *activation_bytes) {
+  ctx x;
+  init_ctx(&x, bm, o);
+  double act;
+  double m = rank_memory(&x, c, q, &act);
+  *activation_bytes = (int64_t)act;
+  return (int64_t)m;
+}
+
+
 /* Faster first; at the same time, the smaller memory (more headroom). */
 static bool before(const sc_search_cand *a, const sc_search_cand *b) {
   return a->objective_s < b->objective_s ||

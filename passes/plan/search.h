@@ -118,6 +118,10 @@ typedef struct sc_search_opts {
                                    + recompute] (0: 1), so that what one
                                    recompute's exact plans measured does
                                    not scale another's */
+  int64_t arena_fixed_bytes;    /* bytes every rank's arena holds beside its
+                                   values (cuBLASLt's workspace on a GPU:
+                                   SC_GEMM_WORKSPACE_BYTES), added to each
+                                   rank's estimate */
   double near_margin;           /* candidates whose estimated memory is over
                                    the limit by at most this fraction are
                                    kept apart (near, below): the estimate
@@ -152,6 +156,12 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
  * fields; what sc_search_run does for every survivor. */
 sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
                              sc_search_cand *c, sc_diag *d);
+/* The estimated memory of pipeline rank q (0 .. c->pp - 1) of training
+ * candidate c, the terms sc_search_estimate's peak_bytes is the largest
+ * of (search.c, rank_memory); *activation_bytes: of which activations
+ * (scaled as the options say). */
+int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
+                              const sc_search_cand *c, int64_t q, int64_t *activation_bytes);
 /* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
  * tp=8"; "dp=1" for one rank). */
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);
