@@ -91,7 +91,14 @@ enum { SHOWN_OVER = 3 };
 #define NEAR_MARGIN 0.25
 enum { FIT_EXTRA = 2 };
 /* The most candidates one round compiles: EXACT_TOP and the extra ones. */
-enum { EXACT_ROUND = EXACT_TOP + FIT_EXTRA };
+/* When the candidates picked are all pipelined, or all without a
+ * pipeline, the fastest that fits of the other kind by the estimate is
+ * compiled too (add_kind): the estimate errs most between the kinds (its
+ * terms differ: a stash and a bubble against one program's activations;
+ * on the Megatron 3.6B row a ZeRO-3 plan without a pipeline is exactly
+ * 8 % faster than the pipelined best ten, estimated 6 % slower). */
+enum { KIND_EXTRA = 1 };
+enum { EXACT_ROUND = EXACT_TOP + FIT_EXTRA + KIND_EXTRA };
 
 /* The near margin of a search: NEAR_MARGIN for training; 0 for inference
  * (its memory, weights and one block's values, is what the exact plan
@@ -451,8 +458,14 @@ static void exact_order(sc_search_cand *top, int32_t n, int32_t n_want) {
  * (NEAR_MARGIN) and faster than the tenth that fits join r->top after its
  * best, by estimated objective (the step), for the exact evaluation to decide: their exact
  * memory may fit (the estimate errs over: docs/planner.md, "The
- * estimate"). The best that fits stays first. */
+ * estimate"). The best that fits stays first; when none fits, the near
+ * ones are the list. */
 static void merge_near(sc_search_result *r) {
+  if (r->n_top == 0) { /* none fits by the estimate: the near ones, in order */
+    memcpy(r->top, r->near, (size_t)r->n_near * sizeof *r->near);
+    r->n_top = r->n_near;
+    return;
+  }
   sc_search_cand all[2 * SC_SEARCH_TOP];
   int32_t n = 0;
   for (int32_t i = 1; i < r->n_top; i++) all[n++] = r->top[i];
@@ -495,6 +508,33 @@ static int32_t add_fitting(sc_search_result *r, int32_t n, int32_t room) {
       k++;
     }
   return k;
+}
+
+/* When none of the n picked of r->top is of one kind (pipelined or not)
+ * and the search kept a plan of that kind that fits (r->kind_best), it
+ * joins them at n (from its place in r->top, or in place of the last);
+ * returns 1 when added, else 0. At most one kind is missing: top[0] is
+ * of one. */
+static int32_t add_kind(sc_search_result *r, int32_t n, int32_t room) {
+  if (room < 1 || n < 1 || r->n_top <= 0) return 0;
+  for (int k = 0; k < 2; k++) {
+    bool seen = false;
+    for (int32_t i = 0; i < n; i++) seen |= (r->top[i].pp > 1) == (k == 1);
+    if (seen || !r->have_kind_best[k]) continue;
+    int32_t at = -1; /* already in the list, after the picked */
+    for (int32_t j = n; j < r->n_top && at < 0; j++)
+      if (!memcmp(&r->top[j], &r->kind_best[k], sizeof r->top[j])) at = j;
+    if (at < 0) {
+      at = r->n_top < SC_SEARCH_TOP ? r->n_top++ : SC_SEARCH_TOP - 1;
+      if (at < n) return 0;
+      r->top[at] = r->kind_best[k];
+    }
+    sc_search_cand c = r->top[at];
+    memmove(&r->top[n + 1], &r->top[n], (size_t)(at - n) * sizeof c);
+    r->top[n] = c;
+    return 1;
+  }
+  return 0;
 }
 
 /* c with its figures replaced by the exact prediction pr (step, memory,
@@ -821,7 +861,7 @@ static int choose(auto_search *x) {
     }
     evaluated += r->evaluated;
     pruned += r->pruned;
-    if (r->n_top == 0) break;
+    if (r->n_top == 0 && r->n_near == 0) break;
     merge_near(r);
     n_exact = 0;
     double t_round = 0;
@@ -838,6 +878,7 @@ static int choose(auto_search *x) {
     for (int32_t i = 0; i < n_want; i++) n_near += !r->top[i].fits;
     if (n_near > FIT_EXTRA) n_near = FIT_EXTRA;
     n_want += add_fitting(r, n_want, room - n_want < n_near ? room - n_want : n_near);
+    n_want += add_kind(r, n_want, room - n_want);
     for (int32_t i = 0; i < n_want; i++) {
       if (i > 0 && t_exact + t_round >= EXACT_GUARD_S) {
         snprintf(exact_cut, sizeof exact_cut,
@@ -1251,11 +1292,12 @@ int sc_cmd_plan_auto(int argc, char **argv) {
         "exact_evaluated", (int)n_exact,
         "candidates_evaluated", (json_int_t)r->evaluated, "candidates_pruned",
         (json_int_t)r->pruned,
-        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "heads", (json_int_t)r->pruned_heads,
-                            "node", (json_int_t)r->pruned_node, "batch",
-                            (json_int_t)r->pruned_batch, "microbatches",
+        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "heads",
+                            (json_int_t)r->pruned_heads, "node", (json_int_t)r->pruned_node,
+                            "batch", (json_int_t)r->pruned_batch, "microbatches",
                             (json_int_t)r->pruned_microbatch, "state",
-                            (json_int_t)r->pruned_state, "bound", (json_int_t)r->pruned_bound),
+                            (json_int_t)r->pruned_state, "bound", (json_int_t)r->pruned_bound,
+                            "fsdp", (json_int_t)r->pruned_fsdp),
         "chosen", cj, "candidates", cands);
     json_t *au = json_object_get(root, "auto");
     json_object_set_new(au, "block_model_time_s", json_real(t_model));
@@ -1340,12 +1382,13 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     sc_cli_format_seconds(t_exact, t3, sizeof t3);
     printf("searched: %lld candidates evaluated, %lld pruned (tp not dividing the heads %lld, "
            "tp leaving a node or uneven placement %lld, batch not dividing %lld, microbatches "
-           "%lld, %s over memory %lld, lower bound no better than the 10th %lld)\n",
+           "%lld, %s over memory %lld, lower bound no better than the 10th %lld, fsdp not "
+           "dividing the hidden size %lld)\n",
            (long long)r->evaluated, (long long)r->pruned, (long long)r->pruned_heads,
            (long long)r->pruned_node, (long long)r->pruned_batch,
            (long long)r->pruned_microbatch,
            x.goal == SC_SEARCH_TRAIN ? "training state" : "weights", (long long)r->pruned_state,
-           (long long)r->pruned_bound);
+           (long long)r->pruned_bound, (long long)r->pruned_fsdp);
     if (r->tp_left_node) printf("  (nothing fitted with tp inside a node: tp may span nodes)\n");
     printf("time: block model %s, search %s, exact evaluation %s\n", t1, t2, t3);
     for (int32_t i = 0; i < n_skipped; i++) printf("note: %s\n", skipped[i]);

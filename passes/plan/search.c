@@ -323,9 +323,16 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   c->compute_s += M * e_pass;
   double per_mb = fwd * (1 + BACKWARD_FACTOR) + re + e_pass;
   c->bubble_s = 0;
+  double slots = 0; /* microbatch times the critical rank idles */
   if (c->pp > 1) {
-    double slots = (double)(c->pp - 1) / V;
-    if (strcmp(c->schedule, "zb-h1") == 0 && c->microbatches >= c->pp) slots /= ZB_H1_BUBBLE;
+    slots = (double)(c->pp - 1) / V;
+    /* zero-bubble H1 fills the bubble with the weight-gradient pieces; a
+     * chunk that recomputes has none (its backward piece computes its
+     * weight gradients: ir/pipe.h), so under full recompute its lists are
+     * 1F1B's (the Megatron 145B at pp=12 fsdp=16: the same simulated step) */
+    if (strcmp(c->schedule, "zb-h1") == 0 && c->microbatches >= c->pp &&
+        c->recompute != SC_SEARCH_RECOMPUTE_FULL)
+      slots /= ZB_H1_BUBBLE;
     c->bubble_s = slots * per_mb;
   }
   double bound = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s;
@@ -404,7 +411,17 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     st = coll(x, SC_COLL_SEND, 2 * M * V * act, 2, n_pp > 1 ? 2 : 1, 2 * M * V, &c->pp_s, d);
     if (st != SC_OK) return st;
   }
-  c->step_s = bound + c->tp_s + c->fsdp_s + c->dp_s + c->pp_s;
+  /* the bubble is microbatch times, each with its exposed communication
+   * (tp's, and the per-microbatch gathers, reductions and sends of a
+   * pipeline stage): the neighbour waits for all of it (the Megatron 145B
+   * at pp=12 fsdp=16 ZeRO-3: 27.1 s of bubble simulated, 0.6 s estimated
+   * from compute alone; docs/planner.md, "The estimate") */
+  if (c->pp > 1) {
+    double per_mb_comm = (c->tp_s + c->fsdp_s + c->pp_s + (c->fsdp > 1 ? c->dp_s : 0)) / M;
+    c->bubble_s += slots * per_mb_comm;
+  }
+  c->step_s = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s + c->tp_s +
+              c->fsdp_s + c->dp_s + c->pp_s;
   c->objective_s = c->step_s;
   return SC_OK;
 }
@@ -741,6 +758,11 @@ static sc_status consider(const ctx *x, sc_search_cand *c, sc_search_result *r, 
   r->evaluated++;
   finish(x, c, r->model_flops);
   keep_top(r, c);
+  int k = c->pp > 1;
+  if (!r->have_kind_best[k] || before(c, &r->kind_best[k])) {
+    r->kind_best[k] = *c;
+    r->have_kind_best[k] = true;
+  }
   return SC_OK;
 }
 
@@ -835,6 +857,15 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
         if (!span(1, tp, P) || !span(tp, fsdp, P) || !span(tp * fsdp, dp, P) ||
             !span(tp * fsdp * dp, pp, P)) {
           r->pruned_node++;
+          continue;
+        }
+        if (fsdp > 1 && bm->hidden > 0 && bm->hidden % fsdp) {
+          /* the partitioner shards a parameter on its first dim that fsdp
+           * divides (passes/partition/train_seed.c) and keeps it whole
+           * when none does (a fallback): with fsdp not dividing the hidden
+           * size the blocks' weights stay whole, a dp mesh by another
+           * name whose estimate would count shards and gathers it has not */
+          r->pruned_fsdp++;
           continue;
         }
         for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
@@ -955,7 +986,7 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
   }
   if (st != SC_OK) return st;
   r->pruned = r->pruned_heads + r->pruned_node + r->pruned_batch + r->pruned_microbatch +
-              r->pruned_state + r->pruned_bound;
+              r->pruned_state + r->pruned_bound + r->pruned_fsdp;
   if (r->n_top == 0 && !r->have_closest && r->pruned_batch > 0) {
     /* no data-parallel size divides the batch: name the batches that do
      * for the smallest one refused */

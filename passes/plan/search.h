@@ -134,6 +134,8 @@ typedef struct sc_search_result {
   int64_t pruned;               /* candidates dropped before it */
   int64_t pruned_heads, pruned_node, pruned_batch, pruned_microbatch, pruned_state,
       pruned_bound;
+  int64_t pruned_fsdp;          /* fsdp not dividing the hidden size (the
+                                   parameters would stay whole) */
   bool tp_left_node;            /* nothing fitted with tp inside a node */
   int64_t batch_parts;          /* the smallest dp x fsdp refused for the batch */
   int32_t n_top;
@@ -144,6 +146,11 @@ typedef struct sc_search_result {
   int32_t n_near;
   sc_search_cand near[SC_SEARCH_TOP]; /* over the memory by at most
                                    near_margin, fastest first */
+  bool have_kind_best[2];
+  sc_search_cand kind_best[2];  /* the fastest that fits without a pipeline
+                                   [0] and with one [1] (the estimate errs
+                                   most between them: the exact check
+                                   compiles the best of each) */
   bool have_closest;
   sc_search_cand closest;       /* when nothing fits: the least over */
   double model_flops;           /* per step (6 N tokens-like: 3 x forward GEMMs) */
