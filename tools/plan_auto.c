@@ -82,15 +82,16 @@ enum { SHOWN_OVER = 3 };
 /* Plans over the memory by at most this fraction by the estimate, and
  * faster than the tenth that fits, compete for the exact evaluation with
  * the plans that fit (merge_near): the estimate's memory errs over the
- * exact plan's by 4-64 % on pipelined plans (docs/planner.md, "The
- * estimate"); the Megatron 39B, 145B, 310B and 530B rows' published plans
- * are estimated 20, 18, 14 and 8.5 % over their exact peak. When they take
+ * exact plan's, on a pipeline's largest rank by 0-57 % (docs/planner.md,
+ * "The estimate", tests/models/test_search_estimate.py), without a
+ * pipeline by up to 70 % at sequence 2048; a published Megatron plan's
+ * exact peak is its row's budget, which its estimate exceeds by a few
+ * per cent (the 1T row's by 2 %). When they take
  * EXACT_TOP places, as many more that fit by the estimate (FIT_EXTRA at
  * most) are compiled after them (add_fitting; the 1.7B row: three near plans
  * compiled, all over, and the plans that fit not). */
 #define NEAR_MARGIN 0.25
 enum { FIT_EXTRA = 2 };
-/* The most candidates one round compiles: EXACT_TOP and the extra ones. */
 /* When the candidates picked are all pipelined, or all without a
  * pipeline, the fastest that fits of the other kind by the estimate is
  * compiled too (add_kind): the estimate errs most between the kinds (its
@@ -98,6 +99,7 @@ enum { FIT_EXTRA = 2 };
  * on the Megatron 3.6B row a ZeRO-3 plan without a pipeline is exactly
  * 8 % faster than the pipelined best ten, estimated 6 % slower). */
 enum { KIND_EXTRA = 1 };
+/* The most candidates one round compiles: EXACT_TOP and the extra ones. */
 enum { EXACT_ROUND = EXACT_TOP + FIT_EXTRA + KIND_EXTRA };
 
 /* The near margin of a search: NEAR_MARGIN for training; 0 for inference

@@ -18,9 +18,10 @@ ratios (estimate / exact, per rank and of the largest rank) and the range
 over the grid; docs/planner.md, "The estimate", quotes them.
 
 Models: samples/gpt_1p5b.onnx (48 blocks, h 1600, sequence 128) on
-h100-sxm:8x1 and 8x2, samples/gpt2.onnx on h100-sxm:8x1, and two of
+h100-sxm:8x1 and 8x2, samples/gpt2.onnx on h100-sxm:8x1, and three of
 Megatron-LM's shapes (samples/make_gpt_shapes.py: the 7.5B, 36 blocks of h
-4096, and the 39B, 48 blocks of h 8192, sequence 2048) on their A100
+4096, the 18B, 40 blocks of h 6144, and the 39B, 48 blocks of h 8192,
+sequence 2048) on their A100
 clusters, written into SC_BINARY_DIR/megatron_shapes as
 test_megatron_table.py writes them.
 
@@ -77,6 +78,7 @@ GRID = [
 MEGATRON = [
     ("a100_7p5b", "a100-80g:8x16", 512, "--mesh pp=4,dp=16,tp=2 --schedule zb-h1 --microbatches 32 --recompute full --sequence-parallel"),
     ("a100_7p5b", "a100-80g:8x16", 512, "--mesh pp=4,dp=8,fsdp=2,tp=2 --zero 3 --schedule 1f1b --microbatches 32 --recompute selective"),
+    ("a100_18b", "a100-80g:8x32", 1024, "--mesh pp=8,dp=16,tp=2 --schedule zb-h1 --microbatches 64 --recompute none"),
     ("a100_39b", "a100-80g:8x64", 1536, "--mesh pp=2,dp=32,tp=8 --schedule 1f1b --microbatches 48 --recompute full"),
     ("a100_39b", "a100-80g:8x64", 1536, "--mesh pp=8,dp=8,tp=8 --schedule zb-h1 --microbatches 192 --recompute selective"),
     ("a100_39b", "a100-80g:8x64", 1536, "--mesh pp=2,dp=8,fsdp=4,tp=8 --zero 3 --schedule 1f1b --microbatches 48 --recompute full"),
