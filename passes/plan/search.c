@@ -92,6 +92,15 @@ enum { COMM_LOW_B = 2 };
  *     rank keeps a microbatch: its stash exceeds a middle rank's by about
  *     1.9 GB a microbatch of 32 (pp=4 fsdp=2 ZeRO-3 GPipe, M=1), 0.17 of
  *     them; 0.25 keeps the estimate above;
+ *   SAVED_PIPE_SP_TP: a pipeline stage's stash without full recompute
+ *     under sequence parallelism is not split by tp (the backward reads
+ *     the gathered stream) and grows with tp (the attention's values
+ *     resharded between sequence and heads kept beside it): 24.2 GB
+ *     against 23.0 without at tp=2 (the 7.5B, pp=4, selective), 500 GB
+ *     against 229 at tp=8 (the 530B, pp=35, selective: it was estimated
+ *     at 0.60 of its exact peak): 2.2 and 1.05 times; 1 + 0.2 (tp - 1)
+ *     keeps the estimate above both, times the kept
+ *     values without it;
  *   SAVED_FULL_PIPE, SAVED_FULL_PIPE_SP: a pipeline stage's stash under
  *     full recompute, in block inputs (whole, [seq, hidden] fp32, not
  *     split by tp): 1.09 of it on the Megatron 39B shape (pp=2 dp=8
@@ -105,6 +114,7 @@ enum { COMM_LOW_B = 2 };
  * pieces sharing one arena that sum was 1.4-2.5 times the exact peak.
  * docs/planner.md, "The estimate", has the ratios before and after. */
 #define SAVED_HEAD_PIPE 0.25
+#define SAVED_PIPE_SP_TP 0.2
 #define PIPE_STATE_EXTRA_B 1.0
 #define PIPE_UPDATE_B 0.5
 #define PIPE_GRAD_B 4.6
@@ -509,15 +519,20 @@ static void block_values(const ctx *x, const sc_search_cand *c, double *all, dou
   const sc_block_part *b = &x->bm->block;
   double tp = (double)c->tp;
   double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
-  *all = c->sequence_parallel ? (whole + split) / tp : whole + split / tp;
+  /* a pipeline's stash keeps the stream whole under sequence parallelism
+   * too, and more (SAVED_PIPE_SP_TP) */
+  bool sp = c->sequence_parallel && c->pp == 1;
+  *all = sp ? (whole + split) / tp : whole + split / tp;
   double k = *all;
   if (c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE) k -= b->attn_saved_bytes / tp;
   if (c->recompute == SC_SEARCH_RECOMPUTE_FULL && c->pp > 1) /* the stash: whole, not split by tp */
     k = b->input_bytes * (c->sequence_parallel ? SAVED_FULL_PIPE_SP : SAVED_FULL_PIPE);
   else if (c->recompute == SC_SEARCH_RECOMPUTE_FULL)
     k = c->sequence_parallel ? b->input_bytes / tp : b->input_bytes;
+  else if (c->pp > 1) /* sequence parallelism adds copies to the stash */
+    k *= SAVED_PIPE * (c->sequence_parallel ? 1 + SAVED_PIPE_SP_TP * (tp - 1) : 1);
   else
-    k *= c->pp > 1 ? SAVED_PIPE : SAVED_ONE;
+    k *= SAVED_ONE;
   *keep = k;
 }
 
