@@ -23,9 +23,15 @@
  * simulates per step: compute (forward, backward as twice the forward,
  * recompute, the optimizer), communication (tp per block, fsdp gathers
  * and reduce-scatters, dp all-reduce, pipeline sends) added to it without
- * overlap, and the pipeline's bubble. Memory: the state per rank, the
- * values the backward keeps (per microbatch in flight), one block's
- * working values (docs/planner.md section 4 has every term and constant).
+ * overlap, and the pipeline's bubble (microbatch times with their
+ * exposed communication). Memory: without a pipeline the state, the
+ * values the backward keeps, one block's working values; a pipeline rank
+ * as its exact count has it: its state, ONE arena (the largest of its
+ * chunk's update, backward and forward pieces) and the larger of its stash
+ * (microbatches in flight) and the step's values; on a GPU cluster the
+ * arena's fixed bytes (docs/planner.md section 4 has every term and
+ * constant). Pruned besides: fsdp not dividing the hidden size (the
+ * partitioner would keep the parameters whole).
  * Pure computation: no allocation, no state.
  * Inference (opts.goal SC_SEARCH_LATENCY or SC_SEARCH_THROUGHPUT): the
  * same machinery over what the inference path runs: meshes of D <= N
