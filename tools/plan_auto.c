@@ -512,8 +512,10 @@ static int32_t add_fitting(sc_search_result *r, int32_t n, int32_t room) {
   return k;
 }
 
-/* When none of the n picked of r->top is of one kind (pipelined or not)
- * and the search kept a plan of that kind that fits (r->kind_best), it
+/* When none of the n picked of r->top that fit by the estimate is of one
+ * kind (pipelined or not; a near plan does not count: the exact plan may
+ * be over) and the search kept a plan of that kind that fits
+ * (r->kind_best), it
  * joins them at n (from its place in r->top, or in place of the last);
  * returns 1 when added, else 0. At most one kind is missing: top[0] is
  * of one. */
@@ -521,7 +523,7 @@ static int32_t add_kind(sc_search_result *r, int32_t n, int32_t room) {
   if (room < 1 || n < 1 || r->n_top <= 0) return 0;
   for (int k = 0; k < 2; k++) {
     bool seen = false;
-    for (int32_t i = 0; i < n; i++) seen |= (r->top[i].pp > 1) == (k == 1);
+    for (int32_t i = 0; i < n; i++) seen |= r->top[i].fits && (r->top[i].pp > 1) == (k == 1);
     if (seen || !r->have_kind_best[k]) continue;
     int32_t at = -1; /* already in the list, after the picked */
     for (int32_t j = n; j < r->n_top && at < 0; j++)
