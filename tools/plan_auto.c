@@ -24,7 +24,11 @@
  * search; `plan --auto` prints it, sc_plan_auto_resolve hands the chosen
  * plan to run, compile and train. --html FILE writes the chosen plan's page
  * with the table's rows and why each lost (sc_plan_train_html, or for
- * inference sc_plan_infer_html). */
+ * inference sc_plan_infer_html), from the build, options and target the
+ * exact check used: the page `plan [--train] --mesh <chosen> --html`
+ * draws. `plan --train --estimate --mesh ...` (estimate_one) builds one
+ * plan as plan --train does and prints the search's estimate of it against
+ * its exact figures, per pipeline rank. */
 #include "tools/plan_auto.h"
 
 #include <math.h>

@@ -723,7 +723,6 @@ int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
   return (int64_t)m;
 }
 
-
 /* Faster first; at the same time, the smaller memory (more headroom). */
 static bool before(const sc_search_cand *a, const sc_search_cand *b) {
   return a->objective_s < b->objective_s ||
