@@ -730,8 +730,7 @@ static int plan_train(const sc_partition_args *p, sc_train_args *ta, const sc_cl
   sc_build_setup bs;
   sc_build_setup_init(&bs, o, p);
   bs.compile.quiet = true;
-  sc_build_setup_target(&bs, target); /* as shardc train compiles for it */
-  bs.compile.bind_state = strcmp(target->device, "cpu") == 0; /* as shardc train does */
+  sc_plan_train_setup(&bs, target); /* as shardc train does, and plan --auto */
   bs.build.no_weights = o->no_weights;
   ta->t.shape_only = o->no_weights; /* shapes only: every float initializer trains */
   sc_build *b = NULL;

@@ -24,7 +24,11 @@
  * search; `plan --auto` prints it, sc_plan_auto_resolve hands the chosen
  * plan to run, compile and train. --html FILE writes the chosen plan's page
  * with the table's rows and why each lost (sc_plan_train_html, or for
- * inference sc_plan_infer_html). */
+ * inference sc_plan_infer_html), from the build, options and target the
+ * exact check used: the page `plan [--train] --mesh <chosen> --html`
+ * draws. `plan --train --estimate --mesh ...` (estimate_one) builds one
+ * plan as plan --train does and prints the search's estimate of it against
+ * its exact figures, per pipeline rank. */
 #include "tools/plan_auto.h"
 
 #include <math.h>
@@ -37,6 +41,7 @@
 
 #include "api/calibrate.h"
 #include "codegen/dist_sim.h"
+#include "ir/pipe.h"
 #include "passes/partition/partition.h"
 #include "passes/plan/search.h"
 #include "runtime/runtime.h"
@@ -81,16 +86,25 @@ enum { SHOWN_OVER = 3 };
 /* Plans over the memory by at most this fraction by the estimate, and
  * faster than the tenth that fits, compete for the exact evaluation with
  * the plans that fit (merge_near): the estimate's memory errs over the
- * exact plan's by 4-64 % on pipelined plans (docs/planner.md, "The
- * estimate"); the Megatron 39B, 145B, 310B and 530B rows' published plans
- * are estimated 20, 18, 14 and 8.5 % over their exact peak. When they take
+ * exact plan's, on a pipeline's largest rank by 0-57 % (docs/planner.md,
+ * "The estimate", tests/models/test_search_estimate.py), without a
+ * pipeline by up to 70 % at sequence 2048; a published Megatron plan's
+ * exact peak is its row's budget, which its estimate exceeds by a few
+ * per cent (the 1T row's by 2 %). When they take
  * EXACT_TOP places, as many more that fit by the estimate (FIT_EXTRA at
  * most) are compiled after them (add_fitting; the 1.7B row: three near plans
  * compiled, all over, and the plans that fit not). */
 #define NEAR_MARGIN 0.25
 enum { FIT_EXTRA = 2 };
+/* When the candidates picked are all pipelined, or all without a
+ * pipeline, the fastest that fits of the other kind by the estimate is
+ * compiled too (add_kind): the estimate errs most between the kinds (its
+ * terms differ: a stash and a bubble against one program's activations;
+ * on the Megatron 3.6B row a ZeRO-3 plan without a pipeline is exactly
+ * 8 % faster than the pipelined best ten, estimated 6 % slower). */
+enum { KIND_EXTRA = 1 };
 /* The most candidates one round compiles: EXACT_TOP and the extra ones. */
-enum { EXACT_ROUND = EXACT_TOP + FIT_EXTRA };
+enum { EXACT_ROUND = EXACT_TOP + FIT_EXTRA + KIND_EXTRA };
 
 /* The near margin of a search: NEAR_MARGIN for training; 0 for inference
  * (its memory, weights and one block's values, is what the exact plan
@@ -103,6 +117,7 @@ bool sc_plan_auto_asked(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--") == 0) return false;
     if (strcmp(argv[i], "--auto") == 0 || strcmp(argv[i], "--mesh=auto") == 0 ||
+        strcmp(argv[i], "--estimate") == 0 ||
         (strcmp(argv[i], "--mesh") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0))
       return true;
   }
@@ -118,6 +133,8 @@ typedef struct auto_args {
   int64_t budget_bytes;     /* or */
   double budget_fraction;   /* of the device's memory (P%) */
   const char *html;         /* --html FILE: the chosen plan's page, with the table */
+  bool estimate;            /* --estimate: one plan's estimate against its exact
+                               figures (estimate_one), no search */
 } auto_args;
 
 /* --memory-budget: BYTES with an optional K, M, G suffix, or P% of the
@@ -146,13 +163,14 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
                       sc_train_args *ta, char **rest, int *n_rest) {
   *n_rest = 0;
   rest[(*n_rest)++] = argv[0];
-  bool train = false;
+  bool train = false, asked = false;
   for (int i = 1; i < argc;) {
     if (*n_rest >= MAX_ARGS - 1) return sc_cli_usage_error("too many arguments");
     bool missing = false;
     const char *v;
     if (strcmp(argv[i], "--auto") == 0 || strcmp(argv[i], "--train") == 0) {
       train |= argv[i][2] == 't';
+      asked |= argv[i][2] == 'a';
       i++;
       continue;
     }
@@ -162,6 +180,11 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
       if (!sc_cli_parse_i64(v, 1, (int64_t)1 << 40, &a->global_batch))
         return sc_cli_usage_error("%s takes a count >= 1, not '%s'", opt, v);
       a->batch_option = opt;
+      i++;
+      continue;
+    }
+    if (strcmp(argv[i], "--estimate") == 0) {
+      a->estimate = true;
       i++;
       continue;
     }
@@ -193,6 +216,15 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
     rest[(*n_rest)++] = argv[i++];
   }
   a->train = train;
+  if (a->estimate) {
+    if (asked || p->auto_plan) return sc_cli_usage_error("--estimate takes one plan (--mesh ...), "
+                                                         "not --auto");
+    if (!train || !p->mesh || !p->cluster || a->html || a->budget || a->batch_option)
+      return sc_cli_usage_error("--estimate takes --train, --cluster C, --mesh and the plan's "
+                                "options, the batch as --dim NAME=B (no --global-batch, "
+                                "--memory-budget or --html)");
+    return 0;
+  }
   if (a->batch_option && (strcmp(a->batch_option, "--global-batch") == 0) != train)
     return sc_cli_usage_error(train ? "--auto --train takes --global-batch B (examples per "
                                       "optimizer step), not --batch"
@@ -234,9 +266,14 @@ typedef struct exact {
   double seconds;
 } exact;
 
+/* Builds candidate c on cluster as `plan [--train] --cluster C --mesh ...`
+ * builds it for target (the cluster's device: sc_device_target_of_cluster):
+ * training through sc_plan_train_setup, plan --train's own options;
+ * inference with cuBLASLt's workspace in the arena on a GPU, as plan
+ * does. ta->t takes c's recompute: the options c was built with. */
 static int compile(const sc_search_cand *c, const char *cluster, const sc_cluster *loaded,
-                   bool gpu, const sc_cli_opts *base, const char *dim, sc_train_args *ta,
-                   exact *out) {
+                   const sc_device_target *target, const sc_cli_opts *base, const char *dim,
+                   sc_train_args *ta, exact *out) {
   char mesh[128];
   int64_t batch = c->batch;
   sc_search_mesh(c, mesh, sizeof mesh);
@@ -267,7 +304,8 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
   bs.compile.quiet = true;
-  if (gpu) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES; /* as train --device cuda */
+  if (!c->inference) sc_plan_train_setup(&bs, target);
+  else if (!strcmp(target->device, "cuda")) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
   bs.pass.quiet = true;
   bs.build.no_weights = true;
   double t0 = sc_cli_now_s();
@@ -426,8 +464,14 @@ static void exact_order(sc_search_cand *top, int32_t n, int32_t n_want) {
  * (NEAR_MARGIN) and faster than the tenth that fits join r->top after its
  * best, by estimated objective (the step), for the exact evaluation to decide: their exact
  * memory may fit (the estimate errs over: docs/planner.md, "The
- * estimate"). The best that fits stays first. */
+ * estimate"). The best that fits stays first; when none fits, the near
+ * ones are the list. */
 static void merge_near(sc_search_result *r) {
+  if (r->n_top == 0) { /* none fits by the estimate: the near ones, in order */
+    memcpy(r->top, r->near, (size_t)r->n_near * sizeof *r->near);
+    r->n_top = r->n_near;
+    return;
+  }
   sc_search_cand all[2 * SC_SEARCH_TOP];
   int32_t n = 0;
   for (int32_t i = 1; i < r->n_top; i++) all[n++] = r->top[i];
@@ -470,6 +514,35 @@ static int32_t add_fitting(sc_search_result *r, int32_t n, int32_t room) {
       k++;
     }
   return k;
+}
+
+/* When none of the n picked of r->top that fit by the estimate is of one
+ * kind (pipelined or not; a near plan does not count: the exact plan may
+ * be over) and the search kept a plan of that kind that fits
+ * (r->kind_best), it
+ * joins them at n (from its place in r->top, or in place of the last);
+ * returns 1 when added, else 0. At most one kind is missing: top[0] is
+ * of one. */
+static int32_t add_kind(sc_search_result *r, int32_t n, int32_t room) {
+  if (room < 1 || n < 1 || r->n_top <= 0) return 0;
+  for (int k = 0; k < 2; k++) {
+    bool seen = false;
+    for (int32_t i = 0; i < n; i++) seen |= r->top[i].fits && (r->top[i].pp > 1) == (k == 1);
+    if (seen || !r->have_kind_best[k]) continue;
+    int32_t at = -1; /* already in the list, after the picked */
+    for (int32_t j = n; j < r->n_top && at < 0; j++)
+      if (!memcmp(&r->top[j], &r->kind_best[k], sizeof r->top[j])) at = j;
+    if (at < 0) {
+      at = r->n_top < SC_SEARCH_TOP ? r->n_top++ : SC_SEARCH_TOP - 1;
+      if (at < n) return 0;
+      r->top[at] = r->kind_best[k];
+    }
+    sc_search_cand c = r->top[at];
+    memmove(&r->top[n + 1], &r->top[n], (size_t)(at - n) * sizeof c);
+    r->top[n] = c;
+    return 1;
+  }
+  return 0;
 }
 
 /* c with its figures replaced by the exact prediction pr (step, memory,
@@ -558,6 +631,10 @@ typedef struct auto_search {
   char dim_name[128];
   sc_search_result *r;          /* sc_free */
   exact ex;                     /* the chosen plan built (sc_build_destroy) */
+  sc_train_opts ex_train;       /* the training options it was built with (its
+                                   recompute) */
+  sc_device_target target;      /* what every candidate was built and its
+                                   memory planned for (the cluster's device) */
   int32_t chosen;               /* its index in r->top */
   sc_plan_predicted exact_of[EXACT_ROUND]; /* of r->top[0 .. n_exact) */
   int32_t n_exact;              /* the last round's */
@@ -604,7 +681,7 @@ static sc_status batch_from_dims(sc_cli_opts *o, const char *dim, int64_t *batch
  * fewer_ fields). 0, or an exit status after printing the error (x's
  * outputs freed). */
 static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_opts *o,
-                         sc_train_args *ta, const sc_device_target *target, bool gpu) {
+                         sc_train_args *ta, const sc_device_target *target) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   const sc_search_cand *ch = &x->r->top[x->chosen];
@@ -624,7 +701,7 @@ static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_
     exact_order(fewer->top, fewer->n_top, nw);
     for (int32_t i = 0; i < nw; i++) {
       exact e = {0};
-      int frc = compile(&fewer->top[i], half, NULL, gpu, o, x->dim_name, ta, &e);
+      int frc = compile(&fewer->top[i], half, NULL, target, o, x->dim_name, ta, &e);
       x->t_exact += e.seconds;
       if (frc) break;
       t0 = sc_cli_now_s();
@@ -656,6 +733,79 @@ static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_
   return 0;
 }
 
+/* The block model of x's model (o: its options, the batch dim's --dim
+ * taken out of it into *batch unless x->dim_refused) from the forward
+ * graph of one example, shapes only; dim_name: the batch dim. 0, or an
+ * exit status after printing the error. */
+static int model_of(const auto_search *x, sc_cli_opts *o, int64_t *batch, sc_block_model *bm,
+                    char *dim_name, size_t n_dim_name) {
+  int rc;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  int32_t n_dims = o->n_dims;
+  sc_partition_args none;
+  sc_partition_args_init(&none);
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, o, NULL);
+  bs.compile.quiet = true;
+  bs.pass.quiet = true; /* the batch dim left unbound is 1, without a note */
+  bs.build.no_weights = true;
+  bs.build.codegen = false;
+  sc_build *fb = NULL;
+  if ((rc = sc_partition_args_build(&none, o, &bs.build, &fb, NULL)) != 0) return rc;
+  const char *dim = batch_dim(fb->graph);
+  sc_status st = SC_OK;
+  if (!dim)
+    st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                     "plan --auto: the token ids (the first integer input of rank >= 2) have no "
+                     "symbolic batch dim for the batch to set (the search plans transformers)");
+  for (int k = 0; st == SC_OK && k < o->n_dims; k++)
+    if (strcmp(o->dims[k].name, dim) == 0 && x->dim_refused)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                       "plan --auto: --global-batch sets the batch dim '%s'; give no --dim %s",
+                       dim, dim);
+  if (st == SC_OK && !x->dim_refused) st = batch_from_dims(o, dim, batch, &d);
+  char dim_kept[128];
+  if (st == SC_OK && o->n_dims < n_dims) { /* the block model is of one example */
+    snprintf(dim_kept, sizeof dim_kept, "%s", dim);
+    dim = dim_kept;
+    sc_build_destroy(fb);
+    fb = NULL;
+    if ((rc = sc_partition_args_build(&none, o, &bs.build, &fb, NULL)) != 0) return rc;
+  }
+  if (st == SC_OK) {
+    snprintf(dim_name, n_dim_name, "%s", dim);
+    st = sc_block_model_build(fb->graph, bm, &d);
+  }
+  sc_build_destroy(fb);
+  if (st == SC_ERR_USAGE) return sc_cli_usage_error("%s", d.msg);
+  if (st != SC_OK) return sc_cli_report(&d, o->file);
+  return 0;
+}
+
+/* The search's options for goal on cluster: the global batch, budget and
+ * step options of a and t (the graph's own dtype for inference). */
+static sc_search_opts search_opts_of(sc_search_goal goal, const auto_args *a,
+                                     const sc_train_opts *t, const sc_block_model *bm,
+                                     const sc_cluster *cluster) {
+  sc_search_opts so = {.cluster = cluster,
+                       .goal = goal,
+                       .global_batch = a->global_batch,
+                       .dtype = t->bf16 ? SC_CLUSTER_BF16 : t->fp16 ? SC_CLUSTER_FP16
+                                                                   : SC_CLUSTER_FP32,
+                       .adamw = t->optimizer != SC_OPTIMIZER_SGD,
+                       .memory_budget = a->budget_bytes,
+                       .max_pp = SC_DIST_SIM_MAX_RANKS,
+                       .near_margin = near_margin(goal)};
+  if (goal != SC_SEARCH_TRAIN) /* the graph's own dtype: no mixed precision */
+    so.dtype = bm->param_bytes == 2 ? SC_CLUSTER_BF16 : SC_CLUSTER_FP32;
+  if (a->budget_fraction > 0)
+    so.memory_budget = (int64_t)(a->budget_fraction * (double)cluster->device_memory_bytes);
+  if (sc_cluster_is_gpu(cluster)) /* the arena holds cuBLASLt's workspace (compile()) */
+    so.arena_fixed_bytes = SC_GEMM_WORKSPACE_BYTES;
+  return so;
+}
+
 /* The block model, the search, the exact check of the best few (above);
  * 0 with x's outputs set, or an exit status after printing the error (1:
  * the model, the cluster, no plan fits; 2: usage). */
@@ -675,65 +825,18 @@ static int choose(auto_search *x) {
   sc_diag_clear(&d);
   sc_device_target target;
   sc_runtime_target_host(&target);
-  bool gpu = sc_device_target_of_cluster(&cluster, &target); /* the CUDA device's lines */
+  sc_device_target_of_cluster(&cluster, &target); /* a GPU's: the CUDA device's lines */
 
   /* 1. the block model, from the forward graph of one example */
   double t0 = sc_cli_now_s();
-  sc_partition_args none;
-  sc_partition_args_init(&none);
-  sc_build_setup bs;
-  sc_build_setup_init(&bs, &o, NULL);
-  bs.compile.quiet = true;
-  bs.pass.quiet = true; /* the batch dim left unbound is 1, without a note */
-  bs.build.no_weights = true;
-  bs.build.codegen = false;
-  sc_build *fb = NULL;
-  if ((rc = sc_partition_args_build(&none, &o, &bs.build, &fb, NULL)) != 0) return rc;
-  const char *dim = batch_dim(fb->graph);
   sc_block_model bm;
-  sc_status st = SC_OK;
-  if (!dim)
-    st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                     "plan --auto: the token ids (the first integer input of rank >= 2) have no "
-                     "symbolic batch dim for the batch to set (the search plans transformers)");
   char dim_name[128] = "";
-  for (int k = 0; st == SC_OK && k < o.n_dims; k++)
-    if (strcmp(o.dims[k].name, dim) == 0 && x->dim_refused)
-      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                       "plan --auto: --global-batch sets the batch dim '%s'; give no --dim %s",
-                       dim, dim);
-  if (st == SC_OK && !x->dim_refused) st = batch_from_dims(&o, dim, &a.global_batch, &d);
-  char dim_kept[128];
-  if (st == SC_OK && o.n_dims < x->o->n_dims) { /* the block model is of one example */
-    snprintf(dim_kept, sizeof dim_kept, "%s", dim);
-    dim = dim_kept;
-    sc_build_destroy(fb);
-    fb = NULL;
-    if ((rc = sc_partition_args_build(&none, &o, &bs.build, &fb, NULL)) != 0) return rc;
-  }
-  if (st == SC_OK) {
-    snprintf(dim_name, sizeof dim_name, "%s", dim);
-    st = sc_block_model_build(fb->graph, &bm, &d);
-  }
-  sc_build_destroy(fb);
-  if (st == SC_ERR_USAGE) return sc_cli_usage_error("%s", d.msg);
-  if (st != SC_OK) return sc_cli_report(&d, o.file);
+  if ((rc = model_of(x, &o, &a.global_batch, &bm, dim_name, sizeof dim_name)) != 0) return rc;
   double t_model = sc_cli_now_s() - t0;
+  sc_status st = SC_OK;
 
   /* 2. the search */
-  sc_search_opts so = {.cluster = &cluster,
-                       .goal = x->goal,
-                       .global_batch = a.global_batch,
-                       .dtype = ta.t.bf16 ? SC_CLUSTER_BF16 : ta.t.fp16 ? SC_CLUSTER_FP16
-                                                                         : SC_CLUSTER_FP32,
-                       .adamw = ta.t.optimizer != SC_OPTIMIZER_SGD,
-                       .memory_budget = a.budget_bytes,
-                       .max_pp = SC_DIST_SIM_MAX_RANKS,
-                       .near_margin = near_margin(x->goal)};
-  if (x->goal != SC_SEARCH_TRAIN) /* the graph's own dtype: no mixed precision */
-    so.dtype = bm.param_bytes == 2 ? SC_CLUSTER_BF16 : SC_CLUSTER_FP32;
-  if (a.budget_fraction > 0)
-    so.memory_budget = (int64_t)(a.budget_fraction * (double)cluster.device_memory_bytes);
+  sc_search_opts so = search_opts_of(x->goal, &a, &ta.t, &bm, &cluster);
   int64_t limit = so.memory_budget > 0 ? so.memory_budget : cluster.device_memory_bytes;
   sc_search_result *r = sc_calloc(1, sizeof *r);
   if (!r) {
@@ -766,7 +869,7 @@ static int choose(auto_search *x) {
     }
     evaluated += r->evaluated;
     pruned += r->pruned;
-    if (r->n_top == 0) break;
+    if (r->n_top == 0 && r->n_near == 0) break;
     merge_near(r);
     n_exact = 0;
     double t_round = 0;
@@ -783,6 +886,7 @@ static int choose(auto_search *x) {
     for (int32_t i = 0; i < n_want; i++) n_near += !r->top[i].fits;
     if (n_near > FIT_EXTRA) n_near = FIT_EXTRA;
     n_want += add_fitting(r, n_want, room - n_want < n_near ? room - n_want : n_near);
+    n_want += add_kind(r, n_want, room - n_want);
     for (int32_t i = 0; i < n_want; i++) {
       if (i > 0 && t_exact + t_round >= EXACT_GUARD_S) {
         snprintf(exact_cut, sizeof exact_cut,
@@ -792,7 +896,7 @@ static int choose(auto_search *x) {
         break;
       }
       exact e = {0};
-      rc = compile(&r->top[i], x->cluster_spec, x->cluster, gpu, &o, dim_name, &ta, &e);
+      rc = compile(&r->top[i], x->cluster_spec, x->cluster, &target, &o, dim_name, &ta, &e);
       t_round += e.seconds;
       if (!rc) {
         t0 = sc_cli_now_s();
@@ -829,6 +933,7 @@ static int choose(auto_search *x) {
       if (better) {
         sc_build_destroy(ex.b);
         ex = e;
+        x->ex_train = ta.t;
         chosen = i;
       } else {
         sc_build_destroy(e.b);
@@ -884,6 +989,7 @@ static int choose(auto_search *x) {
   snprintf(x->dim_name, sizeof x->dim_name, "%s", dim_name);
   x->r = r;
   x->ex = ex;
+  x->target = target;
   x->chosen = chosen;
   memcpy(x->exact_of, exact_of, sizeof exact_of);
   x->n_exact = n_exact;
@@ -902,7 +1008,153 @@ static int choose(auto_search *x) {
   x->fewer_exact = false;
   x->n_fewer_exact = 0;
   if (x->fewer_check && x->goal == SC_SEARCH_TRAIN)
-    return fewer_devices(x, &so, &o, &ta, &target, gpu);
+    return fewer_devices(x, &so, &o, &ta, &target);
+  return 0;
+}
+
+/* ---- plan --train --estimate: one plan, estimated and exact ---- */
+
+/* The axis size of role `axis` (an index into part's mesh, or -1: 1). */
+static int64_t axis_size(const sc_partition *part, int32_t axis) {
+  return axis >= 0 ? part->mesh.axes[axis].size : 1;
+}
+
+/* `shardc plan MODEL --train --estimate --cluster C --mesh ... [plan
+ * options] --dim BATCH=B`: the plan built as plan --train builds it
+ * (sc_plan_train_setup, shapes only), its exact step and every pipeline
+ * rank's memory (sc_plan_train_predict, sc_plan_train_rank_memory), and
+ * the search's estimate of the same strategy, read back from the build
+ * (its mesh roles, ZeRO stage, schedule, chunks, microbatches, sequence
+ * parallelism, recompute) so that nothing is parsed twice: the estimate's
+ * memory per pipeline rank (sc_search_rank_memory) against the exact
+ * one's, without the device's lines (the estimate has none), and the two
+ * steps' terms. What docs/planner.md's estimate/exact ratios are measured
+ * with (tests/models/test_search_estimate.py). 0, 1 (the model, the
+ * cluster, a mesh with axes the search does not model), 2 (usage). */
+static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args *ta,
+                        const sc_cli_opts *o, const sc_cluster *cluster) {
+  auto_search x = {.goal = SC_SEARCH_TRAIN, .o = o, .ta = ta, .cluster_spec = p->cluster,
+                   .cluster = cluster};
+  sc_cli_opts fo = *o;
+  int64_t batch = 0;
+  sc_block_model bm;
+  char dim[128];
+  int rc = model_of(&x, &fo, &batch, &bm, dim, sizeof dim);
+  if (rc) return rc;
+  sc_device_target target;
+  sc_runtime_target_host(&target);
+  sc_device_target_of_cluster(cluster, &target);
+  p->cluster_loaded = cluster;
+  sc_build_setup bs;
+  sc_build_setup_init(&bs, o, p);
+  bs.compile.quiet = true;
+  sc_plan_train_setup(&bs, &target);
+  bs.build.no_weights = true;
+  ta->t.shape_only = true;
+  sc_build *b = NULL;
+  if ((rc = sc_train_args_build(ta, p, o, &bs.build, &b)) != 0) return rc;
+  const sc_partition *part = b->part;
+  const sc_dist_program *dp = b->program;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_search_cand c = {.pp = axis_size(part, part->pp_axis), .dp = axis_size(part, part->dp_axis),
+                      .fsdp = axis_size(part, part->fsdp_axis),
+                      .tp = axis_size(part, part->tp_axis), .cp = 1, .zero = part->zero_stage,
+                      .sequence_parallel = part->sequence_parallel,
+                      .microbatches = dp->schedule.microbatches > 0 ? dp->schedule.microbatches : 1,
+                      .recompute = (sc_search_recompute)ta->t.recompute, .batch = batch};
+  c.hybrid_shard_degree = c.dp > 1 && c.fsdp > 1 ? c.fsdp : 0;
+  c.schedule = c.pp > 1 ? sc_schedule_name(dp->schedule.kind) : "gpipe";
+  c.virtual_stages = dp->pipe_chunks > 0 ? dp->pipe_chunks / dp->pipe_ranks : 1;
+  int64_t parts = c.dp * c.fsdp * c.microbatches;
+  sc_status st = SC_OK;
+  if (c.pp * c.dp * c.fsdp * c.tp != part->mesh.n_ranks || batch % parts)
+    st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
+                     "--estimate: the search models meshes of pp, dp, fsdp and tp axes whose "
+                     "data-parallel size times the microbatches (%lld) divides the batch %lld",
+                     (long long)parts, (long long)batch);
+  c.micro_batch_size = parts > 0 ? batch / parts : 0;
+  auto_args sa = *a;
+  sa.global_batch = batch;
+  sc_search_opts so = search_opts_of(SC_SEARCH_TRAIN, &sa, &ta->t, &bm, cluster);
+  if (st == SC_OK) st = sc_search_estimate(&bm, &so, &c, &d);
+  if (st == SC_OK) st = sc_plan_train_predict(b, &ta->t, &target, &d);
+  sc_rank_memory *rows = NULL;
+  int32_t n_rows = 0;
+  if (st == SC_OK) st = sc_plan_train_rank_memory(b, &target, &rows, &n_rows, &d);
+  if (st != SC_OK) {
+    sc_build_destroy(b);
+    return sc_cli_report(&d, o->file);
+  }
+  sc_plan_predicted est;
+  estimate_predicted(&c, bm.seq, &est);
+  char opts[384];
+  cand_options(&c, opts, sizeof opts);
+  json_t *ranks = json_array();
+  double worst = 0, peak_exact = 0;
+  for (int32_t q = 0; q < n_rows; q++) {
+    int64_t act, mem = sc_search_rank_memory(&bm, &so, &c, q, &act), device = 0;
+    for (int32_t k = 0; k < rows[q].n_parts; k++)
+      if (!strcmp(rows[q].parts[k].name, "device")) device += rows[q].parts[k].bytes;
+    double exact_b = (double)(rows[q].total - device);
+    double ratio = exact_b > 0 ? (double)mem / exact_b : 0;
+    if (q == 0 || ratio < worst) worst = ratio;
+    if (exact_b > peak_exact) peak_exact = exact_b;
+    json_t *rj = json_pack("{s:i, s:I, s:I, s:I, s:I, s:f}", "pipe_rank", (int)q,
+                           "estimate_bytes", (json_int_t)mem, "estimate_activation_bytes",
+                           (json_int_t)act, "exact_bytes", (json_int_t)rows[q].total,
+                           "exact_device_bytes", (json_int_t)device, "ratio", ratio);
+    json_t *parts_j = json_object();
+    for (int32_t k = 0; k < rows[q].n_parts; k++)
+      json_object_set_new(parts_j, rows[q].parts[k].name, json_integer(rows[q].parts[k].bytes));
+    json_object_set_new(rj, "exact_parts", parts_j);
+    if (dp->pipe_chunks > 0) { /* the largest piece's arena of each phase */
+      json_t *ph = json_object();
+      int64_t most[SC_PIPE_PHASES] = {0};
+      for (int32_t st_i = 0; st_i < dp->n_stages; st_i++)
+        if (sc_pipe_piece_chunk(dp->pipe_chunks, st_i) % dp->pipe_ranks == q) {
+          sc_pipe_phase f = sc_pipe_piece_phase(dp->pipe_chunks, st_i);
+          if (dp->stages[st_i].program->arena_bytes > most[f])
+            most[f] = dp->stages[st_i].program->arena_bytes;
+        }
+      for (int f = 0; f < SC_PIPE_PHASES; f++)
+        json_object_set_new(ph, sc_pipe_phase_name((sc_pipe_phase)f), json_integer(most[f]));
+      json_object_set_new(rj, "exact_arena_by_phase", ph);
+    }
+    json_array_append_new(ranks, rj);
+    if (!o->json) {
+      char e1[32], e2[32];
+      fmt_bytes((double)mem, e1, sizeof e1);
+      fmt_bytes(exact_b, e2, sizeof e2);
+      if (q == 0) printf("memory per rank (the search's estimate against the exact plan):\n");
+      printf("  %s: estimate %s, exact %s (without the device's lines), %.3f\n", rows[q].rank,
+             e1, e2, ratio);
+    }
+  }
+  const sc_plan_predicted *ex = &b->plan->predicted;
+  double peak_ratio = peak_exact > 0 ? (double)c.peak_bytes / peak_exact : 0;
+  if (o->json) {
+    json_t *root = json_pack("{s:s, s:I, s:o, s:o, s:o, s:f, s:f}", "options", opts, "batch",
+                             (json_int_t)batch, "estimate", sc_plan_predicted_json(&est),
+                             "exact", sc_plan_predicted_json(ex), "ranks", ranks,
+                             "peak_ratio", peak_ratio, "lowest_rank_ratio", worst);
+    char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
+    if (text) printf("%s\n", text);
+    free(text);
+    json_decref(root);
+  } else {
+    json_decref(ranks);
+    char t1[32], t2[32];
+    sc_cli_format_seconds(c.step_s, t1, sizeof t1);
+    sc_cli_format_seconds(ex->step_time_s, t2, sizeof t2);
+    printf("  the largest: estimate over exact %.3f (the lowest rank's %.3f)\n", peak_ratio,
+           worst);
+    printf("step: estimate %s, exact %s (%+.1f %%)\n", t1, t2,
+           ex->step_time_s > 0 ? 100 * (c.step_s - ex->step_time_s) / ex->step_time_s : 0.0);
+    printf("  %s\n", opts);
+  }
+  sc_free(rows);
+  sc_build_destroy(b);
   return 0;
 }
 
@@ -930,6 +1182,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
   sc_diag_clear(&cd);
   sc_cluster cluster;
   if (sc_cluster_load(p.cluster, &cluster, &cd) != SC_OK) return sc_cli_report(&cd, NULL);
+  if (a.estimate) return estimate_one(&a, &p, &ta, &o, &cluster);
   auto_search x = {.goal = !a.train ? (p.objective && strcmp(p.objective, "throughput") == 0
                                            ? SC_SEARCH_THROUGHPUT
                                            : SC_SEARCH_LATENCY)
@@ -1047,11 +1300,12 @@ int sc_cmd_plan_auto(int argc, char **argv) {
         "exact_evaluated", (int)n_exact,
         "candidates_evaluated", (json_int_t)r->evaluated, "candidates_pruned",
         (json_int_t)r->pruned,
-        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "heads", (json_int_t)r->pruned_heads,
-                            "node", (json_int_t)r->pruned_node, "batch",
-                            (json_int_t)r->pruned_batch, "microbatches",
+        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "heads",
+                            (json_int_t)r->pruned_heads, "node", (json_int_t)r->pruned_node,
+                            "batch", (json_int_t)r->pruned_batch, "microbatches",
                             (json_int_t)r->pruned_microbatch, "state",
-                            (json_int_t)r->pruned_state, "bound", (json_int_t)r->pruned_bound),
+                            (json_int_t)r->pruned_state, "bound", (json_int_t)r->pruned_bound,
+                            "fsdp", (json_int_t)r->pruned_fsdp),
         "chosen", cj, "candidates", cands);
     json_t *au = json_object_get(root, "auto");
     json_object_set_new(au, "block_model_time_s", json_real(t_model));
@@ -1137,12 +1391,13 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     sc_cli_format_seconds(t_exact, t3, sizeof t3);
     printf("searched: %lld candidates evaluated, %lld pruned (tp not dividing the heads %lld, "
            "tp leaving a node or uneven placement %lld, batch not dividing %lld, microbatches "
-           "%lld, %s over memory %lld, lower bound no better than the 10th %lld)\n",
+           "%lld, %s over memory %lld, lower bound no better than the 10th %lld, fsdp not "
+           "dividing the hidden size %lld)\n",
            (long long)r->evaluated, (long long)r->pruned, (long long)r->pruned_heads,
            (long long)r->pruned_node, (long long)r->pruned_batch,
            (long long)r->pruned_microbatch,
            x.goal == SC_SEARCH_TRAIN ? "training state" : "weights", (long long)r->pruned_state,
-           (long long)r->pruned_bound);
+           (long long)r->pruned_bound, (long long)r->pruned_fsdp);
     if (r->tp_left_node) printf("  (nothing fitted with tp inside a node: tp may span nodes)\n");
     printf("time: block model %s, search %s, exact evaluation %s\n", t1, t2, t3);
     for (int32_t i = 0; i < n_skipped; i++) printf("note: %s\n", skipped[i]);
@@ -1194,14 +1449,13 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     }
     sc_diag hd = {0};
     sc_diag_clear(&hd);
-    /* the target choose() predicted the plans for (a GPU cluster's CUDA
-     * device), so that the page's prediction is the table's exact one */
-    sc_device_target target;
-    sc_runtime_target_host(&target);
-    sc_device_target_of_cluster(&cluster, &target);
-    sc_status hs = a.train ? sc_plan_train_html(ex.b, &ta.t, &target, o.file,
+    /* the chosen plan's page as plan [--train] --mesh ... --html draws it:
+     * the build, its options and the target choose() predicted it for, so
+     * that the page's bars, timeline and prediction are the table's exact
+     * ones (tests/lit/plan/html_auto_train.test) */
+    sc_status hs = a.train ? sc_plan_train_html(ex.b, &x.ex_train, &x.target, o.file,
                                                 "shardc plan --auto", cands, n_shown, a.html, &hd)
-                           : sc_plan_infer_html(ex.b, &target, o.file, "shardc plan --auto",
+                           : sc_plan_infer_html(ex.b, &x.target, o.file, "shardc plan --auto",
                                                 cands, n_shown, a.html, &hd);
     if (hs != SC_OK) {
       sc_build_destroy(ex.b);

@@ -12,7 +12,8 @@
  * status: 0, 1 (an error in the model, the cluster, or no plan fits), 2
  * (usage). */
 int sc_cmd_plan_auto(int argc, char **argv);
-/* Whether argv holds --auto or --mesh auto (before a "--"). */
+/* Whether argv holds --auto, --mesh auto or --estimate (before a "--"):
+ * the commands sc_cmd_plan_auto runs. */
 bool sc_plan_auto_asked(int argc, char **argv);
 
 /* --mesh auto (or --auto) in run, compile and train: the search of

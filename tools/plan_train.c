@@ -201,6 +201,11 @@ static void print_table(const sc_dist_program *dp, const pipe_row *rows) {
   }
 }
 
+void sc_plan_train_setup(sc_build_setup *bs, const sc_device_target *target) {
+  sc_build_setup_target(bs, target);
+  bs->compile.bind_state = target->device && strcmp(target->device, "cpu") == 0;
+}
+
 /* --precision's name: the dtype of matrix products. */
 static const char *precision_name(const sc_train_opts *t) {
   return t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";

@@ -7,8 +7,17 @@
 
 #include "codegen/device_memory.h"
 #include "driver/driver.h"
+#include "tools/partition_args.h"
 #include "tools/plan_html.h"
 #include "tools/plan_predict.h"
+
+/* The build options of a training plan for target, as `shardc train`
+ * compiles for it: on a GPU (target->device "cuda") cuBLASLt's workspace
+ * in the arena; on the CPU the state bound in place (a pipeline rank's
+ * pieces read and update it there). The one setup of `plan --train` and of
+ * `plan --auto`'s exact check, so that a plan's figures and page are the
+ * same whichever command built it. */
+void sc_plan_train_setup(sc_build_setup *bs, const sc_device_target *target);
 
 /* b: a build with opts.train and codegen (one rank, a mesh, or a pipelined
  * step: then per pipeline rank, and with table every rank's action list).

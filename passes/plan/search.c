@@ -55,59 +55,82 @@ enum { COMM_LOW_B = 2 };
  * of this model, not of the cluster. */
 #define FUSED_MEMORY 0.45
 /* Memory the compiled step holds that the block model cannot see node by
- * node, measured on samples/gpt_1p5b.onnx (bf16, AdamW, h100-sxm:8x1,
- * batch 16) against the exact path's memory plan (plan --train --json:
- * each pipeline rank's state, arenas, stash; the arenas hold the step
- * values, the norm and update pieces reading the accumulators in place,
- * and every piece's own arena: 44-60 % of a pipeline rank's total):
- *   WORK_GRAD_B: bytes per parameter element whose gradient the backward
- *     holds whole (the stage's, or ZeRO-3's shard) and WORK_UPDATE_B per
- *     element of the stage, sharded or not: the pieces' arenas are 33.2 B
- *     a stage element (pp=2 dp=4, rank 0: 27.19 GB for 818 M), 29.7 B
- *     under ZeRO-1 (pp=2 fsdp=4: the update's arena does not shrink with
- *     the moments' shard) and 12.8 B / 20.1 B under ZeRO-3 over 4 / 2
- *     (10.47 GB; pp=4 fsdp=2: 9.03 GB for 450 M), i.e. about 29 B / fsdp
- *     + 5.5 B; 32 and 6 keep the estimate above each;
- *   ACCUM_STATE_B: what a pipeline stage's state holds beyond the
- *     parameter, gradient and moments (the "state" column: 0.2-0.8 B an
- *     element over them; 2 keeps it above);
+ * node, measured 2026-12-05 on samples/gpt_1p5b.onnx (bf16, AdamW,
+ * h100-sxm:8x1, batch 64) against the exact count (`plan --train --estimate
+ * --json`: each pipeline rank's state, its one arena, the largest piece's,
+ * with every phase's largest piece, its stash and step values; rank 0 of
+ * pp=2 holds 24 blocks and the embedding, 818 M elements):
+ *   PIPE_STATE_EXTRA_B: a pipeline rank's state beyond the parameter,
+ *     gradient accumulator and moments (16.64 B an element against 16 at
+ *     pp=2 dp=4, 10.40 against 10 under ZeRO-1 over 4, 7.28 against 7
+ *     under ZeRO-2, 4.16 against 4 under ZeRO-3: 0.16-0.64 B; 1 keeps the
+ *     estimate above each);
+ *   PIPE_UPDATE_B: an update piece's arena beyond the chunk's state, which
+ *     it holds (the state is copied into the arena on a GPU: 13.61 GB =
+ *     the state at dp=4, 8.91 against 8.51 under ZeRO-1: 0.5 B);
+ *   PIPE_GRAD_B, PIPE_GRAD_Z12_B: a backward or weight piece's arena
+ *     beyond its microbatch's stash, per element of the chunk: 6.05 GB less
+ *     the 2.60 GB stash is 4.2 B at dp=4; 8.53 GB under ZeRO-2 over 4 and
+ *     7.60 under ZeRO-1, 7.1 and 6.1 B (the gradient whole and its
+ *     reduce-scatter's); under ZeRO-3 over 4, 2.53 GB less the 1.58 GB
+ *     stash of full recompute is 1.16 B = 4.6 B / 4;
+ *   PIPE_STEP_B: the values kept once a step (the reduced gradients the
+ *     norm and update pieces read, state copies): 4.16 B an element at
+ *     dp=4, 4.55 under ZeRO-1 over 4 (whole), 4.16 / 4 under ZeRO-2 and 3
+ *     (sharded with the gradient); not held with the stash (the stash
+ *     empties with the last backward): the rank keeps the larger;
  *   SAVED_ONE: the fraction of a block's node outputs the one-program
  *     step keeps for its backward (8 MB of 57 MB an example: fused chains
  *     keep only what the gradients read) and SAVED_PIPE the fraction a
- *     pipeline stage's stash keeps without full recompute (its stash less
- *     the weights' casts: 25.9 MB of 57 a block and example, pp=2 dp=4;
- *     23.6 at pp=4; selective recompute keeps as much at sequence 128).
- *     Refitted when a bf16 step began to keep its low-precision chains in
- *     bf16 (passes/train.c) and the node outputs to count at the step's
- *     precision (52.4 MB of the 57.3 MB a block and example are values
- *     such a step computes low: 31.1 MB at bf16, 0.543 of the f32 count):
- *     the exact one-program saved values went from 16.4 to 13.1 MB a
- *     block and example (0.80: batch 16, one rank, AdamW), the stash less
- *     the weights' casts from 24.1 to 17.3 MB (0.718: pp=2 dp=4 1F1B,
- *     M=8, batch 64), so 0.15 x 0.80 / 0.543 = 0.22 and 0.46 x 0.718 /
- *     0.543 = 0.61 keep the estimate where it was against the exact
- *     plan (fp32 steps, whose count is unchanged, are then estimated
- *     higher by the same factors: over, as the estimate means to be);
+ *     pipeline stage's stash keeps without full recompute: the stash less
+ *     the weights' casts, 1.13 GB a microbatch of 2 examples over 24
+ *     blocks at pp=2 dp=4 (23.5 MB a block and example of 57: 0.41; 22.9
+ *     at micro-batch 4 under GPipe), measured at 25.9 MB before the stash's
+ *     fixes; 0.46 kept the estimate above. Both refitted when a bf16 step
+ *     began to keep its low-precision chains in bf16 (passes/train.c) and
+ *     the node outputs to count at the step's precision (52.4 MB of the
+ *     57.3 MB a block and example are values such a step computes low:
+ *     31.1 MB at bf16, 0.543 of the f32 count): the exact one-program
+ *     saved values went from 16.4 to 13.1 MB a block and example (0.80:
+ *     batch 16, one rank, AdamW), the stash less the weights' casts from
+ *     24.1 to 17.3 MB (0.718: pp=2 dp=4 1F1B, M=8, batch 64), so 0.15 x
+ *     0.80 / 0.543 = 0.22 and 0.46 x 0.718 / 0.543 = 0.61 keep the
+ *     estimate where it was against the exact plan (fp32 steps, whose
+ *     count is unchanged, are then estimated higher by the same factors:
+ *     over, as the estimate means to be);
+ *   SAVED_HEAD_PIPE: the fraction of the outside part's values (the LM
+ *     head's logits and the loss's, 351 MB an example) the last pipeline
+ *     rank keeps a microbatch: its stash exceeds a middle rank's by about
+ *     1.9 GB a microbatch of 32 (pp=4 fsdp=2 ZeRO-3 GPipe, M=1), 0.17 of
+ *     them; 0.25 keeps the estimate above;
+ *   SAVED_PIPE_SP_TP: a pipeline stage's stash without full recompute
+ *     under sequence parallelism is not split by tp (the backward reads
+ *     the gathered stream) and grows with tp (the attention's values
+ *     resharded between sequence and heads kept beside it): 24.2 GB
+ *     against 23.0 without at tp=2 (the 7.5B, pp=4, selective), 500 GB
+ *     against 229 at tp=8 (the 530B, pp=35, selective: it was estimated
+ *     at 0.60 of its exact peak): 2.2 and 1.05 times; 1 + 0.2 (tp - 1)
+ *     keeps the estimate above both, times the kept
+ *     values without it;
  *   SAVED_FULL_PIPE, SAVED_FULL_PIPE_SP: a pipeline stage's stash under
  *     full recompute, in block inputs (whole, [seq, hidden] fp32, not
  *     split by tp): 1.09 of it on the Megatron 39B shape (pp=2 dp=8
  *     fsdp=4 tp=8 ZeRO-3, M=24: 7.0 GB for 2 microbatches of 2 examples
  *     over 24 blocks) and 5.13 with sequence parallelism (pp=4 dp=8
  *     fsdp=2 tp=8 ZeRO-1, M=32: 49.6 GB; the 7.5B at pp=4 tp=2 zb-h1:
- *     2.24); 1.2 and 6 keep the estimate above each;
- *   WORK_VALUES_PIPE: a pipeline rank's forward and backward pieces each
- *     hold one block's working values in their own arena (the 39B's
- *     arenas exceed the per-element terms by about two blocks' values).
- * With these, the estimate was above the exact peak per rank by 6-23 % for
- * gpt_1p5b at pp=2 and 4 (ZeRO 0, 1, 3; none, selective, full recompute),
- * by 4-31 % for the 39B plans above and 64 % for the 7.5B's, when each
- * piece had an arena of its own; with one arena per pipeline rank it is
- * 1.4-2.1 times the exact peak (gpt_1p5b, the 39B row's candidates). A
- * refit to the shared arena made the ten best by the estimate all
- * pipelined and the A100 rows' --auto choices slower, so these stay
- * (docs/planner.md, "The estimate": the measurement and why); without a
- * pipeline the terms are as before. */
-enum { WORK_GRAD_B = 32, WORK_UPDATE_B = 6, ACCUM_STATE_B = 2 };
+ *     2.24); 1.2 and 6 keep the estimate above each.
+ * The pipelined terms were a sum fitted when each piece had an arena of
+ * its own (32 B a held gradient element and 6 B a stage element of
+ * working memory, 2 B of state, two blocks' working values): with the
+ * pieces sharing one arena that sum was 1.4-2.5 times the exact peak.
+ * docs/planner.md, "The estimate", has the ratios before and after. */
+#define SAVED_HEAD_PIPE 0.25
+#define SAVED_PIPE_SP_TP 0.2
+#define PIPE_STATE_EXTRA_B 1.0
+#define PIPE_UPDATE_B 0.5
+#define PIPE_GRAD_B 4.6
+#define PIPE_GRAD_Z12_B 7.5
+#define PIPE_STEP_B 4.6
 /* The one-program step (no pipeline) updates in place and frees each
  * gradient once reduced: its workspace per parameter element of the model
  * (not of the shard) is 0.5 bytes without ZeRO-3 (810 MB for 1.56e9
@@ -122,7 +145,6 @@ enum { WORK_GRAD_B = 32, WORK_UPDATE_B = 6, ACCUM_STATE_B = 2 };
 #define SAVED_PIPE 0.61
 #define SAVED_FULL_PIPE 1.2
 #define SAVED_FULL_PIPE_SP 6.0
-#define WORK_VALUES_PIPE 2.0
 /* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
  * to about a third by filling it with the weight-gradient halves. */
 #define ZB_H1_BUBBLE 3.0
@@ -332,9 +354,16 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   c->compute_s += M * e_pass;
   double per_mb = fwd * (1 + BACKWARD_FACTOR) + re + e_pass;
   c->bubble_s = 0;
+  double slots = 0; /* microbatch times the critical rank idles */
   if (c->pp > 1) {
-    double slots = (double)(c->pp - 1) / V;
-    if (strcmp(c->schedule, "zb-h1") == 0 && c->microbatches >= c->pp) slots /= ZB_H1_BUBBLE;
+    slots = (double)(c->pp - 1) / V;
+    /* zero-bubble H1 fills the bubble with the weight-gradient pieces; a
+     * chunk that recomputes has none (its backward piece computes its
+     * weight gradients: ir/pipe.h), so under full recompute its lists are
+     * 1F1B's (the Megatron 145B at pp=12 fsdp=16: the same simulated step) */
+    if (strcmp(c->schedule, "zb-h1") == 0 && c->microbatches >= c->pp &&
+        c->recompute != SC_SEARCH_RECOMPUTE_FULL)
+      slots /= ZB_H1_BUBBLE;
     c->bubble_s = slots * per_mb;
   }
   double bound = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s;
@@ -413,7 +442,17 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     st = coll(x, SC_COLL_SEND, 2 * M * V * act, 2, n_pp > 1 ? 2 : 1, 2 * M * V, &c->pp_s, d);
     if (st != SC_OK) return st;
   }
-  c->step_s = bound + c->tp_s + c->fsdp_s + c->dp_s + c->pp_s;
+  /* the bubble is microbatch times, each with its exposed communication
+   * (tp's, and the per-microbatch gathers, reductions and sends of a
+   * pipeline stage): the neighbour waits for all of it (the Megatron 145B
+   * at pp=12 fsdp=16 ZeRO-3: 27.1 s of bubble simulated, 0.6 s estimated
+   * from compute alone; docs/planner.md, "The estimate") */
+  if (c->pp > 1) {
+    double per_mb_comm = (c->tp_s + c->fsdp_s + c->pp_s + (c->fsdp > 1 ? c->dp_s : 0)) / M;
+    c->bubble_s += slots * per_mb_comm;
+  }
+  c->step_s = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s + c->tp_s +
+              c->fsdp_s + c->dp_s + c->pp_s;
   c->objective_s = c->step_s;
   return SC_OK;
 }
@@ -483,6 +522,16 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
   return SC_OK;
 }
 
+/* The activation scale of c's kind (search.h: activation_scale,
+ * activation_scale_pipe, activation_scales). */
+static double act_scale(const ctx *x, const sc_search_cand *c) {
+  double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
+  if (scale <= 0) scale = 1;
+  double kind = x->o->activation_scales[3 * (c->pp > 1) + (int)c->recompute];
+  if (kind > 0) scale *= kind;
+  return scale;
+}
+
 /* The part of a low value's f32 bytes a training step in the search's
  * dtype does not keep: half in bf16 or fp16 (the block model counts the
  * values such a step computes low, sc_block_part.low_saved_bytes), none in
@@ -491,71 +540,158 @@ static double low_fraction(const ctx *x) {
   return x->o->dtype == SC_CLUSTER_FP32 || x->o->dtype == SC_CLUSTER_TF32 ? 0.0 : 0.5;
 }
 
-/* Memory of pipeline rank q (0: the most microbatches in flight; pp-1:
- * the LM head's logits). */
-static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, double *act_out) {
-  const sc_block_model *bm = x->bm;
-  const sc_block_part *b = &bm->block;
-  int64_t L = bm->n_blocks, Ls = (L + c->pp - 1) / c->pp;
-  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
-  bool last = q == c->pp - 1;
-  double e = stage_params(bm, c, Ls);
-  if (!last && c->pp > 1) e -= (double)bm->outside.params / tp / 2; /* the head is the last's */
-  double mem = state_bytes(x, c, e);
-  double f = c->fsdp > 1 ? (double)c->fsdp : 1;
-  if (c->pp > 1)
-    mem += (c->zero >= 3 ? e / f : e) * WORK_GRAD_B + e * WORK_UPDATE_B;
-  else
-    mem += e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
-  if (c->pp > 1) mem += e * ACCUM_STATE_B;
-  if (c->zero >= 3)
-    mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */
-  /* values kept for the backward, per block and microbatch, at the step's
-   * precision (a bf16 or fp16 step keeps its low values at half the bytes) */
+/* The LM head's and loss's kept values an example, at the step's precision. */
+static double outside_saved(const ctx *x) {
+  const sc_block_part *o = &x->bm->outside;
+  return o->saved_bytes - low_fraction(x) * o->low_saved_bytes;
+}
+
+/* Per block and example on one tp rank: every value of the block (*all:
+ * the residual stream's whole unless sequence parallel) and the part of
+ * them the backward keeps (*keep) for c's recompute, in a pipeline's stash
+ * or one program's arena. */
+static void block_values(const ctx *x, const sc_search_cand *c, double *all, double *keep) {
+  const sc_block_part *b = &x->bm->block;
+  double tp = (double)c->tp;
+  /* at the step's precision (a bf16 or fp16 step keeps its low values at
+   * half the bytes) */
   double lo = low_fraction(x);
   double whole = b->whole_saved_bytes - lo * b->whole_low_saved_bytes;
   double split = b->saved_bytes - b->whole_saved_bytes -
                  lo * (b->low_saved_bytes - b->whole_low_saved_bytes);
-  double keep_all = c->sequence_parallel ? (whole + split) / tp : whole + split / tp;
-  double keep = keep_all;
+  /* a pipeline's stash keeps the stream whole under sequence parallelism
+   * too, and more (SAVED_PIPE_SP_TP) */
+  bool sp = c->sequence_parallel && c->pp == 1;
+  *all = sp ? (whole + split) / tp : whole + split / tp;
+  double k = *all;
   if (c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE)
-    keep -= (b->attn_saved_bytes - lo * b->attn_low_saved_bytes) / tp;
-  if (c->recompute == SC_SEARCH_RECOMPUTE_FULL)
-    keep = c->sequence_parallel ? b->input_bytes / tp : b->input_bytes;
-  double in_flight; /* microbatches of a stage's blocks kept at once */
-  if (c->pp == 1 || strcmp(c->schedule, "gpipe") == 0) in_flight = c->microbatches;
-  else if (strcmp(c->schedule, "interleaved") == 0) {
+    k -= (b->attn_saved_bytes - lo * b->attn_low_saved_bytes) / tp;
+  if (c->recompute == SC_SEARCH_RECOMPUTE_FULL && c->pp > 1) /* the stash: whole, not split by tp */
+    k = b->input_bytes * (c->sequence_parallel ? SAVED_FULL_PIPE_SP : SAVED_FULL_PIPE);
+  else if (c->recompute == SC_SEARCH_RECOMPUTE_FULL)
+    k = c->sequence_parallel ? b->input_bytes / tp : b->input_bytes;
+  else if (c->pp > 1) /* sequence parallelism adds copies to the stash */
+    k *= SAVED_PIPE * (c->sequence_parallel ? 1 + SAVED_PIPE_SP_TP * (tp - 1) : 1);
+  else
+    k *= SAVED_ONE;
+  *keep = k;
+}
+
+/* Microbatches of a stage's blocks whose values pipeline rank q keeps at
+ * once (GPipe M, 1F1B min(pp - q, M), interleaved Megatron's warm-up
+ * chunks over V); M without a pipeline. zb-h1 runs rank q's weight pieces
+ * up to q microbatches late (codegen/pipe_schedule.h), each keeping what
+ * it reads: min(pp, M) on every rank (the Megatron 18B at pp=8: rank 6
+ * keeps 39 GB against rank 0's 68.5, not 2/8 of it); under full recompute
+ * there are no weight pieces: 1F1B's. */
+static double in_flight_of(const sc_search_cand *c, int64_t q) {
+  if (c->pp == 1 || strcmp(c->schedule, "gpipe") == 0) return c->microbatches;
+  if (strcmp(c->schedule, "zb-h1") == 0 && c->recompute != SC_SEARCH_RECOMPUTE_FULL)
+    q = 0;
+  if (strcmp(c->schedule, "interleaved") == 0) {
     double V = c->virtual_stages, chunks = (double)((c->pp - q - 1) * 2 + (V - 1) * c->pp + 1);
     if (chunks > c->microbatches * V) chunks = c->microbatches * V;
-    in_flight = chunks / V;
-  } else {
-    in_flight = (double)(c->pp - q) < c->microbatches ? (double)(c->pp - q) : c->microbatches;
+    return chunks / V;
   }
-  if (c->recompute == SC_SEARCH_RECOMPUTE_FULL && c->pp > 1) /* the stash: whole, not split by tp */
-    keep = b->input_bytes * (c->sequence_parallel ? SAVED_FULL_PIPE_SP : SAVED_FULL_PIPE);
-  else if (c->recompute != SC_SEARCH_RECOMPUTE_FULL)
-    keep *= c->pp > 1 ? SAVED_PIPE : SAVED_ONE;
-  double act = in_flight * (double)Ls * keep * mbs;
-  if (x->o->dtype != SC_CLUSTER_FP32) /* the GEMM weights' bf16 casts, kept per microbatch */
-    mem += (in_flight + 1) * (double)Ls * (double)b->split_params / tp * CAST_KEEP_B;
-  /* working values: one block's forward values while its backward runs;
-   * in a pipeline the forward and backward pieces each hold them in their
-   * own arena */
-  act += keep_all * mbs * (c->pp > 1 ? WORK_VALUES_PIPE : 1.0);
-  /* the LM head and loss: their values per microbatch in flight on the
-   * last stage (1F1B: one; GPipe: all), split by tp when the vocabulary
-   * divides */
-  if (last || c->pp == 1) {
-    double head_flight = c->pp > 1 ? in_flight : c->microbatches;
-    act += head_flight * (bm->outside.saved_bytes - lo * bm->outside.low_saved_bytes) * mbs /
-           vocab_split(bm, c);
-  }
-  double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
-  if (scale <= 0) scale = 1;
-  double kind = x->o->activation_scales[3 * (c->pp > 1) + (int)c->recompute];
-  if (kind > 0) scale *= kind;
-  *act_out = act * scale;
-  return mem + act * scale;
+  return (double)(c->pp - q) < c->microbatches ? (double)(c->pp - q) : c->microbatches;
+}
+
+/* Memory of the one program (no pipeline): the state, the update's
+ * working memory, a gathered block and the next under ZeRO-3, the values
+ * kept for the backward, the weights' casts, one block's working values
+ * and the LM head's values, the activations times s. */
+static double one_memory(const ctx *x, const sc_search_cand *c, double s) {
+  const sc_block_model *bm = x->bm;
+  int64_t L = bm->n_blocks;
+  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  double e = stage_params(bm, c, L);
+  double mem = state_bytes(x, c, e) + e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
+  if (c->zero >= 3)
+    mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */
+  double all, keep;
+  block_values(x, c, &all, &keep);
+  double M = c->microbatches;
+  /* the GEMM weights' bf16 casts: every block's, kept for the backward;
+   * under ZeRO-3 those of the gathered block and the next only (the step
+   * casts each block's gathered weights and frees them with it: the
+   * Megatron 7.5B at dp=16 fsdp=8 was estimated 92.6 GB against 35.2
+   * exact, 29 GB of it the whole model's casts twice) */
+  double cast_blocks = c->zero >= 3 ? 2.0 : (M + 1) * (double)L;
+  if (x->o->dtype != SC_CLUSTER_FP32)
+    mem += cast_blocks * (double)bm->block.split_params / tp * CAST_KEEP_B;
+  double act = M * (double)L * keep * mbs + all * mbs +
+               M * outside_saved(x) * mbs / vocab_split(bm, c);
+  return mem + act * s;
+}
+
+/* Memory of pipeline rank q of a pipelined plan, from the quantities the
+ * exact count adds (tools/plan_train.c, docs/training.md "A pipeline
+ * rank's memory"): its state, ONE arena shared by its pieces (the largest
+ * piece's: they run in turn), and the most handed-over values it keeps at
+ * once, the activations times s. The rank holds its stage's blocks (the
+ * first and the last rank also the outside part: the embedding, the LM
+ * head) in V chunks; for the chunk that holds the most:
+ *   update piece: the chunk's state, copied into the arena, and
+ *     PIPE_UPDATE_B an element;
+ *   backward (and weight) piece: one microbatch's stash of the chunk, its
+ *     gradient (PIPE_GRAD_B an element; PIPE_GRAD_Z12_B under ZeRO-1/2,
+ *     which reduce-scatter it whole; PIPE_GRAD_B / fsdp under ZeRO-3), one
+ *     block's values;
+ *   forward piece: the chunk's parameters (their shard under ZeRO-3), its
+ *     weights' casts, one microbatch's stash, one block's values.
+ * Kept: the larger (they are not held together: the step's values are
+ * made after the last backward) of the stash, the microbatches in flight
+ * times the stage's kept values and weights' casts (the LM head's values
+ * on the last rank), and the step's values, PIPE_STEP_B a parameter
+ * element (sharded with the gradient under ZeRO-2/3). */
+static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, double s) {
+  const sc_block_model *bm = x->bm;
+  const sc_block_part *b = &bm->block;
+  int64_t Ls = (bm->n_blocks + c->pp - 1) / c->pp;
+  int64_t V = c->virtual_stages > 1 ? c->virtual_stages : 1;
+  int64_t Lc = (Ls + V - 1) / V; /* blocks of the largest chunk */
+  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  double f = c->fsdp > 1 ? (double)c->fsdp : 1;
+  bool ends = q == 0 || q == c->pp - 1; /* holds the outside part */
+  double out_e = ends ? (double)bm->outside.params / tp : 0;
+  double out_split = ends ? (double)bm->outside.split_params / tp : 0;
+  double blk_e = stage_params(bm, c, 1) - (double)bm->outside.params / tp;
+  double blk_split = (double)b->split_params / tp;
+  double e = (double)Ls * blk_e + out_e, e_c = (double)Lc * blk_e + out_e;
+  /* the weights handed from the forward to the backward per microbatch:
+   * their casts (whole, also under ZeRO-3: the gathered weights'), or the
+   * gathered fp32 weights under ZeRO-3 */
+  double wb = x->o->dtype != SC_CLUSTER_FP32 ? CAST_KEEP_B : c->zero >= 3 ? PARAM_B : 0;
+  double casts = ((double)Ls * blk_split + out_split) * wb;
+  double casts_c = ((double)Lc * blk_split + out_split) * wb;
+  double all, keep;
+  block_values(x, c, &all, &keep);
+  double head = q == c->pp - 1 ? outside_saved(x) * SAVED_HEAD_PIPE * mbs /
+                                     vocab_split(bm, c) : 0;
+  double stash_mb = ((double)Ls * keep * mbs + head) * s;      /* the stage's, one microbatch */
+  double stash_mb_c = ((double)Lc * keep * mbs + head) * s;    /* one chunk's */
+  double work = all * mbs * s;                                 /* one block's values */
+  double state = state_bytes(x, c, e) + e * PIPE_STATE_EXTRA_B;
+  double update = state_bytes(x, c, e_c) + e_c * PIPE_UPDATE_B;
+  double grad_b = c->zero >= 3 ? PIPE_GRAD_B / f : c->zero >= 1 ? PIPE_GRAD_Z12_B : PIPE_GRAD_B;
+  double backward = stash_mb_c + casts_c + e_c * grad_b + work;
+  double forward = e_c * (c->zero >= 3 ? PARAM_B / f : PARAM_B) + casts_c + stash_mb_c + work;
+  double arena = update > backward ? update : backward;
+  if (forward > arena) arena = forward;
+  double stash = in_flight_of(c, q) * (stash_mb + casts);
+  double step = e * (c->zero >= 2 ? PIPE_STEP_B / f : PIPE_STEP_B);
+  return state + arena + (stash > step ? stash : step);
+}
+
+/* Memory of pipeline rank q (the one program's when c has no pipeline);
+ * *act_out: of which activations (what the activation scale multiplies:
+ * the memory less its value at scale 0). */
+static double rank_memory(const ctx *x, const sc_search_cand *c, int64_t q, double *act_out) {
+  double s = act_scale(x, c);
+  double m = c->pp > 1 ? pipe_memory(x, c, q, s) : one_memory(x, c, s);
+  double fixed = c->pp > 1 ? pipe_memory(x, c, q, 0) : one_memory(x, c, 0);
+  *act_out = m - fixed;
+  return m + (double)x->o->arena_fixed_bytes;
 }
 
 /* Inference memory of the last pipeline rank (it holds the LM head): its
@@ -571,12 +707,9 @@ static void infer_memory(const ctx *x, sc_search_cand *c) {
   double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
   double act = (c->sequence_parallel ? (whole + split) / tp : whole + split / tp) * mbs +
                bm->outside.saved_bytes * mbs / vocab_split(bm, c);
-  double scale = c->pp > 1 ? x->o->activation_scale_pipe : x->o->activation_scale;
-  if (scale <= 0) scale = 1;
-  double kind = x->o->activation_scales[3 * (c->pp > 1) + (int)c->recompute];
-  if (kind > 0) scale *= kind;
+  double scale = act_scale(x, c);
   c->peak_activation_bytes = (int64_t)(act * scale);
-  c->peak_bytes = (int64_t)(weights + act * scale);
+  c->peak_bytes = (int64_t)(weights + act * scale) + x->o->arena_fixed_bytes;
   c->peak_pipe_rank = (int32_t)(c->pp - 1);
   c->fits = c->peak_bytes <= x->limit;
 }
@@ -621,7 +754,16 @@ sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
   return SC_OK;
 }
 
-/* Inserts c into the top list (fastest first), keeping SC_SEARCH_TOP. */
+int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
+                              const sc_search_cand *c, int64_t q, int64_t *activation_bytes) {
+  ctx x;
+  init_ctx(&x, bm, o);
+  double act;
+  double m = rank_memory(&x, c, q, &act);
+  *activation_bytes = (int64_t)act;
+  return (int64_t)m;
+}
+
 /* Faster first; at the same time, the smaller memory (more headroom). */
 static bool before(const sc_search_cand *a, const sc_search_cand *b) {
   return a->objective_s < b->objective_s ||
@@ -683,6 +825,11 @@ static sc_status consider(const ctx *x, sc_search_cand *c, sc_search_result *r, 
   r->evaluated++;
   finish(x, c, r->model_flops);
   keep_top(r, c);
+  int k = c->pp > 1;
+  if (!r->have_kind_best[k] || before(c, &r->kind_best[k])) {
+    r->kind_best[k] = *c;
+    r->have_kind_best[k] = true;
+  }
   return SC_OK;
 }
 
@@ -777,6 +924,15 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
         if (!span(1, tp, P) || !span(tp, fsdp, P) || !span(tp * fsdp, dp, P) ||
             !span(tp * fsdp * dp, pp, P)) {
           r->pruned_node++;
+          continue;
+        }
+        if (fsdp > 1 && bm->hidden > 0 && bm->hidden % fsdp) {
+          /* the partitioner shards a parameter on its first dim that fsdp
+           * divides (passes/partition/train_seed.c) and keeps it whole
+           * when none does (a fallback): with fsdp not dividing the hidden
+           * size the blocks' weights stay whole, a dp mesh by another
+           * name whose estimate would count shards and gathers it has not */
+          r->pruned_fsdp++;
           continue;
         }
         for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
@@ -897,7 +1053,7 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
   }
   if (st != SC_OK) return st;
   r->pruned = r->pruned_heads + r->pruned_node + r->pruned_batch + r->pruned_microbatch +
-              r->pruned_state + r->pruned_bound;
+              r->pruned_state + r->pruned_bound + r->pruned_fsdp;
   if (r->n_top == 0 && !r->have_closest && r->pruned_batch > 0) {
     /* no data-parallel size divides the batch: name the batches that do
      * for the smallest one refused */

@@ -23,9 +23,15 @@
  * simulates per step: compute (forward, backward as twice the forward,
  * recompute, the optimizer), communication (tp per block, fsdp gathers
  * and reduce-scatters, dp all-reduce, pipeline sends) added to it without
- * overlap, and the pipeline's bubble. Memory: the state per rank, the
- * values the backward keeps (per microbatch in flight), one block's
- * working values (docs/planner.md section 4 has every term and constant).
+ * overlap, and the pipeline's bubble (microbatch times with their
+ * exposed communication). Memory: without a pipeline the state, the
+ * values the backward keeps, one block's working values; a pipeline rank
+ * as its exact count has it: its state, ONE arena (the largest of its
+ * chunk's update, backward and forward pieces) and the larger of its stash
+ * (microbatches in flight) and the step's values; on a GPU cluster the
+ * arena's fixed bytes (docs/planner.md section 4 has every term and
+ * constant). Pruned besides: fsdp not dividing the hidden size (the
+ * partitioner would keep the parameters whole).
  * Pure computation: no allocation, no state.
  * Inference (opts.goal SC_SEARCH_LATENCY or SC_SEARCH_THROUGHPUT): the
  * same machinery over what the inference path runs: meshes of D <= N
@@ -118,6 +124,10 @@ typedef struct sc_search_opts {
                                    + recompute] (0: 1), so that what one
                                    recompute's exact plans measured does
                                    not scale another's */
+  int64_t arena_fixed_bytes;    /* bytes every rank's arena holds beside its
+                                   values (cuBLASLt's workspace on a GPU:
+                                   SC_GEMM_WORKSPACE_BYTES), added to each
+                                   rank's estimate */
   double near_margin;           /* candidates whose estimated memory is over
                                    the limit by at most this fraction are
                                    kept apart (near, below): the estimate
@@ -130,6 +140,8 @@ typedef struct sc_search_result {
   int64_t pruned;               /* candidates dropped before it */
   int64_t pruned_heads, pruned_node, pruned_batch, pruned_microbatch, pruned_state,
       pruned_bound;
+  int64_t pruned_fsdp;          /* fsdp not dividing the hidden size (the
+                                   parameters would stay whole) */
   bool tp_left_node;            /* nothing fitted with tp inside a node */
   int64_t batch_parts;          /* the smallest dp x fsdp refused for the batch */
   int32_t n_top;
@@ -140,6 +152,11 @@ typedef struct sc_search_result {
   int32_t n_near;
   sc_search_cand near[SC_SEARCH_TOP]; /* over the memory by at most
                                    near_margin, fastest first */
+  bool have_kind_best[2];
+  sc_search_cand kind_best[2];  /* the fastest that fits without a pipeline
+                                   [0] and with one [1] (the estimate errs
+                                   most between them: the exact check
+                                   compiles the best of each) */
   bool have_closest;
   sc_search_cand closest;       /* when nothing fits: the least over */
   double model_flops;           /* per step (6 N tokens-like: 3 x forward GEMMs) */
@@ -152,6 +169,12 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
  * fields; what sc_search_run does for every survivor. */
 sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
                              sc_search_cand *c, sc_diag *d);
+/* The estimated memory of pipeline rank q (0 .. c->pp - 1) of training
+ * candidate c, the terms sc_search_estimate's peak_bytes is the largest
+ * of (search.c, rank_memory); *activation_bytes: of which activations
+ * (scaled as the options say). */
+int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
+                              const sc_search_cand *c, int64_t q, int64_t *activation_bytes);
 /* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
  * tp=8"; "dp=1" for one rank). */
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);

@@ -107,7 +107,8 @@ static void test_search_space(void **state) {
   assert_int_equal(r.n_top, SC_SEARCH_TOP);
   assert_true(r.evaluated > 0);
   assert_int_equal(r.pruned, r.pruned_heads + r.pruned_node + r.pruned_batch +
-                                 r.pruned_microbatch + r.pruned_state + r.pruned_bound);
+                                 r.pruned_microbatch + r.pruned_state + r.pruned_bound +
+                                 r.pruned_fsdp);
   assert_true(r.pruned_heads > 0); /* 2, 4, 8, 16 do not divide 25 heads */
   for (int32_t i = 0; i < r.n_top; i++) {
     const sc_search_cand *c = &r.top[i];
@@ -307,7 +308,8 @@ static void test_inference(void **state) {
   for (int k = 0; k < 2; k++) {
     const sc_search_result *r = k ? &thr : &lat;
     assert_int_equal(r->pruned, r->pruned_heads + r->pruned_node + r->pruned_batch +
-                                    r->pruned_microbatch + r->pruned_state + r->pruned_bound);
+                                    r->pruned_microbatch + r->pruned_state + r->pruned_bound +
+                                    r->pruned_fsdp);
     for (int32_t i = 0; i < r->n_top; i++) {
       const sc_search_cand *c = &r->top[i];
       assert_true(c->inference && c->fits);
