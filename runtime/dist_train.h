@@ -17,7 +17,10 @@
  * accumulation), of which each cuts, per microbatch, its piece; the loss,
  * the gradient norm and "applied" are replicated outputs, read from rank 0.
  * State is read back whole (sc_dist_trainer_state): each rank's piece is
- * put into its place in the global tensor (sc_sharding_insert).
+ * put into its place in the global tensor (sc_sharding_insert). On a GPU
+ * each rank keeps its state in its device arena (trainer.h); reading it
+ * back, saving and restoring first bring every rank's host copy up to
+ * date on that rank's own thread, the one that drives its GPU.
  *
  * Failure: an error on any rank aborts the group with "rank R: MESSAGE";
  * every rank returns within seconds and the call reports the first
