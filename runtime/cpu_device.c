@@ -710,6 +710,11 @@ static void cpu_copy(void *ctx, void *dst, const void *src, int64_t bytes) {
   if (bytes > 0 && dst != src) memcpy(dst, src, (size_t)bytes);
 }
 
+static void cpu_zero(void *ctx, void *dst, int64_t bytes) {
+  (void)ctx;
+  if (bytes > 0) memset(dst, 0, (size_t)bytes);
+}
+
 typedef struct kernel_job {
   sc_cpu_kernel_fn fn;
   void *const *args;
@@ -1177,6 +1182,7 @@ const sc_device_iface sc_device_cpu = {
     .buffer_ptr = cpu_buffer_ptr,
     .copy_in = cpu_copy,
     .copy_out = cpu_copy,
+    .zero = cpu_zero,
     .run_kernel = cpu_run_kernel,
     .run_gemm = cpu_run_gemm,
     .end_run = cpu_end_run,

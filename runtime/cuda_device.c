@@ -877,6 +877,15 @@ static void cuda_copy_out(void *ctx, void *dst, const void *src, int64_t bytes) 
   check_run(c, c->cu->stream_synchronize(c->compute), "cuStreamSynchronize");
 }
 
+/* State kept in the arena across runs (trainer.c): a gradient accumulator
+ * zeroed on the device, before the run's steps, instead of copied in. */
+static void cuda_zero(void *ctx, void *dst, int64_t bytes) {
+  cuda_ctx *c = ctx;
+  if (bytes > 0)
+    check_run(c, c->cu->memset_d8((CUdeviceptr)(uintptr_t)dst, 0, (size_t)bytes, c->compute),
+              "cuMemsetD8Async");
+}
+
 static void launch_kernel(cuda_ctx *c, int32_t k) {
   const sc_cuda_launch *l = &c->launch[k];
   if (l->points <= 0) return;
@@ -1155,6 +1164,7 @@ const sc_device_iface sc_device_cuda = {
     .buffer_ptr = cuda_buffer_ptr,
     .copy_in = cuda_copy_in,
     .copy_out = cuda_copy_out,
+    .zero = cuda_zero,
     .run_kernel = cuda_run_kernel,
     .run_gemm = cuda_run_gemm,
     .threads = cuda_threads,

@@ -88,6 +88,10 @@ typedef struct sc_device_iface {
   void *(*buffer_ptr)(void *ctx, int32_t b);
   void (*copy_in)(void *ctx, void *dst, const void *src, int64_t bytes);
   void (*copy_out)(void *ctx, void *dst, const void *src, int64_t bytes);
+  /* Sets bytes of device memory at dst (after bind) to 0, in order with
+   * the copies and runs (CUDA: queued on the compute stream, before the
+   * next run's steps); for state kept in the arena across runs. */
+  void (*zero)(void *ctx, void *dst, int64_t bytes);
   void (*run_kernel)(void *ctx, const sc_step *s);
   void (*run_gemm)(void *ctx, const sc_step *s);
   int (*threads)(void *ctx);

@@ -28,7 +28,7 @@
 #include "codegen/pipe_schedule.h"
 #include "runtime/pipe_rank.h"
 
-enum { CMD_CREATE, CMD_STEP, CMD_QUIT };
+enum { CMD_CREATE, CMD_STEP, CMD_SYNC, CMD_QUIT };
 enum { MAX_LOCAL_RANKS = 1024 };
 
 typedef struct worker {
@@ -115,10 +115,12 @@ static const sc_buffer *w_data(const worker *w, int32_t k, const sc_sharding **s
   *sh = i >= 0 ? &w->t->stage->input_sharding[i] : NULL;
   return i >= 0 ? b : NULL;
 }
-/* The rank's piece of state `name` and its sharding, or NULL. */
-static void *w_state(const worker *w, const char *name, const sc_sharding **sh) {
+/* The rank's piece of state `name` and its sharding, or NULL; `write`:
+ * the caller writes it (sc_trainer_state_mut). */
+static void *w_state(const worker *w, const char *name, const sc_sharding **sh, bool write) {
   if (w->pr) return sc_pipe_rank_state(w->pr, name, NULL, sh);
-  void *x = (void *)sc_trainer_state(w->tr, name, NULL);
+  void *x = write ? sc_trainer_state_mut(w->tr, name, NULL)
+                  : (void *)sc_trainer_state(w->tr, name, NULL);
   int32_t i = x ? input_index(w->t->p, name) : -1;
   *sh = i >= 0 ? &w->t->stage->input_sharding[i] : NULL;
   return i >= 0 ? x : NULL;
@@ -303,6 +305,7 @@ static void *worker_main(void *arg) {
     int cmd = t->cmd;
     pthread_mutex_unlock(&t->mu);
     sc_diag_clear(&w->d);
+    if (cmd == CMD_SYNC && w->tr) sc_trainer_sync_host(w->tr); /* on the thread of its GPU */
     w->st = cmd == CMD_CREATE ? create_rank(w) : cmd == CMD_STEP ? step_rank(w) : SC_OK;
     if (w->st != SC_OK) {
       /* "rank R: MESSAGE", and every other rank fails fast */
@@ -566,9 +569,11 @@ static bool is_state(const sc_dist_trainer *t, const char *name, const sc_dist_v
   return *gv && sc_dist_is_state(t->dp, name);
 }
 
-sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_tensor_view *v,
+sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_view *v,
                                 sc_diag *d) {
   memset(v, 0, sizeof *v);
+  sc_status st0 = run_all(t, CMD_SYNC, d);
+  if (st0 != SC_OK) return st0;
   const sc_dist_value *gv;
   if (!name || !is_state(t, name, &gv))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "'%s' is not state of the step",
@@ -582,17 +587,17 @@ sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_t
   const sc_sharding *sh;
   if (t->world && t->dp->pipe_chunks > 0) { /* one copy of each piece, in place */
     memset(all, 0, numel > 0 ? (size_t)numel * esz : 1);
-    const void *x = w_state(&t->w[0], name, &sh);
+    const void *x = w_state(&t->w[0], name, &sh, false);
     if (x && first_copy(t, t->w[0].coords, sh))
       sc_sharding_insert(sh, &t->dp->mesh, t->w[0].coords, esz, gv->dims, x, all);
     st = sum_bytes(t->world, all, numel * (int64_t)esz, d);
   } else if (!t->world) { /* pipeline ranks that do not hold it have nothing to add */
     for (int64_t r = 0; r < t->n_local; r++) {
-      const void *x = w_state(&t->w[r], name, &sh);
+      const void *x = w_state(&t->w[r], name, &sh, false);
       if (x) sc_sharding_insert(sh, &t->dp->mesh, t->w[r].coords, esz, gv->dims, x, all);
     }
   } else { /* every rank's piece from the world, each put in its place */
-    const void *x = w_state(&t->w[0], name, &sh);
+    const void *x = w_state(&t->w[0], name, &sh, false);
     int32_t i = input_index(t->p, name);
     const sc_buffer *b = &t->p->buffers[t->p->inputs[i]];
     int64_t count = b->bytes / (int64_t)esz;
@@ -677,7 +682,7 @@ static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, b
     size_t esz = sc_dtype_size(gv->dtype);
     for (int64_t r = 0; st == SC_OK && r < t->n_local; r++) {
       const sc_sharding *s;
-      const void *x = w_state(&t->w[r], name, &s);
+      const void *x = w_state(&t->w[r], name, &s, false);
       if (!x || !first_copy(t, t->w[r].coords, s)) continue;
       int64_t off[SC_MAX_RANK], ext[SC_MAX_RANK], local[SC_MAX_RANK], blocks = 1;
       for (int32_t k = 0; k < gv->rank; k++) {
@@ -817,14 +822,17 @@ static sc_status save_shards(const sc_dist_trainer *t, const char *dir,
   return me == 0 ? (sc_status)outcome : st;
 }
 
-sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
+sc_status sc_dist_trainer_save(sc_dist_trainer *t, const char *dir,
                                const struct sc_ckpt_state *cs, sc_diag *d) {
-  return save_shards(t, dir, cs, d);
+  sc_status st = run_all(t, CMD_SYNC, d);
+  return st == SC_OK ? save_shards(t, dir, cs, d) : st;
 }
 
 sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, sc_diag *d) {
   const sc_dist_program *dp = t->dp;
   int32_t used[SC_CKPT_GROUP_COUNT] = {0};
+  sc_status st0 = run_all(t, CMD_SYNC, d); /* the host copies current before they are written */
+  if (st0 != SC_OK) return st0;
   for (int32_t i = 0; i < dp->n_inputs; i++) {
     const char *name = dp->inputs[i].name;
     const sc_dist_value *gv;
@@ -841,7 +849,7 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
      * workers are idle, so the main thread may write it */
     for (int64_t r = 0; r < t->n_local; r++) {
       const sc_sharding *sh;
-      void *piece = w_state(&t->w[r], name, &sh);
+      void *piece = w_state(&t->w[r], name, &sh, true);
       if (piece)
         sc_sharding_extract(sh, &t->dp->mesh, t->w[r].coords, sc_dtype_size(gv->dtype),
                             gv->dims, x->data, piece);

@@ -20,7 +20,10 @@
  * accumulation), of which each cuts, per microbatch, its piece; the loss,
  * the gradient norm and "applied" are replicated outputs, read from rank 0.
  * State is read back whole (sc_dist_trainer_state): each rank's piece is
- * put into its place in the global tensor (sc_sharding_insert).
+ * put into its place in the global tensor (sc_sharding_insert). On a GPU
+ * each rank keeps its state in its device arena (trainer.h); reading it
+ * back, saving and restoring first bring every rank's host copy up to
+ * date on that rank's own thread, the one that drives its GPU.
  *
  * Failure: an error on any rank aborts the group with "rank R: MESSAGE";
  * every rank returns within seconds and the call reports the first
@@ -64,7 +67,7 @@ const sc_buffer *sc_dist_trainer_data(const sc_dist_trainer *t, int32_t i);
 /* The global state tensor `name` (a parameter or optimizer state),
  * assembled into a new sc_malloc'd buffer (*data, the caller frees it;
  * dtype and global dims through *v, whose name is borrowed). */
-sc_status sc_dist_trainer_state(const sc_dist_trainer *t, const char *name, sc_tensor_view *v,
+sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_view *v,
                                 sc_diag *d);
 /* Per rank of this process (r < ranks, or 0 with a world): its session's
  * arena, its state tensors and how many are updated in place. */
@@ -85,7 +88,7 @@ int64_t sc_dist_trainer_pipe_arena_bytes(const sc_dist_trainer *t, int32_t q);
  * checkpoint of any layout. */
 struct sc_ckpt;
 struct sc_ckpt_state;
-sc_status sc_dist_trainer_save(const sc_dist_trainer *t, const char *dir,
+sc_status sc_dist_trainer_save(sc_dist_trainer *t, const char *dir,
                                const struct sc_ckpt_state *st, sc_diag *d);
 sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, sc_diag *d);
 double sc_dist_trainer_loss_scale(const sc_dist_trainer *t, int64_t *growth);

@@ -118,6 +118,20 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
  * input X also holds the output "new:X" after a run: training state stays
  * there from step to step. */
 void *sc_session_input_slot(sc_session *s, int32_t i);
+/* State kept in the arena across runs, on any device. Input i's arena slot
+ * (device memory where the arena is not host memory: never dereferenced
+ * by the caller then), or NULL (out of range, empty, or bound outside the
+ * arena). A run given this very pointer as input i's data copies nothing
+ * in for it, and the output paired with it (p->updates, "new:X") is not
+ * copied out either: its view is the slot itself, so on a GPU a training
+ * step moves neither parameters nor optimizer state. The caller reads and
+ * writes such state only through the explicit copies below (synchronous:
+ * they return when the copy is done) and zeroes it on the device. */
+void *sc_session_state_slot(sc_session *s, int32_t i);
+bool sc_session_host_arena(const sc_session *s);
+void sc_session_slot_write(sc_session *s, void *slot, const void *src, int64_t bytes);
+void sc_session_slot_read(sc_session *s, void *dst, const void *slot, int64_t bytes);
+void sc_session_slot_zero(sc_session *s, void *slot, int64_t bytes);
 /* Bytes of arena this session allocated (0 when it borrowed one), and the
  * arena's address (a device address on a GPU: for sc_session_opts.arena). */
 int64_t sc_session_arena_bytes(const sc_session *s);

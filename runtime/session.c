@@ -748,6 +748,13 @@ static sc_status run_check(sc_session *s, const sc_step *st, sc_diag *diag) {
   return SC_OK;
 }
 
+/* Output j is paired with an input (p->updates) given as its own arena
+ * slot: the state stays in the arena, the output is not copied out. */
+static bool resident(const sc_session *s, const sc_tensor_view *inputs, int32_t j) {
+  int32_t i = sc_program_updates(s->p, j);
+  return i >= 0 && inputs[i].data == s->dev->buffer_ptr(s->ctx, s->p->inputs[i]);
+}
+
 sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
                          sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag) {
   const sc_program *p = s->p;
@@ -833,6 +840,7 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     v->rank = b->rank;
     memcpy(v->dims, b->dims, sizeof v->dims);
     v->data = s->dev->buffer_ptr(s->ctx, p->outputs[i]);
+    if (s->out_slot && resident(s, inputs, i)) continue; /* state kept on the device */
     if (s->out_slot) { /* device memory: copied out (copy_out waits for it) */
       s->dev->copy_out(s->ctx, s->out_slot[i], v->data, b->bytes);
       v->data = s->out_slot[i];
@@ -844,6 +852,29 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
 void *sc_session_input_slot(sc_session *s, int32_t i) {
   if (i < 0 || i >= s->p->n_inputs || !s->dev->host_arena) return NULL;
   return s->dev->buffer_ptr(s->ctx, s->p->inputs[i]);
+}
+
+/* ---- state kept in the arena across runs (runtime.h) ---- */
+void *sc_session_state_slot(sc_session *s, int32_t i) {
+  if (i < 0 || i >= s->p->n_inputs) return NULL;
+  int32_t b = s->p->inputs[i];
+  if (s->p->bound && s->p->bound[i]) return NULL; /* the caller's storage, not a slot */
+  return s->p->buffers[b].bytes > 0 ? s->dev->buffer_ptr(s->ctx, b) : NULL;
+}
+
+bool sc_session_host_arena(const sc_session *s) { return s->dev->host_arena; }
+
+void sc_session_slot_write(sc_session *s, void *slot, const void *src, int64_t bytes) {
+  s->dev->copy_in(s->ctx, slot, src, bytes);
+  if (s->dev->sync) s->dev->sync(s->ctx); /* src may change once this returns */
+}
+
+void sc_session_slot_read(sc_session *s, void *dst, const void *slot, int64_t bytes) {
+  s->dev->copy_out(s->ctx, dst, slot, bytes); /* copy_out waits for it */
+}
+
+void sc_session_slot_zero(sc_session *s, void *slot, int64_t bytes) {
+  s->dev->zero(s->ctx, slot, bytes);
 }
 
 int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }

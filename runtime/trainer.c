@@ -6,7 +6,18 @@
  * the session's arena slot from step to step; other state has a host
  * buffer owned here, and the "new:" outputs are copied back into it after
  * an applied step. A step fills one input view array in program order and
- * runs the session. */
+ * runs the session.
+ *
+ * On a device whose arena is not host memory (CUDA) the state updated in
+ * place is resident there: its slot (dev[i]) is the input view's data, so
+ * a run copies it neither in nor out (sc_session_state_slot), and state[i]
+ * is a host copy owned here, kept in step with the slot explicitly: the
+ * host copy is uploaded before the next step after it was written (the
+ * initial values, a restore, sc_trainer_state_mut: dev_stale), and read
+ * back only when asked for after a step changed the slot (sc_trainer_state,
+ * a checkpoint: host_stale). Gradient accumulators are zeroed on the
+ * device. A step then moves only the batch and the scalars in and the
+ * outputs that are not state (loss, gradient norm, applied) out. */
 #include "runtime/trainer.h"
 
 #include "codegen/train_manifest.h"
@@ -28,7 +39,11 @@ struct sc_trainer {
   int8_t *kind;            /* [n_in] IN_* */
   int32_t *new_of;         /* [n_in] output index of "new:<name>", or -1 */
   void **state;            /* [n_in] host buffers of state inputs */
-  bool *in_place;          /* [n_in] state[i] is the input's arena slot */
+  bool *in_place;          /* [n_in] updated in its arena slot: state[i] is
+                              that slot (host arena), or dev[i] is */
+  void **dev;              /* [n_in] the device slot of resident state, or NULL */
+  bool dev_stale;          /* a host copy of resident state was written */
+  bool host_stale;         /* a step changed resident state since it was read */
   int32_t *data_inputs;    /* [n_data] input indices of the data */
   int32_t n_data;
   int32_t loss_out, norm_out, applied_out; /* output indices, or -1 */
@@ -59,8 +74,9 @@ void sc_trainer_destroy(sc_trainer *t) {
   if (!t) return;
   sc_session_destroy(t->s);
   for (int32_t i = 0; t->state && i < t->n_in; i++)
-    if (!t->in_place[i]) sc_free(t->state[i]);
+    if (!t->in_place[i] || t->dev[i]) sc_free(t->state[i]);
   sc_free(t->state);
+  sc_free(t->dev);
   sc_free(t->in_place);
   sc_free(t->kind);
   sc_free(t->new_of);
@@ -85,19 +101,28 @@ static bool matches(const sc_tensor_view *v, const sc_buffer *b) {
 }
 
 /* The input's state buffer: its arena slot when the program updates it in
- * place (output new_of is paired with it), else a host buffer. */
+ * place (output new_of is paired with it), else a host buffer; on a device
+ * arena, the slot and a host copy (the file comment). */
 static sc_status state_buffer(sc_trainer *t, int32_t i, sc_diag *d) {
   const sc_buffer *b = input_buf(t->p, i);
-  if ((t->kind[i] == IN_STATE || t->kind[i] == IN_ACCUM) &&
-      sc_program_updates(t->p, t->new_of[i]) == i &&
+  bool paired = (t->kind[i] == IN_STATE || t->kind[i] == IN_ACCUM) &&
+                sc_program_updates(t->p, t->new_of[i]) == i;
+  if (paired && sc_session_host_arena(t->s) &&
       (t->state[i] = sc_session_input_slot(t->s, i)) != NULL) {
     t->in_place[i] = true;
     memset(t->state[i], 0, (size_t)b->bytes);
-  } else {
-    t->state[i] = sc_calloc(b->bytes > 0 ? (size_t)b->bytes : 1, 1);
-    if (!t->state[i]) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    t->in[i].data = t->state[i];
+    return SC_OK;
   }
+  t->state[i] = sc_calloc(b->bytes > 0 ? (size_t)b->bytes : 1, 1);
+  if (!t->state[i]) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   t->in[i].data = t->state[i];
+  if (paired && !sc_session_host_arena(t->s) &&
+      (t->dev[i] = sc_session_state_slot(t->s, i)) != NULL) {
+    t->in_place[i] = true;
+    t->in[i].data = t->dev[i];
+    t->dev_stale = true; /* the initial values go up before the first step */
+  }
   return SC_OK;
 }
 
@@ -110,6 +135,23 @@ static sc_status fill_whole(const sc_param_init *pi, const char *name, const sc_
   if (st != SC_OK || !r) return st;
   *done = true;
   return sc_param_init_fill(pi, name, b->dtype, b->rank, b->dims, NULL, NULL, NULL, dst, d);
+}
+
+/* The host copies of resident state into their device slots (once, then
+ * after each write of them), or the slots into the host copies (after a
+ * step, when asked for). Gradient accumulators are neither: the step
+ * zeroes them on the device. */
+static void push_state(sc_trainer *t) {
+  for (int32_t i = 0; t->dev_stale && i < t->n_in; i++)
+    if (t->dev[i] && t->kind[i] == IN_STATE)
+      sc_session_slot_write(t->s, t->dev[i], t->state[i], input_buf(t->p, i)->bytes);
+  t->dev_stale = false;
+}
+static void pull_state(sc_trainer *t) {
+  for (int32_t i = 0; t->host_stale && i < t->n_in; i++)
+    if (t->dev[i] && t->kind[i] == IN_STATE)
+      sc_session_slot_read(t->s, t->state[i], t->dev[i], input_buf(t->p, i)->bytes);
+  t->host_stale = false;
 }
 
 static int8_t kind_of(const char *name, bool has_new) {
@@ -139,11 +181,12 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
   t->new_of = sc_calloc(ni, sizeof *t->new_of);
   t->state = sc_calloc(ni, sizeof *t->state);
   t->in_place = sc_calloc(ni, sizeof *t->in_place);
+  t->dev = sc_calloc(ni, sizeof *t->dev);
   t->data_inputs = sc_calloc(ni, sizeof *t->data_inputs);
   t->in = sc_calloc(ni, sizeof *t->in);
   t->out = sc_calloc(no, sizeof *t->out);
-  sc_status st = t->kind && t->new_of && t->state && t->in_place && t->data_inputs && t->in &&
-                         t->out
+  sc_status st = t->kind && t->new_of && t->state && t->in_place && t->dev && t->data_inputs &&
+                         t->in && t->out
                      ? SC_OK
                      : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   t->loss_out = find_output(p, "", "loss");
@@ -210,15 +253,29 @@ const sc_buffer *sc_trainer_data(const sc_trainer *t, int32_t i) {
   return i >= 0 && i < t->n_data ? input_buf(t->p, t->data_inputs[i]) : NULL;
 }
 
-const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buffer **b) {
+/* The index of state input `name`, or -1. */
+static int32_t state_index(const sc_trainer *t, const char *name) {
   for (int32_t i = 0; name && i < t->n_in; i++) {
     const sc_buffer *x = input_buf(t->p, i);
-    if (t->kind[i] == IN_STATE && x->name && strcmp(x->name, name) == 0) {
-      if (b) *b = x;
-      return t->state[i];
-    }
+    if (t->kind[i] == IN_STATE && x->name && strcmp(x->name, name) == 0) return i;
   }
-  return NULL;
+  return -1;
+}
+
+void sc_trainer_sync_host(sc_trainer *t) { pull_state(t); }
+
+const void *sc_trainer_state(sc_trainer *t, const char *name, const sc_buffer **b) {
+  int32_t i = state_index(t, name);
+  if (i < 0) return NULL;
+  if (b) *b = input_buf(t->p, i);
+  pull_state(t);
+  return t->state[i];
+}
+
+void *sc_trainer_state_mut(sc_trainer *t, const char *name, const sc_buffer **b) {
+  void *x = (void *)sc_trainer_state(t, name, b);
+  if (x && t->dev[state_index(t, name)]) t->dev_stale = true;
+  return x;
 }
 
 int32_t sc_trainer_state_count(const sc_trainer *t, int32_t *in_place) {
@@ -258,7 +315,12 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
     case IN_LR: sc_store_f64(b->dtype, t->state[i], 0, lr); break;
     case IN_BC1: sc_store_f64(b->dtype, t->state[i], 0, 1.0 - pow(t->beta1, (double)step)); break;
     case IN_BC2: sc_store_f64(b->dtype, t->state[i], 0, 1.0 - pow(t->beta2, (double)step)); break;
-    case IN_ACCUM: memset(t->state[i], 0, (size_t)b->bytes); break;
+    case IN_ACCUM:
+      if (t->dev[i])
+        sc_session_slot_zero(t->s, t->dev[i], b->bytes);
+      else
+        memset(t->state[i], 0, (size_t)b->bytes);
+      break;
     case IN_SCALE: sc_store_f64(b->dtype, t->state[i], 0, t->scale); break;
     case IN_INV_SCALE: sc_store_f64(b->dtype, t->state[i], 0, 1.0 / t->scale); break;
     case IN_DATA: {
@@ -290,6 +352,7 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                        "%lld microbatches given, but the program accumulates no gradients",
                        (long long)micro);
+  push_state(t);
   double lsum = 0, l = 0, n = 0;
   for (int64_t m = 0; m < micro; m++) {
     for (int32_t i = 0; i < t->n_in; i++) {
@@ -318,6 +381,7 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
       t->growth = 0;
     }
   }
+  t->host_stale |= keep; /* resident state was updated on the device */
   for (int32_t i = 0; keep && i < t->n_in; i++)
     if (t->kind[i] == IN_STATE && !t->in_place[i])
       memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
@@ -327,8 +391,9 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
   return SC_OK;
 }
 
-sc_status sc_trainer_save(const sc_trainer *t, const char *dir, const sc_ckpt_state *st,
+sc_status sc_trainer_save(sc_trainer *t, const char *dir, const sc_ckpt_state *st,
                           sc_diag *d) {
+  pull_state(t);
   sc_ckpt_tensor *w = sc_calloc((size_t)t->n_in + 1, sizeof *w);
   sc_ckpt_tensor *o = sc_calloc((size_t)t->n_in + 1, sizeof *o);
   int32_t nw = 0, no = 0;
@@ -366,7 +431,7 @@ sc_status sc_trainer_ckpt_unused(const sc_trainer *t, const sc_ckpt *c, const in
                         k < sc_ckpt_count(c, (sc_ckpt_group)g);
          k++) {
       const sc_ckpt_tensor *x = sc_ckpt_tensor_at(c, (sc_ckpt_group)g, k);
-      if (!sc_trainer_state(t, x->name, NULL))
+      if (state_index(t, x->name) < 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "checkpoint tensor '%s' (%s) is not state of this training step",
                            x->name, sc_ckpt_group_name((sc_ckpt_group)g));
@@ -387,7 +452,9 @@ sc_status sc_trainer_restore(sc_trainer *t, const sc_ckpt *c, sc_diag *d) {
                          "checkpoint tensor '%s': %s of rank %d, the program's is %s of rank %d",
                          b->name, sc_dtype_name(x->dtype), (int)x->rank, sc_dtype_name(b->dtype),
                          (int)b->rank);
+    pull_state(t); /* the host copies whole before part of them is written */
     memcpy(t->state[i], x->data, (size_t)b->bytes);
+    t->dev_stale |= t->dev[i] != NULL;
     used[g]++;
   }
   return sc_trainer_ckpt_unused(t, c, used, d);

@@ -95,8 +95,19 @@ double sc_lr_at(sc_lr_schedule s, double lr, double min_lr, int64_t warmup, int6
 int32_t sc_trainer_n_data(const sc_trainer *t);
 const sc_buffer *sc_trainer_data(const sc_trainer *t, int32_t i);
 /* The current value of state `name` (a parameter or optimizer state), or
- * NULL; its buffer description through *b when not NULL. */
-const void *sc_trainer_state(const sc_trainer *t, const char *name, const sc_buffer **b);
+ * NULL; its buffer description through *b when not NULL. Host memory
+ * owned by the trainer, valid until its next step: on a device whose arena
+ * is not host memory the state lives in the arena, and the first call
+ * after a step reads all of it back (one device-to-host copy per tensor).
+ * _mut: the same buffer, for the caller to write; the trainer uploads it
+ * before its next step. */
+const void *sc_trainer_state(sc_trainer *t, const char *name, const sc_buffer **b);
+void *sc_trainer_state_mut(sc_trainer *t, const char *name, const sc_buffer **b);
+/* Reads the state a step changed on the device back into the host copies
+ * now (what sc_trainer_state does first), on the thread that drives the
+ * trainer's device; nothing when they are current or the arena is host
+ * memory. */
+void sc_trainer_sync_host(sc_trainer *t);
 /* State tensors (parameters, optimizer state, gradient accumulators), and
  * how many of them the program updates in place in its arena. */
 int32_t sc_trainer_state_count(const sc_trainer *t, int32_t *in_place);
@@ -116,7 +127,7 @@ void sc_trainer_set_loss_scale(sc_trainer *t, double scale, int64_t growth);
  * (a run resumed with another optimizer is refused). */
 struct sc_ckpt;
 struct sc_ckpt_state;
-sc_status sc_trainer_save(const sc_trainer *t, const char *dir, const struct sc_ckpt_state *st,
+sc_status sc_trainer_save(sc_trainer *t, const char *dir, const struct sc_ckpt_state *st,
                           sc_diag *d);
 sc_status sc_trainer_restore(sc_trainer *t, const struct sc_ckpt *c, sc_diag *d);
 /* The pieces of a restore, shared with runtime/dist_train.c: the

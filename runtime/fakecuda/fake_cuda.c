@@ -45,7 +45,10 @@
  * The call log: with SHARDC_FAKE_CUDA_LOG=FILE every call and every
  * executed operation is appended to FILE, one line each, and a closing
  * `summary:` line gives the counts (launches from streams and from graph
- * replays, graphs, host functions, copies) and `violations=N`: operations
+ * replays, graphs, host functions, copies; the bytes the copies moved host
+ * to device, htod_bytes, and device to host, dtoh_bytes, counted as they
+ * run, graph replays included: each executed copy's line says
+ * `copy N htod|dtoh|dtod`) and `violations=N`: operations
  * that a real GPU would run in an undefined order or on freed memory —
  * races (two operations of different streams touching the same device
  * memory, one writing, with no event or host synchronisation ordering
@@ -86,6 +89,7 @@ static FILE *log_file;
 static bool log_opened;
 static struct {
   long launches, graph_launches, graphs, replays, host_fns, copies, violations, allocs;
+  long long htod_bytes, dtoh_bytes; /* copied between host and device, as run */
 } count;
 
 static FILE *logf_(void) {
@@ -139,9 +143,9 @@ __attribute__((destructor)) static void write_summary(void) {
   if (f) {
     fprintf(f,
             "summary: launches=%ld graph_launches=%ld graphs=%ld replays=%ld host_fns=%ld "
-            "copies=%ld allocs=%ld violations=%ld\n",
+            "copies=%ld allocs=%ld violations=%ld htod_bytes=%lld dtoh_bytes=%lld\n",
             count.launches, count.graph_launches, count.graphs, count.replays, count.host_fns,
-            count.copies, count.allocs, count.violations);
+            count.copies, count.allocs, count.violations, count.htod_bytes, count.dtoh_bytes);
     fclose(f);
     log_file = NULL;
   }
@@ -187,6 +191,8 @@ typedef struct range {
 } range;
 
 enum { OP_LAUNCH, OP_HOST, OP_COPY, OP_COPY2D, OP_SET, OP_RECORD, OP_WAIT, OP_GRAPH };
+enum { COPY_HTOD, COPY_DTOH, COPY_DTOD };
+static const char *const copy_dir[] = {"htod", "dtoh", "dtod"};
 
 typedef struct gexec gexec;
 typedef struct fop {
@@ -208,6 +214,7 @@ typedef struct fop {
       void *dst;
       const void *src;
       size_t n;
+      int dir; /* COPY_HTOD, COPY_DTOH, COPY_DTOD */
     } copy;
     sc_cu_memcpy2d c2d;
     struct {
@@ -337,7 +344,11 @@ static void run_op(fstream *s, fop *o) {
     o->u.host.fn(o->u.host.ud);
     break;
   case OP_COPY:
-    logln("run stream=%d copy %zu", s->id, o->u.copy.n);
+    logln("run stream=%d copy %zu %s", s->id, o->u.copy.n, copy_dir[o->u.copy.dir]);
+    pthread_mutex_lock(&log_mu);
+    if (o->u.copy.dir == COPY_HTOD) count.htod_bytes += (long long)o->u.copy.n;
+    if (o->u.copy.dir == COPY_DTOH) count.dtoh_bytes += (long long)o->u.copy.n;
+    pthread_mutex_unlock(&log_mu);
     if (o->u.copy.n) memmove(o->u.copy.dst, o->u.copy.src, o->u.copy.n);
     break;
   case OP_COPY2D: {
@@ -883,12 +894,13 @@ EXPORT CUresult cuMemFreeHost(void *p) {
   return SC_CUDA_SUCCESS;
 }
 
-static CUresult copy_op(void *dst, const void *src, size_t n, CUstream h) {
+static CUresult copy_op(void *dst, const void *src, size_t n, int dir, CUstream h) {
   fop *o = new_op(OP_COPY);
   if (!o) return SC_CUDA_ERROR_OUT_OF_MEMORY;
   o->u.copy.dst = dst;
   o->u.copy.src = src;
   o->u.copy.n = n;
+  o->u.copy.dir = dir;
   pthread_mutex_lock(&log_mu);
   count.copies++;
   pthread_mutex_unlock(&log_mu);
@@ -897,17 +909,17 @@ static CUresult copy_op(void *dst, const void *src, size_t n, CUstream h) {
 
 EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) {
   if ((!dst || !src) && n) return SC_CUDA_ERROR_INVALID_VALUE;
-  return copy_op((void *)(uintptr_t)dst, src, n, s);
+  return copy_op((void *)(uintptr_t)dst, src, n, COPY_HTOD, s);
 }
 
 EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) {
   if ((!dst || !src) && n) return SC_CUDA_ERROR_INVALID_VALUE;
-  return copy_op(dst, (const void *)(uintptr_t)src, n, s);
+  return copy_op(dst, (const void *)(uintptr_t)src, n, COPY_DTOH, s);
 }
 
 EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
   if ((!dst || !src) && n) return SC_CUDA_ERROR_INVALID_VALUE;
-  return copy_op((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n, s);
+  return copy_op((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n, COPY_DTOD, s);
 }
 
 EXPORT CUresult cuMemcpy2DAsync_v2(const sc_cu_memcpy2d *c, CUstream s) {

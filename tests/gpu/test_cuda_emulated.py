@@ -42,7 +42,22 @@ Checked, against the CPU device on the same seeded random inputs:
     bytes has 196 bytes of weights padding (the second at offset 256), the
     same both ways;
   - without SHARDC_CUDA_EMU on a machine without a driver, --device cuda
-    exits 1 saying "no CUDA driver" (skipped where libcuda.so.1 loads).
+    exits 1 saying "no CUDA driver" (skipped where libcuda.so.1 loads);
+  - training state resident on the device (resident_state_checks): the MLP
+    and GPT-2 report every state tensor updated in place; the bytes a step
+    copies (the fake driver's htod_bytes and dtoh_bytes, 4 steps minus 2
+    steps over 2) are the batch and the step's scalars: for the MLP exactly
+    the batch + 12 bytes in (lr, bc1, bc2, f32) and 9 out (loss, gradient
+    norm: f32; applied: bool); for GPT-2 up to one more copy of the token
+    ids in and three out (its Gather and ScatterND index checks copy the
+    indices to the host and back); either way under 1% of the checkpoint's
+    state bytes; losses within rtol 2e-5 of the CPU's and each final
+    weight within 2e-2 of its largest update of the CPU's (`shardc check`'s
+    rule for AdamW, api/check_run.c; measured MLP 4e-6, GPT-2 5e-3: Adam's
+    step for a gradient near 0 follows the gradient's last bits),
+    graphs against --no-cuda-graph identical (log and checkpoint files); 2
+    steps saved and resumed for 2 more give the checkpoint files of 4
+    steps straight, byte for byte, and `shardc export` the same ONNX file.
 """
 import ctypes
 import json
@@ -187,6 +202,114 @@ def train_case(tmp, name, model, data, extra, steps):
     check(c.get("violations", -1) == 0, f"train {name}: fake driver violations {c}")
 
 
+def safetensors(path):
+    """{name: array} of a safetensors file (header length, JSON, data)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    head = json.loads(raw[8:8 + n])
+    types = {"F32": np.float32, "BF16": np.uint16, "F16": np.float16, "I64": np.int64}
+    out = {}
+    for k, v in head.items():
+        if k == "__metadata__":
+            continue
+        a, b = v["data_offsets"]
+        out[k] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype=types[v["dtype"]]).reshape(v["shape"])
+    return out
+
+
+def same_files(a, b):
+    names = sorted(os.listdir(a))
+    if names != sorted(os.listdir(b)):
+        return False
+    for n in names:
+        with open(os.path.join(a, n), "rb") as x, open(os.path.join(b, n), "rb") as y:
+            if x.read() != y.read():
+                return False
+    return True
+
+
+def resident_state_checks(tmp, cases):
+    """Training state kept in the device arena between steps (module comment).
+    cases: (name, model, data args, options, batch bytes, index bytes)."""
+    for name, model, data, extra, batch_bytes, index_bytes in cases:
+        d = os.path.join(tmp, "resident-" + name)
+        os.makedirs(d)
+        base = ["train", model, "--device", "cuda"] + data + extra
+
+        def train(tag, steps, more, env=None):
+            log = os.path.join(d, tag + ".log")
+            r = shardc(base + ["--steps", str(steps), "--log-json", os.path.join(d, tag + ".jsonl"),
+                               "--save", os.path.join(d, tag + ".ck")] + more,
+                       dict(emulated(log), **(env or {})))
+            check(r.returncode == 0, f"resident {name} {tag}: {r.stderr[-400:]}")
+            return r, summary(log)
+
+        r2, c2 = train("s2", 2, [])
+        r4, c4 = train("s4", 4, [])
+        m = re.search(r"(\d+) of (\d+) state tensors updated in place", r4.stdout + r4.stderr)
+        check(m and m.group(1) == m.group(2) and int(m.group(2)) > 0,
+              f"resident {name}: not every state tensor in place: {m.group(0) if m else r4.stderr[-300:]}")
+        ck4 = os.path.join(d, "s4.ck")
+        state_bytes = sum(os.path.getsize(os.path.join(ck4, f)) for f in os.listdir(ck4)
+                          if f.endswith(".safetensors"))
+        if not REAL:
+            hin = (c4.get("htod_bytes", -1) - c2.get("htod_bytes", 0)) / 2
+            hout = (c4.get("dtoh_bytes", -1) - c2.get("dtoh_bytes", 0)) / 2
+            print(f"resident {name}: per step {hin:.0f} bytes in, {hout:.0f} out "
+                  f"(batch {batch_bytes}, state {state_bytes})")
+            check(batch_bytes + 12 <= hin <= batch_bytes + 12 + index_bytes and
+                  9 <= hout <= 9 + 3 * index_bytes and hin + hout < state_bytes / 100,
+                  f"resident {name}: a step copies {hin} bytes in and {hout} out; the batch is "
+                  f"{batch_bytes} bytes, the state {state_bytes}")
+            check(c4.get("violations", -1) == 0, f"resident {name}: violations {c4}")
+        # graphs against stream launches, bit for bit
+        train("stream", 4, ["--no-cuda-graph"])
+        a, b = losses(os.path.join(d, "s4.jsonl")), losses(os.path.join(d, "stream.jsonl"))
+        check(len(a) == 4 and [(x["loss"], x["grad_norm"]) for x in a] ==
+              [(x["loss"], x["grad_norm"]) for x in b],
+              f"resident {name}: graph and --no-cuda-graph logs differ")
+        check(same_files(ck4, os.path.join(d, "stream.ck")),
+              f"resident {name}: graph and --no-cuda-graph checkpoints differ")
+        # against the CPU
+        cpu = os.path.join(d, "cpu")
+        r = shardc(["train", model, "--device", "cpu", "--steps", "4", "--log-json", cpu + ".jsonl",
+                    "--save", cpu + ".ck", "-q"] + data + extra)
+        if check(r.returncode == 0, f"resident {name} on the cpu: {r.stderr[-300:]}"):
+            for x, y in zip(losses(cpu + ".jsonl"), a):
+                for key in ("loss", "grad_norm"):
+                    check(np.isfinite(y[key]) and abs(x[key] - y[key]) <= 2e-5 * abs(x[key]),
+                          f"resident {name}: step {x['step']} {key} {y[key]} vs cpu {x[key]}")
+            import onnx
+            from onnx import numpy_helper
+            init = {t.name: numpy_helper.to_array(t) for t in onnx.load(model).graph.initializer}
+            wc = safetensors(os.path.join(cpu + ".ck", "weights.safetensors"))
+            wg = safetensors(os.path.join(ck4, "weights.safetensors"))
+            check(sorted(wc) == sorted(wg) and all(k in init for k in wc),
+                  f"resident {name}: weights {sorted(wg)}")
+            worst = 0.0
+            for k in wc if sorted(wc) == sorted(wg) and all(k in init for k in wc) else []:
+                ref, got = wc[k].astype(np.float64), wg[k].astype(np.float64)
+                update = float(np.max(np.abs(ref - init[k].astype(np.float64))))
+                diff = float(np.max(np.abs(ref - got)))
+                worst = max(worst, diff / max(update, 1e-30))
+                check(not np.isnan(got).any() and update > 0 and diff <= 2e-2 * update,
+                      f"resident {name}: weight {k} differs from the cpu's by {diff:.3g}, "
+                      f"its largest update {update:.3g}")
+            print(f"resident {name}: weights against the cpu's: at most {worst:.3g} of an update")
+        # save after 2 steps, resume for 2 more: the files of 4 steps straight
+        r = shardc(base + ["--steps", "4", "--resume", os.path.join(d, "s2.ck"), "--save",
+                           os.path.join(d, "resumed.ck"), "-q"], emulated(os.path.join(d, "r.log")))
+        check(r.returncode == 0 and same_files(ck4, os.path.join(d, "resumed.ck")),
+              f"resident {name}: resumed checkpoint differs from 4 steps straight: {r.stderr[-300:]}")
+        onnx_a, onnx_b = os.path.join(d, "a.onnx"), os.path.join(d, "b.onnx")
+        ra = shardc(["export", ck4, "--model", model, "-o", onnx_a])
+        rb = shardc(["export", os.path.join(d, "resumed.ck"), "--model", model, "-o", onnx_b])
+        check(ra.returncode == 0 and rb.returncode == 0 and
+              open(onnx_a, "rb").read() == open(onnx_b, "rb").read(),
+              f"resident {name}: exports differ: {ra.stderr[-200:]} {rb.stderr[-200:]}")
+
+
 def main():
     if not SHARDC:
         print("SHARDC not set")
@@ -253,6 +376,13 @@ def main():
                        ["--data", "pixel_values=" + pix, "--labels", lab],
                        ["--dim", "batch=4", "--optimizer", "sgd", "--momentum", "0.9",
                         "--mesh", "fsdp=2,tp=2"], 2)
+
+        # training state resident on the device between steps
+        resident_state_checks(tmp, [
+            ("mlp", os.path.join(SAMPLES, "mlp.onnx"), ["--data", "x=" + x, "--labels", lab],
+             ["--dim", "batch=8", "--optimizer", "adamw"], 8 * 64 * 4 + 8 * 8, 0),
+            ("gpt2", gpt2, ["--data", "input_ids=" + ids, "--labels", glab],
+             ["--dim", "batch=4", "--optimizer", "adamw"], 2 * 4 * 16 * 8, 4 * 16 * 8)])
 
         # the GPU's own time for a run's steps (events around them), beside --repeat's
         # figure, which has the copies in and out too

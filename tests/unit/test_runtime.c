@@ -374,6 +374,52 @@ static void test_bound_state(void **state) {
   sc_program_destroy(pb);
 }
 
+/* State kept in the arena across runs through the slot API (runtime.h):
+ * written and read only through the session's copies, the run given the
+ * slot itself updates it there and the paired output's view is the slot;
+ * zeroed by the device. The same values as the inputs copied each run. */
+static void test_state_slot(void **state) {
+  (void)state;
+  enum { E = 1000 };
+  rng_seed(12);
+  sc_program *p = build_update(false);
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.threads = 1;
+  sc_session *s = NULL;
+  sc_diag d = {0};
+  assert_int_equal(sc_session_create(p, &o, &s, &d), SC_OK);
+  assert_true(sc_session_host_arena(s));
+  void *slot = sc_session_state_slot(s, 0);
+  assert_non_null(slot);
+  assert_ptr_equal(slot, sc_session_input_slot(s, 0)); /* host arena: the same slot */
+  assert_null(sc_session_state_slot(s, 2));
+  assert_null(sc_session_state_slot(s, -1));
+  float w[E], w_ref[E], g[E], back[E];
+  for (int i = 0; i < E; i++) {
+    w[i] = w_ref[i] = (float)rnd(-1, 1);
+    g[i] = (float)rnd(-1, 1);
+  }
+  sc_session_slot_write(s, slot, w, sizeof w);
+  memset(w, 0, sizeof w); /* the slot holds its own copy */
+  sc_tensor_view in[2] = {
+      {.name = "w", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {E}, .data = slot},
+      {.name = "g", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {E}, .data = g}};
+  sc_tensor_view out;
+  for (int r = 0; r < 3; r++) {
+    assert_int_equal(sc_session_run(s, in, 2, &out, 1, &d), SC_OK);
+    assert_ptr_equal(out.data, slot); /* new:w written over w */
+    for (int i = 0; i < E; i++) w_ref[i] = w_ref[i] - g[i] * 0.5f;
+  }
+  sc_session_slot_read(s, back, slot, sizeof back);
+  assert_memory_equal(back, w_ref, sizeof back);
+  sc_session_slot_zero(s, slot, sizeof back);
+  sc_session_slot_read(s, back, slot, sizeof back);
+  for (int i = 0; i < E; i++) assert_true(back[i] == 0.0f);
+  sc_session_destroy(s);
+  sc_program_destroy(p);
+}
+
 static void test_threads_identical(void **state) {
   (void)state;
   rng_seed(7);
@@ -1233,6 +1279,7 @@ int main(void) {
       cmocka_unit_test(test_threads_identical),
       cmocka_unit_test(test_shared_arena),
       cmocka_unit_test(test_bound_state),
+      cmocka_unit_test(test_state_slot),
       cmocka_unit_test(test_batched_transposed_gemm),
       cmocka_unit_test(test_gemm_aliasing_pitch),
       cmocka_unit_test(test_gemm_aliasing_pitch_const),
