@@ -145,15 +145,10 @@ def build_llama_graph(c, external=None, align=ALIGN):
     assert hd * H == d and hd % 2 == 0
     nodes, inits = [], []
     offset = 0
+    import make_samples
     for name, shape in llama_param_shapes(c):
-        t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
-        nbytes = 4 * math.prod(shape)
-        t.data_location = TensorProto.EXTERNAL
-        for k, val in (("location", external), ("offset", offset), ("length", nbytes)):
-            ent = t.external_data.add()
-            ent.key, ent.value = k, str(val)
+        t, offset = make_samples.external_initializer(name, shape, external, offset, align)
         inits.append(t)
-        offset += (nbytes + align - 1) // align * align
 
     def const(name, arr):
         nodes.append(helper.make_node("Constant", [], [name], name=name,

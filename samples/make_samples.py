@@ -526,6 +526,19 @@ def gpt2_param_shapes(c):
     return out
 
 
+def external_initializer(name, shape, location, offset, align):
+    """A float32 initializer whose data lies in file `location` at `offset`
+    (location/offset/length, no data: the file itself is not written), and
+    the next offset, rounded up to `align`."""
+    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
+    nbytes = 4 * math.prod(shape)
+    t.data_location = TensorProto.EXTERNAL
+    for k, val in (("location", location), ("offset", offset), ("length", nbytes)):
+        ent = t.external_data.add()
+        ent.key, ent.value = k, str(val)
+    return t, offset + (nbytes + align - 1) // align * align
+
+
 def build_gpt2_graph(c, weights=None, external=None, align=4096):
     """GPT-2 LM (logits only) as an ONNX ModelProto, op for op like the export.
 
@@ -551,14 +564,8 @@ def build_gpt2_graph(c, weights=None, external=None, align=4096):
             assert list(arr.shape) == shape, (name, arr.shape, shape)
             inits.append(onnx.numpy_helper.from_array(arr, name))
             continue
-        t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=shape)
-        nbytes = 4 * math.prod(shape)
-        t.data_location = TensorProto.EXTERNAL
-        for k, val in (("location", external), ("offset", offset), ("length", nbytes)):
-            ent = t.external_data.add()
-            ent.key, ent.value = k, str(val)
+        t, offset = external_initializer(name, shape, external, offset, align)
         inits.append(t)
-        offset += (nbytes + align - 1) // align * align
 
     n = [0]
 
