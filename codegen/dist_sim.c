@@ -102,17 +102,18 @@ static double stride_in(const kir_kernel *k, int32_t e, int32_t v, int depth) {
   }
 }
 
-/* Adds e's subtree (each expression once: seen[]) to f, each expression
- * weighted by the visits it runs at: per inner element (inner[e]) or per
- * outer point. v: the innermost loop's variable (gathers step along it). */
-static void count_expr(const kir_kernel *k, int32_t e, const bool *inner, bool *seen, int32_t v,
-                       double per_elem, double per_point, double *f) {
+/* Adds e's subtree (each expression once: seen[]; a transcendental one
+ * once in the kernel: done[]) to f, each expression weighted by the visits
+ * it runs at: per inner element (inner[e]) or per outer point. v: the
+ * innermost loop's variable (gathers step along it). */
+static void count_expr(const kir_kernel *k, int32_t e, const bool *inner, bool *seen, bool *done,
+                       int32_t v, double per_elem, double per_point, double *f) {
   if (e < 0 || e >= k->n_exprs || seen[e]) return;
   seen[e] = true;
   const kir_expr *x = &k->exprs[e];
-  count_expr(k, x->a, inner, seen, v, per_elem, per_point, f);
-  count_expr(k, x->b, inner, seen, v, per_elem, per_point, f);
-  count_expr(k, x->c, inner, seen, v, per_elem, per_point, f);
+  count_expr(k, x->a, inner, seen, done, v, per_elem, per_point, f);
+  count_expr(k, x->b, inner, seen, done, v, per_elem, per_point, f);
+  count_expr(k, x->c, inner, seen, done, v, per_elem, per_point, f);
   double w = inner[e] ? per_elem : per_point;
   if (x->op == KIR_LOAD && float_dtype(x->dtype)) {
     double s = stride_in(k, x->a, v, 0);
@@ -122,8 +123,18 @@ static void count_expr(const kir_kernel *k, int32_t e, const bool *inner, bool *
   if (x->op == KIR_CONST || x->op == KIR_VAR || x->op == KIR_REG || x->op == KIR_LOAD) return;
   bool fl = float_dtype(x->dtype) ||
             (x->a >= 0 && x->a < k->n_exprs && float_dtype(k->exprs[x->a].dtype));
-  if (fl && transcendental(x->op)) f[SC_PROFILE_KERNEL_TRANSCENDENTAL] += w;
-  else if (fl) f[SC_PROFILE_KERNEL_OP] += w;
+  /* the CPU emitter multiplies out x^1, x^2, x^3 (codegen/cpu/emit.c
+   * const_pow) */
+  bool mul_pow = x->op == KIR_POW && x->b >= 0 && k->exprs[x->b].op == KIR_CONST &&
+                 (k->exprs[x->b].f == 1.0 || k->exprs[x->b].f == 2.0 || k->exprs[x->b].f == 3.0);
+  if (fl && transcendental(x->op) && !mul_pow) {
+    /* a row kernel keeps a transcendental value two phases use in a row
+     * cache: the later phases load it (emit.c, row caches) */
+    if (!done[e]) f[SC_PROFILE_KERNEL_TRANSCENDENTAL] += w;
+    done[e] = true;
+  } else if (fl) {
+    f[SC_PROFILE_KERNEL_OP] += w;
+  }
 }
 
 void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split) {
@@ -133,7 +144,6 @@ void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split) {
   double elems = pts * (double)(k->inner > 0 ? k->inner : 1);
   int32_t phases = k->n_phases > 0 ? k->n_phases : 1;
   *split = pts >= 2 && elems * phases >= (double)KIR_SPLIT_MIN_WORK;
-  f[SC_PROFILE_KERNEL_VISIT] = elems * phases;
   /* the innermost loop: the inner index, else the last outer dim of more
    * than one point */
   int32_t v = KIR_INNER;
@@ -142,9 +152,11 @@ void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split) {
       if (k->outer_dims[d] > 1) v = d;
   bool *inner = sc_calloc((size_t)k->n_exprs + 1, sizeof *inner);
   bool *seen = sc_calloc((size_t)k->n_exprs + 1, sizeof *seen);
-  if (!inner || !seen) { /* the visits alone: a lower count, never a failure */
+  bool *done = sc_calloc((size_t)k->n_exprs + 1, sizeof *done);
+  if (!inner || !seen || !done) { /* nothing counted: a lower time, never a failure */
     sc_free(inner);
     sc_free(seen);
+    sc_free(done);
     return;
   }
   /* operands precede their users (the builders append) */
@@ -156,12 +168,22 @@ void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split) {
       if (ops[j] >= 0 && ops[j] < e) dep |= inner[ops[j]];
     inner[e] = dep;
   }
+  /* as the CPU emitter runs them (codegen/cpu/emit.c): with inner 1 the
+   * phases are straight-line code in one loop over the points, every
+   * expression emitted once; with a row, each phase that varies along it
+   * is a loop of its own, re-emitting what it needs */
+  bool row = k->inner > 1;
   for (int32_t ph = 0; ph < k->n_phases; ph++) {
-    memset(seen, 0, (size_t)k->n_exprs * sizeof *seen);
-    count_expr(k, k->phases[ph].value, inner, seen, v, elems, pts, f);
-    if (k->phases[ph].kind == KIR_PHASE_STORE)
-      count_expr(k, k->phases[ph].out_index, inner, seen, v, elems, pts, f);
+    const kir_phase *q = &k->phases[ph];
+    bool looped = row && (q->kind == KIR_PHASE_REDUCE || inner[q->value] ||
+                          (q->kind == KIR_PHASE_STORE && inner[q->out_index]));
+    if (looped) f[SC_PROFILE_KERNEL_ROW] += pts;
+    if (row) memset(seen, 0, (size_t)k->n_exprs * sizeof *seen);
+    count_expr(k, q->value, inner, seen, done, v, elems, pts, f);
+    if (q->kind == KIR_PHASE_STORE)
+      count_expr(k, q->out_index, inner, seen, done, v, elems, pts, f);
   }
+  sc_free(done);
   sc_free(inner);
   sc_free(seen);
 }
@@ -411,10 +433,20 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
   }
   sc_free(opt);
   if (st == SC_OK && trace_steps()) /* SHARDC_SIM_STEPS: the table, for SHARDC_PROFILE's */
-    for (int32_t k = 0; k < p->n_steps; k++)
-      fprintf(stderr, "SHARDC_SIM_STEPS: stage %d step %d: %.3f us %s [%s]\n", (int)s, (int)k,
-              tab[k].s * 1e6, p->steps[k].kind == SC_STEP_GEMM ? "gemm" : "step",
-              p->steps[k].origin ? p->steps[k].origin : "");
+    for (int32_t k = 0; k < p->n_steps; k++) {
+      const sc_step *x = &p->steps[k];
+      touched t = {.p = p};
+      sc_step_buffers(p, x, touch, &t);
+      double f[SC_PROFILE_KERNEL_TERMS] = {0};
+      bool split = false;
+      if (x->kind == SC_STEP_KERNEL && x->kernel >= 0 && x->kernel < p->n_kernels)
+        sc_dist_kernel_features(p->kernels[x->kernel], f, &split);
+      fprintf(stderr,
+              "SHARDC_SIM_STEPS: stage %d step %d: %.3f us %s [%s] bytes %.0f visits %.0f ops %.0f "
+              "transcendental %.0f gathered %.0f%s\n",
+              (int)s, (int)k, tab[k].s * 1e6, x->kind == SC_STEP_GEMM ? "gemm" : "step",
+              x->origin ? x->origin : "", t.bytes, f[0], f[1], f[2], f[3], split ? " split" : "");
+    }
   return st;
 }
 

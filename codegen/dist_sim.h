@@ -171,10 +171,10 @@ bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out);
  * computation is costed. SC_ERR_INVALID: a COMM or WAIT step, a dtype
  * without a peak, a figure c does not know. */
 /* The features of kernel k for the CPU's kernel model (passes/plan/
- * profile.h, SC_PROFILE_KERNEL_TERMS): its element visits (each phase's
- * outer points x inner), and the float operations, transcendental
- * functions and gathered loads those visits evaluate (an expression that
- * does not vary with the inner index counts once per outer point); *split whether the CPU device splits it over its pool
+ * profile.h, SC_PROFILE_KERNEL_TERMS): its row loops (each looped phase's
+ * outer points), and the float operations, transcendental functions and
+ * gathered loads its elements evaluate (an expression that does not vary
+ * with the inner index counts once per outer point); *split whether the CPU device splits it over its pool
  * (work at least KIR_SPLIT_MIN_WORK, more than one outer point). The same
  * counts for calibrate's fit and for the prediction. */
 void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split);

@@ -28,7 +28,7 @@ const char *const sc_cluster_dtype_names[SC_CLUSTER_DTYPE_COUNT] = {"fp8", "bf16
 static const char WHAT[] = "profile";
 
 const char *const sc_profile_kernel_keys[SC_PROFILE_KERNEL_TERMS] = {
-    "visit_s", "op_s", "transcendental_s", "gather_s"};
+    "row_s", "op_s", "transcendental_s", "gather_s"};
 enum { MAX_DIM = (int64_t)1 << 20, MAX_THREADS = 1 << 16, MAX_RANKS = 1 << 16 };
 #define MIN_S SC_PROFILE_MIN_S
 #define MAX_S SC_PROFILE_MAX_S

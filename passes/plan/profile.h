@@ -76,15 +76,17 @@ typedef struct sc_profile_comm {
 
 /* The CPU's kernel model (docs/planner.md, "Kernels on the CPU"): a kernel
  * step's computing time is sum_i kernel_s[i] * f[i] over its features
- * (codegen/dist_sim.c sc_dist_kernel_features): element visits (each
- * phase's outer points x inner), the float operations and transcendental
- * functions (exp, log, tanh, erf, sin, cos, atan, pow, sigmoid) those
- * visits evaluate, and the gathered loads among them (a float load whose
- * index does not step by one element along the innermost loop: a
- * transpose's, which the compiler cannot vectorise), all on one thread;
+ * (codegen/dist_sim.c sc_dist_kernel_features): the row loops a row
+ * kernel runs (each phase that varies along its inner extent is a loop
+ * of its own over each outer point's row: its set-up and a reduction's
+ * horizontal sum), the float operations and transcendental functions
+ * (exp, log, tanh, erf, sin, cos, atan, pow, sigmoid) its elements
+ * evaluate, and the gathered loads among them (a float load whose index
+ * does not step by one element along the innermost loop: a transpose's,
+ * which the compiler cannot vectorise), all on one thread;
  * the larger of that (divided by the threads for a kernel the pool splits)
  * and its bytes over the bandwidth is its time. */
-enum { SC_PROFILE_KERNEL_VISIT, SC_PROFILE_KERNEL_OP, SC_PROFILE_KERNEL_TRANSCENDENTAL,
+enum { SC_PROFILE_KERNEL_ROW, SC_PROFILE_KERNEL_OP, SC_PROFILE_KERNEL_TRANSCENDENTAL,
        SC_PROFILE_KERNEL_GATHER, SC_PROFILE_KERNEL_TERMS };
 extern const char *const sc_profile_kernel_keys[SC_PROFILE_KERNEL_TERMS];
 

@@ -81,7 +81,7 @@ def main():
         # the CPU's kernel model: four positive seconds per feature, a
         # transcendental function dearer than a float operation
         kern = p.get("kernel", {})
-        check(set(kern) == {"visit_s", "op_s", "transcendental_s", "gather_s"} and
+        check(set(kern) == {"row_s", "op_s", "transcendental_s", "gather_s"} and
               all(positive(v) and v < 1e-6 for v in kern.values()), f"kernel {kern}")
         check(kern.get("transcendental_s", 0) > kern.get("op_s", 1),
               f"kernel: a transcendental ({kern.get('transcendental_s')}) not above an op "

@@ -111,12 +111,12 @@ static void test_hostile(void **state) {
       {"\"dtype\": \"fp32\"", "\"dtype\": \"fp64\"", "'gemm[0].dtype' must be fp8"},
       {"\"dtype\": \"fp32\"", "\"dtype\": 32", "'gemm[0].dtype' must be a string"},
       {"\"m\": 64,", "\"m\": 64, \"trans_b\": 1,", "'gemm[0].trans_b' must be true or false"},
-      {"\"step_overhead_s\": 1e-6,", "\"step_overhead_s\": 1e-6, \"kernel\": {\"visit_s\": 1e-12},",
+      {"\"step_overhead_s\": 1e-6,", "\"step_overhead_s\": 1e-6, \"kernel\": {\"row_s\": 1e-12},",
        "'kernel.op_s' is missing"},
-      {"\"step_overhead_s\": 1e-6,", "\"step_overhead_s\": 1e-6, \"kernel\": {\"visit_s\": 1e-12, "
+      {"\"step_overhead_s\": 1e-6,", "\"step_overhead_s\": 1e-6, \"kernel\": {\"row_s\": 1e-12, "
        "\"op_s\": 1e-11, \"transcendental_s\": 1e-9, \"gather_s\": 0},",
        "'kernel.gather_s' must be positive"},
-      {"\"step_overhead_s\": 1e-6,", "\"step_overhead_s\": 1e-6, \"kernel\": {\"visit_s\": 1e-12, "
+      {"\"step_overhead_s\": 1e-6,", "\"step_overhead_s\": 1e-6, \"kernel\": {\"row_s\": 1e-12, "
        "\"op_s\": 1e-11, \"transcendental_s\": 1e-9, \"gather_s\": 1e-10, \"x_s\": 1},",
        "unknown key 'kernel.x_s'"},
       {"\"step_overhead_s\": 1e-6,", "\"step_overhead_s\": 1e-6, \"kernel\": [],",
