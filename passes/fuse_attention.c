@@ -339,6 +339,25 @@ static void note_unfused(sc_fuse_attention_report *r, const char *node, const ch
   snprintf(e->why, sizeof e->why, "%s", why);
 }
 
+/* Puts the new nodes (ids nn and up) where they belong: each right before
+ * the node whose place it takes (at[id - nn], an old node id), in creation
+ * order, so that the rest keeps its order (a Kahn sort would move the
+ * nodes no fused node feeds, a bf16 step's weight casts, ahead of them). */
+static sc_status place_new_nodes(sc_graph *g, int32_t nn, const int32_t *at) {
+  int32_t total = g->n_nodes, k = 0;
+  sc_node *nodes = sc_malloc((size_t)total * sizeof *nodes);
+  if (!nodes) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; i < nn; i++) {
+    for (int32_t j = nn; j < total; j++)
+      if (at[j - nn] == i) nodes[k++] = g->nodes[j];
+    nodes[k++] = g->nodes[i];
+  }
+  SC_ASSERT(k == total);
+  memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
+  sc_free(nodes);
+  return SC_OK; /* producers: sc_graph_compact sets them next */
+}
+
 sc_status sc_pass_fuse_attention(sc_graph *g, const sc_pass_opts *opts) {
   if (opts->no_fuse_attention) {
     if (opts->attention_report) memset(opts->attention_report, 0, sizeof *opts->attention_report);
@@ -362,6 +381,7 @@ sc_status sc_fuse_attention(sc_graph *g, const int32_t *params, int32_t n_params
   }
   mark_dependents(g, params, n_params, dep);
   sc_status st = SC_OK;
+  int32_t *at = NULL, cap_at = 0; /* new node id - nn -> the old node it precedes */
   for (int32_t i = 0; i < nn && st == SC_OK; i++) {
     const sc_node *n = &g->nodes[i];
     if (n->op != SC_OP_SOFTMAX || (n->flags & SC_NODE_DEAD)) continue;
@@ -379,8 +399,16 @@ sc_status sc_fuse_attention(sc_graph *g, const int32_t *params, int32_t n_params
       note_unfused(r, n->name, c.why);
       continue;
     }
+    int32_t first_new = g->n_nodes;
     st = rewrite(g, &c);
+    if (st == SC_OK && g->n_nodes - nn > cap_at) {
+      int32_t cap = 2 * (g->n_nodes - nn) + 8;
+      int32_t *grown = sc_realloc(at, (size_t)cap * sizeof *at);
+      if (!grown) st = sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+      else at = grown, cap_at = cap;
+    }
     if (st == SC_OK) {
+      for (int32_t j = first_new; j < g->n_nodes; j++) at[j - nn] = c.product;
       sweep_chain(g, &c);
       r->fused++;
     }
@@ -388,9 +416,10 @@ sc_status sc_fuse_attention(sc_graph *g, const int32_t *params, int32_t n_params
   sc_free(dep);
   sc_free(off);
   sc_free(users);
-  /* the replaced nodes go (value ids stay: no value is flagged dead),
-   * then the new nodes take their places in order */
+  /* the new nodes take the places of the products they replace, then the
+   * replaced nodes go (value ids stay: no value is flagged dead) */
+  if (st == SC_OK && r->fused > 0) st = place_new_nodes(g, nn, at);
   if (st == SC_OK && r->fused > 0) st = sc_graph_compact(g);
-  if (st == SC_OK && r->fused > 0) st = sc_graph_toposort(g);
+  sc_free(at);
   return st;
 }
