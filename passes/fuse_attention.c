@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "ir/attention.h"
+#include "passes/grad_rule.h"
 #include "passes/pass.h"
 
 static bool is_chain_op(sc_op op) {
@@ -113,18 +114,22 @@ static bool causal_pattern(const sc_value *cond, int64_t sq, int64_t skv, bool h
   return true;
 }
 
-/* Forward depends-on-a-parameter flags (dep[value]). */
+/* dep[value]: a gradient could flow from value to a parameter — a float
+ * value computed from one through ops that have a gradient rule (Shape,
+ * comparisons and the like carry none, so a causal mask built from an
+ * activation's shape is not). */
 static void mark_dependents(const sc_graph *g, const int32_t *params, int32_t n_params,
                             bool *dep) {
   for (int32_t k = 0; k < n_params; k++)
     if (params[k] >= 0) dep[params[k]] = true;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sc_node *n = &g->nodes[i];
-    if (n->flags & SC_NODE_DEAD) continue;
+    if ((n->flags & SC_NODE_DEAD) || !sc_grad_rule(n->op)) continue;
     bool any = false;
     for (int32_t k = 0; k < n->n_inputs; k++) any |= n->inputs[k] >= 0 && dep[n->inputs[k]];
     for (int32_t j = 0; any && j < n->n_outputs; j++)
-      if (n->outputs[j] >= 0) dep[n->outputs[j]] = true;
+      if (n->outputs[j] >= 0 && sc_dtype_is_float(g->values[n->outputs[j]].dtype))
+        dep[n->outputs[j]] = true;
   }
 }
 
