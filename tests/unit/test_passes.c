@@ -266,7 +266,7 @@ static void test_unknown_pass(void **state) {
   quiet_opts(&po);
   assert_int_equal(sc_run_passes(g, "dce, frobnicate", &po), SC_ERR_USAGE);
   assert_non_null(strstr(g->diag.msg, "unknown pass 'frobnicate'"));
-  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, dce"));
+  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, fuse-attention, dce"));
   assert_int_equal(g->n_nodes, 2); /* nothing ran */
   sc_diag_clear(&g->diag);
   po.print_after = "nosuch";
