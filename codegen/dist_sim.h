@@ -165,8 +165,10 @@ double sc_dist_sim_mfu(const sc_dist_sim *s, const sc_cluster *c, sc_cluster_dty
 bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out);
 /* The time and GEMM FLOPs of one computing step of p (GEMM: its roofline
  * from its own shape and operands' dtype, and its epilogue kernel where the
- * profile models kernels; KERNEL: the CPU's kernel model where the profile
- * has one; otherwise KERNEL, CHECK, SCATTER_ADD: the
+ * profile models kernels; ATTENTION, ATTENTION_GRAD: sc_cost_attention_time,
+ * its FLOPs at the GEMM rate of its per-head products over the bytes it
+ * touches; KERNEL: the CPU's kernel model where the profile has one;
+ * otherwise KERNEL, CHECK, SCATTER_ADD: the
  * bytes of the buffers it touches over HBM). The one place a step's
  * computation is costed. SC_ERR_INVALID: a COMM or WAIT step, a dtype
  * without a peak, a figure c does not know. */

@@ -428,6 +428,7 @@ static void check_equivalence(sc_check_report *r, check_args *a, const sc_cli_op
   sc_build *one_build = NULL;
   sc_partition_args none;
   sc_partition_args_init(&none);
+  none.no_fuse_attention = a->pa.no_fuse_attention; /* the same step, one rank */
   if (build(a, &none, o, &one_build) != 0) {
     sc_check_set(r, C, SC_CHECK_FAILED, "the one-rank step did not build (the error above)");
     return;

@@ -448,6 +448,7 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   /* shapes only: every float initializer is a parameter (none tied) */
   bs.build.no_weights = a->g.t.shape_only = o->no_weights;
   if (!sc_device_choice_is_cpu(&a->dev)) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  bs.build.no_fuse_attention = !sc_device_choice_runs_attention(&a->dev);
   /* a pipeline rank's pieces read and update its state in place on the
    * CPU; a GPU's arena is device memory, the state is copied there */
   bs.compile.bind_state = sc_device_choice_is_cpu(&a->dev);

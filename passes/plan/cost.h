@@ -112,6 +112,17 @@ sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds
  * sc_cost_memory_time. */
 sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f, bool split,
                               double *seconds, sc_diag *d);
+/* A fused attention step (ir/attention.h) of shape s: its FLOPs
+ * (sc_attention_flops: 4·b·h·sq·skv·d forward for dv = d, the visible
+ * pairs only when causal; the backward 2.5 times) at the GEMM rate of its
+ * per-head products (sq x skv x d: sc_cost_gemm_efficiency, or the
+ * profile's measured rate for that shape), moving `bytes` (q, k, v, o,
+ * lse, mask and the gradients, each once: no score matrix). *flops: the
+ * FLOPs counted. Errors as sc_cost_gemm_time. */
+struct sc_attention_shape;
+sc_status sc_cost_attention_time(const sc_cluster *c, sc_cluster_dtype t,
+                                 const struct sc_attention_shape *s, bool grad, double bytes,
+                                 double *seconds, double *flops, sc_diag *d);
 /* The GEMM of batch products m x n x k by its shape and layout (op(A) =
  * Aᵀ when trans_a, op(B) = Bᵀ when trans_b): with a profile, at the rate
  * measured for that shape and layout (sc_cost_gemm_time, which has only the

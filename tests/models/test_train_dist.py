@@ -507,12 +507,15 @@ def main():
               f"ZeRO-3's prefetch costs {extra} bytes, one block's parameters are {block}")
 
         # recompute: the activations live at the peak shrink, and the plan says
-        # what is recomputed
+        # what is recomputed (the attention cores unfused: a fused core saves
+        # no probabilities, and selective recompute has nothing of it to do,
+        # docs/passes.md#fused-attention)
         acts, need = {}, {}  # activations at the peak, step memory (arena and constants)
         for kind in ("none", "selective", "full"):
             p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", "gpt2.onnx"),
                                 "--train", "--dim", "batch=4", "--json", "--optimizer", "adamw",
-                                "--recompute", kind], capture_output=True, text=True, timeout=300)
+                                "--no-fuse-attention", "--recompute", kind],
+                               capture_output=True, text=True, timeout=300)
             if check(p.returncode == 0, f"plan --recompute {kind}: {p.stderr[-500:]}"):
                 j = json.loads(p.stdout)
                 acts[kind] = j["live"]["activations"]
@@ -552,7 +555,8 @@ def main():
                                  (need["selective"] - 1, "full"), (need["full"] - 1, None)):
                 p = subprocess.run([SHARDC, "plan", os.path.join(SRC, "samples", "gpt2.onnx"),
                                     "--train", "--dim", "batch=4", "--json", "--optimizer",
-                                    "adamw", "--recompute", "auto", "--memory-budget",
+                                    "adamw", "--no-fuse-attention", "--recompute", "auto",
+                                    "--memory-budget",
                                     str(budget)], capture_output=True, text=True, timeout=300)
                 if want is None:
                     check(p.returncode == 1 and "no recompute fits" in p.stderr,

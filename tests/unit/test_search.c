@@ -38,8 +38,10 @@
 #define GPT_1P5B SC_SOURCE_DIR "/samples/gpt_1p5b.onnx"
 #define GPT2 SC_SOURCE_DIR "/samples/gpt2.onnx"
 
-/* The forward graph of one example, shapes only, and its block model. */
-static void model_of(const char *path, sc_block_model *bm, int64_t *graph_params) {
+/* The forward graph of one example, shapes only, and its block model;
+ * the attention cores fused unless no_fuse. */
+static void model_of_fused(const char *path, bool no_fuse, sc_block_model *bm,
+                           int64_t *graph_params) {
   sc_pass_opts po;
   sc_pass_opts_init(&po);
   po.quiet = true;
@@ -49,6 +51,7 @@ static void model_of(const char *path, sc_block_model *bm, int64_t *graph_params
   o.no_weights = true;
   o.codegen = false;
   o.pass = &po;
+  o.no_fuse_attention = no_fuse;
   sc_build *b = NULL;
   sc_diag d = {0};
   sc_diag_clear(&d);
@@ -63,17 +66,31 @@ static void model_of(const char *path, sc_block_model *bm, int64_t *graph_params
   sc_build_destroy(b);
 }
 
+static void model_of(const char *path, sc_block_model *bm, int64_t *graph_params) {
+  model_of_fused(path, false, bm, graph_params);
+}
+
+/* The unfused core: its two products' FLOPs (4 s² h) and its saved
+ * values (the scores' and the probabilities'); fused (ir/attention.h):
+ * the causal core's visible pairs, s (s + 1) / 2 per head, at 2 (d + dv)
+ * FLOPs each, and nothing saved for selective recompute to drop. */
 static void test_block_model(void **state) {
   (void)state;
   sc_block_model bm;
   int64_t n;
+  double h = 1600, s = 128;
   model_of(GPT_1P5B, &bm, &n);
+  assert_true(bm.attn_fused);
+  assert_int_equal(bm.heads, 25);
+  assert_true(bm.block.gemm_flops == 2 * s * 12 * h * h + 2 * s * (s + 1) * h);
+  assert_true(bm.block.attn_saved_bytes == 0);
+  model_of_fused(GPT_1P5B, true, &bm, &n);
+  assert_false(bm.attn_fused);
   assert_int_equal(bm.n_blocks, 48);
   assert_int_equal(bm.hidden, 1600);
   assert_int_equal(bm.heads, 25);
   assert_int_equal(bm.seq, 128);
   assert_int_equal(bm.vocab, 50257);
-  double h = 1600, s = 128;
   assert_true(bm.block.gemm_flops == 2 * s * 12 * h * h + 4 * s * s * h);
   assert_int_equal(bm.block.params, (int64_t)(12 * h * h + 13 * h));
   assert_int_equal(bm.block.split_params, (int64_t)(12 * h * h));
