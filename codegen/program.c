@@ -10,6 +10,7 @@
  * plan and the runtime share. */
 #include "codegen/program.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -367,6 +368,26 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     fn(ud, s->check.buffer, false);
     return;
   }
+  if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD) {
+    const sc_attention_step *a = &s->attn;
+    bool grad = s->kind == SC_STEP_ATTENTION_GRAD;
+    fn(ud, a->q, false);
+    fn(ud, a->k, false);
+    fn(ud, a->v, false);
+    if (a->mask >= 0) fn(ud, a->mask, false);
+    if (grad) {
+      fn(ud, a->o, false);
+      fn(ud, a->lse, false);
+      fn(ud, a->d_o, false);
+      fn(ud, a->dq, true);
+      fn(ud, a->dk, true);
+      fn(ud, a->dv, true);
+    } else {
+      fn(ud, a->o, true);
+      fn(ud, a->lse, true);
+    }
+    return;
+  }
   if (s->kind == SC_STEP_SCATTER_ADD) {
     fn(ud, s->scatter.data, false);
     fn(ud, s->scatter.indices, false);
@@ -392,6 +413,76 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     const kir_kernel *k = p->kernels[s->kernel];
     for (int32_t i = 0; i < k->n_params; i++) fn(ud, k->params[i].buffer, k->params[i].written);
   }
+}
+
+/* Whether buffer b exists and holds at least `elems` elements of dtype t. */
+static bool attn_holds(const sc_program *p, int32_t b, sc_dtype t, int64_t elems) {
+  int64_t bytes;
+  return b >= 0 && b < p->n_buffers && p->buffers[b].dtype == t &&
+         sc_mul_i64(elems, (int64_t)sc_dtype_size(t), &bytes) && p->buffers[b].bytes >= bytes;
+}
+
+static bool attn_writable(const sc_program *p, int32_t b) {
+  sc_buf_kind k = p->buffers[sc_program_root(p, b)].kind;
+  return k != SC_BUF_CONST && k != SC_BUF_INPUT;
+}
+
+static bool mul4(int64_t a, int64_t b, int64_t c, int64_t d, int64_t *out) {
+  return sc_mul_i64(a, b, out) && sc_mul_i64(*out, c, out) && sc_mul_i64(*out, d, out);
+}
+
+const char *sc_attention_problem(const sc_program *p, const sc_step *s) {
+  const sc_attention_step *a = &s->attn;
+  bool grad = s->kind == SC_STEP_ATTENTION_GRAD;
+  if (s->kind != SC_STEP_ATTENTION && !grad) return "not an attention step";
+  if (a->batch < 0 || a->heads < 1 || a->kv_heads < 1 || a->sq < 0 || a->skv < 0 || a->d < 1 ||
+      a->dv_dim < 1 || a->heads % a->kv_heads != 0)
+    return "bad extents (heads a multiple of kv_heads, d and dv at least 1)";
+  if (!isfinite(a->scale)) return "scale is not finite";
+  if (a->q < 0 || a->q >= p->n_buffers) return "buffer id out of range";
+  sc_dtype t = p->buffers[a->q].dtype;
+  if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16 && t != SC_DTYPE_F16)
+    return "q, k, v and o are f32, bf16 or f16";
+  int64_t nq, nk, nv, no, nl;
+  if (!mul4(a->batch, a->heads, a->sq, a->d, &nq) ||
+      !mul4(a->batch, a->kv_heads, a->skv, a->d, &nk) ||
+      !mul4(a->batch, a->kv_heads, a->skv, a->dv_dim, &nv) ||
+      !mul4(a->batch, a->heads, a->sq, a->dv_dim, &no) || !mul4(a->batch, a->heads, a->sq, 1, &nl))
+    return "extents overflow";
+  if (!attn_holds(p, a->q, t, nq) || !attn_holds(p, a->k, t, nk) ||
+      !attn_holds(p, a->v, t, nv) || !attn_holds(p, a->o, t, no) ||
+      !attn_holds(p, a->lse, SC_DTYPE_F32, nl))
+    return "q, k, v, o (one dtype) or lse (f32) missing, of another dtype or smaller than the "
+           "extents";
+  if (a->mask >= 0) {
+    if (a->mask >= p->n_buffers) return "buffer id out of range";
+    sc_dtype mt = p->buffers[a->mask].dtype;
+    if (mt != t && mt != SC_DTYPE_F32) return "the mask is of the scores' dtype or f32";
+    int64_t last = 0, x;
+    if (a->mask_stride_b < 0 || a->mask_stride_h < 0) return "negative mask strides";
+    if (a->batch > 0 && a->sq > 0 && a->skv > 0) {
+      if (!sc_mul_i64(a->batch - 1, a->mask_stride_b, &last) ||
+          !sc_mul_i64(a->heads - 1, a->mask_stride_h, &x) || !sc_add_i64(last, x, &last) ||
+          !sc_mul_i64(a->sq, a->skv, &x) || !sc_add_i64(last, x, &last) ||
+          !attn_holds(p, a->mask, mt, last))
+        return "the mask is smaller than its strides and extents";
+    }
+  } else if (a->mask != -1) {
+    return "buffer id out of range";
+  }
+  if (grad) {
+    if (!attn_holds(p, a->d_o, t, no) || !attn_holds(p, a->dq, t, nq) ||
+        !attn_holds(p, a->dk, t, nk) || !attn_holds(p, a->dv, t, nv))
+      return "d_o, dq, dk or dv missing, of another dtype or smaller than the extents";
+    if (!attn_writable(p, a->dq) || !attn_writable(p, a->dk) || !attn_writable(p, a->dv))
+      return "writes a constant or an input";
+  } else {
+    if (a->d_o != -1 || a->dq != -1 || a->dk != -1 || a->dv != -1)
+      return "the forward names gradient buffers";
+    if (!attn_writable(p, a->o) || !attn_writable(p, a->lse))
+      return "writes a constant or an input";
+  }
+  return NULL;
 }
 
 static const char *const kind_names[] = {"input", "output", "const", "temp", "view"};
@@ -464,6 +555,22 @@ void sc_program_print(const sc_program *p, FILE *out) {
       fprintf(out, "scatter_add out=b%d data=b%d indices=b%d updates=b%d rows %lld row %lld n %lld",
               (int)c->out, (int)c->data, (int)c->indices, (int)c->updates, (long long)c->rows,
               (long long)c->row, (long long)c->n);
+    } else if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD) {
+      const sc_attention_step *a = &s->attn;
+      if (s->kind == SC_STEP_ATTENTION)
+        fprintf(out, "attention o=b%d lse=b%d", (int)a->o, (int)a->lse);
+      else
+        fprintf(out, "attention_grad dq=b%d dk=b%d dv=b%d o=b%d lse=b%d d_o=b%d", (int)a->dq,
+                (int)a->dk, (int)a->dv, (int)a->o, (int)a->lse, (int)a->d_o);
+      fprintf(out, " q=b%d k=b%d v=b%d", (int)a->q, (int)a->k, (int)a->v);
+      if (a->mask >= 0)
+        fprintf(out, " mask=b%d strides %lld,%lld", (int)a->mask, (long long)a->mask_stride_b,
+                (long long)a->mask_stride_h);
+      fprintf(out, " batch %lld heads %lld kv_heads %lld sq %lld skv %lld d %lld dv %lld "
+                   "scale %.9g%s",
+              (long long)a->batch, (long long)a->heads, (long long)a->kv_heads, (long long)a->sq,
+              (long long)a->skv, (long long)a->d, (long long)a->dv_dim, (double)a->scale,
+              a->causal ? " causal" : "");
     } else if (s->kind == SC_STEP_WAIT) {
       fprintf(out, "wait s%d", (int)s->started);
     } else if (s->kind == SC_STEP_COMM) {

@@ -182,6 +182,8 @@ typedef enum sc_step_kind {
   SC_STEP_SCATTER_ADD, /* rows added at indices, run by the session (host) */
   SC_STEP_WAIT,   /* the async COMM step `started` has completed: its out
                      may be read, its in written again */
+  SC_STEP_ATTENTION,      /* fused attention forward (sc_attention_step) */
+  SC_STEP_ATTENTION_GRAD, /* its gradient (sc_attention_step) */
   SC_STEP_KIND_COUNT
 } sc_step_kind;
 
@@ -206,15 +208,43 @@ typedef struct sc_pool_geom {
   int64_t oh, ow;
 } sc_pool_geom;
 
+/* Fused attention, FlashAttention's algorithm (online softmax over key
+ * blocks, no score matrix in memory), over contiguous row-major tensors:
+ *   q [batch, heads, sq, d]     k [batch, kv_heads, skv, d]
+ *   v [batch, kv_heads, skv, dv]  o [batch, heads, sq, dv]
+ *   lse [batch, heads, sq] f32: natural-log log-sum-exp of each query row's
+ *       scaled, masked scores (what the backward recomputes P from);
+ *       -INFINITY for a row with no visible key (its o row is 0).
+ *   mask: -1, or an additive float buffer (the scores' dtype or f32) whose
+ *       element for (b, h, i, j) is at b*mask_stride_b + h*mask_stride_h +
+ *       i*skv + j (stride 0: broadcast over that axis).
+ * s = scale * q·k + mask; causal: key j is visible to query i iff
+ * j <= i + (skv - sq) (bottom-right aligned, as FlashAttention 2.1+).
+ * heads % kv_heads == 0: head h reads kv head h / (heads / kv_heads).
+ * q, k, v, o, d_o, dq, dk, dv share one dtype (f32, bf16 or f16);
+ * accumulation in f32.
+ * ATTENTION reads q, k, v (mask), writes o and lse.
+ * ATTENTION_GRAD reads q, k, v (mask), o, lse, d_o; writes dq, dk, dv
+ * (dk, dv summed over the query heads that share a kv head). */
+typedef struct sc_attention_step {
+  int32_t q, k, v, mask, o, lse;  /* buffer ids; mask -1 when none */
+  int32_t d_o, dq, dk, dv;        /* ATTENTION_GRAD; -1 in ATTENTION */
+  int64_t batch, heads, kv_heads, sq, skv, d, dv_dim;
+  int64_t mask_stride_b, mask_stride_h;
+  float scale;
+  bool causal;
+} sc_attention_step;
+
 typedef struct sc_step {
   sc_step_kind kind;
   int32_t kernel;     /* KERNEL: kernel id; GEMM: epilogue kernel id or -1;
-                         COMM, CHECK: -1 */
+                         any other kind: -1 */
   sc_gemm gemm;       /* GEMM */
   sc_pool_geom pool;  /* KERNEL: the max-pool it completes, if on */
   sc_comm_step comm;  /* COMM */
   sc_check_step check; /* CHECK */
   sc_scatter_step scatter; /* SCATTER_ADD */
+  sc_attention_step attn;  /* ATTENTION, ATTENTION_GRAD */
   int32_t started;    /* WAIT: the index of the async COMM step it completes
                          (an earlier step; each is waited for exactly once) */
   const char *origin; /* graph node name(s), for --print and errors */
@@ -317,11 +347,21 @@ static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
  * a, b and bias read, c read too when beta != 0, c written, then the
  * epilogue kernel's params. COMM steps: in read, pack written and read, out
  * written, unpack written and read. CHECK steps: the buffer read. SCATTER_ADD: data, indices
- * and updates read, out written. WAIT steps: those of the COMM step they
+ * and updates read, out written. ATTENTION: q, k, v, mask read, o and lse
+ * written. ATTENTION_GRAD: q, k, v, mask, o, lse, d_o read, dq, dk, dv
+ * written. WAIT steps: those of the COMM step they
  * complete (so an async collective's buffers live from its start to its
  * wait). Shared by the memory plan and the runtime. */
 typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud);
+
+/* Why attention step s cannot run as described over p's buffers (ids out
+ * of range, dtypes that differ or are not f32/bf16/f16, lse not f32,
+ * a buffer smaller than its extents, a mask row that overruns the mask,
+ * heads not a multiple of kv_heads, a write to a CONST or INPUT buffer),
+ * or NULL when it can. Checked by program_json's reader (a bundle is
+ * untrusted) and by every device's prepare. */
+const char *sc_attention_problem(const sc_program *p, const sc_step *s);
 
 /* Lowers a graph that went through the canonical passes (static shapes,
  * folded) into a program: one kernel per node (before fusion) or per fused

@@ -44,8 +44,9 @@ _Static_assert(sizeof KIR_NAMES / sizeof KIR_NAMES[0] == KIR_OP_COUNT, "kir op n
 
 static const char *const BUF_KINDS[] = {"input", "output", "const", "temp", "view"};
 enum { N_BUF_KINDS = 5 };
-static const char *const STEP_KINDS[] = {"kernel", "gemm",        "comm",
-                                         "check",  "scatter_add", "wait"};
+static const char *const STEP_KINDS[] = {"kernel", "gemm",        "comm",     "check",
+                                         "scatter_add", "wait",  "attention",
+                                         "attention_grad"};
 _Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
 static const char *const PHASE_KINDS[] = {"reduce", "store"};
 static const char *const COMM_KINDS[] = {"all_reduce",     "all_gather", "reduce_scatter",
@@ -54,6 +55,20 @@ _Static_assert(sizeof COMM_KINDS / sizeof COMM_KINDS[0] == SC_COMM_KIND_COUNT, "
 static const char *const COMM_REDUCE[] = {"sum", "max", "min"}; /* SC_COMM_OP_* */
 static const char *const RED_OPS[] = {"sum", "prod", "max", "min", "argmax", "argmin"};
 _Static_assert(sizeof RED_OPS / sizeof RED_OPS[0] == KIR_RED_COUNT, "reduce ops");
+
+/* The fields of an "attention" object (sc_attention_step), written and
+ * read from one table: buffer ids (-1 allowed where optional), then
+ * extents. */
+#define ATTN_BUF(f) {#f, offsetof(sc_attention_step, f)}
+static const struct { const char *key; size_t offset; } ATTN_BUFS[] = {
+    ATTN_BUF(q), ATTN_BUF(k), ATTN_BUF(v), ATTN_BUF(mask), ATTN_BUF(o),
+    ATTN_BUF(lse), ATTN_BUF(d_o), ATTN_BUF(dq), ATTN_BUF(dk), ATTN_BUF(dv)};
+static const struct { const char *key; size_t offset; } ATTN_DIMS[] = {
+    ATTN_BUF(batch), ATTN_BUF(heads), ATTN_BUF(kv_heads), ATTN_BUF(sq), ATTN_BUF(skv),
+    ATTN_BUF(d), ATTN_BUF(dv_dim), ATTN_BUF(mask_stride_b), ATTN_BUF(mask_stride_h)};
+#undef ATTN_BUF
+enum { N_ATTN_BUFS = sizeof ATTN_BUFS / sizeof ATTN_BUFS[0],
+       N_ATTN_DIMS = sizeof ATTN_DIMS / sizeof ATTN_DIMS[0] };
 
 static int find_name(const char *const *names, int n, const char *s) {
   for (int i = 0; i < n; i++)
@@ -230,6 +245,18 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(co, "buffer", json_integer(s->check.buffer));
     json_object_set_new(co, "dim", json_integer(s->check.dim));
     json_object_set_new(o, "check", co);
+  } else if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD) {
+    const sc_attention_step *a = &s->attn;
+    json_t *ao = json_object();
+    for (size_t i = 0; i < N_ATTN_BUFS; i++)
+      json_object_set_new(ao, ATTN_BUFS[i].key,
+                          json_integer(*(const int32_t *)((const char *)a + ATTN_BUFS[i].offset)));
+    for (size_t i = 0; i < N_ATTN_DIMS; i++)
+      json_object_set_new(ao, ATTN_DIMS[i].key,
+                          json_integer(*(const int64_t *)((const char *)a + ATTN_DIMS[i].offset)));
+    json_object_set_new(ao, "scale", jreal(a->scale));
+    json_object_set_new(ao, "causal", json_boolean(a->causal));
+    json_object_set_new(o, "attention", ao);
   } else if (s->kind == SC_STEP_SCATTER_ADD) {
     const sc_scatter_step *c = &s->scatter;
     json_t *co = json_object();
@@ -878,6 +905,34 @@ static sc_status read_scatter(reader *r, json_t *o, sc_scatter_step *c) {
   return SC_OK;
 }
 
+/* An ATTENTION or ATTENTION_GRAD step: ids in range (-1 only for the
+ * mask and, in the forward, the gradient buffers), then every extent and
+ * dtype checked against the buffers (sc_attention_problem), so the
+ * device's loops stay inside them. */
+static sc_status read_attention(reader *r, json_t *o, sc_step *s) {
+  const sc_program *p = r->p;
+  json_t *j = json_object_get(o, "attention");
+  if (!json_is_object(j)) return fail(r, SC_ERR_PARSE, "'attention' must be an object");
+  sc_attention_step *a = &s->attn;
+  sc_status st;
+  for (size_t i = 0; i < N_ATTN_BUFS; i++)
+    if ((st = get_range(r, j, ATTN_BUFS[i].key, true, 0, -1, p->n_buffers - 1,
+                        (int32_t *)((char *)a + ATTN_BUFS[i].offset))))
+      return st;
+  for (size_t i = 0; i < N_ATTN_DIMS; i++)
+    if ((st = get_int(r, j, ATTN_DIMS[i].key, true, 0,
+                      (int64_t *)((char *)a + ATTN_DIMS[i].offset))))
+      return st;
+  double scale;
+  if ((st = get_real(r, j, "scale", true, &scale)) || (st = get_bool(r, j, "causal", &a->causal)))
+    return st;
+  if (!(fabs(scale) <= 3.4e38)) return fail(r, SC_ERR_INVALID, "attention: scale out of range");
+  a->scale = (float)scale;
+  const char *why = sc_attention_problem(p, s);
+  if (why) return fail(r, SC_ERR_INVALID, "%s: %s", STEP_KINDS[s->kind], why);
+  return SC_OK;
+}
+
 /* Every WAIT completes an earlier async COMM step, each async step is
  * waited for exactly once, and none is left running at the end: the
  * session's waits then always end. */
@@ -999,6 +1054,10 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   if (s->kind == SC_STEP_SCATTER_ADD) {
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
     return read_scatter(r, o, &s->scatter);
+  }
+  if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD) {
+    if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
+    return read_attention(r, o, s);
   }
   if (s->kind == SC_STEP_WAIT) { /* pairing checked by check_waits */
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;

@@ -549,6 +549,9 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     const sc_step *s = &p->steps[i];
     if (cuda_supports_step(c, p, s)) continue;
     const char *why = s->kind == SC_STEP_GEMM ? sc_gemm_problem(p, s) : "unsupported";
+    if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD)
+      why = "the cuda device has no fused attention kernel yet: compile with "
+            "--no-fuse-attention";
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, s->origin, NULL, "cuda device: step %d: %s",
                        (int)i, why ? why : "unsupported");
   }

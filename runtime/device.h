@@ -90,6 +90,9 @@ typedef struct sc_device_iface {
   void (*copy_out)(void *ctx, void *dst, const void *src, int64_t bytes);
   void (*run_kernel)(void *ctx, const sc_step *s);
   void (*run_gemm)(void *ctx, const sc_step *s);
+  /* an ATTENTION or ATTENTION_GRAD step (program.h's sc_attention_step);
+   * NULL: the device has none, and supports_step refuses the kinds */
+  void (*run_attention)(void *ctx, const sc_step *s);
   int (*threads)(void *ctx);
   double (*compile_seconds)(void *ctx);
   /* async (begin_run NULL on the CPU); end_run also reports a failure

@@ -170,6 +170,13 @@ static void print_profile(const sc_session *s) {
     } else if (st->kind == SC_STEP_CHECK) {
       snprintf(what, sizeof what, "check b%d in [-%lld, %lld)", (int)st->check.buffer,
                (long long)st->check.dim, (long long)st->check.dim);
+    } else if (st->kind == SC_STEP_ATTENTION || st->kind == SC_STEP_ATTENTION_GRAD) {
+      const sc_attention_step *a = &st->attn;
+      snprintf(what, sizeof what, "%s %lld x %lld heads (%lld kv) sq %lld skv %lld d %lld%s",
+               st->kind == SC_STEP_ATTENTION ? "attention" : "attention_grad",
+               (long long)a->batch, (long long)a->heads, (long long)a->kv_heads,
+               (long long)a->sq, (long long)a->skv, (long long)a->d,
+               a->causal ? " causal" : "");
     } else if (st->kind == SC_STEP_SCATTER_ADD) {
       snprintf(what, sizeof what, "scatter_add %lld rows of %lld into %lld",
                (long long)st->scatter.n, (long long)st->scatter.row,
@@ -801,6 +808,8 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
         r = run_scatter_add(s, st, diag);
     } else if (st->kind == SC_STEP_GEMM) {
       dev->run_gemm(s->ctx, st);
+    } else if (st->kind == SC_STEP_ATTENTION || st->kind == SC_STEP_ATTENTION_GRAD) {
+      dev->run_attention(s->ctx, st);
     } else {
       dev->run_kernel(s->ctx, st);
     }

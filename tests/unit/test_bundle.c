@@ -618,6 +618,95 @@ static void test_json_scatter_and_pairs(void **state) {
   sc_program_destroy(p);
 }
 
+/* An ATTENTION step and its ATTENTION_GRAD survive JSON; damaged ones
+ * (extents, dtypes, ids, writes to inputs) are refused before anything
+ * runs. */
+static void test_json_attention(void **state) {
+  (void)state;
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  struct { const char *name; sc_buf_kind kind; sc_dtype t; int32_t rank; int64_t d[4]; } bs[] = {
+      {"q", SC_BUF_INPUT, SC_DTYPE_F32, 4, {1, 2, 3, 4}},
+      {"k", SC_BUF_INPUT, SC_DTYPE_F32, 4, {1, 1, 5, 4}},
+      {"v", SC_BUF_INPUT, SC_DTYPE_F32, 4, {1, 1, 5, 2}},
+      {"mask", SC_BUF_INPUT, SC_DTYPE_F32, 2, {3, 5}},
+      {"o", SC_BUF_OUTPUT, SC_DTYPE_F32, 4, {1, 2, 3, 2}},
+      {"lse", SC_BUF_OUTPUT, SC_DTYPE_F32, 3, {1, 2, 3}},
+      {"do", SC_BUF_INPUT, SC_DTYPE_F32, 4, {1, 2, 3, 2}},
+      {"dq", SC_BUF_OUTPUT, SC_DTYPE_F32, 4, {1, 2, 3, 4}},
+      {"dk", SC_BUF_OUTPUT, SC_DTYPE_F32, 4, {1, 1, 5, 4}},
+      {"dv", SC_BUF_OUTPUT, SC_DTYPE_F32, 4, {1, 1, 5, 2}}};
+  for (int32_t i = 0; i < 10; i++) {
+    sc_buffer b;
+    memset(&b, 0, sizeof b);
+    b.name = bs[i].name;
+    b.kind = bs[i].kind;
+    b.dtype = bs[i].t;
+    b.rank = bs[i].rank;
+    b.bytes = 4;
+    for (int32_t j = 0; j < b.rank; j++) {
+      b.dims[j] = bs[i].d[j];
+      b.bytes *= b.dims[j];
+    }
+    b.offset = -1;
+    b.alias_of = -1;
+    b.value = -1;
+    assert_int_equal(sc_program_add_buffer(p, &b), i);
+    assert_int_equal(b.kind == SC_BUF_INPUT ? sc_program_add_input(p, i)
+                                            : sc_program_add_output(p, i),
+                     SC_OK);
+  }
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_ATTENTION;
+  s.kernel = -1;
+  s.origin = "attn";
+  s.attn = (sc_attention_step){.q = 0, .k = 1, .v = 2, .mask = 3, .o = 4, .lse = 5, .d_o = -1,
+                               .dq = -1, .dk = -1, .dv = -1, .batch = 1, .heads = 2,
+                               .kv_heads = 1, .sq = 3, .skv = 5, .d = 4, .dv_dim = 2,
+                               .scale = 0.5f, .causal = false};
+  assert_null(sc_attention_problem(p, &s));
+  assert_true(sc_program_add_step(p, &s) >= 0);
+  sc_step g = s;
+  g.kind = SC_STEP_ATTENTION_GRAD;
+  g.attn.d_o = 6;
+  g.attn.dq = 7;
+  g.attn.dk = 8;
+  g.attn.dv = 9;
+  g.attn.causal = true;
+  assert_null(sc_attention_problem(p, &g));
+  assert_true(sc_program_add_step(p, &g) >= 0);
+  /* what the memory plan sees */
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_memplan_run(p, &d), SC_OK);
+  char *json = NULL;
+  assert_int_equal(sc_program_write_json(p, NULL, &json, &d), SC_OK);
+  assert_non_null(strstr(json, "\"kind\": \"attention\""));
+  assert_non_null(strstr(json, "\"kind\": \"attention_grad\""));
+  sc_program *r = NULL;
+  if (sc_program_read_json(json, strlen(json), NULL, 0, &r, &d) != SC_OK) fail_msg("%s", d.msg);
+  assert_int_equal(r->steps[0].kind, SC_STEP_ATTENTION);
+  assert_int_equal(r->steps[1].kind, SC_STEP_ATTENTION_GRAD);
+  assert_memory_equal(&r->steps[0].attn, &s.attn, sizeof s.attn);
+  assert_memory_equal(&r->steps[1].attn, &g.attn, sizeof g.attn);
+  sc_program_destroy(r);
+  static const edit_case cases[] = {
+      {"\"kv_heads\": 1", "\"kv_heads\": 3", "bad extents"},
+      {"\"skv\": 5", "\"skv\": 6", "smaller than the extents"},
+      {"\"lse\": 5", "\"lse\": 1", "writes a constant or an input"},
+      {"\"mask\": 3", "\"mask\": 9", "mask is smaller"},
+      {"\"mask_stride_h\": 0", "\"mask_stride_h\": 1", "mask is smaller"},
+      {"\"mask\": 3", "\"mask\": 10", "'mask' = 10"},
+      {"\"d_o\": -1", "\"d_o\": 6", "names gradient buffers"},
+      {"\"causal\": false", "\"causal\": 0", "'causal' must be true or false"},
+      {"\"d\": 4", "\"d\": 0", "bad extents"},
+  };
+  expect_refused(json, cases, sizeof cases / sizeof cases[0]);
+  sc_free(json);
+  sc_program_destroy(p);
+}
+
 /* A KERNEL step's max-pool (sc_pool_geom) survives JSON; damaged ones are
  * refused. */
 static void test_json_pool(void **state) {
@@ -926,6 +1015,7 @@ int main(void) {
       cmocka_unit_test(test_json_comm),
       cmocka_unit_test(test_json_scatter_and_pairs),
       cmocka_unit_test(test_json_pool),
+      cmocka_unit_test(test_json_attention),
       cmocka_unit_test_setup_teardown(test_bundle_write_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_object_kernels, setup, teardown),
   };
