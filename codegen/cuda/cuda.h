@@ -179,17 +179,31 @@ const char *sc_cuda_attn_problem(const sc_cuda_attn *a);
 bool sc_cuda_attn_equal(const sc_cuda_attn *x, const sc_cuda_attn *y);
 void sc_cuda_attn_launch_config(const sc_cuda_attn *a, int32_t id, sc_cuda_attn_pass pass,
                                 sc_cuda_attn_launch *out);
-/* The three kernels of problem a named with id (sc_malloc'd text), after
- * the template they instantiate when with_template (once per unit, after
- * the prelude). SC_ERR_UNSUPPORTED: sc_cuda_attn_problem's reason. */
-sc_status sc_cuda_attn_emit(const sc_cuda_attn *a, int32_t id, bool with_template, char **text,
-                            sc_diag *diag);
+/* The kernels of problem a for the passes in the mask `passes` (bit
+ * 1 << pass), named with id (sc_malloc'd text), after the template they
+ * instantiate when with_template (once per unit, after the prelude).
+ * SC_ERR_UNSUPPORTED: sc_cuda_attn_problem's reason. */
+#define SC_CUDA_ATTN_ALL ((1u << SC_CUDA_ATTN_PASSES) - 1u)
+sc_status sc_cuda_attn_emit(const sc_cuda_attn *a, int32_t id, unsigned passes, bool with_template,
+                            char **text, sc_diag *diag);
+/* The problem of ATTENTION / ATTENTION_GRAD step s of p (its buffers'
+ * dtypes, its extents; sc_attention_problem has accepted it). */
+void sc_cuda_attn_of_step(const sc_program *p, const sc_step *s, sc_cuda_attn *out);
+/* The id step `step`'s kernels are named with: the index of p's first
+ * attention step with the same problem (steps that share a problem share
+ * kernels). */
+int32_t sc_cuda_attn_id(const sc_program *p, int32_t step);
+/* Appends to *src (sc_malloc'd, reallocated) the template and the kernels
+ * p's attention steps use: the forward for ATTENTION steps, both backward
+ * kernels for ATTENTION_GRAD steps; nothing without such steps. */
+sc_status sc_cuda_attn_emit_program(const sc_program *p, char **src, sc_diag *diag);
 /* A whole unit (the prelude, the template, problems a[0..n) with ids
  * 0..n-1): tests and benchmarks. */
 sc_status sc_cuda_attn_unit(const sc_cuda_attn *a, int32_t n, char **src, sc_diag *diag);
 
 /* CUDA C for every kernel of p (--emit=cuda, the bundle's source), with
- * the scatter kernels and implicit-GEMM convolutions its steps use. */
+ * the scatter kernels, implicit-GEMM convolutions and fused attention
+ * kernels its steps use. */
 sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag);
 
 /* One NVRTC compile of src for arch ("sm_80", "sm_90", "compute_90").

@@ -155,13 +155,14 @@ static const char attn_template[] =
   "  typedef typename G::X X;\n"
   "  constexpr int TM = BM / 8, TN = BN / 16, TV = (G::DV + 15) / 16;\n"
   "  constexpr long long QT = (G::SQ + BM - 1) / BM, WORK = QT * G::B * G::H, OFF = G::SKV - G::SQ;\n"
+  "  constexpr long long QTD = QT > 0 ? QT : 1; /* no work at all when 0 */\n"
   "  float *Qs = SC_DYN_SHARED();      /* [D][BM] */\n"
   "  float *Ks = Qs + G::D * BM;       /* [D][BN] */\n"
   "  float *Vs = Ks + G::D * BN;       /* [BN][DV] */\n"
   "  float *Ps = Vs + BN * G::DV;      /* [BM][BN] */\n"
   "  const int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;\n"
   "  for (long long w = blockIdx.x; w < WORK; w += gridDim.x) {\n"
-  "    const long long bh = w / QT, r0 = w % QT * BM, b = bh / G::H, h = bh % G::H;\n"
+  "    const long long bh = w / QTD, r0 = w % QTD * BM, b = bh / G::H, h = bh % G::H;\n"
   "    const long long kvh = b * G::HK + h / (G::H / G::HK);\n"
   "    const typename X::T *kb = k + kvh * G::SKV * G::D, *vb = v + kvh * G::SKV * G::DV;\n"
   "    sc_attn_load_t<X, BM, G::D, BM, G::SQ>(Qs, q + bh * G::SQ * G::D, r0);\n"
@@ -246,6 +247,7 @@ static const char attn_template[] =
   "  constexpr int TK = BN / 8, TQ = BM / 16, TD = (G::D + 15) / 16, TV = (G::DV + 15) / 16;\n"
   "  constexpr int BMP = BM + 1, BNP = BN + 1; /* padded: column reads hit distinct banks */\n"
   "  constexpr long long KT = (G::SKV + BN - 1) / BN, WORK = KT * G::B * G::HK, GRP = G::H / G::HK;\n"
+  "  constexpr long long KTD = KT > 0 ? KT : 1;\n"
   "  constexpr long long OFF = G::SKV - G::SQ;\n"
   "  float *Ks = SC_DYN_SHARED();      /* [D][BNP] */\n"
   "  float *Vs = Ks + G::D * BNP;      /* [DV][BNP] */\n"
@@ -257,7 +259,7 @@ static const char attn_template[] =
   "  float *Ds = Ls + BM;              /* [BM] */\n"
   "  const int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;\n"
   "  for (long long w = blockIdx.x; w < WORK; w += gridDim.x) {\n"
-  "    const long long kvh = w / KT, n0 = w % KT * BN, b = kvh / G::HK, hk = kvh % G::HK;\n"
+  "    const long long kvh = w / KTD, n0 = w % KTD * BN, b = kvh / G::HK, hk = kvh % G::HK;\n"
   "    sc_attn_load_t<X, BN, G::D, BNP, G::SKV>(Ks, k + kvh * G::SKV * G::D, n0);\n"
   "    sc_attn_load_t<X, BN, G::DV, BNP, G::SKV>(Vs, v + kvh * G::SKV * G::DV, n0);\n"
   "    float gk[TK][TD], gv[TK][TV];\n"
@@ -341,6 +343,7 @@ static const char attn_template[] =
   "  constexpr int TQ = BM / 8, TN = BN / 16, TD = (G::D + 15) / 16;\n"
   "  constexpr int BMP = BM + 1, BNP = BN + 1;\n"
   "  constexpr long long QT = (G::SQ + BM - 1) / BM, WORK = QT * G::B * G::H, OFF = G::SKV - G::SQ;\n"
+  "  constexpr long long QTD = QT > 0 ? QT : 1;\n"
   "  float *Qs = SC_DYN_SHARED();      /* [D][BMP] */\n"
   "  float *Os = Qs + G::D * BMP;      /* dO: [DV][BMP] */\n"
   "  float *Ks = Os + G::DV * BMP;     /* [D][BNP] */\n"
@@ -350,7 +353,7 @@ static const char attn_template[] =
   "  float *Ds = Ls + BM;              /* [BM] */\n"
   "  const int tid = (int)threadIdx.x, tx = tid % 16, ty = tid / 16;\n"
   "  for (long long w = blockIdx.x; w < WORK; w += gridDim.x) {\n"
-  "    const long long bh = w / QT, r0 = w % QT * BM, b = bh / G::H, h = bh % G::H;\n"
+  "    const long long bh = w / QTD, r0 = w % QTD * BM, b = bh / G::H, h = bh % G::H;\n"
   "    const long long kvh = b * G::HK + h / (G::H / G::HK);\n"
   "    sc_attn_load_t<X, BM, G::D, BMP, G::SQ>(Qs, q + bh * G::SQ * G::D, r0);\n"
   "    sc_attn_load_t<X, BM, G::DV, BMP, G::SQ>(Os, d_o + bh * G::SQ * G::DV, r0);\n"
@@ -417,8 +420,8 @@ const char *sc_cuda_attn_problem(const sc_cuda_attn *a) {
     return "fused attention: the mask must be f32 or of the scores' dtype";
   if (a->d < 1 || a->d > MAX_HEAD_DIM || a->dv < 1 || a->dv > MAX_HEAD_DIM)
     return "fused attention: head dims must be in [1, 256]";
-  if (a->batch < 1 || a->heads < 1 || a->kv_heads < 1 || a->sq < 1 || a->skv < 1)
-    return "fused attention: empty shape";
+  if (a->batch < 0 || a->heads < 1 || a->kv_heads < 1 || a->sq < 0 || a->skv < 0)
+    return "fused attention: negative extents";
   if (a->heads % a->kv_heads != 0) return "fused attention: heads not a multiple of kv heads";
   if (a->mask_stride_b < 0 || a->mask_stride_h < 0) return "fused attention: negative mask stride";
   if (!isfinite(a->scale)) return "fused attention: scale not finite";
@@ -488,7 +491,7 @@ static void extents(const sc_cuda_attn *a, sc_cuda_attn_pass pass, long long byt
   long long e = (long long)sc_dtype_size(a->dtype), b = a->batch, h = a->heads, hk = a->kv_heads;
   long long q = b * h * a->sq * a->d * e, k = b * hk * a->skv * a->d * e;
   long long v = b * hk * a->skv * a->dv * e, o = b * h * a->sq * a->dv * e, l = b * h * a->sq * 4;
-  long long m = a->has_mask ? ((b - 1) * a->mask_stride_b + (h - 1) * a->mask_stride_h +
+  long long m = a->has_mask && b > 0 ? ((b - 1) * a->mask_stride_b + (h - 1) * a->mask_stride_h +
                                a->sq * a->skv) * (long long)sc_dtype_size(a->mask_dtype)
                             : 0;
   long long all[SC_CUDA_ATTN_ARGS] = {q, k, v, m, o, l, o, q, k, v};
@@ -501,8 +504,37 @@ static void extents(const sc_cuda_attn *a, sc_cuda_attn_pass pass, long long byt
   }
 }
 
-sc_status sc_cuda_attn_emit(const sc_cuda_attn *a, int32_t id, bool with_template, char **text,
-                            sc_diag *diag) {
+void sc_cuda_attn_of_step(const sc_program *p, const sc_step *s, sc_cuda_attn *out) {
+  const sc_attention_step *x = &s->attn;
+  memset(out, 0, sizeof *out);
+  out->dtype = p->buffers[x->q].dtype;
+  out->has_mask = x->mask >= 0;
+  out->mask_dtype = out->has_mask ? p->buffers[x->mask].dtype : out->dtype;
+  out->causal = x->causal;
+  out->batch = x->batch, out->heads = x->heads, out->kv_heads = x->kv_heads;
+  out->sq = x->sq, out->skv = x->skv, out->d = x->d, out->dv = x->dv_dim;
+  out->mask_stride_b = out->has_mask ? x->mask_stride_b : 0;
+  out->mask_stride_h = out->has_mask ? x->mask_stride_h : 0;
+  out->scale = x->scale;
+}
+
+static bool is_attention(const sc_step *s) {
+  return s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD;
+}
+
+int32_t sc_cuda_attn_id(const sc_program *p, int32_t step) {
+  sc_cuda_attn a, b;
+  sc_cuda_attn_of_step(p, &p->steps[step], &a);
+  for (int32_t i = 0; i < step; i++) {
+    if (!is_attention(&p->steps[i])) continue;
+    sc_cuda_attn_of_step(p, &p->steps[i], &b);
+    if (sc_cuda_attn_equal(&a, &b)) return i;
+  }
+  return step;
+}
+
+sc_status sc_cuda_attn_emit(const sc_cuda_attn *a, int32_t id, unsigned passes, bool with_template,
+                            char **text, sc_diag *diag) {
   *text = NULL;
   const char *why = sc_cuda_attn_problem(a);
   if (why) return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "cuda: %s", why);
@@ -527,6 +559,7 @@ sc_status sc_cuda_attn_emit(const sc_cuda_attn *a, int32_t id, bool with_templat
       "q, k, v, mask, o, lse", "q, k, v, mask, o, lse, d_o, dk, dv",
       "q, k, v, mask, o, lse, d_o, dq"};
   for (int pass = 0; pass < SC_CUDA_ATTN_PASSES; pass++) {
+    if (!(passes & (1u << pass))) continue;
     sc_cuda_attn_launch l;
     sc_cuda_attn_launch_config(a, id, (sc_cuda_attn_pass)pass, &l);
     long long bytes[SC_CUDA_ATTN_ARGS];
@@ -572,7 +605,7 @@ sc_status sc_cuda_attn_unit(const sc_cuda_attn *a, int32_t n, char **src, sc_dia
   size_t len = strlen(base);
   for (int32_t i = 0; i < n && st == SC_OK; i++) {
     char *t = NULL;
-    if ((st = sc_cuda_attn_emit(&a[i], i, i == 0, &t, diag)) != SC_OK) break;
+    if ((st = sc_cuda_attn_emit(&a[i], i, SC_CUDA_ATTN_ALL, i == 0, &t, diag)) != SC_OK) break;
     size_t tl = strlen(t);
     char *g = sc_realloc(base, len + tl + 1);
     if (!g) {
@@ -590,4 +623,41 @@ sc_status sc_cuda_attn_unit(const sc_cuda_attn *a, int32_t n, char **src, sc_dia
   }
   *src = base;
   return SC_OK;
+}
+
+sc_status sc_cuda_attn_emit_program(const sc_program *p, char **src, sc_diag *diag) {
+  unsigned *passes = NULL;
+  bool any = false;
+  for (int32_t i = 0; i < p->n_steps; i++) any |= is_attention(&p->steps[i]);
+  if (!any) return SC_OK;
+  if (!(passes = sc_calloc((size_t)p->n_steps, sizeof *passes)))
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (is_attention(&p->steps[i]))
+      passes[sc_cuda_attn_id(p, i)] |= p->steps[i].kind == SC_STEP_ATTENTION
+                                           ? 1u << SC_CUDA_ATTN_FWD
+                                           : (1u << SC_CUDA_ATTN_BWD_KV) | (1u << SC_CUDA_ATTN_BWD_Q);
+  sc_status st = SC_OK;
+  bool first = true;
+  size_t len = strlen(*src);
+  for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++) {
+    if (!passes[i]) continue;
+    sc_cuda_attn a;
+    sc_cuda_attn_of_step(p, &p->steps[i], &a);
+    char *t = NULL;
+    if ((st = sc_cuda_attn_emit(&a, i, passes[i], first, &t, diag)) != SC_OK) break;
+    first = false;
+    size_t tl = strlen(t);
+    char *g = sc_realloc(*src, len + tl + 1);
+    if (!g) {
+      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
+    } else {
+      memcpy(g + len, t, tl + 1);
+      *src = g;
+      len += tl;
+    }
+    sc_free(t);
+  }
+  sc_free(passes);
+  return st;
 }

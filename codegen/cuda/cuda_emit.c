@@ -1423,5 +1423,9 @@ sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag) {
     *src = NULL;
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
   }
-  return SC_OK;
+  if ((st = sc_cuda_attn_emit_program(p, src, diag)) != SC_OK) {
+    sc_free(*src);
+    *src = NULL;
+  }
+  return st;
 }

@@ -34,7 +34,9 @@
 
 #if SHARDC_HAVE_CUDA
 #include "codegen/cuda/cuda.h"
+#include "codegen/memplan.h"
 #include "runtime/cuda_emu.h"
+#include "runtime/runtime.h"
 
 static const sc_cuda_attn problems[] = {
     /* grouped heads, causal (sq < skv), f32 mask broadcast over heads */
@@ -201,6 +203,11 @@ static void compile_archs(const char *src, const sc_cuda_attn *a, int32_t n) {
   }
 }
 
+static void check_results(const sc_cuda_attn *a, int id, const void *q, const void *k,
+                          const void *v, const void *mask, const void *d_o, const void *o,
+                          const float *lse, const void *dq, const void *dk, const void *dv);
+static void *random_mask(const sc_cuda_attn *a);
+
 static void launch(sc_cuda_emu *e, const sc_cuda_attn *a, int32_t id, sc_cuda_attn_pass pass,
                    int64_t grid, void **args) {
   sc_cuda_attn_launch cfg;
@@ -217,15 +224,7 @@ static void run_problem(sc_cuda_emu *e, const sc_cuda_attn *a, int32_t id) {
           no = B * H * SQ * a->dv, nl = B * H * SQ;
   sc_dtype t = a->dtype;
   void *q = random_tensor(t, nq), *k = random_tensor(t, nk), *v = random_tensor(t, nv);
-  void *d_o = random_tensor(t, no), *mask = NULL;
-  if (a->has_mask) {
-    int64_t nm = (B - 1) * a->mask_stride_b + (H - 1) * a->mask_stride_h + SQ * SKV;
-    mask = calloc((size_t)nm, esz(a->mask_dtype));
-    assert_non_null(mask);
-    for (int64_t i = 0; i < nm; i++)
-      store(a->mask_dtype, mask, i, rng_unit() < 0.1 ? -INFINITY : (float)rnd(-2.0, 0.0));
-    for (int64_t j = 0; j < SKV; j++) store(a->mask_dtype, mask, 5 * SKV + j, -INFINITY);
-  }
+  void *d_o = random_tensor(t, no), *mask = random_mask(a);
   void *o = calloc((size_t)no, esz(t)), *o2 = calloc((size_t)no, esz(t));
   float *lse = calloc((size_t)nl, 4), *lse2 = calloc((size_t)nl, 4);
   void *dq = calloc((size_t)nq, esz(t)), *dk = calloc((size_t)nk, esz(t)),
@@ -245,6 +244,19 @@ static void run_problem(sc_cuda_emu *e, const sc_cuda_attn *a, int32_t id) {
   assert_memory_equal(o, o2, (size_t)no * esz(t));
   assert_memory_equal(lse, lse2, (size_t)nl * 4);
 
+  check_results(a, id, q, k, v, mask, d_o, o, lse, dq, dk, dv);
+  free(q), free(k), free(v), free(d_o), free(mask), free(o), free(o2), free(lse), free(lse2);
+  free(dq), free(dk), free(dv);
+}
+
+/* The kernels' results against the reference (tolerances: the top). */
+static void check_results(const sc_cuda_attn *a, int id, const void *q, const void *k,
+                          const void *v, const void *mask, const void *d_o, const void *o,
+                          const float *lse, const void *dq, const void *dk, const void *dv) {
+  int64_t B = a->batch, H = a->heads, HK = a->kv_heads, SQ = a->sq, SKV = a->skv;
+  int64_t nq = B * H * SQ * a->d, nk = B * HK * SKV * a->d, nv = B * HK * SKV * a->dv,
+          no = B * H * SQ * a->dv, nl = B * H * SQ;
+  sc_dtype t = a->dtype;
   ref r;
   reference(a, q, k, v, mask, d_o, &r);
   double to = t == SC_DTYPE_F32 ? 1e-5 : t == SC_DTYPE_BF16 ? 0x1p-7 : 0x1p-9;
@@ -271,8 +283,23 @@ static void run_problem(sc_cuda_emu *e, const sc_cuda_attn *a, int32_t id) {
   if (a->causal && SQ > SKV) assert_true(dead > 0);
   if (a->has_mask && id == 0) assert_true(dead > 0);
   free_ref(&r);
-  free(q), free(k), free(v), free(d_o), free(mask), free(o), free(o2), free(lse), free(lse2);
-  free(dq), free(dk), free(dv);
+}
+
+static int64_t mask_numel(const sc_cuda_attn *a) {
+  return (a->batch - 1) * a->mask_stride_b + (a->heads - 1) * a->mask_stride_h + a->sq * a->skv;
+}
+
+/* values in [-2, 0), one in ten -inf, and query row 5 of the first batch
+ * and head masked wholly (LSE -inf, a zero row) */
+static void *random_mask(const sc_cuda_attn *a) {
+  if (!a->has_mask) return NULL;
+  int64_t nm = mask_numel(a);
+  void *mask = calloc((size_t)nm, esz(a->mask_dtype));
+  assert_non_null(mask);
+  for (int64_t i = 0; i < nm; i++)
+    store(a->mask_dtype, mask, i, rng_unit() < 0.1 ? -INFINITY : (float)rnd(-2.0, 0.0));
+  for (int64_t j = 0; j < a->skv; j++) store(a->mask_dtype, mask, 5 * a->skv + j, -INFINITY);
+  return mask;
 }
 
 static void test_attention_compile_and_emulate(void **state) {
@@ -305,14 +332,135 @@ static void test_attention_problems_refused(void **state) {
   assert_non_null(sc_cuda_attn_problem(&a));
   char *text = NULL;
   sc_diag d = {0};
-  assert_int_equal(sc_cuda_attn_emit(&a, 0, false, &text, &d), SC_ERR_UNSUPPORTED);
+  assert_int_equal(sc_cuda_attn_emit(&a, 0, SC_CUDA_ATTN_ALL, false, &text, &d), SC_ERR_UNSUPPORTED);
   assert_null(text);
+}
+
+static int32_t add_buffer(sc_program *p, const char *name, sc_buf_kind kind, sc_dtype t,
+                          int32_t rank, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+  sc_buffer b;
+  memset(&b, 0, sizeof b);
+  b.name = name;
+  b.kind = kind;
+  b.dtype = t;
+  b.rank = rank;
+  int64_t dims[4] = {d0, d1, d2, d3};
+  memcpy(b.dims, dims, sizeof dims);
+  b.offset = -1;
+  b.alias_of = -1;
+  b.value = -1;
+  int32_t id = sc_program_add_buffer(p, &b);
+  assert_true(id >= 0);
+  if (kind == SC_BUF_INPUT) assert_int_equal(sc_program_add_input(p, id), SC_OK);
+  if (kind == SC_BUF_OUTPUT) assert_int_equal(sc_program_add_output(p, id), SC_OK);
+  return id;
+}
+
+/* A program of an ATTENTION step and its ATTENTION_GRAD step for problem a,
+ * built by hand: inputs q, k, v, (mask), d_o; outputs o, lse, dq, dk, dv. */
+static sc_program *attention_program(const sc_cuda_attn *a) {
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  sc_dtype t = a->dtype;
+  int64_t B = a->batch, H = a->heads, HK = a->kv_heads;
+  sc_attention_step x = {.mask = -1, .d_o = -1, .dq = -1, .dk = -1, .dv = -1};
+  x.q = add_buffer(p, "q", SC_BUF_INPUT, t, 4, B, H, a->sq, a->d);
+  x.k = add_buffer(p, "k", SC_BUF_INPUT, t, 4, B, HK, a->skv, a->d);
+  x.v = add_buffer(p, "v", SC_BUF_INPUT, t, 4, B, HK, a->skv, a->dv);
+  if (a->has_mask) x.mask = add_buffer(p, "mask", SC_BUF_INPUT, a->mask_dtype, 1, mask_numel(a), 0, 0, 0);
+  int32_t d_o = add_buffer(p, "d_o", SC_BUF_INPUT, t, 4, B, H, a->sq, a->dv);
+  x.o = add_buffer(p, "o", SC_BUF_OUTPUT, t, 4, B, H, a->sq, a->dv);
+  x.lse = add_buffer(p, "lse", SC_BUF_OUTPUT, SC_DTYPE_F32, 3, B, H, a->sq, 0);
+  x.batch = B, x.heads = H, x.kv_heads = HK, x.sq = a->sq, x.skv = a->skv;
+  x.d = a->d, x.dv_dim = a->dv, x.scale = a->scale, x.causal = a->causal;
+  x.mask_stride_b = a->mask_stride_b, x.mask_stride_h = a->mask_stride_h;
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_ATTENTION;
+  s.kernel = -1;
+  s.gemm.bias = -1;
+  s.origin = "attention";
+  s.attn = x;
+  assert_null(sc_attention_problem(p, &s));
+  assert_true(sc_program_add_step(p, &s) >= 0);
+  x.d_o = d_o;
+  x.dq = add_buffer(p, "dq", SC_BUF_OUTPUT, t, 4, B, H, a->sq, a->d);
+  x.dk = add_buffer(p, "dk", SC_BUF_OUTPUT, t, 4, B, HK, a->skv, a->d);
+  x.dv = add_buffer(p, "dv", SC_BUF_OUTPUT, t, 4, B, HK, a->skv, a->dv);
+  s.kind = SC_STEP_ATTENTION_GRAD;
+  s.origin = "attention_grad";
+  s.attn = x;
+  assert_null(sc_attention_problem(p, &s));
+  assert_true(sc_program_add_step(p, &s) >= 0);
+  sc_diag d = {0};
+  assert_int_equal(sc_memplan_run(p, &d), SC_OK);
+  assert_int_equal(sc_memplan_verify(p, &d), SC_OK);
+  return p;
+}
+
+/* The CUDA device runs the steps (the emulated driver: SHARDC_CUDA_EMU=1):
+ * run 0 step by step, run 1 captured into a graph, run 2 replayed; every
+ * run's outputs match the reference and are the same bits. */
+static void test_attention_steps_on_cuda_device(void **state) {
+  (void)state;
+  setenv("SHARDC_CUDA_EMU", "1", 1);
+  static const int which[] = {0, 3};
+  for (size_t w = 0; w < sizeof which / sizeof *which; w++) {
+    const sc_cuda_attn *a = &problems[which[w]];
+    sc_program *p = attention_program(a);
+    sc_session_opts o;
+    sc_session_opts_init(&o);
+    o.device.name = "cuda";
+    sc_session *ss = NULL;
+    sc_diag d = {0};
+    if (sc_session_create(p, &o, &ss, &d) != SC_OK) fail_msg("session: %s", d.msg);
+    rng_seed(7 + (uint64_t)w);
+    int64_t B = a->batch, H = a->heads, HK = a->kv_heads;
+    sc_dtype t = a->dtype;
+    void *data[5] = {random_tensor(t, B * H * a->sq * a->d), random_tensor(t, B * HK * a->skv * a->d),
+                     random_tensor(t, B * HK * a->skv * a->dv), random_mask(a),
+                     random_tensor(t, B * H * a->sq * a->dv)};
+    sc_tensor_view in[5];
+    int32_t n_in = 0;
+    for (int i = 0; i < 5; i++) {
+      if (!data[i]) continue;
+      const sc_buffer *b = &p->buffers[p->inputs[n_in]];
+      in[n_in] = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank, .data = data[i]};
+      memcpy(in[n_in].dims, b->dims, sizeof b->dims);
+      n_in++;
+    }
+    assert_int_equal(n_in, p->n_inputs);
+    void *first[5] = {0};
+    for (int run = 0; run < 3; run++) {
+      sc_tensor_view out[5];
+      memset(out, 0, sizeof out);
+      if (sc_session_run(ss, in, n_in, out, 5, &d) != SC_OK) fail_msg("run %d: %s", run, d.msg);
+      if (run == 0) {
+        check_results(a, which[w], data[0], data[1], data[2], data[3], data[4], out[0].data,
+                      out[1].data, out[2].data, out[3].data, out[4].data);
+        for (int i = 0; i < 5; i++) {
+          size_t bytes = (size_t)p->buffers[p->outputs[i]].bytes;
+          first[i] = malloc(bytes);
+          memcpy(first[i], out[i].data, bytes);
+        }
+      } else {
+        for (int i = 0; i < 5; i++)
+          assert_memory_equal(first[i], out[i].data, (size_t)p->buffers[p->outputs[i]].bytes);
+      }
+    }
+    printf("[  ATTN    ] problem %d as ATTENTION + ATTENTION_GRAD steps on the cuda device "
+           "(emulated): 3 runs, graph replays equal\n", which[w]);
+    for (int i = 0; i < 5; i++) free(first[i]), free(data[i]);
+    sc_session_destroy(ss);
+    sc_program_destroy(p);
+  }
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_attention_problems_refused),
       cmocka_unit_test(test_attention_compile_and_emulate),
+      cmocka_unit_test(test_attention_steps_on_cuda_device),
   };
   return SC_RUN_TESTS(tests, NULL, NULL);
 }
