@@ -50,6 +50,7 @@
 #endif
 
 #include "codegen/cpu/cpu.h"
+#include "cpu_attention.h"
 #include "cpu_conv.h"
 #include "cpu_gemm.h"
 #include "device.h"
@@ -267,6 +268,8 @@ typedef struct cpu_ctx {
   sc_device_memory allocated; /* what prepare and bind allocated, per line */
   sc_gemm_failure run_failed; /* the run's first GEMM whose engine ran out of
                                  memory (bytes 0: none), for cpu_end_run */
+  int32_t attn_failed;        /* 1 + the run's first attention step that found
+                                 no scratch memory (0: none), for cpu_end_run */
 } cpu_ctx;
 
 static int online_cores(void) {
@@ -371,6 +374,8 @@ static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) 
   switch (s->kind) {
   case SC_STEP_KERNEL: return s->kernel >= 0 && s->kernel < p->n_kernels;
   case SC_STEP_GEMM: return sc_gemm_problem(p, s) == NULL;
+  case SC_STEP_ATTENTION:
+  case SC_STEP_ATTENTION_GRAD: return sc_attention_problem(p, s) == NULL;
   case SC_STEP_COMM: /* run by the session, not the device */
   case SC_STEP_CHECK:
   case SC_STEP_SCATTER_ADD:
@@ -413,10 +418,14 @@ static sc_status cpu_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
     if (cpu_supports_step(c, p, s)) continue;
-    const char *why = s->kind == SC_STEP_GEMM ? sc_gemm_problem(p, s) : "bad step";
+    bool attn = s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD;
+    const char *why = s->kind == SC_STEP_GEMM ? sc_gemm_problem(p, s)
+                      : attn                  ? sc_attention_problem(p, s)
+                                              : "bad step";
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, s->origin, NULL,
                        "cpu device: step %d (%s): %s", (int)i,
-                       s->kind == SC_STEP_GEMM ? "gemm" : "kernel", why ? why : "unsupported");
+                       s->kind == SC_STEP_GEMM ? "gemm" : attn ? "attention" : "kernel",
+                       why ? why : "unsupported");
   }
   int32_t nk = p->n_kernels;
   size_t nk1 = nk > 0 ? (size_t)nk : 1;
@@ -1130,6 +1139,31 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
   if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
 }
 
+/* An ATTENTION or ATTENTION_GRAD step (cpu_attention.h) over the bound
+ * buffers; a step that finds no scratch memory fails the run (cpu_end_run). */
+static void cpu_run_attention(void *ctx, const sc_step *s) {
+  cpu_ctx *c = ctx;
+  const sc_attention_step *a = &s->attn;
+  const sc_program *p = c->p;
+  bool grad = s->kind == SC_STEP_ATTENTION_GRAD;
+  sc_cpu_attention_io io = {
+      .a = a,
+      .t = p->buffers[a->q].dtype,
+      .mask_t = a->mask >= 0 ? p->buffers[a->mask].dtype : SC_DTYPE_F32,
+      .q = c->ptrs[a->q],
+      .k = c->ptrs[a->k],
+      .v = c->ptrs[a->v],
+      .mask = a->mask >= 0 ? c->ptrs[a->mask] : NULL,
+      .o = c->ptrs[a->o],
+      .lse = c->ptrs[a->lse],
+      .d_o = grad ? c->ptrs[a->d_o] : NULL,
+      .dq = grad ? c->ptrs[a->dq] : NULL,
+      .dk = grad ? c->ptrs[a->dk] : NULL,
+      .dv = grad ? c->ptrs[a->dv] : NULL};
+  bool ok = grad ? sc_cpu_attention_backward(c->pool, &io) : sc_cpu_attention_forward(c->pool, &io);
+  if (!ok && !c->attn_failed) c->attn_failed = 1 + (int32_t)(s - p->steps);
+}
+
 /* The run's first GEMM that found no memory, or else its failed direct
  * convolution or max-pool, as its error (both cleared for the next run).
  * A GEMM failure recorded with a convolution's came first: after either,
@@ -1137,6 +1171,14 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
 static sc_status cpu_end_run(void *ctx, sc_diag *diag) {
   cpu_ctx *c = ctx;
   sc_gemm_failure f = c->run_failed;
+  if (c->attn_failed) {
+    int32_t i = c->attn_failed - 1;
+    c->attn_failed = 0;
+    c->run_failed = (sc_gemm_failure){0};
+    sc_cpu_convs_end_run(c->convs, &(sc_diag){0});
+    return sc_diag_set(diag, SC_ERR_NOMEM, c->p->steps[i].origin, NULL,
+                       "out of memory: the scratch blocks of attention step %d", (int)i);
+  }
   if (!f.bytes) return sc_cpu_convs_end_run(c->convs, diag);
   c->run_failed = (sc_gemm_failure){0};
   sc_cpu_convs_end_run(c->convs, &(sc_diag){0});
@@ -1175,6 +1217,7 @@ const sc_device_iface sc_device_cpu = {
     .copy_out = cpu_copy,
     .run_kernel = cpu_run_kernel,
     .run_gemm = cpu_run_gemm,
+    .run_attention = cpu_run_attention,
     .end_run = cpu_end_run,
     .threads = cpu_threads,
     .compile_seconds = cpu_compile_seconds,
