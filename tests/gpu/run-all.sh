@@ -13,8 +13,8 @@
 #                                        mesh matrices
 #   --json FILE                          also write the summary there
 #   --only CHECK,...                     only these checks (env, modules, arena,
-#                                        nccl, kernels, planner, gemm, real-models,
-#                                        samples)
+#                                        nccl, kernels, attention, planner, gemm,
+#                                        real-models, samples)
 #   --deadline S                         checks that would start after S seconds
 #                                        are skipped, commands are cut at it
 #   --log FILE                           every command with its whole output
@@ -52,7 +52,7 @@ if [ -n "$missing" ]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-for t in test_cuda test_cuda_samples; do
+for t in test_cuda test_cuda_samples test_cuda_attention; do
   [ -x "$bin/tests/$t" ] || cmake --build "$bin" --target "$t" -j "$(nproc)" >/dev/null
 done
 

@@ -358,7 +358,7 @@ static int32_t add_buffer(sc_program *p, const char *name, sc_buf_kind kind, sc_
 
 /* A program of an ATTENTION step and its ATTENTION_GRAD step for problem a,
  * built by hand: inputs q, k, v, (mask), d_o; outputs o, lse, dq, dk, dv. */
-static sc_program *attention_program(const sc_cuda_attn *a) {
+static sc_program *attention_program(const sc_cuda_attn *a, bool grad) {
   sc_program *p = sc_program_create();
   assert_non_null(p);
   sc_dtype t = a->dtype;
@@ -368,7 +368,7 @@ static sc_program *attention_program(const sc_cuda_attn *a) {
   x.k = add_buffer(p, "k", SC_BUF_INPUT, t, 4, B, HK, a->skv, a->d);
   x.v = add_buffer(p, "v", SC_BUF_INPUT, t, 4, B, HK, a->skv, a->dv);
   if (a->has_mask) x.mask = add_buffer(p, "mask", SC_BUF_INPUT, a->mask_dtype, 1, mask_numel(a), 0, 0, 0);
-  int32_t d_o = add_buffer(p, "d_o", SC_BUF_INPUT, t, 4, B, H, a->sq, a->dv);
+  int32_t d_o = grad ? add_buffer(p, "d_o", SC_BUF_INPUT, t, 4, B, H, a->sq, a->dv) : -1;
   x.o = add_buffer(p, "o", SC_BUF_OUTPUT, t, 4, B, H, a->sq, a->dv);
   x.lse = add_buffer(p, "lse", SC_BUF_OUTPUT, SC_DTYPE_F32, 3, B, H, a->sq, 0);
   x.batch = B, x.heads = H, x.kv_heads = HK, x.sq = a->sq, x.skv = a->skv;
@@ -383,6 +383,7 @@ static sc_program *attention_program(const sc_cuda_attn *a) {
   s.attn = x;
   assert_null(sc_attention_problem(p, &s));
   assert_true(sc_program_add_step(p, &s) >= 0);
+  if (!grad) goto plan;
   x.d_o = d_o;
   x.dq = add_buffer(p, "dq", SC_BUF_OUTPUT, t, 4, B, H, a->sq, a->d);
   x.dk = add_buffer(p, "dk", SC_BUF_OUTPUT, t, 4, B, HK, a->skv, a->d);
@@ -392,10 +393,34 @@ static sc_program *attention_program(const sc_cuda_attn *a) {
   s.attn = x;
   assert_null(sc_attention_problem(p, &s));
   assert_true(sc_program_add_step(p, &s) >= 0);
+plan:;
   sc_diag d = {0};
   assert_int_equal(sc_memplan_run(p, &d), SC_OK);
   assert_int_equal(sc_memplan_verify(p, &d), SC_OK);
   return p;
+}
+
+/* Seeded random inputs of an attention_program: data[5] (q, k, v, mask or
+ * NULL, d_o; malloc'd) and their views, in the program's input order. */
+static int32_t program_inputs(const sc_program *p, const sc_cuda_attn *a, void *data[5],
+                              sc_tensor_view in[5]) {
+  int64_t B = a->batch, H = a->heads, HK = a->kv_heads;
+  sc_dtype t = a->dtype;
+  data[0] = random_tensor(t, B * H * a->sq * a->d);
+  data[1] = random_tensor(t, B * HK * a->skv * a->d);
+  data[2] = random_tensor(t, B * HK * a->skv * a->dv);
+  data[3] = random_mask(a);
+  data[4] = random_tensor(t, B * H * a->sq * a->dv);
+  int32_t n_in = 0;
+  for (int i = 0; i < 5 && n_in < p->n_inputs; i++) {
+    if (!data[i]) continue;
+    const sc_buffer *b = &p->buffers[p->inputs[n_in]];
+    in[n_in] = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank, .data = data[i]};
+    memcpy(in[n_in].dims, b->dims, sizeof b->dims);
+    n_in++;
+  }
+  assert_int_equal(n_in, p->n_inputs);
+  return n_in;
 }
 
 /* The CUDA device runs the steps (the emulated driver: SHARDC_CUDA_EMU=1):
@@ -407,7 +432,7 @@ static void test_attention_steps_on_cuda_device(void **state) {
   static const int which[] = {0, 3};
   for (size_t w = 0; w < sizeof which / sizeof *which; w++) {
     const sc_cuda_attn *a = &problems[which[w]];
-    sc_program *p = attention_program(a);
+    sc_program *p = attention_program(a, true);
     sc_session_opts o;
     sc_session_opts_init(&o);
     o.device.name = "cuda";
@@ -415,21 +440,9 @@ static void test_attention_steps_on_cuda_device(void **state) {
     sc_diag d = {0};
     if (sc_session_create(p, &o, &ss, &d) != SC_OK) fail_msg("session: %s", d.msg);
     rng_seed(7 + (uint64_t)w);
-    int64_t B = a->batch, H = a->heads, HK = a->kv_heads;
-    sc_dtype t = a->dtype;
-    void *data[5] = {random_tensor(t, B * H * a->sq * a->d), random_tensor(t, B * HK * a->skv * a->d),
-                     random_tensor(t, B * HK * a->skv * a->dv), random_mask(a),
-                     random_tensor(t, B * H * a->sq * a->dv)};
+    void *data[5];
     sc_tensor_view in[5];
-    int32_t n_in = 0;
-    for (int i = 0; i < 5; i++) {
-      if (!data[i]) continue;
-      const sc_buffer *b = &p->buffers[p->inputs[n_in]];
-      in[n_in] = (sc_tensor_view){.name = b->name, .dtype = b->dtype, .rank = b->rank, .data = data[i]};
-      memcpy(in[n_in].dims, b->dims, sizeof b->dims);
-      n_in++;
-    }
-    assert_int_equal(n_in, p->n_inputs);
+    int32_t n_in = program_inputs(p, a, data, in);
     void *first[5] = {0};
     for (int run = 0; run < 3; run++) {
       sc_tensor_view out[5];
@@ -456,7 +469,136 @@ static void test_attention_steps_on_cuda_device(void **state) {
   }
 }
 
-int main(void) {
+/* ---- --compare: the CUDA device against the CPU device, timed ---- */
+
+static sc_session *open_session(const sc_program *p, const char *device) {
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.device.name = device;
+  sc_session *s = NULL;
+  sc_diag d = {0};
+  if (sc_session_create(p, &o, &s, &d) != SC_OK) {
+    fprintf(stderr, "attention: %s session: %s\n", device, d.msg);
+    return NULL;
+  }
+  return s;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* The median device time of `runs` runs after 2 warm-ups (ms), or -1. */
+static double time_runs(sc_session *s, const sc_tensor_view *in, int32_t n_in, int32_t n_out,
+                        int runs) {
+  double t[64];
+  sc_tensor_view out[5];
+  sc_diag d = {0};
+  if (runs > 64) runs = 64;
+  for (int r = 0; r < runs + 2; r++) {
+    if (sc_session_run(s, in, n_in, out, n_out, &d) != SC_OK) {
+      fprintf(stderr, "attention: run: %s\n", d.msg);
+      return -1;
+    }
+    if (r >= 2) t[r - 2] = sc_session_device_seconds(s) * 1e3;
+  }
+  qsort(t, (size_t)runs, sizeof *t, cmp_double);
+  return t[runs / 2];
+}
+
+/* max |x - y| / max |y| over n elements of dtype t (NaN: infinity) */
+static double rel_err(sc_dtype t, const void *x, const void *y, int64_t n) {
+  double mx = 0, e = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double a = load(t, x, i), b = load(t, y, i);
+    if (isnan(a) || isnan(b)) return INFINITY;
+    if (isinf(b) && a == b) continue; /* lse of a row that sees no key */
+    mx = fabs(b) > mx ? fabs(b) : mx;
+    e = fabs(a - b) > e ? fabs(a - b) : e;
+  }
+  return mx > 0 ? e / mx : e;
+}
+
+/* One shape "NAME:batch,heads,kv_heads,seq,d,causal,dtype": o, lse, dq, dk,
+ * dv of the CUDA device against the CPU device's, then the CUDA device's
+ * time of the forward (a program of one ATTENTION step) and of forward and
+ * backward (ATTENTION + ATTENTION_GRAD; the backward is the difference).
+ * Returns 0 when every output is within tolerance, 1 if not, 2 when the
+ * shape could not run. */
+static int compare_shape(const char *spec, int runs) {
+  char name[64];
+  long long b, h, hk, sq, d, causal;
+  char dt[8];
+  if (sscanf(spec, "%63[^:]:%lld,%lld,%lld,%lld,%lld,%lld,%7s", name, &b, &h, &hk, &sq, &d,
+             &causal, dt) != 8) {
+    fprintf(stderr, "attention: bad shape '%s' (NAME:batch,heads,kv_heads,seq,d,causal,dtype)\n", spec);
+    return 2;
+  }
+  sc_cuda_attn a = {.dtype = strcmp(dt, "bf16") == 0 ? SC_DTYPE_BF16
+                             : strcmp(dt, "f16") == 0 ? SC_DTYPE_F16 : SC_DTYPE_F32,
+                    .causal = causal != 0, .batch = b, .heads = h, .kv_heads = hk, .sq = sq,
+                    .skv = sq, .d = d, .dv = d, .scale = (float)(1.0 / sqrt((double)d))};
+  if (sc_cuda_attn_problem(&a)) {
+    fprintf(stderr, "attention: %s: %s\n", name, sc_cuda_attn_problem(&a));
+    return 2;
+  }
+  sc_program *full = attention_program(&a, true), *fwd = attention_program(&a, false);
+  sc_session *cpu = open_session(full, "cpu"), *gpu = open_session(full, "cuda");
+  sc_session *gpu_fwd = open_session(fwd, "cuda");
+  if (!cpu || !gpu || !gpu_fwd) return 2;
+  rng_seed(1234);
+  void *data[5];
+  sc_tensor_view in[5], out_c[5], out_g[5];
+  int32_t n_in = program_inputs(full, &a, data, in);
+  sc_diag dg = {0};
+  if (sc_session_run(cpu, in, n_in, out_c, 5, &dg) != SC_OK ||
+      sc_session_run(gpu, in, n_in, out_g, 5, &dg) != SC_OK) {
+    fprintf(stderr, "attention: %s: %s\n", name, dg.msg);
+    return 2;
+  }
+  static const char *const what[5] = {"o", "lse", "dq", "dk", "dv"};
+  /* both devices accumulate in f32 and round each result once: f32 2e-5,
+   * bf16 and f16 two roundings of the largest value (2^-8, 2^-11) and
+   * the backward's cancellations: 2^-7, 2^-9 */
+  double tol = a.dtype == SC_DTYPE_F32 ? 2e-5 : a.dtype == SC_DTYPE_BF16 ? 0x1p-7 : 0x1p-9;
+  double err[5], worst = 0;
+  char errs[256] = "";
+  for (int i = 0; i < 5; i++) {
+    const sc_buffer *ob = &full->buffers[full->outputs[i]];
+    err[i] = rel_err(ob->dtype, out_g[i].data, out_c[i].data, ob->bytes / (int64_t)sc_dtype_size(ob->dtype));
+    worst = err[i] > worst ? err[i] : worst;
+    snprintf(errs + strlen(errs), sizeof errs - strlen(errs), "%s%s %.2g", i ? ", " : "", what[i], err[i]);
+  }
+  double ms_f = time_runs(gpu_fwd, in, n_in - 1, 2, runs), ms_all = time_runs(gpu, in, n_in, 5, runs);
+  if (ms_f < 0 || ms_all < 0) return 2;
+  double flop = 4.0 * (double)b * (double)h * (double)sq * (double)sq * (double)d * (a.causal ? 0.5 : 1.0);
+  double ms_b = ms_all - ms_f;
+  int bad = !(worst <= tol);
+  printf("attention %s: b %lld h %lld (kv %lld) seq %lld d %lld%s %s: fwd %.3f ms %.2f TFLOP/s, "
+         "bwd %.3f ms %.2f TFLOP/s (2.5x the forward's FLOPs); cuda vs cpu max err / max|cpu|: %s "
+         "(tolerance %.2g) %s\n",
+         name, b, h, hk, sq, d, a.causal ? " causal" : "", dt, ms_f, flop / (ms_f * 1e-3) / 1e12,
+         ms_b, 2.5 * flop / (ms_b * 1e-3) / 1e12, errs, tol, bad ? "FAIL" : "ok");
+  fflush(stdout);
+  for (int i = 0; i < 5; i++) free(data[i]);
+  sc_session_destroy(cpu), sc_session_destroy(gpu), sc_session_destroy(gpu_fwd);
+  sc_program_destroy(full), sc_program_destroy(fwd);
+  return bad;
+}
+
+int main(int argc, char **argv) {
+  /* test_cuda_attention --compare [--runs N] SHAPE...: tests/gpu/run_all.py's
+   * attention check (not a ctest) */
+  if (argc > 1 && strcmp(argv[1], "--compare") == 0) {
+    int runs = 10, i = 2, rc = 0;
+    if (argc > 3 && strcmp(argv[2], "--runs") == 0) runs = atoi(argv[3]), i = 4;
+    for (; i < argc; i++) {
+      int r = compare_shape(argv[i], runs < 1 ? 1 : runs);
+      rc = r > rc ? r : rc;
+    }
+    return rc;
+  }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_attention_problems_refused),
       cmocka_unit_test(test_attention_compile_and_emulate),
