@@ -469,6 +469,45 @@ static void test_attention_steps_on_cuda_device(void **state) {
   }
 }
 
+/* The program's unit has the attention template and kernels only when it
+ * has attention steps, the forward only for ATTENTION steps, and steps with
+ * one problem share kernels (sc_cuda_attn_id). */
+static void test_attention_in_program_source(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  char *src = NULL;
+  sc_program *none = sc_program_create();
+  assert_int_equal(sc_cuda_emit_source(none, &src, &d), SC_OK);
+  assert_null(strstr(src, "sc_attn"));
+  sc_free(src);
+  sc_program_destroy(none);
+
+  sc_program *fwd = attention_program(&problems[0], false);
+  assert_int_equal(sc_cuda_emit_source(fwd, &src, &d), SC_OK);
+  assert_non_null(strstr(src, "sc_attn0_fwd("));
+  assert_null(strstr(src, "sc_attn0_bwd_kv("));
+  sc_free(src);
+  sc_program_destroy(fwd);
+
+  sc_program *p = attention_program(&problems[0], true);
+  sc_step again = p->steps[0]; /* the forward once more: the same problem */
+  assert_true(sc_program_add_step(p, &again) >= 0);
+  assert_int_equal(sc_cuda_attn_id(p, 2), 0);
+  assert_int_equal(sc_cuda_attn_id(p, 1), 0);
+  assert_int_equal(sc_cuda_emit_source(p, &src, &d), SC_OK);
+  const char *f = strstr(src, "sc_attn0_fwd" SC_CUDA_EMU_SUFFIX "(");
+  assert_non_null(f); /* one kernel (and its trampoline) for both forward steps */
+  assert_null(strstr(f + 1, "sc_attn0_fwd" SC_CUDA_EMU_SUFFIX "("));
+  assert_non_null(strstr(src, "sc_attn0_bwd_kv("));
+  assert_non_null(strstr(src, "sc_attn0_bwd_q("));
+  assert_null(strstr(src, "sc_attn2_"));
+  sc_free(src);
+  /* another scale is another problem */
+  p->steps[2].attn.scale = 0.5f;
+  assert_int_equal(sc_cuda_attn_id(p, 2), 2);
+  sc_program_destroy(p);
+}
+
 /* ---- --compare: the CUDA device against the CPU device, timed ---- */
 
 static sc_session *open_session(const sc_program *p, const char *device) {
@@ -601,6 +640,7 @@ int main(int argc, char **argv) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_attention_problems_refused),
+      cmocka_unit_test(test_attention_in_program_source),
       cmocka_unit_test(test_attention_compile_and_emulate),
       cmocka_unit_test(test_attention_steps_on_cuda_device),
   };
