@@ -169,7 +169,7 @@ typedef enum sc_cuda_attn_pass {
 typedef struct sc_cuda_attn_launch {
   char name[48];     /* "sc_attn<id>_fwd", "_bwd_kv", "_bwd_q" */
   int block;         /* SC_CUDA_ATTN_THREADS */
-  int shared_bytes;  /* dynamic shared memory (at most 139 KiB) */
+  int shared_bytes;  /* dynamic shared memory (at most 140.25 KiB) */
   int bm, bn;        /* query and key rows of a tile */
   int64_t grid;      /* one block per tile of work (grid-stride beyond 2^31-1) */
 } sc_cuda_attn_launch;

@@ -443,8 +443,8 @@ bool sc_cuda_attn_equal(const sc_cuda_attn *x, const sc_cuda_attn *y) {
 static const char *pass_name[SC_CUDA_ATTN_PASSES] = {"fwd", "bwd_kv", "bwd_q"};
 
 /* Tiles by the larger head dim: every kernel's shared memory stays under
- * sm_80's 163 KiB (139 KiB at most, for head dims of 256) and its register
- * tiles under 128 floats a thread. */
+ * sm_80's 163 KiB (140.25 KiB at most, for head dims of 256) and a
+ * thread's accumulators at most 128 floats (ptxas, sm_90: no spills). */
 static void tiles(const sc_cuda_attn *a, sc_cuda_attn_pass pass, int *bm, int *bn) {
   int64_t mx = a->d > a->dv ? a->d : a->dv;
   switch (pass) {
