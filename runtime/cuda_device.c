@@ -796,18 +796,21 @@ static void report(cuda_ctx *c) {
   if (!v || strcmp(v, "1") != 0) return;
   char name[128] = "?";
   c->cu->device_name(name, sizeof name, c->dev);
+  int32_t n_attention = 0;
+  for (int32_t i = 0; i < c->p->n_steps; i++) n_attention += c->attns[i].n > 0;
   size_t free_now = 0, total = 0;
   c->cu->mem_get_info(&free_now, &total);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
-          "in the product, workspace %s), %d convolutions as implicit GEMMs; arena %lld bytes "
+          "in the product, workspace %s), %d convolutions as implicit GEMMs, %d fused "
+          "attention steps; arena %lld bytes "
           "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
           "bytes\n",
           c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
           c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
           !c->gemm || !strcmp(sc_gpu_gemm_engine(c->gemm), "host") ? "none"
           : sc_gpu_gemm_own_workspace(c->gemm) ? "allocated" : "in the arena",
-          (int)c->n_convs,
+          (int)c->n_convs, (int)n_attention,
           (long long)c->arena_bytes,
           (long long)c->p->arena_bytes, (long long)c->const_bytes,
           (long long)c->free_at_create - (long long)free_now);

@@ -545,7 +545,7 @@ def check_real_models(a, tmp):
                         "--output-dir", os.path.join(tmp, "real.out")], env, timeout=240)
                 med = re.search(r"run: median ([0-9.]+) ms", r.stderr)
                 how = " ".join(sorted(set(re.findall(
-                    r"(engine \w+|kernels \w+|\d+ convolutions as implicit GEMMs|"
+                    r"(engine \w+|kernels \w+|\d+ convolutions as implicit GEMMs|\d+ fused attention steps|"
                     r"\d+ activations in the product)", r.stderr))))
                 on_gpu = device_ms(r.stderr)
                 gpu = f", {on_gpu:.3f} ms of it on the GPU (steps only)" if on_gpu else ""
