@@ -10,7 +10,7 @@
  * causal mask with sq < skv and sq > skv (rows that see no key: LSE -inf,
  * zero O), an additive mask broadcast over heads with a row masked out
  * wholly, head dims 32..256 (each tile choice), dv != d and dv not a
- * multiple of 16, and f32, bf16 and f16.
+ * multiple of 16, f32, bf16 and f16, and problems without keys or queries.
  *
  * Tolerances, against max|ref| of each tensor (an element's own relative
  * error is meaningless where softmax sums cancel):
@@ -60,6 +60,12 @@ static const sc_cuda_attn problems[] = {
     /* bf16, head dim 256 (the smallest tiles), causal */
     {.dtype = SC_DTYPE_BF16, .causal = true, .batch = 1, .heads = 2, .kv_heads = 1, .sq = 33,
      .skv = 40, .d = 256, .dv = 256, .scale = 0.0625f},
+    /* no keys: o 0, lse -inf, dq 0 */
+    {.dtype = SC_DTYPE_F32, .batch = 1, .heads = 2, .kv_heads = 1, .sq = 5, .skv = 0, .d = 16,
+     .dv = 16, .scale = 0.25f},
+    /* no queries: dk, dv 0 */
+    {.dtype = SC_DTYPE_F32, .causal = true, .batch = 1, .heads = 2, .kv_heads = 1, .sq = 0,
+     .skv = 7, .d = 16, .dv = 16, .scale = 0.25f},
 };
 enum { N_PROBLEMS = sizeof problems / sizeof *problems };
 
@@ -74,6 +80,13 @@ static double load(sc_dtype t, const void *p, int64_t i) {
 static void store(sc_dtype t, void *p, int64_t i, float v) {
   if (t == SC_DTYPE_F32) ((float *)p)[i] = v;
   else ((uint16_t *)p)[i] = t == SC_DTYPE_BF16 ? sc_f32_to_bf16(v) : sc_f32_to_f16(v);
+}
+
+static void *nan_filled(int64_t n, size_t size) {
+  void *p = malloc((size_t)(n + 1) * size);
+  assert_non_null(p);
+  memset(p, 0xff, (size_t)(n + 1) * size);
+  return p;
 }
 
 static void *random_tensor(sc_dtype t, int64_t n) {
@@ -225,11 +238,10 @@ static void run_problem(sc_cuda_emu *e, const sc_cuda_attn *a, int32_t id) {
   sc_dtype t = a->dtype;
   void *q = random_tensor(t, nq), *k = random_tensor(t, nk), *v = random_tensor(t, nv);
   void *d_o = random_tensor(t, no), *mask = random_mask(a);
-  void *o = calloc((size_t)no, esz(t)), *o2 = calloc((size_t)no, esz(t));
-  float *lse = calloc((size_t)nl, 4), *lse2 = calloc((size_t)nl, 4);
-  void *dq = calloc((size_t)nq, esz(t)), *dk = calloc((size_t)nk, esz(t)),
-       *dv = calloc((size_t)nv, esz(t));
-  assert_true(o && o2 && lse && lse2 && dq && dk && dv);
+  /* outputs start as NaN (all bits set): an element a kernel leaves unwritten fails */
+  void *o = nan_filled(no, esz(t)), *o2 = nan_filled(no, esz(t));
+  float *lse = nan_filled(nl, 4), *lse2 = nan_filled(nl, 4);
+  void *dq = nan_filled(nq, esz(t)), *dk = nan_filled(nk, esz(t)), *dv = nan_filled(nv, esz(t));
   void *ptr[SC_CUDA_ATTN_ARGS] = {q, k, v, mask, o, lse, d_o, dq, dk, dv};
   void *args[SC_CUDA_ATTN_ARGS];
   for (int i = 0; i < SC_CUDA_ATTN_ARGS; i++) args[i] = &ptr[i];
