@@ -56,7 +56,9 @@
  *             with the same problem share kernels), on the compute stream,
  *             so they are captured into the graph like any kernel; their
  *             dynamic shared memory above 48 KB allowed through
- *             cuFuncSetAttribute.
+ *             cuFuncSetAttribute. SHARDC_CUDA_ATTENTION=mma runs the
+ *             forward on tensor cores where the problem has that kernel
+ *             (bf16/f16, head dims multiples of 16).
  *   scatters  a SCATTER_ADD step (ScatterND with reduction add, embedding
  *             gradients) checks its indices the same way, copies data to
  *             out and runs the codegen's scatter kernel: one thread per
@@ -174,6 +176,7 @@ struct cuda_ctx {
   check_job *checks;   /* [n_steps] */
   scatter_job *scatters; /* [n_steps] */
   attn_job *attns;     /* [n_steps] */
+  int32_t n_attn_mma;  /* attention forwards on tensor cores */
 
   int64_t runs;
   CUevent ev_t0, ev_t1; /* a run's steps, from begin_run to end_run (timing) */
@@ -579,6 +582,8 @@ static sc_status prepare_attention(cuda_ctx *c, sc_diag *diag) {
   const sc_program *p = c->p;
   const sc_cu *cu = c->cu;
   int optin = -1;
+  const char *mode = getenv("SHARDC_CUDA_ATTENTION");
+  bool mma = mode && strcmp(mode, "mma") == 0;
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
     if (s->kind != SC_STEP_ATTENTION && s->kind != SC_STEP_ATTENTION_GRAD) continue;
@@ -591,6 +596,10 @@ static sc_status prepare_attention(cuda_ctx *c, sc_diag *diag) {
       sc_cuda_attn_pass pass = s->kind == SC_STEP_ATTENTION ? SC_CUDA_ATTN_FWD
                                : k == 0                     ? SC_CUDA_ATTN_BWD_KV
                                                             : SC_CUDA_ATTN_BWD_Q;
+      if (pass == SC_CUDA_ATTN_FWD && mma && sc_cuda_attn_mma_ok(&a)) {
+        pass = SC_CUDA_ATTN_FWD_MMA;
+        c->n_attn_mma++;
+      }
       sc_cuda_attn_launch *l = &j->cfg[k];
       sc_cuda_attn_launch_config(&a, id, pass, l);
       CUresult r = cu->module_function(&j->fn[k], c->mod, l->name);
@@ -803,14 +812,14 @@ static void report(cuda_ctx *c) {
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
           "in the product, workspace %s), %d convolutions as implicit GEMMs, %d fused "
-          "attention steps; arena %lld bytes "
+          "attention steps (%d forwards on tensor cores); arena %lld bytes "
           "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
           "bytes\n",
           c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
           c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
           !c->gemm || !strcmp(sc_gpu_gemm_engine(c->gemm), "host") ? "none"
           : sc_gpu_gemm_own_workspace(c->gemm) ? "allocated" : "in the arena",
-          (int)c->n_convs, (int)n_attention,
+          (int)c->n_convs, (int)n_attention, (int)c->n_attn_mma,
           (long long)c->arena_bytes,
           (long long)c->p->arena_bytes, (long long)c->const_bytes,
           (long long)c->free_at_create - (long long)free_now);

@@ -147,8 +147,8 @@ bool sc_cuda_conv_config(const sc_program *p, int32_t step, sc_cuda_conv *out);
  * (T, M: the storage types of dtype and mask_dtype; arguments a pass does
  * not use may be NULL), launched with sc_cuda_attn_launch_config's geometry
  * (block of SC_CUDA_ATTN_THREADS, dynamic shared memory above 48 KB: the
- * runtime raises the kernel's limit with cuFuncSetAttribute). FWD writes o
- * and lse; the backward is BWD_KV (dk, dv) and BWD_Q (dq), in either order,
+ * runtime raises the kernel's limit with cuFuncSetAttribute). FWD (or
+ * FWD_MMA) writes o and lse; the backward is BWD_KV (dk, dv) and BWD_Q (dq), in either order,
  * both reading q, k, v, mask, o, lse and d_o. No scratch memory, no atomics:
  * the same results on every run. */
 enum { SC_CUDA_ATTN_THREADS = 128, SC_CUDA_ATTN_ARGS = 10 };
@@ -164,10 +164,11 @@ typedef enum sc_cuda_attn_pass {
   SC_CUDA_ATTN_FWD,
   SC_CUDA_ATTN_BWD_KV,
   SC_CUDA_ATTN_BWD_Q,
+  SC_CUDA_ATTN_FWD_MMA, /* the forward on tensor cores (sc_cuda_attn_mma_ok) */
   SC_CUDA_ATTN_PASSES
 } sc_cuda_attn_pass;
 typedef struct sc_cuda_attn_launch {
-  char name[48];     /* "sc_attn<id>_fwd", "_bwd_kv", "_bwd_q" */
+  char name[48];     /* "sc_attn<id>_fwd", "_bwd_kv", "_bwd_q", "_fwd_mma" */
   int block;         /* SC_CUDA_ATTN_THREADS */
   int shared_bytes;  /* dynamic shared memory (at most 140.25 KiB) */
   int bm, bn;        /* query and key rows of a tile */
@@ -177,10 +178,16 @@ typedef struct sc_cuda_attn_launch {
  * heads not a multiple of kv_heads, ...), or NULL. */
 const char *sc_cuda_attn_problem(const sc_cuda_attn *a);
 bool sc_cuda_attn_equal(const sc_cuda_attn *x, const sc_cuda_attn *y);
+/* Whether problem a has a tensor-core forward (FWD_MMA: bf16 or f16, head
+ * dims multiples of 16): mma.sync m16n8k16 with f32 accumulators, P
+ * rounded to the dtype as the second product's operand. The same results
+ * as FWD within the dtype's rounding; which one runs is the device's
+ * choice (the CUDA device: SHARDC_CUDA_ATTENTION=mma). */
+bool sc_cuda_attn_mma_ok(const sc_cuda_attn *a);
 void sc_cuda_attn_launch_config(const sc_cuda_attn *a, int32_t id, sc_cuda_attn_pass pass,
                                 sc_cuda_attn_launch *out);
 /* The kernels of problem a for the passes in the mask `passes` (bit
- * 1 << pass), named with id (sc_malloc'd text), after the template they
+ * 1 << pass; FWD_MMA only where sc_cuda_attn_mma_ok), named with id (sc_malloc'd text), after the template they
  * instantiate when with_template (once per unit, after the prelude).
  * SC_ERR_UNSUPPORTED: sc_cuda_attn_problem's reason. */
 #define SC_CUDA_ATTN_ALL ((1u << SC_CUDA_ATTN_PASSES) - 1u)
@@ -194,8 +201,9 @@ void sc_cuda_attn_of_step(const sc_program *p, const sc_step *s, sc_cuda_attn *o
  * kernels). */
 int32_t sc_cuda_attn_id(const sc_program *p, int32_t step);
 /* Appends to *src (sc_malloc'd, reallocated) the template and the kernels
- * p's attention steps use: the forward for ATTENTION steps, both backward
- * kernels for ATTENTION_GRAD steps; nothing without such steps. */
+ * p's attention steps use: the forward (and the tensor-core forward where
+ * there is one) for ATTENTION steps, both backward kernels for
+ * ATTENTION_GRAD steps; nothing without such steps. */
 sc_status sc_cuda_attn_emit_program(const sc_program *p, char **src, sc_diag *diag);
 /* A whole unit (the prelude, the template, problems a[0..n) with ids
  * 0..n-1): tests and benchmarks. */

@@ -86,16 +86,19 @@ static const char attn_template[] =
   "/* storage types: load as the dtype, compute in f32, store rounded to nearest even */\n"
   "struct sc_attn_f32 {\n"
   "  typedef float T;\n"
+  "  static constexpr bool BF16 = false;\n"
   "  static SC_MEM float ld(float x) { return x; }\n"
   "  static SC_MEM float st(float x) { return x; }\n"
   "};\n"
   "struct sc_attn_bf16 {\n"
   "  typedef unsigned short T;\n"
+  "  static constexpr bool BF16 = true;\n"
   "  static SC_MEM float ld(unsigned short x) { return sc_bf2f(x); }\n"
   "  static SC_MEM unsigned short st(float x) { return sc_f2bf(x); }\n"
   "};\n"
   "struct sc_attn_f16 {\n"
   "  typedef unsigned short T;\n"
+  "  static constexpr bool BF16 = false;\n"
   "  static SC_MEM float ld(unsigned short x) { return sc_h2f(x); }\n"
   "  static SC_MEM unsigned short st(float x) { return sc_f2h(x); }\n"
   "};\n"
@@ -411,6 +414,176 @@ static const char attn_template[] =
   "    }\n"
   "    __syncthreads();\n"
   "  }\n"
+  "}\n"
+  "/* Tensor cores (bf16, f16): mma.sync m16n8k16, f32 accumulators. Fragments\n"
+  " * (PTX ISA, \"Matrix Fragments for mma.m16n8k16\"), lane = 4 g + q:\n"
+  " *   A 16x16 row-major, 4 registers of two halves: (g, 2q..), (g + 8, 2q..),\n"
+  " *     (g, 2q + 8..), (g + 8, 2q + 8..); the lower half the lower column\n"
+  " *   B 16x8 (k x n): (2q.., g), (2q + 8.., g)\n"
+  " *   C 16x8 f32: (g, 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1)\n"
+  " * The emulator gathers the warp's fragments through the exchange area and\n"
+  " * multiplies them out in f32, in k order. */\n"
+  "SC_DEV unsigned sc_attn_pack(const unsigned short *p) { return (unsigned)p[0] | ((unsigned)p[1] << 16); }\n"
+  "#ifndef SC_CUDA_EMU\n"
+  "template <class X>\n"
+  "SC_DEV void sc_attn_mma(float c[4], const unsigned a[4], const unsigned b[2]) {\n"
+  "  if constexpr (X::BF16)\n"
+  "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+  "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+  "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+  "  else\n"
+  "    asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
+  "                 : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+  "                 : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1]));\n"
+  "}\n"
+  "#else\n"
+  "template <class X>\n"
+  "static inline void sc_attn_mma(float c[4], const unsigned a[4], const unsigned b[2]) {\n"
+  "  const sc_emu_thread *t = sc_emu->current();\n"
+  "  const unsigned i = t->tid.x, lane = i & 31u, w0 = i - lane;\n"
+  "  float A[16][16], B[16][8];\n"
+  "  memcpy(t->xchg + 16 * i, a, 16);\n"
+  "  sc_emu->warp_sync();\n"
+  "  for (unsigned l = 0; l < 32; l++) {\n"
+  "    unsigned r[4], g = l / 4, q = l % 4;\n"
+  "    memcpy(r, t->xchg + 16 * (w0 + l), 16);\n"
+  "    for (int h = 0; h < 2; h++) {\n"
+  "      A[g][2 * q + h] = X::ld((unsigned short)(r[0] >> (16 * h)));\n"
+  "      A[g + 8][2 * q + h] = X::ld((unsigned short)(r[1] >> (16 * h)));\n"
+  "      A[g][2 * q + 8 + h] = X::ld((unsigned short)(r[2] >> (16 * h)));\n"
+  "      A[g + 8][2 * q + 8 + h] = X::ld((unsigned short)(r[3] >> (16 * h)));\n"
+  "    }\n"
+  "  }\n"
+  "  sc_emu->warp_sync();\n"
+  "  memcpy(t->xchg + 16 * i, b, 8);\n"
+  "  sc_emu->warp_sync();\n"
+  "  for (unsigned l = 0; l < 32; l++) {\n"
+  "    unsigned r[2], g = l / 4, q = l % 4;\n"
+  "    memcpy(r, t->xchg + 16 * (w0 + l), 8);\n"
+  "    for (int h = 0; h < 2; h++) {\n"
+  "      B[2 * q + h][g] = X::ld((unsigned short)(r[0] >> (16 * h)));\n"
+  "      B[2 * q + 8 + h][g] = X::ld((unsigned short)(r[1] >> (16 * h)));\n"
+  "    }\n"
+  "  }\n"
+  "  sc_emu->warp_sync();\n"
+  "  const unsigned g = lane / 4, q = lane % 4;\n"
+  "  for (int e = 0; e < 4; e++) {\n"
+  "    const unsigned row = g + (e >= 2 ? 8 : 0), col = 2 * q + (e & 1);\n"
+  "    float s = c[e];\n"
+  "    for (int k = 0; k < 16; k++) s = fmaf(A[row][k], B[k][col], s);\n"
+  "    c[e] = s;\n"
+  "  }\n"
+  "}\n"
+  "#endif\n"
+  "/* the 4 lanes of a quad (one row of a C fragment) */\n"
+  "SC_DEV float sc_attn_max4(float v) {\n"
+  "  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));\n"
+  "  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));\n"
+  "}\n"
+  "SC_DEV float sc_attn_sum4(float v) {\n"
+  "  v += __shfl_xor_sync(0xffffffffu, v, 1);\n"
+  "  return v + __shfl_xor_sync(0xffffffffu, v, 2);\n"
+  "}\n"
+  "\n"
+  "/* The forward on tensor cores: a block per (batch, head, 64 query rows),\n"
+  " * warp w owns rows 16w..16w+15; S = Q·Kᵀ and O += P·V as m16n8k16 products\n"
+  " * from tiles kept in the dtype in shared memory (rows padded by 8 halves),\n"
+  " * P rounded to the dtype as the product's A operand (its row sums, and so\n"
+  " * LSE, from the f32 values), the online softmax on the C fragments (a row\n"
+  " * is 4 lanes of a quad). D and DV multiples of 16. */\n"
+  "template <class G, int BM, int BN>\n"
+  "SC_DEV void sc_attn_fwd_mma(const typename G::X::T *__restrict__ q, const typename G::X::T *__restrict__ k,\n"
+  "                            const typename G::X::T *__restrict__ v, const typename G::MX::T *__restrict__ mask,\n"
+  "                            typename G::X::T *__restrict__ o, float *__restrict__ lse) {\n"
+  "  typedef typename G::X X;\n"
+  "  constexpr int LQ = G::D + 8, LV = BN + 8, NT = BN / 8, OT = G::DV / 8, KS = G::D / 16;\n"
+  "  static_assert(BM == 64 && G::D % 16 == 0 && G::DV % 16 == 0 && BN % 16 == 0, \"mma tiles: 4 warps of 16 rows\");\n"
+  "  constexpr long long QT = (G::SQ + BM - 1) / BM, WORK = QT * G::B * G::H, OFF = G::SKV - G::SQ;\n"
+  "  constexpr long long QTD = QT > 0 ? QT : 1;\n"
+  "  unsigned short *Qs = (unsigned short *)SC_DYN_SHARED(); /* [BM][LQ] */\n"
+  "  unsigned short *Ks = Qs + BM * LQ;                      /* [BN][LQ] */\n"
+  "  unsigned short *Vt = Ks + BN * LQ;                      /* [DV][LV]: transposed */\n"
+  "  const int tid = (int)threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, qd = lane % 4;\n"
+  "  for (long long w = blockIdx.x; w < WORK; w += gridDim.x) {\n"
+  "    const long long bh = w / QTD, r0 = w % QTD * BM, b = bh / G::H, h = bh % G::H;\n"
+  "    const long long kvh = b * G::HK + h / (G::H / G::HK);\n"
+  "    const typename X::T *qb = q + bh * G::SQ * G::D, *kb = k + kvh * G::SKV * G::D;\n"
+  "    const typename X::T *vb = v + kvh * G::SKV * G::DV;\n"
+  "    for (int e = tid; e < BM * G::D; e += SC_ATTN_THREADS) {\n"
+  "      const int r = e / G::D, c = e % G::D;\n"
+  "      Qs[r * LQ + c] = r0 + r < G::SQ ? qb[(r0 + r) * G::D + c] : (unsigned short)0;\n"
+  "    }\n"
+  "    const long long ra = r0 + warp * 16 + g, rb = ra + 8; /* this lane's two rows */\n"
+  "    float m[2] = {SC_ATTN_NEG_INF, SC_ATTN_NEG_INF}, l[2] = {0.0f, 0.0f}, acc[OT][4];\n"
+  "    SC_UNROLL for (int t = 0; t < OT; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;\n"
+  "    long long kend = G::SKV;\n"
+  "    if (G::CAUSAL) kend = r0 + BM + OFF < G::SKV ? r0 + BM + OFF : G::SKV;\n"
+  "    for (long long n0 = 0; n0 < kend; n0 += BN) {\n"
+  "      __syncthreads();\n"
+  "      for (int e = tid; e < BN * G::D; e += SC_ATTN_THREADS) {\n"
+  "        const int r = e / G::D, c = e % G::D;\n"
+  "        Ks[r * LQ + c] = n0 + r < G::SKV ? kb[(n0 + r) * G::D + c] : (unsigned short)0;\n"
+  "      }\n"
+  "      for (int e = tid; e < BN * G::DV; e += SC_ATTN_THREADS) {\n"
+  "        const int r = e / G::DV, c = e % G::DV;\n"
+  "        Vt[c * LV + r] = n0 + r < G::SKV ? vb[(n0 + r) * G::DV + c] : (unsigned short)0;\n"
+  "      }\n"
+  "      __syncthreads();\n"
+  "      float s[NT][4];\n"
+  "      SC_UNROLL for (int t = 0; t < NT; t++) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;\n"
+  "      SC_UNROLL for (int kk = 0; kk < KS; kk++) {\n"
+  "        const unsigned short *qa = Qs + (warp * 16 + g) * LQ + kk * 16 + 2 * qd;\n"
+  "        const unsigned a[4] = {sc_attn_pack(qa), sc_attn_pack(qa + 8 * LQ), sc_attn_pack(qa + 8),\n"
+  "                               sc_attn_pack(qa + 8 * LQ + 8)};\n"
+  "        SC_UNROLL for (int t = 0; t < NT; t++) {\n"
+  "          const unsigned short *kp = Ks + (t * 8 + g) * LQ + kk * 16 + 2 * qd;\n"
+  "          const unsigned bb[2] = {sc_attn_pack(kp), sc_attn_pack(kp + 8)};\n"
+  "          sc_attn_mma<X>(s[t], a, bb);\n"
+  "        }\n"
+  "      }\n"
+  "      float mx[2] = {SC_ATTN_NEG_INF, SC_ATTN_NEG_INF};\n"
+  "      SC_UNROLL for (int t = 0; t < NT; t++)\n"
+  "        SC_UNROLL for (int e = 0; e < 4; e++) {\n"
+  "          s[t][e] = sc_attn_score<G>(s[t][e], mask, b, h, e < 2 ? ra : rb, n0 + t * 8 + 2 * qd + (e & 1));\n"
+  "          mx[e / 2] = fmaxf(mx[e / 2], s[t][e]);\n"
+  "        }\n"
+  "      float mu[2];\n"
+  "      SC_UNROLL for (int r = 0; r < 2; r++) {\n"
+  "        const float mnew = fmaxf(m[r], sc_attn_max4(mx[r]));\n"
+  "        mu[r] = mnew == SC_ATTN_NEG_INF ? 0.0f : mnew;\n"
+  "        const float alpha = expf(m[r] - mu[r]);\n"
+  "        m[r] = mnew;\n"
+  "        l[r] *= alpha;\n"
+  "        SC_UNROLL for (int t = 0; t < OT; t++) acc[t][2 * r] *= alpha, acc[t][2 * r + 1] *= alpha;\n"
+  "      }\n"
+  "      SC_UNROLL for (int j = 0; j < BN / 16; j++) {\n"
+  "        unsigned a[4];\n"
+  "        SC_UNROLL for (int x = 0; x < 4; x++) { /* (tile 2j | 2j + 1, row g | g + 8) */\n"
+  "          const int t = 2 * j + x / 2, r = x % 2;\n"
+  "          const float p0 = expf(s[t][2 * r] - mu[r]), p1 = expf(s[t][2 * r + 1] - mu[r]);\n"
+  "          l[r] += p0 + p1;\n"
+  "          a[x] = (unsigned)X::st(p0) | ((unsigned)X::st(p1) << 16);\n"
+  "        }\n"
+  "        SC_UNROLL for (int t = 0; t < OT; t++) {\n"
+  "          const unsigned short *vp = Vt + (t * 8 + g) * LV + j * 16 + 2 * qd;\n"
+  "          const unsigned bb[2] = {sc_attn_pack(vp), sc_attn_pack(vp + 8)};\n"
+  "          sc_attn_mma<X>(acc[t], a, bb);\n"
+  "        }\n"
+  "      }\n"
+  "    }\n"
+  "    SC_UNROLL for (int r = 0; r < 2; r++) {\n"
+  "      const float L = sc_attn_sum4(l[r]);\n"
+  "      const long long row = r ? rb : ra;\n"
+  "      if (row >= G::SQ) continue;\n"
+  "      const float inv = L > 0.0f ? 1.0f / L : 0.0f;\n"
+  "      SC_UNROLL for (int t = 0; t < OT; t++) {\n"
+  "        o[(bh * G::SQ + row) * G::DV + t * 8 + 2 * qd] = X::st(acc[t][2 * r] * inv);\n"
+  "        o[(bh * G::SQ + row) * G::DV + t * 8 + 2 * qd + 1] = X::st(acc[t][2 * r + 1] * inv);\n"
+  "      }\n"
+  "      if (qd == 0) lse[bh * G::SQ + row] = L > 0.0f ? m[r] + logf(L) : SC_ATTN_NEG_INF;\n"
+  "    }\n"
+  "    __syncthreads();\n"
+  "  }\n"
   "}\n";
 
 const char *sc_cuda_attn_problem(const sc_cuda_attn *a) {
@@ -440,7 +613,12 @@ bool sc_cuda_attn_equal(const sc_cuda_attn *x, const sc_cuda_attn *y) {
          x->dv == y->dv && x->scale == y->scale;
 }
 
-static const char *pass_name[SC_CUDA_ATTN_PASSES] = {"fwd", "bwd_kv", "bwd_q"};
+static const char *pass_name[SC_CUDA_ATTN_PASSES] = {"fwd", "bwd_kv", "bwd_q", "fwd_mma"};
+
+bool sc_cuda_attn_mma_ok(const sc_cuda_attn *a) {
+  return (a->dtype == SC_DTYPE_BF16 || a->dtype == SC_DTYPE_F16) && a->d % 16 == 0 &&
+         a->dv % 16 == 0;
+}
 
 /* Tiles by the larger head dim: every kernel's shared memory stays under
  * sm_80's 163 KiB (140.25 KiB at most, for head dims of 256) and a
@@ -450,6 +628,7 @@ static void tiles(const sc_cuda_attn *a, sc_cuda_attn_pass pass, int *bm, int *b
   switch (pass) {
   case SC_CUDA_ATTN_FWD: *bm = 64, *bn = mx <= 128 ? 64 : 32; break;
   case SC_CUDA_ATTN_BWD_KV: *bm = *bn = mx <= 64 ? 64 : 32; break;
+  case SC_CUDA_ATTN_FWD_MMA: *bm = 64, *bn = mx <= 128 ? 64 : 32; break;
   default: *bm = mx <= 128 ? 64 : 32, *bn = mx <= 64 ? 64 : 32; break;
   }
 }
@@ -463,6 +642,10 @@ void sc_cuda_attn_launch_config(const sc_cuda_attn *a, int32_t id, sc_cuda_attn_
   switch (pass) {
   case SC_CUDA_ATTN_FWD:
     floats = d * bm + d * bn + bn * dv + (int64_t)bm * bn;
+    work = (a->sq + bm - 1) / bm * a->batch * a->heads;
+    break;
+  case SC_CUDA_ATTN_FWD_MMA: /* halves: two to a float */
+    floats = (bm * (d + 8) + bn * (d + 8) + dv * (bn + 8) + 1) / 2;
     work = (a->sq + bm - 1) / bm * a->batch * a->heads;
     break;
   case SC_CUDA_ATTN_BWD_KV:
@@ -495,7 +678,7 @@ static void extents(const sc_cuda_attn *a, sc_cuda_attn_pass pass, long long byt
                                a->sq * a->skv) * (long long)sc_dtype_size(a->mask_dtype)
                             : 0;
   long long all[SC_CUDA_ATTN_ARGS] = {q, k, v, m, o, l, o, q, k, v};
-  bool fwd = pass == SC_CUDA_ATTN_FWD;
+  bool fwd = pass == SC_CUDA_ATTN_FWD || pass == SC_CUDA_ATTN_FWD_MMA;
   for (int i = 0; i < SC_CUDA_ATTN_ARGS; i++) {
     bool used = i < 6 || (!fwd && i == 6) || (pass == SC_CUDA_ATTN_BWD_Q && i == 7) ||
                 (pass == SC_CUDA_ATTN_BWD_KV && i >= 8);
@@ -557,9 +740,10 @@ sc_status sc_cuda_attn_emit(const sc_cuda_attn *a, int32_t id, unsigned passes, 
       a->has_mask ? "true" : "false", (double)a->scale);
   static const char *const call[SC_CUDA_ATTN_PASSES] = {
       "q, k, v, mask, o, lse", "q, k, v, mask, o, lse, d_o, dk, dv",
-      "q, k, v, mask, o, lse, d_o, dq"};
+      "q, k, v, mask, o, lse, d_o, dq", "q, k, v, mask, o, lse"};
   for (int pass = 0; pass < SC_CUDA_ATTN_PASSES; pass++) {
     if (!(passes & (1u << pass))) continue;
+    if (pass == SC_CUDA_ATTN_FWD_MMA && !sc_cuda_attn_mma_ok(a)) continue;
     sc_cuda_attn_launch l;
     sc_cuda_attn_launch_config(a, id, (sc_cuda_attn_pass)pass, &l);
     long long bytes[SC_CUDA_ATTN_ARGS];
@@ -635,7 +819,7 @@ sc_status sc_cuda_attn_emit_program(const sc_program *p, char **src, sc_diag *di
   for (int32_t i = 0; i < p->n_steps; i++)
     if (is_attention(&p->steps[i]))
       passes[sc_cuda_attn_id(p, i)] |= p->steps[i].kind == SC_STEP_ATTENTION
-                                           ? 1u << SC_CUDA_ATTN_FWD
+                                           ? (1u << SC_CUDA_ATTN_FWD) | (1u << SC_CUDA_ATTN_FWD_MMA)
                                            : (1u << SC_CUDA_ATTN_BWD_KV) | (1u << SC_CUDA_ATTN_BWD_Q);
   sc_status st = SC_OK;
   bool first = true;

@@ -26,6 +26,7 @@
  * NaN fails everywhere. A second forward launch with a 2-block grid
  * (grid-stride) must give the same bits. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,27 +194,38 @@ static double compare(const char *what, int pi, sc_dtype t, const void *got, con
   return worst;
 }
 
-static void compile_archs(const char *src, const sc_cuda_attn *a, int32_t n) {
-  static const char *archs[] = {"sm_80", "sm_90"};
-  for (int ai = 0; ai < 2; ai++) {
-    sc_diag d = {0};
-    char *ptx = NULL, *log = NULL;
-    size_t len = 0;
-    if (sc_cuda_compile_ptx(src, archs[ai], &ptx, &len, &log, &d) != SC_OK)
-      fail_msg("%s: %s\n%s", archs[ai], d.msg, log ? log : "");
-    for (int32_t i = 0; i < n; i++)
-      for (int pass = 0; pass < SC_CUDA_ATTN_PASSES; pass++) {
-        sc_cuda_attn_launch l;
-        sc_cuda_attn_launch_config(&a[i], i, (sc_cuda_attn_pass)pass, &l);
-        char entry[96];
-        snprintf(entry, sizeof entry, ".visible .entry %s(", l.name);
-        if (!strstr(ptx, entry)) fail_msg("%s: no %s in the PTX", archs[ai], entry);
-        assert_true(l.shared_bytes <= 163 * 1024); /* sm_80's opt-in limit */
-      }
-    assert_non_null(strstr(ptx, "shfl.sync.bfly"));
-    sc_free(ptx);
-    sc_free(log);
-  }
+/* One NVRTC compile of the unit (a thread each: NVRTC is thread-safe, and
+ * the two compiles and the host's run side by side). */
+typedef struct nvrtc_job {
+  const char *src, *arch;
+  char *ptx, *log;
+  sc_status st;
+  sc_diag d;
+} nvrtc_job;
+
+static void *nvrtc_run(void *p) {
+  nvrtc_job *j = p;
+  size_t len = 0;
+  j->st = sc_cuda_compile_ptx(j->src, j->arch, &j->ptx, &len, &j->log, &j->d);
+  return NULL;
+}
+
+/* Every kernel of the problems in the job's PTX, tensor cores used. */
+static void check_ptx(const nvrtc_job *j, const sc_cuda_attn *a, int32_t n) {
+  if (j->st != SC_OK) fail_msg("%s: %s\n%s", j->arch, j->d.msg, j->log ? j->log : "");
+  for (int32_t i = 0; i < n; i++)
+    for (int pass = 0; pass < SC_CUDA_ATTN_PASSES; pass++) {
+      if (pass == SC_CUDA_ATTN_FWD_MMA && !sc_cuda_attn_mma_ok(&a[i])) continue;
+      sc_cuda_attn_launch l;
+      sc_cuda_attn_launch_config(&a[i], i, (sc_cuda_attn_pass)pass, &l);
+      char entry[96];
+      snprintf(entry, sizeof entry, ".visible .entry %s(", l.name);
+      if (!strstr(j->ptx, entry)) fail_msg("%s: no %s in the PTX", j->arch, entry);
+      assert_true(l.shared_bytes <= 163 * 1024); /* sm_80's opt-in limit */
+    }
+  assert_non_null(strstr(j->ptx, "shfl.sync.bfly"));
+  assert_non_null(strstr(j->ptx, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+  assert_non_null(strstr(j->ptx, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"));
 }
 
 static void check_results(const sc_cuda_attn *a, int id, const void *q, const void *k,
@@ -257,6 +269,16 @@ static void run_problem(sc_cuda_emu *e, const sc_cuda_attn *a, int32_t id) {
   assert_memory_equal(lse, lse2, (size_t)nl * 4);
 
   check_results(a, id, q, k, v, mask, d_o, o, lse, dq, dk, dv);
+  if (sc_cuda_attn_mma_ok(a)) { /* the tensor-core forward, against the same reference */
+    void *ptr3[SC_CUDA_ATTN_ARGS] = {q, k, v, mask, o2, lse2, NULL, NULL, NULL, NULL};
+    void *args3[SC_CUDA_ATTN_ARGS];
+    memset(o2, 0xff, (size_t)no * esz(t));
+    memset(lse2, 0xff, (size_t)nl * 4);
+    for (int i = 0; i < SC_CUDA_ATTN_ARGS; i++) args3[i] = &ptr3[i];
+    launch(e, a, id, SC_CUDA_ATTN_FWD_MMA, 0, args3);
+    printf("[  ATTN    ] problem %d, forward on tensor cores:\n", id);
+    check_results(a, id, q, k, v, mask, d_o, o2, lse2, dq, dk, dv);
+  }
   free(q), free(k), free(v), free(d_o), free(mask), free(o), free(o2), free(lse), free(lse2);
   free(dq), free(dk), free(dv);
 }
@@ -319,9 +341,18 @@ static void test_attention_compile_and_emulate(void **state) {
   sc_diag d = {0};
   char *src = NULL;
   if (sc_cuda_attn_unit(problems, N_PROBLEMS, &src, &d) != SC_OK) fail_msg("%s", d.msg);
-  compile_archs(src, problems, N_PROBLEMS);
+  nvrtc_job jobs[2] = {{.src = src, .arch = "sm_80"}, {.src = src, .arch = "sm_90"}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&th[i], NULL, nvrtc_run, &jobs[i]), 0);
   sc_cuda_emu *e = NULL;
-  if (sc_cuda_emu_open(src, &e, &d) != SC_OK) fail_msg("%s", d.msg);
+  sc_status st = sc_cuda_emu_open(src, &e, &d);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  if (st != SC_OK) fail_msg("%s", d.msg);
+  for (int i = 0; i < 2; i++) {
+    check_ptx(&jobs[i], problems, N_PROBLEMS);
+    sc_free(jobs[i].ptx);
+    sc_free(jobs[i].log);
+  }
   rng_seed(20261205);
   for (int32_t i = 0; i < N_PROBLEMS; i++) run_problem(e, &problems[i], i);
   sc_cuda_emu_close(e);
@@ -441,9 +472,10 @@ static int32_t program_inputs(const sc_program *p, const sc_cuda_attn *a, void *
 static void test_attention_steps_on_cuda_device(void **state) {
   (void)state;
   setenv("SHARDC_CUDA_EMU", "1", 1);
-  static const int which[] = {0, 3};
+  static const int which[] = {0, 3, 3}; /* the last on tensor cores */
   for (size_t w = 0; w < sizeof which / sizeof *which; w++) {
     const sc_cuda_attn *a = &problems[which[w]];
+    if (w == 2) setenv("SHARDC_CUDA_ATTENTION", "mma", 1);
     sc_program *p = attention_program(a, true);
     sc_session_opts o;
     sc_session_opts_init(&o);
@@ -451,11 +483,12 @@ static void test_attention_steps_on_cuda_device(void **state) {
     sc_session *ss = NULL;
     sc_diag d = {0};
     if (sc_session_create(p, &o, &ss, &d) != SC_OK) fail_msg("session: %s", d.msg);
-    rng_seed(7 + (uint64_t)w);
+    rng_seed(w == 2 ? 8 : 7 + (uint64_t)w); /* the tensor-core run: run 1's inputs */
     void *data[5];
     sc_tensor_view in[5];
     int32_t n_in = program_inputs(p, a, data, in);
     void *first[5] = {0};
+    static void *o_fma; /* problem 3's o on CUDA cores (kept for the tensor-core run) */
     for (int run = 0; run < 3; run++) {
       sc_tensor_view out[5];
       memset(out, 0, sizeof out);
@@ -474,11 +507,23 @@ static void test_attention_steps_on_cuda_device(void **state) {
       }
     }
     printf("[  ATTN    ] problem %d as ATTENTION + ATTENTION_GRAD steps on the cuda device "
-           "(emulated): 3 runs, graph replays equal\n", which[w]);
+           "(emulated%s): 3 runs, graph replays equal\n", which[w],
+           w == 2 ? ", SHARDC_CUDA_ATTENTION=mma" : "");
+    size_t o_bytes = (size_t)p->buffers[p->outputs[0]].bytes;
+    if (w == 2) { /* P rounded to bf16 in the product: some o differ, so mma ran */
+      assert_non_null(o_fma);
+      assert_true(memcmp(o_fma, first[0], o_bytes) != 0);
+      free(o_fma);
+      o_fma = NULL;
+    } else if (w == 1) {
+      o_fma = malloc(o_bytes);
+      memcpy(o_fma, first[0], o_bytes);
+    }
     for (int i = 0; i < 5; i++) free(first[i]), free(data[i]);
     sc_session_destroy(ss);
     sc_program_destroy(p);
   }
+  unsetenv("SHARDC_CUDA_ATTENTION");
 }
 
 /* The program's unit has the attention template and kernels only when it
@@ -609,10 +654,11 @@ static int compare_shape(const char *spec, int runs) {
     return 2;
   }
   static const char *const what[5] = {"o", "lse", "dq", "dk", "dv"};
-  /* both devices accumulate in f32 and round each result once: f32 2e-5,
-   * bf16 and f16 two roundings of the largest value (2^-8, 2^-11) and
-   * the backward's cancellations: 2^-7, 2^-9 */
-  double tol = a.dtype == SC_DTYPE_F32 ? 2e-5 : a.dtype == SC_DTYPE_BF16 ? 0x1p-7 : 0x1p-9;
+  /* both devices accumulate in f32 and round each result once: f32 2e-5;
+   * bf16 and f16: two roundings of the largest value (2^-8, 2^-11), the
+   * tensor-core forward's rounding of P (SHARDC_CUDA_ATTENTION=mma) and
+   * the backward's cancellations through D = rowsum(dO o O): 2^-6, 2^-8 */
+  double tol = a.dtype == SC_DTYPE_F32 ? 2e-5 : a.dtype == SC_DTYPE_BF16 ? 0x1p-6 : 0x1p-8;
   double err[5], worst = 0;
   char errs[256] = "";
   for (int i = 0; i < 5; i++) {
