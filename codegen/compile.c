@@ -73,6 +73,7 @@ sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **o
   po.time_passes = o->time_passes;
   po.time_out = time_out;
   po.quiet = o->quiet;
+  po.no_fuse_attention = o->no_fuse_attention;
 
   /* without fuse every node is its own group */
   sc_codegen_register_passes();

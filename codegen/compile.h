@@ -30,6 +30,8 @@ typedef struct sc_compile_opts {
   bool quiet;              /* no notes (e.g. dims bound to 1) on stderr */
   bool skip_canonical;     /* the graph already went through
                               SC_CANONICAL_PASSES (the driver ran them) */
+  bool no_fuse_attention;  /* the canonical passes leave attention cores
+                              unfused (--no-fuse-attention) */
   int64_t workspace_bytes; /* device scratch to reserve in the arena when the
                               program has a GEMM step (program.h; the CUDA
                               device's cuBLASLt workspace:

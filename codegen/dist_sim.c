@@ -20,6 +20,7 @@
 
 #include "codegen/dist_sim.h"
 #include "codegen/pipe_schedule.h"
+#include "ir/attention.h"
 #include "ir/pipe.h"
 
 static double buffer_bytes(const sc_program *p, int32_t id) {
@@ -81,6 +82,22 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
       return d->status;
     *flops = f;
     return SC_OK;
+  }
+  case SC_STEP_ATTENTION:
+  case SC_STEP_ATTENTION_GRAD: { /* FLOPs at the GEMM rate, no score matrix in memory */
+    const sc_attention_step *a = &st->attn;
+    sc_dtype dt = a->q >= 0 && a->q < p->n_buffers ? p->buffers[a->q].dtype : SC_DTYPE_COUNT;
+    sc_cluster_dtype cd;
+    if (!cluster_dtype(dt, &cd))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "attention in %s: the cost model knows peaks for fp32, bf16 and fp16",
+                         dt < SC_DTYPE_COUNT ? sc_dtype_name(dt) : "?");
+    sc_attention_shape s = {.b = a->batch, .h = a->heads, .kvh = a->kv_heads, .sq = a->sq,
+                            .skv = a->skv, .d = a->d, .dv = a->dv_dim, .causal = a->causal};
+    touched t = {.p = p};
+    sc_step_buffers(p, st, touch, &t);
+    return sc_cost_attention_time(c, cd, &s, st->kind == SC_STEP_ATTENTION_GRAD, t.bytes,
+                                  seconds, flops, d);
   }
   default: { /* KERNEL, CHECK, SCATTER_ADD: memory-bound */
     touched t = {.p = p};

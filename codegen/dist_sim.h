@@ -164,7 +164,9 @@ double sc_dist_sim_mfu(const sc_dist_sim *s, const sc_cluster *c, sc_cluster_dty
  * when there is none. */
 bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out);
 /* The time and GEMM FLOPs of one computing step of p (GEMM: its roofline
- * from its own shape and operands' dtype; KERNEL, CHECK, SCATTER_ADD: the
+ * from its own shape and operands' dtype; ATTENTION, ATTENTION_GRAD:
+ * sc_cost_attention_time, its FLOPs at the GEMM rate of its per-head
+ * products over the bytes it touches; KERNEL, CHECK, SCATTER_ADD: the
  * bytes of the buffers it touches over HBM). The one place a step's
  * computation is costed. SC_ERR_INVALID: a COMM or WAIT step, a dtype
  * without a peak, a figure c does not know. */

@@ -149,6 +149,7 @@ static sc_status step_bind(job *j) {
 static sc_status step_train(job *j) {
   if (!j->o->train) return SC_OK;
   sc_train_opts o = *j->o->train;
+  o.no_fuse_attention |= j->o->no_fuse_attention;
   const sc_plan *plan = j->b->plan;
   if (plan && plan->n_stages <= 1 && plan->microbatches > 1)
     return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,
@@ -184,6 +185,10 @@ static sc_status step_canonical(job *j) {
   if (po.print_after && (strcmp(po.print_after, "program") == 0 ||
                          strcmp(po.print_after, "memplan") == 0))
     po.print_after = NULL; /* codegen prints the program */
+  po.no_fuse_attention |= j->o->no_fuse_attention;
+  /* a training step's cores were fused before autodiff: its report */
+  po.attention_report = j->o->train ? NULL : &j->b->attention;
+  if (j->o->train) j->b->attention = j->b->train.attention;
   sc_status st = sc_run_passes(g, SC_CANONICAL_PASSES, &po);
   if (st != SC_OK) *j->d = g->diag;
   return st;
@@ -227,6 +232,7 @@ static sc_status step_codegen(job *j) {
   if (!j->programs) return sc_diag_set(j->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_compile_opts co = j->compile;
   co.skip_canonical = !part;
+  co.no_fuse_attention |= j->o->no_fuse_attention;
   co.bound = NULL;
   co.n_bound = 0;
   sc_status st = SC_OK;

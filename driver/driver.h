@@ -77,6 +77,9 @@ typedef struct sc_build_opts {
   const sc_train_opts *train;
   bool codegen;                       /* false: stop after partitioning */
   bool stats;                         /* sc_stats_begin after binding */
+  bool no_fuse_attention;             /* attention cores stay unfused, in
+                                         training, the canonical passes and
+                                         codegen (--no-fuse-attention) */
   const sc_pass_opts *pass;           /* NULL: defaults */
   const sc_compile_opts *compile;     /* NULL: defaults */
   /* Out, on failure: the input whose value the shapes need (so that the
@@ -94,6 +97,8 @@ typedef struct sc_build {
   sc_stats stats;               /* when opts.stats */
   bool has_stats;
   sc_train_info train;          /* with opts.train: the parameters */
+  sc_fuse_attention_report attention; /* what fuse-attention did (training:
+                                         train.attention's copy) */
   sc_dist_program *program;     /* NULL when opts.codegen is false; its
                                    weight sources borrow from graph */
   double seconds[8];            /* per pipeline step, in table order */

@@ -1429,3 +1429,52 @@ sc_grad_fn sc_grad_rule(sc_op op) {
   sc_grad_fn f = (unsigned)op < SC_OP_COUNT ? table[op] : NULL;
   return f == sc_no_grad ? NULL : f;
 }
+
+/* FusedAttention (ir/attention.h): one FusedAttentionGrad node computes
+ * dq, dk and dv from q, k, v, the forward's o and lse, and d_o (in q's
+ * dtype), recomputing the probabilities from lse — nothing of [b, h, sq,
+ * skv] is saved. The additive mask gets no gradient: passes/
+ * fuse_attention.c fuses only constant masks and graph inputs that are not
+ * trained, and a gradient wanted for it is an error; so is one that reaches
+ * lse (only this rule reads it). */
+sc_status sc_grad_attention(sc_grad_ctx *c) {
+  int32_t dy = c->dy[0];
+  sc_graph *g = c->g;
+  if (c->dy[1] >= 0)
+    return sc_node_error(g, gb_fwd(c), SC_ERR_UNSUPPORTED,
+                         "the log-sum-exp output of a fused attention has no gradient");
+  if (gb_fwd(c)->n_inputs > 3 && c->want[3])
+    return sc_node_error(g, gb_fwd(c), SC_ERR_UNSUPPORTED,
+                         "the mask of a fused attention has no gradient (run with "
+                         "--no-fuse-attention)");
+  if (dy < 0 || (!c->want[0] && !c->want[1] && !c->want[2])) return SC_OK;
+  int32_t q = in_v(c, 0);
+  int32_t d_o = gb_cast(c, dy, dtype_of(c, q));
+  if (d_o < 0) return g->diag.status;
+  int32_t in[7] = {q, in_v(c, 1), in_v(c, 2), out_v(c, 0), out_v(c, 1), d_o, in_v(c, 3)};
+  int32_t n_in = gb_fwd(c)->n_inputs > 3 ? 7 : 6;
+  char name[512];
+  const char *fwd = gb_fwd(c)->name;
+  snprintf(name, sizeof name, "%s/grad/%d", fwd ? fwd : "FusedAttention", (int)(*c->counter)++);
+  int32_t outs[3];
+  static const char *const suffix[3] = {"dq", "dk", "dv"};
+  for (int32_t j = 0; j < 3; j++) {
+    char vn[600];
+    snprintf(vn, sizeof vn, "%s:%s", name, suffix[j]);
+    if ((outs[j] = sc_graph_new_value(g, vn)) < 0) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  }
+  int32_t node = sc_graph_add_node(g, SC_OP_FUSED_ATTENTION_GRAD, name, in, n_in, outs, 3);
+  if (node < 0) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  /* each set at once: adding an attribute may move the others */
+  double scale = sc_attr_float(g, gb_fwd(c), "scale", 1.0);
+  int64_t causal = sc_attr_int(g, gb_fwd(c), "causal", 0);
+  sc_attr *a = sc_node_add_attr(g, node, "scale", SC_ATTR_FLOAT);
+  if (a) a->f = scale;
+  if (a && (a = sc_node_add_attr(g, node, "causal", SC_ATTR_INT))) a->i = causal;
+  if (!a) return SC_ERR_NOMEM;
+  sc_status st = sc_ops[SC_OP_FUSED_ATTENTION_GRAD].infer(g, &g->nodes[node]);
+  if (st != SC_OK) return st;
+  for (int32_t i = 0; i < 3; i++)
+    if (c->want[i]) c->dx[i] = outs[i];
+  return SC_OK;
+}

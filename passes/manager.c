@@ -32,6 +32,10 @@ static const sc_pass_info registry[] = {
     {"fold", sc_pass_fold,
      "nothing (folds more after infer-shapes)",
      "no node has only constant outputs; folded results are constants", false},
+    {"fuse-attention", sc_pass_fuse_attention,
+     "static shapes (infer-shapes), constants folded",
+     "every attention core that qualifies is one FusedAttention node (passes/"
+     "fuse_attention.h); the replaced nodes are dead, for dce", false},
     {"dce", sc_pass_dce,
      "nothing",
      "every node and constant feeds a graph output; graph inputs kept", false},

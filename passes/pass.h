@@ -17,6 +17,8 @@
  *                constants) so that data-dependent shapes resolve
  *   fold         removes nodes whose outputs are all constants (replaced by
  *                the constant values), evaluating what infer-shapes did not
+ *   fuse-attention  each attention core becomes one FusedAttention node
+ *                (passes/fuse_attention.h); off with opts->no_fuse_attention
  *   dce          removes nodes and constants no graph output depends on
  */
 #ifndef SC_PASSES_PASS_H
@@ -26,7 +28,9 @@
 
 #include "ir/ir.h"
 
-#define SC_CANONICAL_PASSES "bind-dims,infer-shapes,fold,dce"
+#define SC_CANONICAL_PASSES "bind-dims,infer-shapes,fold,fuse-attention,dce"
+
+struct sc_fuse_attention_report;
 
 typedef struct sc_pass_opts {
   const char *print_after; /* pass name, "all", or NULL */
@@ -36,6 +40,9 @@ typedef struct sc_pass_opts {
   bool verify;             /* run sc_graph_verify after each pass */
   int64_t default_dim;     /* for bind-dims; default 1 */
   bool quiet;              /* no notes on stderr */
+  bool no_fuse_attention;  /* fuse-attention does nothing (--no-fuse-attention) */
+  /* fuse-attention's findings (passes/fuse_attention.h), or NULL */
+  struct sc_fuse_attention_report *attention_report;
 } sc_pass_opts;
 
 void sc_pass_opts_init(sc_pass_opts *o);
@@ -75,6 +82,7 @@ sc_status sc_pass_bind_dims(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fold(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_dce(sc_graph *g, const sc_pass_opts *opts);
+sc_status sc_pass_fuse_attention(sc_graph *g, const sc_pass_opts *opts);
 
 
 /* Shared by infer-shapes and fold: evaluates node n when its op has an eval

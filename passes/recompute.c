@@ -20,7 +20,8 @@
  *              score product (scale, mask), and that product — what the
  *              backward reads of it is then q, k, v and the mask; in a
  *              bf16 or fp16 step the casts on that chain and of the
- *              probabilities too.
+ *              probabilities too. A fused core (FusedAttention, passes/
+ *              fuse_attention.h) saves no probabilities: nothing to do.
  * Nodes outside every block (embedding, final norm, LM head, loss) are
  * never recomputed. Every clone is a new node "<name>/recompute" with
  * outputs "<value>/recompute", so the rest of the compiler sees ordinary
@@ -31,6 +32,7 @@
 #include <string.h>
 
 #include "passes/blocks.h"
+#include "passes/fuse_attention.h"
 
 static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -53,46 +55,19 @@ static sc_status node_blocks(sc_graph *g, int32_t n_fwd, const int32_t *params, 
   return SC_OK;
 }
 
-static bool is_elementwise_step(sc_op op) {
-  return op == SC_OP_ADD || op == SC_OP_SUB || op == SC_OP_MUL || op == SC_OP_DIV ||
-         op == SC_OP_WHERE || op == SC_OP_CAST;
-}
-
-/* selective: each Softmax's attention core into in_r[]. */
+/* selective: each Softmax's attention core into in_r[] (the walk back to
+ * the score product is fuse-attention's, passes/fuse_attention.h). A core
+ * fused into one FusedAttention node has no Softmax left: it saves only
+ * q, k, v, o and the rows' log-sum-exp, and its backward recomputes the
+ * probabilities itself, so selective recompute has nothing of it to do. */
 static void attention_core(const sc_graph *g, int32_t n_fwd, const int64_t *blk, bool *in_r) {
   for (int32_t i = 0; i < n_fwd; i++) {
     const sc_node *n = &g->nodes[i];
     if (n->op != SC_OP_SOFTMAX || blk[i] < 0 || (n->flags & SC_NODE_DEAD)) continue;
     /* back through scale and mask to the score product */
-    int32_t chain[16], nc = 0, v = n->inputs[0];
-    bool found = false;
-    while (v >= 0 && nc < 16) {
-      int32_t p = g->values[v].producer;
-      if (p < 0 || p >= n_fwd || blk[p] != blk[i]) break;
-      chain[nc++] = p;
-      if (g->nodes[p].op == SC_OP_MATMUL) {
-        found = true;
-        break;
-      }
-      if (!is_elementwise_step(g->nodes[p].op)) break;
-      /* the scores: the first float input of the node's own shape computed
-       * in the block (not a mask, a broadcast bias or a scale); in its own
-       * dtype, except through a Cast (bf16 and fp16 steps cast the score
-       * product's output back to fp32) */
-      const sc_value *o = &g->values[g->nodes[p].outputs[0]];
-      int32_t next = -1;
-      for (int32_t k = 0; k < g->nodes[p].n_inputs && next < 0; k++) {
-        int32_t x = g->nodes[p].inputs[k];
-        int32_t q = x >= 0 ? g->values[x].producer : -1;
-        const sc_value *xv = x >= 0 ? &g->values[x] : NULL;
-        if (q >= 0 && q < n_fwd && blk[q] == blk[i] &&
-            (xv->dtype == o->dtype || g->nodes[p].op == SC_OP_CAST) &&
-            xv->rank == o->rank && memcmp(xv->dims, o->dims, (size_t)o->rank * sizeof *o->dims) == 0)
-          next = x;
-      }
-      v = next;
-    }
-    if (!found) continue;
+    int32_t chain[SC_ATTENTION_CHAIN_MAX];
+    int32_t nc = sc_attention_core_chain(g, i, n_fwd, blk, chain);
+    if (nc == 0) continue;
     in_r[i] = true;
     for (int32_t k = 0; k < nc; k++) in_r[chain[k]] = true;
     /* the probabilities' casts (a bf16 or fp16 step casts them for the

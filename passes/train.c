@@ -3,7 +3,7 @@
  * In order: tied copies become a Transpose of their source (train.h);
  * parameters become inputs; static shapes (bind-dims,
  * infer-shapes, which can no longer fold anything derived from a weight);
- * the loss; sc_autodiff; the global gradient norm and optional clipping;
+ * each attention core fused (passes/fuse_attention.h); the loss; sc_autodiff; the global gradient norm and optional clipping;
  * the optimizer update. Every node added here is built with the gradient
  * builders (grad_rule.h), named "train/<k>", its shape inferred at once.
  * Formulas are PyTorch's (torch.nn.functional.cross_entropy,
@@ -552,6 +552,19 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   if ((o->bf16 || o->fp16) &&
       (st = to_low_precision(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK)
     return st;
+  /* after the casts (the fused node computes in the products' dtype),
+   * before autodiff (its gradient is the fused rule's) */
+  if (!o->no_fuse_attention) {
+    int32_t *pv = sc_calloc((size_t)info->n_params + 1, sizeof *pv);
+    if (!pv) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    for (int32_t k = 0; k < info->n_params; k++) pv[k] = info->params[k].input;
+    st = sc_fuse_attention(g, pv, info->n_params, &info->attention);
+    sc_free(pv);
+    if (st != SC_OK) {
+      *d = g->diag;
+      return st;
+    }
+  }
   int32_t y = find_output(g, o->logits);
   if (y < 0 && o->logits)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the model has no output named '%s'",

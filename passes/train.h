@@ -74,6 +74,7 @@
 #define SC_PASSES_TRAIN_H
 
 #include "ir/ir.h"
+#include "passes/fuse_attention.h"
 #include "passes/recompute.h"
 
 typedef enum sc_loss_kind { SC_LOSS_CROSS_ENTROPY, SC_LOSS_MSE, SC_LOSS_OUTPUT } sc_loss_kind;
@@ -97,6 +98,9 @@ typedef struct sc_train_opts {
   bool bf16;                    /* mixed precision: matrix products in bf16 */
   bool fp16;                    /* ... in fp16, with dynamic loss scaling */
   sc_recompute_kind recompute;  /* activation checkpointing (recompute.h) */
+  bool no_fuse_attention;       /* leave attention cores unfused (else each
+                                   becomes one FusedAttention node before
+                                   autodiff: passes/fuse_attention.h) */
   bool shape_only;              /* the model has shapes, no weights (`plan
                                    --train --no-weights`): every float
                                    initializer is a parameter, nothing is
@@ -149,6 +153,7 @@ typedef struct sc_train_info {
   int64_t trainable_numel;
   int64_t classes;              /* cross-entropy: the logits' last dim */
   sc_recompute_report recompute; /* what --recompute cloned */
+  sc_fuse_attention_report attention; /* what fuse-attention fused and not */
   int32_t n_ties;
   sc_train_tie *ties;           /* tied copies, read through their source
                                    (in the graph's arena) */

@@ -14,7 +14,7 @@ END = "<!-- END GENERATED OP TABLE -->"
 ROW = re.compile(r'^OP\((\w+),\s*"(\w+)",\s*(\d+),\s*(-?\d+),\s*(-?\d+),\s*(-?\d+),'
                  r'\s*(-?\d+),\s*([\w|]+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+),\s*(\w+)\)', re.M)
 FAMILY = {"E": "elementwise", "R": "reduction", "N": "neural network", "S": "shape / data movement",
-          "C": "collective (internal)", "K": "composite"}
+          "C": "collective (internal)", "K": "composite", "A": "fused attention (internal)"}
 
 
 def opset_bounds():
@@ -30,7 +30,7 @@ def table():
     lines = ["| op | family | opsets | inputs | outputs | folded | shape rule | lowering | sharding rule | gradient |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for line in (ROOT / "ir/ops.def").read_text().splitlines():
-        m = re.search(r"\((E|R|N|S|C|K)\) ----", line)
+        m = re.search(r"\((E|R|N|S|C|K|A)\) ----", line)
         if m:
             family = FAMILY[m.group(1)]
         r = ROW.match(line)
@@ -39,7 +39,7 @@ def table():
         _, name, since, mi, ma, mo, xo, _, infer, _, ev, lower, shard, grad = r.groups()
         arity = lambda a, b: a if a == b else (f"{a}+" if b == "-1" else f"{a}–{b}")
         first = max(int(since), lo)
-        opsets = "internal" if family == FAMILY["C"] else f"{first}–{hi}"
+        opsets = "internal" if family in (FAMILY["C"], FAMILY["A"]) else f"{first}–{hi}"
         if family == FAMILY["K"]:  # replaced by its expansion: the later columns are its ops'
             lines.append(f"| {name} | {family} | {opsets} | {arity(mi, ma)} | {arity(mo, xo)} | "
                          f"its expansion's | expanded (`passes/composite.c`) | its expansion's | "

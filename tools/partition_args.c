@@ -110,6 +110,8 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
           "  --no-vocab-parallel    keep the embedding and LM head whole\n"
           "  --no-overlap           collectives run where they are, to completion (no\n"
           "                         async start and wait, no prefetch)\n"
+          "  --no-fuse-attention    keep each attention core as separate products and\n"
+          "                         a softmax (default: one fused attention step)\n"
           "  --ranks-per-node N     which ranks share a node\n"
           "  --cluster C            a cluster file (.json) or preset (h100-sxm:8x4,\n"
           "                         a100-80g:GxN, h200:GxN, cpu:local): axes ordered\n"
@@ -154,6 +156,11 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
   }
   if (strcmp(a, "--no-overlap") == 0) {
     p->no_overlap = true;
+    (*i)++;
+    return 1;
+  }
+  if (strcmp(a, "--no-fuse-attention") == 0) {
+    p->no_fuse_attention = true;
     (*i)++;
     return 1;
   }
@@ -354,6 +361,7 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
   bo->n_dims = opts->n_dims;
   bo->plan = plan; /* taken */
   bo->plan_file = p->plan_file;
+  bo->no_fuse_attention = p->no_fuse_attention;
   sc_status st = sc_build_run(bo, out, &d);
   bo->plan = NULL;
   bo->dims = NULL;

@@ -64,6 +64,7 @@ typedef struct sc_partition_args {
   int32_t zero;                /* --zero, 0 = not given */
   bool keep_after_forward;     /* --no-reshard-after-forward */
   bool no_overlap;             /* --no-overlap */
+  bool no_fuse_attention;      /* --no-fuse-attention */
   int64_t hybrid_shard_degree; /* 0 = not given */
   const char *plan_file;
   const char *comm;            /* "local" (default) or "mpi" */

@@ -820,3 +820,48 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   c->out[0] = c->want[0];
   return SC_OK;
 }
+
+/* ---- fused attention ---- */
+
+/* FusedAttention(q, k, v[, mask]) -> (o, lse) and FusedAttentionGrad(q, k,
+ * v, o, lse, d_o[, mask]) -> (dq, dk, dv) (ir/attention.h): batches and
+ * heads are independent. The batch dim (0) keeps q's split; the heads dim
+ * (1) keeps q's split when it has no stride and divides both the heads and
+ * the kv heads (then local head i still reads local kv head i / (h / kvh)).
+ * Every operand's dims 0 and 1 follow (a mask's only where it is whole on
+ * that dim, rank 4 or the heads' dim of rank 3); every other dim, and every
+ * pending sum, is gathered. */
+sc_status sc_shard_attention(sc_shard_ctx *c) {
+  const sc_value *q = inv(c, 0), *k = inv(c, 1);
+  if (q->rank != 4 || k->rank != 4) return sc_shard_replicate_all(c);
+  bool grad = c->n->op == SC_OP_FUSED_ATTENTION_GRAD;
+  sc_sharding lead = c->in[0];
+  sc_sharding_replicated(&c->want[0], 4);
+  sc_axes used = 0;
+  bool batch = carry(c, &c->want[0], 0, &lead, 0, &used, q->dims[0]);
+  bool heads = sc_sharding_stride(&lead, 1) == 1 &&
+               carry(c, &c->want[0], 1, &lead, 1, &used, q->dims[1]) &&
+               sc_shard_divides(&lead, c->mesh, 1, k->dims[1]);
+  if (!heads) sc_shard_unsplit_dim(&c->want[0], 1);
+  int32_t mask_in = grad ? 6 : 3;
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    const sc_value *v = inv(c, i);
+    if (!v) continue;
+    sc_sharding_replicated(&c->want[i], v->rank);
+    if (i == mask_in) { /* dims of size 1 broadcast: stay whole */
+      int32_t bd = v->rank == 4 ? 0 : -1, hd = v->rank >= 3 ? v->rank - 3 : -1;
+      if (batch && bd >= 0 && v->dims[bd] == q->dims[0]) sc_shard_copy_dim(&c->want[i], bd, &lead, 0);
+      if (heads && hd >= 0 && v->dims[hd] == q->dims[1]) sc_shard_copy_dim(&c->want[i], hd, &lead, 1);
+      continue;
+    }
+    if (batch && v->rank >= 1) sc_shard_copy_dim(&c->want[i], 0, &lead, 0);
+    if (heads && v->rank >= 2) sc_shard_copy_dim(&c->want[i], 1, &lead, 1);
+  }
+  for (int32_t j = 0; j < c->n->n_outputs; j++) {
+    const sc_value *o = outv(c, j);
+    if (!o) continue;
+    if (batch && o->rank >= 1) sc_shard_copy_dim(&c->out[j], 0, &lead, 0);
+    if (heads && o->rank >= 2) sc_shard_copy_dim(&c->out[j], 1, &lead, 1);
+  }
+  return SC_OK;
+}

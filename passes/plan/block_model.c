@@ -50,11 +50,14 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
   const sc_op_info *info = (unsigned)n->op < SC_OP_COUNT ? &sc_ops[n->op] : NULL;
   sc_cost c = {0, 0};
   if (info && info->cost) info->cost(g, n, &c);
-  bool gemm = info && (info->flags & SC_OPF_MATMUL);
+  /* a fused attention (ir/attention.h) computes as products do: its FLOPs
+   * are the core's, timed at the GEMM rate */
+  bool fused = n->op == SC_OP_FUSED_ATTENTION || n->op == SC_OP_FUSED_ATTENTION_GRAD;
+  bool gemm = info && ((info->flags & SC_OPF_MATMUL) || fused);
   if (gemm) {
     p->gemm_flops += c.flops;
     if (in_core) p->attn_flops += c.flops;
-    int64_t md = gemm_min_dim(g, n);
+    int64_t md = fused ? 0 : gemm_min_dim(g, n);
     if (md > 0 && (p->gemm_min_dim == 0 || md < p->gemm_min_dim)) p->gemm_min_dim = md;
   } else if (!is_view(n->op)) {
     p->mem_bytes += c.bytes;
@@ -64,7 +67,7 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
   if (!is_view(n->op)) {
     double ob = out_bytes(g, n);
     p->saved_bytes += ob;
-    if (in_core) p->attn_saved_bytes += ob;
+    if (in_core && !fused) p->attn_saved_bytes += ob;
     if (whole) p->whole_saved_bytes += ob;
   }
   for (int32_t j = 0; j < n->n_inputs; j++) {
@@ -98,7 +101,9 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "block model: out of memory");
   }
   /* The attention core of block 0: from its first rank-4 GEMM (the
-   * scores) up to, not including, its second (the context). */
+   * scores) up to, not including, its second (the context); or its
+   * FusedAttention node alone (passes/fuse_attention.h), whose saved
+   * values are o and the rows' log-sum-exp, not the probabilities. */
   int32_t core_state = 0; /* 0 before, 1 inside, 2 after */
   int32_t live = 0;
   for (int32_t i = 0; i < n_nodes; i++) {
@@ -110,14 +115,19 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     bool gemm4 = (sc_ops[n->op].flags & SC_OPF_MATMUL) && out_rank(g, n) == 4;
     bool in_core = false;
     if (blk == 0) {
-      if (gemm4 && core_state == 0) {
+      if (n->op == SC_OP_FUSED_ATTENTION && core_state == 0) {
+        core_state = 2;
+        in_core = true;
+        bm->attn_fused = true;
+        bm->heads = g->values[n->inputs[0]].dims[1];
+      } else if (gemm4 && core_state == 0) {
         core_state = 1;
         const sc_value *o = &g->values[n->outputs[0]];
         bm->heads = o->dims[1];
       } else if (gemm4 && core_state == 1) {
         core_state = 2;
       }
-      in_core = core_state == 1;
+      in_core |= core_state == 1;
       if (bm->block.input_bytes == 0 && n->n_inputs > 0) {
         const sc_value *in = sc_node_input(g, n, 0);
         if (in && !(in->flags & SC_VALUE_PARAM) && in->rank == 3) {

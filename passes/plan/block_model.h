@@ -55,6 +55,9 @@ typedef struct sc_block_model {
   int64_t seq;              /* tokens per example (dim 1 of the token ids) */
   int64_t hidden;           /* the block output's last dim */
   int64_t heads;            /* attention heads, 0: unknown */
+  bool attn_fused;          /* the core is one FusedAttention node: its
+                               saved values are o and lse (attn_saved_bytes
+                               0), selective recompute has nothing to do */
   int64_t vocab;            /* the last dim of the first output (logits) */
   int32_t param_bytes;      /* bytes of a parameter element in the graph */
   sc_block_part block;      /* one block */

@@ -19,6 +19,8 @@
 
 #include "cost.h"
 
+#include "ir/attention.h"
+
 const char *sc_coll_kind_name(sc_coll_kind k) {
   static const char *const names[SC_COLL_KIND_COUNT] = {
       "all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "send"};
@@ -197,6 +199,25 @@ sc_status sc_cost_gemm_shape_time(const sc_cluster *c, sc_cluster_dtype t, int64
   if (!c->profile.present) return sc_cost_gemm_time(c, t, flops, bytes, eff, seconds, d);
   if (check_gemm(c, t, flops, bytes, eff, d) != SC_OK) return d->status;
   return profile_gemm_time(c, t, flops, bytes, (double)m, (double)n, (double)k, seconds, d);
+}
+
+sc_status sc_cost_attention_time(const sc_cluster *c, sc_cluster_dtype t,
+                                 const sc_attention_shape *s, bool grad, double bytes,
+                                 double *seconds, double *flops, sc_diag *d) {
+  *seconds = *flops = 0;
+  double f = sc_attention_flops(s->b, s->h, s->sq, s->skv, s->d, s->dv, s->causal, grad);
+  if (f <= 0) return SC_OK; /* nothing visible, or an empty batch */
+  if (s->sq < 1 || s->skv < 1 || s->d < 1)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "attention: sq %lld, skv %lld, d %lld",
+                       (long long)s->sq, (long long)s->skv, (long long)s->d);
+  double eff = sc_cost_gemm_efficiency(s->sq, s->skv, s->d);
+  sc_status st = !c->profile.present ? sc_cost_gemm_time(c, t, f, bytes, eff, seconds, d)
+                 : check_gemm(c, t, f, bytes, eff, d) != SC_OK
+                     ? d->status
+                     : profile_gemm_time(c, t, f, bytes, (double)s->sq, (double)s->skv,
+                                         (double)s->d, seconds, d);
+  if (st == SC_OK) *flops = f;
+  return st;
 }
 
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d) {

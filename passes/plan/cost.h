@@ -105,6 +105,17 @@ double sc_cost_gemm_efficiency(int64_t m, int64_t n, int64_t k);
 sc_status sc_cost_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops, double bytes,
                             double eff, double *seconds, sc_diag *d);
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d);
+/* A fused attention step (ir/attention.h) of shape s: its FLOPs
+ * (sc_attention_flops: 4·b·h·sq·skv·d forward for dv = d, the visible
+ * pairs only when causal; the backward 2.5 times) at the GEMM rate of its
+ * per-head products (sq x skv x d: sc_cost_gemm_efficiency, or the
+ * profile's measured rate for that shape), moving `bytes` (q, k, v, o,
+ * lse, mask and the gradients, each once: no score matrix). *flops: the
+ * FLOPs counted. Errors as sc_cost_gemm_time. */
+struct sc_attention_shape;
+sc_status sc_cost_attention_time(const sc_cluster *c, sc_cluster_dtype t,
+                                 const struct sc_attention_shape *s, bool grad, double bytes,
+                                 double *seconds, double *flops, sc_diag *d);
 /* The GEMM of batch products m x n x k by its shape: with a profile, at the
  * rate measured for that shape (sc_cost_gemm_time, which has only the
  * FLOPs, uses the cube of the same FLOPs); without, sc_cost_gemm_time with

@@ -230,7 +230,8 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
   t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd
-                : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE ? core + core_mem
+                : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE && !bm->attn_fused
+                    ? core + core_mem
                                                                 : 0;
   const sc_block_part *ou = &bm->outside;
   double og = 0;
