@@ -191,6 +191,7 @@ static sc_status step_canonical(job *j) {
   if (j->o->train) j->b->attention = j->b->train.attention;
   sc_status st = sc_run_passes(g, SC_CANONICAL_PASSES, &po);
   if (st != SC_OK) *j->d = g->diag;
+  if (j->b->plan) j->b->plan->attention = j->b->attention; /* for its JSON */
   return st;
 }
 

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "ir/attention.h"
 #include "passes/pass.h"
 
@@ -188,9 +190,15 @@ static bool classify(const sc_graph *g, const bool *dep, core *c) {
                       m->name ? m->name : "?");
       if (m->dtype != a->dtype && m->dtype != SC_DTYPE_F32)
         return refuse(c, "the mask is %s (the products' dtype or f32)", sc_dtype_name(m->dtype));
-      if (!sc_attention_mask_fits(m->rank, m->dims, a->dims[0], a->dims[1], sq, skv, &sb, &sh))
-        return refuse(c, "the mask's shape does not fit [batch, heads, %lld, %lld] (last two dims "
-                      "exact, the others 1 or whole)", (long long)sq, (long long)skv);
+      if (!sc_attention_mask_fits(m->rank, m->dims, a->dims[0], a->dims[1], sq, skv, &sb, &sh)) {
+        char shape[96] = "";
+        for (int32_t d = 0, w = 0; d < m->rank && w < (int)sizeof shape - 24; d++)
+          w += snprintf(shape + w, sizeof shape - (size_t)w, "%s%lld", d ? "," : "",
+                        (long long)m->dims[d]);
+        return refuse(c, "the mask [%s] does not fit [%lld, %lld, %lld, %lld] (its last two dims "
+                      "exact, the others 1 or whole)", shape, (long long)a->dims[0],
+                      (long long)a->dims[1], (long long)sq, (long long)skv);
+      }
       c->mask = other;
       masked = true;
       break;
@@ -422,4 +430,33 @@ sc_status sc_fuse_attention(sc_graph *g, const int32_t *params, int32_t n_params
   if (st == SC_OK && r->fused > 0) st = sc_graph_compact(g);
   sc_free(at);
   return st;
+}
+
+json_t *sc_fuse_attention_json(const sc_fuse_attention_report *r) {
+  json_t *o = json_object(), *a = json_array();
+  if (!o || !a) {
+    json_decref(o);
+    json_decref(a);
+    return NULL;
+  }
+  json_object_set_new(o, "fused", json_integer(r->fused));
+  json_object_set_new(o, "unfused", json_integer(r->unfused));
+  for (int32_t i = 0; i < r->n_listed; i++)
+    json_array_append_new(a, json_pack("{s:s, s:s}", "node", r->list[i].node, "why",
+                                       r->list[i].why));
+  json_object_set_new(o, "cores", a);
+  return o;
+}
+
+void sc_fuse_attention_print(const sc_fuse_attention_report *r, FILE *f, const char *indent) {
+  if (!r->ran) {
+    fprintf(f, "%sattention: not fused (--no-fuse-attention)\n", indent);
+    return;
+  }
+  fprintf(f, "%sattention: %d core%s fused, %d left unfused\n", indent, (int)r->fused,
+          r->fused == 1 ? "" : "s", (int)r->unfused);
+  for (int32_t i = 0; i < r->n_listed; i++)
+    fprintf(f, "%s  unfused '%s': %s\n", indent, r->list[i].node, r->list[i].why);
+  if (r->unfused > r->n_listed)
+    fprintf(f, "%s  (and %d more)\n", indent, (int)(r->unfused - r->n_listed));
 }

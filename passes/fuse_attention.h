@@ -34,6 +34,8 @@
 #ifndef SC_PASSES_FUSE_ATTENTION_H
 #define SC_PASSES_FUSE_ATTENTION_H
 
+#include <stdio.h>
+
 #include "ir/ir.h"
 
 enum { SC_FUSE_ATTENTION_MAX_UNFUSED = 32, SC_ATTENTION_CHAIN_MAX = 16 };
@@ -52,6 +54,14 @@ typedef struct sc_fuse_attention_report {
   int32_t n_listed;  /* entries of list[] */
   sc_attention_unfused list[SC_FUSE_ATTENTION_MAX_UNFUSED];
 } sc_fuse_attention_report;
+
+/* r as JSON: {"fused": N, "unfused": M, "cores": [{"node", "why"}...]}
+ * (the listed ones). NULL: out of memory. */
+struct json_t;
+struct json_t *sc_fuse_attention_json(const sc_fuse_attention_report *r);
+/* r as text lines on f, each after `indent`: "attention: N cores fused,
+ * M left (--no-fuse-attention: off)" and one line per listed core. */
+void sc_fuse_attention_print(const sc_fuse_attention_report *r, FILE *f, const char *indent);
 
 /* The nodes from Softmax node `softmax`'s producer back to the MatMul that
  * computes its scores (last), through Add, Sub, Mul, Div, Where and Cast,

@@ -649,6 +649,8 @@ static int report_all(const sc_build *b, sc_graph *g, const sc_stats *stats, con
   int rc = 1;
   if (report_gather(&r) != SC_OK) goto nomem;
   print_header(&r, path);
+  printf("\n");
+  sc_fuse_attention_print(&b->attention, stdout, "");
   print_stages(&r);
   print_memory(&r);
   print_device_memory(&r);

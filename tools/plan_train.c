@@ -518,6 +518,17 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     printf("}, \"total_with_device\": %lld", (long long)(m.arena + m.constants + outside));
     static const char *const found_by[] = {"null", "\"structure\"", "\"names\""};
     const sc_recompute_report *rr = &b->train.recompute;
+    const sc_fuse_attention_report *ar = &b->train.attention;
+    printf(", \"attention\": {\"ran\": %s, \"fused\": %d, \"unfused\": %d, \"cores\": [",
+           ar->ran ? "true" : "false", (int)ar->fused, (int)ar->unfused);
+    for (int32_t i = 0; i < ar->n_listed; i++) {
+      printf("%s{\"node\": ", i ? ", " : "");
+      json_str(ar->list[i].node);
+      printf(", \"why\": ");
+      json_str(ar->list[i].why);
+      printf("}");
+    }
+    printf("]}");
     printf(", \"recompute\": {\"kind\": \"%s\", \"blocks\": %d, \"found_by\": %s, "
            "\"residual_adds_per_block\": %d, \"nodes\": %d, \"flops\": %.0f}",
            t->recompute == SC_RECOMPUTE_FULL ? "full"
@@ -559,6 +570,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     printf("mesh %s (%lld ranks)%s: the memory below is one rank's\n", mesh,
            (long long)part->mesh.n_ranks, zero);
   }
+  sc_fuse_attention_print(&b->train.attention, stdout, "");
   if (t->recompute != SC_RECOMPUTE_NONE) {
     const sc_recompute_report *rr = &b->train.recompute;
     char fl[32], how[160];

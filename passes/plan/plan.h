@@ -26,6 +26,7 @@
 #include "ir/ir.h"
 #include "ir/mesh.h"
 #include "ir/sharding.h"
+#include "passes/fuse_attention.h"
 #include "passes/plan/cluster.h"
 
 #define SC_PLAN_FORMAT_VERSION 1
@@ -135,6 +136,9 @@ typedef struct sc_plan {
   /* the predicted step (codegen/dist_sim.h: sc_dist_sim_to_plan), written
    * under "predicted" when on; derived, so the reader skips it */
   sc_plan_predicted predicted;
+  /* what fuse-attention did to the model (passes/fuse_attention.h),
+   * written under "attention" when it ran; derived, so the reader skips it */
+  sc_fuse_attention_report attention;
 } sc_plan;
 
 /* An empty plan: trivial mesh, no axes, 1 stage, 1 microbatch, "gpipe",

@@ -132,6 +132,7 @@ static json_t *plan_to_json(const sc_plan *p) {
                                   (json_int_t)p->cluster_nodes, "axes", axes));
   }
   if (p->predicted.on) json_object_set_new(root, "predicted", predicted_json(&p->predicted));
+  if (p->attention.ran) json_object_set_new(root, "attention", sc_fuse_attention_json(&p->attention));
   return root;
 }
 
@@ -297,7 +298,7 @@ static sc_status read_root(rd *r, json_t *root) {
   if (!json_is_object(root)) return bad(r, "", "must be an object");
   static const char *const top[] = {"version", "mesh", "data_parallel", "tensor_parallel",
                                     "pipeline", "shardings", "precision", "training",
-                                    "placement", "predicted", NULL};
+                                    "placement", "predicted", "attention", NULL};
   TRY(only_keys(r, root, "", top));
   json_t *v = json_object_get(root, "version");
   if (!v) return bad(r, "version", "is missing");
