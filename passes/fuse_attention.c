@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "ir/attention.h"
+#include "passes/grad_rule.h"
 #include "passes/pass.h"
 
 static bool is_chain_op(sc_op op) {
@@ -113,18 +114,22 @@ static bool causal_pattern(const sc_value *cond, int64_t sq, int64_t skv, bool h
   return true;
 }
 
-/* Forward depends-on-a-parameter flags (dep[value]). */
+/* dep[value]: a gradient could flow from value to a parameter — a float
+ * value computed from one through ops that have a gradient rule (Shape,
+ * comparisons and the like carry none, so a causal mask built from an
+ * activation's shape is not). */
 static void mark_dependents(const sc_graph *g, const int32_t *params, int32_t n_params,
                             bool *dep) {
   for (int32_t k = 0; k < n_params; k++)
     if (params[k] >= 0) dep[params[k]] = true;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sc_node *n = &g->nodes[i];
-    if (n->flags & SC_NODE_DEAD) continue;
+    if ((n->flags & SC_NODE_DEAD) || !sc_grad_rule(n->op)) continue;
     bool any = false;
     for (int32_t k = 0; k < n->n_inputs; k++) any |= n->inputs[k] >= 0 && dep[n->inputs[k]];
     for (int32_t j = 0; any && j < n->n_outputs; j++)
-      if (n->outputs[j] >= 0) dep[n->outputs[j]] = true;
+      if (n->outputs[j] >= 0 && sc_dtype_is_float(g->values[n->outputs[j]].dtype))
+        dep[n->outputs[j]] = true;
   }
 }
 
@@ -265,25 +270,36 @@ static bool probs_product(const sc_graph *g, const int32_t *off, const int32_t *
   return true;
 }
 
-/* K from Kᵀ: the Transpose's input when Kᵀ is one of the last two axes,
- * else a new Transpose. -1 on failure (g->diag). */
+/* K from Kᵀ: when Kᵀ is Transpose(X, p), K is X transposed by p with its
+ * last two entries swapped — X itself when that is the identity (Kᵀ a
+ * transpose of K's last two axes), else one new Transpose of X (GPT-2's
+ * Kᵀ = X [b,s,h,d] by (0,2,3,1): K = X by (0,2,1,3), a copy in place of
+ * the Kᵀ copy, which then dies); otherwise a new Transpose of Kᵀ's last
+ * two axes. -1 on failure (g->diag). */
 static int32_t k_of(sc_graph *g, core *c) {
-  int32_t p = g->values[c->kt].producer;
+  int32_t p = g->values[c->kt].producer, src = c->kt;
+  int64_t want[4] = {0, 1, 3, 2};
   if (p >= 0 && g->nodes[p].op == SC_OP_TRANSPOSE) {
     const int64_t *perm = NULL;
     int64_t np = sc_attr_ints(g, &g->nodes[p], "perm", &perm);
-    if (np == 4 && perm[0] == 0 && perm[1] == 1 && perm[2] == 3 && perm[3] == 2)
-      return g->nodes[p].inputs[0];
+    if (np == 4) {
+      want[0] = perm[0], want[1] = perm[1], want[2] = perm[3], want[3] = perm[2];
+      if (want[0] == 0 && want[1] == 1 && want[2] == 2 && want[3] == 3)
+        return g->nodes[p].inputs[0];
+      src = g->nodes[p].inputs[0];
+    } else {
+      want[0] = 0, want[1] = 1, want[2] = 3, want[3] = 2;
+    }
   }
   char name[256];
   snprintf(name, sizeof name, "%s/k", g->nodes[c->softmax].name ? g->nodes[c->softmax].name
                                                                 : "attention");
   int32_t k = sc_graph_new_value(g, name);
-  int32_t node = k < 0 ? -1 : sc_graph_add_node(g, SC_OP_TRANSPOSE, name, &c->kt, 1, &k, 1);
+  int32_t node = k < 0 ? -1 : sc_graph_add_node(g, SC_OP_TRANSPOSE, name, &src, 1, &k, 1);
   sc_attr *a = node < 0 ? NULL : sc_node_add_attr(g, node, "perm", SC_ATTR_INTS);
   int64_t *perm = a ? sc_arena_array(&g->arena, 4, sizeof *perm) : NULL;
   if (!perm) return -1;
-  perm[0] = 0, perm[1] = 1, perm[2] = 3, perm[3] = 2;
+  memcpy(perm, want, sizeof want);
   a->ints = perm;
   a->n = 4;
   return sc_ops[SC_OP_TRANSPOSE].infer(g, &g->nodes[node]) == SC_OK ? k : -1;

@@ -1,12 +1,14 @@
 /* opt.c — `shardc opt FILE.ir --passes P1,P2`: the `opt` of shardc. Parses
  * textual IR, binds --dim names, runs the chosen passes and prints the
- * resulting IR on stdout. For golden tests of single passes (tests/lit). */
+ * resulting IR on stdout; what fuse-attention fused and left (when it ran)
+ * goes to stderr. For golden tests of single passes (tests/lit). */
 #include <stdio.h>
 
 #include "cli.h"
 #include "commands.h"
 #include "ir/text.h"
 #include "codegen/compile.h" /* codegen's passes (fuse) */
+#include "passes/fuse_attention.h"
 #include "passes/pass.h"
 
 static const char *const USAGE =
@@ -36,8 +38,12 @@ int sc_cmd_opt(int argc, char **argv) {
   if (rc) return rc;
   sc_pass_opts po;
   sc_cli_pass_opts(&o, &po);
+  sc_fuse_attention_report attention = {0};
+  po.attention_report = &attention;
   sc_codegen_register_passes();
-  if (sc_run_passes(g, o.passes, &po) != SC_OK) {
+  sc_status st = sc_run_passes(g, o.passes, &po);
+  if (attention.ran) sc_fuse_attention_print(&attention, stderr, "shardc: note: ");
+  if (st != SC_OK) {
     rc = sc_cli_report(&g->diag, o.file);
     sc_graph_destroy(g);
     return rc;
