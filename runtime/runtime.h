@@ -39,6 +39,10 @@ typedef struct sc_device_choice {
 } sc_device_choice;
 /* Whether c names the CPU device (the default). */
 bool sc_device_choice_is_cpu(const sc_device_choice *c);
+/* Whether the device c names runs fused attention steps (program.h's
+ * SC_STEP_ATTENTION: its run_attention hook, runtime/device.h); a program
+ * for one that does not is compiled with the cores unfused. */
+bool sc_device_choice_runs_attention(const sc_device_choice *c);
 
 typedef struct sc_session_opts {
   sc_device_choice device;

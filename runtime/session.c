@@ -210,6 +210,11 @@ bool sc_device_choice_is_cpu(const sc_device_choice *c) {
   return !c || !c->name || strcmp(c->name, "cpu") == 0;
 }
 
+bool sc_device_choice_runs_attention(const sc_device_choice *c) {
+  const sc_device_iface *dev = sc_device_find(c && c->name ? c->name : "cpu");
+  return dev && dev->run_attention;
+}
+
 static void stop_queues(sc_session *s);
 
 void sc_session_destroy(sc_session *s) {

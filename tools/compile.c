@@ -214,6 +214,9 @@ int sc_cmd_compile(int argc, char **argv) {
   sc_build_setup_init(&bs, &o, &co.pa);
   bs.compile.quiet = partitioned || co.train;
   if (bo.target == SC_BUNDLE_CUDA) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  bs.build.no_fuse_attention =
+      !sc_device_choice_runs_attention(&(sc_device_choice){
+          .name = bo.target == SC_BUNDLE_CUDA ? "cuda" : "cpu"});
   sc_build *b = NULL;
   if ((rc = co.train ? sc_train_args_build(&co.ta, &co.pa, &o, &bs.build, &b)
                      : sc_partition_args_build(&co.pa, &o, &bs.build, &b, NULL)) != 0)

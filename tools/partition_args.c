@@ -361,7 +361,7 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
   bo->n_dims = opts->n_dims;
   bo->plan = plan; /* taken */
   bo->plan_file = p->plan_file;
-  bo->no_fuse_attention = p->no_fuse_attention;
+  bo->no_fuse_attention |= p->no_fuse_attention;
   sc_status st = sc_build_run(bo, out, &d);
   bo->plan = NULL;
   bo->dims = NULL;

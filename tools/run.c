@@ -848,6 +848,7 @@ static int run_partitioned(run_opts *r, sc_cli_opts *o) {
   bs.compile.fuse = !r->no_fuse;
   bs.compile.quiet = true;
   if (!sc_device_choice_is_cpu(&r->dev)) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  bs.build.no_fuse_attention = !sc_device_choice_runs_attention(&r->dev);
   sc_build *b = NULL;
   double t0 = now_ms();
   int rc = build_model(r, o, &bs.build, &b);
@@ -952,6 +953,7 @@ int sc_cmd_run(int argc, char **argv) {
     sc_build_setup_init(&bs, &o, &r.pc);
     bs.compile.fuse = !r.no_fuse;
     if (!sc_device_choice_is_cpu(&r.dev)) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+    bs.build.no_fuse_attention = !sc_device_choice_runs_attention(&r.dev);
     rc = build_model(&r, &o, &bs.build, &st.build);
     if (rc) {
       run_state_free(&st, &r);

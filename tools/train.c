@@ -408,6 +408,7 @@ static int build_step(train_args *a, const sc_cli_opts *o, step_source *src) {
   sc_build_setup_init(&bs, o, &a->pa);
   bs.compile.quiet = true;
   if (!sc_device_choice_is_cpu(&a->dev)) bs.compile.workspace_bytes = SC_GEMM_WORKSPACE_BYTES;
+  bs.build.no_fuse_attention = !sc_device_choice_runs_attention(&a->dev);
   /* a pipeline rank's pieces read and update its state in place on the
    * CPU; a GPU's arena is device memory, the state is copied there */
   bs.compile.bind_state = sc_device_choice_is_cpu(&a->dev);

@@ -5,7 +5,10 @@ The stash is what a pipeline rank keeps per microbatch in flight: the
 values each forward piece hands to its chunk's backward piece, and those
 crossing a chunk boundary (`stash_peak` of `shardc plan --train --json`).
 Checked:
-  - the shape-only 1.5B GPT (48 blocks, h 1600, a 25 heads, vocabulary
+  - (the plans with the attention cores unfused, --no-fuse-attention: the
+    bounds below are the unfused core's; a fused core saves no
+    probabilities and selective recompute has nothing of it to do,
+    docs/passes.md#fused-attention) the shape-only 1.5B GPT (48 blocks, h 1600, a 25 heads, vocabulary
     50257; batch 8 in 4 microbatches of b = 2, sequence s = 128, fp32) at
     pp=2 under 1F1B and GPipe. One hidden state is hid = s·b·h·4 bytes.
     Full recompute keeps per block and microbatch its input: rank 0 (no LM
@@ -47,8 +50,8 @@ S, MB, H, A, BLOCKS = 128, 2, 1600, 25, 48
 
 def plan(model, sched, kind, mesh):
     r = subprocess.run([SHARDC, "plan", model, "--no-weights", "--train", "--json", "--dim",
-                        "batch=8", "--schedule", sched, "--microbatches", "4", "--recompute",
-                        kind, "--mesh"] + mesh, capture_output=True, text=True, timeout=300)
+                        "batch=8", "--schedule", sched, "--microbatches", "4",
+                        "--no-fuse-attention", "--recompute", kind, "--mesh"] + mesh, capture_output=True, text=True, timeout=300)
     if not check(r.returncode == 0, f"plan {mesh} {sched} --recompute {kind}: {r.stderr[-500:]}"):
         return None
     return json.loads(r.stdout)["pipeline"]["ranks"]

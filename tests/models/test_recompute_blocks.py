@@ -8,7 +8,9 @@ nodes and weights prefixed `l0.`, `l1.`, ... in one model, random tokens
 in another. Checked:
   - inspect finds L blocks by structure, no name key, 12h^2 + 13h
     parameters each (and the 10 elements of its shape initializers);
-  - plan --train: recompute finds L blocks; per layer (the 4-layer model
+  - plan --train (the attention cores unfused, --no-fuse-attention: the
+    figures below are the unfused core's, docs/passes.md#fused-attention):
+    recompute finds L blocks; per layer (the 4-layer model
     minus the 2-layer one, halved) the saved activations are Korthikanti's
     fp32 figures without dropout: none 4(16sbh + as^2b), selective 4·16sbh,
     full 4sbh (the block's input alone);
@@ -107,7 +109,8 @@ def shardc(args, timeout=300):
 
 
 def plan(path, *extra):
-    r = shardc(["plan", path, "--train", "--loss", "mse", "--json"] + list(extra))
+    r = shardc(["plan", path, "--train", "--loss", "mse", "--json", "--no-fuse-attention"] +
+               list(extra))
     if not check(r.returncode == 0, f"plan {path} {extra}: {r.stderr[-500:]}"):
         return None
     return json.loads(r.stdout)

@@ -266,7 +266,7 @@ static void test_unknown_pass(void **state) {
   quiet_opts(&po);
   assert_int_equal(sc_run_passes(g, "dce, frobnicate", &po), SC_ERR_USAGE);
   assert_non_null(strstr(g->diag.msg, "unknown pass 'frobnicate'"));
-  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, dce"));
+  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, fuse-attention, dce"));
   assert_int_equal(g->n_nodes, 2); /* nothing ran */
   sc_diag_clear(&g->diag);
   po.print_after = "nosuch";
@@ -278,12 +278,13 @@ static void test_unknown_pass(void **state) {
   sc_codegen_register_passes(); /* idempotent */
   const sc_pass_info *reg = sc_pass_registry();
   assert_string_equal(reg[0].name, "bind-dims");
-  assert_string_equal(reg[4].name, "fuse");
-  assert_null(reg[5].name);
+  assert_string_equal(reg[3].name, "fuse-attention");
+  assert_string_equal(reg[5].name, "fuse");
+  assert_null(reg[6].name);
   sc_pass_info clash = {"fold", sc_pass_dce, "", "", false};
   assert_int_equal(sc_pass_register(&clash), SC_ERR_USAGE);
-  assert_int_equal(sc_pass_register(&reg[4]), SC_OK);
-  assert_null(reg[5].name);
+  assert_int_equal(sc_pass_register(&reg[5]), SC_OK);
+  assert_null(reg[6].name);
   sc_graph_destroy(g);
 }
 
