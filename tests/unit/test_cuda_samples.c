@@ -70,8 +70,9 @@ static sc_program *compile_model(const char *path, sc_graph **gout) {
   sc_compile_opts co;
   sc_compile_opts_init(&co);
   co.quiet = true;
-  /* the cores unfused: the CUDA device runs no attention step yet
-   * (sc_device_choice_runs_attention) */
+  /* the cores fused where the CUDA device runs attention steps
+   * (sc_device_choice_runs_attention: it does; the walk runs them on the
+   * CPU, their CUDA kernels are test_cuda_attention's) */
   co.no_fuse_attention = !sc_device_choice_runs_attention(&(sc_device_choice){.name = "cuda"});
   sc_program *p = NULL;
   if (sc_compile_graph(g, &co, &p, &d) != SC_OK) fail_msg("%s: compile: %s", name, d.msg);
