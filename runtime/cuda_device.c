@@ -52,6 +52,15 @@
  *             in a host function there, and copies them back with every bad
  *             one made 0, so that the kernels queued after it stay in
  *             bounds while the run fails at its end with the CPU's message.
+ *   attention an ATTENTION step launches the codegen's fused forward kernel
+ *             for its problem, an ATTENTION_GRAD step the dK/dV kernel and
+ *             then the dQ kernel (codegen/cuda/cuda.h: sc_cuda_attn; steps
+ *             with the same problem share kernels), on the compute stream,
+ *             so they are captured into the graph like any kernel; their
+ *             dynamic shared memory above 48 KB allowed through
+ *             cuFuncSetAttribute. SHARDC_CUDA_ATTENTION=mma runs the
+ *             forward on tensor cores where the problem has that kernel
+ *             (bf16/f16, head dims multiples of 16).
  *   scatters  a SCATTER_ADD step (ScatterND with reduction add, embedding
  *             gradients) checks its indices the same way, copies data to
  *             out and runs the codegen's scatter kernel: one thread per
@@ -118,6 +127,16 @@ typedef struct conv_job {
   void *args[4];
 } conv_job;
 
+/* an ATTENTION step's forward kernel, or an ATTENTION_GRAD step's two
+ * backward kernels (dK/dV, then dQ), with their one argument array */
+typedef struct attn_job {
+  int n;
+  CUfunction fn[2];
+  sc_cuda_attn_launch cfg[2];
+  uint64_t vals[SC_CUDA_ATTN_ARGS]; /* q k v mask o lse d_o dq dk dv (0: none) */
+  void *args[SC_CUDA_ATTN_ARGS];
+} attn_job;
+
 /* a SCATTER_ADD step's kernel and its arguments */
 typedef struct scatter_job {
   CUfunction fn;
@@ -159,6 +178,8 @@ struct cuda_ctx {
   comm_job *jobs;      /* [n_steps] */
   check_job *checks;   /* [n_steps] */
   scatter_job *scatters; /* [n_steps] */
+  attn_job *attns;     /* [n_steps] */
+  int32_t n_attn_mma;  /* attention forwards on tensor cores */
 
   int64_t runs;
   CUevent ev_t0, ev_t1; /* a run's steps, from begin_run to end_run (timing) */
@@ -393,6 +414,7 @@ static void cuda_destroy(void *ctx) {
     if (c->checks[i].pinned) cu->mem_free_host(c->checks[i].pinned);
   sc_free(c->checks);
   sc_free(c->scatters);
+  sc_free(c->attns);
   sc_free(c->jobs);
   sc_free(c->cstreams);
   sc_free(c->stream_of);
@@ -415,6 +437,17 @@ static bool cuda_supports_step(void *ctx, const sc_program *p, const sc_step *s)
     (void)c;
     return (vt == SC_DTYPE_F32 || vt == SC_DTYPE_F64) &&
            (it == SC_DTYPE_I32 || it == SC_DTYPE_I64);
+  }
+  case SC_STEP_ATTENTION:
+  case SC_STEP_ATTENTION_GRAD: { /* the codegen's fused attention kernels */
+#if SHARDC_HAVE_CUDA
+    if (sc_attention_problem(p, s)) return false;
+    sc_cuda_attn a;
+    sc_cuda_attn_of_step(p, s, &a);
+    return sc_cuda_attn_problem(&a) == NULL;
+#else
+    return false;
+#endif
   }
   default: return false;
   }
@@ -557,6 +590,59 @@ static sc_status prepare_convs(cuda_ctx *c, sc_diag *diag) {
   return SC_OK;
 }
 
+/* The fused attention steps' kernels (codegen/cuda/cuda.h: sc_cuda_attn),
+ * each kernel's dynamic shared memory limit raised above 48 KB where it
+ * needs more; a device that offers less than a kernel needs is an error. */
+static sc_status prepare_attention(cuda_ctx *c, sc_diag *diag) {
+#if SHARDC_HAVE_CUDA
+  const sc_program *p = c->p;
+  const sc_cu *cu = c->cu;
+  int optin = -1;
+  const char *mode = getenv("SHARDC_CUDA_ATTENTION");
+  bool mma = mode && strcmp(mode, "mma") == 0;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind != SC_STEP_ATTENTION && s->kind != SC_STEP_ATTENTION_GRAD) continue;
+    attn_job *j = &c->attns[i];
+    sc_cuda_attn a;
+    sc_cuda_attn_of_step(p, s, &a);
+    int32_t id = sc_cuda_attn_id(p, i);
+    j->n = s->kind == SC_STEP_ATTENTION ? 1 : 2;
+    for (int k = 0; k < j->n; k++) {
+      sc_cuda_attn_pass pass = s->kind == SC_STEP_ATTENTION ? SC_CUDA_ATTN_FWD
+                               : k == 0                     ? SC_CUDA_ATTN_BWD_KV
+                                                            : SC_CUDA_ATTN_BWD_Q;
+      if (pass == SC_CUDA_ATTN_FWD && mma && sc_cuda_attn_mma_ok(&a)) {
+        pass = SC_CUDA_ATTN_FWD_MMA;
+        c->n_attn_mma++;
+      }
+      sc_cuda_attn_launch *l = &j->cfg[k];
+      sc_cuda_attn_launch_config(&a, id, pass, l);
+      CUresult r = cu->module_function(&j->fn[k], c->mod, l->name);
+      if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuModuleGetFunction", l->name, diag);
+      if (l->shared_bytes <= SC_CU_SHARED_DEFAULT_BYTES) continue;
+      if (optin < 0 &&
+          cu->device_attribute(&optin, SC_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                               c->dev) != SC_CUDA_SUCCESS)
+        optin = SC_CU_SHARED_DEFAULT_BYTES;
+      if (l->shared_bytes > optin)
+        return sc_diag_set(diag, SC_ERR_UNSUPPORTED, s->origin, NULL,
+                           "cuda device: step %d: %s needs %d bytes of shared memory, the device "
+                           "offers %d",
+                           (int)i, l->name, l->shared_bytes, optin);
+      r = cu->func_set_attribute(j->fn[k], SC_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 l->shared_bytes);
+      if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuFuncSetAttribute", l->name, diag);
+    }
+    for (int k = 0; k < SC_CUDA_ATTN_ARGS; k++) j->args[k] = &j->vals[k];
+  }
+#else
+  (void)c;
+  (void)diag;
+#endif
+  return SC_OK;
+}
+
 static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   cuda_ctx *c = ctx;
   const sc_cu *cu = c->cu;
@@ -565,9 +651,15 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     const sc_step *s = &p->steps[i];
     if (cuda_supports_step(c, p, s)) continue;
     const char *why = s->kind == SC_STEP_GEMM ? sc_gemm_problem(p, s) : "unsupported";
-    if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD)
-      why = "the cuda device has no fused attention kernel yet: compile with "
-            "--no-fuse-attention";
+    if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD) {
+      why = sc_attention_problem(p, s);
+#if SHARDC_HAVE_CUDA
+      sc_cuda_attn a;
+      if (!why) sc_cuda_attn_of_step(p, s, &a), why = sc_cuda_attn_problem(&a);
+#else
+      why = "built without NVRTC";
+#endif
+    }
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, s->origin, NULL, "cuda device: step %d: %s",
                        (int)i, why ? why : "unsupported");
   }
@@ -587,7 +679,8 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->skip = sc_calloc((size_t)p->n_kernels + 1, sizeof *c->skip);
   c->checks = sc_calloc(ns, sizeof *c->checks);
   c->scatters = sc_calloc(ns, sizeof *c->scatters);
-  if (!c->gemm_id || !c->gemm_fused || !c->convs || !c->skip || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
+  c->attns = sc_calloc(ns, sizeof *c->attns);
+  if (!c->attns || !c->gemm_id || !c->gemm_fused || !c->convs || !c->skip || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
       !c->jobs)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < p->n_steps; i++) {
@@ -604,8 +697,11 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     sc_status st = sc_gpu_gemm_create(cu, &c->gemm, diag);
     if (st != SC_OK) return st;
   }
-  bool any_scatter = false;
-  for (int32_t i = 0; i < p->n_steps; i++) any_scatter |= p->steps[i].kind == SC_STEP_SCATTER_ADD;
+  bool any_scatter = false; /* or attention: a step whose kernel is the codegen's own */
+  for (int32_t i = 0; i < p->n_steps; i++)
+    any_scatter |= p->steps[i].kind == SC_STEP_SCATTER_ADD ||
+                   p->steps[i].kind == SC_STEP_ATTENTION ||
+                   p->steps[i].kind == SC_STEP_ATTENTION_GRAD;
   if (p->n_kernels == 0 && !any_scatter) return SC_OK;
   char *src = NULL;
   sc_status st = SC_OK;
@@ -648,6 +744,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
     CUresult r = cu->module_function(&c->scatters[i].fn, c->mod, name);
     if (r != SC_CUDA_SUCCESS) return sc_cu_check(cu, r, "cuModuleGetFunction", name, diag);
   }
+  if ((st = prepare_attention(c, diag)) != SC_OK) return st;
   return prepare_convs(c, diag);
 }
 
@@ -724,18 +821,21 @@ static void report(cuda_ctx *c) {
   if (!v || strcmp(v, "1") != 0) return;
   char name[128] = "?";
   c->cu->device_name(name, sizeof name, c->dev);
+  int32_t n_attention = 0;
+  for (int32_t i = 0; i < c->p->n_steps; i++) n_attention += c->attns[i].n > 0;
   size_t free_now = 0, total = 0;
   c->cu->mem_get_info(&free_now, &total);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
-          "in the product, workspace %s), %d convolutions as implicit GEMMs; arena %lld bytes "
+          "in the product, workspace %s), %d convolutions as implicit GEMMs, %d fused "
+          "attention steps (%d forwards on tensor cores); arena %lld bytes "
           "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
           "bytes\n",
           c->o.rank, name, c->arch, c->image_kind[0] ? c->image_kind : "none",
           c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
           !c->gemm || !strcmp(sc_gpu_gemm_engine(c->gemm), "host") ? "none"
           : sc_gpu_gemm_own_workspace(c->gemm) ? "allocated" : "in the arena",
-          (int)c->n_convs,
+          (int)c->n_convs, (int)n_attention, (int)c->n_attn_mma,
           (long long)c->arena_bytes,
           (long long)c->p->arena_bytes, (long long)c->const_bytes,
           (long long)c->free_at_create - (long long)free_now);
@@ -835,6 +935,13 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
       if (j->bytes > 0 && !j->pinned)
         CK(c->cu->mem_alloc_host(&j->pinned, (size_t)j->bytes), "an index check's buffer");
     }
+    if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD) {
+      const sc_attention_step *x = &s->attn;
+      int32_t ids[SC_CUDA_ATTN_ARGS] = {x->q, x->k, x->v, x->mask, x->o, x->lse,
+                                        x->d_o, x->dq, x->dk, x->dv};
+      for (int k = 0; k < SC_CUDA_ATTN_ARGS; k++)
+        c->attns[i].vals[k] = ids[k] >= 0 ? c->ptrs[ids[k]] : 0;
+    }
     if (s->kind == SC_STEP_SCATTER_ADD) {
       const sc_scatter_step *x = &s->scatter;
       scatter_job *j = &c->scatters[i];
@@ -916,6 +1023,19 @@ static void cuda_run_gemm(void *ctx, const sc_step *s) {
   else if (sc_gpu_gemm_enqueue(c->gemm, c->gemm_id[s - c->p->steps], c->compute, &d) != SC_OK)
     fail(c, &d);
   if (s->kernel >= 0 && !c->gemm_fused[s - c->p->steps]) launch_kernel(c, s->kernel);
+}
+
+/* ATTENTION: the forward kernel; ATTENTION_GRAD: dK/dV, then dQ (they
+ * write different buffers and read the same ones) */
+static void cuda_run_attention(void *ctx, const sc_step *s) {
+  cuda_ctx *c = ctx;
+  attn_job *j = &c->attns[s - c->p->steps];
+  for (int k = 0; k < j->n; k++)
+    check_run(c,
+              c->cu->launch_kernel(j->fn[k], (unsigned)j->cfg[k].grid, 1, 1,
+                                   (unsigned)j->cfg[k].block, 1, 1,
+                                   (unsigned)j->cfg[k].shared_bytes, c->compute, j->args, NULL),
+              "cuLaunchKernel");
 }
 
 static int cuda_threads(void *ctx) {
@@ -1170,6 +1290,7 @@ const sc_device_iface sc_device_cuda = {
     .zero = cuda_zero,
     .run_kernel = cuda_run_kernel,
     .run_gemm = cuda_run_gemm,
+    .run_attention = cuda_run_attention,
     .threads = cuda_threads,
     .compile_seconds = cuda_compile_seconds,
     .begin_run = cuda_begin_run,

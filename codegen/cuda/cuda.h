@@ -149,8 +149,87 @@ sc_status sc_cuda_emit_reduce_source(char **src, sc_diag *diag);
 /* "sc_comm_reduce_f32_sum"; false for a dtype the unit has no kernel for. */
 bool sc_cuda_reduce_kernel_name(sc_dtype t, int op, char *buf, size_t n);
 
+/* Fused attention (cuda_attention.c): FlashAttention-2's forward and
+ * backward over contiguous row-major tensors
+ *   q [batch, heads, sq, d], k [batch, kv_heads, skv, d],
+ *   v [batch, kv_heads, skv, dv], o and d_o [batch, heads, sq, dv],
+ *   lse [batch, heads, sq] f32 (natural log; -inf for a row that sees no
+ *   key, whose o row is 0), dq/dk/dv shaped as q/k/v,
+ * s = scale q·k + mask[b·mask_stride_b + h·mask_stride_h + i·skv + j];
+ * causal: key j visible to query i iff j <= i + skv - sq; query head h reads
+ * kv head h / (heads / kv_heads), and dk, dv sum over those heads. One
+ * problem (everything below) gives three kernels, its shapes compile-time
+ * constants:
+ *   extern "C" __global__ void NAME(const T *q, const T *k, const T *v,
+ *       const M *mask, T *o, float *lse, const T *d_o, T *dq, T *dk, T *dv);
+ * (T, M: the storage types of dtype and mask_dtype; arguments a pass does
+ * not use may be NULL), launched with sc_cuda_attn_launch_config's geometry
+ * (block of SC_CUDA_ATTN_THREADS, dynamic shared memory above 48 KB: the
+ * runtime raises the kernel's limit with cuFuncSetAttribute). FWD (or
+ * FWD_MMA) writes o and lse; the backward is BWD_KV (dk, dv) and BWD_Q (dq), in either order,
+ * both reading q, k, v, mask, o, lse and d_o. No scratch memory, no atomics:
+ * the same results on every run. */
+enum { SC_CUDA_ATTN_THREADS = 128, SC_CUDA_ATTN_ARGS = 10 };
+typedef struct sc_cuda_attn {
+  sc_dtype dtype;            /* q, k, v, o, d_o, dq, dk, dv: f32, bf16 or f16 */
+  sc_dtype mask_dtype;       /* f32 or dtype; only with has_mask */
+  bool has_mask, causal;
+  int64_t batch, heads, kv_heads, sq, skv, d, dv;
+  int64_t mask_stride_b, mask_stride_h; /* elements; 0: broadcast */
+  float scale;
+} sc_cuda_attn;
+typedef enum sc_cuda_attn_pass {
+  SC_CUDA_ATTN_FWD,
+  SC_CUDA_ATTN_BWD_KV,
+  SC_CUDA_ATTN_BWD_Q,
+  SC_CUDA_ATTN_FWD_MMA, /* the forward on tensor cores (sc_cuda_attn_mma_ok) */
+  SC_CUDA_ATTN_PASSES
+} sc_cuda_attn_pass;
+typedef struct sc_cuda_attn_launch {
+  char name[48];     /* "sc_attn<id>_fwd", "_bwd_kv", "_bwd_q", "_fwd_mma" */
+  int block;         /* SC_CUDA_ATTN_THREADS */
+  int shared_bytes;  /* dynamic shared memory (at most 140.25 KiB) */
+  int bm, bn;        /* query and key rows of a tile */
+  int64_t grid;      /* one block per tile of work (grid-stride beyond 2^31-1) */
+} sc_cuda_attn_launch;
+/* Why the kernels cannot run problem a (dtypes, head dims above 256,
+ * heads not a multiple of kv_heads, ...), or NULL. */
+const char *sc_cuda_attn_problem(const sc_cuda_attn *a);
+bool sc_cuda_attn_equal(const sc_cuda_attn *x, const sc_cuda_attn *y);
+/* Whether problem a has a tensor-core forward (FWD_MMA: bf16 or f16, head
+ * dims multiples of 16): mma.sync m16n8k16 with f32 accumulators, P
+ * rounded to the dtype as the second product's operand. The same results
+ * as FWD within the dtype's rounding; which one runs is the device's
+ * choice (the CUDA device: SHARDC_CUDA_ATTENTION=mma). */
+bool sc_cuda_attn_mma_ok(const sc_cuda_attn *a);
+void sc_cuda_attn_launch_config(const sc_cuda_attn *a, int32_t id, sc_cuda_attn_pass pass,
+                                sc_cuda_attn_launch *out);
+/* The kernels of problem a for the passes in the mask `passes` (bit
+ * 1 << pass; FWD_MMA only where sc_cuda_attn_mma_ok), named with id (sc_malloc'd text), after the template they
+ * instantiate when with_template (once per unit, after the prelude).
+ * SC_ERR_UNSUPPORTED: sc_cuda_attn_problem's reason. */
+#define SC_CUDA_ATTN_ALL ((1u << SC_CUDA_ATTN_PASSES) - 1u)
+sc_status sc_cuda_attn_emit(const sc_cuda_attn *a, int32_t id, unsigned passes, bool with_template,
+                            char **text, sc_diag *diag);
+/* The problem of ATTENTION / ATTENTION_GRAD step s of p (its buffers'
+ * dtypes, its extents; sc_attention_problem has accepted it). */
+void sc_cuda_attn_of_step(const sc_program *p, const sc_step *s, sc_cuda_attn *out);
+/* The id step `step`'s kernels are named with: the index of p's first
+ * attention step with the same problem (steps that share a problem share
+ * kernels). */
+int32_t sc_cuda_attn_id(const sc_program *p, int32_t step);
+/* Appends to *src (sc_malloc'd, reallocated) the template and the kernels
+ * p's attention steps use: the forward (and the tensor-core forward where
+ * there is one) for ATTENTION steps, both backward kernels for
+ * ATTENTION_GRAD steps; nothing without such steps. */
+sc_status sc_cuda_attn_emit_program(const sc_program *p, char **src, sc_diag *diag);
+/* A whole unit (the prelude, the template, problems a[0..n) with ids
+ * 0..n-1): tests and benchmarks. */
+sc_status sc_cuda_attn_unit(const sc_cuda_attn *a, int32_t n, char **src, sc_diag *diag);
+
 /* CUDA C for every kernel of p (--emit=cuda, the bundle's source), with
- * the scatter kernels and implicit-GEMM convolutions its steps use. */
+ * the scatter kernels, implicit-GEMM convolutions and fused attention
+ * kernels its steps use. */
 sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag);
 
 /* One NVRTC compile of src for arch ("sm_80", "sm_90", "compute_90").

@@ -1281,6 +1281,7 @@ bool sc_cuda_conv_config(const sc_program *p, int32_t step, sc_cuda_conv *out) {
  * which every thread reached after multiplying slice s - 1 (the half it
  * overwrites). */
 static const char conv_prelude[] =
+  "#ifndef SC_DYN_SHARED /* also defined by the attention kernels' template */\n"
   "#ifdef SC_CUDA_EMU\n"
   "#define SC_DYN_SHARED() ((float *)sc_emu->current()->dyn)\n"
   "#define SC_UNROLL\n"
@@ -1288,6 +1289,7 @@ static const char conv_prelude[] =
   "#define SC_DYN_SHARED() sc_dyn_shared()\n"
   "#define SC_UNROLL _Pragma(\"unroll\")\n"
   "SC_DEV float *sc_dyn_shared() { extern __shared__ __align__(16) float sc_dyn[]; return sc_dyn; }\n"
+  "#endif\n"
   "#endif\n"
   "template <class G, int BM, int BN, int BK, int TM, int TN>\n"
   "SC_DEV void sc_conv_igemm(const float *__restrict__ x, const float *__restrict__ w,\n"
@@ -1421,7 +1423,11 @@ sc_status sc_cuda_emit_source(const sc_program *p, char **src, sc_diag *diag) {
     *src = NULL;
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "cuda: out of memory");
   }
-  return SC_OK;
+  if ((st = sc_cuda_attn_emit_program(p, src, diag)) != SC_OK) {
+    sc_free(*src);
+    *src = NULL;
+  }
+  return st;
 }
 
 /* ------------------------------------------- the communicator's reductions -- */

@@ -8,7 +8,7 @@
 #
 # The tarball holds build/ (shardc, libshardc.so, the NCCL communicator
 # module, the fake driver, the unit binaries test_cuda,
-# test_cuda_samples and test_comm_cuda_local) and lib/ (every
+# test_cuda_samples, test_comm_cuda_local and test_cuda_attention) and lib/ (every
 # library they load that is not the C runtime, the C++ runtime, zlib or
 # CUDA's own). Each binary's and library's RUNPATH is rewritten relative to
 # itself ($ORIGIN), so that nothing needs LD_LIBRARY_PATH but CUDA's
@@ -33,7 +33,7 @@ cp -P "$bin"/shardc "$bin"/libshardc.so* "$stage/build/"
 # the fake driver too, so that the kit can be rehearsed on the emulated GPU
 [ -f "$bin/fakecuda/libcuda.so.1" ] && mkdir -p "$stage/build/fakecuda" &&
   cp "$bin/fakecuda/libcuda.so.1" "$stage/build/fakecuda/"
-for t in test_cuda test_cuda_samples test_comm_cuda_local; do cp "$bin/tests/$t" "$stage/build/tests/"; done
+for t in test_cuda test_cuda_samples test_comm_cuda_local test_cuda_attention; do cp "$bin/tests/$t" "$stage/build/tests/"; done
 
 # what the host has, or must come from CUDA: left out
 keep_out='/(libc|libm|libdl|libpthread|librt|libutil|libstdc\+\+|libgcc_s|libz|ld-linux-x86-64|libcuda|libcudart|libnccl|libcublas|libcublasLt|libnvrtc)\.so'

@@ -13,7 +13,7 @@
 #                                        mesh matrices
 #   --json FILE                          also write the summary there
 #   --only CHECK,...                     only these checks (env, modules, arena,
-#                                        nccl, kernels, planner, cuda-local, gemm,
+#                                        nccl, kernels, attention, planner, cuda-local, gemm,
 #                                        real-models, samples, train-speed); the names may also
 #                                        be given as arguments
 #   train-speed                          shardc's training step against PyTorch
@@ -61,7 +61,7 @@ if [ -n "$missing" ]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-for t in test_cuda test_cuda_samples test_comm_cuda_local; do
+for t in test_cuda test_cuda_samples test_comm_cuda_local test_cuda_attention; do
   [ -x "$bin/tests/$t" ] || cmake --build "$bin" --target "$t" -j "$(nproc)" >/dev/null
 done
 

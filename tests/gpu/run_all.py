@@ -45,6 +45,19 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
                planner.accuracy (info): predicted, measured, their ratio,
                against the target of 15 %. Emulated: samples/gpt2.onnx, and
                the ratio says nothing of a GPU
+  attention    the fused attention kernels (codegen/cuda/cuda_attention.c) as
+               ATTENTION + ATTENTION_GRAD steps of a hand-built program
+               (unit binary test_cuda_attention --compare): o, lse, dq, dk,
+               dv of the CUDA device against the CPU device's (f32 2e-5,
+               bf16 2^-6 of the largest |value|), and the GPU time of the
+               forward and the backward with TFLOP/s (4·b·h·sq·skv·d for the
+               forward, halved when causal; the backward counted as 2.5 times
+               that) at GPT-2 small's shape (batch 8, 12 heads, seq 1024,
+               d 64, causal; bf16 and f32) and a 1.3B model's (batch 2, 16
+               heads, seq 2048, d 128, causal, bf16); then the bf16 shapes
+               with the forward on tensor cores (SHARDC_CUDA_ATTENTION=mma,
+               attention.*.mma). Emulated: the same at seq 128 and 64, one
+               head pair
   real-models  GPT-2 small and ResNet-18 at real size (bench/real_models.py):
                latency at batch 1 and 8 with --device cuda (and cpu at batch
                1; ResNet-18 also with SHARDC_CUDA_CONV=im2col), against
@@ -178,6 +191,33 @@ def check_kernels(a):
     r = sh(["bash", os.path.join(HERE, "test_gpu.sh")],
            {"SC_BINARY_DIR": a.build, "SC_SOURCE_DIR": SRC}, timeout=150)
     record("kernels", outcome(r.returncode), (r.stdout + r.stderr)[-400:])
+
+
+ATTN_SHAPES = ["gpt2-small:8,12,12,1024,64,1,bf16", "gpt2-small-f32:8,12,12,1024,64,1,f32",
+               "1.3b:2,16,16,2048,128,1,bf16"]
+ATTN_SHAPES_EMU = ["gpt2-small:1,2,2,128,64,1,bf16", "gpt2-small-f32:1,2,2,128,64,1,f32",
+                   "1.3b:1,2,2,64,128,1,bf16"]
+
+
+def check_attention(a):
+    exe = os.path.join(a.build, "tests", "test_cuda_attention")
+    pat = re.compile(r"^attention (\S+): (.*fwd ([0-9.]+) ms ([0-9.]+) TFLOP/s, "
+                     r"bwd ([0-9.]+) ms ([0-9.]+) TFLOP/s.*) (ok|FAIL)$", re.M)
+    shapes = ATTN_SHAPES_EMU if EMU else ATTN_SHAPES
+    # CUDA cores, then the bf16 shapes with the forward on tensor cores
+    for tag, env, todo in (("", {}, shapes),
+                           (".mma", {"SHARDC_CUDA_ATTENTION": "mma"},
+                            [s for s in shapes if s.endswith("bf16")])):
+        r = sh([exe, "--compare", "--runs", "3" if EMU else "10"] + todo, env, timeout=300)
+        seen = 0
+        for m in pat.finditer(r.stdout):
+            seen += 1
+            record(f"attention.{m.group(1)}{tag}", "pass" if m.group(7) == "ok" else "fail",
+                   m.group(2), fwd_ms=float(m.group(3)), fwd_tflops=float(m.group(4)),
+                   bwd_ms=float(m.group(5)), bwd_tflops=float(m.group(6)))
+        if r.returncode != 0 or seen != len(todo):
+            record(f"attention{tag}", "fail", f"exit {r.returncode}, {seen} shapes: " +
+                   (r.stdout + r.stderr).strip()[-400:])
 
 
 def check_samples(a):
@@ -547,7 +587,7 @@ def check_real_models(a, tmp):
                         "--output-dir", os.path.join(tmp, "real.out")], env, timeout=240)
                 med = re.search(r"run: median ([0-9.]+) ms", r.stderr)
                 how = " ".join(sorted(set(re.findall(
-                    r"(engine \w+|kernels \w+|\d+ convolutions as implicit GEMMs|"
+                    r"(engine \w+|kernels \w+|\d+ convolutions as implicit GEMMs|\d+ fused attention steps|"
                     r"\d+ activations in the product)", r.stderr))))
                 on_gpu = device_ms(r.stderr)
                 gpu = f", {on_gpu:.3f} ms of it on the GPU (steps only)" if on_gpu else ""
@@ -634,6 +674,7 @@ def main():
     checks = [("env", lambda tmp: check_env(a)), ("modules", lambda tmp: check_modules(a, tmp)),
               ("arena", lambda tmp: check_arena(a)), ("nccl", lambda tmp: check_nccl(a, tmp)),
               ("kernels", lambda tmp: check_kernels(a)),
+              ("attention", lambda tmp: check_attention(a)),
               ("planner", lambda tmp: check_planner(a, tmp)),
               ("cuda-local", lambda tmp: check_cuda_local(a))]
     if not a.quick:

@@ -34,6 +34,12 @@ Checked, against the CPU device on the same seeded random inputs:
     trace (SHARDC_COMM_TRACE): within every group all members made the
     same collectives in the same order, and sends match receives
     (checks.comm_traces_match); a run without a mesh makes none;
+  - attention as fused ATTENTION / ATTENTION_GRAD steps (the CUDA device's
+    FlashAttention kernels, SHARDC_CUDA_VERBOSE's count): GPT-2's outputs
+    within 1e-5 of the CPU running the attention unfused
+    (--no-fuse-attention), graph replays equal to stream launches, and 3
+    AdamW training steps of GPT-2 and of ViT whose losses and gradient
+    norms are within rtol 2e-5 of the CPU's unfused ones;
   - a Gather index out of range fails the run with the CPU's message;
   - SHARDC_CUDA_VERBOSE=1 reports the device time of a run's steps (events
     around them): one per run, no more than the run's wall time;
@@ -309,6 +315,64 @@ def resident_state_checks(tmp, cases):
               open(onnx_a, "rb").read() == open(onnx_b, "rb").read(),
               f"resident {name}: exports differ: {ra.stderr[-200:]} {rb.stderr[-200:]}")
 
+def attention_case(tmp, gpt2, vit, gpt2_data):
+    """Attention as fused steps on the (emulated) GPU: the CUDA device's
+    fused kernels against the CPU device running the attention unfused
+    (--no-fuse-attention: the graph's own MatMul, Softmax, ... kernels), in
+    GPT-2's inference and over 3 training steps of GPT-2 and of ViT."""
+    base = ["--dim", "batch=2", "--random-inputs", "7", "-q"]
+    cpu = os.path.join(tmp, "attn.cpu")
+    r = shardc(["run", gpt2] + base + ["--no-fuse-attention", "--output-dir", cpu])
+    if not check(r.returncode == 0, f"attention: cpu run: {r.stderr[-300:]}"):
+        return
+    got = {}
+    for mode, flags in (("graph", ["--repeat", "3"]), ("stream", ["--no-cuda-graph"])):
+        out, log = os.path.join(tmp, f"attn.{mode}"), os.path.join(tmp, f"attn.{mode}.log")
+        r = shardc(["run", gpt2] + base + ["--device", "cuda", "--output-dir", out] + flags,
+                   dict(emulated(log), SHARDC_CUDA_VERBOSE="1"))
+        if not check(r.returncode == 0, f"attention ({mode}): cuda run: {r.stderr[-400:]}"):
+            return
+        n = re.search(r"(\d+) fused attention steps", r.stderr)
+        check(n is not None and int(n.group(1)) >= 1,
+              f"attention ({mode}): no fused attention step on the cuda device: {r.stderr[-300:]}")
+        got[mode] = outputs(out)
+        close(outputs(cpu), got[mode], f"attention ({mode}) vs the cpu unfused")
+        c = summary(log)
+        check(c.get("violations", -1) == 0, f"attention ({mode}): fake driver violations {c}")
+    for k in got.get("graph", {}):
+        check(np.array_equal(got["graph"][k], got["stream"][k]),
+              f"attention: output {k} differs between the graph replay and stream launches")
+    rng = np.random.default_rng(5)
+    pix, lab = os.path.join(tmp, "attn.pix.npy"), os.path.join(tmp, "attn.lab.npy")
+    np.save(pix, rng.uniform(-1, 1, (12, 3, 32, 32)).astype(np.float32))
+    np.save(lab, rng.integers(0, 10, 12).astype(np.int64))
+    for name, model, data in (("gpt2", gpt2, gpt2_data),
+                              ("vit", vit, ["--data", "pixel_values=" + pix, "--labels", lab])):
+        logs = {}
+        for dev, extra in (("cpu", ["--no-fuse-attention"]), ("cuda", [])):
+            lj = os.path.join(tmp, f"attn.train.{name}.{dev}.jsonl")
+            log = os.path.join(tmp, f"attn.train.{name}.log")
+            r = shardc(["train", model, "--steps", "3", "--log-json", lj, "--quiet", "--device",
+                        dev, "--dim", "batch=4", "--optimizer", "adamw"] + data + extra,
+                       dict(emulated(log), SHARDC_CUDA_VERBOSE="1"))
+            if not check(r.returncode == 0, f"attention: train {name} on {dev}: {r.stderr[-400:]}"):
+                return
+            if dev == "cuda":
+                n = re.search(r"(\d+) fused attention steps", r.stderr)
+                check(n is not None and int(n.group(1)) >= 2,
+                      f"attention: training {name} has no fused forward and gradient steps: "
+                      f"{r.stderr[-300:]}")
+                c = summary(log)
+                check(c.get("violations", -1) == 0, f"attention: train {name}: violations {c}")
+            logs[dev] = losses(lj)
+        check(len(logs["cpu"]) == 3 and len(logs["cuda"]) == 3,
+              f"attention: train {name}: {len(logs['cuda'])} steps logged")
+        for a, b in zip(logs["cpu"], logs["cuda"]):
+            for key in ("loss", "grad_norm"):
+                x, y = a[key], b[key]
+                check(np.isfinite(y) and abs(x - y) <= 2e-5 * abs(x),
+                      f"attention: train {name} step {a['step']} {key} {y} vs cpu unfused {x}")
+
 
 def main():
     if not SHARDC:
@@ -351,6 +415,8 @@ def main():
         ids, glab = os.path.join(tmp, "ids.npy"), os.path.join(tmp, "glab.npy")
         np.save(ids, rng.integers(0, 1000, (8, 16)).astype(np.int64))
         np.save(glab, rng.integers(0, 1000, (8, 16)).astype(np.int64))
+        attention_case(tmp, gpt2, os.path.join(SAMPLES, "vit.onnx"),
+                       ["--data", "input_ids=" + ids, "--labels", glab])
         train_case(tmp, "gpt2" if REAL else "gpt2-fsdp2", gpt2,
                    ["--data", "input_ids=" + ids, "--labels", glab],
                    ["--dim", "batch=4", "--optimizer", "adamw"] +

@@ -11,7 +11,8 @@
  *
  * Step by step (walk_steps): the program runs on the CPU device through its
  * interface (runtime/device.h: create, prepare, alloc_arena, bind, then one
- * run_kernel / run_gemm per step), on seeded random graph inputs (floats in
+ * run_kernel / run_gemm / run_attention per step; the fused attention
+ * steps' CUDA kernels are test_cuda_attention's), on seeded random graph inputs (floats in
  * [-1, 1); integer inputs: attention masks 0/1, token ids in [0, 100)).
  * Before each kernel step (a GEMM step's epilogue kernel after the GEMM
  * itself) a checker receives the CPU buffers of the kernel's params; after
@@ -69,8 +70,9 @@ static sc_program *compile_model(const char *path, sc_graph **gout) {
   sc_compile_opts co;
   sc_compile_opts_init(&co);
   co.quiet = true;
-  /* the cores unfused: the CUDA device runs no attention step yet
-   * (sc_device_choice_runs_attention) */
+  /* the cores fused where the CUDA device runs attention steps
+   * (sc_device_choice_runs_attention: it does; the walk runs them on the
+   * CPU, their CUDA kernels are test_cuda_attention's) */
   co.no_fuse_attention = !sc_device_choice_runs_attention(&(sc_device_choice){.name = "cuda"});
   sc_program *p = NULL;
   if (sc_compile_graph(g, &co, &p, &d) != SC_OK) fail_msg("%s: compile: %s", name, d.msg);
@@ -278,6 +280,10 @@ static void walk_steps(const char *name, const sc_program *p, checker *ck) {
       g.kernel = -1;
       dev->run_gemm(ctx, &g);
     }
+    /* a fused attention step on the CPU (its CUDA kernels are
+     * test_cuda_attention's), so that the walk goes on from its results */
+    if (st->kind == SC_STEP_ATTENTION || st->kind == SC_STEP_ATTENTION_GRAD)
+      dev->run_attention(ctx, st);
     if (st->kernel >= 0) {
       run_kernel_checked(&v, ck);
       kernel_steps++;
