@@ -95,6 +95,25 @@ static bool scalar_const(const sc_value *v, double *out) {
   return isfinite(*out) || *out == -INFINITY;
 }
 
+/* scalar_const of value id, or of a float Cast of one (a bf16 or fp16 step
+ * casts the scale and the fill down to the scores' dtype before folding:
+ * passes/train.c), rounded as the Cast rounds it. */
+static bool scalar_const_cast(const sc_graph *g, int32_t id, double *out) {
+  if (id < 0 || id >= g->n_values) return false;
+  const sc_value *v = &g->values[id];
+  if (scalar_const(v, out)) return true;
+  int32_t p = v->producer;
+  if (p < 0 || g->nodes[p].op != SC_OP_CAST || g->nodes[p].n_inputs < 1 ||
+      !sc_dtype_is_float(v->dtype) || sc_value_numel(v) != 1)
+    return false;
+  int32_t in = g->nodes[p].inputs[0];
+  if (in < 0 || !scalar_const(&g->values[in], out)) return false;
+  unsigned char tmp[16];
+  sc_store_f64(v->dtype, tmp, 0, *out);
+  *out = sc_load_f64(v->dtype, tmp, 0);
+  return isfinite(*out) || *out == -INFINITY;
+}
+
 /* Whether constant `cond` (broadcast to [.., sq, skv]) is exactly the
  * causal pattern (visible: true where key j <= i + skv - sq), or its
  * negation when `hidden`. */
@@ -178,7 +197,7 @@ static bool classify(const sc_graph *g, const bool *dep, core *c) {
       break;
     case SC_OP_MUL:
     case SC_OP_DIV:
-      if (!scalar_const(&g->values[other], &x) || !isfinite(x) || x == 0)
+      if (!scalar_const_cast(g, other, &x) || !isfinite(x) || x == 0)
         return refuse(c, "the scale ('%s') is not a scalar constant", n->name ? n->name : "?");
       if (n->op == SC_OP_DIV && pos != 0)
         return refuse(c, "'%s' divides by the scores", n->name ? n->name : "?");
@@ -211,9 +230,9 @@ static bool classify(const sc_graph *g, const bool *dep, core *c) {
     case SC_OP_WHERE: {
       if (pos == 0 || n->n_inputs != 3)
         return refuse(c, "Where '%s' selects by the scores", n->name ? n->name : "?");
-      const sc_value *cond = &g->values[n->inputs[0]], *fill = &g->values[n->inputs[3 - pos]];
+      const sc_value *cond = &g->values[n->inputs[0]];
       if (c->causal) return refuse(c, "two causal conditions");
-      if (!scalar_const(fill, &x) || x > -1e4)
+      if (!scalar_const_cast(g, n->inputs[3 - pos], &x) || x > -1e4)
         return refuse(c, "Where '%s' fills with something other than a constant <= -1e4",
                       n->name ? n->name : "?");
       if (!causal_pattern(cond, sq, skv, pos == 2))
