@@ -23,7 +23,8 @@ terms give, in bytes,
 
 The model: GPT-style pre-LN layers built here (fused LayerNormalization,
 a fused QKV MatMul split into heads, Softmax, Gelu, residual adds, biases),
-an MSE loss on the last layer's output. `shardc plan --train --json`
+an MSE loss on the last layer's output, the attention core unfused as the
+paper has it (--no-fuse-attention). `shardc plan --train --json`
 reports `saved_activations`: the bytes of forward values live when the
 backward begins. Per layer is the difference between the 3-layer and the
 2-layer model (every layer's input is then an activation; the loss's and
@@ -117,8 +118,11 @@ def model(layers, path):
 
 
 def saved(path, *extra):
-    r = subprocess.run([SHARDC, "plan", path, "--train", "--loss", "mse", "--json"] +
-                       list(extra), capture_output=True, text=True, timeout=300)
+    # the paper's core is unfused: its softmax output is saved (a fused core
+    # saves its output and log-sum-exp instead: docs/passes.md)
+    r = subprocess.run([SHARDC, "plan", path, "--train", "--loss", "mse", "--json",
+                        "--no-fuse-attention"] + list(extra),
+                       capture_output=True, text=True, timeout=300)
     if not check(r.returncode == 0, f"plan {' '.join(extra)}: {r.stderr.strip()}"):
         return None
     return json.loads(r.stdout)["saved_activations"]
