@@ -23,7 +23,7 @@ SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" --quick --json "$out/summary.json" >"$
 rc=$?
 last=$(tail -n 1 "$out/log")
 echo "run-all: exit $rc, '$last'"
-if [ $rc -ne 0 ] || ! echo "$last" | grep -Eq '^[3-9][0-9]* passed, 0 failed$'; then
+if [ $rc -ne 0 ] || ! echo "$last" | grep -Eq '^([3-9]|[1-9][0-9]+) passed, 0 failed$'; then
   echo "FAIL: run-all.sh rehearsal"; tail -n 40 "$out/log"; exit 1
 fi
 "$py" - "$out/summary.json" "$last" <<'PY' || exit 1
