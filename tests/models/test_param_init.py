@@ -164,8 +164,12 @@ def main():
         print(f"shape-only GPT, {params} parameters, fsdp=8: peak RSS {rss / 2**20:.0f} MiB; "
               f"the training state {state / 2**20:.0f} MiB whole, 8 x {state / 2**20:.0f} = "
               f"{8 * state / 2**20:.0f} MiB if every rank held it")
-        check(params > 15_000_000 and 0 < rss < 0.5 * 8 * state,
-              f"peak RSS {rss} not below half of 8 x {state}")
+        check(params > 15_000_000, f"the shape-only GPT has {params} parameters")
+        if os.environ.get("SHARDC_SANITIZE", "OFF").upper() in ("ON", "1", "TRUE", "YES"):
+            print("peak RSS not checked: under AddressSanitizer resident sizes are its shadow "
+                  "memory's and quarantine's (1315 MiB measured, against 738 without)")
+        else:
+            check(0 < rss < 0.5 * 8 * state, f"peak RSS {rss} not below half of 8 x {state}")
     shutil.rmtree(tmp, ignore_errors=True)
     return finish()
 
