@@ -189,6 +189,18 @@ void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split) {
   sc_free(seen);
 }
 
+/* The cluster dtype of buffer b, the operand a step of kind `what` (GEMM,
+ * attention) computes in; SC_ERR_INVALID when the cost model knows no
+ * peak for it. */
+static sc_status step_dtype(const sc_program *p, int32_t b, const char *what,
+                            sc_cluster_dtype *cd, sc_diag *d) {
+  sc_dtype dt = b >= 0 && b < p->n_buffers ? p->buffers[b].dtype : SC_DTYPE_COUNT;
+  if (cluster_dtype(dt, cd)) return SC_OK;
+  return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "%s in %s: the cost model knows peaks for fp32, bf16 and fp16", what,
+                     dt < SC_DTYPE_COUNT ? sc_dtype_name(dt) : "?");
+}
+
 sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, const sc_step *st,
                                     double *seconds, double *flops, sc_diag *d) {
   *seconds = *flops = 0;
@@ -198,12 +210,8 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "a communication step is no computation");
   case SC_STEP_GEMM: {
     const sc_gemm *g = &st->gemm;
-    sc_dtype dt = g->a >= 0 && g->a < p->n_buffers ? p->buffers[g->a].dtype : SC_DTYPE_COUNT;
     sc_cluster_dtype cd;
-    if (!cluster_dtype(dt, &cd))
-      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "GEMM in %s: the cost model knows peaks for fp32, bf16 and fp16",
-                         dt < SC_DTYPE_COUNT ? sc_dtype_name(dt) : "?");
+    if (step_dtype(p, g->a, "GEMM", &cd, d) != SC_OK) return d->status;
     double f = 2.0 * (double)g->batch * (double)g->m * (double)g->n * (double)g->k;
     double bytes = buffer_bytes(p, g->a) + buffer_bytes(p, g->b) + buffer_bytes(p, g->c) +
                    buffer_bytes(p, g->bias);
@@ -231,12 +239,8 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
   case SC_STEP_ATTENTION:
   case SC_STEP_ATTENTION_GRAD: { /* FLOPs at the GEMM rate, no score matrix in memory */
     const sc_attention_step *a = &st->attn;
-    sc_dtype dt = a->q >= 0 && a->q < p->n_buffers ? p->buffers[a->q].dtype : SC_DTYPE_COUNT;
     sc_cluster_dtype cd;
-    if (!cluster_dtype(dt, &cd))
-      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                         "attention in %s: the cost model knows peaks for fp32, bf16 and fp16",
-                         dt < SC_DTYPE_COUNT ? sc_dtype_name(dt) : "?");
+    if (step_dtype(p, a->q, "attention", &cd, d) != SC_OK) return d->status;
     sc_attention_shape s = {.b = a->batch, .h = a->heads, .kvh = a->kv_heads, .sq = a->sq,
                             .skv = a->skv, .d = a->d, .dv = a->dv_dim, .causal = a->causal};
     touched t = {.p = p};
