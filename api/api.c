@@ -432,8 +432,10 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
     return exe_fail(e, &d);
   }
   const char *comm = opts && opts->comm ? opts->comm : "local";
-  if (strcmp(comm, "local") != 0 && strcmp(comm, "mpi") != 0) {
-    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s': expected \"local\" or \"mpi\"", comm);
+  bool mpi = strcmp(comm, "mpi") == 0, tcp = strcmp(comm, "tcp") == 0;
+  if (strcmp(comm, "local") != 0 && !mpi && !tcp) {
+    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                "comm '%s': expected \"local\", \"mpi\" or \"tcp\"", comm);
     return exe_fail(e, &d);
   }
   sc_tensor_view *in = sc_calloc((size_t)n_inputs + 1, sizeof *in);
@@ -444,10 +446,17 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
   sc_dist_opts_init(&o);
   o.threads = opts ? opts->threads : 0;
   o.quiet = true;
-  if (st == SC_OK && strcmp(comm, "mpi") == 0) {
-    if (!e->world) st = sc_comm_mpi_create(&e->world, &d);
+  if (st == SC_OK && (mpi || tcp)) {
+    if (!e->world && mpi) st = sc_comm_mpi_create(&e->world, &d);
+    if (!e->world && tcp) {
+      /* the handshake admits only processes that run the same program */
+      char hash[65];
+      st = sc_dist_program_hash(dp, NULL, hash, &d);
+      sc_comm_tcp_opts to = {.program_hash = hash};
+      if (st == SC_OK) st = sc_comm_tcp_create(&to, &e->world, &d);
+    }
     if (st == SC_OK && (int64_t)sc_comm_size(e->world) != dp->mesh.n_ranks)
-      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "the mesh has %lld ranks but mpirun started %d",
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "the mesh has %lld ranks but the job has %d",
                        (long long)dp->mesh.n_ranks, sc_comm_size(e->world));
     if (st == SC_OK)
       st = sc_dist_run_rank(dp, &o, e->world, in, n_inputs, out, n_outputs, NULL, &d);
@@ -550,6 +559,12 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
   o->clip_grad_norm = s->clip_grad_norm;
   o->freeze = s->freeze;
   o->n_freeze = s->n_freeze;
+  const char *prec = s->precision ? s->precision : "fp32";
+  if (strcmp(prec, "fp32") != 0 && strcmp(prec, "bf16") != 0 && strcmp(prec, "fp16") != 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "precision '%s': expected fp32, bf16 or fp16", prec);
+  o->bf16 = strcmp(prec, "bf16") == 0;
+  o->fp16 = strcmp(prec, "fp16") == 0;
   if (s->weight_decay < 0 || s->momentum < 0 || s->beta1 < 0 || s->beta1 >= 1 ||
       s->beta2 < 0 || s->beta2 >= 1 || s->eps < 0 || s->clip_grad_norm < 0)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
@@ -672,6 +687,17 @@ sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n
 }
 
 int64_t sc_training_steps_done(const sc_training *t) { return t ? t->steps : 0; }
+
+double sc_learning_rate(const char *schedule, double lr, double min_lr, int64_t warmup,
+                        int64_t total, int64_t step) {
+  const char *s = schedule ? schedule : "constant";
+  sc_lr_schedule k = strcmp(s, "constant") == 0 ? SC_LR_CONSTANT
+                     : strcmp(s, "cosine") == 0 ? SC_LR_COSINE
+                     : strcmp(s, "linear") == 0 ? SC_LR_LINEAR
+                                                : (sc_lr_schedule)-1;
+  if ((int)k < 0 || step < 1) return NAN;
+  return sc_lr_at(k, lr, min_lr, warmup, total, step);
+}
 
 sc_status sc_training_tensor(const sc_training *t, const char *name, sc_host_tensor *out) {
   if (!t || !t->trainer || !name || !out) return SC_ERR_USAGE;

@@ -190,14 +190,17 @@ int32_t sc_executable_n_stages(const sc_executable *e);
 typedef struct sc_run_opts {
   const char *comm;   /* "local" (NULL: default): every rank a thread of
                          this process; "mpi": this process is one rank of
-                         an mpirun with as many processes as ranks */
+                         an mpirun with as many processes as ranks; "tcp":
+                         one rank of a job started as torchrun or srun
+                         start one (RANK, WORLD_SIZE, MASTER_ADDR,
+                         MASTER_PORT; docs/comm.md) */
   int threads;        /* CPU threads per rank (0: cores / ranks) */
 } sc_run_opts;
 
 /* Runs once. inputs: the global inputs, by name (extra ones are ignored).
  * outputs[n_outputs] (n_outputs = sc_executable_n_outputs) receive the
  * outputs in order, data allocated by the library (free with
- * sc_host_tensors_free); under "mpi" only the outputs this rank owns have
+ * sc_host_tensors_free); under "mpi" or "tcp" only the outputs this rank owns have
  * data (the first rank of the stage that produces an output owns it), the
  * others data NULL. opts may be NULL. */
 sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
@@ -240,6 +243,9 @@ typedef struct sc_training_settings {
   const char *const *freeze;   /* globs of initializers kept fixed */
   int32_t n_freeze;
   int threads;                 /* 0: all cores */
+  const char *precision;       /* "fp32" (NULL), "bf16" or "fp16": matrix
+                                  products in the low type, master weights
+                                  and optimizer state f32 (`--precision`) */
 } sc_training_settings;
 /* PyTorch's defaults for optimizer "sgd" or "adamw" (lr is per step). */
 void sc_training_settings_init(sc_training_settings *s, const char *optimizer);
@@ -256,6 +262,13 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
 sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n_data,
                            double lr, double *loss, double *grad_norm);
 int64_t sc_training_steps_done(const sc_training *t);
+/* The learning rate of step (>= 1) under schedule "constant" (NULL),
+ * "cosine" or "linear": a linear warm-up from 0 over `warmup` steps, then
+ * the decay from lr to min_lr at step `total` — what `shardc train
+ * --lr-schedule` passes to each step, the same double arithmetic. NaN for
+ * an unknown schedule or step < 1. */
+double sc_learning_rate(const char *schedule, double lr, double min_lr, int64_t warmup,
+                        int64_t total, int64_t step);
 /* The current value of a parameter (or optimizer state such as
  * "NAME.exp_avg"): out->data points into the training's memory, valid
  * until the next step. SC_ERR_USAGE for an unknown name. */

@@ -295,6 +295,52 @@ static void test_training(void **state) {
   assert_int_equal(sc_training_create(MLP, &s, &t), SC_ERR_USAGE);
   assert_non_null(strstr(sc_training_error(t), "lion"));
   sc_training_free(t);
+  settings_batch8(&s, "sgd");
+  s.precision = "int4";
+  assert_int_equal(sc_training_create(MLP, &s, &t), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_training_error(t), "int4"));
+  sc_training_free(t);
+}
+
+/* precision "bf16": the step's matrix products in bf16 — the same model
+ * and batch give a loss other than the fp32 step's, within 2 % of it
+ * (bf16 keeps 8 significant bits: ~0.4 % per rounding), and it trains. */
+static void test_training_bf16(void **state) {
+  (void)state;
+  static float x[8 * 64];
+  int64_t labels[8];
+  random_batch(12, x, labels);
+  sc_host_tensor batch[2] = {{"x", SC_ONNX_FLOAT, 2, {8, 64}, x},
+                             {"labels", SC_ONNX_INT64, 1, {8}, labels}};
+  double loss[2][10];
+  for (int k = 0; k < 2; k++) {
+    sc_training_settings s;
+    settings_batch8(&s, "adamw");
+    s.precision = k ? "bf16" : NULL;
+    sc_training *t = NULL;
+    if (sc_training_create(MLP, &s, &t) != SC_OK) fail_msg("create: %s", sc_training_error(t));
+    for (int i = 0; i < 10; i++)
+      if (sc_training_step(t, batch, 2, 1e-2, &loss[k][i], NULL) != SC_OK)
+        fail_msg("step %d: %s", i + 1, sc_training_error(t));
+    sc_training_free(t);
+  }
+  assert_false(isnan(loss[1][0]));
+  assert_true(loss[1][0] != loss[0][0]);
+  assert_true(fabs(loss[1][0] - loss[0][0]) <= 0.02 * loss[0][0]);
+  assert_true(loss[1][9] < loss[1][0]);
+}
+
+/* sc_learning_rate: a warm-up from 0, then the cosine decay to min_lr at
+ * step total (half way: the mean of lr and min_lr), constant after; an
+ * unknown schedule is NaN. */
+static void test_learning_rate(void **state) {
+  (void)state;
+  assert_true(sc_learning_rate(NULL, 0.1, 0, 0, 0, 7) == 0.1);
+  assert_true(sc_learning_rate("cosine", 0.1, 0, 10, 110, 5) == 0.1 * 5 / 10);
+  assert_true(fabs(sc_learning_rate("cosine", 0.1, 0.02, 10, 110, 60) - 0.06) < 1e-15);
+  assert_true(sc_learning_rate("linear", 0.1, 0.0, 0, 100, 200) == 0.0);
+  assert_true(isnan(sc_learning_rate("step", 0.1, 0, 0, 100, 1)));
+  assert_true(isnan(sc_learning_rate("cosine", 0.1, 0, 0, 100, 0)));
 }
 
 /* A training bundle: saved from an SGD (momentum, clipping) training and
@@ -367,6 +413,8 @@ static void test_training_bundle(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_training),
+      cmocka_unit_test(test_training_bf16),
+      cmocka_unit_test(test_learning_rate),
       cmocka_unit_test(test_training_bundle),
       cmocka_unit_test(test_compile_run),
       cmocka_unit_test(test_cuda_target),
