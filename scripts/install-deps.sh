@@ -3,7 +3,8 @@
 # libraries and tools, and a project-local Python virtual environment (.venv)
 # with the test tooling (onnx, onnxruntime, numpy, lit; selenium and Pillow
 # drive headless Chromium and read its screenshots; junitparser and PyYAML
-# for test_check.py, which reads shardc check's JUnit file and docs/ci.md's jobs).
+# for test_check.py, which reads shardc check's JUnit file and docs/ci.md's jobs;
+# pytest runs the Python package's suite, python/tests).
 #
 # Idempotent: when everything is present it only checks, and returns quickly.
 # torch/transformers are NOT installed here; `make samples` installs them into
@@ -42,14 +43,14 @@ if ((${#missing[@]})); then
     > /tmp/shardc-apt.log 2>&1 || { tail -30 /tmp/shardc-apt.log; exit 1; }
 fi
 
-PY_PKGS=(numpy onnx onnxruntime lit safetensors tensorboard selenium pillow junitparser pyyaml)
+PY_PKGS=(numpy onnx onnxruntime lit safetensors tensorboard selenium pillow junitparser pyyaml pytest)
 VENV=.venv
 PYTHON=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   echo "install-deps: creating $VENV"
   "$PYTHON" -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import numpy, onnx, onnxruntime, lit, safetensors, tensorboard, selenium, PIL, junitparser, yaml" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import numpy, onnx, onnxruntime, lit, safetensors, tensorboard, selenium, PIL, junitparser, yaml, pytest" 2>/dev/null; then
   echo "install-deps: installing Python packages into $VENV: ${PY_PKGS[*]}"
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q "${PY_PKGS[@]}"

@@ -1,0 +1,431 @@
+"""shardc — ONNX models compiled for distributed execution, from Python.
+
+A thin layer over the C library's public API (include/shardc.h, through
+ctypes: shardc/_lib.py): load and inspect a model, plan a mesh, compile and
+run it, train it, save and export. Every failure of the library becomes an
+exception carrying its message ("FILE: node 'N' (Op): what is wrong").
+
+    import shardc
+    m = shardc.load("model.onnx", dims={"batch": 8})
+    print(m.summary())
+    y = shardc.compile(m).run({"x": x})
+
+docs/python.md is the guide; this file holds the objects, _tensors.py the
+conversions between arrays and the library's host tensors.
+"""
+import ctypes
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from . import _lib
+from ._lib import lib
+from ._tensors import as_host_tensors, outputs_to_arrays, DTYPES
+from ._errors import (Error, ModelError, PlanError, OutOfMemoryError, RankError, UsageError,
+                      raise_for)
+from ._dist import init, World
+from ._hf import map_state_dict
+
+__all__ = ["load", "plan", "compile", "Model", "Summary", "Plan", "Executable", "Training",
+           "TrainConfig", "StepResult", "init", "World", "map_state_dict", "export_checkpoint",
+           "Error", "ModelError", "PlanError", "OutOfMemoryError", "RankError", "UsageError"]
+
+
+def _b(s):
+    return None if s is None else os.fsencode(s) if isinstance(s, os.PathLike) else s.encode()
+
+
+def _dims(dims):
+    """{name: value} as a ctypes array of sc_dim_binding (kept alive by the caller)."""
+    dims = dict(dims or {})
+    arr = (_lib.DimBinding * max(1, len(dims)))()
+    for i, (k, v) in enumerate(dims.items()):
+        arr[i] = _lib.DimBinding(k.encode(), int(v))
+    return arr, len(dims)
+
+
+def _take_string(p):
+    """A char * the library allocated, as str, freed."""
+    if not p:
+        return None
+    s = ctypes.string_at(p).decode()
+    lib.sc_string_free(p)
+    return s
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The statistics `shardc inspect` prints (sc_model_info)."""
+    path: str
+    dims: dict
+    nodes: int
+    nodes_before_fold: int
+    params: int
+    param_bytes: int
+    flops: float
+    largest_activation_bytes: int
+    blocks: int
+
+    def __str__(self):
+        dims = ", ".join(f"{k}={v}" for k, v in self.dims.items()) or "defaults"
+        return (f"model {self.path} (dims: {dims})\n"
+                f"  nodes: {self.nodes} after folding ({self.nodes_before_fold} before)\n"
+                f"  params: {self.params} ({self.param_bytes} bytes)\n"
+                f"  forward FLOPs: {self.flops:.4g}\n"
+                f"  largest activation: {self.largest_activation_bytes} bytes\n"
+                f"  repeated blocks: {self.blocks}")
+
+
+class Model:
+    """An ONNX model with its dims bound, imported and prepared (sc_model).
+
+    The handle is the library's; compile() and plan() compile from the same
+    file with the same dims."""
+
+    def __init__(self, path, dims=None, no_weights=False):
+        self.path = os.fspath(path)
+        self.dims = dict(dims or {})
+        h = ctypes.c_void_p()
+        opts = _lib.ModelOpts(no_weights=no_weights, quiet=True)
+        st = lib.sc_model_load(_b(self.path), ctypes.byref(opts), ctypes.byref(h))
+        self._h = h
+        if st:
+            self._fail(st)
+        for k, v in self.dims.items():
+            st = lib.sc_model_bind_dim(self._h, k.encode(), int(v))
+            if st:
+                self._fail(st)
+        st = lib.sc_model_prepare(self._h)
+        if st:
+            self._fail(st)
+        info = _lib.ModelInfo()
+        st = lib.sc_model_stats(self._h, ctypes.byref(info))
+        if st:
+            self._fail(st)
+        self._summary = Summary(self.path, dict(self.dims),
+                                *(getattr(info, f) for f, _ in _lib.ModelInfo._fields_))
+
+    def _fail(self, st):
+        msg = (lib.sc_model_error(self._h) or b"").decode() if self._h else "out of memory"
+        raise_for("model", st, msg)
+
+    def summary(self):
+        return self._summary
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib.sc_model_free(self._h)
+            self._h = None
+
+    __del__ = close
+
+    def __repr__(self):
+        return f"shardc.Model({self.path!r}, dims={self.dims!r})"
+
+
+def load(path, dims=None, no_weights=False):
+    """Loads and prepares an ONNX model; dims binds symbolic input dims."""
+    return Model(path, dims, no_weights)
+
+
+def _parallel(mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
+              sequence_parallel=False, no_vocab_parallel=False, plan_json=None):
+    return _lib.ParallelOpts(mesh=_b(mesh), microbatches=microbatches,
+                             ranks_per_node=ranks_per_node,
+                             stage_boundaries=_b(stage_boundaries),
+                             sequence_parallel=sequence_parallel,
+                             no_vocab_parallel=no_vocab_parallel, plan_json=_b(plan_json))
+
+
+class Plan:
+    """How a model is split over a mesh (sc_plan_json): the plan as JSON
+    text (docs/plan-format.md), which compile() replays exactly, and as a
+    dict; mesh, ranks and the roles of the axes read from it."""
+
+    def __init__(self, model, text):
+        self.model = model
+        self.json = text
+        self.data = json.loads(text)
+        self.mesh = self.data["mesh"]["axes"]
+        n = 1
+        for ax in filter(None, self.mesh.split(",")):
+            n *= int(ax.split("=")[1])
+        self.n_ranks = n
+        self.stages = self.data["pipeline"]["stages"]
+        self.shardings = dict(self.data.get("shardings", {}))
+
+    def __repr__(self):
+        return f"shardc.Plan(mesh={self.mesh!r}, ranks={self.n_ranks}, stages={self.stages})"
+
+
+def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
+         sequence_parallel=False, no_vocab_parallel=False):
+    """The plan of model over mesh ("tp=2,pp=2"; None: one rank), shapes only."""
+    dims, n = _dims(model.dims)
+    par = _parallel(mesh, microbatches, ranks_per_node, stage_boundaries, sequence_parallel,
+                    no_vocab_parallel)
+    out, err = ctypes.c_void_p(), ctypes.c_void_p()
+    st = lib.sc_plan_json(_b(model.path), dims, n, ctypes.byref(par), ctypes.byref(out),
+                          ctypes.byref(err))
+    text, msg = _take_string(out.value), _take_string(err.value)
+    if st:
+        raise_for("plan", st, msg or _lib.STATUS_NAMES[st])
+    return Plan(model, text)
+
+
+@dataclass
+class TrainConfig:
+    """The training step's settings (sc_training_settings; PyTorch's defaults
+    for the optimizer where a field is None) and the learning rate per step:
+    lr, or a linear warm-up over warmup_steps then schedule ("cosine" or
+    "linear") down to min_lr at total_steps — the CLI's --lr-schedule."""
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    loss: str = "cross-entropy"
+    logits: str = None
+    weight_decay: float = None
+    momentum: float = None
+    nesterov: bool = False
+    betas: tuple = None
+    eps: float = None
+    clip_grad_norm: float = 0.0
+    ignore_index: int = None
+    freeze: list = field(default_factory=list)
+    precision: str = "fp32"
+    threads: int = 0
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 0
+    min_lr: float = 0.0
+
+    def lr_at(self, step):
+        """The learning rate of step (1-based), as `shardc train` computes it
+        (sc_learning_rate: the same function)."""
+        lr = lib.sc_learning_rate(_b(self.schedule), self.lr, self.min_lr, self.warmup_steps,
+                                  self.total_steps, step)
+        if lr != lr:
+            raise UsageError(f"schedule '{self.schedule}': expected constant, cosine or "
+                             f"linear (step {step})", "usage")
+        return lr
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: int
+    loss: float
+    grad_norm: float
+    lr: float
+    time: float   # seconds of the step
+
+
+class Executable:
+    """A compiled inference program (sc_executable): one rank or a mesh.
+
+    run() takes a dict of arrays (buffer protocol or DLPack: NumPy arrays,
+    PyTorch CPU tensors), read in place when C-contiguous with a dtype the
+    library knows, and returns a dict of NumPy arrays."""
+
+    def __init__(self, handle, model=None):
+        self._h = handle
+        self.model = model
+        self.inputs = [self._describe(lib.sc_executable_input, i)
+                       for i in range(lib.sc_executable_n_inputs(handle))]
+        self.outputs = [self._describe(lib.sc_executable_output, i)
+                        for i in range(lib.sc_executable_n_outputs(handle))]
+        self.n_ranks = lib.sc_executable_n_ranks(handle)
+        self.n_stages = lib.sc_executable_n_stages(handle)
+        self.last_input_copies = []   # names of the inputs the last run had to copy
+
+    def _describe(self, f, i):
+        t = _lib.HostTensor()
+        st = f(self._h, i, ctypes.byref(t))
+        if st:
+            self._fail(st)
+        return (t.name.decode(), DTYPES.get(t.dtype, t.dtype), tuple(t.dims[:t.rank]))
+
+    def _fail(self, st, where="model"):
+        msg = (lib.sc_executable_error(self._h) or b"").decode()
+        raise_for(where, st, msg)
+
+    def run(self, inputs, comm=None, threads=0, copy=True):
+        """Runs once. comm: "local" (every rank a thread) or "mpi" (this
+        process one rank of mpirun); None: shardc.init()'s choice. copy=False
+        returns views of the memory the library allocated (no copy, freed
+        with the arrays) instead of arrays owning their data."""
+        if comm is None:
+            comm = init().comm
+        hosts, keep, copied = as_host_tensors(inputs)
+        self.last_input_copies = copied
+        n_out = len(self.outputs)
+        outs = (_lib.HostTensor * max(1, n_out))()
+        opts = _lib.RunOpts(comm=_b(comm), threads=threads)
+        st = lib.sc_executable_run(self._h, ctypes.byref(opts), hosts, len(keep), outs, n_out)
+        del keep
+        if st:
+            self._fail(st, "run" if self.n_ranks > 1 or comm != "local" else "model")
+        return outputs_to_arrays(outs, n_out, copy)
+
+    def save(self, path):
+        """Writes the bundle directory (docs/bundle.md); load() reads it."""
+        st = lib.sc_executable_save(self._h, _b(os.fspath(path)))
+        if st:
+            self._fail(st)
+
+    @staticmethod
+    def load(path):
+        h = ctypes.c_void_p()
+        st = lib.sc_executable_load(_b(os.fspath(path)), ctypes.byref(h))
+        if st:
+            msg = (lib.sc_executable_error(h) or b"").decode()
+            lib.sc_executable_free(h)
+            raise_for("model", st, msg)
+        return Executable(h)
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib.sc_executable_free(self._h)
+            self._h = None
+
+    __del__ = close
+
+
+class Training:
+    """A compiled training step on one rank (sc_training) and its state."""
+
+    def __init__(self, model, cfg):
+        self.model = model
+        self.config = cfg
+        s = _lib.TrainingSettings()
+        lib.sc_training_settings_init(ctypes.byref(s), _b(cfg.optimizer))
+        dims, n = _dims(model.dims)
+        freeze = (ctypes.c_char_p * max(1, len(cfg.freeze)))(*[_b(f) for f in cfg.freeze])
+        self._keep = (dims, freeze)
+        s.dims, s.n_dims = dims, n
+        s.optimizer = _b(cfg.optimizer)
+        s.loss = _b(cfg.loss)
+        s.logits = _b(cfg.logits)
+        for name in ("weight_decay", "momentum", "eps"):
+            v = getattr(cfg, name)
+            if v is not None:
+                setattr(s, name, v)
+        if cfg.betas is not None:
+            s.beta1, s.beta2 = cfg.betas
+        if cfg.ignore_index is not None:
+            s.ignore_index = cfg.ignore_index
+        s.nesterov = cfg.nesterov
+        s.clip_grad_norm = cfg.clip_grad_norm
+        s.freeze, s.n_freeze = freeze, len(cfg.freeze)
+        s.threads = cfg.threads
+        s.precision = _b(cfg.precision)
+        h = ctypes.c_void_p()
+        st = lib.sc_training_create(_b(model.path), ctypes.byref(s), ctypes.byref(h))
+        self._h = h
+        if st:
+            self._fail(st, "model")
+
+    def _fail(self, st, where="run"):
+        msg = (lib.sc_training_error(self._h) or b"").decode() if self._h else "out of memory"
+        raise_for(where, st, msg)
+
+    @property
+    def steps_done(self):
+        return lib.sc_training_steps_done(self._h)
+
+    def step(self, inputs, labels=None, targets=None, lr=None):
+        """One optimizer step on one batch: the data inputs by name, and
+        labels (cross-entropy) or targets (mse). lr: this step's learning
+        rate (None: the config's schedule). Returns a StepResult."""
+        data = dict(inputs)
+        if labels is not None:
+            data["labels"] = labels
+        if targets is not None:
+            data["targets"] = targets
+        step = self.steps_done + 1
+        if lr is None:
+            lr = self.config.lr_at(step)
+        hosts, keep, _ = as_host_tensors(data)
+        loss, norm = ctypes.c_double(), ctypes.c_double()
+        t0 = time.perf_counter()
+        st = lib.sc_training_step(self._h, hosts, len(keep), lr, ctypes.byref(loss),
+                                  ctypes.byref(norm))
+        dt = time.perf_counter() - t0
+        del keep
+        if st:
+            self._fail(st, "model" if st == _lib.SC_ERR_USAGE else "run")
+        return StepResult(step, loss.value, norm.value, lr, dt)
+
+    def tensor(self, name, copy=True):
+        """A parameter's current value (or optimizer state: "NAME.exp_avg")."""
+        import numpy as np
+        t = _lib.HostTensor()
+        st = lib.sc_training_tensor(self._h, _b(name), ctypes.byref(t))
+        if st:
+            raise UsageError(f"no training tensor named '{name}'", "usage")
+        from ._tensors import view_of
+        a = view_of(t)
+        return np.array(a) if copy else a
+
+    def save(self, path):
+        """Writes a checkpoint directory (docs/checkpoint.md): the same
+        safetensors files as `shardc train --save`."""
+        st = lib.sc_training_save(self._h, _b(os.fspath(path)))
+        if st:
+            self._fail(st, "model")
+
+    def resume(self, path):
+        st = lib.sc_training_resume(self._h, _b(os.fspath(path)))
+        if st:
+            self._fail(st, "model")
+
+    def export(self, path):
+        """The model with the trained weights as a new ONNX file."""
+        tmp = tempfile.mkdtemp(prefix="shardc-export-")
+        try:
+            self.save(os.path.join(tmp, "ckpt"))
+            export_checkpoint(os.path.join(tmp, "ckpt"), self.model.path, path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def close(self):
+        if getattr(self, "_h", None):
+            lib.sc_training_free(self._h)
+            self._h = None
+
+    __del__ = close
+
+
+def export_checkpoint(checkpoint, model_path, out):
+    """Writes model_path with a checkpoint's weights as the ONNX file out."""
+    err = ctypes.c_void_p()
+    st = lib.sc_export_checkpoint(_b(os.fspath(checkpoint)), _b(os.fspath(model_path)),
+                                  _b(os.fspath(out)), ctypes.byref(err))
+    msg = _take_string(err.value)
+    if st:
+        raise_for("model", st, msg or _lib.STATUS_NAMES[st])
+
+
+def compile(model, plan=None, mesh=None, train=None, no_fuse=False, **parallel):
+    """Compiles model: for inference (an Executable, one rank or the mesh of
+    plan / mesh), or, with train=TrainConfig(...), its training step (a
+    Training, one rank)."""
+    if train is not None:
+        if plan is not None and plan.n_ranks > 1 or mesh:
+            raise UsageError("training from Python runs on one rank; a mesh is trained with "
+                             "`shardc train --mesh` (docs/python.md)", "usage")
+        return Training(model, train)
+    dims, n = _dims(model.dims)
+    if plan is not None and (mesh or parallel):
+        raise UsageError("give a plan or a mesh, not both", "usage")
+    par = _parallel(plan_json=plan.json) if plan is not None else _parallel(mesh, **parallel)
+    s = _lib.CompileSettings(dims=dims, n_dims=n, parallel=par, target=0, no_fuse=no_fuse,
+                             quiet=True)
+    h = ctypes.c_void_p()
+    st = lib.sc_compile(_b(model.path), ctypes.byref(s), ctypes.byref(h))
+    if st:
+        msg = (lib.sc_executable_error(h) or b"").decode()
+        lib.sc_executable_free(h)
+        raise_for("plan" if plan is not None or mesh else "model", st, msg)
+    return Executable(h, model)

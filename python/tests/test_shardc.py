@@ -1,0 +1,200 @@
+"""test_shardc.py — the Python package against the same references as the
+command line's tests, on the samples:
+
+- inference equals onnxruntime (MLP, GPT-2; rtol 1e-4, atol 1e-5 as in
+  tests/models: fp32 kernels that sum in another order);
+- a mesh (tp=2 x pp=2, from a shardc.Plan) equals one rank (same tolerance);
+- 5 training steps equal `shardc train`'s, bit for bit: the losses as the
+  CLI's JSON log prints them (%.9g: every bit of the float32 loss) and
+  every weight of the checkpoint;
+- the checkpoint is safetensors as the CLI's, the export runs in
+  onnxruntime with the trained weights;
+- inputs are read in place (the pointer handed to the library is the
+  array's) when contiguous, copied once when not; DLPack-only objects too;
+- the library's failures become the right exceptions, with its message.
+Inputs are seeded; NaN fails every comparison (assert_allclose's default).
+"""
+import json
+import os
+import subprocess
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import shardc
+from shardc._tensors import as_host_tensors
+
+RTOL, ATOL = 1e-4, 1e-5
+
+
+def ort_run(path, feeds):
+    s = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [o.name for o in s.get_outputs()]
+    return dict(zip(names, s.run(None, feeds)))
+
+
+def close(got, want):
+    assert got.shape == want.shape
+    assert not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+
+
+def test_mlp_equals_onnxruntime(source, rng):
+    path = f"{source}/samples/mlp.onnx"
+    m = shardc.load(path, dims={"batch": 4})
+    s = m.summary()
+    assert s.nodes > 0 and s.params == 26122 and "params: 26122" in str(s)
+    exe = shardc.compile(m)
+    assert exe.inputs == [("x", np.dtype(np.float32), (4, 64))]
+    x = rng.standard_normal((4, 64), dtype=np.float32)
+    y = exe.run({"x": x})
+    close(y["y"], ort_run(path, {"x": x})["y"])
+    assert y["y"].flags.owndata
+
+
+def test_gpt2_equals_onnxruntime_and_mesh_equals_one_rank(source, rng):
+    path = f"{source}/samples/gpt2.onnx"
+    m = shardc.load(path, dims={"batch": 2})
+    ids = rng.integers(0, 1000, size=(2, 16), dtype=np.int64)
+    one = shardc.compile(m).run({"input_ids": ids})
+    want = ort_run(path, {"input_ids": ids})
+    for k in want:
+        close(one[k], want[k])
+    p = shardc.plan(m, mesh="tp=2,pp=2")
+    assert (p.mesh, p.n_ranks, p.stages) == ("tp=2,pp=2", 4, 2)
+    assert p.data["tensor_parallel"]["axis"] == "tp" and p.shardings
+    exe = shardc.compile(m, plan=p)
+    assert (exe.n_ranks, exe.n_stages) == (4, 2)
+    four = exe.run({"input_ids": ids}, copy=False)
+    for k in want:
+        close(four[k], one[k])
+        assert not four[k].flags.owndata  # the library's allocation, not a copy
+
+
+def test_inputs_read_in_place(source, rng):
+    x = rng.standard_normal((4, 64), dtype=np.float32)
+    hosts, keep, copied = as_host_tensors({"x": x})
+    assert copied == [] and hosts[0].data == x.__array_interface__["data"][0]
+
+    class DLPackOnly:  # a tensor that offers only DLPack (as torch.Tensor does)
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    hosts, keep, copied = as_host_tensors({"x": DLPackOnly(x)})
+    assert copied == [] and hosts[0].data == x.__array_interface__["data"][0]
+    strided = np.asfortranarray(x)
+    hosts, keep, copied = as_host_tensors({"x": strided})
+    assert copied == ["x"] and hosts[0].data != strided.__array_interface__["data"][0]
+    # and the run reads them: the same answer either way, no copy reported
+    exe = shardc.compile(shardc.load(f"{source}/samples/mlp.onnx", dims={"batch": 4}))
+    a = exe.run({"x": x})["y"]
+    assert exe.last_input_copies == []
+    b = exe.run({"x": DLPackOnly(x)})["y"]
+    assert exe.last_input_copies == []
+    c = exe.run({"x": strided})["y"]
+    assert exe.last_input_copies == ["x"]
+    assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+def reverse_data(source, tmp_path):
+    subprocess.run([os.environ.get("PYTHON", "python3"),
+                    f"{source}/samples/train/make_reverse.py", str(tmp_path)],
+                   check=True, capture_output=True)
+    return (f"{tmp_path}/reverse.onnx", np.load(f"{tmp_path}/train_x.npy"),
+            np.load(f"{tmp_path}/train_y.npy"))
+
+
+def test_training_equals_cli(source, shardc_cli, tmp_path):
+    from safetensors.numpy import load_file
+    model, xs, ys = reverse_data(source, tmp_path)
+    cli_ck = tmp_path / "cli_ck"
+    subprocess.run([shardc_cli, "train", model, "--data", f"x={tmp_path}/train_x.npy",
+                    "--labels", f"{tmp_path}/train_y.npy", "--dim", "batch=32", "--steps", "5",
+                    "--optimizer", "adamw", "--lr", "3e-3", "--weight-decay", "0",
+                    "--lr-schedule", "cosine", "--warmup-steps", "2", "--save", str(cli_ck),
+                    "--log-json", str(tmp_path / "log.jsonl"), "--quiet"],
+                   check=True, capture_output=True)
+    log = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    m = shardc.load(model, dims={"batch": 32})
+    cfg = shardc.TrainConfig(optimizer="adamw", lr=3e-3, weight_decay=0.0, schedule="cosine",
+                             warmup_steps=2, total_steps=5)
+    t = shardc.compile(m, train=cfg)
+    first_embed = t.tensor("embed")
+    B = 32
+    for i in range(5):  # the CLI's batches: examples i*B .. (i+1)*B - 1
+        out = t.step({"x": xs[i * B:(i + 1) * B]}, labels=ys[i * B:(i + 1) * B])
+        assert out.step == i + 1
+        assert f"{out.loss:.9g}" == f"{log[i]['loss']:.9g}", (i, out.loss, log[i]["loss"])
+        assert f"{out.lr:.9g}" == f"{log[i]['lr']:.9g}"
+        assert f"{out.grad_norm:.9g}" == f"{log[i]['grad_norm']:.9g}"
+    py_ck = tmp_path / "py_ck"
+    t.save(py_ck)
+    files = sorted(os.listdir(cli_ck))
+    assert files == sorted(os.listdir(py_ck)) and any(f.endswith(".safetensors") for f in files)
+    for f in files:
+        if f.endswith(".safetensors"):
+            a, b = load_file(str(cli_ck / f)), load_file(str(py_ck / f))
+            assert a.keys() == b.keys() and a
+            for k in a:
+                assert np.array_equal(a[k], b[k]), k  # bit for bit
+    weights = load_file(str(py_ck / "weights.safetensors"))
+    assert np.array_equal(t.tensor("embed"), weights["embed"])
+    assert not np.array_equal(weights["embed"], first_embed)  # it trained
+    # export: the trained model runs in onnxruntime as in shardc
+    t.export(tmp_path / "trained.onnx")
+    x = np.load(f"{tmp_path}/test_x.npy")
+    want = ort_run(str(tmp_path / "trained.onnx"), {"x": x})["logits"]
+    got = shardc.compile(shardc.load(tmp_path / "trained.onnx", dims={"batch": 8})).run(
+        {"x": x})["logits"]
+    close(got, want)
+    # resume: a fresh training from the checkpoint takes the same 6th step
+    u = shardc.compile(m, train=cfg)
+    u.resume(py_ck)
+    assert u.steps_done == 5
+    a = t.step({"x": xs[160:192]}, labels=ys[160:192])
+    b = u.step({"x": xs[160:192]}, labels=ys[160:192])
+    assert a.loss == b.loss and a.lr == b.lr
+
+
+def test_errors(source, tmp_path, rng):
+    with pytest.raises(shardc.ModelError) as e:
+        shardc.load(tmp_path / "missing.onnx")
+    assert e.value.status == "io" and "missing.onnx" in str(e.value)
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07\x12garbage that is not a protobuf")
+    with pytest.raises(shardc.ModelError) as e:
+        shardc.load(bad)
+    assert "bad.onnx" in str(e.value)
+    m = shardc.load(f"{source}/samples/mlp.onnx", dims={"batch": 4})
+    with pytest.raises(shardc.PlanError) as e:
+        shardc.plan(m, mesh="pp=2,pp=2")
+    assert "pp" in str(e.value)
+    with pytest.raises(shardc.UsageError):
+        shardc.load(f"{source}/samples/mlp.onnx", dims={"no_such_dim": 4})
+    exe = shardc.compile(m)
+    with pytest.raises(shardc.Error) as e:
+        exe.run({"x": rng.standard_normal((4, 65), dtype=np.float32)})
+    assert "x" in str(e.value)
+    with pytest.raises(shardc.UsageError):
+        shardc.TrainConfig(schedule="step").lr_at(1)
+    with pytest.raises(shardc.UsageError):
+        shardc.compile(m, train=shardc.TrainConfig(precision="int4"))
+    # a rank that fails in a run over 2 ranks: RankError naming the failure
+    exe2 = shardc.compile(shardc.load(f"{source}/samples/gpt2.onnx", dims={"batch": 2}),
+                          mesh="tp=2")
+    ids = rng.integers(0, 1000, size=(2, 16), dtype=np.int64)
+    os.environ["SHARDC_FAIL_RANK"] = "1"
+    try:
+        with pytest.raises(shardc.RankError) as e:
+            exe2.run({"input_ids": ids})
+    finally:
+        del os.environ["SHARDC_FAIL_RANK"]
+    assert "injected failure" in str(e.value)
+    assert isinstance(e.value, shardc.Error)
