@@ -14,13 +14,16 @@
  * (runtime/bundle.h), started the same way (runtime/train_bundle.h). */
 #include "shardc.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/bundle.h"
 #include "codegen/dist_bundle.h"
 #include "driver/driver.h"
+#include "driver/plan_report.h"
 #include "frontend/onnx.h"
 #include "passes/pass.h"
 #include "passes/stats.h"
@@ -253,6 +256,32 @@ static char *format_error(const sc_diag *d) {
   return sc_strdup(buf);
 }
 
+/* The build of a plan (shapes only; codegen: the stage programs too, with
+ * their memory plans, no JIT). */
+static sc_status plan_build(const char *model_path, const sc_dim_binding *dims, int32_t n_dims,
+                            const sc_parallel_opts *parallel, bool codegen, sc_build **b,
+                            sc_diag *d) {
+  *b = NULL;
+  if (!parallel || (!parallel->mesh && !parallel->plan_file && !parallel->plan_json))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh");
+  return build(model_path, dims, n_dims, parallel, true, codegen, false, true, b, d);
+}
+
+/* The outcome of a plan call: the text or the message. */
+static sc_status plan_result(sc_status st, const char *model_path, sc_diag *d, char *text,
+                             char **json, char **error) {
+  if (st != SC_OK) {
+    sc_free(text);
+    if (error) {
+      if (!d->file[0] && model_path) sc_diag_set_file(d, model_path);
+      *error = format_error(d);
+    }
+    return st;
+  }
+  *json = text;
+  return SC_OK;
+}
+
 sc_status sc_plan_json(const char *model_path, const sc_dim_binding *dims, int32_t n_dims,
                        const sc_parallel_opts *parallel, char **json, char **error) {
   if (json) *json = NULL;
@@ -260,19 +289,84 @@ sc_status sc_plan_json(const char *model_path, const sc_dim_binding *dims, int32
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_build *b = NULL;
+  char *text = NULL;
   sc_status st = !json ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "json is NULL")
-                 : !parallel || (!parallel->mesh && !parallel->plan_file && !parallel->plan_json)
-                     ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh")
-                     : build(model_path, dims, n_dims, parallel, true, false, false, true, &b,
-                             &d);
+                       : plan_build(model_path, dims, n_dims, parallel, false, &b, &d);
   if (st == SC_OK) st = sc_partition_complete_plan(b->part, b->plan, &d);
-  if (st == SC_OK && !(*json = sc_plan_write_json_string(b->plan, &d))) st = d.status;
+  if (st == SC_OK && !(text = sc_plan_write_json_string(b->plan, &d))) st = d.status;
   sc_build_destroy(b);
-  if (st != SC_OK && error) {
-    if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
-    *error = format_error(&d);
+  return plan_result(st, model_path, &d, text, json, error);
+}
+
+/* The report of build b (plan_report.h) as JSON text. */
+static char *report_json(const sc_build *b, const sc_plan_report *r) {
+  const sc_partition *part = b->part;
+  const sc_mesh *m = &part->mesh;
+  json_t *root = json_object(), *stages = json_array(), *coll = json_array();
+  char mesh[256];
+  sc_mesh_format(m, mesh, sizeof mesh);
+  json_object_set_new(root, "mesh", json_string(mesh));
+  json_object_set_new(root, "ranks", json_integer(m->n_ranks));
+  json_object_set_new(root, "microbatches", json_integer(part->microbatches));
+  for (int32_t s = 0; s < r->n_stages; s++) {
+    const sc_stage_memory *sm = &r->mem[s];
+    json_t *o = json_object(), *ranks = json_array();
+    int64_t coords[SC_MESH_MAX_AXES];
+    for (int64_t k = 0; k < m->n_ranks; k++) {
+      sc_mesh_rank_to_coords(m, k, coords);
+      if ((part->pp_axis >= 0 ? coords[part->pp_axis] : 0) == s)
+        json_array_append_new(ranks, json_integer(k));
+    }
+    int64_t act = sm->arena_bytes - sm->comm_bytes;
+    json_object_set_new(o, "stage", json_integer(s));
+    json_object_set_new(o, "ranks", ranks);
+    json_object_set_new(o, "weight_bytes", json_integer(sm->weight_bytes));
+    json_object_set_new(o, "activation_bytes", json_integer(act > 0 ? act : 0));
+    json_object_set_new(o, "comm_bytes", json_integer(sm->comm_bytes));
+    json_object_set_new(o, "total_bytes", json_integer(sm->weight_bytes + sm->arena_bytes));
+    json_array_append_new(stages, o);
   }
-  return st;
+  for (int32_t i = 0; i < r->n_coll; i++) {
+    const sc_collective_row *c = &r->coll[i];
+    json_t *o = json_object(), *axes = json_array();
+    for (int32_t a = 0; a < m->n_axes; a++)
+      if (c->axes & (1u << a)) json_array_append_new(axes, json_string(m->axes[a].name));
+    json_object_set_new(o, "stage", json_integer(c->stage));
+    json_object_set_new(o, "op", json_string(sc_comm_kind_names[c->kind]));
+    json_object_set_new(o, "axes", axes);
+    json_object_set_new(o, "count", json_integer(c->ops));
+    json_object_set_new(o, "bytes_per_microbatch", json_integer(c->bytes));
+    json_object_set_new(o, "bytes_per_step", json_integer(c->bytes * part->microbatches));
+    json_array_append_new(coll, o);
+  }
+  json_object_set_new(root, "stages", stages);
+  json_object_set_new(root, "collectives", coll);
+  char *dumped = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  char *text = dumped ? sc_strdup(dumped) : NULL;
+  free(dumped);
+  return text;
+}
+
+sc_status sc_plan_report_json(const char *model_path, const sc_dim_binding *dims,
+                              int32_t n_dims, const sc_parallel_opts *parallel, char **json,
+                              char **error) {
+  if (json) *json = NULL;
+  if (error) *error = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_build *b = NULL;
+  sc_plan_report r = {0};
+  char *text = NULL;
+  sc_status st = !json ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "json is NULL")
+                       : plan_build(model_path, dims, n_dims, parallel, true, &b, &d);
+  if (st == SC_OK && sc_plan_report_gather(b, &r) != SC_OK)
+    st = sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (st == SC_OK && !(text = report_json(b, &r)))
+    st = sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_plan_report_free(&r);
+  sc_build_destroy(b);
+  return plan_result(st, model_path, &d, text, json, error);
 }
 
 struct sc_executable {

@@ -145,6 +145,16 @@ typedef struct sc_compile_settings {
 sc_status sc_plan_json(const char *model_path, const sc_dim_binding *dims, int32_t n_dims,
                        const sc_parallel_opts *parallel, char **json, char **error);
 void sc_string_free(char *s);
+/* What the plan asks of each rank, as JSON text (what `shardc plan`
+ * prints; docs/api.md gives the keys): per pipeline stage its ranks and the
+ * memory of one of them (weight_bytes, activation_bytes, comm_bytes: the
+ * collectives' scratch, total_bytes = weights + arena), and the
+ * collectives a rank runs (stage, op, axes, count, bytes per microbatch
+ * and per step). The stage programs are compiled (memory plan, no JIT),
+ * shapes only. Same conventions as sc_plan_json. */
+sc_status sc_plan_report_json(const char *model_path, const sc_dim_binding *dims,
+                              int32_t n_dims, const sc_parallel_opts *parallel, char **json,
+                              char **error);
 
 /* ---- compiled programs ---- */
 

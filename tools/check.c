@@ -42,6 +42,7 @@
 #include "api/check_run.h"
 #include "codegen/dist_sim.h"
 #include "driver/check.h"
+#include "driver/plan_report.h"
 #include "driver/train_memory.h"
 #include "ir/fileio.h"
 #include "ir/progress.h"
@@ -199,9 +200,6 @@ static sc_status rank_memory(const check_args *a, const sc_build *b, const sc_de
                   : sc_plan_stage_memory(b->program, t, out, n, d);
 }
 
-static const char *const COMM_NAMES[SC_COMM_KIND_COUNT] = {
-    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv"};
-
 /* collective/<Op> <axes>: the bytes a rank sends in them, every stage
  * program run once. */
 static sc_status collective_metrics(const sc_build *b, sc_check_report *r, sc_diag *d) {
@@ -215,7 +213,8 @@ static sc_status collective_metrics(const sc_build *b, sc_check_report *r, sc_di
       char axes[128], name[192];
       sc_cli_format_axes(&dp->mesh, cm[i].axes, axes, sizeof axes);
       snprintf(name, sizeof name, "collective/%s %s",
-               (unsigned)cm[i].kind < SC_COMM_KIND_COUNT ? COMM_NAMES[cm[i].kind] : "?", axes);
+               (unsigned)cm[i].kind < SC_COMM_KIND_COUNT ? sc_comm_kind_names[cm[i].kind] : "?",
+               axes);
       const double *old = sc_check_metric_get(r, name);
       sc_check_metric_set(r, name, (old ? *old : 0) + (double)cm[i].sent);
     }

@@ -38,6 +38,7 @@
 
 #include "codegen/device_memory.h"
 #include "codegen/dist_sim.h"
+#include "driver/plan_report.h"
 #include "ir/fileio.h"
 #include "runtime/runtime.h"
 #include "tools/cli.h"
@@ -99,14 +100,6 @@ typedef struct stage_info {
   sc_device_memory device; /* every line on the plan's target */
 } stage_info;
 
-typedef struct coll_row {
-  int32_t stage;
-  sc_comm_kind kind;
-  sc_axes axes;
-  int64_t ops;
-  int64_t bytes; /* per microbatch */
-} coll_row;
-
 typedef struct report {
   sc_device_target target; /* what the device memory is planned for */
   const sc_build *b;
@@ -114,12 +107,8 @@ typedef struct report {
   sc_graph *g;
   const sc_stats *stats;
   stage_info *st;
-  coll_row *coll;
-  int32_t n_coll;
+  sc_plan_report pr;       /* memory per rank and collectives, as data */
 } report;
-
-static const char *const COMM_NAMES[SC_COMM_KIND_COUNT] = {
-    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv"};
 
 /* The ranks of each stage (coordinate along pp), as text. */
 static void stage_ranks(const sc_partition *part, stage_info *st) {
@@ -220,50 +209,21 @@ static sc_status stage_contents(report *r) {
   return SC_OK;
 }
 
-static int64_t buffer_bytes(const sc_program *p, int32_t id) {
-  return id >= 0 && id < p->n_buffers ? p->buffers[id].bytes : 0;
-}
-
-/* Memory per rank and collectives of each stage program. */
+/* Memory per rank (driver/plan_report.h) and each stage's memory on the
+ * target. */
 static sc_status program_contents(report *r) {
-  int32_t cap = 0;
-  for (int32_t s = 0; s < r->part->n_stages; s++) {
+  sc_status st = sc_plan_report_gather(r->b, &r->pr);
+  for (int32_t s = 0; st == SC_OK && s < r->part->n_stages; s++) {
     const sc_program *p = r->b->program->stages[s].program;
     stage_info *si = &r->st[s];
     if (!p) continue;
-    si->arena_bytes = p->arena_bytes;
+    si->weight_bytes = r->pr.mem[s].weight_bytes;
+    si->arena_bytes = r->pr.mem[s].arena_bytes;
+    si->comm_bytes = r->pr.mem[s].comm_bytes;
     sc_diag d = {0};
-    if (sc_device_memory_plan(p, &r->target, &si->device, &d) != SC_OK) return d.status;
-    for (int32_t i = 0; i < p->n_buffers; i++)
-      if (p->buffers[i].kind == SC_BUF_CONST) si->weight_bytes += p->buffers[i].bytes;
-    /* Comm scratch: the most any one COMM step needs (pack + unpack);
-     * the memory plan reuses the space between steps. */
-    for (int32_t k = 0; k < p->n_steps; k++) {
-      const sc_step *step = &p->steps[k];
-      if (step->kind != SC_STEP_COMM) continue;
-      const sc_comm_step *c = &step->comm;
-      int64_t scratch = buffer_bytes(p, c->pack) + buffer_bytes(p, c->unpack);
-      if (scratch > si->comm_bytes) si->comm_bytes = scratch;
-      int64_t in = buffer_bytes(p, c->in), out = buffer_bytes(p, c->out);
-      int32_t j = 0;
-      while (j < r->n_coll && !(r->coll[j].stage == s && r->coll[j].kind == c->kind &&
-                                r->coll[j].axes == c->axes))
-        j++;
-      if (j == r->n_coll) {
-        if (r->n_coll == cap) {
-          int32_t ncap = cap ? 2 * cap : 16;
-          coll_row *nc = sc_realloc(r->coll, (size_t)ncap * sizeof *nc);
-          if (!nc) return SC_ERR_NOMEM;
-          r->coll = nc;
-          cap = ncap;
-        }
-        r->coll[r->n_coll++] = (coll_row){s, c->kind, c->axes, 0, 0};
-      }
-      r->coll[j].ops++;
-      r->coll[j].bytes += in > out ? in : out;
-    }
+    if (sc_device_memory_plan(p, &r->target, &si->device, &d) != SC_OK) st = d.status;
   }
-  return SC_OK;
+  return st;
 }
 
 /* ---- text report ---- */
@@ -394,26 +354,19 @@ static void print_device_memory(const report *r) {
   }
 }
 
-static int cmp_coll(const void *x, const void *y) {
-  const coll_row *a = x, *b = y;
-  if (a->stage != b->stage) return a->stage < b->stage ? -1 : 1;
-  if (a->kind != b->kind) return a->kind < b->kind ? -1 : 1;
-  return a->axes < b->axes ? -1 : a->axes > b->axes;
-}
-
 static void print_collectives(const report *r) {
   char axes[128], a[64], b[64];
   int32_t m = r->part->microbatches;
   printf("\ncollectives per rank (bytes: the larger of input and output; a step runs %d "
          "microbatch%s):\n", m, m == 1 ? "" : "es");
-  if (r->n_coll == 0) {
+  if (r->pr.n_coll == 0) {
     printf("  none\n");
     return;
   }
   printf("  %-5s %-14s %-10s %6s %14s %14s  %s\n", "stage", "op", "axes", "count", "bytes/mb",
          "bytes/step", "link");
-  for (int32_t i = 0; i < r->n_coll; i++) {
-    const coll_row *c = &r->coll[i];
+  for (int32_t i = 0; i < r->pr.n_coll; i++) {
+    const sc_collective_row *c = &r->pr.coll[i];
     sc_cli_format_axes(&r->part->mesh, c->axes, axes, sizeof axes);
     sc_stats_format_bytes((double)c->bytes, a, sizeof a);
     sc_stats_format_bytes((double)c->bytes * m, b, sizeof b);
@@ -421,7 +374,7 @@ static void print_collectives(const report *r) {
     const char *link = sc_mesh_is_intra_node(&r->part->mesh, c->axes) ? "intra-node"
                                                                        : "inter-node";
     printf("  %-5d %-14s %-10s %6lld %14s %14s  %s\n", c->stage,
-           (unsigned)c->kind < SC_COMM_KIND_COUNT ? COMM_NAMES[c->kind] : "?", axes,
+           (unsigned)c->kind < SC_COMM_KIND_COUNT ? sc_comm_kind_names[c->kind] : "?", axes,
            (long long)c->ops, a, b, link);
   }
 }
@@ -628,18 +581,17 @@ static int split_args(int argc, char **argv, sc_partition_args *p, bool *train, 
   return 0;
 }
 
-/* What the report shows (r->st, r->coll: freed by report_free). */
+/* What the report shows (r->st, r->pr: freed by report_free). */
 static sc_status report_gather(report *r) {
   r->st = sc_calloc((size_t)r->part->n_stages, sizeof *r->st);
   if (!r->st) return SC_ERR_NOMEM;
   stage_ranks(r->part, r->st);
   if (stage_contents(r) != SC_OK || program_contents(r) != SC_OK) return SC_ERR_NOMEM;
-  if (r->n_coll) qsort(r->coll, (size_t)r->n_coll, sizeof *r->coll, cmp_coll);
   return SC_OK;
 }
 
 static void report_free(report *r) {
-  sc_free(r->coll);
+  sc_plan_report_free(&r->pr);
   sc_free(r->st);
 }
 

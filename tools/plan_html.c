@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "codegen/dist_sim.h"
+#include "driver/plan_report.h"
 #include "ir/placement.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
@@ -36,9 +37,6 @@
 static const char *const MEM_PARTS[SC_PLAN_HTML_MEM_COUNT] = {
     "parameters", "gradients", "optimizer state", "activations", "stash",
     "workspace",  "communication", "device runtime", "other"};
-
-static const char *const COMM_NAMES[SC_COMM_KIND_COUNT] = {
-    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv"};
 
 void sc_plan_html_field(sc_plan_html *h, const char *key, const char *fmt, ...) {
   if (h->n_fields >= SC_PLAN_HTML_MAX_FIELDS) return;
@@ -192,7 +190,8 @@ static json_t *timeline_json(const sc_dist_program *dp, const sc_dist_sim *s,
   }
   for (int k = 0; k < SC_DIST_SIM_EV_KIND_COUNT; k++)
     json_array_append_new(kinds, json_string(sc_dist_sim_event_kind_name((sc_dist_sim_event_kind)k)));
-  for (int k = 0; k < SC_COMM_KIND_COUNT; k++) json_array_append_new(comm, json_string(COMM_NAMES[k]));
+  for (int k = 0; k < SC_COMM_KIND_COUNT; k++)
+    json_array_append_new(comm, json_string(sc_comm_kind_names[k]));
   for (int64_t i = 0; i < tr->n; i++) {
     const sc_dist_sim_event *e = &tr->events[i];
     json_array_append_new(ev, json_pack("[i,i,i,i,i,i,i,i,f,f,f,i]", (int)e->pipe_rank,
@@ -255,7 +254,7 @@ static json_t *program_collectives(const sc_dist_program *dp) {
         }
         sc_cli_format_axes(&dp->mesh, st->comm.axes, axes, sizeof axes);
         json_array_append_new(rows, json_pack("{s:i, s:s, s:s, s:I, s:f}", "stage", (int)s, "op",
-                                              COMM_NAMES[kind], "axes", axes, "count",
+                                              sc_comm_kind_names[kind], "axes", axes, "count",
                                               (json_int_t)count, "bytes", bytes));
       }
     }

@@ -32,16 +32,13 @@
 #include "codegen/dist_sim.h"
 #include "codegen/pipe_schedule.h"
 #include "codegen/train_manifest.h"
+#include "driver/plan_report.h"
 #include "driver/train_memory.h"
 #include "passes/partition/partition.h"
 #include "passes/blocks.h"
 #include "passes/stats.h"
 #include "tools/cli.h"
 #include "tools/plan_predict.h"
-
-static const char *const COMM_NAMES[SC_COMM_KIND_COUNT] = {
-    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv"};
-
 
 /* The ZeRO paper's communication per rank per step, in units of Ψ (fp32
  * elements), for the data-parallel part of the mesh: 2(n-1)/n for DDP and
@@ -555,7 +552,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
       for (int32_t i = 0; i < n_cm; i++) {
         char axes[128];
         sc_cli_format_axes(&part->mesh, cm[i].axes, axes, sizeof axes);
-        printf("%s{\"op\": \"%s\", \"axes\": ", i ? ", " : "", COMM_NAMES[cm[i].kind]);
+        printf("%s{\"op\": \"%s\", \"axes\": ", i ? ", " : "", sc_comm_kind_names[cm[i].kind]);
         json_str(axes);
         printf(", \"group\": %lld, \"count\": %lld, \"async\": %lld, \"bytes\": %lld, "
                "\"sent\": %lld}",
@@ -650,8 +647,8 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     for (int32_t i = 0; i < n_cm; i++) {
       char axes[128];
       sc_cli_format_axes(&part->mesh, cm[i].axes, axes, sizeof axes);
-      printf("  %-14s %-10s %6lld %6lld %6lld %14lld %14lld\n", COMM_NAMES[cm[i].kind], axes,
-             (long long)cm[i].group_size, (long long)cm[i].ops, (long long)cm[i].async_ops,
+      printf("  %-14s %-10s %6lld %6lld %6lld %14lld %14lld\n", sc_comm_kind_names[cm[i].kind],
+             axes, (long long)cm[i].group_size, (long long)cm[i].ops, (long long)cm[i].async_ops,
              (long long)cm[i].bytes, (long long)cm[i].sent);
     }
     printf("  async: started on the communication thread, waited for where first needed "

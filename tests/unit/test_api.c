@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "shardc.h"
 
@@ -330,6 +331,63 @@ static void test_training_bf16(void **state) {
   assert_true(loss[1][9] < loss[1][0]);
 }
 
+/* sc_plan_report_json on GPT-2 at tp=2 x pp=2: two stages of two ranks
+ * each (ranks 0,2 and 1,3: pp the major axis), every stage's total its
+ * weights plus its arena (activations + comm scratch), weights split over
+ * tp (each stage holds some, none more than the model's 4 bytes per
+ * parameter), and tensor-parallel all-reduces and the pipeline's
+ * send/recv among the collectives; no mesh is a usage error. */
+static void test_plan_report(void **state) {
+  (void)state;
+  static const sc_dim_binding dims[] = {{"batch", 2}};
+  sc_parallel_opts par;
+  memset(&par, 0, sizeof par);
+  par.mesh = "tp=2,pp=2";
+  char *text = NULL, *err = NULL;
+  if (sc_plan_report_json(SC_SOURCE_DIR "/samples/gpt2.onnx", dims, 1, &par, &text, &err) !=
+      SC_OK)
+    fail_msg("report: %s", err);
+  json_error_t je;
+  json_t *r = json_loads(text, 0, &je);
+  assert_non_null(r);
+  assert_string_equal(json_string_value(json_object_get(r, "mesh")), "tp=2,pp=2");
+  assert_int_equal(json_integer_value(json_object_get(r, "ranks")), 4);
+  json_t *stages = json_object_get(r, "stages");
+  assert_int_equal(json_array_size(stages), 2);
+  for (size_t s = 0; s < 2; s++) {
+    json_t *st = json_array_get(stages, s);
+    json_t *ranks = json_object_get(st, "ranks");
+    assert_int_equal(json_array_size(ranks), 2);
+    assert_int_equal(json_integer_value(json_array_get(ranks, 0)), (json_int_t)s);
+    assert_int_equal(json_integer_value(json_array_get(ranks, 1)), (json_int_t)s + 2);
+    json_int_t w = json_integer_value(json_object_get(st, "weight_bytes"));
+    json_int_t a = json_integer_value(json_object_get(st, "activation_bytes"));
+    json_int_t c = json_integer_value(json_object_get(st, "comm_bytes"));
+    assert_true(w > 0 && a > 0 && c >= 0);
+    assert_int_equal(json_integer_value(json_object_get(st, "total_bytes")), w + a + c);
+  }
+  bool all_reduce = false, send = false;
+  json_t *coll = json_object_get(r, "collectives");
+  for (size_t i = 0; i < json_array_size(coll); i++) {
+    json_t *c = json_array_get(coll, i);
+    const char *op = json_string_value(json_object_get(c, "op"));
+    const char *axis = json_string_value(json_array_get(json_object_get(c, "axes"), 0));
+    assert_true(json_integer_value(json_object_get(c, "count")) > 0);
+    assert_true(json_integer_value(json_object_get(c, "bytes_per_step")) ==
+                json_integer_value(json_object_get(c, "bytes_per_microbatch")));
+    all_reduce |= !strcmp(op, "AllReduce") && !strcmp(axis, "tp");
+    send |= !strcmp(op, "Send") && !strcmp(axis, "pp");
+  }
+  assert_true(all_reduce && send);
+  json_decref(r);
+  sc_string_free(text);
+  par.mesh = NULL;
+  assert_int_equal(sc_plan_report_json(MLP, NULL, 0, &par, &text, &err), SC_ERR_USAGE);
+  assert_null(text);
+  assert_non_null(strstr(err, "mesh"));
+  sc_string_free(err);
+}
+
 /* sc_learning_rate: a warm-up from 0, then the cosine decay to min_lr at
  * step total (half way: the mean of lr and min_lr), constant after; an
  * unknown schedule is NaN. */
@@ -415,6 +473,7 @@ int main(void) {
       cmocka_unit_test(test_training),
       cmocka_unit_test(test_training_bf16),
       cmocka_unit_test(test_learning_rate),
+      cmocka_unit_test(test_plan_report),
       cmocka_unit_test(test_training_bundle),
       cmocka_unit_test(test_compile_run),
       cmocka_unit_test(test_cuda_target),
