@@ -29,7 +29,8 @@ from ._errors import (Error, ModelError, PlanError, OutOfMemoryError, RankError,
 from ._dist import init, World
 from ._hf import map_state_dict
 
-__all__ = ["load", "plan", "compile", "Model", "Summary", "Plan", "Executable", "Training",
+__all__ = ["load", "plan", "compile", "Model", "Summary", "Plan", "RankMemory", "Collective",
+           "Executable", "Training",
            "TrainConfig", "StepResult", "init", "World", "map_state_dict", "export_checkpoint",
            "Error", "ModelError", "PlanError", "OutOfMemoryError", "RankError", "UsageError"]
 
@@ -140,40 +141,77 @@ def _parallel(mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None
                              no_vocab_parallel=no_vocab_parallel, plan_json=_b(plan_json))
 
 
-class Plan:
-    """How a model is split over a mesh (sc_plan_json): the plan as JSON
-    text (docs/plan-format.md), which compile() replays exactly, and as a
-    dict; mesh, ranks and the roles of the axes read from it."""
+@dataclass(frozen=True)
+class RankMemory:
+    """The memory of one rank (sc_plan_report_json): its stage's weights
+    (local shards), activations, the collectives' scratch; total = all."""
+    stage: int
+    weight_bytes: int
+    activation_bytes: int
+    comm_bytes: int
+    total_bytes: int
 
-    def __init__(self, model, text):
+
+@dataclass(frozen=True)
+class Collective:
+    """The collectives of one kind a rank of a stage runs over axes."""
+    stage: int
+    op: str
+    axes: tuple
+    count: int
+    bytes_per_microbatch: int
+    bytes_per_step: int
+
+
+class Plan:
+    """How a model is split over a mesh: the plan as JSON text
+    (sc_plan_json, docs/plan-format.md), which compile() replays exactly,
+    and as a dict; what it asks of each rank (sc_plan_report_json, what
+    `shardc plan` prints): memory_per_rank {rank: RankMemory} and
+    collectives [Collective]."""
+
+    def __init__(self, model, text, report):
         self.model = model
         self.json = text
         self.data = json.loads(text)
-        self.mesh = self.data["mesh"]["axes"]
-        n = 1
-        for ax in filter(None, self.mesh.split(",")):
-            n *= int(ax.split("=")[1])
-        self.n_ranks = n
+        rep = json.loads(report)
+        self.mesh = rep["mesh"]
+        self.n_ranks = rep["ranks"]
         self.stages = self.data["pipeline"]["stages"]
+        self.microbatches = rep["microbatches"]
         self.shardings = dict(self.data.get("shardings", {}))
+        self.memory_per_rank = {}
+        for st in rep["stages"]:
+            mem = RankMemory(st["stage"], st["weight_bytes"], st["activation_bytes"],
+                             st["comm_bytes"], st["total_bytes"])
+            for r in st["ranks"]:
+                self.memory_per_rank[r] = mem
+        self.memory_per_rank = dict(sorted(self.memory_per_rank.items()))
+        self.collectives = [Collective(c["stage"], c["op"], tuple(c["axes"]), c["count"],
+                                       c["bytes_per_microbatch"], c["bytes_per_step"])
+                            for c in rep["collectives"]]
 
     def __repr__(self):
         return f"shardc.Plan(mesh={self.mesh!r}, ranks={self.n_ranks}, stages={self.stages})"
 
 
-def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
-         sequence_parallel=False, no_vocab_parallel=False):
-    """The plan of model over mesh ("tp=2,pp=2"; None: one rank), shapes only."""
+def _plan_call(f, model, par):
     dims, n = _dims(model.dims)
-    par = _parallel(mesh, microbatches, ranks_per_node, stage_boundaries, sequence_parallel,
-                    no_vocab_parallel)
     out, err = ctypes.c_void_p(), ctypes.c_void_p()
-    st = lib.sc_plan_json(_b(model.path), dims, n, ctypes.byref(par), ctypes.byref(out),
-                          ctypes.byref(err))
+    st = f(_b(model.path), dims, n, ctypes.byref(par), ctypes.byref(out), ctypes.byref(err))
     text, msg = _take_string(out.value), _take_string(err.value)
     if st:
         raise_for("plan", st, msg or _lib.STATUS_NAMES[st])
-    return Plan(model, text)
+    return text
+
+
+def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
+         sequence_parallel=False, no_vocab_parallel=False):
+    """The plan of model over mesh ("tp=2,pp=2"), shapes only."""
+    par = _parallel(mesh, microbatches, ranks_per_node, stage_boundaries, sequence_parallel,
+                    no_vocab_parallel)
+    text = _plan_call(lib.sc_plan_json, model, par)
+    return Plan(model, text, _plan_call(lib.sc_plan_report_json, model, _parallel(plan_json=text)))
 
 
 @dataclass

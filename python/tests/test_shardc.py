@@ -198,3 +198,27 @@ def test_errors(source, tmp_path, rng):
         del os.environ["SHARDC_FAIL_RANK"]
     assert "injected failure" in str(e.value)
     assert isinstance(e.value, shardc.Error)
+
+
+def test_plan_equals_cli(source, shardc_cli):
+    """memory_per_rank and collectives are what `shardc plan` prints."""
+    path = f"{source}/samples/gpt2.onnx"
+    p = shardc.plan(shardc.load(path, dims={"batch": 2}), mesh="tp=2,pp=2", microbatches=2)
+    text = subprocess.run([shardc_cli, "plan", path, "--dim", "batch=2", "--mesh", "tp=2,pp=2",
+                           "--microbatches", "2"], check=True, capture_output=True,
+                          text=True).stdout
+    lines = text.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("memory per rank (the ranks"))
+    totals = {}
+    for line in lines[i + 2:i + 2 + p.stages]:
+        f = line.split()
+        totals[int(f[0])] = (f[1], int(f[-1]))
+    assert len(totals) == 2 and p.microbatches == 2
+    for r, mem in p.memory_per_rank.items():
+        ranks, total = totals[mem.stage]
+        assert str(r) in ranks.split(",") and mem.total_bytes == total
+        assert mem.total_bytes == mem.weight_bytes + mem.activation_bytes + mem.comm_bytes
+    j = next(k for k, line in enumerate(lines) if line.startswith("collectives per rank"))
+    rows = [line.split()[:4] for line in lines[j + 2:j + 2 + len(p.collectives)]]
+    assert rows == [[str(c.stage), c.op, ",".join(c.axes), str(c.count)] for c in p.collectives]
+    assert all(c.bytes_per_step == 2 * c.bytes_per_microbatch for c in p.collectives)
