@@ -5,8 +5,9 @@
 # partitions it over 4 in-process ranks (tp=2 x pp=2): prints the plan,
 # compiles one artifact (both stages' programs, each rank's weight shard),
 # runs it and shows that its outputs equal the single-rank ones. Then trains
-# a tiny transformer to reverse digits, exports and runs it; and trains it
-# again over 4 in-process ranks (fsdp=2 x tp=2: ZeRO-3 and tensor parallel)
+# a tiny transformer to reverse digits, exports and runs it; trains it again
+# from Python (the shardc package, docs/python.md); and again over 4
+# in-process ranks (fsdp=2 x tp=2: ZeRO-3 and tensor parallel)
 # beside one rank, showing that the loss curves are the same.
 # Every figure printed says what it is: `shardc run` prints each output as
 # "NAME DTYPE[SHAPE] [its first values] -> FILE" (announced before it).
@@ -108,6 +109,11 @@ print(f"loss: {first:.3f} at step 1, {last:.4f} (mean of the last 20 steps); "
       f"{right} of {len(seqs)} unseen sequences reversed exactly")
 sys.exit(0 if last < 0.5 * first else 1)
 PY
+
+echo
+echo "== the same training from Python (samples/train/train_reverse.py, docs/python.md):"
+echo "   the shardc package over this build's libshardc.so"
+SHARDC_LIBRARY="$BUILD/libshardc.so" PYTHONPATH=python "$PY" samples/train/train_reverse.py "$R"
 
 echo
 echo "== distributed training: the same model over 4 in-process ranks (--mesh fsdp=2,tp=2:"
