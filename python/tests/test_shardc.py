@@ -241,3 +241,28 @@ def test_docs_example_runs_as_written(source, tmp_path):
     assert "unseen sequences reversed exactly" in r.stdout
     assert (tmp_path / "py_trained.onnx").exists()
     assert (tmp_path / "py_checkpoint" / "weights.safetensors").exists()
+
+
+def test_map_state_dict(source, tmp_path, rng):
+    """A Hugging Face-style state dict onto the reverse model's initializers
+    by name (a "model." prefix the export dropped is found): the training
+    starts from those values; a wrong shape and an unknown name are errors
+    naming them."""
+    subprocess.run([sys.executable, f"{source}/samples/train/make_reverse.py", str(tmp_path)],
+                   check=True, capture_output=True)
+    model = f"{tmp_path}/reverse.onnx"
+    embed = rng.standard_normal((10, 64), dtype=np.float32)
+    wq = rng.standard_normal((64, 64), dtype=np.float32)
+    done = shardc.map_state_dict(model, {"model.embed": embed, "wq": wq}, tmp_path / "init.onnx")
+    assert sorted(done) == ["embed", "wq"]
+    t = shardc.compile(shardc.load(tmp_path / "init.onnx", dims={"batch": 4}),
+                       train=shardc.TrainConfig())
+    assert np.array_equal(t.tensor("embed"), embed) and np.array_equal(t.tensor("wq"), wq)
+    with pytest.raises(shardc.ModelError) as e:
+        shardc.map_state_dict(model, {"wq": wq[:32]}, tmp_path / "bad.onnx")
+    assert "'wq'" in str(e.value) and "[32, 64]" in str(e.value)
+    with pytest.raises(shardc.UsageError) as e:
+        shardc.map_state_dict(model, {"lm_head.weight": wq}, tmp_path / "bad.onnx")
+    assert "lm_head.weight" in str(e.value)
+    assert shardc.map_state_dict(model, {"lm_head.weight": wq}, tmp_path / "ok.onnx",
+                                 strict=False) == []
