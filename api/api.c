@@ -29,6 +29,7 @@
 #include "passes/stats.h"
 #include "runtime/dist.h"
 #include "runtime/dist_load.h"
+#include "runtime/dist_train.h"
 #include "driver/train_bundle.h"
 #include "runtime/bundle.h"
 #include "runtime/checkpoint.h"
@@ -369,6 +370,34 @@ sc_status sc_plan_report_json(const char *model_path, const sc_dim_binding *dims
   return plan_result(st, model_path, &d, text, json, error);
 }
 
+/* comm: "local" (NULL), "mpi" or "tcp" (sc_run_opts.comm). */
+static sc_status check_comm(const char *comm, sc_diag *d) {
+  if (!comm || !strcmp(comm, "local") || !strcmp(comm, "mpi") || !strcmp(comm, "tcp"))
+    return SC_OK;
+  return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                     "comm '%s': expected \"local\", \"mpi\" or \"tcp\"", comm);
+}
+
+/* This process's rank of a job of n_ranks processes: under mpirun
+ * ("mpi") or torchrun / srun ("tcp": the handshake admits only processes
+ * running the same program, dp and its training manifest m or NULL). */
+static sc_status open_world(const char *comm, const sc_dist_program *dp,
+                            const sc_train_manifest *m, struct sc_comm **world, sc_diag *d) {
+  sc_status st;
+  if (strcmp(comm, "mpi") == 0) {
+    st = sc_comm_mpi_create(world, d);
+  } else {
+    char hash[65];
+    st = sc_dist_program_hash(dp, m, hash, d);
+    sc_comm_tcp_opts to = {.program_hash = hash};
+    if (st == SC_OK) st = sc_comm_tcp_create(&to, world, d);
+  }
+  if (st == SC_OK && (int64_t)sc_comm_size(*world) != dp->mesh.n_ranks)
+    st = sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the mesh has %lld ranks but the job has %d",
+                     (long long)dp->mesh.n_ranks, sc_comm_size(*world));
+  return st;
+}
+
 struct sc_executable {
   sc_build *build;            /* compiled here: owns the program */
   sc_dist_program *loaded;    /* or loaded from a bundle */
@@ -376,7 +405,7 @@ struct sc_executable {
   sc_target_kind target;
   char *archs;                /* cuda */
   char *model;                /* file name recorded in saved manifests */
-  struct sc_comm *world;      /* mpi: kept until free (MPI starts once) */
+  struct sc_comm *world;      /* mpi, tcp: kept until free (MPI starts once) */
   sc_diag diag;               /* the last failure */
   char error[2048];
 };
@@ -526,12 +555,7 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
     return exe_fail(e, &d);
   }
   const char *comm = opts && opts->comm ? opts->comm : "local";
-  bool mpi = strcmp(comm, "mpi") == 0, tcp = strcmp(comm, "tcp") == 0;
-  if (strcmp(comm, "local") != 0 && !mpi && !tcp) {
-    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                "comm '%s': expected \"local\", \"mpi\" or \"tcp\"", comm);
-    return exe_fail(e, &d);
-  }
+  if (check_comm(comm, &d) != SC_OK) return exe_fail(e, &d);
   sc_tensor_view *in = sc_calloc((size_t)n_inputs + 1, sizeof *in);
   sc_dist_output *out = sc_calloc((size_t)n_outputs + 1, sizeof *out);
   sc_status st = in && out ? SC_OK : sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -540,18 +564,8 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
   sc_dist_opts_init(&o);
   o.threads = opts ? opts->threads : 0;
   o.quiet = true;
-  if (st == SC_OK && (mpi || tcp)) {
-    if (!e->world && mpi) st = sc_comm_mpi_create(&e->world, &d);
-    if (!e->world && tcp) {
-      /* the handshake admits only processes that run the same program */
-      char hash[65];
-      st = sc_dist_program_hash(dp, NULL, hash, &d);
-      sc_comm_tcp_opts to = {.program_hash = hash};
-      if (st == SC_OK) st = sc_comm_tcp_create(&to, &e->world, &d);
-    }
-    if (st == SC_OK && (int64_t)sc_comm_size(e->world) != dp->mesh.n_ranks)
-      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "the mesh has %lld ranks but the job has %d",
-                       (long long)dp->mesh.n_ranks, sc_comm_size(e->world));
+  if (st == SC_OK && strcmp(comm, "local") != 0) {
+    if (!e->world) st = open_world(comm, dp, NULL, &e->world, &d);
     if (st == SC_OK)
       st = sc_dist_run_rank(dp, &o, e->world, in, n_inputs, out, n_outputs, NULL, &d);
   } else if (st == SC_OK) {
@@ -616,6 +630,9 @@ struct sc_training {
   const sc_program *p;
   const sc_train_manifest *m;
   sc_trainer *trainer;
+  sc_dist_trainer *dist;  /* or, over a mesh, every rank's (this process's) */
+  struct sc_comm *world;  /* mpi, tcp: this process's rank of the job */
+  void *state_copy;       /* a mesh: sc_training_tensor's global copy */
   int64_t steps;
   sc_diag diag;
   char error[2048];
@@ -693,8 +710,17 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
     bo.train = &o;
     bo.pass = &po;
     bo.compile = &co;
-    st = !model_path ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no model path")
-                     : sc_build_run(&bo, &t->build, &d);
+    st = check_comm(s->comm, &d);
+    if (st == SC_OK) st = make_plan(&s->parallel, &bo.plan, &d);
+    /* a pipeline rank's pieces update their state in place (as `shardc
+     * train` on the CPU) */
+    co.bind_state = bo.plan != NULL;
+    bo.plan_file = s->parallel.plan_file;
+    if (st == SC_OK)
+      st = !model_path ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no model path")
+                       : sc_build_run(&bo, &t->build, &d);
+    else
+      sc_plan_destroy(bo.plan);
   }
   if (st == SC_OK) st = sc_build_train_manifest(t->build, &o, &t->own, &d);
   if (st == SC_OK) {
@@ -703,7 +729,16 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
     t->p = t->build->program->stages[0].program;
     t->m = t->own;
     sc_trainer_opts to = {.threads = s->threads};
-    st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
+    const char *comm = s->comm ? s->comm : "local";
+    if (!t->build->part && strcmp(comm, "local") != 0)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s' needs a mesh", comm);
+    else if (!t->build->part)
+      st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
+    else {
+      if (strcmp(comm, "local") != 0) st = open_world(comm, t->build->program, t->m, &t->world, &d);
+      if (st == SC_OK)
+        st = sc_dist_trainer_create(t->build->program, t->m, &to, t->world, &t->dist, &d);
+    }
   }
   if (st != SC_OK) {
     if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
@@ -735,11 +770,16 @@ sc_status sc_training_load(const char *dir, int threads, sc_training **out) {
 }
 
 sc_status sc_training_save_bundle(sc_training *t, const char *dir) {
-  if (!t || !t->trainer || !dir) return SC_ERR_USAGE;
+  if (!t || !(t->trainer || t->dist) || !dir) return SC_ERR_USAGE;
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (!t->build) {
     sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a loaded training is saved already");
+    return train_fail(t, &d);
+  }
+  if (t->dist) {
+    sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                "a training over a mesh is not saved as a bundle (one rank only)");
     return train_fail(t, &d);
   }
   sc_bundle_opts bo;
@@ -755,7 +795,7 @@ sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n
   if (!t) return SC_ERR_USAGE;
   sc_diag d = {0};
   sc_diag_clear(&d);
-  if (!t->trainer)
+  if (!t->trainer && !t->dist)
     return train_fail(t, &(sc_diag){.status = SC_ERR_USAGE, .msg = "nothing built"});
   if (n_data < 0 || n_data > MAX_TENSORS || (n_data && !data) || !isfinite(lr)) {
     sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "bad data or learning rate");
@@ -767,7 +807,9 @@ sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n
   double l = 0, n = 0;
   bool applied = true;
   if (st == SC_OK)
-    st = sc_trainer_step(t->trainer, in, n_data, lr, t->steps + 1, &l, &n, &applied, &d);
+    st = t->dist ? sc_dist_trainer_step(t->dist, in, n_data, lr, t->steps + 1, &l, &n, &applied,
+                                        &d)
+                 : sc_trainer_step(t->trainer, in, n_data, lr, t->steps + 1, &l, &n, &applied, &d);
   sc_free(in);
   if (st == SC_OK && !applied)
     st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
@@ -794,7 +836,23 @@ double sc_learning_rate(const char *schedule, double lr, double min_lr, int64_t 
 }
 
 sc_status sc_training_tensor(const sc_training *t, const char *name, sc_host_tensor *out) {
-  if (!t || !t->trainer || !name || !out) return SC_ERR_USAGE;
+  if (!t || !(t->trainer || t->dist) || !name || !out) return SC_ERR_USAGE;
+  if (t->dist) { /* the global tensor, gathered from the ranks' pieces */
+    sc_training *m = (sc_training *)t; /* the copy is a cache */
+    sc_tensor_view v;
+    sc_diag d = {0};
+    sc_diag_clear(&d);
+    if (sc_dist_trainer_state(m->dist, name, &v, &d) != SC_OK) return d.status;
+    sc_free(m->state_copy);
+    m->state_copy = v.data;
+    memset(out, 0, sizeof *out);
+    out->name = v.name;
+    out->dtype = sc_dtype_to_onnx(v.dtype);
+    out->rank = v.rank;
+    memcpy(out->dims, v.dims, sizeof out->dims);
+    out->data = v.data;
+    return SC_OK;
+  }
   const sc_buffer *b = NULL;
   const void *data = sc_trainer_state(t->trainer, name, &b);
   if (!data) return SC_ERR_USAGE;
@@ -816,6 +874,9 @@ const char *sc_training_error(const sc_training *t) {
 void sc_training_free(sc_training *t) {
   if (!t) return;
   sc_trainer_destroy(t->trainer);
+  sc_dist_trainer_destroy(t->dist);
+  sc_comm_destroy(t->world);
+  sc_free(t->state_copy);
   sc_train_manifest_destroy(t->own);
   sc_build_destroy(t->build);
   sc_bundle_destroy(t->bundle);
@@ -826,19 +887,21 @@ void sc_training_free(sc_training *t) {
 static const char *training_optimizer(const sc_training *t) { return t->m->optimizer; }
 
 sc_status sc_training_save(sc_training *t, const char *dir) {
-  if (!t || !t->trainer || !dir) return SC_ERR_USAGE;
+  if (!t || !(t->trainer || t->dist) || !dir) return SC_ERR_USAGE;
   sc_diag d = {0};
   sc_diag_clear(&d);
   int64_t growth = 0;
-  double scale = sc_trainer_loss_scale(t->trainer, &growth);
+  double scale = t->dist ? sc_dist_trainer_loss_scale(t->dist, &growth)
+                         : sc_trainer_loss_scale(t->trainer, &growth);
   sc_ckpt_state cs = {.step = t->steps, .schedule_position = t->steps, .loss_scale = scale,
                       .loss_scale_growth = growth, .optimizer = training_optimizer(t)};
-  sc_status st = sc_trainer_save(t->trainer, dir, &cs, &d);
+  sc_status st = t->dist ? sc_dist_trainer_save(t->dist, dir, &cs, &d)
+                         : sc_trainer_save(t->trainer, dir, &cs, &d);
   return st == SC_OK ? SC_OK : train_fail(t, &d);
 }
 
 sc_status sc_training_resume(sc_training *t, const char *dir) {
-  if (!t || !t->trainer || !dir) return SC_ERR_USAGE;
+  if (!t || !(t->trainer || t->dist) || !dir) return SC_ERR_USAGE;
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_ckpt *c = NULL;
@@ -846,11 +909,13 @@ sc_status sc_training_resume(sc_training *t, const char *dir) {
   if (st == SC_OK && strcmp(sc_ckpt_state_of(c)->optimizer, training_optimizer(t)) != 0)
     st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL, "the checkpoint was trained with %s, not %s",
                      sc_ckpt_state_of(c)->optimizer, training_optimizer(t));
-  if (st == SC_OK) st = sc_trainer_restore(t->trainer, c, &d);
+  if (st == SC_OK)
+    st = t->dist ? sc_dist_trainer_restore(t->dist, c, &d) : sc_trainer_restore(t->trainer, c, &d);
   if (st == SC_OK) {
-    t->steps = sc_ckpt_state_of(c)->step;
-    sc_trainer_set_loss_scale(t->trainer, sc_ckpt_state_of(c)->loss_scale,
-                              sc_ckpt_state_of(c)->loss_scale_growth);
+    const sc_ckpt_state *cs = sc_ckpt_state_of(c);
+    t->steps = cs->step;
+    if (t->dist) sc_dist_trainer_set_loss_scale(t->dist, cs->loss_scale, cs->loss_scale_growth);
+    else sc_trainer_set_loss_scale(t->trainer, cs->loss_scale, cs->loss_scale_growth);
   }
   sc_ckpt_destroy(c);
   if (st != SC_OK && !d.file[0]) sc_diag_set_file(&d, dir);

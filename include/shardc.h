@@ -223,7 +223,7 @@ void sc_host_tensors_free(sc_host_tensor *t, int32_t n);
 const char *sc_executable_error(const sc_executable *e);
 void sc_executable_free(sc_executable *e); /* NULL is fine */
 
-/* ---- training on one rank (docs/training.md) ----
+/* ---- training, on one rank or a mesh (docs/training.md) ----
  *
  *     sc_training_settings s;
  *     sc_training_settings_init(&s, "adamw");     // PyTorch's defaults
@@ -256,6 +256,12 @@ typedef struct sc_training_settings {
   const char *precision;       /* "fp32" (NULL), "bf16" or "fp16": matrix
                                   products in the low type, master weights
                                   and optimizer state f32 (`--precision`) */
+  sc_parallel_opts parallel;   /* a mesh ("fsdp=2,tp=2": `shardc train
+                                  --mesh`, docs/training.md) or plan; all
+                                  zero: one rank */
+  const char *comm;            /* with a mesh: "local" (NULL: every rank a
+                                  thread), "mpi" or "tcp" (this process one
+                                  rank of the job), as sc_run_opts.comm */
 } sc_training_settings;
 /* PyTorch's defaults for optimizer "sgd" or "adamw" (lr is per step). */
 void sc_training_settings_init(sc_training_settings *s, const char *optimizer);
@@ -263,7 +269,13 @@ void sc_training_settings_init(sc_training_settings *s, const char *optimizer);
 typedef struct sc_training sc_training; /* opaque */
 
 /* Builds and compiles the training step. Same failure convention as
- * sc_compile: *out holds the error unless memory ran out. */
+ * sc_compile: *out holds the error unless memory ran out. Over a mesh
+ * (s->parallel) the step is partitioned as `shardc train --mesh` does
+ * (data parallel, ZeRO over fsdp, tensor parallel, pipeline) and every
+ * rank keeps its piece of the state; the batch a step takes is still the
+ * GLOBAL batch, and the steps equal the command's bit for bit. Under comm
+ * "mpi" or "tcp" every process makes the same calls in the same order
+ * (each is collective). */
 sc_status sc_training_create(const char *model_path, const sc_training_settings *s,
                              sc_training **out);
 /* One optimizer step on one batch (the data inputs by name, their first
@@ -281,11 +293,14 @@ double sc_learning_rate(const char *schedule, double lr, double min_lr, int64_t 
                         int64_t total, int64_t step);
 /* The current value of a parameter (or optimizer state such as
  * "NAME.exp_avg"): out->data points into the training's memory, valid
- * until the next step. SC_ERR_USAGE for an unknown name. */
+ * until the next step (over a mesh: the global tensor gathered from the
+ * ranks' pieces into a copy the training owns, valid until the next call).
+ * SC_ERR_USAGE for an unknown name. */
 sc_status sc_training_tensor(const sc_training *t, const char *name, sc_host_tensor *out);
 const char *sc_training_error(const sc_training *t);
 /* Saves the training's state as a checkpoint directory (docs/checkpoint.md:
- * weights, optimizer state, the step), atomically. */
+ * weights, optimizer state, the step), atomically; over a mesh sharded as
+ * `shardc train --mesh --save` writes it, resumed under any mesh. */
 sc_status sc_training_save(sc_training *t, const char *dir);
 /* Continues from a checkpoint saved by sc_training_save or `shardc train
  * --save` with the same model and optimizer: bit-exact. */
@@ -295,7 +310,8 @@ sc_status sc_training_resume(sc_training *t, const char *dir);
  * values and training.json; what `shardc compile --train` writes), to be
  * trained by sc_training_load or `shardc train DIR` without the model. The
  * steps already taken are not in it (sc_training_save checkpoints them).
- * SC_ERR_USAGE for a training loaded from a bundle. */
+ * SC_ERR_USAGE for a training loaded from a bundle, SC_ERR_UNSUPPORTED for
+ * one over a mesh. */
 sc_status sc_training_save_bundle(sc_training *t, const char *dir);
 /* Reads a training bundle (written by sc_training_save_bundle or `shardc
  * compile --train`) as a training at step 0 from its initial parameter

@@ -331,9 +331,12 @@ class Executable:
 
 
 class Training:
-    """A compiled training step on one rank (sc_training) and its state."""
+    """A compiled training step (sc_training) and its state: on one rank,
+    or over a mesh (parallel: a ParallelOpts) whose ranks are threads of
+    this process (comm "local") or the processes of an mpirun / torchrun
+    job ("mpi", "tcp": every process makes the same calls)."""
 
-    def __init__(self, model, cfg):
+    def __init__(self, model, cfg, parallel=None, comm=None):
         self.model = model
         self.config = cfg
         s = _lib.TrainingSettings()
@@ -358,6 +361,10 @@ class Training:
         s.freeze, s.n_freeze = freeze, len(cfg.freeze)
         s.threads = cfg.threads
         s.precision = _b(cfg.precision)
+        if parallel is not None:
+            s.parallel = parallel
+            s.comm = _b(comm)
+        self._keep += (parallel,)
         h = ctypes.c_void_p()
         st = lib.sc_training_create(_b(model.path), ctypes.byref(s), ctypes.byref(h))
         self._h = h
@@ -445,19 +452,20 @@ def export_checkpoint(checkpoint, model_path, out):
         raise_for("model", st, msg or _lib.STATUS_NAMES[st])
 
 
-def compile(model, plan=None, mesh=None, train=None, no_fuse=False, **parallel):
-    """Compiles model: for inference (an Executable, one rank or the mesh of
-    plan / mesh), or, with train=TrainConfig(...), its training step (a
-    Training, one rank)."""
-    if train is not None:
-        if plan is not None and plan.n_ranks > 1 or mesh:
-            raise UsageError("training from Python runs on one rank; a mesh is trained with "
-                             "`shardc train --mesh` (docs/python.md)", "usage")
-        return Training(model, train)
-    dims, n = _dims(model.dims)
+def compile(model, plan=None, mesh=None, train=None, no_fuse=False, comm=None, **parallel):
+    """Compiles model: for inference (an Executable), or, with
+    train=TrainConfig(...), its training step (a Training); on one rank or
+    over the mesh of plan or mesh ("fsdp=2,tp=2"; parallel: microbatches,
+    stage_boundaries, ...). comm (training over a mesh): "local", "mpi",
+    "tcp"; None: shardc.init()'s choice."""
     if plan is not None and (mesh or parallel):
         raise UsageError("give a plan or a mesh, not both", "usage")
     par = _parallel(plan_json=plan.json) if plan is not None else _parallel(mesh, **parallel)
+    if train is not None:
+        if plan is None and not mesh:
+            return Training(model, train)
+        return Training(model, train, par, comm or init().comm)
+    dims, n = _dims(model.dims)
     s = _lib.CompileSettings(dims=dims, n_dims=n, parallel=par, target=0, no_fuse=no_fuse,
                              quiet=True)
     h = ctypes.c_void_p()

@@ -67,7 +67,8 @@ class TrainingSettings(ctypes.Structure):
                 ("momentum", c_double), ("weight_decay", c_double), ("beta1", c_double),
                 ("beta2", c_double), ("eps", c_double), ("nesterov", c_bool),
                 ("clip_grad_norm", c_double), ("freeze", POINTER(c_char_p)),
-                ("n_freeze", c_int32), ("threads", ctypes.c_int), ("precision", c_char_p)]
+                ("n_freeze", c_int32), ("threads", ctypes.c_int), ("precision", c_char_p),
+                ("parallel", ParallelOpts), ("comm", c_char_p)]
 
 
 def _find():

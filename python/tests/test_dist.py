@@ -4,7 +4,9 @@
 under mpirun -np 2 (skipped, saying so, when there is no mpirun). Each
 time shardc.init() finds its rank, exactly one rank owns the logits, and
 they equal the single-process run's (rtol 1e-4, atol 1e-5: the tp split
-sums in another order)."""
+sums in another order); and 3 training steps at fsdp=2 give both ranks
+the losses of the same mesh on thread-ranks in this process, bit for bit
+(the same program, only the communicator differs)."""
 import json
 import os
 import shutil
@@ -36,8 +38,21 @@ def env_without_launchers():
     return env
 
 
+def local_losses(source):
+    rng = np.random.default_rng(8)
+    xs = rng.standard_normal((3, 8, 64), dtype=np.float32)
+    ys = rng.integers(0, 10, size=(3, 8), dtype=np.int64)
+    t = shardc.compile(shardc.load(f"{source}/samples/mlp.onnx", dims={"batch": 8}),
+                       mesh="fsdp=2", comm="local",
+                       train=shardc.TrainConfig(optimizer="sgd", lr=0.05, momentum=0.9))
+    return [t.step({"x": xs[i]}, labels=ys[i]).loss for i in range(3)]
+
+
 def check(tmp_path, source, comm):
     ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    want = local_losses(source)
+    assert all(np.isfinite(want)) and len(set(want)) == 3
+    assert ranks[0]["losses"] == want and ranks[1]["losses"] == want
     assert [(r["comm"], r["rank"], r["size"]) for r in ranks] == [(comm, 0, 2), (comm, 1, 2)]
     assert sum(r["owns_logits"] for r in ranks) == 1
     got, want = np.load(tmp_path / "logits.npy"), reference(source)

@@ -388,6 +388,63 @@ static void test_plan_report(void **state) {
   sc_string_free(err);
 }
 
+/* Training over a mesh through the API: SGD with momentum on the MLP at
+ * dp=2 takes the steps one rank takes (losses and gradient norms within
+ * rtol 1e-5: the two halves' gradients are summed in another order), the
+ * weights read back whole; comm "mpi" without a mesh, and a bundle of a
+ * partitioned training, are refused. */
+static void test_training_mesh(void **state) {
+  (void)state;
+  static float x[8 * 64];
+  int64_t labels[8];
+  random_batch(13, x, labels);
+  sc_host_tensor batch[2] = {{"x", SC_ONNX_FLOAT, 2, {8, 64}, x},
+                             {"labels", SC_ONNX_INT64, 1, {8}, labels}};
+  double loss[2][5], norm[2][5];
+  sc_training *t[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    sc_training_settings s;
+    settings_batch8(&s, "sgd");
+    s.momentum = 0.9;
+    s.parallel.mesh = k ? "dp=2" : NULL;
+    if (sc_training_create(MLP, &s, &t[k]) != SC_OK)
+      fail_msg("create: %s", sc_training_error(t[k]));
+    for (int i = 0; i < 5; i++)
+      if (sc_training_step(t[k], batch, 2, 0.05, &loss[k][i], &norm[k][i]) != SC_OK)
+        fail_msg("step %d: %s", i + 1, sc_training_error(t[k]));
+  }
+  for (int i = 0; i < 5; i++) {
+    assert_false(isnan(loss[1][i]));
+    if (fabs(loss[1][i] - loss[0][i]) > 1e-5 * fabs(loss[0][i]) ||
+        fabs(norm[1][i] - norm[0][i]) > 1e-5 * fabs(norm[0][i]))
+      fail_msg("step %d: loss %.9g vs %.9g, norm %.9g vs %.9g", i + 1, loss[1][i], loss[0][i],
+               norm[1][i], norm[0][i]);
+  }
+  assert_true(loss[0][4] < loss[0][0]);
+  sc_host_tensor w0, w1;
+  assert_int_equal(sc_training_tensor(t[1], "0.weight", &w1), SC_OK);
+  assert_int_equal(sc_training_tensor(t[0], "0.weight", &w0), SC_OK);
+  assert_int_equal(w1.rank, 2);
+  assert_int_equal(w1.dims[0], 128);
+  assert_int_equal(w1.dims[1], 64);
+  for (int i = 0; i < 128 * 64; i++)
+    assert_true(fabsf(((float *)w1.data)[i] - ((float *)w0.data)[i]) <= 1e-5f);
+  char dir[] = "/tmp/sc-test-api-mesh-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(sc_training_save_bundle(t[1], dir), SC_ERR_UNSUPPORTED);
+  assert_non_null(strstr(sc_training_error(t[1]), "mesh"));
+  rmdir(dir);
+  sc_training_free(t[0]);
+  sc_training_free(t[1]);
+  sc_training_settings s;
+  settings_batch8(&s, "sgd");
+  s.comm = "mpi";
+  sc_training *u = NULL;
+  assert_int_equal(sc_training_create(MLP, &s, &u), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_training_error(u), "needs a mesh"));
+  sc_training_free(u);
+}
+
 /* sc_learning_rate: a warm-up from 0, then the cosine decay to min_lr at
  * step total (half way: the mean of lr and min_lr), constant after; an
  * unknown schedule is NaN. */
@@ -474,6 +531,7 @@ int main(void) {
       cmocka_unit_test(test_training_bf16),
       cmocka_unit_test(test_learning_rate),
       cmocka_unit_test(test_plan_report),
+      cmocka_unit_test(test_training_mesh),
       cmocka_unit_test(test_training_bundle),
       cmocka_unit_test(test_compile_run),
       cmocka_unit_test(test_cuda_target),
