@@ -290,11 +290,12 @@ class Executable:
 
     def run(self, inputs, comm=None, threads=0, copy=True):
         """Runs once. comm: "local" (every rank a thread) or "mpi" (this
-        process one rank of mpirun); None: shardc.init()'s choice. copy=False
+        process one rank of mpirun, "tcp" of torchrun); None: shardc.init()'s
+        choice for a mesh, "local" for one rank. copy=False
         returns views of the memory the library allocated (no copy, freed
         with the arrays) instead of arrays owning their data."""
-        if comm is None:
-            comm = init().comm
+        if comm is None:  # one rank runs here whatever the launcher
+            comm = init().comm if self.n_ranks > 1 else "local"
         hosts, keep, copied = as_host_tensors(inputs)
         self.last_input_copies = copied
         n_out = len(self.outputs)
