@@ -24,6 +24,7 @@
 #include "codegen/dist_bundle.h"
 #include "driver/driver.h"
 #include "driver/plan_report.h"
+#include "driver/train_memory.h"
 #include "frontend/onnx.h"
 #include "passes/pass.h"
 #include "passes/stats.h"
@@ -299,28 +300,68 @@ sc_status sc_plan_json(const char *model_path, const sc_dim_binding *dims, int32
   return plan_result(st, model_path, &d, text, json, error);
 }
 
+/* The head of a report of partition part: mesh, ranks, microbatches. */
+static json_t *report_head(const sc_partition *part) {
+  json_t *root = json_object();
+  char mesh[256];
+  sc_mesh_format(&part->mesh, mesh, sizeof mesh);
+  json_object_set_new(root, "mesh", json_string(mesh));
+  json_object_set_new(root, "ranks", json_integer(part->mesh.n_ranks));
+  json_object_set_new(root, "microbatches", json_integer(part->microbatches));
+  return root;
+}
+
+/* {"stage": s, "ranks": [the ranks of stage s (their pp coordinate)]}. */
+static json_t *report_stage(const sc_partition *part, int32_t s) {
+  const sc_mesh *m = &part->mesh;
+  json_t *o = json_object(), *ranks = json_array();
+  int64_t coords[SC_MESH_MAX_AXES];
+  for (int64_t k = 0; k < m->n_ranks; k++) {
+    sc_mesh_rank_to_coords(m, k, coords);
+    if ((part->pp_axis >= 0 ? coords[part->pp_axis] : 0) == s)
+      json_array_append_new(ranks, json_integer(k));
+  }
+  json_object_set_new(o, "stage", json_integer(s));
+  json_object_set_new(o, "ranks", ranks);
+  return o;
+}
+
+/* A collective row's common keys: stage, op, axes (names), count, bytes
+ * per microbatch and per step. */
+static json_t *report_collective(const sc_partition *part, int32_t stage, sc_comm_kind kind,
+                                 uint32_t set, int64_t count, int64_t bytes) {
+  json_t *o = json_object(), *axes = json_array();
+  for (int32_t a = 0; a < part->mesh.n_axes; a++)
+    if (set & (1u << a)) json_array_append_new(axes, json_string(part->mesh.axes[a].name));
+  json_object_set_new(o, "stage", json_integer(stage));
+  json_object_set_new(o, "op", json_string((unsigned)kind < SC_COMM_KIND_COUNT
+                                               ? sc_comm_kind_names[kind] : "?"));
+  json_object_set_new(o, "axes", axes);
+  json_object_set_new(o, "count", json_integer(count));
+  json_object_set_new(o, "bytes_per_microbatch", json_integer(bytes));
+  json_object_set_new(o, "bytes_per_step", json_integer(bytes * part->microbatches));
+  return o;
+}
+
+/* root with its stages and collectives, as JSON text (NULL: no memory). */
+static char *report_text(json_t *root, json_t *stages, json_t *coll) {
+  json_object_set_new(root, "stages", stages);
+  json_object_set_new(root, "collectives", coll);
+  char *dumped = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  char *text = dumped ? sc_strdup(dumped) : NULL;
+  free(dumped);
+  return text;
+}
+
 /* The report of build b (plan_report.h) as JSON text. */
 static char *report_json(const sc_build *b, const sc_plan_report *r) {
   const sc_partition *part = b->part;
-  const sc_mesh *m = &part->mesh;
-  json_t *root = json_object(), *stages = json_array(), *coll = json_array();
-  char mesh[256];
-  sc_mesh_format(m, mesh, sizeof mesh);
-  json_object_set_new(root, "mesh", json_string(mesh));
-  json_object_set_new(root, "ranks", json_integer(m->n_ranks));
-  json_object_set_new(root, "microbatches", json_integer(part->microbatches));
+  json_t *root = report_head(part), *stages = json_array(), *coll = json_array();
   for (int32_t s = 0; s < r->n_stages; s++) {
     const sc_stage_memory *sm = &r->mem[s];
-    json_t *o = json_object(), *ranks = json_array();
-    int64_t coords[SC_MESH_MAX_AXES];
-    for (int64_t k = 0; k < m->n_ranks; k++) {
-      sc_mesh_rank_to_coords(m, k, coords);
-      if ((part->pp_axis >= 0 ? coords[part->pp_axis] : 0) == s)
-        json_array_append_new(ranks, json_integer(k));
-    }
+    json_t *o = report_stage(part, s);
     int64_t act = sm->arena_bytes - sm->comm_bytes;
-    json_object_set_new(o, "stage", json_integer(s));
-    json_object_set_new(o, "ranks", ranks);
     json_object_set_new(o, "weight_bytes", json_integer(sm->weight_bytes));
     json_object_set_new(o, "activation_bytes", json_integer(act > 0 ? act : 0));
     json_object_set_new(o, "comm_bytes", json_integer(sm->comm_bytes));
@@ -329,24 +370,10 @@ static char *report_json(const sc_build *b, const sc_plan_report *r) {
   }
   for (int32_t i = 0; i < r->n_coll; i++) {
     const sc_collective_row *c = &r->coll[i];
-    json_t *o = json_object(), *axes = json_array();
-    for (int32_t a = 0; a < m->n_axes; a++)
-      if (c->axes & (1u << a)) json_array_append_new(axes, json_string(m->axes[a].name));
-    json_object_set_new(o, "stage", json_integer(c->stage));
-    json_object_set_new(o, "op", json_string(sc_comm_kind_names[c->kind]));
-    json_object_set_new(o, "axes", axes);
-    json_object_set_new(o, "count", json_integer(c->ops));
-    json_object_set_new(o, "bytes_per_microbatch", json_integer(c->bytes));
-    json_object_set_new(o, "bytes_per_step", json_integer(c->bytes * part->microbatches));
-    json_array_append_new(coll, o);
+    json_array_append_new(coll, report_collective(part, c->stage, c->kind, c->axes, c->ops,
+                                                  c->bytes));
   }
-  json_object_set_new(root, "stages", stages);
-  json_object_set_new(root, "collectives", coll);
-  char *dumped = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-  json_decref(root);
-  char *text = dumped ? sc_strdup(dumped) : NULL;
-  free(dumped);
-  return text;
+  return report_text(root, stages, coll);
 }
 
 sc_status sc_plan_report_json(const char *model_path, const sc_dim_binding *dims,
@@ -683,6 +710,42 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
   return SC_OK;
 }
 
+/* The training step of settings s built from model_path (*b; o: the
+ * pass's options, which the manifest reads), on one rank or partitioned
+ * over s->parallel. */
+static sc_status training_build(const char *model_path, const sc_training_settings *s,
+                                sc_train_opts *o, sc_build **b, sc_diag *d) {
+  *b = NULL;
+  sc_status st = !s ? sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no settings")
+                    : train_opts_of(s, o, d);
+  sc_dim_value dv[MAX_DIMS];
+  if (st == SC_OK) st = dims_of(s->dims, s->n_dims, dv, d);
+  if (st == SC_OK) st = check_comm(s->comm, d);
+  if (st == SC_OK && !model_path) st = sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no model path");
+  if (st != SC_OK) return st;
+  sc_build_opts bo;
+  sc_build_opts_init(&bo);
+  sc_pass_opts po;
+  sc_pass_opts_init(&po);
+  po.quiet = true;
+  sc_compile_opts co;
+  sc_compile_opts_init(&co);
+  co.quiet = true;
+  bo.model = model_path;
+  bo.dims = dv;
+  bo.n_dims = s->n_dims;
+  bo.train = o;
+  bo.pass = &po;
+  bo.compile = &co;
+  st = make_plan(&s->parallel, &bo.plan, d);
+  if (st != SC_OK) return st;
+  /* a pipeline rank's pieces update their state in place (as `shardc
+   * train` on the CPU) */
+  co.bind_state = bo.plan != NULL;
+  bo.plan_file = s->parallel.plan_file;
+  return sc_build_run(&bo, b, d);
+}
+
 sc_status sc_training_create(const char *model_path, const sc_training_settings *s,
                              sc_training **out) {
   if (!out) return SC_ERR_USAGE;
@@ -691,37 +754,7 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_train_opts o;
-  sc_status st = !s ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no settings")
-                    : train_opts_of(s, &o, &d);
-  sc_dim_value dv[MAX_DIMS];
-  if (st == SC_OK) st = dims_of(s->dims, s->n_dims, dv, &d);
-  if (st == SC_OK) {
-    sc_build_opts bo;
-    sc_build_opts_init(&bo);
-    sc_pass_opts po;
-    sc_pass_opts_init(&po);
-    po.quiet = true;
-    sc_compile_opts co;
-    sc_compile_opts_init(&co);
-    co.quiet = true;
-    bo.model = model_path;
-    bo.dims = dv;
-    bo.n_dims = s->n_dims;
-    bo.train = &o;
-    bo.pass = &po;
-    bo.compile = &co;
-    st = check_comm(s->comm, &d);
-    if (st == SC_OK) st = make_plan(&s->parallel, &bo.plan, &d);
-    /* a pipeline rank's pieces update their state in place (as `shardc
-     * train` on the CPU) */
-    co.bind_state = bo.plan != NULL;
-    bo.plan_file = s->parallel.plan_file;
-    if (st == SC_OK)
-      st = !model_path ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no model path")
-                       : sc_build_run(&bo, &t->build, &d);
-    else
-      sc_plan_destroy(bo.plan);
-  }
+  sc_status st = training_build(model_path, s, &o, &t->build, &d);
   if (st == SC_OK) st = sc_build_train_manifest(t->build, &o, &t->own, &d);
   if (st == SC_OK) {
     const char *slash = strrchr(model_path, '/');
@@ -745,6 +778,73 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
     return train_fail(t, &d);
   }
   return SC_OK;
+}
+
+/* The report of a training build as JSON text: per stage program the
+ * arena's classes at its peak (driver/train_memory.h) and its collectives
+ * with the bytes a rank sends. */
+static sc_status train_report_json(const sc_build *b, char **text, sc_diag *d) {
+  const sc_partition *part = b->part;
+  json_t *root = report_head(part), *stages = json_array(), *coll = json_array();
+  sc_status st = SC_OK;
+  for (int32_t s = 0; st == SC_OK && s < b->program->n_stages; s++) {
+    const sc_program *p = b->program->stages[s].program;
+    if (!p) continue;
+    sc_train_memory tm;
+    sc_train_comm *rows = NULL;
+    int32_t n = 0;
+    st = sc_train_memory_of(p, &tm, d);
+    if (st == SC_OK) st = sc_train_comm_of(p, &rows, &n, d);
+    if (st != SC_OK) break;
+    json_t *o = report_stage(part, s), *lines = json_object();
+    for (int c = 0; c < SC_MEM_CLASS_COUNT; c++)
+      json_object_set_new(lines, sc_mem_class_name((sc_mem_class)c), json_integer(tm.live[c]));
+    json_object_set_new(lines, "arena", json_integer(tm.arena));
+    json_object_set_new(lines, "constants", json_integer(tm.constants));
+    json_object_set_new(o, "lines", lines);
+    json_object_set_new(o, "total_bytes", json_integer(tm.arena + tm.constants));
+    json_array_append_new(stages, o);
+    for (int32_t i = 0; i < n; i++) {
+      json_t *c = report_collective(part, s, rows[i].kind, rows[i].axes, rows[i].ops,
+                                    rows[i].bytes);
+      json_object_set_new(c, "group", json_integer(rows[i].group_size));
+      json_object_set_new(c, "sent_bytes", json_integer(rows[i].sent));
+      json_array_append_new(coll, c);
+    }
+    sc_free(rows);
+  }
+  if (st != SC_OK) {
+    json_decref(root);
+    json_decref(stages);
+    json_decref(coll);
+    return st;
+  }
+  *text = report_text(root, stages, coll);
+  return *text ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+sc_status sc_training_plan_json(const char *model_path, const sc_training_settings *s,
+                                char **plan_json, char **report_json, char **error) {
+  if (plan_json) *plan_json = NULL;
+  if (report_json) *report_json = NULL;
+  if (error) *error = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_build *b = NULL;
+  sc_train_opts o;
+  char *plan = NULL, *report = NULL;
+  sc_status st = !plan_json || !report_json
+                     ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "plan_json or report_json is NULL")
+                 : !s || (!s->parallel.mesh && !s->parallel.plan_file && !s->parallel.plan_json)
+                     ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh")
+                     : training_build(model_path, s, &o, &b, &d);
+  if (st == SC_OK) st = sc_partition_complete_plan(b->part, b->plan, &d);
+  if (st == SC_OK && !(plan = sc_plan_write_json_string(b->plan, &d))) st = d.status;
+  if (st == SC_OK) st = train_report_json(b, &report, &d);
+  sc_build_destroy(b);
+  if (st != SC_OK) sc_free(report);
+  else *report_json = report;
+  return plan_result(st, model_path, &d, plan, plan_json, error);
 }
 
 sc_status sc_training_load(const char *dir, int threads, sc_training **out) {

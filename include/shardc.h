@@ -278,6 +278,18 @@ typedef struct sc_training sc_training; /* opaque */
  * (each is collective). */
 sc_status sc_training_create(const char *model_path, const sc_training_settings *s,
                              sc_training **out);
+/* The plan of a training over s->parallel's mesh (which may have an fsdp
+ * axis) and what it asks of each rank, without training: *plan_json as
+ * sc_plan_json gives it, *report_json as sc_plan_report_json's keys but
+ * each stage's memory as the training step's arena at its peak, by class
+ * ("lines": params, optimizer state, gradients, activations, workspace,
+ * data, communication, arena, constants; total_bytes = arena +
+ * constants: what `shardc plan --train` prints) and each collective with
+ * its group and the bytes a rank sends ("sent_bytes", ring algorithms).
+ * Free both with sc_string_free; on failure both NULL and *error (when not
+ * NULL) the message. */
+sc_status sc_training_plan_json(const char *model_path, const sc_training_settings *s,
+                                char **plan_json, char **report_json, char **error);
 /* One optimizer step on one batch (the data inputs by name, their first
  * dim the bound batch); loss and grad_norm (before clipping) out, or NULL.
  * A non-finite loss or norm: SC_ERR_INVALID and no update. */

@@ -143,24 +143,30 @@ def _parallel(mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None
 
 @dataclass(frozen=True)
 class RankMemory:
-    """The memory of one rank (sc_plan_report_json): its stage's weights
-    (local shards), activations, the collectives' scratch; total = all."""
+    """The memory of one rank: total_bytes and its lines by name. For
+    inference (sc_plan_report_json) "weights" (local shards),
+    "activations" and "communication" (the collectives' scratch), which sum
+    to the total; for a training step (sc_training_plan_json) the arena's
+    classes at its peak ("params", "optimizer state", "gradients",
+    "activations", "workspace", "data", "communication"), "arena" and
+    "constants", the total being arena + constants."""
     stage: int
-    weight_bytes: int
-    activation_bytes: int
-    comm_bytes: int
     total_bytes: int
+    lines: dict
 
 
 @dataclass(frozen=True)
 class Collective:
-    """The collectives of one kind a rank of a stage runs over axes."""
+    """The collectives of one kind a rank of a stage runs over axes;
+    sent_bytes (training plans): what a rank sends per step with ring
+    algorithms, else None."""
     stage: int
     op: str
     axes: tuple
     count: int
     bytes_per_microbatch: int
     bytes_per_step: int
+    sent_bytes: int = None
 
 
 class Plan:
@@ -170,8 +176,9 @@ class Plan:
     `shardc plan` prints): memory_per_rank {rank: RankMemory} and
     collectives [Collective]."""
 
-    def __init__(self, model, text, report):
+    def __init__(self, model, text, report, train=None):
         self.model = model
+        self.train = train
         self.json = text
         self.data = json.loads(text)
         rep = json.loads(report)
@@ -182,13 +189,16 @@ class Plan:
         self.shardings = dict(self.data.get("shardings", {}))
         self.memory_per_rank = {}
         for st in rep["stages"]:
-            mem = RankMemory(st["stage"], st["weight_bytes"], st["activation_bytes"],
-                             st["comm_bytes"], st["total_bytes"])
+            lines = st.get("lines") or {"weights": st["weight_bytes"],
+                                        "activations": st["activation_bytes"],
+                                        "communication": st["comm_bytes"]}
+            mem = RankMemory(st["stage"], st["total_bytes"], lines)
             for r in st["ranks"]:
                 self.memory_per_rank[r] = mem
         self.memory_per_rank = dict(sorted(self.memory_per_rank.items()))
         self.collectives = [Collective(c["stage"], c["op"], tuple(c["axes"]), c["count"],
-                                       c["bytes_per_microbatch"], c["bytes_per_step"])
+                                       c["bytes_per_microbatch"], c["bytes_per_step"],
+                                       c.get("sent_bytes"))
                             for c in rep["collectives"]]
 
     def __repr__(self):
@@ -206,10 +216,24 @@ def _plan_call(f, model, par):
 
 
 def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
-         sequence_parallel=False, no_vocab_parallel=False):
-    """The plan of model over mesh ("tp=2,pp=2"), shapes only."""
+         sequence_parallel=False, no_vocab_parallel=False, train=None):
+    """The plan of model over mesh ("tp=2,pp=2"), shapes only; with
+    train=TrainConfig(...) (or True: its defaults) the plan of the training
+    step (a mesh may have an fsdp axis), which compile(m, plan=...,
+    train=...) then trains."""
     par = _parallel(mesh, microbatches, ranks_per_node, stage_boundaries, sequence_parallel,
                     no_vocab_parallel)
+    if train is not None and train is not False:
+        cfg = TrainConfig() if train is True else train
+        s, keep = _settings(model, cfg, par, None)
+        out, rep, err = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        st = lib.sc_training_plan_json(_b(model.path), ctypes.byref(s), ctypes.byref(out),
+                                       ctypes.byref(rep), ctypes.byref(err))
+        text, report, msg = (_take_string(out.value), _take_string(rep.value),
+                             _take_string(err.value))
+        if st:
+            raise_for("plan", st, msg or _lib.STATUS_NAMES[st])
+        return Plan(model, text, report, cfg)
     text = _plan_call(lib.sc_plan_json, model, par)
     return Plan(model, text, _plan_call(lib.sc_plan_report_json, model, _parallel(plan_json=text)))
 
@@ -331,6 +355,36 @@ class Executable:
     __del__ = close
 
 
+def _settings(model, cfg, parallel, comm):
+    """cfg as sc_training_settings (PyTorch's defaults where a field is
+    None); the ctypes objects it points to, to keep alive."""
+    s = _lib.TrainingSettings()
+    lib.sc_training_settings_init(ctypes.byref(s), _b(cfg.optimizer))
+    dims, n = _dims(model.dims)
+    freeze = (ctypes.c_char_p * max(1, len(cfg.freeze)))(*[_b(f) for f in cfg.freeze])
+    s.dims, s.n_dims = dims, n
+    s.optimizer = _b(cfg.optimizer)
+    s.loss = _b(cfg.loss)
+    s.logits = _b(cfg.logits)
+    for name in ("weight_decay", "momentum", "eps"):
+        v = getattr(cfg, name)
+        if v is not None:
+            setattr(s, name, v)
+    if cfg.betas is not None:
+        s.beta1, s.beta2 = cfg.betas
+    if cfg.ignore_index is not None:
+        s.ignore_index = cfg.ignore_index
+    s.nesterov = cfg.nesterov
+    s.clip_grad_norm = cfg.clip_grad_norm
+    s.freeze, s.n_freeze = freeze, len(cfg.freeze)
+    s.threads = cfg.threads
+    s.precision = _b(cfg.precision)
+    if parallel is not None:
+        s.parallel = parallel
+        s.comm = _b(comm)
+    return s, (dims, freeze, parallel)
+
+
 class Training:
     """A compiled training step (sc_training) and its state: on one rank,
     or over a mesh (parallel: a ParallelOpts) whose ranks are threads of
@@ -340,32 +394,7 @@ class Training:
     def __init__(self, model, cfg, parallel=None, comm=None):
         self.model = model
         self.config = cfg
-        s = _lib.TrainingSettings()
-        lib.sc_training_settings_init(ctypes.byref(s), _b(cfg.optimizer))
-        dims, n = _dims(model.dims)
-        freeze = (ctypes.c_char_p * max(1, len(cfg.freeze)))(*[_b(f) for f in cfg.freeze])
-        self._keep = (dims, freeze)
-        s.dims, s.n_dims = dims, n
-        s.optimizer = _b(cfg.optimizer)
-        s.loss = _b(cfg.loss)
-        s.logits = _b(cfg.logits)
-        for name in ("weight_decay", "momentum", "eps"):
-            v = getattr(cfg, name)
-            if v is not None:
-                setattr(s, name, v)
-        if cfg.betas is not None:
-            s.beta1, s.beta2 = cfg.betas
-        if cfg.ignore_index is not None:
-            s.ignore_index = cfg.ignore_index
-        s.nesterov = cfg.nesterov
-        s.clip_grad_norm = cfg.clip_grad_norm
-        s.freeze, s.n_freeze = freeze, len(cfg.freeze)
-        s.threads = cfg.threads
-        s.precision = _b(cfg.precision)
-        if parallel is not None:
-            s.parallel = parallel
-            s.comm = _b(comm)
-        self._keep += (parallel,)
+        s, self._keep = _settings(model, cfg, parallel, comm)
         h = ctypes.c_void_p()
         st = lib.sc_training_create(_b(model.path), ctypes.byref(s), ctypes.byref(h))
         self._h = h

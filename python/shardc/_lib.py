@@ -113,6 +113,8 @@ def _declare(lib):
         "sc_executable_error": (c_char_p, [c_void_p]),
         "sc_executable_free": (None, [c_void_p]),
         "sc_training_settings_init": (None, [POINTER(TrainingSettings), c_char_p]),
+        "sc_training_plan_json": (S, [c_char_p, POINTER(TrainingSettings), POINTER(c_void_p),
+                                      POINTER(c_void_p), POINTER(c_void_p)]),
         "sc_training_create": (S, [c_char_p, POINTER(TrainingSettings), POINTER(c_void_p)]),
         "sc_training_step": (S, [c_void_p, POINTER(HostTensor), c_int32, c_double,
                                  POINTER(c_double), POINTER(c_double)]),

@@ -217,7 +217,7 @@ def test_plan_equals_cli(source, shardc_cli):
     for r, mem in p.memory_per_rank.items():
         ranks, total = totals[mem.stage]
         assert str(r) in ranks.split(",") and mem.total_bytes == total
-        assert mem.total_bytes == mem.weight_bytes + mem.activation_bytes + mem.comm_bytes
+        assert mem.total_bytes == sum(mem.lines.values()) and mem.lines["weights"] > 0
     j = next(k for k, line in enumerate(lines) if line.startswith("collectives per rank"))
     rows = [line.split()[:4] for line in lines[j + 2:j + 2 + len(p.collectives)]]
     assert rows == [[str(c.stage), c.op, ",".join(c.axes), str(c.count)] for c in p.collectives]
@@ -313,3 +313,33 @@ def test_mesh_training_equals_cli_and_one_rank(source, shardc_cli, tmp_path):
     r = shardc.compile(m, train=cfg)
     r.resume(tmp_path / "py_ck")
     assert r.steps_done == 5 and np.array_equal(r.tensor("wq"), w)
+
+
+def test_training_plan_equals_cli(source, shardc_cli):
+    """A training plan at fsdp=2 (ZeRO-3 over the MLP): the arena's classes
+    and collectives are what `shardc plan --train --json` prints, and the
+    plan replays: compile(plan=..., train=...) trains on its 2 ranks."""
+    path = f"{source}/samples/mlp.onnx"
+    m = shardc.load(path, dims={"batch": 8})
+    cfg = shardc.TrainConfig(optimizer="adamw")
+    p = shardc.plan(m, mesh="fsdp=2", train=cfg)
+    cli = json.loads(subprocess.run([shardc_cli, "plan", path, "--train", "--dim", "batch=8",
+                                     "--optimizer", "adamw", "--mesh", "fsdp=2", "--json"],
+                                    check=True, capture_output=True, text=True).stdout)
+    assert p.n_ranks == 2 and p.data["training"]["fsdp_axis"] == "fsdp"
+    mem = p.memory_per_rank[0]
+    assert p.memory_per_rank[1] == mem
+    for k, v in cli["live"].items():
+        assert mem.lines[k] == v, k
+    assert (mem.lines["arena"], mem.lines["constants"]) == (cli["arena"], cli["constants"])
+    assert mem.total_bytes == cli["total"]
+    assert [(c.op, ",".join(c.axes), c.count, c.bytes_per_microbatch, c.sent_bytes)
+            for c in p.collectives] == [(c["op"], c["axes"], c["count"], c["bytes"], c["sent"])
+                                        for c in cli["collectives"]]
+    t = shardc.compile(m, plan=p, train=cfg, comm="local")
+    x = np.random.default_rng(3).standard_normal((8, 64), dtype=np.float32)
+    y = np.random.default_rng(4).integers(0, 10, size=8, dtype=np.int64)
+    assert np.isfinite(t.step({"x": x}, labels=y).loss)
+    with pytest.raises(shardc.PlanError) as e:
+        shardc.plan(m, mesh="fsdp=2")  # an fsdp axis shards training state
+    assert "fsdp" in str(e.value)

@@ -445,6 +445,57 @@ static void test_training_mesh(void **state) {
   sc_training_free(u);
 }
 
+/* sc_training_plan_json on the MLP at fsdp=2 with AdamW: the plan names
+ * the fsdp axis; one stage of ranks 0 and 1 whose total is its arena plus
+ * constants, with parameters and twice as many bytes of optimizer state
+ * (exp_avg, exp_avg_sq); ZeRO-3's all-gathers and reduce-scatters over
+ * fsdp, each sending half its bytes (ring, 2 ranks). No mesh: usage. */
+static void test_training_plan(void **state) {
+  (void)state;
+  sc_training_settings s;
+  settings_batch8(&s, "adamw");
+  s.parallel.mesh = "fsdp=2";
+  char *plan = NULL, *report = NULL, *err = NULL;
+  if (sc_training_plan_json(MLP, &s, &plan, &report, &err) != SC_OK) fail_msg("plan: %s", err);
+  assert_non_null(strstr(plan, "\"fsdp_axis\": \"fsdp\""));
+  json_error_t je;
+  json_t *r = json_loads(report, 0, &je);
+  assert_non_null(r);
+  json_t *stages = json_object_get(r, "stages");
+  assert_int_equal(json_array_size(stages), 1);
+  json_t *st = json_array_get(stages, 0), *lines = json_object_get(st, "lines");
+  assert_int_equal(json_array_size(json_object_get(st, "ranks")), 2);
+  json_int_t params = json_integer_value(json_object_get(lines, "params"));
+  assert_true(params > 0);
+  assert_int_equal(json_integer_value(json_object_get(lines, "optimizer state")), 2 * params);
+  assert_int_equal(json_integer_value(json_object_get(st, "total_bytes")),
+                   json_integer_value(json_object_get(lines, "arena")) +
+                       json_integer_value(json_object_get(lines, "constants")));
+  bool gather = false, scatter = false;
+  json_t *coll = json_object_get(r, "collectives");
+  for (size_t i = 0; i < json_array_size(coll); i++) {
+    json_t *c = json_array_get(coll, i);
+    const char *op = json_string_value(json_object_get(c, "op"));
+    json_int_t bytes = json_integer_value(json_object_get(c, "bytes_per_microbatch"));
+    json_int_t sent = json_integer_value(json_object_get(c, "sent_bytes"));
+    if (!strcmp(op, "AllGather") || !strcmp(op, "ReduceScatter")) {
+      assert_int_equal(sent, bytes / 2);
+      gather |= op[3] == 'G';
+      scatter |= op[0] == 'R';
+    }
+  }
+  assert_true(gather && scatter);
+  json_decref(r);
+  sc_string_free(plan);
+  sc_string_free(report);
+  s.parallel.mesh = NULL;
+  assert_int_equal(sc_training_plan_json(MLP, &s, &plan, &report, &err), SC_ERR_USAGE);
+  assert_null(plan);
+  assert_null(report);
+  assert_non_null(strstr(err, "mesh"));
+  sc_string_free(err);
+}
+
 /* sc_learning_rate: a warm-up from 0, then the cosine decay to min_lr at
  * step total (half way: the mean of lr and min_lr), constant after; an
  * unknown schedule is NaN. */
@@ -532,6 +583,7 @@ int main(void) {
       cmocka_unit_test(test_learning_rate),
       cmocka_unit_test(test_plan_report),
       cmocka_unit_test(test_training_mesh),
+      cmocka_unit_test(test_training_plan),
       cmocka_unit_test(test_training_bundle),
       cmocka_unit_test(test_compile_run),
       cmocka_unit_test(test_cuda_target),
