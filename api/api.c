@@ -22,6 +22,7 @@
 
 #include "codegen/bundle.h"
 #include "codegen/dist_bundle.h"
+#include "codegen/dist_sim.h"
 #include "driver/driver.h"
 #include "driver/plan_report.h"
 #include "driver/train_memory.h"
@@ -162,7 +163,8 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
   if (!par) return SC_OK;
   if (par->plan_file || par->plan_json) {
     if (par->mesh || par->microbatches || par->ranks_per_node || par->stage_boundaries ||
-        par->sequence_parallel || par->no_vocab_parallel || (par->plan_file && par->plan_json))
+        par->sequence_parallel || par->no_vocab_parallel || par->cluster ||
+        (par->plan_file && par->plan_json))
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                          "a plan (plan_file or plan_json) may not be given with other parallel "
                          "options");
@@ -175,11 +177,14 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
   }
   if (!par->mesh || !*par->mesh) {
     if (par->microbatches > 1 || par->ranks_per_node || par->stage_boundaries ||
-        par->sequence_parallel || par->no_vocab_parallel)
+        par->sequence_parallel || par->no_vocab_parallel || par->cluster)
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "parallel options need a mesh");
     return SC_OK;
   }
+  sc_cluster cluster;
+  if (par->cluster && sc_cluster_load(par->cluster, &cluster, d) != SC_OK) return d->status;
   sc_plan_options po = {.mesh = par->mesh,
+                        .cluster = par->cluster ? &cluster : NULL,
                         .ranks_per_node = par->ranks_per_node,
                         .microbatches = par->microbatches,
                         .boundaries = par->stage_boundaries,
@@ -343,6 +348,37 @@ static json_t *report_collective(const sc_partition *part, int32_t stage, sc_com
   return o;
 }
 
+/* The predicted step of build b on its plan's cluster (codegen/dist_sim.h,
+ * what `shardc plan --cluster` prints) as "predicted" in root; null
+ * without a cluster, and {"error": ...} when the simulation fails. */
+static void report_predicted(const sc_build *b, json_t *root) {
+  const sc_plan *pl = b->plan;
+  if (!pl || !pl->cluster || pl->cluster_figures.nodes < 1) {
+    json_object_set_new(root, "predicted", json_null());
+    return;
+  }
+  const sc_cluster *c = &pl->cluster_figures;
+  sc_dist_sim sim;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  json_t *o = json_object();
+  json_object_set_new(o, "cluster", json_string(pl->cluster));
+  if (sc_dist_sim_run(b->program, c, &sim, &d) != SC_OK) {
+    char msg[1200];
+    sc_diag_format(&d, msg, sizeof msg);
+    json_object_set_new(o, "error", json_string(msg));
+  } else {
+    sc_cluster_dtype t;
+    double mfu = sc_dist_sim_precision_dtype(pl->precision, &t) ? sc_dist_sim_mfu(&sim, c, t) : 0;
+    json_object_set_new(o, "step_time_s", json_real(sim.step_time_s));
+    json_object_set_new(o, "tokens_per_s", json_real(sim.tokens_per_s));
+    json_object_set_new(o, "flops_per_s_per_gpu", json_real(sim.flops_per_s_per_gpu));
+    json_object_set_new(o, "mfu", json_real(mfu));
+    json_object_set_new(o, "critical_rank", json_integer(sim.ranks[sim.critical].rank));
+  }
+  json_object_set_new(root, "predicted", o);
+}
+
 /* root with its stages and collectives, as JSON text (NULL: no memory). */
 static char *report_text(json_t *root, json_t *stages, json_t *coll) {
   json_object_set_new(root, "stages", stages);
@@ -373,6 +409,7 @@ static char *report_json(const sc_build *b, const sc_plan_report *r) {
     json_array_append_new(coll, report_collective(part, c->stage, c->kind, c->axes, c->ops,
                                                   c->bytes));
   }
+  report_predicted(b, root);
   return report_text(root, stages, coll);
 }
 
@@ -819,6 +856,7 @@ static sc_status train_report_json(const sc_build *b, char **text, sc_diag *d) {
     json_decref(coll);
     return st;
   }
+  report_predicted(b, root);
   *text = report_text(root, stages, coll);
   return *text ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }

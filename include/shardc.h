@@ -120,6 +120,10 @@ typedef struct sc_parallel_opts {
   const char *plan_file;        /* replay a plan (sc_plan_json, `shardc plan
                                    --json`) instead of the fields above */
   const char *plan_json;        /* or the same as JSON text in memory */
+  const char *cluster;          /* where the mesh runs (`--cluster`: a file or
+                                   "h100-sxm:8x4", docs/planner.md): its axes
+                                   placed on nodes, and the plan reports
+                                   give the predicted step; NULL: none */
 } sc_parallel_opts;
 
 typedef enum sc_target_kind {

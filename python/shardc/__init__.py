@@ -133,12 +133,13 @@ def load(path, dims=None, no_weights=False):
 
 
 def _parallel(mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
-              sequence_parallel=False, no_vocab_parallel=False, plan_json=None):
+              sequence_parallel=False, no_vocab_parallel=False, plan_json=None, cluster=None):
     return _lib.ParallelOpts(mesh=_b(mesh), microbatches=microbatches,
                              ranks_per_node=ranks_per_node,
                              stage_boundaries=_b(stage_boundaries),
                              sequence_parallel=sequence_parallel,
-                             no_vocab_parallel=no_vocab_parallel, plan_json=_b(plan_json))
+                             no_vocab_parallel=no_vocab_parallel, plan_json=_b(plan_json),
+                             cluster=_b(cluster))
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,9 @@ class Plan:
     (sc_plan_json, docs/plan-format.md), which compile() replays exactly,
     and as a dict; what it asks of each rank (sc_plan_report_json, what
     `shardc plan` prints): memory_per_rank {rank: RankMemory} and
-    collectives [Collective]."""
+    collectives [Collective]; with a cluster, predicted: the simulated step
+    on it (step_time_s, tokens_per_s, flops_per_s_per_gpu, mfu,
+    critical_rank), else None."""
 
     def __init__(self, model, text, report, train=None):
         self.model = model
@@ -196,6 +199,7 @@ class Plan:
             for r in st["ranks"]:
                 self.memory_per_rank[r] = mem
         self.memory_per_rank = dict(sorted(self.memory_per_rank.items()))
+        self.predicted = rep.get("predicted")
         self.collectives = [Collective(c["stage"], c["op"], tuple(c["axes"]), c["count"],
                                        c["bytes_per_microbatch"], c["bytes_per_step"],
                                        c.get("sent_bytes"))
@@ -216,13 +220,14 @@ def _plan_call(f, model, par):
 
 
 def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
-         sequence_parallel=False, no_vocab_parallel=False, train=None):
+         sequence_parallel=False, no_vocab_parallel=False, train=None, cluster=None):
     """The plan of model over mesh ("tp=2,pp=2"), shapes only; with
     train=TrainConfig(...) (or True: its defaults) the plan of the training
     step (a mesh may have an fsdp axis), which compile(m, plan=...,
-    train=...) then trains."""
+    train=...) then trains. cluster ("h100-sxm:8x4" or a cluster file,
+    docs/planner.md): the axes placed on its nodes and the step predicted."""
     par = _parallel(mesh, microbatches, ranks_per_node, stage_boundaries, sequence_parallel,
-                    no_vocab_parallel)
+                    no_vocab_parallel, cluster=cluster)
     if train is not None and train is not False:
         cfg = TrainConfig() if train is True else train
         s, keep = _settings(model, cfg, par, None)

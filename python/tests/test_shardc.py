@@ -343,3 +343,27 @@ def test_training_plan_equals_cli(source, shardc_cli):
     with pytest.raises(shardc.PlanError) as e:
         shardc.plan(m, mesh="fsdp=2")  # an fsdp axis shards training state
     assert "fsdp" in str(e.value)
+
+
+def test_predicted_equals_cli(source, shardc_cli):
+    """On a cluster, plan.predicted is the step `shardc plan --cluster`
+    simulates: its step time, tokens/s and critical rank as printed."""
+    import re
+    path = f"{source}/samples/gpt2.onnx"
+    m = shardc.load(path, dims={"batch": 2})
+    p = shardc.plan(m, mesh="tp=2,pp=2", cluster="h100-sxm:8x1")
+    text = subprocess.run([shardc_cli, "plan", path, "--dim", "batch=2", "--mesh", "tp=2,pp=2",
+                           "--cluster", "h100-sxm:8x1"], check=True, capture_output=True,
+                          text=True).stdout
+    step = re.search(r"step time: +([0-9.]+) us \(pipeline rank \d+, rank (\d+)", text)
+    tokens = re.search(r"tokens/s: +(\d+)", text)
+    assert step and tokens, text
+    pr = p.predicted
+    assert pr["cluster"] == "h100-sxm:8x1"
+    assert f"{pr['step_time_s'] * 1e6:.3f}" == step.group(1)
+    assert pr["critical_rank"] == int(step.group(2))
+    assert f"{pr['tokens_per_s']:.0f}" == tokens.group(1)
+    assert shardc.plan(m, mesh="tp=2,pp=2").predicted is None
+    with pytest.raises(shardc.PlanError) as e:
+        shardc.plan(m, mesh="tp=2", cluster="no-such-gpu:8x1")
+    assert "no-such-gpu" in str(e.value)

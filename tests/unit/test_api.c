@@ -379,8 +379,28 @@ static void test_plan_report(void **state) {
     send |= !strcmp(op, "Send") && !strcmp(axis, "pp");
   }
   assert_true(all_reduce && send);
+  assert_true(json_is_null(json_object_get(r, "predicted")));
   json_decref(r);
   sc_string_free(text);
+  /* on a cluster: the predicted step, finite and positive */
+  par.cluster = "h100-sxm:8x1";
+  if (sc_plan_report_json(SC_SOURCE_DIR "/samples/gpt2.onnx", dims, 1, &par, &text, &err) !=
+      SC_OK)
+    fail_msg("report: %s", err);
+  r = json_loads(text, 0, &je);
+  json_t *pred = json_object_get(r, "predicted");
+  assert_string_equal(json_string_value(json_object_get(pred, "cluster")), "h100-sxm:8x1");
+  double step = json_real_value(json_object_get(pred, "step_time_s"));
+  assert_true(step > 0 && isfinite(step));
+  assert_true(json_real_value(json_object_get(pred, "tokens_per_s")) > 0);
+  json_decref(r);
+  sc_string_free(text);
+  par.cluster = "no-such-gpu:8x1";
+  assert_int_not_equal(sc_plan_report_json(SC_SOURCE_DIR "/samples/gpt2.onnx", dims, 1, &par,
+                                           &text, &err), SC_OK);
+  assert_non_null(strstr(err, "no-such-gpu"));
+  sc_string_free(err);
+  par.cluster = NULL;
   par.mesh = NULL;
   assert_int_equal(sc_plan_report_json(MLP, NULL, 0, &par, &text, &err), SC_ERR_USAGE);
   assert_null(text);
