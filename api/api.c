@@ -226,10 +226,11 @@ static sc_status views_of(const sc_host_tensor *h, int32_t n, const char *what,
   return SC_OK;
 }
 
-/* The build of model with dims and parallel options. */
+/* The build of model with dims and parallel options; train: its training
+ * step (passes/train.h), or NULL for inference. */
 static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_dims,
-                       const sc_parallel_opts *par, bool no_weights, bool codegen, bool no_fuse,
-                       bool quiet, sc_build **out, sc_diag *d) {
+                       const sc_parallel_opts *par, const sc_train_opts *train, bool no_weights,
+                       bool codegen, bool no_fuse, bool quiet, sc_build **out, sc_diag *d) {
   *out = NULL;
   if (!model) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no model path");
   sc_dim_value dv[MAX_DIMS];
@@ -242,6 +243,7 @@ static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_
   bo.codegen = codegen;
   bo.dims = dv;
   bo.n_dims = n_dims;
+  bo.train = train;
   sc_pass_opts po;
   sc_pass_opts_init(&po);
   po.quiet = quiet;
@@ -254,6 +256,9 @@ static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_
   bo.plan_file = par ? par->plan_file : NULL;
   st = make_plan(par, &bo.plan, d);
   if (st != SC_OK) return st;
+  /* a pipeline rank's pieces update their state in place (as `shardc
+   * train` on the CPU) */
+  co.bind_state = train && bo.plan;
   return sc_build_run(&bo, out, d);
 }
 
@@ -271,7 +276,7 @@ static sc_status plan_build(const char *model_path, const sc_dim_binding *dims, 
   *b = NULL;
   if (!parallel || (!parallel->mesh && !parallel->plan_file && !parallel->plan_json))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh");
-  return build(model_path, dims, n_dims, parallel, true, codegen, false, true, b, d);
+  return build(model_path, dims, n_dims, parallel, NULL, true, codegen, false, true, b, d);
 }
 
 /* The outcome of a plan call: the text or the message. */
@@ -508,7 +513,7 @@ sc_status sc_compile(const char *model_path, const sc_compile_settings *opts,
   e->archs = strdup_or_null(opts->gpu_archs);
   const char *slash = model_path ? strrchr(model_path, '/') : NULL;
   e->model = strdup_or_null(slash ? slash + 1 : model_path);
-  sc_status st = build(model_path, opts->dims, opts->n_dims, &opts->parallel, false, true,
+  sc_status st = build(model_path, opts->dims, opts->n_dims, &opts->parallel, NULL, false, true,
                        opts->no_fuse, opts->quiet, &e->build, &d);
   if (st != SC_OK) {
     if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
@@ -755,32 +760,9 @@ static sc_status training_build(const char *model_path, const sc_training_settin
   *b = NULL;
   sc_status st = !s ? sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no settings")
                     : train_opts_of(s, o, d);
-  sc_dim_value dv[MAX_DIMS];
-  if (st == SC_OK) st = dims_of(s->dims, s->n_dims, dv, d);
   if (st == SC_OK) st = check_comm(s->comm, d);
-  if (st == SC_OK && !model_path) st = sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no model path");
   if (st != SC_OK) return st;
-  sc_build_opts bo;
-  sc_build_opts_init(&bo);
-  sc_pass_opts po;
-  sc_pass_opts_init(&po);
-  po.quiet = true;
-  sc_compile_opts co;
-  sc_compile_opts_init(&co);
-  co.quiet = true;
-  bo.model = model_path;
-  bo.dims = dv;
-  bo.n_dims = s->n_dims;
-  bo.train = o;
-  bo.pass = &po;
-  bo.compile = &co;
-  st = make_plan(&s->parallel, &bo.plan, d);
-  if (st != SC_OK) return st;
-  /* a pipeline rank's pieces update their state in place (as `shardc
-   * train` on the CPU) */
-  co.bind_state = bo.plan != NULL;
-  bo.plan_file = s->parallel.plan_file;
-  return sc_build_run(&bo, b, d);
+  return build(model_path, s->dims, s->n_dims, &s->parallel, o, false, true, false, true, b, d);
 }
 
 sc_status sc_training_create(const char *model_path, const sc_training_settings *s,

@@ -3,8 +3,9 @@
  * shardc compiles ONNX models for distributed execution. This header is
  * what a C program embeds: inspect a model, plan how to split it over a
  * mesh of ranks, compile it (one rank or partitioned; CPU, or CUDA C for
- * NVRTC), save and load the compiled artifact, and run it on host buffers
- * over in-process ranks or under mpirun.
+ * NVRTC), save and load the compiled artifact, run it on host buffers over
+ * in-process ranks or one rank per process (mpirun, torchrun), and train
+ * it, on one rank or a mesh. python/shardc (docs/python.md) wraps it.
  *
  * A short tour: GPT-2 over 4 ranks (tensor parallel 2 x pipeline 2), run
  * on threads of this process.
