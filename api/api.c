@@ -432,8 +432,15 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
     return exe_fail(e, &d);
   }
   const char *comm = opts && opts->comm ? opts->comm : "local";
-  if (strcmp(comm, "local") != 0 && strcmp(comm, "mpi") != 0) {
-    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s': expected \"local\" or \"mpi\"", comm);
+  const sc_comm_choice *kind = sc_comm_choice_find(comm); /* the CLI's --comm table */
+  if (!kind) {
+    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s': expected %s", comm,
+                sc_comm_choice_names());
+    return exe_fail(e, &d);
+  }
+  if (kind->gpu_only) { /* a CPU executable (a cuda one was refused above) */
+    sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s' needs a cuda executable run on the GPU "
+                "(%s); this one runs on the CPU", comm, kind->gpu_only);
     return exe_fail(e, &d);
   }
   sc_tensor_view *in = sc_calloc((size_t)n_inputs + 1, sizeof *in);
@@ -444,11 +451,15 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
   sc_dist_opts_init(&o);
   o.threads = opts ? opts->threads : 0;
   o.quiet = true;
-  if (st == SC_OK && strcmp(comm, "mpi") == 0) {
-    if (!e->world) st = sc_comm_mpi_create(&e->world, &d);
-    if (st == SC_OK && (int64_t)sc_comm_size(e->world) != dp->mesh.n_ranks)
-      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "the mesh has %lld ranks but mpirun started %d",
-                       (long long)dp->mesh.n_ranks, sc_comm_size(e->world));
+  if (st == SC_OK && kind->world) {
+    char hash[65], option[64];
+    if (e->world && strcmp(sc_comm_backend(e->world), comm) != 0)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s': this executable already runs "
+                       "over '%s'", comm, sc_comm_backend(e->world));
+    if (st == SC_OK && !e->world) st = sc_dist_program_hash(dp, NULL, hash, &d);
+    if (st == SC_OK && !e->world) st = sc_comm_world_create(kind, hash, &e->world, &d);
+    snprintf(option, sizeof option, "comm '%s'", comm);
+    if (st == SC_OK) st = sc_comm_world_check(kind, option, e->world, dp->mesh.n_ranks, &d);
     if (st == SC_OK)
       st = sc_dist_run_rank(dp, &o, e->world, in, n_inputs, out, n_outputs, NULL, &d);
   } else if (st == SC_OK) {
