@@ -282,7 +282,7 @@ struct sc_executable {
   sc_target_kind target;
   char *archs;                /* cuda */
   char *model;                /* file name recorded in saved manifests */
-  struct sc_comm *world;      /* mpi: kept until free (MPI starts once) */
+  struct sc_comm *world;      /* mpi or tcp: kept until free (MPI starts once) */
   sc_diag diag;               /* the last failure */
   char error[2048];
 };
