@@ -440,30 +440,32 @@ sc_status sc_plan_report_json(const char *model_path, const sc_dim_binding *dims
 }
 
 /* comm: "local" (NULL), "mpi" or "tcp" (sc_run_opts.comm). */
-static sc_status check_comm(const char *comm, sc_diag *d) {
-  if (!comm || !strcmp(comm, "local") || !strcmp(comm, "mpi") || !strcmp(comm, "tcp"))
-    return SC_OK;
-  return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
-                     "comm '%s': expected \"local\", \"mpi\" or \"tcp\"", comm);
+/* The communicator called comm (NULL: "local"), from the table shardc's
+ * --comm reads (runtime/comm.h); the API runs CPU executables, so a kind
+ * that needs the GPU runtime is a usage error saying so. */
+static sc_status check_comm(const char *comm, const sc_comm_choice **kind, sc_diag *d) {
+  const sc_comm_choice *k = sc_comm_choice_find(comm ? comm : "local");
+  if (!k)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "comm '%s': expected %s", comm,
+                       sc_comm_choice_names());
+  if (k->gpu_only)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "comm '%s' needs a cuda executable run on "
+                       "the GPU (%s); this one runs on the CPU", comm, k->gpu_only);
+  if (kind) *kind = k;
+  return SC_OK;
 }
 
-/* This process's rank of a job of n_ranks processes: under mpirun
- * ("mpi") or torchrun / srun ("tcp": the handshake admits only processes
- * running the same program, dp and its training manifest m or NULL). */
-static sc_status open_world(const char *comm, const sc_dist_program *dp,
+/* This process's rank of a job of n_ranks processes of world kind k:
+ * under mpirun ("mpi") or torchrun / srun ("tcp": the handshake admits
+ * only processes running the same program, dp and its training manifest m
+ * or NULL). */
+static sc_status open_world(const sc_comm_choice *k, const sc_dist_program *dp,
                             const sc_train_manifest *m, struct sc_comm **world, sc_diag *d) {
-  sc_status st;
-  if (strcmp(comm, "mpi") == 0) {
-    st = sc_comm_mpi_create(world, d);
-  } else {
-    char hash[65];
-    st = sc_dist_program_hash(dp, m, hash, d);
-    sc_comm_tcp_opts to = {.program_hash = hash};
-    if (st == SC_OK) st = sc_comm_tcp_create(&to, world, d);
-  }
-  if (st == SC_OK && (int64_t)sc_comm_size(*world) != dp->mesh.n_ranks)
-    st = sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the mesh has %lld ranks but the job has %d",
-                     (long long)dp->mesh.n_ranks, sc_comm_size(*world));
+  char hash[65], option[64];
+  sc_status st = sc_dist_program_hash(dp, m, hash, d);
+  if (st == SC_OK) st = sc_comm_world_create(k, hash, world, d);
+  snprintf(option, sizeof option, "comm '%s'", k->name);
+  if (st == SC_OK) st = sc_comm_world_check(k, option, *world, dp->mesh.n_ranks, d);
   return st;
 }
 
@@ -474,7 +476,7 @@ struct sc_executable {
   sc_target_kind target;
   char *archs;                /* cuda */
   char *model;                /* file name recorded in saved manifests */
-  struct sc_comm *world;      /* mpi, tcp: kept until free (MPI starts once) */
+  struct sc_comm *world;      /* mpi or tcp: kept until free (MPI starts once) */
   sc_diag diag;               /* the last failure */
   char error[2048];
 };
@@ -624,7 +626,8 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
     return exe_fail(e, &d);
   }
   const char *comm = opts && opts->comm ? opts->comm : "local";
-  if (check_comm(comm, &d) != SC_OK) return exe_fail(e, &d);
+  const sc_comm_choice *kind = NULL;
+  if (check_comm(comm, &kind, &d) != SC_OK) return exe_fail(e, &d);
   sc_tensor_view *in = sc_calloc((size_t)n_inputs + 1, sizeof *in);
   sc_dist_output *out = sc_calloc((size_t)n_outputs + 1, sizeof *out);
   sc_status st = in && out ? SC_OK : sc_diag_set(&d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -633,8 +636,11 @@ sc_status sc_executable_run(sc_executable *e, const sc_run_opts *opts,
   sc_dist_opts_init(&o);
   o.threads = opts ? opts->threads : 0;
   o.quiet = true;
-  if (st == SC_OK && strcmp(comm, "local") != 0) {
-    if (!e->world) st = open_world(comm, dp, NULL, &e->world, &d);
+  if (st == SC_OK && kind->world) {
+    if (e->world && strcmp(sc_comm_backend(e->world), kind->name) != 0)
+      st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s': this executable already runs "
+                       "over '%s'", comm, sc_comm_backend(e->world));
+    if (st == SC_OK && !e->world) st = open_world(kind, dp, NULL, &e->world, &d);
     if (st == SC_OK)
       st = sc_dist_run_rank(dp, &o, e->world, in, n_inputs, out, n_outputs, NULL, &d);
   } else if (st == SC_OK) {
@@ -760,7 +766,7 @@ static sc_status training_build(const char *model_path, const sc_training_settin
   *b = NULL;
   sc_status st = !s ? sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no settings")
                     : train_opts_of(s, o, d);
-  if (st == SC_OK) st = check_comm(s->comm, d);
+  if (st == SC_OK) st = check_comm(s->comm, NULL, d);
   if (st != SC_OK) return st;
   return build(model_path, s->dims, s->n_dims, &s->parallel, o, false, true, false, true, b, d);
 }
@@ -782,12 +788,13 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
     t->m = t->own;
     sc_trainer_opts to = {.threads = s->threads};
     const char *comm = s->comm ? s->comm : "local";
-    if (!t->build->part && strcmp(comm, "local") != 0)
+    const sc_comm_choice *kind = sc_comm_choice_find(comm); /* checked by the build */
+    if (!t->build->part && kind->world)
       st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "comm '%s' needs a mesh", comm);
     else if (!t->build->part)
       st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
     else {
-      if (strcmp(comm, "local") != 0) st = open_world(comm, t->build->program, t->m, &t->world, &d);
+      if (kind->world) st = open_world(kind, t->build->program, t->m, &t->world, &d);
       if (st == SC_OK)
         st = sc_dist_trainer_create(t->build->program, t->m, &to, t->world, &t->dist, &d);
     }

@@ -203,12 +203,15 @@ int64_t sc_executable_n_ranks(const sc_executable *e);
 int32_t sc_executable_n_stages(const sc_executable *e);
 
 typedef struct sc_run_opts {
-  const char *comm;   /* "local" (NULL: default): every rank a thread of
-                         this process; "mpi": this process is one rank of
-                         an mpirun with as many processes as ranks; "tcp":
-                         one rank of a job started as torchrun or srun
-                         start one (RANK, WORLD_SIZE, MASTER_ADDR,
-                         MASTER_PORT; docs/comm.md) */
+  const char *comm;   /* the names shardc's --comm takes (one table,
+                         runtime/comm.h): "local" (NULL: default): every
+                         rank a thread of this process; "mpi": this
+                         process is one rank of an mpirun with as many
+                         processes as ranks; "tcp": one rank of as many
+                         processes, each given RANK, WORLD_SIZE,
+                         MASTER_ADDR and MASTER_PORT (only ranks of the
+                         same program connect); "nccl" and "cuda-local"
+                         need the GPU runtime (SC_ERR_USAGE here) */
   int threads;        /* CPU threads per rank (0: cores / ranks) */
 } sc_run_opts;
 

@@ -18,6 +18,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,69 @@ double sc_comm_timeout_s(void) {
   double v = strtod(s, &end);
   if (*end || !(v > 0) || v > 1e9) return SC_COMM_DEFAULT_TIMEOUT_S;
   return v;
+}
+
+static const sc_comm_choice KINDS[] = {
+    {"local", false, NULL},
+    {"cuda-local", false, "the thread-ranks share one GPU and its memory"},
+    {"mpi", true, NULL},
+    {"tcp", true, NULL},
+    {"nccl", true, "NCCL moves GPU memory"},
+};
+enum { N_KINDS = sizeof KINDS / sizeof *KINDS };
+
+const sc_comm_choice *sc_comm_choice_find(const char *name) {
+  for (size_t i = 0; name && i < N_KINDS; i++)
+    if (strcmp(KINDS[i].name, name) == 0) return &KINDS[i];
+  return NULL;
+}
+
+static char kind_names[128];
+static void fill_kind_names(void) {
+  size_t at = 0;
+  for (size_t i = 0; i < N_KINDS; i++)
+    at += (size_t)snprintf(kind_names + at, sizeof kind_names - at, "%s'%s'",
+                           i == 0 ? "" : i + 1 == N_KINDS ? " or " : ", ", KINDS[i].name);
+}
+
+const char *sc_comm_choice_names(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, fill_kind_names);
+  return kind_names;
+}
+
+sc_status sc_comm_world_create(const sc_comm_choice *k, const char *program_hash, sc_comm **world,
+                               sc_diag *diag) {
+  *world = NULL;
+  if (!k || !k->world)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "comm '%s' is not one rank per process",
+                       k ? k->name : "?");
+  if (strcmp(k->name, "mpi") == 0) return sc_comm_mpi_create(world, diag);
+  if (strcmp(k->name, "tcp") == 0) {
+    sc_comm_tcp_opts o = {.program_hash = program_hash};
+    return sc_comm_tcp_create(&o, world, diag);
+  }
+  bool mpirun = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
+  sc_comm_nccl_opts o = {.bootstrap = mpirun ? "mpi" : "env", .device = -1,
+                         .program_hash = program_hash};
+  return sc_comm_nccl_create(&o, world, diag);
+}
+
+sc_status sc_comm_world_check(const sc_comm_choice *k, const char *option, const sc_comm *world,
+                              int64_t n_ranks, sc_diag *diag) {
+  int size = sc_comm_size(world);
+  if (size == n_ranks) return SC_OK;
+  char hint[256];
+  if (strcmp(k->name, "mpi") == 0)
+    snprintf(hint, sizeof hint, "start one process per rank with mpirun -np %lld",
+             (long long)n_ranks);
+  else
+    snprintf(hint, sizeof hint, "start one process per rank, each with WORLD_SIZE=%lld, RANK, "
+             "MASTER_ADDR and MASTER_PORT (torchrun and Slurm set them)", (long long)n_ranks);
+  return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                     "%s: the mesh has %lld ranks but this job has %d process%s: %s (or "
+                     "without it: ranks as threads of this process)",
+                     option, (long long)n_ranks, size, size == 1 ? "" : "es", hint);
 }
 
 const char *sc_comm_backends(void) {

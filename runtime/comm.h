@@ -200,6 +200,32 @@ sc_status sc_comm_poll(sc_comm *c, sc_diag *diag);
 /* Backends this build has, comma-separated: "local,tcp,mpi". */
 const char *sc_comm_backends(void);
 
+/* ---- the communicators a run may name: shardc's --comm and the API's
+ * sc_run_opts.comm read this one table (runtime/comm.c) ---- */
+typedef struct sc_comm_choice {
+  const char *name;     /* "local", "cuda-local", "mpi", "tcp", "nccl" */
+  bool world;           /* one rank per process: sc_comm_world_create */
+  const char *gpu_only; /* why it needs the cuda device (its buffers are
+                           GPU memory), or NULL: any device */
+} sc_comm_choice;
+/* The kind called name, or NULL (NULL for a NULL name). */
+const sc_comm_choice *sc_comm_choice_find(const char *name);
+/* Every kind's name quoted, for a message: "'local', ... or 'nccl'". */
+const char *sc_comm_choice_names(void);
+/* This process's communicator of world kind k: mpi under mpirun; tcp from
+ * RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT; nccl bootstrapped over
+ * MPI under mpirun, else over those variables (the GPU: LOCAL_RANK's, or
+ * the rank's modulo the count). tcp and NCCL's env bootstrap admit only
+ * ranks with program_hash (what every rank runs: sc_dist_program_hash).
+ * SC_ERR_USAGE for a kind that is not a world. */
+sc_status sc_comm_world_create(const sc_comm_choice *k, const char *program_hash, sc_comm **world,
+                               sc_diag *diag);
+/* SC_OK when world has n_ranks ranks; else a usage error naming `option`
+ * (the caller's word for the setting, "--comm mpi") that says how to start
+ * that many (mpirun -np N; for tcp and nccl, WORLD_SIZE and the rest). */
+sc_status sc_comm_world_check(const sc_comm_choice *k, const char *option, const sc_comm *world,
+                              int64_t n_ranks, sc_diag *diag);
+
 /* ---- operations (see the layouts above) ---- */
 int sc_comm_rank(const sc_comm *c);
 /* c->any_thread: whether a session may run c's collectives on its

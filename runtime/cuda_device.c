@@ -197,7 +197,11 @@ struct cuda_ctx {
   sc_diag err;
 };
 
-/* Keeps the first failure of a run (thread-safe). */
+/* Keeps the first failure since the last end_run (thread-safe): of a run's
+ * steps, or of a copy between runs (copy_in before a run, copy_out after
+ * one, zero, sync), which have no status of their own. end_run reports it
+ * and clears it, so a failure between runs fails the next run and is
+ * never dropped. */
 static void fail(cuda_ctx *c, const sc_diag *d) {
   pthread_mutex_lock(&c->mu);
   if (c->err.status == SC_OK) c->err = *d;
@@ -1047,10 +1051,7 @@ static double cuda_compile_seconds(void *ctx) { return ((cuda_ctx *)ctx)->compil
 
 /* ---- runs: graphs ---- */
 static bool cuda_begin_run(void *ctx) {
-  cuda_ctx *c = ctx;
-  pthread_mutex_lock(&c->mu);
-  sc_diag_clear(&c->err);
-  pthread_mutex_unlock(&c->mu);
+  cuda_ctx *c = ctx; /* c->err is kept: a copy of the inputs may have failed */
   check_run(c, c->cu->event_record(c->ev_t0, c->compute), "cuEventRecord");
   if (c->exec) {
     check_run(c, c->cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
@@ -1126,7 +1127,8 @@ static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
   for (int32_t i = 0; i < c->n_cstreams; i++) wait_stream(c, c->cstreams[i]);
   c->runs++;
   pthread_mutex_lock(&c->mu);
-  sc_diag e = c->err;
+  sc_diag e = c->err; /* taken: reported once, here */
+  sc_diag_clear(&c->err);
   pthread_mutex_unlock(&c->mu);
   float ms = 0;
   c->last_run_s = -1.0;

@@ -27,7 +27,9 @@
  * below. The session then calls begin_run before a run's steps (after its
  * inputs were copied in) and end_run after them: end_run waits for the
  * work and reports what failed on the way (kernels cannot fail, but a
- * collective run by the device can). begin_run may answer that it has
+ * collective run by the device can), and what failed since the last
+ * end_run outside a run: copy_in, copy_out, zero and sync return nothing,
+ * so a failure of theirs fails the next end_run (once). begin_run may answer that it has
  * replayed the whole step (a captured CUDA graph): the session then issues
  * no step. COMM and WAIT steps go to run_comm and wait_comm, which order
  * them on the device's streams, CHECK and SCATTER_ADD steps to run_check

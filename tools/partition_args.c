@@ -17,59 +17,37 @@
 
 
 bool sc_partition_comm_is_world(const char *comm) {
-  return comm && (strcmp(comm, "mpi") == 0 || strcmp(comm, "tcp") == 0 ||
-                  strcmp(comm, "nccl") == 0);
+  const sc_comm_choice *k = sc_comm_choice_find(comm);
+  return k && k->world;
 }
 
 bool sc_partition_comm_on_device(const char *comm) {
-  return comm && strcmp(comm, "cuda-local") == 0;
+  const sc_comm_choice *k = sc_comm_choice_find(comm);
+  return k && !k->world && k->gpu_only;
 }
 
 int sc_partition_comm_device_check(const char *comm, const sc_device_choice *dev) {
+  const sc_comm_choice *k = sc_comm_choice_find(comm);
   bool cuda = dev->name && strcmp(dev->name, "cuda") == 0;
-  if (comm && strcmp(comm, "nccl") == 0 && !cuda)
-    return sc_cli_usage_error("--comm nccl needs --device cuda (NCCL moves GPU memory)");
-  if (sc_partition_comm_on_device(comm) && !cuda)
-    return sc_cli_usage_error("--comm cuda-local needs --device cuda (the thread-ranks share "
-                              "one GPU and its memory)");
+  if (k && k->gpu_only && !cuda)
+    return sc_cli_usage_error("--comm %s needs --device cuda (%s)", k->name, k->gpu_only);
   return 0;
 }
 
 sc_status sc_partition_world(const char *comm, const sc_dist_program *dp,
                              const struct sc_train_manifest *m, sc_comm **world, sc_diag *d) {
   *world = NULL;
-  if (strcmp(comm, "mpi") == 0) return sc_comm_mpi_create(world, d);
-  /* tcp and NCCL's env bootstrap admit only ranks that run the same */
-  char hash[65];
+  char hash[65]; /* tcp and NCCL's env bootstrap admit only ranks that run the same */
   sc_status st = sc_dist_program_hash(dp, m, hash, d);
   if (st) return st;
-  if (strcmp(comm, "tcp") == 0) {
-    sc_comm_tcp_opts o = {.program_hash = hash};
-    return sc_comm_tcp_create(&o, world, d);
-  }
-  /* nccl: the unique id over MPI under mpirun, else over the torchrun
-   * variables; the GPU is LOCAL_RANK's, or the rank's modulo the count */
-  bool mpirun = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE");
-  sc_comm_nccl_opts o = {.bootstrap = mpirun ? "mpi" : "env", .device = -1,
-                         .program_hash = hash};
-  return sc_comm_nccl_create(&o, world, d);
+  return sc_comm_world_create(sc_comm_choice_find(comm), hash, world, d);
 }
 
 sc_status sc_partition_world_check(const char *comm, const sc_comm *world, int64_t n_ranks,
                                    sc_diag *d) {
-  int size = sc_comm_size(world);
-  if (size == n_ranks) return SC_OK;
-  char hint[256];
-  if (strcmp(comm, "mpi") == 0)
-    snprintf(hint, sizeof hint, "start one process per rank with mpirun -np %lld",
-             (long long)n_ranks);
-  else
-    snprintf(hint, sizeof hint, "start one process per rank, each with WORLD_SIZE=%lld, RANK, "
-             "MASTER_ADDR and MASTER_PORT (torchrun and Slurm set them)", (long long)n_ranks);
-  return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
-                     "--comm %s: the mesh has %lld ranks but this job has %d process%s: %s (or "
-                     "leave out --comm: ranks as threads of this process)",
-                     comm, (long long)n_ranks, size, size == 1 ? "" : "es", hint);
+  char option[64];
+  snprintf(option, sizeof option, "--comm %s", comm);
+  return sc_comm_world_check(sc_comm_choice_find(comm), option, world, n_ranks, d);
 }
 
 void sc_partition_args_init(sc_partition_args *p) {
@@ -227,10 +205,8 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--plan", &missing))) {
     if (!missing) p->plan_file = v;
   } else if (allow_comm && (v = sc_cli_opt_value(argc, argv, i, "--comm", &missing))) {
-    if (!missing && strcmp(v, "local") != 0 && strcmp(v, "mpi") != 0 && strcmp(v, "tcp") != 0 &&
-        strcmp(v, "nccl") != 0 && strcmp(v, "cuda-local") != 0)
-      return sc_cli_usage_error(
-          "--comm expects 'local', 'cuda-local', 'mpi', 'tcp' or 'nccl', got '%s'", v);
+    if (!missing && !sc_comm_choice_find(v))
+      return sc_cli_usage_error("--comm expects %s, got '%s'", sc_comm_choice_names(), v);
     if (!missing) p->comm = v;
     p->comm_given = true;
   } else {

@@ -106,12 +106,13 @@ static int32_t follow(const sc_partition *p, const int32_t *off, const int32_t *
 }
 
 /* The 1-D bias of n elements added to column-parallel product n's result
- * (Gemm's C, or a constant Add after Reshape / Identity / Cast), or -1. */
+ * (Gemm's C, or a constant Add after Reshape / Identity / Cast), or -1: the
+ * parameter behind a mixed-precision step's Cast of it, as for the weight. */
 static int32_t column_bias(const sc_partition *p, const int32_t *off, const int32_t *users,
                            const sc_node *n, int64_t cols) {
   const sc_graph *g = p->global;
   if (n->op == SC_OP_GEMM) {
-    int32_t c = n->n_inputs >= 3 ? n->inputs[2] : -1;
+    int32_t c = n->n_inputs >= 3 ? uncast(p, n->inputs[2]) : -1;
     return c >= 0 && is_weight(p, &g->values[c]) && g->values[c].rank == 1 &&
                    g->values[c].dims[0] == cols
                ? c

@@ -44,19 +44,28 @@ GPT-2 samples; its JUnit file is read with junitparser (a JUnit consumer):
     --global-batch (the batch is --dim's), no
     model, a missing --baseline file; a baseline that is not a report fails
     performance naming the file and the key;
-  - docs/ci.md's GitHub Actions workflow and GitLab CI job are valid YAML
-    (parsed with PyYAML; without it in the venv, a partial skip) and the
-    shardc check command each runs works as written: run in a scratch
-    folder, build/shardc being this build and the baseline made first by
-    the first job's command with --report, each exits 0 with every check
-    passed in its JUnit file (GPT-2's training step at tp=2 with AdamW:
-    equivalence on thread-ranks among them).
+  - docs/ci.md's GitHub Actions workflow and GitLab CI job: valid against
+    SchemaStore's schemas (check-jsonschema's vendor.github-workflows and
+    vendor.gitlab-ci), a copy of each with a misspelt key refused naming
+    it; every run/script line clean under shellcheck; the image this
+    machine's Debian (debian:VERSION_ID of /etc/os-release); the build
+    lines the README's build commands (make deps, make build), the
+    container's package line naming packages installed here; and every
+    other line run as written, in order, with bash in a checkout-like
+    scratch folder (build/ being this build, the baseline made first by the
+    first job's command with --report ci/shardc-baseline.json): each job's
+    check exits 0 with every check passed in its JUnit file (GPT-2's
+    training step at tp=2 with AdamW: equivalence on thread-ranks among
+    them), and the files its artifact steps keep exist. PyYAML,
+    check-jsonschema and shellcheck are installed by
+    scripts/install-deps.sh: without one, a failure.
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure."""
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -401,52 +410,156 @@ def main():
     return finish()
 
 
+# The actions the GitHub job uses: a runner runs them, this test cannot.
+ACTIONS = {"actions/checkout@v4", "actions/upload-artifact@v4", "mikepenz/action-junit-report@v4"}
+# A deliberate mistake per schema: the copy must be refused, naming the key.
+BROKEN = {"vendor.github-workflows": ("    runs-on:", "    runs_on:", "runs-on"),
+          "vendor.gitlab-ci": ("  script:", "  scripts:", "scripts")}
+
+
+def readme_build_commands():
+    """The README's build commands up to `make build` (its ## Build block,
+    comments left out): what a job runs to build."""
+    text = open(os.path.join(SRC, "README.md")).read()
+    m = re.search(r"^## Build\n.*?^```sh\n(.*?)^```", text, re.S | re.M)
+    lines = [ln.split("#")[0].strip() for ln in (m.group(1) if m else "").splitlines()]
+    lines = [ln for ln in lines if ln]
+    return lines[:lines.index("make build") + 1] if "make build" in lines else lines
+
+
+def job_lines(doc):
+    """(image, [(kind, value)] in the order a runner takes them): kind "uses"
+    (an action), "run" (a shell script), "artifact" (a path kept afterwards)."""
+    out = []
+    if "jobs" in doc:  # GitHub: one job, its steps
+        (job,) = doc["jobs"].values()
+        image = job.get("container")
+        for step in job["steps"]:
+            if "uses" in step:
+                out.append(("uses", step["uses"]))
+                with_ = step.get("with", {})
+                for key in ("path", "report_paths"):
+                    out += [("artifact", x) for x in str(with_.get(key, "")).split()]
+            else:
+                out.append(("run", step["run"]))
+    else:  # GitLab: one job, before_script then script
+        (job,) = [j for j in doc.values() if isinstance(j, dict)]
+        image = job.get("image")
+        out += [("run", x) for x in job.get("before_script", []) + job.get("script", [])]
+        art = job.get("artifacts", {})
+        out += [("artifact", x) for x in art.get("paths", []) + [art.get("reports", {}).get("junit")]
+                if x]
+    return image, out
+
+
 def docs_jobs(tmp):
-    """docs/ci.md's CI jobs: valid YAML, and their shardc check command
-    works as written."""
+    """docs/ci.md's CI jobs: valid against their schemas (a broken copy
+    refused), their shell scripts clean under shellcheck, and their steps
+    run as a runner would, in order, from a checkout-like scratch folder
+    (docs/ci.md, "What is verified")."""
     text = open(os.path.join(SRC, "docs", "ci.md")).read()
     blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
     check(len(blocks) == 2, f"docs/ci.md has the GitHub workflow and the GitLab job: {len(blocks)}")
+    bindir = os.path.dirname(sys.executable)
+    validator = os.path.join(bindir, "check-jsonschema")
     try:
         import yaml
     except ImportError:
-        skip_part("docs/ci.md's jobs", "PyYAML is not in the venv (scripts/install-deps.sh)")
+        yaml = None
+    for what, ok in [("PyYAML", yaml is not None), ("check-jsonschema", os.path.exists(validator)),
+                     ("shellcheck", shutil.which("shellcheck") is not None)]:
+        check(ok, f"{what} is installed (scripts/install-deps.sh: make deps)")
+    if yaml is None or not os.path.exists(validator) or not shutil.which("shellcheck"):
         return
-    commands = []
-    for block in blocks:
-        doc = yaml.safe_load(block)
-        check(isinstance(doc, dict), f"a YAML mapping: {block[:80]}")
-        if "jobs" in doc:  # GitHub: the steps' run lines
-            runs = [s.get("run", "") for j in doc["jobs"].values() for s in j["steps"]]
-        else:  # GitLab: the jobs' script lines
-            runs = [line for j in doc.values() if isinstance(j, dict)
-                    for line in j.get("script", [])]
-        cmd = [r for r in runs if "shardc check" in r]
-        check(len(cmd) == 1, f"one shardc check command per job: {cmd}")
-        if cmd:
-            commands.append(shlex.split(cmd[0]))
+    os_release = dict(line.rstrip().split("=", 1) for line in open("/etc/os-release")
+                      if "=" in line)
+    distro = os_release.get("ID", "").strip('"')
+    version = os_release.get("VERSION_ID", "").strip('"')
+    build_cmds = readme_build_commands()
+    check(build_cmds == ["make deps", "make build"], f"README's build commands: {build_cmds}")
     work = os.path.join(tmp, "ci")
     os.makedirs(os.path.join(work, "ci"))
-    os.symlink(os.path.join(SRC, "samples"), os.path.join(work, "samples"))
-    for i, argv in enumerate(commands):
-        check(argv[:2] == ["build/shardc", "check"], f"runs build/shardc check: {argv}")
-        argv = [os.path.abspath(SHARDC)] + argv[1:]
-        k = argv.index("--baseline")
-        if i == 0:  # the baseline, made once by the first job's command
-            first = argv[:k] + argv[k + 2:]
-            first[first.index("--report") + 1] = argv[k + 1]
-            p = subprocess.run(first, cwd=work, capture_output=True, text=True, timeout=300)
-            check(p.returncode == 0, f"the job's command with --report makes the baseline: "
-                  f"{p.stdout}{p.stderr}")
-        p = subprocess.run(argv, cwd=work, capture_output=True, text=True, timeout=300)
+    for name in ("samples", "scripts", "Makefile", ".venv"):
+        os.symlink(os.path.join(SRC, name), os.path.join(work, name))
+    os.symlink(os.path.dirname(os.path.abspath(SHARDC)), os.path.join(work, "build"))
+    env = dict(os.environ, CI="true")
+    for i, block in enumerate(blocks):
+        schema = "vendor.github-workflows" if i == 0 else "vendor.gitlab-ci"
+        path = os.path.join(tmp, f"job{i}.yml")
+        open(path, "w").write(block)
+        p = subprocess.run([validator, "--builtin-schema", schema, path], capture_output=True,
+                           text=True, timeout=120)
+        check(p.returncode == 0, f"{schema}: docs/ci.md's job {i} is valid: {p.stdout}{p.stderr}")
+        old, bad, key = BROKEN[schema]
+        check(old in block, f"job {i} has '{old.strip()}' to break")
+        broken = os.path.join(tmp, f"job{i}_broken.yml")
+        open(broken, "w").write(block.replace(old, bad, 1))
+        p = subprocess.run([validator, "--builtin-schema", schema, broken], capture_output=True,
+                           text=True, timeout=120)
+        check(p.returncode == 1 and key in p.stdout,
+              f"{schema}: a copy with '{bad.strip()}' is refused naming it: {p.stdout}{p.stderr}")
+
+        doc = yaml.safe_load(block)
+        check(isinstance(doc, dict), f"a YAML mapping: {block[:80]}")
+        image, lines = job_lines(doc)
+        if distro == "debian":
+            check(image == f"debian:{version}",
+                  f"job {i} builds in this machine's Debian (debian:{version}): {image}")
+        else:
+            skip_part(f"job {i}'s image", f"this machine is {distro} {version}, not Debian")
+        runs = [v for k, v in lines if k == "run"]
+        for script in runs:
+            p = subprocess.run(["shellcheck", "-s", "bash", "-"], input=script,
+                               capture_output=True, text=True, timeout=60)
+            check(p.returncode == 0, f"shellcheck, job {i}: {script!r}: {p.stdout}{p.stderr}")
+        build = [ln.strip() for r in runs for ln in r.splitlines() if ln.startswith("make ")]
+        check(build == build_cmds, f"job {i} builds with the README's commands: {build}")
+        cmd = [r for r in runs if "shardc check" in r]
+        check(len(cmd) == 1, f"one shardc check command per job: {cmd}")
+        artifacts = []
+        for kind, value in lines:
+            if kind == "uses":
+                check(value in ACTIONS, f"job {i} uses a known action: {value}")
+                continue
+            if kind == "artifact":
+                artifacts.append(value)
+                continue
+            packages = re.fullmatch(r"apt-get update && apt-get install -y "
+                                    r"--no-install-recommends ([a-z0-9. +-]+)", value.strip())
+            if packages:  # the container's own: already here (not run: root, apt)
+                for pkg in packages.group(1).split():
+                    q = subprocess.run(["dpkg-query", "-W", "-f=${Status}", pkg],
+                                       capture_output=True, text=True)
+                    check("install ok installed" in q.stdout,
+                          f"job {i} installs Debian's {pkg}, installed here")
+                continue
+            # the build lines (checked above) are not run: this build folder is build/
+            value = "\n".join(ln for ln in value.splitlines() if not ln.startswith("make "))
+            if not value.strip():
+                continue
+            if "shardc check" in value and not os.path.exists(
+                    os.path.join(work, "ci", "shardc-baseline.json")):
+                argv = shlex.split(value)  # the baseline, committed first (ci.md)
+                k = argv.index("--baseline")
+                first = argv[:k] + argv[k + 2:]
+                first[first.index("--report") + 1] = argv[k + 1]
+                p = subprocess.run(first, cwd=work, env=env, capture_output=True, text=True,
+                                   timeout=300)
+                check(p.returncode == 0, f"the job's command with --report makes the baseline: "
+                      f"{p.stdout}{p.stderr}")
+            p = subprocess.run(["bash", "-e", "-c", value], cwd=work, env=env,
+                               capture_output=True, text=True, timeout=300)
+            check(p.returncode == 0, f"job {i}: {value.strip()!r} exits 0: {p.stdout}{p.stderr}")
         junit = os.path.join(work, "shardc-junit.xml")
         cases = junit_cases(junit) if os.path.exists(junit) else {}
-        check(p.returncode == 0 and os.path.exists(os.path.join(work, "shardc-report.json"))
-              and all(cases.get(c, ("",))[0] == "passed"
-                      for c in ("import", "fits", "performance", "equivalence", "reproducible")),
-              f"job {i}'s command passes every check against the baseline: {p.stdout}{p.stderr} "
-              f"{cases}")
-        os.remove(junit)
+        check(all(cases.get(c, ("",))[0] == "passed"
+                  for c in ("import", "fits", "performance", "equivalence", "reproducible")),
+              f"job {i}'s check passes every check against the baseline: {cases}")
+        check(artifacts and all(os.path.exists(os.path.join(work, a)) for a in artifacts),
+              f"job {i} keeps files its steps made: {artifacts}")
+        for a in set(artifacts):
+            if os.path.exists(os.path.join(work, a)):
+                os.remove(os.path.join(work, a))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,7 +8,10 @@
  * same bytes; a CUDA executable saved (PTX written) but refused at run
  * time; and the errors: an unknown mesh axis, a plan without a mesh,
  * parallel options without one, a missing bundle, a wrong output count,
- * an unknown dtype code. Training: AdamW steps on the MLP (see
+ * an unknown dtype code; the communicators (the CLI's --comm table): an
+ * unknown one refused listing them, nccl and cuda-local refused for a CPU
+ * executable, tcp run as a world of one process (RANK=0, WORLD_SIZE=1 on
+ * a free loopback port) to the local run's bytes. Training: AdamW steps on the MLP (see
  * test_training), and a training bundle saved and loaded that steps as
  * its source does, bit for bit (test_training_bundle). Inputs are seeded
  * random, never zeros. */
@@ -23,8 +26,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include "shardc.h"
 
@@ -115,6 +121,39 @@ static void test_compile_run(void **state) {
   assert_int_equal(sc_executable_run(one, NULL, &bad, 1, outs, 1), SC_ERR_USAGE);
   sc_run_opts ro = {.comm = "carrier-pigeon"};
   assert_int_equal(sc_executable_run(one, &ro, &in, 1, outs, 1), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_executable_error(one), "'local', 'cuda-local', 'mpi', 'tcp' or 'nccl'"));
+  /* the communicators of shardc's --comm: the GPU's refused naming why, tcp
+   * runs (a world of one process, from the torchrun variables) */
+  sc_host_tensor xin;
+  assert_int_equal(sc_executable_input(one, 0, &xin), SC_OK);
+  xin.data = x_data;
+  static const char *const gpu[] = {"nccl", "cuda-local"};
+  for (int k = 0; k < 2; k++) {
+    ro.comm = gpu[k];
+    assert_int_equal(sc_executable_run(one, &ro, &xin, 1, outs, 1), SC_ERR_USAGE);
+    if (!strstr(sc_executable_error(one), "needs a cuda executable"))
+      fail_msg("comm %s: %s", gpu[k], sc_executable_error(one));
+  }
+  int ls = socket(AF_INET, SOCK_STREAM, 0); /* a free port */
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t sl = sizeof sa;
+  assert_int_equal(bind(ls, (struct sockaddr *)&sa, sizeof sa), 0);
+  assert_int_equal(getsockname(ls, (struct sockaddr *)&sa, &sl), 0);
+  char port[16];
+  snprintf(port, sizeof port, "%d", ntohs(sa.sin_port));
+  close(ls);
+  setenv("RANK", "0", 1), setenv("WORLD_SIZE", "1", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1), setenv("MASTER_PORT", port, 1);
+  ro.comm = "tcp";
+  sc_host_tensor t;
+  if (sc_executable_run(one, &ro, &xin, 1, &t, 1) != SC_OK)
+    fail_msg("comm tcp: %s", sc_executable_error(one));
+  assert_memory_equal(t.data, a.data, 40 * sizeof(float));
+  sc_host_tensors_free(&t, 1);
+  ro.comm = "mpi"; /* the world is tcp's until the executable is freed */
+  assert_int_equal(sc_executable_run(one, &ro, &xin, 1, outs, 1), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_executable_error(one), "already runs over 'tcp'"));
+  unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
 
   sc_host_tensors_free(&a, 1);
   sc_host_tensors_free(&b, 1);

@@ -24,7 +24,12 @@
  *   LSE   1e-5 (|ref| + 1) in every dtype: f32 arithmetic on the same
  *         stored inputs. -inf exactly where the reference has -inf.
  * NaN fails everywhere. A second forward launch with a 2-block grid
- * (grid-stride) must give the same bits. */
+ * (grid-stride) must give the same bits.
+ *
+ * The CUDA device's errors between runs: a copy that fails outside a run
+ * (a slot read into NULL, a slot written from NULL: the driver refuses
+ * them, CUDA_ERROR_INVALID_VALUE) fails the next run, naming the call, and
+ * only that one (the run after it passes). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -466,23 +471,30 @@ static int32_t program_inputs(const sc_program *p, const sc_cuda_attn *a, void *
   return n_in;
 }
 
+/* A session of p on the CUDA device (the emulated driver: SHARDC_CUDA_EMU=1). */
+static sc_session *cuda_session(const sc_program *p) {
+  setenv("SHARDC_CUDA_EMU", "1", 1);
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.device.name = "cuda";
+  sc_session *ss = NULL;
+  sc_diag d = {0};
+  if (sc_session_create(p, &o, &ss, &d) != SC_OK) fail_msg("session: %s", d.msg);
+  return ss;
+}
+
 /* The CUDA device runs the steps (the emulated driver: SHARDC_CUDA_EMU=1):
  * run 0 step by step, run 1 captured into a graph, run 2 replayed; every
  * run's outputs match the reference and are the same bits. */
 static void test_attention_steps_on_cuda_device(void **state) {
   (void)state;
-  setenv("SHARDC_CUDA_EMU", "1", 1);
   static const int which[] = {0, 3, 3}; /* the last on tensor cores */
   for (size_t w = 0; w < sizeof which / sizeof *which; w++) {
     const sc_cuda_attn *a = &problems[which[w]];
     if (w == 2) setenv("SHARDC_CUDA_ATTENTION", "mma", 1);
     sc_program *p = attention_program(a, true);
-    sc_session_opts o;
-    sc_session_opts_init(&o);
-    o.device.name = "cuda";
-    sc_session *ss = NULL;
+    sc_session *ss = cuda_session(p);
     sc_diag d = {0};
-    if (sc_session_create(p, &o, &ss, &d) != SC_OK) fail_msg("session: %s", d.msg);
     rng_seed(w == 2 ? 8 : 7 + (uint64_t)w); /* the tensor-core run: run 1's inputs */
     void *data[5];
     sc_tensor_view in[5];
@@ -524,6 +536,41 @@ static void test_attention_steps_on_cuda_device(void **state) {
     sc_program_destroy(p);
   }
   unsetenv("SHARDC_CUDA_ATTENTION");
+}
+
+/* A failure between runs is not forgotten: the copy hooks return nothing,
+ * so the next run (end_run) reports it, once. */
+static void test_cuda_device_error_between_runs(void **state) {
+  (void)state;
+  const sc_cuda_attn *a = &problems[0];
+  sc_program *p = attention_program(a, false);
+  sc_session *ss = cuda_session(p);
+  sc_diag d = {0};
+  rng_seed(11);
+  void *data[5];
+  sc_tensor_view in[5], out[5];
+  int32_t n_in = program_inputs(p, a, data, in);
+  int32_t n_out = p->n_outputs;
+  assert_int_equal(sc_session_run(ss, in, n_in, out, n_out, &d), SC_OK);
+  void *slot = sc_session_state_slot(ss, 0); /* q's, on the device */
+  assert_non_null(slot);
+  int64_t bytes = p->buffers[p->inputs[0]].bytes;
+  static const char *const calls[] = {"cuMemcpyDtoHAsync", "cuMemcpyHtoDAsync"};
+  for (int k = 0; k < 2; k++) {
+    if (k == 0)
+      sc_session_slot_read(ss, NULL, slot, bytes);
+    else
+      sc_session_slot_write(ss, slot, NULL, bytes);
+    sc_diag_clear(&d);
+    assert_int_not_equal(sc_session_run(ss, in, n_in, out, n_out, &d), SC_OK);
+    if (!strstr(d.msg, calls[k])) fail_msg("the run after a failed %s: %s", calls[k], d.msg);
+    sc_diag_clear(&d);
+    if (sc_session_run(ss, in, n_in, out, n_out, &d) != SC_OK)
+      fail_msg("the run after the reported %s: %s", calls[k], d.msg);
+  }
+  for (int i = 0; i < 5; i++) free(data[i]);
+  sc_session_destroy(ss);
+  sc_program_destroy(p);
 }
 
 /* The program's unit has the attention template and kernels only when it
@@ -701,6 +748,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_attention_in_program_source),
       cmocka_unit_test(test_attention_compile_and_emulate),
       cmocka_unit_test(test_attention_steps_on_cuda_device),
+      cmocka_unit_test(test_cuda_device_error_between_runs),
   };
   return SC_RUN_TESTS(tests, NULL, NULL);
 }
