@@ -34,9 +34,9 @@ from onnx import numpy_helper
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "models"))
-from checks import check, comm_traces_match, finish, has_cuda_target, skip_all  # noqa: E402
-from test_cuda_emulated import (REAL, SHARDC, close, emulated, losses, outputs,  # noqa: E402
-                                shardc, summary)
+from checks import check, comm_traces_match, finish  # noqa: E402
+from test_cuda_emulated import (REAL, close, emulated, losses, not_runnable,  # noqa: E402
+                                outputs, shardc, summary)
 from test_train_dist import load_ckpt  # noqa: E402
 
 SAMPLES = os.path.join(os.environ.get("SC_SOURCE_DIR",
@@ -140,11 +140,9 @@ def run(tmp, mesh):
 
 
 def main():
-    if not SHARDC:
-        print("SHARDC not set")
-        return 1
-    if not has_cuda_target(SHARDC):
-        return skip_all("this shardc has no cuda target (built without NVRTC)")
+    rc = not_runnable()
+    if rc is not None:
+        return rc
     with tempfile.TemporaryDirectory() as tmp:
         r = shardc(["run", GPT2, "--dim", "batch=2", "--random-inputs", "1", "--mesh", "dp=2",
                     "--comm", "cuda-local", "--output-dir", os.path.join(tmp, "usage")])
