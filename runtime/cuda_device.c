@@ -1020,6 +1020,15 @@ static void cuda_zero(void *ctx, void *dst, int64_t bytes) {
               "cuMemsetD8Async");
 }
 
+static void cuda_copy_device(void *ctx, void *dst, const void *src, int64_t bytes) {
+  cuda_ctx *c = ctx;
+  if (bytes > 0)
+    check_run(c,
+              c->cu->memcpy_dtod((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
+                                 (size_t)bytes, c->compute),
+              "cuMemcpyDtoDAsync");
+}
+
 static void launch_kernel(cuda_ctx *c, int32_t k) {
   const sc_cuda_launch *l = &c->launch[k];
   if (l->points <= 0) return;
@@ -1390,6 +1399,7 @@ const sc_device_iface sc_device_cuda = {
     .copy_in = cuda_copy_in,
     .copy_out = cuda_copy_out,
     .zero = cuda_zero,
+    .copy_device = cuda_copy_device,
     .run_kernel = cuda_run_kernel,
     .run_gemm = cuda_run_gemm,
     .run_attention = cuda_run_attention,

@@ -102,6 +102,9 @@ typedef struct sc_device_iface {
    * the copies and runs (CUDA: queued on the compute stream, before the
    * next run's steps); for state kept in the arena across runs. */
   void (*zero)(void *ctx, void *dst, int64_t bytes);
+  /* Copies bytes between two device addresses (after bind), in order with
+   * the copies and runs as zero is; NULL: host memory (memmove). */
+  void (*copy_device)(void *ctx, void *dst, const void *src, int64_t bytes);
   void (*run_kernel)(void *ctx, const sc_step *s);
   void (*run_gemm)(void *ctx, const sc_step *s);
   /* an ATTENTION or ATTENTION_GRAD step (program.h's sc_attention_step);

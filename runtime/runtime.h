@@ -164,6 +164,14 @@ bool sc_session_host_arena(const sc_session *s);
 void sc_session_slot_write(sc_session *s, void *slot, const void *src, int64_t bytes);
 void sc_session_slot_read(sc_session *s, void *dst, const void *slot, int64_t bytes);
 void sc_session_slot_zero(sc_session *s, void *slot, int64_t bytes);
+/* A copy between two addresses of the session's device (slots, or the rest
+ * of an arena it allocated larger: runtime/pipe_rank.c's state store),
+ * queued in order with the runs and the copies above (the CPU: at once);
+ * sc_session_sync waits for everything queued. */
+void sc_session_slot_copy(sc_session *s, void *dst, const void *src, int64_t bytes);
+void sc_session_sync(sc_session *s);
+/* The device address of output j's buffer (its slot), or NULL. */
+void *sc_session_output_slot(sc_session *s, int32_t j);
 /* Bytes of arena this session allocated (0 when it borrowed one), and the
  * arena's address (a device address on a GPU: for sc_session_opts.arena). */
 int64_t sc_session_arena_bytes(const sc_session *s);

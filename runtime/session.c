@@ -1021,6 +1021,22 @@ void sc_session_slot_zero(sc_session *s, void *slot, int64_t bytes) {
   s->dev->zero(s->ctx, slot, bytes);
 }
 
+void sc_session_slot_copy(sc_session *s, void *dst, const void *src, int64_t bytes) {
+  if (s->dev->copy_device)
+    s->dev->copy_device(s->ctx, dst, src, bytes);
+  else if (bytes > 0)
+    memmove(dst, src, (size_t)bytes);
+}
+
+void sc_session_sync(sc_session *s) {
+  if (s->dev->sync) s->dev->sync(s->ctx);
+}
+
+void *sc_session_output_slot(sc_session *s, int32_t j) {
+  if (j < 0 || j >= s->p->n_outputs) return NULL;
+  return s->dev->buffer_ptr(s->ctx, s->p->outputs[j]);
+}
+
 int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }
 void *sc_session_arena(const sc_session *s) { return s->arena; }
 
