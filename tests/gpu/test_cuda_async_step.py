@@ -24,7 +24,8 @@ with --sync-steps (the host waits for every step before the next, as before):
     --sync-steps, its log holding step 1 only; with --on-nan skip the logs
     are equal (the program leaves the state as it was on the device, so the
     step launched before the report ran on the state it would have seen);
-  - no fake driver violations (races, memory freed while in use).
+  - no fake driver violations (races, memory freed while in use), also when
+    the run ends at a non-finite step with the next one in flight.
 """
 import os
 import re
@@ -154,6 +155,9 @@ def main():
                            emulated(os.path.join(tmp, f"nan.{mode}.{policy}.log")))
                 got[mode, policy] = (r.returncode, r.stderr.strip().splitlines()[-1:],
                                      record_keys(lj) if os.path.exists(lj) else None)
+                c = summary(os.path.join(tmp, f"nan.{mode}.{policy}.log"))
+                check(c.get("violations", -1) == 0,  # stop: a step still in flight at the exit
+                      f"non-finite step ({mode}, --on-nan {policy}): violations {c}")
         rc, msg, log = got["ahead", "stop"]
         check(rc == 1 and msg and "step 2: the loss is nan" in msg[0] and log and len(log) == 1,
               f"non-finite step, --on-nan stop: exit {rc}, {msg}, log {log}")
