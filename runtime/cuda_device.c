@@ -70,6 +70,12 @@
  *             communication streams join through their events) and every
  *             later run replays that graph with one cuGraphLaunch; not with
  *             opts.no_graph (--no-cuda-graph).
+ *   later     runs read later (device.h): pinned slots with an event each
+ *             (reserve_async); a run ends without waiting (end_run_async),
+ *             its outputs are copied into its slot and its event recorded
+ *             (mark); wait_mark synchronises on that event only, and
+ *             reports the first failure kept since the last report (a run's
+ *             start does not clear one while a marker is outstanding).
  *
  * Errors: a failing driver call during a run is kept (the first one) and
  * returned by end_run with the call and the driver's text; so is a failed
@@ -186,6 +192,11 @@ struct cuda_ctx {
   float *run_ms;        /* [RUN_TIMES] the device time of each run, the first ones */
   int32_t n_run_ms;
   double last_run_s;    /* the last run's device time; < 0: not timed */
+  /* runs read later (device.h): pinned slots, a marker event each */
+  int32_t n_slots;
+  void **slots;         /* [n_slots] */
+  CUevent *marks;       /* [n_slots] */
+  int64_t outstanding;  /* markers recorded and not yet waited for */
   bool capturing;
   CUgraph graph;
   CUgraphExec exec;
@@ -373,6 +384,18 @@ static void report_times(cuda_ctx *c) {
           c->o.rank, (double)c->run_ms[n / 2], (double)c->run_ms[0], (int)n);
 }
 
+static void free_slots(cuda_ctx *c) {
+  for (int32_t k = 0; k < c->n_slots; k++) {
+    if (c->slots[k]) c->cu->mem_free_host(c->slots[k]);
+    if (c->marks[k]) c->cu->event_destroy(c->marks[k]);
+  }
+  sc_free(c->slots);
+  sc_free(c->marks);
+  c->slots = NULL;
+  c->marks = NULL;
+  c->n_slots = 0;
+}
+
 static void cuda_destroy(void *ctx) {
   cuda_ctx *c = ctx;
   if (!c) return;
@@ -383,6 +406,7 @@ static void cuda_destroy(void *ctx) {
   for (int32_t i = 0; c->on_stream && i < c->o.n_comms; i++)
     if (c->on_stream[i]) sc_comm_set_stream(c->o.comms[i], NULL, &(sc_diag){0});
   report_times(c);
+  free_slots(c);
   if (c->ev_t0) cu->event_destroy(c->ev_t0);
   if (c->ev_t1) cu->event_destroy(c->ev_t1);
   sc_free(c->run_ms);
@@ -1000,6 +1024,15 @@ static void cuda_zero(void *ctx, void *dst, int64_t bytes) {
               "cuMemsetD8Async");
 }
 
+static void cuda_copy_device(void *ctx, void *dst, const void *src, int64_t bytes) {
+  cuda_ctx *c = ctx;
+  if (bytes > 0)
+    check_run(c,
+              c->cu->memcpy_dtod((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src,
+                                 (size_t)bytes, c->compute),
+              "cuMemcpyDtoDAsync");
+}
+
 static void launch_kernel(cuda_ctx *c, int32_t k) {
   const sc_cuda_launch *l = &c->launch[k];
   if (l->points <= 0) return;
@@ -1112,8 +1145,9 @@ static void wait_stream(cuda_ctx *c, CUstream s) {
   }
 }
 
-static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
-  cuda_ctx *c = ctx;
+/* The end of a run's steps, waited for or not: the capture (the second
+ * run) ends and its graph is launched once, for this run. */
+static void end_issue(cuda_ctx *c) {
   const sc_cu *cu = c->cu;
   if (c->capturing) {
     c->capturing = false;
@@ -1123,22 +1157,94 @@ static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
     if (c->exec) check_run(c, cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
   }
   check_run(c, cu->event_record(c->ev_t1, c->compute), "cuEventRecord");
-  wait_stream(c, c->compute);
-  for (int32_t i = 0; i < c->n_cstreams; i++) wait_stream(c, c->cstreams[i]);
   c->runs++;
+}
+
+/* The first failure since it was last cleared, into diag. */
+static sc_status take_failure(cuda_ctx *c, sc_diag *diag) {
   pthread_mutex_lock(&c->mu);
-  sc_diag e = c->err; /* taken: reported once, here */
+  sc_diag e = c->err;
   sc_diag_clear(&c->err);
   pthread_mutex_unlock(&c->mu);
-  float ms = 0;
-  c->last_run_s = -1.0;
-  if (e.status == SC_OK && cu->event_elapsed(&ms, c->ev_t0, c->ev_t1) == SC_CUDA_SUCCESS) {
-    c->last_run_s = 1e-3 * (double)ms;
-    if (c->n_run_ms < RUN_TIMES) c->run_ms[c->n_run_ms++] = ms;
-  }
   if (e.status == SC_OK) return SC_OK;
   *diag = e;
   return e.status;
+}
+
+/* ---- runs read later (device.h): pinned slots and their markers ---- */
+static sc_status cuda_reserve_async(void *ctx, int32_t n_slots, int64_t slot_bytes, void **slots,
+                                    sc_diag *diag) {
+  cuda_ctx *c = ctx;
+  const sc_cu *cu = c->cu;
+  free_slots(c);
+  c->slots = sc_calloc((size_t)n_slots + 1, sizeof *c->slots);
+  c->marks = sc_calloc((size_t)n_slots + 1, sizeof *c->marks);
+  if (!c->slots || !c->marks) {
+    free_slots(c);
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  }
+  c->n_slots = n_slots;
+  for (int32_t k = 0; k < n_slots; k++) {
+    CUresult r = cu->mem_alloc_host(&c->slots[k], (size_t)(slot_bytes > 0 ? slot_bytes : 64));
+    if (r == SC_CUDA_SUCCESS) r = cu->event_create(&c->marks[k], 0);
+    if (r != SC_CUDA_SUCCESS) {
+      sc_status st = sc_cu_check(cu, r, "cuMemAllocHost / cuEventCreate",
+                                 "a pinned slot for a run's outputs", diag);
+      free_slots(c);
+      return st;
+    }
+    slots[k] = c->slots[k];
+  }
+  return SC_OK;
+}
+
+static void cuda_end_run_async(void *ctx) {
+  cuda_ctx *c = ctx;
+  end_issue(c);
+  c->last_run_s = -1.0; /* its events are re-recorded before anyone waits */
+}
+
+static void cuda_copy_out_async(void *ctx, void *dst, const void *src, int64_t bytes) {
+  cuda_ctx *c = ctx;
+  if (bytes > 0)
+    check_run(c, c->cu->memcpy_dtoh(dst, (CUdeviceptr)(uintptr_t)src, (size_t)bytes, c->compute),
+              "cuMemcpyDtoHAsync");
+}
+
+static void cuda_mark(void *ctx, int32_t k) {
+  cuda_ctx *c = ctx;
+  check_run(c, c->cu->event_record(c->marks[k], c->compute), "cuEventRecord");
+  c->outstanding++;
+}
+
+/* With collectives on the communication streams (NCCL, cuda-local) the
+ * wait polls as end_run's does (wait_stream): all that is queued. */
+static sc_status cuda_wait_mark(void *ctx, int32_t k, sc_diag *diag) {
+  cuda_ctx *c = ctx;
+  if (c->any_on_stream) {
+    wait_stream(c, c->compute);
+    for (int32_t i = 0; i < c->n_cstreams; i++) wait_stream(c, c->cstreams[i]);
+  } else {
+    check_run(c, c->cu->event_synchronize(c->marks[k]), "cuEventSynchronize");
+  }
+  if (c->outstanding > 0) c->outstanding--;
+  return take_failure(c, diag);
+}
+
+static sc_status cuda_end_run(void *ctx, sc_diag *diag) {
+  cuda_ctx *c = ctx;
+  const sc_cu *cu = c->cu;
+  end_issue(c);
+  wait_stream(c, c->compute);
+  for (int32_t i = 0; i < c->n_cstreams; i++) wait_stream(c, c->cstreams[i]);
+  sc_status st = take_failure(c, diag); /* reported once, here */
+  float ms = 0;
+  c->last_run_s = -1.0;
+  if (st == SC_OK && cu->event_elapsed(&ms, c->ev_t0, c->ev_t1) == SC_CUDA_SUCCESS) {
+    c->last_run_s = 1e-3 * (double)ms;
+    if (c->n_run_ms < RUN_TIMES) c->run_ms[c->n_run_ms++] = ms;
+  }
+  return st;
 }
 
 static void cuda_sync(void *ctx) {
@@ -1290,6 +1396,7 @@ const sc_device_iface sc_device_cuda = {
     .copy_in = cuda_copy_in,
     .copy_out = cuda_copy_out,
     .zero = cuda_zero,
+    .copy_device = cuda_copy_device,
     .run_kernel = cuda_run_kernel,
     .run_gemm = cuda_run_gemm,
     .run_attention = cuda_run_attention,
@@ -1304,4 +1411,9 @@ const sc_device_iface sc_device_cuda = {
     .run_scatter = cuda_run_scatter,
     .memory = cuda_memory,
     .last_run_seconds = cuda_last_run_seconds,
+    .reserve_async = cuda_reserve_async,
+    .end_run_async = cuda_end_run_async,
+    .copy_out_async = cuda_copy_out_async,
+    .mark = cuda_mark,
+    .wait_mark = cuda_wait_mark,
 };

@@ -33,7 +33,17 @@
  * replayed the whole step (a captured CUDA graph): the session then issues
  * no step. COMM and WAIT steps go to run_comm and wait_comm, which order
  * them on the device's streams, CHECK and SCATTER_ADD steps to run_check
- * and run_scatter; sync waits for everything queued. */
+ * and run_scatter; sync waits for everything queued.
+ *
+ * Runs read later (sc_session_launch / sc_session_collect): a device that
+ * fills the hooks marked "later" issues a run without waiting for it.
+ * reserve_async gives the session n slots of pinned host memory (the
+ * device owns them and a marker per slot); the session stages the run's
+ * inputs through its slot, calls end_run_async instead of end_run, queues
+ * the outputs' copies into the slot (copy_out_async) and records the
+ * slot's marker (mark); wait_mark(k) is the one wait, made when the
+ * caller reads slot k's outputs. A failure of any run issued so far is
+ * reported by the next wait_mark (it may be a later run's). */
 #ifndef SC_RUNTIME_DEVICE_H
 #define SC_RUNTIME_DEVICE_H
 
@@ -94,6 +104,9 @@ typedef struct sc_device_iface {
    * the copies and runs (CUDA: queued on the compute stream, before the
    * next run's steps); for state kept in the arena across runs. */
   void (*zero)(void *ctx, void *dst, int64_t bytes);
+  /* Copies bytes between two device addresses (after bind), in order with
+   * the copies and runs as zero is; NULL: host memory (memmove). */
+  void (*copy_device)(void *ctx, void *dst, const void *src, int64_t bytes);
   void (*run_kernel)(void *ctx, const sc_step *s);
   void (*run_gemm)(void *ctx, const sc_step *s);
   /* an ATTENTION or ATTENTION_GRAD step (program.h's sc_attention_step);
@@ -114,6 +127,19 @@ typedef struct sc_device_iface {
   void (*run_check)(void *ctx, int32_t i);
   /* SCATTER_ADD step i, queued (as run_check for a bad index) */
   void (*run_scatter)(void *ctx, int32_t i);
+  /* later (NULL on the CPU): n_slots slots of slot_bytes pinned host
+   * bytes each (their addresses in slots[]) and a marker each; replaces
+   * what an earlier call reserved (nothing may be in flight) */
+  sc_status (*reserve_async)(void *ctx, int32_t n_slots, int64_t slot_bytes, void **slots,
+                             sc_diag *diag);
+  /* later: ends a run's steps as end_run does, without waiting for them */
+  void (*end_run_async)(void *ctx);
+  /* later: a copy into a reserved slot, queued after the run's steps */
+  void (*copy_out_async)(void *ctx, void *dst, const void *src, int64_t bytes);
+  /* later: records slot k's marker after everything queued so far */
+  void (*mark)(void *ctx, int32_t k);
+  /* later: waits for slot k's marker; the first failure not yet reported */
+  sc_status (*wait_mark)(void *ctx, int32_t k, sc_diag *diag);
   /* How the device runs step i when that is not what the step says (the
    * CPU device's direct convolutions), for SHARDC_PROFILE; NULL (the
    * function or its result): as written. */

@@ -118,7 +118,7 @@ static const sc_buffer *w_data(const worker *w, int32_t k, const sc_sharding **s
 /* The rank's piece of state `name` and its sharding, or NULL; `write`:
  * the caller writes it (sc_trainer_state_mut). */
 static void *w_state(const worker *w, const char *name, const sc_sharding **sh, bool write) {
-  if (w->pr) return sc_pipe_rank_state(w->pr, name, NULL, sh);
+  if (w->pr) return sc_pipe_rank_state(w->pr, name, NULL, sh, write);
   void *x = write ? sc_trainer_state_mut(w->tr, name, NULL)
                   : (void *)sc_trainer_state(w->tr, name, NULL);
   int32_t i = x ? input_index(w->t->p, name) : -1;
@@ -306,6 +306,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_unlock(&t->mu);
     sc_diag_clear(&w->d);
     if (cmd == CMD_SYNC && w->tr) sc_trainer_sync_host(w->tr); /* on the thread of its GPU */
+    if (cmd == CMD_SYNC && w->pr) sc_pipe_rank_sync_host(w->pr);
     w->st = cmd == CMD_CREATE ? create_rank(w) : cmd == CMD_STEP ? step_rank(w) : SC_OK;
     if (w->st != SC_OK) {
       /* "rank R: MESSAGE", and every other rank fails fast */

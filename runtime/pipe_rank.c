@@ -12,7 +12,13 @@
  * A handover's value for microbatch k lives in slot k (slot 0 for a value
  * made once per step) on each rank that reads it, and on the producer
  * only when the producer's own rank reads it. readers[h][k] counts the
- * reads still to come this step; the slot is freed at zero. */
+ * reads still to come this step; the slot is freed at zero.
+ *
+ * On a device whose arena is not host memory, each state tensor also has
+ * its place in the rank's store (state.dev, past the pieces' part of the
+ * shared arena: pipe_rank.h); run_action copies it into a piece's slots
+ * and back, and the host buffers are copies kept in step by push_state and
+ * sc_pipe_rank_sync_host (dev_stale, host_stale), as in trainer.c. */
 #include "runtime/pipe_rank.h"
 
 #include <math.h>
@@ -25,6 +31,8 @@
 #include "runtime/param_init.h"
 
 enum { B_DATA, B_STATE, B_LR, B_BC1, B_BC2, B_HANDOFF };
+/* the state store's alignment: SC_CUDA_CONST_ALIGN's 256 bytes */
+enum { STORE_ALIGN = 256 };
 
 /* This rank's copies of a handoff's values (codegen/pipe_schedule.h). */
 typedef struct handoff {
@@ -56,6 +64,7 @@ typedef struct state {
   void *data;
   bool accum;
   bool in_place;          /* a piece writes its new value here (a bound, kept pair) */
+  void *dev;              /* a device arena: its place in the rank's store, or NULL */
 } state;
 
 struct sc_pipe_rank {
@@ -76,6 +85,11 @@ struct sc_pipe_rank {
   int32_t n_acts;
   double beta1, beta2;
   int64_t stash, peak_stash;
+  /* the state store, on a device whose arena is not host memory (the
+   * module comment of pipe_rank.h): owner's session does the copies */
+  sc_session *owner;
+  bool dev_stale;          /* a host copy was written: uploaded before the next step */
+  bool host_stale;         /* a step changed the store since the host copies were read */
   int32_t n_loss;          /* losses seen this step */
   bool has_norm;           /* the gradient norm was made here */
 };
@@ -280,7 +294,15 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
    * 4 pieces, created in piece order. The first allocates the rank's one
    * arena, sized by its largest piece (sc_pipe_arena_bytes); the others
    * borrow it (module comment of pipe_rank.h) */
-  int64_t shared = sc_pipe_arena_bytes(dp, r->me);
+  int64_t shared = sc_pipe_arena_bytes(dp, r->me), store = 0;
+  bool on_device = !sc_device_choice_is_cpu(&o->device);
+  for (int32_t k = 0; on_device && k < r->n_st; k++) {
+    store = (store + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN;
+    r->st[k].dev = (void *)(intptr_t)store; /* an offset until the arena exists */
+    store += r->st[k].b->bytes;
+  }
+  int64_t store_at = (shared + STORE_ALIGN - 1) / STORE_ALIGN * STORE_ALIGN;
+  if (on_device) shared = store_at + store;
   void *arena = NULL;
   for (int32_t s = 0; st == SC_OK && s < dp->n_stages; s++) {
     if (!r->pc[s].p) continue;
@@ -297,8 +319,16 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
     so.arena_bytes = shared;
     so.bound = r->pc[s].bound;
     if (st == SC_OK) st = sc_session_create(r->pc[s].p, &so, &r->pc[s].s, d);
-    if (st == SC_OK && !arena) arena = sc_session_arena(r->pc[s].s);
+    if (st == SC_OK && !arena) {
+      arena = sc_session_arena(r->pc[s].s);
+      r->owner = r->pc[s].s;
+    }
   }
+  if (st == SC_OK && on_device && (!r->owner || sc_session_host_arena(r->owner)))
+    st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "pipelined step: a device arena expected");
+  for (int32_t k = 0; st == SC_OK && on_device && k < r->n_st; k++)
+    r->st[k].dev = (char *)arena + store_at + (intptr_t)r->st[k].dev;
+  r->dev_stale = on_device; /* the initial values go up before the first step */
   if (st == SC_OK)
     st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, r->P, r->C / r->P, r->M, r->me,
                           &r->acts, &r->n_acts, d);
@@ -376,6 +406,12 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
                           b->index, d);
       }
       pc->iv[i].data = x->slot[k];
+    } else if (b->kind == B_STATE && r->st[b->index].dev) {
+      /* from the store into its arena slot, on the device: the slot is the
+       * input, so nothing is copied from the host */
+      void *slot = sc_session_state_slot(pc->s, i);
+      if (slot) sc_session_slot_copy(pc->s, slot, r->st[b->index].dev, in_buf(p, i)->bytes);
+      pc->iv[i].data = slot ? slot : r->st[b->index].data;
     }
   }
   if (st == SC_OK) st = sc_session_run(pc->s, pc->iv, p->n_inputs, pc->ov, p->n_outputs, d);
@@ -400,7 +436,10 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
     }
     if (pc->out_state[j] >= 0) {
       state *x = &r->st[pc->out_state[j]];
-      if (x->data != v->data) memcpy(x->data, v->data, (size_t)x->b->bytes); /* not bound */
+      if (x->dev) /* into the store, on the device, before another piece runs */
+        sc_session_slot_copy(pc->s, x->dev, sc_session_output_slot(pc->s, j), x->b->bytes);
+      else if (x->data != v->data)
+        memcpy(x->data, v->data, (size_t)x->b->bytes); /* not bound */
     }
     const char *name = v->name;
     if (!name) continue;
@@ -414,7 +453,27 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
     }
     else if (strcmp(name, "train:applied") == 0) *applied = *(const bool *)v->data;
   }
+  /* the copies into the store finished: the next piece (another session's
+   * stream) may overwrite the shared arena */
+  if (r->owner && !sc_session_host_arena(r->owner)) sc_session_sync(pc->s);
   return st;
+}
+
+/* The host copies into the store (after they were written), or the store
+ * into them (after a step, when asked for); accumulators are neither: the
+ * step zeroes them in the store. */
+static void push_state(sc_pipe_rank *r) {
+  for (int32_t k = 0; r->dev_stale && k < r->n_st; k++)
+    if (r->st[k].dev && !r->st[k].accum)
+      sc_session_slot_write(r->owner, r->st[k].dev, r->st[k].data, r->st[k].b->bytes);
+  r->dev_stale = false;
+}
+
+void sc_pipe_rank_sync_host(sc_pipe_rank *r) {
+  for (int32_t k = 0; r->host_stale && k < r->n_st; k++)
+    if (r->st[k].dev && !r->st[k].accum)
+      sc_session_slot_read(r->owner, r->st[k].data, r->st[k].dev, r->st[k].b->bytes);
+  r->host_stale = false;
 }
 
 sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t n_data,
@@ -432,8 +491,18 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "data '%s' is missing", b->name);
     }
   }
-  for (int32_t k = 0; k < r->n_st; k++)
-    if (r->st[k].accum) memset(r->st[k].data, 0, (size_t)r->st[k].b->bytes);
+  push_state(r);
+  bool zeroed = false;
+  for (int32_t k = 0; k < r->n_st; k++) {
+    if (!r->st[k].accum) continue;
+    if (r->st[k].dev)
+      sc_session_slot_zero(r->owner, r->st[k].dev, r->st[k].b->bytes);
+    else
+      memset(r->st[k].data, 0, (size_t)r->st[k].b->bytes);
+    zeroed |= r->st[k].dev != NULL;
+  }
+  if (zeroed) sc_session_sync(r->owner); /* before another piece's stream reads them */
+  r->host_stale |= r->owner && !sc_session_host_arena(r->owner);
   for (int32_t s = 0; s < r->dp->n_stages; s++) {
     piece *pc = &r->pc[s];
     for (int32_t i = 0; pc->p && i < pc->p->n_inputs; i++) {
@@ -471,10 +540,11 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
   return SC_OK;
 }
 
-void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffer **b,
-                         const sc_sharding **sh) {
+void *sc_pipe_rank_state(sc_pipe_rank *r, const char *name, const sc_buffer **b,
+                         const sc_sharding **sh, bool write) {
   for (int32_t k = 0; name && k < r->n_st; k++)
     if (strcmp(r->st[k].name, name) == 0) {
+      r->dev_stale |= write && r->st[k].dev;
       if (b) *b = r->st[k].b;
       if (sh) *sh = r->st[k].sh;
       return r->st[k].data;

@@ -19,7 +19,17 @@
  *     (the last chunk's norm piece) are kept.
  * State lives in host buffers of this rank (its piece of each parameter,
  * optimizer state and accumulator its pieces read); accumulators restart
- * at zero each step. A piece compiled with its state bound
+ * at zero each step. On a device whose arena is not host memory (CUDA) it
+ * lives on the device instead, in the rank's store: the end of the shared
+ * arena, past the largest piece's sc_pipe_arena_bytes, each tensor at a
+ * 256-byte boundary. Before a piece runs, each state input is copied from
+ * the store into its arena slot on the device (that slot is the input:
+ * the session copies nothing from the host), and after it each "new:X"
+ * (an output slot) back into the store, then the piece's stream is
+ * synchronised so that the next piece may overwrite the arena. The host
+ * buffers are then copies: uploaded before the first step and after a
+ * write (a restore), read back only when asked for (a checkpoint,
+ * sc_pipe_rank_sync_host); accumulators are zeroed in the store. A piece compiled with its state bound
  * (sc_compile_opts.bind_state: the CPU) reads it there and writes each
  * kept pair's "new:X" over X in place (sc_session_opts.bound: the buffers
  * are allocated before the sessions and never move); otherwise the state
@@ -72,9 +82,15 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
                             double lr, int64_t step, double *loss, double *grad_norm,
                             bool *applied, bool *has_loss, bool *has_norm, sc_diag *d);
 /* State `name` held here (this rank's piece), its buffer and sharding; NULL
- * when the rank holds no such state. */
-void *sc_pipe_rank_state(const sc_pipe_rank *r, const char *name, const sc_buffer **b,
-                         const sc_sharding **sh);
+ * when the rank holds no such state. On a device arena this is the host
+ * copy: current after sc_pipe_rank_sync_host (made on the rank's own
+ * thread), and uploaded before the next step when `write` says the caller
+ * writes it. */
+void *sc_pipe_rank_state(sc_pipe_rank *r, const char *name, const sc_buffer **b,
+                         const sc_sharding **sh, bool write);
+/* A device arena: the host copies read back from the store after a step
+ * changed it (nothing on the CPU). */
+void sc_pipe_rank_sync_host(sc_pipe_rank *r);
 /* The i-th state tensor's name (i < count), for walks over all state.
  * *in_place (when non-NULL) grows by the count of those a piece updates
  * in place, in their state buffer (bound, with a kept pair). */

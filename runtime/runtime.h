@@ -115,6 +115,34 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o,
  * stream of the run has finished when it returns. */
 sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
                          sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag);
+/* Runs read later, for a caller that issues the next run before it reads
+ * this one's outputs (the trainer: a step's loss read after the next step
+ * was launched). A device that waits for every run (the CPU) has none:
+ * sc_session_reserve_async says SC_ERR_UNSUPPORTED and the caller uses
+ * sc_session_run.
+ *
+ * sc_session_reserve_async makes n_slots slots (1 to SC_SESSION_MAX_SLOTS)
+ * of pinned host memory, each room for the inputs and outputs that are not
+ * state pairs (p->updates); nothing may be in flight (it replaces what an
+ * earlier call made). sc_session_launch validates the inputs as
+ * sc_session_run does, copies each into slot `slot` on the host and from
+ * there to the device (the caller may change its data when it returns),
+ * issues the run's steps, queues the copies of its outputs into the slot
+ * and returns without waiting: no host synchronisation. A state input must
+ * be given as its slot (sc_session_state_slot): it stays on the device.
+ * sc_session_collect waits for the run launched in `slot` and points the
+ * output views at its outputs: the slot's copies, or the state's device
+ * slots. A slot is launched again only after it was collected, and its
+ * views are valid until then. A failure of any run launched so far may be
+ * reported by the first collect after it (runs cannot fail one at a time
+ * on a device that queues them). */
+enum { SC_SESSION_MAX_SLOTS = 64 };
+sc_status sc_session_reserve_async(sc_session *s, int32_t n_slots, sc_diag *diag);
+int32_t sc_session_async_slots(const sc_session *s); /* 0: none reserved */
+sc_status sc_session_launch(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
+                            int32_t slot, sc_diag *diag);
+sc_status sc_session_collect(sc_session *s, int32_t slot, sc_tensor_view *outputs,
+                             int32_t n_outputs, sc_diag *diag);
 /* The arena slot of input i, in host memory (NULL on a device whose arena
  * is not: the caller then passes its own data). Data written there is the
  * input of the next run when that run is given this very pointer (it is
@@ -136,6 +164,14 @@ bool sc_session_host_arena(const sc_session *s);
 void sc_session_slot_write(sc_session *s, void *slot, const void *src, int64_t bytes);
 void sc_session_slot_read(sc_session *s, void *dst, const void *slot, int64_t bytes);
 void sc_session_slot_zero(sc_session *s, void *slot, int64_t bytes);
+/* A copy between two addresses of the session's device (slots, or the rest
+ * of an arena it allocated larger: runtime/pipe_rank.c's state store),
+ * queued in order with the runs and the copies above (the CPU: at once);
+ * sc_session_sync waits for everything queued. */
+void sc_session_slot_copy(sc_session *s, void *dst, const void *src, int64_t bytes);
+void sc_session_sync(sc_session *s);
+/* The device address of output j's buffer (its slot), or NULL. */
+void *sc_session_output_slot(sc_session *s, int32_t j);
 /* Bytes of arena this session allocated (0 when it borrowed one), and the
  * arena's address (a device address on a GPU: for sc_session_opts.arena). */
 int64_t sc_session_arena_bytes(const sc_session *s);

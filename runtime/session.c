@@ -51,7 +51,15 @@
  * when its queue is idle: on the CPU the hand-off to the thread costs more
  * than it takes. A run that fails waits for what is in flight before
  * returning, and a failed collective fails its wait (and every later one
- * of its queue) with its message. */
+ * of its queue) with its message.
+ *
+ * Runs read later (runtime.h: sc_session_launch, sc_session_collect): the
+ * same validation and steps as a run, but the inputs that are not state
+ * are staged through a pinned slot the device reserved, the device's
+ * end_run_async replaces end_run, and the outputs that are not state are
+ * copied into the slot behind the steps, with the slot's marker after
+ * them; the collect waits for the marker. Only a device that fills the
+ * "later" hooks of device.h offers it (CUDA). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +104,13 @@ struct sc_session {
   int32_t *step_queue; /* [n_steps]: a COMM step's queue, or -1: always inline */
   int64_t *seq;        /* [n_steps]: the number a start was queued as in its
                           queue; -1: it ran inline */
+  /* runs read later (sc_session_launch): n_slots pinned slots, owned by
+   * the device; in each, the inputs not paired with an output at
+   * slot_off[i] and the outputs not paired with an input at
+   * slot_off[n_inputs + j]; -1: paired (state kept on the device) */
+  int32_t n_slots;
+  void **slots;
+  int64_t *slot_off;   /* [n_inputs + n_outputs] */
 };
 
 /* A communication queue: a thread that runs the collectives handed to it
@@ -237,6 +252,8 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->queues);
   sc_free(s->step_queue);
   sc_free(s->seq);
+  sc_free(s->slots);
+  sc_free(s->slot_off);
   sc_free(s);
 }
 
@@ -767,8 +784,9 @@ static bool resident(const sc_session *s, const sc_tensor_view *inputs, int32_t 
   return i >= 0 && inputs[i].data == s->dev->buffer_ptr(s->ctx, s->p->inputs[i]);
 }
 
-sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
-                         sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag) {
+/* The counts, dtypes and shapes of a run's inputs. */
+static sc_status check_run_args(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
+                                int32_t n_outputs, sc_diag *diag) {
   const sc_program *p = s->p;
   if (n_inputs != p->n_inputs)
     return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "the program takes %d inputs, %d given",
@@ -781,11 +799,14 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
     sc_status st = check_input(&p->buffers[p->inputs[i]], i, &inputs[i], diag);
     if (st != SC_OK) return st;
   }
-  for (int32_t i = 0; i < n_inputs; i++) {
-    const sc_buffer *b = &p->buffers[p->inputs[i]];
-    void *slot = s->dev->buffer_ptr(s->ctx, p->inputs[i]);
-    if (slot != inputs[i].data) s->dev->copy_in(s->ctx, slot, inputs[i].data, b->bytes);
-  }
+  return SC_OK;
+}
+
+/* The steps of a run, its inputs copied in: issued (an asynchronous
+ * device: queued, or one graph replayed), and on the CPU run. A failure
+ * waits for what is queued. */
+static sc_status issue_steps(sc_session *s, sc_diag *diag) {
+  const sc_program *p = s->p;
   for (int32_t k = 0; k < s->n_queues; k++) {
     pthread_mutex_lock(&s->queues[k].mu);
     s->queues[k].failed = SC_OK; /* the last run drained its queue */
@@ -839,26 +860,135 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
       }
     }
   }
-  if (dev->end_run) {
-    sc_status r = dev->end_run(s->ctx, diag);
+  return SC_OK;
+}
+
+/* Output view j's name, dtype and shape, pointing at data. */
+static void output_view(const sc_program *p, int32_t j, void *data, sc_tensor_view *v) {
+  const sc_buffer *b = &p->buffers[p->outputs[j]];
+  v->name = b->name;
+  v->dtype = b->dtype;
+  v->rank = b->rank;
+  memcpy(v->dims, b->dims, sizeof v->dims);
+  v->data = data;
+}
+
+sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
+                         sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag) {
+  const sc_program *p = s->p;
+  sc_status r = check_run_args(s, inputs, n_inputs, n_outputs, diag);
+  if (r != SC_OK) return r;
+  for (int32_t i = 0; i < n_inputs; i++) {
+    const sc_buffer *b = &p->buffers[p->inputs[i]];
+    void *slot = s->dev->buffer_ptr(s->ctx, p->inputs[i]);
+    if (slot != inputs[i].data) s->dev->copy_in(s->ctx, slot, inputs[i].data, b->bytes);
+  }
+  if ((r = issue_steps(s, diag)) != SC_OK) return r;
+  if (s->dev->end_run) {
+    r = s->dev->end_run(s->ctx, diag);
     if (r != SC_OK) return drain(s, r, diag);
   }
-  sc_status r = drain(s, SC_OK, diag); /* the program waited for all: defensive */
+  r = drain(s, SC_OK, diag); /* the program waited for all: defensive */
   if (r != SC_OK) return r;
   if (s->prof_s) s->prof_runs++;
   for (int32_t i = 0; i < n_outputs; i++) {
     const sc_buffer *b = &p->buffers[p->outputs[i]];
     sc_tensor_view *v = &outputs[i];
-    v->name = b->name;
-    v->dtype = b->dtype;
-    v->rank = b->rank;
-    memcpy(v->dims, b->dims, sizeof v->dims);
-    v->data = s->dev->buffer_ptr(s->ctx, p->outputs[i]);
+    output_view(p, i, s->dev->buffer_ptr(s->ctx, p->outputs[i]), v);
     if (s->out_slot && resident(s, inputs, i)) continue; /* state kept on the device */
     if (s->out_slot) { /* device memory: copied out (copy_out waits for it) */
       s->dev->copy_out(s->ctx, s->out_slot[i], v->data, b->bytes);
       v->data = s->out_slot[i];
     }
+  }
+  return SC_OK;
+}
+
+/* ---- runs read later ---- */
+sc_status sc_session_reserve_async(sc_session *s, int32_t n_slots, sc_diag *diag) {
+  const sc_program *p = s->p;
+  if (!s->dev->reserve_async)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "the %s device waits for every run", s->dev->name);
+  if (n_slots < 1 || n_slots > SC_SESSION_MAX_SLOTS)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "%d slots (1 to %d)", (int)n_slots,
+                       (int)SC_SESSION_MAX_SLOTS);
+  int32_t n = p->n_inputs + p->n_outputs;
+  if (!s->slot_off && !(s->slot_off = sc_calloc((size_t)n + 1, sizeof *s->slot_off)))
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  int64_t bytes = 0;
+  for (int32_t i = 0; i < n; i++) s->slot_off[i] = 0;
+  for (int32_t j = 0; j < p->n_outputs; j++) {
+    int32_t i = sc_program_updates(p, j);
+    if (i >= 0) s->slot_off[i] = s->slot_off[p->n_inputs + j] = -1;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    if (s->slot_off[i] < 0) continue;
+    const sc_buffer *b = &p->buffers[i < p->n_inputs ? p->inputs[i] : p->outputs[i - p->n_inputs]];
+    s->slot_off[i] = bytes;
+    bytes += (b->bytes + 63) / 64 * 64;
+  }
+  void **slots = sc_calloc((size_t)n_slots, sizeof *slots);
+  if (!slots) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status r = s->dev->reserve_async(s->ctx, n_slots, bytes, slots, diag);
+  sc_free(s->slots);
+  s->slots = r == SC_OK ? slots : NULL;
+  s->n_slots = r == SC_OK ? n_slots : 0;
+  if (r != SC_OK) sc_free(slots);
+  return r;
+}
+
+int32_t sc_session_async_slots(const sc_session *s) { return s->n_slots; }
+
+sc_status sc_session_launch(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
+                            int32_t slot, sc_diag *diag) {
+  const sc_program *p = s->p;
+  if (slot < 0 || slot >= s->n_slots)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "slot %d of %d reserved", (int)slot,
+                       (int)s->n_slots);
+  sc_status r = check_run_args(s, inputs, n_inputs, p->n_outputs, diag);
+  if (r != SC_OK) return r;
+  char *stage = s->slots[slot];
+  for (int32_t i = 0; i < n_inputs; i++) {
+    const sc_buffer *b = &p->buffers[p->inputs[i]];
+    void *dst = s->dev->buffer_ptr(s->ctx, p->inputs[i]);
+    if (dst == inputs[i].data) continue;
+    if (s->slot_off[i] < 0)
+      return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                         "input '%s' is state kept on the device: a launched run takes its "
+                         "slot (sc_session_state_slot)", b->name ? b->name : "");
+    /* the host's copy into pinned memory: the caller may change its data
+     * once this returns, and the device copies without the host waiting */
+    memcpy(stage + s->slot_off[i], inputs[i].data, (size_t)b->bytes);
+    s->dev->copy_in(s->ctx, dst, stage + s->slot_off[i], b->bytes);
+  }
+  if ((r = issue_steps(s, diag)) != SC_OK) return r;
+  s->dev->end_run_async(s->ctx);
+  for (int32_t j = 0; j < p->n_outputs; j++)
+    if (s->slot_off[p->n_inputs + j] >= 0)
+      s->dev->copy_out_async(s->ctx, stage + s->slot_off[p->n_inputs + j],
+                             s->dev->buffer_ptr(s->ctx, p->outputs[j]),
+                             p->buffers[p->outputs[j]].bytes);
+  s->dev->mark(s->ctx, slot);
+  if (s->prof_s) s->prof_runs++;
+  return SC_OK;
+}
+
+sc_status sc_session_collect(sc_session *s, int32_t slot, sc_tensor_view *outputs,
+                             int32_t n_outputs, sc_diag *diag) {
+  const sc_program *p = s->p;
+  if (slot < 0 || slot >= s->n_slots || n_outputs != p->n_outputs)
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL,
+                       "slot %d of %d reserved, room for %d of %d outputs", (int)slot,
+                       (int)s->n_slots, (int)n_outputs, (int)p->n_outputs);
+  sc_status r = s->dev->wait_mark(s->ctx, slot, diag);
+  if (r != SC_OK) return r;
+  for (int32_t j = 0; j < n_outputs; j++) {
+    int64_t off = s->slot_off[p->n_inputs + j];
+    output_view(p, j,
+                off >= 0 ? (char *)s->slots[slot] + off
+                         : s->dev->buffer_ptr(s->ctx, p->outputs[j]),
+                &outputs[j]);
   }
   return SC_OK;
 }
@@ -889,6 +1019,22 @@ void sc_session_slot_read(sc_session *s, void *dst, const void *slot, int64_t by
 
 void sc_session_slot_zero(sc_session *s, void *slot, int64_t bytes) {
   s->dev->zero(s->ctx, slot, bytes);
+}
+
+void sc_session_slot_copy(sc_session *s, void *dst, const void *src, int64_t bytes) {
+  if (s->dev->copy_device)
+    s->dev->copy_device(s->ctx, dst, src, bytes);
+  else if (bytes > 0)
+    memmove(dst, src, (size_t)bytes);
+}
+
+void sc_session_sync(sc_session *s) {
+  if (s->dev->sync) s->dev->sync(s->ctx);
+}
+
+void *sc_session_output_slot(sc_session *s, int32_t j) {
+  if (j < 0 || j >= s->p->n_outputs) return NULL;
+  return s->dev->buffer_ptr(s->ctx, s->p->outputs[j]);
 }
 
 int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }

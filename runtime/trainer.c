@@ -17,7 +17,18 @@
  * back only when asked for after a step changed the slot (sc_trainer_state,
  * a checkpoint: host_stale). Gradient accumulators are zeroed on the
  * device. A step then moves only the batch and the scalars in and the
- * outputs that are not state (loss, gradient norm, applied) out. */
+ * outputs that are not state (loss, gradient norm, applied) out.
+ *
+ * Launched ahead (t->async: such a device, every state input resident, no
+ * loss scale, not opts.sync_steps): sc_trainer_launch issues the step's
+ * runs with sc_session_launch, one session slot per microbatch, the slots
+ * of the SC_TRAINER_IN_FLIGHT steps in turn, and keeps what the collect
+ * needs in t->pend; sc_trainer_collect waits for the oldest step's slots
+ * and sums their losses. Nothing on the host depends on a step's outputs
+ * (the program keeps or drops its update itself), so the state the host
+ * copy is read from is that after every launched step (host_stale is set
+ * at the launch). Otherwise a launch runs the whole step (run_step) and
+ * the collect hands back what it kept. */
 #include "runtime/trainer.h"
 
 #include "codegen/train_manifest.h"
@@ -52,6 +63,18 @@ struct sc_trainer {
   bool scaling;            /* the program has a loss-scale input */
   double scale;            /* 1 without scaling */
   int64_t growth;          /* clean steps since the scale changed */
+  /* steps launched and read later (the file comment) */
+  bool async;              /* every state input resident, no loss scaling,
+                              not opts.sync_steps: launched without waiting */
+  int32_t slot_micro;      /* microbatches the reserved slots are for (0: none) */
+  int64_t launched;        /* steps launched so far */
+  struct pending {
+    int64_t step, micro;
+    int32_t slot0;         /* its first microbatch's session slot (async) */
+    double loss, norm;     /* the results (sync: at once) */
+    bool applied;
+  } pend[SC_TRAINER_IN_FLIGHT];
+  int32_t n_pend, pend_head; /* steps launched and not collected; the oldest */
 };
 
 static const sc_buffer *input_buf(const sc_program *p, int32_t i) {
@@ -240,6 +263,10 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
       t->scale = o && o->loss_scale > 0 ? o->loss_scale : 65536.0;
     }
   }
+  t->async = st == SC_OK && !sc_session_host_arena(t->s) && !t->scaling &&
+             !(o && o->sync_steps);
+  for (int32_t i = 0; t->async && i < t->n_in; i++)
+    if ((t->kind[i] == IN_STATE || t->kind[i] == IN_ACCUM) && !t->dev[i]) t->async = false;
   if (st != SC_OK) {
     sc_trainer_destroy(t);
     return st;
@@ -303,11 +330,11 @@ double sc_lr_at(sc_lr_schedule s, double lr, double min_lr, int64_t warmup, int6
   return min_lr + (lr - min_lr) * k;
 }
 
-sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
-                          int64_t step, double *loss, double *grad_norm, bool *applied,
-                          sc_diag *d) {
+/* The step's inputs: its scalars, its accumulators zeroed, the data
+ * (checked); *micro: the microbatches the data hold. */
+static sc_status step_inputs(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
+                             int64_t step, int64_t *micro_out, sc_diag *d) {
   if (step < 1) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "step %lld", (long long)step);
-  /* the data of each input, and how many microbatches it holds */
   int64_t micro = 0;
   for (int32_t i = 0; i < t->n_in; i++) {
     const sc_buffer *b = input_buf(t->p, i);
@@ -352,14 +379,26 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                        "%lld microbatches given, but the program accumulates no gradients",
                        (long long)micro);
-  push_state(t);
-  double lsum = 0, l = 0, n = 0;
+  *micro_out = micro;
+  return SC_OK;
+}
+
+/* Microbatch m's inputs: the data's next rows, and whether it applies the
+ * update (the last one). */
+static void next_microbatch(sc_trainer *t, int64_t m, int64_t micro) {
+  for (int32_t i = 0; i < t->n_in; i++) {
+    if (m > 0 && t->kind[i] == IN_DATA) /* the next microbatch's rows */
+      t->in[i].data = (char *)t->in[i].data + input_buf(t->p, i)->bytes;
+    if (t->kind[i] == IN_APPLY) *(bool *)t->state[i] = m + 1 == micro;
+  }
+}
+
+/* The step waited for: its runs, then the loss scale and the state that
+ * is not kept in place, as the program decided (passes/train.h). */
+static sc_status run_step(sc_trainer *t, int64_t micro, struct pending *r, sc_diag *d) {
+  double lsum = 0;
   for (int64_t m = 0; m < micro; m++) {
-    for (int32_t i = 0; i < t->n_in; i++) {
-      if (m > 0 && t->kind[i] == IN_DATA) /* the next microbatch's rows */
-        t->in[i].data = (char *)t->in[i].data + input_buf(t->p, i)->bytes;
-      if (t->kind[i] == IN_APPLY) *(bool *)t->state[i] = m + 1 == micro;
-    }
+    next_microbatch(t, m, micro);
     sc_status st = sc_session_run(t->s, t->in, t->n_in, t->out, t->n_out, d);
     if (st != SC_OK) return st;
     lsum += scalar_of(&t->out[t->loss_out]);
@@ -367,10 +406,9 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
       if (t->kind[i] == IN_ACCUM && !t->in_place[i])
         memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
   }
-  l = lsum / (double)micro;
-  n = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : 0.0;
-  /* the program decided (passes/train.h): state in place is already
-   * updated, or left as it was */
+  double l = lsum / (double)micro;
+  double n = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : 0.0;
+  /* state in place is already updated, or left as it was */
   bool keep = *(const bool *)t->out[t->applied_out].data;
   if (t->scaling && isfinite(l)) { /* GradScaler: skip on overflow and back off, or grow */
     if (!isfinite(n)) {
@@ -385,10 +423,92 @@ sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_d
   for (int32_t i = 0; keep && i < t->n_in; i++)
     if (t->kind[i] == IN_STATE && !t->in_place[i])
       memcpy(t->state[i], t->out[t->new_of[i]].data, (size_t)input_buf(t->p, i)->bytes);
-  if (loss) *loss = l;
-  if (grad_norm) *grad_norm = t->norm_out >= 0 ? n : NAN;
-  if (applied) *applied = keep;
+  r->loss = l;
+  r->norm = t->norm_out >= 0 ? n : NAN;
+  r->applied = keep;
   return SC_OK;
+}
+
+sc_status sc_trainer_launch(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
+                            int64_t step, sc_diag *d) {
+  if (t->n_pend == SC_TRAINER_IN_FLIGHT)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "%d steps launched and not collected (sc_trainer_collect)",
+                       (int)t->n_pend);
+  int64_t micro = 1;
+  sc_status st = step_inputs(t, data, n_data, lr, step, &micro, d);
+  if (st != SC_OK) return st;
+  push_state(t);
+  struct pending *r = &t->pend[(t->pend_head + t->n_pend) % SC_TRAINER_IN_FLIGHT];
+  *r = (struct pending){.step = step, .micro = micro};
+  if (t->async && micro > t->slot_micro) { /* slots for this many microbatches */
+    if (t->n_pend > 0)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "step %lld has %lld microbatches, more than the step in flight",
+                         (long long)step, (long long)micro);
+    if (micro * SC_TRAINER_IN_FLIGHT > SC_SESSION_MAX_SLOTS) {
+      t->async = false; /* so many microbatches: each run waited for */
+    } else if ((st = sc_session_reserve_async(t->s, (int32_t)(micro * SC_TRAINER_IN_FLIGHT),
+                                              d)) != SC_OK) {
+      return st;
+    } else {
+      t->slot_micro = (int32_t)micro;
+    }
+  }
+  if (!t->async) {
+    if ((st = run_step(t, micro, r, d)) != SC_OK) return st;
+  } else {
+    r->slot0 = (int32_t)(t->launched % SC_TRAINER_IN_FLIGHT) * t->slot_micro;
+    for (int64_t m = 0; m < micro; m++) {
+      next_microbatch(t, m, micro);
+      if ((st = sc_session_launch(t->s, t->in, t->n_in, r->slot0 + (int32_t)m, d)) != SC_OK)
+        return st;
+    }
+    for (int32_t i = 0; i < t->n_in; i++) t->host_stale |= t->dev[i] != NULL;
+  }
+  t->launched++;
+  t->n_pend++;
+  return SC_OK;
+}
+
+int32_t sc_trainer_in_flight(const sc_trainer *t) { return t->n_pend; }
+
+sc_status sc_trainer_collect(sc_trainer *t, int64_t *step, double *loss, double *grad_norm,
+                             bool *applied, sc_diag *d) {
+  if (t->n_pend == 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no step launched to collect");
+  struct pending *r = &t->pend[t->pend_head];
+  t->pend_head = (t->pend_head + 1) % SC_TRAINER_IN_FLIGHT;
+  t->n_pend--;
+  if (t->async) { /* the microbatches' outputs, copied to the host in their slots */
+    double lsum = 0;
+    for (int64_t m = 0; m < r->micro; m++) {
+      sc_status st = sc_session_collect(t->s, r->slot0 + (int32_t)m, t->out, t->n_out, d);
+      if (st != SC_OK) return st;
+      lsum += scalar_of(&t->out[t->loss_out]);
+    }
+    r->loss = lsum / (double)r->micro;
+    r->norm = t->norm_out >= 0 ? scalar_of(&t->out[t->norm_out]) : NAN;
+    r->applied = *(const bool *)t->out[t->applied_out].data;
+  }
+  if (step) *step = r->step;
+  if (loss) *loss = r->loss;
+  if (grad_norm) *grad_norm = r->norm;
+  if (applied) *applied = r->applied;
+  return SC_OK;
+}
+
+bool sc_trainer_async(const sc_trainer *t) { return t->async; }
+
+sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
+                          int64_t step, double *loss, double *grad_norm, bool *applied,
+                          sc_diag *d) {
+  if (t->n_pend > 0)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "%d steps launched and not collected (sc_trainer_collect)",
+                       (int)t->n_pend);
+  sc_status st = sc_trainer_launch(t, data, n_data, lr, step, d);
+  return st == SC_OK ? sc_trainer_collect(t, NULL, loss, grad_norm, applied, d) : st;
 }
 
 sc_status sc_trainer_save(sc_trainer *t, const char *dir, const sc_ckpt_state *st,

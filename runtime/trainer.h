@@ -65,6 +65,10 @@ typedef struct sc_trainer_opts {
   sc_status (*fill)(void *ctx, const char *name, const sc_buffer *b, void *dst, bool *done,
                     sc_diag *d);
   void *fill_ctx;
+  /* Wait for every step's results before the next is launched, on a
+   * device that could launch ahead (sc_trainer_launch): the synchronous
+   * path, for comparison. */
+  bool sync_steps;
 } sc_trainer_opts;
 
 /* init: initial values of the parameters, by name (copied). The program
@@ -79,6 +83,29 @@ sc_status sc_trainer_create(const sc_program *p, const sc_tensor_view *init, int
 sc_status sc_trainer_step(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
                           int64_t step, double *loss, double *grad_norm, bool *applied,
                           sc_diag *d);
+/* The same step in two halves, so that a step's results are read after the
+ * next step was launched (one step late): sc_trainer_launch issues the step
+ * (the data are copied before it returns: the caller may refill them), and
+ * sc_trainer_collect returns the oldest launched step's number and results,
+ * waiting for them. At most SC_TRAINER_IN_FLIGHT steps are launched and
+ * not collected; sc_trainer_step needs none. Where the trainer launches
+ * ahead (sc_trainer_async: a CUDA device, every state tensor kept on the
+ * device, no loss scaling, not opts.sync_steps) a launch makes no host
+ * synchronisation and a collect one wait, for that step's outputs; a step
+ * that was not applied (not finite) left the state as it was on the device
+ * already, so a step launched after it ran on the same state as when
+ * waited for. Elsewhere a launch runs the whole step and a collect returns
+ * what it kept (a dynamic loss scale needs the last step's gradient norm
+ * before the next step starts). The state read back (sc_trainer_state, a
+ * checkpoint) is that after every launched step. A failure may be reported
+ * by the collect of the step before the one that failed. */
+enum { SC_TRAINER_IN_FLIGHT = 2 };
+sc_status sc_trainer_launch(sc_trainer *t, const sc_tensor_view *data, int32_t n_data, double lr,
+                            int64_t step, sc_diag *d);
+sc_status sc_trainer_collect(sc_trainer *t, int64_t *step, double *loss, double *grad_norm,
+                             bool *applied, sc_diag *d);
+int32_t sc_trainer_in_flight(const sc_trainer *t);
+bool sc_trainer_async(const sc_trainer *t);
 
 /* Learning-rate schedules (as PyTorch users build them with LambdaLR):
  * constant; or a linear warm-up from 0 over `warmup` steps, then cosine

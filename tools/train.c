@@ -82,7 +82,8 @@ static const char *const USAGE =
     "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
     "                       [--virtual-stages V]\n"
     "                       [--threads N] [--list-params] [--quiet]\n"
-    "                       [--device cpu|cuda [--no-cuda-graph] [--gpu-arch sm_NN]]";
+    "                       [--device cpu|cuda [--no-cuda-graph] [--gpu-arch sm_NN]]\n"
+    "                       [--sync-steps]";
 
 enum { MAX_DATA = 64, MAX_ARGS = 1024 };
 
@@ -102,6 +103,7 @@ typedef struct train_args {
   double lr, min_lr;
   sc_lr_schedule schedule;
   bool skip_nan;                 /* --on-nan skip */
+  bool sync_steps;               /* --sync-steps */
   int threads;
   sc_device_choice dev; /* --device, --no-cuda-graph, --gpu-arch */
   sc_param_init init;   /* --init rules, --seed */
@@ -214,6 +216,8 @@ static int split_args(int argc, char **argv, train_args *a, char **rest, int *n_
       if (!missing && strcmp(v, "stop") != 0 && strcmp(v, "skip") != 0)
         return sc_cli_usage_error("--on-nan expects stop or skip, got '%s'", v);
       if (!missing) a->skip_nan = strcmp(v, "skip") == 0;
+    } else if (strcmp(arg, "--sync-steps") == 0) {
+      a->sync_steps = true;
     } else if (strcmp(arg, "--list-params") == 0) {
       a->list_params = true;
     } else if (strcmp(arg, "--quiet") == 0 || strcmp(arg, "-q") == 0) {
@@ -250,6 +254,8 @@ static void print_help(void) {
          "  --loss-scale S         fp16: the first loss scale (default 65536)\n"
          "  --on-nan stop|skip     a non-finite loss or gradient: end with an error naming\n"
          "                         the step (default), or skip that step's update\n"
+         "  --sync-steps           cuda: wait for each step's loss before launching the\n"
+         "                         next (by default it is read one step late)\n"
          "  --save DIR             write a checkpoint (docs/checkpoint.md) at the end, and\n"
          "                         every N steps with --save-every N; atomic\n"
          "  --resume DIR           continue from a checkpoint: its weights, optimizer state,\n"
@@ -844,6 +850,7 @@ int sc_cmd_train(int argc, char **argv) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_trainer_opts to = {.threads = a.threads, .device = a.dev, .loss_scale = a.loss_scale,
+                        .sync_steps = a.sync_steps,
                         .cpu_module = src.bundle ? src.bundle->kernels : NULL,
                         .init = a.init.n_rules ? &a.init : NULL};
   bool per_process = sc_partition_comm_is_world(a.pa.comm);
@@ -941,78 +948,109 @@ int sc_cmd_train(int argc, char **argv) {
     if (world) sc_dist_trainer_abort(run.dist, d.msg); /* the others wait in step 1 */
     goto done;
   }
-  for (int64_t step = first; step <= a.steps; step++) {
+  /* Steps are launched one ahead where the trainer can (sc_trainer_launch,
+   * docs/training.md): step k is reported after step k+1 was launched, and
+   * the step before a save, and the last, are waited for. A mesh's steps
+   * are waited for at once. Each step's time runs from its launch, or from
+   * the report before it when that came later, to its report. */
+  struct launched {
+    int64_t step;
+    double lr, t0;
+    double loss, norm; /* a mesh's results, kept at launch */
+    bool applied;
+  } q[SC_TRAINER_IN_FLIGHT];
+  int nq = 0, q0 = 0;
+  double t_report = now_ms();
+  for (int64_t next = first; next <= a.steps; next++) {
     fill_batch(ds, n_ds, pos);
     pos += per_step;
-    double loss = 0, norm = 0, t0 = now_ms();
-    double lr = sc_lr_at(a.schedule, a.lr, a.min_lr, a.warmup, a.steps, step);
-    bool applied = true;
-    sc_status sst = run.dist ? sc_dist_trainer_step(run.dist, batch, n_ds, lr, step, &loss, &norm,
-                                                    &applied, &d)
-                             : sc_trainer_step(run.one, batch, n_ds, lr, step, &loss, &norm,
-                                               &applied, &d);
+    struct launched *l = &q[(q0 + nq) % SC_TRAINER_IN_FLIGHT];
+    *l = (struct launched){.step = next, .t0 = now_ms(), .applied = true,
+                           .lr = sc_lr_at(a.schedule, a.lr, a.min_lr, a.warmup, a.steps, next)};
+    sc_status sst = run.dist ? sc_dist_trainer_step(run.dist, batch, n_ds, l->lr, next, &l->loss,
+                                                    &l->norm, &l->applied, &d)
+                             : sc_trainer_launch(run.one, batch, n_ds, l->lr, next, &d);
     if (sst != SC_OK) {
       rc = sc_cli_report(&d, o.file);
       goto done;
     }
-    double ms = now_ms() - t0;
-    bool overflow = !applied && fp16 && isfinite(loss); /* the scaler's skip */
-    if (!applied && !overflow && !a.skip_nan) {
-      fprintf(stderr, "shardc: error: step %lld: the loss is %g and the gradient norm %g "
-              "(--on-nan skip skips such steps)\n", (long long)step, loss, norm);
-      rc = 1;
-      goto done;
+    nq++;
+    bool saves = a.save && ((a.save_every && next % a.save_every == 0) || next == a.steps);
+    bool ahead = run.one && sc_trainer_async(run.one);
+    while (nq > (saves || next == a.steps || !ahead ? 0 : 1)) {
+      struct launched *k = &q[q0];
+      q0 = (q0 + 1) % SC_TRAINER_IN_FLIGHT;
+      nq--;
+      int64_t step = k->step;
+      double loss = k->loss, norm = k->norm, lr = k->lr;
+      bool applied = k->applied;
+      if (!run.dist &&
+          sc_trainer_collect(run.one, &step, &loss, &norm, &applied, &d) != SC_OK) {
+        rc = sc_cli_report(&d, o.file);
+        goto done;
+      }
+      double t_now = now_ms();
+      double ms = t_now - (k->t0 > t_report ? k->t0 : t_report);
+      t_report = t_now;
+      bool overflow = !applied && fp16 && isfinite(loss); /* the scaler's skip */
+      if (!applied && !overflow && !a.skip_nan) {
+        fprintf(stderr, "shardc: error: step %lld: the loss is %g and the gradient norm %g "
+                "(--on-nan skip skips such steps)\n", (long long)step, loss, norm);
+        rc = 1;
+        goto done;
+      }
+      bool shown = !a.log_every || step % a.log_every == 0 || step == first ||
+                   step == a.steps || !applied;
+      if (!a.quiet && shown) {
+        double spent = (now_ms() - t_start) / 1e3, per = spent / (double)(step - first + 1);
+        double eta = per * (double)(a.steps - step);
+        double rate = per > 0 ? (double)examples / per : 0.0;
+        char rs[32]; /* whole examples, or two decimals below 10 (slow steps) */
+        snprintf(rs, sizeof rs, rate >= 10 ? "%.0f" : "%.2f", rate);
+        printf("%sstep %lld/%lld  loss %.6f  lr %.3g  grad_norm %.4g  %.2f ms  %s examples/s  "
+               "ETA %.0f s%s%s",
+               live ? "\r" : "", (long long)step, (long long)a.steps, loss, lr, norm, ms, rs, eta,
+               applied ? "" : overflow ? "  (skipped: fp16 overflow, loss scale halved)"
+                                       : "  (skipped: not finite)",
+               live ? (step == a.steps ? "\n" : "\033[K") : "\n");
+        if (live) fflush(stdout);
+      }
+      /* the log is created with its first line: a run that fails before
+       * leaves none, one that fails later a log of the steps it ran */
+      if (a.log_json && !log && !(log = fopen(a.log_json, "w"))) {
+        fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
+                strerror(errno));
+        rc = 1;
+        goto done;
+      }
+      step_record rec = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .time_ms = ms,
+                         .tokens_per_s = ms > 0 ? (double)tokens / (ms / 1e3) : 0.0,
+                         .loss_scale = fp16 ? run_loss_scale(tr, NULL) : 1.0, .fp16 = fp16,
+                         .skipped = !applied};
+      if (log && !write_json_step(log, &rec)) {
+        fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
+                strerror(errno));
+        rc = 1;
+        goto done;
+      }
+      /* rank 0 logs the steps (other processes' files hold their ranks' arenas) */
+      if (tb && speaks && write_tensorboard_step(tb, &rec, &d) != SC_OK) {
+        rc = sc_cli_report(&d, NULL);
+        if (world) sc_dist_trainer_abort(run.dist, d.msg);
+        goto done;
+      }
+      if (!a.quiet && step == a.steps && run.dist && src.mesh->pipe_chunks > 0) {
+        printf("pipeline: stashed values (handed over per microbatch) kept at once, per pipeline "
+               "rank:");
+        for (int32_t r = 0; r < (world ? 1 : src.mesh->pipe_ranks); r++)
+          printf(" %lld", (long long)sc_dist_trainer_stash_bytes(run.dist, r));
+        printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
+      }
+      /* nothing after this step was launched (saves above) */
+      if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps) &&
+          (rc = save_at(a.save, tr, m->optimizer, hyper, step, pos, world != NULL)) != 0)
+        goto done;
     }
-    bool shown = !a.log_every || step % a.log_every == 0 || step == first ||
-                 step == a.steps || !applied;
-    if (!a.quiet && shown) {
-      double spent = (now_ms() - t_start) / 1e3, per = spent / (double)(step - first + 1);
-      double eta = per * (double)(a.steps - step);
-      double rate = per > 0 ? (double)examples / per : 0.0;
-      char rs[32]; /* whole examples, or two decimals below 10 (slow steps) */
-      snprintf(rs, sizeof rs, rate >= 10 ? "%.0f" : "%.2f", rate);
-      printf("%sstep %lld/%lld  loss %.6f  lr %.3g  grad_norm %.4g  %.2f ms  %s examples/s  "
-             "ETA %.0f s%s%s",
-             live ? "\r" : "", (long long)step, (long long)a.steps, loss, lr, norm, ms, rs, eta,
-             applied ? "" : overflow ? "  (skipped: fp16 overflow, loss scale halved)"
-                                     : "  (skipped: not finite)",
-             live ? (step == a.steps ? "\n" : "\033[K") : "\n");
-      if (live) fflush(stdout);
-    }
-    /* the log is created with its first line: a run that fails before
-     * leaves none, one that fails later a log of the steps it ran */
-    if (a.log_json && !log && !(log = fopen(a.log_json, "w"))) {
-      fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
-              strerror(errno));
-      rc = 1;
-      goto done;
-    }
-    step_record rec = {.step = step, .loss = loss, .lr = lr, .grad_norm = norm, .time_ms = ms,
-                       .tokens_per_s = ms > 0 ? (double)tokens / (ms / 1e3) : 0.0,
-                       .loss_scale = fp16 ? run_loss_scale(tr, NULL) : 1.0, .fp16 = fp16,
-                       .skipped = !applied};
-    if (log && !write_json_step(log, &rec)) {
-      fprintf(stderr, "shardc: error: %s: cannot write the log: %s\n", a.log_json,
-              strerror(errno));
-      rc = 1;
-      goto done;
-    }
-    /* rank 0 logs the steps (other processes' files hold their ranks' arenas) */
-    if (tb && speaks && write_tensorboard_step(tb, &rec, &d) != SC_OK) {
-      rc = sc_cli_report(&d, NULL);
-      if (world) sc_dist_trainer_abort(run.dist, d.msg);
-      goto done;
-    }
-    if (!a.quiet && step == a.steps && run.dist && src.mesh->pipe_chunks > 0) {
-      printf("pipeline: stashed values (handed over per microbatch) kept at once, per pipeline "
-             "rank:");
-      for (int32_t q = 0; q < (world ? 1 : src.mesh->pipe_ranks); q++)
-        printf(" %lld", (long long)sc_dist_trainer_stash_bytes(run.dist, q));
-      printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
-    }
-    if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps) &&
-        (rc = save_at(a.save, tr, m->optimizer, hyper, step, pos, world != NULL)) != 0)
-      goto done;
   }
   /* --steps 0: the initial state (the model's, or --init's) */
   if (a.save && a.steps == 0 && first == 1 &&

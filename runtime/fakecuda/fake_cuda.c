@@ -48,7 +48,9 @@
  * replays, graphs, host functions, copies; the bytes the copies moved host
  * to device, htod_bytes, and device to host, dtoh_bytes, counted as they
  * run, graph replays included: each executed copy's line says
- * `copy N htod|dtoh|dtod`) and `violations=N`: operations
+ * `copy N htod|dtoh|dtod`), the host's waits (host_syncs: each
+ * cuStreamSynchronize, cuEventSynchronize and cuCtxSynchronize, also
+ * logged as a `call` line) and `violations=N`: operations
  * that a real GPU would run in an undefined order or on freed memory —
  * races (two operations of different streams touching the same device
  * memory, one writing, with no event or host synchronisation ordering
@@ -89,8 +91,15 @@ static FILE *log_file;
 static bool log_opened;
 static struct {
   long launches, graph_launches, graphs, replays, host_fns, copies, violations, allocs;
+  long host_syncs; /* the host waited: stream, event or context synchronise */
   long long htod_bytes, dtoh_bytes; /* copied between host and device, as run */
 } count;
+
+static void count_sync(void) {
+  pthread_mutex_lock(&log_mu);
+  count.host_syncs++;
+  pthread_mutex_unlock(&log_mu);
+}
 
 static FILE *logf_(void) {
   if (!log_opened) {
@@ -143,9 +152,11 @@ __attribute__((destructor)) static void write_summary(void) {
   if (f) {
     fprintf(f,
             "summary: launches=%ld graph_launches=%ld graphs=%ld replays=%ld host_fns=%ld "
-            "copies=%ld allocs=%ld violations=%ld htod_bytes=%lld dtoh_bytes=%lld\n",
+            "copies=%ld allocs=%ld violations=%ld htod_bytes=%lld dtoh_bytes=%lld "
+            "host_syncs=%ld\n",
             count.launches, count.graph_launches, count.graphs, count.replays, count.host_fns,
-            count.copies, count.allocs, count.violations, count.htod_bytes, count.dtoh_bytes);
+            count.copies, count.allocs, count.violations, count.htod_bytes, count.dtoh_bytes,
+            count.host_syncs);
     fclose(f);
     log_file = NULL;
   }
@@ -813,6 +824,8 @@ EXPORT CUresult cuCtxSetCurrent(CUcontext c) {
 
 EXPORT CUresult cuCtxSynchronize(void) {
   if (capturing_any()) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  count_sync();
+  logln("call cuCtxSynchronize");
   drain_all();
   pthread_mutex_lock(&g_mu);
   for (int i = 0; i < n_streams; i++)
@@ -987,6 +1000,8 @@ EXPORT CUresult cuStreamDestroy_v2(CUstream h) {
 EXPORT CUresult cuStreamSynchronize(CUstream h) {
   fstream *s = stream_of(h);
   if (s->capturing) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  count_sync();
+  logln("call cuStreamSynchronize stream=%d", s->id);
   drain(s);
   race_host_waited(s->vc);
   return atomic_load(&sticky) ? SC_CUDA_ERROR_LAUNCH_FAILED : SC_CUDA_SUCCESS;
@@ -1108,6 +1123,8 @@ EXPORT CUresult cuEventSynchronize(CUevent h) {
   if (!h) return SC_CUDA_ERROR_INVALID_HANDLE;
   fevent *e = (fevent *)h;
   if (e->captured) return SC_CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  count_sync();
+  logln("call cuEventSynchronize %p", (void *)e);
   pthread_mutex_lock(&ev_mu);
   uint64_t gen = e->issued;
   while (e->done < gen) pthread_cond_wait(&ev_cv, &ev_mu);

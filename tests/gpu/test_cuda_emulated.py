@@ -374,12 +374,21 @@ def attention_case(tmp, gpt2, vit, gpt2_data):
                       f"attention: train {name} step {a['step']} {key} {y} vs cpu unfused {x}")
 
 
-def main():
+def not_runnable():
+    """The exit status when this shardc cannot run these tests (1: SHARDC not
+    set; 77: no cuda target), else None."""
     if not SHARDC:
         print("SHARDC not set")
         return 1
     if not has_cuda_target(SHARDC):
         return skip_all("this shardc has no cuda target (built without NVRTC)")
+    return None
+
+
+def main():
+    rc = not_runnable()
+    if rc is not None:
+        return rc
     with tempfile.TemporaryDirectory() as tmp:
         # the trace checker catches what it is for: a rank whose collective
         # differs, a send nobody receives

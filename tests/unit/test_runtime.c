@@ -420,6 +420,90 @@ static void test_state_slot(void **state) {
   sc_program_destroy(p);
 }
 
+/* Runs read later (runtime.h: sc_session_launch / sc_session_collect) and
+ * copies between device addresses. The CPU offers no later runs
+ * (SC_ERR_UNSUPPORTED) and copies slots with memmove. On the emulated GPU
+ * (SHARDC_CUDA_EMU=1): two runs launched before either is collected, the
+ * second's input buffer refilled on the host between the launches (the
+ * launch staged the first's), update the state slot twice, w - 0.5 g1 -
+ * 0.5 g2, bit for bit; a slot out of range, state not given as its slot
+ * and too little room for outputs are usage errors; a device-to-device
+ * copy moves the slot. Skipped (said so) where shardc has no CUDA device. */
+static void test_runs_read_later(void **state) {
+  (void)state;
+  enum { E = 1000 };
+  rng_seed(15);
+  sc_program *p = build_update(false);
+  sc_session_opts o;
+  sc_session_opts_init(&o);
+  o.threads = 1;
+  sc_session *s = NULL;
+  sc_diag d = {0};
+  assert_int_equal(sc_session_create(p, &o, &s, &d), SC_OK);
+  assert_int_equal(sc_session_reserve_async(s, 2, &d), SC_ERR_UNSUPPORTED);
+  assert_int_equal(sc_session_async_slots(s), 0);
+  float w[E], g1[E], g2[E], want[E], back[E];
+  for (int i = 0; i < E; i++) {
+    w[i] = (float)rnd(-1, 1);
+    g1[i] = (float)rnd(-1, 1);
+    g2[i] = (float)rnd(-1, 1);
+    want[i] = (w[i] - g1[i] * 0.5f) - g2[i] * 0.5f;
+  }
+  void *slot = sc_session_state_slot(s, 0), *gslot = sc_session_state_slot(s, 1);
+  sc_session_slot_write(s, slot, w, sizeof w);
+  sc_session_slot_copy(s, gslot, slot, sizeof w);
+  assert_memory_equal(gslot, w, sizeof w);
+  sc_session_destroy(s);
+
+  setenv("SHARDC_CUDA_EMU", "1", 1);
+  o.device.name = "cuda";
+  s = NULL;
+  sc_diag_clear(&d);
+  if (sc_session_create(p, &o, &s, &d) != SC_OK) {
+    assert_int_equal(d.status, SC_ERR_UNSUPPORTED);
+    printf("runs read later: no CUDA device here (%s): the emulated GPU's part skipped\n",
+           d.msg);
+    sc_program_destroy(p);
+    return;
+  }
+  assert_false(sc_session_host_arena(s));
+  slot = sc_session_state_slot(s, 0);
+  gslot = sc_session_state_slot(s, 1);
+  sc_session_slot_write(s, slot, w, sizeof w);
+  assert_int_equal(sc_session_reserve_async(s, 2, &d), SC_OK);
+  assert_int_equal(sc_session_async_slots(s), 2);
+  float g[E];
+  memcpy(g, g1, sizeof g);
+  sc_tensor_view in[2] = {
+      {.name = "w", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {E}, .data = slot},
+      {.name = "g", .dtype = SC_DTYPE_F32, .rank = 1, .dims = {E}, .data = g}};
+  sc_tensor_view out;
+  assert_int_equal(sc_session_launch(s, in, 2, 0, &d), SC_OK);
+  memcpy(g, g2, sizeof g); /* the first launch's g is staged already */
+  assert_int_equal(sc_session_launch(s, in, 2, 1, &d), SC_OK);
+  memset(g, 0, sizeof g);
+  assert_int_equal(sc_session_collect(s, 0, &out, 1, &d), SC_OK);
+  assert_ptr_equal(out.data, slot); /* new:w is state: its slot */
+  assert_int_equal(sc_session_collect(s, 1, &out, 1, &d), SC_OK);
+  sc_session_slot_read(s, back, slot, sizeof back);
+  assert_memory_equal(back, want, sizeof back);
+  /* misuse */
+  assert_int_equal(sc_session_launch(s, in, 2, 2, &d), SC_ERR_USAGE);
+  assert_int_equal(sc_session_collect(s, 0, &out, 0, &d), SC_ERR_USAGE);
+  in[0].data = w;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_session_launch(s, in, 2, 0, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "state kept on the device"));
+  /* a copy on the device: the slot into g's */
+  sc_session_slot_copy(s, gslot, slot, sizeof w);
+  sc_session_sync(s);
+  memset(back, 0, sizeof back);
+  sc_session_slot_read(s, back, gslot, sizeof back);
+  assert_memory_equal(back, want, sizeof back);
+  sc_session_destroy(s);
+  sc_program_destroy(p);
+}
+
 static void test_threads_identical(void **state) {
   (void)state;
   rng_seed(7);
@@ -1280,6 +1364,7 @@ int main(void) {
       cmocka_unit_test(test_shared_arena),
       cmocka_unit_test(test_bound_state),
       cmocka_unit_test(test_state_slot),
+      cmocka_unit_test(test_runs_read_later),
       cmocka_unit_test(test_batched_transposed_gemm),
       cmocka_unit_test(test_gemm_aliasing_pitch),
       cmocka_unit_test(test_gemm_aliasing_pitch_const),
