@@ -136,10 +136,11 @@ extern const sc_device_iface sc_device_cuda;
 
 /* Where buffer b lives (every device binds the same way): its storage
  * root *root (sc_program_root) and, for an arena buffer (INPUT, OUTPUT,
- * TEMP), the root's offset *offset; -1 for a CONST root and for a bound
+ * TEMP), the root's offset *offset; -1 for a CONST root, for a bound
  * one (program->bound: the caller's storage, like a constant's given in
- * sc_device_opts.const_data). SC_ERR_INVALID
- * for a slot outside the arena, a view without a root, or (kernel params)
+ * sc_device_opts.const_data) and for a HOST one (the session's host pool,
+ * which only COPY steps touch: no device address). SC_ERR_INVALID
+ * for a slot outside the arena or the host pool, a view without a root, or (kernel params)
  * a buffer id out of range. */
 sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64_t *offset,
                             sc_diag *diag);

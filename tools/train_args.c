@@ -22,9 +22,10 @@ void sc_train_args_init(sc_train_args *a) {
 
 /* The options without a value. */
 static bool take_flag(sc_train_args *a, const char *arg) {
-  bool *flag = strcmp(arg, "--nesterov") == 0 ? &a->t.nesterov
-               : strcmp(arg, "--untie") == 0  ? &a->t.untie
-                                              : NULL;
+  bool *flag = strcmp(arg, "--nesterov") == 0              ? &a->t.nesterov
+               : strcmp(arg, "--untie") == 0               ? &a->t.untie
+               : strcmp(arg, "--offload-activations") == 0 ? &a->t.offload_activations
+                                                           : NULL;
   if (flag) *flag = true;
   return flag != NULL;
 }
@@ -98,6 +99,14 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
       }
     return sc_cli_usage_error("--recompute expects none, selective, full or auto, got '%s'", v);
   }
+  if (strcmp(opt, "--activation-loading-horizon") == 0) {
+    if (!sc_cli_parse_i64(v, 0, 1 << 20, &n))
+      return sc_cli_usage_error("--activation-loading-horizon expects a non-negative integer, "
+                                "got '%s'", v);
+    a->t.activation_loading_horizon = (int32_t)n;
+    a->horizon_given = true;
+    return 0;
+  }
   if (strcmp(opt, "--freeze") == 0) {
     if (a->n_freeze == SC_TRAIN_ARGS_MAX_FREEZE)
       return sc_cli_usage_error("at most %d --freeze", SC_TRAIN_ARGS_MAX_FREEZE);
@@ -133,7 +142,7 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
 static const char *const VALUE_OPTIONS[] = {
     "--loss", "--logits", "--ignore-index", "--optimizer", "--momentum", "--weight-decay",
     "--betas", "--eps", "--clip-grad-norm", "--grad-accum", "--precision", "--freeze",
-    "--recompute", "--memory-budget", "--smp-config", NULL};
+    "--recompute", "--memory-budget", "--smp-config", "--activation-loading-horizon", NULL};
 
 int sc_train_args_take(sc_train_args *a, int argc, char **argv, int *i) {
   const char *arg = argv[*i];
@@ -173,6 +182,8 @@ int sc_train_args_finish(sc_train_args *a) {
     return sc_cli_usage_error("--betas must be in [0, 1)");
   if (t->eps < 0) return sc_cli_usage_error("--eps must be >= 0");
   if (t->clip_grad_norm < 0) return sc_cli_usage_error("--clip-grad-norm must be >= 0");
+  if (a->horizon_given && !t->offload_activations)
+    return sc_cli_usage_error("--activation-loading-horizon goes with --offload-activations");
   if (a->recompute_auto && !a->memory_budget)
     return sc_cli_usage_error("--recompute auto needs --memory-budget BYTES (per rank)");
   if (a->memory_budget && !a->recompute_auto && !a->budget_for_search)
@@ -338,6 +349,12 @@ void sc_train_args_help(FILE *f) {
         "                         its input): recomputed before the backward needs them;\n"
         "                         auto: the least of these whose step fits\n"
         "  --memory-budget BYTES  per rank (K, M, G suffixes), for --recompute auto\n"
+        "  --offload-activations  park saved activations in host memory between forward\n"
+        "                         and backward (with recompute: the checkpointed block\n"
+        "                         inputs; without: every saved activation), copied\n"
+        "                         back ahead of the backward on a copy queue\n"
+        "  --activation-loading-horizon H  start each copy back H blocks ahead of the\n"
+        "                         backward that reads it (default 2)\n"
         "  --smp-config FILE.json SageMaker model parallelism v2 keys (hybrid_shard_degree,\n"
         "                         tensor_parallel_degree, activation_checkpointing, ...)\n"
         "                         over the world of --mesh dp=N\n"

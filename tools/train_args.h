@@ -31,6 +31,7 @@ typedef struct sc_train_args {
   bool wd_given;               /* --weight-decay appeared */
   bool recompute_auto;         /* --recompute auto */
   int64_t memory_budget;       /* --memory-budget BYTES (0: none) */
+  bool horizon_given;          /* --activation-loading-horizon appeared */
   bool budget_for_search;      /* set by the caller before finishing: --mesh
                                   auto's search reads memory_budget too */
   const char *smp_config;      /* --smp-config FILE.json, or NULL */
