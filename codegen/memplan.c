@@ -590,11 +590,29 @@ sc_status sc_memplan_lifetimes(const sc_program *p, int32_t *first, int32_t *las
   return SC_OK;
 }
 
-sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
-                          sc_diag *diag) {
+/* With unoffload, each offloaded value (a COPY of root X to a HOST buffer
+ * H, and one of H to root R) counts as X live from X's first step to R's
+ * last: the liveness it had without the copies. */
+static sc_status peak_of(const sc_program *p, bool unoffload, int32_t *step, int64_t *bytes,
+                         bool *live, sc_diag *diag) {
   life l;
   sc_status st = compute_life(p, &l, diag);
   if (st != SC_OK) return st;
+  for (int32_t s = 0; unoffload && s < p->n_steps; s++) {
+    const sc_step *out = &p->steps[s];
+    if (out->kind != SC_STEP_COPY || !in_host_pool(&p->buffers[out->copy.dst])) continue;
+    int32_t x = l.root[out->copy.src];
+    for (int32_t t = s + 1; x >= 0 && t < p->n_steps; t++) {
+      const sc_step *in = &p->steps[t];
+      if (in->kind != SC_STEP_COPY || in->copy.src != out->copy.dst) continue;
+      int32_t r = l.root[in->copy.dst];
+      if (r >= 0 && r != x) {
+        if (l.last[r] > l.last[x]) l.last[x] = l.last[r];
+        l.root[r] = -1;
+      }
+      break;
+    }
+  }
   int64_t align = p->arena_align > 0 ? p->arena_align : 64;
   int64_t *delta = sc_calloc((size_t)SC_TIME_END(p) + 2, sizeof *delta);
   if (!delta) {
@@ -655,4 +673,14 @@ sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bo
   sc_free(delta);
   life_free(&l);
   return SC_OK;
+}
+
+sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
+                          sc_diag *diag) {
+  return peak_of(p, false, step, bytes, live, diag);
+}
+
+sc_status sc_memplan_peak_unoffloaded(const sc_program *p, int64_t *bytes, sc_diag *diag) {
+  int32_t step;
+  return peak_of(p, true, &step, bytes, NULL, diag);
 }

@@ -92,6 +92,15 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
     if (p->steps[k].origin && strstr(p->steps[k].origin, "/grad/")) m->backward_step = k;
   if (st == SC_OK && m->backward_step >= 0) st = saved_of(p, m, grad, comm, d);
   m->arena = p->arena_bytes;
+  m->host = p->host_bytes;
+  for (int32_t i = 0; i < p->n_buffers; i++)
+    if (p->buffers[i].kind == SC_BUF_HOST) {
+      m->n_offloaded++;
+      m->offloaded += p->buffers[i].bytes;
+    }
+  m->peak_live_unoffloaded = m->peak_live;
+  if (st == SC_OK && m->n_offloaded > 0)
+    st = sc_memplan_peak_unoffloaded(p, &m->peak_live_unoffloaded, d);
   m->peak_origin = st == SC_OK && m->peak_step < p->n_steps ? p->steps[m->peak_step].origin : NULL;
   sc_free(live);
   sc_free(grad);
