@@ -23,7 +23,12 @@ seeded random tokens (the third wraps around the 64 examples):
   - `shardc train` allocates the planned arena and the planned host pool,
     both exactly (its "memory:" lines);
   - under --mesh dp=2 and --mesh fsdp=2,tp=2 (thread-ranks) the logs with
-    and without offloading are bit-identical;
+    and without offloading are bit-identical, and so is the step the SMP v2
+    keys (activation_checkpointing "full", sm_activation_offloading,
+    activation_loading_horizon 1) give over --mesh dp=2;
+  - a training bundle compiled with offloading (`compile --train`) trains
+    with its host pool and logs what the model file's step without
+    offloading logs;
   - pipelined training (pp=2) is refused with a message naming it, and
     --activation-loading-horizon without --offload-activations is a usage
     error.
@@ -129,15 +134,38 @@ def main():
                       f"{ref['arena']} without offloading")
                 check(got["host"] == o["host_pool"],
                       f"{what}: host pool allocated {got['host']}, planned {o['host_pool']}")
+        smp = os.path.join(tmp, "smp.json")
+        with open(smp, "w") as f:
+            json.dump({"activation_checkpointing": "full", "sm_activation_offloading": True,
+                       "activation_loading_horizon": 1}, f)
         for mesh in ("dp=2", "fsdp=2,tp=2"):
             base = ["--mesh", mesh, "--recompute", "full"]
             ref = train(tmp, f"{mesh}-ref", base)
-            got = train(tmp, f"{mesh}-off", base + ["--offload-activations"])
-            if ref and got:
-                check(ref["log"] == got["log"],
-                      f"--mesh {mesh}: the log differs with offloading: {got['log']} vs "
-                      f"{ref['log']}")
-                check(got["host"] > 0, f"--mesh {mesh}: no host pool allocated")
+            runs = [("--offload-activations", train(tmp, f"{mesh}-off",
+                                                    base + ["--offload-activations"]))]
+            if mesh == "dp=2":  # the SMP v2 keys over a world of 2: the same step
+                runs.append(("--smp-config", train(tmp, "smp", ["--mesh", "dp=2",
+                                                                "--smp-config", smp])))
+            for how, got in runs:
+                if ref and got:
+                    check(ref["log"] == got["log"],
+                          f"--mesh {mesh} {how}: the log differs with offloading: "
+                          f"{got['log']} vs {ref['log']}")
+                    check(got["host"] > 0, f"--mesh {mesh} {how}: no host pool allocated")
+        # a training bundle carries the copies and the host pool
+        bundle = os.path.join(tmp, "bundle")
+        r = shardc(["compile", MODEL, "--train", "-o", bundle, "--recompute", "none",
+                    "--offload-activations"] + STEP)
+        if check(r.returncode == 0, f"compile --train: {r.stderr[-500:]}"):
+            ref = train(tmp, "none-ref-again", ["--recompute", "none"])
+            log = os.path.join(tmp, "bundle.jsonl")
+            r = shardc(["train", bundle, "--data", "input_ids=" + os.path.join(tmp, "ids.npy"),
+                        "--labels", os.path.join(tmp, "labels.npy"), "--steps", "3",
+                        "--threads", "2", "--log-json", log])
+            if check(r.returncode == 0 and "memory: host pool" in r.stdout,
+                     f"train BUNDLE: {r.stderr[-500:]}") and ref:
+                got = [[e.get(k) for k in KEYS] for e in map(json.loads, open(log))]
+                check(got == ref["log"], f"the bundle's log {got} vs {ref['log']}")
         r = shardc(["train", MODEL, "--data", "input_ids=" + os.path.join(tmp, "ids.npy"),
                     "--labels", os.path.join(tmp, "labels.npy"), "--steps", "1", "--mesh",
                     "pp=2", "--microbatches", "2", "--offload-activations"])
