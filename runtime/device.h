@@ -106,8 +106,18 @@ typedef struct sc_device_iface {
   void (*sync)(void *ctx);
   /* COMM step i (async or not) over opts.comms[opts.comm_of[i]] */
   void (*run_comm)(void *ctx, int32_t i);
-  /* a WAIT step: later work waits for the COMM step `started` */
+  /* a WAIT step: later work waits for the COMM or COPY step `started` */
   void (*wait_comm)(void *ctx, int32_t started);
+  /* COPY step i (offloaded activations, codegen/offload.c), async: between
+   * its device buffer and `host`, the host pool's bytes for its HOST
+   * buffer, on the device's copy stream after the work queued so far; its
+   * WAIT (wait_comm) orders later work after it. NULL: the session runs
+   * COPY steps on its copy queue with copy_in/copy_out (a host arena). */
+  void (*run_copy)(void *ctx, int32_t i, void *host);
+  /* Host memory for the host pool (CUDA: pinned, so copies are DMA and
+   * asynchronous) and its release; NULL: the session's posix_memalign. */
+  void *(*alloc_host)(void *ctx, int64_t bytes);
+  void (*free_host)(void *ctx, void *p);
   /* CHECK step i, queued: a bad index fails the run at end_run */
   void (*run_check)(void *ctx, int32_t i);
   /* SCATTER_ADD step i, queued (as run_check for a bad index) */

@@ -239,6 +239,10 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->prof_min);
   sc_free(s->prof_first);
   if (s->arena && !s->borrowed) s->dev->free_arena(s->ctx, s->arena);
+  if (s->host_pool && s->dev->free_host) { /* before the context that made it */
+    s->dev->free_host(s->ctx, s->host_pool);
+    s->host_pool = NULL;
+  }
   if (s->ctx) s->dev->destroy(s->ctx);
   for (int32_t i = 0; i < s->n_groups; i++) sc_comm_destroy(s->groups[i]);
   sc_free(s->groups);
@@ -246,7 +250,7 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->step_comm);
   sc_free(s->step_group);
   sc_free(s->out_host);
-  sc_free(s->host_pool);
+  if (!s->dev->free_host) sc_free(s->host_pool);
   sc_free(s->out_slot);
   sc_free(s->outside);
   sc_free(s->queues);
@@ -570,6 +574,13 @@ static sc_status comm_step(sc_session *s, int32_t i, sc_diag *diag) {
 /* A COPY step: started on the copy queue (its WAIT completes it), or run
  * here when the session has none (seq -1: the wait has nothing to do). */
 static void copy_step(sc_session *s, int32_t i) {
+  if (s->dev->run_copy) { /* the device's copy stream */
+    const sc_copy_step *c = &s->p->steps[i].copy;
+    const sc_buffer *h = &s->p->buffers[c->dst];
+    if (h->kind != SC_BUF_HOST) h = &s->p->buffers[c->src];
+    s->dev->run_copy(s->ctx, i, (char *)s->host_pool + h->offset);
+    return;
+  }
   if (s->n_queues && s->step_queue[i] >= 0) {
     enqueue(&s->queues[s->step_queue[i]], i);
     return;
@@ -702,7 +713,8 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
       st = sc_diag_nomem(diag, (uint64_t)bytes, "the %s device's tensor arena", dev->name);
   }
   if (st == SC_OK && p->host_bytes > 0) { /* the host pool: a second arena */
-    if (posix_memalign(&s->host_pool, 64, (size_t)p->host_bytes) != 0) {
+    if (dev->alloc_host ? !(s->host_pool = dev->alloc_host(s->ctx, p->host_bytes))
+                        : posix_memalign(&s->host_pool, 64, (size_t)p->host_bytes) != 0) {
       s->host_pool = NULL;
       st = sc_diag_nomem(diag, (uint64_t)p->host_bytes, "the host pool of offloaded activations");
     } else {
