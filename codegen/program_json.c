@@ -944,6 +944,41 @@ static sc_status read_attention(reader *r, json_t *o, sc_step *s) {
   return SC_OK;
 }
 
+typedef struct host_touch {
+  const sc_program *p;
+  bool hit;
+} host_touch;
+
+static void touches_host(void *ud, int32_t b, bool written) {
+  (void)written;
+  host_touch *t = ud;
+  if (b >= 0 && b < t->p->n_buffers && t->p->buffers[sc_program_root(t->p, b)].kind == SC_BUF_HOST)
+    t->hit = true;
+}
+
+/* Host-pool buffers are touched by COPY steps only (devices give them no
+ * address): no view of one, no input or output, no other step naming one. */
+static sc_status check_host_buffers(reader *r) {
+  const sc_program *p = r->p;
+  host_touch t = {p, false};
+  for (int32_t b = 0; b < p->n_buffers; b++)
+    if (p->buffers[b].kind == SC_BUF_VIEW) touches_host(&t, b, false);
+  if (t.hit) return fail(r, SC_ERR_INVALID, "a view of a host buffer");
+  for (int32_t i = 0; i < p->n_inputs; i++) touches_host(&t, p->inputs[i], false);
+  for (int32_t i = 0; i < p->n_outputs; i++) touches_host(&t, p->outputs[i], false);
+  if (t.hit) return fail(r, SC_ERR_INVALID, "a host buffer as an input or output");
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind == SC_STEP_COPY || s->kind == SC_STEP_WAIT) continue;
+    sc_step_buffers(p, s, touches_host, &t);
+    if (t.hit) {
+      at(r, "steps[%d]", i);
+      return fail(r, SC_ERR_INVALID, "only copy steps may touch a host buffer");
+    }
+  }
+  return SC_OK;
+}
+
 /* Every WAIT completes an earlier async COMM step, each async step is
  * waited for exactly once, and none is left running at the end: the
  * session's waits then always end. */
@@ -1302,6 +1337,7 @@ static sc_status read_program(reader *r, json_t *root) {
     if ((st = read_step(r, json_array_get(steps, (size_t)i), i, &s))) return st;
     if (sc_program_add_step(p, &s) != i) return fail(r, SC_ERR_NOMEM, "out of memory");
   }
+  if ((st = check_host_buffers(r))) return st;
   return check_waits(r);
 }
 
