@@ -29,6 +29,9 @@ seeded random tokens (the third wraps around the 64 examples):
   - a training bundle compiled with offloading (`compile --train`) trains
     with its host pool and logs what the model file's step without
     offloading logs;
+  - --recompute auto with a budget between the step's memory with full
+    recompute and with full recompute and offloading tries none,
+    selective, full (over) and full+offload (fits), and chooses that;
   - pipelined training (pp=2) is refused with a message naming it, and
     --activation-loading-horizon without --offload-activations is a usage
     error.
@@ -134,6 +137,18 @@ def main():
                       f"{ref['arena']} without offloading")
                 check(got["host"] == o["host_pool"],
                       f"{what}: host pool allocated {got['host']}, planned {o['host_pool']}")
+                if rc == "full" and h is None and p["total"] < pref["total"]:
+                    # --recompute auto: full recompute alone does not fit
+                    # the budget, with offloading it does
+                    budget = (p["total"] + pref["total"]) // 2
+                    a = shardc(["plan", "--train", MODEL, "--json", "--recompute", "auto",
+                                "--memory-budget", str(budget)] + STEP)
+                    chose = json.loads(a.stdout)["offload"] if a.returncode == 0 else None
+                    check(chose and chose["values"] == o["values"] and
+                          "chose full with --offload-activations" in a.stderr and
+                          re.search(r"^  full +step .*: over by", a.stderr, re.M) and
+                          re.search(r"^  full\+offload +step .*: fits by", a.stderr, re.M),
+                          f"--recompute auto, budget {budget}: {chose} {a.stderr[-800:]}")
         smp = os.path.join(tmp, "smp.json")
         with open(smp, "w") as f:
             json.dump({"activation_checkpointing": "full", "sm_activation_offloading": True,
