@@ -54,8 +54,10 @@ int sc_train_args_refuse_with_bundle(const sc_train_args *a, const char *bundle)
  * with bo->train = &a->t), with a warning when --recompute finds no
  * blocks; with --recompute auto, the first of none, selective and full
  * whose step memory per rank (arena and constants) fits --memory-budget,
- * each try and the choice said on stderr. 0, 1 (error printed: even full
- * recompute does not fit, with what would), 2 (usage). */
+ * then (without --offload-activations given) full, or none without
+ * blocks, with activation offloading; each try and the choice said on
+ * stderr. 0, 1 (error printed: even the last try does not fit, with what
+ * would), 2 (usage). */
 struct sc_partition_args;
 struct sc_cli_opts;
 int sc_train_args_build(sc_train_args *a, const struct sc_partition_args *pa,
