@@ -38,7 +38,8 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad,
 }
 
 /* m->saved (train_memory.h): the activation roots the memory plan keeps
- * live from before m->backward_step to it or later. */
+ * live from before m->backward_step to it or later, on the device (an
+ * offloaded value's host copy is not). */
 static sc_status saved_of(const sc_program *p, sc_train_memory *m, const bool *grad,
                           const bool *comm, sc_diag *d) {
   size_t n = (size_t)p->n_buffers + 1;
@@ -47,7 +48,7 @@ static sc_status saved_of(const sc_program *p, sc_train_memory *m, const bool *g
                                : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   int32_t k = m->backward_step;
   for (int32_t r = 0; st == SC_OK && r < p->n_buffers; r++)
-    if (first[r] >= 0 && first[r] < k && last[r] >= k &&
+    if (first[r] >= 0 && first[r] < k && last[r] >= k && p->buffers[r].kind != SC_BUF_HOST &&
         class_of(p, r, grad, comm) == SC_MEM_ACTIVATIONS)
       m->saved += p->buffers[r].bytes;
   sc_free(first);

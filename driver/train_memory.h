@@ -43,7 +43,8 @@ typedef struct sc_train_memory {
   /* The activations saved for the backward: the bytes (unrounded) of the
    * forward values live when the backward begins (at the first step of a
    * node "…/grad/…", backward_step; -1 and 0 without one) that a later
-   * step reads: what Korthikanti et al. count per layer. */
+   * step reads: what Korthikanti et al. count per layer; on the device
+   * (an offloaded value's host copy is not counted). */
   int32_t backward_step;
   int64_t saved;
   /* Activation offloading (codegen/offload.c): the host pool (planned =
