@@ -48,6 +48,14 @@ typedef struct sc_compile_opts {
    * piece by the driver from bind_state; n_bound 0: none. */
   const char *const *bound;
   int32_t n_bound;
+  /* Activation offloading (sc_program_offload, codegen/offload.c): the
+   * names of the buffers to park in the host pool between their forward
+   * and backward uses (the training step's saved activations,
+   * sc_train_info.offload), and how many reload points ahead each copy
+   * back starts. n_offload 0: none. */
+  const char *const *offload;
+  int32_t n_offload;
+  int32_t offload_horizon;
 } sc_compile_opts;
 void sc_compile_opts_init(sc_compile_opts *o);
 sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **out,

@@ -43,6 +43,9 @@ static bool in_arena(const sc_buffer *b) {
   return b->kind == SC_BUF_INPUT || b->kind == SC_BUF_OUTPUT || b->kind == SC_BUF_TEMP;
 }
 
+/* The pool a root is placed in: the device arena or the host pool. */
+static bool in_host_pool(const sc_buffer *b) { return b->kind == SC_BUF_HOST; }
+
 typedef struct touch_ctx {
   const sc_program *p;
   life *l;
@@ -107,7 +110,7 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
                          "memory plan: view buffer %d ('%s') has no storage (bad alias or cycle)",
                          (int)i, p->buffers[i].name ? p->buffers[i].name : "");
     }
-    l->root[i] = in_arena(&p->buffers[b]) ? b : -1;
+    l->root[i] = in_arena(&p->buffers[b]) || in_host_pool(&p->buffers[b]) ? b : -1;
     l->first[i] = INT32_MAX;
     l->last[i] = -1;
   }
@@ -344,54 +347,60 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
     if (l.last[i] > sl->last) sl->last = l.last[i];
   }
 
-  /* greedy by size, best fit */
+  /* greedy by size, best fit: the device arena's slots, then the host
+   * pool's, each pool on its own (pool_peak[0], pool_peak[1]) */
   for (int32_t i = 0; i < n_slots; i++) order[i] = i;
   sort_slots_base = slots;
   qsort(order, (size_t)n_slots, sizeof *order, cmp_slot_order);
-  int64_t peak = 0;
-  int32_t n_placed = 0;
-  for (int32_t oi = 0; oi < n_slots; oi++) {
-    slot *sl = &slots[order[oi]];
-    if (sc_program_bound(p, sl->id)) continue; /* the caller's storage: offset -1 */
-    if (sl->bytes == 0) {
-      sl->offset = 0;
-      continue;
-    }
-    /* placed is kept in (offset, id) order: the slots live at the same
-     * time as this one are met in that order, no sort per slot */
-    int64_t cur = 0, best = -1, best_gap = INT64_MAX;
-    for (int32_t j = 0; j < n_placed; j++) {
-      const slot *o = &slots[placed[j]];
-      if (!(o->first <= sl->last && sl->first <= o->last)) continue;
-      if (o->offset > cur) {
-        int64_t gap = o->offset - cur;
-        if (gap >= sl->bytes && gap < best_gap) {
-          best = cur;
-          best_gap = gap;
-        }
+  int64_t pool_peak[2] = {0, 0};
+  for (int pool = 0; pool < 2; pool++) {
+    int32_t n_placed = 0;
+    for (int32_t oi = 0; oi < n_slots; oi++) {
+      slot *sl = &slots[order[oi]];
+      if (in_host_pool(&p->buffers[sl->id]) != (pool == 1)) continue;
+      if (sc_program_bound(p, sl->id)) continue; /* the caller's storage: offset -1 */
+      if (sl->bytes == 0) {
+        sl->offset = 0;
+        continue;
       }
+      /* placed is kept in (offset, id) order: the slots live at the same
+       * time as this one are met in that order, no sort per slot */
+      int64_t cur = 0, best = -1, best_gap = INT64_MAX;
+      for (int32_t j = 0; j < n_placed; j++) {
+        const slot *o = &slots[placed[j]];
+        if (!(o->first <= sl->last && sl->first <= o->last)) continue;
+        if (o->offset > cur) {
+          int64_t gap = o->offset - cur;
+          if (gap >= sl->bytes && gap < best_gap) {
+            best = cur;
+            best_gap = gap;
+          }
+        }
+        int64_t end;
+        if (!sc_add_i64(o->offset, o->bytes, &end)) end = INT64_MAX;
+        if (end > cur) cur = end;
+      }
+      sl->offset = best >= 0 ? best : cur;
       int64_t end;
-      if (!sc_add_i64(o->offset, o->bytes, &end)) end = INT64_MAX;
-      if (end > cur) cur = end;
+      if (!sc_add_i64(sl->offset, sl->bytes, &end)) {
+        st = sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "memory plan: arena size overflows");
+        goto done;
+      }
+      if (end > pool_peak[pool]) pool_peak[pool] = end;
+      int32_t lo = 0, hi = n_placed; /* the first placed slot after this one */
+      while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        const slot *o = &slots[placed[mid]];
+        if (o->offset < sl->offset || (o->offset == sl->offset && o->id < sl->id)) lo = mid + 1;
+        else hi = mid;
+      }
+      memmove(placed + lo + 1, placed + lo, (size_t)(n_placed - lo) * sizeof *placed);
+      placed[lo] = order[oi];
+      n_placed++;
     }
-    sl->offset = best >= 0 ? best : cur;
-    int64_t end;
-    if (!sc_add_i64(sl->offset, sl->bytes, &end)) {
-      st = sc_diag_set(diag, SC_ERR_LIMIT, NULL, NULL, "memory plan: arena size overflows");
-      goto done;
-    }
-    if (end > peak) peak = end;
-    int32_t lo = 0, hi = n_placed; /* the first placed slot after this one */
-    while (lo < hi) {
-      int32_t mid = lo + (hi - lo) / 2;
-      const slot *o = &slots[placed[mid]];
-      if (o->offset < sl->offset || (o->offset == sl->offset && o->id < sl->id)) lo = mid + 1;
-      else hi = mid;
-    }
-    memmove(placed + lo + 1, placed + lo, (size_t)(n_placed - lo) * sizeof *placed);
-    placed[lo] = order[oi];
-    n_placed++;
   }
+  int64_t peak = pool_peak[0];
+  p->host_bytes = pool_peak[1];
   for (int32_t i = 0; i < p->n_buffers; i++) {
     if (p->buffers[i].kind == SC_BUF_VIEW) continue;
     p->buffers[i].offset = l.root[i] == i ? slots[slot_of[i]].offset : -1;
@@ -436,9 +445,10 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
   if (p->arena_align <= 0)
     return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "memory plan: alignment %lld",
                        (long long)p->arena_align);
-  if (p->arena_bytes < 0)
-    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "memory plan: arena of %lld bytes",
-                       (long long)p->arena_bytes);
+  if (p->arena_bytes < 0 || p->host_bytes < 0)
+    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "memory plan: arena of %lld bytes, host pool of %lld",
+                       (long long)p->arena_bytes, (long long)p->host_bytes);
   int64_t ws_end, top = p->arena_bytes; /* where the buffers must end */
   if (p->workspace_bytes < 0 || (p->workspace_bytes > 0 &&
       (p->workspace_offset < 0 || p->workspace_offset % p->arena_align != 0 ||
@@ -493,13 +503,15 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
                          (int)i);
       continue;
     }
+    bool host = in_host_pool(b);
+    int64_t lim = host ? p->host_bytes : top;
     if (b->offset < 0 || b->offset % p->arena_align != 0 || b->bytes < 0 ||
-        !sc_add_i64(b->offset, b->bytes, &end) || end > top)
+        !sc_add_i64(b->offset, b->bytes, &end) || end > lim)
       st = sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                        "memory plan: buffer '%s' (b%d) at [%lld, +%lld) is not an aligned slot "
-                       "inside the arena's %lld bytes of buffers",
+                       "inside the %s's %lld bytes of buffers",
                        bname(p, i), (int)i, (long long)b->offset, (long long)b->bytes,
-                       (long long)top);
+                       host ? "host pool" : "arena", (long long)lim);
   }
   /* every pair live together, by a sweep over the steps: roots in order of
    * their first step, each compared with those still live (not all pairs:
@@ -523,7 +535,8 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag) {
     for (int32_t q = 0; q < n_act && st == SC_OK; q++) {
       int32_t i = act[q] < cur ? act[q] : cur, j = act[q] < cur ? cur : act[q];
       const sc_buffer *a = &p->buffers[i], *b = &p->buffers[j];
-      bool space = a->offset < b->offset + b->bytes && b->offset < a->offset + a->bytes;
+      bool space = in_host_pool(a) == in_host_pool(b) && a->offset < b->offset + b->bytes &&
+                   b->offset < a->offset + a->bytes;
       if (!space) continue;
       /* a legal in-place pair: one dies at the kernel step the other is born */
       if (a->offset == b->offset && a->bytes == b->bytes) {
@@ -577,11 +590,29 @@ sc_status sc_memplan_lifetimes(const sc_program *p, int32_t *first, int32_t *las
   return SC_OK;
 }
 
-sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
-                          sc_diag *diag) {
+/* With unoffload, each offloaded value (a COPY of root X to a HOST buffer
+ * H, and one of H to root R) counts as X live from X's first step to R's
+ * last: the liveness it had without the copies. */
+static sc_status peak_of(const sc_program *p, bool unoffload, int32_t *step, int64_t *bytes,
+                         bool *live, sc_diag *diag) {
   life l;
   sc_status st = compute_life(p, &l, diag);
   if (st != SC_OK) return st;
+  for (int32_t s = 0; unoffload && s < p->n_steps; s++) {
+    const sc_step *out = &p->steps[s];
+    if (out->kind != SC_STEP_COPY || !in_host_pool(&p->buffers[out->copy.dst])) continue;
+    int32_t x = l.root[out->copy.src];
+    for (int32_t t = s + 1; x >= 0 && t < p->n_steps; t++) {
+      const sc_step *in = &p->steps[t];
+      if (in->kind != SC_STEP_COPY || in->copy.src != out->copy.dst) continue;
+      int32_t r = l.root[in->copy.dst];
+      if (r >= 0 && r != x) {
+        if (l.last[r] > l.last[x]) l.last[x] = l.last[r];
+        l.root[r] = -1;
+      }
+      break;
+    }
+  }
   int64_t align = p->arena_align > 0 ? p->arena_align : 64;
   int64_t *delta = sc_calloc((size_t)SC_TIME_END(p) + 2, sizeof *delta);
   if (!delta) {
@@ -595,8 +626,9 @@ sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bo
     l.last[x] = SC_TIME_END(p);
     l.root[o] = -1;
   }
-  for (int32_t i = 0; i < p->n_buffers; i++) /* the caller's storage */
-    if (l.root[i] == i && sc_program_bound(p, i)) l.root[i] = -1;
+  for (int32_t i = 0; i < p->n_buffers; i++) /* the caller's storage, the host pool */
+    if (l.root[i] == i && (sc_program_bound(p, i) || in_host_pool(&p->buffers[i])))
+      l.root[i] = -1;
   /* an in-place successor (same slot, born at the step its donor is last
    * read) holds the donor's bytes from that step on: the donor counts up
    * to the step before */
@@ -641,4 +673,14 @@ sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bo
   sc_free(delta);
   life_free(&l);
   return SC_OK;
+}
+
+sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
+                          sc_diag *diag) {
+  return peak_of(p, false, step, bytes, live, diag);
+}
+
+sc_status sc_memplan_peak_unoffloaded(const sc_program *p, int64_t *bytes, sc_diag *diag) {
+  int32_t step;
+  return peak_of(p, true, &step, bytes, NULL, diag);
 }

@@ -39,6 +39,12 @@ sc_status sc_memplan_verify(const sc_program *p, sc_diag *diag);
  * SC_ERR_NOMEM. */
 sc_status sc_memplan_peak(const sc_program *p, int32_t *step, int64_t *bytes, bool *live,
                           sc_diag *diag);
+/* What sc_memplan_peak's *bytes would be without activation offloading
+ * (codegen/offload.c): each value copied to the host pool and back counts
+ * as one root live from its first step to its reloaded copy's last, the
+ * copies' own steps adding no live bytes. The difference from the peak is
+ * what offloading saves at the device's peak. */
+sc_status sc_memplan_peak_unoffloaded(const sc_program *p, int64_t *bytes, sc_diag *diag);
 /* The lifetimes the plan works from: for each storage root i (an arena
  * buffer that is not a view), first[i] and last[i] as above (INPUTs from
  * step 0, OUTPUTs to n_steps, unused [0, 0]); -1 for other buffers. first

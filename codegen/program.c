@@ -350,8 +350,13 @@ const char *sc_gemm_act_name(sc_gemm_act a) {
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud) {
   if (s->kind == SC_STEP_WAIT) {
     if (s->started >= 0 && s->started < p->n_steps &&
-        p->steps[s->started].kind == SC_STEP_COMM)
+        (p->steps[s->started].kind == SC_STEP_COMM || p->steps[s->started].kind == SC_STEP_COPY))
       sc_step_buffers(p, &p->steps[s->started], fn, ud);
+    return;
+  }
+  if (s->kind == SC_STEP_COPY) {
+    fn(ud, s->copy.src, false);
+    fn(ud, s->copy.dst, true);
     return;
   }
   if (s->kind == SC_STEP_GEMM) {
@@ -485,7 +490,7 @@ const char *sc_attention_problem(const sc_program *p, const sc_step *s) {
   return NULL;
 }
 
-static const char *const kind_names[] = {"input", "output", "const", "temp", "view"};
+static const char *const kind_names[] = {"input", "output", "const", "temp", "view", "host"};
 
 static void print_dims(FILE *out, int32_t rank, const int64_t *dims) {
   fputc('[', out);
@@ -497,6 +502,7 @@ void sc_program_print(const sc_program *p, FILE *out) {
   fprintf(out, "program buffers %d kernels %d steps %d arena %lld align %lld\n",
           (int)p->n_buffers, (int)p->n_kernels, (int)p->n_steps, (long long)p->arena_bytes,
           (long long)p->arena_align);
+  if (p->host_bytes > 0) fprintf(out, "host pool %lld\n", (long long)p->host_bytes);
   fputs("inputs", out);
   for (int32_t i = 0; i < p->n_inputs; i++) fprintf(out, " b%d", (int)p->inputs[i]);
   fputs("\noutputs", out);
@@ -509,7 +515,7 @@ void sc_program_print(const sc_program *p, FILE *out) {
   for (int32_t i = 0; i < p->n_buffers; i++) {
     const sc_buffer *b = &p->buffers[i];
     fprintf(out, "b%d %s %s ", (int)i,
-            (unsigned)b->kind <= SC_BUF_VIEW ? kind_names[b->kind] : "?",
+            (unsigned)b->kind <= SC_BUF_HOST ? kind_names[b->kind] : "?",
             sc_dtype_name(b->dtype));
     print_dims(out, b->rank, b->dims);
     fprintf(out, " bytes %lld", (long long)b->bytes);
@@ -573,6 +579,8 @@ void sc_program_print(const sc_program *p, FILE *out) {
               a->causal ? " causal" : "");
     } else if (s->kind == SC_STEP_WAIT) {
       fprintf(out, "wait s%d", (int)s->started);
+    } else if (s->kind == SC_STEP_COPY) {
+      fprintf(out, "copy start b%d -> b%d", (int)s->copy.src, (int)s->copy.dst);
     } else if (s->kind == SC_STEP_COMM) {
       static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter",
                                           "all_to_all", "send", "recv"};

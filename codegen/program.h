@@ -36,7 +36,11 @@
 #include "ir/mesh.h"
 
 typedef enum sc_buf_kind {
-  SC_BUF_INPUT, SC_BUF_OUTPUT, SC_BUF_CONST, SC_BUF_TEMP, SC_BUF_VIEW
+  SC_BUF_INPUT, SC_BUF_OUTPUT, SC_BUF_CONST, SC_BUF_TEMP, SC_BUF_VIEW,
+  SC_BUF_HOST   /* a slot in the host pool (offset into it), written and
+                   read only by COPY steps: an offloaded activation
+                   parked between its forward and its backward
+                   (codegen/offload.c) */
 } sc_buf_kind;
 
 typedef struct sc_buffer {
@@ -184,6 +188,8 @@ typedef enum sc_step_kind {
                      may be read, its in written again */
   SC_STEP_ATTENTION,      /* fused attention forward (sc_attention_step) */
   SC_STEP_ATTENTION_GRAD, /* its gradient (sc_attention_step) */
+  SC_STEP_COPY,   /* copy between the device arena and the host pool
+                     (sc_copy_step), on the copy queue */
   SC_STEP_KIND_COUNT
 } sc_step_kind;
 
@@ -235,6 +241,16 @@ typedef struct sc_attention_step {
   bool causal;
 } sc_attention_step;
 
+/* A copy of a whole buffer between the device arena and the host pool
+ * (activation offloading, codegen/offload.c): src and dst have the same
+ * byte size, one of them a HOST buffer and the other an arena TEMP root.
+ * Always async: the session starts it on its copy queue, and a WAIT step
+ * further on (started = this step) completes it; between the two no step
+ * touches dst or writes src. */
+typedef struct sc_copy_step {
+  int32_t src, dst;       /* buffer ids */
+} sc_copy_step;
+
 typedef struct sc_step {
   sc_step_kind kind;
   int32_t kernel;     /* KERNEL: kernel id; GEMM: epilogue kernel id or -1;
@@ -245,7 +261,8 @@ typedef struct sc_step {
   sc_check_step check; /* CHECK */
   sc_scatter_step scatter; /* SCATTER_ADD */
   sc_attention_step attn;  /* ATTENTION, ATTENTION_GRAD */
-  int32_t started;    /* WAIT: the index of the async COMM step it completes
+  sc_copy_step copy;       /* COPY */
+  int32_t started;    /* WAIT: the index of the async COMM or COPY step it completes
                          (an earlier step; each is waited for exactly once) */
   const char *origin; /* graph node name(s), for --print and errors */
 } sc_step;
@@ -266,6 +283,9 @@ typedef struct sc_program {
   int32_t n_inputs, n_outputs;
   int32_t *inputs, *outputs;    /* buffer ids, in graph order */
   int64_t arena_bytes;          /* peak from the memory plan */
+  int64_t host_bytes;           /* the host pool's size from the memory plan
+                                   (HOST buffers; 0: none), a second arena
+                                   allocated apart from the device's */
   int64_t arena_align;          /* alignment of every arena offset (64) */
   /* Device scratch the memory plan reserves at the top of the arena, for a
    * device's library calls (cuBLASLt's workspace: SC_GEMM_WORKSPACE_BYTES
@@ -349,7 +369,7 @@ static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
  * written, unpack written and read. CHECK steps: the buffer read. SCATTER_ADD: data, indices
  * and updates read, out written. ATTENTION: q, k, v, mask read, o and lse
  * written. ATTENTION_GRAD: q, k, v, mask, o, lse, d_o read, dq, dk, dv
- * written. WAIT steps: those of the COMM step they
+ * written. COPY: src read, dst written. WAIT steps: those of the COMM or COPY step they
  * complete (so an async collective's buffers live from its start to its
  * wait). Shared by the memory plan and the runtime. */
 typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
@@ -382,5 +402,22 @@ sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag);
  * SC_ERR_INVALID (a step names a buffer that does not exist). */
 sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetched,
                              sc_diag *diag);
+
+/* codegen/offload.c: activation offloading (docs/offload.md). Each buffer
+ * named in names[0..n_names) whose storage is an arena TEMP is copied to a
+ * HOST buffer (the host pool) right after the last step writing it before
+ * its longest idle interval, and back into a new TEMP root H reload points
+ * (`horizon`) before the first step reading it after that interval, which
+ * then reads the copy: COPY steps on the copy queue, each completed by a
+ * WAIT. Run after sc_program_overlap, before the memory plan, which frees
+ * the device slot between the copy-out's WAIT and the copy-in's start.
+ * r (may be NULL): how many buffers, how many bytes. SC_ERR_NOMEM,
+ * SC_ERR_INVALID (a step names a buffer that does not exist). */
+typedef struct sc_offload_report {
+  int32_t n_buffers;  /* offloaded */
+  int64_t bytes;      /* their bytes (unaligned) */
+} sc_offload_report;
+sc_status sc_program_offload(sc_program *p, const char *const *names, int32_t n_names,
+                             int32_t horizon, sc_offload_report *r, sc_diag *diag);
 
 #endif

@@ -42,11 +42,12 @@ static const int KIR_ARITY[] = {
 };
 _Static_assert(sizeof KIR_NAMES / sizeof KIR_NAMES[0] == KIR_OP_COUNT, "kir op names");
 
-static const char *const BUF_KINDS[] = {"input", "output", "const", "temp", "view"};
-enum { N_BUF_KINDS = 5 };
+static const char *const BUF_KINDS[] = {"input", "output", "const", "temp", "view", "host"};
+enum { N_BUF_KINDS = 6 };
+_Static_assert(N_BUF_KINDS == SC_BUF_HOST + 1, "buffer kinds");
 static const char *const STEP_KINDS[] = {"kernel", "gemm",        "comm",     "check",
                                          "scatter_add", "wait",  "attention",
-                                         "attention_grad"};
+                                         "attention_grad", "copy"};
 _Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
 static const char *const PHASE_KINDS[] = {"reduce", "store"};
 static const char *const COMM_KINDS[] = {"all_reduce",     "all_gather", "reduce_scatter",
@@ -292,6 +293,9 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(o, "comm", co);
   } else if (s->kind == SC_STEP_WAIT) {
     json_object_set_new(o, "started", json_integer(s->started));
+  } else if (s->kind == SC_STEP_COPY) {
+    json_object_set_new(o, "src", json_integer(s->copy.src));
+    json_object_set_new(o, "dst", json_integer(s->copy.dst));
   }
   return o;
 }
@@ -313,6 +317,7 @@ static sc_status write_json(const sc_program *p, const int64_t *weight_offsets, 
   json_object_set_new(root, "version", json_integer(SC_PROGRAM_JSON_VERSION));
   json_object_set_new(root, "arena_bytes", json_integer(p->arena_bytes));
   json_object_set_new(root, "arena_align", json_integer(p->arena_align));
+  if (p->host_bytes > 0) json_object_set_new(root, "host_bytes", json_integer(p->host_bytes));
   if (p->workspace_bytes > 0) {
     json_object_set_new(root, "workspace_bytes", json_integer(p->workspace_bytes));
     json_object_set_new(root, "workspace_offset", json_integer(p->workspace_offset));
@@ -585,6 +590,12 @@ static sc_status read_buffer(reader *r, json_t *o, int32_t id, int32_t n_buffers
         !sc_add_i64(b->offset, b->bytes, &end) || end > p->arena_bytes)
       return fail(r, SC_ERR_INVALID, "arena slot [%lld, +%lld) outside the arena (%lld bytes)",
                   (long long)b->offset, (long long)b->bytes, (long long)p->arena_bytes);
+  } else if (b->kind == SC_BUF_HOST) {
+    int64_t end;
+    if (b->offset < 0 || (p->arena_align > 0 && b->offset % p->arena_align != 0) ||
+        !sc_add_i64(b->offset, b->bytes, &end) || end > p->host_bytes)
+      return fail(r, SC_ERR_INVALID, "host slot [%lld, +%lld) outside the host pool (%lld bytes)",
+                  (long long)b->offset, (long long)b->bytes, (long long)p->host_bytes);
   } else if (b->offset != -1) {
     return fail(r, SC_ERR_INVALID, "a %s buffer has no arena offset", BUF_KINDS[b->kind]);
   }
@@ -933,6 +944,41 @@ static sc_status read_attention(reader *r, json_t *o, sc_step *s) {
   return SC_OK;
 }
 
+typedef struct host_touch {
+  const sc_program *p;
+  bool hit;
+} host_touch;
+
+static void touches_host(void *ud, int32_t b, bool written) {
+  (void)written;
+  host_touch *t = ud;
+  if (b >= 0 && b < t->p->n_buffers && t->p->buffers[sc_program_root(t->p, b)].kind == SC_BUF_HOST)
+    t->hit = true;
+}
+
+/* Host-pool buffers are touched by COPY steps only (devices give them no
+ * address): no view of one, no input or output, no other step naming one. */
+static sc_status check_host_buffers(reader *r) {
+  const sc_program *p = r->p;
+  host_touch t = {p, false};
+  for (int32_t b = 0; b < p->n_buffers; b++)
+    if (p->buffers[b].kind == SC_BUF_VIEW) touches_host(&t, b, false);
+  if (t.hit) return fail(r, SC_ERR_INVALID, "a view of a host buffer");
+  for (int32_t i = 0; i < p->n_inputs; i++) touches_host(&t, p->inputs[i], false);
+  for (int32_t i = 0; i < p->n_outputs; i++) touches_host(&t, p->outputs[i], false);
+  if (t.hit) return fail(r, SC_ERR_INVALID, "a host buffer as an input or output");
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind == SC_STEP_COPY || s->kind == SC_STEP_WAIT) continue;
+    sc_step_buffers(p, s, touches_host, &t);
+    if (t.hit) {
+      at(r, "steps[%d]", i);
+      return fail(r, SC_ERR_INVALID, "only copy steps may touch a host buffer");
+    }
+  }
+  return SC_OK;
+}
+
 /* Every WAIT completes an earlier async COMM step, each async step is
  * waited for exactly once, and none is left running at the end: the
  * session's waits then always end. */
@@ -946,16 +992,18 @@ static sc_status check_waits(reader *r) {
     if (s->kind != SC_STEP_WAIT) continue;
     at(r, "steps[%d]", i);
     int32_t j = s->started;
-    if (p->steps[j].kind != SC_STEP_COMM || !p->steps[j].comm.async)
-      st = fail(r, SC_ERR_INVALID, "waits for step %d, which is not an async collective", j);
+    if (p->steps[j].kind != SC_STEP_COPY && (p->steps[j].kind != SC_STEP_COMM || !p->steps[j].comm.async))
+      st = fail(r, SC_ERR_INVALID,
+                "waits for step %d, which is not an async collective or a copy", j);
     else if (waited[j])
       st = fail(r, SC_ERR_INVALID, "waits for step %d a second time", j);
     waited[j] = true;
   }
   for (int32_t i = 0; i < p->n_steps && st == SC_OK; i++)
-    if (p->steps[i].kind == SC_STEP_COMM && p->steps[i].comm.async && !waited[i]) {
+    if (((p->steps[i].kind == SC_STEP_COMM && p->steps[i].comm.async) ||
+         p->steps[i].kind == SC_STEP_COPY) && !waited[i]) {
       at(r, "steps[%d]", i);
-      st = fail(r, SC_ERR_INVALID, "an async collective that no step waits for");
+      st = fail(r, SC_ERR_INVALID, "an async collective or copy that no step waits for");
     }
   sc_free(waited);
   return st;
@@ -1058,6 +1106,19 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   if (s->kind == SC_STEP_ATTENTION || s->kind == SC_STEP_ATTENTION_GRAD) {
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
     return read_attention(r, o, s);
+  }
+  if (s->kind == SC_STEP_COPY) { /* one HOST and one arena TEMP of one size */
+    if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel)) ||
+        (st = get_range(r, o, "src", true, 0, 0, p->n_buffers - 1, &s->copy.src)) ||
+        (st = get_range(r, o, "dst", true, 0, 0, p->n_buffers - 1, &s->copy.dst)))
+      return st;
+    const sc_buffer *a = &p->buffers[s->copy.src], *b = &p->buffers[s->copy.dst];
+    if ((a->kind == SC_BUF_HOST) == (b->kind == SC_BUF_HOST) ||
+        (a->kind != SC_BUF_HOST && a->kind != SC_BUF_TEMP) ||
+        (b->kind != SC_BUF_HOST && b->kind != SC_BUF_TEMP) || a->bytes != b->bytes)
+      return fail(r, SC_ERR_INVALID, "copy: src and dst must be a host and a temp buffer of "
+                                     "one size");
+    return SC_OK;
   }
   if (s->kind == SC_STEP_WAIT) { /* pairing checked by check_waits */
     if ((st = get_range(r, o, "kernel", true, 0, -1, -1, &s->kernel))) return st;
@@ -1213,6 +1274,8 @@ static sc_status read_program(reader *r, json_t *root) {
                 (long long)version, SC_PROGRAM_JSON_VERSION);
   if ((st = get_int(r, root, "arena_bytes", true, 0, &p->arena_bytes))) return st;
   if ((st = get_int(r, root, "arena_align", true, 0, &p->arena_align))) return st;
+  if ((st = get_int(r, root, "host_bytes", false, 0, &p->host_bytes))) return st;
+  if (p->host_bytes < 0) return fail(r, SC_ERR_INVALID, "negative host_bytes");
   if ((st = get_int(r, root, "workspace_bytes", false, 0, &p->workspace_bytes)) ||
       (st = get_int(r, root, "workspace_offset", false, 0, &p->workspace_offset)))
     return st; /* checked by sc_memplan_verify */
@@ -1274,6 +1337,7 @@ static sc_status read_program(reader *r, json_t *root) {
     if ((st = read_step(r, json_array_get(steps, (size_t)i), i, &s))) return st;
     if (sc_program_add_step(p, &s) != i) return fail(r, SC_ERR_NOMEM, "out of memory");
   }
+  if ((st = check_host_buffers(r))) return st;
   return check_waits(r);
 }
 

@@ -243,6 +243,15 @@ static sc_status step_codegen(job *j) {
    * state (copied in, as the planner's exact evaluations count it) */
   if (co.bind_state && part && part->n_chunks > 0 && j->o->train && !j->b->plan->cluster)
     st = state_names(j->b->graph, &co, j->d);
+  if (st == SC_OK && j->o->train && j->o->train->offload_activations) {
+    if (part && part->n_chunks > 0)
+      st = sc_diag_set(j->d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "activation offloading is not done for pipelined training (pp > 1): "
+                       "train without --offload-activations, or without pp");
+    co.offload = j->b->train.offload;
+    co.n_offload = j->b->train.n_offload;
+    co.offload_horizon = j->o->train->activation_loading_horizon;
+  }
   sc_progress pr; /* which program of how many (ir/progress.h) */
   sc_progress_begin(&pr, "compiling programs", j->n_stages, false);
   for (int32_t s = 0; st == SC_OK && s < j->n_stages; s++) {

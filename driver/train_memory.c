@@ -38,7 +38,8 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad,
 }
 
 /* m->saved (train_memory.h): the activation roots the memory plan keeps
- * live from before m->backward_step to it or later. */
+ * live from before m->backward_step to it or later, on the device (an
+ * offloaded value's host copy is not). */
 static sc_status saved_of(const sc_program *p, sc_train_memory *m, const bool *grad,
                           const bool *comm, sc_diag *d) {
   size_t n = (size_t)p->n_buffers + 1;
@@ -47,7 +48,7 @@ static sc_status saved_of(const sc_program *p, sc_train_memory *m, const bool *g
                                : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   int32_t k = m->backward_step;
   for (int32_t r = 0; st == SC_OK && r < p->n_buffers; r++)
-    if (first[r] >= 0 && first[r] < k && last[r] >= k &&
+    if (first[r] >= 0 && first[r] < k && last[r] >= k && p->buffers[r].kind != SC_BUF_HOST &&
         class_of(p, r, grad, comm) == SC_MEM_ACTIVATIONS)
       m->saved += p->buffers[r].bytes;
   sc_free(first);
@@ -92,6 +93,15 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
     if (p->steps[k].origin && strstr(p->steps[k].origin, "/grad/")) m->backward_step = k;
   if (st == SC_OK && m->backward_step >= 0) st = saved_of(p, m, grad, comm, d);
   m->arena = p->arena_bytes;
+  m->host = p->host_bytes;
+  for (int32_t i = 0; i < p->n_buffers; i++)
+    if (p->buffers[i].kind == SC_BUF_HOST) {
+      m->n_offloaded++;
+      m->offloaded += p->buffers[i].bytes;
+    }
+  m->peak_live_unoffloaded = m->peak_live;
+  if (st == SC_OK && m->n_offloaded > 0)
+    st = sc_memplan_peak_unoffloaded(p, &m->peak_live_unoffloaded, d);
   m->peak_origin = st == SC_OK && m->peak_step < p->n_steps ? p->steps[m->peak_step].origin : NULL;
   sc_free(live);
   sc_free(grad);

@@ -43,9 +43,20 @@ typedef struct sc_train_memory {
   /* The activations saved for the backward: the bytes (unrounded) of the
    * forward values live when the backward begins (at the first step of a
    * node "…/grad/…", backward_step; -1 and 0 without one) that a later
-   * step reads: what Korthikanti et al. count per layer. */
+   * step reads: what Korthikanti et al. count per layer; on the device
+   * (an offloaded value's host copy is not counted). */
   int32_t backward_step;
   int64_t saved;
+  /* Activation offloading (codegen/offload.c): the host pool (planned =
+   * allocated, apart from the arena), the values parked there and their
+   * bytes (unrounded), and the peak the device would have without it
+   * (sc_memplan_peak_unoffloaded): peak_live_unoffloaded − peak_live is
+   * what offloading saves at the peak. All 0 (the last = peak_live) when
+   * nothing is offloaded. */
+  int64_t host;
+  int32_t n_offloaded;
+  int64_t offloaded;
+  int64_t peak_live_unoffloaded;
 } sc_train_memory;
 /* One row of a partitioned step's collectives: every COMM step of one kind
  * over one group of axes. bytes: the larger of input and output (the whole

@@ -27,6 +27,57 @@ void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer) {
   o->beta2 = 0.999;
   o->eps = 1e-8;
   o->weight_decay = optimizer == SC_OPTIMIZER_ADAMW ? 0.01 : 0.0;
+  o->activation_loading_horizon = 2;
+}
+
+/* Whether node n is a recompute clone ("<name>/recompute", recompute.c). */
+static bool recompute_clone(const sc_node *n) {
+  static const char SUFFIX[] = "/recompute";
+  size_t len = n->name ? strlen(n->name) : 0, k = sizeof SUFFIX - 1;
+  return len >= k && strcmp(n->name + len - k, SUFFIX) == 0;
+}
+
+/* The saved activations to offload (sc_train_opts.offload_activations):
+ * values a live forward node (index < n_fwd) makes, neither inputs nor
+ * constants, that a node after the forward reads; with recompute only
+ * those a recompute clone reads (the checkpointed block inputs: what
+ * activation checkpointing keeps). Names in forward order, in g's arena. */
+static sc_status offload_names(sc_graph *g, int32_t n_fwd, bool recompute, sc_train_info *info,
+                               sc_diag *d) {
+  bool *read_after = sc_calloc((size_t)g->n_values + 1, sizeof *read_after);
+  if (!read_after) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = n_fwd; i < g->n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    if ((n->flags & SC_NODE_DEAD) || (recompute && !recompute_clone(n))) continue;
+    for (int32_t k = 0; k < n->n_inputs; k++)
+      if (n->inputs[k] >= 0) read_after[n->inputs[k]] = true;
+  }
+  int32_t cnt = 0;
+  for (int32_t pass = 0; pass < 2; pass++) {
+    cnt = 0;
+    for (int32_t i = 0; i < n_fwd; i++) {
+      const sc_node *n = &g->nodes[i];
+      if (n->flags & SC_NODE_DEAD) continue;
+      for (int32_t j = 0; j < n->n_outputs; j++) {
+        int32_t v = n->outputs[j];
+        if (v < 0 || !read_after[v] || !g->values[v].name ||
+            (g->values[v].flags & (SC_VALUE_INPUT | SC_VALUE_CONST | SC_VALUE_OUTPUT)))
+          continue;
+        if (pass == 1) info->offload[cnt] = g->values[v].name;
+        cnt++;
+      }
+    }
+    if (pass == 0) {
+      info->offload = sc_arena_array(&g->arena, (size_t)cnt + 1, sizeof *info->offload);
+      if (!info->offload) {
+        sc_free(read_after);
+        return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      }
+    }
+  }
+  info->n_offload = cnt;
+  sc_free(read_after);
+  return SC_OK;
 }
 
 static bool frozen(const sc_train_opts *o, const char *name) {
@@ -812,6 +863,9 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   if ((st = sc_autodiff(g, seed_loss, params, info->n_params, grads, d)) != SC_OK) return st;
   if ((st = sc_recompute(g, o->recompute, n_fwd, params, info->n_params, &info->recompute, d)) !=
       SC_OK)
+    return st;
+  if (o->offload_activations &&
+      (st = offload_names(g, n_fwd, o->recompute != SC_RECOMPUTE_NONE, info, d)) != SC_OK)
     return st;
   /* the gradients "grad:P" stay values (the update reads them) but are not
    * outputs: an output keeps its own buffer to the end of the step */

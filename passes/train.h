@@ -98,6 +98,15 @@ typedef struct sc_train_opts {
   bool bf16;                    /* mixed precision: matrix products in bf16 */
   bool fp16;                    /* ... in fp16, with dynamic loss scaling */
   sc_recompute_kind recompute;  /* activation checkpointing (recompute.h) */
+  bool offload_activations;     /* park saved activations in host memory
+                                   between forward and backward (with
+                                   recompute: the checkpointed block inputs;
+                                   without: every saved activation):
+                                   info->offload names them, the codegen
+                                   moves them (codegen/offload.c) */
+  int32_t activation_loading_horizon; /* reload points ahead of the backward
+                                   that a copy back starts (>= 0; default 2,
+                                   SMP v2's examples) */
   bool no_fuse_attention;       /* leave attention cores unfused (else each
                                    becomes one FusedAttention node before
                                    autodiff: passes/fuse_attention.h) */
@@ -156,6 +165,10 @@ typedef struct sc_train_info {
   int64_t classes;              /* cross-entropy: the logits' last dim */
   sc_recompute_report recompute; /* what --recompute cloned */
   sc_fuse_attention_report attention; /* what fuse-attention fused and not */
+  int32_t n_offload;
+  const char **offload;         /* with opts.offload_activations: the names of
+                                   the saved activations to offload, in
+                                   forward order (in the graph's arena) */
   int32_t n_ties;
   sc_train_tie *ties;           /* tied copies, read through their source
                                    (in the graph's arena) */

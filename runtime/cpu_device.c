@@ -379,7 +379,8 @@ static bool cpu_supports_step(void *ctx, const sc_program *p, const sc_step *s) 
   case SC_STEP_COMM: /* run by the session, not the device */
   case SC_STEP_CHECK:
   case SC_STEP_SCATTER_ADD:
-  case SC_STEP_WAIT: return true; /* the arena is host memory */
+  case SC_STEP_WAIT:
+  case SC_STEP_COPY: return true; /* the arena is host memory */
   default: return false;
   }
 }
@@ -551,6 +552,14 @@ sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64
     *offset = rb->offset;
     return SC_OK;
   case SC_BUF_CONST: return SC_OK;
+  case SC_BUF_HOST: /* the session's host pool: no device address */
+    if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->host_bytes ||
+        rb->bytes > p->host_bytes - rb->offset)
+      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                         "buffer '%s' [%lld, +%lld) lies outside the %lld-byte host pool",
+                         rb->name ? rb->name : "?", (long long)rb->offset, (long long)rb->bytes,
+                         (long long)p->host_bytes);
+    return SC_OK;
   default:
     return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                        "buffer '%s': view without a storage root", rb->name ? rb->name : "?");
@@ -639,6 +648,10 @@ static sc_status cpu_bind(void *ctx, void *arena, sc_diag *diag) {
     if (st != SC_OK) return st;
     if (off >= 0) {
       c->ptrs[b] = base + off;
+      continue;
+    }
+    if (p->buffers[r].kind == SC_BUF_HOST) { /* the session's: COPY steps only */
+      c->ptrs[b] = NULL;
       continue;
     }
     const void *data = c->const_data && c->const_data[r] ? c->const_data[r] : p->buffers[r].data;

@@ -47,6 +47,12 @@
  *             SHARDC_COMM_TIMEOUT); the CPU communicators (local, tcp, mpi),
  *             whose buffers must be host memory, run it as a host function
  *             on the stream: the emulated GPU's path.
+ *   copies    a COPY step (an offloaded activation, codegen/offload.c)
+ *             runs on the copy stream after an event of the compute stream,
+ *             to or from the host pool, pinned (alloc_host); its WAIT makes
+ *             the compute stream wait for an event recorded after it.
+ *             SHARDC_CUDA_SKIP_COPY_WAITS=1 drops the waits for the copies
+ *             back: a test hook for the emulated driver's race check.
  *   checks    a CHECK step (gather indices within their dim) copies the
  *             indices to pinned memory on the compute stream, checks them
  *             in a host function there, and copies them back with every bad
@@ -161,6 +167,11 @@ struct cuda_ctx {
   int cc_major, cc_minor;
   char arch[16];
   CUstream compute;
+  CUstream copy;       /* the copy stream of COPY steps (offloaded
+                          activations), or NULL when the program has none */
+  bool skip_copy_waits; /* SHARDC_CUDA_SKIP_COPY_WAITS=1: a test hook that
+                          drops the compute stream's waits for copies back
+                          (the race check must catch it) */
   int32_t n_cstreams;
   CUstream *cstreams;  /* [n_cstreams] communication streams */
   int32_t *stream_of;  /* [n_comms] which communication stream */
@@ -403,6 +414,7 @@ static void cuda_destroy(void *ctx) {
   if (c->compute) cu->stream_synchronize(c->compute);
   for (int32_t i = 0; i < c->n_cstreams; i++)
     if (c->cstreams[i]) cu->stream_synchronize(c->cstreams[i]);
+  if (c->copy) cu->stream_synchronize(c->copy);
   for (int32_t i = 0; c->on_stream && i < c->o.n_comms; i++)
     if (c->on_stream[i]) sc_comm_set_stream(c->o.comms[i], NULL, &(sc_diag){0});
   report_times(c);
@@ -421,6 +433,7 @@ static void cuda_destroy(void *ctx) {
   if (c->mod) cu->module_unload(c->mod);
   for (int32_t i = 0; i < c->n_cstreams; i++)
     if (c->cstreams[i]) cu->stream_destroy(c->cstreams[i]);
+  if (c->copy) cu->stream_destroy(c->copy);
   if (c->compute) cu->stream_destroy(c->compute);
   if (c->have_ctx) cu->ctx_release(c->dev);
   for (int32_t k = 0; c->p && k < c->p->n_kernels; k++) {
@@ -457,7 +470,8 @@ static bool cuda_supports_step(void *ctx, const sc_program *p, const sc_step *s)
   case SC_STEP_KERNEL: return s->kernel >= 0 && s->kernel < p->n_kernels;
   case SC_STEP_GEMM: return sc_gemm_problem(p, s) == NULL;
   case SC_STEP_COMM:
-  case SC_STEP_WAIT: return true;
+  case SC_STEP_WAIT:
+  case SC_STEP_COPY: return true; /* on the copy stream, pinned host memory */
   case SC_STEP_CHECK: return true; /* checked on the host, in stream order */
   case SC_STEP_SCATTER_ADD: { /* f32/f64 rows, i32/i64 indices (sc_cuda_scatter_kernel_name) */
     const sc_scatter_step *x = &s->scatter;
@@ -711,6 +725,16 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   if (!c->attns || !c->gemm_id || !c->gemm_fused || !c->convs || !c->skip || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
       !c->jobs)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    if (p->steps[i].kind != SC_STEP_COPY) continue;
+    if (!c->copy) {
+      CK(cu->stream_create(&c->copy, SC_CU_STREAM_NON_BLOCKING), "the copy stream");
+      const char *skip = getenv("SHARDC_CUDA_SKIP_COPY_WAITS");
+      c->skip_copy_waits = skip && strcmp(skip, "1") == 0;
+    }
+    CK(cu->event_create(&c->ev_fork[i], SC_CU_EVENT_DISABLE_TIMING), NULL);
+    CK(cu->event_create(&c->ev_done[i], SC_CU_EVENT_DISABLE_TIMING), NULL);
+  }
   for (int32_t i = 0; i < p->n_steps; i++) {
     if (p->steps[i].kind != SC_STEP_COMM) continue;
     if (!c->o.comm_of || c->o.comm_of[i] < 0 || c->o.comm_of[i] >= c->o.n_comms)
@@ -1321,8 +1345,44 @@ static void cuda_run_comm(void *ctx, int32_t i) {
 
 static void cuda_wait_comm(void *ctx, int32_t started) {
   cuda_ctx *c = ctx;
+  const sc_step *s = &c->p->steps[started];
+  if (c->skip_copy_waits && s->kind == SC_STEP_COPY &&
+      c->p->buffers[s->copy.dst].kind != SC_BUF_HOST)
+    return; /* the test hook: a missing wait */
   check_run(c, c->cu->stream_wait_event(c->compute, c->ev_done[started], 0),
             "cuStreamWaitEvent");
+}
+
+/* A COPY step: on the copy stream, after what the compute stream has
+ * queued so far (its source written, its destination's previous readers
+ * done), to or from pinned host memory; ev_done[i] marks its end, which
+ * its WAIT makes the compute stream wait for. */
+static void cuda_run_copy(void *ctx, int32_t i, void *host) {
+  cuda_ctx *c = ctx;
+  const sc_cu *cu = c->cu;
+  const sc_copy_step *cs = &c->p->steps[i].copy;
+  bool out = c->p->buffers[cs->dst].kind == SC_BUF_HOST;
+  size_t bytes = (size_t)c->p->buffers[cs->src].bytes;
+  check_run(c, cu->event_record(c->ev_fork[i], c->compute), "cuEventRecord");
+  check_run(c, cu->stream_wait_event(c->copy, c->ev_fork[i], 0), "cuStreamWaitEvent");
+  if (out)
+    check_run(c, cu->memcpy_dtoh(host, c->ptrs[cs->src], bytes, c->copy), "cuMemcpyDtoHAsync");
+  else
+    check_run(c, cu->memcpy_htod(c->ptrs[cs->dst], host, bytes, c->copy), "cuMemcpyHtoDAsync");
+  check_run(c, cu->event_record(c->ev_done[i], c->copy), "cuEventRecord");
+}
+
+static void *cuda_alloc_host(void *ctx, int64_t bytes) {
+  cuda_ctx *c = ctx;
+  void *p = NULL;
+  if (c->cu->mem_alloc_host(&p, (size_t)(bytes > 0 ? bytes : 1)) != SC_CUDA_SUCCESS) return NULL;
+  return p;
+}
+
+static void cuda_free_host(void *ctx, void *p) {
+  cuda_ctx *c = ctx;
+  if (c->copy) c->cu->stream_synchronize(c->copy);
+  c->cu->mem_free_host(p);
 }
 
 /* ---- index checks, scatter-adds ---- */
@@ -1407,6 +1467,9 @@ const sc_device_iface sc_device_cuda = {
     .sync = cuda_sync,
     .run_comm = cuda_run_comm,
     .wait_comm = cuda_wait_comm,
+    .run_copy = cuda_run_copy,
+    .alloc_host = cuda_alloc_host,
+    .free_host = cuda_free_host,
     .run_check = cuda_run_check,
     .run_scatter = cuda_run_scatter,
     .memory = cuda_memory,

@@ -121,8 +121,18 @@ typedef struct sc_device_iface {
   void (*sync)(void *ctx);
   /* COMM step i (async or not) over opts.comms[opts.comm_of[i]] */
   void (*run_comm)(void *ctx, int32_t i);
-  /* a WAIT step: later work waits for the COMM step `started` */
+  /* a WAIT step: later work waits for the COMM or COPY step `started` */
   void (*wait_comm)(void *ctx, int32_t started);
+  /* COPY step i (offloaded activations, codegen/offload.c), async: between
+   * its device buffer and `host`, the host pool's bytes for its HOST
+   * buffer, on the device's copy stream after the work queued so far; its
+   * WAIT (wait_comm) orders later work after it. NULL: the session runs
+   * COPY steps on its copy queue with copy_in/copy_out (a host arena). */
+  void (*run_copy)(void *ctx, int32_t i, void *host);
+  /* Host memory for the host pool (CUDA: pinned, so copies are DMA and
+   * asynchronous) and its release; NULL: the session's posix_memalign. */
+  void *(*alloc_host)(void *ctx, int64_t bytes);
+  void (*free_host)(void *ctx, void *p);
   /* CHECK step i, queued: a bad index fails the run at end_run */
   void (*run_check)(void *ctx, int32_t i);
   /* SCATTER_ADD step i, queued (as run_check for a bad index) */
@@ -164,10 +174,11 @@ extern const sc_device_iface sc_device_cuda;
 
 /* Where buffer b lives (every device binds the same way): its storage
  * root *root (sc_program_root) and, for an arena buffer (INPUT, OUTPUT,
- * TEMP), the root's offset *offset; -1 for a CONST root and for a bound
+ * TEMP), the root's offset *offset; -1 for a CONST root, for a bound
  * one (program->bound: the caller's storage, like a constant's given in
- * sc_device_opts.const_data). SC_ERR_INVALID
- * for a slot outside the arena, a view without a root, or (kernel params)
+ * sc_device_opts.const_data) and for a HOST one (the session's host pool,
+ * which only COPY steps touch: no device address). SC_ERR_INVALID
+ * for a slot outside the arena or the host pool, a view without a root, or (kernel params)
  * a buffer id out of range. */
 sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64_t *offset,
                             sc_diag *diag);

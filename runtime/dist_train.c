@@ -626,6 +626,11 @@ int64_t sc_dist_trainer_arena_bytes(const sc_dist_trainer *t, int64_t r) {
   return t->w[r].pr ? sc_pipe_rank_arena_bytes(t->w[r].pr) : sc_trainer_arena_bytes(t->w[r].tr);
 }
 
+int64_t sc_dist_trainer_host_pool_bytes(const sc_dist_trainer *t, int64_t r) {
+  if (r < 0 || r >= t->n_local || t->w[r].pr) return 0;
+  return sc_trainer_host_pool_bytes(t->w[r].tr);
+}
+
 int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t *in_place) {
   if (in_place) *in_place = 0;
   if (r < 0 || r >= t->n_local) return 0;

@@ -72,6 +72,8 @@ sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_
 /* Per rank of this process (r < ranks, or 0 with a world): its session's
  * arena, its state tensors and how many are updated in place. */
 int64_t sc_dist_trainer_arena_bytes(const sc_dist_trainer *t, int64_t r);
+/* Its host pool of offloaded activations (0: none, or a pipeline rank). */
+int64_t sc_dist_trainer_host_pool_bytes(const sc_dist_trainer *t, int64_t r);
 int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t *in_place);
 /* A pipelined step: the most bytes of handed-over values the ranks of
  * pipeline coordinate q kept at once in the last step (the largest over

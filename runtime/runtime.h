@@ -176,6 +176,9 @@ void *sc_session_output_slot(sc_session *s, int32_t j);
  * arena's address (a device address on a GPU: for sc_session_opts.arena). */
 int64_t sc_session_arena_bytes(const sc_session *s);
 void *sc_session_arena(const sc_session *s);
+/* Bytes of host pool this session allocated for the program's HOST buffers
+ * (program->host_bytes: offloaded activations), 0 when it has none. */
+int64_t sc_session_host_pool_bytes(const sc_session *s);
 /* The GPU a CUDA session of this process would run on (LOCAL_RANK's, else
  * the first): its name, architecture, memory, and the device memory in use
  * right after this process's primary context was made current (total -

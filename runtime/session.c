@@ -59,7 +59,14 @@
  * end_run_async replaces end_run, and the outputs that are not state are
  * copied into the slot behind the steps, with the slot's marker after
  * them; the collect waits for the marker. Only a device that fills the
- * "later" hooks of device.h offers it (CUDA). */
+ * "later" hooks of device.h offers it (CUDA).
+ *
+ * Offloaded activations (codegen/offload.c): a program with HOST buffers
+ * gets a host pool of exactly program->host_bytes, allocated apart from
+ * the arena. Its COPY steps go to one more queue, the copy queue, after
+ * the communication queues (on a device whose arena is host memory; a GPU
+ * orders them on its own copy stream), which runs them in program order
+ * while later steps compute; each COPY's WAIT blocks until it has run. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +118,9 @@ struct sc_session {
   int32_t n_slots;
   void **slots;
   int64_t *slot_off;   /* [n_inputs + n_outputs] */
+  void *host_pool;     /* program->host_bytes of host memory: the HOST
+                          buffers (offloaded activations), or NULL */
+  int64_t host_pool_bytes; /* what was allocated for it */
 };
 
 /* A communication queue: a thread that runs the collectives handed to it
@@ -176,6 +186,10 @@ static void print_profile(const sc_session *s) {
                (long long)st->comm.group_size);
     } else if (st->kind == SC_STEP_WAIT) {
       snprintf(what, sizeof what, "wait for step %d", (int)st->started);
+    } else if (st->kind == SC_STEP_COPY) {
+      snprintf(what, sizeof what, "copy start, %lld bytes %s",
+               (long long)p->buffers[st->copy.src].bytes,
+               p->buffers[st->copy.dst].kind == SC_BUF_HOST ? "to the host" : "back");
     } else if (st->kind == SC_STEP_GEMM) {
       const sc_gemm *g = &st->gemm;
       snprintf(what, sizeof what, "gemm %lld x m%lld n%lld k%lld%s%s%s", (long long)g->batch,
@@ -240,6 +254,10 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->prof_min);
   sc_free(s->prof_first);
   if (s->arena && !s->borrowed) s->dev->free_arena(s->ctx, s->arena);
+  if (s->host_pool && s->dev->free_host) { /* before the context that made it */
+    s->dev->free_host(s->ctx, s->host_pool);
+    s->host_pool = NULL;
+  }
   if (s->ctx) s->dev->destroy(s->ctx);
   for (int32_t i = 0; i < s->n_groups; i++) sc_comm_destroy(s->groups[i]);
   sc_free(s->groups);
@@ -247,6 +265,7 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->step_comm);
   sc_free(s->step_group);
   sc_free(s->out_host);
+  if (!s->dev->free_host) sc_free(s->host_pool);
   sc_free(s->out_slot);
   sc_free(s->outside);
   sc_free(s->queues);
@@ -373,6 +392,35 @@ static sc_status run_comm(sc_session *s, int32_t i, sc_diag *diag) {
   return r;
 }
 
+/* Where COPY step operand b lives: the host pool for a HOST buffer, else
+ * the device's address. */
+static void *copy_ptr(sc_session *s, int32_t b) {
+  const sc_buffer *x = &s->p->buffers[b];
+  return x->kind == SC_BUF_HOST ? (char *)s->host_pool + x->offset : s->dev->buffer_ptr(s->ctx, b);
+}
+
+/* A COPY step (program.h): device arena to host pool or back, through the
+ * device's copies (the CPU's: memcpy). */
+static void run_copy(sc_session *s, int32_t i) {
+  const sc_copy_step *c = &s->p->steps[i].copy;
+  void *dst = copy_ptr(s, c->dst);
+  const void *src = copy_ptr(s, c->src);
+  int64_t bytes = s->p->buffers[c->src].bytes;
+  if (s->p->buffers[c->dst].kind == SC_BUF_HOST)
+    s->dev->copy_out(s->ctx, dst, src, bytes);
+  else
+    s->dev->copy_in(s->ctx, dst, src, bytes);
+}
+
+/* A queued step: a collective, or a copy (the copy queue). */
+static sc_status run_queued(sc_session *s, int32_t i, sc_diag *diag) {
+  if (s->p->steps[i].kind == SC_STEP_COPY) {
+    run_copy(s, i);
+    return SC_OK;
+  }
+  return run_comm(s, i, diag);
+}
+
 static void *comm_thread(void *arg) {
   cqueue *q = arg;
   int32_t n = q->s->p->n_steps;
@@ -385,7 +433,7 @@ static void *comm_thread(void *arg) {
     pthread_mutex_unlock(&q->mu);
     sc_diag d;
     sc_diag_clear(&d);
-    sc_status r = skip ? SC_OK : run_comm(q->s, i, &d);
+    sc_status r = skip ? SC_OK : run_queued(q->s, i, &d);
     pthread_mutex_lock(&q->mu);
     if (r != SC_OK && q->failed == SC_OK) {
       q->failed = r;
@@ -404,13 +452,17 @@ static void *comm_thread(void *arg) {
  * (sc_comm_concurrent), else one for all. */
 static sc_status start_queues(sc_session *s, sc_diag *diag) {
   const sc_program *p = s->p;
-  bool any_async = false, concurrent = true;
-  for (int32_t i = 0; i < p->n_steps; i++)
+  bool any_async = false, concurrent = true, copies = false;
+  for (int32_t i = 0; i < p->n_steps; i++) {
     any_async |= p->steps[i].kind == SC_STEP_COMM && p->steps[i].comm.async;
-  if (!any_async || s->dev->run_comm) return SC_OK; /* the device orders them */
-  for (int32_t i = 0; i < p->n_steps; i++)
+    copies |= p->steps[i].kind == SC_STEP_COPY;
+  }
+  copies &= s->dev->host_arena; /* else the device's copy stream orders them */
+  if (s->dev->run_comm) any_async = false; /* the device orders them */
+  for (int32_t i = 0; any_async && i < p->n_steps; i++)
     if (s->step_comm && s->step_comm[i] && !sc_comm_any_thread(s->step_comm[i]))
-      return SC_OK; /* starts run inline */
+      any_async = false; /* starts run inline */
+  if (!any_async && !copies) return SC_OK;
   for (int32_t g = 0; g < s->n_groups; g++) concurrent &= sc_comm_concurrent(s->groups[g]);
   size_t n = (size_t)p->n_steps;
   s->step_queue = sc_malloc(n * sizeof *s->step_queue);
@@ -427,13 +479,20 @@ static sc_status start_queues(sc_session *s, sc_diag *diag) {
     const sc_step *st = &p->steps[i];
     int32_t g = 0;
     while (g < s->n_groups && (!s->step_comm || s->groups[g] != s->step_comm[i])) g++;
-    s->step_queue[i] = st->kind == SC_STEP_COMM && g < s->n_groups ? (concurrent ? g : 0) : -1;
+    s->step_queue[i] = any_async && st->kind == SC_STEP_COMM && g < s->n_groups
+                           ? (concurrent ? g : 0)
+                           : -1;
     if (s->step_queue[i] >= 0 && st->comm.async && of_group[s->step_queue[i]] < 0)
       of_group[s->step_queue[i]] = s->n_queues++;
   }
   for (int32_t i = 0; i < p->n_steps; i++)
     if (s->step_queue[i] >= 0) s->step_queue[i] = of_group[s->step_queue[i]];
   sc_free(of_group);
+  if (copies) { /* the copy queue, after the communication queues */
+    for (int32_t i = 0; i < p->n_steps; i++)
+      if (p->steps[i].kind == SC_STEP_COPY) s->step_queue[i] = s->n_queues;
+    s->n_queues++;
+  }
   s->queues = sc_calloc((size_t)s->n_queues, sizeof *s->queues);
   if (!s->queues) {
     s->n_queues = 0;
@@ -527,6 +586,24 @@ static sc_status comm_step(sc_session *s, int32_t i, sc_diag *diag) {
     return run_comm(s, i, diag);
   }
   return wait_for(q, enqueue(q, i), diag);
+}
+
+/* A COPY step: started on the copy queue (its WAIT completes it), or run
+ * here when the session has none (seq -1: the wait has nothing to do). */
+static void copy_step(sc_session *s, int32_t i) {
+  if (s->dev->run_copy) { /* the device's copy stream */
+    const sc_copy_step *c = &s->p->steps[i].copy;
+    const sc_buffer *h = &s->p->buffers[c->dst];
+    if (h->kind != SC_BUF_HOST) h = &s->p->buffers[c->src];
+    s->dev->run_copy(s->ctx, i, (char *)s->host_pool + h->offset);
+    return;
+  }
+  if (s->n_queues && s->step_queue[i] >= 0) {
+    enqueue(&s->queues[s->step_queue[i]], i);
+    return;
+  }
+  if (s->seq) s->seq[i] = -1;
+  run_copy(s, i);
 }
 
 /* Waits for everything queued (a run's end, or its failure). */
@@ -651,6 +728,15 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
     s->arena_bytes = bytes;
     if (!s->arena)
       st = sc_diag_nomem(diag, (uint64_t)bytes, "the %s device's tensor arena", dev->name);
+  }
+  if (st == SC_OK && p->host_bytes > 0) { /* the host pool: a second arena */
+    if (dev->alloc_host ? !(s->host_pool = dev->alloc_host(s->ctx, p->host_bytes))
+                        : posix_memalign(&s->host_pool, 64, (size_t)p->host_bytes) != 0) {
+      s->host_pool = NULL;
+      st = sc_diag_nomem(diag, (uint64_t)p->host_bytes, "the host pool of offloaded activations");
+    } else {
+      s->host_pool_bytes = p->host_bytes;
+    }
   }
   if (st == SC_OK) st = dev->bind(s->ctx, s->arena, diag);
   if (st == SC_OK) st = start_queues(s, diag);
@@ -823,6 +909,8 @@ static sc_status issue_steps(sc_session *s, sc_diag *diag) {
         dev->run_comm(s->ctx, i);
       else
         r = comm_step(s, i, diag);
+    } else if (st->kind == SC_STEP_COPY) {
+      copy_step(s, i);
     } else if (st->kind == SC_STEP_WAIT) {
       int32_t k = st->started;
       if (dev->wait_comm)
@@ -1038,6 +1126,7 @@ void *sc_session_output_slot(sc_session *s, int32_t j) {
 }
 
 int64_t sc_session_arena_bytes(const sc_session *s) { return s->arena_bytes; }
+int64_t sc_session_host_pool_bytes(const sc_session *s) { return s->host_pool_bytes; }
 void *sc_session_arena(const sc_session *s) { return s->arena; }
 
 double sc_session_device_seconds(const sc_session *s) {

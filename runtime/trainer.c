@@ -317,6 +317,7 @@ int32_t sc_trainer_state_count(const sc_trainer *t, int32_t *in_place) {
 }
 
 int64_t sc_trainer_arena_bytes(const sc_trainer *t) { return sc_session_arena_bytes(t->s); }
+int64_t sc_trainer_host_pool_bytes(const sc_trainer *t) { return sc_session_host_pool_bytes(t->s); }
 
 static double scalar_of(const sc_tensor_view *v) { return sc_load_f64(v->dtype, v->data, 0); }
 

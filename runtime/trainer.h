@@ -141,6 +141,9 @@ int32_t sc_trainer_state_count(const sc_trainer *t, int32_t *in_place);
 /* The session's arena: every byte the step uses besides constants (the
  * memory plan's figure, allocated once). */
 int64_t sc_trainer_arena_bytes(const sc_trainer *t);
+/* The session's host pool of offloaded activations (0: none;
+ * sc_session_host_pool_bytes). */
+int64_t sc_trainer_host_pool_bytes(const sc_trainer *t);
 /* The dynamic loss scale and its growth tracker (1 and 0 without
  * scaling); set restores them from a checkpoint. */
 double sc_trainer_loss_scale(const sc_trainer *t, int64_t *growth);

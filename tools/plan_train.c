@@ -516,6 +516,10 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     printf(", \"saved_activations\": %lld", (long long)m.saved);
     printf(", \"arena\": %lld, \"constants\": %lld, \"total\": %lld", (long long)m.arena,
            (long long)m.constants, (long long)(m.arena + m.constants));
+    printf(",\n \"offload\": {\"values\": %d, \"bytes\": %lld, \"host_pool\": %lld, "
+           "\"peak_live_without\": %lld, \"saved_at_peak\": %lld}",
+           (int)m.n_offloaded, (long long)m.offloaded, (long long)m.host,
+           (long long)m.peak_live_unoffloaded, (long long)(m.peak_live_unoffloaded - m.peak_live));
     printf(",\n \"device\": {");
     for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
       if (!sc_mem_line_of_device((sc_mem_line)l, target->device)) continue;
@@ -618,6 +622,16 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            m.peak_live ? 100.0 * (double)(m.arena - ws - m.peak_live) / (double)m.peak_live
                        : 0.0);
   row("arena", m.arena, lost);
+  if (m.n_offloaded > 0) {
+    char off[160];
+    snprintf(off, sizeof off, "%d activations (%lld bytes) parked there, apart from the arena",
+             (int)m.n_offloaded, (long long)m.offloaded);
+    row("host pool", m.host, off);
+    char sv[160];
+    snprintf(sv, sizeof sv, "live at the peak without offloading %lld bytes",
+             (long long)m.peak_live_unoffloaded);
+    row("offload saves", m.peak_live_unoffloaded - m.peak_live, sv);
+  }
   row("constants", m.constants, "frozen weights, folded values (outside the arena)");
   row("total", m.arena + m.constants, "");
   char tg[96];

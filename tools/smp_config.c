@@ -7,14 +7,16 @@
  *             SMP's 0 falls back to full sharding; S: dp=N/S, fsdp=S),
  *             tensor_parallel_degree (tp=T out of the N ranks),
  *             activation_checkpointing ("none", "selective", "full",
- *             "auto" = --recompute);
+ *             "auto" = --recompute), sm_activation_offloading (true =
+ *             --offload-activations; SMP offloads only what checkpointing
+ *             keeps, so it needs activation_checkpointing other than
+ *             "none"), activation_loading_horizon (H >= 0 =
+ *             --activation-loading-horizon, with sm_activation_offloading);
  *   ignored   random_seed (the step has no random op: dropout is its
  *             inference form), fsdp_cache_flush_warnings, allow_empty_shards
  *             (no CUDA caching allocator, no uneven shards here), named on
  *             stderr;
- *   refused   sm_activation_offloading and activation_loading_horizon
- *             (no activation offloading), context_parallel_degree and
- *             expert_parallel_degree above 1;
+ *   refused   context_parallel_degree and expert_parallel_degree above 1;
  * and anything else is refused naming it. The mesh is built from the
  * world: `--mesh dp=N` gives the N ranks SMP would launch, and the degrees
  * divide it (dp=N/(T·S), fsdp=S, tp=T). Errors name the file and the key;
@@ -48,11 +50,10 @@ static int get_degree(const char *file, json_t *root, const char *key, int64_t *
 int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *ta,
                         char *mesh, size_t mesh_size) {
   static const char *const applied[] = {"hybrid_shard_degree", "tensor_parallel_degree",
-                                        "activation_checkpointing", NULL};
+                                        "activation_checkpointing", "sm_activation_offloading",
+                                        "activation_loading_horizon", NULL};
   static const char *const ignored[] = {"random_seed", "fsdp_cache_flush_warnings",
                                         "allow_empty_shards", NULL};
-  static const char *const refused[] = {"sm_activation_offloading", "activation_loading_horizon",
-                                        NULL};
   sc_diag d = {0};
   sc_diag_clear(&d);
   char *text = NULL;
@@ -85,10 +86,6 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
                     : "it tunes PyTorch's CUDA caching allocator or uneven shards, which shardc "
                       "does not have");
       }
-    for (int k = 0; refused[k] && !known; k++)
-      if (strcmp(key, refused[k]) == 0)
-        rc = bad(file, "'%s' is not supported: shardc does not offload activations (use "
-                 "activation_checkpointing)", key);
     if (!known && !rc && (strcmp(key, "context_parallel_degree") == 0 ||
                           strcmp(key, "expert_parallel_degree") == 0)) {
       known = true;
@@ -117,6 +114,25 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
     }
     if (!ok) rc = bad(file, "'%s' must be \"none\", \"selective\", \"full\" or \"auto\"",
                       "activation_checkpointing");
+  }
+  json_t *off = rc ? NULL : json_object_get(root, "sm_activation_offloading");
+  if (off && !json_is_boolean(off)) rc = bad(file, "'%s' must be true or false",
+                                             "sm_activation_offloading");
+  if (off && !rc && json_is_true(off)) {
+    if (!ac || (ta->t.recompute == SC_RECOMPUTE_NONE && !ta->recompute_auto))
+      rc = bad(file, "'%s' needs activation_checkpointing (SMP offloads the activations "
+               "checkpointing keeps; --offload-activations without recompute offloads every "
+               "saved one)", "sm_activation_offloading");
+    ta->t.offload_activations = true;
+  }
+  int64_t horizon = -1;
+  if (!rc) rc = get_degree(file, root, "activation_loading_horizon", &horizon);
+  if (!rc && horizon >= 0) {
+    if (!ta->t.offload_activations)
+      rc = bad(file, "'%s' goes with \"sm_activation_offloading\": true",
+               "activation_loading_horizon");
+    ta->t.activation_loading_horizon = (int32_t)horizon;
+    ta->horizon_given = true;
   }
   json_decref(root);
   if (rc) return rc;
@@ -148,10 +164,15 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
                             (long long)T);
   if (!pos) snprintf(mesh, mesh_size, "dp=1");
   pa->mesh = mesh;
-  fprintf(stderr, "shardc: note: %s: the SMP v2 configuration over %lld ranks is --mesh %s%s\n",
+  char off_opts[96] = "";
+  if (ta->t.offload_activations)
+    snprintf(off_opts, sizeof off_opts, " --offload-activations --activation-loading-horizon %d",
+             (int)ta->t.activation_loading_horizon);
+  fprintf(stderr, "shardc: note: %s: the SMP v2 configuration over %lld ranks is --mesh %s%s%s\n",
           file, (long long)N, mesh,
           ta->recompute_auto ? " --recompute auto"
           : ta->t.recompute == SC_RECOMPUTE_FULL ? " --recompute full"
-          : ta->t.recompute == SC_RECOMPUTE_SELECTIVE ? " --recompute selective" : "");
+          : ta->t.recompute == SC_RECOMPUTE_SELECTIVE ? " --recompute selective" : "",
+          off_opts);
   return 0;
 }

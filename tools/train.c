@@ -913,6 +913,13 @@ int sc_cmd_train(int argc, char **argv) {
     printf("memory: arena %s (%lld bytes), allocated once; %d of %d state tensors updated in "
            "place\n",
            arena, (long long)bytes, (int)in_place, (int)n_state);
+    int64_t host = run.dist ? sc_dist_trainer_host_pool_bytes(run.dist, 0)
+                            : sc_trainer_host_pool_bytes(run.one);
+    if (host > 0) {
+      sc_stats_format_bytes((double)host, arena, sizeof arena);
+      printf("memory: host pool %s (%lld bytes) of offloaded activations, apart from the "
+             "arena\n", arena, (long long)host);
+    }
     if (run.dist && src.mesh->pipe_chunks > 0) {
       printf("pipeline: one arena per pipeline rank, shared by its pieces:");
       for (int32_t q = 0; q < (world ? 1 : src.mesh->pipe_ranks); q++)

@@ -22,9 +22,10 @@ void sc_train_args_init(sc_train_args *a) {
 
 /* The options without a value. */
 static bool take_flag(sc_train_args *a, const char *arg) {
-  bool *flag = strcmp(arg, "--nesterov") == 0 ? &a->t.nesterov
-               : strcmp(arg, "--untie") == 0  ? &a->t.untie
-                                              : NULL;
+  bool *flag = strcmp(arg, "--nesterov") == 0              ? &a->t.nesterov
+               : strcmp(arg, "--untie") == 0               ? &a->t.untie
+               : strcmp(arg, "--offload-activations") == 0 ? &a->t.offload_activations
+                                                           : NULL;
   if (flag) *flag = true;
   return flag != NULL;
 }
@@ -98,6 +99,14 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
       }
     return sc_cli_usage_error("--recompute expects none, selective, full or auto, got '%s'", v);
   }
+  if (strcmp(opt, "--activation-loading-horizon") == 0) {
+    if (!sc_cli_parse_i64(v, 0, 1 << 20, &n))
+      return sc_cli_usage_error("--activation-loading-horizon expects a non-negative integer, "
+                                "got '%s'", v);
+    a->t.activation_loading_horizon = (int32_t)n;
+    a->horizon_given = true;
+    return 0;
+  }
   if (strcmp(opt, "--freeze") == 0) {
     if (a->n_freeze == SC_TRAIN_ARGS_MAX_FREEZE)
       return sc_cli_usage_error("at most %d --freeze", SC_TRAIN_ARGS_MAX_FREEZE);
@@ -133,7 +142,7 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
 static const char *const VALUE_OPTIONS[] = {
     "--loss", "--logits", "--ignore-index", "--optimizer", "--momentum", "--weight-decay",
     "--betas", "--eps", "--clip-grad-norm", "--grad-accum", "--precision", "--freeze",
-    "--recompute", "--memory-budget", "--smp-config", NULL};
+    "--recompute", "--memory-budget", "--smp-config", "--activation-loading-horizon", NULL};
 
 int sc_train_args_take(sc_train_args *a, int argc, char **argv, int *i) {
   const char *arg = argv[*i];
@@ -173,6 +182,8 @@ int sc_train_args_finish(sc_train_args *a) {
     return sc_cli_usage_error("--betas must be in [0, 1)");
   if (t->eps < 0) return sc_cli_usage_error("--eps must be >= 0");
   if (t->clip_grad_norm < 0) return sc_cli_usage_error("--clip-grad-norm must be >= 0");
+  if (a->horizon_given && !t->offload_activations)
+    return sc_cli_usage_error("--activation-loading-horizon goes with --offload-activations");
   if (a->recompute_auto && !a->memory_budget)
     return sc_cli_usage_error("--recompute auto needs --memory-budget BYTES (per rank)");
   if (a->memory_budget && !a->recompute_auto && !a->budget_for_search)
@@ -200,8 +211,9 @@ static void warn_no_blocks(const sc_build *b, const sc_train_opts *t, const char
           "recomputed\n", file, recompute_names[t->recompute]);
 }
 
-/* One line of --recompute auto's tries. */
-static void note_try(const sc_build *b, int k, int64_t need, int64_t budget) {
+/* One line of --recompute auto's tries: recompute k, with offloading or
+ * not. */
+static void note_try(const sc_build *b, int k, bool offload, int64_t need, int64_t budget) {
   sc_train_memory m;
   sc_diag d;
   sc_diag_clear(&d);
@@ -216,9 +228,11 @@ static void note_try(const sc_build *b, int k, int64_t need, int64_t budget) {
   if (k > 0)
     snprintf(what, sizeof what, "; %d blocks, %d nodes recomputed", (int)b->train.recompute.blocks,
              (int)b->train.recompute.nodes);
-  fprintf(stderr, "  %-9s step %s per rank (activations saved for the backward %s, live at "
+  char name[32];
+  snprintf(name, sizeof name, "%s%s", recompute_names[k], offload ? "+offload" : "");
+  fprintf(stderr, "  %-14s step %s per rank (activations saved for the backward %s, live at "
           "the peak %s%s): %s by %s\n",
-          recompute_names[k], step, saved, act, what, need <= budget ? "fits" : "over", by);
+          name, step, saved, act, what, need <= budget ? "fits" : "over", by);
 }
 
 /* What would fit when even full recompute does not: ZeRO-3 over N ranks
@@ -231,7 +245,7 @@ static void suggest(const sc_build *b, int64_t need, int64_t budget) {
   sc_diag_clear(&d);
   char over[32];
   sc_stats_format_bytes((double)(need - budget), over, sizeof over);
-  fprintf(stderr, "shardc: note: full recompute needs %s more than the budget", over);
+  fprintf(stderr, "shardc: note: the last try needs %s more than the budget", over);
   if (sc_train_memory_of(b->program->stages[0].program, &m, &d) == SC_OK) {
     int64_t states = m.live[SC_MEM_PARAMS] + m.live[SC_MEM_OPTIMIZER] + m.live[SC_MEM_GRADIENTS];
     int64_t n = 2;
@@ -265,24 +279,36 @@ int sc_train_args_build(sc_train_args *a, const sc_partition_args *pa, const sc_
     if (rc == 0) warn_no_blocks(*out, &a->t, o->file);
     return rc;
   }
-  int64_t need[3] = {0};
+  /* tries: none, selective, full, then (unless every try offloads
+   * already) the most recompute found with activation offloading: full,
+   * or none when no blocks were found (then every saved activation) */
+  bool offload_given = a->t.offload_activations;
+  int n_tries = offload_given ? 3 : 4;
+  int64_t need[4] = {0};
+  bool blocks = true;
   char budget[32];
   sc_stats_format_bytes((double)a->memory_budget, budget, sizeof budget);
   fprintf(stderr, "shardc: note: --recompute auto, --memory-budget %s (%lld bytes) per rank, "
           "tries:\n", budget, (long long)a->memory_budget);
-  for (int k = 0; k < 3; k++) {
-    a->t.recompute = (sc_recompute_kind)k;
+  for (int k = 0; k < n_tries; k++) {
+    if (k == 2 && !blocks) continue; /* full would recompute nothing either */
+    bool offload = k == 3;
+    a->t.recompute = offload ? (blocks ? SC_RECOMPUTE_FULL : SC_RECOMPUTE_NONE)
+                             : (sc_recompute_kind)k;
+    a->t.offload_activations = offload_given || offload;
     int rc = sc_partition_args_build(pa, o, bo, out, NULL);
     if (rc) return rc;
     need[k] = step_memory(*out);
-    note_try(*out, k, need[k], a->memory_budget);
-    bool last = k == 2 || (k == 1 && (*out)->train.recompute.blocks == 0);
-    if (k == 1 && (*out)->train.recompute.blocks == 0)
+    note_try(*out, a->t.recompute, offload, need[k], a->memory_budget);
+    if (k == 1 && (*out)->train.recompute.blocks == 0) {
+      blocks = false;
       fprintf(stderr, "  (no repeated blocks found: full recompute would recompute nothing "
               "either)\n");
+    }
+    bool last = k == n_tries - 1 || (k == 1 && !blocks && n_tries == 3);
     if (need[k] <= a->memory_budget) {
       char how[160] = "";
-      if (k > 0) {
+      if (a->t.recompute != SC_RECOMPUTE_NONE) {
         const sc_recompute_report *r = &(*out)->train.recompute;
         sc_blocks bl = {.how = (sc_blocks_how)r->found_by, .n_blocks = r->blocks,
                         .adds_per_block = r->adds_per_block};
@@ -290,16 +316,25 @@ int sc_train_args_build(sc_train_args *a, const sc_partition_args *pa, const sc_
         sc_blocks_describe(&bl, d, sizeof d);
         snprintf(how, sizeof how, ": %d blocks found %s", (int)r->blocks, d);
       }
-      fprintf(stderr, "shardc: note: --recompute auto chose %s, the least recompute whose step "
-              "fits%s\n", recompute_names[k], how);
+      if (offload)
+        fprintf(stderr, "shardc: note: --recompute auto chose %s with --offload-activations: "
+                "no recompute alone fits, the step does with its saved activations in host "
+                "memory%s\n", recompute_names[a->t.recompute], how);
+      else
+        fprintf(stderr, "shardc: note: --recompute auto chose %s, the least recompute whose "
+                "step fits%s\n", recompute_names[k], how);
       warn_no_blocks(*out, &a->t, o->file);
       return 0;
     }
     if (last) {
       fprintf(stderr, "shardc: error: %s: --memory-budget %lld bytes per rank: no recompute fits "
-              "(none %lld, selective %lld, full %lld bytes)\n", o->file,
+              "(none %lld, selective %lld, full %lld bytes", o->file,
               (long long)a->memory_budget, (long long)need[0], (long long)need[1],
-              (long long)(k == 2 ? need[2] : need[1]));
+              (long long)(blocks ? need[2] : need[1]));
+      if (n_tries == 4)
+        fprintf(stderr, "; %s with activation offloading %lld", blocks ? "full" : "none",
+                (long long)need[3]);
+      fprintf(stderr, ")\n");
       suggest(*out, need[k], a->memory_budget);
       sc_build_destroy(*out);
       *out = NULL;
@@ -308,7 +343,7 @@ int sc_train_args_build(sc_train_args *a, const sc_partition_args *pa, const sc_
     sc_build_destroy(*out);
     *out = NULL;
   }
-  return 1; /* not reached: k == 2 is the last try */
+  return 1; /* not reached: the last try returns */
 }
 
 int sc_train_args_refuse_with_bundle(const sc_train_args *a, const char *bundle) {
@@ -336,8 +371,15 @@ void sc_train_args_help(FILE *f) {
         "  --recompute KIND       none (default), selective (each block's attention core:\n"
         "                         scores, softmax, weighted sum) or full (each block from\n"
         "                         its input): recomputed before the backward needs them;\n"
-        "                         auto: the least of these whose step fits\n"
+        "                         auto: the least of these whose step fits, else full\n"
+        "                         with --offload-activations if that fits\n"
         "  --memory-budget BYTES  per rank (K, M, G suffixes), for --recompute auto\n"
+        "  --offload-activations  park saved activations in host memory between forward\n"
+        "                         and backward (with recompute: the checkpointed block\n"
+        "                         inputs; without: every saved activation), copied\n"
+        "                         back ahead of the backward on a copy queue\n"
+        "  --activation-loading-horizon H  start each copy back H blocks ahead of the\n"
+        "                         backward that reads it (default 2)\n"
         "  --smp-config FILE.json SageMaker model parallelism v2 keys (hybrid_shard_degree,\n"
         "                         tensor_parallel_degree, activation_checkpointing, ...)\n"
         "                         over the world of --mesh dp=N\n"

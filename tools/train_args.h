@@ -31,6 +31,7 @@ typedef struct sc_train_args {
   bool wd_given;               /* --weight-decay appeared */
   bool recompute_auto;         /* --recompute auto */
   int64_t memory_budget;       /* --memory-budget BYTES (0: none) */
+  bool horizon_given;          /* --activation-loading-horizon appeared */
   bool budget_for_search;      /* set by the caller before finishing: --mesh
                                   auto's search reads memory_budget too */
   const char *smp_config;      /* --smp-config FILE.json, or NULL */
@@ -53,8 +54,10 @@ int sc_train_args_refuse_with_bundle(const sc_train_args *a, const char *bundle)
  * with bo->train = &a->t), with a warning when --recompute finds no
  * blocks; with --recompute auto, the first of none, selective and full
  * whose step memory per rank (arena and constants) fits --memory-budget,
- * each try and the choice said on stderr. 0, 1 (error printed: even full
- * recompute does not fit, with what would), 2 (usage). */
+ * then (without --offload-activations given) full, or none without
+ * blocks, with activation offloading; each try and the choice said on
+ * stderr. 0, 1 (error printed: even the last try does not fit, with what
+ * would), 2 (usage). */
 struct sc_partition_args;
 struct sc_cli_opts;
 int sc_train_args_build(sc_train_args *a, const struct sc_partition_args *pa,

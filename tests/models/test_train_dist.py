@@ -56,8 +56,8 @@ Also:
   - --smp-config (SMP v2 keys) over --mesh dp=8: hybrid_shard_degree 2,
     tensor_parallel_degree 2 and activation_checkpointing "full" train as
     dp=2 x fsdp=2 x tp=2 with full recompute, equal to one rank; random_seed
-    is named as ignored; a degree that does not divide, an unsupported key
-    (activation offloading), an unknown key, a wrongly typed value and
+    is named as ignored; a degree that does not divide, activation
+    offloading without activation checkpointing, an unknown key, a wrongly typed value and
     malformed JSON are refused naming the file and the key;
   - communication (`shardc plan --train --json`, the MLP at fsdp=2, every
     parameter dividing): ZeRO-1 and ZeRO-2 send Ψ(n−1)/n in reduce-scatters
@@ -610,7 +610,8 @@ def main():
                                         for a, b in zip(full, got)),
                   f"smp-config losses {[x['loss'] for x in got]} vs {[x['loss'] for x in full]}")
         for i, (cfg, want) in enumerate(((b'{"hybrid_shard_degree": 3}', "does not divide"),
-                                         (b'{"sm_activation_offloading": true}', "not supported"),
+                                         (b'{"sm_activation_offloading": true}',
+                                          "needs activation_checkpointing"),
                                          (b'{"foo": 1}', "'foo' is not an SMP v2 key"),
                                          (b'{"tensor_parallel_degree": "2"}', "must be an integer"),
                                          (b'[1', "line "))):

@@ -555,6 +555,70 @@ static void test_json_comm(void **state) {
   sc_program_destroy(p);
 }
 
+/* An offloaded activation's copies (codegen/offload.c) survive JSON: a
+ * temp copied to a host buffer and back into another temp, each copy
+ * waited for; damaged ones are refused before anything runs. */
+static void test_json_copy(void **state) {
+  (void)state;
+  sc_program *p = sc_program_create();
+  p->arena_bytes = 256;
+  p->host_bytes = 64;
+  p->arena_align = 64;
+  const int64_t d24[2] = {2, 4};
+  int32_t x = add_buf(p, "x", SC_BUF_INPUT, SC_DTYPE_F32, 2, d24, 0, NULL, -1);
+  int32_t y = add_buf(p, "y", SC_BUF_OUTPUT, SC_DTYPE_F32, 2, d24, 64, NULL, -1);
+  int32_t t = add_buf(p, "t", SC_BUF_TEMP, SC_DTYPE_F32, 2, d24, 128, NULL, -1);
+  int32_t h = add_buf(p, "t/host", SC_BUF_HOST, SC_DTYPE_F32, 2, d24, 0, NULL, -1);
+  int32_t t2 = add_buf(p, "t/reload", SC_BUF_TEMP, SC_DTYPE_F32, 2, d24, 192, NULL, -1);
+  int32_t v = add_buf(p, "v", SC_BUF_VIEW, SC_DTYPE_F32, 2, d24, -1, NULL, t);
+  (void)v;
+  assert_int_equal(sc_program_add_input(p, x), SC_OK);
+  assert_int_equal(sc_program_add_output(p, y), SC_OK);
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_COPY;
+  s.kernel = -1;
+  s.origin = "t";
+  s.copy = (sc_copy_step){t, h};
+  assert_int_equal(sc_program_add_step(p, &s), 0);
+  sc_step w = {.kind = SC_STEP_WAIT, .kernel = -1, .started = 0, .origin = "t"};
+  assert_int_equal(sc_program_add_step(p, &w), 1);
+  s.copy = (sc_copy_step){h, t2};
+  assert_int_equal(sc_program_add_step(p, &s), 2);
+  w.started = 2;
+  assert_int_equal(sc_program_add_step(p, &w), 3);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  char *json = NULL;
+  assert_int_equal(sc_program_write_json(p, NULL, &json, &d), SC_OK);
+  assert_non_null(strstr(json, "\"host_bytes\": 64"));
+  sc_program *r = NULL;
+  sc_status st = sc_program_read_json(json, strlen(json), NULL, 0, &r, &d);
+  if (st) fail_msg("%s", d.msg);
+  assert_int_equal(r->host_bytes, 64);
+  assert_int_equal(r->buffers[h].kind, SC_BUF_HOST);
+  assert_int_equal(r->steps[2].kind, SC_STEP_COPY);
+  assert_int_equal(r->steps[2].copy.src, h);
+  assert_int_equal(r->steps[2].copy.dst, t2);
+  assert_int_equal(r->steps[3].started, 2);
+  char *again = NULL;
+  assert_int_equal(sc_program_write_json(r, NULL, &again, &d), SC_OK);
+  assert_string_equal(again, json);
+  sc_free(again);
+  sc_program_destroy(r);
+  static const edit_case cases[] = {
+      {"\"dst\": 3", "\"dst\": 0", "a host and a temp buffer"},
+      {"\"dst\": 3", "\"dst\": 4", "a host and a temp buffer"},
+      {"\"host_bytes\": 64", "\"host_bytes\": 16", "outside the host pool"},
+      {"\"host_bytes\": 64", "\"host_bytes\": -64", "host_bytes"},
+      {"\"alias_of\": 2", "\"alias_of\": 3", "a view of a host buffer"},
+      {"\"started\": 2", "\"started\": 0", "a second time"},
+  };
+  expect_refused(json, cases, sizeof cases / sizeof cases[0]);
+  sc_free(json);
+  sc_program_destroy(p);
+}
+
 /* A SCATTER_ADD step and a state pair survive JSON; damaged ones are
  * refused before anything runs. */
 static void test_json_scatter_and_pairs(void **state) {
@@ -1015,6 +1079,7 @@ int main(void) {
       cmocka_unit_test(test_json_comm),
       cmocka_unit_test(test_json_scatter_and_pairs),
       cmocka_unit_test(test_json_pool),
+      cmocka_unit_test(test_json_copy),
       cmocka_unit_test(test_json_attention),
       cmocka_unit_test_setup_teardown(test_bundle_write_load, setup, teardown),
       cmocka_unit_test_setup_teardown(test_object_kernels, setup, teardown),
