@@ -163,9 +163,10 @@ static sc_status step_train(job *j) {
       return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,
                          "a pipelined step accumulates its --microbatches: give those instead "
                          "of --grad-accum");
-    if (o.fp16)
+    if (o.fp16 || o.fp8)
       return sc_diag_set(j->d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                         "fp16 loss scaling is not built for pipelined training yet: use bf16");
+                         "%s is not built for pipelined training yet: use bf16",
+                         o.fp16 ? "fp16 loss scaling" : "fp8");
     o.pipeline = true;
     o.grad_accum = plan->microbatches > 1 ? plan->microbatches : 1;
   }

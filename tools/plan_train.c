@@ -208,7 +208,7 @@ void sc_plan_train_setup(sc_build_setup *bs, const sc_device_target *target) {
 
 /* --precision's name: the dtype of matrix products. */
 static const char *precision_name(const sc_train_opts *t) {
-  return t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
+  return t->fp8 ? "fp8" : t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
 }
 
 static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
@@ -583,6 +583,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            (long long)part->mesh.n_ranks, zero);
   }
   sc_fuse_attention_print(&b->train.attention, stdout, "");
+  sc_fp8_print(&b->train.fp8, stdout);
   if (t->recompute != SC_RECOMPUTE_NONE) {
     const sc_recompute_report *rr = &b->train.recompute;
     char fl[32], how[160];
