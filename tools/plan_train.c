@@ -66,6 +66,16 @@ static void json_str(const char *s) {
   putchar('"');
 }
 
+/* Entry i of a JSON list of {"node", "why"} (a comma before all but the
+ * first). */
+static void json_node_why(int32_t i, const char *node, const char *why) {
+  printf("%s{\"node\": ", i ? ", " : "");
+  json_str(node);
+  printf(", \"why\": ");
+  json_str(why);
+  printf("}");
+}
+
 static void row(const char *what, int64_t bytes, const char *note) {
   char b[32];
   sc_stats_format_bytes((double)bytes, b, sizeof b);
@@ -533,14 +543,15 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     const sc_fuse_attention_report *ar = &b->train.attention;
     printf(", \"attention\": {\"ran\": %s, \"fused\": %d, \"unfused\": %d, \"cores\": [",
            ar->ran ? "true" : "false", (int)ar->fused, (int)ar->unfused);
-    for (int32_t i = 0; i < ar->n_listed; i++) {
-      printf("%s{\"node\": ", i ? ", " : "");
-      json_str(ar->list[i].node);
-      printf(", \"why\": ");
-      json_str(ar->list[i].why);
-      printf("}");
-    }
+    for (int32_t i = 0; i < ar->n_listed; i++) json_node_why(i, ar->list[i].node, ar->list[i].why);
     printf("]}");
+    const sc_fp8_report *fr = &b->train.fp8;
+    if (fr->ran) {
+      printf(", \"fp8\": {\"history\": %d, \"layers\": %d, \"kept\": %d, \"bf16\": [",
+             (int)fr->history, (int)fr->fp8, (int)fr->kept);
+      for (int32_t i = 0; i < fr->n_listed; i++) json_node_why(i, fr->list[i].node, fr->list[i].why);
+      printf("]}");
+    }
     printf(", \"recompute\": {\"kind\": \"%s\", \"blocks\": %d, \"found_by\": %s, "
            "\"residual_adds_per_block\": %d, \"nodes\": %d, \"flops\": %.0f}",
            t->recompute == SC_RECOMPUTE_FULL ? "full"
