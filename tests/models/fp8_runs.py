@@ -3,11 +3,12 @@ sample's training runs on seeded token ids and reading their checkpoints."""
 import json
 import os
 import subprocess
+import tempfile
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from checks import check
+from checks import check, finish
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -46,3 +47,15 @@ def merged(ck, group):
             for k, v in load_file(os.path.join(ck, f)).items():
                 out[k.split("@")[0]] = v
     return out
+
+
+def run_test(body):
+    """body(work) in a scratch folder holding make_data's files; the exit
+    status (checks.finish; 2 without SHARDC)."""
+    if not SHARDC:
+        print("SHARDC not set")
+        return 2
+    with tempfile.TemporaryDirectory() as work:
+        make_data(work)
+        body(work)
+    return finish()

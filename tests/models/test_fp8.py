@@ -19,7 +19,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 import ml_dtypes
@@ -27,8 +26,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto as T, helper as h
 
-from checks import check, finish
-from fp8_runs import MODEL, SHARDC, make_data, train
+from checks import check
+from fp8_runs import MODEL, SHARDC, run_test, train
 
 
 def test_quantize(work):
@@ -91,16 +90,10 @@ def test_curve(work):
           f"plan --json's fp8: {f} {p.stderr[-300:]}")
 
 
-def main():
-    if not SHARDC:
-        print("SHARDC not set")
-        return 2
-    with tempfile.TemporaryDirectory() as work:
-        make_data(work)
-        test_quantize(work)
-        test_curve(work)
-    return finish()
+def parts(work):
+    test_quantize(work)
+    test_curve(work)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_test(parts))

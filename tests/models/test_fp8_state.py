@@ -24,12 +24,11 @@ Environment: SHARDC. Exit 0 on success, 1 on any failure (checks.py).
 """
 import os
 import sys
-import tempfile
 
 import numpy as np
 
-from checks import check, finish, has_cuda_target, skip_part
-from fp8_runs import SHARDC, make_data, merged, train
+from checks import check, has_cuda_target, skip_part
+from fp8_runs import SHARDC, merged, run_test, train
 
 
 def state(ck):
@@ -148,17 +147,11 @@ def test_emulated_gpu(work, whole):
     check(rel < 1e-4, f"GPU losses {three} not within 1e-4 of the CPU's {whole[:3]}")
 
 
-def main():
-    if not SHARDC:
-        print("SHARDC not set")
-        return 2
-    with tempfile.TemporaryDirectory() as work:
-        make_data(work)
-        whole = test_scaling_and_resume(work)
-        test_dp(work, whole)
-        test_emulated_gpu(work, whole)
-    return finish()
+def parts(work):
+    whole = test_scaling_and_resume(work)
+    test_dp(work, whole)
+    test_emulated_gpu(work, whole)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_test(parts))
