@@ -9,11 +9,13 @@
  * between, rebuilt over the new operand). A product's result becomes a
  * new f32 value; its old value, which its readers keep reading, is now
  * Cast(product · (1/s_a · 1/s_b) [+ bias], old dtype). The bf16 casts the
- * products no longer read are left to dead-code elimination. Node order is
- * restored at the end (sc_graph_toposort). */
+ * products no longer read are left to dead-code elimination. The added
+ * nodes are then placed next to what they serve (place_new), the forward
+ * and the backward keeping their order. */
 #include "passes/fp8.h"
 
 #include <float.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { Q_INPUT, Q_WEIGHT, Q_GRAD, Q_COUNT };
@@ -188,6 +190,76 @@ static bool linear_layer(sc_graph *g, int32_t i, const int32_t *params, int32_t 
   return true;
 }
 
+static const int64_t *sort_keys;
+static int cmp_key(const void *x, const void *y) {
+  int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+  if (sort_keys[a] != sort_keys[b]) return sort_keys[a] < sort_keys[b] ? -1 : 1;
+  return a < b ? -1 : a > b;
+}
+
+/* The nodes added since node nn-1 move next to what they serve, the
+ * others keeping their order: one read (through other added nodes) by an
+ * existing node goes right before its first such reader (the quantization
+ * before its product, the descaling before the product's old readers);
+ * one read by none (an amax) right after the last node it reads. A
+ * topological sort would move every backward node that reads forward
+ * values alone into the forward, where its result would live until the
+ * backward. Keys: existing node j 3j+1, before it 3j, after it 3j+2; ties
+ * in creation order. */
+static sc_status place_new(sc_graph *g, int32_t nn, sc_diag *d) {
+  int32_t total = g->n_nodes;
+  int64_t *key = sc_malloc(((size_t)total + 1) * sizeof *key);
+  int32_t *anchor = sc_malloc(((size_t)total + 1) * sizeof *anchor);
+  int32_t *order = sc_malloc(((size_t)total + 1) * sizeof *order);
+  sc_node *nodes = sc_malloc(((size_t)total + 1) * sizeof *nodes);
+  sc_status st = key && anchor && order && nodes
+                     ? SC_OK
+                     : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; st == SC_OK && i < total; i++) anchor[i] = INT32_MAX;
+  /* the existing readers first, then the added nodes last to first: an
+   * added node's readers are existing or added after it */
+  for (int32_t q = 0; st == SC_OK && q < total; q++) {
+    int32_t r = q < nn ? q : total - 1 - (q - nn);
+    int32_t a = r < nn ? r : anchor[r];
+    for (int32_t k = 0; a != INT32_MAX && k < g->nodes[r].n_inputs; k++) {
+      int32_t v = g->nodes[r].inputs[k], p = v >= 0 ? g->values[v].producer : -1;
+      if (p >= nn && a < anchor[p]) anchor[p] = a;
+    }
+  }
+  for (int32_t i = 0; st == SC_OK && i < total; i++) {
+    if (i < nn || anchor[i] != INT32_MAX) {
+      key[i] = i < nn ? 3 * (int64_t)i + 1 : 3 * (int64_t)anchor[i];
+      continue;
+    }
+    key[i] = 0;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
+      int32_t v = g->nodes[i].inputs[k], p = v >= 0 ? g->values[v].producer : -1;
+      int64_t after = p < 0 ? 0 : p < nn ? 3 * (int64_t)p + 2 : key[p];
+      if (after > key[i]) key[i] = after;
+    }
+  }
+  if (st == SC_OK) {
+    for (int32_t i = 0; i < total; i++) order[i] = i;
+    sort_keys = key;
+    qsort(order, (size_t)total, sizeof *order, cmp_key);
+    for (int32_t i = 0; i < total; i++) nodes[i] = g->nodes[order[i]];
+    memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
+    for (int32_t i = 0; i < total; i++)
+      for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
+        if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
+    for (int32_t i = 0; st == SC_OK && i < total; i++) /* every input made before */
+      for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
+        int32_t v = g->nodes[i].inputs[k];
+        SC_ASSERT(v < 0 || g->values[v].producer < i);
+      }
+  }
+  sc_free(key);
+  sc_free(anchor);
+  sc_free(order);
+  sc_free(nodes);
+  return st;
+}
+
 sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, int32_t n_params,
                          int32_t history, sc_fp8_report *r, sc_diag *d) {
   sc_graph *g = c->g;
@@ -199,7 +271,7 @@ sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, i
     n_products += g->nodes[i].op == SC_OP_MATMUL || g->nodes[i].op == SC_OP_GEMM;
   r->meta = sc_arena_array(&g->arena, (size_t)n_products * Q_COUNT + 1, sizeof *r->meta);
   if (!r->meta) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  int32_t saved_node = c->node;
+  int32_t saved_node = c->node, nn0 = g->n_nodes;
   const char *saved_tag = c->tag;
   c->tag = "fp8";
   sc_status st = SC_OK;
@@ -232,9 +304,7 @@ sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, i
   }
   c->node = saved_node;
   c->tag = saved_tag;
-  if (st == SC_OK && sc_graph_toposort(g) != SC_OK)
-    st = sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_INVALID, NULL, NULL,
-                     "fp8: node order: %s", g->diag.msg);
+  if (st == SC_OK) st = place_new(g, nn0, d);
   return st;
 }
 
