@@ -1035,6 +1035,7 @@ bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out) {
   else if (strncmp(precision, "bf16", 4) == 0) *out = SC_CLUSTER_BF16;
   else if (strncmp(precision, "f16", 3) == 0 || strncmp(precision, "fp16", 4) == 0)
     *out = SC_CLUSTER_FP16;
+  else if (strcmp(precision, "fp8") == 0) *out = SC_CLUSTER_FP8;
   else return false;
   return true;
 }

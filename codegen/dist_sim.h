@@ -160,8 +160,8 @@ const char *sc_dist_sim_event_kind_name(sc_dist_sim_event_kind k);
  * in dtype t); 0 when the peak or the step is unknown. */
 double sc_dist_sim_mfu(const sc_dist_sim *s, const sc_cluster *c, sc_cluster_dtype t);
 /* The cluster dtype of a precision's name (a plan's "f32" or
- * "bf16-mixed", training's "fp32", "bf16", "fp16"; NULL: fp32); false
- * when there is none. */
+ * "bf16-mixed", training's "fp32", "bf16", "fp16", "fp8"; NULL: fp32);
+ * false when there is none. */
 bool sc_dist_sim_precision_dtype(const char *precision, sc_cluster_dtype *out);
 /* The time and GEMM FLOPs of one computing step of p (GEMM: its roofline
  * from its own shape and operands' dtype, and its epilogue kernel where the

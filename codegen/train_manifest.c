@@ -56,7 +56,8 @@ bool sc_program_input_is_state(const sc_program *p, int32_t b) {
 }
 
 bool sc_train_is_optimizer_state(const char *name) {
-  static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
+  static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq",
+                                       ".fp8_amax_history", ".fp8_scale"};
   size_t n = name ? strlen(name) : 0;
   for (size_t k = 0; k < sizeof suffix / sizeof *suffix; k++) {
     size_t m = strlen(suffix[k]);
@@ -328,7 +329,7 @@ static sc_status check_program(const sc_train_manifest *m, const sc_program *p, 
 
 static sc_status read_root(json_t *r, const sc_program *p, const void *params, int64_t params_bytes,
                            sc_train_manifest *m, sc_diag *d) {
-  static const char *const precisions[] = {"fp32", "bf16", "fp16", NULL};
+  static const char *const precisions[] = {"fp32", "bf16", "fp16", "fp8", NULL};
   const char *fmt = json_string_value(json_object_get(r, "format"));
   json_t *ver = json_object_get(r, "version"), *accum = json_object_get(r, "grad_accum");
   if (!json_is_object(r) || !fmt || strcmp(fmt, "shardc-training") != 0)

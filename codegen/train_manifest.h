@@ -54,7 +54,8 @@ typedef struct sc_train_manifest {
   char logits[512];        /* the output the loss reads; "" for the only one */
   int64_t ignore_index;    /* cross-entropy */
   int64_t classes;         /* cross-entropy: the logits' last dim; else 0 */
-  char precision[8];       /* "fp32", "bf16" or "fp16" (dynamic loss scaling) */
+  char precision[8];       /* "fp32", "bf16", "fp16" (dynamic loss scaling)
+                              or "fp8" (passes/fp8.h) */
   int32_t grad_accum;      /* microbatches per optimizer step, >= 1 */
   int32_t n_params;
   sc_train_manifest_param *params; /* in the same block */
@@ -69,7 +70,9 @@ void sc_train_manifest_destroy(sc_train_manifest *m); /* NULL is fine */
 /* Whether input buffer b of p is training state: an output "new:NAME". */
 bool sc_program_input_is_state(const sc_program *p, int32_t b);
 /* Whether state input `name` is optimizer state ("P.momentum_buffer",
- * "P.exp_avg", "P.exp_avg_sq": passes/train.h), not a parameter. */
+ * "P.exp_avg", "P.exp_avg_sq": passes/train.h; FP8 scaling state
+ * "T.fp8_amax_history", "T.fp8_scale": passes/fp8.h), not a parameter:
+ * zeros at the start, checkpointed with the optimizer. */
 bool sc_train_is_optimizer_state(const char *name);
 
 /* Points every parameter of m at p's state input of its name (a

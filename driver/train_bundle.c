@@ -29,7 +29,8 @@ static void options_of(const sc_train_opts *o, sc_train_manifest *m) {
   snprintf(m->loss, sizeof m->loss, "%s", losses[o->loss]);
   snprintf(m->logits, sizeof m->logits, "%s", o->logits ? o->logits : "");
   m->ignore_index = o->ignore_index;
-  snprintf(m->precision, sizeof m->precision, "%s", o->fp16 ? "fp16" : o->bf16 ? "bf16" : "fp32");
+  snprintf(m->precision, sizeof m->precision, "%s",
+           o->fp16 ? "fp16" : o->fp8 ? "fp8" : o->bf16 ? "bf16" : "fp32");
   m->grad_accum = o->grad_accum > 1 ? o->grad_accum : 1;
 }
 

@@ -33,6 +33,11 @@
  * parameters (master weights), optimizer state, gradient sums and the
  * update stay f32, as with FSDP's param_dtype = bf16, reduce_dtype = f32.
  *
+ * fp8 is bf16 with each linear layer's three products on FP8 operands
+ * scaled by Transformer Engine's delayed scaling, after autodiff
+ * (passes/fp8.h); its scaling state is "T.fp8_amax_history" and
+ * "T.fp8_scale", updated like optimizer state.
+ *
  * fp16 is the same with F16, plus dynamic loss scaling: autodiff starts
  * from loss · "train:loss_scale" (an input) and every gradient is
  * multiplied by "train:inv_scale" before it is used; an overflow shows as
@@ -74,6 +79,7 @@
 #define SC_PASSES_TRAIN_H
 
 #include "ir/ir.h"
+#include "passes/fp8.h"
 #include "passes/fuse_attention.h"
 #include "passes/recompute.h"
 
@@ -97,6 +103,9 @@ typedef struct sc_train_opts {
                                    0 counts as 1) */
   bool bf16;                    /* mixed precision: matrix products in bf16 */
   bool fp16;                    /* ... in fp16, with dynamic loss scaling */
+  bool fp8;                     /* bf16, and the linear layers' products in
+                                   FP8 with delayed scaling (passes/fp8.h) */
+  int32_t fp8_history;          /* fp8: the amax history's length (0: 1024) */
   sc_recompute_kind recompute;  /* activation checkpointing (recompute.h) */
   bool offload_activations;     /* park saved activations in host memory
                                    between forward and backward (with
@@ -169,6 +178,7 @@ typedef struct sc_train_info {
   const char **offload;         /* with opts.offload_activations: the names of
                                    the saved activations to offload, in
                                    forward order (in the graph's arena) */
+  sc_fp8_report fp8;            /* fp8: the layers in FP8 and those left bf16 */
   int32_t n_ties;
   sc_train_tie *ties;           /* tied copies, read through their source
                                    (in the graph's arena) */

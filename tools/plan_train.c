@@ -63,6 +63,16 @@ static void json_str(const char *s) {
   putchar('"');
 }
 
+/* Entry i of a JSON list of {"node", "why"} (a comma before all but the
+ * first). */
+static void json_node_why(int32_t i, const char *node, const char *why) {
+  printf("%s{\"node\": ", i ? ", " : "");
+  json_str(node);
+  printf(", \"why\": ");
+  json_str(why);
+  printf("}");
+}
+
 static void row(const char *what, int64_t bytes, const char *note) {
   char b[32];
   sc_stats_format_bytes((double)bytes, b, sizeof b);
@@ -205,7 +215,7 @@ void sc_plan_train_setup(sc_build_setup *bs, const sc_device_target *target) {
 
 /* --precision's name: the dtype of matrix products. */
 static const char *precision_name(const sc_train_opts *t) {
-  return t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
+  return t->fp8 ? "fp8" : t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
 }
 
 static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
@@ -534,14 +544,15 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
     const sc_fuse_attention_report *ar = &b->train.attention;
     printf(", \"attention\": {\"ran\": %s, \"fused\": %d, \"unfused\": %d, \"cores\": [",
            ar->ran ? "true" : "false", (int)ar->fused, (int)ar->unfused);
-    for (int32_t i = 0; i < ar->n_listed; i++) {
-      printf("%s{\"node\": ", i ? ", " : "");
-      json_str(ar->list[i].node);
-      printf(", \"why\": ");
-      json_str(ar->list[i].why);
-      printf("}");
-    }
+    for (int32_t i = 0; i < ar->n_listed; i++) json_node_why(i, ar->list[i].node, ar->list[i].why);
     printf("]}");
+    const sc_fp8_report *fr = &b->train.fp8;
+    if (fr->ran) {
+      printf(", \"fp8\": {\"history\": %d, \"layers\": %d, \"kept\": %d, \"bf16\": [",
+             (int)fr->history, (int)fr->fp8, (int)fr->kept);
+      for (int32_t i = 0; i < fr->n_listed; i++) json_node_why(i, fr->list[i].node, fr->list[i].why);
+      printf("]}");
+    }
     printf(", \"recompute\": {\"kind\": \"%s\", \"blocks\": %d, \"found_by\": %s, "
            "\"residual_adds_per_block\": %d, \"nodes\": %d, \"flops\": %.0f}",
            t->recompute == SC_RECOMPUTE_FULL ? "full"
@@ -584,6 +595,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            (long long)part->mesh.n_ranks, zero);
   }
   sc_fuse_attention_print(&b->train.attention, stdout, "");
+  sc_fp8_print(&b->train.fp8, stdout);
   if (t->recompute != SC_RECOMPUTE_NONE) {
     const sc_recompute_report *rr = &b->train.recompute;
     char fl[32], how[160];

@@ -52,10 +52,12 @@ static int take_choice(sc_train_args *a, const char *opt, const char *v) {
     return 0;
   }
   /* --precision */
-  if (strcmp(v, "fp32") != 0 && strcmp(v, "bf16") != 0 && strcmp(v, "fp16") != 0)
-    return sc_cli_usage_error("--precision expects fp32, bf16 or fp16, got '%s'", v);
+  if (strcmp(v, "fp32") != 0 && strcmp(v, "bf16") != 0 && strcmp(v, "fp16") != 0 &&
+      strcmp(v, "fp8") != 0)
+    return sc_cli_usage_error("--precision expects fp32, bf16, fp16 or fp8, got '%s'", v);
   a->t.bf16 = strcmp(v, "bf16") == 0;
   a->t.fp16 = strcmp(v, "fp16") == 0;
+  a->t.fp8 = strcmp(v, "fp8") == 0;
   return 0;
 }
 
@@ -124,6 +126,12 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
     a->t.grad_accum = (int32_t)n;
     return 0;
   }
+  if (strcmp(opt, "--fp8-amax-history") == 0) {
+    if (!sc_cli_parse_i64(v, 1, 1 << 20, &n))
+      return sc_cli_usage_error("--fp8-amax-history expects a positive integer, got '%s'", v);
+    a->t.fp8_history = (int32_t)n;
+    return 0;
+  }
   if (strcmp(opt, "--betas") == 0) {
     char tail;
     if (sscanf(v, "%lf,%lf%c", &a->t.beta1, &a->t.beta2, &tail) != 2)
@@ -142,7 +150,8 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
 static const char *const VALUE_OPTIONS[] = {
     "--loss", "--logits", "--ignore-index", "--optimizer", "--momentum", "--weight-decay",
     "--betas", "--eps", "--clip-grad-norm", "--grad-accum", "--precision", "--freeze",
-    "--recompute", "--memory-budget", "--smp-config", "--activation-loading-horizon", NULL};
+    "--fp8-amax-history", "--recompute", "--memory-budget", "--smp-config",
+    "--activation-loading-horizon", NULL};
 
 int sc_train_args_take(sc_train_args *a, int argc, char **argv, int *i) {
   const char *arg = argv[*i];
@@ -361,10 +370,14 @@ void sc_train_args_help(FILE *f) {
         "  --momentum M, --nesterov, --weight-decay W (sgd 0, adamw 0.01),\n"
         "  --betas B1,B2 (0.9,0.999), --eps E (1e-8)\n"
         "  --clip-grad-norm X     scale gradients to a global norm of at most X\n"
-        "  --precision fp32|bf16|fp16  bf16/fp16: matrix products (forward and backward)\n"
+        "  --precision fp32|bf16|fp16|fp8  bf16/fp16: matrix products (forward and backward)\n"
         "                         in that type, weights, optimizer state and gradient\n"
         "                         sums in fp32; fp16 adds dynamic loss scaling as\n"
-        "                         PyTorch's GradScaler: an overflowing step is skipped\n"
+        "                         PyTorch's GradScaler: an overflowing step is skipped;\n"
+        "                         fp8: bf16, and each linear layer's products on FP8\n"
+        "                         operands (E4M3 forward, E5M2 gradients), delayed\n"
+        "                         scaling (docs/training.md, FP8)\n"
+        "  --fp8-amax-history N   fp8: the amax history's length (default 1024)\n"
         "  --grad-accum K         K microbatches of B examples per optimizer step: their\n"
         "                         gradients are averaged (the loss logged is their mean)\n"
         "  --freeze GLOB          keep matching initializers fixed (repeatable)\n"

@@ -6,7 +6,7 @@
  *   --loss cross-entropy|mse|output:NAME   --logits NAME   --ignore-index N
  *   --optimizer sgd|adamw   --momentum M   --nesterov   --weight-decay W
  *   --betas B1,B2   --eps E   --clip-grad-norm X   --grad-accum K
- *   --precision fp32|bf16|fp16   --freeze GLOB (repeatable)
+ *   --precision fp32|bf16|fp16|fp8   --fp8-amax-history N   --freeze GLOB (repeatable)
  *
  * These are compiled into a training bundle: `shardc train BUNDLE` refuses
  * them (sc_train_args_refuse_with_bundle). The options of a run (--steps,

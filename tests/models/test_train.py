@@ -705,7 +705,7 @@ def main():
                             (["--momentum", "-0.5"], "--momentum"),
                             (["--nesterov"], "--nesterov"), (["--betas", "1.5,0.9"], "--betas"),
                             (["--grad-accum", "0"], "--grad-accum"),
-                            (["--precision", "fp8"], "--precision"),
+                            (["--precision", "fp4"], "--precision"),
                             (["--loss", "hinge"], "--loss"), (["--optimizer", "lion"], "--optimizer"),
                             (["--save-every", "3"], "--save-every"), (["--steps", "-1"], "--steps"),
                             (["--data", "x=" + xf], "given twice"), (["--data", "bogus"], "--data")):
