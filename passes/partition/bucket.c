@@ -48,9 +48,9 @@
  * concatenate into one buffer whose piece r is rank r's of every member; an
  * all-reduce is elementwise, so plain concatenation serves it. Groups of
  * all-reduces alone close before they would pass DDP's default bucket cap
- * (ALL_REDUCE_BUCKET_CAP_BYTES), so a large block's first bucket starts
- * before its whole backward has run; reduce-scatter groups are whole
- * blocks, as FSDP wraps them. Members keep their relative order, and every
+ * (SC_PARTITION_BUCKET_CAP_BYTES, 25 MiB), so a large block's first
+ * bucket starts before its whole backward has run and the copies stay
+ * bounded; reduce-scatter groups are whole blocks, as FSDP wraps them. Members keep their relative order, and every
  * rank runs the same program, so the collectives match across ranks. */
 #include <stdio.h>
 #include <string.h>
@@ -303,11 +303,6 @@ static sc_status finish(bucketer *b, sc_status st) {
 }
 
 /* ---- gradient reductions (sc_partition_bucket_reductions) ---- */
-
-/* DDP's default bucket_cap_mb (25, in MiB: torch.nn.parallel.
- * DistributedDataParallel): a bucket of all-reduces alone closes before a
- * member would take it past this many bytes. */
-#define ALL_REDUCE_BUCKET_CAP_BYTES ((int64_t)25 << 20)
 
 typedef struct rmember {
   int32_t rs, ar;      /* the old ReduceScatter over fsdp, or -1; the
@@ -566,7 +561,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
     sc_dtype t = cand ? L->values[m.g].dtype : SC_DTYPE_UNDEF;
     /* all-reduces alone are capped as DDP's buckets; fsdp's reduce-scatters
      * are grouped per block whole, as FSDP wraps a block */
-    bool fits = m.rs >= 0 || open_bytes + bytes <= ALL_REDUCE_BUCKET_CAP_BYTES;
+    bool fits = m.rs >= 0 || open_bytes + bytes <= SC_PARTITION_BUCKET_CAP_BYTES;
     bool same = cand && k > 0 && stage == key_stage && block == key_block && t == key_t &&
                 (m.rs >= 0) == (open[0].rs >= 0) && same_reduction(L, m.ar, open[0].ar) &&
                 open_use > i && fits;
