@@ -47,10 +47,11 @@
  * piece of every member in row r of [S, n_t/S], so the members' rows
  * concatenate into one buffer whose piece r is rank r's of every member; an
  * all-reduce is elementwise, so plain concatenation serves it. Groups of
- * all-reduces alone close before they would pass DDP's default bucket cap
- * (SC_PARTITION_BUCKET_CAP_BYTES, 25 MiB), so a large block's first
- * bucket starts before its whole backward has run and the copies stay
- * bounded; reduce-scatter groups are whole blocks, as FSDP wraps them. Members keep their relative order, and every
+ * all-reduces alone close once they hold DDP's default bucket cap
+ * (SC_PARTITION_BUCKET_CAP_BYTES, 25 MiB) or more, so a large block's
+ * first bucket starts before its whole backward has run and the copies
+ * stay bounded; reduce-scatter groups are whole blocks, as FSDP wraps
+ * them. Members keep their relative order, and every
  * rank runs the same program, so the collectives match across ranks. */
 #include <stdio.h>
 #include <string.h>
@@ -559,9 +560,11 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
     }
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     sc_dtype t = cand ? L->values[m.g].dtype : SC_DTYPE_UNDEF;
-    /* all-reduces alone are capped as DDP's buckets; fsdp's reduce-scatters
-     * are grouped per block whole, as FSDP wraps a block */
-    bool fits = m.rs >= 0 || open_bytes + bytes <= SC_PARTITION_BUCKET_CAP_BYTES;
+    /* all-reduces alone are capped as DDP's buckets (a bucket takes
+     * members until it holds the cap or more: DDP's
+     * compute_bucket_assignment_by_size); fsdp's reduce-scatters are
+     * grouped per block whole, as FSDP wraps a block */
+    bool fits = m.rs >= 0 || open_bytes < SC_PARTITION_BUCKET_CAP_BYTES;
     bool same = cand && k > 0 && stage == key_stage && block == key_block && t == key_t &&
                 (m.rs >= 0) == (open[0].rs >= 0) && same_reduction(L, m.ar, open[0].ar) &&
                 open_use > i && fits;

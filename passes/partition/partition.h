@@ -173,9 +173,9 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d);
 /* bucket.c: the gradients' reduce-scatters over fsdp (then their HSDP
  * all-reduce), or without one their all-reduces (plain data parallel),
  * grouped per block and piece likewise, at the last member; a group of
- * all-reduces alone holds at most SC_PARTITION_BUCKET_CAP_BYTES (DDP's
- * default bucket_cap_mb, 25 MiB: torch.nn.parallel.
- * DistributedDataParallel), a member larger alone. */
+ * all-reduces alone takes members until it holds
+ * SC_PARTITION_BUCKET_CAP_BYTES or more (DDP's default bucket_cap_mb,
+ * 25 MiB: torch.nn.parallel.DistributedDataParallel). */
 #define SC_PARTITION_BUCKET_CAP_BYTES ((int64_t)25 << 20)
 sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d);
 /* cut.c: a minimum cut over pending sums (localize.c's "the cut"). Nodes
