@@ -1,5 +1,6 @@
 /* bucket.c — ZeRO-3's parameter all-gathers, and the gradients'
- * reduce-scatters, grouped per block (partition.h).
+ * reductions (reduce-scatters, all-reduces), grouped per block
+ * (partition.h).
  *
  * localize gathers each parameter stored split over the fsdp axis right
  * before its use, one AllGather per tensor (per use region: forward, and
@@ -32,16 +33,26 @@
  * p->local_end (the global-to-local node map, used only to place stages)
  * is not kept up to date.
  *
- * The gradients' reduce-scatters over fsdp (ZeRO 1-3) are grouped the same
- * way (sc_partition_bucket_reduce_scatters): those of "grad:P" along dim 0
- * for the parameters of one block, in one piece, of one dtype, with the
- * same all-reduce over the replicas after them (HSDP) or none, become one
- * ReduceScatter (and one AllReduce) at the place of the last member, when
- * nothing reads an earlier member's result before that place (bucket_rs);
- * each member's piece is copied out where its result is first read.
- * A dim-0 split puts rank r's piece of every member in row r of
- * [S, n_t/S], so the members' rows concatenate into one buffer whose piece
- * r is rank r's of every member. */
+ * The gradients' reductions are grouped the same way
+ * (sc_partition_bucket_reductions). A member is the reduction of one
+ * "grad:P": its ReduceScatter over fsdp along dim 0 (ZeRO 1-3), with the
+ * AllReduce over the replicas that alone reads its result (HSDP) or none;
+ * or, with no reduce-scatter (ZeRO 0, plain data parallel, any axes), the
+ * AllReduce of grad:P itself. The members of one block, in one piece, of
+ * one dtype, of one kind (with a reduce-scatter or not) and the same
+ * all-reduce (axes and op, or none) become one ReduceScatter and/or one
+ * AllReduce at the place of the last member, when nothing reads an earlier
+ * member's result before that place (bucket_rs); each member's piece is
+ * copied out where its result is first read. A dim-0 split puts rank r's
+ * piece of every member in row r of [S, n_t/S], so the members' rows
+ * concatenate into one buffer whose piece r is rank r's of every member; an
+ * all-reduce is elementwise, so plain concatenation serves it. Groups of
+ * all-reduces alone close once they hold DDP's default bucket cap
+ * (SC_PARTITION_BUCKET_CAP_BYTES, 25 MiB) or more, so a large block's
+ * first bucket starts before its whole backward has run and the copies
+ * stay bounded; reduce-scatter groups are whole blocks, as FSDP wraps
+ * them. Members keep their relative order, and every
+ * rank runs the same program, so the collectives match across ranks. */
 #include <stdio.h>
 #include <string.h>
 
@@ -157,14 +168,22 @@ static void to_identity(bucketer *b, int32_t i, int32_t x) {
   n->n_attrs = kept;
 }
 
-/* The collective attribute "axes" of old node `from` on new node nid. */
+/* The collective attributes of old node `from` on new node nid: "axes",
+ * and the reduction "op" where it has one (shared, not copied). */
 static sc_status copy_axes(bucketer *b, int32_t nid, int32_t from) {
-  const sc_attr *ax = sc_node_attr(&b->L->nodes[from], "axes");
-  sc_attr *a = sc_node_add_attr(b->L, nid, "axes", SC_ATTR_STRINGS);
-  if (!a || !ax) return nomem(b->d);
-  ax = sc_node_attr(&b->L->nodes[from], "axes"); /* adding may move the array */
-  a->strings = ax->strings;
-  a->n = ax->n;
+  const char *names[2] = {"axes", "op"};
+  for (int32_t k = 0; k < 2; k++) {
+    if (!sc_node_attr(&b->L->nodes[from], names[k])) {
+      if (k == 0) return nomem(b->d);
+      continue;
+    }
+    sc_attr *a = sc_node_add_attr(b->L, nid, names[k], k ? SC_ATTR_STRING : SC_ATTR_STRINGS);
+    if (!a) return nomem(b->d);
+    const sc_attr *from_a = sc_node_attr(&b->L->nodes[from], names[k]); /* adding may move it */
+    a->strings = from_a->strings;
+    a->s = from_a->s;
+    a->n = from_a->n;
+  }
   return SC_OK;
 }
 
@@ -284,50 +303,84 @@ static sc_status finish(bucketer *b, sc_status st) {
   return st;
 }
 
-/* ---- gradient reduce-scatters (sc_partition_bucket_reduce_scatters) ---- */
+/* ---- gradient reductions (sc_partition_bucket_reductions) ---- */
 
 typedef struct rmember {
-  int32_t rs, ar;      /* the old ReduceScatter, and the AllReduce of its
-                          result over the replicas (HSDP), or -1 */
+  int32_t rs, ar;      /* the old ReduceScatter over fsdp, or -1; the
+                          AllReduce of its result over the replicas (HSDP),
+                          or without one of the gradient itself, or -1 */
   int32_t g, y;        /* the full gradient, and the member's result */
   int32_t use;         /* the first node reading y (first_use) */
   int64_t n;           /* elements of the full gradient */
 } rmember;
+
+/* The node a member's collectives begin with (its place in node order). */
+static int32_t head(const rmember *m) { return m->rs >= 0 ? m->rs : m->ar; }
+
+/* P when value v is "grad:P" of a parameter P, else NULL. */
+static const char *grad_param(const bucketer *b, int32_t v) {
+  const sc_value *g = &b->L->values[v];
+  if (!g->name || strncmp(g->name, "grad:", 5) != 0 || g->rank < 1) return NULL;
+  const char *pp = sc_partition_param_of(b->p, g->name + 5);
+  return pp && strcmp(pp, g->name + 5) == 0 ? pp : NULL;
+}
 
 /* Whether node i reduce-scatters "grad:P" of a parameter P along dim 0
  * over axis fsdp alone into pieces of S; P through *param. */
 static bool rs_candidate(const bucketer *b, int32_t i, const char *fsdp, int64_t S,
                          const char **param) {
   const sc_node *n = &b->L->nodes[i];
-  if (n->op != SC_OP_REDUCE_SCATTER || n->n_inputs != 1 || n->n_outputs != 1 ||
+  if (!fsdp || n->op != SC_OP_REDUCE_SCATTER || n->n_inputs != 1 || n->n_outputs != 1 ||
       n->inputs[0] < 0 || n->outputs[0] < 0)
     return false;
   const sc_attr *ax = sc_node_attr(n, "axes"), *dim = sc_node_attr(n, "axis");
   if (!ax || ax->n != 1 || strcmp(ax->strings[0], fsdp) != 0 || !dim || dim->i != 0)
     return false;
-  const sc_value *g = &b->L->values[n->inputs[0]];
-  if (!g->name || strncmp(g->name, "grad:", 5) != 0 || g->rank < 1 || g->dims[0] % S != 0)
-    return false;
-  const char *pp = sc_partition_param_of(b->p, g->name + 5);
-  if (!pp || strcmp(pp, g->name + 5) != 0) return false;
+  const char *pp = grad_param(b, n->inputs[0]);
+  if (!pp || b->L->values[n->inputs[0]].dims[0] % S != 0) return false;
   *param = pp;
   return true;
 }
 
-/* The group's bucket: at the place of its last member,
+/* Whether node i is an AllReduce (over any axes, of one input and output). */
+static bool is_all_reduce(const sc_graph *L, int32_t i) {
+  const sc_node *n = &L->nodes[i];
+  return n->op == SC_OP_ALL_REDUCE && n->n_inputs == 1 && n->n_outputs == 1 &&
+         n->inputs[0] >= 0 && n->outputs[0] >= 0 && sc_node_attr(n, "axes");
+}
+
+/* Whether all-reduces a and b (or -1 for none) reduce alike: none, or the
+ * same axes in the same order and the same "op". */
+static bool same_reduction(const sc_graph *L, int32_t a, int32_t b) {
+  if (a < 0 || b < 0) return a == b;
+  const sc_attr *xa = sc_node_attr(&L->nodes[a], "axes"), *xb = sc_node_attr(&L->nodes[b], "axes");
+  if (xa->n != xb->n) return false;
+  for (int64_t k = 0; k < xa->n; k++)
+    if (strcmp(xa->strings[k], xb->strings[k]) != 0) return false;
+  const sc_attr *oa = sc_node_attr(&L->nodes[a], "op"), *ob = sc_node_attr(&L->nodes[b], "op");
+  const char *sa = oa && oa->s ? oa->s : "sum", *sb = ob && ob->s ? ob->s : "sum";
+  return strcmp(sa, sb) == 0;
+}
+
+/* The group's bucket: at the place of its last member (head), with a
+ * reduce-scatter over fsdp (S ranks)
  *   v_t = Reshape(g_t, [S, n_t/S])      (rank r's piece is row r)
  *   flat = Reshape(Concat(v_1..v_k, axis 1), [N])
  *   red = ReduceScatter(flat) over fsdp  [N/S], then the members'
  *         AllReduce over the replicas when they have one
  *   y_t = Reshape(Slice(red, [o_t/S], [(o_t + n_t)/S]), y_t's shape)
- * and every old member node an Identity of its y_t, moved there too. */
+ * and without one (S = 1), the members' AllReduce of
+ *   flat = Concat(Reshape(g_1, [n_1]), ..., Reshape(g_k, [n_k]))   [N]
+ * (a sum is elementwise: any layout of the members reduces alike); every
+ * old member node becomes an Identity of its y_t, moved there too. */
 static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) {
   sc_graph *L = b->L;
-  int32_t last = m[k - 1].rs, at = last;
-  int64_t stage = stage_of(&L->nodes[last]);
+  int32_t at = head(&m[k - 1]);
+  bool scatter = m[0].rs >= 0;
+  int64_t stage = stage_of(&L->nodes[at]);
   sc_dtype t = L->values[m[0].g].dtype;
   char base[600];
-  snprintf(base, sizeof base, "%s", L->nodes[last].name);
+  snprintf(base, sizeof base, "%s", L->nodes[at].name);
   int64_t N = 0;
   for (int32_t j = 0; j < k; j++) N += m[j].n;
   int32_t *rows = sc_malloc((size_t)k * sizeof *rows);
@@ -335,35 +388,39 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) 
   sc_status st = SC_OK;
   for (int32_t j = 0; st == SC_OK && j < k; j++) {
     int64_t grid[2] = {S, m[j].n / S};
-    int32_t shp = const_i64(b, 2, grid);
-    rows[j] = shp < 0 ? -1 : new_value(b, L->values[m[j].g].name, t, 2, grid);
+    const int64_t *shape = scatter ? grid : &m[j].n;
+    int32_t shp = const_i64(b, scatter ? 2 : 1, shape);
+    rows[j] = shp < 0 ? -1 : new_value(b, L->values[m[j].g].name, t, scatter ? 2 : 1, shape);
     if (rows[j] < 0 ||
         emit(b, SC_OP_RESHAPE, base, (int32_t[]){m[j].g, shp}, 2, rows[j], stage, at) < 0)
       st = lerr(b);
   }
   int64_t grid[2] = {S, N / S}, piece = N / S;
-  int32_t cat = st == SC_OK ? new_value(b, "bucket", t, 2, grid) : -1;
-  int32_t fshape = cat < 0 ? -1 : const_i64(b, 1, &N);
-  int32_t flat = fshape < 0 ? -1 : new_value(b, "bucket", t, 1, &N);
-  int32_t red = flat < 0 ? -1 : new_value(b, "bucket_reduced", t, 1, &piece);
-  if (st == SC_OK && red < 0) st = lerr(b);
-  int32_t nc = st == SC_OK ? emit(b, SC_OP_CONCAT, base, rows, k, cat, stage, at) : -1;
-  if (st == SC_OK && (nc < 0 || attr_int(b, nc, "axis", 1) != SC_OK)) st = lerr(b);
-  if (st == SC_OK &&
-      emit(b, SC_OP_RESHAPE, base, (int32_t[]){cat, fshape}, 2, flat, stage, at) < 0)
-    st = lerr(b);
-  int32_t nr = st == SC_OK ? emit(b, SC_OP_REDUCE_SCATTER, base, &flat, 1, red, stage, at) : -1;
-  if (st == SC_OK && nr < 0) st = lerr(b);
-  if (st == SC_OK) st = copy_axes(b, nr, m[0].rs);
-  if (st == SC_OK && attr_int(b, nr, "axis", 0) != SC_OK) st = lerr(b);
-  if (st == SC_OK && m[0].ar >= 0) { /* HSDP: the shard's all-reduce, once */
+  int32_t cat = st == SC_OK ? new_value(b, "bucket", t, scatter ? 2 : 1, scatter ? grid : &N)
+                            : -1;
+  int32_t nc = cat < 0 ? -1 : emit(b, SC_OP_CONCAT, base, rows, k, cat, stage, at);
+  if (st == SC_OK && (nc < 0 || attr_int(b, nc, "axis", scatter ? 1 : 0) != SC_OK)) st = lerr(b);
+  int32_t red = cat;
+  if (st == SC_OK && scatter) {
+    int32_t fshape = const_i64(b, 1, &N);
+    int32_t flat = fshape < 0 ? -1 : new_value(b, "bucket", t, 1, &N);
+    red = flat < 0 ? -1 : new_value(b, "bucket_reduced", t, 1, &piece);
+    if (red < 0 || emit(b, SC_OP_RESHAPE, base, (int32_t[]){cat, fshape}, 2, flat, stage, at) < 0)
+      st = lerr(b);
+    int32_t nr = st == SC_OK ? emit(b, SC_OP_REDUCE_SCATTER, base, &flat, 1, red, stage, at) : -1;
+    if (st == SC_OK && nr < 0) st = lerr(b);
+    if (st == SC_OK) st = copy_axes(b, nr, m[0].rs);
+    if (st == SC_OK && attr_int(b, nr, "axis", 0) != SC_OK) st = lerr(b);
+  }
+  if (st == SC_OK && m[0].ar >= 0) { /* the members' all-reduce, once */
     int32_t sum = new_value(b, "bucket_reduced", t, 1, &piece);
     int32_t na = sum < 0 ? -1 : emit(b, SC_OP_ALL_REDUCE, base, &red, 1, sum, stage, at);
     if (na < 0) st = lerr(b);
     else st = copy_axes(b, na, m[0].ar);
     red = sum;
   }
-  for (int32_t j = 0, off = 0; st == SC_OK && j < k; off += (int32_t)m[j].n, j++) {
+  int64_t off = 0;
+  for (int32_t j = 0; st == SC_OK && j < k; off += m[j].n, j++) {
     const sc_value y = L->values[m[j].y]; /* a copy: adding values moves the array */
     int64_t lo = off / S, hi = (off + m[j].n) / S, axis0 = 0, len = m[j].n / S;
     int32_t c_lo = const_i64(b, 1, &lo), c_hi = const_i64(b, 1, &hi);
@@ -381,11 +438,11 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) 
       st = lerr(b);
       break;
     }
-    to_identity(b, m[j].rs, full);
-    if (!put(b, m[j].rs, use)) st = nomem(b->d);
-    if (m[j].ar >= 0) {
-      to_identity(b, m[j].ar, full);
-      if (!put(b, m[j].ar, use)) st = nomem(b->d);
+    for (int32_t c = 0; c < 2 && st == SC_OK; c++) {
+      int32_t old = c ? m[j].ar : m[j].rs;
+      if (old < 0) continue;
+      to_identity(b, old, full);
+      if (!put(b, old, use)) st = nomem(b->d);
     }
   }
   sc_free(rows);
@@ -459,11 +516,11 @@ static int32_t first_use(const sc_graph *L, const int32_t *off, const int32_t *u
   return L->values[v].flags & SC_VALUE_OUTPUT ? L->n_nodes : INT32_MAX;
 }
 
-sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
-  if (p->fsdp_axis < 0 || !p->local) return SC_OK;
+sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
+  if (!p->local) return SC_OK;
   sc_graph *L = p->local;
-  const char *fsdp = p->mesh.axes[p->fsdp_axis].name;
-  int64_t S = p->mesh.axes[p->fsdp_axis].size;
+  const char *fsdp = p->fsdp_axis >= 0 ? p->mesh.axes[p->fsdp_axis].name : NULL;
+  int64_t S = p->fsdp_axis >= 0 ? p->mesh.axes[p->fsdp_axis].size : 1;
   sc_stats stats;
   bucketer b;
   if (begin(p, d, &stats, &b) != SC_OK) return d->status;
@@ -472,51 +529,58 @@ sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d) {
   b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
   sc_status st = open && b.moved && sc_graph_users(L, &off, &users) == SC_OK ? SC_OK : nomem(d);
   int32_t k = 0, open_use = INT32_MAX; /* the open group's first reader */
-  int64_t key_stage = -1, key_block = -2;
+  int64_t key_stage = -1, key_block = -2, open_bytes = 0;
   sc_dtype key_t = SC_DTYPE_UNDEF;
-  const char *key_ar = NULL; /* the replicas' axis of the members' all-reduce */
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
-    bool cand = i < n0 && rs_candidate(&b, i, fsdp, S, &param);
-    int64_t block = cand && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
-    cand &= block >= 0;
-    rmember m = {.rs = i, .ar = -1};
-    const char *ar_axis = NULL;
-    if (cand) {
+    rmember m = {.rs = -1, .ar = -1};
+    if (i < n0 && rs_candidate(&b, i, fsdp, S, &param)) {
       const sc_node *n = &L->nodes[i];
+      m.rs = i;
       m.g = n->inputs[0];
       m.y = n->outputs[0];
-      m.n = sc_value_numel(&L->values[m.g]);
       int32_t r = first_use(L, off, users, m.y);
       bool sole = off[m.y + 1] - off[m.y] == 1 && !(L->values[m.y].flags & SC_VALUE_OUTPUT);
-      if (sole && r < n0 && L->nodes[r].op == SC_OP_ALL_REDUCE &&
-          L->nodes[r].n_inputs == 1 && L->nodes[r].n_outputs == 1) {
-        const sc_attr *ax = sc_node_attr(&L->nodes[r], "axes");
-        if (ax && ax->n == 1) {
-          m.ar = r;
-          m.y = L->nodes[r].outputs[0];
-          ar_axis = ax->strings[0];
-        }
+      if (sole && r < n0 && is_all_reduce(L, r)) { /* HSDP: over the replicas */
+        m.ar = r;
+        m.y = L->nodes[r].outputs[0];
       }
+    } else if (i < n0 && is_all_reduce(L, i) && (param = grad_param(&b, L->nodes[i].inputs[0]))) {
+      m.ar = i; /* no reduce-scatter: plain data parallel, ZeRO 0 */
+      m.g = L->nodes[i].inputs[0];
+      m.y = L->nodes[i].outputs[0];
+    }
+    int64_t block = param && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
+    bool cand = param && block >= 0; /* outside blocks: used far apart */
+    int64_t bytes = 0;
+    if (cand) {
+      m.n = sc_value_numel(&L->values[m.g]);
       m.use = first_use(L, off, users, m.y);
+      bytes = m.n * (int64_t)sc_dtype_size(L->values[m.g].dtype);
     }
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     sc_dtype t = cand ? L->values[m.g].dtype : SC_DTYPE_UNDEF;
+    /* all-reduces alone are capped as DDP's buckets (a bucket takes
+     * members until it holds the cap or more: DDP's
+     * compute_bucket_assignment_by_size); fsdp's reduce-scatters are
+     * grouped per block whole, as FSDP wraps a block */
+    bool fits = m.rs >= 0 || open_bytes < SC_PARTITION_BUCKET_CAP_BYTES;
     bool same = cand && k > 0 && stage == key_stage && block == key_block && t == key_t &&
-                (ar_axis == NULL) == (key_ar == NULL) &&
-                (!ar_axis || strcmp(ar_axis, key_ar) == 0) && open_use > i;
+                (m.rs >= 0) == (open[0].rs >= 0) && same_reduction(L, m.ar, open[0].ar) &&
+                open_use > i && fits;
     if (i == n0 || (cand && !same)) { /* close the open group */
-      if (k >= 2) st = bucket_rs(&b, open, k, S);
+      if (k >= 2) st = bucket_rs(&b, open, k, open[0].rs >= 0 ? S : 1);
       k = 0;
       open_use = INT32_MAX;
+      open_bytes = 0;
     }
     if (!cand || st != SC_OK) continue;
     open[k++] = m;
     if (m.use < open_use) open_use = m.use;
+    open_bytes += bytes;
     key_stage = stage;
     key_block = block;
     key_t = t;
-    key_ar = ar_axis;
   }
   st = finish(&b, st);
   sc_free(open);

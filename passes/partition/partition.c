@@ -218,7 +218,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   if (!p->local && (st = sc_partition_localize(p, d)) != SC_OK) goto fail;
   if ((st = verify(po, p->local, d)) != SC_OK) goto fail;
   if (p->training && (st = sc_partition_bucket_gathers(p, d)) != SC_OK) goto fail;
-  if (p->training && (st = sc_partition_bucket_reduce_scatters(p, d)) != SC_OK) goto fail;
+  if (p->training && (st = sc_partition_bucket_reductions(p, d)) != SC_OK) goto fail;
   if (print_at(po, "localize") && (st = print_graph(po, "localize", p->local, -1)) != SC_OK)
     goto fail;
   p->stages = sc_arena_array(&p->arena, (size_t)p->n_graphs, sizeof *p->stages);

@@ -171,8 +171,13 @@ sc_status sc_partition_seed_train_state(sc_partition *p);
  * into one collective each (copy-in, gather, copy-out), on p->local. */
 sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d);
 /* bucket.c: the gradients' reduce-scatters over fsdp (then their HSDP
- * all-reduce) grouped per block and piece likewise, at the last member. */
-sc_status sc_partition_bucket_reduce_scatters(sc_partition *p, sc_diag *d);
+ * all-reduce), or without one their all-reduces (plain data parallel),
+ * grouped per block and piece likewise, at the last member; a group of
+ * all-reduces alone takes members until it holds
+ * SC_PARTITION_BUCKET_CAP_BYTES or more (DDP's default bucket_cap_mb,
+ * 25 MiB: torch.nn.parallel.DistributedDataParallel). */
+#define SC_PARTITION_BUCKET_CAP_BYTES ((int64_t)25 << 20)
+sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d);
 /* cut.c: a minimum cut over pending sums (localize.c's "the cut"). Nodes
  * are pending values, each with the cost of reducing it where it is made
  * (source: its pending sum begins there); flow edges say where a pending
