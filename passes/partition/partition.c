@@ -256,9 +256,7 @@ void sc_partition_destroy(sc_partition *p) {
 }
 
 void sc_partition_batches_that_divide(int64_t b, int64_t parts, char *buf, size_t n) {
-  int64_t lo = b / parts * parts, hi = lo + parts;
-  if (lo > 0) snprintf(buf, n, "%lld or %lld", (long long)lo, (long long)hi);
-  else snprintf(buf, n, "%lld", (long long)hi);
+  sc_format_multiples_near(b, parts, buf, n);
 }
 
 sc_status sc_partition_batch_error(sc_partition *p, const sc_value *v, const int32_t *axes,
