@@ -86,6 +86,14 @@ static void test_infer(void **state) {
       {" mesh [pp=2]\n %y = Send(%x) {peer_stage = 2} \"n\"\n", "n", "outside the group"},
       {" mesh [pp=2]\n %y = Recv() {peer_stage = 1, tag = 40000, shape = [2]} \"n\"\n", "n",
        "tag 40000"},
+      {" mesh [cp=3]\n %y = Send(%x) {axes = [\"cp\"], shift = 3} \"n\"\n", "n",
+       "shift 3 is not in (-3, 3)"},
+      {" mesh [cp=3]\n %y = Send(%x) {axes = [\"cp\"], shift = 0} \"n\"\n", "n",
+       "shift 0 is not in"},
+      {" mesh [cp=3]\n %y = Send(%x) {axes = [\"cp\"], shift = 1, peer_stage = 0} \"n\"\n",
+       "n", "exclude each other"},
+      {" mesh [cp=3]\n %y = Send(%x) {axes = [\"cp\"]} \"n\"\n", "n",
+       "'peer_stage' (or 'shift') is required"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[512];
@@ -424,6 +432,114 @@ static void test_send_recv(void **state) {
   sc_graph_destroy(g1);
 }
 
+/* Send/Recv with a shift: ring attention over n cp ranks, one program for
+ * all (docs/context-parallel.md, without a causal mask). Each rank holds L
+ * rows of q, k and v [1, H, L, D]; step 0 attends its own keys, and each of
+ * the n - 1 later steps sends the keys and values in hand one rank on
+ * (shift 1), receives the previous rank's and merges the block's (o, lse)
+ * by log-sum-exp. Every rank's o and lse must be those of its rows against
+ * all n·L keys, computed here in double. Tolerance 1e-5 (+1e-6): f32
+ * softmax sums of at most 4·L terms of values in [-1, 1] and two roundings
+ * of exp/log per merge. */
+enum { RING_H = 2, RING_L = 4, RING_D = 8 };
+
+static void ring_attention(int n) {
+  char text[16384];
+  int len = snprintf(text, sizeof text,
+                     "shardc.ir 1 graph \"ring\" opset 18 {\n mesh [cp=%d]\n"
+                     " input %%q : f32[1,%d,%d,%d]\n input %%k0 : f32[1,%d,%d,%d]\n"
+                     " input %%v0 : f32[1,%d,%d,%d]\n const %%last : i64[1] = [3]\n"
+                     " %%o0, %%l0 = FusedAttention(%%q, %%k0, %%v0) {scale = 0.35355339, "
+                     "causal = 0} \"att0\"\n",
+                     n, RING_H, RING_L, RING_D, RING_H, RING_L, RING_D, RING_H, RING_L, RING_D);
+  for (int i = 1; i < n; i++) {
+    const int j = i - 1, H = RING_H, L = RING_L, D = RING_D;
+#define LINE(...) len += snprintf(text + len, sizeof text - (size_t)len, __VA_ARGS__)
+    LINE(" %%sk%d = Send(%%k%d) {axes = [\"cp\"], shift = 1, tag = %d}\n", i, j, 2 * i);
+    LINE(" %%k%d = Recv() {axes = [\"cp\"], shift = 1, tag = %d, shape = [1, %d, %d, %d]}\n", i,
+         2 * i, H, L, D);
+    LINE(" %%sv%d = Send(%%v%d) {axes = [\"cp\"], shift = 1, tag = %d}\n", i, j, 2 * i + 1);
+    LINE(" %%v%d = Recv() {axes = [\"cp\"], shift = 1, tag = %d, shape = [1, %d, %d, %d]}\n", i,
+         2 * i + 1, H, L, D);
+    LINE(" %%ob%d, %%lb%d = FusedAttention(%%q, %%k%d, %%v%d) {scale = 0.35355339, causal = 0}\n",
+         i, i, i, i);
+    /* the merge: lse = m + log(e^(a-m) + e^(b-m)), o = o_a e^(a-lse) + o_b e^(b-lse) */
+    LINE(" %%m%d = Max(%%l%d, %%lb%d)\n", i, j, i);
+    LINE(" %%da%d = Sub(%%l%d, %%m%d)\n %%ea%d = Exp(%%da%d)\n", i, j, i, i, i);
+    LINE(" %%db%d = Sub(%%lb%d, %%m%d)\n %%eb%d = Exp(%%db%d)\n", i, i, i, i, i);
+    LINE(" %%s%d = Add(%%ea%d, %%eb%d)\n %%ls%d = Log(%%s%d)\n %%l%d = Add(%%m%d, %%ls%d)\n", i,
+         i, i, i, i, i, i, i);
+    LINE(" %%fa%d = Div(%%ea%d, %%s%d)\n %%wa%d = Unsqueeze(%%fa%d, %%last)\n", i, i, i, i, i);
+    LINE(" %%fb%d = Div(%%eb%d, %%s%d)\n %%wb%d = Unsqueeze(%%fb%d, %%last)\n", i, i, i, i, i);
+    LINE(" %%pa%d = Mul(%%o%d, %%wa%d)\n %%pb%d = Mul(%%ob%d, %%wb%d)\n", i, j, i, i, i, i);
+    LINE(" %%o%d = Add(%%pa%d, %%pb%d)\n", i, i, i);
+#undef LINE
+  }
+  snprintf(text + len, sizeof text - (size_t)len, " output %%o%d\n output %%l%d\n}\n", n - 1,
+           n - 1);
+  sc_graph *g;
+  sc_program *p = compile_text(text, &g);
+  /* the steps carry the shift, not a peer (--print-after=program) */
+  char buf[65536] = {0};
+  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
+  assert_non_null(f);
+  sc_program_print(p, f);
+  fclose(f);
+  if (!strstr(buf, "group cp (") || !strstr(buf, ") shift 1 tag 3"))
+    fail_msg("program print:\n%s", buf);
+  const int64_t S = (int64_t)n * RING_L, per = RING_H * RING_L * RING_D;
+  float *q[MAXR], *k[MAXR], *v[MAXR];
+  rank_job jobs[MAXR];
+  memset(jobs, 0, sizeof jobs);
+  for (int r = 0; r < n; r++) {
+    q[r] = random_f32(per), k[r] = random_f32(per), v[r] = random_f32(per);
+    jobs[r] = (rank_job){.p = p, .n_in = 3, .n_out = 2};
+    float *in[3] = {q[r], k[r], v[r]};
+    for (int i = 0; i < 3; i++) {
+      jobs[r].in[i] = view(in[i], 4, 1, RING_H);
+      jobs[r].in[i].dims[2] = RING_L;
+      jobs[r].in[i].dims[3] = RING_D;
+    }
+  }
+  run_ranks(jobs, n);
+  for (int r = 0; r < n; r++) {
+    assert_int_equal(jobs[r].out_n[0], per);
+    assert_int_equal(jobs[r].out_n[1], RING_H * RING_L);
+    for (int h = 0; h < RING_H; h++)
+      for (int i = 0; i < RING_L; i++) {
+        /* row i of rank r, head h, against every rank's keys */
+        double sc[MAXR * RING_L], mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < S; j++) {
+          const float *kr = k[j / RING_L] + (h * RING_L + j % RING_L) * RING_D;
+          double acc = 0;
+          for (int c = 0; c < RING_D; c++) acc += (double)q[r][(h * RING_L + i) * RING_D + c] * kr[c];
+          sc[j] = acc * 0.35355339;
+          if (sc[j] > mx) mx = sc[j];
+        }
+        for (int64_t j = 0; j < S; j++) sum += sc[j] = exp(sc[j] - mx);
+        check_close(jobs[r].out[1], mx + log(sum), 1, 1e-5, "ring lse", r, h * RING_L + i);
+        for (int c = 0; c < RING_D; c++) {
+          double o = 0;
+          for (int64_t j = 0; j < S; j++)
+            o += sc[j] / sum * v[j / RING_L][(h * RING_L + j % RING_L) * RING_D + c];
+          check_close(jobs[r].out[0], o, 1, 1e-5, "ring o", r, (h * RING_L + i) * RING_D + c);
+        }
+      }
+  }
+  for (int r = 0; r < n; r++) free(q[r]), free(k[r]), free(v[r]);
+  free_jobs(jobs, n);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+static void test_ring_shift(void **state) {
+  (void)state;
+  rng_seed(41);
+  ring_attention(2);
+  ring_attention(3);
+  ring_attention(4);
+}
+
 /* A program with collectives needs a communicator of the mesh's size. */
 static void test_session_errors(void **state) {
   (void)state;
@@ -463,7 +579,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_infer),       cmocka_unit_test(test_spmd_2),
       cmocka_unit_test(test_spmd_4),      cmocka_unit_test(test_send_recv),
-      cmocka_unit_test(test_session_errors),
+      cmocka_unit_test(test_session_errors), cmocka_unit_test(test_ring_shift),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
