@@ -12,7 +12,9 @@
  *   ReduceScatter  the row-parallel partial products scattered on axis 1
  *                  (strided pack) and on axis 0 == blocks of the full MatMul
  *   AllToAll       split 1 / concat 0 and split 0 / concat 1
- *   Send / Recv    stage 0 sends Tanh(x), stage 1 receives it and adds 1
+ *   Send / Recv    stage 0 sends Tanh(x), stage 1 receives it and adds 1;
+ *                  with a shift: ring attention (passes/partition/ring.c) on
+ *                  2, 3 and 4 ranks, with and without a causal mask
  * Tolerance: |got − want| ≤ 1e-5 · Σ_k |x_ik w_kj| (+1e-6 for moves, which
  * are exact up to f32 rounding of the input): float accumulation over K ≤ 32
  * terms in a different order than the reference. NaN fails. */
@@ -23,7 +25,9 @@
 #include "test_util.h"
 
 #include "ir/sharding.h"
+#include "ir/context_parallel.h"
 #include "passes/pass.h"
+#include "passes/partition/partition.h"
 #include "runtime/comm.h"
 #include "codegen/compile.h"
 #include "runtime/runtime.h"
@@ -109,7 +113,7 @@ static void test_infer(void **state) {
 
 /* ---- SPMD runs ---- */
 
-enum { MAXR = 4, MAXIO = 3 };
+enum { MAXR = 4, MAXIO = 9 };
 
 typedef struct rank_job {
   const sc_program *p;
@@ -171,8 +175,7 @@ static void free_jobs(rank_job *jobs, int n) {
     for (int i = 0; i < MAXIO; i++) free(jobs[r].out[i]);
 }
 
-static sc_program *compile_text(const char *text, sc_graph **gout) {
-  sc_graph *g = parse_ok(text);
+static sc_program *compile_graph(sc_graph *g, const char *text) {
   sc_compile_opts co;
   sc_compile_opts_init(&co);
   co.quiet = true;
@@ -180,8 +183,21 @@ static sc_program *compile_text(const char *text, sc_graph **gout) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_compile_graph(g, &co, &p, &d) != SC_OK) fail_msg("compile: %s\n%s", d.msg, text);
-  *gout = g;
   return p;
+}
+
+static sc_program *compile_text(const char *text, sc_graph **gout) {
+  *gout = parse_ok(text);
+  return compile_graph(*gout, text);
+}
+
+/* p's steps as printed (--print-after=program) into buf[n]. */
+static void print_program(const sc_program *p, char *buf, size_t n) {
+  memset(buf, 0, n);
+  FILE *f = fmemopen(buf, n - 1, "w");
+  assert_non_null(f);
+  sc_program_print(p, f);
+  fclose(f);
 }
 
 static sc_tensor_view view(float *data, int32_t rank, int64_t d0, int64_t d1) {
@@ -433,100 +449,110 @@ static void test_send_recv(void **state) {
 }
 
 /* Send/Recv with a shift: ring attention over n cp ranks, one program for
- * all (docs/context-parallel.md, without a causal mask). Each rank holds L
- * rows of q, k and v [1, H, L, D]; step 0 attends its own keys, and each of
- * the n - 1 later steps sends the keys and values in hand one rank on
- * (shift 1), receives the previous rank's and merges the block's (o, lse)
- * by log-sum-exp. Every rank's o and lse must be those of its rows against
- * all n·L keys, computed here in double. Tolerance 1e-5 (+1e-6): f32
- * softmax sums of at most 4·L terms of values in [-1, 1] and two roundings
- * of exp/log per merge. */
-enum { RING_H = 2, RING_L = 4, RING_D = 8 };
+ * all, as passes/partition/ring.c emits it (docs/context-parallel.md).
+ * Each rank holds its two chunks (of RING_C rows) of the zig-zag layout of
+ * q, k and v [1, H, 2·RING_C, D]; with a causal mask, its per-step halves
+ * (half_rows, half_place) are inputs of its own. Every rank's o and lse
+ * must be those of its rows against all the keys they see, computed here
+ * in double. Tolerance 1e-5 (+1e-6): f32 softmax sums of at most 8·RING_C
+ * terms of values in [-1, 1] and two roundings of exp/log per merge. */
+enum { RING_H = 2, RING_C = 3, RING_D = 8 };
 
-static void ring_attention(int n) {
-  char text[16384];
-  int len = snprintf(text, sizeof text,
-                     "shardc.ir 1 graph \"ring\" opset 18 {\n mesh [cp=%d]\n"
-                     " input %%q : f32[1,%d,%d,%d]\n input %%k0 : f32[1,%d,%d,%d]\n"
-                     " input %%v0 : f32[1,%d,%d,%d]\n const %%last : i64[1] = [3]\n"
-                     " %%o0, %%l0 = FusedAttention(%%q, %%k0, %%v0) {scale = 0.35355339, "
-                     "causal = 0} \"att0\"\n",
-                     n, RING_H, RING_L, RING_D, RING_H, RING_L, RING_D, RING_H, RING_L, RING_D);
-  for (int i = 1; i < n; i++) {
-    const int j = i - 1, H = RING_H, L = RING_L, D = RING_D;
-#define LINE(...) len += snprintf(text + len, sizeof text - (size_t)len, __VA_ARGS__)
-    LINE(" %%sk%d = Send(%%k%d) {axes = [\"cp\"], shift = 1, tag = %d}\n", i, j, 2 * i);
-    LINE(" %%k%d = Recv() {axes = [\"cp\"], shift = 1, tag = %d, shape = [1, %d, %d, %d]}\n", i,
-         2 * i, H, L, D);
-    LINE(" %%sv%d = Send(%%v%d) {axes = [\"cp\"], shift = 1, tag = %d}\n", i, j, 2 * i + 1);
-    LINE(" %%v%d = Recv() {axes = [\"cp\"], shift = 1, tag = %d, shape = [1, %d, %d, %d]}\n", i,
-         2 * i + 1, H, L, D);
-    LINE(" %%ob%d, %%lb%d = FusedAttention(%%q, %%k%d, %%v%d) {scale = 0.35355339, causal = 0}\n",
-         i, i, i, i);
-    /* the merge: lse = m + log(e^(a-m) + e^(b-m)), o = o_a e^(a-lse) + o_b e^(b-lse) */
-    LINE(" %%m%d = Max(%%l%d, %%lb%d)\n", i, j, i);
-    LINE(" %%da%d = Sub(%%l%d, %%m%d)\n %%ea%d = Exp(%%da%d)\n", i, j, i, i, i);
-    LINE(" %%db%d = Sub(%%lb%d, %%m%d)\n %%eb%d = Exp(%%db%d)\n", i, i, i, i, i);
-    LINE(" %%s%d = Add(%%ea%d, %%eb%d)\n %%ls%d = Log(%%s%d)\n %%l%d = Add(%%m%d, %%ls%d)\n", i,
-         i, i, i, i, i, i, i);
-    LINE(" %%fa%d = Div(%%ea%d, %%s%d)\n %%wa%d = Unsqueeze(%%fa%d, %%last)\n", i, i, i, i, i);
-    LINE(" %%fb%d = Div(%%eb%d, %%s%d)\n %%wb%d = Unsqueeze(%%fb%d, %%last)\n", i, i, i, i, i);
-    LINE(" %%pa%d = Mul(%%o%d, %%wa%d)\n %%pb%d = Mul(%%ob%d, %%wb%d)\n", i, j, i, i, i, i);
-    LINE(" %%o%d = Add(%%pa%d, %%pb%d)\n", i, i, i);
-#undef LINE
+static void ring_attention(int n, bool causal) {
+  const int64_t L = 2 * RING_C, S = (int64_t)n * L, per = RING_H * L * RING_D;
+  char text[1024];
+  snprintf(text, sizeof text,
+           "shardc.ir 1 graph \"ring\" opset 18 {\n mesh [cp=%d]\n"
+           " input %%q : f32[1,%d,%lld,%d]\n input %%k : f32[1,%d,%lld,%d]\n"
+           " input %%v : f32[1,%d,%lld,%d]\n}\n",
+           n, RING_H, (long long)L, RING_D, RING_H, (long long)L, RING_D, RING_H, (long long)L,
+           RING_D);
+  sc_graph *g = parse_ok(text);
+  int32_t rows_in[MAXR] = {-1}, place_in[MAXR] = {-1};
+  for (int i = 1; causal && i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "rows%d", i);
+    rows_in[i] = sc_graph_add_value(g, name);
+    snprintf(name, sizeof name, "place%d", i);
+    place_in[i] = sc_graph_add_value(g, name);
+    assert_int_equal(sc_value_set_shape(g, rows_in[i], SC_DTYPE_I64, 1, (int64_t[]){RING_C}), SC_OK);
+    assert_int_equal(sc_value_set_shape(g, place_in[i], SC_DTYPE_I64, 1, (int64_t[]){L}), SC_OK);
+    assert_int_equal(sc_graph_add_input(g, rows_in[i]), SC_OK);
+    assert_int_equal(sc_graph_add_input(g, place_in[i]), SC_OK);
   }
-  snprintf(text + len, sizeof text - (size_t)len, " output %%o%d\n output %%l%d\n}\n", n - 1,
-           n - 1);
-  sc_graph *g;
-  sc_program *p = compile_text(text, &g);
-  /* the steps carry the shift, not a peer (--print-after=program) */
-  char buf[65536] = {0};
-  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
-  assert_non_null(f);
-  sc_program_print(p, f);
-  fclose(f);
-  if (!strstr(buf, "group cp (") || !strstr(buf, ") shift 1 tag 3"))
+  sc_cp_ring_args ra = {.name = "attn", .axis = "cp", .n = n, .q = sc_graph_find_value(g, "q"),
+                        .k = sc_graph_find_value(g, "k"), .v = sc_graph_find_value(g, "v"),
+                        .scale = 0.35355339, .causal = causal, .half_rows = rows_in,
+                        .half_place = place_in, .tag_base = 100};
+  int32_t o, lse;
+  assert_int_equal(sc_partition_ring_attention(g, &ra, &o, &lse), SC_OK);
+  assert_int_equal(sc_graph_add_output(g, o), SC_OK);
+  assert_int_equal(sc_graph_add_output(g, lse), SC_OK);
+  sc_program *p = compile_graph(g, "the ring");
+  /* the steps carry the shift, not a peer */
+  static char buf[1 << 17];
+  print_program(p, buf, sizeof buf);
+  if (n > 1 && (!strstr(buf, "group cp (") || !strstr(buf, ") shift 1 tag 103")))
     fail_msg("program print:\n%s", buf);
-  const int64_t S = (int64_t)n * RING_L, per = RING_H * RING_L * RING_D;
-  float *q[MAXR], *k[MAXR], *v[MAXR];
+
+  /* the global tensors, and each rank's rows of them */
+  float *q = random_f32(per * n), *k = random_f32(per * n), *v = random_f32(per * n);
+  float *lq[MAXR], *lk[MAXR], *lv[MAXR];
+  int64_t idx[MAXR][2 * MAXR][2 * RING_C];
   rank_job jobs[MAXR];
   memset(jobs, 0, sizeof jobs);
   for (int r = 0; r < n; r++) {
-    q[r] = random_f32(per), k[r] = random_f32(per), v[r] = random_f32(per);
+    float *src[3] = {q, k, v}, **dst[3] = {&lq[r], &lk[r], &lv[r]};
     jobs[r] = (rank_job){.p = p, .n_in = 3, .n_out = 2};
-    float *in[3] = {q[r], k[r], v[r]};
-    for (int i = 0; i < 3; i++) {
-      jobs[r].in[i] = view(in[i], 4, 1, RING_H);
-      jobs[r].in[i].dims[2] = RING_L;
-      jobs[r].in[i].dims[3] = RING_D;
+    for (int t = 0; t < 3; t++) {
+      *dst[t] = malloc(sizeof(float) * (size_t)per);
+      for (int h = 0; h < RING_H; h++)
+        for (int64_t j = 0; j < L; j++)
+          memcpy(*dst[t] + (h * L + j) * RING_D,
+                 src[t] + (h * S + sc_cp_position(S, n, r, j)) * RING_D, sizeof(float) * RING_D);
+      jobs[r].in[t] = view(*dst[t], 4, 1, RING_H);
+      jobs[r].in[t].dims[2] = L;
+      jobs[r].in[t].dims[3] = RING_D;
+    }
+    for (int i = 1; causal && i < n; i++) {
+      int64_t hh = sc_cp_ring_half(r, sc_cp_ring_source(n, r, i));
+      int64_t *rw = idx[r][2 * i], *pl = idx[r][2 * i + 1];
+      for (int64_t j = 0; j < RING_C; j++) rw[j] = hh * RING_C + j;
+      for (int64_t j = 0; j < L; j++) pl[j] = hh ? (j + RING_C) % L : j;
+      for (int t = 0; t < 2; t++) {
+        sc_tensor_view *iv = &jobs[r].in[jobs[r].n_in++];
+        *iv = view((float *)(t ? pl : rw), 1, t ? L : RING_C, 0);
+        iv->dtype = SC_DTYPE_I64;
+      }
     }
   }
   run_ranks(jobs, n);
   for (int r = 0; r < n; r++) {
     assert_int_equal(jobs[r].out_n[0], per);
-    assert_int_equal(jobs[r].out_n[1], RING_H * RING_L);
+    assert_int_equal(jobs[r].out_n[1], RING_H * L);
     for (int h = 0; h < RING_H; h++)
-      for (int i = 0; i < RING_L; i++) {
-        /* row i of rank r, head h, against every rank's keys */
-        double sc[MAXR * RING_L], mx = -INFINITY, sum = 0;
+      for (int64_t i = 0; i < L; i++) {
+        /* local row i of rank r, head h, against every key it sees */
+        int64_t qp = sc_cp_position(S, n, r, i);
+        double sc[2 * MAXR * RING_C], mx = -INFINITY, sum = 0;
         for (int64_t j = 0; j < S; j++) {
-          const float *kr = k[j / RING_L] + (h * RING_L + j % RING_L) * RING_D;
           double acc = 0;
-          for (int c = 0; c < RING_D; c++) acc += (double)q[r][(h * RING_L + i) * RING_D + c] * kr[c];
-          sc[j] = acc * 0.35355339;
+          for (int c = 0; c < RING_D; c++)
+            acc += (double)q[(h * S + qp) * RING_D + c] * k[(h * S + j) * RING_D + c];
+          sc[j] = causal && j > qp ? -INFINITY : acc * 0.35355339;
           if (sc[j] > mx) mx = sc[j];
         }
         for (int64_t j = 0; j < S; j++) sum += sc[j] = exp(sc[j] - mx);
-        check_close(jobs[r].out[1], mx + log(sum), 1, 1e-5, "ring lse", r, h * RING_L + i);
+        check_close(jobs[r].out[1], mx + log(sum), 1, 1e-5, "ring lse", r, h * L + i);
         for (int c = 0; c < RING_D; c++) {
-          double o = 0;
-          for (int64_t j = 0; j < S; j++)
-            o += sc[j] / sum * v[j / RING_L][(h * RING_L + j % RING_L) * RING_D + c];
-          check_close(jobs[r].out[0], o, 1, 1e-5, "ring o", r, (h * RING_L + i) * RING_D + c);
+          double acc = 0;
+          for (int64_t j = 0; j < S; j++) acc += sc[j] / sum * v[(h * S + j) * RING_D + c];
+          check_close(jobs[r].out[0], acc, 1, 1e-5, "ring o", r, (h * L + i) * RING_D + c);
         }
       }
   }
-  for (int r = 0; r < n; r++) free(q[r]), free(k[r]), free(v[r]);
+  for (int r = 0; r < n; r++) free(lq[r]), free(lk[r]), free(lv[r]);
+  free(q), free(k), free(v);
   free_jobs(jobs, n);
   sc_program_destroy(p);
   sc_graph_destroy(g);
@@ -535,9 +561,10 @@ static void ring_attention(int n) {
 static void test_ring_shift(void **state) {
   (void)state;
   rng_seed(41);
-  ring_attention(2);
-  ring_attention(3);
-  ring_attention(4);
+  for (int n = 2; n <= 4; n++) {
+    ring_attention(n, false);
+    ring_attention(n, true);
+  }
 }
 
 /* A program with collectives needs a communicator of the mesh's size. */
@@ -549,11 +576,8 @@ static void test_session_errors(void **state) {
                                " %y = AllReduce(%x) {axes = [\"tp\"]} \"ar\"\n output %y\n}\n",
                                &g);
   /* the step as printed (--print-after=program) */
-  char buf[8192] = {0};
-  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
-  assert_non_null(f);
-  sc_program_print(p, f);
-  fclose(f);
+  char buf[8192];
+  print_program(p, buf, sizeof buf);
   if (!strstr(buf, "comm all_reduce sum in=b0 out=b1 count 4 group tp (2)"))
     fail_msg("program print:\n%s", buf);
   sc_session_opts o;
