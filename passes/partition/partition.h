@@ -208,10 +208,20 @@ typedef struct sc_cp_ring_args {
   double scale;
   bool causal;
   const int32_t *half_rows, *half_place; /* [n] (index 0 unused); causal only */
-  int32_t tag_base;            /* Send/Recv tags tag_base + 2 .. + 2n - 1 */
+  int32_t tag_base;            /* Send/Recv tags from tag_base + 2 (the
+                                  forward: to + 2n - 1; the backward: to
+                                  + 4n + 1) */
 } sc_cp_ring_args;
 sc_status sc_partition_ring_attention(sc_graph *g, const sc_cp_ring_args *a, int32_t *o,
                                       int32_t *lse);
+/* ring.c: its backward, FusedAttentionGrad's ring: o, lse (the forward's
+ * merged results) and d_o of the rank's rows; the keys and values travel as
+ * in the forward, their gradients' accumulators with them (tags tag_base +
+ * 4i .. + 4i + 3 at step i), and one more hop takes those home (tags
+ * tag_base + 4n, + 4n + 1). *dq, *dk, *dv: the rank's rows' gradients. */
+sc_status sc_partition_ring_attention_grad(sc_graph *g, const sc_cp_ring_args *a, int32_t o,
+                                           int32_t lse, int32_t d_o, int32_t *dq, int32_t *dk,
+                                           int32_t *dv);
 /* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
 sc_status sc_partition_localize(sc_partition *p, sc_diag *d);
 

@@ -113,7 +113,7 @@ static void test_infer(void **state) {
 
 /* ---- SPMD runs ---- */
 
-enum { MAXR = 4, MAXIO = 9 };
+enum { MAXR = 4, MAXIO = 10 };
 
 typedef struct rank_job {
   const sc_program *p;
@@ -448,14 +448,17 @@ static void test_send_recv(void **state) {
   sc_graph_destroy(g1);
 }
 
-/* Send/Recv with a shift: ring attention over n cp ranks, one program for
- * all, as passes/partition/ring.c emits it (docs/context-parallel.md).
- * Each rank holds its two chunks (of RING_C rows) of the zig-zag layout of
- * q, k and v [1, H, 2·RING_C, D]; with a causal mask, its per-step halves
- * (half_rows, half_place) are inputs of its own. Every rank's o and lse
- * must be those of its rows against all the keys they see, computed here
- * in double. Tolerance 1e-5 (+1e-6): f32 softmax sums of at most 8·RING_C
- * terms of values in [-1, 1] and two roundings of exp/log per merge. */
+/* Send/Recv with a shift: ring attention over n cp ranks, forward and
+ * backward, one program for all, as passes/partition/ring.c emits it
+ * (docs/context-parallel.md). Each rank holds its two chunks (of RING_C
+ * rows) of the zig-zag layout of q, k, v and d_o [1, H, 2·RING_C, D]; with
+ * a causal mask, its per-step halves (half_rows, half_place) are inputs of
+ * its own. Every rank's o, lse, dq, dk and dv must be those of its rows of
+ * the whole attention, computed here in double (the textbook backward: P,
+ * dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q,
+ * dV = Pᵀ·dO). Tolerance 1e-5 (+1e-6): f32 softmax sums of at most
+ * 8·RING_C terms of values in [-1, 1], two roundings of exp/log per merge,
+ * and gradient sums over at most 8·RING_C rows (measured: below 1e-6). */
 enum { RING_H = 2, RING_C = 3, RING_D = 8 };
 
 static void ring_attention(int n, bool causal) {
@@ -468,6 +471,10 @@ static void ring_attention(int n, bool causal) {
            n, RING_H, (long long)L, RING_D, RING_H, (long long)L, RING_D, RING_H, (long long)L,
            RING_D);
   sc_graph *g = parse_ok(text);
+  int32_t d_o = sc_graph_add_value(g, "d_o");
+  assert_int_equal(sc_value_set_shape(g, d_o, SC_DTYPE_F32, 4, (int64_t[]){1, RING_H, L, RING_D}),
+                   SC_OK);
+  assert_int_equal(sc_graph_add_input(g, d_o), SC_OK);
   int32_t rows_in[MAXR] = {-1}, place_in[MAXR] = {-1};
   for (int i = 1; causal && i < n; i++) {
     char name[32];
@@ -486,8 +493,14 @@ static void ring_attention(int n, bool causal) {
                         .half_place = place_in, .tag_base = 100};
   int32_t o, lse;
   assert_int_equal(sc_partition_ring_attention(g, &ra, &o, &lse), SC_OK);
+  int32_t grads[3];
+  ra.tag_base = 200;
+  assert_int_equal(
+      sc_partition_ring_attention_grad(g, &ra, o, lse, d_o, &grads[0], &grads[1], &grads[2]),
+      SC_OK);
   assert_int_equal(sc_graph_add_output(g, o), SC_OK);
   assert_int_equal(sc_graph_add_output(g, lse), SC_OK);
+  for (int t = 0; t < 3; t++) assert_int_equal(sc_graph_add_output(g, grads[t]), SC_OK);
   sc_program *p = compile_graph(g, "the ring");
   /* the steps carry the shift, not a peer */
   static char buf[1 << 17];
@@ -497,14 +510,15 @@ static void ring_attention(int n, bool causal) {
 
   /* the global tensors, and each rank's rows of them */
   float *q = random_f32(per * n), *k = random_f32(per * n), *v = random_f32(per * n);
-  float *lq[MAXR], *lk[MAXR], *lv[MAXR];
+  float *dout = random_f32(per * n);
+  float *lq[MAXR], *lk[MAXR], *lv[MAXR], *ldo[MAXR];
   int64_t idx[MAXR][2 * MAXR][2 * RING_C];
   rank_job jobs[MAXR];
   memset(jobs, 0, sizeof jobs);
   for (int r = 0; r < n; r++) {
-    float *src[3] = {q, k, v}, **dst[3] = {&lq[r], &lk[r], &lv[r]};
-    jobs[r] = (rank_job){.p = p, .n_in = 3, .n_out = 2};
-    for (int t = 0; t < 3; t++) {
+    float *src[4] = {q, k, v, dout}, **dst[4] = {&lq[r], &lk[r], &lv[r], &ldo[r]};
+    jobs[r] = (rank_job){.p = p, .n_in = 4, .n_out = 5};
+    for (int t = 0; t < 4; t++) {
       *dst[t] = malloc(sizeof(float) * (size_t)per);
       for (int h = 0; h < RING_H; h++)
         for (int64_t j = 0; j < L; j++)
@@ -527,32 +541,58 @@ static void ring_attention(int n, bool causal) {
     }
   }
   run_ranks(jobs, n);
-  for (int r = 0; r < n; r++) {
-    assert_int_equal(jobs[r].out_n[0], per);
-    assert_int_equal(jobs[r].out_n[1], RING_H * L);
-    for (int h = 0; h < RING_H; h++)
-      for (int64_t i = 0; i < L; i++) {
-        /* local row i of rank r, head h, against every key it sees */
-        int64_t qp = sc_cp_position(S, n, r, i);
-        double sc[2 * MAXR * RING_C], mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < S; j++) {
-          double acc = 0;
-          for (int c = 0; c < RING_D; c++)
-            acc += (double)q[(h * S + qp) * RING_D + c] * k[(h * S + j) * RING_D + c];
-          sc[j] = causal && j > qp ? -INFINITY : acc * 0.35355339;
-          if (sc[j] > mx) mx = sc[j];
-        }
-        for (int64_t j = 0; j < S; j++) sum += sc[j] = exp(sc[j] - mx);
-        check_close(jobs[r].out[1], mx + log(sum), 1, 1e-5, "ring lse", r, h * L + i);
+  /* the whole attention and its gradients, [H, S, ·] in double */
+  double *ro = calloc((size_t)(per * n), sizeof *ro), *rl = calloc((size_t)(RING_H * S), sizeof *rl);
+  double *rq = calloc((size_t)(per * n), sizeof *rq), *rk = calloc((size_t)(per * n), sizeof *rk);
+  double *rv = calloc((size_t)(per * n), sizeof *rv);
+  assert_true(ro && rl && rq && rk && rv);
+  for (int h = 0; h < RING_H; h++)
+    for (int64_t i = 0; i < S; i++) {
+      double pr[2 * MAXR * RING_C], mx = -INFINITY, sum = 0, dd = 0;
+      const float *qi = q + (h * S + i) * RING_D, *di = dout + (h * S + i) * RING_D;
+      for (int64_t j = 0; j < S; j++) {
+        double acc = 0;
+        for (int c = 0; c < RING_D; c++) acc += (double)qi[c] * k[(h * S + j) * RING_D + c];
+        pr[j] = causal && j > i ? -INFINITY : acc * 0.35355339;
+        if (pr[j] > mx) mx = pr[j];
+      }
+      for (int64_t j = 0; j < S; j++) sum += pr[j] = exp(pr[j] - mx);
+      rl[h * S + i] = mx + log(sum);
+      double *oi = ro + (h * S + i) * RING_D;
+      for (int64_t j = 0; j < S; j++) {
+        pr[j] /= sum;
+        for (int c = 0; c < RING_D; c++) oi[c] += pr[j] * v[(h * S + j) * RING_D + c];
+      }
+      for (int c = 0; c < RING_D; c++) dd += di[c] * oi[c];
+      for (int64_t j = 0; j < S; j++) {
+        double dp = 0;
+        for (int c = 0; c < RING_D; c++) dp += di[c] * v[(h * S + j) * RING_D + c];
+        double ds = pr[j] * (dp - dd) * 0.35355339;
         for (int c = 0; c < RING_D; c++) {
-          double acc = 0;
-          for (int64_t j = 0; j < S; j++) acc += sc[j] / sum * v[(h * S + j) * RING_D + c];
-          check_close(jobs[r].out[0], acc, 1, 1e-5, "ring o", r, (h * L + i) * RING_D + c);
+          rq[(h * S + i) * RING_D + c] += ds * k[(h * S + j) * RING_D + c];
+          rk[(h * S + j) * RING_D + c] += ds * qi[c];
+          rv[(h * S + j) * RING_D + c] += pr[j] * di[c];
         }
       }
+    }
+  for (int r = 0; r < n; r++) {
+    const double *ref[5] = {ro, rl, rq, rk, rv};
+    static const char *const what[5] = {"ring o", "ring lse", "ring dq", "ring dk", "ring dv"};
+    for (int t = 0; t < 5; t++) {
+      int64_t width = t == 1 ? 1 : RING_D;
+      assert_int_equal(jobs[r].out_n[t], RING_H * L * width);
+      for (int h = 0; h < RING_H; h++)
+        for (int64_t i = 0; i < L; i++)
+          for (int64_t c = 0; c < width; c++) {
+            int64_t gp = sc_cp_position(S, n, r, i);
+            check_close(jobs[r].out[t], ref[t][(h * S + gp) * width + c], 1, 1e-5, what[t], r,
+                        (h * L + i) * width + c);
+          }
+    }
   }
-  for (int r = 0; r < n; r++) free(lq[r]), free(lk[r]), free(lv[r]);
-  free(q), free(k), free(v);
+  free(ro), free(rl), free(rq), free(rk), free(rv);
+  for (int r = 0; r < n; r++) free(lq[r]), free(lk[r]), free(lv[r]), free(ldo[r]);
+  free(q), free(k), free(v), free(dout);
   free_jobs(jobs, n);
   sc_program_destroy(p);
   sc_graph_destroy(g);
