@@ -197,8 +197,8 @@ sc_status sc_cut_solve(sc_cutgraph *g, bool *cut, int32_t *n_cut);
  * (i64 [c]: the rows h·c + 0..c-1) and half_place[i] (i64 [2c]: 0..2c-1 when
  * h = 0, then c..2c-1, 0..c-1 when h = 1), for i = 1..n-1, h =
  * sc_cp_ring_half of the rank and step i's source: values whose contents
- * differ per rank. *o and *lse: the merged result (shapes left to
- * infer-shapes). SC_ERR_NOMEM, or SC_ERR_INVALID for shapes that do not fit. */
+ * differ per rank. *o and *lse: the merged result (every new value with
+ * its shape). SC_ERR_NOMEM, or SC_ERR_INVALID for shapes that do not fit. */
 typedef struct sc_cp_ring_args {
   const char *name;            /* the attention's node name: nodes are
                                   "<name>/ring/..." */

@@ -29,8 +29,8 @@
  * each block's gradient placed back into its rows (Concat with zeros, and
  * the Gather by half_place for Y), and one more hop takes them home.
  *
- * New values get no shapes: infer-shapes gives them (q, k and v must have
- * theirs: the empty blocks are constants of q's shape). Nodes are named
+ * New values get their shapes (each emitted node is inferred once the
+ * whole ring is emitted; q, k, v, the halves and d_o must have theirs). Nodes are named
  * "<name>/ring/...". Errors: SC_ERR_NOMEM, or g->diag's status. */
 #include <math.h>
 #include <string.h>
@@ -198,9 +198,20 @@ static sc_status failed(ring *r) {
   return r->g->diag.status != SC_OK ? r->g->diag.status : SC_ERR_NOMEM;
 }
 
+/* Shapes of the nodes emitted from node `first` on, in order (each reads
+ * only values made before it). */
+static sc_status infer_from(ring *r, int32_t first) {
+  for (int32_t i = first; i < r->g->n_nodes; i++) {
+    sc_status st = sc_ops[r->g->nodes[i].op].infer(r->g, &r->g->nodes[i]);
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
 sc_status sc_partition_ring_attention(sc_graph *g, const sc_cp_ring_args *a, int32_t *o_out,
                                       int32_t *lse_out) {
   ring R = {g, a}, *r = &R;
+  int32_t first = g->n_nodes;
   int64_t c;
   sc_status st = check(r, &c);
   if (st != SC_OK) return st;
@@ -245,7 +256,7 @@ sc_status sc_partition_ring_attention(sc_graph *g, const sc_cp_ring_args *a, int
       return failed(r);
   }
   *o_out = o, *lse_out = lse;
-  return SC_OK;
+  return infer_from(r, first);
 }
 
 /* FusedAttentionGrad of one block into g3[3] (dq, dk, dv). */
@@ -267,6 +278,7 @@ sc_status sc_partition_ring_attention_grad(sc_graph *g, const sc_cp_ring_args *a
                                            int32_t lse, int32_t d_o, int32_t *dq_out,
                                            int32_t *dk_out, int32_t *dv_out) {
   ring R = {g, a}, *r = &R;
+  int32_t first = g->n_nodes;
   int64_t c;
   sc_status st = check(r, &c);
   if (st != SC_OK) return st;
@@ -324,5 +336,5 @@ sc_status sc_partition_ring_attention_grad(sc_graph *g, const sc_cp_ring_args *a
                    (dv = pass_on(r, dv, a->v, a->tag_base + 4 * a->n + 1)) < 0))
     return failed(r);
   *dq_out = dq, *dk_out = dk, *dv_out = dv;
-  return SC_OK;
+  return infer_from(r, first);
 }

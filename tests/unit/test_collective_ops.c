@@ -498,6 +498,10 @@ static void ring_attention(int n, bool causal) {
   assert_int_equal(
       sc_partition_ring_attention_grad(g, &ra, o, lse, d_o, &grads[0], &grads[1], &grads[2]),
       SC_OK);
+  /* the emitted values carry their (local) shapes */
+  check_shape(g, o, SC_DTYPE_F32, 4, (int64_t[]){1, RING_H, L, RING_D});
+  check_shape(g, lse, SC_DTYPE_F32, 3, (int64_t[]){1, RING_H, L});
+  for (int t = 0; t < 3; t++) check_shape(g, grads[t], SC_DTYPE_F32, 4, (int64_t[]){1, RING_H, L, RING_D});
   assert_int_equal(sc_graph_add_output(g, o), SC_OK);
   assert_int_equal(sc_graph_add_output(g, lse), SC_OK);
   for (int t = 0; t < 3; t++) assert_int_equal(sc_graph_add_output(g, grads[t]), SC_OK);
