@@ -56,6 +56,8 @@ typedef struct sc_partition {
   int32_t dp_axis, tp_axis;    /* or -1 */
   int32_t fsdp_axis;           /* training: batch split and state sharded
                                   (train_seed.c), or -1 */
+  int32_t cp_axis;             /* the mesh axis named cp: the sequence split
+                                  and attention run as a ring (cp.c), or -1 */
   bool training;               /* the graph is a training step (passes/train.h) */
   const struct sc_train_info *train; /* its parameters (borrowed), or NULL */
   int32_t zero_stage;          /* training: 0 (no fsdp axis) or 1..3 */
@@ -189,6 +191,11 @@ void sc_cut_flow(sc_cutgraph *g, int32_t from, int32_t to);
 void sc_cut_reduce(sc_cutgraph *g, int32_t node, double cost);
 int32_t sc_cut_count(const sc_cutgraph *g); /* nodes */
 sc_status sc_cut_solve(sc_cutgraph *g, bool *cut, int32_t *n_cut);
+/* cp.c: under a cp axis, the global graph's residual stream put in the
+ * zig-zag order and split over cp (a constraint), every FusedAttention
+ * marked `cp_ring` = the cp size, the outputs put back in order (cp.c's
+ * header); inference only. Errors name the node (SC_ERR_USAGE). */
+sc_status sc_partition_prepare_cp(sc_partition *p);
 /* ring.c: ring attention's forward over a context-parallel axis as nodes
  * of g (docs/context-parallel.md): FusedAttention per block, the keys and
  * values passed on by Send/Recv with shift 1, the blocks' results merged by

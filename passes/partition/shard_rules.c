@@ -724,7 +724,8 @@ static bool result_ok(const sc_shard_ctx *c) {
   return c->expand == SC_SHARD_EXPAND_NONE ||
          (c->expand == SC_SHARD_EXPAND_MASKED_GATHER && c->n->op == SC_OP_GATHER) ||
          (c->expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX &&
-          (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX));
+          (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX)) ||
+         (c->expand == SC_SHARD_EXPAND_RING_ATTENTION && c->n->op == SC_OP_FUSED_ATTENTION);
 }
 
 /* Sets the contract's entry state, runs rule and checks its result. */
@@ -744,8 +745,13 @@ static sc_status run_checked(sc_shard_ctx *c, sc_shard_fn rule) {
   if (!shaped || (c->n->n_inputs > 0 && !inv(c, 0))) return sc_shard_replicate_all(c);
   sc_status st = rule(c);
   if (st != SC_OK) return st;
-  if (!result_ok(c)) return sc_shard_replicate_all(c);
-  return SC_OK;
+  if (result_ok(c)) return SC_OK;
+  /* an attention in the zig-zag order runs as a ring or not at all */
+  if (sc_attr_int(c->g, c->n, "cp_ring", 0) > 1)
+    return sc_node_error(c->g, c->n, SC_ERR_USAGE,
+                         "context parallelism: this attention cannot run as a ring here (its "
+                         "operands do not split over cp)");
+  return sc_shard_replicate_all(c);
 }
 
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
@@ -823,6 +829,32 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
 
 /* ---- fused attention ---- */
 
+/* A FusedAttention marked `cp_ring` (passes/partition/cp.c): its rows are
+ * in the zig-zag order, so it must run as a ring, with q's sequence (dim 2)
+ * split over cp and nothing else on that dim: k and v then split alike,
+ * o and lse (dim 2) too. Anything else is an error, never a whole
+ * attention under the wrong mask. */
+static sc_status ring_rule(sc_shard_ctx *c, const sc_sharding *lead, bool grad) {
+  if (sc_attr_int(c->g, c->n, "cp_ring", 0) <= 1) return SC_OK;
+  int32_t cp = sc_mesh_find_axis(c->mesh, "cp");
+  if (grad || cp < 0 || lead->n_dim_axes[2] != 1 || lead->dim_axes[2][0] != cp ||
+      sc_sharding_stride(lead, 2) != 1)
+    return sc_node_error(c->g, c->n, SC_ERR_USAGE,
+                         "context parallelism: the sequence split over cp did not reach this "
+                         "attention's queries (a reshape merging a batch larger than 1 with "
+                         "the sequence gathers it; --dim batch=1 keeps it)");
+  for (int32_t i = 0; i < 3; i++) {
+    sc_shard_unsplit_dim(&c->want[i], 2);
+    sc_sharding_split(&c->want[i], 2, cp);
+  }
+  for (int32_t j = 0; j < c->n->n_outputs; j++) {
+    sc_shard_unsplit_dim(&c->out[j], 2);
+    sc_sharding_split(&c->out[j], 2, cp);
+  }
+  c->expand = SC_SHARD_EXPAND_RING_ATTENTION;
+  return SC_OK;
+}
+
 /* FusedAttention(q, k, v[, mask]) -> (o, lse) and FusedAttentionGrad(q, k,
  * v, o, lse, d_o[, mask]) -> (dq, dk, dv) (ir/attention.h): batches and
  * heads are independent. The batch dim (0) keeps q's split; the heads dim
@@ -863,5 +895,5 @@ sc_status sc_shard_attention(sc_shard_ctx *c) {
     if (batch && o->rank >= 1) sc_shard_copy_dim(&c->out[j], 0, &lead, 0);
     if (heads && o->rank >= 2) sc_shard_copy_dim(&c->out[j], 1, &lead, 1);
   }
-  return SC_OK;
+  return ring_rule(c, &lead, grad);
 }
