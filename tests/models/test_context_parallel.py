@@ -13,7 +13,8 @@ GPT-2 inference with seeded random token ids (the whole vocabulary), batch
     (N - 1) steps shifted Send/Recv pairs and no whole attention;
   * what is not built is refused with a clear error, never a wrong answer:
     a sequence that does not divide into 2·cp chunks (naming the lengths
-    that do), a batch above 1 (its reshapes gather the sequence).
+    that do), a batch above 1 (its reshapes gather the sequence), a
+    training step.
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -88,6 +89,13 @@ def main():
             check(r.returncode == 2 and needle in r.stderr,  # a usage error, as dp's batch
                   f"{extra}: exit {r.returncode}, want a refusal with '{needle}': "
                   f"{r.stderr[-1000:]}")
+        # a training step: its backward ring is not in the partitioner yet
+        ids = os.path.join(tmp, "ids.npy")
+        np.save(ids, make_inputs(model, 4, 42)["input_ids"])
+        r = run(["train", path, "--data", f"input_ids={ids}", "--dim", "batch=1", "--steps", "1",
+                 "--mesh", "cp=2"])
+        check(r.returncode == 2 and "runs inference only so far" in r.stderr,
+              f"train --mesh cp=2: exit {r.returncode}, want a refusal: {r.stderr[-1000:]}")
     if failures:
         print(f"{len(failures)} failures")
         return 1
