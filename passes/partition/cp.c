@@ -16,7 +16,8 @@
  *     embeddings) runs whole in the natural order on every rank, so
  *     position-dependent parts see global positions;
  *   - a Gather over dim 1 with the zig-zag permutation after the seed, read
- *     by all its readers, with the constraint [_, cp, _];
+ *     by all its readers, with the constraint [_, cp, _] (a batch split
+ *     over dp is gathered there: a fallback, noted);
  *   - every FusedAttention marked `cp_ring = N` (its q, k, v rows are in
  *     the zig-zag order: its causal mask is that of the global positions);
  *     a mask input must be a constant adding nothing to what the causal
@@ -140,6 +141,14 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
   sc_sharding_replicated(&s, 3);
   sc_sharding_split(&s, 1, p->cp_axis);
   if (sc_graph_set_sharding(g, x, &s) != SC_OK) return g->diag.status;
+  /* the constraint splits the sequence only: a batch split over dp is
+   * gathered there (a merged [b·S] dim cannot hold both: docs) */
+  if (p->dp_axis >= 0 &&
+      sc_partition_note_fallback(p, g->values[x].name, "Gather",
+                                 "the batch split over %s is gathered before the sequence split "
+                                 "over cp (dp with cp is not built yet)",
+                                 p->mesh.axes[p->dp_axis].name) != SC_OK)
+    return SC_ERR_NOMEM;
   /* outputs back in the natural order */
   for (int32_t o = 0; o < g->n_outputs; o++) {
     int32_t y = g->outputs[o];

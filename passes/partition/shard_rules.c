@@ -469,6 +469,51 @@ sc_status sc_shard_transpose(sc_shard_ctx *c) {
   return SC_OK;
 }
 
+/* Whether dim d of s is split over the axis named cp alone. */
+static bool cp_only(const sc_shard_ctx *c, const sc_sharding *s, int32_t d) {
+  int32_t cp = sc_mesh_find_axis(c->mesh, "cp");
+  return cp >= 0 && s->n_dim_axes[d] == 1 && s->dim_axes[d][0] == cp;
+}
+
+/* A Reshape group, input dims [i0, i1) and output dims [j0, j1), whose one
+ * split is the context-parallel sequence (the axis cp alone): merging
+ * [b, S/cp, ..] into one dim carries it as a stride b (each of the b blocks
+ * split: `b*cp`), and splitting a dim of stride b back into [b, S, ..]
+ * lands it, unstrided, on the dim after those whose product is b — so the
+ * sequence stays split through the rows of a product (docs/context-
+ * parallel.md). Other axes keep the general rule (sequence parallelism's
+ * all-gather before a column-parallel product is by design). */
+static bool cp_merge(sc_shard_ctx *c, int32_t i0, int32_t i1, int32_t j0, int32_t j1) {
+  const sc_value *x = inv(c, 0), *o = outv(c, 0);
+  sc_sharding *w = &c->want[0], *out = &c->out[0];
+  int32_t split = -1;
+  for (int32_t d = i0; d < i1; d++)
+    if (w->n_dim_axes[d]) {
+      if (split >= 0 || !cp_only(c, w, d)) return false;
+      split = d;
+    }
+  if (split < 0) return false;
+  int64_t stride = sc_sharding_stride(w, split), before = 1;
+  if (i1 - i0 > 1 && j1 - j0 == 1 && stride == 1) { /* merge: [b, S, ..] -> [b·S·..] */
+    for (int32_t d = i0; d < split; d++) before *= x->dims[d];
+    if (before < 2 || before > 255) return false;
+    sc_shard_copy_dim(out, j0, w, split);
+    out->stride[j0] = (uint8_t)before;
+    return sc_shard_divides(out, c->mesh, j0, o->dims[j0]);
+  }
+  if (i1 - i0 == 1 && j1 - j0 > 1 && stride > 1) { /* split back: [b·S·..] -> [b, S, ..] */
+    for (int32_t d = j0; d < j1 && before < stride; d++) {
+      before *= o->dims[d];
+      if (before == stride && d + 1 < j1) {
+        sc_shard_copy_dim(out, d + 1, w, split);
+        out->stride[d + 1] = 0;
+        return sc_shard_divides(out, c->mesh, d + 1, o->dims[d + 1]);
+      }
+    }
+  }
+  return false;
+}
+
 /* Reshape, Flatten, Squeeze, Unsqueeze: input and output dims (both global,
  * size-1 dims aside) group into runs of equal products. A group's split can
  * only be on its first input dim and lands on its first output dim (the
@@ -501,6 +546,7 @@ sc_status sc_shard_reshape(sc_shard_ctx *c) {
       else if (pj < pi && j < ro) pj *= o->dims[j++];
       else return sc_shard_replicate_all(c);
     }
+    if (cp_merge(c, i0, i, j0, j)) continue;
     for (int32_t d = i0 + 1; d < i; d++) sc_shard_unsplit_dim(w, d);
     if (!w->n_dim_axes[i0]) continue;
     bool one = i - i0 == 1 && j - j0 == 1;
@@ -841,8 +887,7 @@ static sc_status ring_rule(sc_shard_ctx *c, const sc_sharding *lead, bool grad) 
       sc_sharding_stride(lead, 2) != 1)
     return sc_node_error(c->g, c->n, SC_ERR_USAGE,
                          "context parallelism: the sequence split over cp did not reach this "
-                         "attention's queries (a reshape merging a batch larger than 1 with "
-                         "the sequence gathers it; --dim batch=1 keeps it)");
+                         "attention's queries (an op on the way gathers it)");
   for (int32_t i = 0; i < 3; i++) {
     sc_shard_unsplit_dim(&c->want[i], 2);
     sc_sharding_split(&c->want[i], 2, cp);
