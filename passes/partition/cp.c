@@ -11,18 +11,20 @@
  *   - S, the sequence: dim 2 of every FusedAttention's queries and keys
  *     (one S for all; an unfused attention is refused, naming it), checked
  *     by sc_cp_check_sequence;
- *   - the seed: the first value read by a LayerNormalization whose shape is
- *     [b, S, hidden] — everything before it (token and position
- *     embeddings) runs whole in the natural order on every rank, so
- *     position-dependent parts see global positions;
+ *   - the seed: the first computed float value [b, S, hidden] (the token
+ *     embedding); what comes before it runs whole on every rank;
+ *   - position tables read after the seed by elementwise ops (float
+ *     constants [.., S, d]: GPT-2's position embedding, Llama's rotary cos
+ *     and sin) are permuted the same way along their S dim, so each rank
+ *     sees its rows' global positions;
  *   - a Gather over dim 1 with the zig-zag permutation after the seed, read
  *     by all its readers, with the constraint [_, cp, _] (a batch split
  *     over dp is gathered there: a fallback, noted);
  *   - every FusedAttention marked `cp_ring = N` (its q, k, v rows are in
  *     the zig-zag order: its causal mask is that of the global positions);
  *     a mask input must be a constant adding nothing to what the causal
- *     flag lets through (mask_adds_nothing), and is dropped; any other is
- *     refused;
+ *     flag lets through, or exactly the causal mask (the flag is then set),
+ *     and is dropped (mask_kind); any other is refused;
  *   - every graph output with a dim 1 of S gets the inverse permutation
  *     (Gather) before it, so it leaves in the natural order.
  * Errors name the node or value (SC_ERR_USAGE for what is refused). */
@@ -61,19 +63,48 @@ static int32_t gather1(sc_graph *g, int32_t x, int32_t idx, const char *what) {
   return y;
 }
 
-/* Whether an additive mask constant [.., S, S] adds nothing the causal
- * flag does not: 0 at every (i, j) the flag lets through (j <= i when
- * causal, every pair else) — a padding mask of ones, or GPT-2's causal mask
- * kept beside the flag. */
-static bool mask_adds_nothing(const sc_value *v, bool causal) {
-  if (!sc_value_has_data(v) || v->dtype != SC_DTYPE_F32 || v->rank < 2) return false;
+/* What an additive mask constant [.., S, S] adds to the causal flag:
+ * MASK_NOTHING (0 at every (i, j) the flag lets through: j <= i when
+ * causal, every pair else — a padding mask of ones, or GPT-2's causal mask
+ * kept beside the flag), MASK_CAUSAL (no flag, and the mask is exactly the
+ * causal one: 0 for j <= i, at most -1e30 above, which exp takes to 0 —
+ * Llama's), or MASK_OTHER. */
+enum { MASK_NOTHING, MASK_CAUSAL, MASK_OTHER };
+static int mask_kind(const sc_value *v, bool causal) {
+  if (!sc_value_has_data(v) || v->dtype != SC_DTYPE_F32 || v->rank < 2) return MASK_OTHER;
   int64_t sq = v->dims[v->rank - 2], skv = v->dims[v->rank - 1];
   const float *f = v->data;
+  bool nothing = true, is_causal = !causal && sq == skv;
   for (int64_t e = 0; e < sc_value_numel(v); e++) {
     int64_t i = e / skv % sq, j = e % skv;
-    if ((!causal || j <= i) && f[e] != 0) return false;
+    if ((!causal || j <= i) && f[e] != 0) nothing = false;
+    if (j <= i ? f[e] != 0 : !(f[e] <= -1e30f)) is_causal = false;
   }
-  return true;
+  return nothing ? MASK_NOTHING : is_causal ? MASK_CAUSAL : MASK_OTHER;
+}
+
+/* c permuted along dim rank-2 (the positions of a [.., S, d] table) by
+ * idx[S]: a new constant. */
+static int32_t permuted_const(sc_graph *g, int32_t c, const int64_t *idx) {
+  const sc_value *v = &g->values[c];
+  int64_t seq = v->dims[v->rank - 2], inner = v->dims[v->rank - 1];
+  size_t row = (size_t)inner * sc_dtype_size(v->dtype);
+  int64_t outer = sc_value_numel(v) / (seq * inner);
+  char *data = sc_arena_alloc(&g->arena, (size_t)v->data_bytes);
+  char *base = sc_arena_printf(&g->arena, "%s/cp_zigzag", v->name);
+  if (!data || !base) return -1;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < seq; j++)
+      memcpy(data + ((size_t)(o * seq + j)) * row,
+             (const char *)v->data + ((size_t)(o * seq + idx[j])) * row, row);
+  sc_dtype t = v->dtype;
+  int32_t rank = v->rank;
+  int64_t dims[SC_MAX_RANK];
+  memcpy(dims, v->dims, sizeof dims);
+  uint64_t bytes = v->data_bytes;
+  int32_t id = sc_graph_new_value(g, base);
+  if (id < 0 || sc_value_set_data(g, id, t, rank, dims, data, bytes, false) != SC_OK) return -1;
+  return id;
 }
 
 sc_status sc_partition_prepare_cp(sc_partition *p) {
@@ -100,11 +131,15 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
                            (long long)q->dims[2], (long long)k->dims[2]);
     seq = q->dims[2];
     if (nd->n_inputs > 3 && nd->inputs[3] >= 0) {
-      if (!mask_adds_nothing(&g->values[nd->inputs[3]], sc_attr_int(g, nd, "causal", 0)))
+      bool causal = sc_attr_int(g, nd, "causal", 0) != 0;
+      int kind = mask_kind(&g->values[nd->inputs[3]], causal);
+      if (kind == MASK_OTHER)
         return sc_node_error(g, nd, SC_ERR_USAGE,
                              "context parallelism: an attention mask that adds to what the causal "
                              "attribute lets through is not supported yet");
       nd->n_inputs = 3;
+      for (int32_t a = 0; kind == MASK_CAUSAL && a < nd->n_attrs; a++)
+        if (strcmp(nd->attrs[a].name, "causal") == 0) nd->attrs[a].i = 1;
     }
     sc_attr *a = sc_node_add_attr(g, i, "cp_ring", SC_ATTR_INT);
     if (!a) return SC_ERR_NOMEM;
@@ -116,18 +151,17 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
                           "sequence of; this model has no fused attention",
                           (long long)n);
   if (sc_cp_check_sequence(seq, n, NULL, &g->diag) != SC_OK) return g->diag.status;
-  /* the seed: the first LayerNormalization input [b, S, hidden] */
-  int32_t seed = -1;
+  /* the seed: the first computed float value [b, S, hidden] (the token
+   * embedding) */
+  int32_t seed = -1, seed_node = -1;
   for (int32_t i = 0; i < g->n_nodes && seed < 0; i++) {
-    const sc_node *nd = &g->nodes[i];
-    const sc_value *x = nd->n_inputs ? sc_node_input(g, nd, 0) : NULL;
-    if (nd->op == SC_OP_LAYER_NORM && x->rank == 3 && x->dims[1] == seq)
-      seed = nd->inputs[0];
+    const sc_value *y = &g->values[g->nodes[i].outputs[0]];
+    if (y->rank == 3 && y->dims[1] == seq && sc_dtype_is_float(y->dtype))
+      seed = g->nodes[i].outputs[0], seed_node = i;
   }
   if (seed < 0)
     return sc_graph_error(g, SC_ERR_USAGE,
-                          "context parallelism: no residual stream [batch, %lld, hidden] read "
-                          "by a LayerNormalization to split",
+                          "context parallelism: no value [batch, %lld, hidden] to split",
                           (long long)seq);
   int32_t fwd = perm_const(g, "cp.zigzag", seq, n, false);
   int32_t inv = fwd < 0 ? -1 : perm_const(g, "cp.unzigzag", seq, n, true);
@@ -137,6 +171,23 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
   for (int32_t i = 0; i < first; i++)
     for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
       if (g->nodes[i].inputs[k] == seed) g->nodes[i].inputs[k] = x;
+  /* position tables after the seed ([.., S, d] float constants an
+   * elementwise op reads: a position embedding, rotary cos and sin) take
+   * the same order */
+  const int64_t *order = g->values[fwd].data;
+  for (int32_t i = seed_node + 1; i < first; i++) {
+    if (!(sc_ops[g->nodes[i].op].flags & SC_OPF_ELEMENTWISE)) continue;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
+      int32_t cv = g->nodes[i].inputs[k];
+      const sc_value *v = cv >= 0 ? &g->values[cv] : NULL;
+      if (!v || !sc_value_has_data(v) || !sc_dtype_is_float(v->dtype) || v->rank < 2 ||
+          v->dims[v->rank - 2] != seq)
+        continue;
+      int32_t pc = permuted_const(g, cv, order);
+      if (pc < 0) return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+      g->nodes[i].inputs[k] = pc;
+    }
+  }
   sc_sharding s;
   sc_sharding_replicated(&s, 3);
   sc_sharding_split(&s, 1, p->cp_axis);
