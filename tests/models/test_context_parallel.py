@@ -14,6 +14,10 @@ sequence 16:
   * the attention really runs as a ring: GPT-2's partitioned graph
     (--print-after=localize) holds, at cp=N, 2 layers x 2 (keys, values) x
     (N - 1) steps shifted Send/Recv pairs and no whole attention;
+  * `shardc plan --mesh cp=N` reports the ring's Send bytes per rank equal
+    to the formula of docs/context-parallel.md (sc_cp_ring_bytes): (N - 1)
+    hops x batch x kv heads x S/N rows x (d + dv) x 4 bytes, per layer
+    (GPT-2: 2 layers, 4 heads of 16);
   * what is not built is refused with a clear error, never a wrong answer:
     a sequence that does not divide into 2·cp chunks (GPT-2 at cp=3, ViT's
     17 tokens at cp=2: naming the lengths that do), a training step.
@@ -98,6 +102,18 @@ def test_rings(tmp):
         check(not whole, f"cp={n}: an attention left whole: {whole[:1]}")
 
 
+def test_ring_bytes(tmp):
+    path = os.path.join(SRC, "samples", "gpt2.onnx")
+    layers, kvh, d, seq = 2, 4, 16, 16
+    for n in (2, 4):
+        r = run(["plan", path, "--dim", f"batch={BATCH}", "--mesh", f"cp={n}"])
+        sends = [ln.split() for ln in r.stdout.splitlines() if ln.split()[1:3] == ["Send", "cp"]]
+        want = (n - 1) * BATCH * kvh * (seq // n) * (d + d) * 4 * layers
+        got = float(sends[0][4]) * 1024 if sends and sends[0][5] == "KiB" else None
+        check(r.returncode == 0 and got == want,
+              f"plan cp={n}: the ring's Send bytes {sends}, want {want} (the formula)")
+
+
 def test_refusals(tmp):
     _, base = model_run(tmp, "gpt2")
     cases = [(base + ["--mesh", "cp=3"],
@@ -130,6 +146,7 @@ def main():
         for name, meshes in MESHES.items():
             test_model(tmp, name, meshes)
         test_rings(tmp)
+        test_ring_bytes(tmp)
         test_refusals(tmp)
     if failures:
         print(f"{len(failures)} failures")
