@@ -14,6 +14,9 @@ sequence 16:
   * the attention really runs as a ring: GPT-2's partitioned graph
     (--print-after=localize) holds, at cp=N, 2 layers x 2 (keys, values) x
     (N - 1) steps shifted Send/Recv pairs and no whole attention;
+  * `shardc compile --mesh cp=2 -o DIR` writes an artifact (its programs'
+    shifted Send/Recv in the bundle's JSON) that `shardc run DIR` runs equal
+    to the single-rank run;
   * `shardc plan --mesh cp=N` reports the ring's Send bytes per rank equal
     to the formula of docs/context-parallel.md (sc_cp_ring_bytes): (N - 1)
     hops x batch x kv heads x S/N rows x (d + dv) x 4 bytes, per layer
@@ -102,6 +105,21 @@ def test_rings(tmp):
         check(not whole, f"cp={n}: an attention left whole: {whole[:1]}")
 
 
+def test_artifact(tmp):
+    _, base = model_run(tmp, "gpt2")
+    art, one, got = (os.path.join(tmp, k) for k in ("art", "art_one", "art_run"))
+    os.makedirs(one)
+    os.makedirs(got)
+    feed = base[base.index("--input"):base.index("--input") + 2]
+    r1 = run(base + ["--output-dir", one])
+    r2 = run(["compile", base[1], "--dim", f"batch={BATCH}", "--mesh", "cp=2", "-o", art])
+    r3 = run(["run", art, "--output-dir", got] + feed) if r2.returncode == 0 else r2
+    if check(r1.returncode == 0 and r3.returncode == 0,
+             f"compile --mesh cp=2 and run it: {r2.stderr[-1000:]} {r3.stderr[-1000:]}"):
+        compare("gpt2 artifact cp=2 logits", logits(got), logits(one))
+        print("ok: gpt2 compile --mesh cp=2, run the artifact")
+
+
 def test_ring_bytes(tmp):
     path = os.path.join(SRC, "samples", "gpt2.onnx")
     layers, kvh, d, seq = 2, 4, 16, 16
@@ -147,6 +165,7 @@ def main():
             test_model(tmp, name, meshes)
         test_rings(tmp)
         test_ring_bytes(tmp)
+        test_artifact(tmp)
         test_refusals(tmp)
     if failures:
         print(f"{len(failures)} failures")
