@@ -13,10 +13,10 @@
  *     by sc_cp_check_sequence;
  *   - the seed: the first computed float value [b, S, hidden] (the token
  *     embedding); what comes before it runs whole on every rank;
- *   - position tables read after the seed by elementwise ops (float
- *     constants [.., S, d]: GPT-2's position embedding, Llama's rotary cos
- *     and sin) are permuted the same way along their S dim, so each rank
- *     sees its rows' global positions;
+ *   - position tables read by elementwise ops with a value the seed
+ *     reaches (float constants [.., S, d]: GPT-2's position embedding,
+ *     Llama's rotary cos and sin) are permuted the same way along their S
+ *     dim, so each rank sees its rows' global positions;
  *   - a Gather over dim 1 with the zig-zag permutation after the seed, read
  *     by all its readers, with the constraint [_, cp, _] (a batch split
  *     over dp is gathered there: a fallback, noted);
@@ -25,8 +25,9 @@
  *     a mask input must be a constant adding nothing to what the causal
  *     flag lets through, or exactly the causal mask (the flag is then set),
  *     and is dropped (mask_kind); any other is refused;
- *   - every graph output with a dim 1 of S gets the inverse permutation
- *     (Gather) before it, so it leaves in the natural order.
+ *   - every graph output the seed reaches with a dim 1 of S gets the
+ *     inverse permutation (Gather) before it, so it leaves in the natural
+ *     order.
  * Errors name the node or value (SC_ERR_USAGE for what is refused). */
 #include <string.h>
 
@@ -107,6 +108,9 @@ static int32_t permuted_const(sc_graph *g, int32_t c, const int64_t *idx) {
   return id;
 }
 
+static sc_status permute(sc_partition *p, int32_t seed, int64_t seq, int64_t n,
+                         const bool *reach, int32_t n_reach);
+
 sc_status sc_partition_prepare_cp(sc_partition *p) {
   sc_graph *g = p->global;
   int64_t n = p->mesh.axes[p->cp_axis].size;
@@ -153,16 +157,42 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
   if (sc_cp_check_sequence(seq, n, NULL, &g->diag) != SC_OK) return g->diag.status;
   /* the seed: the first computed float value [b, S, hidden] (the token
    * embedding) */
-  int32_t seed = -1, seed_node = -1;
+  int32_t seed = -1;
   for (int32_t i = 0; i < g->n_nodes && seed < 0; i++) {
     const sc_value *y = &g->values[g->nodes[i].outputs[0]];
     if (y->rank == 3 && y->dims[1] == seq && sc_dtype_is_float(y->dtype))
-      seed = g->nodes[i].outputs[0], seed_node = i;
+      seed = g->nodes[i].outputs[0];
   }
   if (seed < 0)
     return sc_graph_error(g, SC_ERR_USAGE,
                           "context parallelism: no value [batch, %lld, hidden] to split",
                           (long long)seq);
+  /* what the seed reaches: the values in the zig-zag order once it is */
+  int32_t n_reach = g->n_values;
+  bool *reach = sc_calloc((size_t)n_reach, sizeof *reach);
+  if (!reach) return SC_ERR_NOMEM;
+  reach[seed] = true;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const sc_node *nd = &g->nodes[i];
+      bool in = false;
+      for (int32_t k = 0; k < nd->n_inputs && !in; k++) in = nd->inputs[k] >= 0 && reach[nd->inputs[k]];
+      for (int32_t j = 0; in && j < nd->n_outputs; j++)
+        if (nd->outputs[j] >= 0 && !reach[nd->outputs[j]]) reach[nd->outputs[j]] = grew = true;
+    }
+  }
+  sc_status st = permute(p, seed, seq, n, reach, n_reach);
+  sc_free(reach);
+  return st != SC_OK ? st : sc_graph_toposort(g);
+}
+
+/* The rest of sc_partition_prepare_cp: the permutation after the seed, the
+ * position tables read with values it reaches, the outputs it reaches put
+ * back in order. */
+static sc_status permute(sc_partition *p, int32_t seed, int64_t seq, int64_t n,
+                         const bool *reach, int32_t n_reach) {
+  sc_graph *g = p->global;
   int32_t fwd = perm_const(g, "cp.zigzag", seq, n, false);
   int32_t inv = fwd < 0 ? -1 : perm_const(g, "cp.unzigzag", seq, n, true);
   int32_t first = g->n_nodes;
@@ -171,12 +201,18 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
   for (int32_t i = 0; i < first; i++)
     for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
       if (g->nodes[i].inputs[k] == seed) g->nodes[i].inputs[k] = x;
-  /* position tables after the seed ([.., S, d] float constants an
-   * elementwise op reads: a position embedding, rotary cos and sin) take
-   * the same order */
+  /* position tables ([.., S, d] float constants an elementwise op reads
+   * with a value the seed reaches: a position embedding, rotary cos and
+   * sin) take the same order */
   const int64_t *order = g->values[fwd].data;
-  for (int32_t i = seed_node + 1; i < first; i++) {
+  for (int32_t i = 0; i < first; i++) {
     if (!(sc_ops[g->nodes[i].op].flags & SC_OPF_ELEMENTWISE)) continue;
+    bool reached = false;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
+      int32_t v = g->nodes[i].inputs[k];
+      reached |= v == x || (v >= 0 && v < n_reach && reach[v]);
+    }
+    if (!reached) continue;
     for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
       int32_t cv = g->nodes[i].inputs[k];
       const sc_value *v = cv >= 0 ? &g->values[cv] : NULL;
@@ -204,7 +240,8 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
   for (int32_t o = 0; o < g->n_outputs; o++) {
     int32_t y = g->outputs[o];
     const sc_value *yv = &g->values[y];
-    if (yv->rank < 2 || yv->dims[1] != seq || yv->producer < 0) continue;
+    if (y >= n_reach || !reach[y] || yv->rank < 2 || yv->dims[1] != seq || yv->producer < 0)
+      continue;
     /* the producer writes a new value, read by its readers; y = Gather */
     char *base = sc_arena_printf(&g->arena, "%s/cp_zigzag", yv->name);
     int32_t z = base ? sc_graph_new_value(g, base) : -1;
@@ -224,5 +261,5 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
     if (!a) return SC_ERR_NOMEM;
     a->i = 1;
   }
-  return sc_graph_toposort(g);
+  return SC_OK;
 }
