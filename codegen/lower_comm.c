@@ -124,7 +124,8 @@ static sc_status comm_build(sc_lower_ctx *cx, const sc_node *n) {
   case SC_OP_RECV:
     c->kind = n->op == SC_OP_SEND ? SC_COMM_SEND : SC_COMM_RECV;
     c->count = n->op == SC_OP_SEND ? numel_x : sc_value_numel(y);
-    c->peer = (int32_t)sc_attr_int(g, n, "peer_stage", 0);
+    c->shift = (int32_t)sc_attr_int(g, n, "shift", 0);
+    c->peer = c->shift ? -1 : (int32_t)sc_attr_int(g, n, "peer_stage", 0);
     c->tag = (int32_t)sc_attr_int(g, n, "tag", 0);
     break;
   default:

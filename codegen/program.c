@@ -602,7 +602,9 @@ void sc_program_print(const sc_program *p, FILE *out) {
       for (int32_t a = 0; a < p->mesh.n_axes; a++)
         if (c->axes & (1u << a)) fprintf(out, " %s", p->mesh.axes[a].name);
       fprintf(out, " (%lld)", (long long)c->group_size);
-      if (c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV)
+      if ((c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV) && c->shift)
+        fprintf(out, " shift %d tag %d", (int)c->shift, (int)c->tag);
+      else if (c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV)
         fprintf(out, " peer %d tag %d", (int)c->peer, (int)c->tag);
     } else {
       fprintf(out, "kernel k%d %s", (int)s->kernel,

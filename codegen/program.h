@@ -143,6 +143,10 @@ typedef struct sc_comm_step {
   uint32_t axes;          /* sc_axes of `mesh`: the group (0: one rank) */
   int64_t group_size;
   int32_t peer, tag;      /* SEND, RECV: peer's key in the group, tag */
+  int32_t shift;          /* SEND, RECV: 0, or the peer relative to the
+                             rank's key k (peer is then -1): SEND to
+                             (k + shift) mod n, RECV from (k - shift) mod n
+                             (ir/op_comm.h) */
   bool async;             /* started here, completed at the WAIT step that
                              names this step (codegen/overlap.c); else the
                              step completes before the next one runs */

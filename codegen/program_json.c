@@ -289,6 +289,7 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(co, "group_size", json_integer(c->group_size));
     json_object_set_new(co, "peer", json_integer(c->peer));
     json_object_set_new(co, "tag", json_integer(c->tag));
+    if (c->shift) json_object_set_new(co, "shift", json_integer(c->shift));
     if (c->async) json_object_set_new(co, "async", json_true());
     json_object_set_new(o, "comm", co);
   } else if (s->kind == SC_STEP_WAIT) {
@@ -826,7 +827,8 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
       (st = get_int(r, co, "axes", true, 0, &axes)) ||
       (st = get_int(r, co, "group_size", true, 0, &c->group_size)) ||
       (st = get_range(r, co, "peer", true, 0, -1, INT32_MAX, &c->peer)) ||
-      (st = get_range(r, co, "tag", true, 0, INT32_MIN, INT32_MAX, &c->tag)))
+      (st = get_range(r, co, "tag", true, 0, INT32_MIN, INT32_MAX, &c->tag)) ||
+      (st = get_range(r, co, "shift", false, 0, INT32_MIN + 1, INT32_MAX, &c->shift)))
     return st;
   c->kind = (sc_comm_kind)kind;
   c->reduce = red;
@@ -844,7 +846,11 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
                 (long long)c->group_size, (unsigned)c->axes,
                 (long long)sc_mesh_group_size(&p->mesh, c->axes));
   bool p2p = c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV;
-  if (p2p && (c->peer < 0 || c->peer >= c->group_size)) /* collectives: unused */
+  if (c->shift && (!p2p || c->peer != -1 || c->shift <= -c->group_size ||
+                   c->shift >= c->group_size))
+    return fail(r, SC_ERR_INVALID, "'shift' = %d does not fit a %s step in a group of %lld",
+                c->shift, COMM_KINDS[c->kind], (long long)c->group_size);
+  if (p2p && !c->shift && (c->peer < 0 || c->peer >= c->group_size)) /* collectives: unused */
     return fail(r, SC_ERR_INVALID, "'peer' = %d is not a key of the group", c->peer);
   if (c->count < 0 || c->pack_outer < 0 || c->pack_inner < 0 || c->unpack_outer < 0 ||
       c->unpack_inner < 0)

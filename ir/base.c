@@ -270,3 +270,9 @@ char *sc_arena_printf(sc_arena *a, const char *fmt, ...) {
   va_end(ap2);
   return p;
 }
+
+void sc_format_multiples_near(int64_t x, int64_t parts, char *buf, size_t n) {
+  int64_t lo = x / parts * parts, hi = lo + parts;
+  if (lo > 0) snprintf(buf, n, "%lld or %lld", (long long)lo, (long long)hi);
+  else snprintf(buf, n, "%lld", (long long)hi);
+}

@@ -97,6 +97,12 @@ void *sc_realloc(void *p, size_t n);
 void sc_free(void *p);
 char *sc_strdup(const char *s);
 
+/* The multiples of parts nearest to x, into buf: "12 or 16" (the one below
+ * and the one above), or "4" when the one below is 0 — the words of every
+ * "does not divide" error (a batch over data-parallel ranks, a sequence
+ * over context-parallel chunks). parts >= 1. */
+void sc_format_multiples_near(int64_t x, int64_t parts, char *buf, size_t n);
+
 typedef struct sc_arena_chunk sc_arena_chunk;
 typedef struct sc_arena {
   sc_arena_chunk *head;

@@ -64,7 +64,8 @@ bool sc_mesh_equal(const sc_mesh *a, const sc_mesh *b);
 /* The axis names that take a role when a mesh comes from the command line
  * (--mesh): dp (batch split), fsdp (batch split with the training state
  * sharded: ZeRO/FSDP), tp (Megatron tensor parallelism), pp (pipeline
- * stages). NULL-terminated. */
+ * stages), cp (context parallelism: the sequence split, attention as a
+ * ring; docs/context-parallel.md). NULL-terminated. */
 extern const char *const sc_mesh_role_names[];
 /* Checks that every axis of m is named after a role (sc_mesh_role_names):
  * an axis no pass uses would only multiply the ranks, each pair computing

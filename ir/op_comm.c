@@ -166,15 +166,25 @@ sc_status sc_op_infer_all_to_all(sc_graph *g, sc_node *n) {
   return sc_set_output(g, n, 0, x->dtype, x->rank, dims);
 }
 
-/* peer_stage in [0, size) and tag in [0, 32767]. */
+/* peer_stage in [0, size), or shift with 0 < |shift| < size; tag in
+ * [0, 32767]. */
 static sc_status check_p2p(sc_graph *g, const sc_node *n, int64_t size) {
-  int64_t peer, tag;
+  int64_t peer, tag, shift;
   sc_status st = sc_read_attr_int(g, n, "peer_stage", -1, &peer);
   if (st == SC_OK) st = sc_read_attr_int(g, n, "tag", 0, &tag);
+  if (st == SC_OK) st = sc_read_attr_int(g, n, "shift", 0, &shift);
   if (st != SC_OK) return st;
-  if (!sc_node_attr(n, "peer_stage"))
-    return sc_node_error(g, n, SC_ERR_INVALID, "attribute 'peer_stage' is required");
-  if (peer < 0 || peer >= size)
+  bool has_peer = sc_node_attr(n, "peer_stage") != NULL;
+  if (has_peer && sc_node_attr(n, "shift"))
+    return sc_node_error(g, n, SC_ERR_INVALID, "attributes 'peer_stage' and 'shift' exclude "
+                                               "each other");
+  if (sc_node_attr(n, "shift") && (shift == 0 || shift <= -size || shift >= size))
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "shift %lld is not in (-%lld, %lld) without 0 (a group of %lld)",
+                         (long long)shift, (long long)size, (long long)size, (long long)size);
+  if (!has_peer && !sc_node_attr(n, "shift"))
+    return sc_node_error(g, n, SC_ERR_INVALID, "attribute 'peer_stage' (or 'shift') is required");
+  if (has_peer && (peer < 0 || peer >= size))
     return sc_node_error(g, n, SC_ERR_INVALID, "peer_stage %lld is outside the group (size %lld)",
                          (long long)peer, (long long)size);
   if (tag < 0 || tag > 32767)

@@ -20,7 +20,13 @@
  *                    shape = [...]}   output of that dtype and shape
  *
  * peer_stage is the peer's position (key) in the group along `axes`; tags
- * are in [0, SC_COMM_TAG_MAX]. This header is what codegen's lowering (codegen/
+ * are in [0, SC_COMM_TAG_MAX]. In place of peer_stage, `shift = s` (0 < |s|
+ * < group size) names the peer relative to the rank's own key k: Send goes
+ * to (k + s) mod n and Recv comes from (k − s) mod n, so that one program,
+ * shared by every rank of the group, moves each rank's block one step
+ * around a ring (context parallelism's ring attention,
+ * docs/context-parallel.md). A Recv with a shift follows its Send in the
+ * node order (sends are buffered on local, tcp and MPI; see runtime/comm.h). This header is what codegen's lowering (codegen/
  * lower_comm.c) reads back from a node whose shapes were inferred. */
 #ifndef SC_OP_COMM_H
 #define SC_OP_COMM_H

@@ -358,6 +358,15 @@ static void chunk_unpack(char *dst, const char *src, int64_t outer, int64_t n, i
       memcpy(dst + (o * n + q) * inner, src + (q * outer + o) * inner, (size_t)inner);
 }
 
+/* A SEND's or RECV's peer: its key, or the one `shift` keys away from this
+ * rank (codegen/program.h). */
+static int step_peer(const sc_comm *comm, const sc_comm_step *c) {
+  if (!c->shift) return c->peer;
+  int n = sc_comm_size(comm), k = sc_comm_rank(comm);
+  int s = c->kind == SC_COMM_SEND ? c->shift : -c->shift;
+  return ((k + s) % n + n) % n;
+}
+
 sc_status sc_comm_step_call(sc_comm *comm, const sc_comm_step *c, sc_dtype t, const void *send,
                             void *recv, sc_diag *diag) {
   sc_reduce_op op = (sc_reduce_op)c->reduce;
@@ -367,8 +376,8 @@ sc_status sc_comm_step_call(sc_comm *comm, const sc_comm_step *c, sc_dtype t, co
   case SC_COMM_REDUCE_SCATTER:
     return sc_comm_reduce_scatter(comm, send, recv, c->count, t, op, diag);
   case SC_COMM_ALL_TO_ALL: return sc_comm_all_to_all(comm, send, recv, c->count, t, diag);
-  case SC_COMM_SEND: return sc_comm_send(comm, send, c->count, t, c->peer, c->tag, diag);
-  case SC_COMM_RECV: return sc_comm_recv(comm, recv, c->count, t, c->peer, c->tag, diag);
+  case SC_COMM_SEND: return sc_comm_send(comm, send, c->count, t, step_peer(comm, c), c->tag, diag);
+  case SC_COMM_RECV: return sc_comm_recv(comm, recv, c->count, t, step_peer(comm, c), c->tag, diag);
   default: return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "bad comm kind %d", (int)c->kind);
   }
 }

@@ -83,6 +83,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir/context_parallel.h"
 #include "ir/pipe.h"
 #include "partition.h"
 #include "shard_rule.h"
@@ -812,6 +813,53 @@ static sc_status split_softmax(lz *z, const sc_node *gn, const sc_sharding *s, i
   return emit(z, SC_OP_SUB, (int32_t[]){d, l}, 2, &out, 1) < 0 ? z->d->status : SC_OK;
 }
 
+/* SC_SHARD_EXPAND_RING_ATTENTION (shard_rule.h): the ring of ring.c on
+ * the local q, k, v, its results copied into out[0] (o) and out[1] (lse).
+ * Each step's halves depend on the rank: sharded constants over cp whose
+ * global contents hold every rank's piece in rank order. */
+static sc_status ring_attention(lz *z, const sc_node *gn, const int32_t *lin,
+                                const int32_t *lout) {
+  int32_t cp = z->p->cp_axis;
+  int64_t n = z->m->axes[cp].size, c = z->L->values[lin[0]].dims[2] / 2;
+  int32_t *rows = sc_arena_array(&z->p->arena, (size_t)n, sizeof *rows);
+  int32_t *place = sc_arena_array(&z->p->arena, (size_t)n, sizeof *place);
+  int64_t *rg = sc_arena_array(&z->p->arena, (size_t)(n * c * (n - 1) + 1), sizeof *rg);
+  int64_t *pg = sc_arena_array(&z->p->arena, (size_t)(n * 2 * c * (n - 1) + 1), sizeof *pg);
+  if (!rows || !place || !rg || !pg) return nomem(z);
+  sc_sharding s;
+  sc_sharding_replicated(&s, 1);
+  sc_sharding_split(&s, 0, cp);
+  for (int32_t i = 1; i < n; i++) {
+    int64_t *rw = rg + (i - 1) * n * c, *pl = pg + (i - 1) * n * 2 * c;
+    for (int64_t r = 0; r < n; r++) {
+      int64_t h = sc_cp_ring_half(r, sc_cp_ring_source(n, r, i));
+      for (int64_t j = 0; j < c; j++) rw[r * c + j] = h * c + j;
+      for (int64_t j = 0; j < 2 * c; j++) pl[r * 2 * c + j] = h ? (j + c) % (2 * c) : j;
+    }
+    char base[512];
+    int64_t nr = n * c, np = n * 2 * c;
+    snprintf(base, sizeof base, "%s/ring/rows_%d", gn->name, (int)i);
+    rows[i] = make_const(z, base, SC_DTYPE_I64, 1, &nr, rw, false, &s);
+    snprintf(base, sizeof base, "%s/ring/place_%d", gn->name, (int)i);
+    place[i] = rows[i] < 0 ? -1 : make_const(z, base, SC_DTYPE_I64, 1, &np, pl, false, &s);
+    if (place[i] < 0) return z->d->status ? z->d->status : SC_ERR_INVALID;
+  }
+  sc_cp_ring_args a = {.name = gn->name, .axis = z->m->axes[cp].name, .n = (int32_t)n,
+                       .q = lin[0], .k = lin[1], .v = lin[2],
+                       .scale = sc_attr_float(z->g, gn, "scale", 1.0),
+                       .causal = sc_attr_int(z->g, gn, "causal", 0) != 0, .half_rows = rows,
+                       .half_place = place, .tag_base = 0};
+  int32_t first = z->L->n_nodes, o, lse;
+  sc_status st = sc_partition_ring_attention(z->L, &a, &o, &lse);
+  if (st != SC_OK) return lerr(z);
+  for (int32_t i = first; i < z->L->n_nodes; i++)
+    if ((st = attr_int(z, i, "__stage", z->stage)) != SC_OK) return st;
+  if (emit(z, SC_OP_IDENTITY, &o, 1, &lout[0], 1) < 0 ||
+      emit(z, SC_OP_IDENTITY, &lse, 1, &lout[1], 1) < 0)
+    return z->d->status;
+  return SC_OK;
+}
+
 /* Under sequence parallelism, the sharding a tp pending sum s of value v
  * is reduced to where it is made: reduce-scattered onto the sequence
  * (dim 1 split over tp), as the forward's; false when that does not apply
@@ -980,6 +1028,10 @@ static sc_status localize_node(lz *z, int32_t nid) {
   }
   if (c.expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX) {
     st = split_softmax(z, n, &want[0], lin[0], lout[0]);
+    goto outputs;
+  }
+  if (c.expand == SC_SHARD_EXPAND_RING_ATTENTION) {
+    st = ring_attention(z, n, lin, lout);
     goto outputs;
   }
   {

@@ -145,6 +145,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   p->dp_axis = axis_of(&p->mesh, plan->dp_axis);
   p->tp_axis = axis_of(&p->mesh, plan->tp_axis);
   p->fsdp_axis = axis_of(&p->mesh, plan->fsdp_axis);
+  p->cp_axis = sc_mesh_find_axis(&p->mesh, "cp");
   p->training = sc_partition_is_training(g);
   p->train = o->train;
   if (p->training && !p->train) {
@@ -205,6 +206,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
       (st = p->training ? sc_partition_seed_train_data(p) : sc_partition_seed_dp(p, plan)) !=
           SC_OK ||
       (st = sc_partition_seed_tp(p, plan)) != SC_OK ||
+      (p->cp_axis >= 0 && (st = sc_partition_prepare_cp(p)) != SC_OK) ||
       (p->training && (st = sc_partition_seed_train_state(p)) != SC_OK)) {
     *d = g->diag;
     goto fail;
@@ -256,9 +258,7 @@ void sc_partition_destroy(sc_partition *p) {
 }
 
 void sc_partition_batches_that_divide(int64_t b, int64_t parts, char *buf, size_t n) {
-  int64_t lo = b / parts * parts, hi = lo + parts;
-  if (lo > 0) snprintf(buf, n, "%lld or %lld", (long long)lo, (long long)hi);
-  else snprintf(buf, n, "%lld", (long long)hi);
+  sc_format_multiples_near(b, parts, buf, n);
 }
 
 sc_status sc_partition_batch_error(sc_partition *p, const sc_value *v, const int32_t *axes,

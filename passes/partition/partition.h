@@ -56,6 +56,8 @@ typedef struct sc_partition {
   int32_t dp_axis, tp_axis;    /* or -1 */
   int32_t fsdp_axis;           /* training: batch split and state sharded
                                   (train_seed.c), or -1 */
+  int32_t cp_axis;             /* the mesh axis named cp: the sequence split
+                                  and attention run as a ring (cp.c), or -1 */
   bool training;               /* the graph is a training step (passes/train.h) */
   const struct sc_train_info *train; /* its parameters (borrowed), or NULL */
   int32_t zero_stage;          /* training: 0 (no fsdp axis) or 1..3 */
@@ -194,6 +196,44 @@ void sc_cut_flow(sc_cutgraph *g, int32_t from, int32_t to);
 void sc_cut_reduce(sc_cutgraph *g, int32_t node, double cost);
 int32_t sc_cut_count(const sc_cutgraph *g); /* nodes */
 sc_status sc_cut_solve(sc_cutgraph *g, bool *cut, int32_t *n_cut);
+/* cp.c: under a cp axis, the global graph's residual stream put in the
+ * zig-zag order and split over cp (a constraint), every FusedAttention
+ * marked `cp_ring` = the cp size, the outputs put back in order (cp.c's
+ * header); inference only. Errors name the node (SC_ERR_USAGE). */
+sc_status sc_partition_prepare_cp(sc_partition *p);
+/* ring.c: ring attention's forward over a context-parallel axis as nodes
+ * of g (docs/context-parallel.md): FusedAttention per block, the keys and
+ * values passed on by Send/Recv with shift 1, the blocks' results merged by
+ * log-sum-exp. q [b, h, 2c, d], k, v: the rank's two chunks of the zig-zag
+ * layout (ir/context_parallel.h), with shapes. Causal (n > 1): half_rows[i]
+ * (i64 [c]: the rows h·c + 0..c-1) and half_place[i] (i64 [2c]: 0..2c-1 when
+ * h = 0, then c..2c-1, 0..c-1 when h = 1), for i = 1..n-1, h =
+ * sc_cp_ring_half of the rank and step i's source: values whose contents
+ * differ per rank. *o and *lse: the merged result (every new value with
+ * its shape). SC_ERR_NOMEM, or SC_ERR_INVALID for shapes that do not fit. */
+typedef struct sc_cp_ring_args {
+  const char *name;            /* the attention's node name: nodes are
+                                  "<name>/ring/..." */
+  const char *axis;            /* the ring's mesh axis ("cp") */
+  int32_t n;                   /* its size */
+  int32_t q, k, v;             /* value ids */
+  double scale;
+  bool causal;
+  const int32_t *half_rows, *half_place; /* [n] (index 0 unused); causal only */
+  int32_t tag_base;            /* Send/Recv tags from tag_base + 2 (the
+                                  forward: to + 2n - 1; the backward: to
+                                  + 4n + 1) */
+} sc_cp_ring_args;
+sc_status sc_partition_ring_attention(sc_graph *g, const sc_cp_ring_args *a, int32_t *o,
+                                      int32_t *lse);
+/* ring.c: its backward, FusedAttentionGrad's ring: o, lse (the forward's
+ * merged results) and d_o of the rank's rows; the keys and values travel as
+ * in the forward, their gradients' accumulators with them (tags tag_base +
+ * 4i .. + 4i + 3 at step i), and one more hop takes those home (tags
+ * tag_base + 4n, + 4n + 1). *dq, *dk, *dv: the rank's rows' gradients. */
+sc_status sc_partition_ring_attention_grad(sc_graph *g, const sc_cp_ring_args *a, int32_t o,
+                                           int32_t lse, int32_t d_o, int32_t *dq, int32_t *dk,
+                                           int32_t *dv);
 /* localize.c: see above. node_stage: per global node (NULL = all stage 0). */
 sc_status sc_partition_localize(sc_partition *p, sc_diag *d);
 

@@ -56,6 +56,10 @@ typedef enum sc_shard_expand {
    * Megatron's vocabulary-parallel cross-entropy, without gathering the
    * logits. out = in. */
   SC_SHARD_EXPAND_SPLIT_SOFTMAX,
+  /* FusedAttention marked `cp_ring` (passes/partition/cp.c) with q, k and v
+   * split alike over cp on the sequence (dim 2): ring attention
+   * (passes/partition/ring.c), o and lse split the same way. */
+  SC_SHARD_EXPAND_RING_ATTENTION,
 } sc_shard_expand;
 
 typedef struct sc_shard_ctx {

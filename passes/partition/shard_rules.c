@@ -469,6 +469,51 @@ sc_status sc_shard_transpose(sc_shard_ctx *c) {
   return SC_OK;
 }
 
+/* Whether dim d of s is split over the axis named cp alone. */
+static bool cp_only(const sc_shard_ctx *c, const sc_sharding *s, int32_t d) {
+  int32_t cp = sc_mesh_find_axis(c->mesh, "cp");
+  return cp >= 0 && s->n_dim_axes[d] == 1 && s->dim_axes[d][0] == cp;
+}
+
+/* A Reshape group, input dims [i0, i1) and output dims [j0, j1), whose one
+ * split is the context-parallel sequence (the axis cp alone): merging
+ * [b, S/cp, ..] into one dim carries it as a stride b (each of the b blocks
+ * split: `b*cp`), and splitting a dim of stride b back into [b, S, ..]
+ * lands it, unstrided, on the dim after those whose product is b — so the
+ * sequence stays split through the rows of a product (docs/context-
+ * parallel.md). Other axes keep the general rule (sequence parallelism's
+ * all-gather before a column-parallel product is by design). */
+static bool cp_merge(sc_shard_ctx *c, int32_t i0, int32_t i1, int32_t j0, int32_t j1) {
+  const sc_value *x = inv(c, 0), *o = outv(c, 0);
+  sc_sharding *w = &c->want[0], *out = &c->out[0];
+  int32_t split = -1;
+  for (int32_t d = i0; d < i1; d++)
+    if (w->n_dim_axes[d]) {
+      if (split >= 0 || !cp_only(c, w, d)) return false;
+      split = d;
+    }
+  if (split < 0) return false;
+  int64_t stride = sc_sharding_stride(w, split), before = 1;
+  if (i1 - i0 > 1 && j1 - j0 == 1 && stride == 1) { /* merge: [b, S, ..] -> [b·S·..] */
+    for (int32_t d = i0; d < split; d++) before *= x->dims[d];
+    if (before < 2 || before > 255) return false;
+    sc_shard_copy_dim(out, j0, w, split);
+    out->stride[j0] = (uint8_t)before;
+    return sc_shard_divides(out, c->mesh, j0, o->dims[j0]);
+  }
+  if (i1 - i0 == 1 && j1 - j0 > 1 && stride > 1) { /* split back: [b·S·..] -> [b, S, ..] */
+    for (int32_t d = j0; d < j1 && before < stride; d++) {
+      before *= o->dims[d];
+      if (before == stride && d + 1 < j1) {
+        sc_shard_copy_dim(out, d + 1, w, split);
+        out->stride[d + 1] = 0;
+        return sc_shard_divides(out, c->mesh, d + 1, o->dims[d + 1]);
+      }
+    }
+  }
+  return false;
+}
+
 /* Reshape, Flatten, Squeeze, Unsqueeze: input and output dims (both global,
  * size-1 dims aside) group into runs of equal products. A group's split can
  * only be on its first input dim and lands on its first output dim (the
@@ -501,6 +546,7 @@ sc_status sc_shard_reshape(sc_shard_ctx *c) {
       else if (pj < pi && j < ro) pj *= o->dims[j++];
       else return sc_shard_replicate_all(c);
     }
+    if (cp_merge(c, i0, i, j0, j)) continue;
     for (int32_t d = i0 + 1; d < i; d++) sc_shard_unsplit_dim(w, d);
     if (!w->n_dim_axes[i0]) continue;
     bool one = i - i0 == 1 && j - j0 == 1;
@@ -724,7 +770,8 @@ static bool result_ok(const sc_shard_ctx *c) {
   return c->expand == SC_SHARD_EXPAND_NONE ||
          (c->expand == SC_SHARD_EXPAND_MASKED_GATHER && c->n->op == SC_OP_GATHER) ||
          (c->expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX &&
-          (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX));
+          (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX)) ||
+         (c->expand == SC_SHARD_EXPAND_RING_ATTENTION && c->n->op == SC_OP_FUSED_ATTENTION);
 }
 
 /* Sets the contract's entry state, runs rule and checks its result. */
@@ -744,8 +791,13 @@ static sc_status run_checked(sc_shard_ctx *c, sc_shard_fn rule) {
   if (!shaped || (c->n->n_inputs > 0 && !inv(c, 0))) return sc_shard_replicate_all(c);
   sc_status st = rule(c);
   if (st != SC_OK) return st;
-  if (!result_ok(c)) return sc_shard_replicate_all(c);
-  return SC_OK;
+  if (result_ok(c)) return SC_OK;
+  /* an attention in the zig-zag order runs as a ring or not at all */
+  if (sc_attr_int(c->g, c->n, "cp_ring", 0) > 1)
+    return sc_node_error(c->g, c->n, SC_ERR_USAGE,
+                         "context parallelism: this attention cannot run as a ring here (its "
+                         "operands do not split over cp)");
+  return sc_shard_replicate_all(c);
 }
 
 #define OP(id, name, since, min_in, max_in, min_out, max_out, flags, infer, cost, eval, lower, \
@@ -823,6 +875,31 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
 
 /* ---- fused attention ---- */
 
+/* A FusedAttention marked `cp_ring` (passes/partition/cp.c): its rows are
+ * in the zig-zag order, so it must run as a ring, with q's sequence (dim 2)
+ * split over cp and nothing else on that dim: k and v then split alike,
+ * o and lse (dim 2) too. Anything else is an error, never a whole
+ * attention under the wrong mask. */
+static sc_status ring_rule(sc_shard_ctx *c, const sc_sharding *lead, bool grad) {
+  if (sc_attr_int(c->g, c->n, "cp_ring", 0) <= 1) return SC_OK;
+  int32_t cp = sc_mesh_find_axis(c->mesh, "cp");
+  if (grad || cp < 0 || lead->n_dim_axes[2] != 1 || lead->dim_axes[2][0] != cp ||
+      sc_sharding_stride(lead, 2) != 1)
+    return sc_node_error(c->g, c->n, SC_ERR_USAGE,
+                         "context parallelism: the sequence split over cp did not reach this "
+                         "attention's queries (an op on the way gathers it)");
+  for (int32_t i = 0; i < 3; i++) {
+    sc_shard_unsplit_dim(&c->want[i], 2);
+    sc_sharding_split(&c->want[i], 2, cp);
+  }
+  for (int32_t j = 0; j < c->n->n_outputs; j++) {
+    sc_shard_unsplit_dim(&c->out[j], 2);
+    sc_sharding_split(&c->out[j], 2, cp);
+  }
+  c->expand = SC_SHARD_EXPAND_RING_ATTENTION;
+  return SC_OK;
+}
+
 /* FusedAttention(q, k, v[, mask]) -> (o, lse) and FusedAttentionGrad(q, k,
  * v, o, lse, d_o[, mask]) -> (dq, dk, dv) (ir/attention.h): batches and
  * heads are independent. The batch dim (0) keeps q's split; the heads dim
@@ -863,5 +940,5 @@ sc_status sc_shard_attention(sc_shard_ctx *c) {
     if (batch && o->rank >= 1) sc_shard_copy_dim(&c->out[j], 0, &lead, 0);
     if (heads && o->rank >= 2) sc_shard_copy_dim(&c->out[j], 1, &lead, 1);
   }
-  return SC_OK;
+  return ring_rule(c, &lead, grad);
 }

@@ -475,6 +475,14 @@ static sc_program *build_comm_program(void) {
   s.started = 1;
   s.origin = "AllGather_1";
   assert_int_equal(sc_program_add_step(p, &s), 3);
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_COMM;
+  s.kernel = -1;
+  s.origin = "Send_4"; /* to the next rank of the ring (a relative peer) */
+  s.comm = (sc_comm_step){.kind = SC_COMM_SEND, .in = y, .out = -1, .pack = -1, .unpack = -1,
+                          .count = 8, .axes = 2, .group_size = 2, .peer = -1, .tag = 8,
+                          .shift = 1};
+  assert_int_equal(sc_program_add_step(p, &s), 4);
   return p;
 }
 
@@ -517,8 +525,9 @@ static void test_json_comm(void **state) {
   sc_free(again);
   assert_true(sc_mesh_equal(&r->mesh, &p->mesh));
   assert_int_equal(r->mesh.ranks_per_node, 2);
-  assert_int_equal(r->n_steps, 4);
-  for (int32_t i = 0; i < 3; i++) {
+  assert_int_equal(r->n_steps, 5);
+  for (int32_t i = 0; i < 5; i++) {
+    if (i == 3) continue; /* the WAIT */
     assert_int_equal(r->steps[i].kind, SC_STEP_COMM);
     assert_int_equal(r->steps[i].kernel, -1);
     assert_string_equal(r->steps[i].origin, p->steps[i].origin);
@@ -549,6 +558,8 @@ static void test_json_comm(void **state) {
       {"\"async\": true", "\"async\": 1", "'async' must be true or false"},
       {"\"tag\": 7", "\"tag\": 7, \"async\": true", "cannot be async"},
       {"\"kind\": \"wait\"", "\"kind\": \"check\"", "'check' must be an object"},
+      {"\"shift\": 1", "\"shift\": 2", "'shift' = 2 does not fit a send step in a group of 2"},
+      {"\"shift\": 1", "\"shift\": -2", "'shift' = -2 does not fit"},
   };
   expect_refused(json, cases, sizeof cases / sizeof cases[0]);
   sc_free(json);

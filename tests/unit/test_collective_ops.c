@@ -12,7 +12,9 @@
  *   ReduceScatter  the row-parallel partial products scattered on axis 1
  *                  (strided pack) and on axis 0 == blocks of the full MatMul
  *   AllToAll       split 1 / concat 0 and split 0 / concat 1
- *   Send / Recv    stage 0 sends Tanh(x), stage 1 receives it and adds 1
+ *   Send / Recv    stage 0 sends Tanh(x), stage 1 receives it and adds 1;
+ *                  with a shift: ring attention (passes/partition/ring.c) on
+ *                  2, 3 and 4 ranks, with and without a causal mask
  * Tolerance: |got − want| ≤ 1e-5 · Σ_k |x_ik w_kj| (+1e-6 for moves, which
  * are exact up to f32 rounding of the input): float accumulation over K ≤ 32
  * terms in a different order than the reference. NaN fails. */
@@ -23,7 +25,9 @@
 #include "test_util.h"
 
 #include "ir/sharding.h"
+#include "ir/context_parallel.h"
 #include "passes/pass.h"
+#include "passes/partition/partition.h"
 #include "runtime/comm.h"
 #include "codegen/compile.h"
 #include "runtime/runtime.h"
@@ -86,6 +90,14 @@ static void test_infer(void **state) {
       {" mesh [pp=2]\n %y = Send(%x) {peer_stage = 2} \"n\"\n", "n", "outside the group"},
       {" mesh [pp=2]\n %y = Recv() {peer_stage = 1, tag = 40000, shape = [2]} \"n\"\n", "n",
        "tag 40000"},
+      {" mesh [cp=3]\n %y = Send(%x) {axes = [\"cp\"], shift = 3} \"n\"\n", "n",
+       "shift 3 is not in (-3, 3)"},
+      {" mesh [cp=3]\n %y = Send(%x) {axes = [\"cp\"], shift = 0} \"n\"\n", "n",
+       "shift 0 is not in"},
+      {" mesh [cp=3]\n %y = Send(%x) {axes = [\"cp\"], shift = 1, peer_stage = 0} \"n\"\n",
+       "n", "exclude each other"},
+      {" mesh [cp=3]\n %y = Send(%x) {axes = [\"cp\"]} \"n\"\n", "n",
+       "'peer_stage' (or 'shift') is required"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char text[512];
@@ -101,7 +113,7 @@ static void test_infer(void **state) {
 
 /* ---- SPMD runs ---- */
 
-enum { MAXR = 4, MAXIO = 3 };
+enum { MAXR = 4, MAXIO = 10 };
 
 typedef struct rank_job {
   const sc_program *p;
@@ -163,8 +175,7 @@ static void free_jobs(rank_job *jobs, int n) {
     for (int i = 0; i < MAXIO; i++) free(jobs[r].out[i]);
 }
 
-static sc_program *compile_text(const char *text, sc_graph **gout) {
-  sc_graph *g = parse_ok(text);
+static sc_program *compile_graph(sc_graph *g, const char *text) {
   sc_compile_opts co;
   sc_compile_opts_init(&co);
   co.quiet = true;
@@ -172,8 +183,21 @@ static sc_program *compile_text(const char *text, sc_graph **gout) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   if (sc_compile_graph(g, &co, &p, &d) != SC_OK) fail_msg("compile: %s\n%s", d.msg, text);
-  *gout = g;
   return p;
+}
+
+static sc_program *compile_text(const char *text, sc_graph **gout) {
+  *gout = parse_ok(text);
+  return compile_graph(*gout, text);
+}
+
+/* p's steps as printed (--print-after=program) into buf[n]. */
+static void print_program(const sc_program *p, char *buf, size_t n) {
+  memset(buf, 0, n);
+  FILE *f = fmemopen(buf, n - 1, "w");
+  assert_non_null(f);
+  sc_program_print(p, f);
+  fclose(f);
 }
 
 static sc_tensor_view view(float *data, int32_t rank, int64_t d0, int64_t d1) {
@@ -424,6 +448,169 @@ static void test_send_recv(void **state) {
   sc_graph_destroy(g1);
 }
 
+/* Send/Recv with a shift: ring attention over n cp ranks, forward and
+ * backward, one program for all, as passes/partition/ring.c emits it
+ * (docs/context-parallel.md). Each rank holds its two chunks (of RING_C
+ * rows) of the zig-zag layout of q, k, v and d_o [1, H, 2·RING_C, D]; with
+ * a causal mask, its per-step halves (half_rows, half_place) are inputs of
+ * its own. Every rank's o, lse, dq, dk and dv must be those of its rows of
+ * the whole attention, computed here in double (the textbook backward: P,
+ * dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q,
+ * dV = Pᵀ·dO). Tolerance 1e-5 (+1e-6): f32 softmax sums of at most
+ * 8·RING_C terms of values in [-1, 1], two roundings of exp/log per merge,
+ * and gradient sums over at most 8·RING_C rows (measured: below 1e-6). */
+enum { RING_H = 2, RING_C = 3, RING_D = 8 };
+
+static void ring_attention(int n, bool causal) {
+  const int64_t L = 2 * RING_C, S = (int64_t)n * L, per = RING_H * L * RING_D;
+  char text[1024];
+  snprintf(text, sizeof text,
+           "shardc.ir 1 graph \"ring\" opset 18 {\n mesh [cp=%d]\n"
+           " input %%q : f32[1,%d,%lld,%d]\n input %%k : f32[1,%d,%lld,%d]\n"
+           " input %%v : f32[1,%d,%lld,%d]\n}\n",
+           n, RING_H, (long long)L, RING_D, RING_H, (long long)L, RING_D, RING_H, (long long)L,
+           RING_D);
+  sc_graph *g = parse_ok(text);
+  int32_t d_o = sc_graph_add_value(g, "d_o");
+  assert_int_equal(sc_value_set_shape(g, d_o, SC_DTYPE_F32, 4, (int64_t[]){1, RING_H, L, RING_D}),
+                   SC_OK);
+  assert_int_equal(sc_graph_add_input(g, d_o), SC_OK);
+  int32_t rows_in[MAXR] = {-1}, place_in[MAXR] = {-1};
+  for (int i = 1; causal && i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "rows%d", i);
+    rows_in[i] = sc_graph_add_value(g, name);
+    snprintf(name, sizeof name, "place%d", i);
+    place_in[i] = sc_graph_add_value(g, name);
+    assert_int_equal(sc_value_set_shape(g, rows_in[i], SC_DTYPE_I64, 1, (int64_t[]){RING_C}), SC_OK);
+    assert_int_equal(sc_value_set_shape(g, place_in[i], SC_DTYPE_I64, 1, (int64_t[]){L}), SC_OK);
+    assert_int_equal(sc_graph_add_input(g, rows_in[i]), SC_OK);
+    assert_int_equal(sc_graph_add_input(g, place_in[i]), SC_OK);
+  }
+  sc_cp_ring_args ra = {.name = "attn", .axis = "cp", .n = n, .q = sc_graph_find_value(g, "q"),
+                        .k = sc_graph_find_value(g, "k"), .v = sc_graph_find_value(g, "v"),
+                        .scale = 0.35355339, .causal = causal, .half_rows = rows_in,
+                        .half_place = place_in, .tag_base = 100};
+  int32_t o, lse;
+  assert_int_equal(sc_partition_ring_attention(g, &ra, &o, &lse), SC_OK);
+  int32_t grads[3];
+  ra.tag_base = 200;
+  assert_int_equal(
+      sc_partition_ring_attention_grad(g, &ra, o, lse, d_o, &grads[0], &grads[1], &grads[2]),
+      SC_OK);
+  /* the emitted values carry their (local) shapes */
+  check_shape(g, o, SC_DTYPE_F32, 4, (int64_t[]){1, RING_H, L, RING_D});
+  check_shape(g, lse, SC_DTYPE_F32, 3, (int64_t[]){1, RING_H, L});
+  for (int t = 0; t < 3; t++) check_shape(g, grads[t], SC_DTYPE_F32, 4, (int64_t[]){1, RING_H, L, RING_D});
+  assert_int_equal(sc_graph_add_output(g, o), SC_OK);
+  assert_int_equal(sc_graph_add_output(g, lse), SC_OK);
+  for (int t = 0; t < 3; t++) assert_int_equal(sc_graph_add_output(g, grads[t]), SC_OK);
+  sc_program *p = compile_graph(g, "the ring");
+  /* the steps carry the shift, not a peer */
+  static char buf[1 << 17];
+  print_program(p, buf, sizeof buf);
+  if (n > 1 && (!strstr(buf, "group cp (") || !strstr(buf, ") shift 1 tag 103")))
+    fail_msg("program print:\n%s", buf);
+
+  /* the global tensors, and each rank's rows of them */
+  float *q = random_f32(per * n), *k = random_f32(per * n), *v = random_f32(per * n);
+  float *dout = random_f32(per * n);
+  float *lq[MAXR], *lk[MAXR], *lv[MAXR], *ldo[MAXR];
+  int64_t idx[MAXR][2 * MAXR][2 * RING_C];
+  rank_job jobs[MAXR];
+  memset(jobs, 0, sizeof jobs);
+  for (int r = 0; r < n; r++) {
+    float *src[4] = {q, k, v, dout}, **dst[4] = {&lq[r], &lk[r], &lv[r], &ldo[r]};
+    jobs[r] = (rank_job){.p = p, .n_in = 4, .n_out = 5};
+    for (int t = 0; t < 4; t++) {
+      *dst[t] = malloc(sizeof(float) * (size_t)per);
+      for (int h = 0; h < RING_H; h++)
+        for (int64_t j = 0; j < L; j++)
+          memcpy(*dst[t] + (h * L + j) * RING_D,
+                 src[t] + (h * S + sc_cp_position(S, n, r, j)) * RING_D, sizeof(float) * RING_D);
+      jobs[r].in[t] = view(*dst[t], 4, 1, RING_H);
+      jobs[r].in[t].dims[2] = L;
+      jobs[r].in[t].dims[3] = RING_D;
+    }
+    for (int i = 1; causal && i < n; i++) {
+      int64_t hh = sc_cp_ring_half(r, sc_cp_ring_source(n, r, i));
+      int64_t *rw = idx[r][2 * i], *pl = idx[r][2 * i + 1];
+      for (int64_t j = 0; j < RING_C; j++) rw[j] = hh * RING_C + j;
+      for (int64_t j = 0; j < L; j++) pl[j] = hh ? (j + RING_C) % L : j;
+      for (int t = 0; t < 2; t++) {
+        sc_tensor_view *iv = &jobs[r].in[jobs[r].n_in++];
+        *iv = view((float *)(t ? pl : rw), 1, t ? L : RING_C, 0);
+        iv->dtype = SC_DTYPE_I64;
+      }
+    }
+  }
+  run_ranks(jobs, n);
+  /* the whole attention and its gradients, [H, S, ·] in double */
+  double *ro = calloc((size_t)(per * n), sizeof *ro), *rl = calloc((size_t)(RING_H * S), sizeof *rl);
+  double *rq = calloc((size_t)(per * n), sizeof *rq), *rk = calloc((size_t)(per * n), sizeof *rk);
+  double *rv = calloc((size_t)(per * n), sizeof *rv);
+  assert_true(ro && rl && rq && rk && rv);
+  for (int h = 0; h < RING_H; h++)
+    for (int64_t i = 0; i < S; i++) {
+      double pr[2 * MAXR * RING_C], mx = -INFINITY, sum = 0, dd = 0;
+      const float *qi = q + (h * S + i) * RING_D, *di = dout + (h * S + i) * RING_D;
+      for (int64_t j = 0; j < S; j++) {
+        double acc = 0;
+        for (int c = 0; c < RING_D; c++) acc += (double)qi[c] * k[(h * S + j) * RING_D + c];
+        pr[j] = causal && j > i ? -INFINITY : acc * 0.35355339;
+        if (pr[j] > mx) mx = pr[j];
+      }
+      for (int64_t j = 0; j < S; j++) sum += pr[j] = exp(pr[j] - mx);
+      rl[h * S + i] = mx + log(sum);
+      double *oi = ro + (h * S + i) * RING_D;
+      for (int64_t j = 0; j < S; j++) {
+        pr[j] /= sum;
+        for (int c = 0; c < RING_D; c++) oi[c] += pr[j] * v[(h * S + j) * RING_D + c];
+      }
+      for (int c = 0; c < RING_D; c++) dd += di[c] * oi[c];
+      for (int64_t j = 0; j < S; j++) {
+        double dp = 0;
+        for (int c = 0; c < RING_D; c++) dp += di[c] * v[(h * S + j) * RING_D + c];
+        double ds = pr[j] * (dp - dd) * 0.35355339;
+        for (int c = 0; c < RING_D; c++) {
+          rq[(h * S + i) * RING_D + c] += ds * k[(h * S + j) * RING_D + c];
+          rk[(h * S + j) * RING_D + c] += ds * qi[c];
+          rv[(h * S + j) * RING_D + c] += pr[j] * di[c];
+        }
+      }
+    }
+  for (int r = 0; r < n; r++) {
+    const double *ref[5] = {ro, rl, rq, rk, rv};
+    static const char *const what[5] = {"ring o", "ring lse", "ring dq", "ring dk", "ring dv"};
+    for (int t = 0; t < 5; t++) {
+      int64_t width = t == 1 ? 1 : RING_D;
+      assert_int_equal(jobs[r].out_n[t], RING_H * L * width);
+      for (int h = 0; h < RING_H; h++)
+        for (int64_t i = 0; i < L; i++)
+          for (int64_t c = 0; c < width; c++) {
+            int64_t gp = sc_cp_position(S, n, r, i);
+            check_close(jobs[r].out[t], ref[t][(h * S + gp) * width + c], 1, 1e-5, what[t], r,
+                        (h * L + i) * width + c);
+          }
+    }
+  }
+  free(ro), free(rl), free(rq), free(rk), free(rv);
+  for (int r = 0; r < n; r++) free(lq[r]), free(lk[r]), free(lv[r]), free(ldo[r]);
+  free(q), free(k), free(v), free(dout);
+  free_jobs(jobs, n);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+static void test_ring_shift(void **state) {
+  (void)state;
+  rng_seed(41);
+  for (int n = 2; n <= 4; n++) {
+    ring_attention(n, false);
+    ring_attention(n, true);
+  }
+}
+
 /* A program with collectives needs a communicator of the mesh's size. */
 static void test_session_errors(void **state) {
   (void)state;
@@ -433,11 +620,8 @@ static void test_session_errors(void **state) {
                                " %y = AllReduce(%x) {axes = [\"tp\"]} \"ar\"\n output %y\n}\n",
                                &g);
   /* the step as printed (--print-after=program) */
-  char buf[8192] = {0};
-  FILE *f = fmemopen(buf, sizeof buf - 1, "w");
-  assert_non_null(f);
-  sc_program_print(p, f);
-  fclose(f);
+  char buf[8192];
+  print_program(p, buf, sizeof buf);
   if (!strstr(buf, "comm all_reduce sum in=b0 out=b1 count 4 group tp (2)"))
     fail_msg("program print:\n%s", buf);
   sc_session_opts o;
@@ -463,7 +647,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_infer),       cmocka_unit_test(test_spmd_2),
       cmocka_unit_test(test_spmd_4),      cmocka_unit_test(test_send_recv),
-      cmocka_unit_test(test_session_errors),
+      cmocka_unit_test(test_session_errors), cmocka_unit_test(test_ring_shift),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -245,6 +245,18 @@ static void test_reshape(void **state) {
   expect_rule("tp=4", "  input %x : f32[8,4]\n  const %s : i64[2] = [2, 16]\n"
                       "  %y = Reshape(%x, %s) \"n\"\n",
               "[tp,_]", "[_,_] | [_] -> [_,_]");
+  /* the context-parallel sequence (the axis cp alone) stays split through
+   * the rows of a product: merged as a stride of the batch, and back */
+  expect_rule("cp=2,tp=2", merge, "[_,cp,_]", "[_,cp,_] | [_] -> [2*cp,_]");
+  expect_rule("cp=2,tp=2", merge, "[_,cp,tp]", "[_,cp,tp] | [_] -> [2*cp,tp]");
+  expect_rule("cp=2,tp=2",
+              "  input %x : f32[32,64]\n  const %s : i64[3] = [2, 16, 64]\n"
+              "  %y = Reshape(%x, %s) \"n\"\n",
+              "[2*cp,_]", "[2*cp,_] | [_] -> [_,cp,_]");
+  /* with the batch split too, the general rule: the sequence is gathered */
+  expect_rule("dp=2,cp=2", merge, "[dp,cp,_]", "[dp,_,_] | [_] -> [dp,_]");
+  /* other axes on the sequence keep the general rule (sequence parallel) */
+  expect_rule("cp=2,tp=2", merge, "[_,tp,_]", "[_,_,_] | [_] -> [_,_]");
 }
 
 static void test_transpose_split(void **state) {

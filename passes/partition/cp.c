@@ -1,0 +1,265 @@
+/* cp.c — context parallelism's preparation of the global graph
+ * (docs/context-parallel.md): under a `cp` axis of N ranks, the sequence of
+ * the residual stream is put in the zig-zag order of ir/context_parallel.h
+ * (rank r's chunks r and 2N−1−r, rank after rank), so that a plain block
+ * split of dim 1 over cp gives each rank its two chunks; the partitioner
+ * then splits it (a constraint on the permuted value) and every attention
+ * runs as a ring (shard_rules.c's sc_shard_attention, localize.c).
+ *
+ * What it does, on a graph of inference (a training step is refused: its
+ * backward ring is not wired into the partitioner yet):
+ *   - S, the sequence: dim 2 of every FusedAttention's queries and keys
+ *     (one S for all; an unfused attention is refused, naming it), checked
+ *     by sc_cp_check_sequence;
+ *   - the seed: the first computed float value [b, S, hidden] (the token
+ *     embedding); what comes before it runs whole on every rank;
+ *   - position tables read by elementwise ops with a value the seed
+ *     reaches (float constants [.., S, d]: GPT-2's position embedding,
+ *     Llama's rotary cos and sin) are permuted the same way along their S
+ *     dim, so each rank sees its rows' global positions;
+ *   - a Gather over dim 1 with the zig-zag permutation after the seed, read
+ *     by all its readers, with the constraint [_, cp, _] (a batch split
+ *     over dp is gathered there: a fallback, noted);
+ *   - every FusedAttention marked `cp_ring = N` (its q, k, v rows are in
+ *     the zig-zag order: its causal mask is that of the global positions);
+ *     a mask input must be a constant adding nothing to what the causal
+ *     flag lets through, or exactly the causal mask (the flag is then set),
+ *     and is dropped (mask_kind); any other is refused;
+ *   - every graph output the seed reaches with a dim 1 of S gets the
+ *     inverse permutation (Gather) before it, so it leaves in the natural
+ *     order.
+ * Errors name the node or value (SC_ERR_USAGE for what is refused). */
+#include <string.h>
+
+#include "ir/context_parallel.h"
+#include "ir/sharding.h"
+#include "passes/partition/partition.h"
+
+static int32_t perm_const(sc_graph *g, const char *base, int64_t seq, int64_t n, bool inverse) {
+  int64_t *idx = sc_arena_array(&g->arena, (size_t)seq, sizeof *idx);
+  if (!idx) return -1;
+  int64_t local = seq / n;
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t j = 0; j < local; j++) {
+      int64_t p = sc_cp_position(seq, n, r, j);
+      if (inverse) idx[p] = r * local + j;
+      else idx[r * local + j] = p;
+    }
+  int32_t v = sc_graph_new_value(g, base);
+  if (v < 0 || sc_value_set_data(g, v, SC_DTYPE_I64, 1, &seq, idx, (uint64_t)seq * 8, false) !=
+                   SC_OK)
+    return -1;
+  return v;
+}
+
+/* y = Gather(x, idx) {axis = 1}; y a new value named after x. */
+static int32_t gather1(sc_graph *g, int32_t x, int32_t idx, const char *what) {
+  char *base = sc_arena_printf(&g->arena, "%s/cp_%s", g->values[x].name, what);
+  int32_t y = base ? sc_graph_new_value(g, base) : -1;
+  int32_t nid = y < 0 ? -1 : sc_graph_add_node(g, SC_OP_GATHER, base, (int32_t[]){x, idx}, 2, &y, 1);
+  sc_attr *a = nid < 0 ? NULL : sc_node_add_attr(g, nid, "axis", SC_ATTR_INT);
+  if (!a) return -1;
+  a->i = 1;
+  if (sc_ops[SC_OP_GATHER].infer(g, &g->nodes[nid]) != SC_OK) return -1;
+  return y;
+}
+
+/* What an additive mask constant [.., S, S] adds to the causal flag:
+ * MASK_NOTHING (0 at every (i, j) the flag lets through: j <= i when
+ * causal, every pair else — a padding mask of ones, or GPT-2's causal mask
+ * kept beside the flag), MASK_CAUSAL (no flag, and the mask is exactly the
+ * causal one: 0 for j <= i, at most -1e30 above, which exp takes to 0 —
+ * Llama's), or MASK_OTHER. */
+enum { MASK_NOTHING, MASK_CAUSAL, MASK_OTHER };
+static int mask_kind(const sc_value *v, bool causal) {
+  if (!sc_value_has_data(v) || v->dtype != SC_DTYPE_F32 || v->rank < 2) return MASK_OTHER;
+  int64_t sq = v->dims[v->rank - 2], skv = v->dims[v->rank - 1];
+  const float *f = v->data;
+  bool nothing = true, is_causal = !causal && sq == skv;
+  for (int64_t e = 0; e < sc_value_numel(v); e++) {
+    int64_t i = e / skv % sq, j = e % skv;
+    if ((!causal || j <= i) && f[e] != 0) nothing = false;
+    if (j <= i ? f[e] != 0 : !(f[e] <= -1e30f)) is_causal = false;
+  }
+  return nothing ? MASK_NOTHING : is_causal ? MASK_CAUSAL : MASK_OTHER;
+}
+
+/* c permuted along dim rank-2 (the positions of a [.., S, d] table) by
+ * idx[S]: a new constant. */
+static int32_t permuted_const(sc_graph *g, int32_t c, const int64_t *idx) {
+  const sc_value *v = &g->values[c];
+  int64_t seq = v->dims[v->rank - 2], inner = v->dims[v->rank - 1];
+  size_t row = (size_t)inner * sc_dtype_size(v->dtype);
+  int64_t outer = sc_value_numel(v) / (seq * inner);
+  char *data = sc_arena_alloc(&g->arena, (size_t)v->data_bytes);
+  char *base = sc_arena_printf(&g->arena, "%s/cp_zigzag", v->name);
+  if (!data || !base) return -1;
+  for (int64_t o = 0; o < outer; o++)
+    for (int64_t j = 0; j < seq; j++)
+      memcpy(data + ((size_t)(o * seq + j)) * row,
+             (const char *)v->data + ((size_t)(o * seq + idx[j])) * row, row);
+  sc_dtype t = v->dtype;
+  int32_t rank = v->rank;
+  int64_t dims[SC_MAX_RANK];
+  memcpy(dims, v->dims, sizeof dims);
+  uint64_t bytes = v->data_bytes;
+  int32_t id = sc_graph_new_value(g, base);
+  if (id < 0 || sc_value_set_data(g, id, t, rank, dims, data, bytes, false) != SC_OK) return -1;
+  return id;
+}
+
+static sc_status permute(sc_partition *p, int32_t seed, int64_t seq, int64_t n,
+                         const bool *reach, int32_t n_reach);
+
+sc_status sc_partition_prepare_cp(sc_partition *p) {
+  sc_graph *g = p->global;
+  int64_t n = p->mesh.axes[p->cp_axis].size;
+  if (p->training)
+    return sc_graph_error(g, SC_ERR_USAGE,
+                          "context parallelism (cp=%lld) runs inference only so far (the "
+                          "backward's ring is not in the partitioner yet)",
+                          (long long)n);
+  int64_t seq = -1;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    sc_node *nd = &g->nodes[i];
+    if (nd->op == SC_OP_SOFTMAX && g->values[nd->outputs[0]].rank == 4)
+      return sc_node_error(g, nd, SC_ERR_USAGE,
+                           "context parallelism needs every attention fused (this softmax was "
+                           "not: its scores would span the whole sequence)");
+    if (nd->op != SC_OP_FUSED_ATTENTION) continue;
+    const sc_value *q = sc_node_input(g, nd, 0), *k = sc_node_input(g, nd, 1);
+    if (q->dims[2] != k->dims[2] || (seq >= 0 && q->dims[2] != seq))
+      return sc_node_error(g, nd, SC_ERR_USAGE,
+                           "context parallelism needs one sequence length for queries and keys "
+                           "of every attention (%lld and %lld here)",
+                           (long long)q->dims[2], (long long)k->dims[2]);
+    seq = q->dims[2];
+    if (nd->n_inputs > 3 && nd->inputs[3] >= 0) {
+      bool causal = sc_attr_int(g, nd, "causal", 0) != 0;
+      int kind = mask_kind(&g->values[nd->inputs[3]], causal);
+      if (kind == MASK_OTHER)
+        return sc_node_error(g, nd, SC_ERR_USAGE,
+                             "context parallelism: an attention mask that adds to what the causal "
+                             "attribute lets through is not supported yet");
+      nd->n_inputs = 3;
+      for (int32_t a = 0; kind == MASK_CAUSAL && a < nd->n_attrs; a++)
+        if (strcmp(nd->attrs[a].name, "causal") == 0) nd->attrs[a].i = 1;
+    }
+    sc_attr *a = sc_node_add_attr(g, i, "cp_ring", SC_ATTR_INT);
+    if (!a) return SC_ERR_NOMEM;
+    a->i = n;
+  }
+  if (seq < 0)
+    return sc_graph_error(g, SC_ERR_USAGE,
+                          "context parallelism (cp=%lld) needs an attention to split the "
+                          "sequence of; this model has no fused attention",
+                          (long long)n);
+  if (sc_cp_check_sequence(seq, n, NULL, &g->diag) != SC_OK) return g->diag.status;
+  /* the seed: the first computed float value [b, S, hidden] (the token
+   * embedding) */
+  int32_t seed = -1;
+  for (int32_t i = 0; i < g->n_nodes && seed < 0; i++) {
+    const sc_value *y = &g->values[g->nodes[i].outputs[0]];
+    if (y->rank == 3 && y->dims[1] == seq && sc_dtype_is_float(y->dtype))
+      seed = g->nodes[i].outputs[0];
+  }
+  if (seed < 0)
+    return sc_graph_error(g, SC_ERR_USAGE,
+                          "context parallelism: no value [batch, %lld, hidden] to split",
+                          (long long)seq);
+  /* what the seed reaches: the values in the zig-zag order once it is */
+  int32_t n_reach = g->n_values;
+  bool *reach = sc_calloc((size_t)n_reach, sizeof *reach);
+  if (!reach) return SC_ERR_NOMEM;
+  reach[seed] = true;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const sc_node *nd = &g->nodes[i];
+      bool in = false;
+      for (int32_t k = 0; k < nd->n_inputs && !in; k++) in = nd->inputs[k] >= 0 && reach[nd->inputs[k]];
+      for (int32_t j = 0; in && j < nd->n_outputs; j++)
+        if (nd->outputs[j] >= 0 && !reach[nd->outputs[j]]) reach[nd->outputs[j]] = grew = true;
+    }
+  }
+  sc_status st = permute(p, seed, seq, n, reach, n_reach);
+  sc_free(reach);
+  return st != SC_OK ? st : sc_graph_toposort(g);
+}
+
+/* The rest of sc_partition_prepare_cp: the permutation after the seed, the
+ * position tables read with values it reaches, the outputs it reaches put
+ * back in order. */
+static sc_status permute(sc_partition *p, int32_t seed, int64_t seq, int64_t n,
+                         const bool *reach, int32_t n_reach) {
+  sc_graph *g = p->global;
+  int32_t fwd = perm_const(g, "cp.zigzag", seq, n, false);
+  int32_t inv = fwd < 0 ? -1 : perm_const(g, "cp.unzigzag", seq, n, true);
+  int32_t first = g->n_nodes;
+  int32_t x = inv < 0 ? -1 : gather1(g, seed, fwd, "zigzag");
+  if (x < 0) return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+  for (int32_t i = 0; i < first; i++)
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
+      if (g->nodes[i].inputs[k] == seed) g->nodes[i].inputs[k] = x;
+  /* position tables ([.., S, d] float constants an elementwise op reads
+   * with a value the seed reaches: a position embedding, rotary cos and
+   * sin) take the same order */
+  const int64_t *order = g->values[fwd].data;
+  for (int32_t i = 0; i < first; i++) {
+    if (!(sc_ops[g->nodes[i].op].flags & SC_OPF_ELEMENTWISE)) continue;
+    bool reached = false;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
+      int32_t v = g->nodes[i].inputs[k];
+      reached |= v == x || (v >= 0 && v < n_reach && reach[v]);
+    }
+    if (!reached) continue;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
+      int32_t cv = g->nodes[i].inputs[k];
+      const sc_value *v = cv >= 0 ? &g->values[cv] : NULL;
+      if (!v || !sc_value_has_data(v) || !sc_dtype_is_float(v->dtype) || v->rank < 2 ||
+          v->dims[v->rank - 2] != seq)
+        continue;
+      int32_t pc = permuted_const(g, cv, order);
+      if (pc < 0) return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+      g->nodes[i].inputs[k] = pc;
+    }
+  }
+  sc_sharding s;
+  sc_sharding_replicated(&s, 3);
+  sc_sharding_split(&s, 1, p->cp_axis);
+  if (sc_graph_set_sharding(g, x, &s) != SC_OK) return g->diag.status;
+  /* the constraint splits the sequence only: a batch split over dp is
+   * gathered there (a merged [b·S] dim cannot hold both: docs) */
+  if (p->dp_axis >= 0 &&
+      sc_partition_note_fallback(p, g->values[x].name, "Gather",
+                                 "the batch split over %s is gathered before the sequence split "
+                                 "over cp (dp with cp is not built yet)",
+                                 p->mesh.axes[p->dp_axis].name) != SC_OK)
+    return SC_ERR_NOMEM;
+  /* outputs back in the natural order */
+  for (int32_t o = 0; o < g->n_outputs; o++) {
+    int32_t y = g->outputs[o];
+    const sc_value *yv = &g->values[y];
+    if (y >= n_reach || !reach[y] || yv->rank < 2 || yv->dims[1] != seq || yv->producer < 0)
+      continue;
+    /* the producer writes a new value, read by its readers; y = Gather */
+    char *base = sc_arena_printf(&g->arena, "%s/cp_zigzag", yv->name);
+    int32_t z = base ? sc_graph_new_value(g, base) : -1;
+    if (z < 0) return SC_ERR_NOMEM;
+    yv = &g->values[y];
+    sc_node *pn = &g->nodes[yv->producer];
+    for (int32_t j = 0; j < pn->n_outputs; j++)
+      if (pn->outputs[j] == y) pn->outputs[j] = z;
+    g->values[z].producer = yv->producer;
+    g->values[z].dtype = yv->dtype;
+    for (int32_t i = 0; i < g->n_nodes; i++)
+      for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
+        if (g->nodes[i].inputs[k] == y) g->nodes[i].inputs[k] = z;
+    if (sc_value_set_shape(g, z, yv->dtype, yv->rank, yv->dims) != SC_OK) return g->diag.status;
+    int32_t nid = sc_graph_add_node(g, SC_OP_GATHER, base, (int32_t[]){z, inv}, 2, &y, 1);
+    sc_attr *a = nid < 0 ? NULL : sc_node_add_attr(g, nid, "axis", SC_ATTR_INT);
+    if (!a) return SC_ERR_NOMEM;
+    a->i = 1;
+  }
+  return SC_OK;
+}
