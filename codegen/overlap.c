@@ -18,7 +18,7 @@
  *      result (a gradient's cast or copy-out after its data-parallel
  *      all-reduce) moves down past the steps that do not depend on it, up
  *      to the first that does or the second collective after this one
- *      (where move 3's bound would wait for this one anyway), when that
+ *      (where move 4's bound would wait for this one anyway), when that
  *      passes at least one computation step: the collective then runs
  *      while they compute (DDP's and Megatron's --overlap-grad-reduce:
  *      the backward goes on while a gradient is reduced);
@@ -168,9 +168,9 @@ static int32_t prefetch(const sc_program *p, const touches *t, int32_t *ord, boo
   return moved;
 }
 
-/* Move 2 (file comment): returns how many steps moved down. */
-static int32_t defer(const sc_program *p, const touches *t, int32_t *ord) {
-  int32_t n = p->n_steps, moved = 0;
+/* Move 2 (file comment). */
+static void defer(const sc_program *p, const touches *t, int32_t *ord) {
+  int32_t n = p->n_steps;
   for (int32_t pos = 0; pos + 2 < n; pos++) {
     int32_t c = ord[pos], y = ord[pos + 1];
     if (!is_collective(&p->steps[c]) || p->steps[y].kind == SC_STEP_COMM ||
@@ -186,9 +186,7 @@ static int32_t defer(const sc_program *p, const touches *t, int32_t *ord) {
     if (computed == 0) continue;
     memmove(ord + pos + 1, ord + pos + 2, (size_t)(to - pos - 1) * sizeof *ord);
     ord[to] = y;
-    moved++;
   }
-  return moved;
 }
 
 sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetched,
