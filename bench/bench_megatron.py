@@ -14,11 +14,20 @@ replica in microbatches of one sequence; R: full for the A100 rows, whose
 published FLOP count includes the recomputed forward, none for the H100
 rows, whose figure is model FLOPs), and prints per row: model, GPUs, batch,
 the plan (mesh, microbatches), the published TFLOP/s per GPU, the
-predicted one (`predicted.tflops_per_gpu`), their ratio, and how long
-`plan` took; then `plan --train --auto` on the same model, GPUs and global
+predicted one, their ratio, the planner's own GEMM TFLOP/s
+(`predicted.tflops_per_gpu`) and how long `plan` took; then `plan --train --auto` on the same model, GPUs and global
 batch (memory per rank up to the published plan's predicted peak, or the
 device's if more): the chosen plan's tokens/s over the published plan's,
-how long the search took, and the plan it chose. Figures and ratios only:
+how long the search took, and the plan it chose.
+
+Like for like: a published figure is a FLOP count of the published
+table's own formula (published_flops) over the measured step time, so the
+predicted figure is that same count over the predicted step time
+(`predicted.step_time_s`): their ratio is the published step time over
+the predicted one. The planner's `tflops_per_gpu` counts the GEMM and
+fused-attention FLOPs the compiled step runs (causal attention's visible
+half, its backward 2.5 times its forward), which is not the count either
+table used. Figures and ratios only:
 it never fails on a value (tests/models/test_megatron_table.py asserts the
 20 % band and the search). `make bench` runs it.
 
@@ -50,6 +59,32 @@ def attention_args(c):
     return ["--no-fuse-attention"] if c["table"] == "a100" else []
 
 
+def published_flops(c):
+    """FLOPs of one training step of c as its table counts them (B global
+    batch, s sequence, L layers, h hidden, V vocabulary; MLP 4h, no grouped
+    query attention, no gated linear unit):
+
+      a100  Narayanan et al., SC'21, the FLOP count of its appendix, with
+            the recomputed forward: 96·B·s·L·h²·(1 + s/6h + V/16Lh).
+      h100  Megatron-LM's megatron/training/training.py,
+            num_floating_point_operations, as of the commit that published
+            the H100 table (f2e5db402c, 2024-07-15): 12·B·s·L·h²·((1 + 1 +
+            s/h) + 4 + V/2Lh), i.e. 72·B·s·L·h²·(1 + s/6h + V/12Lh), model
+            FLOPs without recomputation, the attention's scores over all
+            s² pairs (the causal half, s/2h, came in March 2025, 8873b55d6a).
+    """
+    B, s, L, h, V = c["batch"], c["seq"], c["layers"], c["hidden"], c["vocab"]
+    if c["table"] == "a100":
+        return 96.0 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
+    return 12.0 * B * s * L * h * h * ((1 + 1 + s / h) + 4 + V / (2 * L * h))
+
+
+def like_for_like(c, step_s):
+    """The predicted TFLOP/s per GPU counted as the published figure is:
+    published_flops(c) over the predicted step time and c's GPUs."""
+    return published_flops(c) / (step_s * c["gpus"]) / 1e12 if step_s else None
+
+
 def plan_args(c):
     """`shardc plan` arguments (after the model) for configuration c."""
     nodes = max(1, c["gpus"] // 8)
@@ -64,21 +99,25 @@ def plan_args(c):
 
 def predict(shardc, model_dir, c, timeout=600):
     """Runs the plan of c (its model already in model_dir). Returns a dict:
-    rc, seconds, predicted (TFLOP/s per GPU or None), step_s, stderr,
+    rc, seconds, predicted (TFLOP/s per GPU counted as the published
+    figure: like_for_like; or None), gemm_tflops (the planner's
+    `tflops_per_gpu`), step_s, tokens_per_s, peak_bytes, breakdown, stderr,
     command."""
     cmd = [shardc, "plan", os.path.join(model_dir, c["name"] + ".onnx")] + plan_args(c)
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     out = {"rc": p.returncode, "seconds": time.perf_counter() - t, "predicted": None,
-           "step_s": None, "tokens_per_s": None, "peak_bytes": None,
-           "stderr": p.stderr[-1000:], "command": cmd}
+           "gemm_tflops": None, "step_s": None, "tokens_per_s": None, "peak_bytes": None,
+           "breakdown": None, "stderr": p.stderr[-1000:], "command": cmd}
     if p.returncode == 0:
         pr = json.loads(p.stdout).get("predicted") or {}
-        if pr.get("tflops_per_gpu"):
-            out["predicted"] = pr["tflops_per_gpu"]
-            out["step_s"] = pr.get("step_time_s")
+        if pr.get("step_time_s"):
+            out["step_s"] = pr["step_time_s"]
+            out["predicted"] = like_for_like(c, out["step_s"])
+            out["gemm_tflops"] = pr.get("tflops_per_gpu")
             out["tokens_per_s"] = pr.get("tokens_per_s")
             out["peak_bytes"] = pr.get("peak_bytes_per_rank")
+            out["breakdown"] = pr.get("breakdown")
     return out
 
 
@@ -115,7 +154,8 @@ def device_bytes(c):
 
 def header():
     return (f"{'model':10s} {'GPUs':>5s} {'batch':>5s} {'plan':24s} {'published':>9s} "
-            f"{'predicted':>9s} {'ratio':>6s} {'plan s':>7s} {'auto/pub':>8s} {'auto s':>6s}  "
+            f"{'predicted':>9s} {'ratio':>6s} {'GEMM':>6s} {'plan s':>7s} {'auto/pub':>8s} "
+            f"{'auto s':>6s}  "
             f"auto's plan")
 
 
@@ -124,13 +164,25 @@ def row(c, r, a=None):
     plan = mesh_of(c) + (f" M={c['microbatches']}" if c["pp"] > 1 else "")
     pred = f"{r['predicted']:9.1f}" if r["predicted"] else f"{'-':>9s}"
     ratio = f"{r['predicted'] / c['published_tflops']:6.3f}" if r["predicted"] else f"{'-':>6s}"
+    gemm = f"{r['gemm_tflops']:6.1f}" if r.get("gemm_tflops") else f"{'-':>6s}"
     line = (f"{c['name']:10s} {c['gpus']:5d} {c['batch']:5d} {plan:24s} "
-            f"{c['published_tflops']:9.1f} {pred} {ratio} {r['seconds']:7.2f}")
+            f"{c['published_tflops']:9.1f} {pred} {ratio} {gemm} {r['seconds']:7.2f}")
     if a is not None:
         speed = (f"{a['tokens_per_s'] / r['tokens_per_s']:8.3f}"
                  if a["tokens_per_s"] and r["tokens_per_s"] else f"{'-':>8s}")
         line += f" {speed} {a['seconds']:6.2f}  {a['plan'] or 'none: ' + a['stderr'][-120:].strip()}"
     return line
+
+
+def breakdown(r):
+    """The predicted step's breakdown (its critical rank's terms), one line."""
+    b = r.get("breakdown")
+    if not b or not r.get("step_s"):
+        return ""
+    comm = ", ".join(f"{k} {v:.3f}" for k, v in sorted((b.get("exposed_comm_s") or {}).items()))
+    return (f"  step {r['step_s']:.3f} s: compute {b.get('compute_s', 0):.3f}, exposed "
+            f"communication ({comm or 'none'}), bubble {b.get('bubble_s', 0):.3f}, recompute "
+            f"{b.get('recompute_s', 0):.3f}, optimizer {b.get('optimizer_s', 0):.3f}")
 
 
 def main():
@@ -147,7 +199,8 @@ def main():
         for n in names:
             write(CONFIGS[n], out)
         print(f"generated {len(names)} shape-only models in {time.perf_counter() - t:.2f} s")
-        print("predicted = shardc plan --train's predicted.tflops_per_gpu (the simulated step); "
+        print("predicted = the published table's FLOP count over shardc plan --train's "
+              "predicted.step_time_s (the simulated step); GEMM = its predicted.tflops_per_gpu; "
               "published: samples/make_gpt_shapes.py, docs/planner.md")
         print(header())
         for n in names:
@@ -155,6 +208,7 @@ def main():
             r = predict(a.shardc, out, c)
             s = search(a.shardc, out, c, max(r["peak_bytes"] or 0, device_bytes(c)))
             print(row(c, r, s), flush=True)
+            print(breakdown(r), flush=True)
             if r["rc"] != 0:
                 print(f"  plan failed ({r['rc']}): {r['stderr'].strip()}")
 

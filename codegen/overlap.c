@@ -14,10 +14,18 @@
  *      kernel feeds nothing else (bucket.c's copy-in). For ZeRO-3 that is
  *      FSDP's prefetch: block k+1's parameters are gathered while block k
  *      computes, in the forward and in the backward;
- *   2. waits: a collective whose result the very next step does not need
+ *   2. defer: a computation step right after a collective that reads its
+ *      result (a gradient's cast or copy-out after its data-parallel
+ *      all-reduce) moves down past the steps that do not depend on it, up
+ *      to the first that does or the second collective after this one
+ *      (where move 4's bound would wait for this one anyway), when that
+ *      passes at least one computation step: the collective then runs
+ *      while they compute (DDP's and Megatron's --overlap-grad-reduce:
+ *      the backward goes on while a gradient is reduced);
+ *   3. waits: a collective whose result the very next step does not need
  *      becomes an async start, and a WAIT goes just before the first step
  *      that touches its output or scratch, or writes its input;
- *   3. a bound: at most two collectives in flight; starting a third first
+ *   4. a bound: at most two collectives in flight; starting a third first
  *      waits for the oldest (so a reduce-scatter's full gradient still dies
  *      one block later, ZeRO-2's memory, not at the optimizer).
  *
@@ -160,6 +168,27 @@ static int32_t prefetch(const sc_program *p, const touches *t, int32_t *ord, boo
   return moved;
 }
 
+/* Move 2 (file comment). */
+static void defer(const sc_program *p, const touches *t, int32_t *ord) {
+  int32_t n = p->n_steps;
+  for (int32_t pos = 0; pos + 2 < n; pos++) {
+    int32_t c = ord[pos], y = ord[pos + 1];
+    if (!is_collective(&p->steps[c]) || p->steps[y].kind == SC_STEP_COMM ||
+        p->steps[y].kind == SC_STEP_WAIT || !needs(p, t, c, y))
+      continue;
+    int32_t to = pos + 1, collectives = 0, computed = 0;
+    for (int32_t k = pos + 2; k < n; k++) {
+      const sc_step *s = &p->steps[ord[k]];
+      if ((is_collective(s) && ++collectives == 2) || depends(t, y, ord[k])) break;
+      computed += s->kind != SC_STEP_COMM;
+      to = k;
+    }
+    if (computed == 0) continue;
+    memmove(ord + pos + 1, ord + pos + 2, (size_t)(to - pos - 1) * sizeof *ord);
+    ord[to] = y;
+  }
+}
+
 sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetched,
                              sc_diag *diag) {
   if (n_async) *n_async = 0;
@@ -221,8 +250,9 @@ sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetc
 
   memset(seen, 0, (size_t)n * sizeof *seen);
   int32_t moved = prefetch(p, &t, ord, seen), made_async = 0;
+  defer(p, &t, ord);
 
-  /* Moves 2 and 3: emit in `ord`, with starts and waits. */
+  /* Moves 3 and 4: emit in `ord`, with starts and waits. */
   int32_t m = 0, pend[2], n_pend = 0;
   for (int32_t pos = 0; pos <= n; pos++) {
     int32_t x = pos < n ? ord[pos] : -1;

@@ -398,8 +398,12 @@ sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag);
  * the first step that touches its output (or writes its input); a gather of
  * state (its input, or the copy-in kernel that packs it, reads only values
  * no step writes before) is started one gather early: right after the wait
- * of the previous such gather, FSDP's prefetch of the next block. At most
- * two collectives are in flight: starting a third waits for the oldest.
+ * of the previous such gather, FSDP's prefetch of the next block. A
+ * computation step right after a collective that reads its result moves
+ * down past the computation that does not depend on it (at most past one
+ * more collective), so that the collective becomes async (a gradient's
+ * all-reduce overlapping the rest of the backward). At most two
+ * collectives are in flight: starting a third waits for the oldest.
  * Run before the memory plan; the order of collectives stays the same on
  * every rank that runs the same program. *n_async (may be NULL): how many
  * steps became async; *n_prefetched: how many gathers moved. SC_ERR_NOMEM,

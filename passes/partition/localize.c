@@ -38,6 +38,10 @@
  * others.
  *
  * reshard(x: A -> B), in this order:
+ *   0. when A has partial axes B lacks: per dim whose axes in A are a
+ *      prefix of B's and whose extra axes in B are none of A's partial
+ *      axes, the comm-free local slice of c, first (a slice commutes with
+ *      the sum, and the reductions then move the rank's piece);
  *   a. partial axes A has and B lacks: ReduceScatter onto the dim where B
  *      adds that axis last (sequence parallelism's reduce-scatter), else
  *      AllReduce;
@@ -368,6 +372,16 @@ static int32_t local_slice(lz *z, int32_t x, const sc_value *gv, const sc_shardi
   return y;
 }
 
+/* local_slice of dim d, and *a updated to b's axes on d. */
+static int32_t slice_dim(lz *z, int32_t x, const sc_value *gv, sc_sharding *a, int32_t d,
+                         const sc_sharding *b) {
+  x = local_slice(z, x, gv, a, d, b);
+  a->n_dim_axes[d] = b->n_dim_axes[d];
+  memcpy(a->dim_axes[d], b->dim_axes[d], sizeof a->dim_axes[d]);
+  a->stride[d] = b->stride[d];
+  return x;
+}
+
 /* How many times the piece of the node being localized runs per step: M in
  * a pipelined step's forward, backward and weight pieces, else once (the
  * cut's weight on a reduction there). */
@@ -422,6 +436,20 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
   sc_sharding a = z->cur[gid];
   int32_t x = z->lid[gid];
   SC_ASSERT(x >= 0);
+  /* 0. local slices that need no communication and no pending axis (a
+   * slice commutes with the sum): before the reductions, so that they move
+   * the piece, not the whole (a vocabulary-parallel embedding's gradient,
+   * whole on every tensor-parallel rank, is all-reduced over dp as its
+   * rank's rows: 1/tp of the bytes) */
+  if (a.partial & ~b->partial)
+    for (int32_t d = 0; d < gv->rank; d++) {
+      if (a.n_dim_axes[d] == b->n_dim_axes[d] || !is_prefix(&a, b, d)) continue;
+      bool pending = false;
+      for (int32_t k = a.n_dim_axes[d]; k < b->n_dim_axes[d]; k++)
+        pending |= (a.partial & (1u << b->dim_axes[d][k])) != 0;
+      if (pending) continue;
+      if ((x = slice_dim(z, x, gv, &a, d, b)) < 0) return -1;
+    }
   /* a. pending sums B does not keep: reduce-scatters first (each makes
    * the rest smaller: HSDP's reduce-scatter within the shard group, then
    * the all-reduce of the shard across replicas), then all-reduces */
@@ -497,11 +525,7 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
   /* c. local slices */
   for (int32_t d = 0; d < gv->rank; d++) {
     if (a.n_dim_axes[d] == b->n_dim_axes[d]) continue;
-    x = local_slice(z, x, gv, &a, d, b);
-    if (x < 0) return -1;
-    a.n_dim_axes[d] = b->n_dim_axes[d];
-    memcpy(a.dim_axes[d], b->dim_axes[d], sizeof a.dim_axes[d]);
-    a.stride[d] = b->stride[d];
+    if ((x = slice_dim(z, x, gv, &a, d, b)) < 0) return -1;
   }
   /* d. joining a pending sum */
   sc_axes add = b->partial & ~a.partial;

@@ -591,6 +591,57 @@ static void test_overlap(void **state) {
   sc_program_destroy(p);
 }
 
+/* codegen/overlap.c's deferral, on a backward of three layers whose
+ * gradients are all-reduced and then cast (each cast right after its
+ * all-reduce, as lowering leaves a data-parallel gradient's):
+ *   d1 = rev d0   r1 = all_reduce d1   c1 = rev r1 (output)
+ *   d2 = rev d1   r2 = all_reduce d2   c2 = rev r2 (output)
+ *   d3 = rev d2   r3 = all_reduce d3   c3 = rev r3 (output)
+ *   d4 = rev d3 (output)
+ * Each cast moves below the computation that does not need it, so each
+ * all-reduce starts async and runs while the next layer computes: c1 to
+ * just before the second collective after r1 (where the bound of two in
+ * flight would wait for r1 anyway), c2 and c3 to the end. (test_overlap:
+ * a step right after a gather whose next step reads it stays.) */
+static void test_overlap_defer(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_program *p = sc_program_create();
+  static const char *NAMES[] = {"d0", "d1", "d2", "d3", "d4", "r1", "r2", "r3", "c1", "c2", "c3"};
+  int32_t b[11];
+  for (int i = 0; i < 11; i++)
+    b[i] = buf(p, NAMES[i], i == 0 ? SC_BUF_INPUT : i == 4 || i >= 8 ? SC_BUF_OUTPUT : SC_BUF_TEMP,
+               32);
+  for (int l = 0; l < 3; l++) { /* d(l+1), r(l+1), c(l+1) */
+    ew_step(p, (int32_t[]){b[l]}, 1, b[l + 1], EW_REVERSED);
+    comm(p, SC_COMM_ALL_REDUCE, b[l + 1], b[5 + l]);
+    ew_step(p, (int32_t[]){b[5 + l]}, 1, b[8 + l], EW_REVERSED);
+  }
+  ew_step(p, (int32_t[]){b[3]}, 1, b[4], EW_REVERSED);
+  int32_t n_async = -1, n_moved = -1;
+  if (sc_program_overlap(p, &n_async, &n_moved, &d) != SC_OK) fail_msg("overlap: %s", d.msg);
+  plan_ok(p);
+  /* the step list: a kernel by its output (ew_step's last parameter),
+   * S start, C synchronous collective, W wait */
+  char got[128] = {0};
+  size_t len = 0;
+  for (int32_t i = 0; i < p->n_steps && len < sizeof got; i++) {
+    const sc_step *st = &p->steps[i];
+    const kir_kernel *k = st->kind == SC_STEP_KERNEL ? p->kernels[st->kernel] : NULL;
+    const char *what = st->kind == SC_STEP_WAIT   ? "W"
+                       : st->kind == SC_STEP_COMM ? (st->comm.async ? "S" : "C")
+                                                  : p->buffers[k->params[k->n_params - 1].buffer].name;
+    len += (size_t)snprintf(got + len, sizeof got - len, "%s ", what);
+  }
+  if (strcmp(got, "d1 S d2 S d3 W c1 S d4 W c2 W c3 ") != 0) fail_msg("steps: %s", got);
+  assert_int_equal(n_async, 3);
+  /* an all-reduce in flight never shares memory with what runs meanwhile */
+  assert_true(disjoint(p, b[5], b[2]) && disjoint(p, b[5], b[3]) && disjoint(p, b[6], b[3]));
+  assert_true(disjoint(p, b[6], b[4]) && disjoint(p, b[7], b[4]));
+  sc_program_destroy(p);
+}
+
 static void test_chain_peak_is_minimum(void **state) {
   (void)state;
   int64_t peak, bound;
@@ -623,6 +674,7 @@ int main(void) {
       cmocka_unit_test(test_chain_peak_is_minimum),
       cmocka_unit_test(test_state_pairs),
       cmocka_unit_test(test_overlap),
+      cmocka_unit_test(test_overlap_defer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
