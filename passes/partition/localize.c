@@ -40,8 +40,9 @@
  * reshard(x: A -> B), in this order:
  *   0. when A has partial axes B lacks: per dim whose axes in A are a
  *      prefix of B's and whose extra axes in B are none of A's partial
- *      axes, the comm-free local slice of c, first (a slice commutes with
- *      the sum, and the reductions then move the rank's piece);
+ *      axes and split no other dim of A, the comm-free local slice of c,
+ *      first (a slice commutes with the sum, and the reductions then move
+ *      the rank's piece);
  *   a. partial axes A has and B lacks: ReduceScatter onto the dim where B
  *      adds that axis last (sequence parallelism's reduce-scatter), else
  *      AllReduce;
@@ -444,10 +445,16 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
   if (a.partial & ~b->partial)
     for (int32_t d = 0; d < gv->rank; d++) {
       if (a.n_dim_axes[d] == b->n_dim_axes[d] || !is_prefix(&a, b, d)) continue;
-      bool pending = false;
-      for (int32_t k = a.n_dim_axes[d]; k < b->n_dim_axes[d]; k++)
-        pending |= (a.partial & (1u << b->dim_axes[d][k])) != 0;
-      if (pending) continue;
+      bool pending = false, elsewhere = false;
+      for (int32_t k = a.n_dim_axes[d]; k < b->n_dim_axes[d]; k++) {
+        int32_t axis = b->dim_axes[d][k];
+        pending |= (a.partial & (1u << axis)) != 0;
+        /* an axis that still splits another dim of A is gathered there
+         * first (b.), and the slice waits for c. */
+        for (int32_t e = 0; e < gv->rank; e++)
+          for (int32_t j = 0; j < a.n_dim_axes[e]; j++) elsewhere |= a.dim_axes[e][j] == axis;
+      }
+      if (pending || elsewhere) continue;
       if ((x = slice_dim(z, x, gv, &a, d, b)) < 0) return -1;
     }
   /* a. pending sums B does not keep: reduce-scatters first (each makes

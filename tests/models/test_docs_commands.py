@@ -17,7 +17,7 @@ scratch copy of the repository root (symbolic links to samples/, tests/,
     training: `shardc train` with --save, again with --resume, `shardc
     export`, a run of the exported model, and a training with --mesh.
 `make` lines (deps, build, demo, test: the build and the suite themselves)
-are skipped; without mpirun the mpirun commands are skipped (a note says
+and `pip install .` (the wheel: install.test_wheel) are skipped; without mpirun the mpirun commands are skipped (a note says
 so).
 
 Environment: SC_SOURCE_DIR, SC_BINARY_DIR. Exit 0 on success, 1 on failure.
@@ -47,11 +47,12 @@ def sh_blocks(path, section=None):
 
 
 def runnable(block):
-    """The block without its `make` lines (and their comment continuation
-    lines)."""
+    """The block without its `make` lines and `pip install .` (the build
+    and the wheel: install.test_wheel builds and installs that one), and
+    their comment continuation lines."""
     out, skipping = [], False
     for ln in block.splitlines():
-        if re.match(r"^make\b", ln):
+        if re.match(r"^(make\b|pip install \.(\s|$))", ln):
             skipping = True
             continue
         if skipping and re.match(r"^\s+#", ln):
