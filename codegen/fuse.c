@@ -99,7 +99,8 @@ static bool conv_epilogue(sc_graph *g, const ginfo *gi, int32_t k, int32_t i,
                           const int32_t *uoff, const int32_t *users, const bool *gout) {
   int32_t a = gi[k].anchor;
   const sc_node *n = &g->nodes[i];
-  if (a < 0 || sc_lower_kind_of(g, &g->nodes[a]) != SC_LOWER_KERNEL || n->n_outputs < 1 || n->outputs[0] < 0)
+  if (a < 0 || sc_lower_kind_of(g, &g->nodes[a]) != SC_LOWER_KERNEL || n->n_outputs < 1 ||
+      n->outputs[0] < 0)
     return false;
   for (int32_t j = 0; j < n->n_inputs; j++) {
     int32_t v = n->inputs[j];
@@ -279,7 +280,8 @@ static bool reads_pointwise(merger *m, int32_t x, int32_t y) {
       int32_t v = n->inputs[q];
       int32_t pn = v >= 0 ? m->g->values[v].producer : -1;
       if (pn < 0 || m->group[pn] < 0 || find(m, m->group[pn]) != x) continue;
-      if (sc_lower_kind_of(m->g, n) != SC_LOWER_POINT || !(sc_ops[n->op].flags & SC_OPF_ELEMENTWISE))
+      if (sc_lower_kind_of(m->g, n) != SC_LOWER_POINT ||
+          !(sc_ops[n->op].flags & SC_OPF_ELEMENTWISE))
         return false;
       for (int32_t o = 0; o < n->n_outputs; o++)
         if (n->outputs[o] >= 0 && !same_shape(&m->g->values[n->outputs[o]], &m->g->values[v]))

@@ -457,6 +457,23 @@ sc_status sc_lower_pointwise_kernel_at(sc_lower_ctx *cx, const char *name, int32
   return st;
 }
 
+typedef struct copy_ud {
+  const sc_node *n;
+  int32_t in;
+} copy_ud;
+
+static int32_t copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const copy_ud *u = ud;
+  return sc_lower_input_at(cx, u->n, u->in, idx);
+}
+
+sc_status sc_lower_copy_input(sc_lower_ctx *cx, const char *name, int32_t buffer,
+                              const sc_node *n, int32_t in, const int64_t *shift) {
+  const sc_value *x = sc_node_input(cx->g, n, in);
+  copy_ud u = {n, in};
+  return sc_lower_pointwise_kernel_at(cx, name, buffer, x->rank, x->dims, shift, copy_at, &u);
+}
+
 /* ---- reading values ---- */
 
 static bool same_index(const sc_value *v, const int32_t *a, const int32_t *b) {

@@ -375,16 +375,6 @@ static int32_t concat_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
  * kernel per input with elements, over the input's shape, storing at the
  * input's offset along the axis. Each output element is written once, by
  * a load and a store, where concat_point selects among all the inputs. */
-typedef struct concat_part {
-  const sc_node *n;
-  int32_t in;
-} concat_part;
-
-static int32_t concat_part_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
-  const concat_part *cp = ud;
-  return sc_lower_input_at(cx, cp->n, cp->in, idx);
-}
-
 static sc_status concat_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *y = sc_node_output(cx->g, n, 0);
   int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", 0), y->rank);
@@ -397,9 +387,7 @@ static sc_status concat_build(sc_lower_ctx *cx, const sc_node *n) {
     if (x->dims[axis] == 0) continue;
     char name[32];
     snprintf(name, sizeof name, "cat%d", (int)i);
-    concat_part cp = {n, i};
-    sc_status st = sc_lower_pointwise_kernel_at(cx, name, buf, x->rank, x->dims, shift,
-                                                concat_part_at, &cp);
+    sc_status st = sc_lower_copy_input(cx, name, buf, n, i, shift);
     if (st != SC_OK) return st;
     shift[axis] += x->dims[axis];
   }
