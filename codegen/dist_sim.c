@@ -52,6 +52,35 @@ static void touch(void *ud, int32_t buffer, bool written) {
   t->bytes += buffer_bytes(t->p, buffer);
 }
 
+/* The bytes kernel k touches: each buffer it names, once, at most whole:
+ * a buffer counts the elements the kernel can access in it when that is
+ * less, (its LOAD expressions x phases + its STORE phases) x outer points x
+ * inner, each expression evaluated at most once a point and phase. So a
+ * copy kernel of one member of a contiguous Concat (codegen/lower.h,
+ * sc_lower_kind_of) counts the member and its slice of the output, and a
+ * Slice of one member out of a bucket (passes/partition/bucket.c) its rows,
+ * not the whole bucket. */
+static double kernel_bytes(const sc_program *p, const kir_kernel *k) {
+  touched t = {.p = p};
+  double pts = (double)(k->inner > 0 ? k->inner : 1);
+  for (int32_t d = 0; d < k->outer_rank; d++) pts *= (double)k->outer_dims[d];
+  double phases = k->n_phases > 0 ? k->n_phases : 1;
+  for (int32_t i = 0; i < k->n_params; i++) {
+    const kir_param *q = &k->params[i];
+    double before = t.bytes;
+    touch(&t, q->buffer, q->written);
+    if (t.bytes == before) continue; /* named before (or none) */
+    double loads = 0, stores = 0;
+    for (int32_t e = 0; e < k->n_exprs; e++)
+      loads += k->exprs[e].op == KIR_LOAD && k->exprs[e].var == i;
+    for (int32_t ph = 0; ph < k->n_phases; ph++)
+      stores += k->phases[ph].kind == KIR_PHASE_STORE && k->phases[ph].out_param == i;
+    double reach = (loads * phases + stores) * pts * (double)sc_dtype_size(q->dtype);
+    if (reach < t.bytes - before) t.bytes = before + reach;
+  }
+  return t.bytes;
+}
+
 static bool cluster_dtype(sc_dtype t, sc_cluster_dtype *out) {
   switch (t) {
   case SC_DTYPE_F32: *out = SC_CLUSTER_FP32; return true;
@@ -228,10 +257,8 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
       double fe[SC_PROFILE_KERNEL_TERMS], se = 0;
       bool split;
       sc_dist_kernel_features(p->kernels[st->kernel], fe, &split);
-      touched t = {.p = p};
-      const kir_kernel *k = p->kernels[st->kernel];
-      for (int32_t i = 0; i < k->n_params; i++) touch(&t, k->params[i].buffer, k->params[i].written);
-      if (sc_cost_kernel_time(c, t.bytes, fe, split, &se, d) != SC_OK) return d->status;
+      double kb = kernel_bytes(p, p->kernels[st->kernel]);
+      if (sc_cost_kernel_time(c, kb, fe, split, &se, d) != SC_OK) return d->status;
       *seconds += se;
     }
     return SC_OK;
@@ -255,7 +282,8 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
       double f[SC_PROFILE_KERNEL_TERMS];
       bool split;
       sc_dist_kernel_features(p->kernels[st->kernel], f, &split);
-      return sc_cost_kernel_time(c, t.bytes, f, split, seconds, d);
+      return sc_cost_kernel_time(c, kernel_bytes(p, p->kernels[st->kernel]), f, split, seconds,
+                                 d);
     }
     return sc_cost_memory_time(c, t.bytes, seconds, d);
   }

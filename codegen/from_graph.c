@@ -60,10 +60,6 @@ typedef struct fg {
 
 static bool node_live(const sc_node *n) { return !(n->flags & SC_NODE_DEAD); }
 
-static sc_lower_kind kind_of(const sc_node *n) {
-  const sc_lowering *lw = sc_lowering_of(n->op);
-  return lw ? lw->kind : SC_LOWER_NONE;
-}
 
 static sc_status node_err(fg *f, const sc_node *n, sc_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -148,7 +144,7 @@ static sc_status assign_groups(fg *f) {
     for (int32_t j = f->goff[k]; j < f->goff[k + 1]; j++) {
       const sc_node *n = &g->nodes[f->gmem[j]];
       const sc_lowering *lw = sc_lowering_of(n->op);
-      sc_lower_kind kd = kind_of(n);
+      sc_lower_kind kd = sc_lower_kind_of(g, n);
       if (kd == SC_LOWER_NONE) {
         if (lw == &sc_lw_none)
           return node_err(f, n, SC_ERR_UNSUPPORTED, "op %s should have been folded",
@@ -165,7 +161,7 @@ static sc_status assign_groups(fg *f) {
       }
     }
     int32_t a = f->anchor[k];
-    if (a >= 0 && kind_of(&g->nodes[a]) == SC_LOWER_STEP) {
+    if (a >= 0 && sc_lower_kind_of(g, &g->nodes[a]) == SC_LOWER_STEP) {
       const sc_node *an = &g->nodes[a];
       for (int32_t i = 0; i < an->n_inputs; i++) {
         int32_t v = an->inputs[i];
@@ -218,7 +214,7 @@ static sc_status assign_buffers(fg *f, sc_lower_ctx *cx) {
     const sc_node *n = &g->nodes[i];
     if (!node_live(n)) continue;
     int32_t k = f->node_group[i];
-    sc_lower_kind kd = kind_of(n);
+    sc_lower_kind kd = sc_lower_kind_of(g, n);
     bool view_alone = kd == SC_LOWER_VIEW && group_size(f, k) == 1;
     for (int32_t o = 0; o < n->n_outputs; o++) {
       int32_t v = n->outputs[o];
@@ -468,7 +464,7 @@ static sc_status setup_epilogue(fg *f, sc_lower_ctx *cx, int32_t k, int32_t a,
   int32_t ns = 0;
   for (int32_t q = 0; q < nd; q++) {
     const sc_node *mn = &g->nodes[down[q]];
-    if (kind_of(mn) != SC_LOWER_POINT || !(sc_ops[mn->op].flags & SC_OPF_ELEMENTWISE))
+    if (sc_lower_kind_of(g, mn) != SC_LOWER_POINT || !(sc_ops[mn->op].flags & SC_OPF_ELEMENTWISE))
       return node_err(f, mn, SC_ERR_INVALID,
                       "only elementwise ops can be fused after '%s'", an->name);
     for (int32_t o = 0; o < mn->n_outputs; o++) {
@@ -617,7 +613,7 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   int32_t nk = 0;
   if (a < 0) {
     st = lower_points(f, cx, mem, n_mem, &nk);
-  } else if (kind_of(&g->nodes[a]) == SC_LOWER_STEP) {
+  } else if (sc_lower_kind_of(g, &g->nodes[a]) == SC_LOWER_STEP) {
     const sc_node *an = &g->nodes[a];
     st = sc_lowering_of(an->op)->build(cx, an);
     cx->k = NULL;
@@ -812,7 +808,7 @@ sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag) {
     int32_t k = order[i];
     const sc_node *first = &g->nodes[f.gmem[f.goff[k]]];
     /* a VIEW alone whose output aliases its input: nothing to run */
-    if (group_size(&f, k) == 1 && kind_of(first) == SC_LOWER_VIEW) {
+    if (group_size(&f, k) == 1 && sc_lower_kind_of(g, first) == SC_LOWER_VIEW) {
       int32_t v = first->outputs[0];
       if (v < 0 || cx.value_buffer[v] < 0 ||
           p->buffers[cx.value_buffer[v]].kind == SC_BUF_VIEW)

@@ -61,10 +61,6 @@ typedef struct ginfo {
   bool alone;        /* root is a VIEW or has no lowering: accepts no one */
 } ginfo;
 
-static sc_lower_kind kind_of(const sc_node *n) {
-  const sc_lowering *lw = sc_lowering_of(n->op);
-  return lw ? lw->kind : SC_LOWER_NONE;
-}
 
 static bool live(const sc_node *n) { return !(n->flags & SC_NODE_DEAD); }
 
@@ -81,7 +77,7 @@ static bool same_shape(const sc_value *a, const sc_value *b) {
 static bool feeds_step(sc_graph *g, const ginfo *gi, const int32_t *group, int32_t k,
                        int32_t i) {
   int32_t a = gi[k].anchor;
-  if (a < 0 || kind_of(&g->nodes[a]) != SC_LOWER_STEP) return false;
+  if (a < 0 || sc_lower_kind_of(g, &g->nodes[a]) != SC_LOWER_STEP) return false;
   const sc_node *an = &g->nodes[a];
   for (int32_t j = 0; j < an->n_inputs; j++) {
     int32_t v = an->inputs[j];
@@ -103,7 +99,8 @@ static bool conv_epilogue(sc_graph *g, const ginfo *gi, int32_t k, int32_t i,
                           const int32_t *uoff, const int32_t *users, const bool *gout) {
   int32_t a = gi[k].anchor;
   const sc_node *n = &g->nodes[i];
-  if (a < 0 || kind_of(&g->nodes[a]) != SC_LOWER_KERNEL || n->n_outputs < 1 || n->outputs[0] < 0)
+  if (a < 0 || sc_lower_kind_of(g, &g->nodes[a]) != SC_LOWER_KERNEL || n->n_outputs < 1 ||
+      n->outputs[0] < 0)
     return false;
   for (int32_t j = 0; j < n->n_inputs; j++) {
     int32_t v = n->inputs[j];
@@ -124,7 +121,7 @@ static bool conv_epilogue(sc_graph *g, const ginfo *gi, int32_t k, int32_t i,
 static bool gemm_operand(sc_graph *g, const ginfo *gi, int32_t k, int32_t i,
                          const int32_t *uoff, const int32_t *users) {
   int32_t a = gi[k].anchor;
-  if (a < 0 || kind_of(&g->nodes[a]) != SC_LOWER_STEP) return false;
+  if (a < 0 || sc_lower_kind_of(g, &g->nodes[a]) != SC_LOWER_STEP) return false;
   const sc_node *an = &g->nodes[a];
   bool reads = false;
   for (int32_t in = 0; in < 2 && in < an->n_inputs; in++)
@@ -153,7 +150,7 @@ static bool epilogue_ok(sc_graph *g, const int32_t *group, const int32_t *uoff,
   }
   if (fused < 0) return false;
   const sc_value *fv = &g->values[fused];
-  bool step = kind_of(n) == SC_LOWER_STEP;
+  bool step = sc_lower_kind_of(g, n) == SC_LOWER_STEP;
   bool ok = true;
   mark[i] = true;
   for (int32_t j = i + 1; j < g->n_nodes; j++) {
@@ -167,7 +164,7 @@ static bool epilogue_ok(sc_graph *g, const int32_t *group, const int32_t *uoff,
     }
     if (!down) continue;
     mark[j] = true;
-    sc_lower_kind mk = kind_of(m);
+    sc_lower_kind mk = sc_lower_kind_of(g, m);
     bool view = mk == SC_LOWER_VIEW && step; /* a GEMM's epilogue reads C through it */
     if (!view && (mk != SC_LOWER_POINT || !(sc_ops[m->op].flags & SC_OPF_ELEMENTWISE)))
       ok = false;
@@ -283,7 +280,8 @@ static bool reads_pointwise(merger *m, int32_t x, int32_t y) {
       int32_t v = n->inputs[q];
       int32_t pn = v >= 0 ? m->g->values[v].producer : -1;
       if (pn < 0 || m->group[pn] < 0 || find(m, m->group[pn]) != x) continue;
-      if (kind_of(n) != SC_LOWER_POINT || !(sc_ops[n->op].flags & SC_OPF_ELEMENTWISE))
+      if (sc_lower_kind_of(m->g, n) != SC_LOWER_POINT ||
+          !(sc_ops[n->op].flags & SC_OPF_ELEMENTWISE))
         return false;
       for (int32_t o = 0; o < n->n_outputs; o++)
         if (n->outputs[o] >= 0 && !same_shape(&m->g->values[n->outputs[o]], &m->g->values[v]))
@@ -343,7 +341,7 @@ static sc_status merge_points(sc_graph *g, const int32_t *uoff, const int32_t *u
   }
   for (int32_t i = 0; i < nn; i++) {
     const sc_node *n = &g->nodes[i];
-    if (group[i] < 0 || kind_of(n) != SC_LOWER_POINT) continue;
+    if (group[i] < 0 || sc_lower_kind_of(g, n) != SC_LOWER_POINT) continue;
     for (int32_t q = 0; q < n->n_inputs; q++) {
       int32_t v = n->inputs[q];
       int32_t pn = v >= 0 ? g->values[v].producer : -1;
@@ -395,7 +393,7 @@ sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
     const sc_node *n = &g->nodes[i];
     group[i] = -1;
     if (!live(n)) continue;
-    sc_lower_kind kd = kind_of(n);
+    sc_lower_kind kd = sc_lower_kind_of(g, n);
     int32_t cg = -1;
     bool any = false, same = true, is_out = false;
     for (int32_t o = 0; o < n->n_outputs; o++) {
@@ -421,7 +419,7 @@ sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
       case SC_LOWER_VIEW: {
         int32_t src = n->n_inputs > 0 ? n->inputs[0] : -1;
         int32_t pn = src >= 0 ? g->values[src].producer : -1;
-        sc_lower_kind pk = pn >= 0 ? kind_of(&g->nodes[pn]) : SC_LOWER_NONE;
+        sc_lower_kind pk = pn >= 0 ? sc_lower_kind_of(g, &g->nodes[pn]) : SC_LOWER_NONE;
         join = (pk == SC_LOWER_POINT || pk == SC_LOWER_STEP) &&
                !feeds_step(g, gi, group, cg, i);
         break;

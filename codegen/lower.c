@@ -45,6 +45,20 @@ const sc_lowering *sc_lowering_of(sc_op op) {
   return (unsigned)op < SC_OP_COUNT ? table[op] : NULL;
 }
 
+sc_lower_kind sc_lower_kind_of(const sc_graph *g, const sc_node *n) {
+  const sc_lowering *lw = sc_lowering_of(n->op);
+  if (!lw) return SC_LOWER_NONE;
+  if (n->op != SC_OP_CONCAT || n->n_inputs < 1 || n->inputs[0] < 0) return lw->kind;
+  const sc_value *y = &g->values[n->inputs[0]]; /* its dims before the axis are the output's */
+  const sc_attr *a = sc_node_attr(n, "axis");
+  int64_t axis = a ? a->i : 0;
+  if (axis < 0) axis += y->rank;
+  if (axis < 0 || axis >= y->rank) return lw->kind; /* the lowering names the error */
+  for (int32_t d = 0; d < axis; d++)
+    if (y->dims[d] != 1) return lw->kind;
+  return SC_LOWER_STEP;
+}
+
 /* ---- errors ---- */
 
 sc_status sc_lower_error(sc_lower_ctx *cx, const sc_node *n, sc_status st,
@@ -443,6 +457,23 @@ sc_status sc_lower_pointwise_kernel_at(sc_lower_ctx *cx, const char *name, int32
   return st;
 }
 
+typedef struct copy_ud {
+  const sc_node *n;
+  int32_t in;
+} copy_ud;
+
+static int32_t copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const copy_ud *u = ud;
+  return sc_lower_input_at(cx, u->n, u->in, idx);
+}
+
+sc_status sc_lower_copy_input(sc_lower_ctx *cx, const char *name, int32_t buffer,
+                              const sc_node *n, int32_t in, const int64_t *shift) {
+  const sc_value *x = sc_node_input(cx->g, n, in);
+  copy_ud u = {n, in};
+  return sc_lower_pointwise_kernel_at(cx, name, buffer, x->rank, x->dims, shift, copy_at, &u);
+}
+
 /* ---- reading values ---- */
 
 static bool same_index(const sc_value *v, const int32_t *a, const int32_t *b) {
@@ -481,7 +512,8 @@ int32_t sc_lower_value_at(sc_lower_ctx *cx, int32_t value, const int32_t *idx) {
   if (pn >= 0 && cx->node_group && cx->node_group[pn] == cx->group) {
     const sc_node *p = &g->nodes[pn];
     const sc_lowering *lw = sc_lowering_of(p->op);
-    if (lw && (lw->kind == SC_LOWER_POINT || lw->kind == SC_LOWER_VIEW) && lw->point)
+    sc_lower_kind kd = sc_lower_kind_of(g, p);
+    if (lw && (kd == SC_LOWER_POINT || kd == SC_LOWER_VIEW) && lw->point)
       return lw->point(cx, p, output_slot(p, value), idx);
   }
   /* a constant scalar becomes a kir constant */

@@ -50,6 +50,15 @@ typedef struct sc_lowering {
 /* Lowering of op `op` (from the ops.def column). */
 const sc_lowering *sc_lowering_of(sc_op op);
 
+/* How node n of g lowers: its op's kind, except a Concat whose inputs are
+ * each one contiguous run of the output (every dim before the axis is 1:
+ * the 1-D concatenation of passes/partition/bucket.c, an outer-dim Concat),
+ * which is a STEP: one copy kernel per input writing its slice of the
+ * output (lower_shape.c), not one kernel selecting among all the inputs at
+ * every element. SC_LOWER_NONE for an op without a lowering. Fusion, the
+ * program builder and sc_lower_value_at all ask this. */
+sc_lower_kind sc_lower_kind_of(const sc_graph *g, const sc_node *n);
+
 /* Operand transposes a GEMM takes as trans_a / trans_b. When input `in` (0:
  * A, 1: B) of MatMul node mn is the output of a live Transpose whose perm
  * swaps the last two axes and keeps the others (rank >= 2), returns that

@@ -102,6 +102,11 @@ sc_status sc_lower_pointwise_kernel(sc_lower_ctx *cx, const char *name, int32_t 
 sc_status sc_lower_pointwise_kernel_at(sc_lower_ctx *cx, const char *name, int32_t buffer,
                                        int32_t rank, const int64_t *domain, const int64_t *shift,
                                        sc_lower_index_fn fn, void *ud);
+/* A kernel over the shape of node n's input `in` copying it into `buffer`
+ * at offset `shift` (NULL: 0), one load and one store an element: a padded
+ * copy's inside, a contiguous Concat's member. */
+sc_status sc_lower_copy_input(sc_lower_ctx *cx, const char *name, int32_t buffer,
+                              const sc_node *n, int32_t in, const int64_t *shift);
 
 /* --- expression shorthands: -1 in, -1 out (so errors propagate) --- */
 int32_t sc_lower_un(sc_lower_ctx *cx, kir_op op, int32_t a);

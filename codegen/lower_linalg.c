@@ -752,12 +752,6 @@ static int32_t pool_fill_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
   return lowest(cx, sc_node_input(cx->g, ud, 0)->dtype);
 }
 
-/* xpad's inside: xpad[n, c, q + begin...] = x[n, c, q...] (a kernel over
- * x's shape, so that loads and stores are both affine) */
-static int32_t pool_copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
-  return sc_lower_input_at(cx, ud, 0, idx);
-}
-
 /* The maximum of the taps of the window at output position idx, in y's
  * dtype: read from the padded copy xpad (>= 0; tap k of an axis at o * s +
  * k * dilation) or from x (tap k at o * s + k * dilation - begin, clamped
@@ -902,8 +896,9 @@ static sc_status max_pool_unrolled(sc_lower_ctx *cx, const sc_node *n, const win
     int64_t shift[SC_MAX_RANK] = {0, 0};
     for (int32_t d = 0; d < w->nsp; d++) shift[2 + d] = w->begin[d];
     if ((st = sc_lower_pointwise_kernel(cx, "fill", xpad, pool_fill_at, ud)) != SC_OK ||
-        (st = sc_lower_pointwise_kernel_at(cx, "pad", xpad, x->rank, x->dims, shift,
-                                           pool_copy_at, ud)) != SC_OK)
+        /* xpad's inside: xpad[n, c, q + begin...] = x[n, c, q...] (a kernel
+         * over x's shape, so that loads and stores are both affine) */
+        (st = sc_lower_copy_input(cx, "pad", xpad, n, 0, shift)) != SC_OK)
       return st;
   }
   if ((st = sc_lower_begin_kernel(cx, n, y->rank, y->dims, 1)) != SC_OK) return st;

@@ -34,6 +34,7 @@
  *     the REDUCE combines every matching update instead (non-matching
  *     candidates give the op's identity) and STORE combines that with the
  *     data. */
+#include <stdio.h>
 #include <math.h>
 #include <string.h>
 
@@ -368,7 +369,31 @@ static int32_t concat_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
   if (!any) sc_lower_error(cx, n, SC_ERR_INVALID, "Concat of empty inputs has no elements");
   return v;
 }
-const sc_lowering sc_lw_concat = {SC_LOWER_POINT, concat_point, NULL};
+
+/* A Concat whose inputs are each one contiguous run of the output
+ * (sc_lower_kind_of: every dim before the axis is 1) as a STEP: one copy
+ * kernel per input with elements, over the input's shape, storing at the
+ * input's offset along the axis. Each output element is written once, by
+ * a load and a store, where concat_point selects among all the inputs. */
+static sc_status concat_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *y = sc_node_output(cx->g, n, 0);
+  int32_t axis = norm_axis(cx, n, attr_int(cx, n, "axis", 0), y->rank);
+  if (axis < 0) return cx->diag->status ? cx->diag->status : SC_ERR_INVALID;
+  int32_t buf = sc_lower_buffer_of(cx, n->outputs[0]);
+  if (buf < 0) return cx->diag->status ? cx->diag->status : SC_ERR_INVALID;
+  int64_t shift[SC_MAX_RANK] = {0};
+  for (int32_t i = 0; i < n->n_inputs; i++) {
+    const sc_value *x = in_val(cx, n, i);
+    if (x->dims[axis] == 0) continue;
+    char name[32];
+    snprintf(name, sizeof name, "cat%d", (int)i);
+    sc_status st = sc_lower_copy_input(cx, name, buf, n, i, shift);
+    if (st != SC_OK) return st;
+    shift[axis] += x->dims[axis];
+  }
+  return SC_OK;
+}
+const sc_lowering sc_lw_concat = {SC_LOWER_POINT, concat_point, concat_build};
 
 /* ---- Split ---- */
 

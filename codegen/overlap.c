@@ -10,8 +10,9 @@
  *   1. prefetch: an all-gather that can legally run earlier (nothing
  *      between writes what it reads or touches what it writes) moves up to
  *      just before the step that first needs the previous all-gather's
- *      result, together with the kernel that packs its input when that
- *      kernel feeds nothing else (bucket.c's copy-in). For ZeRO-3 that is
+ *      result, together with the kernels that pack its input when they
+ *      feed nothing else (bucket.c's copy-in: one Concat kernel, or one
+ *      copy kernel per member). For ZeRO-3 that is
  *      FSDP's prefetch: block k+1's parameters are gathered while block k
  *      computes, in the forward and in the backward;
  *   2. defer: a computation step right after a collective that reads its
@@ -107,17 +108,37 @@ static int32_t producer_pos(const sc_program *p, const touches *t, const int32_t
   return -1;
 }
 
-/* Whether the kernel w writes one buffer, which nothing but w and the
- * collective reading it touches (bucket.c's copy-in). */
-static bool feeds_only(const sc_program *p, const touches *t, int32_t w) {
-  if (p->steps[w].kind != SC_STEP_KERNEL) return false;
+/* The one storage root kernel step w writes, or -1 (not a kernel, or it
+ * writes several). */
+static int32_t writes_one(const sc_program *p, const touches *t, int32_t w) {
+  if (p->steps[w].kind != SC_STEP_KERNEL) return -1;
   int32_t written = -1;
   for (int32_t i = t->off[w]; i < t->off[w + 1]; i++) {
     if (!t->tch[i].wr) continue;
-    if ((written >= 0 && t->tch[i].root != written) || t->users[t->tch[i].root] != 2) return false;
+    if (written >= 0 && t->tch[i].root != written) return -1;
     written = t->tch[i].root;
   }
-  return written >= 0;
+  return written;
+}
+
+/* bucket.c's copy-in ending at position w of ord: the run of kernels at
+ * w, w-1, ... that each write one same buffer, which nothing but them and
+ * the collective reading it touches (a Concat is one kernel, or one copy
+ * kernel per member: codegen/lower.h, sc_lower_kind_of). The run's first
+ * position, or -1. */
+static int32_t copy_in(const sc_program *p, const touches *t, const int32_t *ord, int32_t w) {
+  int32_t r = writes_one(p, t, ord[w]), first = w;
+  if (r < 0) return -1;
+  while (first > 0 && writes_one(p, t, ord[first - 1]) == r) first--;
+  return t->users[r] == w - first + 2 ? first : -1;
+}
+
+static void reverse(int32_t *a, int32_t lo, int32_t hi) { /* [lo, hi) */
+  for (hi--; lo < hi; lo++, hi--) {
+    int32_t x = a[lo];
+    a[lo] = a[hi];
+    a[hi] = x;
+  }
 }
 
 /* Moves ord[from..to] (inclusive, a group that stays together) to just
@@ -126,10 +147,10 @@ static bool try_move(const touches *t, int32_t *ord, int32_t at, int32_t from, i
   for (int32_t g = from; g <= to; g++)
     for (int32_t k = at; k < from; k++)
       if (depends(t, ord[g], ord[k])) return false;
-  int32_t len = to - from + 1, group[2];
-  for (int32_t g = 0; g < len; g++) group[g] = ord[from + g];
-  memmove(ord + at + len, ord + at, (size_t)(from - at) * sizeof *ord);
-  for (int32_t g = 0; g < len; g++) ord[at + g] = group[g];
+  /* rotate ord[at..to] so that ord[from..to] comes first */
+  reverse(ord, at, from);
+  reverse(ord, from, to + 1);
+  reverse(ord, at, to + 1);
   return true;
 }
 
@@ -147,7 +168,8 @@ static int32_t prefetch(const sc_program *p, const touches *t, int32_t *ord, boo
       for (int32_t k = prev + 1; k < pos && target < 0; k++)
         if (needs(p, t, ord[prev], ord[k])) target = k;
     int32_t from = pos, w = producer_pos(p, t, ord, pos);
-    if (w >= 0 && feeds_only(p, t, ord[w])) {
+    int32_t first = w >= 0 ? copy_in(p, t, ord, w) : -1;
+    if (first >= 0) {
       if (w != pos - 1) {
         /* bring the copy-in next to its gather first (nothing between
          * depends on the gather, or the gather could not run there) */
@@ -157,7 +179,7 @@ static int32_t prefetch(const sc_program *p, const touches *t, int32_t *ord, boo
         }
         pos = w + 1;
       }
-      from = w;
+      from = first;
     }
     if (target >= 0 && target < from && try_move(t, ord, target, from, pos)) {
       moved++;

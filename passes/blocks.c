@@ -27,7 +27,11 @@
  * by '.'. Two prefix paths are compatible when one is a whole-component
  * suffix of the other ("transformer.h" and "m.transformer.h"), so that node
  * names ("/m/transformer/h.3/attn/MatMul") and parameter names
- * ("transformer.h.3.attn.c_attn.weight") of the same layer agree. Names
+ * ("transformer.h.3.attn.c_attn.weight") of the same layer agree. A leading
+ * role ("grad:", "new:", "accum:": the training passes' names of what they
+ * derive from parameter P) is dropped first, so that a training graph,
+ * whose parameters are inputs (no longer SC_VALUE_PARAM) and whose update
+ * nodes are named "new:P", keys its blocks by P's prefix as the model did. Names
  * label a structural block by the majority of the indices its nodes' and
  * parameters' names carry; the labels must rise from block to block. */
 #include "passes/blocks.h"
@@ -45,9 +49,18 @@ typedef struct comp {
   size_t len;
 } comp;
 
+/* The name after a leading role prefix: "grad:P", "new:P", "accum:P" (the
+ * training passes' names of a parameter's gradient, update and accumulator)
+ * are P's. A role is the characters before the first ':' when no '/' or '.'
+ * comes first and a second ':' does not follow ("onnx::" is no role). */
+static const char *after_role(const char *name) {
+  size_t r = strcspn(name, ":/.");
+  return name[r] == ':' && name[r + 1] != ':' && r > 0 ? name + r + 1 : name;
+}
+
 static int split(const char *name, comp *c, int cap) {
   int n = 0;
-  const char *p = name;
+  const char *p = after_role(name);
   while (*p && n < cap) {
     while (*p == '/' || *p == '.') p++;
     if (!*p) break;

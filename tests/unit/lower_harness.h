@@ -46,13 +46,14 @@ static sc_status lower_node(sc_graph *g, int32_t nid, lowered *L) {
   for (int32_t i = 0; i < n->n_outputs; i++)
     if (n->outputs[i] >= 0) assert_true(sc_lower_buffer_of(&cx, n->outputs[i]) >= 0);
   const sc_lowering *lw = sc_lowering_of(n->op);
+  sc_lower_kind kind = sc_lower_kind_of(g, n);
   sc_status st = SC_OK;
-  if (lw->kind == SC_LOWER_POINT) {
+  if (kind == SC_LOWER_POINT) {
     for (int32_t i = 0; i < n->n_outputs && st == SC_OK; i++) {
       pt_ud u = {n, i};
       st = sc_lower_pointwise_kernel(&cx, "pt", L->vb[n->outputs[i]], point_cb, &u);
     }
-  } else if (lw->kind == SC_LOWER_KERNEL || lw->kind == SC_LOWER_STEP) {
+  } else if (kind == SC_LOWER_KERNEL || kind == SC_LOWER_STEP) {
     st = lw->build(&cx, n);
   } else {
     st = SC_ERR_UNSUPPORTED;

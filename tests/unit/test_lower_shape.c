@@ -68,6 +68,32 @@ static void test_concat_three(void **state) {
   run(g, n);
 }
 
+/* Members that are each one contiguous run of the output (every dim
+ * before the axis 1) lower as one copy kernel per member with elements
+ * (sc_lower_kind_of): the bucketer's 1-D copy-in, with an empty member,
+ * and a [1, k, 3] concatenation along dim 1. */
+static void test_concat_contiguous(void **state) {
+  sc_graph *g = *state;
+  rng_seed(12);
+  int64_t a[1] = {5}, b[1] = {0}, c[1] = {17}, d[1] = {1};
+  int32_t y, ins[4] = {rand_f32(g, 1, a), rand_f32(g, 1, b), rand_f32(g, 1, c),
+                       rand_f32(g, 1, d)};
+  int32_t n = node1(g, SC_OP_CONCAT, "cat1d", ins, 4, &y);
+  set_int(g, n, "axis", 0);
+  assert_int_equal(sc_lower_kind_of(g, sc_nod(g, n)), SC_LOWER_STEP);
+  lowered L = check_vs_eval(g, n, 0);
+  assert_int_equal(count_steps(&L, SC_STEP_KERNEL), 3);
+  lowered_free(&L);
+  int64_t e[3] = {1, 2, 3}, f[3] = {1, 4, 3};
+  int32_t ins2[2] = {rand_f32(g, 3, e), rand_f32(g, 3, f)};
+  int32_t n2 = node1(g, SC_OP_CONCAT, "cat_rows", ins2, 2, &y);
+  set_int(g, n2, "axis", 1);
+  assert_int_equal(sc_lower_kind_of(g, sc_nod(g, n2)), SC_LOWER_STEP);
+  L = check_vs_eval(g, n2, 0);
+  assert_int_equal(count_steps(&L, SC_STEP_KERNEL), 2);
+  lowered_free(&L);
+}
+
 static void test_split_uneven(void **state) {
   sc_graph *g = *state;
   rng_seed(3);
@@ -353,6 +379,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transpose, setup_graph, teardown_graph),
       cmocka_unit_test(test_unflatten_affine),
       cmocka_unit_test_setup_teardown(test_concat_three, setup_graph, teardown_graph),
+      cmocka_unit_test_setup_teardown(test_concat_contiguous, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_split_uneven, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_slice_negative_steps, setup_graph, teardown_graph),
       cmocka_unit_test_setup_teardown(test_gather_negative, setup_graph, teardown_graph),
