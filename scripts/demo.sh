@@ -113,7 +113,16 @@ PY
 echo
 echo "== the same training from Python (samples/train/train_reverse.py, docs/python.md):"
 echo "   the shardc package over this build's libshardc.so"
-SHARDC_LIBRARY="$BUILD/libshardc.so" PYTHONPATH=python "$PY" samples/train/train_reverse.py "$R"
+# A library built with AddressSanitizer (make test-asan) loads into an
+# interpreter that is not: the sanitizer's runtime must come first, and the
+# interpreter's own allocations are not shardc's to leak-check.
+PY_ENV=()
+ASAN_LIB=$(ldd "$BUILD/libshardc.so" | awk '/libasan/ {print $3; exit}')
+if [ -n "$ASAN_LIB" ]; then
+  PY_ENV=(LD_PRELOAD="$ASAN_LIB" ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0")
+fi
+env "${PY_ENV[@]}" SHARDC_LIBRARY="$BUILD/libshardc.so" PYTHONPATH=python \
+  "$PY" samples/train/train_reverse.py "$R"
 
 echo
 echo "== distributed training: the same model over 4 in-process ranks (--mesh fsdp=2,tp=2:"
