@@ -527,6 +527,18 @@ static void *cpu_alloc_arena(void *ctx, int64_t bytes) {
   return p;
 }
 
+/* SC_OK when rb's [offset, +bytes) lies inside a region of size bytes
+ * (what: "arena", "host pool"), else an error naming both. */
+static sc_status region_check(const sc_buffer *rb, int64_t size, const char *what,
+                              sc_diag *diag) {
+  if (rb->offset < 0 || rb->bytes < 0 || rb->offset > size || rb->bytes > size - rb->offset)
+    return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
+                       "buffer '%s' [%lld, +%lld) lies outside the %lld-byte %s",
+                       rb->name ? rb->name : "?", (long long)rb->offset, (long long)rb->bytes,
+                       (long long)size, what);
+  return SC_OK;
+}
+
 static void cpu_free_arena(void *ctx, void *arena) {
   (void)ctx;
   free(arena);
@@ -543,23 +555,13 @@ sc_status sc_buffer_binding(const sc_program *p, int32_t b, int32_t *root, int64
   case SC_BUF_OUTPUT:
   case SC_BUF_TEMP:
     if (sc_program_bound(p, r)) return SC_OK; /* the caller's storage */
-    if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->arena_bytes ||
-        rb->bytes > p->arena_bytes - rb->offset)
-      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                         "buffer '%s' [%lld, +%lld) lies outside the %lld-byte arena",
-                         rb->name ? rb->name : "?", (long long)rb->offset, (long long)rb->bytes,
-                         (long long)p->arena_bytes);
+    sc_status st = region_check(rb, p->arena_bytes, "arena", diag);
+    if (st != SC_OK) return st;
     *offset = rb->offset;
     return SC_OK;
   case SC_BUF_CONST: return SC_OK;
   case SC_BUF_HOST: /* the session's host pool: no device address */
-    if (rb->offset < 0 || rb->bytes < 0 || rb->offset > p->host_bytes ||
-        rb->bytes > p->host_bytes - rb->offset)
-      return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
-                         "buffer '%s' [%lld, +%lld) lies outside the %lld-byte host pool",
-                         rb->name ? rb->name : "?", (long long)rb->offset, (long long)rb->bytes,
-                         (long long)p->host_bytes);
-    return SC_OK;
+    return region_check(rb, p->host_bytes, "host pool", diag);
   default:
     return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                        "buffer '%s': view without a storage root", rb->name ? rb->name : "?");
