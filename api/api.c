@@ -695,13 +695,15 @@ void sc_training_settings_init(sc_training_settings *s, const char *optimizer) {
 }
 
 /* A training step, built from a model (build, own: its manifest) or loaded
- * from a training bundle (bundle, which owns its manifest): p and m are
- * the one or the other's. */
+ * from a training bundle (bundle, which owns its manifest; or loaded, a
+ * partitioned one, which owns its manifest and every stage's kernels): p
+ * and m are the one or the other's. */
 struct sc_training {
   sc_build *build;
   sc_train_manifest *own;
   char *model;          /* the model's file name, for a saved bundle */
   sc_bundle *bundle;
+  sc_dist_program *loaded;
   const sc_program *p;
   const sc_train_manifest *m;
   sc_trainer *trainer;
@@ -751,6 +753,14 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
                        "precision '%s': expected fp32, bf16 or fp16", prec);
   o->bf16 = strcmp(prec, "bf16") == 0;
   o->fp16 = strcmp(prec, "fp16") == 0;
+  static const char *const recompute[] = {"none", "selective", "full"}; /* sc_recompute_kind */
+  const char *rc = s->recompute ? s->recompute : "none";
+  int k = 0;
+  while (k < 3 && strcmp(rc, recompute[k]) != 0) k++;
+  if (k == 3)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "recompute '%s': expected none, selective or full", rc);
+  o->recompute = (sc_recompute_kind)k;
   if (s->weight_decay < 0 || s->momentum < 0 || s->beta1 < 0 || s->beta1 >= 1 ||
       s->beta2 < 0 || s->beta2 >= 1 || s->eps < 0 || s->clip_grad_norm < 0)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
@@ -880,14 +890,26 @@ sc_status sc_training_load(const char *dir, int threads, sc_training **out) {
   if (!t) return SC_ERR_NOMEM;
   sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_status st = !dir ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no directory")
-                      : sc_bundle_load(dir, &t->bundle, &d);
-  if (st == SC_OK) st = sc_bundle_check_kind(t->bundle, true, &d);
-  if (st == SC_OK) {
-    t->p = t->bundle->program;
-    t->m = t->bundle->train;
-    sc_trainer_opts to = {.threads = threads, .cpu_module = t->bundle->kernels};
-    st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
+  sc_trainer_opts to = {.threads = threads};
+  sc_status st = SC_OK;
+  if (!dir) st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no directory");
+  else if (sc_dist_bundle_is_dir(dir)) { /* partitioned: its ranks threads of this process */
+    st = sc_dist_program_load(dir, &t->loaded, &d);
+    if (st == SC_OK) st = sc_bundle_kind_check(t->loaded->train != NULL, true, &d);
+    if (st == SC_OK) {
+      t->p = t->loaded->stages[0].program;
+      t->m = t->loaded->train;
+      st = sc_dist_trainer_create(t->loaded, t->m, &to, NULL, &t->dist, &d);
+    }
+  } else {
+    st = sc_bundle_load(dir, &t->bundle, &d);
+    if (st == SC_OK) st = sc_bundle_check_kind(t->bundle, true, &d);
+    if (st == SC_OK) {
+      t->p = t->bundle->program;
+      t->m = t->bundle->train;
+      to.cpu_module = t->bundle->kernels;
+      st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
+    }
   }
   if (st != SC_OK) {
     if (!d.file[0] && dir) sc_diag_set_file(&d, dir);
@@ -904,16 +926,25 @@ sc_status sc_training_save_bundle(sc_training *t, const char *dir) {
     sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a loaded training is saved already");
     return train_fail(t, &d);
   }
-  if (t->dist) {
-    sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                "a training over a mesh is not saved as a bundle (one rank only)");
-    return train_fail(t, &d);
-  }
   sc_bundle_opts bo;
   sc_bundle_opts_init(&bo);
   bo.model = t->model;
   bo.train = t->m;
-  sc_status st = sc_bundle_write(t->p, &bo, dir, &d);
+  /* over a mesh: the partitioned training bundle of `shardc compile
+   * --train --mesh` (codegen/dist_bundle.h), every rank's shards cut from
+   * the model's initial weights, which the build keeps. A pipelined step's
+   * pieces were built to update their state in place (training_build's
+   * bind_state), which a bundle's programs do not: that one is compiled
+   * by the command. */
+  if (t->build->part && t->build->part->n_chunks > 0) {
+    sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                "a pipelined training (pp > 1) is built to update its state in place and is "
+                "not saved as a bundle; `shardc compile MODEL --train --mesh ... -o DIR` "
+                "compiles it into one, which sc_training_load reads");
+    return train_fail(t, &d);
+  }
+  sc_status st = t->build->part ? sc_dist_program_write(t->build->program, &bo, dir, &d)
+                                : sc_bundle_write(t->p, &bo, dir, &d);
   return st == SC_OK ? SC_OK : train_fail(t, &d);
 }
 
@@ -1007,6 +1038,7 @@ void sc_training_free(sc_training *t) {
   sc_train_manifest_destroy(t->own);
   sc_build_destroy(t->build);
   sc_bundle_destroy(t->bundle);
+  sc_dist_program_destroy(t->loaded);
   sc_free(t->model);
   sc_free(t);
 }
