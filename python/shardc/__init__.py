@@ -415,6 +415,7 @@ class Executable:
     def __init__(self, handle, model=None):
         self._h = handle
         self.model = model
+        self.plan = None  # compile()'s plan, when it was given one or made one (auto=True)
         self.inputs = [self._describe(lib.sc_executable_input, i)
                        for i in range(lib.sc_executable_n_inputs(handle))]
         self.outputs = [self._describe(lib.sc_executable_output, i)
@@ -517,6 +518,7 @@ class Training:
     def __init__(self, model, cfg, parallel=None, comm=None, _handle=None):
         self.model = model
         self.config = cfg
+        self.plan = None  # compile()'s plan, when it was given one or made one (auto=True)
         if _handle is not None:  # load_training's: the step compiled into a bundle
             self._h, self._keep = _handle, None
             return
