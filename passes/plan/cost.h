@@ -117,8 +117,13 @@ sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f
  * pairs only when causal; the backward 2.5 times) at the GEMM rate of its
  * per-head products (sq x skv x d: sc_cost_gemm_efficiency, or the
  * profile's measured rate for that shape), moving `bytes` (q, k, v, o,
- * lse, mask and the gradients, each once: no score matrix). *flops: the
- * FLOPs counted. Errors as sc_cost_gemm_time. */
+ * lse, mask and the gradients, each once: no score matrix). With a
+ * profile that measured attention in t and this direction (profile.h,
+ * sc_profile_attention) its computing time is that model's instead: the
+ * features' seconds on one thread over the threads its work units keep
+ * busy (min(threads, units)), the larger of that and the memory time,
+ * plus the step overhead. *flops: the FLOPs counted. Errors as
+ * sc_cost_gemm_time. */
 struct sc_attention_shape;
 sc_status sc_cost_attention_time(const sc_cluster *c, sc_cluster_dtype t,
                                  const struct sc_attention_shape *s, bool grad, double bytes,
