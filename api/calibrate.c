@@ -250,6 +250,16 @@ static sc_status measure_memory(ctx *c, sc_diag *d) {
   c->p->memory_bytes_per_s = bytes / floored(c, t - c->run1_s, "memory");
   note(c, "memory: %.2f GB/s (Add of 2 x %lld floats: %.3f ms)\n", c->p->memory_bytes_per_s / 1e9,
        (long long)n, t * 1e3);
+  if (c->tg.cuda) return SC_OK;
+  /* one thread's: what a kernel the pool does not split streams at */
+  c->p->memory_thread_bytes_per_s = c->p->memory_bytes_per_s;
+  if (c->p->threads <= 1) return SC_OK;
+  target one = c->tg;
+  one.threads = 1;
+  TRY(time_text(text, true, one, c->min_s, &t, NULL, NULL, d));
+  c->p->memory_thread_bytes_per_s = bytes / floored(c, t - c->run1_s, "memory, one thread");
+  note(c, "memory, one thread: %.2f GB/s (%.3f ms)\n", c->p->memory_thread_bytes_per_s / 1e9,
+       t * 1e3);
   return SC_OK;
 }
 

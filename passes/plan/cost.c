@@ -216,7 +216,10 @@ sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f
     tc += c->profile.kernel_s[t] * f[t];
   }
   if (split && c->profile.threads > 1) tc /= (double)c->profile.threads;
-  double tm = bytes / c->profile.memory_bytes_per_s;
+  /* a kernel the pool does not split streams on one thread */
+  double bw = !split && c->profile.memory_thread_bytes_per_s > 0
+                  ? c->profile.memory_thread_bytes_per_s : c->profile.memory_bytes_per_s;
+  double tm = bytes / bw;
   *seconds = (tc > tm ? tc : tm) + sc_cost_step_overhead(c);
   return SC_OK;
 }

@@ -108,7 +108,8 @@ sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds
 /* A kernel step of features f (profile.h: SC_PROFILE_KERNEL_TERMS of them,
  * on one thread; `split`: the pool runs it over the profile's threads)
  * moving `bytes`: with a profile that measured kernels, the larger of its
- * computing time and its memory time, plus the step overhead; else
+ * computing time and its memory time (at one thread's bandwidth when it is
+ * not split and the profile measured that), plus the step overhead; else
  * sc_cost_memory_time. */
 sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f, bool split,
                               double *seconds, sc_diag *d);

@@ -155,6 +155,7 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
   if (!json_is_object(root))
     return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "profile: must be an object");
   static const char *const top[] = {"format", "device", "gemm", "memory_bytes_per_s",
+                                    "memory_thread_bytes_per_s",
                                     "step_overhead_s", "kernel", "attention", "comms",
                                     "calibrate_s", NULL};
   TRY(sc_json_only_keys(root, WHAT, "", top, d));
@@ -186,6 +187,9 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
     p->n_gemms = (int32_t)i + 1;
   }
   TRY(get_range(root, "", "memory_bytes_per_s", 1, MAX_BW, &p->memory_bytes_per_s, d));
+  if (json_object_get(root, "memory_thread_bytes_per_s"))
+    TRY(get_range(root, "", "memory_thread_bytes_per_s", 1, MAX_BW, &p->memory_thread_bytes_per_s,
+                  d));
   TRY(get_range(root, "", "step_overhead_s", MIN_S, MAX_S, &p->step_overhead_s, d));
   json_t *kern;
   TRY(sc_json_get_obj(root, WHAT, "", "kernel", false, &kern, d));
@@ -284,8 +288,10 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
     fprintf(f, "\"dtype\": \"%s\", \"seconds\": %.17g, \"flops_per_s\": %.17g}",
             sc_cluster_dtype_names[g->dtype], g->seconds, g->flops_per_s);
   }
-  fprintf(f, "],\n \"memory_bytes_per_s\": %.17g,\n \"step_overhead_s\": %.17g,\n",
-          p->memory_bytes_per_s, p->step_overhead_s);
+  fprintf(f, "],\n \"memory_bytes_per_s\": %.17g,\n", p->memory_bytes_per_s);
+  if (p->memory_thread_bytes_per_s > 0)
+    fprintf(f, " \"memory_thread_bytes_per_s\": %.17g,\n", p->memory_thread_bytes_per_s);
+  fprintf(f, " \"step_overhead_s\": %.17g,\n", p->step_overhead_s);
   if (p->has_kernel) {
     fprintf(f, " \"kernel\": {");
     for (int t = 0; t < SC_PROFILE_KERNEL_TERMS; t++)

@@ -122,6 +122,9 @@ typedef struct sc_profile {
   int32_t n_gemms;
   sc_profile_gemm gemms[SC_PROFILE_MAX_GEMMS];
   double memory_bytes_per_s;            /* a streaming kernel's bytes read+written / s */
+  double memory_thread_bytes_per_s;     /* the same on one thread: a kernel the
+                                           pool does not split (optional; 0 =
+                                           not measured: memory_bytes_per_s) */
   double step_overhead_s;               /* one program step's fixed cost */
   bool has_kernel;                      /* kernel_s was measured (optional:
                                            without it, kernels are costed by
