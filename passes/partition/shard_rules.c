@@ -771,7 +771,8 @@ static bool result_ok(const sc_shard_ctx *c) {
          (c->expand == SC_SHARD_EXPAND_MASKED_GATHER && c->n->op == SC_OP_GATHER) ||
          (c->expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX &&
           (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX)) ||
-         (c->expand == SC_SHARD_EXPAND_RING_ATTENTION && c->n->op == SC_OP_FUSED_ATTENTION);
+         (c->expand == SC_SHARD_EXPAND_RING_ATTENTION &&
+          (c->n->op == SC_OP_FUSED_ATTENTION || c->n->op == SC_OP_FUSED_ATTENTION_GRAD));
 }
 
 /* Sets the contract's entry state, runs rule and checks its result. */
@@ -875,20 +876,21 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
 
 /* ---- fused attention ---- */
 
-/* A FusedAttention marked `cp_ring` (passes/partition/cp.c): its rows are
- * in the zig-zag order, so it must run as a ring, with q's sequence (dim 2)
- * split over cp and nothing else on that dim: k and v then split alike,
- * o and lse (dim 2) too. Anything else is an error, never a whole
+/* A FusedAttention or FusedAttentionGrad marked `cp_ring`
+ * (passes/partition/cp.c): its rows are in the zig-zag order, so it must
+ * run as a ring, with q's sequence (dim 2) split over cp and nothing else
+ * on that dim: k and v (the backward's o, lse and d_o) then split alike,
+ * the outputs (o and lse; dq, dk and dv) on dim 2 too. Anything else is an error, never a whole
  * attention under the wrong mask. */
 static sc_status ring_rule(sc_shard_ctx *c, const sc_sharding *lead, bool grad) {
   if (sc_attr_int(c->g, c->n, "cp_ring", 0) <= 1) return SC_OK;
   int32_t cp = sc_mesh_find_axis(c->mesh, "cp");
-  if (grad || cp < 0 || lead->n_dim_axes[2] != 1 || lead->dim_axes[2][0] != cp ||
+  if (cp < 0 || lead->n_dim_axes[2] != 1 || lead->dim_axes[2][0] != cp ||
       sc_sharding_stride(lead, 2) != 1)
     return sc_node_error(c->g, c->n, SC_ERR_USAGE,
                          "context parallelism: the sequence split over cp did not reach this "
                          "attention's queries (an op on the way gathers it)");
-  for (int32_t i = 0; i < 3; i++) {
+  for (int32_t i = 0; i < (grad ? 6 : 3); i++) { /* q, k, v (o, lse, d_o) */
     sc_shard_unsplit_dim(&c->want[i], 2);
     sc_sharding_split(&c->want[i], 2, cp);
   }
