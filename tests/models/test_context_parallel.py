@@ -23,7 +23,8 @@ sequence 16:
     (GPT-2: 2 layers, 4 heads of 16);
   * what is not built is refused with a clear error, never a wrong answer:
     a sequence that does not divide into 2·cp chunks (GPT-2 at cp=3, ViT's
-    17 tokens at cp=2: naming the lengths that do), a training step.
+    17 tokens at cp=2: naming the lengths that do). Training under cp:
+    test_train_cp.py.
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -146,14 +147,6 @@ def test_refusals(tmp):
         check(r.returncode == 2 and needle in r.stderr,  # a usage error, as dp's batch
               f"{args[1:]}: exit {r.returncode}, want a refusal with '{needle}': "
               f"{r.stderr[-1000:]}")
-    # a training step: its backward ring is not in the partitioner yet
-    model, _ = model_run(tmp, "gpt2")
-    ids = os.path.join(tmp, "ids.npy")
-    np.save(ids, make_inputs(model, 4, 42)["input_ids"])
-    r = run(["train", os.path.join(SRC, "samples", "gpt2.onnx"), "--data", f"input_ids={ids}",
-             "--dim", f"batch={BATCH}", "--steps", "1", "--mesh", "cp=2"])
-    check(r.returncode == 2 and "runs inference only so far" in r.stderr,
-          f"train --mesh cp=2: exit {r.returncode}, want a refusal: {r.stderr[-1000:]}")
 
 
 def main():

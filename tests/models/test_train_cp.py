@@ -1,0 +1,180 @@
+"""test_train_cp.py — context-parallel training (`shardc train --mesh cp=N`,
+docs/context-parallel.md) trains exactly as one rank.
+
+GPT-2 (position embedding read from a parameter, tied LM head, AdamW with
+clipping) and Llama (rotary tables, grouped kv heads, SGD with momentum),
+sequence 16, on the seeded data and step options of test_train_dist.py
+(8 examples, batch 4, 3 steps; its comparison, imported): every step's
+loss and gradient norm within rtol 2e-5, every final weight and optimizer
+tensor within 2e-4 (SGD) or 2e-2 (AdamW) of its scale, no NaN, for
+  cp=2, cp=4, tp=2 x cp=2, fsdp=2 x cp=2, pp=2 x cp=2 (1F1B, 2
+  microbatches), dp=2 x cp=2, and cp=2 with --recompute full and selective
+  (GPT-2 also fsdp=2 x cp=2 with --recompute full).
+A wrong ring (a block under the wrong mask, a gradient not returned home),
+a loss not reduced over cp (its sum or its count), a gradient of a
+replicated weight not all-reduced over cp, or a position table in the
+wrong order each moves the loss or the weights by far more than these.
+
+Also:
+  * the ring runs in both directions: GPT-2's partitioned step
+    (`plan --train --print-after=localize`) at cp=N holds, per layer,
+    2 (N − 1) shifted Send/Recv pairs forward (keys, values) and 4 (N − 1)
+    + 2 backward (keys, values and their gradients' accumulators, then
+    the gradients' hop home), and no whole attention or attention
+    gradient;
+  * `plan --train --mesh cp=N --json`: each rank's bytes sent by the ring
+    equal the formula of docs/context-parallel.md, forward (N − 1) and
+    backward (2N − 1) hops of b · kvh · 2c · (d + dv) · 4 bytes per layer,
+    and the activations saved for the backward fall by about N
+    (within 25 % of 1/N of the single rank's: the whole token embedding
+    and its gradient stay whole on every rank);
+  * ViT (17 tokens: not divisible by 2·cp) is refused in training as in
+    inference, naming the lengths that divide.
+
+Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
+"""
+import json
+import os
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_train_dist as dist  # noqa: E402
+from checks import check, finish  # noqa: E402
+
+SHARDC = os.environ.get("SHARDC")
+SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+MESHES = [["--mesh", "cp=2"], ["--mesh", "cp=4"], ["--mesh", "tp=2,cp=2"],
+          ["--mesh", "fsdp=2,cp=2"],
+          ["--mesh", "pp=2,cp=2", "--microbatches", "2", "--schedule", "1f1b"],
+          ["--mesh", "dp=2,cp=2"],
+          ["--mesh", "cp=2", "--recompute", "full"],
+          ["--mesh", "cp=2", "--recompute", "selective"]]
+EXTRA = {"gpt2": [["--mesh", "fsdp=2,cp=2", "--recompute", "full"]]}
+LAYERS, HEADS, HEAD_DIM, SEQ, BATCH = 2, 4, 16, 16, 4  # GPT-2's sample
+
+
+def base_args(tmp, name):
+    make, labels, opts, _ = dist.SAMPLES[name]
+    model = os.path.join(SRC, "samples", name + ".onnx")
+    r = np.random.RandomState(11)
+    data = []
+    for k, v in make(r).items():
+        f = os.path.join(tmp, f"{name}_{k}.npy")
+        np.save(f, v)
+        data += ["--data", f"{k}={f}"]
+    f = os.path.join(tmp, f"{name}_labels.npy")
+    np.save(f, labels(r).astype(np.int64))
+    return model, opts, [model, "--dim", f"batch={BATCH}", "--steps", str(dist.STEPS),
+                         "--threads", "1", "--labels", f] + data + opts
+
+
+def test_meshes(tmp, name):
+    model, opts, base = base_args(tmp, name)
+    meshes = MESHES + EXTRA.get(name, [])
+
+    def job(i, mesh):
+        d = os.path.join(tmp, f"{name}_{i}")
+        out = {"log": d + ".jsonl", "ck": d + "_ck", "mesh": mesh}
+        out["p"] = dist.run(base + ["--save", out["ck"], "--log-json", out["log"]] + mesh)
+        return out
+
+    with ThreadPoolExecutor(2) as ex:
+        results = list(ex.map(lambda a: job(*a), enumerate([[]] + meshes)))
+    ref = results[0]
+    if not check(ref["p"].returncode == 0, f"{name}: one rank: {ref['p'].stderr[-800:]}"):
+        return
+    init = {t.name: numpy_helper.to_array(t) for t in onnx.load(model).graph.initializer}
+    for res in results[1:]:
+        what = " ".join(res["mesh"])
+        if not check(res["p"].returncode == 0, f"{name} {what}: {res['p'].stderr[-800:]}"):
+            continue
+        worst = dist.compare(name, what, ref, res, init, 2e-2 if "adamw" in opts else 2e-4)
+        print(f"{name:6s} {what:50s} loss rel diff {worst:.2e}")
+
+
+def plan(tmp, args):
+    model, _, _ = base_args(tmp, "gpt2")
+    return dist.subprocess.run([SHARDC, "plan", model, "--train", "--dim", f"batch={BATCH}"]
+                               + args, capture_output=True, text=True, timeout=600)
+
+
+def test_rings(tmp):
+    for n in (2, 4):
+        p = plan(tmp, ["--mesh", f"cp={n}", "--print-after=localize"])
+        ir = p.stdout + p.stderr
+        shifted = ir.count("shift = 1")  # a Send and a Recv per pair
+        want = 2 * LAYERS * (2 * (n - 1) + 4 * (n - 1) + 2)
+        check(p.returncode == 0 and shifted == want,
+              f"train cp={n}: {shifted} shifted Send/Recv, want {want}: {p.stderr[-500:]}")
+        whole = [ln for ln in ir.splitlines()
+                 if ("= FusedAttention(" in ln or "= FusedAttentionGrad(" in ln)
+                 and "/ring/" not in ln]
+        check(not whole, f"train cp={n}: an attention left whole: {whole[:1]}")
+
+
+def ring_bytes(n, grad):
+    c = SEQ // (2 * n)
+    return (2 * n - 1 if grad else n - 1) * BATCH * HEADS * 2 * c * 2 * HEAD_DIM * 4 * LAYERS
+
+
+def test_plan(tmp):
+    p1 = plan(tmp, ["--json"])
+    if not check(p1.returncode == 0, f"plan --train one rank: {p1.stderr[-500:]}"):
+        return
+    one = json.loads(p1.stdout)
+    for n in (2, 4):
+        p = plan(tmp, ["--mesh", f"cp={n}", "--json"])
+        if not check(p.returncode == 0, f"plan --train cp={n}: {p.stderr[-500:]}"):
+            continue
+        pl = json.loads(p.stdout)
+        cpj = pl.get("context_parallel")
+        if not check(cpj is not None, f"plan --train cp={n}: no context_parallel section"):
+            continue
+        check(cpj["ring_bytes_forward"] == ring_bytes(n, False)
+              and cpj["ring_bytes_backward"] == ring_bytes(n, True),
+              f"cp={n}: ring bytes {cpj['ring_bytes_forward']}, {cpj['ring_bytes_backward']}, "
+              f"want {ring_bytes(n, False)}, {ring_bytes(n, True)} (the formula)")
+        check(cpj["ring_bytes_measured"] == ring_bytes(n, False) + ring_bytes(n, True),
+              f"cp={n}: the step's shifted Send bytes {cpj['ring_bytes_measured']}, want "
+              f"{ring_bytes(n, False) + ring_bytes(n, True)}")
+        a1 = one["context_parallel"]["saved_activation_bytes"] if "context_parallel" in one \
+            else None
+        an = cpj["saved_activation_bytes"]
+        ok = a1 is not None and abs(an * n / a1 - 1) <= 0.25
+        check(ok, f"cp={n}: saved activations per rank {an} bytes, one rank {a1}: "
+                  f"want about 1/{n}")
+        print(f"plan cp={n}: ring {cpj['ring_bytes_forward']} + {cpj['ring_bytes_backward']} "
+              f"bytes; saved activations {an} per rank vs {a1} on one rank "
+              f"(ratio {a1 / an if a1 and an else 0:.2f})")
+
+
+def test_vit(tmp):
+    _, _, base = base_args(tmp, "vit")
+    p = dist.run(base + ["--mesh", "cp=2"])
+    needle = "sequence length 17 does not divide into 2·cp = 4 chunks (cp=2); " \
+             "lengths that do: 16 or 20"
+    check(p.returncode == 2 and needle in p.stderr,
+          f"vit train cp=2: exit {p.returncode}, want '{needle}': {p.stderr[-800:]}")
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC is not set")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("gpt2", "llama"):
+            test_meshes(tmp, name)
+        test_rings(tmp)
+        test_plan(tmp)
+        test_vit(tmp)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
