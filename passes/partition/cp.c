@@ -43,6 +43,7 @@
 #include "ir/sharding.h"
 #include "passes/partition/cp.h"
 #include "passes/partition/partition.h"
+#include "passes/partition/shard_rule.h"
 
 static int32_t perm_const(sc_graph *g, const char *base, int64_t seq, int64_t n, bool inverse) {
   int64_t *idx = sc_arena_array(&g->arena, (size_t)seq, sizeof *idx);
@@ -117,13 +118,88 @@ static void spread(const sc_graph *g, bool *reach) {
     grew = false;
     for (int32_t i = 0; i < g->n_nodes; i++) {
       const sc_node *nd = &g->nodes[i];
-      if (nd->op == SC_OP_SHAPE || nd->op == SC_OP_SIZE) continue;
+      if (nd->op == SC_OP_SHAPE || nd->op == SC_OP_SIZE || (nd->flags & SC_NODE_DEAD)) continue;
       bool in = false;
       for (int32_t k = 0; k < nd->n_inputs && !in; k++) in = nd->inputs[k] >= 0 && reach[nd->inputs[k]];
       for (int32_t j = 0; in && j < nd->n_outputs; j++)
         if (nd->outputs[j] >= 0 && !reach[nd->outputs[j]]) reach[nd->outputs[j]] = grew = true;
     }
   }
+}
+
+/* The readers of value v among live nodes, up to 2 counted; *one the
+ * last. */
+static int32_t readers(const sc_graph *g, int32_t v, int32_t *one) {
+  int32_t cnt = 0;
+  for (int32_t i = 0; i < g->n_nodes && cnt < 2; i++) {
+    if (g->nodes[i].flags & SC_NODE_DEAD) continue;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
+      if (g->nodes[i].inputs[k] == v) {
+        cnt++, *one = i;
+        break;
+      }
+  }
+  return cnt;
+}
+
+static int32_t new_node1(sc_graph *g, sc_op op, const char *base, const int32_t *ins,
+                         int32_t n_in) {
+  char *name = sc_arena_printf(&g->arena, "%s/cp_3d", base);
+  int32_t y = name ? sc_graph_new_value(g, name) : -1;
+  /* named after its output, a fresh (unique) name */
+  int32_t nid = y < 0 ? -1 : sc_graph_add_node(g, op, g->values[y].name, ins, n_in, &y, 1);
+  if (nid < 0 || sc_ops[op].infer(g, &g->nodes[nid]) != SC_OK) return -1;
+  return y;
+}
+
+/* Token-wise products on [b, S] kept 3-D: Reshape(x [b, S, k] -> [b·S, k]),
+ * Gemm (alpha = beta = 1, A not transposed), Reshape back to [b, S, n]
+ * (GPT-2's Conv1D) become MatMul(x, W) + bias, so that the batch split
+ * over dp or fsdp and the sequence split over cp both stay on their own
+ * dims through the product (one split dim of [b·S] cannot hold both). The
+ * second Reshape becomes an Identity of the sum; the Gemm and the first
+ * Reshape are left unread, for the dce pass (the canonical passes after a
+ * training step's build; sc_partition_prepare_cp). */
+static sc_status products_3d(sc_graph *g) {
+  int32_t n_nodes = g->n_nodes;
+  for (int32_t i = 0; i < n_nodes; i++) {
+    sc_node *gm = &g->nodes[i];
+    if (gm->op != SC_OP_GEMM || (gm->flags & SC_NODE_DEAD) || gm->n_inputs < 2 ||
+        sc_attr_float(g, gm, "alpha", 1.0) != 1.0 || sc_attr_float(g, gm, "beta", 1.0) != 1.0 ||
+        sc_attr_int(g, gm, "transA", 0) != 0)
+      continue;
+    int32_t a = gm->inputs[0], y = gm->outputs[0], r1 = g->values[a].producer, r2;
+    if (r1 < 0 || g->nodes[r1].op != SC_OP_RESHAPE || readers(g, y, &r2) != 1 ||
+        g->nodes[r2].op != SC_OP_RESHAPE || g->nodes[r2].inputs[0] != y)
+      continue;
+    const sc_value *x = &g->values[g->nodes[r1].inputs[0]], *av = &g->values[a];
+    const sc_value *yv = &g->values[y], *z = &g->values[g->nodes[r2].outputs[0]];
+    if (x->rank != 3 || av->rank != 2 || yv->rank != 2 || z->rank != 3 ||
+        av->dims[0] != x->dims[0] * x->dims[1] || av->dims[1] != x->dims[2] ||
+        z->dims[0] != x->dims[0] || z->dims[1] != x->dims[1] || z->dims[2] != yv->dims[1])
+      continue;
+    int32_t xid = g->nodes[r1].inputs[0], w = gm->inputs[1];
+    int32_t c = gm->n_inputs > 2 ? gm->inputs[2] : -1;
+    bool trans_b = sc_attr_int(g, gm, "transB", 0) != 0;
+    const char *base = gm->name ? gm->name : "gemm";
+    if (c >= 0 && (g->values[c].rank > 1 || (g->values[c].rank == 1 && g->values[c].dims[0] != yv->dims[1])))
+      continue;
+    if (trans_b) {
+      int32_t t = sc_graph_new_value(g, sc_arena_printf(&g->arena, "%s/cp_3d_wt", base));
+      int32_t nid = t < 0 ? -1 : sc_graph_add_node(g, SC_OP_TRANSPOSE, g->values[t].name, &w, 1, &t, 1);
+      if (nid < 0 || sc_ops[SC_OP_TRANSPOSE].infer(g, &g->nodes[nid]) != SC_OK) return SC_ERR_NOMEM;
+      w = t;
+    }
+    int32_t m = new_node1(g, SC_OP_MATMUL, base, (int32_t[]){xid, w}, 2);
+    if (m >= 0 && c >= 0) m = new_node1(g, SC_OP_ADD, base, (int32_t[]){m, c}, 2);
+    if (m < 0) return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+    sc_node *id = &g->nodes[r2];
+    id->op = SC_OP_IDENTITY;
+    id->n_inputs = 1;
+    id->inputs[0] = m;
+    id->n_attrs = 0;
+  }
+  return SC_OK;
 }
 
 sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, const int32_t *seq_inputs,
@@ -161,10 +237,13 @@ sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, const int32_t *seq_inputs,
                           "sequence of; this model has no fused attention",
                           (long long)n);
   if (sc_cp_check_sequence(seq, n, NULL, &g->diag) != SC_OK) return g->diag.status;
+  sc_status st = products_3d(g);
+  if (st != SC_OK) return st;
   /* the seed: the first computed float value [b, S, hidden] (the token
    * embedding) */
   int32_t seed = -1;
   for (int32_t i = 0; i < g->n_nodes && seed < 0; i++) {
+    if (g->nodes[i].flags & SC_NODE_DEAD) continue;
     const sc_value *y = &g->values[g->nodes[i].outputs[0]];
     if (y->rank == 3 && y->dims[1] == seq && sc_dtype_is_float(y->dtype))
       seed = g->nodes[i].outputs[0];
@@ -188,7 +267,7 @@ sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, const int32_t *seq_inputs,
   reach[seed] = true;
   for (int32_t k = 0; k < n_seq_inputs; k++) reach[seq_inputs[k]] = true;
   spread(g, reach);
-  sc_status st = permute(g, seed, seq, n, seq_inputs, n_seq_inputs, reach);
+  st = permute(g, seed, seq, n, seq_inputs, n_seq_inputs, reach);
   sc_free(reach);
   return st != SC_OK ? st : sc_graph_toposort(g);
 }
@@ -212,8 +291,15 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
                           "the sequence's zig-zag order (sc_train_opts.cp)",
                           (long long)n);
   sc_status st;
-  if (z < 0 && ((st = sc_cp_prepare_graph(g, n, NULL, 0)) != SC_OK || (z = zigzag_node(g)) < 0))
-    return st != SC_OK ? st : SC_ERR_INVALID;
+  if (z < 0) { /* inference: the order, then the nodes it leaves unread removed */
+    sc_pass_opts po;
+    sc_pass_opts_init(&po);
+    po.quiet = true;
+    if ((st = sc_cp_prepare_graph(g, n, NULL, 0)) != SC_OK ||
+        (st = sc_run_passes(g, "dce", &po)) != SC_OK)
+      return st;
+    if ((z = zigzag_node(g)) < 0) return SC_ERR_INVALID;
+  }
   if (sc_attr_int(g, &g->nodes[z], "cp_zigzag", 0) != n)
     return sc_graph_error(g, SC_ERR_USAGE,
                           "context parallelism: the step's sequence is ordered for cp=%lld, the "
@@ -231,20 +317,21 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
     if (!a) return SC_ERR_NOMEM;
     a->i = n;
   }
+  /* the constraint: the sequence over cp, the batch as the data inputs
+   * split it (over dp, fsdp: the first input of the batch's size with a
+   * split dim 0) */
   int32_t x = g->nodes[z].outputs[0];
   sc_sharding s;
   sc_sharding_replicated(&s, 3);
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const sc_sharding *in = sc_graph_sharding(g, g->inputs[i]);
+    if (in && in->n_dim_axes[0] && g->values[g->inputs[i]].dims[0] == g->values[x].dims[0]) {
+      sc_shard_copy_dim(&s, 0, in, 0);
+      break;
+    }
+  }
   sc_sharding_split(&s, 1, p->cp_axis);
   if (sc_graph_set_sharding(g, x, &s) != SC_OK) return g->diag.status;
-  /* the constraint splits the sequence only: a batch split over dp or
-   * fsdp is gathered there (a merged [b·S] dim cannot hold both: docs) */
-  int32_t batch_axis = p->dp_axis >= 0 ? p->dp_axis : p->training ? p->fsdp_axis : -1;
-  if (batch_axis >= 0 &&
-      sc_partition_note_fallback(p, g->values[x].name, "Gather",
-                                 "the batch split over %s is gathered before the sequence split "
-                                 "over cp (dp with cp is not built yet)",
-                                 p->mesh.axes[batch_axis].name) != SC_OK)
-    return SC_ERR_NOMEM;
   return SC_OK;
 }
 

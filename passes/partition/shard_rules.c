@@ -824,10 +824,12 @@ sc_shard_fn sc_shard_rule(sc_op op) {
 
 /* With reduction "add" (an embedding's gradient: dy's rows added into
  * zeros) whose indices and updates arrive split the same way over their
- * leading (row) dims: each rank adds its rows into its own copy, and the
- * sum over those axes is the whole — the output is pending over them, the
- * data joins the pending sum (its first rank holds it). The updates'
- * trailing dims follow the data's. With "add", the scatter is linear in
+ * leading (row) dims (whole indices are sliced like the updates: a
+ * permutation's gradient under cp): each rank adds its rows into its own
+ * copy, and the sum over those axes is the whole — the output is pending
+ * over them, the data joins the pending sum (its first rank holds it). The
+ * updates' trailing dims follow the data's (whole data takes the updates'
+ * split there: those dims are not indexed). With "add", the scatter is linear in
  * the data and the updates: updates pending over some axes (the gradient
  * of a position embedding read with constant indices: the batch's rows
  * summed, pending over the data axes) keep it pending, whole, the data
@@ -855,10 +857,12 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   sc_axes rows = 0;
   bool same = true;
   for (int32_t d = 0; d < lead; d++) {
-    same &= c->in[1].n_dim_axes[d] == c->in[2].n_dim_axes[d] &&
-            sc_sharding_stride(&c->in[1], d) == 1 && sc_sharding_stride(&c->in[2], d) == 1;
+    if (!c->in[1].n_dim_axes[d] && c->in[2].n_dim_axes[d] && sc_sharding_stride(&c->in[2], d) == 1)
+      sc_shard_copy_dim(&c->want[1], d, &c->in[2], d); /* whole indices: sliced alike */
+    same &= c->want[1].n_dim_axes[d] == c->in[2].n_dim_axes[d] &&
+            sc_sharding_stride(&c->want[1], d) == 1 && sc_sharding_stride(&c->in[2], d) == 1;
     for (int32_t j = 0; same && j < c->in[2].n_dim_axes[d]; j++) {
-      same &= c->in[1].dim_axes[d][j] == c->in[2].dim_axes[d][j];
+      same &= c->want[1].dim_axes[d][j] == c->in[2].dim_axes[d][j];
       rows |= 1u << c->in[2].dim_axes[d][j];
     }
   }
@@ -867,6 +871,13 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   /* the data: whole over its indexed dims; its trailing dims as they are,
    * and the updates' trailing dims like them */
   for (int32_t d = 0; d < k; d++) sc_shard_unsplit_dim(&c->want[0], d);
+  for (int32_t d = k; d < data->rank; d++) { /* whole data: sliced like the updates */
+    sc_axes ax = 0;
+    for (int32_t j = 0; j < c->in[2].n_dim_axes[lead + d - k]; j++)
+      ax |= 1u << c->in[2].dim_axes[lead + d - k][j];
+    if (ax && !c->want[0].n_dim_axes[d] && !(ax & (rows | sc_sharding_dim_axes(&c->want[0]))))
+      sc_shard_copy_dim(&c->want[0], d, &c->in[2], lead + d - k);
+  }
   if (sc_sharding_dim_axes(&c->want[0]) & rows) return sc_shard_replicate_all(c);
   for (int32_t d = k; d < data->rank; d++) sc_shard_copy_dim(&c->want[2], lead + d - k, &c->want[0], d);
   c->want[0].partial = rows;

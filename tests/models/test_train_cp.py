@@ -10,7 +10,10 @@ tensor within 2e-4 (SGD) or 2e-2 (AdamW) of its scale, no NaN, for
   cp=2, cp=4, tp=2 x cp=2, fsdp=2 x cp=2, pp=2 x cp=2 (1F1B, 2
   microbatches), dp=2 x cp=2, and cp=2 with --recompute full and selective
   (GPT-2 also fsdp=2 x cp=2 with --recompute full).
-A wrong ring (a block under the wrong mask, a gradient not returned home),
+and nothing computed whole (no fallback warning: dp and fsdp split the
+batch, cp the sequence, on their own dims; the permutations' gradients
+stay split). A wrong ring (a block under the wrong mask, a gradient not
+returned home),
 a loss not reduced over cp (its sum or its count), a gradient of a
 replicated weight not all-reduced over cp, or a position table in the
 wrong order each moves the loss or the weights by far more than these.
@@ -94,6 +97,8 @@ def test_meshes(tmp, name):
         what = " ".join(res["mesh"])
         if not check(res["p"].returncode == 0, f"{name} {what}: {res['p'].stderr[-800:]}"):
             continue
+        check("fallback" not in res["p"].stderr,
+              f"{name} {what}: nodes computed whole: {res['p'].stderr[-800:]}")
         worst = dist.compare(name, what, ref, res, init, 2e-2 if "adamw" in opts else 2e-4)
         print(f"{name:6s} {what:50s} loss rel diff {worst:.2e}")
 
