@@ -42,7 +42,8 @@ typedef struct sc_train_memory {
   int64_t constants;                /* CONST bytes, outside the arena */
   /* The activations saved for the backward: the bytes (unrounded) of the
    * forward values live when the backward begins (at the first step of a
-   * node "…/grad/…", backward_step; -1 and 0 without one) that a later
+   * node "…/grad/…" that reads a computed value, backward_step; -1 and 0
+   * without one) that a later
    * step reads: what Korthikanti et al. count per layer; on the device
    * (an offloaded value's host copy is not counted). */
   int32_t backward_step;
