@@ -37,16 +37,22 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad,
   return SC_MEM_ACTIVATIONS;
 }
 
-/* Whether step k reads a buffer that is not a constant: a gradient step
- * that reads only constants (a slice of a constant index the partitioner
- * made for one, under cp) runs wherever the schedule puts it, often
- * early, and does not begin the backward. */
-static bool reads_computed(const sc_program *p, int32_t k) {
-  for (int32_t j = 0; j < p->steps[k].n_inputs; j++) {
-    int32_t b = p->steps[k].inputs[j], r = b >= 0 ? sc_program_root(p, b) : -1;
-    if (r >= 0 && p->buffers[r].kind != SC_BUF_CONST) return true;
+/* Whether every node an origin names ("a,b,..") is a gradient node
+ * ("…/grad/…"): a step of the backward alone. A kernel fused of the loss's
+ * forward nodes and the first gradient nodes (which read only the labels)
+ * may run anywhere in the forward (it does under cp) and does not begin
+ * the backward. */
+static bool backward_only(const char *origin) {
+  if (!origin || !*origin) return false;
+  for (const char *s = origin; s && *s;) {
+    const char *end = strchr(s, ',');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    bool grad = false;
+    for (size_t i = 0; i + 6 <= len && !grad; i++) grad = memcmp(s + i, "/grad/", 6) == 0;
+    if (!grad) return false;
+    s = end ? end + 1 : NULL;
   }
-  return false;
+  return true;
 }
 
 /* m->saved (train_memory.h): the activation roots the memory plan keeps
@@ -102,8 +108,7 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
   }
   m->backward_step = -1;
   for (int32_t k = 0; st == SC_OK && k < p->n_steps && m->backward_step < 0; k++)
-    if (p->steps[k].origin && strstr(p->steps[k].origin, "/grad/") && reads_computed(p, k))
-      m->backward_step = k;
+    if (backward_only(p->steps[k].origin)) m->backward_step = k;
   if (st == SC_OK && m->backward_step >= 0) st = saved_of(p, m, grad, comm, d);
   m->arena = p->arena_bytes;
   m->host = p->host_bytes;

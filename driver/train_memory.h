@@ -41,9 +41,8 @@ typedef struct sc_train_memory {
   int64_t arena;                    /* planned = allocated */
   int64_t constants;                /* CONST bytes, outside the arena */
   /* The activations saved for the backward: the bytes (unrounded) of the
-   * forward values live when the backward begins (at the first step of a
-   * node "…/grad/…" that reads a computed value, backward_step; -1 and 0
-   * without one) that a later
+   * forward values live when the backward begins (at the first step of
+   * gradient nodes "…/grad/…" alone, backward_step; -1 and 0 without one) that a later
    * step reads: what Korthikanti et al. count per layer; on the device
    * (an offloaded value's host copy is not counted). */
   int32_t backward_step;

@@ -856,7 +856,8 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     int32_t seq_in = sc_graph_find_value(g, o->loss == SC_LOSS_CROSS_ENTROPY ? "labels"
                                             : o->loss == SC_LOSS_MSE         ? "targets"
                                                                              : "");
-    if (sc_cp_prepare_graph(g, o->cp, &seq_in, seq_in >= 0 && g->values[seq_in].rank >= 2) !=
+    if (sc_cp_prepare_graph(g, o->cp, o->cp_batch_split, &seq_in,
+                            seq_in >= 0 && g->values[seq_in].rank >= 2) !=
         SC_OK) {
       *d = g->diag;
       return d->status;

@@ -119,6 +119,8 @@ typedef struct sc_train_opts {
   int64_t cp;                   /* > 1: the mesh's context-parallel size; the
                                    sequence is put in its zig-zag order
                                    before autodiff (passes/partition/cp.h) */
+  bool cp_batch_split;          /* with cp: the batch is split too (dp or
+                                   fsdp > 1) */
   bool no_fuse_attention;       /* leave attention cores unfused (else each
                                    becomes one FusedAttention node before
                                    autodiff: passes/fuse_attention.h) */

@@ -31,11 +31,17 @@
  *   - every graph output in the zig-zag order with a dim 1 of S gets the
  *     inverse permutation (Gather) before it, so it leaves in the natural
  *     order.
- * sc_partition_prepare_cp then (inference: after calling the first part)
- * marks every FusedAttention and FusedAttentionGrad (recomputed copies
- * too) `cp_ring = N` and sets on the seed's Gather the constraint
- * [_, cp, _] (a batch split over dp or fsdp is gathered there: a
- * fallback, noted).
+ *   - before all this, when the batch is split too (dp or fsdp beside
+ *     cp), token-wise products whose rows merge [b, S] (a Reshape, a Gemm,
+ *     a Reshape back) are rewritten as 3-D MatMul + bias (products_3d), so
+ *     that the batch split and the sequence split each keep their own dim
+ *     (without one, the Reshape rule carries the sequence split alone
+ *     through the merge as a stride: shard_rules.c's cp_merge).
+ * sc_partition_prepare_cp then (inference: after calling the first part
+ * and the dce pass) marks every FusedAttention and FusedAttentionGrad
+ * (recomputed copies too) `cp_ring = N` and sets on the seed's Gather the
+ * constraint [batch, cp, _], the batch split as the data inputs' (over dp,
+ * fsdp or none).
  * Errors name the node or value (SC_ERR_USAGE for what is refused). */
 #include <string.h>
 
@@ -154,7 +160,9 @@ static int32_t new_node1(sc_graph *g, sc_op op, const char *base, const int32_t 
 
 /* Token-wise products on [b, S] kept 3-D: Reshape(x [b, S, k] -> [b·S, k]),
  * Gemm (alpha = beta = 1, A not transposed), Reshape back to [b, S, n]
- * (GPT-2's Conv1D) become MatMul(x, W) + bias, so that the batch split
+ * (GPT-2's Conv1D; with transB, MatMul(x, Transpose(W)): a copy of the
+ * weight, GPT-2's tied LM head's, made each step and kept for the
+ * backward) become MatMul(x, W) + bias, so that the batch split
  * over dp or fsdp and the sequence split over cp both stay on their own
  * dims through the product (one split dim of [b·S] cannot hold both). The
  * second Reshape becomes an Identity of the sum; the Gemm and the first
@@ -185,7 +193,8 @@ static sc_status products_3d(sc_graph *g) {
     if (c >= 0 && (g->values[c].rank > 1 || (g->values[c].rank == 1 && g->values[c].dims[0] != yv->dims[1])))
       continue;
     if (trans_b) {
-      int32_t t = sc_graph_new_value(g, sc_arena_printf(&g->arena, "%s/cp_3d_wt", base));
+      char *tn = sc_arena_printf(&g->arena, "%s/cp_3d_wt", base);
+      int32_t t = tn ? sc_graph_new_value(g, tn) : -1;
       int32_t nid = t < 0 ? -1 : sc_graph_add_node(g, SC_OP_TRANSPOSE, g->values[t].name, &w, 1, &t, 1);
       if (nid < 0 || sc_ops[SC_OP_TRANSPOSE].infer(g, &g->nodes[nid]) != SC_OK) return SC_ERR_NOMEM;
       w = t;
@@ -202,8 +211,8 @@ static sc_status products_3d(sc_graph *g) {
   return SC_OK;
 }
 
-sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, const int32_t *seq_inputs,
-                              int32_t n_seq_inputs) {
+sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, bool batch_split,
+                              const int32_t *seq_inputs, int32_t n_seq_inputs) {
   int64_t seq = -1;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     sc_node *nd = &g->nodes[i];
@@ -237,7 +246,7 @@ sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, const int32_t *seq_inputs,
                           "sequence of; this model has no fused attention",
                           (long long)n);
   if (sc_cp_check_sequence(seq, n, NULL, &g->diag) != SC_OK) return g->diag.status;
-  sc_status st = products_3d(g);
+  sc_status st = batch_split ? products_3d(g) : SC_OK;
   if (st != SC_OK) return st;
   /* the seed: the first computed float value [b, S, hidden] (the token
    * embedding) */
@@ -295,7 +304,8 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
     sc_pass_opts po;
     sc_pass_opts_init(&po);
     po.quiet = true;
-    if ((st = sc_cp_prepare_graph(g, n, NULL, 0)) != SC_OK ||
+    bool batch = p->dp_axis >= 0 && p->mesh.axes[p->dp_axis].size > 1;
+    if ((st = sc_cp_prepare_graph(g, n, batch, NULL, 0)) != SC_OK ||
         (st = sc_run_passes(g, "dce", &po)) != SC_OK)
       return st;
     if ((z = zigzag_node(g)) < 0) return SC_ERR_INVALID;

@@ -3,8 +3,10 @@
  * partitioner's, for passes/train.c: a training step is ordered before
  * autodiff, so that its backward is the ordered forward's.
  *
- * sc_cp_prepare_graph(g, n, seq_inputs, n_seq_inputs): every attention's
- * mask checked and folded into its causal flag, the residual stream after
+ * sc_cp_prepare_graph(g, n, batch_split, seq_inputs, n_seq_inputs): every
+ * attention's mask checked and folded into its causal flag, with
+ * batch_split (dp or fsdp beside cp) the products whose rows merge the
+ * batch and the sequence kept 3-D, the residual stream after
  * the token embedding permuted into the zig-zag order of n ranks (a Gather
  * marked cp_zigzag = n, which sc_partition_prepare_cp finds), the
  * seq_inputs (value ids of inputs whose dim 1 is the sequence: labels)
@@ -19,7 +21,7 @@
 
 #include "ir/ir.h"
 
-sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, const int32_t *seq_inputs,
-                              int32_t n_seq_inputs);
+sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, bool batch_split,
+                              const int32_t *seq_inputs, int32_t n_seq_inputs);
 
 #endif

@@ -34,6 +34,9 @@ Also:
   * ViT (17 tokens: not divisible by 2·cp) is refused in training as in
     inference, naming the lengths that divide.
 
+--part gpt2|llama|rest runs one sample's meshes, or everything after them
+(ctest runs the three side by side, each well inside its time limit).
+
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
 import json
@@ -165,16 +168,27 @@ def test_vit(tmp):
           f"vit train cp=2: exit {p.returncode}, want '{needle}': {p.stderr[-800:]}")
 
 
+# --part: what each part runs (tests/CMakeLists.txt runs them side by side)
+PARTS = {"gpt2": ["gpt2"], "llama": ["llama"], "rest": []}
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
         return 1
+    part = None
+    if len(sys.argv) == 3 and sys.argv[1] == "--part" and sys.argv[2] in PARTS:
+        part = sys.argv[2]
+    elif len(sys.argv) != 1:
+        print(f"usage: test_train_cp.py [--part {'|'.join(PARTS)}]")
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
-        for name in ("gpt2", "llama"):
+        for name in (PARTS[part] if part else ["gpt2", "llama"]):
             test_meshes(tmp, name)
-        test_rings(tmp)
-        test_plan(tmp)
-        test_vit(tmp)
+        if part in (None, "rest"):
+            test_rings(tmp)
+            test_plan(tmp)
+            test_vit(tmp)
     return finish()
 
 
