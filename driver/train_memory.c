@@ -161,10 +161,12 @@ sc_status sc_train_comm_of(const sc_program *p, sc_train_comm **out, int32_t *n,
     row->ops++;
     row->async_ops += c->async;
     row->bytes += M;
-    row->sent += c->kind == SC_COMM_ALL_REDUCE ? 2 * (g - 1) * M / g
-                 : c->kind == SC_COMM_SEND     ? M
-                 : c->kind == SC_COMM_RECV     ? 0
-                                               : (g - 1) * M / g;
+    int64_t sent = c->kind == SC_COMM_ALL_REDUCE ? 2 * (g - 1) * M / g
+                   : c->kind == SC_COMM_SEND     ? M
+                   : c->kind == SC_COMM_RECV     ? 0
+                                                 : (g - 1) * M / g;
+    row->sent += sent;
+    if (p->steps[k].origin && strstr(p->steps[k].origin, "/grad/")) row->backward_sent += sent;
   }
   return SC_OK;
 }

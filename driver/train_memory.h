@@ -69,6 +69,9 @@ typedef struct sc_train_comm {
   int64_t group_size;
   int64_t ops, bytes, sent;
   int64_t async_ops; /* of ops: started asynchronously (codegen/overlap.c) */
+  int64_t backward_sent; /* of sent: by steps of gradient nodes ("…/grad/…"
+                            in the origin: the backward's, e.g. its ring
+                            attention's under cp) */
 } sc_train_comm;
 /* The program's collectives by (kind, axes), in first-use order, into a
  * new sc_malloc'd array (*out, NULL when none). */

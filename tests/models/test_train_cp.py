@@ -29,7 +29,7 @@ Also:
     (the program's own, counted by the plan) number L (2 (N − 1) + 4 (N − 1)
     + 2) and send the formula's bytes of docs/context-parallel.md: forward
     (N − 1) and backward (2N − 1) hops of b · kvh · 2c · (d + dv) · 4 bytes
-    per layer; the activations saved for the backward per rank fall by
+    per layer, the backward's (`sent_backward`) apart; the activations saved for the backward per rank fall by
     about N (within 25 % of 1/N of the single rank's);
   * ViT (17 tokens: not divisible by 2·cp) is refused in training as in
     inference, naming the lengths that divide.
@@ -147,7 +147,8 @@ def test_plan(tmp):
         sends = [c for c in pl["collectives"] if c["op"] == "Send" and c["axes"] == "cp"]
         want = ring_bytes(n, False) + ring_bytes(n, True)
         hops = LAYERS * ((n - 1) * 2 + (n - 1) * 4 + 2)
-        check(len(sends) == 1 and sends[0]["sent"] == want and sends[0]["count"] == hops,
+        check(len(sends) == 1 and sends[0]["sent"] == want and sends[0]["count"] == hops
+              and sends[0]["sent_backward"] == ring_bytes(n, True),
               f"plan --train cp={n}: the ring's Sends {sends}, want {hops} sending {want} "
               f"bytes (forward {ring_bytes(n, False)} + backward {ring_bytes(n, True)})")
         saved = pl["saved_activations"]
