@@ -31,6 +31,8 @@ Also:
     (N − 1) and backward (2N − 1) hops of b · kvh · 2c · (d + dv) · 4 bytes
     per layer, the backward's (`sent_backward`) apart; the activations saved for the backward per rank fall by
     about N (within 25 % of 1/N of the single rank's);
+  * `shardc compile --train --mesh cp=2 -o DIR` writes a training bundle
+    that `shardc train DIR` runs as one rank (GPT-2's log, rtol 2e-5);
   * ViT (17 tokens: not divisible by 2·cp) is refused in training as in
     inference, naming the lengths that divide.
 
@@ -160,6 +162,31 @@ def test_plan(tmp):
               f"{saved} per rank vs {one} on one rank (1/{one / saved:.2f})")
 
 
+def test_bundle(tmp):
+    """`compile --train --mesh cp=2` writes a training bundle whose steps
+    are the one-rank run's (losses and gradient norms, rtol 2e-5)."""
+    model, opts, base = base_args(tmp, "gpt2")
+    art = os.path.join(tmp, "cp_bundle")
+    step = [o for o in opts if o != "--lr" and o != "1e-3"]  # the compiled step's options
+    c = dist.subprocess.run([SHARDC, "compile", model, "--train", "--dim", f"batch={BATCH}",
+                             "--mesh", "cp=2", "-o", art] + step,
+                            capture_output=True, text=True, timeout=600)
+    if not check(c.returncode == 0, f"compile --train --mesh cp=2: {c.stderr[-800:]}"):
+        return
+    one, got = os.path.join(tmp, "b_one.jsonl"), os.path.join(tmp, "b_cp.jsonl")
+    data = base[base.index("--labels"):len(base) - len(opts)]  # labels and inputs
+    r1 = dist.run(base + ["--log-json", one])
+    r2 = dist.run([art, "--steps", str(dist.STEPS), "--threads", "1", "--lr", "1e-3",
+                   "--log-json", got] + data)
+    if not check(r1.returncode == 0 and r2.returncode == 0,
+                 f"the cp=2 bundle: {r1.stderr[-500:]} {r2.stderr[-800:]}"):
+        return
+    la, lb = dist.losses(one), dist.losses(got)
+    check(len(la) == len(lb) == dist.STEPS and all(
+        abs(a[k] - b[k]) <= 2e-5 * abs(a[k]) + 1e-7 for a, b in zip(la, lb)
+        for k in ("loss", "grad_norm")), f"the cp=2 bundle's log {lb} vs one rank {la}")
+
+
 def test_vit(tmp):
     _, _, base = base_args(tmp, "vit")
     p = dist.run(base + ["--mesh", "cp=2"])
@@ -189,6 +216,7 @@ def main():
         if part in (None, "rest"):
             test_rings(tmp)
             test_plan(tmp)
+            test_bundle(tmp)
             test_vit(tmp)
     return finish()
 
