@@ -16,6 +16,7 @@
 
 #include "passes/autodiff.h"
 #include "passes/grad_rule.h"
+#include "passes/partition/cp.h"
 #include "passes/pass.h"
 
 void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer) {
@@ -849,6 +850,19 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   g->n_outputs = 0;
   int32_t loss_out = new_output(&c, "loss", loss, d);
   if ((st = built(g, loss_out, "the loss output", d)) != SC_OK) return st;
+  /* context parallelism: the forward and the loss in the sequence's
+   * zig-zag order (the labels or targets with it), before autodiff */
+  if (o->cp > 1) {
+    int32_t seq_in = sc_graph_find_value(g, o->loss == SC_LOSS_CROSS_ENTROPY ? "labels"
+                                            : o->loss == SC_LOSS_MSE         ? "targets"
+                                                                             : "");
+    if (sc_cp_prepare_graph(g, o->cp, o->cp_batch_split, &seq_in,
+                            seq_in >= 0 && g->values[seq_in].rank >= 2) !=
+        SC_OK) {
+      *d = g->diag;
+      return d->status;
+    }
+  }
 
   int32_t *params = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *params);
   int32_t *grads = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *grads);

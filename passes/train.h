@@ -116,6 +116,11 @@ typedef struct sc_train_opts {
   int32_t activation_loading_horizon; /* reload points ahead of the backward
                                    that a copy back starts (>= 0; default 2,
                                    SMP v2's examples) */
+  int64_t cp;                   /* > 1: the mesh's context-parallel size; the
+                                   sequence is put in its zig-zag order
+                                   before autodiff (passes/partition/cp.h) */
+  bool cp_batch_split;          /* with cp: the batch is split too (dp or
+                                   fsdp > 1) */
   bool no_fuse_attention;       /* leave attention cores unfused (else each
                                    becomes one FusedAttention node before
                                    autodiff: passes/fuse_attention.h) */

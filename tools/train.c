@@ -76,7 +76,7 @@ static const char *const USAGE =
     "                       [--tensorboard DIR]\n"
     "                       [--init [GLOB=]SPEC]... [--seed N] [--init-residual-scale]\n"
     "                       [--no-weights]\n"
-    "                       [--mesh dp=R,fsdp=S,tp=T,pp=P] [--zero 1|2|3] [--no-overlap]\n"
+    "                       [--mesh dp=R,fsdp=S,tp=T,pp=P,cp=C] [--zero 1|2|3] [--no-overlap]\n"
     "                       [--hybrid-shard-degree S] [--no-reshard-after-forward]\n"
     "                       [--sequence-parallel] [--comm local|cuda-local|mpi|tcp|nccl]\n"
     "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
