@@ -205,8 +205,8 @@ static int cmp_key(const void *x, const void *y) {
  * topological sort would move every backward node that reads forward
  * values alone into the forward, where its result would live until the
  * backward. Keys: existing node j 3j+1, before it 3j, after it 3j+2; ties
- * in creation order. */
-static sc_status place_new(sc_graph *g, int32_t nn, sc_diag *d) {
+ * in creation order. *mark, an existing node's index, becomes its new one. */
+static sc_status place_new(sc_graph *g, int32_t nn, int32_t *mark, sc_diag *d) {
   int32_t total = g->n_nodes;
   int64_t *key = sc_malloc(((size_t)total + 1) * sizeof *key);
   int32_t *anchor = sc_malloc(((size_t)total + 1) * sizeof *anchor);
@@ -242,7 +242,10 @@ static sc_status place_new(sc_graph *g, int32_t nn, sc_diag *d) {
     for (int32_t i = 0; i < total; i++) order[i] = i;
     sort_keys = key;
     qsort(order, (size_t)total, sizeof *order, cmp_key);
-    for (int32_t i = 0; i < total; i++) nodes[i] = g->nodes[order[i]];
+    for (int32_t i = 0; i < total; i++) {
+      nodes[i] = g->nodes[order[i]];
+      if (order[i] == *mark) *mark = i;
+    }
     memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
     for (int32_t i = 0; i < total; i++)
       for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
@@ -260,9 +263,10 @@ static sc_status place_new(sc_graph *g, int32_t nn, sc_diag *d) {
   return st;
 }
 
-sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, int32_t n_params,
-                         int32_t history, sc_fp8_report *r, sc_diag *d) {
+sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t *n_fwd_io, const int32_t *params,
+                         int32_t n_params, int32_t history, sc_fp8_report *r, sc_diag *d) {
   sc_graph *g = c->g;
+  int32_t n_fwd = *n_fwd_io;
   memset(r, 0, sizeof *r);
   r->ran = true;
   r->history = history;
@@ -304,11 +308,15 @@ sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, i
   }
   c->node = saved_node;
   c->tag = saved_tag;
-  if (st == SC_OK) st = place_new(g, nn0, d);
+  /* the first backward node's new index: the forward's nodes, the added
+   * ones placed among them included, come before it */
+  int32_t first_bwd = n_fwd < nn0 ? n_fwd : -1;
+  if (st == SC_OK) st = place_new(g, nn0, &first_bwd, d);
+  if (st == SC_OK) *n_fwd_io = n_fwd < nn0 ? first_bwd : g->n_nodes;
   return st;
 }
 
-sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d) {
+sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, int32_t last, sc_diag *d) {
   sc_graph *g = c->g;
   for (int32_t k = 0; k < r->n_meta; k++) {
     sc_fp8_meta *m = &r->meta[k];
@@ -328,6 +336,19 @@ sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d) {
                                            (int32_t[]){m->history, gb_ints(c, (int64_t[]){0}, 1),
                                                        gb_ints(c, (int64_t[]){1}, 1)}, 3),
                       gb_reshape(c, m->amax, 1, (int64_t[]){1}));
+    /* not applied: as it was; with accumulation, a microbatch before the
+     * last records its amax in h[0], and the last one, not applied, puts
+     * back the step's start (h[0] = 0, the rest untouched since) */
+    m->kept_history = m->history;
+    if (last >= 0) {
+      int32_t rest = n == 1 ? -1
+                            : gb_op(c, SC_OP_SLICE,
+                                    (int32_t[]){m->history, gb_ints(c, (int64_t[]){1}, 1),
+                                                gb_ints(c, (int64_t[]){n}, 1)}, 3);
+      int32_t rec = n == 1 ? h0 : gb_op_i(c, SC_OP_CONCAT, (int32_t[]){h0, rest}, 2, "axis", 0);
+      int32_t reset = n == 1 ? zero : gb_op_i(c, SC_OP_CONCAT, (int32_t[]){zero, rest}, 2, "axis", 0);
+      m->kept_history = gb_where(c, last, reset, rec);
+    }
     if (n == 1) {
       m->new_history = zero;
     } else if (n == 2) {
@@ -338,7 +359,7 @@ sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d) {
                                       gb_ints(c, (int64_t[]){n}, 1)}, 3);
       m->new_history = gb_op_i(c, SC_OP_CONCAT, (int32_t[]){zero, mid, h0}, 3, "axis", 0);
     }
-    if (m->new_scale < 0 || m->new_history < 0)
+    if (m->new_scale < 0 || m->new_history < 0 || m->kept_history < 0)
       return sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_NOMEM, NULL, NULL,
                          "fp8: the scaling update of '%s': %s", m->name, g->diag.msg);
   }
