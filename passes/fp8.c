@@ -242,9 +242,10 @@ static sc_status place_new(sc_graph *g, int32_t nn, int32_t *mark, sc_diag *d) {
     for (int32_t i = 0; i < total; i++) order[i] = i;
     sort_keys = key;
     qsort(order, (size_t)total, sizeof *order, cmp_key);
+    int32_t moved = *mark;
     for (int32_t i = 0; i < total; i++) {
       nodes[i] = g->nodes[order[i]];
-      if (order[i] == *mark) *mark = i;
+      if (order[i] == moved) *mark = i;
     }
     memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
     for (int32_t i = 0; i < total; i++)
