@@ -11,7 +11,9 @@
  * Cast(product · (1/s_a · 1/s_b) [+ bias], old dtype). The bf16 casts the
  * products no longer read are left to dead-code elimination. The added
  * nodes are then placed next to what they serve (place_new), the forward
- * and the backward keeping their order. */
+ * and the backward keeping their order; the caller learns where the
+ * backward now begins (recompute and offloading take what comes before as
+ * the forward). */
 #include "passes/fp8.h"
 
 #include <float.h>
