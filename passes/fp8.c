@@ -6,7 +6,10 @@
  * (Cast(Cast(X·s, f8e4m3fn), f32), the cast saturating at ±448), its output
  * gradient dY once (f8e5m2, ±57344), and every product of the layer reads
  * those in place of its bf16 operands (through the Reshape autodiff put in
- * between, rebuilt over the new operand). A product's result becomes a
+ * between, rebuilt over the new operand); the backward products read a
+ * widening of X's and W's FP8 values of their own, so that the FP8 value,
+ * not its f32 widening, is what lives until the backward (codegen/fuse.c
+ * keeps it a stored output). A product's result becomes a
  * new f32 value; its old value, which its readers keep reading, is now
  * Cast(product · (1/s_a · 1/s_b) [+ bias], old dtype). The bf16 casts the
  * products no longer read are left to dead-code elimination. The added
@@ -79,6 +82,7 @@ typedef struct layer {
   int32_t node;            /* the forward product */
   int32_t op[2];           /* its bf16 operands X, W */
   int32_t q[Q_COUNT];      /* quantized X, W, dY (-1: not yet) */
+  int32_t qb[Q_COUNT];     /* X, W widened again for the backward (-1: not yet) */
   int32_t inv[Q_COUNT];    /* their inverse scales */
   int32_t grad_src;        /* the bf16 dY the backward products read */
   int32_t history;
@@ -128,6 +132,10 @@ static sc_status rewrite_product(sc_grad_ctx *c, layer *L, int32_t b, const char
       L->grad_src = base;
     }
     int32_t q = quantized(c, L, k, base);
+    if (q >= 0 && b != L->node && k != Q_GRAD) { /* the backward widens the FP8 value itself */
+      if (L->qb[k] < 0) L->qb[k] = gb_cast(c, g->nodes[g->values[q].producer].inputs[0], SC_DTYPE_F32);
+      q = L->qb[k];
+    }
     if (q >= 0 && base != v) { /* the same Reshape over the quantized tensor */
       sc_value rv = g->values[v];
       q = gb_reshape(c, q, rv.rank, rv.dims);
@@ -295,7 +303,7 @@ sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t *n_fwd_io, const int32_t *param
       continue;
     }
     layer L = {.node = i, .op = {g->nodes[i].inputs[0], g->nodes[i].inputs[1]},
-               .q = {-1, -1, -1}, .inv = {-1, -1, -1}, .grad_src = -1, .history = history,
+               .q = {-1, -1, -1}, .qb = {-1, -1, -1}, .inv = {-1, -1, -1}, .grad_src = -1, .history = history,
                .r = r};
     c->node = i;
     char prefix[512];
