@@ -809,10 +809,6 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   int32_t counter = 0;
   sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
   if ((st = matmul_transposed(&c, d)) != SC_OK) return st;
-  if (o->fp8 && (o->recompute != SC_RECOMPUTE_NONE || o->grad_accum > 1))
-    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "--precision fp8 with %s is not built yet",
-                       o->grad_accum > 1 ? "gradient accumulation" : "--recompute");
   if ((o->bf16 || o->fp16 || o->fp8) &&
       ((st = to_low_precision(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK ||
        (st = low_chains(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK))
@@ -879,7 +875,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   }
   int32_t n_fwd = g->n_nodes; /* the forward and the loss; autodiff appends the backward */
   if ((st = sc_autodiff(g, seed_loss, params, info->n_params, grads, d)) != SC_OK) return st;
-  if (o->fp8 && (st = sc_fp8_rewrite(&c, n_fwd, params, info->n_params,
+  if (o->fp8 && (st = sc_fp8_rewrite(&c, &n_fwd, params, info->n_params,
                                      o->fp8_history > 0 ? o->fp8_history : SC_FP8_DEFAULT_HISTORY,
                                      &info->fp8, d)) != SC_OK)
     return st;
@@ -1000,12 +996,15 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     if (coef >= 0) gr = gb_2(&c, SC_OP_MUL, gr, coef);
     if ((st = update(&c, o, p, gr, lr, bc1, bc2, ok, d)) != SC_OK) return st;
   }
-  if (o->fp8 && (st = sc_fp8_update(&c, &info->fp8, d)) != SC_OK) return st;
+  /* the step's last microbatch: the input applied_flag made */
+  int32_t last = o->grad_accum > 1 && !o->pipeline ? sc_graph_find_value(g, "train:apply") : -1;
+  if (o->fp8 && (st = sc_fp8_update(&c, &info->fp8, last, d)) != SC_OK) return st;
   for (int32_t k = 0; o->fp8 && k < info->fp8.n_meta; k++) {
     const sc_fp8_meta *m = &info->fp8.meta[k];
     char name[512];
     snprintf(name, sizeof name, "%s.fp8_amax_history", m->name);
-    if ((st = guarded_output(&c, name, ok, m->new_history, m->history, d)) != SC_OK) return st;
+    if ((st = guarded_output(&c, name, ok, m->new_history, m->kept_history, d)) != SC_OK)
+      return st;
     snprintf(name, sizeof name, "%s.fp8_scale", m->name);
     if ((st = guarded_output(&c, name, ok, m->new_scale, m->scale, d)) != SC_OK) return st;
   }

@@ -90,6 +90,17 @@ sc_status sc_cost_collective_algo(const sc_cluster *c, sc_coll_kind k, sc_coll_a
   }
   if (!cross && c->profile.n_comms > 0) out->latency_s += c->profile.comms[0].overhead_s;
   out->transfer_s = out->bytes_per_rank / l->bandwidth_bytes_per_s;
+  if (k == SC_COLL_ALL_TO_ALL && cross && g.ranks > g.nodes) {
+    /* each rank's B/n to each peer: the m − 1 in its node over NVLink at
+     * the same time as the n − m elsewhere over the network; the slower
+     * part is the time */
+    const sc_cluster_link *intra = NULL;
+    if (link_of(c, false, &intra, d) != SC_OK) return d->status;
+    double m = (double)(g.ranks / g.nodes);
+    double net = (n - m) / n * bytes / l->bandwidth_bytes_per_s;
+    double nv = (m - 1) / n * bytes / intra->bandwidth_bytes_per_s;
+    out->transfer_s = net > nv ? net : nv;
+  }
   out->seconds = out->latency_s + out->transfer_s;
   return SC_OK;
 }
