@@ -22,12 +22,17 @@
 #include "driver/driver.h"
 #include "passes/train.h"
 
-enum { SC_TRAIN_ARGS_MAX_FREEZE = 64 };
+enum { SC_TRAIN_ARGS_MAX_FREEZE = 64, SC_TRAIN_ARGS_MAX_AUX = 16 };
 
 typedef struct sc_train_args {
   sc_train_opts t;             /* complete after sc_train_args_finish */
   const char *freeze[SC_TRAIN_ARGS_MAX_FREEZE];
   int32_t n_freeze;
+  sc_aux_loss aux[SC_TRAIN_ARGS_MAX_AUX]; /* --aux-loss NAME=COEF; names borrowed
+                                  from argv (NAME is the text before '=',
+                                  copied into aux_names) */
+  char aux_names[SC_TRAIN_ARGS_MAX_AUX][256];
+  int32_t n_aux;
   bool wd_given;               /* --weight-decay appeared */
   bool recompute_auto;         /* --recompute auto */
   int64_t memory_budget;       /* --memory-budget BYTES (0: none) */
