@@ -10,7 +10,7 @@ Nothing is downloaded: every model is built from a small config object with
 random weights drawn from a fixed seed, so a rerun with the pinned toolchain in
 samples/requirements.txt gives the same files.
 
-Torch models (mlp, resnet, gpt2, bert, llama, vit) are exported with the classic
+Torch models (mlp, resnet, gpt2, bert, llama, vit, moe) are exported with the classic
 TorchScript exporter (dynamo=False), opset 17, with a symbolic "batch" dimension.
 
 gpt_1p5b.onnx is a GPT-2 XL sized graph (48 layers, 1.56e9 parameters) built
