@@ -20,6 +20,11 @@ On seeded token ids (batch 2, labels uniform in [0, 1000)):
     head have no path to aux_loss (the top-k choice and the capacity masks
     are integer or 0/1 values computed from indices, no float path), so
     the step has no such parameters and the checkpoint lacks them;
+  * partitioned (batch 4): `shardc run` over tp=2, dp=2 and pp=2 equals
+    onnxruntime (rtol 1e-4, atol 1e-5; the aux loss averages over the whole
+    batch, so dp must gather it right), and 3 AdamW steps with the aux loss
+    over dp=2 and tp=2 give one rank's losses within rtol 1e-5 (measured
+    1e-7: sums in another order);
   * refused with exit 2 and the option named: --aux-loss without '=', with
     a coefficient that is no number or is not finite, the same name twice;
     refused naming the output: a name the model lacks, a non-scalar output.
@@ -119,6 +124,41 @@ def main():
                       "layers.1.block_sparse_moe.w3", "lm_head.weight.T", "norm.weight"):
                 check(k not in moved, "aux loss alone: %s is in the step (moved by %s)"
                       % (k, moved.get(k)))
+
+        # partitioned: inference against onnxruntime, training against one rank
+        np.save(os.path.join(tmp, "ids4.npy"), rng.integers(0, 1000, (4, 16)).astype(np.int64))
+        np.save(os.path.join(tmp, "labels4.npy"), rng.integers(0, 1000, (4, 16)).astype(np.int64))
+        want = ort.InferenceSession(MODEL).run(None, {"input_ids": np.load(tmp + "/ids4.npy")})
+        for mesh in ("tp=2", "dp=2", "pp=2"):
+            out = os.path.join(tmp, "out_" + mesh)
+            r = subprocess.run([SHARDC, "run", MODEL, "--dim", "batch=4", "--mesh", mesh,
+                                "--input", "input_ids=%s/ids4.npy" % tmp, "--output-dir", out,
+                                "--quiet"], capture_output=True, text=True, timeout=300)
+            if not check(r.returncode == 0, "run --mesh %s: %s" % (mesh, r.stderr[-400:])):
+                continue
+            for name, w in zip(("logits", "aux_loss"), want):
+                g = np.load(os.path.join(out, name + ".npy"))
+                check(g.shape == w.shape and not np.isnan(g).any()
+                      and np.allclose(g, w, rtol=1e-4, atol=1e-5),
+                      "run --mesh %s: %s differs from onnxruntime by %s" % (
+                          mesh, name, np.abs(g - w).max() if g.shape == w.shape else g.shape))
+        losses = {}
+        for mesh in ("", "dp=2", "tp=2"):
+            log = os.path.join(tmp, "log_%s.jsonl" % mesh)
+            r = subprocess.run([SHARDC, "train", MODEL, "--dim", "batch=4", "--steps", "3",
+                                "--data", "input_ids=%s/ids4.npy" % tmp,
+                                "--labels", "%s/labels4.npy" % tmp, "--optimizer", "adamw",
+                                "--aux-loss", "aux_loss=0.02", "--log-json", log, "--quiet"]
+                               + (["--mesh", mesh] if mesh else []),
+                               capture_output=True, text=True, timeout=300)
+            if check(r.returncode == 0, "train --mesh %s: %s" % (mesh, r.stderr[-400:])):
+                import json
+                losses[mesh] = np.array([json.loads(line)["loss"] for line in open(log)])
+        for mesh in ("dp=2", "tp=2"):
+            if "" in losses and mesh in losses:
+                check(np.allclose(losses[mesh], losses[""], rtol=1e-5, atol=0),
+                      "train --mesh %s: losses %s, one rank %s" % (mesh, losses[mesh],
+                                                                  losses[""]))
 
         refused(tmp, ["--aux-loss", "aux_loss"], ["--aux-loss", "NAME=COEF"], 2)
         refused(tmp, ["--aux-loss", "aux_loss=x"], ["--aux-loss", "aux_loss=x"], 2)
