@@ -576,12 +576,14 @@ def moe_module(c=MOE):
 
         def forward(self, input_ids):
             x = self.embed_tokens(input_ids) + self.embed_positions
-            aux = []
+            # the mean over layers of each layer's load-balancing loss,
+            # summed as it goes so that every layer computes the same ops
+            # (an Add and a Div: the layers stay identical blocks)
+            aux = torch.zeros(())
             for layer in self.layers:
                 x, a = layer(x)
-                aux.append(a)
-            # the mean over layers of each layer's load-balancing loss
-            return self.lm_head(self.norm(x)), torch.stack(aux).mean()
+                aux = aux + a / len(self.layers)
+            return self.lm_head(self.norm(x)), aux
 
     return MoeLM()
 
