@@ -89,6 +89,7 @@ typedef enum sc_optimizer_kind { SC_OPTIMIZER_SGD, SC_OPTIMIZER_ADAMW } sc_optim
 /* A scalar output of the model added to the loss times a coefficient (a
  * mixture-of-experts model's load-balancing loss: `--aux-loss NAME=COEF`,
  * docs/moe.md). */
+enum { SC_TRAIN_MAX_AUX = 16 }; /* auxiliary losses a step takes at most */
 typedef struct sc_aux_loss {
   const char *name;             /* the model output (float, rank 0) */
   double coef;                  /* its weight in the loss */

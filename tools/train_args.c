@@ -125,8 +125,8 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
         !isfinite(coef))
       return sc_cli_usage_error("--aux-loss expects NAME=COEF (a model output and a finite "
                                 "number), got '%s'", v);
-    if (a->n_aux == SC_TRAIN_ARGS_MAX_AUX)
-      return sc_cli_usage_error("at most %d --aux-loss", SC_TRAIN_ARGS_MAX_AUX);
+    if (a->n_aux == SC_TRAIN_MAX_AUX)
+      return sc_cli_usage_error("at most %d --aux-loss", SC_TRAIN_MAX_AUX);
     for (int32_t k = 0; k < a->n_aux; k++)
       if (strlen(a->aux_names[k]) == len && strncmp(a->aux_names[k], v, len) == 0)
         return sc_cli_usage_error("--aux-loss %.*s given twice", (int)len, v);
