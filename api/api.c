@@ -720,8 +720,9 @@ static sc_status train_fail(sc_training *t, const sc_diag *d) {
   return d->status;
 }
 
-/* The public settings as the pass's options. */
-static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, sc_diag *d) {
+/* The public settings as the pass's options (o->aux in aux[SC_TRAIN_MAX_AUX]). */
+static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, sc_aux_loss *aux,
+                               sc_diag *d) {
   bool adamw = s->optimizer && strcmp(s->optimizer, "adamw") == 0;
   if (s->optimizer && !adamw && strcmp(s->optimizer, "sgd") != 0)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "optimizer '%s': expected sgd or adamw",
@@ -747,6 +748,17 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
   o->clip_grad_norm = s->clip_grad_norm;
   o->freeze = s->freeze;
   o->n_freeze = s->n_freeze;
+  if (s->n_aux_losses < 0 || s->n_aux_losses > SC_TRAIN_MAX_AUX ||
+      (s->n_aux_losses && (!s->aux_loss_names || !s->aux_loss_coefs)))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "aux losses: %d (at most %d, with names and "
+                       "coefficients)", (int)s->n_aux_losses, SC_TRAIN_MAX_AUX);
+  for (int32_t k = 0; k < s->n_aux_losses; k++) {
+    if (!s->aux_loss_names[k])
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "aux loss %d has no name", (int)k);
+    aux[k] = (sc_aux_loss){s->aux_loss_names[k], s->aux_loss_coefs[k]};
+  }
+  o->aux = aux;
+  o->n_aux = s->n_aux_losses;
   const char *prec = s->precision ? s->precision : "fp32";
   if (strcmp(prec, "fp32") != 0 && strcmp(prec, "bf16") != 0 && strcmp(prec, "fp16") != 0)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
@@ -769,13 +781,13 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
 }
 
 /* The training step of settings s built from model_path (*b; o: the
- * pass's options, which the manifest reads), on one rank or partitioned
- * over s->parallel. */
+ * pass's options, which the manifest reads, its auxiliary losses in
+ * aux[SC_TRAIN_MAX_AUX]), on one rank or partitioned over s->parallel. */
 static sc_status training_build(const char *model_path, const sc_training_settings *s,
-                                sc_train_opts *o, sc_build **b, sc_diag *d) {
+                                sc_train_opts *o, sc_aux_loss *aux, sc_build **b, sc_diag *d) {
   *b = NULL;
   sc_status st = !s ? sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no settings")
-                    : train_opts_of(s, o, d);
+                    : train_opts_of(s, o, aux, d);
   if (st == SC_OK) st = check_comm(s->comm, NULL, d);
   if (st != SC_OK) return st;
   return build(model_path, s->dims, s->n_dims, &s->parallel, o, false, true, false, true, b, d);
@@ -789,7 +801,8 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_train_opts o;
-  sc_status st = training_build(model_path, s, &o, &t->build, &d);
+  sc_aux_loss aux[SC_TRAIN_MAX_AUX];
+  sc_status st = training_build(model_path, s, &o, aux, &t->build, &d);
   if (st == SC_OK) st = sc_build_train_manifest(t->build, &o, &t->own, &d);
   if (st == SC_OK) {
     const char *slash = strrchr(model_path, '/');
@@ -869,12 +882,13 @@ sc_status sc_training_plan_json(const char *model_path, const sc_training_settin
   sc_diag_clear(&d);
   sc_build *b = NULL;
   sc_train_opts o;
+  sc_aux_loss aux[SC_TRAIN_MAX_AUX];
   char *plan = NULL, *report = NULL;
   sc_status st = !plan_json || !report_json
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "plan_json or report_json is NULL")
                  : !s || (!s->parallel.mesh && !s->parallel.plan_file && !s->parallel.plan_json)
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh")
-                     : training_build(model_path, s, &o, &b, &d);
+                     : training_build(model_path, s, &o, aux, &b, &d);
   if (st == SC_OK) st = sc_partition_complete_plan(b->part, b->plan, &d);
   if (st == SC_OK && !(plan = sc_plan_write_json_string(b->plan, &d))) st = d.status;
   if (st == SC_OK) st = train_report_json(b, &report, &d);

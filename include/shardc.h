@@ -273,6 +273,13 @@ typedef struct sc_training_settings {
   const char *recompute;       /* "none" (NULL), "selective" or "full": the
                                   forward activations recomputed in the
                                   backward (`--recompute`, docs/training.md) */
+  const char *const *aux_loss_names; /* model outputs (float scalars, e.g. a
+                                  mixture of experts' load-balancing loss)
+                                  added to the loss, each times
+                                  aux_loss_coefs[k] (`--aux-loss NAME=COEF`,
+                                  docs/moe.md); at most 16 */
+  const double *aux_loss_coefs;
+  int32_t n_aux_losses;
 } sc_training_settings;
 /* PyTorch's defaults for optimizer "sgd" or "adamw" (lr is per step). */
 void sc_training_settings_init(sc_training_settings *s, const char *optimizer);

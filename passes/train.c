@@ -11,6 +11,7 @@
 #include "passes/train.h"
 
 #include <fnmatch.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -361,8 +362,21 @@ static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info 
   return SC_OK;
 }
 
-static int32_t find_output(const sc_graph *g, const char *name) {
-  if (!name) return g->n_outputs == 1 ? g->outputs[0] : -1;
+static bool is_aux(const sc_train_opts *o, const char *name) {
+  for (int32_t k = 0; name && k < o->n_aux; k++)
+    if (strcmp(o->aux[k].name, name) == 0) return true;
+  return false;
+}
+
+/* The output named `name`; NULL: the only output that no auxiliary loss
+ * names (-1: none, or several). */
+static int32_t find_output(const sc_graph *g, const sc_train_opts *o, const char *name) {
+  if (!name) {
+    int32_t found = -1, n = 0;
+    for (int32_t i = 0; i < g->n_outputs; i++)
+      if (!is_aux(o, g->values[g->outputs[i]].name)) found = g->outputs[i], n++;
+    return n == 1 ? found : -1;
+  }
   for (int32_t i = 0; i < g->n_outputs; i++) {
     const char *n = g->values[g->outputs[i]].name;
     if (n && strcmp(n, name) == 0) return g->outputs[i];
@@ -794,6 +808,37 @@ static void forward_order(const sc_graph *g, int32_t n_fwd, const sc_train_info 
   sc_free(first);
 }
 
+/* loss + Σ coef_k · aux_k over o->aux: each a float scalar output of the
+ * model; added in the loss's dtype, in the order given. loss NULL: only
+ * checks them (before the loss is looked for, so that a misspelt name is
+ * what the error names). */
+static sc_status add_aux_losses(sc_grad_ctx *c, const sc_train_opts *o, int32_t *loss,
+                                sc_diag *d) {
+  sc_graph *g = c->g;
+  for (int32_t k = 0; k < o->n_aux; k++) {
+    const sc_aux_loss *a = &o->aux[k];
+    int32_t v = find_output(g, o, a->name);
+    if (v < 0)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "--aux-loss %s: the model has no output named '%s'", a->name, a->name);
+    const sc_value *x = &g->values[v];
+    if (x->rank != 0 || !is_float(x->dtype))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "--aux-loss %s: the output must be a float scalar, it is %s of rank %d",
+                         a->name, sc_dtype_name(x->dtype), (int)x->rank);
+    if (!isfinite(a->coef))
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "--aux-loss %s: coefficient %g",
+                         a->name, a->coef);
+    if (!loss) continue;
+    sc_dtype t = g->values[*loss].dtype;
+    int32_t term = gb_2(c, SC_OP_MUL, gb_cast(c, v, t), gb_scalar(c, t, a->coef));
+    *loss = term < 0 ? -1 : gb_2(c, SC_OP_ADD, *loss, term);
+    sc_status st = built(g, *loss, "an auxiliary loss", d);
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d) {
   memset(info, 0, sizeof *info);
   sc_status st = o->untie || o->shape_only ? SC_OK : tie_weights(g, info, d);
@@ -826,7 +871,8 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
       return st;
     }
   }
-  int32_t y = find_output(g, o->logits);
+  if ((st = add_aux_losses(&c, o, NULL, d)) != SC_OK) return st;
+  int32_t y = find_output(g, o, o->logits);
   if (y < 0 && o->logits)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the model has no output named '%s'",
                        o->logits);
@@ -838,6 +884,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
                  : o->loss == SC_LOSS_MSE         ? mse(&c, y, d)
                                                   : y;
   if ((st = built(g, loss, "the loss", d)) != SC_OK) return st;
+  if ((st = add_aux_losses(&c, o, &loss, d)) != SC_OK) return st;
   if (o->loss == SC_LOSS_CROSS_ENTROPY && g->values[y].rank > 0)
     info->classes = g->values[y].dims[g->values[y].rank - 1];
   /* the model's own outputs are not the step's: nothing reads them, and a

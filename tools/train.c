@@ -65,6 +65,7 @@ static const char *const USAGE =
     "shardc train (MODEL.onnx | BUNDLE) --data NAME=FILE.npy...\n"
     "                       (--labels FILE.npy | --targets FILE.npy)\n"
     "                       [--loss cross-entropy|mse|output:NAME] [--logits NAME]\n"
+    "                       [--aux-loss NAME=COEF]...\n"
     "                       [--ignore-index N] [--dim NAME=V]... --steps N\n"
     "                       [--optimizer sgd|adamw] [--lr X] [--momentum M] [--nesterov]\n"
     "                       [--weight-decay W] [--betas B1,B2] [--eps E]\n"

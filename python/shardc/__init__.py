@@ -377,6 +377,7 @@ class TrainConfig:
     clip_grad_norm: float = 0.0
     ignore_index: int = None
     freeze: list = field(default_factory=list)
+    aux_losses: dict = field(default_factory=dict)   # output name -> coefficient (--aux-loss)
     precision: str = "fp32"
     recompute: str = None     # "none" (None), "selective", "full"; auto=True chooses it
     threads: int = 0
@@ -500,13 +501,17 @@ def _settings(model, cfg, parallel, comm):
     s.nesterov = cfg.nesterov
     s.clip_grad_norm = cfg.clip_grad_norm
     s.freeze, s.n_freeze = freeze, len(cfg.freeze)
+    n_aux = len(cfg.aux_losses)
+    aux_names = (ctypes.c_char_p * max(1, n_aux))(*[_b(k) for k in cfg.aux_losses])
+    aux_coefs = (ctypes.c_double * max(1, n_aux))(*[float(v) for v in cfg.aux_losses.values()])
+    s.aux_loss_names, s.aux_loss_coefs, s.n_aux_losses = aux_names, aux_coefs, n_aux
     s.threads = cfg.threads
     s.precision = _b(cfg.precision)
     s.recompute = _b(cfg.recompute)
     if parallel is not None:
         s.parallel = parallel
         s.comm = _b(comm)
-    return s, (dims, freeze, parallel)
+    return s, (dims, freeze, aux_names, aux_coefs, parallel)
 
 
 class Training:

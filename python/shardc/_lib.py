@@ -70,7 +70,9 @@ class TrainingSettings(ctypes.Structure):
                 ("clip_grad_norm", c_double), ("freeze", POINTER(c_char_p)),
                 ("n_freeze", c_int32), ("threads", ctypes.c_int), ("precision", c_char_p),
                 ("parallel", ParallelOpts), ("comm", c_char_p),
-                ("recompute", c_char_p)]
+                ("recompute", c_char_p),
+                ("aux_loss_names", POINTER(c_char_p)), ("aux_loss_coefs", POINTER(c_double)),
+                ("n_aux_losses", c_int32)]
 
 
 def _find():

@@ -163,6 +163,31 @@ def test_training_equals_cli(source, shardc_cli, tmp_path):
     assert a.loss == b.loss and a.lr == b.lr
 
 
+def test_aux_loss_equals_cli(source, shardc_cli, tmp_path, rng):
+    """TrainConfig.aux_losses is `shardc train --aux-loss`: the moe sample's
+    2 SGD steps with its load-balancing loss at 0.02 give the CLI's losses
+    bit for bit; an unknown output is refused, naming it."""
+    path = f"{source}/samples/moe.onnx"
+    ids = rng.integers(0, 1000, (4, 16)).astype(np.int64)
+    labels = rng.integers(0, 1000, (4, 16)).astype(np.int64)
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "labels.npy", labels)
+    subprocess.run([shardc_cli, "train", path, "--data", f"input_ids={tmp_path}/ids.npy",
+                    "--labels", f"{tmp_path}/labels.npy", "--dim", "batch=2", "--steps", "2",
+                    "--optimizer", "sgd", "--lr", "0.05", "--aux-loss", "aux_loss=0.02",
+                    "--log-json", str(tmp_path / "log.jsonl"), "--quiet"],
+                   check=True, capture_output=True)
+    log = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    cfg = shardc.TrainConfig(optimizer="sgd", lr=0.05, aux_losses={"aux_loss": 0.02})
+    t = shardc.compile(shardc.load(path, dims={"batch": 2}), train=cfg)
+    for i in range(2):
+        out = t.step({"input_ids": ids[2 * i:2 * i + 2]}, labels=labels[2 * i:2 * i + 2])
+        assert f"{out.loss:.9g}" == f"{log[i]['loss']:.9g}", (i, out.loss, log[i]["loss"])
+    with pytest.raises(shardc.Error, match="no_such_output"):
+        shardc.compile(shardc.load(path, dims={"batch": 2}),
+                       train=shardc.TrainConfig(aux_losses={"no_such_output": 1.0}))
+
+
 def test_errors(source, tmp_path, rng):
     with pytest.raises(shardc.ModelError) as e:
         shardc.load(tmp_path / "missing.onnx")

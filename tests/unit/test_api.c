@@ -12,7 +12,8 @@
  * unknown one refused listing them, nccl and cuda-local refused for a CPU
  * executable, tcp run as a world of one process (RANK=0, WORLD_SIZE=1 on
  * a free loopback port) to the local run's bytes. Training: AdamW steps on the MLP (see
- * test_training), and a training bundle saved and loaded that steps as
+ * test_training), auxiliary losses through the settings on the moe sample
+ * (test_training_aux), and a training bundle saved and loaded that steps as
  * its source does, bit for bit (test_training_bundle). Inputs are seeded
  * random, never zeros. */
 #include <math.h>
@@ -35,6 +36,7 @@
 #include "shardc.h"
 
 #define MLP SC_SOURCE_DIR "/samples/mlp.onnx"
+#define MOE SC_SOURCE_DIR "/samples/moe.onnx"
 
 static sc_executable *compile_ok(const char *mesh, sc_target_kind target) {
   sc_dim_binding dims[] = {{"batch", 4}};
@@ -341,6 +343,59 @@ static void test_training(void **state) {
   s.precision = "int4";
   assert_int_equal(sc_training_create(MLP, &s, &t), SC_ERR_USAGE);
   assert_non_null(strstr(sc_training_error(t), "int4"));
+  sc_training_free(t);
+}
+
+/* Auxiliary losses through the settings: the moe sample's step-1 loss with
+ * aux_loss at coefficients 0, 1 and 2 (cross-entropy on logits, the only
+ * output no aux loss names once aux_loss is one): the three losses lie on a
+ * line whose slope is aux_loss, about 1 for balanced routing; an unknown
+ * name and too many are refused, naming them. */
+static void test_training_aux(void **state) {
+  (void)state;
+  static const sc_dim_binding dims[] = {{"batch", 2}};
+  int64_t ids[32], labels[32];
+  srand(42);
+  for (int i = 0; i < 32; i++) ids[i] = rand() % 1000, labels[i] = rand() % 1000;
+  sc_host_tensor batch[2] = {{"input_ids", SC_ONNX_INT64, 2, {2, 16}, ids},
+                             {"labels", SC_ONNX_INT64, 2, {2, 16}, labels}};
+  const char *names[] = {"aux_loss"};
+  double loss[3];
+  for (int c = 0; c < 3; c++) {
+    sc_training_settings s;
+    sc_training_settings_init(&s, "sgd");
+    s.dims = dims;
+    s.n_dims = 1;
+    s.threads = 1;
+    double coef = c;
+    s.aux_loss_names = names;
+    s.aux_loss_coefs = &coef;
+    s.n_aux_losses = 1;
+    sc_training *t = NULL;
+    if (sc_training_create(MOE, &s, &t) != SC_OK) fail_msg("create: %s", sc_training_error(t));
+    if (sc_training_step(t, batch, 2, 0.0, &loss[c], NULL) != SC_OK)
+      fail_msg("step: %s", sc_training_error(t));
+    sc_training_free(t);
+  }
+  double aux = loss[1] - loss[0];
+  if (!(aux > 0.5 && aux < 2.0 && fabs((loss[2] - loss[1]) - aux) <= 1e-5 * loss[2]))
+    fail_msg("losses %.9g %.9g %.9g: not a line of slope aux_loss", loss[0], loss[1], loss[2]);
+  sc_training_settings s;
+  sc_training_settings_init(&s, "sgd");
+  s.dims = dims;
+  s.n_dims = 1;
+  const char *bad[] = {"no_such_output"};
+  double one = 1;
+  s.aux_loss_names = bad;
+  s.aux_loss_coefs = &one;
+  s.n_aux_losses = 1;
+  sc_training *t = NULL;
+  assert_int_equal(sc_training_create(MOE, &s, &t), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_training_error(t), "no_such_output"));
+  sc_training_free(t);
+  s.n_aux_losses = 17;
+  assert_int_equal(sc_training_create(MOE, &s, &t), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_training_error(t), "at most 16"));
   sc_training_free(t);
 }
 
@@ -655,6 +710,7 @@ static void test_training_bundle(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_training),
+      cmocka_unit_test(test_training_aux),
       cmocka_unit_test(test_training_bf16),
       cmocka_unit_test(test_learning_rate),
       cmocka_unit_test(test_plan_report),
