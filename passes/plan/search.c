@@ -309,6 +309,29 @@ static double state_bytes(const ctx *x, const sc_search_cand *c, double e) {
   return e * (p + g + o);
 }
 
+/* sc_search_param_collectives (search.h): block 0's tensors grouped by
+ * bucket.c's rule, sc_partition_bucket_count, the gradients' in the order
+ * the backward meets them (last first). */
+static double stage_collectives(const ctx *x, const sc_search_cand *c, int64_t blocks,
+                                sc_search_grouping how) {
+  const sc_block_part *b = &x->bm->block;
+  double outside = (double)x->bm->outside.param_tensors;
+  if (how == SC_SEARCH_GROUP_TENSOR || b->n_listed == 0)
+    return (double)blocks * b->param_tensors + outside;
+  int64_t bytes[SC_BLOCK_MODEL_TENSORS];
+  int32_t dtype[SC_BLOCK_MODEL_TENSORS];
+  bool low = x->o->dtype != SC_CLUSTER_FP32;
+  for (int32_t i = 0; i < b->n_listed; i++) {
+    int32_t k = b->n_listed - 1 - i; /* the backward's order */
+    bool l = how == SC_SEARCH_GROUP_DDP && low && b->tensor_split[k];
+    dtype[i] = l;
+    double e = (double)b->tensor_elems[k] / (b->tensor_split[k] ? (double)c->tp : 1);
+    bytes[i] = (int64_t)(e * (l ? COMM_LOW_B : PARAM_B));
+  }
+  int32_t per_block = sc_partition_bucket_count(bytes, dtype, b->n_listed, how == SC_SEARCH_GROUP_DDP);
+  return (double)blocks * per_block + outside;
+}
+
 sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
                              sc_search_cand *c, sc_diag *d);
 
@@ -319,6 +342,13 @@ static void init_ctx(ctx *x, const sc_block_model *bm, const sc_search_opts *o) 
   x->limit = o->memory_budget > 0 ? o->memory_budget : o->cluster->device_memory_bytes;
   x->hbm = o->cluster->memory_bytes_per_s * SC_COST_MEMORY_EFF;
   x->hbm_nodes = x->hbm / FUSED_MEMORY;
+}
+
+double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opts *o,
+                                   const sc_search_cand *c, sc_search_grouping how) {
+  ctx x;
+  init_ctx(&x, bm, o);
+  return stage_collectives(&x, c, (bm->n_blocks + c->pp - 1) / c->pp, how);
 }
 
 /* The estimate, with the lower bound first: *bound is compute alone;
@@ -394,7 +424,10 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     st = tp_blocks(x, c, ops, act_tp, SP_COMM, n_tp, d);
     if (st != SC_OK) return st;
   }
-  double tensors = (double)Ls * b->param_tensors + bm->outside.param_tensors;
+  /* the count of each kind of collective, as the compiled step groups
+   * them per block (stage_collectives): their latencies */
+  double per_tensor = stage_collectives(x, c, Ls, SC_SEARCH_GROUP_TENSOR);
+  double per_block = stage_collectives(x, c, Ls, SC_SEARCH_GROUP_BLOCK);
   double pbytes = e_stage * PARAM_B;
   double e_split = stage_split_params(bm, c, Ls);
   double lbytes = e_split * cb + (e_stage - e_split) * PARAM_B; /* GEMM weights in cb */
@@ -409,7 +442,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * parameters after their forward use and gathers them again for the
      * backward: 3 psi a step against ZeRO-1/2's 2 psi */
     double ag = 0, ag_bwd = 0;
-    st = coll(x, SC_COLL_ALL_GATHER, times * lbytes, c->fsdp, n_fs, times * tensors, &ag, d);
+    double gathers = c->zero >= 3 ? per_block : per_tensor;
+    st = coll(x, SC_COLL_ALL_GATHER, times * lbytes, c->fsdp, n_fs, times * gathers, &ag, d);
     if (c->zero >= 3) {
       /* the backward's gathers, block by block, the next prefetched while
        * the current one's backward computes: exposed is what exceeds a
@@ -420,7 +454,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     ag += ag_bwd;
     c->fsdp_s += ag;
     if (st == SC_OK)
-      st = coll(x, SC_COLL_REDUCE_SCATTER, times * pbytes, c->fsdp, n_fs, times * tensors,
+      st = coll(x, SC_COLL_REDUCE_SCATTER, times * pbytes, c->fsdp, n_fs, times * per_block,
                 &c->fsdp_s, d);
     if (st != SC_OK) return st;
   }
@@ -434,7 +468,10 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * 51.6 GB) */
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
     double bytes = lbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
-    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * tensors, &c->dp_s, d);
+    /* under hybrid sharding each all-reduce rides its block's
+     * reduce-scatter; alone, DDP's buckets */
+    double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
+    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * ops, &c->dp_s, d);
     if (st != SC_OK) return st;
   }
   if (c->pp > 1) {

@@ -175,6 +175,21 @@ sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
  * (scaled as the options say). */
 int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
                               const sc_search_cand *c, int64_t q, int64_t *activation_bytes);
+/* How the compiled step groups one kind of the parameters' collectives
+ * (passes/partition/bucket.c): each tensor alone (ZeRO-1/2's gathers of
+ * the updated parameters); a block's tensors in one (ZeRO-3's gathers,
+ * the reduce-scatters over fsdp and the dp all-reduces that ride them);
+ * or the gradients' all-reduces alone in DDP's capped buckets, of each
+ * gradient's dtype (a bf16 or fp16 step reduces the GEMM weights' in it,
+ * the rest in fp32: a change of dtype closes the bucket). Tensors outside
+ * the blocks are alone in every kind. */
+typedef enum sc_search_grouping {
+  SC_SEARCH_GROUP_TENSOR, SC_SEARCH_GROUP_BLOCK, SC_SEARCH_GROUP_DDP
+} sc_search_grouping;
+/* The collectives of one kind the estimate counts on c's critical
+ * pipeline stage (its latencies): what the compiled step runs. */
+double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opts *o,
+                                   const sc_search_cand *c, sc_search_grouping how);
 /* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
  * tp=8"; "dp=1" for one rank). */
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);
