@@ -32,6 +32,12 @@
  * arena's fixed bytes (docs/planner.md section 4 has every term and
  * constant). Pruned besides: fsdp not dividing the hidden size (the
  * partitioner would keep the parameters whole).
+ * Activation offloading: a plan without a pipeline whose estimate is over
+ * the memory is tried again with --offload-activations when the cluster
+ * knows its host link (sc_cluster.host_link_bytes_per_s): the kept values
+ * move to the host pool but for the blocks the backward is about to read,
+ * and the copies, each way over the host link, cost what the forward's
+ * and the backward's compute does not hide.
  * Pure computation: no allocation, no state.
  * Inference (opts.goal SC_SEARCH_LATENCY or SC_SEARCH_THROUGHPUT): the
  * same machinery over what the inference path runs: meshes of D <= N
@@ -82,8 +88,15 @@ typedef struct sc_search_cand {
   int32_t microbatches;
   int64_t micro_batch_size;     /* examples per microbatch per replica */
   sc_search_recompute recompute;
+  bool offload_activations;     /* --offload-activations (docs/offload.md):
+                                   only without a pipeline, and only when
+                                   the same plan without it is over the
+                                   memory */
   /* the estimate */
   double step_s, compute_s, recompute_s, optimizer_s, bubble_s;
+  double offload_s;             /* the offloading copies' time not hidden
+                                   behind the compute (their own queue) */
+  int64_t host_bytes;           /* the host pool offloading fills, per rank */
   double tp_s, fsdp_s, dp_s, pp_s; /* communication by axis group */
   double mfu;
   int64_t peak_bytes;           /* the largest rank's estimate */
