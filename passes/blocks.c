@@ -108,9 +108,14 @@ static bool compatible(const char *a, const char *b) {
   return b[lb - la - 1] == '.' && strcmp(b + lb - la, a) == 0;
 }
 
-/* Names written by exporters for anonymous tensors ("onnx::MatMul_296") say
- * nothing about where they belong. */
-static bool is_generated(const char *name) { return strstr(name, "::") != NULL; }
+/* Names written by exporters for anonymous tensors ("onnx::MatMul_296"),
+ * and the training passes' names of the nodes they build ("train/<k>", a
+ * counter over the step: passes/grad_rules.c), say nothing about where
+ * they belong. (An AdamW step's thousands of "train/<k>" nodes made
+ * "train" the key of gpt_1p5b's step, so no parameter was in a block.) */
+static bool is_generated(const char *name) {
+  return strstr(name, "::") != NULL || strncmp(name, "train/", 6) == 0;
+}
 
 /* Block index of name under key; OUTSIDE when the name is a path (two or
  * more components) that is not in a block; UNKNOWN when it tells nothing. */

@@ -242,6 +242,8 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
     return sc_cli_usage_error("--auto chooses the mesh and every partitioning option itself: "
                               "give only --cluster (not --mesh, --plan, --zero, --schedule, ...)");
   if (ta->recompute_auto) return sc_cli_usage_error("--auto chooses the recompute itself");
+  if (ta->t.offload_activations)
+    return sc_cli_usage_error("--auto chooses the activation offloading itself");
   if (!p->cluster) return sc_cli_usage_error("--auto needs --cluster C (the devices to plan for)");
   return 0;
 }
@@ -297,6 +299,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   o.dims[k].value = batch;
   if (!c->inference) {
     ta->t.recompute = (sc_recompute_kind)c->recompute;
+    ta->t.offload_activations = c->offload_activations;
     ta->t.shape_only = true;
   }
   sc_build_setup bs;
@@ -379,6 +382,7 @@ static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
   if (c->virtual_stages > 1) ADD(" --virtual-stages %d", c->virtual_stages);
   ADD(" --microbatches %d --recompute %s", c->microbatches,
       sc_search_recompute_name(c->recompute));
+  if (c->offload_activations) ADD(" --offload-activations");
   if (c->sequence_parallel) ADD(" --sequence-parallel");
 #undef ADD
 }
@@ -394,6 +398,10 @@ static json_t *cand_json(const sc_search_cand *c, const sc_plan_predicted *pr, c
                         c->virtual_stages, "microbatches", c->microbatches, "micro_batch_size",
                         (json_int_t)c->micro_batch_size, "recompute",
                         sc_search_recompute_name(c->recompute));
+  if (!c->inference) {
+    json_object_set_new(o, "offload_activations", json_boolean(c->offload_activations));
+    json_object_set_new(o, "host_bytes", json_integer((json_int_t)c->host_bytes));
+  }
   json_object_set_new(o, "predicted", pj);
   char opts[384];
   cand_options(c, opts, sizeof opts);
@@ -412,9 +420,12 @@ static void cand_line(int i, const sc_search_cand *c, const sc_plan_predicted *p
   if (c->pp > 1 && c->virtual_stages > 1)
     snprintf(sched, sizeof sched, "%s/%d", c->schedule, c->virtual_stages);
   else snprintf(sched, sizeof sched, "%s", c->pp > 1 ? c->schedule : "-");
-  printf("  %2d  %-22s %4d %3s  %-14s %4d %5lld  %-9s %12s %6.1f%% %11s  %s%s\n", i, mesh,
+  char rc[24]; /* the recompute, "+offload" with activation offloading */
+  snprintf(rc, sizeof rc, "%s%s", sc_search_recompute_name(c->recompute),
+           c->offload_activations ? "+offload" : "");
+  printf("  %2d  %-22s %4d %3s  %-14s %4d %5lld  %-17s %12s %6.1f%% %11s  %s%s\n", i, mesh,
          c->zero, c->sequence_parallel ? "on" : "-", sched, c->microbatches,
-         (long long)c->micro_batch_size, sc_search_recompute_name(c->recompute), t,
+         (long long)c->micro_batch_size, rc, t,
          100 * pr->mfu, mem, strcmp(pr->source, "estimate") ? "[exact] " : "", why);
 }
 
@@ -1067,7 +1078,8 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
                       .tp = axis_size(part, part->tp_axis), .cp = 1, .zero = part->zero_stage,
                       .sequence_parallel = part->sequence_parallel,
                       .microbatches = dp->schedule.microbatches > 0 ? dp->schedule.microbatches : 1,
-                      .recompute = (sc_search_recompute)ta->t.recompute, .batch = batch};
+                      .recompute = (sc_search_recompute)ta->t.recompute, .batch = batch,
+                      .offload_activations = ta->t.offload_activations};
   c.hybrid_shard_degree = c.dp > 1 && c.fsdp > 1 ? c.fsdp : 0;
   c.schedule = c.pp > 1 ? sc_schedule_name(dp->schedule.kind) : "gpipe";
   c.virtual_stages = dp->pipe_chunks > 0 ? dp->pipe_chunks / dp->pipe_ranks : 1;
@@ -1434,7 +1446,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     printf("  estimate (block model): step %s (%+.1f %% against the exact)\n", et, 100 * err);
     printf("\nbest %d (block-model estimates; [exact]: compiled and predicted exactly, the "
            "chosen one the fastest of those that fit):\n", (int)n_shown);
-    printf("  %2s  %-22s %4s %3s  %-14s %4s %5s  %-9s %12s %7s %11s  %s\n", "#", "mesh", "zero",
+    printf("  %2s  %-22s %4s %3s  %-14s %4s %5s  %-17s %12s %7s %11s  %s\n", "#", "mesh", "zero",
            "sp", "schedule", "M", "mb", "recompute", "step", "MFU", "peak/rank", "why");
     for (int32_t i = 0; i < n_shown; i++) cand_line(i + 1, &shown[i], &shown_pr[i], why[i]);
   }
@@ -1559,6 +1571,9 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
                               "--objective throughput");
   if (ta && ta->recompute_auto)
     return sc_cli_usage_error("--mesh auto chooses the recompute itself (no --recompute auto)");
+  if (ta && ta->t.offload_activations)
+    return sc_cli_usage_error("--mesh auto chooses the activation offloading itself (no "
+                              "--offload-activations)");
   int rc = auto_cluster(p);
   if (rc) return rc;
   /* the exact count fixed (EXACT_TOP, EXACT_MAX): the processes of a job,
@@ -1578,6 +1593,7 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
     p->schedule = c->pp > 1 ? c->schedule : NULL;
     p->virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
     ta->t.recompute = (sc_recompute_kind)c->recompute;
+    ta->t.offload_activations = c->offload_activations;
   }
   char opts[384], t[32], mem[32];
   cand_options(c, opts, sizeof opts);

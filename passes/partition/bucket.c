@@ -509,6 +509,24 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
   return st;
 }
 
+bool sc_partition_bucket_takes(int64_t open_bytes, bool capped) {
+  return !capped || open_bytes < SC_PARTITION_BUCKET_CAP_BYTES;
+}
+
+int32_t sc_partition_bucket_count(const int64_t *bytes, const int32_t *dtype, int32_t n,
+                                  bool capped) {
+  int32_t groups = 0;
+  int64_t open_bytes = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (i == 0 || dtype[i] != dtype[i - 1] || !sc_partition_bucket_takes(open_bytes, capped)) {
+      groups++;
+      open_bytes = 0;
+    }
+    open_bytes += bytes[i];
+  }
+  return groups;
+}
+
 /* The first node reading value v (sc_graph_users' off and users), or
  * L->n_nodes for a graph output nothing reads, INT32_MAX for none. */
 static int32_t first_use(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t v) {
@@ -564,7 +582,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
      * members until it holds the cap or more: DDP's
      * compute_bucket_assignment_by_size); fsdp's reduce-scatters are
      * grouped per block whole, as FSDP wraps a block */
-    bool fits = m.rs >= 0 || open_bytes < SC_PARTITION_BUCKET_CAP_BYTES;
+    bool fits = sc_partition_bucket_takes(open_bytes, m.rs < 0);
     bool same = cand && k > 0 && stage == key_stage && block == key_block && t == key_t &&
                 (m.rs >= 0) == (open[0].rs >= 0) && same_reduction(L, m.ar, open[0].ar) &&
                 open_use > i && fits;

@@ -180,6 +180,16 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d);
  * 25 MiB: torch.nn.parallel.DistributedDataParallel). */
 #define SC_PARTITION_BUCKET_CAP_BYTES ((int64_t)25 << 20)
 sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d);
+/* bucket.c's grouping rule, for the passes above and for the planner's
+ * estimate (passes/plan/search.c), which counts the collectives the
+ * compiled step runs without compiling it. One block's members in the
+ * order the step meets them: whether an open group holding open_bytes
+ * takes one more (capped: all-reduces alone, DDP's cap; else a block is
+ * one group); and the count of collectives n members make, bytes[i] and
+ * dtype[i] each (a dtype change closes the group, as does the cap). */
+bool sc_partition_bucket_takes(int64_t open_bytes, bool capped);
+int32_t sc_partition_bucket_count(const int64_t *bytes, const int32_t *dtype, int32_t n,
+                                  bool capped);
 /* cut.c: a minimum cut over pending sums (localize.c's "the cut"). Nodes
  * are pending values, each with the cost of reducing it where it is made
  * (source: its pending sum begins there); flow edges say where a pending

@@ -109,7 +109,14 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
     p->params += e;
     p->param_tensors++;
     /* a weight matrix of a GEMM: column- or row-split by tensor parallelism */
-    if (gemm && g->values[v].rank == 2) p->split_params += e;
+    bool split = gemm && g->values[v].rank == 2;
+    if (split) p->split_params += e;
+    if (p->n_listed < SC_BLOCK_MODEL_TENSORS) {
+      p->tensor_elems[p->n_listed] = e;
+      p->tensor_split[p->n_listed++] = split;
+    } else {
+      p->tensor_elems[p->n_listed - 1] += e;
+    }
   }
 }
 

@@ -12,7 +12,9 @@
  *   memory-bound bytes: every other node's bytes read and written
  *     (ir/ops.h cost), which the roofline costs over HBM bandwidth;
  *   parameters (elements, tensors), and which of them the tensor-parallel
- *     split shards (GEMM weights of rank 2) and which stay whole;
+ *     split shards (GEMM weights of rank 2) and which stay whole; the
+ *     tensors one by one in the order the forward reads them (what the
+ *     compiled step's per-block collectives group);
  *   the values the backward keeps (every node output of the block: the
  *     forward values its gradients read), the part of them in the
  *     attention core (from the first rank-4 product to the second:
@@ -30,6 +32,8 @@
 
 #include "ir/ir.h"
 
+enum { SC_BLOCK_MODEL_TENSORS = 64 }; /* tensors a part lists (sc_block_part) */
+
 typedef struct sc_block_part {
   double gemm_flops;        /* forward GEMM FLOPs per example */
   double attn_flops;        /* of which in the attention core */
@@ -38,7 +42,14 @@ typedef struct sc_block_part {
   int64_t gemm_min_dim;     /* the smallest dimension of its GEMMs (m per example) */
   int64_t params;           /* parameter elements */
   int64_t split_params;     /* of which tensor parallelism splits */
-  int32_t param_tensors;    /* parameter tensors (one collective each) */
+  int32_t param_tensors;    /* parameter tensors */
+  /* the part's parameter tensors in the order the forward first reads
+   * them (the first SC_BLOCK_MODEL_TENSORS; the rest's elements added to
+   * the last): what the compiled step's collectives group per block
+   * (passes/partition/bucket.c's rule, sc_partition_bucket_count) */
+  int32_t n_listed;
+  int64_t tensor_elems[SC_BLOCK_MODEL_TENSORS];
+  bool tensor_split[SC_BLOCK_MODEL_TENSORS]; /* a GEMM weight tp splits */
   double saved_bytes;       /* values the backward keeps, per example */
   double attn_saved_bytes;  /* of which in the attention core */
   double input_bytes;       /* the block's input, per example */

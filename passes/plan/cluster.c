@@ -153,13 +153,15 @@ static sc_status read_root(rd *r, json_t *root, sc_cluster *c) {
   TRY(get_count(r, root, "", "gpus_per_node", true, SC_CLUSTER_MAX_PER_NODE, &c->devices_per_node));
   json_t *g, *pf;
   TRY(get_obj(r, root, "", "gpu", true, &g));
-  static const char *const gk[] = {"name", "memory_bytes", "peak_flops", "hbm_bytes_per_s",
-                                   "context_bytes", NULL};
+  static const char *const gk[] = {"name",          "memory_bytes",          "peak_flops",
+                                   "hbm_bytes_per_s", "host_link_bytes_per_s", "context_bytes",
+                                   NULL};
   TRY(only_keys(r, g, "gpu", gk));
   TRY(get_count(r, g, "gpu", "context_bytes", false, (int64_t)1 << 40, &c->context_bytes));
   TRY(get_name(r, g, "gpu", "name", true, c->device_name));
   TRY(get_count(r, g, "gpu", "memory_bytes", true, (int64_t)1 << 50, &c->device_memory_bytes));
   TRY(get_num(r, g, "gpu", "hbm_bytes_per_s", true, &c->memory_bytes_per_s));
+  TRY(get_num(r, g, "gpu", "host_link_bytes_per_s", false, &c->host_link_bytes_per_s));
   TRY(get_obj(r, g, "gpu", "peak_flops", true, &pf));
   static const char *const fk[] = {"fp8", "bf16", "fp16", "tf32", "fp32", NULL};
   TRY(only_keys(r, pf, "gpu.peak_flops", fk));
@@ -319,6 +321,8 @@ void sc_cluster_apply_profile(sc_cluster *c, const sc_profile *p) {
     if (best > 0) c->peak_flops[t] = best;
   }
   c->memory_bytes_per_s = p->memory_bytes_per_s;
+  /* cpu:local's offloading copies are memcpys within host memory */
+  if (strcmp(c->device_name, "cpu") == 0) c->host_link_bytes_per_s = p->memory_bytes_per_s;
   if (c->context_bytes == 0) c->context_bytes = p->context_bytes; /* the file's key first */
   if (p->n_comms > 0) {
     c->intra_node.latency_s = p->comms[0].latency_s;

@@ -83,6 +83,14 @@ typedef struct sc_cluster {
                                             profile's); 0 = unknown */
   double peak_flops[SC_CLUSTER_DTYPE_COUNT]; /* per device; 0 = unknown */
   double memory_bytes_per_s;             /* per device (HBM); 0 = unknown */
+  double host_link_bytes_per_s;          /* per device, one direction, between
+                                            its memory and pinned host memory
+                                            (PCIe on a GPU: gpu.host_link_bytes_per_s;
+                                            cpu:local with a profile: its memory
+                                            bandwidth, the copy is a memcpy); what
+                                            activation offloading's copies run at;
+                                            0 = unknown (the search then does not
+                                            offload) */
   sc_cluster_link intra_node;            /* between devices of a node */
   sc_cluster_link inter_node;            /* between nodes, per device */
   sc_profile profile;                    /* measured figures of the device

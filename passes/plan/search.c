@@ -145,6 +145,15 @@ enum { COMM_LOW_B = 2 };
 #define SAVED_PIPE 0.61
 #define SAVED_FULL_PIPE 1.2
 #define SAVED_FULL_PIPE_SP 6.0
+/* Activation offloading (docs/offload.md) keeps on the device, of the
+ * values the backward reads, those of the blocks its copies back have
+ * reached: the copy back starts activation_loading_horizon reload points
+ * ahead (passes/train.c's default, 2), and the reload points are blocks
+ * under full recompute (a block's input, first read by its recomputed
+ * forward: 2 blocks ahead and the one running, 3), the saved values
+ * themselves otherwise (finer than blocks: the block running, 1). */
+#define OFFLOAD_RESIDENT_FULL 3.0
+#define OFFLOAD_RESIDENT 1.0
 /* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
  * to about a third by filling it with the weight-gradient halves. */
 #define ZB_H1_BUBBLE 3.0
@@ -309,6 +318,29 @@ static double state_bytes(const ctx *x, const sc_search_cand *c, double e) {
   return e * (p + g + o);
 }
 
+/* sc_search_param_collectives (search.h): block 0's tensors grouped by
+ * bucket.c's rule, sc_partition_bucket_count, the gradients' in the order
+ * the backward meets them (last first). */
+static double stage_collectives(const ctx *x, const sc_search_cand *c, int64_t blocks,
+                                sc_search_grouping how) {
+  const sc_block_part *b = &x->bm->block;
+  double outside = (double)x->bm->outside.param_tensors;
+  if (how == SC_SEARCH_GROUP_TENSOR || b->n_listed == 0)
+    return (double)blocks * b->param_tensors + outside;
+  int64_t bytes[SC_BLOCK_MODEL_TENSORS];
+  int32_t dtype[SC_BLOCK_MODEL_TENSORS];
+  bool low = x->o->dtype != SC_CLUSTER_FP32;
+  for (int32_t i = 0; i < b->n_listed; i++) {
+    int32_t k = b->n_listed - 1 - i; /* the backward's order */
+    bool l = how == SC_SEARCH_GROUP_DDP && low && b->tensor_split[k];
+    dtype[i] = l;
+    double e = (double)b->tensor_elems[k] / (b->tensor_split[k] ? (double)c->tp : 1);
+    bytes[i] = (int64_t)(e * (l ? COMM_LOW_B : PARAM_B));
+  }
+  int32_t per_block = sc_partition_bucket_count(bytes, dtype, b->n_listed, how == SC_SEARCH_GROUP_DDP);
+  return (double)blocks * per_block + outside;
+}
+
 sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
                              sc_search_cand *c, sc_diag *d);
 
@@ -321,10 +353,20 @@ static void init_ctx(ctx *x, const sc_block_model *bm, const sc_search_opts *o) 
   x->hbm_nodes = x->hbm / FUSED_MEMORY;
 }
 
+double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opts *o,
+                                   const sc_search_cand *c, sc_search_grouping how) {
+  ctx x;
+  init_ctx(&x, bm, o);
+  return stage_collectives(&x, c, (bm->n_blocks + c->pp - 1) / c->pp, how);
+}
+
 /* The estimate, with the lower bound first: *bound is compute alone;
  * when it is not below cutoff the rest is skipped (returns with *cut). */
 static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
                                 sc_diag *d);
+
+static void block_values(const ctx *x, const sc_search_cand *c, double *all, double *keep);
+static double outside_saved(const ctx *x);
 
 static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
                           sc_diag *d) {
@@ -394,7 +436,10 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     st = tp_blocks(x, c, ops, act_tp, SP_COMM, n_tp, d);
     if (st != SC_OK) return st;
   }
-  double tensors = (double)Ls * b->param_tensors + bm->outside.param_tensors;
+  /* the count of each kind of collective, as the compiled step groups
+   * them per block (stage_collectives): their latencies */
+  double per_tensor = stage_collectives(x, c, Ls, SC_SEARCH_GROUP_TENSOR);
+  double per_block = stage_collectives(x, c, Ls, SC_SEARCH_GROUP_BLOCK);
   double pbytes = e_stage * PARAM_B;
   double e_split = stage_split_params(bm, c, Ls);
   double lbytes = e_split * cb + (e_stage - e_split) * PARAM_B; /* GEMM weights in cb */
@@ -409,7 +454,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * parameters after their forward use and gathers them again for the
      * backward: 3 psi a step against ZeRO-1/2's 2 psi */
     double ag = 0, ag_bwd = 0;
-    st = coll(x, SC_COLL_ALL_GATHER, times * lbytes, c->fsdp, n_fs, times * tensors, &ag, d);
+    double gathers = c->zero >= 3 ? per_block : per_tensor;
+    st = coll(x, SC_COLL_ALL_GATHER, times * lbytes, c->fsdp, n_fs, times * gathers, &ag, d);
     if (c->zero >= 3) {
       /* the backward's gathers, block by block, the next prefetched while
        * the current one's backward computes: exposed is what exceeds a
@@ -420,7 +466,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     ag += ag_bwd;
     c->fsdp_s += ag;
     if (st == SC_OK)
-      st = coll(x, SC_COLL_REDUCE_SCATTER, times * pbytes, c->fsdp, n_fs, times * tensors,
+      st = coll(x, SC_COLL_REDUCE_SCATTER, times * pbytes, c->fsdp, n_fs, times * per_block,
                 &c->fsdp_s, d);
     if (st != SC_OK) return st;
   }
@@ -434,7 +480,10 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * 51.6 GB) */
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
     double bytes = lbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
-    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * tensors, &c->dp_s, d);
+    /* under hybrid sharding each all-reduce rides its block's
+     * reduce-scatter; alone, DDP's buckets */
+    double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
+    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * ops, &c->dp_s, d);
     if (st != SC_OK) return st;
   }
   if (c->pp > 1) {
@@ -452,8 +501,25 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double per_mb_comm = (c->tp_s + c->fsdp_s + c->pp_s + (c->fsdp > 1 ? c->dp_s : 0)) / M;
     c->bubble_s += slots * per_mb_comm;
   }
+  c->offload_s = 0;
+  c->host_bytes = 0;
+  if (c->offload_activations) {
+    /* every block's kept values go to the host pool during the forward
+     * and come back during the backward, over the host link, on the copy
+     * queue beside the compute: what each pass's compute does not hide */
+    double all, keep;
+    block_values(x, c, &all, &keep);
+    double mbs = (double)c->micro_batch_size;
+    double bytes = M * (double)L * keep * mbs;
+    if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) /* the LM head's and loss's values too */
+      bytes += M * outside_saved(x) * mbs / vocab_split(bm, c);
+    double copy = bytes / x->c->host_link_bytes_per_s;
+    double fwd_s = M * fwd, bwd_s = M * (fwd * BACKWARD_FACTOR + re);
+    c->offload_s = (copy > fwd_s ? copy - fwd_s : 0) + (copy > bwd_s ? copy - bwd_s : 0);
+    c->host_bytes = (int64_t)bytes;
+  }
   c->step_s = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s + c->tp_s +
-              c->fsdp_s + c->dp_s + c->pp_s;
+              c->fsdp_s + c->dp_s + c->pp_s + c->offload_s;
   c->objective_s = c->step_s;
   return SC_OK;
 }
@@ -620,8 +686,18 @@ static double one_memory(const ctx *x, const sc_search_cand *c, double s) {
   double cast_blocks = c->zero >= 3 ? 2.0 : (M + 1) * (double)L;
   if (x->o->dtype != SC_CLUSTER_FP32)
     mem += cast_blocks * (double)bm->block.split_params / tp * CAST_KEEP_B;
-  double act = M * (double)L * keep * mbs + all * mbs +
-               M * outside_saved(x) * mbs / vocab_split(bm, c);
+  /* offloading: the blocks the backward's copies back have reached */
+  double kept_blocks = M * (double)L;
+  if (c->offload_activations) {
+    double resident =
+        c->recompute == SC_SEARCH_RECOMPUTE_FULL ? OFFLOAD_RESIDENT_FULL : OFFLOAD_RESIDENT;
+    if (resident < kept_blocks) kept_blocks = resident;
+  }
+  /* without full recompute every saved activation is offloaded, the LM
+   * head's and the loss's too */
+  double outside = M * outside_saved(x) * mbs / vocab_split(bm, c);
+  if (c->offload_activations && c->recompute != SC_SEARCH_RECOMPUTE_FULL) outside = 0;
+  double act = kept_blocks * keep * mbs + all * mbs + outside;
   return mem + act * s;
 }
 
@@ -879,8 +955,21 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
           c.microbatches = (int32_t)M;
           c.micro_batch_size = batch / M;
           c.recompute = (sc_search_recompute)k;
+          c.offload_activations = false;
           sc_status st = consider(x, &c, r, d);
           if (st != SC_OK) return st;
+          /* over the memory: the same plan with its activations offloaded
+           * (not pipelined: the pipelined step refuses it; not under
+           * selective recompute, whose offloading moves only the values
+           * its recomputed cores read, which the block model does not
+           * separate: gpt2 at batch 256 kept 142.5 MiB with it, 84.4
+           * without recompute) */
+          if (!c.fits && base.pp == 1 && x->c->host_link_bytes_per_s > 0 &&
+              c.recompute != SC_SEARCH_RECOMPUTE_SELECTIVE) {
+            c.offload_activations = true;
+            st = consider(x, &c, r, d);
+            if (st != SC_OK) return st;
+          }
         }
       }
     }

@@ -32,6 +32,12 @@
  * arena's fixed bytes (docs/planner.md section 4 has every term and
  * constant). Pruned besides: fsdp not dividing the hidden size (the
  * partitioner would keep the parameters whole).
+ * Activation offloading: a plan without a pipeline whose estimate is over
+ * the memory is tried again with --offload-activations when the cluster
+ * knows its host link (sc_cluster.host_link_bytes_per_s): the kept values
+ * move to the host pool but for the blocks the backward is about to read,
+ * and the copies, each way over the host link, cost what the forward's
+ * and the backward's compute does not hide.
  * Pure computation: no allocation, no state.
  * Inference (opts.goal SC_SEARCH_LATENCY or SC_SEARCH_THROUGHPUT): the
  * same machinery over what the inference path runs: meshes of D <= N
@@ -82,8 +88,15 @@ typedef struct sc_search_cand {
   int32_t microbatches;
   int64_t micro_batch_size;     /* examples per microbatch per replica */
   sc_search_recompute recompute;
+  bool offload_activations;     /* --offload-activations (docs/offload.md):
+                                   only without a pipeline, and only when
+                                   the same plan without it is over the
+                                   memory */
   /* the estimate */
   double step_s, compute_s, recompute_s, optimizer_s, bubble_s;
+  double offload_s;             /* the offloading copies' time not hidden
+                                   behind the compute (their own queue) */
+  int64_t host_bytes;           /* the host pool offloading fills, per rank */
   double tp_s, fsdp_s, dp_s, pp_s; /* communication by axis group */
   double mfu;
   int64_t peak_bytes;           /* the largest rank's estimate */
@@ -175,6 +188,21 @@ sc_status sc_search_estimate(const sc_block_model *bm, const sc_search_opts *o,
  * (scaled as the options say). */
 int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
                               const sc_search_cand *c, int64_t q, int64_t *activation_bytes);
+/* How the compiled step groups one kind of the parameters' collectives
+ * (passes/partition/bucket.c): each tensor alone (ZeRO-1/2's gathers of
+ * the updated parameters); a block's tensors in one (ZeRO-3's gathers,
+ * the reduce-scatters over fsdp and the dp all-reduces that ride them);
+ * or the gradients' all-reduces alone in DDP's capped buckets, of each
+ * gradient's dtype (a bf16 or fp16 step reduces the GEMM weights' in it,
+ * the rest in fp32: a change of dtype closes the bucket). Tensors outside
+ * the blocks are alone in every kind. */
+typedef enum sc_search_grouping {
+  SC_SEARCH_GROUP_TENSOR, SC_SEARCH_GROUP_BLOCK, SC_SEARCH_GROUP_DDP
+} sc_search_grouping;
+/* The collectives of one kind the estimate counts on c's critical
+ * pipeline stage (its latencies): what the compiled step runs. */
+double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opts *o,
+                                   const sc_search_cand *c, sc_search_grouping how);
 /* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
  * tp=8"; "dp=1" for one rank). */
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);

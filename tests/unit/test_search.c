@@ -247,9 +247,9 @@ static void test_budget(void **state) {
  * than the one before, by what it shards; 1 and 2 move the same bytes (a
  * reduce-scatter of the gradients and an all-gather of the updated
  * parameters a step), 3 gathers the parameters again for the backward:
- * more fsdp communication when that gather outlasts the backward compute
- * it hides behind (one example per rank on 16 ranks over two nodes), as
- * much as 1 and 2 when it does not (eight). */
+ * and moves more bytes, but the compiled step groups its gathers per
+ * block, not 1 and 2's, so on 16 ranks over two nodes it communicates
+ * less (one example per rank, and eight). */
 static void test_zero_stages(void **state) {
   (void)state;
   sc_block_model bm;
@@ -278,12 +278,47 @@ static void test_zero_stages(void **state) {
      * and temporaries: 2.4 against 0.5 bytes an element, search.c) and
      * the two gathered blocks it holds: at least 1 byte an element */
     assert_true((double)(z[2].peak_bytes - z[3].peak_bytes) >= e);
-    /* communication: 1 and 2 the same, 3 at least as much */
+    /* communication: 1 and 2 the same; 3 below them, as the compiled
+     * steps are: its gathers, one a block and region (bucket.c groups
+     * ZeRO-3's), against 1 and 2's gathers of the updated parameters,
+     * one a tensor (580 latencies over two nodes), outweigh the second
+     * gather's bytes (plan --train, the same mesh, SGD: fsdp 0.239 s
+     * against 0.320 s at batch 16, 0.224 against 0.310 at 128; the
+     * estimate 0.260 against 0.273 and 0.240 against 0.273) */
     assert_true(z[1].fsdp_s == z[2].fsdp_s);
     assert_true(z[1].optimizer_s == z[2].optimizer_s);
-    if (mbs == 1) assert_true(z[3].fsdp_s > z[2].fsdp_s * 1.2);
-    else assert_true(z[3].fsdp_s >= z[2].fsdp_s);
+    assert_true(z[3].fsdp_s < z[2].fsdp_s && z[3].fsdp_s > z[2].fsdp_s * 0.6);
   }
+}
+
+/* The estimate counts the parameters' collectives as the compiled step
+ * groups them (passes/partition/bucket.c, by its rule): the counts of
+ * plan --train on gpt_1p5b, one rank of the whole model (pinned in
+ * tests/lit/plan/gpt_1p5b_fsdp_groups.test): at fsdp=2 ZeRO-3, 51
+ * reduce-scatters (a block's in one: 48, the tensors outside blocks
+ * alone); at dp=2 fp32, 198 all-reduces (DDP's 25 MiB buckets: 4 a
+ * block, the 4 tensors outside, and the loss's 2 scalars, which are no
+ * parameter's); at dp=2 bf16, 438 (the GEMM weights' gradients bf16, the
+ * rest fp32: 9 runs of one dtype a block); ZeRO-1's gathers of the
+ * updated parameters one a tensor (580). */
+static void test_grouped_collectives(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  assert_int_equal(bm.block.n_listed, 12);
+  sc_cluster cl = preset("h100-sxm:8x1");
+  sc_search_opts o = {.cluster = &cl, .global_batch = 2, .dtype = SC_CLUSTER_FP32};
+  sc_search_cand c = {.dp = 2, .fsdp = 1, .tp = 1, .pp = 1, .cp = 1, .schedule = "gpipe",
+                      .virtual_stages = 1, .microbatches = 1, .micro_batch_size = 1};
+  assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_DDP) == 48 * 4 + 4);
+  assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_BLOCK) == 48 + 4);
+  assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_TENSOR) == 580);
+  o.dtype = SC_CLUSTER_BF16;
+  assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_DDP) == 48 * 9 + 4);
+  /* two pipeline stages: the critical one holds 24 blocks */
+  c.pp = 2;
+  assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_BLOCK) == 24 + 4);
 }
 
 static void test_batch_refused(void **state) {
@@ -371,6 +406,7 @@ int main(void) {
       cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_fewer_devices),
       cmocka_unit_test(test_budget),
       cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_zero_stages),
+      cmocka_unit_test(test_grouped_collectives),
       cmocka_unit_test(test_inference),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -103,6 +103,43 @@ def check(shardc, model, path, tmp):
                                                     a["candidates_pruned"]))
 
 
+def offload(shardc, model, path, tmp):
+    """--auto chose activation offloading where only it fits: the chosen
+    plan offloads, fits the memory limit exactly, replays through --mesh
+    and through its plan file with --plan (and the training options, which
+    hold --offload-activations) to the same prediction, and the same plan
+    compiled without offloading does not fit; every candidate without
+    offloading is over by the estimate."""
+    a = load(path)
+    ch = a["chosen"]
+    limit = a["memory_limit_bytes"]
+    p = ch["predicted"]
+    assert ch["offload_activations"] is True and "--offload-activations" in ch["options"], ch
+    assert ch["host_bytes"] > 0, ch
+    assert p["source"] == "simulated" and p["fits"] and p["peak_bytes_per_rank"] <= limit, p
+    replay = shlex.split(ch["replay"])
+    assert predicted_of(shardc, model, replay) == p
+    with open(tmp + ".plan.json", "w") as f:
+        json.dump(ch["plan"], f)
+    skip = {"--cluster", "--mesh", "--zero", "--schedule", "--virtual-stages", "--microbatches"}
+    train, i = [], 0
+    while i < len(replay):
+        if replay[i] in skip:
+            i += 2
+            continue
+        train.append(replay[i])
+        i += 1
+    assert "--offload-activations" in train, train
+    assert predicted_of(shardc, model, ["--plan", tmp + ".plan.json"] + train) == p
+    plain = predicted_of(shardc, model, [x for x in replay if x != "--offload-activations"])
+    assert plain["peak_bytes_per_rank"] > limit, (plain, limit)
+    for c in a["candidates"]:
+        if not c["offload_activations"]:
+            assert not c["predicted"]["fits"], c["options"]
+    print("offload ok: %s, %d bytes exact against %d without offloading, limit %d"
+          % (ch["options"], p["peak_bytes_per_rank"], plain["peak_bytes_per_rank"], limit))
+
+
 def infer(shardc, model, path, tmp):
     a = load(path)
     assert a["objective"] in ("latency", "throughput"), a["objective"]
@@ -189,6 +226,8 @@ def same(pa, pb):
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         check(*sys.argv[2:6])
+    elif sys.argv[1] == "offload":
+        offload(*sys.argv[2:6])
     elif sys.argv[1] == "infer":
         infer(*sys.argv[2:6])
     elif sys.argv[1] == "faster":
