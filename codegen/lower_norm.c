@@ -1,5 +1,6 @@
 /* lower_norm.c — row kernels: Softmax, LogSoftmax, LayerNormalization,
- * RMSNormalization, InstanceNormalization, GroupNormalization (KERNEL), and
+ * RMSNormalization, InstanceNormalization, GroupNormalization, the
+ * LayerNormGrad of the first two (KERNEL), and
  * inference
  * BatchNormalization (POINT).
  *
@@ -19,6 +20,8 @@
  *               per-channel scale and bias
  *   GroupNorm   the same over (N, group) rows of C/G channels × spatial,
  *               scale and bias per channel (opset 21) or per group (18)
+ *   LayerNormGrad  the backward of LayerNorm and RMSNorm: a row kernel for
+ *               dX and a two-stage column sum for dScale and dB (below)
  * Statistics are computed in f32 (f64 for f64 inputs), as stash_type=1 asks;
  * the variance is the two-pass one (numerically stable), not E[x²]-E[x]².
  * BatchNormalization in inference mode is elementwise per channel:
@@ -93,9 +96,9 @@ typedef struct row_stats {
   int32_t inv;  /* rsqrt(var + eps) */
 } row_stats;
 
-static sc_status stats(sc_lower_ctx *cx, const sc_node *n, const int32_t *xi, int64_t count,
-                       double eps, sc_dtype ct, row_stats *rs) {
-  rs->v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
+static sc_status stats(sc_lower_ctx *cx, const sc_node *n, int32_t in, const int32_t *xi,
+                       int64_t count, double eps, sc_dtype ct, row_stats *rs) {
+  rs->v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, in, xi));
   int32_t nn = C(ct, (double)count);
   rs->mean = BIN(DIV, reduce(cx, KIR_RED_SUM, ct, rs->v), nn);
   int32_t c = BIN(SUB, rs->v, rs->mean);
@@ -139,7 +142,7 @@ static sc_status layernorm_build(sc_lower_ctx *cx, const sc_node *n) {
   if (st != SC_OK) return st;
   sc_dtype ct = compute_of(x->dtype);
   row_stats rs;
-  if ((st = stats(cx, n, xi, inner, eps, ct, &rs)) != SC_OK) return st;
+  if ((st = stats(cx, n, 0, xi, inner, eps, ct, &rs)) != SC_OK) return st;
   int32_t y = BIN(MUL, BIN(MUL, BIN(SUB, rs.v, rs.mean), rs.inv),
                   param_at(cx, n, 1, x->rank, xi, ct));
   if (sc_node_input(cx->g, n, 2)) y = BIN(ADD, y, param_at(cx, n, 2, x->rank, xi, ct));
@@ -179,6 +182,127 @@ static sc_status rmsnorm_build(sc_lower_ctx *cx, const sc_node *n) {
 
 const sc_lowering sc_lw_rmsnorm = {SC_LOWER_KERNEL, NULL, rmsnorm_build};
 
+/* ---- LayerNormGrad ---- */
+
+/* Rows of a column sum's first stage: the largest divisor of the row count
+ * up to this, so each stage-one point sums a whole run of rows. 16 is
+ * cuda.h's SC_CUDA_SERIAL_INNER_MAX: a kernel with so short an inner loop
+ * runs a thread per point on the GPU, neighbouring threads on neighbouring
+ * columns, so stage one's loads are coalesced; stage two (a block per
+ * column) reads 1/16 of the data. */
+enum { NORM_GRAD_CHUNK = 16 };
+
+/* Kernel reading (row, col) of X's [rows, cols] view: X's index. */
+static void row_col_index(sc_lower_ctx *cx, const sc_value *x, int32_t axis, int32_t row,
+                          int32_t col, int32_t *xi) {
+  sc_lower_unflatten(cx, row, axis, x->dims, xi);
+  sc_lower_unflatten(cx, col, x->rank - axis, x->dims + axis, xi + axis);
+}
+
+/* LayerNormGrad (dY, X, Scale; attributes axis, epsilon, rms) as up to
+ * three kernels, every sum in the compute dtype and in a fixed order (the
+ * same bits every run):
+ *   rows     outer = X.shape[:axis], inner = the row (N elements): the
+ *            statistics again (LayerNorm: mean, then the two-pass variance;
+ *            RMSNorm: the mean square), x̂ = (x − mean)·r, g = dy·Scale,
+ *            dX = r·(g − x̂·Σ(g·x̂)/N − Σg/N) (RMSNorm without Σg), and the
+ *            row's mean and r into two scratch [rows] vectors;
+ *   columns  outer = [rows/c, N], inner = c rows (c: NORM_GRAD_CHUNK or the
+ *            largest divisor of the row count below it): Σ dy·x̂ and Σ dy
+ *            of each run of c rows into scratch [rows/c, N] partial sums;
+ *   sum      outer = N, inner = rows/c: dScale and dB as the sums of the
+ *            partials, in row order.
+ * With a single run (rows <= c) the column kernel stores dScale and dB
+ * itself; with neither dScale nor dB read, only the row kernel runs. */
+static sc_status layernorm_grad_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *x = sc_node_input(cx->g, n, 1), *sv = sc_node_input(cx->g, n, 2);
+  bool rms = sc_attr_int(cx->g, n, "rms", 0) != 0;
+  int32_t a, xi[SC_MAX_RANK], row_i[1];
+  int64_t cols, rows = 1;
+  double eps;
+  sc_status st = begin_row_kernel(cx, n, x, &a, &cols, &eps, xi);
+  if (st != SC_OK) return st;
+  for (int32_t d = 0; d < a; d++) rows *= x->dims[d]; /* ≤ X's element count */
+  sc_dtype ct = compute_of(x->dtype);
+  int32_t mean_b = rms ? -1 : sc_lower_scratch(cx, "mean", ct, 1, &rows);
+  int32_t rstd_b = sc_lower_scratch(cx, "rstd", ct, 1, &rows);
+  if (rstd_b < 0 || (!rms && mean_b < 0)) return fail(cx);
+  int32_t nn = C(ct, (double)cols), xhat, mean = -1, rstd;
+  if (rms) {
+    int32_t v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 1, xi));
+    int32_t ss = reduce(cx, KIR_RED_SUM, ct, BIN(MUL, v, v));
+    rstd = UN(RSQRT, BIN(ADD, BIN(DIV, ss, nn), C(ct, eps)));
+    xhat = BIN(MUL, v, rstd);
+  } else {
+    row_stats rs;
+    if ((st = stats(cx, n, 1, xi, cols, eps, ct, &rs)) != SC_OK) return st;
+    mean = rs.mean;
+    rstd = rs.inv;
+    xhat = BIN(MUL, BIN(SUB, rs.v, mean), rstd);
+  }
+  int32_t gg = BIN(MUL, sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi)),
+                   param_at(cx, n, 2, x->rank, xi, ct));
+  int32_t t = BIN(SUB, gg, BIN(MUL, xhat, BIN(DIV, reduce(cx, KIR_RED_SUM, ct,
+                                                              BIN(MUL, gg, xhat)), nn)));
+  if (!rms) t = BIN(SUB, t, BIN(DIV, reduce(cx, KIR_RED_SUM, ct, gg), nn));
+  int32_t dx = BIN(MUL, t, rstd);
+  if (dx < 0) return fail(cx);
+  if ((st = sc_lower_store(cx, n, 0, xi, sc_lower_cast(cx, x->dtype, dx))) != SC_OK) return st;
+  row_i[0] = sc_lower_offset(cx, a, x->dims, xi);
+  if ((!rms && (st = sc_lower_buffer_store(cx, mean_b, row_i, mean)) != SC_OK) ||
+      (st = sc_lower_buffer_store(cx, rstd_b, row_i, rstd)) != SC_OK)
+    return st;
+
+  /* the column sums, when anything reads dScale or dB */
+  int32_t n_sums = rms ? 1 : 2;
+  bool read = false;
+  for (int32_t j = 1; j <= n_sums; j++)
+    read |= j < n->n_outputs && n->outputs[j] >= 0 && cx->value_buffer[n->outputs[j]] >= 0;
+  if (!read || rows == 0) return SC_OK;
+  int64_t chunk = rows < NORM_GRAD_CHUNK ? rows : NORM_GRAD_CHUNK;
+  while (rows % chunk) chunk--;
+  int64_t runs = rows / chunk, pd[2] = {runs, cols};
+  bool direct = runs == 1;
+  int32_t part[2] = {-1, -1};
+  for (int32_t j = 0; j < n_sums && !direct; j++)
+    if ((part[j] = sc_lower_scratch(cx, j ? "dbias_part" : "dscale_part", ct, 2, pd)) < 0)
+      return fail(cx);
+  if ((st = direct ? sc_lower_begin_kernel(cx, n, 1, &cols, chunk)
+                   : sc_lower_begin_kernel(cx, n, 2, pd, chunk)) != SC_OK)
+    return st;
+  int32_t inner = kir_var(cx->arena, cx->k, KIR_INNER);
+  int32_t run = direct ? sc_lower_i64(cx, 0) : kir_var(cx->arena, cx->k, 0);
+  int32_t col = kir_var(cx->arena, cx->k, direct ? 0 : 1);
+  int32_t row = BIN(ADD, BIN(MUL, run, sc_lower_i64(cx, chunk)), inner);
+  row_col_index(cx, x, a, row, col, xi);
+  int32_t r1[1] = {row};
+  int32_t v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 1, xi));
+  if (!rms) v = BIN(SUB, v, sc_lower_buffer_at(cx, mean_b, r1));
+  int32_t dy = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
+  int32_t sum[2];
+  sum[0] = reduce(cx, KIR_RED_SUM, ct, BIN(MUL, dy, BIN(MUL, v, sc_lower_buffer_at(cx, rstd_b, r1))));
+  sum[1] = rms ? -1 : reduce(cx, KIR_RED_SUM, ct, dy);
+  int32_t si[SC_MAX_RANK], pi[2] = {run, col};
+  sc_lower_unflatten(cx, col, sv->rank, sv->dims, si);
+  for (int32_t j = 0; j < n_sums && st == SC_OK; j++)
+    st = direct ? sc_lower_store(cx, n, j + 1, si, sc_lower_cast(cx, sv->dtype, sum[j]))
+                : sc_lower_buffer_store(cx, part[j], pi, sum[j]);
+  if (st != SC_OK || direct) return st;
+  /* stage two: each column's partial sums, in row order */
+  if ((st = sc_lower_begin_kernel(cx, n, 1, &cols, runs)) != SC_OK) return st;
+  col = kir_var(cx->arena, cx->k, 0);
+  pi[0] = kir_var(cx->arena, cx->k, KIR_INNER);
+  pi[1] = col;
+  sc_lower_unflatten(cx, col, sv->rank, sv->dims, si);
+  for (int32_t j = 0; j < n_sums && st == SC_OK; j++) {
+    int32_t s = reduce(cx, KIR_RED_SUM, ct, sc_lower_buffer_at(cx, part[j], pi));
+    st = sc_lower_store(cx, n, j + 1, si, sc_lower_cast(cx, sv->dtype, s));
+  }
+  return st;
+}
+
+const sc_lowering sc_lw_layernorm_grad = {SC_LOWER_KERNEL, NULL, layernorm_grad_build};
+
 /* ---- InstanceNormalization, GroupNormalization ---- */
 
 /* Rows of `groups` per sample: outer (N, groups), inner = C/groups × spatial.
@@ -211,7 +335,7 @@ static sc_status grouped_norm(sc_lower_ctx *cx, const sc_node *n, int64_t groups
   sc_lower_unflatten(cx, lin, x->rank, x->dims, xi);
   sc_dtype ct = compute_of(x->dtype);
   row_stats rs;
-  if ((st = stats(cx, n, xi, inner, eps, ct, &rs)) != SC_OK) return st;
+  if ((st = stats(cx, n, 0, xi, inner, eps, ct, &rs)) != SC_OK) return st;
   int32_t y = BIN(MUL, BIN(SUB, rs.v, rs.mean), rs.inv);
   for (int32_t i = 1; i <= 2; i++) {
     const sc_value *p = sc_node_input(cx->g, n, i);

@@ -1064,7 +1064,53 @@ static int32_t inv_std(sc_grad_ctx *c, int32_t v, double eps) {
               gb_1(c, SC_OP_SQRT, gb_2(c, SC_OP_ADD, v, gb_scalar(c, dtype_of(c, v), eps))));
 }
 
-/* LayerNormalization and RMSNormalization over the axes from `axis` on,
+/* One LayerNormGrad node (ir/op_nn.c) for a LayerNormalization or
+ * RMSNormalization whose Scale (and B) are exactly X.shape[axis:], the
+ * usual form: dX in one pass over each row, dScale and dB as column sums
+ * (codegen/lower_norm.c). Returns -1 when the shapes are another form (the
+ * caller then builds the decomposed gradient), else the rule's status. */
+static int32_t row_norm_fused(sc_grad_ctx *c, bool rms, int32_t axis, double eps) {
+  sc_graph *g = c->g;
+  const sc_node *n = gb_fwd(c);
+  int32_t x = in_v(c, 0), s = in_v(c, 1), b = rms ? -1 : in_v(c, 2);
+  sc_value xv = g->values[x];
+  for (int32_t i = 0; i < 2; i++) {
+    int32_t p = i == 0 ? s : b;
+    if (p < 0) continue;
+    const sc_value *pv = &g->values[p];
+    if (pv->rank != xv.rank - axis ||
+        memcmp(pv->dims, xv.dims + axis, sizeof(int64_t) * (size_t)pv->rank))
+      return -1;
+  }
+  int32_t dy = gb_cast(c, c->dy[0], xv.dtype);
+  if (dy < 0) return g->diag.status;
+  char name[512];
+  snprintf(name, sizeof name, "%s/grad/%d", n->name ? n->name : sc_op_name(n->op),
+           (int)(*c->counter)++);
+  static const char *const suffix[3] = {"dx", "dscale", "dbias"};
+  int32_t n_out = rms ? 2 : 3, outs[3], in[3] = {dy, x, s};
+  for (int32_t j = 0; j < n_out; j++) {
+    char vn[600];
+    snprintf(vn, sizeof vn, "%s:%s", name, suffix[j]);
+    if ((outs[j] = sc_graph_new_value(g, vn)) < 0) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  }
+  int32_t node = sc_graph_add_node(g, SC_OP_LAYER_NORM_GRAD, name, in, 3, outs, n_out);
+  if (node < 0) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  /* each set at once: adding an attribute may move the others */
+  sc_attr *a = sc_node_add_attr(g, node, "axis", SC_ATTR_INT);
+  if (a) a->i = axis;
+  if (a && (a = sc_node_add_attr(g, node, "epsilon", SC_ATTR_FLOAT))) a->f = eps;
+  if (a && (a = sc_node_add_attr(g, node, "rms", SC_ATTR_INT))) a->i = rms;
+  if (!a) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  sc_status st = sc_ops[SC_OP_LAYER_NORM_GRAD].infer(g, &g->nodes[node]);
+  if (st != SC_OK) return st;
+  for (int32_t i = 0; i < n_out; i++)
+    if (c->want[i]) c->dx[i] = outs[i];
+  return SC_OK;
+}
+
+/* LayerNormalization and RMSNormalization over the axes from `axis` on:
+ * the fused LayerNormGrad above where the shapes allow; otherwise
  * recomputed from X (x̂ the normalised x, r = 1/σ, g = dy·Scale, means
  * over the normalised axes):
  *   LayerNorm  dX = r·(g − mean g − x̂·mean(g·x̂)), dScale = Σ dy·x̂, dB = Σ dy
@@ -1086,6 +1132,8 @@ sc_status sc_grad_row_norm(sc_grad_ctx *c) {
   sc_status st = sc_norm_axis(g, n, sc_attr_int(g, n, "axis", -1), r, &axis);
   if (st == SC_OK) st = sc_norm_epsilon(g, n, &eps);
   if (st != SC_OK) return st;
+  int32_t fused = row_norm_fused(c, rms, axis, eps);
+  if (fused >= 0) return (sc_status)fused;
   int64_t axes[SC_MAX_RANK];
   int32_t na = 0;
   for (int32_t d = axis; d < r; d++) axes[na++] = d;

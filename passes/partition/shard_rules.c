@@ -430,6 +430,29 @@ sc_status sc_shard_layernorm(sc_shard_ctx *c) {
   return SC_OK;
 }
 
+/* LayerNormGrad (dY, X, Scale -> dX, dScale[, dB]): rows (the dims before
+ * axis) are independent, so they keep dY's split, X is asked for the same;
+ * a row's dims stay whole, and Scale too. dX is split like dY; dScale and
+ * dB sum over the rows, so each rank's are a pending sum over the axes that
+ * split the rows. */
+sc_status sc_shard_layernorm_grad(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 1);
+  int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", -1), x->rank);
+  if (axis < 0 || inv(c, 0)->rank != x->rank) return sc_shard_replicate_all(c);
+  c->want[0].partial = 0;
+  for (int32_t d = axis; d < x->rank; d++) sc_shard_unsplit_dim(&c->want[0], d);
+  c->want[1] = c->want[0];
+  want_whole(c, 2);
+  sc_axes rows = 0;
+  for (int32_t d = 0; d < axis; d++) {
+    sc_shard_copy_dim(&c->out[0], d, &c->want[0], d);
+    rows |= dim_mask(&c->want[0], d);
+  }
+  for (int32_t j = 1; j < c->n->n_outputs; j++)
+    if (outv(c, j)) c->out[j].partial = rows;
+  return SC_OK;
+}
+
 /* Conv, pools, Batch/Instance/GroupNormalization: samples are independent,
  * so only the batch dim (0) of input 0 may stay split. */
 sc_status sc_shard_batch(sc_shard_ctx *c) {
