@@ -22,6 +22,8 @@
  *               scale and bias per channel (opset 21) or per group (18)
  *   LayerNormGrad  the backward of LayerNorm and RMSNorm: a row kernel for
  *               dX and a two-stage column sum for dScale and dB (below)
+ *   SoftmaxCrossEntropy  the loss of a row of logits and its log-sum-exp,
+ *               one row kernel; its gradient is a POINT op (below)
  * Statistics are computed in f32 (f64 for f64 inputs), as stash_type=1 asks;
  * the variance is the two-pass one (numerically stable), not E[x²]-E[x]².
  * BatchNormalization in inference mode is elementwise per channel:
@@ -87,6 +89,68 @@ static sc_status softmax_build(sc_lower_ctx *cx, const sc_node *n) {
 }
 
 const sc_lowering sc_lw_softmax = {SC_LOWER_KERNEL, NULL, softmax_build};
+
+/* ---- SoftmaxCrossEntropy, SoftmaxCrossEntropyGrad ---- */
+
+/* The label of the row at outer index oi (rank of the labels), as an i64
+ * expr; *at gets a class index safe to load (the label inside [0, V), else
+ * 0) and *valid the compute-dtype 1/0 of label != ignore_index. */
+static int32_t sce_label(sc_lower_ctx *cx, const sc_node *n, int32_t in, const int32_t *oi,
+                         int64_t classes, sc_dtype ct, int32_t *at, int32_t *valid) {
+  int32_t lab = sc_lower_input_at(cx, n, in, oi);
+  int32_t inside = BIN(AND, BIN(GE, lab, sc_lower_i64(cx, 0)), BIN(LT, lab, sc_lower_i64(cx, classes)));
+  *at = sc_lower_sel(cx, inside, lab, sc_lower_i64(cx, 0));
+  int64_t ig = sc_attr_int(cx->g, n, "ignore_index", -100);
+  *valid = sc_lower_cast(cx, ct, BIN(NE, lab, sc_lower_i64(cx, ig)));
+  return lab;
+}
+
+/* The loss forward as one row kernel over the classes: m = max x,
+ * s = Σ exp(x − m), lse = m + log s; the row's loss lse − x[label] (x
+ * read once more at the label) times valid, and lse, stored per row. No
+ * [rows, V] value is written. */
+static sc_status sce_build(sc_lower_ctx *cx, const sc_node *n) {
+  const sc_value *x = sc_node_input(cx->g, n, 0);
+  int32_t r = x->rank - 1;
+  int64_t classes = x->dims[r];
+  sc_status st = sc_lower_begin_kernel(cx, n, r, x->dims, classes);
+  if (st != SC_OK) return st;
+  int32_t xi[SC_MAX_RANK];
+  sc_lower_outer_index(cx, xi);
+  xi[r] = kir_var(cx->arena, cx->k, KIR_INNER);
+  sc_dtype ct = compute_of(x->dtype);
+  int32_t v = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
+  int32_t m = reduce(cx, KIR_RED_MAX, ct, v);
+  int32_t lse = BIN(ADD, m, UN(LOG, reduce(cx, KIR_RED_SUM, ct, UN(EXP, BIN(SUB, v, m)))));
+  int32_t at, valid;
+  if (sce_label(cx, n, 1, xi, classes, ct, &at, &valid) < 0) return fail(cx);
+  xi[r] = at;
+  int32_t picked = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
+  int32_t loss = BIN(MUL, BIN(SUB, lse, picked), valid);
+  if (loss < 0) return fail(cx);
+  if ((st = sc_lower_store(cx, n, 0, xi, loss)) != SC_OK) return st;
+  return sc_lower_store(cx, n, 1, xi, lse);
+}
+
+const sc_lowering sc_lw_softmax_cross_entropy = {SC_LOWER_KERNEL, NULL, sce_build};
+
+/* The gradient, pointwise (so it fuses with what produces dLoss and what
+ * reads dLogits): (exp(x − lse) − [class == label]) · dLoss · valid. */
+static int32_t sce_grad_point(sc_lower_ctx *cx, const sc_node *n, int32_t out,
+                              const int32_t *idx) {
+  const sc_value *x = sc_node_input(cx->g, n, 1);
+  int32_t r = x->rank - 1;
+  sc_dtype ct = compute_of(x->dtype);
+  int32_t at, valid;
+  int32_t lab = sce_label(cx, n, 2, idx, x->dims[r], ct, &at, &valid);
+  int32_t p = UN(EXP, BIN(SUB, sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 1, idx)),
+                          sc_lower_input_at(cx, n, 3, idx)));
+  int32_t hit = sc_lower_cast(cx, ct, BIN(EQ, idx[r], lab));
+  int32_t d = BIN(MUL, sc_lower_input_at(cx, n, 0, idx), valid);
+  return sc_lower_cast(cx, x->dtype, BIN(MUL, BIN(SUB, p, hit), d));
+}
+
+const sc_lowering sc_lw_softmax_cross_entropy_grad = {SC_LOWER_POINT, sce_grad_point, NULL};
 
 /* ---- shared: mean and inverse standard deviation of a row ---- */
 

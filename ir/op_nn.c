@@ -24,13 +24,16 @@
  *     RMSNormalization   4 per element (square, sum, normalise, scale)
  *     LayerNormGrad      9 per element of X (the statistics again, the
  *                  two row sums, dX; the column sums of dScale and dB)
+ *     SoftmaxCrossEntropy  5 per logit (as Softmax); its gradient counts as
+ *                  an elementwise op (one per element)
  *     Softmax, LogSoftmax   5 per element (max, subtract, exp, sum, divide
  *                  or log-subtract)
  *
  * Constant evaluation: MatMul (any float or integer dtype; floats are
  * accumulated in double and rounded once on store, integers wrap modulo
  * 2^64 before the store's conversion), Gemm (double arithmetic), Softmax and
- * LogSoftmax (double, max-subtracted), LayerNormGrad (double). An eval
+ * LogSoftmax (double, max-subtracted), LayerNormGrad and
+ * SoftmaxCrossEntropy(Grad) (double). An eval
  * returns SC_ERR_LIMIT, without recording a diagnostic, when an output has
  * more than SC_FOLD_MAX_ELEMENTS elements or the product needs more than
  * FOLD_MAX_MACS multiply-adds: the node is then simply left unfolded. Conv,
@@ -791,6 +794,86 @@ sc_status sc_op_eval_layernorm_grad(sc_graph *g, sc_node *n) {
     if (db) sc_store_f64(sv->dtype, db, k, acc[cols + k]);
   }
   sc_free(acc);
+  return SC_OK;
+}
+
+/* SoftmaxCrossEntropy (internal; passes/train.c's cross-entropy loss):
+ * inputs logits [.., V] (float) and labels [..] (int64), attribute
+ * ignore_index; outputs, per row, the loss lse − logits[label] (0 where the
+ * label is ignore_index) and lse = log Σ exp(logits), both in the compute
+ * dtype (f64 for f64 logits, else f32). SoftmaxCrossEntropyGrad: inputs
+ * dLoss [..] (the loss's dtype), logits, labels and lse; output dLogits
+ * (the logits' shape and dtype) = (exp(logits − lse) − onehot(label)) ·
+ * dLoss, 0 on an ignored row. */
+sc_status sc_op_infer_softmax_cross_entropy(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  bool grad = n->op == SC_OP_SOFTMAX_CROSS_ENTROPY_GRAD;
+  const sc_value *x = sc_node_input(g, n, grad ? 1 : 0), *lab = sc_node_input(g, n, grad ? 2 : 1);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  int64_t ig;
+  if ((st = sc_read_attr_int(g, n, "ignore_index", -100, &ig)) != SC_OK) return st;
+  char b1[160], b2[160];
+  if (x->rank < 1 || lab->dtype != SC_DTYPE_I64 || lab->rank != x->rank - 1 ||
+      memcmp(lab->dims, x->dims, sizeof(int64_t) * (size_t)lab->rank))
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "labels '%s' (%s %s) are not int64 of the logits' shape %s without "
+                         "the last dim",
+                         lab->name, sc_dtype_name(lab->dtype),
+                         fmt_shape(b1, sizeof b1, lab->rank, lab->dims),
+                         fmt_shape(b2, sizeof b2, x->rank, x->dims));
+  sc_dtype ct = x->dtype == SC_DTYPE_F64 ? SC_DTYPE_F64 : SC_DTYPE_F32;
+  if (!grad) {
+    if ((st = sc_set_output(g, n, 0, ct, lab->rank, lab->dims)) != SC_OK) return st;
+    return sc_set_output(g, n, 1, ct, lab->rank, lab->dims);
+  }
+  for (int32_t i = 0; i < 4; i += 3) {
+    const sc_value *r = sc_node_input(g, n, i);
+    if (r->dtype != ct || r->rank != lab->rank ||
+        memcmp(r->dims, lab->dims, sizeof(int64_t) * (size_t)r->rank))
+      return sc_node_error(g, n, SC_ERR_INVALID, "%s '%s' is %s %s (expects %s %s)",
+                           i ? "lse" : "dLoss", r->name, sc_dtype_name(r->dtype),
+                           fmt_shape(b1, sizeof b1, r->rank, r->dims), sc_dtype_name(ct),
+                           fmt_shape(b2, sizeof b2, lab->rank, lab->dims));
+  }
+  return sc_set_output(g, n, 0, x->dtype, x->rank, x->dims);
+}
+
+/* Both folded in double arithmetic, rounded once on store (the formulas
+ * above; a label outside [0, V) reads class 0, as the kernels do: the
+ * step's label check refuses such labels before they get here). */
+sc_status sc_op_eval_softmax_cross_entropy(sc_graph *g, sc_node *n) {
+  bool grad = n->op == SC_OP_SOFTMAX_CROSS_ENTROPY_GRAD;
+  const sc_value *x = sc_node_input(g, n, grad ? 1 : 0), *lab = sc_node_input(g, n, grad ? 2 : 1);
+  int64_t total = sc_value_numel(x), v = x->dims[x->rank - 1];
+  if (total < 0 || total > SC_FOLD_MAX_ELEMENTS || v <= 0) return SC_ERR_LIMIT;
+  int64_t ig = sc_attr_int(g, n, "ignore_index", -100);
+  void *y0 = sc_eval_output(g, n, 0), *y1 = grad ? y0 : sc_eval_output(g, n, 1);
+  if (!y0 || !y1) return SC_ERR_NOMEM;
+  if (total == 0) return SC_OK;
+  const sc_value *dl = grad ? sc_node_input(g, n, 0) : NULL, *ls = grad ? sc_node_input(g, n, 3) : NULL;
+  const sc_value *o0 = sc_node_output(g, n, 0);
+  for (int64_t r = 0; r < total / v; r++) {
+    int64_t l = sc_load_i64(SC_DTYPE_I64, lab->data, r), at = l >= 0 && l < v ? l : 0;
+    bool valid = l != ig;
+    if (grad) {
+      double lse = sc_load_f64(ls->dtype, ls->data, r), d = sc_load_f64(dl->dtype, dl->data, r);
+      for (int64_t k = 0; k < v; k++) {
+        double p = exp(sc_load_f64(x->dtype, x->data, r * v + k) - lse) - (k == l ? 1.0 : 0.0);
+        sc_store_f64(x->dtype, y0, r * v + k, valid ? p * d : 0.0);
+      }
+      continue;
+    }
+    double m = -INFINITY, s = 0;
+    for (int64_t k = 0; k < v; k++) {
+      double e = sc_load_f64(x->dtype, x->data, r * v + k);
+      if (e > m || isnan(e)) m = e;
+    }
+    for (int64_t k = 0; k < v; k++) s += exp(sc_load_f64(x->dtype, x->data, r * v + k) - m);
+    double lse = m + log(s);
+    sc_store_f64(o0->dtype, y0, r, valid ? lse - sc_load_f64(x->dtype, x->data, r * v + at) : 0.0);
+    sc_store_f64(o0->dtype, y1, r, lse);
+  }
   return SC_OK;
 }
 

@@ -369,7 +369,14 @@ static int32_t find_output(const sc_graph *g, const char *name) {
   return -1;
 }
 
-/* PyTorch's cross_entropy(logits, labels, ignore_index), reduction mean. */
+/* PyTorch's cross_entropy(logits, labels, ignore_index), reduction mean:
+ * one SoftmaxCrossEntropy node (ir/op_nn.c) gives each row's loss and its
+ * log-sum-exp, the loss is their sum over the rows whose label is not
+ * ignore_index divided by the count of those rows. Logits that are a
+ * widening Cast of bf16 or f16 values (the low-precision step's), or a
+ * reshape of one, are read before the Cast (reshaped alike: a view; the
+ * kernel computes in f32 either way, exactly), so
+ * neither an f32 copy of the logits nor one of their gradient is made. */
 static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts *o,
                              sc_diag *d) {
   sc_graph *g = c->g;
@@ -382,36 +389,40 @@ static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts
   }
   int32_t labels = new_input(g, "labels", SC_DTYPE_I64, lv.rank - 1, lv.dims, d);
   if (labels < 0) return -1;
-  int64_t last = lv.rank - 1, minus1 = -1, v = lv.dims[last];
-  int32_t logp = gb_op_i(c, SC_OP_LOG_SOFTMAX, &logits, 1, "axis", -1);
-  if (logp < 0) return -1;
-  int64_t zero = 0, one = 1;
-  /* the class ids Range(0, V, 1) */
-  int32_t r0 = sc_graph_new_value(g, "train_c"), r1 = sc_graph_new_value(g, "train_c"),
-          r2 = sc_graph_new_value(g, "train_c");
-  if (r0 < 0 || r1 < 0 || r2 < 0 ||
-      sc_value_set_data(g, r0, SC_DTYPE_I64, 0, NULL, &zero, sizeof zero, true) != SC_OK ||
-      sc_value_set_data(g, r1, SC_DTYPE_I64, 0, NULL, &v, sizeof v, true) != SC_OK ||
-      sc_value_set_data(g, r2, SC_DTYPE_I64, 0, NULL, &one, sizeof one, true) != SC_OK)
-    return -1;
-  int32_t cls = gb_op(c, SC_OP_RANGE, (int32_t[]){r0, r1, r2}, 3);
-  int32_t lab = gb_2(c, SC_OP_UNSQUEEZE, labels, gb_ints(c, &minus1, 1));
-  int32_t hit = gb_2(c, SC_OP_EQUAL, lab, cls);
-  int32_t onehot = gb_cast(c, hit, lv.dtype);
-  if (onehot < 0) return -1;
-  int32_t picked = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, logp, onehot), &last, 1, false);
+  int32_t x = logits, v = logits;
+  for (int32_t pn = lv.producer; pn >= 0 && v >= 0; pn = g->values[v].producer) {
+    sc_op op = g->nodes[pn].op;
+    if (op == SC_OP_CAST) {
+      sc_dtype st = g->values[g->nodes[pn].inputs[0]].dtype;
+      if (lv.dtype == SC_DTYPE_F32 && (st == SC_DTYPE_BF16 || st == SC_DTYPE_F16))
+        x = gb_reshape(c, g->nodes[pn].inputs[0], lv.rank, lv.dims);
+      break;
+    }
+    if (op != SC_OP_RESHAPE && op != SC_OP_FLATTEN && op != SC_OP_SQUEEZE &&
+        op != SC_OP_UNSQUEEZE)
+      break;
+    v = g->nodes[pn].inputs[0];
+  }
+  if (x < 0) return -1;
+  static const char *const suffix[2] = {"rows", "lse"};
+  int32_t outs[2];
+  int32_t node = gb_node(c, SC_OP_SOFTMAX_CROSS_ENTROPY, (int32_t[]){x, labels}, 2, 2, suffix, outs);
+  sc_attr *a = node < 0 ? NULL : sc_node_add_attr(g, node, "ignore_index", SC_ATTR_INT);
+  if (!a) return -1;
+  a->i = o->ignore_index;
+  if (sc_ops[SC_OP_SOFTMAX_CROSS_ENTROPY].infer(g, &g->nodes[node]) != SC_OK) return -1;
   int64_t ig = o->ignore_index;
   int32_t igc = sc_graph_new_value(g, "train_c");
   if (igc < 0 || sc_value_set_data(g, igc, SC_DTYPE_I64, 0, NULL, &ig, sizeof ig, true) != SC_OK)
     return -1;
   int32_t keep = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_EQUAL, labels, igc));
-  int32_t valid = gb_cast(c, keep, lv.dtype);
+  int32_t valid = gb_cast(c, keep, g->values[outs[0]].dtype);
   if (valid < 0) return -1;
   int64_t all[SC_MAX_RANK];
   for (int32_t k = 0; k < lv.rank - 1; k++) all[k] = k;
-  int32_t num = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, picked, valid), all, lv.rank - 1, false);
+  int32_t num = gb_reduce_sum(c, outs[0], all, lv.rank - 1, false);
   int32_t den = gb_reduce_sum(c, valid, all, lv.rank - 1, false);
-  return gb_1(c, SC_OP_NEG, gb_2(c, SC_OP_DIV, num, den));
+  return gb_2(c, SC_OP_DIV, num, den);
 }
 
 /* mean((logits − targets)²) over every element. */

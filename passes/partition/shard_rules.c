@@ -453,6 +453,30 @@ sc_status sc_shard_layernorm_grad(sc_shard_ctx *c) {
   return SC_OK;
 }
 
+/* SoftmaxCrossEntropy (logits, labels -> loss, lse) and its gradient
+ * (dLoss, logits, labels, lse -> dLogits): rows (every dim of the logits
+ * but the last) are independent, so they keep the logits' split and every
+ * per-row input is asked for the same; the classes stay whole (a logits
+ * split over the vocabulary is gathered). */
+sc_status sc_shard_softmax_cross_entropy(sc_shard_ctx *c) {
+  bool grad = c->n->op == SC_OP_SOFTMAX_CROSS_ENTROPY_GRAD;
+  int32_t xi = grad ? 1 : 0;
+  const sc_value *x = inv(c, xi);
+  int32_t r = x->rank - 1;
+  if (r < 0) return sc_shard_replicate_all(c);
+  sc_sharding rows = c->in[xi];
+  rows.partial = 0;
+  sc_shard_unsplit_dim(&rows, r);
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    const sc_value *v = inv(c, i);
+    sc_sharding_replicated(&c->want[i], v->rank);
+    for (int32_t d = 0; d < r && d < v->rank; d++) sc_shard_copy_dim(&c->want[i], d, &rows, d);
+  }
+  for (int32_t j = 0; j < c->n->n_outputs; j++)
+    for (int32_t d = 0; d < r; d++) sc_shard_copy_dim(&c->out[j], d, &rows, d);
+  return SC_OK;
+}
+
 /* Conv, pools, Batch/Instance/GroupNormalization: samples are independent,
  * so only the batch dim (0) of input 0 may stay split. */
 sc_status sc_shard_batch(sc_shard_ctx *c) {
