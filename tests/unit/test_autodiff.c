@@ -387,6 +387,19 @@ static int32_t f_layer_norm_last(sc_graph *g, const int32_t *p) {
 static void ref_layer_norm_last(double (*pd)[MAX_E], double *y) {
   ln_ref(pd[0], 3, 4, pd[1], 4, pd[2], y);
 }
+/* SoftmaxCrossEntropy's per-row losses of logits [3, 5] (labels 4, -100
+ * ignored, 0) */
+static int32_t f_softmax_cross_entropy(sc_graph *g, const int32_t *p) {
+  int32_t y[2], lab = i64s(g, 3, (int64_t[]){4, -100, 0});
+  int32_t n = sc_graph_add_node(g, SC_OP_SOFTMAX_CROSS_ENTROPY, "sce", (int32_t[]){p[0], lab}, 2,
+                                (int32_t[]){sc_graph_new_value(g, "rows"),
+                                            sc_graph_new_value(g, "lse")}, 2);
+  assert_true(n >= 0);
+  y[0] = g->nodes[n].outputs[0];
+  y[1] = g->nodes[n].outputs[1];
+  done(g, n, y[0]);
+  return y[0];
+}
 /* RMSNormalization over the last axis of [2, 5]: scale [5] */
 static int32_t f_rms_norm(sc_graph *g, const int32_t *p) {
   g->opset = 23;
@@ -599,6 +612,7 @@ static const gcase CASES[] = {
     {"LayerNormalization last axis", 3, {2, 1, 1}, {D(3, 4), D(4), D(4)}, -2, 2, 0,
      f_layer_norm_last, ref_layer_norm_last},
     {"RMSNormalization", 2, {2, 1}, {D(2, 5), D(5)}, -2, 2, 0, f_rms_norm, ref_rms_norm},
+    {"SoftmaxCrossEntropy", 1, {2}, {D(3, 5)}, -2, 2, 0, f_softmax_cross_entropy, NULL},
     {"BatchNormalization inference", 3, {3, 1, 1}, {D(2, 3, 2), D(3), D(3)}, -2, 2, 0,
      f_batch_norm, ref_batch_norm},
     {"GlobalAveragePool", 1, {4}, {D(2, 3, 2, 2)}, -2, 2, 0, f_global_avg, ref_global_avg},

@@ -698,6 +698,34 @@ static void test_layernorm_grad(void **state) {
   }
 }
 
+/* SoftmaxCrossEntropy (one row kernel: the rows' losses and lse) and its
+ * gradient (pointwise, fused with the Expand of dLoss) against their folded
+ * values (double; test_autodiff.c checks the gradient against finite
+ * differences). Labels in [-1, 6] over 7 classes with ignore_index -1:
+ * ignored rows; f32 and bf16 logits (lse and the losses f32 either way). */
+static void test_softmax_cross_entropy(void **state) {
+  (void)state;
+  static const tcase cs[] = {
+      {"  input %x : f32[4,3,7]\n  input %l : i64[4,3]\n"
+       "  const %h : f32[] = [0.25]\n  const %sh : i64[2] = [4, 3]\n"
+       "  %r, %s = SoftmaxCrossEntropy(%x, %l) {ignore_index = -1}\n"
+       "  %d = Expand(%h, %sh)\n"
+       "  %dx = SoftmaxCrossEntropyGrad(%d, %x, %l, %s) {ignore_index = -1}\n"
+       "  output %r\n  output %s\n  output %dx\n", -4, 4, -1, 6, NULL},
+      {"  input %x : bf16[5,9]\n  input %l : i64[5]\n"
+       "  const %h : f32[] = [0.5]\n  const %sh : i64[1] = [5]\n"
+       "  %r, %s = SoftmaxCrossEntropy(%x, %l) {ignore_index = -1}\n"
+       "  %d = Expand(%h, %sh)\n"
+       "  %dx = SoftmaxCrossEntropyGrad(%d, %x, %l, %s) {ignore_index = -1}\n"
+       "  output %r\n  output %s\n  output %dx\n", -4, 4, -1, 8, NULL},
+  };
+  for (int i = 0; i < 2; i++) {
+    run_case(&cs[i], 1300 + i, false);
+    /* fused: the loss kernel, and the gradient with the Expand in it */
+    assert_int_equal(run_case(&cs[i], 1300 + i, true), 2);
+  }
+}
+
 /* Attribute defaults: the folded value, the lowered-and-interpreted value
  * and a reference written with ONNX's defaults all agree. */
 static void test_attribute_defaults(void **state) {
@@ -799,6 +827,7 @@ int main(void) {
       cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_norms), cmocka_unit_test(test_rmsnorm_row_kernel),
       cmocka_unit_test(test_layernorm_grad),
+      cmocka_unit_test(test_softmax_cross_entropy),
       cmocka_unit_test(test_fused_chain_one_kernel),
       cmocka_unit_test(test_fused_reduction_prologue_epilogue),
       cmocka_unit_test(test_errors),
