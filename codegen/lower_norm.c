@@ -107,7 +107,8 @@ static int32_t sce_label(sc_lower_ctx *cx, const sc_node *n, int32_t in, const i
 
 /* The loss forward as one row kernel over the classes: m = max x,
  * s = Σ exp(x − m), lse = m + log s; the row's loss lse − x[label] (x
- * read once more at the label) times valid, and lse, stored per row. No
+ * read once more at the label; 0 on an ignored row), and lse, stored per
+ * row. No
  * [rows, V] value is written. */
 static sc_status sce_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *x = sc_node_input(cx->g, n, 0);
@@ -126,7 +127,7 @@ static sc_status sce_build(sc_lower_ctx *cx, const sc_node *n) {
   if (sce_label(cx, n, 1, xi, classes, ct, &at, &valid) < 0) return fail(cx);
   xi[r] = at;
   int32_t picked = sc_lower_cast(cx, ct, sc_lower_input_at(cx, n, 0, xi));
-  int32_t loss = BIN(MUL, BIN(SUB, lse, picked), valid);
+  int32_t loss = sc_lower_sel(cx, BIN(NE, valid, C(ct, 0.0)), BIN(SUB, lse, picked), C(ct, 0.0));
   if (loss < 0) return fail(cx);
   if ((st = sc_lower_store(cx, n, 0, xi, loss)) != SC_OK) return st;
   return sc_lower_store(cx, n, 1, xi, lse);

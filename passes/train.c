@@ -369,14 +369,63 @@ static int32_t find_output(const sc_graph *g, const char *name) {
   return -1;
 }
 
+/* Σ rows·valid / Σ valid over every row, valid = (label != ignore_index)
+ * in the rows' dtype. */
+static int32_t label_mean(sc_grad_ctx *c, int32_t rows, int32_t labels, const sc_train_opts *o) {
+  sc_graph *g = c->g;
+  int64_t ig = o->ignore_index;
+  int32_t igc = sc_graph_new_value(g, "train_c");
+  if (rows < 0 || igc < 0 ||
+      sc_value_set_data(g, igc, SC_DTYPE_I64, 0, NULL, &ig, sizeof ig, true) != SC_OK)
+    return -1;
+  int32_t keep = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_EQUAL, labels, igc));
+  int32_t valid = gb_cast(c, keep, g->values[rows].dtype);
+  if (valid < 0) return -1;
+  int32_t r = g->values[labels].rank;
+  int64_t all[SC_MAX_RANK];
+  for (int32_t k = 0; k < r; k++) all[k] = k;
+  int32_t num = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, rows, valid), all, r, false);
+  int32_t den = gb_reduce_sum(c, valid, all, r, false);
+  return gb_2(c, SC_OP_DIV, num, den);
+}
+
+/* The decomposed form (split_vocab_loss): LogSoftmax, the label's
+ * log-probability picked by a one-hot product of Range == label, its mean
+ * over the rows whose label is not ignore_index, negated. */
+static int32_t cross_entropy_split(sc_grad_ctx *c, int32_t logits, int32_t labels,
+                                   const sc_train_opts *o) {
+  sc_graph *g = c->g;
+  sc_value lv = g->values[logits];
+  int64_t last = lv.rank - 1, minus1 = -1, v = lv.dims[last];
+  int32_t logp = gb_op_i(c, SC_OP_LOG_SOFTMAX, &logits, 1, "axis", -1);
+  if (logp < 0) return -1;
+  int64_t zero = 0, one = 1;
+  /* the class ids Range(0, V, 1) */
+  int32_t r0 = sc_graph_new_value(g, "train_c"), r1 = sc_graph_new_value(g, "train_c"),
+          r2 = sc_graph_new_value(g, "train_c");
+  if (r0 < 0 || r1 < 0 || r2 < 0 ||
+      sc_value_set_data(g, r0, SC_DTYPE_I64, 0, NULL, &zero, sizeof zero, true) != SC_OK ||
+      sc_value_set_data(g, r1, SC_DTYPE_I64, 0, NULL, &v, sizeof v, true) != SC_OK ||
+      sc_value_set_data(g, r2, SC_DTYPE_I64, 0, NULL, &one, sizeof one, true) != SC_OK)
+    return -1;
+  int32_t cls = gb_op(c, SC_OP_RANGE, (int32_t[]){r0, r1, r2}, 3);
+  int32_t lab = gb_2(c, SC_OP_UNSQUEEZE, labels, gb_ints(c, &minus1, 1));
+  int32_t hit = gb_2(c, SC_OP_EQUAL, lab, cls);
+  int32_t onehot = gb_cast(c, hit, lv.dtype);
+  if (onehot < 0) return -1;
+  int32_t picked = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, logp, onehot), &last, 1, false);
+  return gb_1(c, SC_OP_NEG, label_mean(c, picked, labels, o));
+}
+
 /* PyTorch's cross_entropy(logits, labels, ignore_index), reduction mean:
  * one SoftmaxCrossEntropy node (ir/op_nn.c) gives each row's loss and its
- * log-sum-exp, the loss is their sum over the rows whose label is not
- * ignore_index divided by the count of those rows. Logits that are a
+ * log-sum-exp, the loss is their mean over the rows whose label is not
+ * ignore_index (label_mean). Logits that are a
  * widening Cast of bf16 or f16 values (the low-precision step's), or a
  * reshape of one, are read before the Cast (reshaped alike: a view; the
  * kernel computes in f32 either way, exactly), so
- * neither an f32 copy of the logits nor one of their gradient is made. */
+ * neither an f32 copy of the logits nor one of their gradient is made.
+ * With split_vocab_loss, the decomposed form above. */
 static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts *o,
                              sc_diag *d) {
   sc_graph *g = c->g;
@@ -389,6 +438,7 @@ static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts
   }
   int32_t labels = new_input(g, "labels", SC_DTYPE_I64, lv.rank - 1, lv.dims, d);
   if (labels < 0) return -1;
+  if (o->split_vocab_loss) return cross_entropy_split(c, logits, labels, o);
   int32_t x = logits, v = logits;
   for (int32_t pn = lv.producer; pn >= 0 && v >= 0; pn = g->values[v].producer) {
     sc_op op = g->nodes[pn].op;
@@ -411,18 +461,7 @@ static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts
   if (!a) return -1;
   a->i = o->ignore_index;
   if (sc_ops[SC_OP_SOFTMAX_CROSS_ENTROPY].infer(g, &g->nodes[node]) != SC_OK) return -1;
-  int64_t ig = o->ignore_index;
-  int32_t igc = sc_graph_new_value(g, "train_c");
-  if (igc < 0 || sc_value_set_data(g, igc, SC_DTYPE_I64, 0, NULL, &ig, sizeof ig, true) != SC_OK)
-    return -1;
-  int32_t keep = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_EQUAL, labels, igc));
-  int32_t valid = gb_cast(c, keep, g->values[outs[0]].dtype);
-  if (valid < 0) return -1;
-  int64_t all[SC_MAX_RANK];
-  for (int32_t k = 0; k < lv.rank - 1; k++) all[k] = k;
-  int32_t num = gb_reduce_sum(c, outs[0], all, lv.rank - 1, false);
-  int32_t den = gb_reduce_sum(c, valid, all, lv.rank - 1, false);
-  return gb_2(c, SC_OP_DIV, num, den);
+  return label_mean(c, outs[0], labels, o);
 }
 
 /* mean((logits − targets)²) over every element. */
