@@ -695,13 +695,15 @@ void sc_training_settings_init(sc_training_settings *s, const char *optimizer) {
 }
 
 /* A training step, built from a model (build, own: its manifest) or loaded
- * from a training bundle (bundle, which owns its manifest): p and m are
- * the one or the other's. */
+ * from a training bundle (bundle, which owns its manifest; or loaded, a
+ * partitioned one, which owns its manifest and every stage's kernels): p
+ * and m are the one or the other's. */
 struct sc_training {
   sc_build *build;
   sc_train_manifest *own;
   char *model;          /* the model's file name, for a saved bundle */
   sc_bundle *bundle;
+  sc_dist_program *loaded;
   const sc_program *p;
   const sc_train_manifest *m;
   sc_trainer *trainer;
@@ -718,8 +720,9 @@ static sc_status train_fail(sc_training *t, const sc_diag *d) {
   return d->status;
 }
 
-/* The public settings as the pass's options. */
-static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, sc_diag *d) {
+/* The public settings as the pass's options (o->aux in aux[SC_TRAIN_MAX_AUX]). */
+static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, sc_aux_loss *aux,
+                               sc_diag *d) {
   bool adamw = s->optimizer && strcmp(s->optimizer, "adamw") == 0;
   if (s->optimizer && !adamw && strcmp(s->optimizer, "sgd") != 0)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "optimizer '%s': expected sgd or adamw",
@@ -745,12 +748,31 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
   o->clip_grad_norm = s->clip_grad_norm;
   o->freeze = s->freeze;
   o->n_freeze = s->n_freeze;
+  if (s->n_aux_losses < 0 || s->n_aux_losses > SC_TRAIN_MAX_AUX ||
+      (s->n_aux_losses && (!s->aux_loss_names || !s->aux_loss_coefs)))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "aux losses: %d (at most %d, with names and "
+                       "coefficients)", (int)s->n_aux_losses, SC_TRAIN_MAX_AUX);
+  for (int32_t k = 0; k < s->n_aux_losses; k++) {
+    if (!s->aux_loss_names[k])
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "aux loss %d has no name", (int)k);
+    aux[k] = (sc_aux_loss){s->aux_loss_names[k], s->aux_loss_coefs[k]};
+  }
+  o->aux = aux;
+  o->n_aux = s->n_aux_losses;
   const char *prec = s->precision ? s->precision : "fp32";
   if (strcmp(prec, "fp32") != 0 && strcmp(prec, "bf16") != 0 && strcmp(prec, "fp16") != 0)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                        "precision '%s': expected fp32, bf16 or fp16", prec);
   o->bf16 = strcmp(prec, "bf16") == 0;
   o->fp16 = strcmp(prec, "fp16") == 0;
+  static const char *const recompute[] = {"none", "selective", "full"}; /* sc_recompute_kind */
+  const char *rc = s->recompute ? s->recompute : "none";
+  int k = 0;
+  while (k < 3 && strcmp(rc, recompute[k]) != 0) k++;
+  if (k == 3)
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "recompute '%s': expected none, selective or full", rc);
+  o->recompute = (sc_recompute_kind)k;
   if (s->weight_decay < 0 || s->momentum < 0 || s->beta1 < 0 || s->beta1 >= 1 ||
       s->beta2 < 0 || s->beta2 >= 1 || s->eps < 0 || s->clip_grad_norm < 0)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
@@ -759,13 +781,13 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
 }
 
 /* The training step of settings s built from model_path (*b; o: the
- * pass's options, which the manifest reads), on one rank or partitioned
- * over s->parallel. */
+ * pass's options, which the manifest reads, its auxiliary losses in
+ * aux[SC_TRAIN_MAX_AUX]), on one rank or partitioned over s->parallel. */
 static sc_status training_build(const char *model_path, const sc_training_settings *s,
-                                sc_train_opts *o, sc_build **b, sc_diag *d) {
+                                sc_train_opts *o, sc_aux_loss *aux, sc_build **b, sc_diag *d) {
   *b = NULL;
   sc_status st = !s ? sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no settings")
-                    : train_opts_of(s, o, d);
+                    : train_opts_of(s, o, aux, d);
   if (st == SC_OK) st = check_comm(s->comm, NULL, d);
   if (st != SC_OK) return st;
   return build(model_path, s->dims, s->n_dims, &s->parallel, o, false, true, false, true, b, d);
@@ -779,7 +801,8 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
   sc_diag d = {0};
   sc_diag_clear(&d);
   sc_train_opts o;
-  sc_status st = training_build(model_path, s, &o, &t->build, &d);
+  sc_aux_loss aux[SC_TRAIN_MAX_AUX];
+  sc_status st = training_build(model_path, s, &o, aux, &t->build, &d);
   if (st == SC_OK) st = sc_build_train_manifest(t->build, &o, &t->own, &d);
   if (st == SC_OK) {
     const char *slash = strrchr(model_path, '/');
@@ -859,12 +882,13 @@ sc_status sc_training_plan_json(const char *model_path, const sc_training_settin
   sc_diag_clear(&d);
   sc_build *b = NULL;
   sc_train_opts o;
+  sc_aux_loss aux[SC_TRAIN_MAX_AUX];
   char *plan = NULL, *report = NULL;
   sc_status st = !plan_json || !report_json
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "plan_json or report_json is NULL")
                  : !s || (!s->parallel.mesh && !s->parallel.plan_file && !s->parallel.plan_json)
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh")
-                     : training_build(model_path, s, &o, &b, &d);
+                     : training_build(model_path, s, &o, aux, &b, &d);
   if (st == SC_OK) st = sc_partition_complete_plan(b->part, b->plan, &d);
   if (st == SC_OK && !(plan = sc_plan_write_json_string(b->plan, &d))) st = d.status;
   if (st == SC_OK) st = train_report_json(b, &report, &d);
@@ -880,14 +904,26 @@ sc_status sc_training_load(const char *dir, int threads, sc_training **out) {
   if (!t) return SC_ERR_NOMEM;
   sc_diag d = {0};
   sc_diag_clear(&d);
-  sc_status st = !dir ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no directory")
-                      : sc_bundle_load(dir, &t->bundle, &d);
-  if (st == SC_OK) st = sc_bundle_check_kind(t->bundle, true, &d);
-  if (st == SC_OK) {
-    t->p = t->bundle->program;
-    t->m = t->bundle->train;
-    sc_trainer_opts to = {.threads = threads, .cpu_module = t->bundle->kernels};
-    st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
+  sc_trainer_opts to = {.threads = threads};
+  sc_status st = SC_OK;
+  if (!dir) st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no directory");
+  else if (sc_dist_bundle_is_dir(dir)) { /* partitioned: its ranks threads of this process */
+    st = sc_dist_program_load(dir, &t->loaded, &d);
+    if (st == SC_OK) st = sc_bundle_kind_check(t->loaded->train != NULL, true, &d);
+    if (st == SC_OK) {
+      t->p = t->loaded->stages[0].program;
+      t->m = t->loaded->train;
+      st = sc_dist_trainer_create(t->loaded, t->m, &to, NULL, &t->dist, &d);
+    }
+  } else {
+    st = sc_bundle_load(dir, &t->bundle, &d);
+    if (st == SC_OK) st = sc_bundle_check_kind(t->bundle, true, &d);
+    if (st == SC_OK) {
+      t->p = t->bundle->program;
+      t->m = t->bundle->train;
+      to.cpu_module = t->bundle->kernels;
+      st = sc_trainer_create_manifest(t->p, t->m, &to, &t->trainer, &d);
+    }
   }
   if (st != SC_OK) {
     if (!d.file[0] && dir) sc_diag_set_file(&d, dir);
@@ -904,16 +940,25 @@ sc_status sc_training_save_bundle(sc_training *t, const char *dir) {
     sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a loaded training is saved already");
     return train_fail(t, &d);
   }
-  if (t->dist) {
-    sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                "a training over a mesh is not saved as a bundle (one rank only)");
-    return train_fail(t, &d);
-  }
   sc_bundle_opts bo;
   sc_bundle_opts_init(&bo);
   bo.model = t->model;
   bo.train = t->m;
-  sc_status st = sc_bundle_write(t->p, &bo, dir, &d);
+  /* over a mesh: the partitioned training bundle of `shardc compile
+   * --train --mesh` (codegen/dist_bundle.h), every rank's shards cut from
+   * the model's initial weights, which the build keeps. A pipelined step's
+   * pieces were built to update their state in place (training_build's
+   * bind_state), which a bundle's programs do not: that one is compiled
+   * by the command. */
+  if (t->build->part && t->build->part->n_chunks > 0) {
+    sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
+                "a pipelined training (pp > 1) is built to update its state in place and is "
+                "not saved as a bundle; `shardc compile MODEL --train --mesh ... -o DIR` "
+                "compiles it into one, which sc_training_load reads");
+    return train_fail(t, &d);
+  }
+  sc_status st = t->build->part ? sc_dist_program_write(t->build->program, &bo, dir, &d)
+                                : sc_bundle_write(t->p, &bo, dir, &d);
   return st == SC_OK ? SC_OK : train_fail(t, &d);
 }
 
@@ -1007,6 +1052,7 @@ void sc_training_free(sc_training *t) {
   sc_train_manifest_destroy(t->own);
   sc_build_destroy(t->build);
   sc_bundle_destroy(t->bundle);
+  sc_dist_program_destroy(t->loaded);
   sc_free(t->model);
   sc_free(t);
 }

@@ -31,6 +31,7 @@
 #include "ir/text.h"
 #include "passes/plan/profile.h"
 #include "runtime/comm.h"
+#include "runtime/cpu_attention.h"
 #include "runtime/runtime.h"
 
 #define TRY(x)                    \
@@ -249,6 +250,16 @@ static sc_status measure_memory(ctx *c, sc_diag *d) {
   c->p->memory_bytes_per_s = bytes / floored(c, t - c->run1_s, "memory");
   note(c, "memory: %.2f GB/s (Add of 2 x %lld floats: %.3f ms)\n", c->p->memory_bytes_per_s / 1e9,
        (long long)n, t * 1e3);
+  if (c->tg.cuda) return SC_OK;
+  /* one thread's: what a kernel the pool does not split streams at */
+  c->p->memory_thread_bytes_per_s = c->p->memory_bytes_per_s;
+  if (c->p->threads <= 1) return SC_OK;
+  target one = c->tg;
+  one.threads = 1;
+  TRY(time_text(text, true, one, c->min_s, &t, NULL, NULL, d));
+  c->p->memory_thread_bytes_per_s = bytes / floored(c, t - c->run1_s, "memory, one thread");
+  note(c, "memory, one thread: %.2f GB/s (%.3f ms)\n", c->p->memory_thread_bytes_per_s / 1e9,
+       t * 1e3);
   return SC_OK;
 }
 
@@ -407,6 +418,132 @@ static sc_status measure_kernels(ctx *c, sc_diag *d) {
           "load (one thread)\n", c->p->kernel_s[0] * 1e9, c->p->kernel_s[1] * 1e9,
        c->p->kernel_s[2] * 1e9, c->p->kernel_s[3] * 1e9);
   return SC_OK;
+}
+
+/* ---- the CPU's fused attention (profile.h: sc_profile_attention) ---- */
+
+_Static_assert((int)SC_PROFILE_ATTN_BLOCK == (int)SC_CPU_ATTN_BLOCK,
+               "the attention features walk the kernel's blocks");
+
+enum { ATTN_SHAPES = 6 };
+
+/* This thread's CPU time: what a computation on it costs, whatever else
+ * the machine runs (a shared machine's other work preempts it, and wall
+ * time would count that too). */
+static double thread_cpu_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The median CPU seconds of one call of the runtime's attention forward
+ * (or backward) on io, on this thread: one warm-up, then calls until
+ * min_s of wall time has passed (at least 3, at most 200). false: out of
+ * memory. */
+static bool attention_time(const sc_cpu_attention_io *io, bool grad, double min_s, double *out) {
+  double v[200];
+  int n = 0;
+  if (!(grad ? sc_cpu_attention_backward(NULL, io) : sc_cpu_attention_forward(NULL, io)))
+    return false;
+  double start = now_s();
+  while (n < 200 && (n < 3 || now_s() - start < min_s)) {
+    double t0 = thread_cpu_s();
+    if (!(grad ? sc_cpu_attention_backward(NULL, io) : sc_cpu_attention_forward(NULL, io)))
+      return false;
+    v[n++] = thread_cpu_s() - t0;
+  }
+  *out = median(v, n);
+  return true;
+}
+
+/* Fits each (dtype, direction)'s attention coefficients by non-negative
+ * least squares over timed calls of the runtime's kernels
+ * (runtime/cpu_attention.c) at shapes that vary each feature (heads,
+ * sequence, head dim, causal or not), on one thread, as the coefficients
+ * are defined (the cost model divides by the threads the work units keep
+ * busy: cost.c sc_cost_attention_time): each row the features against the
+ * call's CPU time, weighted by 1/time (relative error). Inputs seeded in
+ * [-1, 1). */
+static sc_status measure_attention(ctx *c, sc_diag *d) {
+  static const struct {
+    int64_t heads, seq, dim;
+    bool causal;
+  } SHAPES[ATTN_SHAPES] = {{4, 16, 16, true},  {32, 16, 16, true}, {4, 128, 16, true},
+                           {4, 128, 64, true}, {8, 64, 64, false}, {2, 256, 64, true}};
+  static const struct {
+    sc_dtype t;
+    sc_cluster_dtype ct;
+  } TYPES[] = {{SC_DTYPE_F32, SC_CLUSTER_FP32}, {SC_DTYPE_BF16, SC_CLUSTER_BF16}};
+  int64_t most = 0;
+  for (int i = 0; i < ATTN_SHAPES; i++)
+    if (SHAPES[i].heads * SHAPES[i].seq * SHAPES[i].dim > most)
+      most = SHAPES[i].heads * SHAPES[i].seq * SHAPES[i].dim;
+  /* q k v o dO dq dk dv in f32 (bf16 uses the first half of each), lse */
+  float *mem = sc_malloc((size_t)(8 * most + most) * sizeof *mem);
+  if (!mem) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_status st = SC_OK;
+  for (int ti = 0; ti < 2 && st == SC_OK; ti++)
+    for (int grad = 0; grad < 2 && st == SC_OK; grad++) {
+      double a[ATTN_SHAPES * SC_PROFILE_ATTN_TERMS], b[ATTN_SHAPES];
+      int32_t rows = 0;
+      for (int i = 0; i < ATTN_SHAPES && st == SC_OK; i++) {
+        int64_t h = SHAPES[i].heads, n = SHAPES[i].seq, dim = SHAPES[i].dim;
+        sc_attention_step step = {.q = -1, .k = -1, .v = -1, .mask = -1, .o = -1, .lse = -1,
+                                  .d_o = -1, .dq = -1, .dk = -1, .dv = -1, .batch = 1,
+                                  .heads = h, .kv_heads = h, .sq = n, .skv = n, .d = dim,
+                                  .dv_dim = dim, .scale = 1.0f / sqrtf((float)dim),
+                                  .causal = SHAPES[i].causal};
+        int64_t el = h * n * dim;
+        uint64_t seed = 0xa77e;
+        void *buf[8];
+        for (int j = 0; j < 8; j++) {
+          buf[j] = mem + (int64_t)j * most;
+          for (int64_t e = 0; e < el; e++) {
+            float x = rng_unit(&seed);
+            if (TYPES[ti].t == SC_DTYPE_BF16) ((uint16_t *)buf[j])[e] = sc_f32_to_bf16(x);
+            else ((float *)buf[j])[e] = x;
+          }
+        }
+        sc_cpu_attention_io io = {.a = &step, .t = TYPES[ti].t, .mask_t = TYPES[ti].t,
+                                  .q = buf[0], .k = buf[1], .v = buf[2], .o = buf[3],
+                                  .lse = mem + 8 * most, .d_o = buf[4], .dq = buf[5],
+                                  .dk = buf[6], .dv = buf[7]};
+        double sec = 0;
+        /* the backward reads the forward's o and lse */
+        if (!sc_cpu_attention_forward(NULL, &io) || !attention_time(&io, grad, c->min_s, &sec)) {
+          st = sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+          break;
+        }
+        double f[SC_PROFILE_ATTN_TERMS], units = 1; /* units: unused on one thread */
+        sc_profile_attention_features(1, h, n, n, dim, dim, SHAPES[i].causal, f, &units);
+        note(c, "attention %-4s %s %2lld heads x %3lld x %3lld%s: %9.2f us\n",
+             sc_cluster_dtype_names[TYPES[ti].ct], grad ? "grad" : "fwd ", (long long)h,
+             (long long)n, (long long)dim, SHAPES[i].causal ? " causal" : "", sec * 1e6);
+        if (!(sec > 0)) continue;
+        for (int k = 0; k < SC_PROFILE_ATTN_TERMS; k++)
+          a[rows * SC_PROFILE_ATTN_TERMS + k] = f[k] / sec;
+        b[rows++] = 1;
+      }
+      double x[SC_PROFILE_ATTN_TERMS] = {0};
+      if (st != SC_OK) break;
+      if (rows < SC_PROFILE_ATTN_TERMS ||
+          !sc_profile_nnls(a, b, rows, SC_PROFILE_ATTN_TERMS, x)) {
+        note(c, "attention %s %s: not resolved; none in the profile\n",
+             sc_cluster_dtype_names[TYPES[ti].ct], grad ? "grad" : "fwd");
+        continue;
+      }
+      if (c->p->n_attention == SC_PROFILE_MAX_ATTENTION) continue;
+      sc_profile_attention *pa = &c->p->attention[c->p->n_attention++];
+      pa->dtype = TYPES[ti].ct;
+      pa->grad = grad;
+      for (int k = 0; k < SC_PROFILE_ATTN_TERMS; k++)
+        pa->s[k] = x[k] > SC_PROFILE_MIN_S ? x[k] : SC_PROFILE_MIN_S;
+      note(c, "attention %s %s: %.3f ns a row, %.3f ns a score, %.3f ns a multiply-add (one "
+              "thread)\n", sc_cluster_dtype_names[TYPES[ti].ct], grad ? "grad" : "fwd",
+           pa->s[0] * 1e9, pa->s[1] * 1e9, pa->s[2] * 1e9);
+    }
+  sc_free(mem);
+  return st;
 }
 
 /* ---- collectives over local thread-ranks ---- */
@@ -590,6 +727,7 @@ sc_status sc_calibrate(const sc_calibrate_opts *o, sc_profile *out, sc_diag *d) 
   if (st == SC_OK) st = measure_memory(&c, d);
   if (st == SC_OK) st = measure_gemms(&c, d);
   if (st == SC_OK && !cuda) st = measure_kernels(&c, d);
+  if (st == SC_OK && !cuda) st = measure_attention(&c, d);
   /* one process on one GPU has no communicator of 2+ ranks to time:
    * NCCL holds one rank per GPU, and the CPU communicators need host
    * memory (the profile's comms stay empty; the cluster keeps its links) */

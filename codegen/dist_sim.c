@@ -102,6 +102,30 @@ static bool transcendental(kir_op op) {
   }
 }
 
+/* Whether e is the integer constant c (the same value) */
+static bool is_const_i(const kir_kernel *k, int32_t e, int64_t *c) {
+  if (e < 0 || e >= k->n_exprs || k->exprs[e].op != KIR_CONST) return false;
+  *c = k->exprs[e].i;
+  return true;
+}
+
+/* x when m is x mod c and q is (x div c) * c (either order of the
+ * product), the same x and c: their sum is x (a flattened row-major
+ * index split into a row and a column and joined again, which the
+ * emitter's compiler folds back); else -1. */
+static int32_t split_whole(const kir_kernel *k, int32_t m, int32_t q) {
+  if (m < 0 || m >= k->n_exprs || q < 0 || q >= k->n_exprs) return -1;
+  const kir_expr *xm = &k->exprs[m], *xq = &k->exprs[q];
+  int64_t c = 0, c2 = 0, c3 = 0;
+  if (xm->op != KIR_MOD || xq->op != KIR_MUL || !is_const_i(k, xm->b, &c) || c == 0) return -1;
+  int32_t div = xq->a, f = xq->b;
+  if (!is_const_i(k, f, &c2)) div = xq->b, f = xq->a;
+  if (!is_const_i(k, f, &c2) || c2 != c || div < 0 || div >= k->n_exprs) return -1;
+  const kir_expr *xd = &k->exprs[div];
+  if (xd->op != KIR_DIV || xd->a != xm->a || !is_const_i(k, xd->b, &c3) || c3 != c) return -1;
+  return xm->a;
+}
+
 /* The coefficient of loop variable v in index expression e when e is
  * linear in it (a sum of v times constants and terms without v), else
  * NAN. depth bounds the walk (a deep expression is taken as non-linear). */
@@ -112,7 +136,12 @@ static double stride_in(const kir_kernel *k, int32_t e, int32_t v, int depth) {
   case KIR_VAR: return x->var == v ? 1 : 0;
   case KIR_CONST:
   case KIR_REG: return 0;
-  case KIR_ADD: return stride_in(k, x->a, v, depth + 1) + stride_in(k, x->b, v, depth + 1);
+  case KIR_ADD: {
+    int32_t whole = split_whole(k, x->a, x->b);
+    if (whole < 0) whole = split_whole(k, x->b, x->a);
+    if (whole >= 0) return stride_in(k, whole, v, depth + 1);
+    return stride_in(k, x->a, v, depth + 1) + stride_in(k, x->b, v, depth + 1);
+  }
   case KIR_SUB: return stride_in(k, x->a, v, depth + 1) - stride_in(k, x->b, v, depth + 1);
   case KIR_CAST: return stride_in(k, x->a, v, depth + 1);
   case KIR_MUL: {

@@ -47,7 +47,10 @@
  * through a third group (merging would make a cycle). This is what makes an
  * optimizer's update of one parameter one kernel: the new moments are read
  * by their own state outputs and by the weight's update, so the first pass
- * leaves each in a group of its own.
+ * leaves each in a group of its own. A group does not merge into one that
+ * reads an FP8 value of it (narrow float, reads_pointwise): the FP8
+ * value is stored, one byte an element, and its reader widens it where it
+ * runs, so an FP8 step's saved operands stay FP8 until the backward.
  *
  * Group ids are renumbered densely in order of each group's first node. */
 #include <string.h>
@@ -272,7 +275,10 @@ static bool path_through_third(merger *m, int32_t x, int32_t y) {
 }
 
 /* Whether every member of y that reads an output of x is an elementwise
- * POINT op with that output's shape. */
+ * POINT op with that output's shape, and no output it reads is of a
+ * narrow float type (FP8): such a value stays x's stored output, so that
+ * what is kept of it for later readers (an FP8 training step's saved
+ * operands) is one byte an element, not the wider value y makes of it. */
 static bool reads_pointwise(merger *m, int32_t x, int32_t y) {
   for (int32_t i = m->first[y]; i >= 0; i = m->next[i]) {
     const sc_node *n = &m->g->nodes[i];
@@ -280,8 +286,10 @@ static bool reads_pointwise(merger *m, int32_t x, int32_t y) {
       int32_t v = n->inputs[q];
       int32_t pn = v >= 0 ? m->g->values[v].producer : -1;
       if (pn < 0 || m->group[pn] < 0 || find(m, m->group[pn]) != x) continue;
+      sc_dtype t = m->g->values[v].dtype;
       if (sc_lower_kind_of(m->g, n) != SC_LOWER_POINT ||
-          !(sc_ops[n->op].flags & SC_OPF_ELEMENTWISE))
+          !(sc_ops[n->op].flags & SC_OPF_ELEMENTWISE) ||
+          (sc_dtype_is_narrow(t) && sc_dtype_is_float(t)))
         return false;
       for (int32_t o = 0; o < n->n_outputs; o++)
         if (n->outputs[o] >= 0 && !same_shape(&m->g->values[n->outputs[o]], &m->g->values[v]))

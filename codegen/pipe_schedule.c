@@ -186,8 +186,8 @@ sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d) {
     add_dep(out, w, f);
     add_dep(out, w, b);
     add_dep(out, nn, w);
-    if (c > 0) add_dep(out, nn, sc_pipe_piece(C, SC_PIPE_NORM, c - 1));
-    add_dep(out, u, sc_pipe_piece(C, SC_PIPE_NORM, C - 1));
+    add_dep(out, u, nn);
+    if (c > 0) add_dep(out, sc_pipe_piece(C, SC_PIPE_UPDATE, 0), nn);
     if (c > 0) add_dep(out, u, sc_pipe_piece(C, SC_PIPE_UPDATE, 0));
   }
   return st;

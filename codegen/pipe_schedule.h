@@ -62,8 +62,10 @@ typedef struct sc_pipe_deps {
  * inputs is t's handoff (sc_dist_handoff_source). */
 sc_status sc_pipe_deps_of(const sc_dist_program *dp, sc_pipe_deps *out, sc_diag *d);
 /* The chain every pipelined transformer has: F_c reads F_{c-1}; B_c reads
- * F_c and B_{c+1} (B_{C-1} reads F_{C-1}); N_c reads B_c and N_{c-1}; U_c
- * reads N_{C-1} and U_0 (tests of schedules without a model). */
+ * F_c and B_{c+1} (B_{C-1} reads F_{C-1}); W_c reads F_c and B_c; N_c
+ * reads W_c; U_c reads N_c, U_0 every N_c (the chunks' sums of squares:
+ * passes/partition/pipe_train.c) and U_c U_0 (the step's decision) (tests
+ * of schedules without a model). */
 sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d);
 void sc_pipe_deps_free(sc_pipe_deps *x);
 

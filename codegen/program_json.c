@@ -760,21 +760,27 @@ static sc_status read_kernel(reader *r, json_t *o, int32_t kid, kir_kernel **out
 }
 
 /* The last element touched by a row-major rows×cols matrix with leading
- * dimension ld, batched with stride, must lie inside the buffer. */
-static sc_status check_matrix(reader *r, const char *what, int32_t buf, int64_t batch,
-                              int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+ * dimension ld, batched with stride, must lie inside the buffer, whose
+ * dtype is the product's: f32 or bf16, every operand the same (what the
+ * devices run: sc_gemm_problem in runtime/cpu_device.c). */
+static sc_status check_matrix(reader *r, const char *what, int32_t buf, sc_dtype t,
+                              int64_t batch, int64_t rows, int64_t cols, int64_t ld,
+                              int64_t stride) {
   const sc_buffer *b = &r->p->buffers[buf];
   if (ld < cols || ld < 1 || stride < 0)
     return fail(r, SC_ERR_INVALID, "%s: leading dimension %lld < %lld columns or bad stride",
                 what, (long long)ld, (long long)cols);
-  if (b->dtype != SC_DTYPE_F32)
-    return fail(r, SC_ERR_UNSUPPORTED, "%s: GEMM on %s (f32 only)", what,
+  if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16)
+    return fail(r, SC_ERR_UNSUPPORTED, "%s: GEMM on %s (f32 or bf16 only)", what,
                 sc_dtype_name(b->dtype));
+  if (b->dtype != t)
+    return fail(r, SC_ERR_INVALID, "%s: %s operand of a GEMM on %s (every operand the same)",
+                what, sc_dtype_name(b->dtype), sc_dtype_name(t));
   if (rows == 0 || cols == 0 || batch == 0) return SC_OK;
   int64_t t1, t2, last;
   if (!sc_mul_i64(batch - 1, stride, &t1) || !sc_mul_i64(rows - 1, ld, &t2) ||
       !sc_add_i64(t1, t2, &last) || !sc_add_i64(last, cols, &last) ||
-      !sc_mul_i64(last, 4, &last) || last > b->bytes)
+      !sc_mul_i64(last, (int64_t)sc_dtype_size(t), &last) || last > b->bytes)
     return fail(r, SC_ERR_INVALID, "%s: the matrices overrun buffer %d (%lld bytes)", what, buf,
                 (long long)b->bytes);
   return SC_OK;
@@ -1182,18 +1188,22 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
   const sc_buffer *cb = &p->buffers[m->c];
   if (cb->kind == SC_BUF_CONST || cb->kind == SC_BUF_INPUT)
     return fail(r, SC_ERR_INVALID, "GEMM writes %s buffer %d", BUF_KINDS[cb->kind], m->c);
-  if ((st = check_matrix(r, "A", m->a, m->batch, m->trans_a ? m->k : m->m,
+  sc_dtype t = cb->dtype; /* the product's: C's */
+  if ((st = check_matrix(r, "A", m->a, t, m->batch, m->trans_a ? m->k : m->m,
                          m->trans_a ? m->m : m->k, m->lda, m->stride_a)) ||
-      (st = check_matrix(r, "B", m->b, m->batch, m->trans_b ? m->n : m->k,
+      (st = check_matrix(r, "B", m->b, t, m->batch, m->trans_b ? m->n : m->k,
                          m->trans_b ? m->k : m->n, m->ldb, m->stride_b)) ||
-      (st = check_matrix(r, "C", m->c, m->batch, m->m, m->n, m->ldc, m->stride_c)))
+      (st = check_matrix(r, "C", m->c, t, m->batch, m->m, m->n, m->ldc, m->stride_c)))
     return st;
   if (m->bias >= 0) {
     int64_t need = m->n;
     if (m->bias_full && !sc_mul_i64(m->m, m->n, &need))
       return fail(r, SC_ERR_LIMIT, "bias size overflows");
     int64_t bytes;
-    if (!sc_mul_i64(need, 4, &bytes) || p->buffers[m->bias].bytes < bytes)
+    if (p->buffers[m->bias].dtype != t)
+      return fail(r, SC_ERR_INVALID, "bias buffer %d is %s, the GEMM %s", m->bias,
+                  sc_dtype_name(p->buffers[m->bias].dtype), sc_dtype_name(t));
+    if (!sc_mul_i64(need, (int64_t)sc_dtype_size(t), &bytes) || p->buffers[m->bias].bytes < bytes)
       return fail(r, SC_ERR_INVALID, "bias buffer %d is smaller than %lld elements", m->bias,
                   (long long)need);
   }
@@ -1211,7 +1221,8 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
                                        ab->kind == SC_BUF_INPUT))
       return fail(r, SC_ERR_INVALID, "GEMM activation without an epilogue kernel, or into %s "
                   "buffer %d", BUF_KINDS[ab->kind], m->act_out);
-    if ((st = check_matrix(r, "act_out", m->act_out, m->batch, m->m, m->n, m->ldc, m->stride_c)))
+    if ((st = check_matrix(r, "act_out", m->act_out, t, m->batch, m->m, m->n, m->ldc,
+                           m->stride_c)))
       return st;
   }
   json_t *co = json_object_get(g, "conv");

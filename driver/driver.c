@@ -177,6 +177,11 @@ static sc_status step_train(job *j) {
     o.pipeline = true;
     o.grad_accum = plan->microbatches > 1 ? plan->microbatches : 1;
   }
+  if (plan && sc_mesh_find_axis(&plan->mesh, "cp") >= 0) {
+    o.cp = sc_mesh_axis_size(&plan->mesh, "cp");
+    o.cp_batch_split = (plan->dp_axis && sc_mesh_axis_size(&plan->mesh, plan->dp_axis) > 1) ||
+                       (plan->fsdp_axis && sc_mesh_axis_size(&plan->mesh, plan->fsdp_axis) > 1);
+  }
   /* dims left unbound get 1 here, with run's note (sc_train_build binds
    * quietly) */
   sc_pass_opts bind;

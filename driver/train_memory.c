@@ -37,6 +37,24 @@ static sc_mem_class class_of(const sc_program *p, int32_t r, const bool *grad,
   return SC_MEM_ACTIVATIONS;
 }
 
+/* Whether every node an origin names ("a,b,..") is a gradient node
+ * ("…/grad/…"): a step of the backward alone. A kernel fused of the loss's
+ * forward nodes and the first gradient nodes (which read only the labels)
+ * may run anywhere in the forward (it does under cp) and does not begin
+ * the backward. */
+static bool backward_only(const char *origin) {
+  if (!origin || !*origin) return false;
+  for (const char *s = origin; s && *s;) {
+    const char *end = strchr(s, ',');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    bool grad = false;
+    for (size_t i = 0; i + 6 <= len && !grad; i++) grad = memcmp(s + i, "/grad/", 6) == 0;
+    if (!grad) return false;
+    s = end ? end + 1 : NULL;
+  }
+  return true;
+}
+
 /* m->saved (train_memory.h): the activation roots the memory plan keeps
  * live from before m->backward_step to it or later, on the device (an
  * offloaded value's host copy is not). */
@@ -90,7 +108,7 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
   }
   m->backward_step = -1;
   for (int32_t k = 0; st == SC_OK && k < p->n_steps && m->backward_step < 0; k++)
-    if (p->steps[k].origin && strstr(p->steps[k].origin, "/grad/")) m->backward_step = k;
+    if (backward_only(p->steps[k].origin)) m->backward_step = k;
   if (st == SC_OK && m->backward_step >= 0) st = saved_of(p, m, grad, comm, d);
   m->arena = p->arena_bytes;
   m->host = p->host_bytes;
@@ -143,10 +161,12 @@ sc_status sc_train_comm_of(const sc_program *p, sc_train_comm **out, int32_t *n,
     row->ops++;
     row->async_ops += c->async;
     row->bytes += M;
-    row->sent += c->kind == SC_COMM_ALL_REDUCE ? 2 * (g - 1) * M / g
-                 : c->kind == SC_COMM_SEND     ? M
-                 : c->kind == SC_COMM_RECV     ? 0
-                                               : (g - 1) * M / g;
+    int64_t sent = c->kind == SC_COMM_ALL_REDUCE ? 2 * (g - 1) * M / g
+                   : c->kind == SC_COMM_SEND     ? M
+                   : c->kind == SC_COMM_RECV     ? 0
+                                                 : (g - 1) * M / g;
+    row->sent += sent;
+    if (p->steps[k].origin && strstr(p->steps[k].origin, "/grad/")) row->backward_sent += sent;
   }
   return SC_OK;
 }

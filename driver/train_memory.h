@@ -41,8 +41,8 @@ typedef struct sc_train_memory {
   int64_t arena;                    /* planned = allocated */
   int64_t constants;                /* CONST bytes, outside the arena */
   /* The activations saved for the backward: the bytes (unrounded) of the
-   * forward values live when the backward begins (at the first step of a
-   * node "…/grad/…", backward_step; -1 and 0 without one) that a later
+   * forward values live when the backward begins (at the first step of
+   * gradient nodes "…/grad/…" alone, backward_step; -1 and 0 without one) that a later
    * step reads: what Korthikanti et al. count per layer; on the device
    * (an offloaded value's host copy is not counted). */
   int32_t backward_step;
@@ -69,6 +69,9 @@ typedef struct sc_train_comm {
   int64_t group_size;
   int64_t ops, bytes, sent;
   int64_t async_ops; /* of ops: started asynchronously (codegen/overlap.c) */
+  int64_t backward_sent; /* of sent: by steps of gradient nodes ("…/grad/…"
+                            in the origin: the backward's, e.g. its ring
+                            attention's under cp) */
 } sc_train_comm;
 /* The program's collectives by (kind, axes), in first-use order, into a
  * new sc_malloc'd array (*out, NULL when none). */

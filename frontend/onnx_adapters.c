@@ -48,6 +48,9 @@
  *       count of ones per row) masks the keys from that count on;
  *   EmbedLayerNormalization  Gathers of the word, position and segment
  *       embeddings, their sum and LayerNormalization; mask_index as above.
+ *   MoE (mixture of experts: softmax of the router logits, top k,
+ *       each expert's two projections and activation, the weighted sum)
+ *       computed densely, every expert on every row (ms_moe);
  * And ONNX's preview domains' FlexAttention (ai.onnx.preview) and
  * Momentum, Adagrad, Adam (ai.onnx.preview.training), and ai.onnx.ml's
  * Binarizer and ArrayFeatureExtractor, composite ops of the IR's table:
@@ -62,6 +65,7 @@
  * "N/starts", "N/3"); constants are Constant nodes (typed int64/float
  * data). All of it lives in the graph's arena, like the inliner's
  * (onnx_functions.c). */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -135,6 +139,18 @@ static Onnx__AttributeProto *new_attr(adapter *ad, const char *name,
 static Onnx__AttributeProto *int_attr(adapter *ad, const char *name, int64_t v) {
   Onnx__AttributeProto *a = new_attr(ad, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
   if (a) a->has_i = 1, a->i = v;
+  return a;
+}
+
+/* An INTS attribute `name` = v[n] (copied). */
+static Onnx__AttributeProto *ints_attribute(adapter *ad, const char *name, const int64_t *v,
+                                            size_t n) {
+  Onnx__AttributeProto *a = new_attr(ad, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+  int64_t *c = sc_arena_array(A(ad), n + 1, sizeof *c);
+  if (!a || !c) return NULL;
+  memcpy(c, v, n * sizeof *c);
+  a->ints = c;
+  a->n_ints = n;
   return a;
 }
 
@@ -416,17 +432,9 @@ static const char *reduce_mean_last(adapter *ad, const char *b, const char *x) {
   Onnx__NodeProto *np = o ? node(ad, "ReduceMean", sc_arena_printf(A(ad), "%s/mean_%d", b,
                                                                    ad->tmp++), &x, 1, &o, 1, 2)
                           : NULL;
-  Onnx__AttributeProto *axes = sc_arena_array(A(ad), 1, sizeof *axes);
-  int64_t *v = sc_arena_array(A(ad), 1, sizeof *v);
+  Onnx__AttributeProto *axes = ints_attribute(ad, "axes", (const int64_t[]){-1}, 1);
   Onnx__AttributeProto *keep = int_attr(ad, "keepdims", 1);
-  if (!np || !axes || !v || !keep) return NULL;
-  onnx__attribute_proto__init(axes);
-  axes->name = "axes";
-  axes->has_type = 1;
-  axes->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
-  v[0] = -1;
-  axes->ints = v;
-  axes->n_ints = 1;
+  if (!np || !axes || !keep) return NULL;
   np->attribute[np->n_attribute++] = axes;
   np->attribute[np->n_attribute++] = keep;
   return emit(ad, np) == SC_OK ? o : NULL;
@@ -521,18 +529,17 @@ static const char *swap_last(adapter *ad, const char *b, const Onnx__NodeProto *
   Onnx__NodeProto *t = o ? node(ad, "Transpose", sc_arena_printf(A(ad), "%s/T_%d", b, ad->tmp++),
                                 &x, 1, &o, 1, 1)
                          : NULL;
-  Onnx__AttributeProto *perm = sc_arena_array(A(ad), 1, sizeof *perm);
-  int64_t *v = sc_arena_array(A(ad), (size_t)r, sizeof *v);
-  if (!t || !perm || !v) return NULL;
+  int64_t v[SC_MAX_RANK];
+  if (r > SC_MAX_RANK) {
+    sc_onnx_error(ad->c, SC_ERR_LIMIT, "%s: '%s' has rank %d (at most %d)", np->op_type, x, r,
+                  SC_MAX_RANK);
+    return NULL;
+  }
   for (int k = 0; k < r; k++) v[k] = k;
   v[r - 2] = r - 1;
   v[r - 1] = r - 2;
-  onnx__attribute_proto__init(perm);
-  perm->name = "perm";
-  perm->has_type = 1;
-  perm->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
-  perm->ints = v;
-  perm->n_ints = (size_t)r;
+  Onnx__AttributeProto *perm = ints_attribute(ad, "perm", v, (size_t)r);
+  if (!t || !perm) return NULL;
   t->attribute[t->n_attribute++] = perm;
   return emit(ad, t) == SC_OK ? o : NULL;
 }
@@ -847,6 +854,135 @@ static sc_status ms_rotary(adapter *ad, const Onnx__NodeProto *np) {
   return emit(ad, r);
 }
 
+/* MoE(input, router_probs, fc1_experts_weights[, fc1_experts_bias],
+ * fc2_experts_weights[, fc2_experts_bias]; k, activation_type,
+ * normalize_routing_weights, activation_alpha, activation_beta,
+ * swiglu_fusion, swiglu_limit): onnxruntime's mixture of experts, as its
+ * CPU kernel computes it. X [..., D] is read as T = prod(...) rows;
+ * router_probs [T, E] are the router's logits (softmax is taken here);
+ * each row goes to its k most probable experts with those probabilities
+ * as weights (renormalised to sum 1 with normalize_routing_weights); no
+ * capacity, nothing dropped. fc1 [E, F1, D] and fc2 [E, D, F] are
+ * (out, in) matrices: h = x fc1[e]ᵀ + b1[e], y += w · (act(h) fc2[e]ᵀ +
+ * b2[e]). act: relu, gelu (the tanh form), silu, identity, or swiglu with
+ * swiglu_fusion 1 (F1 = 2F interleaved: gate = h[2i], linear = h[2i+1],
+ * gate = min(gate, limit), linear = clamp(linear, ±limit), out = gate ·
+ * sigmoid(alpha · gate) · (linear + beta); alpha 1, beta 0 and limit ∞ by
+ * default). The expansion is dense: every expert runs on every row and
+ * the outputs are summed with a [T, E] weight matrix that is zero off the
+ * chosen experts (ScatterElements of the top-k weights) — equal to the
+ * kernel's gather/scatter, E/k times its arithmetic. fc3 (onnxruntime's
+ * CPU kernel refuses it too) and the other swiglu layouts are refused. */
+static sc_status ms_moe(adapter *ad, const Onnx__NodeProto *np) {
+  sc_status st = need_io(ad, np, 5, 1);
+  if (st != SC_OK) return st;
+  if (input(np, 6) || input(np, 7))
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "MoE with fc3_experts_weights or bias is "
+                         "not supported");
+  const Onnx__AttributeProto *ka = attr(np, "k"), *aa = attr(np, "activation_type");
+  const Onnx__AttributeProto *na = attr(np, "normalize_routing_weights");
+  const Onnx__AttributeProto *sm = attr(np, "use_sparse_mixer"), *sf = attr(np, "swiglu_fusion");
+  char act[16] = "relu";
+  if (aa && aa->has_s) {
+    if (aa->s.len >= sizeof act)
+      return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "MoE: activation_type '%.*s' is not "
+                           "supported", (int)aa->s.len, (const char *)aa->s.data);
+    memcpy(act, aa->s.data, aa->s.len);
+    act[aa->s.len] = 0;
+  }
+  bool swiglu = strcmp(act, "swiglu") == 0;
+  if (!swiglu && strcmp(act, "relu") != 0 && strcmp(act, "gelu") != 0 &&
+      strcmp(act, "silu") != 0 && strcmp(act, "identity") != 0)
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "MoE: activation_type '%s' is not supported "
+                         "(relu, gelu, silu, identity, swiglu)", act);
+  int64_t k = ka ? ka->i : 1;
+  if (k < 1)
+    return sc_onnx_error(ad->c, SC_ERR_INVALID, "MoE: k = %lld (at least 1)", (long long)k);
+  if (sm && sm->i)
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "MoE with use_sparse_mixer is not supported");
+  if (swiglu && (!sf || sf->i != 1))
+    return sc_onnx_error(ad->c, SC_ERR_UNSUPPORTED, "MoE: swiglu needs swiglu_fusion = 1 (the "
+                         "interleaved layout, the one onnxruntime's CPU kernel takes)");
+  const char *b = base_name(ad, np), *x = np->input[0];
+  /* the routing weights: [T, E], zero off each row's top k */
+  const char *p = opn(ad, b, "Softmax", (const char *[]){np->input[1]}, 1, NULL,
+                      int_attr(ad, "axis", -1));
+  const char *kc = int_const(ad, b, &k, 1), *vals = tmp_name(ad, b), *idx = tmp_name(ad, b);
+  const char *tin[2] = {p, kc}, *tout[2] = {vals, idx};
+  Onnx__NodeProto *tk = p && kc && vals && idx
+                            ? node(ad, "TopK", sc_arena_printf(A(ad), "%s/TopK", b), tin, 2, tout,
+                                   2, 1)
+                            : NULL;
+  Onnx__AttributeProto *tax = int_attr(ad, "axis", -1);
+  if (!tk || !tax) return contrib_done(ad, NULL);
+  tk->attribute[tk->n_attribute++] = tax;
+  if ((st = emit(ad, tk)) != SC_OK) return st;
+  const char *last = int_const(ad, b, (const int64_t[]){-1}, 1);
+  if (na && na->i)
+    vals = op2(ad, b, "Div", vals, opn(ad, b, "ReduceSum", (const char *[]){vals, last}, 2, NULL,
+                                       int_attr(ad, "keepdims", 1)), NULL);
+  const char *zero = op2(ad, b, "ConstantOfShape", op2(ad, b, "Shape", p, NULL, NULL), NULL, NULL);
+  const char *sin[3] = {zero, idx, vals};
+  const char *w = opn(ad, b, "ScatterElements", sin, 3, NULL, int_attr(ad, "axis", -1));
+  /* every expert on every row: [E, T, ·] */
+  const int64_t t021[3] = {0, 2, 1}, zero_axis = 0, one_axis = 1;
+  const char *rows = opn(ad, b, "Flatten", &x, 1, NULL, int_attr(ad, "axis", -1));
+  const char *x3 = op2(ad, b, "Unsqueeze", rows, int_const(ad, b, &zero_axis, 1), NULL);
+  const char *h = op2(ad, b, "MatMul", x3,
+                      opn(ad, b, "Transpose", (const char *[]){np->input[2]}, 1, NULL,
+                          ints_attribute(ad, "perm", t021, 3)), NULL);
+  const char *one = int_const(ad, b, &one_axis, 1);
+  if (input(np, 3)) h = op2(ad, b, "Add", h, op2(ad, b, "Unsqueeze", np->input[3], one, NULL), NULL);
+  if (strcmp(act, "relu") == 0) {
+    h = op2(ad, b, "Relu", h, NULL, NULL);
+  } else if (strcmp(act, "gelu") == 0) {
+    const char *h3 = op2(ad, b, "Mul", op2(ad, b, "Mul", h, h, NULL), h, NULL);
+    const char *in = op2(ad, b, "Add", h, op2(ad, b, "Mul", h3, scalar(ad, b, 0.044715f, h), NULL),
+                         NULL);
+    const char *t = op2(ad, b, "Tanh", op2(ad, b, "Mul", in, scalar(ad, b, 0.7978845608f, h),
+                                           NULL), NULL, NULL);
+    h = op2(ad, b, "Mul", op2(ad, b, "Mul", h, scalar(ad, b, 0.5f, h), NULL),
+            op2(ad, b, "Add", t, scalar(ad, b, 1.0f, h), NULL), NULL);
+  } else if (strcmp(act, "silu") == 0) {
+    h = op2(ad, b, "Mul", h, op2(ad, b, "Sigmoid", h, NULL, NULL), NULL);
+  } else if (swiglu) {
+    const char *pairs = op2(ad, b, "Reshape", h, int_const(ad, b, (const int64_t[]){0, 0, -1, 2},
+                                                           4), NULL);
+    const int64_t i0 = 0, i1 = 1;
+    const char *gate = opn(ad, b, "Gather", (const char *[]){pairs, int_const(ad, b, &i0, 0)}, 2,
+                           NULL, int_attr(ad, "axis", -1));
+    const char *lin = opn(ad, b, "Gather", (const char *[]){pairs, int_const(ad, b, &i1, 0)}, 2,
+                          NULL, int_attr(ad, "axis", -1));
+    const Onnx__AttributeProto *lim = attr(np, "swiglu_limit");
+    if (lim && isfinite(lim->f)) {
+      gate = op2(ad, b, "Min", gate, scalar(ad, b, lim->f, gate), NULL);
+      lin = opn(ad, b, "Clip", (const char *[]){lin, scalar(ad, b, -lim->f, lin),
+                                                scalar(ad, b, lim->f, lin)}, 3, NULL, NULL);
+    }
+    float alpha = float_attr(np, "activation_alpha", 1.0f), beta = float_attr(np, "activation_beta",
+                                                                              0.0f);
+    const char *sg = op2(ad, b, "Sigmoid", op2(ad, b, "Mul", gate, scalar(ad, b, alpha, gate), NULL),
+                         NULL, NULL);
+    if (beta != 0.0f) lin = op2(ad, b, "Add", lin, scalar(ad, b, beta, lin), NULL);
+    h = op2(ad, b, "Mul", op2(ad, b, "Mul", gate, sg, NULL), lin, NULL);
+  }
+  const char *y = op2(ad, b, "MatMul", h,
+                      opn(ad, b, "Transpose", (const char *[]){np->input[4]}, 1, NULL,
+                          ints_attribute(ad, "perm", t021, 3)), NULL);
+  if (input(np, 5)) y = op2(ad, b, "Add", y, op2(ad, b, "Unsqueeze", np->input[5], one, NULL), NULL);
+  /* Σ_e w[t, e] y[e, t, :] */
+  const char *we = op2(ad, b, "Unsqueeze",
+                       opn(ad, b, "Transpose", &w, 1, NULL,
+                           ints_attribute(ad, "perm", (const int64_t[]){1, 0}, 2)),
+                       int_const(ad, b, (const int64_t[]){2}, 1), NULL);
+  const char *sum = opn(ad, b, "ReduceSum",
+                        (const char *[]){op2(ad, b, "Mul", y, we, NULL),
+                                         int_const(ad, b, &zero_axis, 1)}, 2, NULL,
+                        int_attr(ad, "keepdims", 0));
+  return contrib_done(ad, op2(ad, b, "Reshape", sum, op2(ad, b, "Shape", x, NULL, NULL),
+                              np->output[0]));
+}
+
 /* ONNX's preview domains (ai.onnx.preview: FlexAttention; .training:
  * Momentum, Adagrad, Adam) and two of ai.onnx.ml's (Binarizer,
  * ArrayFeatureExtractor): ops of the IR's table under their own names,
@@ -889,6 +1025,7 @@ static const struct {
     {"com.microsoft", "Attention", INT64_MAX, ms_attention},
     {"com.microsoft", "RotaryEmbedding", INT64_MAX, ms_rotary},
     {"com.microsoft", "EmbedLayerNormalization", INT64_MAX, ms_embed_layer_norm},
+    {"com.microsoft", "MoE", INT64_MAX, ms_moe},
     {"ai.onnx.preview", "FlexAttention", INT64_MAX, preview},
     {"ai.onnx.preview.training", "Momentum", INT64_MAX, preview},
     {"ai.onnx.preview.training", "Adagrad", INT64_MAX, preview},

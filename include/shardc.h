@@ -270,6 +270,16 @@ typedef struct sc_training_settings {
   const char *comm;            /* with a mesh: "local" (NULL: every rank a
                                   thread), "mpi" or "tcp" (this process one
                                   rank of the job), as sc_run_opts.comm */
+  const char *recompute;       /* "none" (NULL), "selective" or "full": the
+                                  forward activations recomputed in the
+                                  backward (`--recompute`, docs/training.md) */
+  const char *const *aux_loss_names; /* model outputs (float scalars, e.g. a
+                                  mixture of experts' load-balancing loss)
+                                  added to the loss, each times
+                                  aux_loss_coefs[k] (`--aux-loss NAME=COEF`,
+                                  docs/moe.md); at most 16 */
+  const double *aux_loss_coefs;
+  int32_t n_aux_losses;
 } sc_training_settings;
 /* PyTorch's defaults for optimizer "sgd" or "adamw" (lr is per step). */
 void sc_training_settings_init(sc_training_settings *s, const char *optimizer);
@@ -327,16 +337,22 @@ sc_status sc_training_save(sc_training *t, const char *dir);
 sc_status sc_training_resume(sc_training *t, const char *dir);
 /* Writes the training step as a training bundle directory dir
  * (docs/bundle.md: the compiled step, the model's initial parameter
- * values and training.json; what `shardc compile --train` writes), to be
+ * values and training.json; what `shardc compile --train` writes; over a
+ * mesh the partitioned training bundle of `shardc compile --train --mesh`:
+ * partition.json, the stage bundles and every rank's weight shards), to be
  * trained by sc_training_load or `shardc train DIR` without the model. The
  * steps already taken are not in it (sc_training_save checkpoints them).
- * SC_ERR_USAGE for a training loaded from a bundle, SC_ERR_UNSUPPORTED for
- * one over a mesh. */
+ * SC_ERR_USAGE for a training loaded from a bundle; SC_ERR_UNSUPPORTED
+ * for a pipelined one (pp > 1: its pieces update their state in place,
+ * which a bundle's programs do not; `shardc compile --train --mesh`
+ * compiles its bundle). */
 sc_status sc_training_save_bundle(sc_training *t, const char *dir);
 /* Reads a training bundle (written by sc_training_save_bundle or `shardc
  * compile --train`) as a training at step 0 from its initial parameter
- * values, running its compiled kernels; threads: 0 for all cores. Its
- * steps equal those of the training it was saved from, bit for bit. Same
+ * values, running its compiled kernels; threads: 0 for all cores (a
+ * partitioned bundle: per rank, 0 for cores / ranks; its ranks are threads
+ * of this process, comm "local"). Its steps equal those of the training
+ * it was saved from, bit for bit. Same
  * failure convention as sc_training_create: a damaged bundle, or an
  * inference bundle, is an error naming the directory (and the file). An
  * inference executable does not load a training bundle either

@@ -18,9 +18,12 @@
  *             accumulation, once per microbatch, whenever the schedule
  *             says (zero-bubble schedules run them late); empty in a
  *             chunk that recomputes;
- *   NORM      its share of the global gradient norm and the step's
- *             decision (ok, the clipping factor's input), once per step;
- *   UPDATE    its parameters' optimizer update, once per step.
+ *   NORM      its share of the global gradient norm (its gradients'
+ *             reductions, their sums of squares), once per step;
+ *   UPDATE    its parameters' optimizer update, once per step; chunk 0's
+ *             also combines the chunks' sums into the norm and the step's
+ *             decision (ok, the clipping factor's input), which the others
+ *             read (passes/partition/pipe_train.c).
  * Pieces are numbered so that every value flows from a smaller to a larger
  * (or the same) piece: F_0 .. F_{C-1}, B_{C-1} .. B_0, W_{C-1} .. W_0,
  * N_0 .. N_{C-1}, U_0 .. U_{C-1}: SC_PIPE_PHASES · C pieces. */

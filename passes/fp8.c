@@ -6,12 +6,17 @@
  * (Cast(Cast(X·s, f8e4m3fn), f32), the cast saturating at ±448), its output
  * gradient dY once (f8e5m2, ±57344), and every product of the layer reads
  * those in place of its bf16 operands (through the Reshape autodiff put in
- * between, rebuilt over the new operand). A product's result becomes a
+ * between, rebuilt over the new operand); the backward products read a
+ * widening of X's and W's FP8 values of their own, so that the FP8 value,
+ * not its f32 widening, is what lives until the backward (codegen/fuse.c
+ * keeps it a stored output). A product's result becomes a
  * new f32 value; its old value, which its readers keep reading, is now
  * Cast(product · (1/s_a · 1/s_b) [+ bias], old dtype). The bf16 casts the
  * products no longer read are left to dead-code elimination. The added
  * nodes are then placed next to what they serve (place_new), the forward
- * and the backward keeping their order. */
+ * and the backward keeping their order; the caller learns where the
+ * backward now begins (recompute and offloading take what comes before as
+ * the forward). */
 #include "passes/fp8.h"
 
 #include <float.h>
@@ -77,6 +82,7 @@ typedef struct layer {
   int32_t node;            /* the forward product */
   int32_t op[2];           /* its bf16 operands X, W */
   int32_t q[Q_COUNT];      /* quantized X, W, dY (-1: not yet) */
+  int32_t qb[Q_COUNT];     /* X, W widened again for the backward (-1: not yet) */
   int32_t inv[Q_COUNT];    /* their inverse scales */
   int32_t grad_src;        /* the bf16 dY the backward products read */
   int32_t history;
@@ -126,6 +132,10 @@ static sc_status rewrite_product(sc_grad_ctx *c, layer *L, int32_t b, const char
       L->grad_src = base;
     }
     int32_t q = quantized(c, L, k, base);
+    if (q >= 0 && b != L->node && k != Q_GRAD) { /* the backward widens the FP8 value itself */
+      if (L->qb[k] < 0) L->qb[k] = gb_cast(c, g->nodes[g->values[q].producer].inputs[0], SC_DTYPE_F32);
+      q = L->qb[k];
+    }
     if (q >= 0 && base != v) { /* the same Reshape over the quantized tensor */
       sc_value rv = g->values[v];
       q = gb_reshape(c, q, rv.rank, rv.dims);
@@ -205,8 +215,8 @@ static int cmp_key(const void *x, const void *y) {
  * topological sort would move every backward node that reads forward
  * values alone into the forward, where its result would live until the
  * backward. Keys: existing node j 3j+1, before it 3j, after it 3j+2; ties
- * in creation order. */
-static sc_status place_new(sc_graph *g, int32_t nn, sc_diag *d) {
+ * in creation order. *mark, an existing node's index, becomes its new one. */
+static sc_status place_new(sc_graph *g, int32_t nn, int32_t *mark, sc_diag *d) {
   int32_t total = g->n_nodes;
   int64_t *key = sc_malloc(((size_t)total + 1) * sizeof *key);
   int32_t *anchor = sc_malloc(((size_t)total + 1) * sizeof *anchor);
@@ -242,7 +252,11 @@ static sc_status place_new(sc_graph *g, int32_t nn, sc_diag *d) {
     for (int32_t i = 0; i < total; i++) order[i] = i;
     sort_keys = key;
     qsort(order, (size_t)total, sizeof *order, cmp_key);
-    for (int32_t i = 0; i < total; i++) nodes[i] = g->nodes[order[i]];
+    int32_t moved = *mark;
+    for (int32_t i = 0; i < total; i++) {
+      nodes[i] = g->nodes[order[i]];
+      if (order[i] == moved) *mark = i;
+    }
     memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
     for (int32_t i = 0; i < total; i++)
       for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
@@ -260,9 +274,10 @@ static sc_status place_new(sc_graph *g, int32_t nn, sc_diag *d) {
   return st;
 }
 
-sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, int32_t n_params,
-                         int32_t history, sc_fp8_report *r, sc_diag *d) {
+sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t *n_fwd_io, const int32_t *params,
+                         int32_t n_params, int32_t history, sc_fp8_report *r, sc_diag *d) {
   sc_graph *g = c->g;
+  int32_t n_fwd = *n_fwd_io;
   memset(r, 0, sizeof *r);
   r->ran = true;
   r->history = history;
@@ -288,7 +303,7 @@ sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, i
       continue;
     }
     layer L = {.node = i, .op = {g->nodes[i].inputs[0], g->nodes[i].inputs[1]},
-               .q = {-1, -1, -1}, .inv = {-1, -1, -1}, .grad_src = -1, .history = history,
+               .q = {-1, -1, -1}, .qb = {-1, -1, -1}, .inv = {-1, -1, -1}, .grad_src = -1, .history = history,
                .r = r};
     c->node = i;
     char prefix[512];
@@ -304,11 +319,15 @@ sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, i
   }
   c->node = saved_node;
   c->tag = saved_tag;
-  if (st == SC_OK) st = place_new(g, nn0, d);
+  /* the first backward node's new index: the forward's nodes, the added
+   * ones placed among them included, come before it */
+  int32_t first_bwd = n_fwd < nn0 ? n_fwd : -1;
+  if (st == SC_OK) st = place_new(g, nn0, &first_bwd, d);
+  if (st == SC_OK) *n_fwd_io = n_fwd < nn0 ? first_bwd : g->n_nodes;
   return st;
 }
 
-sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d) {
+sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, int32_t last, sc_diag *d) {
   sc_graph *g = c->g;
   for (int32_t k = 0; k < r->n_meta; k++) {
     sc_fp8_meta *m = &r->meta[k];
@@ -328,6 +347,19 @@ sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d) {
                                            (int32_t[]){m->history, gb_ints(c, (int64_t[]){0}, 1),
                                                        gb_ints(c, (int64_t[]){1}, 1)}, 3),
                       gb_reshape(c, m->amax, 1, (int64_t[]){1}));
+    /* not applied: as it was; with accumulation, a microbatch before the
+     * last records its amax in h[0], and the last one, not applied, puts
+     * back the step's start (h[0] = 0, the rest untouched since) */
+    m->kept_history = m->history;
+    if (last >= 0) {
+      int32_t rest = n == 1 ? -1
+                            : gb_op(c, SC_OP_SLICE,
+                                    (int32_t[]){m->history, gb_ints(c, (int64_t[]){1}, 1),
+                                                gb_ints(c, (int64_t[]){n}, 1)}, 3);
+      int32_t rec = n == 1 ? h0 : gb_op_i(c, SC_OP_CONCAT, (int32_t[]){h0, rest}, 2, "axis", 0);
+      int32_t reset = n == 1 ? zero : gb_op_i(c, SC_OP_CONCAT, (int32_t[]){zero, rest}, 2, "axis", 0);
+      m->kept_history = gb_where(c, last, reset, rec);
+    }
     if (n == 1) {
       m->new_history = zero;
     } else if (n == 2) {
@@ -338,7 +370,7 @@ sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d) {
                                       gb_ints(c, (int64_t[]){n}, 1)}, 3);
       m->new_history = gb_op_i(c, SC_OP_CONCAT, (int32_t[]){zero, mid, h0}, 3, "axis", 0);
     }
-    if (m->new_scale < 0 || m->new_history < 0)
+    if (m->new_scale < 0 || m->new_history < 0 || m->kept_history < 0)
       return sc_diag_set(d, g->diag.status ? g->diag.status : SC_ERR_NOMEM, NULL, NULL,
                          "fp8: the scaling update of '%s': %s", m->name, g->diag.msg);
   }

@@ -48,7 +48,8 @@ typedef struct sc_fp8_kept {
 typedef struct sc_fp8_meta {
   const char *name;        /* "<node>/input" ...: the state is name + suffix */
   int32_t history, scale;  /* the state inputs */
-  int32_t new_history, new_scale; /* set by sc_fp8_update */
+  int32_t new_history, new_scale; /* set by sc_fp8_update: the step applied */
+  int32_t kept_history;    /* sc_fp8_update: the history when it is not */
   int32_t amax;            /* this step's max |T| (f32 scalar) */
   double fp8_max;          /* 448 (E4M3) or 57344 (E5M2) */
 } sc_fp8_meta;
@@ -64,14 +65,26 @@ typedef struct sc_fp8_report {
   sc_fp8_meta *meta;       /* in the graph's arena */
 } sc_fp8_report;
 
-/* Rewrites the linear layers of c->g (forward nodes [0, n_fwd), backward
+/* Rewrites the linear layers of c->g (forward nodes [0, *n_fwd), backward
  * after; params[0 .. n_params) the step's parameter inputs) as above; r
- * receives what was done. Errors: SC_ERR_NOMEM, a
- * builder's failure naming the layer. */
-sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t n_fwd, const int32_t *params, int32_t n_params,
+ * receives what was done. The added nodes are placed among the forward's
+ * and the backward's (the quantizations of X and W before their forward
+ * product), so *n_fwd becomes the new index of the first backward node:
+ * what recompute, offloading and the parameters' forward order take as
+ * the forward. Errors: SC_ERR_NOMEM, a builder's failure naming the
+ * layer. */
+sc_status sc_fp8_rewrite(sc_grad_ctx *c, int32_t *n_fwd, const int32_t *params, int32_t n_params,
                          int32_t history, sc_fp8_report *r, sc_diag *d);
-/* The new history and scale of every meta of r (graph values, unguarded). */
-sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, sc_diag *d);
+/* The new history and scale of every meta of r (graph values, unguarded),
+ * and the history a step not applied leaves. last: -1 without gradient
+ * accumulation, else the bool scalar "this run is the step's last
+ * microbatch": a run before the last records its amax in history[0]
+ * (max with what the earlier microbatches recorded) and keeps the scale,
+ * so that the step's amax is the max over its microbatches, as one run of
+ * the whole batch would measure it, and the last run rolls the history;
+ * the last one not applied (a skipped step) leaves history[0] = 0 again,
+ * the state the step began with. */
+sc_status sc_fp8_update(sc_grad_ctx *c, sc_fp8_report *r, int32_t last, sc_diag *d);
 /* "fp8: N linear layers in FP8 ..., M left bf16" and one line per listed one. */
 void sc_fp8_print(const sc_fp8_report *r, FILE *f);
 

@@ -11,11 +11,13 @@
 #include "passes/train.h"
 
 #include <fnmatch.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "passes/autodiff.h"
 #include "passes/grad_rule.h"
+#include "passes/partition/cp.h"
 #include "passes/pass.h"
 
 void sc_train_opts_init(sc_train_opts *o, sc_optimizer_kind optimizer) {
@@ -360,8 +362,21 @@ static sc_status take_params(sc_graph *g, const sc_train_opts *o, sc_train_info 
   return SC_OK;
 }
 
-static int32_t find_output(const sc_graph *g, const char *name) {
-  if (!name) return g->n_outputs == 1 ? g->outputs[0] : -1;
+static bool is_aux(const sc_train_opts *o, const char *name) {
+  for (int32_t k = 0; name && k < o->n_aux; k++)
+    if (strcmp(o->aux[k].name, name) == 0) return true;
+  return false;
+}
+
+/* The output named `name`; NULL: the only output that no auxiliary loss
+ * names (-1: none, or several). */
+static int32_t find_output(const sc_graph *g, const sc_train_opts *o, const char *name) {
+  if (!name) {
+    int32_t found = -1, n = 0;
+    for (int32_t i = 0; i < g->n_outputs; i++)
+      if (!is_aux(o, g->values[g->outputs[i]].name)) found = g->outputs[i], n++;
+    return n == 1 ? found : -1;
+  }
   for (int32_t i = 0; i < g->n_outputs; i++) {
     const char *n = g->values[g->outputs[i]].name;
     if (n && strcmp(n, name) == 0) return g->outputs[i];
@@ -843,6 +858,37 @@ static void forward_order(const sc_graph *g, int32_t n_fwd, const sc_train_info 
   sc_free(first);
 }
 
+/* loss + Σ coef_k · aux_k over o->aux: each a float scalar output of the
+ * model; added in the loss's dtype, in the order given. loss NULL: only
+ * checks them (before the loss is looked for, so that a misspelt name is
+ * what the error names). */
+static sc_status add_aux_losses(sc_grad_ctx *c, const sc_train_opts *o, int32_t *loss,
+                                sc_diag *d) {
+  sc_graph *g = c->g;
+  for (int32_t k = 0; k < o->n_aux; k++) {
+    const sc_aux_loss *a = &o->aux[k];
+    int32_t v = find_output(g, o, a->name);
+    if (v < 0)
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "--aux-loss %s: the model has no output named '%s'", a->name, a->name);
+    const sc_value *x = &g->values[v];
+    if (x->rank != 0 || !is_float(x->dtype))
+      return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                         "--aux-loss %s: the output must be a float scalar, it is %s of rank %d",
+                         a->name, sc_dtype_name(x->dtype), (int)x->rank);
+    if (!isfinite(a->coef))
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "--aux-loss %s: coefficient %g",
+                         a->name, a->coef);
+    if (!loss) continue;
+    sc_dtype t = g->values[*loss].dtype;
+    int32_t term = gb_2(c, SC_OP_MUL, gb_cast(c, v, t), gb_scalar(c, t, a->coef));
+    *loss = term < 0 ? -1 : gb_2(c, SC_OP_ADD, *loss, term);
+    sc_status st = built(g, *loss, "an auxiliary loss", d);
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
 sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *info, sc_diag *d) {
   memset(info, 0, sizeof *info);
   sc_status st = o->untie || o->shape_only ? SC_OK : tie_weights(g, info, d);
@@ -858,10 +904,6 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   int32_t counter = 0;
   sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
   if ((st = matmul_transposed(&c, d)) != SC_OK) return st;
-  if (o->fp8 && (o->recompute != SC_RECOMPUTE_NONE || o->grad_accum > 1))
-    return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "--precision fp8 with %s is not built yet",
-                       o->grad_accum > 1 ? "gradient accumulation" : "--recompute");
   if ((o->bf16 || o->fp16 || o->fp8) &&
       ((st = to_low_precision(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK ||
        (st = low_chains(&c, o->fp16 ? SC_DTYPE_F16 : SC_DTYPE_BF16, d)) != SC_OK))
@@ -879,7 +921,8 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
       return st;
     }
   }
-  int32_t y = find_output(g, o->logits);
+  if ((st = add_aux_losses(&c, o, NULL, d)) != SC_OK) return st;
+  int32_t y = find_output(g, o, o->logits);
   if (y < 0 && o->logits)
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "the model has no output named '%s'",
                        o->logits);
@@ -891,6 +934,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
                  : o->loss == SC_LOSS_MSE         ? mse(&c, y, d)
                                                   : y;
   if ((st = built(g, loss, "the loss", d)) != SC_OK) return st;
+  if ((st = add_aux_losses(&c, o, &loss, d)) != SC_OK) return st;
   if (o->loss == SC_LOSS_CROSS_ENTROPY && g->values[y].rank > 0)
     info->classes = g->values[y].dims[g->values[y].rank - 1];
   /* the model's own outputs are not the step's: nothing reads them, and a
@@ -899,6 +943,19 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   g->n_outputs = 0;
   int32_t loss_out = new_output(&c, "loss", loss, d);
   if ((st = built(g, loss_out, "the loss output", d)) != SC_OK) return st;
+  /* context parallelism: the forward and the loss in the sequence's
+   * zig-zag order (the labels or targets with it), before autodiff */
+  if (o->cp > 1) {
+    int32_t seq_in = sc_graph_find_value(g, o->loss == SC_LOSS_CROSS_ENTROPY ? "labels"
+                                            : o->loss == SC_LOSS_MSE         ? "targets"
+                                                                             : "");
+    if (sc_cp_prepare_graph(g, o->cp, o->cp_batch_split, &seq_in,
+                            seq_in >= 0 && g->values[seq_in].rank >= 2) !=
+        SC_OK) {
+      *d = g->diag;
+      return d->status;
+    }
+  }
 
   int32_t *params = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *params);
   int32_t *grads = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *grads);
@@ -915,7 +972,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   }
   int32_t n_fwd = g->n_nodes; /* the forward and the loss; autodiff appends the backward */
   if ((st = sc_autodiff(g, seed_loss, params, info->n_params, grads, d)) != SC_OK) return st;
-  if (o->fp8 && (st = sc_fp8_rewrite(&c, n_fwd, params, info->n_params,
+  if (o->fp8 && (st = sc_fp8_rewrite(&c, &n_fwd, params, info->n_params,
                                      o->fp8_history > 0 ? o->fp8_history : SC_FP8_DEFAULT_HISTORY,
                                      &info->fp8, d)) != SC_OK)
     return st;
@@ -1036,12 +1093,15 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
     if (coef >= 0) gr = gb_2(&c, SC_OP_MUL, gr, coef);
     if ((st = update(&c, o, p, gr, lr, bc1, bc2, ok, d)) != SC_OK) return st;
   }
-  if (o->fp8 && (st = sc_fp8_update(&c, &info->fp8, d)) != SC_OK) return st;
+  /* the step's last microbatch: the input applied_flag made */
+  int32_t last = o->grad_accum > 1 && !o->pipeline ? sc_graph_find_value(g, "train:apply") : -1;
+  if (o->fp8 && (st = sc_fp8_update(&c, &info->fp8, last, d)) != SC_OK) return st;
   for (int32_t k = 0; o->fp8 && k < info->fp8.n_meta; k++) {
     const sc_fp8_meta *m = &info->fp8.meta[k];
     char name[512];
     snprintf(name, sizeof name, "%s.fp8_amax_history", m->name);
-    if ((st = guarded_output(&c, name, ok, m->new_history, m->history, d)) != SC_OK) return st;
+    if ((st = guarded_output(&c, name, ok, m->new_history, m->kept_history, d)) != SC_OK)
+      return st;
     snprintf(name, sizeof name, "%s.fp8_scale", m->name);
     if ((st = guarded_output(&c, name, ok, m->new_scale, m->scale, d)) != SC_OK) return st;
   }

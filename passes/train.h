@@ -86,12 +86,23 @@
 typedef enum sc_loss_kind { SC_LOSS_CROSS_ENTROPY, SC_LOSS_MSE, SC_LOSS_OUTPUT } sc_loss_kind;
 typedef enum sc_optimizer_kind { SC_OPTIMIZER_SGD, SC_OPTIMIZER_ADAMW } sc_optimizer_kind;
 
+/* A scalar output of the model added to the loss times a coefficient (a
+ * mixture-of-experts model's load-balancing loss: `--aux-loss NAME=COEF`,
+ * docs/moe.md). */
+enum { SC_TRAIN_MAX_AUX = 16 }; /* auxiliary losses a step takes at most */
+typedef struct sc_aux_loss {
+  const char *name;             /* the model output (float, rank 0) */
+  double coef;                  /* its weight in the loss */
+} sc_aux_loss;
+
 typedef struct sc_train_opts {
   sc_loss_kind loss;
   const char *logits;           /* output read by the loss (NULL: the only
                                    output); the loss itself for
                                    SC_LOSS_OUTPUT */
   int64_t ignore_index;         /* cross-entropy; PyTorch's default −100 */
+  const sc_aux_loss *aux;       /* loss = the loss + Σ coef · output (borrowed) */
+  int32_t n_aux;
   const char *const *freeze;    /* globs (fnmatch) of initializers kept fixed */
   int32_t n_freeze;
   sc_optimizer_kind optimizer;
@@ -116,6 +127,11 @@ typedef struct sc_train_opts {
   int32_t activation_loading_horizon; /* reload points ahead of the backward
                                    that a copy back starts (>= 0; default 2,
                                    SMP v2's examples) */
+  int64_t cp;                   /* > 1: the mesh's context-parallel size; the
+                                   sequence is put in its zig-zag order
+                                   before autodiff (passes/partition/cp.h) */
+  bool cp_batch_split;          /* with cp: the batch is split too (dp or
+                                   fsdp > 1) */
   bool no_fuse_attention;       /* leave attention cores unfused (else each
                                    becomes one FusedAttention node before
                                    autodiff: passes/fuse_attention.h) */

@@ -361,6 +361,23 @@ sc_status sc_comm_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int pee
   return st ? st : c->iface->recv(c, buf, count, t, peer, tag, diag);
 }
 
+sc_status sc_comm_send_recv(sc_comm *c, const void *send, int dst, void *recv, int src,
+                            int64_t count, sc_dtype t, int tag, sc_diag *diag) {
+  sc_status st;
+  if ((st = check_p2p(c, "send_recv", send, count, t, dst, tag, diag)) ||
+      (st = check_p2p(c, "send_recv", recv, count, t, src, tag, diag)))
+    return st;
+  int64_t bytes = count * (int64_t)sc_dtype_size(t);
+  if (overlap(send, bytes, recv, bytes))
+    return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "send_recv: send overlaps recv");
+  trace(c, "send", count, t, dst, tag);
+  trace(c, "recv", count, t, src, tag);
+  if (c->iface->send_recv)
+    return c->iface->send_recv(c, send, dst, recv, src, count, t, tag, diag);
+  if ((st = c->iface->send(c, send, count, t, dst, tag, diag)) != SC_OK) return st;
+  return c->iface->recv(c, recv, count, t, src, tag, diag);
+}
+
 sc_status sc_comm_barrier(sc_comm *c, sc_diag *diag) {
   if (!c) return sc_diag_set(diag, SC_ERR_USAGE, NULL, NULL, "barrier: NULL communicator");
   trace(c, "barrier", 0, SC_DTYPE_U8, -1, 0);

@@ -104,6 +104,12 @@ typedef struct sc_comm_iface {
                     int tag, sc_diag *diag);
   sc_status (*recv)(sc_comm *c, void *buf, int64_t count, sc_dtype t, int peer, int tag,
                     sc_diag *diag);
+  /* Optional: send to one peer and receive from another as one operation
+   * (NCCL: a group of the two calls, which then wait for each other, not
+   * the send for its receive). NULL: the send, then the receive — right
+   * where sends are buffered (local, cuda-local, tcp, MPI). */
+  sc_status (*send_recv)(sc_comm *c, const void *send, int dst, void *recv, int src,
+                         int64_t count, sc_dtype t, int tag, sc_diag *diag);
   sc_status (*barrier)(sc_comm *c, sc_diag *diag);
   /* *out = NULL for a rank that passed color < 0. */
   sc_status (*split)(sc_comm *c, int color, int key, sc_comm **out, sc_diag *diag);
@@ -254,6 +260,16 @@ sc_status sc_comm_send(sc_comm *c, const void *buf, int64_t count, sc_dtype t, i
 /* Fails if the matching send's count differs (MPI, local). */
 sc_status sc_comm_recv(sc_comm *c, void *buf, int64_t count, sc_dtype t, int peer, int tag,
                        sc_diag *diag);
+/* Sends count elements of send to rank dst and receives count elements
+ * from rank src into recv (tag as send/recv's; the buffers must not
+ * overlap; dst and src other ranks, possibly the same one). Matches a
+ * peer's sc_comm_send/sc_comm_recv or its own send_recv. Every rank of a
+ * ring calling it with dst = r + s, src = r − s (mod size) moves each
+ * block one step around without a cycle of blocked sends, on NCCL too
+ * (context parallelism's ring, docs/context-parallel.md; all_to_all on
+ * NCCL is the same group with every peer). Traced as a send then a recv. */
+sc_status sc_comm_send_recv(sc_comm *c, const void *send, int dst, void *recv, int src,
+                            int64_t count, sc_dtype t, int tag, sc_diag *diag);
 sc_status sc_comm_barrier(sc_comm *c, sc_diag *diag);
 /* MPI_Comm_split: ranks with the same color form a group, ordered by
  * (key, old rank); color < 0 gives *out = NULL. Collective. */

@@ -199,20 +199,37 @@ static sc_status nccl_reduce_scatter(sc_comm *c, const void *send, void *recv, i
   return st ? st : nccl_wait(c, "reduce_scatter", diag);
 }
 
+/* Enqueues, inside an open NCCL group, a send of bytes to dst and a
+ * receive of bytes from src: the piece that all_to_all (every peer) and
+ * send_recv (one pair) share. */
+static sc_status enqueue_pair(sc_comm *c, const void *send, int dst, void *recv, int src,
+                              size_t bytes, sc_diag *diag) {
+  sc_status st = NCCL_CALL(c, ncclSend(send, bytes, ncclUint8, dst, X(c)->comm, S(c)));
+  return st ? st : NCCL_CALL(c, ncclRecv(recv, bytes, ncclUint8, src, X(c)->comm, S(c)));
+}
+
 static sc_status nccl_all_to_all(sc_comm *c, const void *send, void *recv, int64_t count,
                                  sc_dtype t, sc_diag *diag) {
   size_t bytes = (size_t)count * sc_dtype_size(t);
   sc_status st = NCCL_CALL(c, ncclGroupStart());
-  for (int q = 0; !st && q < c->size; q++) {
-    st = NCCL_CALL(c, ncclSend((const char *)send + bytes * (size_t)q, bytes, ncclUint8, q,
-                               X(c)->comm, S(c)));
-    if (!st)
-      st = NCCL_CALL(c, ncclRecv((char *)recv + bytes * (size_t)q, bytes, ncclUint8, q,
-                                 X(c)->comm, S(c)));
-  }
+  for (int q = 0; !st && q < c->size; q++)
+    st = enqueue_pair(c, (const char *)send + bytes * (size_t)q, q,
+                      (char *)recv + bytes * (size_t)q, q, bytes, diag);
   sc_status end = NCCL_CALL(c, ncclGroupEnd());
   if (!st) st = end;
   return st ? st : nccl_wait(c, "all_to_all", diag);
+}
+
+/* tag: none on NCCL (pairs match in call order, above) */
+static sc_status nccl_send_recv(sc_comm *c, const void *send, int dst, void *recv, int src,
+                                int64_t count, sc_dtype t, int tag, sc_diag *diag) {
+  (void)tag;
+  size_t bytes = (size_t)count * sc_dtype_size(t);
+  sc_status st = NCCL_CALL(c, ncclGroupStart());
+  if (!st) st = enqueue_pair(c, send, dst, recv, src, bytes, diag);
+  sc_status end = NCCL_CALL(c, ncclGroupEnd());
+  if (!st) st = end;
+  return st ? st : nccl_wait(c, "send_recv", diag);
 }
 
 static sc_status nccl_send(sc_comm *c, const void *buf, int64_t count, sc_dtype t, int peer,
@@ -312,6 +329,7 @@ static const sc_comm_iface nccl_iface = {
     .all_gather = nccl_all_gather,
     .reduce_scatter = nccl_reduce_scatter,
     .all_to_all = nccl_all_to_all,
+    .send_recv = nccl_send_recv,
     .send = nccl_send,
     .recv = nccl_recv,
     .barrier = nccl_barrier,

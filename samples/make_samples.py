@@ -10,7 +10,7 @@ Nothing is downloaded: every model is built from a small config object with
 random weights drawn from a fixed seed, so a rerun with the pinned toolchain in
 samples/requirements.txt gives the same files.
 
-Torch models (mlp, resnet, gpt2, bert, llama, vit) are exported with the classic
+Torch models (mlp, resnet, gpt2, bert, llama, vit, moe) are exported with the classic
 TorchScript exporter (dynamo=False), opset 17, with a symbolic "batch" dimension.
 
 gpt_1p5b.onnx is a GPT-2 XL sized graph (48 layers, 1.56e9 parameters) built
@@ -461,6 +461,148 @@ def vit_sample():
     return Wrap(model), (x,), ["pixel_values"], ["logits"]
 
 
+# --------------------------------------------------------------------------
+# moe: a Mixtral-style decoder with capacity-based (GShard/Switch) dispatch
+# --------------------------------------------------------------------------
+
+MOE = dict(vocab=VOCAB, d=64, heads=4, layers=2, experts=8, top_k=2, ffn=64,
+           capacity_factor=1.25, seq=SEQ)
+
+
+def moe_capacity(c):
+    """C = ceil(tokens * k * capacity_factor / experts), tokens = one sequence
+    (the routing group): ceil(16 * 2 * 1.25 / 8) = 5."""
+    return math.ceil(c["seq"] * c["top_k"] * c["capacity_factor"] / c["experts"])
+
+
+def moe_module(c=MOE):
+    """The moe sample as a torch module: input_ids [B, S] -> (logits [B, S, V],
+    aux_loss []). Every shape but the batch is static: each sequence is one
+    routing group, and the dispatch and combine tensors are [B, S, E, C]."""
+    torch = _torch()
+    nn = torch.nn
+    F = torch.nn.functional
+    d, E, k, f, S, H = c["d"], c["experts"], c["top_k"], c["ffn"], c["seq"], c["heads"]
+    cap = moe_capacity(c)
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            v = x.pow(2).mean(-1, keepdim=True)
+            return self.weight * (x * torch.rsqrt(v + 1e-6))
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q_proj = nn.Linear(d, d, bias=False)
+            self.k_proj = nn.Linear(d, d, bias=False)
+            self.v_proj = nn.Linear(d, d, bias=False)
+            self.o_proj = nn.Linear(d, d, bias=False)
+            self.register_buffer("causal", torch.tril(torch.ones(S, S, dtype=torch.bool)),
+                                 persistent=False)
+
+        def forward(self, x):
+            B = x.shape[0]
+            q, kk, v = (p(x).view(B, S, H, d // H).transpose(1, 2)
+                        for p in (self.q_proj, self.k_proj, self.v_proj))
+            a = q @ kk.transpose(-1, -2) / math.sqrt(d // H)
+            a = a.masked_fill(~self.causal, -1e9).softmax(-1)
+            return self.o_proj((a @ v).transpose(1, 2).reshape(B, S, d))
+
+    class SparseMoe(nn.Module):
+        """Top-k of E SwiGLU experts, GShard's capacity: the first choices of
+        every token of the group take their expert's slots before any second
+        choice, in token order; a choice past an expert's C slots is dropped
+        (its token gets nothing from that expert). Gates are the top-k
+        probabilities renormalised to sum to 1 (Mixtral)."""
+
+        def __init__(self):
+            super().__init__()
+            self.gate = nn.Linear(d, E, bias=False)
+            self.w1 = nn.Parameter(torch.randn(E, d, f) / math.sqrt(d))
+            self.w3 = nn.Parameter(torch.randn(E, d, f) / math.sqrt(d))
+            self.w2 = nn.Parameter(torch.randn(E, f, d) / math.sqrt(f))
+            self.register_buffer("experts", torch.arange(E, dtype=torch.float32),
+                                 persistent=False)
+            self.register_buffer("slots", torch.arange(cap, dtype=torch.float32),
+                                 persistent=False)
+
+        def forward(self, x):
+            B = x.shape[0]
+            probs = self.gate(x).softmax(-1)                        # [B, S, E]
+            top, idx = probs.topk(k, dim=-1)                        # [B, S, k]
+            gates = top / top.sum(-1, keepdim=True)
+            choice = (idx.unsqueeze(-1).float() == self.experts).float()   # [B, S, k, E]
+            order = choice.transpose(1, 2).reshape(B, k * S, E)    # k-major priority
+            pos = order.cumsum(1) - 1.0                             # slot in the expert
+            keep = order * (pos < cap).float()
+            slot = keep.unsqueeze(-1) * (pos.unsqueeze(-1) == self.slots).float()
+            slot = slot.reshape(B, k, S, E, cap).transpose(1, 2)   # [B, S, k, E, C]
+            dispatch = slot.sum(2).reshape(B, S, E * cap)
+            combine = (gates.unsqueeze(-1).unsqueeze(-1) * slot).sum(2).reshape(B, S, E * cap)
+            xe = (dispatch.transpose(1, 2) @ x).reshape(B, E, cap, d)
+            h = F.silu(xe @ self.w1) * (xe @ self.w3)
+            ye = (h @ self.w2).reshape(B, E * cap, d)
+            # Switch/Mixtral load balance: E * sum_e (share of the choices
+            # routed to e) * (mean router probability of e)
+            share = choice.mean((0, 1)).sum(0) / k                  # [E]
+            aux = E * (share * probs.mean((0, 1))).sum()
+            return combine @ ye, aux
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm = RMSNorm()
+            self.self_attn = Attention()
+            self.post_attention_layernorm = RMSNorm()
+            self.block_sparse_moe = SparseMoe()
+
+        def forward(self, x):
+            x = x + self.self_attn(self.input_layernorm(x))
+            y, aux = self.block_sparse_moe(self.post_attention_layernorm(x))
+            return x + y, aux
+
+    class MoeLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(c["vocab"], d)
+            self.embed_positions = nn.Parameter(0.02 * torch.randn(S, d))
+            self.layers = nn.ModuleList(Layer() for _ in range(c["layers"]))
+            self.norm = RMSNorm()
+            self.lm_head = nn.Linear(d, c["vocab"], bias=False)
+
+        def forward(self, input_ids):
+            x = self.embed_tokens(input_ids) + self.embed_positions
+            # the mean over layers of each layer's load-balancing loss,
+            # summed as it goes so that every layer computes the same ops
+            # (an Add and a Div: the layers stay identical blocks)
+            aux = torch.zeros(())
+            for layer in self.layers:
+                x, a = layer(x)
+                aux = aux + a / len(self.layers)
+            return self.lm_head(self.norm(x)), aux
+
+    return MoeLM()
+
+
+def moe_sample():
+    torch = _torch()
+    torch.manual_seed(7)
+    model = moe_module().eval()
+    perturb(model, 70)
+    ids = torch.randint(0, VOCAB, (2, SEQ))
+    return model, (ids,), ["input_ids"], ["logits", "aux_loss"]
+
+
+def make_moe(out):
+    model, args, inputs, outputs = moe_sample()
+    export(model, args, os.path.join(out, "moe.onnx"), inputs, outputs,
+           batch_axes={"input_ids": {0: "batch"}, "logits": {0: "batch"}})
+
+
 def exported(sample, name, **kw):
     """A SAMPLES entry: export sample() to OUT/name.onnx (export's options)."""
     def make(out):
@@ -701,6 +843,7 @@ SAMPLES = {
     "llama": exported(llama_sample, "llama"),
     "vit": exported(vit_sample, "vit"),
     "gpt_1p5b": make_gpt_1p5b,
+    "moe": make_moe,
     # The same models as other exporters and tools write them (issue 12 §4):
     # the TorchScript exporter at opset 11, torch.export's exporter (newer
     # opset, its own op forms), onnxruntime's transformer optimizer.

@@ -90,7 +90,13 @@ CASES = {
     "bert": {"sgd": SGD, "adamw": ADAMW},
     "llama": {"sgd": SGD, "adamw": ADAMW},
     "vit": {"sgd": SGD, "adamw": ADAMW},
+    # the load-balancing loss added at Mixtral's router_aux_loss_coef
+    "moe": {"sgd": SGD + ["--aux-loss", "aux_loss=0.02"],
+            "adamw": ADAMW + ["--aux-loss", "aux_loss=0.02"]},
 }
+# the data's seed of each sample
+SEED = {"bert": 1000, "gpt2": 1001, "llama": 1002, "mlp": 1003, "resnet": 1004, "vit": 1005,
+        "moe": 1006}
 
 
 def _torch():
@@ -108,7 +114,7 @@ def make_data(name, n):
     """Model inputs, labels or targets for n examples: integer tokens in
     [0, 1000), images uniform in [-1, 1) (never zero), class labels; gpt2 has
     some labels equal to the ignore index, bert some padded positions."""
-    r = np.random.RandomState(1000 + sorted(CASES).index(name))
+    r = np.random.RandomState(SEED[name])
     if name in ("mlp",):
         data = {"x": r.uniform(-1, 1, (n, 64)).astype(np.float32)}
     elif name in ("resnet", "vit"):
@@ -143,6 +149,7 @@ class Ref:
     def __init__(self, forward, params, module=None, tied=None):
         self.forward, self.params, self.module = forward, params, module
         self.tied = tied or {}   # the exporter's copy of a tied weight -> its source
+        self.aux = {}            # the model's scalar outputs of the last forward, by name
 
     def onnx_value(self, name):
         t, transposed = self.params[name]
@@ -239,8 +246,21 @@ def ref_resnet(inits):
     return Ref(forward, params)
 
 
+def ref_moe(inits):
+    """The moe sample's own module; forward gives the logits and keeps the
+    model's load-balancing loss (its second output) in ref.aux["aux_loss"]."""
+    m = ms.moe_module().eval()
+    ref = module_ref(m, inits, None)
+
+    def forward(d):
+        logits, ref.aux["aux_loss"] = m(d["input_ids"])
+        return logits
+    ref.forward = forward
+    return ref
+
+
 REFS = {"mlp": ref_mlp, "resnet": ref_resnet, "gpt2": ref_gpt2, "bert": ref_bert,
-        "llama": ref_llama, "vit": ref_vit}
+        "llama": ref_llama, "vit": ref_vit, "moe": ref_moe}
 
 
 def bf16_linear():
@@ -317,6 +337,12 @@ def make_optimizer(opts, params):
                                                                          "0.01")))
 
 
+def aux_losses(opts):
+    """(name, coefficient) of every --aux-loss NAME=COEF, in order."""
+    return [(opts[i + 1].split("=")[0], float(opts[i + 1].split("=")[1]))
+            for i, o in enumerate(opts) if o == "--aux-loss"]
+
+
 def batch(data, step, torch):
     s = slice((step - 1) * BATCH, step * BATCH)
     return {k: torch.from_numpy(v[s].copy()) for k, v in data.items()}
@@ -345,6 +371,8 @@ def train(ref, data, kind, target, opts):
             loss = F.cross_entropy(y.reshape(-1, y.shape[-1]), t.reshape(-1), ignore_index=-100)
         else:
             loss = F.mse_loss(y, t)
+        for name, coef in aux_losses(opts):   # --aux-loss NAME=COEF
+            loss = loss + coef * ref.aux[name]
         loss.backward()
         grads = [q.grad for q in params if q.grad is not None]
         for k, (q, _) in ref.params.items():
@@ -379,6 +407,11 @@ def check_forward(ref, path, data, torch):
     print("  torch vs onnxruntime (%s): max |diff| %.3g" % (outs[i], diff))
     if not diff < 1e-4:
         sys.exit("%s: the torch reference does not compute the ONNX model" % path)
+    for name, v in ref.aux.items():     # the model's scalar outputs (aux losses) too
+        d = abs(float(got[outs.index(name)]) - float(v))
+        print("  torch vs onnxruntime (%s): |diff| %.3g" % (name, d))
+        if not d < 1e-5:
+            sys.exit("%s: the torch reference's %s is not the ONNX model's" % (path, name))
     return outs[i]
 
 

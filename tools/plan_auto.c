@@ -52,7 +52,7 @@
 #include "tools/train_args.h"
 
 static const char *const USAGE =
-    "shardc plan MODEL.onnx --train --auto --cluster C --global-batch B\n"
+    "shardc plan MODEL.onnx --train --auto --cluster C (--global-batch B | --dim batch=B)\n"
     "                      [--memory-budget BYTES|P%] [--precision fp32|bf16|fp16]\n"
     "                      [--optimizer sgd|adamw] [--dim NAME=V]... [--json]\n"
     "                      [--html FILE]\n"
@@ -243,8 +243,6 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
                               "give only --cluster (not --mesh, --plan, --zero, --schedule, ...)");
   if (ta->recompute_auto) return sc_cli_usage_error("--auto chooses the recompute itself");
   if (!p->cluster) return sc_cli_usage_error("--auto needs --cluster C (the devices to plan for)");
-  if (train && !a->global_batch)
-    return sc_cli_usage_error("--auto needs --global-batch B (examples per optimizer step)");
   return 0;
 }
 
@@ -621,8 +619,10 @@ typedef struct auto_search {
   sc_train_args *ta;            /* the step's options (training), or NULL */
   const char *cluster_spec;     /* --cluster as given (the replay's) */
   const sc_cluster *cluster;    /* loaded */
-  bool dim_refused;             /* plan --train --auto: --global-batch sets the
-                                   batch dim, --dim may not */
+  bool dim_refused;             /* plan --train --auto --global-batch: it sets
+                                   the batch dim, --dim may not */
+  bool batch_required;          /* plan --train --auto: the global batch given,
+                                   by --global-batch or the batch dim's --dim */
   bool fewer_check;             /* training: compare the chosen plan with the
                                    best on half the devices (plan --auto's
                                    report; docs/planner.md, "More GPUs") */
@@ -764,7 +764,12 @@ static int model_of(const auto_search *x, sc_cli_opts *o, int64_t *batch, sc_blo
       st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
                        "plan --auto: --global-batch sets the batch dim '%s'; give no --dim %s",
                        dim, dim);
+  bool given = *batch > 0;
   if (st == SC_OK && !x->dim_refused) st = batch_from_dims(o, dim, batch, &d);
+  if (st == SC_OK && x->batch_required && !given && o->n_dims == n_dims)
+    st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
+                     "plan --auto needs the global batch (examples per optimizer step): "
+                     "--global-batch B or --dim %s=B", dim);
   char dim_kept[128];
   if (st == SC_OK && o->n_dims < n_dims) { /* the block model is of one example */
     snprintf(dim_kept, sizeof dim_kept, "%s", dim);
@@ -1188,7 +1193,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                                            : SC_SEARCH_LATENCY)
                                     : SC_SEARCH_TRAIN,
                    .args = a, .o = &o, .ta = &ta, .cluster_spec = p.cluster,
-                   .cluster = &cluster, .dim_refused = a.train, .fewer_check = a.train};
+                   .cluster = &cluster, .dim_refused = a.train && a.global_batch > 0,
+                   .batch_required = a.train, .fewer_check = a.train};
   if ((rc = choose(&x)) != 0) return rc;
   a = x.args;
   sc_search_result *r = x.r;

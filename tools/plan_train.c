@@ -570,9 +570,9 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
         printf("%s{\"op\": \"%s\", \"axes\": ", i ? ", " : "", sc_comm_kind_names[cm[i].kind]);
         json_str(axes);
         printf(", \"group\": %lld, \"count\": %lld, \"async\": %lld, \"bytes\": %lld, "
-               "\"sent\": %lld}",
+               "\"sent\": %lld, \"sent_backward\": %lld}",
                (long long)cm[i].group_size, (long long)cm[i].ops, (long long)cm[i].async_ops,
-               (long long)cm[i].bytes, (long long)cm[i].sent);
+               (long long)cm[i].bytes, (long long)cm[i].sent, (long long)cm[i].backward_sent);
       }
       printf("], \"sent_per_rank\": %lld, \"psi_bytes\": %.0f, \"zero_figure\": %.6f",
              (long long)sent, psi, zero_figure(part));
@@ -668,14 +668,15 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            "ring algorithms):\n");
     if (!n_cm) printf("  none\n");
     else
-      printf("  %-14s %-10s %6s %6s %6s %14s %14s\n", "op", "axes", "group", "count", "async",
-             "bytes", "sent");
+      printf("  %-14s %-10s %6s %6s %6s %14s %14s %14s\n", "op", "axes", "group", "count",
+             "async", "bytes", "sent", "of it backward");
     for (int32_t i = 0; i < n_cm; i++) {
       char axes[128];
       sc_cli_format_axes(&part->mesh, cm[i].axes, axes, sizeof axes);
-      printf("  %-14s %-10s %6lld %6lld %6lld %14lld %14lld\n", sc_comm_kind_names[cm[i].kind],
-             axes, (long long)cm[i].group_size, (long long)cm[i].ops, (long long)cm[i].async_ops,
-             (long long)cm[i].bytes, (long long)cm[i].sent);
+      printf("  %-14s %-10s %6lld %6lld %6lld %14lld %14lld %14lld\n",
+             sc_comm_kind_names[cm[i].kind], axes, (long long)cm[i].group_size,
+             (long long)cm[i].ops, (long long)cm[i].async_ops, (long long)cm[i].bytes,
+             (long long)cm[i].sent, (long long)cm[i].backward_sent);
     }
     printf("  async: started on the communication thread, waited for where first needed "
            "(--no-overlap: none)\n");

@@ -4,6 +4,7 @@
  * Errors are printed (sc_cli_usage_error) and come back as exit status 2. */
 #include "tools/train_args.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,26 @@ static int take_value(sc_train_args *a, const char *opt, const char *v) {
     a->freeze[a->n_freeze++] = v;
     return 0;
   }
+  if (strcmp(opt, "--aux-loss") == 0) {
+    const char *eq = strchr(v, '=');
+    size_t len = eq ? (size_t)(eq - v) : 0;
+    char *end = NULL;
+    double coef = eq ? strtod(eq + 1, &end) : 0;
+    if (!eq || len == 0 || len >= sizeof a->aux_names[0] || end == eq + 1 || *end ||
+        !isfinite(coef))
+      return sc_cli_usage_error("--aux-loss expects NAME=COEF (a model output and a finite "
+                                "number), got '%s'", v);
+    if (a->n_aux == SC_TRAIN_MAX_AUX)
+      return sc_cli_usage_error("at most %d --aux-loss", SC_TRAIN_MAX_AUX);
+    for (int32_t k = 0; k < a->n_aux; k++)
+      if (strlen(a->aux_names[k]) == len && strncmp(a->aux_names[k], v, len) == 0)
+        return sc_cli_usage_error("--aux-loss %.*s given twice", (int)len, v);
+    memcpy(a->aux_names[a->n_aux], v, len);
+    a->aux_names[a->n_aux][len] = 0;
+    a->aux[a->n_aux].coef = coef;
+    a->n_aux++;
+    return 0;
+  }
   if (strcmp(opt, "--ignore-index") == 0) {
     if (!sc_cli_parse_i64(v, INT64_MIN / 2, INT64_MAX / 2, &a->t.ignore_index))
       return sc_cli_usage_error("--ignore-index expects an integer, got '%s'", v);
@@ -151,7 +172,7 @@ static const char *const VALUE_OPTIONS[] = {
     "--loss", "--logits", "--ignore-index", "--optimizer", "--momentum", "--weight-decay",
     "--betas", "--eps", "--clip-grad-norm", "--grad-accum", "--precision", "--freeze",
     "--fp8-amax-history", "--recompute", "--memory-budget", "--smp-config",
-    "--activation-loading-horizon", NULL};
+    "--activation-loading-horizon", "--aux-loss", NULL};
 
 int sc_train_args_take(sc_train_args *a, int argc, char **argv, int *i) {
   const char *arg = argv[*i];
@@ -181,6 +202,9 @@ int sc_train_args_finish(sc_train_args *a) {
   }
   a->t.freeze = a->freeze;
   a->t.n_freeze = a->n_freeze;
+  for (int32_t k = 0; k < a->n_aux; k++) a->aux[k].name = a->aux_names[k];
+  a->t.aux = a->aux;
+  a->t.n_aux = a->n_aux;
   /* PyTorch refuses these too ("Invalid weight_decay value", ...) */
   const sc_train_opts *t = &a->t;
   if (t->weight_decay < 0) return sc_cli_usage_error("--weight-decay must be >= 0");

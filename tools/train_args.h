@@ -28,6 +28,11 @@ typedef struct sc_train_args {
   sc_train_opts t;             /* complete after sc_train_args_finish */
   const char *freeze[SC_TRAIN_ARGS_MAX_FREEZE];
   int32_t n_freeze;
+  sc_aux_loss aux[SC_TRAIN_MAX_AUX]; /* --aux-loss NAME=COEF, in order; each
+                                  name points into aux_names */
+  char aux_names[SC_TRAIN_MAX_AUX][256]; /* NAME, the text before '=' (at
+                                  most 255 bytes), copied out of argv */
+  int32_t n_aux;
   bool wd_given;               /* --weight-decay appeared */
   bool recompute_auto;         /* --recompute auto */
   int64_t memory_budget;       /* --memory-budget BYTES (0: none) */

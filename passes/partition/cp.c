@@ -6,34 +6,50 @@
  * then splits it (a constraint on the permuted value) and every attention
  * runs as a ring (shard_rules.c's sc_shard_attention, localize.c).
  *
- * What it does, on a graph of inference (a training step is refused: its
- * backward ring is not wired into the partitioner yet):
+ * Two parts. sc_cp_prepare_graph (cp.h) orders the graph; a training step
+ * calls it before autodiff (passes/train.c), so the backward differentiates
+ * through the permutations (each Gather's gradient a scatter-add by the same
+ * indices) and its values are in the same order; for inference the
+ * partitioner calls it. It does:
  *   - S, the sequence: dim 2 of every FusedAttention's queries and keys
  *     (one S for all; an unfused attention is refused, naming it), checked
  *     by sc_cp_check_sequence;
+ *   - an attention mask input must be a constant adding nothing to what the
+ *     causal flag lets through, or exactly the causal mask (the flag is then
+ *     set), and is dropped (mask_kind); any other is refused;
  *   - the seed: the first computed float value [b, S, hidden] (the token
  *     embedding); what comes before it runs whole on every rank;
- *   - position tables read by elementwise ops with a value the seed
- *     reaches (float constants [.., S, d]: GPT-2's position embedding,
- *     Llama's rotary cos and sin) are permuted the same way along their S
- *     dim, so each rank sees its rows' global positions;
- *   - a Gather over dim 1 with the zig-zag permutation after the seed, read
- *     by all its readers, with the constraint [_, cp, _] (a batch split
- *     over dp is gathered there: a fallback, noted);
- *   - every FusedAttention marked `cp_ring = N` (its q, k, v rows are in
- *     the zig-zag order: its causal mask is that of the global positions);
- *     a mask input must be a constant adding nothing to what the causal
- *     flag lets through, or exactly the causal mask (the flag is then set),
- *     and is dropped (mask_kind); any other is refused;
- *   - every graph output the seed reaches with a dim 1 of S gets the
+ *   - a Gather over dim 1 with the zig-zag permutation after the seed
+ *     (attribute cp_zigzag = N), read by all its readers, and one after
+ *     each sequence input the caller names (a training step's labels or
+ *     targets: cp_zigzag = 1);
+ *   - position tables read by elementwise ops with a value in the zig-zag
+ *     order (float values [.., S, d] not in it: GPT-2's position embedding,
+ *     Llama's rotary cos and sin, ViT's) are permuted the same way along
+ *     their S dim, so each rank sees its rows' global positions (a constant
+ *     in its data, a computed value by a Gather);
+ *   - every graph output in the zig-zag order with a dim 1 of S gets the
  *     inverse permutation (Gather) before it, so it leaves in the natural
  *     order.
+ *   - before all this, when the batch is split too (dp or fsdp beside
+ *     cp), token-wise products whose rows merge [b, S] (a Reshape, a Gemm,
+ *     a Reshape back) are rewritten as 3-D MatMul + bias (products_3d), so
+ *     that the batch split and the sequence split each keep their own dim
+ *     (without one, the Reshape rule carries the sequence split alone
+ *     through the merge as a stride: shard_rules.c's cp_merge).
+ * sc_partition_prepare_cp then (inference: after calling the first part
+ * and the dce pass) marks every FusedAttention and FusedAttentionGrad
+ * (recomputed copies too) `cp_ring = N` and sets on the seed's Gather the
+ * constraint [batch, cp, _], the batch split as the data inputs' (over dp,
+ * fsdp or none).
  * Errors name the node or value (SC_ERR_USAGE for what is refused). */
 #include <string.h>
 
 #include "ir/context_parallel.h"
 #include "ir/sharding.h"
+#include "passes/partition/cp.h"
 #include "passes/partition/partition.h"
+#include "passes/partition/shard_rule.h"
 
 static int32_t perm_const(sc_graph *g, const char *base, int64_t seq, int64_t n, bool inverse) {
   int64_t *idx = sc_arena_array(&g->arena, (size_t)seq, sizeof *idx);
@@ -50,18 +66,6 @@ static int32_t perm_const(sc_graph *g, const char *base, int64_t seq, int64_t n,
                    SC_OK)
     return -1;
   return v;
-}
-
-/* y = Gather(x, idx) {axis = 1}; y a new value named after x. */
-static int32_t gather1(sc_graph *g, int32_t x, int32_t idx, const char *what) {
-  char *base = sc_arena_printf(&g->arena, "%s/cp_%s", g->values[x].name, what);
-  int32_t y = base ? sc_graph_new_value(g, base) : -1;
-  int32_t nid = y < 0 ? -1 : sc_graph_add_node(g, SC_OP_GATHER, base, (int32_t[]){x, idx}, 2, &y, 1);
-  sc_attr *a = nid < 0 ? NULL : sc_node_add_attr(g, nid, "axis", SC_ATTR_INT);
-  if (!a) return -1;
-  a->i = 1;
-  if (sc_ops[SC_OP_GATHER].infer(g, &g->nodes[nid]) != SC_OK) return -1;
-  return y;
 }
 
 /* What an additive mask constant [.., S, S] adds to the causal flag:
@@ -108,17 +112,107 @@ static int32_t permuted_const(sc_graph *g, int32_t c, const int64_t *idx) {
   return id;
 }
 
-static sc_status permute(sc_partition *p, int32_t seed, int64_t seq, int64_t n,
-                         const bool *reach, int32_t n_reach);
+static sc_status permute(sc_graph *g, int32_t seed, int64_t seq, int64_t n,
+                         const int32_t *seq_inputs, int32_t n_seq_inputs, bool *reach);
 
-sc_status sc_partition_prepare_cp(sc_partition *p) {
-  sc_graph *g = p->global;
-  int64_t n = p->mesh.axes[p->cp_axis].size;
-  if (p->training)
-    return sc_graph_error(g, SC_ERR_USAGE,
-                          "context parallelism (cp=%lld) runs inference only so far (the "
-                          "backward's ring is not in the partitioner yet)",
-                          (long long)n);
+/* reach[v] for every value a node reaches from one already marked; not
+ * through Shape and Size (their results do not depend on the order: a
+ * training step's position ids are still computed from the embedding's
+ * shape here) */
+static void spread(const sc_graph *g, bool *reach) {
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const sc_node *nd = &g->nodes[i];
+      if (nd->op == SC_OP_SHAPE || nd->op == SC_OP_SIZE || (nd->flags & SC_NODE_DEAD)) continue;
+      bool in = false;
+      for (int32_t k = 0; k < nd->n_inputs && !in; k++) in = nd->inputs[k] >= 0 && reach[nd->inputs[k]];
+      for (int32_t j = 0; in && j < nd->n_outputs; j++)
+        if (nd->outputs[j] >= 0 && !reach[nd->outputs[j]]) reach[nd->outputs[j]] = grew = true;
+    }
+  }
+}
+
+/* The readers of value v among live nodes, up to 2 counted; *one the
+ * last. */
+static int32_t readers(const sc_graph *g, int32_t v, int32_t *one) {
+  int32_t cnt = 0;
+  for (int32_t i = 0; i < g->n_nodes && cnt < 2; i++) {
+    if (g->nodes[i].flags & SC_NODE_DEAD) continue;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
+      if (g->nodes[i].inputs[k] == v) {
+        cnt++, *one = i;
+        break;
+      }
+  }
+  return cnt;
+}
+
+static int32_t new_node1(sc_graph *g, sc_op op, const char *base, const int32_t *ins,
+                         int32_t n_in) {
+  char *name = sc_arena_printf(&g->arena, "%s/cp_3d", base);
+  int32_t y = name ? sc_graph_new_value(g, name) : -1;
+  /* named after its output, a fresh (unique) name */
+  int32_t nid = y < 0 ? -1 : sc_graph_add_node(g, op, g->values[y].name, ins, n_in, &y, 1);
+  if (nid < 0 || sc_ops[op].infer(g, &g->nodes[nid]) != SC_OK) return -1;
+  return y;
+}
+
+/* Token-wise products on [b, S] kept 3-D: Reshape(x [b, S, k] -> [b·S, k]),
+ * Gemm (alpha = beta = 1, A not transposed), Reshape back to [b, S, n]
+ * (GPT-2's Conv1D; with transB, MatMul(x, Transpose(W)): a copy of the
+ * weight, GPT-2's tied LM head's, made each step and kept for the
+ * backward) become MatMul(x, W) + bias, so that the batch split
+ * over dp or fsdp and the sequence split over cp both stay on their own
+ * dims through the product (one split dim of [b·S] cannot hold both). The
+ * second Reshape becomes an Identity of the sum; the Gemm and the first
+ * Reshape are left unread, for the dce pass (the canonical passes after a
+ * training step's build; sc_partition_prepare_cp). */
+static sc_status products_3d(sc_graph *g) {
+  int32_t n_nodes = g->n_nodes;
+  for (int32_t i = 0; i < n_nodes; i++) {
+    sc_node *gm = &g->nodes[i];
+    if (gm->op != SC_OP_GEMM || (gm->flags & SC_NODE_DEAD) || gm->n_inputs < 2 ||
+        sc_attr_float(g, gm, "alpha", 1.0) != 1.0 || sc_attr_float(g, gm, "beta", 1.0) != 1.0 ||
+        sc_attr_int(g, gm, "transA", 0) != 0)
+      continue;
+    int32_t a = gm->inputs[0], y = gm->outputs[0], r1 = g->values[a].producer, r2;
+    if (r1 < 0 || g->nodes[r1].op != SC_OP_RESHAPE || readers(g, y, &r2) != 1 ||
+        g->nodes[r2].op != SC_OP_RESHAPE || g->nodes[r2].inputs[0] != y)
+      continue;
+    const sc_value *x = &g->values[g->nodes[r1].inputs[0]], *av = &g->values[a];
+    const sc_value *yv = &g->values[y], *z = &g->values[g->nodes[r2].outputs[0]];
+    if (x->rank != 3 || av->rank != 2 || yv->rank != 2 || z->rank != 3 ||
+        av->dims[0] != x->dims[0] * x->dims[1] || av->dims[1] != x->dims[2] ||
+        z->dims[0] != x->dims[0] || z->dims[1] != x->dims[1] || z->dims[2] != yv->dims[1])
+      continue;
+    int32_t xid = g->nodes[r1].inputs[0], w = gm->inputs[1];
+    int32_t c = gm->n_inputs > 2 ? gm->inputs[2] : -1;
+    bool trans_b = sc_attr_int(g, gm, "transB", 0) != 0;
+    const char *base = gm->name ? gm->name : "gemm";
+    if (c >= 0 && (g->values[c].rank > 1 || (g->values[c].rank == 1 && g->values[c].dims[0] != yv->dims[1])))
+      continue;
+    if (trans_b) {
+      char *tn = sc_arena_printf(&g->arena, "%s/cp_3d_wt", base);
+      int32_t t = tn ? sc_graph_new_value(g, tn) : -1;
+      int32_t nid = t < 0 ? -1 : sc_graph_add_node(g, SC_OP_TRANSPOSE, g->values[t].name, &w, 1, &t, 1);
+      if (nid < 0 || sc_ops[SC_OP_TRANSPOSE].infer(g, &g->nodes[nid]) != SC_OK) return SC_ERR_NOMEM;
+      w = t;
+    }
+    int32_t m = new_node1(g, SC_OP_MATMUL, base, (int32_t[]){xid, w}, 2);
+    if (m >= 0 && c >= 0) m = new_node1(g, SC_OP_ADD, base, (int32_t[]){m, c}, 2);
+    if (m < 0) return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+    sc_node *id = &g->nodes[r2];
+    id->op = SC_OP_IDENTITY;
+    id->n_inputs = 1;
+    id->inputs[0] = m;
+    id->n_attrs = 0;
+  }
+  return SC_OK;
+}
+
+sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, bool batch_split,
+                              const int32_t *seq_inputs, int32_t n_seq_inputs) {
   int64_t seq = -1;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     sc_node *nd = &g->nodes[i];
@@ -145,9 +239,6 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
       for (int32_t a = 0; kind == MASK_CAUSAL && a < nd->n_attrs; a++)
         if (strcmp(nd->attrs[a].name, "causal") == 0) nd->attrs[a].i = 1;
     }
-    sc_attr *a = sc_node_add_attr(g, i, "cp_ring", SC_ATTR_INT);
-    if (!a) return SC_ERR_NOMEM;
-    a->i = n;
   }
   if (seq < 0)
     return sc_graph_error(g, SC_ERR_USAGE,
@@ -155,10 +246,13 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
                           "sequence of; this model has no fused attention",
                           (long long)n);
   if (sc_cp_check_sequence(seq, n, NULL, &g->diag) != SC_OK) return g->diag.status;
+  sc_status st = batch_split ? products_3d(g) : SC_OK;
+  if (st != SC_OK) return st;
   /* the seed: the first computed float value [b, S, hidden] (the token
    * embedding) */
   int32_t seed = -1;
   for (int32_t i = 0; i < g->n_nodes && seed < 0; i++) {
+    if (g->nodes[i].flags & SC_NODE_DEAD) continue;
     const sc_value *y = &g->values[g->nodes[i].outputs[0]];
     if (y->rank == 3 && y->dims[1] == seq && sc_dtype_is_float(y->dtype))
       seed = g->nodes[i].outputs[0];
@@ -167,80 +261,170 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
     return sc_graph_error(g, SC_ERR_USAGE,
                           "context parallelism: no value [batch, %lld, hidden] to split",
                           (long long)seq);
-  /* what the seed reaches: the values in the zig-zag order once it is */
-  int32_t n_reach = g->n_values;
-  bool *reach = sc_calloc((size_t)n_reach, sizeof *reach);
+  for (int32_t k = 0; k < n_seq_inputs; k++) {
+    const sc_value *v = &g->values[seq_inputs[k]];
+    if (v->rank < 2 || v->dims[1] != seq)
+      return sc_graph_error(g, SC_ERR_USAGE,
+                            "context parallelism: input '%s' has no sequence dim (dim 1) of %lld",
+                            v->name ? v->name : "?", (long long)seq);
+  }
+  /* what the seed and the sequence inputs reach: the values in the
+   * zig-zag order once they are (the new values made below are marked as
+   * they are made) */
+  bool *reach = sc_calloc((size_t)g->n_values + 1, sizeof *reach);
   if (!reach) return SC_ERR_NOMEM;
   reach[seed] = true;
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (int32_t i = 0; i < g->n_nodes; i++) {
-      const sc_node *nd = &g->nodes[i];
-      bool in = false;
-      for (int32_t k = 0; k < nd->n_inputs && !in; k++) in = nd->inputs[k] >= 0 && reach[nd->inputs[k]];
-      for (int32_t j = 0; in && j < nd->n_outputs; j++)
-        if (nd->outputs[j] >= 0 && !reach[nd->outputs[j]]) reach[nd->outputs[j]] = grew = true;
-    }
-  }
-  sc_status st = permute(p, seed, seq, n, reach, n_reach);
+  for (int32_t k = 0; k < n_seq_inputs; k++) reach[seq_inputs[k]] = true;
+  spread(g, reach);
+  st = permute(g, seed, seq, n, seq_inputs, n_seq_inputs, reach);
   sc_free(reach);
   return st != SC_OK ? st : sc_graph_toposort(g);
 }
 
-/* The rest of sc_partition_prepare_cp: the permutation after the seed, the
- * position tables read with values it reaches, the outputs it reaches put
- * back in order. */
-static sc_status permute(sc_partition *p, int32_t seed, int64_t seq, int64_t n,
-                         const bool *reach, int32_t n_reach) {
+/* The zig-zag Gather of sc_cp_prepare_graph: the node carrying the
+ * attribute cp_zigzag; -1 for none. */
+static int32_t zigzag_node(sc_graph *g) {
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == SC_OP_GATHER && sc_attr_int(g, &g->nodes[i], "cp_zigzag", 0) > 0)
+      return i;
+  return -1;
+}
+
+sc_status sc_partition_prepare_cp(sc_partition *p) {
   sc_graph *g = p->global;
+  int64_t n = p->mesh.axes[p->cp_axis].size;
+  int32_t z = zigzag_node(g);
+  if (z < 0 && p->training)
+    return sc_graph_error(g, SC_ERR_USAGE,
+                          "context parallelism (cp=%lld): this training step was built without "
+                          "the sequence's zig-zag order (sc_train_opts.cp)",
+                          (long long)n);
+  sc_status st;
+  if (z < 0) { /* inference: the order, then the nodes it leaves unread removed */
+    sc_pass_opts po;
+    sc_pass_opts_init(&po);
+    po.quiet = true;
+    bool batch = p->dp_axis >= 0 && p->mesh.axes[p->dp_axis].size > 1;
+    if ((st = sc_cp_prepare_graph(g, n, batch, NULL, 0)) != SC_OK ||
+        (st = sc_run_passes(g, "dce", &po)) != SC_OK)
+      return st;
+    if ((z = zigzag_node(g)) < 0) return SC_ERR_INVALID;
+  }
+  if (sc_attr_int(g, &g->nodes[z], "cp_zigzag", 0) != n)
+    return sc_graph_error(g, SC_ERR_USAGE,
+                          "context parallelism: the step's sequence is ordered for cp=%lld, the "
+                          "mesh has cp=%lld",
+                          (long long)sc_attr_int(g, &g->nodes[z], "cp_zigzag", 0), (long long)n);
+  /* every attention, its backward and its recomputed copies a ring */
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    sc_node *nd = &g->nodes[i];
+    if (nd->op != SC_OP_FUSED_ATTENTION && nd->op != SC_OP_FUSED_ATTENTION_GRAD) continue;
+    int32_t mask = nd->op == SC_OP_FUSED_ATTENTION ? 3 : 6;
+    if (nd->n_inputs > mask && nd->inputs[mask] >= 0)
+      return sc_node_error(g, nd, SC_ERR_USAGE,
+                           "context parallelism: an attention mask left on a ring attention");
+    sc_attr *a = sc_node_add_attr(g, i, "cp_ring", SC_ATTR_INT);
+    if (!a) return SC_ERR_NOMEM;
+    a->i = n;
+  }
+  /* the constraint: the sequence over cp, the batch as the data inputs
+   * split it (over dp, fsdp: the first input of the batch's size with a
+   * split dim 0) */
+  int32_t x = g->nodes[z].outputs[0];
+  sc_sharding s;
+  sc_sharding_replicated(&s, 3);
+  for (int32_t i = 0; i < g->n_inputs; i++) {
+    const sc_sharding *in = sc_graph_sharding(g, g->inputs[i]);
+    if (in && in->n_dim_axes[0] && g->values[g->inputs[i]].dims[0] == g->values[x].dims[0]) {
+      sc_shard_copy_dim(&s, 0, in, 0);
+      break;
+    }
+  }
+  sc_sharding_split(&s, 1, p->cp_axis);
+  if (sc_graph_set_sharding(g, x, &s) != SC_OK) return g->diag.status;
+  return SC_OK;
+}
+
+/* The rest of sc_cp_prepare_graph: the permutation after the seed and
+ * of the sequence inputs, the position tables read with values they
+ * reach, the outputs they reach put back in order. reach: g->n_values + 1
+ * entries on entry (new values are marked through reached()). */
+static bool reached(sc_graph *g, const bool *reach, int32_t n_reach, int32_t v) {
+  if (v < 0) return false;
+  if (v < n_reach) return reach[v];
+  /* a value made here: the zig-zag Gathers' outputs */
+  int32_t pn = g->values[v].producer;
+  return pn >= 0 && sc_attr_int(g, &g->nodes[pn], "cp_zigzag", 0) > 0;
+}
+
+/* y = x permuted along dim `axis` by idx (a Gather marked cp_zigzag when
+ * mark), its readers among nodes [0, upto) rewired to it; -1 on failure. */
+static int32_t reorder(sc_graph *g, int32_t x, int32_t idx, int64_t axis, int32_t upto,
+                       int64_t mark) {
+  char *base = sc_arena_printf(&g->arena, "%s/cp_zigzag", g->values[x].name);
+  int32_t y = base ? sc_graph_new_value(g, base) : -1;
+  int32_t nid = y < 0 ? -1 : sc_graph_add_node(g, SC_OP_GATHER, base, (int32_t[]){x, idx}, 2, &y, 1);
+  sc_attr *a = nid < 0 ? NULL : sc_node_add_attr(g, nid, "axis", SC_ATTR_INT);
+  if (!a) return -1;
+  a->i = axis;
+  if (!(a = sc_node_add_attr(g, nid, "cp_zigzag", SC_ATTR_INT))) return -1;
+  a->i = mark;
+  if (sc_ops[SC_OP_GATHER].infer(g, &g->nodes[nid]) != SC_OK) return -1;
+  for (int32_t i = 0; i < upto; i++)
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
+      if (g->nodes[i].inputs[k] == x) g->nodes[i].inputs[k] = y;
+  return y;
+}
+
+static sc_status permute(sc_graph *g, int32_t seed, int64_t seq, int64_t n,
+                         const int32_t *seq_inputs, int32_t n_seq_inputs, bool *reach) {
+  int32_t n_reach = g->n_values;
   int32_t fwd = perm_const(g, "cp.zigzag", seq, n, false);
   int32_t inv = fwd < 0 ? -1 : perm_const(g, "cp.unzigzag", seq, n, true);
   int32_t first = g->n_nodes;
-  int32_t x = inv < 0 ? -1 : gather1(g, seed, fwd, "zigzag");
+  /* the seed's Gather carries n (the partitioner finds it by it); the
+   * others 1 */
+  int32_t x = inv < 0 ? -1 : reorder(g, seed, fwd, 1, first, n);
+  for (int32_t k = 0; x >= 0 && k < n_seq_inputs; k++)
+    if (reorder(g, seq_inputs[k], fwd, 1, first, 1) < 0) x = -1;
   if (x < 0) return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
-  for (int32_t i = 0; i < first; i++)
-    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
-      if (g->nodes[i].inputs[k] == seed) g->nodes[i].inputs[k] = x;
-  /* position tables ([.., S, d] float constants an elementwise op reads
-   * with a value the seed reaches: a position embedding, rotary cos and
-   * sin) take the same order */
+  /* position tables ([.., S, d] float values an elementwise op reads
+   * with a value in the zig-zag order, themselves not in it: a position
+   * embedding, rotary cos and sin) take the same order: a constant is
+   * permuted in place of its data, a computed value (a training step's
+   * position embedding, read from a parameter) by a Gather */
   const int64_t *order = g->values[fwd].data;
+  int32_t *done = sc_calloc((size_t)n_reach + 1, sizeof *done); /* table -> its permuted copy + 1 */
+  if (!done) return SC_ERR_NOMEM;
   for (int32_t i = 0; i < first; i++) {
     if (!(sc_ops[g->nodes[i].op].flags & SC_OPF_ELEMENTWISE)) continue;
-    bool reached = false;
-    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
-      int32_t v = g->nodes[i].inputs[k];
-      reached |= v == x || (v >= 0 && v < n_reach && reach[v]);
-    }
-    if (!reached) continue;
+    bool in = false;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
+      in |= reached(g, reach, n_reach, g->nodes[i].inputs[k]);
+    if (!in) continue;
     for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) {
       int32_t cv = g->nodes[i].inputs[k];
       const sc_value *v = cv >= 0 ? &g->values[cv] : NULL;
-      if (!v || !sc_value_has_data(v) || !sc_dtype_is_float(v->dtype) || v->rank < 2 ||
+      if (!v || reached(g, reach, n_reach, cv) || !sc_dtype_is_float(v->dtype) || v->rank < 2 ||
           v->dims[v->rank - 2] != seq)
         continue;
-      int32_t pc = permuted_const(g, cv, order);
-      if (pc < 0) return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+      int32_t pc = cv < n_reach && done[cv] ? done[cv] - 1
+                   : sc_value_has_data(v)      ? permuted_const(g, cv, order)
+                                               : reorder(g, cv, fwd, v->rank - 2, 0, 1);
+      if (pc < 0) {
+        sc_free(done);
+        return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+      }
+      if (cv < n_reach) done[cv] = pc + 1;
       g->nodes[i].inputs[k] = pc;
     }
   }
-  sc_sharding s;
-  sc_sharding_replicated(&s, 3);
-  sc_sharding_split(&s, 1, p->cp_axis);
-  if (sc_graph_set_sharding(g, x, &s) != SC_OK) return g->diag.status;
-  /* the constraint splits the sequence only: a batch split over dp is
-   * gathered there (a merged [b·S] dim cannot hold both: docs) */
-  if (p->dp_axis >= 0 &&
-      sc_partition_note_fallback(p, g->values[x].name, "Gather",
-                                 "the batch split over %s is gathered before the sequence split "
-                                 "over cp (dp with cp is not built yet)",
-                                 p->mesh.axes[p->dp_axis].name) != SC_OK)
-    return SC_ERR_NOMEM;
+  sc_free(done);
   /* outputs back in the natural order */
   for (int32_t o = 0; o < g->n_outputs; o++) {
     int32_t y = g->outputs[o];
     const sc_value *yv = &g->values[y];
-    if (y >= n_reach || !reach[y] || yv->rank < 2 || yv->dims[1] != seq || yv->producer < 0)
+    if (!reached(g, reach, n_reach, y) || yv->rank < 2 || yv->dims[1] != seq || yv->producer < 0)
       continue;
     /* the producer writes a new value, read by its readers; y = Gather */
     char *base = sc_arena_printf(&g->arena, "%s/cp_zigzag", yv->name);

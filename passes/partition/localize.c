@@ -845,7 +845,10 @@ static sc_status split_softmax(lz *z, const sc_node *gn, const sc_sharding *s, i
 }
 
 /* SC_SHARD_EXPAND_RING_ATTENTION (shard_rule.h): the ring of ring.c on
- * the local q, k, v, its results copied into out[0] (o) and out[1] (lse).
+ * the local q, k, v, its results copied into out[0] (o) and out[1] (lse);
+ * for FusedAttentionGrad the backward's ring on the local q, k, v, o,
+ * lse, d_o into out[0..2] (dq, dk, dv), its tags after the forward's
+ * (tag_base 2n: the forward's end at 2n - 1).
  * Each step's halves depend on the rank: sharded constants over cp whose
  * global contents hold every rank's piece in rank order. */
 static sc_status ring_attention(lz *z, const sc_node *gn, const int32_t *lin,
@@ -880,14 +883,17 @@ static sc_status ring_attention(lz *z, const sc_node *gn, const int32_t *lin,
                        .scale = sc_attr_float(z->g, gn, "scale", 1.0),
                        .causal = sc_attr_int(z->g, gn, "causal", 0) != 0, .half_rows = rows,
                        .half_place = place, .tag_base = 0};
-  int32_t first = z->L->n_nodes, o, lse;
-  sc_status st = sc_partition_ring_attention(z->L, &a, &o, &lse);
+  bool grad = gn->op == SC_OP_FUSED_ATTENTION_GRAD;
+  int32_t first = z->L->n_nodes, res[3];
+  if (grad) a.tag_base = (int32_t)(2 * n);
+  sc_status st = grad ? sc_partition_ring_attention_grad(z->L, &a, lin[3], lin[4], lin[5], &res[0],
+                                                         &res[1], &res[2])
+                      : sc_partition_ring_attention(z->L, &a, &res[0], &res[1]);
   if (st != SC_OK) return lerr(z);
   for (int32_t i = first; i < z->L->n_nodes; i++)
     if ((st = attr_int(z, i, "__stage", z->stage)) != SC_OK) return st;
-  if (emit(z, SC_OP_IDENTITY, &o, 1, &lout[0], 1) < 0 ||
-      emit(z, SC_OP_IDENTITY, &lse, 1, &lout[1], 1) < 0)
-    return z->d->status;
+  for (int32_t j = 0; j < (grad ? 3 : 2); j++)
+    if (emit(z, SC_OP_IDENTITY, &res[j], 1, &lout[j], 1) < 0) return z->d->status;
   return SC_OK;
 }
 

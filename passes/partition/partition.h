@@ -196,10 +196,12 @@ void sc_cut_flow(sc_cutgraph *g, int32_t from, int32_t to);
 void sc_cut_reduce(sc_cutgraph *g, int32_t node, double cost);
 int32_t sc_cut_count(const sc_cutgraph *g); /* nodes */
 sc_status sc_cut_solve(sc_cutgraph *g, bool *cut, int32_t *n_cut);
-/* cp.c: under a cp axis, the global graph's residual stream put in the
- * zig-zag order and split over cp (a constraint), every FusedAttention
- * marked `cp_ring` = the cp size, the outputs put back in order (cp.c's
- * header); inference only. Errors name the node (SC_ERR_USAGE). */
+/* cp.c: under a cp axis, the global graph's residual stream in the
+ * zig-zag order (for inference put there now, by cp.h's
+ * sc_cp_prepare_graph; a training step was ordered before autodiff) and
+ * split over cp (a constraint, the batch split beside it as the data
+ * inputs'), every FusedAttention and FusedAttentionGrad marked `cp_ring` =
+ * the cp size (cp.c's header). Errors name the node (SC_ERR_USAGE). */
 sc_status sc_partition_prepare_cp(sc_partition *p);
 /* ring.c: ring attention's forward over a context-parallel axis as nodes
  * of g (docs/context-parallel.md): FusedAttention per block, the keys and

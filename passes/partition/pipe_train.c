@@ -28,18 +28,25 @@
  *             own gradients and sums their squares), except a node that
  *             reads only scalars (the sums of the squares, the square
  *             root, the decision): it stays in its inputs' chunk when they
- *             all come from one, else it goes to the last chunk. The train
- *             pass sums the squares in forward order in groups of 16
- *             parameters and then adds the groups' sums (passes/train.c):
- *             a group inside a chunk is summed there, and a chunk's norm
- *             piece sends the last chunk one scalar per group (per
+ *             all come from one; one that combines several chunks' (or
+ *             reads such a combination) moves to the update phase
+ *             (meets()). The train pass sums the squares in forward order
+ *             in groups of 16 parameters and then adds the groups' sums
+ *             (passes/train.c): a group inside a chunk is summed there,
+ *             and a chunk's norm piece sends one scalar per group (per
  *             parameter only where a group straddles a cut). A running
  *             sum passed from chunk to chunk instead would make each
  *             chunk's norm piece wait for the one before (a piece receives
  *             its inputs before it runs), so the pieces' gradient
- *             reductions would run one after another;
+ *             reductions would run one after another; so would a norm
+ *             piece that combined the others' sums before its own
+ *             reductions;
  *   update    in reverse order, the owner of the state it writes ("new:X"),
- *             else the smallest chunk among its readers.
+ *             else the smallest chunk among its readers: the combined
+ *             norm and the step's decision, which every chunk's update
+ *             reads, in chunk 0's update piece (rank 0 runs the step's
+ *             last backward in 1F1B and the interleaved schedule, so its
+ *             norm piece is the last to finish anyway).
  * A state input read on another pipeline rank than its owner's (a tied
  * embedding read by the LM head) is read there through an Identity in the
  * owner's forward piece: the owner sends the current value each
@@ -309,6 +316,25 @@ static bool scalars_only(const sc_graph *g, const sc_node *n) {
   return any;
 }
 
+/* Whether norm node n, which reads only scalars, combines what several
+ * chunks' norm pieces made (its inputs' chunks span lo..want), or reads such
+ * a combination: it then runs in the update phase. A piece receives its
+ * inputs before it runs, so a norm piece that combined the chunks' sums
+ * would start its own gradient reductions only after every other norm piece
+ * had finished theirs: the pipeline ranks' data-parallel reductions would
+ * run one after another after the pipeline drains (the 70B Megatron row,
+ * docs/planner.md). In the update phase each chunk's norm piece runs as
+ * soon as its last microbatch's weight piece has, its reductions beside the
+ * other ranks' cool-down. */
+static bool meets(const pipe_ctx *c, const sc_node *n, int32_t want, int32_t lo) {
+  if (want >= 0 && lo != want) return true;
+  for (int32_t j = 0; j < n->n_inputs; j++) {
+    int32_t v = n->inputs[j], u = v >= 0 ? c->g->values[v].producer : -1;
+    if (u >= 0 && c->phase[u] == SC_PIPE_UPDATE) return true;
+  }
+  return false;
+}
+
 /* Backward and norm chunks, in topological order; update chunks in
  * reverse. A backward node goes where the forward node it differentiates
  * (or recomputes) runs, else where the largest chunk among the forward
@@ -355,8 +381,11 @@ static sc_status other_chunks(pipe_ctx *c) {
     }
     if (origin >= 0) want = origin;
     if (bwd) c->chunk[i] = want < 0 || want > lim ? lim : want;
-    else if (scalars_only(g, n)) /* a sum within one chunk stays; others meet in the last */
-      c->chunk[i] = want >= 0 && lo == want ? want : c->C - 1;
+    else if (scalars_only(g, n) && meets(c, n, want, lo)) {
+      c->phase[i] = SC_PIPE_UPDATE; /* the update's chunks place it (below) */
+      c->chunk[i] = -1;
+    } else if (scalars_only(g, n)) /* a sum within one chunk stays there */
+      c->chunk[i] = want >= 0 ? want : c->C - 1;
     else c->chunk[i] = want < 0 ? 0 : want;
   }
   sc_free(fw);

@@ -58,7 +58,9 @@ typedef enum sc_shard_expand {
   SC_SHARD_EXPAND_SPLIT_SOFTMAX,
   /* FusedAttention marked `cp_ring` (passes/partition/cp.c) with q, k and v
    * split alike over cp on the sequence (dim 2): ring attention
-   * (passes/partition/ring.c), o and lse split the same way. */
+   * (passes/partition/ring.c), o and lse split the same way; or
+   * FusedAttentionGrad so marked, q, k, v, o, lse and d_o so split: the
+   * backward's ring, dq, dk and dv split the same way. */
   SC_SHARD_EXPAND_RING_ATTENTION,
 } sc_shard_expand;
 

@@ -818,7 +818,8 @@ static bool result_ok(const sc_shard_ctx *c) {
          (c->expand == SC_SHARD_EXPAND_MASKED_GATHER && c->n->op == SC_OP_GATHER) ||
          (c->expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX &&
           (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX)) ||
-         (c->expand == SC_SHARD_EXPAND_RING_ATTENTION && c->n->op == SC_OP_FUSED_ATTENTION);
+         (c->expand == SC_SHARD_EXPAND_RING_ATTENTION &&
+          (c->n->op == SC_OP_FUSED_ATTENTION || c->n->op == SC_OP_FUSED_ATTENTION_GRAD));
 }
 
 /* Sets the contract's entry state, runs rule and checks its result. */
@@ -870,10 +871,12 @@ sc_shard_fn sc_shard_rule(sc_op op) {
 
 /* With reduction "add" (an embedding's gradient: dy's rows added into
  * zeros) whose indices and updates arrive split the same way over their
- * leading (row) dims: each rank adds its rows into its own copy, and the
- * sum over those axes is the whole — the output is pending over them, the
- * data joins the pending sum (its first rank holds it). The updates'
- * trailing dims follow the data's. With "add", the scatter is linear in
+ * leading (row) dims (whole indices are sliced like the updates: a
+ * permutation's gradient under cp): each rank adds its rows into its own
+ * copy, and the sum over those axes is the whole — the output is pending
+ * over them, the data joins the pending sum (its first rank holds it). The
+ * updates' trailing dims follow the data's (whole data takes the updates'
+ * split there: those dims are not indexed). With "add", the scatter is linear in
  * the data and the updates: updates pending over some axes (the gradient
  * of a position embedding read with constant indices: the batch's rows
  * summed, pending over the data axes) keep it pending, whole, the data
@@ -901,10 +904,12 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   sc_axes rows = 0;
   bool same = true;
   for (int32_t d = 0; d < lead; d++) {
-    same &= c->in[1].n_dim_axes[d] == c->in[2].n_dim_axes[d] &&
-            sc_sharding_stride(&c->in[1], d) == 1 && sc_sharding_stride(&c->in[2], d) == 1;
+    if (!c->in[1].n_dim_axes[d] && c->in[2].n_dim_axes[d] && sc_sharding_stride(&c->in[2], d) == 1)
+      sc_shard_copy_dim(&c->want[1], d, &c->in[2], d); /* whole indices: sliced alike */
+    same &= c->want[1].n_dim_axes[d] == c->in[2].n_dim_axes[d] &&
+            sc_sharding_stride(&c->want[1], d) == 1 && sc_sharding_stride(&c->in[2], d) == 1;
     for (int32_t j = 0; same && j < c->in[2].n_dim_axes[d]; j++) {
-      same &= c->in[1].dim_axes[d][j] == c->in[2].dim_axes[d][j];
+      same &= c->want[1].dim_axes[d][j] == c->in[2].dim_axes[d][j];
       rows |= 1u << c->in[2].dim_axes[d][j];
     }
   }
@@ -913,6 +918,13 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   /* the data: whole over its indexed dims; its trailing dims as they are,
    * and the updates' trailing dims like them */
   for (int32_t d = 0; d < k; d++) sc_shard_unsplit_dim(&c->want[0], d);
+  for (int32_t d = k; d < data->rank; d++) { /* whole data: sliced like the updates */
+    sc_axes ax = 0;
+    for (int32_t j = 0; j < c->in[2].n_dim_axes[lead + d - k]; j++)
+      ax |= 1u << c->in[2].dim_axes[lead + d - k][j];
+    if (ax && !c->want[0].n_dim_axes[d] && !(ax & (rows | sc_sharding_dim_axes(&c->want[0]))))
+      sc_shard_copy_dim(&c->want[0], d, &c->in[2], lead + d - k);
+  }
   if (sc_sharding_dim_axes(&c->want[0]) & rows) return sc_shard_replicate_all(c);
   for (int32_t d = k; d < data->rank; d++) sc_shard_copy_dim(&c->want[2], lead + d - k, &c->want[0], d);
   c->want[0].partial = rows;
@@ -922,20 +934,21 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
 
 /* ---- fused attention ---- */
 
-/* A FusedAttention marked `cp_ring` (passes/partition/cp.c): its rows are
- * in the zig-zag order, so it must run as a ring, with q's sequence (dim 2)
- * split over cp and nothing else on that dim: k and v then split alike,
- * o and lse (dim 2) too. Anything else is an error, never a whole
+/* A FusedAttention or FusedAttentionGrad marked `cp_ring`
+ * (passes/partition/cp.c): its rows are in the zig-zag order, so it must
+ * run as a ring, with q's sequence (dim 2) split over cp and nothing else
+ * on that dim: k and v (the backward's o, lse and d_o) then split alike,
+ * the outputs (o and lse; dq, dk and dv) on dim 2 too. Anything else is an error, never a whole
  * attention under the wrong mask. */
 static sc_status ring_rule(sc_shard_ctx *c, const sc_sharding *lead, bool grad) {
   if (sc_attr_int(c->g, c->n, "cp_ring", 0) <= 1) return SC_OK;
   int32_t cp = sc_mesh_find_axis(c->mesh, "cp");
-  if (grad || cp < 0 || lead->n_dim_axes[2] != 1 || lead->dim_axes[2][0] != cp ||
+  if (cp < 0 || lead->n_dim_axes[2] != 1 || lead->dim_axes[2][0] != cp ||
       sc_sharding_stride(lead, 2) != 1)
     return sc_node_error(c->g, c->n, SC_ERR_USAGE,
                          "context parallelism: the sequence split over cp did not reach this "
                          "attention's queries (an op on the way gathers it)");
-  for (int32_t i = 0; i < 3; i++) {
+  for (int32_t i = 0; i < (grad ? 6 : 3); i++) { /* q, k, v (o, lse, d_o) */
     sc_shard_unsplit_dim(&c->want[i], 2);
     sc_sharding_split(&c->want[i], 2, cp);
   }

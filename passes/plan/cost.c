@@ -90,6 +90,17 @@ sc_status sc_cost_collective_algo(const sc_cluster *c, sc_coll_kind k, sc_coll_a
   }
   if (!cross && c->profile.n_comms > 0) out->latency_s += c->profile.comms[0].overhead_s;
   out->transfer_s = out->bytes_per_rank / l->bandwidth_bytes_per_s;
+  if (k == SC_COLL_ALL_TO_ALL && cross && g.ranks > g.nodes) {
+    /* each rank's B/n to each peer: the m − 1 in its node over NVLink at
+     * the same time as the n − m elsewhere over the network; the slower
+     * part is the time */
+    const sc_cluster_link *intra = NULL;
+    if (link_of(c, false, &intra, d) != SC_OK) return d->status;
+    double m = (double)(g.ranks / g.nodes);
+    double net = (n - m) / n * bytes / l->bandwidth_bytes_per_s;
+    double nv = (m - 1) / n * bytes / intra->bandwidth_bytes_per_s;
+    out->transfer_s = net > nv ? net : nv;
+  }
   out->seconds = out->latency_s + out->transfer_s;
   return SC_OK;
 }
@@ -216,7 +227,10 @@ sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f
     tc += c->profile.kernel_s[t] * f[t];
   }
   if (split && c->profile.threads > 1) tc /= (double)c->profile.threads;
-  double tm = bytes / c->profile.memory_bytes_per_s;
+  /* a kernel the pool does not split streams on one thread */
+  double bw = !split && c->profile.memory_thread_bytes_per_s > 0
+                  ? c->profile.memory_thread_bytes_per_s : c->profile.memory_bytes_per_s;
+  double tm = bytes / bw;
   *seconds = (tc > tm ? tc : tm) + sc_cost_step_overhead(c);
   return SC_OK;
 }
@@ -230,6 +244,21 @@ sc_status sc_cost_attention_time(const sc_cluster *c, sc_cluster_dtype t,
   if (s->sq < 1 || s->skv < 1 || s->d < 1)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "attention: sq %lld, skv %lld, d %lld",
                        (long long)s->sq, (long long)s->skv, (long long)s->d);
+  const sc_profile_attention *pa =
+      c->profile.present ? sc_profile_find_attention(&c->profile, t, grad) : NULL;
+  if (pa) { /* the CPU kernel's measured model (profile.h) */
+    if (need_hbm(c, d) != SC_OK) return d->status;
+    double feat[SC_PROFILE_ATTN_TERMS], units = 1, tc = 0;
+    sc_profile_attention_features(s->b, s->h, s->sq, s->skv, s->d, s->dv, s->causal, feat,
+                                  &units);
+    for (int i = 0; i < SC_PROFILE_ATTN_TERMS; i++) tc += pa->s[i] * feat[i];
+    double par = (double)(c->profile.threads > 1 ? c->profile.threads : 1);
+    tc /= units < par ? (units > 1 ? units : 1) : par;
+    double tm = bytes / c->profile.memory_bytes_per_s;
+    *seconds = (tc > tm ? tc : tm) + sc_cost_step_overhead(c);
+    *flops = f;
+    return SC_OK;
+  }
   double eff = sc_cost_gemm_efficiency(s->sq, s->skv, s->d);
   sc_status st = !c->profile.present ? sc_cost_gemm_time(c, t, f, bytes, eff, seconds, d)
                  : check_gemm(c, t, f, bytes, eff, d) != SC_OK

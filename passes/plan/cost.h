@@ -108,7 +108,8 @@ sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds
 /* A kernel step of features f (profile.h: SC_PROFILE_KERNEL_TERMS of them,
  * on one thread; `split`: the pool runs it over the profile's threads)
  * moving `bytes`: with a profile that measured kernels, the larger of its
- * computing time and its memory time, plus the step overhead; else
+ * computing time and its memory time (at one thread's bandwidth when it is
+ * not split and the profile measured that), plus the step overhead; else
  * sc_cost_memory_time. */
 sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f, bool split,
                               double *seconds, sc_diag *d);
@@ -117,8 +118,13 @@ sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f
  * pairs only when causal; the backward 2.5 times) at the GEMM rate of its
  * per-head products (sq x skv x d: sc_cost_gemm_efficiency, or the
  * profile's measured rate for that shape), moving `bytes` (q, k, v, o,
- * lse, mask and the gradients, each once: no score matrix). *flops: the
- * FLOPs counted. Errors as sc_cost_gemm_time. */
+ * lse, mask and the gradients, each once: no score matrix). With a
+ * profile that measured attention in t and this direction (profile.h,
+ * sc_profile_attention) its computing time is that model's instead: the
+ * features' seconds on one thread over the threads its work units keep
+ * busy (min(threads, units)), the larger of that and the memory time,
+ * plus the step overhead. *flops: the FLOPs counted. Errors as
+ * sc_cost_gemm_time. */
 struct sc_attention_shape;
 sc_status sc_cost_attention_time(const sc_cluster *c, sc_cluster_dtype t,
                                  const struct sc_attention_shape *s, bool grad, double bytes,

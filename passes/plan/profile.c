@@ -29,6 +29,8 @@ static const char WHAT[] = "profile";
 
 const char *const sc_profile_kernel_keys[SC_PROFILE_KERNEL_TERMS] = {
     "row_s", "op_s", "transcendental_s", "gather_s"};
+const char *const sc_profile_attention_keys[SC_PROFILE_ATTN_TERMS] = {"row_s", "score_s",
+                                                                      "mac_s"};
 enum { MAX_DIM = (int64_t)1 << 20, MAX_THREADS = 1 << 16, MAX_RANKS = 1 << 16 };
 #define MIN_S SC_PROFILE_MIN_S
 #define MAX_S SC_PROFILE_MAX_S
@@ -44,6 +46,21 @@ static sc_status get_range(json_t *o, const char *path, const char *key, double 
   sc_json_join(p, sizeof p, path, key);
   snprintf(msg, sizeof msg, "must be in [%g, %g]", lo, hi);
   return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, msg);
+}
+
+/* A required obj.dtype: one of sc_cluster_dtype_names. */
+static sc_status read_dtype(json_t *o, const char *path, sc_cluster_dtype *out, sc_diag *d) {
+  char dt[16] = "";
+  TRY(sc_json_get_name(o, WHAT, path, "dtype", true, dt, sizeof dt, d));
+  int t = 0;
+  while (t < SC_CLUSTER_DTYPE_COUNT && strcmp(dt, sc_cluster_dtype_names[t]) != 0) t++;
+  if (t == SC_CLUSTER_DTYPE_COUNT) {
+    char p[128];
+    sc_json_join(p, sizeof p, path, "dtype");
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be fp8, bf16, fp16, tf32 or fp32");
+  }
+  *out = (sc_cluster_dtype)t;
+  return SC_OK;
 }
 
 static sc_status read_gemm(json_t *o, const char *path, sc_profile_gemm *g, sc_diag *d) {
@@ -64,16 +81,7 @@ static sc_status read_gemm(json_t *o, const char *path, sc_profile_gemm *g, sc_d
   TRY(sc_json_get_count(o, WHAT, path, "m", true, MAX_DIM, &g->m, d));
   TRY(sc_json_get_count(o, WHAT, path, "n", true, MAX_DIM, &g->n, d));
   TRY(sc_json_get_count(o, WHAT, path, "k", true, MAX_DIM, &g->k, d));
-  char dt[16] = "";
-  TRY(sc_json_get_name(o, WHAT, path, "dtype", true, dt, sizeof dt, d));
-  int t = 0;
-  while (t < SC_CLUSTER_DTYPE_COUNT && strcmp(dt, sc_cluster_dtype_names[t]) != 0) t++;
-  if (t == SC_CLUSTER_DTYPE_COUNT) {
-    char p[128];
-    sc_json_join(p, sizeof p, path, "dtype");
-    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be fp8, bf16, fp16, tf32 or fp32");
-  }
-  g->dtype = (sc_cluster_dtype)t;
+  TRY(read_dtype(o, path, &g->dtype, d));
   TRY(get_range(o, path, "seconds", MIN_S, MAX_S, &g->seconds, d));
   TRY(get_range(o, path, "flops_per_s", 1, MAX_RATE, &g->flops_per_s, d));
   /* the two must agree: the rate is 2mnk / seconds (to rounding) */
@@ -83,6 +91,27 @@ static sc_status read_gemm(json_t *o, const char *path, sc_profile_gemm *g, sc_d
     sc_json_join(p, sizeof p, path, "flops_per_s");
     return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be 2*m*n*k / seconds");
   }
+  return SC_OK;
+}
+
+static sc_status read_attention(json_t *o, const char *path, sc_profile_attention *a,
+                                sc_diag *d) {
+  if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
+  const char *k[SC_PROFILE_ATTN_TERMS + 3] = {"dtype", "grad"};
+  for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++) k[2 + t] = sc_profile_attention_keys[t];
+  k[SC_PROFILE_ATTN_TERMS + 2] = NULL;
+  TRY(sc_json_only_keys(o, WHAT, path, k, d));
+  TRY(read_dtype(o, path, &a->dtype, d));
+  json_t *g = json_object_get(o, "grad");
+  if (!g || !json_is_boolean(g)) {
+    char p[128];
+    sc_json_join(p, sizeof p, path, "grad");
+    return sc_json_bad(d, g ? SC_ERR_PARSE : SC_ERR_INVALID, WHAT, p,
+                       g ? "must be true or false" : "is missing");
+  }
+  a->grad = json_is_true(g);
+  for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++)
+    TRY(get_range(o, path, sc_profile_attention_keys[t], MIN_S, MAX_S, &a->s[t], d));
   return SC_OK;
 }
 
@@ -126,7 +155,9 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
   if (!json_is_object(root))
     return sc_diag_set(d, SC_ERR_PARSE, NULL, NULL, "profile: must be an object");
   static const char *const top[] = {"format", "device", "gemm", "memory_bytes_per_s",
-                                    "step_overhead_s", "kernel", "comms", "calibrate_s", NULL};
+                                    "memory_thread_bytes_per_s",
+                                    "step_overhead_s", "kernel", "attention", "comms",
+                                    "calibrate_s", NULL};
   TRY(sc_json_only_keys(root, WHAT, "", top, d));
   char fmt[32] = "";
   TRY(sc_json_get_name(root, WHAT, "", "format", true, fmt, sizeof fmt, d));
@@ -156,6 +187,9 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
     p->n_gemms = (int32_t)i + 1;
   }
   TRY(get_range(root, "", "memory_bytes_per_s", 1, MAX_BW, &p->memory_bytes_per_s, d));
+  if (json_object_get(root, "memory_thread_bytes_per_s"))
+    TRY(get_range(root, "", "memory_thread_bytes_per_s", 1, MAX_BW, &p->memory_thread_bytes_per_s,
+                  d));
   TRY(get_range(root, "", "step_overhead_s", MIN_S, MAX_S, &p->step_overhead_s, d));
   json_t *kern;
   TRY(sc_json_get_obj(root, WHAT, "", "kernel", false, &kern, d));
@@ -167,6 +201,16 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
     for (int t = 0; t < SC_PROFILE_KERNEL_TERMS; t++)
       TRY(get_range(kern, "kernel", sc_profile_kernel_keys[t], MIN_S, MAX_S, &p->kernel_s[t], d));
     p->has_kernel = true;
+  }
+  TRY(read_array(root, "attention", false, SC_PROFILE_MAX_ATTENTION, &arr, d));
+  json_array_foreach(arr, i, v) {
+    char path[32];
+    snprintf(path, sizeof path, "attention[%zu]", i);
+    sc_profile_attention *a = &p->attention[i];
+    TRY(read_attention(v, path, a, d));
+    if (sc_profile_find_attention(p, a->dtype, a->grad))
+      return sc_json_bad(d, SC_ERR_INVALID, WHAT, path, "repeats a dtype and direction");
+    p->n_attention = (int32_t)i + 1;
   }
   TRY(read_array(root, "comms", false, SC_PROFILE_MAX_COMMS, &arr, d));
   json_array_foreach(arr, i, v) {
@@ -244,13 +288,27 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
     fprintf(f, "\"dtype\": \"%s\", \"seconds\": %.17g, \"flops_per_s\": %.17g}",
             sc_cluster_dtype_names[g->dtype], g->seconds, g->flops_per_s);
   }
-  fprintf(f, "],\n \"memory_bytes_per_s\": %.17g,\n \"step_overhead_s\": %.17g,\n",
-          p->memory_bytes_per_s, p->step_overhead_s);
+  fprintf(f, "],\n \"memory_bytes_per_s\": %.17g,\n", p->memory_bytes_per_s);
+  if (p->memory_thread_bytes_per_s > 0)
+    fprintf(f, " \"memory_thread_bytes_per_s\": %.17g,\n", p->memory_thread_bytes_per_s);
+  fprintf(f, " \"step_overhead_s\": %.17g,\n", p->step_overhead_s);
   if (p->has_kernel) {
     fprintf(f, " \"kernel\": {");
     for (int t = 0; t < SC_PROFILE_KERNEL_TERMS; t++)
       fprintf(f, "%s\"%s\": %.17g", t ? ", " : "", sc_profile_kernel_keys[t], p->kernel_s[t]);
     fprintf(f, "},\n");
+  }
+  if (p->n_attention > 0) {
+    fprintf(f, " \"attention\": [");
+    for (int32_t i = 0; i < p->n_attention; i++) {
+      const sc_profile_attention *a = &p->attention[i];
+      fprintf(f, "%s\n  {\"dtype\": \"%s\", \"grad\": %s", i ? "," : "",
+              sc_cluster_dtype_names[a->dtype], a->grad ? "true" : "false");
+      for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++)
+        fprintf(f, ", \"%s\": %.17g", sc_profile_attention_keys[t], a->s[t]);
+      fprintf(f, "}");
+    }
+    fprintf(f, "],\n");
   }
   fprintf(f, " \"comms\": [");
   for (int32_t i = 0; i < p->n_comms; i++) {
@@ -370,6 +428,32 @@ double sc_profile_peak_rate(const sc_profile *p, sc_cluster_dtype t) {
   for (int32_t i = 0; i < p->n_gemms; i++)
     if (p->gemms[i].dtype == t && p->gemms[i].flops_per_s > best) best = p->gemms[i].flops_per_s;
   return best;
+}
+
+const sc_profile_attention *sc_profile_find_attention(const sc_profile *p, sc_cluster_dtype t,
+                                                      bool grad) {
+  for (int32_t i = 0; i < p->n_attention; i++)
+    if (p->attention[i].dtype == t && p->attention[i].grad == grad) return &p->attention[i];
+  return NULL;
+}
+
+void sc_profile_attention_features(int64_t b, int64_t h, int64_t sq, int64_t skv, int64_t d,
+                                   int64_t dv, bool causal, double *f, double *units) {
+  const int64_t blk = SC_PROFILE_ATTN_BLOCK;
+  double scores = 0, blocks = 0;
+  for (int64_t i0 = 0; i0 < sq; i0 += blk) { /* a query block: rows [i0, i1) */
+    int64_t i1 = i0 + blk < sq ? i0 + blk : sq;
+    /* keys [0, jmax): up to the block's last row's causal edge */
+    int64_t jmax = causal ? i1 + (skv - sq) : skv;
+    if (jmax > skv) jmax = skv;
+    if (jmax > 0) scores += (double)(i1 - i0) * (double)jmax;
+    blocks++;
+  }
+  double heads = (double)b * (double)h;
+  f[SC_PROFILE_ATTN_ROW] = heads * (double)sq;
+  f[SC_PROFILE_ATTN_SCORE] = heads * scores;
+  f[SC_PROFILE_ATTN_MAC] = heads * scores * (double)(d + dv);
+  *units = heads * blocks;
 }
 
 const sc_profile_comm *sc_profile_find_comm(const sc_profile *p, const char *name) {

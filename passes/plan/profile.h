@@ -49,6 +49,10 @@ enum {
   SC_PROFILE_MAX_COMMS = 4,   /* communicators (local, tcp, mpi, nccl) */
   SC_PROFILE_NAME_MAX = 64,   /* name bytes, NUL included */
   SC_PROFILE_MAX_FIT = 4,     /* unknowns of sc_profile_nnls */
+  SC_PROFILE_MAX_ATTENTION = 8, /* attention rows (dtype x direction) */
+  SC_PROFILE_ATTN_BLOCK = 64, /* the CPU attention's query and key rows a
+                                 block (runtime/cpu_attention.h
+                                 SC_CPU_ATTN_BLOCK; api/calibrate.c checks) */
 };
 #define SC_PROFILE_MAX_BYTES (1 << 20) /* a profile file's size limit */
 /* Bounds beyond any measurement: a figure outside them is refused. */
@@ -90,6 +94,23 @@ enum { SC_PROFILE_KERNEL_ROW, SC_PROFILE_KERNEL_OP, SC_PROFILE_KERNEL_TRANSCENDE
        SC_PROFILE_KERNEL_GATHER, SC_PROFILE_KERNEL_TERMS };
 extern const char *const sc_profile_kernel_keys[SC_PROFILE_KERNEL_TERMS];
 
+/* The CPU's fused attention (runtime/cpu_attention.c, docs/planner.md
+ * "Attention on the CPU"): one direction's time on one thread is
+ * sum_i s[i] * f[i] over its features (sc_profile_attention_features):
+ * the query rows it walks, the scores it computes (whole key blocks up to
+ * each query block's causal edge, as the kernel computes them), and the
+ * multiply-adds of those scores (d for q·k, dv for p·v); divided by the
+ * threads its work units keep busy. Measured per dtype and direction by
+ * calibrate (a row per (dtype, grad), distinct). */
+enum { SC_PROFILE_ATTN_ROW, SC_PROFILE_ATTN_SCORE, SC_PROFILE_ATTN_MAC, SC_PROFILE_ATTN_TERMS };
+extern const char *const sc_profile_attention_keys[SC_PROFILE_ATTN_TERMS];
+
+typedef struct sc_profile_attention {
+  sc_cluster_dtype dtype; /* the operands' (q, k, v) */
+  bool grad;              /* the backward (ATTENTION_GRAD) */
+  double s[SC_PROFILE_ATTN_TERMS]; /* seconds per feature, one thread */
+} sc_profile_attention;
+
 typedef struct sc_profile {
   bool present;                         /* false: no profile (all zero) */
   char device[16];                      /* "cpu" or "cuda" */
@@ -101,11 +122,18 @@ typedef struct sc_profile {
   int32_t n_gemms;
   sc_profile_gemm gemms[SC_PROFILE_MAX_GEMMS];
   double memory_bytes_per_s;            /* a streaming kernel's bytes read+written / s */
+  double memory_thread_bytes_per_s;     /* the same on one thread: a kernel the
+                                           pool does not split (optional; 0 =
+                                           not measured: memory_bytes_per_s) */
   double step_overhead_s;               /* one program step's fixed cost */
   bool has_kernel;                      /* kernel_s was measured (optional:
                                            without it, kernels are costed by
                                            their bytes alone) */
   double kernel_s[SC_PROFILE_KERNEL_TERMS]; /* seconds per feature (above) */
+  int32_t n_attention;                  /* 0..SC_PROFILE_MAX_ATTENTION (optional:
+                                           without a row, attention is costed
+                                           as a GEMM of its FLOPs) */
+  sc_profile_attention attention[SC_PROFILE_MAX_ATTENTION];
   int32_t n_comms;                      /* 0..SC_PROFILE_MAX_COMMS; [0] is used */
   sc_profile_comm comms[SC_PROFILE_MAX_COMMS];
   double calibrate_s;                   /* how long the measurement took */
@@ -129,6 +157,16 @@ double sc_profile_gemm_rate(const sc_profile *p, sc_cluster_dtype t, bool trans_
                             double m, double n, double k);
 /* The highest measured rate of t (0: none). */
 double sc_profile_peak_rate(const sc_profile *p, sc_cluster_dtype t);
+/* The attention row of (t, grad), or NULL. */
+const sc_profile_attention *sc_profile_find_attention(const sc_profile *p, sc_cluster_dtype t,
+                                                      bool grad);
+/* The features (SC_PROFILE_ATTN_TERMS) of one direction of an attention
+ * over b x h heads of sq queries against skv keys, head dims d (q, k) and
+ * dv (v, o), as the CPU kernel walks them in blocks of
+ * SC_PROFILE_ATTN_BLOCK rows; *units: its work units (one a head and
+ * query block), which bound the threads it uses. */
+void sc_profile_attention_features(int64_t b, int64_t h, int64_t sq, int64_t skv, int64_t d,
+                                   int64_t dv, bool causal, double *f, double *units);
 /* The communicator named name, or NULL. */
 const sc_profile_comm *sc_profile_find_comm(const sc_profile *p, const char *name);
 

@@ -14,9 +14,11 @@ docs/python.md is the guide; this file holds the objects, _tensors.py the
 conversions between arrays and the library's host tensors.
 """
 import ctypes
+import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -30,7 +32,8 @@ from ._dist import init, World
 from ._hf import map_state_dict
 
 __all__ = ["load", "plan", "compile", "Model", "Summary", "Plan", "RankMemory", "Collective",
-           "Executable", "Training",
+           "AutoChoice",
+           "Executable", "Training", "load_training",
            "TrainConfig", "StepResult", "init", "World", "map_state_dict", "export_checkpoint",
            "Error", "ModelError", "PlanError", "OutOfMemoryError", "RankError", "UsageError"]
 
@@ -170,6 +173,35 @@ class Collective:
     sent_bytes: int = None
 
 
+@dataclass(frozen=True)
+class AutoChoice:
+    """What the planner's search (auto=True: `shardc plan --auto --json`,
+    docs/cli.md#plan---auto) chose: the chosen plan's options as the
+    command line writes them (options: "--mesh pp=2 --microbatches 1
+    --recompute none"), its mesh ({"dp", "fsdp", "tp", "pp", "cp"}), zero,
+    sequence_parallel, schedule, virtual_stages, microbatches,
+    micro_batch_size, recompute ("none" for inference), predicted
+    (the exact simulated step: docs/plan-format.md's object, step_time_s,
+    peak_bytes_per_rank, fits, ...), estimate (the block model's figures),
+    replay (`shardc plan`'s options that predict the same), candidates (the
+    best ones, each a dict of the same keys with "why" it lost) and search
+    (the rest of the report: counts, times, the memory limit, objective)."""
+    options: str
+    mesh: dict
+    zero: int
+    sequence_parallel: bool
+    schedule: str
+    virtual_stages: int
+    microbatches: int
+    micro_batch_size: int
+    recompute: str
+    predicted: dict
+    estimate: dict
+    replay: str
+    candidates: list
+    search: dict
+
+
 class Plan:
     """How a model is split over a mesh: the plan as JSON text
     (sc_plan_json, docs/plan-format.md), which compile() replays exactly,
@@ -177,11 +209,13 @@ class Plan:
     `shardc plan` prints): memory_per_rank {rank: RankMemory} and
     collectives [Collective]; with a cluster, predicted: the simulated step
     on it (step_time_s, tokens_per_s, flops_per_s_per_gpu, mfu,
-    critical_rank), else None."""
+    critical_rank), else None. auto: the search's choice (AutoChoice) of a
+    plan made with auto=True, else None."""
 
-    def __init__(self, model, text, report, train=None):
+    def __init__(self, model, text, report, train=None, auto=None):
         self.model = model
         self.train = train
+        self.auto = auto
         self.json = text
         self.data = json.loads(text)
         rep = json.loads(report)
@@ -219,28 +253,110 @@ def _plan_call(f, model, par):
     return text
 
 
+def _training_plan(model, cfg, par, auto=None):
+    s, keep = _settings(model, cfg, par, None)
+    out, rep, err = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    st = lib.sc_training_plan_json(_b(model.path), ctypes.byref(s), ctypes.byref(out),
+                                   ctypes.byref(rep), ctypes.byref(err))
+    text, report, msg = (_take_string(out.value), _take_string(rep.value),
+                         _take_string(err.value))
+    if st:
+        raise_for("plan", st, msg or _lib.STATUS_NAMES[st])
+    return Plan(model, text, report, cfg, auto)
+
+
+# the step's options the search builds its candidates with (`plan --auto`
+# takes `shardc train`'s): TrainConfig field -> option
+_AUTO_STEP_OPTIONS = (("optimizer", "--optimizer"), ("precision", "--precision"),
+                      ("loss", "--loss"), ("logits", "--logits"))
+
+
+def _auto_plan(model, cfg, cluster, objective, memory_budget):
+    """The planner's search, as `shardc plan MODEL --auto --json` runs it
+    (the search is the command line's, tools/plan_auto.c: the package
+    runs its `shardc`), its chosen plan then replayed through the
+    library: a Plan whose auto is the AutoChoice. cfg: the training step
+    (the global batch is the model's batch dim), or None for inference
+    (by objective, "latency" or "throughput")."""
+    from ._cli import command
+    if not cluster:
+        raise UsageError("auto=True needs cluster= (a preset such as 'h100-sxm:8x2', a "
+                         "cluster file, or 'cpu:local@PROFILE.json' from `shardc calibrate`)",
+                         "usage")
+    exe = command()
+    if exe is None:
+        raise Error("auto=True runs the planner's search of the `shardc` command, which this "
+                    "installation lacks (shardc/bin/shardc; or set SHARDC)", "io")
+    args = [exe, "plan", model.path, "--auto", "--json", "--cluster", str(cluster)]
+    for k, v in model.dims.items():
+        args += ["--dim", f"{k}={int(v)}"]
+    if memory_budget is not None:
+        args += ["--memory-budget", str(memory_budget)]
+    if cfg is not None:
+        if objective is not None:
+            raise UsageError("objective= ranks inference plans; a training step is ranked by "
+                             "its time", "usage")
+        args.append("--train")
+        for f, opt in _AUTO_STEP_OPTIONS:
+            if getattr(cfg, f) is not None:
+                args += [opt, str(getattr(cfg, f))]
+        for g in cfg.freeze:
+            args += ["--freeze", g]
+    elif objective is not None:
+        args += ["--objective", objective]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode:
+        msg = r.stderr.strip().replace("shardc: error: ", "") or f"exit {r.returncode}"
+        raise (UsageError(msg, "usage") if r.returncode == 2 else PlanError(msg, "invalid"))
+    a = json.loads(r.stdout)["auto"]
+    c = a["chosen"]
+    keys = ("mesh", "zero", "sequence_parallel", "schedule", "virtual_stages", "microbatches",
+            "micro_batch_size", "recompute", "predicted", "estimate", "replay")
+    choice = AutoChoice(c["options"], *(c.get(k) for k in keys), list(a["candidates"]),
+                        {k: v for k, v in a.items() if k not in ("chosen", "candidates")})
+    text = json.dumps(c["plan"])
+    if cfg is None:
+        report = _plan_call(lib.sc_plan_report_json, model, _parallel(plan_json=text))
+        return Plan(model, text, report, None, choice)
+    if cfg.recompute not in (None, c["recompute"]):
+        raise UsageError(f"auto=True chooses the recompute itself ({c['recompute']}), not "
+                         f"TrainConfig(recompute={cfg.recompute!r})", "usage")
+    cfg = dataclasses.replace(cfg, recompute=c["recompute"])
+    return _training_plan(model, cfg, _parallel(plan_json=text), choice)
+
+
 def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
-         sequence_parallel=False, no_vocab_parallel=False, train=None, cluster=None):
+         sequence_parallel=False, no_vocab_parallel=False, train=None, cluster=None,
+         auto=False, objective=None, memory_budget=None):
     """The plan of model over mesh ("tp=2,pp=2"), shapes only; with
     train=TrainConfig(...) (or True: its defaults) the plan of the training
     step (a mesh may have an fsdp axis), which compile(m, plan=...,
     train=...) then trains. cluster ("h100-sxm:8x4" or a cluster file,
-    docs/planner.md): the axes placed on its nodes and the step predicted."""
+    docs/planner.md): the axes placed on its nodes and the step predicted.
+    auto=True (or mesh="auto"): the planner chooses the plan on cluster
+    (`shardc plan --auto`: for training the global batch is the model's
+    batch dim, the recompute is chosen too; for inference by objective,
+    "latency" by default), under memory_budget (bytes, or "80%") if given;
+    the Plan's auto holds the choice (AutoChoice), predicted its step."""
+    if auto or mesh == "auto":
+        if (mesh not in (None, "auto") or microbatches or ranks_per_node or stage_boundaries
+                or sequence_parallel or no_vocab_parallel):
+            raise UsageError("auto=True chooses the mesh and every partitioning option itself: "
+                             "give only cluster=", "usage")
+        cfg = None if train is None or train is False else TrainConfig() if train is True \
+            else train
+        return _auto_plan(model, cfg, cluster, objective, memory_budget)
+    if objective is not None or memory_budget is not None:
+        raise UsageError("objective= and memory_budget= go with auto=True", "usage")
     par = _parallel(mesh, microbatches, ranks_per_node, stage_boundaries, sequence_parallel,
                     no_vocab_parallel, cluster=cluster)
     if train is not None and train is not False:
-        cfg = TrainConfig() if train is True else train
-        s, keep = _settings(model, cfg, par, None)
-        out, rep, err = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
-        st = lib.sc_training_plan_json(_b(model.path), ctypes.byref(s), ctypes.byref(out),
-                                       ctypes.byref(rep), ctypes.byref(err))
-        text, report, msg = (_take_string(out.value), _take_string(rep.value),
-                             _take_string(err.value))
-        if st:
-            raise_for("plan", st, msg or _lib.STATUS_NAMES[st])
-        return Plan(model, text, report, cfg)
+        return _training_plan(model, TrainConfig() if train is True else train, par)
     text = _plan_call(lib.sc_plan_json, model, par)
     return Plan(model, text, _plan_call(lib.sc_plan_report_json, model, _parallel(plan_json=text)))
+
+
+_plan_of = plan  # compile()'s argument `plan` hides the function
 
 
 @dataclass
@@ -261,7 +377,9 @@ class TrainConfig:
     clip_grad_norm: float = 0.0
     ignore_index: int = None
     freeze: list = field(default_factory=list)
+    aux_losses: dict = field(default_factory=dict)   # output name -> coefficient (--aux-loss)
     precision: str = "fp32"
+    recompute: str = None     # "none" (None), "selective", "full"; auto=True chooses it
     threads: int = 0
     schedule: str = "constant"
     warmup_steps: int = 0
@@ -298,6 +416,7 @@ class Executable:
     def __init__(self, handle, model=None):
         self._h = handle
         self.model = model
+        self.plan = None  # compile()'s plan, when it was given one or made one (auto=True)
         self.inputs = [self._describe(lib.sc_executable_input, i)
                        for i in range(lib.sc_executable_n_inputs(handle))]
         self.outputs = [self._describe(lib.sc_executable_output, i)
@@ -382,12 +501,17 @@ def _settings(model, cfg, parallel, comm):
     s.nesterov = cfg.nesterov
     s.clip_grad_norm = cfg.clip_grad_norm
     s.freeze, s.n_freeze = freeze, len(cfg.freeze)
+    n_aux = len(cfg.aux_losses)
+    aux_names = (ctypes.c_char_p * max(1, n_aux))(*[_b(k) for k in cfg.aux_losses])
+    aux_coefs = (ctypes.c_double * max(1, n_aux))(*[float(v) for v in cfg.aux_losses.values()])
+    s.aux_loss_names, s.aux_loss_coefs, s.n_aux_losses = aux_names, aux_coefs, n_aux
     s.threads = cfg.threads
     s.precision = _b(cfg.precision)
+    s.recompute = _b(cfg.recompute)
     if parallel is not None:
         s.parallel = parallel
         s.comm = _b(comm)
-    return s, (dims, freeze, parallel)
+    return s, (dims, freeze, aux_names, aux_coefs, parallel)
 
 
 class Training:
@@ -396,9 +520,13 @@ class Training:
     this process (comm "local") or the processes of an mpirun / torchrun
     job ("mpi", "tcp": every process makes the same calls)."""
 
-    def __init__(self, model, cfg, parallel=None, comm=None):
+    def __init__(self, model, cfg, parallel=None, comm=None, _handle=None):
         self.model = model
         self.config = cfg
+        self.plan = None  # compile()'s plan, when it was given one or made one (auto=True)
+        if _handle is not None:  # load_training's: the step compiled into a bundle
+            self._h, self._keep = _handle, None
+            return
         s, self._keep = _settings(model, cfg, parallel, comm)
         h = ctypes.c_void_p()
         st = lib.sc_training_create(_b(model.path), ctypes.byref(s), ctypes.byref(h))
@@ -460,8 +588,22 @@ class Training:
         if st:
             self._fail(st, "model")
 
+    def save_bundle(self, path):
+        """Writes the training step as a training bundle directory
+        (docs/bundle.md; over a mesh a partitioned one): what `shardc compile
+        --train [--mesh ...]` writes, trained by load_training() or `shardc
+        train DIR` without the model, from the model's initial weights (the
+        steps taken are in save()'s checkpoints, not here)."""
+        st = lib.sc_training_save_bundle(self._h, _b(os.fspath(path)))
+        if st:
+            self._fail(st, "model")
+
     def export(self, path):
         """The model with the trained weights as a new ONNX file."""
+        if self.model is None:
+            raise UsageError("a training loaded from a bundle has no model to export: save() "
+                             "the checkpoint and export_checkpoint() it into the model",
+                             "usage")
         tmp = tempfile.mkdtemp(prefix="shardc-export-")
         try:
             self.save(os.path.join(tmp, "ckpt"))
@@ -477,6 +619,23 @@ class Training:
     __del__ = close
 
 
+def load_training(path, config=None, threads=0):
+    """A training bundle (Training.save_bundle(), `shardc compile --train
+    [--mesh ...]`) as a Training at step 0 from its initial weights; a
+    partitioned one runs its ranks as threads of this process. The step
+    (optimizer, loss, precision, mesh) is the bundle's; config (a
+    TrainConfig, None: its defaults) gives only each step's learning rate
+    (lr, schedule, warmup_steps, total_steps, min_lr). threads: per rank, 0
+    for all cores (cores / ranks over a mesh)."""
+    h = ctypes.c_void_p()
+    st = lib.sc_training_load(_b(os.fspath(path)), threads, ctypes.byref(h))
+    if st:
+        msg = (lib.sc_training_error(h) or b"").decode() if h else "out of memory"
+        lib.sc_training_free(h)
+        raise_for("model", st, msg)
+    return Training(None, config or TrainConfig(), _handle=h)
+
+
 def export_checkpoint(checkpoint, model_path, out):
     """Writes model_path with a checkpoint's weights as the ONNX file out."""
     err = ctypes.c_void_p()
@@ -487,15 +646,32 @@ def export_checkpoint(checkpoint, model_path, out):
         raise_for("model", st, msg or _lib.STATUS_NAMES[st])
 
 
-def compile(model, plan=None, mesh=None, train=None, no_fuse=False, comm=None, **parallel):
+def compile(model, plan=None, mesh=None, train=None, no_fuse=False, comm=None, auto=False,
+            objective=None, memory_budget=None, **parallel):
     """Compiles model: for inference (an Executable), or, with
     train=TrainConfig(...), its training step (a Training); on one rank or
     over the mesh of plan or mesh ("fsdp=2,tp=2"; parallel: microbatches,
-    stage_boundaries, ...). comm (training over a mesh): "local", "mpi",
-    "tcp"; None: shardc.init()'s choice."""
+    stage_boundaries, ...). auto=True (or mesh="auto") with cluster=:
+    plan(..., auto=True)'s choice (the compiled object's plan attribute
+    holds it). comm (training over a mesh): "local", "mpi", "tcp"; None:
+    shardc.init()'s choice."""
+    if auto or mesh == "auto":
+        if plan is not None:
+            raise UsageError("give a plan or auto=True, not both", "usage")
+        plan = _plan_of(model, mesh=mesh, train=train, auto=True, objective=objective,
+                        memory_budget=memory_budget, **parallel)
+        mesh, parallel = None, {}
     if plan is not None and (mesh or parallel):
         raise UsageError("give a plan or a mesh, not both", "usage")
+    if train is not None and plan is not None and plan.auto is not None and plan.train:
+        train = dataclasses.replace(train, recompute=plan.train.recompute)  # the search's
     par = _parallel(plan_json=plan.json) if plan is not None else _parallel(mesh, **parallel)
+    out = _compile(model, plan, mesh, train, no_fuse, comm, par)
+    out.plan = plan
+    return out
+
+
+def _compile(model, plan, mesh, train, no_fuse, comm, par):
     if train is not None:
         if plan is None and not mesh:
             return Training(model, train)

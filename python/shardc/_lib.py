@@ -69,7 +69,10 @@ class TrainingSettings(ctypes.Structure):
                 ("beta2", c_double), ("eps", c_double), ("nesterov", c_bool),
                 ("clip_grad_norm", c_double), ("freeze", POINTER(c_char_p)),
                 ("n_freeze", c_int32), ("threads", ctypes.c_int), ("precision", c_char_p),
-                ("parallel", ParallelOpts), ("comm", c_char_p)]
+                ("parallel", ParallelOpts), ("comm", c_char_p),
+                ("recompute", c_char_p),
+                ("aux_loss_names", POINTER(c_char_p)), ("aux_loss_coefs", POINTER(c_double)),
+                ("n_aux_losses", c_int32)]
 
 
 def _find():
@@ -126,6 +129,8 @@ def _declare(lib):
         "sc_training_error": (c_char_p, [c_void_p]),
         "sc_training_save": (S, [c_void_p, c_char_p]),
         "sc_training_resume": (S, [c_void_p, c_char_p]),
+        "sc_training_save_bundle": (S, [c_void_p, c_char_p]),
+        "sc_training_load": (S, [c_char_p, ctypes.c_int, POINTER(c_void_p)]),
         "sc_export_checkpoint": (S, [c_char_p, c_char_p, c_char_p, POINTER(c_void_p)]),
         "sc_training_free": (None, [c_void_p]),
     }

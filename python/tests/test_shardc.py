@@ -163,6 +163,31 @@ def test_training_equals_cli(source, shardc_cli, tmp_path):
     assert a.loss == b.loss and a.lr == b.lr
 
 
+def test_aux_loss_equals_cli(source, shardc_cli, tmp_path, rng):
+    """TrainConfig.aux_losses is `shardc train --aux-loss`: the moe sample's
+    2 SGD steps with its load-balancing loss at 0.02 give the CLI's losses
+    bit for bit; an unknown output is refused, naming it."""
+    path = f"{source}/samples/moe.onnx"
+    ids = rng.integers(0, 1000, (4, 16)).astype(np.int64)
+    labels = rng.integers(0, 1000, (4, 16)).astype(np.int64)
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "labels.npy", labels)
+    subprocess.run([shardc_cli, "train", path, "--data", f"input_ids={tmp_path}/ids.npy",
+                    "--labels", f"{tmp_path}/labels.npy", "--dim", "batch=2", "--steps", "2",
+                    "--optimizer", "sgd", "--lr", "0.05", "--aux-loss", "aux_loss=0.02",
+                    "--log-json", str(tmp_path / "log.jsonl"), "--quiet"],
+                   check=True, capture_output=True)
+    log = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    cfg = shardc.TrainConfig(optimizer="sgd", lr=0.05, aux_losses={"aux_loss": 0.02})
+    t = shardc.compile(shardc.load(path, dims={"batch": 2}), train=cfg)
+    for i in range(2):
+        out = t.step({"input_ids": ids[2 * i:2 * i + 2]}, labels=labels[2 * i:2 * i + 2])
+        assert f"{out.loss:.9g}" == f"{log[i]['loss']:.9g}", (i, out.loss, log[i]["loss"])
+    with pytest.raises(shardc.Error, match="no_such_output"):
+        shardc.compile(shardc.load(path, dims={"batch": 2}),
+                       train=shardc.TrainConfig(aux_losses={"no_such_output": 1.0}))
+
+
 def test_errors(source, tmp_path, rng):
     with pytest.raises(shardc.ModelError) as e:
         shardc.load(tmp_path / "missing.onnx")
@@ -367,3 +392,154 @@ def test_predicted_equals_cli(source, shardc_cli):
     with pytest.raises(shardc.PlanError) as e:
         shardc.plan(m, mesh="tp=2", cluster="no-such-gpu:8x1")
     assert "no-such-gpu" in str(e.value)
+
+
+def test_mesh_training_bundle(source, shardc_cli, tmp_path):
+    """A training over a mesh saved as a partitioned training bundle, from
+    Python (Training.save_bundle) and from the command line (`shardc compile
+    --train --mesh`), and loaded back (load_training, `shardc train B`):
+    5 steps of each equal the unbundled mesh training's bit for bit (losses,
+    gradient norms; the weights read back whole), at fsdp=2 x tp=2 and
+    under a 2-stage pipeline (whose bundle the command compiles: Python
+    refuses to save a pipelined step, built to update its state in place)."""
+    model, xs, ys = reverse_data(source, tmp_path)
+    m = shardc.load(model, dims={"batch": 32})
+    cfg = shardc.TrainConfig(optimizer="adamw", lr=3e-3, weight_decay=0.0)
+    for tag, mesh, par, cli in (
+            ("fsdp2tp2", "fsdp=2,tp=2", {}, []),
+            ("pp2", "pp=2", {"microbatches": 2}, ["--microbatches", "2"])):
+        t = shardc.compile(m, mesh=mesh, train=cfg, comm="local", **par)
+        py_b, cli_b = tmp_path / f"{tag}.py.bundle", tmp_path / f"{tag}.cli.bundle"
+        subprocess.run([shardc_cli, "compile", model, "--train", "--dim", "batch=32",
+                        "--optimizer", "adamw", "--weight-decay", "0", "--mesh", mesh, *cli,
+                        "-o", str(cli_b)], check=True, capture_output=True)
+        if par:  # pipelined: its pieces update their state in place, not in a bundle
+            with pytest.raises(shardc.ModelError) as e:
+                t.save_bundle(py_b)
+            assert "pipelined" in str(e.value) and e.value.status == "unsupported"
+            py_b = cli_b
+        else:
+            t.save_bundle(py_b)  # at step 0: the model's initial weights
+        assert (py_b / "partition.json").exists() and (py_b / "training.json").exists()
+        loaded = [shardc.load_training(b, cfg) for b in (py_b, cli_b)]
+        assert all(u.model is None and u.steps_done == 0 for u in loaded)
+        for i in range(5):
+            batch = ({"x": xs[i * 32:(i + 1) * 32]}, ys[i * 32:(i + 1) * 32])
+            want = t.step(*batch[:1], labels=batch[1])
+            for u in loaded:
+                got = u.step(*batch[:1], labels=batch[1])
+                assert (got.step, got.loss, got.grad_norm, got.lr) == \
+                    (want.step, want.loss, want.grad_norm, want.lr), (tag, i, got, want)
+        for u in loaded:
+            assert np.array_equal(u.tensor("wq"), t.tensor("wq")), tag
+        # the command line trains the bundle Python wrote: the same log
+        subprocess.run([shardc_cli, "train", str(py_b), "--data", f"x={tmp_path}/train_x.npy",
+                        "--labels", f"{tmp_path}/train_y.npy", "--steps", "3", "--lr", "3e-3",
+                        "--log-json", str(tmp_path / f"{tag}.jsonl"), "--quiet"],
+                       check=True, capture_output=True)
+        log = [json.loads(line) for line in open(tmp_path / f"{tag}.jsonl")]
+        u = shardc.load_training(py_b, cfg)
+        for i in range(3):
+            got = u.step({"x": xs[i * 32:(i + 1) * 32]}, labels=ys[i * 32:(i + 1) * 32])
+            assert f"{got.loss:.9g}" == f"{log[i]['loss']:.9g}", (tag, i, got.loss, log[i])
+        with pytest.raises(shardc.UsageError):
+            u.save_bundle(tmp_path / "again")  # a loaded training is saved already
+        with pytest.raises(shardc.UsageError):
+            u.export(tmp_path / "no.onnx")  # no model to export into
+    with pytest.raises(shardc.ModelError) as e:
+        shardc.load_training(tmp_path / "nothing-here")
+    assert "nothing-here" in str(e.value)
+
+
+def test_auto_equals_cli(source, shardc_cli, tmp_path):
+    """auto=True: the planner's search chooses what `shardc plan --auto
+    --json` chooses (the plan file, options, recompute, the exact predicted
+    step), readable as AutoChoice (and, for inference, Plan.predicted, the
+    library's replay of the plan on the cluster); for training 2 steps of
+    compile(auto=True) equal `shardc train --mesh auto --cluster C`'s log bit
+    for bit; for inference compile(mesh="auto") runs equal to one rank.
+    cluster= is required."""
+    path = f"{source}/samples/gpt2.onnx"
+    cluster = "h100-sxm:2x1"
+    m = shardc.load(path, dims={"batch": 4})
+    cfg = shardc.TrainConfig(optimizer="adamw", lr=1e-3)
+
+    def cli_auto(*extra):
+        return json.loads(subprocess.run(
+            [shardc_cli, "plan", path, "--auto", "--cluster", cluster, "--json", *extra],
+            check=True, capture_output=True, text=True).stdout)["auto"]["chosen"]
+
+    p = shardc.plan(m, auto=True, train=cfg, cluster=cluster)
+    want = cli_auto("--train", "--global-batch", "4", "--optimizer", "adamw")
+    a = p.auto
+    assert isinstance(a, shardc.AutoChoice) and a.options == want["options"]
+    assert p.data["mesh"] == want["plan"]["mesh"] and p.data["pipeline"] == \
+        want["plan"]["pipeline"] and p.data["training"] == want["plan"]["training"]
+    assert (a.mesh, a.zero, a.schedule, a.microbatches, a.recompute) == \
+        (want["mesh"], want["zero"], want["schedule"], want["microbatches"], want["recompute"])
+    assert a.predicted == want["predicted"] and a.predicted["fits"] is True
+    assert p.train.recompute == want["recompute"] and p.n_ranks == 2
+    assert a.candidates and a.search["candidates_evaluated"] > 0
+    # the choice trained: compile(auto=True) against `shardc train --mesh auto`
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 1000, size=(8, 16), dtype=np.int64)
+    lab = rng.integers(0, 1000, size=(8, 16), dtype=np.int64)
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "lab.npy", lab)
+    r = subprocess.run([shardc_cli, "train", path, "--dim", "batch=4", "--mesh", "auto",
+                        "--cluster", cluster, "--optimizer", "adamw", "--steps", "2",
+                        "--data", f"input_ids={tmp_path}/ids.npy", "--labels",
+                        f"{tmp_path}/lab.npy", "--log-json", str(tmp_path / "log.jsonl"),
+                        "--quiet"], check=True, capture_output=True, text=True)
+    assert f"--mesh auto chose --cluster {cluster} {a.options}" in r.stderr, r.stderr
+    log = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
+    t = shardc.compile(m, auto=True, train=cfg, cluster=cluster, comm="local")
+    assert (t.plan.auto.options, t.plan.auto.predicted) == (a.options, a.predicted)
+    assert t.config.recompute == a.recompute
+    for i in range(2):
+        out = t.step({"input_ids": ids[i * 4:(i + 1) * 4]}, labels=lab[i * 4:(i + 1) * 4])
+        assert f"{out.loss:.9g}" == f"{log[i]['loss']:.9g}", (i, out.loss, log[i])
+        assert f"{out.grad_norm:.9g}" == f"{log[i]['grad_norm']:.9g}"
+
+    # inference, by latency: the CLI's choice, run equal to one rank
+    mi = shardc.load(path, dims={"batch": 2})
+    pi = shardc.plan(mi, auto=True, cluster=cluster)
+    wi = cli_auto("--dim", "batch=2")
+    assert pi.auto.options == wi["options"] and pi.auto.predicted == wi["predicted"]
+    assert pi.predicted["step_time_s"] == pytest.approx(wi["predicted"]["step_time_s"],
+                                                        rel=1e-9)
+    assert pi.train is None and pi.auto.search["objective"] == "latency"
+    exe = shardc.compile(mi, mesh="auto", cluster=cluster)
+    assert exe.plan.auto.options == pi.auto.options and exe.n_ranks == pi.n_ranks
+    x = rng.integers(0, 1000, size=(2, 16), dtype=np.int64)
+    close(exe.run({"input_ids": x}, comm="local")["logits"],
+          shardc.compile(mi).run({"input_ids": x})["logits"])
+
+    with pytest.raises(shardc.UsageError) as e:
+        shardc.plan(m, auto=True, train=cfg)
+    assert "cluster" in str(e.value)
+    with pytest.raises(shardc.UsageError):
+        shardc.plan(m, auto=True, mesh="dp=2", cluster=cluster)
+    with pytest.raises(shardc.UsageError) as e:  # the search's own refusal (exit 2), its words
+        shardc.plan(shardc.load(path, dims={"batch": 3}), auto=True, train=cfg,
+                    cluster="h100-sxm:8x2")
+    assert "does not divide" in str(e.value)
+
+
+def test_recompute_equals_cli(source, shardc_cli, tmp_path):
+    """TrainConfig(recompute="full") is `shardc train --recompute full`: 5
+    steps' losses and gradient norms bit for bit; an unknown kind is a
+    UsageError."""
+    model, xs, ys = reverse_data(source, tmp_path)
+    log = cli_train(shardc_cli, tmp_path, model, tmp_path / "ck", tmp_path / "log.jsonl",
+                    "--recompute", "full")
+    m = shardc.load(model, dims={"batch": 32})
+    t = shardc.compile(m, train=shardc.TrainConfig(optimizer="adamw", lr=3e-3, weight_decay=0.0,
+                                                   recompute="full"))
+    for i in range(5):
+        out = t.step({"x": xs[i * 32:(i + 1) * 32]}, labels=ys[i * 32:(i + 1) * 32])
+        assert f"{out.loss:.9g}" == f"{log[i]['loss']:.9g}", (i, out.loss, log[i])
+        assert f"{out.grad_norm:.9g}" == f"{log[i]['grad_norm']:.9g}"
+    with pytest.raises(shardc.UsageError) as e:
+        shardc.compile(m, train=shardc.TrainConfig(recompute="some"))
+    assert "recompute 'some'" in str(e.value)

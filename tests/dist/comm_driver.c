@@ -5,8 +5,9 @@
  * `tcp` one (runtime/comm_tcp.c).
  *
  *   comm_driver collectives   every collective in f32, f64, i64, f16 with
- *                             sum, max and min, send/recv ring, split of a
- *                             2×2 mesh (size 4); each rank checks its
+ *                             sum, max and min, send/recv ring (and as
+ *                             send_recv both ways), split of a 2×2 mesh
+ *                             (size 4); each rank checks its
  *                             results against values it computes itself
  *                             from the other ranks' inputs (a hash of rank
  *                             and index, so every process can regenerate
@@ -138,6 +139,12 @@ static void collectives(sc_comm *c, sc_dtype t, sc_reduce_op op, int64_t cnt) {
         ok(sc_comm_recv(c, out, cnt, t, prev, 5, &d), &d, "recv");
     }
     if (memcmp(out, in[prev], (size_t)cnt * sz)) die("ring: wrong data from rank %d", prev);
+    /* the same ring as one send_recv per rank, then the other direction */
+    ok(sc_comm_send_recv(c, in[r], next, out, prev, cnt, t, 6, &d), &d, "send_recv");
+    if (memcmp(out, in[prev], (size_t)cnt * sz)) die("send_recv: wrong data from rank %d", prev);
+    ok(sc_comm_send_recv(c, in[r], prev, out, next, cnt, t, 6, &d), &d, "send_recv back");
+    if (memcmp(out, in[next], (size_t)cnt * sz))
+      die("send_recv back: wrong data from rank %d", next);
   }
   ok(sc_comm_barrier(c, &d), &d, "barrier");
   for (int q = 0; q < n; q++) free(in[q]);

@@ -47,7 +47,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_figure(r);
   }
   check_figure(p.memory_bytes_per_s);
+  SC_ASSERT(p.memory_thread_bytes_per_s == 0 || (isfinite(p.memory_thread_bytes_per_s) &&
+                                                 p.memory_thread_bytes_per_s >= 1));
   check_figure(p.step_overhead_s);
+  SC_ASSERT(p.n_attention >= 0 && p.n_attention <= SC_PROFILE_MAX_ATTENTION);
+  for (int32_t i = 0; i < p.n_attention; i++) {
+    const sc_profile_attention *a = &p.attention[i];
+    SC_ASSERT((unsigned)a->dtype < SC_CLUSTER_DTYPE_COUNT &&
+              sc_profile_find_attention(&p, a->dtype, a->grad) == a); /* one a (dtype, grad) */
+    for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++) check_figure(a->s[t]);
+  }
   for (int32_t i = 0; i < p.n_comms; i++) {
     SC_ASSERT(memchr(p.comms[i].name, '\0', sizeof p.comms[i].name) && p.comms[i].max_ranks >= 2);
     check_figure(p.comms[i].latency_s);

@@ -112,7 +112,9 @@ printf '{"format": "shardc-profile-1", "device": {"kind": "cpu", "name": "c", "t
 printf '{"format": "shardc-profile-1", "device": {"kind": "cpu", "name": "AMD EPYC", "threads": 2},
  "gemm": [{"m": 64, "n": 64, "k": 64, "dtype": "fp32", "seconds": 2.62144e-6, "flops_per_s": 2e11},
   {"m": 256, "n": 256, "k": 256, "dtype": "bf16", "seconds": 8.388608e-5, "flops_per_s": 4e11}],
- "memory_bytes_per_s": 2e10, "step_overhead_s": 1e-6,
+ "memory_bytes_per_s": 2e10, "memory_thread_bytes_per_s": 1e10, "step_overhead_s": 1e-6,
+ "attention": [{"dtype": "fp32", "grad": false, "row_s": 1e-9, "score_s": 2e-9, "mac_s": 1e-10},
+  {"dtype": "bf16", "grad": true, "row_s": 1e-9, "score_s": 4e-9, "mac_s": 3e-10}],
  "comms": [{"name": "local", "max_ranks": 4, "latency_s": 1e-5, "bandwidth_bytes_per_s": 5e9,
   "overhead_s": 2e-6}], "calibrate_s": 3.5}\n' >"$SEEDS/profile_json/two.json"
 for t in $TARGETS; do

@@ -66,17 +66,18 @@ Checked, against the CPU device on the same seeded random inputs:
     steps straight, byte for byte, and `shardc export` the same ONNX file.
 """
 import ctypes
+import functools
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "models"))
-from checks import check, comm_traces_match, finish, has_cuda_target, skip_all  # noqa: E402
+from checks import (check, comm_traces_match, fake_cuda_summary, finish,  # noqa: E402
+                    has_cuda_target, run_shardc, skip_all)
 
 SHARDC = os.environ.get("SHARDC")
 # SC_CUDA_REAL=1 (tests/gpu/run-all.sh on a GPU): the same checks on the
@@ -89,11 +90,7 @@ SAMPLES = os.path.join(SRC, "samples")
 TOL = 1e-5
 
 
-def shardc(args, env=None, timeout=600):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run([SHARDC] + args, capture_output=True, text=True, timeout=timeout,
-                          env=e)
+shardc = functools.partial(run_shardc, SHARDC, timeout=600)
 
 
 def emulated(log):
@@ -107,12 +104,7 @@ def summary(log):
     on a real GPU made up to pass the checks that need the log."""
     if REAL:
         return {"violations": 0, "graphs": 1, "replays": 2, "graph_launches": 1, "launches": 1}
-    counts = {}
-    with open(log) as f:
-        for line in f:
-            if line.startswith("summary:"):
-                counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
-    return counts
+    return fake_cuda_summary(log)
 
 
 def outputs(d):

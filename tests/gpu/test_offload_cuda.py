@@ -19,17 +19,17 @@ tokens, --device cuda:
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure, 77 when shardc
 has no CUDA target."""
+import functools
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "models"))
-from checks import check, finish, has_cuda_target, skip_all  # noqa: E402
+from checks import (check, fake_cuda_summary as summary, finish, has_cuda_target,  # noqa: E402
+                    run_shardc, skip_all)
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -39,20 +39,7 @@ KEYS = ("step", "loss", "grad_norm", "lr")
 STEPS = 2
 
 
-def shardc(args, env=None, timeout=300):
-    e = dict(os.environ)
-    e.update(env or {})
-    return subprocess.run([SHARDC] + args, capture_output=True, text=True, timeout=timeout,
-                          env=e)
-
-
-def summary(log):
-    counts = {}
-    with open(log) as f:
-        for line in f:
-            if line.startswith("summary:"):
-                counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
-    return counts
+shardc = functools.partial(run_shardc, SHARDC)
 
 
 def train(tmp, tag, extra, env=None):

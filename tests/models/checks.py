@@ -6,7 +6,7 @@ reported with skip_part(what, why); a test none of whose parts can run
 returns skip_all(why): 77, which ctest reports as skipped. refused(...)
 checks that shardc refuses a model file, refused_model(...) an onnx model,
 and equals_onnxruntime(...) that `shardc run` computes what onnxruntime
-does."""
+does; run_shardc(...) runs the command line and captures its output."""
 import os
 import re
 import subprocess
@@ -41,6 +41,27 @@ def has_cuda_target(shardc):
     home = re.search(r"^SHARDC_CUDA_HOME:PATH=(.*)$", text, re.M)
     home = home.group(1) if home else "/usr/local/cuda"
     return "SHARDC_CUDA:BOOL=ON" in text and os.path.exists(os.path.join(home, "include", "nvrtc.h"))
+
+
+def run_shardc(shardc, args, env=None, timeout=300):
+    """Runs `shardc args...` with env's variables added to this process's
+    environment; the CompletedProcess, stdout and stderr as text."""
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([shardc] + list(args), capture_output=True, text=True,
+                          timeout=timeout, env=e)
+
+
+def fake_cuda_summary(log):
+    """The emulated GPU's closing counts ({"violations": 0, "launches": ...}):
+    the last "summary:" line of the fake driver's log (SHARDC_FAKE_CUDA_LOG);
+    {} when it wrote none."""
+    counts = {}
+    with open(log) as f:
+        for line in f:
+            if line.startswith("summary:"):
+                counts = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", line)}
+    return counts
 
 
 def check(cond, what):

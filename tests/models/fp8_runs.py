@@ -23,10 +23,10 @@ def make_data(work):
     np.save(os.path.join(work, "labels.npy"), t[:, 1:])
 
 
-def train(work, tag, extra, steps, env=None):
+def train(work, tag, extra, steps, env=None, batch=8):
     """`shardc train` of the sample (batch 8, AdamW, lr 1e-3): its losses."""
     log = os.path.join(work, tag + ".jsonl")
-    r = subprocess.run([SHARDC, "train", MODEL, "--dim", "batch=8", "--data",
+    r = subprocess.run([SHARDC, "train", MODEL, "--dim", f"batch={batch}", "--data",
                         f"input_ids={work}/ids.npy", "--labels", f"{work}/labels.npy",
                         "--optimizer", "adamw", "--lr", "1e-3", "--threads", "1",
                         "--steps", str(steps), "--log-json", log] + extra,

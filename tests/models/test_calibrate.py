@@ -76,8 +76,31 @@ def main():
             return finish()
         check(took < 60, f"calibrate --quick took {took:.1f} s (want a few seconds)")
         p = json.load(open(prof))
-        check(set(p) == {"format", "device", "gemm", "memory_bytes_per_s", "step_overhead_s",
-                         "kernel", "comms", "calibrate_s"}, f"profile keys {sorted(p)}")
+        check(set(p) == {"format", "device", "gemm", "memory_bytes_per_s",
+                         "memory_thread_bytes_per_s", "step_overhead_s", "kernel", "attention",
+                         "comms", "calibrate_s"}, f"profile keys {sorted(p)}")
+        # one thread's streaming bandwidth: positive; the pool's own figure
+        # when the rank has one thread (the same measurement)
+        mt = p.get("memory_thread_bytes_per_s", 0)
+        check(positive(mt) and (p["device"]["threads"] > 1 or mt == p["memory_bytes_per_s"]),
+              f"memory_thread_bytes_per_s {mt} (pool {p['memory_bytes_per_s']})")
+        # the fused attention's model: a row per dtype and direction, three
+        # positive seconds each; the backward (scores twice, four products)
+        # dearer than the forward at GPT-2 small's head (128 x 64, causal)
+        att = {(a["dtype"], a["grad"]): a for a in p.get("attention", [])}
+        check(set(att) == {("fp32", False), ("fp32", True), ("bf16", False), ("bf16", True)},
+              f"attention rows {sorted(att)}")
+        for a in att.values():
+            check(set(a) == {"dtype", "grad", "row_s", "score_s", "mac_s"} and
+                  all(positive(a[k]) and a[k] < 1e-6 for k in ("row_s", "score_s", "mac_s")),
+                  f"attention {a}")
+        def attn_s(a):  # profile.h's features of 128 causal rows, d 64 (blocks of 64)
+            scores = 64 * 64 + 64 * 128
+            return a["row_s"] * 128 + a["score_s"] * scores + a["mac_s"] * scores * 128
+        for dt in ("fp32", "bf16"):
+            if (dt, False) in att and (dt, True) in att:
+                check(attn_s(att[(dt, True)]) > attn_s(att[(dt, False)]),
+                      f"attention {dt}: the backward not dearer than the forward")
         # the CPU's kernel model: four positive seconds per feature, a
         # transcendental function dearer than a float operation
         kern = p.get("kernel", {})

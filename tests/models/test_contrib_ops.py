@@ -16,9 +16,11 @@ libm), no NaN:
   position and segment embeddings, its mask_index and embedding_sum
   outputs, the mask_index read by com.microsoft Attention; rows padded on
   the left, on the right and not at all) at opset 17, and at opset 14 with
-  position_ids.
+  position_ids; MoE (moe_cases: every activation, k 1 to 3, routing
+  weights normalised or not, biases or not, swiglu with its limit).
 Refused, naming the op: FusedMatMul with transBatchA, SkipLayerNormalization
-asked for its mean output, an unknown com.microsoft op.
+asked for its mean output, MoE with fc3 weights or an unknown activation,
+an unknown com.microsoft op.
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure.
 """
@@ -88,6 +90,39 @@ def cases(rng):
         "sln_default", [helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"],
                                          axis=-1, epsilon=1e-5)],
         x, [("y", [2, 3, 8])], [init("g", [8])])))
+    return out + moe_cases(rng)
+
+
+def moe_cases(rng):
+    """com.microsoft MoE: T = 6 rows (a [2, 3, 8] input, or [6, 8]), E = 4
+    experts, router logits a graph input; every activation, k of 1, 2 and
+    3, with and without normalize_routing_weights and the biases; swiglu
+    interleaved (swiglu_fusion 1) with alpha 1.702, beta 1 and limit 1.5,
+    and with the defaults."""
+    E, D, F = 4, 8, 5
+
+    def init(n, shape):
+        return helper.make_tensor(n, T.FLOAT, shape, (0.3 * rand(rng, shape)).ravel())
+
+    out = []
+    for name, act, k, norm, bias, x3, extra in (
+            ("moe_relu", "relu", 2, 0, True, True, {}),
+            ("moe_gelu", "gelu", 2, 1, False, False, {}),
+            ("moe_silu", "silu", 1, 0, True, False, {}),
+            ("moe_identity", "identity", 3, 1, True, True, {}),
+            ("moe_swiglu", "swiglu", 2, 1, True, True,
+             {"swiglu_fusion": 1, "activation_alpha": 1.702, "activation_beta": 1.0,
+              "swiglu_limit": 1.5}),
+            ("moe_swiglu_default", "swiglu", 2, 0, False, False, {"swiglu_fusion": 1})):
+        f1 = 2 * F if act == "swiglu" else F
+        ins = ["x", "r", "w1", "b1" if bias else "", "w2"] + (["b2"] if bias else [])
+        inits = [init("w1", [E, f1, D]), init("w2", [E, D, F])]
+        if bias:
+            inits += [init("b1", [E, f1]), init("b2", [E, D])]
+        xs = [2, 3, D] if x3 else [6, D]
+        node = helper.make_node("MoE", ins, ["y"], domain=MS, k=k, activation_type=act,
+                                normalize_routing_weights=norm, **extra)
+        out.append((name, build(name, [node], [("x", xs), ("r", [6, E])], [("y", xs)], inits)))
     return out
 
 
@@ -159,6 +194,16 @@ def main():
             "SkipLayerNormalization", ["x", "s", "g"], ["y", "mean"], domain=MS)],
             [("x", [2, 8]), ("s", [2, 8])], [("y", [2, 8]), ("mean", [2, 1])], [g]),
             ["SkipLayerNormalization", "output 1", "'mean'"])
+        w1 = helper.make_tensor("w1", T.FLOAT, [2, 4, 3], np.ones(24, np.float32))
+        w2 = helper.make_tensor("w2", T.FLOAT, [2, 3, 4], np.ones(24, np.float32))
+        refused_model(SHARDC, tmp, "moe_fc3", build("fc3", [helper.make_node(
+            "MoE", ["x", "r", "w1", "", "w2", "", "w1"], ["y"], domain=MS, k=1,
+            activation_type="relu")], [("x", [5, 3]), ("r", [5, 2])], [("y", [5, 3])],
+            [w1, w2]), ["MoE", "fc3"])
+        refused_model(SHARDC, tmp, "moe_activation", build("act", [helper.make_node(
+            "MoE", ["x", "r", "w1", "", "w2"], ["y"], domain=MS, k=1,
+            activation_type="tanh")], [("x", [5, 3]), ("r", [5, 2])], [("y", [5, 3])],
+            [w1, w2]), ["MoE", "tanh"])
         refused_model(SHARDC, tmp, "unknown", build("u", [helper.make_node("NoSuchOp", ["x"], ["y"], domain=MS)],
                                      [("x", [2])], [("y", [2])]),
                ["NoSuchOp", "com.microsoft"])

@@ -9,11 +9,12 @@
     lr 1e-3, seeded tokens): final losses within 2 % of each other (measured
     0.36 %), and not identical (fp8 really rounds: some step's loss differs
     by more than 1e-4); `plan` (text and --json) lists the LM head (N =
-    1000) as left bf16;
+    1000) as left bf16; what the step saves for its backward in fp8 is
+    under 1.25 times bf16's (the FP8 operands kept in one byte: measured
+    554 KiB against 482, the f32 widenings were 1010);
   * what is not built yet refused naming it: tensor parallelism (its seeds
     do not look through the quantization: the weights would be
-    replicated), --recompute, gradient accumulation, pipelines; a history
-    length of 0.
+    replicated), pipelines; a history length of 0.
 
 The scaling state, resume, dp=2 and the emulated GPU: test_fp8_state.py.
 
@@ -100,8 +101,6 @@ def test_refusals(work):
     data = ["--dim", "batch=8", "--data", f"input_ids={work}/ids.npy", "--labels",
             f"{work}/labels.npy", "--steps", "1", "--precision", "fp8"]
     for extra, code, needle in ((["--mesh", "tp=2"], 1, "tensor parallelism (tp=2)"),
-                                (["--recompute", "selective"], 1, "with --recompute"),
-                                (["--grad-accum", "2"], 1, "with gradient accumulation"),
                                 (["--mesh", "pp=2"], 1, "fp8 is not built for pipelined"),
                                 (["--fp8-amax-history", "0"], 2, "--fp8-amax-history")):
         r = subprocess.run([SHARDC, "train", MODEL] + data + extra, capture_output=True,
@@ -110,9 +109,28 @@ def test_refusals(work):
               f"{extra}: exit {r.returncode}, want {code} naming '{needle}': {r.stderr[-300:]}")
 
 
+def test_saved_bytes(work):
+    """The FP8 operands the backward reads are kept in one byte: what the
+    step saves for its backward in fp8 is near bf16's (measured 554 KiB
+    against 482 at batch 4), not the f32 widenings' 1010 KiB."""
+    saved = {}
+    for p in ("bf16", "fp8"):
+        r = subprocess.run([SHARDC, "plan", MODEL, "--train", "--dim", "batch=4",
+                            "--precision", p], capture_output=True, text=True, timeout=300)
+        line = [l for l in r.stdout.splitlines() if l.strip().startswith("saved for backward")]
+        check(r.returncode == 0 and len(line) == 1, f"plan --precision {p}: {r.stderr[-300:]}")
+        if line:
+            saved[p] = int(line[0].split()[5])
+    if len(saved) == 2:
+        print(f"saved for the backward: fp8 {saved['fp8']} bytes, bf16 {saved['bf16']}")
+        check(saved["fp8"] < 1.25 * saved["bf16"],
+              f"fp8 saves {saved['fp8']} bytes for the backward against bf16's {saved['bf16']}")
+
+
 def parts(work):
     test_quantize(work)
     test_refusals(work)
+    test_saved_bytes(work)
     test_curve(work)
 
 

@@ -25,10 +25,11 @@ onnxruntime and `shardc run` agree on it (rtol 1e-5).
 Training bundles: `compile --train` then `train BUNDLE` gives the same log
 and the same final weights and optimizer state, bit for bit, as `train
 MODEL` with the same options (SGD with momentum and Nesterov, AdamW with
-clipping, SGD with --grad-accum 2); graph options with a bundle, an
+clipping, AdamW in bf16 (bf16 GEMM steps), SGD with --grad-accum 2); graph options with a bundle, an
 inference bundle to train, a training bundle to run, and damaged bundles
-(truncated or corrupted files, and training.json edited with its hash
-rewritten) are refused naming the option or file.
+(truncated or corrupted files, training.json edited with its hash
+rewritten, and a bf16 GEMM step given an f32 operand or bias in program.json)
+are refused naming the option or file.
 
 Environment: SHARDC (the binary). Exit 0 on success, 1 on any failure.
 """
@@ -208,10 +209,12 @@ def bundle_tests(tmp, xf, lf):
                                       "--weight-decay", "0.01"]),
         ("adamw clip 0.5", ["--optimizer", "adamw", "--clip-grad-norm", "0.5", "--betas",
                             "0.8,0.99"]),
+        # its products bf16 GEMM steps, which the bundle's program checks read
+        ("adamw bf16", ["--optimizer", "adamw", "--precision", "bf16"]),
         ("sgd momentum, grad-accum 2", ["--optimizer", "sgd", "--momentum", "0.9",
                                         "--grad-accum", "2"]),
     ]
-    bundle = None
+    bundle = bf16_bundle = None
     for ci, (name, graph) in enumerate(configs):
         b = os.path.join(tmp, "train%d.bundle" % ci)
         r = shardc(["compile", MLP, "--train", "--dim", "batch=8", "-o", b] + graph)
@@ -219,6 +222,8 @@ def bundle_tests(tmp, xf, lf):
                      f"bundle {name}: compile --train: {r.returncode} {r.stderr[-400:]}"):
             continue
         bundle = b
+        if "bf16" in graph:
+            bf16_bundle = b
         logs, cks = [], []
         for k, first in enumerate([[MLP, "--dim", "batch=8"] + graph, [b]]):
             log, ck = os.path.join(tmp, "bl%d.jsonl" % k), os.path.join(tmp, "bck%d" % k)
@@ -306,10 +311,10 @@ def bundle_tests(tmp, xf, lf):
           f"run a training bundle: {r.returncode} {r.stderr[-300:]}")
 
     # damaged files: refused naming the file, never a crash
-    def damaged(name, mutate, fix_hash, needle):
+    def damaged(name, mutate, fix_hash, needle, base=None):
         b = os.path.join(tmp, "damaged.bundle")
         shutil.rmtree(b, ignore_errors=True)
-        shutil.copytree(bundle, b)
+        shutil.copytree(base or bundle, b)
         path = os.path.join(b, name)
         blob = mutate(open(path, "rb").read())
         open(path, "wb").write(blob)
@@ -324,7 +329,7 @@ def bundle_tests(tmp, xf, lf):
               f"{r.stderr[-300:]}")
         return r
 
-    def edit(f):  # training.json changed by f
+    def edit(f):  # a JSON file changed by f
         def mutate(blob):
             t = json.loads(blob)
             f(t)
@@ -357,7 +362,20 @@ def bundle_tests(tmp, xf, lf):
         damaged("training.json", edit(h), True, "training.json")
     damaged("manifest.json", lambda b: b.replace(b'"kind": "training"', b'"kind": "bogus"'),
             False, "kind")
-    print(f"ok: bundle refusals ({len(hostile) + 9} damaged bundles)")
+    n_bf16 = 0
+    if check(bf16_bundle is not None, "no bf16 training bundle to damage"):
+        # the bf16 GEMM steps' operands: one of another dtype is refused
+        def gemm_edit(key, dtype):  # the first bf16 GEMM's operand key made a `dtype` buffer
+            def f(p):
+                g = next(s["gemm"] for s in p["steps"] if s["kind"] == "gemm" and
+                         p["buffers"][s["gemm"]["c"]]["dtype"] == "bf16")
+                g[key] = next(i for i, b in enumerate(p["buffers"]) if b["dtype"] == dtype)
+            return edit(f)
+        for key, needle in (("a", "A: f32 operand of a GEMM on bf16"),
+                            ("bias", "is f32, the GEMM bf16")):
+            damaged("program.json", gemm_edit(key, "f32"), True, needle, bf16_bundle)
+            n_bf16 += 1
+    print(f"ok: bundle refusals ({len(hostile) + 9 + n_bf16} damaged bundles)")
 
 
 def tied_model(path, w, c):

@@ -396,7 +396,9 @@ def main():
               "rank 1: F1.0<0 B1.0>0 W1.0 F1.1<0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
         # the tied embedding crosses once per step: its copy in the first
         # microbatch's forward, the LM head's gradient after the last one
-        check("W1.2 F1.3<0 B1.3>0 W1.3>0 N1<0>0" in p.stdout and "N0<1>1" in p.stdout,
+        # (N0 receives it); N1 receives nothing (its sums of squares go to
+        # chunk 0's update piece, which sends back the step's decision)
+        check("W1.2 F1.3<0 B1.3>0 W1.3>0 N1>0 U1<0" in p.stdout and "N0<1 U0<1>1" in p.stdout,
               f"schedule table: the tied gradient once per step: {p.stdout[-600:]}")
         wte = [t for t in onnx.load(model).graph.initializer if t.name == "transformer.wte.weight"]
         tied = 4 * int(np.prod(wte[0].dims)) if wte else -1

@@ -4,7 +4,7 @@ samples/make_train_refs.py (`make samples`; samples/README.md#training-reference
 with autograd and torch.optim on a torch computation of each sample whose
 parameters are the ONNX initializers. No torch here.
 
-For every case (sample × optimizer; 14): `shardc train` with the case's
+For every case (sample × optimizer; 16): `shardc train` with the case's
 options on the same data for the same 5 steps (two runs at a time, one
 thread each), then
 - the loss of every step (before its update, from --log-json) and the

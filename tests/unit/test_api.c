@@ -12,7 +12,8 @@
  * unknown one refused listing them, nccl and cuda-local refused for a CPU
  * executable, tcp run as a world of one process (RANK=0, WORLD_SIZE=1 on
  * a free loopback port) to the local run's bytes. Training: AdamW steps on the MLP (see
- * test_training), and a training bundle saved and loaded that steps as
+ * test_training), auxiliary losses through the settings on the moe sample
+ * (test_training_aux), and a training bundle saved and loaded that steps as
  * its source does, bit for bit (test_training_bundle). Inputs are seeded
  * random, never zeros. */
 #include <math.h>
@@ -35,6 +36,7 @@
 #include "shardc.h"
 
 #define MLP SC_SOURCE_DIR "/samples/mlp.onnx"
+#define MOE SC_SOURCE_DIR "/samples/moe.onnx"
 
 static sc_executable *compile_ok(const char *mesh, sc_target_kind target) {
   sc_dim_binding dims[] = {{"batch", 4}};
@@ -51,6 +53,13 @@ static sc_executable *compile_ok(const char *mesh, sc_target_kind target) {
 }
 
 static float x_data[4 * 64];
+
+/* Removes the scratch directory dir and what is in it. */
+static void rm_tree(const char *dir) {
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
 
 static sc_host_tensor run_ok(sc_executable *e) {
   sc_host_tensor in;
@@ -162,9 +171,7 @@ static void test_compile_run(void **state) {
   sc_executable_free(loaded);
   sc_executable_free(one);
   sc_executable_free(two);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  assert_int_equal(system(cmd), 0);
+  rm_tree(dir);
 }
 
 static void test_cuda_target(void **state) {
@@ -190,9 +197,7 @@ static void test_cuda_target(void **state) {
   assert_int_equal(sc_executable_run(e, NULL, &in, 1, &out, 1), SC_ERR_UNSUPPORTED);
   assert_non_null(strstr(sc_executable_error(e), "GPU runtime"));
   sc_executable_free(e);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  assert_int_equal(system(cmd), 0);
+  rm_tree(dir);
 }
 
 static void test_errors(void **state) {
@@ -321,8 +326,7 @@ static void test_training(void **state) {
                        SC_OK);
   assert_non_null(strstr(err, "0.weight"));
   sc_string_free(err);
-  snprintf(out, sizeof out, "rm -rf %s", dir);
-  assert_int_equal(system(out), 0);
+  rm_tree(dir);
   int64_t before = sc_training_steps_done(t);
   /* labels missing: an error naming them, no update */
   assert_int_not_equal(sc_training_step(t, batch, 1, 1e-2, NULL, NULL), SC_OK);
@@ -339,6 +343,59 @@ static void test_training(void **state) {
   s.precision = "int4";
   assert_int_equal(sc_training_create(MLP, &s, &t), SC_ERR_USAGE);
   assert_non_null(strstr(sc_training_error(t), "int4"));
+  sc_training_free(t);
+}
+
+/* Auxiliary losses through the settings: the moe sample's step-1 loss with
+ * aux_loss at coefficients 0, 1 and 2 (cross-entropy on logits, the only
+ * output no aux loss names once aux_loss is one): the three losses lie on a
+ * line whose slope is aux_loss, about 1 for balanced routing; an unknown
+ * name and too many are refused, naming them. */
+static void test_training_aux(void **state) {
+  (void)state;
+  static const sc_dim_binding dims[] = {{"batch", 2}};
+  int64_t ids[32], labels[32];
+  srand(42);
+  for (int i = 0; i < 32; i++) ids[i] = rand() % 1000, labels[i] = rand() % 1000;
+  sc_host_tensor batch[2] = {{"input_ids", SC_ONNX_INT64, 2, {2, 16}, ids},
+                             {"labels", SC_ONNX_INT64, 2, {2, 16}, labels}};
+  const char *names[] = {"aux_loss"};
+  double loss[3];
+  for (int c = 0; c < 3; c++) {
+    sc_training_settings s;
+    sc_training_settings_init(&s, "sgd");
+    s.dims = dims;
+    s.n_dims = 1;
+    s.threads = 1;
+    double coef = c;
+    s.aux_loss_names = names;
+    s.aux_loss_coefs = &coef;
+    s.n_aux_losses = 1;
+    sc_training *t = NULL;
+    if (sc_training_create(MOE, &s, &t) != SC_OK) fail_msg("create: %s", sc_training_error(t));
+    if (sc_training_step(t, batch, 2, 0.0, &loss[c], NULL) != SC_OK)
+      fail_msg("step: %s", sc_training_error(t));
+    sc_training_free(t);
+  }
+  double aux = loss[1] - loss[0];
+  if (!(aux > 0.5 && aux < 2.0 && fabs((loss[2] - loss[1]) - aux) <= 1e-5 * loss[2]))
+    fail_msg("losses %.9g %.9g %.9g: not a line of slope aux_loss", loss[0], loss[1], loss[2]);
+  sc_training_settings s;
+  sc_training_settings_init(&s, "sgd");
+  s.dims = dims;
+  s.n_dims = 1;
+  const char *bad[] = {"no_such_output"};
+  double one = 1;
+  s.aux_loss_names = bad;
+  s.aux_loss_coefs = &one;
+  s.n_aux_losses = 1;
+  sc_training *t = NULL;
+  assert_int_equal(sc_training_create(MOE, &s, &t), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_training_error(t), "no_such_output"));
+  sc_training_free(t);
+  s.n_aux_losses = 17;
+  assert_int_equal(sc_training_create(MOE, &s, &t), SC_ERR_USAGE);
+  assert_non_null(strstr(sc_training_error(t), "at most 16"));
   sc_training_free(t);
 }
 
@@ -450,8 +507,9 @@ static void test_plan_report(void **state) {
 /* Training over a mesh through the API: SGD with momentum on the MLP at
  * dp=2 takes the steps one rank takes (losses and gradient norms within
  * rtol 1e-5: the two halves' gradients are summed in another order), the
- * weights read back whole; comm "mpi" without a mesh, and a bundle of a
- * partitioned training, are refused. */
+ * weights read back whole; saved as a partitioned training bundle and
+ * loaded back it takes the same steps bit for bit; comm "mpi" without a
+ * mesh is refused. */
 static void test_training_mesh(void **state) {
   (void)state;
   static float x[8 * 64];
@@ -488,17 +546,33 @@ static void test_training_mesh(void **state) {
   assert_int_equal(w1.dims[1], 64);
   for (int i = 0; i < 128 * 64; i++)
     assert_true(fabsf(((float *)w1.data)[i] - ((float *)w0.data)[i]) <= 1e-5f);
+  /* the partitioned training bundle, loaded back: from the initial
+   * weights, the same 5 steps bit for bit */
   char dir[] = "/tmp/sc-test-api-mesh-XXXXXX";
   assert_non_null(mkdtemp(dir));
-  assert_int_equal(sc_training_save_bundle(t[1], dir), SC_ERR_UNSUPPORTED);
-  assert_non_null(strstr(sc_training_error(t[1]), "mesh"));
-  rmdir(dir);
+  if (sc_training_save_bundle(t[1], dir) != SC_OK)
+    fail_msg("save_bundle: %s", sc_training_error(t[1]));
+  char pj[sizeof dir + 32];
+  snprintf(pj, sizeof pj, "%s/partition.json", dir);
+  assert_int_equal(access(pj, F_OK), 0);
+  sc_training *u = NULL;
+  if (sc_training_load(dir, 0, &u) != SC_OK) fail_msg("load: %s", sc_training_error(u));
+  for (int i = 0; i < 5; i++) {
+    double l, n;
+    if (sc_training_step(u, batch, 2, 0.05, &l, &n) != SC_OK)
+      fail_msg("loaded step %d: %s", i + 1, sc_training_error(u));
+    if (l != loss[1][i] || n != norm[1][i])
+      fail_msg("loaded step %d: loss %.9g vs %.9g", i + 1, l, loss[1][i]);
+  }
+  assert_int_equal(sc_training_save_bundle(u, dir), SC_ERR_USAGE);
+  sc_training_free(u);
+  rm_tree(dir);
   sc_training_free(t[0]);
   sc_training_free(t[1]);
   sc_training_settings s;
   settings_batch8(&s, "sgd");
   s.comm = "mpi";
-  sc_training *u = NULL;
+  u = NULL;
   assert_int_equal(sc_training_create(MLP, &s, &u), SC_ERR_USAGE);
   assert_non_null(strstr(sc_training_error(u), "needs a mesh"));
   sc_training_free(u);
@@ -629,15 +703,14 @@ static void test_training_bundle(void **state) {
   assert_int_not_equal(sc_executable_load(tb, &e), SC_OK);
   assert_non_null(strstr(sc_executable_error(e), "training bundle"));
   sc_executable_free(e);
-  char cmd[340];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  assert_int_equal(system(cmd), 0);
+  rm_tree(dir);
   sc_training_free(t);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_training),
+      cmocka_unit_test(test_training_aux),
       cmocka_unit_test(test_training_bf16),
       cmocka_unit_test(test_learning_rate),
       cmocka_unit_test(test_plan_report),

@@ -219,6 +219,15 @@ static void coll_rank(job *j, sc_comm *c, rank_res *res) {
     if (memcmp(out + sz, k->in[prev], (size_t)cnt * sz) ||
         memcmp(out, (char *)k->in[prev] + (size_t)cnt * sz, sz))
       fail_rank(res, "send/recv ring: wrong data from rank %d", prev);
+    /* send_recv: every rank sends to r + s and receives from r − s at once
+     * (shift 1, and n − 1: the other direction) */
+    for (int s = 1; s < n; s += n - 2 > 0 ? n - 2 : 1) {
+      int dst = (r + s) % n, src = (r + n - s) % n;
+      if (sc_comm_send_recv(c, k->in[r], dst, out, src, cnt, k->t, 11, &d))
+        fail_rank(res, "send_recv shift %d: %s", s, d.msg);
+      else if (memcmp(out, k->in[src], (size_t)cnt * sz))
+        fail_rank(res, "send_recv shift %d: wrong data from rank %d", s, src);
+    }
   }
   if (sc_comm_barrier(c, &d)) fail_rank(res, "barrier: %s", d.msg);
   free(buf);
@@ -414,6 +423,12 @@ static void test_bad_args(void **state) {
                    SC_ERR_USAGE);
   sc_diag_clear(&d);
   assert_int_equal(sc_comm_all_to_all(c[0], x, x + 1, 1, SC_DTYPE_F32, &d), SC_ERR_USAGE);
+  sc_diag_clear(&d);
+  assert_int_equal(sc_comm_send_recv(c[0], x, 1, x + 1, 1, 2, SC_DTYPE_F32, 0, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "send_recv: send overlaps recv"));
+  sc_diag_clear(&d);
+  assert_int_equal(sc_comm_send_recv(c[0], x, 1, x + 2, 0, 1, SC_DTYPE_F32, 0, &d), SC_ERR_USAGE);
+  assert_non_null(strstr(d.msg, "peer 0"));
   sc_diag_clear(&d);
   assert_int_equal(sc_comm_reduce_scatter(c[0], x, x + 1, 1, SC_DTYPE_F32, SC_REDUCE_SUM, &d),
                    SC_ERR_USAGE);

@@ -15,7 +15,8 @@
  *     layouts of comm.h, exactly;
  *   - send/recv: a ring with two tags, each rank sending before it
  *     receives (buffered: the sends never wait for their receives), and the
- *     staging buffers reused over rounds;
+ *     staging buffers reused over rounds; send_recv around the ring the
+ *     other way, one call per rank;
  *   - a 2 × 2 split: rows all_reduce on their own streams;
  *   - the same handles without a stream work on host memory (local's);
  *   - an abort on rank 2 of 3 makes the others' all_reduce and recv on
@@ -185,6 +186,19 @@ static void run_collectives(rank_job *j, CUstream s) {
       if (memcmp(out_h + (size_t)tag * COUNT * 4, want, (size_t)COUNT * 4) != 0)
         FAIL(j, "recv round %d tag %d: rank %d got the wrong data", round, tag, r);
     }
+  }
+  /* send_recv: the ring backwards in one call per rank (to r − 1, from r + 1) */
+  if (n > 1) {
+    int next = (r + 1) % n, prev = (r + n - 1) % n;
+    fill(SC_DTYPE_F32, r, COUNT, 2000, in_h);
+    cu->memcpy_htod(D(in_d), in_h, (size_t)COUNT * 4, s);
+    if (sc_comm_send_recv(c, in_d, prev, out_d, next, COUNT, SC_DTYPE_F32, 3, &d) != SC_OK)
+      FAIL(j, "send_recv: %s", d.msg);
+    cu->memcpy_dtoh(out_h, D(out_d), (size_t)COUNT * 4, s);
+    cu->stream_synchronize(s);
+    fill(SC_DTYPE_F32, next, COUNT, 2000, want);
+    if (memcmp(out_h, want, (size_t)COUNT * 4) != 0)
+      FAIL(j, "send_recv: rank %d got the wrong data from rank %d", r, next);
   }
   cu->mem_free(D(in_d));
   cu->mem_free(D(out_d));

@@ -8,7 +8,9 @@
  * the network (2*15/16 GiB / 50 GB/s + 30 hops of 10 us); a 1 KiB
  * all-reduce over 2 nodes is a tree (2 (7*3 + 1*10) us); a group of one
  * costs nothing; time grows with bytes; all-gather moves half an
- * all-reduce's bytes; cpu:local is uncalibrated and says so. Roofline: a
+ * all-reduce's bytes; a 1 GiB all-to-all in a node moves 7/8 GiB over
+ * NVLink in one hop, over 2 nodes of 8 its 8/16 GiB for the other node over
+ * the network (its 7/16 over NVLink at the same time, the faster part); cpu:local is uncalibrated and says so. Roofline: a
  * 1024^3 bf16 GEMM is compute-bound at 80 %; an unknown peak names its
  * dtype. (A program's simulated step: test_dist_sim.c.) */
 #include <setjmp.h>
@@ -61,6 +63,20 @@ static void test_collectives(void **state) {
   assert_close(k.seconds, 7.0 / 8 * GIB / 450e9 + 7 * 3e-6);
   assert_int_equal(sc_cost_collective(&c, SC_COLL_SEND, GIB, (sc_coll_group){2, 2}, &k, &d), SC_OK);
   assert_close(k.seconds, GIB / 50e9 + 10e-6);
+  /* all-to-all: (n-1)/n B a rank, one hop; across 2 nodes of 8, the 8/16
+   * bound for the other node over the network while 7/16 cross NVLink */
+  assert_int_equal(sc_cost_collective(&c, SC_COLL_ALL_TO_ALL, GIB, (sc_coll_group){8, 1}, &k, &d),
+                   SC_OK);
+  assert_close(k.bytes_per_rank, 7.0 / 8 * GIB);
+  assert_close(k.seconds, 7.0 / 8 * GIB / 450e9 + 3e-6);
+  assert_int_equal(
+      sc_cost_collective(&c, SC_COLL_ALL_TO_ALL, GIB, (sc_coll_group){16, 2}, &k, &d), SC_OK);
+  assert_close(k.bytes_per_rank, 15.0 / 16 * GIB);
+  assert_close(k.seconds, 8.0 / 16 * GIB / 50e9 + 10e-6);
+  /* one rank a node: everything over the network */
+  assert_int_equal(sc_cost_collective(&c, SC_COLL_ALL_TO_ALL, GIB, (sc_coll_group){2, 2}, &k, &d),
+                   SC_OK);
+  assert_close(k.seconds, 1.0 / 2 * GIB / 50e9 + 10e-6);
   /* monotonic in bytes, for every kind */
   for (int kind = 0; kind < SC_COLL_KIND_COUNT; kind++) {
     double last = -1;

@@ -481,6 +481,43 @@ static void test_kernel_features(void **state) {
   assert_true(f[SC_PROFILE_KERNEL_GATHER] == 1024);
   assert_false(split);
 
+  /* a sum of squares over a [1000, 64] buffer read as one row of 64000:
+   * the index (r mod 64) + (r div 64) * 64 is r again, a unit stride, no
+   * gather (a gradient norm's kernel); with another divisor in the product
+   * it is not */
+  kir_kernel *q = kir_kernel_create(A, "sum_squares");
+  q->outer_rank = 0;
+  q->inner = 64000;
+  int32_t qin = kir_add_param(A, q, 0, SC_DTYPE_F32, 64000, false);
+  int32_t qout = kir_add_param(A, q, 1, SC_DTYPE_F32, 1, true);
+  int32_t qr = kir_var(A, q, KIR_INNER), c64 = kir_const_i(A, q, SC_DTYPE_I64, 64);
+  int32_t whole = kir_binary(A, q, KIR_ADD, kir_binary(A, q, KIR_MOD, qr, c64),
+                             kir_binary(A, q, KIR_MUL, kir_binary(A, q, KIR_DIV, qr, c64), c64));
+  int32_t qv = kir_load(A, q, qin, whole);
+  int32_t qph = kir_add_reduce(A, q, KIR_RED_SUM, SC_DTYPE_F32, kir_binary(A, q, KIR_MUL, qv, qv));
+  assert_true(kir_add_store(A, q, qout, kir_const_i(A, q, SC_DTYPE_I64, 0), kir_reg(A, q, qph)) >= 0);
+  sc_dist_kernel_features(q, f, &split);
+  assert_true(f[SC_PROFILE_KERNEL_GATHER] == 0);
+  assert_true(f[SC_PROFILE_KERNEL_OP] == 64000);
+  assert_false(split); /* one outer point */
+  kir_kernel *q2 = kir_kernel_create(A, "sum_squares_strided");
+  q2->outer_rank = 0;
+  q2->inner = 64000;
+  qin = kir_add_param(A, q2, 0, SC_DTYPE_F32, 128000, false);
+  qout = kir_add_param(A, q2, 1, SC_DTYPE_F32, 1, true);
+  qr = kir_var(A, q2, KIR_INNER), c64 = kir_const_i(A, q2, SC_DTYPE_I64, 64);
+  int32_t c128 = kir_const_i(A, q2, SC_DTYPE_I64, 128);
+  int32_t rows = kir_binary(A, q2, KIR_ADD, kir_binary(A, q2, KIR_MOD, qr, c64),
+                            kir_binary(A, q2, KIR_MUL, kir_binary(A, q2, KIR_DIV, qr, c64), c128));
+  qv = kir_load(A, q2, qin, rows);
+  qph = kir_add_reduce(A, q2, KIR_RED_SUM, SC_DTYPE_F32, kir_binary(A, q2, KIR_MUL, qv, qv));
+  assert_true(kir_add_store(A, q2, qout, kir_const_i(A, q2, SC_DTYPE_I64, 0), kir_reg(A, q2, qph)) >= 0);
+  double f2[SC_PROFILE_KERNEL_TERMS];
+  bool split2;
+  sc_dist_kernel_features(q2, f2, &split2);
+  assert_true(f2[SC_PROFILE_KERNEL_GATHER] == 64000);
+  sc_dist_kernel_features(t, f, &split); /* the transpose's again, for the times below */
+
   /* the time: computing (1024 gathers x 1 ns = 1.024 us on one thread) above the
    * bytes (8 KiB / 1e10 = 0.82 us), plus the step overhead */
   sc_cluster c;
@@ -509,6 +546,14 @@ static void test_kernel_features(void **state) {
   assert_int_equal(sc_cost_kernel_time(&c, 8192, f, split, &sec, &d), SC_OK);
   assert_true(fabs(sec - (1024 * 1e-9 + 1e-7)) < 1e-15);
   /* split over the pool: half the computing time, the bytes now longer */
+  assert_int_equal(sc_cost_kernel_time(&c, 8192, f, true, &sec, &d), SC_OK);
+  assert_true(fabs(sec - (8192 / 1e10 + 1e-7)) < 1e-15);
+  /* one thread's measured bandwidth (4e9): what an unsplit kernel streams
+   * at, 8 KiB / 4e9 = 2.048 us above the 1.024 us of gathers; a split one
+   * keeps the pool's */
+  c.profile.memory_thread_bytes_per_s = 4e9;
+  assert_int_equal(sc_cost_kernel_time(&c, 8192, f, false, &sec, &d), SC_OK);
+  assert_true(fabs(sec - (8192 / 4e9 + 1e-7)) < 1e-15);
   assert_int_equal(sc_cost_kernel_time(&c, 8192, f, true, &sec, &d), SC_OK);
   assert_true(fabs(sec - (8192 / 1e10 + 1e-7)) < 1e-15);
   sc_arena_free(&ar);

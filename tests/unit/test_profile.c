@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "ir/attention.h"
 #include "passes/plan/cost.h"
 #include "test_plan_util.h"
 
@@ -38,7 +39,11 @@ static const char GOOD[] =
     "  {\"m\": 64, \"n\": 64, \"k\": 64, \"dtype\": \"bf16\", \"seconds\": 5.24288e-5, "
     "\"flops_per_s\": 1e10}],\n"
     " \"memory_bytes_per_s\": 2e10,\n"
+    " \"memory_thread_bytes_per_s\": 1e10,\n"
     " \"step_overhead_s\": 1e-6,\n"
+    " \"attention\": [{\"dtype\": \"fp32\", \"grad\": false, \"row_s\": 1e-9, \"score_s\": 2e-9, "
+    "\"mac_s\": 1e-10},\n"
+    "  {\"dtype\": \"fp32\", \"grad\": true, \"row_s\": 1e-9, \"score_s\": 4e-9, \"mac_s\": 3e-10}],\n"
     " \"comms\": [{\"name\": \"local\", \"max_ranks\": 4, \"latency_s\": 1e-5, "
     "\"bandwidth_bytes_per_s\": 5e9, \"overhead_s\": 2e-6}],\n"
     " \"calibrate_s\": 3.5}";
@@ -72,6 +77,11 @@ static void test_reads_good(void **state) {
   assert_close(p.gemms[1].flops_per_s, 4e11);
   assert_close(p.memory_bytes_per_s, 2e10);
   assert_close(p.step_overhead_s, 1e-6);
+  assert_close(p.memory_thread_bytes_per_s, 1e10);
+  assert_int_equal(p.n_attention, 2);
+  assert_true(sc_profile_find_attention(&p, SC_CLUSTER_FP32, true) == &p.attention[1]);
+  assert_null(sc_profile_find_attention(&p, SC_CLUSTER_BF16, false));
+  assert_close(p.attention[1].s[SC_PROFILE_ATTN_MAC], 3e-10);
   assert_int_equal(p.n_comms, 1);
   assert_string_equal(p.comms[0].name, "local");
   assert_close(p.comms[0].bandwidth_bytes_per_s, 5e9);
@@ -137,6 +147,20 @@ static void test_hostile(void **state) {
        "'gemm[0].seconds' must be in [1e-12, 10000]"},
       {"\"calibrate_s\": 3.5", "\"calibrate_s\": 1e9", "'calibrate_s' must be in"},
       {"\"name\": \"local\"", "\"name\": \"lo\\\"cal\"", "'comms[0].name' must be local, tcp"},
+      {"\"memory_thread_bytes_per_s\": 1e10", "\"memory_thread_bytes_per_s\": 0",
+       "'memory_thread_bytes_per_s' must be"},
+      {"\"memory_thread_bytes_per_s\": 1e10", "\"memory_thread_bytes_per_s\": \"fast\"",
+       "'memory_thread_bytes_per_s' must be a number"},
+      {"\"grad\": false, ", "", "'attention[0].grad' is missing"},
+      {"\"grad\": false", "\"grad\": 0", "'attention[0].grad' must be true or false"},
+      {"\"grad\": true", "\"grad\": false", "'attention[1]' repeats a dtype and direction"},
+      {"\"mac_s\": 1e-10", "\"mac_s\": 1e-10, \"x\": 1", "unknown key 'attention[0].x'"},
+      {"\"score_s\": 2e-9", "\"score_s\": -2e-9", "'attention[0].score_s' must be"},
+      {"\"score_s\": 2e-9", "\"score_s\": 1e30", "'attention[0].score_s' must be in"},
+      {"\"mac_s\": 1e-10", "\"mac_s\": NaN", "line"},
+      {"\"dtype\": \"fp32\", \"grad\"", "\"dtype\": \"fp64\", \"grad\"",
+       "'attention[0].dtype' must be fp8"},
+      {"\"attention\": [{", "\"attention\": [7, {", "'attention[0]' must be an object"},
   };
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
     sc_diag d;
@@ -341,6 +365,48 @@ static void test_known_times(void **state) {
   assert_int_equal(sc_cost_collective(&c, SC_COLL_ALL_GATHER, 65536, (sc_coll_group){2, 1}, &cc,
                                       &d), SC_OK);
   assert_close(cc.seconds, 1e-5 + 2e-6 + 32768 / 5e9);
+  /* fused attention by the profile's model (profile.h): 2 x 2 heads of
+   * 128 causal queries, d = dv = 16: per head 128 rows, 64 x 64 + 64 x 128
+   * = 12288 scores (whole key blocks to each query block's edge), 12288 x
+   * 32 = 393216 multiply-adds; 4 heads x 2 query blocks = 8 units over
+   * the 2 threads. Forward: (512 x 1 ns + 49152 x 2 ns + 1572864 x 0.1 ns)
+   * / 2 = 128.0512 us, + 1 us; the backward's row: (512 x 1 + 49152 x 4 +
+   * 1572864 x 0.3 ns) / 2 = 334.4896 us, + 1 us */
+  sc_attention_shape as = {.b = 2, .h = 2, .kvh = 2, .sq = 128, .skv = 128, .d = 16, .dv = 16,
+                           .causal = true, .t = SC_DTYPE_F32};
+  double fl = 0;
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_FP32, &as, false, 0, &s, &fl, &d), SC_OK);
+  assert_close(s, 128.0512e-6 + 1e-6);
+  assert_close(fl, sc_attention_flops(2, 2, 128, 128, 16, 16, true, false));
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_FP32, &as, true, 0, &s, &fl, &d), SC_OK);
+  assert_close(s, 334.4896e-6 + 1e-6);
+  /* one head of 16 queries: one unit, one thread (16 + 256 x 2 + 8192 x
+   * 0.1 ns = 1.3472 us); 1 MB to move takes longer: 50 us */
+  as = (sc_attention_shape){.b = 1, .h = 1, .kvh = 1, .sq = 16, .skv = 16, .d = 16, .dv = 16,
+                            .causal = true, .t = SC_DTYPE_F32};
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_FP32, &as, false, 0, &s, &fl, &d), SC_OK);
+  assert_close(s, 1.3472e-6 + 1e-6);
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_FP32, &as, false, 1e6, &s, &fl, &d), SC_OK);
+  assert_close(s, 5e-5 + 1e-6);
+  /* bf16 has no attention row: a GEMM of its FLOPs at the bf16 rate (the
+   * one row, 1e10) */
+  as.t = SC_DTYPE_BF16;
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_BF16, &as, false, 0, &s, &fl, &d), SC_OK);
+  assert_close(s, sc_attention_flops(1, 1, 16, 16, 16, 16, true, false) / 1e10 + 1e-6);
+  /* the features: rows, scores, multiply-adds and units; keys past the
+   * queries (skv 32 > sq 16, causal) shift the edge: 16 x 32 scores */
+  double ft[SC_PROFILE_ATTN_TERMS], units = 0;
+  sc_profile_attention_features(1, 1, 128, 128, 16, 16, true, ft, &units);
+  assert_close(ft[SC_PROFILE_ATTN_ROW], 128);
+  assert_close(ft[SC_PROFILE_ATTN_SCORE], 12288);
+  assert_close(ft[SC_PROFILE_ATTN_MAC], 393216);
+  assert_close(units, 2);
+  sc_profile_attention_features(3, 2, 100, 100, 8, 4, false, ft, &units);
+  assert_close(ft[SC_PROFILE_ATTN_SCORE], 6 * 10000);
+  assert_close(ft[SC_PROFILE_ATTN_MAC], 6 * 10000 * 12);
+  assert_close(units, 12);
+  sc_profile_attention_features(1, 1, 16, 32, 16, 16, true, ft, &units);
+  assert_close(ft[SC_PROFILE_ATTN_SCORE], 512);
   /* the interpolation itself: an exact row, and no row of a dtype */
   assert_close(sc_profile_gemm_rate(&p, SC_CLUSTER_FP32, false, false, 256, 256, 256), 4e11);
   assert_true(sc_profile_gemm_rate(&p, SC_CLUSTER_TF32, false, false, 256, 256, 256) == 0);

@@ -374,6 +374,19 @@ static void test_bound_state(void **state) {
   sc_program_destroy(pb);
 }
 
+/* build_update(false)'s program in *p (unbound: the state in the arena)
+ * and a one-thread CPU session over it, created with *o (initialised
+ * here); the caller destroys both. */
+static sc_session *update_session(sc_program **p, sc_session_opts *o) {
+  *p = build_update(false);
+  sc_session_opts_init(o);
+  o->threads = 1;
+  sc_session *s = NULL;
+  sc_diag d = {0};
+  assert_int_equal(sc_session_create(*p, o, &s, &d), SC_OK);
+  return s;
+}
+
 /* State kept in the arena across runs through the slot API (runtime.h):
  * written and read only through the session's copies, the run given the
  * slot itself updates it there and the paired output's view is the slot;
@@ -382,13 +395,10 @@ static void test_state_slot(void **state) {
   (void)state;
   enum { E = 1000 };
   rng_seed(12);
-  sc_program *p = build_update(false);
+  sc_program *p;
   sc_session_opts o;
-  sc_session_opts_init(&o);
-  o.threads = 1;
-  sc_session *s = NULL;
+  sc_session *s = update_session(&p, &o);
   sc_diag d = {0};
-  assert_int_equal(sc_session_create(p, &o, &s, &d), SC_OK);
   assert_true(sc_session_host_arena(s));
   void *slot = sc_session_state_slot(s, 0);
   assert_non_null(slot);
@@ -433,13 +443,10 @@ static void test_runs_read_later(void **state) {
   (void)state;
   enum { E = 1000 };
   rng_seed(15);
-  sc_program *p = build_update(false);
+  sc_program *p;
   sc_session_opts o;
-  sc_session_opts_init(&o);
-  o.threads = 1;
-  sc_session *s = NULL;
+  sc_session *s = update_session(&p, &o);
   sc_diag d = {0};
-  assert_int_equal(sc_session_create(p, &o, &s, &d), SC_OK);
   assert_int_equal(sc_session_reserve_async(s, 2, &d), SC_ERR_UNSUPPORTED);
   assert_int_equal(sc_session_async_slots(s), 0);
   float w[E], g1[E], g2[E], want[E], back[E];

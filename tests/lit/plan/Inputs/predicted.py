@@ -13,6 +13,12 @@
                     columns (compute, per-axis communication, bubble,
                     recompute, optimizer) sum to their total within the
                     printed precision
+  busiest T P M     in text report T, the pipeline rank with the most
+                    compute (recompute included) waits at most 1F1B's
+                    bubble, (P - 1) / M of that compute, and the step ends
+                    at most that much after the rank's own work (its total
+                    less its bubble): the ranks wait for the slowest one's
+                    schedule, not for each other's once-per-step pieces
 Exits 1 (with the figures) when a relation does not hold or a report has
 no predicted block."""
 import json
@@ -91,4 +97,18 @@ if op == "rows":
             fail(f"row {r}: terms {sum(r[:-1])!r} != total {r[-1]!r}")
     print(f"rows: {len(rows)}, each the sum of its terms; ok")
     sys.exit(0)
+if op == "busiest":
+    rows = table(sys.argv[2])
+    P, M = int(sys.argv[3]), int(sys.argv[4])
+    # columns: compute, per-axis communication, bubble, recompute,
+    # optimizer, total
+    r = max(rows, key=lambda r: r[0] + r[-3])
+    work, bubble, step = r[0] + r[-3], r[-4], max(x[-1] for x in rows)
+    bound = (P - 1) / M * work
+    late = step - (r[-1] - bubble)
+    ok = all(math.isfinite(v) for v in (work, bubble, step)) and bubble <= bound and \
+        late <= bound
+    print(f"busiest: compute {work:.6g} s, bubble {bubble:.6g} s, the step {late:.6g} s after "
+          f"its work, bound {bound:.6g} s: {'ok' if ok else 'FAILS'}")
+    sys.exit(0 if ok else 1)
 sys.exit(f"unknown check {op}")

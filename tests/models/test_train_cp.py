@@ -1,0 +1,225 @@
+"""test_train_cp.py — context-parallel training (`shardc train --mesh cp=N`,
+docs/context-parallel.md) trains exactly as one rank.
+
+GPT-2 (position embedding read from a parameter, tied LM head, AdamW with
+clipping) and Llama (rotary tables, grouped kv heads, SGD with momentum),
+sequence 16, on the seeded data and step options of test_train_dist.py
+(8 examples, batch 4, 3 steps; its comparison, imported): every step's
+loss and gradient norm within rtol 2e-5, every final weight and optimizer
+tensor within 2e-4 (SGD) or 2e-2 (AdamW) of its scale, no NaN, for
+  cp=2, cp=4, tp=2 x cp=2, fsdp=2 x cp=2, pp=2 x cp=2 (1F1B, 2
+  microbatches), dp=2 x cp=2, and cp=2 with --recompute full and selective
+  (GPT-2 also fsdp=2 x cp=2 with --recompute full).
+and nothing computed whole (no fallback warning: dp and fsdp split the
+batch, cp the sequence, on their own dims; the permutations' gradients
+stay split). A wrong ring (a block under the wrong mask, a gradient not
+returned home),
+a loss not reduced over cp (its sum or its count), a gradient of a
+replicated weight not all-reduced over cp, or a position table in the
+wrong order each moves the loss or the weights by far more than these.
+
+Also:
+  * the ring runs in both directions: GPT-2's partitioned step
+    (`plan --train --print-after=localize`) at cp=N holds, per layer,
+    2 (N − 1) shifted Send/Recv pairs forward (keys, values) and 4 (N − 1)
+    + 2 backward (keys, values and their gradients' accumulators, then
+    the gradients' hop home), and no whole attention or attention
+    gradient;
+  * `plan --train --mesh cp=N --json`: each rank's shifted Sends over cp
+    (the program's own, counted by the plan) number L (2 (N − 1) + 4 (N − 1)
+    + 2) and send the formula's bytes of docs/context-parallel.md: forward
+    (N − 1) and backward (2N − 1) hops of b · kvh · 2c · (d + dv) · 4 bytes
+    per layer, the backward's (`sent_backward`) apart; the activations saved for the backward per rank fall by
+    about N (within 25 % of 1/N of the single rank's);
+  * `shardc compile --train --mesh cp=2 -o DIR` writes a training bundle
+    that `shardc train DIR` runs as one rank (GPT-2's log, rtol 2e-5);
+  * ViT (17 tokens: not divisible by 2·cp) is refused in training as in
+    inference, naming the lengths that divide.
+
+--part gpt2|llama|rest runs one sample's meshes, or everything after them
+(ctest runs the three side by side, each well inside its time limit).
+
+Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
+"""
+import json
+import os
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_train_dist as dist  # noqa: E402
+from checks import check, finish  # noqa: E402
+
+SHARDC = os.environ.get("SHARDC")
+SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+MESHES = [["--mesh", "cp=2"], ["--mesh", "cp=4"], ["--mesh", "tp=2,cp=2"],
+          ["--mesh", "fsdp=2,cp=2"],
+          ["--mesh", "pp=2,cp=2", "--microbatches", "2", "--schedule", "1f1b"],
+          ["--mesh", "dp=2,cp=2"],
+          ["--mesh", "cp=2", "--recompute", "full"],
+          ["--mesh", "cp=2", "--recompute", "selective"]]
+EXTRA = {"gpt2": [["--mesh", "fsdp=2,cp=2", "--recompute", "full"]]}
+LAYERS, HEADS, HEAD_DIM, SEQ, BATCH = 2, 4, 16, 16, 4  # GPT-2's sample
+
+
+def base_args(tmp, name):
+    make, labels, opts, _ = dist.SAMPLES[name]
+    model = os.path.join(SRC, "samples", name + ".onnx")
+    r = np.random.RandomState(11)
+    data = []
+    for k, v in make(r).items():
+        f = os.path.join(tmp, f"{name}_{k}.npy")
+        np.save(f, v)
+        data += ["--data", f"{k}={f}"]
+    f = os.path.join(tmp, f"{name}_labels.npy")
+    np.save(f, labels(r).astype(np.int64))
+    return model, opts, [model, "--dim", f"batch={BATCH}", "--steps", str(dist.STEPS),
+                         "--threads", "1", "--labels", f] + data + opts
+
+
+def test_meshes(tmp, name):
+    model, opts, base = base_args(tmp, name)
+    meshes = MESHES + EXTRA.get(name, [])
+
+    def job(i, mesh):
+        d = os.path.join(tmp, f"{name}_{i}")
+        out = {"log": d + ".jsonl", "ck": d + "_ck", "mesh": mesh}
+        out["p"] = dist.run(base + ["--save", out["ck"], "--log-json", out["log"]] + mesh)
+        return out
+
+    with ThreadPoolExecutor(2) as ex:
+        results = list(ex.map(lambda a: job(*a), enumerate([[]] + meshes)))
+    ref = results[0]
+    if not check(ref["p"].returncode == 0, f"{name}: one rank: {ref['p'].stderr[-800:]}"):
+        return
+    init = {t.name: numpy_helper.to_array(t) for t in onnx.load(model).graph.initializer}
+    for res in results[1:]:
+        what = " ".join(res["mesh"])
+        if not check(res["p"].returncode == 0, f"{name} {what}: {res['p'].stderr[-800:]}"):
+            continue
+        check("fallback" not in res["p"].stderr,
+              f"{name} {what}: nodes computed whole: {res['p'].stderr[-800:]}")
+        worst = dist.compare(name, what, ref, res, init, 2e-2 if "adamw" in opts else 2e-4)
+        print(f"{name:6s} {what:50s} loss rel diff {worst:.2e}")
+
+
+def plan(tmp, args):
+    model, _, _ = base_args(tmp, "gpt2")
+    return dist.subprocess.run([SHARDC, "plan", model, "--train", "--dim", f"batch={BATCH}"]
+                               + args, capture_output=True, text=True, timeout=600)
+
+
+def test_rings(tmp):
+    for n in (2, 4):
+        p = plan(tmp, ["--mesh", f"cp={n}", "--print-after=localize"])
+        ir = p.stdout + p.stderr
+        shifted = ir.count("shift = 1")  # a Send and a Recv per pair
+        want = 2 * LAYERS * (2 * (n - 1) + 4 * (n - 1) + 2)
+        check(p.returncode == 0 and shifted == want,
+              f"train cp={n}: {shifted} shifted Send/Recv, want {want}: {p.stderr[-500:]}")
+        whole = [ln for ln in ir.splitlines()
+                 if ("= FusedAttention(" in ln or "= FusedAttentionGrad(" in ln)
+                 and "/ring/" not in ln]
+        check(not whole, f"train cp={n}: an attention left whole: {whole[:1]}")
+
+
+def ring_bytes(n, grad):
+    """docs/context-parallel.md: per layer, (N - 1) hops of K and V forward,
+    2N - 1 backward (K and V, then their gradients one hop further), each
+    b · kvh · 2c · (d + dv) · 4 bytes, c = S / 2N."""
+    c = SEQ // (2 * n)
+    return (2 * n - 1 if grad else n - 1) * BATCH * HEADS * 2 * c * 2 * HEAD_DIM * 4 * LAYERS
+
+
+def test_plan(tmp):
+    p1 = plan(tmp, ["--json"])
+    if not check(p1.returncode == 0, f"plan --train one rank: {p1.stderr[-500:]}"):
+        return
+    one = json.loads(p1.stdout)["saved_activations"]
+    for n in (2, 4):
+        p = plan(tmp, ["--mesh", f"cp={n}", "--json"])
+        if not check(p.returncode == 0, f"plan --train cp={n}: {p.stderr[-500:]}"):
+            continue
+        pl = json.loads(p.stdout)
+        sends = [c for c in pl["collectives"] if c["op"] == "Send" and c["axes"] == "cp"]
+        want = ring_bytes(n, False) + ring_bytes(n, True)
+        hops = LAYERS * ((n - 1) * 2 + (n - 1) * 4 + 2)
+        check(len(sends) == 1 and sends[0]["sent"] == want and sends[0]["count"] == hops
+              and sends[0]["sent_backward"] == ring_bytes(n, True),
+              f"plan --train cp={n}: the ring's Sends {sends}, want {hops} sending {want} "
+              f"bytes (forward {ring_bytes(n, False)} + backward {ring_bytes(n, True)})")
+        saved = pl["saved_activations"]
+        check(abs(saved * n / one - 1) <= 0.25,
+              f"cp={n}: saved activations per rank {saved} bytes, one rank {one}: "
+              f"want about 1/{n}")
+        print(f"plan --train cp={n}: ring {want} bytes sent per rank (forward "
+              f"{ring_bytes(n, False)}, backward {ring_bytes(n, True)}); saved activations "
+              f"{saved} per rank vs {one} on one rank (1/{one / saved:.2f})")
+
+
+def test_bundle(tmp):
+    """`compile --train --mesh cp=2` writes a training bundle whose steps
+    are the one-rank run's (losses and gradient norms, rtol 2e-5)."""
+    model, opts, base = base_args(tmp, "gpt2")
+    art = os.path.join(tmp, "cp_bundle")
+    step = [o for o in opts if o != "--lr" and o != "1e-3"]  # the compiled step's options
+    c = dist.subprocess.run([SHARDC, "compile", model, "--train", "--dim", f"batch={BATCH}",
+                             "--mesh", "cp=2", "-o", art] + step,
+                            capture_output=True, text=True, timeout=600)
+    if not check(c.returncode == 0, f"compile --train --mesh cp=2: {c.stderr[-800:]}"):
+        return
+    one, got = os.path.join(tmp, "b_one.jsonl"), os.path.join(tmp, "b_cp.jsonl")
+    data = base[base.index("--labels"):len(base) - len(opts)]  # labels and inputs
+    r1 = dist.run(base + ["--log-json", one])
+    r2 = dist.run([art, "--steps", str(dist.STEPS), "--threads", "1", "--lr", "1e-3",
+                   "--log-json", got] + data)
+    if not check(r1.returncode == 0 and r2.returncode == 0,
+                 f"the cp=2 bundle: {r1.stderr[-500:]} {r2.stderr[-800:]}"):
+        return
+    la, lb = dist.losses(one), dist.losses(got)
+    check(len(la) == len(lb) == dist.STEPS and all(
+        abs(a[k] - b[k]) <= 2e-5 * abs(a[k]) + 1e-7 for a, b in zip(la, lb)
+        for k in ("loss", "grad_norm")), f"the cp=2 bundle's log {lb} vs one rank {la}")
+
+
+def test_vit(tmp):
+    _, _, base = base_args(tmp, "vit")
+    p = dist.run(base + ["--mesh", "cp=2"])
+    needle = "sequence length 17 does not divide into 2·cp = 4 chunks (cp=2); " \
+             "lengths that do: 16 or 20"
+    check(p.returncode == 2 and needle in p.stderr,
+          f"vit train cp=2: exit {p.returncode}, want '{needle}': {p.stderr[-800:]}")
+
+
+# --part: what each part runs (tests/CMakeLists.txt runs them side by side)
+PARTS = {"gpt2": ["gpt2"], "llama": ["llama"], "rest": []}
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC is not set")
+        return 1
+    part = None
+    if len(sys.argv) == 3 and sys.argv[1] == "--part" and sys.argv[2] in PARTS:
+        part = sys.argv[2]
+    elif len(sys.argv) != 1:
+        print(f"usage: test_train_cp.py [--part {'|'.join(PARTS)}]")
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in (PARTS[part] if part else ["gpt2", "llama"]):
+            test_meshes(tmp, name)
+        if part in (None, "rest"):
+            test_rings(tmp)
+            test_plan(tmp)
+            test_bundle(tmp)
+            test_vit(tmp)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
