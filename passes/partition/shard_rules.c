@@ -431,16 +431,25 @@ sc_status sc_shard_layernorm(sc_shard_ctx *c) {
 }
 
 /* LayerNormGrad (dY, X, Scale -> dX, dScale[, dB]): rows (the dims before
- * axis) are independent, so they keep dY's split, X is asked for the same;
- * a row's dims stay whole, and Scale too. dX is split like dY; dScale and
- * dB sum over the rows, so each rank's are a pending sum over the axes that
- * split the rows. */
+ * axis) are independent, so they keep dY's split, and a row dim dY has
+ * whole takes X's split there (X is the forward's input, split as the
+ * forward ran: a context-parallel step's sequence over cp, where the
+ * gradient out of a cp_3d Gemm arrives whole over cp — slicing dY is free,
+ * gathering X is not, and dX must stay split for the ops after it, the
+ * embedding's ScatterND among them); X is asked for the same. A row's
+ * normalised dims stay whole, and Scale too. dX is split like the rows;
+ * dScale and dB sum over the rows, so each rank's are a pending sum over
+ * the axes that split the rows. */
 sc_status sc_shard_layernorm_grad(sc_shard_ctx *c) {
   const sc_value *x = inv(c, 1);
   int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", -1), x->rank);
   if (axis < 0 || inv(c, 0)->rank != x->rank) return sc_shard_replicate_all(c);
   c->want[0].partial = 0;
   for (int32_t d = axis; d < x->rank; d++) sc_shard_unsplit_dim(&c->want[0], d);
+  for (int32_t d = 0; d < axis; d++)
+    if (!c->want[0].n_dim_axes[d] && dim_mask(&c->in[1], d) &&
+        !(dim_mask(&c->in[1], d) & sc_sharding_dim_axes(&c->want[0])))
+      sc_shard_copy_dim(&c->want[0], d, &c->in[1], d);
   c->want[1] = c->want[0];
   want_whole(c, 2);
   sc_axes rows = 0;
