@@ -323,6 +323,29 @@ int32_t sc_lower_buffer_at(sc_lower_ctx *cx, int32_t b, const int32_t *idx) {
   return kir_load(cx->arena, cx->k, pi, off);
 }
 
+/* Stores e at idx of buffer b, indexed as a value of shape (rank, dims)
+ * named `what`; e must have the buffer's dtype. */
+static sc_status store_at(sc_lower_ctx *cx, int32_t b, int32_t rank, const int64_t *dims,
+                          const char *what, const int32_t *idx, int32_t e) {
+  if (e < 0) return failed(cx);
+  sc_dtype et = sc_lower_dtype(cx, e), bt = cx->p->buffers[b].dtype;
+  if (et != bt)
+    return sc_diag_set(cx->diag, SC_ERR_INVALID, NULL, NULL,
+                       "lowering stores a %s expression into '%s' of dtype %s",
+                       sc_dtype_name(et), what ? what : "?", sc_dtype_name(bt));
+  int32_t pi = param_for(cx, b, true);
+  int32_t off = sc_lower_offset(cx, rank, dims, idx);
+  if (pi < 0 || off < 0 || kir_add_store(cx->arena, cx->k, pi, off, e) < 0) return failed(cx);
+  return SC_OK;
+}
+
+sc_status sc_lower_buffer_store(sc_lower_ctx *cx, int32_t b, const int32_t *idx, int32_t e) {
+  if (!cx->k || b < 0 || b >= cx->p->n_buffers)
+    return sc_diag_set(cx->diag, SC_ERR_INVALID, NULL, NULL, "bad buffer store %d", b);
+  const sc_buffer *buf = &cx->p->buffers[b];
+  return store_at(cx, b, buf->rank, buf->dims, buf->name, idx, e);
+}
+
 int32_t sc_lower_scratch(sc_lower_ctx *cx, const char *name, sc_dtype dtype, int32_t rank,
                          const int64_t *dims) {
   sc_buffer b;
@@ -552,17 +575,8 @@ sc_status sc_lower_store_value(sc_lower_ctx *cx, int32_t v, const int32_t *idx, 
   if (e < 0) return failed(cx);
   int32_t b = cx->value_buffer[v];
   if (b < 0) return SC_OK; /* nobody reads it */
-  const sc_value *val = &cx->g->values[v];
-  sc_dtype et = sc_lower_dtype(cx, e);
-  if (et != val->dtype)
-    return sc_diag_set(cx->diag, SC_ERR_INVALID, NULL, NULL,
-                       "lowering stores a %s expression into '%s' of dtype %s",
-                       sc_dtype_name(et), val->name, sc_dtype_name(val->dtype));
-  int32_t pi = param_for(cx, b, true);
-  int32_t off = sc_lower_offset(cx, val->rank, val->dims, idx);
-  if (pi < 0 || off < 0 || kir_add_store(cx->arena, cx->k, pi, off, e) < 0)
-    return failed(cx);
-  return SC_OK;
+  const sc_value *val = &cx->g->values[v]; /* its buffer has its dtype */
+  return store_at(cx, b, val->rank, val->dims, val->name, idx, e);
 }
 
 sc_status sc_lower_store(sc_lower_ctx *cx, const sc_node *n, int32_t out,

@@ -83,6 +83,10 @@ int32_t sc_lower_value_buffer(sc_lower_ctx *cx, int32_t v, sc_buf_kind kind,
 /* Element idx (the buffer's rank entries) of buffer b, read inside the
  * kernel being built: for helper kernels reading a scratch buffer. */
 int32_t sc_lower_buffer_at(sc_lower_ctx *cx, int32_t b, const int32_t *idx);
+/* Stores expr e (of the buffer's dtype) at element idx of buffer b from
+ * the kernel being built: a kernel writing a scratch buffer that a later
+ * kernel of the same lowering reads (sc_lower_buffer_at). */
+sc_status sc_lower_buffer_store(sc_lower_ctx *cx, int32_t b, const int32_t *idx, int32_t e);
 /* A scratch TEMP buffer (e.g. im2col) of the given dtype and shape. */
 int32_t sc_lower_scratch(sc_lower_ctx *cx, const char *name, sc_dtype dtype,
                          int32_t rank, const int64_t *dims);

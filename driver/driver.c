@@ -153,6 +153,7 @@ static sc_status step_train(job *j) {
   sc_train_opts o = *j->o->train;
   o.no_fuse_attention |= j->o->no_fuse_attention;
   const sc_plan *plan = j->b->plan;
+  o.split_vocab_loss = plan && plan->tp_axis && sc_mesh_axis_size(&plan->mesh, plan->tp_axis) > 1;
   /* the tensor-parallel seeds (passes/partition/tp.c) do not look through
    * an FP8 layer's quantization: its weights would be replicated */
   if (o.fp8 && plan && plan->tp_axis && sc_mesh_axis_size(&plan->mesh, plan->tp_axis) > 1)

@@ -22,17 +22,22 @@
  *     InstanceNormalization, LayerNormalization, GroupNormalization
  *                  5 per element (mean, variance, normalise, scale, shift)
  *     RMSNormalization   4 per element (square, sum, normalise, scale)
+ *     LayerNormGrad      9 per element of X (the statistics again, the
+ *                  two row sums, dX; the column sums of dScale and dB)
+ *     SoftmaxCrossEntropy  5 per logit (as Softmax); its gradient counts as
+ *                  an elementwise op (one per element)
  *     Softmax, LogSoftmax   5 per element (max, subtract, exp, sum, divide
  *                  or log-subtract)
  *
  * Constant evaluation: MatMul (any float or integer dtype; floats are
  * accumulated in double and rounded once on store, integers wrap modulo
  * 2^64 before the store's conversion), Gemm (double arithmetic), Softmax and
- * LogSoftmax (double, max-subtracted). An eval returns SC_ERR_LIMIT, without
- * recording a diagnostic, when an output has more than SC_FOLD_MAX_ELEMENTS
- * elements or the product needs more than FOLD_MAX_MACS multiply-adds: the
- * node is then simply left unfolded. Conv, pools and norms are never
- * folded. */
+ * LogSoftmax (double, max-subtracted), LayerNormGrad and
+ * SoftmaxCrossEntropy(Grad) (double). An eval
+ * returns SC_ERR_LIMIT, without recording a diagnostic, when an output has
+ * more than SC_FOLD_MAX_ELEMENTS elements or the product needs more than
+ * FOLD_MAX_MACS multiply-adds: the node is then simply left unfolded. Conv,
+ * pools and the forward norms are never folded. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -608,7 +613,10 @@ sc_status sc_op_infer_batchnorm(sc_graph *g, sc_node *n) {
 }
 
 void sc_op_cost_norm(sc_graph *g, const sc_node *n, sc_cost *c) {
-  double per = n->op == SC_OP_BATCH_NORM ? 2.0 : n->op == SC_OP_RMS_NORM ? 4.0 : 5.0;
+  double per = n->op == SC_OP_BATCH_NORM          ? 2.0
+               : n->op == SC_OP_RMS_NORM          ? 4.0
+               : n->op == SC_OP_LAYER_NORM_GRAD   ? 9.0
+                                                  : 5.0;
   c->flops = per * numel0(sc_node_input(g, n, 0));
   c->bytes = io_bytes(g, n);
 }
@@ -689,6 +697,184 @@ sc_status sc_op_infer_rmsnorm(sc_graph *g, sc_node *n) {
       (st = need_bcast_to(g, n, scale, "scale", x->rank - axis, x->dims + axis)) != SC_OK)
     return st;
   return sc_same_as_input(g, n, 0, 0);
+}
+
+/* LayerNormGrad (internal; passes/grad_rules.c emits it for
+ * LayerNormalization and RMSNormalization): inputs dY, X, Scale, attributes
+ * axis, epsilon and rms (1: RMSNormalization, no mean and no dB); outputs
+ * dX (X's shape and dtype), dScale (Scale's) and, unless rms, dB (Scale's
+ * shape and dtype). Scale must be exactly X.shape[axis:]: the rule keeps the
+ * decomposed gradient for a Scale that broadcasts. */
+sc_status sc_op_infer_layernorm_grad(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  const sc_value *dy = sc_node_input(g, n, 0), *x = sc_node_input(g, n, 1),
+                 *scale = sc_node_input(g, n, 2);
+  if ((st = need_float(g, n, dy)) != SC_OK || (st = need_float(g, n, x)) != SC_OK ||
+      (st = need_float(g, n, scale)) != SC_OK)
+    return st;
+  int64_t axis_attr, rms;
+  double eps;
+  int32_t axis;
+  if ((st = sc_read_attr_int(g, n, "axis", -1, &axis_attr)) != SC_OK ||
+      (st = sc_read_attr_int(g, n, "rms", 0, &rms)) != SC_OK ||
+      (st = sc_norm_epsilon(g, n, &eps)) != SC_OK ||
+      (st = sc_norm_axis(g, n, axis_attr, x->rank, &axis)) != SC_OK)
+    return st;
+  char b1[160], b2[160];
+  if (dy->rank != x->rank || memcmp(dy->dims, x->dims, sizeof(int64_t) * (size_t)x->rank))
+    return sc_node_error(g, n, SC_ERR_INVALID, "dY '%s' has shape %s, X '%s' %s", dy->name,
+                         fmt_shape(b1, sizeof b1, dy->rank, dy->dims), x->name,
+                         fmt_shape(b2, sizeof b2, x->rank, x->dims));
+  if (scale->rank != x->rank - axis ||
+      memcmp(scale->dims, x->dims + axis, sizeof(int64_t) * (size_t)scale->rank))
+    return sc_node_error(g, n, SC_ERR_INVALID, "Scale '%s' has shape %s (expects %s)",
+                         scale->name, fmt_shape(b1, sizeof b1, scale->rank, scale->dims),
+                         fmt_shape(b2, sizeof b2, x->rank - axis, x->dims + axis));
+  if (rms != 0 && rms != 1)
+    return sc_node_error(g, n, SC_ERR_INVALID, "rms is %lld (expects 0 or 1)", (long long)rms);
+  if (rms && n->n_outputs > 2 && n->outputs[2] >= 0)
+    return sc_node_error(g, n, SC_ERR_INVALID, "an RMS norm's gradient has no dB output");
+  if ((st = sc_set_output(g, n, 0, x->dtype, x->rank, x->dims)) != SC_OK ||
+      (st = sc_set_output(g, n, 1, scale->dtype, scale->rank, scale->dims)) != SC_OK)
+    return st;
+  return rms ? SC_OK : sc_set_output(g, n, 2, scale->dtype, scale->rank, scale->dims);
+}
+
+/* LayerNormGrad folded in double arithmetic, rounded once on store: the
+ * formulas of passes/grad_rules.c's sc_grad_row_norm (the same as the
+ * lowering's, codegen/lower_norm.c). */
+sc_status sc_op_eval_layernorm_grad(sc_graph *g, sc_node *n) {
+  const sc_value *dy = sc_node_input(g, n, 0), *x = sc_node_input(g, n, 1),
+                 *sv = sc_node_input(g, n, 2);
+  int32_t axis;
+  double eps;
+  sc_status st = sc_norm_axis(g, n, sc_attr_int(g, n, "axis", -1), x->rank, &axis);
+  if (st == SC_OK) st = sc_norm_epsilon(g, n, &eps);
+  if (st != SC_OK) return st;
+  bool rms = sc_attr_int(g, n, "rms", 0) != 0;
+  int64_t total = sc_value_numel(x), cols = sc_value_numel(sv);
+  if (total < 0 || total > SC_FOLD_MAX_ELEMENTS || cols <= 0) return SC_ERR_LIMIT;
+  void *dx = sc_eval_output(g, n, 0), *ds = sc_eval_output(g, n, 1);
+  bool has_db = !rms && n->n_outputs > 2 && n->outputs[2] >= 0;
+  void *db = has_db ? sc_eval_output(g, n, 2) : NULL;
+  if (!dx || !ds || (has_db && !db)) return SC_ERR_NOMEM;
+  if (total == 0) return SC_OK;
+  SC_ASSERT(x->data && dy->data && sv->data);
+  double *acc = sc_calloc((size_t)cols * 2, sizeof(double));
+  if (!acc) return SC_ERR_NOMEM;
+  for (int64_t r = 0; r < total / cols; r++) {
+    int64_t base = r * cols;
+    double mean = 0, var = 0, s1 = 0, s2 = 0;
+    for (int64_t k = 0; k < cols && !rms; k++) mean += sc_load_f64(x->dtype, x->data, base + k);
+    mean /= (double)cols;
+    for (int64_t k = 0; k < cols; k++) {
+      double c = sc_load_f64(x->dtype, x->data, base + k) - mean;
+      var += c * c;
+    }
+    double rstd = 1.0 / sqrt(var / (double)cols + eps);
+    for (int64_t k = 0; k < cols; k++) {
+      double xh = (sc_load_f64(x->dtype, x->data, base + k) - mean) * rstd;
+      double d = sc_load_f64(dy->dtype, dy->data, base + k);
+      double gg = d * sc_load_f64(sv->dtype, sv->data, k);
+      s1 += gg;
+      s2 += gg * xh;
+      acc[k] += d * xh;
+      acc[cols + k] += d;
+    }
+    for (int64_t k = 0; k < cols; k++) {
+      double xh = (sc_load_f64(x->dtype, x->data, base + k) - mean) * rstd;
+      double gg = sc_load_f64(dy->dtype, dy->data, base + k) * sc_load_f64(sv->dtype, sv->data, k);
+      double t = gg - xh * s2 / (double)cols - (rms ? 0.0 : s1 / (double)cols);
+      sc_store_f64(x->dtype, dx, base + k, t * rstd);
+    }
+  }
+  for (int64_t k = 0; k < cols; k++) {
+    sc_store_f64(sv->dtype, ds, k, acc[k]);
+    if (db) sc_store_f64(sv->dtype, db, k, acc[cols + k]);
+  }
+  sc_free(acc);
+  return SC_OK;
+}
+
+/* SoftmaxCrossEntropy (internal; passes/train.c's cross-entropy loss):
+ * inputs logits [.., V] (float) and labels [..] (int64), attribute
+ * ignore_index; outputs, per row, the loss lse − logits[label] (0 where the
+ * label is ignore_index) and lse = log Σ exp(logits), both in the compute
+ * dtype (f64 for f64 logits, else f32). SoftmaxCrossEntropyGrad: inputs
+ * dLoss [..] (the loss's dtype), logits, labels and lse; output dLogits
+ * (the logits' shape and dtype) = (exp(logits − lse) − onehot(label)) ·
+ * dLoss, 0 on an ignored row. */
+sc_status sc_op_infer_softmax_cross_entropy(sc_graph *g, sc_node *n) {
+  sc_status st = sc_check_inputs(g, n);
+  if (st != SC_OK) return st;
+  bool grad = n->op == SC_OP_SOFTMAX_CROSS_ENTROPY_GRAD;
+  const sc_value *x = sc_node_input(g, n, grad ? 1 : 0), *lab = sc_node_input(g, n, grad ? 2 : 1);
+  if ((st = need_float(g, n, x)) != SC_OK) return st;
+  int64_t ig;
+  if ((st = sc_read_attr_int(g, n, "ignore_index", -100, &ig)) != SC_OK) return st;
+  char b1[160], b2[160];
+  if (x->rank < 1 || lab->dtype != SC_DTYPE_I64 || lab->rank != x->rank - 1 ||
+      memcmp(lab->dims, x->dims, sizeof(int64_t) * (size_t)lab->rank))
+    return sc_node_error(g, n, SC_ERR_INVALID,
+                         "labels '%s' (%s %s) are not int64 of the logits' shape %s without "
+                         "the last dim",
+                         lab->name, sc_dtype_name(lab->dtype),
+                         fmt_shape(b1, sizeof b1, lab->rank, lab->dims),
+                         fmt_shape(b2, sizeof b2, x->rank, x->dims));
+  sc_dtype ct = x->dtype == SC_DTYPE_F64 ? SC_DTYPE_F64 : SC_DTYPE_F32;
+  if (!grad) {
+    if ((st = sc_set_output(g, n, 0, ct, lab->rank, lab->dims)) != SC_OK) return st;
+    return sc_set_output(g, n, 1, ct, lab->rank, lab->dims);
+  }
+  for (int32_t i = 0; i < 4; i += 3) {
+    const sc_value *r = sc_node_input(g, n, i);
+    if (r->dtype != ct || r->rank != lab->rank ||
+        memcmp(r->dims, lab->dims, sizeof(int64_t) * (size_t)r->rank))
+      return sc_node_error(g, n, SC_ERR_INVALID, "%s '%s' is %s %s (expects %s %s)",
+                           i ? "lse" : "dLoss", r->name, sc_dtype_name(r->dtype),
+                           fmt_shape(b1, sizeof b1, r->rank, r->dims), sc_dtype_name(ct),
+                           fmt_shape(b2, sizeof b2, lab->rank, lab->dims));
+  }
+  return sc_set_output(g, n, 0, x->dtype, x->rank, x->dims);
+}
+
+/* Both folded in double arithmetic, rounded once on store (the formulas
+ * above; a label outside [0, V) reads class 0, as the kernels do: the
+ * step's label check refuses such labels before they get here). */
+sc_status sc_op_eval_softmax_cross_entropy(sc_graph *g, sc_node *n) {
+  bool grad = n->op == SC_OP_SOFTMAX_CROSS_ENTROPY_GRAD;
+  const sc_value *x = sc_node_input(g, n, grad ? 1 : 0), *lab = sc_node_input(g, n, grad ? 2 : 1);
+  int64_t total = sc_value_numel(x), v = x->dims[x->rank - 1];
+  if (total < 0 || total > SC_FOLD_MAX_ELEMENTS || v <= 0) return SC_ERR_LIMIT;
+  int64_t ig = sc_attr_int(g, n, "ignore_index", -100);
+  void *y0 = sc_eval_output(g, n, 0), *y1 = grad ? y0 : sc_eval_output(g, n, 1);
+  if (!y0 || !y1) return SC_ERR_NOMEM;
+  if (total == 0) return SC_OK;
+  const sc_value *dl = grad ? sc_node_input(g, n, 0) : NULL, *ls = grad ? sc_node_input(g, n, 3) : NULL;
+  const sc_value *o0 = sc_node_output(g, n, 0);
+  for (int64_t r = 0; r < total / v; r++) {
+    int64_t l = sc_load_i64(SC_DTYPE_I64, lab->data, r), at = l >= 0 && l < v ? l : 0;
+    bool valid = l != ig;
+    if (grad) {
+      double lse = sc_load_f64(ls->dtype, ls->data, r), d = sc_load_f64(dl->dtype, dl->data, r);
+      for (int64_t k = 0; k < v; k++) {
+        double p = exp(sc_load_f64(x->dtype, x->data, r * v + k) - lse) - (k == l ? 1.0 : 0.0);
+        sc_store_f64(x->dtype, y0, r * v + k, valid ? p * d : 0.0);
+      }
+      continue;
+    }
+    double m = -INFINITY, s = 0;
+    for (int64_t k = 0; k < v; k++) {
+      double e = sc_load_f64(x->dtype, x->data, r * v + k);
+      if (e > m || isnan(e)) m = e;
+    }
+    for (int64_t k = 0; k < v; k++) s += exp(sc_load_f64(x->dtype, x->data, r * v + k) - m);
+    double lse = m + log(s);
+    sc_store_f64(o0->dtype, y0, r, valid ? lse - sc_load_f64(x->dtype, x->data, r * v + at) : 0.0);
+    sc_store_f64(o0->dtype, y1, r, lse);
+  }
+  return SC_OK;
 }
 
 sc_status sc_op_infer_groupnorm(sc_graph *g, sc_node *n) {

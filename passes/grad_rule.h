@@ -43,6 +43,11 @@ const sc_node *gb_fwd(const sc_grad_ctx *c);
  * gb_begin and gb_end (which infers the shape). */
 int32_t gb_begin(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, int32_t *node);
 int32_t gb_end(sc_grad_ctx *c, int32_t node, int32_t out);
+/* op(inputs) with n_out outputs (at most 8), named "<node name>:<suffix[j]>"
+ * and written to outs; the caller adds attributes and infers the shapes
+ * (sc_ops[op].infer). The node id, or -1 with g->diag set. */
+int32_t gb_node(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, int32_t n_out,
+                const char *const *suffix, int32_t *outs);
 int32_t gb_op(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in);
 int32_t gb_1(sc_grad_ctx *c, sc_op op, int32_t a);
 int32_t gb_2(sc_grad_ctx *c, sc_op op, int32_t a, int32_t b);

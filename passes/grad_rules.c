@@ -80,6 +80,27 @@ int32_t gb_end(sc_grad_ctx *c, int32_t node, int32_t out) {
   return sc_ops[n->op].infer(g, n) == SC_OK ? out : -1;
 }
 
+int32_t gb_node(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in, int32_t n_out,
+                const char *const *suffix, int32_t *outs) {
+  sc_graph *g = c->g;
+  for (int32_t i = 0; i < n_in; i++)
+    if (in[i] < 0) return -1;
+  if (n_out > 8) {
+    sc_graph_error(g, SC_ERR_LIMIT, "a node of %d outputs", (int)n_out);
+    return -1;
+  }
+  char name[512];
+  const sc_node *f = c->node >= 0 ? gb_fwd(c) : NULL;
+  snprintf(name, sizeof name, "%s/%s/%d", f && f->name ? f->name : f ? sc_op_name(f->op) : "train",
+           c->tag ? c->tag : "grad", (int)(*c->counter)++);
+  for (int32_t j = 0; j < n_out; j++) {
+    char vn[600];
+    snprintf(vn, sizeof vn, "%s:%s", name, suffix[j]);
+    if ((outs[j] = sc_graph_new_value(g, vn)) < 0) return -1;
+  }
+  return sc_graph_add_node(g, op, name, in, n_in, outs, n_out);
+}
+
 int32_t gb_op(sc_grad_ctx *c, sc_op op, const int32_t *in, int32_t n_in) {
   for (int32_t i = 0; i < n_in; i++)
     if (in[i] < 0) return -1;
@@ -503,6 +524,29 @@ sc_status sc_grad_log_softmax(sc_grad_ctx *c) {
   int32_t s = gb_reduce_sum(c, dy, &axis, 1, true);
   c->dx[0] = gb_2(c, SC_OP_SUB, dy, gb_2(c, SC_OP_MUL, gb_1(c, SC_OP_EXP, y), s));
   return c->dx[0] < 0 ? c->g->diag.status : SC_OK;
+}
+
+/* SoftmaxCrossEntropy (ir/op_nn.c): the logits get one
+ * SoftmaxCrossEntropyGrad node, computed from the logits and the saved
+ * per-row lse (nothing of [rows, V] is saved); the labels get none, and
+ * neither does lse (only this rule reads it: a gradient reaching it is an
+ * error). */
+sc_status sc_grad_softmax_cross_entropy(sc_grad_ctx *c) {
+  sc_graph *g = c->g;
+  if (c->dy[1] >= 0)
+    return sc_node_error(g, gb_fwd(c), SC_ERR_UNSUPPORTED,
+                         "the log-sum-exp output of a softmax cross-entropy has no gradient");
+  if (!c->want[0] || c->dy[0] < 0) return SC_OK;
+  int64_t ig = sc_attr_int(g, gb_fwd(c), "ignore_index", -100);
+  int32_t in[4] = {c->dy[0], in_v(c, 0), in_v(c, 1), out_v(c, 1)}, out;
+  static const char *const suffix[1] = {"dlogits"};
+  int32_t node = gb_node(c, SC_OP_SOFTMAX_CROSS_ENTROPY_GRAD, in, 4, 1, suffix, &out);
+  sc_attr *a = node < 0 ? NULL : sc_node_add_attr(g, node, "ignore_index", SC_ATTR_INT);
+  if (!a) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  a->i = ig;
+  sc_status st = sc_ops[SC_OP_SOFTMAX_CROSS_ENTROPY_GRAD].infer(g, &g->nodes[node]);
+  if (st == SC_OK) c->dx[0] = out;
+  return st;
 }
 
 /* Reshape, Flatten, Squeeze, Unsqueeze: the data input gets dy reshaped;
@@ -1064,7 +1108,42 @@ static int32_t inv_std(sc_grad_ctx *c, int32_t v, double eps) {
               gb_1(c, SC_OP_SQRT, gb_2(c, SC_OP_ADD, v, gb_scalar(c, dtype_of(c, v), eps))));
 }
 
-/* LayerNormalization and RMSNormalization over the axes from `axis` on,
+/* One LayerNormGrad node (ir/op_nn.c) for a LayerNormalization or
+ * RMSNormalization whose Scale (and B) are exactly X.shape[axis:], the
+ * usual form: dX in one pass over each row, dScale and dB as column sums
+ * (codegen/lower_norm.c). Returns -1 when the shapes are another form (the
+ * caller then builds the decomposed gradient), else the rule's status. */
+static int32_t row_norm_fused(sc_grad_ctx *c, bool rms, int32_t axis, double eps) {
+  sc_graph *g = c->g;
+  int32_t x = in_v(c, 0), s = in_v(c, 1), b = rms ? -1 : in_v(c, 2);
+  sc_value xv = g->values[x];
+  for (int32_t i = 0; i < 2; i++) {
+    int32_t p = i == 0 ? s : b;
+    if (p < 0) continue;
+    const sc_value *pv = &g->values[p];
+    if (pv->rank != xv.rank - axis ||
+        memcmp(pv->dims, xv.dims + axis, sizeof(int64_t) * (size_t)pv->rank))
+      return -1;
+  }
+  static const char *const suffix[3] = {"dx", "dscale", "dbias"};
+  int32_t n_out = rms ? 2 : 3, outs[3], in[3] = {gb_cast(c, c->dy[0], xv.dtype), x, s};
+  int32_t node = gb_node(c, SC_OP_LAYER_NORM_GRAD, in, 3, n_out, suffix, outs);
+  if (node < 0) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  /* each set at once: adding an attribute may move the others */
+  sc_attr *a = sc_node_add_attr(g, node, "axis", SC_ATTR_INT);
+  if (a) a->i = axis;
+  if (a && (a = sc_node_add_attr(g, node, "epsilon", SC_ATTR_FLOAT))) a->f = eps;
+  if (a && (a = sc_node_add_attr(g, node, "rms", SC_ATTR_INT))) a->i = rms;
+  if (!a) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+  sc_status st = sc_ops[SC_OP_LAYER_NORM_GRAD].infer(g, &g->nodes[node]);
+  if (st != SC_OK) return st;
+  for (int32_t i = 0; i < n_out; i++)
+    if (c->want[i]) c->dx[i] = outs[i];
+  return SC_OK;
+}
+
+/* LayerNormalization and RMSNormalization over the axes from `axis` on:
+ * the fused LayerNormGrad above where the shapes allow; otherwise
  * recomputed from X (x̂ the normalised x, r = 1/σ, g = dy·Scale, means
  * over the normalised axes):
  *   LayerNorm  dX = r·(g − mean g − x̂·mean(g·x̂)), dScale = Σ dy·x̂, dB = Σ dy
@@ -1086,6 +1165,8 @@ sc_status sc_grad_row_norm(sc_grad_ctx *c) {
   sc_status st = sc_norm_axis(g, n, sc_attr_int(g, n, "axis", -1), r, &axis);
   if (st == SC_OK) st = sc_norm_epsilon(g, n, &eps);
   if (st != SC_OK) return st;
+  int32_t fused = row_norm_fused(c, rms, axis, eps);
+  if (fused >= 0) return (sc_status)fused;
   int64_t axes[SC_MAX_RANK];
   int32_t na = 0;
   for (int32_t d = axis; d < r; d++) axes[na++] = d;
@@ -1453,17 +1534,9 @@ sc_status sc_grad_attention(sc_grad_ctx *c) {
   if (d_o < 0) return g->diag.status;
   int32_t in[7] = {q, in_v(c, 1), in_v(c, 2), out_v(c, 0), out_v(c, 1), d_o, in_v(c, 3)};
   int32_t n_in = gb_fwd(c)->n_inputs > 3 ? 7 : 6;
-  char name[512];
-  const char *fwd = gb_fwd(c)->name;
-  snprintf(name, sizeof name, "%s/grad/%d", fwd ? fwd : "FusedAttention", (int)(*c->counter)++);
   int32_t outs[3];
   static const char *const suffix[3] = {"dq", "dk", "dv"};
-  for (int32_t j = 0; j < 3; j++) {
-    char vn[600];
-    snprintf(vn, sizeof vn, "%s:%s", name, suffix[j]);
-    if ((outs[j] = sc_graph_new_value(g, vn)) < 0) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
-  }
-  int32_t node = sc_graph_add_node(g, SC_OP_FUSED_ATTENTION_GRAD, name, in, n_in, outs, 3);
+  int32_t node = gb_node(c, SC_OP_FUSED_ATTENTION_GRAD, in, n_in, 3, suffix, outs);
   if (node < 0) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
   /* each set at once: adding an attribute may move the others */
   double scale = sc_attr_float(g, gb_fwd(c), "scale", 1.0);

@@ -384,19 +384,33 @@ static int32_t find_output(const sc_graph *g, const sc_train_opts *o, const char
   return -1;
 }
 
-/* PyTorch's cross_entropy(logits, labels, ignore_index), reduction mean. */
-static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts *o,
-                             sc_diag *d) {
+/* Σ rows·valid / Σ valid over every row, valid = (label != ignore_index)
+ * in the rows' dtype. */
+static int32_t label_mean(sc_grad_ctx *c, int32_t rows, int32_t labels, const sc_train_opts *o) {
+  sc_graph *g = c->g;
+  int64_t ig = o->ignore_index;
+  int32_t igc = sc_graph_new_value(g, "train_c");
+  if (rows < 0 || igc < 0 ||
+      sc_value_set_data(g, igc, SC_DTYPE_I64, 0, NULL, &ig, sizeof ig, true) != SC_OK)
+    return -1;
+  int32_t keep = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_EQUAL, labels, igc));
+  int32_t valid = gb_cast(c, keep, g->values[rows].dtype);
+  if (valid < 0) return -1;
+  int32_t r = g->values[labels].rank;
+  int64_t all[SC_MAX_RANK];
+  for (int32_t k = 0; k < r; k++) all[k] = k;
+  int32_t num = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, rows, valid), all, r, false);
+  int32_t den = gb_reduce_sum(c, valid, all, r, false);
+  return gb_2(c, SC_OP_DIV, num, den);
+}
+
+/* The decomposed form (split_vocab_loss): LogSoftmax, the label's
+ * log-probability picked by a one-hot product of Range == label, its mean
+ * over the rows whose label is not ignore_index, negated. */
+static int32_t cross_entropy_split(sc_grad_ctx *c, int32_t logits, int32_t labels,
+                                   const sc_train_opts *o) {
   sc_graph *g = c->g;
   sc_value lv = g->values[logits];
-  if (lv.rank < 1 || !is_float(lv.dtype)) {
-    sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                "cross-entropy: the logits '%s' must be a float tensor of rank >= 1",
-                lv.name ? lv.name : "?");
-    return -1;
-  }
-  int32_t labels = new_input(g, "labels", SC_DTYPE_I64, lv.rank - 1, lv.dims, d);
-  if (labels < 0) return -1;
   int64_t last = lv.rank - 1, minus1 = -1, v = lv.dims[last];
   int32_t logp = gb_op_i(c, SC_OP_LOG_SOFTMAX, &logits, 1, "axis", -1);
   if (logp < 0) return -1;
@@ -415,18 +429,54 @@ static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts
   int32_t onehot = gb_cast(c, hit, lv.dtype);
   if (onehot < 0) return -1;
   int32_t picked = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, logp, onehot), &last, 1, false);
-  int64_t ig = o->ignore_index;
-  int32_t igc = sc_graph_new_value(g, "train_c");
-  if (igc < 0 || sc_value_set_data(g, igc, SC_DTYPE_I64, 0, NULL, &ig, sizeof ig, true) != SC_OK)
+  return gb_1(c, SC_OP_NEG, label_mean(c, picked, labels, o));
+}
+
+/* PyTorch's cross_entropy(logits, labels, ignore_index), reduction mean:
+ * one SoftmaxCrossEntropy node (ir/op_nn.c) gives each row's loss and its
+ * log-sum-exp, the loss is their mean over the rows whose label is not
+ * ignore_index (label_mean). Logits that are a
+ * widening Cast of bf16 or f16 values (the low-precision step's), or a
+ * reshape of one, are read before the Cast (reshaped alike: a view; the
+ * kernel computes in f32 either way, exactly), so
+ * neither an f32 copy of the logits nor one of their gradient is made.
+ * With split_vocab_loss, the decomposed form above. */
+static int32_t cross_entropy(sc_grad_ctx *c, int32_t logits, const sc_train_opts *o,
+                             sc_diag *d) {
+  sc_graph *g = c->g;
+  sc_value lv = g->values[logits];
+  if (lv.rank < 1 || !is_float(lv.dtype)) {
+    sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                "cross-entropy: the logits '%s' must be a float tensor of rank >= 1",
+                lv.name ? lv.name : "?");
     return -1;
-  int32_t keep = gb_1(c, SC_OP_NOT, gb_2(c, SC_OP_EQUAL, labels, igc));
-  int32_t valid = gb_cast(c, keep, lv.dtype);
-  if (valid < 0) return -1;
-  int64_t all[SC_MAX_RANK];
-  for (int32_t k = 0; k < lv.rank - 1; k++) all[k] = k;
-  int32_t num = gb_reduce_sum(c, gb_2(c, SC_OP_MUL, picked, valid), all, lv.rank - 1, false);
-  int32_t den = gb_reduce_sum(c, valid, all, lv.rank - 1, false);
-  return gb_1(c, SC_OP_NEG, gb_2(c, SC_OP_DIV, num, den));
+  }
+  int32_t labels = new_input(g, "labels", SC_DTYPE_I64, lv.rank - 1, lv.dims, d);
+  if (labels < 0) return -1;
+  if (o->split_vocab_loss) return cross_entropy_split(c, logits, labels, o);
+  int32_t x = logits, v = logits;
+  for (int32_t pn = lv.producer; pn >= 0 && v >= 0; pn = g->values[v].producer) {
+    sc_op op = g->nodes[pn].op;
+    if (op == SC_OP_CAST) {
+      sc_dtype st = g->values[g->nodes[pn].inputs[0]].dtype;
+      if (lv.dtype == SC_DTYPE_F32 && (st == SC_DTYPE_BF16 || st == SC_DTYPE_F16))
+        x = gb_reshape(c, g->nodes[pn].inputs[0], lv.rank, lv.dims);
+      break;
+    }
+    if (op != SC_OP_RESHAPE && op != SC_OP_FLATTEN && op != SC_OP_SQUEEZE &&
+        op != SC_OP_UNSQUEEZE)
+      break;
+    v = g->nodes[pn].inputs[0];
+  }
+  if (x < 0) return -1;
+  static const char *const suffix[2] = {"rows", "lse"};
+  int32_t outs[2];
+  int32_t node = gb_node(c, SC_OP_SOFTMAX_CROSS_ENTROPY, (int32_t[]){x, labels}, 2, 2, suffix, outs);
+  sc_attr *a = node < 0 ? NULL : sc_node_add_attr(g, node, "ignore_index", SC_ATTR_INT);
+  if (!a) return -1;
+  a->i = o->ignore_index;
+  if (sc_ops[SC_OP_SOFTMAX_CROSS_ENTROPY].infer(g, &g->nodes[node]) != SC_OK) return -1;
+  return label_mean(c, outs[0], labels, o);
 }
 
 /* mean((logits − targets)²) over every element. */

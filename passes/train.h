@@ -135,6 +135,13 @@ typedef struct sc_train_opts {
   bool no_fuse_attention;       /* leave attention cores unfused (else each
                                    becomes one FusedAttention node before
                                    autodiff: passes/fuse_attention.h) */
+  bool split_vocab_loss;        /* the cross-entropy as LogSoftmax and a
+                                   one-hot product, which keep logits split
+                                   over the vocabulary split (a tensor-
+                                   parallel step: Megatron's vocabulary-
+                                   parallel cross-entropy); else one
+                                   SoftmaxCrossEntropy node, whose rows
+                                   need the whole vocabulary */
   bool shape_only;              /* the model has shapes, no weights (`plan
                                    --train --no-weights`): every float
                                    initializer is a parameter, nothing is

@@ -1002,8 +1002,11 @@ int sc_cmd_train(int argc, char **argv) {
       t_report = t_now;
       bool overflow = !applied && fp16 && isfinite(loss); /* the scaler's skip */
       if (!applied && !overflow && !a.skip_nan) {
+        /* a NaN prints as "nan" whatever its sign bit (which the last op
+         * that made it decides) */
         fprintf(stderr, "shardc: error: step %lld: the loss is %g and the gradient norm %g "
-                "(--on-nan skip skips such steps)\n", (long long)step, loss, norm);
+                "(--on-nan skip skips such steps)\n", (long long)step,
+                isnan(loss) ? fabs(loss) : loss, isnan(norm) ? fabs(norm) : norm);
         rc = 1;
         goto done;
       }

@@ -430,6 +430,62 @@ sc_status sc_shard_layernorm(sc_shard_ctx *c) {
   return SC_OK;
 }
 
+/* LayerNormGrad (dY, X, Scale -> dX, dScale[, dB]): rows (the dims before
+ * axis) are independent, so they keep dY's split, and a row dim dY has
+ * whole takes X's split there (X is the forward's input, split as the
+ * forward ran: a context-parallel step's sequence over cp, where the
+ * gradient out of a cp_3d Gemm arrives whole over cp — slicing dY is free,
+ * gathering X is not, and dX must stay split for the ops after it, the
+ * embedding's ScatterND among them); X is asked for the same. A row's
+ * normalised dims stay whole, and Scale too. dX is split like the rows;
+ * dScale and dB sum over the rows, so each rank's are a pending sum over
+ * the axes that split the rows. */
+sc_status sc_shard_layernorm_grad(sc_shard_ctx *c) {
+  const sc_value *x = inv(c, 1);
+  int32_t axis = norm_axis(sc_attr_int(c->g, c->n, "axis", -1), x->rank);
+  if (axis < 0 || inv(c, 0)->rank != x->rank) return sc_shard_replicate_all(c);
+  c->want[0].partial = 0;
+  for (int32_t d = axis; d < x->rank; d++) sc_shard_unsplit_dim(&c->want[0], d);
+  for (int32_t d = 0; d < axis; d++)
+    if (!c->want[0].n_dim_axes[d] && dim_mask(&c->in[1], d) &&
+        !(dim_mask(&c->in[1], d) & sc_sharding_dim_axes(&c->want[0])))
+      sc_shard_copy_dim(&c->want[0], d, &c->in[1], d);
+  c->want[1] = c->want[0];
+  want_whole(c, 2);
+  sc_axes rows = 0;
+  for (int32_t d = 0; d < axis; d++) {
+    sc_shard_copy_dim(&c->out[0], d, &c->want[0], d);
+    rows |= dim_mask(&c->want[0], d);
+  }
+  for (int32_t j = 1; j < c->n->n_outputs; j++)
+    if (outv(c, j)) c->out[j].partial = rows;
+  return SC_OK;
+}
+
+/* SoftmaxCrossEntropy (logits, labels -> loss, lse) and its gradient
+ * (dLoss, logits, labels, lse -> dLogits): rows (every dim of the logits
+ * but the last) are independent, so they keep the logits' split and every
+ * per-row input is asked for the same; the classes stay whole (a logits
+ * split over the vocabulary is gathered). */
+sc_status sc_shard_softmax_cross_entropy(sc_shard_ctx *c) {
+  bool grad = c->n->op == SC_OP_SOFTMAX_CROSS_ENTROPY_GRAD;
+  int32_t xi = grad ? 1 : 0;
+  const sc_value *x = inv(c, xi);
+  int32_t r = x->rank - 1;
+  if (r < 0) return sc_shard_replicate_all(c);
+  sc_sharding rows = c->in[xi];
+  rows.partial = 0;
+  sc_shard_unsplit_dim(&rows, r);
+  for (int32_t i = 0; i < c->n->n_inputs; i++) {
+    const sc_value *v = inv(c, i);
+    sc_sharding_replicated(&c->want[i], v->rank);
+    for (int32_t d = 0; d < r && d < v->rank; d++) sc_shard_copy_dim(&c->want[i], d, &rows, d);
+  }
+  for (int32_t j = 0; j < c->n->n_outputs; j++)
+    for (int32_t d = 0; d < r; d++) sc_shard_copy_dim(&c->out[j], d, &rows, d);
+  return SC_OK;
+}
+
 /* Conv, pools, Batch/Instance/GroupNormalization: samples are independent,
  * so only the batch dim (0) of input 0 may stay split. */
 sc_status sc_shard_batch(sc_shard_ctx *c) {

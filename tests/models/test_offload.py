@@ -15,11 +15,16 @@ seeded random tokens (the third wraps around the 64 examples):
     (values > 0), the host pool holds the offloaded bytes (at least them,
     at most 64-byte alignment more each: they are all parked at once where
     the forward turns into the backward), the device's peak live bytes
-    drop by exactly saved_at_peak, which is > 0, and peak_live_without
+    drop by exactly saved_at_peak, and peak_live_without
     equals the peak live bytes of the plan compiled without offloading
     (the copies add no live bytes, so the figure is exact, not an
     estimate); without recompute the drop is most of the saved
-    activations (> 40 % of the peak);
+    activations (> 40 % of the peak); with full recompute at batch 32 the
+    peak is block 0's MLP backward, where no offloaded value is held, so
+    it stays (saved_at_peak 0), and at batch 128 (plan only) the peak
+    without offloading is block 1's MLP backward, where block 0's
+    offloaded input is held: offloading lowers it (saved_at_peak > 0,
+    less than that one value, as the peak moves to block 0's backward);
   - `shardc train` allocates the planned arena and the planned host pool,
     both exactly (its "memory:" lines);
   - under --mesh dp=2 and --mesh fsdp=2,tp=2 (thread-ranks) the logs with
@@ -93,6 +98,35 @@ def same_bits(what, ref, got):
         check(all(np.isfinite(v).all() for v in wb.values()), f"{what}: {group} not finite")
 
 
+def held_at_peak():
+    """--recompute full at batch 128: without offloading the peak is block
+    1's MLP backward, where block 0's input (one of the two offloaded
+    values) waits for block 0's recompute; offloading drops that step by
+    exactly that value, and the step's peak moves to block 0's MLP
+    backward (where nothing offloaded is held), which is then the peak:
+    the plan's saving is the old peak less the new, > 0 and less than the
+    one value held."""
+    step = ["plan", "--train", MODEL, "--json", "--recompute", "full", "--dim", "batch=128",
+            "--optimizer", "adamw", "--clip-grad-norm", "1"]
+    a, b = shardc(step), shardc(step + ["--offload-activations"])
+    if not check(a.returncode == 0 and b.returncode == 0,
+                 f"plan --recompute full, batch 128: {a.stderr[-400:]} {b.stderr[-400:]}"):
+        return
+    pref, p = json.loads(a.stdout), json.loads(b.stdout)
+    o = p["offload"]
+    one = o["bytes"] // max(o["values"], 1)
+    check(o["values"] == 2 and one == 128 * 16 * 64 * 4,
+          f"batch 128: offloaded {o['values']} values, {o['bytes']} bytes")
+    check(pref["peak_origin"] == "/m/transformer/h.1/mlp/c_proj/Gemm/grad/11" and
+          p["peak_origin"] == "/m/transformer/h.0/mlp/c_proj/Gemm/grad/63",
+          f"batch 128: peak at {pref['peak_origin']} without offloading, {p['peak_origin']} with")
+    check(o["peak_live_without"] == pref["peak_live"] and
+          p["peak_live"] == pref["peak_live"] - o["saved_at_peak"] and
+          0 < o["saved_at_peak"] < one,
+          f"batch 128: peak {p['peak_live']}, {pref['peak_live']} without, saved "
+          f"{o['saved_at_peak']}, one block input {one}")
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
@@ -125,10 +159,18 @@ def main():
                 check(o["peak_live_without"] == pref["peak_live"],
                       f"{what}: peak without offloading {o['peak_live_without']}, but the plan "
                       f"compiled without it peaks at {pref['peak_live']}")
-                check(o["saved_at_peak"] > 0 and
-                      p["peak_live"] == pref["peak_live"] - o["saved_at_peak"],
+                check(p["peak_live"] == pref["peak_live"] - o["saved_at_peak"],
                       f"{what}: peak {p['peak_live']} against {pref['peak_live']} without, "
                       f"saved_at_peak {o['saved_at_peak']}")
+                if rc == "full":
+                    # the peak is block 0's MLP backward, where block 0's
+                    # input is back on the device and block 1's is freed:
+                    # nothing offloaded is held there, the peak stays
+                    check(o["saved_at_peak"] == 0 and
+                          pref["peak_origin"] == p["peak_origin"] ==
+                          "/m/transformer/h.0/mlp/c_proj/Gemm/grad/63",
+                          f"{what}: peak at {p['peak_origin']} (without: "
+                          f"{pref['peak_origin']}), saved_at_peak {o['saved_at_peak']}")
                 if rc == "none":
                     check(o["saved_at_peak"] > 0.4 * pref["peak_live"],
                           f"{what}: saves {o['saved_at_peak']} of {pref['peak_live']}")
@@ -149,6 +191,7 @@ def main():
                           re.search(r"^  full +step .*: over by", a.stderr, re.M) and
                           re.search(r"^  full\+offload +step .*: fits by", a.stderr, re.M),
                           f"--recompute auto, budget {budget}: {chose} {a.stderr[-800:]}")
+        held_at_peak()
         smp = os.path.join(tmp, "smp.json")
         with open(smp, "w") as f:
             json.dump({"activation_checkpointing": "full", "sm_activation_offloading": True,

@@ -13,7 +13,9 @@
  * the function being linear there). NaN fails. Ops without constant
  * folding (Conv, the pools, the normalisations) get L(p±h) from a C
  * reference of their ONNX definition instead (the case's ref); their
- * rules are built from foldable ops, so the gradient itself still folds.
+ * rules are built from foldable ops (LayerNormGrad, the fused gradient of
+ * LayerNorm and RMSNorm, folds in double), so the gradient itself still
+ * folds.
  * Kinks (Relu, Clip's bounds, HardSwish's ±3, Max's ties) are where
  * random values land with probability 0; ties are checked apart.
  *
@@ -363,15 +365,40 @@ static int32_t f_layer_norm(sc_graph *g, const int32_t *p) {
   set_float(g, n, "epsilon", 1e-3);
   return done(g, n, y);
 }
-static void ref_layer_norm(double (*pd)[MAX_E], double *y) {
-  for (int b = 0; b < 2; b++) {
-    const double *x = pd[0] + 12 * b;
+/* rows × cols rows of x normalised (ε 1e-3), times s[i % ns], plus b[i]
+ * (i the index in a row) */
+static void ln_ref(const double *x, int rows, int cols, const double *s, int ns, const double *b,
+                   double *y) {
+  for (int r = 0; r < rows; r++, x += cols, y += cols) {
     double m = 0, v = 0;
-    for (int i = 0; i < 12; i++) m += x[i] / 12;
-    for (int i = 0; i < 12; i++) v += (x[i] - m) * (x[i] - m) / 12;
-    for (int i = 0; i < 12; i++)
-      y[12 * b + i] = (x[i] - m) / sqrt(v + 1e-3) * pd[1][i % 4] + pd[2][i];
+    for (int i = 0; i < cols; i++) m += x[i] / cols;
+    for (int i = 0; i < cols; i++) v += (x[i] - m) * (x[i] - m) / cols;
+    for (int i = 0; i < cols; i++) y[i] = (x[i] - m) / sqrt(v + 1e-3) * s[i % ns] + b[i];
   }
+}
+static void ref_layer_norm(double (*pd)[MAX_E], double *y) { ln_ref(pd[0], 2, 12, pd[1], 4, pd[2], y); }
+/* LayerNormalization over the last axis of [3, 4]: Scale [4], B [4] (the
+ * shapes the fused LayerNormGrad takes) */
+static int32_t f_layer_norm_last(sc_graph *g, const int32_t *p) {
+  int32_t n, y = opn(g, SC_OP_LAYER_NORM, p, 3, &n);
+  set_float(g, n, "epsilon", 1e-3);
+  return done(g, n, y);
+}
+static void ref_layer_norm_last(double (*pd)[MAX_E], double *y) {
+  ln_ref(pd[0], 3, 4, pd[1], 4, pd[2], y);
+}
+/* SoftmaxCrossEntropy's per-row losses of logits [3, 5] (labels 4, -100
+ * ignored, 0) */
+static int32_t f_softmax_cross_entropy(sc_graph *g, const int32_t *p) {
+  int32_t y[2], lab = i64s(g, 3, (int64_t[]){4, -100, 0});
+  int32_t n = sc_graph_add_node(g, SC_OP_SOFTMAX_CROSS_ENTROPY, "sce", (int32_t[]){p[0], lab}, 2,
+                                (int32_t[]){sc_graph_new_value(g, "rows"),
+                                            sc_graph_new_value(g, "lse")}, 2);
+  assert_true(n >= 0);
+  y[0] = g->nodes[n].outputs[0];
+  y[1] = g->nodes[n].outputs[1];
+  done(g, n, y[0]);
+  return y[0];
 }
 /* RMSNormalization over the last axis of [2, 5]: scale [5] */
 static int32_t f_rms_norm(sc_graph *g, const int32_t *p) {
@@ -582,7 +609,10 @@ static const gcase CASES[] = {
     {"Pad constant", 1, {2}, {D(2, 3)}, -2, 2, 0, f_pad, NULL},
     {"LayerNormalization axis 1", 3, {3, 1, 2}, {D(2, 3, 4), D(4), D(3, 4)}, -2, 2, 0,
      f_layer_norm, ref_layer_norm},
+    {"LayerNormalization last axis", 3, {2, 1, 1}, {D(3, 4), D(4), D(4)}, -2, 2, 0,
+     f_layer_norm_last, ref_layer_norm_last},
     {"RMSNormalization", 2, {2, 1}, {D(2, 5), D(5)}, -2, 2, 0, f_rms_norm, ref_rms_norm},
+    {"SoftmaxCrossEntropy", 1, {2}, {D(3, 5)}, -2, 2, 0, f_softmax_cross_entropy, NULL},
     {"BatchNormalization inference", 3, {3, 1, 1}, {D(2, 3, 2), D(3), D(3)}, -2, 2, 0,
      f_batch_norm, ref_batch_norm},
     {"GlobalAveragePool", 1, {4}, {D(2, 3, 2, 2)}, -2, 2, 0, f_global_avg, ref_global_avg},
@@ -712,6 +742,38 @@ static void test_rules(void **state) {
   (void)state;
   rng_seed(7);
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(&CASES[i]);
+}
+
+/* A LayerNormalization or RMSNormalization whose Scale (and B) are the
+ * row's shape gets one LayerNormGrad node (its gradients checked against
+ * finite differences in test_rules); one whose Scale broadcasts (axis 1
+ * of [2, 3, 4] with Scale [4]) keeps the decomposed gradient. */
+static void test_fused_norm_grad(void **state) {
+  (void)state;
+  static const struct {
+    const char *name;
+    int32_t fused;
+  } want[] = {{"LayerNormalization last axis", 1}, {"RMSNormalization", 1},
+              {"LayerNormalization axis 1", 0}};
+  for (size_t w = 0; w < sizeof want / sizeof want[0]; w++) {
+    const gcase *k = NULL;
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++)
+      if (strcmp(CASES[i].name, want[w].name) == 0) k = &CASES[i];
+    assert_non_null(k);
+    static double pd[MAX_P][MAX_E];
+    for (int i = 0; i < k->n_params; i++)
+      for (int64_t e = 0; e < numel(k->rank[i], k->dims[i]); e++) pd[i][e] = rnd_nz(-2, 2);
+    int32_t grads[MAX_P], fused = 0, reduces = 0;
+    double l;
+    sc_graph *g = build(k, pd, grads, &l);
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      fused += g->nodes[i].op == SC_OP_LAYER_NORM_GRAD;
+      reduces += g->nodes[i].op == SC_OP_REDUCE_MEAN;
+    }
+    assert_int_equal(fused, want[w].fused);
+    if (!want[w].fused) assert_true(reduces > 0);
+    sc_graph_destroy(g);
+  }
 }
 
 /* MatMul's two gradients are two separate product nodes (Gemms with trans
@@ -969,6 +1031,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rules),
       cmocka_unit_test(test_structure),
+      cmocka_unit_test(test_fused_norm_grad),
       cmocka_unit_test(test_errors),
       cmocka_unit_test(test_ties),
       cmocka_unit_test(test_refused),

@@ -652,6 +652,80 @@ static void test_rmsnorm_row_kernel(void **state) {
   sc_graph_destroy(g);
 }
 
+/* LayerNormGrad (the fused backward of LayerNorm and RMSNorm) against its
+ * folded value (double arithmetic, ir/op_nn.c; the finite-difference test
+ * in test_autodiff.c checks that one): dX, dScale and dB, over one and over
+ * two trailing axes, rows fewer than a column-sum run (one column kernel
+ * storing dScale and dB) and more (42 rows: runs of 14, partial sums, then
+ * a sum kernel), f32 and f16. Kernel counts: rows, columns and (more rows
+ * than a run) sum. */
+static void test_layernorm_grad(void **state) {
+  (void)state;
+  static const struct {
+    tcase c;
+    int32_t kernels;
+  } cs[] = {
+      {{"  input %dy : f32[3,8]\n  input %x : f32[3,8]\n  input %s : f32[8]\n"
+        "  %dx, %ds, %db = LayerNormGrad(%dy, %x, %s) {axis = -1, epsilon = 0.001}\n"
+        "  output %dx\n  output %ds\n  output %db\n", -2, 2, 0, 0, NULL}, 2},
+      {{"  input %dy : f32[6,7,5]\n  input %x : f32[6,7,5]\n  input %s : f32[5]\n"
+        "  %dx, %ds, %db = LayerNormGrad(%dy, %x, %s) {axis = 2, epsilon = 0.00001}\n"
+        "  output %dx\n  output %ds\n  output %db\n", -2, 2, 0, 0, NULL}, 3},
+      {{"  input %dy : f32[40,2,3]\n  input %x : f32[40,2,3]\n  input %s : f32[2,3]\n"
+        "  %dx, %ds = LayerNormGrad(%dy, %x, %s) {axis = -2, epsilon = 0.01, rms = 1}\n"
+        "  output %dx\n  output %ds\n", -2, 2, 0, 0, NULL}, 3},
+      {{"  input %dy : f16[34,16]\n  input %x : f16[34,16]\n  input %s : f16[16]\n"
+        "  %dx, %ds, %db = LayerNormGrad(%dy, %x, %s) {axis = 1}\n"
+        "  output %dx\n  output %ds\n  output %db\n", -2, 2, 0, 0, NULL}, 3},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+    run_case(&cs[i].c, 1200 + (int)i, false);
+    assert_int_equal(run_case(&cs[i].c, 1200 + (int)i, true), cs[i].kernels);
+  }
+  /* malformed: Scale not the row's shape, an RMS gradient with a dB */
+  static const char *const bad[] = {
+      "  input %dy : f32[3,8]\n  input %x : f32[3,8]\n  input %s : f32[1,8]\n"
+      "  %dx, %ds = LayerNormGrad(%dy, %x, %s)\n  output %dx\n",
+      "  input %dy : f32[3,8]\n  input %x : f32[3,8]\n  input %s : f32[8]\n"
+      "  %dx, %ds, %db = LayerNormGrad(%dy, %x, %s) {rms = 1}\n  output %dx\n"};
+  static const char *const why[] = {"Scale", "dB"};
+  for (int i = 0; i < 2; i++) {
+    tcase c = {bad[i], 0, 0, 0, 0, NULL};
+    sc_graph *g = parse_ok(case_text(&c));
+    assert_int_equal(sc_run_passes(g, "infer-shapes", NULL), SC_ERR_INVALID);
+    assert_non_null(strstr(g->diag.msg, why[i]));
+    sc_graph_destroy(g);
+  }
+}
+
+/* SoftmaxCrossEntropy (one row kernel: the rows' losses and lse) and its
+ * gradient (pointwise, fused with the Expand of dLoss) against their folded
+ * values (double; test_autodiff.c checks the gradient against finite
+ * differences). Labels in [-1, 6] over 7 classes with ignore_index -1:
+ * ignored rows; f32 and bf16 logits (lse and the losses f32 either way). */
+static void test_softmax_cross_entropy(void **state) {
+  (void)state;
+  static const tcase cs[] = {
+      {"  input %x : f32[4,3,7]\n  input %l : i64[4,3]\n"
+       "  const %h : f32[] = [0.25]\n  const %sh : i64[2] = [4, 3]\n"
+       "  %r, %s = SoftmaxCrossEntropy(%x, %l) {ignore_index = -1}\n"
+       "  %d = Expand(%h, %sh)\n"
+       "  %dx = SoftmaxCrossEntropyGrad(%d, %x, %l, %s) {ignore_index = -1}\n"
+       "  output %r\n  output %s\n  output %dx\n", -4, 4, -1, 6, NULL},
+      {"  input %x : bf16[5,9]\n  input %l : i64[5]\n"
+       "  const %h : f32[] = [0.5]\n  const %sh : i64[1] = [5]\n"
+       "  %r, %s = SoftmaxCrossEntropy(%x, %l) {ignore_index = -1}\n"
+       "  %d = Expand(%h, %sh)\n"
+       "  %dx = SoftmaxCrossEntropyGrad(%d, %x, %l, %s) {ignore_index = -1}\n"
+       "  output %r\n  output %s\n  output %dx\n", -4, 4, -1, 8, NULL},
+  };
+  for (int i = 0; i < 2; i++) {
+    run_case(&cs[i], 1300 + i, false);
+    /* fused: the loss kernel, and the gradient with the Expand in it */
+    assert_int_equal(run_case(&cs[i], 1300 + i, true), 2);
+  }
+}
+
 /* Attribute defaults: the folded value, the lowered-and-interpreted value
  * and a reference written with ONNX's defaults all agree. */
 static void test_attribute_defaults(void **state) {
@@ -752,6 +826,8 @@ int main(void) {
       cmocka_unit_test(test_views),
       cmocka_unit_test(test_reductions),
       cmocka_unit_test(test_norms), cmocka_unit_test(test_rmsnorm_row_kernel),
+      cmocka_unit_test(test_layernorm_grad),
+      cmocka_unit_test(test_softmax_cross_entropy),
       cmocka_unit_test(test_fused_chain_one_kernel),
       cmocka_unit_test(test_fused_reduction_prologue_epilogue),
       cmocka_unit_test(test_errors),
