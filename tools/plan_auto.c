@@ -1391,7 +1391,7 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     json_object_set_new(
         au, "block_model",
         json_pack("{s:i, s:s, s:I, s:I, s:I, s:I, s:I, s:{s:f, s:f, s:f, s:I, s:I, s:f, s:f, "
-                  "s:f, s:f, s:f}, s:{s:f, s:f, s:I, s:f, s:f}}",
+                  "s:f, s:f, s:f}, s:{s:f, s:f, s:I, s:f, s:f}, s:f, s:f}",
                   "blocks", bm.n_blocks, "found", bm.found, "hidden", (json_int_t)bm.hidden,
                   "heads", (json_int_t)bm.heads, "seq", (json_int_t)bm.seq, "vocab",
                   (json_int_t)bm.vocab, "parameters", (json_int_t)sc_block_model_params(&bm),
@@ -1403,7 +1403,9 @@ int sc_cmd_plan_auto(int argc, char **argv) {
                   "low_saved_bytes", bp->low_saved_bytes,
                   "outside", "gemm_flops", bm.outside.gemm_flops, "memory_bytes",
                   bm.outside.mem_bytes, "params", (json_int_t)bm.outside.params, "saved_bytes",
-                  bm.outside.saved_bytes, "low_saved_bytes", bm.outside.low_saved_bytes));
+                  bm.outside.saved_bytes, "low_saved_bytes", bm.outside.low_saved_bytes,
+                  "loss_saved_bytes", bm.loss_saved_bytes, "loss_split_saved_bytes",
+                  bm.loss_split_saved_bytes));
     json_object_set_new(au, "memory_limit_bytes", json_integer(limit));
     json_object_set_new(au, "objective", json_string(sc_search_goal_name(x.goal)));
     json_object_set_new(au, "tp_left_node", json_boolean(r->tp_left_node));

@@ -198,6 +198,13 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     const sc_value *o = &g->values[g->outputs[0]];
     if (o->rank >= 1) bm->vocab = o->dims[o->rank - 1];
     if (!bm->seq && o->rank == 3) bm->seq = o->dims[1];
+    /* the loss's rows: the logits' elements over the vocabulary */
+    int64_t numel = sc_value_numel(o), es = (int64_t)sc_dtype_size(o->dtype);
+    if (o->rank >= 2 && bm->vocab > 0 && numel > 0 && es > 0) {
+      double rows = (double)(numel / bm->vocab);
+      bm->loss_saved_bytes = rows * 4;
+      bm->loss_split_saved_bytes = 2 * rows * (double)bm->vocab * (double)es;
+    }
   }
   if (!bm->seq) bm->seq = 1;
   if (!bm->hidden && bm->block.input_bytes > 0) bm->hidden = 1;

@@ -24,6 +24,11 @@
  *     under tensor parallelism unless sequence parallel);
  *   the hidden size (the block output's last dim), the sequence length,
  *     the heads (dim 1 of the first rank-4 product's output; 0 unknown).
+ * The graph has no loss (the training step adds it: passes/train.c); the
+ * cross-entropy over the first output (the logits) keeps, per example,
+ * what its two compiled forms keep beside the logits (loss_saved_bytes,
+ * loss_split_saved_bytes below), for the search to add to the outside
+ * part's kept values.
  * Invariants: plain data, no pointers; n_blocks 0 means no repeated block
  * was found (everything is "outside"). Errors: SC_ERR_NOMEM, and
  * SC_ERR_INVALID for a graph without a live node. */
@@ -78,6 +83,14 @@ typedef struct sc_block_model {
   int32_t param_bytes;      /* bytes of a parameter element in the graph */
   sc_block_part block;      /* one block */
   sc_block_part outside;    /* everything else */
+  /* The cross-entropy's kept values per example beside the logits (0:
+   * no logits of rank >= 2). The fused SoftmaxCrossEntropy (a step
+   * without tensor parallelism) keeps each row's log-sum-exp: rows x 4
+   * bytes (f32). The decomposed form (a tensor-parallel step:
+   * split_vocab_loss, passes/train.h) keeps the log-probabilities and the
+   * labels' one-hot, both [rows, vocab] in the logits' dtype, which the
+   * vocabulary-parallel LM head splits over tp. */
+  double loss_saved_bytes, loss_split_saved_bytes;
   char found[96];           /* how the blocks were found (sc_blocks_describe) */
 } sc_block_model;
 

@@ -366,7 +366,7 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
                                 sc_diag *d);
 
 static void block_values(const ctx *x, const sc_search_cand *c, double *all, double *keep);
-static double outside_saved(const ctx *x);
+static double outside_saved(const ctx *x, const sc_search_cand *c);
 
 static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *cut,
                           sc_diag *d) {
@@ -512,7 +512,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double mbs = (double)c->micro_batch_size;
     double bytes = M * (double)L * keep * mbs;
     if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) /* the LM head's and loss's values too */
-      bytes += M * outside_saved(x) * mbs / vocab_split(bm, c);
+      bytes += M * outside_saved(x, c) * mbs / vocab_split(bm, c);
     double copy = bytes / x->c->host_link_bytes_per_s;
     double fwd_s = M * fwd, bwd_s = M * (fwd * BACKWARD_FACTOR + re);
     c->offload_s = (copy > fwd_s ? copy - fwd_s : 0) + (copy > bwd_s ? copy - bwd_s : 0);
@@ -607,10 +607,14 @@ static double low_fraction(const ctx *x) {
   return x->o->dtype == SC_CLUSTER_FP32 || x->o->dtype == SC_CLUSTER_TF32 ? 0.0 : 0.5;
 }
 
-/* The LM head's and loss's kept values an example, at the step's precision. */
-static double outside_saved(const ctx *x) {
-  const sc_block_part *o = &x->bm->outside;
-  return o->saved_bytes - low_fraction(x) * o->low_saved_bytes;
+/* The LM head's and loss's kept values an example, at the step's
+ * precision; the loss's as c's step compiles it (block_model.h: the
+ * decomposed form under tensor parallelism, else the fused one). */
+static double outside_saved(const ctx *x, const sc_search_cand *c) {
+  const sc_block_model *bm = x->bm;
+  const sc_block_part *o = &bm->outside;
+  double loss = c->tp > 1 ? bm->loss_split_saved_bytes : bm->loss_saved_bytes;
+  return o->saved_bytes - low_fraction(x) * o->low_saved_bytes + loss;
 }
 
 /* Per block and example on one tp rank: every value of the block (*all:
@@ -695,7 +699,7 @@ static double one_memory(const ctx *x, const sc_search_cand *c, double s) {
   }
   /* without full recompute every saved activation is offloaded, the LM
    * head's and the loss's too */
-  double outside = M * outside_saved(x) * mbs / vocab_split(bm, c);
+  double outside = M * outside_saved(x, c) * mbs / vocab_split(bm, c);
   if (c->offload_activations && c->recompute != SC_SEARCH_RECOMPUTE_FULL) outside = 0;
   double act = kept_blocks * keep * mbs + all * mbs + outside;
   return mem + act * s;
@@ -743,7 +747,7 @@ static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   double casts_c = ((double)Lc * blk_split + out_split) * wb;
   double all, keep;
   block_values(x, c, &all, &keep);
-  double head = q == c->pp - 1 ? outside_saved(x) * SAVED_HEAD_PIPE * mbs /
+  double head = q == c->pp - 1 ? outside_saved(x, c) * SAVED_HEAD_PIPE * mbs /
                                      vocab_split(bm, c) : 0;
   double stash_mb = ((double)Ls * keep * mbs + head) * s;      /* the stage's, one microbatch */
   double stash_mb_c = ((double)Lc * keep * mbs + head) * s;    /* one chunk's */

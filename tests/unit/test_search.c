@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -91,6 +92,11 @@ static void test_block_model(void **state) {
   assert_int_equal(bm.heads, 25);
   assert_int_equal(bm.seq, 128);
   assert_int_equal(bm.vocab, 50257);
+  /* the cross-entropy's kept values per example beside the logits: the
+   * fused loss's log-sum-exp, a row's f32; the decomposed form's
+   * log-probabilities and one-hot, [seq, vocab] f32 each */
+  assert_true(bm.loss_saved_bytes == s * 4);
+  assert_true(bm.loss_split_saved_bytes == 2 * s * 50257 * 4);
   assert_true(bm.block.gemm_flops == 2 * s * 12 * h * h + 4 * s * s * h);
   assert_int_equal(bm.block.params, (int64_t)(12 * h * h + 13 * h));
   assert_int_equal(bm.block.split_params, (int64_t)(12 * h * h));
@@ -321,6 +327,39 @@ static void test_grouped_collectives(void **state) {
   assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_BLOCK) == 24 + 4);
 }
 
+/* The loss's kept values in the memory estimate: the decomposed form's,
+ * split by tp, on a tensor-parallel plan only (the step keeps that form
+ * there: passes/train.h split_vocab_loss); the fused form's otherwise;
+ * per example of the micro-batch (M = 1 here). */
+static void test_loss_memory(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  sc_cluster cl = preset("h100-sxm:8x1");
+  sc_search_opts o = {.cluster = &cl, .global_batch = 8, .dtype = SC_CLUSTER_BF16,
+                      .adamw = true};
+  for (int64_t tp = 1; tp <= 2; tp++) {
+    sc_search_cand c = {.dp = 8 / tp, .fsdp = 1, .tp = tp, .pp = 1, .cp = 1, .zero = 0,
+                        .schedule = "gpipe", .virtual_stages = 1, .microbatches = 1,
+                        .micro_batch_size = tp, .recompute = SC_SEARCH_RECOMPUTE_FULL};
+    int64_t act = 0;
+    int64_t base = sc_search_rank_memory(&bm, &o, &c, 0, &act);
+    sc_block_model more = bm;
+    more.loss_saved_bytes += 1e6;
+    more.loss_split_saved_bytes += 1e6;
+    int64_t grown = sc_search_rank_memory(&more, &o, &c, 0, &act);
+    /* 1e6 bytes an example, micro-batch tp, over tp when it divides the
+     * vocabulary (50257 is odd: the LM head stays whole at tp 2) */
+    double want = 1e6 * (double)tp / (bm.vocab % tp == 0 ? (double)tp : 1);
+    assert_true(llabs(grown - base - (int64_t)want) <= 2);
+    sc_block_model other = bm; /* the other form's figure does not count */
+    if (tp == 1) other.loss_split_saved_bytes += 1e6;
+    else other.loss_saved_bytes += 1e6;
+    assert_int_equal(sc_search_rank_memory(&other, &o, &c, 0, &act), base);
+  }
+}
+
 static void test_batch_refused(void **state) {
   (void)state;
   sc_block_model bm;
@@ -404,7 +443,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
       cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_fewer_devices),
-      cmocka_unit_test(test_budget),
+      cmocka_unit_test(test_budget), cmocka_unit_test(test_loss_memory),
       cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_zero_stages),
       cmocka_unit_test(test_grouped_collectives),
       cmocka_unit_test(test_inference),
