@@ -204,12 +204,9 @@ def main():
     if not SHARDC:
         print("SHARDC is not set")
         return 1
-    part = None
-    if len(sys.argv) == 3 and sys.argv[1] == "--part" and sys.argv[2] in PARTS:
-        part = sys.argv[2]
-    elif len(sys.argv) != 1:
-        print(f"usage: test_train_cp.py [--part {'|'.join(PARTS)}]")
-        return 2
+    part, bad = dist.parse_part("test_train_cp.py", PARTS)
+    if bad:
+        return bad
     with tempfile.TemporaryDirectory() as tmp:
         for name in (PARTS[part] if part else ["gpt2", "llama"]):
             test_meshes(tmp, name)

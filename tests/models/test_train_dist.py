@@ -243,16 +243,25 @@ def same_bits(name, what, ref, got):
               f"{name} {what}: {group} not bit-identical to no recompute: {diff[:5]}")
 
 
+def parse_part(prog, parts):
+    """(part, exit code) from the command line `[--part NAME]`: NAME one of
+    parts' keys, or (None, None) without it; a usage error prints the usage
+    and gives (None, 2)."""
+    if len(sys.argv) == 3 and sys.argv[1] == "--part" and sys.argv[2] in parts:
+        return sys.argv[2], None
+    if len(sys.argv) != 1:
+        print(f"usage: {prog} [--part {'|'.join(parts)}]")
+        return None, 2
+    return None, None
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
         return 1
-    part = None
-    if len(sys.argv) == 3 and sys.argv[1] == "--part" and sys.argv[2] in PARTS:
-        part = sys.argv[2]
-    elif len(sys.argv) != 1:
-        print(f"usage: test_train_dist.py [--part {'|'.join(PARTS)}]")
-        return 2
+    part, bad = parse_part("test_train_dist.py", PARTS)
+    if bad:
+        return bad
     in_parts = sorted(n for names in PARTS.values() for n in names)
     if in_parts != sorted(SAMPLES):  # the parts together run every sample once
         print(f"PARTS names {in_parts}, not each of {sorted(SAMPLES)} once")
