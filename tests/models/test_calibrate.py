@@ -85,14 +85,16 @@ def main():
         check(positive(mt) and (p["device"]["threads"] > 1 or mt == p["memory_bytes_per_s"]),
               f"memory_thread_bytes_per_s {mt} (pool {p['memory_bytes_per_s']})")
         # the fused attention's model: a row per dtype and direction, three
-        # positive seconds each; the backward (scores twice, four products)
+        # positive seconds each, under 100 us (a sanity bound: a Debug build
+        # under AddressSanitizer measured 1.2 us a row, an optimised build
+        # at most 0.22 us); the backward (scores twice, four products)
         # dearer than the forward at GPT-2 small's head (128 x 64, causal)
         att = {(a["dtype"], a["grad"]): a for a in p.get("attention", [])}
         check(set(att) == {("fp32", False), ("fp32", True), ("bf16", False), ("bf16", True)},
               f"attention rows {sorted(att)}")
         for a in att.values():
             check(set(a) == {"dtype", "grad", "row_s", "score_s", "mac_s"} and
-                  all(positive(a[k]) and a[k] < 1e-6 for k in ("row_s", "score_s", "mac_s")),
+                  all(positive(a[k]) and a[k] < 1e-4 for k in ("row_s", "score_s", "mac_s")),
                   f"attention {a}")
         def attn_s(a):  # profile.h's features of 128 causal rows, d 64 (blocks of 64)
             scores = 64 * 64 + 64 * 128

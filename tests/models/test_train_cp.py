@@ -47,7 +47,6 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -56,7 +55,6 @@ import test_train_dist as dist  # noqa: E402
 from checks import check, finish  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
-SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 MESHES = [["--mesh", "cp=2"], ["--mesh", "cp=4"], ["--mesh", "tp=2,cp=2"],
           ["--mesh", "fsdp=2,cp=2"],
           ["--mesh", "pp=2,cp=2", "--microbatches", "2", "--schedule", "1f1b"],
@@ -68,18 +66,8 @@ LAYERS, HEADS, HEAD_DIM, SEQ, BATCH = 2, 4, 16, 16, 4  # GPT-2's sample
 
 
 def base_args(tmp, name):
-    make, labels, opts, _ = dist.SAMPLES[name]
-    model = os.path.join(SRC, "samples", name + ".onnx")
-    r = np.random.RandomState(11)
-    data = []
-    for k, v in make(r).items():
-        f = os.path.join(tmp, f"{name}_{k}.npy")
-        np.save(f, v)
-        data += ["--data", f"{k}={f}"]
-    f = os.path.join(tmp, f"{name}_labels.npy")
-    np.save(f, labels(r).astype(np.int64))
-    return model, opts, [model, "--dim", f"batch={BATCH}", "--steps", str(dist.STEPS),
-                         "--threads", "1", "--labels", f] + data + opts
+    model, base = dist.sample_args(tmp, name, BATCH)
+    return model, dist.SAMPLES[name][2], base
 
 
 def test_meshes(tmp, name):
@@ -204,12 +192,9 @@ def main():
     if not SHARDC:
         print("SHARDC is not set")
         return 1
-    part = None
-    if len(sys.argv) == 3 and sys.argv[1] == "--part" and sys.argv[2] in PARTS:
-        part = sys.argv[2]
-    elif len(sys.argv) != 1:
-        print(f"usage: test_train_cp.py [--part {'|'.join(PARTS)}]")
-        return 2
+    part, bad = dist.parse_part("test_train_cp.py", PARTS)
+    if bad:
+        return bad
     with tempfile.TemporaryDirectory() as tmp:
         for name in (PARTS[part] if part else ["gpt2", "llama"]):
             test_meshes(tmp, name)

@@ -244,16 +244,43 @@ def same_bits(name, what, ref, got):
               f"{name} {what}: {group} not bit-identical to no recompute: {diff[:5]}")
 
 
+def sample_args(tmp, name, batch):
+    """(model, `train`'s arguments without a mesh) for SAMPLES[name]: its
+    seeded inputs and labels written into tmp, the batch, STEPS steps, one
+    thread a rank."""
+    make, labels, opts, _ = SAMPLES[name]
+    model = os.path.join(SRC, "samples", name + ".onnx")
+    r = np.random.RandomState(11)
+    data = []
+    for k, v in make(r).items():
+        f = os.path.join(tmp, f"{name}_{k}.npy")
+        np.save(f, v)
+        data += ["--data", f"{k}={f}"]
+    f = os.path.join(tmp, f"{name}_labels.npy")
+    np.save(f, labels(r).astype(np.int64))
+    return model, [model, "--dim", f"batch={batch}", "--steps", str(STEPS), "--threads", "1",
+                   "--labels", f] + data + opts
+
+
+def parse_part(prog, parts):
+    """(part, exit code) from the command line `[--part NAME]`: NAME one of
+    parts' keys, or (None, None) without it; a usage error prints the usage
+    and gives (None, 2)."""
+    if len(sys.argv) == 3 and sys.argv[1] == "--part" and sys.argv[2] in parts:
+        return sys.argv[2], None
+    if len(sys.argv) != 1:
+        print(f"usage: {prog} [--part {'|'.join(parts)}]")
+        return None, 2
+    return None, None
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
         return 1
-    part = None
-    if len(sys.argv) == 3 and sys.argv[1] == "--part" and sys.argv[2] in PARTS:
-        part = sys.argv[2]
-    elif len(sys.argv) != 1:
-        print(f"usage: test_train_dist.py [--part {'|'.join(PARTS)}]")
-        return 2
+    part, bad = parse_part("test_train_dist.py", PARTS)
+    if bad:
+        return bad
     in_parts = sorted(n for names in PARTS.values() for n in names)
     if in_parts != sorted(SAMPLES):  # the parts together run every sample once
         print(f"PARTS names {in_parts}, not each of {sorted(SAMPLES)} once")
@@ -262,18 +289,8 @@ def main():
         print(f"part {part}: the meshes of {PARTS[part] or 'no sample'}"
               + (", then everything after them" if part == "rest" else ""))
     with tempfile.TemporaryDirectory() as tmp:
-        for name, (make, labels, opts, meshes) in SAMPLES.items():
-            model = os.path.join(SRC, "samples", name + ".onnx")
-            r = np.random.RandomState(11)
-            data = []
-            for k, v in make(r).items():
-                f = os.path.join(tmp, f"{name}_{k}.npy")
-                np.save(f, v)
-                data += ["--data", f"{k}={f}"]
-            f = os.path.join(tmp, f"{name}_labels.npy")
-            np.save(f, labels(r).astype(np.int64))
-            base = [model, "--dim", "batch=4", "--steps", str(STEPS), "--threads", "1",
-                    "--labels", f] + data + opts
+        for name, (_, _, opts, meshes) in SAMPLES.items():
+            model, base = sample_args(tmp, name, 4)
             if part and name not in PARTS[part]:
                 if not (part == "rest" and name == "gpt2"):
                     continue  # its data written: later sections read it
