@@ -396,7 +396,7 @@ static bool is_bf16(const sc_program *p, const sc_gemm *g) {
  * pthread_once) and does not survive an allocation failing there: seen as
  * a SIGSEGV inside it under a tight ulimit -v. So prepare makes that first
  * call, on a 1 x 1 x 1 product, after probing for the address space it
- * takes (measured with oneDNN 2.7: 5.5 MB of VmPeak, with room to spare);
+ * takes (measured: 5.5 MB of VmPeak, with room to spare);
  * later calls report a failure as a status (cpu_end_run). */
 enum { ONEDNN_SETUP_BYTES = 8 << 20 };
 
