@@ -88,6 +88,7 @@ struct sc_thread_pool {
   atomic_ullong gen;    /* bumped (under mu) for every job */
   atomic_bool quit;
   int sleepers;         /* workers waiting on `wake` (under mu) */
+  int ready;            /* workers past their set-up (under mu) */
   atomic_int busy;      /* workers not finished with the current job */
   /* the current job */
   sc_pool_fn fn;
@@ -110,6 +111,14 @@ static void take_chunks(sc_thread_pool *tp) {
 static void *worker_main(void *arg) {
   sc_thread_pool *tp = arg;
   unsigned long long seen = 0;
+  /* OpenMP's per-thread state (oneDNN runs on it), made now while memory
+   * is plentiful: libgomp exits the process when it cannot allocate it,
+   * as it did on a worker's first GEMM tile under a tight ulimit -v */
+  sc_cpu_engine_one_thread();
+  pthread_mutex_lock(&tp->mu);
+  tp->ready++;
+  pthread_cond_signal(&tp->done);
+  pthread_mutex_unlock(&tp->mu);
   for (;;) {
     /* spin for the next job, then sleep */
     spin_while_eq(&tp->gen, seen, &tp->quit);
@@ -173,6 +182,9 @@ sc_status sc_thread_pool_create(int threads, sc_thread_pool **out, sc_diag *diag
       }
       tp->n_workers++;
     }
+    pthread_mutex_lock(&tp->mu);
+    while (tp->ready < tp->n_workers) pthread_cond_wait(&tp->done, &tp->mu);
+    pthread_mutex_unlock(&tp->mu);
   }
   *out = tp;
   return SC_OK;
@@ -392,13 +404,18 @@ static bool is_bf16(const sc_program *p, const sc_gemm *g) {
   return g->c >= 0 && g->c < p->n_buffers && p->buffers[g->c].dtype == SC_DTYPE_BF16;
 }
 
-/* oneDNN sets itself up on its first sgemm (its kernels generated, under a
- * pthread_once) and does not survive an allocation failing there: seen as
- * a SIGSEGV inside it under a tight ulimit -v. So prepare makes that first
- * call, on a 1 x 1 x 1 product, after probing for the address space it
- * takes (measured: 5.5 MB of VmPeak, with room to spare);
- * later calls report a failure as a status (cpu_end_run). */
-enum { ONEDNN_SETUP_BYTES = 8 << 20 };
+/* oneDNN sets itself up on its first sgemm of each kind (its kernels
+ * generated, each under a pthread_once) and does not survive an allocation
+ * failing there: seen as a SIGSEGV inside it under a tight ulimit -v. A
+ * 1 x 1 x 1 product sets up only its small path: the first real product
+ * (GPT-2's step at a limit 30 KiB above the set-up's) then generated the
+ * blocked kernels and crashed. So prepare makes the first call of every
+ * kind a program can make, after probing for the address space they take:
+ * the small product, and a 64 x 64 x 64 one (blocked, packed) for each of
+ * the four transpositions (measured: 5.5 MB of VmPeak for the small one;
+ * ONEDNN_SETUP_BYTES leaves room for the rest). Later calls report a
+ * failure as a status (cpu_end_run). */
+enum { ONEDNN_SETUP_BYTES = 8 << 20, ONEDNN_SETUP_DIM = 64 };
 
 static sc_status onednn_setup(sc_diag *diag) {
   static atomic_bool done;
@@ -407,8 +424,15 @@ static sc_status onednn_setup(sc_diag *diag) {
     return sc_diag_nomem(diag, ONEDNN_SETUP_BYTES, "oneDNN's set-up (its GEMM kernels)");
   sc_cpu_engine_one_thread();
   float a = 1.0f, b = 1.0f, c = 0.0f;
-  if (dnnl_sgemm('N', 'N', 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1) != dnnl_success)
-    return sc_diag_nomem(diag, ONEDNN_SETUP_BYTES, "oneDNN's set-up (its GEMM kernels)");
+  bool ok = dnnl_sgemm('N', 'N', 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1) == dnnl_success;
+  enum { D = ONEDNN_SETUP_DIM };
+  float *m = ok ? sc_calloc(3 * D * D, sizeof *m) : NULL;
+  for (int t = 0; m && ok && t < 4; t++)
+    ok = dnnl_sgemm(t & 1 ? 'T' : 'N', t & 2 ? 'T' : 'N', D, D, D, 1.0f, m, D, m + D * D, D,
+                    0.0f, m + 2 * D * D, D) == dnnl_success;
+  if (ok && !m) ok = false;
+  sc_free(m);
+  if (!ok) return sc_diag_nomem(diag, ONEDNN_SETUP_BYTES, "oneDNN's set-up (its GEMM kernels)");
   atomic_store(&done, true);
   return SC_OK;
 }
