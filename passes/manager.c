@@ -36,6 +36,11 @@ static const sc_pass_info registry[] = {
      "static shapes (infer-shapes), constants folded",
      "every attention core that qualifies is one FusedAttention node (passes/"
      "fuse_attention.h); the replaced nodes are dead, for dce", false},
+    {"fuse-norm", sc_pass_fuse_norm,
+     "static shapes (infer-shapes), constants folded",
+     "every RMS norm written out (Pow, ReduceMean, Add, Sqrt, Div or Reciprocal, "
+     "Mul, the product by a weight) is one RMSNormalization node (passes/fuse_norm.c)",
+     false},
     {"dce", sc_pass_dce,
      "nothing",
      "every node and constant feeds a graph output; graph inputs kept", false},

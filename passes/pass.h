@@ -19,6 +19,8 @@
  *                the constant values), evaluating what infer-shapes did not
  *   fuse-attention  each attention core becomes one FusedAttention node
  *                (passes/fuse_attention.h); off with opts->no_fuse_attention
+ *   fuse-norm    each RMS norm written out in elementary ops becomes one
+ *                RMSNormalization node (passes/fuse_norm.c)
  *   dce          removes nodes and constants no graph output depends on
  */
 #ifndef SC_PASSES_PASS_H
@@ -28,7 +30,7 @@
 
 #include "ir/ir.h"
 
-#define SC_CANONICAL_PASSES "bind-dims,infer-shapes,fold,fuse-attention,dce"
+#define SC_CANONICAL_PASSES "bind-dims,infer-shapes,fold,fuse-attention,fuse-norm,dce"
 
 struct sc_fuse_attention_report;
 
@@ -83,6 +85,7 @@ sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fold(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_dce(sc_graph *g, const sc_pass_opts *opts);
 sc_status sc_pass_fuse_attention(sc_graph *g, const sc_pass_opts *opts);
+sc_status sc_pass_fuse_norm(sc_graph *g, const sc_pass_opts *opts);
 
 
 /* Shared by infer-shapes and fold: evaluates node n when its op has an eval

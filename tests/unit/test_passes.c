@@ -1,5 +1,5 @@
 /* test_passes.c — the pass manager and the canonical passes (bind-dims,
- * infer-shapes, fold, dce) and the IR verifier.
+ * infer-shapes, fold, fuse-norm, dce) and the IR verifier.
  *
  * Graphs are written as textual IR (parsed by ir/parse.c) or built through
  * the graph API when the test needs a graph the parser would refuse (a broken
@@ -259,6 +259,86 @@ static void test_verifier(void **state) {
   sc_graph_destroy(g);
 }
 
+/* A Hugging Face LlamaRMSNorm as torch.onnx writes it at opset 17, with a
+ * second, already-x/s form beside it; and three chains that must stay:
+ * a mean over another axis, an intermediate that is a graph output, and no
+ * product by a weight. */
+static const char *const RMS_CHAINS =
+    "shardc.ir 1\n"
+    "graph \"main\" opset 17 {\n"
+    "  input %x : f32[2,3,8]\n"
+    "  input %w : f32[8]\n"
+    "  const %two : f32[] = [2.0]\n"
+    "  const %eps : f32[] = [1e-6]\n"
+    "  const %one : f32[] = [1.0]\n"
+    "  %p = Pow(%x, %two)\n"
+    "  %m = ReduceMean(%p) {axes = [-1], keepdims = 1}\n"
+    "  %a = Add(%m, %eps)\n"
+    "  %s = Sqrt(%a)\n"
+    "  %r = Div(%one, %s)\n"
+    "  %n = Mul(%x, %r)\n"
+    "  %c = Cast(%n) {to = 1}\n"
+    "  %y = Mul(%w, %c) \"hf\"\n"
+    "  %p2 = Mul(%y, %y)\n"
+    "  %m2 = ReduceMean(%p2) {axes = [2]}\n"
+    "  %a2 = Add(%eps, %m2)\n"
+    "  %s2 = Sqrt(%a2)\n"
+    "  %n2 = Div(%y, %s2)\n"
+    "  %y2 = Mul(%n2, %w) \"xs\"\n"
+    "  %p3 = Pow(%x, %two)\n"
+    "  %m3 = ReduceMean(%p3) {axes = [1], keepdims = 1}\n"
+    "  %a3 = Add(%m3, %eps)\n"
+    "  %s3 = Sqrt(%a3)\n"
+    "  %n3 = Div(%x, %s3)\n"
+    "  %y3 = Mul(%n3, %n3)\n"
+    "  %p4 = Pow(%x, %two)\n"
+    "  %m4 = ReduceMean(%p4) {axes = [-1]}\n"
+    "  %a4 = Add(%m4, %eps)\n"
+    "  %s4 = Sqrt(%a4)\n"
+    "  %n4 = Div(%x, %s4)\n"
+    "  %y4 = Mul(%n4, %w)\n"
+    "  %p5 = Pow(%x, %two)\n"
+    "  %m5 = ReduceMean(%p5) {axes = [-1]}\n"
+    "  %a5 = Add(%m5, %eps)\n"
+    "  %s5 = Sqrt(%a5)\n"
+    "  %y5 = Div(%x, %s5)\n"
+    "  output %y2\n"
+    "  output %y3\n"
+    "  output %y4\n"
+    "  output %s4\n"
+    "  output %y5\n"
+    "}\n";
+
+static void test_fuse_norm(void **state) {
+  (void)state;
+  sc_graph *g = parse_ok(RMS_CHAINS);
+  sc_pass_opts po;
+  quiet_opts(&po);
+  run_passes_ok(g, SC_CANONICAL_PASSES, &po);
+  assert_int_equal(count_op(g, SC_OP_RMS_NORM), 2);
+  /* the two fused ones took the weight products' places, in order */
+  int32_t hf = -1, xs = -1;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (strcmp(g->nodes[i].name, "hf") == 0) hf = i;
+    if (strcmp(g->nodes[i].name, "xs") == 0) xs = i;
+  }
+  assert_true(hf >= 0 && xs > hf);
+  for (int32_t k = 0; k < 2; k++) {
+    const sc_node *n = sc_nod(g, k == 0 ? hf : xs);
+    assert_int_equal(n->op, SC_OP_RMS_NORM);
+    assert_string_equal(sc_node_input(g, n, 0)->name, k == 0 ? "x" : "y");
+    assert_string_equal(sc_node_input(g, n, 1)->name, "w");
+    assert_float_equal(sc_attr_float(g, n, "epsilon", 0), (double)1e-6f, 1e-12);
+    assert_int_equal(sc_attr_int(g, n, "axis", 0), -1);
+  }
+  /* left alone: the mean over axis 1 (y3), the chain whose Sqrt is an
+   * output (y4) and the one with no weight (y5): 3 ReduceMeans, 3 Sqrts */
+  assert_int_equal(count_op(g, SC_OP_REDUCE_MEAN), 3);
+  assert_int_equal(count_op(g, SC_OP_SQRT), 3);
+  assert_int_equal(count_op(g, SC_OP_POW), 3);
+  sc_graph_destroy(g);
+}
+
 static void test_unknown_pass(void **state) {
   (void)state;
   sc_graph *g = small_graph(NULL);
@@ -266,7 +346,7 @@ static void test_unknown_pass(void **state) {
   quiet_opts(&po);
   assert_int_equal(sc_run_passes(g, "dce, frobnicate", &po), SC_ERR_USAGE);
   assert_non_null(strstr(g->diag.msg, "unknown pass 'frobnicate'"));
-  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, fuse-attention, dce"));
+  assert_non_null(strstr(g->diag.msg, "bind-dims, infer-shapes, fold, fuse-attention, fuse-norm, dce"));
   assert_int_equal(g->n_nodes, 2); /* nothing ran */
   sc_diag_clear(&g->diag);
   po.print_after = "nosuch";
@@ -279,12 +359,13 @@ static void test_unknown_pass(void **state) {
   const sc_pass_info *reg = sc_pass_registry();
   assert_string_equal(reg[0].name, "bind-dims");
   assert_string_equal(reg[3].name, "fuse-attention");
-  assert_string_equal(reg[5].name, "fuse");
-  assert_null(reg[6].name);
+  assert_string_equal(reg[4].name, "fuse-norm");
+  assert_string_equal(reg[6].name, "fuse");
+  assert_null(reg[7].name);
   sc_pass_info clash = {"fold", sc_pass_dce, "", "", false};
   assert_int_equal(sc_pass_register(&clash), SC_ERR_USAGE);
-  assert_int_equal(sc_pass_register(&reg[5]), SC_OK);
-  assert_null(reg[6].name);
+  assert_int_equal(sc_pass_register(&reg[6]), SC_OK);
+  assert_null(reg[7].name);
   sc_graph_destroy(g);
 }
 
@@ -381,6 +462,7 @@ int main(void) {
       cmocka_unit_test(test_fold_output_becomes_const),
       cmocka_unit_test(test_dce),
       cmocka_unit_test(test_verifier),
+      cmocka_unit_test(test_fuse_norm),
       cmocka_unit_test(test_unknown_pass),
       cmocka_unit_test(test_print_after_and_time),
       cmocka_unit_test(test_bind_dims),
