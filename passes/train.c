@@ -608,30 +608,42 @@ static sc_status widen(sc_grad_ctx *c, int32_t yl, int32_t y, sc_diag *d) {
  * the node order is restored. */
 static sc_status to_low_precision(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
   sc_graph *g = c->g;
-  int32_t nn = g->n_nodes;
-  for (int32_t i = 0; i < nn; i++) {
+  int32_t nn = g->n_nodes, nv = g->n_values;
+  /* cast_of[x]: the one Cast of value x to low, made for its first product
+   * reader; the others read it too (Llama's normed input feeds the q, k and
+   * v products: one bf16 copy, computed and saved once, not three) */
+  int32_t *cast_of = sc_malloc((size_t)nv * sizeof *cast_of);
+  if (!cast_of) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t v = 0; v < nv; v++) cast_of[v] = -1;
+  sc_status st = SC_OK;
+  for (int32_t i = 0; i < nn && st == SC_OK; i++) {
     const sc_node *n = &g->nodes[i];
     if ((n->op != SC_OP_MATMUL && n->op != SC_OP_GEMM) || (n->flags & SC_NODE_DEAD) ||
         n->n_outputs != 1 || g->values[n->outputs[0]].dtype != SC_DTYPE_F32)
       continue;
     int32_t ni = n->n_inputs, out = n->outputs[0];
-    for (int32_t k = 0; k < ni; k++) {
+    for (int32_t k = 0; k < ni && st == SC_OK; k++) {
       int32_t x = g->nodes[i].inputs[k];
       if (x < 0 || g->values[x].dtype != SC_DTYPE_F32) continue;
-      int32_t xb = gb_cast(c, x, low);
-      if (xb < 0) return built(g, -1, "bf16 casts", d);
-      g->nodes[i].inputs[k] = xb;
+      int32_t xb = x < nv && cast_of[x] >= 0 ? cast_of[x] : gb_cast(c, x, low);
+      if (xb < 0) st = built(g, -1, "bf16 casts", d);
+      else g->nodes[i].inputs[k] = xb;
+      if (xb >= 0 && x < nv) cast_of[x] = xb;
     }
-    int32_t yb = sc_graph_new_value(g, "bf16_product");
-    if (yb < 0) return built(g, -1, "bf16 casts", d);
+    int32_t yb = st == SC_OK ? sc_graph_new_value(g, "bf16_product") : -1;
+    if (st == SC_OK && yb < 0) st = built(g, -1, "bf16 casts", d);
+    if (st != SC_OK) break;
     g->nodes[i].outputs[0] = yb;
     g->values[yb].producer = i;
-    if (sc_ops[g->nodes[i].op].infer(g, &g->nodes[i]) != SC_OK)
-      return built(g, -1, "bf16 product", d);
+    if (sc_ops[g->nodes[i].op].infer(g, &g->nodes[i]) != SC_OK) {
+      st = built(g, -1, "bf16 product", d);
+      break;
+    }
     /* the old value, now the cast back to f32: its readers are unchanged */
-    sc_status st = widen(c, yb, out, d);
-    if (st != SC_OK) return st;
+    st = widen(c, yb, out, d);
   }
+  sc_free(cast_of);
+  if (st != SC_OK) return st;
   if (sc_graph_toposort(g) != SC_OK) return built(g, -1, "node order", d);
   return SC_OK;
 }
@@ -897,7 +909,9 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   sc_pass_opts po;
   sc_pass_opts_init(&po);
   po.quiet = true;
-  if (sc_run_passes(g, "bind-dims,infer-shapes", &po) != SC_OK) {
+  /* fuse-norm before the precision casts, as the import's pipeline runs it
+   * (a norm the model wrote as one op is one here too) */
+  if (sc_run_passes(g, "bind-dims,infer-shapes,fuse-norm", &po) != SC_OK) {
     *d = g->diag;
     return d->status;
   }
