@@ -98,6 +98,9 @@ def profile(a, threads):
           (f", local: latency {loc[0]['latency_s'] * 1e6:.2f} us a hop, bandwidth "
            f"{loc[0]['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, {loc[0]['overhead_s'] * 1e6:.2f} us "
            f"a call (groups of 2..{loc[0]['max_ranks']})" if loc else ""))
+    for y in p.get("sync", []):
+        print(f"  sync {y['ranks']} ranks: {y['call_s'] * 1e6:.2f} us a meeting, compute "
+              f"x {y['stretch']:.3f}")
     return path
 
 
