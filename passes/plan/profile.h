@@ -116,16 +116,16 @@ typedef struct sc_profile_attention {
 
 /* Thread-ranks that compute and meet in a collective, as a training
  * step's do (api/calibrate.c measure_sync, docs/planner.md "Ranks that
- * meet"): R ranks, each running the same compiled program of kernel
- * steps and then an all-reduce of 16 floats a rank, over and over, take
- * longer an iteration than one rank running the program alone plus the
- * back-to-back collective. The excess, measured at two program lengths,
- * is fitted as call_s + (stretch - 1) * (the program's time alone):
- * call_s, what each meeting adds (a waiting rank's wake-up, the ranks'
- * drift apart between meetings); stretch, how many times slower each
- * rank computes than alone while all compute (the cores' and the memory
- * bus's share: time-slicing when ranks outnumber the cores). One row a
- * rank count, distinct. */
+ * compute and meet"): R ranks, each running the same compiled program of
+ * kernel steps and then an all-reduce of 16 floats a rank, over and
+ * over, take longer a round than one rank running the program alone plus
+ * the back-to-back collective. stretch: how many times slower each rank
+ * computes than alone while all compute (time-slicing when ranks
+ * outnumber the cores, times the ratio of the program's CPU time beside
+ * the others to alone: the caches' and memory bus's share); call_s: the
+ * rest of the excess, what each meeting adds (a waiting rank's wake-up,
+ * the ranks' drift apart between meetings). One row a rank count,
+ * distinct. */
 typedef struct sc_profile_sync {
   int64_t ranks;  /* thread-ranks, >= 2 */
   double call_s;  /* seconds added to each collective or hand-off */
