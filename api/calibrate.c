@@ -628,11 +628,13 @@ static sc_status time_coll(int n, int kind, int64_t count, int reps, sc_profile_
 
 /* ---- ranks that compute and meet (profile.h: sync) ---- */
 
-enum { SYNC_FLOATS = 16384, SYNC_SHORT = 8, SYNC_LONG = 32, SYNC_ROUNDS = 8, SYNC_ITERS = 60 };
+enum { SYNC_FLOATS = 16384, SYNC_SHORT = 8, SYNC_LONG = 32, SYNC_ROUNDS = 8, SYNC_ITERS = 60,
+       SYNC_ITERS_QUICK = 15 };
 
 typedef struct sync_job {
   sc_comm *comm;   /* NULL: alone, no collective */
   timed_prog prog; /* its own session of the work program */
+  int iters;       /* timed iterations, <= SYNC_ITERS */
   float buf[2 * MAX_GROUP * 16];
   double seconds;  /* median of its iterations' times, over SYNC_ROUNDS */
   double cpu_s;    /* the same of the calling thread's CPU time in the runs */
@@ -648,7 +650,7 @@ static void *sync_main(void *arg) {
   sc_tensor_view outs[MAX_IO];
   double v[SYNC_ITERS], cpu[SYNC_ITERS];
   int got = 0;
-  for (int it = -1; it < SYNC_ITERS && j->st == SC_OK; it++) { /* it = -1: warm-up */
+  for (int it = -1; it < j->iters && j->st == SC_OK; it++) { /* it = -1: warm-up */
     if (it == 0 && j->comm) j->st = sc_comm_barrier(j->comm, &d);
     double t0 = now_s(), in_runs = 0;
     for (int r = 0; r < SYNC_ROUNDS && j->st == SC_OK; r++) {
@@ -675,7 +677,8 @@ static void *sync_main(void *arg) {
  * floats) on n thread-ranks, each with the profile's threads, each round
  * ending in an all-reduce of 16 floats a rank: an iteration is
  * SYNC_ROUNDS rounds (the meetings of a short training step), its time
- * over the rounds, the median of SYNC_ITERS iterations after one, the
+ * over the rounds, the median of SYNC_ITERS (quick: SYNC_ITERS_QUICK)
+ * iterations after one, the
  * slowest rank's (*out); *cpu the ranks' mean of the same statistic of
  * the CPU time their calling threads spent in the chain's runs; n = 1:
  * the program alone, no collective; links = 0: the collective alone. */
@@ -690,6 +693,7 @@ static sc_status time_sync(ctx *c, int n, int links, double *out, double *cpu, s
   int opened = 0, started = 0;
   for (; st == SC_OK && opened < n; opened++) {
     jobs[opened].comm = comms[opened];
+    jobs[opened].iters = c->o->quick ? SYNC_ITERS_QUICK : SYNC_ITERS;
     if (text) st = prog_open(text, false, c->tg, &jobs[opened].prog, d);
   }
   for (; st == SC_OK && started < n; started++)
