@@ -7,7 +7,10 @@ Figures printed (never fails on a time; `make bench` runs it):
      count a rank gets — the runtime gives each of R thread-ranks
      max(1, cores // R) threads (runtime/dist_train.c), and a profile's GEMM
      rates are for the threads it was measured with: profile-tT.json for
-     T threads. Its run time is printed.
+     T threads. Its run time is printed, and its figures: GEMM rates,
+     bandwidth, the local communicator's fit and its sync rows (what a
+     meeting of R computing thread-ranks costs, and their compute factor;
+     docs/planner.md, "Ranks that compute and meet").
   2. For each case, the prediction: `shardc plan MODEL --train --dim batch=B
      --optimizer adamw [--precision P] [--recompute R] --mesh M
      --cluster cpu:local@PROFILE --json`'s predicted.step_time_s (when the
