@@ -626,6 +626,137 @@ static sc_status time_coll(int n, int kind, int64_t count, int reps, sc_profile_
   return SC_OK;
 }
 
+/* ---- ranks that compute and meet (profile.h: sync) ---- */
+
+enum { SYNC_FLOATS = 16384, SYNC_SHORT = 8, SYNC_LONG = 32, SYNC_ROUNDS = 8, SYNC_ITERS = 60,
+       SYNC_ITERS_QUICK = 15 };
+
+typedef struct sync_job {
+  sc_comm *comm;   /* NULL: alone, no collective */
+  timed_prog prog; /* its own session of the work program */
+  int iters;       /* timed iterations, <= SYNC_ITERS */
+  float buf[2 * MAX_GROUP * 16];
+  double seconds;  /* median of its iterations' times, over SYNC_ROUNDS */
+  double cpu_s;    /* the same of the calling thread's CPU time in the runs */
+  sc_status st;
+  char err[sizeof(((sc_diag *)0)->msg)];
+} sync_job;
+
+static void *sync_main(void *arg) {
+  sync_job *j = arg;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  int n = j->comm ? sc_comm_size(j->comm) : 1;
+  sc_tensor_view outs[MAX_IO];
+  double v[SYNC_ITERS], cpu[SYNC_ITERS];
+  int got = 0;
+  for (int it = -1; it < j->iters && j->st == SC_OK; it++) { /* it = -1: warm-up */
+    if (it == 0 && j->comm) j->st = sc_comm_barrier(j->comm, &d);
+    double t0 = now_s(), in_runs = 0;
+    for (int r = 0; r < SYNC_ROUNDS && j->st == SC_OK; r++) {
+      double c0 = thread_cpu_s();
+      if (j->prog.s)
+        j->st = sc_session_run(j->prog.s, j->prog.in, j->prog.n_in, outs, j->prog.n_out, &d);
+      in_runs += thread_cpu_s() - c0;
+      if (j->st == SC_OK && j->comm)
+        j->st = sc_comm_all_reduce(j->comm, j->buf, j->buf + n * 16, (int64_t)n * 16,
+                                   SC_DTYPE_F32, SC_REDUCE_SUM, &d);
+    }
+    if (it >= 0) {
+      cpu[got] = in_runs / SYNC_ROUNDS;
+      v[got++] = (now_s() - t0) / SYNC_ROUNDS;
+    }
+  }
+  j->seconds = got ? median(v, got) : 0;
+  j->cpu_s = got ? median(cpu, got) : 0;
+  if (j->st != SC_OK) snprintf(j->err, sizeof j->err, "%s", d.msg);
+  return NULL;
+}
+
+/* The seconds of a round of `links` Adds (chain_text over SYNC_FLOATS
+ * floats) on n thread-ranks, each with the profile's threads, each round
+ * ending in an all-reduce of 16 floats a rank: an iteration is
+ * SYNC_ROUNDS rounds (the meetings of a short training step), its time
+ * over the rounds, the median of SYNC_ITERS (quick: SYNC_ITERS_QUICK)
+ * iterations after one, the
+ * slowest rank's (*out); *cpu the ranks' mean of the same statistic of
+ * the CPU time their calling threads spent in the chain's runs; n = 1:
+ * the program alone, no collective; links = 0: the collective alone. */
+static sc_status time_sync(ctx *c, int n, int links, double *out, double *cpu, sc_diag *d) {
+  char *text = links > 0 ? chain_text(links, SYNC_FLOATS) : NULL;
+  if (links > 0 && !text) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  sc_comm *comms[MAX_GROUP] = {0};
+  sync_job *jobs = sc_calloc((size_t)n, sizeof *jobs);
+  pthread_t th[MAX_GROUP];
+  sc_status st = jobs ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  if (st == SC_OK && n > 1) st = sc_comm_local_create_group(n, comms, d);
+  int opened = 0, started = 0;
+  for (; st == SC_OK && opened < n; opened++) {
+    jobs[opened].comm = comms[opened];
+    jobs[opened].iters = c->o->quick ? SYNC_ITERS_QUICK : SYNC_ITERS;
+    if (text) st = prog_open(text, false, c->tg, &jobs[opened].prog, d);
+  }
+  for (; st == SC_OK && started < n; started++)
+    if (pthread_create(&th[started], NULL, sync_main, &jobs[started]) != 0)
+      st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "calibrate: cannot start a thread");
+  if (st != SC_OK && n > 1)
+    for (int r = 0; r < n; r++)
+      if (comms[r]) sc_comm_abort(comms[r], "calibrate failed");
+  for (int r = 0; r < started; r++) pthread_join(th[r], NULL);
+  double slowest = 0;
+  *cpu = 0;
+  for (int r = 0; jobs && r < n; r++) {
+    if (st == SC_OK && jobs[r].st != SC_OK)
+      st = sc_diag_set(d, jobs[r].st, NULL, NULL, "calibrate: rank %d: %s", r, jobs[r].err);
+    if (jobs[r].seconds > slowest) slowest = jobs[r].seconds;
+    *cpu += jobs[r].cpu_s / n;
+    if (r < opened && text) prog_close(&jobs[r].prog);
+    if (comms[r]) sc_comm_destroy(comms[r]);
+  }
+  sc_free(jobs);
+  free(text);
+  *out = slowest;
+  return st;
+}
+
+/* For each group of 2..hi ranks: the program alone and on n ranks at two
+ * lengths, and the all-reduce alone (back-to-back rounds). stretch: the
+ * cores' share (n x threads over the cores, when more) times the ratio of
+ * the long chain's CPU time on n ranks to alone (the caches' and memory
+ * bus's share: CPU time, which other processes' time-slices do not
+ * lengthen), at least 1; call_s: the wall-clock excess over the chain
+ * alone, stretched, and the collective alone, the mean of the two
+ * lengths'. */
+static sc_status measure_sync(ctx *c, int hi, sc_diag *d) {
+  static const int LINKS[2] = {SYNC_SHORT, SYNC_LONG};
+  double alone[2], alone_cpu[2], unused;
+  for (int w = 0; w < 2; w++) TRY(time_sync(c, 1, LINKS[w], &alone[w], &alone_cpu[w], d));
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int n = 2; n <= hi && c->p->n_sync < SC_PROFILE_MAX_SYNC; n++) {
+    double coll = 0, t[2], cpu[2];
+    TRY(time_sync(c, n, 0, &coll, &unused, d));
+    for (int w = 0; w < 2; w++) {
+      TRY(time_sync(c, n, LINKS[w], &t[w], &cpu[w], d));
+      note(c, "sync %d ranks, %2d steps: %8.2f us a round, %.2f us CPU (alone %.2f us, %.2f us "
+              "CPU; the all-reduce alone %.2f us)\n", n, LINKS[w], t[w] * 1e6, cpu[w] * 1e6,
+           alone[w] * 1e6, alone_cpu[w] * 1e6, coll * 1e6);
+    }
+    double ranks_threads = (double)n * (double)(c->p->threads > 0 ? c->p->threads : 1);
+    double share = cores > 0 && ranks_threads > (double)cores ? ranks_threads / (double)cores : 1;
+    double stretch = alone_cpu[1] > 0 ? share * cpu[1] / alone_cpu[1] : share;
+    if (!(stretch >= 1)) stretch = 1; /* computing beside others is never faster */
+    if (stretch > SC_PROFILE_MAX_STRETCH) stretch = SC_PROFILE_MAX_STRETCH;
+    double call = 0;
+    for (int w = 0; w < 2; w++) call += 0.5 * (t[w] - stretch * alone[w] - coll);
+    sc_profile_sync *y = &c->p->sync[c->p->n_sync++];
+    y->ranks = n;
+    y->stretch = stretch;
+    y->call_s = floored(c, call, "sync call");
+    note(c, "sync %d ranks: %.2f us a call, compute x %.3f\n", n, y->call_s * 1e6, y->stretch);
+  }
+  return SC_OK;
+}
+
 static sc_status measure_comms(ctx *c, sc_diag *d) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   int hi = c->o->max_ranks > 0 ? c->o->max_ranks : (cores > 4 ? (int)cores : 4);
@@ -654,7 +785,7 @@ static sc_status measure_comms(ctx *c, sc_diag *d) {
   note(c, "local: latency %.3f us a hop, bandwidth %.3f GB/s, overhead %.3f us a call "
           "(NNLS over %d samples)\n",
        pc->latency_s * 1e6, pc->bandwidth_bytes_per_s / 1e9, pc->overhead_s * 1e6, ns);
-  return SC_OK;
+  return measure_sync(c, hi, d);
 }
 
 static void cpu_name(char *out, size_t n) {

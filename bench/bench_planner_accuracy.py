@@ -7,7 +7,10 @@ Figures printed (never fails on a time; `make bench` runs it):
      count a rank gets — the runtime gives each of R thread-ranks
      max(1, cores // R) threads (runtime/dist_train.c), and a profile's GEMM
      rates are for the threads it was measured with: profile-tT.json for
-     T threads. Its run time is printed.
+     T threads. Its run time is printed, and its figures: GEMM rates,
+     bandwidth, the local communicator's fit and its sync rows (what a
+     meeting of R computing thread-ranks costs, and their compute factor;
+     docs/planner.md, "Ranks that compute and meet").
   2. For each case, the prediction: `shardc plan MODEL --train --dim batch=B
      --optimizer adamw [--precision P] [--recompute R] --mesh M
      --cluster cpu:local@PROFILE --json`'s predicted.step_time_s (when the
@@ -98,6 +101,9 @@ def profile(a, threads):
           (f", local: latency {loc[0]['latency_s'] * 1e6:.2f} us a hop, bandwidth "
            f"{loc[0]['bandwidth_bytes_per_s'] / 1e9:.2f} GB/s, {loc[0]['overhead_s'] * 1e6:.2f} us "
            f"a call (groups of 2..{loc[0]['max_ranks']})" if loc else ""))
+    for y in p.get("sync", []):
+        print(f"  sync {y['ranks']} ranks: {y['call_s'] * 1e6:.2f} us a meeting, compute "
+              f"x {y['stretch']:.3f}")
     return path
 
 

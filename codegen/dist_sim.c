@@ -337,7 +337,8 @@ static sc_status collective_time(const sc_dist_program *dp, const sc_comm_step *
                      sc_cost_group_nodes(&dp->mesh, cs->axes)};
   sc_coll_cost cc;
   if (sc_cost_collective(c, KIND[cs->kind], bytes, g, &cc, d) != SC_OK) return d->status;
-  *seconds = cc.seconds;
+  /* thread-ranks that compute between meetings: what each meeting adds */
+  *seconds = cc.seconds + (g.ranks > 1 ? sc_cluster_sync_call_s(c, dp->mesh.n_ranks) : 0);
   return SC_OK;
 }
 
@@ -350,7 +351,7 @@ static sc_status p2p_time(const sc_dist_program *dp, int64_t a, int64_t b, doubl
   if (sc_cost_collective(c, SC_COLL_SEND, bytes, (sc_coll_group){2, apart ? 2 : 1}, &cc, d) !=
       SC_OK)
     return d->status;
-  *seconds = cc.seconds;
+  *seconds = cc.seconds + sc_cluster_sync_call_s(c, dp->mesh.n_ranks);
   return SC_OK;
 }
 

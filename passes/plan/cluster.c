@@ -267,7 +267,15 @@ static sc_status cpu_local(sc_cluster *c, sc_diag *d) {
 }
 
 double sc_cluster_core_share(const sc_cluster *c, int64_t ranks) {
-  return c->host_cores > 0 && ranks > c->host_cores ? (double)ranks / (double)c->host_cores : 1;
+  if (c->host_cores <= 0) return 1;
+  const sc_profile_sync *y = sc_profile_find_sync(&c->profile, ranks);
+  if (y) return y->stretch;
+  return ranks > c->host_cores ? (double)ranks / (double)c->host_cores : 1;
+}
+
+double sc_cluster_sync_call_s(const sc_cluster *c, int64_t ranks) {
+  const sc_profile_sync *y = c->host_cores > 0 ? sc_profile_find_sync(&c->profile, ranks) : NULL;
+  return y ? y->call_s : 0;
 }
 
 static sc_status preset_usage(sc_diag *d, const char *spec, const char *why) {

@@ -116,11 +116,19 @@ sc_status sc_cluster_load(const char *spec, sc_cluster *out, sc_diag *d);
 /* Gives c the figures of profile p (above); p->present must be true. */
 void sc_cluster_apply_profile(sc_cluster *c, const sc_profile *p);
 /* How many times slower each of `ranks` thread-ranks computes than alone:
- * ranks / host_cores when they outnumber the cores (each of R ranks gets
- * max(1, cores / R) threads, runtime/dist_train.c, so R > cores ranks of
- * one thread share the cores time-sliced), else 1; 1 for a cluster whose
- * ranks have devices of their own. */
+ * the profile's measured factor when it has a sync row for that many
+ * ranks (profile.h sc_profile_sync: the cores', caches' and memory bus's
+ * share, time-slicing included), else ranks / host_cores when they
+ * outnumber the cores (each of R ranks gets max(1, cores / R) threads,
+ * runtime/dist_train.c, so R > cores ranks of one thread share the cores
+ * time-sliced), else 1; 1 for a cluster whose ranks have devices of their
+ * own. */
 double sc_cluster_core_share(const sc_cluster *c, int64_t ranks);
+/* The seconds each collective or hand-off among `ranks` thread-ranks adds
+ * to its communicator's figures: the profile's sync row's call_s for that
+ * many ranks, else 0 (and 0 for a cluster whose ranks have devices of
+ * their own). */
+double sc_cluster_sync_call_s(const sc_cluster *c, int64_t ranks);
 /* Whether c's devices are GPUs (not cpu:local, whose device is "cpu"):
  * its plans are made for the CUDA device. */
 bool sc_cluster_is_gpu(const sc_cluster *c);

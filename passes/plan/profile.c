@@ -115,6 +115,16 @@ static sc_status read_attention(json_t *o, const char *path, sc_profile_attentio
   return SC_OK;
 }
 
+/* A required count of ranks at path.key: 2..MAX_RANKS. */
+static sc_status get_ranks(json_t *o, const char *path, const char *key, int64_t *out,
+                           sc_diag *d) {
+  TRY(sc_json_get_count(o, WHAT, path, key, true, MAX_RANKS, out, d));
+  if (*out >= 2) return SC_OK;
+  char p[128];
+  sc_json_join(p, sizeof p, path, key);
+  return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be at least 2");
+}
+
 static sc_status read_comm(json_t *o, const char *path, sc_profile_comm *c, sc_diag *d) {
   if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
   static const char *const k[] = {"name",         "max_ranks",  "latency_s",
@@ -127,15 +137,19 @@ static sc_status read_comm(json_t *o, const char *path, sc_profile_comm *c, sc_d
     sc_json_join(p, sizeof p, path, "name");
     return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be local, tcp, mpi or nccl");
   }
-  TRY(sc_json_get_count(o, WHAT, path, "max_ranks", true, MAX_RANKS, &c->max_ranks, d));
-  if (c->max_ranks < 2) {
-    char p[128];
-    sc_json_join(p, sizeof p, path, "max_ranks");
-    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p, "must be at least 2");
-  }
+  TRY(get_ranks(o, path, "max_ranks", &c->max_ranks, d));
   TRY(get_range(o, path, "latency_s", MIN_S, MAX_S, &c->latency_s, d));
   TRY(get_range(o, path, "bandwidth_bytes_per_s", 1, MAX_BW, &c->bandwidth_bytes_per_s, d));
   return get_range(o, path, "overhead_s", MIN_S, MAX_S, &c->overhead_s, d);
+}
+
+static sc_status read_sync(json_t *o, const char *path, sc_profile_sync *y, sc_diag *d) {
+  if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
+  static const char *const k[] = {"ranks", "call_s", "stretch", NULL};
+  TRY(sc_json_only_keys(o, WHAT, path, k, d));
+  TRY(get_ranks(o, path, "ranks", &y->ranks, d));
+  TRY(get_range(o, path, "call_s", MIN_S, MAX_S, &y->call_s, d));
+  return get_range(o, path, "stretch", 1, SC_PROFILE_MAX_STRETCH, &y->stretch, d);
 }
 
 static sc_status read_array(json_t *root, const char *key, bool required, int32_t max,
@@ -157,7 +171,7 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
   static const char *const top[] = {"format", "device", "gemm", "memory_bytes_per_s",
                                     "memory_thread_bytes_per_s",
                                     "step_overhead_s", "kernel", "attention", "comms",
-                                    "calibrate_s", NULL};
+                                    "sync", "calibrate_s", NULL};
   TRY(sc_json_only_keys(root, WHAT, "", top, d));
   char fmt[32] = "";
   TRY(sc_json_get_name(root, WHAT, "", "format", true, fmt, sizeof fmt, d));
@@ -221,6 +235,16 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
       if (strcmp(p->comms[j].name, p->comms[i].name) == 0)
         return sc_json_bad(d, SC_ERR_INVALID, WHAT, path, "repeats a communicator's name");
     p->n_comms = (int32_t)i + 1;
+  }
+  TRY(read_array(root, "sync", false, SC_PROFILE_MAX_SYNC, &arr, d));
+  json_array_foreach(arr, i, v) {
+    char path[32];
+    snprintf(path, sizeof path, "sync[%zu]", i);
+    sc_profile_sync *y = &p->sync[i];
+    TRY(read_sync(v, path, y, d));
+    if (sc_profile_find_sync(p, y->ranks))
+      return sc_json_bad(d, SC_ERR_INVALID, WHAT, path, "repeats a rank count");
+    p->n_sync = (int32_t)i + 1;
   }
   if (!json_object_get(root, "calibrate_s")) return SC_OK;
   return get_range(root, "", "calibrate_s", MIN_S, MAX_S, &p->calibrate_s, d);
@@ -319,6 +343,13 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
             c->bandwidth_bytes_per_s, c->overhead_s);
   }
   fprintf(f, "]");
+  if (p->n_sync > 0) {
+    fprintf(f, ",\n \"sync\": [");
+    for (int32_t i = 0; i < p->n_sync; i++)
+      fprintf(f, "%s\n  {\"ranks\": %lld, \"call_s\": %.17g, \"stretch\": %.17g}", i ? "," : "",
+              (long long)p->sync[i].ranks, p->sync[i].call_s, p->sync[i].stretch);
+    fprintf(f, "]");
+  }
   if (p->calibrate_s > 0) fprintf(f, ",\n \"calibrate_s\": %.17g", p->calibrate_s);
   fprintf(f, "}\n");
   if (ferror(f)) return sc_diag_set(d, SC_ERR_IO, NULL, NULL, "profile: write failed");
@@ -454,6 +485,12 @@ void sc_profile_attention_features(int64_t b, int64_t h, int64_t sq, int64_t skv
   f[SC_PROFILE_ATTN_SCORE] = heads * scores;
   f[SC_PROFILE_ATTN_MAC] = heads * scores * (double)(d + dv);
   *units = heads * blocks;
+}
+
+const sc_profile_sync *sc_profile_find_sync(const sc_profile *p, int64_t ranks) {
+  for (int32_t i = 0; i < p->n_sync; i++)
+    if (p->sync[i].ranks == ranks) return &p->sync[i];
+  return NULL;
 }
 
 const sc_profile_comm *sc_profile_find_comm(const sc_profile *p, const char *name) {

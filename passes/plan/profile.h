@@ -50,6 +50,7 @@ enum {
   SC_PROFILE_NAME_MAX = 64,   /* name bytes, NUL included */
   SC_PROFILE_MAX_FIT = 4,     /* unknowns of sc_profile_nnls */
   SC_PROFILE_MAX_ATTENTION = 8, /* attention rows (dtype x direction) */
+  SC_PROFILE_MAX_SYNC = 8,    /* sync rows (rank counts) */
   SC_PROFILE_ATTN_BLOCK = 64, /* the CPU attention's query and key rows a
                                  block (runtime/cpu_attention.h
                                  SC_CPU_ATTN_BLOCK; api/calibrate.c checks) */
@@ -60,6 +61,8 @@ enum {
 #define SC_PROFILE_MAX_S 1e4     /* seconds: a calibration step of hours is not one */
 #define SC_PROFILE_MAX_RATE 1e18 /* FLOP/s: 500x an H100's fp8 peak (1.98e15) */
 #define SC_PROFILE_MAX_BW 1e16   /* bytes/s: 2,000x an H200's HBM (4.8e12) */
+#define SC_PROFILE_MAX_STRETCH 1e3 /* a sync row's compute factor: MAX_RANKS'
+                                      ranks time-sliced on 64 cores */
 
 typedef struct sc_profile_gemm {
   int64_t m, n, k;          /* one product C[m,n] = op(A)[m,k] op(B)[k,n] */
@@ -111,6 +114,24 @@ typedef struct sc_profile_attention {
   double s[SC_PROFILE_ATTN_TERMS]; /* seconds per feature, one thread */
 } sc_profile_attention;
 
+/* Thread-ranks that compute and meet in a collective, as a training
+ * step's do (api/calibrate.c measure_sync, docs/planner.md "Ranks that
+ * compute and meet"): R ranks, each running the same compiled program of
+ * kernel steps and then an all-reduce of 16 floats a rank, over and
+ * over, take longer a round than one rank running the program alone plus
+ * the back-to-back collective. stretch: how many times slower each rank
+ * computes than alone while all compute (time-slicing when ranks
+ * outnumber the cores, times the ratio of the program's CPU time beside
+ * the others to alone: the caches' and memory bus's share); call_s: the
+ * rest of the excess, what each meeting adds (a waiting rank's wake-up,
+ * the ranks' drift apart between meetings). One row a rank count,
+ * distinct. */
+typedef struct sc_profile_sync {
+  int64_t ranks;  /* thread-ranks, >= 2 */
+  double call_s;  /* seconds added to each collective or hand-off */
+  double stretch; /* compute time factor, >= 1 */
+} sc_profile_sync;
+
 typedef struct sc_profile {
   bool present;                         /* false: no profile (all zero) */
   char device[16];                      /* "cpu" or "cuda" */
@@ -136,6 +157,10 @@ typedef struct sc_profile {
   sc_profile_attention attention[SC_PROFILE_MAX_ATTENTION];
   int32_t n_comms;                      /* 0..SC_PROFILE_MAX_COMMS; [0] is used */
   sc_profile_comm comms[SC_PROFILE_MAX_COMMS];
+  int32_t n_sync;                       /* 0..SC_PROFILE_MAX_SYNC (optional:
+                                           without a row for a rank count, no
+                                           call cost and the core share) */
+  sc_profile_sync sync[SC_PROFILE_MAX_SYNC];
   double calibrate_s;                   /* how long the measurement took */
 } sc_profile;
 
@@ -169,6 +194,8 @@ void sc_profile_attention_features(int64_t b, int64_t h, int64_t sq, int64_t skv
                                    int64_t dv, bool causal, double *f, double *units);
 /* The communicator named name, or NULL. */
 const sc_profile_comm *sc_profile_find_comm(const sc_profile *p, const char *name);
+/* p's sync row for `ranks` thread-ranks, or NULL. */
+const sc_profile_sync *sc_profile_find_sync(const sc_profile *p, int64_t ranks);
 
 /* Non-negative least squares: x >= 0 (n_x unknowns, at most
  * SC_PROFILE_MAX_FIT) minimising sum_i (a[i] . x - b[i])^2 over n_rows

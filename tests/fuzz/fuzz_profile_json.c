@@ -63,6 +63,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_figure(p.comms[i].bandwidth_bytes_per_s);
     check_figure(p.comms[i].overhead_s);
   }
+  SC_ASSERT(p.n_sync >= 0 && p.n_sync <= SC_PROFILE_MAX_SYNC);
+  for (int32_t i = 0; i < p.n_sync; i++) {
+    const sc_profile_sync *y = &p.sync[i];
+    SC_ASSERT(y->ranks >= 2 && sc_profile_find_sync(&p, y->ranks) == y); /* one a count */
+    check_figure(y->call_s);
+    SC_ASSERT(isfinite(y->stretch) && y->stretch >= 1 && y->stretch <= SC_PROFILE_MAX_STRETCH);
+  }
   /* written and read back: the same bits */
   char *text = NULL;
   size_t len = 0;

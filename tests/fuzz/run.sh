@@ -116,7 +116,8 @@ printf '{"format": "shardc-profile-1", "device": {"kind": "cpu", "name": "AMD EP
  "attention": [{"dtype": "fp32", "grad": false, "row_s": 1e-9, "score_s": 2e-9, "mac_s": 1e-10},
   {"dtype": "bf16", "grad": true, "row_s": 1e-9, "score_s": 4e-9, "mac_s": 3e-10}],
  "comms": [{"name": "local", "max_ranks": 4, "latency_s": 1e-5, "bandwidth_bytes_per_s": 5e9,
-  "overhead_s": 2e-6}], "calibrate_s": 3.5}\n' >"$SEEDS/profile_json/two.json"
+  "overhead_s": 2e-6}], "sync": [{"ranks": 2, "call_s": 2e-5, "stretch": 1.1},
+  {"ranks": 4, "call_s": 3e-5, "stretch": 2.2}], "calibrate_s": 3.5}\n' >"$SEEDS/profile_json/two.json"
 for t in $TARGETS; do
   if [ -d "$ROOT/tests/fuzz/regressions/$t" ]; then
     find "$ROOT/tests/fuzz/regressions/$t" -type f ! -name '*.md' -exec cp {} "$SEEDS/$t/" \;

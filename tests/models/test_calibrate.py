@@ -78,7 +78,7 @@ def main():
         p = json.load(open(prof))
         check(set(p) == {"format", "device", "gemm", "memory_bytes_per_s",
                          "memory_thread_bytes_per_s", "step_overhead_s", "kernel", "attention",
-                         "comms", "calibrate_s"}, f"profile keys {sorted(p)}")
+                         "comms", "sync", "calibrate_s"}, f"profile keys {sorted(p)}")
         # one thread's streaming bandwidth: positive; the pool's own figure
         # when the rank has one thread (the same measurement)
         mt = p.get("memory_thread_bytes_per_s", 0)
@@ -142,6 +142,15 @@ def main():
             check(positive(c["bandwidth_bytes_per_s"]) and
                   1e6 <= c["bandwidth_bytes_per_s"] <= 1e12, f"local bandwidth {c}")
             check(positive(c["overhead_s"]) and c["max_ranks"] >= 2, f"local {c}")
+            # ranks that compute and meet: a row for each group of
+            # 2..max_ranks, a positive call cost under 10 ms (a sanity
+            # bound), a compute factor of at least 1 (never faster than
+            # alone)
+            sync = {y["ranks"]: y for y in p.get("sync", [])}
+            check(set(sync) == set(range(2, c["max_ranks"] + 1)), f"sync rows {sorted(sync)}")
+            for y in sync.values():
+                check(set(y) == {"ranks", "call_s", "stretch"} and positive(y["call_s"]) and
+                      y["call_s"] < 1e-2 and 1 <= y["stretch"] <= 1e3, f"sync {y}")
         check(positive(p["calibrate_s"]) and p["calibrate_s"] <= took + 1,
               f"calibrate_s {p['calibrate_s']} against {took:.1f} s measured outside")
         for k, v in (("GEMM rows", len(p["gemm"])), ("memory GB/s", bw / 1e9),
@@ -153,6 +162,30 @@ def main():
                            text=True, timeout=300)
         check(r.returncode == 0 and "step time:" in r.stdout and "uncalibrated" not in r.stdout,
               f"plan with the profile: exit {r.returncode}: {r.stdout[-500:]} {r.stderr[-500:]}")
+
+        # the sync rows, used: with a row for 2 ranks of stretch 2 and a
+        # call of 1 ms, dp=2's compute doubles (exactly: every compute step
+        # times 2) and its exposed communication grows by at least 1 ms
+        # (a synchronous all-reduce of the loss waits its whole time); a
+        # row for another count changes nothing
+        def predicted(prof_json):
+            path = os.path.join(d, "edited.json")
+            json.dump(prof_json, open(path, "w"))
+            r = subprocess.run(plan + ["--json", "--cluster", f"cpu:local@{path}"],
+                               capture_output=True, text=True, timeout=300)
+            check(r.returncode == 0, f"plan --json: exit {r.returncode}: {r.stderr[-500:]}")
+            return json.loads(r.stdout)["predicted"]["breakdown"] if r.returncode == 0 else None
+        base = predicted(dict(p, sync=[{"ranks": 3, "call_s": 1e-3, "stretch": 2.0}]))
+        slow = predicted(dict(p, sync=[{"ranks": 2, "call_s": 1e-3, "stretch": 2.0}]))
+        if base and slow:
+            check(abs(slow["compute_s"] - 2 * base["compute_s"]) <= 1e-9 * base["compute_s"],
+                  f"stretch 2: compute {slow['compute_s']} against {base['compute_s']}")
+            check(sum(slow["exposed_comm_s"].values()) >= sum(base["exposed_comm_s"].values()) +
+                  1e-3, f"call 1 ms: comm {slow['exposed_comm_s']} against "
+                  f"{base['exposed_comm_s']}")
+            if "sync" in p:
+                none = predicted({k: v for k, v in p.items() if k != "sync"})
+                check(none == base, f"a row for 3 ranks changed dp=2: {none} against {base}")
 
         # a GPU's measurement: tests/gpu/test_calibrate_cuda.py; without a
         # driver it fails cleanly (the emulated GPU is not asked for here)

@@ -46,6 +46,8 @@ static const char GOOD[] =
     "  {\"dtype\": \"fp32\", \"grad\": true, \"row_s\": 1e-9, \"score_s\": 4e-9, \"mac_s\": 3e-10}],\n"
     " \"comms\": [{\"name\": \"local\", \"max_ranks\": 4, \"latency_s\": 1e-5, "
     "\"bandwidth_bytes_per_s\": 5e9, \"overhead_s\": 2e-6}],\n"
+    " \"sync\": [{\"ranks\": 2, \"call_s\": 2.5e-5, \"stretch\": 1.25},\n"
+    "  {\"ranks\": 4, \"call_s\": 6e-5, \"stretch\": 2.5}],\n"
     " \"calibrate_s\": 3.5}";
 
 static sc_status read_text(const char *text, sc_profile *p, sc_diag *d) {
@@ -86,6 +88,11 @@ static void test_reads_good(void **state) {
   assert_string_equal(p.comms[0].name, "local");
   assert_close(p.comms[0].bandwidth_bytes_per_s, 5e9);
   assert_close(p.calibrate_s, 3.5);
+  assert_int_equal(p.n_sync, 2);
+  assert_true(sc_profile_find_sync(&p, 4) == &p.sync[1]);
+  assert_null(sc_profile_find_sync(&p, 3));
+  assert_close(p.sync[0].call_s, 2.5e-5);
+  assert_close(p.sync[1].stretch, 2.5);
 
   /* written and read back: the same bits */
   char *text = NULL;
@@ -161,6 +168,14 @@ static void test_hostile(void **state) {
       {"\"dtype\": \"fp32\", \"grad\"", "\"dtype\": \"fp64\", \"grad\"",
        "'attention[0].dtype' must be fp8"},
       {"\"attention\": [{", "\"attention\": [7, {", "'attention[0]' must be an object"},
+      {"\"ranks\": 2", "\"ranks\": 1", "'sync[0].ranks' must be at least 2"},
+      {"\"ranks\": 4", "\"ranks\": 2", "'sync[1]' repeats a rank count"},
+      {"\"stretch\": 1.25", "\"stretch\": 0.5", "'sync[0].stretch' must be in [1, 1000]"},
+      {"\"call_s\": 2.5e-5", "\"call_s\": 0", "'sync[0].call_s' must be"},
+      {"\"call_s\": 2.5e-5, ", "", "'sync[0].call_s' is missing"},
+      {"\"stretch\": 2.5}", "\"stretch\": 2.5, \"x\": 1}", "unknown key 'sync[1].x'"},
+      {"\"sync\": [{", "\"sync\": {\"a\": [{", "line"},
+      {"\"sync\": [{", "\"sync\": [7, {", "'sync[0]' must be an object"},
   };
   for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
     sc_diag d;
@@ -319,6 +334,15 @@ static void test_known_times(void **state) {
   assert_int_equal(read_text(GOOD, &p, &d), SC_OK);
   sc_cluster_apply_profile(&c, &p);
   assert_close(sc_cost_step_overhead(&c), 1e-6);
+  /* the sync rows: 2 and 4 ranks as measured; 3 ranks have no row, so no
+   * call cost and the cores' share (3 / cores when they outnumber them) */
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  assert_close(sc_cluster_core_share(&c, 2), 1.25);
+  assert_close(sc_cluster_core_share(&c, 4), 2.5);
+  assert_close(sc_cluster_core_share(&c, 3), cores < 3 ? 3.0 / (double)cores : 1);
+  assert_close(sc_cluster_sync_call_s(&c, 2), 2.5e-5);
+  assert_true(sc_cluster_sync_call_s(&c, 3) == 0);
+  assert_true(sc_cluster_core_share(&c, 1) == 1 && sc_cluster_sync_call_s(&c, 1) == 0);
   double s;
   /* a measured shape: 524288 / 2e11 = 2.62144 us (bytes 49152 / 2e10 =
    * 2.4576 us, less), + 1 us */
