@@ -17,16 +17,19 @@ With A = b·s·h bytes of one [b, s, h] activation in the products' dtype (fp32:
                  its two column-parallel inputs' gradients (backward); 2 of F:
                  the embedding's output, the LM head input's gradient; and the
                  tied embedding's gradient, V·h·4, onto the vocabulary rows
-  AllGather      4L of A: each block's two column-parallel inputs (forward),
-                 its two row-parallel outputs' gradients (backward); 1 of F:
-                 the LM head's input
+  AllGather      6L of A: each block's two column-parallel inputs (forward,
+                 and again in the backward for the weights' gradients: the
+                 step keeps the 1/tp piece, not the gathered copy), its two
+                 row-parallel outputs' gradients (backward); 1 of F: the LM
+                 head's input
   AllToAll       none
   AllReduce      only vectors and scalars (norm weights' and biases'
                  gradients, the cross-entropy's row maxima and sums, the
                  position embedding's gradient): less than F in all
 (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
 Models", 2022, section 4.2.2: g and g-bar, an all-gather and a
-reduce-scatter, in place of each all-reduce.) The sizes are exact: b, s, h,
+reduce-scatter, in place of each all-reduce; Megatron-LM's column-parallel
+linear all-gathers its input again in the backward.) The sizes are exact: b, s, h,
 L and V are the model's, the mesh's tp divides s."""
 import json
 import sys
@@ -50,7 +53,7 @@ def check(path, precision, b):
     F = b * s * h * 4
     A = b * s * h * {"fp32": 4, "bf16": 2}[precision]
     want = {"ReduceScatter": (4 * L + 3, 4 * L * A + 2 * F + V * h * 4),
-            "AllGather": (4 * L + 1, 4 * L * A + F)}
+            "AllGather": (6 * L + 1, 6 * L * A + F)}
     got = {c["op"]: c for c in plan["collectives"] if c["axes"] == "tp"}
     ok = True
     for op, (n, nbytes) in want.items():
