@@ -8,11 +8,13 @@ shape-only GPT, runs
     shardc plan MODEL --train --no-weights --cluster PRESET:8xN
         --mesh pp=P,dp=D,tp=T --schedule 1f1b --microbatches M
         --precision bf16 --optimizer adamw --recompute R --dim batch=B --json
+        [--sequence-parallel]
 
 with the published mesh and global batch (M: the batch of a data-parallel
 replica in microbatches of one sequence; R: full for the A100 rows, whose
 published FLOP count includes the recomputed forward, none for the H100
-rows, whose figure is model FLOPs), and prints per row: model, GPUs, batch,
+rows, whose figure is model FLOPs; --sequence-parallel for the H100 rows
+with tp > 1, as published: sequence_parallel_args), and prints per row: model, GPUs, batch,
 the plan (mesh, microbatches), the published TFLOP/s per GPU, the
 predicted one, their ratio, the planner's own GEMM TFLOP/s
 (`predicted.tflops_per_gpu`) and how long `plan` took; then `plan --train --auto` on the same model, GPUs and global
@@ -94,7 +96,18 @@ def plan_args(c):
             "--dim", f"batch={c['batch']}", "--json"] + attention_args(c)
     if c["pp"] > 1:
         args += ["--schedule", "1f1b", "--microbatches", str(c["microbatches"])]
-    return args
+    return args + sequence_parallel_args(c)
+
+
+def sequence_parallel_args(c):
+    """Sequence parallelism as the published runs had it: the H100 README's
+    runs overlapped tensor-parallel communication with GEMMs
+    (`--tp-comm-overlap`), which Megatron-LM refuses without
+    `--sequence-parallel` (megatron/training/arguments.py at f2e5db402c:
+    "Tensor parallel communication/GEMM overlap can happen only when
+    sequence parallelism is enabled"), so every H100 row with tp > 1 ran
+    with it. SC'21's A100 rows predate it (Korthikanti et al., 2022)."""
+    return ["--sequence-parallel"] if c["table"] == "h100" and c["tp"] > 1 else []
 
 
 def predict(shardc, model_dir, c, timeout=600):
@@ -161,7 +174,8 @@ def header():
 
 def row(c, r, a=None):
     """One line of the table: r from predict, a from search (or None)."""
-    plan = mesh_of(c) + (f" M={c['microbatches']}" if c["pp"] > 1 else "")
+    plan = (mesh_of(c) + (f" M={c['microbatches']}" if c["pp"] > 1 else "") +
+            (" sp" if sequence_parallel_args(c) else ""))
     pred = f"{r['predicted']:9.1f}" if r["predicted"] else f"{'-':>9s}"
     ratio = f"{r['predicted'] / c['published_tflops']:6.3f}" if r["predicted"] else f"{'-':>6s}"
     gemm = f"{r['gemm_tflops']:6.1f}" if r.get("gemm_tflops") else f"{'-':>6s}"

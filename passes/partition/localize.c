@@ -98,6 +98,7 @@ typedef struct memo {
   sc_sharding s;
   int32_t lid;       /* local value holding it */
   int32_t stage;     /* the stage (or piece) that made it */
+  bool backward;     /* made in the backward */
   int32_t next;      /* next memo of the same gid, or -1 */
 } memo;
 
@@ -170,11 +171,30 @@ static sc_status add_memo(lz *z, int32_t gid, const sc_sharding *s, int32_t lid)
   memo *e = &z->memos[z->n_memos];
   e->gid = gid;
   e->stage = z->stage;
+  e->backward = z->in_backward;
   e->s = *s;
   e->lid = lid;
   e->next = z->head[gid];
   z->head[gid] = z->n_memos++;
   return SC_OK;
+}
+
+/* Under sequence parallelism, whether s gathers the sequence of the
+ * computed value gid (its current sharding splits dim 1 over tp, s does
+ * not). The backward gathers such a value again rather than read the
+ * forward's gathered copy, as Megatron's column-parallel product does:
+ * the step keeps the 1/tp piece for the backward (Korthikanti et al.'s
+ * sbh·34/t), not the whole [b, s, h], at one more all-gather. */
+static bool gathers_sequence(const lz *z, int32_t gid, const sc_sharding *s) {
+  int32_t ax = z->p->tp_axis;
+  const sc_sharding *c = &z->cur[gid];
+  if (!z->p->sequence_parallel || ax < 0 || z->g->values[gid].producer < 0 || c->rank < 2 ||
+      s->rank != c->rank)
+    return false;
+  bool had = false, has = false;
+  for (int32_t k = 0; k < c->n_dim_axes[1]; k++) had |= c->dim_axes[1][k] == ax;
+  for (int32_t k = 0; k < s->n_dim_axes[1]; k++) has |= s->dim_axes[1][k] == ax;
+  return had && !has;
 }
 
 /* A pipelined step's piece reshards a graph input (a parameter, state,
@@ -186,7 +206,8 @@ static int32_t find_memo(lz *z, int32_t gid, const sc_sharding *s) {
   bool own = z->p->n_chunks > 0 && z->g->values[gid].producer < 0;
   for (int32_t i = z->head[gid]; i >= 0; i = z->memos[i].next)
     if (sc_sharding_equal(&z->memos[i].s, s) &&
-        (!own || z->memos[i].stage == z->stage || z->memos[i].lid == z->lid[gid]))
+        (!own || z->memos[i].stage == z->stage || z->memos[i].lid == z->lid[gid]) &&
+        !(z->in_backward && !z->memos[i].backward && gathers_sequence(z, gid, s)))
       return z->memos[i].lid;
   return -1;
 }

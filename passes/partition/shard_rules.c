@@ -335,8 +335,16 @@ static sc_axes contract(sc_shard_ctx *c, mm_dims p) {
     int32_t od = ib + r - vb->rank;
     if (vb->dims[ib] == vo->dims[od]) sc_shard_copy_dim(wb, ib, o, od);
   }
+  /* M and N split over one axis: a matrix B (rank 2: a layer's weight,
+   * or the gradient a weight's product reads) keeps its columns and A's
+   * rows are gathered, as Megatron's column-parallel product under
+   * sequence parallelism all-gathers its input; a batched B gives way */
+  bool n_first = vb->rank == 2 && (dim_mask(a, p.am) & dim_mask(b, p.bn));
+  if (n_first && carry(c, o, r - 1, b, p.bn, &used, vo->dims[r - 1]))
+    sc_shard_copy_dim(wb, p.bn, o, r - 1);
   if (carry(c, o, r - 2, a, p.am, &used, vo->dims[r - 2])) sc_shard_copy_dim(wa, p.am, o, r - 2);
-  if (carry(c, o, r - 1, b, p.bn, &used, vo->dims[r - 1])) sc_shard_copy_dim(wb, p.bn, o, r - 1);
+  if (!n_first && carry(c, o, r - 1, b, p.bn, &used, vo->dims[r - 1]))
+    sc_shard_copy_dim(wb, p.bn, o, r - 1);
   /* pending sums: one side's passes through (both: B is reduced first);
    * none may share an axis with the output's splits */
   sc_axes dims = sc_sharding_dim_axes(o), pa = a->partial, pb = b->partial;

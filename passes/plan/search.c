@@ -32,17 +32,6 @@ enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
  * fp32); the dp all-reduce 4.61 GB for 1.87e9 elements, 2.47 B an element
  * (the GEMM weights' 2, the embedding's and norms' 4). */
 enum { COMM_LOW_B = 2 };
-/* Sequence parallelism as compiled moves more than Megatron's all-gather
- * and reduce-scatter in place of each all-reduce: the step reshards the
- * attention's values between the sequence and the heads (all-to-alls) and
- * gathers the stream for more of its readers. Measured on plan --train's
- * collectives (Megatron 7.5B, a100-80g:8x16, batch 512, dp=16 fsdp=4 tp=2
- * ZeRO-3, full recompute): each tp rank sends 131 GB a step over tp with
- * sequence parallelism (all-gathers 57.1, all-to-alls 71.3, reduce-scatters
- * 2.6) against the 29 GB of Megatron's count, 4.5 times; its exposed tp
- * time 0.39 s against the 0.098 s estimated without this factor, and the
- * step 5.00 s against 3.19 s without sequence parallelism. */
-#define SP_COMM 4.5
 /* The backward of a block costs twice its forward (a GEMM's gradient is
  * two GEMMs of its size; elementwise backward reads and writes about twice
  * what the forward did): the usual 3x of a training step. */
@@ -233,14 +222,23 @@ static double vocab_split(const sc_block_model *bm, const sc_search_cand *c) {
 /* tp's collectives in the blocks into c->tp_s: ops all-reduces of act
  * bytes each (act: one [mbs, seq, hidden] in the dtype it moves in), or
  * with sequence parallelism an all-gather and a reduce-scatter in place of
- * each, of sp times those bytes (sp: what the compiled step moves over
- * Megatron's count, SP_COMM for training, 1 for inference). */
-static sc_status tp_blocks(const ctx *x, sc_search_cand *c, double ops, double act, double sp,
-                           int64_t n_tp, sc_diag *d) {
+ * each, of those bytes, and regather all-gathers more (the backward
+ * gathers each column-parallel input again, as Megatron does: 2 a block
+ * and microbatch in training without full recompute, whose recomputed
+ * forward gathers them). The compiled step moves Megatron's count (plan
+ * --train's collectives, 2026-12-05, Megatron 7.5B, a100-80g:8x16, batch
+ * 512, dp=16 fsdp=4 tp=2 ZeRO-3, full recompute, sequence parallel: each
+ * tp rank sends 27.4 GB a step over tp, all-gathers 14.6 and
+ * reduce-scatters 12.8, against Megatron's 29.0, 0.945: the recomputed
+ * forward's last reduce-scatter is not needed, the block's output being
+ * kept). */
+static sc_status tp_blocks(const ctx *x, sc_search_cand *c, double ops, double regather,
+                           double act, int64_t n_tp, sc_diag *d) {
   if (!c->sequence_parallel)
     return coll(x, SC_COLL_ALL_REDUCE, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-  double bytes = ops * act * sp;
-  sc_status st = coll(x, SC_COLL_ALL_GATHER, bytes, c->tp, n_tp, ops, &c->tp_s, d);
+  double bytes = ops * act;
+  sc_status st = coll(x, SC_COLL_ALL_GATHER, bytes + regather * act, c->tp, n_tp,
+                      ops + regather, &c->tp_s, d);
   if (st == SC_OK) st = coll(x, SC_COLL_REDUCE_SCATTER, bytes, c->tp, n_tp, ops, &c->tp_s, d);
   return st;
 }
@@ -433,7 +431,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * all-gather and a reduce-scatter in place of each */
     double per_block = 4 + (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 0);
     double ops = M * (double)Ls * per_block;
-    st = tp_blocks(x, c, ops, act_tp, SP_COMM, n_tp, d);
+    double regather = c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 0 : M * (double)Ls * 2;
+    st = tp_blocks(x, c, ops, regather, act_tp, n_tp, d);
     if (st != SC_OK) return st;
   }
   /* the count of each kind of collective, as the compiled step groups
@@ -571,7 +570,7 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
       st = coll(x, SC_COLL_ALL_REDUCE, M * act, c->tp, n_tp, M, &c->tp_s, d);
     if (st == SC_OK && vocab_split(bm, c) > 1)
       st = coll(x, SC_COLL_ALL_GATHER, M * logits, c->tp, n_tp, M, &c->tp_s, d);
-    if (st == SC_OK) st = tp_blocks(x, c, ops, act, 1, n_tp, d);
+    if (st == SC_OK) st = tp_blocks(x, c, ops, 0, act, n_tp, d);
     if (st != SC_OK) return st;
   }
   if (c->dp > 1) {

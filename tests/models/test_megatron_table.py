@@ -34,13 +34,14 @@ is printed under it.
 
 ctest runs `--predictions-only --table a100` (models.test_megatron_table_a100):
 every A100 row's prediction within the band; and `--predictions-only
---table h100 --rows h100_1p7b,h100_7p1b,h100_16b,h100_314b,h100_462b`
-(models.test_megatron_table_h100): the H100 rows inside the band
-(2026-12-05: 1.121, 0.916, 0.841, 0.802, 0.873). Not registered while they
-fail: the other H100 rows (32B 0.734, without sequence parallelism; the
-pipelined 70B-177B 0.62-0.79: the first pipeline rank's data-parallel
-gradient all-reduce, exposed after its last backward) and the search's
-checks; docs/planner.md, "Validation against published figures", has the
+--table h100 --rows
+h100_1p7b,h100_7p1b,h100_16b,h100_32b,h100_119b,h100_177b,h100_314b,h100_462b`
+(models.test_megatron_table_h100): the H100 rows inside the band, those
+with tp > 1 planned with sequence parallelism as published (2026-12-05:
+1.164, 0.903, 0.849, 0.823, 0.935, 0.994, 0.975, 1.023). Not registered
+while they fail: the 70B row (0.774: the first pipeline rank's
+data-parallel gradient all-reduce, exposed after its last backward) and
+the search's checks; docs/planner.md, "Validation against published figures", has the
 table as measured and the breakdown of each row. Run those by hand:
 SHARDC=build/shardc .venv/bin/python tests/models/test_megatron_table.py;
 bench/bench_megatron.py prints the same table in `make bench`.
