@@ -21,7 +21,8 @@ auto_infer.test).
   auto_check.py cp SHARDC MODEL AUTO.json TMP
       a long sequence where only context parallelism fits the budget: the
       chosen plan has cp > 1 (auto.chosen.mesh.cp, its plan file's mesh
-      axes naming cp), fits the limit exactly and replays through --mesh
+      axes naming cp), fits the limit exactly, its simulated step has
+      exposed cp communication (the ring's sends), and it replays through --mesh
       and through its plan file with --plan to the same prediction; its
       estimate equals `plan --train --estimate` of the same options; every
       candidate without cp, compiled exactly (`plan --train --mesh` of its
@@ -90,6 +91,8 @@ def cp(shardc, model, path, tmp):
     assert ch["mesh"]["cp"] > 1, ch["mesh"]
     assert "cp=%d" % ch["mesh"]["cp"] in ch["plan"]["mesh"]["axes"], ch["plan"]["mesh"]
     assert p["source"] == "simulated" and p["fits"] and 0 < p["peak_bytes_per_rank"] <= limit, p
+    # the simulated ring: its shifted sends cost time on the cp group's queue
+    assert p["step_time_s"] > 0 and p["breakdown"]["exposed_comm_s"].get("cp", 0) > 0, p
     replay = replays(shardc, model, ch, tmp)
     out = subprocess.run([shardc, "plan", model, "--estimate"] + replay + ["--json"],
                          check=True, capture_output=True, text=True).stdout
