@@ -495,10 +495,20 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
       if (gi < 0) r = inner.status;
       t->group = (int8_t)gi;
       t->bytes = comm_bytes(p, cs);
-      t->term = cs->kind == SC_COMM_SEND ? T_SEND : cs->kind == SC_COMM_RECV ? T_RECV : T_COMM;
+      /* a ring's shifted pair (context parallelism: every rank of the
+         group sends a block to the next and receives one from the
+         previous at the same step, ir/op_comm.h) is a transfer on the
+         group's queue, the SEND's; its RECV is the previous rank's SEND
+         of the same step, costed there */
+      bool ring = cs->shift != 0 && (cs->kind == SC_COMM_SEND || cs->kind == SC_COMM_RECV);
+      t->term = ring                       ? T_COMM
+                : cs->kind == SC_COMM_SEND ? T_SEND
+                : cs->kind == SC_COMM_RECV ? T_RECV
+                                           : T_COMM;
+      if (ring && cs->kind == SC_COMM_RECV) t->bytes = 0;
       /* a send's time is its transfer's, between this rank and its peer:
          costed when it runs; a receive costs only its wait */
-      if (r == SC_OK && t->term == T_COMM)
+      if (r == SC_OK && t->term == T_COMM && t->bytes > 0)
         r = collective_time(dp, cs, t->bytes, c, &t->s, &inner);
     } else {
       r = sc_dist_step_compute_time(c, p, x, &t->s, &t->flops, &inner);

@@ -377,8 +377,27 @@ static int32_t drop_column(sc_grad_ctx *c, int32_t x) {
 
 /* Gemm(a, b) with transA / transB: the library call reads the operands
  * transposed, so no transposed copy is written (2-D a and b). */
+/* x read through a 2-D Transpose: its input, and *t flipped (a product
+ * reading Transpose(W) transposed reads W), so that a backward product does
+ * not keep the forward's transposed copy alive (the 3-D MatMul(x,
+ * Transpose(W)) of a tied LM head under dp beside cp, passes/partition/cp.c:
+ * the copy would be saved for the backward). */
+static int32_t untransposed(const sc_grad_ctx *c, int32_t x, bool *t) {
+  if (x < 0 || c->g->values[x].rank != 2) return x;
+  int32_t p = c->g->values[x].producer;
+  if (p < 0 || c->g->nodes[p].op != SC_OP_TRANSPOSE || (c->g->nodes[p].flags & SC_NODE_DEAD))
+    return x;
+  const int64_t *perm = NULL;
+  int64_t np = sc_attr_ints(c->g, &c->g->nodes[p], "perm", &perm);
+  if (np >= 0 && (np != 2 || perm[0] != 1 || perm[1] != 0)) return x; /* none: reversed */
+  *t = !*t;
+  return c->g->nodes[p].inputs[0];
+}
+
 static int32_t gemm_t(sc_grad_ctx *c, int32_t a, int32_t b, bool ta, bool tb) {
   if (a < 0 || b < 0) return -1;
+  a = untransposed(c, a, &ta);
+  b = untransposed(c, b, &tb);
   int32_t node = -1, out = gb_begin(c, SC_OP_GEMM, (int32_t[]){a, b}, 2, &node);
   if (out < 0) return -1;
   const char *names[2] = {"transA", "transB"};

@@ -32,7 +32,7 @@ import onnx
 from onnx import TensorProto
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SAMPLES = ["mlp", "resnet", "gpt2", "bert", "llama", "vit", "gpt_1p5b",
+SAMPLES = ["mlp", "resnet", "gpt2", "bert", "llama", "vit", "vit_pool", "gpt_1p5b",
            "gpt2_opset11", "bert_opset11", "vit_opset11", "gpt2_dynamo", "bert_ortopt",
            "gpt2_ortopt", "moe"]
 BATCHES = (1, 3)

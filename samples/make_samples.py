@@ -10,7 +10,7 @@ Nothing is downloaded: every model is built from a small config object with
 random weights drawn from a fixed seed, so a rerun with the pinned toolchain in
 samples/requirements.txt gives the same files.
 
-Torch models (mlp, resnet, gpt2, bert, llama, vit, moe) are exported with the classic
+Torch models (mlp, resnet, gpt2, bert, llama, vit, vit_pool, moe) are exported with the classic
 TorchScript exporter (dynamo=False), opset 17, with a symbolic "batch" dimension.
 
 gpt_1p5b.onnx is a GPT-2 XL sized graph (48 layers, 1.56e9 parameters) built
@@ -461,6 +461,60 @@ def vit_sample():
     return Wrap(model), (x,), ["pixel_values"], ["logits"]
 
 
+def vit_pool_sample():
+    """A ViT without the class token, in torch alone (the vit sample's sizes:
+    32x32 images in 8x8 patches, hidden 64, 2 layers of 4 heads, MLP 128,
+    10 labels): the 16 patch tokens with learned position embeddings
+    through pre-norm encoder layers (eager attention: softmax(q kᵀ / √d) v,
+    GELU MLP), the final norm, then their mean into the classifier (global
+    average pooling). A sequence of 16 divides into 2·cp chunks for cp = 2,
+    4 and 8, which the vit sample's 17 (16 patches and the class token)
+    does not (docs/context-parallel.md)."""
+    torch = _torch()
+    nn = torch.nn
+    torch.manual_seed(8)
+    d, heads, layers, mlp, patch, labels = 64, 4, 2, 128, 8, 10
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+            self.fc1, self.fc2 = nn.Linear(d, mlp), nn.Linear(mlp, d)
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            h = self.ln1(x)
+
+            def split(t):
+                return t.view(b, s, heads, d // heads).transpose(1, 2)
+            q, k, v = split(self.q(h)), split(self.k(h)), split(self.v(h))
+            p = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(d // heads), -1)
+            a = torch.matmul(p, v).transpose(1, 2).reshape(b, s, d)
+            x = x + self.o(a)
+            return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+
+    class Pool(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.patch = nn.Conv2d(3, d, patch, stride=patch)
+            self.pos = nn.Parameter(0.02 * torch.randn(1, (32 // patch) ** 2, d))
+            self.layers = nn.ModuleList(Layer() for _ in range(layers))
+            self.ln = nn.LayerNorm(d)
+            self.head = nn.Linear(d, labels)
+
+        def forward(self, pixel_values):
+            x = self.patch(pixel_values).flatten(2).transpose(1, 2) + self.pos
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(self.ln(x).mean(dim=1))
+
+    model = Pool().eval()
+    perturb(model, 80)
+    x = torch.randn(2, 3, 32, 32)
+    return model, (x,), ["pixel_values"], ["logits"]
+
+
 # --------------------------------------------------------------------------
 # moe: a Mixtral-style decoder with capacity-based (GShard/Switch) dispatch
 # --------------------------------------------------------------------------
@@ -842,6 +896,7 @@ SAMPLES = {
     "bert": exported(bert_sample, "bert"),
     "llama": exported(llama_sample, "llama"),
     "vit": exported(vit_sample, "vit"),
+    "vit_pool": exported(vit_pool_sample, "vit_pool"),
     "gpt_1p5b": make_gpt_1p5b,
     "moe": make_moe,
     # The same models as other exporters and tools write them (issue 12 §4):

@@ -161,8 +161,8 @@ static int32_t new_node1(sc_graph *g, sc_op op, const char *base, const int32_t 
 /* Token-wise products on [b, S] kept 3-D: Reshape(x [b, S, k] -> [b·S, k]),
  * Gemm (alpha = beta = 1, A not transposed), Reshape back to [b, S, n]
  * (GPT-2's Conv1D; with transB, MatMul(x, Transpose(W)): a copy of the
- * weight, GPT-2's tied LM head's, made each step and kept for the
- * backward) become MatMul(x, W) + bias, so that the batch split
+ * weight, GPT-2's tied LM head's, made each step in the forward; the
+ * backward's product reads W itself, grad_rules.c's gemm_t) become MatMul(x, W) + bias, so that the batch split
  * over dp or fsdp and the sequence split over cp both stay on their own
  * dims through the product (one split dim of [b·S] cannot hold both). The
  * second Reshape becomes an Identity of the sum; the Gemm and the first

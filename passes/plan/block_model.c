@@ -161,6 +161,7 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
         in_core = true;
         bm->attn_fused = true;
         bm->heads = g->values[n->inputs[0]].dims[1];
+        for (int32_t k = 1; k <= 2; k++) bm->kv_bytes += (double)sc_value_bytes(sc_node_input(g, n, k));
       } else if (gemm4 && core_state == 0) {
         core_state = 1;
         const sc_value *o = &g->values[n->outputs[0]];

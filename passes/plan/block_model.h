@@ -79,6 +79,11 @@ typedef struct sc_block_model {
   bool attn_fused;          /* the core is one FusedAttention node: its
                                saved values are o and lse (attn_saved_bytes
                                0), selective recompute has nothing to do */
+  double kv_bytes;          /* block 0's fused attention's keys and values
+                               (its inputs 1 and 2) per example: what
+                               context parallelism's ring passes on per hop
+                               (docs/context-parallel.md); 0 without a
+                               fused attention (no cp plan then) */
   int64_t vocab;            /* the last dim of the first output (logits) */
   int32_t param_bytes;      /* bytes of a parameter element in the graph */
   sc_block_part block;      /* one block */

@@ -159,9 +159,9 @@ const char *sc_search_recompute_name(sc_search_recompute k) {
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n) {
   size_t pos = 0;
   buf[0] = 0;
-  const char *names[4] = {"pp", "dp", "fsdp", "tp"};
-  int64_t sizes[4] = {c->pp, c->dp, c->fsdp, c->tp};
-  for (int i = 0; i < 4 && pos < n; i++) {
+  const char *names[5] = {"pp", "dp", "fsdp", "cp", "tp"};
+  int64_t sizes[5] = {c->pp, c->dp, c->fsdp, c->cp, c->tp};
+  for (int i = 0; i < 5 && pos < n; i++) {
     if (sizes[i] < 2) continue;
     int w = snprintf(buf + pos, n - pos, "%s%s=%lld", pos ? "," : "", names[i],
                      (long long)sizes[i]);
@@ -255,16 +255,26 @@ static double core_share(const ctx *x, const sc_search_cand *c) {
   return sc_cluster_core_share(x->c, c->dp * c->fsdp * c->tp * c->pp * c->cp);
 }
 
+/* A microbatch's examples' worth of tokens one rank computes: cp splits
+ * every sequence over its ranks (docs/context-parallel.md), so every
+ * token-wise term (products, memory-bound kernels, kept values, the
+ * [mbs, seq, hidden] that tp and pp move) is 1/cp of the microbatch's,
+ * and so is the attention core's (the zig-zag layout gives every rank
+ * 1/cp of the causal pairs, sc_cp_rank_pairs). */
+static double rank_mbs(const sc_search_cand *c) {
+  return (double)c->micro_batch_size / (double)(c->cp > 1 ? c->cp : 1);
+}
+
 static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t, sc_diag *d) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
-  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
-  int64_t rows = c->micro_batch_size * bm->seq;
+  double mbs = rank_mbs(c), tp = (double)c->tp;
+  int64_t cp = c->cp > 1 ? c->cp : 1, rows = c->micro_batch_size * bm->seq / cp;
   int64_t h = bm->hidden > 0 ? bm->hidden : 1;
   int64_t hd = bm->heads > 0 ? h / bm->heads : h;
   memset(t, 0, sizeof *t);
   double core = 0, rest = 0;
-  sc_status st = gemm(x, b->attn_flops * mbs / tp, bm->seq, bm->seq, hd, &core, d);
+  sc_status st = gemm(x, b->attn_flops * mbs / tp, bm->seq / cp, bm->seq, hd, &core, d);
   if (st == SC_OK)
     st = gemm(x, (b->gemm_flops - b->attn_flops) * mbs / tp, rows, h / c->tp, h, &rest, d);
   if (st != SC_OK) return st;
@@ -412,11 +422,14 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     *cut = true;
     return SC_OK;
   }
-  /* communication: tp (stride 1), fsdp (stride tp), dp (stride tp fsdp),
-   * pp (stride tp fsdp dp) */
-  int64_t n_tp = span(1, c->tp, P), n_fs = span(c->tp, c->fsdp, P),
-          n_dp = span(c->tp * c->fsdp, c->dp, P), n_pp = span(c->tp * c->fsdp * c->dp, c->pp, P);
-  double act = (double)c->micro_batch_size * b->input_bytes; /* one [mbs, seq, hidden] */
+  /* communication: tp (stride 1), cp (stride tp), fsdp (stride tp cp),
+   * dp (stride tp cp fsdp), pp (stride tp cp fsdp dp): sc_search_mesh's
+   * order */
+  int64_t cp = c->cp > 1 ? c->cp : 1;
+  int64_t n_tp = span(1, c->tp, P), n_cp = span(c->tp, cp, P), n_fs = span(c->tp * cp, c->fsdp, P),
+          n_dp = span(c->tp * cp * c->fsdp, c->dp, P),
+          n_pp = span(c->tp * cp * c->fsdp * c->dp, c->pp, P);
+  double act = rank_mbs(c) * b->input_bytes; /* one [mbs, seq / cp, hidden] */
   /* what the compiled step moves (its collectives' bytes, plan --train's
    * "collectives"): the GEMM products in the GEMM dtype, so the tp
    * reductions of [mbs, seq, hidden] and the GEMM weights' gathers and
@@ -424,7 +437,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
   double gb = (double)(bm->param_bytes > 0 ? bm->param_bytes : PARAM_B);
   double act_tp = cb < gb ? act * cb / gb : act;
-  c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = 0;
+  c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = c->cp_s = 0;
   if (c->tp > 1) {
     /* Megatron: two all-reduces forward (attention, MLP), two backward,
      * two more when the forward runs again; sequence parallel: an
@@ -485,6 +498,29 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * ops, &c->dp_s, d);
     if (st != SC_OK) return st;
   }
+  if (cp > 1) {
+    /* the ring (docs/context-parallel.md, "Costs for the planner"): per
+     * block and microbatch the forward passes each rank's keys and values
+     * on cp - 1 times, the backward 2 cp - 1 times (their gradients one
+     * hop further), as 2 (cp - 1) and 4 (cp - 1) + 2 sends of a block of
+     * kv_bytes / cp an example (in the GEMM dtype, as tp's values), the
+     * forward again under full recompute; each hop is a send to the next
+     * rank and a receive from the previous at once, inter-node when the
+     * cp group spans nodes; not overlapped with the blocks' compute */
+    double kv = rank_mbs(c) * (cb < gb ? bm->kv_bytes * cb / gb : bm->kv_bytes);
+    double fwd_hops = (double)(cp - 1) * (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 1);
+    double hops = fwd_hops + (double)(2 * cp - 1);
+    double sends = 2 * fwd_hops + 4 * (double)(cp - 1) + 2;
+    st = coll(x, SC_COLL_SEND, M * (double)Ls * hops * kv, 2, n_cp > 1 ? 2 : 1,
+              M * (double)Ls * sends, &c->cp_s, d);
+    /* every cp rank holds a partial gradient of every weight from its
+     * tokens: reduced over cp as over dp (their shard under fsdp), once a
+     * step */
+    double gbytes = lbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
+    if (st == SC_OK) st = coll(x, SC_COLL_ALL_REDUCE, gbytes, cp, n_cp, ops, &c->cp_s, d);
+    if (st != SC_OK) return st;
+  }
   if (c->pp > 1) {
     /* the critical rank receives each chunk's activation and sends its
      * gradient back: two messages per microbatch and chunk */
@@ -508,7 +544,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * queue beside the compute: what each pass's compute does not hide */
     double all, keep;
     block_values(x, c, &all, &keep);
-    double mbs = (double)c->micro_batch_size;
+    double mbs = rank_mbs(c);
     double bytes = M * (double)L * keep * mbs;
     if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) /* the LM head's and loss's values too */
       bytes += M * outside_saved(x, c) * mbs / vocab_split(bm, c);
@@ -518,7 +554,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     c->host_bytes = (int64_t)bytes;
   }
   c->step_s = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s + c->tp_s +
-              c->fsdp_s + c->dp_s + c->pp_s + c->offload_s;
+              c->fsdp_s + c->dp_s + c->pp_s + c->cp_s + c->offload_s;
   c->objective_s = c->step_s;
   return SC_OK;
 }
@@ -673,7 +709,7 @@ static double in_flight_of(const sc_search_cand *c, int64_t q) {
 static double one_memory(const ctx *x, const sc_search_cand *c, double s) {
   const sc_block_model *bm = x->bm;
   int64_t L = bm->n_blocks;
-  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  double mbs = rank_mbs(c), tp = (double)c->tp;
   double e = stage_params(bm, c, L);
   double mem = state_bytes(x, c, e) + e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
   if (c->zero >= 3)
@@ -730,7 +766,7 @@ static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   int64_t Ls = (bm->n_blocks + c->pp - 1) / c->pp;
   int64_t V = c->virtual_stages > 1 ? c->virtual_stages : 1;
   int64_t Lc = (Ls + V - 1) / V; /* blocks of the largest chunk */
-  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  double mbs = rank_mbs(c), tp = (double)c->tp;
   double f = c->fsdp > 1 ? (double)c->fsdp : 1;
   bool ends = q == 0 || q == c->pp - 1; /* holds the outside part */
   double out_e = ends ? (double)bm->outside.params / tp : 0;
@@ -818,7 +854,7 @@ static void finish(const ctx *x, sc_search_cand *c, double model_flops) {
   if (c->inference) /* the forward of the examples the step serves */
     model_flops = sc_block_model_flops(x->bm) * (double)c->batch;
   double peak = x->c->peak_flops[x->o->dtype];
-  int64_t N = c->dp * c->fsdp * c->tp * c->pp;
+  int64_t N = c->dp * c->fsdp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1);
   c->mfu = c->step_s > 0 && peak > 0 ? model_flops / (c->step_s * (double)N * peak) : 0;
 }
 
@@ -997,6 +1033,20 @@ static bool tp_skipped(const ctx *x, int64_t tp, bool tp_anywhere, sc_search_res
   return tp_anywhere && tp <= P;
 }
 
+/* Whether cp (> 1) is left out (counted): the sequence does not divide
+ * into 2 cp chunks (sc_cp_check_sequence's rule), the model has no fused
+ * attention to run as a ring, or beside a pipeline (the two are not
+ * searched together: their exact plans are not calibrated against the
+ * estimate); tp's sequence parallelism is not tried beside it (likewise). */
+static bool cp_skipped(const ctx *x, int64_t cp, int64_t pp, sc_search_result *r) {
+  if (cp == 1) return false;
+  if (x->bm->kv_bytes <= 0 || x->bm->seq % (2 * cp) || pp > 1) {
+    r->pruned_cp++;
+    return true;
+  }
+  return false;
+}
+
 static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_diag *d) {
   const sc_block_model *bm = x->bm;
   int64_t N = sc_cluster_devices(x->c), P = x->c->devices_per_node, B = x->o->global_batch;
@@ -1005,53 +1055,56 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
     for (int64_t pp = 1; pp <= N / tp && pp <= bm->n_blocks && (!x->o->max_pp || pp <= x->o->max_pp);
          pp++) {
       if ((N / tp) % pp) continue;
-      int64_t dd = N / tp / pp;
-      for (int64_t fsdp = 1; fsdp <= dd; fsdp++) {
-        if (dd % fsdp) continue;
-        int64_t dp = dd / fsdp;
-        if (B % dd) {
-          r->pruned_batch++;
-          if (!r->batch_parts || dd < r->batch_parts) r->batch_parts = dd;
-          continue;
-        }
-        if (!span(1, tp, P) || !span(tp, fsdp, P) || !span(tp * fsdp, dp, P) ||
-            !span(tp * fsdp * dp, pp, P)) {
-          r->pruned_node++;
-          continue;
-        }
-        if (fsdp > 1 && bm->hidden > 0 && bm->hidden % fsdp) {
-          /* the partitioner shards a parameter on its first dim that fsdp
-           * divides (passes/partition/train_seed.c) and keeps it whole
-           * when none does (a fallback): with fsdp not dividing the hidden
-           * size the blocks' weights stay whole, a dp mesh by another
-           * name whose estimate would count shards and gathers it has not */
-          r->pruned_fsdp++;
-          continue;
-        }
-        for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
-          for (int sp = 0; sp < (tp > 1 ? 2 : 1); sp++) {
-            sc_search_cand base = {.dp = dp, .fsdp = fsdp, .tp = tp, .pp = pp, .cp = 1,
-                                   .zero = zero, .sequence_parallel = sp == 1, .batch = B,
-                                   .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
-            /* the training state alone, at the largest stage */
-            base.micro_batch_size = 0;
-            double e = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp);
-            if (state_bytes(x, &base, e) > (double)x->limit) {
-              r->pruned_state++;
-              /* still a candidate for the closest when nothing fits: its
-               * least memory (full recompute, the smallest micro-batch) */
-              sc_search_cand c = base;
-              c.schedule = pp > 1 ? "1f1b" : "gpipe";
-              c.virtual_stages = 1;
-              c.microbatches = pp > 1 ? (int32_t)(B / dd) : 1;
-              c.micro_batch_size = pp > 1 ? 1 : B / dd;
-              c.recompute = SC_SEARCH_RECOMPUTE_FULL;
-              sc_status st = closest(x, &c, r, d);
+      for (int64_t cp = 1; cp <= N / tp / pp; cp++) {
+        if ((N / tp / pp) % cp || cp_skipped(x, cp, pp, r)) continue;
+        int64_t dd = N / tp / pp / cp;
+        for (int64_t fsdp = 1; fsdp <= dd; fsdp++) {
+          if (dd % fsdp) continue;
+          int64_t dp = dd / fsdp;
+          if (B % dd) {
+            r->pruned_batch++;
+            if (!r->batch_parts || dd < r->batch_parts) r->batch_parts = dd;
+            continue;
+          }
+          if (!span(1, tp, P) || !span(tp, cp, P) || !span(tp * cp, fsdp, P) ||
+              !span(tp * cp * fsdp, dp, P) || !span(tp * cp * fsdp * dp, pp, P)) {
+            r->pruned_node++;
+            continue;
+          }
+          if (fsdp > 1 && bm->hidden > 0 && bm->hidden % fsdp) {
+            /* the partitioner shards a parameter on its first dim that fsdp
+             * divides (passes/partition/train_seed.c) and keeps it whole
+             * when none does (a fallback): with fsdp not dividing the hidden
+             * size the blocks' weights stay whole, a dp mesh by another
+             * name whose estimate would count shards and gathers it has not */
+            r->pruned_fsdp++;
+            continue;
+          }
+          for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
+            for (int sp = 0; sp < (tp > 1 && cp == 1 ? 2 : 1); sp++) {
+              sc_search_cand base = {.dp = dp, .fsdp = fsdp, .tp = tp, .pp = pp, .cp = cp,
+                                     .zero = zero, .sequence_parallel = sp == 1, .batch = B,
+                                     .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
+              /* the training state alone, at the largest stage */
+              base.micro_batch_size = 0;
+              double e = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp);
+              if (state_bytes(x, &base, e) > (double)x->limit) {
+                r->pruned_state++;
+                /* still a candidate for the closest when nothing fits: its
+                 * least memory (full recompute, the smallest micro-batch) */
+                sc_search_cand c = base;
+                c.schedule = pp > 1 ? "1f1b" : "gpipe";
+                c.virtual_stages = 1;
+                c.microbatches = pp > 1 ? (int32_t)(B / dd) : 1;
+                c.micro_batch_size = pp > 1 ? 1 : B / dd;
+                c.recompute = SC_SEARCH_RECOMPUTE_FULL;
+                sc_status st = closest(x, &c, r, d);
+                if (st != SC_OK) return st;
+                continue;
+              }
+              sc_status st = search_mesh(x, base, B / dd, r, d);
               if (st != SC_OK) return st;
-              continue;
             }
-            sc_status st = search_mesh(x, base, B / dd, r, d);
-            if (st != SC_OK) return st;
           }
         }
       }
@@ -1146,7 +1199,7 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
   }
   if (st != SC_OK) return st;
   r->pruned = r->pruned_heads + r->pruned_node + r->pruned_batch + r->pruned_microbatch +
-              r->pruned_state + r->pruned_bound + r->pruned_fsdp;
+              r->pruned_state + r->pruned_bound + r->pruned_fsdp + r->pruned_cp;
   if (r->n_top == 0 && !r->have_closest && r->pruned_batch > 0) {
     /* no data-parallel size divides the batch: name the batches that do
      * for the smallest one refused */
@@ -1162,18 +1215,19 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
 }
 
 static const char *dominant_comm(const sc_search_cand *a, const sc_search_cand *b) {
-  double diff[5] = {b->tp_s - a->tp_s, b->fsdp_s - a->fsdp_s, b->dp_s - a->dp_s,
-                    b->pp_s - a->pp_s, b->bubble_s - a->bubble_s};
+  double diff[6] = {b->tp_s - a->tp_s, b->fsdp_s - a->fsdp_s, b->dp_s - a->dp_s,
+                    b->pp_s - a->pp_s, b->bubble_s - a->bubble_s, b->cp_s - a->cp_s};
   double more[3] = {b->compute_s - a->compute_s, b->recompute_s - a->recompute_s,
                     b->optimizer_s - a->optimizer_s};
-  static const char *const names[8] = {"more exposed tp comm", "more exposed fsdp comm",
+  static const char *const names[9] = {"more exposed tp comm", "more exposed fsdp comm",
                                        "more exposed dp comm", "more pipeline p2p",
-                                       "a larger pipeline bubble", "more compute per rank",
-                                       "more recompute", "a longer optimizer step"};
+                                       "a larger pipeline bubble", "more exposed cp comm",
+                                       "more compute per rank", "more recompute",
+                                       "a longer optimizer step"};
   int best = 0;
   double bv = diff[0];
-  for (int i = 1; i < 8; i++) {
-    double v = i < 5 ? diff[i] : more[i - 5];
+  for (int i = 1; i < 9; i++) {
+    double v = i < 6 ? diff[i] : more[i - 6];
     if (v > bv) {
       bv = v;
       best = i;
@@ -1211,9 +1265,9 @@ void sc_search_why(const sc_search_cand *a, const sc_search_cand *b, int64_t lim
 }
 
 /* The terms of a candidate's estimate, in dominant_comm's order of names. */
-static void terms_of(const sc_search_cand *c, double t[8]) {
-  double v[8] = {c->tp_s,      c->fsdp_s,    c->dp_s,        c->pp_s,
-                 c->bubble_s,  c->compute_s, c->recompute_s, c->optimizer_s};
+static void terms_of(const sc_search_cand *c, double t[9]) {
+  double v[9] = {c->tp_s,      c->fsdp_s,    c->dp_s,        c->pp_s,       c->bubble_s,
+                 c->cp_s,      c->compute_s, c->recompute_s, c->optimizer_s};
   memcpy(t, v, sizeof v);
 }
 
@@ -1226,15 +1280,15 @@ void sc_search_fewer_why(const sc_search_cand *a, const sc_search_cand *b, int64
     return;
   }
   /* the two terms that grew most, compute per rank, the batch per GPU */
-  static const char *const names[8] = {
+  static const char *const names[9] = {
       "more tp comm",      "more fsdp comm",          "more dp comm",  "more pipeline p2p",
-      "a larger pipeline bubble", "more compute per rank", "more recompute",
+      "a larger pipeline bubble", "more cp comm", "more compute per rank", "more recompute",
       "a longer optimizer step"};
-  double ta[8], tb[8];
+  double ta[9], tb[9];
   terms_of(a, ta);
   terms_of(b, tb);
   int i1 = -1, i2 = -1;
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < 9; i++) {
     double g = tb[i] - ta[i];
     if (g <= 0) continue;
     if (i1 < 0 || g > tb[i1] - ta[i1]) {
@@ -1244,7 +1298,7 @@ void sc_search_fewer_why(const sc_search_cand *a, const sc_search_cand *b, int64
       i2 = i;
     }
   }
-  int64_t N = b->dp * b->fsdp * b->tp * b->pp;
+  int64_t N = b->dp * b->fsdp * b->tp * b->pp * (b->cp > 1 ? b->cp : 1);
   size_t pos = (size_t)snprintf(buf, n, "%.1f %% slower than the best on %lld devices (%s)",
                                 pct, (long long)devices_a, basis);
   if (i1 >= 0 && pos < n)

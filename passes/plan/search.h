@@ -78,7 +78,9 @@ typedef enum sc_search_recompute {
 
 /* One strategy, and its block-model figures. */
 typedef struct sc_search_cand {
-  int64_t dp, fsdp, tp, pp, cp; /* mesh sizes (cp: context parallel, 1) */
+  int64_t dp, fsdp, tp, pp, cp; /* mesh sizes (cp: context parallel; its
+                                   mesh places it between fsdp and tp:
+                                   sc_search_mesh) */
   int32_t zero;                 /* 0 without fsdp, else 1..3 */
   int64_t hybrid_shard_degree;  /* fsdp when dp > 1 and fsdp > 1, else 0 */
   bool sequence_parallel;
@@ -98,6 +100,8 @@ typedef struct sc_search_cand {
                                    behind the compute (their own queue) */
   int64_t host_bytes;           /* the host pool offloading fills, per rank */
   double tp_s, fsdp_s, dp_s, pp_s; /* communication by axis group */
+  double cp_s;                  /* cp's: the ring's sends and the gradients'
+                                   reduction over cp */
   double mfu;
   int64_t peak_bytes;           /* the largest rank's estimate */
   int64_t peak_activation_bytes; /* of which activations (the rest: the
@@ -155,6 +159,10 @@ typedef struct sc_search_result {
       pruned_bound;
   int64_t pruned_fsdp;          /* fsdp not dividing the hidden size (the
                                    parameters would stay whole) */
+  int64_t pruned_cp;            /* cp > 1 where the sequence does not divide
+                                   into 2 cp chunks, the model has no fused
+                                   attention, or beside a pipeline (not
+                                   searched together) */
   bool tp_left_node;            /* nothing fitted with tp inside a node */
   int64_t batch_parts;          /* the smallest dp x fsdp refused for the batch */
   int32_t n_top;

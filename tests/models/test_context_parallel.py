@@ -4,7 +4,10 @@ attention; docs/context-parallel.md) equals the single-rank run.
 GPT-2 (a position embedding; its causal mask kept beside the causal flag)
 and Llama (rotary embeddings, grouped kv heads, an exactly causal mask)
 inference with seeded random token ids (the whole vocabulary), batch 2,
-sequence 16:
+sequence 16, and vit_pool (no causal mask: a ViT without the class token,
+16 patch tokens mean-pooled; seeded images uniform in [-1, 1)) at cp=2,
+cp=4 and tp=2 x cp=2, its pooling computed whole (gathered over cp, the
+one fallback allowed):
   * `shardc run --mesh M` for M in cp=2, cp=4, tp=2 x cp=2, pp=2 x cp=2
     (GPT-2 also dp=2 x cp=2: the batch split over dp, the sequence over cp,
     nothing computed whole)
@@ -44,10 +47,15 @@ from checks import check, failures  # noqa: E402
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 MESHES = {"gpt2": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"],
-          "llama": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2"]}
+          "llama": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2"],
+          "vit_pool": ["cp=2", "cp=4", "tp=2,cp=2"]}
 # meshes that must warn of a fallback: mesh -> a substring of the warning
 # (none: dp beside cp splits the batch and the sequence on their own dims)
 FALLBACKS = {}
+# what a model's cp run may compute whole (a warned fallback, correct):
+# vit_pool's mean over the tokens gathers its cp-split input (the pooling
+# is not yet a pending sum over cp)
+WHOLE = {"vit_pool": ["'/ReduceMean'"]}
 BATCH = 2
 
 
@@ -62,12 +70,15 @@ def logits(d):
 
 
 def model_run(tmp, name):
-    """(the model, the base arguments of `run` with its seeded input)"""
+    """(the model, the base arguments of `run` with its seeded inputs)"""
     path = os.path.join(SRC, "samples", name + ".onnx")
     model = onnx.load(path, load_external_data=False)
-    feed = os.path.join(tmp, f"{name}_input_ids.npy")
-    np.save(feed, make_inputs(model, BATCH, 41)["input_ids"])
-    return model, ["run", path, "--dim", f"batch={BATCH}", "--input", f"input_ids={feed}"]
+    args = ["run", path, "--dim", f"batch={BATCH}"]
+    for k, v in make_inputs(model, BATCH, 41).items():
+        feed = os.path.join(tmp, f"{name}_{safe_name(k)}.npy")
+        np.save(feed, v)
+        args += ["--input", f"{k}={feed}"]
+    return model, args
 
 
 def test_model(tmp, name, meshes):
@@ -92,6 +103,11 @@ def test_model(tmp, name, meshes):
         check((want_fb is None and not warned) or
               (want_fb is not None and any(want_fb in ln for ln in warned)),
               f"{tag}: fallback warnings {warned}, want {want_fb}")
+        # (the outputs' inverse permutation is gathered by design)
+        whole = [ln for ln in r.stderr.splitlines()
+                 if "computes the node whole" in ln and "logits" not in ln]
+        check(all(any(w in ln for w in WHOLE.get(name, [])) for ln in whole),
+              f"{tag}: nodes computed whole {whole}, allowed {WHOLE.get(name, [])}")
         print(f"ok: {tag}")
 
 

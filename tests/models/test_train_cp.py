@@ -30,7 +30,8 @@ Also:
     + 2) and send the formula's bytes of docs/context-parallel.md: forward
     (N − 1) and backward (2N − 1) hops of b · kvh · 2c · (d + dv) · 4 bytes
     per layer, the backward's (`sent_backward`) apart; the activations saved for the backward per rank fall by
-    about N (within 25 % of 1/N of the single rank's);
+    about N (within 25 % of 1/N of the single rank's), and at dp=2 × cp=2
+    and fsdp=2 × cp=2 by about 4 (no transposed copy of the tied LM head);
   * `shardc compile --train --mesh cp=2 -o DIR` writes a training bundle
     that `shardc train DIR` runs as one rank (GPT-2's log, rtol 2e-5);
   * ViT (17 tokens: not divisible by 2·cp) is refused in training as in
@@ -148,6 +149,18 @@ def test_plan(tmp):
         print(f"plan --train cp={n}: ring {want} bytes sent per rank (forward "
               f"{ring_bytes(n, False)}, backward {ring_bytes(n, True)}); saved activations "
               f"{saved} per rank vs {one} on one rank (1/{one / saved:.2f})")
+    # dp (or fsdp) beside cp: each rank holds half the batch and half the
+    # sequence, a quarter of one rank's saved activations (the tied LM
+    # head's product reads the weight in the backward, not a transposed copy)
+    for mesh in ("dp=2,cp=2", "fsdp=2,cp=2"):
+        p = plan(tmp, ["--mesh", mesh, "--json"])
+        if not check(p.returncode == 0, f"plan --train {mesh}: {p.stderr[-500:]}"):
+            continue
+        saved = json.loads(p.stdout)["saved_activations"]
+        check(abs(saved * 4 / one - 1) <= 0.25,
+              f"{mesh}: saved activations per rank {saved} bytes, one rank {one}: want about 1/4")
+        print(f"plan --train {mesh}: saved activations {saved} per rank vs {one} on one rank "
+              f"(1/{one / saved:.2f})")
 
 
 def test_bundle(tmp):

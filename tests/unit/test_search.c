@@ -131,7 +131,7 @@ static void test_search_space(void **state) {
   assert_true(r.evaluated > 0);
   assert_int_equal(r.pruned, r.pruned_heads + r.pruned_node + r.pruned_batch +
                                  r.pruned_microbatch + r.pruned_state + r.pruned_bound +
-                                 r.pruned_fsdp);
+                                 r.pruned_fsdp + r.pruned_cp);
   assert_true(r.pruned_heads > 0); /* 2, 4, 8, 16 do not divide 25 heads */
   for (int32_t i = 0; i < r.n_top; i++) {
     const sc_search_cand *c = &r.top[i];
@@ -360,6 +360,38 @@ static void test_loss_memory(void **state) {
   }
 }
 
+/* cp's estimate (docs/planner.md, "The estimate"): the same microbatch at
+ * cp=2 keeps half the activations and computes about half; the ring's
+ * sends and the gradients' all-reduce over cp are its cp time, at least
+ * the ring's bytes over NVLink (forward 1 hop, backward 3, of kv_bytes / 2
+ * an example, per block); without cp none. */
+static void test_cp_estimate(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  /* the keys and values of one example: [25 heads, 128, 64] f32 each */
+  assert_true(bm.kv_bytes == 2.0 * 25 * 128 * 64 * 4);
+  sc_cluster cl = preset("h100-sxm:8x1");
+  sc_search_opts o = {.cluster = &cl, .global_batch = 4, .dtype = SC_CLUSTER_FP32,
+                      .adamw = true};
+  sc_search_cand one = {.dp = 1, .fsdp = 1, .tp = 1, .pp = 1, .cp = 1, .schedule = "gpipe",
+                        .virtual_stages = 1, .microbatches = 1, .micro_batch_size = 4,
+                        .batch = 4};
+  sc_search_cand two = one;
+  two.cp = 2;
+  sc_diag d = {0};
+  assert_int_equal(sc_search_estimate(&bm, &o, &one, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(&bm, &o, &two, &d), SC_OK);
+  assert_true(one.cp_s == 0 && two.cp_s > 0);
+  double ratio = (double)two.peak_activation_bytes / (double)one.peak_activation_bytes;
+  assert_true(ratio > 0.49 && ratio < 0.51);
+  assert_true(two.compute_s < 0.6 * one.compute_s && two.compute_s > 0.4 * one.compute_s);
+  double ring = 48.0 * (1 + 3) * 4 * bm.kv_bytes / 2;
+  assert_true(two.cp_s >= ring / 450e9);
+  assert_true(two.step_s > two.compute_s + two.cp_s - 1e-12);
+}
+
 static void test_batch_refused(void **state) {
   (void)state;
   sc_block_model bm;
@@ -369,13 +401,21 @@ static void test_batch_refused(void **state) {
   assert_int_equal(bm.heads, 4);
   sc_search_result r;
   sc_diag d = {0};
-  /* 16 devices, tp <= 4 (heads), pp <= 2 (blocks): dp x fsdp >= 2 */
-  assert_int_equal(run(&bm, "h100-sxm:8x2", 3, 0, &r, &d), SC_ERR_USAGE);
+  /* 64 devices, tp <= 4 (heads), pp <= 2 (blocks), cp <= 8 (16 tokens in
+   * 2 cp chunks) and not beside pp: dp x fsdp >= 2 */
+  assert_int_equal(run(&bm, "h100-sxm:8x8", 3, 0, &r, &d), SC_ERR_USAGE);
   assert_non_null(strstr(d.msg, "global batch 3 does not divide"));
   assert_non_null(strstr(d.msg, "batches that do: 2 or 4"));
   assert_int_equal(run(&bm, "h100-sxm:8x2", 4, 0, &r, &d), SC_OK);
   assert_true(r.n_top > 0);
   for (int32_t i = 0; i < r.n_top; i++) assert_int_equal(4 % (r.top[i].dp * r.top[i].fsdp), 0);
+  /* on 16 devices tp=4 x cp=4 (or cp=8 x tp=2) leaves dp x fsdp = 1: a
+   * batch of 3 has plans, all with cp > 1 */
+  assert_int_equal(run(&bm, "h100-sxm:8x2", 3, 0, &r, &d), SC_OK);
+  assert_true(r.n_top > 0);
+  for (int32_t i = 0; i < r.n_top; i++)
+    assert_true(r.top[i].cp > 1 && r.top[i].dp * r.top[i].fsdp == 1 &&
+                16 % (2 * r.top[i].cp) == 0);
 }
 
 static sc_status infer(const sc_block_model *bm, const char *cluster, sc_search_goal goal,
@@ -444,7 +484,7 @@ int main(void) {
       cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
       cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_fewer_devices),
       cmocka_unit_test(test_budget), cmocka_unit_test(test_loss_memory),
-      cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_zero_stages),
+      cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_cp_estimate), cmocka_unit_test(test_zero_stages),
       cmocka_unit_test(test_grouped_collectives),
       cmocka_unit_test(test_inference),
   };

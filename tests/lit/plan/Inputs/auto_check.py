@@ -18,6 +18,15 @@ auto_infer.test).
       inference plan (no fsdp, no ZeRO, GPipe, no recompute); the replay
       through --mesh and through the plan file with --plan predicts the
       chosen object again.
+  auto_check.py cp SHARDC MODEL AUTO.json TMP
+      a long sequence where only context parallelism fits the budget: the
+      chosen plan has cp > 1 (auto.chosen.mesh.cp, its plan file's mesh
+      axes naming cp), fits the limit exactly, its simulated step has
+      exposed cp communication (the ring's sends), and it replays through --mesh
+      and through its plan file with --plan to the same prediction; its
+      estimate equals `plan --train --estimate` of the same options; every
+      candidate without cp, compiled exactly (`plan --train --mesh` of its
+      options where the search only estimated it), is over the limit.
   auto_check.py faster A.json B.json
       B's report compares its chosen plan with the best on half its GPUs
       (auto.fewer_devices: exact against exact when that cluster's plans
@@ -44,6 +53,65 @@ def predicted_of(shardc, model, args):
     out = subprocess.run([shardc, "plan", model] + args + ["--json"], check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)["predicted"]
+
+
+def replays(shardc, model, ch, tmp):
+    """The chosen plan's mesh and options given by --mesh predict its
+    object; so does its plan file replayed with --plan and the training
+    options (which the plan file does not hold). Returns the replay's
+    arguments."""
+    p = ch["predicted"]
+    replay = shlex.split(ch["replay"])
+    got = predicted_of(shardc, model, replay)
+    assert got == p, (got, p)
+    with open(tmp + ".plan.json", "w") as f:
+        json.dump(ch["plan"], f)
+    train = []
+    skip = {"--cluster", "--mesh", "--zero", "--schedule", "--virtual-stages",
+            "--microbatches"}
+    i = 0
+    while i < len(replay):
+        if replay[i] in skip:
+            i += 2
+            continue
+        if replay[i] == "--sequence-parallel":
+            i += 1
+            continue
+        train.append(replay[i])
+        i += 1
+    got = predicted_of(shardc, model, ["--plan", tmp + ".plan.json"] + train)
+    assert got == p, (got, p)
+    return replay
+
+
+def cp(shardc, model, path, tmp):
+    a = load(path)
+    ch, limit = a["chosen"], a["memory_limit_bytes"]
+    p = ch["predicted"]
+    assert ch["mesh"]["cp"] > 1, ch["mesh"]
+    assert "cp=%d" % ch["mesh"]["cp"] in ch["plan"]["mesh"]["axes"], ch["plan"]["mesh"]
+    assert p["source"] == "simulated" and p["fits"] and 0 < p["peak_bytes_per_rank"] <= limit, p
+    # the simulated ring: its shifted sends cost time on the cp group's queue
+    assert p["step_time_s"] > 0 and p["breakdown"]["exposed_comm_s"].get("cp", 0) > 0, p
+    replay = replays(shardc, model, ch, tmp)
+    out = subprocess.run([shardc, "plan", model, "--estimate"] + replay + ["--json"],
+                         check=True, capture_output=True, text=True).stdout
+    assert json.loads(out)["estimate"] == ch["estimate"], (json.loads(out)["estimate"],
+                                                          ch["estimate"])
+    # every candidate without cp, compiled exactly, is over the limit
+    least = None
+    for c in a["candidates"]:
+        if c["mesh"]["cp"] > 1:
+            continue
+        peak = c["predicted"]["peak_bytes_per_rank"]
+        if not c["exact"]:
+            args = shlex.split(ch["replay"].replace(ch["options"], c["options"]))
+            peak = predicted_of(shardc, model, args)["peak_bytes_per_rank"]
+        assert peak > limit, (c["options"], peak, limit)
+        least = peak if least is None else min(least, peak)
+    assert least is not None, "no candidate without cp"
+    print("cp ok: %s, %d bytes a rank, limit %d; without cp at least %d"
+          % (ch["options"], p["peak_bytes_per_rank"], limit, least))
 
 
 def check(shardc, model, path, tmp):
@@ -77,28 +145,7 @@ def check(shardc, model, path, tmp):
     assert est and all(c["predicted"]["source"] == "estimate" for c in est)
     steps = [c["predicted"]["step_time_s"] for c in est]
     assert steps == sorted(steps), steps
-    # the same mesh given by --mesh: the same predicted object
-    replay = shlex.split(ch["replay"])
-    got = predicted_of(shardc, model, replay)
-    assert got == p, (got, p)
-    # the plan file, replayed with --plan
-    with open(tmp + ".plan.json", "w") as f:
-        json.dump(ch["plan"], f)
-    train = []
-    skip = {"--cluster", "--mesh", "--zero", "--schedule", "--virtual-stages",
-            "--microbatches"}
-    i = 0
-    while i < len(replay):
-        if replay[i] in skip:
-            i += 2
-            continue
-        if replay[i] == "--sequence-parallel":
-            i += 1
-            continue
-        train.append(replay[i])
-        i += 1
-    got = predicted_of(shardc, model, ["--plan", tmp + ".plan.json"] + train)
-    assert got == p, (got, p)
+    replays(shardc, model, ch, tmp)
     print("auto ok: %s, %d evaluated, %d pruned" % (ch["options"], a["candidates_evaluated"],
                                                     a["candidates_pruned"]))
 
@@ -226,6 +273,8 @@ def same(pa, pb):
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         check(*sys.argv[2:6])
+    elif sys.argv[1] == "cp":
+        cp(*sys.argv[2:6])
     elif sys.argv[1] == "offload":
         offload(*sys.argv[2:6])
     elif sys.argv[1] == "infer":
