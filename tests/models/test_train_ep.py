@@ -9,6 +9,8 @@ scale (test_train_dist.compare, the tolerances of test_train_dist and
 test_train_cp), no NaN, for
   ep=2, ep=4, dp=2 x ep=2, fsdp=2 x ep=2, tp=2 x ep=2, ep=2 with
   --recompute full, pp=2 x ep=2 (1F1B, one microbatch) against one rank;
+  the SMP v2 key expert_parallel_degree 2 over a world of --mesh dp=4
+  (`--smp-config`: it says `--mesh dp=2,ep=2`) against one rank;
   pp=2 x ep=2 with 2 microbatches against pp=2 with 2 microbatches (the
   load-balancing loss is a product of two means over a microbatch: a
   microbatched step computes another loss than the whole batch's).
@@ -74,7 +76,11 @@ def base_args(tmp):
 
 def test_meshes(tmp):
     base = base_args(tmp)
-    runs = [[], PP2] + [m for m, _ in MESHES]
+    smp = os.path.join(tmp, "smp.json")
+    with open(smp, "w") as f:
+        json.dump({"expert_parallel_degree": 2}, f)
+    meshes = MESHES + [(["--mesh", "dp=4", "--smp-config", smp], None)]
+    runs = [[], PP2] + [m for m, _ in meshes]
 
     def job(i, mesh):
         d = os.path.join(tmp, f"run_{i}")
@@ -82,13 +88,15 @@ def test_meshes(tmp):
         out["p"] = dist.run(base + ["--save", out["ck"], "--log-json", out["log"]] + mesh)
         return out
 
-    with ThreadPoolExecutor(2) as ex:
+    with ThreadPoolExecutor(4) as ex:  # the runs mostly wait on their ranks
         results = list(ex.map(lambda a: job(*a), enumerate(runs)))
     init = {t.name: numpy_helper.to_array(t) for t in onnx.load(MODEL).graph.initializer}
     refs = {None: results[0], tuple(PP2): results[1]}
     for r in results[:2]:
         check(r["p"].returncode == 0, f"moe {' '.join(r['mesh'])}: {r['p'].stderr[-800:]}")
-    for (mesh, ref_mesh), res in zip(MESHES, results[2:]):
+    smp_err = results[-1]["p"].stderr
+    check("--mesh dp=2,ep=2" in smp_err, f"smp-config expert_parallel_degree: {smp_err[-500:]}")
+    for (mesh, ref_mesh), res in zip(meshes, results[2:]):
         what = " ".join(mesh)
         ref = refs[tuple(ref_mesh) if ref_mesh else None]
         if ref["p"].returncode or not check(res["p"].returncode == 0,
