@@ -66,7 +66,8 @@ sc_status sc_mesh_check_roles(const sc_mesh *m, sc_diag *d) {
                          "mesh axis '%s' has no role: the known axes are dp (data parallel), fsdp "
                          "(sharded data parallel, training), "
                          "tp (tensor parallel), pp (pipeline stages), cp (context parallel: "
-                         "the sequence) and ep (expert parallel: the experts and the batch)", m->axes[i].name);
+                         "the sequence) and ep (expert parallel: the experts and the batch)",
+                         m->axes[i].name);
   }
   return SC_OK;
 }

@@ -21,11 +21,17 @@
  *     the other data axes, dim 1 (the experts) over ep. It arrives split on
  *     the batch, so localize moves ep from dim 0 to dim 1 with one
  *     AllToAll (ep innermost on both dims); the expert MatMuls and the
- *     element-wise ops between them keep that split; the first reader that
- *     wants the batch back (the combine's product) moves it back with the
- *     inverse AllToAll. In a training step the backward's products by Wᵀ
- *     are expert products too, so the gradient of the experts' output takes
- *     the same path; recomputed copies likewise.
+ *     element-wise ops between them keep that split;
+ *   - the output of an expert product that leaves the experts (no reader
+ *     of it is an expert product or element-wise: the combine's Reshape)
+ *     gets a constraint back on the batch (dim 0 over every data axis, ep
+ *     innermost): the inverse AllToAll, once, where it is made, so that
+ *     every reader (the combine's product, and in a training step the
+ *     gates' gradient through its Transpose) reads the same batch-split
+ *     copy. In a training step the backward's products by Wᵀ are expert
+ *     products too, so the gradient of the experts' output takes the same
+ *     path in (its gradient leaves through an Add, so the dispatch's
+ *     backward product moves it back); recomputed copies likewise.
  * E not divisible by ep is an error naming the sizes that divide; ep on a
  * model with no expert product is an error (the axis would be dp). */
 #include <stdio.h>
@@ -72,6 +78,38 @@ static void sizes_that_divide(int64_t e, int64_t n, char *buf, size_t cap) {
   else snprintf(buf, cap, "none above 1");
 }
 
+/* The outputs of expert products that leave the experts (ep.c's header)
+ * constrained to the batch split over every data axis (axes[n_axes], ep
+ * last). */
+static sc_status constrain_exits(sc_partition *p, const bool *expert, const int32_t *axes,
+                                 int32_t n_axes) {
+  sc_graph *g = p->global;
+  int32_t *off = NULL, *users = NULL;
+  if (sc_graph_users(g, &off, &users) != SC_OK)
+    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+  int64_t parts = 1;
+  for (int32_t k = 0; k < n_axes; k++) parts *= p->mesh.axes[axes[k]].size;
+  sc_status st = SC_OK;
+  for (int32_t i = 0; st == SC_OK && i < g->n_nodes; i++) {
+    if (!expert[i] || g->nodes[i].outputs[0] < 0) continue;
+    int32_t o = g->nodes[i].outputs[0];
+    const sc_value *v = &g->values[o];
+    bool leaves = off[o + 1] > off[o] && !(v->flags & SC_VALUE_OUTPUT);
+    for (int32_t u = off[o]; leaves && u < off[o + 1]; u++) {
+      const sc_node *r = &g->nodes[users[u]];
+      leaves = !expert[users[u]] && !(sc_ops[r->op].flags & SC_OPF_ELEMENTWISE);
+    }
+    if (!leaves || v->dims[0] <= 0 || v->dims[0] % parts != 0) continue;
+    sc_sharding s;
+    sc_sharding_replicated(&s, v->rank);
+    for (int32_t k = 0; k < n_axes; k++) sc_sharding_split(&s, 0, axes[k]);
+    st = sc_graph_set_sharding(g, o, &s);
+  }
+  sc_free(off);
+  sc_free(users);
+  return st;
+}
+
 sc_status sc_partition_seed_ep(sc_partition *p) {
   sc_graph *g = p->global;
   int32_t ep = p->ep_axis;
@@ -83,7 +121,10 @@ sc_status sc_partition_seed_ep(sc_partition *p) {
   for (int32_t k = 0; k < n_axes; k++)
     if (axes[k] != ep) others *= p->mesh.axes[axes[k]].size;
   int32_t found = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
+  bool *expert = sc_calloc((size_t)g->n_nodes + 1, sizeof *expert);
+  if (!expert) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+  sc_status st = SC_OK;
+  for (int32_t i = 0; st == SC_OK && i < g->n_nodes; i++) {
     const sc_node *nd = &g->nodes[i];
     if ((nd->flags & SC_NODE_DEAD) || nd->op != SC_OP_MATMUL || nd->n_inputs != 2 ||
         nd->inputs[0] < 0 || nd->inputs[1] < 0)
@@ -97,26 +138,30 @@ sc_status sc_partition_seed_ep(sc_partition *p) {
     if (e % n != 0) {
       char near[64];
       sizes_that_divide(e, n, near, sizeof near);
-      return sc_node_error(g, nd, SC_ERR_USAGE,
-                           "the %lld experts (dim 0 of '%s') do not divide by %s=%lld: expert "
-                           "parallel sizes that do: %s",
-                           (long long)e, w->name ? w->name : "?", p->mesh.axes[ep].name,
-                           (long long)n, near);
+      st = sc_node_error(g, nd, SC_ERR_USAGE,
+                         "the %lld experts (dim 0 of '%s') do not divide by %s=%lld: expert "
+                         "parallel sizes that do: %s",
+                         (long long)e, w->name ? w->name : "?", p->mesh.axes[ep].name,
+                         (long long)n, near);
+      break;
     }
+    expert[i] = true;
+    found++;
     sc_sharding s;
     sc_sharding_replicated(&s, 3);
     sc_sharding_split(&s, 0, ep);
-    sc_status st = sc_graph_set_sharding(g, wid, &s);
-    if (st != SC_OK) return st;
+    if ((st = sc_graph_set_sharding(g, wid, &s)) != SC_OK) break;
     if ((a->flags & SC_VALUE_INPUT) || sc_value_has_data(a)) continue;
     sc_sharding_replicated(&s, 4);
     if (a->dims[0] > 0 && a->dims[0] % others == 0)
       for (int32_t k = 0; k < n_axes; k++)
         if (axes[k] != ep) sc_sharding_split(&s, 0, axes[k]);
     sc_sharding_split(&s, 1, ep);
-    if ((st = sc_graph_set_sharding(g, nd->inputs[0], &s)) != SC_OK) return st;
-    found++;
+    st = sc_graph_set_sharding(g, nd->inputs[0], &s);
   }
+  if (st == SC_OK && found) st = constrain_exits(p, expert, axes, n_axes);
+  sc_free(expert);
+  if (st != SC_OK) return st;
   if (!found)
     return sc_graph_error(g, SC_ERR_USAGE,
                           "the mesh axis %s=%lld splits experts, and the model has none (no "

@@ -25,10 +25,10 @@ Also:
     updates its 4 experts);
   * `plan --train --json` at ep=2 and ep=4 reports the all-to-alls over ep:
     per layer 2 in the forward (the dispatched tokens to their experts, the
-    experts' outputs back) and 3 in the backward (the outputs' gradient to
-    the experts, the inputs' gradient back, and the experts' outputs again
-    for the gates' gradient), each sending the off-rank share of a rank's
-    dispatched buffer: (ep - 1)/ep x (B/ep) x E x C x D x 4 bytes;
+    experts' outputs back) and 2 in the backward (the outputs' gradient to
+    the experts, the inputs' gradient back), each sending the off-rank
+    share of a rank's dispatched buffer: (ep - 1)/ep x (B/ep) x E x C x D x
+    4 bytes;
   * `run --mesh ep=2` (batch 4) equals one rank's logits and aux_loss
     (rtol 1e-5, atol 1e-6);
   * refused: 8 experts at ep=3 (batch 6), naming the sizes that divide
@@ -135,7 +135,7 @@ def test_bytes():
         a2a = [c for c in json.loads(p.stdout)["collectives"]
                if c["op"] == "AllToAll" and c["axes"] == "ep"]
         one = (n - 1) * (BATCH // n) * E * C * D * 4 // n  # off-rank share of a buffer
-        want = {"count": 5 * LAYERS, "sent": 5 * LAYERS * one, "sent_backward": 3 * LAYERS * one}
+        want = {"count": 4 * LAYERS, "sent": 4 * LAYERS * one, "sent_backward": 2 * LAYERS * one}
         got = {k: a2a[0][k] for k in want} if len(a2a) == 1 else a2a
         check(got == want, f"plan --train ep={n}: all-to-alls {got}, want {want}")
         print(f"ep={n}: all-to-alls {got}")
