@@ -34,6 +34,9 @@ Also:
   * refused: 8 experts at ep=3 (batch 6), naming the sizes that divide
     (2 or 4); ep on a model without experts (the mlp sample).
 
+--part meshes-1|meshes-2|rest runs the first four meshes, the others, or
+everything else (ctest runs the three side by side).
+
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
 import json
@@ -57,12 +60,18 @@ BATCH, LAYERS, E, C, D = 4, 2, 8, 5, 64
 OPTS = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
         "--aux-loss", "aux_loss=0.02"]
 PP2 = ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"]
-# (mesh, reference: None = one rank, else the reference's mesh)
-MESHES = [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
-          (["--mesh", "dp=2,ep=2"], None), (["--mesh", "fsdp=2,ep=2"], None),
-          (["--mesh", "tp=2,ep=2"], None), (["--mesh", "ep=2", "--recompute", "full"], None),
-          (["--mesh", "pp=2,ep=2", "--microbatches", "1", "--schedule", "1f1b"], None),
-          (["--mesh", "pp=2,ep=2", "--microbatches", "2", "--schedule", "1f1b"], PP2)]
+SMP = "smp.json"  # {"expert_parallel_degree": 2}, written into tmp
+# per --part: (mesh, reference: None = one rank, else the reference's mesh)
+MESHES = {"meshes-1": [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
+                       (["--mesh", "dp=2,ep=2"], None), (["--mesh", "fsdp=2,ep=2"], None)],
+          "meshes-2": [(["--mesh", "tp=2,ep=2"], None),
+                       (["--mesh", "ep=2", "--recompute", "full"], None),
+                       (["--mesh", "pp=2,ep=2", "--microbatches", "1", "--schedule", "1f1b"],
+                        None),
+                       (["--mesh", "pp=2,ep=2", "--microbatches", "2", "--schedule", "1f1b"],
+                        PP2),
+                       (["--mesh", "dp=4", "--smp-config", SMP], None)],
+          "rest": []}
 
 
 def base_args(tmp):
@@ -74,13 +83,14 @@ def base_args(tmp):
             "--labels", labels, "--data", f"input_ids={ids}"] + OPTS
 
 
-def test_meshes(tmp):
+def test_meshes(tmp, part):
     base = base_args(tmp)
-    smp = os.path.join(tmp, "smp.json")
+    smp = os.path.join(tmp, SMP)
     with open(smp, "w") as f:
         json.dump({"expert_parallel_degree": 2}, f)
-    meshes = MESHES + [(["--mesh", "dp=4", "--smp-config", smp], None)]
-    runs = [[], PP2] + [m for m, _ in meshes]
+    meshes = [([smp if a == SMP else a for a in m], r) for m, r in MESHES[part]]
+    refs = [[]] + ([PP2] if any(r for _, r in meshes) else [])
+    runs = refs + [m for m, _ in meshes]
 
     def job(i, mesh):
         d = os.path.join(tmp, f"run_{i}")
@@ -91,14 +101,15 @@ def test_meshes(tmp):
     with ThreadPoolExecutor(4) as ex:  # the runs mostly wait on their ranks
         results = list(ex.map(lambda a: job(*a), enumerate(runs)))
     init = {t.name: numpy_helper.to_array(t) for t in onnx.load(MODEL).graph.initializer}
-    refs = {None: results[0], tuple(PP2): results[1]}
-    for r in results[:2]:
+    ref_of = {tuple(m): r for m, r in zip(refs, results)}
+    for r in results[:len(refs)]:
         check(r["p"].returncode == 0, f"moe {' '.join(r['mesh'])}: {r['p'].stderr[-800:]}")
-    smp_err = results[-1]["p"].stderr
-    check("--mesh dp=2,ep=2" in smp_err, f"smp-config expert_parallel_degree: {smp_err[-500:]}")
-    for (mesh, ref_mesh), res in zip(meshes, results[2:]):
+    for (mesh, ref_mesh), res in zip(meshes, results[len(refs):]):
+        if smp in mesh:
+            check("--mesh dp=2,ep=2" in res["p"].stderr,
+                  f"smp-config expert_parallel_degree: {res['p'].stderr[-500:]}")
         what = " ".join(mesh)
-        ref = refs[tuple(ref_mesh) if ref_mesh else None]
+        ref = ref_of[tuple(ref_mesh or [])]
         if ref["p"].returncode or not check(res["p"].returncode == 0,
                                             f"moe {what}: {res['p'].stderr[-800:]}"):
             continue
@@ -175,15 +186,21 @@ def test_refused(tmp):
 
 
 def main():
+    part, rc = dist.parse_part("test_train_ep.py", MESHES)
+    if rc is not None:
+        return rc
     if not SHARDC:
         print("SHARDC is not set")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        test_refused(tmp)
-        test_step()
-        test_bytes()
-        test_run(tmp)
-        test_meshes(tmp)
+        if part in (None, "rest"):
+            test_refused(tmp)
+            test_step()
+            test_bytes()
+            test_run(tmp)
+        for p in MESHES if part is None else [part]:
+            if MESHES[p]:
+                test_meshes(tmp, p)
     return finish()
 
 
