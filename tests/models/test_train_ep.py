@@ -20,9 +20,10 @@ or the weights by far more than these.
 
 Also:
   * the partitioned step (`plan --train --print-after=localize`, ep=2):
-    no expert weight (w1, w2, w3) is all-gathered over ep and no expert
-    gradient all-reduced or reduce-scattered over ep (each rank holds and
-    updates its 4 experts);
+    every expert weight (w1, w2, w3) is held as its rank's 4 experts
+    (local [4, 64, 64], split over ep), none is all-gathered, and no expert
+    gradient is all-reduced, reduce-scattered or put in a reduction's
+    bucket (each rank updates its 4 experts);
   * `plan --train --json` at ep=2 and ep=4 reports the all-to-alls over ep:
     per layer 2 in the forward (the dispatched tokens to their experts, the
     experts' outputs back) and 2 in the backward (the outputs' gradient to
@@ -132,8 +133,13 @@ def test_step():
     experts = [f"layers.{i}.block_sparse_moe.w{k}" for i in range(LAYERS) for k in (1, 2, 3)]
     gathered = [w for w in experts if any(f"= AllGather(%{w})" in ln for ln in lines)]
     check(not gathered, f"ep=2: expert weights all-gathered: {gathered}")
+    stored = [w for w in experts
+              if not any(ln.strip().startswith(f"input %{w} : f32[{E // 2},{D},{D}] shard<[ep,_,_]>")
+                         for ln in lines)]
+    check(not stored, f"ep=2: expert weights not held as E/2 experts split over ep: {stored}")
+    # a reduction, or a bucket's copy-in (Reshape) before one, reading the gradient
     reduced = [w for w in experts for ln in lines
-               if ("AllReduce(" in ln or "ReduceScatter(" in ln) and f"grad:{w}" in ln]
+               if any(f"{op}(%grad:{w}" in ln for op in ("AllReduce", "ReduceScatter", "Reshape"))]
     check(not reduced, f"ep=2: expert gradients reduced over ep: {reduced[:3]}")
     check(any("AllToAll(" in ln for ln in lines), "ep=2: no AllToAll in the step")
 
