@@ -52,8 +52,9 @@ static int get_degree(const char *file, json_t *root, const char *key, int64_t *
 int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *ta,
                         char *mesh, size_t mesh_size) {
   static const char *const applied[] = {"hybrid_shard_degree", "tensor_parallel_degree",
-                                        "expert_parallel_degree", "activation_checkpointing", "sm_activation_offloading",
-                                        "activation_loading_horizon", NULL};
+                                        "expert_parallel_degree", "activation_checkpointing",
+                                        "sm_activation_offloading", "activation_loading_horizon",
+                                        NULL};
   static const char *const ignored[] = {"random_seed", "fsdp_cache_flush_warnings",
                                         "allow_empty_shards", NULL};
   sc_diag d = {0};

@@ -134,8 +134,8 @@ def test_step():
     gathered = [w for w in experts if any(f"= AllGather(%{w})" in ln for ln in lines)]
     check(not gathered, f"ep=2: expert weights all-gathered: {gathered}")
     stored = [w for w in experts
-              if not any(ln.strip().startswith(f"input %{w} : f32[{E // 2},{D},{D}] shard<[ep,_,_]>")
-                         for ln in lines)]
+              if not any(ln.strip().startswith(f"input %{w} : f32[{E // 2},{D},{D}] "
+                                                  "shard<[ep,_,_]>") for ln in lines)]
     check(not stored, f"ep=2: expert weights not held as E/2 experts split over ep: {stored}")
     # a reduction, or a bucket's copy-in (Reshape) before one, reading the gradient
     reduced = [w for w in experts for ln in lines
