@@ -30,8 +30,8 @@ Also:
     the experts, the inputs' gradient back), each sending the off-rank
     share of a rank's dispatched buffer: (ep - 1)/ep x (B/ep) x E x C x D x
     4 bytes;
-  * `run --mesh ep=2` (batch 4) equals one rank's logits and aux_loss
-    (rtol 1e-5, atol 1e-6);
+  * `run --mesh ep=2` (batch 4), and the bundle `compile --mesh ep=2 -o`
+    writes, equal one rank's logits and aux_loss (rtol 1e-5, atol 1e-6);
   * refused: 8 experts at ep=3 (batch 6), naming the sizes that divide
     (2 or 4); ep on a model without experts (the mlp sample).
 
@@ -161,22 +161,29 @@ def test_bytes():
 def test_run(tmp):
     ids = os.path.join(tmp, "ids4.npy")
     np.save(ids, np.random.RandomState(5).randint(0, 1000, (BATCH, 16)).astype(np.int64))
+    bundle = os.path.join(tmp, "bundle_ep2")
+    r = subprocess.run([SHARDC, "compile", MODEL, "--dim", f"batch={BATCH}", "--mesh", "ep=2",
+                        "-o", bundle], capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, f"compile --mesh ep=2: {r.stderr[-400:]}")
     outs = {}
-    for mesh in ([], ["--mesh", "ep=2"]):
-        d = os.path.join(tmp, "out" + "_".join(mesh))
-        r = subprocess.run([SHARDC, "run", MODEL, "--dim", f"batch={BATCH}", "--input",
-                            f"input_ids={ids}", "--output-dir", d, "--quiet"] + mesh,
+    for what, args in (("one rank", [MODEL, "--dim", f"batch={BATCH}"]),
+                       ("--mesh ep=2", [MODEL, "--dim", f"batch={BATCH}", "--mesh", "ep=2"]),
+                       ("the ep=2 bundle", [bundle])):
+        d = os.path.join(tmp, "out_" + what.replace(" ", "_"))
+        r = subprocess.run([SHARDC, "run"] + args + ["--input", f"input_ids={ids}",
+                                                     "--output-dir", d, "--quiet"],
                            capture_output=True, text=True, timeout=300)
-        if check(r.returncode == 0, f"run {' '.join(mesh)}: {r.stderr[-400:]}"):
-            outs[len(mesh)] = d
-    if len(outs) < 2:
+        if check(r.returncode == 0, f"run {what}: {r.stderr[-400:]}"):
+            outs[what] = d
+    if "one rank" not in outs:
         return
-    for name in ("logits", "aux_loss"):
-        a, b = (np.load(os.path.join(outs[k], name + ".npy")) for k in (0, 2))
-        check(a.shape == b.shape and not np.isnan(b).any()
-              and np.allclose(b, a, rtol=1e-5, atol=1e-6),
-              f"run --mesh ep=2: {name} differs from one rank by "
-              f"{np.abs(a - b).max() if a.shape == b.shape else b.shape}")
+    for what in [w for w in outs if w != "one rank"]:
+        for name in ("logits", "aux_loss"):
+            a, b = (np.load(os.path.join(outs[k], name + ".npy")) for k in ("one rank", what))
+            check(a.shape == b.shape and not np.isnan(b).any()
+                  and np.allclose(b, a, rtol=1e-5, atol=1e-6),
+                  f"run {what}: {name} differs from one rank by "
+                  f"{np.abs(a - b).max() if a.shape == b.shape else b.shape}")
 
 
 def test_refused(tmp):
