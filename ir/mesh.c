@@ -54,7 +54,7 @@ sc_status sc_mesh_add_axis(sc_mesh *m, const char *name, int64_t size, sc_diag *
   return SC_OK;
 }
 
-const char *const sc_mesh_role_names[] = {"dp", "fsdp", "tp", "pp", "cp", NULL};
+const char *const sc_mesh_role_names[] = {"dp", "fsdp", "tp", "pp", "cp", "ep", NULL};
 
 sc_status sc_mesh_check_roles(const sc_mesh *m, sc_diag *d) {
   for (int32_t i = 0; i < m->n_axes; i++) {
@@ -65,8 +65,9 @@ sc_status sc_mesh_check_roles(const sc_mesh *m, sc_diag *d) {
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                          "mesh axis '%s' has no role: the known axes are dp (data parallel), fsdp "
                          "(sharded data parallel, training), "
-                         "tp (tensor parallel), pp (pipeline stages) and cp (context parallel: "
-                         "the sequence)", m->axes[i].name);
+                         "tp (tensor parallel), pp (pipeline stages), cp (context parallel: "
+                         "the sequence) and ep (expert parallel: the experts and the batch)",
+                         m->axes[i].name);
   }
   return SC_OK;
 }

@@ -65,7 +65,9 @@ bool sc_mesh_equal(const sc_mesh *a, const sc_mesh *b);
  * (--mesh): dp (batch split), fsdp (batch split with the training state
  * sharded: ZeRO/FSDP), tp (Megatron tensor parallelism), pp (pipeline
  * stages), cp (context parallelism: the sequence split, attention as a
- * ring; docs/context-parallel.md). NULL-terminated. */
+ * ring; docs/context-parallel.md), ep (expert parallelism: the batch split
+ * as by dp, mixture-of-experts layers' experts split; docs/moe.md).
+ * NULL-terminated. */
 extern const char *const sc_mesh_role_names[];
 /* Checks that every axis of m is named after a role (sc_mesh_role_names):
  * an axis no pass uses would only multiply the ranks, each pair computing

@@ -6,6 +6,8 @@
  *   applied   hybrid_shard_degree (0: the whole data-parallel world, as
  *             SMP's 0 falls back to full sharding; S: dp=N/S, fsdp=S),
  *             tensor_parallel_degree (tp=T out of the N ranks),
+ *             expert_parallel_degree (ep=X out of the data-parallel
+ *             ranks: X divides N/T; docs/moe.md),
  *             activation_checkpointing ("none", "selective", "full",
  *             "auto" = --recompute), sm_activation_offloading (true =
  *             --offload-activations; SMP offloads only what checkpointing
@@ -16,10 +18,10 @@
  *             inference form), fsdp_cache_flush_warnings, allow_empty_shards
  *             (no CUDA caching allocator, no uneven shards here), named on
  *             stderr;
- *   refused   context_parallel_degree and expert_parallel_degree above 1;
+ *   refused   context_parallel_degree above 1 (not mapped: --mesh cp=N);
  * and anything else is refused naming it. The mesh is built from the
  * world: `--mesh dp=N` gives the N ranks SMP would launch, and the degrees
- * divide it (dp=N/(T·S), fsdp=S, tp=T). Errors name the file and the key;
+ * divide it (dp=N/(T·X·S), fsdp=S, ep=X, tp=T). Errors name the file and the key;
  * the file is untrusted (size-limited, strictly typed). */
 #include "tools/smp_config.h"
 
@@ -50,8 +52,9 @@ static int get_degree(const char *file, json_t *root, const char *key, int64_t *
 int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *ta,
                         char *mesh, size_t mesh_size) {
   static const char *const applied[] = {"hybrid_shard_degree", "tensor_parallel_degree",
-                                        "activation_checkpointing", "sm_activation_offloading",
-                                        "activation_loading_horizon", NULL};
+                                        "expert_parallel_degree", "activation_checkpointing",
+                                        "sm_activation_offloading", "activation_loading_horizon",
+                                        NULL};
   static const char *const ignored[] = {"random_seed", "fsdp_cache_flush_warnings",
                                         "allow_empty_shards", NULL};
   sc_diag d = {0};
@@ -86,18 +89,18 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
                     : "it tunes PyTorch's CUDA caching allocator or uneven shards, which shardc "
                       "does not have");
       }
-    if (!known && !rc && (strcmp(key, "context_parallel_degree") == 0 ||
-                          strcmp(key, "expert_parallel_degree") == 0)) {
+    if (!known && !rc && strcmp(key, "context_parallel_degree") == 0) {
       known = true;
       if (!json_is_integer(val) || json_integer_value(val) != 1)
-        rc = bad(file, "'%s' above 1 is not supported (context and expert parallelism are not "
-                 "built)", key);
+        rc = bad(file, "'%s' above 1 is not mapped from SMP keys (give the mesh: --mesh "
+                 "cp=N, docs/context-parallel.md)", key);
     }
     if (!known && !rc) rc = bad(file, "'%s' is not an SMP v2 key shardc knows", key);
   }
-  int64_t S = -1, T = 1;
+  int64_t S = -1, T = 1, X = 1;
   if (!rc) rc = get_degree(file, root, "hybrid_shard_degree", &S);
   if (!rc) rc = get_degree(file, root, "tensor_parallel_degree", &T);
+  if (!rc) rc = get_degree(file, root, "expert_parallel_degree", &X);
   json_t *ac = rc ? NULL : json_object_get(root, "activation_checkpointing");
   if (ac) {
     static const char *const kinds[] = {"none", "selective", "full"};
@@ -148,10 +151,16 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
   if (T < 1 || N % T != 0)
     return bad(file, "'%s' does not divide the world of the --mesh", "tensor_parallel_degree");
   int64_t D = N / T; /* data-parallel ranks */
+  /* the experts split over X of them (a data axis too); dp and fsdp take
+   * the rest */
+  if (X < 1 || D % X != 0)
+    return bad(file, "'%s' does not divide the data-parallel ranks (world / tensor_parallel_"
+               "degree)", "expert_parallel_degree");
+  D /= X;
   if (S == 0) S = D;   /* SMP: 0 shards over the whole data-parallel group */
   if (S > 0 && D % S != 0)
     return bad(file, "'%s' does not divide the data-parallel ranks (world / tensor_parallel_"
-               "degree)", "hybrid_shard_degree");
+               "degree / expert_parallel_degree)", "hybrid_shard_degree");
   size_t pos = 0;
   mesh[0] = 0;
   if (S < 0 || D / S > 1) pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "dp=%lld",
@@ -159,6 +168,9 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
   if (S > 1)
     pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "%sfsdp=%lld", pos ? "," : "",
                             (long long)S);
+  if (X > 1)
+    pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "%sep=%lld", pos ? "," : "",
+                            (long long)X);
   if (T > 1)
     pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "%stp=%lld", pos ? "," : "",
                             (long long)T);

@@ -146,6 +146,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   p->tp_axis = axis_of(&p->mesh, plan->tp_axis);
   p->fsdp_axis = axis_of(&p->mesh, plan->fsdp_axis);
   p->cp_axis = sc_mesh_find_axis(&p->mesh, "cp");
+  p->ep_axis = sc_mesh_find_axis(&p->mesh, "ep");
   p->training = sc_partition_is_training(g);
   p->train = o->train;
   if (p->training && !p->train) {
@@ -207,6 +208,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
           SC_OK ||
       (st = sc_partition_seed_tp(p, plan)) != SC_OK ||
       (p->cp_axis >= 0 && (st = sc_partition_prepare_cp(p)) != SC_OK) ||
+      (p->ep_axis >= 0 && (st = sc_partition_seed_ep(p)) != SC_OK) ||
       (p->training && (st = sc_partition_seed_train_state(p)) != SC_OK)) {
     *d = g->diag;
     goto fail;

@@ -58,6 +58,8 @@ typedef struct sc_partition {
                                   (train_seed.c), or -1 */
   int32_t cp_axis;             /* the mesh axis named cp: the sequence split
                                   and attention run as a ring (cp.c), or -1 */
+  int32_t ep_axis;             /* the mesh axis named ep: a data axis that
+                                  also splits the experts (ep.c), or -1 */
   bool training;               /* the graph is a training step (passes/train.h) */
   const struct sc_train_info *train; /* its parameters (borrowed), or NULL */
   int32_t zero_stage;          /* training: 0 (no fsdp axis) or 1..3 */
@@ -144,7 +146,8 @@ sc_status sc_partition_complete_plan(const sc_partition *p, sc_plan *plan, sc_di
  * that it can be split. Runs first (a replayed plan names padded weights). */
 sc_status sc_partition_pad_vocab(sc_graph *g, const sc_plan *plan);
 /* dp.c: graph inputs of rank >= 1 whose dim 0 divides get dim 0 split over
- * the dp axis (the others are recorded in p's fallbacks). */
+ * the data axes (dp, then ep: sc_partition_data_axes; the others are
+ * recorded in p's fallbacks). */
 sc_status sc_partition_seed_dp(sc_partition *p, const sc_plan *plan);
 /* tp.c: Megatron patterns on weights (column/row, fused QKV stride,
  * vocabulary-parallel embedding and LM head), then the plan's overrides.
@@ -162,6 +165,10 @@ bool sc_partition_is_training(const sc_graph *g);
 /* The parameter (its name, from p->train) whose state input `name` is:
  * the parameter itself, "P.<state>" or "accum:P"; NULL for none. */
 const char *sc_partition_param_of(const sc_partition *p, const char *name);
+/* The data axes of size > 1 into axes[]: dp and fsdp in mesh order, then
+ * ep last (innermost on the batch, so that ep.c's AllToAll moves it alone);
+ * returns their count. The batch of the data inputs is split over them. */
+int32_t sc_partition_data_axes(const sc_partition *p, int32_t *axes);
 sc_status sc_partition_seed_train_data(sc_partition *p);
 /* pipe_train.c: the phase and chunk of every node of a training step with
  * a pipeline axis: p->node_stage (allocated here) gets each node's piece
@@ -213,6 +220,14 @@ sc_status sc_cut_solve(sc_cutgraph *g, bool *cut, int32_t *n_cut);
  * inputs'), every FusedAttention and FusedAttentionGrad marked `cp_ring` =
  * the cp size (cp.c's header). Errors name the node (SC_ERR_USAGE). */
 sc_status sc_partition_prepare_cp(sc_partition *p);
+/* ep.c: under an ep axis, the expert parameters (found by the data flow:
+ * rank-3 [E, in, out] parameters multiplying a rank-4 [B, E, C, D]
+ * activation) split on dim 0 over ep, and every such activation
+ * constrained to the experts split over ep (the batch over the other data
+ * axes), so localize moves the tokens by AllToAll (ep.c's header). Errors
+ * (SC_ERR_USAGE): E not divisible by ep, naming the node and the sizes
+ * that divide; no expert product in the model. */
+sc_status sc_partition_seed_ep(sc_partition *p);
 /* ring.c: ring attention's forward over a context-parallel axis as nodes
  * of g (docs/context-parallel.md): FusedAttention per block, the keys and
  * values passed on by Send/Recv with shift 1, the blocks' results merged by

@@ -524,7 +524,8 @@ static sc_status move_before(pipe_ctx *c, int32_t node, int32_t before) {
 }
 
 /* The sharding of a remote gradient accumulator: the accumulator's own
- * (as) without the fsdp split, pending over the data axes (dp, fsdp): each
+ * (as) without the fsdp split, pending over the data axes (dp, fsdp, ep)
+ * that split none of its dims: each
  * rank sums its own microbatches' contributions unreduced, and the owner
  * reduces the sum once per step. */
 static void remote_accum_sharding(const pipe_ctx *c, const sc_sharding *as, int32_t rank,
@@ -539,9 +540,9 @@ static void remote_accum_sharding(const pipe_ctx *c, const sc_sharding *as, int3
     out->n_dim_axes[d] = (uint8_t)k;
     if (!k) out->stride[d] = 0;
   }
-  int32_t data[2] = {p->dp_axis, p->fsdp_axis};
-  for (int32_t k = 0; k < 2; k++)
-    if (data[k] >= 0 && p->mesh.axes[data[k]].size > 1) out->partial |= (sc_axes)(1u << data[k]);
+  int32_t data[SC_MESH_MAX_AXES], n_data = sc_partition_data_axes(p, data);
+  for (int32_t k = 0; k < n_data; k++)
+    if (!(sc_sharding_dim_axes(out) & (1u << data[k]))) out->partial |= (sc_axes)(1u << data[k]);
 }
 
 /* A tied parameter read on another pipeline rank (through its copy) gets a

@@ -6,12 +6,15 @@
  * scalar inputs "train:*", and state inputs X (parameters, optimizer state
  * "P.exp_avg" ..., accumulators "accum:P"), each with its output "new:X";
  * the gradient of parameter P is the value "grad:P". With the plan's data
- * axes D (dp and fsdp, mesh order) and its fsdp axis F of size S:
+ * axes D (dp and fsdp, mesh order, then ep: sc_partition_data_axes) and its
+ * fsdp axis F of size S:
  *   data        dim 0 split over D; a batch that does not divide is an
  *               error naming the batches that do (a symbolic one, or when
  *               no data input divides); a fixed dim 0 beside a split batch
  *               stays whole: a fallback, still correct;
- *   base(P)     P's sharding from the tensor-parallel seeds (or replicated);
+ *   base(P)     P's sharding from the tensor-parallel and expert-parallel
+ *               seeds (ep.c: an expert parameter's dim 0 over ep), or
+ *               replicated;
  *   shard(P)    base(P) plus F on the first dim whose piece divides by S,
  *               dim 0 first (FSDP2's dim-0 chunks; a parameter with no such
  *               dim keeps base(P), recorded as a fallback);
@@ -20,7 +23,10 @@
  *   grad:P      a constraint (localize reshards the value to it as soon as
  *               it is computed): shard(P) under ZeRO >= 1 — a reduce-scatter
  *               over F, then an all-reduce over dp of the shard (HSDP) —
- *               else base(P): an all-reduce over D (DDP);
+ *               else base(P): an all-reduce over D (DDP); over D less
+ *               the axes that split base(P) (an expert parameter's
+ *               gradient is whole over ep: each rank's experts saw every
+ *               rank's tokens);
  *   accumulated a pipelined step of several microbatches (state
  *               "accum:P") without ZeRO on P: grad:P, accum:P and
  *               new:accum:P are base(P) pending over D, so each rank sums
@@ -66,17 +72,17 @@ static bool is_scalar_input(const sc_value *v) {
 
 static sc_status nomem(sc_graph *g) { return sc_graph_error(g, SC_ERR_NOMEM, "out of memory"); }
 
-/* The data axes (dp, then fsdp, in mesh order) of the plan. */
-static int32_t data_axes(const sc_partition *p, int32_t *axes) {
+int32_t sc_partition_data_axes(const sc_partition *p, int32_t *axes) {
   int32_t n = 0;
   for (int32_t a = 0; a < p->mesh.n_axes; a++)
     if ((a == p->dp_axis || a == p->fsdp_axis) && p->mesh.axes[a].size > 1) axes[n++] = a;
+  if (p->ep_axis >= 0 && p->mesh.axes[p->ep_axis].size > 1) axes[n++] = p->ep_axis;
   return n;
 }
 
 sc_status sc_partition_seed_train_data(sc_partition *p) {
   sc_graph *g = p->global;
-  int32_t axes[SC_MESH_MAX_AXES], n_axes = data_axes(p, axes);
+  int32_t axes[SC_MESH_MAX_AXES], n_axes = sc_partition_data_axes(p, axes);
   int64_t parts = 1;
   for (int32_t k = 0; k < n_axes; k++) parts *= p->mesh.axes[axes[k]].size;
   if (parts == 1) return SC_OK;
@@ -151,15 +157,18 @@ static bool fsdp_sharding(const sc_partition *p, const sc_value *v, const sc_sha
   return false;
 }
 
-/* base pending over the data axes: a gradient or its accumulator that
- * each rank sums unreduced over the step's microbatches; the first reader
- * that needs the sum whole (the gradient norm, the update: once per step)
- * reduces it. */
+/* base pending over the data axes that do not split it (an expert
+ * parameter's ep splits its dim 0: its gradient is whole over ep): a
+ * gradient or its accumulator that each rank sums unreduced over the step's
+ * microbatches; the first reader that needs the sum whole (the gradient
+ * norm, the update: once per step) reduces it. */
 static void pending_over_data(const sc_partition *p, const sc_sharding *base,
                               sc_sharding *out) {
-  int32_t axes[SC_MESH_MAX_AXES], n = data_axes(p, axes);
+  int32_t axes[SC_MESH_MAX_AXES], n = sc_partition_data_axes(p, axes);
   *out = *base;
-  for (int32_t k = 0; k < n; k++) out->partial |= (sc_axes)(1u << axes[k]);
+  for (int32_t k = 0; k < n; k++)
+    if (!(sc_sharding_dim_axes(base) & (1u << axes[k])))
+      out->partial |= (sc_axes)(1u << axes[k]);
 }
 
 sc_status sc_partition_seed_train_state(sc_partition *p) {

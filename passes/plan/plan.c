@@ -221,8 +221,10 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
       overridden |= sc_sharding_dim_axes(&sh) | sh.partial; /* bad ones are named below */
   }
   for (int32_t i = 0; i < p->mesh.n_axes; i++) {
-    /* an axis named cp splits the sequence (passes/partition/cp.c) */
-    bool has_role = ((overridden >> i) & 1u) || strcmp(p->mesh.axes[i].name, "cp") == 0;
+    /* an axis named cp splits the sequence (passes/partition/cp.c), one
+     * named ep the batch and the experts (passes/partition/ep.c) */
+    bool has_role = ((overridden >> i) & 1u) || strcmp(p->mesh.axes[i].name, "cp") == 0 ||
+                    strcmp(p->mesh.axes[i].name, "ep") == 0;
     for (int k = 0; k < 4 && !has_role; k++)
       has_role = roles[k] && strcmp(roles[k], p->mesh.axes[i].name) == 0;
     if (!has_role)

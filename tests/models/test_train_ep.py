@@ -1,0 +1,221 @@
+"""test_train_ep.py — expert parallelism (`--mesh ep=N`, docs/moe.md) on the
+mixture-of-experts sample (samples/moe.onnx: 2 layers, top-2 of 8 SwiGLU
+experts, capacity 5 per sequence, d 64) trains and runs as one rank.
+
+Training: 8 seeded sequences, batch 4, 3 SGD steps (lr 0.05, momentum
+0.9) with `--aux-loss aux_loss=0.02`; every step's loss and gradient norm
+within rtol 2e-5 and every final weight and momentum within 2e-4 of its
+scale (test_train_dist.compare, the tolerances of test_train_dist and
+test_train_cp), no NaN, for
+  ep=2, ep=4, dp=2 x ep=2, fsdp=2 x ep=2, tp=2 x ep=2, ep=2 with
+  --recompute full, pp=2 x ep=2 (1F1B, one microbatch) against one rank;
+  the SMP v2 key expert_parallel_degree 2 over a world of --mesh dp=4
+  (`--smp-config`: it says `--mesh dp=2,ep=2`) against one rank;
+  pp=2 x ep=2 with 2 microbatches against pp=2 with 2 microbatches (the
+  load-balancing loss is a product of two means over a microbatch: a
+  microbatched step computes another loss than the whole batch's).
+An expert gradient reduced over ep (summed twice), an expert computed on
+another rank's weights or a token sent to the wrong expert moves the loss
+or the weights by far more than these.
+
+Also:
+  * the partitioned step (`plan --train --print-after=localize`, ep=2):
+    every expert weight (w1, w2, w3) is held as its rank's 4 experts
+    (local [4, 64, 64], split over ep), none is all-gathered, and no expert
+    gradient is all-reduced, reduce-scattered or put in a reduction's
+    bucket (each rank updates its 4 experts);
+  * `plan --train --json` at ep=2 and ep=4 reports the all-to-alls over ep:
+    per layer 2 in the forward (the dispatched tokens to their experts, the
+    experts' outputs back) and 2 in the backward (the outputs' gradient to
+    the experts, the inputs' gradient back), each sending the off-rank
+    share of a rank's dispatched buffer: (ep - 1)/ep x (B/ep) x E x C x D x
+    4 bytes;
+  * `run --mesh ep=2` (batch 4), and the bundle `compile --mesh ep=2 -o`
+    writes, equal one rank's logits and aux_loss (rtol 1e-5, atol 1e-6);
+  * refused: 8 experts at ep=3 (batch 6), naming the sizes that divide
+    (2 or 4); ep on a model without experts (the mlp sample).
+
+--part meshes-1|meshes-2|rest runs the first four meshes, the others, or
+everything else (ctest runs the three side by side).
+
+Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(__file__))
+import test_train_dist as dist  # noqa: E402
+from checks import check, finish  # noqa: E402
+
+SHARDC = os.environ.get("SHARDC")
+MODEL = os.path.join(dist.SRC, "samples", "moe.onnx")
+BATCH, LAYERS, E, C, D = 4, 2, 8, 5, 64
+OPTS = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
+        "--aux-loss", "aux_loss=0.02"]
+PP2 = ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"]
+SMP = "smp.json"  # {"expert_parallel_degree": 2}, written into tmp
+# per --part: (mesh, reference: None = one rank, else the reference's mesh)
+MESHES = {"meshes-1": [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
+                       (["--mesh", "dp=2,ep=2"], None), (["--mesh", "fsdp=2,ep=2"], None)],
+          "meshes-2": [(["--mesh", "tp=2,ep=2"], None),
+                       (["--mesh", "ep=2", "--recompute", "full"], None),
+                       (["--mesh", "pp=2,ep=2", "--microbatches", "1", "--schedule", "1f1b"],
+                        None),
+                       (["--mesh", "pp=2,ep=2", "--microbatches", "2", "--schedule", "1f1b"],
+                        PP2),
+                       (["--mesh", "dp=4", "--smp-config", SMP], None)],
+          "rest": []}
+
+
+def base_args(tmp):
+    r = np.random.RandomState(11)
+    ids, labels = os.path.join(tmp, "ids.npy"), os.path.join(tmp, "labels.npy")
+    np.save(ids, r.randint(0, 1000, (8, 16)).astype(np.int64))
+    np.save(labels, r.randint(0, 1000, (8, 16)).astype(np.int64))
+    return [MODEL, "--dim", f"batch={BATCH}", "--steps", str(dist.STEPS), "--threads", "1",
+            "--labels", labels, "--data", f"input_ids={ids}"] + OPTS
+
+
+def test_meshes(tmp, part):
+    base = base_args(tmp)
+    smp = os.path.join(tmp, SMP)
+    with open(smp, "w") as f:
+        json.dump({"expert_parallel_degree": 2}, f)
+    meshes = [([smp if a == SMP else a for a in m], r) for m, r in MESHES[part]]
+    refs = [[]] + ([PP2] if any(r for _, r in meshes) else [])
+    runs = refs + [m for m, _ in meshes]
+
+    def job(i, mesh):
+        d = os.path.join(tmp, f"run_{i}")
+        out = {"log": d + ".jsonl", "ck": d + "_ck", "mesh": mesh}
+        out["p"] = dist.run(base + ["--save", out["ck"], "--log-json", out["log"]] + mesh)
+        return out
+
+    with ThreadPoolExecutor(4) as ex:  # the runs mostly wait on their ranks
+        results = list(ex.map(lambda a: job(*a), enumerate(runs)))
+    init = {t.name: numpy_helper.to_array(t) for t in onnx.load(MODEL).graph.initializer}
+    ref_of = {tuple(m): r for m, r in zip(refs, results)}
+    for r in results[:len(refs)]:
+        check(r["p"].returncode == 0, f"moe {' '.join(r['mesh'])}: {r['p'].stderr[-800:]}")
+    for (mesh, ref_mesh), res in zip(meshes, results[len(refs):]):
+        if smp in mesh:
+            check("--mesh dp=2,ep=2" in res["p"].stderr,
+                  f"smp-config expert_parallel_degree: {res['p'].stderr[-500:]}")
+        what = " ".join(mesh)
+        ref = ref_of[tuple(ref_mesh or [])]
+        if ref["p"].returncode or not check(res["p"].returncode == 0,
+                                            f"moe {what}: {res['p'].stderr[-800:]}"):
+            continue
+        worst = dist.compare("moe", what, ref, res, init, 2e-4)
+        print(f"moe {what:50s} against {' '.join(ref['mesh']) or 'one rank':30s} "
+              f"loss rel diff {worst:.2e}")
+
+
+def plan(args):
+    return subprocess.run([SHARDC, "plan", MODEL, "--train", "--dim", f"batch={BATCH}",
+                           "--aux-loss", "aux_loss=0.02"] + args,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_step():
+    p = plan(["--mesh", "ep=2", "--print-after=localize"])
+    if not check(p.returncode == 0, f"plan --train ep=2: {p.stderr[-500:]}"):
+        return
+    lines = (p.stdout + p.stderr).splitlines()
+    experts = [f"layers.{i}.block_sparse_moe.w{k}" for i in range(LAYERS) for k in (1, 2, 3)]
+    gathered = [w for w in experts if any(f"= AllGather(%{w})" in ln for ln in lines)]
+    check(not gathered, f"ep=2: expert weights all-gathered: {gathered}")
+    stored = [w for w in experts
+              if not any(ln.strip().startswith(f"input %{w} : f32[{E // 2},{D},{D}] "
+                                                  "shard<[ep,_,_]>") for ln in lines)]
+    check(not stored, f"ep=2: expert weights not held as E/2 experts split over ep: {stored}")
+    # a reduction, or a bucket's copy-in (Reshape) before one, reading the gradient
+    reduced = [w for w in experts for ln in lines
+               if any(f"{op}(%grad:{w}" in ln for op in ("AllReduce", "ReduceScatter", "Reshape"))]
+    check(not reduced, f"ep=2: expert gradients reduced over ep: {reduced[:3]}")
+    check(any("AllToAll(" in ln for ln in lines), "ep=2: no AllToAll in the step")
+
+
+def test_bytes():
+    for n in (2, 4):
+        p = plan(["--mesh", f"ep={n}", "--json"])
+        if not check(p.returncode == 0, f"plan --train ep={n}: {p.stderr[-500:]}"):
+            continue
+        a2a = [c for c in json.loads(p.stdout)["collectives"]
+               if c["op"] == "AllToAll" and c["axes"] == "ep"]
+        one = (n - 1) * (BATCH // n) * E * C * D * 4 // n  # off-rank share of a buffer
+        want = {"count": 4 * LAYERS, "sent": 4 * LAYERS * one, "sent_backward": 2 * LAYERS * one}
+        got = {k: a2a[0][k] for k in want} if len(a2a) == 1 else a2a
+        check(got == want, f"plan --train ep={n}: all-to-alls {got}, want {want}")
+        print(f"ep={n}: all-to-alls {got}")
+
+
+def test_run(tmp):
+    ids = os.path.join(tmp, "ids4.npy")
+    np.save(ids, np.random.RandomState(5).randint(0, 1000, (BATCH, 16)).astype(np.int64))
+    bundle = os.path.join(tmp, "bundle_ep2")
+    r = subprocess.run([SHARDC, "compile", MODEL, "--dim", f"batch={BATCH}", "--mesh", "ep=2",
+                        "-o", bundle], capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, f"compile --mesh ep=2: {r.stderr[-400:]}")
+    outs = {}
+    for what, args in (("one rank", [MODEL, "--dim", f"batch={BATCH}"]),
+                       ("--mesh ep=2", [MODEL, "--dim", f"batch={BATCH}", "--mesh", "ep=2"]),
+                       ("the ep=2 bundle", [bundle])):
+        d = os.path.join(tmp, "out_" + what.replace(" ", "_"))
+        r = subprocess.run([SHARDC, "run"] + args + ["--input", f"input_ids={ids}",
+                                                     "--output-dir", d, "--quiet"],
+                           capture_output=True, text=True, timeout=300)
+        if check(r.returncode == 0, f"run {what}: {r.stderr[-400:]}"):
+            outs[what] = d
+    if "one rank" not in outs:
+        return
+    for what in [w for w in outs if w != "one rank"]:
+        for name in ("logits", "aux_loss"):
+            a, b = (np.load(os.path.join(outs[k], name + ".npy")) for k in ("one rank", what))
+            check(a.shape == b.shape and not np.isnan(b).any()
+                  and np.allclose(b, a, rtol=1e-5, atol=1e-6),
+                  f"run {what}: {name} differs from one rank by "
+                  f"{np.abs(a - b).max() if a.shape == b.shape else b.shape}")
+
+
+def test_refused(tmp):
+    r = subprocess.run([SHARDC, "plan", MODEL, "--dim", "batch=6", "--mesh", "ep=3"],
+                       capture_output=True, text=True, timeout=300)
+    check(r.returncode == 2 and "8 experts" in r.stderr and "ep=3" in r.stderr
+          and "2 or 4" in r.stderr, f"ep=3 with 8 experts: exit {r.returncode}: {r.stderr}")
+    mlp = os.path.join(dist.SRC, "samples", "mlp.onnx")
+    r = subprocess.run([SHARDC, "plan", mlp, "--dim", "batch=4", "--mesh", "ep=2"],
+                       capture_output=True, text=True, timeout=300)
+    check(r.returncode == 2 and "experts" in r.stderr and "dp" in r.stderr,
+          f"ep=2 on a dense model: exit {r.returncode}: {r.stderr}")
+
+
+def main():
+    part, rc = dist.parse_part("test_train_ep.py", MESHES)
+    if rc is not None:
+        return rc
+    if not SHARDC:
+        print("SHARDC is not set")
+        return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        if part in (None, "rest"):
+            test_refused(tmp)
+            test_step()
+            test_bytes()
+            test_run(tmp)
+        for p in MESHES if part is None else [part]:
+            if MESHES[p]:
+                test_meshes(tmp, p)
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
