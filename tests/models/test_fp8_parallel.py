@@ -1,8 +1,8 @@
 """test_fp8_parallel.py — `--precision fp8` under tensor and pipeline parallelism.
 
-The GPT-2 sample (batch 8, AdamW, lr 1e-3, --fp8-amax-history 4) at tp=2,
-dp=2 x tp=2, pp=2 (1F1B, 2 microbatches) and tp=2 x pp=2 (1F1B, 2
-microbatches) against one rank's fp8 run:
+The GPT-2 sample (batch 8, AdamW, lr 1e-3, --fp8-amax-history 4) at tp=2
+with --sequence-parallel, dp=2 x tp=2, pp=2 (1F1B, 2 microbatches) and
+tp=2 x pp=2 (1F1B, 2 microbatches) against one rank's fp8 run:
 
   * after step 1 the 32 X and W history and scale tensors bit for bit: a
     weight split over tp has its amax reduced with a max all-reduce over
@@ -36,7 +36,7 @@ from fp8_runs import merged, run_test, train
 
 BASE = ["--precision", "fp8", "--fp8-amax-history", "4"]
 PIPE = ["--microbatches", "2", "--schedule", "1f1b"]
-MESHES = {"tp2": ["--mesh", "tp=2"], "dp2tp2": ["--mesh", "dp=2,tp=2"],
+MESHES = {"tp2sp": ["--mesh", "tp=2", "--sequence-parallel"], "dp2tp2": ["--mesh", "dp=2,tp=2"],
           "pp2": ["--mesh", "pp=2"] + PIPE, "tp2pp2": ["--mesh", "tp=2,pp=2"] + PIPE}
 
 
