@@ -154,12 +154,6 @@ static sc_status step_train(job *j) {
   o.no_fuse_attention |= j->o->no_fuse_attention;
   const sc_plan *plan = j->b->plan;
   o.split_vocab_loss = plan && plan->tp_axis && sc_mesh_axis_size(&plan->mesh, plan->tp_axis) > 1;
-  /* the tensor-parallel seeds (passes/partition/tp.c) do not look through
-   * an FP8 layer's quantization: its weights would be replicated */
-  if (o.fp8 && plan && plan->tp_axis && sc_mesh_axis_size(&plan->mesh, plan->tp_axis) > 1)
-    return sc_diag_set(j->d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "--precision fp8 with tensor parallelism (%s=%lld) is not built yet",
-                       plan->tp_axis, (long long)sc_mesh_axis_size(&plan->mesh, plan->tp_axis));
   if (plan && plan->n_stages <= 1 && plan->microbatches > 1)
     return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,
                        "--microbatches %d: microbatches are a pipeline's (a pp axis); without "
@@ -170,10 +164,9 @@ static sc_status step_train(job *j) {
       return sc_diag_set(j->d, SC_ERR_USAGE, NULL, NULL,
                          "a pipelined step accumulates its --microbatches: give those instead "
                          "of --grad-accum");
-    if (o.fp16 || o.fp8)
+    if (o.fp16)
       return sc_diag_set(j->d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                         "%s is not built for pipelined training yet: use bf16",
-                         o.fp16 ? "fp16 loss scaling" : "fp8");
+                         "fp16 loss scaling is not built for pipelined training yet: use bf16");
     o.pipeline = true;
     o.grad_accum = plan->microbatches > 1 ? plan->microbatches : 1;
   }

@@ -38,6 +38,59 @@ static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }
 
+/* A forward node outside every block that reads no activation (only
+ * graph inputs and constants, or such nodes' values: an FP8 step's
+ * quantized weight, passes/fp8.h) joins the block of its forward readers
+ * when they all lie in one: full recompute then computes it again from
+ * the weight (and scale) for the backward, as Transformer Engine does
+ * without weight caching, instead of keeping it saved. One read in the
+ * forward by nobody (an amax) stays outside. Readers come later: a reverse
+ * walk sees them first. */
+static sc_status weight_nodes(const sc_graph *g, int32_t n_fwd, int64_t *blk) {
+  bool *derived = sc_calloc((size_t)g->n_values + 1, sizeof *derived);
+  int64_t *reader = sc_malloc(((size_t)g->n_values + 1) * sizeof *reader);
+  if (!derived || !reader) {
+    sc_free(derived);
+    sc_free(reader);
+    return SC_ERR_NOMEM;
+  }
+  for (int32_t i = 0; i < n_fwd; i++) { /* values computed from no activation */
+    const sc_node *n = &g->nodes[i];
+    bool all = !(n->flags & SC_NODE_DEAD) && n->n_inputs > 0;
+    for (int32_t k = 0; all && k < n->n_inputs; k++) {
+      int32_t x = n->inputs[k];
+      all = x < 0 || g->values[x].producer < 0 || derived[x];
+    }
+    for (int32_t j = 0; all && j < n->n_outputs; j++)
+      if (n->outputs[j] >= 0) derived[n->outputs[j]] = true;
+  }
+  /* reader[v]: the one block of v's forward readers, -1 none yet, -2 several
+   * or one outside */
+  for (int32_t v = 0; v < g->n_values; v++) reader[v] = -1;
+  for (int32_t i = n_fwd - 1; i >= 0; i--) {
+    const sc_node *n = &g->nodes[i];
+    if (n->flags & SC_NODE_DEAD) continue;
+    if (blk[i] < 0 && n->n_outputs > 0 && n->outputs[0] >= 0 && derived[n->outputs[0]]) {
+      int64_t b = -1;
+      for (int32_t j = 0; j < n->n_outputs && b != -2; j++) {
+        int32_t y = n->outputs[j];
+        if (y < 0 || reader[y] == -1) continue;
+        b = b == -1 ? reader[y] : b == reader[y] ? b : -2;
+      }
+      if (b >= 0) blk[i] = b;
+    }
+    for (int32_t k = 0; k < n->n_inputs; k++) {
+      int32_t x = n->inputs[k];
+      if (x < 0) continue;
+      int64_t b = blk[i] >= 0 ? blk[i] : -2;
+      reader[x] = reader[x] == -1 ? b : reader[x] == b ? b : -2;
+    }
+  }
+  sc_free(derived);
+  sc_free(reader);
+  return SC_OK;
+}
+
 /* Block of each forward node (-1: outside), from passes/blocks.h. */
 static sc_status node_blocks(sc_graph *g, int32_t n_fwd, const int32_t *params, int32_t n_params,
                              int64_t *blk, sc_recompute_report *r, sc_diag *d) {
@@ -48,11 +101,12 @@ static sc_status node_blocks(sc_graph *g, int32_t n_fwd, const int32_t *params, 
   sc_free(key);
   if (st != SC_OK) return st;
   for (int32_t i = 0; i < n_fwd; i++) blk[i] = i < b.n_nodes ? b.node_block[i] : -1;
+  st = b.n_blocks > 0 ? weight_nodes(g, n_fwd, blk) : SC_OK;
   r->blocks = b.n_blocks;
   r->found_by = b.how;
   r->adds_per_block = b.adds_per_block;
   sc_blocks_free(&b);
-  return SC_OK;
+  return st == SC_OK ? SC_OK : nomem(d);
 }
 
 /* selective: each Softmax's attention core into in_r[] (the walk back to

@@ -1109,6 +1109,20 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   }
   /* the step's last microbatch: the input applied_flag made */
   int32_t last = o->grad_accum > 1 && !o->pipeline ? sc_graph_find_value(g, "train:apply") : -1;
+  /* a pipelined step's microbatches each run the forward and backward
+   * pieces once: each amax joins a running max, the accumulator
+   * "accum:T.fp8_amax" (zeroed at the step's start, as the gradients'), and
+   * the update, once a step, reads the last microbatch's: the step's max */
+  for (int32_t k = 0; o->fp8 && o->pipeline && accum > 1 && k < info->fp8.n_meta; k++) {
+    sc_fp8_meta *m = &info->fp8.meta[k];
+    char name[512];
+    snprintf(name, sizeof name, "accum:%s.fp8_amax", m->name);
+    int32_t acc = new_input(g, name, SC_DTYPE_F32, 0, NULL, d);
+    if (acc < 0) return d->status;
+    snprintf(name, sizeof name, "new:accum:%s.fp8_amax", m->name);
+    m->amax = new_output_op(&c, name, SC_OP_MAX, (int32_t[]){acc, m->amax}, 2, d);
+    if ((st = built(g, m->amax, "fp8 amax accumulation", d)) != SC_OK) return st;
+  }
   if (o->fp8 && (st = sc_fp8_update(&c, &info->fp8, last, d)) != SC_OK) return st;
   for (int32_t k = 0; o->fp8 && k < info->fp8.n_meta; k++) {
     const sc_fp8_meta *m = &info->fp8.meta[k];

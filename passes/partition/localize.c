@@ -90,6 +90,7 @@
 
 #include "ir/context_parallel.h"
 #include "ir/pipe.h"
+#include "ir/op_util.h"
 #include "partition.h"
 #include "shard_rule.h"
 
@@ -839,6 +840,33 @@ static int32_t group_reduce(lz *z, sc_op op, int32_t x, int32_t axis, const sc_s
   return y;
 }
 
+/* SC_SHARD_EXPAND_GROUP_REDUCE (shard_rule.h): the local ReduceMax /
+ * ReduceMin y of gn's input (sharding s) joined over every axis splitting a
+ * reduced dim, an AllReduce "max" / "min" each, into out. */
+static sc_status group_extremum(lz *z, const sc_node *gn, const sc_sharding *s, int32_t y,
+                                int32_t out) {
+  bool red[SC_MAX_RANK], noop, keepdims;
+  if (sc_reduce_axes(z->g, gn, red, &noop, &keepdims) != SC_OK)
+    return sc_diag_set(z->d, SC_ERR_INVALID, gn->name, sc_op_name(gn->op), "its axes");
+  int32_t axes[SC_MESH_MAX_AXES], n = 0;
+  for (int32_t d = 0; d < s->rank; d++)
+    for (int32_t k = 0; red[d] && k < s->n_dim_axes[d] && n < SC_MESH_MAX_AXES; k++)
+      axes[n++] = s->dim_axes[d][k];
+  const sc_value yv = z->L->values[y]; /* a copy: values may move */
+  const sc_sharding r = *sc_graph_sharding(z->L, y);
+  for (int32_t k = 0; k < n; k++) {
+    int32_t w = k == n - 1 ? out : new_value(z, yv.name, yv.dtype, yv.rank, yv.dims, &r);
+    int32_t cn = w < 0 ? -1 : emit(z, SC_OP_ALL_REDUCE, &y, 1, &w, 1);
+    if (cn < 0 || attr_axes(z, cn, axes[k]) != SC_OK) return w < 0 ? lerr(z) : z->d->status;
+    sc_attr *o = sc_node_add_attr(z->L, cn, "op", SC_ATTR_STRING);
+    if (!o) return nomem(z);
+    o->s = gn->op == SC_OP_REDUCE_MIN ? "min" : "max";
+    y = w;
+  }
+  if (n == 0 && emit(z, SC_OP_IDENTITY, &y, 1, &out, 1) < 0) return z->d->status;
+  return SC_OK;
+}
+
 /* SC_SHARD_EXPAND_SPLIT_SOFTMAX (shard_rule.h): x's pieces normalised over
  * the group: m = max, z = x - m, e = exp z, s = sum e; Softmax e / s,
  * LogSoftmax z - log s, into out. */
@@ -1093,7 +1121,17 @@ static sc_status localize_node(lz *z, int32_t nid) {
     goto outputs;
   }
   {
-    int32_t lnid = sc_graph_add_node(z->L, n->op, n->name, lin, ni, lout, no);
+    /* a group reduction reduces its piece into y, then over the group */
+    int32_t y = lout[0], *res = lout;
+    if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE) {
+      const sc_value ov = z->L->values[lout[0]]; /* a copy: values may move */
+      if ((y = new_value(z, ov.name, ov.dtype, ov.rank, ov.dims, &out[0])) < 0) {
+        st = lerr(z);
+        goto done;
+      }
+      res = &y;
+    }
+    int32_t lnid = sc_graph_add_node(z->L, n->op, n->name, lin, ni, res, no);
     if (lnid < 0) {
       st = lerr(z);
       goto done;
@@ -1115,6 +1153,8 @@ static sc_status localize_node(lz *z, int32_t nid) {
     }
     sa->i = z->stage;
     if ((st = fix_shape_inputs(z, lnid)) != SC_OK) goto done;
+    if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE)
+      st = group_extremum(z, n, &want[0], y, lout[0]);
   }
 outputs:
   if (st != SC_OK) goto done;

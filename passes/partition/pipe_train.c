@@ -18,7 +18,11 @@
  *             the loss depend on nothing else) cut into C runs, balanced by
  *             cost or at the plan's boundaries (pp.c);
  *   owner(X)  a state input X (it has an output "new:X"): the chunk of the
- *             first forward reader of its parameter;
+ *             first forward reader of its parameter; a state of no
+ *             parameter that no forward node reads (FP8 scaling state,
+ *             passes/fp8.h) the smallest chunk among its backward readers,
+ *             else that of another state of the same tensor (the name up
+ *             to its last '.'): resolve_owners;
  *   backward  in topological order, the largest chunk among the forward
  *             values and state it reads (where the forward node it
  *             differentiates runs), but at most the smallest chunk of the
@@ -64,6 +68,10 @@
 #include "ir/pipe.h"
 #include "partition.h"
 #include "pp.h"
+
+/* owner[v] of a state input whose chunk is known only once the backward's
+ * are (resolve_owners) */
+enum { OWNER_PENDING = -2 };
 
 typedef struct pipe_ctx {
   sc_partition *p;
@@ -258,10 +266,54 @@ static sc_status owners(pipe_ctx *c) {
     if (named(g, "new:", name) < 0) continue;
     const char *param = sc_partition_param_of(c->p, name);
     int32_t pv = param ? sc_graph_find_value(g, param) : v;
-    c->owner[v] = pv >= 0 && first[pv] >= 0 ? first[pv] : 0;
+    c->owner[v] = pv >= 0 && first[pv] >= 0 ? first[pv] : param ? 0 : OWNER_PENDING;
   }
   sc_free(first);
   return SC_OK;
+}
+
+/* The name of state input `name` up to its last '.', "accum:" left out:
+ * what it shares with the other state of the same tensor ("T.fp8_scale",
+ * "T.fp8_amax_history", "accum:T.fp8_amax"); its length, 0 without one. */
+static size_t state_base(const char *name, const char **start) {
+  *start = has_prefix(name, "accum:") ? name + 6 : name;
+  const char *dot = strrchr(*start, '.');
+  return dot ? (size_t)(dot - *start) : 0;
+}
+
+/* Owners still pending (a state of no parameter that no forward node
+ * reads: an FP8 gradient's scale, an amax history, an amax accumulator,
+ * passes/fp8.h), now that the backward and norm nodes have their chunks:
+ * the smallest chunk among its backward and norm readers, else that of
+ * another state of the same tensor (state_base), else 0. */
+static void resolve_owners(pipe_ctx *c) {
+  sc_graph *g = c->g;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (c->phase[i] == SC_PIPE_UPDATE || c->chunk[i] < 0) continue;
+    for (int32_t j = 0; j < g->nodes[i].n_inputs; j++) {
+      int32_t v = g->nodes[i].inputs[j], o = v >= 0 ? c->owner[v] : -1;
+      /* found: -3 - the smallest chunk so far, told apart from pending */
+      if (o == OWNER_PENDING || (o <= -3 && -3 - o > c->chunk[i])) c->owner[v] = -3 - c->chunk[i];
+    }
+  }
+  for (int32_t k = 0; k < g->n_inputs; k++) {
+    int32_t v = g->inputs[k];
+    if (c->owner[v] <= -3) c->owner[v] = -3 - c->owner[v];
+  }
+  for (int32_t k = 0; k < g->n_inputs; k++) {
+    int32_t v = g->inputs[k];
+    if (c->owner[v] != OWNER_PENDING) continue;
+    const char *a, *b;
+    size_t n = state_base(g->values[v].name, &a);
+    for (int32_t q = 0; n && q < g->n_inputs && c->owner[v] == OWNER_PENDING; q++) {
+      int32_t w = g->inputs[q];
+      if (w != v && c->owner[w] >= 0 && state_base(g->values[w].name, &b) == n &&
+          strncmp(a, b, n) == 0)
+        c->owner[v] = c->owner[w];
+    }
+  }
+  for (int32_t k = 0; k < g->n_inputs; k++)
+    if (c->owner[g->inputs[k]] == OWNER_PENDING) c->owner[g->inputs[k]] = 0;
 }
 
 typedef struct named {
@@ -389,6 +441,7 @@ static sc_status other_chunks(pipe_ctx *c) {
     else c->chunk[i] = want < 0 ? 0 : want;
   }
   sc_free(fw);
+  resolve_owners(c);
   for (int32_t i = g->n_nodes - 1; i >= 0; i--) {
     const sc_node *n = &g->nodes[i];
     if (c->phase[i] != SC_PIPE_UPDATE) continue;

@@ -62,6 +62,12 @@ typedef enum sc_shard_expand {
    * FusedAttentionGrad so marked, q, k, v, o, lse and d_o so split: the
    * backward's ring, dq, dk and dv split the same way. */
   SC_SHARD_EXPAND_RING_ATTENTION,
+  /* ReduceMax / ReduceMin of an f32 input over dims split along axes (an
+   * FP8 step's amax of a tensor split over tp or the batch): each rank
+   * reduces its piece, then an AllReduce ("max" / "min") over each axis
+   * splitting a reduced dim, one small collective instead of gathering the
+   * input. out = the reduction's sharding, the reduced dims whole. */
+  SC_SHARD_EXPAND_GROUP_REDUCE,
 } sc_shard_expand;
 
 typedef struct sc_shard_ctx {

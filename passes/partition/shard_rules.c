@@ -259,12 +259,17 @@ sc_status sc_shard_reduce(sc_shard_ctx *c) {
   /* a sum over a split dim is the sum of the pieces' sums: pending over
    * that dim's axes (the batch of a loss, a bias gradient, a norm) */
   bool sums = c->n->op == SC_OP_REDUCE_SUM || c->n->op == SC_OP_REDUCE_SUM_SQUARE;
+  /* a max or min over a split dim: the pieces' extrema, then the group's
+   * (shard_rule.h) */
+  bool group = (c->n->op == SC_OP_REDUCE_MAX || c->n->op == SC_OP_REDUCE_MIN) &&
+               x->dtype == SC_DTYPE_F32;
   sc_axes pending = 0;
   for (int32_t d = 0; d < x->rank; d++) {
     if (!red[d]) continue;
     for (int32_t k = 0; sums && k < c->want[0].n_dim_axes[d]; k++)
       pending |= 1u << c->want[0].dim_axes[d][k];
-    if (!sums) sc_shard_unsplit_dim(&c->want[0], d);
+    if (group && c->want[0].n_dim_axes[d] > 0) c->expand = SC_SHARD_EXPAND_GROUP_REDUCE;
+    else if (!sums) sc_shard_unsplit_dim(&c->want[0], d);
   }
   reduce_out(c, red, keepdims);
   c->out[0].partial = c->want[0].partial | pending;
@@ -835,6 +840,8 @@ static bool result_ok(const sc_shard_ctx *c) {
          (c->expand == SC_SHARD_EXPAND_MASKED_GATHER && c->n->op == SC_OP_GATHER) ||
          (c->expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX &&
           (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX)) ||
+         (c->expand == SC_SHARD_EXPAND_GROUP_REDUCE &&
+          (c->n->op == SC_OP_REDUCE_MAX || c->n->op == SC_OP_REDUCE_MIN)) ||
          (c->expand == SC_SHARD_EXPAND_RING_ATTENTION &&
           (c->n->op == SC_OP_FUSED_ATTENTION || c->n->op == SC_OP_FUSED_ATTENTION_GRAD));
 }

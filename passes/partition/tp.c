@@ -27,7 +27,13 @@
  * computes each product between casts: the patterns look through them, so
  * the weight seeded is the parameter behind the cast of a MatMul's operand
  * (or of the bias the step adds to the low product), and a Cast passes
- * like a Reshape on the way from a product to its reader.
+ * like a Reshape on the way from a product to its reader. An FP8 step
+ * (--precision fp8, passes/fp8.h) multiplies quantized operands: the
+ * weight is found behind Cast(Cast(W · s, f8), f32) as behind a cast, and
+ * the product's descaling (a Mul by a scalar) passes like a Cast; the
+ * quantization is elementwise and the amax a ReduceMax, so propagation
+ * splits the FP8 weight like W and reduces the amax with a max all-reduce
+ * over the ranks holding pieces of the tensor (the tp group's included).
  * A dim that does not divide by the tp size is left whole (recorded as a
  * fallback: `shardc plan` lists it). The plan's
  * tp_blocks (prefixes of the reading node's name) restrict the weights
@@ -59,14 +65,34 @@ static bool is_weight(const sc_partition *p, const sc_value *v) {
          is_train_param(p, v);
 }
 
+/* Whether node n is a Mul by a scalar (rank 0); *other receives the
+ * operand that is not (-1: neither or both). */
+static bool scalar_mul(const sc_graph *g, const sc_node *n, int32_t *other) {
+  *other = -1;
+  if (n->op != SC_OP_MUL || n->n_inputs != 2 || n->inputs[0] < 0 || n->inputs[1] < 0) return false;
+  bool s0 = g->values[n->inputs[0]].rank == 0, s1 = g->values[n->inputs[1]].rank == 0;
+  if (s0 == s1) return false;
+  *other = n->inputs[s0 ? 1 : 0];
+  return true;
+}
+
 /* The parameter behind value id when id is a Cast of a weight (the
- * low-precision copy a mixed-precision step multiplies), else id. */
+ * low-precision copy a mixed-precision step multiplies) or an FP8 step's
+ * quantization of one (Cast(Cast(W · s, f8), f32), passes/fp8.h: Casts
+ * and a Mul by a scalar, at most 4 nodes), else id. */
 static int32_t uncast(const sc_partition *p, int32_t id) {
   const sc_graph *g = p->global;
-  int32_t pr = id >= 0 ? g->values[id].producer : -1;
-  if (pr < 0 || g->nodes[pr].op != SC_OP_CAST || g->nodes[pr].n_inputs != 1) return id;
-  int32_t x = g->nodes[pr].inputs[0];
-  return x >= 0 && is_weight(p, &g->values[x]) ? x : id;
+  int32_t x = id;
+  for (int hop = 0; hop < 4; hop++) {
+    int32_t pr = x >= 0 ? g->values[x].producer : -1;
+    if (pr < 0) break;
+    const sc_node *n = &g->nodes[pr];
+    if (n->op == SC_OP_CAST && n->n_inputs == 1) x = n->inputs[0];
+    else if (!scalar_mul(g, n, &x)) break;
+    if (x < 0) break;
+    if (is_weight(p, &g->values[x])) return x;
+  }
+  return id;
 }
 
 /* Computed by the graph: neither a constant nor a parameter, nor a
@@ -78,22 +104,27 @@ static bool computed(const sc_partition *p, int32_t id) {
          !is_train_param(p, &p->global->values[id]);
 }
 
-/* Passed through on the way from a product to its reader: a Reshape, an
- * Identity, a Cast (mixed precision's cast back). */
-static bool passes_through(const sc_node *n) {
-  return n->op == SC_OP_RESHAPE || n->op == SC_OP_IDENTITY || n->op == SC_OP_CAST;
+/* Passed through on the way from product value id to its reader: a
+ * Reshape, an Identity, a Cast (mixed precision's cast back), a Mul of id
+ * by a scalar (an FP8 product's descaling). */
+static bool passes_through(const sc_graph *g, const sc_node *n, int32_t id) {
+  int32_t other;
+  return n->op == SC_OP_RESHAPE || n->op == SC_OP_IDENTITY || n->op == SC_OP_CAST ||
+         (scalar_mul(g, n, &other) && other == id);
 }
 
-/* Follows value id through Reshape / Identity / Cast / constant-bias Add; returns
- * the first other node reading it (or -1), the value it reads in *val. */
+/* Follows value id through Reshape / Identity / Cast / scalar Mul /
+ * constant-bias Add (at most 6 nodes: an FP8 Gemm's descaling, bias, cast
+ * back and Reshape); returns the first other node reading it (or -1), the
+ * value it reads in *val. */
 static int32_t follow(const sc_partition *p, const int32_t *off, const int32_t *users,
                       int32_t id, int32_t *val) {
   const sc_graph *g = p->global;
-  for (int hop = 0; hop < 4; hop++) {
+  for (int hop = 0; hop < 6; hop++) {
     int32_t r = only_reader(off, users, id);
     if (r < 0) break;
     const sc_node *n = &g->nodes[r];
-    bool pass = passes_through(n) ||
+    bool pass = passes_through(g, n, id) ||
                 (n->op == SC_OP_ADD && (!computed(p, n->inputs[0]) || !computed(p, n->inputs[1])));
     if (!pass) {
       *val = id;
@@ -128,7 +159,7 @@ static int32_t column_bias(const sc_partition *p, const int32_t *off, const int3
       const sc_value *v = &g->values[b];
       return !computed(p, b) && is_weight(p, v) && v->rank == 1 && v->dims[0] == cols ? b : -1;
     }
-    if (!passes_through(x)) return -1;
+    if (!passes_through(g, x, id)) return -1;
     id = x->outputs[0];
   }
   return -1;
@@ -141,7 +172,7 @@ static bool reaches_output(const sc_graph *g, const int32_t *off, const int32_t 
     int32_t r = only_reader(off, users, id);
     if (r < 0) return false;
     const sc_node *n = &g->nodes[r];
-    if (!passes_through(n) && n->op != SC_OP_ADD) return false;
+    if (!passes_through(g, n, id) && n->op != SC_OP_ADD) return false;
     id = n->outputs[0];
   }
   return false;

@@ -96,6 +96,8 @@ static void expect_rule(const char *mesh, const char *body, const char *ins,
     snprintf(got + len, sizeof got - len, " (masked)");
   if (c.expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX)
     snprintf(got + len, sizeof got - len, " (split softmax)");
+  if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE)
+    snprintf(got + len, sizeof got - len, " (group reduce)");
   if (strcmp(got, expected) != 0)
     fail_msg("\n  got  %s\n  want %s\n--- graph ---\n%s", got, expected, text);
   sc_graph_destroy(g);
@@ -316,7 +318,13 @@ static void test_reduce(void **state) {
   const char *mx = "  input %x : f32[4,8,6]\n  const %a : i64[1] = [-1]\n"
                    "  %y = ReduceMax(%x, %a) \"n\"\n";
   expect_rule(DT, mx, "[dp,_,_] partial(tp)", "[dp,_,_] | [_] -> [dp,_,_]");
-  expect_rule(DT, mx, "[_,dp,tp]", "[_,dp,_] | [_] -> [_,dp,_]");
+  /* a max over a split dim: the pieces' maxima, then the group's (an FP8
+   * amax); in bf16 the dim is gathered */
+  expect_rule(DT, mx, "[_,dp,tp]", "[_,dp,tp] | [_] -> [_,dp,_] (group reduce)");
+  expect_rule(DT, "  input %x : f32[4,8]\n  %y = ReduceMax(%x) {keepdims = 0} \"n\"\n",
+              "[dp,tp]", "[dp,tp] -> [] (group reduce)");
+  expect_rule(DT, "  input %x : bf16[4,8]\n  %y = ReduceMin(%x) {keepdims = 0} \"n\"\n",
+              "[dp,tp]", "[_,_] -> []");
   /* no axes: everything reduced */
   expect_rule(DT, "  input %x : f32[4,8]\n  %y = ReduceMean(%x) {keepdims = 0} \"n\"\n",
               "[dp,_] partial(tp)", "[_,_] partial(tp) -> [] partial(tp)");
