@@ -36,6 +36,7 @@
 #include "runtime/bundle.h"
 #include "runtime/checkpoint.h"
 #include "runtime/train_bundle.h"
+#include "runtime/runtime.h"
 #include "runtime/trainer.h"
 
 struct sc_model {
@@ -195,6 +196,15 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
 
 enum { MAX_DIMS = 64 };
 
+/* The device plan pl's programs are made for when it is reported or its
+ * step predicted, as `shardc plan` makes them: a GPU cluster's CUDA device
+ * (sc_device_target_of_cluster) and true, else the host's CPU and false. */
+static bool plan_device(const sc_plan *pl, sc_device_target *t) {
+  sc_runtime_target_host(t);
+  return pl && pl->cluster && pl->cluster_figures.nodes > 0 &&
+         sc_device_target_of_cluster(&pl->cluster_figures, t);
+}
+
 /* The public dim bindings as the driver's (at most MAX_DIMS, each named,
  * value > 0). */
 static sc_status dims_of(const sc_dim_binding *dims, int32_t n, sc_dim_value *dv, sc_diag *d) {
@@ -230,7 +240,8 @@ static sc_status views_of(const sc_host_tensor *h, int32_t n, const char *what,
  * step (passes/train.h), or NULL for inference. */
 static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_dims,
                        const sc_parallel_opts *par, const sc_train_opts *train, bool no_weights,
-                       bool codegen, bool no_fuse, bool quiet, sc_build **out, sc_diag *d) {
+                       bool codegen, bool no_fuse, bool quiet, bool for_device, sc_build **out,
+                       sc_diag *d) {
   *out = NULL;
   if (!model) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no model path");
   sc_dim_value dv[MAX_DIMS];
@@ -259,6 +270,9 @@ static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_
   /* a pipeline rank's pieces update their state in place (as `shardc
    * train` on the CPU) */
   co.bind_state = train && bo.plan;
+  sc_device_target target;
+  if (for_device && bo.plan && plan_device(bo.plan, &target))
+    sc_compile_opts_target(&co, &target);
   return sc_build_run(&bo, out, d);
 }
 
@@ -276,7 +290,7 @@ static sc_status plan_build(const char *model_path, const sc_dim_binding *dims, 
   *b = NULL;
   if (!parallel || (!parallel->mesh && !parallel->plan_file && !parallel->plan_json))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh");
-  return build(model_path, dims, n_dims, parallel, NULL, true, codegen, false, true, b, d);
+  return build(model_path, dims, n_dims, parallel, NULL, true, codegen, false, true, true, b, d);
 }
 
 /* The outcome of a plan call: the text or the message. */
@@ -353,34 +367,21 @@ static json_t *report_collective(const sc_partition *part, int32_t stage, sc_com
   return o;
 }
 
-/* The predicted step of build b on its plan's cluster (codegen/dist_sim.h,
- * what `shardc plan --cluster` prints) as "predicted" in root; null
- * without a cluster, and {"error": ...} when the simulation fails. */
-static void report_predicted(const sc_build *b, json_t *root) {
+/* The predicted step of build b on its plan's cluster as "predicted" in
+ * root: sc_build_predict, the call `shardc plan --cluster` makes, and its
+ * JSON object (docs/plan-format.md) with the cluster's name; null without
+ * a cluster. t: the training step's options (NULL: inference); peak_bytes
+ * the largest rank's memory (0: not computed). */
+static void report_predicted(const sc_build *b, const sc_train_opts *t, int64_t peak_bytes,
+                             json_t *root) {
   const sc_plan *pl = b->plan;
   if (!pl || !pl->cluster || pl->cluster_figures.nodes < 1) {
     json_object_set_new(root, "predicted", json_null());
     return;
   }
-  const sc_cluster *c = &pl->cluster_figures;
-  sc_dist_sim sim;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  json_t *o = json_object();
+  sc_build_predict(b, t, peak_bytes);
+  json_t *o = sc_plan_predicted_json(&pl->predicted);
   json_object_set_new(o, "cluster", json_string(pl->cluster));
-  if (sc_dist_sim_run(b->program, c, &sim, &d) != SC_OK) {
-    char msg[1200];
-    sc_diag_format(&d, msg, sizeof msg);
-    json_object_set_new(o, "error", json_string(msg));
-  } else {
-    sc_cluster_dtype t;
-    double mfu = sc_dist_sim_precision_dtype(pl->precision, &t) ? sc_dist_sim_mfu(&sim, c, t) : 0;
-    json_object_set_new(o, "step_time_s", json_real(sim.step_time_s));
-    json_object_set_new(o, "tokens_per_s", json_real(sim.tokens_per_s));
-    json_object_set_new(o, "flops_per_s_per_gpu", json_real(sim.flops_per_s_per_gpu));
-    json_object_set_new(o, "mfu", json_real(mfu));
-    json_object_set_new(o, "critical_rank", json_integer(sim.ranks[sim.critical].rank));
-  }
   json_object_set_new(root, "predicted", o);
 }
 
@@ -414,7 +415,7 @@ static char *report_json(const sc_build *b, const sc_plan_report *r) {
     json_array_append_new(coll, report_collective(part, c->stage, c->kind, c->axes, c->ops,
                                                   c->bytes));
   }
-  report_predicted(b, root);
+  report_predicted(b, NULL, 0, root);
   return report_text(root, stages, coll);
 }
 
@@ -516,7 +517,7 @@ sc_status sc_compile(const char *model_path, const sc_compile_settings *opts,
   const char *slash = model_path ? strrchr(model_path, '/') : NULL;
   e->model = strdup_or_null(slash ? slash + 1 : model_path);
   sc_status st = build(model_path, opts->dims, opts->n_dims, &opts->parallel, NULL, false, true,
-                       opts->no_fuse, opts->quiet, &e->build, &d);
+                       opts->no_fuse, opts->quiet, false, &e->build, &d);
   if (st != SC_OK) {
     if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
     return exe_fail(e, &d);
@@ -784,13 +785,15 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
  * pass's options, which the manifest reads, its auxiliary losses in
  * aux[SC_TRAIN_MAX_AUX]), on one rank or partitioned over s->parallel. */
 static sc_status training_build(const char *model_path, const sc_training_settings *s,
-                                sc_train_opts *o, sc_aux_loss *aux, sc_build **b, sc_diag *d) {
+                                sc_train_opts *o, sc_aux_loss *aux, bool for_device,
+                                sc_build **b, sc_diag *d) {
   *b = NULL;
   sc_status st = !s ? sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no settings")
                     : train_opts_of(s, o, aux, d);
   if (st == SC_OK) st = check_comm(s->comm, NULL, d);
   if (st != SC_OK) return st;
-  return build(model_path, s->dims, s->n_dims, &s->parallel, o, false, true, false, true, b, d);
+  return build(model_path, s->dims, s->n_dims, &s->parallel, o, false, true, false, true,
+               for_device, b, d);
 }
 
 sc_status sc_training_create(const char *model_path, const sc_training_settings *s,
@@ -802,7 +805,7 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
   sc_diag_clear(&d);
   sc_train_opts o;
   sc_aux_loss aux[SC_TRAIN_MAX_AUX];
-  sc_status st = training_build(model_path, s, &o, aux, &t->build, &d);
+  sc_status st = training_build(model_path, s, &o, aux, false, &t->build, &d);
   if (st == SC_OK) st = sc_build_train_manifest(t->build, &o, &t->own, &d);
   if (st == SC_OK) {
     const char *slash = strrchr(model_path, '/');
@@ -832,7 +835,8 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
 /* The report of a training build as JSON text: per stage program the
  * arena's classes at its peak (driver/train_memory.h) and its collectives
  * with the bytes a rank sends. */
-static sc_status train_report_json(const sc_build *b, char **text, sc_diag *d) {
+static sc_status train_report_json(const sc_build *b, const sc_train_opts *train, char **text,
+                                   sc_diag *d) {
   const sc_partition *part = b->part;
   json_t *root = report_head(part), *stages = json_array(), *coll = json_array();
   sc_status st = SC_OK;
@@ -868,7 +872,7 @@ static sc_status train_report_json(const sc_build *b, char **text, sc_diag *d) {
     json_decref(coll);
     return st;
   }
-  report_predicted(b, root);
+  report_predicted(b, train, 0, root);
   *text = report_text(root, stages, coll);
   return *text ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }
@@ -888,10 +892,10 @@ sc_status sc_training_plan_json(const char *model_path, const sc_training_settin
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "plan_json or report_json is NULL")
                  : !s || (!s->parallel.mesh && !s->parallel.plan_file && !s->parallel.plan_json)
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh")
-                     : training_build(model_path, s, &o, aux, &b, &d);
+                     : training_build(model_path, s, &o, aux, true, &b, &d);
   if (st == SC_OK) st = sc_partition_complete_plan(b->part, b->plan, &d);
   if (st == SC_OK && !(plan = sc_plan_write_json_string(b->plan, &d))) st = d.status;
-  if (st == SC_OK) st = train_report_json(b, &report, &d);
+  if (st == SC_OK) st = train_report_json(b, &o, &report, &d);
   sc_build_destroy(b);
   if (st != SC_OK) sc_free(report);
   else *report_json = report;

@@ -208,8 +208,9 @@ class Plan:
     and as a dict; what it asks of each rank (sc_plan_report_json, what
     `shardc plan` prints): memory_per_rank {rank: RankMemory} and
     collectives [Collective]; with a cluster, predicted: the simulated step
-    on it (step_time_s, tokens_per_s, flops_per_s_per_gpu, mfu,
-    critical_rank), else None. auto: the search's choice (AutoChoice) of a
+    on it (`shardc plan --json`'s "predicted": step_time_s, rank,
+    pipe_rank, breakdown, tokens_per_s, tflops_per_gpu, mfu; and cluster),
+    else None. auto: the search's choice (AutoChoice) of a
     plan made with auto=True, else None."""
 
     def __init__(self, model, text, report, train=None, auto=None):
