@@ -14,6 +14,7 @@ command line's tests, on the samples:
 - the library's failures become the right exceptions, with its message.
 Inputs are seeded; NaN fails every comparison (assert_allclose's default).
 """
+import ctypes
 import json
 import os
 import subprocess
@@ -73,6 +74,42 @@ def test_gpt2_equals_onnxruntime_and_mesh_equals_one_rank(source, rng):
         assert not four[k].flags.owndata  # the library's allocation, not a copy
 
 
+class PyDLPack:
+    """A CPU tensor exported through DLPack by a producer written in Python
+    (dlpack.h's DLManagedTensor in a "dltensor" capsule, as torch's
+    to_dlpack makes it): an fp32 array a seen with shape and strides (in
+    elements; None: row-major). The array stays alive with this object."""
+
+    class Tensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+                    ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                    ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                    ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64),
+                    ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+    NAME = b"dltensor"
+
+    def __init__(self, a, shape=None, strides=None):
+        assert a.dtype == np.float32
+        shape = tuple(shape or a.shape)
+        self.a = a
+        self.shape = (ctypes.c_int64 * len(shape))(*shape)
+        self.strides = (ctypes.c_int64 * len(shape))(*strides) if strides else None
+        self.t = self.Tensor(data=a.ctypes.data, device_type=1, device_id=0, ndim=len(shape),
+                             code=2, bits=32, lanes=1, shape=self.shape, strides=self.strides,
+                             byte_offset=0, manager_ctx=None, deleter=None)
+
+    def __dlpack__(self, stream=None, **kw):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, (ctypes.c_void_p, ctypes.c_char_p,
+                                                       ctypes.c_void_p)
+        return new(ctypes.addressof(self.t), self.NAME, None)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
 def test_inputs_read_in_place(source, rng):
     x = rng.standard_normal((4, 64), dtype=np.float32)
     hosts, keep, copied = as_host_tensors({"x": x})
@@ -90,6 +127,15 @@ def test_inputs_read_in_place(source, rng):
 
     hosts, keep, copied = as_host_tensors({"x": DLPackOnly(x)})
     assert copied == [] and hosts[0].data == x.__array_interface__["data"][0]
+    # a producer that is not NumPy (as torch's is not): its own DLTensor
+    own = PyDLPack(x)
+    hosts, keep, copied = as_host_tensors({"x": own})
+    assert copied == [] and hosts[0].data == x.__array_interface__["data"][0]
+    assert (hosts[0].rank, tuple(hosts[0].dims[:2])) == (2, (4, 64))
+    # strides (in elements) of a transposed view: read, but copied once
+    xt = np.ascontiguousarray(x.T)
+    hosts, keep, copied = as_host_tensors({"x": PyDLPack(xt, (4, 64), (1, 4))})
+    assert copied == ["x"] and np.array_equal(keep[0], x)
     strided = np.asfortranarray(x)
     hosts, keep, copied = as_host_tensors({"x": strided})
     assert copied == ["x"] and hosts[0].data != strided.__array_interface__["data"][0]
@@ -99,6 +145,7 @@ def test_inputs_read_in_place(source, rng):
     assert exe.last_input_copies == []
     b = exe.run({"x": DLPackOnly(x)})["y"]
     assert exe.last_input_copies == []
+    assert np.array_equal(a, exe.run({"x": own})["y"]) and exe.last_input_copies == []
     c = exe.run({"x": strided})["y"]
     assert exe.last_input_copies == ["x"]
     assert np.array_equal(a, b) and np.array_equal(a, c)
