@@ -9,7 +9,8 @@ ifeq ($(CI),true)
 CMAKE_FLAGS += -DSHARDC_WERROR=ON
 endif
 
-.PHONY: all deps build test test-asan demo fuzz bench samples clean install docs-images
+.PHONY: all deps build test test-asan demo fuzz bench samples clean install docs-images \
+        wheel-manylinux
 
 all: build
 
@@ -47,6 +48,12 @@ demo: deps build
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
+
+# The Python wheel with the libraries it links vendored by auditwheel
+# (docs/python.md, "A portable wheel"), into $(BUILD)/wheel-manylinux/repaired/.
+# Opt-in: not part of `make test`.
+wheel-manylinux: deps
+	BUILD=$(BUILD) bash scripts/wheel-manylinux.sh
 
 # Long fuzzing run (the suite runs a ~60 s smoke run of the same target).
 FUZZ_SECONDS ?= 3600

@@ -36,6 +36,7 @@
 #include "runtime/bundle.h"
 #include "runtime/checkpoint.h"
 #include "runtime/train_bundle.h"
+#include "runtime/runtime.h"
 #include "runtime/trainer.h"
 
 struct sc_model {
@@ -195,6 +196,15 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
 
 enum { MAX_DIMS = 64 };
 
+/* The device plan pl's programs are made for when it is reported or its
+ * step predicted, as `shardc plan` makes them: a GPU cluster's CUDA device
+ * (sc_device_target_of_cluster) and true, else the host's CPU and false. */
+static bool plan_device(const sc_plan *pl, sc_device_target *t) {
+  sc_runtime_target_host(t);
+  return pl && pl->cluster && pl->cluster_figures.nodes > 0 &&
+         sc_device_target_of_cluster(&pl->cluster_figures, t);
+}
+
 /* The public dim bindings as the driver's (at most MAX_DIMS, each named,
  * value > 0). */
 static sc_status dims_of(const sc_dim_binding *dims, int32_t n, sc_dim_value *dv, sc_diag *d) {
@@ -228,9 +238,18 @@ static sc_status views_of(const sc_host_tensor *h, int32_t n, const char *what,
 
 /* The build of model with dims and parallel options; train: its training
  * step (passes/train.h), or NULL for inference. */
+/* What a build is for: run in this process (a pipelined training step's
+ * pieces update their state in place, as `shardc train` on the CPU),
+ * reported (a plan's figures and predicted step: its programs made for the
+ * plan's device, plan_device, as `shardc plan` makes them), or written
+ * into a bundle (as `shardc compile --train` builds: nothing bound, a
+ * bundle's programs copy their state into the arena). */
+typedef enum { BUILD_RUN, BUILD_REPORT, BUILD_BUNDLE } build_use;
+
 static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_dims,
                        const sc_parallel_opts *par, const sc_train_opts *train, bool no_weights,
-                       bool codegen, bool no_fuse, bool quiet, sc_build **out, sc_diag *d) {
+                       bool codegen, bool no_fuse, bool quiet, build_use use, sc_build **out,
+                       sc_diag *d) {
   *out = NULL;
   if (!model) return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no model path");
   sc_dim_value dv[MAX_DIMS];
@@ -256,9 +275,10 @@ static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_
   bo.plan_file = par ? par->plan_file : NULL;
   st = make_plan(par, &bo.plan, d);
   if (st != SC_OK) return st;
-  /* a pipeline rank's pieces update their state in place (as `shardc
-   * train` on the CPU) */
-  co.bind_state = train && bo.plan;
+  co.bind_state = train && bo.plan && use != BUILD_BUNDLE;
+  sc_device_target target;
+  if (use == BUILD_REPORT && bo.plan && plan_device(bo.plan, &target))
+    sc_compile_opts_target(&co, &target);
   return sc_build_run(&bo, out, d);
 }
 
@@ -276,7 +296,8 @@ static sc_status plan_build(const char *model_path, const sc_dim_binding *dims, 
   *b = NULL;
   if (!parallel || (!parallel->mesh && !parallel->plan_file && !parallel->plan_json))
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh");
-  return build(model_path, dims, n_dims, parallel, NULL, true, codegen, false, true, b, d);
+  return build(model_path, dims, n_dims, parallel, NULL, true, codegen, false, true, BUILD_REPORT,
+               b, d);
 }
 
 /* The outcome of a plan call: the text or the message. */
@@ -353,34 +374,21 @@ static json_t *report_collective(const sc_partition *part, int32_t stage, sc_com
   return o;
 }
 
-/* The predicted step of build b on its plan's cluster (codegen/dist_sim.h,
- * what `shardc plan --cluster` prints) as "predicted" in root; null
- * without a cluster, and {"error": ...} when the simulation fails. */
-static void report_predicted(const sc_build *b, json_t *root) {
+/* The predicted step of build b on its plan's cluster as "predicted" in
+ * root: sc_build_predict, the call `shardc plan --cluster` makes, and its
+ * JSON object (docs/plan-format.md) with the cluster's name; null without
+ * a cluster. t: the training step's options (NULL: inference); peak_bytes
+ * the largest rank's memory (0: not computed). */
+static void report_predicted(const sc_build *b, const sc_train_opts *t, int64_t peak_bytes,
+                             json_t *root) {
   const sc_plan *pl = b->plan;
   if (!pl || !pl->cluster || pl->cluster_figures.nodes < 1) {
     json_object_set_new(root, "predicted", json_null());
     return;
   }
-  const sc_cluster *c = &pl->cluster_figures;
-  sc_dist_sim sim;
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  json_t *o = json_object();
+  sc_build_predict(b, t, peak_bytes);
+  json_t *o = sc_plan_predicted_json(&pl->predicted);
   json_object_set_new(o, "cluster", json_string(pl->cluster));
-  if (sc_dist_sim_run(b->program, c, &sim, &d) != SC_OK) {
-    char msg[1200];
-    sc_diag_format(&d, msg, sizeof msg);
-    json_object_set_new(o, "error", json_string(msg));
-  } else {
-    sc_cluster_dtype t;
-    double mfu = sc_dist_sim_precision_dtype(pl->precision, &t) ? sc_dist_sim_mfu(&sim, c, t) : 0;
-    json_object_set_new(o, "step_time_s", json_real(sim.step_time_s));
-    json_object_set_new(o, "tokens_per_s", json_real(sim.tokens_per_s));
-    json_object_set_new(o, "flops_per_s_per_gpu", json_real(sim.flops_per_s_per_gpu));
-    json_object_set_new(o, "mfu", json_real(mfu));
-    json_object_set_new(o, "critical_rank", json_integer(sim.ranks[sim.critical].rank));
-  }
   json_object_set_new(root, "predicted", o);
 }
 
@@ -414,7 +422,7 @@ static char *report_json(const sc_build *b, const sc_plan_report *r) {
     json_array_append_new(coll, report_collective(part, c->stage, c->kind, c->axes, c->ops,
                                                   c->bytes));
   }
-  report_predicted(b, root);
+  report_predicted(b, NULL, 0, root);
   return report_text(root, stages, coll);
 }
 
@@ -516,7 +524,7 @@ sc_status sc_compile(const char *model_path, const sc_compile_settings *opts,
   const char *slash = model_path ? strrchr(model_path, '/') : NULL;
   e->model = strdup_or_null(slash ? slash + 1 : model_path);
   sc_status st = build(model_path, opts->dims, opts->n_dims, &opts->parallel, NULL, false, true,
-                       opts->no_fuse, opts->quiet, &e->build, &d);
+                       opts->no_fuse, opts->quiet, BUILD_RUN, &e->build, &d);
   if (st != SC_OK) {
     if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
     return exe_fail(e, &d);
@@ -784,13 +792,15 @@ static sc_status train_opts_of(const sc_training_settings *s, sc_train_opts *o, 
  * pass's options, which the manifest reads, its auxiliary losses in
  * aux[SC_TRAIN_MAX_AUX]), on one rank or partitioned over s->parallel. */
 static sc_status training_build(const char *model_path, const sc_training_settings *s,
-                                sc_train_opts *o, sc_aux_loss *aux, sc_build **b, sc_diag *d) {
+                                sc_train_opts *o, sc_aux_loss *aux, build_use use,
+                                sc_build **b, sc_diag *d) {
   *b = NULL;
   sc_status st = !s ? sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "no settings")
                     : train_opts_of(s, o, aux, d);
   if (st == SC_OK) st = check_comm(s->comm, NULL, d);
   if (st != SC_OK) return st;
-  return build(model_path, s->dims, s->n_dims, &s->parallel, o, false, true, false, true, b, d);
+  return build(model_path, s->dims, s->n_dims, &s->parallel, o, false, true, false, true,
+               use, b, d);
 }
 
 sc_status sc_training_create(const char *model_path, const sc_training_settings *s,
@@ -802,7 +812,7 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
   sc_diag_clear(&d);
   sc_train_opts o;
   sc_aux_loss aux[SC_TRAIN_MAX_AUX];
-  sc_status st = training_build(model_path, s, &o, aux, &t->build, &d);
+  sc_status st = training_build(model_path, s, &o, aux, BUILD_RUN, &t->build, &d);
   if (st == SC_OK) st = sc_build_train_manifest(t->build, &o, &t->own, &d);
   if (st == SC_OK) {
     const char *slash = strrchr(model_path, '/');
@@ -832,7 +842,8 @@ sc_status sc_training_create(const char *model_path, const sc_training_settings 
 /* The report of a training build as JSON text: per stage program the
  * arena's classes at its peak (driver/train_memory.h) and its collectives
  * with the bytes a rank sends. */
-static sc_status train_report_json(const sc_build *b, char **text, sc_diag *d) {
+static sc_status train_report_json(const sc_build *b, const sc_train_opts *train, char **text,
+                                   sc_diag *d) {
   const sc_partition *part = b->part;
   json_t *root = report_head(part), *stages = json_array(), *coll = json_array();
   sc_status st = SC_OK;
@@ -868,7 +879,7 @@ static sc_status train_report_json(const sc_build *b, char **text, sc_diag *d) {
     json_decref(coll);
     return st;
   }
-  report_predicted(b, root);
+  report_predicted(b, train, 0, root);
   *text = report_text(root, stages, coll);
   return *text ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }
@@ -888,10 +899,10 @@ sc_status sc_training_plan_json(const char *model_path, const sc_training_settin
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "plan_json or report_json is NULL")
                  : !s || (!s->parallel.mesh && !s->parallel.plan_file && !s->parallel.plan_json)
                      ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a plan needs a mesh")
-                     : training_build(model_path, s, &o, aux, &b, &d);
+                     : training_build(model_path, s, &o, aux, BUILD_REPORT, &b, &d);
   if (st == SC_OK) st = sc_partition_complete_plan(b->part, b->plan, &d);
   if (st == SC_OK && !(plan = sc_plan_write_json_string(b->plan, &d))) st = d.status;
-  if (st == SC_OK) st = train_report_json(b, &report, &d);
+  if (st == SC_OK) st = train_report_json(b, &o, &report, &d);
   sc_build_destroy(b);
   if (st != SC_OK) sc_free(report);
   else *report_json = report;
@@ -932,6 +943,20 @@ sc_status sc_training_load(const char *dir, int threads, sc_training **out) {
   return SC_OK;
 }
 
+/* The bundle of build b (one rank: sc_bundle_write; a mesh: the
+ * partitioned one, sc_dist_program_write), the training manifest m in it;
+ * model_path's file name recorded as the model. */
+static sc_status write_training_bundle(const sc_build *b, const sc_train_manifest *m,
+                                       const char *model_path, const char *dir, sc_diag *d) {
+  sc_bundle_opts bo;
+  sc_bundle_opts_init(&bo);
+  const char *slash = model_path ? strrchr(model_path, '/') : NULL;
+  bo.model = slash ? slash + 1 : model_path;
+  bo.train = m;
+  return b->part ? sc_dist_program_write(b->program, &bo, dir, d)
+                 : sc_bundle_write(b->program->stages[0].program, &bo, dir, d);
+}
+
 sc_status sc_training_save_bundle(sc_training *t, const char *dir) {
   if (!t || !(t->trainer || t->dist) || !dir) return SC_ERR_USAGE;
   sc_diag d = {0};
@@ -940,26 +965,43 @@ sc_status sc_training_save_bundle(sc_training *t, const char *dir) {
     sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "a loaded training is saved already");
     return train_fail(t, &d);
   }
-  sc_bundle_opts bo;
-  sc_bundle_opts_init(&bo);
-  bo.model = t->model;
-  bo.train = t->m;
   /* over a mesh: the partitioned training bundle of `shardc compile
    * --train --mesh` (codegen/dist_bundle.h), every rank's shards cut from
    * the model's initial weights, which the build keeps. A pipelined step's
-   * pieces were built to update their state in place (training_build's
-   * bind_state), which a bundle's programs do not: that one is compiled
-   * by the command. */
+   * pieces were built to update their state in place (BUILD_RUN), which a
+   * bundle's programs do not: sc_training_bundle_write builds that one
+   * again for the bundle. */
   if (t->build->part && t->build->part->n_chunks > 0) {
     sc_diag_set(&d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                "a pipelined training (pp > 1) is built to update its state in place and is "
-                "not saved as a bundle; `shardc compile MODEL --train --mesh ... -o DIR` "
-                "compiles it into one, which sc_training_load reads");
+                "a pipelined training (pp > 1) is built to update its state in place; "
+                "sc_training_bundle_write builds its bundle from the model");
     return train_fail(t, &d);
   }
-  sc_status st = t->build->part ? sc_dist_program_write(t->build->program, &bo, dir, &d)
-                                : sc_bundle_write(t->p, &bo, dir, &d);
+  sc_status st = write_training_bundle(t->build, t->m, t->model, dir, &d);
   return st == SC_OK ? SC_OK : train_fail(t, &d);
+}
+
+sc_status sc_training_bundle_write(const char *model_path, const sc_training_settings *s,
+                                   const char *dir, char **error) {
+  if (error) *error = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_build *b = NULL;
+  sc_train_opts o;
+  sc_aux_loss aux[SC_TRAIN_MAX_AUX];
+  sc_train_manifest *m = NULL;
+  sc_status st = !model_path || !dir
+                     ? sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL, "no model path or directory")
+                     : training_build(model_path, s, &o, aux, BUILD_BUNDLE, &b, &d);
+  if (st == SC_OK) st = sc_build_train_manifest(b, &o, &m, &d);
+  if (st == SC_OK) st = write_training_bundle(b, m, model_path, dir, &d);
+  sc_train_manifest_destroy(m);
+  sc_build_destroy(b);
+  if (st != SC_OK && error) {
+    if (!d.file[0] && model_path) sc_diag_set_file(&d, model_path);
+    *error = format_error(&d);
+  }
+  return st;
 }
 
 sc_status sc_training_step(sc_training *t, const sc_host_tensor *data, int32_t n_data,

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codegen/dist_sim.h"
 #include "frontend/onnx.h"
 #include "ir/pipe.h"
 #include "ir/progress.h"
@@ -471,3 +472,21 @@ sc_status sc_dist_program_link(const sc_partition *part, sc_program **programs,
   return SC_OK;
 }
 
+void sc_compile_opts_target(sc_compile_opts *co, const sc_device_target *t) {
+  bool cpu = !t || !t->device || strcmp(t->device, "cpu") == 0;
+  co->workspace_bytes = cpu ? 0 : SC_GEMM_WORKSPACE_BYTES;
+}
+
+const char *sc_train_precision_name(const sc_train_opts *t) {
+  return t->fp8 ? "fp8" : t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
+}
+
+void sc_build_predict(const sc_build *b, const sc_train_opts *t, int64_t peak_bytes) {
+  sc_plan *pl = b->plan;
+  if (!pl) return;
+  /* the MFU in the step's precision, not the plan's (reserved) one */
+  const char *precision = pl->precision;
+  if (t) pl->precision = sc_train_precision_name(t);
+  sc_dist_sim_to_plan(b->program, pl, peak_bytes);
+  pl->precision = precision;
+}

@@ -36,6 +36,7 @@
 #include <stddef.h>
 
 #include "codegen/compile.h"
+#include "codegen/device_memory.h"
 #include "codegen/dist_program.h"
 #include "passes/partition/partition.h"
 #include "passes/pass.h"
@@ -110,6 +111,25 @@ void sc_build_destroy(sc_build *b);
 /* The pipeline's step names, in order (for --time-passes and docs). */
 const char *sc_build_step_name(int32_t i);
 int32_t sc_build_step_count(void);
+
+/* Sets co's options as programs for target t (codegen/device_memory.h)
+ * are compiled by every caller that compiles for a device, so that a plan
+ * reached by the command line or by the API is the same program: on a
+ * CUDA target cuBLASLt's workspace reserved in the arena
+ * (SC_GEMM_WORKSPACE_BYTES), none on the CPU (t NULL: the CPU). */
+void sc_compile_opts_target(sc_compile_opts *co, const sc_device_target *t);
+
+/* The name of the dtype of t's matrix products ("fp32", "bf16", "fp16",
+ * "fp8"; --precision): a static string. */
+const char *sc_train_precision_name(const sc_train_opts *t);
+
+/* The predicted step of b's program on its plan's cluster, into
+ * b->plan->predicted (codegen/dist_sim.h: sc_dist_sim_to_plan; cleared
+ * without a cluster): what `shardc plan --cluster` prints and the API's
+ * plan reports give, one call for both. The MFU is in the dtype of t's
+ * matrix products for a training step (t NULL: the plan's precision);
+ * peak_bytes is the largest rank's memory (0: not computed). */
+void sc_build_predict(const sc_build *b, const sc_train_opts *t, int64_t peak_bytes);
 
 /* The link step on its own: a distributed program from a partition and one
  * compiled program per stage (programs[part->n_stages], taken: owned by the

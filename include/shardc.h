@@ -344,9 +344,17 @@ sc_status sc_training_resume(sc_training *t, const char *dir);
  * steps already taken are not in it (sc_training_save checkpoints them).
  * SC_ERR_USAGE for a training loaded from a bundle; SC_ERR_UNSUPPORTED
  * for a pipelined one (pp > 1: its pieces update their state in place,
- * which a bundle's programs do not; `shardc compile --train --mesh`
- * compiles its bundle). */
+ * which a bundle's programs do not; sc_training_bundle_write builds and
+ * writes its bundle). */
 sc_status sc_training_save_bundle(sc_training *t, const char *dir);
+/* Builds the training step of model_path with settings s for a bundle and
+ * writes it into dir, as `shardc compile MODEL --train [--mesh ...] -o
+ * DIR` does (the same build: nothing bound outside the arena, the same
+ * writers), pipelined steps (pp > 1) included; s->comm and s->threads are
+ * not used. On failure *error (when error is not NULL) holds the message,
+ * freed with sc_string_free. */
+sc_status sc_training_bundle_write(const char *model_path, const sc_training_settings *s,
+                                   const char *dir, char **error);
 /* Reads a training bundle (written by sc_training_save_bundle or `shardc
  * compile --train`) as a training at step 0 from its initial parameter
  * values, running its compiled kernels; threads: 0 for all cores (a

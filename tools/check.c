@@ -704,7 +704,7 @@ int sc_cmd_check(int argc, char **argv) {
     if (st == SC_OK && (st = block_metrics(b, &r)) != SC_OK && d.status == SC_OK)
       sc_diag_set(&d, st, NULL, NULL, "the blocks' figures: %s", b->graph->diag.msg);
     if (st == SC_OK && a.train) st = sc_plan_train_predict(b, &a.ta.t, &a.target, &d);
-    else if (st == SC_OK && b->plan && b->plan->cluster) sc_dist_sim_to_plan(b->program, b->plan, peak);
+    else if (st == SC_OK && b->plan && b->plan->cluster) sc_build_predict(b, NULL, peak);
     if (st != SC_OK) {
       char msg[2048];
       sc_diag_format(&d, msg, sizeof msg);

@@ -322,8 +322,7 @@ bool sc_partition_args_target(const sc_partition_args *p, sc_device_target *t) {
 }
 
 void sc_build_setup_target(sc_build_setup *s, const sc_device_target *t) {
-  bool cpu = !t->device || strcmp(t->device, "cpu") == 0;
-  s->compile.workspace_bytes = cpu ? 0 : SC_GEMM_WORKSPACE_BYTES;
+  sc_compile_opts_target(&s->compile, t);
 }
 
 int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,

@@ -213,10 +213,6 @@ void sc_plan_train_setup(sc_build_setup *bs, const sc_device_target *target) {
   bs->compile.bind_state = target->device && strcmp(target->device, "cpu") == 0;
 }
 
-/* --precision's name: the dtype of matrix products. */
-static const char *precision_name(const sc_train_opts *t) {
-  return t->fp8 ? "fp8" : t->bf16 ? "bf16" : t->fp16 ? "fp16" : "fp32";
-}
 
 static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
                        const char *file, const sc_device_target *target) {
@@ -349,7 +345,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
     if (r->arena + r->state + r->kept + r->outside > peak)
       peak = r->arena + r->state + r->kept + r->outside;
   }
-  sc_plan_print_predicted(dp, b->plan, precision_name(t), peak);
+  sc_plan_print_predicted(dp, b->plan, sc_train_precision_name(t), peak);
 done:
   for (int32_t q = 0; q < P; q++) {
     sc_free(rows[q].acts);
@@ -468,11 +464,7 @@ sc_status sc_plan_train_predict(const sc_build *b, const sc_train_opts *t,
   int64_t peak;
   sc_status st = train_peak(b, target, &peak, d);
   if (st != SC_OK) return st;
-  /* the MFU in the step's precision, not the plan's (reserved) one */
-  const char *precision = pl->precision;
-  pl->precision = precision_name(t);
-  sc_dist_sim_to_plan(b->program, pl, peak);
-  pl->precision = precision;
+  sc_build_predict(b, t, peak);
   return SC_OK;
 }
 
@@ -507,7 +499,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   char mesh[256] = "";
   if (part) sc_mesh_format(&part->mesh, mesh, sizeof mesh);
   const char *opt = t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw";
-  const char *prec = precision_name(t);
+  const char *prec = sc_train_precision_name(t);
   if (json) {
     printf("{\"model\": ");
     json_str(file);
@@ -744,7 +736,7 @@ sc_status sc_plan_train_html(const sc_build *b, const sc_train_opts *t,
     sc_cli_format_count(b->train.trainable_numel, count, sizeof count);
     sc_plan_html_field(&h, "parameters", "%s in %d tensors", count, (int)b->train.n_trainable);
     sc_plan_html_field(&h, "optimizer", "%s, %s", t->optimizer == SC_OPTIMIZER_SGD ? "sgd" : "adamw",
-                       precision_name(t));
+                       sc_train_precision_name(t));
     if (b->part && b->part->zero_stage)
       sc_plan_html_field(&h, "sharded data parallel", "ZeRO-%d over %s", (int)b->part->zero_stage,
                          b->part->mesh.axes[b->part->fsdp_axis].name);

@@ -208,8 +208,9 @@ class Plan:
     and as a dict; what it asks of each rank (sc_plan_report_json, what
     `shardc plan` prints): memory_per_rank {rank: RankMemory} and
     collectives [Collective]; with a cluster, predicted: the simulated step
-    on it (step_time_s, tokens_per_s, flops_per_s_per_gpu, mfu,
-    critical_rank), else None. auto: the search's choice (AutoChoice) of a
+    on it (`shardc plan --json`'s "predicted": step_time_s, rank,
+    pipe_rank, breakdown, tokens_per_s, tflops_per_gpu, mfu; and cluster),
+    else None. auto: the search's choice (AutoChoice) of a
     plan made with auto=True, else None."""
 
     def __init__(self, model, text, report, train=None, auto=None):
@@ -527,6 +528,7 @@ class Training:
         if _handle is not None:  # load_training's: the step compiled into a bundle
             self._h, self._keep = _handle, None
             return
+        self._parallel = parallel  # save_bundle() of a pipelined step builds it again
         s, self._keep = _settings(model, cfg, parallel, comm)
         h = ctypes.c_void_p()
         st = lib.sc_training_create(_b(model.path), ctypes.byref(s), ctypes.byref(h))
@@ -593,8 +595,20 @@ class Training:
         (docs/bundle.md; over a mesh a partitioned one): what `shardc compile
         --train [--mesh ...]` writes, trained by load_training() or `shardc
         train DIR` without the model, from the model's initial weights (the
-        steps taken are in save()'s checkpoints, not here)."""
+        steps taken are in save()'s checkpoints, not here). A pipelined
+        step (pp > 1), whose pieces update their state in place here, is
+        built again for the bundle as the command builds it
+        (sc_training_bundle_write)."""
         st = lib.sc_training_save_bundle(self._h, _b(os.fspath(path)))
+        if st == _lib.SC_ERR_UNSUPPORTED and self.model is not None:
+            s, keep = _settings(self.model, self.config, self._parallel, None)
+            err = ctypes.c_void_p()
+            st = lib.sc_training_bundle_write(_b(self.model.path), ctypes.byref(s),
+                                              _b(os.fspath(path)), ctypes.byref(err))
+            msg = _take_string(err.value)
+            if st:
+                raise_for("model", st, msg or _lib.STATUS_NAMES[st])
+            return
         if st:
             self._fail(st, "model")
 

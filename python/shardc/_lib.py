@@ -130,6 +130,8 @@ def _declare(lib):
         "sc_training_save": (S, [c_void_p, c_char_p]),
         "sc_training_resume": (S, [c_void_p, c_char_p]),
         "sc_training_save_bundle": (S, [c_void_p, c_char_p]),
+        "sc_training_bundle_write": (S, [c_char_p, POINTER(TrainingSettings), c_char_p,
+                                         POINTER(c_void_p)]),
         "sc_training_load": (S, [c_char_p, ctypes.c_int, POINTER(c_void_p)]),
         "sc_export_checkpoint": (S, [c_char_p, c_char_p, c_char_p, POINTER(c_void_p)]),
         "sc_training_free": (None, [c_void_p]),
