@@ -221,27 +221,41 @@ static sc_status merge(sc_program *p, int32_t s0, int32_t n, kir_kernel **flat,
   return SC_OK;
 }
 
-/* Drops kernels no step names and renumbers the steps' kernel ids. */
+/* The kernel ids step s names (its kernel; a convolution's prep and bias
+ * kernels; a max-pool's prep kernels), as pointers into it; returns how
+ * many (at most 5), -1 entries included. */
+static int32_t kernel_refs(sc_step *s, int32_t **refs) {
+  int32_t n = 0;
+  refs[n++] = &s->kernel;
+  if (s->kind == SC_STEP_GEMM && s->gemm.conv.on) {
+    refs[n++] = &s->gemm.conv.prep[0];
+    refs[n++] = &s->gemm.conv.prep[1];
+    refs[n++] = &s->gemm.conv.bias_kernel;
+  }
+  if (s->kind == SC_STEP_KERNEL && s->pool.on) {
+    refs[n++] = &s->pool.prep[0];
+    refs[n++] = &s->pool.prep[1];
+  }
+  return n;
+}
+
+/* Drops the kernels marked dropped (no step names them now) and renumbers
+ * the steps' kernel ids. */
 static sc_status drop_unused(sc_program *p, const bool *dropped) {
   int32_t *id = sc_arena_array(&p->arena, (size_t)p->n_kernels + 1, sizeof *id);
   if (!id) return SC_ERR_NOMEM;
-  int32_t nk = 0;
-  for (int32_t k = 0; k < p->n_kernels; k++) {
+  int32_t nk = 0, old = p->n_kernels;
+  for (int32_t k = 0; k < old; k++) {
     id[k] = dropped[k] ? -1 : nk;
     if (!dropped[k]) p->kernels[nk++] = p->kernels[k];
   }
   p->n_kernels = nk;
-#define RENUMBER(x) ((x) = (x) >= 0 ? id[x] : (x))
   for (int32_t i = 0; i < p->n_steps; i++) {
-    sc_step *s = &p->steps[i];
-    RENUMBER(s->kernel);
-    RENUMBER(s->gemm.conv.prep[0]);
-    RENUMBER(s->gemm.conv.prep[1]);
-    RENUMBER(s->gemm.conv.bias_kernel);
-    RENUMBER(s->pool.prep[0]);
-    RENUMBER(s->pool.prep[1]);
+    int32_t *refs[5];
+    int32_t n = kernel_refs(&p->steps[i], refs);
+    for (int32_t j = 0; j < n; j++)
+      if (*refs[j] >= 0 && *refs[j] < old) *refs[j] = id[*refs[j]];
   }
-#undef RENUMBER
   return SC_OK;
 }
 
@@ -261,12 +275,10 @@ sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag) {
   int32_t *uses = st == SC_OK ? sc_calloc((size_t)p->n_kernels + 1, sizeof *uses) : NULL;
   if (st == SC_OK && !uses) st = SC_ERR_NOMEM;
   for (int32_t i = 0; st == SC_OK && i < ns; i++) {
-    const sc_step *s = &p->steps[i];
-    int32_t ids[6] = {s->kernel, s->gemm.conv.prep[0], s->gemm.conv.prep[1],
-                      s->gemm.conv.bias_kernel, s->pool.prep[0], s->pool.prep[1]};
-    int32_t nid = s->kind == SC_STEP_GEMM && s->gemm.conv.on ? 4 : s->pool.on ? 6 : 1;
-    for (int32_t j = 0; j < nid; j++)
-      if (ids[j] >= 0 && ids[j] < p->n_kernels) uses[ids[j]]++;
+    int32_t *refs[5];
+    int32_t n = kernel_refs(&p->steps[i], refs);
+    for (int32_t j = 0; j < n; j++)
+      if (*refs[j] >= 0 && *refs[j] < p->n_kernels) uses[*refs[j]]++;
   }
   for (int32_t i = 0; st == SC_OK && i < ns; i++) {
     const sc_step *s = &p->steps[i];
