@@ -10,7 +10,9 @@
  * CPU backend (the whole range, and in uneven chunks that cut segments),
  * must write exactly the bits the original kernels wrote (kir_interpret on
  * them, before the pass), and the program must survive its JSON round trip
- * with the segments intact. A seventh check: a table too large for
+ * with the segments intact; the cost model (no measured profile: memory
+ * time, bytes over bandwidth) must time the merged kernel as the sum of
+ * the three it replaced, within 1e-12. Last, a table too large for
  * SC_MULTI_TENSOR_ARG_BYTES is cut into several. */
 #include <math.h>
 #include <stdio.h>
@@ -20,10 +22,12 @@
 #include "test_util.h"
 
 #include "codegen/cpu/cpu.h"
+#include "codegen/dist_sim.h"
 #include "codegen/kir.h"
 #include "codegen/program.h"
 #include "codegen/memplan.h"
 #include "codegen/program_json.h"
+#include "passes/plan/cluster.h"
 
 static int32_t add_buffer(sc_program *p, const char *name, sc_buf_kind kind, int32_t rank,
                           const int64_t *dims) {
@@ -156,8 +160,20 @@ static void test_merge(void **state) {
   for (int32_t i = 0; i < N_UPDATES; i++) interpret(orig[i], want);
 
   sc_diag d = {0};
+  sc_cluster cl;
   sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_preset("h100-sxm:8x1", &cl, &d), SC_OK);
+  double t3 = 0, flops;
+  for (int32_t s = 0; s < 3; s++) {
+    double t;
+    assert_int_equal(sc_dist_step_compute_time(&cl, p, &p->steps[s], &t, &flops, &d), SC_OK);
+    t3 += t;
+  }
   assert_int_equal(sc_program_multi_tensor(p, &d), SC_OK);
+  double tm = 0;
+  assert_int_equal(sc_dist_step_compute_time(&cl, p, &p->steps[0], &tm, &flops, &d), SC_OK);
+  if (!(fabs(tm - t3) <= 1e-12 * t3))
+    fail_msg("cost model: merged kernel %.9g s, the three it replaced %.9g s", tm, t3);
   /* [k0 k1 k2] [k3 k4] [k5] */
   assert_int_equal(p->n_steps, 3);
   assert_int_equal(p->n_kernels, 3);
