@@ -70,12 +70,19 @@ static double kernel_bytes(const sc_program *p, const kir_kernel *k) {
     double before = t.bytes;
     touch(&t, q->buffer, q->written);
     if (t.bytes == before) continue; /* named before (or none) */
+    /* a multi-tensor kernel's param: its template param, over its segment */
+    int32_t j = i, s = k->n_segs > 0 ? i / k->seg_params : 0;
+    double seg_pts = pts;
+    if (k->n_segs > 0) {
+      j = i % k->seg_params;
+      seg_pts = (double)(k->seg_start[s + 1] - k->seg_start[s]);
+    }
     double loads = 0, stores = 0;
     for (int32_t e = 0; e < k->n_exprs; e++)
-      loads += k->exprs[e].op == KIR_LOAD && k->exprs[e].var == i;
+      loads += k->exprs[e].op == KIR_LOAD && k->exprs[e].var == j;
     for (int32_t ph = 0; ph < k->n_phases; ph++)
-      stores += k->phases[ph].kind == KIR_PHASE_STORE && k->phases[ph].out_param == i;
-    double reach = (loads * phases + stores) * pts * (double)sc_dtype_size(q->dtype);
+      stores += k->phases[ph].kind == KIR_PHASE_STORE && k->phases[ph].out_param == j;
+    double reach = (loads * phases + stores) * seg_pts * (double)sc_dtype_size(q->dtype);
     if (reach < t.bytes - before) t.bytes = before + reach;
   }
   return t.bytes;

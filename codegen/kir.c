@@ -357,7 +357,7 @@ static bool check_expr(const kir_kernel *k, int32_t id, const kir_expr *e,
     }
     return true;
   case KIR_LOAD:
-    if (e->var < 0 || e->var >= k->n_params) {
+    if (e->var < 0 || e->var >= (k->n_segs > 0 ? k->seg_params : k->n_params)) {
       snprintf(msg, n, "load: param %d does not exist", (int)e->var);
       return false;
     }
@@ -924,6 +924,25 @@ sc_status kir_verify(const kir_kernel *k, sc_diag *diag) {
       return vfail(k, diag, "param %d: dtype %s is not numeric", (int)i, sc_dtype_name(p->dtype));
     if (p->numel < 0) return vfail(k, diag, "param %d: numel %lld", (int)i, (long long)p->numel);
   }
+  if (k->n_segs < 0) return vfail(k, diag, "%d segments", (int)k->n_segs);
+  if (k->n_segs > 0) {
+    if (!k->seg_start || k->seg_params < 1 || k->n_params / k->seg_params != k->n_segs ||
+        k->n_params % k->seg_params != 0)
+      return vfail(k, diag, "%d params are not %d segments of %d", (int)k->n_params,
+                   (int)k->n_segs, (int)k->seg_params);
+    if (k->outer_rank != 1 || k->inner != 1 || k->seg_start[0] != 0 ||
+        k->seg_start[k->n_segs] != k->outer_dims[0])
+      return vfail(k, diag, "a multi-tensor kernel's domain is 1-D, inner 1, its segments' sum");
+    for (int32_t s = 0; s < k->n_segs; s++)
+      if (k->seg_start[s + 1] <= k->seg_start[s])
+        return vfail(k, diag, "segment %d is empty or its start decreases", (int)s);
+    for (int32_t i = k->seg_params; i < k->n_params; i++) {
+      const kir_param *t = &k->params[i % k->seg_params];
+      if (k->params[i].dtype != t->dtype || k->params[i].written != t->written)
+        return vfail(k, diag, "param %d differs from template param %d in dtype or direction",
+                     (int)i, (int)(i % k->seg_params));
+    }
+  }
   char msg[256];
   for (int32_t i = 0; i < k->n_exprs; i++)
     if (!check_expr(k, i, &k->exprs[i], k->n_phases, msg, sizeof msg))
@@ -956,7 +975,8 @@ sc_status kir_verify(const kir_kernel *k, sc_diag *diag) {
       else if (!is_num(ph->acc_dtype) || ph->acc_dtype == SC_DTYPE_BOOL)
         st = vfail(k, diag, "phase %d: accumulator dtype %s", (int)p, sc_dtype_name(ph->acc_dtype));
     } else if (ph->kind == KIR_PHASE_STORE) {
-      if (ph->out_param < 0 || ph->out_param >= k->n_params)
+      if (ph->out_param < 0 ||
+          ph->out_param >= (k->n_segs > 0 ? k->seg_params : k->n_params))
         st = vfail(k, diag, "phase %d: store to param %d that does not exist", (int)p,
                    (int)ph->out_param);
       else if (!k->params[ph->out_param].written)
@@ -996,6 +1016,11 @@ void kir_print(const kir_kernel *k, FILE *out) {
     fprintf(out, "%s%lld", d ? "," : "", (long long)k->outer_dims[d]);
   fprintf(out, "] inner %lld\n", (long long)k->inner);
   if (k->origin) fprintf(out, "  origin %s\n", k->origin);
+  if (k->n_segs > 0) {
+    fprintf(out, "  segments %d of %d params, starts", (int)k->n_segs, (int)k->seg_params);
+    for (int32_t s = 0; s <= k->n_segs; s++) fprintf(out, " %lld", (long long)k->seg_start[s]);
+    fputc('\n', out);
+  }
   for (int32_t i = 0; i < k->n_params; i++) {
     const kir_param *p = &k->params[i];
     fprintf(out, "  p%d = buf %d %s numel %lld %s\n", (int)i, (int)p->buffer,
@@ -1054,6 +1079,7 @@ typedef struct interp {
   kval *regs;
   int64_t outer[SC_MAX_RANK];
   int64_t r;
+  int32_t base; /* segment s's first param (s * seg_params), 0 when none */
 } interp;
 
 static sc_status oob(interp *s, const char *what, int32_t param, int64_t idx) {
@@ -1083,10 +1109,11 @@ static sc_status eval_point(interp *s, const int32_t *list, int32_t n) {
     case KIR_REG: v = s->regs[e->var]; break;
     case KIR_LOAD: {
       int64_t idx = s->vals[e->a].i;
-      const kir_param *p = &k->params[e->var];
-      if (idx < 0 || idx >= p->numel) return oob(s, "load", e->var, idx);
-      if (is_flt(p->dtype)) v.f = norm_f(p->dtype, sc_load_f64(p->dtype, s->bufs[e->var], idx));
-      else v.i = sc_load_i64(p->dtype, s->bufs[e->var], idx);
+      int32_t pi = s->base + e->var;
+      const kir_param *p = &k->params[pi];
+      if (idx < 0 || idx >= p->numel) return oob(s, "load", pi, idx);
+      if (is_flt(p->dtype)) v.f = norm_f(p->dtype, sc_load_f64(p->dtype, s->bufs[pi], idx));
+      else v.i = sc_load_i64(p->dtype, s->bufs[pi], idx);
       break;
     }
     case KIR_SELECT: v = s->vals[e->a].i ? s->vals[e->b] : s->vals[e->c]; break;
@@ -1148,8 +1175,13 @@ sc_status kir_interpret(const kir_kernel *k, void *const *bufs, sc_diag *diag) {
   }
   for (int64_t o = 0; o < total && st == SC_OK; o++) {
     int64_t rem = o;
+    if (k->n_segs > 0) { /* the segment's element, and its params */
+      int32_t sg = kir_segment_of(k, o);
+      rem = o - k->seg_start[sg];
+      s.base = sg * k->seg_params;
+    }
     for (int32_t d = k->outer_rank - 1; d >= 0; d--) {
-      s.outer[d] = rem % k->outer_dims[d];
+      s.outer[d] = k->n_segs > 0 ? rem : rem % k->outer_dims[d];
       rem /= k->outer_dims[d];
     }
     for (int32_t p = 0; p < k->n_phases && st == SC_OK; p++) {
@@ -1167,15 +1199,16 @@ sc_status kir_interpret(const kir_kernel *k, void *const *bufs, sc_diag *diag) {
         if (st != SC_OK) break;
         kval v = s.vals[ph->value];
         if (ph->kind == KIR_PHASE_STORE) {
-          const kir_param *pp = &k->params[ph->out_param];
+          int32_t pi = s.base + ph->out_param;
+          const kir_param *pp = &k->params[pi];
           int64_t idx = s.vals[ph->out_index].i;
           if (idx < 0 || idx >= pp->numel) {
-            st = oob(&s, "store", ph->out_param, idx);
+            st = oob(&s, "store", pi, idx);
             break;
           }
           kval y = cast_val(pp->dtype, vt, v);
-          if (is_flt(pp->dtype)) sc_store_f64(pp->dtype, bufs[ph->out_param], idx, y.f);
-          else sc_store_i64(pp->dtype, bufs[ph->out_param], idx, y.i);
+          if (is_flt(pp->dtype)) sc_store_f64(pp->dtype, bufs[pi], idx, y.f);
+          else sc_store_i64(pp->dtype, bufs[pi], idx, y.i);
           continue;
         }
         sc_dtype at = ph->acc_dtype;
@@ -1249,8 +1282,18 @@ bool kir_affine(const kir_kernel *k, int32_t id, int64_t *coef, int64_t *cst) {
   return affine(k, id, 1, coef, cst, 0);
 }
 
+int32_t kir_segment_of(const kir_kernel *k, int64_t o) {
+  int32_t lo = 0, hi = k->n_segs > 0 ? k->n_segs - 1 : 0;
+  while (lo < hi) { /* the last segment starting at or before o */
+    int32_t mid = lo + (hi - lo + 1) / 2;
+    if (k->seg_start[mid] <= o) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 bool kir_is_point_index(const kir_kernel *k, int32_t id) {
-  if (id < 0 || id >= k->n_exprs) return false;
+  if (id < 0 || id >= k->n_exprs || k->n_segs > 0) return false;
   int64_t coef[SC_MAX_RANK + 1] = {0}, cst = 0, stride = 1;
   if (!affine(k, id, 1, coef, &cst, 0) || cst != 0) return false;
   if (k->inner > 1 && coef[k->outer_rank] != 0) return false;
@@ -1311,6 +1354,11 @@ bool kir_reads_aligned(const kir_kernel *k, int32_t param, int32_t out_param) {
   if (!po->written || pi->written || pi->numel != po->numel || pi->numel <= 0 ||
       sc_dtype_size(pi->dtype) != sc_dtype_size(po->dtype))
     return false;
+  if (k->n_segs > 0) { /* within one segment, where the template's params are aligned */
+    if (param / k->seg_params != out_param / k->seg_params) return false;
+    param %= k->seg_params;
+    out_param %= k->seg_params;
+  }
   int32_t store_phase = -1;
   for (int32_t p = 0; p < k->n_phases; p++) {
     const kir_phase *ph = &k->phases[p];

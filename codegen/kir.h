@@ -136,6 +136,20 @@ typedef struct kir_kernel {
   int32_t n_phases, cap_phases;
   kir_phase *phases;
   const char *origin; /* the graph node(s) it came from, for comments */
+  /* A multi-tensor kernel (codegen/multi_tensor.c) when n_segs > 0: the
+   * same elementwise body run over n_segs tensors in one launch, as
+   * PyTorch's fused AdamW and apex's multi_tensor_apply do. Its outer
+   * domain is 1-D, [seg_start[n_segs]], inner 1; outer point o belongs to
+   * the segment s with seg_start[s] <= o < seg_start[s + 1] (strictly
+   * increasing, seg_start[0] = 0), and there KIR_VAR 0 is o - seg_start[s]
+   * (the element of the segment's tensors). Exprs and phases name only the
+   * TEMPLATE params 0 .. seg_params - 1; segment s reads and writes params
+   * s * seg_params + j in their place (n_params = n_segs * seg_params;
+   * param s * seg_params + j has template param j's dtype and written
+   * flag, and its own buffer and numel). 0 and NULL: an ordinary kernel. */
+  int32_t n_segs;
+  int32_t seg_params;
+  int64_t *seg_start;  /* n_segs + 1 entries */
   int32_t *hash_slots; /* builders' hash-consing table (kir.c): open
                           addressing, a slot holds expr id + 1, 0 = empty;
                           rebuilt from exprs when NULL or too small */
@@ -183,6 +197,17 @@ sc_status kir_interpret(const kir_kernel *k, void *const *bufs, sc_diag *diag);
  * that store. Conservative: false when unsure. Used by passes/memplan.c. */
 bool kir_reads_aligned(const kir_kernel *k, int32_t param, int32_t out_param);
 
+/* The param that template param j (a LOAD's var, a STORE's out_param) is
+ * in segment s of a multi-tensor kernel: s * seg_params + j; j itself in
+ * an ordinary kernel (s 0). */
+static inline int32_t kir_seg_param(const kir_kernel *k, int32_t s, int32_t j) {
+  return k->n_segs > 0 ? s * k->seg_params + j : j;
+}
+
+/* The segment of a multi-tensor kernel's outer point o (binary search over
+ * seg_start); 0 for an ordinary kernel. */
+int32_t kir_segment_of(const kir_kernel *k, int64_t o);
+
 /* Whether i64 expression id is an affine form of the loop variables:
  * sum(coef[v] * var v) + *cst, slots v = 0 .. outer_rank - 1 the outer dims
  * and slot outer_rank the inner index (coef has outer_rank + 1 entries;
@@ -194,7 +219,8 @@ bool kir_affine(const kir_kernel *k, int32_t id, int64_t *coef, int64_t *cst);
 /* True when i64 expression id is the row-major offset of the outer point:
  * the sum over outer dims d of var d times the product of the dims after d
  * (a dim of extent 1 may have any coefficient), without a constant term or
- * the inner index (when inner > 1). */
+ * the inner index (when inner > 1). Always false in a multi-tensor kernel
+ * (KIR_VAR 0 is the element of a segment there, not the point). */
 bool kir_is_point_index(const kir_kernel *k, int32_t id);
 
 #endif

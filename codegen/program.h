@@ -392,6 +392,19 @@ const char *sc_attention_problem(const sc_program *p, const sc_step *s);
  * group, GEMM steps for MatMul/Gemm/Conv. Errors name the node. */
 sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag);
 
+/* codegen/multi_tensor.c: every run of consecutive elementwise kernel
+ * steps that compute the same thing over different tensors (an optimizer's
+ * per-parameter updates), element for element, and touch each other's
+ * storage only to read it, becomes one multi-tensor kernel step (kir.h,
+ * n_segs): the same results, bit for bit, in one launch. A run's table
+ * holds at most SC_MULTI_TENSOR_ARG_BYTES of kernel arguments (8 bytes a
+ * param, and begin and end): CUDA's kernel parameter space, 4 KiB (apex's
+ * multi_tensor_apply keeps its table under the same limit); a longer run
+ * becomes several. Kernels leave the program and kernel ids are
+ * renumbered: run it before overlap and the memory plan. SC_ERR_NOMEM. */
+#define SC_MULTI_TENSOR_ARG_BYTES 4096
+sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag);
+
 /* codegen/overlap.c: collectives overlapped with compute. Every all-reduce,
  * all-gather, reduce-scatter and all-to-all whose result is not needed by
  * the very next step becomes an async start plus a WAIT placed just before

@@ -138,6 +138,12 @@ static json_t *write_kernel(const kir_kernel *k) {
   json_object_set_new(o, "params", params);
   json_object_set_new(o, "outer", jdims(k->outer_dims, k->outer_rank));
   json_object_set_new(o, "inner", json_integer(k->inner));
+  if (k->n_segs > 0) { /* a multi-tensor kernel: params per segment, the segments' starts */
+    json_t *sg = json_object();
+    json_object_set_new(sg, "params", json_integer(k->seg_params));
+    json_object_set_new(sg, "starts", jdims(k->seg_start, k->n_segs + 1));
+    json_object_set_new(o, "segments", sg);
+  }
   json_t *exprs = json_array();
   for (int32_t i = 0; i < k->n_exprs; i++) json_array_append_new(exprs, write_expr(&k->exprs[i]));
   json_object_set_new(o, "exprs", exprs);
@@ -720,6 +726,25 @@ static sc_status read_kernel(reader *r, json_t *o, int32_t kid, kir_kernel **out
                   (long long)b->bytes);
     if (pa->written && (b->kind == SC_BUF_CONST || b->kind == SC_BUF_INPUT))
       return fail(r, SC_ERR_INVALID, "writes %s buffer %d", BUF_KINDS[b->kind], pa->buffer);
+  }
+  json_t *sg = json_object_get(o, "segments");
+  if (sg) { /* kir_verify checks the rest */
+    at(r, "kernels[%d].segments", kid);
+    json_t *starts;
+    if (!json_is_object(sg)) return fail(r, SC_ERR_PARSE, "must be an object");
+    if ((st = get_range(r, sg, "params", true, 0, 1, k->n_params > 0 ? k->n_params : 1,
+                        &k->seg_params)))
+      return st;
+    if ((st = get_array(r, sg, "starts", 1 << 16, &starts))) return st;
+    if (json_array_size(starts) < 2) return fail(r, SC_ERR_INVALID, "fewer than one segment");
+    k->n_segs = (int32_t)json_array_size(starts) - 1;
+    k->seg_start = sc_arena_array(&p->arena, (size_t)k->n_segs + 1, sizeof *k->seg_start);
+    if (!k->seg_start) return fail(r, SC_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; i <= k->n_segs; i++) {
+      json_t *v = json_array_get(starts, (size_t)i);
+      if (!json_is_integer(v)) return fail(r, SC_ERR_PARSE, "starts[%d] must be an integer", i);
+      k->seg_start[i] = json_integer_value(v);
+    }
   }
   /* Phases are read before expressions so that REG operands can be checked. */
   for (int32_t i = 0; i < k->n_phases; i++) {

@@ -1387,6 +1387,109 @@ static sc_status emit_body(emitter *e) {
   return SC_OK;
 }
 
+/* A function `name` of the kernel ABI (cpu.h), external, with the
+ * attributes every kernel has. */
+static LLVMValueRef kernel_function(LLVMModuleRef m, LLVMTargetMachineRef tm, const char *name) {
+  LLVMContextRef ctx = LLVMGetModuleContext(m);
+  LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
+  LLVMTypeRef i8pp = LLVMPointerType(LLVMPointerType(LLVMInt8TypeInContext(ctx), 0), 0);
+  LLVMTypeRef args[3] = {i8pp, i64, i64};
+  LLVMTypeRef fty = LLVMFunctionType(LLVMVoidTypeInContext(ctx), args, 3, 0);
+  LLVMValueRef fn = LLVMAddFunction(m, name, fty);
+  LLVMSetLinkage(fn, LLVMExternalLinkage);
+  const char *fattrs[] = {"nounwind", "nofree", "nosync"};
+  for (size_t i = 0; i < sizeof fattrs / sizeof *fattrs; i++) {
+    unsigned kind = LLVMGetEnumAttributeKindForName(fattrs[i], strlen(fattrs[i]));
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex, LLVMCreateEnumAttribute(ctx, kind, 0));
+  }
+  const char *pattrs[] = {"nocapture", "readonly", "noalias"};
+  for (size_t i = 0; i < sizeof pattrs / sizeof *pattrs; i++) {
+    unsigned kind = LLVMGetEnumAttributeKindForName(pattrs[i], strlen(pattrs[i]));
+    LLVMAddAttributeAtIndex(fn, 1, LLVMCreateEnumAttribute(ctx, kind, 0));
+  }
+  char *cpu = LLVMGetTargetMachineCPU(tm);
+  char *feat = LLVMGetTargetMachineFeatureString(tm);
+  LLVMAddAttributeAtIndex(
+      fn, LLVMAttributeFunctionIndex,
+      LLVMCreateStringAttribute(ctx, "target-cpu", 10, cpu, (unsigned)strlen(cpu)));
+  if (feat[0])
+    LLVMAddAttributeAtIndex(fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateStringAttribute(ctx, "target-features", 15, feat,
+                                                      (unsigned)strlen(feat)));
+  LLVMDisposeMessage(cpu);
+  LLVMDisposeMessage(feat);
+  return fn;
+}
+
+/* Whether every segment of multi-tensor kernel k places its params as
+ * segment 0 does in p's memory plan (the same in-place pairs, the same
+ * disjoint pairs): what the template's code assumes from the plan. */
+static bool segments_alike(const sc_program *p, const kir_kernel *k) {
+  int32_t n = k->seg_params;
+  for (int32_t s = 1; s < k->n_segs; s++)
+    for (int32_t i = 0; i < n; i++)
+      for (int32_t j = 0; j < n; j++) {
+        int32_t a0 = k->params[i].buffer, b0 = k->params[j].buffer;
+        int32_t a = k->params[s * n + i].buffer, b = k->params[s * n + j].buffer;
+        if (sc_program_same_address(p, a, b) != sc_program_same_address(p, a0, b0) ||
+            sc_program_disjoint(p, a, b) != sc_program_disjoint(p, a0, b0))
+          return false;
+      }
+  return true;
+}
+
+/* A multi-tensor kernel (kir.h, n_segs): its template — the body over one
+ * segment's params, as an ordinary 1-D kernel "<name>.seg" over the
+ * longest segment, internal — and the kernel itself, which calls it once
+ * per segment that meets [begin, end), with the segment's params (bufs +
+ * s * seg_params) and the part of its range inside, in segment order. */
+static sc_status emit_segmented(LLVMModuleRef m, LLVMTargetMachineRef tm, const sc_program *p,
+                                const kir_kernel *k, sc_diag *diag) {
+  kir_kernel t = *k;
+  char name[512];
+  snprintf(name, sizeof name, "%s.seg", k->name);
+  t.name = name;
+  t.n_params = k->seg_params;
+  t.n_segs = 0;
+  t.seg_start = NULL;
+  t.hash_slots = NULL;
+  t.cap_hash = 0;
+  t.outer_dims[0] = 1;
+  for (int32_t s = 0; s < k->n_segs; s++)
+    if (k->seg_start[s + 1] - k->seg_start[s] > t.outer_dims[0])
+      t.outer_dims[0] = k->seg_start[s + 1] - k->seg_start[s];
+  sc_status st = sc_cpu_emit_kernel(m, tm, p && segments_alike(p, k) ? p : NULL, &t, diag);
+  if (st != SC_OK) return st;
+  LLVMValueRef seg = LLVMGetNamedFunction(m, name);
+  LLVMSetLinkage(seg, LLVMInternalLinkage);
+  LLVMContextRef ctx = LLVMGetModuleContext(m);
+  LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
+  LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(ctx), 0);
+  LLVMValueRef fn = kernel_function(m, tm, k->name);
+  LLVMValueRef bufs = LLVMGetParam(fn, 0), begin = LLVMGetParam(fn, 1), end = LLVMGetParam(fn, 2);
+  LLVMBuilderRef b = LLVMCreateBuilderInContext(ctx);
+  LLVMPositionBuilderAtEnd(b, LLVMAppendBasicBlockInContext(ctx, fn, "entry"));
+  for (int32_t s = 0; s < k->n_segs; s++) {
+    LLVMValueRef s0 = LLVMConstInt(i64, (unsigned long long)k->seg_start[s], 1);
+    LLVMValueRef s1 = LLVMConstInt(i64, (unsigned long long)k->seg_start[s + 1], 1);
+    LLVMValueRef lo = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, begin, s0, ""), begin, s0, "");
+    LLVMValueRef hi = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, end, s1, ""), end, s1, "");
+    LLVMBasicBlockRef call = LLVMAppendBasicBlockInContext(ctx, fn, "seg");
+    LLVMBasicBlockRef next = LLVMAppendBasicBlockInContext(ctx, fn, "next");
+    LLVMBuildCondBr(b, LLVMBuildICmp(b, LLVMIntSLT, lo, hi, ""), call, next);
+    LLVMPositionBuilderAtEnd(b, call);
+    LLVMValueRef off = LLVMConstInt(i64, (unsigned long long)s * (unsigned long long)k->seg_params, 0);
+    LLVMValueRef args[3] = {LLVMBuildInBoundsGEP2(b, i8p, bufs, &off, 1, ""),
+                            LLVMBuildSub(b, lo, s0, ""), LLVMBuildSub(b, hi, s0, "")};
+    LLVMBuildCall2(b, LLVMGlobalGetValueType(seg), seg, args, 3, "");
+    LLVMBuildBr(b, next);
+    LLVMPositionBuilderAtEnd(b, next);
+  }
+  LLVMBuildRetVoid(b);
+  LLVMDisposeBuilder(b);
+  return SC_OK;
+}
+
 sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
                              const sc_program *p, const kir_kernel *k, sc_diag *diag) {
   sc_status st = kir_verify(k, diag);
@@ -1399,6 +1502,7 @@ sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
   if (LLVMGetNamedFunction(m, k->name))
     return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL,
                        "CPU backend: two kernels are named '%s'", k->name);
+  if (k->n_segs > 0) return emit_segmented(m, tm, p, k, diag);
   for (int32_t i = 0; i < k->n_params; i++) {
     sc_dtype t = k->params[i].dtype;
     if (t == SC_DTYPE_STRING || t == SC_DTYPE_C64 || t == SC_DTYPE_C128 ||
@@ -1456,35 +1560,7 @@ sc_status sc_cpu_emit_kernel(LLVMModuleRef m, LLVMTargetMachineRef tm,
     goto done;
   }
 
-  LLVMTypeRef i8pp = LLVMPointerType(LLVMPointerType(e.i8, 0), 0);
-  LLVMTypeRef args[3] = {i8pp, e.i64, e.i64};
-  LLVMTypeRef fty = LLVMFunctionType(e.vd, args, 3, 0);
-  e.fn = LLVMAddFunction(m, k->name, fty);
-  LLVMSetLinkage(e.fn, LLVMExternalLinkage);
-  {
-    const char *fattrs[] = {"nounwind", "nofree", "nosync"};
-    for (size_t i = 0; i < sizeof fattrs / sizeof *fattrs; i++) {
-      unsigned kind = LLVMGetEnumAttributeKindForName(fattrs[i], strlen(fattrs[i]));
-      LLVMAddAttributeAtIndex(e.fn, LLVMAttributeFunctionIndex,
-                                 LLVMCreateEnumAttribute(e.ctx, kind, 0));
-    }
-    const char *pattrs[] = {"nocapture", "readonly", "noalias"};
-    for (size_t i = 0; i < sizeof pattrs / sizeof *pattrs; i++) {
-      unsigned kind = LLVMGetEnumAttributeKindForName(pattrs[i], strlen(pattrs[i]));
-      LLVMAddAttributeAtIndex(e.fn, 1, LLVMCreateEnumAttribute(e.ctx, kind, 0));
-    }
-    char *cpu = LLVMGetTargetMachineCPU(tm);
-    char *feat = LLVMGetTargetMachineFeatureString(tm);
-    LLVMAddAttributeAtIndex(
-        e.fn, LLVMAttributeFunctionIndex,
-        LLVMCreateStringAttribute(e.ctx, "target-cpu", 10, cpu, (unsigned)strlen(cpu)));
-    if (feat[0])
-      LLVMAddAttributeAtIndex(e.fn, LLVMAttributeFunctionIndex,
-                                 LLVMCreateStringAttribute(e.ctx, "target-features", 15,
-                                                           feat, (unsigned)strlen(feat)));
-    LLVMDisposeMessage(cpu);
-    LLVMDisposeMessage(feat);
-  }
+  e.fn = kernel_function(m, tm, k->name);
   alias_scopes(&e);
   for (int l = 0; l < L_INNER; l++) e.b[l] = LLVMCreateBuilderInContext(e.ctx);
   e.ab = LLVMCreateBuilderInContext(e.ctx);

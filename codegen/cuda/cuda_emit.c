@@ -494,6 +494,7 @@ void sc_cuda_launch_config(const kir_kernel *k, sc_cuda_launch *out) {
   /* vectorise: elementwise kernels whose last outer dim is a multiple of 4
      and that have at least one contiguous f32 access */
   if (out->mode == SC_CUDA_THREAD_PER_POINT && k->inner == 1 && k->outer_rank > 0 &&
+      k->n_segs == 0 && /* a segment may start at any element: no 16-byte alignment */
       k->outer_dims[k->outer_rank - 1] % 4 == 0 && k->n_exprs > 0) {
     bool reduce = false;
     for (int32_t i = 0; i < k->n_phases; i++)
@@ -1048,6 +1049,49 @@ static bool same_storage(const emitter *e, int32_t a, int32_t b) {
   return x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
 }
 
+/* The segment of point o: a binary search over the starts of segments
+ * [lo, hi], as nested conditionals on constants. */
+static void emit_segment_search(emitter *e, int32_t lo, int32_t hi) {
+  if (lo == hi) {
+    sb_printf(e->b, "%d", (int)lo);
+    return;
+  }
+  int32_t mid = lo + (hi - lo + 1) / 2;
+  sb_printf(e->b, "(o < %lldll ? ", (long long)e->k->seg_start[mid]);
+  emit_segment_search(e, lo, mid - 1);
+  sb_printf(e->b, " : ");
+  emit_segment_search(e, mid, hi);
+  sb_printf(e->b, ")");
+}
+
+/* A multi-tensor kernel's point o (kir.h, n_segs): its segment sg, the
+ * segment's params as p<j> (template param j, from the table a<i>) and
+ * v0, the element in the segment. A template param is __restrict__ when
+ * it is in every segment. */
+static void emit_segment(emitter *e) {
+  const kir_kernel *k = e->k;
+  sbuf *b = e->b;
+  int32_t n = k->seg_params;
+  sb_printf(b, "    const int sg = ");
+  emit_segment_search(e, 0, k->n_segs - 1);
+  sb_printf(b, ";\n");
+  for (int32_t j = 0; j < n; j++) {
+    bool r = true;
+    for (int32_t s = 0; s < k->n_segs; s++) r &= e->restrict_ok[s * n + j];
+    sb_printf(b, "    %s%s *%sp%d;\n", k->params[j].written ? "" : "const ",
+              stype(k->params[j].dtype), r ? "__restrict__ " : "", (int)j);
+  }
+  sb_printf(b, "    long long v0;\n    switch (sg) {\n");
+  for (int32_t s = 0; s < k->n_segs; s++) {
+    if (s + 1 < k->n_segs) sb_printf(b, "    case %d:", (int)s);
+    else sb_printf(b, "    default:");
+    sb_printf(b, " v0 = o - %lldll;", (long long)k->seg_start[s]);
+    for (int32_t j = 0; j < n; j++) sb_printf(b, " p%d = a%d;", (int)j, (int)(s * n + j));
+    sb_printf(b, " break;\n");
+  }
+  sb_printf(b, "    }\n");
+}
+
 static sc_status emit_kernel(sbuf *b, const kir_kernel *k, const sc_program *p, sc_diag *diag) {
   emitter e = {0};
   e.b = b;
@@ -1112,10 +1156,11 @@ static sc_status emit_kernel(sbuf *b, const kir_kernel *k, const sc_program *p, 
   sb_printf(b, "] inner %lld: %s, block %d, %d point(s)/thread\n", (long long)k->inner,
             block ? "block per point" : "thread per point", e.cfg.block, e.lanes);
   sb_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", e.cfg.block, k->name);
+  bool seg = k->n_segs > 0; /* params are the table: a<i>, and p<j> a segment's */
   for (int32_t i = 0; i < k->n_params; i++) {
     const kir_param *pp = &k->params[i];
-    sb_printf(b, "%s%s%s *%sp%d", i ? ", " : "", pp->written ? "" : "const ",
-              stype(pp->dtype), e.restrict_ok[i] ? "__restrict__ " : "", (int)i);
+    sb_printf(b, "%s%s%s *%s%c%d", i ? ", " : "", pp->written ? "" : "const ",
+              stype(pp->dtype), e.restrict_ok[i] ? "__restrict__ " : "", seg ? 'a' : 'p', (int)i);
   }
   sb_printf(b, "%slong long begin, long long end) {\n", k->n_params ? ", " : "");
   if (block)
@@ -1126,7 +1171,9 @@ static sc_status emit_kernel(sbuf *b, const kir_kernel *k, const sc_program *p, 
   else
     sb_printf(b, "  for (long long o = begin + (long long)blockIdx.x * blockDim.x + threadIdx.x;"
                  " o < end; o += (long long)gridDim.x * blockDim.x) {\n");
-  if (k->outer_rank > 0) {
+  if (seg) {
+    emit_segment(&e);
+  } else if (k->outer_rank > 0) {
     sb_printf(b, "    long long rem = o;\n");
     for (int32_t d = k->outer_rank - 1; d >= 0; d--) {
       if (d > 0)

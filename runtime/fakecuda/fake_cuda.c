@@ -270,7 +270,11 @@ struct fstream {
   struct vclock *vc; /* what it has ordered after so far (race_mu) */
 };
 
-enum { VC_SLOTS = 128, HISTORY = 8192, MAX_RANGES = 64 };
+/* MAX_RANGES: the most ranges an operation is checked with — every pointer
+ * a launch's 4 KiB of parameters can hold (a multi-tensor kernel's table,
+ * codegen/multi_tensor.c: AdamW over GPT-2 passes 308); a graph launch is
+ * checked with its first GRAPH_RANGES. */
+enum { VC_SLOTS = 128, HISTORY = 8192, MAX_RANGES = 512, GRAPH_RANGES = 64 };
 typedef struct vclock {
   uint32_t t[VC_SLOTS];
 } vclock;
@@ -582,7 +586,7 @@ static void vc_merge(vclock *into, const vclock *from) {
 }
 
 /* The ranges operation o touches (at most MAX_RANGES; a graph's beyond
- * that are not checked). */
+ * its first GRAPH_RANGES are not checked). */
 static int op_ranges(const fop *o, range *out) {
   int n = 0;
   switch (o->kind) {
@@ -621,10 +625,10 @@ static int op_ranges(const fop *o, range *out) {
     for (int i = 0; i < o->u.host.n_ranges; i++) out[n++] = o->u.host.ranges[i];
     break;
   case OP_GRAPH:
-    for (long i = 0; i < o->u.graph->n && n < MAX_RANGES; i++) {
+    for (long i = 0; i < o->u.graph->n && n < GRAPH_RANGES; i++) {
       range sub[MAX_RANGES];
       int k = op_ranges(&o->u.graph->nodes[i], sub);
-      for (int j = 0; j < k && n < MAX_RANGES; j++) out[n++] = sub[j];
+      for (int j = 0; j < k && n < GRAPH_RANGES; j++) out[n++] = sub[j];
     }
     break;
   }

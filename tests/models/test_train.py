@@ -152,23 +152,34 @@ def shardc(args):
 
 
 def kernel_stores(kir):
-    """Per kernel of `shardc compile --emit=kir` output: the names of the
-    buffers its phases store."""
-    names, kernels, params = {}, [], {}
+    """Per kernel of `shardc compile --emit=kir` output, and per segment of
+    a multi-tensor kernel (codegen/multi_tensor.c: its phases store template
+    param j, segment s's param s * P + j), the names of the buffers its
+    phases store; and for each of those sets the index of its kernel."""
+    names, kernels, owner, params, seg = {}, [], [], {}, (1, 0)
     for line in kir.splitlines():
         m = re.match(r'^b(\d+) \S+ .*"(.*)"$', line)
         if m:
             names[int(m.group(1))] = m.group(2)
         if re.match(r"^k\d+ kernel ", line):
             kernels.append(set())
-            params = {}
+            owner.append(len(set(owner)))
+            params, seg = {}, (1, 0)
+        m = re.match(r"^  segments (\d+) of (\d+) params", line)
+        if m and kernels:
+            seg = (int(m.group(1)), int(m.group(2)))
+            kernels += [set() for _ in range(seg[0] - 1)]
+            owner += [owner[-1]] * (seg[0] - 1)
         m = re.match(r"^  p(\d+) = buf (\d+) ", line)
         if m:
             params[int(m.group(1))] = int(m.group(2))
         m = re.match(r"^  phase \d+: store p(\d+)\[", line)
         if m and kernels:
-            kernels[-1].add(names.get(params[int(m.group(1))], "?"))
-    return kernels
+            n, per = seg
+            for s in range(n):
+                kernels[len(kernels) - n + s].add(
+                    names.get(params[s * per + int(m.group(1))], "?"))
+    return kernels, owner
 
 
 def log_lines(path):
@@ -558,27 +569,34 @@ def main():
                   f"in-place state {flags}: {r.stdout[-300:]} {r.stderr[-300:]}")
         print("ok: all training state updated in place")
 
-        # the optimizer is one fused kernel per parameter: the kernel that
-        # stores new:P also stores P's new state (AdamW: both moments; SGD
-        # with momentum and weight decay: the momentum buffer, whose stores
-        # go through registers), and no other kernel stores state
+        # the optimizer is one fused update per parameter: the kernel (the
+        # segment of the multi-tensor kernel) that stores new:P also stores
+        # P's new state (AdamW: both moments; SGD with momentum and weight
+        # decay: the momentum buffer, whose stores go through registers), no
+        # other kernel stores state, and AdamW's updates of all the MLP's
+        # parameters (all f32) are one multi-tensor kernel (SGD's with
+        # decay keep their register phases, which do not merge)
         for flags, suffixes in ((["--optimizer", "adamw"], (".exp_avg", ".exp_avg_sq")),
                                 (["--optimizer", "sgd", "--momentum", "0.9",
                                   "--weight-decay", "0.1"], (".momentum_buffer",))):
             r = shardc(["compile", MLP, "--train", "-o", os.path.join(tmp, "kir-bundle"),
                         "--dim", "batch=4", "--emit=kir"] + flags)
-            stores = kernel_stores(r.stdout)
+            stores, owner = kernel_stores(r.stdout)
             params = sorted(n[4:] for ks in stores for n in ks
                             if n.startswith("new:") and not n.endswith(suffixes))
             state_kernels = [ks for ks in stores if any(n.startswith("new:") for n in ks)]
+            launches = {o for ks, o in zip(stores, owner) if any(n.startswith("new:") for n in ks)}
             check(r.returncode == 0 and len(params) >= 4 and len(state_kernels) == len(params),
                   f"{flags}: {len(state_kernels)} kernels store state for {len(params)} "
                   f"parameters {r.stderr[-300:]}")
+            check(flags[1] != "adamw" or len(launches) == 1,
+                  f"{flags}: the updates are {len(launches)} kernels, not one")
             for ks in state_kernels:
                 p = [n[4:] for n in ks if n.startswith("new:") and not n.endswith(suffixes)]
                 want = {"new:" + p[0] + x for x in ("",) + suffixes} if len(p) == 1 else None
                 check(want is not None and want <= ks, f"{flags}: one kernel stores {sorted(ks)}")
-        print("ok: one optimizer kernel per parameter (AdamW; SGD with momentum and decay)")
+        print("ok: one optimizer update per parameter (AdamW: all in one multi-tensor kernel; "
+              "SGD with momentum and decay)")
 
         # plan --train: the arena it reports is the one the trainer
         # allocates, and its classes add up to what is live at the peak

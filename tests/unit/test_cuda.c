@@ -3,7 +3,7 @@
  * Builds kir kernels that cover the emitter's shapes (vectorised broadcast,
  * f16/bf16, i64 div/mod with zero divisors, a softmax row kernel, argmax in
  * block and thread mode, a gather with a data-dependent index, select,
- * saturating casts), emits them, and compiles them through NVRTC for sm_80
+ * saturating casts, a multi-tensor kernel of three segments), emits them, and compiles them through NVRTC for sm_80
  * and sm_90 (no GPU needed). Also: NVRTC errors come back with the log, bad
  * architecture strings are refused, a golden check of one kernel's text,
  * launch configurations, __restrict__ only on distinct buffers.
@@ -263,8 +263,33 @@ static kir_kernel *k_narrow(sc_arena *arena) {
   return k;
 }
 
-enum { N_KERNELS = 11 };
+enum { N_KERNELS = 12 };
 /* Every test kernel (N_KERNELS), in the fresh arena `arena`, verified. */
+/* A multi-tensor kernel (kir.h, n_segs): o = x * s[0] - sqrt(|g|) * 0.125
+ * (f32; s a scalar of each segment's own) over three segments of 40, 12
+ * and 64 elements, each with its own x, g, s and o: starts mid-warp and at
+ * lengths that are no multiple of 4, so not vectorised. */
+static kir_kernel *k_multi(sc_arena *arena) {
+  static const int64_t len[3] = {40, 12, 64};
+  kir_kernel *k = mk(arena, "k_multi", 1, (int64_t[]){116}, 1);
+  k->n_segs = 3;
+  k->seg_params = 4;
+  k->seg_start = sc_arena_array(arena, 4, sizeof *k->seg_start);
+  assert_non_null(k->seg_start);
+  for (int32_t s = 0; s < 3; s++) {
+    kir_add_param(A, k, 10 + 4 * s, SC_DTYPE_F32, len[s], false);
+    kir_add_param(A, k, 11 + 4 * s, SC_DTYPE_F32, len[s], false);
+    kir_add_param(A, k, 12 + 4 * s, SC_DTYPE_F32, 1, false);
+    kir_add_param(A, k, 13 + 4 * s, SC_DTYPE_F32, len[s], true);
+    k->seg_start[s + 1] = k->seg_start[s] + len[s];
+  }
+  int32_t i = kir_var(A, k, 0);
+  int32_t v = kir_binary(A, k, KIR_MUL, kir_load(A, k, 0, i), kir_load(A, k, 2, C(SC_DTYPE_I64, 0)));
+  int32_t r = kir_unary(A, k, KIR_SQRT, kir_unary(A, k, KIR_ABS, kir_load(A, k, 1, i)));
+  kir_add_store(A, k, 3, i, kir_binary(A, k, KIR_SUB, v, kir_binary(A, k, KIR_MUL, r, F(0.125))));
+  return k;
+}
+
 static void build_all(sc_arena *arena, kir_kernel **ks) {
   sc_arena_init(arena);
   ks[0] = k_bcast(arena);
@@ -278,6 +303,7 @@ static void build_all(sc_arena *arena, kir_kernel **ks) {
   ks[8] = k_cast(arena);
   ks[9] = k_bits(arena);
   ks[10] = k_narrow(arena);
+  ks[11] = k_multi(arena);
   sc_diag d = {0};
   for (int i = 0; i < N_KERNELS; i++) {
     sc_diag_clear(&d);
@@ -355,6 +381,9 @@ static void test_launch_config(void **state) {
   assert_int_equal(c.mode, SC_CUDA_THREAD_PER_POINT);
   assert_int_equal(c.points_per_thread, 1);
   sc_cuda_launch_config(ks[6], &c); /* gather: last dim 6, not vectorised */
+  assert_int_equal(c.points_per_thread, 1);
+  sc_cuda_launch_config(ks[11], &c); /* multi-tensor: 116 points, one a thread */
+  assert_int_equal(c.points, 116);
   assert_int_equal(c.points_per_thread, 1);
   sc_arena_free(&arena);
 }

@@ -29,7 +29,11 @@
  *     reverses each block's 256 floats through it, across a barrier); a
  *     launch with more than 48 KiB is refused (CUDA_ERROR_INVALID_VALUE, one
  *     violation) until cuFuncSetAttribute allows that much, as on a GPU,
- *     and above 227 KiB it is refused always. */
+ *     and above 227 KiB it is refused always;
+ *   - a launch is race-checked over all its pointer params, not its first
+ *     64: a multi-tensor kernel (codegen/multi_tensor.c) of 30 segments
+ *     of 4 params, whose last segment's output another stream copies
+ *     without waiting, is one violation. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -40,6 +44,7 @@
 #include <dlfcn.h>
 
 #include "codegen/cuda/cuda.h"
+#include "codegen/kir.h"
 #include "runtime/cuda_driver.h"
 
 static const sc_cu *cu;
@@ -319,12 +324,92 @@ static void test_dynamic_shared(void **state) {
   CU(cu->stream_destroy(s));
 }
 
+/* o = x * 2 + g, in 30 segments of 64 elements (x, g, scalar s unused but
+ * for its pointer, o): 120 pointer params. */
+static kir_kernel *wide_kernel(sc_arena *A) {
+  enum { SEGS = 30, LEN = 64 };
+  kir_kernel *k = kir_kernel_create(A, "wide");
+  assert_non_null(k);
+  k->outer_rank = 1;
+  k->outer_dims[0] = SEGS * LEN;
+  k->n_segs = SEGS;
+  k->seg_params = 4;
+  k->seg_start = sc_arena_array(A, SEGS + 1, sizeof *k->seg_start);
+  assert_non_null(k->seg_start);
+  for (int32_t s = 0; s < SEGS; s++) {
+    kir_add_param(A, k, 4 * s, SC_DTYPE_F32, LEN, false);
+    kir_add_param(A, k, 4 * s + 1, SC_DTYPE_F32, LEN, false);
+    kir_add_param(A, k, 4 * s + 2, SC_DTYPE_F32, 1, false);
+    kir_add_param(A, k, 4 * s + 3, SC_DTYPE_F32, LEN, true);
+    k->seg_start[s + 1] = (s + 1) * LEN;
+  }
+  int32_t i = kir_var(A, k, 0);
+  int32_t v = kir_binary(A, k, KIR_MUL, kir_load(A, k, 0, i), kir_const_f(A, k, SC_DTYPE_F32, 2));
+  kir_add_store(A, k, 3, i, kir_binary(A, k, KIR_ADD, v, kir_load(A, k, 1, i)));
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (kir_verify(k, &d) != SC_OK) fail_msg("%s", d.msg);
+  return k;
+}
+
+static void test_wide_launch_checked(void **state) {
+  (void)state;
+  sc_arena A;
+  sc_arena_init(&A);
+  kir_kernel *k = wide_kernel(&A);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  char *src = NULL;
+  if (sc_cuda_emit_kernels(&k, 1, NULL, &src, &d) != SC_OK) fail_msg("%s", d.msg);
+  size_t n = strlen(SC_CU_EMU_IMAGE) + strlen(src) + 1;
+  char *image = malloc(n);
+  snprintf(image, n, "%s%s", SC_CU_EMU_IMAGE, src);
+  CUmodule m;
+  CUfunction f;
+  CU(cu->module_load(&m, image, 0, NULL, NULL));
+  CU(cu->module_function(&f, m, "wide"));
+  CUstream s1, s2;
+  CU(cu->stream_create(&s1, SC_CU_STREAM_NON_BLOCKING));
+  CU(cu->stream_create(&s2, SC_CU_STREAM_NON_BLOCKING));
+  CUdeviceptr bufs[120], last;
+  void *args[122];
+  /* N floats each, the extent copy's __emu_info declares: its read of
+   * bufs[119] meets no other buffer */
+  for (int i = 0; i < 120; i++) {
+    CU(cu->mem_alloc(&bufs[i], N * sizeof(float)));
+    CU(cu->memset_d8(bufs[i], 0, N * sizeof(float), s1));
+    args[i] = &bufs[i];
+  }
+  CU(cu->mem_alloc(&last, N * sizeof(float)));
+  CU(cu->stream_synchronize(s1));
+  long long begin = 0, end = 30 * 64;
+  args[120] = &begin;
+  args[121] = &end;
+  long before = violations();
+  CU(cu->launch_kernel(f, 8, 1, 1, 256, 1, 1, 0, s1, args, NULL));
+  long long count = 64;
+  void *cargs[3] = {&bufs[119], &last, &count}; /* the last segment's o, unordered */
+  CU(cu->launch_kernel(f_copy, 1, 1, 1, 64, 1, 1, 0, s2, cargs, NULL));
+  assert_int_equal(violations(), before + 1);
+  CU(cu->stream_synchronize(s1));
+  CU(cu->stream_synchronize(s2));
+  for (int i = 0; i < 120; i++) CU(cu->mem_free(bufs[i]));
+  CU(cu->mem_free(last));
+  CU(cu->stream_destroy(s1));
+  CU(cu->stream_destroy(s2));
+  CU(cu->module_unload(m));
+  free(image);
+  sc_free(src);
+  sc_arena_free(&A);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dynamic_shared),
       cmocka_unit_test(test_event_orders_streams), cmocka_unit_test(test_graph_replays),
       cmocka_unit_test(test_capture_misuse),       cmocka_unit_test(test_free_while_queued),
       cmocka_unit_test(test_ptx_refused),
+      cmocka_unit_test(test_wide_launch_checked),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

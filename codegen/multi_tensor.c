@@ -1,0 +1,327 @@
+/* multi_tensor.c — runs of elementwise kernels that compute the same thing
+ * over different tensors become one multi-tensor kernel (codegen/program.h,
+ * sc_program_multi_tensor; kir.h, n_segs).
+ *
+ * A training step's optimizer is one fused kernel per parameter tensor
+ * (AdamW: read P, its gradient, exp_avg, exp_avg_sq and the step's scalars,
+ * write the three new tensors), 28 for GPT-2, each a launch of its own and
+ * most of them too small to fill a GPU or to split over the CPU's threads.
+ * PyTorch's fused AdamW and apex's multi_tensor_apply run them as one launch
+ * over a table of (tensor addresses, length) instead. Here the table is the
+ * kernel's params: the segments' buffers, whose addresses the memory plan
+ * fixes, and their lengths (seg_start), compile-time constants.
+ *
+ * Which kernels: consecutive KERNEL steps (no max-pool), each one STORE
+ * phase or more over inner 1, that FLATTEN (every store and every load of
+ * a tensor at the point's own element — kir_is_point_index, a tensor of the
+ * kernel's points; any other load at a constant element, a scalar; no other
+ * use of a loop variable), whose flat forms — the same kernel over the
+ * domain [points] with KIR_VAR 0 for the point index — are identical
+ * expression for expression (params' dtypes and directions, every constant
+ * bit for bit, the phases' order), and that are independent: no storage one
+ * of them writes is touched by another (storage as the memory plan will
+ * give it: a VIEW is its root, an output "new:X" paired with X is X). Each
+ * segment then computes exactly what its kernel computed, element for
+ * element, so results are bit-identical; only the launch is shared.
+ *
+ * A table holds at most SC_MULTI_TENSOR_ARG_BYTES of kernel arguments (8
+ * bytes a param, plus begin and end): a longer run becomes several tables,
+ * as multi_tensor_apply launches again when its table is full. The merged
+ * kernel takes the first kernel's place (and its name with "_mt<n>"), the
+ * others leave the program, and kernel ids in steps are renumbered. Runs
+ * before overlap and the memory plan, so those see one step. */
+#include <stdio.h>
+#include <string.h>
+
+#include "codegen/program.h"
+
+/* The flat form of kernel k (arena a), or NULL when k does not flatten;
+ * *points its outer points. */
+static kir_kernel *flatten(sc_arena *a, const kir_kernel *k, int64_t *points) {
+  if (k->n_segs > 0 || k->inner != 1 || k->n_phases < 1 || k->n_exprs < 1) return NULL;
+  int64_t n = 1;
+  for (int32_t d = 0; d < k->outer_rank; d++)
+    if (!sc_mul_i64(n, k->outer_dims[d], &n)) return NULL;
+  if (n < 1) return NULL;
+  for (int32_t i = 0; i < k->n_phases; i++)
+    if (k->phases[i].kind != KIR_PHASE_STORE) return NULL;
+  kir_kernel *t = kir_kernel_create(a, k->name);
+  int32_t *map = sc_arena_array(a, (size_t)k->n_exprs, sizeof *map);
+  bool *need = sc_arena_array(a, (size_t)k->n_exprs, sizeof *need);
+  if (!t || !map || !need) return NULL;
+  /* what the stored values read (a tensor's element index is the point's,
+   * the same in every flat form, so its arithmetic is not copied) */
+  for (int32_t i = 0; i < k->n_phases; i++) need[k->phases[i].value] = true;
+  for (int32_t i = k->n_exprs - 1; i >= 0; i--) {
+    const kir_expr *e = &k->exprs[i];
+    int32_t ops[3] = {e->a, e->b, e->c};
+    if (!need[i] || (e->op == KIR_LOAD && kir_is_point_index(k, e->a))) continue;
+    for (int j = 0; j < kir_op_arity(e->op); j++) need[ops[j]] = true;
+  }
+  t->outer_rank = 1;
+  t->outer_dims[0] = n;
+  for (int32_t i = 0; i < k->n_params; i++)
+    if (kir_add_param(a, t, k->params[i].buffer, k->params[i].dtype, k->params[i].numel,
+                      k->params[i].written) < 0)
+      return NULL;
+  int32_t v0 = kir_var(a, t, 0);
+  if (v0 < 0) return NULL;
+  enum { VARIES = -2 }; /* depends on a loop variable: only an index may */
+  for (int32_t i = 0; i < k->n_exprs; i++) {
+    const kir_expr *e = &k->exprs[i];
+    int32_t ar = kir_op_arity(e->op), ops[3] = {e->a, e->b, e->c}, m[3] = {-1, -1, -1};
+    if (!need[i]) {
+      map[i] = -1;
+      continue;
+    }
+    bool varies = e->op == KIR_VAR || e->op == KIR_REG;
+    for (int j = 0; j < ar && e->op != KIR_LOAD; j++) varies |= (m[j] = map[ops[j]]) == VARIES;
+    if (varies) {
+      map[i] = VARIES;
+      continue;
+    }
+    int32_t r = -1;
+    switch (e->op) {
+    case KIR_CONST:
+      r = sc_dtype_is_float(e->dtype) ? kir_const_f(a, t, e->dtype, e->f)
+                                      : kir_const_i(a, t, e->dtype, e->i);
+      break;
+    case KIR_LOAD:
+      if (kir_is_point_index(k, e->a)) {
+        if (k->params[e->var].numel != n) return NULL;
+        r = kir_load(a, t, e->var, v0);
+      } else if (k->exprs[e->a].op == KIR_CONST) {
+        r = kir_load(a, t, e->var, map[e->a]);
+      } else {
+        return NULL;
+      }
+      break;
+    case KIR_CAST: r = kir_cast(a, t, e->dtype, m[0]); break;
+    case KIR_BITCAST: r = kir_bitcast(a, t, e->dtype, m[0]); break;
+    case KIR_SELECT: r = kir_select(a, t, m[0], m[1], m[2]); break;
+    default: r = ar == 1 ? kir_unary(a, t, e->op, m[0]) : kir_binary(a, t, e->op, m[0], m[1]);
+    }
+    if (r < 0 || t->exprs[r].dtype != e->dtype) return NULL;
+    map[i] = r;
+  }
+  for (int32_t i = 0; i < k->n_phases; i++) {
+    const kir_phase *ph = &k->phases[i];
+    if (!kir_is_point_index(k, ph->out_index) || k->params[ph->out_param].numel != n ||
+        map[ph->value] < 0 || kir_add_store(a, t, ph->out_param, v0, map[ph->value]) < 0)
+      return NULL;
+  }
+  *points = n;
+  return t;
+}
+
+/* Whether flat forms x and y compute the same over their params. */
+static bool same_template(const kir_kernel *x, const kir_kernel *y) {
+  if (x->n_params != y->n_params || x->n_exprs != y->n_exprs || x->n_phases != y->n_phases)
+    return false;
+  for (int32_t i = 0; i < x->n_params; i++)
+    if (x->params[i].dtype != y->params[i].dtype || x->params[i].written != y->params[i].written)
+      return false;
+  for (int32_t i = 0; i < x->n_exprs; i++) {
+    const kir_expr *a = &x->exprs[i], *b = &y->exprs[i];
+    if (a->op != b->op || a->dtype != b->dtype || a->a != b->a || a->b != b->b ||
+        a->c != b->c || a->var != b->var || a->i != b->i || memcmp(&a->f, &b->f, sizeof a->f))
+      return false;
+  }
+  for (int32_t i = 0; i < x->n_phases; i++) {
+    const kir_phase *a = &x->phases[i], *b = &y->phases[i];
+    if (a->kind != b->kind || a->value != b->value || a->out_param != b->out_param ||
+        a->out_index != b->out_index)
+      return false;
+  }
+  return true;
+}
+
+/* The storage each buffer will have (id[b]): its root, or, for an output
+ * paired with an input (p->updates), that input's root. */
+static void storage_ids(const sc_program *p, int32_t *id) {
+  for (int32_t b = 0; b < p->n_buffers; b++) id[b] = sc_program_root(p, b);
+  for (int32_t j = 0; j < p->n_outputs; j++) {
+    int32_t in = sc_program_updates(p, j), r = sc_program_root(p, p->outputs[j]);
+    if (in < 0) continue;
+    int32_t to = sc_program_root(p, p->inputs[in]);
+    for (int32_t b = 0; b < p->n_buffers; b++)
+      if (id[b] == r) id[b] = to;
+  }
+}
+
+/* Whether kernels x and y may run at once: neither writes storage the
+ * other touches (storage ids sid). */
+static bool independent(const int32_t *sid, const kir_kernel *x, const kir_kernel *y) {
+  for (int32_t i = 0; i < x->n_params; i++)
+    for (int32_t j = 0; j < y->n_params; j++)
+      if ((x->params[i].written || y->params[j].written) &&
+          sid[x->params[i].buffer] == sid[y->params[j].buffer])
+        return false;
+  return true;
+}
+
+/* Kernel `name` with suffix, unique among p's kernels. */
+static const char *unique_name(sc_program *p, const char *name, int32_t n) {
+  char buf[512];
+  for (int32_t extra = 0;; extra++) {
+    if (extra) snprintf(buf, sizeof buf, "%s_mt%d_%d", name, (int)n, (int)extra);
+    else snprintf(buf, sizeof buf, "%s_mt%d", name, (int)n);
+    bool taken = false;
+    for (int32_t k = 0; k < p->n_kernels && !taken; k++) taken = !strcmp(p->kernels[k]->name, buf);
+    if (!taken) return sc_arena_strdup(&p->arena, buf);
+  }
+}
+
+/* The multi-tensor kernel of steps [s0, s0 + n) (templates flat[], their
+ * points pts[]), put in the first step's kernel slot. */
+static sc_status merge(sc_program *p, int32_t s0, int32_t n, kir_kernel **flat,
+                       const int64_t *pts) {
+  sc_arena *a = &p->arena;
+  const kir_kernel *t = flat[0];
+  int32_t k0 = p->steps[s0].kernel;
+  kir_kernel *m = kir_kernel_create(a, p->kernels[k0]->name);
+  int64_t *start = sc_arena_array(a, (size_t)n + 1, sizeof *start);
+  if (!m || !start || !(m->name = unique_name(p, p->kernels[k0]->name, n))) return SC_ERR_NOMEM;
+  size_t olen = 0;
+  for (int32_t s = 0; s < n; s++) {
+    const char *o = p->steps[s0 + s].origin;
+    olen += (o ? strlen(o) : 0) + 1;
+  }
+  char *origin = sc_arena_alloc(a, olen + 1);
+  if (!origin) return SC_ERR_NOMEM;
+  for (int32_t s = 0; s < n; s++) {
+    const char *o = p->steps[s0 + s].origin;
+    if (s && o) strcat(origin, ",");
+    if (o) strcat(origin, o);
+  }
+  m->origin = origin;
+  m->outer_rank = 1;
+  for (int32_t s = 0; s < n; s++) {
+    const kir_kernel *k = p->kernels[p->steps[s0 + s].kernel];
+    for (int32_t i = 0; i < k->n_params; i++)
+      if (kir_add_param(a, m, k->params[i].buffer, k->params[i].dtype, k->params[i].numel,
+                        k->params[i].written) < 0)
+        return SC_ERR_NOMEM;
+    if (!sc_add_i64(start[s], pts[s], &start[s + 1])) return SC_ERR_LIMIT;
+  }
+  /* the template's expressions and phases, copied as they are */
+  m->exprs = sc_arena_array(a, (size_t)t->n_exprs, sizeof *m->exprs);
+  m->phases = sc_arena_array(a, (size_t)t->n_phases, sizeof *m->phases);
+  if (!m->exprs || !m->phases) return SC_ERR_NOMEM;
+  memcpy(m->exprs, t->exprs, (size_t)t->n_exprs * sizeof *m->exprs);
+  memcpy(m->phases, t->phases, (size_t)t->n_phases * sizeof *m->phases);
+  m->n_exprs = m->cap_exprs = t->n_exprs;
+  m->n_phases = m->cap_phases = t->n_phases;
+  m->outer_dims[0] = start[n];
+  m->n_segs = n;
+  m->seg_params = t->n_params;
+  m->seg_start = start;
+  p->kernels[k0] = m;
+  p->steps[s0].origin = origin;
+  return SC_OK;
+}
+
+/* The kernel ids step s names (its kernel; a convolution's prep and bias
+ * kernels; a max-pool's prep kernels), as pointers into it; returns how
+ * many (at most 5), -1 entries included. */
+static int32_t kernel_refs(sc_step *s, int32_t **refs) {
+  int32_t n = 0;
+  refs[n++] = &s->kernel;
+  if (s->kind == SC_STEP_GEMM && s->gemm.conv.on) {
+    refs[n++] = &s->gemm.conv.prep[0];
+    refs[n++] = &s->gemm.conv.prep[1];
+    refs[n++] = &s->gemm.conv.bias_kernel;
+  }
+  if (s->kind == SC_STEP_KERNEL && s->pool.on) {
+    refs[n++] = &s->pool.prep[0];
+    refs[n++] = &s->pool.prep[1];
+  }
+  return n;
+}
+
+/* Drops the kernels marked dropped (no step names them now) and renumbers
+ * the steps' kernel ids. */
+static sc_status drop_unused(sc_program *p, const bool *dropped) {
+  int32_t *id = sc_arena_array(&p->arena, (size_t)p->n_kernels + 1, sizeof *id);
+  if (!id) return SC_ERR_NOMEM;
+  int32_t nk = 0, old = p->n_kernels;
+  for (int32_t k = 0; k < old; k++) {
+    id[k] = dropped[k] ? -1 : nk;
+    if (!dropped[k]) p->kernels[nk++] = p->kernels[k];
+  }
+  p->n_kernels = nk;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    int32_t *refs[5];
+    int32_t n = kernel_refs(&p->steps[i], refs);
+    for (int32_t j = 0; j < n; j++)
+      if (*refs[j] >= 0 && *refs[j] < old) *refs[j] = id[*refs[j]];
+  }
+  return SC_OK;
+}
+
+sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag) {
+  int32_t ns = p->n_steps;
+  size_t cap = (size_t)(ns > 0 ? ns : 1);
+  kir_kernel **flat = sc_calloc(cap, sizeof *flat);
+  int64_t *pts = sc_calloc(cap, sizeof *pts);
+  bool *dropped = sc_calloc((size_t)p->n_kernels + 1, sizeof *dropped);
+  sc_arena scratch;
+  sc_arena_init(&scratch);
+  int32_t *sid = sc_calloc((size_t)p->n_buffers + 1, sizeof *sid);
+  sc_status st = flat && pts && dropped && sid ? SC_OK : SC_ERR_NOMEM;
+  if (st == SC_OK) storage_ids(p, sid);
+  /* a kernel named by more than one step (or by a GEMM's or a pool's
+   * geometry) is left alone: only a kernel step's own kernel merges */
+  int32_t *uses = st == SC_OK ? sc_calloc((size_t)p->n_kernels + 1, sizeof *uses) : NULL;
+  if (st == SC_OK && !uses) st = SC_ERR_NOMEM;
+  for (int32_t i = 0; st == SC_OK && i < ns; i++) {
+    int32_t *refs[5];
+    int32_t n = kernel_refs(&p->steps[i], refs);
+    for (int32_t j = 0; j < n; j++)
+      if (*refs[j] >= 0 && *refs[j] < p->n_kernels) uses[*refs[j]]++;
+  }
+  for (int32_t i = 0; st == SC_OK && i < ns; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind == SC_STEP_KERNEL && !s->pool.on && s->kernel >= 0 && uses[s->kernel] == 1)
+      flat[i] = flatten(&scratch, p->kernels[s->kernel], &pts[i]);
+  }
+  /* runs of equal templates, cut where a kernel is not independent of the
+   * run's others or the table is full */
+  int32_t out = 0;
+  for (int32_t i = 0; st == SC_OK && i < ns;) {
+    int32_t n = 1;
+    if (flat[i]) {
+      int64_t bytes = 8 * ((int64_t)flat[i]->n_params + 2);
+      while (i + n < ns && flat[i + n] && same_template(flat[i], flat[i + n]) &&
+             bytes + 8 * flat[i]->n_params <= SC_MULTI_TENSOR_ARG_BYTES) {
+        bool ok = true;
+        for (int32_t j = 0; j < n && ok; j++)
+          ok = independent(sid, p->kernels[p->steps[i + j].kernel],
+                           p->kernels[p->steps[i + n].kernel]);
+        if (!ok) break;
+        bytes += 8 * flat[i]->n_params;
+        n++;
+      }
+    }
+    if (n > 1) {
+      for (int32_t j = 1; j < n; j++) dropped[p->steps[i + j].kernel] = true;
+      st = merge(p, i, n, flat + i, pts + i);
+    }
+    p->steps[out++] = p->steps[i];
+    i += n;
+  }
+  if (st == SC_OK && out < ns) {
+    p->n_steps = out;
+    st = drop_unused(p, dropped);
+  }
+  sc_free(sid);
+  sc_free(flat);
+  sc_free(pts);
+  sc_free(dropped);
+  sc_free(uses);
+  sc_arena_free(&scratch);
+  if (st != SC_OK)
+    return sc_diag_set(diag, st, NULL, NULL,
+                       st == SC_ERR_NOMEM ? "out of memory" : "multi-tensor kernel too large");
+  return SC_OK;
+}

@@ -1,0 +1,295 @@
+/* test_multi_tensor.c — sc_program_multi_tensor (codegen/multi_tensor.c)
+ * and the multi-tensor kernels it makes (kir.h, n_segs).
+ *
+ * A program of six elementwise kernel steps, each o = x * s[0] - sqrt(|g|)
+ * * 0.125 over tensors of its own shape (s a scalar): the first three are
+ * alike and independent and must become one kernel of three segments; the
+ * fourth reads the first one's output, so it may not join them and starts
+ * a run of its own with the fifth; the sixth has another constant and
+ * stays alone. Then every merged kernel, run by kir_interpret and by the
+ * CPU backend (the whole range, and in uneven chunks that cut segments),
+ * must write exactly the bits the original kernels wrote (kir_interpret on
+ * them, before the pass), and the program must survive its JSON round trip
+ * with the segments intact; the cost model (no measured profile: memory
+ * time, bytes over bandwidth) must time the merged kernel as the sum of
+ * the three it replaced, within 1e-12. Last, a table too large for
+ * SC_MULTI_TENSOR_ARG_BYTES is cut into several. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "codegen/cpu/cpu.h"
+#include "codegen/dist_sim.h"
+#include "codegen/kir.h"
+#include "codegen/program.h"
+#include "codegen/memplan.h"
+#include "codegen/program_json.h"
+#include "passes/plan/cluster.h"
+
+static int32_t add_buffer(sc_program *p, const char *name, sc_buf_kind kind, int32_t rank,
+                          const int64_t *dims) {
+  sc_buffer b = {0};
+  b.name = name;
+  b.kind = kind;
+  b.dtype = SC_DTYPE_F32;
+  b.rank = rank;
+  int64_t n = 1;
+  for (int32_t d = 0; d < rank; d++) n *= (b.dims[d] = dims[d]);
+  b.bytes = n * 4;
+  b.offset = -1;
+  b.alias_of = -1;
+  b.value = -1;
+  int32_t id = sc_program_add_buffer(p, &b);
+  assert_true(id >= 0);
+  return id;
+}
+
+/* A kernel step o = x * s[0] - sqrt(|g|) * c over x's shape, with the
+ * row-major point index (as lowering writes it). */
+static void add_update(sc_program *p, int32_t x, int32_t g, int32_t s, int32_t o, double c) {
+  char name[32];
+  snprintf(name, sizeof name, "k%d", (int)p->n_kernels);
+  kir_kernel *k = kir_kernel_create(&p->arena, name);
+  assert_non_null(k);
+  const sc_buffer *b = &p->buffers[x];
+  k->outer_rank = b->rank;
+  int64_t n = 1;
+  for (int32_t d = 0; d < b->rank; d++) n *= (k->outer_dims[d] = b->dims[d]);
+  sc_arena *A = &p->arena;
+  int32_t px = kir_add_param(A, k, x, SC_DTYPE_F32, n, false);
+  int32_t pg = kir_add_param(A, k, g, SC_DTYPE_F32, n, false);
+  int32_t ps = kir_add_param(A, k, s, SC_DTYPE_F32, 1, false);
+  int32_t po = kir_add_param(A, k, o, SC_DTYPE_F32, n, true);
+  int32_t idx = kir_const_i(A, k, SC_DTYPE_I64, 0), stride = 1;
+  for (int32_t d = b->rank - 1; d >= 0; d--) {
+    idx = kir_binary(A, k, KIR_ADD, idx,
+                     kir_binary(A, k, KIR_MUL, kir_var(A, k, d),
+                                kir_const_i(A, k, SC_DTYPE_I64, stride)));
+    stride *= (int32_t)b->dims[d];
+  }
+  int32_t v = kir_binary(A, k, KIR_MUL, kir_load(A, k, px, idx),
+                         kir_load(A, k, ps, kir_const_i(A, k, SC_DTYPE_I64, 0)));
+  int32_t r = kir_unary(A, k, KIR_SQRT, kir_unary(A, k, KIR_ABS, kir_load(A, k, pg, idx)));
+  kir_add_store(A, k, po, idx,
+                kir_binary(A, k, KIR_SUB, v,
+                           kir_binary(A, k, KIR_MUL, r, kir_const_f(A, k, SC_DTYPE_F32, c))));
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (kir_verify(k, &d) != SC_OK) fail_msg("%s", d.msg);
+  sc_step st = {0};
+  st.kind = SC_STEP_KERNEL;
+  st.kernel = sc_program_add_kernel(p, k);
+  st.origin = name;
+  assert_true(st.kernel >= 0 && sc_program_add_step(p, &st) >= 0);
+}
+
+enum { N_UPDATES = 6 };
+
+/* The program above; buffers x_i, g_i, s_i, o_i are 4i .. 4i + 3. */
+static sc_program *build(void) {
+  static const int64_t shapes[N_UPDATES][3] = {{5, 7, 0}, {13, 0, 0}, {2, 3, 4},
+                                               {5, 7, 0}, {9, 0, 0},  {3, 3, 0}};
+  static const int32_t ranks[N_UPDATES] = {2, 1, 3, 2, 1, 2};
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  for (int32_t i = 0; i < N_UPDATES; i++) {
+    add_buffer(p, "x", SC_BUF_INPUT, ranks[i], shapes[i]);
+    add_buffer(p, "g", SC_BUF_INPUT, ranks[i], shapes[i]);
+    add_buffer(p, "s", SC_BUF_INPUT, 1, (int64_t[]){1});
+    add_buffer(p, "o", SC_BUF_TEMP, ranks[i], shapes[i]);
+  }
+  for (int32_t i = 0; i < N_UPDATES; i++) {
+    int32_t x = 4 * i;
+    if (i == 3) x = 3; /* reads o_0: depends on the first kernel */
+    add_update(p, x, 4 * i + 1, 4 * i + 2, 4 * i + 3, i == 5 ? 0.25 : 0.125);
+  }
+  return p;
+}
+
+/* Seeded inputs for every buffer (NaN and -0 among them); outputs filled
+ * with a byte pattern. */
+static void **fill_buffers(const sc_program *p) {
+  void **bufs = calloc((size_t)p->n_buffers, sizeof *bufs);
+  assert_non_null(bufs);
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    bufs[b] = malloc((size_t)p->buffers[b].bytes);
+    assert_non_null(bufs[b]);
+    int64_t n = p->buffers[b].bytes / 4;
+    if (p->buffers[b].kind != SC_BUF_INPUT) {
+      memset(bufs[b], 0xA5, (size_t)p->buffers[b].bytes);
+      continue;
+    }
+    for (int64_t i = 0; i < n; i++)
+      ((float *)bufs[b])[i] = i % 11 == 3 ? NAN : i % 13 == 5 ? -0.0f : (float)rnd(-4, 4);
+  }
+  return bufs;
+}
+
+static void free_buffers(const sc_program *p, void **bufs) {
+  for (int32_t b = 0; b < p->n_buffers; b++) free(bufs[b]);
+  free(bufs);
+}
+
+/* Runs kernel k over program buffers bufs with the interpreter. */
+static void interpret(const kir_kernel *k, void **bufs) {
+  void *pb[64];
+  assert_true(k->n_params <= 64);
+  for (int32_t i = 0; i < k->n_params; i++) pb[i] = bufs[k->params[i].buffer];
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (kir_interpret(k, pb, &d) != SC_OK) fail_msg("kir_interpret(%s): %s", k->name, d.msg);
+}
+
+/* Every output buffer of a and b bitwise equal. */
+static void same_outputs(const sc_program *p, void **a, void **b, const char *what) {
+  for (int32_t i = 0; i < p->n_buffers; i++)
+    if (p->buffers[i].kind == SC_BUF_TEMP && memcmp(a[i], b[i], (size_t)p->buffers[i].bytes))
+      fail_msg("%s: buffer %d differs", what, (int)i);
+}
+
+static void test_merge(void **state) {
+  (void)state;
+  sc_program *p = build();
+  const kir_kernel *orig[N_UPDATES];
+  for (int32_t i = 0; i < N_UPDATES; i++) orig[i] = p->kernels[i];
+  rng_seed(4242);
+  void **want = fill_buffers(p);
+  for (int32_t i = 0; i < N_UPDATES; i++) interpret(orig[i], want);
+
+  sc_diag d = {0};
+  sc_cluster cl;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_preset("h100-sxm:8x1", &cl, &d), SC_OK);
+  double t3 = 0, flops;
+  for (int32_t s = 0; s < 3; s++) {
+    double t;
+    assert_int_equal(sc_dist_step_compute_time(&cl, p, &p->steps[s], &t, &flops, &d), SC_OK);
+    t3 += t;
+  }
+  assert_int_equal(sc_program_multi_tensor(p, &d), SC_OK);
+  double tm = 0;
+  assert_int_equal(sc_dist_step_compute_time(&cl, p, &p->steps[0], &tm, &flops, &d), SC_OK);
+  if (!(fabs(tm - t3) <= 1e-12 * t3))
+    fail_msg("cost model: merged kernel %.9g s, the three it replaced %.9g s", tm, t3);
+  /* [k0 k1 k2] [k3 k4] [k5] */
+  assert_int_equal(p->n_steps, 3);
+  assert_int_equal(p->n_kernels, 3);
+  const kir_kernel *m = p->kernels[p->steps[0].kernel];
+  assert_int_equal(m->n_segs, 3);
+  assert_int_equal(m->seg_params, 4);
+  assert_int_equal(m->n_params, 12);
+  assert_int_equal(m->outer_dims[0], 35 + 13 + 24);
+  assert_int_equal(m->seg_start[1], 35);
+  assert_int_equal(m->seg_start[2], 48);
+  assert_string_equal(m->name, "k0_mt3");
+  assert_string_equal(p->steps[0].origin, "k0,k1,k2");
+  assert_int_equal(p->kernels[p->steps[1].kernel]->n_segs, 2);
+  assert_int_equal(p->kernels[p->steps[2].kernel]->n_segs, 0);
+  assert_ptr_equal(p->kernels[p->steps[2].kernel], orig[5]);
+  for (int32_t s = 0; s < 3; s++) assert_int_equal(p->steps[s].kernel, s);
+  /* in place only within a segment */
+  assert_false(kir_reads_aligned(m, 0, 7));
+
+  /* the interpreter over the merged program: the same bits */
+  rng_seed(4242);
+  void **got = fill_buffers(p);
+  for (int32_t s = 0; s < p->n_steps; s++) interpret(p->kernels[p->steps[s].kernel], got);
+  same_outputs(p, want, got, "kir_interpret, merged");
+  free_buffers(p, got);
+
+  /* the CPU backend: whole range, then uneven chunks across segments */
+  sc_cpu_module *cm = NULL;
+  sc_cpu_opts o;
+  sc_cpu_opts_init(&o);
+  sc_diag_clear(&d);
+  if (sc_cpu_jit(p, &o, &cm, &d) != SC_OK) fail_msg("sc_cpu_jit: %s", d.msg);
+  for (int chunked = 0; chunked < 2; chunked++) {
+    rng_seed(4242);
+    got = fill_buffers(p);
+    for (int32_t s = 0; s < p->n_steps; s++) {
+      const kir_kernel *k = p->kernels[p->steps[s].kernel];
+      void *pb[64];
+      for (int32_t i = 0; i < k->n_params; i++) pb[i] = got[k->params[i].buffer];
+      int64_t total = k->outer_dims[0];
+      for (int32_t dd = 1; dd < k->outer_rank; dd++) total *= k->outer_dims[dd];
+      sc_cpu_kernel_fn fn = sc_cpu_kernel(cm, p->steps[s].kernel);
+      assert_non_null(fn);
+      if (!chunked) {
+        fn(pb, 0, total);
+        continue;
+      }
+      for (int64_t at = 0; at < total; at += 9) fn(pb, at, at + 9 < total ? at + 9 : total);
+      fn(pb, total, total);
+    }
+    same_outputs(p, want, got, chunked ? "CPU, chunks of 9" : "CPU, whole range");
+    free_buffers(p, got);
+  }
+  sc_cpu_module_destroy(cm);
+
+  /* program.json keeps the segments */
+  char *text = NULL;
+  sc_diag_clear(&d);
+  if (sc_memplan_run(p, &d) != SC_OK || sc_program_write_json(p, NULL, &text, &d) != SC_OK) fail_msg("%s", d.msg);
+  sc_program *q = NULL;
+  sc_diag_clear(&d);
+  if (sc_program_read_json(text, strlen(text), NULL, 0, &q, &d) != SC_OK)
+    fail_msg("read back: %s", d.msg);
+  const kir_kernel *mq = q->kernels[q->steps[0].kernel];
+  assert_int_equal(mq->n_segs, 3);
+  assert_int_equal(mq->seg_params, 4);
+  assert_memory_equal(mq->seg_start, m->seg_start, 4 * sizeof *m->seg_start);
+  /* a segment start out of order is refused */
+  char *bad = strstr(text, "\"starts\"");
+  assert_non_null(bad);
+  char *c35 = strstr(bad, "35");
+  assert_non_null(c35);
+  c35[0] = '9';
+  c35[1] = '9';
+  sc_program *r = NULL;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_program_read_json(text, strlen(text), NULL, 0, &r, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, "segment"));
+  sc_program_destroy(q);
+  sc_free(text);
+  free_buffers(p, want);
+  sc_program_destroy(p);
+}
+
+/* A run longer than one table holds: each table within the limit. */
+static void test_table_limit(void **state) {
+  (void)state;
+  int32_t per = SC_MULTI_TENSOR_ARG_BYTES / (4 * 8); /* about that many fit */
+  int32_t n = 3 * per;
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  for (int32_t i = 0; i < n; i++) {
+    add_buffer(p, "x", SC_BUF_INPUT, 1, (int64_t[]){3});
+    add_buffer(p, "g", SC_BUF_INPUT, 1, (int64_t[]){3});
+    add_buffer(p, "s", SC_BUF_INPUT, 1, (int64_t[]){1});
+    add_buffer(p, "o", SC_BUF_TEMP, 1, (int64_t[]){3});
+  }
+  for (int32_t i = 0; i < n; i++) add_update(p, 4 * i, 4 * i + 1, 4 * i + 2, 4 * i + 3, 0.125);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_program_multi_tensor(p, &d), SC_OK);
+  assert_true(p->n_steps >= 3 && p->n_steps <= 4);
+  int32_t segs = 0;
+  for (int32_t s = 0; s < p->n_steps; s++) {
+    const kir_kernel *k = p->kernels[p->steps[s].kernel];
+    assert_true(8 * ((int64_t)k->n_params + 2) <= SC_MULTI_TENSOR_ARG_BYTES);
+    segs += k->n_segs > 0 ? k->n_segs : 1;
+  }
+  assert_int_equal(segs, n);
+  sc_program_destroy(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_merge),
+      cmocka_unit_test(test_table_limit),
+  };
+  return SC_RUN_TESTS(tests, NULL, NULL);
+}
