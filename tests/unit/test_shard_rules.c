@@ -183,8 +183,11 @@ static void test_matmul(void **state) {
   expect_rule(DT, mm, "[dp,_,tp] | [tp,_]", "[dp,_,tp] | [tp,_] -> [dp,_,_] partial(tp)");
   /* K split on one side only: gathered */
   expect_rule(DT, mm, "[_,_,tp]", "[_,_,_] | [_,_] -> [_,_,_]");
-  /* M and N both on tp: N stays whole */
-  expect_rule(DT, mm, "[_,tp,_] | [_,tp]", "[_,tp,_] | [_,_] -> [_,tp,_]");
+  /* M and N both on tp (sequence parallel before a column-parallel
+   * product): the 2-D weight keeps its columns and the rows are gathered,
+   * as Megatron's all-gather of the sequence; gathering the weight instead
+   * would move it whole every step */
+  expect_rule(DT, mm, "[_,tp,_] | [_,tp]", "[_,_,_] | [_,tp] -> [_,_,tp]");
   /* a pending sum on A passes through */
   expect_rule(DT, mm,
               "[dp,_,_] partial(tp)", "[dp,_,_] partial(tp) | [_,_] -> [dp,_,_] partial(tp)");
