@@ -34,11 +34,12 @@ is printed under it.
 
 ctest runs `--predictions-only --table a100` (models.test_megatron_table_a100):
 every A100 row's prediction within the band; and `--predictions-only
---table h100 --rows h100_1p7b,h100_7p1b,h100_16b,h100_314b,h100_462b`
+--table h100 --rows h100_1p7b,h100_7p1b,h100_16b,h100_119b,h100_177b,h100_314b,h100_462b`
 (models.test_megatron_table_h100): the H100 rows inside the band
-(2026-12-05: 1.121, 0.916, 0.841, 0.802, 0.873). Not registered while they
-fail: the other H100 rows (32B 0.734, without sequence parallelism; the
-pipelined 70B-177B 0.62-0.79: the first pipeline rank's data-parallel
+(2026-12-05: 1.164, 0.919, 0.826, 0.804, 0.851, 0.855, and 462B's in
+docs/planner.md). Not registered while they fail: the other H100 rows
+(32B 0.757, without sequence parallelism; the pipelined 70B 0.676: its
+tensor-parallel all-reduces and the first pipeline rank's data-parallel
 gradient all-reduce, exposed after its last backward) and the search's
 checks; docs/planner.md, "Validation against published figures", has the
 table as measured and the breakdown of each row. Run those by hand:
