@@ -22,8 +22,10 @@
  *             reductions, their sums of squares), once per step;
  *   UPDATE    its parameters' optimizer update, once per step; chunk 0's
  *             also combines the chunks' sums into the norm and the step's
- *             decision (ok, the clipping factor's input), which the others
- *             read (passes/partition/pipe_train.c).
+ *             decision (ok, the clipping factor's input), and so does the
+ *             first update piece of every other pipeline rank, for the
+ *             updates of that rank (the same operations on the same
+ *             inputs: the same bits; passes/partition/pipe_train.c).
  * Pieces are numbered so that every value flows from a smaller to a larger
  * (or the same) piece: F_0 .. F_{C-1}, B_{C-1} .. B_0, W_{C-1} .. W_0,
  * N_0 .. N_{C-1}, U_0 .. U_{C-1}: SC_PIPE_PHASES · C pieces. */

@@ -198,17 +198,40 @@ static bool gathers_sequence(const lz *z, int32_t gid, const sc_sharding *s) {
   return had && !has;
 }
 
+/* Whether `stage` is an update piece on another pipeline rank than the
+ * update piece being localized. Each pipeline rank's update combines the
+ * chunks' sums of squares itself (passes/partition/pipe_train.c); a sum
+ * pending over tp that another rank's update piece reduced is reduced
+ * again here (a scalar all-reduce) rather than handed over, which would
+ * make this rank's update wait for that whole piece. */
+static bool other_rank_update(const lz *z, int32_t stage) {
+  int32_t C = z->p->n_chunks, P = z->p->n_stages;
+  return C > 0 && P > 0 && z->stage >= 0 && stage != z->stage &&
+         sc_pipe_piece_phase(C, z->stage) == SC_PIPE_UPDATE &&
+         sc_pipe_piece_phase(C, stage) == SC_PIPE_UPDATE &&
+         sc_pipe_piece_chunk(C, stage) % P != sc_pipe_piece_chunk(C, z->stage) % P;
+}
+
 /* A pipelined step's piece reshards a graph input (a parameter, state,
  * data) itself rather than reuse another piece's reshard: every piece
  * reads the input, and the reshard of another piece (a tp weight gathered
  * in the forward, read again by the backward) would be handed over per
  * microbatch, a weight-sized stash for each microbatch in flight. */
+/* Whether the update piece being localized reads scalar gid (a chunk's
+ * sum of squares): its reduction stays this piece's (other_rank_update). */
+static bool per_rank_update_sum(const lz *z, int32_t gid) {
+  int32_t C = z->p->n_chunks;
+  return C > 0 && z->stage >= 0 && sc_value_numel(&z->g->values[gid]) == 1 &&
+         sc_pipe_piece_phase(C, z->stage) == SC_PIPE_UPDATE;
+}
+
 static int32_t find_memo(lz *z, int32_t gid, const sc_sharding *s) {
   bool own = z->p->n_chunks > 0 && z->g->values[gid].producer < 0;
   for (int32_t i = z->head[gid]; i >= 0; i = z->memos[i].next)
     if (sc_sharding_equal(&z->memos[i].s, s) &&
         (!own || z->memos[i].stage == z->stage || z->memos[i].lid == z->lid[gid]) &&
-        !(z->in_backward && !z->memos[i].backward && gathers_sequence(z, gid, s)))
+        !(z->in_backward && !z->memos[i].backward && gathers_sequence(z, gid, s)) &&
+        !other_rank_update(z, z->memos[i].stage))
       return z->memos[i].lid;
   return -1;
 }
@@ -1074,7 +1097,7 @@ static sc_status localize_node(lz *z, int32_t nid) {
                   memcmp(now->dim_axes[d], want[i].dim_axes[d],
                          (size_t)now->n_dim_axes[d] * sizeof now->dim_axes[d][0]) == 0;
     if (same_dims && (now->partial & ~want[i].partial) && !(want[i].partial & ~now->partial) &&
-        !is_const(&z->g->values[gid])) {
+        !is_const(&z->g->values[gid]) && !per_rank_update_sum(z, gid)) {
       z->cur[gid] = want[i];
       z->lid[gid] = lin[i];
     }
@@ -1213,7 +1236,14 @@ static sc_status bind_outputs(lz *z) {
     const sc_value *gv = &z->g->values[gid];
     sc_sharding r;
     output_sharding(z, gid, &r);
-    int32_t x = is_const(gv) ? reshard(z, gid, &r) : find_memo(z, gid, &r);
+    int32_t x = -1;
+    if (is_const(gv)) x = reshard(z, gid, &r);
+    else { /* any piece's value, an update piece's too (other_rank_update) */
+      int32_t stage = z->stage;
+      z->stage = -1;
+      x = find_memo(z, gid, &r);
+      z->stage = stage;
+    }
     if (x < 0)
       return sc_diag_set(z->d, SC_ERR_INVALID, NULL, NULL,
                          "output '%s' has no local value under its sharding", gv->name);

@@ -415,8 +415,9 @@ def main():
         # the tied embedding crosses once per step: its copy in the first
         # microbatch's forward, the LM head's gradient after the last one
         # (N0 receives it); N1 receives nothing (its sums of squares go to
-        # chunk 0's update piece, which sends back the step's decision)
-        check("W1.2 F1.3<0 B1.3>0 W1.3>0 N1>0 U1<0" in p.stdout and "N0<1 U0<1>1" in p.stdout,
+        # each rank's update piece, which combines them itself: N0 sends
+        # its own to U1, and U0 sends nothing)
+        check("W1.2 F1.3<0 B1.3>0 W1.3>0 N1>0 U1<0" in p.stdout and "N0<1>1 U0<1\n" in p.stdout,
               f"schedule table: the tied gradient once per step: {p.stdout[-600:]}")
         wte = [t for t in onnx.load(model).graph.initializer if t.name == "transformer.wte.weight"]
         tied = 4 * int(np.prod(wte[0].dims)) if wte else -1
