@@ -38,8 +38,8 @@ every A100 row's prediction within the band; and `--predictions-only
 h100_1p7b,h100_7p1b,h100_16b,h100_32b,h100_119b,h100_177b,h100_314b,h100_462b`
 (models.test_megatron_table_h100): the H100 rows inside the band, those
 with tp > 1 planned with sequence parallelism as published (2026-12-05:
-1.164, 0.903, 0.849, 0.823, 0.935, 0.994, 0.975, 1.023). Not registered
-while they fail: the 70B row (0.774: the first pipeline rank's
+1.164, 0.903, 0.849, 0.823, 0.943, 1.001, 0.979, 1.027). Not registered
+while they fail: the 70B row (0.786: the first pipeline rank's
 data-parallel gradient all-reduce, exposed after its last backward) and
 the search's checks; docs/planner.md, "Validation against published figures", has the
 table as measured and the breakdown of each row. Run those by hand:
