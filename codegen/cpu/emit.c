@@ -1463,6 +1463,14 @@ static sc_status emit_segmented(LLVMModuleRef m, LLVMTargetMachineRef tm, const 
   LLVMValueRef seg = LLVMGetNamedFunction(m, name);
   LLVMSetLinkage(seg, LLVMInternalLinkage);
   LLVMContextRef ctx = LLVMGetModuleContext(m);
+  /* one copy of the body, called per segment: inlined into each call (28
+   * for GPT-2's AdamW) it was vectorised 28 times, and compiling the step
+   * took more than sc_cpu_probe_compile's estimate, which counts a
+   * kernel's expressions once (LLVM then ends the process under a tight
+   * ulimit -v); a call per segment costs nothing next to its loop */
+  unsigned noinline = LLVMGetEnumAttributeKindForName("noinline", 8);
+  LLVMAddAttributeAtIndex(seg, LLVMAttributeFunctionIndex,
+                          LLVMCreateEnumAttribute(ctx, noinline, 0));
   LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
   LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(ctx), 0);
   LLVMValueRef fn = kernel_function(m, tm, k->name);
