@@ -125,10 +125,6 @@ typedef struct sc_attr {
 
 enum sc_node_flags {
   SC_NODE_DEAD = 1u << 0, /* removed; dropped by sc_graph_compact */
-  /* written by a pass, not read from the model (fuse-norm's
-   * RMSNormalization): the model's opset does not bound its op, so
-   * infer-shapes does not check it against g->opset. Not in the text IR. */
-  SC_NODE_DERIVED = 1u << 1,
 };
 
 typedef struct sc_node {

@@ -158,14 +158,15 @@ static bool match(sc_graph *g, const int32_t *off, const int32_t *users, int32_t
 static sc_status rewrite(sc_graph *g, const chain *c) {
   sc_node *y = &g->nodes[c->y_node];
   y->op = SC_OP_RMS_NORM;
-  y->flags |= SC_NODE_DERIVED; /* RMSNormalization is opset 23; the model may be older */
   y->inputs[0] = c->x;
   y->inputs[1] = c->w;
   y->n_attrs = 0;
-  /* each set at once: adding an attribute may move the others */
+  /* each set at once: adding an attribute may move the others; the
+   * op is opset 23 and the model may be older (SC_ATTR_DERIVED) */
   sc_attr *a = sc_node_add_attr(g, c->y_node, "axis", SC_ATTR_INT);
   if (a) a->i = -1;
   if (a && (a = sc_node_add_attr(g, c->y_node, "epsilon", SC_ATTR_FLOAT))) a->f = c->eps;
+  if (a && (a = sc_node_add_attr(g, c->y_node, SC_ATTR_DERIVED, SC_ATTR_INT))) a->i = 1;
   if (!a) return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
   sc_status st = sc_ops[SC_OP_RMS_NORM].infer(g, &g->nodes[c->y_node]);
   if (st != SC_OK) return st;

@@ -130,7 +130,7 @@ sc_status sc_pass_infer_shapes(sc_graph *g, const sc_pass_opts *opts) {
       return sc_node_error(g, n, SC_ERR_INVALID, "unknown op %d", (int)n->op);
     const sc_op_info *info = &sc_ops[n->op];
     if (info->since > g->opset && i < n0 && !(info->flags & SC_OPF_COMPOSITE) &&
-        !(n->flags & SC_NODE_DERIVED))
+        !sc_node_attr(n, SC_ATTR_DERIVED))
       return sc_node_error(g, n, SC_ERR_UNSUPPORTED,
                            "%s needs opset %d or later; the graph is opset %lld",
                            info->name, info->since, (long long)g->opset);

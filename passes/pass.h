@@ -30,6 +30,13 @@
 
 #include "ir/ir.h"
 
+/* An internal attribute (INT 1) on a node a pass wrote rather than read
+ * from the model (fuse-norm's RMSNormalization, opset 23, in an opset-17
+ * model): infer-shapes does not hold its op to the model's opset. An
+ * attribute, not a node flag, so that every copy of the node (recompute,
+ * the partitioner, the textual IR) carries it. */
+#define SC_ATTR_DERIVED "__derived"
+
 #define SC_CANONICAL_PASSES "bind-dims,infer-shapes,fold,fuse-attention,fuse-norm,dce"
 
 struct sc_fuse_attention_report;

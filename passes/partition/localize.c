@@ -1159,7 +1159,6 @@ static sc_status localize_node(lz *z, int32_t nid) {
       st = lerr(z);
       goto done;
     }
-    z->L->nodes[lnid].flags |= n->flags & SC_NODE_DERIVED;
     for (int32_t a = 0; a < n->n_attrs; a++) {
       if (strcmp(n->attrs[a].name, "__stage") == 0) continue;
       sc_attr *at = sc_node_add_attr(z->L, lnid, n->attrs[a].name, n->attrs[a].kind);

@@ -594,7 +594,6 @@ static sc_status build_stage(splitter *sp) {
     if (st != SC_OK) break;
     int32_t nid = sc_graph_add_node(g, n->op, n->name, ins, n->n_inputs, outs, n->n_outputs);
     if (nid < 0) return g->diag.status;
-    g->nodes[nid].flags |= n->flags & SC_NODE_DERIVED;
     if ((st = copy_attrs(g, nid, n)) != SC_OK) break;
     for (int32_t j = 0; j < n->n_outputs && st == SC_OK; j++)
       if (n->outputs[j] >= 0) st = emit_sends(sp, n->outputs[j]);
