@@ -39,13 +39,17 @@ static sc_status nomem(sc_diag *d) {
 }
 
 /* A forward node outside every block that reads no activation (only
- * graph inputs and constants, or such nodes' values: an FP8 step's
- * quantized weight, passes/fp8.h) joins the block of its forward readers
- * when they all lie in one: full recompute then computes it again from
- * the weight (and scale) for the backward, as Transformer Engine does
- * without weight caching, instead of keeping it saved. One read in the
- * forward by nobody (an amax) stays outside. Readers come later: a reverse
- * walk sees them first. */
+ * graph inputs and constants, or such nodes' values) and computes an FP8
+ * step's quantized weight (passes/fp8.h: a Cast to an 8-bit float, or a
+ * node reading one) joins the block of its forward readers when they all
+ * lie in one: full recompute then computes it again from the weight (and
+ * scale) for the backward, as Transformer Engine does without weight
+ * caching, instead of keeping it saved. One read in the forward by nobody
+ * (an amax) stays outside. Only quantized weights: an embedding lookup or
+ * context parallelism's reordering Gathers moved into a block changed the
+ * collectives of fsdp=2 x cp=2 under full recompute so that the ranks
+ * waited on each other for ever. Readers come later: a reverse walk sees
+ * them first. */
 static sc_status weight_nodes(const sc_graph *g, int32_t n_fwd, int64_t *blk) {
   bool *derived = sc_calloc((size_t)g->n_values + 1, sizeof *derived);
   int64_t *reader = sc_malloc(((size_t)g->n_values + 1) * sizeof *reader);
@@ -54,16 +58,42 @@ static sc_status weight_nodes(const sc_graph *g, int32_t n_fwd, int64_t *blk) {
     sc_free(reader);
     return SC_ERR_NOMEM;
   }
+  bool *quant = sc_calloc((size_t)g->n_values + 1, sizeof *quant);
+  if (!quant) {
+    sc_free(derived);
+    sc_free(reader);
+    return SC_ERR_NOMEM;
+  }
   for (int32_t i = 0; i < n_fwd; i++) { /* values computed from no activation */
     const sc_node *n = &g->nodes[i];
-    bool all = !(n->flags & SC_NODE_DEAD) && n->n_inputs > 0;
+    bool all = !(n->flags & SC_NODE_DEAD) && n->n_inputs > 0, q = false;
     for (int32_t k = 0; all && k < n->n_inputs; k++) {
       int32_t x = n->inputs[k];
       all = x < 0 || g->values[x].producer < 0 || derived[x];
+      q |= x >= 0 && quant[x];
+    }
+    if (all && n->op == SC_OP_CAST && n->n_outputs > 0 && n->outputs[0] >= 0) {
+      sc_dtype t = g->values[n->outputs[0]].dtype;
+      q |= t == SC_DTYPE_F8E4M3FN || t == SC_DTYPE_F8E4M3FNUZ || t == SC_DTYPE_F8E5M2 ||
+           t == SC_DTYPE_F8E5M2FNUZ;
     }
     for (int32_t j = 0; all && j < n->n_outputs; j++)
-      if (n->outputs[j] >= 0) derived[n->outputs[j]] = true;
+      if (n->outputs[j] >= 0) derived[n->outputs[j]] = true, quant[n->outputs[j]] = q;
   }
+  /* a quantized weight's producers join too (the scaled weight before its
+   * Cast): derived values read by a quantized one, walked backwards */
+  for (int32_t i = n_fwd - 1; i >= 0; i--) {
+    const sc_node *n = &g->nodes[i];
+    if ((n->flags & SC_NODE_DEAD) || n->n_outputs < 1 || n->outputs[0] < 0 ||
+        !quant[n->outputs[0]])
+      continue;
+    for (int32_t k = 0; k < n->n_inputs; k++) {
+      int32_t x = n->inputs[k];
+      if (x >= 0 && derived[x] && g->values[x].producer >= 0) quant[x] = true;
+    }
+  }
+  for (int32_t v = 0; v < g->n_values; v++) derived[v] = derived[v] && quant[v];
+  sc_free(quant);
   /* reader[v]: the one block of v's forward readers, -1 none yet, -2 several
    * or one outside */
   for (int32_t v = 0; v < g->n_values; v++) reader[v] = -1;

@@ -99,14 +99,13 @@ def same_bits(what, ref, got):
 
 
 def held_at_peak():
-    """--recompute full at batch 128: block 0's input is the embedding's
-    output, which full recompute recomputes from the parameters and the
-    ids in block 0 (passes/recompute.c), so the one value offloaded is
-    block 1's input. Without offloading the peak is block 1's MLP
-    backward; offloading lowers that step, and the step's peak moves to
-    block 0's MLP backward (where nothing offloaded is held), which is then
-    the peak: the plan's saving is the old peak less the new, > 0 and less
-    than the one value offloaded."""
+    """--recompute full at batch 128: without offloading the peak is block
+    1's MLP backward, where block 0's input (one of the two offloaded
+    values) waits for block 0's recompute; offloading drops that step by
+    exactly that value, and the step's peak moves to block 0's MLP
+    backward (where nothing offloaded is held), which is then the peak:
+    the plan's saving is the old peak less the new, > 0 and less than the
+    one value held."""
     step = ["plan", "--train", MODEL, "--json", "--recompute", "full", "--dim", "batch=128",
             "--optimizer", "adamw", "--clip-grad-norm", "1"]
     a, b = shardc(step), shardc(step + ["--offload-activations"])
@@ -116,7 +115,7 @@ def held_at_peak():
     pref, p = json.loads(a.stdout), json.loads(b.stdout)
     o = p["offload"]
     one = o["bytes"] // max(o["values"], 1)
-    check(o["values"] == 1 and one == 128 * 16 * 64 * 4,
+    check(o["values"] == 2 and one == 128 * 16 * 64 * 4,
           f"batch 128: offloaded {o['values']} values, {o['bytes']} bytes")
     check(pref["peak_origin"] == "/m/transformer/h.1/mlp/c_proj/Gemm/grad/11" and
           p["peak_origin"] == "/m/transformer/h.0/mlp/c_proj/Gemm/grad/63",
