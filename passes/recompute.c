@@ -40,8 +40,8 @@ static sc_status nomem(sc_diag *d) {
 
 /* A forward node outside every block that reads no activation (only
  * graph inputs and constants, or such nodes' values) and computes an FP8
- * step's quantized weight (passes/fp8.h: a Cast to an 8-bit float, or a
- * node reading one) joins the block of its forward readers when they all
+ * step's quantized weight (passes/fp8.h: a Cast to a narrow float type,
+ * or a node reading one) joins the block of its forward readers when they all
  * lie in one: full recompute then computes it again from the weight (and
  * scale) for the backward, as Transformer Engine does without weight
  * caching, instead of keeping it saved. One read in the forward by nobody
@@ -52,15 +52,11 @@ static sc_status nomem(sc_diag *d) {
  * them first. */
 static sc_status weight_nodes(const sc_graph *g, int32_t n_fwd, int64_t *blk) {
   bool *derived = sc_calloc((size_t)g->n_values + 1, sizeof *derived);
-  int64_t *reader = sc_malloc(((size_t)g->n_values + 1) * sizeof *reader);
-  if (!derived || !reader) {
-    sc_free(derived);
-    sc_free(reader);
-    return SC_ERR_NOMEM;
-  }
   bool *quant = sc_calloc((size_t)g->n_values + 1, sizeof *quant);
-  if (!quant) {
+  int64_t *reader = sc_malloc(((size_t)g->n_values + 1) * sizeof *reader);
+  if (!derived || !quant || !reader) {
     sc_free(derived);
+    sc_free(quant);
     sc_free(reader);
     return SC_ERR_NOMEM;
   }
@@ -73,9 +69,8 @@ static sc_status weight_nodes(const sc_graph *g, int32_t n_fwd, int64_t *blk) {
       q |= x >= 0 && quant[x];
     }
     if (all && n->op == SC_OP_CAST && n->n_outputs > 0 && n->outputs[0] >= 0) {
-      sc_dtype t = g->values[n->outputs[0]].dtype;
-      q |= t == SC_DTYPE_F8E4M3FN || t == SC_DTYPE_F8E4M3FNUZ || t == SC_DTYPE_F8E5M2 ||
-           t == SC_DTYPE_F8E5M2FNUZ;
+      sc_dtype t = g->values[n->outputs[0]].dtype; /* a narrow float: quantized */
+      q |= sc_dtype_is_float(t) && sc_dtype_is_narrow(t);
     }
     for (int32_t j = 0; all && j < n->n_outputs; j++)
       if (n->outputs[j] >= 0) derived[n->outputs[j]] = true, quant[n->outputs[j]] = q;
