@@ -7,7 +7,9 @@
  *             SMP's 0 falls back to full sharding; S: dp=N/S, fsdp=S),
  *             tensor_parallel_degree (tp=T out of the N ranks),
  *             expert_parallel_degree (ep=X out of the data-parallel
- *             ranks: X divides N/T; docs/moe.md),
+ *             ranks: X divides N/T; docs/moe.md), context_parallel_degree
+ *             (cp=C out of the data-parallel ranks that remain: C divides
+ *             N/(T·X); docs/context-parallel.md),
  *             activation_checkpointing ("none", "selective", "full",
  *             "auto" = --recompute), sm_activation_offloading (true =
  *             --offload-activations; SMP offloads only what checkpointing
@@ -18,10 +20,9 @@
  *             inference form), fsdp_cache_flush_warnings, allow_empty_shards
  *             (no CUDA caching allocator, no uneven shards here), named on
  *             stderr;
- *   refused   context_parallel_degree above 1 (not mapped: --mesh cp=N);
  * and anything else is refused naming it. The mesh is built from the
  * world: `--mesh dp=N` gives the N ranks SMP would launch, and the degrees
- * divide it (dp=N/(T·X·S), fsdp=S, ep=X, tp=T). Errors name the file and the key;
+ * divide it (dp=N/(T·X·C·S), fsdp=S, ep=X, cp=C, tp=T). Errors name the file and the key;
  * the file is untrusted (size-limited, strictly typed). */
 #include "tools/smp_config.h"
 
@@ -52,7 +53,8 @@ static int get_degree(const char *file, json_t *root, const char *key, int64_t *
 int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *ta,
                         char *mesh, size_t mesh_size) {
   static const char *const applied[] = {"hybrid_shard_degree", "tensor_parallel_degree",
-                                        "expert_parallel_degree", "activation_checkpointing",
+                                        "expert_parallel_degree", "context_parallel_degree",
+                                        "activation_checkpointing",
                                         "sm_activation_offloading", "activation_loading_horizon",
                                         NULL};
   static const char *const ignored[] = {"random_seed", "fsdp_cache_flush_warnings",
@@ -89,18 +91,13 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
                     : "it tunes PyTorch's CUDA caching allocator or uneven shards, which shardc "
                       "does not have");
       }
-    if (!known && !rc && strcmp(key, "context_parallel_degree") == 0) {
-      known = true;
-      if (!json_is_integer(val) || json_integer_value(val) != 1)
-        rc = bad(file, "'%s' above 1 is not mapped from SMP keys (give the mesh: --mesh "
-                 "cp=N, docs/context-parallel.md)", key);
-    }
     if (!known && !rc) rc = bad(file, "'%s' is not an SMP v2 key shardc knows", key);
   }
-  int64_t S = -1, T = 1, X = 1;
+  int64_t S = -1, T = 1, X = 1, C = 1;
   if (!rc) rc = get_degree(file, root, "hybrid_shard_degree", &S);
   if (!rc) rc = get_degree(file, root, "tensor_parallel_degree", &T);
   if (!rc) rc = get_degree(file, root, "expert_parallel_degree", &X);
+  if (!rc) rc = get_degree(file, root, "context_parallel_degree", &C);
   json_t *ac = rc ? NULL : json_object_get(root, "activation_checkpointing");
   if (ac) {
     static const char *const kinds[] = {"none", "selective", "full"};
@@ -157,10 +154,16 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
     return bad(file, "'%s' does not divide the data-parallel ranks (world / tensor_parallel_"
                "degree)", "expert_parallel_degree");
   D /= X;
+  /* the sequence split over C of those that remain (SMP's context-parallel
+   * ranks are data-parallel ranks too) */
+  if (C < 1 || D % C != 0)
+    return bad(file, "'%s' does not divide the data-parallel ranks (world / tensor_parallel_"
+               "degree / expert_parallel_degree)", "context_parallel_degree");
+  D /= C;
   if (S == 0) S = D;   /* SMP: 0 shards over the whole data-parallel group */
   if (S > 0 && D % S != 0)
     return bad(file, "'%s' does not divide the data-parallel ranks (world / tensor_parallel_"
-               "degree / expert_parallel_degree)", "hybrid_shard_degree");
+               "degree / expert_parallel_degree / context_parallel_degree)", "hybrid_shard_degree");
   size_t pos = 0;
   mesh[0] = 0;
   if (S < 0 || D / S > 1) pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "dp=%lld",
@@ -171,6 +174,9 @@ int sc_smp_config_apply(const char *file, sc_partition_args *pa, sc_train_args *
   if (X > 1)
     pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "%sep=%lld", pos ? "," : "",
                             (long long)X);
+  if (C > 1)
+    pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "%scp=%lld", pos ? "," : "",
+                            (long long)C);
   if (T > 1)
     pos += (size_t)snprintf(mesh + pos, mesh_size - pos, "%stp=%lld", pos ? "," : "",
                             (long long)T);

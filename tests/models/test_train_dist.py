@@ -56,7 +56,9 @@ Also:
     exit, without hanging;
   - --smp-config (SMP v2 keys) over --mesh dp=8: hybrid_shard_degree 2,
     tensor_parallel_degree 2 and activation_checkpointing "full" train as
-    dp=2 x fsdp=2 x tp=2 with full recompute, equal to one rank; random_seed
+    dp=2 x fsdp=2 x tp=2 with full recompute, equal to one rank;
+    hybrid_shard_degree 0 and context_parallel_degree 2 over --mesh dp=4
+    train as fsdp=2 x cp=2, equal to one rank; random_seed
     is named as ignored; a degree that does not divide, activation
     offloading without activation checkpointing, an unknown key, a wrongly typed value and
     malformed JSON are refused naming the file and the key;
@@ -642,7 +644,20 @@ def main():
             check(len(got) == 3 and all(abs(a["loss"] - b["loss"]) <= 2e-5 * abs(a["loss"])
                                         for a, b in zip(full, got)),
                   f"smp-config losses {[x['loss'] for x in got]} vs {[x['loss'] for x in full]}")
+        # context_parallel_degree: cp out of the data-parallel ranks
+        with open(smp, "w") as f:
+            json.dump({"hybrid_shard_degree": 0, "context_parallel_degree": 2}, f)
+        log = os.path.join(tmp, "smp_cp.jsonl")
+        p = run(base + ["--steps", "3", "--log-json", log, "--mesh", "dp=4", "--smp-config", smp])
+        if check(p.returncode == 0, f"smp-config cp: {p.stderr[-500:]}"):
+            check("--mesh fsdp=2,cp=2" in p.stderr, f"smp-config cp note: {p.stderr[-500:]}")
+            got = losses(log)
+            check(len(got) == 3 and all(abs(a["loss"] - b["loss"]) <= 2e-5 * abs(a["loss"])
+                                        for a, b in zip(full, got)),
+                  f"smp-config cp losses {[x['loss'] for x in got]} vs "
+                  f"{[x['loss'] for x in full]}")
         for i, (cfg, want) in enumerate(((b'{"hybrid_shard_degree": 3}', "does not divide"),
+                                         (b'{"context_parallel_degree": 3}', "does not divide"),
                                          (b'{"sm_activation_offloading": true}',
                                           "needs activation_checkpointing"),
                                          (b'{"foo": 1}', "'foo' is not an SMP v2 key"),
