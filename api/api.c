@@ -25,6 +25,7 @@
 #include "codegen/dist_sim.h"
 #include "driver/driver.h"
 #include "driver/plan_report.h"
+#include "driver/rank_memory.h"
 #include "driver/train_memory.h"
 #include "frontend/onnx.h"
 #include "passes/pass.h"
@@ -277,8 +278,10 @@ static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_
   if (st != SC_OK) return st;
   co.bind_state = train && bo.plan && use != BUILD_BUNDLE;
   sc_device_target target;
-  if (use == BUILD_REPORT && bo.plan && plan_device(bo.plan, &target))
-    sc_compile_opts_target(&co, &target);
+  if (use == BUILD_REPORT && bo.plan) {
+    plan_device(bo.plan, &target);
+    sc_compile_opts_report(&co, &target, train != NULL);
+  }
   return sc_build_run(&bo, out, d);
 }
 
@@ -374,19 +377,16 @@ static json_t *report_collective(const sc_partition *part, int32_t stage, sc_com
   return o;
 }
 
-/* The predicted step of build b on its plan's cluster as "predicted" in
- * root: sc_build_predict, the call `shardc plan --cluster` makes, and its
- * JSON object (docs/plan-format.md) with the cluster's name; null without
- * a cluster. t: the training step's options (NULL: inference); peak_bytes
- * the largest rank's memory (0: not computed). */
-static void report_predicted(const sc_build *b, const sc_train_opts *t, int64_t peak_bytes,
-                             json_t *root) {
+/* b's predicted step as "predicted" in root, after the command's call
+ * predicted it (sc_plan_infer_predict, sc_plan_train_predict: the largest
+ * rank's memory on the plan's device, plan_device): its JSON object
+ * (docs/plan-format.md) with the cluster's name; null without a cluster. */
+static void report_predicted(const sc_build *b, json_t *root) {
   const sc_plan *pl = b->plan;
-  if (!pl || !pl->cluster || pl->cluster_figures.nodes < 1) {
+  if (!pl || !pl->predicted.on) {
     json_object_set_new(root, "predicted", json_null());
     return;
   }
-  sc_build_predict(b, t, peak_bytes);
   json_t *o = sc_plan_predicted_json(&pl->predicted);
   json_object_set_new(o, "cluster", json_string(pl->cluster));
   json_object_set_new(root, "predicted", o);
@@ -422,7 +422,10 @@ static char *report_json(const sc_build *b, const sc_plan_report *r) {
     json_array_append_new(coll, report_collective(part, c->stage, c->kind, c->axes, c->ops,
                                                   c->bytes));
   }
-  report_predicted(b, NULL, 0, root);
+  sc_device_target target;
+  plan_device(b->plan, &target);
+  sc_plan_infer_predict(b, &target);
+  report_predicted(b, root);
   return report_text(root, stages, coll);
 }
 
@@ -873,13 +876,16 @@ static sc_status train_report_json(const sc_build *b, const sc_train_opts *train
     }
     sc_free(rows);
   }
+  sc_device_target target;
+  plan_device(b->plan, &target);
+  if (st == SC_OK) st = sc_plan_train_predict(b, train, &target, d);
   if (st != SC_OK) {
     json_decref(root);
     json_decref(stages);
     json_decref(coll);
     return st;
   }
-  report_predicted(b, train, 0, root);
+  report_predicted(b, root);
   *text = report_text(root, stages, coll);
   return *text ? SC_OK : sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }

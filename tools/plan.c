@@ -653,7 +653,7 @@ sc_status sc_plan_infer_html(const sc_build *b, const sc_device_target *target, 
     bar->bytes[SC_PLAN_HTML_COMM] = si->arena_bytes - (act > 0 ? act : 0);
     bar->bytes[SC_PLAN_HTML_DEVICE] = sc_device_memory_outside(&si->device);
   }
-  sc_build_predict(b, NULL, sc_plan_peak_rank_bytes(b->program, target));
+  sc_plan_infer_predict(b, target);
   sc_plan_html h = {.command = command, .model = file, .model_name = g->name,
                     .kind = "inference", .dp = b->program, .plan = b->plan, .bars = bars,
                     .n_bars = b->part->n_stages, .candidates = candidates,
@@ -765,7 +765,7 @@ int sc_cmd_plan(int argc, char **argv) {
     sc_diag d = {0};
     sc_diag_clear(&d);
     sc_status st = sc_partition_complete_plan(b->part, b->plan, &d);
-    sc_build_predict(b, NULL, sc_plan_peak_rank_bytes(b->program, &target));
+    sc_plan_infer_predict(b, &target);
     if (st == SC_OK) st = sc_plan_write_json(b->plan, stdout, &d);
     if (st != SC_OK) rc = sc_cli_report(&d, o.file);
   } else if (!rc) {

@@ -19,7 +19,7 @@
  * Inference (no --train) takes the same path with the search's inference
  * goal (latency or throughput, search.h): each candidate is built as
  * `plan --cluster C --mesh ...` builds it (sc_partition_args_build) and
- * predicted by the same call (sc_build_predict with the largest rank's
+ * predicted by the same call (sc_plan_infer_predict: the largest rank's
  * exact memory), at the batch the candidate serves. choose() is the whole
  * search; `plan --auto` prints it, sc_plan_auto_resolve hands the chosen
  * plan to run, compile and train. --html FILE writes the chosen plan's page
@@ -323,7 +323,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
 static sc_status predict(const sc_search_cand *c, sc_build *b, const sc_train_args *ta,
                          const sc_device_target *target, sc_diag *d) {
   if (!c->inference) return sc_plan_train_predict(b, &ta->t, target, d);
-  sc_build_predict(b, NULL, sc_plan_peak_rank_bytes(b->program, target));
+  sc_plan_infer_predict(b, target);
   return SC_OK;
 }
 

@@ -91,105 +91,11 @@ static void print_predicted_json(const sc_build *b) {
 
 /* ---- a pipelined step ---- */
 
-/* The schedule's stash formula for pipeline rank q (codegen/pipe_schedule.h). */
-static int32_t stash_formula(sc_schedule_kind k, int32_t P, int32_t V, int32_t M, int32_t q) {
-  if (k == SC_SCHEDULE_GPIPE) return M;
-  int32_t warm = k != SC_SCHEDULE_INTERLEAVED ? P - q - 1 : (P - q - 1) * 2 + (V - 1) * P;
-  return warm + 1 < M * V ? warm + 1 : M * V;
-}
-
-typedef struct pipe_row {
-  int32_t q;
-  int64_t arena, state, stash, p2p, coll; /* arena: the one its pieces share */
-  int64_t state_by[3];   /* of state: parameters, gradient accumulators,
-                            optimizer state (for the page's bars) */
-  int64_t step, kept;    /* the step's handed-over values' peak, and that of
-                            all handed-over values (the total's) */
-  int64_t outside;       /* the device's lines beside the arena: the CPU's,
-                            the most any of its pieces needs (one pool,
-                            reused by the pieces in turn); the CUDA
-                            device's, its pieces' summed (each a session
-                            with its own communicators), one context */
-  sc_device_memory dev;  /* those lines (arena: 0) */
-  int32_t stashed, formula;
-  sc_pipe_action *acts;
-  uint64_t *from, *to;   /* [n_acts] pipeline ranks each action receives from, sends to */
-  int32_t n_acts;
-} pipe_row;
-
-static bool listed(const char *const *names, int32_t n, const char *name) {
-  for (int32_t i = 0; i < n; i++)
-    if (strcmp(names[i], name) == 0) return true;
-  return false;
-}
-
-/* Pipeline coordinate q's figures: its pieces' one arena (the largest
- * piece's: sc_pipe_arena_bytes), the state it keeps,
- * its stash and what it sends, by its action list. */
-static sc_status pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, int32_t q,
-                             const sc_device_target *target, pipe_row *r, sc_diag *d) {
-  int32_t P = dp->pipe_ranks, C = dp->pipe_chunks, M = dp->schedule.microbatches;
-  memset(r, 0, sizeof *r);
-  r->q = q;
-  r->arena = sc_pipe_arena_bytes(dp, q);
-  sc_status st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q, &r->acts,
-                                  &r->n_acts, d);
-  if (st != SC_OK) return st;
-  size_t n_in = 1; /* the state the rank's pieces read, each once */
-  for (int32_t s = 0; s < dp->n_stages; s++) n_in += (size_t)dp->stages[s].program->n_inputs;
-  const char **seen = sc_calloc(n_in, sizeof *seen);
-  int32_t n_seen = 0;
-  if (!seen) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  for (int32_t s = 0; s < dp->n_stages && st == SC_OK; s++) {
-    if (sc_pipe_piece_chunk(C, s) % P != q) continue;
-    const sc_program *p = dp->stages[s].program;
-    sc_device_memory dm;
-    if ((st = sc_device_memory_plan(p, target, &dm, d)) != SC_OK) break;
-    if (target->device && !strcmp(target->device, "cuda")) {
-      /* each piece is a session of its own: its CUDA device's workspace and
-       * weights, its own communicators; the process has one context */
-      for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
-        r->dev.bytes[l] = l == SC_MEM_CUDA_CONTEXT
-                              ? (dm.bytes[l] > r->dev.bytes[l] ? dm.bytes[l] : r->dev.bytes[l])
-                              : r->dev.bytes[l] + dm.bytes[l];
-      r->outside = sc_device_memory_outside(&r->dev);
-    } else if (sc_device_memory_outside(&dm) > r->outside) {
-      r->outside = sc_device_memory_outside(&dm);
-      r->dev = dm;
-    }
-    for (int32_t i = 0; i < p->n_inputs; i++) {
-      const sc_buffer *b = &p->buffers[p->inputs[i]];
-      if (!sc_dist_is_state(dp, b->name) || listed(seen, n_seen, b->name)) continue;
-      seen[n_seen++] = b->name;
-      r->state += b->bytes;
-      r->state_by[strncmp(b->name, "accum:", 6) == 0        ? 1
-                  : sc_train_is_optimizer_state(b->name) ? 2
-                                                         : 0] += b->bytes;
-    }
-    sc_train_comm *cm = NULL;
-    int32_t n_cm = 0;
-    if ((st = sc_train_comm_of(p, &cm, &n_cm, d)) != SC_OK) break;
-    int64_t times = sc_pipe_per_mb(sc_pipe_piece_phase(C, s)) ? M : 1;
-    for (int32_t i = 0; i < n_cm; i++) r->coll += times * cm[i].sent;
-    sc_free(cm);
-  }
-  sc_free(seen);
-  if (st != SC_OK) return st;
-  r->from = sc_calloc((size_t)r->n_acts + 1, sizeof *r->from);
-  r->to = sc_calloc((size_t)r->n_acts + 1, sizeof *r->to);
-  if (!r->from || !r->to) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, &r->stash, &r->step, &r->kept, &r->p2p,
-                  r->from, r->to);
-  r->stashed = sc_pipe_peak_stash(r->acts, r->n_acts);
-  r->formula = stash_formula((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q);
-  return SC_OK;
-}
-
 /* Every rank's action list: each action, what it receives from (<r) and
  * sends to (>r) other pipeline ranks (sc_pipe_traffic: the runtime's
  * transfers, not the dependencies: a value read once per step is sent by
  * its last microbatch, a state copy by its first). */
-static void print_table(const sc_dist_program *dp, const pipe_row *rows) {
+static void print_table(const sc_dist_program *dp, const sc_pipe_row *rows) {
   int32_t P = dp->pipe_ranks;
   printf("\nschedule (F forward, B backward, W weight gradients, N norm, U update; "
          "chunk.microbatch; <r receives "
@@ -209,8 +115,7 @@ static void print_table(const sc_dist_program *dp, const pipe_row *rows) {
 }
 
 void sc_plan_train_setup(sc_build_setup *bs, const sc_device_target *target) {
-  sc_build_setup_target(bs, target);
-  bs->compile.bind_state = target->device && strcmp(target->device, "cpu") == 0;
+  sc_compile_opts_report(&bs->compile, target, true);
 }
 
 
@@ -224,7 +129,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   sc_diag_clear(&d);
   sc_pipe_handoffs ho;
   sc_pipe_deps deps = {0};
-  pipe_row *rows = sc_calloc((size_t)P, sizeof *rows);
+  sc_pipe_row *rows = sc_calloc((size_t)P, sizeof *rows);
   sc_pipe_action **lists = sc_calloc((size_t)P, sizeof *lists);
   int32_t *ns = sc_calloc((size_t)P, sizeof *ns);
   if (!rows || !lists || !ns) {
@@ -237,7 +142,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   sc_status st = sc_pipe_handoffs_of(dp, &ho, &d);
   if (st == SC_OK) st = sc_pipe_deps_of(dp, &deps, &d);
   for (int32_t q = 0; st == SC_OK && q < P; q++) {
-    st = pipe_row_of(dp, &ho, q, target, &rows[q], &d);
+    st = sc_pipe_row_of(dp, &ho, q, target, &rows[q], &d);
     lists[q] = rows[q].acts;
     ns[q] = rows[q].n_acts;
   }
@@ -263,7 +168,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
            (long long)part->mesh.n_ranks, (int)part->zero_stage, sched, (int)P, (int)(C / P),
            (int)M);
     for (int32_t q = 0; q < P; q++) {
-      const pipe_row *r = &rows[q];
+      const sc_pipe_row *r = &rows[q];
       printf("%s\n  {\"rank\": %d, \"arena\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
              "\"step_values_peak\": %lld, \"total\": %lld, \"stashed_microbatches\": %d, "
              "\"stash_formula\": %d, \"p2p_sent\": %lld, \"collective_sent\": %lld, "
@@ -307,7 +212,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   printf("  %4s %12s %12s %12s %12s %12s %9s %9s %12s %12s\n", "rank", "arena", "state",
          "stash peak", "step values", "total", "stashed", "formula", "p2p sent", "coll sent");
   for (int32_t q = 0; q < P; q++) {
-    const pipe_row *r = &rows[q];
+    const sc_pipe_row *r = &rows[q];
     printf("  %4d %12lld %12lld %12lld %12lld %12lld %9d %9d %12lld %12lld\n", (int)q,
            (long long)r->arena, (long long)r->state, (long long)r->stash, (long long)r->step,
            (long long)(r->arena + r->state + r->kept), (int)r->stashed, (int)r->formula,
@@ -329,7 +234,7 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
     printf("\nthe CUDA device's lines beside the arena, per pipeline rank (its pieces' "
            "summed, one context):\n");
     for (int32_t q = 0; q < P; q++) {
-      const pipe_row *r = &rows[q];
+      const sc_pipe_row *r = &rows[q];
       printf("  %4d", (int)q);
       for (int l = 1; l < SC_MEM_LINE_COUNT; l++)
         if (sc_mem_line_of_device((sc_mem_line)l, "cuda"))
@@ -341,131 +246,19 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
   if (table) print_table(dp, rows);
   int64_t peak = 0;
   for (int32_t q = 0; q < P; q++) {
-    const pipe_row *r = &rows[q];
+    const sc_pipe_row *r = &rows[q];
     if (r->arena + r->state + r->kept + r->outside > peak)
       peak = r->arena + r->state + r->kept + r->outside;
   }
   sc_plan_print_predicted(dp, b->plan, sc_train_precision_name(t), peak);
 done:
-  for (int32_t q = 0; q < P; q++) {
-    sc_free(rows[q].acts);
-    sc_free(rows[q].from);
-    sc_free(rows[q].to);
-  }
+  for (int32_t q = 0; q < P; q++) sc_pipe_row_free(&rows[q]);
   sc_free(rows);
   sc_free(lists);
   sc_free(ns);
   sc_pipe_deps_free(&deps);
   sc_pipe_handoffs_free(&ho);
   return rc;
-}
-
-static void part(sc_rank_memory *m, const char *name, int64_t bytes) {
-  if (m->n_parts < SC_RANK_MEMORY_MAX_PARTS) {
-    m->parts[m->n_parts].name = name;
-    m->parts[m->n_parts++].bytes = bytes;
-  }
-  m->total += bytes;
-}
-
-/* Each memory row of b's step, as every report draws them: a pipelined
- * step's pipeline ranks (pipe(r, ctx) for each), else its one program
- * (one(m, workspace, outside, ctx): workspace the device's reserved in the
- * arena). The first error stops the walk. */
-typedef void (*pipe_row_fn)(const pipe_row *r, void *ctx);
-typedef void (*program_row_fn)(const sc_train_memory *m, int64_t workspace, int64_t outside,
-                               void *ctx);
-static sc_status walk_rows(const sc_build *b, const sc_device_target *target, pipe_row_fn pipe,
-                           program_row_fn one, void *ctx, sc_diag *d) {
-  const sc_dist_program *dp = b->program;
-  sc_status st = SC_OK;
-  if (dp->pipe_chunks > 0) {
-    sc_pipe_handoffs ho;
-    st = sc_pipe_handoffs_of(dp, &ho, d);
-    for (int32_t q = 0; st == SC_OK && q < dp->pipe_ranks; q++) {
-      pipe_row r;
-      if ((st = pipe_row_of(dp, &ho, q, target, &r, d)) == SC_OK) pipe(&r, ctx);
-      sc_free(r.acts);
-      sc_free(r.from);
-      sc_free(r.to);
-    }
-    sc_pipe_handoffs_free(&ho);
-  } else {
-    const sc_program *p = dp->stages[0].program;
-    sc_train_memory m;
-    sc_device_memory dm;
-    st = sc_train_memory_of(p, &m, d);
-    if (st == SC_OK) st = sc_device_memory_plan(p, target, &dm, d);
-    if (st == SC_OK)
-      one(&m, p->workspace_bytes > 0 ? p->workspace_bytes : 0, sc_device_memory_outside(&dm), ctx);
-  }
-  return st;
-}
-
-static void pipe_parts(const pipe_row *r, void *ctx) {
-  sc_rank_memory *m = (sc_rank_memory *)ctx + r->q;
-  snprintf(m->rank, sizeof m->rank, "pipeline rank %d", (int)r->q);
-  part(m, "arena", r->arena);
-  part(m, "state", r->state);
-  part(m, "stash", r->kept);
-  part(m, "device", r->outside);
-}
-
-static void program_parts(const sc_train_memory *tm, int64_t workspace, int64_t outside,
-                          void *ctx) {
-  sc_rank_memory *m = ctx;
-  snprintf(m->rank, sizeof m->rank, "rank 0");
-  for (int c = 0; c < SC_MEM_CLASS_COUNT; c++)
-    part(m, sc_mem_class_name((sc_mem_class)c), tm->live[c]);
-  /* cuBLASLt's workspace, reserved above every value (program.h), is not
-   * placement's loss: a part of its own */
-  part(m, "placement", tm->arena - workspace - tm->peak_live);
-  if (workspace) part(m, "gemm workspace", workspace);
-  part(m, "constants", tm->constants);
-  part(m, "device", outside);
-}
-
-sc_status sc_plan_train_rank_memory(const sc_build *b, const sc_device_target *target,
-                                    sc_rank_memory **out, int32_t *n, sc_diag *d) {
-  const sc_dist_program *dp = b->program;
-  int32_t rows = dp->pipe_chunks > 0 ? dp->pipe_ranks : 1;
-  sc_rank_memory *m = sc_calloc((size_t)rows, sizeof *m);
-  *out = NULL;
-  *n = 0;
-  if (!m) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  sc_status st = walk_rows(b, target, pipe_parts, program_parts, m, d);
-  if (st != SC_OK) {
-    sc_free(m);
-    return st;
-  }
-  *out = m;
-  *n = rows;
-  return SC_OK;
-}
-
-/* The largest rank's memory, as the reports print it
- * (sc_plan_train_rank_memory). */
-static sc_status train_peak(const sc_build *b, const sc_device_target *target, int64_t *peak,
-                            sc_diag *d) {
-  sc_rank_memory *m;
-  int32_t n;
-  *peak = 0;
-  sc_status st = sc_plan_train_rank_memory(b, target, &m, &n, d);
-  for (int32_t i = 0; st == SC_OK && i < n; i++)
-    if (m[i].total > *peak) *peak = m[i].total;
-  if (st == SC_OK) sc_free(m);
-  return st;
-}
-
-sc_status sc_plan_train_predict(const sc_build *b, const sc_train_opts *t,
-                                const sc_device_target *target, sc_diag *d) {
-  sc_plan *pl = b->plan;
-  if (!pl || !pl->cluster || pl->cluster_figures.nodes < 1) return SC_OK;
-  int64_t peak;
-  sc_status st = train_peak(b, target, &peak, d);
-  if (st != SC_OK) return st;
-  sc_build_predict(b, t, peak);
-  return SC_OK;
 }
 
 int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, bool table,
@@ -686,7 +479,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
 /* Pipeline rank q's bar: its state by kind, the arena its pieces share, the
  * handed-over values it keeps and the device's lines beside them (the
  * terms of the report's total). */
-static void pipe_bar(const pipe_row *r, void *bars) {
+static void pipe_bar(const sc_pipe_row *r, void *bars) {
   sc_plan_html_bar *bar = (sc_plan_html_bar *)bars + r->q;
   snprintf(bar->label, sizeof bar->label, "pipeline rank %d", (int)r->q);
   bar->pipe_rank = r->q;
@@ -727,7 +520,7 @@ sc_status sc_plan_train_html(const sc_build *b, const sc_train_opts *t,
   int32_t n_bars = dp->pipe_chunks > 0 ? dp->pipe_ranks : 1;
   sc_plan_html_bar *bars = sc_calloc((size_t)n_bars, sizeof *bars);
   if (!bars) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  st = walk_rows(b, target, pipe_bar, program_bar, bars, d);
+  st = sc_train_rows_walk(b, target, pipe_bar, program_bar, bars, d);
   if (st == SC_OK) {
     sc_plan_html h = {.command = command, .model = file, .kind = "training step", .dp = dp,
                       .plan = b->plan, .bars = bars, .n_bars = n_bars,

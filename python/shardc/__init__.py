@@ -209,8 +209,9 @@ class Plan:
     `shardc plan` prints): memory_per_rank {rank: RankMemory} and
     collectives [Collective]; with a cluster, predicted: the simulated step
     on it (`shardc plan --json`'s "predicted": step_time_s, rank,
-    pipe_rank, breakdown, tokens_per_s, tflops_per_gpu, mfu; and cluster),
-    else None. auto: the search's choice (AutoChoice) of a
+    pipe_rank, breakdown, tokens_per_s, tflops_per_gpu, mfu,
+    peak_bytes_per_rank (the largest rank's memory, the device's own lines
+    included) and fits; and cluster), else None. auto: the search's choice (AutoChoice) of a
     plan made with auto=True, else None."""
 
     def __init__(self, model, text, report, train=None, auto=None):

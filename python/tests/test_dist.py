@@ -1,7 +1,9 @@
 """test_dist.py — one process per rank from Python: the same script
 (dist_worker.py) started twice, with torchrun's environment variables
-(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: the tcp communicator) and
-under mpirun -np 2 (skipped, saying so, when there is no mpirun). Each
+(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: the tcp communicator), with
+srun's (SLURM_PROCID, SLURM_NTASKS, SLURM_JOB_ID; MASTER_ADDR and
+MASTER_PORT set as a Slurm batch script sets them) and under mpirun -np 2
+(skipped, saying so, when there is no mpirun). Each
 time shardc.init() finds its rank, exactly one rank owns the logits, and
 they equal the single-process run's (rtol 1e-4, atol 1e-5: the tp split
 sums in another order); and 3 training steps at fsdp=2 give both ranks
@@ -60,14 +62,20 @@ def check(tmp_path, source, comm):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
-def test_torchrun_style(source, tmp_path):
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_tcp_launchers(source, tmp_path, launcher):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
     for r in range(2):
         env = env_without_launchers()
-        env.update(RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        if launcher == "torchrun":
+            env.update(RANK=str(r), WORLD_SIZE="2")
+        else:
+            env.update(SLURM_PROCID=str(r), SLURM_NTASKS="2", SLURM_JOB_ID="4343",
+                       SLURM_STEP_ID="0")
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         procs.append(subprocess.Popen([sys.executable, WORKER, source, str(tmp_path)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
     for p in procs:
