@@ -26,16 +26,19 @@
  *   input, ties split evenly · Mean dy/n · ReduceSumSquare 2x·dy ·
  *   ReduceL2 x/y·dy (0 where y = 0)
  *   Gather / GatherElements a scatter-add (ScatterND / ScatterElements,
- *   reduction "add") of dy into zeros · Slice (step 1) dy padded with zeros
- *   · Pad (constant) a Slice of dy · Split a Concat of the outputs'
- *   gradients · Tile a sum over the tiles
+ *   reduction "add") of dy into zeros · ScatterElements / ScatterND
+ *   (reduction none, add) dy gathered at the indices for the updates, dy
+ *   (add) or dy with zeros scattered there (none) for the data · Slice
+ *   (step 1) dy padded with zeros · Pad (constant) a Slice of dy · Split a
+ *   Concat of the outputs' gradients · Tile a sum over the tiles
  *   LayerNormalization, RMSNormalization (recomputed from X), inference
  *   BatchNormalization · GlobalAveragePool, GlobalMaxPool · Conv,
  *   AveragePool, MaxPool (2-D, through im2col / col2im below)
  * Non-differentiable inputs (indices, bounds, shapes, running statistics)
  * get none; forms a rule cannot handle are refused with SC_ERR_UNSUPPORTED
- * naming the node (Slice steps other than 1, Pad modes other than constant
- * or negative pads, training-mode Dropout and BatchNormalization, paths
+ * naming the node (Slice steps other than 1, scatters with reduction mul,
+ * max or min, Pad modes other than constant or negative pads,
+ * training-mode Dropout and BatchNormalization, paths
  * through LayerNorm's Mean/InvStdDev or MaxPool's Indices, 1-D and 3-D
  * windows, AveragePool with ceil_mode). */
 #include <math.h>
@@ -1006,6 +1009,53 @@ sc_status sc_grad_gather_elements(sc_grad_ctx *c) {
   c->dx[0] = gb_end(c, node, out);
   return done_dx0(c);
 }
+
+/* ScatterElements / ScatterND (data, indices, updates), reduction none or
+ * add. updates get dy read back at the indices (GatherElements with the
+ * axis, GatherND); data gets dy itself under add (every element passes
+ * through, summed), and under none dy with zeros scattered at the indices
+ * (an overwritten element does not reach the output). With repeated
+ * indices under none, which ONNX leaves undefined, each update gets the
+ * gradient of the element it names. mul, max and min are refused; the
+ * indices get none. */
+static sc_status scatter_back(sc_grad_ctx *c, bool nd) {
+  if (c->dy[0] < 0) return SC_OK;
+  sc_graph *g = c->g;
+  const char *red = sc_attr_string(g, gb_fwd(c), "reduction", "none");
+  bool add = strcmp(red, "add") == 0;
+  if (!add && strcmp(red, "none") != 0)
+    return sc_node_error(g, gb_fwd(c), SC_ERR_UNSUPPORTED,
+                         "gradient: reduction '%s' (only none and add)", red);
+  int64_t axis = nd ? 0 : sc_attr_int(g, gb_fwd(c), "axis", 0);
+  int32_t idx = in_v(c, 1), dy = c->dy[0];
+  sc_op gather = nd ? SC_OP_GATHER_ND : SC_OP_GATHER_ELEMENTS;
+  if (c->want[2]) {
+    c->dx[2] = nd ? gb_2(c, gather, dy, idx)
+                  : gb_op_i(c, gather, (int32_t[]){dy, idx}, 2, "axis", axis);
+    if (c->dx[2] < 0) return g->diag.status;
+  }
+  if (!c->want[0]) return SC_OK;
+  if (add) {
+    c->dx[0] = dy;
+    return SC_OK;
+  }
+  sc_value uv = g->values[in_v(c, 2)];
+  int32_t in[3] = {dy, idx, zeros(c, uv.dtype, uv.rank, uv.dims)};
+  if (in[2] < 0) return g->diag.status;
+  int32_t node = -1, out = gb_begin(c, nd ? SC_OP_SCATTER_ND : SC_OP_SCATTER_ELEMENTS, in, 3,
+                                    &node);
+  if (out < 0) return g->diag.status;
+  if (!nd) {
+    sc_attr *ax = sc_node_add_attr(g, node, "axis", SC_ATTR_INT);
+    if (!ax) return g->diag.status;
+    ax->i = axis;
+  }
+  c->dx[0] = gb_end(c, node, out);
+  return done_dx0(c);
+}
+
+sc_status sc_grad_scatter_elements(sc_grad_ctx *c) { return scatter_back(c, false); }
+sc_status sc_grad_scatter_nd(sc_grad_ctx *c) { return scatter_back(c, true); }
 
 /* A Pad of x (constant 0) by begin/end per dim. */
 static int32_t pad_zeros(sc_grad_ctx *c, int32_t x, int32_t r, const int64_t *begin,

@@ -890,6 +890,31 @@ static sc_status group_extremum(lz *z, const sc_node *gn, const sc_sharding *s, 
   return SC_OK;
 }
 
+/* SC_SHARD_EXPAND_SCALED_MEAN (shard_rule.h): the local ReduceMean y of
+ * gn's input (sharding s) times 1/k, k the product of the sizes of the axes
+ * splitting a reduced dim, into out (pending over those axes). */
+static sc_status scaled_mean(lz *z, const sc_node *gn, const sc_sharding *s, int32_t y,
+                             int32_t out) {
+  bool red[SC_MAX_RANK], noop, keepdims;
+  if (sc_reduce_axes(z->g, gn, red, &noop, &keepdims) != SC_OK)
+    return sc_diag_set(z->d, SC_ERR_INVALID, gn->name, sc_op_name(gn->op), "its axes");
+  int64_t k = 1;
+  for (int32_t d = 0; d < s->rank; d++)
+    for (int32_t a = 0; red[d] && a < s->n_dim_axes[d]; a++)
+      k *= z->m->axes[s->dim_axes[d][a]].size;
+  sc_dtype t = z->L->values[y].dtype;
+  float f32 = (float)(1.0 / (double)k);
+  double f64 = 1.0 / (double)k;
+  int32_t c = sc_graph_new_value(z->L, "mean_scale");
+  if (c < 0 || sc_value_set_data(z->L, c, t, 0, NULL, t == SC_DTYPE_F64 ? (void *)&f64 : &f32,
+                                 t == SC_DTYPE_F64 ? sizeof f64 : sizeof f32, true) != SC_OK)
+    return lerr(z);
+  sc_sharding r;
+  sc_sharding_replicated(&r, 0);
+  if (sc_graph_set_sharding(z->L, c, &r) != SC_OK) return lerr(z);
+  return emit(z, SC_OP_MUL, (int32_t[]){y, c}, 2, &out, 1) < 0 ? z->d->status : SC_OK;
+}
+
 /* SC_SHARD_EXPAND_SPLIT_SOFTMAX (shard_rule.h): x's pieces normalised over
  * the group: m = max, z = x - m, e = exp z, s = sum e; Softmax e / s,
  * LogSoftmax z - log s, into out. */
@@ -1144,9 +1169,10 @@ static sc_status localize_node(lz *z, int32_t nid) {
     goto outputs;
   }
   {
-    /* a group reduction reduces its piece into y, then over the group */
+    /* a group reduction reduces its piece into y, then over the group; a
+     * scaled mean takes its piece's mean into y, then scales it */
     int32_t y = lout[0], *res = lout;
-    if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE) {
+    if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE || c.expand == SC_SHARD_EXPAND_SCALED_MEAN) {
       const sc_value ov = z->L->values[lout[0]]; /* a copy: values may move */
       if ((y = new_value(z, ov.name, ov.dtype, ov.rank, ov.dims, &out[0])) < 0) {
         st = lerr(z);
@@ -1177,6 +1203,7 @@ static sc_status localize_node(lz *z, int32_t nid) {
     if ((st = fix_shape_inputs(z, lnid)) != SC_OK) goto done;
     if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE)
       st = group_extremum(z, n, &want[0], y, lout[0]);
+    if (c.expand == SC_SHARD_EXPAND_SCALED_MEAN) st = scaled_mean(z, n, &want[0], y, lout[0]);
   }
 outputs:
   if (st != SC_OK) goto done;

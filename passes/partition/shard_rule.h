@@ -68,6 +68,12 @@ typedef enum sc_shard_expand {
    * splitting a reduced dim, one small collective instead of gathering the
    * input. out = the reduction's sharding, the reduced dims whole. */
   SC_SHARD_EXPAND_GROUP_REDUCE,
+  /* ReduceMean (f32, f64) over dims split along axes (ViT's pooling of the
+   * tokens split over cp): each rank's mean of its piece times 1/k, k the
+   * product of those axes' sizes, pending over them; their sum is the
+   * mean of the whole (the pieces are equal). out = the reduction's
+   * sharding, partial over those axes. */
+  SC_SHARD_EXPAND_SCALED_MEAN,
 } sc_shard_expand;
 
 typedef struct sc_shard_ctx {

@@ -263,14 +263,20 @@ sc_status sc_shard_reduce(sc_shard_ctx *c) {
    * (shard_rule.h) */
   bool group = (c->n->op == SC_OP_REDUCE_MAX || c->n->op == SC_OP_REDUCE_MIN) &&
                x->dtype == SC_DTYPE_F32;
+  /* a mean over a split dim: each piece's mean scaled by 1/(the pieces),
+   * pending over its axes (shard_rule.h; a mean over the tokens split by
+   * cp: ViT's pooling) */
+  bool mean = c->n->op == SC_OP_REDUCE_MEAN &&
+              (x->dtype == SC_DTYPE_F32 || x->dtype == SC_DTYPE_F64);
   sc_axes pending = 0;
   for (int32_t d = 0; d < x->rank; d++) {
     if (!red[d]) continue;
-    for (int32_t k = 0; sums && k < c->want[0].n_dim_axes[d]; k++)
+    for (int32_t k = 0; (sums || mean) && k < c->want[0].n_dim_axes[d]; k++)
       pending |= 1u << c->want[0].dim_axes[d][k];
     if (group && c->want[0].n_dim_axes[d] > 0) c->expand = SC_SHARD_EXPAND_GROUP_REDUCE;
-    else if (!sums) sc_shard_unsplit_dim(&c->want[0], d);
+    else if (!sums && !mean) sc_shard_unsplit_dim(&c->want[0], d);
   }
+  if (mean && pending) c->expand = SC_SHARD_EXPAND_SCALED_MEAN;
   reduce_out(c, red, keepdims);
   c->out[0].partial = c->want[0].partial | pending;
   return SC_OK;
@@ -842,6 +848,7 @@ static bool result_ok(const sc_shard_ctx *c) {
           (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX)) ||
          (c->expand == SC_SHARD_EXPAND_GROUP_REDUCE &&
           (c->n->op == SC_OP_REDUCE_MAX || c->n->op == SC_OP_REDUCE_MIN)) ||
+         (c->expand == SC_SHARD_EXPAND_SCALED_MEAN && c->n->op == SC_OP_REDUCE_MEAN) ||
          (c->expand == SC_SHARD_EXPAND_RING_ATTENTION &&
           (c->n->op == SC_OP_FUSED_ATTENTION || c->n->op == SC_OP_FUSED_ATTENTION_GRAD));
 }

@@ -6,8 +6,8 @@ and Llama (rotary embeddings, grouped kv heads, an exactly causal mask)
 inference with seeded random token ids (the whole vocabulary), batch 2,
 sequence 16, and vit_pool (no causal mask: a ViT without the class token,
 16 patch tokens mean-pooled; seeded images uniform in [-1, 1)) at cp=2,
-cp=4 and tp=2 x cp=2, its pooling computed whole (gathered over cp, the
-one fallback allowed):
+cp=4 and tp=2 x cp=2, its pooling a pending sum over cp (each rank's mean
+of its tokens scaled by 1/cp: nothing computed whole):
   * `shardc run --mesh M` for M in cp=2, cp=4, tp=2 x cp=2, pp=2 x cp=2
     (GPT-2 also dp=2 x cp=2: the batch split over dp, the sequence over cp,
     nothing computed whole)
@@ -53,9 +53,8 @@ MESHES = {"gpt2": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"],
 # (none: dp beside cp splits the batch and the sequence on their own dims)
 FALLBACKS = {}
 # what a model's cp run may compute whole (a warned fallback, correct):
-# vit_pool's mean over the tokens gathers its cp-split input (the pooling
-# is not yet a pending sum over cp)
-WHOLE = {"vit_pool": ["'/ReduceMean'"]}
+# nothing (vit_pool's mean over the tokens is a pending sum over cp)
+WHOLE = {}
 BATCH = 2
 
 

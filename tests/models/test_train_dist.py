@@ -197,8 +197,12 @@ def load_ckpt(folder, group):
     return out
 
 
-def compare(name, what, ref, got, init, tol):
-    """The logs step by step, then the checkpoints tensor by tensor."""
+def compare(name, what, ref, got, init, tol, floor=1e-9, stats=None):
+    """The logs step by step, then the checkpoints tensor by tensor (each
+    within tol of its scale, plus floor); the worst loss or gradient norm's
+    relative difference returned, and stats[group] (if given) set to the
+    group's worst difference over its scale (of the tensors whose bound is
+    not the floor)."""
     la, lb = losses(ref["log"]), losses(got["log"])
     if not check(len(la) == len(lb) == STEPS, f"{name} {what}: {len(lb)} steps logged"):
         return
@@ -226,7 +230,9 @@ def compare(name, what, ref, got, init, tol):
             else:
                 scale = np.abs(a64).max()
             err = np.abs(a64 - b64).max()
-            check(err <= tol * scale + 1e-9,
+            if stats is not None and tol * scale >= floor:  # not a tensor near zero
+                stats[group] = max(stats.get(group, 0.0), err / scale)
+            check(err <= tol * scale + floor,
                   f"{name} {what}: {group} '{k}' differs by {err:.3g} (scale {scale:.3g})")
     return worst
 
@@ -246,11 +252,11 @@ def same_bits(name, what, ref, got):
               f"{name} {what}: {group} not bit-identical to no recompute: {diff[:5]}")
 
 
-def sample_args(tmp, name, batch):
-    """(model, `train`'s arguments without a mesh) for SAMPLES[name]: its
-    seeded inputs and labels written into tmp, the batch, STEPS steps, one
-    thread a rank."""
-    make, labels, opts, _ = SAMPLES[name]
+def sample_args(tmp, name, batch, samples=None):
+    """(model, `train`'s arguments without a mesh) for SAMPLES[name] (or
+    samples[name]): its seeded inputs and labels written into tmp, the
+    batch, STEPS steps, one thread a rank."""
+    make, labels, opts, _ = (samples or SAMPLES)[name]
     model = os.path.join(SRC, "samples", name + ".onnx")
     r = np.random.RandomState(11)
     data = []

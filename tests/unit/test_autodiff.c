@@ -20,7 +20,8 @@
  * random values land with probability 0; ties are checked apart.
  *
  * Also: Max's ties split evenly; the refused forms (a strided Slice,
- * training-mode Dropout, a reflect Pad) named. And: fan-out sums (a parameter read three times), MatMul's input and
+ * training-mode Dropout, a reflect Pad, a ScatterElements with reduction
+ * mul) named. And: fan-out sums (a parameter read three times), MatMul's input and
  * weight gradients as separate MatMul nodes, the gradient outputs' names,
  * a non-differentiable input left without a gradient (Where's condition,
  * Reshape's shape), and the errors: a node without a rule on the path
@@ -321,6 +322,38 @@ static int32_t f_gather_elements(sc_graph *g, const int32_t *p) {
   set_int(g, n, "axis", 0);
   return done(g, n, y);
 }
+/* data [3, 4], updates [3, 2] written along axis 1 at distinct columns per
+ * row (one negative): the overwritten elements of data get no gradient */
+static int32_t f_scatter_elements(sc_graph *g, const int32_t *p) {
+  int32_t idx = op2(g, SC_OP_RESHAPE, i64s(g, 6, (int64_t[]){0, 2, -1, 1, 1, 0}),
+                    i64s(g, 2, (int64_t[]){3, 2}));
+  int32_t n, y = opn(g, SC_OP_SCATTER_ELEMENTS, (int32_t[]){p[0], idx, p[1]}, 3, &n);
+  set_int(g, n, "axis", 1);
+  return done(g, n, y);
+}
+/* data [3, 2], updates [4, 2] added along axis 0, rows 0 and 2 twice */
+static int32_t f_scatter_elements_add(sc_graph *g, const int32_t *p) {
+  int32_t idx = op2(g, SC_OP_RESHAPE, i64s(g, 8, (int64_t[]){0, 2, 0, 1, 2, 2, 1, 0}),
+                    i64s(g, 2, (int64_t[]){4, 2}));
+  int32_t n, y = opn(g, SC_OP_SCATTER_ELEMENTS, (int32_t[]){p[0], idx, p[1]}, 3, &n);
+  set_string(g, n, "reduction", "add");
+  return done(g, n, y);
+}
+/* data [4, 3], updates [2, 3] written to rows 2 and 0 */
+static int32_t f_scatter_nd(sc_graph *g, const int32_t *p) {
+  int32_t idx = op2(g, SC_OP_RESHAPE, i64s(g, 2, (int64_t[]){2, 0}),
+                    i64s(g, 2, (int64_t[]){2, 1}));
+  int32_t n, y = opn(g, SC_OP_SCATTER_ND, (int32_t[]){p[0], idx, p[1]}, 3, &n);
+  return done(g, n, y);
+}
+/* data [4, 3], updates [3] added at elements (1, 2) twice and (3, 0) */
+static int32_t f_scatter_nd_add(sc_graph *g, const int32_t *p) {
+  int32_t idx = op2(g, SC_OP_RESHAPE, i64s(g, 6, (int64_t[]){1, 2, 1, 2, 3, 0}),
+                    i64s(g, 2, (int64_t[]){3, 2}));
+  int32_t n, y = opn(g, SC_OP_SCATTER_ND, (int32_t[]){p[0], idx, p[1]}, 3, &n);
+  set_string(g, n, "reduction", "add");
+  return done(g, n, y);
+}
 /* x[1:3, −3:100] */
 static int32_t f_slice(sc_graph *g, const int32_t *p) {
   int32_t in[4] = {p[0], i64s(g, 2, (int64_t[]){1, -3}), i64s(g, 2, (int64_t[]){3, 100}),
@@ -601,6 +634,13 @@ static const gcase CASES[] = {
     {"Gather rows (embedding)", 1, {2}, {D(4, 3)}, -2, 2, 0, f_gather_rows, NULL},
     {"Gather scalar index", 1, {2}, {D(3, 4)}, -2, 2, 0, f_gather_scalar, NULL},
     {"GatherElements repeated", 1, {2}, {D(3, 2)}, -2, 2, 0, f_gather_elements, NULL},
+    {"ScatterElements axis 1", 2, {2, 2}, {D(3, 4), D(3, 2)}, -2, 2, 0, f_scatter_elements,
+     NULL},
+    {"ScatterElements add repeated", 2, {2, 2}, {D(3, 2), D(4, 2)}, -2, 2, 0,
+     f_scatter_elements_add, NULL},
+    {"ScatterND rows", 2, {2, 2}, {D(4, 3), D(2, 3)}, -2, 2, 0, f_scatter_nd, NULL},
+    {"ScatterND add repeated elements", 2, {2, 1}, {D(4, 3), D(3)}, -2, 2, 0, f_scatter_nd_add,
+     NULL},
     {"Slice negative start, clamped end", 1, {2}, {D(3, 4)}, -2, 2, 0, f_slice, NULL},
     {"Split, an output unused", 1, {2}, {D(2, 6)}, -1, 1, 0, f_split, NULL},
     {"Pad axes input", 1, {2}, {D(2, 3)}, -2, 2, 0, f_pad_axes, NULL},
@@ -899,7 +939,7 @@ static void test_ties(void **state) {
 }
 
 /* The refused forms name the node: a Slice with step 2, training-mode
- * Dropout, a Pad in reflect mode. */
+ * Dropout, a Pad in reflect mode, a ScatterElements multiplying. */
 static void expect_refused(sc_graph *g, int32_t p, int32_t y, const char *node, const char *what) {
   int32_t n, loss = opn(g, SC_OP_REDUCE_SUM, &y, 1, &n);
   set_int(g, n, "keepdims", 0);
@@ -946,6 +986,18 @@ static void test_refused(void **state) {
   set_string(g, pn, "mode", "reflect");
   assert_int_equal(infer(g, pn), SC_OK);
   expect_refused(g, p, y, "reflect", "mode 'reflect'");
+  sc_graph_destroy(g);
+
+  g = sc_graph_create("r");
+  g->opset = 18;
+  p = cst(g, SC_DTYPE_F64, 1, (int64_t[]){8}, x);
+  g->values[p].flags |= SC_VALUE_PARAM;
+  double u[2] = {0.5, -1.5};
+  int32_t scat[3] = {p, i64s(g, 2, (int64_t[]){1, 6}), cst(g, SC_DTYPE_F64, 1, (int64_t[]){2}, u)};
+  int32_t sn = node1(g, SC_OP_SCATTER_ELEMENTS, "scatter_mul", scat, 3, &y);
+  set_string(g, sn, "reduction", "mul");
+  assert_int_equal(infer(g, sn), SC_OK);
+  expect_refused(g, p, y, "scatter_mul", "reduction 'mul'");
   sc_graph_destroy(g);
 }
 

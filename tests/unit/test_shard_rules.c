@@ -98,6 +98,8 @@ static void expect_rule(const char *mesh, const char *body, const char *ins,
     snprintf(got + len, sizeof got - len, " (split softmax)");
   if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE)
     snprintf(got + len, sizeof got - len, " (group reduce)");
+  if (c.expand == SC_SHARD_EXPAND_SCALED_MEAN)
+    snprintf(got + len, sizeof got - len, " (scaled mean)");
   if (strcmp(got, expected) != 0)
     fail_msg("\n  got  %s\n  want %s\n--- graph ---\n%s", got, expected, text);
   sc_graph_destroy(g);
@@ -314,10 +316,17 @@ static void test_reduce(void **state) {
                     "  %y = ReduceSumSquare(%x, %a) {keepdims = 0} \"n\"\n";
   expect_rule(DT, ssq, "[dp,tp,_]", "[dp,tp,_] | [_] -> [_] partial(dp,tp)");
   expect_rule(DT, ssq, "[dp,_,_] partial(tp)", "[dp,_,_] | [_] -> [_] partial(dp)");
-  /* a mean is not the pieces' sum: the reduced dim is gathered */
+  /* a mean over a split dim: each piece's mean scaled by 1/k, pending over
+   * its axes (k = 2 here); in bf16 the dim is gathered */
   const char *mean = "  input %x : f32[4,8,6]\n  const %a : i64[1] = [1]\n"
                      "  %y = ReduceMean(%x, %a) {keepdims = 0} \"n\"\n";
-  expect_rule(DT, mean, "[dp,tp,_]", "[dp,_,_] | [_] -> [dp,_]");
+  expect_rule(DT, mean, "[dp,tp,_]", "[dp,tp,_] | [_] -> [dp,_] partial(tp) (scaled mean)");
+  expect_rule(DT, mean, "[dp,_,_] partial(tp)",
+              "[dp,_,_] partial(tp) | [_] -> [dp,_] partial(tp)");
+  expect_rule(DT,
+              "  input %x : bf16[4,8,6]\n  const %a : i64[1] = [1]\n"
+              "  %y = ReduceMean(%x, %a) {keepdims = 0} \"n\"\n",
+              "[dp,tp,_]", "[dp,_,_] | [_] -> [dp,_]");
   const char *mx = "  input %x : f32[4,8,6]\n  const %a : i64[1] = [-1]\n"
                    "  %y = ReduceMax(%x, %a) \"n\"\n";
   expect_rule(DT, mx, "[dp,_,_] partial(tp)", "[dp,_,_] | [_] -> [dp,_,_]");
@@ -330,7 +339,7 @@ static void test_reduce(void **state) {
               "[dp,tp]", "[_,_] -> []");
   /* no axes: everything reduced */
   expect_rule(DT, "  input %x : f32[4,8]\n  %y = ReduceMean(%x) {keepdims = 0} \"n\"\n",
-              "[dp,_] partial(tp)", "[_,_] partial(tp) -> [] partial(tp)");
+              "[dp,_] partial(tp)", "[dp,_] partial(tp) -> [] partial(dp,tp) (scaled mean)");
   expect_rule(DT, "  input %x : f32[4,8]\n  %y = ArgMax(%x) {axis = 1, keepdims = 0} \"n\"\n",
               "[dp,tp]", "[dp,_] -> [dp]");
 }
