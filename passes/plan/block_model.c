@@ -152,6 +152,15 @@ static sc_status add_experts(sc_graph *g, const sc_blocks *b, sc_block_model *bm
       seen[w] |= mark;
       p->expert_params += sc_value_numel(&g->values[w]);
     }
+    sc_cost c = {0, 0};
+    if (sc_ops[nd->op].cost) sc_ops[nd->op].cost(g, nd, &c);
+    p->expert_flops += c.flops;
+    const sc_value *av = &g->values[a], *ov = &g->values[nd->outputs[0]];
+    int64_t m = av->dims[2], k = av->dims[3], nn = ov->dims[3];
+    int64_t lo = m < k ? m : k, plo = p->expert_m < p->expert_k ? p->expert_m : p->expert_k;
+    if (nn < lo) lo = nn;
+    if (p->expert_n < plo) plo = p->expert_n;
+    if (p->expert_m == 0 || lo < plo) p->expert_m = m, p->expert_n = nn, p->expert_k = k;
     int32_t pr = g->values[a].producer;
     bool enters = pr < 0 || (!expert[pr] && !(sc_ops[g->nodes[pr].op].flags & SC_OPF_ELEMENTWISE));
     if (enters && !(seen[a] & mark)) {

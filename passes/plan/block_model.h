@@ -81,6 +81,12 @@ typedef struct sc_block_part {
    * the bytes of those buffers whole ([1, E, C, D] each) */
   int64_t experts;
   int64_t expert_params;
+  /* of gemm_flops, the expert products' (per example), and the shape of
+   * one expert's product of them, the least wide: m (its C slots), n, k.
+   * Each runs whole on every tp rank (ep.c: experts are replicated over
+   * tp), at the efficiency of that shape, not the stream's */
+  double expert_flops;
+  int64_t expert_m, expert_n, expert_k;
   int32_t a2a_count;
   double a2a_bytes;
 } sc_block_part;

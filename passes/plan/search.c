@@ -282,7 +282,13 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   double core = 0, rest = 0;
   sc_status st = gemm(x, b->attn_flops * mbs / tp, bm->seq / cp, bm->seq, hd, &core, d);
   if (st == SC_OK)
-    st = gemm(x, (b->gemm_flops - b->attn_flops) * mbs / tp, rows, h / c->tp, h, &rest, d);
+    st = gemm(x, (b->gemm_flops - b->attn_flops - b->expert_flops) * mbs / tp, rows, h / c->tp,
+              h, &rest, d);
+  /* the experts: whole on every tp rank (ep.c), each of a rank's E/ep
+   * experts over every ep rank's tokens (mbs x E x C slots a rank in all),
+   * at the efficiency of one expert's product (its C rows) */
+  if (st == SC_OK)
+    st = gemm(x, b->expert_flops * mbs, b->expert_m, b->expert_n, b->expert_k, &rest, d);
   if (st != SC_OK) return st;
   /* memory-bound kernels: the residual stream's are whole on every tp rank
    * unless sequence parallel splits them; the rest (heads, the MLP's wide

@@ -25,7 +25,8 @@
  * The estimates compose per rank what the exact path (codegen/dist_sim.h)
  * simulates per step: compute (forward, backward as twice the forward,
  * recompute, the optimizer), communication (tp per block, fsdp gathers
- * and reduce-scatters, dp all-reduce, pipeline sends) added to it without
+ * and reduce-scatters, dp all-reduce, pipeline sends, ep's all-to-alls
+ * per MoE layer and the other gradients' reduction over dp x ep) added to it without
  * overlap, and the pipeline's bubble (microbatch times with their
  * exposed communication). Memory: without a pipeline the state, the
  * values the backward keeps, one block's working values; a pipeline rank
