@@ -98,20 +98,30 @@ def replays(shardc, model, ch, tmp):
     return replay
 
 
-def cp(shardc, model, path, tmp):
+def chosen_with(axis, shardc, model, path, tmp):
+    """The chosen plan has axis > 1 (in auto.chosen.mesh and its plan
+    file's mesh axes), fits the limit exactly, its simulated step has
+    exposed communication on axis, it replays through --mesh and --plan,
+    and its estimate equals `plan --train --estimate` of its options.
+    Returns (auto, chosen, its prediction, the limit)."""
     a = load(path)
     ch, limit = a["chosen"], a["memory_limit_bytes"]
     p = ch["predicted"]
-    assert ch["mesh"]["cp"] > 1, ch["mesh"]
-    assert "cp=%d" % ch["mesh"]["cp"] in ch["plan"]["mesh"]["axes"], ch["plan"]["mesh"]
+    assert ch["mesh"][axis] > 1, ch["mesh"]
+    assert "%s=%d" % (axis, ch["mesh"][axis]) in ch["plan"]["mesh"]["axes"], ch["plan"]["mesh"]
     assert p["source"] == "simulated" and p["fits"] and 0 < p["peak_bytes_per_rank"] <= limit, p
-    # the simulated ring: its shifted sends cost time on the cp group's queue
-    assert p["step_time_s"] > 0 and p["breakdown"]["exposed_comm_s"].get("cp", 0) > 0, p
+    assert p["step_time_s"] > 0 and p["breakdown"]["exposed_comm_s"].get(axis, 0) > 0, p
     replay = replays(shardc, model, ch, tmp)
     out = subprocess.run([shardc, "plan", model, "--estimate"] + replay + ["--json"],
                          check=True, capture_output=True, text=True).stdout
     assert json.loads(out)["estimate"] == ch["estimate"], (json.loads(out)["estimate"],
                                                           ch["estimate"])
+    return a, ch, p, limit
+
+
+def cp(shardc, model, path, tmp):
+    # the simulated ring: its shifted sends cost time on the cp group's queue
+    a, ch, p, limit = chosen_with("cp", shardc, model, path, tmp)
     # every candidate without cp, compiled exactly, is over the limit
     least = None
     for c in a["candidates"]:
@@ -129,20 +139,9 @@ def cp(shardc, model, path, tmp):
 
 
 def ep(shardc, model, path, tmp):
-    a = load(path)
-    ch, limit = a["chosen"], a["memory_limit_bytes"]
-    p = ch["predicted"]
-    assert ch["mesh"]["ep"] > 1, ch["mesh"]
-    assert "ep=%d" % ch["mesh"]["ep"] in ch["plan"]["mesh"]["axes"], ch["plan"]["mesh"]
-    assert p["source"] == "simulated" and p["fits"] and 0 < p["peak_bytes_per_rank"] <= limit, p
     # the all-to-alls, simulated and estimated
-    assert p["step_time_s"] > 0 and p["breakdown"]["exposed_comm_s"].get("ep", 0) > 0, p
+    a, ch, p, limit = chosen_with("ep", shardc, model, path, tmp)
     assert ch["estimate"]["breakdown"]["exposed_comm_s"].get("ep", 0) > 0, ch["estimate"]
-    replay = replays(shardc, model, ch, tmp)
-    out = subprocess.run([shardc, "plan", model, "--estimate"] + replay + ["--json"],
-                         check=True, capture_output=True, text=True).stdout
-    assert json.loads(out)["estimate"] == ch["estimate"], (json.loads(out)["estimate"],
-                                                          ch["estimate"])
     # every candidate without ep, compiled exactly, is over the limit or slower
     others = 0
     for c in a["candidates"]:
