@@ -388,9 +388,9 @@ static void estimate_predicted(const sc_search_cand *c, int64_t seq, sc_plan_pre
   pr->bubble_s = c->bubble_s;
   pr->recompute_s = c->recompute_s;
   pr->optimizer_s = c->optimizer_s;
-  const char *names[5] = {"tp", "fsdp", "dp", "pp", "cp"};
-  double secs[5] = {c->tp_s, c->fsdp_s, c->dp_s, c->pp_s, c->cp_s};
-  for (int i = 0; i < 5; i++)
+  const char *names[6] = {"tp", "fsdp", "dp", "pp", "cp", "ep"};
+  double secs[6] = {c->tp_s, c->fsdp_s, c->dp_s, c->pp_s, c->cp_s, c->ep_s};
+  for (int i = 0; i < 6; i++)
     if (secs[i] > 0) {
       snprintf(pr->comm[pr->n_comm].axes, sizeof pr->comm[0].axes, "%s", names[i]);
       pr->comm[pr->n_comm++].seconds = secs[i];
@@ -424,9 +424,10 @@ static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
 
 static json_t *cand_json(const sc_search_cand *c, const sc_plan_predicted *pr, const char *why) {
   json_t *pj = sc_plan_predicted_json(pr);
-  json_t *o = json_pack("{s:{s:I,s:I,s:I,s:I,s:I}, s:i, s:I, s:b, s:s, s:i, s:i, s:I, s:s}",
+  json_t *o = json_pack("{s:{s:I,s:I,s:I,s:I,s:I,s:I}, s:i, s:I, s:b, s:s, s:i, s:i, s:I, s:s}",
                         "mesh", "dp", (json_int_t)c->dp, "fsdp", (json_int_t)c->fsdp, "tp",
                         (json_int_t)c->tp, "pp", (json_int_t)c->pp, "cp", (json_int_t)c->cp,
+                        "ep", (json_int_t)(c->ep > 1 ? c->ep : 1),
                         "zero", c->zero, "hybrid_shard_degree",
                         (json_int_t)c->hybrid_shard_degree, "sequence_parallel",
                         c->sequence_parallel, "schedule", c->schedule, "virtual_stages",
@@ -465,7 +466,8 @@ static void cand_line(int i, const sc_search_cand *c, const sc_plan_predicted *p
 }
 
 static bool same_mesh(const sc_search_cand *a, const sc_search_cand *b) {
-  return a->pp == b->pp && a->dp == b->dp && a->fsdp == b->fsdp && a->tp == b->tp;
+  return a->pp == b->pp && a->dp == b->dp && a->fsdp == b->fsdp && a->tp == b->tp &&
+         (a->ep > 1 ? a->ep : 1) == (b->ep > 1 ? b->ep : 1);
 }
 
 /* The spec of the smaller cluster f of the preset spec "NAME:GxN[@P]"
@@ -605,7 +607,7 @@ static sc_search_cand exact_view(const sc_search_cand *c, const sc_plan_predicte
   v.bubble_s = pr->bubble_s;
   v.recompute_s = pr->recompute_s;
   v.optimizer_s = pr->optimizer_s;
-  v.tp_s = v.fsdp_s = v.dp_s = v.pp_s = v.cp_s = 0;
+  v.tp_s = v.fsdp_s = v.dp_s = v.pp_s = v.cp_s = v.ep_s = 0;
   for (int32_t i = 0; i < pr->n_comm; i++) {
     const char *ax = pr->comm[i].axes;
     size_t n = strcspn(ax, ",");
@@ -613,6 +615,7 @@ static sc_search_cand exact_view(const sc_search_cand *c, const sc_plan_predicte
                 : n == 4 && strncmp(ax, "fsdp", 4) == 0 ? &v.fsdp_s
                 : n == 2 && strncmp(ax, "pp", 2) == 0   ? &v.pp_s
                 : n == 2 && strncmp(ax, "cp", 2) == 0   ? &v.cp_s
+                : n == 2 && strncmp(ax, "ep", 2) == 0 && pr->comm[i].axes[n] == 0 ? &v.ep_s
                                                         : &v.dp_s;
     *t += pr->comm[i].seconds;
   }
@@ -1127,7 +1130,8 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
   sc_search_cand c = {.pp = axis_size(part, part->pp_axis), .dp = axis_size(part, part->dp_axis),
                       .fsdp = axis_size(part, part->fsdp_axis),
                       .tp = axis_size(part, part->tp_axis),
-                      .cp = sc_mesh_axis_size(&part->mesh, "cp"), .zero = part->zero_stage,
+                      .cp = sc_mesh_axis_size(&part->mesh, "cp"),
+                      .ep = sc_mesh_axis_size(&part->mesh, "ep"), .zero = part->zero_stage,
                       .sequence_parallel = part->sequence_parallel,
                       .microbatches = dp->schedule.microbatches > 0 ? dp->schedule.microbatches : 1,
                       .recompute = (sc_search_recompute)ta->t.recompute, .batch = batch,
@@ -1135,11 +1139,11 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
   c.hybrid_shard_degree = c.dp > 1 && c.fsdp > 1 ? c.fsdp : 0;
   c.schedule = c.pp > 1 ? sc_schedule_name(dp->schedule.kind) : "gpipe";
   c.virtual_stages = dp->pipe_chunks > 0 ? dp->pipe_chunks / dp->pipe_ranks : 1;
-  int64_t parts = c.dp * c.fsdp * c.microbatches;
+  int64_t parts = c.dp * c.fsdp * c.ep * c.microbatches;
   sc_status st = SC_OK;
-  if (c.pp * c.dp * c.fsdp * c.cp * c.tp != part->mesh.n_ranks || batch % parts)
+  if (c.pp * c.dp * c.fsdp * c.cp * c.ep * c.tp != part->mesh.n_ranks || batch % parts)
     st = sc_diag_set(&d, SC_ERR_INVALID, NULL, NULL,
-                     "--estimate: the search models meshes of pp, dp, fsdp, cp and tp axes whose "
+                     "--estimate: the search models meshes of pp, dp, fsdp, cp, ep and tp axes whose "
                      "data-parallel size times the microbatches (%lld) divides the batch %lld",
                      (long long)parts, (long long)batch);
   c.micro_batch_size = parts > 0 ? batch / parts : 0;
@@ -1380,12 +1384,13 @@ int sc_cmd_plan_auto(int argc, char **argv) {
         "exact_evaluated", (int)n_exact,
         "candidates_evaluated", (json_int_t)r->evaluated, "candidates_pruned",
         (json_int_t)r->pruned,
-        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "heads",
+        "pruned", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "heads",
                             (json_int_t)r->pruned_heads, "node", (json_int_t)r->pruned_node,
                             "batch", (json_int_t)r->pruned_batch, "microbatches",
                             (json_int_t)r->pruned_microbatch, "state",
                             (json_int_t)r->pruned_state, "bound", (json_int_t)r->pruned_bound,
-                            "fsdp", (json_int_t)r->pruned_fsdp, "cp", (json_int_t)r->pruned_cp),
+                            "fsdp", (json_int_t)r->pruned_fsdp, "cp", (json_int_t)r->pruned_cp,
+                            "ep", (json_int_t)r->pruned_ep),
         "chosen", cj, "candidates", cands);
     json_t *au = json_object_get(root, "auto");
     json_object_set_new(au, "block_model_time_s", json_real(t_model));
@@ -1474,12 +1479,14 @@ int sc_cmd_plan_auto(int argc, char **argv) {
     printf("searched: %lld candidates evaluated, %lld pruned (tp not dividing the heads %lld, "
            "tp leaving a node or uneven placement %lld, batch not dividing %lld, microbatches "
            "%lld, %s over memory %lld, lower bound no better than the 10th %lld, fsdp not "
-           "dividing the hidden size %lld, cp not dividing the sequence %lld)\n",
+           "dividing the hidden size %lld, cp not dividing the sequence %lld, ep not dividing "
+           "the experts or beside cp %lld)\n",
            (long long)r->evaluated, (long long)r->pruned, (long long)r->pruned_heads,
            (long long)r->pruned_node, (long long)r->pruned_batch,
            (long long)r->pruned_microbatch,
            x.goal == SC_SEARCH_TRAIN ? "training state" : "weights", (long long)r->pruned_state,
-           (long long)r->pruned_bound, (long long)r->pruned_fsdp, (long long)r->pruned_cp);
+           (long long)r->pruned_bound, (long long)r->pruned_fsdp, (long long)r->pruned_cp,
+           (long long)r->pruned_ep);
     if (r->tp_left_node) printf("  (nothing fitted with tp inside a node: tp may span nodes)\n");
     printf("time: block model %s, search %s, exact evaluation %s\n", t1, t2, t3);
     for (int32_t i = 0; i < n_skipped; i++) printf("note: %s\n", skipped[i]);

@@ -40,20 +40,12 @@
 #include "partition.h"
 
 /* The parameter behind value id (through Transpose keeping dim 0, Cast,
- * Identity), or -1: an initializer (inference) or a training step's
- * parameter input. */
-static int32_t param_behind(const sc_partition *p, int32_t id) {
-  sc_graph *g = p->global;
+ * Identity), or -1: a value without a producer that is_param accepts. */
+static int32_t param_behind(sc_graph *g, int32_t id, sc_expert_param_fn is_param,
+                            const void *ctx) {
   for (int32_t hops = 0; id >= 0 && hops < 4; hops++) {
     const sc_value *v = &g->values[id];
-    if (v->producer < 0) {
-      if (v->flags & SC_VALUE_INPUT)
-        return p->training && v->name && sc_partition_param_of(p, v->name) &&
-                       strcmp(sc_partition_param_of(p, v->name), v->name) == 0
-                   ? id
-                   : -1;
-      return (v->flags & SC_VALUE_PARAM) && sc_value_has_data(v) ? id : -1;
-    }
+    if (v->producer < 0) return is_param(ctx, g, id) ? id : -1;
     const sc_node *n = &g->nodes[v->producer];
     if (n->op == SC_OP_TRANSPOSE) {
       const int64_t *perm;
@@ -64,6 +56,29 @@ static int32_t param_behind(const sc_partition *p, int32_t id) {
     id = n->n_inputs > 0 ? n->inputs[0] : -1;
   }
   return -1;
+}
+
+int32_t sc_expert_weight(sc_graph *g, const sc_node *nd, sc_expert_param_fn is_param,
+                         const void *ctx) {
+  if ((nd->flags & SC_NODE_DEAD) || nd->op != SC_OP_MATMUL || nd->n_inputs != 2 ||
+      nd->inputs[0] < 0 || nd->inputs[1] < 0)
+    return -1;
+  const sc_value *a = &g->values[nd->inputs[0]];
+  int32_t wid = param_behind(g, nd->inputs[1], is_param, ctx);
+  if (a->rank != 4 || wid < 0) return -1;
+  const sc_value *w = &g->values[wid];
+  return w->rank == 3 && w->dims[0] >= 2 && a->dims[1] == w->dims[0] ? wid : -1;
+}
+
+/* A partition's parameter: an initializer with data (inference) or a
+ * training step's parameter input. */
+static bool partition_param(const void *ctx, const sc_graph *g, int32_t id) {
+  const sc_partition *p = ctx;
+  const sc_value *v = &g->values[id];
+  if (v->flags & SC_VALUE_INPUT)
+    return p->training && v->name && sc_partition_param_of(p, v->name) &&
+           strcmp(sc_partition_param_of(p, v->name), v->name) == 0;
+  return (v->flags & SC_VALUE_PARAM) && sc_value_has_data(v);
 }
 
 /* The sizes near n that divide e ("2 or 4"), into buf. */
@@ -126,15 +141,11 @@ sc_status sc_partition_seed_ep(sc_partition *p) {
   sc_status st = SC_OK;
   for (int32_t i = 0; st == SC_OK && i < g->n_nodes; i++) {
     const sc_node *nd = &g->nodes[i];
-    if ((nd->flags & SC_NODE_DEAD) || nd->op != SC_OP_MATMUL || nd->n_inputs != 2 ||
-        nd->inputs[0] < 0 || nd->inputs[1] < 0)
-      continue;
+    int32_t wid = sc_expert_weight(g, nd, partition_param, p);
+    if (wid < 0) continue;
     const sc_value *a = &g->values[nd->inputs[0]];
-    int32_t wid = param_behind(p, nd->inputs[1]);
-    if (a->rank != 4 || wid < 0) continue;
     const sc_value *w = &g->values[wid];
     int64_t e = w->dims[0];
-    if (w->rank != 3 || e < 2 || a->dims[1] != e) continue;
     if (e % n != 0) {
       char near[64];
       sizes_that_divide(e, n, near, sizeof near);

@@ -228,6 +228,17 @@ sc_status sc_partition_prepare_cp(sc_partition *p);
  * (SC_ERR_USAGE): E not divisible by ep, naming the node and the sizes
  * that divide; no expert product in the model. */
 sc_status sc_partition_seed_ep(sc_partition *p);
+/* ep.c: whether node n of g is an expert product (docs/moe.md, "Expert
+ * parallelism"): a MatMul of a rank-4 activation [B, E, C, D] by a rank-3
+ * weight [E, D, F], E >= 2 and lined up with the activation's dim 1, the
+ * weight reached directly or through a Transpose keeping dim 0, a Cast or
+ * an Identity; is_param(ctx, g, id) says whether a value without a
+ * producer is a parameter. Returns the weight's value id, or -1. The
+ * partitioner's ep seeds and the planner's block model (which finds the
+ * experts the search may split over ep) both use it. */
+typedef bool (*sc_expert_param_fn)(const void *ctx, const sc_graph *g, int32_t id);
+int32_t sc_expert_weight(sc_graph *g, const sc_node *n, sc_expert_param_fn is_param,
+                         const void *ctx);
 /* ring.c: ring attention's forward over a context-parallel axis as nodes
  * of g (docs/context-parallel.md): FusedAttention per block, the keys and
  * values passed on by Send/Recv with shift 1, the blocks' results merged by

@@ -7,6 +7,7 @@
 
 #include "ir/ops.h"
 #include "passes/blocks.h"
+#include "passes/partition/partition.h"
 #include "passes/train.h"
 
 /* Views: no kernel, no new memory (lowered to a view of their input). */
@@ -120,6 +121,69 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
   }
 }
 
+/* A parameter of the forward graph (shapes suffice: no data needed). */
+static bool graph_param(const void *ctx, const sc_graph *g, int32_t id) {
+  (void)ctx;
+  return (g->values[id].flags & SC_VALUE_PARAM) != 0;
+}
+
+/* The experts of block 0 and of the outside part (block_model.h): E, the
+ * stacked weights' elements, the forward's all-to-all buffers under ep. */
+static sc_status add_experts(sc_graph *g, const sc_blocks *b, sc_block_model *bm,
+                             sc_diag *d) {
+  int32_t n = g->n_nodes;
+  bool *expert = sc_calloc((size_t)n + 1, sizeof *expert);
+  int8_t *seen = sc_calloc((size_t)g->n_values + 1, sizeof *seen);
+  int32_t *off = NULL, *users = NULL;
+  sc_status st = expert && seen ? SC_OK : SC_ERR_NOMEM;
+  bool any = false;
+  for (int32_t i = 0; st == SC_OK && i < n; i++)
+    any |= (expert[i] = sc_expert_weight(g, &g->nodes[i], graph_param, NULL) >= 0);
+  if (st == SC_OK && any) st = sc_graph_users(g, &off, &users);
+  for (int32_t i = 0; st == SC_OK && any && i < n; i++) {
+    int32_t blk = i < b->n_nodes ? b->node_block[i] : -1;
+    if (!expert[i] || blk > 0) continue;
+    sc_block_part *p = blk == 0 ? &bm->block : &bm->outside;
+    int8_t mark = blk == 0 ? 1 : 2; /* a value counted once a part */
+    const sc_node *nd = &g->nodes[i];
+    int32_t w = sc_expert_weight(g, nd, graph_param, NULL), a = nd->inputs[0];
+    if (g->values[w].dims[0] > p->experts) p->experts = g->values[w].dims[0];
+    if (!(seen[w] & mark)) {
+      seen[w] |= mark;
+      p->expert_params += sc_value_numel(&g->values[w]);
+    }
+    sc_cost c = {0, 0};
+    if (sc_ops[nd->op].cost) sc_ops[nd->op].cost(g, nd, &c);
+    p->expert_flops += c.flops;
+    const sc_value *av = &g->values[a], *ov = &g->values[nd->outputs[0]];
+    int64_t m = av->dims[2], k = av->dims[3], nn = ov->dims[3];
+    int64_t lo = m < k ? m : k, plo = p->expert_m < p->expert_k ? p->expert_m : p->expert_k;
+    if (nn < lo) lo = nn;
+    if (p->expert_n < plo) plo = p->expert_n;
+    if (p->expert_m == 0 || lo < plo) p->expert_m = m, p->expert_n = nn, p->expert_k = k;
+    int32_t pr = g->values[a].producer;
+    bool enters = pr < 0 || (!expert[pr] && !(sc_ops[g->nodes[pr].op].flags & SC_OPF_ELEMENTWISE));
+    if (enters && !(seen[a] & mark)) {
+      seen[a] |= mark;
+      p->a2a_count++;
+      p->a2a_bytes += (double)sc_value_bytes(&g->values[a]);
+    }
+    int32_t o = nd->outputs[0];
+    bool leaves = o >= 0 && off[o + 1] > off[o];
+    for (int32_t u = leaves ? off[o] : 0; leaves && u < off[o + 1]; u++)
+      leaves = !expert[users[u]] && !(sc_ops[g->nodes[users[u]].op].flags & SC_OPF_ELEMENTWISE);
+    if (leaves) {
+      p->a2a_count++;
+      p->a2a_bytes += (double)sc_value_bytes(&g->values[o]);
+    }
+  }
+  sc_free(off);
+  sc_free(users);
+  sc_free(expert);
+  sc_free(seen);
+  return st == SC_OK ? SC_OK : sc_diag_set(d, st, NULL, NULL, "block model: out of memory");
+}
+
 sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
   memset(bm, 0, sizeof *bm);
   int32_t n_nodes = g->n_nodes;
@@ -185,9 +249,11 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     add_node(g, n, seen, blk == 0 ? 1 : 2, in_core, whole, is_low,
              blk == 0 ? &bm->block : &bm->outside);
   }
+  if (live) st = add_experts(g, &b, bm, d);
   sc_blocks_free(&b);
   sc_free(seen);
   sc_free(low);
+  if (st != SC_OK) return st;
   if (!live) return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "block model: no live node");
   for (int32_t i = 0; i < g->n_values; i++)
     if (g->values[i].flags & SC_VALUE_PARAM) {

@@ -69,6 +69,26 @@ typedef struct sc_block_part {
    * type, at half the bytes: the GEMM products and the data-moving and
    * elementwise chains they feed (sc_train_low_op, passes/train.c) */
   double low_saved_bytes, attn_low_saved_bytes, whole_low_saved_bytes;
+  /* mixture of experts (docs/moe.md): the experts of its expert products
+   * (sc_expert_weight, passes/partition/partition.h: the products ep.c
+   * splits), E (0: none; the largest when the part has several), the
+   * elements of their stacked weights (of params: what expert parallelism
+   * divides by ep), and the forward's all-to-alls under ep per example:
+   * one for each dispatched activation entering the experts (the
+   * activation of an expert product not made by another expert product or
+   * an element-wise op) and one for each expert product's output that
+   * leaves them (no reader is an expert product or element-wise), a2a_bytes
+   * the bytes of those buffers whole ([1, E, C, D] each) */
+  int64_t experts;
+  int64_t expert_params;
+  /* of gemm_flops, the expert products' (per example), and the shape of
+   * one expert's product of them, the least wide: m (its C slots), n, k.
+   * Each runs whole on every tp rank (ep.c: experts are replicated over
+   * tp), at the efficiency of that shape, not the stream's */
+  double expert_flops;
+  int64_t expert_m, expert_n, expert_k;
+  int32_t a2a_count;
+  double a2a_bytes;
 } sc_block_part;
 
 typedef struct sc_block_model {

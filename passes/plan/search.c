@@ -159,9 +159,9 @@ const char *sc_search_recompute_name(sc_search_recompute k) {
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n) {
   size_t pos = 0;
   buf[0] = 0;
-  const char *names[5] = {"pp", "dp", "fsdp", "cp", "tp"};
-  int64_t sizes[5] = {c->pp, c->dp, c->fsdp, c->cp, c->tp};
-  for (int i = 0; i < 5 && pos < n; i++) {
+  const char *names[6] = {"pp", "dp", "fsdp", "cp", "ep", "tp"};
+  int64_t sizes[6] = {c->pp, c->dp, c->fsdp, c->cp, c->ep, c->tp};
+  for (int i = 0; i < 6 && pos < n; i++) {
     if (sizes[i] < 2) continue;
     int w = snprintf(buf + pos, n - pos, "%s%s=%lld", pos ? "," : "", names[i],
                      (long long)sizes[i]);
@@ -169,6 +169,12 @@ void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n) {
     pos += (size_t)w;
   }
   if (!buf[0]) snprintf(buf, n, "dp=1");
+}
+
+/* c's expert-parallel size (1 without ep) and its ranks. */
+static int64_t ep_of(const sc_search_cand *c) { return c->ep > 1 ? c->ep : 1; }
+static int64_t ranks_of(const sc_search_cand *c) {
+  return c->dp * c->fsdp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1) * ep_of(c);
 }
 
 /* The nodes a group of `size` ranks at `stride` spans on nodes of P
@@ -252,7 +258,7 @@ typedef struct mb_times {
 /* Thread-ranks outnumbering the host's cores compute time-sliced
  * (sc_cluster_core_share): what every compute term is multiplied by. */
 static double core_share(const ctx *x, const sc_search_cand *c) {
-  return sc_cluster_core_share(x->c, c->dp * c->fsdp * c->tp * c->pp * c->cp);
+  return sc_cluster_core_share(x->c, ranks_of(c));
 }
 
 /* A microbatch's examples' worth of tokens one rank computes: cp splits
@@ -276,7 +282,13 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   double core = 0, rest = 0;
   sc_status st = gemm(x, b->attn_flops * mbs / tp, bm->seq / cp, bm->seq, hd, &core, d);
   if (st == SC_OK)
-    st = gemm(x, (b->gemm_flops - b->attn_flops) * mbs / tp, rows, h / c->tp, h, &rest, d);
+    st = gemm(x, (b->gemm_flops - b->attn_flops - b->expert_flops) * mbs / tp, rows, h / c->tp,
+              h, &rest, d);
+  /* the experts: whole on every tp rank (ep.c), each of a rank's E/ep
+   * experts over every ep rank's tokens (mbs x E x C slots a rank in all),
+   * at the efficiency of one expert's product (its C rows) */
+  if (st == SC_OK)
+    st = gemm(x, b->expert_flops * mbs, b->expert_m, b->expert_n, b->expert_k, &rest, d);
   if (st != SC_OK) return st;
   /* memory-bound kernels: the residual stream's are whole on every tp rank
    * unless sequence parallel splits them; the rest (heads, the MLP's wide
@@ -301,11 +313,14 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
 }
 
 /* Parameter elements one rank of the critical stage holds before ZeRO's
- * sharding: its blocks' (split by tp where tp splits them) and the
- * outside's (vocabulary-parallel over tp). */
+ * sharding: its blocks' (split by tp where tp splits them; the experts'
+ * split by ep, whole over tp: ep.c) and the outside's
+ * (vocabulary-parallel over tp). */
 static double stage_params(const sc_block_model *bm, const sc_search_cand *c, int64_t blocks) {
   const sc_block_part *b = &bm->block;
-  double per_block = (double)b->split_params / (double)c->tp + (double)(b->params - b->split_params);
+  double per_block = (double)b->split_params / (double)c->tp +
+                     (double)(b->params - b->split_params - b->expert_params) +
+                     (double)b->expert_params / (double)ep_of(c);
   return (double)blocks * per_block + (double)bm->outside.params / (double)c->tp;
 }
 
@@ -422,13 +437,13 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     *cut = true;
     return SC_OK;
   }
-  /* communication: tp (stride 1), cp (stride tp), fsdp (stride tp cp),
-   * dp (stride tp cp fsdp), pp (stride tp cp fsdp dp): sc_search_mesh's
-   * order */
-  int64_t cp = c->cp > 1 ? c->cp : 1;
-  int64_t n_tp = span(1, c->tp, P), n_cp = span(c->tp, cp, P), n_fs = span(c->tp * cp, c->fsdp, P),
-          n_dp = span(c->tp * cp * c->fsdp, c->dp, P),
-          n_pp = span(c->tp * cp * c->fsdp * c->dp, c->pp, P);
+  /* communication: tp (stride 1), ep (stride tp), cp (stride tp ep),
+   * fsdp (stride tp ep cp), dp (stride tp ep cp fsdp), pp (stride tp ep
+   * cp fsdp dp): sc_search_mesh's order */
+  int64_t cp = c->cp > 1 ? c->cp : 1, ep = ep_of(c), te = c->tp * ep;
+  int64_t n_tp = span(1, c->tp, P), n_ep = span(c->tp, ep, P), n_cp = span(te, cp, P),
+          n_fs = span(te * cp, c->fsdp, P), n_dp = span(te * cp * c->fsdp, c->dp, P),
+          n_pp = span(te * cp * c->fsdp * c->dp, c->pp, P);
   double act = rank_mbs(c) * b->input_bytes; /* one [mbs, seq / cp, hidden] */
   /* what the compiled step moves (its collectives' bytes, plan --train's
    * "collectives"): the GEMM products in the GEMM dtype, so the tp
@@ -437,7 +452,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
   double gb = (double)(bm->param_bytes > 0 ? bm->param_bytes : PARAM_B);
   double act_tp = cb < gb ? act * cb / gb : act;
-  c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = c->cp_s = 0;
+  c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = c->cp_s = c->ep_s = 0;
   if (c->tp > 1) {
     /* Megatron: two all-reduces forward (attention, MLP), two backward,
      * two more when the forward runs again; sequence parallel: an
@@ -482,7 +497,37 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
                 &c->fsdp_s, d);
     if (st != SC_OK) return st;
   }
-  if (c->dp > 1) {
+  /* ep is a data axis for every parameter but the experts (ep.c): their
+   * gradients are reduced over dp and ep together, the experts' (each
+   * rank's E/ep, computed from every ep rank's tokens) over dp alone */
+  double ebytes = (double)Ls * (double)b->expert_params / (double)ep * PARAM_B;
+  if (ep > 1) {
+    double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
+    double bytes = (lbytes - ebytes) / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
+    /* the group: ep's ranks at stride tp and dp's at stride tp ep cp fsdp
+     * (the exact step names it by its first axis: dp's, or ep's alone) */
+    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp * ep, n_dp * n_ep, times * ops,
+              c->dp > 1 ? &c->dp_s : &c->ep_s, d);
+    if (st == SC_OK && c->dp > 1)
+      st = coll(x, SC_COLL_ALL_REDUCE, times * ebytes / (double)(c->fsdp > 1 ? c->fsdp : 1),
+                c->dp, n_dp, times * (double)Ls, &c->dp_s, d);
+    /* the all-to-alls: per MoE layer and microbatch the forward's (the
+     * tokens to their experts, their outputs back), as many in the
+     * backward (the gradients' way back), and the forward's again under
+     * full recompute, each of the rank's whole buffer [mbs, E, C, D]
+     * (sc_cost_collective sends (ep - 1)/ep of it: docs/moe.md, "The
+     * all-to-all bytes"), in the GEMM dtype (the dispatch is a product) */
+    const sc_block_part *ou = &bm->outside;
+    double n_a2a = (double)Ls * b->a2a_count + ou->a2a_count;
+    double a2a = (double)Ls * b->a2a_bytes + ou->a2a_bytes;
+    double passes = 2 + (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 1 : 0);
+    double buf = rank_mbs(c) * (cb < gb ? a2a * cb / gb : a2a);
+    if (st == SC_OK)
+      st = coll(x, SC_COLL_ALL_TO_ALL, M * passes * buf, ep, n_ep, M * passes * n_a2a,
+                &c->ep_s, d);
+    if (st != SC_OK) return st;
+  } else if (c->dp > 1) {
     /* the gradients (their fsdp shard under hybrid sharding), once a
      * step: a pipeline stage accumulates them pending over dp and reduces
      * the sum once (docs/training.md); under hybrid sharding its backward
@@ -533,7 +578,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
    * at pp=12 fsdp=16 ZeRO-3: 27.1 s of bubble simulated, 0.6 s estimated
    * from compute alone; docs/planner.md, "The estimate") */
   if (c->pp > 1) {
-    double per_mb_comm = (c->tp_s + c->fsdp_s + c->pp_s + (c->fsdp > 1 ? c->dp_s : 0)) / M;
+    double per_mb_comm =
+        (c->tp_s + c->fsdp_s + c->pp_s + c->ep_s + (c->fsdp > 1 ? c->dp_s : 0)) / M;
     c->bubble_s += slots * per_mb_comm;
   }
   c->offload_s = 0;
@@ -554,7 +600,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     c->host_bytes = (int64_t)bytes;
   }
   c->step_s = c->compute_s + c->recompute_s + c->optimizer_s + c->bubble_s + c->tp_s +
-              c->fsdp_s + c->dp_s + c->pp_s + c->cp_s + c->offload_s;
+              c->fsdp_s + c->dp_s + c->pp_s + c->cp_s + c->ep_s + c->offload_s;
   c->objective_s = c->step_s;
   return SC_OK;
 }
@@ -854,7 +900,7 @@ static void finish(const ctx *x, sc_search_cand *c, double model_flops) {
   if (c->inference) /* the forward of the examples the step serves */
     model_flops = sc_block_model_flops(x->bm) * (double)c->batch;
   double peak = x->c->peak_flops[x->o->dtype];
-  int64_t N = c->dp * c->fsdp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1);
+  int64_t N = ranks_of(c);
   c->mfu = c->step_s > 0 && peak > 0 ? model_flops / (c->step_s * (double)N * peak) : 0;
 }
 
@@ -1047,9 +1093,84 @@ static bool cp_skipped(const ctx *x, int64_t cp, int64_t pp, sc_search_result *r
   return false;
 }
 
-static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_diag *d) {
+/* Whether ep (> 1) is left out: the model's blocks have no experts (no
+ * candidate then, not counted: a dense model has no ep), ep does not
+ * divide their count E (ep.c refuses it), or beside cp (the two are not
+ * searched together: their composition is not tested). */
+static bool ep_skipped(const ctx *x, int64_t ep, int64_t cp, sc_search_result *r) {
+  if (ep == 1) return false;
+  int64_t e = x->bm->block.experts;
+  if (e < 2) return true;
+  if (e % ep || cp > 1) {
+    r->pruned_ep++;
+    return true;
+  }
+  return false;
+}
+
+/* Every data-parallel split (dp x fsdp, ZeRO, sequence parallelism) of
+ * the mesh of tp, pp, cp and ep: the ranks left, dp x fsdp, split the
+ * batch with ep (a data axis). */
+static sc_status search_data(const ctx *x, int64_t tp, int64_t pp, int64_t cp, int64_t ep,
+                             sc_search_result *r, sc_diag *d) {
   const sc_block_model *bm = x->bm;
   int64_t N = sc_cluster_devices(x->c), P = x->c->devices_per_node, B = x->o->global_batch;
+  int64_t dd = N / tp / pp / cp / ep, te = tp * ep;
+  for (int64_t fsdp = 1; fsdp <= dd; fsdp++) {
+    if (dd % fsdp) continue;
+    int64_t dp = dd / fsdp, data = dd * ep;
+    if (B % data) {
+      r->pruned_batch++;
+      if (!r->batch_parts || data < r->batch_parts) r->batch_parts = data;
+      continue;
+    }
+    if (!span(1, tp, P) || !span(tp, ep, P) || !span(te, cp, P) || !span(te * cp, fsdp, P) ||
+        !span(te * cp * fsdp, dp, P) || !span(te * cp * fsdp * dp, pp, P)) {
+      r->pruned_node++;
+      continue;
+    }
+    if (fsdp > 1 && bm->hidden > 0 && bm->hidden % fsdp) {
+      /* the partitioner shards a parameter on its first dim that fsdp
+       * divides (passes/partition/train_seed.c) and keeps it whole
+       * when none does (a fallback): with fsdp not dividing the hidden
+       * size the blocks' weights stay whole, a dp mesh by another
+       * name whose estimate would count shards and gathers it has not */
+      r->pruned_fsdp++;
+      continue;
+    }
+    for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
+      for (int sp = 0; sp < (tp > 1 && cp == 1 ? 2 : 1); sp++) {
+        sc_search_cand base = {.dp = dp, .fsdp = fsdp, .tp = tp, .pp = pp, .cp = cp, .ep = ep,
+                               .zero = zero, .sequence_parallel = sp == 1, .batch = B,
+                               .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
+        /* the training state alone, at the largest stage */
+        base.micro_batch_size = 0;
+        double e = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp);
+        if (state_bytes(x, &base, e) > (double)x->limit) {
+          r->pruned_state++;
+          /* still a candidate for the closest when nothing fits: its
+           * least memory (full recompute, the smallest micro-batch) */
+          sc_search_cand c = base;
+          c.schedule = pp > 1 ? "1f1b" : "gpipe";
+          c.virtual_stages = 1;
+          c.microbatches = pp > 1 ? (int32_t)(B / data) : 1;
+          c.micro_batch_size = pp > 1 ? 1 : B / data;
+          c.recompute = SC_SEARCH_RECOMPUTE_FULL;
+          sc_status st = closest(x, &c, r, d);
+          if (st != SC_OK) return st;
+          continue;
+        }
+        sc_status st = search_mesh(x, base, B / data, r, d);
+        if (st != SC_OK) return st;
+      }
+    }
+  }
+  return SC_OK;
+}
+
+static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  int64_t N = sc_cluster_devices(x->c);
   for (int64_t tp = 1; tp <= N; tp++) {
     if (N % tp || tp_skipped(x, tp, tp_anywhere, r)) continue;
     for (int64_t pp = 1; pp <= N / tp && pp <= bm->n_blocks && (!x->o->max_pp || pp <= x->o->max_pp);
@@ -1057,55 +1178,10 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
       if ((N / tp) % pp) continue;
       for (int64_t cp = 1; cp <= N / tp / pp; cp++) {
         if ((N / tp / pp) % cp || cp_skipped(x, cp, pp, r)) continue;
-        int64_t dd = N / tp / pp / cp;
-        for (int64_t fsdp = 1; fsdp <= dd; fsdp++) {
-          if (dd % fsdp) continue;
-          int64_t dp = dd / fsdp;
-          if (B % dd) {
-            r->pruned_batch++;
-            if (!r->batch_parts || dd < r->batch_parts) r->batch_parts = dd;
-            continue;
-          }
-          if (!span(1, tp, P) || !span(tp, cp, P) || !span(tp * cp, fsdp, P) ||
-              !span(tp * cp * fsdp, dp, P) || !span(tp * cp * fsdp * dp, pp, P)) {
-            r->pruned_node++;
-            continue;
-          }
-          if (fsdp > 1 && bm->hidden > 0 && bm->hidden % fsdp) {
-            /* the partitioner shards a parameter on its first dim that fsdp
-             * divides (passes/partition/train_seed.c) and keeps it whole
-             * when none does (a fallback): with fsdp not dividing the hidden
-             * size the blocks' weights stay whole, a dp mesh by another
-             * name whose estimate would count shards and gathers it has not */
-            r->pruned_fsdp++;
-            continue;
-          }
-          for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
-            for (int sp = 0; sp < (tp > 1 && cp == 1 ? 2 : 1); sp++) {
-              sc_search_cand base = {.dp = dp, .fsdp = fsdp, .tp = tp, .pp = pp, .cp = cp,
-                                     .zero = zero, .sequence_parallel = sp == 1, .batch = B,
-                                     .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
-              /* the training state alone, at the largest stage */
-              base.micro_batch_size = 0;
-              double e = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp);
-              if (state_bytes(x, &base, e) > (double)x->limit) {
-                r->pruned_state++;
-                /* still a candidate for the closest when nothing fits: its
-                 * least memory (full recompute, the smallest micro-batch) */
-                sc_search_cand c = base;
-                c.schedule = pp > 1 ? "1f1b" : "gpipe";
-                c.virtual_stages = 1;
-                c.microbatches = pp > 1 ? (int32_t)(B / dd) : 1;
-                c.micro_batch_size = pp > 1 ? 1 : B / dd;
-                c.recompute = SC_SEARCH_RECOMPUTE_FULL;
-                sc_status st = closest(x, &c, r, d);
-                if (st != SC_OK) return st;
-                continue;
-              }
-              sc_status st = search_mesh(x, base, B / dd, r, d);
-              if (st != SC_OK) return st;
-            }
-          }
+        for (int64_t ep = 1; ep <= N / tp / pp / cp; ep++) {
+          if ((N / tp / pp / cp) % ep || ep_skipped(x, ep, cp, r)) continue;
+          sc_status st = search_data(x, tp, pp, cp, ep, r, d);
+          if (st != SC_OK) return st;
         }
       }
     }
@@ -1199,7 +1275,7 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
   }
   if (st != SC_OK) return st;
   r->pruned = r->pruned_heads + r->pruned_node + r->pruned_batch + r->pruned_microbatch +
-              r->pruned_state + r->pruned_bound + r->pruned_fsdp + r->pruned_cp;
+              r->pruned_state + r->pruned_bound + r->pruned_fsdp + r->pruned_cp + r->pruned_ep;
   if (r->n_top == 0 && !r->have_closest && r->pruned_batch > 0) {
     /* no data-parallel size divides the batch: name the batches that do
      * for the smallest one refused */
@@ -1215,19 +1291,20 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
 }
 
 static const char *dominant_comm(const sc_search_cand *a, const sc_search_cand *b) {
-  double diff[6] = {b->tp_s - a->tp_s, b->fsdp_s - a->fsdp_s, b->dp_s - a->dp_s,
-                    b->pp_s - a->pp_s, b->bubble_s - a->bubble_s, b->cp_s - a->cp_s};
+  double diff[7] = {b->tp_s - a->tp_s,         b->fsdp_s - a->fsdp_s, b->dp_s - a->dp_s,
+                    b->pp_s - a->pp_s,         b->bubble_s - a->bubble_s, b->cp_s - a->cp_s,
+                    b->ep_s - a->ep_s};
   double more[3] = {b->compute_s - a->compute_s, b->recompute_s - a->recompute_s,
                     b->optimizer_s - a->optimizer_s};
-  static const char *const names[9] = {"more exposed tp comm", "more exposed fsdp comm",
-                                       "more exposed dp comm", "more pipeline p2p",
-                                       "a larger pipeline bubble", "more exposed cp comm",
-                                       "more compute per rank", "more recompute",
-                                       "a longer optimizer step"};
+  static const char *const names[10] = {"more exposed tp comm", "more exposed fsdp comm",
+                                        "more exposed dp comm", "more pipeline p2p",
+                                        "a larger pipeline bubble", "more exposed cp comm",
+                                        "more ep all-to-all", "more compute per rank",
+                                        "more recompute", "a longer optimizer step"};
   int best = 0;
   double bv = diff[0];
-  for (int i = 1; i < 9; i++) {
-    double v = i < 6 ? diff[i] : more[i - 6];
+  for (int i = 1; i < 10; i++) {
+    double v = i < 7 ? diff[i] : more[i - 7];
     if (v > bv) {
       bv = v;
       best = i;
@@ -1265,9 +1342,9 @@ void sc_search_why(const sc_search_cand *a, const sc_search_cand *b, int64_t lim
 }
 
 /* The terms of a candidate's estimate, in dominant_comm's order of names. */
-static void terms_of(const sc_search_cand *c, double t[9]) {
-  double v[9] = {c->tp_s,      c->fsdp_s,    c->dp_s,        c->pp_s,       c->bubble_s,
-                 c->cp_s,      c->compute_s, c->recompute_s, c->optimizer_s};
+static void terms_of(const sc_search_cand *c, double t[10]) {
+  double v[10] = {c->tp_s, c->fsdp_s,    c->dp_s,        c->pp_s,        c->bubble_s,
+                  c->cp_s, c->ep_s,      c->compute_s,   c->recompute_s, c->optimizer_s};
   memcpy(t, v, sizeof v);
 }
 
@@ -1280,15 +1357,15 @@ void sc_search_fewer_why(const sc_search_cand *a, const sc_search_cand *b, int64
     return;
   }
   /* the two terms that grew most, compute per rank, the batch per GPU */
-  static const char *const names[9] = {
+  static const char *const names[10] = {
       "more tp comm",      "more fsdp comm",          "more dp comm",  "more pipeline p2p",
-      "a larger pipeline bubble", "more cp comm", "more compute per rank", "more recompute",
-      "a longer optimizer step"};
-  double ta[9], tb[9];
+      "a larger pipeline bubble", "more cp comm", "more ep all-to-all", "more compute per rank",
+      "more recompute", "a longer optimizer step"};
+  double ta[10], tb[10];
   terms_of(a, ta);
   terms_of(b, tb);
   int i1 = -1, i2 = -1;
-  for (int i = 0; i < 9; i++) {
+  for (int i = 0; i < 10; i++) {
     double g = tb[i] - ta[i];
     if (g <= 0) continue;
     if (i1 < 0 || g > tb[i1] - ta[i1]) {
@@ -1298,7 +1375,7 @@ void sc_search_fewer_why(const sc_search_cand *a, const sc_search_cand *b, int64
       i2 = i;
     }
   }
-  int64_t N = b->dp * b->fsdp * b->tp * b->pp * (b->cp > 1 ? b->cp : 1);
+  int64_t N = ranks_of(b);
   size_t pos = (size_t)snprintf(buf, n, "%.1f %% slower than the best on %lld devices (%s)",
                                 pct, (long long)devices_a, basis);
   if (i1 >= 0 && pos < n)

@@ -3,7 +3,9 @@
  * batch, costed from the block model (block_model.h) with the formulas of
  * cost.h, pruned, and ranked by predicted step time.
  *
- * Space: the cluster's devices N = pp x dp x fsdp x tp; with fsdp > 1
+ * Space: the cluster's devices N = pp x dp x fsdp x cp x ep x tp (cp
+ * and ep never together; ep > 1 only for a model whose blocks have
+ * experts, ep dividing their count); with fsdp > 1
  * the ZeRO stage 1, 2 or 3, and with dp > 1 as well the hybrid shard
  * degree (= fsdp); tp with and without sequence parallelism; for pp > 1
  * the microbatch count M (dividing the replica's batch) and the schedule
@@ -13,7 +15,8 @@
  *
  * Pruning, each counted: tp not dividing the heads or leaving the node
  * (the latter lifted when nothing fits), dp x fsdp not dividing the global
- * batch, M not dividing the replica's batch, the training state alone
+ * batch (dp x fsdp x ep: ep is a data axis), M not dividing the
+ * replica's batch, the training state alone
  * (parameters, gradients, optimizer state after sharding) over the
  * device's memory or the budget, and the lower bound (compute,
  * recompute, optimizer and bubble: no communication) no better than the
@@ -22,7 +25,8 @@
  * The estimates compose per rank what the exact path (codegen/dist_sim.h)
  * simulates per step: compute (forward, backward as twice the forward,
  * recompute, the optimizer), communication (tp per block, fsdp gathers
- * and reduce-scatters, dp all-reduce, pipeline sends) added to it without
+ * and reduce-scatters, dp all-reduce, pipeline sends, ep's all-to-alls
+ * per MoE layer and the other gradients' reduction over dp x ep) added to it without
  * overlap, and the pipeline's bubble (microbatch times with their
  * exposed communication). Memory: without a pipeline the state, the
  * values the backward keeps, one block's working values; a pipeline rank
@@ -81,6 +85,10 @@ typedef struct sc_search_cand {
   int64_t dp, fsdp, tp, pp, cp; /* mesh sizes (cp: context parallel; its
                                    mesh places it between fsdp and tp:
                                    sc_search_mesh) */
+  int64_t ep;                   /* expert parallel (docs/moe.md): a data
+                                   axis that also splits the experts, placed
+                                   between cp and tp; 0 or 1: none (only
+                                   for a model with experts) */
   int32_t zero;                 /* 0 without fsdp, else 1..3 */
   int64_t hybrid_shard_degree;  /* fsdp when dp > 1 and fsdp > 1, else 0 */
   bool sequence_parallel;
@@ -102,6 +110,10 @@ typedef struct sc_search_cand {
   double tp_s, fsdp_s, dp_s, pp_s; /* communication by axis group */
   double cp_s;                  /* cp's: the ring's sends and the gradients'
                                    reduction over cp */
+  double ep_s;                  /* ep's all-to-alls (the tokens to their
+                                   experts and back, forward and backward)
+                                   and, without dp, the gradients'
+                                   reduction over ep (with dp: dp_s's) */
   double mfu;
   int64_t peak_bytes;           /* the largest rank's estimate */
   int64_t peak_activation_bytes; /* of which activations (the rest: the
@@ -163,6 +175,8 @@ typedef struct sc_search_result {
                                    into 2 cp chunks, the model has no fused
                                    attention, or beside a pipeline (not
                                    searched together) */
+  int64_t pruned_ep;            /* ep > 1 not dividing the experts, or beside
+                                   cp (not searched together) */
   bool tp_left_node;            /* nothing fitted with tp inside a node */
   int64_t batch_parts;          /* the smallest dp x fsdp refused for the batch */
   int32_t n_top;

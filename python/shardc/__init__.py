@@ -178,7 +178,7 @@ class AutoChoice:
     """What the planner's search (auto=True: `shardc plan --auto --json`,
     docs/cli.md#plan---auto) chose: the chosen plan's options as the
     command line writes them (options: "--mesh pp=2 --microbatches 1
-    --recompute none"), its mesh ({"dp", "fsdp", "tp", "pp", "cp"}), zero,
+    --recompute none"), its mesh ({"dp", "fsdp", "tp", "pp", "cp", "ep"}), zero,
     sequence_parallel, schedule, virtual_stages, microbatches,
     micro_batch_size, recompute ("none" for inference), predicted
     (the exact simulated step: docs/plan-format.md's object, step_time_s,

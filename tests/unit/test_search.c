@@ -21,7 +21,10 @@
  * estimate has no backward, optimizer or recompute term and is below the
  * training step of the same mesh; throughput serves dp batches a step and
  * ranks by step / dp, and its best serves at least as many examples per
- * second as latency's best. */
+ * second as latency's best. Expert parallelism on samples/moe.onnx: the
+ * block model's experts and all-to-all buffers, ep=2 against dp=2 (the
+ * experts' state halved, the all-to-alls costed), the candidates meshes
+ * ep.c runs; a dense model gets no ep. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,6 +41,7 @@
 
 #define GPT_1P5B SC_SOURCE_DIR "/samples/gpt_1p5b.onnx"
 #define GPT2 SC_SOURCE_DIR "/samples/gpt2.onnx"
+#define MOE SC_SOURCE_DIR "/samples/moe.onnx"
 
 /* The forward graph of one example, shapes only, and its block model;
  * the attention cores fused unless no_fuse. */
@@ -131,7 +135,7 @@ static void test_search_space(void **state) {
   assert_true(r.evaluated > 0);
   assert_int_equal(r.pruned, r.pruned_heads + r.pruned_node + r.pruned_batch +
                                  r.pruned_microbatch + r.pruned_state + r.pruned_bound +
-                                 r.pruned_fsdp + r.pruned_cp);
+                                 r.pruned_fsdp + r.pruned_cp + r.pruned_ep);
   assert_true(r.pruned_heads > 0); /* 2, 4, 8, 16 do not divide 25 heads */
   for (int32_t i = 0; i < r.n_top; i++) {
     const sc_search_cand *c = &r.top[i];
@@ -392,6 +396,71 @@ static void test_cp_estimate(void **state) {
   assert_true(two.step_s > two.compute_s + two.cp_s - 1e-12);
 }
 
+/* Expert parallelism (docs/moe.md): the MoE sample's experts in the block
+ * model (8 experts [64, 64] three times a layer; the dispatched tokens
+ * [1, 8, 5, 64] in, the experts' outputs out); ep=2 against dp=2 at the
+ * same micro-batch: the experts' state halved, the all-to-alls costed
+ * (8 a step of a 40,960-byte buffer, half of it sent), no dp term; every
+ * candidate of a search on 4 devices a mesh ep.c runs (ep dividing the
+ * experts, dp x fsdp x ep the batch); a dense model gets no ep. */
+static void test_ep_estimate(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(MOE, &bm, &n);
+  assert_int_equal(bm.n_blocks, 2);
+  assert_int_equal(bm.block.experts, 8);
+  assert_int_equal(bm.block.expert_params, 3 * 8 * 64 * 64);
+  assert_int_equal(bm.block.a2a_count, 2);
+  assert_true(bm.block.a2a_bytes == 2.0 * 8 * 5 * 64 * 4);
+  assert_int_equal(bm.block.expert_m, 5);
+  assert_true(bm.block.expert_flops == 3 * 2.0 * 8 * 5 * 64 * 64);
+  assert_int_equal(bm.outside.experts, 0);
+  sc_cluster cl = preset("h100-sxm:2x1");
+  sc_search_opts o = {.cluster = &cl, .global_batch = 8, .dtype = SC_CLUSTER_FP32,
+                      .adamw = true};
+  sc_search_cand dp = {.dp = 2, .fsdp = 1, .tp = 1, .pp = 1, .cp = 1, .ep = 1,
+                       .schedule = "gpipe", .virtual_stages = 1, .microbatches = 1,
+                       .micro_batch_size = 4, .batch = 8};
+  sc_search_cand ep = dp;
+  ep.dp = 1;
+  ep.ep = 2;
+  sc_diag d = {0};
+  assert_int_equal(sc_search_estimate(&bm, &o, &dp, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(&bm, &o, &ep, &d), SC_OK);
+  assert_true(dp.ep_s == 0 && dp.dp_s > 0);
+  assert_true(ep.dp_s == 0 && ep.ep_s >= 8 * 20480 / 450e9);
+  /* the same products a rank (its E/ep experts over the group's tokens);
+   * only the accumulation's pass over the parameters is shorter */
+  assert_true(ep.compute_s <= dp.compute_s && ep.compute_s > 0.95 * dp.compute_s);
+  /* half the experts' parameters, gradients and AdamW moments (16 B) */
+  double saved = (double)(dp.peak_bytes - ep.peak_bytes), half = 2.0 * 3 * 8 * 64 * 64 / 2 * 16;
+  assert_true(saved >= half && saved < 1.1 * half);
+  assert_int_equal(dp.peak_activation_bytes, ep.peak_activation_bytes);
+  assert_true(ep.optimizer_s < dp.optimizer_s);
+  sc_cluster four = preset("h100-sxm:4x1");
+  o.cluster = &four;
+  sc_search_result r;
+  assert_int_equal(sc_search_run(&bm, &o, &r, &d), SC_OK);
+  assert_true(r.n_top > 0);
+  for (int32_t i = 0; i < r.n_top; i++) {
+    const sc_search_cand *c = &r.top[i];
+    int64_t e = c->ep > 1 ? c->ep : 1;
+    assert_int_equal(c->pp * c->dp * c->fsdp * c->cp * e * c->tp, 4);
+    assert_int_equal(8 % e, 0);
+    assert_true(e == 1 || c->cp == 1);
+    assert_int_equal(c->micro_batch_size * c->microbatches * c->dp * c->fsdp * e, 8);
+  }
+  /* a dense model: no ep candidate, none pruned for ep */
+  model_of(GPT2, &bm, &n);
+  assert_int_equal(bm.block.experts, 0);
+  assert_int_equal(bm.block.a2a_count, 0);
+  o.global_batch = 4;
+  assert_int_equal(sc_search_run(&bm, &o, &r, &d), SC_OK);
+  assert_int_equal(r.pruned_ep, 0);
+  for (int32_t i = 0; i < r.n_top; i++) assert_true(r.top[i].ep <= 1);
+}
+
 static void test_batch_refused(void **state) {
   (void)state;
   sc_block_model bm;
@@ -484,7 +553,8 @@ int main(void) {
       cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
       cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_fewer_devices),
       cmocka_unit_test(test_budget), cmocka_unit_test(test_loss_memory),
-      cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_cp_estimate), cmocka_unit_test(test_zero_stages),
+      cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_cp_estimate), cmocka_unit_test(test_ep_estimate),
+      cmocka_unit_test(test_zero_stages),
       cmocka_unit_test(test_grouped_collectives),
       cmocka_unit_test(test_inference),
   };

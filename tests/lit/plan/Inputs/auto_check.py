@@ -1,5 +1,5 @@
 """Checks of `shardc plan [--train] --auto --json` (tests/lit/plan/auto.test,
-auto_infer.test).
+auto_infer.test, auto_cp.test, auto_ep.test).
 
   auto_check.py check SHARDC MODEL AUTO.json TMP
       the chosen plan is exact ("simulated", the path of plan --train --mesh)
@@ -27,6 +27,20 @@ auto_infer.test).
       estimate equals `plan --train --estimate` of the same options; every
       candidate without cp, compiled exactly (`plan --train --mesh` of its
       options where the search only estimated it), is over the limit.
+  auto_check.py ep SHARDC MODEL AUTO.json TMP
+      a mixture-of-experts model where expert parallelism wins: the chosen
+      plan has ep > 1 (auto.chosen.mesh.ep, its plan file's mesh axes
+      naming ep), fits the limit exactly, its simulated step and its
+      estimate both have ep communication (the all-to-alls), it replays
+      through --mesh and through its plan file with --plan to the same
+      prediction, and its estimate equals `plan --train --estimate` of the
+      same options; every candidate without ep, compiled exactly, is over
+      the limit or slower than the chosen plan, and so is (when the chosen
+      mesh is ep alone) each mesh giving ep's ranks to dp, fsdp (ZeRO 1,
+      2, 3) or tp.
+  auto_check.py dense AUTO.json
+      a model without experts: no candidate (nor the chosen plan) has
+      ep > 1, and none was pruned for ep.
   auto_check.py faster A.json B.json
       B's report compares its chosen plan with the best on half its GPUs
       (auto.fewer_devices: exact against exact when that cluster's plans
@@ -84,20 +98,30 @@ def replays(shardc, model, ch, tmp):
     return replay
 
 
-def cp(shardc, model, path, tmp):
+def chosen_with(axis, shardc, model, path, tmp):
+    """The chosen plan has axis > 1 (in auto.chosen.mesh and its plan
+    file's mesh axes), fits the limit exactly, its simulated step has
+    exposed communication on axis, it replays through --mesh and --plan,
+    and its estimate equals `plan --train --estimate` of its options.
+    Returns (auto, chosen, its prediction, the limit)."""
     a = load(path)
     ch, limit = a["chosen"], a["memory_limit_bytes"]
     p = ch["predicted"]
-    assert ch["mesh"]["cp"] > 1, ch["mesh"]
-    assert "cp=%d" % ch["mesh"]["cp"] in ch["plan"]["mesh"]["axes"], ch["plan"]["mesh"]
+    assert ch["mesh"][axis] > 1, ch["mesh"]
+    assert "%s=%d" % (axis, ch["mesh"][axis]) in ch["plan"]["mesh"]["axes"], ch["plan"]["mesh"]
     assert p["source"] == "simulated" and p["fits"] and 0 < p["peak_bytes_per_rank"] <= limit, p
-    # the simulated ring: its shifted sends cost time on the cp group's queue
-    assert p["step_time_s"] > 0 and p["breakdown"]["exposed_comm_s"].get("cp", 0) > 0, p
+    assert p["step_time_s"] > 0 and p["breakdown"]["exposed_comm_s"].get(axis, 0) > 0, p
     replay = replays(shardc, model, ch, tmp)
     out = subprocess.run([shardc, "plan", model, "--estimate"] + replay + ["--json"],
                          check=True, capture_output=True, text=True).stdout
     assert json.loads(out)["estimate"] == ch["estimate"], (json.loads(out)["estimate"],
                                                           ch["estimate"])
+    return a, ch, p, limit
+
+
+def cp(shardc, model, path, tmp):
+    # the simulated ring: its shifted sends cost time on the cp group's queue
+    a, ch, p, limit = chosen_with("cp", shardc, model, path, tmp)
     # every candidate without cp, compiled exactly, is over the limit
     least = None
     for c in a["candidates"]:
@@ -114,6 +138,50 @@ def cp(shardc, model, path, tmp):
           % (ch["options"], p["peak_bytes_per_rank"], limit, least))
 
 
+def ep(shardc, model, path, tmp):
+    # the all-to-alls, simulated and estimated
+    a, ch, p, limit = chosen_with("ep", shardc, model, path, tmp)
+    assert ch["estimate"]["breakdown"]["exposed_comm_s"].get("ep", 0) > 0, ch["estimate"]
+    # every candidate without ep, compiled exactly, is over the limit or slower
+    others = 0
+    for c in a["candidates"]:
+        if c["mesh"]["ep"] > 1:
+            continue
+        q = c["predicted"]
+        if not c["exact"]:
+            args = shlex.split(ch["replay"].replace(ch["options"], c["options"]))
+            q = predicted_of(shardc, model, args)
+        assert q["peak_bytes_per_rank"] > limit or q["step_time_s"] > p["step_time_s"], (
+            c["options"], q["peak_bytes_per_rank"], q["step_time_s"], limit, p["step_time_s"])
+        others += 1
+    # and the meshes that give ep's ranks to dp, fsdp (each ZeRO stage)
+    # or tp, where the chosen mesh is ep alone (the search may have pruned
+    # them by its bound)
+    m = ch["mesh"]
+    if all(m[k] == 1 for k in m if k != "ep"):
+        tail = ch["options"][len("--mesh ep=%d" % m["ep"]):]
+        for alt in ("dp", "fsdp --zero 1", "fsdp --zero 2", "fsdp --zero 3", "tp"):
+            name, _, zero = alt.partition(" ")
+            opts = "--mesh %s=%d %s%s" % (name, m["ep"], zero + " " if zero else "", tail.strip())
+            args = shlex.split(ch["replay"].replace(ch["options"], opts))
+            q = predicted_of(shardc, model, args)
+            assert q["peak_bytes_per_rank"] > limit or q["step_time_s"] > p["step_time_s"], (
+                opts, q["peak_bytes_per_rank"], q["step_time_s"], limit, p["step_time_s"])
+            others += 1
+    assert others > 0, "no candidate without ep"
+    print("ep ok: %s, %.6f s, %d bytes a rank, limit %d; %d plans without ep slower or over"
+          % (ch["options"], p["step_time_s"], p["peak_bytes_per_rank"], limit, others))
+
+
+def dense(path):
+    a = load(path)
+    for c in a["candidates"] + [a["chosen"]]:
+        assert c["mesh"]["ep"] == 1, c["options"]
+        assert "ep=" not in c["options"], c["options"]
+    assert a["pruned"]["ep"] == 0, a["pruned"]
+    print("dense ok: %d candidates, none with ep" % len(a["candidates"]))
+
+
 def check(shardc, model, path, tmp):
     a = load(path)
     for k in ("time_s", "search_time_s", "exact_time_s", "candidates_evaluated",
@@ -126,7 +194,7 @@ def check(shardc, model, path, tmp):
     assert p["source"] == "simulated", p
     assert p["fits"] and 0 < p["peak_bytes_per_rank"] <= a["memory_limit_bytes"], p
     assert p["step_time_s"] > 0 and 0 < p["mfu"] < 1, p
-    assert set(ch["mesh"]) == {"dp", "fsdp", "tp", "pp", "cp"}, ch["mesh"]
+    assert set(ch["mesh"]) == {"dp", "fsdp", "tp", "pp", "cp", "ep"}, ch["mesh"]
     assert ch["estimate"]["source"] == "estimate"
     first = [c for c in cands if c["why"] == "chosen"]
     assert len(first) == 1 and first[0]["predicted"] == p, first
@@ -275,6 +343,10 @@ if __name__ == "__main__":
         check(*sys.argv[2:6])
     elif sys.argv[1] == "cp":
         cp(*sys.argv[2:6])
+    elif sys.argv[1] == "ep":
+        ep(*sys.argv[2:6])
+    elif sys.argv[1] == "dense":
+        dense(sys.argv[2])
     elif sys.argv[1] == "offload":
         offload(*sys.argv[2:6])
     elif sys.argv[1] == "infer":
