@@ -566,6 +566,53 @@ static void test_json_comm(void **state) {
   sc_program_destroy(p);
 }
 
+/* A ring's hop (codegen/overlap.c: a shifted send and its receive as one
+ * send_recv step, started async and waited for) survives JSON on mesh
+ * cp=2; one without a shift or without its receive buffer is refused. */
+static void test_json_send_recv(void **state) {
+  (void)state;
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_mesh_parse("cp=2", &p->mesh, &d), SC_OK);
+  p->arena_bytes = 128;
+  p->arena_align = 64;
+  const int64_t d24[2] = {2, 4};
+  int32_t x = add_buf(p, "k", SC_BUF_INPUT, SC_DTYPE_F32, 2, d24, 0, NULL, -1);
+  int32_t y = add_buf(p, "k_prev", SC_BUF_OUTPUT, SC_DTYPE_F32, 2, d24, 64, NULL, -1);
+  assert_int_equal(sc_program_add_input(p, x), SC_OK);
+  assert_int_equal(sc_program_add_output(p, y), SC_OK);
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_COMM;
+  s.kernel = -1;
+  s.origin = "ring/send";
+  s.comm = (sc_comm_step){.kind = SC_COMM_SEND_RECV, .in = x, .out = y, .pack = -1,
+                          .unpack = -1, .count = 8, .axes = 1, .group_size = 2, .peer = -1,
+                          .tag = 2, .shift = 1, .async = true};
+  assert_int_equal(sc_program_add_step(p, &s), 0);
+  sc_step w = {.kind = SC_STEP_WAIT, .kernel = -1, .started = 0, .origin = "ring/send"};
+  assert_int_equal(sc_program_add_step(p, &w), 1);
+  char *json = NULL;
+  assert_int_equal(sc_program_write_json(p, NULL, &json, &d), SC_OK);
+  assert_non_null(strstr(json, "\"kind\": \"send_recv\""));
+  sc_program *r = NULL;
+  if (sc_program_read_json(json, strlen(json), NULL, 0, &r, &d) != SC_OK) fail_msg("%s", d.msg);
+  assert_int_equal(r->n_steps, 2);
+  assert_memory_equal(&r->steps[0].comm, &p->steps[0].comm, sizeof(sc_comm_step));
+  assert_int_equal(r->steps[1].started, 0);
+  sc_program_destroy(r);
+  static const edit_case cases[] = {
+      {"\"shift\": 1", "\"shift\": 0", "a send_recv step needs a 'shift'"},
+      {"\"out\": 1", "\"out\": -1", "do not fit a send_recv step"},
+      {"\"shift\": 1", "\"shift\": 2", "'shift' = 2 does not fit a send_recv step"},
+  };
+  expect_refused(json, cases, sizeof cases / sizeof cases[0]);
+  sc_free(json);
+  sc_program_destroy(p);
+}
+
 /* An offloaded activation's copies (codegen/offload.c) survive JSON: a
  * temp copied to a host buffer and back into another temp, each copy
  * waited for; damaged ones are refused before anything runs. */
@@ -1087,7 +1134,7 @@ int main(void) {
       cmocka_unit_test(test_sha256_vectors),
       cmocka_unit_test_setup_teardown(test_json_round_trip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_json_hostile, setup, teardown),
-      cmocka_unit_test(test_json_comm),
+      cmocka_unit_test(test_json_comm), cmocka_unit_test(test_json_send_recv),
       cmocka_unit_test(test_json_scatter_and_pairs),
       cmocka_unit_test(test_json_pool),
       cmocka_unit_test(test_json_copy),
