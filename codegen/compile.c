@@ -7,6 +7,7 @@
  *   sc_program_pair_state                    training state updated in place
  *   sc_program_bind_inputs                   inputs bound outside the arena
  *   sc_program_multi_tensor (opts->fuse)     alike elementwise kernels in one launch (codegen/multi_tensor.c)
+ *   sc_program_pair_shifts                   a ring's shifted SEND and RECV as one step
  *   sc_program_overlap (when opts->overlap)  async collectives, prefetch (codegen/overlap.c)
  *   sc_program_offload (opts->offload)       saved activations to the host pool (codegen/offload.c)
  *   sc_memplan_run + sc_memplan_verify       arena offsets, checked (codegen/memplan.c)
@@ -96,6 +97,7 @@ sc_status sc_compile_graph(sc_graph *g, const sc_compile_opts *o, sc_program **o
                       sc_program_bind_inputs(p, o->bound, o->n_bound) != SC_OK))
     st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   if (st == SC_OK && o->fuse) st = sc_program_multi_tensor(p, diag);
+  if (st == SC_OK) st = sc_program_pair_shifts(p, NULL, diag);
   if (st == SC_OK && o->overlap) st = sc_program_overlap(p, NULL, NULL, diag);
   if (st == SC_OK && o->n_offload > 0)
     st = sc_program_offload(p, o->offload, o->n_offload, o->offload_horizon, NULL, diag);

@@ -337,7 +337,7 @@ static sc_status collective_time(const sc_dist_program *dp, const sc_comm_step *
                                  const sc_cluster *c, double *seconds, sc_diag *d) {
   static const sc_coll_kind KIND[SC_COMM_KIND_COUNT] = {
       SC_COLL_ALL_REDUCE, SC_COLL_ALL_GATHER, SC_COLL_REDUCE_SCATTER,
-      SC_COLL_ALL_TO_ALL, SC_COLL_SEND,       SC_COLL_SEND};
+      SC_COLL_ALL_TO_ALL, SC_COLL_SEND,       SC_COLL_SEND,           SC_COLL_SEND};
   if ((unsigned)cs->kind >= SC_COMM_KIND_COUNT)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "unknown collective kind %d", cs->kind);
   sc_coll_group g = {cs->group_size < 1 ? 1 : cs->group_size,
@@ -506,8 +506,11 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
          group sends a block to the next and receives one from the
          previous at the same step, ir/op_comm.h) is a transfer on the
          group's queue, the SEND's; its RECV is the previous rank's SEND
-         of the same step, costed there */
-      bool ring = cs->shift != 0 && (cs->kind == SC_COMM_SEND || cs->kind == SC_COMM_RECV);
+         of the same step, costed there. Paired as one SEND_RECV step
+         (codegen/overlap.c) it is that transfer, async when started so
+         (its WAIT exposes what compute did not hide) */
+      bool ring = cs->shift != 0 && (cs->kind == SC_COMM_SEND || cs->kind == SC_COMM_RECV ||
+                                     cs->kind == SC_COMM_SEND_RECV);
       t->term = ring                       ? T_COMM
                 : cs->kind == SC_COMM_SEND ? T_SEND
                 : cs->kind == SC_COMM_RECV ? T_RECV

@@ -2,11 +2,23 @@
  * sc_program_overlap; docs/codegen.md "Asynchronous collectives").
  *
  * The step list comes out of lowering with every collective where the
- * graph's order put it, run to completion before the next step. This pass
- * rewrites it in three moves, on storage roots (a VIEW is its root; an
+ * graph's order put it, run to completion before the next step.
+ * sc_program_pair_shifts first makes each hop of a ring (a shifted SEND
+ * and its RECV, context parallelism's K/V transfer) one SEND_RECV step,
+ * an exchange every rank of the group issues alike, as a collective. This
+ * pass then rewrites the list in these moves, on storage roots (a VIEW is its root; an
  * output "new:X" updated in place is X's root, since the memory plan will
  * give both one slot):
  *
+ *   0. hoist: a SEND_RECV moves up to just before the first step that
+ *      reads what it sends, past the steps that do not depend on it, up
+ *      to the nearest other collective. A ring's hop of step i + 1 sends
+ *      the K/V block that step i's attention blocks read, so it now starts
+ *      before them and its WAIT (move 3) comes after them, where the next
+ *      blocks read what it received (Megatron's ring: the block's transfer
+ *      hides behind the block's compute); a backward hop carrying dK/dV
+ *      starts right after the blocks that computed them and is waited for
+ *      at the accumulation after the next blocks;
  *   1. prefetch: an all-gather that can legally run earlier (nothing
  *      between writes what it reads or touches what it writes) moves up to
  *      just before the step that first needs the previous all-gather's
@@ -28,12 +40,21 @@
  *      that touches its output or scratch, or writes its input;
  *   4. a bound: at most two collectives in flight; starting a third first
  *      waits for the oldest (so a reduce-scatter's full gradient still dies
- *      one block later, ZeRO-2's memory, not at the optimizer).
+ *      one block later, ZeRO-2's memory, not at the optimizer). A ring's
+ *      exchanges do not count: each carries one K, V, dK or dV block, and
+ *      a hop waits for the previous hop of its block, so a ring keeps at
+ *      most four in flight (counted, the backward's dK/dV hops would wait
+ *      for the K/V hops of the next step, or these for those, serialising
+ *      one of them beyond cp = 2).
  *
- * Collectives keep their relative order except for the moved gathers, and
- * the rewrite depends on the program alone: every rank running the same
- * program issues the same collectives in the same order. Send and receive
- * steps stay synchronous. */
+ * Collectives keep their relative order except for the moved gathers and
+ * exchanges, and the rewrite depends on the program alone: every rank
+ * running the same program issues the same collectives in the same order.
+ * On a communicator whose sends are buffered (local, tcp, MPI's Isend) an
+ * exchange is the send, then the receive: every rank's send of a hop is
+ * issued before any rank waits for that hop's receive, so a started ring
+ * cannot deadlock; NCCL groups the two. A pipeline's SEND and RECV steps
+ * (no shift) stay synchronous. */
 #include <string.h>
 
 #include "codegen/program.h"
@@ -68,8 +89,14 @@ static void add_touch(void *ud, int32_t b, bool written) {
   t->tch[t->n++] = (touch){b >= 0 && b < t->n_buffers ? t->alias[b] : -1, written};
 }
 
+/* A step every rank of its group issues alike, which may run async: a
+ * collective or a ring's exchange (a pipeline's SEND and RECV are not). */
 static bool is_collective(const sc_step *s) {
   return s->kind == SC_STEP_COMM && s->comm.kind != SC_COMM_SEND && s->comm.kind != SC_COMM_RECV;
+}
+
+static bool is_exchange(const sc_step *s) {
+  return s->kind == SC_STEP_COMM && s->comm.kind == SC_COMM_SEND_RECV;
 }
 
 /* Whether step y must stay on its side of step x: one writes what the
@@ -211,6 +238,96 @@ static void defer(const sc_program *p, const touches *t, int32_t *ord) {
   }
 }
 
+/* Whether step y reads storage root r. */
+static bool reads_root(const touches *t, int32_t y, int32_t r) {
+  for (int32_t j = t->off[y]; j < t->off[y + 1]; j++)
+    if (t->tch[j].root == r && !t->tch[j].wr) return true;
+  return false;
+}
+
+/* Whether step y touches storage root r. */
+static bool touches_root(const touches *t, int32_t y, int32_t r) {
+  for (int32_t j = t->off[y]; j < t->off[y + 1]; j++)
+    if (t->tch[j].root == r) return true;
+  return false;
+}
+
+/* Move 0 (file comment): each SEND_RECV moves up to just before the
+ * first step that reads what it sends, among the steps above it that do
+ * not depend on it, up to the nearest other collective (a ring's hop of
+ * step i + 1 then starts before step i's attention blocks). */
+static void hoist(const sc_program *p, const touches *t, int32_t *ord) {
+  for (int32_t pos = 0; pos < p->n_steps; pos++) {
+    const sc_step *s = &p->steps[ord[pos]];
+    if (!is_exchange(s)) continue;
+    int32_t in = t->alias[s->comm.in], top = -1;
+    for (int32_t k = pos - 1; k >= 0; k--) {
+      const sc_step *y = &p->steps[ord[k]];
+      if ((y->kind == SC_STEP_COMM && !is_exchange(y)) || depends(t, ord[pos], ord[k])) break;
+      if (reads_root(t, ord[k], in)) top = k;
+    }
+    if (top >= 0) try_move(t, ord, top, pos, pos);
+  }
+}
+
+/* t for p's steps (file comment: storage roots). */
+static sc_status touches_build(const sc_program *p, touches *t, sc_diag *diag) {
+  int32_t n = p->n_steps;
+  *t = (touches){.n_buffers = p->n_buffers};
+  t->alias = sc_malloc((size_t)p->n_buffers * sizeof *t->alias + 1);
+  t->users = sc_calloc((size_t)p->n_buffers + 1, sizeof *t->users);
+  int32_t *seen_b = sc_malloc(((size_t)p->n_buffers + 1) * sizeof *seen_b);
+  t->off = sc_malloc(((size_t)n + 1) * sizeof *t->off);
+  sc_status st = SC_OK;
+  if (!t->alias || !t->users || !seen_b || !t->off) {
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "overlap: out of memory");
+    goto done;
+  }
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    int32_t r = sc_program_root(p, b);
+    t->alias[b] = r >= 0 && r < p->n_buffers ? r : -1;
+    seen_b[b] = -1;
+  }
+  for (int32_t j = 0; j < p->n_outputs; j++) { /* new:X shares X's slot */
+    int32_t u = sc_program_updates(p, j);
+    if (u < 0) continue;
+    int32_t from = t->alias[p->outputs[j]], to = t->alias[p->inputs[u]];
+    if (from < 0 || to < 0) continue;
+    for (int32_t b = 0; b < p->n_buffers; b++)
+      if (t->alias[b] == from) t->alias[b] = to;
+  }
+  for (int32_t i = 0; i < n; i++) {
+    t->off[i] = t->n;
+    sc_step_buffers(p, &p->steps[i], add_touch, t);
+    for (int32_t j = t->off[i]; j < t->n && !t->bad; j++)
+      if (t->tch[j].root < 0) {
+        st = sc_diag_set(diag, SC_ERR_INVALID, p->steps[i].origin, NULL,
+                         "overlap: step %d uses a buffer that does not exist", (int)i);
+        goto done;
+      }
+    if (t->bad) {
+      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "overlap: out of memory");
+      goto done;
+    }
+    for (int32_t j = t->off[i]; j < t->n; j++)
+      if (seen_b[t->tch[j].root] != i) {
+        seen_b[t->tch[j].root] = i;
+        t->users[t->tch[j].root]++;
+      }
+  }
+  t->off[n] = t->n;
+done:
+  sc_free(seen_b);
+  return st;
+}
+
+static void touches_free(touches *t) {
+  sc_free(t->alias);
+  sc_free(t->users);
+  sc_free(t->off);
+  sc_free(t->tch);
+}
+
 sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetched,
                              sc_diag *diag) {
   if (n_async) *n_async = 0;
@@ -221,69 +338,41 @@ sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetc
     n_coll += is_collective(&p->steps[i]);
   }
   if (n_coll == 0) return SC_OK;
-  touches t = {.n_buffers = p->n_buffers};
-  t.alias = sc_malloc((size_t)p->n_buffers * sizeof *t.alias);
-  t.users = sc_calloc((size_t)p->n_buffers + 1, sizeof *t.users);
-  int32_t *seen_b = sc_malloc(((size_t)p->n_buffers + 1) * sizeof *seen_b);
-  t.off = sc_malloc(((size_t)n + 1) * sizeof *t.off);
+  touches t;
+  sc_status st = touches_build(p, &t, diag);
   int32_t *ord = sc_malloc((size_t)n * sizeof *ord);
   int32_t *newpos = sc_malloc((size_t)n * sizeof *newpos);
+  int32_t *pend = sc_malloc((size_t)n * sizeof *pend); /* started, not yet waited for */
   bool *seen = sc_malloc((size_t)n + 1);
   sc_step *out = sc_arena_array(&p->arena, (size_t)2 * (size_t)n, sizeof *out);
-  sc_status st = SC_OK;
-  if (!t.alias || !t.users || !seen_b || !t.off || !ord || !newpos || !seen || !out) {
+  if (st != SC_OK) goto done;
+  if (!ord || !newpos || !pend || !seen || !out) {
     st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "overlap: out of memory");
     goto done;
   }
-  for (int32_t b = 0; b < p->n_buffers; b++) {
-    int32_t r = sc_program_root(p, b);
-    t.alias[b] = r >= 0 && r < p->n_buffers ? r : -1;
-    seen_b[b] = -1;
-  }
-  for (int32_t j = 0; j < p->n_outputs; j++) { /* new:X shares X's slot */
-    int32_t u = sc_program_updates(p, j);
-    if (u < 0) continue;
-    int32_t from = t.alias[p->outputs[j]], to = t.alias[p->inputs[u]];
-    if (from < 0 || to < 0) continue;
-    for (int32_t b = 0; b < p->n_buffers; b++)
-      if (t.alias[b] == from) t.alias[b] = to;
-  }
-  for (int32_t i = 0; i < n; i++) {
-    t.off[i] = t.n;
-    sc_step_buffers(p, &p->steps[i], add_touch, &t);
-    for (int32_t j = t.off[i]; j < t.n && !t.bad; j++)
-      if (t.tch[j].root < 0) {
-        st = sc_diag_set(diag, SC_ERR_INVALID, p->steps[i].origin, NULL,
-                         "overlap: step %d uses a buffer that does not exist", (int)i);
-        goto done;
-      }
-    if (t.bad) {
-      st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "overlap: out of memory");
-      goto done;
-    }
-    for (int32_t j = t.off[i]; j < t.n; j++)
-      if (seen_b[t.tch[j].root] != i) {
-        seen_b[t.tch[j].root] = i;
-        t.users[t.tch[j].root]++;
-      }
-    ord[i] = i;
-  }
-  t.off[n] = t.n;
+  for (int32_t i = 0; i < n; i++) ord[i] = i;
 
   memset(seen, 0, (size_t)n * sizeof *seen);
   int32_t moved = prefetch(p, &t, ord, seen), made_async = 0;
+  hoist(p, &t, ord);
   defer(p, &t, ord);
 
   /* Moves 3 and 4: emit in `ord`, with starts and waits. */
-  int32_t m = 0, pend[2], n_pend = 0;
+  int32_t m = 0, n_pend = 0, n_bounded = 0; /* bounded: in flight but exchanges */
   for (int32_t pos = 0; pos <= n; pos++) {
     int32_t x = pos < n ? ord[pos] : -1;
     bool starting = x >= 0 && is_collective(&p->steps[x]);
+    bool bound = starting && !is_exchange(&p->steps[x]) && n_bounded == 2;
     for (int32_t q = 0; q < n_pend;) { /* oldest first */
-      bool wait = x < 0 || needs(p, &t, pend[q], x) || (starting && n_pend == 2 && q == 0);
+      bool ex = is_exchange(&p->steps[pend[q]]);
+      bool wait = x < 0 || needs(p, &t, pend[q], x) || (bound && !ex);
       if (!wait) {
         q++;
         continue;
+      }
+      if (!ex) {
+        n_bounded--;
+        bound = false;
       }
       sc_step w = {.kind = SC_STEP_WAIT, .kernel = -1, .started = newpos[pend[q]],
                    .origin = p->steps[pend[q]].origin};
@@ -297,6 +386,7 @@ sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetc
     if (starting && pos + 1 < n && !needs(p, &t, x, ord[pos + 1])) {
       out[m].comm.async = true;
       pend[n_pend++] = x;
+      n_bounded += !is_exchange(&p->steps[x]);
       made_async++;
     }
     m++;
@@ -306,13 +396,81 @@ sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetc
   if (n_async) *n_async = made_async;
   if (n_prefetched) *n_prefetched = moved;
 done:
-  sc_free(t.alias);
-  sc_free(t.users);
-  sc_free(seen_b);
+  touches_free(&t);
   sc_free(seen);
-  sc_free(t.off);
-  sc_free(t.tch);
   sc_free(ord);
   sc_free(newpos);
+  sc_free(pend);
+  return st;
+}
+
+/* Whether step k is a shifted RECV that SEND step `send` pairs with. */
+static bool matches(const sc_program *p, const sc_comm_step *send, int32_t k) {
+  const sc_step *y = &p->steps[k];
+  const sc_comm_step *c = &y->comm;
+  return y->kind == SC_STEP_COMM && c->kind == SC_COMM_RECV && c->shift == send->shift &&
+         c->axes == send->axes && c->group_size == send->group_size && c->tag == send->tag;
+}
+
+/* Whether SEND step i and RECV step j can run as one step at the earlier
+ * of the two: nothing between touches what the receive writes, nor (the
+ * receive first) writes what the send reads. */
+static bool pair_legal(const sc_program *p, const touches *t, int32_t i, int32_t j) {
+  const sc_comm_step *s = &p->steps[i].comm, *r = &p->steps[j].comm;
+  if (s->count != r->count || s->pack >= 0 || r->unpack >= 0 ||
+      p->buffers[s->in].dtype != p->buffers[r->out].dtype)
+    return false;
+  int32_t in = t->alias[s->in], out = t->alias[r->out];
+  if (in == out) return false;
+  int32_t lo = i < j ? i : j, hi = i < j ? j : i;
+  for (int32_t k = lo + 1; k < hi; k++) {
+    if (touches_root(t, k, out)) return false;
+    if (j < i)
+      for (int32_t x = t->off[k]; x < t->off[k + 1]; x++)
+        if (t->tch[x].root == in && t->tch[x].wr) return false;
+  }
+  return true;
+}
+
+sc_status sc_program_pair_shifts(sc_program *p, int32_t *n_pairs, sc_diag *diag) {
+  if (n_pairs) *n_pairs = 0;
+  int32_t n = p->n_steps, n_send = 0;
+  for (int32_t i = 0; i < n; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind == SC_STEP_WAIT) return SC_OK; /* already overlapped */
+    n_send += s->kind == SC_STEP_COMM && s->comm.kind == SC_COMM_SEND && s->comm.shift != 0;
+  }
+  if (n_send == 0) return SC_OK;
+  touches t;
+  sc_status st = touches_build(p, &t, diag);
+  bool *taken = sc_calloc((size_t)n + 1, sizeof *taken);
+  if (st == SC_OK && !taken)
+    st = sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "overlap: out of memory");
+  int32_t pairs = 0;
+  for (int32_t i = 0; st == SC_OK && i < n; i++) {
+    sc_step *s = &p->steps[i];
+    if (taken[i] || s->kind != SC_STEP_COMM || s->comm.kind != SC_COMM_SEND || !s->comm.shift)
+      continue;
+    int32_t j = 0; /* the first RECV not yet taken: the k-th SEND meets the k-th RECV */
+    while (j < n && (taken[j] || !matches(p, &s->comm, j))) j++;
+    if (j == n) continue;
+    taken[j] = true; /* paired or not, the next SEND's RECV is a later one */
+    if (!pair_legal(p, &t, i, j)) continue;
+    sc_step x = *s;
+    x.comm.kind = SC_COMM_SEND_RECV;
+    x.comm.out = p->steps[j].comm.out;
+    p->steps[i < j ? i : j] = x;
+    p->steps[i < j ? j : i].kind = SC_STEP_KIND_COUNT; /* gone */
+    pairs++;
+  }
+  if (st == SC_OK) {
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++)
+      if (p->steps[i].kind != SC_STEP_KIND_COUNT) p->steps[m++] = p->steps[i];
+    p->n_steps = m;
+    if (n_pairs) *n_pairs = pairs;
+  }
+  touches_free(&t);
+  sc_free(taken);
   return st;
 }

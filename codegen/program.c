@@ -347,6 +347,17 @@ const char *sc_gemm_act_name(sc_gemm_act a) {
   return a >= 0 && a < SC_GEMM_ACT_COUNT ? names[a] : "?";
 }
 
+int32_t sc_comm_halves(const sc_comm_step *c, sc_comm_step half[2]) {
+  half[0] = *c;
+  if (c->kind != SC_COMM_SEND_RECV) return 1;
+  half[1] = *c;
+  half[0].kind = SC_COMM_SEND;
+  half[0].out = -1;
+  half[1].kind = SC_COMM_RECV;
+  half[1].in = -1;
+  return 2;
+}
+
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud) {
   if (s->kind == SC_STEP_WAIT) {
     if (s->started >= 0 && s->started < p->n_steps &&
@@ -583,7 +594,8 @@ void sc_program_print(const sc_program *p, FILE *out) {
       fprintf(out, "copy start b%d -> b%d", (int)s->copy.src, (int)s->copy.dst);
     } else if (s->kind == SC_STEP_COMM) {
       static const char *const names[] = {"all_reduce", "all_gather", "reduce_scatter",
-                                          "all_to_all", "send", "recv"};
+                                          "all_to_all", "send", "recv", "send_recv"};
+      _Static_assert(sizeof names / sizeof names[0] == SC_COMM_KIND_COUNT, "comm kinds");
       static const char *const ops[] = {"sum", "max", "min"};
       const sc_comm_step *c = &s->comm;
       fprintf(out, "comm %s%s", c->async ? "start " : "",
@@ -602,7 +614,8 @@ void sc_program_print(const sc_program *p, FILE *out) {
       for (int32_t a = 0; a < p->mesh.n_axes; a++)
         if (c->axes & (1u << a)) fprintf(out, " %s", p->mesh.axes[a].name);
       fprintf(out, " (%lld)", (long long)c->group_size);
-      if ((c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV) && c->shift)
+      if ((c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV || c->kind == SC_COMM_SEND_RECV) &&
+          c->shift)
         fprintf(out, " shift %d tag %d", (int)c->shift, (int)c->tag);
       else if (c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV)
         fprintf(out, " peer %d tag %d", (int)c->peer, (int)c->tag);

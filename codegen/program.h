@@ -116,7 +116,7 @@ typedef struct sc_gemm {
 
 typedef enum sc_comm_kind {
   SC_COMM_ALL_REDUCE, SC_COMM_ALL_GATHER, SC_COMM_REDUCE_SCATTER, SC_COMM_ALL_TO_ALL,
-  SC_COMM_SEND, SC_COMM_RECV, SC_COMM_KIND_COUNT
+  SC_COMM_SEND, SC_COMM_RECV, SC_COMM_SEND_RECV, SC_COMM_KIND_COUNT
 } sc_comm_kind;
 
 /* A collective or point-to-point transfer over the group of mesh axes
@@ -135,7 +135,8 @@ typedef enum sc_comm_kind {
 typedef struct sc_comm_step {
   sc_comm_kind kind;
   int32_t reduce;         /* SC_COMM_OP_* of ir/op_comm.h (sum, max, min) */
-  int32_t in, out;        /* buffer ids; SEND: out -1; RECV: in -1 */
+  int32_t in, out;        /* buffer ids; SEND: out -1; RECV: in -1;
+                             SEND_RECV: in sent, out received */
   int32_t pack, unpack;   /* scratch buffer ids, or -1 */
   int64_t count;          /* elements per rank-chunk (comm.h's count) */
   int64_t pack_outer, pack_inner;     /* elements */
@@ -146,7 +147,9 @@ typedef struct sc_comm_step {
   int32_t shift;          /* SEND, RECV: 0, or the peer relative to the
                              rank's key k (peer is then -1): SEND to
                              (k + shift) mod n, RECV from (k - shift) mod n
-                             (ir/op_comm.h) */
+                             (ir/op_comm.h). SEND_RECV (never 0): a shifted
+                             SEND and its RECV as one exchange, both at
+                             once (sc_program_pair_shifts) */
   bool async;             /* started here, completed at the WAIT step that
                              names this step (codegen/overlap.c); else the
                              step completes before the next one runs */
@@ -379,6 +382,11 @@ static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
 typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud);
 
+/* A COMM step as the reports count it (what each rank sends and
+ * receives): a SEND_RECV is a SEND of its in (half[0]) and a RECV into its
+ * out (half[1]); any other step is itself (half[0]). Returns how many. */
+int32_t sc_comm_halves(const sc_comm_step *c, sc_comm_step half[2]);
+
 /* Why attention step s cannot run as described over p's buffers (ids out
  * of range, dtypes that differ or are not f32/bf16/f16, lse not f32,
  * a buffer smaller than its extents, a mask row that overruns the mask,
@@ -405,8 +413,23 @@ sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag);
 #define SC_MULTI_TENSOR_ARG_BYTES 4096
 sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag);
 
+/* codegen/overlap.c: each shifted SEND and the RECV it is paired with on
+ * the same group (the k-th SEND and the k-th RECV of one axes, shift and
+ * tag, in step order: one hop of a ring, passes/partition/ring.c) become
+ * one SEND_RECV step, which the runtime runs as sc_comm_send_recv (on
+ * NCCL one ncclGroupStart/End: a ring of ungrouped sends and receives
+ * deadlocks). It takes the earlier step's place when that is legal (no
+ * step between writes what the send reads, or touches what the receive
+ * writes); a pair that cannot move together stays two steps. Run right
+ * after lowering, before sc_program_overlap (which may then start the
+ * pair asynchronously) and the memory plan. *n_pairs (may be NULL): how
+ * many. SC_ERR_NOMEM, SC_ERR_INVALID (a step names a buffer that does not
+ * exist). */
+sc_status sc_program_pair_shifts(sc_program *p, int32_t *n_pairs, sc_diag *diag);
+
 /* codegen/overlap.c: collectives overlapped with compute. Every all-reduce,
- * all-gather, reduce-scatter and all-to-all whose result is not needed by
+ * all-gather, reduce-scatter, all-to-all and ring exchange (SEND_RECV)
+ * whose result is not needed by
  * the very next step becomes an async start plus a WAIT placed just before
  * the first step that touches its output (or writes its input); a gather of
  * state (its input, or the copy-in kernel that packs it, reads only values
@@ -416,9 +439,13 @@ sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag);
  * down past the computation that does not depend on it (at most past one
  * more collective), so that the collective becomes async (a gradient's
  * all-reduce overlapping the rest of the backward). At most two
- * collectives are in flight: starting a third waits for the oldest.
- * Run before the memory plan; the order of collectives stays the same on
- * every rank that runs the same program. *n_async (may be NULL): how many
+ * collectives are in flight: starting a third waits for the oldest (a
+ * ring's SEND_RECVs do not count; their own dependencies keep at most
+ * four of a ring in flight). A SEND_RECV moves up to just before the first step that reads what it
+ * sends (past steps that do not depend on it, up to the previous
+ * collective): a ring's next hop starts before this hop's attention
+ * blocks, which it then overlaps. Run before the memory plan; the order
+ * of collectives stays the same on every rank that runs the same program. *n_async (may be NULL): how many
  * steps became async; *n_prefetched: how many gathers moved. SC_ERR_NOMEM,
  * SC_ERR_INVALID (a step names a buffer that does not exist). */
 sc_status sc_program_overlap(sc_program *p, int32_t *n_async, int32_t *n_prefetched,

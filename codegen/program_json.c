@@ -51,7 +51,8 @@ static const char *const STEP_KINDS[] = {"kernel", "gemm",        "comm",     "c
 _Static_assert(sizeof STEP_KINDS / sizeof STEP_KINDS[0] == SC_STEP_KIND_COUNT, "step kinds");
 static const char *const PHASE_KINDS[] = {"reduce", "store"};
 static const char *const COMM_KINDS[] = {"all_reduce",     "all_gather", "reduce_scatter",
-                                         "all_to_all",     "send",       "recv"};
+                                         "all_to_all",     "send",       "recv",
+                                         "send_recv"};
 _Static_assert(sizeof COMM_KINDS / sizeof COMM_KINDS[0] == SC_COMM_KIND_COUNT, "comm kinds");
 static const char *const COMM_REDUCE[] = {"sum", "max", "min"}; /* SC_COMM_OP_* */
 static const char *const RED_OPS[] = {"sum", "prod", "max", "min", "argmax", "argmin"};
@@ -877,7 +878,9 @@ static sc_status read_comm(reader *r, json_t *o, sc_comm_step *c) {
                 (long long)c->group_size, (unsigned)c->axes,
                 (long long)sc_mesh_group_size(&p->mesh, c->axes));
   bool p2p = c->kind == SC_COMM_SEND || c->kind == SC_COMM_RECV;
-  if (c->shift && (!p2p || c->peer != -1 || c->shift <= -c->group_size ||
+  if (c->kind == SC_COMM_SEND_RECV && !c->shift)
+    return fail(r, SC_ERR_INVALID, "a send_recv step needs a 'shift'");
+  if (c->shift && (!(p2p || c->kind == SC_COMM_SEND_RECV) || c->peer != -1 || c->shift <= -c->group_size ||
                    c->shift >= c->group_size))
     return fail(r, SC_ERR_INVALID, "'shift' = %d does not fit a %s step in a group of %lld",
                 c->shift, COMM_KINDS[c->kind], (long long)c->group_size);

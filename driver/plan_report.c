@@ -6,7 +6,7 @@
 #include <string.h>
 
 const char *const sc_comm_kind_names[SC_COMM_KIND_COUNT] = {
-    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv"};
+    "AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Send", "Recv", "SendRecv"};
 
 static int64_t buffer_bytes(const sc_program *p, int32_t id) {
   return id >= 0 && id < p->n_buffers ? p->buffers[id].bytes : 0;
@@ -37,26 +37,30 @@ sc_status sc_plan_report_gather(const sc_build *b, sc_plan_report *r) {
     for (int32_t k = 0; k < p->n_steps; k++) {
       const sc_step *step = &p->steps[k];
       if (step->kind != SC_STEP_COMM) continue;
-      const sc_comm_step *c = &step->comm;
-      int64_t scratch = buffer_bytes(p, c->pack) + buffer_bytes(p, c->unpack);
+      int64_t scratch = buffer_bytes(p, step->comm.pack) + buffer_bytes(p, step->comm.unpack);
       if (scratch > m->comm_bytes) m->comm_bytes = scratch;
-      int64_t in = buffer_bytes(p, c->in), out = buffer_bytes(p, c->out);
-      int32_t j = 0;
-      while (j < r->n_coll && !(r->coll[j].stage == s && r->coll[j].kind == c->kind &&
-                                r->coll[j].axes == c->axes))
-        j++;
-      if (j == r->n_coll) {
-        if (r->n_coll == cap) {
-          int32_t ncap = cap ? 2 * cap : 16;
-          sc_collective_row *nc = sc_realloc(r->coll, (size_t)ncap * sizeof *nc);
-          if (!nc) return SC_ERR_NOMEM;
-          r->coll = nc;
-          cap = ncap;
+      /* a ring's exchange counts as its Send and its Recv */
+      sc_comm_step half[2];
+      for (int32_t h = 0, nh = sc_comm_halves(&step->comm, half); h < nh; h++) {
+        const sc_comm_step *c = &half[h];
+        int64_t in = buffer_bytes(p, c->in), out = buffer_bytes(p, c->out);
+        int32_t j = 0;
+        while (j < r->n_coll && !(r->coll[j].stage == s && r->coll[j].kind == c->kind &&
+                                  r->coll[j].axes == c->axes))
+          j++;
+        if (j == r->n_coll) {
+          if (r->n_coll == cap) {
+            int32_t ncap = cap ? 2 * cap : 16;
+            sc_collective_row *nc = sc_realloc(r->coll, (size_t)ncap * sizeof *nc);
+            if (!nc) return SC_ERR_NOMEM;
+            r->coll = nc;
+            cap = ncap;
+          }
+          r->coll[r->n_coll++] = (sc_collective_row){s, c->kind, c->axes, 0, 0};
         }
-        r->coll[r->n_coll++] = (sc_collective_row){s, c->kind, c->axes, 0, 0};
+        r->coll[j].ops++;
+        r->coll[j].bytes += in > out ? in : out;
       }
-      r->coll[j].ops++;
-      r->coll[j].bytes += in > out ? in : out;
     }
   }
   if (r->n_coll) qsort(r->coll, (size_t)r->n_coll, sizeof *r->coll, cmp_coll);

@@ -131,42 +131,52 @@ static int64_t buffer_bytes(const sc_program *p, int32_t b) {
   return b >= 0 && b < p->n_buffers ? p->buffers[b].bytes : 0;
 }
 
+/* Counts COMM step c (or one half of it) into its row of *out. */
+static sc_status count_comm(const sc_program *p, const sc_comm_step *c, const char *origin,
+                            sc_train_comm **out, int32_t *n, int32_t *cap, sc_diag *d) {
+  int32_t j = 0;
+  while (j < *n && !((*out)[j].kind == c->kind && (*out)[j].axes == c->axes)) j++;
+  if (j == *n) {
+    if (*n == *cap) {
+      *cap = *cap ? 2 * *cap : 8;
+      sc_train_comm *x = sc_realloc(*out, (size_t)*cap * sizeof *x);
+      if (!x) {
+        sc_free(*out);
+        *out = NULL;
+        *n = 0;
+        return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      }
+      *out = x;
+    }
+    (*out)[(*n)++] = (sc_train_comm){.kind = c->kind, .axes = c->axes,
+                                     .group_size = c->group_size};
+  }
+  sc_train_comm *row = &(*out)[j];
+  int64_t in = buffer_bytes(p, c->in), o = buffer_bytes(p, c->out);
+  int64_t M = in > o ? in : o, g = c->group_size > 0 ? c->group_size : 1;
+  row->ops++;
+  row->async_ops += c->async;
+  row->bytes += M;
+  int64_t sent = c->kind == SC_COMM_ALL_REDUCE ? 2 * (g - 1) * M / g
+                 : c->kind == SC_COMM_SEND     ? M
+                 : c->kind == SC_COMM_RECV     ? 0
+                                               : (g - 1) * M / g;
+  row->sent += sent;
+  if (origin && strstr(origin, "/grad/")) row->backward_sent += sent;
+  return SC_OK;
+}
+
 sc_status sc_train_comm_of(const sc_program *p, sc_train_comm **out, int32_t *n, sc_diag *d) {
   *out = NULL;
   *n = 0;
   int32_t cap = 0;
   for (int32_t k = 0; k < p->n_steps; k++) {
     if (p->steps[k].kind != SC_STEP_COMM) continue;
-    const sc_comm_step *c = &p->steps[k].comm;
-    int32_t j = 0;
-    while (j < *n && !((*out)[j].kind == c->kind && (*out)[j].axes == c->axes)) j++;
-    if (j == *n) {
-      if (*n == cap) {
-        cap = cap ? 2 * cap : 8;
-        sc_train_comm *x = sc_realloc(*out, (size_t)cap * sizeof *x);
-        if (!x) {
-          sc_free(*out);
-          *out = NULL;
-          *n = 0;
-          return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-        }
-        *out = x;
-      }
-      (*out)[(*n)++] = (sc_train_comm){.kind = c->kind, .axes = c->axes,
-                                       .group_size = c->group_size};
+    sc_comm_step half[2]; /* a ring's exchange counts as its Send and its Recv */
+    for (int32_t h = 0, nh = sc_comm_halves(&p->steps[k].comm, half); h < nh; h++) {
+      sc_status st = count_comm(p, &half[h], p->steps[k].origin, out, n, &cap, d);
+      if (st != SC_OK) return st;
     }
-    sc_train_comm *row = &(*out)[j];
-    int64_t in = buffer_bytes(p, c->in), o = buffer_bytes(p, c->out);
-    int64_t M = in > o ? in : o, g = c->group_size > 0 ? c->group_size : 1;
-    row->ops++;
-    row->async_ops += c->async;
-    row->bytes += M;
-    int64_t sent = c->kind == SC_COMM_ALL_REDUCE ? 2 * (g - 1) * M / g
-                   : c->kind == SC_COMM_SEND     ? M
-                   : c->kind == SC_COMM_RECV     ? 0
-                                                 : (g - 1) * M / g;
-    row->sent += sent;
-    if (p->steps[k].origin && strstr(p->steps[k].origin, "/grad/")) row->backward_sent += sent;
   }
   return SC_OK;
 }

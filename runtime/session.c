@@ -363,7 +363,7 @@ static void chunk_unpack(char *dst, const char *src, int64_t outer, int64_t n, i
 static int step_peer(const sc_comm *comm, const sc_comm_step *c) {
   if (!c->shift) return c->peer;
   int n = sc_comm_size(comm), k = sc_comm_rank(comm);
-  int s = c->kind == SC_COMM_SEND ? c->shift : -c->shift;
+  int s = c->kind == SC_COMM_RECV ? -c->shift : c->shift; /* SEND_RECV: its send's */
   return ((k + s) % n + n) % n;
 }
 
@@ -378,6 +378,10 @@ sc_status sc_comm_step_call(sc_comm *comm, const sc_comm_step *c, sc_dtype t, co
   case SC_COMM_ALL_TO_ALL: return sc_comm_all_to_all(comm, send, recv, c->count, t, diag);
   case SC_COMM_SEND: return sc_comm_send(comm, send, c->count, t, step_peer(comm, c), c->tag, diag);
   case SC_COMM_RECV: return sc_comm_recv(comm, recv, c->count, t, step_peer(comm, c), c->tag, diag);
+  case SC_COMM_SEND_RECV: { /* one exchange: on NCCL one group (comm_nccl.c) */
+    int n = sc_comm_size(comm), src = ((sc_comm_rank(comm) - c->shift) % n + n) % n;
+    return sc_comm_send_recv(comm, send, step_peer(comm, c), recv, src, c->count, t, c->tag, diag);
+  }
   default: return sc_diag_set(diag, SC_ERR_INVALID, NULL, NULL, "bad comm kind %d", (int)c->kind);
   }
 }

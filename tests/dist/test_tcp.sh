@@ -12,7 +12,8 @@
 #   comm_driver kill: rank 1 SIGKILLs itself in a loop of all-reduces: the
 #     others exit non-zero within 15 s, saying the connection was lost;
 #   shardc train, GPT-2 sample, 3 AdamW steps, batch 4: at dp=2, fsdp=2,
-#     pp=2 (1f1b, 2 microbatches) and with Slurm's variables at dp=2, every
+#     pp=2 (1f1b, 2 microbatches), cp=2 (the ring's hops started
+#     asynchronously, codegen/overlap.c) and with Slurm's variables at dp=2, every
 #     step's loss and gradient norm equal the thread-ranks' run (rtol 1e-6);
 #     dp=2 x pp=2 on 4 processes too;
 #   a checkpoint saved by 4 processes at dp=2 x pp=2 is sharded (the two
@@ -124,7 +125,7 @@ PY
 }
 i=0
 for spec in "2 dp=2" "2 fsdp=2" "2 pp=2 --microbatches 2 --schedule 1f1b" "4 dp=2,pp=2 --microbatches 2" \
-            "slurm dp=2"; do
+            "slurm dp=2" "2 cp=2"; do
   i=$((i + 1))
   n=${spec%% *}
   rest=${spec#* }

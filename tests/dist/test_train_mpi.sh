@@ -2,9 +2,11 @@
 # test_train_mpi.sh — partitioned training with one rank per process, under
 # mpirun (--comm mpi), against the same training on thread-ranks.
 #
-#   GPT-2 sample, 3 AdamW steps, batch 4, at dp=2, at fsdp=2 (ZeRO-3) and
+#   GPT-2 sample, 3 AdamW steps, batch 4, at dp=2, at fsdp=2 (ZeRO-3),
 #   pipelined at pp=2 (1f1b, 2 microbatches; the stages' crossing sends need
-#   MPI's buffered send):
+#   MPI's buffered send) and at cp=2 (the ring's hops, each a send and a
+#   receive started asynchronously: every rank's send is issued before it
+#   waits for its receive):
 #   every step's loss and gradient norm equal the thread-ranks' run within
 #   rtol 1e-6 (the MPI and local all-reduces may sum in other orders;
 #   measured equal to the last printed digit); the fsdp=2 checkpoint (rank 0
@@ -49,7 +51,7 @@ sys.exit(0 if ok else 1)
 PY
 }
 
-for spec in dp=2 fsdp=2 "pp=2 --microbatches 2 --schedule 1f1b"; do
+for spec in dp=2 fsdp=2 "pp=2 --microbatches 2 --schedule 1f1b" cp=2; do
   mesh=${spec%% *}
   extra=()
   [ "$spec" != "$mesh" ] && read -r -a extra <<< "${spec#* }"

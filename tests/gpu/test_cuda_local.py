@@ -4,7 +4,9 @@ the GPU (runtime/comm_cuda_local.c), against the CPU's thread-ranks.
 On the emulated GPU (SHARDC_CUDA_EMU=1, the fake driver), or on a real one with
 SC_CUDA_REAL=1 (tests/gpu/run-all.sh):
   - `shardc train samples/gpt2.onnx --device cuda --comm cuda-local` at dp=2,
-    fsdp=2 (ZeRO-3, prefetch), tp=2, pp=2 (1f1b, 2 microbatches) and dp=2 x tp=2,
+    fsdp=2 (ZeRO-3, prefetch), tp=2, pp=2 (1f1b, 2 microbatches), dp=2 x tp=2
+    and cp=2 (ring attention: each hop a send_recv step started on the
+    communication stream before the previous step's attention blocks),
     2 AdamW steps: every loss and gradient norm within rtol 2e-5 of the CPU's
     thread-ranks (test_cuda_emulated.py's tolerance); every final weight of the
     checkpoint (--save) within 2e-2 of its largest change over the run and every
@@ -13,8 +15,9 @@ SC_CUDA_REAL=1 (tests/gpu/run-all.sh):
     update differences); and on the emulated GPU every tensor bit-identical to
     the same run with the host's `local` communicator (both add the ranks'
     contributions in rank order, in f32);
-  - `shardc run` at tp=2 and pp=2 (the pipeline's hand-offs are SEND/RECV steps:
-    cuda-local's staged device copies): every output within 1e-5 of its largest
+  - `shardc run` at tp=2, pp=2 (the pipeline's hand-offs are SEND/RECV steps:
+    cuda-local's staged device copies) and cp=2 (the ring's send_recv steps,
+    the same staged copies): every output within 1e-5 of its largest
     magnitude, step by step on every run (no CUDA graph: start-up says so);
   - the ranks' collective traces match (SHARDC_COMM_TRACE), the fake driver
     reports no violation (its race check sees every device buffer a rank reads
@@ -194,7 +197,7 @@ def main():
                     "--comm", "cuda-local", "--output-dir", os.path.join(tmp, "usage")])
         check(r.returncode == 2 and "--comm cuda-local needs --device cuda" in r.stderr,
               f"--comm cuda-local on the CPU: exit {r.returncode}: {r.stderr[-300:]}")
-        for mesh in ("tp=2", "pp=2"):
+        for mesh in ("tp=2", "pp=2", "cp=2"):
             run(tmp, mesh)
         rng = np.random.default_rng(11)
         ids, lab = os.path.join(tmp, "ids.npy"), os.path.join(tmp, "lab.npy")
@@ -205,7 +208,7 @@ def main():
                 for t in onnx.load(GPT2).graph.initializer}
         for mesh in (["--mesh", "dp=2"], ["--mesh", "fsdp=2"], ["--mesh", "tp=2"],
                      ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"],
-                     ["--mesh", "dp=2,tp=2"]):
+                     ["--mesh", "dp=2,tp=2"], ["--mesh", "cp=2"]):
             train(tmp, re.sub(r"[^\w=,]", "_", " ".join(mesh[1:])), mesh, data, init)
         resident_pipeline(tmp, data)
     return finish()

@@ -39,6 +39,20 @@ Also:
     per layer, the backward's (`sent_backward`) apart; the activations saved for the backward per rank fall by
     about N (within 25 % of 1/N of the single rank's), and at dp=2 × cp=2
     and fsdp=2 × cp=2 by about 4 (no transposed copy of the tied LM head);
+  * the ring overlaps its attention blocks (docs/context-parallel.md,
+    "Overlap"): in GPT-2's compiled step (`plan --train --print-after=
+    program`) at cp=2 and cp=4 every shifted Send and its Recv are one
+    send_recv step (L (2 (N − 1) + 4 (N − 1) + 2) of them, no Send or Recv
+    with a shift left), and every hop but the two taking dK and dV home
+    starts asynchronously with an attention block (forward or gradient)
+    between its start and its wait: the K/V hop of ring step i + 1 starts
+    before step i's blocks, the dK/dV hop right after them; the step
+    trained with and without `--no-overlap` at cp=2 and cp=4 logs the same
+    losses and gradient norms and saves the same checkpoint, bit for bit
+    (the arithmetic is the same); and the simulated step
+    (`plan --train --cluster h100-sxm:8x1 --json`, "predicted") at cp=2 and
+    cp=4 takes no longer than with `--no-overlap`, its exposed cp
+    communication no more;
   * `shardc compile --train --mesh cp=2 -o DIR` writes a training bundle
     that `shardc train DIR` runs as one rank (GPT-2's log, rtol 2e-5);
   * ViT (17 tokens: not divisible by 2·cp) is refused in training as in
@@ -52,10 +66,12 @@ Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
 import json
 import os
+import re
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import onnx
 from onnx import numpy_helper
 
@@ -142,6 +158,81 @@ def test_rings(tmp):
                  if ("= FusedAttention(" in ln or "= FusedAttentionGrad(" in ln)
                  and "/ring/" not in ln]
         check(not whole, f"train cp={n}: an attention left whole: {whole[:1]}")
+
+
+def program_steps(tmp, args):
+    """(exit code, {index: text}) of the steps `plan --train --print-after=
+    program` prints ("s12 attention ...")."""
+    p = plan(tmp, args + ["--print-after=program"])
+    steps = {}
+    for ln in (p.stdout + p.stderr).splitlines():
+        m = re.match(r"^s(\d+) (.*)$", ln)
+        if m:
+            steps[int(m.group(1))] = m.group(2)
+    return p.returncode, steps
+
+
+def test_overlap(tmp):
+    _, _, base = base_args(tmp, "gpt2")
+    for n in (2, 4):
+        rc, steps = program_steps(tmp, ["--mesh", f"cp={n}"])
+        hops = {i: t for i, t in steps.items() if " send_recv " in t}
+        stray = [t for t in steps.values() if re.match(r"comm (start )?(send|recv) .* shift", t)]
+        want = LAYERS * (2 * (n - 1) + 4 * (n - 1) + 2)
+        if not check(rc == 0 and len(hops) == want and not stray,
+                     f"cp={n}: {len(hops)} send_recv steps, want {want}; unpaired: {stray[:2]}"):
+            continue
+        waits = {}
+        for i, t in steps.items():
+            m = re.match(r"wait s(\d+)", t)
+            if m:
+                waits[int(m.group(1))] = i
+        blocks = [i for i, t in steps.items() if t.startswith("attention")]
+        home = 2 * n + 4 * n  # the backward's tags from 2N; the hops home: 2N + 4N, + 1
+        overlapped = 0
+        for i, t in sorted(hops.items()):
+            if int(re.search(r" tag (\d+)", t).group(1)) >= home:
+                continue
+            w = waits.get(i)
+            overlapped += check(t.startswith("comm start send_recv") and w is not None
+                                and any(i < b < w for b in blocks),
+                                f"cp={n}: hop s{i} ({t}) has no attention block between its "
+                                f"start and its wait (s{w})")
+        print(f"plan --train cp={n}: {len(hops)} hops one send_recv each, {overlapped} "
+              f"overlapping an attention block")
+        # the same arithmetic: the same log and checkpoint, bit for bit
+        runs = {}
+        for tag, extra in (("overlap", []), ("serial", ["--no-overlap"])):
+            d = os.path.join(tmp, f"ov{n}_{tag}")
+            runs[tag] = (d, dist.run(base + ["--mesh", f"cp={n}", "--save", d + "_ck",
+                                             "--log-json", d + ".jsonl"] + extra))
+        if all(check(r.returncode == 0, f"train cp={n} {t}: {r.stderr[-500:]}")
+               for t, (_, r) in runs.items()):
+            (a, _), (b, _) = runs["overlap"], runs["serial"]
+            la, lb = dist.losses(a + ".jsonl"), dist.losses(b + ".jsonl")
+            check(len(la) == len(lb) == dist.STEPS
+                  and all(x[k] == y[k] for x, y in zip(la, lb) for k in ("loss", "grad_norm")),
+                  f"train cp={n}: the log {lb} with --no-overlap, {la} without")
+            for group in ("weights", "optimizer"):
+                wa, wb = dist.load_ckpt(a + "_ck", group), dist.load_ckpt(b + "_ck", group)
+                check(wa and sorted(wa) == sorted(wb)
+                      and all(np.array_equal(wa[k], wb[k]) for k in wa),
+                      f"train cp={n}: the checkpoint's {group} differ with --no-overlap")
+        # the simulator sees the overlap
+        pred = {}
+        for tag, extra in (("overlap", []), ("serial", ["--no-overlap"])):
+            p = plan(tmp, ["--mesh", f"cp={n}", "--cluster", "h100-sxm:8x1", "--json"] + extra)
+            if check(p.returncode == 0, f"plan cp={n} {tag}: {p.stderr[-500:]}"):
+                pred[tag] = json.loads(p.stdout)["predicted"]
+        if len(pred) == 2:
+            t1, t0 = pred["overlap"]["step_time_s"], pred["serial"]["step_time_s"]
+            e1, e0 = (pred[k]["breakdown"]["exposed_comm_s"].get("cp", 0) for k in
+                      ("overlap", "serial"))
+            check(t1 <= t0 and e1 <= e0,
+                  f"cp={n}: simulated step {t1} s (cp exposed {e1}) with the overlap, "
+                  f"{t0} s ({e0}) without")
+            print(f"plan --train cp={n} --cluster h100-sxm:8x1: step {t1 * 1e6:.3f} us, cp "
+                  f"exposed {e1 * 1e6:.3f} us; --no-overlap {t0 * 1e6:.3f} us, {e0 * 1e6:.3f} us")
 
 
 def ring_bytes(n, grad):
@@ -243,6 +334,7 @@ def main():
             test_meshes(tmp, name)
         if part in (None, "rest"):
             test_rings(tmp)
+            test_overlap(tmp)
             test_plan(tmp)
             test_bundle(tmp)
             test_vit(tmp)

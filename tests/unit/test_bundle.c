@@ -433,7 +433,9 @@ static void test_json_hostile(void **state) {
 
 /* On mesh pp=2,tp=2: y = all_reduce_tp(x); g = all_gather_tp(y) along dim 1
  * through the unpack scratch u, started async; send y to the pp peer 1;
- * wait for the gather. */
+ * wait for the gather; send y to the next tp rank (a ring's relative
+ * peer); r = y of the next tp rank (shift -1), a ring's hop (one
+ * send_recv step, codegen/overlap.c), started async, then waited for. */
 static sc_program *build_comm_program(void) {
   sc_program *p = sc_program_create();
   assert_non_null(p);
@@ -441,13 +443,14 @@ static sc_program *build_comm_program(void) {
   sc_diag_clear(&d);
   assert_int_equal(sc_mesh_parse("pp=2,tp=2", &p->mesh, &d), SC_OK);
   assert_int_equal(sc_mesh_set_ranks_per_node(&p->mesh, 2, &d), SC_OK);
-  p->arena_bytes = 256;
+  p->arena_bytes = 320;
   p->arena_align = 64;
   const int64_t d24[2] = {2, 4}, d28[2] = {2, 8}, d16[1] = {16};
   int32_t x = add_buf(p, "x", SC_BUF_INPUT, SC_DTYPE_F32, 2, d24, 0, NULL, -1);
   int32_t y = add_buf(p, "y", SC_BUF_OUTPUT, SC_DTYPE_F32, 2, d24, 64, NULL, -1);
   int32_t g = add_buf(p, "g", SC_BUF_OUTPUT, SC_DTYPE_F32, 2, d28, 128, NULL, -1);
   int32_t u = add_buf(p, "u", SC_BUF_TEMP, SC_DTYPE_F32, 1, d16, 192, NULL, -1);
+  int32_t r = add_buf(p, "r", SC_BUF_TEMP, SC_DTYPE_F32, 2, d24, 256, NULL, -1);
   assert_int_equal(sc_program_add_input(p, x), SC_OK);
   assert_int_equal(sc_program_add_output(p, y), SC_OK);
   assert_int_equal(sc_program_add_output(p, g), SC_OK);
@@ -483,6 +486,13 @@ static sc_program *build_comm_program(void) {
                           .count = 8, .axes = 2, .group_size = 2, .peer = -1, .tag = 8,
                           .shift = 1};
   assert_int_equal(sc_program_add_step(p, &s), 4);
+  s.origin = "ring/send";
+  s.comm = (sc_comm_step){.kind = SC_COMM_SEND_RECV, .in = y, .out = r, .pack = -1,
+                          .unpack = -1, .count = 8, .axes = 2, .group_size = 2, .peer = -1,
+                          .tag = 9, .shift = -1, .async = true};
+  assert_int_equal(sc_program_add_step(p, &s), 5);
+  sc_step w = {.kind = SC_STEP_WAIT, .kernel = -1, .started = 5, .origin = "ring/send"};
+  assert_int_equal(sc_program_add_step(p, &w), 6);
   return p;
 }
 
@@ -525,9 +535,10 @@ static void test_json_comm(void **state) {
   sc_free(again);
   assert_true(sc_mesh_equal(&r->mesh, &p->mesh));
   assert_int_equal(r->mesh.ranks_per_node, 2);
-  assert_int_equal(r->n_steps, 5);
-  for (int32_t i = 0; i < 5; i++) {
-    if (i == 3) continue; /* the WAIT */
+  assert_non_null(strstr(json, "\"kind\": \"send_recv\""));
+  assert_int_equal(r->n_steps, 7);
+  for (int32_t i = 0; i < 7; i++) {
+    if (i == 3 || i == 6) continue; /* the WAITs */
     assert_int_equal(r->steps[i].kind, SC_STEP_COMM);
     assert_int_equal(r->steps[i].kernel, -1);
     assert_string_equal(r->steps[i].origin, p->steps[i].origin);
@@ -536,6 +547,8 @@ static void test_json_comm(void **state) {
   assert_true(r->steps[1].comm.async);
   assert_int_equal(r->steps[3].kind, SC_STEP_WAIT);
   assert_int_equal(r->steps[3].started, 1);
+  assert_true(r->steps[5].comm.async);
+  assert_int_equal(r->steps[6].started, 5);
   sc_program_destroy(r);
 
   static const edit_case cases[] = {
@@ -560,6 +573,8 @@ static void test_json_comm(void **state) {
       {"\"kind\": \"wait\"", "\"kind\": \"check\"", "'check' must be an object"},
       {"\"shift\": 1", "\"shift\": 2", "'shift' = 2 does not fit a send step in a group of 2"},
       {"\"shift\": 1", "\"shift\": -2", "'shift' = -2 does not fit"},
+      {"\"shift\": -1", "\"shift\": 0", "a send_recv step needs a 'shift'"},
+      {"\"kind\": \"send_recv\"", "\"kind\": \"send\"", "a send step cannot be async"},
   };
   expect_refused(json, cases, sizeof cases / sizeof cases[0]);
   sc_free(json);

@@ -6,7 +6,8 @@
  * elementwise kernel and not for a transposing or reversing one, and the
  * peak of a chain equals the lower bound worked out from its lifetimes.
  * Also sc_program_print and sc_step_buffers (codegen/program.c), and the
- * async collectives and prefetch of codegen/overlap.c. */
+ * async collectives, prefetch and ring hops (send/recv pairs) of
+ * codegen/overlap.c. */
 #include "test_util.h"
 
 #include <stdio.h>
@@ -495,16 +496,42 @@ static void test_state_pairs(void **state) {
   sc_program_destroy(p);
 }
 
-/* A collective step (no mesh needed by the pass or the plan). */
-static void comm(sc_program *p, sc_comm_kind kind, int32_t in, int32_t out) {
+/* A COMM step c, its pack, unpack and peer -1 (no mesh needed by the pass
+ * or the plan). */
+static void comm_step(sc_program *p, const char *origin, sc_comm_step c) {
   sc_step s;
   memset(&s, 0, sizeof s);
   s.kind = SC_STEP_COMM;
   s.kernel = -1;
-  s.origin = kind == SC_COMM_ALL_GATHER ? "gather" : "reduce";
-  s.comm = (sc_comm_step){.kind = kind, .in = in, .out = out, .pack = -1, .unpack = -1,
-                          .count = p->buffers[in].bytes / 4, .group_size = 2, .peer = -1};
+  s.origin = origin;
+  c.pack = c.unpack = -1;
+  c.peer = -1;
+  s.comm = c;
   assert_true(sc_program_add_step(p, &s) >= 0);
+}
+
+/* A collective step over a group of 2. */
+static void comm(sc_program *p, sc_comm_kind kind, int32_t in, int32_t out) {
+  comm_step(p, kind == SC_COMM_ALL_GATHER ? "gather" : "reduce",
+            (sc_comm_step){.kind = kind, .in = in, .out = out,
+                           .count = p->buffers[in].bytes / 4, .group_size = 2});
+}
+
+/* The step list by kind: a kernel by its output's name (ew_step's last
+ * parameter), S an async start, C a synchronous COMM step (X: a
+ * send_recv), W a wait. */
+static void step_list(const sc_program *p, char *got, size_t cap) {
+  size_t len = 0;
+  got[0] = 0;
+  for (int32_t i = 0; i < p->n_steps && len < cap; i++) {
+    const sc_step *st = &p->steps[i];
+    const kir_kernel *k = st->kind == SC_STEP_KERNEL ? p->kernels[st->kernel] : NULL;
+    const char *what = st->kind == SC_STEP_WAIT ? "W"
+                       : st->kind == SC_STEP_COMM
+                           ? (st->comm.async ? "S" : st->comm.kind == SC_COMM_SEND_RECV ? "X" : "C")
+                           : p->buffers[k->params[k->n_params - 1].buffer].name;
+    len += (size_t)snprintf(got + len, cap - len, "%s ", what);
+  }
 }
 
 /* codegen/overlap.c on three blocks whose parameter shards w0..w2 are
@@ -622,23 +649,80 @@ static void test_overlap_defer(void **state) {
   int32_t n_async = -1, n_moved = -1;
   if (sc_program_overlap(p, &n_async, &n_moved, &d) != SC_OK) fail_msg("overlap: %s", d.msg);
   plan_ok(p);
-  /* the step list: a kernel by its output (ew_step's last parameter),
-   * S start, C synchronous collective, W wait */
-  char got[128] = {0};
-  size_t len = 0;
-  for (int32_t i = 0; i < p->n_steps && len < sizeof got; i++) {
-    const sc_step *st = &p->steps[i];
-    const kir_kernel *k = st->kind == SC_STEP_KERNEL ? p->kernels[st->kernel] : NULL;
-    const char *what = st->kind == SC_STEP_WAIT   ? "W"
-                       : st->kind == SC_STEP_COMM ? (st->comm.async ? "S" : "C")
-                                                  : p->buffers[k->params[k->n_params - 1].buffer].name;
-    len += (size_t)snprintf(got + len, sizeof got - len, "%s ", what);
-  }
+  char got[128];
+  step_list(p, got, sizeof got);
   if (strcmp(got, "d1 S d2 S d3 W c1 S d4 W c2 W c3 ") != 0) fail_msg("steps: %s", got);
   assert_int_equal(n_async, 3);
   /* an all-reduce in flight never shares memory with what runs meanwhile */
   assert_true(disjoint(p, b[5], b[2]) && disjoint(p, b[5], b[3]) && disjoint(p, b[6], b[3]));
   assert_true(disjoint(p, b[6], b[4]) && disjoint(p, b[7], b[4]));
+  sc_program_destroy(p);
+}
+
+/* A shifted SEND of `in` or RECV into `out` (-1: none) with tag `tag`,
+ * over a group of 3 (a ring of context parallelism, passes/partition/ring.c). */
+static void hop(sc_program *p, sc_comm_kind kind, int32_t in, int32_t out, int32_t tag) {
+  comm_step(p, kind == SC_COMM_SEND ? "send" : "recv",
+            (sc_comm_step){.kind = kind, .in = in, .out = out, .count = 8, .group_size = 3,
+                           .tag = tag, .shift = 1});
+}
+
+/* codegen/overlap.c on a ring of three ranks (the forward's K hops):
+ *   a = rev k0 (block 0)   send k0 / recv k1 (tag 2)
+ *   b = a + k1 (block 1)   send k1 / recv k2 (tag 4)
+ *   c = b + k2 (block 2, output)
+ * sc_program_pair_shifts makes each send and its recv one send_recv step
+ * (2 pairs); sc_program_overlap starts hop 1 before block 0 and hop 2
+ * before block 1, each waited for just before the block that reads what
+ * it received: "S a W S b W c". A receive in flight never shares memory
+ * with the block computing meanwhile. A recv listed before its send whose
+ * input is computed between them (the pair cannot move together) stays
+ * two steps; a recv whose tag no send has stays. */
+static void test_overlap_ring(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  sc_program *p = sc_program_create();
+  int32_t k0 = buf(p, "k0", SC_BUF_INPUT, 32), k1 = buf(p, "k1", SC_BUF_TEMP, 32);
+  int32_t k2 = buf(p, "k2", SC_BUF_TEMP, 32), a = buf(p, "a", SC_BUF_TEMP, 32);
+  int32_t b = buf(p, "b", SC_BUF_TEMP, 32), c = buf(p, "c", SC_BUF_OUTPUT, 32);
+  ew_step(p, (int32_t[]){k0}, 1, a, EW_REVERSED);
+  hop(p, SC_COMM_SEND, k0, -1, 2);
+  hop(p, SC_COMM_RECV, -1, k1, 2);
+  ew_step(p, (int32_t[]){a, k1}, 2, b, EW_ALIGNED);
+  hop(p, SC_COMM_SEND, k1, -1, 4);
+  hop(p, SC_COMM_RECV, -1, k2, 4);
+  ew_step(p, (int32_t[]){b, k2}, 2, c, EW_ALIGNED);
+  int32_t n_pairs = -1, n_async = -1;
+  if (sc_program_pair_shifts(p, &n_pairs, &d) != SC_OK) fail_msg("pair: %s", d.msg);
+  assert_int_equal(n_pairs, 2);
+  char got[128];
+  step_list(p, got, sizeof got);
+  if (strcmp(got, "a X b X c ") != 0) fail_msg("paired: %s", got);
+  assert_int_equal(p->steps[1].comm.in, k0);
+  assert_int_equal(p->steps[1].comm.out, k1);
+  if (sc_program_overlap(p, &n_async, NULL, &d) != SC_OK) fail_msg("overlap: %s", d.msg);
+  plan_ok(p);
+  step_list(p, got, sizeof got);
+  if (strcmp(got, "S a W S b W c ") != 0) fail_msg("overlapped: %s", got);
+  assert_int_equal(n_async, 2);
+  assert_true(disjoint(p, k1, a) && disjoint(p, k2, b) && disjoint(p, k2, a));
+  sc_program_destroy(p);
+
+  /* the recv first, the send's input computed between: two steps stay */
+  p = sc_program_create();
+  k0 = buf(p, "k0", SC_BUF_INPUT, 32), k1 = buf(p, "k1", SC_BUF_TEMP, 32);
+  a = buf(p, "a", SC_BUF_TEMP, 32), b = buf(p, "b", SC_BUF_OUTPUT, 32);
+  int32_t k9 = buf(p, "k9", SC_BUF_TEMP, 32);
+  hop(p, SC_COMM_RECV, -1, k1, 2);
+  ew_step(p, (int32_t[]){k0}, 1, a, EW_REVERSED);
+  hop(p, SC_COMM_SEND, a, -1, 2);
+  hop(p, SC_COMM_RECV, -1, k9, 6); /* no send of tag 6 */
+  ew_step(p, (int32_t[]){k1, k9}, 2, b, EW_ALIGNED);
+  assert_int_equal(sc_program_pair_shifts(p, &n_pairs, &d), SC_OK);
+  assert_int_equal(n_pairs, 0);
+  step_list(p, got, sizeof got);
+  if (strcmp(got, "C a C C b ") != 0) fail_msg("unpaired: %s", got);
   sc_program_destroy(p);
 }
 
@@ -675,6 +759,7 @@ int main(void) {
       cmocka_unit_test(test_state_pairs),
       cmocka_unit_test(test_overlap),
       cmocka_unit_test(test_overlap_defer),
+      cmocka_unit_test(test_overlap_ring),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
