@@ -38,7 +38,10 @@
  * "grad:P": its ReduceScatter over fsdp along dim 0 (ZeRO 1-3), with the
  * AllReduce over the replicas that alone reads its result (HSDP) or none;
  * or, with no reduce-scatter (ZeRO 0, plain data parallel, any axes), the
- * AllReduce of grad:P itself. The members of one block, in one piece, of
+ * AllReduce of grad:P itself, or of a value that only sole Casts and
+ * Reshapes make grad:P (a bf16 step reduces a GEMM weight's gradient in
+ * bf16, before its Cast to the f32 weight's; that chain moves with the
+ * member's copy-out). The members of one block, in one piece, of
  * one dtype, of one kind (with a reduce-scatter or not) and the same
  * all-reduce (axes and op, or none) become one ReduceScatter and/or one
  * AllReduce at the place of the last member, when nothing reads an earlier
@@ -51,7 +54,10 @@
  * (SC_PARTITION_BUCKET_CAP_BYTES, 25 MiB) or more, so a large block's
  * first bucket starts before its whole backward has run and the copies
  * stay bounded; reduce-scatter groups are whole blocks, as FSDP wraps
- * them. Members keep their relative order, and every
+ * them. Each dtype has its own open group (DDP and Megatron bucket per
+ * dtype): a bf16 step's bf16 and f32 gradients interleave in the backward,
+ * and a change of dtype closing the group left them mostly alone. Members
+ * keep their relative order, and every
  * rank runs the same program, so the collectives match across ranks. */
 #include <stdio.h>
 #include <string.h>
@@ -305,13 +311,25 @@ static sc_status finish(bucketer *b, sc_status st) {
 
 /* ---- gradient reductions (sc_partition_bucket_reductions) ---- */
 
+/* The first node reading value v (sc_graph_users' off and users), or
+ * L->n_nodes for a graph output nothing reads, INT32_MAX for none. */
+static int32_t first_use(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t v) {
+  if (off[v + 1] > off[v]) return users[off[v]];
+  return L->values[v].flags & SC_VALUE_OUTPUT ? L->n_nodes : INT32_MAX;
+}
+
+enum { CHAIN = 8 }; /* nodes at most between a reduced value and its "grad:P" */
+
 typedef struct rmember {
   int32_t rs, ar;      /* the old ReduceScatter over fsdp, or -1; the
                           AllReduce of its result over the replicas (HSDP),
                           or without one of the gradient itself, or -1 */
   int32_t g, y;        /* the full gradient, and the member's result */
-  int32_t use;         /* the first node reading y (first_use) */
+  int32_t use;         /* the first node reading y (first_use), or
+                          reading the chain's last value */
   int64_t n;           /* elements of the full gradient */
+  int32_t chain[CHAIN], n_chain; /* the nodes that only retype or reshape y
+                          into "grad:P" (reduced_param), moved with it */
 } rmember;
 
 /* The node a member's collectives begin with (its place in node order). */
@@ -323,6 +341,35 @@ static const char *grad_param(const bucketer *b, int32_t v) {
   if (!g->name || strncmp(g->name, "grad:", 5) != 0 || g->rank < 1) return NULL;
   const char *pp = sc_partition_param_of(b->p, g->name + 5);
   return pp && strcmp(pp, g->name + 5) == 0 ? pp : NULL;
+}
+
+/* P when all-reduced value y becomes "grad:P" of a parameter P through
+ * nothing but a chain of sole readers that only retype or reshape it
+ * (Cast, Reshape, Identity, Squeeze, Unsqueeze, Flatten: a bf16 step's
+ * gradient is all-reduced in bf16, before the Cast back to P's f32), else
+ * NULL (users: sc_graph_users' off and users); the chain's nodes through
+ * m->chain, its last value's first reader through m->use. */
+static const char *reduced_param(const bucketer *b, const int32_t *off, const int32_t *users,
+                                 int32_t y, rmember *m) {
+  const sc_graph *L = b->L;
+  m->n_chain = 0;
+  for (int32_t hop = 0; hop <= CHAIN; hop++) {
+    const char *pp = grad_param(b, y);
+    if (pp) {
+      m->use = first_use(L, off, users, y);
+      return pp;
+    }
+    if (hop == CHAIN) return NULL;
+    if (off[y + 1] - off[y] != 1 || (L->values[y].flags & SC_VALUE_OUTPUT)) return NULL;
+    const sc_node *r = &L->nodes[users[off[y]]];
+    bool moves = r->op == SC_OP_CAST || r->op == SC_OP_RESHAPE || r->op == SC_OP_IDENTITY ||
+                 r->op == SC_OP_SQUEEZE || r->op == SC_OP_UNSQUEEZE || r->op == SC_OP_FLATTEN;
+    if (!moves || r->n_inputs < 1 || r->inputs[0] != y || r->n_outputs != 1 || r->outputs[0] < 0)
+      return NULL;
+    m->chain[m->n_chain++] = users[off[y]];
+    y = r->outputs[0];
+  }
+  return NULL;
 }
 
 /* Whether node i reduce-scatters "grad:P" of a parameter P along dim 0
@@ -444,6 +491,8 @@ static sc_status bucket_rs(bucketer *b, const rmember *m, int32_t k, int64_t S) 
       to_identity(b, old, full);
       if (!put(b, old, use)) st = nomem(b->d);
     }
+    for (int32_t c = 0; c < m[j].n_chain && st == SC_OK; c++) /* after it, in order */
+      if (!put(b, m[j].chain[c], use)) st = nomem(b->d);
   }
   sc_free(rows);
   return st;
@@ -515,23 +564,58 @@ bool sc_partition_bucket_takes(int64_t open_bytes, bool capped) {
 
 int32_t sc_partition_bucket_count(const int64_t *bytes, const int32_t *dtype, int32_t n,
                                   bool capped) {
-  int32_t groups = 0;
-  int64_t open_bytes = 0;
+  /* one open group per dtype, as sc_partition_bucket_reductions keeps */
+  enum { KEYS = 4 };
+  int32_t groups = 0, key[KEYS], used = 0;
+  int64_t open_bytes[KEYS];
   for (int32_t i = 0; i < n; i++) {
-    if (i == 0 || dtype[i] != dtype[i - 1] || !sc_partition_bucket_takes(open_bytes, capped)) {
+    int32_t j = 0;
+    while (j < used && key[j] != dtype[i]) j++;
+    if (j == used) { /* a new dtype; every slot holds another: the first gives way */
+      if (used == KEYS) j = 0;
+      else used++;
+      key[j] = dtype[i];
+      open_bytes[j] = 0;
       groups++;
-      open_bytes = 0;
+    } else if (!sc_partition_bucket_takes(open_bytes[j], capped)) {
+      groups++;
+      open_bytes[j] = 0;
     }
-    open_bytes += bytes[i];
+    open_bytes[j] += bytes[i];
   }
   return groups;
 }
 
-/* The first node reading value v (sc_graph_users' off and users), or
- * L->n_nodes for a graph output nothing reads, INT32_MAX for none. */
-static int32_t first_use(const sc_graph *L, const int32_t *off, const int32_t *users, int32_t v) {
-  if (off[v + 1] > off[v]) return users[off[v]];
-  return L->values[v].flags & SC_VALUE_OUTPUT ? L->n_nodes : INT32_MAX;
+
+enum { RGROUPS = 4 }; /* open groups at once: dtypes x kinds a block mixes */
+
+/* An open group of gradient reductions: its members, their first
+ * reader, their bytes, and its dtype. */
+typedef struct rgroup {
+  rmember *m;
+  int32_t k, use;
+  int64_t bytes;
+  sc_dtype t;
+} rgroup;
+
+/* Closes group g (a bucket when it has two members or more). */
+static sc_status close_group(bucketer *b, rgroup *g, int64_t S) {
+  sc_status st = SC_OK;
+  if (g->k >= 2) st = bucket_rs(b, g->m, g->k, g->m[0].rs >= 0 ? S : 1);
+  g->k = 0;
+  g->use = INT32_MAX;
+  g->bytes = 0;
+  return st;
+}
+
+/* Whether open group g, of member m's dtype, kind and all-reduce, takes m
+ * at node i: nothing reads an earlier member's result before i, and there
+ * is room (all-reduces alone are capped as DDP's buckets: a bucket takes
+ * members until it holds the cap or more, DDP's
+ * compute_bucket_assignment_by_size; fsdp's reduce-scatters are grouped
+ * per block whole, as FSDP wraps a block). */
+static bool joins(const rgroup *g, const rmember *m, int32_t i) {
+  return g->use > i && sc_partition_bucket_takes(g->bytes, m->rs < 0);
 }
 
 sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
@@ -543,12 +627,19 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   bucketer b;
   if (begin(p, d, &stats, &b) != SC_OK) return d->status;
   int32_t n0 = L->n_nodes, *off = NULL, *users = NULL;
-  rmember *open = sc_malloc(((size_t)n0 + 1) * sizeof *open);
+  /* one open group per dtype (a bf16 step all-reduces its GEMM weights'
+   * gradients in bf16 and its norms' in f32, interleaved: each dtype
+   * fills its own bucket, as DDP and Megatron bucket per dtype) */
+  rgroup g[RGROUPS] = {{0}};
+  for (int32_t j = 0; j < RGROUPS; j++) {
+    g[j].m = sc_malloc(((size_t)n0 + 1) * sizeof *g[j].m);
+    g[j].use = INT32_MAX;
+  }
   b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
-  sc_status st = open && b.moved && sc_graph_users(L, &off, &users) == SC_OK ? SC_OK : nomem(d);
-  int32_t k = 0, open_use = INT32_MAX; /* the open group's first reader */
-  int64_t key_stage = -1, key_block = -2, open_bytes = 0;
-  sc_dtype key_t = SC_DTYPE_UNDEF;
+  bool ok = b.moved != NULL;
+  for (int32_t j = 0; j < RGROUPS; j++) ok &= g[j].m != NULL;
+  sc_status st = ok && sc_graph_users(L, &off, &users) == SC_OK ? SC_OK : nomem(d);
+  int64_t key_stage = -1, key_block = -2;
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
     rmember m = {.rs = -1, .ar = -1};
@@ -563,7 +654,9 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
         m.ar = r;
         m.y = L->nodes[r].outputs[0];
       }
-    } else if (i < n0 && is_all_reduce(L, i) && (param = grad_param(&b, L->nodes[i].inputs[0]))) {
+    } else if (i < n0 && is_all_reduce(L, i) && L->values[L->nodes[i].inputs[0]].rank >= 1 &&
+               ((param = grad_param(&b, L->nodes[i].inputs[0])) ||
+                (param = reduced_param(&b, off, users, L->nodes[i].outputs[0], &m)))) {
       m.ar = i; /* no reduce-scatter: plain data parallel, ZeRO 0 */
       m.g = L->nodes[i].inputs[0];
       m.y = L->nodes[i].outputs[0];
@@ -573,35 +666,37 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
     int64_t bytes = 0;
     if (cand) {
       m.n = sc_value_numel(&L->values[m.g]);
-      m.use = first_use(L, off, users, m.y);
+      if (m.n_chain == 0) m.use = first_use(L, off, users, m.y);
       bytes = m.n * (int64_t)sc_dtype_size(L->values[m.g].dtype);
     }
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     sc_dtype t = cand ? L->values[m.g].dtype : SC_DTYPE_UNDEF;
-    /* all-reduces alone are capped as DDP's buckets (a bucket takes
-     * members until it holds the cap or more: DDP's
-     * compute_bucket_assignment_by_size); fsdp's reduce-scatters are
-     * grouped per block whole, as FSDP wraps a block */
-    bool fits = sc_partition_bucket_takes(open_bytes, m.rs < 0);
-    bool same = cand && k > 0 && stage == key_stage && block == key_block && t == key_t &&
-                (m.rs >= 0) == (open[0].rs >= 0) && same_reduction(L, m.ar, open[0].ar) &&
-                open_use > i && fits;
-    if (i == n0 || (cand && !same)) { /* close the open group */
-      if (k >= 2) st = bucket_rs(&b, open, k, open[0].rs >= 0 ? S : 1);
-      k = 0;
-      open_use = INT32_MAX;
-      open_bytes = 0;
-    }
+    if (i == n0 || (cand && (stage != key_stage || block != key_block))) /* close them all */
+      for (int32_t j = 0; j < RGROUPS && st == SC_OK; j++) st = close_group(&b, &g[j], S);
     if (!cand || st != SC_OK) continue;
-    open[k++] = m;
-    if (m.use < open_use) open_use = m.use;
-    open_bytes += bytes;
+    int32_t to = -1, empty = -1;
+    for (int32_t j = 0; j < RGROUPS && to < 0; j++) {
+      if (g[j].k > 0 && g[j].t == t && (m.rs >= 0) == (g[j].m[0].rs >= 0) &&
+          same_reduction(L, m.ar, g[j].m[0].ar))
+        to = j;
+      if (g[j].k == 0 && empty < 0) empty = j;
+    }
+    if (to >= 0 && !joins(&g[to], &m, i)) st = close_group(&b, &g[to], S);
+    if (to < 0 && empty < 0) { /* every slot holds another kind: the first gives way */
+      st = close_group(&b, &g[0], S);
+      empty = 0;
+    }
+    if (st != SC_OK) continue;
+    rgroup *o = &g[to >= 0 ? to : empty];
+    o->m[o->k++] = m;
+    o->t = t;
+    if (m.use < o->use) o->use = m.use;
+    o->bytes += bytes;
     key_stage = stage;
     key_block = block;
-    key_t = t;
   }
   st = finish(&b, st);
-  sc_free(open);
+  for (int32_t j = 0; j < RGROUPS; j++) sc_free(g[j].m);
   sc_free(off);
   sc_free(users);
   sc_stats_free(&stats);

@@ -193,7 +193,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d);
  * order the step meets them: whether an open group holding open_bytes
  * takes one more (capped: all-reduces alone, DDP's cap; else a block is
  * one group); and the count of collectives n members make, bytes[i] and
- * dtype[i] each (a dtype change closes the group, as does the cap). */
+ * dtype[i] each (one open group per dtype, closed by the cap). */
 bool sc_partition_bucket_takes(int64_t open_bytes, bool capped);
 int32_t sc_partition_bucket_count(const int64_t *bytes, const int32_t *dtype, int32_t n,
                                   bool capped);
