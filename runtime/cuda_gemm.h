@@ -56,6 +56,24 @@ const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
                           CUdeviceptr act_out, int32_t *id, bool *fused, sc_diag *diag);
+/* FP8 operands of a GEMM: the FP8 copies (E4M3 or E5M2) of the values g's
+ * f32 operands hold widened, in g's layout, and per-tensor scales that
+ * multiply them (f32 device scalars; 0: none). */
+typedef struct sc_gpu_fp8 {
+  sc_dtype type_a, type_b;
+  CUdeviceptr a, b;
+  CUdeviceptr scale_a, scale_b;
+} sc_gpu_fp8;
+/* g as one cuBLASLt FP8 matmul (fp32 accumulation, D of type t into c)
+ * when its layout meets the FP8 constraints on a device of compute
+ * capability sm (major·10 + minor): "TN" (g->trans_b and not g->trans_a:
+ * k contiguous in both), k and the leading dims multiples of 16, no bias,
+ * beta 0, not both E5M2, sm >= 89; on the emulated GPU the emulated
+ * cuBLASLt (cublaslt.h). Else *id is -1 and *why says what failed (as when
+ * cuBLASLt has no algorithm): the caller adds the f32 GEMM instead. */
+sc_status sc_gpu_gemm_add_fp8(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t,
+                              const sc_gpu_fp8 *f, int sm, CUdeviceptr c, int32_t *id,
+                              const char **why, sc_diag *diag);
 sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *diag);
 
 #endif
