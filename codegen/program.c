@@ -71,6 +71,7 @@ int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
   sc_step ns = *s;
   if (ns.origin && !(ns.origin = sc_arena_strdup(&p->arena, ns.origin))) return -1;
   if (ns.kind == SC_STEP_GEMM && ns.gemm.act == SC_GEMM_ACT_NONE) ns.gemm.act_out = -1;
+  if (ns.kind == SC_STEP_GEMM && !ns.gemm.fp8) ns.gemm.a8 = ns.gemm.b8 = -1;
   p->steps[p->n_steps] = ns;
   return p->n_steps++;
 }
@@ -363,6 +364,10 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     const sc_gemm *g = &s->gemm;
     fn(ud, g->a, false);
     fn(ud, g->b, false);
+    if (g->fp8) { /* read when the device multiplies FP8 values */
+      fn(ud, g->a8, false);
+      fn(ud, g->b8, false);
+    }
     if (g->conv.on) fn(ud, g->conv.x, false); /* read when the device convolves */
     if (g->conv.on && g->conv.bias >= 0) fn(ud, g->conv.bias, false);
     if (g->bias >= 0) fn(ud, g->bias, false);
@@ -539,6 +544,7 @@ void sc_program_print(const sc_program *p, FILE *out) {
               (long long)g->lda, (long long)g->ldb, (long long)g->ldc, (long long)g->stride_a,
               (long long)g->stride_b, (long long)g->stride_c, (double)g->alpha, (double)g->beta);
       if (g->bias >= 0) fprintf(out, " bias=b%d%s", (int)g->bias, g->bias_full ? " full" : "");
+      if (g->fp8) fprintf(out, " fp8 a=b%d b=b%d", (int)g->a8, (int)g->b8);
       const sc_conv_geom *v = &g->conv;
       if (v->on)
         fprintf(out, " conv x=b%d prep k%d,k%d c %lld hw %lldx%lld kernel %lldx%lld stride %lld,%lld "

@@ -112,6 +112,13 @@ typedef struct sc_gemm {
    * die before the epilogue). Any other device runs the kernel. */
   sc_gemm_act act;
   int32_t act_out;            /* that buffer (meaningful with act only) */
+  /* When fp8 is set, A and B are f32 widenings of FP8 values (an FP8
+   * training step's quantized operands: passes/fp8.c) that are also held
+   * in buffers a8 and b8 (f8e4m3fn or f8e5m2, A's and B's layout): a
+   * device with FP8 products (the CUDA device's cuBLASLt FP8 matmul) may
+   * read those instead; the product is the same (the widening is exact). */
+  bool fp8;
+  int32_t a8, b8;             /* those buffers (meaningful with fp8 only) */
 } sc_gemm;
 
 typedef enum sc_comm_kind {
