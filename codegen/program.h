@@ -393,6 +393,19 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
  * or NULL when it can. Checked by program_json's reader (a bundle is
  * untrusted) and by every device's prepare. */
 const char *sc_attention_problem(const sc_program *p, const sc_step *s);
+/* Why GEMM g with FP8 operands (sc_gemm.fp8: A of type ta, B of type tb,
+ * C of type tc) cannot be one FP8 matmul as cuBLASLt takes them on
+ * sm_89/sm_90, from its layout alone, or NULL when it can: "TN" (k
+ * contiguous in both operands: trans_b and not trans_a), k and the leading
+ * dims (and batch strides) multiples of 16, no bias, beta 0, no activation
+ * in the product, not both E5M2, an f32 or bf16 product. A static string.
+ * The CUDA device adds its own conditions (runtime/cuda_gemm.h). */
+const char *sc_gemm_fp8_refusal(const sc_gemm *g, sc_dtype tc, sc_dtype ta, sc_dtype tb);
+/* Over p's GEMM steps with FP8 operands: *n_fp8 of them, *n_ok that
+ * sc_gemm_fp8_refusal accepts, and the refusals, up to max distinct ones
+ * (why[i], counted in n_why[i]; *n_reasons of them). */
+void sc_program_fp8_gemms(const sc_program *p, int32_t *n_fp8, int32_t *n_ok, const char **why,
+                          int32_t *n_why, int32_t max, int32_t *n_reasons);
 
 /* Lowers a graph that went through the canonical passes (static shapes,
  * folded) into a program: one kernel per node (before fusion) or per fused

@@ -975,7 +975,7 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
       sc_dtype t = p->buffers[g->c].dtype; /* sc_gemm_problem: A, B, bias alike */
       c->gemm_fused[i] = false;
       c->gemm_id[i] = -1;
-      if (g->fp8 && g->act == SC_GEMM_ACT_NONE) { /* one cuBLASLt FP8 matmul, if it can be */
+      if (g->fp8) { /* one cuBLASLt FP8 matmul, if it can be */
         sc_gpu_fp8 f = {.type_a = p->buffers[g->a8].dtype, .type_b = p->buffers[g->b8].dtype,
                         .a = c->ptrs[g->a8], .b = c->ptrs[g->b8]};
         const char *why = NULL;

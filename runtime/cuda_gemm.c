@@ -262,20 +262,10 @@ static sc_status need_workspace(sc_gpu_gemm *e, sc_diag *diag) {
   return SC_OK;
 }
 
-/* Why cuBLASLt's FP8 matmul cannot compute g as it is laid out, or NULL. */
+/* Why cuBLASLt's FP8 matmul cannot compute g on this device, or NULL. */
 static const char *fp8_refusal(const sc_gemm *g, sc_dtype t, const sc_gpu_fp8 *f, int sm) {
   if (sm < 89) return "FP8 matmuls need sm_89 or later";
-  if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16) return "the product is not f32 or bf16";
-  if (f->type_a == SC_DTYPE_F8E5M2 && f->type_b == SC_DTYPE_F8E5M2)
-    return "both operands are E5M2";
-  if (g->bias >= 0 || g->beta != 0.0f) return "the product adds a bias or C";
-  if (g->trans_a || !g->trans_b)
-    return "the operands are not laid out \"TN\" (k contiguous in both A and B)";
-  if (g->k % 16 || g->lda % 16 || g->ldb % 16)
-    return "k or a leading dim is not a multiple of 16";
-  if (g->batch > 1 && (g->stride_a % 16 || g->stride_b % 16))
-    return "a batch stride is not a multiple of 16";
-  return NULL;
+  return sc_gemm_fp8_refusal(g, t, f->type_a, f->type_b);
 }
 
 sc_status sc_gpu_gemm_add_fp8(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t,

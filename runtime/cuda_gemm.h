@@ -22,6 +22,10 @@
  *             on the stream, on the device memory that is host memory
  *             there; a fused activation is applied after it, in f32.
  *
+ * A GEMM whose operands are FP8 values (sc_gpu_gemm_add_fp8) is one
+ * cuBLASLt FP8 matmul on either: on the emulated GPU the emulated
+ * cuBLASLt (runtime/cublaslt_emu.c, the same calls and checks).
+ *
  * sc_gpu_gemm_add fixes a GEMM's operands (device addresses, stable for
  * the session, which is what lets CUDA graphs replay it) and returns its
  * id; sc_gpu_gemm_enqueue queues it on a stream. Errors: SC_ERR_UNSUPPORTED
@@ -65,11 +69,10 @@ typedef struct sc_gpu_fp8 {
   CUdeviceptr scale_a, scale_b;
 } sc_gpu_fp8;
 /* g as one cuBLASLt FP8 matmul (fp32 accumulation, D of type t into c)
- * when its layout meets the FP8 constraints on a device of compute
- * capability sm (major·10 + minor): "TN" (g->trans_b and not g->trans_a:
- * k contiguous in both), k and the leading dims multiples of 16, no bias,
- * beta 0, not both E5M2, sm >= 89; on the emulated GPU the emulated
- * cuBLASLt (cublaslt.h). Else *id is -1 and *why says what failed (as when
+ * when its layout meets the FP8 constraints (sc_gemm_fp8_refusal: "TN",
+ * multiples of 16, no bias, beta 0, no activation, not both E5M2) on a
+ * device of compute capability sm (major·10 + minor) 89 or later; on the
+ * emulated GPU the emulated cuBLASLt (cublaslt.h). Else *id is -1 and *why says what failed (as when
  * cuBLASLt has no algorithm): the caller adds the f32 GEMM instead. */
 sc_status sc_gpu_gemm_add_fp8(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t,
                               const sc_gpu_fp8 *f, int sm, CUdeviceptr c, int32_t *id,
