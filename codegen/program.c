@@ -72,7 +72,7 @@ const char *sc_gemm_fp8_refusal(const sc_gemm *g, sc_dtype tc, sc_dtype ta, sc_d
   if (g->act != SC_GEMM_ACT_NONE) return "the product's activation is fused";
   if (g->trans_a || !g->trans_b)
     return "the operands are not laid out \"TN\" (k contiguous in both A and B)";
-  if (g->k % 16 || g->lda % 16 || g->ldb % 16)
+  if (g->k % 16 || g->lda % 16 || g->ldb % 16 || g->ldc % 16)
     return "k or a leading dim is not a multiple of 16";
   if (g->batch > 1 && (g->stride_a % 16 || g->stride_b % 16))
     return "a batch stride is not a multiple of 16";

@@ -397,7 +397,7 @@ const char *sc_attention_problem(const sc_program *p, const sc_step *s);
  * C of type tc) cannot be one FP8 matmul as cuBLASLt takes them on
  * sm_89/sm_90, from its layout alone, or NULL when it can: "TN" (k
  * contiguous in both operands: trans_b and not trans_a), k and the leading
- * dims (and batch strides) multiples of 16, no bias, beta 0, no activation
+ * dims of A, B and C (and the batch strides) multiples of 16, no bias, beta 0, no activation
  * in the product, not both E5M2, an f32 or bf16 product. A static string.
  * The CUDA device adds its own conditions (runtime/cuda_gemm.h). */
 const char *sc_gemm_fp8_refusal(const sc_gemm *g, sc_dtype tc, sc_dtype ta, sc_dtype tb);

@@ -95,7 +95,7 @@ typedef struct sc_lt_api {
  * operands (E4M3, E5M2; not both E5M2) with the A/B scale pointers, f32 or
  * bf16 D — and refuses, as the library does (CUBLAS_STATUS_NOT_SUPPORTED
  * from the heuristic and the matmul), an FP8 matmul that is not "TN" (A
- * transposed, B not), whose A/B leading dims or k are not multiples of 16,
+ * transposed, B not), whose A/B/D leading dims or k are not multiples of 16,
  * or that asks for an epilogue, C or D scales or amax. Decoding is exact
  * and the products are f32's (sc_host_gemm_f32 on the decoded operands), so
  * the result equals the f32 product of the FP8 values. sc_lt_emu_bind gives

@@ -12,8 +12,8 @@
  * Refused as cuBLASLt refuses (CUBLAS_STATUS_NOT_SUPPORTED, from the
  * heuristic and the matmul alike): an FP8 operand (CUDA_R_8F_E4M3 or
  * _E5M2) with the other operand not FP8 or both E5M2; an FP8 matmul that
- * is not "TN" (TRANSA = T, TRANSB = N), whose A or B leading dim or k is
- * not a multiple of 16, or whose D is not f32 or bf16; D, C scale or amax
+ * is not "TN" (TRANSA = T, TRANSB = N), whose A, B or D leading dim or k
+ * is not a multiple of 16, or whose D is not f32 or bf16; D, C scale or amax
  * pointers; an epilogue other than the default (the runtime's epilogues
  * run on the host engine). Shapes that do not agree with the layouts are
  * CUBLAS_STATUS_INVALID_VALUE.
@@ -201,7 +201,7 @@ static sc_lt_status check(const struct cublasLtMatmulDescOpaque *d, sc_lt_layout
     if (!is_fp8(a->type) || !is_fp8(b->type) ||
         (a->type == SC_CUDA_R_8F_E5M2 && b->type == SC_CUDA_R_8F_E5M2))
       return SC_CUBLAS_STATUS_NOT_SUPPORTED;
-    if (!ta || tb || a->ld % 16 || b->ld % 16 || k % 16) /* "TN" only */
+    if (!ta || tb || a->ld % 16 || b->ld % 16 || dd->ld % 16 || k % 16) /* "TN" only */
       return SC_CUBLAS_STATUS_NOT_SUPPORTED;
   } else if (a->type != b->type || a->type != dd->type || d->scale_a || d->scale_b) {
     return SC_CUBLAS_STATUS_NOT_SUPPORTED;
