@@ -362,3 +362,19 @@ int32_t sc_schedule_parse(const char *name) {
     if (strcmp(name, SCHEDULE_NAMES[k]) == 0) return k;
   return -1;
 }
+
+void sc_dist_fp8_print(const sc_dist_program *dp, FILE *f, const char *indent) {
+  enum { MAX_REASONS = 8 };
+  const char *why[MAX_REASONS];
+  int32_t n_why[MAX_REASONS], n_reasons = 0, n_fp8 = 0, n_ok = 0;
+  for (int32_t s = 0; s < dp->n_stages; s++)
+    if (dp->stages[s].program)
+      sc_program_fp8_gemms(dp->stages[s].program, &n_fp8, &n_ok, why, n_why, MAX_REASONS,
+                           &n_reasons);
+  if (n_fp8 == 0) return;
+  fprintf(f, "%son a GPU (sm_89+): %d of %d FP8 products as cuBLASLt FP8 matmuls", indent,
+          (int)n_ok, (int)n_fp8);
+  for (int32_t k = 0; k < n_reasons; k++)
+    fprintf(f, "%s%d f32: %s", k ? "; " : " (", (int)n_why[k], why[k]);
+  fprintf(f, "%s\n", n_reasons ? ")" : "");
+}

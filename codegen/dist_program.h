@@ -121,6 +121,11 @@ sc_status sc_dist_program_single(sc_program *p, bool take, sc_dist_program **out
 void sc_dist_program_set_roles(sc_dist_program *dp, int32_t pp_axis, int32_t dp_axis,
                                int32_t tp_axis);
 void sc_dist_program_destroy(sc_dist_program *dp);
+/* One line on dp's GEMM steps with FP8 operands (sc_gemm.fp8), when it has
+ * any: how many a GPU runs as cuBLASLt FP8 matmuls (sm_89 or later), and
+ * each reason the others stay f32 products of the widened values
+ * (sc_gemm_fp8_refusal), to f with the given indent. */
+void sc_dist_fp8_print(const sc_dist_program *dp, FILE *f, const char *indent);
 /* The stage rank runs (its coordinate on pp; 0 without pp). */
 int32_t sc_dist_rank_stage(const sc_dist_program *dp, int64_t rank);
 /* Whether rank keeps global output k (it runs the producing stage and its

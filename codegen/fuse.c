@@ -21,7 +21,11 @@
  *           producers then feed the library call, and stay out). A node
  *           that reads a Conv's output (its only use, same shape) does not
  *           join a group anchored by a kernel op: it stays for the Conv's
- *           epilogue (conv_epilogue: ResNet's ReLU before its max-pool);
+ *           epilogue (conv_epilogue: ResNet's ReLU before its max-pool).
+ *           A node whose output is an FP8 value widened for a MatMul or
+ *           Gemm (fp8_operand: an FP8 training step's quantized gradient)
+ *           does not join: the FP8 value stays stored, one byte an element,
+ *           for a device that multiplies FP8 values (sc_gemm.fp8);
  *   VIEW    as POINT, and only inside a POINT chain (its input comes from a
  *           POINT node, or a STEP one: the reshape between a GEMM and its
  *           activation, GPT-2's Conv1D): there the view becomes index
@@ -72,6 +76,30 @@ static bool same_shape(const sc_value *a, const sc_value *b) {
   for (int32_t d = 0; d < a->rank; d++)
     if (a->dims[d] != b->dims[d]) return false;
   return true;
+}
+
+/* Whether value v (users[uoff[v] .. uoff[v+1])) reads as a narrow float
+ * (FP8) value that a Cast widens to f32 for a MatMul or Gemm (through
+ * Reshapes): such a value stays stored, so that a device with FP8 products
+ * can read it in place of the widening (sc_gemm.fp8). */
+static bool fp8_operand(const sc_graph *g, int32_t v, const int32_t *uoff, const int32_t *users) {
+  if (!sc_dtype_is_narrow(g->values[v].dtype) || !sc_dtype_is_float(g->values[v].dtype))
+    return false;
+  for (int32_t u = uoff[v]; u < uoff[v + 1]; u++) {
+    const sc_node *c = &g->nodes[users[u]];
+    if (!live(c) || c->op != SC_OP_CAST || c->n_outputs < 1 || c->outputs[0] < 0 ||
+        g->values[c->outputs[0]].dtype != SC_DTYPE_F32)
+      continue;
+    int32_t w = c->outputs[0];
+    for (int32_t r = uoff[w]; r < uoff[w + 1]; r++) {
+      const sc_node *x = &g->nodes[users[r]];
+      while (live(x) && x->op == SC_OP_RESHAPE && x->n_outputs > 0 && x->outputs[0] >= 0 &&
+             uoff[x->outputs[0] + 1] - uoff[x->outputs[0]] == 1)
+        x = &g->nodes[users[uoff[x->outputs[0]]]];
+      if (live(x) && (x->op == SC_OP_MATMUL || x->op == SC_OP_GEMM)) return true;
+    }
+  }
+  return false;
 }
 
 /* Whether node i feeds the STEP anchor of group k: directly, or through a
@@ -420,9 +448,11 @@ sc_status sc_pass_fuse(sc_graph *g, const sc_pass_opts *opts) {
     if (any && same && !is_out && cg >= 0 && !gi[cg].alone) {
       switch (kd) {
       case SC_LOWER_POINT:
-        join = (!feeds_step(g, gi, group, cg, i) &&
-                !conv_epilogue(g, gi, cg, i, uoff, users, gout)) ||
-               gemm_operand(g, gi, cg, i, uoff, users);
+        join = ((!feeds_step(g, gi, group, cg, i) &&
+                 !conv_epilogue(g, gi, cg, i, uoff, users, gout)) ||
+                gemm_operand(g, gi, cg, i, uoff, users)) &&
+               !(n->n_outputs == 1 && n->outputs[0] >= 0 &&
+                 fp8_operand(g, n->outputs[0], uoff, users));
         break;
       case SC_LOWER_VIEW: {
         int32_t src = n->n_inputs > 0 ? n->inputs[0] : -1;

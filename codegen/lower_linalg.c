@@ -255,6 +255,31 @@ static int32_t transposed_source(sc_lower_ctx *cx, const sc_node *n, int32_t in)
   return sc_lower_buffer_of(cx, cx->g->nodes[t].inputs[0]);
 }
 
+/* The buffer holding the FP8 value that f32 operand v widens (v =
+ * Cast(u, f32), through Reshapes, u of a narrow float type and already
+ * stored: sc_gemm.fp8), else -1. */
+static int32_t fp8_source(sc_lower_ctx *cx, int32_t v) {
+  const sc_graph *g = cx->g;
+  if (v < 0 || g->values[v].dtype != SC_DTYPE_F32) return -1;
+  int32_t p = g->values[v].producer;
+  while (p >= 0 && g->nodes[p].op == SC_OP_RESHAPE && g->nodes[p].inputs[0] >= 0)
+    p = g->values[g->nodes[p].inputs[0]].producer; /* a Reshape keeps the element order */
+  if (p < 0 || g->nodes[p].op != SC_OP_CAST || g->nodes[p].n_inputs != 1) return -1;
+  int32_t u = g->nodes[p].inputs[0];
+  if (u < 0 || !sc_dtype_is_narrow(g->values[u].dtype) || !sc_dtype_is_float(g->values[u].dtype))
+    return -1;
+  return cx->value_buffer[u];
+}
+
+/* Marks gm's FP8 operands (sc_gemm.fp8) when both operands are read in
+ * place (ra, rb: the values) and widen stored FP8 values. */
+static void mark_fp8(sc_lower_ctx *cx, sc_gemm *gm, int32_t ra, int32_t rb) {
+  int32_t a8 = ra >= 0 ? fp8_source(cx, ra) : -1, b8 = rb >= 0 ? fp8_source(cx, rb) : -1;
+  if (a8 < 0 || b8 < 0) return;
+  gm->fp8 = true;
+  gm->a8 = a8, gm->b8 = b8;
+}
+
 static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
   const sc_value *a = sc_node_input(cx->g, n, 0), *b = sc_node_input(cx->g, n, 1);
   const sc_value *y = sc_node_output(cx->g, n, 0);
@@ -270,6 +295,7 @@ static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
    * through a fused Transpose); otherwise a fused Transpose's input is
    * read in place, transposed */
   bool ta = false, tb = false;
+  bool copy_a = sa < 0, copy_b = sb < 0;
   int32_t ba, bb;
   if (sa < 0) {
     ba = matmul_materialise(cx, n, 0, &s);
@@ -305,6 +331,8 @@ static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
     gm->stride_a = gm->stride_c = 0;
   }
   if (s.nbatch == 1) gm->stride_a = gm->stride_b = gm->stride_c = 0;
+  /* operands read in place (not copied, not through a fused Transpose) */
+  mark_fp8(cx, gm, copy_a || ta ? -1 : n->inputs[0], copy_b || tb ? -1 : n->inputs[1]);
   return sc_lower_add_step(cx, &st);
 }
 const sc_lowering sc_lw_matmul = {SC_LOWER_STEP, NULL, matmul_build};
@@ -393,6 +421,7 @@ static sc_status gemm_build(sc_lower_ctx *cx, const sc_node *n) {
   gm->batch = 1, gm->m = p.m, gm->n = p.n, gm->k = p.k;
   gm->lda = a->dims[1], gm->ldb = b->dims[1], gm->ldc = p.n;
   gm->alpha = (float)p.alpha, gm->beta = 0.0f;
+  mark_fp8(cx, gm, n->inputs[0], n->inputs[1]);
   if (cv && p.beta != 0.0) {
     int64_t cn = sc_value_numel(cv);
     bool full = cv->rank == 2 && cv->dims[0] == p.m && cv->dims[1] == p.n;

@@ -65,12 +65,46 @@ int32_t sc_program_add_kernel(sc_program *p, kir_kernel *k) {
   return p->n_kernels++;
 }
 
+const char *sc_gemm_fp8_refusal(const sc_gemm *g, sc_dtype tc, sc_dtype ta, sc_dtype tb) {
+  if (tc != SC_DTYPE_F32 && tc != SC_DTYPE_BF16) return "the product is not f32 or bf16";
+  if (ta == SC_DTYPE_F8E5M2 && tb == SC_DTYPE_F8E5M2) return "both operands are E5M2";
+  if (g->bias >= 0 || g->beta != 0.0f) return "the product adds a bias or C";
+  if (g->act != SC_GEMM_ACT_NONE) return "the product's activation is fused";
+  if (g->trans_a || !g->trans_b)
+    return "the operands are not laid out \"TN\" (k contiguous in both A and B)";
+  if (g->k % 16 || g->lda % 16 || g->ldb % 16 || g->ldc % 16)
+    return "k or a leading dim is not a multiple of 16";
+  if (g->batch > 1 && (g->stride_a % 16 || g->stride_b % 16))
+    return "a batch stride is not a multiple of 16";
+  return NULL;
+}
+
+void sc_program_fp8_gemms(const sc_program *p, int32_t *n_fp8, int32_t *n_ok, const char **why,
+                          int32_t *n_why, int32_t max, int32_t *n_reasons) {
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    const sc_gemm *g = &p->steps[i].gemm;
+    if (p->steps[i].kind != SC_STEP_GEMM || !g->fp8) continue;
+    (*n_fp8)++;
+    const char *w = sc_gemm_fp8_refusal(g, p->buffers[g->c].dtype, p->buffers[g->a8].dtype,
+                                        p->buffers[g->b8].dtype);
+    if (!w) {
+      (*n_ok)++;
+      continue;
+    }
+    int32_t k = 0;
+    while (k < *n_reasons && why[k] != w) k++;
+    if (k == *n_reasons && k < max) why[(*n_reasons)++] = w, n_why[k] = 0;
+    if (k < *n_reasons) n_why[k]++;
+  }
+}
+
 int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
   if (!grow(&p->arena, (void **)&p->steps, p->n_steps, &p->cap_steps, sizeof *p->steps))
     return -1;
   sc_step ns = *s;
   if (ns.origin && !(ns.origin = sc_arena_strdup(&p->arena, ns.origin))) return -1;
   if (ns.kind == SC_STEP_GEMM && ns.gemm.act == SC_GEMM_ACT_NONE) ns.gemm.act_out = -1;
+  if (ns.kind == SC_STEP_GEMM && !ns.gemm.fp8) ns.gemm.a8 = ns.gemm.b8 = -1;
   p->steps[p->n_steps] = ns;
   return p->n_steps++;
 }
@@ -374,6 +408,10 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
     const sc_gemm *g = &s->gemm;
     fn(ud, g->a, false);
     fn(ud, g->b, false);
+    if (g->fp8) { /* read when the device multiplies FP8 values */
+      fn(ud, g->a8, false);
+      fn(ud, g->b8, false);
+    }
     if (g->conv.on) fn(ud, g->conv.x, false); /* read when the device convolves */
     if (g->conv.on && g->conv.bias >= 0) fn(ud, g->conv.bias, false);
     if (g->bias >= 0) fn(ud, g->bias, false);
@@ -550,6 +588,7 @@ void sc_program_print(const sc_program *p, FILE *out) {
               (long long)g->lda, (long long)g->ldb, (long long)g->ldc, (long long)g->stride_a,
               (long long)g->stride_b, (long long)g->stride_c, (double)g->alpha, (double)g->beta);
       if (g->bias >= 0) fprintf(out, " bias=b%d%s", (int)g->bias, g->bias_full ? " full" : "");
+      if (g->fp8) fprintf(out, " fp8 a=b%d b=b%d", (int)g->a8, (int)g->b8);
       const sc_conv_geom *v = &g->conv;
       if (v->on)
         fprintf(out, " conv x=b%d prep k%d,k%d c %lld hw %lldx%lld kernel %lldx%lld stride %lld,%lld "

@@ -112,6 +112,13 @@ typedef struct sc_gemm {
    * die before the epilogue). Any other device runs the kernel. */
   sc_gemm_act act;
   int32_t act_out;            /* that buffer (meaningful with act only) */
+  /* When fp8 is set, A and B are f32 widenings of FP8 values (an FP8
+   * training step's quantized operands: passes/fp8.c) that are also held
+   * in buffers a8 and b8 (f8e4m3fn or f8e5m2, A's and B's layout): a
+   * device with FP8 products (the CUDA device's cuBLASLt FP8 matmul) may
+   * read those instead; the product is the same (the widening is exact). */
+  bool fp8;
+  int32_t a8, b8;             /* those buffers (meaningful with fp8 only) */
 } sc_gemm;
 
 typedef enum sc_comm_kind {
@@ -394,6 +401,19 @@ int32_t sc_comm_halves(const sc_comm_step *c, sc_comm_step half[2]);
  * or NULL when it can. Checked by program_json's reader (a bundle is
  * untrusted) and by every device's prepare. */
 const char *sc_attention_problem(const sc_program *p, const sc_step *s);
+/* Why GEMM g with FP8 operands (sc_gemm.fp8: A of type ta, B of type tb,
+ * C of type tc) cannot be one FP8 matmul as cuBLASLt takes them on
+ * sm_89/sm_90, from its layout alone, or NULL when it can: "TN" (k
+ * contiguous in both operands: trans_b and not trans_a), k and the leading
+ * dims of A, B and C (and the batch strides) multiples of 16, no bias, beta 0, no activation
+ * in the product, not both E5M2, an f32 or bf16 product. A static string.
+ * The CUDA device adds its own conditions (runtime/cuda_gemm.h). */
+const char *sc_gemm_fp8_refusal(const sc_gemm *g, sc_dtype tc, sc_dtype ta, sc_dtype tb);
+/* Over p's GEMM steps with FP8 operands: *n_fp8 of them, *n_ok that
+ * sc_gemm_fp8_refusal accepts, and the refusals, up to max distinct ones
+ * (why[i], counted in n_why[i]; *n_reasons of them). */
+void sc_program_fp8_gemms(const sc_program *p, int32_t *n_fp8, int32_t *n_ok, const char **why,
+                          int32_t *n_why, int32_t max, int32_t *n_reasons);
 
 /* Lowers a graph that went through the canonical passes (static shapes,
  * folded) into a program: one kernel per node (before fusion) or per fused

@@ -218,6 +218,10 @@ static json_t *write_step(const sc_step *s) {
     json_object_set_new(go, "beta", jreal(g->beta));
     json_object_set_new(go, "bias", json_integer(g->bias));
     json_object_set_new(go, "bias_full", json_boolean(g->bias_full));
+    if (g->fp8) {
+      json_object_set_new(go, "a8", json_integer(g->a8));
+      json_object_set_new(go, "b8", json_integer(g->b8));
+    }
     if (g->act != SC_GEMM_ACT_NONE) {
       json_object_set_new(go, "act", json_string(sc_gemm_act_name(g->act)));
       json_object_set_new(go, "act_out", json_integer(g->act_out));
@@ -789,6 +793,9 @@ static sc_status read_kernel(reader *r, json_t *o, int32_t kid, kir_kernel **out
  * dimension ld, batched with stride, must lie inside the buffer, whose
  * dtype is the product's: f32 or bf16, every operand the same (what the
  * devices run: sc_gemm_problem in runtime/cpu_device.c). */
+/* A GEMM operand in buffer buf of dtype t (an FP8 copy: f8e4m3fn or
+ * f8e5m2, when t is one of them): batch matrices rows x cols, leading dim
+ * ld, stride apart, within the buffer. */
 static sc_status check_matrix(reader *r, const char *what, int32_t buf, sc_dtype t,
                               int64_t batch, int64_t rows, int64_t cols, int64_t ld,
                               int64_t stride) {
@@ -796,7 +803,7 @@ static sc_status check_matrix(reader *r, const char *what, int32_t buf, sc_dtype
   if (ld < cols || ld < 1 || stride < 0)
     return fail(r, SC_ERR_INVALID, "%s: leading dimension %lld < %lld columns or bad stride",
                 what, (long long)ld, (long long)cols);
-  if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16)
+  if (t != SC_DTYPE_F32 && t != SC_DTYPE_BF16 && t != SC_DTYPE_F8E4M3FN && t != SC_DTYPE_F8E5M2)
     return fail(r, SC_ERR_UNSUPPORTED, "%s: GEMM on %s (f32 or bf16 only)", what,
                 sc_dtype_name(b->dtype));
   if (b->dtype != t)
@@ -1223,6 +1230,25 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
                          m->trans_b ? m->k : m->n, m->ldb, m->stride_b)) ||
       (st = check_matrix(r, "C", m->c, t, m->batch, m->m, m->n, m->ldc, m->stride_c)))
     return st;
+  /* FP8 copies of A and B (sc_gemm.fp8): both or neither, f8e4m3fn or f8e5m2 */
+  m->a8 = m->b8 = -1;
+  if ((st = get_range(r, g, "a8", false, -1, -1, hi, &m->a8)) ||
+      (st = get_range(r, g, "b8", false, -1, -1, hi, &m->b8)))
+    return st;
+  m->fp8 = m->a8 >= 0 || m->b8 >= 0;
+  if (m->fp8) {
+    if (m->a8 < 0 || m->b8 < 0) return fail(r, SC_ERR_INVALID, "a GEMM with a8 but no b8");
+    sc_dtype ta = p->buffers[m->a8].dtype, tb = p->buffers[m->b8].dtype;
+    if (t != SC_DTYPE_F32 || (ta != SC_DTYPE_F8E4M3FN && ta != SC_DTYPE_F8E5M2) ||
+        (tb != SC_DTYPE_F8E4M3FN && tb != SC_DTYPE_F8E5M2))
+      return fail(r, SC_ERR_INVALID, "a8, b8: FP8 copies (f8e4m3fn, f8e5m2) of an f32 GEMM's "
+                  "operands");
+    if ((st = check_matrix(r, "a8", m->a8, ta, m->batch, m->trans_a ? m->k : m->m,
+                           m->trans_a ? m->m : m->k, m->lda, m->stride_a)) ||
+        (st = check_matrix(r, "b8", m->b8, tb, m->batch, m->trans_b ? m->n : m->k,
+                           m->trans_b ? m->k : m->n, m->ldb, m->stride_b)))
+      return st;
+  }
   if (m->bias >= 0) {
     int64_t need = m->n;
     if (m->bias_full && !sc_mul_i64(m->m, m->n, &need))

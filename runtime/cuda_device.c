@@ -188,6 +188,8 @@ struct cuda_ctx {
   int32_t *gemm_id;    /* [n_steps] a GEMM step's entry in the engine */
   bool *gemm_fused;    /* [n_steps] it applies its activation: no epilogue kernel */
   int32_t n_fused;     /* how many do */
+  int32_t n_fp8, n_fp8_asked; /* GEMMs with FP8 operands (sc_gemm.fp8): as FP8 matmuls, all */
+  const char *fp8_why; /* why the first one that is not was not (static text) */
   conv_job *convs;     /* [n_steps] */
   int32_t n_convs;     /* convolutions run by their implicit-GEMM kernel */
   bool *skip;          /* [n_kernels] their prep and bias kernels: not launched */
@@ -879,7 +881,8 @@ static void report(cuda_ctx *c) {
   c->cu->mem_get_info(&free_now, &total);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
-          "in the product, workspace %s), %d convolutions as implicit GEMMs, %d fused "
+          "in the product, workspace %s), %d of %d FP8 products as cuBLASLt FP8 matmuls%s%s%s, "
+          "%d convolutions as implicit GEMMs, %d fused "
           "attention steps (%d forwards on tensor cores); arena %lld bytes "
           "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
           "bytes\n",
@@ -887,7 +890,8 @@ static void report(cuda_ctx *c) {
           c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
           !c->gemm || !strcmp(sc_gpu_gemm_engine(c->gemm), "host") ? "none"
           : sc_gpu_gemm_own_workspace(c->gemm) ? "allocated" : "in the arena",
-          (int)c->n_convs, (int)n_attention, (int)c->n_attn_mma,
+          (int)c->n_fp8, (int)c->n_fp8_asked, c->fp8_why ? " (the others f32: " : "",
+          c->fp8_why ? c->fp8_why : "", c->fp8_why ? ")" : "", (int)c->n_convs, (int)n_attention, (int)c->n_attn_mma,
           (long long)c->arena_bytes,
           (long long)c->p->arena_bytes, (long long)c->const_bytes,
           (long long)c->free_at_create - (long long)free_now);
@@ -955,6 +959,8 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
     sc_gpu_gemm_set_workspace(c->gemm, base + (CUdeviceptr)p->workspace_offset,
                               (size_t)p->workspace_bytes);
   c->n_fused = 0;
+  c->n_fp8 = c->n_fp8_asked = 0;
+  c->fp8_why = NULL;
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_step *s = &p->steps[i];
     if (s->kind == SC_STEP_GEMM && c->convs[i].fn) {
@@ -967,7 +973,21 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
     } else if (s->kind == SC_STEP_GEMM) {
       const sc_gemm *g = &s->gemm;
       sc_dtype t = p->buffers[g->c].dtype; /* sc_gemm_problem: A, B, bias alike */
-      st = sc_gpu_gemm_add(c->gemm, g, t, c->ptrs[g->a], c->ptrs[g->b],
+      c->gemm_fused[i] = false;
+      c->gemm_id[i] = -1;
+      if (g->fp8) { /* one cuBLASLt FP8 matmul, if it can be */
+        sc_gpu_fp8 f = {.type_a = p->buffers[g->a8].dtype, .type_b = p->buffers[g->b8].dtype,
+                        .a = c->ptrs[g->a8], .b = c->ptrs[g->b8]};
+        const char *why = NULL;
+        st = sc_gpu_gemm_add_fp8(c->gemm, g, t, &f, c->cc_major * 10 + c->cc_minor,
+                                 c->ptrs[g->c], &c->gemm_id[i], &why, diag);
+        if (st != SC_OK) return st;
+        c->n_fp8_asked++;
+        c->n_fp8 += c->gemm_id[i] >= 0;
+        if (why && !c->fp8_why) c->fp8_why = why;
+      }
+      if (c->gemm_id[i] < 0)
+        st = sc_gpu_gemm_add(c->gemm, g, t, c->ptrs[g->a], c->ptrs[g->b],
                            g->bias >= 0 ? c->ptrs[g->bias] : 0,
                            g->bias >= 0 ? p->buffers[g->bias].bytes / (int64_t)sc_dtype_size(t)
                                         : 0,

@@ -11,42 +11,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "codegen/device_memory.h" /* sc_gemm_spans */
 #include "runtime/cpu_gemm.h"
 #include "runtime/cublaslt.h"
 #include "runtime/device.h"
 
-#define SC_LT_ENTRY_POINTS(X)                                                                 \
-  X(create, "cublasLtCreate", (sc_lt_handle * h))                                         \
-  X(destroy, "cublasLtDestroy", (sc_lt_handle h))                                         \
-  X(desc_create, "cublasLtMatmulDescCreate", (sc_lt_desc * d, int compute, int sc)) \
-  X(desc_destroy, "cublasLtMatmulDescDestroy", (sc_lt_desc d))                      \
-  X(desc_set, "cublasLtMatmulDescSetAttribute",                                               \
-    (sc_lt_desc d, int attr, const void *buf, size_t n))                            \
-  X(layout_create, "cublasLtMatrixLayoutCreate",                                              \
-    (sc_lt_layout * l, int type, uint64_t rows, uint64_t cols, int64_t ld))         \
-  X(layout_destroy, "cublasLtMatrixLayoutDestroy", (sc_lt_layout l))                \
-  X(layout_set, "cublasLtMatrixLayoutSetAttribute",                                           \
-    (sc_lt_layout l, int attr, const void *buf, size_t n))                          \
-  X(pref_create, "cublasLtMatmulPreferenceCreate", (sc_lt_pref * p))          \
-  X(pref_destroy, "cublasLtMatmulPreferenceDestroy", (sc_lt_pref p))          \
-  X(pref_set, "cublasLtMatmulPreferenceSetAttribute",                                         \
-    (sc_lt_pref p, int attr, const void *buf, size_t n))                      \
-  X(heuristic, "cublasLtMatmulAlgoGetHeuristic",                                              \
-    (sc_lt_handle h, sc_lt_desc d, sc_lt_layout a,                    \
-     sc_lt_layout b, sc_lt_layout c, sc_lt_layout dd,           \
-     sc_lt_pref p, int n, sc_lt_heuristic *out, int *found))  \
-  X(matmul, "cublasLtMatmul",                                                                 \
-    (sc_lt_handle h, sc_lt_desc d, const void *alpha, const void *a,            \
-     sc_lt_layout al, const void *b, sc_lt_layout bl, const void *beta,   \
-     const void *c, sc_lt_layout cl, void *dd, sc_lt_layout dl,           \
-     const sc_lt_algo *algo, void *ws, size_t ws_bytes, CUstream s))
-
-typedef struct lt_api {
-#define SC_LT_FIELD(field, sym, params) sc_lt_status(*field) params;
-  SC_LT_ENTRY_POINTS(SC_LT_FIELD)
-#undef SC_LT_FIELD
-  const char *(*status_string)(sc_lt_status s); /* optional */
-} lt_api;
+typedef sc_lt_api lt_api;
 
 
 typedef struct gemm_entry {
@@ -56,6 +26,8 @@ typedef struct gemm_entry {
   CUdeviceptr a, b, bias, c;
   CUdeviceptr d;  /* where the product goes: c, or act_out when fused */
   bool fused;     /* g->act applied in the product (cuda_gemm.h) */
+  bool fp8;       /* an FP8 matmul (sc_gpu_gemm_add_fp8): a, b are the FP8 copies */
+  sc_gpu_fp8 f8;
   int64_t bias_numel;
   /* cublaslt */
   sc_lt_desc desc;
@@ -124,7 +96,14 @@ sc_status sc_gpu_gemm_create(const sc_cu *cu, sc_gpu_gemm **out, sc_diag *diag) 
   if (!e) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   e->cu = cu;
   e->host = cu->emulated;
-  sc_status st = e->host ? SC_OK : open_cublaslt(e, diag);
+  sc_status st = SC_OK;
+  if (e->host) { /* the emulated cuBLASLt, for FP8 matmuls */
+    sc_lt_emu_api(&e->lt);
+    st = lt_check(e, e->lt.create(&e->handle), "cublasLtCreate", diag);
+    if (st == SC_OK) sc_lt_emu_bind(e->handle, cu);
+  } else {
+    st = open_cublaslt(e, diag);
+  }
   if (st != SC_OK) {
     sc_gpu_gemm_destroy(e);
     return st;
@@ -175,6 +154,10 @@ static sc_status layout(sc_gpu_gemm *e, sc_lt_layout *l, int type, int64_t rows,
   return SC_OK;
 }
 
+static int fp8_type(sc_dtype t) {
+  return t == SC_DTYPE_F8E5M2 ? SC_CUDA_R_8F_E5M2 : SC_CUDA_R_8F_E4M3;
+}
+
 /* The cuBLASLt plan of entry x (cuda_gemm.h: Cᵀ = op(B)ᵀ op(A)ᵀ). */
 static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   const sc_gemm *g = x->g;
@@ -207,11 +190,20 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   /* column-major: our B [k,n] (or [n,k] transposed) is cuBLAS's A; bf16
    * operands (the bias too: its type defaults to D's) with f32 compute */
   int type = x->t == SC_DTYPE_BF16 ? SC_CUDA_R_16BF : SC_CUDA_R_32F;
+  int type_a = x->fp8 ? fp8_type(x->f8.type_b) : type; /* cuBLAS's A is our B */
+  int type_b = x->fp8 ? fp8_type(x->f8.type_a) : type;
+  if (x->fp8) { /* the per-tensor scales multiply cuBLAS's A (our B) and B (our A) */
+    void *sa = (void *)(uintptr_t)x->f8.scale_b, *sb = (void *)(uintptr_t)x->f8.scale_a;
+    if (sa) LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa),
+               "A_SCALE_POINTER");
+    if (sb) LT(e->lt.desc_set(x->desc, SC_CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb),
+               "B_SCALE_POINTER");
+  }
   sc_status st =
-      layout(e, &x->la, type, g->trans_b ? g->k : g->n, g->trans_b ? g->n : g->k, g->ldb,
+      layout(e, &x->la, type_a, g->trans_b ? g->k : g->n, g->trans_b ? g->n : g->k, g->ldb,
              g->batch, g->stride_b, diag);
   if (st == SC_OK)
-    st = layout(e, &x->lb, type, g->trans_a ? g->m : g->k, g->trans_a ? g->k : g->m, g->lda,
+    st = layout(e, &x->lb, type_b, g->trans_a ? g->m : g->k, g->trans_a ? g->k : g->m, g->lda,
                 g->batch, g->stride_a, diag);
   /* a full bias is [m, n] for every batch entry, or one per entry */
   int64_t bias_stride = x->bias_numel == g->m * g->n ? 0 : g->m * g->n;
@@ -241,6 +233,69 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   return SC_OK;
 }
 
+/* A new entry of e (counted at once: destroy frees what a failed plan
+ * made), or NULL when out of memory. */
+static gemm_entry *new_entry(sc_gpu_gemm *e, sc_diag *diag) {
+  if (e->n == e->cap) {
+    int32_t cap = e->cap ? 2 * e->cap : 16;
+    gemm_entry *n = sc_realloc(e->entries, (size_t)cap * sizeof *n);
+    if (!n) {
+      sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+      return NULL;
+    }
+    e->entries = n;
+    e->cap = cap;
+  }
+  gemm_entry *x = &e->entries[e->n++];
+  memset(x, 0, sizeof *x);
+  return x;
+}
+
+/* The workspace, on a GPU: the arena's, else one of our own. */
+static sc_status need_workspace(sc_gpu_gemm *e, sc_diag *diag) {
+  if (e->host || e->ws) return SC_OK;
+  CUresult r = e->cu->mem_alloc(&e->ws, (size_t)SC_GEMM_WORKSPACE_BYTES);
+  sc_status st = sc_cu_check(e->cu, r, "cuMemAlloc", "the cuBLASLt workspace", diag);
+  if (st != SC_OK) return st;
+  e->ws_bytes = (size_t)SC_GEMM_WORKSPACE_BYTES;
+  e->ws_own = true;
+  return SC_OK;
+}
+
+/* Why cuBLASLt's FP8 matmul cannot compute g on this device, or NULL. */
+static const char *fp8_refusal(const sc_gemm *g, sc_dtype t, const sc_gpu_fp8 *f, int sm) {
+  if (sm < 89) return "FP8 matmuls need sm_89 or later";
+  return sc_gemm_fp8_refusal(g, t, f->type_a, f->type_b);
+}
+
+sc_status sc_gpu_gemm_add_fp8(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t,
+                              const sc_gpu_fp8 *f, int sm, CUdeviceptr c, int32_t *id,
+                              const char **why, sc_diag *diag) {
+  *id = -1;
+  *why = fp8_refusal(g, t, f, sm);
+  if (*why) return SC_OK;
+  if (g->batch > INT32_MAX || g->k == 0) {
+    *why = "a batch or k cuBLASLt does not take";
+    return SC_OK;
+  }
+  sc_status st = need_workspace(e, diag);
+  if (st != SC_OK) return st;
+  gemm_entry *x = new_entry(e, diag);
+  if (!x) return diag->status;
+  *x = (gemm_entry){.e = e, .g = g, .t = t, .a = f->a, .b = f->b, .c = c, .d = c,
+                    .fp8 = true, .f8 = *f};
+  st = plan_cublaslt(e, x, diag);
+  if (st == SC_ERR_UNSUPPORTED || st == SC_ERR_IO) { /* refused by cuBLASLt: the f32 path */
+    unplan(e, x);
+    e->n--;
+    *why = "cuBLASLt has no FP8 algorithm for it";
+    sc_diag_clear(diag);
+    return SC_OK;
+  }
+  if (st == SC_OK) *id = e->n - 1;
+  return st;
+}
+
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
                           CUdeviceptr act_out, int32_t *id, bool *fused, sc_diag *diag) {
@@ -256,32 +311,19 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
     e->host_scratch = s;
     e->host_scratch_numel = need;
   }
-  if (e->n == e->cap) {
-    int32_t cap = e->cap ? 2 * e->cap : 16;
-    gemm_entry *n = sc_realloc(e->entries, (size_t)cap * sizeof *n);
-    if (!n) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-    e->entries = n;
-    e->cap = cap;
-  }
-  gemm_entry *x = &e->entries[e->n];
+  gemm_entry *x = new_entry(e, diag);
+  if (!x) return diag->status;
   /* the activation goes into the product where C is not read (beta 0, no
    * full bias as the C operand) */
   bool fuse = g->act > SC_GEMM_ACT_NONE && g->act < SC_GEMM_ACT_COUNT && act_out &&
               g->beta == 0.0f && !(bias && g->bias_full);
   *x = (gemm_entry){.e = e, .g = g, .t = t, .a = a, .b = b, .bias = bias, .c = c,
                     .d = fuse ? act_out : c, .fused = fuse, .bias_numel = bias_numel};
-  e->n++; /* counted at once: destroy frees what a failed plan made */
   *id = e->n - 1;
   *fused = fuse;
   if (e->host) return SC_OK;
-  if (!e->ws) { /* no workspace in the arena: one of our own */
-    CUresult r = e->cu->mem_alloc(&e->ws, (size_t)SC_GEMM_WORKSPACE_BYTES);
-    sc_status st = sc_cu_check(e->cu, r, "cuMemAlloc", "the cuBLASLt workspace", diag);
-    if (st != SC_OK) return st;
-    e->ws_bytes = (size_t)SC_GEMM_WORKSPACE_BYTES;
-    e->ws_own = true;
-  }
-  sc_status st = plan_cublaslt(e, x, diag);
+  sc_status st = need_workspace(e, diag);
+  if (st == SC_OK) st = plan_cublaslt(e, x, diag);
   if (st != SC_OK && fuse) { /* no algorithm with the epilogue: plan it without */
     unplan(e, x);
     x->fused = *fused = false;
@@ -330,7 +372,7 @@ sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *d
   gemm_entry *x = &e->entries[id];
   const sc_gemm *g = x->g;
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return SC_OK;
-  if (e->host) {
+  if (e->host && !x->fp8) {
     if (e->cu->host_access) { /* the fake driver's race check: what it touches */
       int64_t span[3] = {0, 0, 0};
       sc_gemm_spans(g, span); /* checked at prepare (sc_gemm_problem) */

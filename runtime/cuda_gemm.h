@@ -22,6 +22,10 @@
  *             on the stream, on the device memory that is host memory
  *             there; a fused activation is applied after it, in f32.
  *
+ * A GEMM whose operands are FP8 values (sc_gpu_gemm_add_fp8) is one
+ * cuBLASLt FP8 matmul on either: on the emulated GPU the emulated
+ * cuBLASLt (runtime/cublaslt_emu.c, the same calls and checks).
+ *
  * sc_gpu_gemm_add fixes a GEMM's operands (device addresses, stable for
  * the session, which is what lets CUDA graphs replay it) and returns its
  * id; sc_gpu_gemm_enqueue queues it on a stream. Errors: SC_ERR_UNSUPPORTED
@@ -56,6 +60,23 @@ const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
                           CUdeviceptr act_out, int32_t *id, bool *fused, sc_diag *diag);
+/* FP8 operands of a GEMM: the FP8 copies (E4M3 or E5M2) of the values g's
+ * f32 operands hold widened, in g's layout, and per-tensor scales that
+ * multiply them (f32 device scalars; 0: none). */
+typedef struct sc_gpu_fp8 {
+  sc_dtype type_a, type_b;
+  CUdeviceptr a, b;
+  CUdeviceptr scale_a, scale_b;
+} sc_gpu_fp8;
+/* g as one cuBLASLt FP8 matmul (fp32 accumulation, D of type t into c)
+ * when its layout meets the FP8 constraints (sc_gemm_fp8_refusal: "TN",
+ * multiples of 16, no bias, beta 0, no activation, not both E5M2) on a
+ * device of compute capability sm (major·10 + minor) 89 or later; on the
+ * emulated GPU the emulated cuBLASLt (cublaslt.h). Else *id is -1 and *why says what failed (as when
+ * cuBLASLt has no algorithm): the caller adds the f32 GEMM instead. */
+sc_status sc_gpu_gemm_add_fp8(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t,
+                              const sc_gpu_fp8 *f, int sm, CUdeviceptr c, int32_t *id,
+                              const char **why, sc_diag *diag);
 sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *diag);
 
 #endif

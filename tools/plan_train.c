@@ -381,6 +381,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   }
   sc_fuse_attention_print(&b->train.attention, stdout, "");
   sc_fp8_print(&b->train.fp8, stdout);
+  if (b->train.fp8.ran) sc_dist_fp8_print(b->program, stdout, "  ");
   if (t->recompute != SC_RECOMPUTE_NONE) {
     const sc_recompute_report *rr = &b->train.recompute;
     char fl[32], how[160];

@@ -62,6 +62,7 @@
  * Not emulated: timing, occupancy, the memory model between blocks,
  * peer access, IPC, the runtime API. cuBLASLt and NCCL cannot run on this
  * driver (they load their own GPU code); the runtime uses its host GEMM
+ * (and for FP8 products its emulated cuBLASLt, runtime/cublaslt_emu.c)
  * and its CPU communicators instead when it sees the emulated driver. */
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -70,7 +70,8 @@ real size, so not part of the default run.
                torch.compile) on GPT-2 small and a Llama-style 1.3B, the same
                weights and batches (tests/gpu/train_speed.py): step time,
                tokens/s, MFU, peak memory, ratios, the first losses compared;
-               OUT/train-speed.json and .md. --tiny (implied on the emulated
+               and the 1.3B's fp8 step (--precision fp8) against shardc's
+               bf16 one; OUT/train-speed.json and .md. --tiny (implied on the emulated
                GPU): the tiny configs, PyTorch on the CPU where installed
 """
 import argparse

@@ -80,8 +80,12 @@ import json, math, os, sys
 s = json.load(open(sys.argv[1]))
 assert int(sys.argv[3]) == 0, sys.argv[3]
 got = {c["name"]: c for c in s["checks"]}
-for n in ("gpt2-tiny.shardc.none", "llama-tiny.shardc.none", "llama-tiny.shardc.selective"):
+for n in ("gpt2-tiny.shardc.none", "llama-tiny.shardc.none", "llama-tiny.shardc.selective",
+          "llama-tiny.shardc.fp8"):
     assert got["train-speed." + n]["status"] == "pass", got.get("train-speed." + n)
+# the fp8 row against shardc's bf16 row: a ratio and the losses' distance
+v = got["train-speed.llama-tiny.fp8.vs.bf16"]
+assert v["status"] == "info" and v["ratio"] > 0 and math.isfinite(v["rel_diff"]), v
 for m in ("gpt2-tiny", "llama-tiny"):
     for v in ("eager", "compile"):
         c = got["train-speed.%s.%s" % (m, v)]
@@ -90,6 +94,9 @@ for m in ("gpt2-tiny", "llama-tiny"):
 r = json.load(open(os.path.join(sys.argv[2], "train-speed.json")))
 assert r["emulated"] and r["tiny"] and r["peak_bf16_flops"] == 989.4e12, r
 assert [m["model"] for m in r["models"]] == ["gpt2-tiny", "llama-tiny"], r["models"]
+variants = {m["model"]: [v["variant"] for v in m["variants"] if v["side"] == "shardc"]
+            for m in r["models"]}
+assert variants["llama-tiny"] == ["shardc (none)", "shardc (selective)", "shardc (fp8)"], variants
 runs = {}
 for m in r["models"]:
     for v in m["variants"]:
@@ -105,5 +112,6 @@ assert runs[("llama-tiny", "shardc (none)")]["losses"] == \
     runs[("llama-tiny", "shardc (selective)")]["losses"], runs
 md = open(os.path.join(sys.argv[2], "train-speed.md")).read()
 assert "## llama-tiny" in md and "| shardc (selective) |" in md, md
+assert "| shardc (fp8) |" in md and "| shardc (fp8) | shardc (none) |" in md, md
 print("ok: train-speed rehearsal")
 PY

@@ -15,7 +15,9 @@ random token ids (the labels the ids shifted by one; step i takes rows
 (i-1)·B … i·B-1 on both sides) by:
 
   shardc       `shardc train --device cuda --precision bf16 --optimizer adamw`,
-               --recompute none (and selective for the Llama); the step's
+               --recompute none (and selective for the Llama), and for the Llama
+               the same with --precision fp8 (the row "shardc (fp8)":
+               docs/training.md "FP8"; its tokens/s against bf16's); the step's
                wall time is its --log-json time_ms (the host's clock around
                the step: the batch in, the step, the loss and gradient norm
                read back)
@@ -40,9 +42,13 @@ relative 2^-9 per rounding, and the two sides round in different places
 in different orders; the mean over B·S tokens averages those errors, so a
 wrong model or weight is off by far more). Targets, printed as pass/miss
 (information, never a failure): tokens/s ≥ 1.2× eager and ≥ 1.0× compile,
-MFU ≥ 45 % on the 1.3B, peak memory ≤ PyTorch's. Failures: a shardc run
-that fails, a non-finite loss, PyTorch eager failing, the losses
-disagreeing.
+MFU ≥ 45 % on the 1.3B, peak memory ≤ PyTorch's. The fp8 row is set
+against shardc's own bf16 row (--recompute none): tokens/s ratio and the
+first losses' largest relative difference, information only (FP8 rounds
+the products' operands to 3 or 2 mantissa bits: its losses are not held to
+the bf16 tolerance, and it is not compared with PyTorch's bf16 runs).
+Failures: a shardc run that fails, a non-finite loss, PyTorch eager
+failing, the losses disagreeing.
 
 Written to OUT/train-speed.json (every figure) and OUT/train-speed.md
 (the table), OUT being run_all.py's --out; a model measured by an earlier
@@ -63,9 +69,11 @@ sys.path.insert(0, os.path.join(SRC, "samples"))
 
 import make_llama  # noqa: E402
 
-# model, batch, shardc's --recompute settings
-REAL = [("gpt2-small", 8, ("none",)), ("llama-1p3b", 4, ("none", "selective"))]
-TINY = [("gpt2-tiny", 2, ("none",)), ("llama-tiny", 2, ("none", "selective"))]
+# model, batch, shardc's runs: (--recompute, --precision); the row's tag is
+# the recompute setting for bf16, the precision otherwise
+LLAMA_RUNS = (("none", "bf16"), ("selective", "bf16"), ("none", "fp8"))
+REAL = [("gpt2-small", 8, (("none", "bf16"),)), ("llama-1p3b", 4, LLAMA_RUNS)]
+TINY = [("gpt2-tiny", 2, (("none", "bf16"),)), ("llama-tiny", 2, LLAMA_RUNS)]
 LR = 3e-4
 LOSS_STEPS, LOSS_RTOL = 3, 1e-2
 TARGETS = {"eager": 1.2, "compile": 1.0}   # shardc's tokens/s over the variant's
@@ -114,9 +122,15 @@ def json_lines(text):
     return out
 
 
-def run_shardc(ctx, model, c, batch, recompute, ids, labels, steps, tmp):
-    log = os.path.join(tmp, f"{c['name']}.{recompute}.log.jsonl")
-    cmd = [ctx.shardc, "train", model, "--device", "cuda", "--precision", "bf16",
+def run_tag(recompute, precision):
+    """A shardc row's tag: the recompute setting in bf16, else the precision."""
+    return recompute if precision == "bf16" else precision
+
+
+def run_shardc(ctx, model, c, batch, recompute, precision, ids, labels, steps, tmp):
+    tag = run_tag(recompute, precision)
+    log = os.path.join(tmp, f"{c['name']}.{tag}.log.jsonl")
+    cmd = [ctx.shardc, "train", model, "--device", "cuda", "--precision", precision,
            "--optimizer", "adamw", "--dim", f"batch={batch}", "--data", f"input_ids={ids}",
            "--labels", labels, "--steps", str(steps), "--lr", str(LR), "--log-json", log,
            "--recompute", recompute, "--log-every", str(10 ** 6)]
@@ -126,7 +140,8 @@ def run_shardc(ctx, model, c, batch, recompute, ids, labels, steps, tmp):
     rows = json_lines(open(log).read()) if os.path.exists(log) else []
     arena, weights, taken = parse_verbose(r.stderr)
     inplace = re.search(r"(\d+) of (\d+) state tensors updated in place", r.stdout)
-    return dict(state_in_place=[int(x) for x in inplace.groups()] if inplace else None,side="shardc", variant=f"shardc ({recompute})", rc=r.returncode,
+    return dict(state_in_place=[int(x) for x in inplace.groups()] if inplace else None,side="shardc", variant=f"shardc ({tag})", precision=precision,
+                recompute=recompute, rc=r.returncode,
                 losses=[x["loss"] for x in rows], times_ms=[x["time_ms"] for x in rows],
                 peak_bytes=arena + weights if arena is not None else None,
                 peak_detail=f"arena {arena} + weights {weights}; device memory taken {taken}"
@@ -202,10 +217,11 @@ def losses_agree(a, b):
     return worst <= LOSS_RTOL, worst
 
 
-def predicted(ctx, model, batch, recompute):
+def predicted(ctx, model, batch, recompute, precision="bf16"):
     """The planner's step for h200:1x1 (datasheet peaks): (seconds, mfu)."""
     r = ctx.sh([ctx.shardc, "plan", model, "--no-weights", "--train", "--dim",
-                f"batch={batch}", "--optimizer", "adamw", "--precision", "bf16", "--recompute",
+                f"batch={batch}", "--optimizer", "adamw", "--precision", precision,
+                "--recompute",
                 recompute, "--mesh", "dp=1", "--cluster", "h200:1x1", "--json"], timeout=300)
     try:
         p = json.loads(r.stdout)["predicted"]
@@ -237,7 +253,7 @@ def run(ctx, tmp):
               "flops": "6*N_mm*tokens + 12*L*d*s*tokens (samples/make_llama.py model_flops)",
               "loss_check": f"first {LOSS_STEPS} losses, |shardc - torch| <= {LOSS_RTOL} * |torch|",
               "warmup": warmup, "steps": ctx.steps, "lr": LR, "models": []}
-    for name, batch, recomputes in models:
+    for name, batch, runs in models:
         if ctx.past_deadline():
             ctx.record(f"train-speed.{name}", "skip", "past the --deadline")
             continue
@@ -255,18 +271,20 @@ def run(ctx, tmp):
              "batch": batch, "seq": c["seq"], "parameters": n_params,
              "n_mm": n_mm, "flops_per_step": flops, "variants": []}
         shardc_runs, torch_runs = [], {}
-        for rc in recomputes:
+        for rc, precision in runs:
             if ctx.past_deadline():
                 break
-            res = run_shardc(ctx, path, c, batch, rc, ids, labels, steps, folder)
+            res = run_shardc(ctx, path, c, batch, rc, precision, ids, labels, steps, folder)
             finish_figures(res, c, batch, warmup, peak)
-            res["predicted_s"], res["predicted_mfu"] = predicted(ctx, path, batch, rc)
+            res["predicted_s"], res["predicted_mfu"] = predicted(ctx, path, batch, rc,
+                                                                 precision)
             finite = bool(res["losses"]) and all(
                 x is not None and math.isfinite(x) for x in res["losses"])
             ok = res["rc"] == 0 and len(res["losses"]) == steps and finite
             pred = (f"; planner (h200 datasheet) {res['predicted_s'] * 1e3:.4g} ms"
                     if res["predicted_s"] else "")
-            ctx.record(f"train-speed.{name}.shardc.{rc}", "pass" if ok else "fail",
+            ctx.record(f"train-speed.{name}.shardc.{run_tag(rc, precision)}",
+                       "pass" if ok else "fail",
                        f"median {res['median_ms']:.2f} ms a step ({res['steps_measured']} after "
                        f"{warmup}), {res['tokens_per_s']:.0f} tokens/s, MFU "
                        f"{res['mfu'] * 100:.3g} %, peak {fmt_bytes(res['peak_bytes'])} "
@@ -320,8 +338,13 @@ def compare(ctx, name, shardc_runs, torch_runs, m):
     """shardc's ratios to each PyTorch variant, the loss agreement (a check)
     and the targets (information)."""
     m["comparisons"] = []
+    bf16 = next((s for s in shardc_runs if s["precision"] == "bf16" and
+                 s["recompute"] == "none"), None)
     for s in shardc_runs:
         tag = s["variant"].split("(")[1].rstrip(")")
+        if s["precision"] != "bf16":
+            compare_precision(ctx, name, s, bf16, m)
+            continue
         for variant, t in torch_runs.items():
             ratio = s["tokens_per_s"] / t["tokens_per_s"] if t["tokens_per_s"] else None
             agree, worst = losses_agree(s["losses"], t["losses"])
@@ -347,6 +370,29 @@ def compare(ctx, name, shardc_runs, torch_runs, m):
             ctx.record(f"train-speed.{name}.{tag}.mfu", "info",
                        f"MFU {s['mfu'] * 100:.1f} % (target >= {MFU_TARGET * 100:.0f} %: "
                        f"{'pass' if s['mfu'] >= MFU_TARGET else 'miss'})", mfu=s["mfu"])
+
+
+def compare_precision(ctx, name, s, bf16, m):
+    """A shardc row in another precision (fp8) against shardc's bf16 row:
+    tokens/s ratio and the first losses' largest relative difference, as
+    information."""
+    tag = s["variant"].split("(")[1].rstrip(")")
+    if bf16 is None or not bf16["tokens_per_s"] or not s["tokens_per_s"]:
+        ctx.record(f"train-speed.{name}.{tag}.vs.bf16", "info", "no bf16 row to compare with")
+        return
+    ratio = s["tokens_per_s"] / bf16["tokens_per_s"]
+    n = min(LOSS_STEPS, len(s["losses"]), len(bf16["losses"]))
+    worst = max((abs(x - y) / abs(y) for x, y in zip(s["losses"][:n], bf16["losses"][:n])),
+                default=None)
+    m["comparisons"].append(dict(shardc=s["variant"], torch=None, against=bf16["variant"],
+                                 ratio=ratio, losses_agree=None, loss_rel_diff=worst,
+                                 memory_le=None))
+    ctx.record(f"train-speed.{name}.{tag}.vs.bf16", "info",
+               f"tokens/s {ratio:.2f}x shardc bf16 ({s['tokens_per_s']:.0f} against "
+               f"{bf16['tokens_per_s']:.0f}); peak memory {fmt_bytes(s['peak_bytes'])} against "
+               f"{fmt_bytes(bf16['peak_bytes'])}; first {n} losses within "
+               f"{worst if worst is None else f'{worst:.2e}'} of bf16's", ratio=ratio,
+               rel_diff=worst)
 
 
 def write_report(out, report):
@@ -396,8 +442,10 @@ def write_report(out, report):
                       "|---|---|---|---|---|"]
             for cm in m["comparisons"]:
                 r = f"{cm['ratio']:.2f}x" if cm["ratio"] is not None else "—"
-                lines.append(f"| {cm['shardc']} | {cm['torch']} | {r} | "
-                             f"{'yes' if cm['losses_agree'] else 'no'} | "
+                agree = ("—" if cm["losses_agree"] is None else
+                         "yes" if cm["losses_agree"] else "no")
+                lines.append(f"| {cm['shardc']} | {cm['torch'] or cm.get('against')} | {r} | "
+                             f"{agree} | "
                              f"{'yes' if cm['memory_le'] else 'no' if cm['memory_le'] is not None else '—'} |")
         lines.append("")
     with open(os.path.join(out, "train-speed.md"), "w") as f:

@@ -23,8 +23,9 @@ def make_data(work):
     np.save(os.path.join(work, "labels.npy"), t[:, 1:])
 
 
-def train(work, tag, extra, steps, env=None, batch=8):
-    """`shardc train` of the sample (batch 8, AdamW, lr 1e-3): its losses."""
+def train(work, tag, extra, steps, env=None, batch=8, stderr=None):
+    """`shardc train` of the sample (batch 8, AdamW, lr 1e-3): its losses
+    (and its stderr appended to the list `stderr`, when given)."""
     log = os.path.join(work, tag + ".jsonl")
     r = subprocess.run([SHARDC, "train", MODEL, "--dim", f"batch={batch}", "--data",
                         f"input_ids={work}/ids.npy", "--labels", f"{work}/labels.npy",
@@ -33,6 +34,8 @@ def train(work, tag, extra, steps, env=None, batch=8):
                        capture_output=True, text=True, timeout=600,
                        env=dict(os.environ, **(env or {})))
     check(r.returncode == 0, f"train {tag}: {r.stderr[-400:]}")
+    if stderr is not None:
+        stderr.append(r.stderr)
     if r.returncode:
         return []
     return [json.loads(l)["loss"] for l in open(log) if l.strip()]

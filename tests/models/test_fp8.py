@@ -9,7 +9,9 @@
     lr 1e-3, seeded tokens): final losses within 2 % of each other (measured
     0.36 %), and not identical (fp8 really rounds: some step's loss differs
     by more than 1e-4); `plan` (text and --json) lists the LM head (N =
-    1000) as left bf16; what the step saves for its backward in fp8 is
+    1000) as left bf16, and the text that 8 of the 24 FP8 products are
+    cuBLASLt FP8 matmuls on a GPU (the input gradients; the others are
+    not laid out "TN"); what the step saves for its backward in fp8 is
     under 1.25 times bf16's (the FP8 operands kept in one byte: measured
     679 KiB against 607 now, first 554 against 482; the f32 widenings were 1010);
   * a history length of 0 refused naming it (tensor and pipeline
@@ -85,6 +87,12 @@ def test_curve(work):
     check(p.returncode == 0 and "fp8: 8 linear layers in FP8" in p.stdout and
           "bf16 '/m/lm_head/MatMul/gemm': K=64, N=1000: not multiples of 16" in p.stdout,
           f"plan's fp8 lines: {p.stdout[:600]} {p.stderr[-300:]}")
+    # on a GPU the products laid out "TN" are cuBLASLt FP8 matmuls: the 8 input
+    # gradients dY·Wᵀ (Conv1D weights [in, out]); the forward X·W and the weight
+    # gradients Xᵀ·dY are not TN, and the line says so
+    check("on a GPU (sm_89+): 8 of 24 FP8 products as cuBLASLt FP8 matmuls (16 f32: the "
+          "operands are not laid out \"TN\"" in p.stdout,
+          f"plan's FP8 matmul line: {p.stdout[:800]}")
     p = subprocess.run([SHARDC, "plan", MODEL, "--train", "--dim", "batch=8", "--precision",
                         "fp8", "--fp8-amax-history", "16", "--json"],
                        capture_output=True, text=True, timeout=300)

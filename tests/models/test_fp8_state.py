@@ -28,7 +28,10 @@
   * the emulated GPU (SHARDC_CUDA_EMU=1 --device cuda; a partial skip
     without the cuda target): after step 1 the same FP8 state as the CPU
     within 1e-6 relative (one LayerNorm output's amax and scale 1 ulp
-    apart), losses over 3 steps within 1e-4 relative.
+    apart), losses over 3 steps within 1e-4 relative; its
+    SHARDC_CUDA_VERBOSE line says 8 of the 24 FP8 products ran as the
+    emulated cuBLASLt's FP8 matmuls (the TN ones, dY·Wᵀ) and why the others
+    did not.
 
 The quantization and the loss curve: test_fp8.py.
 
@@ -217,10 +220,20 @@ def test_emulated_gpu(work, whole):
     base = ["--precision", "fp8", "--fp8-amax-history", "4", "--device", "cuda"]
     emu = {"SHARDC_CUDA_EMU": "1"}
     one = train(work, "gpu1", base + ["--save", f"{work}/gpu1"], 1, emu)
-    three = train(work, "gpu3", base, 3, emu)
+    err = []
+    three = train(work, "gpu3", base, 3, dict(emu, SHARDC_CUDA_VERBOSE="1"), stderr=err)
     if len(one) != 1 or len(three) != 3:
         check(False, "the emulated GPU ran fp8")
         return
+    # the products whose FP8 operands are laid out "TN" ran as the emulated
+    # cuBLASLt's FP8 matmuls: GPT-2's Conv1D weights are [in, out], so the
+    # 8 input-gradient products dY·Wᵀ (E5M2 x E4M3); the forward X·W and
+    # the weight gradients Xᵀ·dY are not TN and stay f32 products, saying so
+    m = re.search(r"(\d+) of (\d+) FP8 products as cuBLASLt FP8 matmuls( \(the others f32: "
+                  r"[^)]*\))?", err[0] if err else "")
+    check(m is not None and (int(m.group(1)), int(m.group(2))) == (8, 24) and
+          "TN" in (m.group(3) or ""), f"FP8 matmuls on the emulated GPU: "
+          f"{m.group(0) if m else 'no SHARDC_CUDA_VERBOSE line'}")
     # step 1 from the same weights: the same FP8 state but where an f32
     # input (a LayerNorm's output, reduced in another order) differs in its
     # last bit (measured: 46 of 48 tensors equal, that input's history and
@@ -236,8 +249,8 @@ def test_emulated_gpu(work, whole):
     # over 3 steps the products' sums in another order (bf16 GPU against
     # CPU: 6e-6) flip some FP8 roundings (measured 1.6e-5)
     rel = max(abs(x - y) / abs(y) for x, y in zip(three, whole))
-    print(f"emulated GPU: after step 1 {same} of 48 FP8 state tensors equal the CPU's "
-          f"(worst {worst:.1e}); 3 steps' losses within {rel:.1e}")
+    print(f"emulated GPU ({m.group(0) if m else '?'}): after step 1 {same} of 48 FP8 state "
+          f"tensors equal the CPU's (worst {worst:.1e}); 3 steps' losses within {rel:.1e}")
     check(rel < 1e-4, f"GPU losses {three} not within 1e-4 of the CPU's {whole[:3]}")
 
 

@@ -388,6 +388,10 @@ static void test_json_hostile(void **state) {
       {"\"kernel\": 1", "\"kernel\": 7", SC_ERR_INVALID, "'kernel' = 7"},
       {"\"m\": 2", "\"m\": 3", SC_ERR_INVALID, "overrun"},
       {"\"ldb\": 4", "\"ldb\": 2", SC_ERR_INVALID, "leading dimension"},
+      /* FP8 copies of a GEMM's operands: both or neither, in range, FP8 buffers */
+      {"\"bias\": -1", "\"bias\": -1, \"a8\": 0", SC_ERR_INVALID, "a8 but no b8"},
+      {"\"bias\": -1", "\"bias\": -1, \"a8\": 99, \"b8\": 0", SC_ERR_INVALID, "'a8' = 99"},
+      {"\"bias\": -1", "\"bias\": -1, \"a8\": 0, \"b8\": 1", SC_ERR_INVALID, "FP8 copies"},
       {"\"inner\": 4", "\"inner\": 0", SC_ERR_INVALID, "inner"},
       {"\"name\": \"int_mod\"", "\"name\": \"softmax_rows\"", SC_ERR_INVALID, "duplicate"},
       {"\"name\": \"int_mod\"", "\"name\": \"a b\"", SC_ERR_INVALID, "C identifier"},

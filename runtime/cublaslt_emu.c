@@ -1,0 +1,326 @@
+/* cublaslt_emu.c — the emulated GPU's cuBLASLt (cublaslt.h: sc_lt_emu_api).
+ *
+ * The calls of cublasLt.h that runtime/cuda_gemm.c makes, with the
+ * library's semantics where the runtime relies on them: column-major
+ * layouts (rows, cols, leading dim, strided batches), D = alpha ·
+ * scale_a · scale_b · op(A) op(B) + beta · C with f32 compute, and the
+ * checks that make the real library refuse a call. A matmul is a host
+ * function on the stream (the fake driver runs it in stream order and in
+ * graph replays); what it computes is kept in the matmul descriptor, which
+ * a GEMM owns for the session, so a captured graph replays it.
+ *
+ * Refused as cuBLASLt refuses (CUBLAS_STATUS_NOT_SUPPORTED, from the
+ * heuristic and the matmul alike): an FP8 operand (CUDA_R_8F_E4M3 or
+ * _E5M2) with the other operand not FP8 or both E5M2; an FP8 matmul that
+ * is not "TN" (TRANSA = T, TRANSB = N), whose A, B or D leading dim or k
+ * is not a multiple of 16, or whose D is not f32 or bf16; D, C scale or amax
+ * pointers; an epilogue other than the default (the runtime's epilogues
+ * run on the host engine). Shapes that do not agree with the layouts are
+ * CUBLAS_STATUS_INVALID_VALUE.
+ *
+ * Exact where the GPU is exact: FP8 and bf16 operands are decoded to f32
+ * (exact), the products and sums are f32's (sc_host_gemm_f32, the CPU
+ * device's GEMM), and a bf16 D is rounded once, at the end. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cublaslt.h"
+#include "runtime/device.h"
+
+struct cublasLtContext {
+  const sc_cu *cu;
+};
+
+struct cublasLtMatrixLayoutOpaque {
+  int type;
+  int64_t rows, cols, ld;
+  int32_t batch;
+  int64_t stride;
+};
+
+struct cublasLtMatmulPreferenceOpaque {
+  uint64_t ws_bytes;
+};
+
+/* the operands of the last matmul made with a descriptor */
+typedef struct emu_call {
+  struct cublasLtMatrixLayoutOpaque la, lb, ld;
+  const void *a, *b;
+  void *d;
+  float alpha, beta;
+  sc_gemm g;            /* the row-major product: Dᵀ = op(B)ᵀ op(A)ᵀ */
+  int64_t span[3];      /* sc_gemm_spans of g: what B, A and D cover */
+} emu_call;
+
+struct cublasLtMatmulDescOpaque {
+  int32_t transa, transb;
+  uint32_t epilogue;
+  const float *scale_a, *scale_b;
+  const void *scale_d, *amax_d;
+  int8_t fast_accum;    /* accepted; products are summed in f32 either way */
+  emu_call call;
+  float *wa, *wb, *wd;  /* decoded A, B and a bf16 D's f32 product */
+  int64_t na, nb, nd;
+};
+
+static bool is_fp8(int t) { return t == SC_CUDA_R_8F_E4M3 || t == SC_CUDA_R_8F_E5M2; }
+
+static size_t type_size(int t) {
+  return t == SC_CUDA_R_32F ? 4 : t == SC_CUDA_R_16BF ? 2 : 1;
+}
+
+static sc_lt_status emu_create(sc_lt_handle *h) {
+  *h = sc_calloc(1, sizeof **h);
+  return *h ? 0 : SC_CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+static sc_lt_status emu_destroy(sc_lt_handle h) {
+  sc_free(h);
+  return 0;
+}
+
+static sc_lt_status emu_desc_create(sc_lt_desc *d, int compute, int scale_type) {
+  if (compute != SC_CUBLAS_COMPUTE_32F || scale_type != SC_CUDA_R_32F)
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  *d = sc_calloc(1, sizeof **d);
+  if (!*d) return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  (*d)->transa = (*d)->transb = SC_CUBLAS_OP_N;
+  (*d)->epilogue = SC_CUBLASLT_EPILOGUE_DEFAULT;
+  return 0;
+}
+
+static sc_lt_status emu_desc_destroy(sc_lt_desc d) {
+  if (d) {
+    sc_free(d->wa);
+    sc_free(d->wb);
+    sc_free(d->wd);
+  }
+  sc_free(d);
+  return 0;
+}
+
+static sc_lt_status emu_desc_set(sc_lt_desc d, int attr, const void *buf, size_t n) {
+  switch (attr) {
+  case SC_CUBLASLT_MATMUL_DESC_TRANSA:
+  case SC_CUBLASLT_MATMUL_DESC_TRANSB:
+    if (n != sizeof(int32_t)) return SC_CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(attr == SC_CUBLASLT_MATMUL_DESC_TRANSA ? &d->transa : &d->transb, buf, n);
+    return 0;
+  case SC_CUBLASLT_MATMUL_DESC_EPILOGUE:
+    if (n != sizeof(uint32_t)) return SC_CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(&d->epilogue, buf, n);
+    return 0;
+  case SC_CUBLASLT_MATMUL_DESC_A_SCALE_POINTER:
+  case SC_CUBLASLT_MATMUL_DESC_B_SCALE_POINTER:
+  case SC_CUBLASLT_MATMUL_DESC_D_SCALE_POINTER:
+  case SC_CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: {
+    if (n != sizeof(void *)) return SC_CUBLAS_STATUS_INVALID_VALUE;
+    const void *p;
+    memcpy(&p, buf, n);
+    if (attr == SC_CUBLASLT_MATMUL_DESC_A_SCALE_POINTER) d->scale_a = p;
+    else if (attr == SC_CUBLASLT_MATMUL_DESC_B_SCALE_POINTER) d->scale_b = p;
+    else if (attr == SC_CUBLASLT_MATMUL_DESC_D_SCALE_POINTER) d->scale_d = p;
+    else d->amax_d = p;
+    return 0;
+  }
+  case SC_CUBLASLT_MATMUL_DESC_FAST_ACCUM:
+    if (n != sizeof(int8_t)) return SC_CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(&d->fast_accum, buf, n);
+    return 0;
+  default:
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED; /* the bias and the rest: the host engine's */
+  }
+}
+
+static sc_lt_status emu_layout_create(sc_lt_layout *l, int type, uint64_t rows, uint64_t cols,
+                                      int64_t ld) {
+  if (type != SC_CUDA_R_32F && type != SC_CUDA_R_16BF && !is_fp8(type))
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  if (rows > INT64_MAX || cols > INT64_MAX || ld < (int64_t)(rows > 0 ? rows : 1))
+    return SC_CUBLAS_STATUS_INVALID_VALUE;
+  *l = sc_calloc(1, sizeof **l);
+  if (!*l) return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  **l = (struct cublasLtMatrixLayoutOpaque){.type = type, .rows = (int64_t)rows,
+                                            .cols = (int64_t)cols, .ld = ld, .batch = 1};
+  return 0;
+}
+
+static sc_lt_status emu_layout_destroy(sc_lt_layout l) {
+  sc_free(l);
+  return 0;
+}
+
+static sc_lt_status emu_layout_set(sc_lt_layout l, int attr, const void *buf, size_t n) {
+  if (attr == SC_CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT && n == sizeof(int32_t)) {
+    memcpy(&l->batch, buf, n);
+    return l->batch >= 1 ? 0 : SC_CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (attr == SC_CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET && n == sizeof(int64_t)) {
+    memcpy(&l->stride, buf, n);
+    return 0;
+  }
+  return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+static sc_lt_status emu_pref_create(sc_lt_pref *p) {
+  *p = sc_calloc(1, sizeof **p);
+  return *p ? 0 : SC_CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+static sc_lt_status emu_pref_destroy(sc_lt_pref p) {
+  sc_free(p);
+  return 0;
+}
+
+static sc_lt_status emu_pref_set(sc_lt_pref p, int attr, const void *buf, size_t n) {
+  if (attr != SC_CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || n != sizeof(uint64_t))
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  memcpy(&p->ws_bytes, buf, n);
+  return 0;
+}
+
+/* Whether cuBLASLt would run D = op(A) op(B) (+ C) as described; on
+ * success *g is the row-major product it computes. */
+static sc_lt_status check(const struct cublasLtMatmulDescOpaque *d, sc_lt_layout a,
+                          sc_lt_layout b, sc_lt_layout c, sc_lt_layout dd, sc_gemm *g) {
+  bool ta = d->transa == SC_CUBLAS_OP_T, tb = d->transb == SC_CUBLAS_OP_T;
+  if ((d->transa != SC_CUBLAS_OP_N && !ta) || (d->transb != SC_CUBLAS_OP_N && !tb))
+    return SC_CUBLAS_STATUS_INVALID_VALUE;
+  int64_t m = ta ? a->cols : a->rows, k = ta ? a->rows : a->cols;
+  int64_t kb = tb ? b->cols : b->rows, n = tb ? b->rows : b->cols;
+  if (kb != k || dd->rows != m || dd->cols != n || c->rows != m || c->cols != n ||
+      c->type != dd->type || a->batch != b->batch || a->batch != dd->batch ||
+      c->batch != dd->batch || c->ld != dd->ld)
+    return SC_CUBLAS_STATUS_INVALID_VALUE;
+  if (d->epilogue != SC_CUBLASLT_EPILOGUE_DEFAULT && d->epilogue != 0)
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  if (d->scale_d || d->amax_d) return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  if (dd->type != SC_CUDA_R_32F && dd->type != SC_CUDA_R_16BF)
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  if (is_fp8(a->type) || is_fp8(b->type)) {
+    if (!is_fp8(a->type) || !is_fp8(b->type) ||
+        (a->type == SC_CUDA_R_8F_E5M2 && b->type == SC_CUDA_R_8F_E5M2))
+      return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!ta || tb || a->ld % 16 || b->ld % 16 || dd->ld % 16 || k % 16) /* "TN" only */
+      return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  } else if (a->type != b->type || a->type != dd->type || d->scale_a || d->scale_b) {
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  /* column-major D (m x n) is row-major Dᵀ (n x m) = op(B)ᵀ op(A)ᵀ */
+  memset(g, 0, sizeof *g);
+  g->a = g->b = g->c = g->bias = g->act_out = -1;
+  g->trans_a = tb, g->trans_b = ta;
+  g->batch = dd->batch, g->m = n, g->n = m, g->k = k;
+  g->lda = b->ld, g->ldb = a->ld, g->ldc = dd->ld;
+  g->stride_a = b->stride, g->stride_b = a->stride, g->stride_c = dd->stride;
+  g->alpha = 1.0f;
+  return 0;
+}
+
+static sc_lt_status emu_heuristic(sc_lt_handle h, sc_lt_desc d, sc_lt_layout a, sc_lt_layout b,
+                                  sc_lt_layout c, sc_lt_layout dd, sc_lt_pref p, int n,
+                                  sc_lt_heuristic *out, int *found) {
+  (void)h, (void)p;
+  sc_gemm g;
+  *found = 0;
+  sc_lt_status r = check(d, a, b, c, dd, &g);
+  if (r != 0) return r;
+  if (n >= 1) {
+    memset(out, 0, sizeof *out);
+    out->wavesCount = 1.0f;
+    *found = 1;
+  }
+  return 0;
+}
+
+/* x's span of n elements of type t, as f32 in *w (grown to n). */
+static const float *widen(int t, const void *x, int64_t n, float **w, int64_t *cap) {
+  if (t == SC_CUDA_R_32F) return x;
+  if (n > *cap) {
+    float *q = sc_realloc(*w, (size_t)n * sizeof *q);
+    if (!q) return NULL;
+    *w = q;
+    *cap = n;
+  }
+  float *o = *w;
+  if (t == SC_CUDA_R_16BF) {
+    const uint16_t *s = x;
+    for (int64_t i = 0; i < n; i++) o[i] = sc_bf16_to_f32(s[i]);
+  } else {
+    sc_dtype dt = t == SC_CUDA_R_8F_E4M3 ? SC_DTYPE_F8E4M3FN : SC_DTYPE_F8E5M2;
+    float table[256];
+    for (int c = 0; c < 256; c++) table[c] = sc_narrow_decode(dt, (uint8_t)c);
+    const uint8_t *s = x;
+    for (int64_t i = 0; i < n; i++) o[i] = table[s[i]];
+  }
+  return o;
+}
+
+static void emu_run(void *ud) {
+  struct cublasLtMatmulDescOpaque *d = ud;
+  emu_call *x = &d->call;
+  sc_gemm g = x->g;
+  g.alpha = x->alpha * (d->scale_a ? *d->scale_a : 1.0f) * (d->scale_b ? *d->scale_b : 1.0f);
+  g.beta = x->beta;
+  const float *A = widen(x->lb.type, x->b, x->span[0], &d->wb, &d->nb); /* Dᵀ's A is B */
+  const float *B = widen(x->la.type, x->a, x->span[1], &d->wa, &d->na);
+  bool f32 = x->ld.type == SC_CUDA_R_32F;
+  float *D = f32 ? x->d : NULL;
+  if (!f32 && x->span[2] > d->nd) {
+    float *q = sc_realloc(d->wd, (size_t)x->span[2] * sizeof *q);
+    if (q) d->wd = q, d->nd = x->span[2];
+  }
+  if (!f32 && x->span[2] <= d->nd) D = d->wd;
+  if (!A || !B || !D) return; /* out of host memory: D is left as it was */
+  sc_host_gemm_f32(&g, A, B, NULL, 0, D, NULL, NULL, NULL, NULL);
+  if (f32) return;
+  uint16_t *o = x->d; /* only D's m x n elements of each batch entry */
+  for (int64_t b = 0; b < g.batch; b++)
+    for (int64_t i = 0; i < g.m; i++)
+      for (int64_t j = 0; j < g.n; j++) {
+        int64_t at = b * g.stride_c + i * g.ldc + j;
+        o[at] = sc_f32_to_bf16(D[at]);
+      }
+}
+
+static sc_lt_status emu_matmul(sc_lt_handle h, sc_lt_desc d, const void *alpha, const void *a,
+                               sc_lt_layout al, const void *b, sc_lt_layout bl,
+                               const void *beta, const void *c, sc_lt_layout cl, void *dd,
+                               sc_lt_layout dl, const sc_lt_algo *algo, void *ws,
+                               size_t ws_bytes, CUstream s) {
+  (void)algo, (void)ws, (void)ws_bytes;
+  if (!h->cu) return SC_CUBLAS_STATUS_NOT_SUPPORTED; /* sc_lt_emu_bind first */
+  emu_call x;
+  memset(&x, 0, sizeof x);
+  sc_lt_status r = check(d, al, bl, cl, dl, &x.g);
+  if (r != 0) return r;
+  x.alpha = *(const float *)alpha;
+  x.beta = *(const float *)beta;
+  /* beta reads C in place: C must be D (or beta 0), and a bf16 D has none */
+  if (x.beta != 0.0f && (c != dd || dl->type != SC_CUDA_R_32F))
+    return SC_CUBLAS_STATUS_NOT_SUPPORTED;
+  x.la = *al, x.lb = *bl, x.ld = *dl;
+  x.a = a, x.b = b, x.d = dd;
+  sc_gemm_spans(&x.g, x.span);
+  d->call = x;
+  if (h->cu->host_access) { /* the fake driver's race check */
+    h->cu->host_access(b, (size_t)x.span[0] * type_size(bl->type), 0);
+    h->cu->host_access(a, (size_t)x.span[1] * type_size(al->type), 0);
+    h->cu->host_access(dd, (size_t)x.span[2] * type_size(dl->type), 1);
+  }
+  return h->cu->launch_host_func(s, emu_run, d) == SC_CUDA_SUCCESS
+             ? 0
+             : SC_CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+void sc_lt_emu_api(sc_lt_api *api) {
+  *api = (sc_lt_api){.create = emu_create, .destroy = emu_destroy,
+                     .desc_create = emu_desc_create, .desc_destroy = emu_desc_destroy,
+                     .desc_set = emu_desc_set, .layout_create = emu_layout_create,
+                     .layout_destroy = emu_layout_destroy, .layout_set = emu_layout_set,
+                     .pref_create = emu_pref_create, .pref_destroy = emu_pref_destroy,
+                     .pref_set = emu_pref_set, .heuristic = emu_heuristic,
+                     .matmul = emu_matmul, .status_string = NULL};
+}
+
+void sc_lt_emu_bind(sc_lt_handle h, const sc_cu *cu) { h->cu = cu; }

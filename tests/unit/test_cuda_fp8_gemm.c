@@ -1,0 +1,160 @@
+/* test_cuda_fp8_gemm.c — FP8 products through cuBLASLt's calls on the
+ * emulated GPU (SHARDC_CUDA_EMU=1: runtime/cublaslt_emu.c behind
+ * runtime/cuda_gemm.c's sc_gpu_gemm_add_fp8).
+ *
+ *   - an E5M2 x E4M3 product laid out "TN" (A [m,k], B [n,k], C = A·Bᵀ)
+ *     with both per-tensor scale pointers, on seeded random codes (NaN codes
+ *     left out): C equals the double-precision product of the decoded
+ *     values times the scales within 1e-6 of Σ|a·b| per element (f32 sums
+ *     of exact products; the scales are powers of two), and has no NaN;
+ *   - the same operands laid out "NN" (B [k,n]) are refused with a reason
+ *     and no entry, as are both operands E5M2 and a device before sm_89;
+ *   - the emulated library itself refuses an FP8 "NN" matmul as cuBLASLt
+ *     does: CUBLAS_STATUS_NOT_SUPPORTED from the heuristic. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/cublaslt.h"
+#include "runtime/cuda_gemm.h"
+
+static const sc_cu *cu;
+
+/* the emulated driver, which the FP8 matmuls' host functions run on */
+static int setup(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  if (setenv("SHARDC_CUDA_EMU", "1", 1) == 0 && sc_cu_load(&cu, &d) == SC_OK) return 0;
+  fprintf(stderr, "the emulated driver: %s\n", d.msg);
+  return -1;
+}
+
+enum { M = 32, N = 48, K = 64 };
+
+/* n random codes of t that are not NaN */
+static void random_codes(sc_dtype t, uint8_t *x, int n, unsigned *seed) {
+  for (int i = 0; i < n; i++) {
+    uint8_t c;
+    do c = (uint8_t)(rand_r(seed) & 0xff);
+    while (isnan(sc_narrow_decode(t, c)) || isinf(sc_narrow_decode(t, c)));
+    x[i] = c;
+  }
+}
+
+static void test_tn_product(void **state) {
+  (void)state;
+  unsigned seed = 42;
+  uint8_t a[M * K], b[N * K];
+  random_codes(SC_DTYPE_F8E5M2, a, M * K, &seed);
+  random_codes(SC_DTYPE_F8E4M3FN, b, N * K, &seed);
+  float scales[2] = {0.5f, 0.125f};
+  CUdeviceptr da, db, dc, ds;
+  assert_int_equal(cu->mem_alloc(&da, sizeof a), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&db, sizeof b), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&dc, M * N * sizeof(float)), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&ds, sizeof scales), SC_CUDA_SUCCESS);
+  CUstream s;
+  assert_int_equal(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(da, a, sizeof a, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(db, b, sizeof b, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(ds, scales, sizeof scales, s), SC_CUDA_SUCCESS);
+  sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = -1, .trans_b = true,
+               .batch = 1, .m = M, .n = N, .k = K, .lda = K, .ldb = K, .ldc = N,
+               .alpha = 1.0f};
+  sc_diag d = {0};
+  sc_gpu_gemm *e = NULL;
+  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d), SC_OK);
+  sc_gpu_fp8 f = {.type_a = SC_DTYPE_F8E5M2, .type_b = SC_DTYPE_F8E4M3FN, .a = da, .b = db,
+                  .scale_a = ds, .scale_b = ds + sizeof(float)};
+  int32_t id = -1;
+  const char *why = "?";
+  assert_int_equal(sc_gpu_gemm_add_fp8(e, &g, SC_DTYPE_F32, &f, 90, dc, &id, &why, &d), SC_OK);
+  assert_null(why);
+  assert_true(id >= 0);
+  assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d), SC_OK);
+  float c[M * N];
+  assert_int_equal(cu->memcpy_dtoh(c, dc, sizeof c, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->stream_synchronize(s), SC_CUDA_SUCCESS);
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double ref = 0, mag = 0;
+      for (int k = 0; k < K; k++) {
+        double p = (double)sc_narrow_decode(SC_DTYPE_F8E5M2, a[i * K + k]) *
+                   sc_narrow_decode(SC_DTYPE_F8E4M3FN, b[j * K + k]);
+        ref += p;
+        mag += fabs(p);
+      }
+      ref *= scales[0] * scales[1];
+      mag *= scales[0] * scales[1];
+      assert_false(isnan(c[i * N + j]));
+      double err = fabs(c[i * N + j] - ref) / (mag > 0 ? mag : 1);
+      if (err > worst) worst = err;
+    }
+  printf("FP8 E5M2 x E4M3 TN %dx%dx%d with scale pointers: worst error %.2e of sum |a.b|\n", M,
+         N, K, worst);
+  assert_true(worst <= 1e-6);
+
+  /* "NN": B [k, n] is refused with a reason, and nothing is added */
+  sc_gemm nn = g;
+  nn.trans_b = false, nn.ldb = N;
+  why = NULL;
+  assert_int_equal(sc_gpu_gemm_add_fp8(e, &nn, SC_DTYPE_F32, &f, 90, dc, &id, &why, &d), SC_OK);
+  assert_int_equal(id, -1);
+  assert_non_null(why);
+  assert_non_null(strstr(why, "TN"));
+  sc_gpu_fp8 both = f;
+  both.type_b = SC_DTYPE_F8E5M2;
+  why = NULL;
+  assert_int_equal(sc_gpu_gemm_add_fp8(e, &g, SC_DTYPE_F32, &both, 90, dc, &id, &why, &d),
+                   SC_OK);
+  assert_true(id == -1 && why && strstr(why, "E5M2"));
+  why = NULL;
+  assert_int_equal(sc_gpu_gemm_add_fp8(e, &g, SC_DTYPE_F32, &f, 80, dc, &id, &why, &d), SC_OK);
+  assert_true(id == -1 && why && strstr(why, "sm_89"));
+  sc_gpu_gemm_destroy(e);
+  assert_int_equal(cu->stream_destroy(s), SC_CUDA_SUCCESS);
+  cu->mem_free(da), cu->mem_free(db), cu->mem_free(dc), cu->mem_free(ds);
+}
+
+/* The emulated library's own check: an FP8 matmul that is not TN. */
+static void test_library_refuses_nn(void **state) {
+  (void)state;
+  sc_lt_api lt;
+  sc_lt_emu_api(&lt);
+  sc_lt_handle h;
+  sc_lt_desc desc;
+  sc_lt_layout la, lb, lc;
+  assert_int_equal(lt.create(&h), 0);
+  sc_lt_emu_bind(h, cu);
+  assert_int_equal(lt.desc_create(&desc, SC_CUBLAS_COMPUTE_32F, SC_CUDA_R_32F), 0);
+  int32_t op = SC_CUBLAS_OP_N; /* A not transposed: "NN" */
+  assert_int_equal(lt.desc_set(desc, SC_CUBLASLT_MATMUL_DESC_TRANSA, &op, sizeof op), 0);
+  assert_int_equal(lt.desc_set(desc, SC_CUBLASLT_MATMUL_DESC_TRANSB, &op, sizeof op), 0);
+  assert_int_equal(lt.layout_create(&la, SC_CUDA_R_8F_E4M3, M, K, M), 0);
+  assert_int_equal(lt.layout_create(&lb, SC_CUDA_R_8F_E4M3, K, N, K), 0);
+  assert_int_equal(lt.layout_create(&lc, SC_CUDA_R_32F, M, N, M), 0);
+  sc_lt_heuristic res;
+  int found = -1;
+  assert_int_equal(lt.heuristic(h, desc, la, lb, lc, lc, NULL, 1, &res, &found),
+                   SC_CUBLAS_STATUS_NOT_SUPPORTED);
+  assert_int_equal(found, 0);
+  op = SC_CUBLAS_OP_T; /* A [k, m] transposed: "TN", accepted */
+  sc_lt_layout lt_a;
+  assert_int_equal(lt.layout_create(&lt_a, SC_CUDA_R_8F_E4M3, K, M, K), 0);
+  assert_int_equal(lt.desc_set(desc, SC_CUBLASLT_MATMUL_DESC_TRANSA, &op, sizeof op), 0);
+  assert_int_equal(lt.heuristic(h, desc, lt_a, lb, lc, lc, NULL, 1, &res, &found), 0);
+  assert_int_equal(found, 1);
+  lt.layout_destroy(lt_a), lt.layout_destroy(la), lt.layout_destroy(lb);
+  lt.layout_destroy(lc);
+  lt.desc_destroy(desc);
+  lt.destroy(h);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_tn_product),
+                                     cmocka_unit_test(test_library_refuses_nn)};
+  return cmocka_run_group_tests(tests, setup, NULL);
+}
