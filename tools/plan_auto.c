@@ -41,6 +41,7 @@
 
 #include "api/calibrate.h"
 #include "codegen/dist_sim.h"
+#include "frontend/onnx.h"
 #include "ir/pipe.h"
 #include "passes/partition/partition.h"
 #include "passes/plan/search.h"
@@ -288,8 +289,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   p.schedule = c->pp > 1 ? c->schedule : NULL;
   p.virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
   p.sequence_parallel = c->sequence_parallel;
-  sc_cli_opts o = *base;
-  o.no_weights = true; /* shapes only */
+  sc_cli_opts o = *base; /* its weights or shapes only: choose() */
   int k = 0;
   while (k < o.n_dims && strcmp(o.dims[k].name, dim) != 0) k++;
   if (k == o.n_dims) {
@@ -301,7 +301,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   if (!c->inference) {
     ta->t.recompute = (sc_recompute_kind)c->recompute;
     ta->t.offload_activations = c->offload_activations;
-    ta->t.shape_only = true;
+    ta->t.shape_only = o.no_weights;
   }
   sc_build_setup bs;
   sc_build_setup_init(&bs, &o, &p);
@@ -309,7 +309,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   if (!c->inference) sc_plan_train_setup(&bs, target);
   else sc_build_setup_target(&bs, target);
   bs.pass.quiet = true;
-  bs.build.no_weights = true;
+  bs.build.no_weights = o.no_weights;
   double t0 = sc_cli_now_s();
   int rc = c->inference ? sc_partition_args_build(&p, &o, &bs.build, &out->b, NULL)
                         : sc_train_args_build(ta, &p, &o, &bs.build, &out->b);
@@ -692,6 +692,8 @@ typedef struct auto_search {
   char exact_cut[256];          /* why the guard cut the exact evaluation, or "" */
   char skipped[MAX_ROUNDS][768];
   int32_t n_skipped;
+  bool shapes_only;              /* the candidates built from the model's shapes
+                                   (--no-weights, or its weight files absent) */
   int64_t evaluated, pruned, limit;
   double t_model, t_search, t_exact;
   double scales[6];             /* the activation scales per kind: 3 x (pp > 1)
@@ -861,6 +863,18 @@ static sc_search_opts search_opts_of(sc_search_goal goal, const auto_args *a,
   return so;
 }
 
+/* Whether the model at path imports with its weights (its external data
+ * files there); quietly, as the build that follows reports any error. */
+static bool weights_present(const char *path) {
+  sc_import_opts io = {.no_weights = false};
+  sc_graph *g = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_onnx_import(path, &io, &g, &d) != SC_OK) return false;
+  sc_graph_destroy(g);
+  return true;
+}
+
 /* The block model, the search, the exact check of the best few (above);
  * 0 with x's outputs set, or an exit status after printing the error (1:
  * the model, the cluster, no plan fits; 2: usage). */
@@ -868,6 +882,13 @@ static int choose(auto_search *x) {
   int rc = 0;
   auto_args a = x->args;
   sc_cli_opts o = *x->o;
+  /* the candidates are built with the model's weights where it has them,
+   * so that tied weights are found from their bytes as `shardc train`
+   * finds them and a mesh is predicted as `plan --mesh` predicts it;
+   * from its shapes under --no-weights or when its weight files are
+   * absent (a shape-only model: the replay then says --no-weights) */
+  if (!o.no_weights && !weights_present(o.file)) o.no_weights = true;
+  x->shapes_only = o.no_weights;
   sc_train_args ta;
   if (x->ta) {
     ta = *x->ta;
@@ -1375,8 +1396,8 @@ int sc_cmd_plan_auto(int argc, char **argv) {
         pos += (size_t)snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld",
                                 o.dims[k].name, (long long)o.dims[k].value);
     if (pos < sizeof replay)
-      snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld --no-weights", dim_name,
-               (long long)ch->batch);
+      snprintf(replay + pos, sizeof replay - pos, " --dim %s=%lld%s", dim_name,
+               (long long)ch->batch, x.shapes_only ? " --no-weights" : "");
     json_object_set_new(cj, "replay", json_string(replay));
     json_t *root = json_pack(
         "{s:{s:f, s:f, s:f, s:i, s:I, s:I, s:o, s:o, s:o}}", "auto", "time_s",

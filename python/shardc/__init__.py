@@ -92,6 +92,7 @@ class Model:
     def __init__(self, path, dims=None, no_weights=False):
         self.path = os.fspath(path)
         self.dims = dict(dims or {})
+        self.no_weights = bool(no_weights)
         h = ctypes.c_void_p()
         opts = _lib.ModelOpts(no_weights=no_weights, quiet=True)
         st = lib.sc_model_load(_b(self.path), ctypes.byref(opts), ctypes.byref(h))
@@ -292,6 +293,8 @@ def _auto_plan(model, cfg, cluster, objective, memory_budget):
     args = [exe, "plan", model.path, "--auto", "--json", "--cluster", str(cluster)]
     for k, v in model.dims.items():
         args += ["--dim", f"{k}={int(v)}"]
+    if model.no_weights:
+        args.append("--no-weights")  # the candidates built from shapes, as the model was loaded
     if memory_budget is not None:
         args += ["--memory-budget", str(memory_budget)]
     if cfg is not None:

@@ -626,6 +626,11 @@ def test_auto_equals_cli(source, shardc_cli, tmp_path):
     assert (a.mesh, a.zero, a.schedule, a.microbatches, a.recompute) == \
         (want["mesh"], want["zero"], want["schedule"], want["microbatches"], want["recompute"])
     assert a.predicted == want["predicted"] and a.predicted["fits"] is True
+    # the search's exact check and the library's replay build the same step
+    # (the weights read, the tied embedding found: 28 parameter tensors)
+    replayed = {k: v for k, v in p.predicted.items() if k != "cluster"}
+    assert replayed == a.predicted, (p.predicted, a.predicted)
+    assert "--no-weights" not in a.replay
     assert p.train.recompute == want["recompute"] and p.n_ranks == 2
     assert a.candidates and a.search["candidates_evaluated"] > 0
     # the choice trained: compile(auto=True) against `shardc train --mesh auto`

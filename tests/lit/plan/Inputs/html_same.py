@@ -29,7 +29,9 @@ auto = json.load(open(auto_json))["auto"]
 chosen = auto["chosen"]
 batch = chosen["micro_batch_size"] * chosen["microbatches"] * chosen["mesh"]["dp"] * \
     chosen["mesh"]["fsdp"]
-cmd = [shardc, "plan", model, "--train", "--no-weights", "--dim", f"batch={batch}"] + \
+# the weights as the search read them (--no-weights for a shape-only model)
+weights = ["--no-weights"] if "--no-weights" in chosen["replay"].split() else []
+cmd = [shardc, "plan", model, "--train", *weights, "--dim", f"batch={batch}"] + \
     chosen["options"].split() + shared + ["--html", out_html]
 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
 a, b = data(auto_html), data(out_html)
