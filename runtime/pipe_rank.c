@@ -85,6 +85,14 @@ struct sc_pipe_rank {
   int32_t n_acts;
   double beta1, beta2;
   int64_t stash, peak_stash;
+  /* activation offloading (docs/offload.md, "Pipelines"): microbatch k of
+   * handoff h (cell h·M + k) goes to the host pool after action out[cell]
+   * and comes back before action back[cell] (-1: not offloaded here,
+   * sc_pipe_offload_back); on_host[cell]: its slot is in the host pool now;
+   * cur: the action running */
+  int32_t *out, *back, cur;
+  bool *on_host;
+  int64_t host, peak_host, host_copies;
   /* the state store, on a device whose arena is not host memory (the
    * module comment of pipe_rank.h): owner's session does the copies */
   sc_session *owner;
@@ -332,6 +340,14 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
   if (st == SC_OK)
     st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, r->P, r->C / r->P, r->M, r->me,
                           &r->acts, &r->n_acts, d);
+  if (st == SC_OK) {
+    size_t cells = (size_t)r->t.n * (size_t)r->M + 1;
+    r->out = sc_malloc(cells * sizeof *r->out);
+    r->back = sc_malloc(cells * sizeof *r->back);
+    r->on_host = sc_calloc(cells, sizeof *r->on_host);
+    if (!r->out || !r->back || !r->on_host) st = nomem(d);
+    else st = sc_pipe_offload_back(&r->t, dp, r->me, r->acts, r->n_acts, r->out, r->back, d);
+  }
   if (st != SC_OK) {
     sc_pipe_rank_destroy(r);
     return st;
@@ -356,10 +372,49 @@ static int64_t peer_of(const sc_pipe_rank *r, int32_t q) {
 
 static void drop_slot(sc_pipe_rank *r, int32_t h, int32_t k) {
   handoff *x = &r->h[h];
+  size_t c = (size_t)h * (size_t)r->M + (size_t)k;
   if (!x->slot[k]) return;
   sc_free(x->slot[k]);
   x->slot[k] = NULL;
-  if (sc_pipe_handoff_stashed(&r->t, h, r->me)) r->stash -= r->t.h[h].bytes;
+  if (r->on_host[c]) {
+    r->on_host[c] = false;
+    r->host -= r->t.h[h].bytes;
+  } else if (sc_pipe_handoff_stashed(&r->t, h, r->me))
+    r->stash -= r->t.h[h].bytes;
+}
+
+/* Moves cell (h, k)'s slot between the stash and the host pool (to_host)
+ * into a new allocation of its own. */
+static sc_status move_slot(sc_pipe_rank *r, int32_t h, int32_t k, bool to_host, sc_diag *d) {
+  size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+  int64_t bytes = r->t.h[h].bytes;
+  void *to = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
+  if (!to) return nomem(d);
+  memcpy(to, r->h[h].slot[k], (size_t)bytes);
+  sc_free(r->h[h].slot[k]);
+  r->h[h].slot[k] = to;
+  r->on_host[c] = to_host;
+  if (to_host) {
+    r->stash -= bytes;
+    r->host_copies++;
+    if ((r->host += bytes) > r->peak_host) r->peak_host = r->host;
+  } else {
+    r->host -= bytes;
+    if ((r->stash += bytes) > r->peak_stash) r->peak_stash = r->stash;
+  }
+  return SC_OK;
+}
+
+/* The offloaded values whose copy back starts before action a: each from
+ * its host pool slot into a slot of the stash. */
+static sc_status copy_back(sc_pipe_rank *r, int32_t a, sc_diag *d) {
+  sc_status st = SC_OK;
+  for (int32_t h = 0; h < r->n_h && st == SC_OK; h++)
+    for (int32_t k = 0; k < r->M && st == SC_OK; k++) {
+      size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+      if (r->back[c] == a && r->on_host[c]) st = move_slot(r, h, k, false, d);
+    }
+  return st;
 }
 
 static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *src, sc_diag *d) {
@@ -370,6 +425,13 @@ static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *sr
                        r->t.h[h].name, (int)k);
   if (!(x->slot[k] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
   if (src) memcpy(x->slot[k], src, (size_t)bytes);
+  size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+  if (src && r->out[c] == r->cur) { /* made here, offloaded: into the host pool */
+    r->on_host[c] = true;
+    r->host_copies++;
+    if ((r->host += bytes) > r->peak_host) r->peak_host = r->host;
+    return SC_OK;
+  }
   if (!sc_pipe_handoff_stashed(&r->t, h, r->me)) return SC_OK; /* the step's: not stashed */
   r->stash += bytes;
   if (r->stash > r->peak_stash) r->peak_stash = r->stash;
@@ -422,6 +484,11 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
     if (b->kind != B_HANDOFF) continue;
     int32_t k = r->t.h[b->index].per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
     if (--r->h[b->index].left[k] <= 0) drop_slot(r, b->index, k);
+    /* the forward's last read of an offloaded value: to the host pool */
+    else if (r->out[(size_t)b->index * r->M + k] == r->cur && r->h[b->index].slot[k] &&
+             !r->on_host[(size_t)b->index * r->M + k] &&
+             (st = move_slot(r, b->index, k, true, d)) != SC_OK)
+      return st;
   }
   for (int32_t j = 0; j < p->n_outputs && st == SC_OK; j++) {
     const sc_tensor_view *v = &pc->ov[j];
@@ -517,6 +584,7 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
   for (int32_t h = 0; h < r->n_h; h++)
     for (int32_t k = 0; k < r->M; k++) r->h[h].left[k] = sc_pipe_handoff_reads(&r->t, h, r->me, k);
   r->stash = r->peak_stash = 0;
+  r->host = r->peak_host = r->host_copies = 0;
   r->n_loss = 0;
   r->has_norm = false;
   double lsum = 0, norm = NAN;
@@ -524,6 +592,8 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
   sc_status st = SC_OK;
   for (int32_t a = 0; a < r->n_acts && st == SC_OK; a++) {
     const sc_pipe_action *x = &r->acts[a];
+    r->cur = a;
+    if ((st = copy_back(r, a, d)) != SC_OK) break;
     st = run_action(r, sc_pipe_piece(r->C, (sc_pipe_phase)x->phase, x->chunk), x->mb, mine, &lsum,
                     &norm, &ok, d);
   }
@@ -568,6 +638,10 @@ int64_t sc_pipe_rank_arena_bytes(const sc_pipe_rank *r) {
 }
 
 int64_t sc_pipe_rank_peak_stash_bytes(const sc_pipe_rank *r) { return r->peak_stash; }
+int64_t sc_pipe_rank_peak_host_bytes(const sc_pipe_rank *r, int64_t *copies) {
+  if (copies) *copies = r->host_copies;
+  return r->peak_host;
+}
 
 void sc_pipe_rank_destroy(sc_pipe_rank *r) {
   if (!r) return;
@@ -598,5 +672,8 @@ void sc_pipe_rank_destroy(sc_pipe_rank *r) {
   sc_free(r->data);
   sc_free(r->data_sh);
   sc_free(r->acts);
+  sc_free(r->out);
+  sc_free(r->back);
+  sc_free(r->on_host);
   sc_free(r);
 }
