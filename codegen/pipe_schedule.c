@@ -537,9 +537,9 @@ static void keep(const sc_pipe_handoffs *t, int32_t h, int32_t q, int sign, int6
 }
 
 /* Cell c (bytes) goes to the host pool. */
-static void to_host(sc_pipe_traffic_peaks *pk, bool *host, size_t c, int64_t bytes,
+static void to_host(sc_pipe_traffic_peaks *pk, uint8_t *host, size_t c, int64_t bytes,
                     int64_t *on_host, int64_t *peak_host) {
-  host[c] = true;
+  host[c] = 1;
   if ((*on_host += bytes) > *peak_host) *peak_host = *on_host;
   pk->offloaded_values++;
   pk->offloaded_bytes += bytes;
@@ -551,7 +551,8 @@ sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, 
   size_t cells = (size_t)t->n * (size_t)t->M + 1;
   int32_t *left = sc_calloc(cells, sizeof *left);
   int32_t *back = sc_malloc(cells * sizeof *back), *out_at = sc_malloc(cells * sizeof *out_at);
-  bool *kept = sc_calloc(cells, 1), *host = sc_calloc(cells, 1);
+  bool *kept = sc_calloc(cells, 1);
+  uint8_t *host = sc_calloc(cells, 1); /* 1 in the host pool, 2 copying back */
   int64_t live[3] = {0, 0, 0}, peak[3] = {0, 0, 0}, out = 0, on_host = 0, peak_host = 0;
   memset(pk, 0, sizeof *pk);
   sc_status st = left && back && out_at && kept && host ? SC_OK : nomem(d);
@@ -563,17 +564,21 @@ sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, 
   for (int32_t i = 0; st == SC_OK && i < n; i++) {
     int32_t s = sc_pipe_piece(t->C, (sc_pipe_phase)a[i].phase, a[i].chunk), mb = a[i].mb;
     const sc_program *p = dp->stages[s].program;
-    /* offloaded values copied back to the device before this action */
+    /* offloaded values whose copy back starts before this action: their
+     * device slot from now, their host slot until the reader waits */
     for (size_t c = 0; c + 1 < cells; c++)
-      if (back[c] == i && host[c]) {
-        host[c] = false;
-        on_host -= t->h[c / (size_t)t->M].bytes;
+      if (back[c] == i && host[c] == 1) {
+        host[c] = 2;
         keep(t, (int32_t)(c / (size_t)t->M), q, 1, live, peak);
       }
-    /* inputs received before the run */
+    /* inputs received before the run; copies back waited for */
     for (int32_t j = 0; j < p->n_inputs; j++) {
       int32_t h;
       size_t c = input_cell(t, s, j, mb, &h);
+      if (h >= 0 && host[c] == 2) {
+        host[c] = 0;
+        on_host -= t->h[h].bytes;
+      }
       if (h >= 0 && !kept[c]) {
         kept[c] = true;
         keep(t, h, q, 1, live, peak);

@@ -160,8 +160,9 @@ sc_status sc_pipe_offload_back(const sc_pipe_handoffs *t, const sc_dist_program 
  * (sc_pipe_handoff_stashed) kept at once on the device, step that of the
  * others, kept that of both together; with offload, an offloaded cell
  * (sc_pipe_offload_back) is in the host pool (host: the most bytes there at
- * once) from its out action's run to its copy back, and on the device
- * before and after;
+ * once) from its out action's run until its reader waits for its copy
+ * back, and on the device before its out action's end and from the start
+ * of its copy back;
  * sent: the bytes q sends to other pipeline coordinates. from and to
  * (NULL, or [n] zeroed): per action, bit r set when it receives from (a
  * value not yet here) or sends to pipeline coordinate r (r < 64). */
