@@ -51,6 +51,22 @@ shardc = functools.partial(run_shardc, SHARDC)
 PIPE = ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"]
 
 
+def with_and_without(tmp, what, ref_args, off_args):
+    """Trains without and with offloading: the logs bit-identical, no
+    violation in either; (ref's run, off's run, their fake driver counts)
+    when both ran, else None."""
+    r0, ref, c0 = train(tmp, what + "-ref", ref_args, quiet=False)
+    r1, got, c1 = train(tmp, what + "-off", off_args, quiet=False)
+    if not check(r0.returncode == 0 and r1.returncode == 0,
+                 f"{what}: train: {r0.stderr[-400:]} / {r1.stderr[-400:]}"):
+        return None
+    check(len(got) == STEPS and got == ref,
+          f"{what}: the log with offloading {got} differs from without {ref}")
+    check(c0.get("violations", -1) == 0 and c1.get("violations", -1) == 0,
+          f"{what}: fake driver violations: {c0} / {c1}")
+    return r0, r1, c0, c1
+
+
 def per_rank(what, out):
     m = re.search(what + r" .*?rank: ([\d ]+) bytes", out)
     return [int(x) for x in m.group(1).split()] if m else None
@@ -64,14 +80,9 @@ def pipelined(tmp):
     ranks = json.loads(p.stdout)["pipeline"]["ranks"]
     check(ranks[0]["offload"]["values"] > 0, f"plan pp=2: nothing offloaded: {ranks[0]}")
     pipe = PIPE + ["--comm", "cuda-local"]
-    r0, ref, c0 = train(tmp, "pp-ref", pipe, quiet=False)
-    r1, got, c1 = train(tmp, "pp-off", pipe + off, quiet=False)
-    if check(r0.returncode == 0 and r1.returncode == 0,
-             f"train pp=2: {r0.stderr[-400:]} / {r1.stderr[-400:]}"):
-        check(len(got) == STEPS and got == ref,
-              f"pp=2: the log with offloading {got} differs from without {ref}")
-        check(c0.get("violations", -1) == 0 and c1.get("violations", -1) == 0,
-              f"pp=2: fake driver violations: {c0} / {c1}")
+    runs = with_and_without(tmp, "pp2", pipe, pipe + off)
+    if runs:
+        r1 = runs[1]
         stash, host = per_rank("stashed values", r1.stdout), per_rank("host pool", r1.stdout)
         check(stash == [r["stash_peak"] for r in ranks] and
               host == [r["offload"]["host_pool"] for r in ranks],
@@ -106,14 +117,9 @@ def main():
             return finish()
         off = json.loads(p.stdout)["offload"]
         check(off["values"] > 0, f"plan: nothing offloaded: {off}")
-        r0, ref, c0 = train(tmp, "ref", [])
-        r1, got, c1 = train(tmp, "off", ["--offload-activations"])
-        if check(r0.returncode == 0 and r1.returncode == 0,
-                 f"train: {r0.stderr[-400:]} / {r1.stderr[-400:]}"):
-            check(len(got) == STEPS and got == ref,
-                  f"the log with offloading {got} differs from without {ref}")
-            check(c0.get("violations", -1) == 0 and c1.get("violations", -1) == 0,
-                  f"fake driver violations: {c0} / {c1}")
+        runs = with_and_without(tmp, "one-rank", [], ["--offload-activations"])
+        if runs:
+            c0, c1 = runs[2], runs[3]
             for k in ("dtoh_bytes", "htod_bytes"):
                 check(c1.get(k, 0) - c0.get(k, 0) == STEPS * off["bytes"],
                       f"{k}: {c1.get(k)} with offloading, {c0.get(k)} without: not "

@@ -26,11 +26,9 @@ import json
 import os
 import re
 import sys
-import tempfile
 
-import numpy as np
-from checks import check, finish
-from test_offload import KEYS, MODEL, SHARDC, same_bits, shardc
+from checks import check
+from test_offload import KEYS, MODEL, run_with_data, same_bits, shardc
 
 PIPE = ["--dim", "batch=8", "--optimizer", "adamw", "--mesh", "pp=2", "--microbatches", "4"]
 
@@ -120,15 +118,7 @@ def pipelined(tmp):
 
 
 def main():
-    if not SHARDC:
-        print("SHARDC is not set")
-        return 1
-    with tempfile.TemporaryDirectory() as tmp:
-        r = np.random.RandomState(41)
-        np.save(os.path.join(tmp, "ids.npy"), r.randint(0, 1000, (64, 16)).astype(np.int64))
-        np.save(os.path.join(tmp, "labels.npy"), r.randint(0, 1000, (64, 16)).astype(np.int64))
-        pipelined(tmp)
-    return finish()
+    return run_with_data(pipelined)
 
 
 if __name__ == "__main__":
