@@ -129,13 +129,15 @@ static sc_status read_offload(loader *l, json_t *pl) {
   int64_t h;
   size_t n = json_array_size(a);
   if (!json_is_array(a) || n > (1 << 20))
-    return fail(l, SC_ERR_INVALID, "pipeline: 'offload' must be an array of value names");
-  sc_status st = get_int(l, pl, "offload_horizon", 0, 1 << 20, "pipeline", &h);
+    return fail(l, SC_ERR_INVALID,
+                "partition.json: 'pipeline.offload' must be an array of value names");
+  sc_status st = get_int(l, pl, "offload_horizon", 0, 1 << 20, "partition.json: pipeline", &h);
   const char **names = st == SC_OK ? sc_malloc((n + 1) * sizeof *names) : NULL;
   if (st == SC_OK && !names) st = fail(l, SC_ERR_NOMEM, "out of memory");
   for (size_t i = 0; st == SC_OK && i < n; i++)
     if (!(names[i] = json_string_value(json_array_get(a, i))))
-      st = fail(l, SC_ERR_INVALID, "pipeline: 'offload' must be an array of value names");
+      st = fail(l, SC_ERR_INVALID,
+                "partition.json: 'pipeline.offload' must be an array of value names");
   if (st == SC_OK)
     st = sc_dist_program_set_offload(l->dp, names, (int32_t)n, (int32_t)h, l->d);
   sc_free(names);
