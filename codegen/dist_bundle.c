@@ -243,6 +243,13 @@ static sc_status write_into(const sc_dist_program *dp, const sc_bundle_opts *o, 
     json_object_set_new(pl, "chunks", json_integer(dp->pipe_chunks));
     json_object_set_new(pl, "ranks", json_integer(dp->pipe_ranks));
     json_object_set_new(pl, "schedule", json_string(sc_schedule_name(dp->schedule.kind)));
+    if (dp->schedule.n_offload > 0) { /* activation offloading: docs/offload.md */
+      json_t *names = json_array();
+      for (int32_t i = 0; i < dp->schedule.n_offload; i++)
+        json_array_append_new(names, json_string(dp->schedule.offload[i]));
+      json_object_set_new(pl, "offload", names);
+      json_object_set_new(pl, "offload_horizon", json_integer(dp->schedule.offload_horizon));
+    }
     json_object_set_new(root, "pipeline", pl);
   }
   if (training) {

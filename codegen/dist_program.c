@@ -32,6 +32,27 @@ sc_dist_program *sc_dist_program_create(const sc_mesh *mesh, int32_t n_stages) {
   return dp;
 }
 
+static int cmp_offload(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+sc_status sc_dist_program_set_offload(sc_dist_program *dp, const char *const *names, int32_t n,
+                                      int32_t horizon, sc_diag *d) {
+  dp->schedule.offload_horizon = horizon;
+  dp->schedule.n_offload = 0;
+  dp->schedule.offload = NULL;
+  if (n <= 0) return SC_OK;
+  const char **v = sc_arena_array(&dp->arena, (size_t)n, sizeof *v);
+  if (!v) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  for (int32_t i = 0; i < n; i++)
+    if (!(v[i] = sc_arena_strdup(&dp->arena, names[i])))
+      return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  qsort(v, (size_t)n, sizeof *v, cmp_offload);
+  dp->schedule.offload = v;
+  dp->schedule.n_offload = n;
+  return SC_OK;
+}
+
 void sc_dist_program_set_roles(sc_dist_program *dp, int32_t pp_axis, int32_t dp_axis,
                                int32_t tp_axis) {
   dp->pp_axis = pp_axis;

@@ -70,6 +70,13 @@ typedef struct sc_dist_schedule {
   sc_schedule_kind kind;
   int32_t microbatches;         /* >= 1; the global batch is microbatches
                                    times an input's dim 0 */
+  /* Activation offloading in a pipelined training step (docs/offload.md,
+   * "Pipelines"): the values whose stashed microbatches wait in the host
+   * pool (names in the program's arena, sorted), and the horizon in reload
+   * points (the rank's actions that first read an offloaded value). */
+  int32_t n_offload;
+  const char **offload;
+  int32_t offload_horizon;
 } sc_dist_schedule;
 
 typedef struct sc_dist_program {
@@ -117,6 +124,10 @@ sc_dist_program *sc_dist_program_create(const sc_mesh *mesh, int32_t n_stages);
  * p is owned by the result (and destroyed on failure); else borrowed. */
 sc_status sc_dist_program_single(sc_program *p, bool take, sc_dist_program **out,
                                  sc_diag *d);
+/* A pipelined training step's offloaded values (sc_dist_schedule.offload:
+ * copied into dp's arena and sorted) and horizon. Errors: SC_ERR_NOMEM. */
+sc_status sc_dist_program_set_offload(sc_dist_program *dp, const char *const *names, int32_t n,
+                                      int32_t horizon, sc_diag *d);
 /* Sets the role axes (indices into the mesh, or -1) and their masks. */
 void sc_dist_program_set_roles(sc_dist_program *dp, int32_t pp_axis, int32_t dp_axis,
                                int32_t tp_axis);

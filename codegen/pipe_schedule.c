@@ -299,6 +299,10 @@ int32_t sc_pipe_handoff_find(const sc_pipe_handoffs *t, int32_t piece, int32_t o
   return -1;
 }
 
+static int cmp_name(const void *x, const void *y) {
+  return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
 static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t piece,
                            int32_t out, sc_diag *d) {
   int32_t h = sc_pipe_handoff_find(t, piece, out);
@@ -312,6 +316,10 @@ static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32
   *x = (sc_pipe_handoff){.piece = piece, .out = out, .name = b->name, .dtype = b->dtype,
                          .bytes = b->bytes,
                          .per_mb = per_mb(t->C, piece) && !sc_pipe_is_state_copy(b->name)};
+  const char *const *off = dp->schedule.offload;
+  x->offload = x->per_mb && b->name && off &&
+               sc_pipe_piece_phase(t->C, piece) == SC_PIPE_FORWARD &&
+               bsearch(&b->name, off, (size_t)dp->schedule.n_offload, sizeof *off, cmp_name);
   x->mb_readers = sc_calloc((size_t)t->P, sizeof *x->mb_readers);
   x->step_readers = sc_calloc((size_t)t->P, sizeof *x->step_readers);
   if (!x->mb_readers || !x->step_readers) {
@@ -336,10 +344,6 @@ static int cmp_named(const void *x, const void *y) {
   if (c) return c;
   if (a->piece != b->piece) return a->piece > b->piece ? -1 : 1; /* latest first */
   return a->out < b->out ? -1 : a->out > b->out;
-}
-
-static int cmp_name(const void *x, const void *y) {
-  return strcmp(*(const char *const *)x, *(const char *const *)y);
 }
 
 /* The source of `name` read by piece s: *src -1 when none. */
@@ -455,6 +459,74 @@ bool sc_pipe_handoff_stashed(const sc_pipe_handoffs *t, int32_t h, int32_t q) {
   return t->h[h].per_mb && t->h[h].mb_readers[q] > 0;
 }
 
+bool sc_pipe_handoff_offloaded(const sc_pipe_handoffs *t, int32_t h, int32_t q) {
+  return t->h[h].offload && sc_pipe_handoff_stashed(t, h, q);
+}
+
+sc_status sc_pipe_offload_back(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
+                               const sc_pipe_action *a, int32_t n, int32_t *out, int32_t *back,
+                               sc_diag *d) {
+  size_t cells = (size_t)t->n * (size_t)t->M;
+  for (size_t c = 0; c < cells; c++) out[c] = back[c] = -1;
+  bool any = false;
+  for (int32_t h = 0; h < t->n; h++) any |= sc_pipe_handoff_offloaded(t, h, q);
+  if (!any) return SC_OK;
+  int32_t *first = sc_malloc((cells + 1) * sizeof *first);
+  int32_t *group = sc_malloc(((size_t)n + 1) * sizeof *group); /* action -> reload point */
+  int32_t *point = sc_malloc(((size_t)n + 1) * sizeof *point); /* reload point -> action */
+  bool *in_bwd = sc_calloc(cells + 1, 1); /* a backward reader has run */
+  sc_status st = first && group && point && in_bwd ? SC_OK : nomem(d);
+  for (size_t c = 0; st == SC_OK && c < cells; c++) first[c] = -1;
+  /* out: the last action making or reading the cell before its first
+   * backward reader (the forward's last use); first: that reader */
+  for (int32_t i = 0; st == SC_OK && i < n; i++) {
+    int32_t s = sc_pipe_piece(t->C, (sc_pipe_phase)a[i].phase, a[i].chunk), mb = a[i].mb;
+    const sc_program *p = dp->stages[s].program;
+    bool bwd = a[i].phase != SC_PIPE_FORWARD;
+    for (int32_t j = 0; j < p->n_inputs; j++) {
+      int32_t h;
+      size_t c = input_cell(t, s, j, mb, &h);
+      if (h < 0 || in_bwd[c] || !sc_pipe_handoff_offloaded(t, h, q)) continue;
+      if (!bwd) out[c] = i;
+      else if (out[c] >= 0) {
+        in_bwd[c] = true;
+        first[c] = i;
+      }
+    }
+    for (int32_t h = 0; mb >= 0 && h < t->n; h++)
+      if (t->h[h].piece == s && sc_pipe_handoff_offloaded(t, h, q))
+        out[(size_t)h * t->M + mb] = i;
+  }
+  for (size_t c = 0; st == SC_OK && c < cells; c++)
+    if (first[c] < 0) out[c] = -1; /* no backward reads it here */
+  /* reload points: the actions that first read an offloaded value, in order */
+  int32_t n_groups = 0;
+  for (int32_t i = 0; st == SC_OK && i < n; i++) group[i] = -1;
+  for (size_t c = 0; st == SC_OK && c < cells; c++)
+    if (out[c] >= 0) group[first[c]] = 0;
+  for (int32_t i = 0; st == SC_OK && i < n; i++)
+    if (group[i] >= 0) {
+      group[i] = n_groups;
+      point[n_groups++] = i;
+    }
+  int32_t H = dp->schedule.offload_horizon < 0 ? 0 : dp->schedule.offload_horizon;
+  for (size_t c = 0; st == SC_OK && c < cells; c++) {
+    if (out[c] < 0) continue;
+    int32_t g = group[first[c]];
+    /* after reload point g - H has run: beside the actions between it and
+     * this one (under 1F1B, H = 1: the forward between two backwards) */
+    int32_t at = H == 0 ? first[c] : g >= H ? point[g - H] + 1 : point[0];
+    if (at <= out[c]) at = out[c] + 1; /* after its copy out */
+    if (at > first[c]) at = first[c];
+    back[c] = at;
+  }
+  sc_free(in_bwd);
+  sc_free(first);
+  sc_free(group);
+  sc_free(point);
+  return st;
+}
+
 /* Keeps (sign 1) or releases (-1) handoff h's bytes on q: live[0] the
  * stash, live[1] the step's values, live[2] both; peak[] their most. */
 static void keep(const sc_pipe_handoffs *t, int32_t h, int32_t q, int sign, int64_t *live,
@@ -464,24 +536,49 @@ static void keep(const sc_pipe_handoffs *t, int32_t h, int32_t q, int sign, int6
   if ((live[2] += sign * t->h[h].bytes) > peak[2]) peak[2] = live[2];
 }
 
-void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
-                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash,
-                     int64_t *peak_step, int64_t *peak_kept, int64_t *sent, uint64_t *from,
-                     uint64_t *to) {
+/* Cell c (bytes) goes to the host pool. */
+static void to_host(sc_pipe_traffic_peaks *pk, uint8_t *host, size_t c, int64_t bytes,
+                    int64_t *on_host, int64_t *peak_host) {
+  host[c] = 1;
+  if ((*on_host += bytes) > *peak_host) *peak_host = *on_host;
+  pk->offloaded_values++;
+  pk->offloaded_bytes += bytes;
+}
+
+sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
+                          const sc_pipe_action *a, int32_t n, bool offload,
+                          sc_pipe_traffic_peaks *pk, uint64_t *from, uint64_t *to, sc_diag *d) {
   size_t cells = (size_t)t->n * (size_t)t->M + 1;
   int32_t *left = sc_calloc(cells, sizeof *left);
+  int32_t *back = sc_malloc(cells * sizeof *back), *out_at = sc_malloc(cells * sizeof *out_at);
   bool *kept = sc_calloc(cells, 1);
-  int64_t live[3] = {0, 0, 0}, peak[3] = {0, 0, 0}, out = 0;
-  for (int32_t h = 0; left && h < t->n; h++)
+  uint8_t *host = sc_calloc(cells, 1); /* 1 in the host pool, 2 copying back */
+  int64_t live[3] = {0, 0, 0}, peak[3] = {0, 0, 0}, out = 0, on_host = 0, peak_host = 0;
+  memset(pk, 0, sizeof *pk);
+  sc_status st = left && back && out_at && kept && host ? SC_OK : nomem(d);
+  for (size_t c = 0; st == SC_OK && c < cells; c++) back[c] = out_at[c] = -1;
+  if (st == SC_OK && offload) st = sc_pipe_offload_back(t, dp, q, a, n, out_at, back, d);
+  for (int32_t h = 0; st == SC_OK && h < t->n; h++)
     for (int32_t k = 0; k < t->M; k++)
       left[(size_t)h * t->M + k] = sc_pipe_handoff_reads(t, h, q, k);
-  for (int32_t i = 0; left && kept && i < n; i++) {
+  for (int32_t i = 0; st == SC_OK && i < n; i++) {
     int32_t s = sc_pipe_piece(t->C, (sc_pipe_phase)a[i].phase, a[i].chunk), mb = a[i].mb;
     const sc_program *p = dp->stages[s].program;
-    /* inputs received before the run */
+    /* offloaded values whose copy back starts before this action: their
+     * device slot from now, their host slot until the reader waits */
+    for (size_t c = 0; c + 1 < cells; c++)
+      if (back[c] == i && host[c] == 1) {
+        host[c] = 2;
+        keep(t, (int32_t)(c / (size_t)t->M), q, 1, live, peak);
+      }
+    /* inputs received before the run; copies back waited for */
     for (int32_t j = 0; j < p->n_inputs; j++) {
       int32_t h;
       size_t c = input_cell(t, s, j, mb, &h);
+      if (h >= 0 && host[c] == 2) {
+        host[c] = 0;
+        on_host -= t->h[h].bytes;
+      }
       if (h >= 0 && !kept[c]) {
         kept[c] = true;
         keep(t, h, q, 1, live, peak);
@@ -498,6 +595,15 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
         keep(t, h, q, -1, live, peak);
       }
     }
+    /* read here for the last time before the backward: to the host pool */
+    for (int32_t j = 0; j < p->n_inputs; j++) {
+      int32_t h;
+      size_t c = input_cell(t, s, j, mb, &h);
+      if (h >= 0 && out_at[c] == i && kept[c] && !host[c]) {
+        keep(t, h, q, -1, live, peak);
+        to_host(pk, host, c, t->h[h].bytes, &on_host, &peak_host);
+      }
+    }
     for (int32_t h = 0; h < t->n; h++) {
       if (t->h[h].piece != s || (!t->h[h].per_mb && mb > 0)) continue; /* a state copy */
       int32_t k = t->h[h].per_mb ? mb : 0;
@@ -509,16 +615,24 @@ void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32
       size_t c = (size_t)h * t->M + k;
       if (left[c] > 0 && !kept[c]) {
         kept[c] = true;
-        keep(t, h, q, 1, live, peak);
+        if (out_at[c] == i) /* in the host pool until its copy back */
+          to_host(pk, host, c, t->h[h].bytes, &on_host, &peak_host);
+        else
+          keep(t, h, q, 1, live, peak);
       }
     }
   }
   sc_free(left);
+  sc_free(back);
+  sc_free(out_at);
   sc_free(kept);
-  *peak_stash = peak[0];
-  *peak_step = peak[1];
-  *peak_kept = peak[2];
-  *sent = out;
+  sc_free(host);
+  pk->stash = peak[0];
+  pk->step = peak[1];
+  pk->kept = peak[2];
+  pk->host = peak_host;
+  pk->sent = out;
+  return st;
 }
 
 int64_t sc_pipe_arena_bytes(const sc_dist_program *dp, int32_t q) {

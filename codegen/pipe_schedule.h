@@ -95,6 +95,9 @@ typedef struct sc_pipe_handoff {
                               microbatch 0 and every microbatch reads */
   int32_t *mb_readers;     /* [P] */
   int32_t *step_readers;   /* [P] */
+  bool offload;            /* a forward piece's per-microbatch value named in
+                              dp->schedule.offload (docs/offload.md,
+                              "Pipelines") */
 } sc_pipe_handoff;
 typedef struct sc_pipe_handoffs {
   int32_t P, C, M;
@@ -129,19 +132,49 @@ int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, i
  * only once per step: the norm's share, the mean gradient the update
  * reads) are the step's values, kept once whatever the microbatches. */
 bool sc_pipe_handoff_stashed(const sc_pipe_handoffs *t, int32_t h, int32_t q);
+/* Whether handoff h may wait in pipeline coordinate q's host pool: an
+ * offloaded value (sc_pipe_handoff.offload) stashed on q, made there or
+ * received from the rank before (a chunk's input). */
+bool sc_pipe_handoff_offloaded(const sc_pipe_handoffs *t, int32_t h, int32_t q);
+/* When each offloaded cell of q (microbatch k of handoff h, index h·M + k;
+ * t->n·M entries each) leaves the device and comes back, by q's action
+ * list a[n]: out[c] is the action after whose run it goes to the host pool
+ * (the last action making or reading it before a backward or weight piece
+ * first reads it: the forward's last use), back[c] the action before which
+ * its copy back starts; both -1 when c is not offloaded on q (no such
+ * reader). Reload points are those first backward readers, the distinct
+ * actions in list order; the copy back of a cell whose reader is reload
+ * point g starts right after reload point g - H has run (H =
+ * dp->schedule.offload_horizon; before the first reload point when g < H;
+ * right before its reader when H = 0), never before the action after
+ * out[c], never after its reader: offload.c's rule with the rank's actions
+ * for the program's steps, the copy overlapping the actions in between.
+ * Errors: SC_ERR_NOMEM. */
+sc_status sc_pipe_offload_back(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
+                               const sc_pipe_action *a, int32_t n, int32_t *out, int32_t *back,
+                               sc_diag *d);
 /* Pipeline coordinate q's traffic over one step of its action list, by the
  * runtime's rules (runtime/pipe_rank.c): a value is kept from when it is
  * made here or received (before the first piece that reads it) until its
- * last reader here has run; *peak_stash: the most bytes of stashed values
- * (sc_pipe_handoff_stashed) kept at once, *peak_step that of the others,
- * *peak_kept that of both together;
- * *sent: the bytes q sends to other pipeline coordinates. from and to
+ * last reader here has run; pk->stash: the most bytes of stashed values
+ * (sc_pipe_handoff_stashed) kept at once on the device, step that of the
+ * others, kept that of both together; with offload, an offloaded cell
+ * (sc_pipe_offload_back) is in the host pool (host: the most bytes there at
+ * once) from its out action's run until its reader waits for its copy
+ * back, and on the device before its out action's end and from the start
+ * of its copy back;
+ * sent: the bytes q sends to other pipeline coordinates. from and to
  * (NULL, or [n] zeroed): per action, bit r set when it receives from (a
  * value not yet here) or sends to pipeline coordinate r (r < 64). */
-void sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
-                     const sc_pipe_action *a, int32_t n, int64_t *peak_stash,
-                     int64_t *peak_step, int64_t *peak_kept, int64_t *sent, uint64_t *from,
-                     uint64_t *to);
+typedef struct sc_pipe_traffic_peaks {
+  int64_t stash, step, kept; /* on the device: stashed values, the step's, both */
+  int64_t host;              /* the host pool: offloaded values kept at once */
+  int64_t offloaded_values, offloaded_bytes; /* per step: microbatch copies */
+  int64_t sent;
+} sc_pipe_traffic_peaks;
+sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, int32_t q,
+                          const sc_pipe_action *a, int32_t n, bool offload,
+                          sc_pipe_traffic_peaks *pk, uint64_t *from, uint64_t *to, sc_diag *d);
 
 /* The one arena of pipeline coordinate q: the largest arena_bytes of the
  * pieces it runs. Its pieces run one after another on its compute queue

@@ -250,11 +250,10 @@ static sc_status step_codegen(job *j) {
    * state (copied in, as the planner's exact evaluations count it) */
   if (co.bind_state && part && part->n_chunks > 0 && j->o->train && !j->b->plan->cluster)
     st = state_names(j->b->graph, &co, j->d);
-  if (st == SC_OK && j->o->train && j->o->train->offload_activations) {
-    if (part && part->n_chunks > 0)
-      st = sc_diag_set(j->d, SC_ERR_UNSUPPORTED, NULL, NULL,
-                       "activation offloading is not done for pipelined training (pp > 1): "
-                       "train without --offload-activations, or without pp");
+  /* a pipeline offloads the values its pieces hand over (the stash, by
+   * pipe_rank.c: step_link), not values inside one piece */
+  if (st == SC_OK && j->o->train && j->o->train->offload_activations &&
+      !(part && part->n_chunks > 0)) {
     co.offload = j->b->train.offload;
     co.n_offload = j->b->train.n_offload;
     co.offload_horizon = j->o->train->activation_loading_horizon;
@@ -276,7 +275,15 @@ static sc_status step_link(job *j) {
   if (!j->o->codegen) return SC_OK;
   sc_program **programs = j->programs;
   j->programs = NULL; /* taken */
-  if (j->b->part) return sc_dist_program_link(j->b->part, programs, &j->b->program, j->d);
+  if (j->b->part) {
+    sc_status st = sc_dist_program_link(j->b->part, programs, &j->b->program, j->d);
+    if (st == SC_OK && j->b->part->n_chunks > 0 && j->o->train &&
+        j->o->train->offload_activations)
+      st = sc_dist_program_set_offload(j->b->program, j->b->train.offload,
+                                       j->b->train.n_offload,
+                                       j->o->train->activation_loading_horizon, j->d);
+    return st;
+  }
   /* one rank: the whole graph is stage 0 of the one-rank mesh */
   sc_program *p = programs[0];
   sc_free(programs);

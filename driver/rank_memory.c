@@ -126,8 +126,19 @@ sc_status sc_pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, 
   r->from = sc_calloc((size_t)r->n_acts + 1, sizeof *r->from);
   r->to = sc_calloc((size_t)r->n_acts + 1, sizeof *r->to);
   if (!r->from || !r->to) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, &r->stash, &r->step, &r->kept, &r->p2p,
-                  r->from, r->to);
+  sc_pipe_traffic_peaks pk, without;
+  if ((st = sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, true, &pk, r->from, r->to, d)) ||
+      (st = sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, false, &without, NULL, NULL, d)))
+    return st;
+  r->stash = pk.stash;
+  r->step = pk.step;
+  r->kept = pk.kept;
+  r->p2p = pk.sent;
+  r->host = pk.host;
+  r->off_values = pk.offloaded_values;
+  r->off_bytes = pk.offloaded_bytes;
+  r->stash_without = without.stash;
+  r->kept_without = without.kept;
   r->stashed = sc_pipe_peak_stash(r->acts, r->n_acts);
   r->formula = stash_formula((sc_schedule_kind)dp->schedule.kind, P, C / P, M, q);
   return SC_OK;

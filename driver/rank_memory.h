@@ -67,6 +67,11 @@ typedef struct sc_pipe_row {
   sc_device_memory dev;  /* those lines (arena: 0) */
   int32_t stashed, formula; /* the most microbatches stashed, and the
                                schedule's formula for it */
+  /* activation offloading (docs/offload.md, "Pipelines"): the host pool's
+   * bytes, the microbatch copies of values parked there per step and their
+   * bytes, the device stash's and handed-over values' peaks without
+   * offloading */
+  int64_t host, off_values, off_bytes, stash_without, kept_without;
   sc_pipe_action *acts;  /* [n_acts] its action list */
   uint64_t *from, *to;   /* [n_acts] pipeline ranks each action receives from, sends to */
   int32_t n_acts;

@@ -120,6 +120,30 @@ static sc_status get_axis(loader *l, json_t *root, const sc_mesh *m, const char 
   return SC_OK;
 }
 
+/* A pipelined step's activation offloading: "offload", the names whose
+ * stashed microbatches wait in the host pool, and "offload_horizon"
+ * (sc_dist_schedule; absent: none). */
+static sc_status read_offload(loader *l, json_t *pl) {
+  json_t *a = pl ? json_object_get(pl, "offload") : NULL;
+  if (!a) return SC_OK;
+  int64_t h;
+  size_t n = json_array_size(a);
+  if (!json_is_array(a) || n > (1 << 20))
+    return fail(l, SC_ERR_INVALID,
+                "partition.json: 'pipeline.offload' must be an array of value names");
+  sc_status st = get_int(l, pl, "offload_horizon", 0, 1 << 20, "partition.json: pipeline", &h);
+  const char **names = st == SC_OK ? sc_malloc((n + 1) * sizeof *names) : NULL;
+  if (st == SC_OK && !names) st = fail(l, SC_ERR_NOMEM, "out of memory");
+  for (size_t i = 0; st == SC_OK && i < n; i++)
+    if (!(names[i] = json_string_value(json_array_get(a, i))))
+      st = fail(l, SC_ERR_INVALID,
+                "partition.json: 'pipeline.offload' must be an array of value names");
+  if (st == SC_OK)
+    st = sc_dist_program_set_offload(l->dp, names, (int32_t)n, (int32_t)h, l->d);
+  sc_free(names);
+  return st;
+}
+
 /* The model's inputs or outputs. */
 static sc_status read_values(loader *l, json_t *root, bool inputs) {
   const char *key = inputs ? "inputs" : "outputs";
@@ -461,6 +485,7 @@ static sc_status read_root(loader *l, json_t *root) {
   dp->pipe_chunks = (int32_t)chunks;
   dp->pipe_ranks = chunks ? (int32_t)mesh.axes[pp].size : 0;
   sc_dist_program_set_roles(dp, pp, dpa, tp);
+  if ((st = read_offload(l, pl))) return st;
   if ((st = read_values(l, root, true)) || (st = read_values(l, root, false))) return st;
 
   json_t *stages = json_object_get(root, "stages"), *ranks = json_object_get(root, "ranks");

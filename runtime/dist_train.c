@@ -653,6 +653,11 @@ int64_t sc_dist_trainer_stash_bytes(const sc_dist_trainer *t, int32_t q) {
   return pipe_most(t, q, sc_pipe_rank_peak_stash_bytes);
 }
 
+static int64_t peak_host(const sc_pipe_rank *r) { return sc_pipe_rank_peak_host_bytes(r, NULL); }
+int64_t sc_dist_trainer_pipe_host_bytes(const sc_dist_trainer *t, int32_t q) {
+  return pipe_most(t, q, peak_host);
+}
+
 int64_t sc_dist_trainer_pipe_arena_bytes(const sc_dist_trainer *t, int32_t q) {
   return pipe_most(t, q, sc_pipe_rank_arena_bytes);
 }

@@ -79,6 +79,10 @@ int32_t sc_dist_trainer_state_count(const sc_dist_trainer *t, int64_t r, int32_t
  * pipeline coordinate q kept at once in the last step (the largest over
  * this process's ranks of that coordinate; 0 for none). */
 int64_t sc_dist_trainer_stash_bytes(const sc_dist_trainer *t, int32_t q);
+/* A pipelined step with activation offloading: the most bytes of
+ * offloaded values the host pool of pipeline coordinate q held at once in
+ * the last step (as sc_dist_trainer_stash_bytes; 0 for none). */
+int64_t sc_dist_trainer_pipe_host_bytes(const sc_dist_trainer *t, int32_t q);
 /* A pipelined step: the arena the ranks of pipeline coordinate q allocated
  * (one each, shared by their pieces: sc_pipe_arena_bytes; the largest over
  * this process's ranks of that coordinate; 0 for none). */

@@ -22,6 +22,7 @@
 #include "runtime/pipe_rank.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,6 +68,12 @@ typedef struct state {
   void *dev;              /* a device arena: its place in the rank's store, or NULL */
 } state;
 
+typedef struct copy_job {
+  void *dst;
+  const void *src;
+  size_t bytes;
+} copy_job;
+
 struct sc_pipe_rank {
   const sc_dist_program *dp;
   sc_comm *world;
@@ -85,6 +92,25 @@ struct sc_pipe_rank {
   int32_t n_acts;
   double beta1, beta2;
   int64_t stash, peak_stash;
+  /* activation offloading (docs/offload.md, "Pipelines"): microbatch k of
+   * handoff h (cell h·M + k) goes to the host pool after action out[cell]
+   * and its copy back starts before action back[cell] (-1: not offloaded
+   * here, sc_pipe_offload_back); where[cell]: W_HOST its slot is in the
+   * host pool, W_BACK the copy queue is copying it into to_dev[cell] (job
+   * ticket[cell]); cur: the action running */
+  int32_t *out, *back, cur;
+  uint8_t *where;
+  void **to_dev;
+  int64_t *ticket;
+  int64_t host, peak_host, host_copies;
+  /* the copy queue: a thread running jobs[next..n_jobs) in order; done
+   * counts those finished (mu, cv guard all four) */
+  pthread_t copier;
+  bool copier_on, stop;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  copy_job *jobs;
+  int64_t n_jobs, next, done;
   /* the state store, on a device whose arena is not host memory (the
    * module comment of pipe_rank.h): owner's session does the copies */
   sc_session *owner;
@@ -96,6 +122,43 @@ struct sc_pipe_rank {
 
 static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+}
+
+enum { W_STASH, W_HOST, W_BACK }; /* where an offloaded cell's bytes are */
+
+static void *copier_main(void *arg) {
+  sc_pipe_rank *r = arg;
+  pthread_mutex_lock(&r->mu);
+  for (;;) {
+    while (!r->stop && r->next == r->n_jobs) pthread_cond_wait(&r->cv, &r->mu);
+    if (r->next == r->n_jobs) break; /* stopped, every job run */
+    copy_job j = r->jobs[r->next++];
+    pthread_mutex_unlock(&r->mu);
+    memcpy(j.dst, j.src, j.bytes);
+    pthread_mutex_lock(&r->mu);
+    r->done++;
+    pthread_cond_broadcast(&r->cv);
+  }
+  pthread_mutex_unlock(&r->mu);
+  return NULL;
+}
+
+/* Blocks until the copy queue has run its first n jobs. */
+static void copies_wait(sc_pipe_rank *r, int64_t n) {
+  if (!r->copier_on) return;
+  pthread_mutex_lock(&r->mu);
+  while (r->done < n) pthread_cond_wait(&r->cv, &r->mu);
+  pthread_mutex_unlock(&r->mu);
+}
+
+/* Queues a copy; its ticket: copies_wait(r, ticket) completes it. */
+static int64_t copy_start(sc_pipe_rank *r, void *dst, const void *src, size_t bytes) {
+  pthread_mutex_lock(&r->mu);
+  r->jobs[r->n_jobs++] = (copy_job){dst, src, bytes};
+  int64_t ticket = r->n_jobs;
+  pthread_cond_broadcast(&r->cv);
+  pthread_mutex_unlock(&r->mu);
+  return ticket;
 }
 
 static int32_t coord_of_piece(const sc_pipe_rank *r, int32_t s) {
@@ -332,6 +395,29 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
   if (st == SC_OK)
     st = sc_pipe_schedule((sc_schedule_kind)dp->schedule.kind, r->P, r->C / r->P, r->M, r->me,
                           &r->acts, &r->n_acts, d);
+  if (st == SC_OK) {
+    size_t cells = (size_t)r->t.n * (size_t)r->M + 1;
+    r->out = sc_malloc(cells * sizeof *r->out);
+    r->back = sc_malloc(cells * sizeof *r->back);
+    r->where = sc_calloc(cells, sizeof *r->where);
+    r->to_dev = sc_calloc(cells, sizeof *r->to_dev);
+    r->ticket = sc_calloc(cells, sizeof *r->ticket);
+    r->jobs = sc_calloc(cells, sizeof *r->jobs);
+    if (!r->out || !r->back || !r->where || !r->to_dev || !r->ticket || !r->jobs) st = nomem(d);
+    else st = sc_pipe_offload_back(&r->t, dp, r->me, r->acts, r->n_acts, r->out, r->back, d);
+    bool any = false;
+    for (size_t c = 0; st == SC_OK && c + 1 < cells; c++) any |= r->back[c] >= 0;
+    if (any && st == SC_OK) { /* the copy queue */
+      pthread_mutex_init(&r->mu, NULL);
+      pthread_cond_init(&r->cv, NULL);
+      if (pthread_create(&r->copier, NULL, copier_main, r) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+        st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "could not start the copy queue's thread");
+      } else
+        r->copier_on = true;
+    }
+  }
   if (st != SC_OK) {
     sc_pipe_rank_destroy(r);
     return st;
@@ -354,12 +440,68 @@ static int64_t peer_of(const sc_pipe_rank *r, int32_t q) {
   return sc_mesh_coords_to_rank(&r->dp->mesh, c);
 }
 
+/* Frees cell (h, k)'s slot (after every copy of it ran: copies_wait). */
 static void drop_slot(sc_pipe_rank *r, int32_t h, int32_t k) {
   handoff *x = &r->h[h];
+  size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+  int64_t bytes = r->t.h[h].bytes;
   if (!x->slot[k]) return;
   sc_free(x->slot[k]);
   x->slot[k] = NULL;
-  if (sc_pipe_handoff_stashed(&r->t, h, r->me)) r->stash -= r->t.h[h].bytes;
+  if (r->where[c] != W_STASH) r->host -= bytes;
+  if (r->where[c] == W_BACK) {
+    sc_free(r->to_dev[c]);
+    r->to_dev[c] = NULL;
+  }
+  if (r->where[c] != W_HOST && sc_pipe_handoff_stashed(&r->t, h, r->me)) r->stash -= bytes;
+  r->where[c] = W_STASH;
+}
+
+/* The forward's last use of cell (h, k) ran: its slot goes to the host
+ * pool (a copy by the rank's thread, at once, freeing the stash's slot). */
+static sc_status park(sc_pipe_rank *r, int32_t h, int32_t k, sc_diag *d) {
+  size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+  int64_t bytes = r->t.h[h].bytes;
+  void *to = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
+  if (!to) return nomem(d);
+  memcpy(to, r->h[h].slot[k], (size_t)bytes);
+  sc_free(r->h[h].slot[k]);
+  r->h[h].slot[k] = to;
+  r->where[c] = W_HOST;
+  r->stash -= bytes;
+  r->host_copies++;
+  if ((r->host += bytes) > r->peak_host) r->peak_host = r->host;
+  return SC_OK;
+}
+
+/* The offloaded values whose copy back starts before action a: a slot of
+ * the stash for each, filled by the copy queue while the actions up to
+ * its reader run (the reader waits for it: run_action). */
+static sc_status copy_back(sc_pipe_rank *r, int32_t a, sc_diag *d) {
+  for (int32_t h = 0; h < r->n_h; h++)
+    for (int32_t k = 0; k < r->M; k++) {
+      size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+      if (r->back[c] != a || r->where[c] != W_HOST) continue;
+      int64_t bytes = r->t.h[h].bytes;
+      if (!(r->to_dev[c] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
+      r->where[c] = W_BACK;
+      if ((r->stash += bytes) > r->peak_stash) r->peak_stash = r->stash;
+      r->ticket[c] = copy_start(r, r->to_dev[c], r->h[h].slot[k], (size_t)bytes);
+    }
+  return SC_OK;
+}
+
+/* The reader of cell (h, k) waits for its copy back; the stash's slot
+ * replaces the host pool's. */
+static void copy_back_wait(sc_pipe_rank *r, int32_t h, int32_t k) {
+  size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+  if (r->where[c] != W_BACK) return;
+  copies_wait(r, r->ticket[c]);
+  sc_free(r->h[h].slot[k]);
+  r->h[h].slot[k] = r->to_dev[c];
+  r->to_dev[c] = NULL;
+  r->where[c] = W_STASH;
+  r->host -= r->t.h[h].bytes;
 }
 
 static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *src, sc_diag *d) {
@@ -370,6 +512,13 @@ static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *sr
                        r->t.h[h].name, (int)k);
   if (!(x->slot[k] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
   if (src) memcpy(x->slot[k], src, (size_t)bytes);
+  size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+  if (src && r->out[c] == r->cur) { /* made here, offloaded: into the host pool */
+    r->where[c] = W_HOST;
+    r->host_copies++;
+    if ((r->host += bytes) > r->peak_host) r->peak_host = r->host;
+    return SC_OK;
+  }
   if (!sc_pipe_handoff_stashed(&r->t, h, r->me)) return SC_OK; /* the step's: not stashed */
   r->stash += bytes;
   if (r->stash > r->peak_stash) r->peak_stash = r->stash;
@@ -405,6 +554,7 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
         st = sc_comm_recv(r->world, x->slot[k], count_of(hx), hx->dtype, (int)peer_of(r, q),
                           b->index, d);
       }
+      copy_back_wait(r, b->index, k);
       pc->iv[i].data = x->slot[k];
     } else if (b->kind == B_STATE && r->st[b->index].dev) {
       /* from the store into its arena slot, on the device: the slot is the
@@ -422,6 +572,11 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
     if (b->kind != B_HANDOFF) continue;
     int32_t k = r->t.h[b->index].per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
     if (--r->h[b->index].left[k] <= 0) drop_slot(r, b->index, k);
+    /* the forward's last read of an offloaded value: to the host pool */
+    else if (r->out[(size_t)b->index * r->M + k] == r->cur && r->h[b->index].slot[k] &&
+             r->where[(size_t)b->index * r->M + k] == W_STASH &&
+             (st = park(r, b->index, k, d)) != SC_OK)
+      return st;
   }
   for (int32_t j = 0; j < p->n_outputs && st == SC_OK; j++) {
     const sc_tensor_view *v = &pc->ov[j];
@@ -517,6 +672,8 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
   for (int32_t h = 0; h < r->n_h; h++)
     for (int32_t k = 0; k < r->M; k++) r->h[h].left[k] = sc_pipe_handoff_reads(&r->t, h, r->me, k);
   r->stash = r->peak_stash = 0;
+  r->host = r->peak_host = r->host_copies = 0;
+  r->n_jobs = r->next = r->done = 0; /* the last step's copies all waited for */
   r->n_loss = 0;
   r->has_norm = false;
   double lsum = 0, norm = NAN;
@@ -524,9 +681,12 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
   sc_status st = SC_OK;
   for (int32_t a = 0; a < r->n_acts && st == SC_OK; a++) {
     const sc_pipe_action *x = &r->acts[a];
+    r->cur = a;
+    if ((st = copy_back(r, a, d)) != SC_OK) break;
     st = run_action(r, sc_pipe_piece(r->C, (sc_pipe_phase)x->phase, x->chunk), x->mb, mine, &lsum,
                     &norm, &ok, d);
   }
+  copies_wait(r, r->n_jobs); /* after an error: none still writing a slot */
   for (int32_t h = 0; h < r->n_h; h++)
     for (int32_t k = 0; k < r->M; k++) drop_slot(r, h, k);
   sc_free(mine);
@@ -568,9 +728,22 @@ int64_t sc_pipe_rank_arena_bytes(const sc_pipe_rank *r) {
 }
 
 int64_t sc_pipe_rank_peak_stash_bytes(const sc_pipe_rank *r) { return r->peak_stash; }
+int64_t sc_pipe_rank_peak_host_bytes(const sc_pipe_rank *r, int64_t *copies) {
+  if (copies) *copies = r->host_copies;
+  return r->peak_host;
+}
 
 void sc_pipe_rank_destroy(sc_pipe_rank *r) {
   if (!r) return;
+  if (r->copier_on) { /* its jobs run, then it ends */
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->copier, NULL);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+  }
   /* the sessions that borrow the arena before the one that owns it (the
    * rank's first piece) */
   for (int32_t s = r->pc ? r->dp->n_stages - 1 : -1; s >= 0; s--) {
@@ -590,6 +763,7 @@ void sc_pipe_rank_destroy(sc_pipe_rank *r) {
     sc_free(r->h[h].slot);
     sc_free(r->h[h].left);
   }
+  for (size_t c = 0; r->to_dev && c < (size_t)r->t.n * (size_t)r->M; c++) sc_free(r->to_dev[c]);
   sc_pipe_handoffs_free(&r->t);
   for (int32_t k = 0; k < r->n_st; k++) sc_free(r->st[k].data);
   sc_free(r->st);
@@ -598,5 +772,11 @@ void sc_pipe_rank_destroy(sc_pipe_rank *r) {
   sc_free(r->data);
   sc_free(r->data_sh);
   sc_free(r->acts);
+  sc_free(r->out);
+  sc_free(r->back);
+  sc_free(r->where);
+  sc_free(r->to_dev);
+  sc_free(r->ticket);
+  sc_free(r->jobs);
   sc_free(r);
 }

@@ -101,6 +101,10 @@ const char *sc_pipe_rank_state_name(const sc_pipe_rank *r, int32_t i);
  * flight, sc_pipe_handoff_stashed) held at once in the last step. */
 int64_t sc_pipe_rank_arena_bytes(const sc_pipe_rank *r);
 int64_t sc_pipe_rank_peak_stash_bytes(const sc_pipe_rank *r);
+/* Activation offloading: the most bytes of offloaded values the host pool
+ * held at once in the last step, and (*copies) how many microbatch values
+ * went there (docs/offload.md, "Pipelines"). */
+int64_t sc_pipe_rank_peak_host_bytes(const sc_pipe_rank *r, int64_t *copies);
 void sc_pipe_rank_destroy(sc_pipe_rank *r);
 
 #endif

@@ -171,12 +171,17 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
       const sc_pipe_row *r = &rows[q];
       printf("%s\n  {\"rank\": %d, \"arena\": %lld, \"state\": %lld, \"stash_peak\": %lld, "
              "\"step_values_peak\": %lld, \"total\": %lld, \"stashed_microbatches\": %d, "
-             "\"stash_formula\": %d, \"p2p_sent\": %lld, \"collective_sent\": %lld, "
-             "\"actions\": [",
+             "\"stash_formula\": %d, \"p2p_sent\": %lld, \"collective_sent\": %lld, ",
              q ? "," : "", (int)q, (long long)r->arena, (long long)r->state,
              (long long)r->stash, (long long)r->step,
              (long long)(r->arena + r->state + r->kept), (int)r->stashed,
              (int)r->formula, (long long)r->p2p, (long long)r->coll);
+      printf("\"offload\": {\"values\": %lld, \"bytes\": %lld, \"host_pool\": %lld, "
+             "\"stash_peak_without\": %lld, \"total_without\": %lld, \"saved_at_peak\": %lld}, "
+             "\"actions\": [",
+             (long long)r->off_values, (long long)r->off_bytes, (long long)r->host,
+             (long long)r->stash_without, (long long)(r->arena + r->state + r->kept_without),
+             (long long)(r->kept_without - r->kept));
       if (cuda) { /* a GPU's lines beside the arena, and the total with them */
         printf("], \"device\": {");
         for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
@@ -230,6 +235,22 @@ static int pipe_report(const sc_build *b, const sc_train_opts *t, bool json, boo
          dp->schedule.kind == SC_SCHEDULE_GPIPE         ? "GPipe M"
          : dp->schedule.kind == SC_SCHEDULE_INTERLEAVED ? "interleaved min((P-rank-1)·2 + (V-1)·P + 1, M·V)"
                                                         : "1F1B and ZB-H1 min(P - rank, M)");
+  if (dp->schedule.n_offload > 0) {
+    printf("\nactivation offloading (horizon %d reload points): per pipeline rank, the "
+           "microbatch copies of\n  saved activations parked in its host pool a step, the "
+           "pool, and the device's peaks\n  without offloading:\n",
+           (int)dp->schedule.offload_horizon);
+    for (int32_t q = 0; q < P; q++) {
+      const sc_pipe_row *r = &rows[q];
+      printf("  rank %d: %lld values, %lld bytes; host pool %lld bytes; stash peak %lld "
+             "(without %lld), total %lld (without %lld, saves %lld)\n",
+             (int)q, (long long)r->off_values, (long long)r->off_bytes, (long long)r->host,
+             (long long)r->stash, (long long)r->stash_without,
+             (long long)(r->arena + r->state + r->kept),
+             (long long)(r->arena + r->state + r->kept_without),
+             (long long)(r->kept_without - r->kept));
+    }
+  }
   if (cuda) {
     printf("\nthe CUDA device's lines beside the arena, per pipeline rank (its pieces' "
            "summed, one context):\n");

@@ -1056,6 +1056,13 @@ int sc_cmd_train(int argc, char **argv) {
         for (int32_t r = 0; r < (world ? 1 : src.mesh->pipe_ranks); r++)
           printf(" %lld", (long long)sc_dist_trainer_stash_bytes(run.dist, r));
         printf(" bytes%s (planned by shardc plan --train)\n", world ? " (this process's)" : "");
+        if (src.mesh->schedule.n_offload > 0) {
+          printf("pipeline: host pool of offloaded activations held at once, per pipeline "
+                 "rank:");
+          for (int32_t r = 0; r < (world ? 1 : src.mesh->pipe_ranks); r++)
+            printf(" %lld", (long long)sc_dist_trainer_pipe_host_bytes(run.dist, r));
+          printf(" bytes%s\n", world ? " (this process's)" : "");
+        }
       }
       /* nothing after this step was launched (saves above) */
       if (a.save && ((a.save_every && step % a.save_every == 0) || step == a.steps) &&

@@ -37,9 +37,8 @@ seeded random tokens (the third wraps around the 64 examples):
   - --recompute auto with a budget between the step's memory with full
     recompute and with full recompute and offloading tries none,
     selective, full (over) and full+offload (fits), and chooses that;
-  - pipelined training (pp=2) is refused with a message naming it, and
-    --activation-loading-horizon without --offload-activations is a usage
-    error.
+  - --activation-loading-horizon without --offload-activations is a usage
+    error (pipelined training: test_offload_pipe.py).
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure."""
 import json
@@ -85,13 +84,17 @@ def plan(extra):
     return json.loads(r.stdout)
 
 
-def same_bits(what, ref, got):
-    check(ref["log"] == got["log"] and len(got["log"]) == 3,
+def same_bits(what, ref, got, steps=3):
+    check(ref["log"] == got["log"] and len(got["log"]) == steps,
           f"{what}: the log differs from the run without offloading: {got['log']} vs "
           f"{ref['log']}")
-    for group in ("weights", "optimizer"):
-        wa = load_file(os.path.join(ref["ck"], group + ".safetensors"))
-        wb = load_file(os.path.join(got["ck"], group + ".safetensors"))
+    files = sorted(f for f in os.listdir(ref["ck"]) if f.endswith(".safetensors"))
+    check(len(files) >= 1 and files == sorted(f for f in os.listdir(got["ck"])
+                                              if f.endswith(".safetensors")),
+          f"{what}: checkpoint files {files} and {os.listdir(got['ck'])}")
+    for group in files:  # weights and optimizer, or a pipeline's per rank
+        wa = load_file(os.path.join(ref["ck"], group))
+        wb = load_file(os.path.join(got["ck"], group))
         diff = [k for k in wa if k not in wb or wa[k].tobytes() != wb[k].tobytes()]
         check(sorted(wa) == sorted(wb) and not diff,
               f"{what}: {group} not bit-identical to the run without offloading: {diff[:5]}")
@@ -127,112 +130,122 @@ def held_at_peak():
           f"{o['saved_at_peak']}, one block input {one}")
 
 
-def main():
+def write_data(tmp):
+    """64 seeded random examples of 16 tokens: ids.npy and labels.npy."""
+    r = np.random.RandomState(41)
+    np.save(os.path.join(tmp, "ids.npy"), r.randint(0, 1000, (64, 16)).astype(np.int64))
+    np.save(os.path.join(tmp, "labels.npy"), r.randint(0, 1000, (64, 16)).astype(np.int64))
+
+
+def checks_one_step(tmp):
+    """The checks of the module docstring, on the data write_data put in tmp."""
+    for rc in ("full", "none"):
+        base = ["--recompute", rc]
+        ref = train(tmp, f"{rc}-ref", base)
+        pref = plan(base)
+        if not ref or not pref:
+            continue
+        check(ref["arena"] == pref["arena"] and ref["host"] == 0,
+              f"{rc}: the run allocated {ref['arena']} bytes, planned {pref['arena']}")
+        for h in (("0", None) if rc == "full" else ("1",)):
+            off = base + ["--offload-activations"] + (["--activation-loading-horizon", h]
+                                                      if h else [])
+            what = f"--recompute {rc} --offload-activations, horizon {h or 'default'}"
+            got = train(tmp, f"{rc}-{h}", off)
+            p = plan(off)
+            if not got or not p:
+                continue
+            same_bits(what, ref, got)
+            o = p["offload"]
+            check(o["values"] > 0 and o["bytes"] > 0, f"{what}: nothing offloaded: {o}")
+            check(o["bytes"] <= o["host_pool"] <= o["bytes"] + 64 * o["values"],
+                  f"{what}: host pool {o['host_pool']} for {o['bytes']} bytes offloaded")
+            check(o["peak_live_without"] == pref["peak_live"],
+                  f"{what}: peak without offloading {o['peak_live_without']}, but the plan "
+                  f"compiled without it peaks at {pref['peak_live']}")
+            check(p["peak_live"] == pref["peak_live"] - o["saved_at_peak"],
+                  f"{what}: peak {p['peak_live']} against {pref['peak_live']} without, "
+                  f"saved_at_peak {o['saved_at_peak']}")
+            if rc == "full":
+                # the peak is block 0's MLP backward, where block 0's
+                # input is back on the device and block 1's is freed:
+                # nothing offloaded is held there, the peak stays
+                check(o["saved_at_peak"] == 0 and
+                      pref["peak_origin"] == p["peak_origin"] ==
+                      "/m/transformer/h.0/mlp/c_proj/Gemm/grad/63",
+                      f"{what}: peak at {p['peak_origin']} (without: "
+                      f"{pref['peak_origin']}), saved_at_peak {o['saved_at_peak']}")
+            if rc == "none":
+                check(o["saved_at_peak"] > 0.4 * pref["peak_live"],
+                      f"{what}: saves {o['saved_at_peak']} of {pref['peak_live']}")
+            check(got["arena"] == p["arena"] and got["arena"] < ref["arena"],
+                  f"{what}: arena allocated {got['arena']}, planned {p['arena']}, "
+                  f"{ref['arena']} without offloading")
+            check(got["host"] == o["host_pool"],
+                  f"{what}: host pool allocated {got['host']}, planned {o['host_pool']}")
+            if rc == "full" and h is None and p["total"] < pref["total"]:
+                # --recompute auto: full recompute alone does not fit
+                # the budget, with offloading it does
+                budget = (p["total"] + pref["total"]) // 2
+                a = shardc(["plan", "--train", MODEL, "--json", "--recompute", "auto",
+                            "--memory-budget", str(budget)] + STEP)
+                chose = json.loads(a.stdout)["offload"] if a.returncode == 0 else None
+                check(chose and chose["values"] == o["values"] and
+                      "chose full with --offload-activations" in a.stderr and
+                      re.search(r"^  full +step .*: over by", a.stderr, re.M) and
+                      re.search(r"^  full\+offload +step .*: fits by", a.stderr, re.M),
+                      f"--recompute auto, budget {budget}: {chose} {a.stderr[-800:]}")
+    held_at_peak()
+    smp = os.path.join(tmp, "smp.json")
+    with open(smp, "w") as f:
+        json.dump({"activation_checkpointing": "full", "sm_activation_offloading": True,
+                   "activation_loading_horizon": 1}, f)
+    for mesh in ("dp=2", "fsdp=2,tp=2"):
+        base = ["--mesh", mesh, "--recompute", "full"]
+        ref = train(tmp, f"{mesh}-ref", base)
+        runs = [("--offload-activations", train(tmp, f"{mesh}-off",
+                                                base + ["--offload-activations"]))]
+        if mesh == "dp=2":  # the SMP v2 keys over a world of 2: the same step
+            runs.append(("--smp-config", train(tmp, "smp", ["--mesh", "dp=2",
+                                                            "--smp-config", smp])))
+        for how, got in runs:
+            if ref and got:
+                check(ref["log"] == got["log"],
+                      f"--mesh {mesh} {how}: the log differs with offloading: "
+                      f"{got['log']} vs {ref['log']}")
+                check(got["host"] > 0, f"--mesh {mesh} {how}: no host pool allocated")
+    # a training bundle carries the copies and the host pool
+    bundle = os.path.join(tmp, "bundle")
+    r = shardc(["compile", MODEL, "--train", "-o", bundle, "--recompute", "none",
+                "--offload-activations"] + STEP)
+    if check(r.returncode == 0, f"compile --train: {r.stderr[-500:]}"):
+        ref = train(tmp, "none-ref-again", ["--recompute", "none"])
+        log = os.path.join(tmp, "bundle.jsonl")
+        r = shardc(["train", bundle, "--data", "input_ids=" + os.path.join(tmp, "ids.npy"),
+                    "--labels", os.path.join(tmp, "labels.npy"), "--steps", "3",
+                    "--threads", "2", "--log-json", log])
+        if check(r.returncode == 0 and "memory: host pool" in r.stdout,
+                 f"train BUNDLE: {r.stderr[-500:]}") and ref:
+            got = [[e.get(k) for k in KEYS] for e in map(json.loads, open(log))]
+            check(got == ref["log"], f"the bundle's log {got} vs {ref['log']}")
+    r = shardc(["plan", "--train", MODEL, "--activation-loading-horizon", "1"])
+    check(r.returncode == 2 and "goes with --offload-activations" in r.stderr,
+          f"a horizon without offloading: exit {r.returncode}: {r.stderr[-400:]}")
+
+
+def run_with_data(body):
+    """body(tmp) with write_data's files in a temporary folder; the exit code."""
     if not SHARDC:
         print("SHARDC is not set")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
-        r = np.random.RandomState(41)
-        np.save(os.path.join(tmp, "ids.npy"), r.randint(0, 1000, (64, 16)).astype(np.int64))
-        np.save(os.path.join(tmp, "labels.npy"), r.randint(0, 1000, (64, 16)).astype(np.int64))
-        for rc in ("full", "none"):
-            base = ["--recompute", rc]
-            ref = train(tmp, f"{rc}-ref", base)
-            pref = plan(base)
-            if not ref or not pref:
-                continue
-            check(ref["arena"] == pref["arena"] and ref["host"] == 0,
-                  f"{rc}: the run allocated {ref['arena']} bytes, planned {pref['arena']}")
-            for h in (("0", None) if rc == "full" else ("1",)):
-                off = base + ["--offload-activations"] + (["--activation-loading-horizon", h]
-                                                          if h else [])
-                what = f"--recompute {rc} --offload-activations, horizon {h or 'default'}"
-                got = train(tmp, f"{rc}-{h}", off)
-                p = plan(off)
-                if not got or not p:
-                    continue
-                same_bits(what, ref, got)
-                o = p["offload"]
-                check(o["values"] > 0 and o["bytes"] > 0, f"{what}: nothing offloaded: {o}")
-                check(o["bytes"] <= o["host_pool"] <= o["bytes"] + 64 * o["values"],
-                      f"{what}: host pool {o['host_pool']} for {o['bytes']} bytes offloaded")
-                check(o["peak_live_without"] == pref["peak_live"],
-                      f"{what}: peak without offloading {o['peak_live_without']}, but the plan "
-                      f"compiled without it peaks at {pref['peak_live']}")
-                check(p["peak_live"] == pref["peak_live"] - o["saved_at_peak"],
-                      f"{what}: peak {p['peak_live']} against {pref['peak_live']} without, "
-                      f"saved_at_peak {o['saved_at_peak']}")
-                if rc == "full":
-                    # the peak is block 0's MLP backward, where block 0's
-                    # input is back on the device and block 1's is freed:
-                    # nothing offloaded is held there, the peak stays
-                    check(o["saved_at_peak"] == 0 and
-                          pref["peak_origin"] == p["peak_origin"] ==
-                          "/m/transformer/h.0/mlp/c_proj/Gemm/grad/63",
-                          f"{what}: peak at {p['peak_origin']} (without: "
-                          f"{pref['peak_origin']}), saved_at_peak {o['saved_at_peak']}")
-                if rc == "none":
-                    check(o["saved_at_peak"] > 0.4 * pref["peak_live"],
-                          f"{what}: saves {o['saved_at_peak']} of {pref['peak_live']}")
-                check(got["arena"] == p["arena"] and got["arena"] < ref["arena"],
-                      f"{what}: arena allocated {got['arena']}, planned {p['arena']}, "
-                      f"{ref['arena']} without offloading")
-                check(got["host"] == o["host_pool"],
-                      f"{what}: host pool allocated {got['host']}, planned {o['host_pool']}")
-                if rc == "full" and h is None and p["total"] < pref["total"]:
-                    # --recompute auto: full recompute alone does not fit
-                    # the budget, with offloading it does
-                    budget = (p["total"] + pref["total"]) // 2
-                    a = shardc(["plan", "--train", MODEL, "--json", "--recompute", "auto",
-                                "--memory-budget", str(budget)] + STEP)
-                    chose = json.loads(a.stdout)["offload"] if a.returncode == 0 else None
-                    check(chose and chose["values"] == o["values"] and
-                          "chose full with --offload-activations" in a.stderr and
-                          re.search(r"^  full +step .*: over by", a.stderr, re.M) and
-                          re.search(r"^  full\+offload +step .*: fits by", a.stderr, re.M),
-                          f"--recompute auto, budget {budget}: {chose} {a.stderr[-800:]}")
-        held_at_peak()
-        smp = os.path.join(tmp, "smp.json")
-        with open(smp, "w") as f:
-            json.dump({"activation_checkpointing": "full", "sm_activation_offloading": True,
-                       "activation_loading_horizon": 1}, f)
-        for mesh in ("dp=2", "fsdp=2,tp=2"):
-            base = ["--mesh", mesh, "--recompute", "full"]
-            ref = train(tmp, f"{mesh}-ref", base)
-            runs = [("--offload-activations", train(tmp, f"{mesh}-off",
-                                                    base + ["--offload-activations"]))]
-            if mesh == "dp=2":  # the SMP v2 keys over a world of 2: the same step
-                runs.append(("--smp-config", train(tmp, "smp", ["--mesh", "dp=2",
-                                                                "--smp-config", smp])))
-            for how, got in runs:
-                if ref and got:
-                    check(ref["log"] == got["log"],
-                          f"--mesh {mesh} {how}: the log differs with offloading: "
-                          f"{got['log']} vs {ref['log']}")
-                    check(got["host"] > 0, f"--mesh {mesh} {how}: no host pool allocated")
-        # a training bundle carries the copies and the host pool
-        bundle = os.path.join(tmp, "bundle")
-        r = shardc(["compile", MODEL, "--train", "-o", bundle, "--recompute", "none",
-                    "--offload-activations"] + STEP)
-        if check(r.returncode == 0, f"compile --train: {r.stderr[-500:]}"):
-            ref = train(tmp, "none-ref-again", ["--recompute", "none"])
-            log = os.path.join(tmp, "bundle.jsonl")
-            r = shardc(["train", bundle, "--data", "input_ids=" + os.path.join(tmp, "ids.npy"),
-                        "--labels", os.path.join(tmp, "labels.npy"), "--steps", "3",
-                        "--threads", "2", "--log-json", log])
-            if check(r.returncode == 0 and "memory: host pool" in r.stdout,
-                     f"train BUNDLE: {r.stderr[-500:]}") and ref:
-                got = [[e.get(k) for k in KEYS] for e in map(json.loads, open(log))]
-                check(got == ref["log"], f"the bundle's log {got} vs {ref['log']}")
-        r = shardc(["train", MODEL, "--data", "input_ids=" + os.path.join(tmp, "ids.npy"),
-                    "--labels", os.path.join(tmp, "labels.npy"), "--steps", "1", "--mesh",
-                    "pp=2", "--microbatches", "2", "--offload-activations"])
-        check(r.returncode != 0 and "pipelined training" in r.stderr,
-              f"pp=2 with offloading: exit {r.returncode}: {r.stderr[-400:]}")
-        r = shardc(["plan", "--train", MODEL, "--activation-loading-horizon", "1"])
-        check(r.returncode == 2 and "goes with --offload-activations" in r.stderr,
-              f"a horizon without offloading: exit {r.returncode}: {r.stderr[-400:]}")
+        write_data(tmp)
+        body(tmp)
     return finish()
+
+
+def main():
+    return run_with_data(checks_one_step)
 
 
 if __name__ == "__main__":
