@@ -572,18 +572,20 @@ static bool is_state(const sc_dist_trainer *t, const char *name, const sc_dist_v
 
 /* A flat optimizer state (passes/partition/flat.c, docs/training.md):
  * state "P.<s>" of an elementwise optimizer whose global shape is not
- * parameter P's but its flat view, [m_pad] or [m_pad, T]: P's elements
- * per piece t of its split dim d (T pieces), row-major, padded with zeros
- * to m_pad; element (j, t) of the view. A checkpoint holds it in P's shape. */
+ * parameter P's but its flat view, [S, m_pad/S] or [S, m_pad/S, T]: P's
+ * elements per stride block b of its split dim d (s blocks), per piece t
+ * (T pieces), row-major, the blocks one after the other, padded with zeros
+ * to m_pad; element (j, t) at j·T + t. A checkpoint holds it in P's shape. */
 typedef struct flat_map {
   const sc_dist_value *param;
   int32_t d;          /* the split dim (T > 1) */
-  int64_t T, m;       /* pieces, elements a piece */
+  int64_t T, s, m;    /* pieces, stride blocks, elements a piece */
+  int64_t padded;     /* m_pad */
 } flat_map;
 
 /* Whether state `name` (global value gv) is a flat view, and its map: the
  * same answer on every process; the split dim d of a parameter in pieces
- * from the sharding of w's copy of P (-1 without w). */
+ * (and its stride) from the sharding of w's copy of P (-1 without w). */
 static bool flat_state(const sc_dist_trainer *t, const worker *w, const char *name,
                        const sc_dist_value *gv, flat_map *f) {
   static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
@@ -598,49 +600,55 @@ static bool flat_state(const sc_dist_trainer *t, const worker *w, const char *na
     f->param = global_input(t->dp, pname);
   }
   const sc_dist_value *pv = f->param;
-  if (!pv || gv->rank < 1 || gv->rank > 2) return false;
+  if (!pv || gv->rank < 2 || gv->rank > 3) return false;
   bool same = pv->rank == gv->rank;
   for (int32_t k = 0; same && k < gv->rank; k++) same = pv->dims[k] == gv->dims[k];
   if (same) return false;
   int64_t numel = 1;
   for (int32_t k = 0; k < pv->rank; k++) numel *= pv->dims[k];
-  f->T = gv->rank == 2 ? gv->dims[1] : 1;
+  f->T = gv->rank == 3 ? gv->dims[2] : 1;
+  f->s = 1;
   f->d = -1;
+  f->padded = gv->dims[0] * gv->dims[1];
   const sc_sharding *sh = NULL;
   if (f->T > 1 && w && w_state(w, pv->name, &sh, false) && sh) /* the dim split in T */
     for (int32_t k = 0; k < pv->rank && f->d < 0; k++)
-      if (sc_sharding_dim_parts(sh, &t->dp->mesh, k) == f->T) f->d = k;
+      if (sc_sharding_dim_parts(sh, &t->dp->mesh, k) == f->T) {
+        f->d = k;
+        f->s = sc_sharding_stride(sh, k);
+      }
   f->m = f->T >= 1 ? numel / f->T : 0;
   return true;
 }
 
-/* Whether flat_copy can map f: its pieces' dim known, the sizes agreeing
- * with gv's. */
-static bool flat_known(const flat_map *f, const sc_dist_value *gv) {
+/* Whether flat_copy can map f: its pieces' dim known, the sizes agreeing. */
+static bool flat_known(const flat_map *f) {
   const sc_dist_value *pv = f->param;
-  if (f->T < 1 || (f->T > 1 && (f->d < 0 || pv->dims[f->d] % f->T != 0))) return false;
-  return f->m * f->T >= 1 && f->m <= gv->dims[0];
+  if (f->T < 1 || (f->T > 1 && (f->d < 0 || pv->dims[f->d] % (f->T * f->s) != 0))) return false;
+  return f->m * f->T >= 1 && f->m <= f->padded;
 }
 
 /* P's tensor (full) and its flat view (flat) element by element: to_flat
  * copies full into flat (whose padding the caller zeroed), else back. */
 static void flat_copy(const flat_map *f, size_t esz, void *full, void *flat, bool to_flat) {
   const sc_dist_value *pv = f->param;
-  int64_t c[SC_MAX_RANK] = {0}, numel = f->m * f->T;
-  int64_t piece = f->T > 1 ? pv->dims[f->d] / f->T : 1;
+  int64_t c[SC_MAX_RANK] = {0}, numel = f->m * f->T, rows = f->m / f->s;
+  int64_t block = f->d >= 0 ? pv->dims[f->d] / f->s : 1, piece = block / f->T;
   for (int64_t i = 0; i < numel; i++) {
-    int64_t j = 0, part = 0;
+    int64_t j = 0, part = 0, b = 0;
     for (int32_t k = 0; k < pv->rank; k++) {
       int64_t x = c[k], size = pv->dims[k];
       if (k == f->d) {
-        part = x / piece;
+        b = x / block;
+        part = x % block / piece;
         x %= piece;
         size = piece;
       }
       j = j * size + x;
     }
-    char *a = (char *)full + (size_t)i * esz, *b = (char *)flat + (size_t)(j * f->T + part) * esz;
-    memcpy(to_flat ? b : a, to_flat ? a : b, esz);
+    char *a = (char *)full + (size_t)i * esz;
+    char *y = (char *)flat + (size_t)((b * rows + j) * f->T + part) * esz;
+    memcpy(to_flat ? y : a, to_flat ? a : y, esz);
     for (int32_t k = pv->rank - 1; k >= 0 && ++c[k] == pv->dims[k]; k--) c[k] = 0;
   }
 }
@@ -709,7 +717,7 @@ static sc_status state_tensor(const sc_dist_trainer *t, const char *name, const 
   *rank = shape->rank;
   memcpy(dims, shape->dims, (size_t)shape->rank * sizeof *dims);
   if (st != SC_OK || !flat) return st;
-  if (!flat_known(&f, gv)) {
+  if (!flat_known(&f)) {
     sc_free(*out);
     *out = NULL;
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
@@ -1029,8 +1037,8 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
                          "checkpoint tensor '%s': not the step's dtype and global shape", name);
     void *view = NULL; /* a flat view's global tensor, cut from P's shape */
     if (flat && holder(t, name)) {
-      int64_t numel = gv->dims[0] * (gv->rank == 2 ? gv->dims[1] : 1);
-      if (!flat_known(&f, gv))
+      int64_t numel = f.padded * f.T;
+      if (!flat_known(&f))
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "checkpoint tensor '%s': the flat view of '%s' cannot be mapped",
                            name, f.param->name);

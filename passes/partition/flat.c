@@ -46,10 +46,10 @@ typedef struct flat_view {
   int32_t rank;            /* P's */
   int64_t dims[SC_MAX_RANK];
   int32_t d;               /* the split dim, or -1 */
-  int64_t T;               /* its pieces (1 when none) */
-  int64_t m, m_pad;        /* elements a piece, padded to a multiple of S */
-  int32_t frank;           /* 1: [m_pad]; 2: [m_pad, T] */
-  int64_t fdims[2];
+  int64_t T, s;            /* its pieces (1 when none), its stride (1: none) */
+  int64_t m, m_pad, S;     /* elements a piece, padded to a multiple of S */
+  int32_t frank;           /* 2: [S, m_pad/S]; 3: [S, m_pad/S, T] */
+  int64_t fdims[3];
 } flat_view;
 
 static int32_t find(const sc_graph *g, const char *prefix, const char *name, const char *suffix) {
@@ -59,72 +59,116 @@ static int32_t find(const sc_graph *g, const char *prefix, const char *name, con
 }
 
 /* The layout of P (dims, its seed base) over S fsdp ranks; false when P's
- * seed is not one plain split (or none). */
+ * seed is not one split dim (strided or not) or none. */
 static bool layout(const sc_partition *p, const sc_value *v, const sc_sharding *base, int64_t S,
                    flat_view *f) {
   memset(f, 0, sizeof *f);
   f->rank = v->rank;
   f->d = -1;
-  f->T = 1;
+  f->T = f->s = 1;
   if (base->partial || v->rank < 1) return false;
   int64_t n = sc_value_numel(v);
   if (n <= 0) return false;
   memcpy(f->dims, v->dims, (size_t)v->rank * sizeof *v->dims);
   for (int32_t d = 0; d < v->rank; d++) {
     if (!base->n_dim_axes[d]) continue;
-    if (f->d >= 0 || sc_sharding_stride(base, d) > 1) return false;
+    if (f->d >= 0) return false;
     f->d = d;
     f->T = sc_sharding_dim_parts(base, &p->mesh, d);
+    f->s = sc_sharding_stride(base, d);
   }
-  if (f->T < 1 || n % f->T != 0) return false;
+  if (f->T < 1 || f->s > 8 || (f->d >= 0 && v->dims[f->d] % (f->T * f->s) != 0)) return false;
   f->m = n / f->T;
   f->m_pad = (f->m + S - 1) / S * S;
-  f->frank = f->T > 1 ? 2 : 1;
-  f->fdims[0] = f->m_pad;
-  f->fdims[1] = f->T;
+  f->S = S;
+  f->frank = f->T > 1 ? 3 : 2;
+  f->fdims[0] = S;
+  f->fdims[1] = f->m_pad / S;
+  f->fdims[2] = f->T;
   return true;
 }
 
-/* flat(x): x (P's shape) viewed as the flat layout f. */
-static int32_t flatten(sc_grad_ctx *c, const flat_view *f, int32_t x) {
-  if (f->T > 1) {
-    int64_t dims[SC_MAX_RANK + 1], perm[SC_MAX_RANK + 1];
-    int32_t r = 0;
-    for (int32_t k = 0; k < f->rank; k++) {
-      if (k == f->d) dims[r++] = f->T;
-      dims[r++] = k == f->d ? f->dims[k] / f->T : f->dims[k];
-    }
-    for (int32_t k = 0, q = 0; k < r; k++)
-      if (k != f->d) perm[q++] = k;
-    perm[r - 1] = f->d;
-    x = gb_transpose(c, gb_reshape(c, x, r, dims), perm, r);
+/* x (P's dims but D_d/s on d) split into T pieces on d, flattened per
+ * piece: [m/s, T] (T = 1: [m/s]). */
+static int32_t flatten_pieces(sc_grad_ctx *c, const flat_view *f, int32_t x) {
+  int64_t dims[SC_MAX_RANK + 1], perm[SC_MAX_RANK + 1], rows = f->m / f->s;
+  if (f->T == 1) return gb_reshape(c, x, 1, &rows);
+  int32_t r = 0;
+  for (int32_t k = 0; k < f->rank; k++) {
+    if (k == f->d) dims[r++] = f->T;
+    dims[r++] = k == f->d ? f->dims[k] / (f->T * f->s) : f->dims[k];
   }
-  int64_t shape[2] = {f->m, f->T};
-  x = gb_reshape(c, x, f->frank, shape);
-  if (f->m_pad == f->m || x < 0) return x;
-  int64_t pad = f->m_pad - f->m; /* begins, then ends: [0, pad] or [0, 0, pad, 0] */
-  int64_t pads[4] = {0, f->frank == 1 ? pad : 0, f->frank == 1 ? 0 : pad, 0};
-  int32_t pc = gb_ints(c, pads, 2 * f->frank), pn = -1;
-  int32_t out = pc < 0 ? -1 : gb_begin(c, SC_OP_PAD, (int32_t[]){x, pc}, 2, &pn);
-  if (out < 0) return -1;
-  return gb_end(c, pn, out);
+  for (int32_t k = 0, q = 0; k < r; k++)
+    if (k != f->d) perm[q++] = k;
+  perm[r - 1] = f->d;
+  x = gb_transpose(c, gb_reshape(c, x, r, dims), perm, r);
+  int64_t shape[2] = {rows, f->T};
+  return gb_reshape(c, x, 2, shape);
+}
+
+/* The inverse of flatten_pieces. */
+static int32_t unflatten_pieces(sc_grad_ctx *c, const flat_view *f, int32_t y) {
+  int64_t dims[SC_MAX_RANK + 1], perm[SC_MAX_RANK + 1], part[SC_MAX_RANK];
+  memcpy(part, f->dims, sizeof part);
+  if (f->d >= 0) part[f->d] /= f->s;
+  if (f->T == 1) return gb_reshape(c, y, f->rank, part);
+  int32_t r = 0;
+  for (int32_t k = 0; k < f->rank; k++)
+    dims[r++] = k == f->d ? f->dims[k] / (f->T * f->s) : f->dims[k];
+  dims[r++] = f->T;
+  for (int32_t k = 0, q = 0; k < r; k++) perm[k] = k == f->d ? r - 1 : q++;
+  y = gb_transpose(c, gb_reshape(c, y, r, dims), perm, r);
+  return gb_reshape(c, y, f->rank, part);
+}
+
+/* Split of x into f->s equal parts along axis into out[]; x itself when s
+ * is 1. False on failure. */
+static bool split_parts(sc_grad_ctx *c, const flat_view *f, int32_t x, int32_t axis,
+                        int32_t *out) {
+  if (f->s == 1 || x < 0) {
+    out[0] = x;
+    return x >= 0;
+  }
+  static const char *const names[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
+  int32_t node = gb_node(c, SC_OP_SPLIT, &x, 1, (int32_t)f->s, names, out);
+  sc_attr *a = node < 0 ? NULL : sc_node_add_attr(c->g, node, "axis", SC_ATTR_INT);
+  if (!a) return false;
+  a->i = axis;
+  return sc_ops[SC_OP_SPLIT].infer(c->g, &c->g->nodes[node]) == SC_OK;
+}
+
+/* flat(x): x (P's shape) viewed as the flat layout f: per stride block (a
+ * Split of d), per piece, row-major; concatenated, padded, [S, m_pad/S(, T)]. */
+static int32_t flatten(sc_grad_ctx *c, const flat_view *f, int32_t x) {
+  int32_t part[8];
+  if (!split_parts(c, f, x, f->d, part)) return -1;
+  for (int64_t b = 0; b < f->s; b++)
+    if ((part[b] = flatten_pieces(c, f, part[b])) < 0) return -1;
+  x = f->s > 1 ? gb_op_i(c, SC_OP_CONCAT, part, (int32_t)f->s, "axis", 0) : part[0];
+  if (f->m_pad != f->m && x >= 0) {
+    int64_t pad = f->m_pad - f->m; /* begins, then ends: [0, pad] or [0, 0, pad, 0] */
+    int64_t pads[4] = {0, f->T == 1 ? pad : 0, f->T == 1 ? 0 : pad, 0};
+    int32_t pc = gb_ints(c, pads, f->T == 1 ? 2 : 4), pn = -1;
+    int32_t out = pc < 0 ? -1 : gb_begin(c, SC_OP_PAD, (int32_t[]){x, pc}, 2, &pn);
+    x = out < 0 ? -1 : gb_end(c, pn, out);
+  }
+  return gb_reshape(c, x, f->frank, f->fdims);
 }
 
 /* The inverse of flatten, from the flat value y to P's shape. */
 static int32_t unflatten(sc_grad_ctx *c, const flat_view *f, int32_t y) {
-  if (f->m_pad != f->m) {
+  int64_t rows[2] = {f->m_pad, f->T};
+  y = gb_reshape(c, y, f->T == 1 ? 1 : 2, rows);
+  if (f->m_pad != f->m && y >= 0) {
     int64_t lo = 0, hi = f->m, axis = 0;
     y = gb_op(c, SC_OP_SLICE, (int32_t[]){y, gb_ints(c, &lo, 1), gb_ints(c, &hi, 1),
                                           gb_ints(c, &axis, 1)}, 4);
   }
-  if (f->T == 1) return gb_reshape(c, y, f->rank, f->dims);
-  int64_t dims[SC_MAX_RANK + 1], perm[SC_MAX_RANK + 1];
-  int32_t r = 0;
-  for (int32_t k = 0; k < f->rank; k++) dims[r++] = k == f->d ? f->dims[k] / f->T : f->dims[k];
-  dims[r++] = f->T;
-  for (int32_t k = 0, q = 0; k < r; k++) perm[k] = k == f->d ? r - 1 : q++;
-  y = gb_transpose(c, gb_reshape(c, y, r, dims), perm, r);
-  return gb_reshape(c, y, f->rank, f->dims);
+  int32_t part[8];
+  if (!split_parts(c, f, y, 0, part)) return -1;
+  for (int64_t b = 0; b < f->s; b++)
+    if ((part[b] = unflatten_pieces(c, f, part[b])) < 0) return -1;
+  return f->s > 1 ? gb_op_i(c, SC_OP_CONCAT, part, (int32_t)f->s, "axis", f->d) : part[0];
 }
 
 /* Whether v (P's size) is computed by elementwise nodes from P and
@@ -344,9 +388,9 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
     if (st != SC_OK) break;
     sc_node *nd = &g->nodes[i];
     if (kind[i] == 2) {
-      int64_t axes[2] = {0, 1};
+      int64_t axes[3] = {0, 1, 2};
       sc_attr *a = (sc_attr *)sc_node_attr(nd, "axes");
-      int64_t *ints = sc_arena_array(&g->arena, 2, sizeof *ints);
+      int64_t *ints = sc_arena_array(&g->arena, 3, sizeof *ints);
       if (!ints) {
         st = sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
         break;
@@ -386,7 +430,7 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
   sc_sharding_replicated(state, f.frank);
   sc_sharding_split(state, 0, p->fsdp_axis);
   for (int32_t k = 0; f.d >= 0 && k < base->n_dim_axes[f.d]; k++)
-    sc_sharding_split(state, 1, base->dim_axes[f.d][k]);
+    sc_sharding_split(state, 2, base->dim_axes[f.d][k]);
   if ((st = sc_graph_set_sharding(g, fg, state)) != SC_OK) return st;
   *done = true;
   return SC_OK;
