@@ -10,10 +10,15 @@
  *
  *   flat(X)  the flat view of a value X of P's shape: X's elements in
  *            row-major order, padded with zeros to m_pad (the next multiple
- *            of S): [m_pad]. A parameter split over other axes on one dim d
- *            into T pieces (tensor parallelism: base(P)) is viewed per piece,
- *            [m_pad, T] with dim 1 split as d was: Reshape(X, [.., T, D_d/T,
- *            ..]), Transpose (T last), Reshape([m, T]), Pad (m = numel/T);
+ *            of S), as [S, m_pad/S]: rank r's piece is row r (the update's
+ *            local slice of the replicated parameter then indexes S rows,
+ *            not m_pad elements). A parameter split over other axes on one
+ *            dim d into T pieces (tensor parallelism: base(P)) is viewed per
+ *            piece, [S, m_pad/S, T] with dim 2 split as d was: Reshape(X,
+ *            [.., T, D_d/T, ..]), Transpose (T last), Reshape([m, T]), Pad,
+ *            Reshape (m = numel/T); a strided split (s blocks: the fused
+ *            QKV's 3*tp) block by block: a Split of d, each block viewed so,
+ *            Concat;
  *   state    P's optimizer state inputs ("P.exp_avg", ...) have flat(P)'s
  *            shape, sharded on dim 0 over fsdp: 1/S of the padded size a rank;
  *   gradient the value the norm and the update read (grad:P, or its mean
@@ -27,14 +32,15 @@
  *            gradient through grad:P.flat; the norm's sum over all dims sums
  *            the flat shards (the padding adds zeros);
  *   new:P    the updated flat parameter, sliced back to m, reshaped (and
- *            transposed) to P's shape: the Slice all-gathers it over fsdp.
+ *            transposed, concatenated) to P's shape: the Slice all-gathers
+ *            it over fsdp.
  *
  * Accumulators ("accum:P") are not rewritten: the flat view reads the
  * accumulated mean, so a pipelined step sums its microbatches' gradients
  * whole and unreduced and reduce-scatters once a step, as Megatron's
  * distributed optimizer (ZeRO-2's sharded accumulator is ZeRO-1's there).
- * A parameter that cannot be viewed so (a strided split, several split
- * dims, a pending sum in its seed, an update node that is not elementwise)
+ * A parameter that cannot be viewed so (several split dims, a stride over
+ * 8, a pending sum in its seed, an update node that is not elementwise)
  * stays whole, as before, recorded as a fallback. */
 #include <stdio.h>
 #include <string.h>

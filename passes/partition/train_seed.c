@@ -16,8 +16,10 @@
  *               seeds (ep.c: an expert parameter's dim 0 over ep), or
  *               replicated;
  *   shard(P)    base(P) plus F on the first dim whose piece divides by S,
- *               dim 0 first (FSDP2's dim-0 chunks; a parameter with no such
- *               dim keeps base(P), recorded as a fallback);
+ *               dim 0 first (FSDP2's dim-0 chunks); a parameter with no such
+ *               dim keeps base(P), recorded as a fallback, except under
+ *               ZeRO-1/2, where flat.c views it flat and its state (and the
+ *               gradient's view) takes the flat view's sharding;
  *   P           shard(P) under ZeRO-3, else base(P);
  *   P's state   shard(P) under ZeRO >= 1 (accumulators: ZeRO >= 2);
  *   grad:P      a constraint (localize reshards the value to it as soon as
@@ -193,7 +195,8 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     if (new_of(g, id) < 0 || param_of(p, v->name) != id) continue;
     split[i] = fsdp && fsdp_sharding(p, v, &base[i], &shard[i]);
     if (fsdp && !split[i] && (zero == 1 || zero == 2)) {
-      if ((st = sc_partition_flatten_param(p, id, &base[i], &shard[i], &order, &flat[i])) != SC_OK) break;
+      st = sc_partition_flatten_param(p, id, &base[i], &shard[i], &order, &flat[i]);
+      if (st != SC_OK) break;
       any_flat |= flat[i];
     }
     if (fsdp && !split[i] && !flat[i] &&
