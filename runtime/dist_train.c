@@ -808,6 +808,18 @@ static bool saved_state(const sc_dist_trainer *t, const char *name, const sc_dis
   return name && strncmp(name, "accum:", 6) != 0 && is_state(t, name, gv);
 }
 
+/* Room for shard n in *sh and *owned (capacity *cap, doubled when full). */
+static sc_status room(sc_ckpt_shard **sh, bool **owned, int32_t *cap, int32_t n, sc_diag *d) {
+  if (n < *cap) return SC_OK;
+  sc_ckpt_shard *y = sc_realloc(*sh, (size_t)*cap * 2 * sizeof *y);
+  if (y) *sh = y;
+  bool *z = sc_realloc(*owned, (size_t)*cap * 2 * sizeof *z);
+  if (z) *owned = z;
+  if (!y || !z) return nomem(d);
+  *cap *= 2;
+  return SC_OK;
+}
+
 /* The worker of this process that writes state `name` whole (a flat
  * view): the one holding it at coordinate 0 on every axis but pp, or NULL. */
 static const worker *whole_writer(const sc_dist_trainer *t, const char *name) {
@@ -838,17 +850,7 @@ static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, b
     size_t esz = sc_dtype_size(gv->dtype);
     flat_map f;
     if (flat_state(t, NULL, name, gv, &f)) { /* whole, in P's shape, by one rank */
-      if (n == cap) {
-        cap *= 2;
-        sc_ckpt_shard *y = sc_realloc(sh, (size_t)cap * sizeof *y);
-        bool *z = sc_realloc(owned, (size_t)cap * sizeof *z);
-        if (y) sh = y;
-        if (z) owned = z;
-        if (!y || !z) {
-          st = nomem(d);
-          break;
-        }
-      }
+      if ((st = room(&sh, &owned, &cap, n, d)) != SC_OK) break;
       const worker *w = whole_writer(t, name);
       void *x = NULL;
       int64_t dims[SC_MAX_RANK];
@@ -878,17 +880,7 @@ static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, b
         blocks *= sc_sharding_stride(s, k);
       }
       for (int64_t b = 0; st == SC_OK && b < blocks; b++) {
-        if (n == cap) {
-          cap *= 2;
-          sc_ckpt_shard *y = sc_realloc(sh, (size_t)cap * sizeof *y);
-          bool *z = sc_realloc(owned, (size_t)cap * sizeof *z);
-          if (y) sh = y;
-          if (z) owned = z;
-          if (!y || !z) {
-            st = nomem(d);
-            break;
-          }
-        }
+        if ((st = room(&sh, &owned, &cap, n, d)) != SC_OK) break;
         sc_ckpt_shard *e = &sh[n];
         *e = (sc_ckpt_shard){.group = sc_train_is_optimizer_state(name) ? SC_CKPT_OPTIMIZER
                                                                         : SC_CKPT_WEIGHTS,

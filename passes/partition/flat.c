@@ -235,6 +235,17 @@ static void drop_unread(sc_graph *g, int32_t v) {
   g->values[v].producer = -1;
 }
 
+/* The node making value from (one output) makes value to instead; from
+ * dies. */
+static sc_status take_output(sc_graph *g, int32_t from, int32_t to) {
+  int32_t prod = g->values[from].producer;
+  g->nodes[prod].outputs[0] = to;
+  g->values[to].producer = prod;
+  g->values[from].flags |= SC_VALUE_DEAD;
+  g->values[from].producer = -1;
+  return sc_ops[g->nodes[prod].op].infer(g, &g->nodes[prod]);
+}
+
 /* How node i reads the flat values: 1 rewritten elementwise, 2 a sum of
  * all its dims to a scalar, 0 not a reader, -1 a reader that cannot be. */
 static int reader_kind(const sc_graph *g, int32_t i, const bool *flat, int32_t param,
@@ -363,15 +374,7 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
   snprintf(name, sizeof name, "grad:%s.flat", pv.name);
   int32_t named = fg < 0 ? -1 : sc_graph_add_value(g, name);
   if (named < 0) st = g->diag.status ? g->diag.status : SC_ERR_NOMEM;
-  if (st == SC_OK) { /* the view's last node makes the named value */
-    int32_t prod = g->values[fg].producer;
-    g->nodes[prod].outputs[0] = named;
-    g->values[named].producer = prod;
-    g->values[fg].flags |= SC_VALUE_DEAD;
-    g->values[fg].producer = -1;
-    st = sc_ops[g->nodes[prod].op].infer(g, &g->nodes[prod]);
-    fg = named;
-  }
+  if (st == SC_OK && (st = take_output(g, fg, named)) == SC_OK) fg = named;
   for (int32_t i = 0; st == SC_OK && i < g->n_inputs; i++) {
     int32_t id = g->inputs[i];
     if (id < nv0 && flat[id] && id != grad)
@@ -420,14 +423,7 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
     }
     int32_t back = st == SC_OK ? unflatten(&c, &f, y) : -1;
     if (st == SC_OK && back < 0) st = g->diag.status ? g->diag.status : SC_ERR_NOMEM;
-    if (st == SC_OK) { /* its last node makes the output value itself */
-      int32_t last = g->values[back].producer;
-      g->nodes[last].outputs[0] = out;
-      g->values[out].producer = last;
-      g->values[back].flags |= SC_VALUE_DEAD;
-      g->values[back].producer = -1;
-      st = sc_ops[g->nodes[last].op].infer(g, &g->nodes[last]);
-    }
+    if (st == SC_OK) st = take_output(g, back, out); /* the output value itself */
   }
   sc_free(flat);
   sc_free(kind);
