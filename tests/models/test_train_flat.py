@@ -8,8 +8,10 @@ view padded to a multiple of 3, its gradient reduce-scattered, its update
 all-gathered. Checked, with seeded random data (batch 6), 3 steps:
   - GPT-2 (AdamW, clipping at 1) at fsdp=3 --zero 1, --zero 2,
     dp=2 x fsdp=3 --zero 1 (HSDP), fsdp=3 x tp=2 --zero 1 (the views per
-    tensor-parallel piece) and pp=2 x fsdp=3 --zero 1 (1F1B, 2 microbatches:
-    the accumulated gradient reduce-scattered once a step); the MLP (SGD,
+    tensor-parallel piece, the fused QKV's strided columns per block),
+    fsdp=3 --zero 1 --grad-accum 2 and pp=2 x fsdp=3 --zero 1 (1F1B, 2
+    microbatches: the accumulated gradient reduce-scattered once a step);
+    the MLP (SGD,
     momentum, weight decay) at fsdp=3 --zero 1: each step's loss and
     gradient norm equal one rank's (relative 2e-5), the checkpoints' weights
     and optimizer state equal one rank's tensor by tensor, in the
@@ -24,7 +26,8 @@ all-gathered. Checked, with seeded random data (batch 6), 3 steps:
     multiple of 3, to the byte; no all-reduce but the loss's and the
     norm's scalars; the optimizer state is 2 · Σ 4·m_pad/3 bytes a rank
     (each piece 64-byte aligned); the same mesh without the flat shard
-    (dp=3) all-reduces every gradient and keeps the state whole.
+    (dp=3) all-reduces every gradient and keeps the state whole; the
+    planned arena a rank is the one `shardc train` allocates.
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure.
 """
@@ -40,7 +43,7 @@ from onnx import numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, finish  # noqa: E402
-from test_train_dist import compare, losses, run  # noqa: E402
+from test_train_dist import arena_of, compare, losses, run  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -52,6 +55,7 @@ SAMPLES = {
              ["--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"],
              [["--mesh", "fsdp=3", "--zero", "1"], ["--mesh", "fsdp=3", "--zero", "2"],
               ["--mesh", "dp=2,fsdp=3", "--zero", "1"], ["--mesh", "fsdp=3,tp=2", "--zero", "1"],
+              ["--mesh", "fsdp=3", "--zero", "1", "--grad-accum", "2"],
               ["--mesh", "pp=2,fsdp=3", "--zero", "1", "--microbatches", "2",
                "--schedule", "1f1b"]]),
     "mlp": (lambda r: {"x": r.uniform(-1, 1, (BATCH, 64)).astype(np.float32)},
@@ -123,6 +127,21 @@ def main():
                       abs(got[0]["grad_norm"] - full[2]["grad_norm"]) <=
                       2e-5 * abs(full[2]["grad_norm"]),
                       f"resume at {mesh or 'one rank'}: step 3 {got} vs {full[2]}")
+
+        # the planned arena is the allocated one (MLP, AdamW, fsdp=3 --zero 1)
+        mlp, mlp_base = sample_args(tmp, "mlp")
+        mesh = ["--mesh", "fsdp=3", "--zero", "1"]
+        p = subprocess.run([SHARDC, "plan", mlp, "--train", "--dim", f"batch={BATCH}", "--json",
+                            "--optimizer", "adamw"] + mesh, capture_output=True, text=True,
+                           timeout=300)
+        q = run(mlp_base[:mlp_base.index("--optimizer")] + ["--optimizer", "adamw", "--steps",
+                                                             "1"] + mesh)
+        if check(p.returncode == 0 and q.returncode == 0, f"mlp arena: {p.stderr[-300:]} "
+                 f"{q.stderr[-300:]}"):
+            planned = json.loads(p.stdout)["arena"]
+            check(planned == arena_of(q.stdout),
+                  f"mlp fsdp=3 --zero 1: planned arena {planned} vs allocated "
+                  f"{arena_of(q.stdout)}")
 
     # communication and memory against the flat formulas (MLP, S = 3)
     mlp = os.path.join(SRC, "samples", "mlp.onnx")
