@@ -74,7 +74,7 @@ static bool layout(const sc_partition *p, const sc_value *v, const sc_sharding *
   f->T = f->s = 1;
   if (base->partial || v->rank < 1) return false;
   int64_t n = sc_value_numel(v);
-  if (n <= 0) return false;
+  if (n <= 1) return false; /* a scalar: its update reads it as a broadcast */
   memcpy(f->dims, v->dims, (size_t)v->rank * sizeof *v->dims);
   for (int32_t d = 0; d < v->rank; d++) {
     if (!base->n_dim_axes[d]) continue;
@@ -339,6 +339,11 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
     if (k == 1) flat[g->nodes[i].outputs[0]] = true;
   }
   ok = ok && flat[out];
+  for (int32_t i = 0; ok && i < g->n_inputs; i++) { /* each state's update flat too */
+    int32_t id = g->inputs[i];
+    int32_t o = id != grad && flat[id] ? find(g, "new:", g->values[id].name, "") : -1;
+    ok = o < 0 || (o < nv0 && flat[o]);
+  }
   sc_status st = SC_OK;
   if (!ok) {
     sc_free(flat);
