@@ -49,7 +49,12 @@ from make_gpt_shapes import CONFIGS, write  # noqa: E402
 
 
 def mesh_of(c):
-    """The published mesh, pp outermost (the planner's order rule)."""
+    """The published mesh, pp outermost (the planner's order rule). The
+    H100 runs used Megatron's distributed optimizer (ZeRO-1 over dp); shardc
+    plans it as `fsdp=D --zero 1` (every parameter of these shapes sharded
+    flat), predicted slower than dp for the 70B and 32B rows (its fp32
+    all-gather at the step's end: docs/planner.md, "ZeRO-1 over a flat
+    shard"), so the rows keep dp."""
     return ",".join(f"{k}={c[k]}" for k in ("pp", "dp", "tp") if c[k] > 1) or "dp=1"
 
 

@@ -570,24 +570,102 @@ static bool is_state(const sc_dist_trainer *t, const char *name, const sc_dist_v
   return *gv && sc_dist_is_state(t->dp, name);
 }
 
-sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_view *v,
-                                sc_diag *d) {
-  memset(v, 0, sizeof *v);
-  sc_status st0 = run_all(t, CMD_SYNC, d);
-  if (st0 != SC_OK) return st0;
-  const sc_dist_value *gv;
-  if (!name || !is_state(t, name, &gv))
-    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "'%s' is not state of the step",
-                       name ? name : "");
+/* A flat optimizer state (passes/partition/flat.c, docs/training.md):
+ * state "P.<s>" of an elementwise optimizer whose global shape is not
+ * parameter P's but its flat view, [S, m_pad/S] or [S, m_pad/S, T]: P's
+ * elements per stride block b of its split dim d (s blocks), per piece t
+ * (T pieces), row-major, the blocks one after the other, padded with zeros
+ * to m_pad; element (j, t) at j·T + t. A checkpoint holds it in P's shape. */
+typedef struct flat_map {
+  const sc_dist_value *param;
+  int32_t d;          /* the split dim (T > 1) */
+  int64_t T, s, m;    /* pieces, stride blocks, elements a piece */
+  int64_t padded;     /* m_pad */
+} flat_map;
+
+/* Whether state `name` (global value gv) is a flat view, and its map: the
+ * same answer on every process; the split dim d of a parameter in pieces
+ * (and its stride) from the sharding of w's copy of P (-1 without w). */
+static bool flat_state(const sc_dist_trainer *t, const worker *w, const char *name,
+                       const sc_dist_value *gv, flat_map *f) {
+  static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
+  char pname[1024];
+  size_t n = name ? strlen(name) : 0;
+  memset(f, 0, sizeof *f);
+  for (size_t k = 0; k < sizeof suffix / sizeof *suffix && !f->param; k++) {
+    size_t m = strlen(suffix[k]);
+    if (n <= m || n - m >= sizeof pname || strcmp(name + n - m, suffix[k]) != 0) continue;
+    memcpy(pname, name, n - m);
+    pname[n - m] = 0;
+    f->param = global_input(t->dp, pname);
+  }
+  const sc_dist_value *pv = f->param;
+  if (!pv || gv->rank < 2 || gv->rank > 3) return false;
+  bool same = pv->rank == gv->rank;
+  for (int32_t k = 0; same && k < gv->rank; k++) same = pv->dims[k] == gv->dims[k];
+  if (same) return false;
+  int64_t numel = 1;
+  for (int32_t k = 0; k < pv->rank; k++) numel *= pv->dims[k];
+  f->T = gv->rank == 3 ? gv->dims[2] : 1;
+  f->s = 1;
+  f->d = -1;
+  f->padded = gv->dims[0] * gv->dims[1];
+  const sc_sharding *sh = NULL;
+  if (f->T > 1 && w && w_state(w, pv->name, &sh, false) && sh) /* the dim split in T */
+    for (int32_t k = 0; k < pv->rank && f->d < 0; k++)
+      if (sc_sharding_dim_parts(sh, &t->dp->mesh, k) == f->T) {
+        f->d = k;
+        f->s = sc_sharding_stride(sh, k);
+      }
+  f->m = f->T >= 1 ? numel / f->T : 0;
+  return true;
+}
+
+/* Whether flat_copy can map f: its pieces' dim known, the sizes agreeing. */
+static bool flat_known(const flat_map *f) {
+  const sc_dist_value *pv = f->param;
+  if (f->T < 1 || (f->T > 1 && (f->d < 0 || pv->dims[f->d] % (f->T * f->s) != 0))) return false;
+  return f->m * f->T >= 1 && f->m <= f->padded;
+}
+
+/* P's tensor (full) and its flat view (flat) element by element: to_flat
+ * copies full into flat (whose padding the caller zeroed), else back. */
+static void flat_copy(const flat_map *f, size_t esz, void *full, void *flat, bool to_flat) {
+  const sc_dist_value *pv = f->param;
+  int64_t c[SC_MAX_RANK] = {0}, numel = f->m * f->T, rows = f->m / f->s;
+  int64_t block = f->d >= 0 ? pv->dims[f->d] / f->s : 1, piece = block / f->T;
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t j = 0, part = 0, b = 0;
+    for (int32_t k = 0; k < pv->rank; k++) {
+      int64_t x = c[k], size = pv->dims[k];
+      if (k == f->d) {
+        b = x / block;
+        part = x % block / piece;
+        x %= piece;
+        size = piece;
+      }
+      j = j * size + x;
+    }
+    char *a = (char *)full + (size_t)i * esz;
+    char *y = (char *)flat + (size_t)((b * rows + j) * f->T + part) * esz;
+    memcpy(to_flat ? y : a, to_flat ? a : y, esz);
+    for (int32_t k = pv->rank - 1; k >= 0 && ++c[k] == pv->dims[k]; k--) c[k] = 0;
+  }
+}
+
+/* State `name`'s global tensor (gv's shape) put together from the ranks'
+ * pieces into *out (the caller frees it); every process calls it alike. */
+static sc_status gather_state(const sc_dist_trainer *t, const char *name, const sc_dist_value *gv,
+                              void **out, sc_diag *d) {
+  *out = NULL;
   int64_t numel = 1;
   for (int32_t k = 0; k < gv->rank; k++) numel *= gv->dims[k];
   size_t esz = sc_dtype_size(gv->dtype);
-  void *all = sc_malloc(numel > 0 ? (size_t)numel * esz : 1);
+  void *all = sc_calloc(numel > 0 ? (size_t)numel : 1, esz);
   if (!all) return nomem(d);
   sc_status st = SC_OK;
   const sc_sharding *sh;
   if (t->world && t->dp->pipe_chunks > 0) { /* one copy of each piece, in place */
-    memset(all, 0, numel > 0 ? (size_t)numel * esz : 1);
     const void *x = w_state(&t->w[0], name, &sh, false);
     if (x && first_copy(t, t->w[0].coords, sh))
       sc_sharding_insert(sh, &t->dp->mesh, t->w[0].coords, esz, gv->dims, x, all);
@@ -616,8 +694,67 @@ sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_
     sc_free(all);
     return st;
   }
-  *v = (sc_tensor_view){.name = gv->name, .dtype = gv->dtype, .rank = gv->rank, .data = all};
-  memcpy(v->dims, gv->dims, sizeof v->dims);
+  *out = all;
+  return SC_OK;
+}
+
+/* A worker of this process holding state `name`, or NULL. */
+static const worker *holder(const sc_dist_trainer *t, const char *name) {
+  const sc_sharding *sh;
+  for (int64_t r = 0; r < t->n_local; r++)
+    if (w_state(&t->w[r], name, &sh, false)) return &t->w[r];
+  return NULL;
+}
+
+/* State `name`'s global tensor as a checkpoint holds it: a flat view back
+ * in its parameter's shape (*dims, *rank). */
+static sc_status state_tensor(const sc_dist_trainer *t, const char *name, const sc_dist_value *gv,
+                              void **out, int64_t *dims, int32_t *rank, sc_diag *d) {
+  flat_map f;
+  bool flat = flat_state(t, holder(t, name), name, gv, &f);
+  sc_status st = gather_state(t, name, gv, out, d);
+  const sc_dist_value *shape = flat ? f.param : gv;
+  *rank = shape->rank;
+  memcpy(dims, shape->dims, (size_t)shape->rank * sizeof *dims);
+  if (st != SC_OK || !flat) return st;
+  if (!flat_known(&f)) {
+    sc_free(*out);
+    *out = NULL;
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "state '%s': a flat view of '%s' that this process cannot map back "
+                       "(it holds no copy of the parameter)",
+                       name, f.param->name);
+  }
+  size_t esz = sc_dtype_size(gv->dtype);
+  void *full = sc_malloc(f.m * f.T > 0 ? (size_t)(f.m * f.T) * esz : 1);
+  if (!full) {
+    sc_free(*out);
+    *out = NULL;
+    return nomem(d);
+  }
+  flat_copy(&f, esz, full, *out, false);
+  sc_free(*out);
+  *out = full;
+  return SC_OK;
+}
+
+sc_status sc_dist_trainer_state(sc_dist_trainer *t, const char *name, sc_tensor_view *v,
+                                sc_diag *d) {
+  memset(v, 0, sizeof *v);
+  sc_status st0 = run_all(t, CMD_SYNC, d);
+  if (st0 != SC_OK) return st0;
+  const sc_dist_value *gv;
+  if (!name || !is_state(t, name, &gv))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "'%s' is not state of the step",
+                       name ? name : "");
+  void *all = NULL;
+  *v = (sc_tensor_view){.name = gv->name, .dtype = gv->dtype};
+  sc_status st = state_tensor(t, name, gv, &all, v->dims, &v->rank, d);
+  if (st != SC_OK) {
+    memset(v, 0, sizeof *v);
+    return st;
+  }
+  v->data = all;
   return SC_OK;
 }
 
@@ -676,6 +813,31 @@ static bool saved_state(const sc_dist_trainer *t, const char *name, const sc_dis
   return name && strncmp(name, "accum:", 6) != 0 && is_state(t, name, gv);
 }
 
+/* Room for shard n in *sh and *owned (capacity *cap, doubled when full). */
+static sc_status room(sc_ckpt_shard **sh, bool **owned, int32_t *cap, int32_t n, sc_diag *d) {
+  if (n < *cap) return SC_OK;
+  sc_ckpt_shard *y = sc_realloc(*sh, (size_t)*cap * 2 * sizeof *y);
+  if (y) *sh = y;
+  bool *z = sc_realloc(*owned, (size_t)*cap * 2 * sizeof *z);
+  if (z) *owned = z;
+  if (!y || !z) return nomem(d);
+  *cap *= 2;
+  return SC_OK;
+}
+
+/* The worker of this process that writes state `name` whole (a flat
+ * view): the one holding it at coordinate 0 on every axis but pp, or NULL. */
+static const worker *whole_writer(const sc_dist_trainer *t, const char *name) {
+  const sc_sharding *sh;
+  for (int64_t r = 0; r < t->n_local; r++) {
+    bool first = true;
+    for (int32_t a = 0; a < t->dp->mesh.n_axes; a++)
+      if (a != t->dp->pp_axis && t->w[r].coords[a] != 0) first = false;
+    if (first && w_state(&t->w[r], name, &sh, false)) return &t->w[r];
+  }
+  return NULL;
+}
+
 /* The shards this process's ranks write (checkpoint format 2): the pieces
  * each holds the one copy of (first_copy), one shard per stride block;
  * owned[k]: shard k's data was packed here (free it). */
@@ -691,6 +853,27 @@ static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, b
     const sc_dist_value *gv;
     if (!saved_state(t, name, &gv)) continue;
     size_t esz = sc_dtype_size(gv->dtype);
+    flat_map f;
+    if (flat_state(t, NULL, name, gv, &f)) { /* whole, in P's shape, by one rank */
+      if ((st = room(&sh, &owned, &cap, n, d)) != SC_OK) break;
+      const worker *w = whole_writer(t, name);
+      void *x = NULL;
+      int64_t dims[SC_MAX_RANK];
+      int32_t rank = 0;
+      if (w) st = state_tensor(t, name, gv, &x, dims, &rank, d);
+      else st = gather_state(t, name, gv, &x, d); /* the others' part of the collective */
+      if (st != SC_OK || !w) {
+        sc_free(x);
+        continue;
+      }
+      sc_ckpt_shard *e = &sh[n];
+      *e = (sc_ckpt_shard){.group = SC_CKPT_OPTIMIZER, .writer = (int32_t)w->rank, .name = name,
+                           .dtype = gv->dtype, .rank = rank, .data = x};
+      memcpy(e->dims, dims, sizeof e->dims);
+      memcpy(e->shape, dims, sizeof e->shape);
+      owned[n++] = true;
+      continue;
+    }
     for (int64_t r = 0; st == SC_OK && r < t->n_local; r++) {
       const sc_sharding *s;
       const void *x = w_state(&t->w[r], name, &s, false);
@@ -702,17 +885,7 @@ static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, b
         blocks *= sc_sharding_stride(s, k);
       }
       for (int64_t b = 0; st == SC_OK && b < blocks; b++) {
-        if (n == cap) {
-          cap *= 2;
-          sc_ckpt_shard *y = sc_realloc(sh, (size_t)cap * sizeof *y);
-          bool *z = sc_realloc(owned, (size_t)cap * sizeof *z);
-          if (y) sh = y;
-          if (z) owned = z;
-          if (!y || !z) {
-            st = nomem(d);
-            break;
-          }
-        }
+        if ((st = room(&sh, &owned, &cap, n, d)) != SC_OK) break;
         sc_ckpt_shard *e = &sh[n];
         *e = (sc_ckpt_shard){.group = sc_train_is_optimizer_state(name) ? SC_CKPT_OPTIMIZER
                                                                         : SC_CKPT_WEIGHTS,
@@ -851,11 +1024,24 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
     int32_t g;
     const sc_ckpt_tensor *x = sc_trainer_ckpt_tensor(c, name, &g, d);
     if (!x) return d->status;
-    bool same = x->dtype == gv->dtype && x->rank == gv->rank;
-    for (int32_t k = 0; same && k < gv->rank; k++) same = x->dims[k] == gv->dims[k];
+    flat_map f;
+    bool flat = flat_state(t, holder(t, name), name, gv, &f);
+    const sc_dist_value *shape = flat ? f.param : gv; /* a flat view's: its parameter's */
+    bool same = x->dtype == gv->dtype && x->rank == shape->rank;
+    for (int32_t k = 0; same && k < shape->rank; k++) same = x->dims[k] == shape->dims[k];
     if (!same)
       return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "checkpoint tensor '%s': not the step's dtype and global shape", name);
+    void *view = NULL; /* a flat view's global tensor, cut from P's shape */
+    if (flat && holder(t, name)) {
+      int64_t numel = f.padded * f.T;
+      if (!flat_known(&f))
+        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                           "checkpoint tensor '%s': the flat view of '%s' cannot be mapped",
+                           name, f.param->name);
+      if (!(view = sc_calloc((size_t)numel, sc_dtype_size(gv->dtype)))) return nomem(d);
+      flat_copy(&f, sc_dtype_size(gv->dtype), x->data, view, true);
+    }
     /* each rank's own state buffer (its arena slot or host copy): the
      * workers are idle, so the main thread may write it */
     for (int64_t r = 0; r < t->n_local; r++) {
@@ -863,8 +1049,9 @@ sc_status sc_dist_trainer_restore(sc_dist_trainer *t, const struct sc_ckpt *c, s
       void *piece = w_state(&t->w[r], name, &sh, true);
       if (piece)
         sc_sharding_extract(sh, &t->dp->mesh, t->w[r].coords, sc_dtype_size(gv->dtype),
-                            gv->dims, x->data, piece);
+                            gv->dims, view ? view : x->data, piece);
     }
+    sc_free(view);
     used[g]++;
   }
   /* a checkpoint tensor that is no state of the step */

@@ -335,12 +335,14 @@ typedef struct rmember {
 /* The node a member's collectives begin with (its place in node order). */
 static int32_t head(const rmember *m) { return m->rs >= 0 ? m->rs : m->ar; }
 
-/* P when value v is "grad:P" of a parameter P, else NULL. */
+/* P when value v is "grad:P" of a parameter P, or its flat view
+ * "grad:P.flat" (flat.c), else NULL. */
 static const char *grad_param(const bucketer *b, int32_t v) {
   const sc_value *g = &b->L->values[v];
   if (!g->name || strncmp(g->name, "grad:", 5) != 0 || g->rank < 1) return NULL;
   const char *pp = sc_partition_param_of(b->p, g->name + 5);
-  return pp && strcmp(pp, g->name + 5) == 0 ? pp : NULL;
+  size_t n = pp ? strlen(pp) : 0;
+  return pp && (!g->name[5 + n] || strcmp(g->name + 5 + n, ".flat") == 0) ? pp : NULL;
 }
 
 /* P when all-reduced value y becomes "grad:P" of a parameter P through

@@ -16,8 +16,10 @@
  *               seeds (ep.c: an expert parameter's dim 0 over ep), or
  *               replicated;
  *   shard(P)    base(P) plus F on the first dim whose piece divides by S,
- *               dim 0 first (FSDP2's dim-0 chunks; a parameter with no such
- *               dim keeps base(P), recorded as a fallback);
+ *               dim 0 first (FSDP2's dim-0 chunks); a parameter with no such
+ *               dim keeps base(P), recorded as a fallback, except under
+ *               ZeRO-1/2, where flat.c views it flat and its state (and the
+ *               gradient's view) takes the flat view's sharding;
  *   P           shard(P) under ZeRO-3, else base(P);
  *   P's state   shard(P) under ZeRO >= 1 (accumulators: ZeRO >= 2);
  *   grad:P      a constraint (localize reshards the value to it as soon as
@@ -180,7 +182,10 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
   sc_sharding *base = sc_calloc((size_t)n_in + 1, sizeof *base);
   sc_sharding *shard = sc_calloc((size_t)n_in + 1, sizeof *shard);
   bool *split = sc_calloc((size_t)n_in + 1, sizeof *split);
-  sc_status st = base && shard && split ? SC_OK : nomem(g);
+  bool *flat = sc_calloc((size_t)n_in + 1, sizeof *flat); /* flat.c's view */
+  bool any_flat = false;
+  sc_flat_order order = {0};
+  sc_status st = base && shard && split && flat ? SC_OK : nomem(g);
   for (int32_t i = 0; st == SC_OK && i < n_in; i++) {
     int32_t id = g->inputs[i];
     const sc_value *v = &g->values[id];
@@ -189,7 +194,12 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     else sc_sharding_replicated(&base[i], v->rank);
     if (new_of(g, id) < 0 || param_of(p, v->name) != id) continue;
     split[i] = fsdp && fsdp_sharding(p, v, &base[i], &shard[i]);
-    if (fsdp && !split[i] &&
+    if (fsdp && !split[i] && (zero == 1 || zero == 2)) {
+      st = sc_partition_flatten_param(p, id, &base[i], &shard[i], &order, &flat[i]);
+      if (st != SC_OK) break;
+      any_flat |= flat[i];
+    }
+    if (fsdp && !split[i] && !flat[i] &&
         sc_partition_note_fallback(p, v->name, "input",
                                    "no dim divides by %s=%lld: the parameter and its state "
                                    "are not sharded",
@@ -197,6 +207,9 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
                                    (long long)p->mesh.axes[p->fsdp_axis].size) != SC_OK)
       st = nomem(g);
   }
+  if (st == SC_OK && any_flat) st = sc_partition_flat_order(g, &order);
+  sc_free(order.node);
+  sc_free(order.after);
   for (int32_t i = 0; st == SC_OK && i < n_in; i++) {
     int32_t id = g->inputs[i], out = new_of(g, id);
     if (out < 0) continue;
@@ -208,6 +221,7 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     bool accum = strncmp(name, "accum:", 6) == 0;
     int32_t need = pid == id ? 3 : accum ? 2 : 1;
     const sc_sharding *s = split[k] && zero >= need ? &shard[k] : &base[k];
+    if (flat[k] && pid != id && !accum) s = &shard[k]; /* the flat state */
     sc_sharding pending;
     if (accum && p->n_chunks > 0 && !(split[k] && zero >= 1)) {
       pending_over_data(p, &base[k], &pending);
@@ -218,7 +232,8 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
       break;
     if (pid != id) continue;
     int32_t grad = value_named(g, "grad:", name);
-    if (grad < 0) continue;
+    /* a flat view's gradient: its view "grad:P.flat" carries the constraint */
+    if (grad < 0 || (flat[k] && value_named(g, "accum:", name) < 0)) continue;
     s = split[k] && zero >= 1 ? &shard[k] : &base[k];
     if (s == &base[k] && p->n_chunks > 0 && value_named(g, "accum:", name) >= 0) {
       pending_over_data(p, &base[k], &pending);
@@ -229,5 +244,6 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
   sc_free(base);
   sc_free(shard);
   sc_free(split);
+  sc_free(flat);
   return st;
 }

@@ -12,7 +12,10 @@
 #   measured equal to the last printed digit); the fsdp=2 checkpoint (rank 0
 #   writes it, every rank gathers its pieces) resumes on one rank and its
 #   step 4 equals 4 uninterrupted thread-rank steps (rtol 1e-5), and so does
-#   the pp=2 checkpoint's (each piece written by its one copy);
+#   the pp=2 checkpoint's (each piece written by its one copy); at fsdp=3
+#   --zero 1 (batch 6, mpirun -np 3: the flat shard) 2 steps equal the
+#   thread-ranks' and the checkpoint resumes on one rank, its step 3 equal
+#   to the thread-ranks' (rtol 1e-5);
 #   SHARDC_FAIL_RANK=1 ends the job non-zero within 20 s with the rank's
 #   message.
 # Exits 77 (skipped) without mpirun or in a build without MPI.
@@ -76,6 +79,34 @@ compare "$TMP/local4_last.jsonl" "$TMP/resumed.jsonl" 1e-5 \
   || fail "resume the pipeline's checkpoint on one rank"
 compare "$TMP/local4_last.jsonl" "$TMP/resumed_pp.jsonl" 1e-5 \
   "the mpirun pp=2 checkpoint resumed on one rank: step 4" || fails=$((fails + 1))
+
+# ZeRO-1 over a flat shard under mpirun -np 3 (fsdp=3 divides no dim of
+# GPT-2's but the QKV's): equal to thread-ranks, and its checkpoint (the
+# flat optimizer state gathered and written whole, in the parameters'
+# shapes) resumes on one rank
+"$PY" - "$TMP" <<'PY'
+import sys, numpy as np
+r = np.random.RandomState(5)
+np.save(f"{sys.argv[1]}/ids6.npy", r.randint(0, 1000, (6, 16)).astype(np.int64))
+np.save(f"{sys.argv[1]}/lab6.npy", r.randint(0, 1000, (6, 16)).astype(np.int64))
+PY
+ARGS6=("$SRC/samples/gpt2.onnx" --data "input_ids=$TMP/ids6.npy" --labels "$TMP/lab6.npy"
+       --dim batch=6 --optimizer adamw --lr 1e-3 --threads 1 --quiet)
+"$SHARDC" train "${ARGS6[@]}" --steps 3 --mesh fsdp=3 --zero 1 --log-json "$TMP/flat_local.jsonl" \
+  || fail "fsdp=3 --zero 1 on threads"
+if timeout 120 "${MPIRUN[@]}" -np 3 "$SHARDC" train "${ARGS6[@]}" --steps 2 --mesh fsdp=3 \
+     --zero 1 --comm mpi --log-json "$TMP/flat_mpi.jsonl" --save "$TMP/ck_flat" \
+     >"$TMP/out" 2>"$TMP/err"; then
+  compare "$TMP/flat_local.jsonl" "$TMP/flat_mpi.jsonl" 1e-6 \
+    "fsdp=3 --zero 1: mpirun -np 3 equals thread-ranks" || fails=$((fails + 1))
+  "$SHARDC" train "${ARGS6[@]}" --steps 3 --resume "$TMP/ck_flat" \
+    --log-json "$TMP/flat_resumed.jsonl" || fail "resume the flat checkpoint on one rank"
+  tail -1 "$TMP/flat_local.jsonl" > "$TMP/flat_last.jsonl"
+  compare "$TMP/flat_last.jsonl" "$TMP/flat_resumed.jsonl" 1e-5 \
+    "the mpirun fsdp=3 --zero 1 checkpoint resumed on one rank: step 3" || fails=$((fails + 1))
+else
+  fail "fsdp=3 --zero 1 under mpirun: $(tail -3 "$TMP/err")"
+fi
 
 # the rank that speaks says each note once: GPT-2's tied LM head is one note
 # from 2 processes, not one per rank
