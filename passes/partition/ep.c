@@ -120,7 +120,8 @@ static bool feeds_exit(const sc_graph *g, const bool *expert, const bool *exit,
   todo[n_todo++] = g->nodes[i].outputs[0];
   for (int32_t seen = 0; seen < n_todo; seen++) {
     int32_t v = todo[seen];
-    for (int32_t u = off[v]; v >= 0 && u < off[v + 1]; u++) {
+    if (v < 0) continue;
+    for (int32_t u = off[v]; u < off[v + 1]; u++) {
       const sc_node *r = &g->nodes[users[u]];
       if (expert[users[u]] && exit[users[u]] && r->inputs[0] == v) return true;
       if ((sc_ops[r->op].flags & SC_OPF_ELEMENTWISE) && r->outputs[0] >= 0 && n_todo < 32)
