@@ -165,8 +165,8 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
   if (!par) return SC_OK;
   if (par->plan_file || par->plan_json) {
     if (par->mesh || par->microbatches || par->ranks_per_node || par->stage_boundaries ||
-        par->sequence_parallel || par->no_vocab_parallel || par->cluster ||
-        (par->plan_file && par->plan_json))
+        par->sequence_parallel || par->no_vocab_parallel || par->expert_tensor_parallel ||
+        par->cluster || (par->plan_file && par->plan_json))
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                          "a plan (plan_file or plan_json) may not be given with other parallel "
                          "options");
@@ -179,7 +179,8 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
   }
   if (!par->mesh || !*par->mesh) {
     if (par->microbatches > 1 || par->ranks_per_node || par->stage_boundaries ||
-        par->sequence_parallel || par->no_vocab_parallel || par->cluster)
+        par->sequence_parallel || par->no_vocab_parallel || par->expert_tensor_parallel ||
+        par->cluster)
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "parallel options need a mesh");
     return SC_OK;
   }
@@ -191,7 +192,8 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
                         .microbatches = par->microbatches,
                         .boundaries = par->stage_boundaries,
                         .sequence_parallel = par->sequence_parallel,
-                        .no_vocab_parallel = par->no_vocab_parallel};
+                        .no_vocab_parallel = par->no_vocab_parallel,
+                        .expert_tensor_parallel = par->expert_tensor_parallel};
   return sc_plan_from_options(&po, plan, d);
 }
 

@@ -125,6 +125,9 @@ typedef struct sc_parallel_opts {
                                    "h100-sxm:8x4", docs/planner.md): its axes
                                    placed on nodes, and the plan reports
                                    give the predicted step; NULL: none */
+  bool expert_tensor_parallel;  /* split each expert's MLP over tp as well
+                                   (`--expert-tensor-parallel`, docs/moe.md);
+                                   needs a tp axis */
 } sc_parallel_opts;
 
 typedef enum sc_target_kind {

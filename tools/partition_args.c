@@ -94,6 +94,8 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
           "  --sequence-parallel    tp: reduce-scatter + all-gather over the sequence\n"
           "                         instead of all-reduce (activations split by tp)\n"
           "  --no-vocab-parallel    keep the embedding and LM head whole\n"
+          "  --expert-tensor-parallel  tp: split each expert's MLP over tp as a dense\n"
+          "                         MLP (default: experts whole on every tp rank)\n"
           "  --no-overlap           collectives run where they are, to completion (no\n"
           "                         async start and wait, no prefetch)\n"
           "  --no-fuse-attention    keep each attention core as separate products and\n"
@@ -124,7 +126,7 @@ bool sc_partition_args_any(const sc_partition_args *p) {
          p->cluster || p->microbatches ||
          p->boundaries ||
          p->schedule || p->virtual_stages || p->sequence_parallel || p->no_vocab_parallel ||
-         p->zero || p->keep_after_forward || p->no_overlap || p->hybrid_shard_degree;
+         p->expert_tensor_parallel || p->zero || p->keep_after_forward || p->no_overlap || p->hybrid_shard_degree;
 }
 
 int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
@@ -134,6 +136,11 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
   int64_t n;
   if (strcmp(a, "--sequence-parallel") == 0) {
     p->sequence_parallel = true;
+    (*i)++;
+    return 1;
+  }
+  if (strcmp(a, "--expert-tensor-parallel") == 0) {
+    p->expert_tensor_parallel = true;
     (*i)++;
     return 1;
   }
@@ -230,7 +237,8 @@ static int check_conflicts(const sc_partition_args *p) {
     if (!p->mesh && (p->ranks_per_node || p->cluster || p->microbatches || p->boundaries ||
                      p->schedule ||
                      p->virtual_stages ||
-                     p->sequence_parallel || p->no_vocab_parallel || p->zero ||
+                     p->sequence_parallel || p->no_vocab_parallel ||
+                     p->expert_tensor_parallel || p->zero ||
                      p->keep_after_forward || p->hybrid_shard_degree || p->no_overlap))
       return sc_cli_usage_error("partitioning options need --mesh (or --plan)");
     return 0;
@@ -244,6 +252,7 @@ static int check_conflicts(const sc_partition_args *p) {
                     : p->virtual_stages    ? "--virtual-stages"
                     : p->sequence_parallel ? "--sequence-parallel"
                     : p->no_vocab_parallel ? "--no-vocab-parallel"
+                    : p->expert_tensor_parallel ? "--expert-tensor-parallel"
                     : p->zero              ? "--zero"
                     : p->keep_after_forward ? "--no-reshard-after-forward"
                     : p->hybrid_shard_degree ? "--hybrid-shard-degree"
@@ -358,7 +367,8 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
                           .virtual_stages = p->virtual_stages,
                           .boundaries = p->boundaries,
                           .sequence_parallel = p->sequence_parallel,
-                          .no_vocab_parallel = p->no_vocab_parallel};
+                          .no_vocab_parallel = p->no_vocab_parallel,
+                          .expert_tensor_parallel = p->expert_tensor_parallel};
     if (sc_plan_from_options(&po, &plan, &d) != SC_OK)
       return p->cluster ? sc_cli_usage_error("--mesh %s --cluster %s: %s", p->mesh, p->cluster,
                                              d.msg)

@@ -22,6 +22,7 @@
  *   --virtual-stages V       chunks per pipeline rank (interleaved)
  *   --sequence-parallel      reduce-scatter + all-gather instead of all-reduce
  *   --no-vocab-parallel      keep the embedding and LM head whole
+ *   --expert-tensor-parallel each expert's MLP split over tp too (ep.c)
  *   --zero 1|2|3             training: what the fsdp axis shards (1 optimizer
  *                            state, 2 + gradients, 3 + parameters; default 3)
  *   --no-reshard-after-forward  ZeRO-3: keep the gathered parameters from
@@ -62,6 +63,7 @@ typedef struct sc_partition_args {
   int32_t virtual_stages;      /* 0 = not given */
   bool sequence_parallel;
   bool no_vocab_parallel;
+  bool expert_tensor_parallel; /* --expert-tensor-parallel */
   int32_t zero;                /* --zero, 0 = not given */
   bool keep_after_forward;     /* --no-reshard-after-forward */
   bool no_overlap;             /* --no-overlap */

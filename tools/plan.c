@@ -266,8 +266,9 @@ static void print_header(const report *r, const char *path) {
          pl->dp_axis ? pl->dp_axis : "-", pl->tp_axis ? pl->tp_axis : "-",
          pl->pp_axis ? pl->pp_axis : "-");
   if (pl->tp_axis)
-    printf("tensor:       sequence parallel %s, vocab parallel %s\n",
-           pl->sequence_parallel ? "on" : "off", pl->vocab_parallel ? "on" : "off");
+    printf("tensor:       sequence parallel %s, vocab parallel %s%s\n",
+           pl->sequence_parallel ? "on" : "off", pl->vocab_parallel ? "on" : "off",
+           pl->expert_tensor_parallel ? ", expert tensor parallel on" : "");
   printf("stages:       %d (", part->n_stages);
   if (pl->n_boundaries == 0) printf("balanced");
   for (int32_t i = 0; i < pl->n_boundaries; i++)

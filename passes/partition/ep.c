@@ -13,7 +13,8 @@
  * Cast or an Identity. Then:
  *   - every such parameter is an EXPERT PARAMETER: split on dim 0 over ep
  *     (whatever the tensor-parallel seeds said: experts are replicated over
- *     tp), so each rank holds E/ep experts; its gradient, computed for the
+ *     tp, unless expert tensor parallelism, below), so each rank holds
+ *     E/ep experts; its gradient, computed for the
  *     rank's experts from every rank's tokens, is not pending over ep and
  *     is reduced over the other data axes only (train_seed.c); fsdp shards
  *     it further on the dims that remain (dim 0 first);
@@ -32,24 +33,45 @@
  *     products too, so the gradient of the experts' output takes the same
  *     path in (its gradient leaves through an Add, so the dispatch's
  *     backward product moves it back); recomputed copies likewise.
- * E not divisible by ep is an error naming the sizes that divide; ep on a
- * model with no expert product is an error (the axis would be dp). */
+ * Expert tensor parallelism (p->expert_tensor_parallel: the plan's option,
+ * with a tp axis of size > 1) splits each expert's MLP over tp as tp.c
+ * splits a dense one: the parameter of the product that leaves is
+ * row-parallel (its in dim, F, over tp: the product's output is a sum
+ * pending over tp, reduced by the exit's constraint before the inverse
+ * AllToAll), the parameters of the products whose outputs reach that
+ * product's activation through element-wise ops only (the SwiGLU) are
+ * column-parallel (their out dim, F). A row-parallel product's activation
+ * is constrained with its hidden dim over tp too, so the F-split SwiGLU
+ * feeds it without a gather. The backward's products by Wᵀ follow their
+ * parameter's split (a Transpose exchanging dims 1 and 2 swaps the roles
+ * of its dims). Without ep, only the parameters are seeded; propagation
+ * does the rest.
+ * E not divisible by ep, or F by tp, is an error naming the sizes that
+ * divide; ep or expert tensor parallelism on a model with no expert
+ * product is an error (the axis would be dp; the option would do
+ * nothing). */
 #include <stdio.h>
 #include <string.h>
 
 #include "partition.h"
 
 /* The parameter behind value id (through Transpose keeping dim 0, Cast,
- * Identity), or -1: a value without a producer that is_param accepts. */
+ * Identity), or -1: a value without a producer that is_param accepts.
+ * *swapped: whether an odd number of those Transposes exchange dims 1 and
+ * 2 (the product multiplies by the parameter's transpose: the backward's
+ * product by Wᵀ). */
 static int32_t param_behind(sc_graph *g, int32_t id, sc_expert_param_fn is_param,
-                            const void *ctx) {
+                            const void *ctx, bool *swapped) {
+  *swapped = false;
   for (int32_t hops = 0; id >= 0 && hops < 4; hops++) {
     const sc_value *v = &g->values[id];
     if (v->producer < 0) return is_param(ctx, g, id) ? id : -1;
     const sc_node *n = &g->nodes[v->producer];
     if (n->op == SC_OP_TRANSPOSE) {
       const int64_t *perm;
-      if (sc_attr_ints(g, n, "perm", &perm) < 1 || perm[0] != 0) return -1;
+      int32_t np = sc_attr_ints(g, n, "perm", &perm);
+      if (np < 1 || perm[0] != 0) return -1;
+      if (np == 3 && perm[1] == 2) *swapped = !*swapped;
     } else if (n->op != SC_OP_CAST && n->op != SC_OP_IDENTITY) {
       return -1;
     }
@@ -58,16 +80,24 @@ static int32_t param_behind(sc_graph *g, int32_t id, sc_expert_param_fn is_param
   return -1;
 }
 
-int32_t sc_expert_weight(sc_graph *g, const sc_node *nd, sc_expert_param_fn is_param,
-                         const void *ctx) {
+/* sc_expert_weight, with *swapped (param_behind's) */
+static int32_t expert_weight(sc_graph *g, const sc_node *nd, sc_expert_param_fn is_param,
+                             const void *ctx, bool *swapped) {
+  *swapped = false;
   if ((nd->flags & SC_NODE_DEAD) || nd->op != SC_OP_MATMUL || nd->n_inputs != 2 ||
       nd->inputs[0] < 0 || nd->inputs[1] < 0)
     return -1;
   const sc_value *a = &g->values[nd->inputs[0]];
-  int32_t wid = param_behind(g, nd->inputs[1], is_param, ctx);
+  int32_t wid = param_behind(g, nd->inputs[1], is_param, ctx, swapped);
   if (a->rank != 4 || wid < 0) return -1;
   const sc_value *w = &g->values[wid];
   return w->rank == 3 && w->dims[0] >= 2 && a->dims[1] == w->dims[0] ? wid : -1;
+}
+
+int32_t sc_expert_weight(sc_graph *g, const sc_node *nd, sc_expert_param_fn is_param,
+                         const void *ctx) {
+  bool swapped;
+  return expert_weight(g, nd, is_param, ctx, &swapped);
 }
 
 /* A partition's parameter: an initializer with data (inference) or a
@@ -93,91 +123,166 @@ static void sizes_that_divide(int64_t e, int64_t n, char *buf, size_t cap) {
   else snprintf(buf, cap, "none above 1");
 }
 
-/* The outputs of expert products that leave the experts (ep.c's header)
- * constrained to the batch split over every data axis (axes[n_axes], ep
- * last). */
-static sc_status constrain_exits(sc_partition *p, const bool *expert, const int32_t *axes,
-                                 int32_t n_axes) {
-  sc_graph *g = p->global;
-  int32_t *off = NULL, *users = NULL;
-  if (sc_graph_users(g, &off, &users) != SC_OK)
-    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
-  int64_t parts = 1;
-  for (int32_t k = 0; k < n_axes; k++) parts *= p->mesh.axes[axes[k]].size;
-  sc_status st = SC_OK;
-  for (int32_t i = 0; st == SC_OK && i < g->n_nodes; i++) {
-    if (!expert[i] || g->nodes[i].outputs[0] < 0) continue;
-    int32_t o = g->nodes[i].outputs[0];
-    const sc_value *v = &g->values[o];
-    bool leaves = off[o + 1] > off[o] && !(v->flags & SC_VALUE_OUTPUT);
-    for (int32_t u = off[o]; leaves && u < off[o + 1]; u++) {
+/* Whether expert product i's output leaves the experts: no reader of it is
+ * an expert product or element-wise (the combine's Reshape reads it). */
+static bool leaves(const sc_graph *g, const bool *expert, const int32_t *off,
+                   const int32_t *users, int32_t i) {
+  int32_t o = g->nodes[i].outputs[0];
+  if (o < 0 || (g->values[o].flags & SC_VALUE_OUTPUT) || off[o + 1] == off[o]) return false;
+  for (int32_t u = off[o]; u < off[o + 1]; u++)
+    if (expert[users[u]] || (sc_ops[g->nodes[users[u]].op].flags & SC_OPF_ELEMENTWISE))
+      return false;
+  return true;
+}
+
+/* Whether expert product i's output reaches, through element-wise ops
+ * only (the SwiGLU), the activation of a product that leaves (exit[]): i
+ * is a first product of an expert MLP. */
+static bool feeds_exit(const sc_graph *g, const bool *expert, const bool *exit,
+                       const int32_t *off, const int32_t *users, int32_t i) {
+  int32_t todo[32], n_todo = 0;
+  todo[n_todo++] = g->nodes[i].outputs[0];
+  for (int32_t seen = 0; seen < n_todo; seen++) {
+    int32_t v = todo[seen];
+    if (v < 0) continue;
+    for (int32_t u = off[v]; u < off[v + 1]; u++) {
       const sc_node *r = &g->nodes[users[u]];
-      leaves = !expert[users[u]] && !(sc_ops[r->op].flags & SC_OPF_ELEMENTWISE);
+      if (expert[users[u]] && exit[users[u]] && r->inputs[0] == v) return true;
+      if ((sc_ops[r->op].flags & SC_OPF_ELEMENTWISE) && r->outputs[0] >= 0 && n_todo < 32)
+        todo[n_todo++] = r->outputs[0];
     }
-    if (!leaves || v->dims[0] <= 0 || v->dims[0] % parts != 0) continue;
-    sc_sharding s;
-    sc_sharding_replicated(&s, v->rank);
-    for (int32_t k = 0; k < n_axes; k++) sc_sharding_split(&s, 0, axes[k]);
-    st = sc_graph_set_sharding(g, o, &s);
   }
-  sc_free(off);
-  sc_free(users);
-  return st;
+  return false;
+}
+
+/* The sizes near n that divide e, and the error naming them (node nd, the
+ * expert parameter w's dim). */
+static sc_status not_dividing(sc_partition *p, const sc_node *nd, const sc_value *w, int32_t dim,
+                              int32_t ax) {
+  char near[64];
+  int64_t n = p->mesh.axes[ax].size, e = w->dims[dim];
+  sizes_that_divide(e, n, near, sizeof near);
+  return sc_node_error(p->global, nd, SC_ERR_USAGE,
+                       dim == 0 ? "the %lld experts (dim %d of '%s') do not divide by %s=%lld: "
+                                  "expert parallel sizes that do: %s"
+                                : "the experts' hidden size %lld (dim %d of '%s') does not "
+                                  "divide by %s=%lld: tensor parallel sizes that do: %s",
+                       (long long)e, (int)dim, w->name ? w->name : "?", p->mesh.axes[ax].name,
+                       (long long)n, near);
 }
 
 sc_status sc_partition_seed_ep(sc_partition *p) {
   sc_graph *g = p->global;
-  int32_t ep = p->ep_axis;
-  int64_t n = p->mesh.axes[ep].size;
-  if (n == 1) return SC_OK;
+  int32_t ep = p->ep_axis >= 0 && p->mesh.axes[p->ep_axis].size > 1 ? p->ep_axis : -1;
+  int32_t tp = p->expert_tensor_parallel ? p->tp_axis : -1;
+  if (ep < 0 && tp < 0) return SC_OK;
   /* the other data axes split the activation's batch, as the inputs' */
   int32_t axes[SC_MESH_MAX_AXES], n_axes = sc_partition_data_axes(p, axes);
-  int64_t others = 1;
-  for (int32_t k = 0; k < n_axes; k++)
+  int64_t others = 1, parts = 1;
+  for (int32_t k = 0; k < n_axes; k++) {
+    parts *= p->mesh.axes[axes[k]].size;
     if (axes[k] != ep) others *= p->mesh.axes[axes[k]].size;
-  int32_t found = 0;
+  }
+  int32_t found = 0, *off = NULL, *users = NULL;
+  if (sc_graph_users(g, &off, &users) != SC_OK)
+    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
   bool *expert = sc_calloc((size_t)g->n_nodes + 1, sizeof *expert);
-  if (!expert) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+  bool *swapped = sc_calloc((size_t)g->n_nodes + 1, sizeof *swapped);
+  bool *exit = sc_calloc((size_t)g->n_nodes + 1, sizeof *exit);
+  int32_t *weight = sc_calloc((size_t)g->n_nodes + 1, sizeof *weight);
+  int8_t *tp_dim = sc_calloc((size_t)g->n_values + 1, sizeof *tp_dim); /* 0: whole */
   sc_status st = SC_OK;
+  if (!expert || !swapped || !exit || !weight || !tp_dim) {
+    st = sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  /* the expert products, and each one's parameter */
   for (int32_t i = 0; st == SC_OK && i < g->n_nodes; i++) {
     const sc_node *nd = &g->nodes[i];
-    int32_t wid = sc_expert_weight(g, nd, partition_param, p);
+    int32_t wid = expert_weight(g, nd, partition_param, p, &swapped[i]);
     if (wid < 0) continue;
-    const sc_value *a = &g->values[nd->inputs[0]];
     const sc_value *w = &g->values[wid];
-    int64_t e = w->dims[0];
-    if (e % n != 0) {
-      char near[64];
-      sizes_that_divide(e, n, near, sizeof near);
-      st = sc_node_error(g, nd, SC_ERR_USAGE,
-                         "the %lld experts (dim 0 of '%s') do not divide by %s=%lld: expert "
-                         "parallel sizes that do: %s",
-                         (long long)e, w->name ? w->name : "?", p->mesh.axes[ep].name,
-                         (long long)n, near);
+    if (ep >= 0 && w->dims[0] % p->mesh.axes[ep].size != 0) {
+      st = not_dividing(p, nd, w, 0, ep);
       break;
     }
     expert[i] = true;
+    weight[i] = wid;
     found++;
+  }
+  if (st != SC_OK) goto done;
+  if (!found) {
+    st = sc_graph_error(g, SC_ERR_USAGE,
+                        "%s%s=%lld splits experts, and the model has none (no MatMul of a "
+                        "dispatched [batch, experts, capacity, hidden] activation by stacked "
+                        "[experts, in, out] weights)%s",
+                        ep >= 0 ? "the mesh axis " : "--expert-tensor-parallel over ",
+                        p->mesh.axes[ep >= 0 ? ep : tp].name,
+                        (long long)p->mesh.axes[ep >= 0 ? ep : tp].size,
+                        ep >= 0 ? ": split the batch with dp" : "");
+    goto done;
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    exit[i] = expert[i] && leaves(g, expert, off, users, i);
+  /* Expert tensor parallelism: the product that leaves multiplies by a
+   * row-parallel parameter (its in dim split), the products feeding it
+   * through element-wise ops by column-parallel ones (their out dim);
+   * first seen wins. The backward's products by Wᵀ neither leave nor feed
+   * a product that does: they follow their parameter's split. */
+  for (int32_t i = 0; tp >= 0 && i < g->n_nodes; i++) {
+    if (!expert[i] || tp_dim[weight[i]]) continue;
+    bool row = exit[i];
+    if (!row && !feeds_exit(g, expert, exit, off, users, i)) continue;
+    int32_t dim = row != swapped[i] ? 1 : 2;
+    const sc_value *w = &g->values[weight[i]];
+    if (w->dims[dim] % p->mesh.axes[tp].size != 0) {
+      st = not_dividing(p, &g->nodes[i], w, dim, tp);
+      goto done;
+    }
+    tp_dim[weight[i]] = (int8_t)dim;
+  }
+  for (int32_t i = 0; st == SC_OK && i < g->n_nodes; i++) {
+    if (!expert[i]) continue;
+    const sc_node *nd = &g->nodes[i];
+    int32_t wid = weight[i];
     sc_sharding s;
     sc_sharding_replicated(&s, 3);
-    sc_sharding_split(&s, 0, ep);
+    if (ep >= 0) sc_sharding_split(&s, 0, ep);
+    if (tp_dim[wid]) sc_sharding_split(&s, tp_dim[wid], tp);
     if ((st = sc_graph_set_sharding(g, wid, &s)) != SC_OK) break;
-    if ((a->flags & SC_VALUE_INPUT) || sc_value_has_data(a)) continue;
+    /* the activation: the experts over ep, the batch over the other data
+     * axes, and its hidden dim over tp where the product sums over a dim
+     * of the parameter split over tp (a row-parallel product) */
+    const sc_value *a = &g->values[nd->inputs[0]];
+    if (ep < 0 || (a->flags & SC_VALUE_INPUT) || sc_value_has_data(a)) continue;
     sc_sharding_replicated(&s, 4);
     if (a->dims[0] > 0 && a->dims[0] % others == 0)
       for (int32_t k = 0; k < n_axes; k++)
         if (axes[k] != ep) sc_sharding_split(&s, 0, axes[k]);
     sc_sharding_split(&s, 1, ep);
+    if (tp_dim[wid] && (tp_dim[wid] == 1) != swapped[i]) sc_sharding_split(&s, 3, tp);
     st = sc_graph_set_sharding(g, nd->inputs[0], &s);
   }
-  if (st == SC_OK && found) st = constrain_exits(p, expert, axes, n_axes);
+  /* the outputs that leave, back on the batch over every data axis, ep
+   * innermost: the inverse AllToAll, once, where they are made (after the
+   * tp all-reduce of a row-parallel expert product's pending sum) */
+  for (int32_t i = 0; ep >= 0 && st == SC_OK && i < g->n_nodes; i++) {
+    if (!exit[i]) continue;
+    int32_t o = g->nodes[i].outputs[0];
+    const sc_value *v = &g->values[o];
+    if (v->dims[0] <= 0 || v->dims[0] % parts != 0) continue;
+    sc_sharding s;
+    sc_sharding_replicated(&s, v->rank);
+    for (int32_t k = 0; k < n_axes; k++) sc_sharding_split(&s, 0, axes[k]);
+    st = sc_graph_set_sharding(g, o, &s);
+  }
+done:
+  sc_free(off);
+  sc_free(users);
   sc_free(expert);
-  if (st != SC_OK) return st;
-  if (!found)
-    return sc_graph_error(g, SC_ERR_USAGE,
-                          "the mesh axis %s=%lld splits experts, and the model has none (no "
-                          "MatMul of a dispatched [batch, experts, capacity, hidden] activation "
-                          "by stacked [experts, in, out] weights): split the batch with dp",
-                          p->mesh.axes[ep].name, (long long)n);
-  return SC_OK;
+  sc_free(swapped);
+  sc_free(exit);
+  sc_free(weight);
+  sc_free(tp_dim);
+  return st;
 }

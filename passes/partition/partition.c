@@ -202,13 +202,16 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   }
   p->microbatches = plan->microbatches > 0 ? plan->microbatches : 1;
   p->sequence_parallel = plan->sequence_parallel && p->tp_axis >= 0;
+  p->expert_tensor_parallel = plan->expert_tensor_parallel && p->tp_axis >= 0 &&
+                              p->mesh.axes[p->tp_axis].size > 1;
 
   if ((st = sc_graph_attach_mesh(g, &p->mesh)) != SC_OK ||
       (st = p->training ? sc_partition_seed_train_data(p) : sc_partition_seed_dp(p, plan)) !=
           SC_OK ||
       (st = sc_partition_seed_tp(p, plan)) != SC_OK ||
       (p->cp_axis >= 0 && (st = sc_partition_prepare_cp(p)) != SC_OK) ||
-      (p->ep_axis >= 0 && (st = sc_partition_seed_ep(p)) != SC_OK) ||
+      ((p->ep_axis >= 0 || p->expert_tensor_parallel) &&
+       (st = sc_partition_seed_ep(p)) != SC_OK) ||
       (p->training && (st = sc_partition_seed_train_state(p)) != SC_OK)) {
     *d = g->diag;
     goto fail;

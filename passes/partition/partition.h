@@ -74,6 +74,8 @@ typedef struct sc_partition {
   int32_t n_graphs;
   int32_t schedule;            /* sc_schedule_kind (codegen/dist_program.h):
                                   0 gpipe, 1 1f1b, 2 interleaved, 3 zb-h1 */
+  bool expert_tensor_parallel; /* the experts' MLPs split over tp as well
+                                  (ep.c); false without a tp axis of size > 1 */
   bool sequence_parallel;      /* row-parallel sums reduce-scatter over the
                                   sequence (dim 1), all-gathered before the
                                   next column-parallel product */
@@ -245,7 +247,10 @@ sc_status sc_partition_prepare_cp(sc_partition *p);
  * constrained to the experts split over ep (the batch over the other data
  * axes), so localize moves the tokens by AllToAll (ep.c's header). Errors
  * (SC_ERR_USAGE): E not divisible by ep, naming the node and the sizes
- * that divide; no expert product in the model. */
+ * that divide; no expert product in the model. With expert_tensor_parallel
+ * the experts' MLPs are split over tp as well (the first products' weights
+ * on their out dim, the last one's on its in dim); F not divisible by tp is
+ * an error likewise. Runs when there is an ep axis or that option. */
 sc_status sc_partition_seed_ep(sc_partition *p);
 /* ep.c: whether node n of g is an expert product (docs/moe.md, "Expert
  * parallelism"): a MatMul of a rank-4 activation [B, E, C, D] by a rank-3

@@ -201,6 +201,10 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
       (st = check_axis(p, "tensor-parallel", p->tp_axis, d)) != SC_OK ||
       (st = check_axis(p, "pipeline", p->pp_axis, d)) != SC_OK)
     return st;
+  if (p->expert_tensor_parallel && !p->tp_axis)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: tensor_parallel.expert_tensor_parallel splits the experts over "
+                       "the tensor-parallel axis, and the plan has none");
   const char *roles[4] = {p->dp_axis, p->fsdp_axis, p->tp_axis, p->pp_axis};
   for (int i = 0; i < 4; i++)
     for (int j = i + 1; j < 4; j++)
@@ -403,6 +407,13 @@ sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag 
   plan->keep_after_forward = o->keep_after_forward;
   plan->sequence_parallel = o->sequence_parallel;
   plan->vocab_parallel = !o->no_vocab_parallel;
+  plan->expert_tensor_parallel = o->expert_tensor_parallel;
+  if (plan->expert_tensor_parallel && !plan->tp_axis) {
+    sc_plan_destroy(plan);
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "--expert-tensor-parallel splits the experts over tp, and the mesh has "
+                       "no tp axis");
+  }
   if (o->boundaries && set_boundaries(plan, o->boundaries) != SC_OK) {
     sc_plan_destroy(plan);
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");

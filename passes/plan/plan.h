@@ -98,6 +98,9 @@ typedef struct sc_plan {
   int32_t n_tp_blocks;
   bool sequence_parallel;     /* reduce-scatter + all-gather, not all-reduce */
   bool vocab_parallel;        /* split embedding and LM head over tp */
+  bool expert_tensor_parallel; /* the experts' MLPs split over tp too (an
+                                 ep mesh's experts are otherwise whole on
+                                 every tp rank: docs/moe.md) */
   /* pipeline */
   const char *pp_axis;        /* mesh axis of pipeline stages, or NULL */
   int32_t n_stages;           /* == size of pp_axis (1 without one) */
@@ -177,6 +180,7 @@ typedef struct sc_plan_options {
   const char *boundaries;      /* "a,b", or NULL: balanced */
   bool sequence_parallel;
   bool no_vocab_parallel;
+  bool expert_tensor_parallel; /* --expert-tensor-parallel */
   int32_t zero_stage;          /* --zero (0: the default) */
   bool keep_after_forward;     /* --no-reshard-after-forward */
   const sc_cluster *cluster;   /* --cluster, or NULL: the mesh's axes are

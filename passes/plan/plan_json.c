@@ -95,6 +95,7 @@ static json_t *plan_to_json(const sc_plan *p) {
                                                      : str_array(p->tp_blocks, p->n_tp_blocks));
   json_object_set_new(tp, "sequence_parallel", json_boolean(p->sequence_parallel));
   json_object_set_new(tp, "vocab_parallel", json_boolean(p->vocab_parallel));
+  json_object_set_new(tp, "expert_tensor_parallel", json_boolean(p->expert_tensor_parallel));
   json_object_set_new(root, "tensor_parallel", tp);
   json_t *pp = json_object();
   json_object_set_new(pp, "axis", str_or_null(p->pp_axis));
@@ -331,7 +332,7 @@ static sc_status read_root(rd *r, json_t *root) {
   TRY(get_obj(r, root, "tensor_parallel", "tensor_parallel", false, &o));
   if (o) {
     static const char *const k[] = {"axis", "blocks", "sequence_parallel", "vocab_parallel",
-                                    NULL};
+                                    "expert_tensor_parallel", NULL};
     TRY(only_keys(r, o, "tensor_parallel", k));
     TRY(get_str(r, o, "axis", "tensor_parallel.axis", true, &p->tp_axis));
     json_t *b = json_object_get(o, "blocks");
@@ -346,6 +347,8 @@ static sc_status read_root(rd *r, json_t *root) {
     TRY(get_bool(r, o, "sequence_parallel", "tensor_parallel.sequence_parallel",
                  &p->sequence_parallel));
     TRY(get_bool(r, o, "vocab_parallel", "tensor_parallel.vocab_parallel", &p->vocab_parallel));
+    TRY(get_bool(r, o, "expert_tensor_parallel", "tensor_parallel.expert_tensor_parallel",
+                 &p->expert_tensor_parallel));
   }
 
   TRY(get_obj(r, root, "pipeline", "pipeline", false, &o));

@@ -235,6 +235,28 @@ def test_aux_loss_equals_cli(source, shardc_cli, tmp_path, rng):
                        train=shardc.TrainConfig(aux_losses={"no_such_output": 1.0}))
 
 
+def test_expert_tensor_parallel(source, rng):
+    """plan(..., expert_tensor_parallel=True) is `--expert-tensor-parallel`:
+    the moe sample's expert weights split over ep and tp in the plan, which
+    records the choice; compiled from that plan and with the keyword, it
+    runs as one rank (rtol 1e-5); refused without a tp axis."""
+    m = shardc.load(f"{source}/samples/moe.onnx", dims={"batch": 4})
+    ids = rng.integers(0, 1000, size=(4, 16), dtype=np.int64)
+    one = shardc.compile(m).run({"input_ids": ids})
+    p = shardc.plan(m, mesh="tp=2,ep=2", expert_tensor_parallel=True)
+    assert p.data["tensor_parallel"]["expert_tensor_parallel"] is True
+    assert p.shardings["layers.0.block_sparse_moe.w1"] == "[ep,_,tp]"
+    assert p.shardings["layers.0.block_sparse_moe.w2"] == "[ep,tp,_]"
+    for exe in (shardc.compile(m, plan=p),
+                shardc.compile(m, mesh="tp=2,ep=2", expert_tensor_parallel=True)):
+        got = exe.run({"input_ids": ids})
+        for k in one:
+            assert not np.isnan(got[k]).any()
+            np.testing.assert_allclose(got[k], one[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(shardc.PlanError, match="no tp axis"):
+        shardc.plan(m, mesh="ep=2", expert_tensor_parallel=True)
+
+
 def test_errors(source, tmp_path, rng):
     with pytest.raises(shardc.ModelError) as e:
         shardc.load(tmp_path / "missing.onnx")

@@ -35,8 +35,28 @@ Also:
   * refused: 8 experts at ep=3 (batch 6), naming the sizes that divide
     (2 or 4); ep on a model without experts (the mlp sample).
 
---part meshes-1|meshes-2|rest runs the first four meshes, the others, or
-everything else (ctest runs the three side by side).
+Expert tensor parallelism (`--expert-tensor-parallel`, part etp):
+  * tp=2 x ep=2 and tp=2 alone with it train as one rank (the tolerances
+    above);
+  * `plan --train --json --optimizer adamw` at tp=2 x ep=2: with it each
+    rank's parameters and gradients are smaller by exactly half its expert
+    bytes, 6 x (E/ep) x D x F x 4 / 2 = 196,608, and its optimizer state by
+    twice that (AdamW's two moments); the experts add to the AllReduces
+    over tp one per MoE layer in the forward (the w2 product's pending sum
+    on the rank's [B, E/ep, C, D] slots: LAYERS x B x (E/ep) x C x D x 4 =
+    40,960 bytes) and one 4-byte sum per expert parameter (its share of
+    the gradient norm), and none in the backward (the input gradient's
+    pending sum joins the residual gradient's all-reduce); the all-to-alls
+    are unchanged;
+  * `run --mesh tp=2,ep=2 --expert-tensor-parallel` and `--mesh tp=2
+    --expert-tensor-parallel` equal one rank (rtol 1e-5, atol 1e-6);
+  * refused (exit 2): the option without a tp axis, on a model without
+    experts (the mlp sample at tp=2), and at tp=3 (the experts' hidden
+    size 64 does not divide: the message names 2 or 4).
+
+--part meshes-1|meshes-2|etp|rest runs the first four meshes, the next
+five, expert tensor parallelism, or everything else (ctest runs the four
+side by side).
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -72,7 +92,12 @@ MESHES = {"meshes-1": [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
                        (["--mesh", "pp=2,ep=2", "--microbatches", "2", "--schedule", "1f1b"],
                         PP2),
                        (["--mesh", "dp=4", "--smp-config", SMP], None)],
+          "etp": [(["--mesh", "tp=2,ep=2", "--expert-tensor-parallel"], None),
+                  (["--mesh", "tp=2", "--expert-tensor-parallel"], None),
+                  (["--mesh", "tp=2,ep=2", "--expert-tensor-parallel", "--sequence-parallel"],
+                   None)],
           "rest": []}
+ETP = ["--expert-tensor-parallel"]
 
 
 def base_args(tmp):
@@ -158,18 +183,47 @@ def test_bytes():
         print(f"ep={n}: all-to-alls {got}")
 
 
-def test_run(tmp):
+def test_etp_plan():
+    """Expert tensor parallelism's plan against the replicated experts'."""
+    got = {}
+    for what, args in (("replicated", []), ("split", ETP)):
+        p = plan(["--mesh", "tp=2,ep=2", "--optimizer", "adamw", "--json"] + args)
+        if not check(p.returncode == 0, f"plan --train tp=2,ep=2 {what}: {p.stderr[-500:]}"):
+            return
+        got[what] = json.loads(p.stdout)
+    rep, etp = got["replicated"], got["split"]
+    half = LAYERS * 3 * (E // 2) * D * D * 4 // 2  # half a rank's expert bytes
+    for k, want in (("params", half), ("gradients", half), ("optimizer state", 2 * half)):
+        d = rep["live"][k] - etp["live"][k]
+        check(d == want, f"tp=2,ep=2 --expert-tensor-parallel: {k} {etp['live'][k]} against "
+                         f"{rep['live'][k]} replicated: {d} less, want {want}")
+    coll = {w: {(c["op"], c["axes"]): c for c in g["collectives"]} for w, g in got.items()}
+    ar = [coll[w].get(("AllReduce", "tp"), {}) for w in ("replicated", "split")]
+    fwd = LAYERS * BATCH * (E // 2) * C * D * 4  # the w2 products' pending sums
+    want = {"count": LAYERS + LAYERS * 3, "sent": fwd + LAYERS * 3 * 4, "sent_backward": 0}
+    diff = {k: ar[1].get(k, 0) - ar[0].get(k, 0) for k in want}
+    check(diff == want, f"tp=2,ep=2 --expert-tensor-parallel: AllReduce over tp adds {diff}, "
+                        f"want {want}")
+    a2a = [coll[w].get(("AllToAll", "ep")) for w in ("replicated", "split")]
+    check(a2a[0] is not None and a2a[0] == a2a[1], f"all-to-alls changed: {a2a}")
+    print(f"tp=2,ep=2 --expert-tensor-parallel: live params {rep['live']['params']} -> "
+          f"{etp['live']['params']}, AllReduce over tp adds {diff}")
+
+
+def test_run(tmp, meshes=(["--mesh", "ep=2"],), bundle_mesh=["--mesh", "ep=2"]):
     ids = os.path.join(tmp, "ids4.npy")
     np.save(ids, np.random.RandomState(5).randint(0, 1000, (BATCH, 16)).astype(np.int64))
-    bundle = os.path.join(tmp, "bundle_ep2")
-    r = subprocess.run([SHARDC, "compile", MODEL, "--dim", f"batch={BATCH}", "--mesh", "ep=2",
-                        "-o", bundle], capture_output=True, text=True, timeout=300)
-    check(r.returncode == 0, f"compile --mesh ep=2: {r.stderr[-400:]}")
+    runs = [("one rank", [MODEL, "--dim", f"batch={BATCH}"])]
+    runs += [(" ".join(m), [MODEL, "--dim", f"batch={BATCH}"] + m) for m in meshes]
+    if bundle_mesh:
+        bundle = os.path.join(tmp, "bundle_ep2")
+        r = subprocess.run([SHARDC, "compile", MODEL, "--dim", f"batch={BATCH}"] + bundle_mesh
+                           + ["-o", bundle], capture_output=True, text=True, timeout=300)
+        check(r.returncode == 0, f"compile {' '.join(bundle_mesh)}: {r.stderr[-400:]}")
+        runs.append(("the ep=2 bundle", [bundle]))
     outs = {}
-    for what, args in (("one rank", [MODEL, "--dim", f"batch={BATCH}"]),
-                       ("--mesh ep=2", [MODEL, "--dim", f"batch={BATCH}", "--mesh", "ep=2"]),
-                       ("the ep=2 bundle", [bundle])):
-        d = os.path.join(tmp, "out_" + what.replace(" ", "_"))
+    for what, args in runs:
+        d = os.path.join(tmp, "out_" + what.replace(" ", "_").replace("=", "").replace(",", ""))
         r = subprocess.run([SHARDC, "run"] + args + ["--input", f"input_ids={ids}",
                                                      "--output-dir", d, "--quiet"],
                            capture_output=True, text=True, timeout=300)
@@ -198,6 +252,23 @@ def test_refused(tmp):
           f"ep=2 on a dense model: exit {r.returncode}: {r.stderr}")
 
 
+def test_etp_refused():
+    r = subprocess.run([SHARDC, "plan", MODEL, "--dim", f"batch={BATCH}", "--mesh", "ep=2"]
+                       + ETP, capture_output=True, text=True, timeout=300)
+    check(r.returncode == 2 and "--expert-tensor-parallel" in r.stderr and "tp" in r.stderr,
+          f"--expert-tensor-parallel without tp: exit {r.returncode}: {r.stderr}")
+    mlp = os.path.join(dist.SRC, "samples", "mlp.onnx")
+    r = subprocess.run([SHARDC, "plan", mlp, "--dim", "batch=4", "--mesh", "tp=2"] + ETP,
+                       capture_output=True, text=True, timeout=300)
+    check(r.returncode == 2 and "experts" in r.stderr and "tp=2" in r.stderr,
+          f"--expert-tensor-parallel on a dense model: exit {r.returncode}: {r.stderr}")
+    r = subprocess.run([SHARDC, "plan", MODEL, "--dim", f"batch={BATCH}", "--mesh", "tp=3"]
+                       + ETP, capture_output=True, text=True, timeout=300)
+    check(r.returncode == 2 and "hidden size 64" in r.stderr and "tp=3" in r.stderr
+          and "2 or 4" in r.stderr,
+          f"--expert-tensor-parallel, F=64 over tp=3: exit {r.returncode}: {r.stderr}")
+
+
 def main():
     part, rc = dist.parse_part("test_train_ep.py", MESHES)
     if rc is not None:
@@ -211,6 +282,21 @@ def main():
             test_step()
             test_bytes()
             test_run(tmp)
+        if part in (None, "etp"):
+            test_etp_refused()
+            test_etp_plan()
+            replay = os.path.join(tmp, "etp_plan.json")
+            with open(replay, "w") as f:
+                p = subprocess.run([SHARDC, "plan", MODEL, "--dim", f"batch={BATCH}", "--mesh",
+                                    "tp=2,ep=2", "--json"] + ETP, stdout=f, text=True,
+                                   stderr=subprocess.PIPE, timeout=300)
+            check(p.returncode == 0, f"plan --json tp=2,ep=2 {ETP[0]}: {p.stderr[-400:]}")
+            with open(replay) as f:
+                text = f.read()
+            check('"expert_tensor_parallel": true' in text and '"[ep,_,tp]"' in text,
+                  f"plan --json tp=2,ep=2 {ETP[0]}: the option or the split not in the plan")
+            test_run(tmp, [["--mesh", "tp=2,ep=2"] + ETP, ["--mesh", "tp=2"] + ETP,
+                           ["--plan", replay]], None)
         for p in MESHES if part is None else [part]:
             if MESHES[p]:
                 test_meshes(tmp, p)

@@ -40,6 +40,7 @@ static sc_plan *make_plan(void) {
   p->n_stages = 2;
   p->microbatches = 4;
   p->sequence_parallel = true;
+  p->expert_tensor_parallel = true;
   static const char *bnd[] = {"h.1/fc2"};
   p->boundaries = bnd;
   p->n_boundaries = 1;
@@ -67,6 +68,7 @@ static void test_round_trip(void **state) {
   assert_int_equal(q->n_stages, 2);
   assert_int_equal(q->microbatches, 4);
   assert_true(q->sequence_parallel);
+  assert_true(q->expert_tensor_parallel);
   assert_int_equal(q->n_boundaries, 1);
   assert_string_equal(q->boundaries[0], "h.1/fc2");
   assert_int_equal(q->n_overrides, 2);
@@ -142,6 +144,10 @@ static void test_strict(void **state) {
   bad_edit(g, "\"stages\": 2", "\"stages\": 3", SC_ERR_INVALID, "3 pipeline stages");
   bad_edit(g, "\"axis\": \"tp\"", "\"axis\": \"pp\"", SC_ERR_INVALID, "two roles");
   bad_edit(g, "\"axis\": \"tp\"", "\"axis\": \"zz\"", SC_ERR_INVALID, "'zz' is not an axis");
+  bad_edit(g, "\"axis\": \"tp\"", "\"axis\": null", SC_ERR_INVALID,
+           "expert_tensor_parallel splits the experts over the tensor-parallel axis");
+  bad_edit(g, "\"expert_tensor_parallel\": true", "\"expert_tensor_parallel\": 1", SC_ERR_PARSE,
+           "'tensor_parallel.expert_tensor_parallel' must be");
   bad_edit(g, "\"gpipe\"", "\"zb\"", SC_ERR_UNSUPPORTED, "schedule 'zb'");
   bad_edit(g, "\"zero_stage\": 0", "\"zero_stage\": 4", SC_ERR_INVALID, "outside 0..3");
   bad_edit(g, "\"recompute\": []", "\"recompute\": [\"ghost\"]", SC_ERR_INVALID,
