@@ -32,9 +32,9 @@ enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
  * fp32); the dp all-reduce 4.61 GB for 1.87e9 elements, 2.47 B an element
  * (the GEMM weights' 2, the embedding's and norms' 4). */
 enum { COMM_LOW_B = 2 };
-/* The backward of a block costs twice its forward (a GEMM's gradient is
- * two GEMMs of its size; elementwise backward reads and writes about twice
- * what the forward did): the usual 3x of a training step. */
+/* The backward of a block's products costs twice their forward (a GEMM's
+ * gradient is two GEMMs of its size): the usual 3x of a training step;
+ * its kernels', MEM_BACKWARD_FACTOR. */
 #define BACKWARD_FACTOR 2.0
 /* The memory-bound kernels' backward moves about what their forward did
  * (the gradients of the elementwise chains fuse as the chains do; the
