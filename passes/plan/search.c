@@ -639,7 +639,13 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * sends 6.03 GB a step at M=2 and at M=8; pp=2,dp=2,fsdp=4 15.4 and
      * 51.6 GB) */
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
-    double bytes = lbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    /* under hybrid sharding the shard the fp32 reduce-scatter made, in
+     * fp32 (the Megatron 16B shape at dp=24, fsdp=2, tp=4 ZeRO-3 sp: 8.48
+     * GB a step all-reduced over dp, the shard's 2.0 G elements at 4 B;
+     * counted in the GEMM dtype the estimate had 0.165 s of dp against
+     * 0.361 exposed, and --auto chose that plan over the published one,
+     * 1.111 s exact against 1.001; plan --train, 2026-12-05) */
+    double bytes = c->fsdp > 1 ? pbytes / (double)c->fsdp : lbytes;
     /* under hybrid sharding each all-reduce rides its block's
      * reduce-scatter; alone, DDP's buckets */
     double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
