@@ -31,13 +31,31 @@ static int32_t out_rank(const sc_graph *g, const sc_node *n) {
   return n->n_outputs > 0 && n->outputs[0] >= 0 ? g->values[n->outputs[0]].rank : -1;
 }
 
-/* The smallest of a GEMM's m, n, k (m: the rows of one example). */
-static int64_t gemm_min_dim(sc_graph *g, const sc_node *n) {
-  const sc_value *a = sc_node_input(g, n, 0), *b = sc_node_input(g, n, 1);
-  if (!a || !b || a->rank < 2 || b->rank < 2) return 0;
-  int64_t m = a->dims[a->rank - 2], k = a->dims[a->rank - 1], nn = b->dims[b->rank - 1];
-  int64_t lo = m < k ? m : k;
-  return nn < lo ? nn : lo;
+/* Adds GEMM n's shape (flops per example; n: the output's last dim, k: the
+ * first operand's; m the rows that make flops) to p's list. */
+static void add_gemm(sc_graph *g, const sc_node *n, double flops, sc_block_part *p) {
+  const sc_value *a = sc_node_input(g, n, 0), *o = n->n_outputs > 0 && n->outputs[0] >= 0
+                                                     ? &g->values[n->outputs[0]] : NULL;
+  if (!a || !o || a->rank < 2 || o->rank < 2 || flops <= 0) return;
+  int64_t k = a->dims[a->rank - 1], nn = o->dims[o->rank - 1];
+  if (k < 1 || nn < 1) return;
+  int64_t m = (int64_t)(flops / (2.0 * (double)nn * (double)k) + 0.5);
+  bool weight = false;
+  for (int32_t j = 0; j < n->n_inputs && j < 2; j++) {
+    const sc_value *w = sc_node_input(g, n, j);
+    weight |= w && (w->flags & SC_VALUE_PARAM) && w->rank == 2;
+  }
+  for (int32_t i = 0; i < p->n_gemms; i++) {
+    sc_block_gemm *e = &p->gemms[i];
+    if (e->m == m && e->n == nn && e->k == k && e->weight == weight) {
+      e->flops += flops;
+      return;
+    }
+  }
+  if (p->n_gemms < SC_BLOCK_MODEL_GEMMS)
+    p->gemms[p->n_gemms++] = (sc_block_gemm){flops, m < 1 ? 1 : m, nn, k, weight};
+  else
+    p->gemms[p->n_gemms - 1].flops += flops;
 }
 
 /* Whether n writes a value of the residual stream: [.., seq, hidden]. */
@@ -71,6 +89,12 @@ static bool low_node(const sc_graph *g, const sc_node *n, bool *low) {
   return true;
 }
 
+/* A parameter of the forward graph (shapes suffice: no data needed). */
+static bool graph_param(const void *ctx, const sc_graph *g, int32_t id) {
+  (void)ctx;
+  return (g->values[id].flags & SC_VALUE_PARAM) != 0;
+}
+
 static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t mark,
                      bool in_core, bool whole, bool low, sc_block_part *p) {
   const sc_op_info *info = (unsigned)n->op < SC_OP_COUNT ? &sc_ops[n->op] : NULL;
@@ -83,12 +107,17 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
   if (gemm) {
     p->gemm_flops += c.flops;
     if (in_core) p->attn_flops += c.flops;
-    int64_t md = fused ? 0 : gemm_min_dim(g, n);
-    if (md > 0 && (p->gemm_min_dim == 0 || md < p->gemm_min_dim)) p->gemm_min_dim = md;
+    /* an expert product is timed apart, at one expert's shape
+     * (add_experts, search.c's block_times) */
+    else if (!fused && sc_expert_weight(g, n, graph_param, NULL) < 0) add_gemm(g, n, c.flops, p);
   } else if (!is_view(n->op)) {
     p->mem_bytes += c.bytes;
     if (in_core) p->attn_mem_bytes += c.bytes;
     if (whole) p->whole_mem_bytes += c.bytes;
+    if (low) {
+      p->low_mem_bytes += c.bytes;
+      if (whole) p->whole_low_mem_bytes += c.bytes;
+    }
   }
   if (!is_view(n->op)) {
     double ob = out_bytes(g, n);
@@ -121,11 +150,6 @@ static void add_node(sc_graph *g, const sc_node *n, int32_t *seen_param, int32_t
   }
 }
 
-/* A parameter of the forward graph (shapes suffice: no data needed). */
-static bool graph_param(const void *ctx, const sc_graph *g, int32_t id) {
-  (void)ctx;
-  return (g->values[id].flags & SC_VALUE_PARAM) != 0;
-}
 
 /* The experts of block 0 and of the outside part (block_model.h): E, the
  * stacked weights' elements, the forward's all-to-all buffers under ep. */

@@ -8,7 +8,8 @@
  * outside every block (embedding, final norm, LM head, loss) is measured
  * once. Figures are per example (the graph is imported with its batch dim
  * bound to 1) in the graph's own dtypes:
- *   GEMM FLOPs and the GEMM's smallest dimension (for its efficiency);
+ *   GEMM FLOPs, and outside the attention core each product's shape
+ *     (m per example, n, k: for its efficiency under tp's split);
  *   memory-bound bytes: every other node's bytes read and written
  *     (ir/ops.h cost), which the roofline costs over HBM bandwidth;
  *   parameters (elements, tensors), and which of them the tensor-parallel
@@ -38,13 +39,31 @@
 #include "ir/ir.h"
 
 enum { SC_BLOCK_MODEL_TENSORS = 64 }; /* tensors a part lists (sc_block_part) */
+enum { SC_BLOCK_MODEL_GEMMS = 16 };   /* GEMM shapes a part lists (sc_block_part) */
+
+/* One shape of the part's GEMMs outside the attention core, per example:
+ * its products' FLOPs, m (the rows of one example), n (the output's last
+ * dim), k; `weight`: it multiplies by a 2-D parameter, which tensor
+ * parallelism splits (the search divides n by tp, or k when n is the
+ * hidden size: tp.c's column- and row-parallel products). Products of the
+ * same shape share one entry. */
+typedef struct sc_block_gemm {
+  double flops;
+  int64_t m, n, k;
+  bool weight;
+} sc_block_gemm;
 
 typedef struct sc_block_part {
   double gemm_flops;        /* forward GEMM FLOPs per example */
   double attn_flops;        /* of which in the attention core */
   double mem_bytes;         /* forward memory-bound bytes per example */
   double attn_mem_bytes;    /* of which in the attention core */
-  int64_t gemm_min_dim;     /* the smallest dimension of its GEMMs (m per example) */
+  /* its GEMMs outside the attention core by shape (the first
+   * SC_BLOCK_MODEL_GEMMS shapes; the rest's FLOPs added to the last): each
+   * is timed at its own shape's efficiency, which tp changes (a row- or
+   * column-parallel product's split dim) */
+  int32_t n_gemms;
+  sc_block_gemm gemms[SC_BLOCK_MODEL_GEMMS];
   int64_t params;           /* parameter elements */
   int64_t split_params;     /* of which tensor parallelism splits */
   int32_t param_tensors;    /* parameter tensors */
@@ -69,6 +88,9 @@ typedef struct sc_block_part {
    * type, at half the bytes: the GEMM products and the data-moving and
    * elementwise chains they feed (sc_train_low_op, passes/train.c) */
   double low_saved_bytes, attn_low_saved_bytes, whole_low_saved_bytes;
+  /* of mem_bytes and whole_mem_bytes, the kernels of those low values,
+   * which such a step runs reading and writing half the bytes */
+  double low_mem_bytes, whole_low_mem_bytes;
   /* mixture of experts (docs/moe.md): the experts of its expert products
    * (sc_expert_weight, passes/partition/partition.h: the products ep.c
    * splits), E (0: none; the largest when the part has several), the

@@ -32,17 +32,56 @@ enum { CAST_B = 6, CAST_KEEP_B = 2, ACCUM_B = 12 };
  * fp32); the dp all-reduce 4.61 GB for 1.87e9 elements, 2.47 B an element
  * (the GEMM weights' 2, the embedding's and norms' 4). */
 enum { COMM_LOW_B = 2 };
-/* The backward of a block costs twice its forward (a GEMM's gradient is
- * two GEMMs of its size; elementwise backward reads and writes about twice
- * what the forward did): the usual 3x of a training step. */
+/* The backward of a block's products costs twice their forward (a GEMM's
+ * gradient is two GEMMs of its size): the usual 3x of a training step;
+ * its kernels', MEM_BACKWARD_FACTOR. */
 #define BACKWARD_FACTOR 2.0
+/* The memory-bound kernels' backward moves about what their forward did
+ * (the gradients of the elementwise chains fuse as the chains do; the
+ * norms' fused gradients, docs/training.md): measured 2026-12-05 on plan
+ * --train's simulated steps (SHARDC_SIM_STEPS), a block's kernels
+ * forward and backward: the Megatron 7.1B shape at dp=12, tp=8 with
+ * sequence parallelism 1.33 and 1.20-1.23 ms (without it 4.7-4.9 and
+ * 6.9-7.2), samples/gpt_1p5b.onnx at dp=8 (batch 64) 42-49 and 56-58 us.
+ * Twice the forward (the GEMMs' factor) charged them 1.8-2.4 times what
+ * the step runs with sequence parallelism. */
+#define MEM_BACKWARD_FACTOR 1.0
+/* The loss's kernels (the forward graph has none: the training step adds
+ * it), bytes an element of the logits [rows, vocab / tp] on a rank,
+ * forward and backward, over HBM: the fused SoftmaxCrossEntropy of a step
+ * without tensor parallelism reads the bf16 logits and writes their
+ * gradient (gpt_1p5b at dp=8, batch 64: 38.4 and 76.8 us for 51.5 M
+ * elements, 2 and 4 B); the decomposed form of a tensor-parallel step
+ * (split_vocab_loss, passes/train.h) in f32, a pass an op (the Megatron
+ * 7.1B shape at dp=12, tp=8: 9.6 and 47.3 ms for 1.07 G elements, 24 and
+ * 118 B: 0.057 s of its 0.599 s of compute, which the estimate lacked).
+ * Measured 2026-12-05 on plan --train's simulated steps. */
+#define LOSS_FUSED_FWD_B 2.0
+#define LOSS_FUSED_BWD_B 4.0
+#define LOSS_SPLIT_FWD_B 24.0
+#define LOSS_SPLIT_BWD_B 118.0
 /* The compiled step fuses elementwise chains into kernels, so its
- * memory-bound time is below the sum of its nodes' bytes: 0.45 of it, the
- * ratio measured on samples/gpt_1p5b.onnx (bf16, 1F1B over pp=4 and
- * ZeRO-1 over pp=2: the exact path's compute time less its GEMMs' and its
- * optimizer's, over the block model's node bytes). A calibration constant
- * of this model, not of the cluster. */
-#define FUSED_MEMORY 0.45
+ * memory-bound time is not the sum of its nodes' bytes at the step's
+ * precision (a bf16 or fp16 step's low chains at half their f32 bytes:
+ * sc_block_part.low_mem_bytes): the residual stream's kernels (norms,
+ * residual additions, in f32, and their gradients) run at 0.88 of their
+ * nodes' bytes a pass (FUSED_MEMORY_STREAM), the rest (the products'
+ * bias and activation chains, fused) at 0.26 (FUSED_MEMORY), forward and
+ * backward alike (MEM_BACKWARD_FACTOR). Fitted 2026-12-05 on plan
+ * --train's simulated steps (SHARDC_SIM_STEPS), a block's kernels forward
+ * and backward on the Megatron 7.1B shape at dp=12, tp=8 (bf16): 2.55 ms
+ * with sequence parallelism (every kernel split by tp), 11.8 ms without
+ * (the stream's whole on every rank), for 1.0 GB of the stream's node
+ * bytes and 3.2 GB of the rest an example; samples/gpt_1p5b.onnx at dp=8
+ * (batch 64): 98-107 us against 126 estimated. Was 0.45 of the f32 bytes
+ * for every kernel and the backward twice the forward (the exact compute
+ * less GEMMs and optimizer, gpt_1p5b, before the fused norms' gradients
+ * and the bf16 low chains): the Megatron 32B's published plan (dp=48,
+ * tp=8, sp) was estimated 0.798 s of compute against its exact 0.603,
+ * the 7.1B at tp=8 without sp 17.2 ms a block against 11.8. A calibration
+ * constant of this model, not of the cluster. */
+#define FUSED_MEMORY 0.26
+#define FUSED_MEMORY_STREAM 0.88
 /* Memory the compiled step holds that the block model cannot see node by
  * node, measured 2026-12-05 on samples/gpt_1p5b.onnx (bf16, AdamW,
  * h100-sxm:8x1, batch 64) against the exact count (`plan --train --estimate
@@ -194,6 +233,7 @@ typedef struct ctx {
   int64_t limit;   /* bytes per rank */
   double hbm;      /* memory-bound bytes per second */
   double hbm_nodes; /* the same for the graph's nodes' bytes (fused) */
+  double hbm_stream; /* and for the residual stream's nodes' */
 } ctx;
 
 static sc_status coll(const ctx *x, sc_coll_kind k, double bytes, int64_t ranks, int64_t nodes,
@@ -225,27 +265,91 @@ static double vocab_split(const sc_block_model *bm, const sc_search_cand *c) {
   return bm->vocab > 0 && bm->vocab % c->tp == 0 ? (double)c->tp : 1;
 }
 
-/* tp's collectives in the blocks into c->tp_s: ops all-reduces of act
- * bytes each (act: one [mbs, seq, hidden] in the dtype it moves in), or
- * with sequence parallelism an all-gather and a reduce-scatter in place of
- * each, of those bytes, and regather all-gathers more (the backward
- * gathers each column-parallel input again, as Megatron does: 2 a block
- * and microbatch in training without full recompute, whose recomputed
- * forward gathers them). The compiled step moves Megatron's count (plan
- * --train's collectives, 2026-12-05, Megatron 7.5B, a100-80g:8x16, batch
- * 512, dp=16 fsdp=4 tp=2 ZeRO-3, full recompute, sequence parallel: each
- * tp rank sends 27.4 GB a step over tp, all-gathers 14.6 and
- * reduce-scatters 12.8, against Megatron's 29.0, 0.945: the recomputed
- * forward's last reduce-scatter is not needed, the block's output being
- * kept). */
-static sc_status tp_blocks(const ctx *x, sc_search_cand *c, double ops, double regather,
-                           double act, int64_t n_tp, sc_diag *d) {
+/* tp's collectives in an inference step's blocks into c->tp_s: ops
+ * all-reduces of act bytes each (act: one [mbs, seq, hidden] in the dtype
+ * it moves in), or with sequence parallelism an all-gather and a
+ * reduce-scatter in place of each, of those bytes. */
+static sc_status tp_blocks(const ctx *x, sc_search_cand *c, double ops, double act, int64_t n_tp,
+                           sc_diag *d) {
   if (!c->sequence_parallel)
     return coll(x, SC_COLL_ALL_REDUCE, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
-  double bytes = ops * act;
-  sc_status st = coll(x, SC_COLL_ALL_GATHER, bytes + regather * act, c->tp, n_tp,
-                      ops + regather, &c->tp_s, d);
-  if (st == SC_OK) st = coll(x, SC_COLL_REDUCE_SCATTER, bytes, c->tp, n_tp, ops, &c->tp_s, d);
+  sc_status st = coll(x, SC_COLL_ALL_GATHER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+  if (st == SC_OK) st = coll(x, SC_COLL_REDUCE_SCATTER, ops * act, c->tp, n_tp, ops, &c->tp_s, d);
+  return st;
+}
+
+/* tp's collectives in a training step's blocks into c->tp_s, `blocks`
+ * block passes (microbatches x the stage's blocks) of act bytes each
+ * (one [mbs, seq, hidden] in the dtype it moves in), exposed as the
+ * compiled step runs them (codegen/overlap.c). Megatron's count, two a
+ * block forward (attention, MLP), two backward, two more when the forward
+ * runs again: all-reduces, all exposed (the backward's wait at once: the
+ * Megatron 7.1B shape at dp=12, tp=8 without sequence parallelism exposes
+ * 0.268 s, the estimate 0.256); with sequence parallelism an all-gather
+ * before each column-parallel product and a reduce-scatter after each
+ * row-parallel one, and the backward's regathers of the column-parallel
+ * inputs for the weight gradients (none under full recompute, whose
+ * recomputed forward gathered them): there the forward's and the
+ * gradients' all-gathers are synchronous, and the backward's
+ * reduce-scatters and regathers start asynchronously beside the weight
+ * gradients' products (`window` a block pass), exposed only beyond them
+ * (the 7.1B with sp: 121 of 181 all-gathers and 60 of 123
+ * reduce-scatters asynchronous, 0.211 s of its 0.32 s of tp exposed; the
+ * 32B at dp=48 0.157 s; counted all exposed the estimate had 0.319 and
+ * 0.229; plan --train, bf16, 2026-12-05). The compiled step moves
+ * Megatron's volume (plan --train's collectives, Megatron 7.5B,
+ * a100-80g:8x16, batch 512, dp=16 fsdp=4 tp=2 ZeRO-3, full recompute,
+ * sequence parallel: each tp rank sends 27.4 GB a step over tp,
+ * all-gathers 14.6 and reduce-scatters 12.8, against Megatron's 29.0,
+ * 0.945: the recomputed forward's last reduce-scatter is not needed, the
+ * block's output being kept). */
+static sc_status tp_train(const ctx *x, sc_search_cand *c, double blocks, double act,
+                          double window, int64_t n_tp, sc_diag *d) {
+  bool full = c->recompute == SC_SEARCH_RECOMPUTE_FULL;
+  double fwd = blocks * (full ? 4 : 2), bwd = blocks * 2, sync = 0, beside = 0;
+  sc_status st;
+  if (!c->sequence_parallel) {
+    st = coll(x, SC_COLL_ALL_REDUCE, (fwd + bwd) * act, c->tp, n_tp, fwd + bwd, &sync, d);
+  } else {
+    double regather = full ? 0 : blocks * 2;
+    st = coll(x, SC_COLL_ALL_GATHER, (fwd + bwd) * act, c->tp, n_tp, fwd + bwd, &sync, d);
+    if (st == SC_OK) st = coll(x, SC_COLL_REDUCE_SCATTER, fwd * act, c->tp, n_tp, fwd, &sync, d);
+    if (st == SC_OK)
+      st = coll(x, SC_COLL_REDUCE_SCATTER, bwd * act, c->tp, n_tp, bwd, &beside, d);
+    if (st == SC_OK)
+      st = coll(x, SC_COLL_ALL_GATHER, regather * act, c->tp, n_tp, regather, &beside, d);
+  }
+  double hidden = blocks * window;
+  c->tp_s += sync + (beside > hidden ? beside - hidden : 0);
+  return st;
+}
+
+/* tp's collectives outside the blocks into c->tp_s, per microbatch (act:
+ * one [mbs, seq, hidden] in the graph's dtype, as the compiled step moves
+ * the stream there), with a vocabulary-parallel embedding and LM head:
+ * the LM head input's gradient all-reduced (backward) and, on the first
+ * pipeline rank (the critical one without a pipeline), the embedding's
+ * output (forward); with sequence parallelism a reduce-scatter in place
+ * of each, the LM head input's all-gather, and the embedding's gradient
+ * ([vocab, hidden], its rows computed from the rank's tokens) reduce-
+ * scattered to the rank's rows. Measured 2026-12-05 on plan --train's
+ * simulated steps (a shape-only GPT of 4 blocks, hidden 7168, vocabulary
+ * 65,536, sequence 4096, h100-sxm:8x1, tp=8 with sequence parallelism,
+ * batch 4): 0.93 ms each of the stream's three, 3.67 ms the embedding's
+ * gradient, 8.7 of the 19 ms exposed over tp; the estimate had none. */
+static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double act, int64_t n_tp,
+                            sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  if (vocab_split(bm, c) < 2) return SC_OK;
+  double first = c->pp == 1 ? 1 : 0; /* the embedding's, on the critical rank */
+  double reduce = M * (1 + first);
+  if (!c->sequence_parallel)
+    return coll(x, SC_COLL_ALL_REDUCE, reduce * act, c->tp, n_tp, reduce, &c->tp_s, d);
+  sc_status st = coll(x, SC_COLL_REDUCE_SCATTER, reduce * act, c->tp, n_tp, reduce, &c->tp_s, d);
+  if (st == SC_OK) st = coll(x, SC_COLL_ALL_GATHER, M * act, c->tp, n_tp, M, &c->tp_s, d);
+  double table = (double)bm->vocab * (double)bm->hidden * (double)bm->param_bytes;
+  if (st == SC_OK && first > 0)
+    st = coll(x, SC_COLL_REDUCE_SCATTER, M * table, c->tp, n_tp, M, &c->tp_s, d);
   return st;
 }
 
@@ -253,6 +357,8 @@ static sc_status tp_blocks(const ctx *x, sc_search_cand *c, double ops, double r
  * and the recomputed part, and the outside part's forward. */
 typedef struct mb_times {
   double block_fwd, block_re, outside_fwd;
+  double block_bwd, outside_bwd; /* the backward: the GEMMs twice, the kernels once */
+  double block_gemm;             /* the forward's GEMMs (= the weight gradients') */
 } mb_times;
 
 /* Thread-ranks outnumbering the host's cores compute time-sliced
@@ -271,6 +377,39 @@ static double rank_mbs(const sc_search_cand *c) {
   return (double)c->micro_batch_size / (double)(c->cp > 1 ? c->cp : 1);
 }
 
+/* The block's GEMMs outside the attention core on one rank, each shape at
+ * its own efficiency (sc_block_part.gemms): a product by a 2-D weight has
+ * tp split its n (column-parallel), or its k when n is the hidden size
+ * (row-parallel: the attention's output and the MLP's down projection
+ * write the residual stream; tp.c); its m is the rank's rows. One shape
+ * for all (the rows, hidden / tp, hidden) timed the Megatron 32B's
+ * products at tp=8 (hidden 7168: 896) at the efficiency of 896 where 11
+ * of their 12 h² FLOPs have every dim above 1024 (docs/planner.md, "The
+ * estimate"). FLOPs the list does not hold (a product of no known shape)
+ * keep that one shape. */
+static sc_status block_gemms(const ctx *x, const sc_search_cand *c, const sc_block_part *b,
+                             int64_t rows, double *s, sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  double mbs = rank_mbs(c), tp = (double)c->tp, listed = 0;
+  int64_t h = bm->hidden > 0 ? bm->hidden : 1;
+  sc_status st = SC_OK;
+  for (int32_t i = 0; i < b->n_gemms && st == SC_OK; i++) {
+    const sc_block_gemm *e = &b->gemms[i];
+    int64_t m = (int64_t)((double)e->m * mbs), n = e->n, k = e->k;
+    if (e->weight && n == h) k /= c->tp;
+    else if (e->weight) n /= c->tp;
+    listed += e->flops;
+    st = gemm(x, e->flops * mbs / tp, m, n, k, s, d);
+  }
+  /* the expert products are in no list (block_model.c): block_times
+   * times them apart */
+  double rest = b->gemm_flops - b->attn_flops - b->expert_flops - listed;
+  if (st == SC_OK && rest > 0) st = gemm(x, rest * mbs / tp, rows, h / c->tp, h, s, d);
+  return st;
+}
+
+static double low_fraction(const ctx *x);
+
 static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t, sc_diag *d) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
@@ -281,22 +420,26 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   memset(t, 0, sizeof *t);
   double core = 0, rest = 0;
   sc_status st = gemm(x, b->attn_flops * mbs / tp, bm->seq / cp, bm->seq, hd, &core, d);
-  if (st == SC_OK)
-    st = gemm(x, (b->gemm_flops - b->attn_flops - b->expert_flops) * mbs / tp, rows, h / c->tp,
-              h, &rest, d);
+  if (st == SC_OK) st = block_gemms(x, c, b, rows, &rest, d);
   /* the experts: whole on every tp rank (ep.c), each of a rank's E/ep
    * experts over every ep rank's tokens (mbs x E x C slots a rank in all),
    * at the efficiency of one expert's product (its C rows) */
-  if (st == SC_OK)
+  if (st == SC_OK && b->expert_flops > 0)
     st = gemm(x, b->expert_flops * mbs, b->expert_m, b->expert_n, b->expert_k, &rest, d);
   if (st != SC_OK) return st;
   /* memory-bound kernels: the residual stream's are whole on every tp rank
    * unless sequence parallel splits them; the rest (heads, the MLP's wide
    * values) are split */
-  double whole = b->whole_mem_bytes * mbs, split = (b->mem_bytes - b->whole_mem_bytes) * mbs;
-  double mem = (c->sequence_parallel ? (whole + split) / tp : whole + split / tp) / x->hbm_nodes;
+  double lo = low_fraction(x);
+  double whole = (b->whole_mem_bytes - lo * b->whole_low_mem_bytes) * mbs;
+  double split = (b->mem_bytes - b->whole_mem_bytes -
+                  lo * (b->low_mem_bytes - b->whole_low_mem_bytes)) * mbs;
+  double mem = (c->sequence_parallel ? whole / tp : whole) / x->hbm_stream +
+               split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
+  t->block_bwd = BACKWARD_FACTOR * (core + rest) + MEM_BACKWARD_FACTOR * mem;
+  t->block_gemm = core + rest;
   t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd
                 : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE && !bm->attn_fused
                     ? core + core_mem
@@ -306,9 +449,16 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   /* the LM head's GEMM: vocabulary-parallel over tp */
   double vs = vocab_split(bm, c);
   st = gemm(x, ou->gemm_flops * mbs / vs, rows, (int64_t)((double)bm->vocab / vs), h, &og, d);
-  t->outside_fwd = og + ou->mem_bytes * mbs / vocab_split(bm, c) / x->hbm_nodes;
+  double omem = (ou->mem_bytes - lo * ou->low_mem_bytes) * mbs / vs / x->hbm_nodes;
+  /* the loss over the logits' rows (loss_saved_bytes: 4 B a row) */
+  double logits = bm->loss_saved_bytes / 4 * (double)bm->vocab * mbs / vs;
+  bool split_loss = c->tp > 1;
+  t->outside_fwd = og + omem + logits * (split_loss ? LOSS_SPLIT_FWD_B : LOSS_FUSED_FWD_B) / x->hbm;
+  t->outside_bwd = BACKWARD_FACTOR * og + MEM_BACKWARD_FACTOR * omem +
+                   logits * (split_loss ? LOSS_SPLIT_BWD_B : LOSS_FUSED_BWD_B) / x->hbm;
   double share = core_share(x, c);
   t->block_fwd *= share, t->block_re *= share, t->outside_fwd *= share;
+  t->block_bwd *= share, t->outside_bwd *= share, t->block_gemm *= share;
   return st;
 }
 
@@ -374,6 +524,7 @@ static void init_ctx(ctx *x, const sc_block_model *bm, const sc_search_opts *o) 
   x->limit = o->memory_budget > 0 ? o->memory_budget : o->cluster->device_memory_bytes;
   x->hbm = o->cluster->memory_bytes_per_s * SC_COST_MEMORY_EFF;
   x->hbm_nodes = x->hbm / FUSED_MEMORY;
+  x->hbm_stream = x->hbm / FUSED_MEMORY_STREAM;
 }
 
 double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opts *o,
@@ -405,9 +556,10 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   if (st != SC_OK) return st;
   /* the critical stage: the last (its blocks and the LM head and loss) */
   double fwd = (double)Ls * t.block_fwd + t.outside_fwd;
+  double bwd = (double)Ls * t.block_bwd + t.outside_bwd;
   double re = (double)Ls * t.block_re;
   double e_stage = stage_params(bm, c, Ls);
-  c->compute_s = M * fwd * (1 + BACKWARD_FACTOR);
+  c->compute_s = M * (fwd + bwd);
   c->recompute_s = M * re;
   double e_opt = c->zero >= 1 ? e_stage / (double)c->fsdp : e_stage;
   c->optimizer_s = e_opt * (x->o->adamw ? ADAM_STEP_B : SGD_STEP_B) / x->hbm;
@@ -418,7 +570,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   c->optimizer_s *= core_share(x, c);
   e_pass *= core_share(x, c);
   c->compute_s += M * e_pass;
-  double per_mb = fwd * (1 + BACKWARD_FACTOR) + re + e_pass;
+  double per_mb = fwd + bwd + re + e_pass;
   c->bubble_s = 0;
   double slots = 0; /* microbatch times the critical rank idles */
   if (c->pp > 1) {
@@ -457,10 +609,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     /* Megatron: two all-reduces forward (attention, MLP), two backward,
      * two more when the forward runs again; sequence parallel: an
      * all-gather and a reduce-scatter in place of each */
-    double per_block = 4 + (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 0);
-    double ops = M * (double)Ls * per_block;
-    double regather = c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 0 : M * (double)Ls * 2;
-    st = tp_blocks(x, c, ops, regather, act_tp, n_tp, d);
+    st = tp_train(x, c, M * (double)Ls, act_tp, t.block_gemm, n_tp, d);
+    if (st == SC_OK) st = tp_outside(x, c, M, act, n_tp, d);
     if (st != SC_OK) return st;
   }
   /* the count of each kind of collective, as the compiled step groups
@@ -487,7 +637,6 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
       /* the backward's gathers, block by block, the next prefetched while
        * the current one's backward computes: exposed is what exceeds a
        * microbatch's backward compute */
-      double bwd = fwd * BACKWARD_FACTOR;
       ag_bwd = ag / times > bwd ? times * (ag / times - bwd) : 0;
     }
     ag += ag_bwd;
@@ -536,7 +685,13 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * sends 6.03 GB a step at M=2 and at M=8; pp=2,dp=2,fsdp=4 15.4 and
      * 51.6 GB) */
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
-    double bytes = lbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    /* under hybrid sharding the shard the fp32 reduce-scatter made, in
+     * fp32 (the Megatron 16B shape at dp=24, fsdp=2, tp=4 ZeRO-3 sp: 8.48
+     * GB a step all-reduced over dp, the shard's 2.0 G elements at 4 B;
+     * counted in the GEMM dtype the estimate had 0.165 s of dp against
+     * 0.361 exposed, and --auto chose that plan over the published one,
+     * 1.111 s exact against 1.001; plan --train, 2026-12-05) */
+    double bytes = c->fsdp > 1 ? pbytes / (double)c->fsdp : lbytes;
     /* under hybrid sharding each all-reduce rides its block's
      * reduce-scatter; alone, DDP's buckets */
     double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
@@ -595,7 +750,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) /* the LM head's and loss's values too */
       bytes += M * outside_saved(x, c) * mbs / vocab_split(bm, c);
     double copy = bytes / x->c->host_link_bytes_per_s;
-    double fwd_s = M * fwd, bwd_s = M * (fwd * BACKWARD_FACTOR + re);
+    double fwd_s = M * fwd, bwd_s = M * (bwd + re);
     c->offload_s = (copy > fwd_s ? copy - fwd_s : 0) + (copy > bwd_s ? copy - bwd_s : 0);
     c->host_bytes = (int64_t)bytes;
   }
@@ -652,7 +807,7 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
       st = coll(x, SC_COLL_ALL_REDUCE, M * act, c->tp, n_tp, M, &c->tp_s, d);
     if (st == SC_OK && vocab_split(bm, c) > 1)
       st = coll(x, SC_COLL_ALL_GATHER, M * logits, c->tp, n_tp, M, &c->tp_s, d);
-    if (st == SC_OK) st = tp_blocks(x, c, ops, 0, act, n_tp, d);
+    if (st == SC_OK) st = tp_blocks(x, c, ops, act, n_tp, d);
     if (st != SC_OK) return st;
   }
   if (c->dp > 1) {

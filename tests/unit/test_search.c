@@ -89,6 +89,25 @@ static void test_block_model(void **state) {
   assert_int_equal(bm.heads, 25);
   assert_true(bm.block.gemm_flops == 2 * s * 12 * h * h + 2 * s * (s + 1) * h);
   assert_true(bm.block.attn_saved_bytes == 0);
+  /* the products outside the core by shape (m, n, k), each by a 2-D
+   * weight: QKV (s, 3h, h), the attention's output (s, h, h), the MLP's
+   * up (s, 4h, h) and down (s, h, 4h) projections, 2·s·12h² FLOPs */
+  static const int64_t shapes[4][3] = {{128, 4800, 1600}, {128, 1600, 1600},
+                                       {128, 6400, 1600}, {128, 1600, 6400}};
+  assert_int_equal(bm.block.n_gemms, 4);
+  double listed = 0;
+  for (int32_t i = 0; i < bm.block.n_gemms; i++) {
+    const sc_block_gemm *e = &bm.block.gemms[i];
+    bool found = false;
+    for (int j = 0; j < 4; j++)
+      found |= e->m == shapes[j][0] && e->n == shapes[j][1] && e->k == shapes[j][2];
+    assert_true(found && e->weight);
+    assert_true(e->flops == 2.0 * (double)e->m * (double)e->n * (double)e->k);
+    listed += e->flops;
+  }
+  assert_true(listed == 2 * s * 12 * h * h);
+  /* a bf16 step's low kernels are part of the memory-bound bytes */
+  assert_true(bm.block.low_mem_bytes > 0 && bm.block.low_mem_bytes < bm.block.mem_bytes);
   model_of_fused(GPT_1P5B, true, &bm, &n);
   assert_false(bm.attn_fused);
   assert_int_equal(bm.n_blocks, 48);
