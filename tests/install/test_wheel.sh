@@ -7,7 +7,8 @@
 # libshardc.so, runs the MLP sample, and its output equals `shardc run`'s of
 # this build (rtol 1e-5, atol 1e-6: the wheel is a Release build, this one
 # RelWithDebInfo; no NaN); the `shardc` console command runs the bundled
-# binary, and the communicator modules are in the package.
+# binary, and the communicator modules are in the package; then `pip
+# install .` of the same clone into a second venv runs the same model.
 # Time: the wheel rebuilds the library. Measured on 2 cores: the wheel in
 # 33 s and the whole test in 74 s with ccache warm; 12 minutes cold while
 # other builds shared the cores. ccache is used when present, with the
@@ -63,5 +64,24 @@ assert got.shape == want.shape and not np.isnan(got).any()
 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 print(f"wheel: y {got.shape} equals shardc run's, max |diff| {np.abs(got - want).max():.3g}")
 PY
-rm -rf "$W/src" "$W/venv" "$W/run" "$W/probe"
+# `pip install .` from the clean clone too (the same build folder: the
+# build is incremental), into a venv of its own, and the package there
+# imports its own library and runs the same model
+python3 -m venv "$W/venv2"
+(cd "$W/src" && nice "$W/venv2/bin/pip" -q --disable-pip-version-check install . "${CFG[@]}") \
+  > "$W/install.log" 2>&1 || { tail -40 "$W/install.log"; echo "FAIL: pip install ."; exit 1; }
+SITE2=$("$W/venv2/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+"$W/venv2/bin/shardc" --version
+env -u SHARDC_LIBRARY -u PYTHONPATH "$W/venv2/bin/python" - "$ROOT" "$SITE2" <<'PY'
+import sys
+import numpy as np
+import shardc
+root, site = sys.argv[1], sys.argv[2]
+assert shardc._lib.path.startswith(site), shardc._lib.path
+exe = shardc.compile(shardc.load(f"{root}/samples/mlp.onnx", dims={"batch": 4}))
+got = exe.run({"x": np.load("x.npy")})["y"]
+np.testing.assert_allclose(got, np.load("y.npy"), rtol=1e-5, atol=1e-6)
+print("pip install .: the package runs the MLP as shardc run does")
+PY
+rm -rf "$W/src" "$W/venv" "$W/venv2" "$W/run" "$W/probe"
 echo "PASS"
