@@ -46,6 +46,9 @@ auto_infer.test, auto_cp.test, auto_cp_compose.test, auto_ep.test).
       communication on cp (ep), that `plan [--train] --mesh` of its options
       (the chosen plan's replay with its options in place of the
       chosen's) predicts again, field for field.
+  auto_check.py replayed A.json B.json
+      two `plan --json` outputs (a plan and its replay through --plan)
+      predict the same object.
   auto_check.py dense AUTO.json
       a model without experts: no candidate (nor the chosen plan) has
       ep > 1, and none was pruned for ep.
@@ -206,6 +209,15 @@ def composed(shardc, model, path, tmp, kind):
         assert got == p, (c["options"], got, p)
         print("%s ok: %s, step %.6g s, %d bytes a rank" % (
             kind, c["options"], p["step_time_s"], p["peak_bytes_per_rank"]))
+
+
+def replayed(pa, pb):
+    with open(pa) as f:
+        a = json.load(f)["predicted"]
+    with open(pb) as f:
+        b = json.load(f)["predicted"]
+    assert a == b and a["step_time_s"] > 0, (a, b)
+    print("replayed: step %.6g s" % a["step_time_s"])
 
 
 def dense(path):
@@ -382,6 +394,8 @@ if __name__ == "__main__":
         ep(*sys.argv[2:6])
     elif sys.argv[1] == "composed":
         composed(*sys.argv[2:7])
+    elif sys.argv[1] == "replayed":
+        replayed(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "dense":
         dense(sys.argv[2])
     elif sys.argv[1] == "offload":
