@@ -465,11 +465,6 @@ static void cand_line(int i, const sc_search_cand *c, const sc_plan_predicted *p
          100 * pr->mfu, mem, strcmp(pr->source, "estimate") ? "[exact] " : "", why);
 }
 
-static bool same_mesh(const sc_search_cand *a, const sc_search_cand *b) {
-  return a->pp == b->pp && a->dp == b->dp && a->fsdp == b->fsdp && a->tp == b->tp &&
-         (a->ep > 1 ? a->ep : 1) == (b->ep > 1 ? b->ep : 1);
-}
-
 /* The spec of the smaller cluster f of the preset spec "NAME:GxN[@P]"
  * (its devices a node and nodes), into buf; false for a cluster file
  * (nothing to halve by name: the comparison stays the estimate's). */
@@ -496,7 +491,7 @@ static void exact_order(sc_search_cand *top, int32_t n, int32_t n_want) {
     for (int32_t j = i; j < n && pick < 0; j++) {
       bool seen = false;
       for (int32_t k = 0; k < i; k++)
-        seen |= same_mesh(&top[j], &top[k]);
+        seen |= sc_search_same_mesh(&top[j], &top[k]);
       if (!seen) pick = j;
     }
     if (pick < 0) break;
@@ -552,7 +547,7 @@ static int32_t add_fitting(sc_search_result *r, int32_t n, int32_t room) {
       if (!r->top[j].fits) continue;
       bool seen = false;
       for (int32_t i = 0; i < n + k && pass == 0; i++)
-        seen |= r->top[i].fits && same_mesh(&r->top[i], &r->top[j]);
+        seen |= r->top[i].fits && sc_search_same_mesh(&r->top[i], &r->top[j]);
       if (seen) continue;
       sc_search_cand c = r->top[j];
       memmove(&r->top[n + k + 1], &r->top[n + k], (size_t)(j - n - k) * sizeof c);

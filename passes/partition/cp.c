@@ -29,8 +29,9 @@
  *     their S dim, so each rank sees its rows' global positions (a constant
  *     in its data, a computed value by a Gather);
  *   - every graph output in the zig-zag order with a dim 1 of S gets the
- *     inverse permutation (Gather) before it, so it leaves in the natural
- *     order.
+ *     inverse permutation (Gather, attribute cp_zigzag = 0) before it, so
+ *     it leaves in the natural order. Every Gather made here carries
+ *     cp_zigzag: a plan file's node_stages leaves them out.
  *   - before all this, when the batch is split too (dp or fsdp beside
  *     cp), token-wise products whose rows merge [b, S] (a Reshape, a Gemm,
  *     a Reshape back) are rewritten as 3-D MatMul + bias (products_3d), so
@@ -444,6 +445,9 @@ static sc_status permute(sc_graph *g, int32_t seed, int64_t seq, int64_t n,
     sc_attr *a = nid < 0 ? NULL : sc_node_add_attr(g, nid, "axis", SC_ATTR_INT);
     if (!a) return SC_ERR_NOMEM;
     a->i = 1;
+    /* marked as the partitioner's (0: not a zig-zag of the inputs) */
+    if (!(a = sc_node_add_attr(g, nid, "cp_zigzag", SC_ATTR_INT))) return SC_ERR_NOMEM;
+    a->i = 0;
   }
   return SC_OK;
 }

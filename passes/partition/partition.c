@@ -85,6 +85,9 @@ static sc_status stages_of(sc_partition *p, const sc_plan *plan, sc_diag *d) {
     int32_t last = 0, last_node = -1;
     for (int32_t i = 0; i < g->n_nodes; i++) {
       if (g->nodes[i].flags & SC_NODE_DEAD) continue;
+      /* cp's zig-zag Gathers (not in the file: sc_partition_complete_plan)
+       * run on the stage of the nodes before them */
+      if (p->node_stage[i] < 0 && sc_node_attr(&g->nodes[i], "cp_zigzag")) p->node_stage[i] = last;
       if (p->node_stage[i] < 0)
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "plan: pipeline.node_stages has no stage for node '%s' (it lists "
@@ -355,6 +358,9 @@ sc_status sc_partition_complete_plan(const sc_partition *part, sc_plan *plan, sc
   plan->n_node_stages = 0;
   for (int32_t i = 0; !part->n_chunks && i < g->n_nodes; i++) { /* pieces are not stages */
     if (!live_node(&g->nodes[i])) continue;
+    /* cp's zig-zag Gathers are the partitioner's (sc_partition_prepare_cp
+     * makes them again from the plan's mesh): not nodes of the model */
+    if (sc_node_attr(&g->nodes[i], "cp_zigzag")) continue;
     const char *name = sc_plan_strdup(plan, g->nodes[i].name);
     if (!name) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
     plan->node_stages[plan->n_node_stages++] = (sc_plan_node_stage){name, part->node_stage[i]};

@@ -120,7 +120,17 @@ static int32_t pass_on(ring *r, int32_t x, int32_t like, int32_t tag) {
   return y;
 }
 
-/* (o, lse) merged with (ob, lb) by log-sum-exp; axis3: an i64 [1] = [3]. */
+/* x (f32) as dtype t: itself when t is f32, else a Cast to t. */
+static int32_t cast_to(ring *r, int32_t x, sc_dtype t) {
+  if (t == SC_DTYPE_F32) return x;
+  int32_t out;
+  int32_t nid = node(r, SC_OP_CAST, "weight", &x, 1, &out, 1);
+  return nid < 0 || !attr_int(r, nid, "to", sc_dtype_to_onnx(t)) ? -1 : out;
+}
+
+/* (o, lse) merged with (ob, lb) by log-sum-exp; axis3: an i64 [1] = [3].
+ * The weights are computed from lse (f32) and cast to o's dtype (q's: a
+ * bf16 or fp16 attention's outputs are of it) before they scale o. */
 static bool merge(ring *r, int32_t *o, int32_t *lse, int32_t ob, int32_t lb, int32_t axis3) {
   int32_t m = node1(r, SC_OP_MAX, "max", (int32_t[]){*lse, lb}, 2);
   int32_t da = m < 0 ? -1 : node1(r, SC_OP_SUB, "sub", (int32_t[]){*lse, m}, 2);
@@ -132,8 +142,11 @@ static bool merge(ring *r, int32_t *o, int32_t *lse, int32_t ob, int32_t lb, int
   int32_t l = ls < 0 ? -1 : node1(r, SC_OP_ADD, "lse", (int32_t[]){m, ls}, 2);
   int32_t fa = l < 0 ? -1 : node1(r, SC_OP_DIV, "weight", (int32_t[]){ea, s}, 2);
   int32_t fb = fa < 0 ? -1 : node1(r, SC_OP_DIV, "weight", (int32_t[]){eb, s}, 2);
-  int32_t wa = fb < 0 ? -1 : node1(r, SC_OP_UNSQUEEZE, "weight", (int32_t[]){fa, axis3}, 2);
-  int32_t wb = wa < 0 ? -1 : node1(r, SC_OP_UNSQUEEZE, "weight", (int32_t[]){fb, axis3}, 2);
+  sc_dtype t = r->g->values[r->a->q].dtype;
+  int32_t ca = fb < 0 ? -1 : cast_to(r, fa, t);
+  int32_t cb = ca < 0 ? -1 : cast_to(r, fb, t);
+  int32_t wa = cb < 0 ? -1 : node1(r, SC_OP_UNSQUEEZE, "weight", (int32_t[]){ca, axis3}, 2);
+  int32_t wb = wa < 0 ? -1 : node1(r, SC_OP_UNSQUEEZE, "weight", (int32_t[]){cb, axis3}, 2);
   int32_t pa = wb < 0 ? -1 : node1(r, SC_OP_MUL, "part", (int32_t[]){*o, wa}, 2);
   int32_t pb = pa < 0 ? -1 : node1(r, SC_OP_MUL, "part", (int32_t[]){ob, wb}, 2);
   int32_t on = pb < 0 ? -1 : node1(r, SC_OP_ADD, "o", (int32_t[]){pa, pb}, 2);

@@ -210,6 +210,14 @@ void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n) {
   if (!buf[0]) snprintf(buf, n, "dp=1");
 }
 
+bool sc_search_same_mesh(const sc_search_cand *a, const sc_search_cand *b) {
+  int64_t x[6] = {a->pp, a->dp, a->fsdp, a->cp, a->ep, a->tp};
+  int64_t y[6] = {b->pp, b->dp, b->fsdp, b->cp, b->ep, b->tp};
+  for (int i = 0; i < 6; i++)
+    if ((x[i] > 1 ? x[i] : 1) != (y[i] > 1 ? y[i] : 1)) return false;
+  return true;
+}
+
 /* c's expert-parallel size (1 without ep) and its ranks. */
 static int64_t ep_of(const sc_search_cand *c) { return c->ep > 1 ? c->ep : 1; }
 static int64_t ranks_of(const sc_search_cand *c) {
@@ -698,6 +706,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp, n_dp, times * ops, &c->dp_s, d);
     if (st != SC_OK) return st;
   }
+  double ring = 0; /* cp's ring, every microbatch's on each stage */
   if (cp > 1) {
     /* the ring (docs/context-parallel.md, "Costs for the planner"): per
      * block and microbatch the forward passes each rank's keys and values
@@ -712,7 +721,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double hops = fwd_hops + (double)(2 * cp - 1);
     double sends = 2 * fwd_hops + 4 * (double)(cp - 1) + 2;
     st = coll(x, SC_COLL_SEND, M * (double)Ls * hops * kv, 2, n_cp > 1 ? 2 : 1,
-              M * (double)Ls * sends, &c->cp_s, d);
+              M * (double)Ls * sends, &ring, d);
+    c->cp_s += ring;
     /* every cp rank holds a partial gradient of every weight from its
      * tokens: reduced over cp as over dp (their shard under fsdp), once a
      * step */
@@ -729,12 +739,12 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   }
   /* the bubble is microbatch times, each with its exposed communication
    * (tp's, and the per-microbatch gathers, reductions and sends of a
-   * pipeline stage): the neighbour waits for all of it (the Megatron 145B
-   * at pp=12 fsdp=16 ZeRO-3: 27.1 s of bubble simulated, 0.6 s estimated
-   * from compute alone; docs/planner.md, "The estimate") */
+   * pipeline stage, cp's ring): the neighbour waits for all of it (the
+   * Megatron 145B at pp=12 fsdp=16 ZeRO-3: 27.1 s of bubble simulated,
+   * 0.6 s estimated from compute alone; docs/planner.md, "The estimate") */
   if (c->pp > 1) {
     double per_mb_comm =
-        (c->tp_s + c->fsdp_s + c->pp_s + c->ep_s + (c->fsdp > 1 ? c->dp_s : 0)) / M;
+        (c->tp_s + c->fsdp_s + c->pp_s + c->ep_s + ring + (c->fsdp > 1 ? c->dp_s : 0)) / M;
     c->bubble_s += slots * per_mb_comm;
   }
   c->offload_s = 0;
@@ -790,13 +800,16 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
     *cut = true;
     return SC_OK;
   }
-  int64_t n_tp = span(1, c->tp, P), n_dp = span(c->tp, c->dp, P),
-          n_pp = span(c->tp * c->dp, c->pp, P);
-  double act = (double)c->micro_batch_size * bm->block.input_bytes;
-  /* the logits of a microbatch: [mbs, seq, vocab] in the graph's dtype */
-  double logits = (double)c->micro_batch_size * (double)bm->seq * (double)bm->vocab *
-                  (double)bm->param_bytes;
-  c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = 0;
+  /* sc_search_mesh's order: tp (stride 1), ep (tp), cp (tp ep), dp (tp
+   * ep cp), pp (tp ep cp dp) */
+  int64_t cp = c->cp > 1 ? c->cp : 1, ep = ep_of(c), te = c->tp * ep;
+  int64_t n_tp = span(1, c->tp, P), n_ep = span(c->tp, ep, P), n_cp = span(te, cp, P),
+          n_dp = span(te * cp, c->dp, P), n_pp = span(te * cp * c->dp, c->pp, P);
+  double act = rank_mbs(c) * bm->block.input_bytes; /* one [mbs, seq / cp, hidden] */
+  /* the logits of a microbatch on a rank: [mbs, seq / cp, vocab] in the
+   * graph's dtype */
+  double logits = rank_mbs(c) * (double)bm->seq * (double)bm->vocab * (double)bm->param_bytes;
+  c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = c->cp_s = c->ep_s = 0;
   if (c->tp > 1) {
     /* Megatron's forward: two all-reduces a block (attention, MLP), or an
      * all-gather and a reduce-scatter in place of each; the
@@ -815,12 +828,33 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
     st = coll(x, SC_COLL_ALL_GATHER, M * logits * (double)c->dp, c->dp, n_dp, M, &c->dp_s, d);
     if (st != SC_OK) return st;
   }
+  if (cp > 1) {
+    /* the forward's ring (docs/context-parallel.md, "Costs for the
+     * planner"): per block and microbatch each rank's keys and values
+     * passed on cp - 1 times, 2 (cp - 1) sends of kv_bytes / cp an
+     * example; then the logits' sequence gathered over cp */
+    double kv = rank_mbs(c) * bm->kv_bytes;
+    st = coll(x, SC_COLL_SEND, M * (double)Ls * (double)(cp - 1) * kv, 2, n_cp > 1 ? 2 : 1,
+              M * (double)Ls * 2 * (double)(cp - 1), &c->cp_s, d);
+    if (st == SC_OK)
+      st = coll(x, SC_COLL_ALL_GATHER, M * logits * (double)cp, cp, n_cp, M, &c->cp_s, d);
+    if (st != SC_OK) return st;
+  }
+  if (ep > 1) {
+    /* ep's forward all-to-alls per MoE layer and microbatch (the tokens to
+     * their experts, their outputs back), each of the rank's whole buffer */
+    const sc_block_part *b = &bm->block, *ou = &bm->outside;
+    double n_a2a = (double)Ls * b->a2a_count + ou->a2a_count;
+    double buf = rank_mbs(c) * ((double)Ls * b->a2a_bytes + ou->a2a_bytes);
+    st = coll(x, SC_COLL_ALL_TO_ALL, M * buf, ep, n_ep, M * n_a2a, &c->ep_s, d);
+    if (st != SC_OK) return st;
+  }
   if (c->pp > 1) {
     /* the last stage receives each microbatch's activation once */
     st = coll(x, SC_COLL_SEND, M * act, 2, n_pp > 1 ? 2 : 1, M, &c->pp_s, d);
     if (st != SC_OK) return st;
   }
-  c->step_s = bound + c->tp_s + c->dp_s + c->pp_s;
+  c->step_s = bound + c->tp_s + c->dp_s + c->pp_s + c->cp_s + c->ep_s;
   c->objective_s = infer_objective(x, c, c->step_s);
   return SC_OK;
 }
@@ -1019,7 +1053,7 @@ static void infer_memory(const ctx *x, sc_search_cand *c) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
   int64_t Ls = (bm->n_blocks + c->pp - 1) / c->pp;
-  double mbs = (double)c->micro_batch_size, tp = (double)c->tp;
+  double mbs = rank_mbs(c), tp = (double)c->tp;
   double weights = stage_params(bm, c, Ls) * (double)bm->param_bytes;
   double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
   double act = (c->sequence_parallel ? (whole + split) / tp : whole + split / tp) * mbs +
@@ -1177,6 +1211,13 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
       continue;
     }
     if (base.pp == 1 && M > 1) break; /* microbatches pipeline stages */
+    if (base.cp > 1 && (batch / M) % base.cp == 0) {
+      /* a micro-batch cp divides: the mesh with cp's ranks given to dp
+       * runs the same tokens a rank in the same microbatches without the
+       * ring (estimated no slower, in the same memory) */
+      r->pruned_cp++;
+      continue;
+    }
     /* one microbatch: every schedule is GPipe's (one forward, one backward) */
     for (int s = 0; s < (base.pp > 1 && M > 1 ? 4 : 1); s++) {
       int32_t vmax = 1;
@@ -1234,14 +1275,20 @@ static bool tp_skipped(const ctx *x, int64_t tp, bool tp_anywhere, sc_search_res
   return tp_anywhere && tp <= P;
 }
 
-/* Whether cp (> 1) is left out (counted): the sequence does not divide
- * into 2 cp chunks (sc_cp_check_sequence's rule), the model has no fused
- * attention to run as a ring, or beside a pipeline (the two are not
- * searched together: their exact plans are not calibrated against the
- * estimate); tp's sequence parallelism is not tried beside it (likewise). */
-static bool cp_skipped(const ctx *x, int64_t cp, int64_t pp, sc_search_result *r) {
+/* The largest cp searched: the compiled ring's merges fuse into one
+ * kernel whose expression grows about 4 times a hop (cp=8 compiles gpt_1p5b
+ * in over 60 s, cp=4 in 3 s), so the exact check could not compile a
+ * larger one in its time. */
+#define MAX_CP 4
+
+/* Whether cp (> 1) is left out (counted): over MAX_CP, the sequence does
+ * not divide into 2 cp chunks (sc_cp_check_sequence's rule) or the model
+ * has no fused attention to run as a ring. Beside a pipeline and tp's
+ * sequence parallelism (its split nested inside cp's), for training and
+ * inference alike. */
+static bool cp_skipped(const ctx *x, int64_t cp, sc_search_result *r) {
   if (cp == 1) return false;
-  if (x->bm->kv_bytes <= 0 || x->bm->seq % (2 * cp) || pp > 1) {
+  if (cp > MAX_CP || x->bm->kv_bytes <= 0 || x->bm->seq % (2 * cp)) {
     r->pruned_cp++;
     return true;
   }
@@ -1294,7 +1341,7 @@ static sc_status search_data(const ctx *x, int64_t tp, int64_t pp, int64_t cp, i
       continue;
     }
     for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
-      for (int sp = 0; sp < (tp > 1 && cp == 1 ? 2 : 1); sp++) {
+      for (int sp = 0; sp < (tp > 1 ? 2 : 1); sp++) {
         sc_search_cand base = {.dp = dp, .fsdp = fsdp, .tp = tp, .pp = pp, .cp = cp, .ep = ep,
                                .zero = zero, .sequence_parallel = sp == 1, .batch = B,
                                .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
@@ -1332,7 +1379,7 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
          pp++) {
       if ((N / tp) % pp) continue;
       for (int64_t cp = 1; cp <= N / tp / pp; cp++) {
-        if ((N / tp / pp) % cp || cp_skipped(x, cp, pp, r)) continue;
+        if ((N / tp / pp) % cp || cp_skipped(x, cp, r)) continue;
         for (int64_t ep = 1; ep <= N / tp / pp / cp; ep++) {
           if ((N / tp / pp / cp) % ep || ep_skipped(x, ep, cp, r)) continue;
           sc_status st = search_data(x, tp, pp, cp, ep, r, d);
@@ -1344,59 +1391,77 @@ static sc_status search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_
   return SC_OK;
 }
 
+/* The inference candidates of the mesh of tp, pp, cp, ep and dp: each
+ * sequence parallelism and microbatch count. */
+static sc_status infer_mesh(const ctx *x, int64_t tp, int64_t pp, int64_t cp, int64_t ep,
+                            int64_t dp, sc_search_result *r, sc_diag *d) {
+  const sc_block_model *bm = x->bm;
+  int64_t P = x->c->devices_per_node, B = x->o->global_batch, te = tp * ep;
+  bool latency = x->o->goal == SC_SEARCH_LATENCY;
+  /* latency: dp and ep split the one batch; throughput: each of the dp
+   * replicas serves a batch of its own, which ep splits */
+  int64_t parts = latency ? dp * ep : ep;
+  if (B % parts) {
+    r->pruned_batch++;
+    if (!r->batch_parts || parts < r->batch_parts) r->batch_parts = parts;
+    return SC_OK;
+  }
+  if (!span(1, tp, P) || !span(tp, ep, P) || !span(te, cp, P) || !span(te * cp, dp, P) ||
+      !span(te * cp * dp, pp, P)) {
+    r->pruned_node++;
+    return SC_OK;
+  }
+  int64_t rb = latency ? B / dp / ep : B / ep; /* a rank's batch */
+  for (int sp = 0; sp < (tp > 1 ? 2 : 1); sp++) {
+    sc_search_cand base = {.dp = dp, .fsdp = 1, .tp = tp, .pp = pp, .cp = cp, .ep = ep,
+                           .sequence_parallel = sp == 1, .schedule = "gpipe",
+                           .virtual_stages = 1, .microbatches = 1,
+                           .micro_batch_size = rb, .inference = true,
+                           .batch = latency ? B : dp * B};
+    double w = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp) * (double)bm->param_bytes;
+    if (w > (double)x->limit) {
+      r->pruned_state++;
+      sc_search_cand c = base; /* its least memory: micro-batches of 1 */
+      c.micro_batch_size = pp > 1 ? 1 : rb;
+      c.microbatches = pp > 1 ? (int32_t)rb : 1;
+      sc_status st = closest(x, &c, r, d);
+      if (st != SC_OK) return st;
+      continue;
+    }
+    for (int64_t M = 1; M <= rb && (pp > 1 || M == 1); M++) {
+      if (rb % M) {
+        r->pruned_microbatch++;
+        continue;
+      }
+      sc_search_cand c = base;
+      c.microbatches = (int32_t)M;
+      c.micro_batch_size = rb / M;
+      sc_status st = consider(x, &c, r, d);
+      if (st != SC_OK) return st;
+    }
+  }
+  return SC_OK;
+}
+
 /* The inference space (search.h): every mesh of D <= N devices, D = dp x
- * tp x pp, with the same pruning as training's (heads, nodes and uneven
- * placement, the batch, the microbatches, the weights alone over the
- * memory, the bound). */
+ * cp x ep x tp x pp, with the same pruning as training's (heads, nodes and
+ * uneven placement, the batch, cp's sequence, ep's experts, the
+ * microbatches, the weights alone over the memory, the bound). ep splits
+ * the batch with dp (a data axis); cp splits every sequence. */
 static sc_status infer_search(const ctx *x, bool tp_anywhere, sc_search_result *r, sc_diag *d) {
   const sc_block_model *bm = x->bm;
-  int64_t N = sc_cluster_devices(x->c), P = x->c->devices_per_node, B = x->o->global_batch;
-  bool latency = x->o->goal == SC_SEARCH_LATENCY;
+  int64_t N = sc_cluster_devices(x->c);
   for (int64_t D = 1; D <= N; D++) {
     for (int64_t tp = 1; tp <= D; tp++) {
       if (D % tp || tp_skipped(x, tp, tp_anywhere, r)) continue;
       for (int64_t pp = 1; pp <= D / tp && pp <= bm->n_blocks &&
                            (!x->o->max_pp || pp <= x->o->max_pp); pp++) {
         if ((D / tp) % pp) continue;
-        int64_t dp = D / tp / pp;
-        /* latency: dp splits the one batch; throughput: each replica
-         * serves a batch of its own */
-        if (latency && B % dp) {
-          r->pruned_batch++;
-          if (!r->batch_parts || dp < r->batch_parts) r->batch_parts = dp;
-          continue;
-        }
-        if (!span(1, tp, P) || !span(tp, dp, P) || !span(tp * dp, pp, P)) {
-          r->pruned_node++;
-          continue;
-        }
-        int64_t rb = latency ? B / dp : B; /* the replica's batch */
-        for (int sp = 0; sp < (tp > 1 ? 2 : 1); sp++) {
-          sc_search_cand base = {.dp = dp, .fsdp = 1, .tp = tp, .pp = pp, .cp = 1,
-                                 .sequence_parallel = sp == 1, .schedule = "gpipe",
-                                 .virtual_stages = 1, .microbatches = 1,
-                                 .micro_batch_size = rb, .inference = true,
-                                 .batch = latency ? B : dp * B};
-          double w = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp) *
-                     (double)bm->param_bytes;
-          if (w > (double)x->limit) {
-            r->pruned_state++;
-            sc_search_cand c = base; /* its least memory: micro-batches of 1 */
-            c.micro_batch_size = pp > 1 ? 1 : rb;
-            c.microbatches = pp > 1 ? (int32_t)rb : 1;
-            sc_status st = closest(x, &c, r, d);
-            if (st != SC_OK) return st;
-            continue;
-          }
-          for (int64_t M = 1; M <= rb && (pp > 1 || M == 1); M++) {
-            if (rb % M) {
-              r->pruned_microbatch++;
-              continue;
-            }
-            sc_search_cand c = base;
-            c.microbatches = (int32_t)M;
-            c.micro_batch_size = rb / M;
-            sc_status st = consider(x, &c, r, d);
+        for (int64_t cp = 1; cp <= D / tp / pp; cp++) {
+          if ((D / tp / pp) % cp || cp_skipped(x, cp, r)) continue;
+          for (int64_t ep = 1; ep <= D / tp / pp / cp; ep++) {
+            if ((D / tp / pp / cp) % ep || ep_skipped(x, ep, cp, r)) continue;
+            sc_status st = infer_mesh(x, tp, pp, cp, ep, D / tp / pp / cp / ep, r, d);
             if (st != SC_OK) return st;
           }
         }

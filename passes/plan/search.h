@@ -228,6 +228,10 @@ double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opt
 /* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
  * tp=8"; "dp=1" for one rank). */
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);
+
+/* Whether a and b have the same mesh: the same size of every axis (pp,
+ * dp, fsdp, cp, ep, tp; 0 and 1 alike), whatever their other strategies. */
+bool sc_search_same_mesh(const sc_search_cand *a, const sc_search_cand *b);
 /* "train", "latency", "throughput". */
 const char *sc_search_goal_name(sc_search_goal g);
 /* "none", "selective", "full". */

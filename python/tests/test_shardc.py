@@ -696,7 +696,7 @@ def test_auto_equals_cli(source, shardc_cli, tmp_path):
     with pytest.raises(shardc.UsageError):
         shardc.plan(m, auto=True, mesh="dp=2", cluster=cluster)
     # the search's own refusal (exit 2), its words: 64 devices, so that no
-    # tp x cp (at most 16 here) leaves one replica of batch 3 (lit plan/auto.test)
+    # pp x tp x cp (at most 32 here) leaves one replica of batch 3 (lit plan/auto.test)
     with pytest.raises(shardc.UsageError) as e:
         shardc.plan(shardc.load(path, dims={"batch": 3}), auto=True, train=cfg,
                     cluster="h100-sxm:8x8")

@@ -16,7 +16,7 @@
  * data-parallel size divides is refused naming batches that do; the ZeRO
  * stages differ in memory and communication as the ZeRO paper says.
  * Inference: every kept candidate is a plan the inference path runs (dp
- * x tp x pp on at most the cluster's devices, no fsdp, ZeRO or recompute,
+ * x cp x tp x pp on at most the cluster's devices, cp <= 4, no fsdp, ZeRO or recompute,
  * GPipe, dp dividing the batch for latency), sorted by the objective; the
  * estimate has no backward, optimizer or recompute term and is below the
  * training step of the same mesh; throughput serves dp batches a step and
@@ -158,7 +158,8 @@ static void test_search_space(void **state) {
   assert_true(r.pruned_heads > 0); /* 2, 4, 8, 16 do not divide 25 heads */
   for (int32_t i = 0; i < r.n_top; i++) {
     const sc_search_cand *c = &r.top[i];
-    assert_int_equal(c->pp * c->dp * c->fsdp * c->tp, 16);
+    assert_int_equal(c->pp * c->dp * c->fsdp * c->cp * c->tp, 16);
+    assert_true(c->cp <= 4 && 128 % (2 * c->cp) == 0);
     assert_int_equal(bm.heads % c->tp, 0);
     assert_true(c->tp <= 8);
     assert_int_equal(64 % (c->dp * c->fsdp), 0);
@@ -384,6 +385,20 @@ static void test_loss_memory(void **state) {
   }
 }
 
+/* one and one at cp=2 (*two) estimated: cp time only at cp=2, its compute
+ * between 0.4 and hi of one's, its step at least compute and cp. */
+static void cp_pair(const sc_block_model *bm, const sc_search_opts *o, sc_search_cand *one,
+                    sc_search_cand *two, double hi) {
+  *two = *one;
+  two->cp = 2;
+  sc_diag d = {0};
+  assert_int_equal(sc_search_estimate(bm, o, one, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(bm, o, two, &d), SC_OK);
+  assert_true(one->cp_s == 0 && two->cp_s > 0);
+  assert_true(two->compute_s < hi * one->compute_s && two->compute_s > 0.4 * one->compute_s);
+  assert_true(two->step_s > two->compute_s + two->cp_s - 1e-12);
+}
+
 /* cp's estimate (docs/planner.md, "The estimate"): the same microbatch at
  * cp=2 keeps half the activations and computes about half; the ring's
  * sends and the gradients' all-reduce over cp are its cp time, at least
@@ -402,18 +417,12 @@ static void test_cp_estimate(void **state) {
   sc_search_cand one = {.dp = 1, .fsdp = 1, .tp = 1, .pp = 1, .cp = 1, .schedule = "gpipe",
                         .virtual_stages = 1, .microbatches = 1, .micro_batch_size = 4,
                         .batch = 4};
-  sc_search_cand two = one;
-  two.cp = 2;
-  sc_diag d = {0};
-  assert_int_equal(sc_search_estimate(&bm, &o, &one, &d), SC_OK);
-  assert_int_equal(sc_search_estimate(&bm, &o, &two, &d), SC_OK);
-  assert_true(one.cp_s == 0 && two.cp_s > 0);
+  sc_search_cand two;
+  cp_pair(&bm, &o, &one, &two, 0.6);
   double ratio = (double)two.peak_activation_bytes / (double)one.peak_activation_bytes;
   assert_true(ratio > 0.49 && ratio < 0.51);
-  assert_true(two.compute_s < 0.6 * one.compute_s && two.compute_s > 0.4 * one.compute_s);
   double ring = 48.0 * (1 + 3) * 4 * bm.kv_bytes / 2;
   assert_true(two.cp_s >= ring / 450e9);
-  assert_true(two.step_s > two.compute_s + two.cp_s - 1e-12);
 }
 
 /* Expert parallelism (docs/moe.md): the MoE sample's experts in the block
@@ -490,16 +499,16 @@ static void test_batch_refused(void **state) {
   assert_int_equal(bm.heads, 4);
   sc_search_result r;
   sc_diag d = {0};
-  /* 64 devices, tp <= 4 (heads), pp <= 2 (blocks), cp <= 8 (16 tokens in
-   * 2 cp chunks) and not beside pp: dp x fsdp >= 2 */
+  /* 64 devices, tp <= 4 (heads), pp <= 2 (blocks), cp <= 4 (the most
+   * searched): dp x fsdp >= 2 */
   assert_int_equal(run(&bm, "h100-sxm:8x8", 3, 0, &r, &d), SC_ERR_USAGE);
   assert_non_null(strstr(d.msg, "global batch 3 does not divide"));
   assert_non_null(strstr(d.msg, "batches that do: 2 or 4"));
   assert_int_equal(run(&bm, "h100-sxm:8x2", 4, 0, &r, &d), SC_OK);
   assert_true(r.n_top > 0);
   for (int32_t i = 0; i < r.n_top; i++) assert_int_equal(4 % (r.top[i].dp * r.top[i].fsdp), 0);
-  /* on 16 devices tp=4 x cp=4 (or cp=8 x tp=2) leaves dp x fsdp = 1: a
-   * batch of 3 has plans, all with cp > 1 */
+  /* on 16 devices tp=4 x cp=4 (or pp=2 x cp=4 x tp=2) leaves dp x fsdp =
+   * 1: a batch of 3 has plans, all with cp > 1 */
   assert_int_equal(run(&bm, "h100-sxm:8x2", 3, 0, &r, &d), SC_OK);
   assert_true(r.n_top > 0);
   for (int32_t i = 0; i < r.n_top; i++)
@@ -529,11 +538,13 @@ static void test_inference(void **state) {
     const sc_search_result *r = k ? &thr : &lat;
     assert_int_equal(r->pruned, r->pruned_heads + r->pruned_node + r->pruned_batch +
                                     r->pruned_microbatch + r->pruned_state + r->pruned_bound +
-                                    r->pruned_fsdp);
+                                    r->pruned_fsdp + r->pruned_cp + r->pruned_ep);
     for (int32_t i = 0; i < r->n_top; i++) {
       const sc_search_cand *c = &r->top[i];
       assert_true(c->inference && c->fits);
-      assert_true(c->pp * c->dp * c->tp <= 8);
+      assert_true(c->pp * c->dp * c->cp * c->tp <= 8);
+      assert_true(c->cp <= 4 && 128 % (2 * c->cp) == 0);
+      assert_true(c->ep <= 1); /* a dense model */
       assert_int_equal(c->fsdp, 1);
       assert_int_equal(c->zero, 0);
       assert_int_equal(c->recompute, SC_SEARCH_RECOMPUTE_NONE);
@@ -568,6 +579,43 @@ static void test_inference(void **state) {
   for (int32_t i = 0; i < one.n_top; i++) assert_int_equal(one.top[i].dp, 1);
 }
 
+/* cp in the inference search: at batch 8 cp=2 computes 0.4-0.65 of one
+ * rank's forward and adds the ring and the logits' gather as its cp time;
+ * at batch 1 the search keeps cp candidates. Two candidates differing
+ * only in cp are not of the same mesh (an axis of size 0 and one of 1
+ * are; ZeRO and sequence parallelism do not count). */
+static void test_inference_cp(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(GPT_1P5B, &bm, &n);
+  sc_cluster cl = preset("h100-sxm:8x1");
+  sc_search_opts o = {.cluster = &cl, .goal = SC_SEARCH_LATENCY, .global_batch = 8,
+                      .dtype = SC_CLUSTER_FP32};
+  sc_search_cand one = {.dp = 1, .fsdp = 1, .tp = 1, .pp = 1, .cp = 1, .ep = 1,
+                        .schedule = "gpipe", .virtual_stages = 1, .microbatches = 1,
+                        .micro_batch_size = 8, .batch = 8, .inference = true};
+  sc_search_cand two;
+  cp_pair(&bm, &o, &one, &two, 0.65);
+  assert_true(two.peak_activation_bytes < one.peak_activation_bytes);
+  sc_diag d = {0};
+  /* at batch 1 by latency (no replica to split it) the search keeps cp */
+  sc_search_result r;
+  assert_int_equal(infer(&bm, "h100-sxm:8x1", SC_SEARCH_LATENCY, 1, &r, &d), SC_OK);
+  bool cp = false;
+  for (int32_t i = 0; i < r.n_top; i++) cp |= r.top[i].cp > 1;
+  assert_true(cp);
+  assert_false(sc_search_same_mesh(&one, &two));
+  sc_search_cand zero = one;
+  zero.cp = 0;
+  zero.ep = 0;
+  assert_true(sc_search_same_mesh(&one, &zero));
+  two.cp = 1;
+  two.zero = 1;
+  two.sequence_parallel = true;
+  assert_true(sc_search_same_mesh(&one, &two));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_block_model), cmocka_unit_test(test_search_space),
@@ -576,7 +624,7 @@ int main(void) {
       cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_cp_estimate), cmocka_unit_test(test_ep_estimate),
       cmocka_unit_test(test_zero_stages),
       cmocka_unit_test(test_grouped_collectives),
-      cmocka_unit_test(test_inference),
+      cmocka_unit_test(test_inference), cmocka_unit_test(test_inference_cp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 """Checks of `shardc plan [--train] --auto --json` (tests/lit/plan/auto.test,
-auto_infer.test, auto_cp.test, auto_ep.test).
+auto_infer.test, auto_cp.test, auto_cp_compose.test, auto_ep.test).
 
   auto_check.py check SHARDC MODEL AUTO.json TMP
       the chosen plan is exact ("simulated", the path of plan --train --mesh)
@@ -38,6 +38,17 @@ auto_infer.test, auto_cp.test, auto_ep.test).
       the limit or slower than the chosen plan, and so is (when the chosen
       mesh is ep alone) each mesh giving ep's ranks to dp, fsdp (ZeRO 1,
       2, 3) or tp.
+  auto_check.py composed SHARDC MODEL AUTO.json TMP KIND
+      cp composed with another axis among the candidates evaluated
+      exactly: KIND pp_cp (pp > 1 and cp > 1) or tp_cp_sp (tp > 1 and
+      cp > 1 with sequence parallelism), or ep (ep > 1, an inference
+      search's); at least one such, each with simulated figures, exposed
+      communication on cp (ep), that `plan [--train] --mesh` of its options
+      (the chosen plan's replay with its options in place of the
+      chosen's) predicts again, field for field.
+  auto_check.py replayed A.json B.json
+      two `plan --json` outputs (a plan and its replay through --plan)
+      predict the same object.
   auto_check.py dense AUTO.json
       a model without experts: no candidate (nor the chosen plan) has
       ep > 1, and none was pruned for ep.
@@ -171,6 +182,42 @@ def ep(shardc, model, path, tmp):
     assert others > 0, "no candidate without ep"
     print("ep ok: %s, %.6f s, %d bytes a rank, limit %d; %d plans without ep slower or over"
           % (ch["options"], p["step_time_s"], p["peak_bytes_per_rank"], limit, others))
+
+
+def composed(shardc, model, path, tmp, kind):
+    a = load(path)
+    ch = a["chosen"]
+
+    axis = "ep" if kind == "ep" else "cp"
+
+    def of_kind(c):
+        m = c["mesh"]
+        if kind == "ep":
+            return m["ep"] > 1
+        if kind == "pp_cp":
+            return m["pp"] > 1 and m["cp"] > 1
+        return m["tp"] > 1 and m["cp"] > 1 and c["sequence_parallel"]
+
+    found = [c for c in a["candidates"] if c["exact"] and of_kind(c)]
+    assert found, [(c["options"], c["exact"]) for c in a["candidates"]]
+    for c in found:
+        p = c["predicted"]
+        assert p["source"] == "simulated" and p["step_time_s"] > 0, p
+        assert p["breakdown"]["exposed_comm_s"].get(axis, 0) > 0, p
+        args = shlex.split(ch["replay"].replace(ch["options"], c["options"]))
+        got = predicted_of(shardc, model, args)
+        assert got == p, (c["options"], got, p)
+        print("%s ok: %s, step %.6g s, %d bytes a rank" % (
+            kind, c["options"], p["step_time_s"], p["peak_bytes_per_rank"]))
+
+
+def replayed(pa, pb):
+    with open(pa) as f:
+        a = json.load(f)["predicted"]
+    with open(pb) as f:
+        b = json.load(f)["predicted"]
+    assert a == b and a["step_time_s"] > 0, (a, b)
+    print("replayed: step %.6g s" % a["step_time_s"])
 
 
 def dense(path):
@@ -345,6 +392,10 @@ if __name__ == "__main__":
         cp(*sys.argv[2:6])
     elif sys.argv[1] == "ep":
         ep(*sys.argv[2:6])
+    elif sys.argv[1] == "composed":
+        composed(*sys.argv[2:7])
+    elif sys.argv[1] == "replayed":
+        replayed(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "dense":
         dense(sys.argv[2])
     elif sys.argv[1] == "offload":
