@@ -127,8 +127,12 @@ sc_status sc_pipe_row_of(const sc_dist_program *dp, const sc_pipe_handoffs *ho, 
   r->to = sc_calloc((size_t)r->n_acts + 1, sizeof *r->to);
   if (!r->from || !r->to) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   sc_pipe_traffic_peaks pk, without;
-  if ((st = sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, true, &pk, r->from, r->to, d)) ||
-      (st = sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, false, &without, NULL, NULL, d)))
+  if ((st = sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, true, &pk, r->from, r->to, d)))
+    return st;
+  /* the figures without offloading: the same walk when nothing is
+   * offloaded (no copy out, no copy back), so not walked again */
+  if (dp->schedule.n_offload == 0) without = pk;
+  else if ((st = sc_pipe_traffic(ho, dp, q, r->acts, r->n_acts, false, &without, NULL, NULL, d)))
     return st;
   r->stash = pk.stash;
   r->step = pk.step;
