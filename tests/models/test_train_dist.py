@@ -252,13 +252,14 @@ def same_bits(name, what, ref, got):
               f"{name} {what}: {group} not bit-identical to no recompute: {diff[:5]}")
 
 
-def sample_args(tmp, name, batch, samples=None):
+def sample_args(tmp, name, batch, samples=None, seed=11, steps=STEPS):
     """(model, `train`'s arguments without a mesh) for SAMPLES[name] (or
-    samples[name]): its seeded inputs and labels written into tmp, the
-    batch, STEPS steps, one thread a rank."""
+    samples[name]): its inputs and labels, seeded by seed, written into
+    tmp, the batch, `steps` steps (none given when None), one thread a
+    rank."""
     make, labels, opts, _ = (samples or SAMPLES)[name]
     model = os.path.join(SRC, "samples", name + ".onnx")
-    r = np.random.RandomState(11)
+    r = np.random.RandomState(seed)
     data = []
     for k, v in make(r).items():
         f = os.path.join(tmp, f"{name}_{k}.npy")
@@ -266,8 +267,9 @@ def sample_args(tmp, name, batch, samples=None):
         data += ["--data", f"{k}={f}"]
     f = os.path.join(tmp, f"{name}_labels.npy")
     np.save(f, labels(r).astype(np.int64))
-    return model, [model, "--dim", f"batch={batch}", "--steps", str(STEPS), "--threads", "1",
-                   "--labels", f] + data + opts
+    return model, [model, "--dim", f"batch={batch}"] + \
+        (["--steps", str(steps)] if steps is not None else []) + \
+        ["--threads", "1", "--labels", f] + data + opts
 
 
 def parse_part(prog, parts):

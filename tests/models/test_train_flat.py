@@ -44,6 +44,7 @@ from onnx import numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, finish  # noqa: E402
 from test_train_dist import arena_of, compare, losses, run  # noqa: E402
+from test_train_dist import sample_args as dist_sample_args  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -66,17 +67,8 @@ SAMPLES = {
 
 
 def sample_args(tmp, name):
-    make, labels, opts, _ = SAMPLES[name]
-    model = os.path.join(SRC, "samples", name + ".onnx")
-    r = np.random.RandomState(13)
-    args = [model, "--dim", f"batch={BATCH}", "--threads", "1"]
-    for k, v in make(r).items():
-        f = os.path.join(tmp, f"{name}_{k}.npy")
-        np.save(f, v)
-        args += ["--data", f"{k}={f}"]
-    f = os.path.join(tmp, f"{name}_labels.npy")
-    np.save(f, labels(r).astype(np.int64))
-    return model, args + ["--labels", f] + opts
+    """(model, `train`'s arguments without a mesh or steps) for SAMPLES[name]."""
+    return dist_sample_args(tmp, name, BATCH, SAMPLES, seed=13, steps=None)
 
 
 def padded(n, s):
