@@ -649,6 +649,9 @@ typedef struct sim_ctx {
   int32_t *stage_of;       /* [P] inference: its stage */
   sc_dist_sim_trace *trace; /* NULL: record nothing */
   bool trace_nomem;        /* an event could not be stored */
+  const double *scale;     /* [P] what each rank's compute times are
+                              multiplied by (time-sliced thread-ranks:
+                              busy_share), or NULL: 1 */
 } sim_ctx;
 
 /* Records [start, end) of kind on r's queue, merged into the queue's last
@@ -751,22 +754,23 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
   const sc_program *p = x->dp->stages[s].program;
   const step_cost *tab = x->tab[s];
   sc_dist_sim_rank *row = r->row;
+  const double k = x->scale ? x->scale[r->q] : 1;
   for (; r->i < p->n_steps; r->i++) {
     const step_cost *t = &tab[r->i];
     const sc_step *st = &p->steps[r->i];
     switch (t->term) {
     case T_COMPUTE:
-      record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_COMPUTE, -1, -1, r->t, r->t + t->s,
+      record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_COMPUTE, -1, -1, r->t, r->t + t->s * k,
              0);
-      row->compute_s += t->s; r->t += t->s; row->model_flops += t->flops; break;
+      row->compute_s += t->s * k; r->t += t->s * k; row->model_flops += t->flops; break;
     case T_RECOMPUTE:
       record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_RECOMPUTE, -1, -1, r->t,
-             r->t + t->s, 0);
-      row->recompute_s += t->s; r->t += t->s; break;
+             r->t + t->s * k, 0);
+      row->recompute_s += t->s * k; r->t += t->s * k; break;
     case T_OPTIMIZER:
       record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_OPTIMIZER, -1, -1, r->t,
-             r->t + t->s, 0);
-      row->optimizer_s += t->s; r->t += t->s; row->model_flops += t->flops; break;
+             r->t + t->s * k, 0);
+      row->optimizer_s += t->s * k; r->t += t->s * k; row->model_flops += t->flops; break;
     case T_COMM: {
       double start = r->t > r->qfree[t->group] ? r->t : r->qfree[t->group];
       double end = start + t->s;
@@ -1043,8 +1047,10 @@ const char *sc_dist_sim_event_kind_name(sc_dist_sim_event_kind k) {
   return (unsigned)k < SC_DIST_SIM_EV_KIND_COUNT ? NAMES[k] : "?";
 }
 
-sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
-                                 sc_dist_sim *out, sc_dist_sim_trace *trace, sc_diag *d) {
+/* One simulation of dp, each rank's compute times multiplied by scale[q]
+ * (NULL: 1). */
+static sc_status sim_once(const sc_dist_program *dp, const sc_cluster *c, sc_dist_sim *out,
+                          sc_dist_sim_trace *trace, const double *scale, sc_diag *d) {
   memset(out, 0, sizeof *out);
   if (trace) memset(trace, 0, sizeof *trace);
   const sc_mesh *m = &dp->mesh;
@@ -1062,7 +1068,7 @@ sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
   }
   out->n_ranks = P;
   sim_ctx x = {.dp = dp, .c = c, .d = d, .pp_group = -1, .P = P, .trace = trace,
-           .M = dp->schedule.microbatches < 1 ? 1 : dp->schedule.microbatches};
+           .M = dp->schedule.microbatches < 1 ? 1 : dp->schedule.microbatches, .scale = scale};
   x.r = sc_calloc((size_t)P, sizeof *x.r);
   sc_status st = x.r ? simulate(&x, out) : nomem(d);
   for (int32_t q = 0; x.r && q < P; q++) {
@@ -1099,6 +1105,59 @@ sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
     out->tokens_per_s = out->tokens / out->step_time_s;
   }
   return SC_OK;
+}
+
+/* Thread-ranks that outnumber the host's cores share them: stage_table
+ * stretches every compute step by the share of all R ranks computing at
+ * once (sc_cluster_core_share). A pipeline's ranks do not: each idles
+ * through its bubbles and hand-offs, asleep, while the others have the
+ * cores. So the share is found as a fixed point: simulated with the
+ * stretch of R, each pipeline coordinate q's busy fraction u_q (its
+ * compute, recompute and optimizer time over the step) gives the ranks
+ * computing while q's do, n_q = m (q's own m = R / P, which run the same
+ * program in step) + m * (the sum of the other coordinates' u), and q's
+ * compute is simulated again at the stretch of n_q
+ * (sc_cluster_core_share_busy), halfway from the last, until no stretch
+ * moves by 0.5 % (at most SHARE_ROUNDS simulations before the last). */
+enum { SHARE_ROUNDS = 8 };
+
+sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
+                                 sc_dist_sim *out, sc_dist_sim_trace *trace, sc_diag *d) {
+  int64_t R = dp->mesh.n_ranks > 0 ? dp->mesh.n_ranks : 1;
+  double share = sc_cluster_core_share(c, R);
+  int32_t P = dp->pipe_chunks ? dp->pipe_ranks
+              : dp->pp_axis >= 0 ? (int32_t)dp->mesh.axes[dp->pp_axis].size
+                                 : 1;
+  if (!(share > 1) || P < 2 || P > SC_DIST_SIM_MAX_RANKS)
+    return sim_once(dp, c, out, trace, NULL, d);
+  double *scale = sc_calloc((size_t)P, sizeof *scale);
+  if (!scale) return nomem(d);
+  for (int32_t q = 0; q < P; q++) scale[q] = 1;
+  double m = (double)R / P;
+  sc_status st = SC_OK;
+  for (int round = 0; round < SHARE_ROUNDS; round++) {
+    if ((st = sim_once(dp, c, out, NULL, scale, d)) != SC_OK) break;
+    if (!(out->step_time_s > 0) || out->n_ranks != P) break;
+    double total = 0, u[SC_DIST_SIM_MAX_RANKS];
+    for (int32_t q = 0; q < P; q++) {
+      const sc_dist_sim_rank *w = &out->ranks[q];
+      u[q] = (w->compute_s + w->recompute_s + w->optimizer_s) / out->step_time_s;
+      if (u[q] > 1) u[q] = 1;
+      total += u[q];
+    }
+    double moved = 0;
+    for (int32_t q = 0; q < P; q++) {
+      double want = sc_cluster_core_share_busy(c, m + m * (total - u[q])) / share;
+      double next = 0.5 * (scale[q] + want);
+      double dm = fabs(next - scale[q]) / scale[q];
+      if (dm > moved) moved = dm;
+      scale[q] = next;
+    }
+    if (moved < 0.005) break;
+  }
+  if (st == SC_OK) st = sim_once(dp, c, out, trace, scale, d);
+  sc_free(scale);
+  return st;
 }
 
 double sc_dist_sim_mfu(const sc_dist_sim *s, const sc_cluster *c, sc_cluster_dtype t) {

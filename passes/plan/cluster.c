@@ -273,6 +273,14 @@ double sc_cluster_core_share(const sc_cluster *c, int64_t ranks) {
   return ranks > c->host_cores ? (double)ranks / (double)c->host_cores : 1;
 }
 
+double sc_cluster_core_share_busy(const sc_cluster *c, double busy) {
+  if (!(busy > 1)) return 1;
+  int64_t lo = (int64_t)busy;
+  double f = busy - (double)lo;
+  double a = lo <= 1 ? 1 : sc_cluster_core_share(c, lo);
+  return f > 0 ? a + f * (sc_cluster_core_share(c, lo + 1) - a) : a;
+}
+
 double sc_cluster_sync_call_s(const sc_cluster *c, int64_t ranks) {
   const sc_profile_sync *y = c->host_cores > 0 ? sc_profile_find_sync(&c->profile, ranks) : NULL;
   return y ? y->call_s : 0;

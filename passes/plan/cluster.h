@@ -124,6 +124,11 @@ void sc_cluster_apply_profile(sc_cluster *c, const sc_profile *p);
  * time-sliced), else 1; 1 for a cluster whose ranks have devices of their
  * own. */
 double sc_cluster_core_share(const sc_cluster *c, int64_t ranks);
+
+/* The same stretch when `busy` thread-ranks compute at once on average (a
+ * fraction: the others wait for a hand-off or a collective, asleep):
+ * linear between the whole counts' stretches, 1 at one rank or fewer. */
+double sc_cluster_core_share_busy(const sc_cluster *c, double busy);
 /* The seconds each collective or hand-off among `ranks` thread-ranks adds
  * to its communicator's figures: the profile's sync row's call_s for that
  * many ranks, else 0 (and 0 for a cluster whose ranks have devices of

@@ -168,10 +168,10 @@ def main():
         # times 2) and its exposed communication grows by at least 1 ms
         # (a synchronous all-reduce of the loss waits its whole time); a
         # row for another count changes nothing
-        def predicted(prof_json):
+        def predicted(prof_json, cmd=plan):
             path = os.path.join(d, "edited.json")
             json.dump(prof_json, open(path, "w"))
-            r = subprocess.run(plan + ["--json", "--cluster", f"cpu:local@{path}"],
+            r = subprocess.run(cmd + ["--json", "--cluster", f"cpu:local@{path}"],
                                capture_output=True, text=True, timeout=300)
             check(r.returncode == 0, f"plan --json: exit {r.returncode}: {r.stderr[-500:]}")
             return json.loads(r.stdout)["predicted"]["breakdown"] if r.returncode == 0 else None
@@ -186,6 +186,19 @@ def main():
             if "sync" in p:
                 none = predicted({k: v for k, v in p.items() if k != "sync"})
                 check(none == base, f"a row for 3 ranks changed dp=2: {none} against {base}")
+
+        # a pipeline's ranks idle through their bubbles and hand-offs, so
+        # its compute is stretched by the share of the ranks busy at once
+        # (codegen/dist_sim.c, SHARE_ROUNDS): more than without the row,
+        # less than all of its stretch
+        pipe = plan[:plan.index("--mesh")] + ["--mesh", "pp=2", "--microbatches", "4",
+                                              "--schedule", "1f1b"]
+        base = predicted(dict(p, sync=[{"ranks": 3, "call_s": 1e-3, "stretch": 2.0}]), pipe)
+        slow = predicted(dict(p, sync=[{"ranks": 2, "call_s": 1e-3, "stretch": 2.0}]), pipe)
+        if base and slow:
+            check(1.01 * base["compute_s"] < slow["compute_s"] < 1.98 * base["compute_s"],
+                  f"pp=2, stretch 2 at 2 ranks: compute {slow['compute_s']} against "
+                  f"{base['compute_s']} (want between 1.01x and 1.98x)")
 
         # a GPU's measurement: tests/gpu/test_calibrate_cuda.py; without a
         # driver it fails cleanly (the emulated GPU is not asked for here)

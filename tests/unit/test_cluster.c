@@ -8,6 +8,7 @@
  * tp=16 spans 2 nodes; the order rule puts pp outermost and tp innermost;
  * a mesh too large, not whole nodes, or straddling nodes unevenly is
  * refused; --ranks-per-node disagreeing with the cluster is refused. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -142,6 +143,18 @@ static void test_presets(void **state) {
   assert_true(sc_cluster_core_share(&c, cores) == 1);
   assert_true(sc_cluster_core_share(&c, 2 * cores) == 2);
   assert_true(sc_cluster_core_share(&c, 3 * cores) == 3);
+  /* a fraction of the ranks busy: linear between the whole counts */
+  assert_true(sc_cluster_core_share_busy(&c, 0.5) == 1 && sc_cluster_core_share_busy(&c, 1) == 1);
+  assert_true(fabs(sc_cluster_core_share_busy(&c, 2.5 * cores) - 2.5) < 1e-12);
+  /* with the profile's sync rows: theirs (1 at one rank) */
+  c.profile.present = true;
+  c.profile.n_sync = 2;
+  c.profile.sync[0] = (sc_profile_sync){.ranks = 2, .call_s = 1e-5, .stretch = 1.2};
+  c.profile.sync[1] = (sc_profile_sync){.ranks = 3, .call_s = 1e-5, .stretch = 1.8};
+  c.host_cores = 2;
+  assert_true(fabs(sc_cluster_core_share_busy(&c, 1.5) - 1.1) < 1e-12);
+  assert_true(fabs(sc_cluster_core_share_busy(&c, 2.25) - 1.35) < 1e-12);
+  assert_true(sc_cluster_core_share_busy(&c, 3) == 1.8);
   /* a GPU's ranks have devices of their own */
   assert_int_equal(sc_cluster_preset("h100-sxm:8x4", &c, &d), SC_OK);
   assert_true(c.host_cores == 0 && sc_cluster_core_share(&c, 1024) == 1);
