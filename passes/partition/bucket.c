@@ -13,9 +13,11 @@
  *   parameter shards (graph inputs) of one block (the block key of
  *   passes/stats.h on the parameter's name; parameters outside blocks, an
  *   embedding and a last norm used far apart, are gathered alone),
- *   in one piece (`__stage`), dtype alike; a gather of a parameter the open
- *   group already has (the backward's gathering again) closes it and opens
- *   the next.
+ *   in one piece (`__stage`), dtype alike (one open group per dtype: a
+ *   bf16 step gathers its products' weights as their bf16 casts, cast on
+ *   the shard by localize, and its norms' in f32, interleaved); a gather of
+ *   a parameter the open group already has (the backward's gathering
+ *   again) closes it and opens the next.
  *
  * A group of k >= 2 gathers of shards x_1..x_k (n_t elements each) becomes,
  * at the place of its first gather (each y_t at the place of its own):
@@ -106,6 +108,9 @@ static bool candidate(const bucketer *b, int32_t i, const char *fsdp, const char
   if (!ax || ax->n != 1 || strcmp(ax->strings[0], fsdp) != 0 || (dim && dim->i != 0))
     return false;
   const sc_value *x = &b->L->values[n->inputs[0]];
+  const sc_node *c = x->producer >= 0 ? &b->L->nodes[x->producer] : NULL;
+  if (c && c->op == SC_OP_CAST && c->n_inputs == 1 && c->inputs[0] >= 0)
+    x = &b->L->values[c->inputs[0]]; /* the parameter's low-precision shard */
   if (!(x->flags & SC_VALUE_INPUT) || !x->name || x->rank < 1) return false;
   const char *pp = sc_partition_param_of(b->p, x->name);
   if (!pp || strcmp(pp, x->name) != 0) return false;
@@ -213,7 +218,10 @@ static sc_status bucket(bucketer *b, const member *m, int32_t k, int64_t S) {
   if (!flat) return nomem(b->d);
   sc_status st = SC_OK;
   for (int32_t j = 0; st == SC_OK && j < k; j++) {
-    int32_t shp = const_i64(b, 1, &m[j].n);
+    int32_t cast = L->values[m[j].x].producer; /* a Cast of the shard, before the bucket */
+    if (cast > first && cast < b->first_new && !b->moved[cast] && !put(b, cast, first))
+      st = nomem(b->d);
+    int32_t shp = st == SC_OK ? const_i64(b, 1, &m[j].n) : -1;
     flat[j] = shp < 0 ? -1 : new_value(b, L->values[m[j].x].name, t, 1, &m[j].n);
     if (flat[j] < 0 || emit(b, SC_OP_RESHAPE, base, (int32_t[]){m[j].x, shp}, 2, flat[j], stage,
                             first) < 0)
@@ -519,12 +527,15 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
   bucketer b;
   if (begin(p, d, &stats, &b) != SC_OK) return d->status;
   int32_t n0 = L->n_nodes;
-  member *open = sc_malloc(((size_t)n0 + 1) * sizeof *open); /* the group being gathered */
-  const char **params = sc_malloc(((size_t)n0 + 1) * sizeof *params);
+  /* one open group per dtype (GATHER_SLOTS at once): a bf16 step gathers
+   * its products' weights in bf16 and its norms' in f32, interleaved */
+  enum { GATHER_SLOTS = 2 };
+  member *open = sc_malloc(((size_t)n0 + 1) * GATHER_SLOTS * sizeof *open);
+  const char **params = sc_malloc(((size_t)n0 + 1) * GATHER_SLOTS * sizeof *params);
   b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
-  int32_t k = 0, n_groups = 0;
+  int32_t k[GATHER_SLOTS] = {0}, n_groups = 0;
   int64_t key_stage = -1, key_block = -2;
-  sc_dtype key_t = SC_DTYPE_UNDEF;
+  sc_dtype key_t[GATHER_SLOTS] = {SC_DTYPE_UNDEF, SC_DTYPE_UNDEF};
   sc_status st = open && params && b.moved ? SC_OK : nomem(d);
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
@@ -533,24 +544,31 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
     int64_t block = cand && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
     cand &= block >= 0; /* outside blocks (embeddings, the last norm): used far apart */
     sc_dtype t = cand ? L->values[L->nodes[i].inputs[0]].dtype : SC_DTYPE_UNDEF;
+    int32_t s = 0; /* the dtype's slot, or the one to give way */
+    while (s < GATHER_SLOTS && key_t[s] != t) s++;
+    if (s == GATHER_SLOTS) s = key_t[0] == SC_DTYPE_UNDEF || k[0] == 0 ? 0 : GATHER_SLOTS - 1;
     bool again = false;
-    for (int32_t j = 0; cand && j < k && !again; j++) again = strcmp(params[j], param) == 0;
-    bool same = cand && k > 0 && stage == key_stage && block == key_block && t == key_t && !again;
-    if (i == n0 || (cand && !same)) { /* close the open group */
-      if (k >= 2) {
-        st = bucket(&b, open, k, S);
+    for (int32_t j = 0; cand && j < k[s] && !again; j++)
+      again = strcmp(params[(size_t)s * (n0 + 1) + j], param) == 0;
+    bool moved_on = i == n0 || (cand && (stage != key_stage || block != key_block));
+    for (int32_t q = 0; q < GATHER_SLOTS && st == SC_OK; q++) {
+      bool close = moved_on || (cand && q == s && (key_t[q] != t || again));
+      if (!close) continue;
+      if (k[q] >= 2) {
+        st = bucket(&b, open + (size_t)q * (n0 + 1), k[q], S);
         n_groups++;
       }
-      k = 0;
+      k[q] = 0;
+      key_t[q] = SC_DTYPE_UNDEF;
     }
     if (!cand || st != SC_OK) continue;
     int32_t x = L->nodes[i].inputs[0];
-    open[k] = (member){.node = i, .x = x, .y = L->nodes[i].outputs[0],
-                       .n = sc_value_numel(&L->values[x])};
-    params[k++] = param;
+    open[(size_t)s * (n0 + 1) + k[s]] = (member){.node = i, .x = x, .y = L->nodes[i].outputs[0],
+                                                 .n = sc_value_numel(&L->values[x])};
+    params[(size_t)s * (n0 + 1) + k[s]++] = param;
     key_stage = stage;
     key_block = block;
-    key_t = t;
+    key_t[s] = t;
   }
   st = finish(&b, st);
   sc_free(open);

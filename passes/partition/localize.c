@@ -30,7 +30,9 @@
  * gathered copies are forgotten when the walk reaches the backward (the
  * first node feeding a gradient but not the loss), so the backward
  * gathers again and the forward's copy dies after its last forward use
- * (FSDP's reshard_after_forward).
+ * (FSDP's reshard_after_forward). A parameter the forward and the backward
+ * read only through narrowing Casts (mixed precision's bf16 copy) is cast
+ * on its shard and the bf16 shard is gathered instead (casts_first).
  * Constants are never resharded at run time: a constant wanted under a
  * sharding becomes a sharded constant (no data, local shape) whose source is
  * the global data (partition.h) — each rank loads its piece. Constants
@@ -115,7 +117,10 @@ typedef struct lz {
   sc_shard_source *src;
   int32_t n_src, cap_src;
   int32_t stage;     /* of the node being localized */
-  bool *stored;      /* [g->n_values] a parameter split over the storage axis */
+  bool *stored;      /* [g->n_values] a parameter split over the storage axis,
+                        or its narrowing Cast (cast_first) */
+  bool *cast_first;  /* [g->n_nodes] a Cast of a stored parameter run on its
+                        shard: the low-precision copy is what is gathered */
   uint8_t *region;   /* [g->n_nodes] REGION_* bits */
   bool in_backward;  /* the walk has reached the backward */
   int32_t n_emitted; /* nodes made here: their names are "<origin>/<Op>_<k>" */
@@ -1082,7 +1087,8 @@ static sc_status localize_node(lz *z, int32_t nid) {
       if (seed) in[i] = *seed;
       else sc_sharding_replicated(&in[i], v->rank);
     }
-    if (region && z->stored[gid]) without_storage(z, &in[i]); /* used whole */
+    if (region && z->stored[gid] && !z->cast_first[nid])
+      without_storage(z, &in[i]); /* used whole */
     want[i] = in[i];
   }
   for (int32_t j = 0; j < no; j++) {
@@ -1296,6 +1302,49 @@ static sc_status bind_outputs(lz *z) {
   return SC_OK;
 }
 
+/* Whether node n is a Cast of a float to a narrower float (mixed
+ * precision's Cast of a parameter to bf16 or f16). */
+static bool narrowing_cast(const sc_graph *g, const sc_node *n) {
+  if (n->op != SC_OP_CAST || n->n_inputs != 1 || n->n_outputs != 1 || n->inputs[0] < 0 ||
+      n->outputs[0] < 0)
+    return false;
+  sc_dtype a = g->values[n->inputs[0]].dtype, b = g->values[n->outputs[0]].dtype;
+  return sc_dtype_is_float(a) && sc_dtype_is_float(b) && sc_dtype_size(b) < sc_dtype_size(a);
+}
+
+/* A stored parameter that the forward and the backward read only through
+ * narrowing Casts (mixed precision's, train.c) is cast on its shard and
+ * the low-precision shard is what is gathered (FSDP's MixedPrecision
+ * param_dtype): half the bytes of gathering f32 then casting. Those Casts
+ * are marked cast_first and their outputs stored: used whole, gathered
+ * before each use, forgotten at the backward unless keep_after_forward. */
+static sc_status casts_first(lz *z) {
+  const sc_graph *g = z->g;
+  z->cast_first = sc_calloc((size_t)g->n_nodes + 1, sizeof *z->cast_first);
+  bool *other = sc_calloc((size_t)g->n_values + 1, sizeof *other); /* read otherwise */
+  if (!z->cast_first || !other) {
+    sc_free(other);
+    return nomem(z);
+  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t nid = 0; nid < g->n_nodes; nid++) {
+      const sc_node *n = &g->nodes[nid];
+      if ((n->flags & SC_NODE_DEAD) || !z->region[nid]) continue;
+      bool cast = narrowing_cast(g, n);
+      for (int32_t i = 0; i < n->n_inputs; i++) {
+        int32_t v = n->inputs[i];
+        if (v < 0 || !z->stored[v] || g->values[v].producer >= 0) continue;
+        if (pass == 0 && !cast) other[v] = true;
+        if (pass == 1 && cast && !other[v]) {
+          z->cast_first[nid] = true;
+          z->stored[n->outputs[0]] = true;
+        }
+      }
+    }
+  sc_free(other);
+  return SC_OK;
+}
+
 /* Training: the regions of the nodes and the stored parameters (storage
  * axis, above). The node order is topological, so one backward sweep marks
  * what feeds the loss and what feeds a gradient. */
@@ -1333,7 +1382,7 @@ static sc_status training_regions(lz *z) {
       if (n->inputs[i] >= 0) need[n->inputs[i]] |= r;
   }
   sc_free(need);
-  return SC_OK;
+  return casts_first(z);
 }
 
 static int cmp_source(const void *a, const void *b) {
@@ -1347,6 +1396,7 @@ static void free_walk(lz *z) {
   sc_free(z->memos);
   sc_free(z->src);
   sc_free(z->stored);
+  sc_free(z->cast_first);
   sc_free(z->region);
   sc_cut_destroy(z->cg);
   sc_free(z->pnode);
