@@ -269,6 +269,7 @@ static void print_header(const report *r, const char *path) {
     printf("tensor:       sequence parallel %s, vocab parallel %s%s\n",
            pl->sequence_parallel ? "on" : "off", pl->vocab_parallel ? "on" : "off",
            pl->expert_tensor_parallel ? ", expert tensor parallel on" : "");
+  sc_partition_print_cp_padding(part, stdout, "context:      ");
   printf("stages:       %d (", part->n_stages);
   if (pl->n_boundaries == 0) printf("balanced");
   for (int32_t i = 0; i < pl->n_boundaries; i++)
