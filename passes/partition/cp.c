@@ -13,7 +13,10 @@
  * partitioner calls it. It does:
  *   - S, the sequence: dim 2 of every FusedAttention's queries and keys
  *     (one S for all; an unfused attention is refused, naming it), checked
- *     by sc_cp_check_sequence;
+ *     by sc_cp_check_sequence; without a causal attention, an S that does
+ *     not divide into 2N chunks takes N contiguous blocks instead, padded
+ *     to the next multiple of N (the layout below: padding rows after the
+ *     tokens, their keys masked on the ring, see localize.c);
  *   - an attention mask input must be a constant adding nothing to what the
  *     causal flag lets through, or exactly the causal mask (the flag is then
  *     set), and is dropped (mask_kind); any other is refused;
@@ -28,6 +31,11 @@
  *     Llama's rotary cos and sin, ViT's) are permuted the same way along
  *     their S dim, so each rank sees its rows' global positions (a constant
  *     in its data, a computed value by a Gather);
+ *   - the readers that mix tokens (token_readers): a Gather of one token
+ *     (a class token) becomes a sum weighted 1 on its row; padded, a
+ *     ReduceMean or ReduceSum over the tokens a sum weighted 0 on the
+ *     padding, and a Reshape's constant shape naming S at dim 1 names the
+ *     padded length (every shape is then inferred again);
  *   - every graph output in the zig-zag order with a dim 1 of S gets the
  *     inverse permutation (Gather, attribute cp_zigzag = 0) before it, so
  *     it leaves in the natural order. Every Gather made here carries
@@ -42,7 +50,8 @@
  * and the dce pass) marks every FusedAttention and FusedAttentionGrad
  * (recomputed copies too) `cp_ring = N` and sets on the seed's Gather the
  * constraint [batch, cp, _], the batch split as the data inputs' (over dp,
- * fsdp or none).
+ * fsdp or none); a padded sequence's attentions also get `cp_keys = S`, the
+ * keys that are tokens (p->cp_seq and p->cp_padded record the lengths).
  * Errors name the node or value (SC_ERR_USAGE for what is refused). */
 #include <string.h>
 

@@ -946,8 +946,9 @@ static sc_status split_softmax(lz *z, const sc_node *gn, const sc_sharding *s, i
  * for FusedAttentionGrad the backward's ring on the local q, k, v, o,
  * lse, d_o into out[0..2] (dq, dk, dv), its tags after the forward's
  * (tag_base 2n: the forward's end at 2n - 1).
- * Each step's halves depend on the rank: sharded constants over cp whose
- * global contents hold every rank's piece in rank order. */
+ * Each step's halves (and, for a padded sequence, `cp_keys`, its key
+ * masks) depend on the rank: sharded constants over cp whose global
+ * contents hold every rank's piece in rank order. */
 static sc_status ring_attention(lz *z, const sc_node *gn, const int32_t *lin,
                                 const int32_t *lout) {
   int32_t cp = z->p->cp_axis;

@@ -12,7 +12,9 @@
  *                     -inf); Y = FusedAttention of rows half_rows[i] of q,
  *                     k_i and v_i (Gather, axis 2) placed back by
  *                     Gather(Concat(Y, empty), half_place[i]); each merged;
- *            no mask: FusedAttention(q, k_i, v_i), merged.
+ *            no mask: FusedAttention(q, k_i, v_i), merged; a padded
+ *            sequence's blocks (no causal flag) read step i's key mask
+ *            key_mask[i] (-1e30 on the keys of padding rows), step 0's too.
  *   merge    m = max(lse_a, lse_b); s = e^(lse_a-m) + e^(lse_b-m);
  *            lse = m + log s; o = o_a e^(lse_a-m)/s + o_b e^(lse_b-m)/s.
  * half_rows[i] and half_place[i] depend on the rank (h of
