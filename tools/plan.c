@@ -7,7 +7,8 @@
  * shape-only models, --no-weights). This file only prints. The text report
  * (docs/cli.md#plan) has five parts, all derived from the partition and the
  * stage programs, in a fixed order so that golden tests can pin them:
- *   header       model, mesh, axis roles, stages, microbatches, schedule
+ *   header       model, mesh, axis roles, a sequence padded for cp, stages,
+ *                microbatches, schedule
  *   stages       per stage: its ranks, global nodes, blocks, parameters
  *                (global and per rank), FLOPs per microbatch (global and per
  *                rank), activation arena per rank
