@@ -20,6 +20,10 @@ sc_status sc_cp_check_sequence(int64_t seq, int64_t cp, const char *what, sc_dia
                               (long long)seq, (long long)chunks, (long long)cp, works);
 }
 
+int64_t sc_cp_padded_sequence(int64_t seq, int64_t cp) {
+  return cp < 1 ? seq : (seq + cp - 1) / cp * cp;
+}
+
 int64_t sc_cp_position(int64_t seq, int64_t cp, int64_t r, int64_t j) {
   int64_t c = seq / (2 * cp);
   return j < c ? r * c + j : (2 * cp - 1 - r) * c + (j - c);

@@ -30,6 +30,12 @@
  * and becomes the diagnostic's prefix. */
 sc_status sc_cp_check_sequence(int64_t seq, int64_t cp, const char *what, sc_diag *d);
 
+/* The length a sequence of seq tokens is padded to over cp ranks without a
+ * causal mask when it does not divide into 2·cp chunks: the next multiple
+ * of cp (seq itself when cp divides it). The cp contiguous blocks then hold
+ * seq / cp rounded up rows each, the last cp − 1 rows at most padding. */
+int64_t sc_cp_padded_sequence(int64_t seq, int64_t cp);
+
 /* The global position of local row j (0 <= j < seq / cp) of cp rank r
  * (0 <= r < cp); seq must have passed sc_cp_check_sequence. */
 int64_t sc_cp_position(int64_t seq, int64_t cp, int64_t r, int64_t j);

@@ -7,7 +7,8 @@
  * shape-only models, --no-weights). This file only prints. The text report
  * (docs/cli.md#plan) has five parts, all derived from the partition and the
  * stage programs, in a fixed order so that golden tests can pin them:
- *   header       model, mesh, axis roles, stages, microbatches, schedule
+ *   header       model, mesh, axis roles, a sequence padded for cp, stages,
+ *                microbatches, schedule
  *   stages       per stage: its ranks, global nodes, blocks, parameters
  *                (global and per rank), FLOPs per microbatch (global and per
  *                rank), activation arena per rank
@@ -269,6 +270,7 @@ static void print_header(const report *r, const char *path) {
     printf("tensor:       sequence parallel %s, vocab parallel %s%s\n",
            pl->sequence_parallel ? "on" : "off", pl->vocab_parallel ? "on" : "off",
            pl->expert_tensor_parallel ? ", expert tensor parallel on" : "");
+  sc_partition_print_cp_padding(part, stdout, "context:      ");
   printf("stages:       %d (", part->n_stages);
   if (pl->n_boundaries == 0) printf("balanced");
   for (int32_t i = 0; i < pl->n_boundaries; i++)

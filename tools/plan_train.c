@@ -399,6 +399,7 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
                part->mesh.axes[part->fsdp_axis].name);
     printf("mesh %s (%lld ranks)%s: the memory below is one rank's\n", mesh,
            (long long)part->mesh.n_ranks, zero);
+    sc_partition_print_cp_padding(part, stdout, "");
   }
   sc_fuse_attention_print(&b->train.attention, stdout, "");
   sc_fp8_print(&b->train.fp8, stdout);

@@ -13,7 +13,10 @@
  * partitioner calls it. It does:
  *   - S, the sequence: dim 2 of every FusedAttention's queries and keys
  *     (one S for all; an unfused attention is refused, naming it), checked
- *     by sc_cp_check_sequence;
+ *     by sc_cp_check_sequence; without a causal attention, an S that does
+ *     not divide into 2N chunks takes N contiguous blocks instead, padded
+ *     to the next multiple of N (the layout below: padding rows after the
+ *     tokens, their keys masked on the ring, see localize.c);
  *   - an attention mask input must be a constant adding nothing to what the
  *     causal flag lets through, or exactly the causal mask (the flag is then
  *     set), and is dropped (mask_kind); any other is refused;
@@ -28,6 +31,11 @@
  *     Llama's rotary cos and sin, ViT's) are permuted the same way along
  *     their S dim, so each rank sees its rows' global positions (a constant
  *     in its data, a computed value by a Gather);
+ *   - the readers that mix tokens (token_readers): a Gather of one token
+ *     (a class token) becomes a sum weighted 1 on its row; padded, a
+ *     ReduceMean or ReduceSum over the tokens a sum weighted 0 on the
+ *     padding, and a Reshape's constant shape naming S at dim 1 names the
+ *     padded length (every shape is then inferred again);
  *   - every graph output in the zig-zag order with a dim 1 of S gets the
  *     inverse permutation (Gather, attribute cp_zigzag = 0) before it, so
  *     it leaves in the natural order. Every Gather made here carries
@@ -42,28 +50,49 @@
  * and the dce pass) marks every FusedAttention and FusedAttentionGrad
  * (recomputed copies too) `cp_ring = N` and sets on the seed's Gather the
  * constraint [batch, cp, _], the batch split as the data inputs' (over dp,
- * fsdp or none).
+ * fsdp or none); a padded sequence's attentions also get `cp_keys = S`, the
+ * keys that are tokens (p->cp_seq and p->cp_padded record the lengths).
  * Errors name the node or value (SC_ERR_USAGE for what is refused). */
 #include <string.h>
 
 #include "ir/context_parallel.h"
+#include "ir/op_util.h"
 #include "ir/sharding.h"
 #include "passes/partition/cp.h"
 #include "passes/partition/partition.h"
 #include "passes/partition/shard_rule.h"
 
-static int32_t perm_const(sc_graph *g, const char *base, int64_t seq, int64_t n, bool inverse) {
-  int64_t *idx = sc_arena_array(&g->arena, (size_t)seq, sizeof *idx);
+/* The sequence's layout: seq real tokens in padded rows over n ranks, each
+ * rank's padded / n rows in a row of the permuted value. zigzag: rank r's
+ * chunks r and 2n−1−r (sc_cp_position); else n contiguous blocks, the
+ * padded − seq rows after the last token being padding. */
+typedef struct layout {
+  int64_t seq, padded, n;
+  bool zigzag;
+} layout;
+
+/* The token at row l of the permuted value, or -1 for a padding row. */
+static int64_t layout_token(const layout *L, int64_t l) {
+  int64_t local = L->padded / L->n;
+  int64_t p = L->zigzag ? sc_cp_position(L->padded, L->n, l / local, l % local) : l;
+  return p < L->seq ? p : -1;
+}
+
+/* The permutation's indices: [padded] rows of the natural order (a
+ * padding row copies the last token: its values are never read by what
+ * mixes tokens, its gradient is zero), or the inverse, [seq] rows of the
+ * permuted value. */
+static int32_t perm_const(sc_graph *g, const char *base, const layout *L, bool inverse) {
+  int64_t len = inverse ? L->seq : L->padded;
+  int64_t *idx = sc_arena_array(&g->arena, (size_t)len, sizeof *idx);
   if (!idx) return -1;
-  int64_t local = seq / n;
-  for (int64_t r = 0; r < n; r++)
-    for (int64_t j = 0; j < local; j++) {
-      int64_t p = sc_cp_position(seq, n, r, j);
-      if (inverse) idx[p] = r * local + j;
-      else idx[r * local + j] = p;
-    }
+  for (int64_t l = 0; l < L->padded; l++) {
+    int64_t p = layout_token(L, l);
+    if (inverse && p >= 0) idx[p] = l;
+    if (!inverse) idx[l] = p >= 0 ? p : L->seq - 1;
+  }
   int32_t v = sc_graph_new_value(g, base);
-  if (v < 0 || sc_value_set_data(g, v, SC_DTYPE_I64, 1, &seq, idx, (uint64_t)seq * 8, false) !=
+  if (v < 0 || sc_value_set_data(g, v, SC_DTYPE_I64, 1, &len, idx, (uint64_t)len * 8, false) !=
                    SC_OK)
     return -1;
   return v;
@@ -90,31 +119,32 @@ static int mask_kind(const sc_value *v, bool causal) {
 }
 
 /* c permuted along dim rank-2 (the positions of a [.., S, d] table) by
- * idx[S]: a new constant. */
-static int32_t permuted_const(sc_graph *g, int32_t c, const int64_t *idx) {
+ * idx[len] (len: the padded length): a new constant [.., len, d]. */
+static int32_t permuted_const(sc_graph *g, int32_t c, const int64_t *idx, int64_t len) {
   const sc_value *v = &g->values[c];
   int64_t seq = v->dims[v->rank - 2], inner = v->dims[v->rank - 1];
   size_t row = (size_t)inner * sc_dtype_size(v->dtype);
   int64_t outer = sc_value_numel(v) / (seq * inner);
-  char *data = sc_arena_alloc(&g->arena, (size_t)v->data_bytes);
+  uint64_t bytes = (uint64_t)outer * (uint64_t)len * row;
+  char *data = sc_arena_alloc(&g->arena, bytes ? (size_t)bytes : 1);
   char *base = sc_arena_printf(&g->arena, "%s/cp_zigzag", v->name);
   if (!data || !base) return -1;
   for (int64_t o = 0; o < outer; o++)
-    for (int64_t j = 0; j < seq; j++)
-      memcpy(data + ((size_t)(o * seq + j)) * row,
+    for (int64_t j = 0; j < len; j++)
+      memcpy(data + ((size_t)(o * len + j)) * row,
              (const char *)v->data + ((size_t)(o * seq + idx[j])) * row, row);
   sc_dtype t = v->dtype;
   int32_t rank = v->rank;
   int64_t dims[SC_MAX_RANK];
   memcpy(dims, v->dims, sizeof dims);
-  uint64_t bytes = v->data_bytes;
+  dims[rank - 2] = len;
   int32_t id = sc_graph_new_value(g, base);
   if (id < 0 || sc_value_set_data(g, id, t, rank, dims, data, bytes, false) != SC_OK) return -1;
   return id;
 }
 
-static sc_status permute(sc_graph *g, int32_t seed, int64_t seq, int64_t n,
-                         const int32_t *seq_inputs, int32_t n_seq_inputs, bool *reach);
+static sc_status permute(sc_graph *g, int32_t seed, const layout *L, const int32_t *seq_inputs,
+                         int32_t n_seq_inputs, bool *reach);
 
 /* reach[v] for every value a node reaches from one already marked; not
  * through Shape and Size (their results do not depend on the order: a
@@ -246,7 +276,27 @@ sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, bool batch_split,
                           "context parallelism (cp=%lld) needs an attention to split the "
                           "sequence of; this model has no fused attention",
                           (long long)n);
-  if (sc_cp_check_sequence(seq, n, NULL, &g->diag) != SC_OK) return g->diag.status;
+  /* the layout: the zig-zag where the sequence divides into 2n chunks
+   * (and always under a causal mask: its refusal names the lengths that
+   * do); else, with no attention causal, n contiguous blocks, the sequence
+   * padded to the next multiple of n with keys masked out on the ring */
+  bool causal = false;
+  for (int32_t i = 0; i < g->n_nodes; i++)
+    if (g->nodes[i].op == SC_OP_FUSED_ATTENTION && !(g->nodes[i].flags & SC_NODE_DEAD))
+      causal |= sc_attr_int(g, &g->nodes[i], "causal", 0) != 0;
+  layout L = {.seq = seq, .padded = seq, .n = n, .zigzag = true};
+  if (!causal && n >= 1 && seq > 0 && seq % (2 * n) != 0) {
+    L.zigzag = false;
+    L.padded = sc_cp_padded_sequence(seq, n);
+    if (L.padded != seq && n_seq_inputs > 0)
+      return sc_graph_error(g, SC_ERR_USAGE,
+                            "context parallelism: a sequence of %lld padded to %lld for cp=%lld "
+                            "with a sequence input ('%s': its padding rows would count)",
+                            (long long)seq, (long long)L.padded, (long long)n,
+                            g->values[seq_inputs[0]].name ? g->values[seq_inputs[0]].name : "?");
+  } else if (sc_cp_check_sequence(seq, n, NULL, &g->diag) != SC_OK) {
+    return g->diag.status;
+  }
   sc_status st = batch_split ? products_3d(g) : SC_OK;
   if (st != SC_OK) return st;
   /* the seed: the first computed float value [b, S, hidden] (the token
@@ -277,9 +327,14 @@ sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, bool batch_split,
   reach[seed] = true;
   for (int32_t k = 0; k < n_seq_inputs; k++) reach[seq_inputs[k]] = true;
   spread(g, reach);
-  st = permute(g, seed, seq, n, seq_inputs, n_seq_inputs, reach);
+  st = permute(g, seed, &L, seq_inputs, n_seq_inputs, reach);
   sc_free(reach);
-  return st != SC_OK ? st : sc_graph_toposort(g);
+  if (st == SC_OK) st = sc_graph_toposort(g);
+  /* shapes again: padded, every value after the seed's Gather holds the
+   * padded length; the weighted sums' products are new */
+  for (int32_t i = 0; st == SC_OK && i < g->n_nodes; i++)
+    if (!(g->nodes[i].flags & SC_NODE_DEAD)) st = sc_ops[g->nodes[i].op].infer(g, &g->nodes[i]);
+  return st;
 }
 
 /* The zig-zag Gather of sc_cp_prepare_graph: the node carrying the
@@ -316,6 +371,11 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
                           "context parallelism: the step's sequence is ordered for cp=%lld, the "
                           "mesh has cp=%lld",
                           (long long)sc_attr_int(g, &g->nodes[z], "cp_zigzag", 0), (long long)n);
+  /* a padded sequence: its length before and after (the seed's Gather's
+   * input and output); the ring masks the keys of the padding rows */
+  const sc_value *zin = &g->values[g->nodes[z].inputs[0]], *zout = &g->values[g->nodes[z].outputs[0]];
+  p->cp_seq = zin->dims[1];
+  p->cp_padded = zout->dims[1];
   /* every attention, its backward and its recomputed copies a ring */
   for (int32_t i = 0; i < g->n_nodes; i++) {
     sc_node *nd = &g->nodes[i];
@@ -327,6 +387,12 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
     sc_attr *a = sc_node_add_attr(g, i, "cp_ring", SC_ATTR_INT);
     if (!a) return SC_ERR_NOMEM;
     a->i = n;
+    if (p->cp_padded == p->cp_seq) continue;
+    if (sc_attr_int(g, nd, "causal", 0) != 0)
+      return sc_node_error(g, nd, SC_ERR_INVALID,
+                           "context parallelism: a causal attention over a padded sequence");
+    if (!(a = sc_node_add_attr(g, i, "cp_keys", SC_ATTR_INT))) return SC_ERR_NOMEM;
+    a->i = p->cp_seq;
   }
   /* the constraint: the sequence over cp, the batch as the data inputs
    * split it (over dp, fsdp: the first input of the batch's size with a
@@ -377,11 +443,118 @@ static int32_t reorder(sc_graph *g, int32_t x, int32_t idx, int64_t axis, int32_
   return y;
 }
 
-static sc_status permute(sc_graph *g, int32_t seed, int64_t seq, int64_t n,
-                         const int32_t *seq_inputs, int32_t n_seq_inputs, bool *reach) {
+/* Node nid (a Gather of one token, a ReduceMean or ReduceSum over the
+ * tokens, of x [b, padded, ...]) becomes ReduceSum(x · w, axes = [1]),
+ * w [1, padded, 1, ..] holding each row's weight: 1 at the token's row
+ * (token >= 0), else `each` on every row of a token and 0 on the padding
+ * rows, which then add nothing (their values are finite) and get a zero
+ * gradient. A sum over the split tokens: a pending sum over cp. */
+static sc_status token_sum(sc_graph *g, int32_t nid, const layout *L, int64_t token,
+                           double each, bool keepdims) {
+  const sc_node *nd = &g->nodes[nid];
+  int32_t x = nd->inputs[0];
+  const sc_value *xv = &g->values[x];
+  if (xv->dtype != SC_DTYPE_F32)
+    return sc_node_error(g, nd, SC_ERR_USAGE,
+                         "context parallelism: a %s over the padded sequence is supported in f32 "
+                         "only (this one is %s)",
+                         sc_op_name(nd->op), sc_dtype_name(xv->dtype));
+  int64_t dims[SC_MAX_RANK];
+  for (int32_t d = 0; d < xv->rank; d++) dims[d] = d == 1 ? L->padded : 1;
+  float *w = sc_arena_array(&g->arena, (size_t)L->padded, sizeof *w);
+  char *base = sc_arena_printf(&g->arena, "%s/cp_weights", nd->name ? nd->name : "tokens");
+  if (!w || !base) return SC_ERR_NOMEM;
+  for (int64_t l = 0; l < L->padded; l++) {
+    int64_t p = layout_token(L, l);
+    w[l] = token >= 0 ? (p == token ? 1.0f : 0.0f) : (p >= 0 ? (float)each : 0.0f);
+  }
+  int32_t wv = sc_graph_new_value(g, base);
+  if (wv < 0 || sc_value_set_data(g, wv, SC_DTYPE_F32, xv->rank, dims, w,
+                                  (uint64_t)L->padded * sizeof *w, false) != SC_OK)
+    return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+  /* its shape inferred with the others' once x has the padded length */
+  char *mn = sc_arena_printf(&g->arena, "%s/mul", base);
+  int32_t m = mn ? sc_graph_new_value(g, mn) : -1;
+  if (m < 0 || sc_graph_add_node(g, SC_OP_MUL, g->values[m].name, (int32_t[]){x, wv}, 2, &m, 1) < 0)
+    return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+  sc_node *r = &g->nodes[nid];
+  r->op = SC_OP_REDUCE_SUM;
+  r->inputs[0] = m;
+  r->n_inputs = 1;
+  r->n_attrs = 0;
+  sc_attr *a = sc_node_add_attr(g, nid, "axes", SC_ATTR_INTS);
+  if (!a || !(a->ints = sc_arena_array(&g->arena, 1, sizeof *a->ints))) return SC_ERR_NOMEM;
+  a->ints[0] = 1;
+  a->n = 1;
+  if (!(a = sc_node_add_attr(g, nid, "keepdims", SC_ATTR_INT))) return SC_ERR_NOMEM;
+  a->i = keepdims;
+  return SC_OK;
+}
+
+/* The readers of the tokens (dim 1 of a value in the sequence's order):
+ * a Gather of one token (a class token's selection) becomes a weighted sum
+ * (token_sum), since the token's row is on one rank; when the sequence is
+ * padded, a ReduceMean or ReduceSum over the tokens skips the padding
+ * (token_sum), and a Reshape's constant shape that names the sequence's
+ * length names the padded one. Nodes [0, first) are looked at. */
+static sc_status token_readers(sc_graph *g, const layout *L, int32_t first, const bool *reach,
+                               int32_t n_reach) {
+  for (int32_t i = 0; i < first; i++) {
+    sc_node *nd = &g->nodes[i];
+    if ((nd->flags & SC_NODE_DEAD) || nd->n_inputs < 1 || !reached(g, reach, n_reach, nd->inputs[0]))
+      continue;
+    const sc_value *x = &g->values[nd->inputs[0]];
+    const sc_value *i1 = nd->n_inputs > 1 && nd->inputs[1] >= 0 ? &g->values[nd->inputs[1]] : NULL;
+    if (x->rank < 2 || x->dims[1] != L->seq) continue;
+    sc_status st = SC_OK;
+    if (nd->op == SC_OP_GATHER && i1 && sc_value_has_data(i1) && sc_value_numel(i1) == 1 &&
+        i1->dtype == SC_DTYPE_I64 && i1->rank <= 1) {
+      int64_t axis = sc_attr_int(g, nd, "axis", 0), k = *(const int64_t *)i1->data;
+      if (axis < 0) axis += x->rank;
+      if (axis != 1) continue;
+      if (k < 0) k += L->seq;
+      if (k < 0 || k >= L->seq)
+        return sc_node_error(g, nd, SC_ERR_INVALID, "token %lld of %lld", (long long)k,
+                             (long long)L->seq);
+      st = token_sum(g, i, L, k, 1.0, i1->rank == 1);
+    } else if ((nd->op == SC_OP_REDUCE_MEAN || nd->op == SC_OP_REDUCE_SUM) &&
+               L->padded != L->seq) {
+      bool mask[SC_MAX_RANK], noop, keep;
+      if ((st = sc_reduce_axes(g, nd, mask, &noop, &keep)) != SC_OK) return st;
+      bool tokens_only = !noop && mask[1];
+      for (int32_t d = 0; d < x->rank; d++) tokens_only &= mask[d] == (d == 1);
+      if (!tokens_only)
+        return sc_node_error(g, nd, SC_ERR_USAGE,
+                             "context parallelism: a reduction over the padded sequence (%lld "
+                             "padded to %lld) and other dims is not supported yet",
+                             (long long)L->seq, (long long)L->padded);
+      st = token_sum(g, i, L, -1, nd->op == SC_OP_REDUCE_MEAN ? 1.0 / (double)L->seq : 1.0, keep);
+    } else if (nd->op == SC_OP_RESHAPE && L->padded != L->seq && i1 && sc_value_has_data(i1) &&
+               i1->dtype == SC_DTYPE_I64 && i1->rank == 1 && i1->dims[0] >= 2 &&
+               ((const int64_t *)i1->data)[1] == L->seq) {
+      int64_t len = i1->dims[0];
+      int64_t *shape = sc_arena_array(&g->arena, (size_t)len, sizeof *shape);
+      char *base = sc_arena_printf(&g->arena, "%s/cp_padded", i1->name ? i1->name : "shape");
+      if (!shape || !base) return SC_ERR_NOMEM;
+      memcpy(shape, i1->data, (size_t)len * sizeof *shape);
+      shape[1] = L->padded;
+      int32_t sv = sc_graph_new_value(g, base);
+      if (sv < 0 || sc_value_set_data(g, sv, SC_DTYPE_I64, 1, &len, shape,
+                                      (uint64_t)len * sizeof *shape, false) != SC_OK)
+        return g->diag.status != SC_OK ? g->diag.status : SC_ERR_NOMEM;
+      g->nodes[i].inputs[1] = sv;
+    }
+    if (st != SC_OK) return st;
+  }
+  return SC_OK;
+}
+
+static sc_status permute(sc_graph *g, int32_t seed, const layout *L, const int32_t *seq_inputs,
+                         int32_t n_seq_inputs, bool *reach) {
+  int64_t seq = L->seq, n = L->n;
   int32_t n_reach = g->n_values;
-  int32_t fwd = perm_const(g, "cp.zigzag", seq, n, false);
-  int32_t inv = fwd < 0 ? -1 : perm_const(g, "cp.unzigzag", seq, n, true);
+  int32_t fwd = perm_const(g, "cp.zigzag", L, false);
+  int32_t inv = fwd < 0 ? -1 : perm_const(g, "cp.unzigzag", L, true);
   int32_t first = g->n_nodes;
   /* the seed's Gather carries n (the partitioner finds it by it); the
    * others 1 */
@@ -410,7 +583,7 @@ static sc_status permute(sc_graph *g, int32_t seed, int64_t seq, int64_t n,
           v->dims[v->rank - 2] != seq)
         continue;
       int32_t pc = cv < n_reach && done[cv] ? done[cv] - 1
-                   : sc_value_has_data(v)      ? permuted_const(g, cv, order)
+                   : sc_value_has_data(v)      ? permuted_const(g, cv, order, L->padded)
                                                : reorder(g, cv, fwd, v->rank - 2, 0, 1);
       if (pc < 0) {
         sc_free(done);
@@ -421,6 +594,8 @@ static sc_status permute(sc_graph *g, int32_t seed, int64_t seq, int64_t n,
     }
   }
   sc_free(done);
+  sc_status st = token_readers(g, L, first, reach, n_reach);
+  if (st != SC_OK) return st;
   /* outputs back in the natural order */
   for (int32_t o = 0; o < g->n_outputs; o++) {
     int32_t y = g->outputs[o];

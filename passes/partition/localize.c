@@ -951,8 +951,9 @@ static sc_status split_softmax(lz *z, const sc_node *gn, const sc_sharding *s, i
  * for FusedAttentionGrad the backward's ring on the local q, k, v, o,
  * lse, d_o into out[0..2] (dq, dk, dv), its tags after the forward's
  * (tag_base 2n: the forward's end at 2n - 1).
- * Each step's halves depend on the rank: sharded constants over cp whose
- * global contents hold every rank's piece in rank order. */
+ * Each step's halves (and, for a padded sequence, `cp_keys`, its key
+ * masks) depend on the rank: sharded constants over cp whose global
+ * contents hold every rank's piece in rank order. */
 static sc_status ring_attention(lz *z, const sc_node *gn, const int32_t *lin,
                                 const int32_t *lout) {
   int32_t cp = z->p->cp_axis;
@@ -980,7 +981,33 @@ static sc_status ring_attention(lz *z, const sc_node *gn, const int32_t *lin,
     place[i] = rows[i] < 0 ? -1 : make_const(z, base, SC_DTYPE_I64, 1, &np, pl, false, &s);
     if (place[i] < 0) return z->d->status ? z->d->status : SC_ERR_INVALID;
   }
+  /* a padded sequence (cp.c: n contiguous blocks of `rows` rows, the
+   * tokens first): each step's mask [n, 1, rows, rows] split over cp,
+   * -1e30 on the keys of padding rows of the block in hand (rank s's) */
+  int64_t keys = sc_attr_int(z->g, gn, "cp_keys", 0), nr = z->L->values[lin[0]].dims[2];
+  int32_t *mask = NULL;
+  if (keys > 0 && keys < n * nr) {
+    sc_sharding ms;
+    sc_sharding_replicated(&ms, 4);
+    sc_sharding_split(&ms, 0, cp);
+    if (!(mask = sc_arena_array(&z->p->arena, (size_t)n, sizeof *mask))) return nomem(z);
+    for (int32_t i = 0; i < n; i++) {
+      int64_t md[4] = {n, 1, nr, nr};
+      float *mg = sc_arena_array(&z->p->arena, (size_t)(n * nr * nr), sizeof *mg);
+      if (!mg) return nomem(z);
+      for (int64_t r = 0; r < n; r++) {
+        int64_t src = sc_cp_ring_source(n, r, i);
+        for (int64_t e = 0; e < nr * nr; e++)
+          mg[r * nr * nr + e] = src * nr + e % nr >= keys ? -1e30f : 0;
+      }
+      char base[512];
+      snprintf(base, sizeof base, "%s/ring/key_mask_%d", gn->name, (int)i);
+      mask[i] = make_const(z, base, SC_DTYPE_F32, 4, md, mg, false, &ms);
+      if (mask[i] < 0) return z->d->status ? z->d->status : SC_ERR_INVALID;
+    }
+  }
   sc_cp_ring_args a = {.name = gn->name, .axis = z->m->axes[cp].name, .n = (int32_t)n,
+                       .key_mask = mask,
                        .q = lin[0], .k = lin[1], .v = lin[2],
                        .scale = sc_attr_float(z->g, gn, "scale", 1.0),
                        .causal = sc_attr_int(z->g, gn, "causal", 0) != 0, .half_rows = rows,

@@ -314,6 +314,14 @@ sc_status sc_partition_note_fallback(sc_partition *p, const char *node, const ch
   return SC_OK;
 }
 
+void sc_partition_print_cp_padding(const sc_partition *p, FILE *f, const char *prefix) {
+  if (p->cp_axis < 0 || p->cp_padded == p->cp_seq) return;
+  int64_t masked = p->cp_padded - p->cp_seq;
+  fprintf(f, "%ssequence %lld padded to %lld for cp=%lld: %lld masked key%s\n", prefix,
+          (long long)p->cp_seq, (long long)p->cp_padded, (long long)p->mesh.axes[p->cp_axis].size,
+          (long long)masked, masked == 1 ? "" : "s");
+}
+
 void sc_partition_print_fallbacks(const sc_partition *p, FILE *f, const char *prefix) {
   if (!p->n_fallbacks) return;
   int32_t seeds = p->n_seed_fallbacks, rules = p->n_fallbacks - p->n_seed_fallbacks;

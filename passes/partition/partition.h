@@ -58,6 +58,9 @@ typedef struct sc_partition {
                                   (train_seed.c), or -1 */
   int32_t cp_axis;             /* the mesh axis named cp: the sequence split
                                   and attention run as a ring (cp.c), or -1 */
+  int64_t cp_seq, cp_padded;   /* the sequence split over cp and the length
+                                  it is padded to (cp.c; equal when it
+                                  divides), 0 without cp */
   int32_t ep_axis;             /* the mesh axis named ep: a data axis that
                                   also splits the experts (ep.c), or -1 */
   bool training;               /* the graph is a training step (passes/train.h) */
@@ -133,6 +136,9 @@ void sc_partition_batches_that_divide(int64_t b, int64_t parts, char *buf, size_
  * "shardc: warning: "), after a first line saying how many there are; nothing
  * when there are none. */
 void sc_partition_print_fallbacks(const sc_partition *p, FILE *f, const char *prefix);
+/* Prints "PREFIXsequence 17 padded to 18 for cp=2: 1 masked key" when the
+ * sequence split over cp is padded (cp.c); nothing otherwise. */
+void sc_partition_print_cp_padding(const sc_partition *p, FILE *f, const char *prefix);
 
 /* The sharding of initializer name in the partition: its source's, else
  * the local graph's; NULL = replicated. */
@@ -282,6 +288,9 @@ typedef struct sc_cp_ring_args {
   double scale;
   bool causal;
   const int32_t *half_rows, *half_place; /* [n] (index 0 unused); causal only */
+  const int32_t *key_mask;     /* [n] or NULL: step i's additive mask
+                                  [1, 1, rows, rows] (0 or -1e30 on the keys
+                                  of padding rows), not causal only */
   int32_t tag_base;            /* Send/Recv tags from tag_base + 2 (the
                                   forward: to + 2n - 1; the backward: to
                                   + 4n + 1) */

@@ -12,7 +12,9 @@
  *                     -inf); Y = FusedAttention of rows half_rows[i] of q,
  *                     k_i and v_i (Gather, axis 2) placed back by
  *                     Gather(Concat(Y, empty), half_place[i]); each merged;
- *            no mask: FusedAttention(q, k_i, v_i), merged.
+ *            no mask: FusedAttention(q, k_i, v_i), merged; a padded
+ *            sequence's blocks (no causal flag) read step i's key mask
+ *            key_mask[i] (-1e30 on the keys of padding rows), step 0's too.
  *   merge    m = max(lse_a, lse_b); s = e^(lse_a-m) + e^(lse_b-m);
  *            lse = m + log s; o = o_a e^(lse_a-m)/s + o_b e^(lse_b-m)/s.
  * half_rows[i] and half_place[i] depend on the rank (h of
@@ -74,11 +76,12 @@ static int32_t constant(ring *r, const char *what, sc_dtype t, int32_t rank, con
   return v;
 }
 
-/* FusedAttention(q, k, v) into *o, *lse. */
-static bool attend(ring *r, int32_t q, int32_t k, int32_t v, bool causal, int32_t *o,
-                   int32_t *lse) {
+/* FusedAttention(q, k, v[, mask]) into *o, *lse; mask < 0: none. */
+static bool attend(ring *r, int32_t q, int32_t k, int32_t v, int32_t mask, bool causal,
+                   int32_t *o, int32_t *lse) {
   int32_t outs[2];
-  int32_t nid = node(r, SC_OP_FUSED_ATTENTION, "attn", (int32_t[]){q, k, v}, 3, outs, 2);
+  int32_t nid = node(r, SC_OP_FUSED_ATTENTION, "attn", (int32_t[]){q, k, v, mask},
+                     mask >= 0 ? 4 : 3, outs, 2);
   if (nid < 0 || !attr_int(r, nid, "causal", causal)) return false;
   sc_attr *at = sc_node_add_attr(r->g, nid, "scale", SC_ATTR_FLOAT);
   if (!at) return false;
@@ -197,14 +200,20 @@ static sc_status check(ring *r, int64_t *c) {
   sc_graph *g = r->g;
   const sc_cp_ring_args *a = r->a;
   const sc_value *qv = &g->values[a->q];
-  if (qv->rank != 4 || qv->dims[2] % 2 != 0 || a->n < 1 || g->values[a->k].rank != 4 ||
-      g->values[a->v].rank != 4 || (a->causal && a->n > 1 && (!a->half_rows || !a->half_place)))
+  if (qv->rank != 4 || (a->causal && qv->dims[2] % 2 != 0) || a->n < 1 ||
+      g->values[a->k].rank != 4 || g->values[a->v].rank != 4 ||
+      (a->causal && a->n > 1 && (!a->half_rows || !a->half_place || a->key_mask)))
     return sc_graph_error(g, SC_ERR_INVALID,
-                          "%s: ring attention needs q, k, v of rank 4 with an even sequence and, "
-                          "causal, each step's halves",
+                          "%s: ring attention needs q, k, v of rank 4 and, causal, an even "
+                          "sequence, each step's halves and no key mask",
                           a->name);
   *c = qv->dims[2] / 2;
   return SC_OK;
+}
+
+/* Step i's key mask, or -1 (none). */
+static int32_t key_mask(const sc_cp_ring_args *a, int32_t i) {
+  return a->key_mask ? a->key_mask[i] : -1;
 }
 
 static sc_status failed(ring *r) {
@@ -240,21 +249,22 @@ sc_status sc_partition_ring_attention(sc_graph *g, const sc_cp_ring_args *a, int
                                 (el = empty(r, "empty_lse", t, b, h, c, 1, true)) < 0))
     return failed(r);
   int32_t o, lse, k = a->k, v = a->v;
-  if (!attend(r, a->q, k, v, a->causal, &o, &lse)) return failed(r);
+  if (!attend(r, a->q, k, v, key_mask(a, 0), a->causal, &o, &lse)) return failed(r);
   for (int32_t i = 1; i < a->n; i++) {
     if ((k = pass_on(r, k, a->k, a->tag_base + 2 * i)) < 0 ||
         (v = pass_on(r, v, a->v, a->tag_base + 2 * i + 1)) < 0)
       return failed(r);
     int32_t ob, lb;
     if (!a->causal) {
-      if (!attend(r, a->q, k, v, false, &ob, &lb) || !merge(r, &o, &lse, ob, lb, axis3))
+      if (!attend(r, a->q, k, v, key_mask(a, i), false, &ob, &lb) ||
+          !merge(r, &o, &lse, ob, lb, axis3))
         return failed(r);
       continue;
     }
     /* X: queries H1 against keys H0, placed at rows [c, 2c) */
     int32_t qx = rows(r, a->q, c, c), kx = qx < 0 ? -1 : rows(r, k, 0, c);
     int32_t vx = kx < 0 ? -1 : rows(r, v, 0, c);
-    if (vx < 0 || !attend(r, qx, kx, vx, false, &ob, &lb)) return failed(r);
+    if (vx < 0 || !attend(r, qx, kx, vx, -1, false, &ob, &lb)) return failed(r);
     if ((ob = concat2(r, eo, ob)) < 0 || (lb = concat2(r, el, lb)) < 0 ||
         !merge(r, &o, &lse, ob, lb, axis3))
       return failed(r);
@@ -262,7 +272,7 @@ sc_status sc_partition_ring_attention(sc_graph *g, const sc_cp_ring_args *a, int
     int32_t idx = a->half_rows[i], place = a->half_place[i];
     int32_t qy = gather_rows(r, a->q, idx), ky = qy < 0 ? -1 : gather_rows(r, k, idx);
     int32_t vy = ky < 0 ? -1 : gather_rows(r, v, idx);
-    if (vy < 0 || !attend(r, qy, ky, vy, false, &ob, &lb)) return failed(r);
+    if (vy < 0 || !attend(r, qy, ky, vy, -1, false, &ob, &lb)) return failed(r);
     if ((ob = concat2(r, ob, eo)) < 0 || (lb = concat2(r, lb, el)) < 0 ||
         (ob = gather_rows(r, ob, place)) < 0 || (lb = gather_rows(r, lb, place)) < 0 ||
         !merge(r, &o, &lse, ob, lb, axis3))
@@ -272,9 +282,11 @@ sc_status sc_partition_ring_attention(sc_graph *g, const sc_cp_ring_args *a, int
   return infer_from(r, first);
 }
 
-/* FusedAttentionGrad of one block into g3[3] (dq, dk, dv). */
-static bool attend_grad(ring *r, const int32_t in[6], bool causal, int32_t g3[3]) {
-  int32_t nid = node(r, SC_OP_FUSED_ATTENTION_GRAD, "attn_grad", in, 6, g3, 3);
+/* FusedAttentionGrad of one block into g3[3] (dq, dk, dv), under the
+ * additive mask `mask` (< 0: none). */
+static bool attend_grad(ring *r, const int32_t in[6], int32_t mask, bool causal, int32_t g3[3]) {
+  int32_t all[7] = {in[0], in[1], in[2], in[3], in[4], in[5], mask};
+  int32_t nid = node(r, SC_OP_FUSED_ATTENTION_GRAD, "attn_grad", all, mask >= 0 ? 7 : 6, g3, 3);
   if (nid < 0 || !attr_int(r, nid, "causal", causal)) return false;
   sc_attr *at = sc_node_add_attr(r->g, nid, "scale", SC_ATTR_FLOAT);
   if (!at) return false;
@@ -305,7 +317,7 @@ sc_status sc_partition_ring_attention_grad(sc_graph *g, const sc_cp_ring_args *a
                                 (zv = empty(r, "zero_dv", t, b, kvh, c, dv_dim, false)) < 0))
     return failed(r);
   int32_t g3[3];
-  if (!attend_grad(r, (int32_t[]){a->q, a->k, a->v, o, lse, d_o}, a->causal, g3))
+  if (!attend_grad(r, (int32_t[]){a->q, a->k, a->v, o, lse, d_o}, key_mask(a, 0), a->causal, g3))
     return failed(r);
   int32_t dq = g3[0], dk = g3[1], dv = g3[2], k = a->k, v = a->v;
   for (int32_t i = 1; i < a->n; i++) {
@@ -314,7 +326,7 @@ sc_status sc_partition_ring_attention_grad(sc_graph *g, const sc_cp_ring_args *a
         (dk = pass_on(r, dk, a->k, tag + 2)) < 0 || (dv = pass_on(r, dv, a->v, tag + 3)) < 0)
       return failed(r);
     if (!a->causal) {
-      if (!attend_grad(r, (int32_t[]){a->q, k, v, o, lse, d_o}, false, g3) ||
+      if (!attend_grad(r, (int32_t[]){a->q, k, v, o, lse, d_o}, key_mask(a, i), false, g3) ||
           !accumulate(r, &dq, g3[0]) || !accumulate(r, &dk, g3[1]) || !accumulate(r, &dv, g3[2]))
         return failed(r);
       continue;
@@ -325,7 +337,7 @@ sc_status sc_partition_ring_attention_grad(sc_graph *g, const sc_cp_ring_args *a
                      rows(r, o, c, c), rows(r, lse, c, c), rows(r, d_o, c, c)};
     for (int32_t j = 0; j < 6; j++)
       if (in[j] < 0) return failed(r);
-    if (!attend_grad(r, in, false, g3)) return failed(r);
+    if (!attend_grad(r, in, -1, false, g3)) return failed(r);
     int32_t pq = concat2(r, zq, g3[0]), pk = pq < 0 ? -1 : concat2(r, g3[1], zk);
     int32_t pv = pk < 0 ? -1 : concat2(r, g3[2], zv);
     if (pv < 0 || !accumulate(r, &dq, pq) || !accumulate(r, &dk, pk) || !accumulate(r, &dv, pv))
@@ -335,7 +347,7 @@ sc_status sc_partition_ring_attention_grad(sc_graph *g, const sc_cp_ring_args *a
     const int32_t from[6] = {a->q, k, v, o, lse, d_o};
     for (int32_t j = 0; j < 6; j++)
       if ((in[j] = gather_rows(r, from[j], idx)) < 0) return failed(r);
-    if (!attend_grad(r, in, false, g3)) return failed(r);
+    if (!attend_grad(r, in, -1, false, g3)) return failed(r);
     const int32_t zero[3] = {zq, zk, zv};
     int32_t *acc[3] = {&dq, &dk, &dv};
     for (int32_t j = 0; j < 3; j++) {

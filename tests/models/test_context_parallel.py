@@ -6,8 +6,14 @@ and Llama (rotary embeddings, grouped kv heads, an exactly causal mask)
 inference with seeded random token ids (the whole vocabulary), batch 2,
 sequence 16, and vit_pool (no causal mask: a ViT without the class token,
 16 patch tokens mean-pooled; seeded images uniform in [-1, 1)) at cp=2,
-cp=4 and tp=2 x cp=2, its pooling a pending sum over cp (each rank's mean
-of its tokens scaled by 1/cp: nothing computed whole):
+cp=4, tp=2 x cp=2 and cp=3 (16 tokens padded to 18), its pooling a
+pending sum over cp (each rank's mean of its tokens scaled by 1/cp:
+nothing computed whole; padded, a sum weighted 1/16 on the tokens and 0
+on the padding), and vit (16 patches and the class token: 17 tokens, no
+causal mask) at cp=2, cp=4, tp=2 x cp=2, pp=2 x cp=2 and dp=2 x cp=2, its
+sequence padded to the next multiple of cp (18, 20) with the padding
+rows' keys masked out in every ring step and the class token's selection
+a sum weighted 1 on its row (a pending sum over cp):
   * `shardc run --mesh M` for M in cp=2, cp=4, tp=2 x cp=2, pp=2 x cp=2
     (GPT-2 also dp=2 x cp=2: the batch split over dp, the sequence over cp,
     nothing computed whole)
@@ -18,6 +24,9 @@ of its tokens scaled by 1/cp: nothing computed whole):
   * the attention really runs as a ring: GPT-2's partitioned graph
     (--print-after=localize) holds, at cp=N, 2 layers x 2 (keys, values) x
     (N - 1) steps shifted Send/Recv pairs and no whole attention;
+  * vit's padding is stated by `plan --mesh cp=N` ("sequence 17 padded to
+    18 for cp=2: 1 masked key") and every block of its ring reads its
+    step's key mask (without the masks the logits move by 5e-2);
   * `shardc compile --mesh cp=2 -o DIR` writes an artifact (its programs'
     shifted Send/Recv in the bundle's JSON) that `shardc run DIR` runs equal
     to the single-rank run;
@@ -26,9 +35,9 @@ of its tokens scaled by 1/cp: nothing computed whole):
     hops x batch x kv heads x S/N rows x (d + dv) x 4 bytes, per layer
     (GPT-2: 2 layers, 4 heads of 16);
   * what is not built is refused with a clear error, never a wrong answer:
-    a sequence that does not divide into 2·cp chunks (GPT-2 at cp=3, ViT's
-    17 tokens at cp=2: naming the lengths that do). Training under cp:
-    test_train_cp.py.
+    a causal model's sequence that does not divide into 2·cp chunks (GPT-2
+    at cp=3: naming the lengths that do; padding is for attention without
+    a causal mask). Training under cp: test_train_cp.py.
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -48,7 +57,8 @@ SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 MESHES = {"gpt2": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"],
           "llama": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2"],
-          "vit_pool": ["cp=2", "cp=4", "tp=2,cp=2"]}
+          "vit_pool": ["cp=2", "cp=4", "tp=2,cp=2", "cp=3"],
+          "vit": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"]}
 # meshes that must warn of a fallback: mesh -> a substring of the warning
 # (none: dp beside cp splits the batch and the sequence on their own dims)
 FALLBACKS = {}
@@ -123,6 +133,27 @@ def test_rings(tmp):
         check(not whole, f"cp={n}: an attention left whole: {whole[:1]}")
 
 
+def test_padding(tmp):
+    """vit's 17 tokens padded to the next multiple of cp: `plan` states it,
+    and every block of the ring (at cp=N, 2 layers x N steps) reads its
+    step's key mask"""
+    _, base = model_run(tmp, "vit")
+    path = os.path.join(SRC, "samples", "vit.onnx")
+    for n, padded in ((2, 18), (4, 20)):
+        r = run(["plan", path, "--dim", f"batch={BATCH}", "--mesh", f"cp={n}"])
+        want = (f"sequence 17 padded to {padded} for cp={n}: {padded - 17} masked "
+                f"key{'s' if padded - 17 > 1 else ''}")
+        check(r.returncode == 0 and want in r.stdout,
+              f"vit plan cp={n}: want '{want}': {r.stdout[-600:]} {r.stderr[-600:]}")
+        r = run(base + ["--output-dir", tmp, "--mesh", f"cp={n}", "--print-after=localize"])
+        ir = r.stdout + r.stderr
+        blocks = [ln for ln in ir.splitlines() if "= FusedAttention(" in ln and "/ring/" in ln]
+        masked = [ln for ln in blocks if "/ring/key_mask_" in ln]
+        check(r.returncode == 0 and len(blocks) == 2 * n and masked == blocks,
+              f"vit cp={n}: {len(masked)} of {len(blocks)} ring blocks masked, want {2 * n}")
+    print("ok: vit padded (plan and the ring's key masks)")
+
+
 def test_artifact(tmp):
     _, base = model_run(tmp, "gpt2")
     art, one, got = (os.path.join(tmp, k) for k in ("art", "art_one", "art_run"))
@@ -152,13 +183,11 @@ def test_ring_bytes(tmp):
 
 def test_refusals(tmp):
     _, base = model_run(tmp, "gpt2")
+    # a causal model's sequence is not padded: one that does not divide
+    # into 2·cp chunks is refused
     cases = [(base + ["--mesh", "cp=3"],
               "sequence length 16 does not divide into 2·cp = 6 chunks (cp=3); "
-              "lengths that do: 12 or 18"),
-             (["run", os.path.join(SRC, "samples", "vit.onnx"), "--dim", f"batch={BATCH}",
-               "--random-inputs", "1", "--mesh", "cp=2"],
-              "sequence length 17 does not divide into 2·cp = 4 chunks (cp=2); "
-              "lengths that do: 16 or 20")]
+              "lengths that do: 12 or 18")]
     for args, needle in cases:
         r = run(args + ["--output-dir", tmp])
         check(r.returncode == 2 and needle in r.stderr,  # a usage error, as dp's batch
@@ -174,6 +203,7 @@ def main():
         for name, meshes in MESHES.items():
             test_model(tmp, name, meshes)
         test_rings(tmp)
+        test_padding(tmp)
         test_ring_bytes(tmp)
         test_artifact(tmp)
         test_refusals(tmp)

@@ -91,17 +91,21 @@ EXTRA = {"gpt2": [["--mesh", "fsdp=2,cp=2", "--recompute", "full"]]}
 # sample's seeded images, labels and step options (SGD with Nesterov
 # momentum); no causal mask, its 16 tokens mean-pooled into the classifier
 SAMPLES = dict(dist.SAMPLES, vit_pool=dist.SAMPLES["vit"])
-OWN_MESHES = {"vit_pool": [["--mesh", "cp=2"], ["--mesh", "cp=4"], ["--mesh", "tp=2,cp=2"],
-                           ["--mesh", "fsdp=2,cp=2"],
-                           ["--mesh", "pp=2,cp=2", "--microbatches", "2", "--schedule", "1f1b"],
-                           ["--mesh", "dp=2,cp=2"]]}
+VIT_MESHES = [["--mesh", "cp=2"], ["--mesh", "cp=4"], ["--mesh", "tp=2,cp=2"],
+              ["--mesh", "fsdp=2,cp=2"],
+              ["--mesh", "pp=2,cp=2", "--microbatches", "2", "--schedule", "1f1b"],
+              ["--mesh", "dp=2,cp=2"]]
+# vit (17 tokens: 16 patches and the class token) pads its sequence to the
+# next multiple of cp (18 at cp=2, 20 at cp=4), the padding rows' keys
+# masked out on the ring and the class token's selection a weighted sum
+OWN_MESHES = {"vit_pool": VIT_MESHES + [["--mesh", "cp=3"]], "vit": VIT_MESHES}
 # the absolute floor of the checkpoints' comparison: vit_pool's keys'
 # biases have a gradient that is zero in exact arithmetic (a softmax row
 # does not change when q·b is added to all its scores), so their momentum
 # is the rounding of a sum that cancels, about 1e-9 on both sides whatever
 # the order (measured: up to 2.2e-9 apart, values up to 1.4e-9), where the
 # other tensors' updates are above 1e-3
-FLOOR = {"vit_pool": 1e-8}
+FLOOR = {"vit_pool": 1e-8, "vit": 1e-8}
 LAYERS, HEADS, HEAD_DIM, SEQ, BATCH = 2, 4, 16, 16, 4  # GPT-2's sample
 
 
@@ -306,20 +310,33 @@ def test_bundle(tmp):
         for k in ("loss", "grad_norm")), f"the cp=2 bundle's log {lb} vs one rank {la}")
 
 
-def test_vit(tmp):
-    for name, mesh, needle in (
-            ("vit", "cp=2", "sequence length 17 does not divide into 2·cp = 4 chunks (cp=2); "
-             "lengths that do: 16 or 20"),
-            ("vit_pool", "cp=3", "sequence length 16 does not divide into 2·cp = 6 chunks "
-             "(cp=3); lengths that do: 12 or 18")):
-        _, _, base = base_args(tmp, name)
-        p = dist.run(base + ["--mesh", mesh])
-        check(p.returncode == 2 and needle in p.stderr,
-              f"{name} train {mesh}: exit {p.returncode}, want '{needle}': {p.stderr[-800:]}")
+def test_refusal(tmp):
+    """a causal model's sequence that does not divide into 2·cp chunks is
+    refused (padding is for attention without a causal mask)"""
+    _, _, base = base_args(tmp, "gpt2")
+    needle = ("sequence length 16 does not divide into 2·cp = 6 chunks (cp=3); "
+              "lengths that do: 12 or 18")
+    p = dist.run(base + ["--mesh", "cp=3"])
+    check(p.returncode == 2 and needle in p.stderr,
+          f"gpt2 train cp=3: exit {p.returncode}, want '{needle}': {p.stderr[-800:]}")
+
+
+def test_padding_plan(tmp):
+    """`plan --train --mesh cp=N` on vit states the padding"""
+    model, _, _ = base_args(tmp, "vit")
+    for n, padded in ((2, 18), (4, 20)):
+        p = dist.subprocess.run([SHARDC, "plan", model, "--train", "--dim", f"batch={BATCH}",
+                                 "--mesh", f"cp={n}"], capture_output=True, text=True,
+                                timeout=600)
+        want = (f"sequence 17 padded to {padded} for cp={n}: {padded - 17} masked "
+                f"key{'s' if padded - 17 > 1 else ''}")
+        check(p.returncode == 0 and want in p.stdout,
+              f"vit plan --train cp={n}: want '{want}': {p.stdout[-800:]} {p.stderr[-500:]}")
 
 
 # --part: what each part runs (tests/CMakeLists.txt runs them side by side)
-PARTS = {"gpt2": ["gpt2"], "llama": ["llama"], "vit_pool": ["vit_pool"], "rest": []}
+PARTS = {"gpt2": ["gpt2"], "llama": ["llama"], "vit_pool": ["vit_pool"], "vit": ["vit"],
+         "rest": []}
 
 
 def main():
@@ -330,14 +347,15 @@ def main():
     if bad:
         return bad
     with tempfile.TemporaryDirectory() as tmp:
-        for name in (PARTS[part] if part else ["gpt2", "llama", "vit_pool"]):
+        for name in (PARTS[part] if part else ["gpt2", "llama", "vit_pool", "vit"]):
             test_meshes(tmp, name)
         if part in (None, "rest"):
             test_rings(tmp)
             test_overlap(tmp)
             test_plan(tmp)
             test_bundle(tmp)
-            test_vit(tmp)
+            test_refusal(tmp)
+            test_padding_plan(tmp)
     return finish()
 
 

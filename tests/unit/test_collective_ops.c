@@ -458,10 +458,16 @@ static void test_send_recv(void **state) {
  * dS = P ∘ (dO·Vᵀ − rowsum(dO ∘ O)), dQ = scale·dS·K, dK = scale·dSᵀ·Q,
  * dV = Pᵀ·dO). Tolerance 1e-5 (+1e-6): f32 softmax sums of at most
  * 8·RING_C terms of values in [-1, 1], two roundings of exp/log per merge,
- * and gradient sums over at most 8·RING_C rows (measured: below 1e-6). */
+ * and gradient sums over at most 8·RING_C rows (measured: below 1e-6).
+ * pad > 0 (no causal mask): a padded sequence's layout (passes/partition/
+ * cp.c): n contiguous blocks, the last pad rows padding, each step's key
+ * mask (-1e30 on the padding keys of the block in hand) an input of each
+ * rank's own; the whole attention then sees only the S − pad real keys
+ * (every query row, padding rows too, against them), and the padding keys'
+ * dk and dv are 0. */
 enum { RING_H = 2, RING_C = 3, RING_D = 8 };
 
-static void ring_attention(int n, bool causal) {
+static void ring_attention(int n, bool causal, int pad) {
   const int64_t L = 2 * RING_C, S = (int64_t)n * L, per = RING_H * L * RING_D;
   char text[1024];
   snprintf(text, sizeof text,
@@ -487,7 +493,17 @@ static void ring_attention(int n, bool causal) {
     assert_int_equal(sc_graph_add_input(g, rows_in[i]), SC_OK);
     assert_int_equal(sc_graph_add_input(g, place_in[i]), SC_OK);
   }
+  int32_t mask_in[MAXR];
+  for (int i = 0; pad && i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "mask%d", i);
+    mask_in[i] = sc_graph_add_value(g, name);
+    assert_int_equal(sc_value_set_shape(g, mask_in[i], SC_DTYPE_F32, 4, (int64_t[]){1, 1, L, L}),
+                     SC_OK);
+    assert_int_equal(sc_graph_add_input(g, mask_in[i]), SC_OK);
+  }
   sc_cp_ring_args ra = {.name = "attn", .axis = "cp", .n = n, .q = sc_graph_find_value(g, "q"),
+                        .key_mask = pad ? mask_in : NULL,
                         .k = sc_graph_find_value(g, "k"), .v = sc_graph_find_value(g, "v"),
                         .scale = 0.35355339, .causal = causal, .half_rows = rows_in,
                         .half_place = place_in, .tag_base = 100};
@@ -517,6 +533,9 @@ static void ring_attention(int n, bool causal) {
   float *dout = random_f32(per * n);
   float *lq[MAXR], *lk[MAXR], *lv[MAXR], *ldo[MAXR];
   int64_t idx[MAXR][2 * MAXR][2 * RING_C];
+  static float masks[MAXR][MAXR][4 * RING_C * RING_C];
+  /* the global position of rank r's row j */
+#define RING_POS(r, j) (pad ? (int64_t)(r) * L + (j) : sc_cp_position(S, n, (r), (j)))
   rank_job jobs[MAXR];
   memset(jobs, 0, sizeof jobs);
   for (int r = 0; r < n; r++) {
@@ -527,10 +546,17 @@ static void ring_attention(int n, bool causal) {
       for (int h = 0; h < RING_H; h++)
         for (int64_t j = 0; j < L; j++)
           memcpy(*dst[t] + (h * L + j) * RING_D,
-                 src[t] + (h * S + sc_cp_position(S, n, r, j)) * RING_D, sizeof(float) * RING_D);
+                 src[t] + (h * S + RING_POS(r, j)) * RING_D, sizeof(float) * RING_D);
       jobs[r].in[t] = view(*dst[t], 4, 1, RING_H);
       jobs[r].in[t].dims[2] = L;
       jobs[r].in[t].dims[3] = RING_D;
+    }
+    for (int i = 0; pad && i < n; i++) {
+      int64_t from = sc_cp_ring_source(n, r, i);
+      for (int64_t e = 0; e < L * L; e++) masks[r][i][e] = from * L + e % L >= S - pad ? -1e30f : 0;
+      sc_tensor_view *iv = &jobs[r].in[jobs[r].n_in++];
+      *iv = view(masks[r][i], 4, 1, 1);
+      iv->dims[2] = iv->dims[3] = L;
     }
     for (int i = 1; causal && i < n; i++) {
       int64_t hh = sc_cp_ring_half(r, sc_cp_ring_source(n, r, i));
@@ -557,7 +583,7 @@ static void ring_attention(int n, bool causal) {
       for (int64_t j = 0; j < S; j++) {
         double acc = 0;
         for (int c = 0; c < RING_D; c++) acc += (double)qi[c] * k[(h * S + j) * RING_D + c];
-        pr[j] = causal && j > i ? -INFINITY : acc * 0.35355339;
+        pr[j] = (causal && j > i) || j >= S - pad ? -INFINITY : acc * 0.35355339;
         if (pr[j] > mx) mx = pr[j];
       }
       for (int64_t j = 0; j < S; j++) sum += pr[j] = exp(pr[j] - mx);
@@ -588,12 +614,13 @@ static void ring_attention(int n, bool causal) {
       for (int h = 0; h < RING_H; h++)
         for (int64_t i = 0; i < L; i++)
           for (int64_t c = 0; c < width; c++) {
-            int64_t gp = sc_cp_position(S, n, r, i);
+            int64_t gp = RING_POS(r, i);
             check_close(jobs[r].out[t], ref[t][(h * S + gp) * width + c], 1, 1e-5, what[t], r,
                         (h * L + i) * width + c);
           }
     }
   }
+#undef RING_POS
   free(ro), free(rl), free(rq), free(rk), free(rv);
   for (int r = 0; r < n; r++) free(lq[r]), free(lk[r]), free(lv[r]), free(ldo[r]);
   free(q), free(k), free(v), free(dout);
@@ -606,8 +633,9 @@ static void test_ring_shift(void **state) {
   (void)state;
   rng_seed(41);
   for (int n = 2; n <= 4; n++) {
-    ring_attention(n, false);
-    ring_attention(n, true);
+    ring_attention(n, false, 0);
+    ring_attention(n, true, 0);
+    ring_attention(n, false, n - 1);
   }
 }
 

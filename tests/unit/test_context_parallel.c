@@ -69,6 +69,24 @@ static void test_sequence_check(void **state) {
   assert_int_equal(sc_cp_check_sequence(8, 0, NULL, &d), SC_ERR_USAGE);
 }
 
+/* Without a causal mask a sequence that does not divide is padded to the
+ * next multiple of cp: the vit sample's 17 tokens to 18 at cp=2, 18 at
+ * cp=3, 20 at cp=4 (at most cp − 1 padding rows); a length cp divides is
+ * kept. */
+static void test_padded_sequence(void **state) {
+  (void)state;
+  assert_int_equal(sc_cp_padded_sequence(17, 2), 18);
+  assert_int_equal(sc_cp_padded_sequence(17, 3), 18);
+  assert_int_equal(sc_cp_padded_sequence(17, 4), 20);
+  assert_int_equal(sc_cp_padded_sequence(16, 4), 16);
+  assert_int_equal(sc_cp_padded_sequence(18, 2), 18);
+  for (int64_t cp = 1; cp <= 8; cp++)
+    for (int64_t s = 1; s <= 40; s++) {
+      int64_t p = sc_cp_padded_sequence(s, cp);
+      assert_true(p % cp == 0 && p >= s && p - s < cp);
+    }
+}
+
 /* The blocks of the causal ring, as global (query, key) pairs: each
  * visible pair once, no invisible one; the same count on every rank. */
 static void test_block_pairs(void **state) {
@@ -396,6 +414,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_positions),
       cmocka_unit_test(test_sequence_check),
+      cmocka_unit_test(test_padded_sequence),
       cmocka_unit_test(test_block_pairs),
       cmocka_unit_test(test_ring),
   };
