@@ -166,6 +166,7 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
   if (par->plan_file || par->plan_json) {
     if (par->mesh || par->microbatches || par->ranks_per_node || par->stage_boundaries ||
         par->sequence_parallel || par->no_vocab_parallel || par->expert_tensor_parallel ||
+        par->reduce_dtype ||
         par->cluster || (par->plan_file && par->plan_json))
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
                          "a plan (plan_file or plan_json) may not be given with other parallel "
@@ -180,6 +181,7 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
   if (!par->mesh || !*par->mesh) {
     if (par->microbatches > 1 || par->ranks_per_node || par->stage_boundaries ||
         par->sequence_parallel || par->no_vocab_parallel || par->expert_tensor_parallel ||
+        par->reduce_dtype ||
         par->cluster)
       return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL, "parallel options need a mesh");
     return SC_OK;
@@ -193,7 +195,8 @@ static sc_status make_plan(const sc_parallel_opts *par, sc_plan **plan, sc_diag 
                         .boundaries = par->stage_boundaries,
                         .sequence_parallel = par->sequence_parallel,
                         .no_vocab_parallel = par->no_vocab_parallel,
-                        .expert_tensor_parallel = par->expert_tensor_parallel};
+                        .expert_tensor_parallel = par->expert_tensor_parallel,
+                        .reduce_dtype = par->reduce_dtype};
   return sc_plan_from_options(&po, plan, d);
 }
 
@@ -276,6 +279,11 @@ static sc_status build(const char *model, const sc_dim_binding *dims, int32_t n_
   bo.pass = &po;
   bo.compile = &co;
   bo.plan_file = par ? par->plan_file : NULL;
+  if (par && par->reduce_dtype && (!train || !(train->bf16 || train->fp16)))
+    return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                       "reduce_dtype '%s': the gradient reductions of a bf16 or fp16 training "
+                       "step (%s)",
+                       par->reduce_dtype, train ? "this step is fp32" : "this build has none");
   st = make_plan(par, &bo.plan, d);
   if (st != SC_OK) return st;
   co.bind_state = train && bo.plan && use != BUILD_BUNDLE;

@@ -345,6 +345,11 @@ sc_status sc_build_run(const sc_build_opts *o, sc_build **out, sc_diag *d) {
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
   b->plan = o->plan;
+  if (o->plan && o->train &&
+      sc_plan_check_reduce_dtype(o->plan, sc_train_precision_name(o->train), d) != SC_OK) {
+    sc_build_destroy(b);
+    return d->status;
+  }
   job j = {.o = o, .b = b, .d = d};
   if (o->pass) j.pass = *o->pass;
   else sc_pass_opts_init(&j.pass);

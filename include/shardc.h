@@ -128,6 +128,12 @@ typedef struct sc_parallel_opts {
   bool expert_tensor_parallel;  /* split each expert's MLP over tp as well
                                    (`--expert-tensor-parallel`, docs/moe.md);
                                    needs a tp axis */
+  const char *reduce_dtype;     /* a bf16 or fp16 training step's gradient
+                                   reductions over the data axes: "fp32"
+                                   (NULL: after their cast back, FSDP's
+                                   reduce_dtype) or the step's own "bf16" /
+                                   "fp16" (`--reduce-dtype`); refused
+                                   without such a step */
 } sc_parallel_opts;
 
 typedef enum sc_target_kind {

@@ -82,6 +82,10 @@ void sc_partition_args_help(FILE *f, bool training, bool allow_comm) {
             "                         (HSDP: shard within groups of S, replicate across)\n"
             "  --no-reshard-after-forward  ZeRO-3: keep the gathered parameters from the\n"
             "                         forward to the backward (no second all-gather)\n"
+            "  --reduce-dtype fp32|bf16  a bf16 or fp16 step's gradient reductions over\n"
+            "                         the data axes: fp32 after their cast back (default,\n"
+            "                         FSDP's reduce_dtype, Megatron's), or in the step's\n"
+            "                         low precision (bf16, fp16: half the bytes)\n"
             "  --schedule KIND        pipeline schedule: gpipe (default: all forwards, then\n"
             "                         all backwards), 1f1b (one forward one backward: less\n"
             "                         stash), interleaved (1f1b over --virtual-stages V\n"
@@ -126,7 +130,8 @@ bool sc_partition_args_any(const sc_partition_args *p) {
          p->cluster || p->microbatches ||
          p->boundaries ||
          p->schedule || p->virtual_stages || p->sequence_parallel || p->no_vocab_parallel ||
-         p->expert_tensor_parallel || p->zero || p->keep_after_forward || p->no_overlap || p->hybrid_shard_degree;
+         p->expert_tensor_parallel || p->zero || p->keep_after_forward || p->reduce_dtype || p->no_overlap ||
+         p->hybrid_shard_degree;
 }
 
 int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
@@ -173,6 +178,10 @@ int sc_partition_args_take(sc_partition_args *p, int argc, char **argv, int *i,
     if (!missing && !*v) return sc_cli_usage_error("--mesh needs axes, e.g. pp=2,tp=2");
     if (!missing && strcmp(v, "auto") == 0) p->auto_plan = true;
     else if (!missing) p->mesh = v;
+  } else if ((v = sc_cli_opt_value(argc, argv, i, "--reduce-dtype", &missing))) {
+    if (!missing && !sc_plan_reduce_dtype_known(v))
+      return sc_cli_usage_error("--reduce-dtype expects fp32, bf16 or fp16, got '%s'", v);
+    if (!missing) p->reduce_dtype = v;
   } else if ((v = sc_cli_opt_value(argc, argv, i, "--objective", &missing))) {
     if (!missing && strcmp(v, "latency") != 0 && strcmp(v, "throughput") != 0)
       return sc_cli_usage_error("--objective expects latency or throughput, got '%s'", v);
@@ -239,7 +248,8 @@ static int check_conflicts(const sc_partition_args *p) {
                      p->virtual_stages ||
                      p->sequence_parallel || p->no_vocab_parallel ||
                      p->expert_tensor_parallel || p->zero ||
-                     p->keep_after_forward || p->hybrid_shard_degree || p->no_overlap))
+                     p->keep_after_forward || p->reduce_dtype || p->hybrid_shard_degree ||
+                     p->no_overlap))
       return sc_cli_usage_error("partitioning options need --mesh (or --plan)");
     return 0;
   }
@@ -255,6 +265,7 @@ static int check_conflicts(const sc_partition_args *p) {
                     : p->expert_tensor_parallel ? "--expert-tensor-parallel"
                     : p->zero              ? "--zero"
                     : p->keep_after_forward ? "--no-reshard-after-forward"
+                    : p->reduce_dtype      ? "--reduce-dtype"
                     : p->hybrid_shard_degree ? "--hybrid-shard-degree"
                                            : NULL;
   if (bad) return sc_cli_usage_error("%s may not be given with --plan (the plan file decides)", bad);
@@ -339,6 +350,13 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
   *out = NULL;
   int rc = check_conflicts(p);
   if (rc) return rc;
+  if (p->reduce_dtype && !bo->train)
+    return sc_cli_usage_error("--reduce-dtype sets the dtype of a training step's gradient "
+                              "reductions: it needs --train");
+  if (p->reduce_dtype && strcmp(sc_train_precision_name(bo->train), "fp32") == 0)
+    return sc_cli_usage_error("--reduce-dtype %s: an fp32 step's gradients are fp32 and reduced "
+                              "so; it applies to --precision bf16 or fp16",
+                              p->reduce_dtype);
   sc_diag d = {0}; /* sc_diag_clear keeps .file: start zeroed */
   sc_diag_clear(&d);
   sc_plan *plan = NULL;
@@ -361,6 +379,7 @@ int sc_partition_args_build(const sc_partition_args *p, const sc_cli_opts *opts,
                                                        : NULL,
                           .zero_stage = p->zero,
                           .keep_after_forward = p->keep_after_forward,
+                          .reduce_dtype = p->reduce_dtype,
                           .ranks_per_node = p->ranks_per_node,
                           .microbatches = p->microbatches,
                           .schedule = p->schedule,

@@ -66,6 +66,7 @@ typedef struct sc_partition_args {
   bool expert_tensor_parallel; /* --expert-tensor-parallel */
   int32_t zero;                /* --zero, 0 = not given */
   bool keep_after_forward;     /* --no-reshard-after-forward */
+  const char *reduce_dtype;    /* --reduce-dtype, or NULL: fp32 */
   bool no_overlap;             /* --no-overlap */
   bool no_fuse_attention;      /* --no-fuse-attention */
   int64_t hybrid_shard_degree; /* 0 = not given */

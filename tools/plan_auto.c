@@ -137,6 +137,7 @@ typedef struct auto_args {
   const char *html;         /* --html FILE: the chosen plan's page, with the table */
   bool estimate;            /* --estimate: one plan's estimate against its exact
                                figures (estimate_one), no search */
+  bool reduce_low;          /* --reduce-dtype bf16|fp16 (sc_search_opts) */
 } auto_args;
 
 /* --memory-budget: BYTES with an optional K, M, G suffix, or P% of the
@@ -218,6 +219,7 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
     rest[(*n_rest)++] = argv[i++];
   }
   a->train = train;
+  a->reduce_low = p->reduce_dtype && strcmp(p->reduce_dtype, "fp32") != 0;
   if (a->estimate) {
     if (asked || p->auto_plan) return sc_cli_usage_error("--estimate takes one plan (--mesh ...), "
                                                          "not --auto");
@@ -846,6 +848,7 @@ static sc_search_opts search_opts_of(sc_search_goal goal, const auto_args *a,
                        .dtype = t->bf16 ? SC_CLUSTER_BF16 : t->fp16 ? SC_CLUSTER_FP16
                                                                    : SC_CLUSTER_FP32,
                        .adamw = t->optimizer != SC_OPTIMIZER_SGD,
+                       .reduce_low = a->reduce_low,
                        .memory_budget = a->budget_bytes,
                        .max_pp = SC_DIST_SIM_MAX_RANKS,
                        .near_margin = near_margin(goal)};

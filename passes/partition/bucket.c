@@ -41,11 +41,14 @@
  * AllReduce over the replicas that alone reads its result (HSDP) or none;
  * or, with no reduce-scatter (ZeRO 0, plain data parallel, any axes), the
  * AllReduce of grad:P itself, or of a value that only sole Casts and
- * Reshapes make grad:P (a bf16 step reduces a GEMM weight's gradient in
- * bf16, before its Cast to the f32 weight's; that chain moves with the
- * member's copy-out). The members of one block, in one piece, of
- * one dtype, of one kind (with a reduce-scatter or not) and the same
- * all-reduce (axes and op, or none) become one ReduceScatter and/or one
+ * Reshapes make grad:P (a bf16 step under --reduce-dtype bf16 reduces a
+ * GEMM weight's gradient in bf16, before its Cast to the f32 weight's;
+ * that chain moves with the member's copy-out). The members of one block,
+ * in one piece, of one dtype, of one kind (with a reduce-scatter or not),
+ * the same all-reduce (axes and op, or none) and alike in whether another
+ * collective is their result's first reader (a member reduced over one
+ * axis and then another: the group would be waited for at once) become
+ * one ReduceScatter and/or one
  * AllReduce at the place of the last member, when nothing reads an earlier
  * member's result before that place (bucket_rs); each member's piece is
  * copied out where its result is first read. A dim-0 split puts rank r's
@@ -338,6 +341,10 @@ typedef struct rmember {
   int64_t n;           /* elements of the full gradient */
   int32_t chain[CHAIN], n_chain; /* the nodes that only retype or reshape y
                           into "grad:P" (reduced_param), moved with it */
+  bool chained;        /* its first reader is another collective (a
+                          sequence-parallel norm weight's gradient, pending
+                          over dp and tp: its tp all-reduce reads the dp
+                          one's result at once) */
 } rmember;
 
 /* The node a member's collectives begin with (its place in node order). */
@@ -404,6 +411,14 @@ static bool is_all_reduce(const sc_graph *L, int32_t i) {
   const sc_node *n = &L->nodes[i];
   return n->op == SC_OP_ALL_REDUCE && n->n_inputs == 1 && n->n_outputs == 1 &&
          n->inputs[0] >= 0 && n->outputs[0] >= 0 && sc_node_attr(n, "axes");
+}
+
+/* Whether node i (or L->n_nodes, INT32_MAX: none) is a collective. */
+static bool is_collective(const sc_graph *L, int32_t i) {
+  if (i < 0 || i >= L->n_nodes) return false;
+  sc_op op = L->nodes[i].op;
+  return op == SC_OP_ALL_REDUCE || op == SC_OP_REDUCE_SCATTER || op == SC_OP_ALL_GATHER ||
+         op == SC_OP_ALL_TO_ALL;
 }
 
 /* Whether all-reduces a and b (or -1 for none) reduce alike: none, or the
@@ -687,6 +702,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
     if (cand) {
       m.n = sc_value_numel(&L->values[m.g]);
       if (m.n_chain == 0) m.use = first_use(L, off, users, m.y);
+      m.chained = is_collective(L, m.use);
       bytes = m.n * (int64_t)sc_dtype_size(L->values[m.g].dtype);
     }
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
@@ -697,7 +713,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
     int32_t to = -1, empty = -1;
     for (int32_t j = 0; j < RGROUPS && to < 0; j++) {
       if (g[j].k > 0 && g[j].t == t && (m.rs >= 0) == (g[j].m[0].rs >= 0) &&
-          same_reduction(L, m.ar, g[j].m[0].ar))
+          m.chained == g[j].m[0].chained && same_reduction(L, m.ar, g[j].m[0].ar))
         to = j;
       if (g[j].k == 0 && empty < 0) empty = j;
     }

@@ -39,8 +39,6 @@ struct sc_cutgraph {
   bool nomem;
 };
 
-#define SC_CUT_INF 1e300
-
 sc_cutgraph *sc_cut_create(void) { return sc_calloc(1, sizeof(sc_cutgraph)); }
 
 void sc_cut_destroy(sc_cutgraph *g) {

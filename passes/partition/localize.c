@@ -47,7 +47,8 @@
  *      the rank's piece);
  *   a. partial axes A has and B lacks: ReduceScatter onto the dim where B
  *      adds that axis last (sequence parallelism's reduce-scatter), else
- *      AllReduce;
+ *      AllReduce (reduce-scatters first; of the all-reduces tp's first,
+ *      so that a data axis's, of a gradient, comes last);
  *   b'. an axis that splits dim d innermost in A and dim e innermost in B
  *      (the rest equal): one AllToAll moves it;
  *   b. per dim, while A's axis list is not a prefix of B's: AllGather the
@@ -80,7 +81,11 @@
  * that runs once per microbatch (forward, backward, weight) costs M times
  * what it moves, one in the norm or update piece once, so a gradient that
  * accumulates pending over the microbatches is reduced once, at the norm
- * (not a narrower bf16 copy of it every microbatch); the second walk reshards those right after their
+ * (not a narrower bf16 copy of it every microbatch); a gradient's sum
+ * over a data axis in bf16 or fp16 is never reduced where it is made
+ * unless the plan reduces in the low precision (low_gradient_sum: it is
+ * reduced after its Cast back to f32, --reduce-dtype fp32, the default);
+ * the second walk reshards those right after their
  * node, and what flowed only through them is no longer pending. At tp=2 it
  * turns GPT-2's backward into Megatron's: the gradient of each
  * column-parallel input (the norms' outputs, the LM head's input) is
@@ -509,9 +514,16 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
     }
   /* a. pending sums B does not keep: reduce-scatters first (each makes
    * the rest smaller: HSDP's reduce-scatter within the shard group, then
-   * the all-reduce of the shard across replicas), then all-reduces */
+   * the all-reduce of the shard across replicas), then all-reduces, tp's
+   * first (a sequence-parallel norm weight's gradient, pending over tp and
+   * dp: its dp all-reduce is then the last, of "grad:P", and joins its
+   * block's bucket, which nothing reads before the update; reduced over dp
+   * first, the tp all-reduce read it at once and the backward waited for
+   * the dp queue there, every block) */
   for (int pass = 0; pass < 2; pass++)
-    for (int32_t ax = 0; ax < z->m->n_axes; ax++) {
+    for (int32_t at = -1; at < z->m->n_axes; at++) {
+      int32_t tp = z->p->tp_axis, ax = at < 0 ? tp : at;
+      if (ax < 0 || (at >= 0 && ax == tp && pass == 1) || (at < 0 && pass == 0)) continue;
       if (!(a.partial & ~b->partial & (1u << ax))) continue;
       int32_t dim = -1;
       for (int32_t d = 0; d < gv->rank; d++) {
@@ -1044,10 +1056,23 @@ static bool cut_target(const lz *z, const sc_value *v, int32_t ax, const sc_shar
   return true;
 }
 
+/* Whether a pending sum of v over axis ax, made by a node feeding a
+ * gradient (grad), may not be reduced where it is made: a gradient's sum
+ * over a data axis (any but tp) in a low-precision float, unless the plan
+ * reduces in the low precision (p->reduce_low). It is then reduced where
+ * a reader needs it whole: after the Cast that widens a GEMM weight's
+ * gradient back to the f32 weight's, "grad:P" (FSDP's reduce_dtype =
+ * fp32, Megatron's gradients accumulated and reduced in fp32). */
+static bool low_gradient_sum(const lz *z, const sc_value *v, int32_t ax, bool grad) {
+  return grad && !z->p->reduce_low && ax != z->p->tp_axis &&
+         (v->dtype == SC_DTYPE_BF16 || v->dtype == SC_DTYPE_F16);
+}
+
 /* The pending outputs of a node in the cut's graph: a pending axis flows
  * from the inputs that bring it pending and keep it (in and want partial),
- * or begins here; reducing it here would cost one all-reduce of it. */
-static void note_pending(lz *z, const sc_node *n, const sc_sharding *in,
+ * or begins here; reducing it here would cost one all-reduce of it (never,
+ * for low_gradient_sum). */
+static void note_pending(lz *z, const sc_node *n, bool grad, const sc_sharding *in,
                          const sc_sharding *want, const sc_sharding *out) {
   int32_t na = z->m->n_axes;
   for (int32_t j = 0; j < n->n_outputs; j++) {
@@ -1070,8 +1095,10 @@ static void note_pending(lz *z, const sc_node *n, const sc_sharding *in,
        * the sequence moves M, an all-reduce 2M */
       sc_sharding r;
       double per = cut_target(z, v, ax, &out[j], &r) ? 1.0 : 2.0;
-      int32_t node =
-          sc_cut_node(z->cg, runs_per_step(z) * (per * b + SC_CUT_LATENCY_BYTES) + 1.0, !brought);
+      double cost = low_gradient_sum(z, v, ax, grad)
+                        ? SC_CUT_INF
+                        : runs_per_step(z) * (per * b + SC_CUT_LATENCY_BYTES) + 1.0;
+      int32_t node = sc_cut_node(z->cg, cost, !brought);
       z->pnode[k] = node;
       for (int32_t i = 0; brought && i < n->n_inputs; i++)
         if (n->inputs[i] >= 0 && (in[i].partial & want[i].partial & (1u << ax)))
@@ -1130,7 +1157,7 @@ static sc_status localize_node(lz *z, int32_t nid) {
   }
   if (z->p->sequence_parallel) seq_parallel(z, &c);
   if ((st = note_rule_fallback(z, n, in, want, out)) != SC_OK) goto done;
-  note_pending(z, n, in, want, out);
+  note_pending(z, n, (region & REGION_GRAD) != 0, in, want, out);
   /* inputs */
   for (int32_t i = 0; i < ni && st == SC_OK; i++) {
     int32_t gid = n->inputs[i];

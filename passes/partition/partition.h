@@ -67,6 +67,11 @@ typedef struct sc_partition {
   const struct sc_train_info *train; /* its parameters (borrowed), or NULL */
   int32_t zero_stage;          /* training: 0 (no fsdp axis) or 1..3 */
   bool keep_after_forward;     /* ZeRO-3: no second all-gather in the backward */
+  bool reduce_low;             /* training: a low-precision gradient pending
+                                  over a data axis may be reduced in its
+                                  dtype (the plan's reduce_dtype bf16 or
+                                  fp16); false: only once widened to f32
+                                  (localize.c, the cut) */
   int32_t n_stages;            /* 1 without pp */
   int32_t microbatches;        /* >= 1 */
   /* Pipelined training (pipe_train.c, ir/pipe.h): the step is cut into
@@ -232,6 +237,7 @@ int32_t sc_partition_bucket_count(const int64_t *bytes, const int32_t *dtype, in
  * (ties: none), *n_cut their count; SC_ERR_NOMEM. Costs are bytes moved; a
  * collective also costs SC_CUT_LATENCY_BYTES, its latency as bytes. */
 #define SC_CUT_LATENCY_BYTES 4096.0
+#define SC_CUT_INF 1e300 /* a cut cost: never reduced there */
 typedef struct sc_cutgraph sc_cutgraph;
 sc_cutgraph *sc_cut_create(void);
 void sc_cut_destroy(sc_cutgraph *g);

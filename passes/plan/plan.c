@@ -21,9 +21,10 @@ sc_plan *sc_plan_create(void) {
   p->microbatches = 1;
   p->schedule = sc_arena_strdup(&p->arena, "gpipe");
   p->precision = sc_arena_strdup(&p->arena, "f32");
+  p->reduce_dtype = sc_arena_strdup(&p->arena, "fp32");
   p->tp_all_blocks = true;
   p->vocab_parallel = true;
-  if (!p->schedule || !p->precision) {
+  if (!p->schedule || !p->precision || !p->reduce_dtype) {
     sc_plan_destroy(p);
     return NULL;
   }
@@ -38,6 +39,24 @@ void sc_plan_destroy(sc_plan *p) {
 
 const char *sc_plan_strdup(sc_plan *p, const char *s) {
   return s ? sc_arena_strdup(&p->arena, s) : NULL;
+}
+
+bool sc_plan_reduce_dtype_known(const char *s) {
+  return s && (strcmp(s, "fp32") == 0 || strcmp(s, "bf16") == 0 || strcmp(s, "fp16") == 0);
+}
+
+bool sc_plan_reduces_low(const sc_plan *p) {
+  return p && p->reduce_dtype && strcmp(p->reduce_dtype, "fp32") != 0;
+}
+
+sc_status sc_plan_check_reduce_dtype(const sc_plan *p, const char *precision, sc_diag *d) {
+  if (!sc_plan_reduces_low(p)) return SC_OK;
+  const char *low = strcmp(precision, "fp8") == 0 ? "bf16" : precision;
+  if (strcmp(low, p->reduce_dtype) == 0) return SC_OK;
+  return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                     "reduce dtype %s reduces the gradients in the step's low precision, and "
+                     "the step's precision is %s (--precision %s)",
+                     p->reduce_dtype, precision, p->reduce_dtype);
 }
 
 sc_status sc_plan_set_override(sc_plan *p, const char *name, const char *sharding,
@@ -260,6 +279,10 @@ sc_status sc_plan_validate(const sc_plan *p, sc_graph *g, sc_diag *d) {
     return sc_diag_set(d, SC_ERR_UNSUPPORTED, NULL, NULL,
                        "plan: precision '%s' (supported: f32)",
                        p->precision ? p->precision : "");
+  if (!sc_plan_reduce_dtype_known(p->reduce_dtype))
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "plan: reduce_dtype '%s' (supported: fp32, bf16, fp16)",
+                       p->reduce_dtype ? p->reduce_dtype : "");
   if (p->zero_stage < 0 || p->zero_stage > 3)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "plan: zero_stage %d outside 0..3",
                        p->zero_stage);
@@ -405,6 +428,14 @@ sc_status sc_plan_from_options(const sc_plan_options *o, sc_plan **out, sc_diag 
   plan->virtual_stages = o->virtual_stages > 1 ? o->virtual_stages : 1;
   plan->zero_stage = o->zero_stage;
   plan->keep_after_forward = o->keep_after_forward;
+  if (o->reduce_dtype) {
+    if (!sc_plan_reduce_dtype_known(o->reduce_dtype)) {
+      sc_plan_destroy(plan);
+      return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,
+                         "--reduce-dtype expects fp32, bf16 or fp16, got '%s'", o->reduce_dtype);
+    }
+    plan->reduce_dtype = sc_plan_strdup(plan, o->reduce_dtype);
+  }
   plan->sequence_parallel = o->sequence_parallel;
   plan->vocab_parallel = !o->no_vocab_parallel;
   plan->expert_tensor_parallel = o->expert_tensor_parallel;

@@ -128,6 +128,11 @@ typedef struct sc_plan {
   int32_t n_recompute;
   const char *precision;      /* "f32" now; "bf16-mixed" later */
   int64_t shard_group_size;   /* 0 = the whole dp axis (hybrid sharding) */
+  const char *reduce_dtype;   /* the dtype a low-precision step reduces its
+                                 gradients in over the data axes: "fp32"
+                                 (the default: after their cast back to f32,
+                                 FSDP's reduce_dtype, Megatron's default),
+                                 or the step's own "bf16" or "fp16" */
 
   /* placement (cluster.h): the mesh was put on a cluster */
   const char *cluster;        /* its name ("h100-sxm:8x4"), or NULL: none */
@@ -150,6 +155,15 @@ sc_plan *sc_plan_create(void);
 void sc_plan_destroy(sc_plan *p);
 /* A copy of s in the plan's arena (NULL stays NULL). */
 const char *sc_plan_strdup(sc_plan *p, const char *s);
+/* Whether s names a reduce dtype: "fp32", "bf16" or "fp16". */
+bool sc_plan_reduce_dtype_known(const char *s);
+/* Whether the plan reduces a low-precision step's gradients in its low
+ * precision (reduce_dtype bf16 or fp16), not after their cast to fp32. */
+bool sc_plan_reduces_low(const sc_plan *p);
+/* A training step in `precision` ("fp32", "bf16", "fp16", "fp8") under
+ * the plan: a low reduce dtype must be the step's own (fp8 steps run their
+ * other products in bf16). SC_ERR_USAGE otherwise. */
+sc_status sc_plan_check_reduce_dtype(const sc_plan *p, const char *precision, sc_diag *d);
 /* Adds (or replaces) the override of initializer name. */
 sc_status sc_plan_set_override(sc_plan *p, const char *name, const char *sharding,
                                sc_diag *d);
@@ -183,6 +197,7 @@ typedef struct sc_plan_options {
   bool expert_tensor_parallel; /* --expert-tensor-parallel */
   int32_t zero_stage;          /* --zero (0: the default) */
   bool keep_after_forward;     /* --no-reshard-after-forward */
+  const char *reduce_dtype;    /* --reduce-dtype fp32|bf16|fp16 (NULL: fp32) */
   const sc_cluster *cluster;   /* --cluster, or NULL: the mesh's axes are
                                   ordered (sc_cluster_order_mesh) and put on
                                   it (sc_cluster_fit_mesh) */

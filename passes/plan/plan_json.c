@@ -121,6 +121,7 @@ static json_t *plan_to_json(const sc_plan *p) {
   json_object_set_new(tr, "zero_stage", json_integer(p->zero_stage));
   json_object_set_new(tr, "reshard_after_forward", json_boolean(!p->keep_after_forward));
   json_object_set_new(tr, "shard_group_size", json_integer(p->shard_group_size));
+  json_object_set_new(tr, "reduce_dtype", json_string(p->reduce_dtype ? p->reduce_dtype : "fp32"));
   json_object_set_new(tr, "recompute", str_array(p->recompute, p->n_recompute));
   json_object_set_new(root, "training", tr);
   sc_placement pl;
@@ -415,7 +416,7 @@ static sc_status read_root(rd *r, json_t *root) {
   TRY(get_obj(r, root, "training", "training", false, &o));
   if (o) {
     static const char *const k[] = {"fsdp_axis", "zero_stage", "reshard_after_forward",
-                                    "shard_group_size", "recompute", NULL};
+                                    "shard_group_size", "reduce_dtype", "recompute", NULL};
     TRY(only_keys(r, o, "training", k));
     TRY(get_str(r, o, "fsdp_axis", "training.fsdp_axis", true, &p->fsdp_axis));
     json_t *raf = json_object_get(o, "reshard_after_forward");
@@ -428,6 +429,7 @@ static sc_status read_root(rd *r, json_t *root) {
     p->zero_stage = (int32_t)x;
     TRY(get_int(r, o, "shard_group_size", "training.shard_group_size", 0, SC_MESH_MAX_RANKS,
                 &p->shard_group_size));
+    TRY(get_str(r, o, "reduce_dtype", "training.reduce_dtype", false, &p->reduce_dtype));
     json_t *rc = json_object_get(o, "recompute");
     if (rc) TRY(str_list(r, rc, "training.recompute", &p->recompute, &p->n_recompute));
   }

@@ -510,7 +510,7 @@ static double stage_collectives(const ctx *x, const sc_search_cand *c, int64_t b
     return (double)blocks * b->param_tensors + outside;
   int64_t bytes[SC_BLOCK_MODEL_TENSORS];
   int32_t dtype[SC_BLOCK_MODEL_TENSORS];
-  bool low = x->o->dtype != SC_CLUSTER_FP32;
+  bool low = x->o->dtype != SC_CLUSTER_FP32 && x->o->reduce_low;
   for (int32_t i = 0; i < b->n_listed; i++) {
     int32_t k = b->n_listed - 1 - i; /* the backward's order */
     bool l = how == SC_SEARCH_GROUP_DDP && low && b->tensor_split[k];
@@ -607,8 +607,9 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   double act = rank_mbs(c) * b->input_bytes; /* one [mbs, seq / cp, hidden] */
   /* what the compiled step moves (its collectives' bytes, plan --train's
    * "collectives"): the GEMM products in the GEMM dtype, so the tp
-   * reductions of [mbs, seq, hidden] and the GEMM weights' gathers and
-   * data-parallel gradient reductions in it; the rest in the graph's */
+   * reductions of [mbs, seq, hidden] and the GEMM weights' gathers in it
+   * (and their data-parallel gradient reductions under --reduce-dtype
+   * bf16: rbytes); the rest in the graph's */
   double cb = x->o->dtype != SC_CLUSTER_FP32 ? COMM_LOW_B : PARAM_B;
   double gb = (double)(bm->param_bytes > 0 ? bm->param_bytes : PARAM_B);
   double act_tp = cb < gb ? act * cb / gb : act;
@@ -628,6 +629,9 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   double pbytes = e_stage * PARAM_B;
   double e_split = stage_split_params(bm, c, Ls);
   double lbytes = e_split * cb + (e_stage - e_split) * PARAM_B; /* GEMM weights in cb */
+  /* the gradients' reductions over the data axes: the GEMM weights' in cb
+   * under --reduce-dtype bf16, else all in fp32 after their cast back */
+  double rbytes = x->o->reduce_low ? lbytes : pbytes;
   if (c->fsdp > 1) {
     /* ZeRO-3 gathers the parameters for every microbatch and
      * reduce-scatters their gradients; so does every stage of a pipeline
@@ -660,7 +664,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   double ebytes = (double)Ls * (double)b->expert_params / (double)ep * PARAM_B;
   if (ep > 1) {
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
-    double bytes = (lbytes - ebytes) / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    double bytes = (rbytes - ebytes) / (double)(c->fsdp > 1 ? c->fsdp : 1);
     double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
     /* the group: ep's ranks at stride tp and dp's at stride tp ep cp fsdp
      * (the exact step names it by its first axis: dp's, or ep's alone) */
@@ -699,7 +703,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * counted in the GEMM dtype the estimate had 0.165 s of dp against
      * 0.361 exposed, and --auto chose that plan over the published one,
      * 1.111 s exact against 1.001; plan --train, 2026-12-05) */
-    double bytes = c->fsdp > 1 ? pbytes / (double)c->fsdp : lbytes;
+    double bytes = c->fsdp > 1 ? pbytes / (double)c->fsdp : rbytes;
     /* under hybrid sharding each all-reduce rides its block's
      * reduce-scatter; alone, DDP's buckets */
     double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
@@ -726,7 +730,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     /* every cp rank holds a partial gradient of every weight from its
      * tokens: reduced over cp as over dp (their shard under fsdp), once a
      * step */
-    double gbytes = lbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    double gbytes = rbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
     double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
     if (st == SC_OK) st = coll(x, SC_COLL_ALL_REDUCE, gbytes, cp, n_cp, ops, &c->cp_s, d);
     if (st != SC_OK) return st;

@@ -135,6 +135,9 @@ typedef struct sc_search_opts {
                                    inference: the batch of one request */
   sc_cluster_dtype dtype;       /* the GEMMs' (bf16, fp16 or fp32) */
   bool adamw;                   /* AdamW (two moments) or SGD without momentum */
+  bool reduce_low;              /* a bf16 or fp16 step's gradient reductions
+                                   in its dtype (--reduce-dtype bf16); false:
+                                   in fp32, after their cast back */
   int64_t memory_budget;        /* per rank, 0: the device's memory */
   int64_t max_pp;               /* the most pipeline ranks a plan may have,
                                    0: no limit (the exact simulation's,
@@ -215,8 +218,9 @@ int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
  * the updated parameters); a block's tensors in one (ZeRO-3's gathers,
  * the reduce-scatters over fsdp and the dp all-reduces that ride them);
  * or the gradients' all-reduces alone in DDP's capped buckets, of each
- * gradient's dtype (a bf16 or fp16 step reduces the GEMM weights' in it,
- * the rest in fp32: a change of dtype closes the bucket). Tensors outside
+ * gradient's dtype (a bf16 or fp16 step under --reduce-dtype bf16 reduces
+ * the GEMM weights' in it, the rest in fp32: a bucket per dtype; by default
+ * all in fp32). Tensors outside
  * the blocks are alone in every kind. */
 typedef enum sc_search_grouping {
   SC_SEARCH_GROUP_TENSOR, SC_SEARCH_GROUP_BLOCK, SC_SEARCH_GROUP_DDP

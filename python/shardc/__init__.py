@@ -138,8 +138,8 @@ def load(path, dims=None, no_weights=False):
 
 def _parallel(mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
               sequence_parallel=False, no_vocab_parallel=False, plan_json=None, cluster=None,
-              expert_tensor_parallel=False):
-    return _lib.ParallelOpts(mesh=_b(mesh), microbatches=microbatches,
+              expert_tensor_parallel=False, reduce_dtype=None):
+    return _lib.ParallelOpts(reduce_dtype=_b(reduce_dtype), mesh=_b(mesh), microbatches=microbatches,
                              ranks_per_node=ranks_per_node,
                              stage_boundaries=_b(stage_boundaries),
                              sequence_parallel=sequence_parallel,
@@ -333,7 +333,8 @@ def _auto_plan(model, cfg, cluster, objective, memory_budget):
 
 def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=None,
          sequence_parallel=False, no_vocab_parallel=False, train=None, cluster=None,
-         auto=False, objective=None, memory_budget=None, expert_tensor_parallel=False):
+         auto=False, objective=None, memory_budget=None, expert_tensor_parallel=False,
+         reduce_dtype=None):
     """The plan of model over mesh ("tp=2,pp=2"), shapes only; with
     train=TrainConfig(...) (or True: its defaults) the plan of the training
     step (a mesh may have an fsdp axis), which compile(m, plan=...,
@@ -345,10 +346,14 @@ def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=No
     "latency" by default), under memory_budget (bytes, or "80%") if given;
     the Plan's auto holds the choice (AutoChoice), predicted its step.
     expert_tensor_parallel: each expert's MLP split over tp as well
-    (`--expert-tensor-parallel`, docs/moe.md)."""
+    (`--expert-tensor-parallel`, docs/moe.md). reduce_dtype: a bf16 or
+    fp16 step's gradient reductions, "fp32" (None: the default, after their
+    cast back) or the step's own "bf16" / "fp16" (`--reduce-dtype`,
+    docs/training.md)."""
     if auto or mesh == "auto":
         if (mesh not in (None, "auto") or microbatches or ranks_per_node or stage_boundaries
-                or sequence_parallel or no_vocab_parallel or expert_tensor_parallel):
+                or sequence_parallel or no_vocab_parallel or expert_tensor_parallel
+                or reduce_dtype):
             raise UsageError("auto=True chooses the mesh and every partitioning option itself: "
                              "give only cluster=", "usage")
         cfg = None if train is None or train is False else TrainConfig() if train is True \
@@ -358,7 +363,7 @@ def plan(model, mesh=None, microbatches=0, ranks_per_node=0, stage_boundaries=No
         raise UsageError("objective= and memory_budget= go with auto=True", "usage")
     par = _parallel(mesh, microbatches, ranks_per_node, stage_boundaries, sequence_parallel,
                     no_vocab_parallel, cluster=cluster,
-                    expert_tensor_parallel=expert_tensor_parallel)
+                    expert_tensor_parallel=expert_tensor_parallel, reduce_dtype=reduce_dtype)
     if train is not None and train is not False:
         return _training_plan(model, TrainConfig() if train is True else train, par)
     text = _plan_call(lib.sc_plan_json, model, par)

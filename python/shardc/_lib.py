@@ -44,7 +44,8 @@ class ParallelOpts(ctypes.Structure):
     _fields_ = [("mesh", c_char_p), ("microbatches", c_int32), ("ranks_per_node", c_int64),
                 ("stage_boundaries", c_char_p), ("sequence_parallel", c_bool),
                 ("no_vocab_parallel", c_bool), ("plan_file", c_char_p), ("plan_json", c_char_p),
-                ("cluster", c_char_p), ("expert_tensor_parallel", c_bool)]
+                ("cluster", c_char_p), ("expert_tensor_parallel", c_bool),
+                ("reduce_dtype", c_char_p)]
 
 
 class CompileSettings(ctypes.Structure):

@@ -197,8 +197,9 @@ def load_ckpt(folder, group):
     return out
 
 
-def compare(name, what, ref, got, init, tol, floor=1e-9, stats=None):
-    """The logs step by step, then the checkpoints tensor by tensor (each
+def compare(name, what, ref, got, init, tol, floor=1e-9, stats=None, log_tol=2e-5):
+    """The logs step by step (each loss and gradient norm within log_tol
+    relative), then the checkpoints tensor by tensor (each
     within tol of its scale, plus floor); the worst loss or gradient norm's
     relative difference returned, and stats[group] (if given) set to the
     group's worst difference over its scale (of the tensors whose bound is
@@ -210,7 +211,7 @@ def compare(name, what, ref, got, init, tol, floor=1e-9, stats=None):
     for a, b in zip(la, lb):
         for k in ("loss", "grad_norm"):
             x, y = a[k], b[k]
-            ok = x is not None and y is not None and abs(x - y) <= 2e-5 * abs(x) + 1e-7
+            ok = x is not None and y is not None and abs(x - y) <= log_tol * abs(x) + 1e-7
             check(ok, f"{name} {what}: step {a['step']} {k} {y} vs one rank {x}")
             if ok:
                 worst = max(worst, abs(x - y) / max(abs(x), 1e-30))

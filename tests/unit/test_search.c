@@ -328,9 +328,10 @@ static void test_zero_stages(void **state) {
  * reduce-scatters (a block's in one: 48, the tensors outside blocks
  * alone); at dp=2 fp32, 198 all-reduces (DDP's 25 MiB buckets: 4 a
  * block, the 4 tensors outside, and the loss's 2 scalars, which are no
- * parameter's); at dp=2 bf16, 150 (the GEMM weights' gradients bf16, the
- * rest fp32, one open bucket per dtype: 2 bf16 buckets of 25 MiB and the
- * fp32 one a block); ZeRO-1's gathers of the updated parameters one a
+ * parameter's); at dp=2 bf16, 198 again (every gradient reduced in fp32,
+ * the default --reduce-dtype), and under --reduce-dtype bf16 150 (the GEMM
+ * weights' gradients bf16, the rest fp32, one open bucket per dtype: 2
+ * bf16 buckets of 25 MiB and the fp32 one a block); ZeRO-1's gathers of the updated parameters one a
  * tensor (580). */
 static void test_grouped_collectives(void **state) {
   (void)state;
@@ -346,6 +347,8 @@ static void test_grouped_collectives(void **state) {
   assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_BLOCK) == 48 + 4);
   assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_TENSOR) == 580);
   o.dtype = SC_CLUSTER_BF16;
+  assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_DDP) == 48 * 4 + 4);
+  o.reduce_low = true;
   assert_true(sc_search_param_collectives(&bm, &o, &c, SC_SEARCH_GROUP_DDP) == 48 * 3 + 4);
   /* two pipeline stages: the critical one holds 24 blocks */
   c.pp = 2;

@@ -1,0 +1,157 @@
+"""test_reduce_dtype.py — the dtype a bf16 step reduces its gradients in
+over the data axes (`--reduce-dtype`, docs/training.md "Mixed precision").
+
+GPT-2's sample, SGD with momentum (an update proportional to the gradient,
+so the weights show the gradients' difference), seeded token ids (batch
+4), 3 steps in bf16:
+  - one rank, and dp=2 and fsdp=2 --zero 2 with --reduce-dtype fp32 (the
+    default: each GEMM weight's gradient reduced after its cast back to
+    the f32 weight's) and bf16 (before it): each step's loss and gradient
+    norm equal one rank's within 1e-3 relative (test_train_dist's bf16
+    dp=2 bound: each rank's half-batch gradient is rounded to bf16 before
+    the sum), the checkpoints' weights within 2e-2 of their change over
+    the 3 steps and the momentum within 2e-2 of its largest (test_train_dist's
+    compare, its bound under AdamW; bf16's 8 bits are 4e-3), all finite;
+  - `shardc plan --train --json` at dp=2: under fp32 the dp all-reduces
+    move exactly the bytes of the fp32 step's (every gradient in fp32);
+    under bf16 exactly 2 bytes less per element of the Gemm weights and
+    biases (their gradients reduced in bf16: half of 4 bytes), so fp32
+    doubles those; at fsdp=2 --zero 2 the reduce-scatters' bytes are the
+    fp32 step's under both (the reduce-scatter runs on "grad:P", after the
+    cast);
+  - the refusals: --reduce-dtype in an fp32 step, without --train, and a
+    low reduce dtype that is not the step's (bf16 in an fp16 step); the
+    Python package's plan(..., reduce_dtype=) writes it in the plan file.
+
+Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, finish  # noqa: E402
+from test_train_dist import compare  # noqa: E402
+
+SHARDC = os.environ.get("SHARDC")
+SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BATCH, STEPS = 4, 3
+MODEL = os.path.join(SRC, "samples", "gpt2.onnx")
+STEP = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--precision", "bf16"]
+MESHES = [["--mesh", "dp=2"], ["--mesh", "fsdp=2", "--zero", "2"]]
+
+
+def shardc(args, timeout=600):
+    return subprocess.run([SHARDC] + args, capture_output=True, text=True, timeout=timeout)
+
+
+def plan_bytes(args):
+    """{op: bytes} of the plan's collectives over its data axes."""
+    p = shardc(["plan", MODEL, "--train", "--dim", f"batch={BATCH}", "--json",
+                "--optimizer", "adamw"] + args)
+    if not check(p.returncode == 0, f"plan {args}: {p.stderr[-500:]}"):
+        return None
+    out = {}
+    for c in json.loads(p.stdout)["collectives"]:
+        if c["axes"] in ("dp", "fsdp"):
+            out[c["op"]] = out.get(c["op"], 0) + c["bytes"]
+    return out
+
+
+def trained(tmp, base, what, args):
+    d = os.path.join(tmp, what.replace(" ", "_").replace("=", ""))
+    run = {"log": d + ".jsonl", "ck": d + "_ck"}
+    p = shardc(["train"] + base + ["--steps", str(STEPS), "--save", run["ck"],
+                                   "--log-json", run["log"]] + args)
+    return run if check(p.returncode == 0, f"train {what}: {p.stderr[-800:]}") else None
+
+
+def gemm_elements():
+    """Elements of the initializers Gemm reads (weights and biases): the
+    parameters whose gradients a bf16 step computes in bf16."""
+    g = onnx.load(MODEL).graph
+    init = {t.name: t for t in g.initializer}
+    names = {i for n in g.node if n.op_type == "Gemm" for i in n.input if i in init}
+    return sum(int(np.prod(init[i].dims)) for i in names)
+
+
+def main():
+    if not SHARDC:
+        print("SHARDC is not set")
+        return 1
+    init = {t.name: numpy_helper.to_array(t) for t in onnx.load(MODEL).graph.initializer}
+    with tempfile.TemporaryDirectory() as tmp:
+        r = np.random.RandomState(7)
+        ids, labels = os.path.join(tmp, "ids.npy"), os.path.join(tmp, "labels.npy")
+        np.save(ids, r.randint(0, 1000, (BATCH, 16)).astype(np.int64))
+        np.save(labels, r.randint(0, 1000, (BATCH, 16)).astype(np.int64))
+        base = [MODEL, "--dim", f"batch={BATCH}", "--threads", "1", "--data",
+                f"input_ids={ids}", "--labels", labels] + STEP
+        ref = trained(tmp, base, "one rank", [])
+        for mesh in MESHES:
+            for rd in ("fp32", "bf16"):
+                what = f"{' '.join(mesh[1:])} --reduce-dtype {rd}"
+                got = trained(tmp, base, what, mesh + ["--reduce-dtype", rd])
+                if ref and got:
+                    worst = compare("gpt2 bf16", what, ref, got, init, 2e-2, log_tol=1e-3)
+                    if worst is not None:
+                        print(f"{what:40s} loss/norm within {worst:.2e} of one rank's")
+
+        # the bytes
+        n_gemm = gemm_elements()
+        for mesh, op in ((["--mesh", "dp=2"], "AllReduce"),
+                         (["--mesh", "fsdp=2", "--zero", "2"], "ReduceScatter")):
+            f32 = plan_bytes(mesh)
+            lo = {rd: plan_bytes(mesh + ["--precision", "bf16", "--reduce-dtype", rd])
+                  for rd in ("fp32", "bf16")}
+            if f32 is None or None in lo.values():
+                continue
+            want_bf16 = f32[op] - (2 * n_gemm if op == "AllReduce" else 0)
+            check(lo["fp32"][op] == f32[op],
+                  f"{mesh}: {op} bytes under --reduce-dtype fp32 {lo['fp32'][op]}, the fp32 "
+                  f"step's {f32[op]}")
+            check(lo["bf16"][op] == want_bf16,
+                  f"{mesh}: {op} bytes under --reduce-dtype bf16 {lo['bf16'][op]}, want "
+                  f"{want_bf16} (the fp32 step's {f32[op]} less 2 x {n_gemm} Gemm elements)")
+            print(f"{' '.join(mesh[1:]):16s} {op}: fp32 step {f32[op]}, bf16 step reducing in "
+                  f"fp32 {lo['fp32'][op]}, in bf16 {lo['bf16'][op]}")
+
+        # the refusals
+        for args, says in (
+                (["plan", MODEL, "--train", "--mesh", "dp=2", "--reduce-dtype", "fp32"],
+                 "an fp32 step's gradients"),
+                (["plan", MODEL, "--mesh", "dp=2", "--reduce-dtype", "bf16"], "needs --train"),
+                (["plan", MODEL, "--train", "--mesh", "dp=2", "--precision", "fp16",
+                  "--reduce-dtype", "bf16"], "the step's precision is fp16"),
+                (["plan", MODEL, "--train", "--mesh", "dp=2", "--precision", "bf16",
+                  "--reduce-dtype", "fp8"], "expects fp32, bf16 or fp16")):
+            p = shardc(args + ["--dim", f"batch={BATCH}"])
+            check(p.returncode != 0 and says in p.stderr,
+                  f"{' '.join(args[2:])}: rc {p.returncode}, {p.stderr[-300:]!r} (want {says!r})")
+
+    # the package's keyword, into the plan file
+    sys.path.insert(0, os.path.join(SRC, "python"))
+    os.environ.setdefault("SHARDC_LIBRARY",
+                          os.path.join(os.path.dirname(os.path.abspath(SHARDC)), "libshardc.so"))
+    try:
+        import shardc as sc
+    except (ImportError, OSError) as e:
+        check(False, f"import shardc: {e}")
+        return finish()
+    m = sc.load(MODEL, dims={"batch": BATCH}, no_weights=True)
+    for rd in (None, "bf16"):
+        p = sc.plan(m, mesh="dp=2", train=sc.TrainConfig(optimizer="adamw", precision="bf16"),
+                    reduce_dtype=rd)
+        got = json.loads(p.json)["training"]["reduce_dtype"]
+        check(got == (rd or "fp32"), f"plan(reduce_dtype={rd}): the plan file says {got}")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
