@@ -103,7 +103,7 @@ def test_curve(work):
               len(i.dims) == 2]
     want = sum(k * n + m_rows * k + m_rows * n for k, n in layers)
     line = [l for l in p.stdout.splitlines() if l.strip().startswith("fp8 transposes")]
-    got = int(line[0].split()[3]) if line else -1
+    got = int(line[0].split()[4]) if line else -1
     print(f"plan: {len(layers)} FP8 layers' transposed copies {got} bytes (want {want})")
     check(len(layers) == 8 and got == want and
           f"{3 * len(layers)} transposed FP8 copies" in (line[0] if line else ""),
