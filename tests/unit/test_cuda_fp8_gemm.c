@@ -48,6 +48,27 @@ static void random_codes(sc_dtype t, uint8_t *x, int n, unsigned *seed) {
   }
 }
 
+/* The worst error of c (M x N) against scale · the double-precision
+ * product of the decoded codes a [M, k] (type ta) and b [N, k] (tb), per
+ * element relative to Σ|a·b|; c has no NaN. */
+static double worst_error(sc_dtype ta, const uint8_t *a, sc_dtype tb, const uint8_t *b, int k,
+                          const float *c, double scale) {
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double ref = 0, mag = 0;
+      for (int kk = 0; kk < k; kk++) {
+        double p = (double)sc_narrow_decode(ta, a[i * k + kk]) * sc_narrow_decode(tb, b[j * k + kk]);
+        ref += p, mag += fabs(p);
+      }
+      ref *= scale, mag *= scale;
+      assert_false(isnan(c[i * N + j]));
+      double err = fabs(c[i * N + j] - ref) / (mag > 0 ? mag : 1);
+      if (err > worst) worst = err;
+    }
+  return worst;
+}
+
 static void test_tn_product(void **state) {
   (void)state;
   unsigned seed = 42;
@@ -82,22 +103,8 @@ static void test_tn_product(void **state) {
   float c[M * N];
   assert_int_equal(cu->memcpy_dtoh(c, dc, sizeof c, s), SC_CUDA_SUCCESS);
   assert_int_equal(cu->stream_synchronize(s), SC_CUDA_SUCCESS);
-  double worst = 0;
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) {
-      double ref = 0, mag = 0;
-      for (int k = 0; k < K; k++) {
-        double p = (double)sc_narrow_decode(SC_DTYPE_F8E5M2, a[i * K + k]) *
-                   sc_narrow_decode(SC_DTYPE_F8E4M3FN, b[j * K + k]);
-        ref += p;
-        mag += fabs(p);
-      }
-      ref *= scales[0] * scales[1];
-      mag *= scales[0] * scales[1];
-      assert_false(isnan(c[i * N + j]));
-      double err = fabs(c[i * N + j] - ref) / (mag > 0 ? mag : 1);
-      if (err > worst) worst = err;
-    }
+  double worst = worst_error(SC_DTYPE_F8E5M2, a, SC_DTYPE_F8E4M3FN, b, K, c,
+                             (double)scales[0] * scales[1]);
   printf("FP8 E5M2 x E4M3 TN %dx%dx%d with scale pointers: worst error %.2e of sum |a.b|\n", M,
          N, K, worst);
   assert_true(worst <= 1e-6);
@@ -192,19 +199,7 @@ static void test_transposed_copies_and_scales(void **state) {
     assert_null(sc_gemm_fp8_refusal(&v, SC_DTYPE_F32, SC_DTYPE_F8E4M3FN, SC_DTYPE_F8E5M2));
     fp8_product(&g, SC_DTYPE_F8E4M3FN, a, (size_t)(M * k), SC_DTYPE_F8E5M2, b,
                 (size_t)(N * k), NULL, d0);
-    double worst = 0;
-    for (int i = 0; i < M; i++)
-      for (int j = 0; j < N; j++) {
-        double ref = 0, mag = 0;
-        for (int kk = 0; kk < k; kk++) {
-          double p = (double)sc_narrow_decode(SC_DTYPE_F8E4M3FN, a[i * k + kk]) *
-                     sc_narrow_decode(SC_DTYPE_F8E5M2, b[j * k + kk]);
-          ref += p, mag += fabs(p);
-        }
-        assert_false(isnan(d0[i * N + j]));
-        double err = fabs(d0[i * N + j] - ref) / (mag > 0 ? mag : 1);
-        if (err > worst) worst = err;
-      }
+    double worst = worst_error(SC_DTYPE_F8E4M3FN, a, SC_DTYPE_F8E5M2, b, k, d0, 1.0);
     /* 1 / delayed scaling's scales: 448 / amax and 57344 / amax */
     float scales[2] = {1.0f / (448.0f / 3.7f), 1.0f / (57344.0f / 0.0123f)};
     fp8_product(&g, SC_DTYPE_F8E4M3FN, a, (size_t)(M * k), SC_DTYPE_F8E5M2, b,
