@@ -271,13 +271,62 @@ static int32_t fp8_source(sc_lower_ctx *cx, int32_t v) {
   return cx->value_buffer[u];
 }
 
+/* An FP8 transpose: element (r, kk) of a [rows, k] copy is element
+ * kk·ld + r of buffer src: the operand with k as its rows (A stored [k, m]
+ * for trans_a, B stored [k, n] without trans_b) made k-contiguous. */
+typedef struct fp8_copy {
+  int32_t src;
+  int64_t ld;
+} fp8_copy;
+
+static int32_t fp8_copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
+  const fp8_copy *c = ud;
+  const sc_buffer *b = &cx->p->buffers[c->src];
+  int32_t off = sc_lower_bin(cx, KIR_ADD, sc_lower_bin(cx, KIR_MUL, idx[1], sc_lower_i64(cx, c->ld)),
+                             idx[0]);
+  if (off < 0) return -1;
+  int32_t bi[SC_MAX_RANK];
+  sc_lower_unflatten(cx, off, b->rank, b->dims, bi);
+  return sc_lower_buffer_at(cx, c->src, bi);
+}
+
+/* The [rows, k] FP8 copy of buffer src (fp8_copy) in a scratch buffer
+ * written by a transpose kernel of the program; its id, or -1. */
+static int32_t fp8_transpose(sc_lower_ctx *cx, const char *name, int32_t src, int64_t ld,
+                             int64_t rows, int64_t k) {
+  int64_t d[2] = {rows, k};
+  int32_t dst = sc_lower_scratch(cx, name, cx->p->buffers[src].dtype, 2, d);
+  if (dst < 0) return -1;
+  fp8_copy c = {src, ld};
+  return sc_lower_pointwise_kernel(cx, name, dst, fp8_copy_at, &c) == SC_OK ? dst : -1;
+}
+
 /* Marks gm's FP8 operands (sc_gemm.fp8) when both operands are read in
- * place (ra, rb: the values) and widen stored FP8 values. */
-static void mark_fp8(sc_lower_ctx *cx, sc_gemm *gm, int32_t ra, int32_t rb) {
+ * place (ra, rb: the values) and widen stored FP8 values. Where the FP8
+ * matmul needs an operand with k contiguous ("TN") and it is not, and
+ * that is all it lacks (sc_gemm_fp8_refusal of the layout with the
+ * copies), the operand's transposed FP8 copy is made by a kernel before
+ * the step (a8_tn, b8_tn): W for X·W, X and dY for Xᵀ·dY. One whose
+ * matrices differ per batch entry is not copied. */
+static sc_status mark_fp8(sc_lower_ctx *cx, sc_gemm *gm, int32_t ra, int32_t rb) {
   int32_t a8 = ra >= 0 ? fp8_source(cx, ra) : -1, b8 = rb >= 0 ? fp8_source(cx, rb) : -1;
-  if (a8 < 0 || b8 < 0) return;
+  if (a8 < 0 || b8 < 0) return SC_OK;
   gm->fp8 = true;
   gm->a8 = a8, gm->b8 = b8;
+  sc_gemm v = *gm;
+  v.a8_tn = gm->trans_a, v.b8_tn = !gm->trans_b;
+  if ((!v.a8_tn && !v.b8_tn) || (v.a8_tn && gm->batch > 1 && gm->stride_a) ||
+      (v.b8_tn && gm->batch > 1 && gm->stride_b))
+    return SC_OK;
+  sc_gemm l = sc_gemm_fp8_layout(&v);
+  const sc_buffer *bufs = cx->p->buffers;
+  if (sc_gemm_fp8_refusal(&l, bufs[gm->c].dtype, bufs[a8].dtype, bufs[b8].dtype)) return SC_OK;
+  if (v.a8_tn && (gm->a8 = fp8_transpose(cx, "fp8_a_t", a8, gm->lda, gm->m, gm->k)) < 0)
+    return failed(cx);
+  if (v.b8_tn && (gm->b8 = fp8_transpose(cx, "fp8_b_t", b8, gm->ldb, gm->n, gm->k)) < 0)
+    return failed(cx);
+  gm->a8_tn = v.a8_tn, gm->b8_tn = v.b8_tn;
+  return SC_OK;
 }
 
 static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
@@ -332,8 +381,9 @@ static sc_status matmul_build(sc_lower_ctx *cx, const sc_node *n) {
   }
   if (s.nbatch == 1) gm->stride_a = gm->stride_b = gm->stride_c = 0;
   /* operands read in place (not copied, not through a fused Transpose) */
-  mark_fp8(cx, gm, copy_a || ta ? -1 : n->inputs[0], copy_b || tb ? -1 : n->inputs[1]);
-  return sc_lower_add_step(cx, &st);
+  sc_status fst =
+      mark_fp8(cx, gm, copy_a || ta ? -1 : n->inputs[0], copy_b || tb ? -1 : n->inputs[1]);
+  return fst != SC_OK ? fst : sc_lower_add_step(cx, &st);
 }
 const sc_lowering sc_lw_matmul = {SC_LOWER_STEP, NULL, matmul_build};
 
@@ -421,7 +471,6 @@ static sc_status gemm_build(sc_lower_ctx *cx, const sc_node *n) {
   gm->batch = 1, gm->m = p.m, gm->n = p.n, gm->k = p.k;
   gm->lda = a->dims[1], gm->ldb = b->dims[1], gm->ldc = p.n;
   gm->alpha = (float)p.alpha, gm->beta = 0.0f;
-  mark_fp8(cx, gm, n->inputs[0], n->inputs[1]);
   if (cv && p.beta != 0.0) {
     int64_t cn = sc_value_numel(cv);
     bool full = cv->rank == 2 && cv->dims[0] == p.m && cv->dims[1] == p.n;
@@ -442,7 +491,8 @@ static sc_status gemm_build(sc_lower_ctx *cx, const sc_node *n) {
       gm->bias_full = true;
     }
   }
-  return sc_lower_add_step(cx, &st);
+  sc_status fst = mark_fp8(cx, gm, n->inputs[0], n->inputs[1]);
+  return fst != SC_OK ? fst : sc_lower_add_step(cx, &st);
 }
 const sc_lowering sc_lw_gemm = {SC_LOWER_STEP, NULL, gemm_build};
 

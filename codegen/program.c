@@ -79,13 +79,21 @@ const char *sc_gemm_fp8_refusal(const sc_gemm *g, sc_dtype tc, sc_dtype ta, sc_d
   return NULL;
 }
 
+sc_gemm sc_gemm_fp8_layout(const sc_gemm *g) {
+  sc_gemm v = *g;
+  if (g->a8_tn) v.trans_a = false, v.lda = g->k;
+  if (g->b8_tn) v.trans_b = true, v.ldb = g->k;
+  return v;
+}
+
 void sc_program_fp8_gemms(const sc_program *p, int32_t *n_fp8, int32_t *n_ok, const char **why,
                           int32_t *n_why, int32_t max, int32_t *n_reasons) {
   for (int32_t i = 0; i < p->n_steps; i++) {
     const sc_gemm *g = &p->steps[i].gemm;
     if (p->steps[i].kind != SC_STEP_GEMM || !g->fp8) continue;
     (*n_fp8)++;
-    const char *w = sc_gemm_fp8_refusal(g, p->buffers[g->c].dtype, p->buffers[g->a8].dtype,
+    sc_gemm v = sc_gemm_fp8_layout(g);
+    const char *w = sc_gemm_fp8_refusal(&v, p->buffers[g->c].dtype, p->buffers[g->a8].dtype,
                                         p->buffers[g->b8].dtype);
     if (!w) {
       (*n_ok)++;
@@ -104,7 +112,10 @@ int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
   sc_step ns = *s;
   if (ns.origin && !(ns.origin = sc_arena_strdup(&p->arena, ns.origin))) return -1;
   if (ns.kind == SC_STEP_GEMM && ns.gemm.act == SC_GEMM_ACT_NONE) ns.gemm.act_out = -1;
-  if (ns.kind == SC_STEP_GEMM && !ns.gemm.fp8) ns.gemm.a8 = ns.gemm.b8 = -1;
+  if (ns.kind == SC_STEP_GEMM && !ns.gemm.fp8) {
+    ns.gemm.a8 = ns.gemm.b8 = -1;
+    ns.gemm.a8_tn = ns.gemm.b8_tn = false;
+  }
   p->steps[p->n_steps] = ns;
   return p->n_steps++;
 }
@@ -588,7 +599,9 @@ void sc_program_print(const sc_program *p, FILE *out) {
               (long long)g->lda, (long long)g->ldb, (long long)g->ldc, (long long)g->stride_a,
               (long long)g->stride_b, (long long)g->stride_c, (double)g->alpha, (double)g->beta);
       if (g->bias >= 0) fprintf(out, " bias=b%d%s", (int)g->bias, g->bias_full ? " full" : "");
-      if (g->fp8) fprintf(out, " fp8 a=b%d b=b%d", (int)g->a8, (int)g->b8);
+      if (g->fp8)
+        fprintf(out, " fp8 a=b%d%s b=b%d%s", (int)g->a8, g->a8_tn ? " tn" : "", (int)g->b8,
+                g->b8_tn ? " tn" : "");
       const sc_conv_geom *v = &g->conv;
       if (v->on)
         fprintf(out, " conv x=b%d prep k%d,k%d c %lld hw %lldx%lld kernel %lldx%lld stride %lld,%lld "

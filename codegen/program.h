@@ -116,8 +116,13 @@ typedef struct sc_gemm {
    * training step's quantized operands: passes/fp8.c) that are also held
    * in buffers a8 and b8 (f8e4m3fn or f8e5m2, A's and B's layout): a
    * device with FP8 products (the CUDA device's cuBLASLt FP8 matmul) may
-   * read those instead; the product is the same (the widening is exact). */
+   * read those instead; the product is the same (the widening is exact).
+   * a8_tn (b8_tn) says a8 (b8) is instead a transposed FP8 copy, laid out
+   * for cuBLASLt's "TN" FP8 matmul: op(A) as [m, k] row-major, ld k (op(B)ᵀ
+   * as [n, k], ld k), with A's (B's) batch stride, written by a transpose
+   * kernel of the program before the step (codegen/lower_linalg.c). */
   bool fp8;
+  bool a8_tn, b8_tn;
   int32_t a8, b8;             /* those buffers (meaningful with fp8 only) */
 } sc_gemm;
 
@@ -409,6 +414,10 @@ const char *sc_attention_problem(const sc_program *p, const sc_step *s);
  * in the product, not both E5M2, an f32 or bf16 product. A static string.
  * The CUDA device adds its own conditions (runtime/cuda_gemm.h). */
 const char *sc_gemm_fp8_refusal(const sc_gemm *g, sc_dtype tc, sc_dtype ta, sc_dtype tb);
+/* g with its FP8 operands' layout (sc_gemm.fp8): a8_tn and b8_tn's copies
+ * as [m, k] and [n, k] (trans_a off, trans_b on, ld k); else g's. What the
+ * FP8 matmul multiplies and sc_gemm_fp8_refusal is asked about. */
+sc_gemm sc_gemm_fp8_layout(const sc_gemm *g);
 /* Over p's GEMM steps with FP8 operands: *n_fp8 of them, *n_ok that
  * sc_gemm_fp8_refusal accepts, and the refusals, up to max distinct ones
  * (why[i], counted in n_why[i]; *n_reasons of them). */

@@ -221,6 +221,8 @@ static json_t *write_step(const sc_step *s) {
     if (g->fp8) {
       json_object_set_new(go, "a8", json_integer(g->a8));
       json_object_set_new(go, "b8", json_integer(g->b8));
+      json_object_set_new(go, "a8_tn", json_boolean(g->a8_tn));
+      json_object_set_new(go, "b8_tn", json_boolean(g->b8_tn));
     }
     if (g->act != SC_GEMM_ACT_NONE) {
       json_object_set_new(go, "act", json_string(sc_gemm_act_name(g->act)));
@@ -1232,6 +1234,7 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
     return st;
   /* FP8 copies of A and B (sc_gemm.fp8): both or neither, f8e4m3fn or f8e5m2 */
   m->a8 = m->b8 = -1;
+  m->a8_tn = m->b8_tn = false;
   if ((st = get_range(r, g, "a8", false, -1, -1, hi, &m->a8)) ||
       (st = get_range(r, g, "b8", false, -1, -1, hi, &m->b8)))
     return st;
@@ -1243,10 +1246,15 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
         (tb != SC_DTYPE_F8E4M3FN && tb != SC_DTYPE_F8E5M2))
       return fail(r, SC_ERR_INVALID, "a8, b8: FP8 copies (f8e4m3fn, f8e5m2) of an f32 GEMM's "
                   "operands");
-    if ((st = check_matrix(r, "a8", m->a8, ta, m->batch, m->trans_a ? m->k : m->m,
-                           m->trans_a ? m->m : m->k, m->lda, m->stride_a)) ||
-        (st = check_matrix(r, "b8", m->b8, tb, m->batch, m->trans_b ? m->n : m->k,
-                           m->trans_b ? m->k : m->n, m->ldb, m->stride_b)))
+    /* in A's and B's layout, or transposed copies laid out "TN" */
+    if ((json_object_get(g, "a8_tn") && (st = get_bool(r, g, "a8_tn", &m->a8_tn))) ||
+        (json_object_get(g, "b8_tn") && (st = get_bool(r, g, "b8_tn", &m->b8_tn))))
+      return st;
+    sc_gemm v = sc_gemm_fp8_layout(m);
+    if ((st = check_matrix(r, "a8", m->a8, ta, v.batch, v.trans_a ? v.k : v.m,
+                           v.trans_a ? v.m : v.k, v.lda, v.stride_a)) ||
+        (st = check_matrix(r, "b8", m->b8, tb, v.batch, v.trans_b ? v.n : v.k,
+                           v.trans_b ? v.k : v.n, v.ldb, v.stride_b)))
       return st;
   }
   if (m->bias >= 0) {

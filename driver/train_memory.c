@@ -106,6 +106,18 @@ sc_status sc_train_memory_of(const sc_program *p, sc_train_memory *m, sc_diag *d
     if (!live[i]) continue;
     m->live[class_of(p, i, grad, comm)] += (p->buffers[i].bytes + align - 1) / align * align;
   }
+  for (int32_t k = 0; st == SC_OK && k < p->n_steps; k++) {
+    const sc_gemm *g = &p->steps[k].gemm;
+    if (p->steps[k].kind != SC_STEP_GEMM || !g->fp8) continue;
+    int32_t ids[2] = {g->a8_tn ? g->a8 : -1, g->b8_tn ? g->b8 : -1};
+    for (int j = 0; j < 2; j++) {
+      if (ids[j] < 0) continue;
+      m->n_fp8_copies++;
+      m->fp8_copies += p->buffers[ids[j]].bytes;
+      if (live[ids[j]])
+        m->fp8_copies_at_peak += (p->buffers[ids[j]].bytes + align - 1) / align * align;
+    }
+  }
   m->backward_step = -1;
   for (int32_t k = 0; st == SC_OK && k < p->n_steps && m->backward_step < 0; k++)
     if (backward_only(p->steps[k].origin)) m->backward_step = k;

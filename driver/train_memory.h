@@ -57,6 +57,12 @@ typedef struct sc_train_memory {
   int32_t n_offloaded;
   int64_t offloaded;
   int64_t peak_live_unoffloaded;
+  /* The transposed FP8 copies that make FP8 products "TN" for cuBLASLt
+   * (sc_gemm.a8_tn, b8_tn: TEMP buffers of the arena, counted in the
+   * classes above while live): how many, their bytes (unrounded), and the
+   * bytes of them live at the peak (rounded as live[] rounds). */
+  int32_t n_fp8_copies;
+  int64_t fp8_copies, fp8_copies_at_peak;
 } sc_train_memory;
 /* One row of a partitioned step's collectives: every COMM step of one kind
  * over one group of axes. bytes: the larger of input and output (the whole

@@ -20,7 +20,8 @@
  *
  * Exact where the GPU is exact: FP8 and bf16 operands are decoded to f32
  * (exact), the products and sums are f32's (sc_host_gemm_f32, the CPU
- * device's GEMM), and a bf16 D is rounded once, at the end. */
+ * device's GEMM), the scales multiply the finished sum once (alpha ·
+ * scale_a · scale_b), and a bf16 D is rounded once, at the end. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -260,7 +261,12 @@ static void emu_run(void *ud) {
   struct cublasLtMatmulDescOpaque *d = ud;
   emu_call *x = &d->call;
   sc_gemm g = x->g;
-  g.alpha = x->alpha * (d->scale_a ? *d->scale_a : 1.0f) * (d->scale_b ? *d->scale_b : 1.0f);
+  /* alpha · scale_a · scale_b multiplies the finished f32 sum, once, as the
+   * library's epilogue does (the engine applies its alpha to each block of
+   * k it sums: k > 256 would round more often) */
+  float scale = x->alpha * (d->scale_a ? *d->scale_a : 1.0f) * (d->scale_b ? *d->scale_b : 1.0f);
+  bool after = scale != x->alpha && x->beta == 0.0f;
+  g.alpha = after ? 1.0f : scale;
   g.beta = x->beta;
   const float *A = widen(x->lb.type, x->b, x->span[0], &d->wb, &d->nb); /* Dᵀ's A is B */
   const float *B = widen(x->la.type, x->a, x->span[1], &d->wa, &d->na);
@@ -273,6 +279,9 @@ static void emu_run(void *ud) {
   if (!f32 && x->span[2] <= d->nd) D = d->wd;
   if (!A || !B || !D) return; /* out of host memory: D is left as it was */
   sc_host_gemm_f32(&g, A, B, NULL, 0, D, NULL, NULL, NULL, NULL);
+  for (int64_t b = 0; after && b < g.batch; b++)
+    for (int64_t i = 0; i < g.m; i++)
+      for (int64_t j = 0; j < g.n; j++) D[b * g.stride_c + i * g.ldc + j] *= scale;
   if (f32) return;
   uint16_t *o = x->d; /* only D's m x n elements of each batch entry */
   for (int64_t b = 0; b < g.batch; b++)

@@ -160,7 +160,8 @@ static int fp8_type(sc_dtype t) {
 
 /* The cuBLASLt plan of entry x (cuda_gemm.h: Cᵀ = op(B)ᵀ op(A)ᵀ). */
 static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
-  const sc_gemm *g = x->g;
+  sc_gemm g8 = sc_gemm_fp8_layout(x->g); /* an FP8 matmul's operands: their own layout */
+  const sc_gemm *g = x->fp8 ? &g8 : x->g;
   if (g->batch > INT32_MAX)
     return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL, "cuBLASLt: batch %lld too large",
                        (long long)g->batch);
@@ -265,7 +266,8 @@ static sc_status need_workspace(sc_gpu_gemm *e, sc_diag *diag) {
 /* Why cuBLASLt's FP8 matmul cannot compute g on this device, or NULL. */
 static const char *fp8_refusal(const sc_gemm *g, sc_dtype t, const sc_gpu_fp8 *f, int sm) {
   if (sm < 89) return "FP8 matmuls need sm_89 or later";
-  return sc_gemm_fp8_refusal(g, t, f->type_a, f->type_b);
+  sc_gemm v = sc_gemm_fp8_layout(g);
+  return sc_gemm_fp8_refusal(&v, t, f->type_a, f->type_b);
 }
 
 sc_status sc_gpu_gemm_add_fp8(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t,

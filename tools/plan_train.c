@@ -336,6 +336,8 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
            "\"peak_live_without\": %lld, \"saved_at_peak\": %lld}",
            (int)m.n_offloaded, (long long)m.offloaded, (long long)m.host,
            (long long)m.peak_live_unoffloaded, (long long)(m.peak_live_unoffloaded - m.peak_live));
+    printf(",\n \"fp8_transposes\": {\"copies\": %d, \"bytes\": %lld, \"at_peak\": %lld}",
+           (int)m.n_fp8_copies, (long long)m.fp8_copies, (long long)m.fp8_copies_at_peak);
     printf(",\n \"device\": {");
     for (int l = 1, first = 1; l < SC_MEM_LINE_COUNT; l++) {
       if (!sc_mem_line_of_device((sc_mem_line)l, target->device)) continue;
@@ -429,6 +431,12 @@ int sc_plan_train_report(const sc_build *b, const sc_train_opts *t, bool json, b
   snprintf(where, sizeof where, "at step %d of %d%s%s", (int)m.peak_step, (int)p->n_steps,
            m.peak_origin ? ": " : " (the end)", m.peak_origin ? m.peak_origin : "");
   row("live at the peak", m.peak_live, where);
+  if (m.n_fp8_copies) {
+    char fc[160];
+    snprintf(fc, sizeof fc, "%d transposed FP8 copies for FP8 matmuls (in the rows above while "
+             "live: %lld bytes at the peak)", (int)m.n_fp8_copies, (long long)m.fp8_copies_at_peak);
+    row("fp8 transposes", m.fp8_copies, fc);
+  }
   /* cuBLASLt's workspace, reserved above every value (program.h), is not
    * placement's loss: said apart */
   int64_t ws = p->workspace_bytes > 0 ? p->workspace_bytes : 0;

@@ -13,6 +13,7 @@ from checks import check, finish
 SHARDC = os.environ.get("SHARDC")
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODEL = os.path.join(SRC, "samples", "gpt2.onnx")
+LLAMA = os.path.join(SRC, "samples", "llama.onnx")
 
 
 def make_data(work):
@@ -23,11 +24,12 @@ def make_data(work):
     np.save(os.path.join(work, "labels.npy"), t[:, 1:])
 
 
-def train(work, tag, extra, steps, env=None, batch=8, stderr=None):
-    """`shardc train` of the sample (batch 8, AdamW, lr 1e-3): its losses
-    (and its stderr appended to the list `stderr`, when given)."""
+def train(work, tag, extra, steps, env=None, batch=8, stderr=None, model=MODEL):
+    """`shardc train` of the sample (batch 8, AdamW, lr 1e-3; GPT-2 unless
+    model says): its losses (and its stderr appended to the list `stderr`,
+    when given)."""
     log = os.path.join(work, tag + ".jsonl")
-    r = subprocess.run([SHARDC, "train", MODEL, "--dim", f"batch={batch}", "--data",
+    r = subprocess.run([SHARDC, "train", model, "--dim", f"batch={batch}", "--data",
                         f"input_ids={work}/ids.npy", "--labels", f"{work}/labels.npy",
                         "--optimizer", "adamw", "--lr", "1e-3", "--threads", "1",
                         "--steps", str(steps), "--log-json", log] + extra,

@@ -9,9 +9,11 @@
     lr 1e-3, seeded tokens): final losses within 2 % of each other (measured
     0.36 %), and not identical (fp8 really rounds: some step's loss differs
     by more than 1e-4); `plan` (text and --json) lists the LM head (N =
-    1000) as left bf16, and the text that 8 of the 24 FP8 products are
-    cuBLASLt FP8 matmuls on a GPU (the input gradients; the others are
-    not laid out "TN"); what the step saves for its backward in fp8 is
+    1000) as left bf16, and the text that all 24 FP8 products are
+    cuBLASLt FP8 matmuls on a GPU (16 of them through transposed FP8
+    copies: W for X·W, X and dY for Xᵀ·dY), the copies' bytes in its
+    memory lines (and --json) exactly Σ K·N + M·K + M·N over the 8 FP8
+    layers (M = 128 rows); what the step saves for its backward in fp8 is
     under 1.25 times bf16's (the FP8 operands kept in one byte: measured
     679 KiB against 607 now, first 554 against 482; the f32 widenings were 1010);
   * a history length of 0 refused naming it (tensor and pipeline
@@ -87,16 +89,32 @@ def test_curve(work):
     check(p.returncode == 0 and "fp8: 8 linear layers in FP8" in p.stdout and
           "bf16 '/m/lm_head/MatMul/gemm': K=64, N=1000: not multiples of 16" in p.stdout,
           f"plan's fp8 lines: {p.stdout[:600]} {p.stderr[-300:]}")
-    # on a GPU the products laid out "TN" are cuBLASLt FP8 matmuls: the 8 input
-    # gradients dY·Wᵀ (Conv1D weights [in, out]); the forward X·W and the weight
-    # gradients Xᵀ·dY are not TN, and the line says so
-    check("on a GPU (sm_89+): 8 of 24 FP8 products as cuBLASLt FP8 matmuls (16 f32: the "
-          "operands are not laid out \"TN\"" in p.stdout,
+    # on a GPU every FP8 product is a cuBLASLt FP8 matmul: the input gradients
+    # dY·Wᵀ are "TN" as they stand (Conv1D weights [in, out]); the forward X·W
+    # reads a transposed FP8 copy of W, the weight gradient Xᵀ·dY copies of X
+    # and dY, each made by a kernel of the step and planned in its arena
+    check("on a GPU (sm_89+): 24 of 24 FP8 products as cuBLASLt FP8 matmuls\n" in p.stdout,
           f"plan's FP8 matmul line: {p.stdout[:800]}")
+    # the copies' bytes: per FP8 layer (W [K, N], M = batch x sequence rows)
+    # Wᵀ K·N, Xᵀ M·K and dYᵀ M·N, one byte each
+    m_rows = 8 * 16
+    layers = [list(i.dims) for i in onnx.load(MODEL).graph.initializer
+              if i.name.startswith("transformer.h.") and i.name.endswith(".weight") and
+              len(i.dims) == 2]
+    want = sum(k * n + m_rows * k + m_rows * n for k, n in layers)
+    line = [l for l in p.stdout.splitlines() if l.strip().startswith("fp8 transposes")]
+    got = int(line[0].split()[4]) if line else -1
+    print(f"plan: {len(layers)} FP8 layers' transposed copies {got} bytes (want {want})")
+    check(len(layers) == 8 and got == want and
+          f"{3 * len(layers)} transposed FP8 copies" in (line[0] if line else ""),
+          f"plan's fp8 transposes line: {line} (want {want} bytes, 24 copies)")
     p = subprocess.run([SHARDC, "plan", MODEL, "--train", "--dim", "batch=8", "--precision",
                         "fp8", "--fp8-amax-history", "16", "--json"],
                        capture_output=True, text=True, timeout=300)
     f = json.loads(p.stdout).get("fp8", {}) if p.returncode == 0 else {}
+    ft = json.loads(p.stdout).get("fp8_transposes", {}) if p.returncode == 0 else {}
+    check(ft.get("copies") == 24 and ft.get("bytes") == want and
+          0 <= ft.get("at_peak", -1) <= want, f"plan --json's fp8_transposes: {ft}")
     check(f.get("history") == 16 and f.get("layers") == 8 and f.get("kept") == 1 and
           f.get("bf16", [{}])[0].get("node") == "/m/lm_head/MatMul/gemm",
           f"plan --json's fp8: {f} {p.stderr[-300:]}")

@@ -9,6 +9,11 @@
  *     of exact products; the scales are powers of two), and has no NaN;
  *   - the same operands laid out "NN" (B [k,n]) are refused with a reason
  *     and no entry, as are both operands E5M2 and a device before sm_89;
+ *   - a product laid out "TT" in f32 (Xᵀ·dY) with transposed FP8 copies of
+ *     both operands (sc_gemm.a8_tn, b8_tn) is one FP8 matmul within the
+ *     same bound, refused without them; with scale pointers that are not
+ *     powers of two, its D is the unscaled D times s_a·s_b bit for bit
+ *     (k = 64 and 512);
  *   - the emulated library itself refuses an FP8 "NN" matmul as cuBLASLt
  *     does: CUBLAS_STATUS_NOT_SUPPORTED from the heuristic. */
 #include "test_util.h"
@@ -41,6 +46,27 @@ static void random_codes(sc_dtype t, uint8_t *x, int n, unsigned *seed) {
     while (isnan(sc_narrow_decode(t, c)) || isinf(sc_narrow_decode(t, c)));
     x[i] = c;
   }
+}
+
+/* The worst error of c (M x N) against scale · the double-precision
+ * product of the decoded codes a [M, k] (type ta) and b [N, k] (tb), per
+ * element relative to Σ|a·b|; c has no NaN. */
+static double worst_error(sc_dtype ta, const uint8_t *a, sc_dtype tb, const uint8_t *b, int k,
+                          const float *c, double scale) {
+  double worst = 0;
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double ref = 0, mag = 0;
+      for (int kk = 0; kk < k; kk++) {
+        double p = (double)sc_narrow_decode(ta, a[i * k + kk]) * sc_narrow_decode(tb, b[j * k + kk]);
+        ref += p, mag += fabs(p);
+      }
+      ref *= scale, mag *= scale;
+      assert_false(isnan(c[i * N + j]));
+      double err = fabs(c[i * N + j] - ref) / (mag > 0 ? mag : 1);
+      if (err > worst) worst = err;
+    }
+  return worst;
 }
 
 static void test_tn_product(void **state) {
@@ -77,22 +103,8 @@ static void test_tn_product(void **state) {
   float c[M * N];
   assert_int_equal(cu->memcpy_dtoh(c, dc, sizeof c, s), SC_CUDA_SUCCESS);
   assert_int_equal(cu->stream_synchronize(s), SC_CUDA_SUCCESS);
-  double worst = 0;
-  for (int i = 0; i < M; i++)
-    for (int j = 0; j < N; j++) {
-      double ref = 0, mag = 0;
-      for (int k = 0; k < K; k++) {
-        double p = (double)sc_narrow_decode(SC_DTYPE_F8E5M2, a[i * K + k]) *
-                   sc_narrow_decode(SC_DTYPE_F8E4M3FN, b[j * K + k]);
-        ref += p;
-        mag += fabs(p);
-      }
-      ref *= scales[0] * scales[1];
-      mag *= scales[0] * scales[1];
-      assert_false(isnan(c[i * N + j]));
-      double err = fabs(c[i * N + j] - ref) / (mag > 0 ? mag : 1);
-      if (err > worst) worst = err;
-    }
+  double worst = worst_error(SC_DTYPE_F8E5M2, a, SC_DTYPE_F8E4M3FN, b, K, c,
+                             (double)scales[0] * scales[1]);
   printf("FP8 E5M2 x E4M3 TN %dx%dx%d with scale pointers: worst error %.2e of sum |a.b|\n", M,
          N, K, worst);
   assert_true(worst <= 1e-6);
@@ -117,6 +129,94 @@ static void test_tn_product(void **state) {
   sc_gpu_gemm_destroy(e);
   assert_int_equal(cu->stream_destroy(s), SC_CUDA_SUCCESS);
   cu->mem_free(da), cu->mem_free(db), cu->mem_free(dc), cu->mem_free(ds);
+}
+
+/* D (m x n f32) of g as one FP8 matmul of the codes a8, b8 (types ta,
+ * tb, in g's FP8 layout: sc_gemm_fp8_layout) with the scale pointers
+ * scales[0], scales[1] when scales is not NULL. */
+static void fp8_product(const sc_gemm *g, sc_dtype ta, const uint8_t *a8, size_t na,
+                        sc_dtype tb, const uint8_t *b8, size_t nb, const float *scales,
+                        float *d) {
+  CUdeviceptr da, db, dc, ds = 0;
+  size_t nd = (size_t)(g->m * g->n) * sizeof(float);
+  assert_int_equal(cu->mem_alloc(&da, na), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&db, nb), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&dc, nd), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&ds, 2 * sizeof(float)), SC_CUDA_SUCCESS);
+  CUstream s;
+  assert_int_equal(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(da, a8, na, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(db, b8, nb, s), SC_CUDA_SUCCESS);
+  if (scales)
+    assert_int_equal(cu->memcpy_htod(ds, scales, 2 * sizeof(float), s), SC_CUDA_SUCCESS);
+  sc_diag d0 = {0};
+  sc_gpu_gemm *e = NULL;
+  assert_int_equal(sc_gpu_gemm_create(cu, &e, &d0), SC_OK);
+  sc_gpu_fp8 f = {.type_a = ta, .type_b = tb, .a = da, .b = db,
+                  .scale_a = scales ? ds : 0, .scale_b = scales ? ds + sizeof(float) : 0};
+  int32_t id = -1;
+  const char *why = "?";
+  assert_int_equal(sc_gpu_gemm_add_fp8(e, g, SC_DTYPE_F32, &f, 90, dc, &id, &why, &d0), SC_OK);
+  if (why) fprintf(stderr, "refused: %s\n", why);
+  assert_null(why);
+  assert_true(id >= 0);
+  assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &d0), SC_OK);
+  assert_int_equal(cu->memcpy_dtoh(d, dc, nd, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->stream_synchronize(s), SC_CUDA_SUCCESS);
+  sc_gpu_gemm_destroy(e);
+  assert_int_equal(cu->stream_destroy(s), SC_CUDA_SUCCESS);
+  cu->mem_free(da), cu->mem_free(db), cu->mem_free(dc), cu->mem_free(ds);
+}
+
+/* A product whose f32 operands are laid out "TT" (A stored [k, m], B
+ * [k, n]: an FP8 step's weight gradient Xᵀ·dY) with transposed FP8 copies
+ * (a8_tn, b8_tn: [m, k] and [n, k]) is one FP8 matmul, and equals the
+ * product of the decoded values; without the copies it is refused. Then
+ * the scales: the per-tensor scale inverses (not powers of two, as delayed
+ * scaling's are) through the A and B scale pointers give, bit for bit, the
+ * unscaled matmul's D times (s_a · s_b) rounded once, as the step's
+ * epilogue descales it, at k = 64 and at k = 512 (two blocks of the
+ * emulated engine, which applies its alpha per block: the scales are
+ * applied once, after the sum, as the library's epilogue does). */
+static void test_transposed_copies_and_scales(void **state) {
+  (void)state;
+  enum { KB = 512 };
+  static uint8_t a[M * KB], b[N * KB];
+  static float d0[M * N], d1[M * N];
+  for (int ki = 0; ki < 2; ki++) {
+    int k = ki ? KB : K;
+    unsigned seed = 7 + (unsigned)k;
+    random_codes(SC_DTYPE_F8E4M3FN, a, M * k, &seed);
+    random_codes(SC_DTYPE_F8E5M2, b, N * k, &seed);
+    sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = -1, .trans_a = true,
+                 .batch = 1, .m = M, .n = N, .k = k, .lda = M, .ldb = N, .ldc = N,
+                 .alpha = 1.0f, .fp8 = true, .a8 = 3, .b8 = 4};
+    sc_gemm v = sc_gemm_fp8_layout(&g);
+    assert_non_null(sc_gemm_fp8_refusal(&v, SC_DTYPE_F32, SC_DTYPE_F8E4M3FN, SC_DTYPE_F8E5M2));
+    g.a8_tn = g.b8_tn = true;
+    v = sc_gemm_fp8_layout(&g);
+    assert_true(!v.trans_a && v.trans_b && v.lda == k && v.ldb == k);
+    assert_null(sc_gemm_fp8_refusal(&v, SC_DTYPE_F32, SC_DTYPE_F8E4M3FN, SC_DTYPE_F8E5M2));
+    fp8_product(&g, SC_DTYPE_F8E4M3FN, a, (size_t)(M * k), SC_DTYPE_F8E5M2, b,
+                (size_t)(N * k), NULL, d0);
+    double worst = worst_error(SC_DTYPE_F8E4M3FN, a, SC_DTYPE_F8E5M2, b, k, d0, 1.0);
+    /* 1 / delayed scaling's scales: 448 / amax and 57344 / amax */
+    float scales[2] = {1.0f / (448.0f / 3.7f), 1.0f / (57344.0f / 0.0123f)};
+    fp8_product(&g, SC_DTYPE_F8E4M3FN, a, (size_t)(M * k), SC_DTYPE_F8E5M2, b,
+                (size_t)(N * k), scales, d1);
+    float inv = scales[0] * scales[1];
+    int differ = 0;
+    for (int i = 0; i < M * N; i++) {
+      float want = d0[i] * inv;
+      assert_false(isnan(d1[i]));
+      differ += d1[i] != want;
+    }
+    printf("FP8 E4M3 x E5M2 through transposed copies %dx%dx%d: worst error %.2e of sum |a.b|; "
+           "scale pointers against the epilogue's descaling: %d of %d differ\n",
+           M, N, k, worst, differ, M * N);
+    assert_true(worst <= 1e-6);
+    assert_int_equal(differ, 0);
+  }
 }
 
 /* The emulated library's own check: an FP8 matmul that is not TN. */
@@ -155,6 +255,7 @@ static void test_library_refuses_nn(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_tn_product),
+                                     cmocka_unit_test(test_transposed_copies_and_scales),
                                      cmocka_unit_test(test_library_refuses_nn)};
   return cmocka_run_group_tests(tests, setup, NULL);
 }
