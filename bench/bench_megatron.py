@@ -101,7 +101,26 @@ def plan_args(c):
             "--dim", f"batch={c['batch']}", "--json"] + attention_args(c)
     if c["pp"] > 1:
         args += ["--schedule", "1f1b", "--microbatches", str(c["microbatches"])]
-    return args + sequence_parallel_args(c)
+    return args + sequence_parallel_args(c) + reduce_dtype_args(c)
+
+
+def reduce_dtype_args(c):
+    """The gradient reduction's bytes as the published runs moved them. The
+    H100 README's runs used the distributed optimizer (its
+    `--overlap-param-gather` is refused without `--use-distributed-optimizer`,
+    megatron/training/arguments.py at f2e5db402c): each rank reduce-scatters
+    the fp32 gradients during the backward, (S-1)/S x 4 bytes a parameter,
+    and gathers the bf16 parameters during the next forward, (S-1)/S x 2,
+    hidden there. The table plans those rows as dp (docs/planner.md: a flat
+    ZeRO-3 that would plan them as Megatron ran them is not built), whose
+    all-reduce moves 2 (S-1)/S x the reduce dtype's bytes: in bf16, the 4
+    bytes Megatron's reduce-scatter moves during the backward, so the H100
+    rows are planned with `--reduce-dtype bf16`. Pipelined rows reduce the
+    fp32 sum of their microbatches in the norm piece whatever the option
+    says. SC'21's A100 rows predate the distributed optimizer and
+    all-reduced fp32 gradients (`--accumulate-allreduce-grads-in-fp32`):
+    shardc's default."""
+    return ["--reduce-dtype", "bf16"] if c["table"] == "h100" else []
 
 
 def sequence_parallel_args(c):

@@ -266,6 +266,22 @@ static sc_status step_dtype(const sc_program *p, int32_t b, const char *what,
                      dt < SC_DTYPE_COUNT ? sc_dtype_name(dt) : "?");
 }
 
+/* Whether GEMM g runs as an FP8 matmul on c: its operands are FP8 values
+ * (sc_gemm.fp8), c's devices are GPUs with an FP8 peak (sm_89 and later:
+ * the H100 and H200 presets; the A100's has none and runs the f32 product
+ * of the widened values, as the CUDA device does there), and cuBLASLt
+ * takes its layout (sc_gemm_fp8_refusal of sc_gemm_fp8_layout: the CUDA
+ * device's own test). */
+static bool fp8_matmul(const sc_cluster *c, const sc_program *p, const sc_gemm *g) {
+  if (!g->fp8 || !sc_cluster_is_gpu(c) || !(c->peak_flops[SC_CLUSTER_FP8] > 0)) return false;
+  int32_t bs[3] = {g->c, g->a8, g->b8};
+  for (int i = 0; i < 3; i++)
+    if (bs[i] < 0 || bs[i] >= p->n_buffers) return false;
+  sc_gemm l = sc_gemm_fp8_layout(g);
+  return !sc_gemm_fp8_refusal(&l, p->buffers[g->c].dtype, p->buffers[g->a8].dtype,
+                              p->buffers[g->b8].dtype);
+}
+
 sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, const sc_step *st,
                                     double *seconds, double *flops, sc_diag *d) {
   *seconds = *flops = 0;
@@ -281,8 +297,17 @@ sc_status sc_dist_step_compute_time(const sc_cluster *c, const sc_program *p, co
     double bytes = buffer_bytes(p, g->a) + buffer_bytes(p, g->b) + buffer_bytes(p, g->c) +
                    buffer_bytes(p, g->bias);
     if (f <= 0) return SC_OK; /* an empty product */
-    if (sc_cost_gemm_shape_time(c, cd, g->trans_a, g->trans_b, g->batch, g->m, g->n, g->k, bytes,
-                                seconds, d) != SC_OK)
+    bool ta = g->trans_a, tb = g->trans_b;
+    if (fp8_matmul(c, p, g)) { /* read from its FP8 operands, at the FP8 rate */
+      sc_gemm l = sc_gemm_fp8_layout(g);
+      cd = SC_CLUSTER_FP8;
+      ta = l.trans_a;
+      tb = l.trans_b;
+      bytes = buffer_bytes(p, g->a8) + buffer_bytes(p, g->b8) + buffer_bytes(p, g->c) +
+              buffer_bytes(p, g->bias);
+    }
+    if (sc_cost_gemm_shape_time(c, cd, ta, tb, g->batch, g->m, g->n, g->k, bytes, seconds, d) !=
+        SC_OK)
       return d->status;
     *flops = f;
     /* the epilogue kernel, on a device whose kernels have a model (the

@@ -36,6 +36,7 @@
 
 #include "codegen/dist_sim.h"
 #include "codegen/pipe_schedule.h"
+#include "passes/plan/cost.h"
 #include "test_plan_util.h"
 
 static int32_t add_buffer(sc_program *p, const char *name, sc_dtype t, int64_t n) {
@@ -114,6 +115,48 @@ static sc_dist_program *program(sc_cluster *c, bool async) {
   }
   add_gemm(p, cc, b, f, 1, "MatMul_3");
   return dp;
+}
+
+/* A GEMM whose operands are FP8 values (sc_gemm.fp8) is timed at the FP8
+ * peak on a GPU that has one (the H100's: 1978.9 TFLOP/s, twice bf16's)
+ * when cuBLASLt takes its layout, reading its 1-byte operands (the bytes
+ * bound this one); as the f32
+ * product it runs as otherwise (the A100, no FP8 peak; a layout that is
+ * not "TN"). */
+static void test_fp8_rate(void **state) {
+  (void)state;
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  int64_t mm = 1024 * 1024;
+  int32_t a = add_buffer(p, "A", SC_DTYPE_F32, mm), b = add_buffer(p, "B", SC_DTYPE_F32, mm),
+          c = add_buffer(p, "C", SC_DTYPE_BF16, mm), a8 = add_buffer(p, "A8", SC_DTYPE_F8E4M3FN, mm),
+          b8 = add_buffer(p, "B8", SC_DTYPE_F8E4M3FN, mm);
+  int32_t k = add_gemm(p, a, b, c, 1, "MatMul");
+  sc_gemm *g = &p->steps[k].gemm;
+  g->trans_b = true;
+  g->lda = g->ldb = g->ldc = 1024;
+  g->fp8 = true;
+  g->a8 = a8;
+  g->b8 = b8;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  double t[3], f;
+  sc_cluster h100 = preset("h100-sxm:8x1"), a100 = preset("a100-80g:8x1");
+  assert_int_equal(sc_dist_step_compute_time(&h100, p, &p->steps[k], &t[0], &f, &d), SC_OK);
+  assert_int_equal(sc_dist_step_compute_time(&a100, p, &p->steps[k], &t[1], &f, &d), SC_OK);
+  g->trans_b = false; /* not "TN": the f32 product on the H100 too */
+  assert_int_equal(sc_dist_step_compute_time(&h100, p, &p->steps[k], &t[2], &f, &d), SC_OK);
+  double flops = 2.0 * mm * 1024;
+  assert_close(f, flops);
+  double eff = sc_cost_gemm_efficiency(1024, 1024, 1024);
+  /* the FP8 product reads 1 + 1 and writes 2 bytes an element: at this
+   * size the H100's memory bounds it */
+  double tc = flops / (1978.9e12 * eff), tm = 4.0 * mm / (3.35e12 * SC_COST_MEMORY_EFF);
+  assert_close(t[0], tc > tm ? tc : tm);
+  assert_true(t[0] < 0.1 * t[2]);
+  assert_close(t[1], flops / (19.5e12 * eff));
+  assert_close(t[2], flops / (66.9e12 * eff));
+  sc_program_destroy(p);
 }
 
 static void test_overlap(void **state) {
@@ -561,6 +604,7 @@ static void test_kernel_features(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fp8_rate),
       cmocka_unit_test(test_overlap),
       cmocka_unit_test(test_terms),
       cmocka_unit_test(test_bubbles),
