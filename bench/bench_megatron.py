@@ -168,7 +168,8 @@ def search(shardc, model_dir, c, budget_bytes, timeout=600):
     nodes = max(1, c["gpus"] // 8)
     cmd = [shardc, "plan", os.path.join(model_dir, c["name"] + ".onnx"), "--train", "--auto",
            "--cluster", f"{c['cluster']}:8x{nodes}", "--global-batch", str(c["batch"]),
-           "--precision", "bf16", "--optimizer", "adamw", "--json"] + attention_args(c)
+           "--precision", "bf16", "--optimizer", "adamw", "--json"] + attention_args(c) + \
+        reduce_dtype_args(c)  # the published plan's numerics: kept by --auto
     if budget_bytes:
         cmd += ["--memory-budget", str(int(budget_bytes))]
     t = time.perf_counter()

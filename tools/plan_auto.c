@@ -138,6 +138,9 @@ typedef struct auto_args {
   bool estimate;            /* --estimate: one plan's estimate against its exact
                                figures (estimate_one), no search */
   bool reduce_low;          /* --reduce-dtype bf16|fp16 (sc_search_opts) */
+  const char *reduce_dtype; /* --reduce-dtype as given, or NULL: a numerics
+                               choice of the step (like --precision), which
+                               --auto keeps rather than chooses */
 } auto_args;
 
 /* --memory-budget: BYTES with an optional K, M, G suffix, or P% of the
@@ -220,6 +223,12 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
   }
   a->train = train;
   a->reduce_low = p->reduce_dtype && strcmp(p->reduce_dtype, "fp32") != 0;
+  a->reduce_dtype = p->reduce_dtype;
+  if (p->reduce_dtype && asked) { /* in the replay, as the training options are */
+    size_t len = strlen(a->train_opts);
+    snprintf(a->train_opts + len, sizeof a->train_opts - len, " --reduce-dtype %s",
+             p->reduce_dtype);
+  }
   if (a->estimate) {
     if (asked || p->auto_plan) return sc_cli_usage_error("--estimate takes one plan (--mesh ...), "
                                                          "not --auto");
@@ -242,6 +251,7 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
   others.cluster = NULL;
   others.auto_plan = false;
   others.objective = NULL;
+  others.reduce_dtype = NULL; /* the step's numerics, kept (auto_args.reduce_dtype) */
   if (sc_partition_args_any(&others))
     return sc_cli_usage_error("--auto chooses the mesh and every partitioning option itself: "
                               "give only --cluster (not --mesh, --plan, --zero, --schedule, ...)");
@@ -277,7 +287,7 @@ typedef struct exact {
  * does. ta->t takes c's recompute: the options c was built with. */
 static int compile(const sc_search_cand *c, const char *cluster, const sc_cluster *loaded,
                    const sc_device_target *target, const sc_cli_opts *base, const char *dim,
-                   sc_train_args *ta, exact *out) {
+                   const char *reduce_dtype, sc_train_args *ta, exact *out) {
   char mesh[128];
   int64_t batch = c->batch;
   sc_search_mesh(c, mesh, sizeof mesh);
@@ -291,6 +301,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   p.schedule = c->pp > 1 ? c->schedule : NULL;
   p.virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
   p.sequence_parallel = c->sequence_parallel;
+  if (!c->inference) p.reduce_dtype = reduce_dtype;
   sc_cli_opts o = *base; /* its weights or shapes only: choose() */
   int k = 0;
   while (k < o.n_dims && strcmp(o.dims[k].name, dim) != 0) k++;
@@ -750,7 +761,8 @@ static int fewer_devices(auto_search *x, const sc_search_opts *so, const sc_cli_
     exact_order(fewer->top, fewer->n_top, nw);
     for (int32_t i = 0; i < nw; i++) {
       exact e = {0};
-      int frc = compile(&fewer->top[i], half, NULL, target, o, x->dim_name, ta, &e);
+      int frc = compile(&fewer->top[i], half, NULL, target, o, x->dim_name,
+                        x->args.reduce_dtype, ta, &e);
       x->t_exact += e.seconds;
       if (frc) break;
       t0 = sc_cli_now_s();
@@ -970,7 +982,8 @@ static int choose(auto_search *x) {
         break;
       }
       exact e = {0};
-      rc = compile(&r->top[i], x->cluster_spec, x->cluster, &target, &o, dim_name, &ta, &e);
+      rc = compile(&r->top[i], x->cluster_spec, x->cluster, &target, &o, dim_name,
+                   a.reduce_dtype, &ta, &e);
       t_round += e.seconds;
       if (!rc) {
         t0 = sc_cli_now_s();
@@ -1648,6 +1661,7 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
   others.objective = NULL;
   others.cluster = NULL;
   others.comm = "local";
+  others.reduce_dtype = NULL; /* the step's numerics, kept */
   if (p->mesh || p->plan_file || sc_partition_args_any(&others))
     return sc_cli_usage_error("--mesh auto chooses the mesh and every partitioning option "
                               "itself: give only --cluster (not --mesh, --plan, --zero, "
@@ -1671,6 +1685,8 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
   auto_search x = {.goal = ta ? SC_SEARCH_TRAIN : SC_SEARCH_LATENCY, .o = o, .ta = ta,
                    .cluster_spec = p->cluster, .cluster = p->cluster_loaded};
   if (ta) x.args.budget_bytes = ta->memory_budget;
+  x.args.reduce_dtype = p->reduce_dtype;
+  x.args.reduce_low = p->reduce_dtype && strcmp(p->reduce_dtype, "fp32") != 0;
   if ((rc = choose(&x)) != 0) return rc;
   const sc_search_cand *c = &x.r->top[x.chosen];
   const sc_plan_predicted *pr = &x.ex.b->plan->predicted;

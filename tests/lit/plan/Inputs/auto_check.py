@@ -11,6 +11,8 @@ auto_infer.test, auto_cp.test, auto_cp_compose.test, auto_ep.test).
       predict the same object, and the plan file written from
       auto.chosen.plan replayed with --plan (and the recompute and training
       options, which the plan file does not hold) predicts it again.
+      A --reduce-dtype in the replay is in the plan file
+      (training.reduce_dtype).
   auto_check.py infer SHARDC MODEL AUTO.json TMP
       an inference search (no --train): the same checks of the chosen plan
       and of the exactly evaluated ones, by the objective (latency: the
@@ -93,9 +95,11 @@ def replays(shardc, model, ch, tmp):
         json.dump(ch["plan"], f)
     train = []
     skip = {"--cluster", "--mesh", "--zero", "--schedule", "--virtual-stages",
-            "--microbatches"}
+            "--microbatches", "--reduce-dtype"}
     i = 0
     while i < len(replay):
+        if replay[i] == "--reduce-dtype":  # the plan file holds it
+            assert ch["plan"]["training"]["reduce_dtype"] == replay[i + 1], ch["plan"]["training"]
         if replay[i] in skip:
             i += 2
             continue
