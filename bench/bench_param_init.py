@@ -10,7 +10,11 @@ moments: 16 bytes a parameter, which the 8 ranks hold between them once),
 the ratio of the two, and what 8 whole copies would be. Never fails on a
 figure; `make bench` runs it (a few minutes on 2 cores, ~7 GB of memory).
 
+With --recompute full (activation checkpointing, passes/recompute.c) the
+ranks keep only each block's input for the backward.
+
 usage: bench_param_init.py [--shardc build/shardc] [--layers N] [--d D]
+                           [--recompute none|selective|full]
 """
 import argparse
 import os
@@ -32,6 +36,7 @@ def main():
     ap.add_argument("--layers", type=int, default=24)
     ap.add_argument("--d", type=int, default=1024)
     ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--recompute", default="none", choices=["none", "selective", "full"])
     a = ap.parse_args()
     import onnx
     from make_samples import build_gpt2_graph
@@ -48,7 +53,7 @@ def main():
     np.save(lab, rng.integers(0, vocab, (a.ranks, seq)).astype(np.int64))
     args = [a.shardc, "train", path, "--no-weights", "--init", "*=normal:0.02", "--dim",
             f"batch={a.ranks}", "--data", f"input_ids={ids}", "--labels", lab, "--steps", "2",
-            "--mesh", f"fsdp={a.ranks}", "--optimizer", "adamw"]
+            "--mesh", f"fsdp={a.ranks}", "--optimizer", "adamw", "--recompute", a.recompute]
     out_f = os.path.join(tmp, "out.txt")
     t0 = time.time()
     with open(out_f, "w") as fo:
@@ -65,7 +70,7 @@ def main():
     shards = 16 * params
     gib = 2.0 ** 30
     print(f"GPT d {a.d}, {a.layers} layers: {params / 1e6:.1f}M parameters, fsdp={a.ranks}, "
-          f"2 steps in {secs:.0f} s")
+          f"recompute {a.recompute}, 2 steps in {secs:.0f} s")
     print(f"  peak RSS                                  {rss / gib:7.2f} GiB")
     print(f"  sum of the shards (weights, gradients,    {shards / gib:7.2f} GiB")
     print(f"    AdamW moments, fp32)                    (ratio RSS / shards {rss / shards:.2f})")

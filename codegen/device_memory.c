@@ -101,7 +101,7 @@ void sc_gemm_tiling(const sc_gemm *g, int64_t *tile_m, int64_t *tile_n) {
 }
 
 enum { GEMM_ALIAS_PITCH = 1024, GEMM_PITCH_PAD = 16, GEMM_REPITCH_MAX = 1 << 26,
-       GEMM_PACK_A_MAX = 1 << 25 };
+       GEMM_REPITCH_PANEL_MAX = 1 << 22, GEMM_PACK_A_MAX = 1 << 25 };
 
 int64_t sc_gemm_repitched_ld(int64_t cols) {
   int64_t ld = (cols + GEMM_PITCH_PAD - 1) / GEMM_PITCH_PAD * GEMM_PITCH_PAD;
@@ -119,8 +119,31 @@ int64_t sc_gemm_relaid_numel(const sc_gemm *g) {
   return n;
 }
 
+/* Floats of the re-pitched copy of op(B)'s columns [0, cols) for every
+ * batch entry that has its own, or -1 on overflow. */
+static int64_t panel_numel(const sc_gemm *g, int64_t cols) {
+  int64_t n;
+  return sc_mul_i64(g->stride_b ? g->batch : 1, g->k, &n) &&
+                 sc_mul_i64(n, sc_gemm_repitched_ld(cols), &n)
+             ? n
+             : -1;
+}
+
+int64_t sc_gemm_repitch_panel(const sc_gemm *g) {
+  if (g->ldb % GEMM_ALIAS_PITCH != 0 || sc_gemm_relaid_numel(g) <= 0) return 0;
+  int64_t tile_m, tile_n, whole = panel_numel(g, g->n);
+  if (whole >= 0 && whole <= GEMM_REPITCH_PANEL_MAX) return g->n;
+  sc_gemm_tiling(g, &tile_m, &tile_n);
+  int64_t cols = 0, numel;
+  while (cols + tile_n < g->n && (numel = panel_numel(g, cols + tile_n)) >= 0 &&
+         numel <= GEMM_REPITCH_PANEL_MAX)
+    cols += tile_n;
+  return cols;
+}
+
 int64_t sc_gemm_repitch_numel(const sc_gemm *g) {
-  return g->ldb % GEMM_ALIAS_PITCH == 0 ? sc_gemm_relaid_numel(g) : 0;
+  int64_t cols = sc_gemm_repitch_panel(g);
+  return cols > 0 ? panel_numel(g, cols) : 0;
 }
 
 int64_t sc_gemm_packed_a_scratch_numel(const sc_gemm *g, int64_t tile_m, int64_t tile_n,
@@ -207,7 +230,7 @@ int64_t sc_gemm_weight_copy_numel(const sc_program *p, const sc_step *s, sc_gemm
     int64_t n = sc_gemm_packed_b_numel(g->k, g->n);
     return n > 0 ? n : 0;
   }
-  return g->trans_b ? sc_gemm_relaid_numel(g) : sc_gemm_repitch_numel(g);
+  return g->trans_b || g->ldb % GEMM_ALIAS_PITCH == 0 ? sc_gemm_relaid_numel(g) : 0;
 }
 
 int64_t sc_gemm_step_scratch_numel(const sc_program *p, const sc_step *s, sc_gemm_engine e) {

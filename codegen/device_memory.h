@@ -91,9 +91,17 @@ int64_t sc_gemm_repitched_ld(int64_t cols);
  * has its own: k rows of sc_gemm_repitched_ld(n)), or 0 when too large
  * (above 2^26) or when entries overlap. */
 int64_t sc_gemm_relaid_numel(const sc_gemm *g);
+/* The columns of op(B) a product with oneDNN re-pitches at a time when
+ * B's pitch aliases in the cache (a multiple of 1024 floats; the copy
+ * sc_gemm_relaid_numel sizes, not above 2^26 floats): all n when the copy
+ * of every column is at most 2^22 floats (16 MiB), else as many whole
+ * column tiles (sc_gemm_tiling) as fit in that, each such panel copied
+ * and its tiles run before the next (docs/runtime.md#gemm-tiles); 0: B is
+ * read in place (no aliasing, or one column of tiles alone above 2^22). */
+int64_t sc_gemm_repitch_panel(const sc_gemm *g);
 /* Floats of scratch oneDNN's products use for g's B: the re-pitched copy
- * when B's pitch aliases in the cache (a multiple of 1024 floats); 0: B is
- * read in place. */
+ * of one panel (sc_gemm_repitch_panel) for every batch entry that has its
+ * own; 0: B is read in place. */
 int64_t sc_gemm_repitch_numel(const sc_gemm *g);
 /* Floats of scratch the own kernel packs op(A) into once for g cut into
  * tiles of tile_m x tile_n (one packed row tile per batch entry of A that

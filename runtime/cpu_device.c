@@ -832,17 +832,20 @@ enum { REPITCH_ROWS = 16 }; /* rows of op(B) per unit */
 typedef struct repitch_job {
   const float *B;
   float *dst;
-  int64_t k, n;   /* op(B): k x n */
-  bool trans_b;   /* B holds op(B)^T: n rows of k */
+  int64_t k, n;   /* the copy: op(B)'s k rows, n columns from column n0 */
+  int64_t n0;
+  bool trans_b;   /* B holds op(B)^T: rows of k */
   int64_t ldb, stride_b, ld, units;
 } repitch_job;
 
-/* The copy of g's op(B) (at B) into dst, k rows at a pitch that does not
- * alias, and in *rg g reading it there, untransposed (rg may be NULL). The
- * copy runs in units of REPITCH_ROWS rows of one batch entry. */
-static repitch_job repitch_of(const sc_gemm *g, const float *B, float *dst, sc_gemm *rg) {
-  repitch_job r = {.B = B, .dst = dst, .k = g->k, .n = g->n, .trans_b = g->trans_b,
-                   .ldb = g->ldb, .stride_b = g->stride_b, .ld = sc_gemm_repitched_ld(g->n)};
+/* The copy of columns [n0, n0 + n) of g's op(B) (at B) into dst, k rows at
+ * a pitch that does not alias, and in *rg g reading it there, untransposed
+ * (rg may be NULL; its op(B) then starts at column n0). The copy runs in
+ * units of REPITCH_ROWS rows of one batch entry. */
+static repitch_job repitch_of(const sc_gemm *g, const float *B, int64_t n0, int64_t n,
+                              float *dst, sc_gemm *rg) {
+  repitch_job r = {.B = B, .dst = dst, .k = g->k, .n = n, .n0 = n0, .trans_b = g->trans_b,
+                   .ldb = g->ldb, .stride_b = g->stride_b, .ld = sc_gemm_repitched_ld(n)};
   r.units = (g->stride_b ? g->batch : 1) * ((g->k + REPITCH_ROWS - 1) / REPITCH_ROWS);
   if (rg) {
     *rg = *g;
@@ -863,7 +866,7 @@ static void repitch_rows(void *ud, int64_t begin, int64_t end) {
     float *dst = j->dst + u / per_entry * j->k * j->ld;
     if (!j->trans_b) {
       for (int64_t r = k0; r < k1; r++)
-        memcpy(dst + r * j->ld, src + r * j->ldb, (size_t)j->n * sizeof(float));
+        memcpy(dst + r * j->ld, src + r * j->ldb + j->n0, (size_t)j->n * sizeof(float));
       continue;
     }
     /* B's rows are op(B)'s columns: each read along its REPITCH_ROWS
@@ -874,7 +877,7 @@ static void repitch_rows(void *ud, int64_t begin, int64_t end) {
      * GPT-2-small's 768 x 3072 MLP weight transposed ran 2.7x slower than
      * the product untransposed.) */
     for (int64_t c = 0; c < j->n; c++) {
-      const float *col = src + c * j->ldb;
+      const float *col = src + (j->n0 + c) * j->ldb;
       for (int64_t r = k0; r < k1; r++) dst[r * j->ld + c] = col[r];
     }
   }
@@ -912,7 +915,7 @@ static sc_status pitch_weights(cpu_ctx *c, sc_diag *diag) {
     }
     c->pitched_owner[i] = true;
     c->allocated.bytes[SC_MEM_PITCHED_WEIGHTS] += numel * (int64_t)sizeof(float);
-    repitch_job r = repitch_of(g, c->ptrs[g->b], c->pitched[i], NULL);
+    repitch_job r = repitch_of(g, c->ptrs[g->b], 0, g->n, c->pitched[i], NULL);
     sc_thread_pool_run(c->pool, repitch_rows, &r, r.units, r.units);
   }
   return SC_OK;
@@ -922,7 +925,11 @@ typedef struct gemm_job {
   const sc_gemm *g;
   const float *A, *B, *bias;
   float *C;
+  bool trans_b;        /* how B is read: g's, or a re-pitched panel's */
+  int64_t ldb, stride_b;
+  int64_t n_base;      /* B holds op(B) from this column on */
   int64_t tile_m, tile_n, tiles_m, tiles_n;
+  int64_t col0, cols;  /* the columns of tiles run: [col0, col0 + cols) */
   bool bias_per_batch;
   bool own; /* sc_cpu_gemm_tile, else dnnl_sgemm */
   const sc_gemm_packed_b *packed; /* own: op(B) packed, or NULL */
@@ -972,18 +979,19 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   const sc_gemm *g = j->g;
   sc_cpu_engine_one_thread(); /* oneDNN runs on OpenMP: held to this thread */
   for (int64_t t = begin; t < end; t++) {
-    int64_t b = t / (j->tiles_m * j->tiles_n), r = t % (j->tiles_m * j->tiles_n);
+    int64_t b = t / (j->tiles_m * j->cols), r = t % (j->tiles_m * j->cols);
     /* the own kernel: the row tiles of one column of tiles in turn, so
      * that the column's packed B is still in the caches for the next */
-    int64_t rw = j->own ? r % j->tiles_m : r / j->tiles_n;
-    int64_t col = j->own ? r / j->tiles_m : r % j->tiles_n;
+    int64_t rw = j->own ? r % j->tiles_m : r / j->cols;
+    int64_t col = j->col0 + (j->own ? r / j->tiles_m : r % j->cols);
     int64_t m0 = rw * j->tile_m, n0 = col * j->tile_n;
     int m = (int)(g->m - m0 < j->tile_m ? g->m - m0 : j->tile_m);
     int n = (int)(g->n - n0 < j->tile_n ? g->n - n0 : j->tile_n);
     /* rows m0.. of op(A): A + m0 * lda, or columns m0.. when transposed */
     const float *A = j->A + b * g->stride_a + (g->trans_a ? m0 : m0 * g->lda);
     /* columns n0.. of op(B): B + n0, or rows n0.. when transposed */
-    const float *B = j->B + b * g->stride_b + (g->trans_b ? n0 * g->ldb : n0);
+    const float *B =
+        j->B + b * j->stride_b + (j->trans_b ? (n0 - j->n_base) * j->ldb : n0 - j->n_base);
     float *C = j->C + b * g->stride_c + m0 * g->ldc + n0;
     if (g->k == 0) { /* BLAS need not touch C when k == 0: C = beta * C */
       for (int i = 0; i < m; i++)
@@ -995,15 +1003,15 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
       const float *pa = j->packed_a ? j->packed_a + ((g->stride_a ? b : 0) * j->tiles_m + rw) *
                                                         j->packed_a_tile
                                     : NULL;
-      if (!sc_cpu_gemm_tile(g->trans_a, g->trans_b, m, n, g->k, g->alpha, A, g->lda, pa, B,
-                            g->ldb, j->packed, n0, g->beta, C, g->ldc))
+      if (!sc_cpu_gemm_tile(g->trans_a, j->trans_b, m, n, g->k, g->alpha, A, g->lda, pa, B,
+                            j->ldb, j->packed, n0, g->beta, C, g->ldc))
         tile_failed(j, true, m, n, g->k);
     } else {
       /* row-major; prepare() checked the leading dimensions, so the call
        * cannot refuse its arguments: a failure here is the library's own
        * (out of memory for its packing buffers) */
-      dnnl_status_t st = dnnl_sgemm(g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', m, n, g->k,
-                                    g->alpha, A, g->lda, B, g->ldb, g->beta, C, g->ldc);
+      dnnl_status_t st = dnnl_sgemm(g->trans_a ? 'T' : 'N', j->trans_b ? 'T' : 'N', m, n, g->k,
+                                    g->alpha, A, g->lda, B, j->ldb, g->beta, C, g->ldc);
       if (st != dnnl_success) tile_failed(j, false, m, n, g->k);
     }
     if (!j->bias) continue;
@@ -1016,48 +1024,69 @@ static void gemm_tiles(void *ud, int64_t begin, int64_t end) {
   }
 }
 
+/* The tiles of columns [j->col0, j->col0 + j->cols) on tp (one tile a
+ * chunk: a tile is thousands of cycles of work, and larger chunks leave a
+ * thread idle at the end, 66 tiles in chunks of 9 on 2 threads: up to 9
+ * tiles' time), or on this thread when one chunk. */
+static void run_tiles(gemm_job *j, sc_thread_pool *tp, bool one_chunk) {
+  int64_t tiles = j->g->batch * j->tiles_m * j->cols;
+  if (one_chunk)
+    gemm_tiles(j, 0, tiles);
+  else
+    sc_thread_pool_run(tp, gemm_tiles, j, tiles, tiles);
+}
+
 bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, sc_thread_pool *tp, float *scratch,
                       const sc_gemm_packed_b *packed, sc_gemm_failure *failure) {
   if (g->batch <= 0 || g->m <= 0 || g->n <= 0) return true;
-  sc_gemm rg;
   bool own = sc_gemm_engine_get() == SC_GEMM_ENGINE_OWN; /* packs B: no aliasing pitch */
-  if (!own && scratch && sc_gemm_repitch_numel(g) > 0) {
-    repitch_job r = repitch_of(g, B, scratch, &rg);
-    if (tp)
-      sc_thread_pool_run(tp, repitch_rows, &r, r.units, (int64_t)sc_thread_pool_threads(tp));
-    else
-      repitch_rows(&r, 0, r.units);
-    g = &rg;
-    B = scratch;
-  }
   gemm_job j = {.g = g, .A = A, .B = B, .C = C, .bias = bias, .own = own,
+               .trans_b = g->trans_b, .ldb = g->ldb, .stride_b = g->stride_b,
                .packed = own && packed && packed->data ? packed : NULL, .failure = failure};
   atomic_init(&j.failed, false);
   sc_gemm_tiling(g, &j.tile_m, &j.tile_n);
   j.tiles_m = (g->m + j.tile_m - 1) / j.tile_m;
   j.tiles_n = (g->n + j.tile_n - 1) / j.tile_n;
+  j.cols = j.tiles_n;
   j.bias_per_batch = bias && g->bias_full && bias_numel != g->m * g->n;
-  int64_t tiles = g->batch * j.tiles_m * j.tiles_n;
-  /* multiply-adds per tile, roughly; small products stay on one thread */
+  /* multiply-adds, roughly; small products stay on one thread */
   double flops = (double)g->batch * (double)g->m * (double)g->n * (double)(g->k + 1);
   int threads = tp ? sc_thread_pool_threads(tp) : 1;
-  /* one tile per chunk: a tile is thousands of cycles of work, and larger
-   * chunks leave a thread idle at the end (66 tiles in chunks of 9 on 2
-   * threads: up to 9 tiles' time) */
-  int64_t chunks = flops < 65536.0 || !tp || threads < 2 ? 1 : tiles;
+  bool one_chunk = flops < 65536.0 || !tp || threads < 2;
   if (own && scratch && sc_gemm_packed_a_scratch_numel(g, j.tile_m, j.tile_n, &j.packed_a_tile) > 0) {
     j.packed_a = scratch;
     int64_t units = (g->stride_a ? g->batch : 1) * j.tiles_m;
-    if (chunks <= 1)
+    if (one_chunk)
       pack_a_tiles(&j, 0, units);
     else
       sc_thread_pool_run(tp, pack_a_tiles, &j, units, units);
   }
-  if (chunks <= 1)
-    gemm_tiles(&j, 0, tiles);
-  else
-    sc_thread_pool_run(tp, gemm_tiles, &j, tiles, chunks);
+  /* a B whose pitch aliases: each panel of op(B)'s columns copied to
+   * another pitch, then its tiles run (sc_gemm_repitch_panel: all of
+   * them at once unless the copy would pass 16 MiB) */
+  int64_t panel = !own && scratch ? sc_gemm_repitch_panel(g) : 0;
+  if (panel <= 0) {
+    run_tiles(&j, tp, one_chunk);
+    return !atomic_load(&j.failed);
+  }
+  int64_t per = panel >= g->n ? j.tiles_n : panel / j.tile_n; /* column tiles a panel */
+  for (j.col0 = 0; j.col0 < j.tiles_n; j.col0 += per) {
+    int64_t n0 = j.col0 * j.tile_n, n = g->n - n0 < panel ? g->n - n0 : panel;
+    sc_gemm rg;
+    repitch_job r = repitch_of(g, B, n0, n, scratch, &rg);
+    if (tp)
+      sc_thread_pool_run(tp, repitch_rows, &r, r.units, (int64_t)threads);
+    else
+      repitch_rows(&r, 0, r.units);
+    j.B = scratch;
+    j.trans_b = false;
+    j.ldb = rg.ldb;
+    j.stride_b = rg.stride_b;
+    j.n_base = n0;
+    j.cols = j.tiles_n - j.col0 < per ? j.tiles_n - j.col0 : per;
+    run_tiles(&j, tp, one_chunk);
+  }
   return !atomic_load(&j.failed);
 }
 
@@ -1176,7 +1205,7 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
     const float *pitched = pitched_of(c, s);
     sc_gemm rg;
     if (pitched) { /* op(B) laid out at bind (pitch_weights) */
-      repitch_of(g, B, NULL, &rg);
+      repitch_of(g, B, 0, g->n, NULL, &rg);
       g = &rg;
       B = pitched;
     }

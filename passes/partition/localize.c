@@ -27,12 +27,15 @@
  * a gradient (the forward and the backward) sees it with that axis
  * gathered (an AllGather before the first use); the optimizer's nodes,
  * which feed neither, read it split. Unless keep_after_forward, the
- * gathered copies are forgotten when the walk reaches the backward (the
- * first node feeding a gradient but not the loss), so the backward
- * gathers again and the forward's copy dies after its last forward use
- * (FSDP's reshard_after_forward). A parameter the forward and the backward
- * read only through narrowing Casts (mixed precision's bf16 copy) is cast
- * on its shard and the bf16 shard is gathered instead (casts_first).
+ * gathered copies of the blocks' parameters are forgotten when the walk
+ * reaches the backward (the first node feeding a gradient but not the
+ * loss), so the backward gathers again and the forward's copy dies after
+ * its last forward use (FSDP's reshard_after_forward); a parameter outside
+ * the blocks (passes/stats.h's block key on its name) keeps its forward
+ * copy, as FSDP2's root module does. A parameter the forward and the
+ * backward read only through narrowing Casts (mixed precision's bf16 copy)
+ * is cast on its shard and the bf16 shard is gathered instead
+ * (casts_first), kept as the parameter would be.
  * Constants are never resharded at run time: a constant wanted under a
  * sharding becomes a sharded constant (no data, local shape) whose source is
  * the global data (partition.h) — each rank loads its piece. Constants
@@ -99,6 +102,7 @@
 #include "ir/pipe.h"
 #include "ir/op_util.h"
 #include "partition.h"
+#include "passes/stats.h"
 #include "shard_rule.h"
 
 typedef struct memo {
@@ -126,6 +130,8 @@ typedef struct lz {
                         or its narrowing Cast (cast_first) */
   bool *cast_first;  /* [g->n_nodes] a Cast of a stored parameter run on its
                         shard: the low-precision copy is what is gathered */
+  bool *kept;        /* [g->n_values] a stored value outside the blocks: its
+                        forward gather serves the backward too */
   uint8_t *region;   /* [g->n_nodes] REGION_* bits */
   bool in_backward;  /* the walk has reached the backward */
   int32_t n_emitted; /* nodes made here: their names are "<origin>/<Op>_<k>" */
@@ -827,7 +833,7 @@ static sc_status note_rule_fallback(lz *z, const sc_node *n, const sc_sharding *
  * keeps only its first entry, the input itself (storage axis, above). */
 static void forget_gathered(lz *z) {
   for (int32_t gid = 0; gid < z->g->n_values; gid++) {
-    if (!z->stored[gid]) continue;
+    if (!z->stored[gid] || z->kept[gid]) continue;
     int32_t i = z->head[gid];
     while (i >= 0 && z->memos[i].next >= 0) i = z->memos[i].next;
     z->head[gid] = i;
@@ -1392,6 +1398,7 @@ static sc_status casts_first(lz *z) {
         if (pass == 1 && cast && !other[v]) {
           z->cast_first[nid] = true;
           z->stored[n->outputs[0]] = true;
+          z->kept[n->outputs[0]] = z->kept[v];
         }
       }
     }
@@ -1406,11 +1413,20 @@ static sc_status training_regions(lz *z) {
   const sc_graph *g = z->g;
   size_t nv = (size_t)g->n_values + 1;
   z->stored = sc_calloc(nv, sizeof *z->stored);
+  z->kept = sc_calloc(nv, sizeof *z->kept);
   z->region = sc_calloc((size_t)g->n_nodes + 1, sizeof *z->region);
   uint8_t *need = sc_calloc(nv, 1);
-  if (!z->stored || !z->region || !need) {
+  if (!z->stored || !z->kept || !z->region || !need) {
     sc_free(need);
     return nomem(z);
+  }
+  sc_stats stats = {0};
+  bool blocks = z->p->zero_stage == 3 && !z->p->keep_after_forward;
+  if (blocks && sc_stats_begin(z->g, &stats) != SC_OK) {
+    sc_free(need);
+    sc_stats_free(&stats);
+    *z->d = z->g->diag;
+    return z->d->status;
   }
   int32_t ax = z->p->fsdp_axis;
   for (int32_t i = 0; i < g->n_values; i++) {
@@ -1424,7 +1440,10 @@ static sc_status training_regions(lz *z) {
       continue;
     const char *param = sc_partition_param_of(z->p, v->name);
     z->stored[i] = param && strcmp(param, v->name) == 0;
+    z->kept[i] = z->stored[i] && stats.block_key &&
+                 sc_stats_block_of_name(stats.block_key, v->name) < 0;
   }
+  sc_stats_free(&stats);
   for (int32_t nid = g->n_nodes - 1; nid >= 0; nid--) {
     const sc_node *n = &g->nodes[nid];
     if (n->flags & SC_NODE_DEAD) continue;
@@ -1451,6 +1470,7 @@ static void free_walk(lz *z) {
   sc_free(z->src);
   sc_free(z->stored);
   sc_free(z->cast_first);
+  sc_free(z->kept);
   sc_free(z->region);
   sc_cut_destroy(z->cg);
   sc_free(z->pnode);
