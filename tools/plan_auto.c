@@ -602,11 +602,12 @@ static sc_search_cand exact_view(const sc_search_cand *c, const sc_plan_predicte
   v.bubble_s = pr->bubble_s;
   v.recompute_s = pr->recompute_s;
   v.optimizer_s = pr->optimizer_s;
-  v.tp_s = v.fsdp_s = v.dp_s = v.pp_s = v.cp_s = v.ep_s = 0;
+  v.tp_s = v.fsdp_s = v.dp_s = v.pp_s = v.cp_s = v.ep_s = v.offload_s = 0;
   for (int32_t i = 0; i < pr->n_comm; i++) {
     const char *ax = pr->comm[i].axes;
     size_t n = strcspn(ax, ",");
-    double *t = n == 2 && strncmp(ax, "tp", 2) == 0   ? &v.tp_s
+    double *t = strcmp(ax, "host") == 0                 ? &v.offload_s /* the copies */
+                : n == 2 && strncmp(ax, "tp", 2) == 0   ? &v.tp_s
                 : n == 4 && strncmp(ax, "fsdp", 4) == 0 ? &v.fsdp_s
                 : n == 2 && strncmp(ax, "pp", 2) == 0   ? &v.pp_s
                 : n == 2 && strncmp(ax, "cp", 2) == 0   ? &v.cp_s
