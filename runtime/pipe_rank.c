@@ -504,23 +504,28 @@ static sc_status park(sc_pipe_rank *r, int32_t h, int32_t k, sc_diag *d) {
   return SC_OK;
 }
 
-/* Cell c's copy out is waited for: the host pool's slot replaces the
- * stash's. */
-static sc_status copy_out_wait(sc_pipe_rank *r, size_t c, sc_diag *d) {
-  if (r->where[c] != W_OUT && r->where[c] != W_MADE) return SC_OK;
+/* Waits for cell c's copy (unless skip: the test hook) and, where it
+ * filled another slot, makes that slot the cell's. */
+static sc_status copy_wait(sc_pipe_rank *r, size_t c, bool skip, const char *what, sc_diag *d) {
   int32_t h = (int32_t)(c / (size_t)r->M), k = (int32_t)(c % (size_t)r->M);
-  if (!r->skip_out_waits) copies_wait(r, r->ticket[c]);
-  sc_status st = race_check(r, h, k, "to the host pool", d);
-  if (st != SC_OK) return st;
-  if (r->where[c] == W_MADE) { /* the next action may overwrite the arena */
-    r->where[c] = W_HOST;
-    return SC_OK;
-  }
+  if (!skip) copies_wait(r, r->ticket[c]);
+  sc_status st = race_check(r, h, k, what, d);
+  if (st != SC_OK || !r->other[c]) return st;
   sc_free(r->h[h].slot[k]);
   r->h[h].slot[k] = r->other[c];
   r->other[c] = NULL;
+  return SC_OK;
+}
+
+/* Cell c's copy out is waited for: the host pool's slot replaces the
+ * stash's (W_OUT), or the arena it read may be run over (W_MADE). */
+static sc_status copy_out_wait(sc_pipe_rank *r, size_t c, sc_diag *d) {
+  if (r->where[c] != W_OUT && r->where[c] != W_MADE) return SC_OK;
+  bool from_stash = r->where[c] == W_OUT;
+  sc_status st = copy_wait(r, c, r->skip_out_waits, "to the host pool", d);
+  if (st != SC_OK) return st;
   r->where[c] = W_HOST;
-  r->stash -= r->t.h[h].bytes;
+  if (from_stash) r->stash -= r->t.h[c / (size_t)r->M].bytes;
   return SC_OK;
 }
 
@@ -564,12 +569,8 @@ static sc_status copy_back(sc_pipe_rank *r, int32_t a, sc_diag *d) {
 static sc_status copy_back_wait(sc_pipe_rank *r, int32_t h, int32_t k, sc_diag *d) {
   size_t c = (size_t)h * (size_t)r->M + (size_t)k;
   if (r->where[c] != W_BACK) return SC_OK;
-  copies_wait(r, r->ticket[c]);
-  sc_status st = race_check(r, h, k, "back", d);
+  sc_status st = copy_wait(r, c, false, "back", d);
   if (st != SC_OK) return st;
-  sc_free(r->h[h].slot[k]);
-  r->h[h].slot[k] = r->other[c];
-  r->other[c] = NULL;
   r->where[c] = W_STASH;
   r->host -= r->t.h[h].bytes;
   return SC_OK;
