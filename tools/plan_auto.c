@@ -273,6 +273,15 @@ typedef struct exact {
  * training through sc_plan_train_setup, plan --train's own options;
  * inference with cuBLASLt's workspace in the arena on a GPU, as plan
  * does. ta->t takes c's recompute: the options c was built with. */
+/* The --activation-loading-horizon c's step offloads at: a pipeline's
+ * (search.h), else the default. */
+static int32_t offload_horizon(const sc_search_cand *c) {
+  if (c->offload_activations && c->pp > 1) return SC_SEARCH_PIPE_OFFLOAD_HORIZON;
+  sc_train_opts d;
+  sc_train_opts_init(&d, SC_OPTIMIZER_SGD);
+  return d.activation_loading_horizon;
+}
+
 static int compile(const sc_search_cand *c, const char *cluster, const sc_cluster *loaded,
                    const sc_device_target *target, const sc_cli_opts *base, const char *dim,
                    sc_train_args *ta, exact *out) {
@@ -301,6 +310,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   if (!c->inference) {
     ta->t.recompute = (sc_recompute_kind)c->recompute;
     ta->t.offload_activations = c->offload_activations;
+    ta->t.activation_loading_horizon = offload_horizon(c);
     ta->t.shape_only = o.no_weights;
   }
   sc_build_setup bs;
@@ -418,6 +428,8 @@ static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
   ADD(" --microbatches %d --recompute %s", c->microbatches,
       sc_search_recompute_name(c->recompute));
   if (c->offload_activations) ADD(" --offload-activations");
+  if (c->offload_activations && c->pp > 1)
+    ADD(" --activation-loading-horizon %d", SC_SEARCH_PIPE_OFFLOAD_HORIZON);
   if (c->sequence_parallel) ADD(" --sequence-parallel");
 #undef ADD
 }
@@ -1682,6 +1694,7 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
     p->virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
     ta->t.recompute = (sc_recompute_kind)c->recompute;
     ta->t.offload_activations = c->offload_activations;
+    ta->t.activation_loading_horizon = offload_horizon(c);
   }
   char opts[384], t[32], mem[32];
   cand_options(c, opts, sizeof opts);

@@ -69,6 +69,11 @@
 #include "passes/plan/plan.h"
 
 enum { SC_SEARCH_TOP = 10 };
+/* A pipelined candidate offloads at --activation-loading-horizon 1: at the
+ * default 2 a 1F1B rank at pp=2 keeps both its microbatches in flight on
+ * the device and offloading saves nothing (docs/offload.md, "Pipelines");
+ * at 1 it keeps one. Without a pipeline, the default. */
+enum { SC_SEARCH_PIPE_OFFLOAD_HORIZON = 1 };
 
 /* What the search ranks: a training step (its time), or an inference
  * batch (its latency, or the examples per second of the mesh). */
@@ -99,9 +104,9 @@ typedef struct sc_search_cand {
   int64_t micro_batch_size;     /* examples per microbatch per replica */
   sc_search_recompute recompute;
   bool offload_activations;     /* --offload-activations (docs/offload.md):
-                                   only without a pipeline, and only when
-                                   the same plan without it is over the
-                                   memory */
+                                   only when the same plan without it is
+                                   over the memory; under a pipeline at
+                                   horizon SC_SEARCH_PIPE_OFFLOAD_HORIZON */
   /* the estimate */
   double step_s, compute_s, recompute_s, optimizer_s, bubble_s;
   double offload_s;             /* the offloading copies' time not hidden
