@@ -36,12 +36,14 @@
  * arena's fixed bytes (docs/planner.md section 4 has every term and
  * constant). Pruned besides: fsdp not dividing the hidden size (the
  * partitioner would keep the parameters whole).
- * Activation offloading: a plan without a pipeline whose estimate is over
- * the memory is tried again with --offload-activations when the cluster
- * knows its host link (sc_cluster.host_link_bytes_per_s): the kept values
- * move to the host pool but for the blocks the backward is about to read,
- * and the copies, each way over the host link, cost what the forward's
- * and the backward's compute does not hide.
+ * Activation offloading: a plan whose estimate is over the memory,
+ * pipelined or not, is tried again with --offload-activations when the
+ * cluster knows its host link (sc_cluster.host_link_bytes_per_s): the kept
+ * values move to the host pool but for the blocks the backward is about
+ * to read (in a pipeline: the stash but for the microbatches brought
+ * back, SC_SEARCH_PIPE_OFFLOAD_HORIZON), and the copies, each way over
+ * the host link, cost what the forward's and the backward's compute does
+ * not hide.
  * Pure computation: no allocation, no state.
  * Inference (opts.goal SC_SEARCH_LATENCY or SC_SEARCH_THROUGHPUT): the
  * same machinery over what the inference path runs: meshes of D <= N
