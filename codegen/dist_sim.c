@@ -390,14 +390,15 @@ static sc_status p2p_time(const sc_dist_program *dp, int64_t a, int64_t b, doubl
 /* ---- step tables ---- */
 
 /* What a step's time is attributed to (the breakdown of dist_sim.h). */
-enum { T_COMPUTE, T_RECOMPUTE, T_OPTIMIZER, T_COMM, T_WAIT, T_SEND, T_RECV };
+enum { T_COMPUTE, T_RECOMPUTE, T_OPTIMIZER, T_COMM, T_WAIT, T_SEND, T_RECV, T_COPY };
 
 typedef struct step_cost {
   double s;        /* its time alone */
   double flops;    /* GEMM FLOPs */
   double bytes;    /* COMM: B */
   int8_t term;     /* T_* */
-  int8_t group;    /* COMM, WAIT, SEND, RECV: the group's index */
+  int8_t group;    /* COMM, WAIT, SEND, RECV: the group's index; COPY and
+                      its WAIT: -1 */
 } step_cost;
 
 typedef struct groups {
@@ -498,6 +499,16 @@ static bool trace_steps(void) {
   return e && strcmp(e, "1") == 0;
 }
 
+/* A copy of `bytes` between the device and the host pool: over the
+ * cluster's host link, or memory-bound where the link is unknown. */
+static sc_status copy_time(const sc_cluster *c, double bytes, double *s, sc_diag *d) {
+  if (c->host_link_bytes_per_s > 0) {
+    *s = bytes / c->host_link_bytes_per_s;
+    return SC_OK;
+  }
+  return sc_cost_memory_time(c, 2 * bytes, s, d); /* read and written */
+}
+
 static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_cluster *c,
                              groups *g, step_cost *tab, sc_diag *d) {
   const sc_program *p = dp->stages[s].program;
@@ -521,6 +532,11 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
     if (x->kind == SC_STEP_WAIT) {
       t->term = T_WAIT;
       t->group = x->started >= 0 && x->started < k ? tab[x->started].group : 0;
+    } else if (x->kind == SC_STEP_COPY) { /* on the copy queue, over the host link */
+      t->term = T_COPY;
+      t->bytes = buffer_bytes(p, x->copy.src);
+      t->group = -1;
+      r = copy_time(c, t->bytes, &t->s, &inner);
     } else if (x->kind == SC_STEP_COMM) {
       const sc_comm_step *cs = &x->comm;
       int32_t gi = group_of(g, cs->axes, &inner);
@@ -649,13 +665,23 @@ typedef struct rank_state {
   double t;                /* the compute queue's clock */
   double qfree[SC_DIST_SIM_MAX_GROUPS]; /* each communication queue's */
   double send_free;        /* the point-to-point queue's */
+  double copy_free;        /* the copy queue's (activation offloading) */
   double *done;            /* [steps of the largest program] when each async
-                              COMM step of the current run ends */
+                              COMM or COPY step of the current run ends */
+  /* pipelined with offloading (sc_pipe_offload_back): per cell, the action
+   * after which it goes to the host pool and the one before which it comes
+   * back (-1: not offloaded here); copied[cell] when its last copy ends;
+   * copying[cell]: 1 out, 2 back, not yet waited for; started: the action
+   * whose copies before it were started */
+  int32_t *out, *back;
+  double *copied;
+  uint8_t *copying;
+  int32_t started;
   bool *have;              /* pipelined: [n_h * M] received or made here */
   int32_t *seq;            /* inference: [2 * P * tags] sends and receives so far */
   int32_t stage, mb;       /* the current action's stage and microbatch */
-  int64_t last[SC_DIST_SIM_MAX_GROUPS + 2]; /* traced: the index of the last
-                              event on each queue (compute, p2p, groups), -1 */
+  int64_t last[SC_DIST_SIM_MAX_GROUPS + 3]; /* traced: the index of the last
+                              event on each queue (compute, p2p, copy, groups), -1 */
 } rank_state;
 
 typedef struct sim_ctx {
@@ -688,7 +714,8 @@ static void record(sim_ctx *x, rank_state *r, int32_t queue, sc_dist_sim_event_k
   if (!tr || !(end > start)) return;
   int64_t *last = &r->last[queue == SC_DIST_SIM_QUEUE_COMPUTE ? 0
                            : queue == SC_DIST_SIM_QUEUE_P2P   ? 1
-                                                              : 2 + queue];
+                           : queue == SC_DIST_SIM_QUEUE_COPY  ? 2
+                                                              : 3 + queue];
   if (*last >= 0) {
     sc_dist_sim_event *e = &tr->events[*last];
     if (e->kind == (int8_t)kind && e->stage == r->stage && e->mb == r->mb && e->peer == peer &&
@@ -735,6 +762,28 @@ static void expose(sim_ctx *x, rank_state *r, int32_t gi, double until) {
   comm_row(x, r->row, gi)->exposed_s += until - r->t;
   r->row->exposed_comm_s += until - r->t;
   r->t = until;
+}
+
+/* Compute waits until `until` for a copy of the copy queue. */
+static void expose_copy(sim_ctx *x, rank_state *r, double until) {
+  if (until <= r->t) return;
+  record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_EXPOSED, -1, -1, r->t, until, 0);
+  r->row->exposed_copy_s += until - r->t;
+  r->t = until;
+}
+
+/* A copy of `bytes` between the device and the host pool, started now on
+ * the copy queue (after the copies before it: one queue, in order); when
+ * it ends. */
+static sc_status copy_start(sim_ctx *x, rank_state *r, double bytes, double *end) {
+  double s = 0;
+  if (copy_time(x->c, bytes, &s, x->d) != SC_OK) return x->d->status;
+  double start = r->t > r->copy_free ? r->t : r->copy_free;
+  r->copy_free = *end = start + s;
+  record(x, r, SC_DIST_SIM_QUEUE_COPY, SC_DIST_SIM_EV_COPY, -1, -1, start, *end, bytes);
+  r->row->copy_s += s;
+  r->row->copy_bytes += bytes;
+  return SC_OK;
 }
 
 /* A receive of a transfer m: the bubble until it started, then the
@@ -810,8 +859,13 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
       else expose(x, r, t->group, end);
       break;
     }
+    case T_COPY:
+      if (copy_start(x, r, t->bytes, &r->done[r->i]) != SC_OK) return x->d->status;
+      break;
     case T_WAIT:
-      if (st->started >= 0 && st->started < r->i) expose(x, r, t->group, r->done[st->started]);
+      if (st->started < 0 || st->started >= r->i) break;
+      if (t->group < 0) expose_copy(x, r, r->done[st->started]);
+      else expose(x, r, t->group, r->done[st->started]);
       break;
     case T_SEND:
     case T_RECV: {
@@ -841,7 +895,7 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
     }
     row->flops += t->flops;
   }
-  /* the run ends when its queues are drained */
+  /* the run ends when its queues are drained (its copies were waited for) */
   for (int32_t gi = 0; gi < x->g.n; gi++) expose(x, r, gi, r->qfree[gi]);
   return SC_OK;
 }
@@ -860,12 +914,61 @@ static int32_t cell_mb(const sim_ctx *x, int32_t h, int32_t mb) {
   return x->ho.h[h].per_mb ? (mb >= 0 ? mb : x->M - 1) : 0;
 }
 
+/* Before r's action a (once): the copies out started after the action
+ * before are waited for, then the copies back whose point is a start
+ * (runtime/pipe_rank.c's order). */
+static sc_status copies_before(sim_ctx *x, rank_state *r, int32_t a) {
+  size_t cells = (size_t)x->ho.n * (size_t)x->M;
+  r->started = a;
+  for (size_t c = 0; c < cells; c++)
+    if (r->copying[c] == 1 && r->out[c] < a) {
+      expose_copy(x, r, r->copied[c]);
+      r->copying[c] = 0;
+    }
+  for (size_t c = 0; c < cells; c++)
+    if (r->back[c] == a) {
+      if (copy_start(x, r, (double)x->ho.h[c / (size_t)x->M].bytes, &r->copied[c]) != SC_OK)
+        return x->d->status;
+      r->copying[c] = 2;
+    }
+  return SC_OK;
+}
+
+/* Before the run of piece s for microbatch mb: the copies back of what it
+ * reads are waited for. */
+static void copies_back_wait(sim_ctx *x, rank_state *r, int32_t s, int32_t mb) {
+  const sc_program *p = x->dp->stages[s].program;
+  for (int32_t j = 0; j < p->n_inputs; j++) {
+    int32_t h = x->ho.input_handoff[s][j];
+    if (h < 0) continue;
+    size_t c = (size_t)h * (size_t)x->M + (size_t)cell_mb(x, h, mb);
+    if (r->copying[c] != 2) continue;
+    expose_copy(x, r, r->copied[c]);
+    r->copying[c] = 0;
+  }
+}
+
+/* After the run of action a: the cells it read or made for the last time
+ * before their backward go out to the host pool. */
+static sc_status copies_out(sim_ctx *x, rank_state *r, int32_t a) {
+  size_t cells = (size_t)x->ho.n * (size_t)x->M;
+  for (size_t c = 0; c < cells; c++) {
+    if (r->out[c] != a) continue;
+    if (copy_start(x, r, (double)x->ho.h[c / (size_t)x->M].bytes, &r->copied[c]) != SC_OK)
+      return x->d->status;
+    r->copying[c] = 1;
+  }
+  return SC_OK;
+}
+
 /* Advances r as far as it goes; *progress when it moved. */
 static sc_status advance(sim_ctx *x, rank_state *r, bool *progress) {
   while (r->a < r->n_acts) {
     int32_t mb, s = action_stage(x, r, r->a, &mb);
     r->stage = s;
     r->mb = mb;
+    if (r->out && r->started != r->a && copies_before(x, r, r->a) != SC_OK)
+      return x->d->status;
     if (r->part == 0) { /* hand-offs from other ranks, before the run */
       const piece_io *io = r->acts ? &x->io[s] : NULL;
       for (; io && r->i < io->n_in; r->i++) {
@@ -879,6 +982,7 @@ static sc_status advance(sim_ctx *x, rank_state *r, bool *progress) {
         *have = true;
         *progress = true;
       }
+      if (r->out) copies_back_wait(x, r, s, mb);
       r->part = 1;
       r->i = 0;
     }
@@ -888,6 +992,7 @@ static sc_status advance(sim_ctx *x, rank_state *r, bool *progress) {
       if (run_steps(x, r, s, &blocked) != SC_OK) return x->d->status;
       if (r->i != before) *progress = true;
       if (blocked) return SC_OK;
+      if (r->out && copies_out(x, r, r->a) != SC_OK) return x->d->status;
       r->part = 2;
       r->i = 0;
     }
@@ -954,8 +1059,20 @@ static sc_status setup_pipeline(sim_ctx *x) {
                          &r->n_acts, x->d) != SC_OK)
       return x->d->status;
     r->acts = acts;
-    r->have = sc_calloc((size_t)x->ho.n * (size_t)x->M + 1, sizeof *r->have);
+    size_t cells = (size_t)x->ho.n * (size_t)x->M + 1;
+    r->have = sc_calloc(cells, sizeof *r->have);
     if (!r->have) return nomem(x->d);
+    bool any = false;
+    for (int32_t h = 0; h < x->ho.n; h++) any |= sc_pipe_handoff_offloaded(&x->ho, h, q);
+    if (!any) continue; /* nothing offloaded here */
+    r->out = sc_malloc(cells * sizeof *r->out);
+    r->back = sc_malloc(cells * sizeof *r->back);
+    r->copied = sc_calloc(cells, sizeof *r->copied);
+    r->copying = sc_calloc(cells, sizeof *r->copying);
+    if (!r->out || !r->back || !r->copied || !r->copying) return nomem(x->d);
+    r->started = -1;
+    if (sc_pipe_offload_back(&x->ho, dp, q, acts, r->n_acts, r->out, r->back, x->d) != SC_OK)
+      return x->d->status;
   }
   return SC_OK;
 }
@@ -1068,7 +1185,7 @@ void sc_dist_sim_trace_free(sc_dist_sim_trace *trace) {
 
 const char *sc_dist_sim_event_kind_name(sc_dist_sim_event_kind k) {
   static const char *const NAMES[SC_DIST_SIM_EV_KIND_COUNT] = {
-      "compute", "recompute", "optimizer", "bubble", "exposed", "collective", "send"};
+      "compute", "recompute", "optimizer", "bubble", "exposed", "collective", "send", "copy"};
   return (unsigned)k < SC_DIST_SIM_EV_KIND_COUNT ? NAMES[k] : "?";
 }
 
@@ -1100,6 +1217,10 @@ static sc_status sim_once(const sc_dist_program *dp, const sc_cluster *c, sc_dis
     sc_free((void *)x.r[q].acts);
     sc_free(x.r[q].done);
     sc_free(x.r[q].have);
+    sc_free(x.r[q].out);
+    sc_free(x.r[q].back);
+    sc_free(x.r[q].copied);
+    sc_free(x.r[q].copying);
     sc_free(x.r[q].seq);
   }
   for (int32_t s = 0; x.tab && s < dp->n_stages; s++) sc_free(x.tab[s]);
@@ -1240,6 +1361,11 @@ void sc_dist_sim_to_plan(const sc_dist_program *dp, sc_plan *pl, int64_t peak_by
     }
     pr->comm[i].seconds = r->comm[i].exposed_s;
     pr->n_comm = i + 1;
+  }
+  if (r->copy_s > 0 && pr->n_comm < SC_PLAN_PREDICTED_MAX_GROUPS) {
+    /* activation offloading's copies: what compute waited for them */
+    snprintf(pr->comm[pr->n_comm].axes, sizeof pr->comm[0].axes, "host");
+    pr->comm[pr->n_comm++].seconds = r->exposed_copy_s;
   }
   pr->tokens_per_s = sim.tokens_per_s;
   pr->flops_per_s_per_gpu = sim.flops_per_s_per_gpu;

@@ -19,6 +19,18 @@
  * the two ranks (intra- or inter-node), the sender goes on, and the
  * receive blocks until the transfer has arrived.
  *
+ * Activation offloading's copies (docs/offload.md) run on a copy queue of
+ * their own, one per rank, in order, as the runtime runs them: each takes
+ * its bytes over the cluster's host link (gpu.host_link_bytes_per_s;
+ * memory-bound, read and written, where the cluster has none) while
+ * compute goes on, and compute waits where the runtime waits. In one
+ * program a COPY step starts on that queue and its WAIT blocks compute for
+ * what is left. In a pipelined step the copies are not steps: the points
+ * of sc_pipe_offload_back give them (runtime/pipe_rank.c's rules): a
+ * cell's copy out starts after its out action has run and is waited for
+ * before the rank's next action; its copy back starts before its back
+ * action and is waited for before the run of its reader.
+ *
  * One simulated rank per pipeline coordinate (the rank whose other
  * coordinates are 0): the ranks of a stage differ only in their dp, fsdp
  * and tp coordinates and run the same program, so their collectives are
@@ -30,15 +42,16 @@
  * yet sent, gives the same times as an event-ordered walk.
  *
  * Every advance of a rank's clock is attributed to exactly one term, so
- * compute + recompute + optimizer + exposed communication + bubble = the
- * rank's finish: computation to compute (forward and backward), recompute
+ * compute + recompute + optimizer + exposed communication + bubble +
+ * exposed copies = the rank's finish: computation to compute (forward and backward), recompute
  * (a step every node of which is a "<name>/recompute" clone,
  * passes/recompute.c) or optimizer (a pipelined step's NORM and UPDATE
  * pieces; in one training program the steps that only the updated state
  * "new:X", "train:grad_norm" and "train:applied" need); a wait for a
  * collective to the exposed time of its group; a wait for a hand-off to
  * the bubble until the sender started it, then to the exposed time of the
- * pipeline's axes. The step is the last rank's finish; that rank is the
+ * pipeline's axes; a wait for a copy to exposed_copy_s (traced as an
+ * EXPOSED event). The step is the last rank's finish; that rank is the
  * critical one.
  *
  * Events (sc_dist_sim_run_traced, off by default: sc_dist_sim_run records
@@ -86,7 +99,11 @@ typedef struct sc_dist_sim_rank {
   double bubble_s;          /* waiting for a neighbour to start a hand-off */
   double exposed_comm_s;    /* the groups' exposed_s, summed */
   double busy_comm_s;       /* the groups' busy_s, summed */
-  double finish_s;          /* the sum of the five terms above it */
+  double exposed_copy_s;    /* waiting for the copy queue (offloading) */
+  double copy_s;            /* the copy queue's busy time */
+  double copy_bytes;        /* the bytes it copies, both ways */
+  double finish_s;          /* compute, recompute, optimizer, bubble,
+                               exposed_comm_s and exposed_copy_s summed */
   int32_t n_comm;
   sc_dist_sim_comm comm[SC_DIST_SIM_MAX_GROUPS]; /* by group, first seen first */
 } sc_dist_sim_rank;
@@ -114,14 +131,15 @@ typedef enum sc_dist_sim_event_kind {
   SC_DIST_SIM_EV_EXPOSED,    /* compute queue: waiting for communication */
   SC_DIST_SIM_EV_COLLECTIVE, /* a group's queue: collectives */
   SC_DIST_SIM_EV_SEND,       /* the point-to-point queue: a hand-off or SEND */
+  SC_DIST_SIM_EV_COPY,       /* the copy queue: an offloaded value out or back */
   SC_DIST_SIM_EV_KIND_COUNT
 } sc_dist_sim_event_kind;
 
-enum { SC_DIST_SIM_QUEUE_COMPUTE = -1, SC_DIST_SIM_QUEUE_P2P = -2 };
+enum { SC_DIST_SIM_QUEUE_COMPUTE = -1, SC_DIST_SIM_QUEUE_P2P = -2, SC_DIST_SIM_QUEUE_COPY = -3 };
 
 typedef struct sc_dist_sim_event {
   int32_t pipe_rank;   /* the simulated rank (its pipeline coordinate) */
-  int32_t queue;       /* SC_DIST_SIM_QUEUE_COMPUTE, _P2P, or a group's index
+  int32_t queue;       /* SC_DIST_SIM_QUEUE_COMPUTE, _P2P, _COPY, or a group's index
                           into the trace's axes */
   int8_t kind;         /* sc_dist_sim_event_kind */
   int8_t phase;        /* the piece's sc_pipe_phase; -1 when not pipelined */
@@ -133,7 +151,7 @@ typedef struct sc_dist_sim_event {
                           waited for; else -1 */
   int32_t steps;       /* program steps (or transfers) merged into it */
   double start_s, end_s;
-  double bytes;        /* COLLECTIVE, SEND: B of cost.h, summed */
+  double bytes;        /* COLLECTIVE, SEND: B of cost.h, summed; COPY: bytes */
 } sc_dist_sim_event;
 
 typedef struct sc_dist_sim_trace {
@@ -154,7 +172,7 @@ sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
                                  sc_dist_sim *out, sc_dist_sim_trace *trace, sc_diag *d);
 void sc_dist_sim_trace_free(sc_dist_sim_trace *trace);
 /* "compute", "recompute", "optimizer", "bubble", "exposed", "collective",
- * "send". */
+ * "send", "copy". */
 const char *sc_dist_sim_event_kind_name(sc_dist_sim_event_kind k);
 /* Model FLOPs utilization: s->model_flops / (step time x GPUs x c's peak
  * in dtype t); 0 when the peak or the step is unknown. */

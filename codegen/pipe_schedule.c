@@ -552,10 +552,12 @@ sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, 
   int32_t *left = sc_calloc(cells, sizeof *left);
   int32_t *back = sc_malloc(cells * sizeof *back), *out_at = sc_malloc(cells * sizeof *out_at);
   bool *kept = sc_calloc(cells, 1);
-  uint8_t *host = sc_calloc(cells, 1); /* 1 in the host pool, 2 copying back */
+  /* 1 in the host pool, 2 copying back, 3 copying out (still on the device) */
+  uint8_t *host = sc_calloc(cells, 1);
+  int64_t *pend = sc_malloc(cells * sizeof *pend), n_pend = 0; /* the cells at 3 */
   int64_t live[3] = {0, 0, 0}, peak[3] = {0, 0, 0}, out = 0, on_host = 0, peak_host = 0;
   memset(pk, 0, sizeof *pk);
-  sc_status st = left && back && out_at && kept && host ? SC_OK : nomem(d);
+  sc_status st = left && back && out_at && kept && host && pend ? SC_OK : nomem(d);
   for (size_t c = 0; st == SC_OK && c < cells; c++) back[c] = out_at[c] = -1;
   if (st == SC_OK && offload) st = sc_pipe_offload_back(t, dp, q, a, n, out_at, back, d);
   /* the cells whose copy back starts before action i: a list per action
@@ -580,6 +582,13 @@ sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, 
   for (int32_t i = 0; st == SC_OK && i < n; i++) {
     int32_t s = sc_pipe_piece(t->C, (sc_pipe_phase)a[i].phase, a[i].chunk), mb = a[i].mb;
     const sc_program *p = dp->stages[s].program;
+    /* the copies out started by the action before waited for: off the
+     * device (they ran beside that action's hand-offs) */
+    for (int64_t k = 0; k < n_pend; k++) {
+      host[pend[k]] = 1;
+      keep(t, (int32_t)((size_t)pend[k] / (size_t)t->M), q, -1, live, peak);
+    }
+    n_pend = 0;
     /* offloaded values whose copy back starts before this action: their
      * device slot from now, their host slot until the reader waits */
     for (int64_t c = first_back ? first_back[i] : -1; c >= 0; c = next_back[c])
@@ -616,8 +625,9 @@ sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, 
       int32_t h;
       size_t c = input_cell(t, s, j, mb, &h);
       if (h >= 0 && out_at[c] == i && kept[c] && !host[c]) {
-        keep(t, h, q, -1, live, peak);
         to_host(pk, host, c, t->h[h].bytes, &on_host, &peak_host);
+        host[c] = 3; /* on the device until its copy out is waited for */
+        pend[n_pend++] = (int64_t)c;
       }
     }
     for (int32_t h = 0; h < t->n; h++) {
@@ -631,7 +641,7 @@ sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, 
       size_t c = (size_t)h * t->M + k;
       if (left[c] > 0 && !kept[c]) {
         kept[c] = true;
-        if (out_at[c] == i) /* in the host pool until its copy back */
+        if (out_at[c] == i) /* copied from the arena into the host pool */
           to_host(pk, host, c, t->h[h].bytes, &on_host, &peak_host);
         else
           keep(t, h, q, 1, live, peak);
@@ -643,6 +653,7 @@ sc_status sc_pipe_traffic(const sc_pipe_handoffs *t, const sc_dist_program *dp, 
   sc_free(out_at);
   sc_free(kept);
   sc_free(host);
+  sc_free(pend);
   sc_free(first_back);
   sc_free(next_back);
   pk->stash = peak[0];

@@ -161,8 +161,9 @@ sc_status sc_pipe_offload_back(const sc_pipe_handoffs *t, const sc_dist_program 
  * others, kept that of both together; with offload, an offloaded cell
  * (sc_pipe_offload_back) is in the host pool (host: the most bytes there at
  * once) from its out action's run until its reader waits for its copy
- * back, and on the device before its out action's end and from the start
- * of its copy back;
+ * back, and on the device until the next action starts (its copy out, on
+ * the copy queue, runs beside the out action's hand-offs and is waited for
+ * before the next action) and from the start of its copy back;
  * sent: the bytes q sends to other pipeline coordinates. from and to
  * (NULL, or [n] zeroed): per action, bit r set when it receives from (a
  * value not yet here) or sends to pipeline coordinate r (r < 64). */

@@ -24,6 +24,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "codegen/pipe_schedule.h"
@@ -95,18 +96,24 @@ struct sc_pipe_rank {
   /* activation offloading (docs/offload.md, "Pipelines"): microbatch k of
    * handoff h (cell h·M + k) goes to the host pool after action out[cell]
    * and its copy back starts before action back[cell] (-1: not offloaded
-   * here, sc_pipe_offload_back); where[cell]: W_HOST its slot is in the
-   * host pool, W_BACK the copy queue is copying it into to_dev[cell] (job
-   * ticket[cell]); cur: the action running */
+   * here, sc_pipe_offload_back); where[cell]: W_OUT the copy queue is
+   * copying its stash slot into the host slot other[cell], W_MADE the
+   * piece's output in its arena into the host slot slot[k], W_HOST its slot
+   * is in the host pool, W_BACK the copy queue is copying it into the
+   * stash slot other[cell] (job ticket[cell]); pend[0..n_pend): the cells
+   * whose copy out is not waited for yet; cur: the action running */
   int32_t *out, *back, cur;
   uint8_t *where;
-  void **to_dev;
-  int64_t *ticket;
+  void **other;
+  int64_t *ticket, *pend, n_pend;
   int64_t host, peak_host, host_copies;
   /* the copy queue: a thread running jobs[next..n_jobs) in order; done
-   * counts those finished (mu, cv guard all four) */
+   * counts those finished (mu, cv guard all four); waited: the jobs the
+   * rank's thread waited for (copies_wait), which a slot a job reads or
+   * writes is freed only after (race_check) */
   pthread_t copier;
-  bool copier_on, stop;
+  bool copier_on, stop, skip_out_waits;
+  int64_t waited;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   copy_job *jobs;
@@ -124,7 +131,10 @@ static sc_status nomem(sc_diag *d) {
   return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
 }
 
-enum { W_STASH, W_HOST, W_BACK }; /* where an offloaded cell's bytes are */
+enum { W_STASH, W_OUT, W_MADE, W_HOST, W_BACK }; /* where an offloaded cell's bytes are */
+
+/* Whether the cell's bytes count in the stash (a slot of it holds them). */
+static bool in_stash(uint8_t where) { return where != W_MADE && where != W_HOST; }
 
 static void *copier_main(void *arg) {
   sc_pipe_rank *r = arg;
@@ -149,6 +159,24 @@ static void copies_wait(sc_pipe_rank *r, int64_t n) {
   pthread_mutex_lock(&r->mu);
   while (r->done < n) pthread_cond_wait(&r->cv, &r->mu);
   pthread_mutex_unlock(&r->mu);
+  if (n > r->waited) r->waited = n;
+}
+
+/* Cell (h, k)'s copy (ticket[c]) reads or writes the slot about to be
+ * freed (or the arena about to be run over): the rank's thread must have
+ * waited for it, whatever the queue's timing (the order a race detector
+ * checks: a missing wait is caught even when the copy happened to
+ * finish). */
+static sc_status race_check(const sc_pipe_rank *r, int32_t h, int32_t k, const char *what,
+                            sc_diag *d) {
+  size_t c = (size_t)h * (size_t)r->M + (size_t)k;
+  if (r->waited >= r->ticket[c]) return SC_OK;
+  return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                     "race: pipeline rank %d goes on from '%s' of microbatch %d (frees its slot "
+                     "or runs over it) before waiting for its copy %s (copy %lld, %lld waited "
+                     "for)",
+                     (int)r->me, r->t.h[h].name, (int)k, what, (long long)r->ticket[c],
+                     (long long)r->waited);
 }
 
 /* Queues a copy; its ticket: copies_wait(r, ticket) completes it. */
@@ -400,10 +428,12 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
     r->out = sc_malloc(cells * sizeof *r->out);
     r->back = sc_malloc(cells * sizeof *r->back);
     r->where = sc_calloc(cells, sizeof *r->where);
-    r->to_dev = sc_calloc(cells, sizeof *r->to_dev);
+    r->other = sc_calloc(cells, sizeof *r->other);
     r->ticket = sc_calloc(cells, sizeof *r->ticket);
-    r->jobs = sc_calloc(cells, sizeof *r->jobs);
-    if (!r->out || !r->back || !r->where || !r->to_dev || !r->ticket || !r->jobs) st = nomem(d);
+    r->pend = sc_calloc(cells, sizeof *r->pend);
+    r->jobs = sc_calloc(2 * cells, sizeof *r->jobs); /* a copy out and back a cell */
+    if (!r->out || !r->back || !r->where || !r->other || !r->ticket || !r->pend || !r->jobs)
+      st = nomem(d);
     else st = sc_pipe_offload_back(&r->t, dp, r->me, r->acts, r->n_acts, r->out, r->back, d);
     bool any = false;
     for (size_t c = 0; st == SC_OK && c + 1 < cells; c++) any |= r->back[c] >= 0;
@@ -416,6 +446,9 @@ sc_status sc_pipe_rank_create(const sc_dist_program *dp, int64_t rank, const sc_
         st = sc_diag_set(d, SC_ERR_IO, NULL, NULL, "could not start the copy queue's thread");
       } else
         r->copier_on = true;
+      /* a test hook: the copies out are not waited for (race_check reports it) */
+      const char *e = getenv("SHARDC_PIPE_SKIP_COPY_WAITS");
+      r->skip_out_waits = e && strcmp(e, "1") == 0;
     }
   }
   if (st != SC_OK) {
@@ -449,28 +482,65 @@ static void drop_slot(sc_pipe_rank *r, int32_t h, int32_t k) {
   sc_free(x->slot[k]);
   x->slot[k] = NULL;
   if (r->where[c] != W_STASH) r->host -= bytes;
-  if (r->where[c] == W_BACK) {
-    sc_free(r->to_dev[c]);
-    r->to_dev[c] = NULL;
-  }
-  if (r->where[c] != W_HOST && sc_pipe_handoff_stashed(&r->t, h, r->me)) r->stash -= bytes;
+  sc_free(r->other[c]); /* W_OUT's host slot, W_BACK's stash slot */
+  r->other[c] = NULL;
+  if (in_stash(r->where[c]) && sc_pipe_handoff_stashed(&r->t, h, r->me)) r->stash -= bytes;
   r->where[c] = W_STASH;
 }
 
-/* The forward's last use of cell (h, k) ran: its slot goes to the host
- * pool (a copy by the rank's thread, at once, freeing the stash's slot). */
+/* The forward's last use of cell (h, k) ran: the copy queue copies its
+ * stash slot into a slot of the host pool while the rank's thread hands
+ * the action's outputs over (copy_outs_wait frees the stash slot before
+ * the next action). */
 static sc_status park(sc_pipe_rank *r, int32_t h, int32_t k, sc_diag *d) {
   size_t c = (size_t)h * (size_t)r->M + (size_t)k;
   int64_t bytes = r->t.h[h].bytes;
-  void *to = sc_malloc(bytes > 0 ? (size_t)bytes : 1);
-  if (!to) return nomem(d);
-  memcpy(to, r->h[h].slot[k], (size_t)bytes);
-  sc_free(r->h[h].slot[k]);
-  r->h[h].slot[k] = to;
-  r->where[c] = W_HOST;
-  r->stash -= bytes;
+  if (!(r->other[c] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
+  r->where[c] = W_OUT;
+  r->ticket[c] = copy_start(r, r->other[c], r->h[h].slot[k], (size_t)bytes);
+  r->pend[r->n_pend++] = (int64_t)c;
   r->host_copies++;
   if ((r->host += bytes) > r->peak_host) r->peak_host = r->host;
+  return SC_OK;
+}
+
+/* Waits for cell c's copy (unless skip: the test hook) and, where it
+ * filled another slot, makes that slot the cell's. */
+static sc_status copy_wait(sc_pipe_rank *r, size_t c, bool skip, const char *what, sc_diag *d) {
+  int32_t h = (int32_t)(c / (size_t)r->M), k = (int32_t)(c % (size_t)r->M);
+  if (!skip) copies_wait(r, r->ticket[c]);
+  sc_status st = race_check(r, h, k, what, d);
+  if (st != SC_OK || !r->other[c]) return st;
+  sc_free(r->h[h].slot[k]);
+  r->h[h].slot[k] = r->other[c];
+  r->other[c] = NULL;
+  return SC_OK;
+}
+
+/* Cell c's copy out is waited for: the host pool's slot replaces the
+ * stash's (W_OUT), or the arena it read may be run over (W_MADE). */
+static sc_status copy_out_wait(sc_pipe_rank *r, size_t c, sc_diag *d) {
+  if (r->where[c] != W_OUT && r->where[c] != W_MADE) return SC_OK;
+  bool from_stash = r->where[c] == W_OUT;
+  sc_status st = copy_wait(r, c, r->skip_out_waits, "to the host pool", d);
+  if (st != SC_OK) return st;
+  r->where[c] = W_HOST;
+  if (from_stash) r->stash -= r->t.h[c / (size_t)r->M].bytes;
+  return SC_OK;
+}
+
+/* Before action cur: the copies out started by the actions before it are
+ * waited for (they ran beside the hand-offs after the action that started
+ * them). */
+static sc_status copy_outs_wait(sc_pipe_rank *r, sc_diag *d) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < r->n_pend; i++) {
+    size_t c = (size_t)r->pend[i];
+    sc_status st = r->out[c] < r->cur ? copy_out_wait(r, c, d) : SC_OK;
+    if (st != SC_OK) return st;
+    if (r->where[c] == W_OUT || r->where[c] == W_MADE) r->pend[n++] = (int64_t)c;
+  }
+  r->n_pend = n;
   return SC_OK;
 }
 
@@ -481,27 +551,29 @@ static sc_status copy_back(sc_pipe_rank *r, int32_t a, sc_diag *d) {
   for (int32_t h = 0; h < r->n_h; h++)
     for (int32_t k = 0; k < r->M; k++) {
       size_t c = (size_t)h * (size_t)r->M + (size_t)k;
-      if (r->back[c] != a || r->where[c] != W_HOST) continue;
+      if (r->back[c] != a) continue;
+      sc_status st = copy_out_wait(r, c, d); /* back right after it went out */
+      if (st != SC_OK) return st;
+      if (r->where[c] != W_HOST) continue;
       int64_t bytes = r->t.h[h].bytes;
-      if (!(r->to_dev[c] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
+      if (!(r->other[c] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
       r->where[c] = W_BACK;
       if ((r->stash += bytes) > r->peak_stash) r->peak_stash = r->stash;
-      r->ticket[c] = copy_start(r, r->to_dev[c], r->h[h].slot[k], (size_t)bytes);
+      r->ticket[c] = copy_start(r, r->other[c], r->h[h].slot[k], (size_t)bytes);
     }
   return SC_OK;
 }
 
 /* The reader of cell (h, k) waits for its copy back; the stash's slot
  * replaces the host pool's. */
-static void copy_back_wait(sc_pipe_rank *r, int32_t h, int32_t k) {
+static sc_status copy_back_wait(sc_pipe_rank *r, int32_t h, int32_t k, sc_diag *d) {
   size_t c = (size_t)h * (size_t)r->M + (size_t)k;
-  if (r->where[c] != W_BACK) return;
-  copies_wait(r, r->ticket[c]);
-  sc_free(r->h[h].slot[k]);
-  r->h[h].slot[k] = r->to_dev[c];
-  r->to_dev[c] = NULL;
+  if (r->where[c] != W_BACK) return SC_OK;
+  sc_status st = copy_wait(r, c, false, "back", d);
+  if (st != SC_OK) return st;
   r->where[c] = W_STASH;
   r->host -= r->t.h[h].bytes;
+  return SC_OK;
 }
 
 static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *src, sc_diag *d) {
@@ -511,14 +583,19 @@ static sc_status keep_slot(sc_pipe_rank *r, int32_t h, int32_t k, const void *sr
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "'%s' of microbatch %d is made twice",
                        r->t.h[h].name, (int)k);
   if (!(x->slot[k] = sc_malloc(bytes > 0 ? (size_t)bytes : 1))) return nomem(d);
-  if (src) memcpy(x->slot[k], src, (size_t)bytes);
   size_t c = (size_t)h * (size_t)r->M + (size_t)k;
-  if (src && r->out[c] == r->cur) { /* made here, offloaded: into the host pool */
-    r->where[c] = W_HOST;
+  if (src && r->out[c] == r->cur) {
+    /* made here, offloaded: the copy queue copies the piece's output into
+     * the host pool while the outputs are handed over (the arena is not
+     * run again before copy_outs_wait) */
+    r->where[c] = W_MADE;
+    r->ticket[c] = copy_start(r, x->slot[k], src, (size_t)bytes);
+    r->pend[r->n_pend++] = (int64_t)c;
     r->host_copies++;
     if ((r->host += bytes) > r->peak_host) r->peak_host = r->host;
     return SC_OK;
   }
+  if (src) memcpy(x->slot[k], src, (size_t)bytes);
   if (!sc_pipe_handoff_stashed(&r->t, h, r->me)) return SC_OK; /* the step's: not stashed */
   r->stash += bytes;
   if (r->stash > r->peak_stash) r->peak_stash = r->stash;
@@ -554,7 +631,7 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
         st = sc_comm_recv(r->world, x->slot[k], count_of(hx), hx->dtype, (int)peer_of(r, q),
                           b->index, d);
       }
-      copy_back_wait(r, b->index, k);
+      if (st == SC_OK) st = copy_back_wait(r, b->index, k, d);
       pc->iv[i].data = x->slot[k];
     } else if (b->kind == B_STATE && r->st[b->index].dev) {
       /* from the store into its arena slot, on the device: the slot is the
@@ -572,10 +649,15 @@ static sc_status run_action(sc_pipe_rank *r, int32_t s, int32_t mb, const sc_ten
     if (b->kind != B_HANDOFF) continue;
     int32_t k = r->t.h[b->index].per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
     if (--r->h[b->index].left[k] <= 0) drop_slot(r, b->index, k);
+  }
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    binding *b = &pc->in[i];
+    if (b->kind != B_HANDOFF) continue;
+    int32_t k = r->t.h[b->index].per_mb ? (mb >= 0 ? mb : r->M - 1) : 0;
     /* the forward's last read of an offloaded value: to the host pool */
-    else if (r->out[(size_t)b->index * r->M + k] == r->cur && r->h[b->index].slot[k] &&
-             r->where[(size_t)b->index * r->M + k] == W_STASH &&
-             (st = park(r, b->index, k, d)) != SC_OK)
+    if (r->out[(size_t)b->index * r->M + k] == r->cur && r->h[b->index].slot[k] &&
+        r->where[(size_t)b->index * r->M + k] == W_STASH &&
+        (st = park(r, b->index, k, d)) != SC_OK)
       return st;
   }
   for (int32_t j = 0; j < p->n_outputs && st == SC_OK; j++) {
@@ -673,7 +755,8 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
     for (int32_t k = 0; k < r->M; k++) r->h[h].left[k] = sc_pipe_handoff_reads(&r->t, h, r->me, k);
   r->stash = r->peak_stash = 0;
   r->host = r->peak_host = r->host_copies = 0;
-  r->n_jobs = r->next = r->done = 0; /* the last step's copies all waited for */
+  r->n_jobs = r->next = r->done = r->waited = 0; /* the last step's copies all waited for */
+  r->n_pend = 0;
   r->n_loss = 0;
   r->has_norm = false;
   double lsum = 0, norm = NAN;
@@ -682,7 +765,7 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
   for (int32_t a = 0; a < r->n_acts && st == SC_OK; a++) {
     const sc_pipe_action *x = &r->acts[a];
     r->cur = a;
-    if ((st = copy_back(r, a, d)) != SC_OK) break;
+    if ((st = copy_outs_wait(r, d)) != SC_OK || (st = copy_back(r, a, d)) != SC_OK) break;
     st = run_action(r, sc_pipe_piece(r->C, (sc_pipe_phase)x->phase, x->chunk), x->mb, mine, &lsum,
                     &norm, &ok, d);
   }
@@ -763,7 +846,7 @@ void sc_pipe_rank_destroy(sc_pipe_rank *r) {
     sc_free(r->h[h].slot);
     sc_free(r->h[h].left);
   }
-  for (size_t c = 0; r->to_dev && c < (size_t)r->t.n * (size_t)r->M; c++) sc_free(r->to_dev[c]);
+  for (size_t c = 0; r->other && c < (size_t)r->t.n * (size_t)r->M; c++) sc_free(r->other[c]);
   sc_pipe_handoffs_free(&r->t);
   for (int32_t k = 0; k < r->n_st; k++) sc_free(r->st[k].data);
   sc_free(r->st);
@@ -775,8 +858,9 @@ void sc_pipe_rank_destroy(sc_pipe_rank *r) {
   sc_free(r->out);
   sc_free(r->back);
   sc_free(r->where);
-  sc_free(r->to_dev);
+  sc_free(r->other);
   sc_free(r->ticket);
+  sc_free(r->pend);
   sc_free(r->jobs);
   sc_free(r);
 }

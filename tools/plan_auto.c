@@ -285,6 +285,15 @@ typedef struct exact {
  * training through sc_plan_train_setup, plan --train's own options;
  * inference with cuBLASLt's workspace in the arena on a GPU, as plan
  * does. ta->t takes c's recompute: the options c was built with. */
+/* The --activation-loading-horizon c's step offloads at: a pipeline's
+ * (search.h), else the default. */
+static int32_t offload_horizon(const sc_search_cand *c) {
+  if (c->offload_activations && c->pp > 1) return SC_SEARCH_PIPE_OFFLOAD_HORIZON;
+  sc_train_opts d;
+  sc_train_opts_init(&d, SC_OPTIMIZER_SGD);
+  return d.activation_loading_horizon;
+}
+
 static int compile(const sc_search_cand *c, const char *cluster, const sc_cluster *loaded,
                    const sc_device_target *target, const sc_cli_opts *base, const char *dim,
                    const char *reduce_dtype, sc_train_args *ta, exact *out) {
@@ -314,6 +323,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   if (!c->inference) {
     ta->t.recompute = (sc_recompute_kind)c->recompute;
     ta->t.offload_activations = c->offload_activations;
+    ta->t.activation_loading_horizon = offload_horizon(c);
     ta->t.shape_only = o.no_weights;
   }
   sc_build_setup bs;
@@ -431,6 +441,8 @@ static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
   ADD(" --microbatches %d --recompute %s", c->microbatches,
       sc_search_recompute_name(c->recompute));
   if (c->offload_activations) ADD(" --offload-activations");
+  if (c->offload_activations && c->pp > 1)
+    ADD(" --activation-loading-horizon %d", SC_SEARCH_PIPE_OFFLOAD_HORIZON);
   if (c->sequence_parallel) ADD(" --sequence-parallel");
 #undef ADD
 }
@@ -615,11 +627,12 @@ static sc_search_cand exact_view(const sc_search_cand *c, const sc_plan_predicte
   v.bubble_s = pr->bubble_s;
   v.recompute_s = pr->recompute_s;
   v.optimizer_s = pr->optimizer_s;
-  v.tp_s = v.fsdp_s = v.dp_s = v.pp_s = v.cp_s = v.ep_s = 0;
+  v.tp_s = v.fsdp_s = v.dp_s = v.pp_s = v.cp_s = v.ep_s = v.offload_s = 0;
   for (int32_t i = 0; i < pr->n_comm; i++) {
     const char *ax = pr->comm[i].axes;
     size_t n = strcspn(ax, ",");
-    double *t = n == 2 && strncmp(ax, "tp", 2) == 0   ? &v.tp_s
+    double *t = strcmp(ax, "host") == 0                 ? &v.offload_s /* the copies */
+                : n == 2 && strncmp(ax, "tp", 2) == 0   ? &v.tp_s
                 : n == 4 && strncmp(ax, "fsdp", 4) == 0 ? &v.fsdp_s
                 : n == 2 && strncmp(ax, "pp", 2) == 0   ? &v.pp_s
                 : n == 2 && strncmp(ax, "cp", 2) == 0   ? &v.cp_s
@@ -1700,6 +1713,7 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
     p->virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
     ta->t.recompute = (sc_recompute_kind)c->recompute;
     ta->t.offload_activations = c->offload_activations;
+    ta->t.activation_loading_horizon = offload_horizon(c);
   }
   char opts[384], t[32], mem[32];
   cand_options(c, opts, sizeof opts);

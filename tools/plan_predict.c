@@ -71,6 +71,9 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
     snprintf(h, sizeof h, "comm %s", axes);
     printf(" %12s", h);
   }
+  bool copies = false; /* activation offloading's copy queue */
+  for (int32_t q = 0; q < sim.n_ranks; q++) copies |= sim.ranks[q].copy_s > 0;
+  if (copies) printf(" %12s", "copies");
   printf(" %12s %12s %12s %12s\n", "bubble", "recompute", "optimizer", "total");
   for (int32_t q = 0; q < sim.n_ranks; q++) {
     const sc_dist_sim_rank *r = &sim.ranks[q];
@@ -83,6 +86,10 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
       sc_cli_format_seconds(s, a, sizeof a);
       printf(" %12s", a);
     }
+    if (copies) {
+      sc_cli_format_seconds(r->exposed_copy_s, a, sizeof a);
+      printf(" %12s", a);
+    }
     double terms[4] = {r->bubble_s, r->recompute_s, r->optimizer_s, r->finish_s};
     for (int i = 0; i < 4; i++) {
       sc_cli_format_seconds(terms[i], a, sizeof a);
@@ -92,4 +99,14 @@ void sc_plan_print_predicted(const sc_dist_program *dp, const sc_plan *pl, const
   }
   printf("  comm: exposed communication (what compute waited for; async collectives hidden "
          "behind compute are not counted); bubble: waiting for a neighbour's hand-off\n");
+  for (int32_t q = 0; copies && q < sim.n_ranks; q++) {
+    const sc_dist_sim_rank *r = &sim.ranks[q];
+    if (r->copy_s <= 0) continue;
+    sc_cli_format_seconds(r->copy_s, a, sizeof a);
+    sc_stats_format_bytes(r->copy_bytes, b, sizeof b);
+    printf("  copies: pipeline rank %d moves %s (%.0f bytes) a step over the host link (out "
+           "and back) in %s on its copy queue beside compute; the column is what compute "
+           "waited for\n",
+           (int)r->pipe_rank, b, r->copy_bytes, a);
+  }
 }

@@ -182,6 +182,12 @@ enum { COMM_LOW_B = 2 };
  * themselves otherwise (finer than blocks: the block running, 1). */
 #define OFFLOAD_RESIDENT_FULL 3.0
 #define OFFLOAD_RESIDENT 1.0
+/* In a pipeline the reload points are the rank's backward pieces, one a
+ * microbatch (docs/offload.md, "Pipelines"): at horizon H a rank holds H
+ * microbatches' offloaded values on the device (at least one), not its
+ * microbatches in flight; the search offloads a pipeline at
+ * SC_SEARCH_PIPE_OFFLOAD_HORIZON. */
+#define OFFLOAD_RESIDENT_PIPE ((double)SC_SEARCH_PIPE_OFFLOAD_HORIZON)
 /* Zero-bubble H1 (Qi et al., 2023) keeps 1F1B's memory and cuts its bubble
  * to about a third by filling it with the weight-gradient halves. */
 #define ZB_H1_BUBBLE 3.0
@@ -760,9 +766,11 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double all, keep;
     block_values(x, c, &all, &keep);
     double mbs = rank_mbs(c);
-    double bytes = M * (double)L * keep * mbs;
+    /* the critical rank's: a pipeline's last stage, its blocks' stash */
+    double bytes = M * (double)Ls * keep * mbs;
     if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) /* the LM head's and loss's values too */
-      bytes += M * outside_saved(x, c) * mbs / vocab_split(bm, c);
+      bytes += M * outside_saved(x, c) * (c->pp > 1 ? SAVED_HEAD_PIPE : 1) * mbs /
+               vocab_split(bm, c);
     double copy = bytes / x->c->host_link_bytes_per_s;
     double fwd_s = M * fwd, bwd_s = M * (bwd + re);
     c->offload_s = (copy > fwd_s ? copy - fwd_s : 0) + (copy > bwd_s ? copy - bwd_s : 0);
@@ -1033,7 +1041,15 @@ static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   double forward = e_c * (c->zero >= 3 ? PARAM_B / f : PARAM_B) + casts_c + stash_mb_c + work;
   double arena = update > backward ? update : backward;
   if (forward > arena) arena = forward;
-  double stash = in_flight_of(c, q) * (stash_mb + casts);
+  double in_flight = in_flight_of(c, q), stash = in_flight * (stash_mb + casts);
+  if (c->offload_activations) {
+    /* offloaded (the blocks' stash; without full recompute the LM head's
+     * too): on the device only for the microbatches brought back */
+    double off_mb = (double)Ls * keep * mbs * s +
+                    (c->recompute != SC_SEARCH_RECOMPUTE_FULL ? head * s : 0);
+    double resident = in_flight < OFFLOAD_RESIDENT_PIPE ? in_flight : OFFLOAD_RESIDENT_PIPE;
+    stash -= (in_flight - resident) * off_mb;
+  }
   double step = e * (c->zero >= 2 ? PIPE_STEP_B / f : PIPE_STEP_B);
   return state + arena + (stash > step ? stash : step);
 }
@@ -1244,12 +1260,11 @@ static sc_status search_mesh(const ctx *x, sc_search_cand base, int64_t batch,
           sc_status st = consider(x, &c, r, d);
           if (st != SC_OK) return st;
           /* over the memory: the same plan with its activations offloaded
-           * (not pipelined: the pipelined step refuses it; not under
-           * selective recompute, whose offloading moves only the values
-           * its recomputed cores read, which the block model does not
-           * separate: gpt2 at batch 256 kept 142.5 MiB with it, 84.4
-           * without recompute) */
-          if (!c.fits && base.pp == 1 && x->c->host_link_bytes_per_s > 0 &&
+           * (pipelined or not; not under selective recompute, whose
+           * offloading moves only the values its recomputed cores read,
+           * which the block model does not separate: gpt2 at batch 256
+           * kept 142.5 MiB with it, 84.4 without recompute) */
+          if (!c.fits && x->c->host_link_bytes_per_s > 0 &&
               c.recompute != SC_SEARCH_RECOMPUTE_SELECTIVE) {
             c.offload_activations = true;
             st = consider(x, &c, r, d);
@@ -1515,20 +1530,22 @@ sc_status sc_search_run(const sc_block_model *bm, const sc_search_opts *o, sc_se
 }
 
 static const char *dominant_comm(const sc_search_cand *a, const sc_search_cand *b) {
-  double diff[7] = {b->tp_s - a->tp_s,         b->fsdp_s - a->fsdp_s, b->dp_s - a->dp_s,
+  double diff[8] = {b->tp_s - a->tp_s,         b->fsdp_s - a->fsdp_s, b->dp_s - a->dp_s,
                     b->pp_s - a->pp_s,         b->bubble_s - a->bubble_s, b->cp_s - a->cp_s,
-                    b->ep_s - a->ep_s};
+                    b->ep_s - a->ep_s,         b->offload_s - a->offload_s};
   double more[3] = {b->compute_s - a->compute_s, b->recompute_s - a->recompute_s,
                     b->optimizer_s - a->optimizer_s};
-  static const char *const names[10] = {"more exposed tp comm", "more exposed fsdp comm",
+  static const char *const names[11] = {"more exposed tp comm", "more exposed fsdp comm",
                                         "more exposed dp comm", "more pipeline p2p",
                                         "a larger pipeline bubble", "more exposed cp comm",
-                                        "more ep all-to-all", "more compute per rank",
-                                        "more recompute", "a longer optimizer step"};
+                                        "more ep all-to-all",
+                                        "waiting for offloaded activations' copies",
+                                        "more compute per rank", "more recompute",
+                                        "a longer optimizer step"};
   int best = 0;
   double bv = diff[0];
-  for (int i = 1; i < 10; i++) {
-    double v = i < 7 ? diff[i] : more[i - 7];
+  for (int i = 1; i < 11; i++) {
+    double v = i < 8 ? diff[i] : more[i - 8];
     if (v > bv) {
       bv = v;
       best = i;

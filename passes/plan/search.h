@@ -36,12 +36,14 @@
  * arena's fixed bytes (docs/planner.md section 4 has every term and
  * constant). Pruned besides: fsdp not dividing the hidden size (the
  * partitioner would keep the parameters whole).
- * Activation offloading: a plan without a pipeline whose estimate is over
- * the memory is tried again with --offload-activations when the cluster
- * knows its host link (sc_cluster.host_link_bytes_per_s): the kept values
- * move to the host pool but for the blocks the backward is about to read,
- * and the copies, each way over the host link, cost what the forward's
- * and the backward's compute does not hide.
+ * Activation offloading: a plan whose estimate is over the memory,
+ * pipelined or not, is tried again with --offload-activations when the
+ * cluster knows its host link (sc_cluster.host_link_bytes_per_s): the kept
+ * values move to the host pool but for the blocks the backward is about
+ * to read (in a pipeline: the stash but for the microbatches brought
+ * back, SC_SEARCH_PIPE_OFFLOAD_HORIZON), and the copies, each way over
+ * the host link, cost what the forward's and the backward's compute does
+ * not hide.
  * Pure computation: no allocation, no state.
  * Inference (opts.goal SC_SEARCH_LATENCY or SC_SEARCH_THROUGHPUT): the
  * same machinery over what the inference path runs: meshes of D <= N
@@ -69,6 +71,11 @@
 #include "passes/plan/plan.h"
 
 enum { SC_SEARCH_TOP = 10 };
+/* A pipelined candidate offloads at --activation-loading-horizon 1: at the
+ * default 2 a 1F1B rank at pp=2 keeps both its microbatches in flight on
+ * the device and offloading saves nothing (docs/offload.md, "Pipelines");
+ * at 1 it keeps one. Without a pipeline, the default. */
+enum { SC_SEARCH_PIPE_OFFLOAD_HORIZON = 1 };
 
 /* What the search ranks: a training step (its time), or an inference
  * batch (its latency, or the examples per second of the mesh). */
@@ -99,9 +106,9 @@ typedef struct sc_search_cand {
   int64_t micro_batch_size;     /* examples per microbatch per replica */
   sc_search_recompute recompute;
   bool offload_activations;     /* --offload-activations (docs/offload.md):
-                                   only without a pipeline, and only when
-                                   the same plan without it is over the
-                                   memory */
+                                   only when the same plan without it is
+                                   over the memory; under a pipeline at
+                                   horizon SC_SEARCH_PIPE_OFFLOAD_HORIZON */
   /* the estimate */
   double step_s, compute_s, recompute_s, optimizer_s, bubble_s;
   double offload_s;             /* the offloading copies' time not hidden

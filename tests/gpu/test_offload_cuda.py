@@ -20,7 +20,11 @@ tokens, --device cuda:
     cuda-local, horizon 1): the log is bit-identical to the pipelined run
     without offloading, the fake driver counts no violation in either, and
     each pipeline rank's stash peak and host pool are the plan's
-    (docs/offload.md, "Pipelines").
+    (docs/offload.md, "Pipelines"); the copies out and back run on each
+    pipeline rank's copy queue between host buffers (the stash is host
+    memory there), which the fake driver does not see: with the test hook
+    SHARDC_PIPE_SKIP_COPY_WAITS=1 the rank's own race check refuses to go
+    on past a copy out it did not wait for.
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure, 77 when shardc
 has no CUDA target."""
@@ -87,6 +91,9 @@ def pipelined(tmp):
         check(stash == [r["stash_peak"] for r in ranks] and
               host == [r["offload"]["host_pool"] for r in ranks],
               f"pp=2: stash {stash} and host pool {host} per rank, planned {ranks}")
+    r2, _, _ = train(tmp, "pp2-skip", pipe + off, env={"SHARDC_PIPE_SKIP_COPY_WAITS": "1"})
+    check(r2.returncode != 0 and "race: pipeline rank" in r2.stderr,
+          f"pp=2: a missing wait for a copy out was not caught: {r2.stderr[-400:]}")
 
 
 def train(tmp, tag, extra, env=None, quiet=True):

@@ -18,6 +18,12 @@ tokens (test_offload.py's helpers):
     host pool and, at horizon 0, has one microbatch's back at its stash
     peak (the drop is the other 3), 1F1B parks 2 (min(P - rank, M)) and,
     at horizon 1, the drop is one microbatch's;
+  - the copies out run on the copy queue, ordered by waits: with the test
+    hook SHARDC_PIPE_SKIP_COPY_WAITS=1 (the rank's thread no longer waits
+    for them) the rank's race check refuses to go on past a value whose
+    copy out it did not wait for (1f1b, none, horizon 1: both a value made
+    here, copied out of the arena, and one received, copied out of its
+    stash slot);
   - a pipelined training bundle compiled with offloading trains with its
     host pool and logs what the model file logs.
 
@@ -25,10 +31,11 @@ Environment: SHARDC. Exit 0 on success, 1 on any failure."""
 import json
 import os
 import re
+import subprocess
 import sys
 
 from checks import check
-from test_offload import KEYS, MODEL, run_with_data, same_bits, shardc
+from test_offload import KEYS, MODEL, SHARDC, run_with_data, same_bits, shardc
 
 PIPE = ["--dim", "batch=8", "--optimizer", "adamw", "--mesh", "pp=2", "--microbatches", "4"]
 
@@ -100,6 +107,17 @@ def pipelined(tmp):
                   f"{o0['host_pool']}, stash peak {p[0]['stash_peak']} against "
                   f"{o0['stash_peak_without']} without: expected {parked} parked and a drop "
                   f"of {drop}")
+    # a missing wait for a copy out is caught
+    args = ["train", MODEL, "--data", "input_ids=" + os.path.join(tmp, "ids.npy"),
+            "--labels", os.path.join(tmp, "labels.npy"), "--steps", "1"] + PIPE + \
+        ["--schedule", "1f1b", "--recompute", "none", "--offload-activations",
+         "--activation-loading-horizon", "1"]
+    r = subprocess.run([SHARDC] + args, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, SHARDC_PIPE_SKIP_COPY_WAITS="1"))
+    check(r.returncode != 0 and "race: pipeline rank" in r.stderr and
+          "before waiting for its copy to the host pool" in r.stderr,
+          f"a missing wait for a copy out was not caught: exit {r.returncode}, "
+          f"{r.stderr[-400:]}")
     # a pipelined training bundle carries the offloaded names and the horizon
     bundle = os.path.join(tmp, "pp-bundle")
     base = ["--schedule", "1f1b", "--recompute", "none"]
