@@ -31,7 +31,10 @@
  * r's digits recombined through the tensor's dims) flatten to the same
  * body over KIR_VAR KIR_INNER; their run is a multi-tensor reduction, a
  * segment a tensor with its own inner extent (seg_inner), which each
- * backend reduces in its kernel's own order: the same bits.
+ * backend reduces in its kernel's own order: the same bits. A run of
+ * reductions may pass kernel steps between its members that are
+ * independent of the members before them (FSDP's slices of each shard out
+ * of its bucket): the merged kernel sinks to the last member's place.
  *
  * A table holds at most SC_MULTI_TENSOR_ARG_BYTES of kernel arguments (8
  * bytes a param, plus begin and end): a longer run becomes several tables,
@@ -242,44 +245,43 @@ static const char *unique_name(sc_program *p, const char *name, int32_t n) {
   }
 }
 
-/* The multi-tensor kernel of steps [s0, s0 + n) (templates flat[], their
- * points pts[] and inner extents inn[]), put in the first step's kernel
- * slot. */
-static sc_status merge(sc_program *p, int32_t s0, int32_t n, kir_kernel **flat,
+/* The multi-tensor kernel of steps mem[0 .. n) (templates flat[], their
+ * points pts[] and inner extents inn[], by step), put in the first step's
+ * kernel slot. */
+static sc_status merge(sc_program *p, const int32_t *mem, int32_t n, kir_kernel **flat,
                        const int64_t *pts, const int64_t *inn) {
   sc_arena *a = &p->arena;
-  const kir_kernel *t = flat[0];
-  int32_t k0 = p->steps[s0].kernel;
+  const kir_kernel *t = flat[mem[0]];
+  int32_t s0 = mem[0], k0 = p->steps[s0].kernel;
   kir_kernel *m = kir_kernel_create(a, p->kernels[k0]->name);
   int64_t *start = sc_arena_array(a, (size_t)n + 1, sizeof *start);
   if (!m || !start || !(m->name = unique_name(p, p->kernels[k0]->name, n))) return SC_ERR_NOMEM;
   if (reduces(t)) { /* a reduction: a segment is one point over its own inner extent */
     if (!(m->seg_inner = sc_arena_array(a, (size_t)n, sizeof *m->seg_inner))) return SC_ERR_NOMEM;
-    memcpy(m->seg_inner, inn, (size_t)n * sizeof *inn);
     for (int32_t s = 0; s < n; s++)
-      if (inn[s] > m->inner) m->inner = inn[s];
+      if ((m->seg_inner[s] = inn[mem[s]]) > m->inner) m->inner = inn[mem[s]];
   }
   size_t olen = 0;
   for (int32_t s = 0; s < n; s++) {
-    const char *o = p->steps[s0 + s].origin;
+    const char *o = p->steps[mem[s]].origin;
     olen += (o ? strlen(o) : 0) + 1;
   }
   char *origin = sc_arena_alloc(a, olen + 1);
   if (!origin) return SC_ERR_NOMEM;
   for (int32_t s = 0; s < n; s++) {
-    const char *o = p->steps[s0 + s].origin;
+    const char *o = p->steps[mem[s]].origin;
     if (s && o) strcat(origin, ",");
     if (o) strcat(origin, o);
   }
   m->origin = origin;
   m->outer_rank = 1;
   for (int32_t s = 0; s < n; s++) {
-    const kir_kernel *k = p->kernels[p->steps[s0 + s].kernel];
+    const kir_kernel *k = p->kernels[p->steps[mem[s]].kernel];
     for (int32_t i = 0; i < k->n_params; i++)
       if (kir_add_param(a, m, k->params[i].buffer, k->params[i].dtype, k->params[i].numel,
                         k->params[i].written) < 0)
         return SC_ERR_NOMEM;
-    if (!sc_add_i64(start[s], pts[s], &start[s + 1])) return SC_ERR_LIMIT;
+    if (!sc_add_i64(start[s], pts[mem[s]], &start[s + 1])) return SC_ERR_LIMIT;
   }
   /* the template's expressions and phases, copied as they are */
   m->exprs = sc_arena_array(a, (size_t)t->n_exprs, sizeof *m->exprs);
@@ -363,30 +365,47 @@ sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag) {
       flat[i] = flatten(&scratch, p->kernels[s->kernel], &pts[i], &inn[i]);
   }
   /* runs of equal templates, cut where a kernel is not independent of the
-   * run's others or the table is full */
+   * run's others or the table is full. A run of reductions may have kernel
+   * steps between its members that are independent of the members before
+   * them (under FSDP each sum follows the slice taking its shard out of the
+   * bucket): the merged kernel sinks past them to the last member's place */
   int32_t out = 0;
-  for (int32_t i = 0; st == SC_OK && i < ns;) {
+  int32_t *mem = sc_calloc(cap, sizeof *mem);
+  bool *gone = sc_calloc(cap, sizeof *gone); /* a member that sank into a later step */
+  bool *taken = sc_calloc(cap, sizeof *taken);
+  if (st == SC_OK && (!mem || !gone || !taken)) st = SC_ERR_NOMEM;
+  for (int32_t i = 0; st == SC_OK && i < ns; i++) {
+    if (!flat[i] || taken[i]) continue;
     int32_t n = 1;
-    if (flat[i]) {
-      int64_t bytes = 8 * ((int64_t)flat[i]->n_params + 2);
-      while (i + n < ns && flat[i + n] && same_template(flat[i], flat[i + n]) &&
-             bytes + 8 * flat[i]->n_params <= SC_MULTI_TENSOR_ARG_BYTES) {
-        bool ok = true;
-        for (int32_t j = 0; j < n && ok; j++)
-          ok = independent(sid, p->kernels[p->steps[i + j].kernel],
-                           p->kernels[p->steps[i + n].kernel]);
-        if (!ok) break;
+    bool red = reduces(flat[i]);
+    int64_t bytes = 8 * ((int64_t)flat[i]->n_params + 2);
+    mem[0] = i;
+    for (int32_t j = i + 1; j < ns && !taken[j]; j++) {
+      const sc_step *s = &p->steps[j];
+      bool alike = flat[j] && same_template(flat[i], flat[j]);
+      if (!alike && (!red || s->kind != SC_STEP_KERNEL || s->pool.on || s->kernel < 0)) break;
+      if (alike && bytes + 8 * flat[i]->n_params > SC_MULTI_TENSOR_ARG_BYTES) break;
+      bool ok = true;
+      for (int32_t m = 0; m < n && ok; m++)
+        ok = independent(sid, p->kernels[p->steps[mem[m]].kernel], p->kernels[s->kernel]);
+      if (!ok) break;
+      if (alike) {
         bytes += 8 * flat[i]->n_params;
-        n++;
+        mem[n++] = j;
       }
     }
-    if (n > 1) {
-      for (int32_t j = 1; j < n; j++) dropped[p->steps[i + j].kernel] = true;
-      st = merge(p, i, n, flat + i, pts + i, inn + i);
-    }
-    p->steps[out++] = p->steps[i];
-    i += n;
+    if (n < 2) continue;
+    for (int32_t j = 1; j < n; j++) dropped[p->steps[mem[j]].kernel] = true;
+    st = merge(p, mem, n, flat, pts, inn);
+    p->steps[mem[n - 1]] = p->steps[i]; /* the merged step, in the last member's place */
+    for (int32_t j = 0; j < n; j++) taken[mem[j]] = true;
+    for (int32_t j = 0; j + 1 < n; j++) gone[mem[j]] = true;
   }
+  for (int32_t i = 0; st == SC_OK && i < ns; i++)
+    if (!gone[i]) p->steps[out++] = p->steps[i];
+  sc_free(mem);
+  sc_free(gone);
+  sc_free(taken);
   if (st == SC_OK && out < ns) {
     p->n_steps = out;
     st = drop_unused(p, dropped);

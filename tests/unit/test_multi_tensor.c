@@ -20,7 +20,8 @@
  * ([4, 4]), 1000 (read through dims [8, 5, 25]) and 65537 elements, seeded
  * random, and one of [4, 5] read transposed; the first six must become one
  * kernel of six segments, each its own inner extent, the last stay alone
- * (its index is not the inner one). On kir_interpret, the CPU backend and
+ * (its index is not the inner one), sinking past an elementwise kernel
+ * between the second and the third that is independent of them. On kir_interpret, the CPU backend and
  * the emulated GPU the merged kernel must write exactly the bits the six
  * kernels wrote on the same backend (a GPU kernel sums up to 16 elements
  * serially, more in a block: the merged kernel keeps each order), and each
@@ -365,8 +366,14 @@ static sc_program *build_sums(void) {
     add_buffer(p, "g", SC_BUF_INPUT, ranks[i], shapes[i]);
     add_buffer(p, "s", SC_BUF_TEMP, 1, (int64_t[]){1});
   }
-  for (int32_t i = 0; i < N_SUMS; i++)
+  int32_t x = add_buffer(p, "x", SC_BUF_INPUT, 2, (int64_t[]){5, 7});
+  add_buffer(p, "g", SC_BUF_INPUT, 2, (int64_t[]){5, 7});
+  add_buffer(p, "s", SC_BUF_INPUT, 1, (int64_t[]){1});
+  add_buffer(p, "o", SC_BUF_TEMP, 2, (int64_t[]){5, 7});
+  for (int32_t i = 0; i < N_SUMS; i++) {
     add_sumsq(p, 2 * i, 2 * i + 1, ranks[i], shapes[i], i == N_SUMS - 1);
+    if (i == 1) add_update(p, x, x + 1, x + 2, x + 3, 0.125); /* independent of the sums */
+  }
   return p;
 }
 
@@ -455,7 +462,7 @@ static void test_reduce(void **state) {
   sc_program *p = build_sums(), *m = build_sums();
   /* [8, 5, 25]'s load is at r's digits put back together; [4, 5] transposed's is not */
   for (int32_t i = 4; i < N_SUMS; i += 2) {
-    const kir_kernel *k = p->kernels[i];
+    const kir_kernel *k = p->kernels[i + 1]; /* after the update's */
     int32_t load = -1;
     for (int32_t e = 0; e < k->n_exprs && load < 0; e++)
       if (k->exprs[e].op == KIR_LOAD) load = e;
@@ -465,9 +472,11 @@ static void test_reduce(void **state) {
   sc_diag d = {0};
   sc_diag_clear(&d);
   assert_int_equal(sc_program_multi_tensor(m, &d), SC_OK);
-  /* [k0 .. k5] [k6] */
-  assert_int_equal(m->n_steps, 2);
-  const kir_kernel *k = m->kernels[m->steps[0].kernel];
+  /* the update between the second and the third sum stays first, the run
+   * sinks past it: [k2] [k0 k1 k3 .. k6] [k7] */
+  assert_int_equal(m->n_steps, 3);
+  assert_string_equal(m->kernels[m->steps[0].kernel]->name, "k2");
+  const kir_kernel *k = m->kernels[m->steps[1].kernel];
   assert_string_equal(k->name, "k0_mt6");
   assert_int_equal(k->n_segs, N_MERGED);
   assert_int_equal(k->seg_params, 2);
@@ -477,7 +486,8 @@ static void test_reduce(void **state) {
     assert_int_equal(k->seg_inner[s], SUM_LEN[s]);
     assert_int_equal(k->seg_start[s], s);
   }
-  assert_int_equal(m->kernels[m->steps[1].kernel]->n_segs, 0);
+  assert_string_equal(m->kernels[m->steps[2].kernel]->name, "k7");
+  assert_string_equal(m->steps[1].origin, "k0,k1,k3,k4,k5,k6");
 
   /* the interpreter */
   void **want = fill_sums(p), **got = fill_sums(m);
@@ -499,18 +509,19 @@ static void test_reduce(void **state) {
   free_buffers(p, want);
 
   /* the emulated GPU: a block a segment, each with its own kernel's threads */
-  kir_kernel *all[N_SUMS + 1];
-  for (int32_t i = 0; i < N_SUMS; i++) all[i] = p->kernels[i];
-  all[N_SUMS] = m->kernels[m->steps[0].kernel];
+  kir_kernel *all[N_SUMS + 2];
+  for (int32_t i = 0; i < N_SUMS; i++) all[i] = p->kernels[p->steps[i + (i >= 2)].kernel];
+  all[N_SUMS] = m->kernels[m->steps[1].kernel];
   sc_cuda_launch c;
-  sc_cuda_launch_config(all[N_SUMS], &c);
+  sc_cuda_launch_config(k, &c);
   assert_int_equal(c.mode, SC_CUDA_BLOCK_PER_POINT);
   assert_int_equal(c.block, 256);
   assert_int_equal(c.grid, N_MERGED);
   char *src = NULL;
   sc_cuda_emu *emu = NULL;
   sc_diag_clear(&d);
-  if (sc_cuda_emit_kernels(all, N_SUMS + 1, NULL, &src, &d) != SC_OK) fail_msg("%s", d.msg);
+  all[N_SUMS + 1] = p->kernels[p->steps[2].kernel]; /* the update */
+  if (sc_cuda_emit_kernels(all, N_SUMS + 2, NULL, &src, &d) != SC_OK) fail_msg("%s", d.msg);
   if (sc_cuda_emu_open(src, &emu, &d) != SC_OK) fail_msg("%s", d.msg);
   want = run_emulated(p, emu);
   got = run_emulated(m, emu);
@@ -533,7 +544,7 @@ static void test_reduce(void **state) {
   sc_diag_clear(&d);
   if (sc_program_read_json(text, strlen(text), NULL, 0, &q, &d) != SC_OK)
     fail_msg("read back: %s", d.msg);
-  const kir_kernel *kq = q->kernels[q->steps[0].kernel];
+  const kir_kernel *kq = q->kernels[q->steps[1].kernel];
   assert_non_null(kq->seg_inner);
   assert_memory_equal(kq->seg_inner, k->seg_inner, N_MERGED * sizeof *k->seg_inner);
   assert_int_equal(kq->inner, 65537);
