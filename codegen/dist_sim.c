@@ -75,7 +75,7 @@ static double kernel_bytes(const sc_program *p, const kir_kernel *k) {
     double seg_pts = pts;
     if (k->n_segs > 0) {
       j = i % k->seg_params;
-      seg_pts = (double)(k->seg_start[s + 1] - k->seg_start[s]);
+      seg_pts = (double)(k->seg_start[s + 1] - k->seg_start[s]) * (double)kir_seg_inner(k, s);
     }
     double loads = 0, stores = 0;
     for (int32_t e = 0; e < k->n_exprs; e++)
@@ -208,6 +208,10 @@ void sc_dist_kernel_features(const kir_kernel *k, double *f, bool *split) {
   double pts = 1;
   for (int32_t d = 0; d < k->outer_rank; d++) pts *= (double)k->outer_dims[d];
   double elems = pts * (double)(k->inner > 0 ? k->inner : 1);
+  if (k->seg_inner) { /* a multi-tensor reduction: each segment over its own inner */
+    elems = 0;
+    for (int32_t s = 0; s < k->n_segs; s++) elems += (double)k->seg_inner[s];
+  }
   int32_t phases = k->n_phases > 0 ? k->n_phases : 1;
   *split = pts >= 2 && elems * phases >= (double)KIR_SPLIT_MIN_WORK;
   /* the innermost loop: the inner index, else the last outer dim of more

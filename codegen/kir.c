@@ -930,12 +930,22 @@ sc_status kir_verify(const kir_kernel *k, sc_diag *diag) {
         k->n_params % k->seg_params != 0)
       return vfail(k, diag, "%d params are not %d segments of %d", (int)k->n_params,
                    (int)k->n_segs, (int)k->seg_params);
-    if (k->outer_rank != 1 || k->inner != 1 || k->seg_start[0] != 0 ||
+    if (k->outer_rank != 1 || (!k->seg_inner && k->inner != 1) || k->seg_start[0] != 0 ||
         k->seg_start[k->n_segs] != k->outer_dims[0])
       return vfail(k, diag, "a multi-tensor kernel's domain is 1-D, inner 1, its segments' sum");
     for (int32_t s = 0; s < k->n_segs; s++)
       if (k->seg_start[s + 1] <= k->seg_start[s])
         return vfail(k, diag, "segment %d is empty or its start decreases", (int)s);
+    int64_t most = 1;
+    for (int32_t s = 0; k->seg_inner && s < k->n_segs; s++) {
+      if (k->seg_start[s] != s || k->seg_inner[s] < 1)
+        return vfail(k, diag, "reduction segment %d: start %lld, inner %lld (one point, inner >= 1)",
+                     (int)s, (long long)k->seg_start[s], (long long)k->seg_inner[s]);
+      if (k->seg_inner[s] > most) most = k->seg_inner[s];
+    }
+    if (k->seg_inner && k->inner != most)
+      return vfail(k, diag, "a multi-tensor reduction's inner %lld is not its segments' largest %lld",
+                   (long long)k->inner, (long long)most);
     for (int32_t i = k->seg_params; i < k->n_params; i++) {
       const kir_param *t = &k->params[i % k->seg_params];
       if (k->params[i].dtype != t->dtype || k->params[i].written != t->written)
@@ -1019,6 +1029,10 @@ void kir_print(const kir_kernel *k, FILE *out) {
   if (k->n_segs > 0) {
     fprintf(out, "  segments %d of %d params, starts", (int)k->n_segs, (int)k->seg_params);
     for (int32_t s = 0; s <= k->n_segs; s++) fprintf(out, " %lld", (long long)k->seg_start[s]);
+    if (k->seg_inner) {
+      fprintf(out, ", inners");
+      for (int32_t s = 0; s < k->n_segs; s++) fprintf(out, " %lld", (long long)k->seg_inner[s]);
+    }
     fputc('\n', out);
   }
   for (int32_t i = 0; i < k->n_params; i++) {
@@ -1174,11 +1188,12 @@ sc_status kir_interpret(const kir_kernel *k, void *const *bufs, sc_diag *diag) {
       if (nd[i]) lists[(size_t)p * ne + (size_t)counts[p]++] = i;
   }
   for (int64_t o = 0; o < total && st == SC_OK; o++) {
-    int64_t rem = o;
-    if (k->n_segs > 0) { /* the segment's element, and its params */
+    int64_t rem = o, inner = k->inner;
+    if (k->n_segs > 0) { /* the segment's element, its params and its inner extent */
       int32_t sg = kir_segment_of(k, o);
       rem = o - k->seg_start[sg];
       s.base = sg * k->seg_params;
+      inner = kir_seg_inner(k, sg);
     }
     for (int32_t d = k->outer_rank - 1; d >= 0; d--) {
       s.outer[d] = k->n_segs > 0 ? rem : rem % k->outer_dims[d];
@@ -1194,7 +1209,7 @@ sc_status kir_interpret(const kir_kernel *k, void *const *bufs, sc_diag *diag) {
         if (ph->rop == KIR_RED_SUM) acc = cast_val(ph->acc_dtype, SC_DTYPE_I64, (kval){0, 0});
         if (ph->rop == KIR_RED_PROD) acc = cast_val(ph->acc_dtype, SC_DTYPE_I64, (kval){0, 1});
       }
-      for (s.r = 0; s.r < k->inner; s.r++) {
+      for (s.r = 0; s.r < inner; s.r++) {
         st = eval_point(&s, list, counts[p]);
         if (st != SC_OK) break;
         kval v = s.vals[ph->value];
@@ -1302,6 +1317,87 @@ bool kir_is_point_index(const kir_kernel *k, int32_t id) {
     if (!sc_mul_i64(stride, k->outer_dims[d], &stride)) return false;
   }
   return true;
+}
+
+/* One digit of the inner index: scale * ((r / div) % mod), mod 0 for none. */
+typedef struct digit {
+  int64_t scale, div, mod;
+} digit;
+enum { MAX_DIGITS = 2 * SC_MAX_RANK + 2 };
+
+/* Adds i64 expression id, times scale, to the sum of digits d[0 .. *n) and
+ * constant *cst; false when it is not such a sum. */
+static bool digits(const kir_kernel *k, int32_t id, int64_t scale, digit *d, int *n,
+                   int64_t *cst, int depth) {
+  if (id < 0 || id >= k->n_exprs || depth > 64) return false;
+  const kir_expr *e = &k->exprs[id];
+  if (e->dtype != SC_DTYPE_I64) return false;
+  int64_t t;
+  switch (e->op) {
+  case KIR_CONST: return sc_mul_i64(scale, e->i, &t) && sc_add_i64(*cst, t, cst);
+  case KIR_VAR:
+    if (e->var != KIR_INNER) /* an outer dim of extent 1 is 0 */
+      return e->var >= 0 && e->var < k->outer_rank && k->outer_dims[e->var] == 1;
+    if (*n == MAX_DIGITS) return false;
+    d[(*n)++] = (digit){scale, 1, 0};
+    return true;
+  case KIR_ADD:
+    return digits(k, e->a, scale, d, n, cst, depth + 1) &&
+           digits(k, e->b, scale, d, n, cst, depth + 1);
+  case KIR_MUL:
+    if (is_const(k, e->b))
+      return sc_mul_i64(scale, k->exprs[e->b].i, &t) && digits(k, e->a, t, d, n, cst, depth + 1);
+    if (is_const(k, e->a))
+      return sc_mul_i64(scale, k->exprs[e->a].i, &t) && digits(k, e->b, t, d, n, cst, depth + 1);
+    return false;
+  case KIR_DIV: case KIR_MOD: { /* of one whole digit by a positive constant */
+    digit x;
+    int nx = 0;
+    int64_t c = 0, by = is_const(k, e->b) ? k->exprs[e->b].i : 0;
+    if (by < 1 || !digits(k, e->a, 1, &x, &nx, &c, depth + 1) || nx != 1 || c != 0 ||
+        x.scale != 1 || *n == MAX_DIGITS)
+      return false;
+    if (e->op == KIR_DIV) {
+      /* ((r / div) % mod) / by is (r / (div * by)) % (mod / by) when by divides mod */
+      if ((x.mod != 0 && x.mod % by != 0) || !sc_mul_i64(x.div, by, &x.div)) return false;
+      if (x.mod != 0) x.mod /= by;
+    } else {
+      if (x.mod != 0 && x.mod % by != 0) return false;
+      x.mod = by;
+    }
+    x.scale = scale;
+    d[(*n)++] = x;
+    return true;
+  }
+  default: return false;
+  }
+}
+
+bool kir_is_inner_index(const kir_kernel *k, int32_t id) {
+  if (id < 0 || id >= k->n_exprs || k->n_segs > 0) return false;
+  for (int32_t v = 0; v < k->outer_rank; v++)
+    if (k->outer_dims[v] != 1) return false;
+  digit d[MAX_DIGITS];
+  int n = 0, m = 0;
+  int64_t cst = 0, t;
+  if (!digits(k, id, 1, d, &n, &cst, 0) || cst != 0) return false;
+  for (int i = 0; i < n; i++) { /* r < inner: a digit from inner up is 0, a mod reaching it none */
+    if (d[i].div >= k->inner) continue;
+    if (d[i].mod != 0 && (!sc_mul_i64(d[i].div, d[i].mod, &t) || t >= k->inner)) d[i].mod = 0;
+    d[m++] = d[i];
+  }
+  for (int i = 1; i < m; i++) /* by div */
+    for (int j = i; j > 0 && d[j].div < d[j - 1].div; j--) {
+      digit x = d[j];
+      d[j] = d[j - 1];
+      d[j - 1] = x;
+    }
+  int64_t next = 1; /* the digits must tile r: div 1, then each div the one below times its mod */
+  for (int i = 0; i < m; i++) {
+    if (d[i].div != next || d[i].scale != d[i].div || (d[i].mod == 0 && i + 1 < m)) return false;
+    if (d[i].mod != 0 && !sc_mul_i64(next, d[i].mod, &next)) return false;
+  }
+  return m == 0 ? k->inner == 1 : d[m - 1].mod == 0;
 }
 
 /* True when index expression id takes a distinct value at every point of

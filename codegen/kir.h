@@ -146,10 +146,19 @@ typedef struct kir_kernel {
    * TEMPLATE params 0 .. seg_params - 1; segment s reads and writes params
    * s * seg_params + j in their place (n_params = n_segs * seg_params;
    * param s * seg_params + j has template param j's dtype and written
-   * flag, and its own buffer and numel). 0 and NULL: an ordinary kernel. */
+   * flag, and its own buffer and numel). 0 and NULL: an ordinary kernel.
+   *
+   * A multi-tensor REDUCTION when seg_inner is not NULL (n_segs entries):
+   * the same reduction run over n_segs tensors, apex's multi_tensor_l2norm
+   * without its chunking. Each segment is one outer point (seg_start[s] =
+   * s) whose inner loop has its own extent: KIR_INNER runs over
+   * 0 .. seg_inner[s] - 1 there, and `inner` is the largest of them. Each
+   * segment reduces in the order its own kernel with inner seg_inner[s]
+   * would (the same bits on every backend). */
   int32_t n_segs;
   int32_t seg_params;
   int64_t *seg_start;  /* n_segs + 1 entries */
+  int64_t *seg_inner;  /* n_segs entries, or NULL */
   int32_t *hash_slots; /* builders' hash-consing table (kir.c): open
                           addressing, a slot holds expr id + 1, 0 = empty;
                           rebuilt from exprs when NULL or too small */
@@ -208,6 +217,12 @@ static inline int32_t kir_seg_param(const kir_kernel *k, int32_t s, int32_t j) {
  * seg_start); 0 for an ordinary kernel. */
 int32_t kir_segment_of(const kir_kernel *k, int64_t o);
 
+/* The inner extent of segment s: seg_inner[s] in a multi-tensor
+ * reduction, `inner` otherwise. */
+static inline int64_t kir_seg_inner(const kir_kernel *k, int32_t s) {
+  return k->seg_inner ? k->seg_inner[s] : k->inner;
+}
+
 /* Whether i64 expression id is an affine form of the loop variables:
  * sum(coef[v] * var v) + *cst, slots v = 0 .. outer_rank - 1 the outer dims
  * and slot outer_rank the inner index (coef has outer_rank + 1 entries;
@@ -222,5 +237,13 @@ bool kir_affine(const kir_kernel *k, int32_t id, int64_t *coef, int64_t *cst);
  * the inner index (when inner > 1). Always false in a multi-tensor kernel
  * (KIR_VAR 0 is the element of a segment there, not the point). */
 bool kir_is_point_index(const kir_kernel *k, int32_t id);
+
+/* True when i64 expression id is the inner index itself, r, at every point
+ * of a kernel of one outer point (every outer dim of extent 1): r, or r
+ * taken apart and put back together (sum over digits of ((r / div) % mod)
+ * * div, each digit's div the product of the mods below it), as a
+ * reduction over a tensor's every axis reads the tensor through its own
+ * dims. False in a multi-tensor kernel. */
+bool kir_is_inner_index(const kir_kernel *k, int32_t id);
 
 #endif

@@ -1,6 +1,7 @@
-/* multi_tensor.c — runs of elementwise kernels that compute the same thing
- * over different tensors become one multi-tensor kernel (codegen/program.h,
- * sc_program_multi_tensor; kir.h, n_segs).
+/* multi_tensor.c — runs of elementwise kernels, or of whole-tensor
+ * reductions, that compute the same thing over different tensors become one
+ * multi-tensor kernel (codegen/program.h, sc_program_multi_tensor; kir.h,
+ * n_segs, seg_inner).
  *
  * A training step's optimizer is one fused kernel per parameter tensor
  * (AdamW: read P, its gradient, exp_avg, exp_avg_sq and the step's scalars,
@@ -24,6 +25,17 @@
  * segment then computes exactly what its kernel computed, element for
  * element, so results are bit-identical; only the launch is shared.
  *
+ * Reductions alike: kernels of one outer point reducing over the inner
+ * loop (the gradient norm's sum of squares, one a parameter, 27 for GPT-2)
+ * whose every tensor is read at the inner index (kir_is_inner_index: r, or
+ * r's digits recombined through the tensor's dims) flatten to the same
+ * body over KIR_VAR KIR_INNER; their run is a multi-tensor reduction, a
+ * segment a tensor with its own inner extent (seg_inner), which each
+ * backend reduces in its kernel's own order: the same bits. A run of
+ * reductions may pass kernel steps between its members that are
+ * independent of the members before them (FSDP's slices of each shard out
+ * of its bucket): the merged kernel sinks to the last member's place.
+ *
  * A table holds at most SC_MULTI_TENSOR_ARG_BYTES of kernel arguments (8
  * bytes a param, plus begin and end): a longer run becomes several tables,
  * as multi_tensor_apply launches again when its table is full. The merged
@@ -35,16 +47,73 @@
 
 #include "codegen/program.h"
 
+/* Whether kernel k has a REDUCE phase. */
+static bool reduces(const kir_kernel *k) {
+  for (int32_t i = 0; i < k->n_phases; i++)
+    if (k->phases[i].kind == KIR_PHASE_REDUCE) return true;
+  return false;
+}
+
+/* Whether expression id of t depends on the inner index (true when
+ * unsure: out of memory). */
+static bool along_r(const kir_kernel *t, int32_t id) {
+  bool *dep = sc_calloc((size_t)id + 1, sizeof *dep);
+  if (!dep) return true;
+  for (int32_t i = 0; i <= id; i++) { /* operands come first */
+    const kir_expr *e = &t->exprs[i];
+    int32_t ops[3] = {e->a, e->b, e->c};
+    dep[i] = e->op == KIR_VAR && e->var == KIR_INNER;
+    for (int j = 0; j < kir_op_arity(e->op); j++) dep[i] |= dep[ops[j]];
+  }
+  bool r = dep[id];
+  sc_free(dep);
+  return r;
+}
+
+/* Whether index expression id of k reads a tensor at its element of the
+ * flat form: the point's (elementwise), the inner index (a reduction). */
+static bool flat_index(const kir_kernel *k, bool red, int32_t id) {
+  return red ? kir_is_inner_index(k, id) : kir_is_point_index(k, id);
+}
+
+enum { VARIES = -2 }; /* an expression depending on a loop variable: only an index may */
+
+/* Adds phase i of kernel k to its flat form t (exprs map[] of k in t, v0
+ * the flat element); false when it does not flatten. */
+static bool flat_phase(sc_arena *a, const kir_kernel *k, kir_kernel *t, bool red, int64_t n,
+                       int32_t v0, const int32_t *map, int32_t i) {
+  const kir_phase *ph = &k->phases[i];
+  if (map[ph->value] < 0) return false;
+  if (ph->kind == KIR_PHASE_REDUCE) /* red: its value varies along r through loads only */
+    return kir_add_reduce(a, t, ph->rop, ph->acc_dtype, map[ph->value]) == i;
+  int32_t at = v0; /* elementwise: the point's element; a reduction's result: a constant one */
+  if (red) {
+    const kir_expr *x = &k->exprs[ph->out_index];
+    if (x->op != KIR_CONST || along_r(t, map[ph->value]) ||
+        (at = kir_const_i(a, t, SC_DTYPE_I64, x->i)) < 0)
+      return false;
+  } else if (!kir_is_point_index(k, ph->out_index) || k->params[ph->out_param].numel != n) {
+    return false;
+  }
+  return kir_add_store(a, t, ph->out_param, at, map[ph->value]) == i;
+}
+
 /* The flat form of kernel k (arena a), or NULL when k does not flatten;
- * *points its outer points. */
-static kir_kernel *flatten(sc_arena *a, const kir_kernel *k, int64_t *points) {
-  if (k->n_segs > 0 || k->inner != 1 || k->n_phases < 1 || k->n_exprs < 1) return NULL;
+ * *points its outer points, *inner its inner extent. An elementwise kernel
+ * (STORE phases over inner 1) flattens to [points] with KIR_VAR 0 for the
+ * point index; a reduction of one point (REDUCE phases over the inner loop,
+ * STOREs of what does not vary along it at constant elements) to [1] with
+ * KIR_VAR KIR_INNER for the inner index: a tensor of `inner` elements read
+ * at r, whatever dims the kernel read it through. */
+static kir_kernel *flatten(sc_arena *a, const kir_kernel *k, int64_t *points, int64_t *inner) {
+  if (k->n_segs > 0 || k->n_phases < 1 || k->n_exprs < 1) return NULL;
+  bool red = reduces(k);
+  if (!red && k->inner != 1) return NULL;
   int64_t n = 1;
   for (int32_t d = 0; d < k->outer_rank; d++)
     if (!sc_mul_i64(n, k->outer_dims[d], &n)) return NULL;
-  if (n < 1) return NULL;
-  for (int32_t i = 0; i < k->n_phases; i++)
-    if (k->phases[i].kind != KIR_PHASE_STORE) return NULL;
+  if (n < 1 || (red && n != 1)) return NULL;
+  int64_t len = red ? k->inner : n; /* a tensor read element for element has len elements */
   kir_kernel *t = kir_kernel_create(a, k->name);
   int32_t *map = sc_arena_array(a, (size_t)k->n_exprs, sizeof *map);
   bool *need = sc_arena_array(a, (size_t)k->n_exprs, sizeof *need);
@@ -55,18 +124,19 @@ static kir_kernel *flatten(sc_arena *a, const kir_kernel *k, int64_t *points) {
   for (int32_t i = k->n_exprs - 1; i >= 0; i--) {
     const kir_expr *e = &k->exprs[i];
     int32_t ops[3] = {e->a, e->b, e->c};
-    if (!need[i] || (e->op == KIR_LOAD && kir_is_point_index(k, e->a))) continue;
+    if (!need[i] || (e->op == KIR_LOAD && flat_index(k, red, e->a))) continue;
     for (int j = 0; j < kir_op_arity(e->op); j++) need[ops[j]] = true;
   }
   t->outer_rank = 1;
   t->outer_dims[0] = n;
+  t->inner = k->inner;
   for (int32_t i = 0; i < k->n_params; i++)
     if (kir_add_param(a, t, k->params[i].buffer, k->params[i].dtype, k->params[i].numel,
                       k->params[i].written) < 0)
       return NULL;
-  int32_t v0 = kir_var(a, t, 0);
+  int32_t v0 = kir_var(a, t, red ? KIR_INNER : 0);
   if (v0 < 0) return NULL;
-  enum { VARIES = -2 }; /* depends on a loop variable: only an index may */
+  int32_t added = 0; /* phases in t */
   for (int32_t i = 0; i < k->n_exprs; i++) {
     const kir_expr *e = &k->exprs[i];
     int32_t ar = kir_op_arity(e->op), ops[3] = {e->a, e->b, e->c}, m[3] = {-1, -1, -1};
@@ -74,7 +144,7 @@ static kir_kernel *flatten(sc_arena *a, const kir_kernel *k, int64_t *points) {
       map[i] = -1;
       continue;
     }
-    bool varies = e->op == KIR_VAR || e->op == KIR_REG;
+    bool varies = e->op == KIR_VAR;
     for (int j = 0; j < ar && e->op != KIR_LOAD; j++) varies |= (m[j] = map[ops[j]]) == VARIES;
     if (varies) {
       map[i] = VARIES;
@@ -86,9 +156,15 @@ static kir_kernel *flatten(sc_arena *a, const kir_kernel *k, int64_t *points) {
       r = sc_dtype_is_float(e->dtype) ? kir_const_f(a, t, e->dtype, e->f)
                                       : kir_const_i(a, t, e->dtype, e->i);
       break;
+    case KIR_REG: /* its phase first (built after its value, before its register) */
+      for (; added <= e->var; added++)
+        if (k->phases[added].value >= i || !flat_phase(a, k, t, red, n, v0, map, added))
+          return NULL;
+      r = kir_reg(a, t, e->var);
+      break;
     case KIR_LOAD:
-      if (kir_is_point_index(k, e->a)) {
-        if (k->params[e->var].numel != n) return NULL;
+      if (flat_index(k, red, e->a)) {
+        if (k->params[e->var].numel != len) return NULL;
         r = kir_load(a, t, e->var, v0);
       } else if (k->exprs[e->a].op == KIR_CONST) {
         r = kir_load(a, t, e->var, map[e->a]);
@@ -104,13 +180,10 @@ static kir_kernel *flatten(sc_arena *a, const kir_kernel *k, int64_t *points) {
     if (r < 0 || t->exprs[r].dtype != e->dtype) return NULL;
     map[i] = r;
   }
-  for (int32_t i = 0; i < k->n_phases; i++) {
-    const kir_phase *ph = &k->phases[i];
-    if (!kir_is_point_index(k, ph->out_index) || k->params[ph->out_param].numel != n ||
-        map[ph->value] < 0 || kir_add_store(a, t, ph->out_param, v0, map[ph->value]) < 0)
-      return NULL;
-  }
+  for (; added < k->n_phases; added++)
+    if (!flat_phase(a, k, t, red, n, v0, map, added)) return NULL;
   *points = n;
+  *inner = k->inner;
   return t;
 }
 
@@ -130,7 +203,7 @@ static bool same_template(const kir_kernel *x, const kir_kernel *y) {
   for (int32_t i = 0; i < x->n_phases; i++) {
     const kir_phase *a = &x->phases[i], *b = &y->phases[i];
     if (a->kind != b->kind || a->value != b->value || a->out_param != b->out_param ||
-        a->out_index != b->out_index)
+        a->out_index != b->out_index || a->rop != b->rop || a->acc_dtype != b->acc_dtype)
       return false;
   }
   return true;
@@ -172,37 +245,43 @@ static const char *unique_name(sc_program *p, const char *name, int32_t n) {
   }
 }
 
-/* The multi-tensor kernel of steps [s0, s0 + n) (templates flat[], their
- * points pts[]), put in the first step's kernel slot. */
-static sc_status merge(sc_program *p, int32_t s0, int32_t n, kir_kernel **flat,
-                       const int64_t *pts) {
+/* The multi-tensor kernel of steps mem[0 .. n) (templates flat[], their
+ * points pts[] and inner extents inn[], by step), put in the first step's
+ * kernel slot. */
+static sc_status merge(sc_program *p, const int32_t *mem, int32_t n, kir_kernel **flat,
+                       const int64_t *pts, const int64_t *inn) {
   sc_arena *a = &p->arena;
-  const kir_kernel *t = flat[0];
-  int32_t k0 = p->steps[s0].kernel;
+  const kir_kernel *t = flat[mem[0]];
+  int32_t s0 = mem[0], k0 = p->steps[s0].kernel;
   kir_kernel *m = kir_kernel_create(a, p->kernels[k0]->name);
   int64_t *start = sc_arena_array(a, (size_t)n + 1, sizeof *start);
   if (!m || !start || !(m->name = unique_name(p, p->kernels[k0]->name, n))) return SC_ERR_NOMEM;
+  if (reduces(t)) { /* a reduction: a segment is one point over its own inner extent */
+    if (!(m->seg_inner = sc_arena_array(a, (size_t)n, sizeof *m->seg_inner))) return SC_ERR_NOMEM;
+    for (int32_t s = 0; s < n; s++)
+      if ((m->seg_inner[s] = inn[mem[s]]) > m->inner) m->inner = inn[mem[s]];
+  }
   size_t olen = 0;
   for (int32_t s = 0; s < n; s++) {
-    const char *o = p->steps[s0 + s].origin;
+    const char *o = p->steps[mem[s]].origin;
     olen += (o ? strlen(o) : 0) + 1;
   }
   char *origin = sc_arena_alloc(a, olen + 1);
   if (!origin) return SC_ERR_NOMEM;
   for (int32_t s = 0; s < n; s++) {
-    const char *o = p->steps[s0 + s].origin;
+    const char *o = p->steps[mem[s]].origin;
     if (s && o) strcat(origin, ",");
     if (o) strcat(origin, o);
   }
   m->origin = origin;
   m->outer_rank = 1;
   for (int32_t s = 0; s < n; s++) {
-    const kir_kernel *k = p->kernels[p->steps[s0 + s].kernel];
+    const kir_kernel *k = p->kernels[p->steps[mem[s]].kernel];
     for (int32_t i = 0; i < k->n_params; i++)
       if (kir_add_param(a, m, k->params[i].buffer, k->params[i].dtype, k->params[i].numel,
                         k->params[i].written) < 0)
         return SC_ERR_NOMEM;
-    if (!sc_add_i64(start[s], pts[s], &start[s + 1])) return SC_ERR_LIMIT;
+    if (!sc_add_i64(start[s], pts[mem[s]], &start[s + 1])) return SC_ERR_LIMIT;
   }
   /* the template's expressions and phases, copied as they are */
   m->exprs = sc_arena_array(a, (size_t)t->n_exprs, sizeof *m->exprs);
@@ -263,12 +342,12 @@ sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag) {
   int32_t ns = p->n_steps;
   size_t cap = (size_t)(ns > 0 ? ns : 1);
   kir_kernel **flat = sc_calloc(cap, sizeof *flat);
-  int64_t *pts = sc_calloc(cap, sizeof *pts);
+  int64_t *pts = sc_calloc(cap, sizeof *pts), *inn = sc_calloc(cap, sizeof *inn);
   bool *dropped = sc_calloc((size_t)p->n_kernels + 1, sizeof *dropped);
   sc_arena scratch;
   sc_arena_init(&scratch);
   int32_t *sid = sc_calloc((size_t)p->n_buffers + 1, sizeof *sid);
-  sc_status st = flat && pts && dropped && sid ? SC_OK : SC_ERR_NOMEM;
+  sc_status st = flat && pts && inn && dropped && sid ? SC_OK : SC_ERR_NOMEM;
   if (st == SC_OK) storage_ids(p, sid);
   /* a kernel named by more than one step (or by a GEMM's or a pool's
    * geometry) is left alone: only a kernel step's own kernel merges */
@@ -283,33 +362,50 @@ sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag) {
   for (int32_t i = 0; st == SC_OK && i < ns; i++) {
     const sc_step *s = &p->steps[i];
     if (s->kind == SC_STEP_KERNEL && !s->pool.on && s->kernel >= 0 && uses[s->kernel] == 1)
-      flat[i] = flatten(&scratch, p->kernels[s->kernel], &pts[i]);
+      flat[i] = flatten(&scratch, p->kernels[s->kernel], &pts[i], &inn[i]);
   }
   /* runs of equal templates, cut where a kernel is not independent of the
-   * run's others or the table is full */
+   * run's others or the table is full. A run of reductions may have kernel
+   * steps between its members that are independent of the members before
+   * them (under FSDP each sum follows the slice taking its shard out of the
+   * bucket): the merged kernel sinks past them to the last member's place */
   int32_t out = 0;
-  for (int32_t i = 0; st == SC_OK && i < ns;) {
+  int32_t *mem = sc_calloc(cap, sizeof *mem);
+  bool *gone = sc_calloc(cap, sizeof *gone); /* a member that sank into a later step */
+  bool *taken = sc_calloc(cap, sizeof *taken);
+  if (st == SC_OK && (!mem || !gone || !taken)) st = SC_ERR_NOMEM;
+  for (int32_t i = 0; st == SC_OK && i < ns; i++) {
+    if (!flat[i] || taken[i]) continue;
     int32_t n = 1;
-    if (flat[i]) {
-      int64_t bytes = 8 * ((int64_t)flat[i]->n_params + 2);
-      while (i + n < ns && flat[i + n] && same_template(flat[i], flat[i + n]) &&
-             bytes + 8 * flat[i]->n_params <= SC_MULTI_TENSOR_ARG_BYTES) {
-        bool ok = true;
-        for (int32_t j = 0; j < n && ok; j++)
-          ok = independent(sid, p->kernels[p->steps[i + j].kernel],
-                           p->kernels[p->steps[i + n].kernel]);
-        if (!ok) break;
+    bool red = reduces(flat[i]);
+    int64_t bytes = 8 * ((int64_t)flat[i]->n_params + 2);
+    mem[0] = i;
+    for (int32_t j = i + 1; j < ns && !taken[j]; j++) {
+      const sc_step *s = &p->steps[j];
+      bool alike = flat[j] && same_template(flat[i], flat[j]);
+      if (!alike && (!red || s->kind != SC_STEP_KERNEL || s->pool.on || s->kernel < 0)) break;
+      if (alike && bytes + 8 * flat[i]->n_params > SC_MULTI_TENSOR_ARG_BYTES) break;
+      bool ok = true;
+      for (int32_t m = 0; m < n && ok; m++)
+        ok = independent(sid, p->kernels[p->steps[mem[m]].kernel], p->kernels[s->kernel]);
+      if (!ok) break;
+      if (alike) {
         bytes += 8 * flat[i]->n_params;
-        n++;
+        mem[n++] = j;
       }
     }
-    if (n > 1) {
-      for (int32_t j = 1; j < n; j++) dropped[p->steps[i + j].kernel] = true;
-      st = merge(p, i, n, flat + i, pts + i);
-    }
-    p->steps[out++] = p->steps[i];
-    i += n;
+    if (n < 2) continue;
+    for (int32_t j = 1; j < n; j++) dropped[p->steps[mem[j]].kernel] = true;
+    st = merge(p, mem, n, flat, pts, inn);
+    p->steps[mem[n - 1]] = p->steps[i]; /* the merged step, in the last member's place */
+    for (int32_t j = 0; j < n; j++) taken[mem[j]] = true;
+    for (int32_t j = 0; j + 1 < n; j++) gone[mem[j]] = true;
   }
+  for (int32_t i = 0; st == SC_OK && i < ns; i++)
+    if (!gone[i]) p->steps[out++] = p->steps[i];
+  sc_free(mem);
+  sc_free(gone);
+  sc_free(taken);
   if (st == SC_OK && out < ns) {
     p->n_steps = out;
     st = drop_unused(p, dropped);
@@ -317,6 +413,7 @@ sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag) {
   sc_free(sid);
   sc_free(flat);
   sc_free(pts);
+  sc_free(inn);
   sc_free(dropped);
   sc_free(uses);
   sc_arena_free(&scratch);

@@ -143,6 +143,8 @@ static json_t *write_kernel(const kir_kernel *k) {
     json_t *sg = json_object();
     json_object_set_new(sg, "params", json_integer(k->seg_params));
     json_object_set_new(sg, "starts", jdims(k->seg_start, k->n_segs + 1));
+    if (k->seg_inner) /* a multi-tensor reduction: each segment's inner extent */
+      json_object_set_new(sg, "inners", jdims(k->seg_inner, k->n_segs));
     json_object_set_new(o, "segments", sg);
   }
   json_t *exprs = json_array();
@@ -751,6 +753,18 @@ static sc_status read_kernel(reader *r, json_t *o, int32_t kid, kir_kernel **out
       json_t *v = json_array_get(starts, (size_t)i);
       if (!json_is_integer(v)) return fail(r, SC_ERR_PARSE, "starts[%d] must be an integer", i);
       k->seg_start[i] = json_integer_value(v);
+    }
+    json_t *inners = json_object_get(sg, "inners");
+    if (inners) {
+      if (!json_is_array(inners) || json_array_size(inners) != (size_t)k->n_segs)
+        return fail(r, SC_ERR_PARSE, "inners must be an array of %d integers", (int)k->n_segs);
+      k->seg_inner = sc_arena_array(&p->arena, (size_t)k->n_segs, sizeof *k->seg_inner);
+      if (!k->seg_inner) return fail(r, SC_ERR_NOMEM, "out of memory");
+      for (int32_t i = 0; i < k->n_segs; i++) {
+        json_t *v = json_array_get(inners, (size_t)i);
+        if (!json_is_integer(v)) return fail(r, SC_ERR_PARSE, "inners[%d] must be an integer", i);
+        k->seg_inner[i] = json_integer_value(v);
+      }
     }
   }
   /* Phases are read before expressions so that REG operands can be checked. */

@@ -1438,26 +1438,22 @@ static bool segments_alike(const sc_program *p, const kir_kernel *k) {
   return true;
 }
 
-/* A multi-tensor kernel (kir.h, n_segs): its template — the body over one
- * segment's params, as an ordinary 1-D kernel "<name>.seg" over the
- * longest segment, internal — and the kernel itself, which calls it once
- * per segment that meets [begin, end), with the segment's params (bufs +
- * s * seg_params) and the part of its range inside, in segment order. */
-static sc_status emit_segmented(LLVMModuleRef m, LLVMTargetMachineRef tm, const sc_program *p,
-                                const kir_kernel *k, sc_diag *diag) {
+/* The template of multi-tensor kernel k as an internal function `name`
+ * (*fn): an ordinary 1-D kernel over `points` points of inner extent
+ * `inner`. */
+static sc_status emit_template(LLVMModuleRef m, LLVMTargetMachineRef tm, const sc_program *p,
+                               const kir_kernel *k, const char *name, int64_t points,
+                               int64_t inner, LLVMValueRef *fn, sc_diag *diag) {
   kir_kernel t = *k;
-  char name[512];
-  snprintf(name, sizeof name, "%s.seg", k->name);
   t.name = name;
   t.n_params = k->seg_params;
   t.n_segs = 0;
   t.seg_start = NULL;
+  t.seg_inner = NULL;
   t.hash_slots = NULL;
   t.cap_hash = 0;
-  t.outer_dims[0] = 1;
-  for (int32_t s = 0; s < k->n_segs; s++)
-    if (k->seg_start[s + 1] - k->seg_start[s] > t.outer_dims[0])
-      t.outer_dims[0] = k->seg_start[s + 1] - k->seg_start[s];
+  t.outer_dims[0] = points;
+  t.inner = inner;
   sc_status st = sc_cpu_emit_kernel(m, tm, p && segments_alike(p, k) ? p : NULL, &t, diag);
   if (st != SC_OK) return st;
   LLVMValueRef seg = LLVMGetNamedFunction(m, name);
@@ -1471,6 +1467,40 @@ static sc_status emit_segmented(LLVMModuleRef m, LLVMTargetMachineRef tm, const 
   unsigned noinline = LLVMGetEnumAttributeKindForName("noinline", 8);
   LLVMAddAttributeAtIndex(seg, LLVMAttributeFunctionIndex,
                           LLVMCreateEnumAttribute(ctx, noinline, 0));
+  *fn = seg;
+  return SC_OK;
+}
+
+/* A multi-tensor kernel (kir.h, n_segs): its template — the body over one
+ * segment's params, as an ordinary 1-D kernel "<name>.seg" over the
+ * longest segment, internal; a multi-tensor reduction's once per inner
+ * extent, "<name>.seg<inner>", so that a segment reduces in its own
+ * kernel's loop, the same code and the same bits — and the kernel itself,
+ * which calls it once per segment that meets [begin, end), with the
+ * segment's params (bufs + s * seg_params) and the part of its range
+ * inside, in segment order. */
+static sc_status emit_segmented(LLVMModuleRef m, LLVMTargetMachineRef tm, const sc_program *p,
+                                const kir_kernel *k, sc_diag *diag) {
+  char name[512];
+  LLVMValueRef *fns = sc_calloc((size_t)k->n_segs, sizeof *fns);
+  if (!fns) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  int64_t longest = 1;
+  for (int32_t s = 0; s < k->n_segs; s++)
+    if (k->seg_start[s + 1] - k->seg_start[s] > longest)
+      longest = k->seg_start[s + 1] - k->seg_start[s];
+  for (int32_t s = 0; s < k->n_segs; s++) {
+    for (int32_t r = 0; r < s && !fns[s]; r++)
+      if (kir_seg_inner(k, r) == kir_seg_inner(k, s)) fns[s] = fns[r];
+    if (fns[s]) continue;
+    if (k->seg_inner) snprintf(name, sizeof name, "%s.seg%lld", k->name, (long long)k->seg_inner[s]);
+    else snprintf(name, sizeof name, "%s.seg", k->name);
+    sc_status st = emit_template(m, tm, p, k, name, longest, kir_seg_inner(k, s), &fns[s], diag);
+    if (st != SC_OK) {
+      sc_free(fns);
+      return st;
+    }
+  }
+  LLVMContextRef ctx = LLVMGetModuleContext(m);
   LLVMTypeRef i64 = LLVMInt64TypeInContext(ctx);
   LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(ctx), 0);
   LLVMValueRef fn = kernel_function(m, tm, k->name);
@@ -1489,12 +1519,13 @@ static sc_status emit_segmented(LLVMModuleRef m, LLVMTargetMachineRef tm, const 
     LLVMValueRef off = LLVMConstInt(i64, (unsigned long long)s * (unsigned long long)k->seg_params, 0);
     LLVMValueRef args[3] = {LLVMBuildInBoundsGEP2(b, i8p, bufs, &off, 1, ""),
                             LLVMBuildSub(b, lo, s0, ""), LLVMBuildSub(b, hi, s0, "")};
-    LLVMBuildCall2(b, LLVMGlobalGetValueType(seg), seg, args, 3, "");
+    LLVMBuildCall2(b, LLVMGlobalGetValueType(fns[s]), fns[s], args, 3, "");
     LLVMBuildBr(b, next);
     LLVMPositionBuilderAtEnd(b, next);
   }
   LLVMBuildRetVoid(b);
   LLVMDisposeBuilder(b);
+  sc_free(fns);
   return SC_OK;
 }
 

@@ -478,18 +478,32 @@ static bool vec_access(const emitter *e, int32_t param, int32_t idx) {
   return e->dep_last[idx] && a.ok && a.c == 1 && a.m4;
 }
 
+/* The threads that reduce a row of `inner` elements: one (serially) up to
+ * SC_CUDA_SERIAL_INNER_MAX, else a block of 32 .. 256, the least power of
+ * two that is not below inner. */
+static int row_threads(int64_t inner) {
+  if (inner <= SC_CUDA_SERIAL_INNER_MAX) return 1;
+  int b = 32;
+  while (b < 256 && b < inner) b *= 2;
+  return b;
+}
+
 void sc_cuda_launch_config(const kir_kernel *k, sc_cuda_launch *out) {
   memset(out, 0, sizeof *out);
   out->points = outer_points(k);
   out->points_per_thread = 1;
-  if (k->inner <= SC_CUDA_SERIAL_INNER_MAX) {
+  if (k->seg_inner) { /* a multi-tensor reduction: a block a segment, as many threads as
+                         its widest segment's kernel had (at least a warp) */
+    out->mode = SC_CUDA_BLOCK_PER_POINT;
+    out->block = 32;
+    for (int32_t s = 0; s < k->n_segs; s++)
+      if (row_threads(k->seg_inner[s]) > out->block) out->block = row_threads(k->seg_inner[s]);
+  } else if (k->inner <= SC_CUDA_SERIAL_INNER_MAX) {
     out->mode = SC_CUDA_THREAD_PER_POINT;
     out->block = 256;
   } else {
     out->mode = SC_CUDA_BLOCK_PER_POINT;
-    int b = 32;
-    while (b < 256 && b < k->inner) b *= 2;
-    out->block = b;
+    out->block = row_threads(k->inner);
   }
   /* vectorise: elementwise kernels whose last outer dim is a multiple of 4
      and that have at least one contiguous f32 access */
@@ -945,8 +959,13 @@ static void emit_phase(emitter *e, int32_t pi, bool block) {
   sb_printf(b, "      // phase %d: %s\n", (int)pi,
             ph->kind == KIR_PHASE_STORE ? "store" : "reduce");
   prepare_phase(e, roots, 2);
-  const char *loop = block ? "for (long long r = threadIdx.x; r < %lld; r += blockDim.x)"
-                           : "for (long long r = 0; r < %lld; ++r)";
+  /* a multi-tensor reduction's segment: its extent nr, walked by its
+     kernel's rs threads (the others hold the identity), so that it reduces
+     in its own kernel's order: the same bits */
+  const char *loop =
+      k->seg_inner ? "for (long long r = threadIdx.x; r < nr && (long long)threadIdx.x < rs; r += rs)"
+      : block      ? "for (long long r = threadIdx.x; r < %lld; r += blockDim.x)"
+                   : "for (long long r = 0; r < %lld; ++r)";
   bool arg = ph->kind == KIR_PHASE_REDUCE &&
              (ph->rop == KIR_RED_ARGMAX || ph->rop == KIR_RED_ARGMIN);
   int nl = e->lanes > 1 && (e->dep_last[ph->value] ||
@@ -1081,15 +1100,20 @@ static void emit_segment(emitter *e) {
     sb_printf(b, "    %s%s *%sp%d;\n", k->params[j].written ? "" : "const ",
               stype(k->params[j].dtype), r ? "__restrict__ " : "", (int)j);
   }
-  sb_printf(b, "    long long v0;\n    switch (sg) {\n");
+  sb_printf(b, "    long long v0;\n");
+  if (k->seg_inner) sb_printf(b, "    long long nr, rs;\n");
+  sb_printf(b, "    switch (sg) {\n");
   for (int32_t s = 0; s < k->n_segs; s++) {
     if (s + 1 < k->n_segs) sb_printf(b, "    case %d:", (int)s);
     else sb_printf(b, "    default:");
     sb_printf(b, " v0 = o - %lldll;", (long long)k->seg_start[s]);
+    if (k->seg_inner)
+      sb_printf(b, " nr = %lldll; rs = %d;", (long long)k->seg_inner[s],
+                row_threads(k->seg_inner[s]));
     for (int32_t j = 0; j < n; j++) sb_printf(b, " p%d = a%d;", (int)j, (int)(s * n + j));
     sb_printf(b, " break;\n");
   }
-  sb_printf(b, "    }\n");
+  sb_printf(b, "    }\n    (void)v0;\n");
 }
 
 static sc_status emit_kernel(sbuf *b, const kir_kernel *k, const sc_program *p, sc_diag *diag) {

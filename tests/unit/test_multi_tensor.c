@@ -13,7 +13,23 @@
  * with the segments intact; the cost model (no measured profile: memory
  * time, bytes over bandwidth) must time the merged kernel as the sum of
  * the three it replaced, within 1e-12. Last, a table too large for
- * SC_MULTI_TENSOR_ARG_BYTES is cut into several. */
+ * SC_MULTI_TENSOR_ARG_BYTES is cut into several.
+ *
+ * A multi-tensor reduction (kir.h, seg_inner): sum-of-squares kernels (s =
+ * sum(g * g), the gradient norm's pieces) over tensors of 1, 3, 13, 16
+ * ([4, 4]), 1000 (read through dims [8, 5, 25]) and 65537 elements, seeded
+ * random, and one of [4, 5] read transposed; the first six must become one
+ * kernel of six segments, each its own inner extent, the last stay alone
+ * (its index is not the inner one), sinking past an elementwise kernel
+ * between the second and the third that is independent of them. On kir_interpret, the CPU backend and
+ * the emulated GPU the merged kernel must write exactly the bits the six
+ * kernels wrote on the same backend (a GPU kernel sums up to 16 elements
+ * serially, more in a block: the merged kernel keeps each order), and each
+ * sum must be within 1e-4 (relative) of a double-precision reference: f32
+ * sums of up to 65537 terms, 1e-5 expected from a sequential one, the
+ * interpreter's; program.json keeps the inner extents and refuses an
+ * extent of 0. */
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,12 +38,14 @@
 #include "test_util.h"
 
 #include "codegen/cpu/cpu.h"
+#include "codegen/cuda/cuda.h"
 #include "codegen/dist_sim.h"
 #include "codegen/kir.h"
 #include "codegen/program.h"
 #include "codegen/memplan.h"
 #include "codegen/program_json.h"
 #include "passes/plan/cluster.h"
+#include "runtime/cuda_emu.h"
 
 static int32_t add_buffer(sc_program *p, const char *name, sc_buf_kind kind, int32_t rank,
                           const int64_t *dims) {
@@ -45,6 +63,18 @@ static int32_t add_buffer(sc_program *p, const char *name, sc_buf_kind kind, int
   int32_t id = sc_program_add_buffer(p, &b);
   assert_true(id >= 0);
   return id;
+}
+
+/* Kernel k, verified, as a step of p (its origin the kernel's name). */
+static void add_step(sc_program *p, kir_kernel *k) {
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (kir_verify(k, &d) != SC_OK) fail_msg("%s", d.msg);
+  sc_step st = {0};
+  st.kind = SC_STEP_KERNEL;
+  st.kernel = sc_program_add_kernel(p, k);
+  st.origin = k->name;
+  assert_true(st.kernel >= 0 && sc_program_add_step(p, &st) >= 0);
 }
 
 /* A kernel step o = x * s[0] - sqrt(|g|) * c over x's shape, with the
@@ -76,14 +106,7 @@ static void add_update(sc_program *p, int32_t x, int32_t g, int32_t s, int32_t o
   kir_add_store(A, k, po, idx,
                 kir_binary(A, k, KIR_SUB, v,
                            kir_binary(A, k, KIR_MUL, r, kir_const_f(A, k, SC_DTYPE_F32, c))));
-  sc_diag d = {0};
-  sc_diag_clear(&d);
-  if (kir_verify(k, &d) != SC_OK) fail_msg("%s", d.msg);
-  sc_step st = {0};
-  st.kind = SC_STEP_KERNEL;
-  st.kernel = sc_program_add_kernel(p, k);
-  st.origin = name;
-  assert_true(st.kernel >= 0 && sc_program_add_step(p, &st) >= 0);
+  add_step(p, k);
 }
 
 enum { N_UPDATES = 6 };
@@ -148,6 +171,15 @@ static void same_outputs(const sc_program *p, void **a, void **b, const char *wh
   for (int32_t i = 0; i < p->n_buffers; i++)
     if (p->buffers[i].kind == SC_BUF_TEMP && memcmp(a[i], b[i], (size_t)p->buffers[i].bytes))
       fail_msg("%s: buffer %d differs", what, (int)i);
+}
+
+/* program.json text is refused as invalid, naming `needle`. */
+static void json_refused(const char *text, const char *needle) {
+  sc_program *r = NULL;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_program_read_json(text, strlen(text), NULL, 0, &r, &d), SC_ERR_INVALID);
+  assert_non_null(strstr(d.msg, needle));
 }
 
 static void test_merge(void **state) {
@@ -248,10 +280,7 @@ static void test_merge(void **state) {
   assert_non_null(c35);
   c35[0] = '9';
   c35[1] = '9';
-  sc_program *r = NULL;
-  sc_diag_clear(&d);
-  assert_int_equal(sc_program_read_json(text, strlen(text), NULL, 0, &r, &d), SC_ERR_INVALID);
-  assert_non_null(strstr(d.msg, "segment"));
+  json_refused(text, "segment");
   sc_program_destroy(q);
   sc_free(text);
   free_buffers(p, want);
@@ -286,10 +315,258 @@ static void test_table_limit(void **state) {
   sc_program_destroy(p);
 }
 
+/* A kernel step s[0] = sum(g * g) over all of g's elements (shape dims),
+ * g read at the row-major offset of r's digits over dims (transposed: the
+ * last two dims swapped, as a transposed read writes it). */
+static void add_sumsq(sc_program *p, int32_t g, int32_t s, int32_t rank, const int64_t *dims,
+                      bool transposed) {
+  char name[32];
+  snprintf(name, sizeof name, "k%d", (int)p->n_kernels);
+  kir_kernel *k = kir_kernel_create(&p->arena, name);
+  assert_non_null(k);
+  sc_arena *A = &p->arena;
+  int64_t n = 1;
+  for (int32_t d = 0; d < rank; d++) n *= dims[d];
+  k->inner = n;
+  int32_t pg = kir_add_param(A, k, g, SC_DTYPE_F32, n, false);
+  int32_t ps = kir_add_param(A, k, s, SC_DTYPE_F32, 1, true);
+  /* r's digit of dim d: (r / below) % dims[d]; stored at stride[d] */
+  int64_t stride[SC_MAX_RANK], below = 1;
+  for (int32_t d = rank - 1; d >= 0; d--)
+    stride[d] = d == rank - 1 ? 1 : stride[d + 1] * dims[d + 1];
+  if (transposed) {
+    int64_t t = stride[rank - 1];
+    stride[rank - 1] = dims[rank - 2]; /* element [i, j] of a [d1, d0] tensor: j * d0 + i */
+    stride[rank - 2] = t;
+  }
+  int32_t r = kir_var(A, k, KIR_INNER), idx = kir_const_i(A, k, SC_DTYPE_I64, 0);
+  for (int32_t d = rank - 1; d >= 0; d--) {
+    int32_t dig = kir_binary(A, k, KIR_DIV, r, kir_const_i(A, k, SC_DTYPE_I64, below));
+    if (d > 0) dig = kir_binary(A, k, KIR_MOD, dig, kir_const_i(A, k, SC_DTYPE_I64, dims[d]));
+    idx = kir_binary(A, k, KIR_ADD, idx,
+                     kir_binary(A, k, KIR_MUL, dig, kir_const_i(A, k, SC_DTYPE_I64, stride[d])));
+    below *= dims[d];
+  }
+  int32_t x = kir_load(A, k, pg, idx);
+  int32_t ph = kir_add_reduce(A, k, KIR_RED_SUM, SC_DTYPE_F32, kir_binary(A, k, KIR_MUL, x, x));
+  kir_add_store(A, k, ps, kir_const_i(A, k, SC_DTYPE_I64, 0), kir_reg(A, k, ph));
+  add_step(p, k);
+}
+
+enum { N_SUMS = 7, N_MERGED = 6 };
+static const int64_t SUM_LEN[N_SUMS] = {1, 3, 13, 16, 1000, 65537, 20};
+
+/* The sums' program: buffers g_i, s_i are 2i, 2i + 1. */
+static sc_program *build_sums(void) {
+  static const int64_t shapes[N_SUMS][3] = {{1}, {3}, {13}, {4, 4}, {8, 5, 25}, {65537}, {4, 5}};
+  static const int32_t ranks[N_SUMS] = {1, 1, 1, 2, 3, 1, 2};
+  sc_program *p = sc_program_create();
+  assert_non_null(p);
+  for (int32_t i = 0; i < N_SUMS; i++) {
+    add_buffer(p, "g", SC_BUF_INPUT, ranks[i], shapes[i]);
+    add_buffer(p, "s", SC_BUF_TEMP, 1, (int64_t[]){1});
+  }
+  int32_t x = add_buffer(p, "x", SC_BUF_INPUT, 2, (int64_t[]){5, 7});
+  add_buffer(p, "g", SC_BUF_INPUT, 2, (int64_t[]){5, 7});
+  add_buffer(p, "s", SC_BUF_INPUT, 1, (int64_t[]){1});
+  add_buffer(p, "o", SC_BUF_TEMP, 2, (int64_t[]){5, 7});
+  for (int32_t i = 0; i < N_SUMS; i++) {
+    add_sumsq(p, 2 * i, 2 * i + 1, ranks[i], shapes[i], i == N_SUMS - 1);
+    if (i == 1) add_update(p, x, x + 1, x + 2, x + 3, 0.125); /* independent of the sums */
+  }
+  return p;
+}
+
+/* Seeded inputs in [-2, 2]; outputs a byte pattern. */
+static void **fill_sums(const sc_program *p) {
+  void **bufs = calloc((size_t)p->n_buffers, sizeof *bufs);
+  assert_non_null(bufs);
+  rng_seed(777);
+  for (int32_t b = 0; b < p->n_buffers; b++) {
+    bufs[b] = malloc((size_t)p->buffers[b].bytes);
+    assert_non_null(bufs[b]);
+    memset(bufs[b], 0xA5, (size_t)p->buffers[b].bytes);
+    if (p->buffers[b].kind == SC_BUF_INPUT)
+      for (int64_t i = 0; i < p->buffers[b].bytes / 4; i++)
+        ((float *)bufs[b])[i] = (float)rnd(-2, 2);
+  }
+  return bufs;
+}
+
+/* Every step of p on the CPU backend (segment by segment when bysegment). */
+static void **run_cpu(const sc_program *p, bool bysegment) {
+  sc_cpu_module *cm = NULL;
+  sc_cpu_opts o;
+  sc_cpu_opts_init(&o);
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  if (sc_cpu_jit(p, &o, &cm, &d) != SC_OK) fail_msg("sc_cpu_jit: %s", d.msg);
+  void **bufs = fill_sums(p);
+  for (int32_t s = 0; s < p->n_steps; s++) {
+    const kir_kernel *k = p->kernels[p->steps[s].kernel];
+    void *pb[64];
+    for (int32_t i = 0; i < k->n_params; i++) pb[i] = bufs[k->params[i].buffer];
+    sc_cpu_kernel_fn fn = sc_cpu_kernel(cm, p->steps[s].kernel);
+    assert_non_null(fn);
+    int64_t total = k->outer_rank ? k->outer_dims[0] : 1;
+    if (!bysegment) fn(pb, 0, total);
+    else
+      for (int64_t at = total - 1; at >= 0; at--) fn(pb, at, at + 1);
+  }
+  sc_cpu_module_destroy(cm);
+  return bufs;
+}
+
+/* Every step of p on the emulated GPU (its kernels' unit open in emu). */
+static void **run_emulated(const sc_program *p, sc_cuda_emu *emu) {
+  void **bufs = fill_sums(p);
+  for (int32_t s = 0; s < p->n_steps; s++) {
+    const kir_kernel *k = p->kernels[p->steps[s].kernel];
+    void *pb[64], *args[66];
+    for (int32_t i = 0; i < k->n_params; i++) {
+      pb[i] = bufs[k->params[i].buffer];
+      args[i] = &pb[i];
+    }
+    sc_cuda_launch c;
+    sc_cuda_launch_config(k, &c);
+    long long range[2] = {0, c.points};
+    args[k->n_params] = &range[0];
+    args[k->n_params + 1] = &range[1];
+    sc_diag d = {0};
+    sc_diag_clear(&d);
+    if (sc_cuda_emu_launch(emu, k->name, &c, args, &d) != SC_OK) fail_msg("%s: %s", k->name, d.msg);
+  }
+  return bufs;
+}
+
+/* The sums in bufs against a double-precision reference, within 1e-4
+ * relative; the largest relative difference. */
+static double against_reference(const sc_program *p, void **bufs, const char *what) {
+  double worst = 0;
+  for (int32_t i = 0; i < N_SUMS; i++) {
+    const float *g = bufs[2 * i];
+    double ref = 0;
+    for (int64_t j = 0; j < SUM_LEN[i]; j++) ref += (double)g[j] * (double)g[j];
+    double got = ((const float *)bufs[2 * i + 1])[0], rel = fabs(got - ref) / ref;
+    if (!(rel <= 1e-4)) /* NaN fails */
+      fail_msg("%s: sum %d of %lld elements %.9g, reference %.9g", what, (int)i,
+               (long long)SUM_LEN[i], got, ref);
+    if (rel > worst) worst = rel;
+  }
+  (void)p;
+  return worst;
+}
+
+static void test_reduce(void **state) {
+  (void)state;
+  sc_program *p = build_sums(), *m = build_sums();
+  /* [8, 5, 25]'s load is at r's digits put back together; [4, 5] transposed's is not */
+  for (int32_t i = 4; i < N_SUMS; i += 2) {
+    const kir_kernel *k = p->kernels[i + 1]; /* after the update's */
+    int32_t load = -1;
+    for (int32_t e = 0; e < k->n_exprs && load < 0; e++)
+      if (k->exprs[e].op == KIR_LOAD) load = e;
+    assert_true(load >= 0 && k->exprs[k->exprs[load].a].op != KIR_VAR);
+    assert_int_equal(kir_is_inner_index(k, k->exprs[load].a), i == 4);
+  }
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  assert_int_equal(sc_program_multi_tensor(m, &d), SC_OK);
+  /* the update between the second and the third sum stays first, the run
+   * sinks past it: [k2] [k0 k1 k3 .. k6] [k7] */
+  assert_int_equal(m->n_steps, 3);
+  assert_string_equal(m->kernels[m->steps[0].kernel]->name, "k2");
+  const kir_kernel *k = m->kernels[m->steps[1].kernel];
+  assert_string_equal(k->name, "k0_mt6");
+  assert_int_equal(k->n_segs, N_MERGED);
+  assert_int_equal(k->seg_params, 2);
+  assert_non_null(k->seg_inner);
+  assert_int_equal(k->inner, 65537);
+  for (int32_t s = 0; s < N_MERGED; s++) {
+    assert_int_equal(k->seg_inner[s], SUM_LEN[s]);
+    assert_int_equal(k->seg_start[s], s);
+  }
+  assert_string_equal(m->kernels[m->steps[2].kernel]->name, "k7");
+  assert_string_equal(m->steps[1].origin, "k0,k1,k3,k4,k5,k6");
+
+  /* the interpreter */
+  void **want = fill_sums(p), **got = fill_sums(m);
+  for (int32_t s = 0; s < p->n_steps; s++) interpret(p->kernels[p->steps[s].kernel], want);
+  for (int32_t s = 0; s < m->n_steps; s++) interpret(m->kernels[m->steps[s].kernel], got);
+  same_outputs(p, want, got, "kir_interpret, merged reduction");
+  double w_int = against_reference(m, got, "kir_interpret");
+  free_buffers(p, want);
+  free_buffers(m, got);
+
+  /* the CPU backend: the whole range, then one segment a call */
+  want = run_cpu(p, false);
+  double w_cpu = against_reference(p, want, "CPU");
+  for (int by = 0; by < 2; by++) {
+    got = run_cpu(m, by);
+    same_outputs(p, want, got, by ? "CPU, a segment a call" : "CPU, merged reduction");
+    free_buffers(m, got);
+  }
+  free_buffers(p, want);
+
+  /* the emulated GPU: a block a segment, each with its own kernel's threads */
+  kir_kernel *all[N_SUMS + 2];
+  for (int32_t i = 0; i < N_SUMS; i++) all[i] = p->kernels[p->steps[i + (i >= 2)].kernel];
+  all[N_SUMS] = m->kernels[m->steps[1].kernel];
+  sc_cuda_launch c;
+  sc_cuda_launch_config(k, &c);
+  assert_int_equal(c.mode, SC_CUDA_BLOCK_PER_POINT);
+  assert_int_equal(c.block, 256);
+  assert_int_equal(c.grid, N_MERGED);
+  char *src = NULL;
+  sc_cuda_emu *emu = NULL;
+  sc_diag_clear(&d);
+  all[N_SUMS + 1] = p->kernels[p->steps[2].kernel]; /* the update */
+  if (sc_cuda_emit_kernels(all, N_SUMS + 2, NULL, &src, &d) != SC_OK) fail_msg("%s", d.msg);
+  if (sc_cuda_emu_open(src, &emu, &d) != SC_OK) fail_msg("%s", d.msg);
+  want = run_emulated(p, emu);
+  got = run_emulated(m, emu);
+  same_outputs(p, want, got, "emulated GPU, merged reduction");
+  double w_gpu = against_reference(m, got, "emulated GPU");
+  free_buffers(p, want);
+  free_buffers(m, got);
+  sc_cuda_emu_close(emu);
+  sc_free(src);
+  printf("[  SUMS    ] 1, 3, 13, 16, 1000, 65537 elements: at most %.2g (interpreter), %.2g (CPU), "
+         "%.2g (emulated GPU) from float64, bit-identical to the per-tensor kernels\n",
+         w_int, w_cpu, w_gpu);
+
+  /* program.json keeps the inner extents, and refuses an empty one */
+  char *text = NULL;
+  sc_diag_clear(&d);
+  if (sc_memplan_run(m, &d) != SC_OK || sc_program_write_json(m, NULL, &text, &d) != SC_OK)
+    fail_msg("%s", d.msg);
+  sc_program *q = NULL;
+  sc_diag_clear(&d);
+  if (sc_program_read_json(text, strlen(text), NULL, 0, &q, &d) != SC_OK)
+    fail_msg("read back: %s", d.msg);
+  const kir_kernel *kq = q->kernels[q->steps[1].kernel];
+  assert_non_null(kq->seg_inner);
+  assert_memory_equal(kq->seg_inner, k->seg_inner, N_MERGED * sizeof *k->seg_inner);
+  assert_int_equal(kq->inner, 65537);
+  char *bad = strstr(text, "\"inners\"");
+  assert_non_null(bad);
+  char *first = strchr(bad, '[');
+  assert_non_null(first);
+  first += strspn(first + 1, " \n") + 1; /* segment 0's extent, 1 */
+  assert_true(*first == '1' && !isdigit((unsigned char)first[1]));
+  *first = '0';
+  json_refused(text, "inner");
+  sc_program_destroy(q);
+  sc_free(text);
+  sc_program_destroy(p);
+  sc_program_destroy(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_merge),
       cmocka_unit_test(test_table_limit),
+      cmocka_unit_test(test_reduce),
   };
   return SC_RUN_TESTS(tests, NULL, NULL);
 }
