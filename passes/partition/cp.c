@@ -14,6 +14,8 @@
  *   - S, the sequence: dim 2 of every FusedAttention's queries and keys
  *     (one S for all; an unfused attention is refused, naming it), checked
  *     by sc_cp_check_sequence;
+ *   - a CumSum or CumProd reading a value the sequence reaches is refused
+ *     (it would scan in the zig-zag order);
  *   - an attention mask input must be a constant adding nothing to what the
  *     causal flag lets through, or exactly the causal mask (the flag is then
  *     set), and is dropped (mask_kind); any other is refused;
@@ -277,7 +279,22 @@ sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, bool batch_split,
   reach[seed] = true;
   for (int32_t k = 0; k < n_seq_inputs; k++) reach[seq_inputs[k]] = true;
   spread(g, reach);
-  st = permute(g, seed, seq, n, seq_inputs, n_seq_inputs, reach);
+  /* a scan over values in the zig-zag order runs in that order, not the
+   * sequence's (a mixture-of-experts capacity dispatch: each choice's
+   * position among its expert's, CumSum over the tokens; docs/moe.md) */
+  for (int32_t i = 0; i < g->n_nodes && st == SC_OK; i++) {
+    const sc_node *nd = &g->nodes[i];
+    if ((nd->flags & SC_NODE_DEAD) || (nd->op != SC_OP_CUM_SUM && nd->op != SC_OP_CUM_PROD) ||
+        nd->n_inputs < 1 || nd->inputs[0] < 0 || !reach[nd->inputs[0]])
+      continue;
+    st = sc_node_error(g, nd, SC_ERR_USAGE,
+                       "context parallelism: %s scans values the sequence reaches, which cp "
+                       "holds in its zig-zag token order: the scan would run in that order, "
+                       "not the sequence's (a mixture-of-experts capacity dispatch: each "
+                       "token's position among its expert's choices)",
+                       sc_op_name(nd->op));
+  }
+  if (st == SC_OK) st = permute(g, seed, seq, n, seq_inputs, n_seq_inputs, reach);
   sc_free(reach);
   return st != SC_OK ? st : sc_graph_toposort(g);
 }
