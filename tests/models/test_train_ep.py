@@ -38,8 +38,8 @@ Also:
     CumSum (it would scan the tokens in cp's zig-zag order).
 
 Expert tensor parallelism (`--expert-tensor-parallel`, part etp):
-  * tp=2 x ep=2 and tp=2 alone with it train as one rank (the tolerances
-    above);
+  * tp=2 x ep=2 and tp=2 alone with it, each with and without
+    --sequence-parallel, train as one rank (the tolerances above);
   * `plan --train --json --optimizer adamw` at tp=2 x ep=2: with it each
     rank's parameters and gradients are smaller by exactly half its expert
     bytes, 6 x (E/ep) x D x F x 4 / 2 = 196,608, and its optimizer state by
@@ -106,7 +106,8 @@ MESHES = {"meshes-1": [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
           "etp": [(["--mesh", "tp=2,ep=2", "--expert-tensor-parallel"], None),
                   (["--mesh", "tp=2", "--expert-tensor-parallel"], None),
                   (["--mesh", "tp=2,ep=2", "--expert-tensor-parallel", "--sequence-parallel"],
-                   None)],
+                   None),
+                  (["--mesh", "tp=2", "--expert-tensor-parallel", "--sequence-parallel"], None)],
           "rest": []}
 ETP = ["--expert-tensor-parallel"]
 
