@@ -311,6 +311,7 @@ static int compile(const sc_search_cand *c, const char *cluster, const sc_cluste
   p.virtual_stages = c->virtual_stages > 1 ? c->virtual_stages : 0;
   p.sequence_parallel = c->sequence_parallel;
   if (!c->inference) p.reduce_dtype = reduce_dtype;
+  p.expert_tensor_parallel = c->expert_tensor_parallel;
   sc_cli_opts o = *base; /* its weights or shapes only: choose() */
   int k = 0;
   while (k < o.n_dims && strcmp(o.dims[k].name, dim) != 0) k++;
@@ -444,6 +445,7 @@ static void cand_options(const sc_search_cand *c, char *buf, size_t n) {
   if (c->offload_activations && c->pp > 1)
     ADD(" --activation-loading-horizon %d", SC_SEARCH_PIPE_OFFLOAD_HORIZON);
   if (c->sequence_parallel) ADD(" --sequence-parallel");
+  if (c->expert_tensor_parallel) ADD(" --expert-tensor-parallel");
 #undef ADD
 }
 
@@ -460,6 +462,7 @@ static json_t *cand_json(const sc_search_cand *c, const sc_plan_predicted *pr, c
                         (json_int_t)c->micro_batch_size, "recompute",
                         sc_search_recompute_name(c->recompute));
   if (!c->inference) {
+    json_object_set_new(o, "expert_tensor_parallel", json_boolean(c->expert_tensor_parallel));
     json_object_set_new(o, "offload_activations", json_boolean(c->offload_activations));
     json_object_set_new(o, "host_bytes", json_integer((json_int_t)c->host_bytes));
   }
@@ -475,6 +478,8 @@ static void cand_line(int i, const sc_search_cand *c, const sc_plan_predicted *p
                       const char *why) {
   char mesh[128], t[32], mem[32];
   sc_search_mesh(c, mesh, sizeof mesh);
+  if (c->expert_tensor_parallel) /* the experts split over tp too */
+    strncat(mesh, " etp", sizeof mesh - strlen(mesh) - 1);
   sc_cli_format_seconds(pr->step_time_s, t, sizeof t);
   fmt_bytes((double)pr->peak_bytes_per_rank, mem, sizeof mem);
   char sched[32];
@@ -1178,6 +1183,7 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
                       .cp = sc_mesh_axis_size(&part->mesh, "cp"),
                       .ep = sc_mesh_axis_size(&part->mesh, "ep"), .zero = part->zero_stage,
                       .sequence_parallel = part->sequence_parallel,
+                      .expert_tensor_parallel = part->expert_tensor_parallel,
                       .microbatches = dp->schedule.microbatches > 0 ? dp->schedule.microbatches : 1,
                       .recompute = (sc_search_recompute)ta->t.recompute, .batch = batch,
                       .offload_activations = ta->t.offload_activations};
@@ -1707,6 +1713,7 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
   p->mesh = p->auto_mesh;
   p->microbatches = c->microbatches > 1 ? c->microbatches : 0;
   p->sequence_parallel = c->sequence_parallel;
+  p->expert_tensor_parallel = c->expert_tensor_parallel;
   if (!c->inference) {
     p->zero = c->zero;
     p->schedule = c->pp > 1 ? c->schedule : NULL;

@@ -17,6 +17,8 @@
  *     not divide into 2N chunks takes N contiguous blocks instead, padded
  *     to the next multiple of N (the layout below: padding rows after the
  *     tokens, their keys masked on the ring, see localize.c);
+ *   - a CumSum or CumProd reading a value the sequence reaches is refused
+ *     (it would scan each rank's tokens, in the zig-zag order);
  *   - an attention mask input must be a constant adding nothing to what the
  *     causal flag lets through, or exactly the causal mask (the flag is then
  *     set), and is dropped (mask_kind); any other is refused;
@@ -327,7 +329,22 @@ sc_status sc_cp_prepare_graph(sc_graph *g, int64_t n, bool batch_split,
   reach[seed] = true;
   for (int32_t k = 0; k < n_seq_inputs; k++) reach[seq_inputs[k]] = true;
   spread(g, reach);
-  st = permute(g, seed, &L, seq_inputs, n_seq_inputs, reach);
+  /* a scan over values in the zig-zag order runs in that order, not the
+   * sequence's (a mixture-of-experts capacity dispatch: each choice's
+   * position among its expert's, CumSum over the tokens; docs/moe.md) */
+  for (int32_t i = 0; i < g->n_nodes && st == SC_OK; i++) {
+    const sc_node *nd = &g->nodes[i];
+    if ((nd->flags & SC_NODE_DEAD) || (nd->op != SC_OP_CUM_SUM && nd->op != SC_OP_CUM_PROD) ||
+        nd->n_inputs < 1 || nd->inputs[0] < 0 || !reach[nd->inputs[0]])
+      continue;
+    st = sc_node_error(g, nd, SC_ERR_USAGE,
+                       "context parallelism: %s scans values the sequence reaches, which cp "
+                       "holds in its zig-zag token order: the scan would run in that order, "
+                       "not the sequence's (a mixture-of-experts capacity dispatch: each "
+                       "token's position among its expert's choices)",
+                       sc_op_name(nd->op));
+  }
+  if (st == SC_OK) st = permute(g, seed, &L, seq_inputs, n_seq_inputs, reach);
   sc_free(reach);
   if (st == SC_OK) st = sc_graph_toposort(g);
   /* shapes again: padded, every value after the seed's Gather holds the

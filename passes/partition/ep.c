@@ -38,7 +38,9 @@
  * splits a dense one: the parameter of the product that leaves is
  * row-parallel (its in dim, F, over tp: the product's output is a sum
  * pending over tp, reduced by the exit's constraint before the inverse
- * AllToAll), the parameters of the products whose outputs reach that
+ * AllToAll; under sequence parallelism the constraint keeps it pending,
+ * and the cut reduce-scatters it onto the sequence after the combine),
+ * the parameters of the products whose outputs reach that
  * product's activation through element-wise ops only (the SwiGLU) are
  * column-parallel (their out dim, F). A row-parallel product's activation
  * is constrained with its hidden dim over tp too, so the F-split SwiGLU
@@ -264,8 +266,12 @@ sc_status sc_partition_seed_ep(sc_partition *p) {
     st = sc_graph_set_sharding(g, nd->inputs[0], &s);
   }
   /* the outputs that leave, back on the batch over every data axis, ep
-   * innermost: the inverse AllToAll, once, where they are made (after the
-   * tp all-reduce of a row-parallel expert product's pending sum) */
+   * innermost: the inverse AllToAll, once, where they are made. A
+   * row-parallel expert product's sum pending over tp is reduced first
+   * (an all-reduce of the capacity slots), except under sequence
+   * parallelism: there it travels pending through the AllToAll and the
+   * combine (both linear) and the cut reduce-scatters it onto the
+   * sequence of the [B, S, D] tokens, as a dense row-parallel layer's */
   for (int32_t i = 0; ep >= 0 && st == SC_OK && i < g->n_nodes; i++) {
     if (!exit[i]) continue;
     int32_t o = g->nodes[i].outputs[0];
@@ -274,6 +280,8 @@ sc_status sc_partition_seed_ep(sc_partition *p) {
     sc_sharding s;
     sc_sharding_replicated(&s, v->rank);
     for (int32_t k = 0; k < n_axes; k++) sc_sharding_split(&s, 0, axes[k]);
+    if (p->sequence_parallel && tp_dim[weight[i]] && (tp_dim[weight[i]] == 1) != swapped[i])
+      s.partial |= (sc_axes)(1u << tp);
     st = sc_graph_set_sharding(g, o, &s);
   }
 done:

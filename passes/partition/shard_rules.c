@@ -353,7 +353,16 @@ static sc_axes contract(sc_shard_ctx *c, mm_dims p) {
   bool n_first = vb->rank == 2 && (dim_mask(a, p.am) & dim_mask(b, p.bn));
   if (n_first && carry(c, o, r - 1, b, p.bn, &used, vo->dims[r - 1]))
     sc_shard_copy_dim(wb, p.bn, o, r - 1);
-  if (carry(c, o, r - 2, a, p.am, &used, vo->dims[r - 2])) sc_shard_copy_dim(wa, p.am, o, r - 2);
+  /* A's rows split over the axis a batched B is pending over: gathering
+   * the rows moves A once, reducing B moves it twice (an all-reduce); the
+   * smaller is done and the product stays pending (the experts' output,
+   * pending over tp under expert tensor parallelism, read by the gates'
+   * gradient with the sequence-split output gradient: docs/moe.md) */
+  bool keep_b = vb->rank > 2 && !a->partial && (b->partial & dim_mask(a, p.am)) &&
+                !(b->partial & (sc_sharding_dim_axes(b) | kaxes)) &&
+                (double)sc_value_numel(va) < 2.0 * (double)sc_value_numel(vb);
+  if (!keep_b && carry(c, o, r - 2, a, p.am, &used, vo->dims[r - 2]))
+    sc_shard_copy_dim(wa, p.am, o, r - 2);
   if (!n_first && carry(c, o, r - 1, b, p.bn, &used, vo->dims[r - 1]))
     sc_shard_copy_dim(wb, p.bn, o, r - 1);
   /* pending sums: one side's passes through (both: B is reduced first);

@@ -175,6 +175,7 @@ static sc_status add_experts(sc_graph *g, const sc_blocks *b, sc_block_model *bm
     if (!(seen[w] & mark)) {
       seen[w] |= mark;
       p->expert_params += sc_value_numel(&g->values[w]);
+      p->expert_tensors++;
     }
     sc_cost c = {0, 0};
     if (sc_ops[nd->op].cost) sc_ops[nd->op].cost(g, nd, &c);
@@ -199,6 +200,9 @@ static sc_status add_experts(sc_graph *g, const sc_blocks *b, sc_block_model *bm
     if (leaves) {
       p->a2a_count++;
       p->a2a_bytes += (double)sc_value_bytes(&g->values[o]);
+      p->expert_exits++;
+      p->expert_exit_bytes += (double)sc_value_bytes(&g->values[o]);
+      if (k > p->expert_hidden) p->expert_hidden = k;
     }
   }
   sc_free(off);

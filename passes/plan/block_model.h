@@ -106,11 +106,21 @@ typedef struct sc_block_part {
   /* of gemm_flops, the expert products' (per example), and the shape of
    * one expert's product of them, the least wide: m (its C slots), n, k.
    * Each runs whole on every tp rank (ep.c: experts are replicated over
-   * tp), at the efficiency of that shape, not the stream's */
+   * tp, unless expert tensor parallelism splits F), at the efficiency of
+   * that shape, not the stream's */
   double expert_flops;
   int64_t expert_m, expert_n, expert_k;
   int32_t a2a_count;
   double a2a_bytes;
+  /* expert tensor parallelism (docs/moe.md): the expert products that
+   * leave the experts (one a MoE layer: their sums are pending over tp
+   * when the experts are split over it), their outputs' bytes per example
+   * ([1, E, C, D] each), the hidden size F such a product sums over (what
+   * tp splits; 0: none), and the stacked weights' count */
+  int32_t expert_exits;
+  double expert_exit_bytes;
+  int64_t expert_hidden;
+  int32_t expert_tensors;
 } sc_block_part;
 
 typedef struct sc_block_model {

@@ -226,6 +226,11 @@ bool sc_search_same_mesh(const sc_search_cand *a, const sc_search_cand *b) {
 
 /* c's expert-parallel size (1 without ep) and its ranks. */
 static int64_t ep_of(const sc_search_cand *c) { return c->ep > 1 ? c->ep : 1; }
+/* The ranks one stacked expert weight is split over: ep, and tp too under
+ * expert tensor parallelism (ep.c). */
+static double expert_split(const sc_search_cand *c) {
+  return (double)ep_of(c) * (c->expert_tensor_parallel ? (double)c->tp : 1);
+}
 static int64_t ranks_of(const sc_search_cand *c) {
   return c->dp * c->fsdp * c->tp * c->pp * (c->cp > 1 ? c->cp : 1) * ep_of(c);
 }
@@ -367,6 +372,44 @@ static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double ac
   return st;
 }
 
+static double rank_mbs(const sc_search_cand *c);
+
+/* Expert tensor parallelism's collectives over tp into c->tp_s
+ * (docs/moe.md): per microbatch, each MoE layer's sum pending over tp
+ * (the products that leave the experts, row-parallel), reduced in the
+ * forward (twice under full recompute) where ep.c and the cut put it:
+ * under sequence parallelism reduce-scattered onto the sequence of the
+ * [mbs, seq, hidden] tokens after the combine, and the experts' input
+ * gradient reduce-scattered likewise in the backward; without it, with
+ * ep, all-reduced on the rank's capacity slots [mbs, E, C, D] before the
+ * inverse all-to-all, and without ep on the tokens after the combine
+ * (the input gradient joins the residual gradient's all-reduce). And
+ * once a step a 4-byte sum per expert tensor (its share of the gradient
+ * norm). act: one [mbs, seq, hidden] in the GEMM dtype; low: the GEMM
+ * dtype's bytes over the graph's. */
+static sc_status tp_experts(const ctx *x, sc_search_cand *c, double M, int64_t Ls, double act,
+                            double low, int64_t n_tp, sc_diag *d) {
+  const sc_block_part *b = &x->bm->block, *ou = &x->bm->outside;
+  double exits = M * ((double)Ls * b->expert_exits + ou->expert_exits);
+  double fwd = exits * (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 1);
+  double tensors = (double)Ls * b->expert_tensors + ou->expert_tensors;
+  double per_exit = (double)Ls * b->expert_exits + ou->expert_exits;
+  double slots = per_exit > 0 ? rank_mbs(c) * low *
+                                    ((double)Ls * b->expert_exit_bytes + ou->expert_exit_bytes) /
+                                    per_exit
+                              : 0;
+  sc_status st;
+  if (c->sequence_parallel)
+    st = coll(x, SC_COLL_REDUCE_SCATTER, (fwd + exits) * act, c->tp, n_tp, fwd + exits,
+              &c->tp_s, d);
+  else
+    st = coll(x, SC_COLL_ALL_REDUCE, fwd * (ep_of(c) > 1 ? slots : act), c->tp, n_tp, fwd,
+              &c->tp_s, d);
+  if (st == SC_OK && tensors > 0)
+    st = coll(x, SC_COLL_ALL_REDUCE, 4 * tensors, c->tp, n_tp, tensors, &c->tp_s, d);
+  return st;
+}
+
 /* Per microbatch on one rank of the critical stage: one block's forward
  * and the recomputed part, and the outside part's forward. */
 typedef struct mb_times {
@@ -437,9 +480,15 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   if (st == SC_OK) st = block_gemms(x, c, b, rows, &rest, d);
   /* the experts: whole on every tp rank (ep.c), each of a rank's E/ep
    * experts over every ep rank's tokens (mbs x E x C slots a rank in all),
-   * at the efficiency of one expert's product (its C rows) */
-  if (st == SC_OK && b->expert_flops > 0)
-    st = gemm(x, b->expert_flops * mbs, b->expert_m, b->expert_n, b->expert_k, &rest, d);
+   * at the efficiency of one expert's product (its C rows); under expert
+   * tensor parallelism 1/tp of it, its hidden size F split */
+  if (st == SC_OK && b->expert_flops > 0) {
+    bool etp = c->expert_tensor_parallel && c->tp > 1;
+    int64_t en = b->expert_n, ek = b->expert_k, f = b->expert_hidden;
+    if (etp && en == f) en /= c->tp;
+    else if (etp && ek == f) ek /= c->tp;
+    st = gemm(x, b->expert_flops * mbs / (etp ? tp : 1), b->expert_m, en, ek, &rest, d);
+  }
   if (st != SC_OK) return st;
   /* memory-bound kernels: the residual stream's are whole on every tp rank
    * unless sequence parallel splits them; the rest (heads, the MLP's wide
@@ -478,13 +527,13 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
 
 /* Parameter elements one rank of the critical stage holds before ZeRO's
  * sharding: its blocks' (split by tp where tp splits them; the experts'
- * split by ep, whole over tp: ep.c) and the outside's
- * (vocabulary-parallel over tp). */
+ * split by ep, whole over tp unless expert tensor parallelism splits them
+ * over tp too: ep.c) and the outside's (vocabulary-parallel over tp). */
 static double stage_params(const sc_block_model *bm, const sc_search_cand *c, int64_t blocks) {
   const sc_block_part *b = &bm->block;
   double per_block = (double)b->split_params / (double)c->tp +
                      (double)(b->params - b->split_params - b->expert_params) +
-                     (double)b->expert_params / (double)ep_of(c);
+                     (double)b->expert_params / expert_split(c);
   return (double)blocks * per_block + (double)bm->outside.params / (double)c->tp;
 }
 
@@ -626,6 +675,8 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * all-gather and a reduce-scatter in place of each */
     st = tp_train(x, c, M * (double)Ls, act_tp, t.block_gemm, n_tp, d);
     if (st == SC_OK) st = tp_outside(x, c, M, act, n_tp, d);
+    if (st == SC_OK && c->expert_tensor_parallel)
+      st = tp_experts(x, c, M, Ls, act_tp, cb < gb ? cb / gb : 1, n_tp, d);
     if (st != SC_OK) return st;
   }
   /* the count of each kind of collective, as the compiled step groups
@@ -667,7 +718,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   /* ep is a data axis for every parameter but the experts (ep.c): their
    * gradients are reduced over dp and ep together, the experts' (each
    * rank's E/ep, computed from every ep rank's tokens) over dp alone */
-  double ebytes = (double)Ls * (double)b->expert_params / (double)ep * PARAM_B;
+  double ebytes = (double)Ls * (double)b->expert_params / expert_split(c) * PARAM_B;
   if (ep > 1) {
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
     double bytes = (rbytes - ebytes) / (double)(c->fsdp > 1 ? c->fsdp : 1);
@@ -1301,13 +1352,16 @@ static bool tp_skipped(const ctx *x, int64_t tp, bool tp_anywhere, sc_search_res
 #define MAX_CP 4
 
 /* Whether cp (> 1) is left out (counted): over MAX_CP, the sequence does
- * not divide into 2 cp chunks (sc_cp_check_sequence's rule) or the model
- * has no fused attention to run as a ring. Beside a pipeline and tp's
- * sequence parallelism (its split nested inside cp's), for training and
- * inference alike. */
+ * not divide into 2 cp chunks (sc_cp_check_sequence's rule), the model
+ * has no fused attention to run as a ring, or it has experts. Beside a
+ * pipeline and tp's sequence parallelism (its split nested inside cp's),
+ * for training and inference alike. */
 static bool cp_skipped(const ctx *x, int64_t cp, sc_search_result *r) {
   if (cp == 1) return false;
-  if (cp > MAX_CP || x->bm->kv_bytes <= 0 || x->bm->seq % (2 * cp)) {
+  /* a model with experts: their capacity dispatch scans the tokens
+   * (CumSum), which cp.c refuses in its zig-zag order */
+  bool experts = x->bm->block.experts >= 2 || x->bm->outside.experts >= 2;
+  if (cp > MAX_CP || x->bm->kv_bytes <= 0 || x->bm->seq % (2 * cp) || experts) {
     r->pruned_cp++;
     return true;
   }
@@ -1316,8 +1370,9 @@ static bool cp_skipped(const ctx *x, int64_t cp, sc_search_result *r) {
 
 /* Whether ep (> 1) is left out: the model's blocks have no experts (no
  * candidate then, not counted: a dense model has no ep), ep does not
- * divide their count E (ep.c refuses it), or beside cp (the two are not
- * searched together: their composition is not tested). */
+ * divide their count E (ep.c refuses it), or beside cp (cp.c refuses a
+ * model whose capacity dispatch scans the tokens: cp_skipped leaves cp
+ * out on a model with experts first). */
 static bool ep_skipped(const ctx *x, int64_t ep, int64_t cp, sc_search_result *r) {
   if (ep == 1) return false;
   int64_t e = x->bm->block.experts;
@@ -1359,10 +1414,16 @@ static sc_status search_data(const ctx *x, int64_t tp, int64_t pp, int64_t cp, i
       r->pruned_fsdp++;
       continue;
     }
+    /* expert tensor parallelism where tp divides the experts' hidden size
+     * (ep.c refuses the rest) */
+    int64_t f = bm->block.expert_hidden;
+    int n_etp = tp > 1 && bm->block.experts >= 2 && f > 0 && f % tp == 0 ? 2 : 1;
     for (int32_t zero = fsdp > 1 ? 1 : 0; zero <= (fsdp > 1 ? 3 : 0); zero++) {
-      for (int sp = 0; sp < (tp > 1 ? 2 : 1); sp++) {
+      for (int k = 0; k < (tp > 1 ? 2 : 1) * n_etp; k++) {
+        int sp = k % 2;
         sc_search_cand base = {.dp = dp, .fsdp = fsdp, .tp = tp, .pp = pp, .cp = cp, .ep = ep,
-                               .zero = zero, .sequence_parallel = sp == 1, .batch = B,
+                               .zero = zero, .sequence_parallel = sp == 1,
+                               .expert_tensor_parallel = k >= 2, .batch = B,
                                .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
         /* the training state alone, at the largest stage */
         base.micro_batch_size = 0;

@@ -7,7 +7,9 @@
  * and ep never together; ep > 1 only for a model whose blocks have
  * experts, ep dividing their count); with fsdp > 1
  * the ZeRO stage 1, 2 or 3, and with dp > 1 as well the hybrid shard
- * degree (= fsdp); tp with and without sequence parallelism; for pp > 1
+ * degree (= fsdp); tp with and without sequence parallelism, and on a
+ * model with experts with and without expert tensor parallelism (tp
+ * dividing their hidden size); for pp > 1
  * the microbatch count M (dividing the replica's batch) and the schedule
  * (gpipe, 1f1b, zb-h1, interleaved with V virtual stages: V dividing the
  * blocks per stage, M a multiple of pp); recompute none, selective, full.
@@ -99,6 +101,9 @@ typedef struct sc_search_cand {
   int32_t zero;                 /* 0 without fsdp, else 1..3 */
   int64_t hybrid_shard_degree;  /* fsdp when dp > 1 and fsdp > 1, else 0 */
   bool sequence_parallel;
+  bool expert_tensor_parallel;  /* --expert-tensor-parallel (docs/moe.md):
+                                   the experts' MLPs split over tp too;
+                                   only with tp > 1 on a model with experts */
   const char *schedule;         /* "gpipe", "1f1b", "interleaved", "zb-h1"
                                    (static strings) */
   int32_t virtual_stages;       /* 1 unless interleaved */
@@ -183,8 +188,10 @@ typedef struct sc_search_result {
                                    parameters would stay whole) */
   int64_t pruned_cp;            /* cp > 1 where the sequence does not divide
                                    into 2 cp chunks, the model has no fused
-                                   attention, or beside a pipeline (not
-                                   searched together) */
+                                   attention or has experts (their capacity
+                                   dispatch scans the tokens: cp.c refuses
+                                   it), or beside a pipeline (not searched
+                                   together) */
   int64_t pruned_ep;            /* ep > 1 not dividing the experts, or beside
                                    cp (not searched together) */
   bool tp_left_node;            /* nothing fitted with tp inside a node */

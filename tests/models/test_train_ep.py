@@ -33,11 +33,13 @@ Also:
   * `run --mesh ep=2` (batch 4), and the bundle `compile --mesh ep=2 -o`
     writes, equal one rank's logits and aux_loss (rtol 1e-5, atol 1e-6);
   * refused: 8 experts at ep=3 (batch 6), naming the sizes that divide
-    (2 or 4); ep on a model without experts (the mlp sample).
+    (2 or 4); ep on a model without experts (the mlp sample); cp=2 and
+    ep=2 x cp=2, training and inference, naming the capacity dispatch's
+    CumSum (it would scan the tokens in cp's zig-zag order).
 
 Expert tensor parallelism (`--expert-tensor-parallel`, part etp):
-  * tp=2 x ep=2 and tp=2 alone with it train as one rank (the tolerances
-    above);
+  * tp=2 x ep=2 and tp=2 alone with it, each with and without
+    --sequence-parallel, train as one rank (the tolerances above);
   * `plan --train --json --optimizer adamw` at tp=2 x ep=2: with it each
     rank's parameters and gradients are smaller by exactly half its expert
     bytes, 6 x (E/ep) x D x F x 4 / 2 = 196,608, and its optimizer state by
@@ -48,6 +50,15 @@ Expert tensor parallelism (`--expert-tensor-parallel`, part etp):
     the gradient norm), and none in the backward (the input gradient's
     pending sum joins the residual gradient's all-reduce); the all-to-alls
     are unchanged;
+  * the same plan with `--sequence-parallel`, against it without the
+    option: the experts' pending sum leaves by a reduce-scatter onto the
+    sequence of the rank's combined tokens [B/ep, S, D] (one a MoE layer
+    in the forward), the experts' input gradient by another in the
+    backward, and the gates' gradient (computed from the pending outputs
+    with the gathered output gradient) by one of its [B/ep, S, k] values:
+    3 x LAYERS reduce-scatters sending (tp - 1)/tp of each input, and no
+    all-reduce over tp but the 3 x LAYERS 4-byte sums; the all-to-alls and
+    all-gathers unchanged;
   * `run --mesh tp=2,ep=2 --expert-tensor-parallel` and `--mesh tp=2
     --expert-tensor-parallel` equal one rank (rtol 1e-5, atol 1e-6);
   * refused (exit 2): the option without a tp axis, on a model without
@@ -77,7 +88,7 @@ from checks import check, finish  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
 MODEL = os.path.join(dist.SRC, "samples", "moe.onnx")
-BATCH, LAYERS, E, C, D = 4, 2, 8, 5, 64
+BATCH, LAYERS, E, C, D, SEQ, TOP_K = 4, 2, 8, 5, 64, 16, 2
 OPTS = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9",
         "--aux-loss", "aux_loss=0.02"]
 PP2 = ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"]
@@ -95,7 +106,8 @@ MESHES = {"meshes-1": [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
           "etp": [(["--mesh", "tp=2,ep=2", "--expert-tensor-parallel"], None),
                   (["--mesh", "tp=2", "--expert-tensor-parallel"], None),
                   (["--mesh", "tp=2,ep=2", "--expert-tensor-parallel", "--sequence-parallel"],
-                   None)],
+                   None),
+                  (["--mesh", "tp=2", "--expert-tensor-parallel", "--sequence-parallel"], None)],
           "rest": []}
 ETP = ["--expert-tensor-parallel"]
 
@@ -210,6 +222,37 @@ def test_etp_plan():
           f"{etp['live']['params']}, AllReduce over tp adds {diff}")
 
 
+def test_etp_sp_plan():
+    """Under sequence parallelism the experts' sum is reduce-scattered onto the
+    sequence of the combined tokens, not all-reduced on the capacity slots."""
+    got = {}
+    for what, args in (("replicated", []), ("split", ETP)):
+        p = plan(["--mesh", "tp=2,ep=2", "--sequence-parallel", "--json"] + args)
+        if not check(p.returncode == 0, f"plan --train tp=2,ep=2 sp {what}: {p.stderr[-500:]}"):
+            return
+        got[what] = {(c["op"], c["axes"]): c for c in json.loads(p.stdout)["collectives"]}
+    tp, rank_batch = 2, BATCH // 2  # the batch over ep
+    tokens = rank_batch * SEQ * D * 4  # a rank's [B/ep, S, D] combined tokens
+    gates = rank_batch * SEQ * TOP_K * 4  # a rank's [B/ep, S, k] gates' gradient
+    half = lambda b: (tp - 1) * b // tp  # what a ring reduce-scatter sends
+    want = {("ReduceScatter", "tp"): {"count": 3 * LAYERS,
+                                      "sent": LAYERS * (2 * half(tokens) + half(gates)),
+                                      "sent_backward": LAYERS * (half(tokens) + half(gates))},
+            ("AllReduce", "tp"): {"count": 3 * LAYERS, "sent": 3 * LAYERS * 4,
+                                  "sent_backward": 0}}
+    for key, w in want.items():
+        a, b = (got[x].get(key, {}) for x in ("replicated", "split"))
+        diff = {k: b.get(k, 0) - a.get(k, 0) for k in w}
+        check(diff == w, f"tp=2,ep=2 sp --expert-tensor-parallel: {key[0]} over tp adds {diff}, "
+                         f"want {w}")
+        print(f"tp=2,ep=2 sp --expert-tensor-parallel: {key[0]} over tp adds {diff}")
+    for key in (("AllToAll", "ep"), ("AllGather", "tp")):
+        a, b = ({k: got[x].get(key, {}).get(k) for k in ("count", "sent", "sent_backward")}
+                for x in ("replicated", "split"))
+        check(a["count"] and a == b,
+              f"tp=2,ep=2 sp --expert-tensor-parallel: {key} changed: {a} -> {b}")
+
+
 def test_run(tmp, meshes=(["--mesh", "ep=2"],), bundle_mesh=["--mesh", "ep=2"]):
     ids = os.path.join(tmp, "ids4.npy")
     np.save(ids, np.random.RandomState(5).randint(0, 1000, (BATCH, 16)).astype(np.int64))
@@ -250,6 +293,16 @@ def test_refused(tmp):
                        capture_output=True, text=True, timeout=300)
     check(r.returncode == 2 and "experts" in r.stderr and "dp" in r.stderr,
           f"ep=2 on a dense model: exit {r.returncode}: {r.stderr}")
+    # cp holds the tokens in its zig-zag order; the capacity dispatch's
+    # CumSum over them would run in it (trained, cp=2 moved the step-1 loss
+    # by 1e-3 relative)
+    for mesh, train in (("cp=2", ["--train", "--aux-loss", "aux_loss=0.02"]),
+                        ("ep=2,cp=2", ["--train", "--aux-loss", "aux_loss=0.02"]),
+                        ("cp=2", [])):
+        r = subprocess.run([SHARDC, "plan", MODEL, "--dim", f"batch={BATCH}", "--mesh", mesh]
+                           + train, capture_output=True, text=True, timeout=300)
+        check(r.returncode == 2 and "CumSum" in r.stderr and "zig-zag" in r.stderr,
+              f"{mesh} {' '.join(train)} on the MoE sample: exit {r.returncode}: {r.stderr}")
 
 
 def test_etp_refused():
@@ -285,6 +338,7 @@ def main():
         if part in (None, "etp"):
             test_etp_refused()
             test_etp_plan()
+            test_etp_sp_plan()
             replay = os.path.join(tmp, "etp_plan.json")
             with open(replay, "w") as f:
                 p = subprocess.run([SHARDC, "plan", MODEL, "--dim", f"batch={BATCH}", "--mesh",

@@ -493,6 +493,63 @@ static void test_ep_estimate(void **state) {
   for (int32_t i = 0; i < r.n_top; i++) assert_true(r.top[i].ep <= 1);
 }
 
+/* Expert tensor parallelism (docs/moe.md): the block model's exits (one
+ * [1, 8, 5, 64] a layer) and hidden size (64); tp=2 x ep=2 with the
+ * option against without: a quarter of the experts' state a rank in
+ * place of half, less compute (each expert's half once), and on tp's
+ * link the exits' sums (an all-reduce of the rank's capacity slots, or
+ * under sequence parallelism reduce-scatters of [mbs, seq, hidden]); the
+ * search on 4 devices puts the option only beside tp, tries it only where
+ * tp divides the hidden size, and tries no cp on a model with experts
+ * (their capacity dispatch's CumSum: cp.c). */
+static void test_etp_estimate(void **state) {
+  (void)state;
+  sc_block_model bm;
+  int64_t n;
+  model_of(MOE, &bm, &n);
+  assert_int_equal(bm.block.expert_exits, 1);
+  assert_true(bm.block.expert_exit_bytes == 8.0 * 5 * 64 * 4);
+  assert_int_equal(bm.block.expert_hidden, 64);
+  assert_int_equal(bm.block.expert_tensors, 3);
+  sc_cluster cl = preset("h100-sxm:4x1");
+  sc_search_opts o = {.cluster = &cl, .global_batch = 8, .dtype = SC_CLUSTER_FP32,
+                      .adamw = true};
+  sc_search_cand whole = {.dp = 1, .fsdp = 1, .tp = 2, .pp = 1, .cp = 1, .ep = 2,
+                          .schedule = "gpipe", .virtual_stages = 1, .microbatches = 1,
+                          .micro_batch_size = 4, .batch = 8};
+  sc_search_cand etp = whole;
+  etp.expert_tensor_parallel = true;
+  sc_diag d = {0};
+  assert_int_equal(sc_search_estimate(&bm, &o, &whole, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(&bm, &o, &etp, &d), SC_OK);
+  /* a quarter of the experts' 16 B an element in place of half */
+  double saved = (double)(whole.peak_bytes - etp.peak_bytes),
+         quarter = 2.0 * 3 * 8 * 64 * 64 / 4 * 16;
+  assert_true(saved >= quarter && saved < 1.1 * quarter);
+  assert_true(etp.compute_s < whole.compute_s);
+  assert_true(etp.tp_s > whole.tp_s);
+  sc_search_cand sp = etp;
+  sp.sequence_parallel = true;
+  sc_search_cand sp_whole = whole;
+  sp_whole.sequence_parallel = true;
+  assert_int_equal(sc_search_estimate(&bm, &o, &sp, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(&bm, &o, &sp_whole, &d), SC_OK);
+  assert_true(sp.tp_s > sp_whole.tp_s);
+  sc_search_result r, none;
+  assert_int_equal(sc_search_run(&bm, &o, &r, &d), SC_OK);
+  assert_true(r.n_top > 0);
+  for (int32_t i = 0; i < r.n_top; i++) {
+    assert_true(!r.top[i].expert_tensor_parallel || r.top[i].tp > 1);
+    assert_true(r.top[i].cp <= 1);
+  }
+  /* a hidden size tp cannot split: the candidates with the option (and
+   * only those) are gone */
+  bm.block.expert_hidden = 63;
+  assert_int_equal(sc_search_run(&bm, &o, &none, &d), SC_OK);
+  assert_true(none.evaluated + none.pruned < r.evaluated + r.pruned);
+  for (int32_t i = 0; i < none.n_top; i++) assert_false(none.top[i].expert_tensor_parallel);
+}
+
 static void test_batch_refused(void **state) {
   (void)state;
   sc_block_model bm;
@@ -625,6 +682,7 @@ int main(void) {
       cmocka_unit_test(test_more_gpus), cmocka_unit_test(test_fewer_devices),
       cmocka_unit_test(test_budget), cmocka_unit_test(test_loss_memory),
       cmocka_unit_test(test_batch_refused), cmocka_unit_test(test_cp_estimate), cmocka_unit_test(test_ep_estimate),
+      cmocka_unit_test(test_etp_estimate),
       cmocka_unit_test(test_zero_stages),
       cmocka_unit_test(test_grouped_collectives),
       cmocka_unit_test(test_inference), cmocka_unit_test(test_inference_cp),

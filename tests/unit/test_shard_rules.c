@@ -198,6 +198,18 @@ static void test_matmul(void **state) {
               "  input %q : f32[2,4,8,16]\n  input %k : f32[4,16,8]\n"
               "  %s = MatMul(%q, %k) \"n\"\n",
               "[dp,tp,_,_] | [tp,_,_]", "[dp,tp,_,_] | [tp,_,_] -> [dp,tp,_,_]");
+  /* A's rows split over the axis a batched B is pending over (the gates'
+   * gradient under expert tensor and sequence parallelism: the output
+   * gradient on the sequence, the experts' outputs pending): A, smaller
+   * than twice B, is gathered and the product stays pending; a larger A
+   * keeps its split and B is reduced */
+  const char *dyt = "  input %dy : f32[2,16,64]\n  input %ye : f32[2,64,40]\n"
+                    "  %g = MatMul(%dy, %ye) \"n\"\n";
+  expect_rule(DT, dyt, "[_,tp,_] | [] partial(tp)",
+              "[_,_,_] | [_,_,_] partial(tp) -> [_,_,_] partial(tp)");
+  const char *big = "  input %dy : f32[2,160,64]\n  input %ye : f32[2,64,40]\n"
+                    "  %g = MatMul(%dy, %ye) \"n\"\n";
+  expect_rule(DT, big, "[_,tp,_] | [] partial(tp)", "[_,tp,_] | [_,_,_] -> [_,tp,_]");
   /* a 1-D operand: replicated */
   expect_rule(DT, "  input %a : f32[8]\n  input %b : f32[8,4]\n  %y = MatMul(%a, %b) \"n\"\n",
               "[tp] | [tp,_]", "[_] | [_,_] -> [_]");

@@ -40,6 +40,16 @@ auto_infer.test, auto_cp.test, auto_cp_compose.test, auto_ep.test).
       the limit or slower than the chosen plan, and so is (when the chosen
       mesh is ep alone) each mesh giving ep's ranks to dp, fsdp (ZeRO 1,
       2, 3) or tp.
+  auto_check.py etp SHARDC MODEL AUTO.json TMP
+      a mixture-of-experts model whose experts fit only split over tp as
+      well: the chosen plan has tp > 1 and expert tensor parallelism
+      (auto.chosen.expert_tensor_parallel, --expert-tensor-parallel in its
+      options, tensor_parallel.expert_tensor_parallel in its plan file),
+      fits the limit exactly, replays through --mesh and through its plan
+      file with --plan to the same prediction, and its estimate equals
+      `plan --train --estimate` of the same options; the same options
+      without --expert-tensor-parallel, and every candidate without it,
+      compiled exactly, are over the limit or slower.
   auto_check.py composed SHARDC MODEL AUTO.json TMP KIND
       cp composed with another axis among the candidates evaluated
       exactly: KIND pp_cp (pp > 1 and cp > 1) or tp_cp_sp (tp > 1 and
@@ -103,8 +113,8 @@ def replays(shardc, model, ch, tmp):
         if replay[i] in skip:
             i += 2
             continue
-        if replay[i] == "--sequence-parallel":
-            i += 1
+        if replay[i] in ("--sequence-parallel", "--expert-tensor-parallel"):
+            i += 1  # the plan file holds them
             continue
         train.append(replay[i])
         i += 1
@@ -186,6 +196,36 @@ def ep(shardc, model, path, tmp):
     assert others > 0, "no candidate without ep"
     print("ep ok: %s, %.6f s, %d bytes a rank, limit %d; %d plans without ep slower or over"
           % (ch["options"], p["step_time_s"], p["peak_bytes_per_rank"], limit, others))
+
+
+def etp(shardc, model, path, tmp):
+    a = load(path)
+    ch, limit = a["chosen"], a["memory_limit_bytes"]
+    p = ch["predicted"]
+    assert ch["mesh"]["tp"] > 1 and ch["expert_tensor_parallel"], ch
+    assert "--expert-tensor-parallel" in shlex.split(ch["options"]), ch["options"]
+    assert ch["plan"]["tensor_parallel"]["expert_tensor_parallel"] is True, ch["plan"]
+    assert p["source"] == "simulated" and p["fits"] and 0 < p["peak_bytes_per_rank"] <= limit, p
+    replay = replays(shardc, model, ch, tmp)
+    out = subprocess.run([shardc, "plan", model, "--estimate"] + replay + ["--json"],
+                         check=True, capture_output=True, text=True).stdout
+    assert json.loads(out)["estimate"] == ch["estimate"], (json.loads(out)["estimate"],
+                                                          ch["estimate"])
+    # the same plan with the experts whole over tp, and every candidate
+    # without the option, compiled exactly: over the limit or slower
+    whole = ch["options"].replace(" --expert-tensor-parallel", "")
+    others = [whole] + [c["options"] for c in a["candidates"]
+                        if not c["expert_tensor_parallel"]]
+    for opts in others:
+        args = shlex.split(ch["replay"].replace(ch["options"], opts))
+        q = predicted_of(shardc, model, args)
+        assert q["peak_bytes_per_rank"] > limit or q["step_time_s"] > p["step_time_s"], (
+            opts, q["peak_bytes_per_rank"], q["step_time_s"], limit, p["step_time_s"])
+    q = predicted_of(shardc, model, shlex.split(ch["replay"].replace(ch["options"], whole)))
+    print("etp ok: %s, %.6f s, %d bytes a rank, limit %d; without the option %.6f s, %d "
+          "bytes; %d plans without it over or slower"
+          % (ch["options"], p["step_time_s"], p["peak_bytes_per_rank"], limit,
+             q["step_time_s"], q["peak_bytes_per_rank"], len(others)))
 
 
 def composed(shardc, model, path, tmp, kind):
@@ -409,6 +449,8 @@ if __name__ == "__main__":
         cp(*sys.argv[2:6])
     elif sys.argv[1] == "ep":
         ep(*sys.argv[2:6])
+    elif sys.argv[1] == "etp":
+        etp(*sys.argv[2:6])
     elif sys.argv[1] == "composed":
         composed(*sys.argv[2:7])
     elif sys.argv[1] == "replayed":
