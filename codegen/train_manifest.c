@@ -320,16 +320,19 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
   if (!own) return SC_OK;
   size_t rank = json_is_array(own) ? json_array_size(own) : 0;
   bool ok = rank >= 1 && rank <= SC_MAX_RANK;
+  int64_t numel = 1, room = 1; /* P's elements, and the input's they are padded to */
+  for (int32_t j = 0; j < buf->rank; j++) room *= buf->dims[j];
   for (size_t j = 0; ok && j < rank; j++) {
     json_t *x = json_array_get(own, j);
     ok = json_is_integer(x) && json_integer_value(x) > 0 &&
-         json_integer_value(x) <= SC_MAX_ELEMENTS;
+         sc_mul_i64(numel, json_integer_value(x), &numel) && numel <= room;
     if (ok) m->params[k].dims[j] = json_integer_value(x);
   }
   if (!ok)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                       "params[%zu] ('%s'): param_shape is not 1 to %d positive dims", k, name,
-                       SC_MAX_RANK);
+                       "params[%zu] ('%s'): param_shape is not 1 to %d positive dims of at "
+                       "most the input's %lld elements",
+                       k, name, SC_MAX_RANK, (long long)room);
   m->params[k].rank = (int32_t)rank;
   return SC_OK;
 }

@@ -142,8 +142,13 @@ static sc_status fill_flat(worker *w, const char *name, const sc_train_manifest_
                            const sc_dist_value *gv, const sc_sharding *sh, void *dst,
                            sc_diag *d) {
   struct sc_dist_trainer *t = w->t;
-  int64_t n = 1;
+  int64_t n = 1, m = 1;
   for (int32_t k = 0; k < gv->rank; k++) n *= gv->dims[k];
+  for (int32_t k = 0; k < own->rank; k++) m *= own->dims[k];
+  if (m > n)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "parameter '%s': %lld elements, more than its flat input's %lld", name,
+                       (long long)m, (long long)n);
   void *whole = sc_calloc(n > 0 ? (size_t)n : 1, sc_dtype_size(gv->dtype));
   if (!whole) return nomem(d);
   sc_sharding r;

@@ -378,7 +378,7 @@ static bool narrowing(const sc_graph *g, int32_t i) {
  * after its last forward use; without, the one copy is kept. */
 static sc_status store_readers(sc_grad_ctx *c, const flat_view *f, int32_t param,
                                const int8_t *kind, int32_t nn0, const bool *forward,
-                               sc_flat_order *order) {
+                               int32_t n_forward, sc_flat_order *order) {
   sc_graph *g = c->g;
   int32_t whole[2] = {-1, -1}; /* the forward's, the backward's */
   char pname[512];
@@ -388,15 +388,15 @@ static sc_status store_readers(sc_grad_ctx *c, const flat_view *f, int32_t param
     bool reads = false;
     for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) reads |= g->nodes[i].inputs[k] == param;
     if (!reads) continue;
-    int32_t b = forward && !forward[i] ? 1 : 0;
+    int32_t b = forward && i < n_forward && !forward[i] ? 1 : 0;
     if (narrowing(g, i)) {
       int32_t out = g->nodes[i].outputs[0], from = g->n_nodes;
       int32_t back = read_back(c, f, param, i);
       if (back < 0 || before_reader(g, order, from, i, pname) != SC_OK)
         return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
-      /* the backward's readers of the cast read a second copy */
+      /* the backward's readers of a forward cast read a second copy */
       int32_t again = -1;
-      for (int32_t j = i + 1; forward && j < nn0; j++) {
+      for (int32_t j = i + 1; !b && forward && j < n_forward; j++) {
         sc_node *nd = &g->nodes[j];
         if ((nd->flags & SC_NODE_DEAD) || forward[j]) continue;
         for (int32_t k = 0; k < nd->n_inputs; k++) {
@@ -425,8 +425,8 @@ static sc_status store_readers(sc_grad_ctx *c, const flat_view *f, int32_t param
 }
 
 sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sharding *base,
-                                     const bool *forward, sc_sharding *state,
-                                     sc_flat_order *order, bool *done) {
+                                     const bool *forward, int32_t n_forward,
+                                     sc_sharding *state, sc_flat_order *order, bool *done) {
   sc_graph *g = p->global;
   *done = false;
   int32_t *uoff = NULL, *users = NULL;
@@ -535,7 +535,7 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
     st = sc_ops[nd->op].infer(g, nd);
   }
   /* new:P: the flat update (ZeRO-3: as it is), back in P's shape */
-  if (st == SC_OK && store) st = store_readers(&c, &f, param, kind, nn0, forward, order);
+  if (st == SC_OK && store) st = store_readers(&c, &f, param, kind, nn0, forward, n_forward, order);
   if (st == SC_OK && !store) {
     int32_t prod = g->values[out].producer;
     snprintf(name, sizeof name, "%s.flat_update", pv.name);

@@ -185,8 +185,9 @@ sc_status sc_partition_seed_train_state(sc_partition *p);
  * sharding (dim 0 over fsdp), set on the gradient's flat view too. Under
  * ZeRO-3 (unpipelined, P split over no other axis) P itself becomes its
  * flat view, read back in its shape by the forward and the backward;
- * forward (NULL under keep_after_forward): [nodes] whether a node feeds the
- * loss, so that the backward reads its own copy.
+ * forward (NULL under keep_after_forward): [n_forward] whether each node
+ * of g before the rewrites feeds the loss, so that the backward reads its
+ * own copy.
  * *done false: the parameter is left as it was (it cannot be viewed so).
  * The caller orders g's nodes again once it is done (sc_partition_flat_order,
  * with the places recorded in *order). */
@@ -195,8 +196,8 @@ typedef struct sc_flat_order {
   int32_t n, cap;
 } sc_flat_order;
 sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sharding *base,
-                                     const bool *forward, sc_sharding *state,
-                                     sc_flat_order *order, bool *done);
+                                     const bool *forward, int32_t n_forward,
+                                     sc_sharding *state, sc_flat_order *order, bool *done);
 /* flat.c: g's nodes in order again after sc_partition_flatten_param: each
  * gradient's view right after the gradient (its reduce-scatter overlaps
  * the rest of the backward), the other new nodes where they are first

@@ -216,6 +216,7 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
   /* ZeRO-3 resharding after the forward: the flat parameters' backward
    * readers read their own copy (flat.c) */
   bool *forward = fsdp && zero == 3 && !p->keep_after_forward ? loss_nodes(g) : NULL;
+  int32_t n_forward = g->n_nodes; /* the nodes forward[] covers: flat.c adds more */
   sc_status st = base && shard && split && flat &&
                          (forward || !fsdp || zero != 3 || p->keep_after_forward)
                      ? SC_OK
@@ -229,8 +230,8 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     if (new_of(g, id) < 0 || param_of(p, v->name) != id) continue;
     split[i] = fsdp && fsdp_sharding(p, v, &base[i], &shard[i]);
     if (fsdp && !split[i] && zero >= 1) {
-      st = sc_partition_flatten_param(p, id, &base[i], forward, &shard[i], &order,
-                                      &flat[i]);
+      st = sc_partition_flatten_param(p, id, &base[i], forward, n_forward, &shard[i],
+                                      &order, &flat[i]);
       if (st != SC_OK) break;
       any_flat |= flat[i];
     }
