@@ -165,6 +165,12 @@ sc_status sc_train_manifest_write_json(const sc_train_manifest *m, const sc_prog
     json_t *t = tensor_json(b);
     json_object_set_new(t, "offset", json_integer(m->params[k].offset));
     json_object_set_new(t, "bytes", json_integer(b->bytes));
+    if (m->params[k].rank > 0) { /* stored as its flat view */
+      json_t *own = json_array();
+      for (int32_t j = 0; j < m->params[k].rank; j++)
+        json_array_append_new(own, json_integer(m->params[k].dims[j]));
+      json_object_set_new(t, "param_shape", own);
+    }
     json_array_append_new(params, t);
   }
   json_object_set_new(root, "data", data);
@@ -310,6 +316,24 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
                                            .buffer = b,
                                            .offset = off,
                                            .data = params ? (const char *)params + off : NULL};
+  json_t *own = json_object_get(t, "param_shape");
+  if (!own) return SC_OK;
+  size_t rank = json_is_array(own) ? json_array_size(own) : 0;
+  bool ok = rank >= 1 && rank <= SC_MAX_RANK;
+  int64_t numel = 1, room = 1; /* P's elements, and the input's they are padded to */
+  for (int32_t j = 0; j < buf->rank; j++) room *= buf->dims[j];
+  for (size_t j = 0; ok && j < rank; j++) {
+    json_t *x = json_array_get(own, j);
+    ok = json_is_integer(x) && json_integer_value(x) > 0 &&
+         sc_mul_i64(numel, json_integer_value(x), &numel) && numel <= room;
+    if (ok) m->params[k].dims[j] = json_integer_value(x);
+  }
+  if (!ok)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "params[%zu] ('%s'): param_shape is not 1 to %d positive dims of at "
+                       "most the input's %lld elements",
+                       k, name, SC_MAX_RANK, (long long)room);
+  m->params[k].rank = (int32_t)rank;
   return SC_OK;
 }
 

@@ -43,6 +43,12 @@ typedef struct sc_train_manifest_param {
   int32_t buffer;     /* its buffer id */
   int64_t offset;     /* in params.bin (sc_train_manifest_layout) */
   const void *data;   /* its initial values: the buffer's bytes (borrowed) */
+  /* rank > 0: the parameter's own shape where the step stores it as its
+   * flat view (ZeRO-3, passes/partition/flat.c): the global input is
+   * [S, m_pad/S], P's elements row-major padded with zeros (data so too);
+   * checkpoints and initialisers map it back. 0: the input's shape. */
+  int32_t rank;
+  int64_t dims[SC_MAX_RANK];
 } sc_train_manifest_param;
 
 typedef struct sc_train_manifest {

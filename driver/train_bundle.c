@@ -34,6 +34,35 @@ static void options_of(const sc_train_opts *o, sc_train_manifest *m) {
   m->grad_accum = o->grad_accum > 1 ? o->grad_accum : 1;
 }
 
+/* A parameter the step stores as its flat view (ZeRO-3, flat.c): its
+ * global input is [S, m_pad/S] where P has q's numel m < m_pad; the
+ * manifest records P's shape and its initial values padded so (owned by
+ * the graph until sc_build_release_initial_weights). */
+static sc_status flat_param(const sc_build *b, const sc_train_param *q,
+                            sc_train_manifest_param *mp, sc_diag *d) {
+  int32_t i = sc_dist_find_input(b->program, q->name);
+  if (i < 0) return SC_OK;
+  const sc_dist_value *gv = &b->program->inputs[i];
+  int64_t n = 1;
+  for (int32_t k = 0; k < gv->rank; k++) n *= gv->dims[k];
+  if (n == q->numel || gv->rank != 2) return SC_OK;
+  if (n < q->numel || q->rank < 1)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "parameter '%s': %lld elements in the step, %lld in the model", q->name,
+                       (long long)n, (long long)q->numel);
+  mp->rank = q->rank;
+  memcpy(mp->dims, q->dims, sizeof mp->dims);
+  if (!q->init) return SC_OK;
+  size_t esz = sc_dtype_size(q->dtype);
+  char *x = sc_malloc((size_t)n * esz);
+  if (!x || sc_graph_add_cleanup(b->graph, sc_free, x) != SC_OK) /* frees x on failure */
+    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+  memcpy(x, q->init, (size_t)q->numel * esz);
+  memset(x + (size_t)q->numel * esz, 0, (size_t)(n - q->numel) * esz);
+  mp->data = x;
+  return SC_OK;
+}
+
 sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
                                   sc_train_manifest **out, sc_diag *d) {
   *out = NULL;
@@ -61,8 +90,14 @@ sc_status sc_build_train_manifest(const sc_build *b, const sc_train_opts *o,
       if (buf >= 0 && !sc_program_input_is_state(p, buf)) buf = -1;
     }
     if (buf < 0) continue; /* frozen by structure */
-    m->params[m->n_params++] = (sc_train_manifest_param){
+    sc_train_manifest_param *mp = &m->params[m->n_params++];
+    *mp = (sc_train_manifest_param){
         .name = p->buffers[buf].name, .buffer = buf, .data = info->params[k].init};
+    sc_status st = flat_param(b, &info->params[k], mp, d);
+    if (st != SC_OK) {
+      sc_train_manifest_destroy(m);
+      return st;
+    }
   }
   *out = m;
   return SC_OK;
@@ -72,8 +107,14 @@ void sc_build_release_initial_weights(sc_build *b, sc_train_manifest *m) {
   for (int32_t j = 0; b && m && j < m->n_params; j++) {
     const void *data = m->params[j].data;
     if (!data) continue;
-    for (int32_t k = 0; k < b->train.n_params; k++)
-      if (b->train.params[k].init == data) b->train.params[k].init = NULL;
+    for (int32_t k = 0; k < b->train.n_params; k++) {
+      const void *init = b->train.params[k].init;
+      bool padded = init && m->params[j].rank > 0 && /* a flat parameter's: its padded copy */
+                    strcmp(b->train.params[k].name, m->params[j].name) == 0;
+      if (init != data && !padded) continue;
+      if (init != data) sc_graph_release(b->graph, init);
+      b->train.params[k].init = NULL;
+    }
     m->params[j].data = NULL;
     sc_graph_release(b->graph, data);
   }

@@ -133,6 +133,35 @@ static sc_status scratch_alloc(worker *w) {
   return w->scratch && w->scratch_cap ? SC_OK : nomem(&w->d);
 }
 
+static const sc_train_manifest_param *stored_flat(const sc_dist_trainer *t, const char *name);
+
+/* fill_rank of a parameter stored as its flat view (own: its shape): the
+ * initialiser's whole tensor in P's shape, padded with zeros, rank w's
+ * piece of that cut into dst. */
+static sc_status fill_flat(worker *w, const char *name, const sc_train_manifest_param *own,
+                           const sc_dist_value *gv, const sc_sharding *sh, void *dst,
+                           sc_diag *d) {
+  struct sc_dist_trainer *t = w->t;
+  int64_t n = 1, m = 1;
+  for (int32_t k = 0; k < gv->rank; k++) n *= gv->dims[k];
+  for (int32_t k = 0; k < own->rank; k++) m *= own->dims[k];
+  if (m > n)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "parameter '%s': %lld elements, more than its flat input's %lld", name,
+                       (long long)m, (long long)n);
+  void *whole = sc_calloc(n > 0 ? (size_t)n : 1, sc_dtype_size(gv->dtype));
+  if (!whole) return nomem(d);
+  sc_sharding r;
+  sc_sharding_replicated(&r, own->rank);
+  sc_status st = sc_param_init_fill(t->o.init, name, gv->dtype, own->rank, own->dims, &r,
+                                    &t->dp->mesh, w->coords, whole, d);
+  if (st == SC_OK)
+    sc_sharding_extract(sh, &t->dp->mesh, w->coords, sc_dtype_size(gv->dtype), gv->dims, whole,
+                        dst);
+  sc_free(whole);
+  return st;
+}
+
 /* sc_trainer_opts.fill of rank w: its piece of parameter `name` written
  * by the initialiser straight into the state buffer dst. Nothing of the
  * global tensor exists on the rank: the buffer written is the piece, and
@@ -144,11 +173,17 @@ static sc_status fill_rank(void *ctx, const char *name, const sc_buffer *b, void
   const sc_dist_value *gv = global_input(t->dp, name);
   int32_t i = input_index(t->p, name);
   const sc_init_rule *rule = NULL;
-  sc_status st = gv && i >= 0 ? sc_param_init_check(t->o.init, name, gv->dtype, gv->rank,
-                                                    gv->dims, &rule, d)
+  const sc_train_manifest_param *own = stored_flat(t, name);
+  sc_status st = gv && i >= 0 ? sc_param_init_check(t->o.init, name, gv->dtype,
+                                                    own ? own->rank : gv->rank,
+                                                    own ? own->dims : gv->dims, &rule, d)
                               : SC_OK;
   if (st != SC_OK || !rule) return st;
   const sc_sharding *sh = &t->stage->input_sharding[i];
+  if (own) {
+    *done = true;
+    return fill_flat(w, name, own, gv, sh, dst, d);
+  }
   SC_ASSERT(sc_param_init_piece_bytes(sh, &t->dp->mesh, gv->dtype, gv->rank, gv->dims) ==
             b->bytes);
   *done = true;
@@ -180,9 +215,10 @@ static sc_status create_rank(worker *w) {
     int32_t i = input_index(p, name);
     const sc_dist_value *gv = global_input(t->dp, name);
     const sc_init_rule *rule = NULL;
+    const sc_train_manifest_param *own = stored_flat(t, name);
     if (i >= 0 && gv && t->o.init &&
-        (st = sc_param_init_check(t->o.init, name, gv->dtype, gv->rank, gv->dims, &rule,
-                                  &w->d)) != SC_OK)
+        (st = sc_param_init_check(t->o.init, name, gv->dtype, own ? own->rank : gv->rank,
+                                  own ? own->dims : gv->dims, &rule, &w->d)) != SC_OK)
       break;
     if (rule) continue; /* fill_rank writes its piece in place */
     if (i < 0 || !gv || !m->params[k].data) {
@@ -577,30 +613,50 @@ static bool is_state(const sc_dist_trainer *t, const char *name, const sc_dist_v
  * (T pieces), row-major, the blocks one after the other, padded with zeros
  * to m_pad; element (j, t) at j·T + t. A checkpoint holds it in P's shape. */
 typedef struct flat_map {
-  const sc_dist_value *param;
+  const sc_dist_value *param; /* &pv */
+  sc_dist_value pv;   /* P's global value in P's own shape */
   int32_t d;          /* the split dim (T > 1) */
   int64_t T, s, m;    /* pieces, stride blocks, elements a piece */
   int64_t padded;     /* m_pad */
 } flat_map;
 
+/* The manifest's shape of parameter `name` where the step stores it flat
+ * (sc_train_manifest_param.rank > 0), else NULL. */
+static const sc_train_manifest_param *stored_flat(const sc_dist_trainer *t, const char *name) {
+  for (int32_t k = 0; t->m && name && k < t->m->n_params; k++)
+    if (t->m->params[k].rank > 0 && strcmp(t->m->params[k].name, name) == 0)
+      return &t->m->params[k];
+  return NULL;
+}
+
 /* Whether state `name` (global value gv) is a flat view, and its map: the
  * same answer on every process; the split dim d of a parameter in pieces
- * (and its stride) from the sharding of w's copy of P (-1 without w). */
+ * (and its stride) from the sharding of w's copy of P (-1 without w). A
+ * parameter ZeRO-3 stores flat is its own flat view. */
 static bool flat_state(const sc_dist_trainer *t, const worker *w, const char *name,
                        const sc_dist_value *gv, flat_map *f) {
   static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
   char pname[1024];
   size_t n = name ? strlen(name) : 0;
   memset(f, 0, sizeof *f);
-  for (size_t k = 0; k < sizeof suffix / sizeof *suffix && !f->param; k++) {
+  const sc_dist_value *param = stored_flat(t, name) ? gv : NULL;
+  if (param) snprintf(pname, sizeof pname, "%s", name);
+  for (size_t k = 0; k < sizeof suffix / sizeof *suffix && !param; k++) {
     size_t m = strlen(suffix[k]);
     if (n <= m || n - m >= sizeof pname || strcmp(name + n - m, suffix[k]) != 0) continue;
     memcpy(pname, name, n - m);
     pname[n - m] = 0;
-    f->param = global_input(t->dp, pname);
+    param = global_input(t->dp, pname);
+  }
+  if (!param || gv->rank < 2 || gv->rank > 3) return false;
+  f->pv = *param;
+  f->param = &f->pv;
+  const sc_train_manifest_param *own = stored_flat(t, pname);
+  if (own) {
+    f->pv.rank = own->rank;
+    memcpy(f->pv.dims, own->dims, sizeof f->pv.dims);
   }
   const sc_dist_value *pv = f->param;
-  if (!pv || gv->rank < 2 || gv->rank > 3) return false;
   bool same = pv->rank == gv->rank;
   for (int32_t k = 0; same && k < gv->rank; k++) same = pv->dims[k] == gv->dims[k];
   if (same) return false;
@@ -867,7 +923,9 @@ static sc_status collect_shards(const sc_dist_trainer *t, sc_ckpt_shard **out, b
         continue;
       }
       sc_ckpt_shard *e = &sh[n];
-      *e = (sc_ckpt_shard){.group = SC_CKPT_OPTIMIZER, .writer = (int32_t)w->rank, .name = name,
+      *e = (sc_ckpt_shard){.group = sc_train_is_optimizer_state(name) ? SC_CKPT_OPTIMIZER
+                                                                      : SC_CKPT_WEIGHTS,
+                           .writer = (int32_t)w->rank, .name = name,
                            .dtype = gv->dtype, .rank = rank, .data = x};
       memcpy(e->dims, dims, sizeof e->dims);
       memcpy(e->shape, dims, sizeof e->shape);

@@ -308,8 +308,10 @@ sc_status sc_param_init_check_params(const sc_param_init *pi, const sc_train_man
     /* a pipelined step's buffer ids are its pieces': the global value */
     const sc_buffer *b = gv ? NULL : &p->buffers[m->params[k].buffer];
     const sc_init_rule *r;
-    sc_status st = sc_param_init_check(pi, name, gv ? gv->dtype : b->dtype,
-                                       gv ? gv->rank : b->rank, gv ? gv->dims : b->dims, &r, d);
+    /* a parameter stored flat: its own shape (sc_train_manifest_param) */
+    int32_t rank = m->params[k].rank > 0 ? m->params[k].rank : gv ? gv->rank : b->rank;
+    const int64_t *dims = m->params[k].rank > 0 ? m->params[k].dims : gv ? gv->dims : b->dims;
+    sc_status st = sc_param_init_check(pi, name, gv ? gv->dtype : b->dtype, rank, dims, &r, d);
     if (st != SC_OK) return st;
     if (r) (*n_init)++;
     else if (!m->params[k].data)

@@ -1,4 +1,4 @@
-/* flat.c — ZeRO-1/2 over a flat shard (partition.h): the optimizer of a
+/* flat.c — ZeRO-1/2/3 over a flat shard (partition.h): the optimizer of a
  * parameter none of whose dims the fsdp degree S divides runs on the
  * parameter flattened, as Megatron's distributed optimizer shards its flat
  * gradient buffer rather than a dim.
@@ -34,6 +34,20 @@
  *   new:P    the updated flat parameter, sliced back to m, reshaped (and
  *            transposed, concatenated) to P's shape: the Slice all-gathers
  *            it over fsdp.
+ *
+ * Under ZeRO-3 (unpipelined, P split over no other axis: T = 1) P itself
+ * is stored flat: the input P becomes [S, m_pad/S] with the state's
+ * sharding (1/S of the padded size a rank), the update reads it as flat(P)
+ * and new:P is the flat update itself (no gather after the update). The
+ * forward's and the backward's readers read it back in its shape
+ * (unflatten, right before the first reader): localize gathers the stored
+ * flat P there; a narrowing Cast reader (mixed precision's bf16 copy) is
+ * moved onto the flat P, so the bf16 shard is what is gathered. Unless
+ * --no-reshard-after-forward the backward's readers (those not feeding the
+ * loss) read a second copy, gathered again in the backward; with it the
+ * forward's copy is kept, one gather a step. The runtime maps the flat
+ * P to its shape for the initial values, --init and checkpoints from the
+ * manifest (sc_train_manifest_param.rank, dims).
  *
  * Accumulators ("accum:P") are not rewritten: the flat view reads the
  * accumulated mean, so a pipelined step sums its microbatches' gradients
@@ -295,7 +309,123 @@ static int32_t update_gradient(const sc_graph *g, const char *pname, const int32
   return -1;
 }
 
+/* Nodes [from, g->n_nodes) go right after node `after`
+ * (sc_partition_flat_order). */
+static sc_status order_after(sc_graph *g, sc_flat_order *order, int32_t from, int32_t after) {
+  for (int32_t i = from; i < g->n_nodes; i++) {
+    if (order->n == order->cap) {
+      int32_t cap = order->cap ? 2 * order->cap : 64;
+      int32_t *x = sc_realloc(order->node, (size_t)cap * sizeof *x);
+      if (x) order->node = x;
+      int32_t *y = sc_realloc(order->after, (size_t)cap * sizeof *y);
+      if (y) order->after = y;
+      if (!x || !y) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+      order->cap = cap;
+    }
+    order->node[order->n] = i;
+    order->after[order->n++] = after;
+  }
+  return SC_OK;
+}
+
+/* Nodes [from, g->n_nodes) named after node `reader` and the parameter
+ * ("<reader>/<P>.flat_<k>"),
+ * so that a gather made for them is the reader's (the plan's backward
+ * bytes: "/grad/" in the origin) and go right after the node before it. */
+static sc_status before_reader(sc_graph *g, sc_flat_order *order, int32_t from, int32_t reader,
+                               const char *pname) {
+  const char *rn = g->nodes[reader].name ? g->nodes[reader].name : sc_op_name(g->nodes[reader].op);
+  for (int32_t i = from; i < g->n_nodes; i++) {
+    char buf[1024];
+    int w = snprintf(buf, sizeof buf, "%s/%s.flat_%d", rn, pname, (int)(i - from));
+    const char *name = w > 0 && (size_t)w < sizeof buf ? sc_arena_strdup(&g->arena, buf) : NULL;
+    if (!name) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+    g->nodes[i].name = name;
+  }
+  return order_after(g, order, from, reader - 1);
+}
+
+/* x in P's shape from the flat value y: unflatten(y), or for a narrowing
+ * Cast reader (cast >= 0, the node reading P) a copy of that Cast on y,
+ * unflattened. -1 on failure. */
+static int32_t read_back(sc_grad_ctx *c, const flat_view *f, int32_t y, int32_t cast) {
+  sc_graph *g = c->g;
+  if (cast >= 0) {
+    int32_t node = -1, out = gb_begin(c, SC_OP_CAST, &y, 1, &node);
+    sc_node orig = g->nodes[cast]; /* a copy: adding the node may move the array */
+    if (out < 0 || sc_node_copy_attrs(g, node, &orig) != SC_OK) return -1;
+    if ((y = gb_end(c, node, out)) < 0) return -1;
+  }
+  return unflatten(c, f, y);
+}
+
+/* Whether node i is a narrowing Cast (mixed precision's bf16 copy). */
+static bool narrowing(const sc_graph *g, int32_t i) {
+  const sc_node *nd = &g->nodes[i];
+  if (nd->op != SC_OP_CAST || nd->n_inputs != 1 || nd->n_outputs != 1 || nd->outputs[0] < 0)
+    return false;
+  sc_dtype a = g->values[nd->inputs[0]].dtype, b = g->values[nd->outputs[0]].dtype;
+  return sc_dtype_is_float(b) && sc_dtype_size(b) < sc_dtype_size(a);
+}
+
+/* ZeRO-3: the nodes left reading P (the forward's and the backward's; the
+ * update's, kind != 0, read the flat P) read it back in its shape: a
+ * narrowing Cast becomes a Cast of the flat P, unflattened (the
+ * low-precision shard is what is gathered: localize.c, casts_first), every
+ * other reader reads an unflattened copy. With `forward` (reshard after
+ * forward) the backward's readers, those not feeding the loss, read their
+ * own copy, so that P is gathered again there and the forward's copy dies
+ * after its last forward use; without, the one copy is kept. */
+static sc_status store_readers(sc_grad_ctx *c, const flat_view *f, int32_t param,
+                               const int8_t *kind, int32_t nn0, const bool *forward,
+                               int32_t n_forward, sc_flat_order *order) {
+  sc_graph *g = c->g;
+  int32_t whole[2] = {-1, -1}; /* the forward's, the backward's */
+  char pname[512];
+  snprintf(pname, sizeof pname, "%s", g->values[param].name ? g->values[param].name : "param");
+  for (int32_t i = 0; i < nn0; i++) {
+    if ((g->nodes[i].flags & SC_NODE_DEAD) || kind[i] || g->nodes[i].n_inputs < 1) continue;
+    bool reads = false;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++) reads |= g->nodes[i].inputs[k] == param;
+    if (!reads) continue;
+    int32_t b = forward && i < n_forward && !forward[i] ? 1 : 0;
+    if (narrowing(g, i)) {
+      int32_t out = g->nodes[i].outputs[0], from = g->n_nodes;
+      int32_t back = read_back(c, f, param, i);
+      if (back < 0 || before_reader(g, order, from, i, pname) != SC_OK)
+        return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+      /* the backward's readers of a forward cast read a second copy */
+      int32_t again = -1;
+      for (int32_t j = i + 1; !b && forward && j < n_forward; j++) {
+        sc_node *nd = &g->nodes[j];
+        if ((nd->flags & SC_NODE_DEAD) || forward[j]) continue;
+        for (int32_t k = 0; k < nd->n_inputs; k++) {
+          if (nd->inputs[k] != out) continue;
+          int32_t at = g->n_nodes;
+          if (again < 0 && ((again = read_back(c, f, param, i)) < 0 ||
+                            before_reader(g, order, at, j, pname) != SC_OK))
+            return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+          g->nodes[j].inputs[k] = again;
+        }
+      }
+      g->nodes[i].flags |= SC_NODE_DEAD;
+      g->nodes[i].n_inputs = 0; /* read nothing: sc_graph_toposort orders every node */
+      sc_status st = take_output(g, back, out);
+      if (st != SC_OK) return st;
+      continue;
+    }
+    int32_t from = g->n_nodes; /* each copy right before its first reader */
+    if (whole[b] < 0 && ((whole[b] = unflatten(c, f, param)) < 0 ||
+                         before_reader(g, order, from, i, pname) != SC_OK))
+      return g->diag.status ? g->diag.status : SC_ERR_NOMEM;
+    for (int32_t k = 0; k < g->nodes[i].n_inputs; k++)
+      if (g->nodes[i].inputs[k] == param) g->nodes[i].inputs[k] = whole[b];
+  }
+  return SC_OK;
+}
+
 sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sharding *base,
+                                     const bool *forward, int32_t n_forward,
                                      sc_sharding *state, sc_flat_order *order, bool *done) {
   sc_graph *g = p->global;
   *done = false;
@@ -310,7 +440,11 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
   flat_view f;
   int32_t out = find(g, "new:", pv.name, "");
   int32_t nv0 = g->n_values, nn0 = g->n_nodes;
-  if (!layout(p, &pv, base, S, &f) || grad < 0 || out < 0 || g->values[out].producer < 0)
+  /* ZeRO-3 stores P itself flat: unpipelined, one piece a parameter (the
+   * runtime maps P's row-major elements, sc_train_manifest_param) */
+  bool store = p->zero_stage == 3;
+  if (!layout(p, &pv, base, S, &f) || grad < 0 || out < 0 || g->values[out].producer < 0 ||
+      (store && (f.T != 1 || p->n_chunks > 0)))
     return SC_OK;
   int64_t n = sc_value_numel(&pv);
   bool *flat = sc_calloc((size_t)nv0 + 1, sizeof *flat);
@@ -355,26 +489,11 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
    * pass's (k from 2^24 + 64 per parameter id: nodes here are fewer) */
   int32_t counter = (1 << 24) + 64 * param;
   sc_grad_ctx c = {.g = g, .node = -1, .counter = &counter};
-  int32_t fp = flatten(&c, &f, param), first = g->n_nodes;
+  int32_t fp = store ? param : flatten(&c, &f, param), first = g->n_nodes;
+  if (store && (st = sc_value_set_shape(g, param, pv.dtype, f.frank, f.fdims)) != SC_OK) fp = -1;
   int32_t fg = fp < 0 ? -1 : flatten(&c, &f, grad);
   /* the gradient's view goes right after the gradient (sc_partition_flat_order) */
-  for (int32_t i = first; fg >= 0 && i < g->n_nodes; i++) {
-    if (order->n == order->cap) {
-      int32_t cap = order->cap ? 2 * order->cap : 64;
-      int32_t *x = sc_realloc(order->node, (size_t)cap * sizeof *x);
-      if (x) order->node = x;
-      int32_t *y = sc_realloc(order->after, (size_t)cap * sizeof *y);
-      if (y) order->after = y;
-      if (!x || !y) {
-        fg = -1;
-        sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
-        break;
-      }
-      order->cap = cap;
-    }
-    order->node[order->n] = i;
-    order->after[order->n++] = g->values[grad].producer;
-  }
+  if (fg >= 0 && order_after(g, order, first, g->values[grad].producer) != SC_OK) fg = -1;
   char name[600];
   snprintf(name, sizeof name, "grad:%s.flat", pv.name);
   int32_t named = fg < 0 ? -1 : sc_graph_add_value(g, name);
@@ -415,8 +534,9 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
     }
     st = sc_ops[nd->op].infer(g, nd);
   }
-  /* new:P: the flat update, back in P's shape */
-  if (st == SC_OK) {
+  /* new:P: the flat update (ZeRO-3: as it is), back in P's shape */
+  if (st == SC_OK && store) st = store_readers(&c, &f, param, kind, nn0, forward, n_forward, order);
+  if (st == SC_OK && !store) {
     int32_t prod = g->values[out].producer;
     snprintf(name, sizeof name, "%s.flat_update", pv.name);
     int32_t y = sc_graph_add_value(g, name);
@@ -453,6 +573,8 @@ sc_status sc_partition_flat_order(sc_graph *g, sc_flat_order *order) {
     for (int32_t i = 0; i < nn; i++) pos[i] = -1;
     for (int32_t k = 0; k < order->n; k++) pos[order->node[k]] = k;
     int32_t m = 0;
+    for (int32_t k = 0; k < order->n; k++) /* after no node: first */
+      if (order->after[k] == -1) perm[m++] = order->node[k];
     for (int32_t i = 0; i < nn; i++) {
       if (pos[i] >= 0) continue; /* placed after its anchor */
       perm[m++] = i;
@@ -460,7 +582,8 @@ sc_status sc_partition_flat_order(sc_graph *g, sc_flat_order *order) {
         if (order->after[k] == i) perm[m++] = order->node[k];
     }
     for (int32_t k = 0; k < order->n; k++) /* an anchor that was not a node: last */
-      if (order->after[k] < 0 || order->after[k] >= nn || pos[order->after[k]] >= 0)
+      if (order->after[k] < -1 || order->after[k] >= nn ||
+          (order->after[k] >= 0 && pos[order->after[k]] >= 0))
         perm[m++] = order->node[k];
     SC_ASSERT(m == nn);
     for (int32_t i = 0; i < nn; i++) nodes[i] = g->nodes[perm[i]];

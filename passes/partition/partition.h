@@ -189,19 +189,25 @@ sc_status sc_partition_seed_train_data(sc_partition *p);
  * another pipeline rank is first read through an Identity copy). */
 sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag *d);
 sc_status sc_partition_seed_train_state(sc_partition *p);
-/* flat.c: under ZeRO-1/2, parameter input `param` (seed base, a parameter
+/* flat.c: under ZeRO >= 1, parameter input `param` (seed base, a parameter
  * no dim of which divides by the fsdp degree) rewritten so that its
  * optimizer state and update run on its flat view padded to a multiple of
  * the degree (Megatron's distributed optimizer); *state gets the state's
- * sharding (dim 0 over fsdp), set on the gradient's flat view too.
+ * sharding (dim 0 over fsdp), set on the gradient's flat view too. Under
+ * ZeRO-3 (unpipelined, P split over no other axis) P itself becomes its
+ * flat view, read back in its shape by the forward and the backward;
+ * forward (NULL under keep_after_forward): [n_forward] whether each node
+ * of g before the rewrites feeds the loss, so that the backward reads its
+ * own copy.
  * *done false: the parameter is left as it was (it cannot be viewed so).
  * The caller orders g's nodes again once it is done (sc_partition_flat_order,
  * with the places recorded in *order). */
 typedef struct sc_flat_order {
-  int32_t *node, *after;       /* node[k] goes right after node after[k] */
+  int32_t *node, *after;       /* node[k] goes right after node after[k] (-1: first) */
   int32_t n, cap;
 } sc_flat_order;
 sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sharding *base,
+                                     const bool *forward, int32_t n_forward,
                                      sc_sharding *state, sc_flat_order *order, bool *done);
 /* flat.c: g's nodes in order again after sc_partition_flatten_param: each
  * gradient's view right after the gradient (its reduce-scatter overlaps

@@ -18,8 +18,10 @@
  *   shard(P)    base(P) plus F on the first dim whose piece divides by S,
  *               dim 0 first (FSDP2's dim-0 chunks); a parameter with no such
  *               dim keeps base(P), recorded as a fallback, except under
- *               ZeRO-1/2, where flat.c views it flat and its state (and the
- *               gradient's view) takes the flat view's sharding;
+ *               ZeRO >= 1, where flat.c views it flat and its state (and the
+ *               gradient's view) takes the flat view's sharding (ZeRO-3,
+ *               unpipelined, P not split otherwise: P itself is stored
+ *               as its flat view, so takes it too);
  *   P           shard(P) under ZeRO-3, else base(P);
  *   P's state   shard(P) under ZeRO >= 1 (accumulators: ZeRO >= 2);
  *   grad:P      a constraint (localize reshards the value to it as soon as
@@ -173,6 +175,32 @@ static void pending_over_data(const sc_partition *p, const sc_sharding *base,
       out->partial |= (sc_axes)(1u << axes[k]);
 }
 
+/* [g->n_nodes]: whether a node feeds the loss (g in topological order),
+ * or NULL out of memory. */
+static bool *loss_nodes(const sc_graph *g) {
+  bool *need = sc_calloc((size_t)g->n_values + 1, sizeof *need);
+  bool *fwd = sc_calloc((size_t)g->n_nodes + 1, sizeof *fwd);
+  if (!need || !fwd) {
+    sc_free(need);
+    sc_free(fwd);
+    return NULL;
+  }
+  for (int32_t i = 0; i < g->n_outputs; i++) {
+    const char *n = g->values[g->outputs[i]].name;
+    if (n && strcmp(n, "loss") == 0) need[g->outputs[i]] = true;
+  }
+  for (int32_t nid = g->n_nodes - 1; nid >= 0; nid--) {
+    const sc_node *n = &g->nodes[nid];
+    if (n->flags & SC_NODE_DEAD) continue;
+    for (int32_t j = 0; j < n->n_outputs; j++)
+      if (n->outputs[j] >= 0 && need[n->outputs[j]]) fwd[nid] = true;
+    for (int32_t k = 0; fwd[nid] && k < n->n_inputs; k++)
+      if (n->inputs[k] >= 0) need[n->inputs[k]] = true;
+  }
+  sc_free(need);
+  return fwd;
+}
+
 sc_status sc_partition_seed_train_state(sc_partition *p) {
   sc_graph *g = p->global;
   int32_t zero = p->zero_stage;
@@ -185,7 +213,14 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
   bool *flat = sc_calloc((size_t)n_in + 1, sizeof *flat); /* flat.c's view */
   bool any_flat = false;
   sc_flat_order order = {0};
-  sc_status st = base && shard && split && flat ? SC_OK : nomem(g);
+  /* ZeRO-3 resharding after the forward: the flat parameters' backward
+   * readers read their own copy (flat.c) */
+  bool *forward = fsdp && zero == 3 && !p->keep_after_forward ? loss_nodes(g) : NULL;
+  int32_t n_forward = g->n_nodes; /* the nodes forward[] covers: flat.c adds more */
+  sc_status st = base && shard && split && flat &&
+                         (forward || !fsdp || zero != 3 || p->keep_after_forward)
+                     ? SC_OK
+                     : nomem(g);
   for (int32_t i = 0; st == SC_OK && i < n_in; i++) {
     int32_t id = g->inputs[i];
     const sc_value *v = &g->values[id];
@@ -194,8 +229,9 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     else sc_sharding_replicated(&base[i], v->rank);
     if (new_of(g, id) < 0 || param_of(p, v->name) != id) continue;
     split[i] = fsdp && fsdp_sharding(p, v, &base[i], &shard[i]);
-    if (fsdp && !split[i] && (zero == 1 || zero == 2)) {
-      st = sc_partition_flatten_param(p, id, &base[i], &shard[i], &order, &flat[i]);
+    if (fsdp && !split[i] && zero >= 1) {
+      st = sc_partition_flatten_param(p, id, &base[i], forward, n_forward, &shard[i],
+                                      &order, &flat[i]);
       if (st != SC_OK) break;
       any_flat |= flat[i];
     }
@@ -210,6 +246,7 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
   if (st == SC_OK && any_flat) st = sc_partition_flat_order(g, &order);
   sc_free(order.node);
   sc_free(order.after);
+  sc_free(forward);
   for (int32_t i = 0; st == SC_OK && i < n_in; i++) {
     int32_t id = g->inputs[i], out = new_of(g, id);
     if (out < 0) continue;
@@ -221,7 +258,7 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     bool accum = strncmp(name, "accum:", 6) == 0;
     int32_t need = pid == id ? 3 : accum ? 2 : 1;
     const sc_sharding *s = split[k] && zero >= need ? &shard[k] : &base[k];
-    if (flat[k] && pid != id && !accum) s = &shard[k]; /* the flat state */
+    if (flat[k] && (pid != id || zero == 3) && !accum) s = &shard[k]; /* the flat state */
     sc_sharding pending;
     if (accum && p->n_chunks > 0 && !(split[k] && zero >= 1)) {
       pending_over_data(p, &base[k], &pending);

@@ -10,7 +10,10 @@ all-gathered. Checked, with seeded random data (batch 6), 3 steps:
     dp=2 x fsdp=3 --zero 1 (HSDP), fsdp=3 x tp=2 --zero 1 (the views per
     tensor-parallel piece, the fused QKV's strided columns per block),
     fsdp=3 --zero 1 --grad-accum 2 and pp=2 x fsdp=3 --zero 1 (1F1B, 2
-    microbatches: the accumulated gradient reduce-scattered once a step);
+    microbatches: the accumulated gradient reduce-scattered once a step),
+    fsdp=3 --zero 3 with and without --no-reshard-after-forward (the
+    parameters themselves stored flat, gathered for the forward and the
+    backward);
     the MLP (SGD,
     momentum, weight decay) at fsdp=3 --zero 1: each step's loss and
     gradient norm equal one rank's (relative 2e-5), the checkpoints' weights
@@ -18,8 +21,13 @@ all-gathered. Checked, with seeded random data (batch 6), 3 steps:
     parameters' shapes (test_train_dist's tolerances: 2e-2 of the change
     under AdamW, 2e-4 under SGD), finite;
   - a checkpoint saved after 2 steps at fsdp=3 --zero 1 resumes on one
-    rank, at fsdp=3 --zero 1 and at fsdp=2 --zero 1 (dims sharded), and
-    step 3 equals the uninterrupted run's;
+    rank, at fsdp=3 --zero 1 and at fsdp=2 --zero 1 (dims sharded); one
+    saved at fsdp=3 --zero 3 on one rank, at fsdp=3 --zero 3, fsdp=2
+    --zero 3 and fsdp=3 --zero 1; step 3 equals the uninterrupted run's
+    (2e-5);
+  - fsdp=3 --zero 3 compiled to a bundle (training.json gives the flat
+    parameters' shapes) trains to the same step 3; with --init rules
+    (no model weights used) 2 steps equal one rank's;
   - `shardc plan --train --json` (the MLP at fsdp=3 --zero 1, AdamW): the
     reduce-scatters and the all-gathers each send (S−1)/S of the padded
     flat sizes, Σ 4·m_pad·2/3 bytes with m_pad the numel rounded up to a
@@ -58,7 +66,9 @@ SAMPLES = {
               ["--mesh", "dp=2,fsdp=3", "--zero", "1"], ["--mesh", "fsdp=3,tp=2", "--zero", "1"],
               ["--mesh", "fsdp=3", "--zero", "1", "--grad-accum", "2"],
               ["--mesh", "pp=2,fsdp=3", "--zero", "1", "--microbatches", "2",
-               "--schedule", "1f1b"]]),
+               "--schedule", "1f1b"],
+              ["--mesh", "fsdp=3", "--zero", "3"],
+              ["--mesh", "fsdp=3", "--zero", "3", "--no-reshard-after-forward"]]),
     "mlp": (lambda r: {"x": r.uniform(-1, 1, (BATCH, 64)).astype(np.float32)},
             lambda r: r.randint(0, 10, (BATCH,)),
             ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--weight-decay", "0.01"],
@@ -101,24 +111,61 @@ def main():
                 worst = compare(name, what, ref, got, init, 2e-2 if "adamw" in opts else 2e-4)
                 print(f"{name:5s} {what:55s} loss/norm rel diff {worst:.2e}")
 
-        # resuming a flat checkpoint under other meshes
+        # resuming a flat checkpoint (ZeRO-1's flat state; ZeRO-3's flat
+        # parameters too) under other meshes
         model, base = sample_args(tmp, "gpt2")
         full = losses(os.path.join(tmp, "gpt2_0.jsonl"))
-        ck = os.path.join(tmp, "flat_ck")
-        p = run(base + ["--steps", "2", "--save", ck, "--mesh", "fsdp=3", "--zero", "1"])
-        if check(p.returncode == 0, f"save at fsdp=3 --zero 1: {p.stderr[-500:]}"):
-            for mesh in ([], ["--mesh", "fsdp=3", "--zero", "1"],
-                         ["--mesh", "fsdp=2", "--zero", "1"]):
-                log = os.path.join(tmp, "resume_%s.jsonl" % "_".join(mesh).replace("=", ""))
+
+        def step3_equal(what, log):
+            got = losses(log)
+            check(len(got) >= 1 and got[-1]["step"] == 3 and
+                  abs(got[-1]["loss"] - full[2]["loss"]) <= 2e-5 * abs(full[2]["loss"]) and
+                  abs(got[-1]["grad_norm"] - full[2]["grad_norm"]) <=
+                  2e-5 * abs(full[2]["grad_norm"]),
+                  f"{what}: step 3 {got} vs {full[2]}")
+
+        for zero, others in (("1", [["--mesh", "fsdp=2", "--zero", "1"]]),
+                             ("3", [["--mesh", "fsdp=2", "--zero", "3"],
+                                    ["--mesh", "fsdp=3", "--zero", "1"]])):
+            ck = os.path.join(tmp, "flat_ck" + zero)
+            p = run(base + ["--steps", "2", "--save", ck, "--mesh", "fsdp=3", "--zero", zero])
+            if not check(p.returncode == 0, f"save at fsdp=3 --zero {zero}: {p.stderr[-500:]}"):
+                continue
+            for mesh in [[], ["--mesh", "fsdp=3", "--zero", zero]] + others:
+                log = os.path.join(tmp, "resume%s_%s.jsonl" %
+                                   (zero, "_".join(mesh).replace("=", "")))
                 p = run(base + ["--steps", "3", "--resume", ck, "--log-json", log] + mesh)
-                if not check(p.returncode == 0, f"resume at {mesh}: {p.stderr[-500:]}"):
-                    continue
-                got = losses(log)
-                check(len(got) == 1 and got[0]["step"] == 3 and
-                      abs(got[0]["loss"] - full[2]["loss"]) <= 2e-5 * abs(full[2]["loss"]) and
-                      abs(got[0]["grad_norm"] - full[2]["grad_norm"]) <=
-                      2e-5 * abs(full[2]["grad_norm"]),
-                      f"resume at {mesh or 'one rank'}: step 3 {got} vs {full[2]}")
+                if check(p.returncode == 0, f"resume at {mesh}: {p.stderr[-500:]}"):
+                    step3_equal(f"--zero {zero} checkpoint resumed at {mesh or 'one rank'}", log)
+
+        # ZeRO-3's flat parameters from a compiled bundle (training.json
+        # carries their shapes), and from --init's rules (drawn in P's shape)
+        bundle = os.path.join(tmp, "z3_bundle")
+        p = subprocess.run([SHARDC, "compile", model, "--train", "-o", bundle, "--dim",
+                            f"batch={BATCH}", "--optimizer", "adamw", "--clip-grad-norm", "1",
+                            "--mesh", "fsdp=3", "--zero", "3"], capture_output=True, text=True,
+                           timeout=300)
+        if check(p.returncode == 0, f"compile fsdp=3 --zero 3: {p.stderr[-500:]}"):
+            shapes = [t for t in json.load(open(os.path.join(bundle, "training.json")))["params"]
+                      if "param_shape" in t]
+            check(len(shapes) > 0, "fsdp=3 --zero 3 bundle: no parameter stored flat")
+            log = os.path.join(tmp, "z3_bundle.jsonl")
+            args = base[base.index("--threads"):base.index("--optimizer")]
+            p = run([bundle, "--lr", "1e-3", "--steps", "3", "--log-json", log] + args)
+            if check(p.returncode == 0, f"train the fsdp=3 --zero 3 bundle: {p.stderr[-500:]}"):
+                step3_equal("the fsdp=3 --zero 3 bundle", log)
+        rules = ["--init", "*ln_*.weight=ones", "--init", "*.bias=zeros", "--init",
+                 "*=normal:0.02", "--seed", "1", "--steps", "2"]
+        inits = []
+        for mesh in ([], ["--mesh", "fsdp=3", "--zero", "3"]):
+            log = os.path.join(tmp, "init%d.jsonl" % len(mesh))
+            p = run(base + rules + ["--log-json", log] + mesh)
+            if check(p.returncode == 0, f"--init at {mesh}: {p.stderr[-500:]}"):
+                inits.append(losses(log))
+        if len(inits) == 2:
+            check(all(abs(a["loss"] - b["loss"]) <= 2e-5 * abs(a["loss"]) for a, b in
+                      zip(*inits)) and len(inits[1]) == 2,
+                  f"--init at fsdp=3 --zero 3: {inits[1]} vs one rank {inits[0]}")
 
         # the planned arena is the allocated one (MLP, AdamW, fsdp=3 --zero 1)
         mlp, mlp_base = sample_args(tmp, "mlp")

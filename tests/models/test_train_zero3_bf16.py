@@ -25,12 +25,16 @@ data (batch 6), AdamW with clipping, 3 steps:
   - a checkpoint saved after 2 bf16 steps at fsdp=2 --zero 3 resumes on one
     rank and at fsdp=3 --zero 3 --no-reshard-after-forward, and step 3's loss
     and gradient norm equal the uninterrupted one-rank run's within 1e-3;
-  - `shardc plan --train --json` at fsdp=2 --zero 3 --precision bf16: the
-    forward's all-gathers move 2 bytes an element of the linear layers'
-    weights and biases (read only through their Cast) and 4 of every other
-    parameter (the embeddings, read by a Gather and the tied LM head; the
-    norms), to the byte, once a step under --no-reshard-after-forward;
-    each rank sends (S-1)/S of it; in fp32 every parameter's 4.
+  - `shardc plan --train --json` at fsdp=2 and fsdp=3 --zero 3 --precision
+    bf16: the forward's all-gathers move 2 bytes an element of the linear
+    layers' weights and biases (read only through their Cast) and 4 of
+    every other parameter (the embeddings, read by a Gather and the tied LM
+    head; the norms), to the byte, once a step under
+    --no-reshard-after-forward; each rank sends (S-1)/S of it; in fp32
+    every parameter's 4. At fsdp=3, where 3 divides none of most
+    parameters' dims, ZeRO-3 stores those flat (passes/partition/flat.c):
+    their elements are padded to a multiple of 3, and the fsdp=3 runs
+    above train them so.
 
 Environment: SHARDC. Exit 0 on success, 1 on any failure.
 """
@@ -174,27 +178,32 @@ def main():
                       rel(full[2]["grad_norm"], got[0]["grad_norm"]) <= 1e-3,
                       f"resume at {mesh or 'one rank'}: step 3 {got} vs {full[2]}")
 
-    # the gathers' bytes against the formula (S = 2)
+    # the gathers' bytes against the formula: S = 2 (dims sharded), S = 3
+    # (flat: each parameter's numel padded to a multiple of 3)
     linear = ("c_attn", "c_proj", "c_fc")
     trained = {k: v for k, v in init.items() if not k.endswith(".T")}  # the tied copy
-    low = sum(v.size for k, v in trained.items() if any(s in k for s in linear))
-    high = sum(v.size for k, v in trained.items() if not any(s in k for s in linear))
-    want = {"bf16": 2 * low + 4 * high, "f32": 4 * (low + high)}
-    for prec in ("bf16", "f32"):
-        for extra in ([], NRAF):
-            p = subprocess.run([SHARDC, "plan", MODEL, "--train", "--dim", "batch=4", "--json",
-                                "--mesh", "fsdp=2", "--zero", "3"] +
-                               (BF16 if prec == "bf16" else []) + extra,
-                               capture_output=True, text=True, timeout=300)
-            if not check(p.returncode == 0, f"plan {prec} {extra}: {p.stderr[-500:]}"):
-                continue
-            fw, al, sent = gathered(json.loads(p.stdout))
-            check(fw == want[prec] and 2 * sent == al and (al == fw) == bool(extra),
-                  f"plan fsdp=2 --zero 3 {prec} {' '.join(extra)}: all-gathers move {al} bytes, "
-                  f"{fw} in the forward, send {sent} a rank; the formula {want[prec]} "
-                  f"(bf16 elements {low}, f32 {high})")
-            print(f"plan fsdp=2 --zero 3 {prec} {' '.join(extra):28s} forward gathers {fw} "
-                  f"bytes (formula {want[prec]}), step {al}, sent a rank {sent}")
+    for S in (2, 3):
+        def padded(n):
+            return (n + S - 1) // S * S
+        low = sum(padded(v.size) for k, v in trained.items() if any(s in k for s in linear))
+        high = sum(padded(v.size) for k, v in trained.items() if not any(s in k for s in linear))
+        want = {"bf16": 2 * low + 4 * high, "f32": 4 * (low + high)}
+        for prec in ("bf16", "f32"):
+            for extra in ([], NRAF):
+                p = subprocess.run([SHARDC, "plan", MODEL, "--train", "--dim", "batch=6",
+                                    "--json", "--mesh", f"fsdp={S}", "--zero", "3"] +
+                                   (BF16 if prec == "bf16" else []) + extra,
+                                   capture_output=True, text=True, timeout=300)
+                if not check(p.returncode == 0, f"plan {prec} {extra}: {p.stderr[-500:]}"):
+                    continue
+                fw, al, sent = gathered(json.loads(p.stdout))
+                check(fw == want[prec] and S * sent == (S - 1) * al and
+                      (al == fw) == bool(extra),
+                      f"plan fsdp={S} --zero 3 {prec} {' '.join(extra)}: all-gathers move {al} "
+                      f"bytes, {fw} in the forward, send {sent} a rank; the formula "
+                      f"{want[prec]} (bf16 elements {low}, f32 {high})")
+                print(f"plan fsdp={S} --zero 3 {prec} {' '.join(extra):28s} forward gathers "
+                      f"{fw} bytes (formula {want[prec]}), step {al}, sent a rank {sent}")
     return finish()
 
 
