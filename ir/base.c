@@ -186,6 +186,18 @@ void *sc_realloc(void *p, size_t n) {
 void sc_free(void *p) {
   if (p) g_alloc.free(g_alloc.ud, p);
 }
+bool sc_grow_i32_pair(int32_t **a, int32_t **b, int32_t n, int32_t *cap) {
+  if (n < *cap) return true;
+  if (*cap > INT32_MAX / 2) return false;
+  int32_t c = *cap ? 2 * *cap : 64;
+  int32_t *x = sc_realloc(*a, (size_t)c * sizeof *x);
+  if (x) *a = x;
+  int32_t *y = sc_realloc(*b, (size_t)c * sizeof *y);
+  if (y) *b = y;
+  if (!x || !y) return false;
+  *cap = c;
+  return true;
+}
 char *sc_strdup(const char *s) {
   size_t n = strlen(s) + 1;
   char *p = sc_malloc(n);

@@ -95,6 +95,10 @@ bool sc_mem_probe(uint64_t bytes);
 void *sc_calloc(size_t count, size_t size); /* overflow-checked */
 void *sc_realloc(void *p, size_t n);
 void sc_free(void *p);
+/* Room for element n of two parallel int32 arrays allocated for *cap
+ * (doubled, from 64, when n reaches it): false when memory runs out, the
+ * arrays then still valid (either may have moved) and *cap unchanged. */
+bool sc_grow_i32_pair(int32_t **a, int32_t **b, int32_t n, int32_t *cap);
 char *sc_strdup(const char *s);
 
 /* The multiples of parts nearest to x, into buf: "12 or 16" (the one below

@@ -143,15 +143,7 @@ static int32_t const_i64(bucketer *b, int32_t n, const int64_t *vals) {
 
 /* Node nid goes before old node `before` (after what went there first). */
 static bool put(bucketer *b, int32_t nid, int32_t before) {
-  if (b->n_new == b->cap_new) {
-    int32_t cap = b->cap_new ? 2 * b->cap_new : 64;
-    int32_t *x = sc_realloc(b->insert_at, (size_t)cap * sizeof *x);
-    if (x) b->insert_at = x;
-    int32_t *y = sc_realloc(b->ins_node, (size_t)cap * sizeof *y);
-    if (y) b->ins_node = y;
-    if (!x || !y) return false;
-    b->cap_new = cap;
-  }
+  if (!sc_grow_i32_pair(&b->insert_at, &b->ins_node, b->n_new, &b->cap_new)) return false;
   b->ins_node[b->n_new] = nid;
   b->insert_at[b->n_new++] = before;
   if (nid < b->first_new) b->moved[nid] = true;

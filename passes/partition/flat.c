@@ -313,15 +313,8 @@ static int32_t update_gradient(const sc_graph *g, const char *pname, const int32
  * (sc_partition_flat_order). */
 static sc_status order_after(sc_graph *g, sc_flat_order *order, int32_t from, int32_t after) {
   for (int32_t i = from; i < g->n_nodes; i++) {
-    if (order->n == order->cap) {
-      int32_t cap = order->cap ? 2 * order->cap : 64;
-      int32_t *x = sc_realloc(order->node, (size_t)cap * sizeof *x);
-      if (x) order->node = x;
-      int32_t *y = sc_realloc(order->after, (size_t)cap * sizeof *y);
-      if (y) order->after = y;
-      if (!x || !y) return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
-      order->cap = cap;
-    }
+    if (!sc_grow_i32_pair(&order->node, &order->after, order->n, &order->cap))
+      return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
     order->node[order->n] = i;
     order->after[order->n++] = after;
   }
