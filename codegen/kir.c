@@ -1325,9 +1325,10 @@ typedef struct digit {
 } digit;
 enum { MAX_DIGITS = 2 * SC_MAX_RANK + 2 };
 
-/* Adds i64 expression id, times scale, to the sum of digits d[0 .. *n) and
- * constant *cst; false when it is not such a sum. */
-static bool digits(const kir_kernel *k, int32_t id, int64_t scale, digit *d, int *n,
+/* Adds i64 expression id, times scale, to the sum of digits d[0 .. *n) (d
+ * holding cap) and constant *cst; false when it is not such a sum or has
+ * more digits than cap. */
+static bool digits(const kir_kernel *k, int32_t id, int64_t scale, digit *d, int *n, int cap,
                    int64_t *cst, int depth) {
   if (id < 0 || id >= k->n_exprs || depth > 64) return false;
   const kir_expr *e = &k->exprs[id];
@@ -1338,24 +1339,26 @@ static bool digits(const kir_kernel *k, int32_t id, int64_t scale, digit *d, int
   case KIR_VAR:
     if (e->var != KIR_INNER) /* an outer dim of extent 1 is 0 */
       return e->var >= 0 && e->var < k->outer_rank && k->outer_dims[e->var] == 1;
-    if (*n == MAX_DIGITS) return false;
+    if (*n >= cap) return false;
     d[(*n)++] = (digit){scale, 1, 0};
     return true;
   case KIR_ADD:
-    return digits(k, e->a, scale, d, n, cst, depth + 1) &&
-           digits(k, e->b, scale, d, n, cst, depth + 1);
+    return digits(k, e->a, scale, d, n, cap, cst, depth + 1) &&
+           digits(k, e->b, scale, d, n, cap, cst, depth + 1);
   case KIR_MUL:
     if (is_const(k, e->b))
-      return sc_mul_i64(scale, k->exprs[e->b].i, &t) && digits(k, e->a, t, d, n, cst, depth + 1);
+      return sc_mul_i64(scale, k->exprs[e->b].i, &t) &&
+             digits(k, e->a, t, d, n, cap, cst, depth + 1);
     if (is_const(k, e->a))
-      return sc_mul_i64(scale, k->exprs[e->a].i, &t) && digits(k, e->b, t, d, n, cst, depth + 1);
+      return sc_mul_i64(scale, k->exprs[e->a].i, &t) &&
+             digits(k, e->b, t, d, n, cap, cst, depth + 1);
     return false;
   case KIR_DIV: case KIR_MOD: { /* of one whole digit by a positive constant */
     digit x;
     int nx = 0;
     int64_t c = 0, by = is_const(k, e->b) ? k->exprs[e->b].i : 0;
-    if (by < 1 || !digits(k, e->a, 1, &x, &nx, &c, depth + 1) || nx != 1 || c != 0 ||
-        x.scale != 1 || *n == MAX_DIGITS)
+    if (by < 1 || !digits(k, e->a, 1, &x, &nx, 1, &c, depth + 1) || nx != 1 || c != 0 ||
+        x.scale != 1 || *n >= cap)
       return false;
     if (e->op == KIR_DIV) {
       /* ((r / div) % mod) / by is (r / (div * by)) % (mod / by) when by divides mod */
@@ -1380,7 +1383,7 @@ bool kir_is_inner_index(const kir_kernel *k, int32_t id) {
   digit d[MAX_DIGITS];
   int n = 0, m = 0;
   int64_t cst = 0, t;
-  if (!digits(k, id, 1, d, &n, &cst, 0) || cst != 0) return false;
+  if (!digits(k, id, 1, d, &n, MAX_DIGITS, &cst, 0) || cst != 0) return false;
   for (int i = 0; i < n; i++) { /* r < inner: a digit from inner up is 0, a mod reaching it none */
     if (d[i].div >= k->inner) continue;
     if (d[i].mod != 0 && (!sc_mul_i64(d[i].div, d[i].mod, &t) || t >= k->inner)) d[i].mod = 0;
