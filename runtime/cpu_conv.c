@@ -80,6 +80,24 @@ typedef struct thread_state {
  * cannot close it. */
 enum { EXEC_HEADROOM = 1 << 20 };
 
+/* oneDNN's JIT writes a new primitive's code into memory it maps itself,
+ * and the process ends (SIGSEGV in its code writer) when that fails: seen
+ * under ulimit -v, creating a max-pool's primitive. So a primitive is
+ * created only while this much address space is free (sc_mem_probe; the
+ * largest kernel seen needed under 3 MiB); otherwise it is declined as
+ * when oneDNN has no kernel for it, and the step takes its own path, whose
+ * memory the plan holds. */
+enum { JIT_HEADROOM = 4 << 20 };
+
+static bool create_primitive(dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd) {
+  *prim = NULL;
+  if (!sc_mem_probe(JIT_HEADROOM) || dnnl_primitive_create(prim, pd) != dnnl_success) {
+    *prim = NULL;
+    return false;
+  }
+  return true;
+}
+
 static pthread_mutex_t states_mu = PTHREAD_MUTEX_INITIALIZER;
 static thread_state **states;
 static size_t n_states, cap_states;
@@ -409,7 +427,7 @@ static dnnl_primitive_t make_reorder(const dnnl_memory_desc_t *from, const dnnl_
   if (ok)
     ok = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, attr) == dnnl_success;
   if (ok) *pad = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  if (ok && dnnl_primitive_create(&prim, pd) != dnnl_success) prim = NULL;
+  if (ok) create_primitive(&prim, pd);
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (po) dnnl_post_ops_destroy(po);
   if (attr) dnnl_primitive_attr_destroy(attr);
@@ -570,7 +588,7 @@ static bool conv_build_with(conv *c, const sc_gemm *g, int64_t G) {
   if (G > 1 && len > 0 && (size_t)len < sizeof c->note)
     snprintf(c->note + len, sizeof c->note - (size_t)len, ", %lld images per tile", (long long)G);
   c->pad_conv = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  bool ok = dnnl_primitive_create(&c->prim, pd) == dnnl_success;
+  bool ok = create_primitive(&c->prim, pd);
   dnnl_primitive_desc_destroy(pd);
   if (!ok) return false;
   c->src_bytes = dnnl_memory_desc_equal(&c->src_md, &c->x_user)
@@ -680,7 +698,7 @@ static bool pool_build_in(pool *o, int i) {
     snprintf(o->note[i], sizeof o->note[i], "direct max-pool, oneDNN %s, nChw%lldc", impl,
              (long long)BLOCKS[i]);
     o->pad[i] = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    if (dnnl_primitive_create(&o->prim[i], pd) != dnnl_success) o->prim[i] = NULL;
+    create_primitive(&o->prim[i], pd);
   }
   if (pd) dnnl_primitive_desc_destroy(pd);
   return o->prim[i] != NULL;
