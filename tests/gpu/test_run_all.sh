@@ -24,7 +24,15 @@ rc=$?
 last=$(tail -n 1 "$out/log")
 echo "run-all: exit $rc, '$last'"
 if [ $rc -ne 0 ] || ! echo "$last" | grep -Eq '^([3-9]|[1-9][0-9]+) passed, 0 failed$'; then
-  echo "FAIL: run-all.sh rehearsal"; tail -n 40 "$out/log"; exit 1
+  echo "FAIL: run-all.sh rehearsal"
+  # the failed checks whole (the log's tail is the summary's last ones)
+  "$py" - "$out/summary.json" <<'PY' || tail -n 40 "$out/log"
+import json, sys
+for c in json.load(open(sys.argv[1]))["checks"]:
+    if c["status"] == "fail":
+        print(f"failed: {c['name']}: {c['detail'][-3000:]}")
+PY
+  exit 1
 fi
 "$py" - "$out/summary.json" "$last" <<'PY' || exit 1
 import json, sys
