@@ -706,7 +706,7 @@ typedef struct sim_ctx {
   bool trace_nomem;        /* an event could not be stored */
   const double *scale;     /* [P] what each rank's compute times are
                               multiplied by (time-sliced thread-ranks:
-                              busy_share), or NULL: 1 */
+                              sc_dist_sim_run_traced), or NULL: 1 */
 } sim_ctx;
 
 /* Records [start, end) of kind on r's queue, merged into the queue's last

@@ -137,7 +137,6 @@ typedef struct auto_args {
   const char *html;         /* --html FILE: the chosen plan's page, with the table */
   bool estimate;            /* --estimate: one plan's estimate against its exact
                                figures (estimate_one), no search */
-  bool reduce_low;          /* --reduce-dtype bf16|fp16 (sc_search_opts) */
   const char *reduce_dtype; /* --reduce-dtype as given, or NULL: a numerics
                                choice of the step (like --precision), which
                                --auto keeps rather than chooses */
@@ -222,7 +221,6 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
     rest[(*n_rest)++] = argv[i++];
   }
   a->train = train;
-  a->reduce_low = p->reduce_dtype && strcmp(p->reduce_dtype, "fp32") != 0;
   a->reduce_dtype = p->reduce_dtype;
   if (p->reduce_dtype && asked) { /* in the replay, as the training options are */
     size_t len = strlen(a->train_opts);
@@ -878,7 +876,7 @@ static sc_search_opts search_opts_of(sc_search_goal goal, const auto_args *a,
                        .dtype = t->bf16 ? SC_CLUSTER_BF16 : t->fp16 ? SC_CLUSTER_FP16
                                                                    : SC_CLUSTER_FP32,
                        .adamw = t->optimizer != SC_OPTIMIZER_SGD,
-                       .reduce_low = a->reduce_low,
+                       .reduce_low = a->reduce_dtype && strcmp(a->reduce_dtype, "fp32") != 0,
                        .memory_budget = a->budget_bytes,
                        .max_pp = SC_DIST_SIM_MAX_RANKS,
                        .near_margin = near_margin(goal)};
@@ -1705,7 +1703,6 @@ int sc_plan_auto_resolve(sc_partition_args *p, const sc_cli_opts *o, sc_train_ar
                    .cluster_spec = p->cluster, .cluster = p->cluster_loaded};
   if (ta) x.args.budget_bytes = ta->memory_budget;
   x.args.reduce_dtype = p->reduce_dtype;
-  x.args.reduce_low = p->reduce_dtype && strcmp(p->reduce_dtype, "fp32") != 0;
   if ((rc = choose(&x)) != 0) return rc;
   const sc_search_cand *c = &x.r->top[x.chosen];
   const sc_plan_predicted *pr = &x.ex.b->plan->predicted;
