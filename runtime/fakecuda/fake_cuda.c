@@ -181,6 +181,9 @@ typedef struct ffunc {
 struct fmodule {
   sc_cuda_emu *emu;
   pthread_mutex_t mu; /* one launch at a time per emulator */
+  pthread_mutex_t funcs_mu; /* guards funcs: threads of one context look up
+                               functions of a shared module at once, as the
+                               driver API allows */
   ffunc *funcs;
   atomic_long queued; /* launches of its functions not yet run */
 };
@@ -1182,6 +1185,7 @@ EXPORT CUresult cuModuleLoadDataEx(CUmodule *out, const void *image, unsigned n_
     return SC_CUDA_ERROR_INVALID_PTX;
   }
   pthread_mutex_init(&m->mu, NULL);
+  pthread_mutex_init(&m->funcs_mu, NULL);
   *out = (CUmodule)m;
   logln("call cuModuleLoadDataEx (%.1f s host compile)", sc_cuda_emu_compile_seconds(m->emu));
   return SC_CUDA_SUCCESS;
@@ -1200,6 +1204,7 @@ EXPORT CUresult cuModuleUnload(CUmodule h) {
   }
   sc_cuda_emu_close(m->emu);
   pthread_mutex_destroy(&m->mu);
+  pthread_mutex_destroy(&m->funcs_mu);
   free(m);
   return SC_CUDA_SUCCESS;
 }
@@ -1207,27 +1212,32 @@ EXPORT CUresult cuModuleUnload(CUmodule h) {
 EXPORT CUresult cuModuleGetFunction(CUfunction *out, CUmodule h, const char *name) {
   if (!out || !h || !name) return SC_CUDA_ERROR_INVALID_VALUE;
   fmodule *m = (fmodule *)h;
-  for (ffunc *f = m->funcs; f; f = f->next)
-    if (strcmp(f->name, name) == 0) {
-      *out = (CUfunction)f;
-      return SC_CUDA_SUCCESS;
+  CUresult rc = SC_CUDA_SUCCESS;
+  pthread_mutex_lock(&m->funcs_mu);
+  ffunc *f = m->funcs;
+  while (f && strcmp(f->name, name) != 0) f = f->next;
+  if (!f) {
+    f = calloc(1, sizeof *f);
+    if (!f) {
+      rc = SC_CUDA_ERROR_OUT_OF_MEMORY;
+    } else if (strlen(name) >= sizeof f->name ||
+               !sc_cuda_emu_kernel_info(m->emu, name, &f->n_args, &f->mode, &f->n_ptrs,
+                                        &f->extents) ||
+               f->n_args < 0 || f->n_args > MAX_ARGS) {
+      free(f);
+      f = NULL;
+      rc = SC_CUDA_ERROR_NOT_FOUND;
+    } else {
+      snprintf(f->name, sizeof f->name, "%s", name);
+      f->max_dyn_shared = SC_CU_SHARED_DEFAULT_BYTES;
+      f->mod = m;
+      f->next = m->funcs;
+      m->funcs = f;
     }
-  ffunc *f = calloc(1, sizeof *f);
-  if (!f) return SC_CUDA_ERROR_OUT_OF_MEMORY;
-  if (strlen(name) >= sizeof f->name ||
-      !sc_cuda_emu_kernel_info(m->emu, name, &f->n_args, &f->mode, &f->n_ptrs, &f->extents) ||
-      f->n_args < 0 ||
-      f->n_args > MAX_ARGS) {
-    free(f);
-    return SC_CUDA_ERROR_NOT_FOUND;
   }
-  snprintf(f->name, sizeof f->name, "%s", name);
-  f->max_dyn_shared = SC_CU_SHARED_DEFAULT_BYTES;
-  f->mod = m;
-  f->next = m->funcs;
-  m->funcs = f;
-  *out = (CUfunction)f;
-  return SC_CUDA_SUCCESS;
+  pthread_mutex_unlock(&m->funcs_mu);
+  if (f) *out = (CUfunction)f;
+  return rc;
 }
 
 EXPORT CUresult cuFuncSetAttribute(CUfunction h, int attr, int value) {

@@ -33,7 +33,11 @@
  *   - a launch is race-checked over all its pointer params, not its first
  *     64: a multi-tensor kernel (codegen/multi_tensor.c) of 30 segments
  *     of 4 params, whose last segment's output another stream copies
- *     without waiting, is one violation. */
+ *     without waiting, is one violation;
+ *   - threads that look up one function of a fresh module at once all get
+ *     the same handle (the driver API lets threads share a module; the
+ *     lookup once appended racing copies and leaked them). */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -49,6 +53,7 @@
 
 static const sc_cu *cu;
 static CUmodule mod;
+static char *image; /* the module's text, kept to load fresh copies */
 static CUfunction f_bump, f_copy, f_rev;
 static long (*violations)(void); /* the fake driver's count */
 
@@ -104,11 +109,10 @@ static int setup(void **state) {
   char *prelude = NULL;
   if (sc_cuda_emit_kernels(NULL, 0, NULL, &prelude, &d) != SC_OK) return -1;
   size_t n = strlen(SC_CU_EMU_IMAGE) + strlen(prelude) + sizeof KERNELS;
-  char *image = malloc(n);
+  image = malloc(n);
   snprintf(image, n, "%s%s%s", SC_CU_EMU_IMAGE, prelude, KERNELS);
   sc_free(prelude);
   CUresult r = cu->module_load(&mod, image, 0, NULL, NULL);
-  free(image);
   if (r != SC_CUDA_SUCCESS) return -1;
   *(void **)&violations = dlsym(cu->lib, "sc_fake_cuda_violations");
   if (!violations) return -1;
@@ -121,6 +125,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   (void)state;
+  free(image);
   return mod ? (cu->module_unload(mod) == SC_CUDA_SUCCESS ? 0 : -1) : 0;
 }
 
@@ -290,6 +295,45 @@ static void test_ptx_refused(void **state) {
   assert_int_equal(cu->module_function(&f, mod, "no_such_kernel"), SC_CUDA_ERROR_NOT_FOUND);
 }
 
+enum { LOOKERS = 8 };
+
+typedef struct {
+  CUmodule m;
+  pthread_barrier_t *go;
+  CUfunction f;
+  CUresult rc;
+} lookup_arg;
+
+static void *look_up(void *p) {
+  lookup_arg *a = p;
+  pthread_barrier_wait(a->go);
+  a->rc = cu->module_function(&a->f, a->m, "bump");
+  return NULL;
+}
+
+static void test_concurrent_lookup(void **state) {
+  (void)state;
+  for (int round = 0; round < 20; round++) {
+    CUmodule m = NULL;
+    CU(cu->module_load(&m, image, 0, NULL, NULL));
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, LOOKERS);
+    pthread_t th[LOOKERS];
+    lookup_arg a[LOOKERS];
+    for (int i = 0; i < LOOKERS; i++) {
+      a[i] = (lookup_arg){.m = m, .go = &go};
+      assert_int_equal(pthread_create(&th[i], NULL, look_up, &a[i]), 0);
+    }
+    for (int i = 0; i < LOOKERS; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < LOOKERS; i++) {
+      CU(a[i].rc);
+      assert_ptr_equal(a[i].f, a[0].f);
+    }
+    CU(cu->module_unload(m));
+  }
+}
+
 static void test_dynamic_shared(void **state) {
   (void)state;
   CUstream s;
@@ -362,11 +406,11 @@ static void test_wide_launch_checked(void **state) {
   char *src = NULL;
   if (sc_cuda_emit_kernels(&k, 1, NULL, &src, &d) != SC_OK) fail_msg("%s", d.msg);
   size_t n = strlen(SC_CU_EMU_IMAGE) + strlen(src) + 1;
-  char *image = malloc(n);
-  snprintf(image, n, "%s%s", SC_CU_EMU_IMAGE, src);
+  char *text = malloc(n);
+  snprintf(text, n, "%s%s", SC_CU_EMU_IMAGE, src);
   CUmodule m;
   CUfunction f;
-  CU(cu->module_load(&m, image, 0, NULL, NULL));
+  CU(cu->module_load(&m, text, 0, NULL, NULL));
   CU(cu->module_function(&f, m, "wide"));
   CUstream s1, s2;
   CU(cu->stream_create(&s1, SC_CU_STREAM_NON_BLOCKING));
@@ -398,7 +442,7 @@ static void test_wide_launch_checked(void **state) {
   CU(cu->stream_destroy(s1));
   CU(cu->stream_destroy(s2));
   CU(cu->module_unload(m));
-  free(image);
+  free(text);
   sc_free(src);
   sc_arena_free(&A);
 }
@@ -410,6 +454,7 @@ int main(void) {
       cmocka_unit_test(test_capture_misuse),       cmocka_unit_test(test_free_while_queued),
       cmocka_unit_test(test_ptx_refused),
       cmocka_unit_test(test_wide_launch_checked),
+      cmocka_unit_test(test_concurrent_lookup),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
