@@ -1259,17 +1259,33 @@ static sc_status sim_once(const sc_dist_program *dp, const sc_cluster *c, sc_dis
 
 /* Thread-ranks that outnumber the host's cores share them: stage_table
  * stretches every compute step by the share of all R ranks computing at
- * once (sc_cluster_core_share). A pipeline's ranks do not: each idles
- * through its bubbles and hand-offs, asleep, while the others have the
- * cores. So the share is found as a fixed point: simulated with the
- * stretch of R, each pipeline coordinate q's busy fraction u_q (its
- * compute, recompute and optimizer time over the step) gives the ranks
- * computing while q's do, n_q = m (q's own m = R / P, which run the same
- * program in step) + m * (the sum of the other coordinates' u), and q's
- * compute is simulated again at the stretch of n_q
- * (sc_cluster_core_share_busy), halfway from the last, until no stretch
- * moves by 0.5 % (at most SHARE_ROUNDS simulations before the last). */
+ * once (sc_cluster_core_share). They do not all compute at once: a rank
+ * waiting for a collective, a hand-off or a pipeline neighbour sleeps on
+ * the communicator, and the others have the cores. So the share is found
+ * as a fixed point: simulated with the stretch of R, each pipeline
+ * coordinate q's busy fraction u_q over the step is its compute,
+ * recompute and optimizer time plus the communication that ran beside
+ * them (its queues' busy time less what its compute waited for: an
+ * asynchronous collective keeps the rank's communication thread busy
+ * while its compute thread computes); the m = R / P ranks of each
+ * coordinate run its program, each busy u_q of the time, independently
+ * (a synchronous collective ends at once for all of them, but they wake
+ * one by one and take the cores in turn), so while one of q's ranks
+ * computes, n_q = 1 + (m - 1) u_q + m * (the sum of the other
+ * coordinates' u) compute, and q's compute is simulated again at the
+ * stretch of n_q (sc_cluster_core_share_busy), halfway from the last,
+ * until no stretch moves by 0.5 % (at most SHARE_ROUNDS simulations
+ * before the last). */
 enum { SHARE_ROUNDS = 8 };
+
+/* Rank q's busy fraction of the step (above), in [0, 1]. */
+static double busy_fraction(const sc_dist_sim *s, int32_t q) {
+  const sc_dist_sim_rank *w = &s->ranks[q];
+  double beside = w->busy_comm_s - w->exposed_comm_s;
+  double u = (w->compute_s + w->recompute_s + w->optimizer_s + (beside > 0 ? beside : 0)) /
+             s->step_time_s;
+  return u < 1 ? u : 1;
+}
 
 sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
                                  sc_dist_sim *out, sc_dist_sim_trace *trace, sc_diag *d) {
@@ -1278,7 +1294,7 @@ sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
   int32_t P = dp->pipe_chunks ? dp->pipe_ranks
               : dp->pp_axis >= 0 ? (int32_t)dp->mesh.axes[dp->pp_axis].size
                                  : 1;
-  if (!(share > 1) || P < 2 || P > SC_DIST_SIM_MAX_RANKS)
+  if (!(share > 1) || R < 2 || P < 1 || P > SC_DIST_SIM_MAX_RANKS)
     return sim_once(dp, c, out, trace, NULL, d);
   double *scale = sc_calloc((size_t)P, sizeof *scale);
   if (!scale) return nomem(d);
@@ -1289,15 +1305,11 @@ sc_status sc_dist_sim_run_traced(const sc_dist_program *dp, const sc_cluster *c,
     if ((st = sim_once(dp, c, out, NULL, scale, d)) != SC_OK) break;
     if (!(out->step_time_s > 0) || out->n_ranks != P) break;
     double total = 0, u[SC_DIST_SIM_MAX_RANKS];
-    for (int32_t q = 0; q < P; q++) {
-      const sc_dist_sim_rank *w = &out->ranks[q];
-      u[q] = (w->compute_s + w->recompute_s + w->optimizer_s) / out->step_time_s;
-      if (u[q] > 1) u[q] = 1;
-      total += u[q];
-    }
+    for (int32_t q = 0; q < P; q++) total += u[q] = busy_fraction(out, q);
     double moved = 0;
     for (int32_t q = 0; q < P; q++) {
-      double want = sc_cluster_core_share_busy(c, m + m * (total - u[q])) / share;
+      double busy = 1 + (m - 1) * u[q] + m * (total - u[q]);
+      double want = sc_cluster_core_share_busy(c, busy) / share;
       double next = 0.5 * (scale[q] + want);
       double dm = fabs(next - scale[q]) / scale[q];
       if (dm > moved) moved = dm;

@@ -165,10 +165,12 @@ def main():
               f"plan with the profile: exit {r.returncode}: {r.stdout[-500:]} {r.stderr[-500:]}")
 
         # the sync rows, used: with a row for 2 ranks of stretch 2 and a
-        # call of 1 ms, dp=2's compute doubles (exactly: every compute step
-        # times 2) and its exposed communication grows by at least 1 ms
-        # (a synchronous all-reduce of the loss waits its whole time); a
-        # row for another count changes nothing
+        # call of 1 ms, dp=2's compute grows, by less than 1.98x (the ranks
+        # sleep through the calls, so fewer than 2 compute at once:
+        # codegen/dist_sim.c, SHARE_ROUNDS), and its exposed
+        # communication grows by at least 1 ms (a synchronous all-reduce
+        # of the loss waits its whole time); a row for another count
+        # changes nothing
         def predicted(prof_json, cmd=plan):
             path = os.path.join(d, "edited.json")
             json.dump(prof_json, open(path, "w"))
@@ -179,8 +181,9 @@ def main():
         base = predicted(dict(p, sync=[{"ranks": 3, "call_s": 1e-3, "stretch": 2.0}]))
         slow = predicted(dict(p, sync=[{"ranks": 2, "call_s": 1e-3, "stretch": 2.0}]))
         if base and slow:
-            check(abs(slow["compute_s"] - 2 * base["compute_s"]) <= 1e-9 * base["compute_s"],
-                  f"stretch 2: compute {slow['compute_s']} against {base['compute_s']}")
+            check(1.01 * base["compute_s"] < slow["compute_s"] < 1.98 * base["compute_s"],
+                  f"stretch 2: compute {slow['compute_s']} against {base['compute_s']} (want "
+                  f"between 1.01x and 1.98x)")
             check(sum(slow["exposed_comm_s"].values()) >= sum(base["exposed_comm_s"].values()) +
                   1e-3, f"call 1 ms: comm {slow['exposed_comm_s']} against "
                   f"{base['exposed_comm_s']}")

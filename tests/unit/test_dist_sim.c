@@ -22,7 +22,11 @@
  * B = 2W idles (P-1)(F+B) - (min(M, P)-1)·W ((P-1)(F+B-W) when M >= P, Qi
  * et al.), within 0.002 of the step, and its step is at most 1F1B's. On
  * every rank the five terms sum to its finish (1e-9 relative), and the step
- * is at least every rank's compute. */
+ * is at least every rank's compute.
+ *
+ * Thread-ranks outnumbering the host's cores (test_busy_share): compute is
+ * stretched by the share of the ranks busy at once, each rank busy for its
+ * compute and the communication beside it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -472,6 +476,81 @@ static void test_trace(void **state) {
 }
 
 
+/* Thread-ranks sharing the host's cores (the h100-sxm preset with 2 host
+ * cores: 8 tp ranks, a share of 4, no profile): a program of GEMMs alone
+ * keeps every rank computing the whole step, so its compute is 4 times
+ * the unshared (exactly: the fixed point does not move). With a
+ * synchronous all-reduce of 1 GiB after each of the three GEMMs (8.4 ms
+ * each against the GEMMs' 5.4 ms alone), the ranks sleep through the
+ * all-reduces and compute only part of the step: compute is stretched by
+ * the share of the ranks busy at once, sc_cluster_core_share_busy(1 + 7u)
+ * with u the rank's busy fraction of the step (within 3 %: the fixed
+ * point stops when no stretch moves by 0.5 %), between 1 and 4 times
+ * alone (2.76 here; 4 before the share counted the busy ranks). Started
+ * asynchronously and waited for after a shorter GEMM (0.54 ms), an
+ * all-reduce runs partly beside the compute, and that part counts as
+ * busy: the stretch is that of the busy fraction counting it (3.40). */
+static sc_dist_program *shared_program(sc_cluster *c, int n_comm, bool async) {
+  int32_t a;
+  sc_dist_program *dp = tp8_program(c, &a);
+  sc_program *p = dp->stages[0].program;
+  int64_t mm = 1024 * 1024, big = 512 * mm;
+  int32_t b = add_buffer(p, "B", SC_DTYPE_BF16, mm), g = add_buffer(p, "G", SC_DTYPE_BF16, big);
+  for (int i = 0; i < 3; i++) {
+    int32_t out = add_buffer(p, i == 0 ? "C0" : i == 1 ? "C1" : "C2", SC_DTYPE_BF16, mm);
+    add_gemm(p, a, b, out, 1000, "MatMul");
+    if (i >= n_comm) continue;
+    sc_step ar = {.kind = SC_STEP_COMM, .kernel = -1, .started = -1};
+    ar.comm = (sc_comm_step){.kind = SC_COMM_ALL_REDUCE, .in = g, .out = g, .pack = -1,
+                             .unpack = -1, .count = big, .axes = 1u, .group_size = 8,
+                             .async = async};
+    int32_t k = sc_program_add_step(p, &ar);
+    assert_true(k >= 0);
+    if (async) {
+      add_gemm(p, a, b, out, 100, "MatMul_beside");
+      sc_step w = {.kind = SC_STEP_WAIT, .kernel = -1, .started = k};
+      assert_true(sc_program_add_step(p, &w) >= 0);
+    }
+  }
+  return dp;
+}
+
+static double busy_of(const sc_dist_sim *s) {
+  const sc_dist_sim_rank *r = &s->ranks[0];
+  double beside = r->busy_comm_s - r->exposed_comm_s;
+  double u = (r->compute_s + r->optimizer_s + (beside > 0 ? beside : 0)) / s->step_time_s;
+  return u < 1 ? u : 1;
+}
+
+static void test_busy_share(void **state) {
+  (void)state;
+  sc_diag d = {0};
+  sc_diag_clear(&d);
+  for (int n_comm = 0; n_comm <= 3; n_comm += 3)
+    for (int async = 0; async <= (n_comm > 0); async++) {
+      sc_cluster alone = preset("h100-sxm:8x1"), shared = alone;
+      shared.host_cores = 2;
+      assert_close(sc_cluster_core_share(&shared, 8), 4);
+      sc_dist_program *dp = shared_program(&alone, n_comm, async);
+      sc_dist_sim a, s;
+      assert_int_equal(sc_dist_sim_run(dp, &alone, &a, &d), SC_OK);
+      assert_int_equal(sc_dist_sim_run(dp, &shared, &s, &d), SC_OK);
+      check_terms(&s);
+      double stretch = s.ranks[0].compute_s / a.ranks[0].compute_s;
+      if (n_comm == 0) {
+        assert_close(stretch, 4);
+      } else {
+        double u = busy_of(&s), want = sc_cluster_core_share_busy(&shared, 1 + 7 * u);
+        assert_true(u > 0.1 && u < 0.9);
+        assert_true(fabs(stretch - want) < 0.03 * want);
+        assert_true(stretch > 1.05 && stretch < 3.95);
+        if (async) /* the hidden all-reduces count: more busy than the compute alone */
+          assert_true(u > 1.05 * s.ranks[0].compute_s / s.step_time_s);
+      }
+      sc_dist_program_destroy(dp);
+    }
+}
+
 /* The CPU's kernel features (sc_dist_kernel_features) of two hand-built
  * kernels, and their time through a profile's kernel model. */
 static void test_kernel_features(void **state) {
@@ -610,6 +689,7 @@ int main(void) {
       cmocka_unit_test(test_bubbles),
       cmocka_unit_test(test_zero_bubble),
       cmocka_unit_test(test_trace),
+      cmocka_unit_test(test_busy_share),
       cmocka_unit_test(test_kernel_features),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
