@@ -38,7 +38,9 @@
  * The gradients' reductions are grouped the same way
  * (sc_partition_bucket_reductions). A member is the reduction of one
  * "grad:P": its ReduceScatter over fsdp along dim 0 (ZeRO 1-3), with the
- * AllReduce over the replicas that alone reads its result (HSDP) or none;
+ * AllReduce over the replicas that alone reads its result (HSDP) or none
+ * (under --reduce-dtype bf16 the ReduceScatter of grad:P's sole narrowing
+ * Cast, localize's: its Cast back to f32 moves with the member's copy-out);
  * or, with no reduce-scatter (ZeRO 0, plain data parallel, any axes), the
  * AllReduce of grad:P itself, or of a value that only sole Casts and
  * Reshapes make grad:P (a bf16 step under --reduce-dtype bf16 reduces a
@@ -381,10 +383,27 @@ static const char *reduced_param(const bucketer *b, const int32_t *off, const in
   return NULL;
 }
 
-/* Whether node i reduce-scatters "grad:P" of a parameter P along dim 0
- * over axis fsdp alone into pieces of S; P through *param. */
-static bool rs_candidate(const bucketer *b, int32_t i, const char *fsdp, int64_t S,
-                         const char **param) {
+/* Whether local value v is a narrowing Cast of "grad:P" read by nothing
+ * else (off, users: sc_graph_users'): the gradient cast to the reduce
+ * dtype for its reduce-scatter (--reduce-dtype bf16, localize.c's
+ * reshard); its parameter P, else NULL. */
+static const char *cast_grad_param(const bucketer *b, const int32_t *off, const int32_t *users,
+                                   int32_t v) {
+  const sc_graph *L = b->L;
+  const sc_value *x = &L->values[v];
+  if (x->producer < 0 || off[v + 1] - off[v] != 1 || (x->flags & SC_VALUE_OUTPUT)) return NULL;
+  const sc_node *c = &L->nodes[x->producer];
+  if (c->op != SC_OP_CAST || c->n_inputs != 1 || c->inputs[0] < 0) return NULL;
+  const sc_value *g = &L->values[c->inputs[0]];
+  if (sc_dtype_size(x->dtype) >= sc_dtype_size(g->dtype)) return NULL;
+  return grad_param(b, c->inputs[0]);
+}
+
+/* Whether node i reduce-scatters "grad:P" of a parameter P (or its cast
+ * to the reduce dtype: cast_grad_param) along dim 0 over axis fsdp alone
+ * into pieces of S; P through *param. */
+static bool rs_candidate(const bucketer *b, const int32_t *off, const int32_t *users, int32_t i,
+                         const char *fsdp, int64_t S, const char **param) {
   const sc_node *n = &b->L->nodes[i];
   if (!fsdp || n->op != SC_OP_REDUCE_SCATTER || n->n_inputs != 1 || n->n_outputs != 1 ||
       n->inputs[0] < 0 || n->outputs[0] < 0)
@@ -393,6 +412,7 @@ static bool rs_candidate(const bucketer *b, int32_t i, const char *fsdp, int64_t
   if (!ax || ax->n != 1 || strcmp(ax->strings[0], fsdp) != 0 || !dim || dim->i != 0)
     return false;
   const char *pp = grad_param(b, n->inputs[0]);
+  if (!pp) pp = cast_grad_param(b, off, users, n->inputs[0]);
   if (!pp || b->L->values[n->inputs[0]].dims[0] % S != 0) return false;
   *param = pp;
   return true;
@@ -670,7 +690,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
     rmember m = {.rs = -1, .ar = -1};
-    if (i < n0 && rs_candidate(&b, i, fsdp, S, &param)) {
+    if (i < n0 && rs_candidate(&b, off, users, i, fsdp, S, &param)) {
       const sc_node *n = &L->nodes[i];
       m.rs = i;
       m.g = n->inputs[0];
@@ -680,6 +700,16 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
       if (sole && r < n0 && is_all_reduce(L, r)) { /* HSDP: over the replicas */
         m.ar = r;
         m.y = L->nodes[r].outputs[0];
+        r = first_use(L, off, users, m.y);
+        sole = off[m.y + 1] - off[m.y] == 1 && !(L->values[m.y].flags & SC_VALUE_OUTPUT);
+      }
+      /* reduced in the reduce dtype: the Cast back to the gradient's dtype
+       * moves with the member's copy-out */
+      const sc_node *c = r < n0 ? &L->nodes[r] : NULL;
+      if (sole && c && c->op == SC_OP_CAST && !grad_param(&b, m.g) && c->n_outputs == 1 &&
+          c->outputs[0] >= 0) {
+        m.chain[m.n_chain++] = r;
+        m.use = first_use(L, off, users, c->outputs[0]);
       }
     } else if (i < n0 && is_all_reduce(L, i) && L->values[L->nodes[i].inputs[0]].rank >= 1 &&
                ((param = grad_param(&b, L->nodes[i].inputs[0])) ||

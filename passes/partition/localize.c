@@ -51,7 +51,10 @@
  *   a. partial axes A has and B lacks: ReduceScatter onto the dim where B
  *      adds that axis last (sequence parallelism's reduce-scatter), else
  *      AllReduce (reduce-scatters first; of the all-reduces tp's first,
- *      so that a data axis's, of a gradient, comes last);
+ *      so that a data axis's, of a gradient, comes last); an f32
+ *      gradient's reduce-scatter over a data axis and the data axes'
+ *      reductions after it in the plan's reduce dtype under
+ *      --reduce-dtype bf16 or fp16 (a Cast before, one back after);
  *   b'. an axis that splits dim d innermost in A and dim e innermost in B
  *      (the rest equal): one AllToAll moves it;
  *   b. per dim, while A's axis list is not a prefix of B's: AllGather the
@@ -361,7 +364,8 @@ static int32_t collective(lz *z, sc_op op, int32_t x, const sc_value *gv, int32_
                           int32_t dim, const sc_sharding *s) {
   int64_t loc[SC_MAX_RANK];
   if (local_dims(z, gv, s, loc) != SC_OK) return -1;
-  int32_t y = new_value(z, z->L->values[x].name, gv->dtype, gv->rank, loc, s);
+  const sc_value *xv = &z->L->values[x]; /* gv's dtype, or the reduce dtype (reshard) */
+  int32_t y = new_value(z, xv->name, xv->dtype, gv->rank, loc, s);
   if (y < 0) return lerr(z), -1;
   int32_t nid = emit(z, op, &x, 1, &y, 1);
   if (nid < 0 || attr_axes(z, nid, axis) != SC_OK) return -1;
@@ -483,6 +487,28 @@ static int32_t scalar_one(lz *z, sc_dtype t, sc_axes partial) {
   return make_const(z, "one", t, 0, NULL, data, false, &s);
 }
 
+/* A Cast of local value x (sharding s) to dtype t. */
+static int32_t cast_to(lz *z, int32_t x, sc_dtype t, const sc_sharding *s) {
+  const sc_value v = z->L->values[x]; /* a copy: adding values moves the array */
+  int32_t y = new_value(z, v.name, t, v.rank, v.dims, s);
+  if (y < 0) return lerr(z), -1;
+  int32_t nid = emit(z, SC_OP_CAST, &x, 1, &y, 1);
+  if (nid < 0 || attr_int(z, nid, "to", sc_dtype_to_onnx(t)) != SC_OK) return -1;
+  return y;
+}
+
+/* The dtype global value gv's reduce-scatter over a data axis runs in: the
+ * plan's reduce dtype for an f32 gradient (a value the backward makes:
+ * "grad:P", "grad:P.flat", what they are made of) under --reduce-dtype
+ * bf16 or fp16, as FSDP's reduce_dtype and Megatron's distributed optimizer
+ * with --grad-reduce-in-bf16 reduce-scatter it; else its own. */
+static sc_dtype scatter_dtype(const lz *z, const sc_value *gv) {
+  if (z->p->reduce_dtype == SC_DTYPE_UNDEF || gv->dtype != SC_DTYPE_F32 || !z->region ||
+      gv->producer < 0 || z->region[gv->producer] != REGION_GRAD)
+    return gv->dtype;
+  return z->p->reduce_dtype;
+}
+
 /* Local value of global value gid under sharding b. */
 static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
   const sc_value *gv = &z->g->values[gid];
@@ -525,7 +551,12 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
    * dp: its dp all-reduce is then the last, of "grad:P", and joins its
    * block's bucket, which nothing reads before the update; reduced over dp
    * first, the tp all-reduce read it at once and the backward waited for
-   * the dp queue there, every block) */
+   * the dp queue there, every block). A gradient's reduce-scatter over a
+   * data axis and the data axes' reductions after it run in scatter_dtype:
+   * cast before the first, cast back to f32 (the master's dtype) after the
+   * last or before a tp reduction (tp's sums stay in the gradient's dtype) */
+  sc_dtype low = scatter_dtype(z, gv);
+  bool narrow = false; /* x is the cast to low */
   for (int pass = 0; pass < 2; pass++)
     for (int32_t at = -1; at < z->m->n_axes; at++) {
       int32_t tp = z->p->tp_axis, ax = at < 0 ? tp : at;
@@ -541,9 +572,16 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
       if (pass == 0 && dim < 0) continue;
       sc_sharding next = a;
       next.partial &= ~(1u << ax);
+      bool first_scatter = ax != tp && dim >= 0 && !narrow, back = ax == tp && narrow;
+      if (low != gv->dtype && (first_scatter || back)) {
+        x = cast_to(z, x, narrow ? gv->dtype : low, &a);
+        if (x < 0) return -1;
+        narrow = !narrow;
+      }
       /* what the reduction moves: 2M for an all-reduce, M for a
        * reduce-scatter (ring), M the local bytes; and a collective's latency */
-      double bytes = (double)sc_value_numel(&z->L->values[x]) * sc_dtype_size(gv->dtype);
+      double bytes = (double)sc_value_numel(&z->L->values[x]) *
+                     sc_dtype_size(z->L->values[x].dtype);
       sc_cut_reduce(z->cg, z->pnode[(size_t)gid * z->m->n_axes + ax],
                     runs_per_step(z) * ((dim >= 0 ? 1.0 : 2.0) * bytes + SC_CUT_LATENCY_BYTES));
       if (dim >= 0) {
@@ -555,6 +593,7 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
       if (x < 0) return -1;
       a = next;
     }
+  if (narrow && (x = cast_to(z, x, gv->dtype, &a)) < 0) return -1;
   /* b'. an axis moving from one dim to another: AllToAll */
   for (int32_t d = 0; d < gv->rank; d++) {
     int32_t k = a.n_dim_axes[d];

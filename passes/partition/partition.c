@@ -160,6 +160,9 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   p->zero_stage = p->fsdp_axis < 0 ? 0 : plan->zero_stage > 0 ? plan->zero_stage : 3;
   p->keep_after_forward = plan->keep_after_forward;
   p->reduce_low = sc_plan_reduces_low(plan);
+  p->reduce_dtype = !p->reduce_low                            ? SC_DTYPE_UNDEF
+                    : strcmp(plan->reduce_dtype, "fp16") == 0 ? SC_DTYPE_F16
+                                                              : SC_DTYPE_BF16;
   if (p->fsdp_axis >= 0 && !p->training) {
     sc_partition_destroy(p);
     return sc_diag_set(d, SC_ERR_USAGE, NULL, NULL,

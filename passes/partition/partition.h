@@ -72,6 +72,11 @@ typedef struct sc_partition {
                                   dtype (the plan's reduce_dtype bf16 or
                                   fp16); false: only once widened to f32
                                   (localize.c, the cut) */
+  sc_dtype reduce_dtype;       /* training under reduce_low: the dtype
+                                  (bf16, fp16) an f32 gradient is cast to
+                                  for its reduce-scatter over a data axis
+                                  and the reductions after it (localize.c,
+                                  reshard); SC_DTYPE_UNDEF: none */
   int32_t n_stages;            /* 1 without pp */
   int32_t microbatches;        /* >= 1 */
   /* Pipelined training (pipe_train.c, ir/pipe.h): the step is cut into

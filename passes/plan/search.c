@@ -686,9 +686,15 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   double pbytes = e_stage * PARAM_B;
   double e_split = stage_split_params(bm, c, Ls);
   double lbytes = e_split * cb + (e_stage - e_split) * PARAM_B; /* GEMM weights in cb */
-  /* the gradients' reductions over the data axes: the GEMM weights' in cb
-   * under --reduce-dtype bf16, else all in fp32 after their cast back */
-  double rbytes = x->o->reduce_low ? lbytes : pbytes;
+  /* the gradients' reductions over the data axes: all in fp32 after
+   * their cast back, or under --reduce-dtype bf16 the GEMM weights' in cb
+   * (plain dp), and under fsdp every gradient's reduce-scatter and the
+   * shard's reductions over the other data axes in cb (cast before, the
+   * shard cast back to fp32 after: localize.c's reshard); rsize an
+   * element's bytes there */
+  bool all_low = x->o->reduce_low && c->fsdp > 1;
+  double rbytes = all_low ? e_stage * cb : x->o->reduce_low ? lbytes : pbytes;
+  double rsize = all_low ? cb : PARAM_B;
   if (c->fsdp > 1) {
     /* ZeRO-3 gathers the parameters for every microbatch and
      * reduce-scatters their gradients; so does every stage of a pipeline
@@ -711,14 +717,14 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     ag += ag_bwd;
     c->fsdp_s += ag;
     if (st == SC_OK)
-      st = coll(x, SC_COLL_REDUCE_SCATTER, times * pbytes, c->fsdp, n_fs, times * per_block,
+      st = coll(x, SC_COLL_REDUCE_SCATTER, times * rbytes, c->fsdp, n_fs, times * per_block,
                 &c->fsdp_s, d);
     if (st != SC_OK) return st;
   }
   /* ep is a data axis for every parameter but the experts (ep.c): their
    * gradients are reduced over dp and ep together, the experts' (each
    * rank's E/ep, computed from every ep rank's tokens) over dp alone */
-  double ebytes = (double)Ls * (double)b->expert_params / expert_split(c) * PARAM_B;
+  double ebytes = (double)Ls * (double)b->expert_params / expert_split(c) * rsize;
   if (ep > 1) {
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
     double bytes = (rbytes - ebytes) / (double)(c->fsdp > 1 ? c->fsdp : 1);
@@ -754,13 +760,14 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * sends 6.03 GB a step at M=2 and at M=8; pp=2,dp=2,fsdp=4 15.4 and
      * 51.6 GB) */
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
-    /* under hybrid sharding the shard the fp32 reduce-scatter made, in
-     * fp32 (the Megatron 16B shape at dp=24, fsdp=2, tp=4 ZeRO-3 sp: 8.48
-     * GB a step all-reduced over dp, the shard's 2.0 G elements at 4 B;
+    /* under hybrid sharding the shard the reduce-scatter made, in its
+     * dtype (rbytes: fp32 unless --reduce-dtype bf16; the Megatron 16B
+     * shape at dp=24, fsdp=2, tp=4 ZeRO-3 sp in fp32: 8.48 GB a step
+     * all-reduced over dp, the shard's 2.0 G elements at 4 B;
      * counted in the GEMM dtype the estimate had 0.165 s of dp against
      * 0.361 exposed, and --auto chose that plan over the published one,
      * 1.111 s exact against 1.001; plan --train, 2026-12-05) */
-    double bytes = c->fsdp > 1 ? pbytes / (double)c->fsdp : rbytes;
+    double bytes = rbytes / (double)(c->fsdp > 1 ? c->fsdp : 1);
     /* under hybrid sharding each all-reduce rides its block's
      * reduce-scatter; alone, DDP's buckets */
     double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);

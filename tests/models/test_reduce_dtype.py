@@ -6,7 +6,9 @@ so the weights show the gradients' difference), seeded token ids (batch
 4), 3 steps in bf16:
   - one rank, and dp=2 and fsdp=2 --zero 2 with --reduce-dtype fp32 (the
     default: each GEMM weight's gradient reduced after its cast back to
-    the f32 weight's) and bf16 (before it): each step's loss and gradient
+    the f32 weight's) and bf16 (dp: before it; fsdp: every gradient cast
+    to bf16 for its reduce-scatter, the shard cast back to f32), fsdp=2
+    --zero 3 and hybrid dp=2,fsdp=2 --zero 3 with bf16: each step's loss and gradient
     norm equal one rank's within 1e-3 relative (test_train_dist's bf16
     dp=2 bound: each rank's half-batch gradient is rounded to bf16 before
     the sum), the checkpoints' weights within 2e-2 of their change over
@@ -16,9 +18,17 @@ so the weights show the gradients' difference), seeded token ids (batch
     move exactly the bytes of the fp32 step's (every gradient in fp32);
     under bf16 exactly 2 bytes less per element of the Gemm weights and
     biases (their gradients reduced in bf16: half of 4 bytes), so fp32
-    doubles those; at fsdp=2 --zero 2 the reduce-scatters' bytes are the
-    fp32 step's under both (the reduce-scatter runs on "grad:P", after the
-    cast);
+    doubles those; at fsdp=2 (--zero 2 and 3) the reduce-scatters move the
+    fp32 step's bytes under fp32, and under bf16 exactly 2 bytes an element
+    of every parameter (each gradient cast to bf16 and reduce-scattered:
+    the fp32 step's 4 bytes a parameter halved; the position embedding's
+    too, whose sum the fp32 step all-reduces as its [1, 16, 64] input's
+    gradient, the cut's cheaper place there); hybrid dp=2,fsdp=2 --zero 3
+    the same reduce-scatters, and its dp all-reduces move the bf16 shards
+    (the parameters' elements / 2 x 2 bytes) and the loss's sum and label
+    count (two f32 scalars, 8 bytes); the flat shard (fsdp=3 --zero 2, batch
+    6: the parameters no dim of which divides by 3 are reduce-scattered
+    flat, padded) exactly half the fp32 step's reduce-scatter bytes;
   - the refusals: --reduce-dtype in an fp32 step, without --train, and a
     low reduce dtype that is not the step's (bf16 in an fp16 step); the
     Python package's plan(..., reduce_dtype=) writes it in the plan file.
@@ -44,23 +54,26 @@ SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), ".
 BATCH, STEPS = 4, 3
 MODEL = os.path.join(SRC, "samples", "gpt2.onnx")
 STEP = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--precision", "bf16"]
-MESHES = [["--mesh", "dp=2"], ["--mesh", "fsdp=2", "--zero", "2"]]
+MESHES = [["--mesh", "dp=2"], ["--mesh", "fsdp=2", "--zero", "2"],
+          ["--mesh", "fsdp=2", "--zero", "3"], ["--mesh", "dp=2,fsdp=2", "--zero", "3"]]
 
 
 def shardc(args, timeout=600):
     return subprocess.run([SHARDC] + args, capture_output=True, text=True, timeout=timeout)
 
 
-def plan_bytes(args):
-    """{op: bytes} of the plan's collectives over its data axes."""
-    p = shardc(["plan", MODEL, "--train", "--dim", f"batch={BATCH}", "--json",
+def plan_bytes(args, by_axes=False, batch=BATCH):
+    """{op: bytes} of the plan's collectives over its data axes ({(op,
+    axes): bytes} with by_axes)."""
+    p = shardc(["plan", MODEL, "--train", "--dim", f"batch={batch}", "--json",
                 "--optimizer", "adamw"] + args)
     if not check(p.returncode == 0, f"plan {args}: {p.stderr[-500:]}"):
         return None
     out = {}
     for c in json.loads(p.stdout)["collectives"]:
         if c["axes"] in ("dp", "fsdp"):
-            out[c["op"]] = out.get(c["op"], 0) + c["bytes"]
+            k = (c["op"], c["axes"]) if by_axes else c["op"]
+            out[k] = out.get(k, 0) + c["bytes"]
     return out
 
 
@@ -70,6 +83,13 @@ def trained(tmp, base, what, args):
     p = shardc(["train"] + base + ["--steps", str(STEPS), "--save", run["ck"],
                                    "--log-json", run["log"]] + args)
     return run if check(p.returncode == 0, f"train {what}: {p.stderr[-800:]}") else None
+
+
+def param_elements():
+    """Elements of the trained parameters (the plan's "parameters")."""
+    p = shardc(["plan", MODEL, "--train", "--dim", f"batch={BATCH}", "--json"])
+    ok = check(p.returncode == 0, f"plan: {p.stderr[-500:]}")
+    return json.loads(p.stdout)["parameters"] if ok else None
 
 
 def gemm_elements():
@@ -95,7 +115,8 @@ def main():
                 f"input_ids={ids}", "--labels", labels] + STEP
         ref = trained(tmp, base, "one rank", [])
         for mesh in MESHES:
-            for rd in ("fp32", "bf16"):
+            # the meshes added for the bf16 reduce-scatter run it alone
+            for rd in ("fp32", "bf16") if mesh in MESHES[:2] else ("bf16",):
                 what = f"{' '.join(mesh[1:])} --reduce-dtype {rd}"
                 got = trained(tmp, base, what, mesh + ["--reduce-dtype", rd])
                 if ref and got:
@@ -104,23 +125,51 @@ def main():
                         print(f"{what:40s} loss/norm within {worst:.2e} of one rank's")
 
         # the bytes
-        n_gemm = gemm_elements()
+        n_gemm, n_param = gemm_elements(), param_elements()
         for mesh, op in ((["--mesh", "dp=2"], "AllReduce"),
-                         (["--mesh", "fsdp=2", "--zero", "2"], "ReduceScatter")):
-            f32 = plan_bytes(mesh)
-            lo = {rd: plan_bytes(mesh + ["--precision", "bf16", "--reduce-dtype", rd])
+                         (["--mesh", "fsdp=2", "--zero", "2"], "ReduceScatter"),
+                         (["--mesh", "fsdp=2", "--zero", "3"], "ReduceScatter"),
+                         (["--mesh", "fsdp=3", "--zero", "2"], "ReduceScatter")):
+            batch = 6 if "fsdp=3" in mesh else BATCH
+            f32 = plan_bytes(mesh, batch=batch)
+            lo = {rd: plan_bytes(mesh + ["--precision", "bf16", "--reduce-dtype", rd],
+                                 batch=batch)
                   for rd in ("fp32", "bf16")}
-            if f32 is None or None in lo.values():
+            if f32 is None or None in lo.values() or n_param is None:
                 continue
-            want_bf16 = f32[op] - (2 * n_gemm if op == "AllReduce" else 0)
+            if op == "AllReduce":
+                want_bf16 = f32[op] - 2 * n_gemm
+            elif "fsdp=2" in mesh:
+                want_bf16 = 2 * n_param
+            else:  # the flat shard: padded, as the fp32 step's
+                want_bf16 = f32[op] // 2
             check(lo["fp32"][op] == f32[op],
                   f"{mesh}: {op} bytes under --reduce-dtype fp32 {lo['fp32'][op]}, the fp32 "
                   f"step's {f32[op]}")
             check(lo["bf16"][op] == want_bf16,
                   f"{mesh}: {op} bytes under --reduce-dtype bf16 {lo['bf16'][op]}, want "
-                  f"{want_bf16} (the fp32 step's {f32[op]} less 2 x {n_gemm} Gemm elements)")
+                  f"{want_bf16} (the fp32 step's {f32[op]}; {n_gemm} Gemm elements, "
+                  f"{n_param} parameter elements)")
             print(f"{' '.join(mesh[1:]):16s} {op}: fp32 step {f32[op]}, bf16 step reducing in "
                   f"fp32 {lo['fp32'][op]}, in bf16 {lo['bf16'][op]}")
+
+        # hybrid: the shard's dp all-reduce in bf16 too
+        hy = ["--mesh", "dp=2,fsdp=2", "--zero", "3"]
+        f32 = plan_bytes(hy, by_axes=True)
+        lo = {rd: plan_bytes(hy + ["--precision", "bf16", "--reduce-dtype", rd], by_axes=True)
+              for rd in ("fp32", "bf16")}
+        if f32 is not None and None not in lo.values() and n_param is not None:
+            rs, ar = ("ReduceScatter", "fsdp"), ("AllReduce", "dp")
+            check(lo["fp32"][rs] == f32[rs] and lo["fp32"][ar] == f32[ar],
+                  f"{hy}: under --reduce-dtype fp32 {lo['fp32']}, the fp32 step's {f32}")
+            # beside the shards, the loss's sum and its label count: two
+            # f32 scalars, 8 bytes
+            scalars = 8
+            check(lo["bf16"][rs] == 2 * n_param and lo["bf16"][ar] == n_param + scalars,
+                  f"{hy}: under --reduce-dtype bf16 reduce-scatter {lo['bf16'][rs]}, dp "
+                  f"all-reduce {lo['bf16'][ar]}; want {2 * n_param}, {n_param + scalars}")
+            print(f"{' '.join(hy[1:]):16s} fp32 step {f32}, bf16 step reducing in bf16 "
+                  f"{lo['bf16']}")
 
         # the refusals
         for args, says in (
