@@ -21,6 +21,7 @@ sc_dist_program *sc_dist_program_create(const sc_mesh *mesh, int32_t n_stages) {
   dp->owns_programs = true;
   dp->schedule.kind = SC_SCHEDULE_GPIPE;
   dp->schedule.microbatches = 1;
+  dp->schedule.runs = 1;
   sc_dist_program_set_roles(dp, sc_mesh_find_axis(mesh, "pp"), sc_mesh_find_axis(mesh, "dp"),
                             sc_mesh_find_axis(mesh, "tp"));
   dp->n_stages = n_stages;

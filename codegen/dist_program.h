@@ -70,6 +70,11 @@ typedef struct sc_dist_schedule {
   sc_schedule_kind kind;
   int32_t microbatches;         /* >= 1; the global batch is microbatches
                                    times an input's dim 0 */
+  int32_t runs;                 /* >= 1: the program's runs per step. An
+                                   unpipelined training step that
+                                   accumulates K microbatches (--grad-accum)
+                                   runs it K times; a pipeline's
+                                   microbatches are in its schedule */
   /* Activation offloading in a pipelined training step (docs/offload.md,
    * "Pipelines"): the values whose stashed microbatches wait in the host
    * pool (names in the program's arena, sorted), and the horizon in reload

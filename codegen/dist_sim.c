@@ -1240,9 +1240,26 @@ static sc_status sim_once(const sc_dist_program *dp, const sc_cluster *c, sc_dis
   if (dp->pipe_chunks) sc_pipe_handoffs_free(&x.ho);
   if (st != SC_OK) return st;
 
+  /* a step of K runs of the program (gradient accumulation): each run
+   * as simulated, one after the other (a trace shows one run) */
+  double runs = dp->schedule.runs > 1 ? dp->schedule.runs : 1;
+  for (int32_t q = 0; runs > 1 && q < P; q++) {
+    sc_dist_sim_rank *r = &out->ranks[q];
+    double *per_step[] = {&r->flops,          &r->model_flops,    &r->compute_s, &r->recompute_s,
+                       &r->optimizer_s,    &r->bubble_s,       &r->exposed_comm_s,
+                       &r->busy_comm_s,    &r->exposed_copy_s, &r->copy_s,
+                       &r->copy_bytes,     &r->finish_s};
+    for (size_t i = 0; i < sizeof per_step / sizeof per_step[0]; i++) *per_step[i] *= runs;
+    for (int32_t g = 0; g < r->n_comm; g++) {
+      r->comm[g].exposed_s *= runs;
+      r->comm[g].busy_s *= runs;
+      r->comm[g].bytes *= runs;
+      r->comm[g].ops *= dp->schedule.runs;
+    }
+  }
   out->step_time_s = out->ranks[out->critical].finish_s;
   out->gpus = m->n_ranks > 0 ? m->n_ranks : 1;
-  out->tokens = step_tokens(dp);
+  out->tokens = step_tokens(dp) * runs;
   double flops = 0, model = 0;
   for (int32_t q = 0; q < P; q++) {
     flops += out->ranks[q].flops;

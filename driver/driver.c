@@ -275,19 +275,26 @@ static sc_status step_link(job *j) {
   if (!j->o->codegen) return SC_OK;
   sc_program **programs = j->programs;
   j->programs = NULL; /* taken */
+  sc_status st;
   if (j->b->part) {
-    sc_status st = sc_dist_program_link(j->b->part, programs, &j->b->program, j->d);
+    st = sc_dist_program_link(j->b->part, programs, &j->b->program, j->d);
     if (st == SC_OK && j->b->part->n_chunks > 0 && j->o->train &&
         j->o->train->offload_activations)
       st = sc_dist_program_set_offload(j->b->program, j->b->train.offload,
                                        j->b->train.n_offload,
                                        j->o->train->activation_loading_horizon, j->d);
-    return st;
+  } else {
+    /* one rank: the whole graph is stage 0 of the one-rank mesh */
+    sc_program *p = programs[0];
+    sc_free(programs);
+    st = sc_dist_program_single(p, true, &j->b->program, j->d);
   }
-  /* one rank: the whole graph is stage 0 of the one-rank mesh */
-  sc_program *p = programs[0];
-  sc_free(programs);
-  return sc_dist_program_single(p, true, &j->b->program, j->d);
+  /* gradient accumulation without a pipeline (a pipelined step refuses
+   * --grad-accum: its microbatches are the schedule's) */
+  if (st == SC_OK && j->o->train && j->o->train->grad_accum > 1 &&
+      j->b->program->pipe_chunks == 0)
+    j->b->program->schedule.runs = j->o->train->grad_accum;
+  return st;
 }
 
 static const struct step {

@@ -216,7 +216,8 @@ static void test_overlap(void **state) {
 }
 
 /* A training program's optimizer (what only "new:W" needs) and a
- * recompute clone's step, attributed as such; MFU counts neither clone. */
+ * recompute clone's step, attributed as such; MFU counts neither clone.
+ * Run 3 times a step (gradient accumulation), every term triples. */
 static void test_terms(void **state) {
   (void)state;
   sc_cluster c = preset("h100-sxm:8x1");
@@ -254,6 +255,20 @@ static void test_terms(void **state) {
   assert_close(sc_dist_sim_mfu(&s, &c, SC_CLUSTER_BF16),
                s.model_flops / (s.step_time_s * 8 * 989.4e12));
   check_terms(&s);
+
+  /* gradient accumulation over 3 runs: every term 3 times, the rates
+   * and the MFU unchanged */
+  dp->schedule.runs = 3;
+  sc_dist_sim s3;
+  assert_int_equal(sc_dist_sim_run(dp, &c, &s3, &d), SC_OK);
+  assert_close(s3.step_time_s, 3 * s.step_time_s);
+  assert_close(s3.ranks[0].compute_s, 3 * r->compute_s);
+  assert_close(s3.ranks[0].recompute_s, 3 * r->recompute_s);
+  assert_close(s3.ranks[0].optimizer_s, 3 * r->optimizer_s);
+  assert_close(s3.model_flops, 3 * s.model_flops);
+  assert_close(s3.flops_per_s_per_gpu, s.flops_per_s_per_gpu);
+  assert_close(sc_dist_sim_mfu(&s3, &c, SC_CLUSTER_BF16), sc_dist_sim_mfu(&s, &c, SC_CLUSTER_BF16));
+  check_terms(&s3);
   sc_dist_program_destroy(dp);
 }
 
