@@ -54,7 +54,10 @@ def mesh_of(c):
     plans it as `fsdp=D --zero 1` (every parameter of these shapes sharded
     flat), predicted slower than dp for the 70B and 32B rows (its fp32
     all-gather at the step's end: docs/planner.md, "ZeRO-1 over a flat
-    shard"), so the rows keep dp."""
+    shard"), so the rows keep dp. The 32B row as `fsdp=48,tp=8 --zero 3
+    --no-reshard-after-forward` (flat tensor-parallel pieces, bf16 gathered
+    once a step) is slower than dp too (ratio 0.644 against 0.849); the
+    pipelined 70B row cannot be planned so yet."""
     return ",".join(f"{k}={c[k]}" for k in ("pp", "dp", "tp") if c[k] > 1) or "dp=1"
 
 
@@ -111,8 +114,9 @@ def reduce_dtype_args(c):
     megatron/training/arguments.py at f2e5db402c): each rank reduce-scatters
     the fp32 gradients during the backward, (S-1)/S x 4 bytes a parameter,
     and gathers the bf16 parameters during the next forward, (S-1)/S x 2,
-    hidden there. The table plans those rows as dp (docs/planner.md: a flat
-    ZeRO-3 that would plan them as Megatron ran them is not built), whose
+    hidden there. The table plans those rows as dp (docs/planner.md: the
+    flat ZeRO-3 that plans them as Megatron ran them is built for the
+    unpipelined rows but predicted slower there, and not for pipelines), whose
     all-reduce moves 2 (S-1)/S x the reduce dtype's bytes: in bf16, the 4
     bytes Megatron's reduce-scatter moves during the backward, so the H100
     rows are planned with `--reduce-dtype bf16`. Pipelined rows reduce the

@@ -4,7 +4,8 @@
  * "optimizer" {kind, momentum, nesterov, weight_decay, betas, eps},
  * "clip_grad_norm", "loss" {kind, logits, ignore_index, classes},
  * "precision", "grad_accum", "data" [{name, dtype, shape}] and "params"
- * [{name, dtype, shape, offset, bytes}] (docs/bundle.md). Numbers are
+ * [{name, dtype, shape, offset, bytes}, a flat parameter's param_shape and
+ * param_split {dim, parts, stride}] (docs/bundle.md). Numbers are
  * written with 17 significant digits, so they read back to the bit. The
  * reader checks everything it uses before the manifest is returned. */
 #include "codegen/train_manifest.h"
@@ -40,6 +41,29 @@ sc_train_manifest *sc_train_manifest_copy(const sc_train_manifest *m) {
 }
 
 void sc_train_manifest_destroy(sc_train_manifest *m) { sc_free(m); }
+
+void sc_train_flat_copy(int32_t rank, const int64_t *dims, int32_t d, int64_t T, int64_t s,
+                        size_t esz, const void *from, void *to, bool to_flat) {
+  int64_t c[SC_MAX_RANK] = {0}, numel = 1;
+  for (int32_t k = 0; k < rank; k++) numel *= dims[k];
+  int64_t rows = numel / T / s, block = d >= 0 ? dims[d] / s : 1, piece = block / T;
+  for (int64_t i = 0; i < numel; i++) {
+    int64_t j = 0, part = 0, b = 0;
+    for (int32_t k = 0; k < rank; k++) {
+      int64_t x = c[k], size = dims[k];
+      if (k == d) {
+        b = x / block;
+        part = x % block / piece;
+        x %= piece;
+        size = piece;
+      }
+      j = j * size + x;
+    }
+    size_t a = (size_t)i * esz, y = (size_t)((b * rows + j) * T + part) * esz;
+    memcpy((char *)to + (to_flat ? y : a), (const char *)from + (to_flat ? a : y), esz);
+    for (int32_t k = rank - 1; k >= 0 && ++c[k] == dims[k]; k--) c[k] = 0;
+  }
+}
 
 static const sc_buffer *input_buf(const sc_program *p, int32_t i) {
   return &p->buffers[p->inputs[i]];
@@ -171,6 +195,11 @@ sc_status sc_train_manifest_write_json(const sc_train_manifest *m, const sc_prog
         json_array_append_new(own, json_integer(m->params[k].dims[j]));
       json_object_set_new(t, "param_shape", own);
     }
+    if (m->params[k].rank > 0 && m->params[k].split_parts > 1) /* and in pieces */
+      json_object_set_new(t, "param_split",
+                          json_pack("{s:i, s:I, s:I}", "dim", (int)m->params[k].split_dim,
+                                    "parts", (json_int_t)m->params[k].split_parts, "stride",
+                                    (json_int_t)m->params[k].split_stride));
     json_array_append_new(params, t);
   }
   json_object_set_new(root, "data", data);
@@ -251,6 +280,40 @@ static sc_status read_loss(json_t *o, sc_train_manifest *m, sc_diag *d) {
   return SC_OK;
 }
 
+/* "param_split" {dim, parts, stride} of a flat parameter q (P's numel
+ * elements, its input buf): P's dim split into parts pieces of stride
+ * blocks, the input [S, m_pad/S, parts] holding numel/parts elements a
+ * piece; none: the input is [S, m_pad/S]. */
+static sc_status read_split(const json_t *split, const sc_buffer *buf, size_t k,
+                            const char *name, sc_train_manifest_param *q, int64_t numel,
+                            sc_diag *d) {
+  if (!split) {
+    if (buf->rank == 2) return SC_OK;
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "params[%zu] ('%s'): a flat input of rank %d without param_split", k,
+                       name, (int)buf->rank);
+  }
+  json_t *dim = json_object_get(split, "dim"), *parts = json_object_get(split, "parts");
+  json_t *stride = json_object_get(split, "stride");
+  bool ok = json_is_object(split) && json_object_size(split) == 3 && json_is_integer(dim) &&
+            json_is_integer(parts) && json_is_integer(stride);
+  int64_t x = ok ? json_integer_value(dim) : -1, T = ok ? json_integer_value(parts) : 0;
+  int64_t s = ok ? json_integer_value(stride) : 0;
+  ok = ok && x >= 0 && x < q->rank && T >= 2 && T <= q->dims[x] && s >= 1 && s <= 8 &&
+       q->dims[x] % (T * s) == 0 && buf->rank == 3 && buf->dims[2] == T &&
+       numel / T <= buf->dims[0] * buf->dims[1];
+  if (!ok)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "params[%zu] ('%s'): param_split is not {dim, parts, stride} of a dim of "
+                       "param_shape that parts x stride (stride 1 to 8) divide, with the input "
+                       "[S, m/S, parts] holding a piece",
+                       k, name);
+  q->split_dim = (int32_t)x;
+  q->split_parts = T;
+  q->split_stride = s;
+  return SC_OK;
+}
+
 /* t is {name, dtype, shape} of buffer b. */
 static bool is_tensor_of(json_t *t, const sc_buffer *b) {
   const char *name = json_string_value(json_object_get(t, "name"));
@@ -316,7 +379,10 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
                                            .buffer = b,
                                            .offset = off,
                                            .data = params ? (const char *)params + off : NULL};
-  json_t *own = json_object_get(t, "param_shape");
+  json_t *own = json_object_get(t, "param_shape"), *split = json_object_get(t, "param_split");
+  if (!own && split)
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "params[%zu] ('%s'): param_split without param_shape", k, name);
   if (!own) return SC_OK;
   size_t rank = json_is_array(own) ? json_array_size(own) : 0;
   bool ok = rank >= 1 && rank <= SC_MAX_RANK;
@@ -334,7 +400,7 @@ static sc_status read_param(json_t *t, size_t k, const sc_program *p, const void
                        "most the input's %lld elements",
                        k, name, SC_MAX_RANK, (long long)room);
   m->params[k].rank = (int32_t)rank;
-  return SC_OK;
+  return read_split(split, buf, k, name, &m->params[k], numel, d);
 }
 
 /* The scalars and the program agree: fp16 iff a loss-scale input, K > 1

@@ -49,6 +49,12 @@ typedef struct sc_train_manifest_param {
    * checkpoints and initialisers map it back. 0: the input's shape. */
   int32_t rank;
   int64_t dims[SC_MAX_RANK];
+  /* split_parts > 1: P is split over other axes (tensor parallelism) on
+   * dim split_dim into split_parts pieces, split_stride blocks (the fused
+   * QKV's; 1: none): the input is [S, m_pad/S, split_parts], each piece's
+   * elements row-major per block (sc_train_flat_copy). 0 or 1: one piece. */
+  int32_t split_dim;
+  int64_t split_parts, split_stride;
 } sc_train_manifest_param;
 
 typedef struct sc_train_manifest {
@@ -72,6 +78,16 @@ sc_train_manifest *sc_train_manifest_create(int32_t n_params);
 /* A copy of m (the same borrowed names and data), or NULL. */
 sc_train_manifest *sc_train_manifest_copy(const sc_train_manifest *m);
 void sc_train_manifest_destroy(sc_train_manifest *m); /* NULL is fine */
+
+/* A tensor of shape (rank, dims) and its flat view (passes/partition/flat.c):
+ * split on dim d (d < 0: none) into T pieces of s stride blocks each, the
+ * view [m_pad, T] holds per block b, per piece t, the piece's elements
+ * row-major, element (j, t) at j·T + t, the blocks one after the other
+ * (m_pad >= numel/T, its padding left as it is). to_flat: `from` is the
+ * tensor, `to` its flat view; else `from` is the flat view, `to` the
+ * tensor. */
+void sc_train_flat_copy(int32_t rank, const int64_t *dims, int32_t d, int64_t T, int64_t s,
+                        size_t esz, const void *from, void *to, bool to_flat);
 
 /* Whether input buffer b of p is training state: an output "new:NAME". */
 bool sc_program_input_is_state(const sc_program *p, int32_t b);

@@ -35,30 +35,40 @@ static void options_of(const sc_train_opts *o, sc_train_manifest *m) {
 }
 
 /* A parameter the step stores as its flat view (ZeRO-3, flat.c): its
- * global input is [S, m_pad/S] where P has q's numel m < m_pad; the
- * manifest records P's shape and its initial values padded so (owned by
- * the graph until sc_build_release_initial_weights). */
+ * global input is [S, m_pad/S], or [S, m_pad/S, T] where other axes split
+ * P into T pieces (the partition's sc_partition_flat_split), not q's
+ * shape; the manifest records P's shape, its split and its initial values
+ * in the flat layout (owned by the graph until
+ * sc_build_release_initial_weights). */
 static sc_status flat_param(const sc_build *b, const sc_train_param *q,
                             sc_train_manifest_param *mp, sc_diag *d) {
   int32_t i = sc_dist_find_input(b->program, q->name);
   if (i < 0) return SC_OK;
   const sc_dist_value *gv = &b->program->inputs[i];
-  int64_t n = 1;
+  bool same = gv->rank == q->rank;
+  for (int32_t k = 0; same && k < q->rank; k++) same = gv->dims[k] == q->dims[k];
+  if (same) return SC_OK;
+  const sc_partition_flat_split *split = sc_partition_flat_split_of(b->part, q->name);
+  int64_t n = 1, T = split ? split->parts : 1;
   for (int32_t k = 0; k < gv->rank; k++) n *= gv->dims[k];
-  if (n == q->numel || gv->rank != 2) return SC_OK;
-  if (n < q->numel || q->rank < 1)
+  if (n < q->numel || q->rank < 1 || gv->rank != (T > 1 ? 3 : 2) || (T > 1 && gv->dims[2] != T))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "parameter '%s': %lld elements in the step, %lld in the model", q->name,
                        (long long)n, (long long)q->numel);
   mp->rank = q->rank;
   memcpy(mp->dims, q->dims, sizeof mp->dims);
+  if (split) {
+    mp->split_dim = split->dim;
+    mp->split_parts = split->parts;
+    mp->split_stride = split->stride;
+  }
   if (!q->init) return SC_OK;
   size_t esz = sc_dtype_size(q->dtype);
-  char *x = sc_malloc((size_t)n * esz);
+  char *x = sc_calloc((size_t)n, esz); /* the padding zeros */
   if (!x || sc_graph_add_cleanup(b->graph, sc_free, x) != SC_OK) /* frees x on failure */
     return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  memcpy(x, q->init, (size_t)q->numel * esz);
-  memset(x + (size_t)q->numel * esz, 0, (size_t)(n - q->numel) * esz);
+  sc_train_flat_copy(q->rank, q->dims, split ? split->dim : -1, T, split ? split->stride : 1,
+                     esz, q->init, x, true);
   mp->data = x;
   return SC_OK;
 }

@@ -133,11 +133,99 @@ static sc_status scratch_alloc(worker *w) {
   return w->scratch && w->scratch_cap ? SC_OK : nomem(&w->d);
 }
 
-static const sc_train_manifest_param *stored_flat(const sc_dist_trainer *t, const char *name);
+/* A flat optimizer state (passes/partition/flat.c, docs/training.md):
+ * state "P.<s>" of an elementwise optimizer whose global shape is not
+ * parameter P's but its flat view, [S, m_pad/S] or [S, m_pad/S, T]: P's
+ * elements per stride block b of its split dim d (s blocks), per piece t
+ * (T pieces), row-major, the blocks one after the other, padded with zeros
+ * to m_pad; element (j, t) at j·T + t. A checkpoint holds it in P's shape. */
+typedef struct flat_map {
+  const sc_dist_value *param; /* &pv */
+  sc_dist_value pv;   /* P's global value in P's own shape */
+  int32_t d;          /* the split dim (T > 1) */
+  int64_t T, s, m;    /* pieces, stride blocks, elements a piece */
+  int64_t padded;     /* m_pad */
+} flat_map;
+
+/* The manifest's shape of parameter `name` where the step stores it flat
+ * (sc_train_manifest_param.rank > 0), else NULL. */
+static const sc_train_manifest_param *stored_flat(const sc_dist_trainer *t, const char *name) {
+  for (int32_t k = 0; t->m && name && k < t->m->n_params; k++)
+    if (t->m->params[k].rank > 0 && strcmp(t->m->params[k].name, name) == 0)
+      return &t->m->params[k];
+  return NULL;
+}
+
+/* Whether state `name` (global value gv) is a flat view, and its map: the
+ * same answer on every process; the split dim d of a parameter in pieces
+ * (and its stride) from the manifest where ZeRO-3 stores P flat
+ * (sc_train_manifest_param.split_dim), else from the sharding of w's copy
+ * of P (-1 without w). A parameter ZeRO-3 stores flat is its own flat
+ * view. */
+static bool flat_state(const sc_dist_trainer *t, const worker *w, const char *name,
+                       const sc_dist_value *gv, flat_map *f) {
+  static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
+  char pname[1024];
+  size_t n = name ? strlen(name) : 0;
+  memset(f, 0, sizeof *f);
+  const sc_dist_value *param = stored_flat(t, name) ? gv : NULL;
+  if (param) snprintf(pname, sizeof pname, "%s", name);
+  for (size_t k = 0; k < sizeof suffix / sizeof *suffix && !param; k++) {
+    size_t m = strlen(suffix[k]);
+    if (n <= m || n - m >= sizeof pname || strcmp(name + n - m, suffix[k]) != 0) continue;
+    memcpy(pname, name, n - m);
+    pname[n - m] = 0;
+    param = global_input(t->dp, pname);
+  }
+  if (!param || gv->rank < 2 || gv->rank > 3) return false;
+  f->pv = *param;
+  f->param = &f->pv;
+  const sc_train_manifest_param *own = stored_flat(t, pname);
+  if (own) {
+    f->pv.rank = own->rank;
+    memcpy(f->pv.dims, own->dims, sizeof f->pv.dims);
+  }
+  const sc_dist_value *pv = f->param;
+  bool same = pv->rank == gv->rank;
+  for (int32_t k = 0; same && k < gv->rank; k++) same = pv->dims[k] == gv->dims[k];
+  if (same) return false;
+  int64_t numel = 1;
+  for (int32_t k = 0; k < pv->rank; k++) numel *= pv->dims[k];
+  f->T = gv->rank == 3 ? gv->dims[2] : 1;
+  f->s = 1;
+  f->d = -1;
+  f->padded = gv->dims[0] * gv->dims[1];
+  const sc_sharding *sh = NULL;
+  if (own && own->split_parts > 1 && own->split_parts == f->T) { /* stored flat in pieces */
+    f->d = own->split_dim;
+    f->s = own->split_stride;
+  } else if (f->T > 1 && w && w_state(w, pv->name, &sh, false) && sh) /* the dim split in T */
+    for (int32_t k = 0; k < pv->rank && f->d < 0; k++)
+      if (sc_sharding_dim_parts(sh, &t->dp->mesh, k) == f->T) {
+        f->d = k;
+        f->s = sc_sharding_stride(sh, k);
+      }
+  f->m = f->T >= 1 ? numel / f->T : 0;
+  return true;
+}
+
+/* Whether flat_copy can map f: its pieces' dim known, the sizes agreeing. */
+static bool flat_known(const flat_map *f) {
+  const sc_dist_value *pv = f->param;
+  if (f->T < 1 || (f->T > 1 && (f->d < 0 || pv->dims[f->d] % (f->T * f->s) != 0))) return false;
+  return f->m * f->T >= 1 && f->m <= f->padded;
+}
+
+/* P's tensor (full) and its flat view (flat) element by element: to_flat
+ * copies full into flat (whose padding the caller zeroed), else back. */
+static void flat_copy(const flat_map *f, size_t esz, void *full, void *flat, bool to_flat) {
+  sc_train_flat_copy(f->param->rank, f->param->dims, f->d, f->T, f->s, esz,
+                     to_flat ? full : flat, to_flat ? flat : full, to_flat);
+}
 
 /* fill_rank of a parameter stored as its flat view (own: its shape): the
- * initialiser's whole tensor in P's shape, padded with zeros, rank w's
- * piece of that cut into dst. */
+ * initialiser's whole tensor in P's shape, laid out flat and padded with
+ * zeros (flat_state), rank w's piece of that cut into dst. */
 static sc_status fill_flat(worker *w, const char *name, const sc_train_manifest_param *own,
                            const sc_dist_value *gv, const sc_sharding *sh, void *dst,
                            sc_diag *d) {
@@ -149,15 +237,23 @@ static sc_status fill_flat(worker *w, const char *name, const sc_train_manifest_
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "parameter '%s': %lld elements, more than its flat input's %lld", name,
                        (long long)m, (long long)n);
-  void *whole = sc_calloc(n > 0 ? (size_t)n : 1, sc_dtype_size(gv->dtype));
-  if (!whole) return nomem(d);
+  flat_map f;
+  size_t esz = sc_dtype_size(gv->dtype);
+  if (!flat_state(t, w, name, gv, &f) || !flat_known(&f))
+    return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
+                       "parameter '%s': its flat input cannot be mapped to its shape", name);
+  void *whole = sc_calloc(n > 0 ? (size_t)n : 1, esz), *full = sc_malloc((size_t)m * esz);
+  sc_status st = whole && full ? SC_OK : nomem(d);
   sc_sharding r;
   sc_sharding_replicated(&r, own->rank);
-  sc_status st = sc_param_init_fill(t->o.init, name, gv->dtype, own->rank, own->dims, &r,
-                                    &t->dp->mesh, w->coords, whole, d);
   if (st == SC_OK)
-    sc_sharding_extract(sh, &t->dp->mesh, w->coords, sc_dtype_size(gv->dtype), gv->dims, whole,
-                        dst);
+    st = sc_param_init_fill(t->o.init, name, gv->dtype, own->rank, own->dims, &r, &t->dp->mesh,
+                            w->coords, full, d);
+  if (st == SC_OK) {
+    flat_copy(&f, esz, full, whole, true);
+    sc_sharding_extract(sh, &t->dp->mesh, w->coords, esz, gv->dims, whole, dst);
+  }
+  sc_free(full);
   sc_free(whole);
   return st;
 }
@@ -604,109 +700,6 @@ int64_t sc_dist_trainer_ranks(const sc_dist_trainer *t) { return t->n; }
 static bool is_state(const sc_dist_trainer *t, const char *name, const sc_dist_value **gv) {
   *gv = global_input(t->dp, name);
   return *gv && sc_dist_is_state(t->dp, name);
-}
-
-/* A flat optimizer state (passes/partition/flat.c, docs/training.md):
- * state "P.<s>" of an elementwise optimizer whose global shape is not
- * parameter P's but its flat view, [S, m_pad/S] or [S, m_pad/S, T]: P's
- * elements per stride block b of its split dim d (s blocks), per piece t
- * (T pieces), row-major, the blocks one after the other, padded with zeros
- * to m_pad; element (j, t) at j·T + t. A checkpoint holds it in P's shape. */
-typedef struct flat_map {
-  const sc_dist_value *param; /* &pv */
-  sc_dist_value pv;   /* P's global value in P's own shape */
-  int32_t d;          /* the split dim (T > 1) */
-  int64_t T, s, m;    /* pieces, stride blocks, elements a piece */
-  int64_t padded;     /* m_pad */
-} flat_map;
-
-/* The manifest's shape of parameter `name` where the step stores it flat
- * (sc_train_manifest_param.rank > 0), else NULL. */
-static const sc_train_manifest_param *stored_flat(const sc_dist_trainer *t, const char *name) {
-  for (int32_t k = 0; t->m && name && k < t->m->n_params; k++)
-    if (t->m->params[k].rank > 0 && strcmp(t->m->params[k].name, name) == 0)
-      return &t->m->params[k];
-  return NULL;
-}
-
-/* Whether state `name` (global value gv) is a flat view, and its map: the
- * same answer on every process; the split dim d of a parameter in pieces
- * (and its stride) from the sharding of w's copy of P (-1 without w). A
- * parameter ZeRO-3 stores flat is its own flat view. */
-static bool flat_state(const sc_dist_trainer *t, const worker *w, const char *name,
-                       const sc_dist_value *gv, flat_map *f) {
-  static const char *const suffix[] = {".momentum_buffer", ".exp_avg", ".exp_avg_sq"};
-  char pname[1024];
-  size_t n = name ? strlen(name) : 0;
-  memset(f, 0, sizeof *f);
-  const sc_dist_value *param = stored_flat(t, name) ? gv : NULL;
-  if (param) snprintf(pname, sizeof pname, "%s", name);
-  for (size_t k = 0; k < sizeof suffix / sizeof *suffix && !param; k++) {
-    size_t m = strlen(suffix[k]);
-    if (n <= m || n - m >= sizeof pname || strcmp(name + n - m, suffix[k]) != 0) continue;
-    memcpy(pname, name, n - m);
-    pname[n - m] = 0;
-    param = global_input(t->dp, pname);
-  }
-  if (!param || gv->rank < 2 || gv->rank > 3) return false;
-  f->pv = *param;
-  f->param = &f->pv;
-  const sc_train_manifest_param *own = stored_flat(t, pname);
-  if (own) {
-    f->pv.rank = own->rank;
-    memcpy(f->pv.dims, own->dims, sizeof f->pv.dims);
-  }
-  const sc_dist_value *pv = f->param;
-  bool same = pv->rank == gv->rank;
-  for (int32_t k = 0; same && k < gv->rank; k++) same = pv->dims[k] == gv->dims[k];
-  if (same) return false;
-  int64_t numel = 1;
-  for (int32_t k = 0; k < pv->rank; k++) numel *= pv->dims[k];
-  f->T = gv->rank == 3 ? gv->dims[2] : 1;
-  f->s = 1;
-  f->d = -1;
-  f->padded = gv->dims[0] * gv->dims[1];
-  const sc_sharding *sh = NULL;
-  if (f->T > 1 && w && w_state(w, pv->name, &sh, false) && sh) /* the dim split in T */
-    for (int32_t k = 0; k < pv->rank && f->d < 0; k++)
-      if (sc_sharding_dim_parts(sh, &t->dp->mesh, k) == f->T) {
-        f->d = k;
-        f->s = sc_sharding_stride(sh, k);
-      }
-  f->m = f->T >= 1 ? numel / f->T : 0;
-  return true;
-}
-
-/* Whether flat_copy can map f: its pieces' dim known, the sizes agreeing. */
-static bool flat_known(const flat_map *f) {
-  const sc_dist_value *pv = f->param;
-  if (f->T < 1 || (f->T > 1 && (f->d < 0 || pv->dims[f->d] % (f->T * f->s) != 0))) return false;
-  return f->m * f->T >= 1 && f->m <= f->padded;
-}
-
-/* P's tensor (full) and its flat view (flat) element by element: to_flat
- * copies full into flat (whose padding the caller zeroed), else back. */
-static void flat_copy(const flat_map *f, size_t esz, void *full, void *flat, bool to_flat) {
-  const sc_dist_value *pv = f->param;
-  int64_t c[SC_MAX_RANK] = {0}, numel = f->m * f->T, rows = f->m / f->s;
-  int64_t block = f->d >= 0 ? pv->dims[f->d] / f->s : 1, piece = block / f->T;
-  for (int64_t i = 0; i < numel; i++) {
-    int64_t j = 0, part = 0, b = 0;
-    for (int32_t k = 0; k < pv->rank; k++) {
-      int64_t x = c[k], size = pv->dims[k];
-      if (k == f->d) {
-        b = x / block;
-        part = x % block / piece;
-        x %= piece;
-        size = piece;
-      }
-      j = j * size + x;
-    }
-    char *a = (char *)full + (size_t)i * esz;
-    char *y = (char *)flat + (size_t)((b * rows + j) * f->T + part) * esz;
-    memcpy(to_flat ? y : a, to_flat ? a : y, esz);
-    for (int32_t k = pv->rank - 1; k >= 0 && ++c[k] == pv->dims[k]; k--) c[k] = 0;
-  }
 }
 
 /* State `name`'s global tensor (gv's shape) put together from the ranks'

@@ -35,19 +35,21 @@
  *            transposed, concatenated) to P's shape: the Slice all-gathers
  *            it over fsdp.
  *
- * Under ZeRO-3 (unpipelined, P split over no other axis: T = 1) P itself
- * is stored flat: the input P becomes [S, m_pad/S] with the state's
+ * Under ZeRO-3 (unpipelined) P itself is stored flat: the input P becomes
+ * [S, m_pad/S] (or [S, m_pad/S, T], dim 2 split as d was) with the state's
  * sharding (1/S of the padded size a rank), the update reads it as flat(P)
  * and new:P is the flat update itself (no gather after the update). The
  * forward's and the backward's readers read it back in its shape
  * (unflatten, right before the first reader): localize gathers the stored
  * flat P there; a narrowing Cast reader (mixed precision's bf16 copy) is
- * moved onto the flat P, so the bf16 shard is what is gathered. Unless
+ * moved onto the flat P, so the bf16 shard is what is gathered; in pieces
+ * the read-back's Reshapes and Transpose keep the other axes on d. Unless
  * --no-reshard-after-forward the backward's readers (those not feeding the
  * loss) read a second copy, gathered again in the backward; with it the
  * forward's copy is kept, one gather a step. The runtime maps the flat
  * P to its shape for the initial values, --init and checkpoints from the
- * manifest (sc_train_manifest_param.rank, dims).
+ * manifest (sc_train_manifest_param.rank, dims; in pieces its split, which
+ * the partition records: sc_partition_flat_split).
  *
  * Accumulators ("accum:P") are not rewritten: the flat view reads the
  * accumulated mean, so a pipelined step sums its microbatches' gradients
@@ -417,6 +419,22 @@ static sc_status store_readers(sc_grad_ctx *c, const flat_view *f, int32_t param
   return SC_OK;
 }
 
+/* Records the split of P stored flat in pieces (sc_partition_flat_split). */
+static sc_status note_split(sc_partition *p, const char *name, const flat_view *f) {
+  if (p->n_flat_splits == p->cap_flat_splits) {
+    int32_t cap = p->cap_flat_splits ? p->cap_flat_splits * 2 : 16;
+    sc_partition_flat_split *x = sc_realloc(p->flat_splits, (size_t)cap * sizeof *x);
+    if (!x) return sc_graph_error(p->global, SC_ERR_NOMEM, "out of memory");
+    p->flat_splits = x;
+    p->cap_flat_splits = cap;
+  }
+  const char *copy = sc_arena_strdup(&p->arena, name);
+  if (!copy) return sc_graph_error(p->global, SC_ERR_NOMEM, "out of memory");
+  p->flat_splits[p->n_flat_splits++] =
+      (sc_partition_flat_split){.name = copy, .dim = f->d, .parts = f->T, .stride = f->s};
+  return SC_OK;
+}
+
 sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sharding *base,
                                      const bool *forward, int32_t n_forward,
                                      sc_sharding *state, sc_flat_order *order, bool *done) {
@@ -433,11 +451,11 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
   flat_view f;
   int32_t out = find(g, "new:", pv.name, "");
   int32_t nv0 = g->n_values, nn0 = g->n_nodes;
-  /* ZeRO-3 stores P itself flat: unpipelined, one piece a parameter (the
-   * runtime maps P's row-major elements, sc_train_manifest_param) */
+  /* ZeRO-3 stores P itself flat, unpipelined (the runtime maps P's
+   * elements per piece, sc_train_manifest_param: its split recorded below) */
   bool store = p->zero_stage == 3;
   if (!layout(p, &pv, base, S, &f) || grad < 0 || out < 0 || g->values[out].producer < 0 ||
-      (store && (f.T != 1 || p->n_chunks > 0)))
+      (store && p->n_chunks > 0))
     return SC_OK;
   int64_t n = sc_value_numel(&pv);
   bool *flat = sc_calloc((size_t)nv0 + 1, sizeof *flat);
@@ -552,6 +570,7 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
   for (int32_t k = 0; f.d >= 0 && k < base->n_dim_axes[f.d]; k++)
     sc_sharding_split(state, 2, base->dim_axes[f.d][k]);
   if ((st = sc_graph_set_sharding(g, fg, state)) != SC_OK) return st;
+  if (store && f.T > 1 && (st = note_split(p, pv.name, &f)) != SC_OK) return st;
   *done = true;
   return SC_OK;
 }

@@ -265,6 +265,7 @@ void sc_partition_destroy(sc_partition *p) {
     for (int32_t s = 0; s < p->n_graphs; s++) sc_graph_destroy(p->stages[s]);
   sc_graph_destroy(p->local);
   sc_free(p->fallbacks);
+  sc_free(p->flat_splits);
   sc_arena_free(&p->arena);
   sc_free(p);
 }
@@ -316,6 +317,13 @@ sc_status sc_partition_note_fallback(sc_partition *p, const char *node, const ch
   if (!e->node || !e->op || !e->what) return SC_ERR_NOMEM;
   p->n_fallbacks++;
   return SC_OK;
+}
+
+const sc_partition_flat_split *sc_partition_flat_split_of(const sc_partition *p,
+                                                          const char *name) {
+  for (int32_t k = 0; p && name && k < p->n_flat_splits; k++)
+    if (strcmp(p->flat_splits[k].name, name) == 0) return &p->flat_splits[k];
+  return NULL;
 }
 
 void sc_partition_print_cp_padding(const sc_partition *p, FILE *f, const char *prefix) {

@@ -50,6 +50,17 @@ typedef struct sc_partition_fallback {
   const char *what;            /* what stayed whole and why, one line */
 } sc_partition_fallback;
 
+/* A parameter that ZeRO-3 stores as its flat view (flat.c) while other
+ * axes split it on one dim: its global input is [S, m_pad/S, parts], each
+ * piece's elements in row-major order per stride block. The training
+ * manifest carries it (sc_train_manifest_param) so that the runtime maps
+ * initial values and checkpoints in the parameter's shape. */
+typedef struct sc_partition_flat_split {
+  const char *name;            /* the parameter (arena) */
+  int32_t dim;                 /* the dim the other axes split */
+  int64_t parts, stride;       /* into parts pieces; stride blocks (1: none) */
+} sc_partition_flat_split;
+
 typedef struct sc_partition {
   sc_mesh mesh;
   int32_t pp_axis;             /* mesh axis index of pp, or -1 */
@@ -106,6 +117,8 @@ typedef struct sc_partition {
                                        the last localize's; strings in arena */
   int32_t n_fallbacks, cap_fallbacks;
   int32_t n_seed_fallbacks;    /* how many come from the seeds */
+  sc_partition_flat_split *flat_splits; /* [n_flat_splits] (flat.c) */
+  int32_t n_flat_splits, cap_flat_splits;
   sc_arena arena;              /* owns node_stage, sources, stages array */
 } sc_partition;
 
@@ -126,6 +139,10 @@ typedef struct sc_partition_opts {
 sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition **out,
                            sc_diag *d);
 void sc_partition_destroy(sc_partition *p);
+/* The split of parameter `name` stored flat in pieces, or NULL (not stored
+ * flat, or in one piece). */
+const sc_partition_flat_split *sc_partition_flat_split_of(const sc_partition *p,
+                                                          const char *name);
 /* The source of the sharded constant `name`, or NULL (a replicated value). */
 const sc_shard_source *sc_partition_source(const sc_partition *p, const char *name);
 /* Records a fallback (see sc_partition_fallback); what is printf-formatted.
