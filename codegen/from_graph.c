@@ -844,7 +844,7 @@ done:
   sc_free(f.uoff);
   sc_free(f.users);
   sc_free(cx.value_buffer);
-  sc_free(cx.param_of_buffer);
+  sc_lower_ctx_release(&cx);
   if (st != SC_OK) {
     sc_program_destroy(p);
     return st;

@@ -13,7 +13,8 @@
  * Inlining: reading value v at index idx when v's producer is a POINT (or
  * VIEW) op of the group being lowered calls that op's point function at idx
  * — recursively, so a chain of elementwise ops becomes one expression.
- * Identical subexpressions are shared by kir's hash-consing. A value with a
+ * Identical subexpressions are shared by kir's hash-consing, and each
+ * (value, index) is inlined once a kernel (the memo below). A value with a
  * buffer is loaded (the buffer becomes a kernel param on first use); a
  * constant scalar is inlined as a kir constant.
  *
@@ -497,6 +498,125 @@ sc_status sc_lower_copy_input(sc_lower_ctx *cx, const char *name, int32_t buffer
   return sc_lower_pointwise_kernel_at(cx, name, buffer, x->rank, x->dims, shift, copy_at, &u);
 }
 
+/* ---- the inlining memo ----
+ * An inlined value read at an index it was read at before in the same
+ * kernel (same epilogue substitution) is the expression made then: without
+ * it the recursion walks every path to a value, not every value, and a
+ * chain whose members each read the previous one k times costs k^depth
+ * (a ring's merges: each merged lse is read four times by the next merge,
+ * so cp=8's forward took 4^7 walks of its first block). Entries are valid
+ * for one kernel: a generation, renewed whenever the kernel being built is
+ * another than the last lookup's (an empty slot or one of an older
+ * generation ends a probe). */
+typedef struct memo_entry {
+  uint64_t gen; /* 0: never used */
+  int32_t value, sub_value, sub_expr, expr;
+  int32_t idx[SC_MAX_RANK];
+} memo_entry;
+
+struct sc_lower_memo {
+  memo_entry *e;
+  size_t cap, count; /* count: entries of generation gen */
+  uint64_t gen;
+  const kir_kernel *k; /* the kernel generation gen is for */
+};
+
+void sc_lower_ctx_release(sc_lower_ctx *cx) {
+  sc_free(cx->param_of_buffer);
+  cx->param_of_buffer = NULL;
+  cx->cap_param_of_buffer = 0;
+  if (cx->memo) sc_free(cx->memo->e);
+  sc_free(cx->memo);
+  cx->memo = NULL;
+}
+
+typedef struct memo_key {
+  int32_t value, sub_value, sub_expr, rank;
+  const int32_t *idx;
+} memo_key;
+
+static size_t memo_hash(const memo_key *q) {
+  uint64_t h = 1469598103934665603ull;
+  int32_t w[3] = {q->value, q->sub_value, q->sub_expr};
+  for (int32_t i = 0; i < 3 + q->rank; i++) {
+    h ^= (uint32_t)(i < 3 ? w[i] : q->idx[i - 3]);
+    h *= 1099511628211ull;
+  }
+  return (size_t)(h ^ (h >> 29));
+}
+
+/* The slot holding q in generation m->gen, or the empty one ending its
+ * probe (m->cap > count, a power of two). */
+static memo_entry *memo_slot(struct sc_lower_memo *m, const memo_key *q) {
+  size_t mask = m->cap - 1;
+  for (size_t i = memo_hash(q) & mask;; i = (i + 1) & mask) {
+    memo_entry *e = &m->e[i];
+    if (e->gen != m->gen) return e;
+    if (e->value == q->value && e->sub_value == q->sub_value && e->sub_expr == q->sub_expr &&
+        memcmp(e->idx, q->idx, sizeof(int32_t) * (size_t)q->rank) == 0)
+      return e;
+  }
+}
+
+static memo_key memo_key_of(const sc_lower_ctx *cx, int32_t value, const int32_t *idx) {
+  const sc_lower_group *grp = cx->grp;
+  bool sub = grp && grp->sub_value >= 0;
+  return (memo_key){value, sub ? grp->sub_value : -1, sub ? grp->sub_expr : -1,
+                    cx->g->values[value].rank, idx};
+}
+
+/* The expression memoized for value at idx in the kernel being built, -1
+ * when none. */
+static int32_t memo_find(sc_lower_ctx *cx, int32_t value, const int32_t *idx) {
+  struct sc_lower_memo *m = cx->memo;
+  if (!m || !m->cap) return -1;
+  if (m->k != cx->k) {
+    m->k = cx->k;
+    m->gen++;
+    m->count = 0;
+    return -1;
+  }
+  memo_key q = memo_key_of(cx, value, idx);
+  memo_entry *e = memo_slot(m, &q);
+  return e->gen == m->gen ? e->expr : -1;
+}
+
+/* Records expr for value at idx; false when out of memory. */
+static bool memo_put(sc_lower_ctx *cx, int32_t value, const int32_t *idx, int32_t expr) {
+  struct sc_lower_memo *m = cx->memo;
+  if (!m) {
+    m = cx->memo = sc_calloc(1, sizeof *m);
+    if (!m) return false;
+  }
+  if (m->k != cx->k || !m->cap) {
+    m->k = cx->k;
+    m->gen++;
+    m->count = 0;
+  }
+  if (2 * (m->count + 1) > m->cap) {
+    size_t cap = m->cap ? 2 * m->cap : 64;
+    memo_entry *old = m->e, *ne = sc_calloc(cap, sizeof *ne);
+    if (!ne) return false;
+    size_t oc = m->cap;
+    m->e = ne, m->cap = cap;
+    for (size_t i = 0; i < oc; i++) {
+      if (old[i].gen != m->gen) continue;
+      memo_key q = {old[i].value, old[i].sub_value, old[i].sub_expr,
+                    cx->g->values[old[i].value].rank, old[i].idx};
+      *memo_slot(m, &q) = old[i];
+    }
+    sc_free(old);
+  }
+  memo_key q = memo_key_of(cx, value, idx);
+  memo_entry *e = memo_slot(m, &q);
+  if (e->gen != m->gen) m->count++;
+  e->gen = m->gen;
+  e->value = q.value, e->sub_value = q.sub_value, e->sub_expr = q.sub_expr, e->expr = expr;
+  memset(e->idx, 0, sizeof e->idx);
+  memcpy(e->idx, idx, sizeof(int32_t) * (size_t)q.rank);
+  return true;
+}
+
 /* ---- reading values ---- */
 
 static bool same_index(const sc_value *v, const int32_t *a, const int32_t *b) {
@@ -536,8 +656,16 @@ int32_t sc_lower_value_at(sc_lower_ctx *cx, int32_t value, const int32_t *idx) {
     const sc_node *p = &g->nodes[pn];
     const sc_lowering *lw = sc_lowering_of(p->op);
     sc_lower_kind kd = sc_lower_kind_of(g, p);
-    if (lw && (kd == SC_LOWER_POINT || kd == SC_LOWER_VIEW) && lw->point)
-      return lw->point(cx, p, output_slot(p, value), idx);
+    if (lw && (kd == SC_LOWER_POINT || kd == SC_LOWER_VIEW) && lw->point) {
+      int32_t e = memo_find(cx, value, idx);
+      if (e >= 0) return e;
+      e = lw->point(cx, p, output_slot(p, value), idx);
+      if (e >= 0 && !memo_put(cx, value, idx, e)) {
+        sc_diag_set(cx->diag, SC_ERR_NOMEM, NULL, NULL, "out of memory building a kernel");
+        return -1;
+      }
+      return e;
+    }
   }
   /* a constant scalar becomes a kir constant */
   if (sc_value_has_data(v) && pn < 0 && sc_value_numel(v) == 1 &&

@@ -26,7 +26,13 @@ struct sc_lower_ctx {
   /* private to lower.c / from_graph.c (lowerings do not touch these) */
   int32_t cap_param_of_buffer; /* entries allocated in param_of_buffer */
   struct sc_lower_group *grp;  /* the group being lowered: name, epilogue */
+  struct sc_lower_memo *memo;  /* inlined values read in the kernel being
+                                  built (sc_lower_value_at), or NULL */
 };
+
+/* Frees what a context allocated while lowering (the param map, the
+ * inlining memo); its owner calls it once, whatever the outcome. */
+void sc_lower_ctx_release(sc_lower_ctx *cx);
 
 /* Every sc_lw_<name> named in ops.def's `lower` column (defined in
  * codegen/lower_*.c). */

@@ -260,14 +260,16 @@ static int split_args(int argc, char **argv, auto_args *a, sc_partition_args *p,
   return 0;
 }
 
-/* The token ids' batch dim: dim 0's symbolic name of the first integer
- * input of rank >= 2, or NULL. */
+/* The batch dim: dim 0's symbolic name of the first integer input of rank
+ * >= 2 (token ids), else of the first input of rank >= 3 (a vision
+ * transformer's images [batch, C, H, W]), or NULL. */
 static const char *batch_dim(sc_graph *g) {
-  for (int32_t i = 0; i < g->n_inputs; i++) {
-    const sc_value *v = &g->values[g->inputs[i]];
-    if (sc_dtype_is_int(v->dtype) && v->rank >= 2 && v->dim_param && v->dim_param[0])
-      return v->dim_param[0];
-  }
+  for (int pass = 0; pass < 2; pass++)
+    for (int32_t i = 0; i < g->n_inputs; i++) {
+      const sc_value *v = &g->values[g->inputs[i]];
+      bool ok = pass ? v->rank >= 3 : sc_dtype_is_int(v->dtype) && v->rank >= 2;
+      if (ok && v->dim_param && v->dim_param[0]) return v->dim_param[0];
+    }
   return NULL;
 }
 
@@ -834,8 +836,9 @@ static int model_of(const auto_search *x, sc_cli_opts *o, int64_t *batch, sc_blo
   sc_status st = SC_OK;
   if (!dim)
     st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,
-                     "plan --auto: the token ids (the first integer input of rank >= 2) have no "
-                     "symbolic batch dim for the batch to set (the search plans transformers)");
+                     "plan --auto: the token ids (the first integer input of rank >= 2) or "
+                     "images (an input of rank >= 3) have no symbolic batch dim for the batch "
+                     "to set (the search plans transformers)");
   for (int k = 0; st == SC_OK && k < o->n_dims; k++)
     if (strcmp(o->dims[k].name, dim) == 0 && x->dim_refused)
       st = sc_diag_set(&d, SC_ERR_USAGE, NULL, NULL,

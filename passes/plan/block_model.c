@@ -302,6 +302,19 @@ sc_status sc_block_model_build(sc_graph *g, sc_block_model *bm, sc_diag *d) {
     }
   }
   if (!bm->seq) bm->seq = 1;
+  /* what cp.c decides its layout by: any causal or masked attention keeps
+   * the zig-zag (and its 2·cp chunks) */
+  bm->attn_unmasked = bm->kv_bytes > 0;
+  for (int32_t i = 0; i < n_nodes; i++) {
+    const sc_node *n = &g->nodes[i];
+    if (n->op != SC_OP_FUSED_ATTENTION || (n->flags & SC_NODE_DEAD)) continue;
+    if (sc_attr_int(g, n, "causal", 0) != 0 || (n->n_inputs > 3 && n->inputs[3] >= 0))
+      bm->attn_unmasked = false;
+  }
+  if (g->n_outputs > 0) {
+    const sc_value *o = &g->values[g->outputs[0]];
+    bm->token_outputs = o->rank >= 3 && o->dims[1] == bm->seq;
+  }
   if (!bm->hidden && bm->block.input_bytes > 0) bm->hidden = 1;
   return SC_OK;
 }

@@ -136,6 +136,13 @@ typedef struct sc_block_model {
                                context parallelism's ring passes on per hop
                                (docs/context-parallel.md); 0 without a
                                fused attention (no cp plan then) */
+  bool attn_unmasked;       /* every fused attention has causal 0 and no
+                               mask input: context parallelism cuts a
+                               sequence that does not divide into 2·cp
+                               chunks into cp padded blocks (cp.c) */
+  bool token_outputs;       /* the first output keeps the sequence (rank 3
+                               or more, dim 1 = seq): a training step's
+                               labels then do too, which cp does not pad */
   int64_t vocab;            /* the last dim of the first output (logits) */
   int32_t param_bytes;      /* bytes of a parameter element in the graph */
   sc_block_part block;      /* one block */

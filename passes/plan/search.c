@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ir/context_parallel.h"
 #include "passes/partition/partition.h"
 #include "passes/plan/cost.h"
 
@@ -372,7 +373,7 @@ static sc_status tp_outside(const ctx *x, sc_search_cand *c, double M, double ac
   return st;
 }
 
-static double rank_mbs(const sc_search_cand *c);
+static double rank_mbs(const ctx *x, const sc_search_cand *c);
 
 /* Expert tensor parallelism's collectives over tp into c->tp_s
  * (docs/moe.md): per microbatch, each MoE layer's sum pending over tp
@@ -394,7 +395,7 @@ static sc_status tp_experts(const ctx *x, sc_search_cand *c, double M, int64_t L
   double fwd = exits * (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 1);
   double tensors = (double)Ls * b->expert_tensors + ou->expert_tensors;
   double per_exit = (double)Ls * b->expert_exits + ou->expert_exits;
-  double slots = per_exit > 0 ? rank_mbs(c) * low *
+  double slots = per_exit > 0 ? rank_mbs(x, c) * low *
                                     ((double)Ls * b->expert_exit_bytes + ou->expert_exit_bytes) /
                                     per_exit
                               : 0;
@@ -424,14 +425,33 @@ static double core_share(const ctx *x, const sc_search_cand *c) {
   return sc_cluster_core_share(x->c, ranks_of(c));
 }
 
+/* Whether cp > 1 cuts the sequence into cp padded blocks rather than the
+ * zig-zag's 2·cp chunks (cp.c's rule: no attention causal or masked, and
+ * a sequence 2·cp does not divide), and in training the labels do not
+ * keep the sequence (cp.c pads no sequence input). */
+static bool cp_pads(const ctx *x, int64_t cp) {
+  const sc_block_model *bm = x->bm;
+  return cp > 1 && bm->seq % (2 * cp) != 0 && bm->attn_unmasked &&
+         (x->o->goal != SC_SEARCH_TRAIN || !bm->token_outputs);
+}
+
+/* The sequence c's ranks compute between them: the model's, or padded to
+ * the next multiple of cp (sc_cp_padded_sequence) where cp pads it. */
+static int64_t cp_sequence(const ctx *x, const sc_search_cand *c) {
+  int64_t seq = x->bm->seq;
+  return cp_pads(x, c->cp) ? sc_cp_padded_sequence(seq, c->cp) : seq;
+}
+
 /* A microbatch's examples' worth of tokens one rank computes: cp splits
  * every sequence over its ranks (docs/context-parallel.md), so every
  * token-wise term (products, memory-bound kernels, kept values, the
  * [mbs, seq, hidden] that tp and pp move) is 1/cp of the microbatch's,
  * and so is the attention core's (the zig-zag layout gives every rank
- * 1/cp of the causal pairs, sc_cp_rank_pairs). */
-static double rank_mbs(const sc_search_cand *c) {
-  return (double)c->micro_batch_size / (double)(c->cp > 1 ? c->cp : 1);
+ * 1/cp of the causal pairs, sc_cp_rank_pairs); a padded sequence's
+ * tokens count with their padding (P/cp rows a rank for the model's S). */
+static double rank_mbs(const ctx *x, const sc_search_cand *c) {
+  double cp = (double)(c->cp > 1 ? c->cp : 1), seq = (double)x->bm->seq;
+  return (double)c->micro_batch_size * ((double)cp_sequence(x, c) / seq) / cp;
 }
 
 /* The block's GEMMs outside the attention core on one rank, each shape at
@@ -447,7 +467,7 @@ static double rank_mbs(const sc_search_cand *c) {
 static sc_status block_gemms(const ctx *x, const sc_search_cand *c, const sc_block_part *b,
                              int64_t rows, double *s, sc_diag *d) {
   const sc_block_model *bm = x->bm;
-  double mbs = rank_mbs(c), tp = (double)c->tp, listed = 0;
+  double mbs = rank_mbs(x, c), tp = (double)c->tp, listed = 0;
   int64_t h = bm->hidden > 0 ? bm->hidden : 1;
   sc_status st = SC_OK;
   for (int32_t i = 0; i < b->n_gemms && st == SC_OK; i++) {
@@ -470,13 +490,16 @@ static double low_fraction(const ctx *x);
 static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t, sc_diag *d) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
-  double mbs = rank_mbs(c), tp = (double)c->tp;
-  int64_t cp = c->cp > 1 ? c->cp : 1, rows = c->micro_batch_size * bm->seq / cp;
+  double mbs = rank_mbs(x, c), tp = (double)c->tp;
+  int64_t cp = c->cp > 1 ? c->cp : 1, seq = cp_sequence(x, c);
+  int64_t rows = c->micro_batch_size * seq / cp;
   int64_t h = bm->hidden > 0 ? bm->hidden : 1;
   int64_t hd = bm->heads > 0 ? h / bm->heads : h;
   memset(t, 0, sizeof *t);
   double core = 0, rest = 0;
-  sc_status st = gemm(x, b->attn_flops * mbs / tp, bm->seq / cp, bm->seq, hd, &core, d);
+  /* a padded sequence's core: its P/cp queries against all P keys */
+  double keys = (double)seq / (double)bm->seq;
+  sc_status st = gemm(x, b->attn_flops * mbs * keys / tp, seq / cp, seq, hd, &core, d);
   if (st == SC_OK) st = block_gemms(x, c, b, rows, &rest, d);
   /* the experts: whole on every tp rank (ep.c), each of a rank's E/ep
    * experts over every ep rank's tokens (mbs x E x C slots a rank in all),
@@ -659,7 +682,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   int64_t n_tp = span(1, c->tp, P), n_ep = span(c->tp, ep, P), n_cp = span(te, cp, P),
           n_fs = span(te * cp, c->fsdp, P), n_dp = span(te * cp * c->fsdp, c->dp, P),
           n_pp = span(te * cp * c->fsdp * c->dp, c->pp, P);
-  double act = rank_mbs(c) * b->input_bytes; /* one [mbs, seq / cp, hidden] */
+  double act = rank_mbs(x, c) * b->input_bytes; /* one [mbs, seq / cp, hidden] */
   /* what the compiled step moves (its collectives' bytes, plan --train's
    * "collectives"): the GEMM products in the GEMM dtype, so the tp
    * reductions of [mbs, seq, hidden] and the GEMM weights' gathers in it
@@ -746,7 +769,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
     double n_a2a = (double)Ls * b->a2a_count + ou->a2a_count;
     double a2a = (double)Ls * b->a2a_bytes + ou->a2a_bytes;
     double passes = 2 + (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 1 : 0);
-    double buf = rank_mbs(c) * (cb < gb ? a2a * cb / gb : a2a);
+    double buf = rank_mbs(x, c) * (cb < gb ? a2a * cb / gb : a2a);
     if (st == SC_OK)
       st = coll(x, SC_COLL_ALL_TO_ALL, M * passes * buf, ep, n_ep, M * passes * n_a2a,
                 &c->ep_s, d);
@@ -784,7 +807,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * forward again under full recompute; each hop is a send to the next
      * rank and a receive from the previous at once, inter-node when the
      * cp group spans nodes; not overlapped with the blocks' compute */
-    double kv = rank_mbs(c) * (cb < gb ? bm->kv_bytes * cb / gb : bm->kv_bytes);
+    double kv = rank_mbs(x, c) * (cb < gb ? bm->kv_bytes * cb / gb : bm->kv_bytes);
     double fwd_hops = (double)(cp - 1) * (c->recompute == SC_SEARCH_RECOMPUTE_FULL ? 2 : 1);
     double hops = fwd_hops + (double)(2 * cp - 1);
     double sends = 2 * fwd_hops + 4 * (double)(cp - 1) + 2;
@@ -823,7 +846,7 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * queue beside the compute: what each pass's compute does not hide */
     double all, keep;
     block_values(x, c, &all, &keep);
-    double mbs = rank_mbs(c);
+    double mbs = rank_mbs(x, c);
     /* the critical rank's: a pipeline's last stage, its blocks' stash */
     double bytes = M * (double)Ls * keep * mbs;
     if (c->recompute != SC_SEARCH_RECOMPUTE_FULL) /* the LM head's and loss's values too */
@@ -875,10 +898,10 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
   int64_t cp = c->cp > 1 ? c->cp : 1, ep = ep_of(c), te = c->tp * ep;
   int64_t n_tp = span(1, c->tp, P), n_ep = span(c->tp, ep, P), n_cp = span(te, cp, P),
           n_dp = span(te * cp, c->dp, P), n_pp = span(te * cp * c->dp, c->pp, P);
-  double act = rank_mbs(c) * bm->block.input_bytes; /* one [mbs, seq / cp, hidden] */
+  double act = rank_mbs(x, c) * bm->block.input_bytes; /* one [mbs, seq / cp, hidden] */
   /* the logits of a microbatch on a rank: [mbs, seq / cp, vocab] in the
    * graph's dtype */
-  double logits = rank_mbs(c) * (double)bm->seq * (double)bm->vocab * (double)bm->param_bytes;
+  double logits = rank_mbs(x, c) * (double)bm->seq * (double)bm->vocab * (double)bm->param_bytes;
   c->tp_s = c->fsdp_s = c->dp_s = c->pp_s = c->cp_s = c->ep_s = 0;
   if (c->tp > 1) {
     /* Megatron's forward: two all-reduces a block (attention, MLP), or an
@@ -903,7 +926,7 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
      * planner"): per block and microbatch each rank's keys and values
      * passed on cp - 1 times, 2 (cp - 1) sends of kv_bytes / cp an
      * example; then the logits' sequence gathered over cp */
-    double kv = rank_mbs(c) * bm->kv_bytes;
+    double kv = rank_mbs(x, c) * bm->kv_bytes;
     st = coll(x, SC_COLL_SEND, M * (double)Ls * (double)(cp - 1) * kv, 2, n_cp > 1 ? 2 : 1,
               M * (double)Ls * 2 * (double)(cp - 1), &c->cp_s, d);
     if (st == SC_OK)
@@ -915,7 +938,7 @@ static sc_status infer_estimate(const ctx *x, sc_search_cand *c, double cutoff, 
      * their experts, their outputs back), each of the rank's whole buffer */
     const sc_block_part *b = &bm->block, *ou = &bm->outside;
     double n_a2a = (double)Ls * b->a2a_count + ou->a2a_count;
-    double buf = rank_mbs(c) * ((double)Ls * b->a2a_bytes + ou->a2a_bytes);
+    double buf = rank_mbs(x, c) * ((double)Ls * b->a2a_bytes + ou->a2a_bytes);
     st = coll(x, SC_COLL_ALL_TO_ALL, M * buf, ep, n_ep, M * n_a2a, &c->ep_s, d);
     if (st != SC_OK) return st;
   }
@@ -1014,7 +1037,7 @@ static double in_flight_of(const sc_search_cand *c, int64_t q) {
 static double one_memory(const ctx *x, const sc_search_cand *c, double s) {
   const sc_block_model *bm = x->bm;
   int64_t L = bm->n_blocks;
-  double mbs = rank_mbs(c), tp = (double)c->tp;
+  double mbs = rank_mbs(x, c), tp = (double)c->tp;
   double e = stage_params(bm, c, L);
   double mem = state_bytes(x, c, e) + e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
   if (c->zero >= 3)
@@ -1071,7 +1094,7 @@ static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   int64_t Ls = (bm->n_blocks + c->pp - 1) / c->pp;
   int64_t V = c->virtual_stages > 1 ? c->virtual_stages : 1;
   int64_t Lc = (Ls + V - 1) / V; /* blocks of the largest chunk */
-  double mbs = rank_mbs(c), tp = (double)c->tp;
+  double mbs = rank_mbs(x, c), tp = (double)c->tp;
   double f = c->fsdp > 1 ? (double)c->fsdp : 1;
   bool ends = q == 0 || q == c->pp - 1; /* holds the outside part */
   double out_e = ends ? (double)bm->outside.params / tp : 0;
@@ -1131,7 +1154,7 @@ static void infer_memory(const ctx *x, sc_search_cand *c) {
   const sc_block_model *bm = x->bm;
   const sc_block_part *b = &bm->block;
   int64_t Ls = (bm->n_blocks + c->pp - 1) / c->pp;
-  double mbs = rank_mbs(c), tp = (double)c->tp;
+  double mbs = rank_mbs(x, c), tp = (double)c->tp;
   double weights = stage_params(bm, c, Ls) * (double)bm->param_bytes;
   double whole = b->whole_saved_bytes, split = b->saved_bytes - b->whole_saved_bytes;
   double act = (c->sequence_parallel ? (whole + split) / tp : whole + split / tp) * mbs +
@@ -1352,23 +1375,18 @@ static bool tp_skipped(const ctx *x, int64_t tp, bool tp_anywhere, sc_search_res
   return tp_anywhere && tp <= P;
 }
 
-/* The largest cp searched: the compiled ring's merges fuse into one
- * kernel whose expression grows about 4 times a hop (cp=8 compiles gpt_1p5b
- * in over 60 s, cp=4 in 3 s), so the exact check could not compile a
- * larger one in its time. */
-#define MAX_CP 4
-
-/* Whether cp (> 1) is left out (counted): over MAX_CP, the sequence does
- * not divide into 2 cp chunks (sc_cp_check_sequence's rule), the model
- * has no fused attention to run as a ring, or it has experts. Beside a
- * pipeline and tp's sequence parallelism (its split nested inside cp's),
- * for training and inference alike. */
+/* Whether cp (> 1) is left out (counted): the sequence does not divide
+ * into 2 cp chunks (sc_cp_check_sequence's rule) and cp does not pad it
+ * (cp_pads), the model has no fused attention to run as a ring, or it has
+ * experts. Beside a pipeline and tp's sequence parallelism (its split
+ * nested inside cp's), for training and inference alike. */
 static bool cp_skipped(const ctx *x, int64_t cp, sc_search_result *r) {
   if (cp == 1) return false;
   /* a model with experts: their capacity dispatch scans the tokens
    * (CumSum), which cp.c refuses in its zig-zag order */
   bool experts = x->bm->block.experts >= 2 || x->bm->outside.experts >= 2;
-  if (cp > MAX_CP || x->bm->kv_bytes <= 0 || x->bm->seq % (2 * cp) || experts) {
+  bool splits = x->bm->seq % (2 * cp) == 0 || cp_pads(x, cp);
+  if (x->bm->kv_bytes <= 0 || !splits || experts) {
     r->pruned_cp++;
     return true;
   }

@@ -10,13 +10,14 @@ cp=4, tp=2 x cp=2 and cp=3 (16 tokens padded to 18), its pooling a
 pending sum over cp (each rank's mean of its tokens scaled by 1/cp:
 nothing computed whole; padded, a sum weighted 1/16 on the tokens and 0
 on the padding), and vit (16 patches and the class token: 17 tokens, no
-causal mask) at cp=2, cp=4, tp=2 x cp=2, pp=2 x cp=2 and dp=2 x cp=2, its
-sequence padded to the next multiple of cp (18, 20) with the padding
+causal mask) at cp=2, cp=4, cp=8, tp=2 x cp=2, pp=2 x cp=2 and dp=2 x cp=2, its
+sequence padded to the next multiple of cp (18, 20, 24) with the padding
 rows' keys masked out in every ring step and the class token's selection
 a sum weighted 1 on its row (a pending sum over cp):
   * `shardc run --mesh M` for M in cp=2, cp=4, tp=2 x cp=2, pp=2 x cp=2
     (GPT-2 also dp=2 x cp=2: the batch split over dp, the sequence over cp,
-    nothing computed whole)
+    nothing computed whole; GPT-2 and vit also cp=8: 16 tokens in 16
+    chunks of one, vit's 17 padded to 24, 8 thread-ranks)
     writes logits of the single-rank run's dtype and shape, no NaN, within
     rtol 1e-4, atol 1e-5 of it (test_partition.py's tolerance: the ring
     merges each query row's softmax from blocks by log-sum-exp, a different
@@ -55,10 +56,10 @@ from checks import check, failures  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
 SRC = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-MESHES = {"gpt2": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"],
+MESHES = {"gpt2": ["cp=2", "cp=4", "cp=8", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"],
           "llama": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2"],
           "vit_pool": ["cp=2", "cp=4", "tp=2,cp=2", "cp=3"],
-          "vit": ["cp=2", "cp=4", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"]}
+          "vit": ["cp=2", "cp=4", "cp=8", "tp=2,cp=2", "pp=2,cp=2", "dp=2,cp=2"]}
 # meshes that must warn of a fallback: mesh -> a substring of the warning
 # (none: dp beside cp splits the batch and the sequence on their own dims)
 FALLBACKS = {}

@@ -58,7 +58,7 @@ static sc_status lower_node(sc_graph *g, int32_t nid, lowered *L) {
   } else {
     st = SC_ERR_UNSUPPORTED;
   }
-  sc_free(cx.param_of_buffer);
+  sc_lower_ctx_release(&cx);
   free(ng);
   return st;
 }

@@ -351,7 +351,7 @@ static void test_unflatten_affine(void **state) {
     int32_t b = sc_lower_scratch(&cx, "u", SC_DTYPE_I64, u->rout, u->out);
     assert_true(b >= 0);
     assert_int_equal(sc_lower_pointwise_kernel(&cx, "unflat", b, unflat_cb, (void *)u), SC_OK);
-    sc_free(cx.param_of_buffer);
+    sc_lower_ctx_release(&cx);
     const kir_kernel *k = L.p->kernels[L.p->n_kernels - 1];
     int divmod = 0;
     for (int32_t e = 0; e < k->n_exprs; e++)

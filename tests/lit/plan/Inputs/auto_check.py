@@ -1,5 +1,6 @@
 """Checks of `shardc plan [--train] --auto --json` (tests/lit/plan/auto.test,
-auto_infer.test, auto_cp.test, auto_cp_compose.test, auto_ep.test).
+auto_infer.test, auto_cp.test, auto_cp_compose.test, auto_cp_padding.test,
+auto_ep.test).
 
   auto_check.py check SHARDC MODEL AUTO.json TMP
       the chosen plan is exact ("simulated", the path of plan --train --mesh)
@@ -52,7 +53,8 @@ auto_infer.test, auto_cp.test, auto_cp_compose.test, auto_ep.test).
       compiled exactly, are over the limit or slower.
   auto_check.py composed SHARDC MODEL AUTO.json TMP KIND
       cp composed with another axis among the candidates evaluated
-      exactly: KIND pp_cp (pp > 1 and cp > 1) or tp_cp_sp (tp > 1 and
+      exactly: KIND cp (cp > 1, beside anything: a padded sequence's),
+      pp_cp (pp > 1 and cp > 1) or tp_cp_sp (tp > 1 and
       cp > 1 with sequence parallelism), or ep (ep > 1, an inference
       search's); at least one such, each with simulated figures, exposed
       communication on cp (ep), that `plan [--train] --mesh` of its options
@@ -238,6 +240,8 @@ def composed(shardc, model, path, tmp, kind):
         m = c["mesh"]
         if kind == "ep":
             return m["ep"] > 1
+        if kind == "cp":
+            return m["cp"] > 1
         if kind == "pp_cp":
             return m["pp"] > 1 and m["cp"] > 1
         return m["tp"] > 1 and m["cp"] > 1 and c["sequence_parallel"]
