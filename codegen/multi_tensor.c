@@ -41,7 +41,13 @@
  * as multi_tensor_apply launches again when its table is full. The merged
  * kernel takes the first kernel's place (and its name with "_mt<n>"), the
  * others leave the program, and kernel ids in steps are renumbered. Runs
- * before overlap and the memory plan, so those see one step. */
+ * before overlap and the memory plan, so those see one step.
+ *
+ * Before the runs, a reduction of one point over a long inner loop is
+ * split into a kernel of many points over its chunks and one completing it
+ * (split_step, below); the completing kernels merge as the others do. A
+ * run of reductions passes an earlier run's member (a step that sinks into
+ * that run's merged kernel) as it passes any independent kernel step. */
 #include <stdio.h>
 #include <string.h>
 
@@ -185,6 +191,219 @@ static kir_kernel *flatten(sc_arena *a, const kir_kernel *k, int64_t *points, in
   *points = n;
   *inner = k->inner;
   return t;
+}
+
+/* ---- a large reduction split over many points ----
+ *
+ * A reduction of one point over a long inner loop runs on one GPU block
+ * (or one CPU thread): the embedding's gradient-norm sum (50257 x 768
+ * elements) bounds the step's norm by one SM. A reduction of at least
+ * SC_MULTI_TENSOR_SPLIT_MIN elements (SUM, MAX or MIN, one REDUCE phase
+ * first, then stores of what does not vary along r) becomes two kernels,
+ * apex's multi_tensor_l2norm and its cleanup: "<name>_part" over
+ * [n / c] points, each reducing its chunk of c elements (r + o * c) into
+ * a scratch buffer of the accumulator's dtype, then the kernel itself
+ * reducing those n / c partial results in order, with its stores as they
+ * were. c divides n (the largest divisor in SPLIT_CHUNK_MIN ..
+ * SPLIT_CHUNK_MAX; none: left whole). Every partial result is one
+ * point's, whichever block or thread computes it, so the bits do not
+ * depend on the launch grid; they differ from one pass over n (another
+ * order of the additions). The second kernels, alike, merge as the
+ * others do. */
+enum { SPLIT_CHUNK_MIN = 1024, SPLIT_CHUNK_MAX = 16384 };
+
+/* The chunk for n elements: a divisor of n in SPLIT_CHUNK_MIN ..
+ * SPLIT_CHUNK_MAX, the largest; 0 when none. */
+static int64_t split_chunk(int64_t n) {
+  for (int64_t c = SPLIT_CHUNK_MAX; c >= SPLIT_CHUNK_MIN; c--)
+    if (n % c == 0) return c;
+  return 0;
+}
+
+/* Whether flat template t (a reduction of one point) splits: its first
+ * phase is its one REDUCE (SUM, MAX or MIN), the rest STOREs. */
+static bool splits(const kir_kernel *t) {
+  if (t->n_phases < 1 || t->phases[0].kind != KIR_PHASE_REDUCE) return false;
+  kir_reduce_op r = t->phases[0].rop;
+  if (r != KIR_RED_SUM && r != KIR_RED_MAX && r != KIR_RED_MIN) return false;
+  for (int32_t i = 1; i < t->n_phases; i++)
+    if (t->phases[i].kind != KIR_PHASE_STORE) return false;
+  return true;
+}
+
+/* Copies expression i of t into k (operands through map, KIR_VAR
+ * KIR_INNER as r_to, param ids through pmap); -1 on failure. */
+static int32_t copy_expr(sc_arena *a, const kir_kernel *t, kir_kernel *k, int32_t i,
+                         const int32_t *map, const int32_t *pmap, int32_t r_to) {
+  const kir_expr *e = &t->exprs[i];
+  int32_t m[3] = {e->a >= 0 ? map[e->a] : -1, e->b >= 0 ? map[e->b] : -1,
+                  e->c >= 0 ? map[e->c] : -1};
+  for (int j = 0; j < kir_op_arity(e->op) && e->op != KIR_LOAD; j++)
+    if (m[j] < 0) return -1;
+  switch (e->op) {
+  case KIR_CONST:
+    return sc_dtype_is_float(e->dtype) ? kir_const_f(a, k, e->dtype, e->f)
+                                       : kir_const_i(a, k, e->dtype, e->i);
+  case KIR_VAR: return e->var == KIR_INNER ? r_to : -1;
+  case KIR_REG: return kir_reg(a, k, e->var);
+  case KIR_LOAD: return m[0] < 0 || pmap[e->var] < 0 ? -1 : kir_load(a, k, pmap[e->var], m[0]);
+  case KIR_CAST: return kir_cast(a, k, e->dtype, m[0]);
+  case KIR_BITCAST: return kir_bitcast(a, k, e->dtype, m[0]);
+  case KIR_SELECT: return kir_select(a, k, m[0], m[1], m[2]);
+  default:
+    return kir_op_arity(e->op) == 1 ? kir_unary(a, k, e->op, m[0])
+                                    : kir_binary(a, k, e->op, m[0], m[1]);
+  }
+}
+
+/* Marks in need[] the expressions of t that expression `root` reads. */
+static void mark_needed(const kir_kernel *t, int32_t root, bool *need) {
+  need[root] = true;
+  for (int32_t i = root; i >= 0; i--) {
+    if (!need[i]) continue;
+    const kir_expr *e = &t->exprs[i];
+    int32_t ops[3] = {e->a, e->b, e->c};
+    for (int j = 0; j < kir_op_arity(e->op); j++)
+      if (ops[j] >= 0) need[ops[j]] = true;
+  }
+}
+
+/* The params of t that the needed expressions load, or the phases from
+ * `from` on store, added to k (pmap[t's] = k's, -1 when not); false when
+ * out of memory. */
+static bool copy_params(sc_arena *a, const kir_kernel *t, kir_kernel *k, const bool *need,
+                        int32_t from, int32_t *pmap) {
+  for (int32_t i = 0; i < t->n_params; i++) {
+    bool used = false;
+    for (int32_t e = 0; e < t->n_exprs && !used; e++)
+      used = need[e] && t->exprs[e].op == KIR_LOAD && t->exprs[e].var == i;
+    for (int32_t ph = from; ph < t->n_phases && !used; ph++)
+      used = t->phases[ph].kind == KIR_PHASE_STORE && t->phases[ph].out_param == i;
+    pmap[i] = -1;
+    if (used && (pmap[i] = kir_add_param(a, k, t->params[i].buffer, t->params[i].dtype,
+                                         t->params[i].numel, t->params[i].written)) < 0)
+      return false;
+  }
+  return true;
+}
+
+/* A new kernel `name` of one outer dim of `points` over `inner`, with
+ * arrays for copying template t into it: map (its expressions), pmap (its
+ * params), need (zeroed); NULL when out of memory. */
+static kir_kernel *split_kernel(sc_arena *a, const kir_kernel *t, const char *name,
+                                int64_t points, int64_t inner, int32_t **map, int32_t **pmap,
+                                bool **need) {
+  kir_kernel *k = kir_kernel_create(a, name);
+  *map = sc_arena_array(a, (size_t)t->n_exprs, sizeof **map);
+  *pmap = sc_arena_array(a, (size_t)t->n_params + 1, sizeof **pmap);
+  *need = sc_arena_array(a, (size_t)t->n_exprs, sizeof **need);
+  if (!k || !*map || !*pmap || !*need) return NULL;
+  k->outer_rank = 1;
+  k->outer_dims[0] = points;
+  k->inner = inner;
+  return k;
+}
+
+/* The chunks' kernel of template t (n elements in chunks of c, scratch
+ * buffer `part`): [n / c] points over inner c, each storing its chunk's
+ * reduction at its own element of part. */
+static kir_kernel *part_kernel(sc_arena *a, const kir_kernel *t, const char *name, int64_t n,
+                               int64_t c, int32_t part) {
+  const kir_phase *ph = &t->phases[0];
+  int32_t *map, *pmap;
+  bool *need;
+  kir_kernel *k = split_kernel(a, t, name, n / c, c, &map, &pmap, &need);
+  if (!k) return NULL;
+  mark_needed(t, ph->value, need);
+  if (!copy_params(a, t, k, need, t->n_phases, pmap)) return NULL;
+  int32_t pp = kir_add_param(a, k, part, ph->acc_dtype, n / c, true);
+  int32_t o = kir_var(a, k, 0);
+  int32_t at = kir_binary(a, k, KIR_ADD, kir_var(a, k, KIR_INNER),
+                          kir_binary(a, k, KIR_MUL, o, kir_const_i(a, k, SC_DTYPE_I64, c)));
+  if (pp < 0 || o < 0 || at < 0) return NULL;
+  for (int32_t i = 0; i <= ph->value; i++)
+    if (need[i] && (map[i] = copy_expr(a, t, k, i, map, pmap, at)) < 0) return NULL;
+  if (kir_add_reduce(a, k, ph->rop, ph->acc_dtype, map[ph->value]) != 0) return NULL;
+  int32_t reg = kir_reg(a, k, 0);
+  if (reg < 0 || kir_add_store(a, k, pp, o, reg) != 1) return NULL;
+  return k;
+}
+
+/* Template t with its reduction over the n / c partial results in part
+ * (read at r) in place of its values: the kernel that completes it. */
+static kir_kernel *sum_kernel(sc_arena *a, const kir_kernel *t, const char *name, int64_t parts,
+                              int32_t part) {
+  const kir_phase *ph = &t->phases[0];
+  int32_t *map, *pmap;
+  bool *need;
+  kir_kernel *k = split_kernel(a, t, name, 1, parts, &map, &pmap, &need);
+  if (!k) return NULL;
+  for (int32_t i = 1; i < t->n_phases; i++) {
+    mark_needed(t, t->phases[i].value, need);
+    mark_needed(t, t->phases[i].out_index, need);
+  }
+  if (!copy_params(a, t, k, need, 1, pmap)) return NULL;
+  int32_t pp = kir_add_param(a, k, part, ph->acc_dtype, parts, false);
+  int32_t r = kir_var(a, k, KIR_INNER);
+  int32_t v = pp < 0 || r < 0 ? -1 : kir_load(a, k, pp, r);
+  if (v < 0 || kir_add_reduce(a, k, ph->rop, ph->acc_dtype, v) != 0) return NULL;
+  int32_t added = 1;
+  for (int32_t i = 0; i < t->n_exprs; i++) {
+    if (!need[i]) continue;
+    const kir_expr *e = &t->exprs[i];
+    if (e->op == KIR_REG) /* its phase first */
+      for (; added <= e->var && added < t->n_phases; added++) {
+        const kir_phase *q = &t->phases[added];
+        if (map[q->value] < 0 || map[q->out_index] < 0 ||
+            kir_add_store(a, k, pmap[q->out_param], map[q->out_index], map[q->value]) != added)
+          return NULL;
+      }
+    if ((map[i] = copy_expr(a, t, k, i, map, pmap, r)) < 0) return NULL;
+  }
+  for (; added < t->n_phases; added++) {
+    const kir_phase *q = &t->phases[added];
+    if (kir_add_store(a, k, pmap[q->out_param], map[q->out_index], map[q->value]) != added)
+      return NULL;
+  }
+  return k;
+}
+
+/* Splits step i's reduction (its flat form t over n elements) into the
+ * chunks' kernel, inserted before it, and the kernel completing it in its
+ * place; false when it is left as it is (SC_OK in *st) or on failure. */
+static bool split_step(sc_program *p, int32_t i, const kir_kernel *t, int64_t n, sc_status *st) {
+  int64_t c = split_chunk(n);
+  if (n < SC_MULTI_TENSOR_SPLIT_MIN || !c || !splits(t)) return false;
+  const kir_kernel *k = p->kernels[p->steps[i].kernel];
+  const kir_phase *ph = &t->phases[0];
+  sc_buffer b;
+  memset(&b, 0, sizeof b);
+  b.name = sc_arena_printf(&p->arena, "%s.partial", k->name);
+  b.kind = SC_BUF_TEMP;
+  b.dtype = ph->acc_dtype;
+  b.rank = 1;
+  b.dims[0] = n / c;
+  b.bytes = n / c * sc_dtype_size(ph->acc_dtype);
+  b.offset = -1;
+  b.alias_of = -1;
+  b.value = -1;
+  int32_t part = b.name ? sc_program_add_buffer(p, &b) : -1;
+  const char *pname = sc_arena_printf(&p->arena, "%s_part", k->name);
+  kir_kernel *pk = part < 0 || !pname ? NULL : part_kernel(&p->arena, t, pname, n, c, part);
+  kir_kernel *sk = pk ? sum_kernel(&p->arena, t, k->name, n / c, part) : NULL;
+  int32_t kid = sk ? sc_program_add_kernel(p, pk) : -1;
+  sc_step s = p->steps[i];
+  if (kid < 0 || sc_program_add_step(p, &s) < 0) {
+    *st = SC_ERR_NOMEM;
+    return false;
+  }
+  sk->origin = pk->origin = k->origin;
+  memmove(&p->steps[i + 1], &p->steps[i], (size_t)(p->n_steps - 1 - i) * sizeof *p->steps);
+  p->steps[i].kernel = kid;
+  p->kernels[p->steps[i + 1].kernel] = sk;
+  for (int32_t j = i + 2; j < p->n_steps; j++) /* a WAIT's step moved on by one */
+    if (p->steps[j].kind == SC_STEP_WAIT && p->steps[j].started >= i) p->steps[j].started++;
+  return true;
 }
 
 /* Whether flat forms x and y compute the same over their params. */
@@ -338,7 +557,37 @@ static sc_status drop_unused(sc_program *p, const bool *dropped) {
   return SC_OK;
 }
 
+/* Splits every large reduction of a kernel step of its own (split_step):
+ * the chunks' kernels join the program, each before its step. */
+static sc_status split_large(sc_program *p) {
+  int32_t *uses = sc_calloc((size_t)p->n_kernels + 1, sizeof *uses);
+  if (!uses) return SC_ERR_NOMEM;
+  for (int32_t i = 0; i < p->n_steps; i++) {
+    int32_t *refs[5];
+    int32_t n = kernel_refs(&p->steps[i], refs);
+    for (int32_t j = 0; j < n; j++)
+      if (*refs[j] >= 0 && *refs[j] < p->n_kernels) uses[*refs[j]]++;
+  }
+  sc_arena scratch;
+  sc_arena_init(&scratch);
+  sc_status st = SC_OK;
+  for (int32_t i = 0; st == SC_OK && i < p->n_steps; i++) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind != SC_STEP_KERNEL || s->pool.on || s->kernel < 0 || s->kernel >= p->n_kernels ||
+        uses[s->kernel] != 1)
+      continue;
+    int64_t pts = 0, inn = 0;
+    const kir_kernel *t = flatten(&scratch, p->kernels[s->kernel], &pts, &inn);
+    if (t && reduces(t) && split_step(p, i, t, inn, &st)) i++; /* past the kernel it completes */
+  }
+  sc_arena_free(&scratch);
+  sc_free(uses);
+  return st;
+}
+
 sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag) {
+  sc_status split = split_large(p);
+  if (split != SC_OK) return sc_diag_set(diag, split, NULL, NULL, "out of memory");
   int32_t ns = p->n_steps;
   size_t cap = (size_t)(ns > 0 ? ns : 1);
   kir_kernel **flat = sc_calloc(cap, sizeof *flat);
@@ -380,8 +629,15 @@ sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag) {
     bool red = reduces(flat[i]);
     int64_t bytes = 8 * ((int64_t)flat[i]->n_params + 2);
     mem[0] = i;
-    for (int32_t j = i + 1; j < ns && !taken[j]; j++) {
+    for (int32_t j = i + 1; j < ns; j++) {
       const sc_step *s = &p->steps[j];
+      if (taken[j]) { /* an earlier run's member: passed as any independent kernel step */
+        bool ok = red;
+        for (int32_t m = 0; m < n && ok; m++)
+          ok = independent(sid, p->kernels[p->steps[mem[m]].kernel], p->kernels[s->kernel]);
+        if (!ok) break;
+        continue;
+      }
       bool alike = flat[j] && same_template(flat[i], flat[j]);
       if (!alike && (!red || s->kind != SC_STEP_KERNEL || s->pool.on || s->kernel < 0)) break;
       if (alike && bytes + 8 * flat[i]->n_params > SC_MULTI_TENSOR_ARG_BYTES) break;

@@ -437,9 +437,17 @@ sc_status sc_program_from_graph(sc_graph *g, sc_program **out, sc_diag *diag);
  * holds at most SC_MULTI_TENSOR_ARG_BYTES of kernel arguments (8 bytes a
  * param, and begin and end): CUDA's kernel parameter space, 4 KiB (apex's
  * multi_tensor_apply keeps its table under the same limit); a longer run
- * becomes several. Kernels leave the program and kernel ids are
- * renumbered: run it before overlap and the memory plan. SC_ERR_NOMEM. */
+ * becomes several. A long reduction of one point is split first
+ * (SC_MULTI_TENSOR_SPLIT_MIN): a kernel step and a scratch buffer join the
+ * program. Kernels leave the program and kernel ids are renumbered: run
+ * it before overlap and the memory plan. SC_ERR_NOMEM. */
 #define SC_MULTI_TENSOR_ARG_BYTES 4096
+/* A reduction of one point over at least this many elements (the
+ * gradient norm's sum of a large tensor) is first split into a kernel
+ * of many points, each reducing a chunk into a scratch buffer, and one
+ * reducing their results (multi_tensor.c, split_step): many GPU blocks
+ * (CPU threads) where one reduced it alone. */
+#define SC_MULTI_TENSOR_SPLIT_MIN ((int64_t)1 << 20)
 sc_status sc_program_multi_tensor(sc_program *p, sc_diag *diag);
 
 /* codegen/overlap.c: each shifted SEND and the RECV it is paired with on

@@ -41,6 +41,7 @@
 
 #include "api/calibrate.h"
 #include "codegen/dist_sim.h"
+#include "driver/train_memory.h"
 #include "frontend/onnx.h"
 #include "ir/pipe.h"
 #include "passes/partition/partition.h"
@@ -1256,6 +1257,25 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
              e1, e2, ratio);
     }
   }
+  /* the all-gathers over fsdp: the estimate's count against the compiled
+   * step's (an unpipelined plan: one program) */
+  double est_gathers = sc_search_step_gathers(&bm, &so, &c);
+  int64_t exact_gathers = -1;
+  if (dp->n_stages == 1 && part->fsdp_axis >= 0) {
+    sc_train_comm *cm = NULL;
+    int32_t n_cm = 0;
+    if (sc_train_comm_of(dp->stages[0].program, &cm, &n_cm, &d) != SC_OK) {
+      sc_free(rows);
+      json_decref(ranks);
+      sc_build_destroy(b);
+      return sc_cli_report(&d, o->file);
+    }
+    exact_gathers = 0;
+    for (int32_t i = 0; i < n_cm; i++)
+      if (cm[i].kind == SC_COMM_ALL_GATHER && cm[i].axes == 1u << part->fsdp_axis)
+        exact_gathers += cm[i].ops;
+    sc_free(cm);
+  }
   const sc_plan_predicted *ex = &b->plan->predicted;
   double peak_ratio = peak_exact > 0 ? (double)c.peak_bytes / peak_exact : 0;
   if (o->json) {
@@ -1263,6 +1283,10 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
                              (json_int_t)batch, "estimate", sc_plan_predicted_json(&est),
                              "exact", sc_plan_predicted_json(ex), "ranks", ranks,
                              "peak_ratio", peak_ratio, "lowest_rank_ratio", worst);
+    if (root && exact_gathers >= 0)
+      json_object_set_new(root, "fsdp_gathers",
+                          json_pack("{s:f, s:I}", "estimate", est_gathers, "exact",
+                                    (json_int_t)exact_gathers));
     char *text = root ? json_dumps(root, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : NULL;
     if (text) printf("%s\n", text);
     free(text);
@@ -1277,6 +1301,9 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
     printf("step: estimate %s, exact %s (%+.1f %%)\n", t1, t2,
            ex->step_time_s > 0 ? 100 * (c.step_s - ex->step_time_s) / ex->step_time_s : 0.0);
     printf("  %s\n", opts);
+    if (exact_gathers >= 0)
+      printf("all-gathers over fsdp a step: estimate %.0f, exact %lld\n", est_gathers,
+             (long long)exact_gathers);
   }
   sc_free(rows);
   sc_build_destroy(b);

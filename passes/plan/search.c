@@ -588,10 +588,13 @@ static double stage_collectives(const ctx *x, const sc_search_cand *c, int64_t b
     return (double)blocks * b->param_tensors + outside;
   int64_t bytes[SC_BLOCK_MODEL_TENSORS];
   int32_t dtype[SC_BLOCK_MODEL_TENSORS];
-  bool low = x->o->dtype != SC_CLUSTER_FP32 && x->o->reduce_low;
+  bool low_step = x->o->dtype != SC_CLUSTER_FP32, low = low_step && x->o->reduce_low;
   for (int32_t i = 0; i < b->n_listed; i++) {
     int32_t k = b->n_listed - 1 - i; /* the backward's order */
-    bool l = how == SC_SEARCH_GROUP_DDP && low && b->tensor_split[k];
+    /* the GEMM weights' gathers in the GEMM dtype, their gradients' DDP
+     * reductions in it under --reduce-dtype bf16: a group per dtype */
+    bool l = b->tensor_split[k] && (how == SC_SEARCH_GROUP_GATHER ? low_step
+                                    : how == SC_SEARCH_GROUP_DDP && low);
     dtype[i] = l;
     double e = (double)b->tensor_elems[k] / (b->tensor_split[k] ? (double)c->tp : 1);
     bytes[i] = (int64_t)(e * (l ? COMM_LOW_B : PARAM_B));
@@ -618,6 +621,31 @@ double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opt
   ctx x;
   init_ctx(&x, bm, o);
   return stage_collectives(&x, c, (bm->n_blocks + c->pp - 1) / c->pp, how);
+}
+
+/* The all-gathers over fsdp of a step of c's stage of `blocks` blocks
+ * (sc_search_step_gathers): *fwd a microbatch's forward's, *bwd its
+ * backward's, *times how many microbatches gather. */
+static void stage_gathers(const ctx *x, const sc_search_cand *c, int64_t blocks, double *fwd,
+                          double *bwd, double *times) {
+  *fwd = *bwd = *times = 0;
+  if (c->fsdp <= 1) return;
+  *times = c->zero >= 3 || c->pp > 1 ? c->microbatches : 1;
+  if (c->zero < 3) {
+    *fwd = stage_collectives(x, c, blocks, SC_SEARCH_GROUP_TENSOR);
+    return;
+  }
+  *fwd = stage_collectives(x, c, blocks, SC_SEARCH_GROUP_GATHER);
+  *bwd = *fwd - (double)x->bm->outside.param_tensors;
+}
+
+double sc_search_step_gathers(const sc_block_model *bm, const sc_search_opts *o,
+                              const sc_search_cand *c) {
+  ctx x;
+  init_ctx(&x, bm, o);
+  double fwd, bwd, times;
+  stage_gathers(&x, c, (bm->n_blocks + c->pp - 1) / c->pp, &fwd, &bwd, &times);
+  return times * (fwd + bwd);
 }
 
 /* The estimate, with the lower bound first: *bound is compute alone;
@@ -704,7 +732,6 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   }
   /* the count of each kind of collective, as the compiled step groups
    * them per block (stage_collectives): their latencies */
-  double per_tensor = stage_collectives(x, c, Ls, SC_SEARCH_GROUP_TENSOR);
   double per_block = stage_collectives(x, c, Ls, SC_SEARCH_GROUP_BLOCK);
   double pbytes = e_stage * PARAM_B;
   double e_split = stage_split_params(bm, c, Ls);
@@ -724,18 +751,25 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * (each microbatch's backward piece reduces its gradients); ZeRO-1/2
      * without one reduce-scatter the gradients and gather the updated
      * parameters once a step */
-    double times = c->zero >= 3 || c->pp > 1 ? M : 1;
+    double times, fwd_gathers, bwd_gathers;
+    stage_gathers(x, c, Ls, &fwd_gathers, &bwd_gathers, &times);
     /* ZeRO-3 (Rajbhandari et al. 2020, section 7.2.3) frees the gathered
      * parameters after their forward use and gathers them again for the
-     * backward: 3 psi a step against ZeRO-1/2's 2 psi */
+     * backward: 3 psi a step against ZeRO-1/2's 2 psi; a bf16 step
+     * gathers a block's GEMM weights and its fp32 rest apart (two
+     * latencies a block) */
     double ag = 0, ag_bwd = 0;
-    double gathers = c->zero >= 3 ? per_block : per_tensor;
-    st = coll(x, SC_COLL_ALL_GATHER, times * lbytes, c->fsdp, n_fs, times * gathers, &ag, d);
-    if (c->zero >= 3) {
+    st = coll(x, SC_COLL_ALL_GATHER, times * lbytes, c->fsdp, n_fs, times * fwd_gathers, &ag, d);
+    if (st == SC_OK && bwd_gathers > 0) {
       /* the backward's gathers, block by block, the next prefetched while
        * the current one's backward computes: exposed is what exceeds a
-       * microbatch's backward compute */
-      ag_bwd = ag / times > bwd ? times * (ag / times - bwd) : 0;
+       * microbatch's backward compute; the blocks' parameters only */
+      double o_e = (double)bm->outside.params / (double)c->tp,
+             o_split = (double)bm->outside.split_params / (double)c->tp;
+      double bbytes = (e_split - o_split) * cb + (e_stage - o_e - (e_split - o_split)) * PARAM_B;
+      st = coll(x, SC_COLL_ALL_GATHER, times * bbytes, c->fsdp, n_fs, times * bwd_gathers,
+                &ag_bwd, d);
+      ag_bwd = ag_bwd / times > bwd ? times * (ag_bwd / times - bwd) : 0;
     }
     ag += ag_bwd;
     c->fsdp_s += ag;

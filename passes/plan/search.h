@@ -229,20 +229,32 @@ int64_t sc_search_rank_memory(const sc_block_model *bm, const sc_search_opts *o,
                               const sc_search_cand *c, int64_t q, int64_t *activation_bytes);
 /* How the compiled step groups one kind of the parameters' collectives
  * (passes/partition/bucket.c): each tensor alone (ZeRO-1/2's gathers of
- * the updated parameters); a block's tensors in one (ZeRO-3's gathers,
- * the reduce-scatters over fsdp and the dp all-reduces that ride them);
+ * the updated parameters); a block's tensors in one (the reduce-scatters
+ * over fsdp and the dp all-reduces that ride them); a block's tensors in
+ * one per dtype (ZeRO-3's gathers: a bf16 or fp16 step gathers the GEMM
+ * weights in its dtype and the rest in fp32, two a block);
  * or the gradients' all-reduces alone in DDP's capped buckets, of each
  * gradient's dtype (a bf16 or fp16 step under --reduce-dtype bf16 reduces
  * the GEMM weights' in it, the rest in fp32: a bucket per dtype; by default
  * all in fp32). Tensors outside
  * the blocks are alone in every kind. */
 typedef enum sc_search_grouping {
-  SC_SEARCH_GROUP_TENSOR, SC_SEARCH_GROUP_BLOCK, SC_SEARCH_GROUP_DDP
+  SC_SEARCH_GROUP_TENSOR, SC_SEARCH_GROUP_BLOCK, SC_SEARCH_GROUP_DDP, SC_SEARCH_GROUP_GATHER
 } sc_search_grouping;
 /* The collectives of one kind the estimate counts on c's critical
  * pipeline stage (its latencies): what the compiled step runs. */
 double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opts *o,
                                    const sc_search_cand *c, sc_search_grouping how);
+/* The all-gathers over fsdp the estimate counts in a step of c (its
+ * critical pipeline stage; each a latency): under ZeRO-3 every
+ * microbatch's forward gathers (SC_SEARCH_GROUP_GATHER: a block's per
+ * dtype, the tensors outside the blocks alone) and its backward's again,
+ * the blocks' only (the forward's copies of the tensors outside serve the
+ * backward); under ZeRO-1/2 the updated parameters once, a tensor each
+ * (pipelined: every microbatch); 0 without fsdp. What `plan --train`
+ * counts in the compiled step's AllGather row. */
+double sc_search_step_gathers(const sc_block_model *bm, const sc_search_opts *o,
+                              const sc_search_cand *c);
 /* The mesh of c as --mesh takes it, axes of size 1 left out ("pp=2,dp=4,
  * tp=8"; "dp=1" for one rank). */
 void sc_search_mesh(const sc_search_cand *c, char *buf, size_t n);
