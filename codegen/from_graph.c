@@ -17,7 +17,9 @@
  *                 as its epilogue (or as a KERNEL step after it); a member
  *                 Transpose the MatMul reads as a transposed operand
  *                 (sc_lower_gemm_operand_transpose) is not lowered: the
- *                 GEMM reads its input with trans_a / trans_b
+ *                 GEMM reads its input with trans_a / trans_b; an FP8
+ *                 product's descaling goes into the GEMM step
+ *                 (take_descale: sc_gemm.scaled)
  *   VIEW alone    no code: the output buffer is a VIEW of the input's; when
  *                 the output is a graph output, a copy kernel instead
  * Buffers: INPUT for graph inputs, OUTPUT for graph outputs (a graph output
@@ -594,6 +596,61 @@ done:
   return act;
 }
 
+/* A one-element f32 value that has a buffer (another group's output). */
+static bool scale_buffer(const fg *f, const sc_lower_ctx *cx, int32_t v) {
+  const sc_value *x = &f->g->values[v];
+  return x->dtype == SC_DTYPE_F32 && sc_value_numel(x) == 1 && cx->value_buffer[v] >= 0;
+}
+
+/* Takes an FP8 product's descaling into its GEMM step gs (sc_gemm.scaled)
+ * when the step's FP8 layout meets cuBLASLt's constraints
+ * (sc_gemm_fp8_refusal: a GPU of sm_89 or later runs it as an FP8 matmul
+ * with the scale pointers), the only reader of the product c (anchor an's
+ * output) is a member Mul(c, Mul(d_a, d_b)) whose value is read only inside
+ * the group, and d_a, d_b are one-element f32 values of other groups
+ * (passes/fp8.c's 1/s_a · 1/s_b, in the product's operand order): the step
+ * multiplies by *d_a · *d_b and the members read c where they read the Mul
+ * (grp's alias). The factor is rounded once and the product multiplied
+ * once, as the Mul computed it, so the numbers do not change. */
+static void take_descale(fg *f, sc_lower_ctx *cx, const sc_node *an, sc_step *gs,
+                         sc_lower_group *grp) {
+  const sc_graph *g = f->g;
+  sc_gemm *gm = &gs->gemm;
+  if (!gm->fp8 || gm->conv.on || gm->alpha != 1.0f || gm->beta != 0.0f || gm->bias >= 0 ||
+      an->n_outputs < 1 || an->outputs[0] < 0)
+    return;
+  const sc_buffer *bufs = f->p->buffers;
+  sc_gemm l = sc_gemm_fp8_layout(gm); /* only a product a GPU runs as an FP8 matmul */
+  if (sc_gemm_fp8_refusal(&l, bufs[gm->c].dtype, bufs[gm->a8].dtype, bufs[gm->b8].dtype)) return;
+  int32_t c = an->outputs[0], u = -1;
+  if (f->is_gout[c] || g->values[c].dtype != SC_DTYPE_F32) return;
+  for (int32_t j = f->uoff[c]; j < f->uoff[c + 1]; j++) {
+    if (!node_live(&g->nodes[f->users[j]])) continue;
+    if (u >= 0 && u != f->users[j]) return;
+    u = f->users[j];
+  }
+  if (u < 0 || f->node_group[u] != cx->group) return;
+  const sc_node *un = &g->nodes[u];
+  if (un->op != SC_OP_MUL || un->n_inputs != 2 || un->n_outputs != 1 || un->outputs[0] < 0)
+    return;
+  int32_t y = un->outputs[0], d = un->inputs[0] == c ? un->inputs[1] : un->inputs[0];
+  if ((un->inputs[0] == c) == (un->inputs[1] == c) || d < 0 || f->is_gout[y] ||
+      cx->value_buffer[y] >= 0 || g->values[y].dtype != SC_DTYPE_F32 ||
+      sc_value_numel(&g->values[d]) != 1)
+    return;
+  int32_t pd = g->values[d].producer;
+  if (pd < 0 || f->node_group[pd] != cx->group) return;
+  const sc_node *dn = &g->nodes[pd];
+  if (dn->op != SC_OP_MUL || dn->n_inputs != 2 || dn->inputs[0] < 0 || dn->inputs[1] < 0 ||
+      !scale_buffer(f, cx, dn->inputs[0]) || !scale_buffer(f, cx, dn->inputs[1]))
+    return;
+  gm->scaled = true;
+  gm->a8_scale = cx->value_buffer[dn->inputs[0]];
+  gm->b8_scale = cx->value_buffer[dn->inputs[1]];
+  grp->alias_value = y;
+  grp->alias_of = c;
+}
+
 static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   sc_graph *g = f->g;
   sc_lower_group grp;
@@ -601,6 +658,7 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   grp.anchor = -1;
   grp.fused_value = -1;
   grp.sub_value = -1;
+  grp.alias_value = grp.alias_of = -1;
   name_group(f, cx, k, &grp);
   if (!grp.kname) return nomem(f);
   cx->grp = &grp;
@@ -615,8 +673,12 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
     st = lower_points(f, cx, mem, n_mem, &nk);
   } else if (sc_lower_kind_of(g, &g->nodes[a]) == SC_LOWER_STEP) {
     const sc_node *an = &g->nodes[a];
+    int32_t gemm_step = f->p->n_steps;
     st = sc_lowering_of(an->op)->build(cx, an);
     cx->k = NULL;
+    sc_program *p = f->p;
+    if (st == SC_OK && p->n_steps > gemm_step && p->steps[p->n_steps - 1].kind == SC_STEP_GEMM)
+      take_descale(f, cx, an, &p->steps[p->n_steps - 1], &grp);
     if (st == SC_OK && n_mem > 1) {
       int32_t *rest = sc_calloc((size_t)n_mem, sizeof *rest);
       if (!rest) return nomem(f);
@@ -628,7 +690,6 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
       int32_t first_step = f->p->n_steps;
       st = lower_points(f, cx, rest, nr, &nk);
       /* one epilogue kernel right after a GEMM step: attach it there */
-      sc_program *p = f->p;
       if (st == SC_OK && nk == 1 && first_step >= 1 && p->n_steps == first_step + 1 &&
           p->steps[first_step - 1].kind == SC_STEP_GEMM && p->steps[first_step - 1].kernel < 0) {
         sc_step *gs = &p->steps[first_step - 1];
@@ -743,6 +804,7 @@ static sc_status output_copy(fg *f, sc_lower_ctx *cx, int32_t v, int32_t *out_bu
   grp.anchor = -1;
   grp.fused_value = -1;
   grp.sub_value = -1;
+  grp.alias_value = grp.alias_of = -1;
   char name[64] = "copy_";
   append_snake(name, 40, val->name ? val->name : "out");
   grp.kname = sc_arena_strdup(cx->arena, name);

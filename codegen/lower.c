@@ -651,6 +651,7 @@ int32_t sc_lower_value_at(sc_lower_ctx *cx, int32_t value, const int32_t *idx) {
                 "fused epilogue reads '%s' at another index than it is stored", v->name);
     return -1;
   }
+  if (grp && grp->alias_value == value) return sc_lower_value_at(cx, grp->alias_of, idx);
   int32_t pn = v->producer;
   if (pn >= 0 && cx->node_group && cx->node_group[pn] == cx->group) {
     const sc_node *p = &g->nodes[pn];

@@ -145,6 +145,10 @@ typedef struct sc_lower_group {
   const int32_t *stored;
   int32_t n_epilogue_stores;
   int32_t sub_value, sub_expr, sub_rank; /* active substitution (-1: none) */
+  /* a STEP group's member value read as another: the FP8 product's descaled
+   * value, read as the product itself once its GEMM step applies the scales
+   * (sc_gemm.scaled, from_graph.c take_descale); -1: none */
+  int32_t alias_value, alias_of;
   int32_t sub_idx[SC_MAX_RANK];
 } sc_lower_group;
 

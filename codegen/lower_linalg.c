@@ -290,13 +290,77 @@ static int32_t fp8_copy_at(sc_lower_ctx *cx, void *ud, const int32_t *idx) {
   return sc_lower_buffer_at(cx, c->src, bi);
 }
 
-/* The [rows, k] FP8 copy of buffer src (fp8_copy) in a scratch buffer
- * written by a transpose kernel of the program; its id, or -1. */
+/* The STORE phase of kernel k that writes buffer b, when it is the only
+ * one; else -1. */
+static int32_t only_store_to(const kir_kernel *k, int32_t b) {
+  int32_t h = -1;
+  for (int32_t j = 0; j < k->n_phases; j++) {
+    const kir_phase *ph = &k->phases[j];
+    if (ph->kind != KIR_PHASE_STORE || k->params[ph->out_param].buffer != b) continue;
+    if (h >= 0) return -1;
+    h = j;
+  }
+  return h;
+}
+
+/* Stores the [rows, k] copy dst of src (fp8_copy, ld = rows) in the kernel
+ * that computes src (the quantization), as a second store of the same
+ * value at the transposed index, instead of a kernel of its own: when that
+ * kernel is elementwise over src's elements in order (its one store to src
+ * at the point index) and the copy is not held longer than src's readers
+ * need it (every GEMM step since reads src as its FP8 operand, and every
+ * other step since is a kernel that does not write src: the weight's copy
+ * for X·W, dY's for Xᵀ·dY after dY·Wᵀ; not X's, made in the forward).
+ * 1 when it did, 0 when it cannot, -1 out of memory. */
+static int copy_in_writer(sc_lower_ctx *cx, int32_t src, int64_t rows, int64_t k, int32_t dst) {
+  sc_program *p = cx->p;
+  const sc_buffer *sb = &p->buffers[src];
+  for (int32_t i = p->n_steps - 1; i >= 0; i--) {
+    const sc_step *s = &p->steps[i];
+    if (s->kind == SC_STEP_GEMM) {
+      if (!s->gemm.fp8 || (s->gemm.a8 != src && s->gemm.b8 != src) ||
+          (s->kernel >= 0 && only_store_to(p->kernels[s->kernel], src) >= 0))
+        return 0;
+      continue;
+    }
+    if (s->kind != SC_STEP_KERNEL || s->kernel < 0 || s->kernel >= p->n_kernels) return 0;
+    kir_kernel *kk = p->kernels[s->kernel];
+    bool writes = false;
+    for (int32_t j = 0; j < kk->n_params; j++)
+      writes |= kk->params[j].buffer == src && kk->params[j].written;
+    if (!writes) continue;
+    int32_t h = only_store_to(kk, src);
+    int64_t pts = 1;
+    for (int32_t d = 0; d < kk->outer_rank; d++) pts *= kk->outer_dims[d];
+    if (h < 0 || kk->inner != 1 || kk->n_segs > 0 || pts != rows * k ||
+        sc_dtype_size(sb->dtype) * pts != sb->bytes || !kir_is_point_index(kk, kk->phases[h].out_index))
+      return 0;
+    for (int32_t j = 0; j < p->n_steps; j++) /* the kernel is this step's only */
+      if (j != i && p->steps[j].kernel == s->kernel) return 0;
+    /* element L of src (L = kq·rows + r) is element r·k + kq of the copy */
+    sc_arena *ar = cx->arena;
+    int32_t at = kk->phases[h].out_index, value = kk->phases[h].value;
+    int32_t pi = kir_add_param(ar, kk, dst, sb->dtype, rows * k, true);
+    int32_t nr = kir_const_i(ar, kk, SC_DTYPE_I64, rows), nk = kir_const_i(ar, kk, SC_DTYPE_I64, k);
+    int32_t r = nr < 0 ? -1 : kir_binary(ar, kk, KIR_MOD, at, nr);
+    int32_t kq = nr < 0 ? -1 : kir_binary(ar, kk, KIR_DIV, at, nr);
+    int32_t rk = r < 0 || nk < 0 ? -1 : kir_binary(ar, kk, KIR_MUL, r, nk);
+    int32_t t = rk < 0 || kq < 0 ? -1 : kir_binary(ar, kk, KIR_ADD, rk, kq);
+    return pi >= 0 && t >= 0 && kir_add_store(ar, kk, pi, t, value) >= 0 ? 1 : -1;
+  }
+  return 0;
+}
+
+/* The [rows, k] FP8 copy of buffer src (fp8_copy) in a scratch buffer,
+ * written by the kernel that computes src (copy_in_writer) or by a
+ * transpose kernel of the program; its id, or -1. */
 static int32_t fp8_transpose(sc_lower_ctx *cx, const char *name, int32_t src, int64_t ld,
                              int64_t rows, int64_t k) {
   int64_t d[2] = {rows, k};
   int32_t dst = sc_lower_scratch(cx, name, cx->p->buffers[src].dtype, 2, d);
   if (dst < 0) return -1;
+  int done = ld == rows ? copy_in_writer(cx, src, rows, k, dst) : 0;
+  if (done) return done > 0 ? dst : -1;
   fp8_copy c = {src, ld};
   return sc_lower_pointwise_kernel(cx, name, dst, fp8_copy_at, &c) == SC_OK ? dst : -1;
 }

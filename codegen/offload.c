@@ -109,6 +109,10 @@ static void remap_step(sc_program *p, sc_step *s, const remap *map) {
       remap_id(&g->a8, map);
       remap_id(&g->b8, map);
     }
+    if (g->scaled) {
+      remap_id(&g->a8_scale, map);
+      remap_id(&g->b8_scale, map);
+    }
     remap_id(&g->conv.x, map);
     remap_id(&g->conv.bias, map);
     break;

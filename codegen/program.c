@@ -115,7 +115,9 @@ int32_t sc_program_add_step(sc_program *p, const sc_step *s) {
   if (ns.kind == SC_STEP_GEMM && !ns.gemm.fp8) {
     ns.gemm.a8 = ns.gemm.b8 = -1;
     ns.gemm.a8_tn = ns.gemm.b8_tn = false;
+    ns.gemm.scaled = false;
   }
+  if (ns.kind == SC_STEP_GEMM && !ns.gemm.scaled) ns.gemm.a8_scale = ns.gemm.b8_scale = -1;
   p->steps[p->n_steps] = ns;
   return p->n_steps++;
 }
@@ -423,6 +425,10 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
       fn(ud, g->a8, false);
       fn(ud, g->b8, false);
     }
+    if (g->scaled) { /* read by every device */
+      fn(ud, g->a8_scale, false);
+      fn(ud, g->b8_scale, false);
+    }
     if (g->conv.on) fn(ud, g->conv.x, false); /* read when the device convolves */
     if (g->conv.on && g->conv.bias >= 0) fn(ud, g->conv.bias, false);
     if (g->bias >= 0) fn(ud, g->bias, false);
@@ -602,6 +608,8 @@ void sc_program_print(const sc_program *p, FILE *out) {
       if (g->fp8)
         fprintf(out, " fp8 a=b%d%s b=b%d%s", (int)g->a8, g->a8_tn ? " tn" : "", (int)g->b8,
                 g->b8_tn ? " tn" : "");
+      if (g->scaled)
+        fprintf(out, " scales a=b%d b=b%d", (int)g->a8_scale, (int)g->b8_scale);
       const sc_conv_geom *v = &g->conv;
       if (v->on)
         fprintf(out, " conv x=b%d prep k%d,k%d c %lld hw %lldx%lld kernel %lldx%lld stride %lld,%lld "

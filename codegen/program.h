@@ -124,6 +124,16 @@ typedef struct sc_gemm {
   bool fp8;
   bool a8_tn, b8_tn;
   int32_t a8, b8;             /* those buffers (meaningful with fp8 only) */
+  /* When scaled is set (with fp8 only), the product is multiplied by the
+   * dequantisation factors held in a8_scale and b8_scale (f32 buffers of
+   * one element: 1/s_a and 1/s_b, the inverses of the scales that made
+   * A's and B's FP8 values): C = (op(A) op(B)) · (*a8_scale · *b8_scale),
+   * the factor rounded once to f32 and multiplied into the finished f32
+   * sum once, as cuBLASLt applies its A_SCALE_POINTER and B_SCALE_POINTER
+   * (docs/cuda-backend.md). Every device applies them (alpha is 1, beta 0
+   * and there is no bias); the epilogue kernel no longer descales. */
+  bool scaled;
+  int32_t a8_scale, b8_scale; /* those buffers (meaningful with scaled only) */
 } sc_gemm;
 
 typedef enum sc_comm_kind {

@@ -226,6 +226,10 @@ static json_t *write_step(const sc_step *s) {
       json_object_set_new(go, "a8_tn", json_boolean(g->a8_tn));
       json_object_set_new(go, "b8_tn", json_boolean(g->b8_tn));
     }
+    if (g->scaled) {
+      json_object_set_new(go, "a8_scale", json_integer(g->a8_scale));
+      json_object_set_new(go, "b8_scale", json_integer(g->b8_scale));
+    }
     if (g->act != SC_GEMM_ACT_NONE) {
       json_object_set_new(go, "act", json_string(sc_gemm_act_name(g->act)));
       json_object_set_new(go, "act_out", json_integer(g->act_out));
@@ -1270,6 +1274,24 @@ static sc_status read_step(reader *r, json_t *o, int32_t sid, sc_step *s) {
         (st = check_matrix(r, "b8", m->b8, tb, v.batch, v.trans_b ? v.n : v.k,
                            v.trans_b ? v.k : v.n, v.ldb, v.stride_b)))
       return st;
+  }
+  /* the dequantisation factors the product is multiplied by (sc_gemm.scaled):
+   * both or neither, f32 scalars, of an FP8 product without alpha, C or bias */
+  m->a8_scale = m->b8_scale = -1;
+  if ((st = get_range(r, g, "a8_scale", false, -1, -1, hi, &m->a8_scale)) ||
+      (st = get_range(r, g, "b8_scale", false, -1, -1, hi, &m->b8_scale)))
+    return st;
+  m->scaled = m->a8_scale >= 0 || m->b8_scale >= 0;
+  if (m->scaled) {
+    if (!m->fp8 || m->a8_scale < 0 || m->b8_scale < 0)
+      return fail(r, SC_ERR_INVALID, "a8_scale, b8_scale: both, and only on an FP8 GEMM (a8, b8)");
+    for (int j = 0; j < 2; j++) {
+      const sc_buffer *sb = &p->buffers[j ? m->b8_scale : m->a8_scale];
+      if (sb->dtype != SC_DTYPE_F32 || sb->bytes != (int64_t)sizeof(float))
+        return fail(r, SC_ERR_INVALID, "%s: a scale is one f32 element", j ? "b8_scale" : "a8_scale");
+    }
+    if (m->alpha != 1.0f || m->beta != 0.0f || m->bias >= 0)
+      return fail(r, SC_ERR_INVALID, "a scaled FP8 GEMM has alpha 1, beta 0 and no bias");
   }
   if (m->bias >= 0) {
     int64_t need = m->n;

@@ -1036,6 +1036,14 @@ static void run_tiles(gemm_job *j, sc_thread_pool *tp, bool one_chunk) {
     sc_thread_pool_run(tp, gemm_tiles, j, tiles, tiles);
 }
 
+void sc_host_gemm_scale(const sc_gemm *g, float *C, float f) {
+  for (int64_t b = 0; b < g->batch; b++)
+    for (int64_t i = 0; i < g->m; i++) {
+      float *row = C + b * g->stride_c + i * g->ldc;
+      for (int64_t j = 0; j < g->n; j++) row[j] *= f;
+    }
+}
+
 bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, sc_thread_pool *tp, float *scratch,
                       const sc_gemm_packed_b *packed, sc_gemm_failure *failure) {
@@ -1212,6 +1220,9 @@ static void cpu_run_gemm(void *ctx, const sc_step *s) {
     sc_host_gemm_f32(g, c->ptrs[g->a], B, g->bias >= 0 ? c->ptrs[g->bias] : NULL,
                      g->bias >= 0 ? buf_numel(c->p, g->bias) : 0, c->ptrs[g->c], c->pool,
                      c->repitch, packed_of(c, s), fail);
+    if (g->scaled) /* the factor rounded once, as cuBLASLt forms it */
+      sc_host_gemm_scale(g, c->ptrs[g->c],
+                         *(const float *)c->ptrs[g->a8_scale] * *(const float *)c->ptrs[g->b8_scale]);
   }
   if (s->kernel >= 0 && !epi_ran) run_kernel_id(c, s->kernel);
 }

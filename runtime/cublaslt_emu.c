@@ -279,9 +279,7 @@ static void emu_run(void *ud) {
   if (!f32 && x->span[2] <= d->nd) D = d->wd;
   if (!A || !B || !D) return; /* out of host memory: D is left as it was */
   sc_host_gemm_f32(&g, A, B, NULL, 0, D, NULL, NULL, NULL, NULL);
-  for (int64_t b = 0; after && b < g.batch; b++)
-    for (int64_t i = 0; i < g.m; i++)
-      for (int64_t j = 0; j < g.n; j++) D[b * g.stride_c + i * g.ldc + j] *= scale;
+  if (after) sc_host_gemm_scale(&g, D, scale);
   if (f32) return;
   uint16_t *o = x->d; /* only D's m x n elements of each batch entry */
   for (int64_t b = 0; b < g.batch; b++)

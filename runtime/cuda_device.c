@@ -977,7 +977,9 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
       c->gemm_id[i] = -1;
       if (g->fp8) { /* one cuBLASLt FP8 matmul, if it can be */
         sc_gpu_fp8 f = {.type_a = p->buffers[g->a8].dtype, .type_b = p->buffers[g->b8].dtype,
-                        .a = c->ptrs[g->a8], .b = c->ptrs[g->b8]};
+                        .a = c->ptrs[g->a8], .b = c->ptrs[g->b8],
+                        .scale_a = g->scaled ? c->ptrs[g->a8_scale] : 0,
+                        .scale_b = g->scaled ? c->ptrs[g->b8_scale] : 0};
         const char *why = NULL;
         st = sc_gpu_gemm_add_fp8(c->gemm, g, t, &f, c->cc_major * 10 + c->cc_minor,
                                  c->ptrs[g->c], &c->gemm_id[i], &why, diag);
@@ -986,13 +988,17 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
         c->n_fp8 += c->gemm_id[i] >= 0;
         if (why && !c->fp8_why) c->fp8_why = why;
       }
-      if (c->gemm_id[i] < 0)
+      if (c->gemm_id[i] < 0) {
         st = sc_gpu_gemm_add(c->gemm, g, t, c->ptrs[g->a], c->ptrs[g->b],
                            g->bias >= 0 ? c->ptrs[g->bias] : 0,
                            g->bias >= 0 ? p->buffers[g->bias].bytes / (int64_t)sc_dtype_size(t)
                                         : 0,
                            c->ptrs[g->c], act_in_product(p, g) ? c->ptrs[g->act_out] : 0,
                            &c->gemm_id[i], &c->gemm_fused[i], diag);
+        if (st == SC_OK && g->scaled) /* the f32 product of the widened values, then the scales */
+          st = sc_gpu_gemm_set_scales(c->gemm, c->gemm_id[i], c->ptrs[g->a8_scale],
+                                      c->ptrs[g->b8_scale], diag);
+      }
       if (st != SC_OK) return st;
       c->n_fused += c->gemm_fused[i];
     }

@@ -28,6 +28,7 @@ typedef struct gemm_entry {
   bool fused;     /* g->act applied in the product (cuda_gemm.h) */
   bool fp8;       /* an FP8 matmul (sc_gpu_gemm_add_fp8): a, b are the FP8 copies */
   sc_gpu_fp8 f8;
+  CUdeviceptr scale_a, scale_b; /* an f32 product's scales (sc_gpu_gemm_set_scales), or 0 */
   int64_t bias_numel;
   /* cublaslt */
   sc_lt_desc desc;
@@ -336,6 +337,20 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
   return st;
 }
 
+sc_status sc_gpu_gemm_set_scales(sc_gpu_gemm *e, int32_t id, CUdeviceptr scale_a,
+                                 CUdeviceptr scale_b, sc_diag *diag) {
+  gemm_entry *x = &e->entries[id];
+  if (!e->host || x->fp8 || x->t != SC_DTYPE_F32 || x->fused || !scale_a || !scale_b)
+    return sc_diag_set(diag, SC_ERR_UNSUPPORTED, NULL, NULL,
+                       "cuda device: an FP8 product whose GEMM step applies the scales "
+                       "(sc_gemm.scaled) runs as a cuBLASLt FP8 matmul only (%s)",
+                       e->host ? "not an f32 product" : "cuBLASLt takes scale pointers "
+                       "for FP8 operands only");
+  x->scale_a = scale_a;
+  x->scale_b = scale_b;
+  return SC_OK;
+}
+
 /* The activations as cuBLASLt's epilogues compute them (in f32). */
 static float host_act(sc_gemm_act a, float v) {
   if (a == SC_GEMM_ACT_RELU) return v > 0.0f ? v : 0.0f;
@@ -353,6 +368,9 @@ static void host_gemm(void *ud) {
     sc_host_gemm_f32(g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
                      x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
                      (float *)(uintptr_t)x->d, NULL, NULL, NULL, NULL);
+  if (x->scale_a) /* f32: the factor rounded once, multiplied into the sum once */
+    sc_host_gemm_scale(g, (float *)(uintptr_t)x->d,
+                       *(const float *)(uintptr_t)x->scale_a * *(const float *)(uintptr_t)x->scale_b);
   if (!x->fused) return;
   /* the activation over D's m x n elements of each batch entry (in bf16,
    * on the rounded product: cuBLASLt rounds once, after it) */
@@ -383,6 +401,10 @@ sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *d
       e->cu->host_access((const void *)(uintptr_t)x->b, (size_t)span[1] * es, 0);
       if (x->bias)
         e->cu->host_access((const void *)(uintptr_t)x->bias, (size_t)x->bias_numel * es, 0);
+      if (x->scale_a) {
+        e->cu->host_access((const void *)(uintptr_t)x->scale_a, sizeof(float), 0);
+        e->cu->host_access((const void *)(uintptr_t)x->scale_b, sizeof(float), 0);
+      }
       e->cu->host_access((const void *)(uintptr_t)x->d, (size_t)span[2] * es, 1);
     }
     return sc_cu_check(e->cu, e->cu->launch_host_func(s, host_gemm, x), "cuLaunchHostFunc",

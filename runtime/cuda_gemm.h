@@ -77,6 +77,13 @@ typedef struct sc_gpu_fp8 {
 sc_status sc_gpu_gemm_add_fp8(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t,
                               const sc_gpu_fp8 *f, int sm, CUdeviceptr c, int32_t *id,
                               const char **why, sc_diag *diag);
+/* Entry id, an f32 product of sc_gpu_gemm_add, multiplied by *scale_a ·
+ * *scale_b (f32 device scalars) after the sum: an FP8 product's scales
+ * (sc_gemm.scaled) where its FP8 matmul was refused. The host engine (the
+ * emulated GPU) applies them; on a GPU, where cuBLASLt takes scale
+ * pointers for FP8 operands only, SC_ERR_UNSUPPORTED. */
+sc_status sc_gpu_gemm_set_scales(sc_gpu_gemm *e, int32_t id, CUdeviceptr scale_a,
+                                 CUdeviceptr scale_b, sc_diag *diag);
 sc_status sc_gpu_gemm_enqueue(sc_gpu_gemm *e, int32_t id, CUstream s, sc_diag *diag);
 
 #endif

@@ -209,6 +209,10 @@ typedef struct sc_gemm_failure {
 bool sc_host_gemm_f32(const sc_gemm *g, const float *A, const float *B, const float *bias,
                       int64_t bias_numel, float *C, struct sc_thread_pool *tp, float *scratch,
                       const struct sc_gemm_packed_b *packed, sc_gemm_failure *failure);
+/* C *= f over C's m x n elements of each batch entry (g's ldc, stride_c):
+ * an FP8 product's dequantisation factor (sc_gemm.scaled), multiplied into
+ * the finished sum once, as cuBLASLt's scale pointers are. */
+void sc_host_gemm_scale(const sc_gemm *g, float *C, float f);
 /* The same product for a GEMM whose operands are bfloat16 (A, B, C and the
  * bias: the buffers' dtype), as cuBLASLt computes it with f32 compute:
  * the operands widened to f32 (a product of two bf16 values is exact in

@@ -392,6 +392,10 @@ static void test_json_hostile(void **state) {
       {"\"bias\": -1", "\"bias\": -1, \"a8\": 0", SC_ERR_INVALID, "a8 but no b8"},
       {"\"bias\": -1", "\"bias\": -1, \"a8\": 99, \"b8\": 0", SC_ERR_INVALID, "'a8' = 99"},
       {"\"bias\": -1", "\"bias\": -1, \"a8\": 0, \"b8\": 1", SC_ERR_INVALID, "FP8 copies"},
+      /* dequantisation factors (sc_gemm.scaled): only on an FP8 GEMM, both */
+      {"\"bias\": -1", "\"bias\": -1, \"a8_scale\": 0, \"b8_scale\": 1", SC_ERR_INVALID,
+       "only on an FP8 GEMM"},
+      {"\"bias\": -1", "\"bias\": -1, \"a8_scale\": 99", SC_ERR_INVALID, "'a8_scale' = 99"},
       {"\"inner\": 4", "\"inner\": 0", SC_ERR_INVALID, "inner"},
       {"\"name\": \"int_mod\"", "\"name\": \"softmax_rows\"", SC_ERR_INVALID, "duplicate"},
       {"\"name\": \"int_mod\"", "\"name\": \"a b\"", SC_ERR_INVALID, "C identifier"},

@@ -14,6 +14,11 @@
  *     same bound, refused without them; with scale pointers that are not
  *     powers of two, its D is the unscaled D times s_a·s_b bit for bit
  *     (k = 64 and 512);
+ *   - a scaled FP8 product (sc_gemm.scaled) that runs as the f32 product
+ *     of the widened values (an "NN" layout) with the dequantisation
+ *     factors set on its entry (sc_gpu_gemm_set_scales): within the same
+ *     bound of the scaled reference, as is the FP8 matmul with the scale
+ *     pointers; an entry with one pointer is refused;
  *   - the emulated library itself refuses an FP8 "NN" matmul as cuBLASLt
  *     does: CUBLAS_STATUS_NOT_SUPPORTED from the heuristic. */
 #include "test_util.h"
@@ -219,6 +224,73 @@ static void test_transposed_copies_and_scales(void **state) {
   }
 }
 
+/* A scaled FP8 product (sc_gemm.scaled) where no FP8 matmul runs: the f32
+ * product of the widened values laid out "NN" (refused as an FP8 matmul),
+ * with the dequantisation factors 1/s_a, 1/s_b (not powers of two) set on
+ * the entry (sc_gpu_gemm_set_scales), equals the double-precision product
+ * of the decoded values times them within 1e-6 of Σ|a·b| (times the
+ * factors) per element, and no element is NaN; the same codes through the
+ * FP8 matmul with the scale pointers (TN) are within the same bound.
+ * An entry without both pointers is refused. */
+static void test_scaled_f32_product(void **state) {
+  (void)state;
+  static uint8_t a[M * K], b[N * K];
+  static float af[M * K], bf[K * N], d[M * N];
+  unsigned seed = 99;
+  random_codes(SC_DTYPE_F8E4M3FN, a, M * K, &seed);
+  random_codes(SC_DTYPE_F8E5M2, b, N * K, &seed);
+  for (int i = 0; i < M * K; i++) af[i] = sc_narrow_decode(SC_DTYPE_F8E4M3FN, a[i]);
+  for (int j = 0; j < N; j++) /* B stored [k, n]: "NN" */
+    for (int kk = 0; kk < K; kk++) bf[kk * N + j] = sc_narrow_decode(SC_DTYPE_F8E5M2, b[j * K + kk]);
+  float scales[2] = {1.0f / (448.0f / 2.9f), 1.0f / (57344.0f / 0.031f)};
+  double scale = (double)(scales[0] * scales[1]);
+  CUdeviceptr da, db, dc, ds;
+  assert_int_equal(cu->mem_alloc(&da, sizeof af), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&db, sizeof bf), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&dc, sizeof d), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->mem_alloc(&ds, sizeof scales), SC_CUDA_SUCCESS);
+  CUstream s;
+  assert_int_equal(cu->stream_create(&s, SC_CU_STREAM_NON_BLOCKING), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(da, af, sizeof af, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(db, bf, sizeof bf, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->memcpy_htod(ds, scales, sizeof scales, s), SC_CUDA_SUCCESS);
+  sc_gemm g = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = -1, .batch = 1, .m = M, .n = N,
+               .k = K, .lda = K, .ldb = N, .ldc = N, .alpha = 1.0f, .fp8 = true, .a8 = 3,
+               .b8 = 4, .scaled = true, .a8_scale = 5, .b8_scale = 6};
+  sc_gemm v = sc_gemm_fp8_layout(&g);
+  assert_non_null(sc_gemm_fp8_refusal(&v, SC_DTYPE_F32, SC_DTYPE_F8E4M3FN, SC_DTYPE_F8E5M2));
+  sc_diag dg = {0};
+  sc_gpu_gemm *e = NULL;
+  assert_int_equal(sc_gpu_gemm_create(cu, &e, &dg), SC_OK);
+  int32_t id = -1;
+  bool fused = true;
+  assert_int_equal(sc_gpu_gemm_add(e, &g, SC_DTYPE_F32, da, db, 0, 0, dc, 0, &id, &fused, &dg),
+                   SC_OK);
+  assert_true(id >= 0 && !fused);
+  assert_int_equal(sc_gpu_gemm_set_scales(e, id, ds, 0, &dg), SC_ERR_UNSUPPORTED);
+  sc_diag_clear(&dg);
+  assert_int_equal(sc_gpu_gemm_set_scales(e, id, ds, ds + sizeof(float), &dg), SC_OK);
+  assert_int_equal(sc_gpu_gemm_enqueue(e, id, s, &dg), SC_OK);
+  assert_int_equal(cu->memcpy_dtoh(d, dc, sizeof d, s), SC_CUDA_SUCCESS);
+  assert_int_equal(cu->stream_synchronize(s), SC_CUDA_SUCCESS);
+  double worst = worst_error(SC_DTYPE_F8E4M3FN, a, SC_DTYPE_F8E5M2, b, K, d, scale);
+  /* the FP8 matmul of the same codes, TN (B's codes [n, k]) with the pointers */
+  sc_gemm tn = {.a = 0, .b = 1, .c = 2, .bias = -1, .act_out = -1, .trans_b = true,
+                .batch = 1, .m = M, .n = N, .k = K, .lda = K, .ldb = K, .ldc = N,
+                .alpha = 1.0f};
+  static float d8[M * N];
+  fp8_product(&tn, SC_DTYPE_F8E4M3FN, a, sizeof a, SC_DTYPE_F8E5M2, b, sizeof b, scales, d8);
+  double worst8 = worst_error(SC_DTYPE_F8E4M3FN, a, SC_DTYPE_F8E5M2, b, K, d8, scale);
+  printf("scaled FP8 product %dx%dx%d as the f32 product with the scales set: worst error "
+         "%.2e of sum |a.b|; as the FP8 matmul with the scale pointers: %.2e\n",
+         M, N, K, worst, worst8);
+  assert_true(worst <= 1e-6);
+  assert_true(worst8 <= 1e-6);
+  sc_gpu_gemm_destroy(e);
+  assert_int_equal(cu->stream_destroy(s), SC_CUDA_SUCCESS);
+  cu->mem_free(da), cu->mem_free(db), cu->mem_free(dc), cu->mem_free(ds);
+}
+
 /* The emulated library's own check: an FP8 matmul that is not TN. */
 static void test_library_refuses_nn(void **state) {
   (void)state;
@@ -256,6 +328,7 @@ static void test_library_refuses_nn(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_tn_product),
                                      cmocka_unit_test(test_transposed_copies_and_scales),
+                                     cmocka_unit_test(test_scaled_f32_product),
                                      cmocka_unit_test(test_library_refuses_nn)};
   return cmocka_run_group_tests(tests, setup, NULL);
 }
