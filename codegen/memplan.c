@@ -169,6 +169,20 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
   return SC_OK;
 }
 
+/* A SCATTER_ADD step's out may take its data's storage: out = data, then
+ * rows added, and nothing else it reads (indices, updates) is that
+ * storage. The runtimes skip the copy when the two are one. */
+static bool scatter_inplace(const sc_program *p, const life *l, const sc_step *st, int32_t from,
+                            int32_t to) {
+  const sc_scatter_step *c = &st->scatter;
+  int32_t ids[4] = {c->data, c->indices, c->updates, c->out};
+  for (int32_t i = 0; i < 4; i++)
+    if (ids[i] < 0 || ids[i] >= p->n_buffers) return false;
+  return l->root[c->data] == from && l->root[c->out] == to && l->root[c->indices] != from &&
+         l->root[c->updates] != from && p->buffers[from].bytes == p->buffers[to].bytes &&
+         p->buffers[from].bytes > 0;
+}
+
 /* Can root `to` overwrite root `from`'s storage at kernel step s, where
  * `from` is last read and `to` first written? Same size; `to` is one
  * written param of the kernel and every param of `from` reads only the
@@ -179,6 +193,7 @@ static sc_status compute_life(const sc_program *p, life *l, sc_diag *diag) {
 static bool kernel_inplace(const sc_program *p, const life *l, int32_t s, int32_t from,
                            int32_t to) {
   const sc_step *st = &p->steps[s];
+  if (st->kind == SC_STEP_SCATTER_ADD) return scatter_inplace(p, l, st, from, to);
   if (st->kind == SC_STEP_GEMM) {
     const sc_gemm *g = &st->gemm;
     if (!split_gemm(p, st) || g->c < 0 || g->c >= p->n_buffers || l->root[g->c] == to)
@@ -300,9 +315,20 @@ sc_status sc_memplan_run(sc_program *p, sc_diag *diag) {
     parent[o] = x;
   }
 
-  /* in-place reuse, step by step (a GEMM's epilogue too) */
+  /* in-place reuse, step by step (a GEMM's epilogue too; a scatter's
+   * output over its data) */
   for (int32_t s = 0; s < p->n_steps; s++) {
     const sc_step *sp = &p->steps[s];
+    if (sp->kind == SC_STEP_SCATTER_ADD) {
+      int32_t from = l.root[sp->scatter.data], to = l.root[sp->scatter.out];
+      if (from < 0 || to < 0 || from == to || donated[from] || find(parent, to) != to ||
+          l.first[to] != SC_TIME(s) || l.last[from] != SC_TIME(s) ||
+          !inplace_ok(p, &l, s, from, to))
+        continue;
+      donated[from] = true;
+      parent[to] = find(parent, from);
+      continue;
+    }
     if (sp->kind != SC_STEP_KERNEL && !split_gemm(p, sp)) continue;
     const kir_kernel *k = p->kernels[sp->kernel];
     for (int32_t w = 0; w < k->n_params; w++) {

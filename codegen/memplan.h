@@ -12,12 +12,14 @@
  * size" planner of TFLite and onnx2c). A kernel's output may take over the
  * storage of a TEMP input that dies at that step when both have the same byte
  * size and the kernel reads that input only at the elements it writes
- * (kir_reads_aligned) — in-place reuse.
+ * (kir_reads_aligned) — in-place reuse; so may a SCATTER_ADD step's output
+ * take its data's (rows added into the data where it lies: an embedding's
+ * gradient into the sum the tied LM head began).
  *
  * sc_memplan_verify checks a plan however it was made: offsets aligned and
  * inside [0, arena_bytes), and any two buffers whose lifetimes overlap are
  * disjoint in memory unless they are a legal in-place pair (same slot; one
- * dies at the very kernel step the other is born in, as above).
+ * dies at the very kernel or scatter step the other is born in, as above).
  *
  * Errors: SC_ERR_INVALID (a step names a buffer that does not exist, a view
  * cycle, a broken plan: the message names both buffers), SC_ERR_LIMIT (sizes

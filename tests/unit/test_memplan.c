@@ -3,7 +3,8 @@
  * time never share bytes (checked here independently of the verifier, over
  * lifetimes written down by hand, with views and a GEMM step), the verifier
  * rejects hand-broken plans, in-place reuse happens for an aligned
- * elementwise kernel and not for a transposing or reversing one, and the
+ * elementwise kernel and not for a transposing or reversing one, a
+ * scatter's output takes its dying data's storage, and the
  * peak of a chain equals the lower bound worked out from its lifetimes.
  * Also sc_program_print and sc_step_buffers (codegen/program.c), and the
  * async collectives, prefetch and ring hops (send/recv pairs) of
@@ -419,6 +420,63 @@ static void test_inplace(void **state) {
   sc_program_destroy(p);
 }
 
+/* A SCATTER_ADD step out = data + rows of upd at idx (rows of 8). */
+static void scatter_step(sc_program *p, int32_t data, int32_t idx, int32_t upd, int32_t out) {
+  sc_step s;
+  memset(&s, 0, sizeof s);
+  s.kind = SC_STEP_SCATTER_ADD;
+  s.kernel = -1;
+  s.scatter = (sc_scatter_step){.data = data, .indices = idx, .updates = upd, .out = out,
+                                .rows = p->buffers[out].bytes / 32, .row = 8,
+                                .n = p->buffers[idx].bytes / 4};
+  assert_true(sc_program_add_step(p, &s) >= 0);
+}
+
+/* A scatter's output takes its data's storage when the data dies there
+ * (an embedding's rows added into the gradient sum where it lies), not
+ * when the data is read later, nor when the updates are that storage; the
+ * verifier accepts the pair and refuses it once the updates are the data. */
+static void test_scatter_inplace(void **state) {
+  (void)state;
+  for (int later = 0; later < 2; later++) {
+    sc_program *p = sc_program_create();
+    int32_t x = buf(p, "x", SC_BUF_INPUT, 512);
+    int32_t idx = buf(p, "idx", SC_BUF_INPUT, 16);
+    int32_t upd = buf(p, "upd", SC_BUF_INPUT, 128);
+    int32_t sum = buf(p, "sum", SC_BUF_TEMP, 512);
+    int32_t out = buf(p, "out", SC_BUF_TEMP, 512);
+    int32_t y = buf(p, "y", SC_BUF_OUTPUT, 512);
+    ew_step(p, &x, 1, sum, EW_REVERSED);
+    scatter_step(p, sum, idx, upd, out); /* sum dies here unless read later */
+    int32_t in[2] = {out, sum};
+    ew_step(p, in, later ? 2 : 1, y, EW_REVERSED);
+    plan_ok(p);
+    if (!later) {
+      assert_int_equal(p->buffers[out].offset, p->buffers[sum].offset);
+      /* the verifier's view: not legal once the updates are the data */
+      p->steps[1].scatter.updates = sum;
+      sc_diag d = {0};
+      sc_diag_clear(&d);
+      assert_int_equal(sc_memplan_verify(p, &d), SC_ERR_INVALID);
+    } else {
+      assert_true(disjoint(p, out, sum));
+    }
+    sc_program_destroy(p);
+  }
+  /* updates that are the data's storage: out = data first would clobber
+   * them, so no reuse */
+  sc_program *p = sc_program_create();
+  int32_t x = buf(p, "x", SC_BUF_INPUT, 512);
+  int32_t idx = buf(p, "idx", SC_BUF_INPUT, 64);
+  int32_t sum = buf(p, "sum", SC_BUF_TEMP, 512);
+  int32_t out = buf(p, "out", SC_BUF_OUTPUT, 512);
+  ew_step(p, &x, 1, sum, EW_REVERSED);
+  scatter_step(p, sum, idx, sum, out);
+  plan_ok(p);
+  assert_true(disjoint(p, out, sum));
+  sc_program_destroy(p);
+}
+
 /* Peak of x -> t1 -> ... -> y built with the given sizes (in 64-byte
  * blocks), and the lower bound: the largest sum of sizes live at one step,
  * from the lifetimes written down by hand (buffer i lives over steps
@@ -755,6 +813,7 @@ int main(void) {
       cmocka_unit_test(test_step_buffers_and_print),
       cmocka_unit_test(test_verify_catches_broken_plan),
       cmocka_unit_test(test_inplace), cmocka_unit_test(test_gemm_epilogue_phases), cmocka_unit_test(test_workspace),
+      cmocka_unit_test(test_scatter_inplace),
       cmocka_unit_test(test_chain_peak_is_minimum),
       cmocka_unit_test(test_state_pairs),
       cmocka_unit_test(test_overlap),
