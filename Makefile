@@ -44,7 +44,7 @@ test-asan: deps
 # The tests of the runtime's threads under ThreadSanitizer (docs/testing.md):
 # communicators over threads, the emulated GPU's streams and thread-ranks,
 # the CPU pool, training over thread-ranks. Not part of `make test`.
-TSAN_TESTS ?= ^(unit\.test_(comm|comm_cuda_local|fake_cuda|collective_ops|cpu|dist|runtime|pp)|models\.test_train_dist_rest|models\.test_offload_pipe)$$
+TSAN_TESTS ?= ^(unit\.test_(comm|comm_cuda_local|fake_cuda|collective_ops|cpu|dist|runtime|pp)|models\.test_train_dist_rest)$$
 test-tsan: deps
 	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDC_TSAN=ON $(CMAKE_FLAGS)
 	cmake --build $(BUILD_TSAN) -j $(JOBS)
