@@ -3,13 +3,14 @@
 #   make test   install/check dependencies, build, run the whole suite (ctest)
 BUILD      ?= build
 BUILD_ASAN ?= build-asan
+BUILD_TSAN ?= build-tsan
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ifeq ($(CI),true)
 CMAKE_FLAGS += -DSHARDC_WERROR=ON
 endif
 
-.PHONY: all deps build test test-asan demo fuzz bench samples clean install docs-images \
+.PHONY: all deps build test test-asan test-tsan demo fuzz bench samples clean install docs-images \
         wheel-manylinux
 
 all: build
@@ -39,6 +40,16 @@ test-asan: deps
 	cd $(BUILD_ASAN) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  bash $(CURDIR)/scripts/ctest-sanitized.sh -j $(JOBS) -E '^fuzz\.'
+
+# The tests of the runtime's threads under ThreadSanitizer (docs/testing.md):
+# communicators over threads, the emulated GPU's streams and thread-ranks,
+# the CPU pool, training over thread-ranks. Not part of `make test`.
+TSAN_TESTS ?= ^(unit\.test_(comm|comm_cuda_local|fake_cuda|collective_ops|cpu|dist|runtime|pp)|models\.test_train_dist_rest)$$
+test-tsan: deps
+	cmake -S . -B $(BUILD_TSAN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSHARDC_TSAN=ON $(CMAKE_FLAGS)
+	cmake --build $(BUILD_TSAN) -j $(JOBS)
+	cd $(BUILD_TSAN) && TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp second_deadlock_stack=1" \
+	  ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
 
 demo: deps build
 	BUILD=$(BUILD) bash scripts/demo.sh

@@ -288,8 +288,11 @@ static sc_status local_all_gather(sc_comm *c, const void *send, void *recv, int6
   g->send_ptr[c->rank] = send;
   sc_status st = barrier(c, "all_gather", diag);
   if (!st) {
+    /* in place, a rank's own chunk is where it is: copying it onto itself
+     * would write it while the other ranks read it */
     for (int q = 0; q < g->size; q++)
-      memmove((char *)recv + (size_t)q * chunk, g->send_ptr[q], chunk);
+      if ((char *)recv + (size_t)q * chunk != (const char *)g->send_ptr[q])
+        memmove((char *)recv + (size_t)q * chunk, g->send_ptr[q], chunk);
     st = barrier(c, "all_gather", diag);
   }
   return st;

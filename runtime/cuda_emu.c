@@ -56,6 +56,22 @@ void __sanitizer_finish_switch_fiber(void *fake_stack_save, const void **bottom_
                                      size_t *size_old);
 #endif
 
+/* ThreadSanitizer keeps a shadow stack of the functions entered, per
+ * thread; a fiber that ends never returns from fiber_main and to_scheduler,
+ * so their entries would pile up launch after launch. Neither is
+ * instrumented (they touch only the thread's own L and its fiber); the
+ * fibers of a block are one thread's to TSan, so nothing else needs it. */
+#if defined(__SANITIZE_THREAD__)
+#define SC_EMU_NO_TSAN __attribute__((no_sanitize("thread")))
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SC_EMU_NO_TSAN __attribute__((no_sanitize("thread")))
+#endif
+#endif
+#ifndef SC_EMU_NO_TSAN
+#define SC_EMU_NO_TSAN
+#endif
+
 /* The unit's view of the emulator (codegen/cuda/cuda_emit.c, emu_prelude):
  * the layouts must match. */
 typedef struct emu_dim3 {
@@ -120,7 +136,7 @@ static __thread struct {
 static const emu_thread *emu_current(void) { return L.cur; }
 
 /* Back to the scheduler (a barrier, or the thread's end). */
-static void to_scheduler(fiber *f) {
+SC_EMU_NO_TSAN static void to_scheduler(fiber *f) {
 #ifdef SC_EMU_ASAN
   __sanitizer_start_switch_fiber(f->state == DONE ? NULL : &f->fake, L.sched_bottom,
                                  L.sched_size);
@@ -148,7 +164,7 @@ static void emu_warp_sync(void) { wait_at(AT_WARP_SYNC); }
 
 static const emu_api API = {emu_current, emu_barrier, emu_warp_sync};
 
-static void fiber_main(void) {
+SC_EMU_NO_TSAN static void fiber_main(void) {
   fiber *f = L.running;
 #ifdef SC_EMU_ASAN
   __sanitizer_finish_switch_fiber(NULL, &L.sched_bottom, &L.sched_size);

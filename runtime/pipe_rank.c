@@ -162,6 +162,15 @@ static void copies_wait(sc_pipe_rank *r, int64_t n) {
   if (n > r->waited) r->waited = n;
 }
 
+/* Empties the queue for a new step, every job waited for. Under mu: the
+ * copy queue's thread reads next and n_jobs whenever it wakes. */
+static void copies_reset(sc_pipe_rank *r) {
+  if (r->copier_on) pthread_mutex_lock(&r->mu);
+  r->n_jobs = r->next = r->done = 0;
+  if (r->copier_on) pthread_mutex_unlock(&r->mu);
+  r->waited = 0;
+}
+
 /* Cell (h, k)'s copy (ticket[c]) reads or writes the slot about to be
  * freed (or the arena about to be run over): the rank's thread must have
  * waited for it, whatever the queue's timing (the order a race detector
@@ -755,7 +764,7 @@ sc_status sc_pipe_rank_step(sc_pipe_rank *r, const sc_tensor_view *data, int32_t
     for (int32_t k = 0; k < r->M; k++) r->h[h].left[k] = sc_pipe_handoff_reads(&r->t, h, r->me, k);
   r->stash = r->peak_stash = 0;
   r->host = r->peak_host = r->host_copies = 0;
-  r->n_jobs = r->next = r->done = r->waited = 0; /* the last step's copies all waited for */
+  copies_reset(r); /* the last step's copies all waited for */
   r->n_pend = 0;
   r->n_loss = 0;
   r->has_norm = false;

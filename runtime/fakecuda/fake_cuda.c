@@ -305,7 +305,8 @@ static int n_streams, cap_streams, next_stream_id = 1;
 static int open_captures;
 static size_t allocated;
 static atomic_int sticky; /* a kernel failed: CUDA_ERROR_LAUNCH_FAILED from now on */
-static bool initialised;
+static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER; /* cuInit's first call, whole */
+static atomic_bool initialised; /* set once the NULL stream exists */
 static int n_devices = 1;
 static fstream *null_stream;
 
@@ -751,19 +752,22 @@ static fop *new_op(int kind) {
 /* ---- the entry points ---- */
 EXPORT CUresult cuInit(unsigned flags) {
   if (flags != 0) return SC_CUDA_ERROR_INVALID_VALUE;
-  pthread_mutex_lock(&g_mu);
-  bool first = !initialised;
-  initialised = true;
-  const char *n = getenv("SHARDC_FAKE_CUDA_DEVICES");
-  if (first && n && *n) {
-    int v = atoi(n);
-    n_devices = v < 0 ? 0 : v > MAX_DEVICES ? MAX_DEVICES : v;
-  }
-  pthread_mutex_unlock(&g_mu);
-  if (first) {
+  /* threads may call it at once, as the driver allows: none returns before
+   * the first call has made the NULL stream it then uses */
+  CUresult r = SC_CUDA_SUCCESS;
+  pthread_mutex_lock(&init_mu);
+  if (!atomic_load(&initialised)) {
+    const char *n = getenv("SHARDC_FAKE_CUDA_DEVICES");
+    if (n && *n) {
+      int v = atoi(n);
+      n_devices = v < 0 ? 0 : v > MAX_DEVICES ? MAX_DEVICES : v;
+    }
     null_stream = new_stream();
-    if (!null_stream) return SC_CUDA_ERROR_OUT_OF_MEMORY;
+    if (null_stream) atomic_store(&initialised, true);
+    else r = SC_CUDA_ERROR_OUT_OF_MEMORY;
   }
+  pthread_mutex_unlock(&init_mu);
+  if (r != SC_CUDA_SUCCESS) return r;
   logln("call cuInit");
   return SC_CUDA_SUCCESS;
 }
@@ -782,14 +786,14 @@ EXPORT CUresult cuGetErrorString(CUresult r, const char **s) {
 }
 
 EXPORT CUresult cuDeviceGetCount(int *n) {
-  if (!initialised) return SC_CUDA_ERROR_NOT_INITIALIZED;
+  if (!atomic_load(&initialised)) return SC_CUDA_ERROR_NOT_INITIALIZED;
   if (!n) return SC_CUDA_ERROR_INVALID_VALUE;
   *n = n_devices;
   return SC_CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
-  if (!initialised) return SC_CUDA_ERROR_NOT_INITIALIZED;
+  if (!atomic_load(&initialised)) return SC_CUDA_ERROR_NOT_INITIALIZED;
   if (!d || ordinal < 0 || ordinal >= n_devices) return SC_CUDA_ERROR_INVALID_VALUE;
   *d = ordinal;
   return SC_CUDA_SUCCESS;

@@ -36,11 +36,17 @@
  *     without waiting, is one violation;
  *   - threads that look up one function of a fresh module at once all get
  *     the same handle (the driver API lets threads share a module; the
- *     lookup once appended racing copies and leaked them). */
+ *     lookup once appended racing copies and leaked them);
+ *   - threads that call cuInit at once on a fresh copy of the driver (its
+ *     own statics) all find the NULL stream made: each synchronises it
+ *     right after (the first call once made it after the others had
+ *     returned, and they used it NULL). */
+#define _GNU_SOURCE /* dladdr */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -334,6 +340,71 @@ static void test_concurrent_lookup(void **state) {
   }
 }
 
+enum { INITS = 8 };
+
+typedef struct {
+  CUresult (*init)(unsigned);
+  CUresult (*sync)(CUstream);
+  pthread_barrier_t *go;
+  CUresult rc;
+} init_arg;
+
+static void *init_then_sync(void *p) {
+  init_arg *a = p;
+  pthread_barrier_wait(a->go);
+  a->rc = a->init(0);
+  if (a->rc == SC_CUDA_SUCCESS) a->rc = a->sync(NULL);
+  return NULL;
+}
+
+/* A copy of the fake driver under another name: dlopen loads it as a
+ * library of its own, not yet initialised. */
+static void *fresh_driver(const char *dir, int round) {
+  Dl_info info;
+  void *sym = dlsym(cu->lib, "cuInit");
+  assert_non_null(sym);
+  assert_true(dladdr(sym, &info) && info.dli_fname);
+  char path[4096];
+  snprintf(path, sizeof path, "%s/libcuda-%d.so", dir, round);
+  FILE *in = fopen(info.dli_fname, "rb"), *out = fopen(path, "wb");
+  assert_non_null(in);
+  assert_non_null(out);
+  char buf[1 << 16];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, in)) > 0;)
+    assert_int_equal(fwrite(buf, 1, n, out), n);
+  fclose(in);
+  assert_int_equal(fclose(out), 0);
+  void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) fprintf(stderr, "%s\n", dlerror());
+  assert_non_null(h);
+  unlink(path); /* mapped: the file may go */
+  return h; /* never closed: its NULL stream's thread runs until exit */
+}
+
+static void test_concurrent_init(void **state) {
+  (void)state;
+  char dir[] = "/tmp/sc_fake_init_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  for (int round = 0; round < 8; round++) {
+    void *h = fresh_driver(dir, round);
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, INITS);
+    pthread_t th[INITS];
+    init_arg a[INITS];
+    for (int i = 0; i < INITS; i++) {
+      a[i] = (init_arg){.go = &go};
+      *(void **)&a[i].init = dlsym(h, "cuInit");
+      *(void **)&a[i].sync = dlsym(h, "cuStreamSynchronize");
+      assert_true(a[i].init && a[i].sync);
+      assert_int_equal(pthread_create(&th[i], NULL, init_then_sync, &a[i]), 0);
+    }
+    for (int i = 0; i < INITS; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+    for (int i = 0; i < INITS; i++) CU(a[i].rc);
+  }
+  rmdir(dir);
+}
+
 static void test_dynamic_shared(void **state) {
   (void)state;
   CUstream s;
@@ -455,6 +526,7 @@ int main(void) {
       cmocka_unit_test(test_ptx_refused),
       cmocka_unit_test(test_wide_launch_checked),
       cmocka_unit_test(test_concurrent_lookup),
+      cmocka_unit_test(test_concurrent_init),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
