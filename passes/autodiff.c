@@ -9,8 +9,7 @@
  *   backward  for each node on the path, last first: the gradient of each
  *             output is the sum of its readers' contributions (acc[v]), the
  *             rule turns them into input gradients, which are added to the
- *             inputs' sums (a rule may add into an input's sum itself, given
- *             the sum so far: a Gather's scatter-add, grad_rule.h).
+ *             inputs' sums.
  * A value's readers all come after it, so its sum is complete before its
  * producer's rule runs. New nodes are appended: the order stays
  * topological, and the sweep (over the forward node count) never visits
@@ -122,8 +121,8 @@ sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t 
     if ((acc[loss] = gb_scalar(&c, g->values[loss].dtype, 1.0)) < 0)
       st = sc_diag_set(d, g->diag.status, NULL, NULL, "autodiff: %s", g->diag.msg);
   }
-  int32_t dy[64], dx[64], pending[64];
-  bool want[64], summed[64];
+  int32_t dy[64], dx[64];
+  bool want[64];
   for (int32_t i = nn - 1; st == SC_OK && i >= 0; i--) {
     const sc_node *n = &g->nodes[i];
     if (n->flags & SC_NODE_DEAD) continue;
@@ -150,15 +149,11 @@ sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t 
     for (int32_t k = 0; k < ni; k++) {
       want[k] = n->inputs[k] >= 0 && reaches[n->inputs[k]];
       dx[k] = -1;
-      pending[k] = want[k] ? acc[n->inputs[k]] : -1;
-      summed[k] = false;
     }
     c.node = i;
     c.dy = dy;
     c.want = want;
     c.dx = dx;
-    c.pending = pending;
-    c.summed = summed;
     sc_diag_clear(&g->diag);
     if (rule(&c) != SC_OK) {
       st = node_fail(g, i, d);
@@ -179,13 +174,7 @@ sc_status sc_autodiff(sc_graph *g, int32_t loss, const int32_t *params, int32_t 
                          "gradient of input %d has the wrong type or shape", (int)k);
         break;
       }
-      if (summed[k]) { /* the rule added into the sum itself (an input it
-                          reads once: the sum is the one it was given) */
-        SC_ASSERT(pending[k] >= 0 && acc[x] == pending[k]);
-        acc[x] = dx[k];
-      } else if (accumulate(&c, acc, x, dx[k]) != SC_OK) {
-        st = node_fail(g, i, d);
-      }
+      if (accumulate(&c, acc, x, dx[k]) != SC_OK) st = node_fail(g, i, d);
     }
     /* gradients complete here become outputs now, so that what reads them
      * (a partitioned step's reduce-scatter) can run, and the whole

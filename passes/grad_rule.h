@@ -10,11 +10,6 @@
  * running statistics): nothing flows back through them. The finite-
  * difference test checks that every differentiable input gets one.
  *
- * A rule may add its part into the sum an input already has (pending[i],
- * when the caller gives it): it then sets summed[i] and dx[i] is the whole
- * sum — the Gather's scatter-add into the embedding gradient that the
- * tied LM head's product began, without a zero-filled table to add.
- *
  * Builders add nodes after the forward graph (so topological order holds),
  * name them "<forward node>/grad/<k>", infer their shapes at once, and
  * return the new value id, or -1 with g->diag set (the pass adds the
@@ -34,12 +29,6 @@ typedef struct sc_grad_ctx {
   int32_t *counter;       /* for unique node names */
   const char *tag;        /* names: "<node>/<tag>/<k>"; NULL: "grad" (an
                              expansion of a composite op uses "def") */
-  const int32_t *pending; /* NULL, or [n_inputs] the gradient sum input i
-                             has so far from the readers already visited,
-                             -1: none */
-  bool *summed;           /* with pending: [n_inputs] out, dx[i] already
-                             holds pending[i] (the rule added its part
-                             into the sum, in place of a new Add) */
 } sc_grad_ctx;
 
 typedef sc_status (*sc_grad_fn)(sc_grad_ctx *c);

@@ -26,8 +26,7 @@
  *   input, ties split evenly · Mean dy/n · ReduceSumSquare 2x·dy ·
  *   ReduceL2 x/y·dy (0 where y = 0)
  *   Gather / GatherElements a scatter-add (ScatterND / ScatterElements,
- *   reduction "add") of dy into zeros (a Gather on axis 0: into the sum
- *   its data's gradient already has, when it has one) · ScatterElements / ScatterND
+ *   reduction "add") of dy into zeros · ScatterElements / ScatterND
  *   (reduction none, add) dy gathered at the indices for the updates, dy
  *   (add) or dy with zeros scattered there (none) for the data · Slice
  *   (step 1) dy padded with zeros · Pad (constant) a Slice of dy · Split a
@@ -953,12 +952,7 @@ static bool string_attr(sc_grad_ctx *c, int32_t node, const char *name, const ch
  * post…]; indices [I…, 1]), then moved back: a repeated index (an
  * embedding row read twice) gets the sum of its rows' gradients, which a
  * plain ScatterND or OneHot-free copy would not; negative indices count
- * from the end, as in Gather. The indices get none.
- * With axis 0 and a gradient sum data already has (a tied embedding: the
- * LM head's product came first in the backward), the rows are added into
- * that sum instead (ScatterND's data), the sum the result: no zero-filled
- * table, nor a whole one to add — a row's sum is (s + u1) + u2 rather
- * than s + (u1 + u2), the same but for rounding where an index repeats. */
+ * from the end, as in Gather. The indices get none. */
 sc_status sc_grad_gather(sc_grad_ctx *c) {
   if (!c->want[0] || c->dy[0] < 0) return SC_OK;
   sc_graph *g = c->g;
@@ -987,16 +981,13 @@ sc_status sc_grad_gather(sc_grad_ctx *c) {
                          "gradient: indices of rank %d leave no room for ScatterND's index "
                          "dim", (int)q);
   int32_t upd = ax == 0 ? dy : gb_transpose(c, dy, yperm, ry);
-  bool into = ax == 0 && c->pending && c->pending[0] >= 0;
-  int32_t in[3] = {into ? c->pending[0] : zeros(c, dv.dtype, r, tdims),
-                   gb_reshape(c, idx, q + 1, idims), upd};
+  int32_t in[3] = {zeros(c, dv.dtype, r, tdims), gb_reshape(c, idx, q + 1, idims), upd};
   for (int32_t i = 0; i < 3; i++)
     if (in[i] < 0) return g->diag.status;
   int32_t node = -1, out = gb_begin(c, SC_OP_SCATTER_ND, in, 3, &node);
   if (out < 0 || !string_attr(c, node, "reduction", "add")) return g->diag.status;
   out = gb_end(c, node, out);
   c->dx[0] = ax == 0 ? out : gb_transpose(c, out, inv, r);
-  if (into) c->summed[0] = true;
   return done_dx0(c);
 }
 

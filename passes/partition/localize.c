@@ -699,94 +699,6 @@ static sc_status fix_shape_inputs(lz *z, int32_t nid) {
   }
 }
 
-/* The rows of a table split on dim 0 (want0) that this rank holds, for
- * ids (a local i64 or i32 value, its shape li's dims, rank r) counting
- * against `total` rows (negative ones from the end): *safe the i64 row
- * within the rank's piece (0 for a row it does not hold), *ok whether it
- * holds it. *reader: the first node reading ids. */
-static sc_status local_rows(lz *z, const sc_value *data, const sc_sharding *want0, int64_t total,
-                            int32_t ids, int32_t *safe, int32_t *ok, int32_t *reader) {
-  int64_t parts = sc_sharding_dim_parts(want0, z->m, 0);
-  int64_t rows = data->dims[0] / parts;
-  /* per-rank row offset: a [parts] arange * rows, split like dim 0 */
-  int64_t *offs = sc_arena_array(&z->p->arena, (size_t)parts, sizeof *offs);
-  if (!offs) return nomem(z);
-  for (int64_t i = 0; i < parts; i++) offs[i] = i * rows;
-  sc_sharding os;
-  sc_sharding_replicated(&os, 1);
-  os.n_dim_axes[0] = want0->n_dim_axes[0];
-  memcpy(os.dim_axes[0], want0->dim_axes[0], sizeof os.dim_axes[0]);
-  char base[256];
-  snprintf(base, sizeof base, "%s.row_offset", data->name);
-  int32_t off = make_const(z, base, SC_DTYPE_I64, 1, &parts, offs, false, &os);
-  int32_t zero = const_i64(z, "zero", 0, NULL, (int64_t[]){0});
-  int32_t lim = const_i64(z, "rows", 0, NULL, &rows);
-  if (off < 0 || zero < 0 || lim < 0) return z->d->status;
-  sc_value li_copy = z->L->values[ids], *li = &li_copy; /* the array may move */
-  int32_t r = li->rank;
-  *reader = -1;
-  if (li->dtype != SC_DTYPE_I64) { /* int32 ids: compare in int64 */
-    int32_t c = new_value(z, "index", SC_DTYPE_I64, r, li->dims, NULL);
-    int32_t cn = c < 0 ? -1 : emit(z, SC_OP_CAST, &ids, 1, &c, 1);
-    if (cn < 0 || attr_int(z, cn, "to", sc_dtype_to_onnx(SC_DTYPE_I64)) != SC_OK)
-      return c < 0 ? lerr(z) : z->d->status;
-    ids = c;
-    li->dtype = SC_DTYPE_I64;
-    *reader = cn;
-  }
-  int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, NULL);
-  int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
-  int32_t below = new_value(z, "below", SC_DTYPE_BOOL, r, li->dims, NULL);
-  int32_t lt = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
-  *ok = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
-  *safe = new_value(z, "safe_index", li->dtype, r, li->dims, NULL);
-  if (rel < 0 || ge < 0 || below < 0 || lt < 0 || *ok < 0 || *safe < 0) return lerr(z);
-  /* negative ids count from the end of the whole table */
-  int32_t vocab = const_i64(z, "rows", 0, NULL, &total);
-  int32_t neg = new_value(z, "negative", SC_DTYPE_BOOL, r, li->dims, NULL);
-  int32_t wrapped = new_value(z, "wrapped", li->dtype, r, li->dims, NULL);
-  int32_t idx = new_value(z, "index", li->dtype, r, li->dims, NULL);
-  if (vocab < 0 || neg < 0 || wrapped < 0 || idx < 0) return lerr(z);
-  int32_t less = emit(z, SC_OP_LESS, (int32_t[]){ids, zero}, 2, &neg, 1);
-  if (less < 0) return z->d->status;
-  if (*reader < 0) *reader = less;
-  if (emit(z, SC_OP_ADD, (int32_t[]){ids, vocab}, 2, &wrapped, 1) < 0 ||
-      emit(z, SC_OP_WHERE, (int32_t[]){neg, wrapped, ids}, 3, &idx, 1) < 0)
-    return z->d->status;
-  if (emit(z, SC_OP_SUB, (int32_t[]){idx, off}, 2, &rel, 1) < 0 ||
-      /* rel >= 0 as not(rel < 0): Less and Not exist at every opset the
-       * graph may be read at (GreaterOrEqual only from 12) */
-      emit(z, SC_OP_LESS, (int32_t[]){rel, zero}, 2, &below, 1) < 0 ||
-      emit(z, SC_OP_NOT, (int32_t[]){below}, 1, &ge, 1) < 0 ||
-      emit(z, SC_OP_LESS, (int32_t[]){rel, lim}, 2, &lt, 1) < 0 ||
-      emit(z, SC_OP_AND, (int32_t[]){ge, lt}, 2, ok, 1) < 0 ||
-      emit(z, SC_OP_WHERE, (int32_t[]){*ok, rel, zero}, 3, safe, 1) < 0)
-    return z->d->status;
-  return SC_OK;
-}
-
-/* The float mask of `ok` (bool [ids...]) as dtype t, with ones appended to
- * rank `rank` for broadcasting against rows. */
-static int32_t row_mask(lz *z, int32_t ok, sc_dtype t, int32_t rank) {
-  const sc_value ov = z->L->values[ok];
-  int32_t r = ov.rank;
-  int64_t ud[SC_MAX_RANK];
-  memcpy(ud, ov.dims, (size_t)r * sizeof *ud);
-  for (int32_t i = r; i < rank; i++) ud[i] = 1;
-  int32_t mf = new_value(z, "mask", t, r, ov.dims, NULL);
-  if (mf < 0) return lerr(z), -1;
-  int32_t c1 = emit(z, SC_OP_CAST, &ok, 1, &mf, 1);
-  if (c1 < 0 || attr_int(z, c1, "to", sc_dtype_to_onnx(t)) != SC_OK) return -1;
-  if (rank == r) return mf;
-  int32_t mu = new_value(z, "mask", t, rank, ud, NULL);
-  if (mu < 0) return lerr(z), -1;
-  int64_t axes[SC_MAX_RANK];
-  for (int32_t i = r; i < rank; i++) axes[i - r] = i;
-  int32_t ax = const_i64(z, "axes", 1, (int64_t[]){rank - r}, axes);
-  if (ax < 0 || emit(z, SC_OP_UNSQUEEZE, (int32_t[]){mf, ax}, 2, &mu, 1) < 0) return -1;
-  return mu;
-}
-
 /* Vocabulary-parallel Gather(data split on dim 0, indices): each rank
  * gathers the rows it holds and zeroes the rest; the result is partial.
  * Ids count against the whole vocabulary (the `__vocab` attribute of a
@@ -798,50 +710,91 @@ static int32_t row_mask(lz *z, int32_t ok, sc_dtype t, int32_t rank) {
 static sc_status masked_gather(lz *z, const sc_node *gn, const sc_sharding *want,
                                const int32_t *lin, int32_t out_lid) {
   const sc_value *data = &z->g->values[gn->inputs[0]];
+  int64_t parts = sc_sharding_dim_parts(&want[0], z->m, 0);
+  int64_t rows = data->dims[0] / parts;
+  /* per-rank row offset: a [parts] arange * rows, split like dim 0 */
+  int64_t *offs = sc_arena_array(&z->p->arena, (size_t)parts, sizeof *offs);
+  if (!offs) return nomem(z);
+  for (int64_t i = 0; i < parts; i++) offs[i] = i * rows;
+  sc_sharding os;
+  sc_sharding_replicated(&os, 1);
+  os.n_dim_axes[0] = want[0].n_dim_axes[0];
+  memcpy(os.dim_axes[0], want[0].dim_axes[0], sizeof os.dim_axes[0]);
+  char base[256];
+  snprintf(base, sizeof base, "%s.row_offset", data->name);
+  int32_t off = make_const(z, base, SC_DTYPE_I64, 1, &parts, offs, false, &os);
+  int32_t zero = const_i64(z, "zero", 0, NULL, (int64_t[]){0});
+  int32_t lim = const_i64(z, "rows", 0, NULL, &rows);
+  if (off < 0 || zero < 0 || lim < 0) return z->d->status;
+  sc_value li_copy = z->L->values[lin[1]], *li = &li_copy; /* the array may move */
+  int32_t r = li->rank;
+  int32_t ids = lin[1];
+  int32_t reader = -1; /* the first node reading the caller's ids */
+  if (li->dtype != SC_DTYPE_I64) { /* int32 ids: compare in int64 */
+    int32_t c = new_value(z, "index", SC_DTYPE_I64, r, li->dims, NULL);
+    int32_t cn = c < 0 ? -1 : emit(z, SC_OP_CAST, &ids, 1, &c, 1);
+    if (cn < 0 || attr_int(z, cn, "to", sc_dtype_to_onnx(SC_DTYPE_I64)) != SC_OK)
+      return c < 0 ? lerr(z) : z->d->status;
+    ids = c;
+    li->dtype = SC_DTYPE_I64;
+    reader = cn;
+  }
+  int32_t rel = new_value(z, "rel_index", li->dtype, r, li->dims, NULL);
+  int32_t ge = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t below = new_value(z, "below", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t lt = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t ok = new_value(z, "in_range", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t safe = new_value(z, "safe_index", li->dtype, r, li->dims, NULL);
+  if (rel < 0 || ge < 0 || below < 0 || lt < 0 || ok < 0 || safe < 0) return lerr(z);
+  /* negative ids count from the end of the whole table */
   const sc_attr *voc = sc_node_attr(gn, "__vocab");
   int64_t total = voc && voc->kind == SC_ATTR_INT ? voc->i : data->dims[0];
-  int32_t safe = -1, ok = -1, reader = -1;
-  sc_status st = local_rows(z, data, &want[0], total, lin[1], &safe, &ok, &reader);
-  if (st != SC_OK) return st;
+  int32_t vocab = const_i64(z, "rows", 0, NULL, &total);
+  int32_t neg = new_value(z, "negative", SC_DTYPE_BOOL, r, li->dims, NULL);
+  int32_t wrapped = new_value(z, "wrapped", li->dtype, r, li->dims, NULL);
+  int32_t idx = new_value(z, "index", li->dtype, r, li->dims, NULL);
+  if (vocab < 0 || neg < 0 || wrapped < 0 || idx < 0) return lerr(z);
+  int32_t less = emit(z, SC_OP_LESS, (int32_t[]){ids, zero}, 2, &neg, 1);
+  if (less < 0) return z->d->status;
+  if (reader < 0) reader = less;
   /* (each attribute set at once: adding the next may move the array) */
   const char *origin = sc_arena_strdup(&z->L->arena, gn->name ? gn->name : "");
   if (!origin || attr_int(z, reader, "__check_indices", total) != SC_OK) return nomem(z);
   sc_attr *co = sc_node_add_attr(z->L, reader, "__check_origin", SC_ATTR_STRING);
   if (!co) return nomem(z);
   co->s = origin;
+  if (emit(z, SC_OP_ADD, (int32_t[]){ids, vocab}, 2, &wrapped, 1) < 0 ||
+      emit(z, SC_OP_WHERE, (int32_t[]){neg, wrapped, ids}, 3, &idx, 1) < 0)
+    return z->d->status;
+  if (emit(z, SC_OP_SUB, (int32_t[]){idx, off}, 2, &rel, 1) < 0 ||
+      /* rel >= 0 as not(rel < 0): Less and Not exist at every opset the
+       * graph may be read at (GreaterOrEqual only from 12) */
+      emit(z, SC_OP_LESS, (int32_t[]){rel, zero}, 2, &below, 1) < 0 ||
+      emit(z, SC_OP_NOT, (int32_t[]){below}, 1, &ge, 1) < 0 ||
+      emit(z, SC_OP_LESS, (int32_t[]){rel, lim}, 2, &lt, 1) < 0 ||
+      emit(z, SC_OP_AND, (int32_t[]){ge, lt}, 2, &ok, 1) < 0 ||
+      emit(z, SC_OP_WHERE, (int32_t[]){ok, rel, zero}, 3, &safe, 1) < 0)
+    return z->d->status;
   const sc_value lo_copy = z->L->values[out_lid], *lo = &lo_copy;
   int32_t gat = new_value(z, "gathered", lo->dtype, lo->rank, lo->dims, NULL);
-  if (gat < 0) return lerr(z);
+  int32_t mf = new_value(z, "mask", lo->dtype, r, li->dims, NULL);
+  int64_t ud[SC_MAX_RANK];
+  memcpy(ud, li->dims, (size_t)r * sizeof *ud);
+  for (int32_t i = r; i < lo->rank; i++) ud[i] = 1;
+  int32_t mu = new_value(z, "mask", lo->dtype, lo->rank, ud, NULL);
+  if (gat < 0 || mf < 0 || mu < 0) return lerr(z);
+  int64_t axes[SC_MAX_RANK];
+  for (int32_t i = r; i < lo->rank; i++) axes[i - r] = i;
+  int32_t ax = const_i64(z, "axes", 1, (int64_t[]){lo->rank - r}, axes);
+  if (ax < 0) return z->d->status;
   int32_t g1 = emit(z, SC_OP_GATHER, (int32_t[]){lin[0], safe}, 2, &gat, 1);
-  if (g1 < 0 || attr_int(z, g1, "axis", 0) != SC_OK) return z->d->status;
-  int32_t mu = row_mask(z, ok, lo->dtype, lo->rank);
-  if (mu < 0 || emit(z, SC_OP_MUL, (int32_t[]){gat, mu}, 2, &out_lid, 1) < 0)
+  int32_t c1 = emit(z, SC_OP_CAST, &ok, 1, &mf, 1);
+  if (g1 < 0 || c1 < 0 || attr_int(z, g1, "axis", 0) != SC_OK ||
+      attr_int(z, c1, "to", sc_dtype_to_onnx(lo->dtype)) != SC_OK)
     return z->d->status;
-  return SC_OK;
-}
-
-/* Vocabulary-parallel ScatterND(data split on dim 0, indices [T..., 1],
- * updates, reduction add): the embedding's gradient added into the part of
- * the tied LM head's that a rank holds. Each rank adds the rows it holds
- * (an index relative to its piece) and adds zeros to its row 0 for the
- * others (their updates masked to zero), so every index is in range; ids
- * count against the whole table, negative ones from its end. The forward's
- * lookup checked them. */
-static sc_status masked_scatter(lz *z, const sc_node *gn, const sc_sharding *want,
-                                const int32_t *lin, int32_t out_lid) {
-  const sc_value *data = &z->g->values[gn->inputs[0]];
-  int32_t safe = -1, ok = -1, reader = -1;
-  sc_status st = local_rows(z, data, &want[0], data->dims[0], lin[1], &safe, &ok, &reader);
-  if (st != SC_OK) return st;
-  const sc_value uv = z->L->values[lin[2]];
-  int32_t mu = row_mask(z, ok, uv.dtype, uv.rank);
-  int32_t upd = mu < 0 ? -1 : new_value(z, "masked_updates", uv.dtype, uv.rank, uv.dims, NULL);
-  if (mu < 0 || upd < 0) return mu < 0 ? z->d->status : lerr(z);
-  if (emit(z, SC_OP_MUL, (int32_t[]){lin[2], mu}, 2, &upd, 1) < 0) return z->d->status;
-  int32_t sn = emit(z, SC_OP_SCATTER_ND, (int32_t[]){lin[0], safe, upd}, 3, &out_lid, 1);
-  if (sn < 0) return z->d->status;
-  sc_attr *a = sc_node_add_attr(z->L, sn, "reduction", SC_ATTR_STRING);
-  if (!a || !(a->s = sc_arena_strdup(&z->L->arena, "add"))) return nomem(z);
+  if (emit(z, SC_OP_UNSQUEEZE, (int32_t[]){mf, ax}, 2, &mu, 1) < 0 ||
+      emit(z, SC_OP_MUL, (int32_t[]){gat, mu}, 2, &out_lid, 1) < 0)
+    return z->d->status;
   return SC_OK;
 }
 
@@ -1310,10 +1263,6 @@ static sc_status localize_node(lz *z, int32_t nid) {
   if (st != SC_OK) goto done;
   if (c.expand == SC_SHARD_EXPAND_MASKED_GATHER) {
     st = masked_gather(z, n, want, lin, lout[0]);
-    goto outputs;
-  }
-  if (c.expand == SC_SHARD_EXPAND_MASKED_SCATTER) {
-    st = masked_scatter(z, n, want, lin, lout[0]);
     goto outputs;
   }
   if (c.expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX) {

@@ -674,19 +674,9 @@ static sc_status copy_remote_state(pipe_ctx *c) {
   return st;
 }
 
-/* Whether node is a ScatterND with reduction add: data + rows. */
-static bool scatter_add(const sc_graph *g, int32_t node) {
-  const sc_node *n = &g->nodes[node];
-  const sc_attr *a = sc_node_attr(n, "reduction");
-  return n->op == SC_OP_SCATTER_ND && n->n_inputs == 3 && a && a->kind == SC_ATTR_STRING &&
-         a->s && strcmp(a->s, "add") == 0;
-}
-
 /* The leaves of the sum that made v: through Adds of the backward whose
  * output only that sum reads (autodiff's accumulation of a value's
- * gradient contributions) and the data of such a ScatterND-add; n counts
- * them, at most cap. */
-
+ * gradient contributions); n counts them, at most cap. */
 static void sum_leaves(const pipe_ctx *c, const int32_t *uoff, int32_t v, int32_t *leaf,
                        int32_t *parent, int32_t *n, int32_t cap, int32_t from) {
   const sc_graph *g = c->g;
@@ -696,13 +686,6 @@ static void sum_leaves(const pipe_ctx *c, const int32_t *uoff, int32_t v, int32_
     for (int32_t j = 0; j < 2; j++)
       if (g->nodes[u].inputs[j] >= 0)
         sum_leaves(c, uoff, g->nodes[u].inputs[j], leaf, parent, n, cap, u);
-    return;
-  }
-  /* a lookup's rows added into the sum so far (autodiff's Gather rule):
-   * the data is a term, the rows the node's own */
-  if (u >= 0 && scatter_add(g, u) && c->phase[u] == SC_PIPE_BACKWARD &&
-      uoff[v + 1] - uoff[v] == 1) {
-    sum_leaves(c, uoff, g->nodes[u].inputs[0], leaf, parent, n, cap, u);
     return;
   }
   if (*n < cap) {
@@ -748,35 +731,6 @@ static void remote_accum_sharding(const pipe_ctx *c, const sc_sharding *as, int3
     if (!(sc_sharding_dim_axes(out) & (1u << data[k]))) out->partial |= (sc_axes)(1u << data[k]);
 }
 
-/* The readers of every value again (sc_graph_users), after nodes moved. */
-static sc_status refresh_users(pipe_ctx *c, int32_t **uoff, int32_t **users) {
-  sc_free(*uoff);
-  sc_free(*users);
-  *uoff = *users = NULL;
-  return sc_graph_users(c->g, uoff, users) == SC_OK ? SC_OK : nomem(c->d);
-}
-
-/* Zeros shaped like value `like`, made in chunk `chunk`'s phase ph: an
- * Expand of a constant scalar 0. */
-static int32_t zeros_like(pipe_ctx *c, int32_t like, sc_pipe_phase ph, int32_t chunk) {
-  sc_graph *g = c->g;
-  const sc_value x = g->values[like];
-  char name[640], zn[660], sn[660];
-  snprintf(name, sizeof name, "%s.zero", x.name ? x.name : "?");
-  snprintf(zn, sizeof zn, "%s_scalar", name);
-  snprintf(sn, sizeof sn, "%s_shape", name);
-  static const uint8_t zero[8];
-  int32_t z = sc_graph_new_value(g, zn), shape = sc_graph_new_value(g, sn);
-  int64_t n = x.rank;
-  if (z < 0 || shape < 0 ||
-      sc_value_set_data(g, z, x.dtype, 0, NULL, zero, sc_dtype_size(x.dtype), true) != SC_OK ||
-      sc_value_set_data(g, shape, SC_DTYPE_I64, 1, &n, x.dims, (uint64_t)n * 8, true) != SC_OK)
-    return -1;
-  g->values[z].flags |= SC_VALUE_CONST;
-  g->values[shape].flags |= SC_VALUE_CONST;
-  return add_node_like(c, SC_OP_EXPAND, name, (int32_t[]){z, shape}, 2, like, ph, chunk);
-}
-
 /* A tied parameter read on another pipeline rank (through its copy) gets a
  * gradient contribution there every microbatch. Rather than send it to the
  * owner each microbatch, that rank accumulates it in a state of its own,
@@ -787,8 +741,7 @@ static int32_t zeros_like(pipe_ctx *c, int32_t like, sc_pipe_phase ph, int32_t c
  * and last stage once per step. Only where the step accumulates (M > 1:
  * "new:accum:X" = Add(accum:X, grad:X)) and the contribution is a leaf of
  * autodiff's sum in grad:X; otherwise the sum stays (correct, handed over
- * per microbatch). A leaf that the owner's lookup scatter-adds its rows
- * into is replaced there by zeros (the lookup's rows alone). */
+ * per microbatch). */
 static sc_status accumulate_remote_grads(pipe_ctx *c) {
   sc_graph *g = c->g;
   const sc_train_info *t = c->p->train;
@@ -808,18 +761,22 @@ static sc_status accumulate_remote_grads(pipe_ctx *c) {
       continue;
     enum { CAP = 64 };
     int32_t leaf[CAP], parent[CAP], n = 0, home = c->owner[x] % c->P, n_home = 0;
-    if ((st = refresh_users(c, &uoff, &users)) != SC_OK) break;
+    sc_free(uoff);
+    sc_free(users);
+    uoff = users = NULL;
+    if (sc_graph_users(g, &uoff, &users) != SC_OK) {
+      st = nomem(c->d);
+      break;
+    }
     sum_leaves(c, uoff, g->nodes[gp].inputs[0], leaf, parent, &n, CAP, -1);
-    for (int32_t i = 0; i < n && i < CAP; i++) { /* terms the owner computes */
-      int32_t u = g->values[leaf[i]].producer, pa = parent[i];
-      n_home += u < 0 || c->chunk[u] % c->P == home ||
-                (pa >= 0 && scatter_add(g, pa) && c->chunk[pa] % c->P == home);
+    for (int32_t i = 0; i < n && i < CAP; i++) {
+      int32_t u = g->values[leaf[i]].producer;
+      n_home += u < 0 || c->chunk[u] % c->P == home;
     }
     int32_t total = sum, m = 0; /* what the per-step readers read */
     for (int32_t i = 0; n <= CAP && n_home > 0 && i < n && st == SC_OK; i++) {
       int32_t l = leaf[i], u = g->values[l].producer, pa = parent[i];
-      if (u < 0 || c->chunk[u] % c->P == home || pa < 0 ||
-          (g->nodes[pa].op != SC_OP_ADD && !scatter_add(g, pa)) ||
+      if (u < 0 || c->chunk[u] % c->P == home || pa < 0 || g->nodes[pa].op != SC_OP_ADD ||
           g->values[l].dtype != g->values[acc].dtype ||
           sc_value_numel(&g->values[l]) != sc_value_numel(&g->values[acc]))
         continue;
@@ -828,28 +785,11 @@ static sc_status accumulate_remote_grads(pipe_ctx *c) {
       for (int32_t r = uoff[total]; r < uoff[total + 1]; r++)
         if (first < 0 || users[r] < first) first = users[r];
       if (first < 0 || sc_pipe_per_mb((sc_pipe_phase)c->phase[first])) continue;
-      /* the owner's sum loses the leaf: its Add passes the other input on,
-       * its scatter adds the rows into zeros */
-      if (scatter_add(g, pa)) {
-        int32_t zl = zeros_like(c, l, (sc_pipe_phase)c->phase[pa], c->chunk[pa]);
-        if (zl < 0) {
-          *c->d = g->diag;
-          st = c->d->status;
-          break;
-        }
-        g->nodes[pa].inputs[0] = zl;
-        if ((st = move_before(c, g->values[zl].producer, pa)) != SC_OK) break;
-        /* the nodes from pa on moved up by one: their ids, and the readers */
-        first += first >= pa;
-        u += u >= pa;
-        for (int32_t q = i + 1; q < n && q < CAP; q++) parent[q] += parent[q] >= pa;
-        if ((st = refresh_users(c, &uoff, &users)) != SC_OK) break;
-      } else {
-        sc_node *an = &g->nodes[pa];
-        an->inputs[0] = an->inputs[0] == l ? an->inputs[1] : an->inputs[0];
-        an->n_inputs = 1;
-        an->op = SC_OP_IDENTITY;
-      }
+      /* the owner's sum loses the leaf: its Add passes the other input on */
+      sc_node *an = &g->nodes[pa];
+      an->inputs[0] = an->inputs[0] == l ? an->inputs[1] : an->inputs[0];
+      an->n_inputs = 1;
+      an->op = SC_OP_IDENTITY;
       sc_sharding ash;
       remote_accum_sharding(c, sc_graph_sharding(g, acc), g->values[acc].rank, &ash);
       char an_[640], sn[660];
@@ -885,7 +825,10 @@ static sc_status accumulate_remote_grads(pipe_ctx *c) {
           if (g->nodes[users[r]].inputs[j] == total) g->nodes[users[r]].inputs[j] = tot;
       total = tot;
       if ((st = move_before(c, g->values[tot].producer, first)) != SC_OK) break;
-      st = refresh_users(c, &uoff, &users);
+      sc_free(uoff);
+      sc_free(users);
+      uoff = users = NULL;
+      if (sc_graph_users(g, &uoff, &users) != SC_OK) st = nomem(c->d);
     }
   }
   sc_free(uoff);

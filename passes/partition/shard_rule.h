@@ -50,13 +50,6 @@ typedef enum sc_shard_expand {
    * partitioner emits the masked form (Sub offset, range mask, Where,
    * Gather, Mul). */
   SC_SHARD_EXPAND_MASKED_GATHER,
-  /* ScatterND with reduction add of whole rows (indices [T..., 1]) into
-   * data split on dim 0 along `axis`, the indices and updates not split
-   * over it (the tied embedding's gradient added into the vocabulary-
-   * parallel LM head's): each rank adds the rows it holds, updates for
-   * the others masked to zero. out = the data's sharding. The partitioner
-   * emits the masked form (localize.c). */
-  SC_SHARD_EXPAND_MASKED_SCATTER,
   /* Softmax / LogSoftmax over a dim split along (non-strided) axes: each
    * rank normalises its piece with the group's maximum and sum (two small
    * all-reduces of [.., 1] values: max, then sum), so the split stays —

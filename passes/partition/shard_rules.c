@@ -853,7 +853,6 @@ static bool result_ok(const sc_shard_ctx *c) {
     if (!fits(&c->out[j], c->mesh, outv(c, j))) return false;
   return c->expand == SC_SHARD_EXPAND_NONE ||
          (c->expand == SC_SHARD_EXPAND_MASKED_GATHER && c->n->op == SC_OP_GATHER) ||
-         (c->expand == SC_SHARD_EXPAND_MASKED_SCATTER && c->n->op == SC_OP_SCATTER_ND) ||
          (c->expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX &&
           (c->n->op == SC_OP_SOFTMAX || c->n->op == SC_OP_LOG_SOFTMAX)) ||
          (c->expand == SC_SHARD_EXPAND_GROUP_REDUCE &&
@@ -922,13 +921,7 @@ sc_shard_fn sc_shard_rule(sc_op op) {
  * of a position embedding read with constant indices: the batch's rows
  * summed, pending over the data axes) keep it pending, whole, the data
  * joining the sum, so a pipelined step reduces it once per step, not per
- * microbatch. The data may itself be pending over the rows' axes (the
- * gradient sum a tied LM head began, added into: autodiff's Gather rule);
- * each rank adds its rows into its own part. Data split on its rows
- * (the LM head's gradient under a vocabulary-parallel tp) over axes that
- * split neither the indices nor the updates stays split: each rank adds
- * the rows it holds (SC_SHARD_EXPAND_MASKED_SCATTER). Anything else is
- * computed whole. */
+ * microbatch. Anything else is computed whole. */
 sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   const sc_value *data = inv(c, 0), *idx = inv(c, 1), *upd = inv(c, 2);
   const char *red = sc_attr_string(c->g, c->n, "reduction", "none");
@@ -945,7 +938,8 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
     return SC_OK;
   }
   int32_t lead = idx->rank - 1, k = (int32_t)idx->dims[idx->rank - 1];
-  if (upd->rank != lead + data->rank - k || c->in[1].partial || c->in[2].partial)
+  if (upd->rank != lead + data->rank - k || c->in[0].partial || c->in[1].partial ||
+      c->in[2].partial)
     return sc_shard_replicate_all(c);
   sc_axes rows = 0;
   bool same = true;
@@ -959,25 +953,11 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
       rows |= 1u << c->in[2].dim_axes[d][j];
     }
   }
-  /* data split by rows (a vocabulary-parallel table) over axes that split
-   * neither the indices nor the updates: the masked scatter */
-  sc_axes vocab = k == 1 && sc_sharding_stride(&c->in[0], 0) == 1 &&
-                          (idx->dtype == SC_DTYPE_I64 || idx->dtype == SC_DTYPE_I32)
-                      ? dim_mask(&c->in[0], 0)
-                      : 0;
-  if (vocab & (rows | c->in[0].partial | sc_sharding_dim_axes(&c->in[1]) |
-               sc_sharding_dim_axes(&c->in[2])))
-    vocab = 0;
-  /* data already pending over exactly those axes (the sum a tied LM
-   * head's product began, each rank's over its own rows) is added into as
-   * it is */
-  if (!same || !(rows | vocab) || (c->in[0].partial && c->in[0].partial != rows))
-    return sc_shard_replicate_all(c);
+  if (!same || !rows) return sc_shard_replicate_all(c);
   sc_shard_unsplit_dim(&c->want[1], lead); /* the index tuples whole */
-  /* the data: whole over its indexed dims (but a masked scatter's rows);
-   * its trailing dims as they are, and the updates' trailing dims like
-   * them */
-  for (int32_t d = vocab ? 1 : 0; d < k; d++) sc_shard_unsplit_dim(&c->want[0], d);
+  /* the data: whole over its indexed dims; its trailing dims as they are,
+   * and the updates' trailing dims like them */
+  for (int32_t d = 0; d < k; d++) sc_shard_unsplit_dim(&c->want[0], d);
   for (int32_t d = k; d < data->rank; d++) { /* whole data: sliced like the updates */
     sc_axes ax = 0;
     for (int32_t j = 0; j < c->in[2].n_dim_axes[lead + d - k]; j++)
@@ -989,7 +969,6 @@ sc_status sc_shard_scatter_nd(sc_shard_ctx *c) {
   for (int32_t d = k; d < data->rank; d++) sc_shard_copy_dim(&c->want[2], lead + d - k, &c->want[0], d);
   c->want[0].partial = rows;
   c->out[0] = c->want[0];
-  if (vocab) c->expand = SC_SHARD_EXPAND_MASKED_SCATTER;
   return SC_OK;
 }
 

@@ -6,7 +6,7 @@
  * that a case can pass one whose split does not divide) and the result is
  * compared as one string: the wanted input shardings, '->', the output
  * shardings, joined by " | ", plus " (masked)" when the rule asks for the
- * masked gather (" (masked scatter)", ...). Every op must have a rule. */
+ * masked gather. Every op must have a rule. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -94,8 +94,6 @@ static void expect_rule(const char *mesh, const char *body, const char *ins,
   }
   if (c.expand == SC_SHARD_EXPAND_MASKED_GATHER)
     snprintf(got + len, sizeof got - len, " (masked)");
-  if (c.expand == SC_SHARD_EXPAND_MASKED_SCATTER)
-    snprintf(got + len, sizeof got - len, " (masked scatter)");
   if (c.expand == SC_SHARD_EXPAND_SPLIT_SOFTMAX)
     snprintf(got + len, sizeof got - len, " (split softmax)");
   if (c.expand == SC_SHARD_EXPAND_GROUP_REDUCE)
@@ -378,29 +376,6 @@ static void test_gather(void **state) {
   expect_rule(DT, emb, "[_,tp] | [tp,_]", "[_,tp] | [_,_] -> [_,_,tp]");
 }
 
-/* ScatterND with reduction add of rows (an embedding's gradient): rows
- * split like the indices give a pending sum, the data whole or already
- * pending over the same axes (the tied LM head's gradient); data split on
- * its rows over other axes stays split (the masked scatter). */
-static void test_scatter_nd(void **state) {
-  (void)state;
-  const char *sc = "  input %d : f32[32,8]\n  input %i : i64[2,4,1]\n  input %u : f32[2,4,8]\n"
-                   "  %y = ScatterND(%d, %i, %u) {reduction = \"add\"} \"n\"\n";
-  expect_rule(DT, sc, "| [dp,_,_] | [dp,_,_]",
-              "[_,_] partial(dp) | [dp,_,_] | [dp,_,_] -> [_,_] partial(dp)");
-  expect_rule(DT, sc, "[] partial(dp) | [dp,_,_] | [dp,_,_]",
-              "[_,_] partial(dp) | [dp,_,_] | [dp,_,_] -> [_,_] partial(dp)");
-  /* pending over other axes than the rows': reduced first */
-  expect_rule(DT, sc, "[] partial(tp) | [dp,_,_] | [dp,_,_]", "[_,_] | [_,_,_] | [_,_,_] -> [_,_]");
-  /* a vocabulary-parallel table: each rank adds the rows it holds */
-  expect_rule(DT, sc, "[tp,_] | [dp,_,_] | [dp,_,_]",
-              "[tp,_] partial(dp) | [dp,_,_] | [dp,_,_] -> [tp,_] partial(dp) (masked scatter)");
-  expect_rule(DT, sc, "[tp,_]", "[tp,_] | [_,_,_] | [_,_,_] -> [tp,_] (masked scatter)");
-  /* rows split over the table's axis: no masked scatter, the table whole */
-  expect_rule(DT, sc, "[tp,_] | [tp,_,_] | [tp,_,_]",
-              "[_,_] partial(tp) | [tp,_,_] | [tp,_,_] -> [_,_] partial(tp)");
-}
-
 static void test_concat_slice_expand(void **state) {
   (void)state;
   const char *cat = "  input %a : f32[4,8]\n  input %b : f32[4,8]\n"
@@ -441,7 +416,6 @@ int main(void) {
       cmocka_unit_test(test_reshape),           cmocka_unit_test(test_transpose_split),
       cmocka_unit_test(test_softmax_norm),      cmocka_unit_test(test_reduce),
       cmocka_unit_test(test_gather),            cmocka_unit_test(test_concat_slice_expand),
-      cmocka_unit_test(test_scatter_nd),
       cmocka_unit_test(test_fallback),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
