@@ -695,11 +695,12 @@ def test_auto_equals_cli(source, shardc_cli, tmp_path):
     assert "cluster" in str(e.value)
     with pytest.raises(shardc.UsageError):
         shardc.plan(m, auto=True, mesh="dp=2", cluster=cluster)
-    # the search's own refusal (exit 2), its words: 64 devices, so that no
-    # pp x tp x cp (at most 32 here) leaves one replica of batch 3 (lit plan/auto.test)
+    # the search's own refusal (exit 2), its words: 128 devices, so that no
+    # pp x tp x cp (at most 64 here: cp up to 8) leaves one replica of batch 3
+    # (lit plan/auto.test)
     with pytest.raises(shardc.UsageError) as e:
         shardc.plan(shardc.load(path, dims={"batch": 3}), auto=True, train=cfg,
-                    cluster="h100-sxm:8x8")
+                    cluster="h100-sxm:8x16")
     assert "does not divide" in str(e.value)
 
 
