@@ -54,6 +54,10 @@ sc_status sc_dist_program_set_offload(sc_dist_program *dp, const char *const *na
   return SC_OK;
 }
 
+void sc_dist_program_set_accumulation(sc_dist_program *dp, int32_t grad_accum) {
+  dp->schedule.runs = dp->pipe_chunks == 0 && grad_accum > 1 ? grad_accum : 1;
+}
+
 void sc_dist_program_set_roles(sc_dist_program *dp, int32_t pp_axis, int32_t dp_axis,
                                int32_t tp_axis) {
   dp->pp_axis = pp_axis;

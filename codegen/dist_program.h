@@ -133,6 +133,10 @@ sc_status sc_dist_program_single(sc_program *p, bool take, sc_dist_program **out
  * copied into dp's arena and sorted) and horizon. Errors: SC_ERR_NOMEM. */
 sc_status sc_dist_program_set_offload(sc_dist_program *dp, const char *const *names, int32_t n,
                                       int32_t horizon, sc_diag *d);
+/* A training step that accumulates grad_accum microbatches: without a
+ * pipeline it runs its program that many times a step (schedule.runs); a
+ * pipeline's microbatches are its schedule's, and runs stays 1. */
+void sc_dist_program_set_accumulation(sc_dist_program *dp, int32_t grad_accum);
 /* Sets the role axes (indices into the mesh, or -1) and their masks. */
 void sc_dist_program_set_roles(sc_dist_program *dp, int32_t pp_axis, int32_t dp_axis,
                                int32_t tp_axis);

@@ -565,17 +565,21 @@ static memo_key memo_key_of(const sc_lower_ctx *cx, int32_t value, const int32_t
                     cx->g->values[value].rank, idx};
 }
 
+/* Starts a new generation when the kernel being built is another than the
+ * last one's (or nothing was kept yet); true when it did. */
+static bool memo_renew(struct sc_lower_memo *m, const kir_kernel *k) {
+  if (m->k == k && m->cap) return false;
+  m->k = k;
+  m->gen++;
+  m->count = 0;
+  return true;
+}
+
 /* The expression memoized for value at idx in the kernel being built, -1
  * when none. */
 static int32_t memo_find(sc_lower_ctx *cx, int32_t value, const int32_t *idx) {
   struct sc_lower_memo *m = cx->memo;
-  if (!m || !m->cap) return -1;
-  if (m->k != cx->k) {
-    m->k = cx->k;
-    m->gen++;
-    m->count = 0;
-    return -1;
-  }
+  if (!m || memo_renew(m, cx->k)) return -1;
   memo_key q = memo_key_of(cx, value, idx);
   memo_entry *e = memo_slot(m, &q);
   return e->gen == m->gen ? e->expr : -1;
@@ -588,11 +592,7 @@ static bool memo_put(sc_lower_ctx *cx, int32_t value, const int32_t *idx, int32_
     m = cx->memo = sc_calloc(1, sizeof *m);
     if (!m) return false;
   }
-  if (m->k != cx->k || !m->cap) {
-    m->k = cx->k;
-    m->gen++;
-    m->count = 0;
-  }
+  memo_renew(m, cx->k);
   if (2 * (m->count + 1) > m->cap) {
     size_t cap = m->cap ? 2 * m->cap : 64;
     memo_entry *old = m->e, *ne = sc_calloc(cap, sizeof *ne);

@@ -289,11 +289,8 @@ static sc_status step_link(job *j) {
     sc_free(programs);
     st = sc_dist_program_single(p, true, &j->b->program, j->d);
   }
-  /* gradient accumulation without a pipeline (a pipelined step refuses
-   * --grad-accum: its microbatches are the schedule's) */
-  if (st == SC_OK && j->o->train && j->o->train->grad_accum > 1 &&
-      j->b->program->pipe_chunks == 0)
-    j->b->program->schedule.runs = j->o->train->grad_accum;
+  if (st == SC_OK && j->o->train)
+    sc_dist_program_set_accumulation(j->b->program, j->o->train->grad_accum);
   return st;
 }
 

@@ -379,8 +379,7 @@ static sc_status read_training(loader *l, json_t *list) {
     own->params = data[0];
     data[0] = NULL;
     l->dp->train = own->train;
-    if (l->dp->pipe_chunks == 0 && own->train->grad_accum > 1)
-      l->dp->schedule.runs = own->train->grad_accum; /* as the compiled step's */
+    sc_dist_program_set_accumulation(l->dp, own->train->grad_accum); /* as compiled */
   }
   sc_free(data[0]);
   sc_free(data[1]);
