@@ -25,6 +25,13 @@ On seeded token ids (batch 2, labels uniform in [0, 1000)):
     batch, so dp must gather it right), and 3 AdamW steps with the aux loss
     over dp=2 and tp=2 give one rank's losses within rtol 1e-5 (measured
     1e-7: sums in another order);
+  * one MatMul per expert (the sample's batched expert products rewritten
+    as a Split over the experts, a MatMul by each expert's own [D, F]
+    weight and a Concat): `shardc run` equals onnxruntime on it (rtol 1e-4,
+    atol 1e-5); 3 SGD steps with the aux loss equal the stacked sample's
+    (losses and gradient norms within rtol 2e-5, each expert's final
+    weights within 2e-4 of its update); `--mesh ep=2` on it is refused
+    (exit 2: ep finds experts by their stacked weights);
   * refused with exit 2 and the option named: --aux-loss without '=', with
     a coefficient that is no number or is not finite, the same name twice;
     refused naming the output: a name the model lacks, a non-scalar output.
@@ -76,6 +83,106 @@ def refused(tmp, args, needles, rc=None):
     check(ok and all(n in r.stderr for n in needles),
           "%s: exit %d, expected a refusal naming %s: %s" % (" ".join(args), r.returncode,
                                                               needles, r.stderr.strip()))
+
+
+def per_expert_model(path):
+    """The sample with one MatMul per expert: every batched expert product
+    xe [B, E, C, D] @ W [E, D, F] becomes a Split of xe over the experts,
+    E MatMuls by their own [D, F] weights W.e, and a Concat: the same
+    function, as models whose experts are separate modules export it.
+    Returns the names of the stacked weights replaced."""
+    import onnx
+    from onnx import helper, numpy_helper
+    m = onnx.load(MODEL)
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    nodes, stacked = [], []
+    for n in g.node:
+        w = n.input[1] if n.op_type == "MatMul" else None
+        if w not in inits or len(inits[w].dims) != 3:
+            nodes.append(n)
+            continue
+        e = inits[w].dims[0]
+        if w not in stacked:
+            stacked.append(w)
+        pieces = [f"{n.name}/x{i}" for i in range(e)]
+        nodes.append(helper.make_node("Split", [n.input[0]], pieces, n.name + "/split", axis=1))
+        for i in range(e):
+            nodes.append(helper.make_node("MatMul", [pieces[i], f"{w}.{i}"], [f"{n.name}/y{i}"],
+                                          f"{n.name}/expert{i}"))
+        nodes.append(helper.make_node("Concat", [f"{n.name}/y{i}" for i in range(e)],
+                                      list(n.output), n.name + "/concat", axis=1))
+    for w in stacked:
+        a = numpy_helper.to_array(inits[w])
+        g.initializer.remove(inits[w])
+        g.initializer.extend(numpy_helper.from_array(np.ascontiguousarray(a[i]), f"{w}.{i}")
+                             for i in range(a.shape[0]))
+    del g.node[:]
+    g.node.extend(nodes)
+    onnx.save(m, path)
+    return stacked
+
+
+def test_per_expert(tmp, rng):
+    """One MatMul per expert (separate [D, F] weights): inference equals
+    onnxruntime on that model (rtol 1e-4, atol 1e-5), and 3 SGD steps with
+    the aux loss equal the stacked sample's (losses and gradient norms
+    within rtol 2e-5, each final per-expert weight within 2e-4 of the
+    largest update of its slice of the stacked one's: the same arithmetic
+    as one batched MatMul). ep needs the stacked weights (docs/moe.md): on
+    this model `--mesh ep=2` is refused, exit 2, saying it has no experts."""
+    import json
+    from onnx import numpy_helper
+    path = os.path.join(tmp, "moe_per_expert.onnx")
+    stacked = per_expert_model(path)
+    check(len(stacked) == 6, "per-expert model: stacked expert weights replaced: %s" % stacked)
+    ids = np.load(os.path.join(tmp, "ids4.npy"))
+    out = os.path.join(tmp, "out_per_expert")
+    r = subprocess.run([SHARDC, "run", path, "--dim", "batch=4", "--input",
+                        "input_ids=%s/ids4.npy" % tmp, "--output-dir", out, "--quiet"],
+                       capture_output=True, text=True, timeout=300)
+    if check(r.returncode == 0, "run, one MatMul per expert: %s" % r.stderr[-400:]):
+        for name, w in zip(("logits", "aux_loss"),
+                           ort.InferenceSession(path).run(None, {"input_ids": ids})):
+            got = np.load(os.path.join(out, name + ".npy"))
+            check(got.shape == w.shape and not np.isnan(got).any()
+                  and np.allclose(got, w, rtol=1e-4, atol=1e-5),
+                  "run, one MatMul per expert: %s differs from onnxruntime by %s"
+                  % (name, np.abs(got - w).max() if got.shape == w.shape else got.shape))
+    runs = {}
+    for what, model in (("stacked", MODEL), ("per expert", path)):
+        log, ck = (os.path.join(tmp, "%s_%s" % (what.replace(" ", "_"), x)) for x in ("log", "ck"))
+        r = subprocess.run([SHARDC, "train", model, "--dim", "batch=4", "--steps", "3",
+                            "--data", "input_ids=%s/ids4.npy" % tmp, "--labels",
+                            "%s/labels4.npy" % tmp, "--optimizer", "sgd", "--lr", "0.05",
+                            "--momentum", "0.9", "--aux-loss", "aux_loss=0.02", "--threads", "1",
+                            "--log-json", log, "--save", ck, "--quiet"],
+                           capture_output=True, text=True, timeout=300)
+        if check(r.returncode == 0, "train, %s: %s" % (what, r.stderr[-400:])):
+            runs[what] = ([json.loads(line) for line in open(log)],
+                          load_file(os.path.join(ck, "weights.safetensors")))
+    if len(runs) == 2:
+        (la, wa), (lb, wb) = runs["stacked"], runs["per expert"]
+        got = [(a[k], b[k]) for a, b in zip(la, lb) for k in ("loss", "grad_norm")]
+        worst = max(abs(a - b) / abs(a) for a, b in got)
+        check(len(got) == 6 and not np.isnan([b for _, b in got]).any() and worst <= 2e-5,
+              "one MatMul per expert against stacked: losses and norms %s" % got)
+        import onnx
+        init = {t.name: numpy_helper.to_array(t) for t in onnx.load(MODEL).graph.initializer}
+        for w in stacked:
+            for i in range(init[w].shape[0]):
+                a, b = wa[w][i], wb.get("%s.%d" % (w, i))
+                scale = np.abs(a - init[w][i]).max()
+                check(b is not None and scale > 0 and np.abs(a - b).max() <= 2e-4 * scale,
+                      "one MatMul per expert: %s.%d differs from the stacked weight's slice by "
+                      "%s (its update %s)" % (w, i, None if b is None else np.abs(a - b).max(),
+                                              scale))
+        print("one MatMul per expert: losses and gradient norms within %.2e of the stacked "
+              "sample's" % worst)
+    r = subprocess.run([SHARDC, "plan", path, "--dim", "batch=4", "--mesh", "ep=2"],
+                       capture_output=True, text=True, timeout=300)
+    check(r.returncode == 2 and "experts" in r.stderr,
+          "ep=2, one MatMul per expert: exit %d: %s" % (r.returncode, r.stderr.strip()[-300:]))
 
 
 def main():
@@ -159,6 +266,7 @@ def main():
                 check(np.allclose(losses[mesh], losses[""], rtol=1e-5, atol=0),
                       "train --mesh %s: losses %s, one rank %s" % (mesh, losses[mesh],
                                                                   losses[""]))
+        test_per_expert(tmp, rng)
 
         refused(tmp, ["--aux-loss", "aux_loss"], ["--aux-loss", "NAME=COEF"], 2)
         refused(tmp, ["--aux-loss", "aux_loss=x"], ["--aux-loss", "aux_loss=x"], 2)

@@ -14,6 +14,9 @@ test_train_cp), no NaN, for
   pp=2 x ep=2 with 2 microbatches against pp=2 with 2 microbatches (the
   load-balancing loss is a product of two means over a microbatch: a
   microbatched step computes another loss than the whole batch's).
+For each of these meshes without pp, the arena `plan --train --json`
+plans for a rank is the one `train` allocates, to the byte (every
+capacity buffer and all-to-all has a static shape).
 An expert gradient reduced over ep (summed twice), an expert computed on
 another rank's weights or a token sent to the wrong expert moves the loss
 or the weights by far more than these.
@@ -32,6 +35,11 @@ Also:
     4 bytes;
   * `run --mesh ep=2` (batch 4), and the bundle `compile --mesh ep=2 -o`
     writes, equal one rank's logits and aux_loss (rtol 1e-5, atol 1e-6);
+  * ep=2 on the emulated GPU (SHARDC_CUDA_EMU=1 --device cuda) trains as
+    ep=2 on the CPU: 2 steps' losses and gradient norms within rtol 2e-5,
+    the collective traces of both match within every group (the same
+    calls in the same order on both ranks) and hold 8 all-to-alls a rank
+    and step (a partial skip without the cuda target);
   * refused: 8 experts at ep=3 (batch 6), naming the sizes that divide
     (2 or 4); ep on a model without experts (the mlp sample); cp=2 and
     ep=2 x cp=2, training and inference, naming the capacity dispatch's
@@ -84,7 +92,7 @@ from onnx import numpy_helper
 
 sys.path.insert(0, os.path.dirname(__file__))
 import test_train_dist as dist  # noqa: E402
-from checks import check, finish  # noqa: E402
+from checks import check, comm_traces_match, finish, has_cuda_target, skip_part  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
 MODEL = os.path.join(dist.SRC, "samples", "moe.onnx")
@@ -112,12 +120,12 @@ MESHES = {"meshes-1": [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
 ETP = ["--expert-tensor-parallel"]
 
 
-def base_args(tmp):
+def base_args(tmp, steps=dist.STEPS):
     r = np.random.RandomState(11)
     ids, labels = os.path.join(tmp, "ids.npy"), os.path.join(tmp, "labels.npy")
     np.save(ids, r.randint(0, 1000, (8, 16)).astype(np.int64))
     np.save(labels, r.randint(0, 1000, (8, 16)).astype(np.int64))
-    return [MODEL, "--dim", f"batch={BATCH}", "--steps", str(dist.STEPS), "--threads", "1",
+    return [MODEL, "--dim", f"batch={BATCH}", "--steps", str(steps), "--threads", "1",
             "--labels", labels, "--data", f"input_ids={ids}"] + OPTS
 
 
@@ -154,6 +162,19 @@ def test_meshes(tmp, part):
         worst = dist.compare("moe", what, ref, res, init, 2e-4)
         print(f"moe {what:50s} against {' '.join(ref['mesh']) or 'one rank':30s} "
               f"loss rel diff {worst:.2e}")
+        if "pp=" not in what and smp not in mesh:
+            planned_arena(mesh, res["p"].stdout)
+
+
+def planned_arena(mesh, stdout):
+    """With a capacity every buffer of the ep step is static: the arena
+    `plan --train --json` plans for a rank is the one `train` allocates."""
+    p = plan(["--optimizer", "sgd", "--momentum", "0.9", "--json"] + mesh)
+    got = dist.arena_of(stdout)
+    want = json.loads(p.stdout)["arena"] if p.returncode == 0 else None
+    check(want is not None and want > 0 and got == want,
+          f"{' '.join(mesh)}: planned arena {want}, allocated {got} {p.stderr[-300:]}")
+    print(f"moe {' '.join(mesh)}: planned arena = allocated = {got} bytes")
 
 
 def plan(args):
@@ -283,6 +304,39 @@ def test_run(tmp, meshes=(["--mesh", "ep=2"],), bundle_mesh=["--mesh", "ep=2"]):
                   f"{np.abs(a - b).max() if a.shape == b.shape else b.shape}")
 
 
+def test_emulated_gpu(tmp):
+    """ep=2 on the emulated GPU (SHARDC_CUDA_EMU=1 --device cuda: its
+    communicator's all-to-alls on the communication streams) trains as ep=2
+    on the CPU: 2 SGD steps' losses and gradient norms within rtol 2e-5;
+    both runs' collective traces match within every group and hold the
+    step's 8 all-to-alls a rank and step."""
+    if not has_cuda_target(SHARDC):
+        skip_part("ep=2 on the emulated GPU", "this shardc has no cuda target (no NVRTC)")
+        return
+    steps, logs = 2, {}
+    for dev, env in (("cpu", {}), ("cuda", {"SHARDC_CUDA_EMU": "1"})):
+        log, trace = os.path.join(tmp, f"emu_{dev}.jsonl"), os.path.join(tmp, f"trace_{dev}")
+        os.makedirs(trace)
+        r = subprocess.run([SHARDC, "train"] + base_args(tmp, steps) +
+                           ["--mesh", "ep=2", "--device", dev, "--log-json", log],
+                           capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, SHARDC_COMM_TRACE=trace, **env))
+        if not check(r.returncode == 0, f"ep=2 --device {dev}: {r.stderr[-600:]}"):
+            return
+        ok, why, _ = comm_traces_match(trace)
+        n = sum(line.split()[2] == "all_to_all" for f in os.listdir(trace)
+                for line in open(os.path.join(trace, f)))
+        check(ok and n == 2 * steps * 4 * LAYERS,
+              f"ep=2 --device {dev}: traces {why or 'match'}, {n} all-to-alls "
+              f"(want {2 * steps * 4 * LAYERS}: 2 ranks x {steps} steps x {4 * LAYERS})")
+        logs[dev] = [json.loads(line) for line in open(log)]
+    got = [(a[k], b[k]) for a, b in zip(logs["cpu"], logs["cuda"]) for k in ("loss", "grad_norm")]
+    worst = max(abs(a - b) / abs(a) for a, b in got) if got else None
+    check(len(got) == 2 * steps and not any(np.isnan(b) for _, b in got) and worst <= 2e-5,
+          f"ep=2 on the emulated GPU against the CPU: {got} (rel diff {worst})")
+    print(f"ep=2 on the emulated GPU: losses and gradient norms within {worst:.2e} of the CPU's")
+
+
 def test_refused(tmp):
     r = subprocess.run([SHARDC, "plan", MODEL, "--dim", "batch=6", "--mesh", "ep=3"],
                        capture_output=True, text=True, timeout=300)
@@ -335,6 +389,7 @@ def main():
             test_step()
             test_bytes()
             test_run(tmp)
+            test_emulated_gpu(tmp)
         if part in (None, "etp"):
             test_etp_refused()
             test_etp_plan()
