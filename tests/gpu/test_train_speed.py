@@ -25,7 +25,10 @@ run without a GPU (ctest gpu.test_train_speed, about 30 s):
      512), the second below the first;
   5. the real sizes planned without their weights (`plan --train
      --no-weights`, h200:1x1): gpt2-small at batch 8 and llama-1p3b at
-     batch 4 with --recompute none and selective fit an H200's memory;
+     batch 4 with --recompute none and selective fit an H200's memory, and
+     so does the llama-1p3b's fp8 row (--precision fp8, no recompute), all
+     169 of its linear layers in FP8 (7 a block and the LM head), none left
+     bf16, the amax history 1024;
      the parameter counts (124,439,808 and 1,364,297,728) and the FLOP
      count's matrix-product weights (123,532,032 and 1,298,661,376,
      counted by hand from the shapes) are the documented ones.
@@ -204,7 +207,7 @@ def part5(tmp):
     want_mm = {"gpt2-small": 12 * 12 * 768 ** 2 + 768 * 50257,
                "llama-1p3b": 24 * (4 * 2048 ** 2 + 3 * 2048 * 5632) + 2048 * 32000}
     for name, batch, recomputes in (("gpt2-small", 8, ("none",)),
-                                    ("llama-1p3b", 4, ("none", "selective"))):
+                                    ("llama-1p3b", 4, ("none", "selective", "fp8"))):
         c = make_llama.MODELS[name]
         n = sum(math.prod(s) for _, s in make_llama.param_shapes(c))
         flops, n_mm = make_llama.model_flops(c, batch * c["seq"])
@@ -214,14 +217,20 @@ def part5(tmp):
               f"{name}: {n:,} parameters, {n_mm:,} in matrix products, {flops:.4g} FLOP a step")
         path = make_llama.write_model(name, tmp, weights=False)
         for rc in recomputes:
+            # the fp8 row: --precision fp8 without recompute (train_speed.LLAMA_RUNS)
+            prec, rc = ("fp8", "none") if rc == "fp8" else ("bf16", rc)
             r = subprocess.run([SHARDC, "plan", path, "--no-weights", "--train", "--dim",
-                                f"batch={batch}", "--optimizer", "adamw", "--precision", "bf16",
+                                f"batch={batch}", "--optimizer", "adamw", "--precision", prec,
                                 "--recompute", rc, "--mesh", "dp=1", "--cluster", "h200:1x1",
                                 "--json"], capture_output=True, text=True, timeout=600)
-            total = json.loads(r.stdout)["total"] if r.returncode == 0 else None
+            j = json.loads(r.stdout) if r.returncode == 0 else {}
+            total = j.get("total")
             check(total is not None and 0 < total < H200_BYTES,
-                  f"{name}, recompute {rc}: the step planned at {total} bytes, under an "
+                  f"{name}, {prec}, recompute {rc}: the step planned at {total} bytes, under an "
                   f"H200's {H200_BYTES} {r.stderr.strip()[-200:]}")
+            if prec == "fp8":  # every linear layer in FP8: 7 a block and the LM head
+                want = {"history": 1024, "layers": 7 * c["n_layer"] + 1, "kept": 0, "bf16": []}
+                check(j.get("fp8") == want, f"{name}, fp8: {j.get('fp8')}, want {want}")
 
 
 def main():

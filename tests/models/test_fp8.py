@@ -7,8 +7,11 @@
     and underflow included) and seeded scales;
   * the GPT-2 sample trained 200 steps in fp8 and in bf16 (batch 8, AdamW,
     lr 1e-3, seeded tokens): final losses within 2 % of each other (measured
-    0.36 %), and not identical (fp8 really rounds: some step's loss differs
-    by more than 1e-4); `plan` (text and --json) lists the LM head (N =
+    0.15 %), and not identical (fp8 really rounds: some step's loss differs
+    by more than 1e-4); the fp8 run's checkpoint holds 24 amax histories
+    (X, W and dY of the 8 FP8 layers) of the default length 1024 (no
+    --fp8-amax-history given), and `plan` says "amax history 1024";
+    `plan` (text and --json) lists the LM head (N =
     1000) as left bf16, and the text that all 24 FP8 products are
     cuBLASLt FP8 matmuls on a GPU (16 of them through transposed FP8
     copies: W for X·W, X and dY for Xᵀ·dY), the copies' bytes in its
@@ -35,7 +38,9 @@ import onnx
 from onnx import TensorProto as T, helper as h
 
 from checks import check
-from fp8_runs import MODEL, SHARDC, run_test, train
+from fp8_runs import MODEL, SHARDC, merged, run_test, train
+
+DEFAULT_HISTORY = 1024  # Transformer Engine's amax_history_len
 
 
 def test_quantize(work):
@@ -72,8 +77,18 @@ def test_quantize(work):
 
 
 def test_curve(work):
+    # the fp8 run saves its checkpoint: its scaling state has the default
+    # history length (no --fp8-amax-history)
+    ck = os.path.join(work, "fp8_ck")
+    save = {"bf16": [], "fp8": ["--save", ck]}
     with ThreadPoolExecutor(2) as ex:  # the two runs side by side
-        bf, f8 = ex.map(lambda p: train(work, p, ["--precision", p], 200), ("bf16", "fp8"))
+        bf, f8 = ex.map(lambda p: train(work, p, ["--precision", p] + save[p], 200),
+                        ("bf16", "fp8"))
+    hist = {k: v.shape for k, v in merged(ck, "optimizer").items()
+            if k.endswith(".fp8_amax_history")} if os.path.isdir(ck) else {}
+    print(f"default amax history: {len(hist)} tensors of {set(hist.values())}")
+    check(len(hist) == 24 and set(hist.values()) == {(DEFAULT_HISTORY,)},
+          f"the checkpoint's amax histories without --fp8-amax-history: {hist}")
     if len(bf) != 200 or len(f8) != 200:
         check(False, "200 steps logged")
         return
@@ -86,7 +101,8 @@ def test_curve(work):
     check(max(abs(a - b) for a, b in zip(bf, f8)) > 1e-4, "fp8 losses equal to bf16's")
     p = subprocess.run([SHARDC, "plan", MODEL, "--train", "--dim", "batch=8", "--precision",
                         "fp8"], capture_output=True, text=True, timeout=300)
-    check(p.returncode == 0 and "fp8: 8 linear layers in FP8" in p.stdout and
+    check(p.returncode == 0 and "fp8: 8 linear layers in FP8 (E4M3 forward, E5M2 gradients, "
+          f"amax history {DEFAULT_HISTORY}), 1 left bf16" in p.stdout and
           "bf16 '/m/lm_head/MatMul/gemm': K=64, N=1000: not multiples of 16" in p.stdout,
           f"plan's fp8 lines: {p.stdout[:600]} {p.stderr[-300:]}")
     # on a GPU every FP8 product is a cuBLASLt FP8 matmul: the input gradients
