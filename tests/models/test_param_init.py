@@ -79,6 +79,22 @@ def peak_rss(args, tmp):
         ru.ru_maxrss * 1024
 
 
+def initial_state(ck, args, mesh, ref):
+    """(what, the weights) of `train GPT2 ARGS MESH --steps 0 --save CK`,
+    checked bit-identical to ref's when ref is given; (what, None) when
+    the run failed."""
+    what = " ".join(mesh) or "one rank"
+    p = train([GPT2] + args + mesh + ["--steps", "0", "--save", ck])
+    if not check(p.returncode == 0, f"{what}: --steps 0 --save failed: {p.stderr}"):
+        return what, None
+    w = load_ckpt(ck, "weights")
+    if ref is not None:
+        diff = [n for n in ref if n not in w or w[n].tobytes() != ref[n].tobytes()]
+        check(sorted(w) == sorted(ref) and not diff,
+              f"{what}: initial weights not bit-identical to one rank's: {diff[:4]}")
+    return what, w
+
+
 def fans(tmp, data):
     """uniform, xavier and kaiming on GPT-2 (--steps 0): the initial state is
     one rank's bit for bit on every mesh, cp's included (beside a batch
@@ -95,18 +111,8 @@ def fans(tmp, data):
              "--init", "*=kaiming", "--seed", "7"]
     ref = None
     for k, mesh in enumerate(FAN_MESHES):
-        what = " ".join(mesh) or "one rank"
-        ck = os.path.join(tmp, f"fans{k}")
-        p = train([GPT2] + data + rules + mesh + ["--steps", "0", "--save", ck])
-        if not check(p.returncode == 0, f"fans {what}: --steps 0 --save failed: {p.stderr}"):
-            continue
-        w = load_ckpt(ck, "weights")
-        if ref is None:
-            ref = w
-            continue
-        diff = [n for n in ref if n not in w or w[n].tobytes() != ref[n].tobytes()]
-        check(not diff and sorted(w) == sorted(ref),
-              f"fans {what}: initial weights not bit-identical to one rank's: {diff[:4]}")
+        what, w = initial_state(os.path.join(tmp, f"fans{k}"), data + rules, mesh, ref)
+        ref = w if ref is None else ref
     if ref is None:
         return
     a = np.sqrt(6 / (64 + 192))
@@ -148,12 +154,9 @@ def main():
     # the initial state and 2 steps on each mesh
     ref_w, ref_log = None, None
     for k, mesh in enumerate(MESHES):
-        what = " ".join(mesh) or "one rank"
-        ck = os.path.join(tmp, f"init{k}")
-        p = train([GPT2] + data + RULES + mesh + ["--steps", "0", "--save", ck])
-        if not check(p.returncode == 0, f"{what}: --steps 0 --save failed: {p.stderr}"):
+        what, w = initial_state(os.path.join(tmp, f"init{k}"), data + RULES, mesh, ref_w)
+        if w is None:
             continue
-        w = load_ckpt(ck, "weights")
         log = os.path.join(tmp, f"log{k}.json")
         p = train([GPT2] + data + RULES + mesh + ["--steps", "2", "--log-json", log])
         if not check(p.returncode == 0, f"{what}: 2 steps failed: {p.stderr}"):
@@ -164,9 +167,6 @@ def main():
         if ref_w is None:
             ref_w, ref_log = w, losses
             continue
-        check(sorted(w) == sorted(ref_w), f"{what}: tensors {sorted(w)} vs {sorted(ref_w)}")
-        diff = [n for n in ref_w if n not in w or w[n].tobytes() != ref_w[n].tobytes()]
-        check(not diff, f"{what}: initial weights not bit-identical to one rank's: {diff[:4]}")
         for a, b in zip(ref_log, losses):
             check(abs(a - b) <= 2e-5 * abs(a), f"{what}: loss {b} vs one rank's {a}")
 
