@@ -1,5 +1,6 @@
 /* init_roles.c — fan-in axes and residual-branch projections of the
- * parameters (init_roles.h). One walk over the forward's products; the
+ * parameters (init_roles.h). One walk over the forward's products and
+ * lookups; the
  * ancestor test walks producers backwards with a visit stamp per value,
  * so each test is linear in the graph. */
 #include "passes/init_roles.h"
@@ -76,6 +77,43 @@ static int32_t index_of(const sc_graph *g, const char *const *names, int32_t n, 
   return -1;
 }
 
+/* The 2-D weight v is the transpose of (a Transpose of a 2-D value, perm
+ * absent or [1, 0]); -1 when it is not one. */
+static int32_t transposed_of(const sc_graph *g, int32_t v) {
+  int32_t p = g->values[v].producer;
+  if (p < 0 || g->nodes[p].op != SC_OP_TRANSPOSE || g->nodes[p].n_inputs != 1 ||
+      g->nodes[p].inputs[0] < 0 || g->values[g->nodes[p].inputs[0]].rank != 2)
+    return -1;
+  const int64_t *perm = NULL;
+  int64_t np = sc_attr_ints((sc_graph *)g, &g->nodes[p], "perm", &perm);
+  if (np >= 0 && !(np == 2 && perm[0] == 1 && perm[1] == 0)) return -1;
+  return g->nodes[p].inputs[0];
+}
+
+/* Whether node n reads a 2-D weight in PyTorch's [out, in] layout (fan-in
+ * on its last axis), and which value: a Gemm's B with transB = 1, a
+ * MatMul's (or Gemm's with transB = 0) B that is a Transpose of it (the
+ * form context parallelism gives a transB Gemm beside a batch split,
+ * passes/partition/cp.c), or the table of a Gather on axis 0 (an
+ * embedding, PyTorch's [num, dim], whose fan-in is its last axis). -1
+ * when none: each form of a tied weight's readers (the lookup, the LM
+ * head as either product) gives the same axis, whatever the mesh made of
+ * the head. */
+static int32_t fan_in_last_weight(const sc_graph *g, const sc_node *n) {
+  if (n->n_inputs < 2 || n->inputs[0] < 0 || n->inputs[1] < 0) return -1;
+  if (n->op == SC_OP_GATHER)
+    return sc_attr_int((sc_graph *)g, n, "axis", 0) == 0 && g->values[n->inputs[0]].rank == 2
+               ? n->inputs[0]
+               : -1;
+  if (n->op != SC_OP_GEMM && n->op != SC_OP_MATMUL) return -1;
+  if (n->op == SC_OP_GEMM && sc_attr_int((sc_graph *)g, n, "transB", 0)) return n->inputs[1];
+  int32_t c = g->values[n->inputs[1]].producer, w = n->inputs[1];
+  if (c >= 0 && g->nodes[c].op == SC_OP_CAST && g->nodes[c].n_inputs == 1 &&
+      g->nodes[c].inputs[0] >= 0)
+    w = g->nodes[c].inputs[0]; /* a bf16 step's cast of the transpose */
+  return transposed_of(g, w);
+}
+
 sc_status sc_init_roles_find(const sc_graph *g, const char *const *names, int32_t n,
                              sc_init_roles *out, sc_diag *d) {
   memset(out, 0, sizeof *out);
@@ -94,9 +132,9 @@ sc_status sc_init_roles_find(const sc_graph *g, const char *const *names, int32_
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const sc_node *n_ = &g->nodes[i];
     if (!live_forward(n_)) continue;
-    if (n_->op == SC_OP_GEMM && n_->n_inputs >= 2 && n_->inputs[1] >= 0 &&
-        sc_attr_int((sc_graph *)g, n_, "transB", 0)) {
-      int32_t k = index_of(g, names, n, n_->inputs[1]);
+    int32_t w = fan_in_last_weight(g, n_);
+    if (w >= 0) {
+      int32_t k = index_of(g, names, n, w);
       if (k >= 0) out->fan_in_last[k] = true;
     }
     if (n_->op != SC_OP_ADD || n_->n_inputs != 2 || n_->inputs[0] < 0 || n_->inputs[1] < 0)

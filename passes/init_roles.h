@@ -1,9 +1,13 @@
 /* init_roles.h — what a parameter initialiser needs to know of each
  * parameter that only the graph says (runtime/param_init.h's roles):
  *
- *   fan-in axis   a 2-D weight read as a Gemm's B with transB = 1 is
- *                 PyTorch's [out, in] (fan-in on its last axis); every
- *                 other 2-D weight ONNX MatMul's [in, out] (axis 0)
+ *   fan-in axis   a 2-D weight read as a Gemm's B with transB = 1, as
+ *                 the B of a MatMul (or Gemm) through a Transpose, or as
+ *                 the table of a Gather on axis 0 (an embedding) is
+ *                 PyTorch's [out, in] or [num, dim] (fan-in on its last
+ *                 axis); every other 2-D weight ONNX MatMul's [in, out]
+ *                 (axis 0). A tied embedding and LM head therefore get
+ *                 the last axis whatever form the mesh gives the head.
  *   residual      the weight B of a MatMul or Gemm of the forward whose
  *                 output (directly, or through one Add of a bias) is an
  *                 operand of an Add whose other operand is an ancestor of

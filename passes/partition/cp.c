@@ -393,6 +393,7 @@ sc_status sc_partition_prepare_cp(sc_partition *p) {
   const sc_value *zin = &g->values[g->nodes[z].inputs[0]], *zout = &g->values[g->nodes[z].outputs[0]];
   p->cp_seq = zin->dims[1];
   p->cp_padded = zout->dims[1];
+  p->cp_seed = g->nodes[z].inputs[0];
   /* every attention, its backward and its recomputed copies a ring */
   for (int32_t i = 0; i < g->n_nodes; i++) {
     sc_node *nd = &g->nodes[i];

@@ -1086,13 +1086,20 @@ static sc_status ring_attention(lz *z, const sc_node *gn, const int32_t *lin,
 /* Under sequence parallelism, the sharding a tp pending sum s of value v
  * is reduced to where it is made: reduce-scattered onto the sequence
  * (dim 1 split over tp), as the forward's; false when that does not apply
- * (*r then s without the pending axis: an all-reduce). */
+ * (*r then s without the pending axis: an all-reduce). Not the value that
+ * context parallelism's zig-zag permutation reads (the token embedding,
+ * pending over tp when vocabulary-parallel): the permutation reorders
+ * the whole sequence and would gather it back over tp to run whole; all-
+ * reduced (the same bytes as the reduce-scatter and that gather), each
+ * rank takes its cp rows of it and sequence parallelism its tp piece of
+ * those, both comm-free slices. */
 static bool cut_target(const lz *z, const sc_value *v, int32_t ax, const sc_sharding *s,
                        sc_sharding *r) {
   *r = *s;
   r->partial &= ~(1u << ax);
   if (!z->p->sequence_parallel || ax != z->p->tp_axis || v->rank < 3 || r->n_dim_axes[1] ||
-      (sc_sharding_dim_axes(r) & (1u << ax)))
+      (sc_sharding_dim_axes(r) & (1u << ax)) ||
+      (z->p->cp_seed >= 0 && v == &z->g->values[z->p->cp_seed]))
     return false;
   sc_sharding t = *r;
   sc_sharding_split(&t, 1, ax);

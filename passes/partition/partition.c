@@ -149,6 +149,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   p->tp_axis = axis_of(&p->mesh, plan->tp_axis);
   p->fsdp_axis = axis_of(&p->mesh, plan->fsdp_axis);
   p->cp_axis = sc_mesh_find_axis(&p->mesh, "cp");
+  p->cp_seed = -1;
   p->ep_axis = sc_mesh_find_axis(&p->mesh, "ep");
   p->training = sc_partition_is_training(g);
   p->train = o->train;

@@ -72,6 +72,8 @@ typedef struct sc_partition {
   int64_t cp_seq, cp_padded;   /* the sequence split over cp and the length
                                   it is padded to (cp.c; equal when it
                                   divides), 0 without cp */
+  int32_t cp_seed;             /* the value the zig-zag permutation reads
+                                  (the residual stream's first value), or -1 */
   int32_t ep_axis;             /* the mesh axis named ep: a data axis that
                                   also splits the experts (ep.c), or -1 */
   bool training;               /* the graph is a training step (passes/train.h) */

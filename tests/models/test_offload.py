@@ -31,12 +31,22 @@ seeded random tokens (the third wraps around the 64 examples):
     and without offloading are bit-identical, and so is the step the SMP v2
     keys (activation_checkpointing "full", sm_activation_offloading,
     activation_loading_horizon 1) give over --mesh dp=2;
+  - under --mesh cp=2 with --recompute full and none: the log and the
+    checkpoint bit-identical with and without offloading, the arena and the
+    host pool allocated as planned, the device's peak live bytes lower by
+    exactly saved_at_peak (without recompute lower, and the arena too), and
+    the SMP v2 keys activation_checkpointing "full",
+    sm_activation_offloading and context_parallel_degree 2 over --mesh dp=2
+    give that step (its log and host pool);
   - a training bundle compiled with offloading (`compile --train`) trains
     with its host pool and logs what the model file's step without
     offloading logs;
   - --recompute auto with a budget between the step's memory with full
     recompute and with full recompute and offloading tries none,
     selective, full (over) and full+offload (fits), and chooses that;
+  - the copy back points (a 4-block GPT, full recompute, H = 0 .. 3): each
+    block input's copy back starts right before reload point g - H, g its
+    own (the blocks in the backward's order), the first for g < H;
   - --activation-loading-horizon without --offload-activations is a usage
     error (pipelined training: test_offload_pipe.py).
 
@@ -99,6 +109,53 @@ def same_bits(what, ref, got, steps=3):
         check(sorted(wa) == sorted(wb) and not diff,
               f"{what}: {group} not bit-identical to the run without offloading: {diff[:5]}")
         check(all(np.isfinite(v).all() for v in wb.values()), f"{what}: {group} not finite")
+
+
+def copy_back_points(tmp):
+    """A 4-block GPT (shape-only, make_samples' GPT-2 graph), --recompute
+    full: the compiled program (`plan --train --print-after=program`) copies
+    each of the 4 block inputs back from the host pool right before reload
+    point g - H (g the index of the value's own reload point, the block's
+    recompute, in the order the backward reaches them; 0 when g < H), for H
+    = 0 .. 3: the horizon counts blocks."""
+    sys.path.insert(0, os.path.join(SRC, "samples"))
+    import onnx
+    from make_samples import build_gpt2_graph
+    model, _ = build_gpt2_graph(dict(vocab=512, n_positions=16, n_embd=64, n_head=4,
+                                     n_layer=4, seq=16), external="absent.weights")
+    path = os.path.join(tmp, "gpt4.onnx")
+    onnx.save(model, path)
+    for h in range(4):
+        r = shardc(["plan", "--train", path, "--no-weights", "--dim", "batch=4",
+                    "--recompute", "full", "--offload-activations",
+                    "--activation-loading-horizon", str(h), "--print-after=program"])
+        steps = [re.match(r"^s(\d+) (.*)$", ln) for ln in (r.stdout + r.stderr).splitlines()]
+        steps = [(int(m.group(1)), m.group(2)) for m in steps if m]
+        copies, waits = {}, {}  # value -> [copy out step, copy back step]; copy -> its wait
+        for i, t in steps:
+            m = re.match(r"copy start b\d+ -> b\d+ \((.*)\)$", t)
+            if m:
+                copies.setdefault(m.group(1), []).append(i)
+            m = re.match(r"wait s(\d+)", t)
+            if m:
+                waits[int(m.group(1))] = i
+        if not check(r.returncode == 0 and len(copies) == 4 and
+                     all(len(c) == 2 and c[1] in waits for c in copies.values()),
+                     f"H={h}: copies {copies}: {r.stderr[-500:]}"):
+            continue
+        inserted = {i for i, t in steps if t.startswith(("copy start", "wait s"))}
+
+        def next_original(i):
+            return min(j for j, _ in steps if j > i and j not in inserted)
+        reload = {v: next_original(waits[c[1]]) for v, c in copies.items()}
+        order = sorted(copies, key=lambda v: reload[v])
+        for g, v in enumerate(order):
+            want = reload[order[max(g - h, 0)]]
+            got = next_original(copies[v][1])
+            check(got == want, f"H={h}: the copy back of {v} (reload point {g}, step "
+                  f"s{reload[v]}) starts before s{got}, want s{want} (reload point "
+                  f"{max(g - h, 0)})")
+    print("copy back points: 4 block inputs, H = 0 .. 3, each before reload point g - H")
 
 
 def held_at_peak():
@@ -196,6 +253,7 @@ def checks_one_step(tmp):
                       re.search(r"^  full\+offload +step .*: fits by", a.stderr, re.M),
                       f"--recompute auto, budget {budget}: {chose} {a.stderr[-800:]}")
     held_at_peak()
+    copy_back_points(tmp)
     smp = os.path.join(tmp, "smp.json")
     with open(smp, "w") as f:
         json.dump({"activation_checkpointing": "full", "sm_activation_offloading": True,
@@ -214,6 +272,43 @@ def checks_one_step(tmp):
                       f"--mesh {mesh} {how}: the log differs with offloading: "
                       f"{got['log']} vs {ref['log']}")
                 check(got["host"] > 0, f"--mesh {mesh} {how}: no host pool allocated")
+    # context parallelism: a cp rank's saved activations (its S/cp tokens,
+    # the ring's blocks among them) offloaded as on one rank; the SMP v2
+    # keys with context_parallel_degree over a world of 2 give that step
+    for rc in ("full", "none"):
+        base = ["--mesh", "cp=2", "--recompute", rc]
+        what = f"--mesh cp=2 --recompute {rc} --offload-activations"
+        ref, pref = train(tmp, f"cp-{rc}-ref", base), plan(base)
+        got = train(tmp, f"cp-{rc}-off", base + ["--offload-activations"])
+        p = plan(base + ["--offload-activations"])
+        if not (ref and pref and got and p):
+            continue
+        same_bits(what, ref, got)
+        o = p["offload"]
+        check(o["values"] > 0 and 0 < o["host_pool"] <= o["bytes"] + 64 * o["values"],
+              f"{what}: offloaded {o}")
+        check(o["peak_live_without"] == pref["peak_live"] and
+              p["peak_live"] == pref["peak_live"] - o["saved_at_peak"],
+              f"{what}: peak {p['peak_live']}, {pref['peak_live']} without, {o}")
+        check(got["arena"] == p["arena"] and got["host"] == o["host_pool"] and
+              ref["arena"] == pref["arena"],
+              f"{what}: allocated arena {got['arena']} and host pool {got['host']}, planned "
+              f"{p['arena']} and {o['host_pool']}")
+        if rc == "none":
+            check(o["saved_at_peak"] > 0 and p["arena"] < pref["arena"],
+                  f"{what}: the device peak does not drop: {o}, arena {p['arena']} against "
+                  f"{pref['arena']}")
+        print(f"{what}: {o['values']} values, {o['bytes']} bytes offloaded, host pool "
+              f"{o['host_pool']}, peak live {pref['peak_live']} -> {p['peak_live']}, arena "
+              f"{pref['arena']} -> {p['arena']}")
+        if rc == "full":
+            with open(smp, "w") as f:
+                json.dump({"activation_checkpointing": "full", "sm_activation_offloading": True,
+                           "context_parallel_degree": 2}, f)
+            s2 = train(tmp, "smp-cp", ["--mesh", "dp=2", "--smp-config", smp])
+            check(s2 and s2["log"] == got["log"] and s2["host"] == got["host"],
+                  f"--smp-config with context_parallel_degree 2 and offloading: "
+                  f"{s2 and s2['log']} vs {got['log']}")
     # a training bundle carries the copies and the host pool
     bundle = os.path.join(tmp, "bundle")
     r = shardc(["compile", MODEL, "--train", "-o", bundle, "--recompute", "none",

@@ -14,6 +14,10 @@ values are the same for any mesh.
     (attention c_proj, MLP c_proj; GPT-2 has 2 layers) at std 0.02/sqrt(4),
     the others at 0.02 (each std within 5 standard errors); the model's own
     values are gone; a parameter no rule matches keeps the model's value;
+  - fans: uniform, xavier and kaiming (--steps 0) give one rank's state bit
+    for bit at fsdp=2 x tp=2, fsdp=2 x cp=2, dp=2 x cp=2 and pp=2, each
+    tensor with its fans' spread, the tied embedding over fan-in 64 (its
+    last axis, from the lookup and from every form of the LM head);
   - errors: an unknown initialiser, a bad glob, xavier on a vector, --seed
     without --init, a shape-only model (--no-weights) with a parameter no rule matches (named);
   - memory: a shape-only GPT (d 384, 8 layers, vocabulary 8192: 17.4M
@@ -53,6 +57,12 @@ MESHES = [[], ["--mesh", "fsdp=2"], ["--mesh", "fsdp=2,tp=2"],
           ["--mesh", "dp=2,fsdp=2,tp=2"]]
 
 
+# the fans' meshes: each form the tied LM head takes (a transB Gemm; beside
+# dp or fsdp under cp a MatMul of a Transpose; a pipeline's handed-over copy)
+FAN_MESHES = [[], ["--mesh", "fsdp=2,tp=2"], ["--mesh", "fsdp=2,cp=2"], ["--mesh", "dp=2,cp=2"],
+              ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"]]
+
+
 def train(args, timeout=600):
     return subprocess.run([SHARDC, "train"] + args, capture_output=True, text=True,
                           timeout=timeout)
@@ -69,6 +79,67 @@ def peak_rss(args, tmp):
         ru.ru_maxrss * 1024
 
 
+def initial_state(ck, args, mesh, ref):
+    """(what, the weights) of `train GPT2 ARGS MESH --steps 0 --save CK`,
+    checked bit-identical to ref's when ref is given; (what, None) when
+    the run failed."""
+    what = " ".join(mesh) or "one rank"
+    p = train([GPT2] + args + mesh + ["--steps", "0", "--save", ck])
+    if not check(p.returncode == 0, f"{what}: --steps 0 --save failed: {p.stderr}"):
+        return what, None
+    w = load_ckpt(ck, "weights")
+    if ref is not None:
+        diff = [n for n in ref if n not in w or w[n].tobytes() != ref[n].tobytes()]
+        check(sorted(w) == sorted(ref) and not diff,
+              f"{what}: initial weights not bit-identical to one rank's: {diff[:4]}")
+    return what, w
+
+
+def fans(tmp, data):
+    """uniform, xavier and kaiming on GPT-2 (--steps 0): the initial state is
+    one rank's bit for bit on every mesh, cp's included (beside a batch
+    split cp makes the tied LM head's transB Gemm a MatMul of the
+    embedding's Transpose; a pipeline hands the head a copy), and each
+    tensor has its fans' spread: the tied embedding [1000, 64] kaiming over
+    fan-in 64 (an embedding is PyTorch's [num, dim]: before, the meshes
+    that change the head's form gave it fan-in 1000, std 0.045 against
+    0.177), c_attn [64, 192] xavier U(-a, a) with a = sqrt(6 / 256), the
+    MLP's [64, 256] and [256, 64] (MatMul's [in, out]) kaiming over fan-in
+    64 and 256, wpe uniform:0.1 (each std within 5 standard errors)."""
+    rules = ["--init", "*ln_*.weight=ones", "--init", "*ln_f.weight=ones", "--init",
+             "*.bias=zeros", "--init", "*wpe*=uniform:0.1", "--init", "*attn*=xavier",
+             "--init", "*=kaiming", "--seed", "7"]
+    ref = None
+    for k, mesh in enumerate(FAN_MESHES):
+        what, w = initial_state(os.path.join(tmp, f"fans{k}"), data + rules, mesh, ref)
+        ref = w if ref is None else ref
+    if ref is None:
+        return
+    a = np.sqrt(6 / (64 + 192))
+    want = {"wte.weight": (np.sqrt(2 / 64), None), "wpe.weight": (0.1 / np.sqrt(3), 0.1),
+            "attn.c_attn.weight": (a / np.sqrt(3), a),
+            "attn.c_proj.weight": (np.sqrt(6 / 128) / np.sqrt(3), np.sqrt(6 / 128)),
+            "mlp.c_fc.weight": (np.sqrt(2 / 64), None),
+            "mlp.c_proj.weight": (np.sqrt(2 / 256), None)}
+    seen = 0
+    for name, x in ref.items():
+        for suffix, (std, bound) in want.items():
+            if not name.endswith(suffix):
+                continue
+            seen += 1
+            x64 = x.astype(np.float64)
+            n = x64.size
+            check(abs(x64.std() - std) < 5 * std / np.sqrt(2 * n)
+                  and abs(x64.mean()) < 5 * std / np.sqrt(n)
+                  and (bound is None or np.abs(x64).max() <= bound),
+                  f"fans: {name} {x.shape}: mean {x64.mean():.3g} std {x64.std():.4g}, "
+                  f"expected 0 and {std:.4g}" + (f", |x| <= {bound:.4g}" if bound else ""))
+    check(seen == 10, f"fans: {seen} tensors checked, want 10")
+    print(f"fans: {len(FAN_MESHES) - 1} meshes bit-identical to one rank; the tied embedding "
+          f"std {ref['transformer.wte.weight'].std():.4f} (kaiming over fan-in 64: "
+          f"{np.sqrt(2 / 64):.4f})")
+
+
 def main():
     if not SHARDC:
         print("SHARDC is not set")
@@ -83,12 +154,9 @@ def main():
     # the initial state and 2 steps on each mesh
     ref_w, ref_log = None, None
     for k, mesh in enumerate(MESHES):
-        what = " ".join(mesh) or "one rank"
-        ck = os.path.join(tmp, f"init{k}")
-        p = train([GPT2] + data + RULES + mesh + ["--steps", "0", "--save", ck])
-        if not check(p.returncode == 0, f"{what}: --steps 0 --save failed: {p.stderr}"):
+        what, w = initial_state(os.path.join(tmp, f"init{k}"), data + RULES, mesh, ref_w)
+        if w is None:
             continue
-        w = load_ckpt(ck, "weights")
         log = os.path.join(tmp, f"log{k}.json")
         p = train([GPT2] + data + RULES + mesh + ["--steps", "2", "--log-json", log])
         if not check(p.returncode == 0, f"{what}: 2 steps failed: {p.stderr}"):
@@ -99,9 +167,6 @@ def main():
         if ref_w is None:
             ref_w, ref_log = w, losses
             continue
-        check(sorted(w) == sorted(ref_w), f"{what}: tensors {sorted(w)} vs {sorted(ref_w)}")
-        diff = [n for n in ref_w if n not in w or w[n].tobytes() != ref_w[n].tobytes()]
-        check(not diff, f"{what}: initial weights not bit-identical to one rank's: {diff[:4]}")
         for a, b in zip(ref_log, losses):
             check(abs(a - b) <= 2e-5 * abs(a), f"{what}: loss {b} vs one rank's {a}")
 
@@ -121,6 +186,9 @@ def main():
                       abs(x64.std() - std) < 5 * std / np.sqrt(2 * n),
                       f"{name}: mean {x64.mean():.3g} std {x64.std():.4g}, expected 0 and {std}")
                 check(not np.array_equal(x, model[name]), f"{name}: still the model's value")
+
+    # the fans do not depend on the mesh: uniform, xavier and kaiming
+    fans(tmp, data)
 
     # a parameter no rule matches keeps the model's value
     ck = os.path.join(tmp, "partial")

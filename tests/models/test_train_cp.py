@@ -9,7 +9,9 @@ loss and gradient norm within rtol 2e-5, every final weight and optimizer
 tensor within 2e-4 (SGD) or 2e-2 (AdamW) of its scale, no NaN, for
   cp=2, cp=4, tp=2 x cp=2, fsdp=2 x cp=2, pp=2 x cp=2 (1F1B, 2
   microbatches), dp=2 x cp=2, and cp=2 with --recompute full and selective
-  (GPT-2 also fsdp=2 x cp=2 with --recompute full).
+  (fsdp=2 is ZeRO-3, the default), tp=2 x cp=2 with --sequence-parallel
+  and fsdp=2 x cp=2 under --zero 1 (GPT-2 also fsdp=2 x cp=2 with
+  --recompute full and under --zero 2).
 and vit_pool (no causal mask, its 16 tokens mean-pooled; the vit sample's
 images, labels and SGD with Nesterov momentum) for
   cp=2, cp=4, tp=2 x cp=2, fsdp=2 x cp=2, pp=2 x cp=2 (1F1B, 2
@@ -37,8 +39,10 @@ Also:
     + 2) and send the formula's bytes of docs/context-parallel.md: forward
     (N − 1) and backward (2N − 1) hops of b · kvh · 2c · (d + dv) · 4 bytes
     per layer, the backward's (`sent_backward`) apart; the activations saved for the backward per rank fall by
-    about N (within 25 % of 1/N of the single rank's), and at dp=2 × cp=2
-    and fsdp=2 × cp=2 by about 4 (no transposed copy of the tied LM head);
+    N (within 1 % of 1/N of the single rank's: measured 512 bytes above
+    1/N of 1,241,088 at cp=2 and cp=4),
+    and at dp=2 × cp=2 and fsdp=2 × cp=2 by 4 (within 1 %; no transposed
+    copy of the tied LM head);
   * the ring overlaps its attention blocks (docs/context-parallel.md,
     "Overlap"): in GPT-2's compiled step (`plan --train --print-after=
     program`) at cp=2 and cp=4 every shifted Send and its Recv are one
@@ -86,7 +90,16 @@ MESHES = [["--mesh", "cp=2"], ["--mesh", "cp=4"], ["--mesh", "tp=2,cp=2"],
           ["--mesh", "dp=2,cp=2"],
           ["--mesh", "cp=2", "--recompute", "full"],
           ["--mesh", "cp=2", "--recompute", "selective"]]
-EXTRA = {"gpt2": [["--mesh", "fsdp=2,cp=2", "--recompute", "full"]]}
+# tp with --sequence-parallel beside cp (the sequence stays split over cp
+# alone: tp all-reduces, the zig-zag permutation reads the all-reduced
+# token embedding, nothing computed whole), and fsdp under ZeRO 1 and 2
+# (ZeRO 3 is the default of the meshes above)
+EXTRA = {"gpt2": [["--mesh", "fsdp=2,cp=2", "--recompute", "full"],
+                  ["--mesh", "tp=2,cp=2", "--sequence-parallel"],
+                  ["--mesh", "fsdp=2,cp=2", "--zero", "1"],
+                  ["--mesh", "fsdp=2,cp=2", "--zero", "2"]],
+         "llama": [["--mesh", "tp=2,cp=2", "--sequence-parallel"],
+                   ["--mesh", "fsdp=2,cp=2", "--zero", "1"]]}
 # vit_pool (docs/context-parallel.md, "Lengths that do not divide"): the vit
 # sample's seeded images, labels and step options (SGD with Nesterov
 # momentum); no causal mask, its 16 tokens mean-pooled into the classifier
@@ -265,7 +278,7 @@ def test_plan(tmp):
               f"plan --train cp={n}: the ring's Sends {sends}, want {hops} sending {want} "
               f"bytes (forward {ring_bytes(n, False)} + backward {ring_bytes(n, True)})")
         saved = pl["saved_activations"]
-        check(abs(saved * n / one - 1) <= 0.25,
+        check(abs(saved * n / one - 1) <= 0.01,
               f"cp={n}: saved activations per rank {saved} bytes, one rank {one}: "
               f"want about 1/{n}")
         print(f"plan --train cp={n}: ring {want} bytes sent per rank (forward "
@@ -279,7 +292,7 @@ def test_plan(tmp):
         if not check(p.returncode == 0, f"plan --train {mesh}: {p.stderr[-500:]}"):
             continue
         saved = json.loads(p.stdout)["saved_activations"]
-        check(abs(saved * 4 / one - 1) <= 0.25,
+        check(abs(saved * 4 / one - 1) <= 0.01,
               f"{mesh}: saved activations per rank {saved} bytes, one rank {one}: want about 1/4")
         print(f"plan --train {mesh}: saved activations {saved} per rank vs {one} on one rank "
               f"(1/{one / saved:.2f})")
