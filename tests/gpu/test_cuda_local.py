@@ -75,7 +75,7 @@ def train(tmp, name, mesh, data, init):
         traces = os.path.join(tmp, tag + ".traces")
         os.makedirs(traces)
         r = shardc(["train", GPT2, "--steps", "2", "--log-json", lj, "--save", ck, "--quiet",
-                    "--device", dev, "--dim", "batch=4", "--optimizer", "adamw"] + data + mesh
+                    "--device", dev, "--no-allow-tf32", "--dim", "batch=4", "--optimizer", "adamw"] + data + mesh
                    + comm, dict(emulated(fl), SHARDC_COMM_TRACE=traces))
         if not check(r.returncode == 0, f"train {name} ({kind}): {r.stderr[-500:]}"):
             return
@@ -137,7 +137,7 @@ def resident_pipeline(tmp, data):
     never did (measured 544,768 dtod bytes a step against 2 MB of state)."""
     d = os.path.join(tmp, "resident-pp")
     os.makedirs(d)
-    base = ["train", GPT2, "--device", "cuda", "--comm", "cuda-local", "--dim", "batch=4",
+    base = ["train", GPT2, "--device", "cuda", "--no-allow-tf32", "--comm", "cuda-local", "--dim", "batch=4",
             "--optimizer", "adamw", "--mesh", "pp=2", "--microbatches", "2", "--schedule",
             "1f1b", "-q"] + data
     counts = {}
@@ -171,7 +171,7 @@ def run(tmp, mesh):
         return
     log, traces = os.path.join(tmp, f"run.{mesh}.log"), os.path.join(tmp, f"run.{mesh}.traces")
     os.makedirs(traces)
-    r = shardc(base + ["--device", "cuda", "--comm", "cuda-local", "--repeat", "3",
+    r = shardc(base + ["--device", "cuda", "--no-allow-tf32", "--comm", "cuda-local", "--repeat", "3",
                        "--output-dir", gpu], dict(emulated(log), SHARDC_COMM_TRACE=traces))
     if not check(r.returncode == 0, f"run {mesh} on cuda-local: {r.stderr[-500:]}"):
         return
