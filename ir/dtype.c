@@ -155,6 +155,15 @@ uint16_t sc_f32_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
+float sc_f32_to_tf32(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  if ((x & 0x7f800000) == 0x7f800000) return f;
+  x = (x + 0x1000) & ~(uint32_t)0x1fff; /* the magnitude's half unit: ties away */
+  memcpy(&f, &x, 4);
+  return f;
+}
+
 double sc_load_f64(sc_dtype t, const void *data, int64_t i) {
   switch (t) {
   case SC_DTYPE_F32: return ((const float *)data)[i];

@@ -87,6 +87,11 @@ float sc_f16_to_f32(uint16_t h);
 uint16_t sc_f32_to_f16(float f);   /* round to nearest even */
 float sc_bf16_to_f32(uint16_t h);
 uint16_t sc_f32_to_bf16(float f);  /* round to nearest even */
+/* f as a TF32 value (8 exponent bits, 10 mantissa bits: the low 13 bits of
+ * the f32 cleared), rounded to nearest with ties away from zero, as PTX's
+ * cvt.rna.tf32.f32 rounds; inf and NaN unchanged. What the emulated GPU's
+ * f32 products take from their operands when TF32 is allowed. */
+float sc_f32_to_tf32(float f);
 /* The narrow types (SC_DTF_NARROW), as ml_dtypes and ONNX define them.
  * sc_narrow_decode: the value of a code (a float format's bits, an
  * integer's low bits); exact in f32. sc_narrow_round: x rounded to t's

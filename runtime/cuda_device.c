@@ -750,6 +750,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   if (any_gemm) {
     sc_status st = sc_gpu_gemm_create(cu, &c->gemm, diag);
     if (st != SC_OK) return st;
+    sc_gpu_gemm_allow_tf32(c->gemm, !c->o.no_tf32);
   }
   bool any_scatter = false; /* or attention: a step whose kernel is the codegen's own */
   for (int32_t i = 0; i < p->n_steps; i++)
@@ -881,7 +882,8 @@ static void report(cuda_ctx *c) {
   c->cu->mem_get_info(&free_now, &total);
   fprintf(stderr,
           "shardc: cuda: rank %d on %s (%s), kernels %s, GEMM engine %s (%d activations "
-          "in the product, workspace %s), %d of %d FP8 products as cuBLASLt FP8 matmuls%s%s%s, "
+          "in the product, workspace %s, %d f32 products with TF32 operands), %d of %d FP8 "
+          "products as cuBLASLt FP8 matmuls%s%s%s, "
           "%d convolutions as implicit GEMMs, %d fused "
           "attention steps (%d forwards on tensor cores); arena %lld bytes "
           "(the plan's %lld), weights %lld bytes; device memory taken since the context: %lld "
@@ -890,6 +892,7 @@ static void report(cuda_ctx *c) {
           c->gemm ? sc_gpu_gemm_engine(c->gemm) : "none", (int)c->n_fused,
           !c->gemm || !strcmp(sc_gpu_gemm_engine(c->gemm), "host") ? "none"
           : sc_gpu_gemm_own_workspace(c->gemm) ? "allocated" : "in the arena",
+          c->gemm ? (int)sc_gpu_gemm_n_tf32(c->gemm) : 0,
           (int)c->n_fp8, (int)c->n_fp8_asked, c->fp8_why ? " (the others f32: " : "",
           c->fp8_why ? c->fp8_why : "", c->fp8_why ? ")" : "", (int)c->n_convs, (int)n_attention, (int)c->n_attn_mma,
           (long long)c->arena_bytes,

@@ -27,6 +27,7 @@ typedef struct gemm_entry {
   CUdeviceptr d;  /* where the product goes: c, or act_out when fused */
   bool fused;     /* g->act applied in the product (cuda_gemm.h) */
   bool fp8;       /* an FP8 matmul (sc_gpu_gemm_add_fp8): a, b are the FP8 copies */
+  bool tf32;      /* f32 operands taken as TF32 (sc_gpu_gemm_allow_tf32) */
   sc_gpu_fp8 f8;
   CUdeviceptr scale_a, scale_b; /* an f32 product's scales (sc_gpu_gemm_set_scales), or 0 */
   int64_t bias_numel;
@@ -49,6 +50,9 @@ struct sc_gpu_gemm {
   bool ws_own;
   float *host_scratch; /* host: sc_host_gemm_bf16's, for the largest bf16 GEMM */
   int64_t host_scratch_numel;
+  bool tf32;           /* f32 products added from now on take TF32 operands */
+  float *tf32_ab[2];   /* host: A's and B's spans rounded to TF32, for the largest */
+  int64_t tf32_numel[2];
   int32_t n, cap;
   gemm_entry *entries;
 };
@@ -129,6 +133,8 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
   for (int32_t i = 0; i < e->n; i++) unplan(e, &e->entries[i]);
   if (e->ws_own) e->cu->mem_free(e->ws);
   sc_free(e->host_scratch);
+  sc_free(e->tf32_ab[0]);
+  sc_free(e->tf32_ab[1]);
   if (e->handle) e->lt.destroy(e->handle);
   sc_free(e->entries);
   sc_free(e);
@@ -137,6 +143,14 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e) {
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e) { return e->host ? "host" : "cublaslt"; }
 
 bool sc_gpu_gemm_own_workspace(const sc_gpu_gemm *e) { return e->ws_own; }
+
+void sc_gpu_gemm_allow_tf32(sc_gpu_gemm *e, bool allow) { e->tf32 = allow; }
+
+int32_t sc_gpu_gemm_n_tf32(const sc_gpu_gemm *e) {
+  int32_t n = 0;
+  for (int32_t i = 0; i < e->n; i++) n += e->entries[i].tf32;
+  return n;
+}
 
 /* A column-major layout of rows x cols of type (SC_CUDA_R_*) with leading
  * dim ld, batched. */
@@ -174,7 +188,8 @@ static sc_status plan_cublaslt(sc_gpu_gemm *e, gemm_entry *x, sc_diag *diag) {
   x->alpha = g->alpha;
   x->beta = full_bias ? 1.0f : g->beta;
   x->bias_as_c = full_bias;
-  LT(e->lt.desc_create(&x->desc, SC_CUBLAS_COMPUTE_32F, SC_CUDA_R_32F),
+  LT(e->lt.desc_create(&x->desc, x->tf32 ? SC_CUBLAS_COMPUTE_32F_FAST_TF32 : SC_CUBLAS_COMPUTE_32F,
+                       SC_CUDA_R_32F),
      "cublasLtMatmulDescCreate");
   int32_t ta = g->trans_b ? SC_CUBLAS_OP_T : SC_CUBLAS_OP_N; /* cuBLAS's A is our B */
   int32_t tb = g->trans_a ? SC_CUBLAS_OP_T : SC_CUBLAS_OP_N;
@@ -314,6 +329,18 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
     e->host_scratch = s;
     e->host_scratch_numel = need;
   }
+  bool tf32 = e->tf32 && t == SC_DTYPE_F32;
+  if (tf32 && e->host) { /* room for A's and B's rounded copies */
+    int64_t span[3] = {0, 0, 0};
+    sc_gemm_spans(g, span);
+    for (int k = 0; k < 2; k++)
+      if (span[k] > e->tf32_numel[k]) {
+        float *s = sc_realloc(e->tf32_ab[k], (size_t)span[k] * sizeof *s);
+        if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+        e->tf32_ab[k] = s;
+        e->tf32_numel[k] = span[k];
+      }
+  }
   gemm_entry *x = new_entry(e, diag);
   if (!x) return diag->status;
   /* the activation goes into the product where C is not read (beta 0, no
@@ -321,7 +348,8 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
   bool fuse = g->act > SC_GEMM_ACT_NONE && g->act < SC_GEMM_ACT_COUNT && act_out &&
               g->beta == 0.0f && !(bias && g->bias_full);
   *x = (gemm_entry){.e = e, .g = g, .t = t, .a = a, .b = b, .bias = bias, .c = c,
-                    .d = fuse ? act_out : c, .fused = fuse, .bias_numel = bias_numel};
+                    .d = fuse ? act_out : c, .fused = fuse, .tf32 = tf32,
+                    .bias_numel = bias_numel};
   *id = e->n - 1;
   *fused = fuse;
   if (e->host) return SC_OK;
@@ -357,6 +385,18 @@ static float host_act(sc_gemm_act a, float v) {
   return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
 }
 
+/* Operand k (0: A, 1: B) of entry x rounded to TF32 in the engine's
+ * scratch: what tensor cores take from f32 operands (the sum stays f32,
+ * the bias is added in f32, as cuBLASLt's epilogue adds it). */
+static const float *to_tf32(const gemm_entry *x, int k) {
+  int64_t span[3] = {0, 0, 0};
+  sc_gemm_spans(x->g, span);
+  const float *in = (const float *)(uintptr_t)(k == 0 ? x->a : x->b);
+  float *out = x->e->tf32_ab[k];
+  for (int64_t i = 0; i < span[k]; i++) out[i] = sc_f32_to_tf32(in[i]);
+  return out;
+}
+
 static void host_gemm(void *ud) {
   const gemm_entry *x = ud;
   const sc_gemm *g = x->g;
@@ -365,7 +405,8 @@ static void host_gemm(void *ud) {
                       x->bias ? (const uint16_t *)(uintptr_t)x->bias : NULL, x->bias_numel,
                       (uint16_t *)(uintptr_t)x->d, NULL, x->e->host_scratch, NULL);
   else
-    sc_host_gemm_f32(g, (const float *)(uintptr_t)x->a, (const float *)(uintptr_t)x->b,
+    sc_host_gemm_f32(g, x->tf32 ? to_tf32(x, 0) : (const float *)(uintptr_t)x->a,
+                     x->tf32 ? to_tf32(x, 1) : (const float *)(uintptr_t)x->b,
                      x->bias ? (const float *)(uintptr_t)x->bias : NULL, x->bias_numel,
                      (float *)(uintptr_t)x->d, NULL, NULL, NULL, NULL);
   if (x->scale_a) /* f32: the factor rounded once, multiplied into the sum once */

@@ -3,7 +3,8 @@
  * One interface, two engines, chosen by the driver that is loaded:
  *
  *   cublaslt  on a GPU: cuBLASLt (libcublasLt.so.13, opened with dlopen),
- *             f32 or bf16 operands with f32 compute; per GEMM a matmul descriptor, its
+ *             f32 or bf16 operands with f32 compute (f32 operands as TF32
+ *             where allowed); per GEMM a matmul descriptor, its
  *             layouts and the heuristic's best algorithm, chosen once when
  *             the GEMM is added (at bind: the cache per shape is the GEMM's
  *             own entry); the workspace is the arena's (the memory plan
@@ -47,6 +48,16 @@ void sc_gpu_gemm_destroy(sc_gpu_gemm *e);
 void sc_gpu_gemm_set_workspace(sc_gpu_gemm *e, CUdeviceptr ws, size_t bytes);
 /* Whether the engine allocated a workspace of its own. */
 bool sc_gpu_gemm_own_workspace(const sc_gpu_gemm *e);
+/* Whether f32 products added from now on may take their operands as TF32
+ * (10 mantissa bits, f32 sums): on a GPU cuBLASLt's compute type
+ * CUBLAS_COMPUTE_32F_FAST_TF32 (tensor cores) instead of CUBLAS_COMPUTE_32F;
+ * on the emulated GPU the host engine rounds A and B to TF32
+ * (sc_f32_to_tf32) and sums in f32. An engine starts without (bf16 and FP8
+ * products are not affected); the CUDA device allows it unless
+ * sc_device_opts.no_tf32 (--no-allow-tf32). */
+void sc_gpu_gemm_allow_tf32(sc_gpu_gemm *e, bool allow);
+/* How many of the engine's products take TF32 operands. */
+int32_t sc_gpu_gemm_n_tf32(const sc_gpu_gemm *e);
 /* "cublaslt" or "host" */
 const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
 /* g must outlive the engine. t: its operands' dtype, f32 or bf16 (A, B,

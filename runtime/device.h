@@ -59,6 +59,7 @@ typedef struct sc_device_opts {
   int rank;    /* this rank in the mesh (0 alone): the GPU is LOCAL_RANK, or
                   rank modulo the device count */
   bool no_graph; /* CUDA: never capture the step as a graph */
+  bool no_tf32;  /* CUDA: f32 products in full f32, never with TF32 operands */
   bool im2col_convs; /* run every convolution as written (im2col and a GEMM):
                         none directly (CPU: cpu_conv.h), none as an
                         implicit-GEMM kernel (CUDA: cuda_device.c) */

@@ -35,6 +35,9 @@ typedef struct sc_tensor_view {
 typedef struct sc_device_choice {
   const char *name;   /* "cpu" (NULL: cpu) or "cuda" (runtime/device.h) */
   bool no_graph;      /* cuda: issue every run step by step (--no-cuda-graph) */
+  bool no_tf32;       /* cuda: f32 products in full f32 (--no-allow-tf32); by
+                         default their operands may be TF32, as PyTorch's
+                         matmul precision "high" (runtime/cuda_gemm.h) */
   const char *gpu_arch; /* cuda: "sm_90"; NULL = the device's own */
   bool comm_on_device; /* cuda: thread-ranks of a mesh share one GPU and their
                           collectives run on it (--comm cuda-local:

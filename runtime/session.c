@@ -711,6 +711,7 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o, sc_se
                           .const_data = s->outside ? s->outside : o->const_data,
                           .rank = s->world ? sc_comm_rank(s->world) : 0,
                           .no_graph = o->device.no_graph,
+                          .no_tf32 = o->device.no_tf32,
                           .im2col_convs = o->im2col_convs,
                           .gpu_arch = o->device.gpu_arch,
                           .n_comms = s->n_groups,

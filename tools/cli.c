@@ -80,6 +80,10 @@ int sc_cli_device_option(int argc, char **argv, int *i, sc_device_choice *d) {
     d->no_graph = true;
     return 1;
   }
+  if (strcmp(a, "--allow-tf32") == 0 || strcmp(a, "--no-allow-tf32") == 0) {
+    d->no_tf32 = a[2] == 'n';
+    return 1;
+  }
   if ((v = sc_cli_opt_value(argc, argv, i, "--device", &missing))) {
     if (missing) return sc_cli_usage_error("option '--device' needs a value (cpu or cuda)");
     if (strcmp(v, "cpu") != 0 && strcmp(v, "cuda") != 0)

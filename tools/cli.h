@@ -91,7 +91,7 @@ void sc_cli_print_memory(FILE *f, const char *indent, const struct sc_device_mem
                          const struct sc_device_memory *allocated, const char *extra_name,
                          int64_t extra_bytes, const char *extra_what);
 
-/* --device cpu|cuda, --no-cuda-graph, --gpu-arch sm_NN at argv[*i] (run,
+/* --device cpu|cuda, --no-cuda-graph, --[no-]allow-tf32, --gpu-arch sm_NN at argv[*i] (run,
  * train): 1 when taken (into *d, *i advanced past a value), 0 when
  * argv[*i] is none of them, 2 after a usage error (printed). */
 struct sc_device_choice;
@@ -101,6 +101,8 @@ int sc_cli_device_option(int argc, char **argv, int *i, struct sc_device_choice 
   "                        rank (LOCAL_RANK, else rank modulo the GPUs); with\n"     \
   "                        SHARDC_CUDA_EMU=1, the emulated GPU (docs/cuda-backend.md)\n" \
   "  --no-cuda-graph       cuda: issue every run step by step (no CUDA graph)\n"     \
+  "  --[no-]allow-tf32     cuda: f32 products may take TF32 operands (default, as\n"  \
+  "                        PyTorch's matmul precision \"high\"); --no-allow-tf32: full f32\n" \
   "  --gpu-arch sm_NN      cuda: compile the kernels for this architecture\n"
 
 /* Prints "shardc: error: FILE: node 'N' (Op): msg" to stderr; file is put in

@@ -57,7 +57,7 @@ static const char *const USAGE =
     "                     [--microbatches M] [--stage-boundaries A,B]\n"
     "                     [--sequence-parallel] [--no-vocab-parallel] [--no-overlap]\n"
     "                     [--ranks-per-node N] [--device cpu|cuda [--no-cuda-graph]\n"
-    "                     [--gpu-arch sm_NN]]";
+    "                     [--no-allow-tf32] [--gpu-arch sm_NN]]";
 
 enum { MAX_INPUT_ARGS = 256, MAX_ARGS = 1024 };
 
@@ -76,7 +76,7 @@ typedef struct run_opts {
   int64_t repeat, warmup;              /* --repeat N, --warmup W (timing mode) */
   bool warmup_given;
   sc_partition_args pc;                /* --mesh and the other partition options */
-  sc_device_choice dev;                /* --device, --no-cuda-graph, --gpu-arch */
+  sc_device_choice dev;                /* --device, --no-cuda-graph, TF32, --gpu-arch */
 } run_opts;
 
 /* Takes run's own options out of argv; the rest (file, --dim, --print-after,

@@ -83,7 +83,8 @@ static const char *const USAGE =
     "                       [--microbatches M] [--schedule gpipe|1f1b|interleaved|zb-h1]\n"
     "                       [--virtual-stages V]\n"
     "                       [--threads N] [--list-params] [--quiet]\n"
-    "                       [--device cpu|cuda [--no-cuda-graph] [--gpu-arch sm_NN]]\n"
+    "                       [--device cpu|cuda [--no-cuda-graph] [--no-allow-tf32]\n"
+    "                        [--gpu-arch sm_NN]]\n"
     "                       [--sync-steps]";
 
 enum { MAX_DATA = 64, MAX_ARGS = 1024 };
@@ -106,7 +107,7 @@ typedef struct train_args {
   bool skip_nan;                 /* --on-nan skip */
   bool sync_steps;               /* --sync-steps */
   int threads;
-  sc_device_choice dev; /* --device, --no-cuda-graph, --gpu-arch */
+  sc_device_choice dev; /* --device, --no-cuda-graph, TF32, --gpu-arch */
   sc_param_init init;   /* --init rules, --seed */
   bool residual_scale;  /* --init-residual-scale */
   bool seed_given;      /* --seed */

@@ -30,7 +30,11 @@ then the closing line "N passed, N failed". Exit 0 when nothing failed.
                (relative 1e-4 of the largest |value|) and bf16 (1e-2), a Gemm
                with a ReLU or tanh GELU (the activation in the product:
                cuBLASLt's epilogue; its count reported) the same way, and
-               TFLOP/s at 8192^3 (1024^3 emulated) in f32 and bf16 and at
+               gemm.tf32: the f32 MatMul with TF32 allowed (the default)
+               within 2^-10 against numpy, and its distance from the product
+               of the TF32-rounded operands (the emulation's rounding);
+               TFLOP/s at 8192^3 (1024^3 emulated) in f32, f32 with TF32
+               operands and bf16 and at
                GPT-2 small's shapes (1024 tokens)
   nccl         one-rank NCCL (a GPU holds one rank): GPT-2 on a one-rank
                mesh with --comm nccl (torchrun variables), against the CPU
@@ -164,7 +168,7 @@ def check_modules(a, tmp):
     sh([a.shardc] + base + ["--output-dir", cpu], timeout=90)
     for kind in ("cubin", "ptx"):
         out = os.path.join(tmp, "mod." + kind)
-        r = sh([a.shardc] + base + ["--device", "cuda", "--output-dir", out],
+        r = sh([a.shardc] + base + ["--device", "cuda", "--no-allow-tf32", "--output-dir", out],
                {"SHARDC_CUDA_MODULE": kind, "SHARDC_CUDA_VERBOSE": "1"}, timeout=90)
         loaded = re.search(r"kernels (\w+)", r.stderr)
         ok = r.returncode == 0 and loaded and loaded.group(1) == kind
@@ -358,7 +362,7 @@ def check_gemm(a, tmp):
             np.save(os.path.join(tmp, "x.npy"), x)
             out = os.path.join(tmp, f"gout.{tag}")
             r = sh([a.shardc, "run", path, "--input", "A=" + os.path.join(tmp, "x.npy"), "-q",
-                    "--device", "cuda", "--output-dir", out])
+                    "--device", "cuda", "--no-allow-tf32", "--output-dir", out])
             if r.returncode != 0:
                 record(f"gemm.{tag}", "fail", r.stderr[-300:])
                 continue
@@ -369,6 +373,7 @@ def check_gemm(a, tmp):
             tol = 1e-2 if bf16 else 1e-4
             record(f"gemm.{tag}", "pass" if err <= tol and not np.isnan(got).any() else "fail",
                    f"max error {err:.2e} (tolerance {tol:g})")
+    check_tf32(a, tmp)
     # the activation in the product: relu and tanh GELU against numpy, f32
     # (cuBLASLt's GELU epilogue measured against the tanh form: 1e-4)
     for act in ("relu", "gelu"):
@@ -379,7 +384,8 @@ def check_gemm(a, tmp):
         np.save(os.path.join(tmp, "x.npy"), x)
         out = os.path.join(tmp, f"gout.{tag}")
         r = sh([a.shardc, "run", path, "--input", "A=" + os.path.join(tmp, "x.npy"), "-q",
-                "--device", "cuda", "--output-dir", out], {"SHARDC_CUDA_VERBOSE": "1"})
+                "--device", "cuda", "--no-allow-tf32", "--output-dir", out],
+               {"SHARDC_CUDA_VERBOSE": "1"})
         if r.returncode != 0:
             record(f"gemm.{tag}", "fail", r.stderr[-300:])
             continue
@@ -400,14 +406,15 @@ def check_gemm(a, tmp):
     shapes = [("square", big, big, big)] + [
         (f"gpt2-{n1}x{n2}", 1024, n1, n2) for n1, n2 in
         ((768, 2304), (768, 768), (768, 3072), (3072, 768), (768, 50257))]
-    shapes += [("square-bf16", big, big, big)]
+    shapes += [("square-tf32", big, big, big), ("square-bf16", big, big, big)]
     for name, m, k, n in shapes:
         if EMU and not name.startswith("square"):
             continue
         path = os.path.join(tmp, f"{name}.onnx")
         gemm_model(path, m, k, n, False, name.endswith("bf16"))
-        r = sh([a.shardc, "run", path, "--random-inputs", "1", "-q", "--device", "cuda",
-                "--repeat", "10", "--warmup", "3", "--output-dir", os.path.join(tmp, "gb")],
+        full = [] if name.endswith(("tf32", "bf16")) else ["--no-allow-tf32"]
+        r = sh([a.shardc, "run", path, "--random-inputs", "1", "-q", "--device", "cuda"] + full +
+               ["--repeat", "10", "--warmup", "3", "--output-dir", os.path.join(tmp, "gb")],
                {"SHARDC_CUDA_VERBOSE": "1"})
         med = re.search(r"run: median ([0-9.]+) ms", r.stderr)
         dev = device_ms(r.stderr)
@@ -416,10 +423,48 @@ def check_gemm(a, tmp):
             continue
         ms = float(med.group(1))
         tflops = 2.0 * m * k * n / (dev * 1e-3) / 1e12
-        kind = "bf16 (with the casts in and out)" if name.endswith("bf16") else "f32"
+        kind = ("bf16 (with the casts in and out)" if name.endswith("bf16") else
+                "f32 with TF32 operands" if name.endswith("tf32") else "f32")
         record(f"gemm.{name}", "info", f"{m}x{k}x{n} {kind}: {dev:.3f} ms on the GPU, "
                f"{tflops:.2f} TFLOP/s; {ms:.3f} ms with the copies of A in and Y out",
                ms=ms, device_ms=dev, tflops=tflops)
+
+
+def check_tf32(a, tmp):
+    """gemm.tf32: the f32 MatMul with TF32 allowed (the default) against
+    numpy in float64, on the operands as given and on them rounded to TF32
+    (to nearest, ties away: PTX's cvt.rna.tf32.f32, what the emulated GPU
+    takes). Passes within 2^-10 of the largest |value| of the exact
+    product (TF32 keeps 10 mantissa bits); the two errors say how the GPU
+    rounds (near 0 against the rounded operands: as the emulation does)."""
+    import numpy as np
+    path = os.path.join(tmp, "g.tf32.onnx")
+    w, _ = gemm_model(path, 96, 160, 200, False)
+    x = np.random.default_rng(9).standard_normal((96, 160)).astype(np.float32)
+    np.save(os.path.join(tmp, "x.npy"), x)
+    out = os.path.join(tmp, "gout.tf32")
+    r = sh([a.shardc, "run", path, "--input", "A=" + os.path.join(tmp, "x.npy"), "-q",
+            "--device", "cuda", "--output-dir", out], {"SHARDC_CUDA_VERBOSE": "1"})
+    if r.returncode != 0:
+        record("gemm.tf32", "fail", r.stderr[-300:])
+        return
+
+    def as_tf32(v):
+        u = np.asarray(v, np.float32).view(np.uint32)
+        return ((u + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32).astype(
+            np.float64)
+    exact = x.astype(np.float64) @ w.astype(np.float64)
+    rounded = as_tf32(x) @ as_tf32(w)
+    got = np.load(os.path.join(out, "Y.npy")).astype(np.float64)
+    scale = float(np.max(np.abs(exact)))
+    err, err_r = (float(np.max(np.abs(got - ref))) / scale for ref in (exact, rounded))
+    n = re.search(r"(\d+) f32 products with TF32 operands", r.stderr)
+    n = int(n.group(1)) if n else -1
+    ok = err <= 2.0 ** -10 and not np.isnan(got).any() and n == 1
+    record("gemm.tf32", "pass" if ok else "fail",
+           f"max error {err:.2e} against the exact product (tolerance {2.0 ** -10:.2e}), "
+           f"{err_r:.2e} against the TF32-rounded operands' product; {n} product(s) with TF32 "
+           f"operands", err=err, err_rounded=err_r)
 
 
 def check_planner(a, tmp):
@@ -504,7 +549,8 @@ def check_nccl(a, tmp):
     base = ["run", gpt2, "--dim", "batch=2", "--random-inputs", "3", "-q", "--mesh", "dp=1"]
     cpu, out = os.path.join(tmp, "nccl.cpu"), os.path.join(tmp, "nccl.gpu")
     sh([a.shardc] + base + ["--output-dir", cpu], timeout=90)
-    r = sh([a.shardc] + base + ["--device", "cuda", "--comm", "nccl", "--output-dir", out], env,
+    r = sh([a.shardc] + base + ["--device", "cuda", "--no-allow-tf32", "--comm", "nccl",
+                                "--output-dir", out], env,
            timeout=90)
     close, err = npy_close(cpu, out, 1e-5) if r.returncode == 0 else (False, None)
     record("nccl", "pass" if close else "fail",
@@ -580,6 +626,7 @@ def check_real_models(a, tmp):
                     continue
                 flags = ["--device", "cuda", "--no-cuda-graph"] if dev == "cuda-nograph" else [
                     "--device", dev.split("-")[0]]
+                flags += ["--no-allow-tf32"]  # fp32 as PyTorch's side (TF32 off)
                 # cuda-im2col: the convolutions as im2col kernels and cuBLASLt, against the
                 # default's implicit-GEMM kernels
                 env = {"SHARDC_CUDA_VERBOSE": "1"}

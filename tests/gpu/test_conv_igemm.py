@@ -124,9 +124,9 @@ def main():
             want = reference(x, w, b, s, pads, d)
             outs = {}
             runs = (("cpu", ["--device", "cpu"], {}),
-                    ("graph", ["--device", "cuda", "--repeat", "3"], {}),
-                    ("stream", ["--device", "cuda", "--no-cuda-graph"], {}),
-                    ("im2col", ["--device", "cuda"], {"SHARDC_CUDA_CONV": "im2col"}))
+                    ("graph", ["--device", "cuda", "--no-allow-tf32", "--repeat", "3"], {}),
+                    ("stream", ["--device", "cuda", "--no-allow-tf32", "--no-cuda-graph"], {}),
+                    ("im2col", ["--device", "cuda", "--no-allow-tf32"], {"SHARDC_CUDA_CONV": "im2col"}))
             for tag, flags, env in runs:
                 od = os.path.join(tmp, f"{case}.{tag}")
                 log = os.path.join(tmp, f"{case}.{tag}.log")

@@ -84,7 +84,7 @@ def pair(tmp, name, args, steps, save_every=0):
         d = os.path.join(tmp, f"{name}.{mode}")
         lj, fl, ck = d + ".jsonl", d + ".fake.log", d + ".ck"
         more = ["--save", ck] + (["--save-every", str(save_every)] if save_every else [])
-        r = shardc(["train"] + args + ["--steps", str(steps), "--device", "cuda", "-q",
+        r = shardc(["train"] + args + ["--steps", str(steps), "--device", "cuda", "--no-allow-tf32", "-q",
                                        "--log-json", lj] + more +
                    (["--sync-steps"] if mode == "sync" else []), emulated(fl))
         if not check(r.returncode == 0, f"{name} ({mode}): {r.stderr[-400:]}"):
@@ -144,7 +144,7 @@ def main():
         pair(tmp, "mlp-accum", mlp + ["--optimizer", "adamw", "--grad-accum", "2"], 4)
 
         # a step that is not finite: stop with the same message, or skip alike
-        nan = mlp + ["--optimizer", "sgd", "--lr", "1e25", "--steps", "4", "--device", "cuda",
+        nan = mlp + ["--optimizer", "sgd", "--lr", "1e25", "--steps", "4", "--device", "cuda", "--no-allow-tf32",
                      "-q"]
         got = {}
         for mode in ("ahead", "sync"):

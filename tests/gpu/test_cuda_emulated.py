@@ -147,7 +147,7 @@ def run_case(tmp, name, model, extra, batch=2, modes=("graph", "stream")):
         out, log = os.path.join(tmp, f"{name}.{mode}"), os.path.join(tmp, f"{name}.{mode}.log")
         traces = os.path.join(tmp, f"{name}.{mode}.traces")
         os.makedirs(traces)
-        r = shardc(base + ["--device", "cuda", "--output-dir", out] + flags,
+        r = shardc(base + ["--device", "cuda", "--no-allow-tf32", "--output-dir", out] + flags,
                    dict(emulated(log), SHARDC_COMM_TRACE=traces))
         if not check(r.returncode == 0, f"{name} ({mode}): cuda run: {r.stderr[-400:]}"):
             return
@@ -186,7 +186,7 @@ def train_case(tmp, name, model, data, extra, steps):
         traces = os.path.join(tmp, f"{name}.{dev}.traces")
         os.makedirs(traces)
         r = shardc(["train", model, "--steps", str(steps), "--log-json", lj, "--quiet",
-                    "--device", dev] + data + extra, dict(emulated(fl), SHARDC_COMM_TRACE=traces))
+                    "--device", dev, "--no-allow-tf32"] + data + extra, dict(emulated(fl), SHARDC_COMM_TRACE=traces))
         if not check(r.returncode == 0, f"train {name} on {dev}: {r.stderr[-400:]}"):
             return
         logs[dev] = losses(lj)
@@ -237,7 +237,7 @@ def resident_state_checks(tmp, cases):
     for name, model, data, extra, batch_bytes, index_bytes in cases:
         d = os.path.join(tmp, "resident-" + name)
         os.makedirs(d)
-        base = ["train", model, "--device", "cuda"] + data + extra
+        base = ["train", model, "--device", "cuda", "--no-allow-tf32"] + data + extra
 
         def train(tag, steps, more, env=None):
             log = os.path.join(d, tag + ".log")
@@ -324,7 +324,7 @@ def attention_case(tmp, gpt2, vit, gpt2_data):
     got = {}
     for mode, flags in (("graph", ["--repeat", "3"]), ("stream", ["--no-cuda-graph"])):
         out, log = os.path.join(tmp, f"attn.{mode}"), os.path.join(tmp, f"attn.{mode}.log")
-        r = shardc(["run", gpt2] + base + ["--device", "cuda", "--output-dir", out] + flags,
+        r = shardc(["run", gpt2] + base + ["--device", "cuda", "--no-allow-tf32", "--output-dir", out] + flags,
                    dict(emulated(log), SHARDC_CUDA_VERBOSE="1"))
         if not check(r.returncode == 0, f"attention ({mode}): cuda run: {r.stderr[-400:]}"):
             return
@@ -349,7 +349,8 @@ def attention_case(tmp, gpt2, vit, gpt2_data):
             lj = os.path.join(tmp, f"attn.train.{name}.{dev}.jsonl")
             log = os.path.join(tmp, f"attn.train.{name}.log")
             r = shardc(["train", model, "--steps", "3", "--log-json", lj, "--quiet", "--device",
-                        dev, "--dim", "batch=4", "--optimizer", "adamw"] + data + extra,
+                        dev, "--no-allow-tf32", "--dim", "batch=4", "--optimizer", "adamw"] + data
+                       + extra,
                        dict(emulated(log), SHARDC_CUDA_VERBOSE="1"))
             if not check(r.returncode == 0, f"attention: train {name} on {dev}: {r.stderr[-400:]}"):
                 return
@@ -432,7 +433,7 @@ def main():
         # graph replays 208 (130 and 260 while the sums were a kernel each),
         # with no race
         log = os.path.join(tmp, "clip.fake.log")
-        r = shardc(["train", gpt2, "--steps", "3", "--quiet", "--device", "cuda", "--dim", "batch=4",
+        r = shardc(["train", gpt2, "--steps", "3", "--quiet", "--device", "cuda", "--no-allow-tf32", "--dim", "batch=4",
                     "--optimizer", "adamw", "--precision", "bf16", "--clip-grad-norm", "1",
                     "--data", "input_ids=" + ids, "--labels", glab], emulated(log))
         if check(r.returncode == 0, f"gpt2 bf16 clipped: {r.stderr[-400:]}"):
@@ -472,7 +473,7 @@ def main():
         # the GPU's own time for a run's steps (events around them), beside --repeat's
         # figure, which has the copies in and out too
         r = shardc(["run", gpt2, "--dim", "batch=2", "--random-inputs", "1", "-q", "--device",
-                    "cuda", "--repeat", "3", "--output-dir", os.path.join(tmp, "timed")],
+                    "cuda", "--no-allow-tf32", "--repeat", "3", "--output-dir", os.path.join(tmp, "timed")],
                    dict(emulated(os.path.join(tmp, "timed.log")), SHARDC_CUDA_VERBOSE="1"))
         dt = re.search(r"device time of a run's steps: median ([0-9.]+) ms, min ([0-9.]+) ms "
                        r"over (\d+) runs", r.stderr)
@@ -486,7 +487,7 @@ def main():
         msgs = []
         for dev in ("cpu", "cuda"):
             r = shardc(["run", gpt2, "--dim", "batch=2", "--input", "input_ids=" + bad, "-q",
-                        "--device", dev, "--output-dir", os.path.join(tmp, "bad")],
+                        "--device", dev, "--no-allow-tf32", "--output-dir", os.path.join(tmp, "bad")],
                        emulated(os.path.join(tmp, "bad.log")))
             msgs.append(r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "")
             check(r.returncode == 1 and "index 99999 out of range" in r.stderr,
@@ -507,7 +508,7 @@ def main():
         mod.ir_version = 8
         small = os.path.join(tmp, "pad.onnx")
         onnx.save(mod, small)
-        r = shardc(["run", small, "--random-inputs", "1", "-q", "--device", "cuda", "-v",
+        r = shardc(["run", small, "--random-inputs", "1", "-q", "--device", "cuda", "--no-allow-tf32", "-v",
                     "--output-dir", os.path.join(tmp, "pad.out")], emulated(os.path.join(tmp, "pad.log")))
         m = re.search(r"weights padding\s+(\d+)\s+\S+ \S+\s+(\d+)", r.stderr)
         check(r.returncode == 0 and m and m.group(1) == m.group(2) == "196",
@@ -522,7 +523,7 @@ def main():
         except AttributeError:
             pass
         except OSError:
-            r = shardc(["run", gpt2, "--random-inputs", "1", "-q", "--device", "cuda",
+            r = shardc(["run", gpt2, "--random-inputs", "1", "-q", "--device", "cuda", "--no-allow-tf32",
                         "--output-dir", os.path.join(tmp, "nodrv")], {"SHARDC_CUDA_EMU": "0"})
             check(r.returncode == 1 and "no CUDA driver" in r.stderr,
                   f"--device cuda without a driver: exit {r.returncode}: {r.stderr[-300:]}")

@@ -4,7 +4,8 @@ the GPU (runtime/comm_cuda_local.c), against the CPU's thread-ranks.
 On the emulated GPU (SHARDC_CUDA_EMU=1, the fake driver), or on a real one with
 SC_CUDA_REAL=1 (tests/gpu/run-all.sh):
   - `shardc train samples/gpt2.onnx --device cuda --comm cuda-local` at dp=2,
-    fsdp=2 (ZeRO-3, prefetch), tp=2, pp=2 (1f1b, 2 microbatches), dp=2 x tp=2
+    fsdp=2 (ZeRO-3, prefetch), tp=2, pp=2 (2 microbatches; the 1f1b, gpipe,
+    interleaved with 2 virtual stages and zb-h1 schedules), dp=2 x tp=2
     and cp=2 (ring attention: each hop a send_recv step started on the
     communication stream before the previous step's attention blocks),
     2 AdamW steps: every loss and gradient norm within rtol 2e-5 of the CPU's
@@ -75,7 +76,7 @@ def train(tmp, name, mesh, data, init):
         traces = os.path.join(tmp, tag + ".traces")
         os.makedirs(traces)
         r = shardc(["train", GPT2, "--steps", "2", "--log-json", lj, "--save", ck, "--quiet",
-                    "--device", dev, "--dim", "batch=4", "--optimizer", "adamw"] + data + mesh
+                    "--device", dev, "--no-allow-tf32", "--dim", "batch=4", "--optimizer", "adamw"] + data + mesh
                    + comm, dict(emulated(fl), SHARDC_COMM_TRACE=traces))
         if not check(r.returncode == 0, f"train {name} ({kind}): {r.stderr[-500:]}"):
             return
@@ -137,7 +138,7 @@ def resident_pipeline(tmp, data):
     never did (measured 544,768 dtod bytes a step against 2 MB of state)."""
     d = os.path.join(tmp, "resident-pp")
     os.makedirs(d)
-    base = ["train", GPT2, "--device", "cuda", "--comm", "cuda-local", "--dim", "batch=4",
+    base = ["train", GPT2, "--device", "cuda", "--no-allow-tf32", "--comm", "cuda-local", "--dim", "batch=4",
             "--optimizer", "adamw", "--mesh", "pp=2", "--microbatches", "2", "--schedule",
             "1f1b", "-q"] + data
     counts = {}
@@ -171,7 +172,7 @@ def run(tmp, mesh):
         return
     log, traces = os.path.join(tmp, f"run.{mesh}.log"), os.path.join(tmp, f"run.{mesh}.traces")
     os.makedirs(traces)
-    r = shardc(base + ["--device", "cuda", "--comm", "cuda-local", "--repeat", "3",
+    r = shardc(base + ["--device", "cuda", "--no-allow-tf32", "--comm", "cuda-local", "--repeat", "3",
                        "--output-dir", gpu], dict(emulated(log), SHARDC_COMM_TRACE=traces))
     if not check(r.returncode == 0, f"run {mesh} on cuda-local: {r.stderr[-500:]}"):
         return
@@ -208,6 +209,10 @@ def main():
                 for t in onnx.load(GPT2).graph.initializer}
         for mesh in (["--mesh", "dp=2"], ["--mesh", "fsdp=2"], ["--mesh", "tp=2"],
                      ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "1f1b"],
+                     ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "gpipe"],
+                     ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "interleaved",
+                      "--virtual-stages", "2"],
+                     ["--mesh", "pp=2", "--microbatches", "2", "--schedule", "zb-h1"],
                      ["--mesh", "dp=2,tp=2"], ["--mesh", "cp=2"]):
             train(tmp, re.sub(r"[^\w=,]", "_", " ".join(mesh[1:])), mesh, data, init)
         resident_pipeline(tmp, data)

@@ -175,7 +175,7 @@ def main():
             outs = {}
             for dev in ("cpu", "cuda"):
                 od = os.path.join(tmp, f"{case}.{dev}")
-                r = sh(["run", path, "-q", "--device", dev, "--output-dir", od] + args,
+                r = sh(["run", path, "-q", "--device", dev, "--no-allow-tf32", "--output-dir", od] + args,
                        cuda_env() if dev == "cuda" else None)
                 if not check(r.returncode == 0, f"{case} on {dev}: {r.stderr[-400:]}"):
                     continue
@@ -206,7 +206,7 @@ def main():
             check(ws == 32 << 20 and wo is not None and wo + ws == prog["arena_bytes"],
                   f"bundle: workspace {ws} at {wo} in an arena of {prog['arena_bytes']}")
             od = os.path.join(tmp, "bundle.out")
-            r = sh(["run", bdir, "-q", "--device", "cuda", "--output-dir", od] + args,
+            r = sh(["run", bdir, "-q", "--device", "cuda", "--no-allow-tf32", "--output-dir", od] + args,
                    cuda_env())
             if check(r.returncode == 0, f"bundle run: {r.stderr[-400:]}"):
                 check(fused_count(r.stderr) == 1, "bundle run: activation not in the product")

@@ -100,7 +100,7 @@ def train(tmp, tag, extra, env=None, quiet=True):
     log, lj = os.path.join(tmp, tag + ".cuda.log"), os.path.join(tmp, tag + ".jsonl")
     e = {"SHARDC_CUDA_EMU": "1", "SHARDC_FAKE_CUDA_LOG": log}
     e.update(env or {})
-    r = shardc(["train", MODEL, "--device", "cuda", "--steps", str(STEPS),
+    r = shardc(["train", MODEL, "--device", "cuda", "--no-allow-tf32", "--steps", str(STEPS),
                 "--data", "input_ids=" + os.path.join(tmp, "ids.npy"),
                 "--labels", os.path.join(tmp, "labels.npy"), "--log-json", lj] +
                (["--quiet"] if quiet else []) + STEP + extra, env=e)

@@ -136,7 +136,7 @@ def main():
         if not has_cuda_target(SHARDC):
             skip_part("the emulated GPU", "this shardc has no cuda target (no NVRTC)")
             return finish()
-        emu = run(work, path, inputs, "emu", ["--device", "cuda"], {"SHARDC_CUDA_EMU": "1"})
+        emu = run(work, path, inputs, "emu", ["--device", "cuda", "--no-allow-tf32"], {"SHARDC_CUDA_EMU": "1"})
         if emu and one:
             for k in want:
                 check(np.array_equal(emu[k], one[k]),

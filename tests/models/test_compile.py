@@ -184,7 +184,7 @@ def test_cuda_bundle(tmp):
     # emulated GPU, equal to the same bundle on --device cpu (the kir, JIT)
     outs = {}
     for tag, extra, env in (("cpu", ["--device", "cpu"], {}),
-                            ("emu", [], {"SHARDC_CUDA_EMU": "1"})):
+                            ("emu", ["--no-allow-tf32"], {"SHARDC_CUDA_EMU": "1"})):
         d = os.path.join(tmp, "cuda-run-" + tag)
         r = run(["run", bundle, "--random-inputs", "1", "-q", "--output-dir", d] + extra,
                 env=dict(os.environ, **env))

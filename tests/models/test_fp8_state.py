@@ -217,7 +217,7 @@ def test_emulated_gpu(work, whole):
     if not has_cuda_target(SHARDC):
         skip_part("fp8 on the emulated GPU", "this shardc has no cuda target (no NVRTC)")
         return
-    base = ["--precision", "fp8", "--fp8-amax-history", "4", "--device", "cuda"]
+    base = ["--precision", "fp8", "--fp8-amax-history", "4", "--device", "cuda", "--no-allow-tf32"]
     emu = {"SHARDC_CUDA_EMU": "1"}
     one = train(work, "gpu1", base + ["--save", f"{work}/gpu1"], 1, emu)
     err = []

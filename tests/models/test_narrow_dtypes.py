@@ -220,7 +220,7 @@ def test_emulated_gpu(work, path, src):
     if not has_cuda_target(SHARDC):
         skip_part("cast_to on the emulated GPU", "this shardc has no cuda target (no NVRTC)")
         return
-    r, out_gpu = run(work, path, src, extra=["--device", "cuda"],
+    r, out_gpu = run(work, path, src, extra=["--device", "cuda", "--no-allow-tf32"],
                      env={"SHARDC_CUDA_EMU": "1"}, tag="gpu")
     if not check(r.returncode == 0, f"cast_to on the emulated GPU: {r.stderr.strip()}"):
         return

@@ -1,5 +1,6 @@
 /* test_core.c — the IR core: arena, diagnostics, dtypes, graph building,
  * topological sort, compaction, dim binding, allocation-failure injection. */
+#include <float.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -82,6 +83,17 @@ static void test_dtypes(void **state) {
   assert_true(sc_bf16_to_f32(sc_f32_to_bf16(3.140625f)) == 3.140625f);
   assert_int_equal(sc_f32_to_bf16(1.0f + 1.0f / 256), 0x3f80); /* tie → even */
   assert_true(isnan(sc_bf16_to_f32(sc_f32_to_bf16(NAN))));
+  /* TF32: 10 mantissa bits, to nearest, ties away from zero (cvt.rna) */
+  float ulp = 1.0f / 1024; /* TF32's unit at 1 */
+  assert_true(sc_f32_to_tf32(1.0f + ulp / 2) == 1.0f + ulp);          /* tie: away */
+  assert_true(sc_f32_to_tf32(-(1.0f + ulp / 2)) == -(1.0f + ulp));
+  assert_true(sc_f32_to_tf32(1.0f + ulp + ulp / 2) == 1.0f + 2 * ulp); /* not to even */
+  assert_true(sc_f32_to_tf32(1.0f + ulp / 2 - ulp / 8192) == 1.0f);   /* below the tie */
+  assert_true(sc_f32_to_tf32(1.0f + ulp / 2 + ulp / 8192) == 1.0f + ulp);
+  assert_true(sc_f32_to_tf32(3.140625f) == 3.140625f);                 /* exact stays */
+  assert_true(sc_f32_to_tf32(1e-44f) == 0.0f);                         /* below TF32 subnormals */
+  assert_true(isinf(sc_f32_to_tf32(FLT_MAX)) && sc_f32_to_tf32(-INFINITY) == -INFINITY);
+  assert_true(isnan(sc_f32_to_tf32(NAN)));
   /* loads and stores */
   int64_t i64[2] = {0, 0};
   sc_store_i64(SC_DTYPE_I64, i64, 1, (int64_t)9007199254740993LL);

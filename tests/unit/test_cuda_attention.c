@@ -24,7 +24,9 @@
  *   LSE   1e-5 (|ref| + 1) in every dtype: f32 arithmetic on the same
  *         stored inputs. -inf exactly where the reference has -inf.
  * NaN fails everywhere. A second forward launch with a 2-block grid
- * (grid-stride) must give the same bits.
+ * (grid-stride) must give the same bits. The reference's backward is
+ * itself checked against central differences of its forward (problems 0
+ * and 2, 6 elements of each of q, k, v).
  *
  * The CUDA device's errors between runs: a copy that fails outside a run
  * (a slot read into NULL, a slot written from NULL: the driver refuses
@@ -339,6 +341,68 @@ static void *random_mask(const sc_cuda_attn *a) {
     store(a->mask_dtype, mask, i, rng_unit() < 0.1 ? -INFINITY : (float)rnd(-2.0, 0.0));
   for (int64_t j = 0; j < a->skv; j++) store(a->mask_dtype, mask, 5 * a->skv + j, -INFINITY);
   return mask;
+}
+
+/* L = Σ dO · O of the reference forward. */
+static double ref_loss(const sc_cuda_attn *a, const void *q, const void *k, const void *v,
+                       const void *mask, const void *d_o) {
+  ref r;
+  reference(a, q, k, v, mask, d_o, &r);
+  double l = 0;
+  for (int64_t i = 0; i < a->batch * a->heads * a->sq * a->dv; i++)
+    l += load(a->dtype, d_o, i) * r.o[i];
+  free_ref(&r);
+  return l;
+}
+
+/* The reference's backward against central differences of its forward
+ * (dL/dx of L = Σ dO · O) at 6 elements of each of q, k and v of problems
+ * 0 and 2 (f32; a mask, grouped heads, causal rows that see no key): the
+ * kernels' gradients are checked against that backward, so this ties them
+ * to the function the forward computes. Step 2^-10 in the stored f32 value
+ * (the step taken is the stored difference); in f64 the truncation error
+ * is ~1e-9 and the rounding ~1e-11: tolerance 1e-6 (|g| + max|g|). */
+static void test_reference_gradient_finite_differences(void **state) {
+  (void)state;
+  for (int pi = 0; pi < N_PROBLEMS; pi++) {
+    const sc_cuda_attn *a = &problems[pi];
+    if (pi != 0 && pi != 2) continue;
+    assert_true(a->dtype == SC_DTYPE_F32 && a->sq > 0 && a->skv > 0);
+    int64_t B = a->batch, H = a->heads, HK = a->kv_heads;
+    int64_t n[3] = {B * H * a->sq * a->d, B * HK * a->skv * a->d, B * HK * a->skv * a->dv};
+    float *x[3];
+    for (int w = 0; w < 3; w++) x[w] = random_tensor(SC_DTYPE_F32, n[w]);
+    void *d_o = random_tensor(SC_DTYPE_F32, B * H * a->sq * a->dv), *mask = random_mask(a);
+    ref r;
+    reference(a, x[0], x[1], x[2], mask, d_o, &r);
+    const double *grad[3] = {r.dq, r.dk, r.dv};
+    const char *name[3] = {"dq", "dk", "dv"};
+    for (int w = 0; w < 3; w++) {
+      double mx = 0, worst = 0;
+      for (int64_t i = 0; i < n[w]; i++) mx = fmax(mx, fabs(grad[w][i]));
+      assert_true(mx > 0);
+      for (int s = 0; s < 6; s++) {
+        int64_t at = (int64_t)((uint64_t)(s * 2654435761u + 17u * (unsigned)w) % (uint64_t)n[w]);
+        float keep = x[w][at];
+        x[w][at] = keep + 0x1p-10f;
+        double up = (double)x[w][at] - keep, lp = ref_loss(a, x[0], x[1], x[2], mask, d_o);
+        x[w][at] = keep - 0x1p-10f;
+        double down = keep - (double)x[w][at], lm = ref_loss(a, x[0], x[1], x[2], mask, d_o);
+        x[w][at] = keep;
+        double fd = (lp - lm) / (up + down), err = fabs(fd - grad[w][at]);
+        if (!(err <= 1e-6 * (fabs(grad[w][at]) + mx)))
+          fail_msg("problem %d: %s[%lld] = %.12g, central difference %.12g", pi, name[w],
+                   (long long)at, grad[w][at], fd);
+        worst = fmax(worst, err / mx);
+      }
+      printf("problem %d: the reference's %s within %.2e of central differences (of max|%s|)\n",
+             pi, name[w], worst, name[w]);
+    }
+    free_ref(&r);
+    for (int w = 0; w < 3; w++) free(x[w]);
+    free(d_o);
+    free(mask);
+  }
 }
 
 static void test_attention_compile_and_emulate(void **state) {
@@ -749,6 +813,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_attention_compile_and_emulate),
       cmocka_unit_test(test_attention_steps_on_cuda_device),
       cmocka_unit_test(test_cuda_device_error_between_runs),
+      cmocka_unit_test(test_reference_gradient_finite_differences),
   };
   return SC_RUN_TESTS(tests, NULL, NULL);
 }
