@@ -33,7 +33,12 @@ table used. Figures and ratios only:
 it never fails on a value (tests/models/test_megatron_table.py asserts the
 20 % band and the search). `make bench` runs it.
 
+`--grad-accum K` plans each unpipelined row as K microbatches of batch / K
+(`--grad-accum K --dim batch=B/K`: Megatron's runs are microbatches of one
+sequence; the step reduces its gradients once, in its last run).
+
 usage: bench_megatron.py [--shardc build/shardc] [--only NAME,...] [--out DIR]
+                         [--grad-accum K]
 """
 import argparse
 import json
@@ -95,13 +100,17 @@ def like_for_like(c, step_s):
     return published_flops(c) / (step_s * c["gpus"]) / 1e12 if step_s else None
 
 
-def plan_args(c):
-    """`shardc plan` arguments (after the model) for configuration c."""
+def plan_args(c, accum=1):
+    """`shardc plan` arguments (after the model) for configuration c;
+    accum > 1: an unpipelined row as that many microbatches a step."""
     nodes = max(1, c["gpus"] // 8)
+    accum = accum if c["pp"] == 1 and c["batch"] % (accum * c["dp"]) == 0 else 1
     args = ["--train", "--no-weights", "--cluster", f"{c['cluster']}:8x{nodes}",
             "--mesh", mesh_of(c), "--precision", "bf16", "--optimizer", "adamw",
             "--recompute", "full" if c["table"] == "a100" else "none",
-            "--dim", f"batch={c['batch']}", "--json"] + attention_args(c)
+            "--dim", f"batch={c['batch'] // accum}", "--json"] + attention_args(c)
+    if accum > 1:
+        args += ["--grad-accum", str(accum)]
     if c["pp"] > 1:
         args += ["--schedule", "1f1b", "--microbatches", str(c["microbatches"])]
     return args + sequence_parallel_args(c) + reduce_dtype_args(c)
@@ -138,13 +147,13 @@ def sequence_parallel_args(c):
     return ["--sequence-parallel"] if c["table"] == "h100" and c["tp"] > 1 else []
 
 
-def predict(shardc, model_dir, c, timeout=600):
+def predict(shardc, model_dir, c, timeout=600, accum=1):
     """Runs the plan of c (its model already in model_dir). Returns a dict:
     rc, seconds, predicted (TFLOP/s per GPU counted as the published
     figure: like_for_like; or None), gemm_tflops (the planner's
     `tflops_per_gpu`), step_s, tokens_per_s, peak_bytes, breakdown, stderr,
     command."""
-    cmd = [shardc, "plan", os.path.join(model_dir, c["name"] + ".onnx")] + plan_args(c)
+    cmd = [shardc, "plan", os.path.join(model_dir, c["name"] + ".onnx")] + plan_args(c, accum)
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     out = {"rc": p.returncode, "seconds": time.perf_counter() - t, "predicted": None,
@@ -233,6 +242,8 @@ def main():
     ap.add_argument("--shardc", default=os.path.join(HERE, "..", "build", "shardc"))
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default="", help="keep the models here (default: a temporary folder)")
+    ap.add_argument("--grad-accum", type=int, default=1,
+                    help="unpipelined rows as K microbatches of batch / K")
     a = ap.parse_args()
     names = [s for s in a.only.split(",") if s] or list(CONFIGS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -248,7 +259,7 @@ def main():
         print(header())
         for n in names:
             c = CONFIGS[n]
-            r = predict(a.shardc, out, c)
+            r = predict(a.shardc, out, c, accum=a.grad_accum)
             s = search(a.shardc, out, c, max(r["peak_bytes"] or 0, device_bytes(c)))
             print(row(c, r, s), flush=True)
             print(breakdown(r), flush=True)

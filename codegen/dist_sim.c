@@ -437,63 +437,6 @@ static bool recomputed(const char *origin) {
   return true;
 }
 
-/* The optimizer of one training program (not pipelined): the steps only
- * the updated state ("new:X", X not an accumulator), "train:grad_norm"
- * and "train:applied" need. Every other output (the loss, accumulators,
- * inference outputs) and every gradient (a buffer named "grad:P", the
- * value autodiff summed) is a root; a step that writes a buffer a root
- * needs is needed, and so is everything it reads. Buffers are followed
- * through their views. opt[k] is set for the others; none when the
- * program updates no state. */
-typedef struct need_ctx {
-  const sc_program *p;
-  bool *need;
-  bool hit;
-} need_ctx;
-
-static void need_written(void *ud, int32_t b, bool written) {
-  need_ctx *x = ud;
-  if (written && x->need[sc_program_root(x->p, b)]) x->hit = true;
-}
-
-static void need_read(void *ud, int32_t b, bool written) {
-  need_ctx *x = ud;
-  if (!written) x->need[sc_program_root(x->p, b)] = true;
-}
-
-static bool optimizer_output(const char *name) {
-  if (!name) return false;
-  if (strncmp(name, "new:", 4) == 0) return strncmp(name + 4, "accum:", 6) != 0;
-  return strcmp(name, "train:grad_norm") == 0 || strcmp(name, "train:applied") == 0;
-}
-
-static sc_status optimizer_steps(const sc_program *p, bool *opt, sc_diag *d) {
-  bool any = false;
-  for (int32_t j = 0; j < p->n_outputs; j++) {
-    const char *n = p->buffers[p->outputs[j]].name;
-    any |= n && strncmp(n, "new:", 4) == 0 && strncmp(n + 4, "accum:", 6) != 0;
-  }
-  if (!any) return SC_OK;
-  need_ctx x = {.p = p, .need = sc_calloc((size_t)p->n_buffers + 1, sizeof(bool))};
-  if (!x.need) return nomem(d);
-  for (int32_t j = 0; j < p->n_outputs; j++)
-    if (!optimizer_output(p->buffers[p->outputs[j]].name))
-      x.need[sc_program_root(p, p->outputs[j])] = true;
-  for (int32_t b = 0; b < p->n_buffers; b++) /* the gradients (passes/train.h) */
-    if (p->buffers[b].name && strncmp(p->buffers[b].name, "grad:", 5) == 0)
-      x.need[sc_program_root(p, b)] = true;
-  for (int32_t k = p->n_steps - 1; k >= 0; k--) {
-    const sc_step *st = &p->steps[k];
-    if (st->kind == SC_STEP_WAIT) continue;
-    x.hit = false;
-    sc_step_buffers(p, st, need_written, &x);
-    if (x.hit) sc_step_buffers(p, st, need_read, &x);
-    else opt[k] = true;
-  }
-  sc_free(x.need);
-  return SC_OK;
-}
-
 /* Stage s's table (tab[k] for every step k). */
 /* SHARDC_SIM_STEPS=1 in the environment: each stage's table of step times
  * goes to stderr as it is built (docs/planner.md), to set beside the
@@ -525,7 +468,8 @@ static sc_status stage_table(const sc_dist_program *dp, int32_t s, const sc_clus
   if (!opt) return nomem(d);
   /* thread-ranks outnumbering the host's cores compute time-sliced */
   double share = sc_cluster_core_share(c, dp->mesh.n_ranks);
-  sc_status st = dp->pipe_chunks ? SC_OK : optimizer_steps(p, opt, d);
+  /* the optimizer of one training program (not pipelined) */
+  sc_status st = dp->pipe_chunks || sc_program_update_steps(p, false, opt) >= 0 ? SC_OK : nomem(d);
   for (int32_t k = 0; st == SC_OK && k < p->n_steps; k++) {
     const sc_step *x = &p->steps[k];
     step_cost *t = &tab[k];
@@ -707,6 +651,10 @@ typedef struct sim_ctx {
   const double *scale;     /* [P] what each rank's compute times are
                               multiplied by (time-sliced thread-ranks:
                               sc_dist_sim_run_traced), or NULL: 1 */
+  int32_t runs;            /* the program's runs per step (gradient
+                              accumulation without a pipeline), >= 1 */
+  bool **last_only;        /* [n_stages] or NULL: the steps a run before
+                              the step's last skips (sc_program_update_steps) */
 } sim_ctx;
 
 /* Records [start, end) of kind on r's queue, merged into the queue's last
@@ -833,9 +781,12 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
   const step_cost *tab = x->tab[s];
   sc_dist_sim_rank *row = r->row;
   const double k = x->scale ? x->scale[r->q] : 1;
+  /* a run of gradient accumulation before the step's last */
+  const bool *skip = x->last_only && r->a + 1 < r->n_acts ? x->last_only[s] : NULL;
   for (; r->i < p->n_steps; r->i++) {
     const step_cost *t = &tab[r->i];
     const sc_step *st = &p->steps[r->i];
+    if (skip && skip[r->i]) continue;
     switch (t->term) {
     case T_COMPUTE:
       record(x, r, SC_DIST_SIM_QUEUE_COMPUTE, SC_DIST_SIM_EV_COMPUTE, -1, -1, r->t, r->t + t->s * k,
@@ -907,7 +858,7 @@ static sc_status run_steps(sim_ctx *x, rank_state *r, int32_t s, bool *blocked) 
 /* The stage and microbatch of r's action a. */
 static int32_t action_stage(const sim_ctx *x, const rank_state *r, int32_t a, int32_t *mb) {
   if (!r->acts) {
-    *mb = a;
+    *mb = a % x->M;
     return x->stage_of[r->q];
   }
   *mb = r->acts[a].mb;
@@ -1106,11 +1057,21 @@ static sc_status setup_runs(sim_ctx *x) {
     x->stage_of[q] = -1;
     for (int32_t s = 0; s < dp->n_stages && x->stage_of[q] < 0; s++)
       if (dp->stages[s].program && sc_dist_rank_runs(dp, r->row->rank, s)) x->stage_of[q] = s;
-    r->n_acts = x->stage_of[q] >= 0 ? x->M : 0;
+    r->n_acts = x->stage_of[q] >= 0 ? x->M * x->runs : 0;
     r->seq = sc_calloc(2 * (size_t)x->P * (size_t)x->max_tag, sizeof *r->seq);
     if (!r->seq) return nomem(x->d);
   }
   return SC_OK;
+}
+
+/* Whether training program p is told which run is the step's last (an
+ * input "train:apply": gradient accumulation without a pipeline). */
+static bool applies_last(const sc_program *p) {
+  for (int32_t i = 0; i < p->n_inputs; i++) {
+    const char *n = p->buffers[p->inputs[i]].name;
+    if (n && strcmp(n, "train:apply") == 0) return true;
+  }
+  return false;
 }
 
 static sc_status simulate(sim_ctx *x, sc_dist_sim *out) {
@@ -1134,6 +1095,15 @@ static sc_status simulate(sim_ctx *x, sc_dist_sim *out) {
     if (!p) continue;
     if (!(x->tab[s] = sc_calloc((size_t)p->n_steps + 1, sizeof **x->tab))) return nomem(x->d);
     if (stage_table(dp, s, x->c, &x->g, x->tab[s], x->d) != SC_OK) return x->d->status;
+  }
+  if (x->runs > 1 && (x->last_only = sc_calloc((size_t)dp->n_stages, sizeof *x->last_only)) == NULL)
+    return nomem(x->d);
+  for (int32_t s = 0; x->runs > 1 && s < dp->n_stages; s++) {
+    const sc_program *p = dp->stages[s].program;
+    if (!p || !applies_last(p)) continue;
+    if (!(x->last_only[s] = sc_calloc((size_t)p->n_steps + 1, sizeof **x->last_only)) ||
+        sc_program_update_steps(p, true, x->last_only[s]) < 0)
+      return nomem(x->d);
   }
   if (x->P > 1 || dp->pipe_chunks) {
     x->pp_group = group_of(&x->g, dp->pp_axes, x->d);
@@ -1214,7 +1184,8 @@ static sc_status sim_once(const sc_dist_program *dp, const sc_cluster *c, sc_dis
   }
   out->n_ranks = P;
   sim_ctx x = {.dp = dp, .c = c, .d = d, .pp_group = -1, .P = P, .trace = trace,
-           .M = dp->schedule.microbatches < 1 ? 1 : dp->schedule.microbatches, .scale = scale};
+           .M = dp->schedule.microbatches < 1 ? 1 : dp->schedule.microbatches, .scale = scale,
+           .runs = !dp->pipe_chunks && dp->schedule.runs > 1 ? dp->schedule.runs : 1};
   x.r = sc_calloc((size_t)P, sizeof *x.r);
   sc_status st = x.r ? simulate(&x, out) : nomem(d);
   for (int32_t q = 0; x.r && q < P; q++) {
@@ -1228,6 +1199,8 @@ static sc_status sim_once(const sc_dist_program *dp, const sc_cluster *c, sc_dis
     sc_free(x.r[q].seq);
   }
   for (int32_t s = 0; x.tab && s < dp->n_stages; s++) sc_free(x.tab[s]);
+  for (int32_t s = 0; x.last_only && s < dp->n_stages; s++) sc_free(x.last_only[s]);
+  sc_free(x.last_only);
   for (int32_t s = 0; x.io && s < dp->n_stages; s++) {
     sc_free(x.io[s].in);
     sc_free(x.io[s].out);
@@ -1240,23 +1213,9 @@ static sc_status sim_once(const sc_dist_program *dp, const sc_cluster *c, sc_dis
   if (dp->pipe_chunks) sc_pipe_handoffs_free(&x.ho);
   if (st != SC_OK) return st;
 
-  /* a step of K runs of the program (gradient accumulation): each run
-   * as simulated, one after the other (a trace shows one run) */
-  double runs = dp->schedule.runs > 1 ? dp->schedule.runs : 1;
-  for (int32_t q = 0; runs > 1 && q < P; q++) {
-    sc_dist_sim_rank *r = &out->ranks[q];
-    double *per_step[] = {&r->flops,          &r->model_flops,    &r->compute_s, &r->recompute_s,
-                       &r->optimizer_s,    &r->bubble_s,       &r->exposed_comm_s,
-                       &r->busy_comm_s,    &r->exposed_copy_s, &r->copy_s,
-                       &r->copy_bytes,     &r->finish_s};
-    for (size_t i = 0; i < sizeof per_step / sizeof per_step[0]; i++) *per_step[i] *= runs;
-    for (int32_t g = 0; g < r->n_comm; g++) {
-      r->comm[g].exposed_s *= runs;
-      r->comm[g].busy_s *= runs;
-      r->comm[g].bytes *= runs;
-      r->comm[g].ops *= dp->schedule.runs;
-    }
-  }
+  /* a step of K runs of the program (gradient accumulation): K actions
+   * of each rank (setup_runs), all but the last without the update */
+  double runs = x.runs;
   out->step_time_s = out->ranks[out->critical].finish_s;
   out->gpus = m->n_ranks > 0 ? m->n_ranks : 1;
   out->tokens = step_tokens(dp) * runs;
@@ -1393,6 +1352,8 @@ void sc_dist_sim_to_plan(const sc_dist_program *dp, sc_plan *pl, int64_t peak_by
       pos += (size_t)w;
     }
     pr->comm[i].seconds = r->comm[i].exposed_s;
+    pr->comm[i].calls = r->comm[i].ops;
+    pr->comm[i].bytes = r->comm[i].bytes;
     pr->n_comm = i + 1;
   }
   if (r->copy_s > 0 && pr->n_comm < SC_PLAN_PREDICTED_MAX_GROUPS) {

@@ -700,3 +700,70 @@ void sc_program_print(const sc_program *p, FILE *out) {
     kir_print(p->kernels[i], out);
   }
 }
+
+/* ---- the steps only a training step's update needs ---- */
+typedef struct need_ctx {
+  const sc_program *p;
+  bool *need;
+  bool hit, wrote;
+} need_ctx;
+
+static void need_written(void *ud, int32_t b, bool written) {
+  need_ctx *x = ud;
+  x->wrote |= written;
+  if (written && x->need[sc_program_root(x->p, b)]) x->hit = true;
+}
+
+static void need_read(void *ud, int32_t b, bool written) {
+  need_ctx *x = ud;
+  if (!written) x->need[sc_program_root(x->p, b)] = true;
+}
+
+/* Whether output `name` is one only the update needs (not a root). */
+static bool update_output(const char *name, bool last_run) {
+  if (!name) return false;
+  if (strncmp(name, "new:", 4) == 0)
+    return strncmp(name + 4, "accum:", 6) != 0 && !(last_run && strstr(name, ".fp8_"));
+  return strcmp(name, "train:grad_norm") == 0 || strcmp(name, "train:applied") == 0;
+}
+
+int32_t sc_program_update_steps(const sc_program *p, bool last_run, bool *only) {
+  bool any = false;
+  for (int32_t j = 0; j < p->n_outputs; j++) {
+    const char *n = p->buffers[p->outputs[j]].name;
+    any |= n && strncmp(n, "new:", 4) == 0 && update_output(n, last_run);
+  }
+  if (!any) return 0;
+  need_ctx x = {.p = p, .need = sc_calloc((size_t)p->n_buffers + 1, sizeof(bool))};
+  if (!x.need) return -1;
+  for (int32_t j = 0; j < p->n_outputs; j++)
+    if (!update_output(p->buffers[p->outputs[j]].name, last_run))
+      x.need[sc_program_root(p, p->outputs[j])] = true;
+  for (int32_t b = 0; !last_run && b < p->n_buffers; b++) /* the gradients (passes/train.h) */
+    if (p->buffers[b].name && strncmp(p->buffers[b].name, "grad:", 5) == 0)
+      x.need[sc_program_root(p, b)] = true;
+  int32_t count = 0;
+  for (int32_t k = p->n_steps - 1; k >= 0; k--) {
+    const sc_step *st = &p->steps[k];
+    if (st->kind == SC_STEP_WAIT) continue;
+    x.hit = x.wrote = false;
+    sc_step_buffers(p, st, need_written, &x);
+    bool p2p = st->kind == SC_STEP_COMM &&
+               (st->comm.kind == SC_COMM_SEND || st->comm.kind == SC_COMM_RECV ||
+                st->comm.kind == SC_COMM_SEND_RECV);
+    if (x.hit || (last_run && (!x.wrote || p2p))) sc_step_buffers(p, st, need_read, &x);
+    else {
+      only[k] = true;
+      count++;
+    }
+  }
+  for (int32_t k = 0; k < p->n_steps; k++) {
+    const sc_step *st = &p->steps[k];
+    if (st->kind == SC_STEP_WAIT && st->started >= 0 && st->started < k && only[st->started]) {
+      only[k] = true;
+      count++;
+    }
+  }
+  sc_free(x.need);
+  return count;
+}

@@ -404,6 +404,22 @@ static inline int32_t sc_program_updates(const sc_program *p, int32_t j) {
 typedef void (*sc_step_buffer_fn)(void *ud, int32_t buffer, bool written);
 void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn, void *ud);
 
+/* The steps of a training program (passes/train.h) that only its update
+ * needs: walking the steps backwards from the roots, each step that writes
+ * no buffer a root needs (buffers followed through their views). The
+ * roots are every output but the updated state ("new:X", X not an
+ * accumulator "accum:P"), "train:grad_norm" and "train:applied"; and
+ *   last_run false (the optimizer's share of a step, codegen/dist_sim.c):
+ *     also every gradient (a buffer named "grad:P");
+ *   last_run true (what a run of gradient accumulation before the step's
+ *     last skips, sc_session_set_partial): also FP8 scaling state
+ *     ("new:X" with ".fp8_" in its name: every run records its amax),
+ *     and every step that writes nothing (an index check) or sends or
+ *     receives, kept. A WAIT step is marked as the step it completes.
+ * only[k] (n_steps, zeroed by the caller) is set for those steps; returns
+ * how many (0 when the program updates no state), -1 out of memory. */
+int32_t sc_program_update_steps(const sc_program *p, bool last_run, bool *only);
+
 /* A COMM step as the reports count it (what each rank sends and
  * receives): a SEND_RECV is a SEND of its in (half[0]) and a RECV into its
  * out (half[1]); any other step is itself (half[0]). Returns how many. */

@@ -449,6 +449,36 @@ sc_status sc_graph_users(const sc_graph *g, int32_t **offsets_out,
   return SC_OK;
 }
 
+void sc_graph_permute_nodes(sc_graph *g, const int32_t *order, sc_node *scratch) {
+  int32_t total = g->n_nodes;
+  for (int32_t i = 0; i < total; i++) scratch[i] = g->nodes[order[i]];
+  memcpy(g->nodes, scratch, (size_t)total * sizeof *scratch);
+  for (int32_t i = 0; i < total; i++)
+    for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
+      if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
+}
+
+sc_status sc_graph_order_nodes(sc_graph *g, const int32_t *key) {
+  int32_t total = g->n_nodes;
+  int32_t *order = sc_malloc(((size_t)total + 1) * sizeof *order);
+  sc_node *nodes = sc_malloc(((size_t)total + 1) * sizeof *nodes);
+  if (!order || !nodes) {
+    sc_free(order);
+    sc_free(nodes);
+    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory");
+  }
+  for (int32_t i = 0; i < total; i++) order[i] = i;
+  for (int32_t a = 1; a < total; a++) { /* insertion sort by key: stable */
+    int32_t v = order[a], b = a;
+    for (; b > 0 && key[order[b - 1]] > key[v]; b--) order[b] = order[b - 1];
+    order[b] = v;
+  }
+  sc_graph_permute_nodes(g, order, nodes);
+  sc_free(order);
+  sc_free(nodes);
+  return SC_OK;
+}
+
 /* Kahn's algorithm, taking ready nodes in their current order so that an
  * already sorted graph keeps its order. */
 sc_status sc_graph_toposort(sc_graph *g) {

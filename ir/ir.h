@@ -262,6 +262,12 @@ sc_status sc_graph_error(sc_graph *g, sc_status status, const char *fmt, ...)
  * diagnostic naming a node on the cycle, or a node whose input has no
  * producer and is neither an input nor a constant. */
 sc_status sc_graph_toposort(sc_graph *g);
+/* Puts node order[k] at k (order a permutation of the nodes; scratch room
+ * for n_nodes nodes) and renumbers the producers. */
+void sc_graph_permute_nodes(sc_graph *g, const int32_t *order, sc_node *scratch);
+/* Orders the nodes by key[node] (stable: equal keys keep their order);
+ * the caller's keys keep every producer before its readers. SC_ERR_NOMEM. */
+sc_status sc_graph_order_nodes(sc_graph *g, const int32_t *key);
 /* Drops values and nodes flagged DEAD, renumbering ids everywhere. */
 sc_status sc_graph_compact(sc_graph *g);
 /* Binds every dim_param named `name` on graph inputs to `value`. Returns the

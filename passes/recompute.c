@@ -297,13 +297,7 @@ sc_status sc_recompute(sc_graph *g, sc_recompute_kind kind, int32_t n_fwd, const
     }
     sc_free(cnt);
     sc_free(byp);
-    if (st == SC_OK) {
-      for (int32_t i = 0; i < total; i++) nodes[i] = g->nodes[order[i]];
-      memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
-      for (int32_t i = 0; i < total; i++)
-        for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
-          if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
-    }
+    if (st == SC_OK) sc_graph_permute_nodes(g, order, nodes);
     sc_free(order);
     sc_free(nodes);
     sc_free(where);

@@ -740,14 +740,7 @@ static sc_status drop_unread_casts(sc_graph *g, sc_diag *d) {
 static sc_status place_casts(sc_graph *g, int32_t nn, sc_diag *d) {
   int32_t total = g->n_nodes;
   int32_t *key = sc_malloc(((size_t)total + 1) * sizeof *key); /* 2 x slot (+1: after) */
-  int32_t *order = sc_malloc(((size_t)total + 1) * sizeof *order);
-  sc_node *nodes = sc_malloc(((size_t)total + 1) * sizeof *nodes);
-  if (!key || !order || !nodes) {
-    sc_free(key);
-    sc_free(order);
-    sc_free(nodes);
-    return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-  }
+  if (!key) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < nn; i++) key[i] = 2 * i + 1;
   for (int32_t i = nn; i < total; i++) {
     int32_t x = g->nodes[i].inputs[0], p = x >= 0 ? g->values[x].producer : -1;
@@ -757,21 +750,9 @@ static sc_status place_casts(sc_graph *g, int32_t nn, sc_diag *d) {
         if (g->nodes[j].inputs[k] == y) first = j;
     key[i] = p >= 0 && p < nn ? 2 * p + 2 : first < INT32_MAX ? 2 * first : 2 * nn + 2;
   }
-  for (int32_t i = 0; i < total; i++) order[i] = i;
-  for (int32_t a = 1; a < total; a++) { /* insertion sort by key: stable */
-    int32_t v = order[a], b = a;
-    for (; b > 0 && key[order[b - 1]] > key[v]; b--) order[b] = order[b - 1];
-    order[b] = v;
-  }
-  for (int32_t i = 0; i < total; i++) nodes[i] = g->nodes[order[i]];
-  memcpy(g->nodes, nodes, (size_t)total * sizeof *nodes);
-  for (int32_t i = 0; i < total; i++)
-    for (int32_t j = 0; j < g->nodes[i].n_outputs; j++)
-      if (g->nodes[i].outputs[j] >= 0) g->values[g->nodes[i].outputs[j]].producer = i;
+  sc_status st = sc_graph_order_nodes(g, key);
   sc_free(key);
-  sc_free(order);
-  sc_free(nodes);
-  return SC_OK;
+  return st == SC_OK ? SC_OK : sc_diag_set(d, st, NULL, NULL, "out of memory");
 }
 
 static sc_status low_chains(sc_grad_ctx *c, sc_dtype low, sc_diag *d) {
@@ -1021,6 +1002,7 @@ sc_status sc_train_build(sc_graph *g, const sc_train_opts *o, sc_train_info *inf
   int32_t norm2 = -1, part = -1, in_part = 0;
   sc_dtype t = g->values[loss].dtype;
   int32_t accum = o->grad_accum > 1 ? o->grad_accum : 1;
+  info->runs = accum > 1 && !o->pipeline ? accum : 1;
   int32_t *order = sc_arena_array(&g->arena, (size_t)info->n_params + 1, sizeof *order);
   if (!order) return sc_diag_set(d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   forward_order(g, n_fwd, info, order);

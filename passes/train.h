@@ -205,6 +205,10 @@ typedef struct sc_train_info {
   int32_t n_ties;
   sc_train_tie *ties;           /* tied copies, read through their source
                                    (in the graph's arena) */
+  int32_t runs;                 /* the step's runs of its program: grad_accum
+                                   without a pipeline (each run one
+                                   microbatch; the update and the gradients'
+                                   reductions in the last only), else 1 */
 } sc_train_info;
 
 /* Whether a bf16 or fp16 step computes op in the low type when it reads a

@@ -213,6 +213,7 @@ struct cuda_ctx {
   bool capturing;
   CUgraph graph;
   CUgraphExec exec;
+  bool partial_run;     /* this run skips steps (begin_run's whole false) */
   double compile_s;
   char image_kind[16]; /* what was loaded: "cubin", "ptx", "emulated" */
   size_t free_at_create; /* cuMemGetInfo's free bytes before anything */
@@ -1136,9 +1137,11 @@ static int cuda_threads(void *ctx) {
 static double cuda_compile_seconds(void *ctx) { return ((cuda_ctx *)ctx)->compile_s; }
 
 /* ---- runs: graphs ---- */
-static bool cuda_begin_run(void *ctx) {
+static bool cuda_begin_run(void *ctx, bool whole) {
   cuda_ctx *c = ctx; /* c->err is kept: a copy of the inputs may have failed */
   check_run(c, c->cu->event_record(c->ev_t0, c->compute), "cuEventRecord");
+  c->partial_run = !whole; /* issued step by step, neither captured nor counted */
+  if (!whole) return false;
   if (c->exec) {
     check_run(c, c->cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
     return true;
@@ -1210,7 +1213,7 @@ static void end_issue(cuda_ctx *c) {
     if (c->exec) check_run(c, cu->graph_launch(c->exec, c->compute), "cuGraphLaunch");
   }
   check_run(c, cu->event_record(c->ev_t1, c->compute), "cuEventRecord");
-  c->runs++;
+  if (!c->partial_run) c->runs++;
 }
 
 /* The first failure since it was last cleared, into diag. */

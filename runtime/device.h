@@ -117,7 +117,9 @@ typedef struct sc_device_iface {
   double (*compile_seconds)(void *ctx);
   /* async (begin_run NULL on the CPU); end_run also reports a failure
    * that a step could not return (the CPU device: a GEMM out of memory) */
-  bool (*begin_run)(void *ctx);
+  bool (*begin_run)(void *ctx, bool whole); /* whole: every step is issued
+                                               (false: a partial run, never
+                                               a graph's) */
   sc_status (*end_run)(void *ctx, sc_diag *diag);
   void (*sync)(void *ctx);
   /* COMM step i (async or not) over opts.comms[opts.comm_of[i]] */

@@ -118,6 +118,16 @@ sc_status sc_session_create(const sc_program *p, const sc_session_opts *o,
  * stream of the run has finished when it returns. */
 sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_inputs,
                          sc_tensor_view *outputs, int32_t n_outputs, sc_diag *diag);
+/* partial: the runs that follow (sc_session_run, sc_session_launch) skip
+ * the steps that only a training step's update needs
+ * (sc_program_update_steps, last_run: the gradients' reductions, the norm,
+ * the optimizer), a run of gradient accumulation before the step's last,
+ * whose "train:apply" is false: its guarded update keeps the state as it
+ * was, so the state in its slots is the same, the outputs only the update
+ * needs ("train:grad_norm", "train:applied", "new:X" of state not kept in
+ * place) are left undefined, and an accumulator's sum is its own rank's
+ * (not reduced). false: every step again. Errors: SC_ERR_NOMEM. */
+sc_status sc_session_set_partial(sc_session *s, bool partial, sc_diag *diag);
 /* Runs read later, for a caller that issues the next run before it reads
  * this one's outputs (the trainer: a step's loss read after the next step
  * was launched). A device that waits for every run (the CPU) has none:

@@ -121,6 +121,9 @@ struct sc_session {
   void *host_pool;     /* program->host_bytes of host memory: the HOST
                           buffers (offloaded activations), or NULL */
   int64_t host_pool_bytes; /* what was allocated for it */
+  bool partial;        /* the runs skip the steps in update_only */
+  bool *update_only;   /* [n_steps] sc_program_update_steps(p, true), made
+                          at the first sc_session_set_partial, or NULL */
 };
 
 /* A communication queue: a thread that runs the collectives handed to it
@@ -273,6 +276,7 @@ void sc_session_destroy(sc_session *s) {
   sc_free(s->seq);
   sc_free(s->slots);
   sc_free(s->slot_off);
+  sc_free(s->update_only);
   sc_free(s);
 }
 
@@ -913,9 +917,11 @@ static sc_status issue_steps(sc_session *s, sc_diag *diag) {
     pthread_mutex_unlock(&s->queues[k].mu);
   }
   const sc_device_iface *dev = s->dev;
-  bool replayed = dev->begin_run ? dev->begin_run(s->ctx) : false;
+  const bool *skip = s->partial ? s->update_only : NULL;
+  bool replayed = dev->begin_run ? dev->begin_run(s->ctx, !skip) : false;
   for (int32_t i = 0; i < p->n_steps && !replayed; i++) {
     const sc_step *st = &p->steps[i];
+    if (skip && skip[i]) continue;
     double t0 = s->prof_s ? now_s() : 0.0;
     sc_status r = SC_OK;
     if (st->kind == SC_STEP_COMM) {
@@ -1007,6 +1013,19 @@ sc_status sc_session_run(sc_session *s, const sc_tensor_view *inputs, int32_t n_
 }
 
 /* ---- runs read later ---- */
+sc_status sc_session_set_partial(sc_session *s, bool partial, sc_diag *diag) {
+  if (partial && !s->update_only) {
+    s->update_only = sc_calloc((size_t)s->p->n_steps + 1, sizeof *s->update_only);
+    if (!s->update_only || sc_program_update_steps(s->p, true, s->update_only) < 0) {
+      sc_free(s->update_only);
+      s->update_only = NULL;
+      return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    }
+  }
+  s->partial = partial;
+  return SC_OK;
+}
+
 sc_status sc_session_reserve_async(sc_session *s, int32_t n_slots, sc_diag *diag) {
   const sc_program *p = s->p;
   if (!s->dev->reserve_async)

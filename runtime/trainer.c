@@ -385,13 +385,18 @@ static sc_status step_inputs(sc_trainer *t, const sc_tensor_view *data, int32_t 
 }
 
 /* Microbatch m's inputs: the data's next rows, and whether it applies the
- * update (the last one). */
-static void next_microbatch(sc_trainer *t, int64_t m, int64_t micro) {
+ * update (the last one); a run before the last skips the steps only the
+ * update needs (sc_session_set_partial: the gradients stay each rank's own
+ * sums, reduced once, in the last run). */
+static sc_status next_microbatch(sc_trainer *t, int64_t m, int64_t micro, sc_diag *d) {
+  bool apply = false;
   for (int32_t i = 0; i < t->n_in; i++) {
     if (m > 0 && t->kind[i] == IN_DATA) /* the next microbatch's rows */
       t->in[i].data = (char *)t->in[i].data + input_buf(t->p, i)->bytes;
     if (t->kind[i] == IN_APPLY) *(bool *)t->state[i] = m + 1 == micro;
+    apply |= t->kind[i] == IN_APPLY;
   }
+  return apply ? sc_session_set_partial(t->s, m + 1 < micro, d) : SC_OK;
 }
 
 /* The step waited for: its runs, then the loss scale and the state that
@@ -399,8 +404,8 @@ static void next_microbatch(sc_trainer *t, int64_t m, int64_t micro) {
 static sc_status run_step(sc_trainer *t, int64_t micro, struct pending *r, sc_diag *d) {
   double lsum = 0;
   for (int64_t m = 0; m < micro; m++) {
-    next_microbatch(t, m, micro);
-    sc_status st = sc_session_run(t->s, t->in, t->n_in, t->out, t->n_out, d);
+    sc_status st = next_microbatch(t, m, micro, d);
+    if (st == SC_OK) st = sc_session_run(t->s, t->in, t->n_in, t->out, t->n_out, d);
     if (st != SC_OK) return st;
     lsum += scalar_of(&t->out[t->loss_out]);
     for (int32_t i = 0; m + 1 < micro && i < t->n_in; i++)
@@ -461,8 +466,8 @@ sc_status sc_trainer_launch(sc_trainer *t, const sc_tensor_view *data, int32_t n
   } else {
     r->slot0 = (int32_t)(t->launched % SC_TRAINER_IN_FLIGHT) * t->slot_micro;
     for (int64_t m = 0; m < micro; m++) {
-      next_microbatch(t, m, micro);
-      if ((st = sc_session_launch(t->s, t->in, t->n_in, r->slot0 + (int32_t)m, d)) != SC_OK)
+      if ((st = next_microbatch(t, m, micro, d)) != SC_OK ||
+          (st = sc_session_launch(t->s, t->in, t->n_in, r->slot0 + (int32_t)m, d)) != SC_OK)
         return st;
     }
     for (int32_t i = 0; i < t->n_in; i++) t->host_stale |= t->dev[i] != NULL;

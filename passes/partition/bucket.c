@@ -287,11 +287,7 @@ static sc_status place(bucketer *b) {
     }
     for (int32_t i = 0; i < n_old; i++)
       if (!b->moved[i]) order[start[i] + count[i]] = i;
-    for (int32_t k = 0; k < n; k++) nodes[k] = L->nodes[order[k]];
-    memcpy(L->nodes, nodes, (size_t)n * sizeof *nodes);
-    for (int32_t i = 0; i < n; i++)
-      for (int32_t j = 0; j < L->nodes[i].n_outputs; j++)
-        if (L->nodes[i].outputs[j] >= 0) L->values[L->nodes[i].outputs[j]].producer = i;
+    sc_graph_permute_nodes(L, order, nodes);
   }
   sc_free(order);
   sc_free(count);
@@ -345,13 +341,18 @@ typedef struct rmember {
 static int32_t head(const rmember *m) { return m->rs >= 0 ? m->rs : m->ar; }
 
 /* P when value v is "grad:P" of a parameter P, or its flat view
- * "grad:P.flat" (flat.c), else NULL. */
+ * "grad:P.flat" (flat.c), or the mean over accumulated microbatches
+ * Mul("new:accum:P", a scalar) (passes/train.c: reduced once, in the
+ * step's last run), else NULL. */
 static const char *grad_param(const bucketer *b, int32_t v) {
   const sc_value *g = &b->L->values[v];
-  if (!g->name || strncmp(g->name, "grad:", 5) != 0 || g->rank < 1) return NULL;
-  const char *pp = sc_partition_param_of(b->p, g->name + 5);
+  const char *rest = g->name && strncmp(g->name, "grad:", 5) == 0
+                         ? g->name + 5
+                         : sc_partition_accum_mean_of(b->L, v);
+  if (!rest || g->rank < 1) return NULL;
+  const char *pp = sc_partition_param_of(b->p, rest);
   size_t n = pp ? strlen(pp) : 0;
-  return pp && (!g->name[5 + n] || strcmp(g->name + 5 + n, ".flat") == 0) ? pp : NULL;
+  return pp && (!rest[n] || strcmp(rest + n, ".flat") == 0) ? pp : NULL;
 }
 
 /* P when all-reduced value y becomes "grad:P" of a parameter P through

@@ -129,6 +129,8 @@ typedef struct lz {
   sc_shard_source *src;
   int32_t n_src, cap_src;
   int32_t stage;     /* of the node being localized */
+  bool at_every_run; /* it runs in every run of a step of several
+                        (region's REGION_RUN) */
   bool *stored;      /* [g->n_values] a parameter split over the storage axis,
                         or its narrowing Cast (cast_first) */
   bool *cast_first;  /* [g->n_nodes] a Cast of a stored parameter run on its
@@ -147,7 +149,9 @@ typedef struct lz {
                         second walk), or NULL */
 } lz;
 
-enum { REGION_LOSS = 1, REGION_GRAD = 2 }; /* the node feeds the loss, a gradient */
+/* the node feeds the loss, a gradient; the loss or an accumulator
+ * ("new:accum:P", an output each run of --grad-accum makes) */
+enum { REGION_LOSS = 1, REGION_GRAD = 2, REGION_RUN = 4 };
 
 static sc_status nomem(lz *z) {
   return sc_diag_set(z->d, SC_ERR_NOMEM, NULL, NULL, "out of memory");
@@ -449,10 +453,15 @@ static int32_t slice_dim(lz *z, int32_t x, const sc_value *gv, sc_sharding *a, i
 }
 
 /* How many times the piece of the node being localized runs per step: M in
- * a pipelined step's forward, backward and weight pieces, else once (the
- * cut's weight on a reduction there). */
+ * a pipelined step's forward, backward and weight pieces; K in an
+ * unpipelined step of K runs (--grad-accum) for a node that feeds the loss
+ * or a gradient (each run's), once for the gradients' mean and what reads
+ * it (the last run's: passes/train.h); else once (the cut's weight on a
+ * reduction there). */
 static double runs_per_step(const lz *z) {
   const sc_partition *p = z->p;
+  if (!p->n_chunks && p->train && p->train->runs > 1)
+    return z->at_every_run ? (double)p->train->runs : 1.0;
   if (!p->n_chunks || p->microbatches <= 1) return 1.0;
   return sc_pipe_per_mb(sc_pipe_piece_phase(p->n_chunks, z->stage)) ? (double)p->microbatches
                                                                       : 1.0;
@@ -503,8 +512,11 @@ static int32_t cast_to(lz *z, int32_t x, sc_dtype t, const sc_sharding *s) {
  * bf16 or fp16, as FSDP's reduce_dtype and Megatron's distributed optimizer
  * with --grad-reduce-in-bf16 reduce-scatter it; else its own. */
 static sc_dtype scatter_dtype(const lz *z, const sc_value *gv) {
+  if (z->p->reduce_dtype != SC_DTYPE_UNDEF && gv->dtype == SC_DTYPE_F32 &&
+      sc_partition_accum_mean_of(z->g, (int32_t)(gv - z->g->values)))
+    return z->p->reduce_dtype;
   if (z->p->reduce_dtype == SC_DTYPE_UNDEF || gv->dtype != SC_DTYPE_F32 || !z->region ||
-      gv->producer < 0 || z->region[gv->producer] != REGION_GRAD)
+      gv->producer < 0 || (z->region[gv->producer] & (REGION_LOSS | REGION_GRAD)) != REGION_GRAD)
     return gv->dtype;
   return z->p->reduce_dtype;
 }
@@ -557,6 +569,8 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
    * last or before a tp reduction (tp's sums stay in the gradient's dtype) */
   sc_dtype low = scatter_dtype(z, gv);
   bool narrow = false; /* x is the cast to low */
+  /* an accumulated gradient's mean: its all-reduce over a data axis too */
+  bool mean = sc_partition_accum_mean_of(z->g, gid) != NULL;
   for (int pass = 0; pass < 2; pass++)
     for (int32_t at = -1; at < z->m->n_axes; at++) {
       int32_t tp = z->p->tp_axis, ax = at < 0 ? tp : at;
@@ -572,7 +586,7 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
       if (pass == 0 && dim < 0) continue;
       sc_sharding next = a;
       next.partial &= ~(1u << ax);
-      bool first_scatter = ax != tp && dim >= 0 && !narrow, back = ax == tp && narrow;
+      bool first_scatter = ax != tp && (dim >= 0 || mean) && !narrow, back = ax == tp && narrow;
       if (low != gv->dtype && (first_scatter || back)) {
         x = cast_to(z, x, narrow ? gv->dtype : low, &a);
         if (x < 0) return -1;
@@ -1162,7 +1176,8 @@ static void note_pending(lz *z, const sc_node *n, bool grad, const sc_sharding *
 static sc_status localize_node(lz *z, int32_t nid) {
   const sc_node *n = &z->g->nodes[nid];
   z->stage = z->p->node_stage ? z->p->node_stage[nid] : 0;
-  uint8_t region = z->region ? z->region[nid] : 0;
+  uint8_t region = z->region ? z->region[nid] & (REGION_LOSS | REGION_GRAD) : 0;
+  z->at_every_run = z->region && (z->region[nid] & REGION_RUN);
   if (region == REGION_GRAD && !z->in_backward) {
     z->in_backward = true;
     if (z->p->zero_stage == 3 && !z->p->keep_after_forward) forget_gathered(z);
@@ -1435,7 +1450,7 @@ static sc_status casts_first(lz *z) {
   for (int pass = 0; pass < 2; pass++)
     for (int32_t nid = 0; nid < g->n_nodes; nid++) {
       const sc_node *n = &g->nodes[nid];
-      if ((n->flags & SC_NODE_DEAD) || !z->region[nid]) continue;
+      if ((n->flags & SC_NODE_DEAD) || !(z->region[nid] & (REGION_LOSS | REGION_GRAD))) continue;
       bool cast = narrowing_cast(g, n);
       for (int32_t i = 0; i < n->n_inputs; i++) {
         int32_t v = n->inputs[i];
@@ -1478,7 +1493,10 @@ static sc_status training_regions(lz *z) {
   for (int32_t i = 0; i < g->n_values; i++) {
     const sc_value *v = &g->values[i];
     if (!v->name) continue;
-    if (strcmp(v->name, "loss") == 0 && (v->flags & SC_VALUE_OUTPUT)) need[i] |= REGION_LOSS;
+    if (strcmp(v->name, "loss") == 0 && (v->flags & SC_VALUE_OUTPUT))
+      need[i] |= REGION_LOSS | REGION_RUN;
+    if (strncmp(v->name, "new:accum:", 10) == 0 && (v->flags & SC_VALUE_OUTPUT))
+      need[i] |= REGION_RUN;
     if (strncmp(v->name, "grad:", 5) == 0 && constraint(z, i)) need[i] |= REGION_GRAD;
     const sc_sharding *s = sc_graph_sharding(g, i);
     /* the parameter lookup scans the parameters: only for split inputs */

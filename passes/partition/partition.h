@@ -199,6 +199,10 @@ sc_status sc_partition_seed_tp(sc_partition *p, const sc_plan *plan);
  * a computed value is a constraint: localize reshards it there at once, and
  * a graph output leaves under it instead of replicated. */
 bool sc_partition_is_training(const sc_graph *g);
+/* When value v of a training step is the mean of an accumulated gradient,
+ * Mul("new:accum:P", a scalar) (passes/train.c), P (in the accumulator's
+ * name), else NULL. */
+const char *sc_partition_accum_mean_of(const sc_graph *g, int32_t v);
 /* The parameter (its name, from p->train) whose state input `name` is:
  * the parameter itself, "P.<state>" or "accum:P"; NULL for none. */
 const char *sc_partition_param_of(const sc_partition *p, const char *name);

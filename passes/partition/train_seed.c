@@ -23,7 +23,8 @@
  *               unpipelined, P not split otherwise: P itself is stored
  *               as its flat view, so takes it too);
  *   P           shard(P) under ZeRO-3, else base(P);
- *   P's state   shard(P) under ZeRO >= 1 (accumulators: ZeRO >= 2);
+ *   P's state   shard(P) under ZeRO >= 1 (accumulators: ZeRO >= 2, and
+ *               not summed once a step, below);
  *   grad:P      a constraint (localize reshards the value to it as soon as
  *               it is computed): shard(P) under ZeRO >= 1 — a reduce-scatter
  *               over F, then an all-reduce over dp of the shard (HSDP) —
@@ -31,15 +32,18 @@
  *               the axes that split base(P) (an expert parameter's
  *               gradient is whole over ep: each rank's experts saw every
  *               rank's tokens);
- *   accumulated a pipelined step of several microbatches (state
- *               "accum:P") without ZeRO on P: grad:P, accum:P and
+ *   accumulated a step of several microbatches (state "accum:P"):
+ *               pipelined, without ZeRO on P; unpipelined (--grad-accum),
+ *               unless ZeRO-3 shards P (once_a_step): grad:P, accum:P and
  *               new:accum:P are base(P) pending over D, so each rank sums
  *               its microbatches' gradients unreduced and the sum is
- *               all-reduced once, where the norm piece first reads it
- *               (Megatron's accumulation, DDP's no_sync), not once a
- *               microbatch. Not without a pipeline: --grad-accum runs the
- *               whole step (norm included) every microbatch, so reducing
- *               in the backward, overlapped, costs less there;
+ *               reduced once (Megatron's accumulation, DDP's no_sync), not
+ *               once a microbatch: in a pipeline where the norm piece first
+ *               reads it; without one the mean Mul(new:accum:P, 1/K)
+ *               takes grad:P's constraint, so it is all-reduced (ZeRO-1/2:
+ *               reduce-scattered) as soon as it is made, in the backward of
+ *               the step's last run, the only run that runs it (the others
+ *               skip what only the update needs: sc_session_set_partial);
  *   new:X       a constraint and the output's sharding: X's.
  * Parameters stored split over F are gathered before each forward and
  * backward use (localize.c, "storage axis"); the update reads them, their
@@ -175,6 +179,79 @@ static void pending_over_data(const sc_partition *p, const sc_sharding *base,
       out->partial |= (sc_axes)(1u << axes[k]);
 }
 
+const char *sc_partition_accum_mean_of(const sc_graph *g, int32_t v) {
+  int32_t pid = v >= 0 && v < g->n_values ? g->values[v].producer : -1;
+  const sc_node *n = pid >= 0 ? &g->nodes[pid] : NULL;
+  if (!n || (n->flags & SC_NODE_DEAD) || n->op != SC_OP_MUL || n->n_inputs != 2 ||
+      n->inputs[0] < 0 || n->inputs[1] < 0 || g->values[n->inputs[1]].rank != 0)
+    return NULL;
+  const char *acc = g->values[n->inputs[0]].name;
+  return acc && strncmp(acc, "new:accum:", 10) == 0 ? acc + 10 : NULL;
+}
+
+/* The mean over accumulated microbatches of parameter `name`'s gradient
+ * (sc_partition_accum_mean_of), or -1. */
+static int32_t accum_mean(const sc_graph *g, const char *name) {
+  for (int32_t v = 0; v < g->n_values; v++) {
+    const char *p = sc_partition_accum_mean_of(g, v);
+    if (p && strcmp(p, name) == 0) return v;
+  }
+  return -1;
+}
+
+/* Whether a parameter's accumulated gradient is summed unreduced over the
+ * step's microbatches and reduced once (split: its dims shard over fsdp):
+ * in a pipeline unless ZeRO shards its gradient; without one unless
+ * ZeRO-3 does (FSDP reduce-scatters every microbatch into the sharded
+ * sum: each run's gradient is sharded, its parameter gathered anyway). */
+static bool once_a_step(const sc_partition *p, bool split, int32_t zero) {
+  return !(split && zero >= (p->n_chunks > 0 ? 1 : 3));
+}
+
+/* Without a pipeline, each accumulation reduced once a step (once[v]:
+ * parameter value v's; its Add into "new:accum:P" and the mean's Mul, which
+ * passes/train.c appends after the norm's sums) moves right after the node
+ * that made what it reads, into the backward: the mean, constrained like
+ * the gradient, is then reduced there, bucketed, so the last run's
+ * reductions start while its backward runs, as DDP's buckets do. The others
+ * (ZeRO-3's, reduce-scattered every run) stay after the backward, where
+ * nothing reads a bucket's member before its last: moved, each would be
+ * reduced alone. */
+static sc_status place_accumulation(sc_graph *g, const bool *once) {
+  int32_t total = g->n_nodes;
+  int32_t *key = sc_malloc(((size_t)total + 1) * sizeof *key);
+  bool *moves = sc_calloc((size_t)total + 1, sizeof *moves);
+  if (!key || !moves) {
+    sc_free(key);
+    sc_free(moves);
+    return nomem(g);
+  }
+  for (int32_t v = 0; v < g->n_values; v++) {
+    const char *name = sc_partition_accum_mean_of(g, v);
+    int32_t pv = name ? sc_graph_find_value(g, name) : -1;
+    if (pv < 0 || !once[pv]) continue;
+    const sc_node *mean = &g->nodes[g->values[v].producer];
+    moves[g->values[v].producer] = true;
+    int32_t acc = g->values[mean->inputs[0]].producer; /* the Add into "new:accum:P" */
+    if (acc >= 0) moves[acc] = true;
+  }
+  for (int32_t i = 0; i < total; i++) {
+    const sc_node *n = &g->nodes[i];
+    key[i] = 2 * i + 1;
+    if (!moves[i]) continue;
+    int32_t after = 0; /* the latest producer of its inputs, in the new order */
+    for (int32_t k = 0; k < n->n_inputs; k++) {
+      int32_t pr = n->inputs[k] >= 0 ? g->values[n->inputs[k]].producer : -1;
+      if (pr >= 0 && key[pr] > after) after = key[pr];
+    }
+    key[i] = after;
+  }
+  sc_status st = sc_graph_order_nodes(g, key);
+  sc_free(key);
+  sc_free(moves);
+  return st;
+}
+
 /* [g->n_nodes]: whether a node feeds the loss (g in topological order),
  * or NULL out of memory. */
 static bool *loss_nodes(const sc_graph *g) {
@@ -211,13 +288,15 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
   sc_sharding *shard = sc_calloc((size_t)n_in + 1, sizeof *shard);
   bool *split = sc_calloc((size_t)n_in + 1, sizeof *split);
   bool *flat = sc_calloc((size_t)n_in + 1, sizeof *flat); /* flat.c's view */
+  bool *once = sc_calloc((size_t)g->n_values + 1, sizeof *once); /* a parameter's
+                                                 accumulation reduced once */
   bool any_flat = false;
   sc_flat_order order = {0};
   /* ZeRO-3 resharding after the forward: the flat parameters' backward
    * readers read their own copy (flat.c) */
   bool *forward = fsdp && zero == 3 && !p->keep_after_forward ? loss_nodes(g) : NULL;
   int32_t n_forward = g->n_nodes; /* the nodes forward[] covers: flat.c adds more */
-  sc_status st = base && shard && split && flat &&
+  sc_status st = base && shard && split && flat && once &&
                          (forward || !fsdp || zero != 3 || p->keep_after_forward)
                      ? SC_OK
                      : nomem(g);
@@ -260,7 +339,7 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     const sc_sharding *s = split[k] && zero >= need ? &shard[k] : &base[k];
     if (flat[k] && (pid != id || zero == 3) && !accum) s = &shard[k]; /* the flat state */
     sc_sharding pending;
-    if (accum && p->n_chunks > 0 && !(split[k] && zero >= 1)) {
+    if (accum && once_a_step(p, split[k], zero)) {
       pending_over_data(p, &base[k], &pending);
       s = &pending;
     }
@@ -272,15 +351,23 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
     /* a flat view's gradient: its view "grad:P.flat" carries the constraint */
     if (grad < 0 || (flat[k] && value_named(g, "accum:", name) < 0)) continue;
     s = split[k] && zero >= 1 ? &shard[k] : &base[k];
-    if (s == &base[k] && p->n_chunks > 0 && value_named(g, "accum:", name) >= 0) {
+    if (value_named(g, "accum:", name) >= 0 && once_a_step(p, split[k], zero)) {
+      once[id] = true;
+      /* without a pipeline the mean is reduced (reduce-scattered under
+       * ZeRO-1/2) as soon as it is made: in the backward, bucketed
+       * (bucket.c), in the step's last run only */
+      int32_t mean = p->n_chunks == 0 ? accum_mean(g, name) : -1;
+      if (mean >= 0 && (st = sc_graph_set_sharding(g, mean, s)) != SC_OK) break;
       pending_over_data(p, &base[k], &pending);
       s = &pending;
     }
     st = sc_graph_set_sharding(g, grad, s);
   }
+  if (st == SC_OK && p->n_chunks == 0) st = place_accumulation(g, once);
   sc_free(base);
   sc_free(shard);
   sc_free(split);
   sc_free(flat);
+  sc_free(once);
   return st;
 }

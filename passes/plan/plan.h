@@ -78,6 +78,9 @@ typedef struct sc_plan_predicted {
   struct {
     char axes[64];         /* "tp", "dp,tp" */
     double seconds;        /* exposed: not hidden behind compute */
+    int64_t calls;         /* simulated collectives (and sends) per step,
+                              every run of the step's program counted */
+    double bytes;          /* their buffers' bytes per step */
   } comm[SC_PLAN_PREDICTED_MAX_GROUPS];
 } sc_plan_predicted;
 

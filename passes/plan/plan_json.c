@@ -66,6 +66,13 @@ static json_t *predicted_json(const sc_plan_predicted *pr) {
                       json_pack("{s:f, s:o, s:f, s:f, s:f}", "compute_s", pr->compute_s,
                                 "exposed_comm_s", comm, "bubble_s", pr->bubble_s, "recompute_s",
                                 pr->recompute_s, "optimizer_s", pr->optimizer_s));
+  json_t *calls = json_object();
+  for (int32_t i = 0; calls && i < pr->n_comm; i++)
+    if (pr->comm[i].calls > 0)
+      json_object_set_new(calls, pr->comm[i].axes,
+                          json_pack("{s:I, s:f}", "calls", (json_int_t)pr->comm[i].calls,
+                                    "bytes", pr->comm[i].bytes));
+  json_object_set_new(o, "collectives", calls);
   json_object_set_new(o, "tokens_per_s",
                       pr->tokens_per_s > 0 ? json_real(pr->tokens_per_s) : json_null());
   json_object_set_new(o, "tflops_per_gpu", json_real(pr->flops_per_s_per_gpu / 1e12));

@@ -1,26 +1,38 @@
 """grad_accum_predict.py ONE.json TWO.json FOUR.json: the step predicted
 for --grad-accum K runs the program K times (codegen/dist_sim.c, the
-schedule's `runs`). The programs of K = 2 and K = 4 are the same but for
-the mean's constant, so every term of K = 4 is exactly twice K = 2's, and
-tokens/s and the MFU are equal; K = 2 is at least twice K = 1 (its runs
-add the running gradient sums and the guarded update)."""
+schedule's `runs`), the update and the gradients' reductions in the last
+run only (a run before it skips what only the update needs:
+sc_program_update_steps). So the forward and backward (compute_s) of K = 4
+are twice K = 2's, the optimizer's time is once a step (K = 2's),
+and the collectives a step are the program's (one reduction of every
+gradient) plus, in each run before the last, at most the loss's scalars
+and the position embedding's rows (a few KiB): within 1 % of the
+program's bytes, and within 5 % of K = 1's (at K = 4 the cut reduces
+the position embedding's whole [64, 64] gradient once, 16 KiB, instead
+of its [1, 16, 64] rows in every run's backward, 4 KiB each); the step
+of K = 4 is less than twice K = 2's."""
 import json
 import sys
 
-one, two, four = (json.load(open(f))["predicted"] for f in sys.argv[1:4])
+docs = [json.load(open(f)) for f in sys.argv[1:4]]
+one, two, four = (d["predicted"] for d in docs)
 
 
 def close(a, b, what):
-    assert abs(a - b) <= 1e-9 * max(abs(a), abs(b)), f"{what}: {a} against {b}"
+    # the programs of K = 2 and 4 differ but for the mean's constant only
+    # where the cut weighs a reduction in the backward K times (the
+    # position embedding's rows reduced in K = 2's backward, its table
+    # with the mean in K = 4's): a few elementwise steps
+    assert abs(a - b) <= 1e-3 * max(abs(a), abs(b)), f"{what}: {a} against {b}"
 
 
-close(four["step_time_s"], 2 * two["step_time_s"], "step")
-for term in ("compute_s", "optimizer_s", "recompute_s", "bubble_s"):
-    close(four["breakdown"][term], 2 * two["breakdown"][term], term)
-for axes, s in four["breakdown"]["exposed_comm_s"].items():
-    close(s, 2 * two["breakdown"]["exposed_comm_s"][axes], "exposed " + axes)
-close(four["tokens_per_s"], two["tokens_per_s"], "tokens/s")
-close(four["mfu"], two["mfu"], "mfu")
-assert two["step_time_s"] >= 2 * one["step_time_s"], (two["step_time_s"], one["step_time_s"])
-print(f"K=4 step {four['step_time_s'] * 1e6:.1f} us = 2 x K=2's; K=2 is "
-      f"{two['step_time_s'] / one['step_time_s']:.2f} x K=1's")
+close(four["breakdown"]["compute_s"], 2 * two["breakdown"]["compute_s"], "compute")
+close(four["breakdown"]["optimizer_s"], two["breakdown"]["optimizer_s"], "optimizer")
+sent = {k: d["collectives"]["dp"] for k, d in ((1, one), (2, two), (4, four))}
+program = sum(c["bytes"] for c in docs[2]["collectives"] if c["axes"] == "dp")
+assert sent[4]["bytes"] - program <= 0.01 * sent[1]["bytes"], (sent, program)
+assert sent[4]["bytes"] <= 1.05 * sent[1]["bytes"], sent
+assert four["step_time_s"] < 2 * two["step_time_s"], (four["step_time_s"], two["step_time_s"])
+assert two["step_time_s"] > one["step_time_s"], (two["step_time_s"], one["step_time_s"])
+print(f"K=4 step {four['step_time_s'] * 1e6:.1f} us < 2 x K=2's {two['step_time_s'] * 1e6:.1f}; "
+      f"dp bytes a step K=1 {sent[1]['bytes']:.0f}, K=4 {sent[4]['bytes']:.0f}: reduced once")

@@ -28,8 +28,8 @@ import sys
 
 UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 TIME = r"([\d.]+) (s|ms|us)"
-KEYS = {"source", "step_time_s", "rank", "pipe_rank", "breakdown", "tokens_per_s",
-        "tflops_per_gpu", "mfu", "peak_bytes_per_rank", "fits"}
+KEYS = {"source", "step_time_s", "rank", "pipe_rank", "breakdown", "collectives",
+        "tokens_per_s", "tflops_per_gpu", "mfu", "peak_bytes_per_rank", "fits"}
 TERMS = {"compute_s", "exposed_comm_s", "bubble_s", "recompute_s", "optimizer_s"}
 
 
