@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ir/attention.h"
 #include "ir/context_parallel.h"
 #include "passes/partition/partition.h"
 #include "passes/plan/cost.h"
@@ -496,10 +497,20 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   int64_t h = bm->hidden > 0 ? bm->hidden : 1;
   int64_t hd = bm->heads > 0 ? h / bm->heads : h;
   memset(t, 0, sizeof *t);
-  double core = 0, rest = 0;
+  double core = 0, core_bwd = 0, rest = 0;
   /* a padded sequence's core: its P/cp queries against all P keys */
-  double keys = (double)seq / (double)bm->seq;
-  sc_status st = gemm(x, b->attn_flops * mbs * keys / tp, seq / cp, seq, hd, &core, d);
+  double keys = (double)seq / (double)bm->seq, core_flops = b->attn_flops * mbs * keys / tp;
+  sc_status st = SC_OK;
+  if (bm->attn_fused) { /* the fused kernel, timed as the simulator times it (cost.h) */
+    st = sc_cost_fused_attention_time(x->c, x->o->dtype, core_flops, 0, seq / cp, seq, hd, false,
+                                      &core, d);
+    if (st == SC_OK)
+      st = sc_cost_fused_attention_time(x->c, x->o->dtype, SC_ATTENTION_GRAD_FLOPS * core_flops, 0,
+                                        seq / cp, seq, hd, true, &core_bwd, d);
+  } else {
+    st = gemm(x, core_flops, seq / cp, seq, hd, &core, d);
+    core_bwd = BACKWARD_FACTOR * core;
+  }
   if (st == SC_OK) st = block_gemms(x, c, b, rows, &rest, d);
   /* the experts: whole on every tp rank (ep.c), each of a rank's E/ep
    * experts over every ep rank's tokens (mbs x E x C slots a rank in all),
@@ -524,7 +535,7 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
                split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
-  t->block_bwd = BACKWARD_FACTOR * (core + rest) + MEM_BACKWARD_FACTOR * mem;
+  t->block_bwd = core_bwd + BACKWARD_FACTOR * rest + MEM_BACKWARD_FACTOR * mem;
   t->block_gemm = core + rest;
   t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd
                 : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE && !bm->attn_fused
