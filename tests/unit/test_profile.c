@@ -65,6 +65,22 @@ static sc_status read_edited(const char *from, const char *to, sc_diag *d) {
   return read_text(buf, &p, d);
 }
 
+/* p written and read back: the same bits. */
+static void assert_reads_back(const sc_profile *p) {
+  char *text = NULL;
+  size_t len = 0;
+  sc_diag d;
+  sc_diag_clear(&d);
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  assert_int_equal(sc_profile_write_json(p, f, &d), SC_OK);
+  fclose(f);
+  sc_profile q;
+  assert_int_equal(sc_profile_read_json(text, len, "w.json", &q, &d), SC_OK);
+  free(text);
+  assert_memory_equal(p, &q, sizeof *p);
+}
+
 static void test_reads_good(void **state) {
   (void)state;
   sc_profile p;
@@ -94,16 +110,7 @@ static void test_reads_good(void **state) {
   assert_close(p.sync[0].call_s, 2.5e-5);
   assert_close(p.sync[1].stretch, 2.5);
 
-  /* written and read back: the same bits */
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  assert_int_equal(sc_profile_write_json(&p, f, &d), SC_OK);
-  fclose(f);
-  sc_profile q;
-  assert_int_equal(sc_profile_read_json(text, len, "w.json", &q, &d), SC_OK);
-  free(text);
-  assert_memory_equal(&p, &q, sizeof p);
+  assert_reads_back(&p);
 }
 
 static void test_hostile(void **state) {
@@ -476,15 +483,7 @@ static void test_gpu_attention(void **state) {
   assert_true(a->heads == 2 && a->sq == 256 && a->d == 64);
   assert_close(a->flops_per_s, 4e13);
   assert_null(sc_profile_find_attention(&p, SC_CLUSTER_BF16, true));
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  assert_int_equal(sc_profile_write_json(&p, f, &d), SC_OK);
-  fclose(f);
-  sc_profile q;
-  assert_int_equal(sc_profile_read_json(text, len, "w.json", &q, &d), SC_OK);
-  free(text);
-  assert_memory_equal(&p, &q, sizeof p);
+  assert_reads_back(&p);
   gpu_bad("\"flops_per_s\": 4e13", "\"flops_per_s\": 5e13",
           "'attention[0].flops_per_s' must be the causal attention's FLOPs over seconds");
   gpu_bad("\"heads\": 2, ", "", "'attention[0].heads' is missing");
