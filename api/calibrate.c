@@ -27,6 +27,7 @@
 #include "calibrate.h"
 #include "codegen/compile.h"
 #include "codegen/dist_sim.h"
+#include "ir/attention.h"
 #include "ir/dtype.h"
 #include "ir/text.h"
 #include "passes/plan/profile.h"
@@ -546,6 +547,69 @@ static sc_status measure_attention(ctx *c, sc_diag *d) {
   return st;
 }
 
+/* ---- a GPU's fused attention (profile.h: a "cuda" profile's rows) ---- */
+
+/* FusedAttention over [1, h, s, dim] of type ty, causal, its output o;
+ * with grad, FusedAttentionGrad of that forward against an input d_o too
+ * (its dq, dk, dv the outputs), as a training step runs the pair. */
+static void gpu_attention_text(char *text, size_t cap, const char *ty, int64_t h, int64_t s,
+                               int64_t dim, bool grad) {
+  char sh[64];
+  snprintf(sh, sizeof sh, "%s[1,%lld,%lld,%lld]", ty, (long long)h, (long long)s, (long long)dim);
+  double scale = 1.0 / sqrt((double)dim);
+  size_t n = (size_t)snprintf(
+      text, cap,
+      "shardc.ir 1\ngraph \"g\" opset 18 {\n  input %%q : %s\n  input %%k : %s\n"
+      "  input %%v : %s\n%s%s%s"
+      "  %%o : %s, %%lse : f32[1,%lld,%lld] = FusedAttention(%%q, %%k, %%v) "
+      "{scale = %.9g, causal = 1} \"attn\"\n",
+      sh, sh, sh, grad ? "  input %do : " : "", grad ? sh : "", grad ? "\n" : "", sh, (long long)h,
+      (long long)s, scale);
+  if (!grad) {
+    snprintf(text + n, cap - n, "  output %%o\n}\n");
+    return;
+  }
+  snprintf(text + n, cap - n,
+           "  %%dq : %s, %%dk : %s, %%dv : %s = "
+           "FusedAttentionGrad(%%q, %%k, %%v, %%o, %%lse, %%do) "
+           "{scale = %.9g, causal = 1} \"attn_grad\"\n  output %%dq\n  output %%dk\n"
+           "  output %%dv\n}\n",
+           sh, sh, sh, scale);
+}
+
+/* Times the runtime's fused attention on the GPU at one shape (heads x
+ * seq x seq, head dim, causal: the published figures' kind, docs/planner.md
+ * "Attention on a GPU"), each dtype's forward alone and forward plus
+ * backward; the backward's time is the difference. A row a dtype and
+ * direction: its FLOPs (sc_attention_flops) over its seconds. */
+static sc_status measure_gpu_attention(ctx *c, sc_diag *d) {
+  int64_t h = c->o->quick ? 2 : 32, s = c->o->quick ? 256 : 2048, dim = c->o->quick ? 64 : 128;
+  static const struct {
+    const char *ir;
+    sc_cluster_dtype t;
+  } TYPES[] = {{"f32", SC_CLUSTER_FP32}, {"bf16", SC_CLUSTER_BF16}};
+  for (int ti = 0; ti < 2; ti++) {
+    char text[1024];
+    double fwd = 0, both = 0;
+    gpu_attention_text(text, sizeof text, TYPES[ti].ir, h, s, dim, false);
+    TRY(time_text(text, true, c->tg, c->min_s, &fwd, NULL, NULL, d));
+    gpu_attention_text(text, sizeof text, TYPES[ti].ir, h, s, dim, true);
+    TRY(time_text(text, true, c->tg, c->min_s, &both, NULL, NULL, d));
+    double sec[2] = {floored(c, fwd - c->run1_s, "attention"),
+                     floored(c, both - fwd, "attention grad")};
+    for (int grad = 0; grad < 2 && c->p->n_attention < SC_PROFILE_MAX_ATTENTION; grad++) {
+      sc_profile_attention *pa = &c->p->attention[c->p->n_attention++];
+      pa->dtype = TYPES[ti].t, pa->grad = grad;
+      pa->heads = h, pa->sq = s, pa->d = dim, pa->seconds = sec[grad];
+      pa->flops_per_s = sc_attention_flops(1, h, s, s, dim, dim, true, grad) / sec[grad];
+      note(c, "attention %-4s %s %lld heads x %lld x %lld causal: %9.2f us, %7.2f GFLOP/s\n",
+           TYPES[ti].ir, grad ? "grad" : "fwd ", (long long)h, (long long)s, (long long)dim,
+           sec[grad] * 1e6, pa->flops_per_s / 1e9);
+    }
+  }
+  return SC_OK;
+}
+
 /* ---- collectives over local thread-ranks ---- */
 
 enum { KINDS = 3 }; /* all-reduce, all-gather, reduce-scatter */
@@ -858,7 +922,7 @@ sc_status sc_calibrate(const sc_calibrate_opts *o, sc_profile *out, sc_diag *d) 
   if (st == SC_OK) st = measure_memory(&c, d);
   if (st == SC_OK) st = measure_gemms(&c, d);
   if (st == SC_OK && !cuda) st = measure_kernels(&c, d);
-  if (st == SC_OK && !cuda) st = measure_attention(&c, d);
+  if (st == SC_OK) st = cuda ? measure_gpu_attention(&c, d) : measure_attention(&c, d);
   /* one process on one GPU has no communicator of 2+ ranks to time:
    * NCCL holds one rank per GPU, and the CPU communicators need host
    * memory (the profile's comms stay empty; the cluster keeps its links) */

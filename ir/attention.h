@@ -42,8 +42,9 @@ double sc_attention_pairs(int64_t sq, int64_t skv, bool causal);
 
 /* FLOPs of one forward: 2·pairs·(d + dv) per head (scores and the
  * product with v; 4·b·h·sq·skv·d when dv = d, no causal mask); the
- * backward (grad true) 2.5 times that, FlashAttention-2's count (the
- * recomputed scores and four products). */
+ * backward (grad true) SC_ATTENTION_GRAD_FLOPS times that,
+ * FlashAttention-2's count (the recomputed scores and four products). */
+#define SC_ATTENTION_GRAD_FLOPS 2.5
 double sc_attention_flops(int64_t b, int64_t h, int64_t sq, int64_t skv, int64_t d, int64_t dv,
                           bool causal, bool grad);
 

@@ -105,7 +105,7 @@ double sc_attention_flops(int64_t b, int64_t h, int64_t sq, int64_t skv, int64_t
                           bool causal, bool grad) {
   double f = 2.0 * (double)b * (double)h * sc_attention_pairs(sq, skv, causal) *
              (double)(d + dv);
-  return grad ? 2.5 * f : f;
+  return grad ? SC_ATTENTION_GRAD_FLOPS * f : f;
 }
 
 sc_status sc_op_infer_attention(sc_graph *g, sc_node *n) {

@@ -155,13 +155,17 @@ static sc_status read_root(rd *r, json_t *root, sc_cluster *c) {
   TRY(get_obj(r, root, "", "gpu", true, &g));
   static const char *const gk[] = {"name",          "memory_bytes",          "peak_flops",
                                    "hbm_bytes_per_s", "host_link_bytes_per_s", "context_bytes",
-                                   NULL};
+                                   "attention_efficiency", NULL};
   TRY(only_keys(r, g, "gpu", gk));
   TRY(get_count(r, g, "gpu", "context_bytes", false, (int64_t)1 << 40, &c->context_bytes));
   TRY(get_name(r, g, "gpu", "name", true, c->device_name));
   TRY(get_count(r, g, "gpu", "memory_bytes", true, (int64_t)1 << 50, &c->device_memory_bytes));
   TRY(get_num(r, g, "gpu", "hbm_bytes_per_s", true, &c->memory_bytes_per_s));
   TRY(get_num(r, g, "gpu", "host_link_bytes_per_s", false, &c->host_link_bytes_per_s));
+  TRY(get_num(r, g, "gpu", "attention_efficiency", false, &c->attention_efficiency));
+  if (c->attention_efficiency > 1)
+    return bad(r, SC_ERR_INVALID, "gpu.attention_efficiency",
+               "must be at most 1 (a share of the peak)");
   TRY(get_obj(r, g, "gpu", "peak_flops", true, &pf));
   static const char *const fk[] = {"fp8", "bf16", "fp16", "tf32", "fp32", NULL};
   TRY(only_keys(r, pf, "gpu.peak_flops", fk));

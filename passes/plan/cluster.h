@@ -83,6 +83,12 @@ typedef struct sc_cluster {
                                             profile's); 0 = unknown */
   double peak_flops[SC_CLUSTER_DTYPE_COUNT]; /* per device; 0 = unknown */
   double memory_bytes_per_s;             /* per device (HBM); 0 = unknown */
+  double attention_efficiency;           /* a fused attention's FLOP/s over the
+                                            dtype's peak (gpu.attention_efficiency,
+                                            in (0, 1]; the presets give the
+                                            published figure of their GPU); 0 =
+                                            not given: costed as a GEMM of its
+                                            sq x skv x d (cost.h) */
   double host_link_bytes_per_s;          /* per device, one direction, between
                                             its memory and pinned host memory
                                             (PCIe on a GPU: gpu.host_link_bytes_per_s;

@@ -154,13 +154,11 @@ double sc_cost_step_overhead(const sc_cluster *c) {
   return c->profile.present ? c->profile.step_overhead_s : 0;
 }
 
-/* The profile's time of `flops` at the rate of an m x n x k product of t
- * in layout (ta, tb), with the bytes at its streaming bandwidth, plus the
- * step overhead. */
-static sc_status profile_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops,
-                                   double bytes, bool ta, bool tb, double m, double n, double k,
-                                   double *seconds, sc_diag *d) {
-  double rate = sc_profile_gemm_rate(&c->profile, t, ta, tb, m, n, k);
+/* The profile's time of `flops` at `rate` (of dtype t; 0: none
+ * measured), with the bytes at its streaming bandwidth, plus the step
+ * overhead. */
+static sc_status profile_rate_time(const sc_cluster *c, sc_cluster_dtype t, double flops,
+                                   double bytes, double rate, double *seconds, sc_diag *d) {
   if (!(rate > 0))
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                        "cluster %s: its profile has no %s GEMM (calibrate measured none)",
@@ -168,6 +166,14 @@ static sc_status profile_gemm_time(const sc_cluster *c, sc_cluster_dtype t, doub
   double tc = flops / rate, tm = bytes / c->profile.memory_bytes_per_s;
   *seconds = (tc > tm ? tc : tm) + sc_cost_step_overhead(c);
   return SC_OK;
+}
+
+/* The same at the rate of an m x n x k product of t in layout (ta, tb). */
+static sc_status profile_gemm_time(const sc_cluster *c, sc_cluster_dtype t, double flops,
+                                   double bytes, bool ta, bool tb, double m, double n, double k,
+                                   double *seconds, sc_diag *d) {
+  double rate = sc_profile_gemm_rate(&c->profile, t, ta, tb, m, n, k);
+  return profile_rate_time(c, t, flops, bytes, rate, seconds, d);
 }
 
 static sc_status check_gemm(const sc_cluster *c, sc_cluster_dtype t, double flops, double bytes,
@@ -244,8 +250,8 @@ sc_status sc_cost_attention_time(const sc_cluster *c, sc_cluster_dtype t,
   if (s->sq < 1 || s->skv < 1 || s->d < 1)
     return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL, "attention: sq %lld, skv %lld, d %lld",
                        (long long)s->sq, (long long)s->skv, (long long)s->d);
-  const sc_profile_attention *pa =
-      c->profile.present ? sc_profile_find_attention(&c->profile, t, grad) : NULL;
+  const sc_profile_attention *pa = c->profile.present && strcmp(c->profile.device, "cpu") == 0
+                                       ? sc_profile_find_attention(&c->profile, t, grad) : NULL;
   if (pa) { /* the CPU kernel's measured model (profile.h) */
     if (need_hbm(c, d) != SC_OK) return d->status;
     double feat[SC_PROFILE_ATTN_TERMS], units = 1, tc = 0;
@@ -259,14 +265,28 @@ sc_status sc_cost_attention_time(const sc_cluster *c, sc_cluster_dtype t,
     *flops = f;
     return SC_OK;
   }
-  double eff = sc_cost_gemm_efficiency(s->sq, s->skv, s->d);
-  sc_status st = !c->profile.present ? sc_cost_gemm_time(c, t, f, bytes, eff, seconds, d)
-                 : check_gemm(c, t, f, bytes, eff, d) != SC_OK
-                     ? d->status
-                     : profile_gemm_time(c, t, f, bytes, false, true, (double)s->sq,
-                                         (double)s->skv, (double)s->d, seconds, d);
+  sc_status st =
+      sc_cost_fused_attention_time(c, t, f, bytes, s->sq, s->skv, s->d, grad, seconds, d);
   if (st == SC_OK) *flops = f;
   return st;
+}
+
+sc_status sc_cost_fused_attention_time(const sc_cluster *c, sc_cluster_dtype t, double flops,
+                                       double bytes, int64_t sq, int64_t skv, int64_t hd,
+                                       bool grad, double *seconds, sc_diag *d) {
+  *seconds = 0;
+  double eff = sc_cost_gemm_efficiency(sq, skv, hd);
+  if (check_gemm(c, t, flops, bytes, eff, d) != SC_OK) return d->status;
+  double ae = c->attention_efficiency;
+  if (!c->profile.present) /* the kernel reaches no more than its products would */
+    return sc_cost_gemm_time(c, t, flops, bytes, ae > 0 && ae < eff ? ae : eff, seconds, d);
+  const sc_profile_attention *pa = strcmp(c->profile.device, "cuda") == 0
+                                       ? sc_profile_find_attention(&c->profile, t, grad) : NULL;
+  double rate = pa ? pa->flops_per_s
+                   : sc_profile_gemm_rate(&c->profile, t, false, true, (double)sq, (double)skv,
+                                          (double)hd);
+  if (!pa && ae > 0 && rate > ae * c->peak_flops[t]) rate = ae * c->peak_flops[t];
+  return profile_rate_time(c, t, flops, bytes, rate, seconds, d);
 }
 
 sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds, sc_diag *d) {

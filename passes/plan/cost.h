@@ -113,13 +113,27 @@ sc_status sc_cost_memory_time(const sc_cluster *c, double bytes, double *seconds
  * sc_cost_memory_time. */
 sc_status sc_cost_kernel_time(const sc_cluster *c, double bytes, const double *f, bool split,
                               double *seconds, sc_diag *d);
+/* `flops` of a fused attention (one direction, grad: the backward) of
+ * sq queries against skv keys, head dim hd, in dtype t, moving `bytes`;
+ * what the simulator (sc_cost_attention_time, below) and the search's
+ * estimate both time the kernel by (docs/planner.md, "Attention on a
+ * GPU"): with a CUDA profile
+ * that measured attention in t and this direction, at its measured rate
+ * (profile.h); else at the rate of its per-head products (sq x skv x hd:
+ * sc_cost_gemm_efficiency of the peak, or the profile's measured GEMM
+ * rate for that shape), but no more than the cluster's
+ * attention_efficiency of the peak (cluster.h; a profile's peak is its
+ * best measured GEMM rate). Roofline against the bytes, plus the profile's
+ * step overhead. Errors as sc_cost_gemm_time. */
+sc_status sc_cost_fused_attention_time(const sc_cluster *c, sc_cluster_dtype t, double flops,
+                                       double bytes, int64_t sq, int64_t skv, int64_t hd,
+                                       bool grad, double *seconds, sc_diag *d);
 /* A fused attention step (ir/attention.h) of shape s: its FLOPs
  * (sc_attention_flops: 4·b·h·sq·skv·d forward for dv = d, the visible
- * pairs only when causal; the backward 2.5 times) at the GEMM rate of its
- * per-head products (sq x skv x d: sc_cost_gemm_efficiency, or the
- * profile's measured rate for that shape), moving `bytes` (q, k, v, o,
- * lse, mask and the gradients, each once: no score matrix). With a
- * profile that measured attention in t and this direction (profile.h,
+ * pairs only when causal; the backward 2.5 times) timed by
+ * sc_cost_fused_attention_time, moving `bytes` (q, k, v, o, lse, mask and
+ * the gradients, each once: no score matrix). With a CPU profile that
+ * measured attention in t and this direction (profile.h,
  * sc_profile_attention) its computing time is that model's instead: the
  * features' seconds on one thread over the threads its work units keep
  * busy (min(threads, units)), the larger of that and the memory time,

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 
+#include "ir/attention.h"
 #include "ir/fileio.h"
 #include "json_keys.h"
 #include "profile.h"
@@ -94,13 +95,37 @@ static sc_status read_gemm(json_t *o, const char *path, sc_profile_gemm *g, sc_d
   return SC_OK;
 }
 
-static sc_status read_attention(json_t *o, const char *path, sc_profile_attention *a,
+/* A row of a GPU's fused attention (profile.h): its shape, seconds and
+ * rate, which must agree. */
+static sc_status read_gpu_attention(json_t *o, const char *path, sc_profile_attention *a,
+                                    sc_diag *d) {
+  TRY(sc_json_get_count(o, WHAT, path, "heads", true, MAX_DIM, &a->heads, d));
+  TRY(sc_json_get_count(o, WHAT, path, "sq", true, MAX_DIM, &a->sq, d));
+  TRY(sc_json_get_count(o, WHAT, path, "d", true, MAX_DIM, &a->d, d));
+  TRY(get_range(o, path, "seconds", MIN_S, MAX_S, &a->seconds, d));
+  TRY(get_range(o, path, "flops_per_s", 1, MAX_RATE, &a->flops_per_s, d));
+  double want = sc_attention_flops(1, a->heads, a->sq, a->sq, a->d, a->d, true, a->grad) /
+                a->seconds;
+  if (fabs(a->flops_per_s - want) > 1e-6 * want) {
+    char p[128];
+    sc_json_join(p, sizeof p, path, "flops_per_s");
+    return sc_json_bad(d, SC_ERR_INVALID, WHAT, p,
+                       "must be the causal attention's FLOPs over seconds");
+  }
+  return SC_OK;
+}
+
+/* gpu: a "cuda" profile's row (its shape and rate), else the CPU's
+ * feature model. */
+static sc_status read_attention(json_t *o, const char *path, bool gpu, sc_profile_attention *a,
                                 sc_diag *d) {
   if (!json_is_object(o)) return sc_json_bad(d, SC_ERR_PARSE, WHAT, path, "must be an object");
   const char *k[SC_PROFILE_ATTN_TERMS + 3] = {"dtype", "grad"};
   for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++) k[2 + t] = sc_profile_attention_keys[t];
   k[SC_PROFILE_ATTN_TERMS + 2] = NULL;
-  TRY(sc_json_only_keys(o, WHAT, path, k, d));
+  static const char *const gk[] = {"dtype", "grad", "heads", "sq", "d", "seconds", "flops_per_s",
+                                   NULL};
+  TRY(sc_json_only_keys(o, WHAT, path, gpu ? gk : k, d));
   TRY(read_dtype(o, path, &a->dtype, d));
   json_t *g = json_object_get(o, "grad");
   if (!g || !json_is_boolean(g)) {
@@ -110,6 +135,7 @@ static sc_status read_attention(json_t *o, const char *path, sc_profile_attentio
                        g ? "must be true or false" : "is missing");
   }
   a->grad = json_is_true(g);
+  if (gpu) return read_gpu_attention(o, path, a, d);
   for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++)
     TRY(get_range(o, path, sc_profile_attention_keys[t], MIN_S, MAX_S, &a->s[t], d));
   return SC_OK;
@@ -221,7 +247,7 @@ static sc_status read_root(json_t *root, sc_profile *p, sc_diag *d) {
     char path[32];
     snprintf(path, sizeof path, "attention[%zu]", i);
     sc_profile_attention *a = &p->attention[i];
-    TRY(read_attention(v, path, a, d));
+    TRY(read_attention(v, path, strcmp(p->device, "cuda") == 0, a, d));
     if (sc_profile_find_attention(p, a->dtype, a->grad))
       return sc_json_bad(d, SC_ERR_INVALID, WHAT, path, "repeats a dtype and direction");
     p->n_attention = (int32_t)i + 1;
@@ -328,8 +354,14 @@ sc_status sc_profile_write_json(const sc_profile *p, FILE *f, sc_diag *d) {
       const sc_profile_attention *a = &p->attention[i];
       fprintf(f, "%s\n  {\"dtype\": \"%s\", \"grad\": %s", i ? "," : "",
               sc_cluster_dtype_names[a->dtype], a->grad ? "true" : "false");
-      for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++)
-        fprintf(f, ", \"%s\": %.17g", sc_profile_attention_keys[t], a->s[t]);
+      if (strcmp(p->device, "cuda") == 0)
+        fprintf(f, ", \"heads\": %lld, \"sq\": %lld, \"d\": %lld, \"seconds\": %.17g, "
+                   "\"flops_per_s\": %.17g",
+                (long long)a->heads, (long long)a->sq, (long long)a->d, a->seconds,
+                a->flops_per_s);
+      else
+        for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++)
+          fprintf(f, ", \"%s\": %.17g", sc_profile_attention_keys[t], a->s[t]);
       fprintf(f, "}");
     }
     fprintf(f, "],\n");

@@ -108,10 +108,19 @@ extern const char *const sc_profile_kernel_keys[SC_PROFILE_KERNEL_TERMS];
 enum { SC_PROFILE_ATTN_ROW, SC_PROFILE_ATTN_SCORE, SC_PROFILE_ATTN_MAC, SC_PROFILE_ATTN_TERMS };
 extern const char *const sc_profile_attention_keys[SC_PROFILE_ATTN_TERMS];
 
+/* A GPU's fused attention (a "cuda" profile's rows, docs/planner.md
+ * "Attention on a GPU"): one direction timed at one shape, heads x sq
+ * queries against sq keys, causal, head dim d; flops_per_s is its FLOPs
+ * (sc_attention_flops) over the seconds, the rate cost.c gives every
+ * fused attention of that dtype and direction on the device. A CPU
+ * profile's rows hold s[] and leave these 0, a GPU's the reverse. */
 typedef struct sc_profile_attention {
   sc_cluster_dtype dtype; /* the operands' (q, k, v) */
   bool grad;              /* the backward (ATTENTION_GRAD) */
-  double s[SC_PROFILE_ATTN_TERMS]; /* seconds per feature, one thread */
+  double s[SC_PROFILE_ATTN_TERMS]; /* cpu: seconds per feature, one thread */
+  int64_t heads, sq, d;   /* cuda: the shape timed (b x h heads) */
+  double seconds;         /* cuda: one call, median of the timed runs */
+  double flops_per_s;     /* cuda: sc_attention_flops / seconds */
 } sc_profile_attention;
 
 /* Thread-ranks that compute and meet in a collective, as a training

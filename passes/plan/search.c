@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ir/attention.h"
 #include "ir/context_parallel.h"
 #include "passes/partition/partition.h"
 #include "passes/plan/cost.h"
@@ -140,7 +141,10 @@ enum { COMM_LOW_B = 2 };
  *     against 229 at tp=8 (the 530B, pp=35, selective: it was estimated
  *     at 0.60 of its exact peak): 2.2 and 1.05 times; 1 + 0.2 (tp - 1)
  *     keeps the estimate above both, times the kept
- *     values without it;
+ *     values without it. Both cores were unfused (the A100 rows); a fused
+ *     core's stash splits with the stream: the H100 7.1B shape at pp=2,
+ *     tp=8, recompute none stashes 5.88 GB with sp, 11.75 without, and
+ *     this rule estimated its peak at 2.7 times the exact one;
  *   SAVED_FULL_PIPE, SAVED_FULL_PIPE_SP: a pipeline stage's stash under
  *     full recompute, in block inputs (whole, [seq, hidden] fp32, not
  *     split by tp): 1.09 of it on the Megatron 39B shape (pp=2 dp=8
@@ -496,10 +500,20 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
   int64_t h = bm->hidden > 0 ? bm->hidden : 1;
   int64_t hd = bm->heads > 0 ? h / bm->heads : h;
   memset(t, 0, sizeof *t);
-  double core = 0, rest = 0;
+  double core = 0, core_bwd = 0, rest = 0;
   /* a padded sequence's core: its P/cp queries against all P keys */
-  double keys = (double)seq / (double)bm->seq;
-  sc_status st = gemm(x, b->attn_flops * mbs * keys / tp, seq / cp, seq, hd, &core, d);
+  double keys = (double)seq / (double)bm->seq, core_flops = b->attn_flops * mbs * keys / tp;
+  sc_status st = SC_OK;
+  if (bm->attn_fused) { /* the fused kernel, timed as the simulator times it (cost.h) */
+    st = sc_cost_fused_attention_time(x->c, x->o->dtype, core_flops, 0, seq / cp, seq, hd, false,
+                                      &core, d);
+    if (st == SC_OK)
+      st = sc_cost_fused_attention_time(x->c, x->o->dtype, SC_ATTENTION_GRAD_FLOPS * core_flops, 0,
+                                        seq / cp, seq, hd, true, &core_bwd, d);
+  } else {
+    st = gemm(x, core_flops, seq / cp, seq, hd, &core, d);
+    core_bwd = BACKWARD_FACTOR * core;
+  }
   if (st == SC_OK) st = block_gemms(x, c, b, rows, &rest, d);
   /* the experts: whole on every tp rank (ep.c), each of a rank's E/ep
    * experts over every ep rank's tokens (mbs x E x C slots a rank in all),
@@ -524,7 +538,7 @@ static sc_status block_times(const ctx *x, const sc_search_cand *c, mb_times *t,
                split / tp / x->hbm_nodes;
   double core_mem = b->attn_mem_bytes * mbs / tp / x->hbm_nodes;
   t->block_fwd = core + rest + mem;
-  t->block_bwd = BACKWARD_FACTOR * (core + rest) + MEM_BACKWARD_FACTOR * mem;
+  t->block_bwd = core_bwd + BACKWARD_FACTOR * rest + MEM_BACKWARD_FACTOR * mem;
   t->block_gemm = core + rest;
   t->block_re = c->recompute == SC_SEARCH_RECOMPUTE_FULL        ? t->block_fwd
                 : c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE && !bm->attn_fused
@@ -1028,8 +1042,11 @@ static void block_values(const ctx *x, const sc_search_cand *c, double *all, dou
   double split = b->saved_bytes - b->whole_saved_bytes -
                  lo * (b->low_saved_bytes - b->whole_low_saved_bytes);
   /* a pipeline's stash keeps the stream whole under sequence parallelism
-   * too, and more (SAVED_PIPE_SP_TP) */
-  bool sp = c->sequence_parallel && c->pp == 1;
+   * too, and more (SAVED_PIPE_SP_TP), where the attention core is unfused;
+   * a fused core's stash splits with the stream as the one program's does
+   * (docs/planner.md, "The estimate") */
+  bool fused = x->bm->attn_fused;
+  bool sp = c->sequence_parallel && (c->pp == 1 || fused);
   *all = sp ? (whole + split) / tp : whole + split / tp;
   double k = *all;
   if (c->recompute == SC_SEARCH_RECOMPUTE_SELECTIVE)
@@ -1038,8 +1055,8 @@ static void block_values(const ctx *x, const sc_search_cand *c, double *all, dou
     k = b->input_bytes * (c->sequence_parallel ? SAVED_FULL_PIPE_SP : SAVED_FULL_PIPE);
   else if (c->recompute == SC_SEARCH_RECOMPUTE_FULL)
     k = c->sequence_parallel ? b->input_bytes / tp : b->input_bytes;
-  else if (c->pp > 1) /* sequence parallelism adds copies to the stash */
-    k *= SAVED_PIPE * (c->sequence_parallel ? 1 + SAVED_PIPE_SP_TP * (tp - 1) : 1);
+  else if (c->pp > 1) /* sequence parallelism adds copies to an unfused core's stash */
+    k *= SAVED_PIPE * (c->sequence_parallel && !fused ? 1 + SAVED_PIPE_SP_TP * (tp - 1) : 1);
   else
     k *= SAVED_ONE;
   *keep = k;

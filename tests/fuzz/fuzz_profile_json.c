@@ -6,7 +6,9 @@
  * rejected text must come back as a status with a message and a zeroed
  * profile. An accepted one must hold what the header promises: 1 to 64
  * GEMM rows with positive finite figures and rate = 2mnk / seconds, at most
- * 4 communicators, every figure positive and finite, names NUL-terminated;
+ * 4 communicators, every figure positive and finite (a GPU profile's
+ * attention rows their shape, seconds and rate; a CPU's their
+ * coefficients), names NUL-terminated;
  * it must write and read back to the same bits; and the interpolated rate
  * of any shape, for a dtype it measured, must be positive and finite. A
  * crash, a sanitizer report, a leak or an assert is a bug. Built by
@@ -55,7 +57,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const sc_profile_attention *a = &p.attention[i];
     SC_ASSERT((unsigned)a->dtype < SC_CLUSTER_DTYPE_COUNT &&
               sc_profile_find_attention(&p, a->dtype, a->grad) == a); /* one a (dtype, grad) */
-    for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++) check_figure(a->s[t]);
+    if (strcmp(p.device, "cuda") == 0) { /* a GPU's row: its shape and rate */
+      SC_ASSERT(a->heads >= 1 && a->sq >= 1 && a->d >= 1);
+      check_figure(a->seconds);
+      check_figure(a->flops_per_s);
+    } else {
+      for (int t = 0; t < SC_PROFILE_ATTN_TERMS; t++) check_figure(a->s[t]);
+    }
   }
   for (int32_t i = 0; i < p.n_comms; i++) {
     SC_ASSERT(memchr(p.comms[i].name, '\0', sizeof p.comms[i].name) && p.comms[i].max_ranks >= 2);

@@ -21,8 +21,8 @@
 # NumPy (make_npy_seeds.py), the program.json of the samples compiled with
 # `shardc compile --target cpu` ($SHARDC, else the fuzz build's own shardc),
 # the example of docs/plan-format.md plus a few hand-written plans, the
-# cluster presets of samples/clusters/ plus a minimal cluster file, two
-# hand-written calibration profiles, and every
+# cluster presets of samples/clusters/ plus a minimal cluster file, three
+# hand-written calibration profiles (two a CPU's, one a GPU's), and every
 # file in tests/fuzz/regressions/<target>/ (inputs that once found a bug,
 # replayed on every run). A crash, leak, timeout (10 s per
 # input), out-of-memory (2 GiB) or UB report leaves its input in
@@ -118,6 +118,11 @@ printf '{"format": "shardc-profile-1", "device": {"kind": "cpu", "name": "AMD EP
  "comms": [{"name": "local", "max_ranks": 4, "latency_s": 1e-5, "bandwidth_bytes_per_s": 5e9,
   "overhead_s": 2e-6}], "sync": [{"ranks": 2, "call_s": 2e-5, "stretch": 1.1},
   {"ranks": 4, "call_s": 3e-5, "stretch": 2.2}], "calibrate_s": 3.5}\n' >"$SEEDS/profile_json/two.json"
+printf '{"format": "shardc-profile-1", "device": {"kind": "cuda", "name": "g", "threads": 1},
+ "gemm": [{"m": 1024, "n": 1024, "k": 1024, "dtype": "bf16", "seconds": 2.147483648e-5,
+  "flops_per_s": 1e14}], "memory_bytes_per_s": 2e12, "step_overhead_s": 2e-6,
+ "attention": [{"dtype": "bf16", "grad": false, "heads": 2, "sq": 256, "d": 64,
+  "seconds": 4.210688e-7, "flops_per_s": 4e13}]}\n' >"$SEEDS/profile_json/gpu.json"
 for t in $TARGETS; do
   if [ -d "$ROOT/tests/fuzz/regressions/$t" ]; then
     find "$ROOT/tests/fuzz/regressions/$t" -type f ! -name '*.md' -exec cp {} "$SEEDS/$t/" \;

@@ -74,6 +74,8 @@ GRID = [
     (GPT_1P5B, "h100-sxm:8x1", 64, "--mesh fsdp=8 --zero 3 --microbatches 1 --recompute none"),
     (GPT2, "h100-sxm:8x1", 16, "--mesh pp=2,fsdp=2,tp=2 --zero 2 --schedule gpipe --microbatches 1 --recompute none"),
     (GPT2, "h100-sxm:8x1", 16, "--mesh pp=2,dp=2,tp=2 --schedule 1f1b --microbatches 4 --recompute full --sequence-parallel"),
+    # a fused attention core's stash under sequence parallelism: split by tp
+    (GPT2, "h100-sxm:8x1", 16, "--mesh pp=2,tp=4 --schedule 1f1b --microbatches 4 --recompute none --sequence-parallel"),
 ]
 MEGATRON = [
     ("a100_7p5b", "a100-80g:8x16", 512, "--mesh pp=4,dp=16,tp=2 --schedule zb-h1 --microbatches 32 --recompute full --sequence-parallel"),

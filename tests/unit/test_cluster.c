@@ -26,7 +26,8 @@ static const char FULL[] =
     "{\"name\": \"test\", \"nodes\": 64, \"gpus_per_node\": 8,\n"
     " \"gpu\": {\"name\": \"A100-SXM4-80GB\", \"memory_bytes\": 85899345920,\n"
     "   \"peak_flops\": {\"bf16\": 312e12, \"fp16\": 312e12, \"tf32\": 156e12, \"fp32\": 19.5e12},\n"
-    "   \"hbm_bytes_per_s\": 2.039e12, \"host_link_bytes_per_s\": 32e9},\n"
+    "   \"hbm_bytes_per_s\": 2.039e12, \"host_link_bytes_per_s\": 32e9,\n"
+    "   \"attention_efficiency\": 0.45},\n"
     " \"intra_node\": {\"bandwidth_bytes_per_s\": 300e9, \"latency_s\": 3e-6},\n"
     " \"inter_node\": {\"bandwidth_bytes_per_s\": 25e9, \"latency_s\": 8e-6}}";
 
@@ -65,6 +66,7 @@ static void test_full_file(void **state) {
   assert_true(c.peak_flops[SC_CLUSTER_FP8] == 0); /* absent: unknown */
   assert_true(c.memory_bytes_per_s == 2.039e12);
   assert_true(c.host_link_bytes_per_s == 32e9);
+  assert_true(c.attention_efficiency == 0.45);
   assert_true(c.intra_node.bandwidth_bytes_per_s == 300e9);
   assert_true(c.inter_node.latency_s == 8e-6);
 }
@@ -77,6 +79,9 @@ static void test_bad_files(void **state) {
   bad_edit("312e12", "0", "'gpu.peak_flops.bf16' must be positive");
   bad_edit("300e9", "-1", "'intra_node.bandwidth_bytes_per_s' must be positive");
   bad_edit("32e9", "0", "'gpu.host_link_bytes_per_s' must be positive");
+  bad_edit("0.45", "0", "'gpu.attention_efficiency' must be positive");
+  bad_edit("0.45", "1.5", "'gpu.attention_efficiency' must be at most 1");
+  bad_edit("0.45", "\"high\"", "'gpu.attention_efficiency' must be a number");
   bad_edit("3e-6", "\"fast\"", "'intra_node.latency_s' must be a number");
   bad_edit("\"nodes\": 64", "\"nodes\": 1.5", "'nodes' must be a whole count");
   bad_edit("\"gpus_per_node\": 8,", "", "'gpus_per_node' is missing");
@@ -99,6 +104,7 @@ static void test_bad_files(void **state) {
   assert_string_equal(c.name, "one"); /* the file's name */
   assert_true(c.inter_node.bandwidth_bytes_per_s == 0);
   assert_true(c.host_link_bytes_per_s == 0); /* optional: unknown */
+  assert_true(c.attention_efficiency == 0);  /* optional: a GEMM's (cost.h) */
 }
 
 static void test_presets(void **state) {
@@ -121,9 +127,16 @@ static void test_presets(void **state) {
   assert_int_equal(sc_cluster_preset("h100-sxm:8x4", &c, &d), SC_OK);
   assert_true(c.peak_flops[SC_CLUSTER_BF16] == 989.4e12);
   assert_true(c.host_link_bytes_per_s == 64e9); /* PCIe Gen5 x16, one direction */
+  /* the published fused attention's share of the peak (docs/planner.md,
+   * "Attention on a GPU"): cuDNN's on an H100, FlashAttention-2's on an
+   * A100 */
+  assert_true(c.attention_efficiency == 0.33);
+  assert_int_equal(sc_cluster_preset("h200:8x1", &c, &d), SC_OK);
+  assert_true(c.attention_efficiency == 0.33);
   assert_int_equal(sc_cluster_preset("a100-80g:4x2", &c, &d), SC_OK);
   assert_int_equal(c.devices_per_node, 4);
   assert_true(c.host_link_bytes_per_s == 32e9); /* PCIe Gen4 x16 */
+  assert_true(c.attention_efficiency == 0.50);
   const char *bad[] = {"h100-sxm", "h100-sxm:8", "h100-sxm:0x4", "h100-sxm:8x", "h100-sxm:16x1",
                        "h100-sxm:8x4x", "v100:8x1"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {

@@ -65,6 +65,22 @@ static sc_status read_edited(const char *from, const char *to, sc_diag *d) {
   return read_text(buf, &p, d);
 }
 
+/* p written and read back: the same bits. */
+static void assert_reads_back(const sc_profile *p) {
+  char *text = NULL;
+  size_t len = 0;
+  sc_diag d;
+  sc_diag_clear(&d);
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  assert_int_equal(sc_profile_write_json(p, f, &d), SC_OK);
+  fclose(f);
+  sc_profile q;
+  assert_int_equal(sc_profile_read_json(text, len, "w.json", &q, &d), SC_OK);
+  free(text);
+  assert_memory_equal(p, &q, sizeof *p);
+}
+
 static void test_reads_good(void **state) {
   (void)state;
   sc_profile p;
@@ -94,16 +110,7 @@ static void test_reads_good(void **state) {
   assert_close(p.sync[0].call_s, 2.5e-5);
   assert_close(p.sync[1].stretch, 2.5);
 
-  /* written and read back: the same bits */
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  assert_int_equal(sc_profile_write_json(&p, f, &d), SC_OK);
-  fclose(f);
-  sc_profile q;
-  assert_int_equal(sc_profile_read_json(text, len, "w.json", &q, &d), SC_OK);
-  free(text);
-  assert_memory_equal(&p, &q, sizeof p);
+  assert_reads_back(&p);
 }
 
 static void test_hostile(void **state) {
@@ -436,6 +443,96 @@ static void test_known_times(void **state) {
   assert_true(sc_profile_gemm_rate(&p, SC_CLUSTER_TF32, false, false, 256, 256, 256) == 0);
 }
 
+/* A GPU's profile (device "cuda"): one bf16 GEMM row at 100 TFLOP/s
+ * (2 x 1024^3 in 21.47483648 us) and a fused attention row, bf16 forward,
+ * 2 heads of 256 causal queries, d 64: 4 x 2 x 32896 pairs x 64 =
+ * 16842752 FLOPs in 0.4210688 us = 40 TFLOP/s. */
+static const char GPU[] =
+    "{\"format\": \"shardc-profile-1\",\n"
+    " \"device\": {\"kind\": \"cuda\", \"name\": \"test gpu\", \"threads\": 1},\n"
+    " \"gemm\": [{\"m\": 1024, \"n\": 1024, \"k\": 1024, \"dtype\": \"bf16\", "
+    "\"seconds\": 2.147483648e-5, \"flops_per_s\": 1e14}],\n"
+    " \"memory_bytes_per_s\": 2e12,\n"
+    " \"step_overhead_s\": 2e-6,\n"
+    " \"attention\": [{\"dtype\": \"bf16\", \"grad\": false, \"heads\": 2, \"sq\": 256, \"d\": 64, "
+    "\"seconds\": 4.210688e-7, \"flops_per_s\": 4e13}]}";
+
+static void gpu_bad(const char *from, const char *to, const char *needle) {
+  char buf[4096];
+  const char *at = strstr(GPU, from);
+  if (!at) fail_msg("'%s' is not in the profile", from);
+  snprintf(buf, sizeof buf, "%.*s%s%s", (int)(at - GPU), GPU, to, at + strlen(from));
+  sc_profile p;
+  sc_diag d;
+  if (read_text(buf, &p, &d) == SC_OK) fail_msg("'%s' -> '%s' was accepted", from, to);
+  if (!strstr(d.msg, needle)) fail_msg("'%s' -> '%s': '%s' lacks '%s'", from, to, d.msg, needle);
+}
+
+/* The GPU's fused attention (cost.h sc_cost_fused_attention_time): a CUDA
+ * profile's measured row, else the cluster's attention efficiency of the
+ * peak, else the GEMM rate of the kernel's sq x skv x d products, the
+ * lower of the last two when both are known. */
+static void test_gpu_attention(void **state) {
+  (void)state;
+  sc_profile p;
+  sc_diag d;
+  assert_int_equal(read_text(GPU, &p, &d), SC_OK);
+  assert_int_equal(p.n_attention, 1);
+  const sc_profile_attention *a = sc_profile_find_attention(&p, SC_CLUSTER_BF16, false);
+  assert_non_null(a);
+  assert_true(a->heads == 2 && a->sq == 256 && a->d == 64);
+  assert_close(a->flops_per_s, 4e13);
+  assert_null(sc_profile_find_attention(&p, SC_CLUSTER_BF16, true));
+  assert_reads_back(&p);
+  gpu_bad("\"flops_per_s\": 4e13", "\"flops_per_s\": 5e13",
+          "'attention[0].flops_per_s' must be the causal attention's FLOPs over seconds");
+  gpu_bad("\"heads\": 2, ", "", "'attention[0].heads' is missing");
+  gpu_bad("\"d\": 64, ", "\"d\": 64, \"row_s\": 1e-9, ", "unknown key 'attention[0].row_s'");
+  gpu_bad("\"sq\": 256", "\"sq\": 0", "'attention[0].sq'");
+
+  /* 8 heads of 1024 causal queries, d 128 */
+  sc_attention_shape as = {.b = 1, .h = 8, .kvh = 8, .sq = 1024, .skv = 1024, .d = 128,
+                           .dv = 128, .causal = true, .t = SC_DTYPE_BF16};
+  double fwd = sc_attention_flops(1, 8, 1024, 1024, 128, 128, true, false), s = 0, fl = 0;
+  double bwd = sc_attention_flops(1, 8, 1024, 1024, 128, 128, true, true);
+  sc_cluster c;
+  sc_diag_clear(&d);
+  assert_int_equal(sc_cluster_preset("h100-sxm:1x1", &c, &d), SC_OK);
+  /* no profile: the preset's 0.33 of the bf16 peak, below the GEMM's */
+  assert_true(c.attention_efficiency == 0.33 && sc_cost_gemm_efficiency(1024, 1024, 128) > 0.33);
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_BF16, &as, false, 0, &s, &fl, &d), SC_OK);
+  assert_close(s, fwd / (989.4e12 * 0.33));
+  assert_close(fl, fwd);
+  /* the search's estimate times the same FLOPs alike */
+  double e = 0;
+  assert_int_equal(sc_cost_fused_attention_time(&c, SC_CLUSTER_BF16, fwd, 0, 1024, 1024, 128, false,
+                                                &e, &d), SC_OK);
+  assert_close(e, s);
+  /* a kernel of small products reaches no more than they do */
+  double low = sc_cost_gemm_efficiency(1024, 1024, 16);
+  assert_true(low < 0.33);
+  assert_int_equal(sc_cost_fused_attention_time(&c, SC_CLUSTER_BF16, fwd, 0, 1024, 1024, 16, false,
+                                                &e, &d), SC_OK);
+  assert_close(e, fwd / (989.4e12 * low));
+  /* not given: the GEMM's */
+  c.attention_efficiency = 0;
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_BF16, &as, false, 0, &s, &fl, &d), SC_OK);
+  assert_close(s, fwd / (989.4e12 * sc_cost_gemm_efficiency(1024, 1024, 128)));
+  /* the profile: its forward row's 40 TFLOP/s, + 2 us; the backward has no
+   * row: the GEMM rate (1e14, the one row) capped at 0.33 of the peak,
+   * the best measured GEMM rate */
+  c.attention_efficiency = 0.33;
+  sc_cluster_apply_profile(&c, &p);
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_BF16, &as, false, 0, &s, &fl, &d), SC_OK);
+  assert_close(s, fwd / 4e13 + 2e-6);
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_BF16, &as, true, 0, &s, &fl, &d), SC_OK);
+  assert_close(s, bwd / 3.3e13 + 2e-6);
+  assert_close(fl, bwd);
+  /* bytes beyond the FLOPs: 1e9 / 2e12 = 500 us */
+  assert_int_equal(sc_cost_attention_time(&c, SC_CLUSTER_BF16, &as, false, 1e9, &s, &fl, &d), SC_OK);
+  assert_close(s, 5e-4 + 2e-6);
+}
+
 /* A profile holding a full 2 x 2 x 2 grid of nn rows {64, 1024}^3 at rate
  * r(m, n, k) = 1e9 * m^a n^b k^c (log-linear: trilinear interpolation in
  * log space is exact inside the grid), and one nt row. */
@@ -545,6 +642,7 @@ int main(void) {
       cmocka_unit_test(test_hostile),
       cmocka_unit_test_setup_teardown(test_cluster_profile_paths, setup_dir, teardown_dir),
       cmocka_unit_test(test_known_times),
+      cmocka_unit_test(test_gpu_attention),
       cmocka_unit_test(test_interpolation),
       cmocka_unit_test(test_fit),
   };
