@@ -9,7 +9,9 @@
  * there when its first node runs. This pass does the same on the local
  * graph, in node order:
  *
- *   a group is the AllGathers over the fsdp axis alone, along dim 0, of
+ *   a group is the AllGathers over one storage group (the fsdp axis
+ *   alone, or fsdp then ep: a parameter outside the experts under fsdp x
+ *   ep, localize.c's storage_group; S its size), along dim 0, of
  *   parameter shards (graph inputs) of one block (the block key of
  *   passes/stats.h on the parameter's name; parameters outside blocks, an
  *   embedding and a last norm used far apart, are gathered alone),
@@ -37,22 +39,23 @@
  *
  * The gradients' reductions are grouped the same way
  * (sc_partition_bucket_reductions). A member is the reduction of one
- * "grad:P": its ReduceScatter over fsdp along dim 0 (ZeRO 1-3), with the
- * AllReduce over the replicas that alone reads its result (HSDP) or none
- * (under --reduce-dtype bf16 the ReduceScatter of grad:P's sole narrowing
- * Cast, localize's: its Cast back to f32 moves with the member's copy-out);
+ * "grad:P": its ReduceScatter over a storage group along dim 0 (ZeRO
+ * 1-3), with the AllReduce over the replicas that alone reads its result
+ * (HSDP) or none (under --reduce-dtype bf16 the ReduceScatter of grad:P's
+ * sole narrowing Cast, localize's: its Cast back to f32 moves with the
+ * member's copy-out);
  * or, with no reduce-scatter (ZeRO 0, plain data parallel, any axes), the
  * AllReduce of grad:P itself, or of a value that only sole Casts and
  * Reshapes make grad:P (a bf16 step under --reduce-dtype bf16 reduces a
  * GEMM weight's gradient in bf16, before its Cast to the f32 weight's;
  * that chain moves with the member's copy-out). The members of one block,
- * in one piece, of one dtype, of one kind (with a reduce-scatter or not),
- * the same all-reduce (axes and op, or none) and alike in whether another
- * collective is their result's first reader (a member reduced over one
- * axis and then another: the group would be waited for at once) become
- * one ReduceScatter and/or one
- * AllReduce at the place of the last member, when nothing reads an earlier
- * member's result before that place (bucket_rs); each member's piece is
+ * in one piece, of one dtype, of one kind (with a reduce-scatter over the
+ * same storage group or none), the same all-reduce (axes and op, or none)
+ * and alike in whether another collective is their result's first reader
+ * (a member reduced over one axis and then another: the group would be
+ * waited for at once) become one ReduceScatter and/or one AllReduce at the
+ * place of the last member, when nothing reads an earlier member's result
+ * before that place (bucket_rs); each member's piece is
  * copied out where its result is first read. A dim-0 split puts rank r's
  * piece of every member in row r of [S, n_t/S], so the members' rows
  * concatenate into one buffer whose piece r is rank r's of every member; an

@@ -24,8 +24,12 @@
  *      global names.
  * Storage axis (training, ZeRO-3): a parameter input split over the fsdp
  * axis is stored split but used whole: a node on the way to the loss or to
- * a gradient (the forward and the backward) sees it with that axis
- * gathered (an AllGather before the first use); the optimizer's nodes,
+ * a gradient (the forward and the backward) sees it with its storage group
+ * gathered (an AllGather before the first use): fsdp and the axes after it
+ * on its dim, ep for a parameter outside the experts under fsdp x ep
+ * (train_seed.c), gathered by one AllGather over both when fsdp comes
+ * first in the mesh (storage_group; the gradient's reduce-scatter likewise,
+ * reshard's step a), else axis by axis; the optimizer's nodes,
  * which feed neither, read it split. Unless keep_after_forward, the
  * gathered copies of the blocks' parameters are forgotten when the walk
  * reaches the backward (the first node feeding a gradient but not the

@@ -16,7 +16,13 @@
  *               seeds (ep.c: an expert parameter's dim 0 over ep), or
  *               replicated;
  *   shard(P)    base(P) plus F on the first dim whose piece divides by S,
- *               dim 0 first (FSDP2's dim-0 chunks); a parameter with no such
+ *               dim 0 first (FSDP2's dim-0 chunks); under fsdp x ep, for a
+ *               P ep does not split (outside the experts) and no pipeline,
+ *               F then ep on the first unstrided dim whose piece divides by
+ *               S x ep, if any: the storage group over every data axis but
+ *               dp, as DeepSpeed-MoE and Megatron shard such parameters
+ *               (its gradient's reduce-scatter over both axes replaces the
+ *               all-reduce over ep); a parameter with no such
  *               dim keeps base(P), recorded as a fallback, except under
  *               ZeRO >= 1, where flat.c views it flat and its state (and the
  *               gradient's view) takes the flat view's sharding (ZeRO-3,
