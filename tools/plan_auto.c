@@ -1257,8 +1257,9 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
              e1, e2, ratio);
     }
   }
-  /* the all-gathers over fsdp: the estimate's count against the compiled
-   * step's (an unpipelined plan: one program) */
+  /* the all-gathers over fsdp (alone or with ep: the storage group of the
+   * parameters outside the experts under fsdp x ep): the estimate's count
+   * against the compiled step's (an unpipelined plan: one program) */
   double est_gathers = sc_search_step_gathers(&bm, &so, &c);
   int64_t exact_gathers = -1;
   if (dp->n_stages == 1 && part->fsdp_axis >= 0) {
@@ -1272,7 +1273,7 @@ static int estimate_one(const auto_args *a, sc_partition_args *p, sc_train_args 
     }
     exact_gathers = 0;
     for (int32_t i = 0; i < n_cm; i++)
-      if (cm[i].kind == SC_COMM_ALL_GATHER && cm[i].axes == 1u << part->fsdp_axis)
+      if (cm[i].kind == SC_COMM_ALL_GATHER && (cm[i].axes & (1u << part->fsdp_axis)))
         exact_gathers += cm[i].ops;
     sc_free(cm);
   }

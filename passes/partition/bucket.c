@@ -9,7 +9,9 @@
  * there when its first node runs. This pass does the same on the local
  * graph, in node order:
  *
- *   a group is the AllGathers over the fsdp axis alone, along dim 0, of
+ *   a group is the AllGathers over one storage group (the fsdp axis
+ *   alone, or fsdp then ep: a parameter outside the experts under fsdp x
+ *   ep, localize.c's storage_group; S its size), along dim 0, of
  *   parameter shards (graph inputs) of one block (the block key of
  *   passes/stats.h on the parameter's name; parameters outside blocks, an
  *   embedding and a last norm used far apart, are gathered alone),
@@ -37,22 +39,23 @@
  *
  * The gradients' reductions are grouped the same way
  * (sc_partition_bucket_reductions). A member is the reduction of one
- * "grad:P": its ReduceScatter over fsdp along dim 0 (ZeRO 1-3), with the
- * AllReduce over the replicas that alone reads its result (HSDP) or none
- * (under --reduce-dtype bf16 the ReduceScatter of grad:P's sole narrowing
- * Cast, localize's: its Cast back to f32 moves with the member's copy-out);
+ * "grad:P": its ReduceScatter over a storage group along dim 0 (ZeRO
+ * 1-3), with the AllReduce over the replicas that alone reads its result
+ * (HSDP) or none (under --reduce-dtype bf16 the ReduceScatter of grad:P's
+ * sole narrowing Cast, localize's: its Cast back to f32 moves with the
+ * member's copy-out);
  * or, with no reduce-scatter (ZeRO 0, plain data parallel, any axes), the
  * AllReduce of grad:P itself, or of a value that only sole Casts and
  * Reshapes make grad:P (a bf16 step under --reduce-dtype bf16 reduces a
  * GEMM weight's gradient in bf16, before its Cast to the f32 weight's;
  * that chain moves with the member's copy-out). The members of one block,
- * in one piece, of one dtype, of one kind (with a reduce-scatter or not),
- * the same all-reduce (axes and op, or none) and alike in whether another
- * collective is their result's first reader (a member reduced over one
- * axis and then another: the group would be waited for at once) become
- * one ReduceScatter and/or one
- * AllReduce at the place of the last member, when nothing reads an earlier
- * member's result before that place (bucket_rs); each member's piece is
+ * in one piece, of one dtype, of one kind (with a reduce-scatter over the
+ * same storage group or none), the same all-reduce (axes and op, or none)
+ * and alike in whether another collective is their result's first reader
+ * (a member reduced over one axis and then another: the group would be
+ * waited for at once) become one ReduceScatter and/or one AllReduce at the
+ * place of the last member, when nothing reads an earlier member's result
+ * before that place (bucket_rs); each member's piece is
  * copied out where its result is first read. A dim-0 split puts rank r's
  * piece of every member in row r of [S, n_t/S], so the members' rows
  * concatenate into one buffer whose piece r is rank r's of every member; an
@@ -103,15 +106,28 @@ static int64_t stage_of(const sc_node *n) {
   return a ? a->i : 0;
 }
 
-/* Whether node i gathers a parameter shard along dim 0 over axis name
- * fsdp alone; its parameter through *param. */
-static bool candidate(const bucketer *b, int32_t i, const char *fsdp, const char **param) {
+/* The size of collective n's group when it runs over a storage group
+ * (fsdp alone, or fsdp then ep: localize.c's storage_group), else 0. */
+static int64_t storage_size(const sc_partition *p, const sc_node *n) {
+  const sc_attr *ax = sc_node_attr(n, "axes");
+  if (p->fsdp_axis < 0 || !ax || ax->n < 1 || ax->n > 2 ||
+      strcmp(ax->strings[0], p->mesh.axes[p->fsdp_axis].name) != 0)
+    return 0;
+  int64_t S = p->mesh.axes[p->fsdp_axis].size;
+  if (ax->n == 1) return S;
+  if (p->ep_axis < p->fsdp_axis || strcmp(ax->strings[1], p->mesh.axes[p->ep_axis].name) != 0)
+    return 0;
+  return S * p->mesh.axes[p->ep_axis].size;
+}
+
+/* Whether node i gathers a parameter shard along dim 0 over a storage
+ * group (storage_size); its parameter through *param. */
+static bool candidate(const bucketer *b, int32_t i, const char **param) {
   const sc_node *n = &b->L->nodes[i];
   if (n->op != SC_OP_ALL_GATHER || n->n_inputs != 1 || n->n_outputs != 1 || n->inputs[0] < 0)
     return false;
-  const sc_attr *ax = sc_node_attr(n, "axes"), *dim = sc_node_attr(n, "axis");
-  if (!ax || ax->n != 1 || strcmp(ax->strings[0], fsdp) != 0 || (dim && dim->i != 0))
-    return false;
+  const sc_attr *dim = sc_node_attr(n, "axis");
+  if (!storage_size(b->p, n) || (dim && dim->i != 0)) return false;
   const sc_value *x = &b->L->values[n->inputs[0]];
   const sc_node *c = x->producer >= 0 ? &b->L->nodes[x->producer] : NULL;
   if (c && c->op == SC_OP_CAST && c->n_inputs == 1 && c->inputs[0] >= 0)
@@ -401,17 +417,17 @@ static const char *cast_grad_param(const bucketer *b, const int32_t *off, const 
 }
 
 /* Whether node i reduce-scatters "grad:P" of a parameter P (or its cast
- * to the reduce dtype: cast_grad_param) along dim 0 over axis fsdp alone
- * into pieces of S; P through *param. */
+ * to the reduce dtype: cast_grad_param) along dim 0 over a storage group
+ * (storage_size) into pieces of S; P through *param. */
 static bool rs_candidate(const bucketer *b, const int32_t *off, const int32_t *users, int32_t i,
-                         const char *fsdp, int64_t S, const char **param) {
+                         const char **param) {
   const sc_node *n = &b->L->nodes[i];
-  if (!fsdp || n->op != SC_OP_REDUCE_SCATTER || n->n_inputs != 1 || n->n_outputs != 1 ||
+  if (n->op != SC_OP_REDUCE_SCATTER || n->n_inputs != 1 || n->n_outputs != 1 ||
       n->inputs[0] < 0 || n->outputs[0] < 0)
     return false;
-  const sc_attr *ax = sc_node_attr(n, "axes"), *dim = sc_node_attr(n, "axis");
-  if (!ax || ax->n != 1 || strcmp(ax->strings[0], fsdp) != 0 || !dim || dim->i != 0)
-    return false;
+  const sc_attr *dim = sc_node_attr(n, "axis");
+  int64_t S = storage_size(b->p, n);
+  if (!S || !dim || dim->i != 0) return false;
   const char *pp = grad_param(b, n->inputs[0]);
   if (!pp) pp = cast_grad_param(b, off, users, n->inputs[0]);
   if (!pp || b->L->values[n->inputs[0]].dims[0] % S != 0) return false;
@@ -434,8 +450,9 @@ static bool is_collective(const sc_graph *L, int32_t i) {
          op == SC_OP_ALL_TO_ALL;
 }
 
-/* Whether all-reduces a and b (or -1 for none) reduce alike: none, or the
- * same axes in the same order and the same "op". */
+/* Whether reductions a and b (all-reduces or reduce-scatters, or -1 for
+ * none) reduce alike: none, or the same axes in the same order and the same
+ * "op". */
 static bool same_reduction(const sc_graph *L, int32_t a, int32_t b) {
   if (a < 0 || b < 0) return a == b;
   const sc_attr *xa = sc_node_attr(&L->nodes[a], "axes"), *xb = sc_node_attr(&L->nodes[b], "axes");
@@ -549,45 +566,51 @@ static sc_status begin(sc_partition *p, sc_diag *d, sc_stats *stats, bucketer *b
 sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
   if (p->fsdp_axis < 0 || p->zero_stage != 3 || !p->local) return SC_OK;
   sc_graph *L = p->local;
-  const char *fsdp = p->mesh.axes[p->fsdp_axis].name;
-  int64_t S = p->mesh.axes[p->fsdp_axis].size;
   sc_stats stats;
   bucketer b;
   if (begin(p, d, &stats, &b) != SC_OK) return d->status;
   int32_t n0 = L->n_nodes;
-  /* one open group per dtype (GATHER_SLOTS at once): a bf16 step gathers
-   * its products' weights in bf16 and its norms' in f32, interleaved */
-  enum { GATHER_SLOTS = 2 };
+  /* one open group per dtype and storage group (GATHER_SLOTS at once): a
+   * bf16 step gathers its products' weights in bf16 and its norms' in f32,
+   * interleaved; under fsdp x ep a block's experts over fsdp, the rest
+   * over fsdp and ep */
+  enum { GATHER_SLOTS = 4 };
   member *open = sc_malloc(((size_t)n0 + 1) * GATHER_SLOTS * sizeof *open);
   const char **params = sc_malloc(((size_t)n0 + 1) * GATHER_SLOTS * sizeof *params);
   b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
   int32_t k[GATHER_SLOTS] = {0}, n_groups = 0;
-  int64_t key_stage = -1, key_block = -2;
-  sc_dtype key_t[GATHER_SLOTS] = {SC_DTYPE_UNDEF, SC_DTYPE_UNDEF};
+  int64_t key_stage = -1, key_block = -2, key_S[GATHER_SLOTS] = {0};
+  sc_dtype key_t[GATHER_SLOTS];
+  for (int32_t q = 0; q < GATHER_SLOTS; q++) key_t[q] = SC_DTYPE_UNDEF;
   sc_status st = open && params && b.moved ? SC_OK : nomem(d);
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
-    bool cand = i < n0 && candidate(&b, i, fsdp, &param);
+    bool cand = i < n0 && candidate(&b, i, &param);
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     int64_t block = cand && stats.block_key ? sc_stats_block_of_name(stats.block_key, param) : -1;
     cand &= block >= 0; /* outside blocks (embeddings, the last norm): used far apart */
     sc_dtype t = cand ? L->values[L->nodes[i].inputs[0]].dtype : SC_DTYPE_UNDEF;
-    int32_t s = 0; /* the dtype's slot, or the one to give way */
-    while (s < GATHER_SLOTS && key_t[s] != t) s++;
-    if (s == GATHER_SLOTS) s = key_t[0] == SC_DTYPE_UNDEF || k[0] == 0 ? 0 : GATHER_SLOTS - 1;
+    int64_t S = cand ? storage_size(p, &L->nodes[i]) : 0;
+    int32_t s = 0; /* the slot of the dtype and group, or the one to give way */
+    while (s < GATHER_SLOTS && (key_t[s] != t || key_S[s] != S)) s++;
+    if (s == GATHER_SLOTS) {
+      s = 0;
+      while (s < GATHER_SLOTS - 1 && key_t[s] != SC_DTYPE_UNDEF && k[s] != 0) s++;
+    }
     bool again = false;
     for (int32_t j = 0; cand && j < k[s] && !again; j++)
       again = strcmp(params[(size_t)s * (n0 + 1) + j], param) == 0;
     bool moved_on = i == n0 || (cand && (stage != key_stage || block != key_block));
     for (int32_t q = 0; q < GATHER_SLOTS && st == SC_OK; q++) {
-      bool close = moved_on || (cand && q == s && (key_t[q] != t || again));
+      bool close = moved_on || (cand && q == s && (key_t[q] != t || key_S[q] != S || again));
       if (!close) continue;
       if (k[q] >= 2) {
-        st = bucket(&b, open + (size_t)q * (n0 + 1), k[q], S);
+        st = bucket(&b, open + (size_t)q * (n0 + 1), k[q], key_S[q]);
         n_groups++;
       }
       k[q] = 0;
       key_t[q] = SC_DTYPE_UNDEF;
+      key_S[q] = 0;
     }
     if (!cand || st != SC_OK) continue;
     int32_t x = L->nodes[i].inputs[0];
@@ -597,6 +620,7 @@ sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d) {
     key_stage = stage;
     key_block = block;
     key_t[s] = t;
+    key_S[s] = S;
   }
   st = finish(&b, st);
   sc_free(open);
@@ -647,9 +671,11 @@ typedef struct rgroup {
 } rgroup;
 
 /* Closes group g (a bucket when it has two members or more). */
-static sc_status close_group(bucketer *b, rgroup *g, int64_t S) {
+static sc_status close_group(bucketer *b, rgroup *g) {
   sc_status st = SC_OK;
-  if (g->k >= 2) st = bucket_rs(b, g->m, g->k, g->m[0].rs >= 0 ? S : 1);
+  if (g->k >= 2)
+    st = bucket_rs(b, g->m, g->k,
+                   g->m[0].rs >= 0 ? storage_size(b->p, &b->L->nodes[g->m[0].rs]) : 1);
   g->k = 0;
   g->use = INT32_MAX;
   g->bytes = 0;
@@ -669,8 +695,6 @@ static bool joins(const rgroup *g, const rmember *m, int32_t i) {
 sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   if (!p->local) return SC_OK;
   sc_graph *L = p->local;
-  const char *fsdp = p->fsdp_axis >= 0 ? p->mesh.axes[p->fsdp_axis].name : NULL;
-  int64_t S = p->fsdp_axis >= 0 ? p->mesh.axes[p->fsdp_axis].size : 1;
   sc_stats stats;
   bucketer b;
   if (begin(p, d, &stats, &b) != SC_OK) return d->status;
@@ -691,7 +715,7 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   for (int32_t i = 0; st == SC_OK && i <= n0; i++) {
     const char *param = NULL;
     rmember m = {.rs = -1, .ar = -1};
-    if (i < n0 && rs_candidate(&b, off, users, i, fsdp, S, &param)) {
+    if (i < n0 && rs_candidate(&b, off, users, i, &param)) {
       const sc_node *n = &L->nodes[i];
       m.rs = i;
       m.g = n->inputs[0];
@@ -731,18 +755,18 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
     int64_t stage = cand ? stage_of(&L->nodes[i]) : -1;
     sc_dtype t = cand ? L->values[m.g].dtype : SC_DTYPE_UNDEF;
     if (i == n0 || (cand && (stage != key_stage || block != key_block))) /* close them all */
-      for (int32_t j = 0; j < RGROUPS && st == SC_OK; j++) st = close_group(&b, &g[j], S);
+      for (int32_t j = 0; j < RGROUPS && st == SC_OK; j++) st = close_group(&b, &g[j]);
     if (!cand || st != SC_OK) continue;
     int32_t to = -1, empty = -1;
     for (int32_t j = 0; j < RGROUPS && to < 0; j++) {
-      if (g[j].k > 0 && g[j].t == t && (m.rs >= 0) == (g[j].m[0].rs >= 0) &&
+      if (g[j].k > 0 && g[j].t == t && same_reduction(L, m.rs, g[j].m[0].rs) &&
           m.chained == g[j].m[0].chained && same_reduction(L, m.ar, g[j].m[0].ar))
         to = j;
       if (g[j].k == 0 && empty < 0) empty = j;
     }
-    if (to >= 0 && !joins(&g[to], &m, i)) st = close_group(&b, &g[to], S);
+    if (to >= 0 && !joins(&g[to], &m, i)) st = close_group(&b, &g[to]);
     if (to < 0 && empty < 0) { /* every slot holds another kind: the first gives way */
-      st = close_group(&b, &g[0], S);
+      st = close_group(&b, &g[0]);
       empty = 0;
     }
     if (st != SC_OK) continue;

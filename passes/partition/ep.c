@@ -4,7 +4,9 @@
  * For every value and parameter outside the experts, ep is one more data
  * axis: the batch is split over it (dp.c, train_seed.c: the data axes are
  * dp, fsdp, then ep innermost), so their gradients are pending over ep and
- * reduced with the other data axes'. The experts are found by the data
+ * reduced with the other data axes'; under fsdp their parameters are
+ * stored over fsdp and ep together (train_seed.c). The experts are found
+ * by the data
  * flow, not by name: an EXPERT PRODUCT is a MatMul of a rank-4 activation
  * [B, E, C, D] (the dispatched tokens: each expert's C slots of the batch's
  * tokens) by a rank-3 parameter [E, D, F] (the stacked expert weights,

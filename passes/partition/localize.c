@@ -24,8 +24,12 @@
  *      global names.
  * Storage axis (training, ZeRO-3): a parameter input split over the fsdp
  * axis is stored split but used whole: a node on the way to the loss or to
- * a gradient (the forward and the backward) sees it with that axis
- * gathered (an AllGather before the first use); the optimizer's nodes,
+ * a gradient (the forward and the backward) sees it with its storage group
+ * gathered (an AllGather before the first use): fsdp and the axes after it
+ * on its dim, ep for a parameter outside the experts under fsdp x ep
+ * (train_seed.c), gathered by one AllGather over both when fsdp comes
+ * first in the mesh (storage_group; the gradient's reduce-scatter likewise,
+ * reshard's step a), else axis by axis; the optimizer's nodes,
  * which feed neither, read it split. Unless keep_after_forward, the
  * gathered copies of the blocks' parameters are forgotten when the walk
  * reaches the backward (the first node feeding a gradient but not the
@@ -343,15 +347,35 @@ static int32_t emit(lz *z, sc_op op, const int32_t *in, int32_t n_in, const int3
   return nid;
 }
 
-static sc_status attr_axes(lz *z, int32_t nid, int32_t axis) {
+/* The `axes` of collective nid: axis, or with inner >= 0 the group over
+ * axis and inner (the storage group, storage_group). */
+static sc_status attr_group(lz *z, int32_t nid, int32_t axis, int32_t inner) {
   sc_attr *a = sc_node_add_attr(z->L, nid, "axes", SC_ATTR_STRINGS);
   if (!a) return nomem(z);
-  const char **s = sc_arena_array(&z->L->arena, 1, sizeof *s);
+  int32_t n = inner >= 0 ? 2 : 1;
+  const char **s = sc_arena_array(&z->L->arena, (size_t)n, sizeof *s);
   if (!s) return nomem(z);
   s[0] = z->m->axes[axis].name;
+  if (inner >= 0) s[1] = z->m->axes[inner].name;
   a->strings = s;
-  a->n = 1;
+  a->n = n;
   return SC_OK;
+}
+
+static sc_status attr_axes(lz *z, int32_t nid, int32_t axis) {
+  return attr_group(z, nid, axis, -1);
+}
+
+/* Whether axes outer, inner, adjacent on one dim in that order (inner
+ * innermost), are the storage group of a parameter outside the experts
+ * (fsdp, then ep: train_seed.c), whose gathers and reduce-scatters run as
+ * one collective over both: when fsdp comes first in the mesh, so that a
+ * rank's key in the group (row-major over the axes in mesh order, ir/mesh.h)
+ * is its piece's index on the dim. */
+static bool storage_group(const lz *z, int32_t outer, int32_t inner) {
+  const sc_partition *p = z->p;
+  return p->fsdp_axis >= 0 && outer == p->fsdp_axis && inner == p->ep_axis &&
+         p->fsdp_axis < p->ep_axis;
 }
 
 static sc_status attr_int(lz *z, int32_t nid, const char *name, int64_t v) {
@@ -361,20 +385,26 @@ static sc_status attr_int(lz *z, int32_t nid, const char *name, int64_t v) {
   return SC_OK;
 }
 
-/* One collective over mesh axis `axis` on local value x (global value gv),
- * giving sharding s. op: AllReduce / AllGather / ReduceScatter; dim for the
+/* One collective over mesh axis `axis` (and `inner`, when >= 0: the group
+ * over both, storage_group) on local value x (global value gv), giving
+ * sharding s. op: AllReduce / AllGather / ReduceScatter; dim for the
  * latter two. */
-static int32_t collective(lz *z, sc_op op, int32_t x, const sc_value *gv, int32_t axis,
-                          int32_t dim, const sc_sharding *s) {
+static int32_t collective2(lz *z, sc_op op, int32_t x, const sc_value *gv, int32_t axis,
+                           int32_t inner, int32_t dim, const sc_sharding *s) {
   int64_t loc[SC_MAX_RANK];
   if (local_dims(z, gv, s, loc) != SC_OK) return -1;
   const sc_value *xv = &z->L->values[x]; /* gv's dtype, or the reduce dtype (reshard) */
   int32_t y = new_value(z, xv->name, xv->dtype, gv->rank, loc, s);
   if (y < 0) return lerr(z), -1;
   int32_t nid = emit(z, op, &x, 1, &y, 1);
-  if (nid < 0 || attr_axes(z, nid, axis) != SC_OK) return -1;
+  if (nid < 0 || attr_group(z, nid, axis, inner) != SC_OK) return -1;
   if (op != SC_OP_ALL_REDUCE && attr_int(z, nid, "axis", dim) != SC_OK) return -1;
   return y;
+}
+
+static int32_t collective(lz *z, sc_op op, int32_t x, const sc_value *gv, int32_t axis,
+                          int32_t dim, const sc_sharding *s) {
+  return collective2(z, op, x, gv, axis, -1, dim, s);
 }
 
 /* AllGather of the innermost axis of a strided dim d: the local piece is
@@ -599,8 +629,19 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
       sc_cut_reduce(z->cg, z->pnode[(size_t)gid * z->m->n_axes + ax],
                     runs_per_step(z) * ((dim >= 0 ? 1.0 : 2.0) * bytes + SC_CUT_LATENCY_BYTES));
       if (dim >= 0) {
+        /* the storage group's reduce-scatter: one over both axes */
+        int32_t k = a.n_dim_axes[dim], inner = -1;
+        if (k + 1 < b->n_dim_axes[dim] && storage_group(z, ax, b->dim_axes[dim][k + 1]) &&
+            (a.partial & ~b->partial & (1u << b->dim_axes[dim][k + 1])))
+          inner = b->dim_axes[dim][k + 1];
         sc_sharding_split(&next, dim, ax);
-        x = collective(z, SC_OP_REDUCE_SCATTER, x, gv, ax, dim, &next);
+        if (inner >= 0) {
+          sc_sharding_split(&next, dim, inner);
+          next.partial &= ~(1u << inner);
+          sc_cut_reduce(z->cg, z->pnode[(size_t)gid * z->m->n_axes + inner],
+                        runs_per_step(z) * SC_CUT_LATENCY_BYTES);
+        }
+        x = collective2(z, SC_OP_REDUCE_SCATTER, x, gv, ax, inner, dim, &next);
       } else {
         x = collective(z, SC_OP_ALL_REDUCE, x, gv, ax, 0, &next);
       }
@@ -642,10 +683,16 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
   for (int32_t d = 0; d < gv->rank; d++) {
     while (!is_prefix(&a, b, d)) {
       sc_sharding next = a;
-      int32_t ax = a.dim_axes[d][--next.n_dim_axes[d]];
+      int32_t ax = a.dim_axes[d][--next.n_dim_axes[d]], outer = -1;
+      /* the storage group, both gathered: one gather over both */
+      if (next.n_dim_axes[d] > 0 && sc_sharding_stride(&a, d) == 1 &&
+          storage_group(z, next.dim_axes[d][next.n_dim_axes[d] - 1], ax) &&
+          !is_prefix(&next, b, d))
+        outer = next.dim_axes[d][--next.n_dim_axes[d]];
       if (next.n_dim_axes[d] == 0) next.stride[d] = 0;
       x = sc_sharding_stride(&a, d) > 1 ? gather_strided(z, x, gv, &a, d, ax, &next)
-                                        : collective(z, SC_OP_ALL_GATHER, x, gv, ax, d, &next);
+          : outer >= 0 ? collective2(z, SC_OP_ALL_GATHER, x, gv, outer, ax, d, &next)
+                       : collective(z, SC_OP_ALL_GATHER, x, gv, ax, d, &next);
       if (x < 0) return -1;
       a = next;
     }
@@ -893,16 +940,16 @@ static void forget_gathered(lz *z) {
   }
 }
 
-/* s without the storage axis on its dims. */
+/* s without its storage group: the fsdp axis and the axes after it on its
+ * dim (ep for a parameter outside the experts: train_seed.c). */
 static void without_storage(const lz *z, sc_sharding *s) {
   int32_t ax = z->p->fsdp_axis;
   for (int32_t d = 0; d < s->rank; d++)
     for (int32_t k = 0; k < s->n_dim_axes[d]; k++)
       if (s->dim_axes[d][k] == ax) {
-        memmove(&s->dim_axes[d][k], &s->dim_axes[d][k + 1],
-                (size_t)(s->n_dim_axes[d] - k - 1) * sizeof s->dim_axes[d][0]);
-        if (--s->n_dim_axes[d] == 0) s->stride[d] = 0;
-        k--;
+        s->n_dim_axes[d] = (uint8_t)k;
+        if (k == 0) s->stride[d] = 0;
+        break;
       }
 }
 

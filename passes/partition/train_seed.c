@@ -16,7 +16,13 @@
  *               seeds (ep.c: an expert parameter's dim 0 over ep), or
  *               replicated;
  *   shard(P)    base(P) plus F on the first dim whose piece divides by S,
- *               dim 0 first (FSDP2's dim-0 chunks); a parameter with no such
+ *               dim 0 first (FSDP2's dim-0 chunks); under fsdp x ep, for a
+ *               P ep does not split (outside the experts) and no pipeline,
+ *               F then ep on the first unstrided dim whose piece divides by
+ *               S x ep, if any: the storage group over every data axis but
+ *               dp, as DeepSpeed-MoE and Megatron shard such parameters
+ *               (its gradient's reduce-scatter over both axes replaces the
+ *               all-reduce over ep); a parameter with no such
  *               dim keeps base(P), recorded as a fallback, except under
  *               ZeRO >= 1, where flat.c views it flat and its state (and the
  *               gradient's view) takes the flat view's sharding (ZeRO-3,
@@ -146,13 +152,37 @@ static int32_t param_of(const sc_partition *p, const char *name) {
   return q ? sc_graph_find_value(p->global, q) : -1;
 }
 
-/* shard(P): base plus the fsdp axis on the first dim (0 first, strided
- * dims last) whose piece divides; false when none does. */
+/* The ep axis when P's storage group takes it beside fsdp, else -1: a
+ * parameter ep does not split (outside the experts: ep is one more data
+ * axis for it), unpipelined (a pipeline's remote accumulators drop the
+ * fsdp split alone, pipe_train.c). */
+static int32_t storage_ep(const sc_partition *p, const sc_sharding *base) {
+  int32_t ep = p->ep_axis;
+  if (ep < 0 || p->mesh.axes[ep].size == 1 || p->n_chunks > 0) return -1;
+  return sc_sharding_dim_axes(base) & (1u << ep) ? -1 : ep;
+}
+
+/* shard(P): base plus the storage group on the first dim (0 first, strided
+ * dims last) whose piece divides; false when none does. The storage group
+ * is fsdp, and ep after it (innermost) for a parameter outside the experts
+ * (storage_ep) on an unstrided dim whose piece divides by both: such a
+ * parameter is stored over every data-parallel rank but dp's, as
+ * DeepSpeed-MoE and Megatron shard it; else fsdp alone. */
 static bool fsdp_sharding(const sc_partition *p, const sc_value *v, const sc_sharding *base,
                           sc_sharding *out) {
   *out = *base;
   if (p->fsdp_axis < 0 || p->mesh.axes[p->fsdp_axis].size == 1) return false;
   int64_t S = p->mesh.axes[p->fsdp_axis].size;
+  int32_t ep = storage_ep(p, base);
+  for (int32_t d = 0; ep >= 0 && d < v->rank; d++) {
+    int64_t piece = v->dims[d] / sc_sharding_dim_parts(base, &p->mesh, d);
+    if (sc_sharding_stride(base, d) > 1 || base->n_dim_axes[d] + 2 > SC_MESH_MAX_AXES ||
+        piece <= 0 || piece % (S * p->mesh.axes[ep].size) != 0)
+      continue;
+    sc_sharding_split(out, d, p->fsdp_axis);
+    sc_sharding_split(out, d, ep);
+    return true;
+  }
   for (int pass = 0; pass < 2; pass++)
     for (int32_t d = 0; d < v->rank; d++) {
       bool strided = sc_sharding_stride(base, d) > 1;

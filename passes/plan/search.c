@@ -581,14 +581,32 @@ static double stage_split_params(const sc_block_model *bm, const sc_search_cand 
           (double)bm->outside.split_params) / (double)c->tp;
 }
 
-/* Bytes of training state per rank for e parameter elements. */
-static double state_bytes(const ctx *x, const sc_search_cand *c, double e) {
+/* Of stage_params, the experts' (their rank's E/ep). */
+static double stage_expert_params(const sc_block_model *bm, const sc_search_cand *c,
+                                  int64_t blocks) {
+  return (double)blocks * (double)bm->block.expert_params / expert_split(c);
+}
+
+/* The ranks the parameters outside the experts are stored over under
+ * ZeRO: fsdp, and ep too under fsdp x ep without a pipeline (their storage
+ * group, train_seed.c); the experts' are stored over fsdp alone. */
+static double rest_storage(const sc_search_cand *c) {
   double f = c->fsdp > 1 ? (double)c->fsdp : 1;
-  double p = PARAM_B, g = GRAD_B, o = x->o->adamw ? ADAM_B : 0;
-  if (c->zero >= 1) o /= f;
-  if (c->zero >= 2) g /= f;
-  if (c->zero >= 3) p /= f;
-  return e * (p + g + o);
+  return c->fsdp > 1 && c->pp <= 1 ? f * (double)ep_of(c) : f;
+}
+
+/* Bytes of training state per rank for e parameter elements, e_exp of
+ * them the experts'. */
+static double state_bytes(const ctx *x, const sc_search_cand *c, double e, double e_exp) {
+  double f = c->fsdp > 1 ? (double)c->fsdp : 1, fr = rest_storage(c), per[2];
+  for (int part = 0; part < 2; part++) { /* an element's bytes: the experts', the rest's */
+    double p = PARAM_B, g = GRAD_B, o = x->o->adamw ? ADAM_B : 0, n = part ? fr : f;
+    if (c->zero >= 1) o /= n;
+    if (c->zero >= 2) g /= n;
+    if (c->zero >= 3) p /= n;
+    per[part] = p + g + o;
+  }
+  return fr == f ? e * per[0] : e_exp * per[0] + (e - e_exp) * per[1];
 }
 
 /* sc_search_param_collectives (search.h): block 0's tensors grouped by
@@ -637,6 +655,16 @@ double sc_search_param_collectives(const sc_block_model *bm, const sc_search_opt
   return stage_collectives(&x, c, (bm->n_blocks + c->pp - 1) / c->pp, how);
 }
 
+/* Under fsdp x ep (rest_storage), the gathers over fsdp alone a region of
+ * `blocks` blocks has, the experts': one a block under ZeRO-3 (their
+ * bucket), one a stacked weight under ZeRO-1/2 (gathered a tensor); else
+ * 0. */
+static double expert_gathers(const ctx *x, const sc_search_cand *c, int64_t blocks) {
+  const sc_block_part *b = &x->bm->block;
+  if (b->expert_params <= 0 || rest_storage(c) <= (double)c->fsdp) return 0;
+  return (double)blocks * (c->zero >= 3 ? 1 : b->expert_tensors);
+}
+
 /* The all-gathers over fsdp of a step of c's stage of `blocks` blocks
  * (sc_search_step_gathers): *fwd a microbatch's forward's, *bwd its
  * backward's, *times how many microbatches gather. */
@@ -649,7 +677,9 @@ static void stage_gathers(const ctx *x, const sc_search_cand *c, int64_t blocks,
     *fwd = stage_collectives(x, c, blocks, SC_SEARCH_GROUP_TENSOR);
     return;
   }
-  *fwd = stage_collectives(x, c, blocks, SC_SEARCH_GROUP_GATHER);
+  /* under fsdp x ep a block's experts are a bucket of their own, over
+   * fsdp alone (rest_storage) */
+  *fwd = stage_collectives(x, c, blocks, SC_SEARCH_GROUP_GATHER) + expert_gathers(x, c, blocks);
   *bwd = *fwd - (double)x->bm->outside.param_tensors;
 }
 
@@ -689,7 +719,11 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
   double e_stage = stage_params(bm, c, Ls);
   c->compute_s = M * (fwd + bwd);
   c->recompute_s = M * re;
-  double e_opt = c->zero >= 1 ? e_stage / (double)c->fsdp : e_stage;
+  double e_exp = stage_expert_params(bm, c, Ls);
+  double e_opt = c->zero < 1                         ? e_stage
+                 : rest_storage(c) == (double)c->fsdp ? e_stage / (double)c->fsdp
+                                                      : e_exp / (double)c->fsdp +
+                                                            (e_stage - e_exp) / rest_storage(c);
   c->optimizer_s = e_opt * (x->o->adamw ? ADAM_STEP_B : SGD_STEP_B) / x->hbm;
   /* per microbatch, the stage's parameters are read again: their bf16
    * casts for the GEMMs (read 4, write 2 bytes an element) and the
@@ -772,8 +806,19 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
      * backward: 3 psi a step against ZeRO-1/2's 2 psi; a bf16 step
      * gathers a block's GEMM weights and its fp32 rest apart (two
      * latencies a block) */
+    /* under fsdp x ep the rest's gathers and reduce-scatters run over
+     * fsdp and ep at once (ep at stride tp, fsdp at tp ep: cp is 1 beside
+     * ep), the experts' over fsdp, a bucket a block of each */
+    bool both = rest_storage(c) > (double)c->fsdp;
+    double xbytes = both ? e_exp * PARAM_B : 0, xred = both ? e_exp * rsize : 0;
+    /* the experts' reduce-scatters (a bucket a block) and gathers */
+    double xops = xbytes > 0 ? (double)Ls : 0, xg = expert_gathers(x, c, Ls);
+    int64_t gr = both ? c->fsdp * ep : c->fsdp, n_gr = both ? span(c->tp, gr, P) : n_fs;
     double ag = 0, ag_bwd = 0;
-    st = coll(x, SC_COLL_ALL_GATHER, times * lbytes, c->fsdp, n_fs, times * fwd_gathers, &ag, d);
+    st = coll(x, SC_COLL_ALL_GATHER, times * (lbytes - xbytes), gr, n_gr,
+              times * (fwd_gathers - xg), &ag, d);
+    if (st == SC_OK)
+      st = coll(x, SC_COLL_ALL_GATHER, times * xbytes, c->fsdp, n_fs, times * xg, &ag, d);
     if (st == SC_OK && bwd_gathers > 0) {
       /* the backward's gathers, block by block, the next prefetched while
        * the current one's backward computes: exposed is what exceeds a
@@ -781,29 +826,37 @@ static sc_status estimate(const ctx *x, sc_search_cand *c, double cutoff, bool *
       double o_e = (double)bm->outside.params / (double)c->tp,
              o_split = (double)bm->outside.split_params / (double)c->tp;
       double bbytes = (e_split - o_split) * cb + (e_stage - o_e - (e_split - o_split)) * PARAM_B;
-      st = coll(x, SC_COLL_ALL_GATHER, times * bbytes, c->fsdp, n_fs, times * bwd_gathers,
-                &ag_bwd, d);
+      st = coll(x, SC_COLL_ALL_GATHER, times * (bbytes - xbytes), gr, n_gr,
+                times * (bwd_gathers - xg), &ag_bwd, d);
+      if (st == SC_OK)
+        st = coll(x, SC_COLL_ALL_GATHER, times * xbytes, c->fsdp, n_fs, times * xg, &ag_bwd, d);
       ag_bwd = ag_bwd / times > bwd ? times * (ag_bwd / times - bwd) : 0;
     }
     ag += ag_bwd;
     c->fsdp_s += ag;
     if (st == SC_OK)
-      st = coll(x, SC_COLL_REDUCE_SCATTER, times * rbytes, c->fsdp, n_fs, times * per_block,
+      st = coll(x, SC_COLL_REDUCE_SCATTER, times * (rbytes - xred), gr, n_gr, times * per_block,
                 &c->fsdp_s, d);
+    if (st == SC_OK)
+      st = coll(x, SC_COLL_REDUCE_SCATTER, times * xred, c->fsdp, n_fs, times * xops, &c->fsdp_s,
+                d);
     if (st != SC_OK) return st;
   }
   /* ep is a data axis for every parameter but the experts (ep.c): their
-   * gradients are reduced over dp and ep together, the experts' (each
-   * rank's E/ep, computed from every ep rank's tokens) over dp alone */
-  double ebytes = (double)Ls * (double)b->expert_params / expert_split(c) * rsize;
+   * gradients are reduced over dp and ep together (under fsdp x ep
+   * without a pipeline the reduce-scatter above took ep: their shard over
+   * dp alone), the experts' (each rank's E/ep, computed from every ep
+   * rank's tokens) over dp alone */
+  double ebytes = e_exp * rsize;
   if (ep > 1) {
     double times = c->pp > 1 && c->fsdp > 1 ? M : 1;
-    double bytes = (rbytes - ebytes) / (double)(c->fsdp > 1 ? c->fsdp : 1);
+    double bytes = (rbytes - ebytes) / rest_storage(c);
     double ops = c->fsdp > 1 ? per_block : stage_collectives(x, c, Ls, SC_SEARCH_GROUP_DDP);
+    bool stored = rest_storage(c) > (double)c->fsdp; /* ep in the storage group */
     /* the group: ep's ranks at stride tp and dp's at stride tp ep cp fsdp
      * (the exact step names it by its first axis: dp's, or ep's alone) */
-    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp * ep, n_dp * n_ep, times * ops,
-              c->dp > 1 ? &c->dp_s : &c->ep_s, d);
+    st = coll(x, SC_COLL_ALL_REDUCE, times * bytes, c->dp * (stored ? 1 : ep),
+              stored ? n_dp : n_dp * n_ep, times * ops, c->dp > 1 ? &c->dp_s : &c->ep_s, d);
     if (st == SC_OK && c->dp > 1)
       st = coll(x, SC_COLL_ALL_REDUCE, times * ebytes / (double)(c->fsdp > 1 ? c->fsdp : 1),
                 c->dp, n_dp, times * (double)Ls, &c->dp_s, d);
@@ -1090,7 +1143,8 @@ static double one_memory(const ctx *x, const sc_search_cand *c, double s) {
   int64_t L = bm->n_blocks;
   double mbs = rank_mbs(x, c), tp = (double)c->tp;
   double e = stage_params(bm, c, L);
-  double mem = state_bytes(x, c, e) + e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
+  double mem = state_bytes(x, c, e, stage_expert_params(bm, c, L)) +
+               e * (c->zero >= 3 ? WORK_ONE_Z3 : WORK_ONE);
   if (c->zero >= 3)
     mem += 2.0 * stage_params(bm, c, 1) * PARAM_B; /* a gathered block and the next, prefetched */
   double all, keep;
@@ -1166,8 +1220,9 @@ static double pipe_memory(const ctx *x, const sc_search_cand *c, int64_t q, doub
   double stash_mb = ((double)Ls * keep * mbs + head) * s;      /* the stage's, one microbatch */
   double stash_mb_c = ((double)Lc * keep * mbs + head) * s;    /* one chunk's */
   double work = all * mbs * s;                                 /* one block's values */
-  double state = state_bytes(x, c, e) + e * PIPE_STATE_EXTRA_B;
-  double update = state_bytes(x, c, e_c) + e_c * PIPE_UPDATE_B;
+  /* pipelined: the rest stored over fsdp as the experts (rest_storage) */
+  double state = state_bytes(x, c, e, stage_expert_params(bm, c, Ls)) + e * PIPE_STATE_EXTRA_B;
+  double update = state_bytes(x, c, e_c, stage_expert_params(bm, c, Lc)) + e_c * PIPE_UPDATE_B;
   double grad_b = c->zero >= 3 ? PIPE_GRAD_B / f : c->zero >= 1 ? PIPE_GRAD_Z12_B : PIPE_GRAD_B;
   double backward = stash_mb_c + casts_c + e_c * grad_b + work;
   double forward = e_c * (c->zero >= 3 ? PARAM_B / f : PARAM_B) + casts_c + stash_mb_c + work;
@@ -1503,8 +1558,9 @@ static sc_status search_data(const ctx *x, int64_t tp, int64_t pp, int64_t cp, i
                                .hybrid_shard_degree = dp > 1 && fsdp > 1 ? fsdp : 0};
         /* the training state alone, at the largest stage */
         base.micro_batch_size = 0;
-        double e = stage_params(bm, &base, (bm->n_blocks + pp - 1) / pp);
-        if (state_bytes(x, &base, e) > (double)x->limit) {
+        int64_t blocks = (bm->n_blocks + pp - 1) / pp;
+        double e = stage_params(bm, &base, blocks);
+        if (state_bytes(x, &base, e, stage_expert_params(bm, &base, blocks)) > (double)x->limit) {
           r->pruned_state++;
           /* still a candidate for the closest when nothing fits: its
            * least memory (full recompute, the smallest micro-batch) */

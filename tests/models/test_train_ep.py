@@ -9,6 +9,9 @@ scale (test_train_dist.compare, the tolerances of test_train_dist and
 test_train_cp), no NaN, for
   ep=2, ep=4, dp=2 x ep=2, fsdp=2 x ep=2, tp=2 x ep=2, ep=2 with
   --recompute full, pp=2 x ep=2 (1F1B, one microbatch) against one rank;
+  ep=2 x fsdp=2 (ep first in the mesh: the storage group's collectives
+  run axis by axis) and fsdp=2 x ep=2 under --zero 2 and --zero 1
+  against one rank;
   the SMP v2 key expert_parallel_degree 2 over a world of --mesh dp=4
   (`--smp-config`: it says `--mesh dp=2,ep=2`) against one rank;
   pp=2 x ep=2 with 2 microbatches against pp=2 with 2 microbatches (the
@@ -33,6 +36,18 @@ Also:
     the experts, the inputs' gradient back), each sending the off-rank
     share of a rank's dispatched buffer: (ep - 1)/ep x (B/ep) x E x C x D x
     4 bytes;
+  * `plan --train --json` at fsdp=2 x ep=2 (ZeRO 3, 2, 1): the parameters
+    outside the experts are stored over fsdp and ep (the storage group),
+    the experts over fsdp within their ep split: a quarter of every
+    parameter (ZeRO 3) or of its optimizer state a rank; the rest's
+    gradients reduce-scattered by one collective over fsdp,ep (group 4,
+    3/4 of their bytes sent), the experts' over fsdp (1/2 of a rank's
+    E/ep); gathers over fsdp,ep of 3/4 of the rest (ZeRO 3: again for the
+    blocks' rest in the backward) and a few KiB of activations, over
+    fsdp of the experts only, none over ep alone; no gradient all-reduced
+    over ep (under 300 bytes: the aux loss's means, the norm's scalars);
+    at dp=2 x ep=2 (ZeRO 0) the rest's gradients all-reduced over ep, and
+    everything over dp;
   * `run --mesh ep=2` (batch 4), and the bundle `compile --mesh ep=2 -o`
     writes, equal one rank's logits and aux_loss (rtol 1e-5, atol 1e-6);
   * ep=2 on the emulated GPU (SHARDC_CUDA_EMU=1 --device cuda) trains as
@@ -73,9 +88,9 @@ Expert tensor parallelism (`--expert-tensor-parallel`, part etp):
     experts (the mlp sample at tp=2), and at tp=3 (the experts' hidden
     size 64 does not divide: the message names 2 or 4).
 
---part meshes-1|meshes-2|etp|rest runs the first four meshes, the next
-five, expert tensor parallelism, or everything else (ctest runs the four
-side by side).
+--part meshes-1|meshes-2|meshes-3|etp|rest runs the first four meshes, the
+next five, the last three, expert tensor parallelism, or everything else
+(ctest runs the five side by side).
 
 Environment: SHARDC, SC_SOURCE_DIR. Exit 0 on success, 1 on any failure.
 """
@@ -111,6 +126,9 @@ MESHES = {"meshes-1": [(["--mesh", "ep=2"], None), (["--mesh", "ep=4"], None),
                        (["--mesh", "pp=2,ep=2", "--microbatches", "2", "--schedule", "1f1b"],
                         PP2),
                        (["--mesh", "dp=4", "--smp-config", SMP], None)],
+          "meshes-3": [(["--mesh", "ep=2,fsdp=2"], None),
+                       (["--mesh", "fsdp=2,ep=2", "--zero", "2"], None),
+                       (["--mesh", "fsdp=2,ep=2", "--zero", "1"], None)],
           "etp": [(["--mesh", "tp=2,ep=2", "--expert-tensor-parallel"], None),
                   (["--mesh", "tp=2", "--expert-tensor-parallel"], None),
                   (["--mesh", "tp=2,ep=2", "--expert-tensor-parallel", "--sequence-parallel"],
@@ -214,6 +232,80 @@ def test_bytes():
         got = {k: a2a[0][k] for k in want} if len(a2a) == 1 else a2a
         check(got == want, f"plan --train ep={n}: all-to-alls {got}, want {want}")
         print(f"ep={n}: all-to-alls {got}")
+
+
+def param_bytes():
+    """The sample's float parameters' bytes: (the experts', the rest's, the
+    rest's inside the blocks, which ZeRO-3 gathers again for the backward)."""
+    experts = {f"layers.{i}.block_sparse_moe.w{k}" for i in range(LAYERS) for k in (1, 2, 3)}
+    got = [0, 0, 0]
+    for t in onnx.load(MODEL).graph.initializer:
+        a = numpy_helper.to_array(t)
+        if a.dtype != np.float32 or a.size == 1:
+            continue
+        expert = t.name in experts
+        got[0 if expert else 1] += a.nbytes
+        got[2] += 0 if expert or not t.name.startswith("layers.") else a.nbytes
+    return tuple(got)
+
+
+def test_fsdp_ep_plan():
+    """Under fsdp x ep the parameters outside the experts are stored over the
+    4 ranks of fsdp and ep (their gathers and reduce-scatters one collective
+    over both), the experts over fsdp within their ep split; under dp x ep
+    (ZeRO 0) the rest's gradients are all-reduced over dp and over ep, the
+    experts' over dp alone."""
+    experts, rest, block_rest = param_bytes()
+    check(experts == LAYERS * 3 * E * D * D * 4, f"expert bytes {experts}")
+    for zero in ([], ["--zero", "1"], ["--zero", "2"]):
+        p = plan(["--mesh", "fsdp=2,ep=2", "--optimizer", "sgd", "--momentum", "0.9", "--json"]
+                 + zero)
+        what = f"plan --train fsdp=2,ep=2 {' '.join(zero)}"
+        if not check(p.returncode == 0, f"{what}: {p.stderr[-500:]}"):
+            continue
+        j = json.loads(p.stdout)
+        coll = {(c["op"], c["axes"]): c for c in j["collectives"]}
+        sent = {k: c["sent"] for k, c in coll.items()}
+        # the rank's quarter of everything: the experts' E/ep over fsdp, the rest over 4
+        state = "params" if not zero else "optimizer state"
+        check(j["live"][state] == experts // 4 + rest // 4,
+              f"{what}: live {state} {j['live'][state]}, want {experts // 4} + {rest // 4}")
+        # one reduce-scatter of the rest's gradients over fsdp and ep (3/4 of
+        # them sent), the experts' over fsdp (1/2 of a rank's E/ep)
+        want = {("ReduceScatter", "fsdp,ep"): 3 * rest // 4,
+                ("ReduceScatter", "fsdp"): experts // 2 // 2}
+        got = {k: sent.get(k) for k in want}
+        check(got == want and coll[("ReduceScatter", "fsdp,ep")]["group"] == 4,
+              f"{what}: reduce-scatters {got}, want {want}")
+        # no gradient all-reduced over ep: only the aux loss's 8-wide means
+        # and the gradient norm's scalars (326,432 bytes when the rest was
+        # stored over fsdp alone)
+        ar = sum(c["sent"] for (op, axes), c in coll.items()
+                 if op == "AllReduce" and "ep" in axes.split(","))
+        check(ar <= 4 * LAYERS * E * 4 + 8 * 4, f"{what}: {ar} bytes all-reduced over ep")
+        # the gathers: the rest's over fsdp and ep, the experts' over fsdp,
+        # each sending what the rank lacks; none over ep alone
+        gathered = 3 * rest // 4 if zero else 3 * (rest + block_rest) // 4
+        ag = sent.get(("AllGather", "fsdp,ep"), 0)
+        check(gathered <= ag < gathered + 8192,
+              f"{what}: AllGather over fsdp,ep sent {ag}, want {gathered} and the "
+              "activations' few")
+        ag_f = sent.get(("AllGather", "fsdp"))
+        want_f = experts // 2 // 2 * (1 if zero else 2)  # ZeRO 3: forward and backward
+        check(ag_f == want_f and ("AllGather", "ep") not in coll,
+              f"{what}: AllGather over fsdp {ag_f} (want {want_f}), over ep "
+              f"{sent.get(('AllGather', 'ep'))}")
+        print(f"{what}: live {state} {j['live'][state]}, reduce-scatters {got}, "
+              f"all-reduced over ep {ar}, gathered over fsdp,ep {ag}, over fsdp {ag_f}")
+    p = plan(["--mesh", "dp=2,ep=2", "--optimizer", "sgd", "--momentum", "0.9", "--json"])
+    if check(p.returncode == 0, f"plan --train dp=2,ep=2: {p.stderr[-500:]}"):
+        sent = {(c["op"], c["axes"]): c["sent"] for c in json.loads(p.stdout)["collectives"]}
+        # a 2-rank ring all-reduce sends the tensor once
+        ep, dp = sent.get(("AllReduce", "ep"), 0), sent.get(("AllReduce", "dp"), 0)
+        check(rest <= ep < rest + 1024 and rest + experts // 2 <= dp < rest + experts // 2 + 1024,
+              f"plan --train dp=2,ep=2: all-reduced over ep {ep} (want {rest} and the "
+              f"scalars), over dp {dp} (want {rest + experts // 2})")
+        print(f"dp=2,ep=2: all-reduced over ep {ep}, over dp {dp}")
 
 
 def test_etp_plan():
@@ -388,6 +480,7 @@ def main():
             test_refused(tmp)
             test_step()
             test_bytes()
+            test_fsdp_ep_plan()
             test_run(tmp)
             test_emulated_gpu(tmp)
         if part in (None, "etp"):

@@ -23,8 +23,10 @@
  * ranks by step / dp, and its best serves at least as many examples per
  * second as latency's best. Expert parallelism on samples/moe.onnx: the
  * block model's experts and all-to-all buffers, ep=2 against dp=2 (the
- * experts' state halved, the all-to-alls costed), the candidates meshes
- * ep.c runs; a dense model gets no ep. */
+ * experts' state halved, the all-to-alls costed), fsdp=2 x ep=2 holding
+ * a quarter of every parameter as fsdp=4 does, the candidates meshes ep.c
+ * runs; a dense model gets no ep. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -456,7 +458,9 @@ static void test_cp_estimate(void **state) {
  * model (8 experts [64, 64] three times a layer; the dispatched tokens
  * [1, 8, 5, 64] in, the experts' outputs out); ep=2 against dp=2 at the
  * same micro-batch: the experts' state halved, the all-to-alls costed
- * (8 a step of a 40,960-byte buffer, half of it sent), no dp term; every
+ * (8 a step of a 40,960-byte buffer, half of it sent), no dp term;
+ * fsdp=2 x ep=2 (the rest stored over both) against fsdp=4 on 4 devices:
+ * the optimizer's pass over a quarter of the parameters either way; every
  * candidate of a search on 4 devices a mesh ep.c runs (ep dividing the
  * experts, dp x fsdp x ep the batch); a dense model gets no ep. */
 static void test_ep_estimate(void **state) {
@@ -496,6 +500,17 @@ static void test_ep_estimate(void **state) {
   assert_true(ep.optimizer_s < dp.optimizer_s);
   sc_cluster four = preset("h100-sxm:4x1");
   o.cluster = &four;
+  /* fsdp=2 x ep=2 stores the parameters outside the experts over both
+   * axes and the experts (E/ep a rank) over fsdp: a quarter of every
+   * parameter a rank, as fsdp=4; the optimizer's pass is the same */
+  sc_search_cand f4 = dp, fe = dp;
+  f4.dp = 1, f4.fsdp = 4, f4.zero = 3, f4.micro_batch_size = 2;
+  fe.dp = 1, fe.fsdp = 2, fe.ep = 2, fe.zero = 3, fe.micro_batch_size = 2;
+  assert_int_equal(sc_search_estimate(&bm, &o, &f4, &d), SC_OK);
+  assert_int_equal(sc_search_estimate(&bm, &o, &fe, &d), SC_OK);
+  assert_true(fe.optimizer_s > 0 &&
+              fabs(fe.optimizer_s - f4.optimizer_s) < 1e-9 * f4.optimizer_s);
+  assert_true(fe.dp_s == 0 && fe.fsdp_s > 0 && fe.ep_s > 0);
   sc_search_result r;
   assert_int_equal(sc_search_run(&bm, &o, &r, &d), SC_OK);
   assert_true(r.n_top > 0);
