@@ -68,7 +68,18 @@
  * dtype): a bf16 step's bf16 and f32 gradients interleave in the backward,
  * and a change of dtype closing the group left them mostly alone. Members
  * keep their relative order, and every
- * rank runs the same program, so the collectives match across ranks. */
+ * rank runs the same program, so the collectives match across ranks.
+ *
+ * Before the buckets, a reduce-scatter of "grad:P" = a + b (a parameter
+ * read twice: a tied embedding's LM head product and lookup scatter-add)
+ * whose earlier part has SC_PARTITION_SPLIT_MIN_BYTES or more and would
+ * wait for the other across another collective is split
+ * (sc_partition_split_grad_sums):
+ * a is reduce-scattered right where it is made, b where the sum was, and
+ * the shards added. Along a dim other than 0 each part goes in chunks of
+ * rows of at most a bucket's size, made by rows where its producer allows
+ * (rows_of, scatter_rows), so that neither the part nor the communicator's
+ * layout scratch is ever whole. */
 #include <stdio.h>
 #include <string.h>
 
@@ -90,6 +101,7 @@ typedef struct bucketer {
   int32_t *insert_at;  /* [n_new] the old node each goes before */
   bool *moved;         /* [first_new] old nodes that are in ins_node */
   int32_t n_new, cap_new, first_new;
+  const int32_t *off;  /* sc_partition_split_grad_sums: sc_graph_users' offsets */
 } bucketer;
 
 static sc_status nomem(sc_diag *d) {
@@ -784,4 +796,330 @@ sc_status sc_partition_bucket_reductions(sc_partition *p, sc_diag *d) {
   sc_free(users);
   sc_stats_free(&stats);
   return st;
+}
+
+/* ---- a gradient sum's early part (sc_partition_split_grad_sums) ---- */
+
+/* Whether value v is read by one node alone and is no graph output. */
+static bool sole(const sc_graph *L, const int32_t *off, int32_t v) {
+  return off[v + 1] - off[v] == 1 && !(L->values[v].flags & SC_VALUE_OUTPUT);
+}
+
+/* The sum "grad:P" of a reduce-scatter's node r is made of when it is
+ * Add(a, b), through Identities read by nothing else: its Add node, or -1.
+ * Both parts are read by that Add alone and have the sum's dtype, shape
+ * and sharding (the same pending sum). */
+static int32_t grad_sum(const bucketer *b, const int32_t *off, int32_t r) {
+  const sc_graph *L = b->L;
+  const sc_node *n = &L->nodes[r];
+  if (n->op != SC_OP_REDUCE_SCATTER || n->n_inputs != 1 || n->n_outputs != 1 ||
+      n->inputs[0] < 0 || n->outputs[0] < 0 || !grad_param(b, n->inputs[0]))
+    return -1;
+  int32_t v = n->inputs[0];
+  while (sole(L, off, v) && L->values[v].producer >= 0 &&
+         L->nodes[L->values[v].producer].op == SC_OP_IDENTITY &&
+         L->nodes[L->values[v].producer].n_inputs == 1 &&
+         L->nodes[L->values[v].producer].inputs[0] >= 0)
+    v = L->nodes[L->values[v].producer].inputs[0];
+  int32_t add = L->values[v].producer;
+  if (!sole(L, off, v) || add < 0 || L->nodes[add].op != SC_OP_ADD ||
+      L->nodes[add].n_inputs != 2)
+    return -1;
+  const sc_value *s = &L->values[v];
+  const sc_sharding *ss = sc_graph_sharding(L, v);
+  for (int32_t k = 0; k < 2; k++) {
+    int32_t x = L->nodes[add].inputs[k];
+    if (x < 0 || x == L->nodes[add].inputs[1 - k] || !sole(L, off, x) ||
+        L->values[x].producer < 0)
+      return -1;
+    const sc_value *xv = &L->values[x];
+    const sc_sharding *xs = sc_graph_sharding(L, x);
+    if (xv->dtype != s->dtype || xv->rank != s->rank ||
+        memcmp(xv->dims, s->dims, (size_t)s->rank * sizeof *s->dims) != 0 || !ss || !xs ||
+        !sc_sharding_equal(xs, ss))
+      return -1;
+  }
+  return add;
+}
+
+/* A new value of dtype t shaped as value v but with n in dim `dim` (n <
+ * 0: v's own), of v's sharding. */
+static int32_t shaped(bucketer *b, int32_t v, int32_t dim, int64_t n, sc_dtype t) {
+  const sc_value y = b->L->values[v]; /* a copy: adding values moves the array */
+  int64_t dims[SC_MAX_RANK];
+  memcpy(dims, y.dims, (size_t)y.rank * sizeof *dims);
+  if (n >= 0) dims[dim] = n;
+  int32_t out = new_value(b, y.name, t, y.rank, dims);
+  const sc_sharding *ys = out < 0 ? NULL : sc_graph_sharding(b->L, v);
+  sc_sharding s;
+  if (ys) s = *ys;
+  return ys && sc_graph_set_sharding(b->L, out, &s) == SC_OK ? out : -1;
+}
+
+static int32_t like(bucketer *b, int32_t v, int32_t dim, int64_t n) {
+  return shaped(b, v, dim, n, b->L->values[v].dtype);
+}
+
+/* Whether node i's attributes are numbers and strings alone (copy_attrs
+ * copies them). */
+static bool plain_attrs(const sc_node *n) {
+  for (int32_t a = 0; a < n->n_attrs; a++)
+    if (n->attrs[a].kind != SC_ATTR_INT && n->attrs[a].kind != SC_ATTR_FLOAT &&
+        n->attrs[a].kind != SC_ATTR_STRING)
+      return false;
+  return true;
+}
+
+/* A node of op, as old node `from` (its plain attributes, shared), placed
+ * before old node `before`. */
+static int32_t emit_as(bucketer *b, sc_op op, const char *base, const int32_t *in, int32_t n_in,
+                       int32_t out, int64_t stage, int32_t before, int32_t from) {
+  int32_t nid = emit(b, op, base, in, n_in, out, stage, before);
+  for (int32_t a = 0; nid >= 0 && from >= 0 && a < b->L->nodes[from].n_attrs; a++) {
+    const sc_attr at = b->L->nodes[from].attrs[a]; /* a copy: adding attributes may move them */
+    if (strcmp(at.name, "__stage") == 0) continue;
+    sc_attr *na = sc_node_add_attr(b->L, nid, at.name, at.kind);
+    if (!na) return -1;
+    na->i = at.i;
+    na->f = at.f;
+    na->s = at.s;
+  }
+  return nid;
+}
+
+enum { ROWS_DEPTH = 4 }; /* producers at most made by rows, one below another */
+
+static int32_t rows_of(bucketer *b, int32_t x, int64_t lo, int64_t hi, const char *base,
+                       int64_t stage, int32_t before, int32_t depth);
+
+/* Rows [lo, hi) of x along `axis` by a Slice placed before `before`. */
+static int32_t slice_rows(bucketer *b, int32_t x, int64_t axis, int64_t lo, int64_t hi,
+                          const char *base, int64_t stage, int32_t before) {
+  int32_t c_lo = const_i64(b, 1, &lo), c_hi = const_i64(b, 1, &hi);
+  int32_t c_ax = const_i64(b, 1, &axis);
+  int32_t part = c_ax < 0 ? -1 : like(b, x, (int32_t)axis, hi - lo);
+  if (part < 0 || emit(b, SC_OP_SLICE, base, (int32_t[]){x, c_lo, c_hi, c_ax}, 4, part, stage,
+                       before) < 0)
+    return -1;
+  return part;
+}
+
+/* Rows [lo, hi) of operand v of a node being made by rows, whose result
+ * has `rows` rows and rank r: v itself when it broadcasts along dim 0, else
+ * its rows (made by rows when nothing else reads it). */
+static int32_t operand_rows(bucketer *b, int32_t v, int64_t rows, int32_t r, int64_t lo,
+                            int64_t hi, const char *base, int64_t stage, int32_t before,
+                            int32_t depth) {
+  const sc_value *x = &b->L->values[v];
+  if (x->rank < r || x->dims[0] != rows) return v;
+  return sole(b->L, b->off, v) && x->producer >= 0
+             ? rows_of(b, v, lo, hi, base, stage, before, depth + 1)
+             : slice_rows(b, v, 0, lo, hi, base, stage, before);
+}
+
+/* Whether x is a scatter-add of updates at int64 indices of last dim 1
+ * (rows of a 2-D table) into data, whose rows scatter_rows can make. */
+static bool scatter_add(const sc_graph *L, int32_t x) {
+  int32_t i = L->values[x].producer;
+  const sc_node *n = i >= 0 ? &L->nodes[i] : NULL;
+  const sc_attr *red = n ? sc_node_attr(n, "reduction") : NULL;
+  if (!n || n->op != SC_OP_SCATTER_ND || n->n_inputs != 3 || n->n_outputs != 1 || !red ||
+      !red->s || strcmp(red->s, "add") != 0 || L->values[x].rank != 2 || !plain_attrs(n))
+    return false;
+  for (int32_t k = 0; k < 3; k++)
+    if (n->inputs[k] < 0) return false;
+  const sc_value *ix = &L->values[n->inputs[1]];
+  return ix->dtype == SC_DTYPE_I64 && ix->rank >= 1 && ix->dims[ix->rank - 1] == 1;
+}
+
+/* Rows [elo, ehi) of scatter-add x (scatter_add) that are right in rows
+ * [lo, hi) alone: the rows of its data, and the updates whose index
+ * (a negative one counted from the end, as the scatter does) falls in
+ * [lo, hi) at index - elo; every other update goes to row `trash` of the
+ * result, outside [lo, hi) (the caller drops it), so that no update is
+ * copied or masked. */
+static int32_t scatter_rows(bucketer *b, int32_t x, int64_t lo, int64_t hi, int64_t elo,
+                            int64_t ehi, int64_t trash, const char *base, int64_t stage,
+                            int32_t before) {
+  sc_graph *L = b->L;
+  int32_t sid = L->values[x].producer;
+  int32_t data = L->nodes[sid].inputs[0], idx = L->nodes[sid].inputs[1];
+  int32_t upd = L->nodes[sid].inputs[2];
+  int64_t zero = 0, rows = L->values[x].dims[0];
+  int32_t c_lo = const_i64(b, 1, &lo), c_hi = const_i64(b, 1, &hi);
+  int32_t c_elo = const_i64(b, 1, &elo), c_t = const_i64(b, 1, &trash);
+  int32_t c_0 = const_i64(b, 1, &zero), c_rows = const_i64(b, 1, &rows);
+  int32_t v[8]; /* neg, wrapped, norm, ge, lt, in, at, idx2 */
+  for (int32_t k = 0; k < 8; k++)
+    v[k] = c_t < 0 || c_rows < 0 ? -1
+           : k == 0 || (k >= 3 && k <= 5) ? shaped(b, idx, 0, -1, SC_DTYPE_BOOL)
+                                           : like(b, idx, 0, -1);
+  for (int32_t k = 0; k < 8; k++)
+    if (v[k] < 0) return -1;
+  if (emit(b, SC_OP_LESS, base, (int32_t[]){idx, c_0}, 2, v[0], stage, before) < 0 ||
+      emit(b, SC_OP_ADD, base, (int32_t[]){idx, c_rows}, 2, v[1], stage, before) < 0 ||
+      emit(b, SC_OP_WHERE, base, (int32_t[]){v[0], v[1], idx}, 3, v[2], stage, before) < 0 ||
+      emit(b, SC_OP_GREATER_EQUAL, base, (int32_t[]){v[2], c_lo}, 2, v[3], stage, before) < 0 ||
+      emit(b, SC_OP_LESS, base, (int32_t[]){v[2], c_hi}, 2, v[4], stage, before) < 0 ||
+      emit(b, SC_OP_AND, base, (int32_t[]){v[3], v[4]}, 2, v[5], stage, before) < 0 ||
+      emit(b, SC_OP_SUB, base, (int32_t[]){v[2], c_elo}, 2, v[6], stage, before) < 0 ||
+      emit(b, SC_OP_WHERE, base, (int32_t[]){v[5], v[6], c_t}, 3, v[7], stage, before) < 0)
+    return -1;
+  int32_t idx2 = v[7];
+  int32_t d2 = sole(L, b->off, data) && L->values[data].producer >= 0
+                   ? rows_of(b, data, elo, ehi, base, stage, before, 1)
+                   : slice_rows(b, data, 0, elo, ehi, base, stage, before);
+  int32_t out = d2 < 0 ? -1 : like(b, x, 0, ehi - elo);
+  if (out < 0 || emit_as(b, SC_OP_SCATTER_ND, base, (int32_t[]){d2, idx2, upd}, 3, out, stage,
+                         before, sid) < 0)
+    return -1;
+  return out;
+}
+
+/* Rows [lo, hi) of x (sole: read by the dead sum alone), by nodes placed
+ * before old node `before`, so that the whole x is never made where its
+ * producer can be made by rows: a Gemm of two 2-D operands (the rows of A,
+ * or with transA its columns, times B), an elementwise node (its operands'
+ * rows; those broadcast along dim 0 as they are), an Expand of a value
+ * broadcast along dim 0; else a Slice of the whole x. */
+static int32_t rows_of(bucketer *b, int32_t x, int64_t lo, int64_t hi, const char *base,
+                       int64_t stage, int32_t before, int32_t depth) {
+  sc_graph *L = b->L;
+  int32_t i = L->values[x].producer;
+  const sc_node *n = i >= 0 && depth < ROWS_DEPTH ? &L->nodes[i] : NULL;
+  int32_t r = L->values[x].rank;
+  int64_t rows = L->values[x].dims[0];
+  if (!n || n->n_outputs != 1 || !plain_attrs(n) || n->n_inputs < 1)
+    return slice_rows(b, x, 0, lo, hi, base, stage, before);
+  for (int32_t k = 0; k < n->n_inputs; k++)
+    if (n->inputs[k] < 0) return slice_rows(b, x, 0, lo, hi, base, stage, before);
+  if (n->op == SC_OP_GEMM && n->n_inputs == 2 && r == 2 && L->values[n->inputs[0]].rank == 2) {
+    const sc_attr *ta = sc_node_attr(n, "transA");
+    int32_t a = slice_rows(b, n->inputs[0], ta && ta->i ? 1 : 0, lo, hi, base, stage, before);
+    int32_t out = a < 0 ? -1 : like(b, x, 0, hi - lo);
+    if (out < 0 || emit_as(b, SC_OP_GEMM, base, (int32_t[]){a, L->nodes[i].inputs[1]}, 2, out,
+                           stage, before, i) < 0)
+      return -1;
+    return out;
+  }
+  if (sc_ops[n->op].flags & SC_OPF_ELEMENTWISE) {
+    int32_t in[8], n_in = n->n_inputs;
+    if (n_in > 8) return slice_rows(b, x, 0, lo, hi, base, stage, before);
+    for (int32_t k = 0; k < n_in; k++)
+      if ((in[k] = operand_rows(b, L->nodes[i].inputs[k], rows, r, lo, hi, base, stage, before,
+                                depth)) < 0)
+        return -1;
+    int32_t out = like(b, x, 0, hi - lo);
+    if (out < 0 || emit_as(b, L->nodes[i].op, base, in, n_in, out, stage, before, i) < 0)
+      return -1;
+    return out;
+  }
+  const sc_value *c = &L->values[n->inputs[0]];
+  if (n->op == SC_OP_EXPAND && n->n_inputs == 2 && (c->rank < r || c->dims[0] == 1)) {
+    int64_t dims[SC_MAX_RANK];
+    memcpy(dims, L->values[x].dims, (size_t)r * sizeof *dims);
+    dims[0] = hi - lo;
+    int32_t shape = const_i64(b, r, dims);
+    int32_t out = shape < 0 ? -1 : like(b, x, 0, hi - lo);
+    if (out < 0 || emit(b, SC_OP_EXPAND, base, (int32_t[]){L->nodes[i].inputs[0], shape}, 2,
+                        out, stage, before) < 0)
+      return -1;
+    return out;
+  }
+  return slice_rows(b, x, 0, lo, hi, base, stage, before);
+}
+
+/* x reduce-scattered as old node `from` does (its axes, op and axis) into
+ * a new value shaped as from's result, by nodes placed before old node
+ * `before`. Along a dim other than 0 the communicator's layout needs a
+ * scratch the size of x (lower_comm.c): x then goes in k chunks of rows of
+ * at most SC_PARTITION_BUCKET_CAP_BYTES, each made (rows_of) and
+ * reduce-scattered alone (rank r's piece of a chunk is its rows of r's
+ * piece), and the pieces concatenated along dim 0. A scatter-add's chunk
+ * has one row more (scatter_rows: the next row, or for the last chunk the
+ * one before), its piece sliced to the chunk's rows. */
+static int32_t scatter_like(bucketer *b, int32_t from, int32_t x, const char *what,
+                            int32_t before) {
+  sc_graph *L = b->L;
+  const sc_attr *ax = sc_node_attr(&L->nodes[from], "axis");
+  int64_t axis = ax ? ax->i : 0, stage = stage_of(&L->nodes[from]);
+  const sc_value *xv = &L->values[x];
+  if (axis < 0) axis += xv->rank;
+  int64_t rows = xv->rank > 0 ? xv->dims[0] : 1, k = 1;
+  if (axis > 0 && rows > 1) {
+    int64_t bytes = sc_value_numel(xv) * (int64_t)sc_dtype_size(xv->dtype);
+    k = (bytes + SC_PARTITION_BUCKET_CAP_BYTES - 1) / SC_PARTITION_BUCKET_CAP_BYTES;
+    if (k > rows) k = rows;
+  }
+  int64_t per = (rows + k - 1) / k;
+  k = (rows + per - 1) / per;
+  bool scatter = k > 1 && scatter_add(L, x);
+  int32_t y = L->nodes[from].outputs[0];
+  int32_t *piece = sc_malloc((size_t)k * sizeof *piece);
+  if (!piece) return -1;
+  char base[600];
+  snprintf(base, sizeof base, "%s/%s", L->nodes[from].name, what);
+  int32_t out = -1;
+  int64_t c = 0;
+  for (; c < k; c++) {
+    int64_t lo = c * per, hi = lo + per < rows ? lo + per : rows;
+    int64_t elo = scatter && hi == rows ? lo - 1 : lo, ehi = elo + (hi - lo) + scatter;
+    int32_t in = !(k > 1)  ? x
+                 : scatter ? scatter_rows(b, x, lo, hi, elo, ehi, hi == rows ? 0 : hi - lo, base,
+                                          stage, before)
+                           : rows_of(b, x, lo, hi, base, stage, before, 0);
+    int32_t red = in < 0 ? -1 : like(b, y, 0, k > 1 ? ehi - elo : -1);
+    int32_t nid = red < 0 ? -1 : emit(b, SC_OP_REDUCE_SCATTER, base, &in, 1, red, stage, before);
+    if (nid < 0 || copy_axes(b, nid, from) != SC_OK || attr_int(b, nid, "axis", axis) != SC_OK)
+      break;
+    piece[c] = scatter ? slice_rows(b, red, 0, lo - elo, hi - elo, base, stage, before) : red;
+    if (piece[c] < 0) break;
+  }
+  if (c == k && k == 1) out = piece[0];
+  else if (c == k) {
+    out = like(b, y, 0, -1);
+    int32_t nc = out < 0 ? -1 : emit(b, SC_OP_CONCAT, base, piece, (int32_t)k, out, stage, before);
+    if (nc < 0 || attr_int(b, nc, "axis", 0) != SC_OK) out = -1;
+  }
+  sc_free(piece);
+  return out;
+}
+
+sc_status sc_partition_split_grad_sums(sc_partition *p, sc_diag *d) {
+  if (!p->local || !p->training) return SC_OK;
+  sc_graph *L = p->local;
+  int32_t n0 = L->n_nodes, *off = NULL, *users = NULL;
+  bucketer b = {.p = p, .L = L, .d = d, .first_new = n0};
+  b.moved = sc_calloc((size_t)n0 + 1, sizeof *b.moved);
+  sc_status st = b.moved && sc_graph_users(L, &off, &users) == SC_OK ? SC_OK : nomem(d);
+  b.off = off;
+  for (int32_t r = 0; st == SC_OK && r < n0; r++) {
+    int32_t add = grad_sum(&b, off, r);
+    if (add < 0) continue;
+    int32_t x0 = L->nodes[add].inputs[0], x1 = L->nodes[add].inputs[1];
+    bool first = L->values[x0].producer < L->values[x1].producer;
+    int32_t early = first ? x0 : x1, late = first ? x1 : x0;
+    int32_t made = L->values[early].producer;
+    const sc_value *ev = &L->values[early];
+    if (sc_value_numel(ev) * (int64_t)sc_dtype_size(ev->dtype) < SC_PARTITION_SPLIT_MIN_BYTES)
+      continue;
+    if (stage_of(&L->nodes[made]) != stage_of(&L->nodes[r]))
+      continue; /* a pipeline hands a tied gradient over itself (pipe_train.c) */
+    bool across = false; /* another collective runs while the part waits */
+    for (int32_t k = made + 1; k < add && !across; k++) across = is_collective(L, k);
+    if (!across) continue;
+    int32_t re = scatter_like(&b, r, early, "early", made + 1);
+    int32_t rl = re < 0 ? -1 : scatter_like(&b, r, late, "late", r);
+    int32_t sum = rl < 0 ? -1 : like(&b, L->nodes[r].outputs[0], 0, -1);
+    if (sum < 0 ||
+        emit(&b, SC_OP_ADD, L->nodes[r].name, (int32_t[]){re, rl}, 2, sum,
+             stage_of(&L->nodes[r]), r) < 0) {
+      st = lerr(&b);
+      break;
+    }
+    to_identity(&b, r, sum); /* its result and name stay; the whole sum is dead */
+  }
+  sc_free(off);
+  sc_free(users);
+  return finish(&b, st);
 }

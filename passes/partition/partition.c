@@ -232,6 +232,7 @@ sc_status sc_partition_run(sc_graph *g, const sc_partition_opts *o, sc_partition
   }
   if (!p->local && (st = sc_partition_localize(p, d)) != SC_OK) goto fail;
   if ((st = verify(po, p->local, d)) != SC_OK) goto fail;
+  if (p->training && (st = sc_partition_split_grad_sums(p, d)) != SC_OK) goto fail;
   if (p->training && (st = sc_partition_bucket_gathers(p, d)) != SC_OK) goto fail;
   if (p->training && (st = sc_partition_bucket_reductions(p, d)) != SC_OK) goto fail;
   if (print_at(po, "localize") && (st = print_graph(po, "localize", p->local, -1)) != SC_OK)

@@ -242,6 +242,18 @@ sc_status sc_partition_flatten_param(sc_partition *p, int32_t param, const sc_sh
  * the rest of the backward), the other new nodes where they are first
  * needed (sc_graph_toposort). */
 sc_status sc_partition_flat_order(sc_graph *g, sc_flat_order *order);
+/* bucket.c: a reduce-scattered gradient that is the sum of two parts,
+ * grad:P = a + b (a parameter read twice: a tied embedding's LM head and
+ * lookup), whose earlier part has SC_PARTITION_SPLIT_MIN_BYTES or more and
+ * would wait for the other across another collective, is reduce-scattered
+ * part by part: a right where it is made, b where the sum was, and the two
+ * shards added (the reduction is linear; one more reduce-scatter of P, and
+ * the whole-size a dies at its own); along a dim other than 0 in chunks of
+ * rows of at most SC_PARTITION_BUCKET_CAP_BYTES. On p->local, before the
+ * buckets. Below 1 MiB a collective's time is mostly its latency (about
+ * 10 us against 1 MB at 100 GB/s), so a smaller part is not split. */
+#define SC_PARTITION_SPLIT_MIN_BYTES ((int64_t)1 << 20)
+sc_status sc_partition_split_grad_sums(sc_partition *p, sc_diag *d);
 /* bucket.c: ZeRO-3's parameter all-gathers grouped per block and piece
  * into one collective each (copy-in, gather, copy-out), on p->local. */
 sc_status sc_partition_bucket_gathers(sc_partition *p, sc_diag *d);
