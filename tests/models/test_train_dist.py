@@ -431,12 +431,11 @@ def main():
         check(p.returncode == 0 and "rank 0: F0.0>1 F0.1>1 B0.0 W0.0<1 F0.2>1" in p.stdout and
               "rank 1: F1.0<0 B1.0>0 W1.0 F1.1<0" in p.stdout, f"schedule table: {p.stdout[-600:]}")
         # the tied embedding crosses once per step: its copy in the first
-        # microbatch's forward, the LM head's gradient after the last one's
-        # backward (N0 receives it; each norm piece runs its chunk's last
-        # weight work, so no list has a W of microbatch 3); N1 receives
-        # nothing (its sums of squares go to each rank's update piece, which
-        # combines them itself: N0 sends its own to U1, and U0 sends nothing)
-        check("W1.2 F1.3<0 B1.3>0 N1>0 U1<0" in p.stdout and "N0<1>1 U0<1\n" in p.stdout,
+        # microbatch's forward, the LM head's gradient after the last one
+        # (N0 receives it); N1 receives nothing (its sums of squares go to
+        # each rank's update piece, which combines them itself: N0 sends
+        # its own to U1, and U0 sends nothing)
+        check("W1.2 F1.3<0 B1.3>0 W1.3>0 N1>0 U1<0" in p.stdout and "N0<1>1 U0<1\n" in p.stdout,
               f"schedule table: the tied gradient once per step: {p.stdout[-600:]}")
         wte = [t for t in onnx.load(model).graph.initializer if t.name == "transformer.wte.weight"]
         tied = 4 * int(np.prod(wte[0].dims)) if wte else -1
@@ -462,8 +461,8 @@ def main():
         p = subprocess.run([SHARDC, "plan", model, "--dim", "batch=4", "--train",
                             "--schedule-table", "--mesh", "pp=2", "--microbatches", "4",
                             "--schedule", "zb-h1"], capture_output=True, text=True, timeout=300)
-        check(p.returncode == 0 and "B1.2>0 W1.1 F1.3<0 B1.3>0 W1.2 N1" in p.stdout
-              and "B0.2 W0.2<1 B0.3 N0" in p.stdout,
+        check(p.returncode == 0 and "B1.2>0 W1.1 F1.3<0 B1.3>0 W1.2 W1.3" in p.stdout
+              and "B0.2 W0.2<1 B0.3 W0.3<1 N0" in p.stdout,
               f"zb-h1 table: rank 1 (the last) holds a weight piece back, rank 0 none: "
               f"{p.stdout[-600:]}")
 
