@@ -13,13 +13,9 @@ static sc_status nomem(sc_diag *d) {
 typedef struct list {
   sc_pipe_action *a;
   int32_t n, cap;
-  int32_t M;
 } list;
 
-/* Appends an action; the last microbatch's WEIGHT runs inside its chunk's
- * NORM (ir/pipe.h), so it is no action of its own. */
 static bool push(list *l, sc_pipe_phase ph, int32_t chunk, int32_t mb) {
-  if (ph == SC_PIPE_WEIGHT && mb == l->M - 1) return true;
   if (l->n == l->cap) {
     int32_t cap = l->cap ? 2 * l->cap : 64;
     sc_pipe_action *a = sc_realloc(l->a, (size_t)cap * sizeof *a);
@@ -63,7 +59,7 @@ sc_status sc_pipe_schedule(sc_schedule_kind kind, int32_t P, int32_t V, int32_t 
                        "the interleaved schedule runs microbatches in groups of the pipeline "
                        "size: %d microbatches are not a multiple of %d",
                        (int)M, (int)P);
-  list l = {.M = M};
+  list l = {0};
   bool ok = true;
   /* weight pieces: right after their backward, or (ZB-H1) the rank's r
    * oldest held back, W of microbatch m after B of m + r, and the rest after
@@ -190,7 +186,6 @@ sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d) {
     add_dep(out, w, f);
     add_dep(out, w, b);
     add_dep(out, nn, w);
-    add_dep(out, nn, b); /* the last microbatch's weight piece, in N */
     add_dep(out, u, nn);
     if (c > 0) add_dep(out, sc_pipe_piece(C, SC_PIPE_UPDATE, 0), nn);
     if (c > 0) add_dep(out, u, sc_pipe_piece(C, SC_PIPE_UPDATE, 0));
@@ -216,8 +211,7 @@ sc_status sc_pipe_check(const sc_pipe_deps *deps, int32_t P, int32_t V, int32_t 
   int32_t *left = sc_calloc((size_t)pieces + 1, sizeof *left);
   int32_t *pos = sc_calloc((size_t)P + 1, sizeof *pos);
   sc_status st = done && left && pos ? SC_OK : nomem(d);
-  for (int32_t s = 0; s < pieces && st == SC_OK; s++)
-    left[s] = !per_mb(C, s) ? 1 : sc_pipe_piece_phase(C, s) == SC_PIPE_WEIGHT ? M - 1 : M;
+  for (int32_t s = 0; s < pieces && st == SC_OK; s++) left[s] = per_mb(C, s) ? M : 1;
   /* every action once, on the rank of its chunk */
   for (int32_t r = 0; st == SC_OK && r < P; r++)
     for (int32_t i = 0; st == SC_OK && i < n[r]; i++) {
@@ -225,9 +219,8 @@ sc_status sc_pipe_check(const sc_pipe_deps *deps, int32_t P, int32_t V, int32_t 
       char name[64];
       if (a->chunk < 0 || a->chunk >= C || a->chunk % P != r || a->phase < 0 ||
           a->phase >= SC_PIPE_PHASES ||
-          (per_mb(C, sc_pipe_piece(C, a->phase, a->chunk))
-               ? a->mb < 0 || a->mb >= M - (a->phase == SC_PIPE_WEIGHT)
-               : a->mb != -1))
+          (per_mb(C, sc_pipe_piece(C, a->phase, a->chunk)) ? a->mb < 0 || a->mb >= M
+                                                             : a->mb != -1))
         st = sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                          "schedule: rank %d's action %d (%s) is not one of its actions", (int)r,
                          (int)i, sc_pipe_action_name(a, name, sizeof name));
@@ -293,7 +286,6 @@ void sc_pipe_handoffs_free(sc_pipe_handoffs *t) {
   for (int32_t h = 0; t->h && h < t->n; h++) {
     sc_free(t->h[h].mb_readers);
     sc_free(t->h[h].step_readers);
-    sc_free(t->h[h].weight_readers);
   }
   for (int32_t s = 0; t->input_handoff && s < t->n_pieces; s++) sc_free(t->input_handoff[s]);
   sc_free(t->input_handoff);
@@ -330,11 +322,9 @@ static int32_t add_handoff(sc_pipe_handoffs *t, const sc_dist_program *dp, int32
                bsearch(&b->name, off, (size_t)dp->schedule.n_offload, sizeof *off, cmp_name);
   x->mb_readers = sc_calloc((size_t)t->P, sizeof *x->mb_readers);
   x->step_readers = sc_calloc((size_t)t->P, sizeof *x->step_readers);
-  x->weight_readers = sc_calloc((size_t)t->P, sizeof *x->weight_readers);
-  if (!x->mb_readers || !x->step_readers || !x->weight_readers) {
+  if (!x->mb_readers || !x->step_readers) {
     sc_free(x->mb_readers);
     sc_free(x->step_readers);
-    sc_free(x->weight_readers);
     return nomem(d), -1;
   }
   return t->n++;
@@ -403,22 +393,11 @@ static sc_status handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, con
         return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
                            "piece %d reads '%s', made once per step, in every microbatch",
                            (int)s, name);
-      if (sc_pipe_piece_phase(t->C, src) == SC_PIPE_WEIGHT)
-        return sc_diag_set(d, SC_ERR_INVALID, NULL, NULL,
-                           "piece %d reads '%s' from weight piece %d, which does not run the "
-                           "last microbatch (its norm piece does)",
-                           (int)s, name, (int)src);
       t->input_handoff[s][i] = h;
       int32_t q = sc_pipe_piece_chunk(t->C, s) % t->P;
-      /* a weight piece runs in every microbatch but the last (its norm
-       * piece runs the last one's: ir/pipe.h) */
-      bool w = sc_pipe_piece_phase(t->C, s) == SC_PIPE_WEIGHT;
       if (t->h[h].per_mb) t->h[h].mb_readers[q] += per_mb(t->C, s);
-      if (t->h[h].per_mb) t->h[h].weight_readers[q] += w;
       /* once per step: a state copy is read from slot 0 in every microbatch */
-      t->h[h].step_readers[q] += t->h[h].per_mb        ? !per_mb(t->C, s)
-                                 : !per_mb(t->C, s) ? 1
-                                                    : t->M - w;
+      t->h[h].step_readers[q] += t->h[h].per_mb ? !per_mb(t->C, s) : per_mb(t->C, s) ? t->M : 1;
     }
   }
   return SC_OK;
@@ -464,7 +443,7 @@ sc_status sc_pipe_handoffs_of(const sc_dist_program *dp, sc_pipe_handoffs *t, sc
 int32_t sc_pipe_handoff_reads(const sc_pipe_handoffs *t, int32_t h, int32_t q, int32_t k) {
   const sc_pipe_handoff *x = &t->h[h];
   if (!x->per_mb) return k == 0 ? x->step_readers[q] : 0;
-  return x->mb_readers[q] + (k == t->M - 1 ? x->step_readers[q] - x->weight_readers[q] : 0);
+  return x->mb_readers[q] + (k == t->M - 1 ? x->step_readers[q] : 0);
 }
 
 /* The handoff piece s's input j reads (*h, -1 when none) and its cell

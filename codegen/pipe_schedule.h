@@ -24,9 +24,7 @@
  *                H1, Qi et al. 2023: with equal piece times and M >= P the
  *                step idles (P-1)(F+B-W), 1F1B's (P-1)(F+B));
  * the other schedules run each WEIGHT right after its BACKWARD;
- * then every chunk's NORM, then every chunk's UPDATE, chunks ascending. No
- * list has the WEIGHT of the last microbatch: its chunk's NORM runs that
- * weight work (ir/pipe.h), so its reductions overlap it.
+ * then every chunk's NORM, then every chunk's UPDATE, chunks ascending.
  *
  * Stash: the microbatches whose forward of a chunk ran and whose backward
  * has not (sc_pipe_peak_stash): GPipe M, 1F1B and ZB-H1 min(P-r, M) on
@@ -65,7 +63,7 @@ typedef struct sc_pipe_deps {
 sc_status sc_pipe_deps_of(const sc_dist_program *dp, sc_pipe_deps *out, sc_diag *d);
 /* The chain every pipelined transformer has: F_c reads F_{c-1}; B_c reads
  * F_c and B_{c+1} (B_{C-1} reads F_{C-1}); W_c reads F_c and B_c; N_c
- * reads W_c and B_c (it runs the last microbatch's weight piece); U_c reads N_c, U_0 every N_c (the chunks' sums of squares:
+ * reads W_c; U_c reads N_c, U_0 every N_c (the chunks' sums of squares:
  * passes/partition/pipe_train.c) and U_c U_0 (the step's decision) (tests
  * of schedules without a model). */
 sc_status sc_pipe_deps_chain(int32_t C, sc_pipe_deps *out, sc_diag *d);
@@ -97,9 +95,6 @@ typedef struct sc_pipe_handoff {
                               microbatch 0 and every microbatch reads */
   int32_t *mb_readers;     /* [P] */
   int32_t *step_readers;   /* [P] */
-  int32_t *weight_readers; /* [P] of mb_readers: weight pieces, which skip
-                              the last microbatch (its norm piece reads it
-                              instead: ir/pipe.h) */
   bool offload;            /* a forward piece's per-microbatch value named in
                               dp->schedule.offload (docs/offload.md,
                               "Pipelines") */

@@ -235,27 +235,6 @@ sc_status sc_node_copy_attrs(sc_graph *g, int32_t node_id, const sc_node *src) {
   return SC_OK;
 }
 
-int32_t sc_graph_copy_node(sc_graph *g, const sc_node *src, const int32_t *inputs,
-                           const char *suffix, int32_t *outputs) {
-  for (int32_t j = 0; j < src->n_outputs; j++) {
-    int32_t y = src->outputs[j];
-    outputs[j] = -1;
-    if (y < 0) continue;
-    char name[600];
-    snprintf(name, sizeof name, "%s%s", g->values[y].name ? g->values[y].name : "t", suffix);
-    sc_value yv = g->values[y];
-    int32_t c = sc_graph_new_value(g, name);
-    if (c < 0 || sc_value_set_shape(g, c, yv.dtype, yv.rank, yv.dims) != SC_OK) return -1;
-    outputs[j] = c;
-  }
-  char name[600];
-  snprintf(name, sizeof name, "%s%s", src->name ? src->name : sc_op_name(src->op), suffix);
-  int32_t id = sc_graph_add_node(g, src->op, name, inputs, src->n_inputs, outputs, src->n_outputs);
-  if (id >= 0 && sc_node_copy_attrs(g, id, src) != SC_OK)
-    return sc_graph_error(g, SC_ERR_NOMEM, "out of memory"), -1;
-  return id;
-}
-
 sc_status sc_graph_add_input(sc_graph *g, int32_t value_id) {
   if (grow((void **)&g->inputs, &g->cap_inputs, g->n_inputs + 1,
            sizeof *g->inputs) != SC_OK)

@@ -207,13 +207,6 @@ sc_attr *sc_node_add_attr(sc_graph *g, int32_t node_id, const char *name,
  * not deep-copied; src may be a node of g or a copy of one).
  * SC_ERR_NOMEM on failure. */
 sc_status sc_node_copy_attrs(sc_graph *g, int32_t node_id, const sc_node *src);
-/* A copy of node src (a copy of a node of g: adding nodes moves g's) named
- * "<name><suffix>", reading inputs[0..src->n_inputs), its attributes
- * shared; each output a fresh value "<value><suffix>" of the same dtype and
- * shape, its id in outputs[] (-1 where src has none). Returns the copy's
- * id, or -1 with g->diag set. */
-int32_t sc_graph_copy_node(sc_graph *g, const sc_node *src, const int32_t *inputs,
-                           const char *suffix, int32_t *outputs);
 sc_status sc_graph_add_input(sc_graph *g, int32_t value_id);
 sc_status sc_graph_add_output(sc_graph *g, int32_t value_id);
 

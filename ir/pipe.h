@@ -15,18 +15,11 @@
  *             backward (the weight gradients read the recomputed values,
  *             which die there block by block);
  *   WEIGHT    its other backward nodes: the weight gradients and their
- *             accumulation, once per microbatch but the last, whenever the
- *             schedule says (zero-bubble schedules run them late); empty in
- *             a chunk that recomputes;
- *   NORM      a copy of the chunk's WEIGHT nodes for the last microbatch
- *             (reading that microbatch's handoffs), then its share of the
- *             global gradient norm (its gradients' reductions, their sums
- *             of squares), once per step: each accumulated gradient's
- *             data-parallel reduction starts as soon as its last sum is
- *             made, beside the rest of that weight work (Megatron's
- *             --overlap-grad-reduce); a weight node another chunk reads
- *             (a tied embedding's remote accumulator) runs in the
- *             BACKWARD piece instead;
+ *             accumulation, once per microbatch, whenever the schedule
+ *             says (zero-bubble schedules run them late); empty in a
+ *             chunk that recomputes;
+ *   NORM      its share of the global gradient norm (its gradients'
+ *             reductions, their sums of squares), once per step;
  *   UPDATE    its parameters' optimizer update, once per step; chunk 0's
  *             also combines the chunks' sums into the norm and the step's
  *             decision (ok, the clipping factor's input), and so does the

@@ -226,14 +226,34 @@ sc_status sc_recompute(sc_graph *g, sc_recompute_kind kind, int32_t n_fwd, const
         int32_t x = src.inputs[k];
         ins[k] = x >= 0 && internal[x] && clone_of[x] >= 0 ? clone_of[x] : x;
       }
-      int32_t id = sc_graph_copy_node(g, &src, ins, "/recompute", outs);
+      for (int32_t j = 0; st == SC_OK && j < src.n_outputs; j++) {
+        int32_t y = src.outputs[j];
+        outs[j] = -1;
+        if (y < 0) continue;
+        char name[600];
+        snprintf(name, sizeof name, "%s/recompute", g->values[y].name ? g->values[y].name : "t");
+        sc_value yv = g->values[y];
+        int32_t c = sc_graph_new_value(g, name);
+        if (c < 0 || sc_value_set_shape(g, c, yv.dtype, yv.rank, yv.dims) != SC_OK) {
+          *d = g->diag;
+          st = d->status ? d->status : SC_ERR_NOMEM;
+          break;
+        }
+        outs[j] = clone_of[y] = c;
+      }
+      if (st != SC_OK) break;
+      char nname[600];
+      snprintf(nname, sizeof nname, "%s/recompute", src.name ? src.name : sc_op_name(src.op));
+      int32_t id = sc_graph_add_node(g, src.op, nname, ins, src.n_inputs, outs, src.n_outputs);
       if (id < 0) {
         *d = g->diag;
         st = d->status ? d->status : SC_ERR_NOMEM;
         break;
       }
-      for (int32_t j = 0; j < src.n_outputs; j++)
-        if (src.outputs[j] >= 0) clone_of[src.outputs[j]] = outs[j];
+      if (sc_node_copy_attrs(g, id, &src) != SC_OK) {
+        st = nomem(d);
+        break;
+      }
       r->nodes++;
       if (sc_ops[src.op].cost) {
         sc_cost cost = {0, 0};

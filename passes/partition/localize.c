@@ -145,11 +145,6 @@ typedef struct lz {
                         node of cg, -1 */
   const bool *eager; /* [g->n_values * n_axes]: reduce there at once (the
                         second walk), or NULL */
-  bool folded;       /* the node is the last microbatch's weight work, in a
-                        norm piece (p->node_folded) */
-  bool folded_sum;   /* that work's accumulated gradient ("new:accum:...") */
-  bool folded_mean;  /* the norm piece's mean of such a sum (its first
-                        reader, the train pass's Mul by 1/M) */
 } lz;
 
 enum { REGION_LOSS = 1, REGION_GRAD = 2 }; /* the node feeds the loss, a gradient */
@@ -249,25 +244,13 @@ static bool per_rank_update_sum(const lz *z, int32_t gid) {
          sc_pipe_piece_phase(C, z->stage) == SC_PIPE_UPDATE;
 }
 
-/* Whether `stage` is a weight piece other than the one being localized: a
- * weight piece does not run the step's last microbatch (its chunk's norm
- * piece runs that one's weight work: ir/pipe.h), so what it makes is read
- * in it alone (a reshard it made, an input gathered again for the weight
- * gradients, is made again where another piece needs it); the step's
- * outputs (stage -1: "new:X" of an accumulator) are read from any piece. */
-static bool other_weight_piece(const lz *z, int32_t stage) {
-  int32_t C = z->p->n_chunks;
-  return C > 0 && stage >= 0 && z->stage >= 0 && stage != z->stage &&
-         sc_pipe_piece_phase(C, stage) == SC_PIPE_WEIGHT;
-}
-
 static int32_t find_memo(lz *z, int32_t gid, const sc_sharding *s) {
   bool own = z->p->n_chunks > 0 && z->g->values[gid].producer < 0;
   for (int32_t i = z->head[gid]; i >= 0; i = z->memos[i].next)
     if (sc_sharding_equal(&z->memos[i].s, s) &&
         (!own || z->memos[i].stage == z->stage || z->memos[i].lid == z->lid[gid]) &&
         !(z->in_backward && !z->memos[i].backward && gathers_sequence(z, gid, s)) &&
-        !other_rank_update(z, z->memos[i].stage) && !other_weight_piece(z, z->memos[i].stage))
+        !other_rank_update(z, z->memos[i].stage))
       return z->memos[i].lid;
   return -1;
 }
@@ -467,29 +450,12 @@ static int32_t slice_dim(lz *z, int32_t x, const sc_value *gv, sc_sharding *a, i
 
 /* How many times the piece of the node being localized runs per step: M in
  * a pipelined step's forward, backward and weight pieces, else once (the
- * cut's weight on a reduction there). The last microbatch's weight work in
- * a norm piece weighs as in the weight piece over a data axis, but for its
- * accumulated gradients: reducing one microbatch's gradient there leaves the
- * accumulator's sum of the others (a graph input, which the cut's graph
- * does not hold) to reduce as well, where reducing their sum once moves
- * its bytes alone. */
-static double runs_per_step(const lz *z, int32_t ax) {
+ * cut's weight on a reduction there). */
+static double runs_per_step(const lz *z) {
   const sc_partition *p = z->p;
   if (!p->n_chunks || p->microbatches <= 1) return 1.0;
-  return (z->folded && !z->folded_sum && ax != p->tp_axis) ||
-                 sc_pipe_per_mb(sc_pipe_piece_phase(p->n_chunks, z->stage))
-             ? (double)p->microbatches
-             : 1.0;
-}
-
-/* Whether global value v is an accumulated gradient ("new:accum:...")
- * that the last microbatch's weight work in a norm piece makes
- * (p->node_folded). */
-static bool folded_accum(const lz *z, int32_t v) {
-  int32_t u = z->g->values[v].producer;
-  const char *name = z->g->values[v].name;
-  return u >= 0 && z->p->node_folded && z->p->node_folded[u] && name &&
-         strncmp(name, "new:accum:", 10) == 0;
+  return sc_pipe_per_mb(sc_pipe_piece_phase(p->n_chunks, z->stage)) ? (double)p->microbatches
+                                                                      : 1.0;
 }
 
 static bool is_prefix(const sc_sharding *a, const sc_sharding *b, int32_t d) {
@@ -617,7 +583,7 @@ static int32_t reshard(lz *z, int32_t gid, const sc_sharding *b) {
       double bytes = (double)sc_value_numel(&z->L->values[x]) *
                      sc_dtype_size(z->L->values[x].dtype);
       sc_cut_reduce(z->cg, z->pnode[(size_t)gid * z->m->n_axes + ax],
-                    runs_per_step(z, ax) * ((dim >= 0 ? 1.0 : 2.0) * bytes + SC_CUT_LATENCY_BYTES));
+                    runs_per_step(z) * ((dim >= 0 ? 1.0 : 2.0) * bytes + SC_CUT_LATENCY_BYTES));
       if (dim >= 0) {
         sc_sharding_split(&next, dim, ax);
         x = collective(z, SC_OP_REDUCE_SCATTER, x, gv, ax, dim, &next);
@@ -1170,19 +1136,13 @@ static void note_pending(lz *z, const sc_node *n, bool grad, const sc_sharding *
       for (int32_t i = 0; i < n->n_inputs; i++)
         brought |= n->inputs[i] >= 0 && (in[i].partial & want[i].partial & (1u << ax)) &&
                    z->pnode[(size_t)n->inputs[i] * na + ax] >= 0;
-      /* a tie keeps the reduction where it was (+1), but for the mean of
-       * the last microbatch's accumulated gradient over a data axis (-1):
-       * reduced where it is made (right after the sum: pipe_train.c's
-       * piece_keys), it runs while the rest of that microbatch's weight
-       * work does, as Megatron's --overlap-grad-reduce starts each bucket
-       * during the last microbatch's backward; a reduce-scatter onto the
-       * sequence moves M, an all-reduce 2M */
+      /* a tie keeps the reduction where it was (+1); a reduce-scatter onto
+       * the sequence moves M, an all-reduce 2M */
       sc_sharding r;
       double per = cut_target(z, v, ax, &out[j], &r) ? 1.0 : 2.0;
-      double tie = z->folded_mean && ax != z->p->tp_axis ? -1.0 : 1.0;
       double cost = low_gradient_sum(z, v, ax, grad)
                         ? SC_CUT_INF
-                        : runs_per_step(z, ax) * (per * b + SC_CUT_LATENCY_BYTES) + tie;
+                        : runs_per_step(z) * (per * b + SC_CUT_LATENCY_BYTES) + 1.0;
       int32_t node = sc_cut_node(z->cg, cost, !brought);
       z->pnode[k] = node;
       for (int32_t i = 0; brought && i < n->n_inputs; i++)
@@ -1195,11 +1155,6 @@ static void note_pending(lz *z, const sc_node *n, bool grad, const sc_sharding *
 static sc_status localize_node(lz *z, int32_t nid) {
   const sc_node *n = &z->g->nodes[nid];
   z->stage = z->p->node_stage ? z->p->node_stage[nid] : 0;
-  z->folded = z->p->node_folded && z->p->node_folded[nid];
-  z->folded_sum = z->folded && n->n_outputs > 0 && n->outputs[0] >= 0 &&
-                  folded_accum(z, n->outputs[0]);
-  z->folded_mean = !z->folded && n->op == SC_OP_MUL && n->n_inputs > 0 &&
-                   n->inputs[0] >= 0 && folded_accum(z, n->inputs[0]);
   uint8_t region = z->region ? z->region[nid] : 0;
   if (region == REGION_GRAD && !z->in_backward) {
     z->in_backward = true;

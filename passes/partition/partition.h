@@ -105,10 +105,6 @@ typedef struct sc_partition {
                                   next column-parallel product */
   sc_graph *global;            /* borrowed */
   int32_t *node_stage;         /* [global->n_nodes] stage of each global node */
-  bool *node_folded;           /* [global->n_nodes] a pipelined step's copy of
-                                  a weight node in its chunk's norm piece (the
-                                  last microbatch's weight work: ir/pipe.h),
-                                  or NULL */
   int32_t *local_end;          /* [global->n_nodes] local graph's node count
                                   after localizing each global node: global
                                   node i became local nodes

@@ -8,9 +8,7 @@
  *             needs (the input gradients: see weight_phase), and all of
  *             them in a chunk whose backward recomputes;
  *   WEIGHT    the rest of them (weight gradients, accumulation);
- *   NORM      the other ancestors of "train:grad_norm" and "train:applied",
- *             and a copy of the WEIGHT nodes for the last microbatch
- *             (fold_last_weight);
+ *   NORM      the other ancestors of "train:grad_norm" and "train:applied";
  *   UPDATE    the rest (each parameter's update, the clipping factor).
  * Ancestors of a phase's seeds that are already in an earlier phase stay
  * there, so every value flows forward → backward → norm → update.
@@ -83,7 +81,6 @@ typedef struct pipe_ctx {
   int32_t C, P;
   int8_t *phase;  /* [n_nodes] */
   int32_t *chunk; /* [n_nodes] */
-  bool *folded;   /* [n_nodes] fold_last_weight's copies (permuted along), or NULL */
   int32_t *owner; /* [n_values] owner chunk of a state input, or -1 */
   sc_diag *d;
 } pipe_ctx;
@@ -184,10 +181,6 @@ static sc_status permute(pipe_ctx *c, const int32_t *order) {
   memcpy(g->nodes, nodes, n * sizeof *nodes);
   memcpy(c->phase, ph, n);
   memcpy(c->chunk, ch, n * sizeof *ch);
-  if (c->folded) { /* a bool a node, through ph's bytes */
-    for (size_t k = 0; k < n; k++) ph[k] = (int8_t)c->folded[order[k]];
-    for (size_t k = 0; k < n; k++) c->folded[k] = ph[k] != 0;
-  }
   sc_free(nodes);
   sc_free(ph);
   sc_free(ch);
@@ -900,179 +893,6 @@ static sc_status weight_phase(pipe_ctx *c) {
   return SC_OK;
 }
 
-/* The last microbatch's weight piece runs inside the norm piece of its
- * chunk (the schedules run W for microbatches 0..M-2 only: ir/pipe.h): a
- * copy of every weight node, "<name>/last", in the norm phase, reading the
- * last microbatch's handoffs, and the norm and update pieces read the
- * copies. The norm piece's reductions of the accumulated gradients then
- * start as each gradient's last sum is made, overlapped with the rest of
- * that weight work (codegen/overlap.c), as Megatron's --overlap-grad-reduce
- * launches each bucket during the last microbatch's backward. A weight
- * node that another chunk reads (a tied embedding's remote accumulator,
- * read by the owner's norm piece), and the weight nodes it reads, run in
- * the backward piece instead: a piece reads only from earlier pieces, and
- * N_c comes after N_d for d < c. The copies compute the same operations on
- * the same inputs: the same bits. */
-static sc_status fold_last_weight(pipe_ctx *c) {
-  sc_graph *g = c->g;
-  int32_t n0 = g->n_nodes, *uoff = NULL, *users = NULL;
-  if (sc_graph_users(g, &uoff, &users) != SC_OK) return nomem(c->d);
-  int32_t *clone_of = sc_malloc(((size_t)g->n_values + 1) * sizeof *clone_of);
-  bool *pinned = sc_calloc((size_t)n0 + 1, sizeof *pinned);
-  sc_status st = clone_of && pinned ? SC_OK : nomem(c->d);
-  for (int32_t v = 0; st == SC_OK && v < g->n_values; v++) clone_of[v] = -1;
-  for (int32_t i = n0 - 1; st == SC_OK && i >= 0; i--) {
-    if (c->phase[i] != SC_PIPE_WEIGHT) continue;
-    const sc_node *n = &g->nodes[i];
-    for (int32_t j = 0; j < n->n_outputs && !pinned[i]; j++) {
-      int32_t v = n->outputs[j];
-      for (int32_t u = v >= 0 ? uoff[v] : 0; v >= 0 && u < uoff[v + 1] && !pinned[i]; u++)
-        pinned[i] = c->chunk[users[u]] != c->chunk[i] || pinned[users[u]];
-    }
-  }
-  for (int32_t i = 0; st == SC_OK && i < n0; i++) {
-    if (c->phase[i] != SC_PIPE_WEIGHT) continue;
-    if (pinned[i]) {
-      c->phase[i] = SC_PIPE_BACKWARD;
-      continue;
-    }
-    const sc_node src = g->nodes[i]; /* a copy: adding nodes moves the array */
-    int32_t ins[64], outs[64];
-    if (src.n_inputs > 64 || src.n_outputs > 64) {
-      st = sc_diag_set(c->d, SC_ERR_LIMIT, src.name, sc_op_name(src.op),
-                       "pipelined training: too many inputs or outputs");
-      break;
-    }
-    for (int32_t k = 0; k < src.n_inputs; k++)
-      ins[k] = src.inputs[k] >= 0 && clone_of[src.inputs[k]] >= 0 ? clone_of[src.inputs[k]]
-                                                                   : src.inputs[k];
-    int32_t id = sc_graph_copy_node(g, &src, ins, "/last", outs);
-    if (id < 0) {
-      *c->d = g->diag;
-      st = c->d->status ? c->d->status : SC_ERR_NOMEM;
-      break;
-    }
-    for (int32_t j = 0; st == SC_OK && j < src.n_outputs; j++) {
-      int32_t y = src.outputs[j];
-      if (y < 0) continue;
-      clone_of[y] = outs[j];
-      const sc_sharding *sh = sc_graph_sharding(g, y);
-      sc_sharding ysh = sh ? *sh : (sc_sharding){0};
-      if (sh) st = sc_graph_set_sharding(g, outs[j], &ysh);
-    }
-    if (st != SC_OK) break;
-    int8_t *p = sc_realloc(c->phase, (size_t)g->cap_nodes + 1);
-    if (p) c->phase = p;
-    int32_t *ch = sc_realloc(c->chunk, ((size_t)g->cap_nodes + 1) * sizeof *ch);
-    if (ch) c->chunk = ch;
-    if (!p || !ch) {
-      st = nomem(c->d);
-      break;
-    }
-    c->phase[id] = SC_PIPE_NORM;
-    c->chunk[id] = c->chunk[i];
-  }
-  /* the once-per-step pieces read the copies */
-  for (int32_t i = 0; st == SC_OK && i < n0; i++) {
-    if (c->phase[i] != SC_PIPE_NORM && c->phase[i] != SC_PIPE_UPDATE) continue;
-    sc_node *n = &g->nodes[i];
-    for (int32_t k = 0; k < n->n_inputs; k++)
-      if (n->inputs[k] >= 0 && clone_of[n->inputs[k]] >= 0) n->inputs[k] = clone_of[n->inputs[k]];
-  }
-  sc_free(clone_of);
-  sc_free(pinned);
-  sc_free(uoff);
-  sc_free(users);
-  return st;
-}
-
-/* The sort key of every node: its piece, and in a norm piece the order
- * its nodes run in: first fold_last_weight's copies of the weight nodes
- * (the nodes from n_unfolded on), a copy that reads no other copy (a
- * weight gradient's product of the handed-over values) in their order and
- * every other copy as soon as the last copy it reads has run (each
- * gradient's accumulation right after its product: the sum is reduced
- * and its mean, the first reader, whose output the cut reduces, right
- * after it: the reduction starts while the rest of the weight work runs),
- * then the piece's other nodes in their order (the sums of squares, which
- * wait for the reductions). *n_keys: the keys' range. */
-static sc_status piece_keys(pipe_ctx *c, int32_t n_unfolded, int32_t *key, int32_t *n_keys) {
-  sc_graph *g = c->g;
-  int32_t n = g->n_nodes, pieces = SC_PIPE_PHASES * c->C, width = 1;
-  int32_t *uoff = NULL, *users = NULL;
-  if (sc_graph_users(g, &uoff, &users) != SC_OK) return nomem(c->d);
-  int32_t *indeg = sc_calloc((size_t)n + 1, sizeof *indeg);
-  int32_t *list = sc_malloc(((size_t)n + 1) * sizeof *list);  /* a chunk's norm nodes */
-  int32_t *stack = sc_malloc(((size_t)n + 1) * sizeof *stack);
-  sc_status st = indeg && list && stack ? SC_OK : nomem(c->d);
-  for (int32_t i = 0; st == SC_OK && i < n; i++) {
-    key[i] = sc_pipe_piece(c->C, (sc_pipe_phase)c->phase[i], c->chunk[i]);
-    if (c->phase[i] != SC_PIPE_NORM) continue;
-    const sc_node *nd = &g->nodes[i];
-    for (int32_t j = 0; i >= n_unfolded && j < nd->n_outputs; j++) /* copies' reads of it */
-      for (int32_t v = nd->outputs[j], u = v >= 0 ? uoff[v] : 0; v >= 0 && u < uoff[v + 1]; u++)
-        indeg[users[u]] += users[u] >= n_unfolded && c->phase[users[u]] == SC_PIPE_NORM &&
-                           c->chunk[users[u]] == c->chunk[i];
-  }
-  for (int32_t ch = 0; st == SC_OK && ch < c->C; ch++) {
-    int32_t m = 0, rank = 0;
-    for (int32_t i = n_unfolded; i < n; i++) /* the copies */
-      if (c->phase[i] == SC_PIPE_NORM && c->chunk[i] == ch) list[m++] = i;
-    int32_t spine = 0; /* those that read nothing made in the piece, first */
-    for (int32_t k = 0; k < m; k++)
-      if (indeg[list[k]] == 0) stack[spine++] = list[k];
-    memcpy(list, stack, (size_t)spine * sizeof *list);
-    for (int32_t k = 0; k < spine; k++) { /* the others run when their last input is made */
-      int32_t top = 0;
-      stack[top++] = list[k];
-      while (top > 0) {
-        int32_t x = stack[--top];
-        key[x] = 2 * rank++;
-        const sc_node *nd = &g->nodes[x];
-        /* the readers it makes ready, the earliest on top */
-        for (int32_t j = nd->n_outputs - 1; j >= 0; j--) {
-          int32_t v = nd->outputs[j];
-          for (int32_t u = v >= 0 ? uoff[v + 1] - 1 : -1; v >= 0 && u >= uoff[v]; u--) {
-            int32_t y = users[u];
-            if (y >= n_unfolded && c->phase[y] == SC_PIPE_NORM && c->chunk[y] == ch &&
-                --indeg[y] == 0)
-              stack[top++] = y;
-          }
-        }
-      }
-    }
-    if (rank != m) {
-      st = sc_diag_set(c->d, SC_ERR_INVALID, NULL, NULL,
-                       "pipelined training: chunk %d's norm piece has a cycle", (int)ch);
-      break;
-    }
-    /* then the piece's own, in their order; but an accumulated gradient's
-     * mean (the train pass's Mul by 1/M, its first reader) right after the
-     * sum */
-    int32_t own = 2 * rank + 2;
-    for (int32_t i = 0; i < n_unfolded; i++) {
-      if (c->phase[i] != SC_PIPE_NORM || c->chunk[i] != ch) continue;
-      const sc_node *nd = &g->nodes[i];
-      int32_t v = nd->n_inputs > 0 ? nd->inputs[0] : -1, u = v >= 0 ? g->values[v].producer : -1;
-      bool mean = nd->op == SC_OP_MUL && u >= n_unfolded && g->values[v].name &&
-                  strncmp(g->values[v].name, "new:accum:", 10) == 0;
-      key[i] = mean ? key[u] + 1 : own++;
-    }
-    if (own + 1 > width) width = own + 1;
-  }
-  for (int32_t i = 0; st == SC_OK && i < n; i++)
-    key[i] = c->phase[i] != SC_PIPE_NORM
-                 ? key[i] * width
-                 : sc_pipe_piece(c->C, SC_PIPE_NORM, c->chunk[i]) * width + key[i];
-  *n_keys = pieces * width;
-  sc_free(indeg);
-  sc_free(list);
-  sc_free(stack);
-  sc_free(uoff);
-  sc_free(users);
-  return st;
-}
-
 sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag *d) {
   sc_graph *g = p->global;
   pipe_ctx c = {.p = p, .g = g, .P = p->n_stages, .C = p->n_chunks, .d = d};
@@ -1089,16 +909,10 @@ sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag
   if (st == SC_OK) st = copy_remote_state(&c);
   if (st == SC_OK) st = accumulate_remote_grads(&c);
   if (st == SC_OK) st = weight_phase(&c);
-  int32_t n_unfolded = g->n_nodes;
-  if (st == SC_OK) st = fold_last_weight(&c);
-  int32_t n = g->n_nodes, n_keys = 0;
+  int32_t n = g->n_nodes, pieces = SC_PIPE_PHASES * c.C;
   if (st == SC_OK && !(key = sc_malloc(((size_t)n + 1) * sizeof *key))) st = nomem(d);
-  if (st == SC_OK) st = piece_keys(&c, n_unfolded, key, &n_keys);
-  if (st == SC_OK) { /* p->node_folded, once sorted */
-    c.folded = sc_arena_array(&p->arena, (size_t)n + 1, sizeof *c.folded);
-    if (!c.folded) st = nomem(d);
-    for (int32_t i = 0; st == SC_OK && i < n; i++) c.folded[i] = i >= n_unfolded;
-  }
+  for (int32_t i = 0; st == SC_OK && i < n; i++)
+    key[i] = sc_pipe_piece(c.C, (sc_pipe_phase)c.phase[i], c.chunk[i]);
   for (int32_t i = 0; st == SC_OK && i < n; i++) {
     const sc_node *nd = &g->nodes[i];
     for (int32_t j = 0; j < nd->n_inputs && st == SC_OK; j++) {
@@ -1112,8 +926,7 @@ sc_status sc_partition_pipe_pieces(sc_partition *p, const sc_plan *plan, sc_diag
                          (int)c.chunk[i]);
     }
   }
-  if (st == SC_OK) st = sort_by(&c, key, n_keys);
-  if (st == SC_OK) p->node_folded = c.folded;
+  if (st == SC_OK) st = sort_by(&c, key, pieces);
   if (st == SC_OK) {
     p->node_stage = sc_arena_array(&p->arena, (size_t)n + 1, sizeof *p->node_stage);
     if (!p->node_stage) st = nomem(d);

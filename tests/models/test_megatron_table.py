@@ -38,12 +38,11 @@ every A100 row's prediction within the band; and `--predictions-only
 (models.test_megatron_table_h100): the H100 rows inside the band, those
 with tp > 1 planned with sequence parallelism as published, the gradients
 reduced in bf16 (bench_megatron.reduce_dtype_args: the bytes Megatron's
-distributed optimizer reduce-scatters; 2026-12-06, with the norm pieces
-running the last microbatch's weight work: 0.917, 0.864, 0.849, 0.947,
-1.003, 0.984, 1.033). Not registered while they fail: the 1.7B row
-(1.300: likely the fused attention, costed at the GEMM rate) and the 70B
-row (0.790: pipelined, planned as dp where Megatron shards its optimizer),
-and the search's checks; docs/planner.md, "Validation against published figures", has the
+distributed optimizer reduce-scatters; 2026-12-06: 0.917, 0.864, 0.849,
+0.943, 1.001, 0.979, 1.028). Not registered while they fail: the 1.7B
+row (1.300: likely the fused attention, costed at the GEMM rate) and the
+70B row (0.786: pipelined, planned as dp where Megatron shards its
+optimizer), and the search's checks; docs/planner.md, "Validation against published figures", has the
 table as measured and the breakdown of each row. Run those by hand:
 SHARDC=build/shardc .venv/bin/python tests/models/test_megatron_table.py;
 bench/bench_megatron.py prints the same table in `make bench`.

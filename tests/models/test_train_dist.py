@@ -28,10 +28,7 @@ pp=2 x fsdp=2 (ZeRO-3) with full recompute and dp=2 x tp=2 x pp=2, 1f1b, 2
 microbatches (the step's batch of 4 is the same; its gradient the mean of
 the microbatches'); pp=2 with zb-h1 (weight gradients apart from input
 gradients, the last rank holding one back); GPT-2 also pp=4 with zb-h1
-(ranks 1, 2, 3 holding 1, 2, 3 weight pieces back), and dp=2 x pp=2 under
-1f1b and zb-h1 with 2 microbatches (each norm piece runs its chunk's last
-weight piece and all-reduces each gradient over dp as its last sum is
-made: ir/pipe.h).
+(ranks 1, 2, 3 holding 1, 2, 3 weight pieces back).
 
 Also:
   - memory: with --no-overlap, under fsdp=2 (ZeRO-3) each rank's arena is
@@ -150,11 +147,7 @@ SAMPLES = {
              ["--optimizer", "adamw", "--lr", "1e-3", "--clip-grad-norm", "1"],
             ALL + [["--recompute", "selective"], ["--recompute", "full"],
                    ["--mesh", "fsdp=2,tp=2", "--recompute", "full"],
-                   ["--mesh", "pp=4", "--microbatches", "4", "--schedule", "zb-h1"],
-                   # the norm piece runs the last microbatch's weight piece and
-                   # reduces each gradient over dp as its last sum is made
-                   ["--mesh", "dp=2,pp=2", "--microbatches", "2", "--schedule", "1f1b"],
-                   ["--mesh", "dp=2,pp=2", "--microbatches", "2", "--schedule", "zb-h1"]] + PP),
+                   ["--mesh", "pp=4", "--microbatches", "4", "--schedule", "zb-h1"]] + PP),
     "llama": (lambda r: {"input_ids": r.randint(0, 1000, (8, 16)).astype(np.int64)},
               lambda r: r.randint(0, 1000, (8, 16)),
               ["--optimizer", "sgd", "--lr", "0.1", "--momentum", "0.9"], SOME + PP),

@@ -277,9 +277,7 @@ static void test_terms(void **state) {
 /* A pipelined training step by hand: C = P·V chunks; F_c reads a<c> (the
  * model's input x for c = 0) and makes a<c+1>; B_c reads a<C> (c = C-1)
  * or g<c+1> and makes g<c> (c > 0) and w<c>; W_c reads w<c>; each runs one
- * bf16 1024^3 GEMM of batch[phase] (0: none); N_c reads the last
- * microbatch's w<c> and runs W's GEMM (it runs that microbatch's weight
- * piece: ir/pipe.h); U pieces are empty. */
+ * bf16 1024^3 GEMM of batch[phase] (0: none); N and U pieces are empty. */
 static sc_dist_program *pipeline(sc_cluster *c, sc_schedule_kind kind, int32_t P, int32_t V,
                                  int32_t M, const int64_t batch[3]) {
   sc_diag d = {0};
@@ -307,7 +305,7 @@ static sc_dist_program *pipeline(sc_cluster *c, sc_schedule_kind kind, int32_t P
     dp->stages[s].program = p;
     sc_pipe_phase ph = sc_pipe_piece_phase(C, s);
     int32_t k = sc_pipe_piece_chunk(C, s);
-    if (ph == SC_PIPE_UPDATE) continue;
+    if (ph != SC_PIPE_FORWARD && ph != SC_PIPE_BACKWARD && ph != SC_PIPE_WEIGHT) continue;
     char in[32], out1[32], out2[32] = "";
     if (ph == SC_PIPE_FORWARD) {
       snprintf(in, sizeof in, k ? "a%d" : "x", (int)k);
@@ -316,8 +314,7 @@ static sc_dist_program *pipeline(sc_cluster *c, sc_schedule_kind kind, int32_t P
       snprintf(in, sizeof in, k == C - 1 ? "a%d" : "g%d", (int)k + 1);
       snprintf(out1, sizeof out1, "w%d", (int)k);
       if (k > 0) snprintf(out2, sizeof out2, "g%d", (int)k);
-    } else { /* the weight piece, and the norm piece, which runs the last
-                microbatch's weight piece (ir/pipe.h) */
+    } else {
       snprintf(in, sizeof in, "w%d", (int)k);
       out1[0] = 0;
     }
@@ -326,8 +323,7 @@ static sc_dist_program *pipeline(sc_cluster *c, sc_schedule_kind kind, int32_t P
     int32_t a = add_buffer(p, "A", SC_DTYPE_BF16, mm), b = add_buffer(p, "B", SC_DTYPE_BF16, mm),
             cc = add_buffer(p, "C", SC_DTYPE_BF16, mm);
     assert_int_equal(sc_program_add_input(p, x), SC_OK);
-    int64_t work = batch[ph == SC_PIPE_NORM ? SC_PIPE_WEIGHT : ph];
-    if (work) add_gemm(p, a, b, cc, work, "piece");
+    if (batch[ph]) add_gemm(p, a, b, cc, batch[ph], "piece");
     const char *outs[2] = {out1, out2};
     for (int i = 0; i < 2; i++)
       if (outs[i][0]) {

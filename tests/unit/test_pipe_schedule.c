@@ -4,16 +4,14 @@
  * For P = 1..8 pipeline ranks and M = 1..32 microbatches: GPipe, 1F1B and
  * ZB-H1 (and interleaved 1F1B with V = 2 and 3 chunks per rank, M a
  * multiple of P) give every rank a list that holds each of its actions
- * (forward, backward per microbatch, weight per microbatch but the last,
- * whose norm piece runs it; norm, update) once, runs to
+ * (forward, backward, weight per microbatch; norm, update) once, runs to
  * its end under the runtime's rules on the dependencies of a pipelined
  * transformer (sc_pipe_deps_chain), and stashes at most the schedule's
  * formula of microbatches at once (GPipe M, 1F1B min(P - r, M),
  * interleaved min((P-r-1)·2 + (V-1)·P + 1, M·V)), ZB-H1 as 1F1B. ZB-H1's
  * rank r is 1F1B's list with the weight piece of microbatch m moved to
  * right after the backward of min(m + r, M-1): r weight pieces held back at
- * most, min(r + 1, M) - 1 after its last backward (and the last one in the
- * norm piece; its step's timing:
+ * most, min(r + 1, M) after its last backward (its step's timing:
  * test_dist_sim). Broken lists are refused with the reason: a backward before
  * its forward on one rank, an action missing, one run twice, one on the
  * wrong rank, and a cycle between two ranks (each waits for the other's
@@ -38,9 +36,7 @@ static sc_status schedule_all(sc_schedule_kind k, int32_t P, int32_t V, int32_t 
                               sc_pipe_action **lists, int32_t *n) {
   for (int32_t r = 0; r < P; r++) {
     assert_int_equal(sc_pipe_schedule(k, P, V, M, r, &lists[r], &n[r], d), SC_OK);
-    /* F, B of each chunk and microbatch, W of each but the last (its N
-     * runs that one: ir/pipe.h); N, U */
-    int32_t want = (3 * M - 1) * V + 2 * V;
+    int32_t want = 3 * M * V + 2 * V; /* F, B, W of each chunk and microbatch; N, U */
     assert_int_equal(n[r], want);
     int32_t peak = sc_pipe_peak_stash(lists[r], n[r]);
     if (peak != formula(k, P, V, M, r))
@@ -131,7 +127,7 @@ static void test_zb_h1(void **state) {
           }
           if (a[i].phase == SC_PIPE_BACKWARD && held - 1 > peak_held) peak_held = held - 1;
         }
-        assert_int_equal(tail, (r + 1 < M ? r + 1 : M) - 1); /* the last one in N */
+        assert_int_equal(tail, r + 1 < M ? r + 1 : M);
         assert_true(peak_held <= r);
         sc_free(a);
         sc_free(o);
