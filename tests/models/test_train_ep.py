@@ -399,7 +399,8 @@ def test_run(tmp, meshes=(["--mesh", "ep=2"],), bundle_mesh=["--mesh", "ep=2"]):
 def test_emulated_gpu(tmp):
     """ep=2 on the emulated GPU (SHARDC_CUDA_EMU=1 --device cuda: its
     communicator's all-to-alls on the communication streams) trains as ep=2
-    on the CPU: 2 SGD steps' losses and gradient norms within rtol 2e-5;
+    on the CPU (f32 products without TF32 on both: --no-allow-tf32): 2 SGD
+    steps' losses and gradient norms within rtol 2e-5;
     both runs' collective traces match within every group and hold the
     step's 8 all-to-alls a rank and step."""
     if not has_cuda_target(SHARDC):
@@ -410,7 +411,8 @@ def test_emulated_gpu(tmp):
         log, trace = os.path.join(tmp, f"emu_{dev}.jsonl"), os.path.join(tmp, f"trace_{dev}")
         os.makedirs(trace)
         r = subprocess.run([SHARDC, "train"] + base_args(tmp, steps) +
-                           ["--mesh", "ep=2", "--device", dev, "--log-json", log],
+                           ["--mesh", "ep=2", "--device", dev, "--no-allow-tf32",
+                            "--log-json", log],
                            capture_output=True, text=True, timeout=600,
                            env=dict(os.environ, SHARDC_COMM_TRACE=trace, **env))
         if not check(r.returncode == 0, f"ep=2 --device {dev}: {r.stderr[-600:]}"):
