@@ -27,7 +27,9 @@
 # results.jsonl (every result, one JSON line each, written as it is
 # measured: a run cut short keeps what it did), part-N-NAME.json (a part's
 # run-all summary), commands.log (every command with its whole output),
-# train-speed.json and train-speed.md (the parts' figures in one table).
+# train-speed.json and train-speed.md (the parts' figures in one table). The
+# models and their weights are written once, into a temporary folder that
+# the parts share (run-all.sh --train-scratch) and that is removed at the end.
 # Exit: 1 when a check failed, else 0 (77 without a GPU, as run-all.sh).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -47,6 +49,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 gpt2=gpt2-small llama=llama-1p3b
 if [ "${SHARDC_CUDA_EMU:-0}" = "1" ]; then gpt2=gpt2-tiny llama=llama-tiny; fi
+# the models and their weights (the 1.3B's 5.5 GB), written once for every part
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
 start=$(date +%s)
 failed=0
 n=0
@@ -75,14 +80,17 @@ part() {
   [ "$rc" = 0 ] || failed=1
 }
 
-part gpt2 28 train-speed --train-models "$gpt2" --train-variants none,eager
-part llama 70 train-speed --train-models "$llama" --train-variants none,eager
+ts=(train-speed --train-scratch "$scratch")
+part gpt2 28 "${ts[@]}" --train-models "$gpt2" --train-variants none,eager
+part llama 70 "${ts[@]}" --train-models "$llama" --train-variants none,eager
 part planner 85 --only planner
-part compile 100 train-speed --train-models "$gpt2" --train-variants compile \
+part compile 100 "${ts[@]}" --train-models "$gpt2" --train-variants compile \
   --compile-budget "$budget"
-part llama-more 100 train-speed --train-models "$llama" \
+part llama-more 100 "${ts[@]}" --train-models "$llama" \
   --train-variants selective,fp8,compile --compile-budget "$budget"
 part rest 100 --quick --only env,modules,arena,nccl,kernels,attention,cuda-local,samples
-echo "device-check: $(($(date +%s) - start)) s of $budget; $( [ $failed = 0 ] && echo 'nothing failed' || echo 'a check failed'); files in $out" |
+verdict="nothing failed"
+[ $failed = 0 ] || verdict="a check failed"
+echo "device-check: $(($(date +%s) - start)) s of $budget; $verdict; files in $out" |
   tee -a "$out/device-check.txt"
 exit $failed

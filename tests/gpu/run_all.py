@@ -696,7 +696,7 @@ def check_train_speed(a, tmp):
         print("train-speed: the emulated GPU runs the tiny configs (--tiny)", flush=True)
     ctx = train_speed.Context(
         sh=sh, record=record, shardc=a.shardc, python=a.python, emulated=EMU, tiny=tiny,
-        models=a.train_models, variants=a.train_variants,
+        models=a.train_models, variants=a.train_variants, scratch=a.train_scratch,
         warmup=a.train_warmup if a.train_warmup is not None else
         (1 if tiny else 3), steps=a.train_steps or (3 if tiny else 10),
         compile_budget=a.compile_budget, cmd_timeout=600, out=a.out, torch_device=device,
@@ -729,6 +729,8 @@ def main():
     ap.add_argument("--train-variants", help="train-speed: only these variants (comma-separated: "
                     "shardc's none, selective, fp8; PyTorch's eager, compile); the others "
                     "measured into the same --out earlier stay in its table")
+    ap.add_argument("--train-scratch", help="train-speed: write the models here and use those "
+                    "an earlier run wrote (default: the run's temporary folder)")
     ap.add_argument("--record", help="append every result to this file as one JSON line, as "
                     "it comes (a run cut short keeps what it measured)")
     ap.add_argument("--train-steps", type=int, help="train-speed: steps measured after the "

@@ -162,6 +162,10 @@ assert "part 2" not in txt and "part 6" not in txt, txt
 rows = [json.loads(ln) for ln in open(os.path.join(d, "results.jsonl"))]
 got = {r["name"]: r for r in rows}
 assert got["train-speed.gpt2-tiny.shardc.none"]["status"] == "pass", got
+# the second part takes the model the first wrote (--train-scratch)
+models = [r["detail"] for r in rows if r["name"] == "train-speed.gpt2-tiny.model"]
+assert len(models) == 2 and "graph, weights and data written" in models[0] and \
+    "graph and weights reused" in models[1], models
 assert not any("llama" in n for n in got), sorted(got)
 for v in ("eager", "compile"):
     assert got["train-speed.gpt2-tiny." + v]["status"] in ("info", "skip"), got
