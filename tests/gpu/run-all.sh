@@ -21,12 +21,20 @@
 #                                        a Llama-style 1.3B: only when named;
 #                                        --train-models M,..., --tiny (implied
 #                                        emulated), --train-steps N,
-#                                        --compile-budget S (tests/gpu/train_speed.py)
+#                                        --compile-budget S, --train-variants
+#                                        V,... (none, selective, fp8, eager, compile),
+#                                        --train-scratch DIR (models kept there for
+#                                        the next run) (tests/gpu/train_speed.py)
 #   --out DIR                            the files a section keeps (train-speed.json,
 #                                        train-speed.md); default gpu-out/
 #   --deadline S                         checks that would start after S seconds
 #                                        are skipped, commands are cut at it
 #   --log FILE                           every command with its whole output
+#   --record FILE                        every result appended as one JSON line as
+#                                        it comes (a run cut short keeps them)
+#
+# tests/gpu/device-check.sh runs it in parts under one time budget, the
+# training-speed figures first: the GPU measurement in one command.
 #
 # On a GPU machine without the build's libraries (LLVM, oneDNN, ...):
 # tests/gpu/pack.sh here, then SC_BINARY_DIR=kit/build there (pack.sh says how).

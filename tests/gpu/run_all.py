@@ -93,9 +93,22 @@ EMU = os.environ.get("SHARDC_CUDA_EMU") == "1"
 results = []
 
 
+RECORD = None    # --record FILE: every result appended as one JSON line as it comes
+CUT = False      # a command was killed at the --deadline since the last result
+
+
 def record(name, status, detail="", **figures):
+    """One result. A failure that follows a command cut at the --deadline is
+    a skip saying so: the time ran out, nothing was found wrong."""
+    global CUT
+    if status == "fail" and CUT:
+        status, detail = "skip", "cut at the --deadline: " + detail
+    CUT = False
     results.append(dict(name=name, status=status, detail=detail, **figures))
     print(f"[{status}] {name}: {detail}", flush=True)
+    if RECORD:
+        with open(RECORD, "a") as f:
+            f.write(json.dumps(results[-1]) + "\n")
 
 
 LOG = None       # --log FILE: every command, its exit status, time and output
@@ -115,7 +128,8 @@ def sh(cmd, env=None, timeout=300):
     e = dict(os.environ)
     e.update(env or {})
     t0 = time.time()
-    timeout = left(timeout)
+    global CUT
+    cap, timeout = timeout, left(timeout)
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
     except subprocess.TimeoutExpired as x:
@@ -123,6 +137,8 @@ def sh(cmd, env=None, timeout=300):
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
         r = subprocess.CompletedProcess(cmd, 124, text(x.stdout),
                                         text(x.stderr) + f"\n[killed after {timeout} s]")
+        CUT = CUT or timeout < cap
+
     if LOG:
         with open(LOG, "a") as f:
             f.write(f"$ {' '.join(f'{k}={v}' for k, v in (env or {}).items())} "
@@ -680,7 +696,8 @@ def check_train_speed(a, tmp):
         print("train-speed: the emulated GPU runs the tiny configs (--tiny)", flush=True)
     ctx = train_speed.Context(
         sh=sh, record=record, shardc=a.shardc, python=a.python, emulated=EMU, tiny=tiny,
-        models=a.train_models, warmup=a.train_warmup if a.train_warmup is not None else
+        models=a.train_models, variants=a.train_variants, scratch=a.train_scratch,
+        warmup=a.train_warmup if a.train_warmup is not None else
         (1 if tiny else 3), steps=a.train_steps or (3 if tiny else 10),
         compile_budget=a.compile_budget, cmd_timeout=600, out=a.out, torch_device=device,
         torch_why=why,
@@ -709,6 +726,13 @@ def main():
                     help="train-speed: the tiny configs (implied on the emulated GPU)")
     ap.add_argument("--train-models", help="train-speed: only these models (comma-separated: "
                     "gpt2-small, llama-1p3b; gpt2-tiny, llama-tiny)")
+    ap.add_argument("--train-variants", help="train-speed: only these variants (comma-separated: "
+                    "shardc's none, selective, fp8; PyTorch's eager, compile); the others "
+                    "measured into the same --out earlier stay in its table")
+    ap.add_argument("--train-scratch", help="train-speed: write the models here and use those "
+                    "an earlier run wrote (default: the run's temporary folder)")
+    ap.add_argument("--record", help="append every result to this file as one JSON line, as "
+                    "it comes (a run cut short keeps what it measured)")
     ap.add_argument("--train-steps", type=int, help="train-speed: steps measured after the "
                     "warm-up (default 10; 3 with --tiny)")
     ap.add_argument("--train-warmup", type=int, help="train-speed: warm-up steps (default 3; "
@@ -716,8 +740,8 @@ def main():
     ap.add_argument("--compile-budget", type=int, default=300,
                     help="train-speed: seconds torch.compile's run may take (default 300)")
     a = ap.parse_args()
-    global LOG, DEADLINE
-    LOG = a.log
+    global LOG, DEADLINE, RECORD
+    LOG, RECORD = a.log, a.record
     t0 = time.time()
     DEADLINE = t0 + a.deadline if a.deadline else None
     # the quick checks first, the long samples matrix last

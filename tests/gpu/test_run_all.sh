@@ -6,7 +6,10 @@
 # the arena and the planner's calibrate, plan and train, with its accuracy
 # line as information) and write a JSON summary whose counts agree. Then
 # --only, --deadline (a deadline already past skips every check) and --log;
-# then the train-speed section on the tiny configs (tests/gpu/train_speed.py).
+# then the train-speed section on the tiny configs (tests/gpu/train_speed.py);
+# a check cut at the --deadline (a skip saying so); then
+# tests/gpu/device-check.sh, the one device command, with a budget too small
+# for any part and with two of its parts.
 # Exits 77 (skipped) when shardc was built without NVRTC: no GPU path.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -122,4 +125,57 @@ md = open(os.path.join(sys.argv[2], "train-speed.md")).read()
 assert "## llama-tiny" in md and "| shardc (selective) |" in md, md
 assert "| shardc (fp8) |" in md and "| shardc (fp8) | shardc (none) |" in md, md
 print("ok: train-speed rehearsal")
+PY
+
+# a check whose command is cut at the --deadline is a skip saying so, not
+# a failure (the samples check takes minutes; --record keeps each result)
+SHARDC_CUDA_EMU=1 bash "$here/run-all.sh" --only samples --deadline 12 \
+  --record "$out/cut.jsonl" >"$out/log7" 2>&1
+rc=$?
+"$py" - "$out/cut.jsonl" "$rc" <<'PY' || { tail -n 20 "$out/log7"; exit 1; }
+import json, sys
+rows = [json.loads(ln) for ln in open(sys.argv[1])]
+assert int(sys.argv[2]) == 0, sys.argv[2]
+assert [(r["name"], r["status"]) for r in rows] == [("samples", "skip")], rows
+assert rows[0]["detail"].startswith("cut at the --deadline: "), rows
+print("ok: a check cut at the --deadline")
+PY
+
+# tests/gpu/device-check.sh, the one device command: a budget too small for
+# any part skips every part, saying so; then two of its parts, the second
+# (torch.compile of GPT-2) keeping the first's rows (shardc bf16, eager) in
+# the table; every result in results.jsonl as it came
+SHARDC_CUDA_EMU=1 bash "$here/device-check.sh" --budget 10 --out "$out/dc0" >"$out/log5" 2>&1
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c ': skipped, ' "$out/dc0/device-check.txt")" -eq 6 ] ||
+  { echo "FAIL: device-check --budget 10 (rc $rc)"; cat "$out/log5"; exit 1; }
+SHARDC_CUDA_EMU=1 bash "$here/device-check.sh" --budget 400 --parts gpt2,compile \
+  --out "$out/dc" >"$out/log6" 2>&1
+rc=$?
+"$py" - "$out/dc" "$rc" <<'PY' || { tail -n 30 "$out/log6"; exit 1; }
+import json, os, sys
+d = sys.argv[1]
+assert int(sys.argv[2]) == 0, sys.argv[2]
+txt = open(os.path.join(d, "device-check.txt")).read()
+assert "== part 1 gpt2: --deadline" in txt and "== part 4 compile: --deadline" in txt, txt
+assert "part 2" not in txt and "part 6" not in txt, txt
+rows = [json.loads(ln) for ln in open(os.path.join(d, "results.jsonl"))]
+got = {r["name"]: r for r in rows}
+assert got["train-speed.gpt2-tiny.shardc.none"]["status"] == "pass", got
+# the second part takes the model the first wrote (--train-scratch)
+models = [r["detail"] for r in rows if r["name"] == "train-speed.gpt2-tiny.model"]
+assert len(models) == 2 and "graph, weights and data written" in models[0] and \
+    "graph and weights reused" in models[1], models
+assert not any("llama" in n for n in got), sorted(got)
+for v in ("eager", "compile"):
+    assert got["train-speed.gpt2-tiny." + v]["status"] in ("info", "skip"), got
+for n in ("part-1-gpt2.json", "part-4-compile.json"):
+    s = json.load(open(os.path.join(d, n)))
+    assert s["failed"] == 0 and s["emulated"], s
+r = json.load(open(os.path.join(d, "train-speed.json")))
+assert [m["model"] for m in r["models"]] == ["gpt2-tiny"], r["models"]
+assert [v["variant"] for v in r["models"][0]["variants"]] == \
+    ["shardc (none)", "eager", "compile"], r["models"][0]["variants"]
+assert r["models"][0]["variants"][0]["ok"], r["models"][0]["variants"][0]
+print("ok: device-check rehearsal")
 PY

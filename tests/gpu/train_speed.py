@@ -51,9 +51,12 @@ Failures: a shardc run that fails, a non-finite loss, PyTorch eager
 failing, the losses disagreeing.
 
 Written to OUT/train-speed.json (every figure) and OUT/train-speed.md
-(the table), OUT being run_all.py's --out; a model measured by an earlier
-run into the same OUT stays there unless measured again (one model a
-command makes one table).
+(the table), OUT being run_all.py's --out, rewritten as each model is
+done; a model, or a model's variant (--train-variants picks them: none,
+selective, fp8, eager, compile), measured by an earlier run into the same
+OUT stays there unless measured again, and an earlier variant is compared
+with this run's as if measured with them (tests/gpu/device-check.sh
+measures in several commands, the most wanted rows first).
 """
 import json
 import math
@@ -130,6 +133,8 @@ def run_tag(recompute, precision):
 def run_shardc(ctx, model, c, batch, recompute, precision, ids, labels, steps, tmp):
     tag = run_tag(recompute, precision)
     log = os.path.join(tmp, f"{c['name']}.{tag}.log.jsonl")
+    if os.path.exists(log):     # an earlier run's, in a --train-scratch folder
+        os.remove(log)
     cmd = [ctx.shardc, "train", model, "--device", "cuda", "--precision", precision,
            "--optimizer", "adamw", "--dim", f"batch={batch}", "--data", f"input_ids={ids}",
            "--labels", labels, "--steps", str(steps), "--lr", str(LR), "--log-json", log,
@@ -246,27 +251,32 @@ def run(ctx, tmp):
     warmup = ctx.warmup
     steps = warmup + ctx.steps
     peak = bf16_peak()
-    folder = os.path.join(tmp, "train-speed")
+    folder = getattr(ctx, "scratch", None) or os.path.join(tmp, "train-speed")
     os.makedirs(folder, exist_ok=True)
     report = {"emulated": ctx.emulated, "tiny": ctx.tiny, "peak_bf16_flops": peak,
               "peak_source": "samples/clusters/h200.json gpu.peak_flops.bf16",
               "flops": "6*N_mm*tokens + 12*L*d*s*tokens (samples/make_llama.py model_flops)",
               "loss_check": f"first {LOSS_STEPS} losses, |shardc - torch| <= {LOSS_RTOL} * |torch|",
               "warmup": warmup, "steps": ctx.steps, "lr": LR, "models": []}
+    want = set(ctx.variants.split(",")) if getattr(ctx, "variants", None) else None
+    earlier = earlier_models(ctx.out, report)
     for name, batch, runs in models:
+        if want is not None:
+            runs = tuple(r for r in runs if run_tag(*r) in want)
         if ctx.past_deadline():
             ctx.record(f"train-speed.{name}", "skip", "past the --deadline")
             continue
         c = dict(make_llama.MODELS[name], name=name)
         t0 = time.time()
-        path = make_llama.write_model(name, folder, seed=0)
+        path, reused = model_in(folder, name)
         ids, labels = write_data(folder, name, c, batch, steps)
         flops, n_mm = make_llama.model_flops(c, batch * c["seq"])
         n_params = sum(math.prod(s) for _, s in make_llama.param_shapes(c))
         ctx.record(f"train-speed.{name}.model", "info",
                    f"{n_params:,} parameters ({n_mm:,} in matrix products), batch {batch} x "
-                   f"{c['seq']}, {flops / 1e12:.4g} TFLOP a step; graph, weights and data "
-                   f"written in {time.time() - t0:.1f} s")
+                   f"{c['seq']}, {flops / 1e12:.4g} TFLOP a step; "
+                   f"{'graph and weights reused, data' if reused else 'graph, weights and data'}"
+                   f" written in {time.time() - t0:.1f} s")
         m = {"model": name, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
              "batch": batch, "seq": c["seq"], "parameters": n_params,
              "n_mm": n_mm, "flops_per_step": flops, "variants": []}
@@ -281,6 +291,7 @@ def run(ctx, tmp):
             finite = bool(res["losses"]) and all(
                 x is not None and math.isfinite(x) for x in res["losses"])
             ok = res["rc"] == 0 and len(res["losses"]) == steps and finite
+            res["ok"] = ok
             pred = (f"; planner (h200 datasheet) {res['predicted_s'] * 1e3:.4g} ms"
                     if res["predicted_s"] else "")
             ctx.record(f"train-speed.{name}.shardc.{run_tag(rc, precision)}",
@@ -297,6 +308,8 @@ def run(ctx, tmp):
             if ok:
                 shardc_runs.append(res)
         for variant in ("eager", "compile"):
+            if want is not None and variant not in want:
+                continue
             if ctx.past_deadline():
                 break
             if ctx.torch_device is None:
@@ -307,6 +320,7 @@ def run(ctx, tmp):
             finish_figures(res, c, batch, warmup, peak)
             m["variants"].append(res)
             ok = res["rc"] == 0 and len(res["losses"]) == steps
+            res["ok"] = ok
             if res["no_torch"]:
                 ctx.record(f"train-speed.{name}.{variant}", "skip", "PyTorch is not installed")
                 continue
@@ -326,12 +340,65 @@ def run(ctx, tmp):
                        f"MFU {res['mfu'] * 100:.3g} %, peak {fmt_bytes(res['peak_bytes'])} "
                        f"({res['peak_detail']}); first step {first / 1e3:.1f} s; losses "
                        f"{res['losses'][:LOSS_STEPS]}")
+        keep_earlier(earlier.get(name), m, shardc_runs, torch_runs)
         compare(ctx, name, shardc_runs, torch_runs, m)
         report["models"].append(m)
+        write_report(ctx.out, report)   # each model's figures kept as soon as measured
     write_report(ctx.out, report)
     ctx.record("train-speed.files", "info",
                f"{os.path.join(ctx.out, 'train-speed.json')}, "
                f"{os.path.join(ctx.out, 'train-speed.md')}")
+
+
+def model_in(folder, name):
+    """(folder/NAME.onnx, reused): the graph and its weights, written, or an
+    earlier run's in the same folder (--train-scratch) when it finished
+    writing them (NAME.written, made last): the 1.3B's 5.5 GB of weights took
+    105 s to write on the development machine."""
+    done = os.path.join(folder, name + ".written")
+    if os.path.exists(done):
+        return os.path.join(folder, name + ".onnx"), True
+    path = make_llama.write_model(name, folder, seed=0)
+    open(done, "w").close()
+    return path, False
+
+
+def earlier_models(out, report):
+    """The models of an earlier OUT/train-speed.json of the same kind (emulated,
+    tiny), by name: {} when there is none."""
+    try:
+        with open(os.path.join(out, "train-speed.json")) as f:
+            old = json.load(f)
+        if (old.get("emulated"), old.get("tiny")) != (report["emulated"], report["tiny"]):
+            return {}
+        return {m["model"]: m for m in old.get("models", [])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def keep_earlier(old, m, shardc_runs, torch_runs):
+    """The variants of a model that an earlier run into the same OUT measured
+    and this one did not (tests/gpu/device-check.sh measures a model's
+    variants in several commands, the most wanted first): kept in the
+    model's rows, and compared with this run's as if measured with them."""
+    if not old or old.get("batch") != m["batch"]:
+        return
+    mine = {v["variant"] for v in m["variants"]}
+    for v in old.get("variants", []):
+        if v["variant"] in mine:
+            continue
+        m["variants"].append(v)
+        if not v.get("ok"):
+            continue
+        if v["side"] == "shardc":
+            shardc_runs.append(v)
+        else:
+            torch_runs[v["variant"]] = v
+    # shardc's rows in the order of the model's runs, then PyTorch's
+    order = {"shardc (none)": 0, "shardc (selective)": 1, "shardc (fp8)": 2, "eager": 3,
+             "compile": 4}
+    m["variants"].sort(key=lambda v: order.get(v["variant"], 5))
+    shardc_runs.sort(key=lambda v: order.get(v["variant"], 5))
 
 
 def compare(ctx, name, shardc_runs, torch_runs, m):
