@@ -314,6 +314,17 @@ sc_status sc_gpu_gemm_add_fp8(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t,
   return st;
 }
 
+/* A host scratch *p of *numel floats grown to hold need (kept when it
+ * does); false when out of memory, *p unchanged. */
+static bool grow_scratch(float **p, int64_t *numel, int64_t need) {
+  if (need <= *numel) return true;
+  float *s = sc_realloc(*p, (size_t)need * sizeof *s);
+  if (!s) return false;
+  *p = s;
+  *numel = need;
+  return true;
+}
+
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
                           CUdeviceptr act_out, int32_t *id, bool *fused, sc_diag *diag) {
@@ -323,23 +334,15 @@ sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdevice
   int64_t need = t == SC_DTYPE_BF16 && e->host
                      ? sc_gemm_bf16_scratch_numel(g, bias_numel, sc_gemm_engine_get())
                      : 0;
-  if (need > e->host_scratch_numel) {
-    float *s = sc_realloc(e->host_scratch, (size_t)need * sizeof *s);
-    if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-    e->host_scratch = s;
-    e->host_scratch_numel = need;
-  }
+  if (!grow_scratch(&e->host_scratch, &e->host_scratch_numel, need))
+    return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   bool tf32 = e->tf32 && t == SC_DTYPE_F32;
   if (tf32 && e->host) { /* room for A's and B's rounded copies */
     int64_t span[3] = {0, 0, 0};
     sc_gemm_spans(g, span);
     for (int k = 0; k < 2; k++)
-      if (span[k] > e->tf32_numel[k]) {
-        float *s = sc_realloc(e->tf32_ab[k], (size_t)span[k] * sizeof *s);
-        if (!s) return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
-        e->tf32_ab[k] = s;
-        e->tf32_numel[k] = span[k];
-      }
+      if (!grow_scratch(&e->tf32_ab[k], &e->tf32_numel[k], span[k]))
+        return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   }
   gemm_entry *x = new_entry(e, diag);
   if (!x) return diag->status;
