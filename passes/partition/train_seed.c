@@ -219,14 +219,16 @@ const char *sc_partition_accum_mean_of(const sc_graph *g, int32_t v) {
   return acc && strncmp(acc, "new:accum:", 10) == 0 ? acc + 10 : NULL;
 }
 
-/* The mean over accumulated microbatches of parameter `name`'s gradient
- * (sc_partition_accum_mean_of), or -1. */
-static int32_t accum_mean(const sc_graph *g, const char *name) {
+/* mean[P] (g->n_values entries): the mean over accumulated microbatches
+ * of parameter value P's gradient (sc_partition_accum_mean_of), or -1;
+ * one pass over the values for every parameter. */
+static void accum_means(const sc_graph *g, int32_t *mean) {
+  for (int32_t v = 0; v < g->n_values; v++) mean[v] = -1;
   for (int32_t v = 0; v < g->n_values; v++) {
-    const char *p = sc_partition_accum_mean_of(g, v);
-    if (p && strcmp(p, name) == 0) return v;
+    const char *name = sc_partition_accum_mean_of(g, v);
+    int32_t pv = name ? sc_graph_find_value(g, name) : -1;
+    if (pv >= 0) mean[pv] = v;
   }
-  return -1;
 }
 
 /* Whether a parameter's accumulated gradient is summed unreduced over the
@@ -247,7 +249,7 @@ static bool once_a_step(const sc_partition *p, bool split, int32_t zero) {
  * (ZeRO-3's, reduce-scattered every run) stay after the backward, where
  * nothing reads a bucket's member before its last: moved, each would be
  * reduced alone. */
-static sc_status place_accumulation(sc_graph *g, const bool *once) {
+static sc_status place_accumulation(sc_graph *g, const bool *once, const int32_t *mean_of) {
   int32_t total = g->n_nodes;
   int32_t *key = sc_malloc(((size_t)total + 1) * sizeof *key);
   bool *moves = sc_calloc((size_t)total + 1, sizeof *moves);
@@ -256,10 +258,9 @@ static sc_status place_accumulation(sc_graph *g, const bool *once) {
     sc_free(moves);
     return nomem(g);
   }
-  for (int32_t v = 0; v < g->n_values; v++) {
-    const char *name = sc_partition_accum_mean_of(g, v);
-    int32_t pv = name ? sc_graph_find_value(g, name) : -1;
-    if (pv < 0 || !once[pv]) continue;
+  for (int32_t pv = 0; pv < g->n_values; pv++) {
+    int32_t v = mean_of[pv];
+    if (v < 0 || !once[pv]) continue;
     const sc_node *mean = &g->nodes[g->values[v].producer];
     moves[g->values[v].producer] = true;
     int32_t acc = g->values[mean->inputs[0]].producer; /* the Add into "new:accum:P" */
@@ -356,6 +357,14 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
   sc_free(order.node);
   sc_free(order.after);
   sc_free(forward);
+  /* without a pipeline: each parameter's accumulated mean (flat.c's values
+   * added above included) */
+  int32_t *mean_of = NULL;
+  if (st == SC_OK && p->n_chunks == 0) {
+    mean_of = sc_malloc(((size_t)g->n_values + 1) * sizeof *mean_of);
+    if (mean_of) accum_means(g, mean_of);
+    else st = nomem(g);
+  }
   for (int32_t i = 0; st == SC_OK && i < n_in; i++) {
     int32_t id = g->inputs[i], out = new_of(g, id);
     if (out < 0) continue;
@@ -386,18 +395,19 @@ sc_status sc_partition_seed_train_state(sc_partition *p) {
       /* without a pipeline the mean is reduced (reduce-scattered under
        * ZeRO-1/2) as soon as it is made: in the backward, bucketed
        * (bucket.c), in the step's last run only */
-      int32_t mean = p->n_chunks == 0 ? accum_mean(g, name) : -1;
+      int32_t mean = mean_of ? mean_of[id] : -1;
       if (mean >= 0 && (st = sc_graph_set_sharding(g, mean, s)) != SC_OK) break;
       pending_over_data(p, &base[k], &pending);
       s = &pending;
     }
     st = sc_graph_set_sharding(g, grad, s);
   }
-  if (st == SC_OK && p->n_chunks == 0) st = place_accumulation(g, once);
+  if (st == SC_OK && mean_of) st = place_accumulation(g, once, mean_of);
   sc_free(base);
   sc_free(shard);
   sc_free(split);
   sc_free(flat);
   sc_free(once);
+  sc_free(mean_of);
   return st;
 }
