@@ -12,7 +12,9 @@
  * `unpack` scratch TEMP buffers (planned by the memory plan like any other)
  * and the extents, and the runtime does the strided copies around the
  * communicator call. With outer = 1 the layouts agree and no scratch is
- * used. Send's output is a 0-element token and gets no buffer. */
+ * used. A gather's unpack holds at most SC_COMM_UNPACK_CAP_BYTES (at
+ * least one row of the output): the step gathers that many rows of
+ * `outer` a call (unpack_rows). Send's output is a 0-element token and gets no buffer. */
 #include <string.h>
 
 #include "codegen/lower_internal.h"
@@ -80,7 +82,12 @@ static sc_status comm_build(sc_lower_ctx *cx, const sc_node *n) {
     c->unpack_outer = prod(x->dims, 0, d);
     c->unpack_inner = prod(x->dims, d, x->rank);
     if (c->unpack_outer > 1) {
-      int64_t total = sc_value_numel(y);
+      /* rows a call so that the scratch stays within the cap (program.h) */
+      int64_t row = size * c->unpack_inner * (int64_t)sc_dtype_size(y->dtype);
+      int64_t rows = row > 0 ? SC_COMM_UNPACK_CAP_BYTES / row : c->unpack_outer;
+      if (rows < 1) rows = 1;
+      c->unpack_rows = rows < c->unpack_outer ? rows : 0;
+      int64_t total = (rows < c->unpack_outer ? rows : c->unpack_outer) * size * c->unpack_inner;
       if ((c->unpack = sc_lower_scratch(cx, "gather", y->dtype, 1, &total)) < 0)
         return sc_lower_error(cx, n, SC_ERR_NOMEM, "out of memory");
     }

@@ -153,7 +153,14 @@ typedef enum sc_comm_kind {
  *           receives [n, unpack_outer, unpack_inner] into `unpack`, copied
  *           to the output as [unpack_outer, n, unpack_inner].
  * Without them (outer extent 1) the communicator reads the input and writes
- * the output directly. */
+ * the output directly. An AllGather whose unpack would exceed
+ * SC_COMM_UNPACK_CAP_BYTES goes in row chunks (unpack_rows > 0): call k
+ * gathers rows [k * unpack_rows, ...) of the input, [unpack_rows,
+ * unpack_inner] and contiguous, into `unpack` as [n, unpack_rows,
+ * unpack_inner] (its size), copied to the same rows of the output; the
+ * scratch is bounded, and each call is a plain contiguous collective that
+ * every communicator (NCCL's included) runs. */
+#define SC_COMM_UNPACK_CAP_BYTES ((int64_t)16 << 20)
 typedef struct sc_comm_step {
   sc_comm_kind kind;
   int32_t reduce;         /* SC_COMM_OP_* of ir/op_comm.h (sum, max, min) */
@@ -163,6 +170,8 @@ typedef struct sc_comm_step {
   int64_t count;          /* elements per rank-chunk (comm.h's count) */
   int64_t pack_outer, pack_inner;     /* elements */
   int64_t unpack_outer, unpack_inner; /* elements */
+  int64_t unpack_rows;    /* AllGather: rows of unpack_outer a call, or 0:
+                             all in one (sc_comm_step_calls) */
   uint32_t axes;          /* sc_axes of `mesh`: the group (0: one rank) */
   int64_t group_size;
   int32_t peer, tag;      /* SEND, RECV: peer's key in the group, tag */
@@ -176,6 +185,29 @@ typedef struct sc_comm_step {
                              names this step (codegen/overlap.c); else the
                              step completes before the next one runs */
 } sc_comm_step;
+
+/* The communicator calls of COMM step c: ceil(unpack_outer / unpack_rows)
+ * for an AllGather in row chunks, else 1. */
+static inline int64_t sc_comm_step_calls(const sc_comm_step *c) {
+  if (c->unpack < 0 || c->unpack_rows <= 0 || c->unpack_rows >= c->unpack_outer) return 1;
+  return (c->unpack_outer + c->unpack_rows - 1) / c->unpack_rows;
+}
+
+/* Call k of COMM step c as a step of its own, unchunked: its rows as
+ * unpack_outer, their elements a rank as count, and through *row0 its
+ * first row (the input's elements from row0 * unpack_inner, the output's
+ * from row0 * n * unpack_inner). For one call, c itself and row 0. */
+static inline sc_comm_step sc_comm_step_chunk(const sc_comm_step *c, int64_t k, int64_t *row0) {
+  sc_comm_step s = *c;
+  *row0 = 0;
+  if (sc_comm_step_calls(c) == 1) return s;
+  *row0 = k * c->unpack_rows;
+  s.unpack_outer = c->unpack_outer - *row0 < c->unpack_rows ? c->unpack_outer - *row0
+                                                            : c->unpack_rows;
+  s.unpack_rows = 0;
+  s.count = s.unpack_outer * c->unpack_inner;
+  return s;
+}
 
 /* Checks the integer buffer `buffer` holds data indices into an extent of
  * `dim`: every element in [-dim, dim) (negative ones count from the end, as

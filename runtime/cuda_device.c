@@ -115,6 +115,7 @@ typedef struct comm_job {
   sc_dtype t;
   const void *send;
   void *recv;
+  int64_t k;           /* the call of a gather in row chunks (sc_comm_step_chunk) */
 } comm_job;
 
 /* a CHECK step's work, or a SCATTER_ADD step's index check: the indices
@@ -195,6 +196,7 @@ struct cuda_ctx {
   bool *skip;          /* [n_kernels] their prep and bias kernels: not launched */
   CUevent *ev_fork, *ev_done; /* [n_steps] per COMM step */
   comm_job *jobs;      /* [n_steps] */
+  comm_job **chunk_jobs; /* [n_steps] a gather in row chunks: one job a call, else NULL */
   check_job *checks;   /* [n_steps] */
   scatter_job *scatters; /* [n_steps] */
   attn_job *attns;     /* [n_steps] */
@@ -459,6 +461,8 @@ static void cuda_destroy(void *ctx) {
   sc_free(c->checks);
   sc_free(c->scatters);
   sc_free(c->attns);
+  for (int32_t i = 0; c->chunk_jobs && c->p && i < c->p->n_steps; i++) sc_free(c->chunk_jobs[i]);
+  sc_free(c->chunk_jobs);
   sc_free(c->jobs);
   sc_free(c->cstreams);
   sc_free(c->stream_of);
@@ -718,6 +722,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->ev_fork = sc_calloc(ns, sizeof *c->ev_fork);
   c->ev_done = sc_calloc(ns, sizeof *c->ev_done);
   c->jobs = sc_calloc(ns, sizeof *c->jobs);
+  c->chunk_jobs = sc_calloc(ns, sizeof *c->chunk_jobs);
   c->gemm_id = sc_calloc(ns, sizeof *c->gemm_id);
   c->gemm_fused = sc_calloc(ns, sizeof *c->gemm_fused);
   c->convs = sc_calloc(ns, sizeof *c->convs);
@@ -726,7 +731,7 @@ static sc_status cuda_prepare(void *ctx, const sc_program *p, sc_diag *diag) {
   c->scatters = sc_calloc(ns, sizeof *c->scatters);
   c->attns = sc_calloc(ns, sizeof *c->attns);
   if (!c->attns || !c->gemm_id || !c->gemm_fused || !c->convs || !c->skip || !c->checks || !c->scatters || !c->fns || !c->launch || !c->vals || !c->args || !c->ptrs || !c->ev_fork || !c->ev_done ||
-      !c->jobs)
+      !c->jobs || !c->chunk_jobs)
     return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
   for (int32_t i = 0; i < p->n_steps; i++) {
     if (p->steps[i].kind != SC_STEP_COPY) continue;
@@ -1045,6 +1050,14 @@ static sc_status cuda_bind(void *ctx, void *arena, sc_diag *diag) {
                                         : cs->in >= 0 ? c->ptrs[cs->in] : 0);
     j->recv = (void *)(uintptr_t)(cs->unpack >= 0 ? c->ptrs[cs->unpack]
                                   : cs->out >= 0 ? c->ptrs[cs->out] : 0);
+    int64_t calls = sc_comm_step_calls(cs);
+    if (calls == 1) continue;
+    if (!(c->chunk_jobs[i] = sc_calloc((size_t)calls, sizeof *c->chunk_jobs[i])))
+      return sc_diag_set(diag, SC_ERR_NOMEM, NULL, NULL, "out of memory");
+    for (int64_t k = 0; k < calls; k++) {
+      c->chunk_jobs[i][k] = *j;
+      c->chunk_jobs[i][k].k = k;
+    }
   }
   report(c);
   return SC_OK;
@@ -1309,6 +1322,16 @@ static void cuda_sync(void *ctx) {
 }
 
 /* ---- collectives ---- */
+/* Job j's call of COMM step cs: the whole step, or call j->k of a gather
+ * in row chunks (its rows of the input into the scratch). */
+static sc_status comm_job_call(const comm_job *j, const sc_comm_step *cs, sc_diag *d) {
+  int64_t row0;
+  sc_comm_step ck = sc_comm_step_chunk(cs, j->k, &row0);
+  int64_t at = row0 * cs->unpack_inner * (int64_t)sc_dtype_size(j->t);
+  return sc_comm_step_call(j->comm, &ck, j->t, at ? (const char *)j->send + at : j->send,
+                           j->recv, d);
+}
+
 static void comm_host_fn(void *ud) {
   comm_job *j = ud;
   const sc_step *s = &j->c->p->steps[j->step];
@@ -1317,7 +1340,7 @@ static void comm_host_fn(void *ud) {
   bool failed = j->c->err.status != SC_OK;
   pthread_mutex_unlock(&j->c->mu);
   if (failed) return; /* after a failure, later collectives of the run are skipped */
-  if (sc_comm_step_call(j->comm, &s->comm, j->t, j->send, j->recv, &d) != SC_OK) fail(j->c, &d);
+  if (comm_job_call(j, &s->comm, &d) != SC_OK) fail(j->c, &d);
 }
 
 /* dst viewed as [n, outer, inner] = src viewed as [outer, n, inner]
@@ -1354,22 +1377,29 @@ static void cuda_run_comm(void *ctx, int32_t i) {
   if (cs->pack >= 0)
     transpose_chunks(c, s, c->ptrs[cs->pack], c->ptrs[cs->in], cs->pack_outer, n,
                      cs->pack_inner * esz, true);
-  if (c->on_stream[c->o.comm_of[i]]) { /* NCCL: enqueued on s from here */
-    comm_job *j = &c->jobs[i];
-    sc_diag d = {0};
-    if (sc_comm_step_call(j->comm, cs, j->t, j->send, j->recv, &d) != SC_OK) fail(c, &d);
-  } else {
-    if (cu->host_access) { /* the fake driver's race check: what the collective touches */
-      const sc_program *p = c->p;
-      int32_t sb = cs->pack >= 0 ? cs->pack : cs->in, rb = cs->unpack >= 0 ? cs->unpack : cs->out;
-      if (sb >= 0) cu->host_access(c->jobs[i].send, (size_t)p->buffers[sb].bytes, 0);
-      if (rb >= 0) cu->host_access(c->jobs[i].recv, (size_t)p->buffers[rb].bytes, 1);
+  for (int64_t k = 0, calls = sc_comm_step_calls(cs); k < calls; k++) {
+    comm_job *j = calls > 1 ? &c->chunk_jobs[i][k] : &c->jobs[i];
+    int64_t row0; /* a gather in row chunks: this call's rows */
+    sc_comm_step ck = sc_comm_step_chunk(cs, k, &row0);
+    if (c->on_stream[c->o.comm_of[i]]) { /* NCCL: enqueued on s from here */
+      sc_diag d = {0};
+      if (comm_job_call(j, cs, &d) != SC_OK) fail(c, &d);
+    } else {
+      if (cu->host_access) { /* the fake driver's race check: what the collective touches */
+        const sc_program *p = c->p;
+        int32_t sb = cs->pack >= 0 ? cs->pack : cs->in;
+        int32_t rb = cs->unpack >= 0 ? cs->unpack : cs->out;
+        if (sb >= 0)
+          cu->host_access((const char *)j->send + row0 * cs->unpack_inner * esz,
+                          (size_t)(calls > 1 ? ck.count * esz : p->buffers[sb].bytes), 0);
+        if (rb >= 0) cu->host_access(j->recv, (size_t)p->buffers[rb].bytes, 1);
+      }
+      check_run(c, cu->launch_host_func(s, comm_host_fn, j), "cuLaunchHostFunc");
     }
-    check_run(c, cu->launch_host_func(s, comm_host_fn, &c->jobs[i]), "cuLaunchHostFunc");
+    if (cs->unpack >= 0)
+      transpose_chunks(c, s, c->ptrs[cs->out] + (CUdeviceptr)(row0 * n * cs->unpack_inner * esz),
+                       c->ptrs[cs->unpack], ck.unpack_outer, n, ck.unpack_inner * esz, false);
   }
-  if (cs->unpack >= 0)
-    transpose_chunks(c, s, c->ptrs[cs->out], c->ptrs[cs->unpack], cs->unpack_outer, n,
-                     cs->unpack_inner * esz, false);
   check_run(c, cu->event_record(c->ev_done[i], s), "cuEventRecord");
   if (!cs->async)
     check_run(c, cu->stream_wait_event(c->compute, c->ev_done[i], 0), "cuStreamWaitEvent");

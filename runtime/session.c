@@ -28,7 +28,8 @@
  * every rank splits once per non-empty set of mesh axes, in mask order,
  * passing color -1 for the sets its program does not use (at most 255
  * calls; 7 for pp,dp,tp). The layout changes of gathers and scatters
- * along a non-leading dim (codegen/program.h: pack, unpack) are strided
+ * along a non-leading dim (codegen/program.h: pack, unpack; a large
+ * gather one bounded chunk of rows a call) are strided
  * host copies between arena buffers: right for the CPU device, whose
  * buffers are host memory (a CUDA device will need a copy kernel). A
  * failing communicator call fails the run with its status and message.
@@ -404,8 +405,15 @@ static sc_status run_comm(sc_session *s, int32_t i, sc_diag *diag) {
   if (pack) chunk_pack(pack, in, c->pack_outer, n, c->pack_inner * esz);
   const void *send = pack ? pack : in;
   void *recv = unpack ? unpack : out;
-  sc_status r = sc_comm_step_call(comm, c, t, send, recv, diag);
-  if (r == SC_OK && unpack) chunk_unpack(out, unpack, c->unpack_outer, n, c->unpack_inner * esz);
+  sc_status r = SC_OK;
+  for (int64_t k = 0, calls = sc_comm_step_calls(c); r == SC_OK && k < calls; k++) {
+    int64_t row0; /* a gather in row chunks: its rows of in and of out */
+    sc_comm_step ck = sc_comm_step_chunk(c, k, &row0);
+    int64_t at = row0 * c->unpack_inner * esz;
+    r = sc_comm_step_call(comm, &ck, t, at ? (const char *)send + at : send, recv, diag);
+    if (r == SC_OK && unpack)
+      chunk_unpack((char *)out + at * n, unpack, ck.unpack_outer, n, ck.unpack_inner * esz);
+  }
   return r;
 }
 

@@ -32,6 +32,14 @@ values are the same for any mesh.
     8 x 88 MiB before the tied embedding's gradient was reduce-scattered in
     two parts and the compiler's freed heap returned before the ranks
     start). bench/bench_param_init.py measures a 350M model.
+  - a gather along the columns in row chunks: a shape-only GPT whose
+    vocabulary (4,097) does not divide by 2 and whose gathered embedding
+    (16.0 MiB) exceeds the unpack's cap (SC_COMM_UNPACK_CAP_BYTES): at
+    fsdp=2 both gathers of the embedding go in chunks of 4,096 rows (the
+    program's steps), and 2 AdamW steps' losses are within rtol 2e-5 of one
+    rank's; on the emulated GPU (NCCL's path: one collective and one
+    unpack a chunk), where this shardc has a cuda target, the first loss
+    equals the CPU's at fsdp=2 within rtol 2e-5 (--no-allow-tf32).
 """
 import json
 import os
@@ -46,7 +54,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "samples"))
-from checks import check, finish  # noqa: E402
+from checks import check, finish, has_cuda_target, skip_part  # noqa: E402
 from test_train_dist import load_ckpt  # noqa: E402
 
 SHARDC = os.environ.get("SHARDC")
@@ -248,8 +256,57 @@ def main():
             arena = int(m.group(1)) if m else 0
             check(0 < arena and rss < 8 * arena + 192 * 2**20,
                   f"peak RSS {rss} more than 192 MiB above the 8 ranks' arenas of {arena} bytes")
+    chunked_gather(tmp, rng)
     shutil.rmtree(tmp, ignore_errors=True)
     return finish()
+
+
+def chunked_gather(tmp, rng):
+    """The module docstring's "gather along the columns in row chunks"."""
+    from make_samples import build_gpt2_graph
+    import onnx
+    vocab, seq = 4097, 8
+    model, _ = build_gpt2_graph(dict(vocab=vocab, n_positions=seq, n_embd=1024, n_head=16,
+                                     n_layer=1, seq=seq), external="absent.weights")
+    path = os.path.join(tmp, "gpt_cols.onnx")
+    onnx.save(model, path)
+    ids, lab = os.path.join(tmp, "ids_cols.npy"), os.path.join(tmp, "lab_cols.npy")
+    np.save(ids, rng.integers(0, vocab, (4, seq)).astype(np.int64))
+    np.save(lab, rng.integers(0, vocab, (4, seq)).astype(np.int64))
+    args = [path, "--no-weights", "--init", "*=normal:0.02", "--seed", "5", "--dim", "batch=4",
+            "--data", f"input_ids={ids}", "--labels", lab, "--optimizer", "adamw", "--quiet",
+            "--no-allow-tf32"]
+    p = subprocess.run([SHARDC, "plan", path, "--train", "--no-weights", "--dim", "batch=4",
+                        "--mesh", "fsdp=2", "--print-after=program"], capture_output=True,
+                       text=True, timeout=600)
+    chunked = [ln for ln in p.stderr.splitlines() if "all_gather" in ln and "by 4096 rows" in ln]
+    check(p.returncode == 0 and len(chunked) == 2,
+          f"fsdp=2: {len(chunked)} gathers of the embedding in chunks of 4096 rows, want 2 "
+          f"({p.stderr[-400:]})")
+    losses = {}
+    for what, extra, steps in (("one rank", [], 2), ("fsdp=2", ["--mesh", "fsdp=2"], 2),
+                               ("fsdp=2 on the emulated GPU",
+                                ["--mesh", "fsdp=2", "--device", "cuda"], 1)):
+        if "--device" in extra and not has_cuda_target(SHARDC):
+            skip_part(what, "this shardc has no cuda target (no NVRTC)")
+            continue
+        log = os.path.join(tmp, f"cols{len(losses)}.json")
+        p = subprocess.run([SHARDC, "train"] + args + extra + ["--steps", str(steps),
+                                                               "--log-json", log],
+                           capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, SHARDC_CUDA_EMU="1"))
+        if not check(p.returncode == 0, f"columns gathered in chunks, {what}: {p.stderr[-600:]}"):
+            return
+        losses[what] = [json.loads(line)["loss"] for line in open(log)]
+        check(len(losses[what]) == steps and all(x is not None and np.isfinite(x)
+                                                 for x in losses[what]),
+              f"columns gathered in chunks, {what}: losses {losses[what]}")
+    ref = losses.get("one rank", [])
+    for what, got in losses.items():
+        for a, b in zip(ref if "GPU" not in what else losses.get("fsdp=2", []), got):
+            check(abs(a - b) <= 2e-5 * abs(a),
+                  f"columns gathered in chunks, {what}: loss {b} vs {a}")
+    print(f"columns gathered in chunks of 4096 rows: {losses}")
 
 
 _model = {}

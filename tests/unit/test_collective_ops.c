@@ -8,7 +8,10 @@
  *   AllReduce      row-parallel MatMul (x column block, w row block)
  *                  == the full MatMul
  *   AllGather      column-parallel MatMul gathered on axis 1 (strided
- *                  unpack) == the full MatMul; and a gather on axis 0
+ *                  unpack) == the full MatMul; and a gather on axis 0;
+ *                  gathers on axes 1 and 2 larger than the unpack's cap go
+ *                  in row chunks (a partial last one) through a scratch of
+ *                  at most SC_COMM_UNPACK_CAP_BYTES, equal to the shards
  *   ReduceScatter  the row-parallel partial products scattered on axis 1
  *                  (strided pack) and on axis 0 == blocks of the full MatMul
  *   AllToAll       split 1 / concat 0 and split 0 / concat 1
@@ -411,6 +414,73 @@ static void all_to_all(int n) {
   sc_graph_destroy(g);
 }
 
+/* AllGather(x_r, axis = rank - 1) of x_r f32[d0, d1, c] (d0 = 1: 2-D), on 2
+ * ranks, whose unpack would exceed SC_COMM_UNPACK_CAP_BYTES: the step goes
+ * in `calls` chunks of rows through a scratch within the cap, and every
+ * element equals its rank's shard (a move: exact). */
+static void chunked_gather(int64_t d0, int64_t d1, int64_t c, int64_t calls) {
+  enum { n = 2 };
+  char text[1024], dims[64];
+  if (d0 > 1)
+    snprintf(dims, sizeof dims, "%lld,%lld,%lld", (long long)d0, (long long)d1, (long long)c);
+  else
+    snprintf(dims, sizeof dims, "%lld,%lld", (long long)d1, (long long)c);
+  snprintf(text, sizeof text,
+           "shardc.ir 1 graph \"agc\" opset 18 {\n mesh [tp=%d]\n input %%x : f32[%s]\n"
+           " %%y = AllGather(%%x) {axes = [\"tp\"], axis = -1} \"ag\"\n output %%y\n}\n",
+           n, dims);
+  sc_graph *g;
+  sc_program *p = compile_text(text, &g);
+  int32_t comm = -1;
+  for (int32_t i = 0; i < p->n_steps; i++)
+    if (p->steps[i].kind == SC_STEP_COMM) comm = i;
+  assert_true(comm >= 0);
+  const sc_comm_step *cs = &p->steps[comm].comm;
+  int64_t outer = d0 * d1, whole = outer * n * c * 4;
+  assert_true(whole > SC_COMM_UNPACK_CAP_BYTES);
+  assert_int_equal(sc_comm_step_calls(cs), calls);
+  assert_true(cs->unpack >= 0 && p->buffers[cs->unpack].bytes <= SC_COMM_UNPACK_CAP_BYTES);
+  assert_int_equal(p->buffers[cs->unpack].bytes, cs->unpack_rows * n * c * 4);
+  /* the plan holds the shard, the gathered result and the bounded scratch */
+  assert_true(p->arena_bytes <= outer * c * 4 + whole + SC_COMM_UNPACK_CAP_BYTES + 4096);
+  char printed[4096];
+  print_program(p, printed, sizeof printed);
+  char want[64];
+  snprintf(want, sizeof want, "by %lld rows", (long long)cs->unpack_rows);
+  if (!strstr(printed, want)) fail_msg("no '%s' in\n%s", want, printed);
+  rank_job jobs[MAXR];
+  memset(jobs, 0, sizeof jobs);
+  float *xs[n];
+  for (int r = 0; r < n; r++) {
+    xs[r] = random_f32(outer * c);
+    jobs[r] = (rank_job){.p = p, .n_in = 1, .n_out = 1};
+    jobs[r].in[0] = view(xs[r], d0 > 1 ? 3 : 2, d0 > 1 ? d0 : d1, d0 > 1 ? d1 : c);
+    jobs[r].in[0].dims[2] = c;
+  }
+  run_ranks(jobs, n);
+  for (int r = 0; r < n; r++) {
+    assert_int_equal(jobs[r].out_n[0], outer * n * c);
+    for (int64_t o = 0; o < outer; o++)
+      for (int q = 0; q < n; q++)
+        for (int64_t j = 0; j < c; j++)
+          if (!(jobs[r].out[0][(o * n + q) * c + j] == xs[q][o * c + j]))
+            fail_msg("rank %d row %lld part %d element %lld: got %.9g want %.9g", r,
+                     (long long)o, q, (long long)j, (double)jobs[r].out[0][(o * n + q) * c + j],
+                     (double)xs[q][o * c + j]);
+  }
+  for (int r = 0; r < n; r++) free(xs[r]);
+  free_jobs(jobs, n);
+  sc_program_destroy(p);
+  sc_graph_destroy(g);
+}
+
+static void test_gather_chunks(void **state) {
+  (void)state;
+  rng_seed(5);
+  chunked_gather(1, 1031, 2048, 2); /* 1,024 rows a call, then 7 */
+  chunked_gather(3, 700, 2048, 3);  /* outer 2,100: 1,024, 1,024, 52 */
+}
+
 static void test_spmd_2(void **state) {
   (void)state;
   rng_seed(2);
@@ -695,6 +765,7 @@ int main(void) {
       cmocka_unit_test(test_infer),       cmocka_unit_test(test_spmd_2),
       cmocka_unit_test(test_spmd_4),      cmocka_unit_test(test_send_recv),
       cmocka_unit_test(test_session_errors), cmocka_unit_test(test_ring_shift),
+      cmocka_unit_test(test_gather_chunks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
