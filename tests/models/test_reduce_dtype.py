@@ -172,7 +172,8 @@ def main():
             p = shardc(["plan", MODEL, "--train", "--dim", f"batch={BATCH}", "--json",
                         "--optimizer", "adamw"] + PIPE + args)
             if check(p.returncode == 0, f"plan {PIPE + args}: {p.stderr[-500:]}"):
-                sent[what] = [r["collective_sent"] for r in json.loads(p.stdout)["pipeline"]["ranks"]]
+                ranks = json.loads(p.stdout)["pipeline"]["ranks"]
+                sent[what] = [r["collective_sent"] for r in ranks]
         if len(sent) == 3:
             check(sent["fp32"] == sent["f32"] and all(x > 0 for x in sent["f32"]),
                   f"{PIPE}: collective bytes per pipeline rank under --reduce-dtype fp32 "
