@@ -8,7 +8,9 @@ so the weights show the gradients' difference), seeded token ids (batch
     default: each GEMM weight's gradient reduced after its cast back to
     the f32 weight's) and bf16 (dp: before it; fsdp: every gradient cast
     to bf16 for its reduce-scatter, the shard cast back to f32), fsdp=2
-    --zero 3 and hybrid dp=2,fsdp=2 --zero 3 with bf16: each step's loss and gradient
+    --zero 3 and hybrid dp=2,fsdp=2 --zero 3 with bf16, and a pipeline
+    pp=2,dp=2 (1F1B, 2 microbatches: each stage's mean over the microbatches
+    reduced once a step) with fp32 and bf16: each step's loss and gradient
     norm equal one rank's within 1e-3 relative (test_train_dist's bf16
     dp=2 bound: each rank's half-batch gradient is rounded to bf16 before
     the sum), the checkpoints' weights within 2e-2 of their change over
@@ -28,7 +30,10 @@ so the weights show the gradients' difference), seeded token ids (batch
     (the parameters' elements / 2 x 2 bytes) and the loss's sum and label
     count (two f32 scalars, 8 bytes); the flat shard (fsdp=3 --zero 2, batch
     6: the parameters no dim of which divides by 3 are reduce-scattered
-    flat, padded) exactly half the fp32 step's reduce-scatter bytes;
+    flat, padded) exactly half the fp32 step's reduce-scatter bytes; the
+    pipeline's bytes in collectives per pipeline rank the fp32 step's under
+    fp32, at most 3/4 of them under bf16 (pp=2,dp=2: 614,656 and 66,320
+    bytes against 431,232 and 33,168);
   - the refusals: --reduce-dtype in an fp32 step, without --train, and a
     low reduce dtype that is not the step's (bf16 in an fp16 step); the
     Python package's plan(..., reduce_dtype=) writes it in the plan file.
@@ -56,6 +61,9 @@ MODEL = os.path.join(SRC, "samples", "gpt2.onnx")
 STEP = ["--optimizer", "sgd", "--lr", "0.05", "--momentum", "0.9", "--precision", "bf16"]
 MESHES = [["--mesh", "dp=2"], ["--mesh", "fsdp=2", "--zero", "2"],
           ["--mesh", "fsdp=2", "--zero", "3"], ["--mesh", "dp=2,fsdp=2", "--zero", "3"]]
+# a pipeline over data-parallel replicas: each stage reduces its gradients'
+# mean over the microbatches once a step, in the reduce dtype
+PIPE = ["--mesh", "pp=2,dp=2", "--schedule", "1f1b", "--microbatches", "2"]
 
 
 def shardc(args, timeout=600):
@@ -114,9 +122,9 @@ def main():
         base = [MODEL, "--dim", f"batch={BATCH}", "--threads", "1", "--data",
                 f"input_ids={ids}", "--labels", labels] + STEP
         ref = trained(tmp, base, "one rank", [])
-        for mesh in MESHES:
+        for mesh in MESHES + [PIPE]:
             # the meshes added for the bf16 reduce-scatter run it alone
-            for rd in ("fp32", "bf16") if mesh in MESHES[:2] else ("bf16",):
+            for rd in ("fp32", "bf16") if mesh in MESHES[:2] + [PIPE] else ("bf16",):
                 what = f"{' '.join(mesh[1:])} --reduce-dtype {rd}"
                 got = trained(tmp, base, what, mesh + ["--reduce-dtype", rd])
                 if ref and got:
@@ -152,6 +160,30 @@ def main():
                   f"{n_param} parameter elements)")
             print(f"{' '.join(mesh[1:]):16s} {op}: fp32 step {f32[op]}, bf16 step reducing in "
                   f"fp32 {lo['fp32'][op]}, in bf16 {lo['bf16'][op]}")
+
+        # the pipeline: each pipeline rank's collectives (all over dp) move
+        # the fp32 step's bytes under fp32, and under bf16 at most 3/4 of
+        # them (half for the gradients computed in bf16, the Gemm weights'
+        # and biases' and the tied embedding's; the norms' and the
+        # position table's stay f32)
+        sent = {}
+        for what, args in (("f32", []), ("fp32", ["--precision", "bf16", "--reduce-dtype", "fp32"]),
+                           ("bf16", ["--precision", "bf16", "--reduce-dtype", "bf16"])):
+            p = shardc(["plan", MODEL, "--train", "--dim", f"batch={BATCH}", "--json",
+                        "--optimizer", "adamw"] + PIPE + args)
+            if check(p.returncode == 0, f"plan {PIPE + args}: {p.stderr[-500:]}"):
+                ranks = json.loads(p.stdout)["pipeline"]["ranks"]
+                sent[what] = [r["collective_sent"] for r in ranks]
+        if len(sent) == 3:
+            check(sent["fp32"] == sent["f32"] and all(x > 0 for x in sent["f32"]),
+                  f"{PIPE}: collective bytes per pipeline rank under --reduce-dtype fp32 "
+                  f"{sent['fp32']}, the fp32 step's {sent['f32']}")
+            check(all(b <= 0.75 * f for b, f in zip(sent["bf16"], sent["f32"])),
+                  f"{PIPE}: collective bytes per pipeline rank under --reduce-dtype bf16 "
+                  f"{sent['bf16']}, want at most 3/4 of the fp32 step's {sent['f32']}")
+            print(f"{' '.join(PIPE[1:]):16s} collective bytes per pipeline rank: fp32 step "
+                  f"{sent['f32']}, bf16 step reducing in fp32 {sent['fp32']}, in bf16 "
+                  f"{sent['bf16']}")
 
         # hybrid: the shard's dp all-reduce in bf16 too
         hy = ["--mesh", "dp=2,fsdp=2", "--zero", "3"]
