@@ -29,7 +29,8 @@
  * on its dim, ep for a parameter outside the experts under fsdp x ep
  * (train_seed.c), gathered by one AllGather over both when fsdp comes
  * first in the mesh (storage_group; the gradient's reduce-scatter likewise,
- * reshard's step a), else axis by axis; the optimizer's nodes,
+ * reshard's step a), else axis by axis (bucket.c then makes each such pair
+ * one collective over both, its rows reordered); the optimizer's nodes,
  * which feed neither, read it split. Unless keep_after_forward, the
  * gathered copies of the blocks' parameters are forgotten when the walk
  * reaches the backward (the first node feeding a gradient but not the
