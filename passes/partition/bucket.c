@@ -427,7 +427,7 @@ static sc_status place(bucketer *b) {
  * graph, frees the lists. */
 static sc_status finish(bucketer *b, sc_status st) {
   if (st == SC_OK && b->n_new > 0) st = place(b);
-  if (st == SC_OK && b->dead) st = sc_graph_compact(b->L);
+  if (st == SC_OK && b->dead && sc_graph_compact(b->L) != SC_OK) st = lerr(b);
   if (st == SC_OK && sc_graph_verify(b->L, true) != SC_OK) {
     *b->d = b->L->diag;
     st = b->d->status;
