@@ -721,10 +721,10 @@ static void need_read(void *ud, int32_t b, bool written) {
 }
 
 /* Whether output `name` is one only the update needs (not a root). */
-static bool update_output(const char *name, bool last_run) {
+static bool update_output(const char *name) {
   if (!name) return false;
   if (strncmp(name, "new:", 4) == 0)
-    return strncmp(name + 4, "accum:", 6) != 0 && !(last_run && strstr(name, ".fp8_"));
+    return strncmp(name + 4, "accum:", 6) != 0;
   return strcmp(name, "train:grad_norm") == 0 || strcmp(name, "train:applied") == 0;
 }
 
@@ -732,13 +732,13 @@ int32_t sc_program_update_steps(const sc_program *p, bool last_run, bool *only) 
   bool any = false;
   for (int32_t j = 0; j < p->n_outputs; j++) {
     const char *n = p->buffers[p->outputs[j]].name;
-    any |= n && strncmp(n, "new:", 4) == 0 && update_output(n, last_run);
+    any |= n && strncmp(n, "new:", 4) == 0 && update_output(n);
   }
   if (!any) return 0;
   need_ctx x = {.p = p, .need = sc_calloc((size_t)p->n_buffers + 1, sizeof(bool))};
   if (!x.need) return -1;
   for (int32_t j = 0; j < p->n_outputs; j++)
-    if (!update_output(p->buffers[p->outputs[j]].name, last_run))
+    if (!update_output(p->buffers[p->outputs[j]].name))
       x.need[sc_program_root(p, p->outputs[j])] = true;
   for (int32_t b = 0; !last_run && b < p->n_buffers; b++) /* the gradients (passes/train.h) */
     if (p->buffers[b].name && strncmp(p->buffers[b].name, "grad:", 5) == 0)

@@ -444,10 +444,9 @@ void sc_step_buffers(const sc_program *p, const sc_step *s, sc_step_buffer_fn fn
  *   last_run false (the optimizer's share of a step, codegen/dist_sim.c):
  *     also every gradient (a buffer named "grad:P");
  *   last_run true (what a run of gradient accumulation before the step's
- *     last skips, sc_session_set_partial): also FP8 scaling state
- *     ("new:X" with ".fp8_" in its name: every run records its amax),
- *     and every step that writes nothing (an index check) or sends or
- *     receives, kept. A WAIT step is marked as the step it completes.
+ *     last skips, sc_session_set_partial): every step that writes nothing
+ *     (an index check) or sends or receives, kept (FP8 scaling state is
+ *     updated state: a run records its amax in an accumulator). A WAIT step is marked as the step it completes.
  * only[k] (n_steps, zeroed by the caller) is set for those steps; returns
  * how many (0 when the program updates no state), -1 out of memory. */
 int32_t sc_program_update_steps(const sc_program *p, bool last_run, bool *only);

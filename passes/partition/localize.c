@@ -29,7 +29,8 @@
  * on its dim, ep for a parameter outside the experts under fsdp x ep
  * (train_seed.c), gathered by one AllGather over both when fsdp comes
  * first in the mesh (storage_group; the gradient's reduce-scatter likewise,
- * reshard's step a), else axis by axis; the optimizer's nodes,
+ * reshard's step a), else axis by axis (bucket.c then makes each such pair
+ * one collective over both, its rows reordered); the optimizer's nodes,
  * which feed neither, read it split. Unless keep_after_forward, the
  * gathered copies of the blocks' parameters are forgotten when the walk
  * reaches the backward (the first node feeding a gradient but not the
@@ -95,7 +96,10 @@
  * over a data axis in bf16 or fp16 is never reduced where it is made
  * unless the plan reduces in the low precision (low_gradient_sum: it is
  * reduced after its Cast back to f32, --reduce-dtype fp32, the default);
- * the second walk reshards those right after their
+ * an input pending over an axis (an accumulator) is a source that is
+ * never reduced where it is made, so a gradient added into it is not
+ * reduced on its own as well (a position embedding's rows every
+ * microbatch besides the accumulated table once); the second walk reshards those right after their
  * node, and what flowed only through them is no longer pending. At tp=2 it
  * turns GPT-2's backward into Megatron's: the gradient of each
  * column-parallel input (the norms' outputs, the LM head's input) is
@@ -1694,6 +1698,14 @@ static sc_status walk(sc_partition *p, sc_diag *d, const bool *eager, bool *cut,
     z.cur[gid] = s;
     z.lid[gid] = id;
     if ((st = add_memo(&z, gid, &s, id)) != SC_OK) goto fail;
+    /* an input pending over an axis (an accumulator, each rank's own sum)
+     * is a source of the cut that nothing reduces where it is made: the
+     * reduction its readers need downstream serves whatever pending sum
+     * joins it there (a gradient added into it), so the cut does not reduce
+     * that sum on its own as well */
+    for (int32_t ax = 0; ax < p->mesh.n_axes; ax++)
+      if (s.partial & (1u << ax))
+        z.pnode[(size_t)gid * p->mesh.n_axes + ax] = sc_cut_node(z.cg, SC_CUT_INF, true);
   }
   p->local_end = sc_arena_array(&p->arena, (size_t)(g->n_nodes ? g->n_nodes : 1),
                                 sizeof *p->local_end);
