@@ -546,30 +546,32 @@ static double act_eval(const sc_graph *g, int32_t c, int32_t v, double x, const 
 }
 
 /* The activation GEMM step s's epilogue kernel computes (sc_gemm.act), the
- * group's other members mem[0..nm) over the GEMM's output value c: NONE
- * unless the kernel reads only C and writes only one buffer, nothing
- * outside the group reads c, and that buffer's value, computed by the
- * members from c and scalar constants, equals the activation at every
- * probe point in [-12, 12] (ReLU exactly, tanh GELU within 1e-6 of
- * max(1, |x|): erf GELU differs from it by up to 2e-4, so it is not
- * taken for it). */
+ * kernel's members mem[0..nm) over the GEMM's output value c: NONE unless
+ * the kernel reads only C and writes only one buffer, of C's dtype, and
+ * that buffer's value, computed by the members from c and scalar
+ * constants, equals the activation at every probe point in [-12, 12]
+ * (ReLU exactly, tanh GELU within 1e-6 of max(1, |x|): erf GELU differs
+ * from it by up to 2e-4, so it is not taken for it). *aux: c is also read
+ * outside the members or is a graph output (sc_gemm.act_aux). */
 static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32_t c,
-                                const int32_t *mem, int32_t nm, int32_t *out_buf) {
+                                const int32_t *mem, int32_t nm, int32_t *out_buf, bool *aux) {
   const sc_graph *g = f->g;
   const sc_program *p = f->p;
   const kir_kernel *k = p->kernels[s->kernel];
-  if (k->n_params != 2 || k->params[0].written == k->params[1].written || f->is_gout[c])
-    return SC_GEMM_ACT_NONE;
+  if (k->n_params != 2 || k->params[0].written == k->params[1].written) return SC_GEMM_ACT_NONE;
   int32_t w = k->params[0].written ? 0 : 1;
-  if (k->params[1 - w].buffer != s->gemm.c) return SC_GEMM_ACT_NONE;
+  if (k->params[1 - w].buffer != s->gemm.c ||
+      p->buffers[k->params[w].buffer].dtype != p->buffers[s->gemm.c].dtype)
+    return SC_GEMM_ACT_NONE;
   int32_t ob = k->params[w].buffer, ov = -1;
   bool *member = sc_calloc((size_t)g->n_nodes + 1, sizeof *member);
   double *val = sc_calloc((size_t)g->n_nodes + 1, sizeof *val);
   sc_gemm_act act = SC_GEMM_ACT_NONE;
   if (!member || !val) goto done;
   for (int32_t j = 0; j < nm; j++) member[mem[j]] = true;
+  *aux = f->is_gout[c];
   for (int32_t u = f->uoff[c]; u < f->uoff[c + 1]; u++)
-    if (node_live(&g->nodes[f->users[u]]) && !member[f->users[u]]) goto done;
+    if (node_live(&g->nodes[f->users[u]]) && !member[f->users[u]]) *aux = true;
   for (int32_t j = 0; j < nm; j++) { /* exactly one member output has a buffer: ob's */
     const sc_node *n = &g->nodes[mem[j]];
     for (int32_t o = 0; o < n->n_outputs; o++) {
@@ -651,6 +653,48 @@ static void take_descale(fg *f, sc_lower_ctx *cx, const sc_node *an, sc_step *gs
   grp->alias_of = c;
 }
 
+/* A group of its own whose one kernel (step ks) reads only the product of
+ * the GEMM step right before it and computes one activation of it (as
+ * epilogue_act finds): the grouping keeps such a group apart when the
+ * product is read elsewhere too (training: the backward pass reads the
+ * pre-activation), so the kernel becomes that GEMM step's epilogue kernel,
+ * with sc_gemm.act and act_aux, and a device may apply the activation in
+ * the product (cuBLASLt's GELU_AUX). The tanh GELU only: no epilogue keeps
+ * a ReLU's input (RELU_AUX keeps a bit mask). Any other kernel stays a
+ * step. */
+static void take_activation(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t nm,
+                            int32_t ks) {
+  sc_program *p = f->p;
+  if (ks < 1 || p->steps[ks].kind != SC_STEP_KERNEL) return;
+  sc_step *gs = &p->steps[ks - 1];
+  if (gs->kind != SC_STEP_GEMM || gs->kernel >= 0 || gs->gemm.conv.on || gs->gemm.fp8) return;
+  int32_t c = -1; /* the one value from outside the group the members read */
+  for (int32_t j = 0; j < nm; j++) {
+    const sc_node *n = &f->g->nodes[mem[j]];
+    for (int32_t i = 0; i < n->n_inputs; i++) {
+      int32_t v = n->inputs[i];
+      if (v < 0 || sc_value_is_const(&f->g->values[v])) continue;
+      int32_t pn = f->g->values[v].producer;
+      if (pn >= 0 && f->node_group[pn] == cx->group) continue;
+      if (c >= 0 && c != v) return;
+      c = v;
+    }
+  }
+  if (c < 0 || cx->value_buffer[c] != gs->gemm.c) return;
+  int32_t out = -1;
+  bool aux = false;
+  gs->kernel = p->steps[ks].kernel; /* what epilogue_act reads */
+  sc_gemm_act act = epilogue_act(f, cx, gs, c, mem, nm, &out, &aux);
+  if (act != SC_GEMM_ACT_GELU_TANH) { /* no epilogue gives back ReLU's input */
+    gs->kernel = -1;
+    return;
+  }
+  gs->gemm.act = act;
+  gs->gemm.act_out = out;
+  gs->gemm.act_aux = aux;
+  p->n_steps--;
+}
+
 static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   sc_graph *g = f->g;
   sc_lower_group grp;
@@ -670,7 +714,10 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
   sc_status st = SC_OK;
   int32_t nk = 0;
   if (a < 0) {
+    int32_t first_step = f->p->n_steps;
     st = lower_points(f, cx, mem, n_mem, &nk);
+    if (st == SC_OK && nk == 1 && f->p->n_steps == first_step + 1)
+      take_activation(f, cx, mem, n_mem, first_step);
   } else if (sc_lower_kind_of(g, &g->nodes[a]) == SC_LOWER_STEP) {
     const sc_node *an = &g->nodes[a];
     int32_t gemm_step = f->p->n_steps;
@@ -697,7 +744,8 @@ static sc_status lower_group(fg *f, sc_lower_ctx *cx, int32_t k) {
         p->n_steps--;
         int32_t c = an->n_outputs > 0 ? an->outputs[0] : -1;
         if (c >= 0 && !gs->gemm.conv.on)
-          gs->gemm.act = epilogue_act(f, cx, gs, c, rest, nr, &gs->gemm.act_out);
+          gs->gemm.act = epilogue_act(f, cx, gs, c, rest, nr, &gs->gemm.act_out,
+                                      &gs->gemm.act_aux);
       }
       sc_free(rest);
     }

@@ -109,9 +109,15 @@ typedef struct sc_gemm {
    * instead (cuBLASLt's RELU and GELU epilogues), writing act_out and not
    * C, and skip the kernel, when act_out is C's storage or apart from A, B
    * and the bias (the memory plan may give it an operand's storage: they
-   * die before the epilogue). Any other device runs the kernel. */
+   * die before the epilogue). Any other device runs the kernel.
+   * act_aux says C is read after the step too (a graph output, or, in a
+   * training step, the backward pass's read of the pre-activation): a
+   * device applying act in the product must then write C as well, with
+   * act_out apart from C and the operands (cuBLASLt's GELU_AUX epilogue
+   * writes C as its aux output; no epilogue gives back ReLU's input). */
   sc_gemm_act act;
   int32_t act_out;            /* that buffer (meaningful with act only) */
+  bool act_aux;
   /* When fp8 is set, A and B are f32 widenings of FP8 values (an FP8
    * training step's quantized operands: passes/fp8.c) that are also held
    * in buffers a8 and b8 (f8e4m3fn or f8e5m2, A's and B's layout): a

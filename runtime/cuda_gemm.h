@@ -16,12 +16,15 @@
  *             epilogue; a full [m, n] bias is the C operand with beta 1.
  *             An activation the step's epilogue kernel computes
  *             (sc_gemm.act) is the RELU or GELU epilogue (cuBLASLt's GELU
- *             is the tanh form), written to act_out.
+ *             is the tanh form), written to act_out; where C is read
+ *             later too (sc_gemm.act_aux) the GELU_AUX epilogue, which
+ *             also writes the GELU's input, C, as its aux output.
  *   host      on the emulated GPU: sc_host_gemm_f32 (oneDNN, the CPU
  *             device's tiles; sc_host_gemm_bf16 for bf16, with a scratch
  *             the engine keeps for its largest GEMM) run as a host function
  *             on the stream, on the device memory that is host memory
- *             there; a fused activation is applied after it, in f32.
+ *             there; a fused activation is applied after it, in f32
+ *             (from C into act_out when C is kept).
  *
  * A GEMM whose operands are FP8 values (sc_gpu_gemm_add_fp8) is one
  * cuBLASLt FP8 matmul on either: on the emulated GPU the emulated
@@ -64,9 +67,11 @@ const char *sc_gpu_gemm_engine(const sc_gpu_gemm *e);
  * C and the bias alike). bias may be 0 (none); bias_numel its length.
  * act_out: g->act_out's address, or 0. *fused: whether the product
  * applies g->act itself (program.h: sc_gemm.act), writing act_out and not
- * C, so that the caller must skip the step's epilogue kernel: when g->act
- * is set, beta is 0 and no full bias is the C operand, and on a GPU when
- * cuBLASLt has an algorithm with the RELU or GELU epilogue (else the
+ * C (and C as well with g->act_aux), so that the caller must skip the
+ * step's epilogue kernel: when g->act is set (tanh GELU only with
+ * act_aux), beta is 0 and no full bias is the C operand, and on a GPU
+ * when cuBLASLt has an algorithm with the RELU, GELU or GELU_AUX epilogue
+ * (GELU_AUX: C's leading dim and batch stride multiples of 8; else the
  * plain product, and the kernel runs). */
 sc_status sc_gpu_gemm_add(sc_gpu_gemm *e, const sc_gemm *g, sc_dtype t, CUdeviceptr a,
                           CUdeviceptr b, CUdeviceptr bias, int64_t bias_numel, CUdeviceptr c,
