@@ -41,7 +41,14 @@ Checked, on seeded inputs, per model:
     the host engine and with SHARDC_CUDA_GEMM=cublaslt; losses and
     gradient norms finite and within 2e-5 (fp32) or 2e-3 (bf16: cuBLASLt's
     GELU reads the f32 sum, the kernel the bf16-rounded product) of the
-    CPU's, which runs the activation kernel (the unfused path).
+    CPU's, which runs the activation kernel (the unfused path);
+  * GPT-2 (samples/gpt2.onnx) trained in bf16: no GEMM step carries an
+    activation, as its spelled-out GELU's backward reads three of the
+    forward's intermediate values (its forward kernel writes four
+    buffers), so the pre-activation alone cannot replace the kernel; the
+    count is printed and checked, so that a change that qualifies it
+    (folding the eight ops into Gelu(approximate="tanh") before autodiff)
+    updates it here.
 
 Environment: SHARDC, SC_CUDA_REAL. Exit 0 on success, 1 on any failure.
 """
@@ -191,6 +198,32 @@ def mlp_model(path, rng, k=32, n=64):
     onnx.save(m, path)
 
 
+def gpt2_count(tmp):
+    """GPT-2's bf16 training step: GEMM steps per activation (module comment)."""
+    src = os.environ.get("SC_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                       "..", ".."))
+    r = sh(["compile", os.path.join(src, "samples", "gpt2.onnx"), "--train", "--dim", "batch=2",
+            "--precision", "bf16", "--optimizer", "adamw", "--emit=kir", "-o",
+            os.path.join(tmp, "gpt2k")])
+    if not check(r.returncode == 0, f"gpt2 bf16 training: compile: {r.stderr[-300:]}"):
+        return
+    gemms = re.findall(r"^s\d+ gemm .*$", r.stdout, re.M)
+    acts = [re.search(r" act (\w+)->b\d+( aux)?", ln) for ln in gemms]
+    counts = {}
+    for a in acts:
+        key = (a.group(1) + (a.group(2) or "")) if a else "none"
+        counts[key] = counts.get(key, 0) + 1
+    # the forward GELU kernels (one per layer) and how many buffers each writes
+    blocks = re.split(r"^(?=k\d+ kernel )", r.stdout, flags=re.M)
+    outs = [len(re.findall(r"^  p\d+ = buf .* out$", bl, re.M)) for bl in blocks
+            if re.match(r"k\d+ kernel \w*_mul_pow_mul_add_mul_tanh_add_mul ", bl)]
+    print(f"gpt2 bf16 training: {len(gemms)} GEMM steps, by activation {counts}; the forward "
+          f"GELU kernels write {outs} buffers")
+    check(len(gemms) == 27 and counts == {"none": 27} and outs == [4, 4],
+          f"gpt2 bf16 training: {len(gemms)} GEMM steps, activations {counts}, GELU kernels "
+          f"writing {outs} buffers; want 27 GEMM steps without, two GELU kernels writing 4")
+
+
 def train_checks(tmp, rng):
     """GELU_AUX in a training step (module comment)."""
     path = os.path.join(tmp, "mlp_gelu.onnx")
@@ -311,6 +344,7 @@ def main():
                 within(np.load(os.path.join(od, "Y.npy")), outs["cpu"].astype(np.float64),
                       1e-5, "bundle on cuda against cpu")
         train_checks(tmp, rng)
+        gpt2_count(tmp)
     return finish()
 
 
