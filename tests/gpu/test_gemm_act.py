@@ -29,10 +29,10 @@ Checked, on seeded inputs, per model:
   * the outputs of --device cuda and of the CPU device agree within 1e-5
     of the largest |value|, and both agree with a float64 numpy reference
     within 1e-4 of it; no NaN;
-  * a CUDA bundle (`shardc compile --target cuda`) keeps the activation in
-    program.json, reserves cuBLASLt's 32 MiB workspace at the top of its
-    arena (workspace_bytes, workspace_offset), and runs with the same
-    outputs;
+  * a CUDA bundle (`shardc compile --target cuda`) of gelu_spelled and of
+    gelu_product_out keeps the activation (and act_aux) in program.json,
+    reserves cuBLASLt's 32 MiB workspace at the top of its arena
+    (workspace_bytes, workspace_offset), and runs with the same outputs;
   * training (GELU_AUX): an MLP Gemm -> Gelu(approximate="tanh") -> Gemm
     trained 4 AdamW steps with mse, fp32 and bf16: its forward's first GEMM
     step carries "act gelu_tanh->bN aux" (the backward reads the
@@ -320,29 +320,34 @@ def main():
                 if tag != "cpu" and "cpu" in outs:
                     within(outs[tag], outs["cpu"].astype(np.float64), 1e-5,
                            f"{case}: {tag} against cpu")
-            if case != "gelu_spelled" or "cpu" not in outs:
+            if case not in ("gelu_spelled", "gelu_product_out") or "cpu" not in outs:
                 continue
-            # a CUDA bundle keeps the activation and runs it
-            bdir = os.path.join(tmp, "bundle")
+            # a CUDA bundle keeps the activation (and act_aux) and runs it
+            aux = case == "gelu_product_out"
+            bdir = os.path.join(tmp, "bundle." + case)
             r = sh(["compile", path, "--target", "cuda", "-o", bdir])
             if not check(r.returncode == 0, f"bundle: {r.stderr[-300:]}"):
                 continue
             with open(os.path.join(bdir, "program.json")) as f:
                 prog = json.load(f)
             steps = [s for s in prog["steps"] if s.get("kind") == "gemm"]
-            check(len(steps) == 1 and steps[0]["gemm"].get("act") == "gelu_tanh",
-                  f"bundle: GEMM steps {[s['gemm'].get('act') for s in steps]}")
+            check(len(steps) == 1 and steps[0]["gemm"].get("act") == "gelu_tanh" and
+                  steps[0]["gemm"].get("act_aux", False) == aux,
+                  f"bundle {case}: GEMM steps {[s['gemm'].get('act') for s in steps]}, act_aux "
+                  f"{[s['gemm'].get('act_aux') for s in steps]}")
             # cuBLASLt's workspace is part of the plan: 32 MiB at the arena's top
             ws, wo = prog.get("workspace_bytes"), prog.get("workspace_offset")
             check(ws == 32 << 20 and wo is not None and wo + ws == prog["arena_bytes"],
                   f"bundle: workspace {ws} at {wo} in an arena of {prog['arena_bytes']}")
-            od = os.path.join(tmp, "bundle.out")
+            od = os.path.join(tmp, f"bundle.{case}.out")
             r = sh(["run", bdir, "-q", "--device", "cuda", "--no-allow-tf32", "--output-dir", od] + args,
                    cuda_env())
             if check(r.returncode == 0, f"bundle run: {r.stderr[-400:]}"):
-                check(fused_count(r.stderr) == 1, "bundle run: activation not in the product")
+                check(fused_count(r.stderr) == 1 and aux_count(r.stderr) == int(aux),
+                      f"bundle run {case}: {fused_count(r.stderr)} activations in the product, "
+                      f"{aux_count(r.stderr)} keeping the pre-activation")
                 within(np.load(os.path.join(od, "Y.npy")), outs["cpu"].astype(np.float64),
-                      1e-5, "bundle on cuda against cpu")
+                      1e-5, f"bundle {case} on cuda against cpu")
         train_checks(tmp, rng)
         gpt2_count(tmp)
     return finish()
