@@ -552,7 +552,8 @@ static double act_eval(const sc_graph *g, int32_t c, int32_t v, double x, const 
  * constants, equals the activation at every probe point in [-12, 12]
  * (ReLU exactly, tanh GELU within 1e-6 of max(1, |x|): erf GELU differs
  * from it by up to 2e-4, so it is not taken for it). *aux: c is also read
- * outside the members or is a graph output (sc_gemm.act_aux). */
+ * outside the members or is a graph output (sc_gemm.act_aux): then the
+ * tanh GELU only, and not for an FP8 product. */
 static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32_t c,
                                 const int32_t *mem, int32_t nm, int32_t *out_buf, bool *aux) {
   const sc_graph *g = f->g;
@@ -591,6 +592,9 @@ static sc_gemm_act epilogue_act(fg *f, sc_lower_ctx *cx, const sc_step *s, int32
     gelu = gelu && fabs(y - gelu_tanh(x)) <= 1e-6 * (fabs(x) > 1 ? fabs(x) : 1);
   }
   act = relu ? SC_GEMM_ACT_RELU : gelu ? SC_GEMM_ACT_GELU_TANH : SC_GEMM_ACT_NONE;
+  /* C kept: only GELU_AUX keeps it (no epilogue gives back ReLU's input), and
+   * not for an FP8 product (whose matmul takes no epilogue) */
+  if (*aux && (act != SC_GEMM_ACT_GELU_TANH || s->gemm.fp8)) act = SC_GEMM_ACT_NONE;
   *out_buf = ob;
 done:
   sc_free(member);
@@ -685,7 +689,7 @@ static void take_activation(fg *f, sc_lower_ctx *cx, const int32_t *mem, int32_t
   bool aux = false;
   gs->kernel = p->steps[ks].kernel; /* what epilogue_act reads */
   sc_gemm_act act = epilogue_act(f, cx, gs, c, mem, nm, &out, &aux);
-  if (act != SC_GEMM_ACT_GELU_TANH) { /* no epilogue gives back ReLU's input */
+  if (act != SC_GEMM_ACT_GELU_TANH) {
     gs->kernel = -1;
     return;
   }
